@@ -1,0 +1,136 @@
+"""Content kept outside the hashed event bytes, committed to by hash.
+
+A blob's **commitment** is ``sha256:`` + hex SHA-256(salt ‖ content), where
+``content`` is the RFC 8785 canonical bytes of the (type-tag encoded) value and
+``salt`` = HMAC-SHA256(store secret, content). The salt is deterministic, so
+identical content is stored once; it is stored beside the blob and erased with
+it, so a holder of an export cannot confirm a guess of short erased content
+(the commitment alone reveals nothing without the salt). Verifying a blob is
+recomputing SHA-256(salt ‖ content).
+
+Why :data:`INLINE_LIMIT` = 512 bytes: a reference ``{"$blob":"sha256:…"}`` costs
+81 bytes in the event and a blob row about 150 bytes more, so values below a
+few hundred bytes are cheaper inline (and stay readable in the event itself);
+anything a conversation resends every turn (messages, documents, tool results)
+is far above it and is stored once. It is well below 64 KiB so that no event's
+hashed bytes grow with the size of the content it carries.
+
+Lists above the limit are stored as a **chain**: the list ``[a, b, c]`` becomes a
+reference to the blob ``{"$cons": [ref([a, b]), c]}``, whose first element refers
+to the blob of the list's prefix. A conversation resent with one more message
+each turn therefore adds one small blob per turn: storage grows O(turns), not
+O(turns²).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any, Callable
+
+from sealbox.canonical import canonical_bytes
+
+__all__ = ["INLINE_LIMIT", "commitment", "salt_for", "check_blob", "blobify", "resolve", "blob_refs", "is_blob_ref"]
+
+#: Content whose canonical form is longer than this (bytes) is moved to a blob.
+INLINE_LIMIT = 512
+
+BLOB_TAG = "$blob"
+CONS_TAG = "$cons"
+
+
+def salt_for(secret: bytes, content: bytes) -> bytes:
+    """HMAC-SHA256(secret, content): the blob's 32-byte salt."""
+    return hmac.new(secret, content, hashlib.sha256).digest()
+
+
+def commitment(salt: bytes, content: bytes) -> str:
+    """``sha256:<hex>`` of SHA-256(salt ‖ content)."""
+    return "sha256:" + hashlib.sha256(salt + content).hexdigest()
+
+
+def check_blob(ref: str, salt: bytes, content: bytes) -> bool:
+    """Whether ``content`` with ``salt`` matches the commitment ``ref``."""
+    return hmac.compare_digest(commitment(salt, content), ref)
+
+
+def is_blob_ref(value: Any) -> bool:
+    """Whether ``value`` is a ``{"$blob": "sha256:…"}`` reference."""
+    return type(value) is dict and len(value) == 1 and BLOB_TAG in value
+
+
+def blobify(value: Any, put: Callable[[bytes], str], limit: int = INLINE_LIMIT) -> Any:
+    """Replace parts of ``value`` larger than ``limit`` bytes by blob references.
+
+    Args:
+        value: a strict JSON value (already type-tag encoded).
+        put: stores canonical content bytes and returns its commitment.
+        limit: inline limit in bytes of canonical JSON.
+
+    Returns:
+        The value with large parts replaced by ``{"$blob": ref}``.
+    """
+    data = canonical_bytes(value)
+    if len(data) <= limit:
+        return value
+    if type(value) is list:
+        return _chain(value, put, limit)
+    if type(value) is dict:
+        reduced = {k: blobify(v, put, limit) for k, v in value.items()}
+        data = canonical_bytes(reduced)
+        if len(data) <= limit:
+            return reduced
+    return {BLOB_TAG: put(data)}
+
+
+def _chain(items: list, put: Callable[[bytes], str], limit: int) -> dict:
+    prev: Any = None
+    for item in items:
+        node = {CONS_TAG: [prev, blobify(item, put, limit)]}
+        prev = {BLOB_TAG: put(canonical_bytes(node))}
+    return prev
+
+
+def resolve(value: Any, get: Callable[[str], bytes]) -> Any:
+    """Inverse of :func:`blobify`: replace every reference by its content.
+
+    Raises:
+        BlobNotFoundError: from ``get``, when a blob is missing or erased.
+    """
+    if type(value) is dict:
+        if is_blob_ref(value):
+            return _resolve_ref(value[BLOB_TAG], get)
+        return {k: resolve(v, get) for k, v in value.items()}
+    if type(value) is list:
+        return [resolve(v, get) for v in value]
+    return value
+
+
+def _resolve_ref(ref: str, get: Callable[[str], bytes]) -> Any:
+    content = json.loads(get(ref))
+    if not (type(content) is dict and len(content) == 1 and CONS_TAG in content):
+        return resolve(content, get)
+    items: list = []
+    while content is not None:  # walk the chain without recursion
+        prev, item = content[CONS_TAG]
+        items.append(resolve(item, get))
+        content = json.loads(get(prev[BLOB_TAG])) if prev is not None else None
+    items.reverse()
+    return items
+
+
+def blob_refs(value: Any) -> list[str]:
+    """Every commitment referenced directly in ``value`` (not following chains)."""
+    out: list[str] = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is dict:
+            if is_blob_ref(v) and isinstance(v[BLOB_TAG], str):
+                out.append(v[BLOB_TAG])
+            else:
+                stack.extend(v.values())
+        elif type(v) is list:
+            stack.extend(v)
+    return out

@@ -1,0 +1,664 @@
+"""Canonical bytes (RFC 8785), hashing, and a lossless-where-possible encoding of Python values.
+
+Two layers:
+
+* :func:`canonical_bytes` is the strict encoder: it writes a JSON value as RFC 8785
+  (JCS) canonical UTF-8 bytes and raises :class:`~sealbox.errors.CanonicalizationError`
+  for anything outside I-JSON (RFC 7493). Those bytes are what Sealbox hashes.
+* :func:`encode` turns *any* Python value into a strict JSON value, using one-key
+  ``{"$tag": payload}`` dicts for the types JSON lacks; :func:`decode` reverses it.
+  :func:`dumps` is ``canonical_bytes(encode(value))``.
+
+The tag table, the escaping rule for user dicts whose keys start with ``$``, and the
+decision on whole-number floats are in ``docs/canonical.md``.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as _dt
+import decimal
+import enum
+import hashlib
+import json
+import math
+import re
+import reprlib
+import sys
+import uuid
+from typing import Any, Callable
+
+from sealbox.errors import CanonicalizationError
+
+__all__ = [
+    "MAX_DEPTH",
+    "Tagged",
+    "canonical_bytes",
+    "decode",
+    "dumps",
+    "encode",
+    "fingerprint",
+    "is_lossy",
+    "sha256_hex",
+]
+
+MAX_DEPTH = 128
+"""Deepest container nesting accepted: the outermost array or object is level 1."""
+
+_INT_MAX = 2**53 - 1  # I-JSON (RFC 7493 §2.2): integers exactly representable as doubles
+_EXACT_INT_FLOAT = float(2**53)
+_REPR_LIMIT = 200
+_escape: Callable[[str], str] = json.encoder.encode_basestring  # C; identical to JCS §3.2.2.2
+
+
+# --------------------------------------------------------------------------- canonical bytes
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """Return the RFC 8785 (JCS) canonical UTF-8 bytes of a strict JSON value.
+
+    Accepted: ``dict`` with ``str`` keys, ``list``, ``tuple`` (written as an array),
+    ``str``, ``bool``, ``None``, ``int`` within ±(2**53 − 1) and finite ``float``.
+    Subclasses of these are written as their base value. Numbers follow RFC 8785
+    §3.2.2.3 (ECMAScript Number::toString: ``1.0`` → ``1``, ``-0.0`` → ``0``, ``1e21`` →
+    ``1e+21``, ``1e-7`` → ``1e-7``); object members are sorted by the UTF-16 code
+    units of their names (§3.2.3); strings are escaped per §3.2.2.2.
+
+    Args:
+        value: the JSON value.
+
+    Returns:
+        The canonical bytes, without a trailing newline.
+
+    Raises:
+        CanonicalizationError: a non-``str`` key, NaN or an infinity, an integer outside
+            ±(2**53 − 1), a lone surrogate in a string or key, a value of another type,
+            a cycle, or nesting deeper than :data:`MAX_DEPTH`. No other exception escapes.
+    """
+    parts: list[str] = []
+    try:
+        _write(value, parts.append, 0)
+        return "".join(parts).encode("utf-8")
+    except _TooDeep:
+        problem = "contains a cycle" if _has_cycle(value) else f"is nested deeper than {MAX_DEPTH} levels"
+        raise CanonicalizationError(f"the value {problem}") from None
+    except CanonicalizationError:
+        raise
+    except UnicodeEncodeError:
+        raise CanonicalizationError("a string or key contains a lone surrogate (I-JSON, RFC 7493 §2.1)") from None
+    except Exception as exc:  # a hostile subclass (__iter__, __eq__ ...): translate at the boundary
+        raise CanonicalizationError(f"cannot canonicalize: {type(exc).__name__}: {exc}") from exc
+
+
+class _TooDeep(CanonicalizationError):
+    """Internal: nesting passed MAX_DEPTH; canonical_bytes tells a cycle from depth."""
+
+
+def _write(v: Any, out: Callable[[str], None], depth: int) -> None:
+    t = type(v)
+    if t is str:
+        out(_escape(v))
+    elif t is dict:
+        _write_object(v, out, depth)
+    elif t is int:
+        out(_int(v))
+    elif t is float:
+        out(_number(v))
+    elif v is None:
+        out("null")
+    elif v is True:
+        out("true")
+    elif v is False:
+        out("false")
+    elif t is list or t is tuple:
+        _write_array(v, out, depth)
+    else:
+        _write_subclass(v, out, depth)
+
+
+def _write_subclass(v: Any, out: Callable[[str], None], depth: int) -> None:
+    if isinstance(v, int):  # bool was handled: it cannot be subclassed
+        out(_int(int.__int__(v)))
+    elif isinstance(v, float):
+        out(_number(float.__float__(v)))
+    elif isinstance(v, str):
+        out(_escape(v))
+    elif isinstance(v, dict):
+        _write_object(v, out, depth)
+    elif isinstance(v, (list, tuple)):
+        _write_array(v, out, depth)
+    else:
+        raise CanonicalizationError(f"{_type_name(v)} is not a JSON type; use sealbox.canonical.encode first")
+
+
+def _write_object(d: dict, out: Callable[[str], None], depth: int) -> None:
+    if depth >= MAX_DEPTH:
+        raise _TooDeep
+    if not d:
+        out("{}")
+        return
+    try:
+        ascii_only = "".join(d).isascii()
+    except TypeError:
+        raise CanonicalizationError("object keys must be str (RFC 8785 §3.2.3)") from None
+    # Code-point order equals UTF-16 order unless keys mix U+E000..U+FFFF and non-BMP.
+    keys = sorted(d) if ascii_only else sorted(d, key=_utf16)
+    depth += 1
+    sep = "{"
+    for k in keys:
+        out(sep + _escape(k) + ":")
+        _write(d[k], out, depth)
+        sep = ","
+    out("}")
+
+
+def _write_array(a: list | tuple, out: Callable[[str], None], depth: int) -> None:
+    if depth >= MAX_DEPTH:
+        raise _TooDeep
+    if not a:
+        out("[]")
+        return
+    depth += 1
+    sep = "["
+    for x in a:
+        out(sep)
+        _write(x, out, depth)
+        sep = ","
+    out("]")
+
+
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be")
+
+
+def _int(n: int) -> str:
+    if -_INT_MAX <= n <= _INT_MAX:
+        return int.__repr__(n)
+    raise CanonicalizationError(f"integer outside ±(2**53 - 1) (I-JSON, RFC 7493 §2.2): {n}")
+
+
+def _number(f: float) -> str:
+    """ECMAScript Number::toString of a finite double (RFC 8785 §3.2.2.3)."""
+    if f.is_integer():
+        if -_EXACT_INT_FLOAT <= f <= _EXACT_INT_FLOAT:
+            return int.__repr__(int(f))  # exact; -0.0 -> "0"
+    elif not math.isfinite(f):
+        raise CanonicalizationError(f"{f!r} is not a JSON number (RFC 8785 §3.2.2.3)")
+    elif 1e-4 <= f < 1e16 or -1e16 < f <= -1e-4:
+        return float.__repr__(f)  # repr is positional here, with the same shortest digits
+    return _number_general(f)
+
+
+def _number_general(f: float) -> str:
+    text = float.__repr__(f)  # shortest round-trip digits, as ECMAScript requires
+    sign = "-" if text[0] == "-" else ""
+    text = text.lstrip("-")
+    mantissa, _, exp = text.partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits = (whole + frac).lstrip("0")
+    n = len(whole) + int(exp or 0) - (len(whole + frac) - len(digits))  # point position
+    digits = digits.rstrip("0")
+    k = len(digits)
+    if k <= n <= 21:
+        return sign + digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * -n + digits
+    e = n - 1
+    exponent = ("e+" if e >= 0 else "e-") + str(abs(e))
+    return sign + digits[0] + ("." + digits[1:] if k > 1 else "") + exponent
+
+
+def _has_cycle(value: Any) -> bool:
+    ancestors: set[int] = set()
+
+    def walk(v: Any) -> bool:
+        if not isinstance(v, (dict, list, tuple)):
+            return False
+        if id(v) in ancestors:
+            return True
+        if len(ancestors) > MAX_DEPTH:
+            return False
+        ancestors.add(id(v))
+        found = any(walk(x) for x in (v.values() if isinstance(v, dict) else v))
+        ancestors.discard(id(v))
+        return found
+
+    try:
+        return walk(value)
+    except Exception:
+        return False
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+def sha256_hex(data: bytes) -> str:
+    """Return the SHA-256 of ``data`` as 64 lowercase hex digits (no algorithm prefix)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def dumps(value: Any) -> bytes:
+    """Return ``canonical_bytes(encode(value))``: canonical bytes of any Python value.
+
+    Never raises for ordinary values (see :func:`encode`).
+    """
+    return canonical_bytes(encode(value))
+
+
+def fingerprint(value: Any) -> str:
+    """Return ``"sha256:" + hex`` of :func:`dumps` of ``value`` (a snapshot's fingerprint).
+
+    Example: ``fingerprint({})`` is
+    ``"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"``.
+    """
+    return "sha256:" + sha256_hex(dumps(value))
+
+
+# --------------------------------------------------------------------------- encode
+
+
+@dataclasses.dataclass(frozen=True)
+class Tagged:
+    """A tagged value :func:`decode` leaves as data rather than rebuilding a Python object.
+
+    Attributes:
+        tag: the tag, e.g. ``"$dataclass"``, ``"$lossy"``, ``"$blob"`` or one this version
+            does not know.
+        value: the tag's payload exactly as encoded (not decoded). :func:`encode` writes
+            a ``Tagged`` back as ``{tag: value}``, so ``encode(decode(x)) == x``.
+    """
+
+    tag: str
+    value: Any
+
+
+def encode(value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Turn any Python value into a strict JSON value that :func:`canonical_bytes` accepts.
+
+    JSON values pass through (tuples become lists, subclasses their base type); other
+    types become one-key tags such as ``{"$bytes": "/wA="}`` (table in ``docs/canonical.md``).
+    A user dict with any key starting with ``$`` becomes ``{"$esc": {...}}``; a dict
+    with a non-``str`` key becomes ``{"$map": [[k, v], ...]}``. Whole-number floats stay
+    floats here but are written as integers by RFC 8785 (``1.0`` → ``1``), so after a
+    round trip through bytes they decode as ``int``: the float/int distinction is not kept.
+    Cycles, nesting beyond ``max_depth``, unsupported objects and any exception raised
+    while encoding become ``{"$lossy": {"reason": ..., "type": ...}}`` (see :func:`is_lossy`).
+
+    Args:
+        value: any Python value.
+        max_depth: the deepest container nesting of the *result*, clamped to 2..MAX_DEPTH.
+
+    Returns:
+        A JSON value of ``dict``/``list``/``str``/``int``/``float``/``bool``/``None``.
+        Never raises.
+    """
+    depth = max(2, min(int(max_depth), MAX_DEPTH)) if isinstance(max_depth, int) else MAX_DEPTH
+    return _Encoder(depth).enc(value, 0)
+
+
+def is_lossy(encoded: Any) -> bool:
+    """Say whether a ``$lossy`` tag appears anywhere in an encoded value (or a ``Tagged``)."""
+    if isinstance(encoded, Tagged):
+        return encoded.tag == "$lossy" or is_lossy(encoded.value)
+    if isinstance(encoded, dict):
+        if len(encoded) == 1:
+            ((key, payload),) = encoded.items()
+            if key == "$lossy":
+                return True
+            if key == "$esc" and isinstance(payload, dict):
+                return any(is_lossy(v) for v in payload.values())
+        return any(is_lossy(v) for v in encoded.values())
+    if isinstance(encoded, (list, tuple)):
+        return any(is_lossy(v) for v in encoded)
+    return False
+
+
+class _Encoder:
+    """One encode() call: the depth budget and the containers on the current path."""
+
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+        self.ancestors: set[int] = set()
+
+    def enc(self, v: Any, level: int) -> Any:
+        """Encode ``v`` placed inside ``level`` containers (``level + 2 <= max_depth``)."""
+        t = type(v)
+        try:
+            if t is str:
+                return v if v.isascii() or _valid_unicode(v) else _badstr(v)
+            if t is int:
+                return v if -_INT_MAX <= v <= _INT_MAX else {"$bigint": str(v)}
+            if t is float:
+                return v if math.isfinite(v) else {"$float": _FLOAT_NAMES[str(v)]}
+            if v is None or t is bool:
+                return v
+            if t is dict:
+                return self._dict(v, level)
+            if t is list or t is tuple:
+                return self._nest(v, level, 1, self._list)
+            return self._other(v, level)
+        except Exception as exc:  # the contract: encode never raises
+            return _lossy("error", v, error=f"{type(exc).__name__}: {_safe_str(exc)}")
+
+    def _nest(self, v: Any, level: int, span: int, build: Callable[[Any, int], Any]) -> Any:
+        """Build an encoding whose own structure is ``span`` containers deep."""
+        if id(v) in self.ancestors:
+            return _lossy("cycle", v)
+        if level + span + 2 > self.max_depth:  # children need room for a $lossy
+            return _lossy("depth", v, repr=_safe_repr(v))
+        self.ancestors.add(id(v))
+        try:
+            return build(v, level + span)
+        finally:
+            self.ancestors.discard(id(v))
+
+    def _list(self, items: Any, level: int) -> list:
+        enc = self.enc
+        return [x if type(x) is str and x.isascii() else enc(x, level) for x in items]
+
+    def _plain(self, d: dict, level: int) -> dict:
+        enc = self.enc  # an ASCII str is the commonest value and needs no work
+        return {k: x if type(x) is str and x.isascii() else enc(x, level) for k, x in d.items()}
+
+    def _dict(self, d: dict, level: int) -> Any:
+        form = _dict_form(d)
+        if form == "plain":
+            return self._nest(d, level, 1, self._plain)
+        if form == "esc":
+            return self._nest(d, level, 2, lambda m, lv: {"$esc": {k: self.enc(x, lv) for k, x in m.items()}})
+        return self._nest(d, level, 3, lambda m, lv: {"$map": [[self.enc(k, lv), self.enc(x, lv)] for k, x in m.items()]})
+
+    def _other(self, v: Any, level: int) -> Any:
+        if type(v) is Tagged and _tag_ok(v.tag):
+            raw = self._tagged(v, level)
+            if raw is not None:
+                return raw
+        if isinstance(v, enum.Enum):
+            return self._nest(v, level, 2, self._enum)
+        if isinstance(v, dict):
+            return self._dict(v, level)
+        if isinstance(v, (list, tuple)):
+            return self._nest(v, level, 1, self._list)
+        for base, convert in _BASE_TYPES:
+            if isinstance(v, base):
+                return self.enc(convert(v), level)
+        for base, scalar in _SCALAR_TAGS:
+            if isinstance(v, base):
+                return scalar(v)
+        if isinstance(v, (set, frozenset)):
+            return self._nest(v, level, 2, self._set)
+        if _is_pydantic(v):
+            return self._nest(v, level, 2, self._pydantic)
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return self._nest(v, level, 2, self._dataclass)
+        return _lossy("unsupported", v, repr=_safe_repr(v))
+
+    def _tagged(self, v: Tagged, level: int) -> dict | None:
+        try:
+            strict = json.loads(canonical_bytes(v.value))
+        except CanonicalizationError:
+            return None
+        return {v.tag: strict} if level + 1 + _json_depth(strict) <= self.max_depth else None
+
+    def _enum(self, member: enum.Enum, level: int) -> dict:
+        fields = {"type": _type_name(member), "name": self.enc(member.name, level), "value": self.enc(member.value, level)}
+        return {"$enum": fields}
+
+    def _set(self, items: Any, level: int) -> dict:
+        return {"$set": sorted((self.enc(x, level) for x in items), key=canonical_bytes)}
+
+    def _pydantic(self, model: Any, level: int) -> dict:
+        return {"$pydantic": {"type": _type_name(model), "fields": self.enc(model.model_dump(mode="python"), level)}}
+
+    def _dataclass(self, obj: Any, level: int) -> dict:
+        fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        return {"$dataclass": {"type": _type_name(obj), "fields": self.enc(fields, level)}}
+
+
+def _dict_form(d: dict) -> str:
+    """``"plain"``, ``"esc"`` (a key starts with ``$``) or ``"map"`` (a key is not a valid str)."""
+    try:
+        joined = "".join(d)
+    except TypeError:
+        return "map"
+    if joined.isascii() and "$" not in joined and set(map(type, d)) <= _JUST_STR:
+        return "plain"
+    form = "plain"
+    for k in d:
+        if type(k) is not str or not (k.isascii() or _valid_unicode(k)):
+            return "map"
+        if k.startswith("$"):
+            form = "esc"
+    return form
+
+
+def _valid_unicode(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _badstr(s: str) -> dict:
+    return {"$badstr": _b64(s.encode("utf-8", "surrogatepass"))}
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _bytes(v: Any) -> dict:
+    return {"$bytes": _b64(v.tobytes() if isinstance(v, memoryview) else bytes(v))}
+
+
+def _datetime(v: _dt.datetime) -> dict:
+    text = v.isoformat(timespec="microseconds")
+    return {"$datetime" if v.utcoffset() is not None else "$datetime_naive": text}
+
+
+def _timedelta(v: _dt.timedelta) -> dict:
+    micros = (v.days * 86_400 + v.seconds) * 1_000_000 + v.microseconds
+    return {"$timedelta": micros if -_INT_MAX <= micros <= _INT_MAX else {"$bigint": str(micros)}}
+
+
+_JUST_STR = {str}
+_FLOAT_NAMES = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+# Subclasses of scalar JSON types are encoded as their base value (Enum members are caught first).
+_BASE_TYPES: tuple[tuple[type, Callable[[Any], Any]], ...] = (
+    (str, str.__str__),
+    (int, int.__int__),
+    (float, float.__float__),
+)
+
+# Types whose tag holds a scalar payload: no recursion, so no depth or cycle check.
+_SCALAR_TAGS: tuple[tuple[type | tuple[type, ...], Callable[[Any], dict]], ...] = (
+    ((bytes, bytearray, memoryview), _bytes),
+    (_dt.datetime, _datetime),  # before date: datetime is a date
+    (_dt.date, lambda v: {"$date": v.isoformat()}),
+    (_dt.time, lambda v: {"$time": v.isoformat(timespec="microseconds")}),
+    (_dt.timedelta, _timedelta),
+    (decimal.Decimal, lambda v: {"$decimal": str(v)}),
+    (uuid.UUID, lambda v: {"$uuid": str(v)}),
+)
+
+
+def _is_pydantic(v: Any) -> bool:
+    cls = type(v)
+    return hasattr(cls, "model_fields") and callable(getattr(cls, "model_dump", None))
+
+
+def _tag_ok(tag: Any) -> bool:
+    return isinstance(tag, str) and tag.startswith("$") and _valid_unicode(tag)
+
+
+def _json_depth(v: Any) -> int:
+    if isinstance(v, dict):
+        return 1 + max(map(_json_depth, v.values()), default=0)
+    if isinstance(v, list):
+        return 1 + max(map(_json_depth, v), default=0)
+    return 0
+
+
+def _lossy(reason: str, v: Any, **extra: str) -> dict:
+    return {"$lossy": {"reason": reason, "type": _type_name(v), **extra}}
+
+
+def _type_name(v: Any) -> str:
+    """``"module.QualName"`` of ``v``'s type, always a valid str."""
+    try:
+        cls = type(v)
+        return _safe_str(f"{cls.__module__}.{cls.__qualname__}")
+    except Exception:
+        return "<unknown>"
+
+
+class _Repr(reprlib.Repr):
+    def repr_instance(self, x: Any, level: int) -> str:
+        return repr(x)  # failures surface to _safe_repr; reprlib's fallback prints an address
+
+
+_REPR = _Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, _REPR_LIMIT, _REPR_LIMIT
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _safe_repr(v: Any) -> str:
+    """A short repr that never raises; memory addresses are dropped so output is stable."""
+    try:
+        text = _REPR.repr(v)
+    except Exception as exc:
+        text = f"<{_type_name(v)}: repr failed with {type(exc).__name__}>"
+    return _safe_str(_ADDRESS.sub("", text))[:_REPR_LIMIT]
+
+
+def _safe_str(text: Any) -> str:
+    try:
+        return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    except Exception:
+        return "<unprintable>"
+
+
+# --------------------------------------------------------------------------- decode
+
+
+def decode(encoded: Any) -> Any:
+    """Invert :func:`encode` for every lossless tag; never raises on well-formed JSON.
+
+    ``$bytes`` → ``bytes``, ``$datetime``/``$datetime_naive`` → ``datetime`` (aware with a
+    fixed offset / naive), ``$date``, ``$time``, ``$timedelta``, ``$decimal`` → ``Decimal``,
+    ``$uuid`` → ``UUID``, ``$set`` → ``set`` (a frozenset comes back as a set), ``$map`` and
+    ``$esc`` → ``dict``, ``$badstr`` → ``str`` with its lone surrogates, ``$bigint`` → ``int``,
+    ``$float`` → ``float``. ``$enum`` → the member, when its class is already imported
+    (decode never imports a module: reading a log must not run code). Tuples come back as
+    lists. ``$dataclass``, ``$pydantic``, ``$lossy``, ``$blob``, unknown tags, and payloads
+    that cannot be rebuilt come back as :class:`Tagged` holding the payload as encoded.
+
+    Args:
+        encoded: a JSON value, as produced by :func:`encode` or parsed from canonical bytes.
+
+    Returns:
+        The Python value.
+    """
+    if isinstance(encoded, dict):
+        if len(encoded) == 1:
+            ((key, payload),) = encoded.items()
+            if isinstance(key, str) and key.startswith("$"):
+                return _decode_tag(key, payload)
+        return {k: decode(v) for k, v in encoded.items()}
+    if isinstance(encoded, (list, tuple)):
+        return [decode(v) for v in encoded]
+    return encoded
+
+
+def _decode_tag(tag: str, payload: Any) -> Any:
+    decoder = _DECODERS.get(tag)
+    if decoder is None:
+        return Tagged(tag, payload)
+    try:
+        return decoder(payload)
+    except Exception:  # malformed or unhashable payload: keep it as data
+        return Tagged(tag, payload)
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+def _decode_enum(payload: dict) -> Any:
+    cls = _resolve(payload["type"])
+    if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+        return Tagged("$enum", payload)
+    try:
+        return cls[decode(payload["name"])]
+    except (KeyError, TypeError):
+        return cls(decode(payload["value"]))
+
+
+def _resolve(type_name: str) -> Any:
+    """Find ``module.QualName`` among modules already imported; ``None`` when absent."""
+    parts = type_name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        obj = sys.modules.get(".".join(parts[:cut]))
+        for attr in parts[cut:]:
+            obj = _static_attr(obj, attr)
+        if obj is not None:
+            return obj
+    return None
+
+
+def _static_attr(obj: Any, name: str) -> Any:
+    """An attribute from ``obj.__dict__`` only: no module ``__getattr__`` (lazy imports)."""
+    try:
+        return vars(obj).get(name)
+    except TypeError:
+        return None
+
+
+def _decode_timedelta(payload: Any) -> _dt.timedelta:
+    micros = decode(payload)
+    if type(micros) is not int:
+        raise TypeError("timedelta payload must be an integer")
+    return _dt.timedelta(microseconds=micros)
+
+
+def _decode_float(payload: str) -> float:
+    return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[payload]
+
+
+def _decode_bigint(payload: str) -> int:
+    if not re.fullmatch(r"-?[0-9]+", payload):
+        raise ValueError("not a decimal integer")
+    return int(payload)
+
+
+def _decode_str(parse: Callable[[str], Any]) -> Callable[[Any], Any]:
+    def decoder(payload: Any) -> Any:
+        if type(payload) is not str:
+            raise TypeError("payload must be a string")
+        return parse(payload)
+
+    return decoder
+
+
+_DECODERS: dict[str, Callable[[Any], Any]] = {
+    "$bytes": _decode_str(_unb64),
+    "$datetime": _decode_str(_dt.datetime.fromisoformat),
+    "$datetime_naive": _decode_str(_dt.datetime.fromisoformat),
+    "$date": _decode_str(_dt.date.fromisoformat),
+    "$time": _decode_str(_dt.time.fromisoformat),
+    "$timedelta": _decode_timedelta,
+    "$decimal": _decode_str(decimal.Decimal),
+    "$uuid": _decode_str(uuid.UUID),
+    "$float": _decode_str(_decode_float),
+    "$bigint": _decode_str(_decode_bigint),
+    "$badstr": _decode_str(lambda s: _unb64(s).decode("utf-8", "surrogatepass")),
+    "$set": lambda items: {decode(x) for x in items},
+    "$map": lambda pairs: {decode(k): decode(v) for k, v in pairs},
+    "$esc": lambda d: {k: decode(v) for k, v in d.items()},
+    "$enum": _decode_enum,
+}

@@ -1,0 +1,1 @@
+"""The ``sealbox`` command: one module per command group, imported lazily."""

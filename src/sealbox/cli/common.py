@@ -1,0 +1,90 @@
+"""Helpers shared by the command modules: the store option, output formats."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from typing import Any, Callable, Iterable, Sequence
+
+import click
+
+DEFAULT_STORE = ".sealbox"
+
+
+def store_option(fn: Callable) -> Callable:
+    """``-s/--store DIR`` (env ``SEALBOX_STORE``, default ``./.sealbox``)."""
+    return click.option(
+        "-s", "--store", "store_path", envvar="SEALBOX_STORE", default=DEFAULT_STORE, show_default=True,
+        type=click.Path(file_okay=True, dir_okay=True), help="The store's data folder.",
+    )(fn)
+
+
+def open_for_reading(path: str):
+    """Open a store read-only (no signing key needed)."""
+    from sealbox.store import open_store
+
+    return open_store(path, readonly=True)
+
+
+def open_for_writing(path: str):
+    """Open a store for appending."""
+    from sealbox.store import open_store
+
+    return open_store(path)
+
+
+def format_options(fn: Callable) -> Callable:
+    """``--json`` and ``--csv`` for listings."""
+    fn = click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")(fn)
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json: bool, as_csv: bool,
+              title: str | None = None) -> None:
+    """Print rows as JSON, CSV or a readable table."""
+    if as_json:
+        click.echo(json.dumps(list(rows), indent=2, ensure_ascii=False, default=str))
+        return
+    if as_csv:
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _cell(row.get(k)) for k in columns})
+        click.echo(buf.getvalue(), nl=False)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(_cell(row.get(c)) for c in columns))
+    Console(width=_width()).print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def _width() -> int | None:
+    return None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
+
+
+def echo_json(value: Any) -> None:
+    """Print a JSON document."""
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def lines(items: Iterable[str]) -> None:
+    """Print each item on its own line."""
+    for item in items:
+        click.echo(item)

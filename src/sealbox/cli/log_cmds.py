@@ -1,0 +1,69 @@
+"""``sealbox log``: checkpoints, the verifier key, proofs."""
+
+from __future__ import annotations
+
+import base64
+
+import click
+
+from sealbox.cli.common import echo_json, open_for_reading, store_option
+
+
+@click.group("log")
+def log_group() -> None:
+    """The Merkle log: checkpoints, keys and proofs."""
+
+
+@log_group.command("checkpoint")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
+def checkpoint_cmd(store_path: str, as_json: bool) -> None:
+    """Print the newest signed checkpoint (C2SP signed note)."""
+    store = open_for_reading(store_path)
+    try:
+        cp = store.latest_checkpoint()
+    finally:
+        store.close()
+    if cp is None:
+        raise click.ClickException("the store has no checkpoint yet")
+    if as_json:
+        echo_json({"tree_size": cp.tree_size, "root_hash": "sha256:" + cp.root_hash.hex(),
+                   "created_at": cp.created_at, "note": cp.note})
+    else:
+        click.echo(cp.note, nl=False)
+
+
+@log_group.command("key")
+@store_option
+def key_cmd(store_path: str) -> None:
+    """Print the log's verifier key (pinned at init)."""
+    store = open_for_reading(store_path)
+    try:
+        vkey = store.pinned_vkey()
+    finally:
+        store.close()
+    if not vkey:
+        raise click.ClickException("the store has no pinned verifier key (log.vkey is missing)")
+    click.echo(vkey)
+
+
+@log_group.command("prove")
+@store_option
+@click.option("--from-size", "from_size", type=int, required=True, help="Size of the older checkpoint you hold.")
+@click.option("--to-size", "to_size", type=int, default=None, help="Size of the newer tree (default: newest checkpoint).")
+def prove_cmd(store_path: str, from_size: int, to_size: int | None) -> None:
+    """Print an RFC 9162 consistency proof from an older tree size to a newer checkpoint."""
+    store = open_for_reading(store_path)
+    try:
+        cp = store.latest_checkpoint()
+        size2 = to_size if to_size is not None else (cp.tree_size if cp else store.size())
+        if not 0 < from_size <= size2:
+            raise click.ClickException(f"--from-size must be between 1 and {size2}")
+        proof = store.consistency_proof(from_size, size2)
+    finally:
+        store.close()
+    echo_json({
+        "size1": from_size, "size2": size2,
+        "checkpoint": cp.note if cp and cp.tree_size == size2 else None,
+        "proof": [base64.b64encode(h).decode() for h in proof],
+    })

@@ -1,0 +1,83 @@
+"""Entry point of the ``sealbox`` command.
+
+Command groups live in their own modules and are imported only when used, so
+that ``sealbox --help`` and quick commands answer without importing
+``cryptography`` or ``rich``. A user mistake ends with one line on stderr
+(``error: ...``) and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+# name -> (module, attribute, one-line help). Help is given here so listing the
+# commands does not import them.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "init": ("sealbox.cli.store_cmds", "init_cmd", "Create a store and its log signing key."),
+    "verify": ("sealbox.cli.store_cmds", "verify_cmd", "Verify every hash, chain, checkpoint and blob."),
+    "log": ("sealbox.cli.log_cmds", "log_group", "The Merkle log: checkpoints, keys and proofs."),
+    "runs": ("sealbox.cli.runs_cmds", "runs_group", "List and show recorded runs."),
+    "demo": ("sealbox.cli.demo_cmd", "demo_cmd", "Record a sample run into a fresh store and verify it."),
+    "policy": ("sealbox.cli.policy_cmds", "policy_group", "Check, test and explain policy files."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        spec = COMMANDS.get(name)
+        if spec is None:
+            return None
+        module = importlib.import_module(spec[0])
+        return getattr(module, spec[1])
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="sealbox")
+def cli() -> None:
+    """Sealbox: a tamper-evident flight recorder for AI agents."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; turn Sealbox errors into one line on stderr and exit code 2."""
+    from sealbox.errors import SealboxError
+
+    try:
+        cli.main(args=argv, prog_name="sealbox", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except SealboxError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("error: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as exc:  # top of the CLI: the only place a bare catch is allowed
+        if "SEALBOX_DEBUG" in __import__("os").environ:
+            raise
+        click.echo(f"error: internal error: {type(exc).__name__}: {exc} (set SEALBOX_DEBUG=1 for a traceback)", err=True)
+        sys.exit(70)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""``sealbox init`` and ``sealbox verify``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from sealbox.cli.common import DEFAULT_STORE, echo_json, open_for_reading
+
+
+@click.command("init")
+@click.argument("path", required=False, default=None, type=click.Path())
+@click.option("--origin", default=None, help="The log's origin (its checkpoint key's name). Default: sealbox.local/<random id>.")
+def init_cmd(path: str | None, origin: str | None) -> None:
+    """Create a store in PATH (default: $SEALBOX_STORE or ./.sealbox) and its log signing key."""
+    import os
+
+    from sealbox.store import init_store
+
+    path = path or os.environ.get("SEALBOX_STORE") or DEFAULT_STORE
+    store = init_store(path, origin=origin)
+    vkey = store.pinned_vkey()
+    store.close()
+    click.echo(f"Created a Sealbox store in {path}")
+    click.echo(f"  log origin:   {store.origin}")
+    click.echo(f"  signing key:  {path}/log.key (mode 0600; keep it private)")
+    click.echo("")
+    click.echo("The log's verifier key is:")
+    click.echo("")
+    click.echo(f"  {vkey}")
+    click.echo("")
+    click.echo("Keep a copy of this key somewhere the owner of this store cannot rewrite (a ticket, a wiki page,")
+    click.echo("another machine): `sealbox verify --key KEY` checks the log against it, so a rewritten store is caught.")
+
+
+@click.command("verify")
+@click.argument("target", required=False, default=None, type=click.Path())
+@click.option("-s", "--store", "store_path", envvar="SEALBOX_STORE", default=DEFAULT_STORE, show_default=True,
+              help="The store's data folder (when TARGET is not given).")
+@click.option("--key", "vkey", default=None, help="Trusted verifier key (vkey string or a file holding it). Default: the key pinned at init.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def verify_cmd(target: str | None, store_path: str, vkey: str | None, as_json: bool) -> None:
+    """Verify every hash, chain, checkpoint signature and blob of a store.
+
+    Exit status: 0 when clean, 1 when any problem was found (each is listed with
+    its run, run_seq, kind, what was expected and what was found).
+    """
+    from sealbox.verify import verify_store
+
+    vkey = _read_key(vkey)
+    store = open_for_reading(target or store_path)
+    try:
+        report = verify_store(store, trusted_vkey=vkey)
+    finally:
+        store.close()
+    if as_json:
+        echo_json(report.to_dict())
+    else:
+        for problem in report.problems:
+            click.echo(problem.line())
+        click.echo(report.summary())
+    sys.exit(0 if report.ok else 1)
+
+
+def _read_key(value: str | None) -> str | None:
+    import os
+
+    if value and os.path.isfile(value):
+        with open(value, encoding="utf-8") as fh:
+            return fh.read().strip()
+    return value

@@ -1,0 +1,126 @@
+"""Sealbox's exceptions: one root, translated at the boundary.
+
+Every error Sealbox raises on purpose derives from :class:`SealboxError`. Errors
+of lower layers (``sqlite3``, ``psycopg``, ``cryptography``, the ``mcp`` SDK) are
+translated where they cross into Sealbox, with ``raise OurError(...) from exc``,
+so that callers never have to catch another library's exceptions.
+
+Tampering is *not* an exception: :func:`sealbox.verify` returns a report listing
+every problem it found; it never raises because the data was changed.
+
+The hierarchy::
+
+    SealboxError
+    ├── CanonicalizationError     a value is outside I-JSON (RFC 7493) for strict canonical bytes
+    ├── InvalidEventError         unknown event kind or a payload of the wrong shape; nothing written
+    ├── ProofError                an RFC 9162 inclusion or consistency proof does not verify
+    ├── NoteError                 a C2SP signed note, key or checkpoint is malformed or unverifiable
+    ├── StoreError                the store cannot do what was asked
+    │   ├── NotAStoreError        the path is not a Sealbox store
+    │   ├── SchemaVersionError    the store was written by a newer Sealbox (or a migration was altered)
+    │   ├── StoreReadOnlyError    the store or its folder cannot be written
+    │   ├── StoreRolledBackError  the store holds fewer events than its newest signed checkpoint
+    │   └── BlobNotFoundError     no blob with that commitment (never stored, or erased)
+    ├── RecordingError            an event could not be recorded, so the action did not happen
+    ├── PolicyError               a policy cannot be loaded or evaluated
+    │   └── PolicyLoadError       the policy file is missing or invalid (names file, line, problem)
+    └── ConfigError               a configuration file or option is invalid
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "SealboxError",
+    "CanonicalizationError",
+    "InvalidEventError",
+    "ProofError",
+    "NoteError",
+    "StoreError",
+    "NotAStoreError",
+    "SchemaVersionError",
+    "StoreReadOnlyError",
+    "StoreRolledBackError",
+    "BlobNotFoundError",
+    "RecordingError",
+    "PolicyError",
+    "PolicyLoadError",
+    "ConfigError",
+]
+
+
+class SealboxError(Exception):
+    """Root of every error Sealbox raises on purpose."""
+
+
+class CanonicalizationError(SealboxError, ValueError):
+    """A value cannot be written as RFC 8785 canonical JSON.
+
+    Raised only by the strict encoder (:func:`sealbox.canonical.canonical_bytes`);
+    :func:`sealbox.canonical.encode` turns any Python value into an encodable one.
+    """
+
+
+class InvalidEventError(SealboxError, ValueError):
+    """An event's kind is unknown or its payload does not match the kind's schema."""
+
+
+class ProofError(SealboxError, ValueError):
+    """An RFC 9162 §2.1.3 / §2.1.4 proof failed to verify, or is malformed."""
+
+
+class NoteError(SealboxError, ValueError):
+    """A C2SP signed note, verifier key or checkpoint is malformed or does not verify."""
+
+
+class StoreError(SealboxError):
+    """The store cannot carry out the request."""
+
+
+class NotAStoreError(StoreError):
+    """The path exists but is not a Sealbox store."""
+
+
+class SchemaVersionError(StoreError):
+    """The store's schema is newer than this version of Sealbox, or a migration changed."""
+
+
+class StoreReadOnlyError(StoreError):
+    """The store, or the folder it lives in, cannot be written."""
+
+
+class StoreRolledBackError(StoreError):
+    """The store holds fewer events than its newest signed checkpoint; appending would fork the log."""
+
+
+class BlobNotFoundError(StoreError, KeyError):
+    """No blob is stored under this commitment (never stored, or erased under retention)."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else "blob not found"
+
+
+class RecordingError(SealboxError):
+    """An event could not be recorded durably; the action it guarded did not run."""
+
+
+class PolicyError(SealboxError):
+    """A policy cannot be loaded or evaluated."""
+
+
+class PolicyLoadError(PolicyError):
+    """A policy file is missing or invalid.
+
+    Attributes:
+        path: the file.
+        line: 1-based line of the problem, or ``None`` when it is not tied to a line.
+        problem: what is wrong, in one sentence.
+    """
+
+    def __init__(self, path: str, line: int | None, problem: str) -> None:
+        self.path, self.line, self.problem = str(path), line, problem
+        where = f"{self.path}:{line}" if line else self.path
+        super().__init__(f"{where}: {problem}")
+
+
+class ConfigError(SealboxError):
+    """A configuration file or command-line option is invalid."""

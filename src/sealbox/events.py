@@ -1,0 +1,291 @@
+"""Event kinds, their payload schemas, and the event envelope.
+
+An event is one immutable record in a run. Its *hashed bytes* are the RFC 8785
+canonical form of the envelope ``{v, run_id, run_seq, step, kind, ts, principal,
+payload, prev}``; its leaf index in the global log and its leaf hash
+(SHA-256(0x00 ‖ hashed bytes), RFC 9162 §2.1.1) are derived by the store and are
+not part of the hashed bytes.
+
+The kinds are a closed set (:data:`KINDS`). Each kind has a JSON Schema (draft
+2020-12) for its payload, published in ``docs/event-format.md`` and enforced by
+:func:`validate_payload` before anything is written.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import fastjsonschema
+
+from sealbox.errors import InvalidEventError
+
+__all__ = [
+    "RECORD_VERSION",
+    "SYSTEM_RUN_ID",
+    "KINDS",
+    "CONTENT_FIELDS",
+    "PAYLOAD_SCHEMAS",
+    "ENVELOPE_SCHEMA",
+    "EventDraft",
+    "Event",
+    "validate_payload",
+    "validate_envelope",
+]
+
+#: Version of the record format (the ``v`` field of every event).
+RECORD_VERSION = 1
+
+#: The run that holds events belonging to no agent run (identities, access, breakers, erasures).
+SYSTEM_RUN_ID = "system"
+
+_STR = {"type": "string"}
+_NSTR = {"type": ["string", "null"]}
+_INT = {"type": "integer", "minimum": 0}
+_NUM = {"type": "number"}
+_BOOL = {"type": "boolean"}
+_OBJ = {"type": "object"}
+_ANY: dict[str, Any] = {}
+_STRS = {"type": "array", "items": _STR}
+_FP = {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}
+_NFP = {"anyOf": [_FP, {"type": "null"}]}
+_TS = {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$"}
+_NTS = {"anyOf": [_TS, {"type": "null"}]}
+_ERROR = {
+    "type": "object",
+    "required": ["type", "message"],
+    "properties": {"type": _STR, "message": _STR, "traceback": _STR},
+}
+_USAGE = {
+    "type": "object",
+    "properties": {"input_tokens": _INT, "output_tokens": _INT, "total_tokens": _INT, "cost": _NUM},
+}
+
+
+def _obj(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
+    props = dict(required)
+    props.update(optional or {})
+    return {"type": "object", "required": sorted(required), "properties": props}
+
+
+#: JSON Schema of each kind's payload. Additional fields are allowed (forward
+#: compatible); the listed ones must be present and of the given type.
+PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
+    "run.started": _obj(
+        {"agent": _STR, "snapshot": _NFP, "parent_run_id": _NSTR, "labels": _OBJ, "policy": _obj({"fingerprint": _FP, "name": _NSTR})},
+        {"replay_of": _NSTR, "imported": _OBJ, "client": _OBJ},
+    ),
+    "run.suspended": _obj({"approval_ids": _STRS, "reason": _STR}),
+    "run.resumed": _obj({"approval_ids": _STRS, "waited_us": _INT}),
+    "run.ended": _obj(
+        {"status": {"enum": ["ok", "error", "cancelled"]}},
+        {"error": _ERROR, "usage": _USAGE, "verdict": _OBJ},
+    ),
+    "model.call": _obj(
+        {"provider": _STR, "model": _STR, "request": _ANY, "response": _ANY, "usage": _USAGE, "latency_us": _INT},
+        {"call_id": _STR, "format": _STR, "tool_call_ids": _STRS},
+    ),
+    "tool.call": _obj(
+        {"call_id": _STR, "server": _STR, "tool": _STR, "exposed": _STR, "arguments": _ANY, "grant": _STR},
+        {"model_call_step": _NSTR},
+    ),
+    "policy.decision": _obj(
+        {
+            "call_id": _STR,
+            "effect": {"enum": ["allow", "deny", "require_approval"]},
+            "reason_code": _STR,
+            "rule": _NSTR,
+            "reason": _STR,
+            "policy_fingerprint": _FP,
+            "eval_us": _INT,
+        },
+        {"inputs": _ANY, "re_evaluable": _BOOL, "limit": _OBJ, "approval": _OBJ},
+    ),
+    "tool.result": _obj(
+        {"call_id": _STR, "ok": _BOOL, "duration_us": _INT},
+        {"result": _ANY, "error": _ERROR},
+    ),
+    "approval.requested": _obj(
+        {
+            "approval_id": _STR,
+            "call_id": _STR,
+            "server": _STR,
+            "tool": _STR,
+            "arguments": _ANY,
+            "binding": _FP,
+            "rule": _NSTR,
+            "ask": _obj({"groups": _STRS, "identities": _STRS}),
+            "quorum": {"type": "integer", "minimum": 1},
+            "expires_at": _NTS,
+        },
+        {"requested_by": _STR},
+    ),
+    "approval.answered": _obj(
+        {
+            "approval_id": _STR,
+            "binding": _FP,
+            "decision": {"enum": ["approve", "deny"]},
+            "identity": _STR,
+            "signature": _STR,
+            "reason": _STR,
+            "answered_at": _TS,
+            "client": _OBJ,
+        },
+        {"flags": {"type": "array", "items": _OBJ}, "key_id": _STR},
+    ),
+    "approval.expired": _obj({"approval_id": _STR, "expired_at": _TS}),
+    "state.saved": _obj({"state": _ANY}, {"label": _STR}),
+    "guardrail.tripped": _obj({"limit": _STR, "current": _NUM, "bound": _NUM}, {"call_id": _STR}),
+    "breaker.changed": _obj(
+        {"server": _STR, "tool": _NSTR, "from": _STR, "to": _STR, "reason": _STR},
+        {"failures": _INT},
+    ),
+    "tools.changed": _obj({"server": _STR, "added": _ANY, "removed": _ANY, "changed": _ANY}),
+    "tool.reapproved": _obj({"server": _STR, "tool": _STR, "identity": _STR}, {"schema_hash": _FP}),
+    "access.granted": _obj(
+        {"grant_id": _STR, "principal": _STR, "server": _STR, "tool": _STR, "scope": _ANY},
+        {"expires_at": _NTS, "provider": _NSTR},
+    ),
+    "access.revoked": _obj(
+        {"grant_id": _STR, "step": {"enum": ["requested", "sent", "confirmed", "failed"]}},
+        {"reason": _STR, "detail": _ANY},
+    ),
+    "identity.changed": _obj(
+        {"name": _STR, "change": {"enum": ["added", "disabled", "enabled", "key_changed"]}},
+        {"role": _STR, "groups": _STRS, "public_key": _STR, "shared": _BOOL},
+    ),
+    "content.erased": _obj({"blob": _FP, "reason": _STR}, {"rule": _NSTR}),
+    "anomaly": _obj({"what": _STR}, {"detail": _ANY}),
+    "note": _obj({"text": _STR}, {"about": _ANY}),
+}
+
+#: The closed set of event kinds.
+KINDS: frozenset[str] = frozenset(PAYLOAD_SCHEMAS)
+
+#: Payload fields holding content (arguments, results, messages, state): these
+#: are type-tag encoded and moved to blobs above the inline threshold.
+CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
+    "model.call": ("request", "response"),
+    "tool.call": ("arguments",),
+    "tool.result": ("result",),
+    "policy.decision": ("inputs",),
+    "approval.requested": ("arguments",),
+    "state.saved": ("state",),
+    "anomaly": ("detail",),
+}
+
+_STEP = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)*$"}
+
+#: JSON Schema of the hashed envelope.
+ENVELOPE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["v", "run_id", "run_seq", "step", "kind", "ts", "principal", "payload", "prev"],
+    "properties": {
+        "v": {"const": RECORD_VERSION},
+        "run_id": {"type": "string", "minLength": 1, "maxLength": 128},
+        "run_seq": {"type": "integer", "minimum": 1},
+        "step": _STEP,
+        "kind": {"enum": sorted(KINDS)},
+        "ts": _TS,
+        "principal": {"type": "string", "minLength": 1},
+        "payload": {"type": "object"},
+        "prev": {"anyOf": [_FP, {"type": "null"}]},
+    },
+}
+
+_VALIDATORS = {kind: fastjsonschema.compile(schema) for kind, schema in PAYLOAD_SCHEMAS.items()}
+_ENVELOPE_VALIDATOR = fastjsonschema.compile(ENVELOPE_SCHEMA)
+_STEP_RE = re.compile(_STEP["pattern"])
+
+
+def validate_payload(kind: str, payload: Any) -> None:
+    """Check that ``kind`` is known and ``payload`` matches its schema.
+
+    Args:
+        kind: an event kind, e.g. ``"tool.call"``.
+        payload: the payload after type-tag encoding (strict JSON values).
+
+    Raises:
+        InvalidEventError: unknown kind, or a payload of the wrong shape (the
+            message names the kind and the failing field).
+    """
+    validator = _VALIDATORS.get(kind)
+    if validator is None:
+        raise InvalidEventError(f"unknown event kind {kind!r}")
+    try:
+        validator(payload)
+    except fastjsonschema.JsonSchemaException as exc:
+        raise InvalidEventError(f"{kind}: {exc.message}") from exc
+
+
+def validate_envelope(envelope: Any) -> None:
+    """Check a decoded envelope against :data:`ENVELOPE_SCHEMA` and its kind's schema.
+
+    Raises:
+        InvalidEventError: the envelope or its payload has the wrong shape.
+    """
+    try:
+        _ENVELOPE_VALIDATOR(envelope)
+    except fastjsonschema.JsonSchemaException as exc:
+        raise InvalidEventError(f"envelope: {exc.message}") from exc
+    validate_payload(envelope["kind"], envelope["payload"])
+
+
+def check_step(step: str) -> None:
+    """Raise :class:`InvalidEventError` unless ``step`` looks like ``"4"`` or ``"4.2"``."""
+    if not isinstance(step, str) or not _STEP_RE.match(step):
+        raise InvalidEventError(f"step must look like '4' or '4.2', got {step!r}")
+
+
+@dataclass(frozen=True)
+class EventDraft:
+    """An event before the store has placed it.
+
+    Attributes:
+        kind: one of :data:`KINDS`.
+        payload: the kind's fields; content fields may hold any Python value.
+        run_id: the run; :data:`SYSTEM_RUN_ID` for events outside agent runs.
+        principal: who acts (an identity, an agent, a service).
+        step: logical position for replay (``"4"``, ``"4.2"``); default: the run_seq.
+    """
+
+    kind: str
+    payload: Mapping[str, Any]
+    run_id: str = SYSTEM_RUN_ID
+    principal: str = "sealbox"
+    step: str | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """An event as stored: its envelope fields plus what the store derived.
+
+    Attributes:
+        leaf_index: 0-based position in the global log (RFC 9162).
+        leaf_hash: ``sha256:<hex>`` of 0x00 ‖ :attr:`raw`.
+        raw: the hashed bytes (RFC 8785 canonical JSON of the envelope).
+        payload: the stored payload (content may be ``{"$blob": ...}`` references).
+    """
+
+    leaf_index: int
+    leaf_hash: str
+    raw: bytes
+    v: int
+    run_id: str
+    run_seq: int
+    step: str
+    kind: str
+    ts: str
+    principal: str
+    payload: dict[str, Any] = field(repr=False)
+    prev: str | None
+
+    def envelope(self) -> dict[str, Any]:
+        """The hashed envelope as a dict."""
+        return {
+            "v": self.v, "run_id": self.run_id, "run_seq": self.run_seq, "step": self.step,
+            "kind": self.kind, "ts": self.ts, "principal": self.principal,
+            "payload": self.payload, "prev": self.prev,
+        }

@@ -1,0 +1,182 @@
+"""CEL conditions: compiled once at load, checked for bounded cost, evaluated fail-closed.
+
+Conditions are written in CEL (Common Expression Language) and run by the
+``common-expression-language`` package. That package holds the GIL while it
+evaluates, so a watchdog thread cannot stop a slow condition; cost is bounded
+before evaluation instead. At load a condition is rejected when:
+
+* it does not compile (the CEL parser's message is quoted);
+* it is longer than :data:`MAX_SOURCE_CHARS` characters;
+* it nests comprehension macros (``all``, ``exists``, ``exists_one``, ``map``,
+  ``filter``) deeper than :data:`MAX_MACRO_DEPTH` (``expensive`` conditions, which
+  run in a worker process with a hard time limit, may nest to
+  :data:`MAX_MACRO_DEPTH_EXPENSIVE`);
+* it reads a variable other than ``call``, ``principal``, ``agent``, ``run``,
+  ``usage`` and ``now``, or calls a function outside :data:`KNOWN_FUNCTIONS`;
+* a ``matches()`` pattern written as a literal is not a valid regular expression.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import cel
+
+__all__ = [
+    "VARIABLES",
+    "KNOWN_FUNCTIONS",
+    "MAX_SOURCE_CHARS",
+    "MAX_MACRO_DEPTH",
+    "MAX_MACRO_DEPTH_EXPENSIVE",
+    "ConditionError",
+    "Condition",
+    "compile_condition",
+]
+
+VARIABLES = frozenset({"call", "principal", "agent", "run", "usage", "now"})
+MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+KNOWN_FUNCTIONS = frozenset(
+    {
+        "size", "contains", "startsWith", "endsWith", "matches",
+        "int", "uint", "double", "string", "bytes", "type", "dyn",
+        "timestamp", "duration",
+        "getFullYear", "getMonth", "getDate", "getDayOfMonth", "getDayOfWeek",
+        "getDayOfYear", "getHours", "getMinutes", "getSeconds", "getMilliseconds",
+    }
+)  # fmt: skip
+MAX_SOURCE_CHARS = 4096
+MAX_MACRO_DEPTH = 1
+MAX_MACRO_DEPTH_EXPENSIVE = 3
+_KEYWORDS = frozenset({"true", "false", "null", "in", "has"} | MACROS)
+
+_TOKEN = re.compile(
+    r"""
+    (?P<space>\s+)
+  | (?P<string>[rRbB]{0,2}(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"))
+  | (?P<number>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?[uU]?|0[xX][0-9a-fA-F]+)
+  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<punct>\|\||&&|==|!=|<=|>=|.)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+
+class ConditionError(ValueError):
+    """A condition is rejected at load; ``str()`` is the problem, in one sentence."""
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A compiled, checked CEL condition.
+
+    Attributes:
+        source: the CEL text.
+        program: the compiled ``cel.Program``.
+        roots: root variables read, mapped to the first-level fields read, or
+            ``None`` when the whole variable may be read (then it is passed whole).
+        reads_arguments: True when it may read ``call.arguments``.
+        expensive: True when it runs in the worker process.
+    """
+
+    source: str
+    program: Any
+    roots: dict[str, frozenset[str] | None]
+    reads_arguments: bool
+    expensive: bool = False
+
+
+def _tokens(source: str) -> list[tuple[str, str]]:
+    out = []
+    for m in _TOKEN.finditer(source):
+        kind = m.lastgroup or "punct"
+        if kind != "space":
+            out.append((kind, m.group()))
+    return out
+
+
+def _scan(tokens: list[tuple[str, str]]) -> tuple[int, set[str], dict[str, set[str] | None], list[str]]:
+    """Macro depth, macro-bound names, root references, literal ``matches`` patterns."""
+    depth, max_depth, stack = 0, 0, []
+    bound: set[str] = set()
+    roots: dict[str, set[str] | None] = {}
+    patterns: list[str] = []
+    for i, (kind, text) in enumerate(tokens):
+        prev = tokens[i - 1][1] if i else ""
+        nxt = tokens[i + 1][1] if i + 1 < len(tokens) else ""
+        if text == "(":
+            is_macro = prev in MACROS and i >= 2 and tokens[i - 2][1] == "."
+            stack.append(is_macro)
+            if is_macro:
+                depth += 1
+                max_depth = max(max_depth, depth)
+                if i + 1 < len(tokens) and tokens[i + 1][0] == "ident":
+                    bound.add(tokens[i + 1][1])
+            if prev == "matches" and i + 2 < len(tokens) and tokens[i + 1][0] == "string" and tokens[i + 2][1] == ")":
+                patterns.append(tokens[i + 1][1])
+        elif text == ")" and stack:
+            depth -= stack.pop()
+        elif kind == "ident" and prev != "." and nxt != "(" and text not in _KEYWORDS:
+            field = tokens[i + 2][1] if nxt == "." and i + 2 < len(tokens) and tokens[i + 2][0] == "ident" else None
+            if field is None:
+                roots[text] = None
+            elif text not in roots:
+                roots[text] = {field}
+            elif roots[text] is not None:
+                roots[text].add(field)  # type: ignore[union-attr]
+    return max_depth, bound, roots, patterns
+
+
+def compile_condition(source: str, *, expensive: bool = False) -> Condition:
+    """Compile and check a CEL condition (see the module docstring for what is rejected).
+
+    Raises:
+        ConditionError: the condition is rejected; the message says why.
+    """
+    if len(source) > MAX_SOURCE_CHARS:
+        raise ConditionError(f"condition is {len(source)} characters, above the limit of {MAX_SOURCE_CHARS}")
+    try:
+        program = cel.compile(source)
+    except Exception as exc:  # the library raises ValueError with the parser's message
+        first = str(exc).splitlines()
+        raise ConditionError(f"condition does not compile: {' '.join(s.strip() for s in first[:2])}") from exc
+    max_depth, bound, roots, patterns = _scan(_tokens(source))
+    limit = MAX_MACRO_DEPTH_EXPENSIVE if expensive else MAX_MACRO_DEPTH
+    if max_depth > limit:
+        hint = "" if expensive else "; mark the rule expensive: true to run it in a worker with a hard time limit"
+        raise ConditionError(f"condition nests comprehension macros {max_depth} deep, above the limit of {limit}{hint}")
+    unknown_vars = (set(program.variables()) - bound) - VARIABLES
+    unknown_vars |= {r for r in roots if r not in VARIABLES and r not in bound}
+    if unknown_vars:
+        raise ConditionError(
+            f"condition reads unknown variable {sorted(unknown_vars)[0]!r}; known: {', '.join(sorted(VARIABLES))}"
+        )
+    unknown_funcs = [f for f in program.functions() if f[0] not in "_@!" and f not in KNOWN_FUNCTIONS]
+    if unknown_funcs:
+        raise ConditionError(f"condition calls unknown function {unknown_funcs[0]!r}")
+    for literal in patterns:
+        try:
+            cel.compile(f"''.matches({literal})").execute()
+        except Exception as exc:
+            raise ConditionError(f"condition has an invalid regular expression {literal}: {exc}") from exc
+    kept = {name: (frozenset(f) if f is not None else None) for name, f in roots.items() if name in VARIABLES}
+    call_fields = kept.get("call", frozenset())
+    reads_arguments = "call" in kept and (call_fields is None or "arguments" in call_fields)
+    return Condition(source, program, kept, reads_arguments, expensive)
+
+
+def activation(cond: Condition, full: dict[str, Any]) -> dict[str, Any]:
+    """The variables ``cond`` reads, pruned to the first-level fields it reads.
+
+    Converting Python values into CEL values costs about 2 µs per mapping entry,
+    so passing only what a condition reads keeps evaluation cheap. A missing
+    field stays missing (``has()`` answers the same).
+    """
+    out: dict[str, Any] = {}
+    for name, fields in cond.roots.items():
+        value = full[name]
+        if fields is not None and isinstance(value, dict):
+            value = {k: value[k] for k in fields if k in value}
+        out[name] = value
+    return out

@@ -1,0 +1,318 @@
+"""The Store protocol and the ledger logic every backend shares.
+
+A store only appends: there are methods to append events, read them, query
+them, prove them and checkpoint them, and none to update or delete. The logic
+that turns an :class:`~sealbox.events.EventDraft` into hashed bytes, chains it
+to its run and extends the Merkle tree lives here, once; a backend supplies a
+:class:`WriteTxn` (a handful of primitive reads and inserts inside one write
+transaction) and the read methods.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets as _secrets
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
+
+from sealbox import blobs as _blobs
+from sealbox.canonical import canonical_bytes, encode
+from sealbox.errors import CanonicalizationError, InvalidEventError, StoreRolledBackError
+from sealbox.events import (
+    CONTENT_FIELDS,
+    RECORD_VERSION,
+    SYSTEM_RUN_ID,
+    Event,
+    EventDraft,
+    check_step,
+    validate_payload,
+)
+from sealbox.ledger import merkle
+
+__all__ = [
+    "Store",
+    "WriteTxn",
+    "StoredCheckpoint",
+    "CheckpointPolicy",
+    "Durability",
+    "EventBuilder",
+    "new_run_id",
+    "utc_now",
+    "hash_tag",
+    "hash_untag",
+]
+
+Durability = str  # "full" (fsync every commit) or "fast" (synchronous=NORMAL)
+
+
+def utc_now() -> str:
+    """The current UTC time as RFC 3339 with microseconds, e.g. ``2026-11-29T16:52:00.123456Z``."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_run_id() -> str:
+    """A new run id: time-ordered (48-bit milliseconds) then 80 random bits, as a UUID string."""
+    ms = time.time_ns() // 1_000_000
+    raw = ms.to_bytes(6, "big") + _secrets.token_bytes(10)
+    b = bytearray(raw)
+    b[6] = (b[6] & 0x0F) | 0x70  # version 7 layout (RFC 9562 §5.7)
+    b[8] = (b[8] & 0x3F) | 0x80
+    return str(uuid.UUID(bytes=bytes(b)))
+
+
+def hash_tag(digest: bytes) -> str:
+    """``sha256:<hex>`` of a raw 32-byte digest."""
+    return "sha256:" + digest.hex()
+
+
+def hash_untag(tagged: str) -> bytes:
+    """The raw digest of a ``sha256:<hex>`` string."""
+    return bytes.fromhex(tagged[7:])
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    """A signed checkpoint kept by the store.
+
+    Attributes:
+        tree_size: number of leaves it commits to.
+        root_hash: 32-byte RFC 9162 root of the first ``tree_size`` leaves.
+        note: the C2SP signed note (tlog-checkpoint body plus signature lines).
+        created_at: RFC 3339 UTC time it was signed.
+    """
+
+    tree_size: int
+    root_hash: bytes
+    note: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """When the store signs a checkpoint: every ``every_events`` events or
+    ``every_seconds`` seconds (whichever first), and on clean close."""
+
+    every_events: int = 1000
+    every_seconds: float = 60.0
+
+
+class WriteTxn(Protocol):
+    """Primitive operations inside one serialised write transaction."""
+
+    def run_head(self, run_id: str) -> tuple[int, bytes, str] | None:
+        """(run_seq, leaf_hash, kind) of the run's last event, or None."""
+
+    def tree_size(self) -> int:
+        """Number of events in the log."""
+
+    def get_node(self, level: int, index: int) -> bytes:
+        """A full-subtree hash (see :mod:`sealbox.ledger.merkle`)."""
+
+    def insert_event(self, row: tuple) -> None:
+        """Insert (leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id, raw, leaf_hash)."""
+
+    def insert_nodes(self, rows: list[tuple[int, int, bytes]]) -> None:
+        """Insert tree nodes (level, idx, hash)."""
+
+    def put_blob(self, ref: str, salt: bytes, content: bytes) -> None:
+        """Insert a blob unless one with that commitment exists."""
+
+    def insert_run(self, row: tuple) -> None:
+        """Insert (run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, leaf_index)."""
+
+    def latest_checkpoint_size(self) -> int:
+        """tree_size of the newest checkpoint in the store, 0 if none."""
+
+
+class EventBuilder:
+    """Turns drafts into placed events inside a write transaction.
+
+    Shared by every backend, so that the hashed bytes, the chain and the tree
+    are built the same way whatever the store.
+    """
+
+    def __init__(self, secret: bytes, inline_limit: int = _blobs.INLINE_LIMIT) -> None:
+        self._secret = secret
+        self._limit = inline_limit
+
+    def prepare(self, draft: EventDraft, txn: WriteTxn) -> dict[str, Any]:
+        """Encode and validate a draft's payload; move large content to blobs.
+
+        Raises:
+            InvalidEventError: unknown kind, wrong shape, or bad step/run id.
+        """
+        if not isinstance(draft, EventDraft):
+            raise InvalidEventError(f"expected an EventDraft, got {type(draft).__name__}")
+        if not isinstance(draft.payload, dict):
+            raise InvalidEventError(f"{draft.kind}: payload must be a dict, got {type(draft.payload).__name__}")
+        if not isinstance(draft.run_id, str) or not draft.run_id or len(draft.run_id) > 128:
+            raise InvalidEventError(f"run_id must be a non-empty string of at most 128 characters, got {draft.run_id!r}")
+        if not isinstance(draft.principal, str) or not draft.principal:
+            raise InvalidEventError(f"principal must be a non-empty string, got {draft.principal!r}")
+        if draft.step is not None:
+            check_step(draft.step)
+        payload = encode(draft.payload)
+        if type(payload) is not dict:
+            raise InvalidEventError(f"{draft.kind}: payload keys must be strings")
+        validate_payload(draft.kind, payload)
+        for name in CONTENT_FIELDS.get(draft.kind, ()):
+            if name in payload:
+                payload[name] = _blobs.blobify(payload[name], lambda data: self._put(txn, data), self._limit)
+        return payload
+
+    def _put(self, txn: WriteTxn, content: bytes) -> str:
+        salt = _blobs.salt_for(self._secret, content)
+        ref = _blobs.commitment(salt, content)
+        txn.put_blob(ref, salt, content)
+        return ref
+
+    def place(self, draft: EventDraft, payload: dict[str, Any], txn: WriteTxn, ts: str) -> Event:
+        """Chain the event to its run, hash it and extend the Merkle tree.
+
+        Raises:
+            InvalidEventError: the run has not started, or has ended.
+        """
+        head = txn.run_head(draft.run_id)
+        _check_run_order(draft, head)
+        run_seq = 1 if head is None else head[0] + 1
+        prev = None if head is None else hash_tag(head[1])
+        envelope = {
+            "v": RECORD_VERSION, "run_id": draft.run_id, "run_seq": run_seq,
+            "step": draft.step if draft.step is not None else str(run_seq),
+            "kind": draft.kind, "ts": ts, "principal": draft.principal,
+            "payload": payload, "prev": prev,
+        }
+        try:
+            raw = canonical_bytes(envelope)
+        except CanonicalizationError as exc:  # pragma: no cover - encode() makes payloads strict
+            raise InvalidEventError(f"{draft.kind}: {exc}") from exc
+        index = txn.tree_size()
+        leaf = merkle.leaf_hash(raw)
+        txn.insert_event((
+            index, draft.run_id, run_seq, draft.kind, ts, draft.principal, envelope["step"],
+            _str_or_none(payload.get("server")), _str_or_none(payload.get("tool")),
+            _str_or_none(payload.get("call_id")), raw, leaf,
+        ))
+        txn.insert_nodes(merkle.new_nodes_for_append(index, leaf, txn.get_node))
+        if draft.kind == "run.started":
+            txn.insert_run((
+                draft.run_id, str(payload["agent"]), draft.principal, payload.get("parent_run_id"),
+                payload.get("replay_of"), payload.get("snapshot"), ts, index,
+            ))
+        return Event(
+            leaf_index=index, leaf_hash=hash_tag(leaf), raw=raw, v=RECORD_VERSION,
+            run_id=draft.run_id, run_seq=run_seq, step=envelope["step"], kind=draft.kind,
+            ts=ts, principal=draft.principal, payload=payload, prev=prev,
+        )
+
+    def build(self, drafts: Sequence[EventDraft], txn: WriteTxn, floor: int) -> list[Event]:
+        """Prepare and place every draft in order (one transaction, all or nothing).
+
+        Args:
+            floor: the newest signed checkpoint's size known to the caller; a log
+                smaller than this was rolled back and must not be extended.
+
+        Raises:
+            StoreRolledBackError: the log holds fewer events than a signed checkpoint.
+            InvalidEventError: a draft is invalid (nothing is written).
+        """
+        size = txn.tree_size()
+        newest = max(floor, txn.latest_checkpoint_size())
+        if size < newest:
+            raise StoreRolledBackError(
+                f"the store holds {size} events but its newest signed checkpoint covers {newest}: "
+                "it was restored from a backup or lost writes; refusing to append (that would fork the log)"
+            )
+        ts = utc_now()
+        return [self.place(d, self.prepare(d, txn), txn, ts) for d in drafts]
+
+
+def _check_run_order(draft: EventDraft, head: tuple[int, bytes, str] | None) -> None:
+    if head is None:
+        if draft.kind != "run.started":
+            raise InvalidEventError(f"run {draft.run_id} has not started: its first event must be run.started, not {draft.kind}")
+        return
+    if draft.kind == "run.started":
+        raise InvalidEventError(f"run {draft.run_id} has already started")
+    if head[2] == "run.ended":
+        raise InvalidEventError(f"run {draft.run_id} has ended; no event can follow run.ended")
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What every backend offers. Append-only: no update, no delete."""
+
+    origin: str
+
+    def append(self, drafts: EventDraft | Sequence[EventDraft]) -> list[Event]:
+        """Append events atomically, in order; durable when this returns."""
+
+    def append_with(self, build: Callable[[Any], Sequence[EventDraft]]) -> list[Event]:
+        """Append the drafts ``build(reader)`` returns, in the same transaction as its reads."""
+
+    def read_run(self, run_id: str) -> list[Event]:
+        """Every event of a run, by run_seq."""
+
+    def read_range(self, start: int, end: int) -> list[Event]:
+        """Events with leaf indices in [start, end)."""
+
+    def size(self) -> int:
+        """Number of events in the log."""
+
+    def root(self, size: int | None = None) -> bytes:
+        """RFC 9162 root hash of the first ``size`` leaves (default: all)."""
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
+        """RFC 9162 §2.1.3.1 proof for leaf ``index`` in the tree of ``size``."""
+
+    def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
+        """RFC 9162 §2.1.4.1 proof that the tree of ``size2`` extends that of ``size1``."""
+
+    def checkpoints(self) -> list[StoredCheckpoint]:
+        """Every signed checkpoint, oldest first."""
+
+    def latest_checkpoint(self) -> StoredCheckpoint | None:
+        """The newest signed checkpoint."""
+
+    def issue_checkpoint(self) -> StoredCheckpoint:
+        """Sign a checkpoint of the current log (after an fsync'd commit)."""
+
+    def get_blob(self, ref: str) -> bytes:
+        """A blob's canonical content bytes; raises BlobNotFoundError."""
+
+    def resolve(self, value: Any) -> Any:
+        """Replace every blob reference in ``value`` by its content."""
+
+    def close(self) -> None:
+        """Sign a final checkpoint if events arrived since the last, and close."""
+
+
+def fsync_write(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` atomically and durably (temp file, fsync, rename, fsync dir)."""
+    path = os.fspath(path)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def iter_chunks(total: int, chunk: int) -> Iterator[tuple[int, int]]:
+    """[start, end) ranges covering 0..total in steps of ``chunk``."""
+    for start in range(0, total, chunk):
+        yield start, min(total, start + chunk)

@@ -1,0 +1,75 @@
+"""Forward-only, numbered SQL migrations, the same mechanism for every backend.
+
+Migrations are files ``store/migrations/<backend>/NNNN_name.sql``. Each is
+applied in one transaction and recorded in ``schema_migrations`` with the
+SHA-256 of its text, so that a store written by a newer Sealbox, or a migration
+edited after it was applied, is refused instead of being misread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from sealbox.errors import SchemaVersionError
+
+__all__ = ["Migration", "load_migrations", "check_applied"]
+
+_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One migration file: its number, name, SQL text and ``sha256:`` checksum."""
+
+    version: int
+    name: str
+    sql: str
+    checksum: str
+
+
+def load_migrations(backend: str) -> list[Migration]:
+    """The migrations shipped for ``backend`` ("sqlite" or "postgres"), in order."""
+    folder = resources.files("sealbox.store") / "migrations" / backend
+    out = []
+    for entry in folder.iterdir():
+        m = _NAME.match(entry.name)
+        if not m:
+            continue
+        sql = entry.read_text(encoding="utf-8")
+        checksum = "sha256:" + hashlib.sha256(sql.encode("utf-8")).hexdigest()
+        out.append(Migration(int(m.group(1)), m.group(2), sql, checksum))
+    out.sort(key=lambda mig: mig.version)
+    for i, mig in enumerate(out, start=1):
+        if mig.version != i:
+            raise RuntimeError(f"migrations for {backend} are not numbered 1..n (found {mig.version} at {i})")
+    return out
+
+
+def check_applied(applied: dict[int, str], known: list[Migration], where: str) -> list[Migration]:
+    """Compare applied migrations with the known ones; return those still to apply.
+
+    Args:
+        applied: version -> checksum, as recorded in the store.
+        known: this version's migrations.
+        where: the store's location, for messages.
+
+    Raises:
+        SchemaVersionError: the store has a migration this version does not know
+            (written by a newer Sealbox), or an applied migration's checksum differs.
+    """
+    by_version = {m.version: m for m in known}
+    newest = max(applied, default=0)
+    if newest > len(known):
+        raise SchemaVersionError(
+            f"{where} has schema version {newest}, newer than this Sealbox supports ({len(known)}); upgrade sealbox"
+        )
+    for version, checksum in applied.items():
+        if by_version[version].checksum != checksum:
+            raise SchemaVersionError(
+                f"{where}: migration {version:04d}_{by_version[version].name} differs from the one applied "
+                f"(recorded {checksum}, shipped {by_version[version].checksum})"
+            )
+    return [m for m in known if m.version not in applied]

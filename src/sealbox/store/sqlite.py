@@ -1,0 +1,693 @@
+"""The embedded store: one SQLite file in WAL mode, in a data folder.
+
+Layout of a data folder::
+
+    DIR/sealbox.db     events, tree nodes, checkpoints, runs, blobs (SQLite, WAL)
+    DIR/log.key        the log's Ed25519 signing key (C2SP signer key, mode 0600)
+    DIR/log.vkey       the verifier key pinned at ``init`` (keep a copy elsewhere)
+    DIR/checkpoint     the newest signed checkpoint, written after each is issued
+
+Durability: in the default ``full`` mode every commit is fsync'd
+(``synchronous=FULL``), so an event that :meth:`SqliteStore.append` returned
+survives a power cut. The opt-in ``fast`` mode uses ``synchronous=NORMAL``: a
+commit survives a crash of the process but the last commits may be lost on a
+power cut or kernel crash. Even in fast mode, the commit that stores a
+checkpoint is fsync'd, and in WAL mode that makes every earlier commit durable
+too, so a signed checkpoint never covers an event that could be lost.
+
+Concurrency: every thread gets its own connection; writers serialise on
+``BEGIN IMMEDIATE`` and retry while the database is busy (up to
+``lock_timeout`` seconds), so "database is locked" never reaches a caller.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from sealbox import blobs as _blobs
+from sealbox.errors import (
+    BlobNotFoundError,
+    NotAStoreError,
+    SchemaVersionError,
+    StoreError,
+    StoreReadOnlyError,
+)
+from sealbox.events import SYSTEM_RUN_ID, Event, EventDraft
+from sealbox.ledger import merkle
+from sealbox.ledger.checkpoint import Checkpoint, Signer, generate_key, sign_checkpoint
+from sealbox.store import migrate
+from sealbox.store.base import (
+    CheckpointPolicy,
+    EventBuilder,
+    StoredCheckpoint,
+    fsync_write,
+    hash_tag,
+    utc_now,
+)
+
+__all__ = ["SqliteStore", "DB_NAME", "APPLICATION_ID"]
+
+DB_NAME = "sealbox.db"
+KEY_NAME = "log.key"
+VKEY_NAME = "log.vkey"
+CHECKPOINT_NAME = "checkpoint"
+#: ``PRAGMA application_id`` of a Sealbox store: "SBOX".
+APPLICATION_ID = 0x53424F58
+
+_EVENT_COLS = "leaf_index, raw, leaf_hash"
+
+
+class _Txn:
+    """:class:`~sealbox.store.base.WriteTxn` over one SQLite connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self._size: int | None = None
+
+    def run_head(self, run_id: str) -> tuple[int, bytes, str] | None:
+        row = self.conn.execute(
+            "SELECT run_seq, leaf_hash, kind FROM events WHERE run_id = ? ORDER BY run_seq DESC LIMIT 1", (run_id,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
+
+    def tree_size(self) -> int:
+        if self._size is None:
+            row = self.conn.execute("SELECT max(leaf_index) FROM events").fetchone()
+            self._size = 0 if row[0] is None else row[0] + 1
+        return self._size
+
+    def get_node(self, level: int, index: int) -> bytes:
+        row = self.conn.execute("SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?", (level, index)).fetchone()
+        if row is None:
+            raise StoreError(f"tree node ({level}, {index}) is missing: the store is damaged (run `sealbox verify`)")
+        return row[0]
+
+    def insert_event(self, row: tuple) -> None:
+        self.conn.execute(
+            "INSERT INTO events (leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id, raw, leaf_hash)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            row,
+        )
+        self._size = row[0] + 1
+
+    def insert_nodes(self, rows: list[tuple[int, int, bytes]]) -> None:
+        self.conn.executemany("INSERT INTO tree_nodes (level, idx, hash) VALUES (?, ?, ?)", rows)
+
+    def put_blob(self, ref: str, salt: bytes, content: bytes) -> None:
+        self.conn.execute(
+            "INSERT OR IGNORE INTO blobs (ref, salt, content, size) VALUES (?, ?, ?, ?)", (ref, salt, content, len(content))
+        )
+
+    def insert_run(self, row: tuple) -> None:
+        self.conn.execute(
+            "INSERT INTO runs (run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, leaf_index)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            row,
+        )
+
+    def latest_checkpoint_size(self) -> int:
+        row = self.conn.execute("SELECT max(tree_size) FROM checkpoints").fetchone()
+        return row[0] or 0
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    msg = str(exc).lower()
+    return "locked" in msg or "busy" in msg
+
+
+def event_from_row(leaf_index: int, raw: bytes, leaf_hash: bytes) -> Event:
+    """Build an :class:`Event` from stored columns (the envelope is parsed from ``raw``)."""
+    env = json.loads(raw)
+    return Event(
+        leaf_index=leaf_index, leaf_hash=hash_tag(leaf_hash), raw=bytes(raw), v=env["v"],
+        run_id=env["run_id"], run_seq=env["run_seq"], step=env["step"], kind=env["kind"], ts=env["ts"],
+        principal=env["principal"], payload=env["payload"], prev=env["prev"],
+    )
+
+
+class SqliteStore:
+    """The embedded SQLite store. Open with :meth:`init` (new) or :meth:`open` (existing).
+
+    Args:
+        path: the data folder.
+        durability: ``"full"`` (fsync every commit, the default) or ``"fast"``.
+        readonly: open for reading only (no key needed, nothing written).
+        checkpoint_policy: when to sign checkpoints.
+        lock_timeout: seconds a writer waits for the write lock before failing.
+
+    Raises:
+        NotAStoreError, SchemaVersionError, StoreReadOnlyError: see :meth:`open`.
+    """
+
+    backend = "sqlite"
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        durability: str = "full",
+        readonly: bool = False,
+        checkpoint_policy: CheckpointPolicy | None = None,
+        lock_timeout: float = 300.0,
+        _create: bool = False,
+    ) -> None:
+        if durability not in ("full", "fast"):
+            raise ValueError("durability must be 'full' or 'fast'")
+        self.path = Path(path)
+        self.db_path = self.path / DB_NAME
+        self.durability = durability
+        self.readonly = readonly
+        self.checkpoint_policy = checkpoint_policy or CheckpointPolicy()
+        self.lock_timeout = lock_timeout
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._ckpt_lock = threading.Lock()
+        self._closed = False
+        self._check_location(_create)
+        self._migrate_and_check()
+        meta = dict(self._conn().execute("SELECT key, value FROM store_meta").fetchall())
+        self.origin: str = meta.get("origin", "")
+        self.store_id: str = meta.get("store_id", "")
+        self._secret: bytes = self._conn().execute("SELECT secret FROM store_secret WHERE id = 1").fetchone()[0]
+        self._builder = EventBuilder(self._secret)
+        self._signer: Signer | None = None
+        if not readonly:
+            self._signer = self._load_signer()
+        self._floor = self.checkpoint_file_size()
+        latest = self.latest_checkpoint()
+        self._last_ckpt_size = latest.tree_size if latest else 0
+        self._last_ckpt_time = time.monotonic()
+
+    # ----------------------------------------------------------------- opening
+
+    @classmethod
+    def init(cls, path: str | os.PathLike, *, origin: str | None = None, **kwargs: Any) -> "SqliteStore":
+        """Create a new store in ``path`` (created if missing) and sign its first checkpoint.
+
+        Writes the signing key to ``path/log.key`` (mode 0600) and the verifier
+        key to ``path/log.vkey``; the system run is started.
+
+        Raises:
+            StoreError: a store already exists there.
+            StoreReadOnlyError: the folder cannot be written.
+        """
+        folder = Path(path)
+        if (folder / DB_NAME).exists():
+            raise StoreError(f"{folder} already holds a Sealbox store")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreReadOnlyError(f"cannot create {folder}: {exc.strerror}") from exc
+        _require_writable(folder)
+        store_id = os.urandom(8).hex()
+        origin = origin or f"sealbox.local/{store_id}"
+        skey, vkey = generate_key(origin)
+        _write_private(folder / KEY_NAME, skey + "\n")
+        fsync_write(folder / VKEY_NAME, (vkey + "\n").encode())
+        store = cls(folder, _create=True, **kwargs)
+        store._write_meta({"origin": origin, "store_id": store_id, "created_at": utc_now()})
+        store.origin, store.store_id = origin, store_id
+        store._signer = store._load_signer()
+        store.append(EventDraft("run.started", {
+            "agent": "sealbox", "snapshot": None, "parent_run_id": None, "labels": {"system": "true"},
+            "policy": {"fingerprint": "sha256:" + "0" * 64, "name": None},
+        }, run_id=SYSTEM_RUN_ID, principal="sealbox"))
+        store.issue_checkpoint()
+        return store
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, **kwargs: Any) -> "SqliteStore":
+        """Open an existing store.
+
+        Raises:
+            NotAStoreError: ``path`` is not a Sealbox data folder.
+            SchemaVersionError: written by a newer Sealbox.
+            StoreReadOnlyError: opened for writing but the folder is read-only.
+        """
+        return cls(path, **kwargs)
+
+    def _check_location(self, create: bool) -> None:
+        if not self.path.is_dir():
+            if self.path.exists():
+                raise NotAStoreError(f"{self.path} is not a Sealbox store (it is a file; give the store's folder)")
+            raise NotAStoreError(f"{self.path} does not exist (create a store with `sealbox init {self.path}`)")
+        if not create and not self.db_path.is_file():
+            raise NotAStoreError(f"{self.path} is not a Sealbox store (no {DB_NAME}; create one with `sealbox init`)")
+        if not self.readonly:
+            _require_writable(self.path)
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            if self.readonly:
+                uri = self.db_path.resolve().as_uri() + "?mode=ro"
+                conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0, check_same_thread=False)
+            else:
+                conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=5.0, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 5000")
+            if not self.readonly:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute(f"PRAGMA synchronous = {'FULL' if self.durability == 'full' else 'NORMAL'}")
+        except sqlite3.DatabaseError as exc:
+            raise _translate_open_error(self.path, exc) from exc
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise StoreError("the store is closed")
+            conn = self._connect()
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
+        return conn
+
+    def _migrate_and_check(self) -> None:
+        conn = self._conn()
+        try:
+            app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        except sqlite3.DatabaseError as exc:
+            raise _translate_open_error(self.path, exc) from exc
+        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
+            raise NotAStoreError(f"{self.db_path} is not a Sealbox store (it is some other SQLite database)")
+        applied = {}
+        if "schema_migrations" in tables:
+            applied = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
+        pending = migrate.check_applied(applied, migrate.load_migrations("sqlite"), str(self.path))
+        if pending and self.readonly:
+            raise SchemaVersionError(f"{self.path} needs migrations {[m.version for m in pending]}; open it for writing once")
+        for mig in pending:
+            self._apply(conn, mig)
+
+    def _apply(self, conn: sqlite3.Connection, mig: migrate.Migration) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+                " checksum TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+            for statement in _split_sql(mig.sql):
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
+                (mig.version, mig.name, mig.checksum, utc_now()),
+            )
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            if mig.version == 1:
+                conn.execute("INSERT INTO store_secret (id, secret) VALUES (1, ?)", (os.urandom(32),))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _write_meta(self, values: dict[str, str]) -> None:
+        def put(txn: _Txn) -> None:
+            txn.conn.executemany("INSERT OR REPLACE INTO store_meta (key, value) VALUES (?, ?)", list(values.items()))
+        self._write(put)
+
+    def _load_signer(self) -> Signer:
+        key_path = self.path / KEY_NAME
+        try:
+            text = key_path.read_text(encoding="utf-8").strip()
+        except FileNotFoundError as exc:
+            raise StoreError(f"{key_path} is missing: this store cannot sign checkpoints (open it read-only to read)") from exc
+        return Signer.from_key(text)
+
+    # ----------------------------------------------------------------- writing
+
+    def _write(self, fn: Callable[[_Txn], Any]) -> Any:
+        if self.readonly:
+            raise StoreReadOnlyError(f"{self.path} was opened read-only")
+        conn = self._conn()
+        self._begin(conn)
+        try:
+            result = fn(_Txn(conn))
+            self._commit(conn)
+            return result
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise _translate_write_error(self.path, exc) from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _retrying(self, conn: sqlite3.Connection, sql: str) -> None:
+        deadline = time.monotonic() + self.lock_timeout
+        delay = 0.001
+        while True:
+            try:
+                conn.execute(sql)
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() > deadline:
+                    raise _translate_write_error(self.path, exc) from exc
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 0.05)
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        self._retrying(conn, "BEGIN IMMEDIATE")
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        self._retrying(conn, "COMMIT")
+
+    def append(self, drafts: EventDraft | Sequence[EventDraft]) -> list[Event]:
+        """Append events atomically and in order; durable (``full`` mode) when this returns.
+
+        Args:
+            drafts: one draft or a sequence; all are written in one transaction.
+
+        Returns:
+            The placed events (leaf index, run_seq, hashes).
+
+        Raises:
+            InvalidEventError: a draft is invalid; nothing is written.
+            StoreRolledBackError: the store is behind its newest signed checkpoint.
+            StoreError: the database could not be written.
+        """
+        items = [drafts] if isinstance(drafts, EventDraft) else list(drafts)
+        return self.append_with(lambda _reader: items)
+
+    def append_with(self, build: Callable[[Any], Sequence[EventDraft]]) -> list[Event]:
+        """Call ``build(reader)`` inside the write transaction and append what it returns.
+
+        ``reader`` is a :class:`Reader` over the same transaction, so counts read
+        there (e.g. limits) and the events written are consistent, whatever other
+        processes are doing.
+        """
+        def work(txn: _Txn) -> list[Event]:
+            drafts = list(build(Reader(txn.conn)))
+            return self._builder.build(drafts, txn, self._floor)
+
+        events = self._write(work)
+        if events:
+            self._maybe_checkpoint(events[-1].leaf_index + 1)
+        return events
+
+    def _maybe_checkpoint(self, size: int) -> None:
+        pol = self.checkpoint_policy
+        due = size - self._last_ckpt_size >= pol.every_events or (
+            size > self._last_ckpt_size and time.monotonic() - self._last_ckpt_time >= pol.every_seconds
+        )
+        if due:
+            self.issue_checkpoint()
+
+    def issue_checkpoint(self) -> StoredCheckpoint:
+        """Sign a checkpoint of the whole log, store it, and write ``DIR/checkpoint``.
+
+        The commit that stores it is fsync'd even in fast mode, making every
+        earlier commit durable first. Before signing, the new root is checked to
+        be consistent with the previous checkpoint (C2SP tlog-checkpoint: a log
+        must never sign two inconsistent checkpoints).
+
+        Returns:
+            The new checkpoint, or the newest one if no event arrived since.
+        """
+        if self._signer is None:
+            raise StoreReadOnlyError("this store was opened without its signing key")
+        with self._ckpt_lock:
+            conn = self._conn()
+            if self.durability == "fast":
+                conn.execute("PRAGMA synchronous = FULL")
+            try:
+                cp = self._write(self._sign_in_txn)
+            finally:
+                if self.durability == "fast":
+                    conn.execute("PRAGMA synchronous = NORMAL")
+            if cp.tree_size > self.checkpoint_file_size():
+                fsync_write(self.path / CHECKPOINT_NAME, cp.note.encode("utf-8"))
+            self._floor = max(self._floor, cp.tree_size)
+            self._last_ckpt_size, self._last_ckpt_time = cp.tree_size, time.monotonic()
+            return cp
+
+    def _sign_in_txn(self, txn: _Txn) -> StoredCheckpoint:
+        size = txn.tree_size()
+        row = txn.conn.execute(
+            "SELECT tree_size, root_hash, note, created_at FROM checkpoints ORDER BY tree_size DESC, id DESC LIMIT 1"
+        ).fetchone()
+        if row is not None and row[0] == size:
+            return StoredCheckpoint(row[0], row[1], row[2], row[3])
+        root = merkle.root_at(size, txn.get_node)
+        if row is not None and row[0] > 0:
+            proof = merkle.consistency_proof(row[0], size, txn.get_node)
+            merkle.verify_consistency(row[0], size, proof, row[1], root)
+        note = sign_checkpoint(Checkpoint(self.origin, size, root), self._signer)
+        now = utc_now()
+        txn.conn.execute(
+            "INSERT INTO checkpoints (tree_size, root_hash, note, created_at) VALUES (?, ?, ?, ?)", (size, root, note, now)
+        )
+        return StoredCheckpoint(size, root, note, now)
+
+    # ----------------------------------------------------------------- reading
+
+    def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn`` inside one read transaction (a consistent snapshot)."""
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            return fn(conn)
+        finally:
+            conn.execute("COMMIT")
+
+    def size(self) -> int:
+        """Number of events in the log."""
+        return self._read(lambda c: _Txn(c).tree_size())
+
+    def read_run(self, run_id: str) -> list[Event]:
+        """Every event of ``run_id``, ordered by run_seq (empty if unknown)."""
+        rows = self._conn().execute(
+            f"SELECT {_EVENT_COLS} FROM events WHERE run_id = ? ORDER BY run_seq", (run_id,)
+        ).fetchall()
+        return [event_from_row(*r) for r in rows]
+
+    def read_range(self, start: int, end: int) -> list[Event]:
+        """Events with leaf index in [start, end), in log order."""
+        rows = self._conn().execute(
+            f"SELECT {_EVENT_COLS} FROM events WHERE leaf_index >= ? AND leaf_index < ? ORDER BY leaf_index", (start, end)
+        ).fetchall()
+        return [event_from_row(*r) for r in rows]
+
+    def get_event(self, leaf_index: int) -> Event:
+        """The event at ``leaf_index``; raises :class:`StoreError` if there is none."""
+        events = self.read_range(leaf_index, leaf_index + 1)
+        if not events:
+            raise StoreError(f"no event at leaf index {leaf_index}")
+        return events[0]
+
+    def iter_rows(self, batch: int = 5000) -> Iterator[tuple[int, str, int, str, bytes, bytes]]:
+        """Raw rows (leaf_index, run_id, run_seq, kind, raw, leaf_hash) in log order, for verification."""
+        last = -1
+        conn = self._conn()
+        while True:
+            rows = conn.execute(
+                "SELECT leaf_index, run_id, run_seq, kind, raw, leaf_hash FROM events WHERE leaf_index > ?"
+                " ORDER BY leaf_index LIMIT ?",
+                (last, batch),
+            ).fetchall()
+            if not rows:
+                return
+            yield from rows
+            last = rows[-1][0]
+
+    def iter_nodes(self) -> Iterator[tuple[int, int, bytes]]:
+        """Every stored tree node (level, idx, hash)."""
+        yield from self._conn().execute("SELECT level, idx, hash FROM tree_nodes ORDER BY level, idx")
+
+    def root(self, size: int | None = None) -> bytes:
+        """RFC 9162 §2.1.1 root of the first ``size`` leaves (default: the whole log); O(log n) reads."""
+        def work(conn: sqlite3.Connection) -> bytes:
+            txn = _Txn(conn)
+            n = txn.tree_size() if size is None else self._check_size(size, txn)
+            return merkle.root_at(n, txn.get_node)
+        return self._read(work)
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
+        """RFC 9162 §2.1.3.1 inclusion proof of leaf ``index`` in the tree of ``size`` leaves."""
+        def work(conn: sqlite3.Connection) -> list[bytes]:
+            txn = _Txn(conn)
+            n = txn.tree_size() if size is None else self._check_size(size, txn)
+            return merkle.inclusion_proof(index, n, txn.get_node)
+        return self._read(work)
+
+    def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
+        """RFC 9162 §2.1.4.1 consistency proof from ``size1`` to ``size2`` leaves (default: now)."""
+        def work(conn: sqlite3.Connection) -> list[bytes]:
+            txn = _Txn(conn)
+            n = txn.tree_size() if size2 is None else self._check_size(size2, txn)
+            return merkle.consistency_proof(size1, n, txn.get_node)
+        return self._read(work)
+
+    @staticmethod
+    def _check_size(size: int, txn: _Txn) -> int:
+        if not 0 <= size <= txn.tree_size():
+            raise StoreError(f"tree size {size} is beyond the log ({txn.tree_size()} events)")
+        return size
+
+    def checkpoints(self) -> list[StoredCheckpoint]:
+        """Every checkpoint in the store, oldest first."""
+        rows = self._conn().execute(
+            "SELECT tree_size, root_hash, note, created_at FROM checkpoints ORDER BY id"
+        ).fetchall()
+        return [StoredCheckpoint(r[0], bytes(r[1]), r[2], r[3]) for r in rows]
+
+    def latest_checkpoint(self) -> StoredCheckpoint | None:
+        """The checkpoint with the largest tree size, or None."""
+        row = self._conn().execute(
+            "SELECT tree_size, root_hash, note, created_at FROM checkpoints ORDER BY tree_size DESC, id DESC LIMIT 1"
+        ).fetchone()
+        return None if row is None else StoredCheckpoint(row[0], bytes(row[1]), row[2], row[3])
+
+    def checkpoint_file_note(self) -> str | None:
+        """Text of ``DIR/checkpoint`` (the newest checkpoint signed by any writer), or None."""
+        try:
+            return (self.path / CHECKPOINT_NAME).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def checkpoint_file_size(self) -> int:
+        """Tree size in ``DIR/checkpoint``, 0 when absent or unreadable (verify reports the latter)."""
+        note = self.checkpoint_file_note()
+        if not note:
+            return 0
+        try:
+            return Checkpoint.parse(note.split("\n\n", 1)[0] + "\n").size
+        except Exception:  # noqa: BLE001 - a damaged file is reported by verify, not here
+            return 0
+
+    def pinned_vkey(self) -> str | None:
+        """The verifier key pinned at ``init`` (``DIR/log.vkey``), or None."""
+        try:
+            return (self.path / VKEY_NAME).read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return None
+
+    def get_blob(self, ref: str) -> bytes:
+        """The canonical content bytes of blob ``ref``.
+
+        Raises:
+            BlobNotFoundError: no such blob, or its content was erased.
+        """
+        row = self._conn().execute("SELECT content FROM blobs WHERE ref = ?", (ref,)).fetchone()
+        if row is None or row[0] is None:
+            raise BlobNotFoundError(f"blob {ref} is not in the store" if row is None else f"blob {ref} was erased")
+        return bytes(row[0])
+
+    def iter_blobs(self) -> Iterator[tuple[str, bytes | None, bytes | None]]:
+        """Every blob row (ref, salt, content); salt and content are None once erased."""
+        for ref, salt, content in self._conn().execute("SELECT ref, salt, content FROM blobs ORDER BY ref"):
+            yield ref, None if salt is None else bytes(salt), None if content is None else bytes(content)
+
+    def resolve(self, value: Any) -> Any:
+        """Replace every ``{"$blob": ...}`` in ``value`` by the content it commits to."""
+        return _blobs.resolve(value, self.get_blob)
+
+    def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Runs, newest first: run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, last_kind, events."""
+        sql = (
+            "SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot, r.started_at,"
+            " (SELECT kind FROM events e WHERE e.run_id = r.run_id ORDER BY run_seq DESC LIMIT 1),"
+            " (SELECT max(run_seq) FROM events e WHERE e.run_id = r.run_id)"
+            " FROM runs r ORDER BY r.started_at DESC, r.leaf_index DESC"
+        )
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        keys = ("run_id", "agent", "principal", "parent_run_id", "replay_of", "snapshot", "started_at", "last_kind", "events")
+        return [dict(zip(keys, row)) for row in self._conn().execute(sql)]
+
+    def close(self) -> None:
+        """Sign a final checkpoint if events arrived since the last one, then close every connection."""
+        if self._closed:
+            return
+        try:
+            if self._signer is not None and self.size() > self._last_ckpt_size:
+                self.issue_checkpoint()
+        finally:
+            self._closed = True
+            with self._conns_lock:
+                for conn in self._conns:
+                    try:
+                        conn.close()
+                    except sqlite3.Error:
+                        pass
+                self._conns.clear()
+
+    def __enter__(self) -> "SqliteStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Reader:
+    """Read-only queries inside a write transaction (see :meth:`SqliteStore.append_with`)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def count(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run a ``SELECT count(...)``-style query returning one number."""
+        row = self.conn.execute(sql, tuple(params)).fetchone()
+        return 0 if row is None or row[0] is None else row[0]
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration into complete statements (triggers keep their inner ``;``)."""
+    out, buf = [], ""
+    for line in script.splitlines(keepends=True):
+        if line.lstrip().startswith("--") and not buf.strip():
+            continue
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    if buf.strip():
+        out.append(buf.strip())
+    return out
+
+
+def _require_writable(folder: Path) -> None:
+    probe = folder / f".sealbox-write-probe-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise StoreReadOnlyError(f"cannot write to {folder}: {exc.strerror or exc}") from exc
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _translate_open_error(path: Path, exc: sqlite3.DatabaseError) -> Exception:
+    msg = str(exc).lower()
+    if "not a database" in msg or "malformed" in msg or "file is encrypted" in msg:
+        return NotAStoreError(f"{path / DB_NAME} is not a Sealbox store (not an SQLite database)")
+    if "readonly" in msg or "read-only" in msg or "unable to open" in msg:
+        return StoreReadOnlyError(f"cannot open {path / DB_NAME} for writing: {exc}")
+    return StoreError(f"cannot open {path / DB_NAME}: {exc}")
+
+
+def _translate_write_error(path: Path, exc: sqlite3.Error) -> Exception:
+    msg = str(exc).lower()
+    if "readonly" in msg or "read-only" in msg:
+        return StoreReadOnlyError(f"cannot write to {path / DB_NAME}: {exc}")
+    if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+        return StoreError(f"{path / DB_NAME} stayed busy for too long: another writer holds it")
+    return StoreError(f"cannot write to {path / DB_NAME}: {exc}")

@@ -1,0 +1,374 @@
+"""Verify a store from its raw bytes, trusting no stored hash.
+
+:func:`verify_store` recomputes every leaf hash from the stored event bytes
+(RFC 9162 §2.1.1), every run's hash chain, the Merkle root at every checkpoint,
+each checkpoint's signature against a trusted verifier key (C2SP signed note),
+the consistency of successive checkpoints (RFC 9162 §2.1.4), the stored tree
+nodes, and every blob against its commitment. It returns a
+:class:`VerifyReport`; it never raises because data was changed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from sealbox import blobs as _blobs
+from sealbox.errors import InvalidEventError, NoteError, ProofError
+from sealbox.events import SYSTEM_RUN_ID, validate_envelope
+from sealbox.ledger import merkle
+from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
+
+__all__ = ["Problem", "VerifyReport", "verify_store", "EventVerifier"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing verification found wrong.
+
+    Attributes:
+        code: a stable identifier, e.g. ``leaf_hash_mismatch``, ``chain_broken``,
+            ``checkpoint_root_mismatch``, ``checkpoint_signature``, ``log_truncated``,
+            ``blob_mismatch``, ``blob_missing``, ``leaf_gap``, ``tree_node_mismatch``.
+        message: one readable sentence.
+        run_id, run_seq, kind, leaf_index: where, when it is tied to an event.
+        expected, found: what verification computed and what the store holds.
+    """
+
+    code: str
+    message: str
+    run_id: str | None = None
+    run_seq: int | None = None
+    kind: str | None = None
+    leaf_index: int | None = None
+    expected: str | None = None
+    found: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    def line(self) -> str:
+        """One line for a terminal."""
+        where = []
+        if self.run_id is not None:
+            where.append(f"run {self.run_id}")
+        if self.run_seq is not None:
+            where.append(f"run_seq {self.run_seq}")
+        if self.kind is not None:
+            where.append(self.kind)
+        if self.leaf_index is not None:
+            where.append(f"leaf {self.leaf_index}")
+        loc = f" [{', '.join(where)}]" if where else ""
+        detail = ""
+        if self.expected is not None or self.found is not None:
+            detail = f" (expected {self.expected}, found {self.found})"
+        return f"{self.code}{loc}: {self.message}{detail}"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Result of verification: ``ok`` is True when ``problems`` is empty."""
+
+    problems: tuple[Problem, ...]
+    events: int
+    runs: int
+    checkpoints: int
+    blobs: int
+    seconds: float
+    tree_size_signed: int = 0
+    root: str | None = None
+    trusted_key: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing was found wrong."""
+        return not self.problems
+
+    def summary(self) -> str:
+        """A one-paragraph summary."""
+        head = "Verified: the log is intact." if self.ok else f"NOT VERIFIED: {len(self.problems)} problem(s) found."
+        return (
+            f"{head} {self.events} events in {self.runs} runs, {self.blobs} blobs, "
+            f"{self.checkpoints} signed checkpoints (newest covers {self.tree_size_signed} events, "
+            f"root {self.root or '-'}), signatures checked against {self.trusted_key or 'no key'}; "
+            f"took {self.seconds:.2f} s."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "ok": self.ok, "events": self.events, "runs": self.runs, "checkpoints": self.checkpoints,
+            "blobs": self.blobs, "seconds": round(self.seconds, 4), "tree_size_signed": self.tree_size_signed,
+            "root": self.root, "trusted_key": self.trusted_key, "notes": list(self.notes),
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+class EventVerifier:
+    """Checks events one by one in log order: leaf hashes, envelopes and run chains.
+
+    Used on a store and on an export bundle alike. Feed rows with :meth:`add`;
+    read :attr:`problems`, :attr:`tree` (recomputed) and :attr:`refs`.
+    """
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.tree = merkle.MemoryTree()
+        self.heads: dict[str, tuple[int, str, str]] = {}  # run_id -> (run_seq, leaf hash tag, kind)
+        self.refs: set[str] = set()
+        self.envelopes_by_kind: dict[str, list[tuple[int, dict]]] = {}
+
+    def add(self, leaf_index: int, raw: bytes, stored_hash: bytes | None = None,
+            columns: tuple[str, int, str] | None = None) -> dict | None:
+        """Check one event; returns its envelope, or None when unreadable."""
+        expected_index = self.tree.size
+        if leaf_index != expected_index:
+            self.problems.append(Problem(
+                "leaf_gap", "the log is not contiguous: an event is missing or out of place",
+                leaf_index=leaf_index, expected=f"leaf {expected_index}", found=f"leaf {leaf_index}",
+            ))
+        leaf = merkle.leaf_hash(raw)
+        self.tree.append(leaf)
+        env = self._parse(leaf_index, raw, columns)
+        if stored_hash is not None and bytes(stored_hash) != leaf:
+            self.problems.append(self._at(env, leaf_index, Problem(
+                "leaf_hash_mismatch", "the event's bytes do not hash to its stored leaf hash (the bytes were changed)",
+                expected="sha256:" + leaf.hex(), found="sha256:" + bytes(stored_hash).hex(),
+            )))
+        if env is not None:
+            self._check_columns(env, leaf_index, columns)
+            self._chain(env, leaf_index, "sha256:" + leaf.hex())
+            self.refs.update(_blobs.blob_refs(env.get("payload")))
+            self.envelopes_by_kind.setdefault(env.get("kind"), []).append((leaf_index, env))
+        return env
+
+    def _parse(self, leaf_index: int, raw: bytes, columns: tuple | None) -> dict | None:
+        try:
+            env = json.loads(raw)
+            validate_envelope(env)
+            return env
+        except (ValueError, InvalidEventError) as exc:
+            run_id, run_seq, kind = columns if columns else (None, None, None)
+            self.problems.append(Problem(
+                "event_malformed", f"the event's bytes are not a valid event: {exc}",
+                run_id=run_id, run_seq=run_seq, kind=kind, leaf_index=leaf_index,
+            ))
+            return None
+
+    @staticmethod
+    def _at(env: dict | None, leaf_index: int, p: Problem) -> Problem:
+        if env is None:
+            return Problem(p.code, p.message, leaf_index=leaf_index, expected=p.expected, found=p.found)
+        return Problem(p.code, p.message, env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf_index, p.expected, p.found)
+
+    def _check_columns(self, env: dict, leaf_index: int, columns: tuple | None) -> None:
+        if columns is None:
+            return
+        mine = (env["run_id"], env["run_seq"], env["kind"])
+        if tuple(columns) != mine:
+            self.problems.append(self._at(env, leaf_index, Problem(
+                "index_mismatch", "the store's index columns disagree with the event's hashed bytes",
+                expected=repr(mine), found=repr(tuple(columns)),
+            )))
+
+    def _chain(self, env: dict, leaf_index: int, leaf_tag: str) -> None:
+        run_id, run_seq = env["run_id"], env["run_seq"]
+        head = self.heads.get(run_id)
+        want_seq, want_prev = (1, None) if head is None else (head[0] + 1, head[1])
+        if run_seq != want_seq:
+            self.problems.append(self._at(env, leaf_index, Problem(
+                "chain_broken", "run_seq does not follow the run's previous event (an event is missing, repeated or moved)",
+                expected=str(want_seq), found=str(run_seq),
+            )))
+        if env["prev"] != want_prev:
+            self.problems.append(self._at(env, leaf_index, Problem(
+                "chain_broken", "prev is not the leaf hash of the run's previous event",
+                expected=str(want_prev), found=str(env["prev"]),
+            )))
+        if head is None and env["kind"] != "run.started":
+            self.problems.append(self._at(env, leaf_index, Problem(
+                "chain_broken", "the run's first event is not run.started", expected="run.started", found=env["kind"],
+            )))
+        if head is not None and head[2] == "run.ended":
+            self.problems.append(self._at(env, leaf_index, Problem(
+                "chain_broken", "an event follows run.ended", expected="no event", found=env["kind"],
+            )))
+        self.heads[run_id] = (run_seq, leaf_tag, env["kind"])
+
+
+def check_checkpoints(notes: Iterable[tuple[str, str]], tree: merkle.MemoryTree, verifier: Verifier | None,
+                      origin: str | None) -> tuple[list[Problem], int, str | None]:
+    """Check signed checkpoint notes against a recomputed tree.
+
+    Args:
+        notes: (where, note text) pairs, e.g. ("checkpoint 3", note).
+        tree: the tree recomputed from the event bytes.
+        verifier: the trusted key; None reports every checkpoint as unverifiable.
+        origin: the log's origin, when known.
+
+    Returns:
+        (problems, largest verified size, its root as ``sha256:<hex>``).
+    """
+    problems: list[Problem] = []
+    verified: list[Checkpoint] = []
+    for where, note in notes:
+        cp = _open_checkpoint(where, note, verifier, origin, problems)
+        if cp is None:
+            continue
+        if cp.size > tree.size:
+            problems.append(Problem(
+                "log_truncated", f"{where} was signed for {cp.size} events but only {tree.size} are present "
+                "(the tail of the log was cut, or the store was rolled back)",
+                expected=f"at least {cp.size} events", found=f"{tree.size} events",
+            ))
+            continue
+        root = tree.root(cp.size)
+        if root != cp.root:
+            problems.append(Problem(
+                "checkpoint_root_mismatch", f"{where}: the events' recomputed root differs from the signed root "
+                f"at size {cp.size} (events covered by it were changed, removed, added or reordered)",
+                expected="sha256:" + cp.root.hex(), found="sha256:" + root.hex(),
+            ))
+            continue
+        verified.append(cp)
+    problems.extend(_consistency(verified, tree))
+    best = max(verified, key=lambda c: c.size, default=None)
+    return problems, (best.size if best else 0), ("sha256:" + best.root.hex() if best else None)
+
+
+def _open_checkpoint(where: str, note: str, verifier: Verifier | None, origin: str | None,
+                     problems: list[Problem]) -> Checkpoint | None:
+    if verifier is None:
+        problems.append(Problem("checkpoint_unverifiable", f"{where}: no trusted verifier key was given"))
+        return None
+    try:
+        cp = verify_checkpoint(note, verifier)
+    except NoteError as exc:
+        problems.append(Problem(
+            "checkpoint_signature", f"{where} is not validly signed by the trusted key {verifier.name}: {exc}",
+            expected=f"a signature by {verifier.vkey}", found=_signers(note),
+        ))
+        return None
+    if origin is not None and cp.origin != origin:
+        problems.append(Problem("checkpoint_origin", f"{where} names another log", expected=origin, found=cp.origin))
+        return None
+    return cp
+
+
+def _signers(note: str) -> str:
+    names = [line[2:].split(" ", 1)[0] for line in note.split("\n") if line.startswith("\u2014 ")]
+    return "signatures by " + (", ".join(names) if names else "nobody")
+
+
+def _consistency(verified: list[Checkpoint], tree: merkle.MemoryTree) -> list[Problem]:
+    """Each checkpoint must be consistent with the previous one (RFC 9162 §2.1.4)."""
+    problems = []
+    ordered = sorted(verified, key=lambda c: c.size)
+    for older, newer in zip(ordered, ordered[1:]):
+        if older.size == 0:
+            continue
+        proof = tree.consistency_proof(older.size, newer.size)
+        try:
+            merkle.verify_consistency(older.size, newer.size, proof, older.root, newer.root)
+        except ProofError as exc:
+            problems.append(Problem(
+                "checkpoint_inconsistent", f"checkpoints at sizes {older.size} and {newer.size} are not consistent: {exc}",
+            ))
+    return problems
+
+
+def check_blobs(rows: Iterable[tuple[str, bytes | None, bytes | None]], refs: set[str],
+                erased: set[str]) -> tuple[list[Problem], int]:
+    """Check every blob against its commitment and that every referenced blob exists.
+
+    Args:
+        rows: (ref, salt, content); salt and content None when erased.
+        refs: commitments referenced by events.
+        erased: commitments named by ``content.erased`` events.
+    """
+    problems: list[Problem] = []
+    present: set[str] = set()
+    pending = set(refs)
+    count = 0
+    for ref, salt, content in rows:
+        count += 1
+        present.add(ref)
+        if content is None or salt is None:
+            if ref not in erased:
+                problems.append(Problem("blob_erased_silently", f"blob {ref} has no content and no content.erased event"))
+            continue
+        if not _blobs.check_blob(ref, salt, content):
+            problems.append(Problem(
+                "blob_mismatch", f"blob {ref} does not match its commitment (its content or salt was replaced)",
+                expected=ref, found=_blobs.commitment(salt, content),
+            ))
+            continue
+        try:
+            pending.update(_blobs.blob_refs(json.loads(content)))
+        except ValueError:
+            problems.append(Problem("blob_malformed", f"blob {ref} is not canonical JSON"))
+    for ref in sorted(pending - present - erased):
+        problems.append(Problem("blob_missing", f"blob {ref} is referenced but not stored"))
+    return problems, count
+
+
+def verify_store(store: Any, *, trusted_vkey: str | None = None) -> VerifyReport:
+    """Verify everything in ``store`` from its raw bytes.
+
+    Args:
+        store: an open store (any backend offering ``iter_rows``, ``iter_nodes``,
+            ``checkpoints``, ``iter_blobs``, ``checkpoint_file_note``, ``origin``).
+        trusted_vkey: the verifier key to trust (C2SP vkey). Default: the key
+            pinned at ``init``; pass one kept elsewhere to defeat a rewritten store.
+
+    Returns:
+        A :class:`VerifyReport`; tampering is reported, never raised.
+
+    Raises:
+        NoteError: ``trusted_vkey`` is not a valid verifier key (a user mistake).
+    """
+    started = time.perf_counter()
+    vkey = trusted_vkey or store.pinned_vkey()
+    verifier = Verifier.from_vkey(vkey) if vkey else None
+    ev = EventVerifier()
+    for leaf_index, run_id, run_seq, kind, raw, leaf_hash in store.iter_rows():
+        ev.add(leaf_index, bytes(raw), bytes(leaf_hash), (run_id, run_seq, kind))
+    problems = list(ev.problems)
+    if SYSTEM_RUN_ID not in ev.heads and ev.tree.size:
+        problems.append(Problem("system_run_missing", "the store's system run has no events"))
+    problems.extend(_check_nodes(store.iter_nodes(), ev.tree))
+    cps = store.checkpoints()
+    notes = [(f"checkpoint {i + 1} (size {c.tree_size})", c.note) for i, c in enumerate(cps)]
+    file_note = store.checkpoint_file_note()
+    if file_note is not None:
+        notes.append(("the newest checkpoint file", file_note))
+    cp_problems, signed, root = check_checkpoints(notes, ev.tree, verifier, store.origin or None)
+    problems.extend(cp_problems)
+    erased = {env["payload"]["blob"] for _, env in ev.envelopes_by_kind.get("content.erased", [])}
+    blob_problems, nblobs = check_blobs(store.iter_blobs(), ev.refs, erased)
+    problems.extend(blob_problems)
+    return VerifyReport(
+        problems=tuple(problems), events=ev.tree.size, runs=len(ev.heads), checkpoints=len(cps), blobs=nblobs,
+        seconds=time.perf_counter() - started, tree_size_signed=signed, root=root,
+        trusted_key=verifier.vkey if verifier else None,
+    )
+
+
+def _check_nodes(nodes: Iterable[tuple[int, int, bytes]], tree: merkle.MemoryTree) -> list[Problem]:
+    problems = []
+    for level, idx, stored in nodes:
+        if (idx + 1) << level > tree.size:
+            problems.append(Problem("tree_node_extra", f"tree node ({level}, {idx}) covers leaves beyond the log"))
+            continue
+        want = tree.get_node(level, idx)
+        if bytes(stored) != want:
+            problems.append(Problem(
+                "tree_node_mismatch", f"stored tree node ({level}, {idx}) differs from the recomputed one "
+                "(proofs served by this store would be wrong)",
+                expected="sha256:" + want.hex(), found="sha256:" + bytes(stored).hex(),
+            ))
+    return problems
