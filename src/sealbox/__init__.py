@@ -5,6 +5,9 @@ The public API is what ``__all__`` lists; a test pins it.
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from sealbox.errors import (
     BlobNotFoundError,
     CanonicalizationError,
@@ -22,9 +25,37 @@ from sealbox.errors import (
     StoreReadOnlyError,
     StoreRolledBackError,
 )
-from sealbox.events import KINDS, SYSTEM_RUN_ID, Event, EventDraft
-from sealbox.store import CheckpointPolicy, SqliteStore, Store, init_store, open_store
-from sealbox.verify import Problem, VerifyReport, verify_store
+
+# Imported on first use, so that ``import sealbox.ledger`` (the offline verifier)
+# loads neither the store nor anything else it does not need.
+_LAZY = {
+    "KINDS": "sealbox.events",
+    "SYSTEM_RUN_ID": "sealbox.events",
+    "Event": "sealbox.events",
+    "EventDraft": "sealbox.events",
+    "Store": "sealbox.store",
+    "SqliteStore": "sealbox.store",
+    "CheckpointPolicy": "sealbox.store",
+    "open_store": "sealbox.store",
+    "init_store": "sealbox.store",
+    "verify_store": "sealbox.verify",
+    "VerifyReport": "sealbox.verify",
+    "Problem": "sealbox.verify",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sealbox' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __version__ = "0.1.0"
 

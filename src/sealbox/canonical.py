@@ -557,6 +557,8 @@ def decode(encoded: Any) -> Any:
     (decode never imports a module: reading a log must not run code). Tuples come back as
     lists. ``$dataclass``, ``$pydantic``, ``$lossy``, ``$blob``, unknown tags, and payloads
     that cannot be rebuilt come back as :class:`Tagged` holding the payload as encoded.
+    An integer outside ±(2**53 − 1) can only be a whole-number double written by RFC 8785
+    (``1e17`` → ``100000000000000000``), so it comes back as a ``float``.
 
     Args:
         encoded: a JSON value, as produced by :func:`encode` or parsed from canonical bytes.
@@ -572,6 +574,8 @@ def decode(encoded: Any) -> Any:
         return {k: decode(v) for k, v in encoded.items()}
     if isinstance(encoded, (list, tuple)):
         return [decode(v) for v in encoded]
+    if type(encoded) is int and not -_INT_MAX <= encoded <= _INT_MAX:
+        return float(encoded)  # JCS wrote a whole-number double (encode gives big ints as $bigint)
     return encoded
 
 
@@ -587,6 +591,16 @@ def _decode_tag(tag: str, payload: Any) -> Any:
 
 def _unb64(text: str) -> bytes:
     return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+def _decode_hashable(encoded: Any) -> Any:
+    """Decode a set member or map key: an array there was a tuple (a list is unhashable)."""
+    value = decode(encoded)
+    return _as_tuple(value) if isinstance(value, list) else value
+
+
+def _as_tuple(items: list) -> tuple:
+    return tuple(_as_tuple(x) if isinstance(x, list) else x for x in items)
 
 
 def _decode_enum(payload: dict) -> Any:
@@ -657,8 +671,8 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "$float": _decode_str(_decode_float),
     "$bigint": _decode_str(_decode_bigint),
     "$badstr": _decode_str(lambda s: _unb64(s).decode("utf-8", "surrogatepass")),
-    "$set": lambda items: {decode(x) for x in items},
-    "$map": lambda pairs: {decode(k): decode(v) for k, v in pairs},
+    "$set": lambda items: {_decode_hashable(x) for x in items},
+    "$map": lambda pairs: {_decode_hashable(k): decode(v) for k, v in pairs},
     "$esc": lambda d: {k: decode(v) for k, v in d.items()},
     "$enum": _decode_enum,
 }

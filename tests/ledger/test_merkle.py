@@ -328,10 +328,10 @@ def test_ledger_modules_import_nothing_from_sealbox_but_errors() -> None:
                 continue
             for name in names:
                 top = name.split(".")[0]
-                assert name in allowed if top == "sealbox" else top in _ALLOWED_THIRD_PARTY, (path.name, name)
+                assert name in allowed if top == "sealbox" else top in _ALLOWED_NON_SEALBOX, (path.name, name)
 
 
-_ALLOWED_THIRD_PARTY = {
+_ALLOWED_NON_SEALBOX = {
     "__future__", "base64", "binascii", "hashlib", "re", "time", "collections", "dataclasses",
     "cryptography", "typing",
 }

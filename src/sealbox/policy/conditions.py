@@ -118,7 +118,10 @@ def _scan(tokens: list[tuple[str, str]]) -> tuple[int, set[str], dict[str, set[s
         elif text == ")" and stack:
             depth -= stack.pop()
         elif kind == "ident" and prev != "." and nxt != "(" and text not in _KEYWORDS:
-            field = tokens[i + 2][1] if nxt == "." and i + 2 < len(tokens) and tokens[i + 2][0] == "ident" else None
+            field = None
+            if nxt == "." and i + 2 < len(tokens) and tokens[i + 2][0] == "ident":
+                called = i + 3 < len(tokens) and tokens[i + 3][1] == "("
+                field = None if called else tokens[i + 2][1]
             if field is None:
                 roots[text] = None
             elif text not in roots:
@@ -159,7 +162,8 @@ def compile_condition(source: str, *, expensive: bool = False) -> Condition:
         try:
             cel.compile(f"''.matches({literal})").execute()
         except Exception as exc:
-            raise ConditionError(f"condition has an invalid regular expression {literal}: {exc}") from exc
+            detail = " ".join(str(exc).split())[:160]
+            raise ConditionError(f"condition has an invalid regular expression {literal}: {detail}") from exc
     kept = {name: (frozenset(f) if f is not None else None) for name, f in roots.items() if name in VARIABLES}
     call_fields = kept.get("call", frozenset())
     reads_arguments = "call" in kept and (call_fields is None or "arguments" in call_fields)

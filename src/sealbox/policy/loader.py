@@ -1,0 +1,252 @@
+"""Reading policy files: YAML 1.2, line numbers, schema validation, normalization.
+
+The file is read with ``ruamel.yaml`` in round-trip mode, which speaks YAML 1.2
+(``no``, ``on``, ``y`` stay strings) and keeps the line of every key and item.
+The tree is turned into plain Python values, validated against
+:data:`~sealbox.policy.schema.POLICY_SCHEMA`, then normalized: defaults filled
+in, durations in seconds, glob lists sorted. The normalized form is what the
+fingerprint covers.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from sealbox.errors import PolicyLoadError
+from sealbox.policy.schema import DURATION_PATTERN, POLICY_SCHEMA
+
+__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "LineMap", "read_text", "validate", "normalize", "parse_duration"]
+
+MAX_FILE_BYTES = 1024 * 1024
+MAX_NODES = 100_000
+EVALUATION_DEFAULTS = {"timeout_ms": 50, "max_input_bytes": 65536}
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_VALIDATOR = jsonschema.Draft202012Validator(POLICY_SCHEMA)
+
+LineMap = dict[tuple, int]
+"""Path in the document (tuple of keys and indexes) → 1-based line."""
+
+
+def read_text(text: str, source: str) -> tuple[Any, LineMap]:
+    """Parse YAML 1.2 text into plain values and a map of paths to lines.
+
+    Raises:
+        PolicyLoadError: not YAML, duplicate keys, too large, or not a mapping.
+    """
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
+        raise PolicyLoadError(source, None, f"file is larger than {MAX_FILE_BYTES} bytes")
+    try:
+        tree = YAML(typ="rt", pure=True).load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = (exc.problem or exc.context or "invalid YAML").strip()
+        if "duplicate key" in problem:
+            problem = problem.split(" with value")[0]
+        raise PolicyLoadError(source, mark.line + 1 if mark else None, f"invalid YAML: {problem}") from exc
+    except YAMLError as exc:
+        raise PolicyLoadError(source, None, f"invalid YAML: {exc}") from exc
+    if not isinstance(tree, CommentedMap):
+        raise PolicyLoadError(source, 1, "a policy file must be a YAML mapping (version, rules, ...)")
+    lines: LineMap = {(): 1}
+    counter = [0]
+    return _plain(tree, (), lines, counter, source), lines
+
+
+def _plain(node: Any, path: tuple, lines: LineMap, counter: list[int], source: str) -> Any:
+    counter[0] += 1
+    if counter[0] > MAX_NODES:
+        raise PolicyLoadError(source, None, f"document has more than {MAX_NODES} nodes (alias expansion?)")
+    if isinstance(node, CommentedMap):
+        out = {}
+        for key in node:
+            line = node.lc.key(key)[0] + 1
+            if not isinstance(key, str):
+                raise PolicyLoadError(source, line, f"key {key!r} must be a string")
+            lines[path + (key,)] = line
+            out[key] = _plain(node[key], path + (key,), lines, counter, source)
+        return out
+    if isinstance(node, CommentedSeq):
+        items = []
+        for i, item in enumerate(node):
+            lines[path + (i,)] = node.lc.item(i)[0] + 1
+            items.append(_plain(item, path + (i,), lines, counter, source))
+        return items
+    if isinstance(node, bool) or node is None:
+        return node
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    if isinstance(node, (_dt.date, _dt.datetime)):
+        return node.isoformat()
+    raise PolicyLoadError(source, lines.get(path), f"unsupported YAML value of type {type(node).__name__}")
+
+
+def line_of(lines: LineMap, path: tuple) -> int | None:
+    """The line of ``path``, or of its nearest ancestor that has one."""
+    path = tuple(path)
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path[:-1]
+    return lines.get(())
+
+
+def _where(path: tuple) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "document"
+
+
+def validate(doc: Any, lines: LineMap, source: str) -> None:
+    """Validate ``doc`` against the schema; the first error (by line) is raised.
+
+    Raises:
+        PolicyLoadError: names the line and the field.
+    """
+    errors = list(_VALIDATOR.iter_errors(doc))
+    if not errors:
+        return
+    found = []
+    for err in errors:
+        path = tuple(err.absolute_path)
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            allowed = set(err.schema.get("properties", {}))
+            extra = sorted(k for k in err.instance if k not in allowed)
+            if extra:
+                path = path + (extra[0],)
+                found.append((line_of(lines, path) or 0, f"unknown field '{_where(path)}'"))
+                continue
+        found.append((line_of(lines, path) or 0, f"{_where(path)}: {_message(err)}"))
+    line, problem = min(found, key=lambda f: f[0])
+    raise PolicyLoadError(source, line or None, problem)
+
+
+def _message(err: jsonschema.ValidationError) -> str:
+    if err.validator == "oneOf":
+        subs = [e.message for e in err.context or []]
+        shapes = {"string": "a string", "array": "a list"}
+        kinds = [t for t in ("string", "array") if any(f"of type '{t}'" in s for s in subs)]
+        if kinds:
+            return f"{err.instance!r} is not " + " or ".join(shapes[k] for k in kinds)
+        if any("pattern" in s for s in subs) or isinstance(err.instance, str):
+            return f"{err.instance!r} is not a duration (seconds, or a number followed by s, m, h or d)"
+        return f"{err.instance!r} is not valid here"
+    if err.validator == "enum":
+        return f"{err.instance!r} is not one of {', '.join(map(str, err.validator_value))}"
+    if err.validator == "required":
+        return err.message.replace("is a required property", "is required")
+    return err.message
+
+
+def parse_duration(value: int | str) -> int:
+    """Seconds from ``3600`` or ``"30s"``, ``"15m"``, ``"1h"``, ``"2d"``."""
+    if isinstance(value, int):
+        return value
+    m = re.match(DURATION_PATTERN, value)
+    if not m:
+        raise ValueError(f"not a duration: {value!r}")
+    return int(value[:-1]) * _UNITS[value[-1]]
+
+
+def _globs(value: str | list[str] | None) -> list[str]:
+    if value is None:
+        return ["*"]
+    return sorted(set([value] if isinstance(value, str) else value))
+
+
+def _values(attrs: dict[str, Any]) -> dict[str, list[Any]]:
+    return {k: (v if isinstance(v, list) else [v]) for k, v in sorted(attrs.items())}
+
+
+def _match(m: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"server": _globs(m.get("server")), "tool": _globs(m.get("tool"))}
+    principal = m.get("principal") or {}
+    out["principal"] = {
+        k: (_globs(principal[k]) if k in ("id", "role") else sorted(set(principal[k])) if k == "groups"
+            else _values(principal[k]))
+        for k in sorted(principal)
+    }  # fmt: skip
+    agent = m.get("agent") or {}
+    out["agent"] = {k: (_globs(agent[k]) if k == "name" else _values(agent[k])) for k in sorted(agent)}
+    out["labels"] = _values(m.get("labels") or {})
+    return out
+
+
+def _rule(r: dict[str, Any]) -> dict[str, Any]:
+    when = r.get("when")
+    if isinstance(when, str):
+        when = when.strip() or None
+    approval = r.get("approval")
+    if approval is not None:
+        approval = {
+            "groups": sorted(set(approval.get("groups", []))),
+            "identities": sorted(set(approval.get("identities", []))),
+            "quorum": approval.get("quorum", 1),
+            "expires": parse_duration(approval.get("expires", 3600)),
+        }
+    return {
+        "id": r["id"],
+        "description": r.get("description", ""),
+        "match": _match(r.get("match") or {}),
+        "when": when,
+        "expensive": bool(r.get("expensive", False)),
+        "effect": r["effect"],
+        "approval": approval,
+    }
+
+
+def _limits(lim: dict[str, Any]) -> dict[str, Any]:
+    cpm, tok, cost = lim.get("calls_per_minute") or {}, lim.get("tokens") or {}, lim.get("cost") or {}
+    return {
+        "max_tool_calls_per_run": lim.get("max_tool_calls_per_run"),
+        "calls_per_minute": {"per_agent": cpm.get("per_agent"), "per_tool": cpm.get("per_tool")},
+        "tokens": {"per_run": tok.get("per_run"), "per_day": tok.get("per_day")},
+        "cost": {"per_run": cost.get("per_run"), "per_day": cost.get("per_day"), "currency": cost.get("currency", "USD")},
+        "max_run_seconds": lim.get("max_run_seconds"),
+    }
+
+
+def normalize(doc: dict[str, Any]) -> dict[str, Any]:
+    """The validated document with every default filled in (the fingerprinted form)."""
+    return {
+        "version": 1,
+        "name": doc.get("name", "policy"),
+        "description": doc.get("description", ""),
+        "default": "deny",
+        "rules": [_rule(r) for r in doc.get("rules", [])],
+        "limits": _limits(doc.get("limits") or {}),
+        "prices": {k: {"input": v["input"], "output": v["output"]} for k, v in sorted((doc.get("prices") or {}).items())},
+        "evaluation": {**EVALUATION_DEFAULTS, **(doc.get("evaluation") or {})},
+    }
+
+
+def read_file(path: str | Path) -> str:
+    """The text of a policy file.
+
+    Raises:
+        PolicyLoadError: missing, unreadable, or not UTF-8.
+    """
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError as exc:
+        raise PolicyLoadError(str(path), None, "file not found") from exc
+    except OSError as exc:
+        raise PolicyLoadError(str(path), None, f"cannot read file: {exc.strerror or exc}") from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise PolicyLoadError(str(path), line, "file is not valid UTF-8") from exc

@@ -1,0 +1,123 @@
+"""A worker process for conditions marked ``expensive: true``, with a hard time limit.
+
+``common-expression-language`` holds the GIL while it evaluates, so a slow
+condition cannot be interrupted from a thread. Expensive conditions are sent to
+one long-lived worker process instead (started lazily with the ``spawn`` method,
+so it never inherits locks from a threaded parent). If the answer does not come
+within the time limit, the worker is killed and a fresh one is started on the
+next request; the caller denies the call with ``guardrail_error``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import threading
+from typing import Any
+
+__all__ = ["ConditionWorker", "default_worker", "shutdown_worker", "STARTUP_TIMEOUT_S"]
+
+STARTUP_TIMEOUT_S = 30.0
+
+
+def _serve(conn: Any) -> None:  # runs in the worker process
+    import cel
+
+    programs: dict[str, Any] = {}
+    conn.send(("ready", None))
+    while True:
+        try:
+            source, variables = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            program = programs.get(source)
+            if program is None:
+                program = programs[source] = cel.compile(source)
+            value = program.execute(variables)
+            reply = ("ok", value) if isinstance(value, bool) else ("nonbool", type(value).__name__)
+        except BaseException as exc:  # noqa: BLE001 - report every failure, including Rust panics
+            reply = ("error", f"{type(exc).__name__}: {exc}")
+        conn.send(reply)
+
+
+class ConditionWorker:
+    """One worker process evaluating CEL conditions; requests are serialized by a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: Any = None
+        self._conn: Any = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_serve, args=(child,), daemon=True, name="sealbox-policy-worker")
+        proc.start()
+        child.close()
+        if not parent.poll(STARTUP_TIMEOUT_S):
+            proc.kill()
+            proc.join()
+            raise RuntimeError("policy worker did not start")
+        parent.recv()
+        self._proc, self._conn = proc, parent
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.join()
+            self._conn.close()
+            self.restarts += 1
+        self._proc = self._conn = None
+
+    def start(self) -> None:
+        """Start the worker now rather than on the first expensive condition."""
+        with self._lock:
+            if self._proc is None or not self._proc.is_alive():
+                self._start()
+
+    def evaluate(self, source: str, variables: dict[str, Any], timeout_s: float) -> tuple[str, Any]:
+        """Evaluate ``source`` with ``variables`` in the worker.
+
+        Returns:
+            ``("ok", bool)``, ``("nonbool", type name)``, ``("error", message)`` or
+            ``("timeout", None)`` (the worker was killed). Never raises for a
+            failing condition; raises ``RuntimeError`` only if no worker can start.
+        """
+        with self._lock:
+            if self._proc is None or not self._proc.is_alive():
+                self._kill()
+                self._start()
+            try:
+                self._conn.send((source, variables))
+                if not self._conn.poll(timeout_s):
+                    self._kill()
+                    return ("timeout", None)
+                return self._conn.recv()
+            except (EOFError, OSError, BrokenPipeError) as exc:
+                self._kill()
+                return ("error", f"policy worker failed: {type(exc).__name__}: {exc}")
+
+    def stop(self) -> None:
+        """Stop the worker process, if any."""
+        with self._lock:
+            if self._proc is not None:
+                self._kill()
+                self.restarts -= 1
+
+
+_DEFAULT = ConditionWorker()
+
+
+def default_worker() -> ConditionWorker:
+    """The process-wide worker used by :meth:`Policy.evaluate`."""
+    return _DEFAULT
+
+
+def shutdown_worker() -> None:
+    """Stop the process-wide worker (it restarts lazily if needed again)."""
+    _DEFAULT.stop()
+
+
+atexit.register(shutdown_worker)

@@ -1,0 +1,96 @@
+"""The ``sealbox`` command: help texts, init, log, runs, demo."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from sealbox.cli.main import COMMANDS, LazyGroup, cli
+from sealbox.ledger import merkle
+from sealbox.ledger.checkpoint import verify_checkpoint
+
+SEALBOX = str(Path(sys.executable).parent / "sealbox")
+
+
+def _walk(command: click.Command, ctx: click.Context, path: str):
+    yield path, command
+    if isinstance(command, click.Group):
+        for name in command.list_commands(ctx):
+            yield from _walk(command.get_command(ctx, name), ctx, f"{path} {name}")
+
+
+def test_every_command_has_help_text():
+    ctx = click.Context(cli)
+    missing = [path for path, cmd in _walk(cli, ctx, "sealbox") if not (cmd.help or "").strip()]
+    assert missing == []
+    assert isinstance(cli, LazyGroup) and set(COMMANDS) <= set(cli.list_commands(ctx))
+
+
+def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([SEALBOX, *args], capture_output=True, text=True, env={**os.environ, **(env or {})})
+
+
+def test_init_creates_a_private_key_and_prints_the_verifier_key(tmp_path):
+    target = tmp_path / "store"
+    proc = run("init", str(target), "--origin", "example.org/sealbox-test")
+    assert proc.returncode == 0, proc.stderr
+    vkey = (target / "log.vkey").read_text().strip()
+    assert vkey.startswith("example.org/sealbox-test+")
+    assert f"  {vkey}" in proc.stdout.splitlines()
+    assert "somewhere the owner of this store cannot rewrite" in proc.stdout
+    assert stat.S_IMODE((target / "log.key").stat().st_mode) == 0o600
+    assert run("init", str(target)).returncode != 0  # never overwrites a store
+
+
+def test_log_key_checkpoint_and_prove(tmp_path):
+    target = tmp_path / "store"
+    assert run("init", str(target)).returncode == 0
+    from sealbox import EventDraft, open_store
+
+    store = open_store(target)
+    store.append(EventDraft("note", {"text": "one"}))
+    store.append(EventDraft("note", {"text": "two"}))
+    store.close()
+    key = run("log", "key", "-s", str(target)).stdout.strip()
+    note = run("log", "checkpoint", "-s", str(target)).stdout
+    cp = verify_checkpoint(note, key)
+    assert cp.size == 3
+    proof = json.loads(run("log", "prove", "--from-size", "1", "-s", str(target)).stdout)
+    assert (proof["size1"], proof["size2"]) == (1, 3)
+    reader = open_store(target, readonly=True)
+    merkle.verify_consistency(1, 3, [base64.b64decode(h) for h in proof["proof"]], reader.root(1), cp.root)
+    reader.close()
+    bad = run("log", "prove", "--from-size", "9", "-s", str(target))
+    assert bad.returncode != 0 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+
+
+def test_demo_records_prints_and_verifies(tmp_path):
+    proc = run("demo", "--dir", str(tmp_path / "ws"))
+    assert proc.returncode == 0, proc.stderr
+    assert "Verified: the log is intact. 8 events in 2 runs" in proc.stdout
+    assert "tool.call" in proc.stdout and "policy.decision" in proc.stdout
+    runs = json.loads(run("runs", "list", "--json", "-s", str(tmp_path / "ws" / "store")).stdout)
+    agent_run = next(r for r in runs if r["agent"] == "support-bot")
+    assert agent_run["status"] == "ended" and agent_run["events"] == 7
+    shown = json.loads(run("runs", "show", agent_run["run_id"], "--json", "-s", str(tmp_path / "ws" / "store")).stdout)
+    assert [r["kind"] for r in shown] == ["run.started", "model.call", "tool.call", "policy.decision",
+                                          "tool.result", "state.saved", "run.ended"]
+    csv_out = run("runs", "show", agent_run["run_id"], "--csv", "-s", str(tmp_path / "ws" / "store")).stdout
+    assert csv_out.splitlines()[0] == "run_seq,step,ts,kind,principal,detail"
+
+
+def test_help_answers_without_importing_heavy_modules():
+    code = ("import sys; from sealbox.cli.main import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('HEAVY', sorted(m for m in ('cryptography', 'rich', 'sealbox.store') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
+    assert "HEAVY []" in out

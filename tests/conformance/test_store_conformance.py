@@ -1,0 +1,209 @@
+"""Behaviour every Store backend must have (run once per backend)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+
+import pytest
+
+from sealbox import EventDraft, InvalidEventError, SYSTEM_RUN_ID, verify_store
+from sealbox.blobs import INLINE_LIMIT, check_blob
+from sealbox.canonical import canonical_bytes
+from sealbox.ledger import merkle
+from sealbox.ledger.checkpoint import verify_checkpoint
+from sealbox.store import Store
+
+FP = "sha256:" + "ab" * 32
+
+
+def started(run_id: str, agent: str = "bot", **extra) -> EventDraft:
+    payload = {"agent": agent, "snapshot": None, "parent_run_id": None, "labels": {}, "policy": {"fingerprint": FP, "name": "t"}}
+    payload.update(extra)
+    return EventDraft("run.started", payload, run_id=run_id, principal=f"agent:{agent}")
+
+
+def call(run_id: str, call_id: str, arguments, step: str | None = None) -> list[EventDraft]:
+    return [
+        EventDraft("tool.call", {"call_id": call_id, "server": "db", "tool": "read_query", "exposed": "db__read_query",
+                                 "arguments": arguments, "grant": "implicit:agent:bot"}, run_id=run_id, principal="agent:bot", step=step),
+        EventDraft("policy.decision", {"call_id": call_id, "effect": "allow", "reason_code": "policy_allow", "rule": "r1",
+                                       "reason": "allowed", "policy_fingerprint": FP, "eval_us": 3},
+                   run_id=run_id, principal="agent:bot", step=step),
+    ]
+
+
+def note(run_id: str, text: str) -> EventDraft:
+    return EventDraft("note", {"text": text}, run_id=run_id, principal="agent:bot")
+
+
+def test_store_satisfies_the_protocol_and_has_no_update_or_delete(store):
+    assert isinstance(store, Store)
+    names = {n for n in dir(store) if not n.startswith("_")}
+    assert not {n for n in names if any(w in n for w in ("update", "delete", "remove", "truncate"))}
+
+
+def test_a_new_store_has_a_started_system_run_and_a_signed_checkpoint(store):
+    events = store.read_run(SYSTEM_RUN_ID)
+    assert [e.kind for e in events] == ["run.started"]
+    assert events[0].leaf_index == 0 and events[0].run_seq == 1 and events[0].prev is None
+    cp = verify_checkpoint(store.latest_checkpoint().note, store.pinned_vkey())
+    assert (cp.origin, cp.size, cp.root) == (store.origin, 1, store.root(1))
+
+
+def test_hashed_bytes_are_the_canonical_envelope_and_the_leaf_hash_is_rfc9162(store):
+    [ev] = store.append(started("r1"))
+    env = ev.envelope()
+    assert ev.raw == canonical_bytes(env)
+    assert set(json.loads(ev.raw)) == {"v", "run_id", "run_seq", "step", "kind", "ts", "principal", "payload", "prev"}
+    assert ev.leaf_hash == "sha256:" + hashlib.sha256(b"\x00" + ev.raw).hexdigest()
+    assert ev.v == 1 and ev.step == "1" and ev.ts.endswith("Z") and len(ev.ts) == 27
+
+
+def test_each_run_is_a_hash_chain_with_contiguous_run_seq(store):
+    store.append(started("r1"))
+    store.append(started("r2"))
+    store.append(call("r1", "c1", {"q": 1}, step="2"))
+    store.append(note("r2", "hello"))
+    r1 = store.read_run("r1")
+    assert [e.run_seq for e in r1] == [1, 2, 3]
+    assert [e.kind for e in r1] == ["run.started", "tool.call", "policy.decision"]
+    assert r1[1].prev == r1[0].leaf_hash and r1[2].prev == r1[1].leaf_hash
+    assert [e.step for e in r1] == ["1", "2", "2"]
+    assert [e.leaf_index for e in store.read_run("r2")] == [2, 5]
+
+
+def test_append_of_a_list_is_atomic(store):
+    store.append(started("r1"))
+    before = store.size()
+    bad = call("r1", "c1", {"q": 1}) + [EventDraft("tool.result", {"call_id": "c1"}, run_id="r1")]
+    with pytest.raises(InvalidEventError, match="tool.result"):
+        store.append(bad)
+    assert store.size() == before
+    assert [e.kind for e in store.read_run("r1")] == ["run.started"]
+
+
+@pytest.mark.parametrize("draft, message", [
+    (EventDraft("tool.teleport", {}, run_id="r1"), "unknown event kind"),
+    (EventDraft("note", {"text": 5}, run_id="r1"), "note"),
+    (EventDraft("note", {}, run_id="r1"), "text"),
+    (EventDraft("note", {"text": "x"}, run_id="r1", step="a.b"), "step"),
+    (EventDraft("note", {"text": "x"}, run_id="r1", principal=""), "principal"),
+    (EventDraft("note", {"text": "x"}, run_id="never-started"), "has not started"),
+    (EventDraft("run.started", {"agent": "x"}, run_id="r1"), "run.started"),
+])
+def test_invalid_events_raise_and_write_nothing(store, draft, message):
+    store.append(started("r1"))
+    before = store.size()
+    with pytest.raises(InvalidEventError, match=message):
+        store.append(draft)
+    assert store.size() == before
+
+
+def test_nothing_follows_run_ended_and_a_run_starts_once(store):
+    store.append(started("r1"))
+    with pytest.raises(InvalidEventError, match="already started"):
+        store.append(started("r1"))
+    store.append(EventDraft("run.ended", {"status": "ok"}, run_id="r1"))
+    with pytest.raises(InvalidEventError, match="ended"):
+        store.append(note("r1", "late"))
+
+
+def test_read_range_and_get_event_follow_leaf_order(store):
+    store.append(started("r1"))
+    store.append([note("r1", f"n{i}") for i in range(5)])
+    events = store.read_range(2, 5)
+    assert [e.leaf_index for e in events] == [2, 3, 4]
+    assert [e.payload["text"] for e in events] == ["n0", "n1", "n2"]
+    assert store.get_event(6).payload["text"] == "n4"
+
+
+def test_roots_and_proofs_verify_against_recomputed_leaves(store):
+    store.append(started("r1"))
+    store.append([note("r1", str(i)) for i in range(40)])
+    leaves = [bytes.fromhex(e.leaf_hash[7:]) for e in store.read_range(0, store.size())]
+    n = len(leaves)
+    assert n == 42
+    for size in (1, 2, 7, 8, 33, n):
+        assert store.root(size) == merkle.root_from_leaves(leaves[:size])
+    for index in (0, 1, 17, n - 1):
+        merkle.verify_inclusion(leaves[index], index, n, store.inclusion_proof(index, n), store.root())
+    for size1 in (1, 5, 16, 41):
+        merkle.verify_consistency(size1, n, store.consistency_proof(size1, n), store.root(size1), store.root(n))
+
+
+def test_checkpoints_are_issued_every_n_events_and_on_close(make_store):
+    store = make_store()
+    store.append(started("r1"))
+    store.append([note("r1", str(i)) for i in range(9)])  # 11 events: one checkpoint due
+    sizes = [c.tree_size for c in store.checkpoints()]
+    assert sizes == [1, 11]
+    store.append(note("r1", "tail"))
+    store.close()
+    reopened = type(store).open(store.path, readonly=True)
+    assert [c.tree_size for c in reopened.checkpoints()] == [1, 11, 12]
+    for cp in reopened.checkpoints():
+        assert verify_checkpoint(cp.note, reopened.pinned_vkey()).root == reopened.root(cp.tree_size)
+    reopened.close()
+
+
+def test_large_content_goes_to_a_blob_stored_once(store):
+    store.append(started("r1"))
+    big = {"query": "SELECT " + "x" * 2000}
+    store.append(call("r1", "c1", big))
+    store.append(call("r1", "c2", big))
+    evs = store.read_run("r1")
+    refs = [evs[i].payload["arguments"]["query"] for i in (1, 3)]
+    assert refs[0] == refs[1] and set(refs[0]) == {"$blob"}
+    assert store.resolve(evs[1].payload["arguments"]) == big
+    blobs = list(store.iter_blobs())
+    assert len(blobs) == 1
+    ref, salt, content = blobs[0]
+    assert content == canonical_bytes(big["query"])
+    assert salt == hmac.new(store._secret, content, hashlib.sha256).digest()
+    assert ref == "sha256:" + hashlib.sha256(salt + content).hexdigest() and check_blob(ref, salt, content)
+
+
+def test_small_content_stays_inline(store):
+    store.append(started("r1"))
+    store.append(call("r1", "c1", {"q": "a" * (INLINE_LIMIT - 20)}))
+    assert store.read_run("r1")[1].payload["arguments"] == {"q": "a" * (INLINE_LIMIT - 20)}
+    assert list(store.iter_blobs()) == []
+
+
+def test_a_conversation_resent_every_turn_grows_blob_storage_linearly(store):
+    store.append(started("r1"))
+    messages, sizes = [], []
+    for turn in range(60):
+        messages.append({"role": "user" if turn % 2 else "assistant", "content": f"turn {turn}: " + "lorem ipsum " * 30})
+        store.append(EventDraft("state.saved", {"state": {"messages": list(messages)}}, run_id="r1"))
+        sizes.append(sum(len(c or b"") for _, _, c in store.iter_blobs()))
+    per_turn = [b - a for a, b in zip(sizes, sizes[1:])]
+    assert max(per_turn[-10:]) <= 2 * max(per_turn[:10])  # constant cost per turn, not growing with history
+    assert store.resolve(store.read_run("r1")[-1].payload["state"]) == {"messages": messages}
+
+
+def test_non_json_content_is_encoded_not_lost(store):
+    import datetime
+
+    store.append(started("r1"))
+    cyclic: list = []
+    cyclic.append(cyclic)
+    args = {"when": datetime.datetime(2026, 1, 2, 3, 4, 5), "raw": b"\xff\x00", "nan": float("nan"), "loop": cyclic}
+    store.append(call("r1", "c1", args))
+    stored = store.read_run("r1")[1].payload["arguments"]
+    assert stored["when"] == {"$datetime_naive": "2026-01-02T03:04:05.000000"} or "$datetime_naive" in stored["when"]
+    assert stored["raw"] == {"$bytes": "/wA="}
+    assert stored["nan"] == {"$float": "NaN"}
+    assert stored["loop"][0]["$lossy"]["reason"] == "cycle"
+
+
+def test_verify_is_clean_on_a_busy_store(store):
+    for r in range(5):
+        store.append(started(f"r{r}"))
+        for i in range(7):
+            store.append(call(f"r{r}", f"c{i}", {"q": "y" * (300 * i)}))
+    report = verify_store(store)
+    assert report.ok, [p.line() for p in report.problems]
+    assert report.events == store.size() and report.runs == 6

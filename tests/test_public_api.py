@@ -1,0 +1,35 @@
+"""The public API is what ``sealbox.__all__`` lists; this pins it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import sealbox
+
+EXPECTED = {
+    "__version__", "KINDS", "SYSTEM_RUN_ID", "Event", "EventDraft", "Store", "SqliteStore", "CheckpointPolicy",
+    "open_store", "init_store", "verify_store", "VerifyReport", "Problem", "SealboxError", "CanonicalizationError",
+    "InvalidEventError", "ProofError", "NoteError", "StoreError", "NotAStoreError", "SchemaVersionError",
+    "StoreReadOnlyError", "StoreRolledBackError", "BlobNotFoundError", "RecordingError", "PolicyError",
+    "PolicyLoadError", "ConfigError",
+}
+
+
+def test_all_is_pinned_and_every_name_resolves():
+    assert set(sealbox.__all__) == EXPECTED
+    for name in sealbox.__all__:
+        assert getattr(sealbox, name) is not None
+
+
+def test_every_error_derives_from_the_root():
+    for name in sealbox.__all__:
+        obj = getattr(sealbox, name)
+        if isinstance(obj, type) and name.endswith("Error"):
+            assert issubclass(obj, sealbox.SealboxError)
+
+
+def test_the_offline_verifier_modules_import_without_the_store():
+    code = "import sys, sealbox.ledger.merkle, sealbox.ledger.checkpoint; print(sorted(m for m in sys.modules if m.startswith('sealbox')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "sealbox.store" not in out and "sealbox.events" not in out
