@@ -29,6 +29,7 @@ from typing import Callable, Sequence
 __all__ = [
     "median",
     "p99",
+    "p1",
     "timed",
     "report",
     "print_table",
@@ -51,6 +52,12 @@ def p99(samples: Sequence[float]) -> float:
     ordered = sorted(samples)
     rank = max(1, -(-99 * len(ordered) // 100))  # ceil(0.99 n)
     return ordered[rank - 1]
+
+
+def p1(samples: Sequence[float]) -> float:
+    """1st percentile (nearest rank): the slow tail of a throughput."""
+    ordered = sorted(samples)
+    return ordered[max(1, -(-len(ordered) // 100)) - 1]
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -118,7 +125,7 @@ def report(name: str, ours: float | Sequence[float], baseline: float | Sequence[
     spread = ""
     if len(ours_s) > 1:
         lo_hi = "p1" if _is_throughput(unit) else "p99"
-        pick = (lambda s: sorted(s)[len(s) // 100]) if _is_throughput(unit) else p99
+        pick = p1 if _is_throughput(unit) else p99
         spread = f"  [{lo_hi}: ours {_fmt(pick(ours_s))}, baseline {_fmt(pick(base_s))}; n={len(ours_s)}]"
     target_txt = f"target {row.sign} {row.target}x -> {row.verdict}" if target is not None else "no target in the issue"
     print(f"{name}")

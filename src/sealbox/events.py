@@ -100,7 +100,8 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
             "policy_fingerprint": _FP,
             "eval_us": _INT,
         },
-        {"inputs": _ANY, "re_evaluable": _BOOL, "limit": _OBJ, "approval": _OBJ},
+        {"inputs": _ANY, "re_evaluable": _BOOL, "limit": {"type": ["object", "null"]}, "approval": {"type": ["object", "null"]},
+         "server": _STR, "tool": _STR},
     ),
     "tool.result": _obj(
         {"call_id": _STR, "ok": _BOOL, "duration_us": _INT},

@@ -250,3 +250,8 @@ def read_file(path: str | Path) -> str:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise PolicyLoadError(str(path), line, "file is not valid UTF-8") from exc
+
+
+def to_plain(node: Any, path: tuple, lines: LineMap, counter: list[int], source: str) -> Any:
+    """Turn a ruamel round-trip node into plain Python values, recording lines into ``lines``."""
+    return _plain(node, path, lines, counter, source)

@@ -26,6 +26,7 @@ Effect = Literal["allow", "deny", "require_approval"]
 ReasonCode = Literal[
     "policy_allow",
     "policy_deny",
+    "policy_require_approval",
     "no_match",
     "guardrail_error",
     "limit_exceeded",
@@ -36,6 +37,7 @@ EFFECTS: tuple[str, ...] = ("allow", "deny", "require_approval")
 REASON_CODES: tuple[str, ...] = (
     "policy_allow",
     "policy_deny",
+    "policy_require_approval",
     "no_match",
     "guardrail_error",
     "limit_exceeded",

@@ -55,7 +55,7 @@ _RULE = _obj(
         "when": {"type": ["string", "null"]},
         "expensive": {"type": "boolean"},
         "effect": {"enum": ["allow", "deny", "require_approval"]},
-        "approval": {"oneOf": [_APPROVAL, {"type": "null"}]},
+        "approval": {**_APPROVAL, "type": ["object", "null"]},
     },
     required=("id", "effect"),
 )

@@ -112,7 +112,7 @@ class WriteTxn(Protocol):
         """A full-subtree hash (see :mod:`sealbox.ledger.merkle`)."""
 
     def insert_event(self, row: tuple) -> None:
-        """Insert (leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id, raw, leaf_hash)."""
+        """Insert (leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id, effect, ok, tokens, cost, raw, leaf_hash)."""
 
     def insert_nodes(self, rows: list[tuple[int, int, bytes]]) -> None:
         """Insert tree nodes (level, idx, hash)."""
@@ -193,8 +193,7 @@ class EventBuilder:
         leaf = merkle.leaf_hash(raw)
         txn.insert_event((
             index, draft.run_id, run_seq, draft.kind, ts, draft.principal, envelope["step"],
-            _str_or_none(payload.get("server")), _str_or_none(payload.get("tool")),
-            _str_or_none(payload.get("call_id")), raw, leaf,
+            *derived_columns(draft.kind, payload), raw, leaf,
         ))
         txn.insert_nodes(merkle.new_nodes_for_append(index, leaf, txn.get_node))
         if draft.kind == "run.started":
@@ -243,6 +242,23 @@ def _check_run_order(draft: EventDraft, head: tuple[int, bytes, str] | None) -> 
 
 def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def derived_columns(kind: str, payload: dict[str, Any]) -> tuple:
+    """Query columns derived from a payload: (server, tool, call_id, effect, ok, tokens, cost).
+
+    They index the hashed bytes for queries and limits; verify checks nothing
+    against them except run_id, run_seq and kind.
+    """
+    effect = _str_or_none(payload.get("effect")) if kind == "policy.decision" else None
+    ok = (1 if payload.get("ok") else 0) if kind == "tool.result" else None
+    tokens = cost = None
+    if kind == "model.call":
+        usage = payload.get("usage") or {}
+        tokens = int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+        cost = usage.get("cost") if isinstance(usage.get("cost"), (int, float)) else None
+    return (_str_or_none(payload.get("server")), _str_or_none(payload.get("tool")),
+            _str_or_none(payload.get("call_id")), effect, ok, tokens, cost)
 
 
 @runtime_checkable

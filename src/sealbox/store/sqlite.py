@@ -91,8 +91,8 @@ class _Txn:
 
     def insert_event(self, row: tuple) -> None:
         self.conn.execute(
-            "INSERT INTO events (leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id, raw, leaf_hash)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO events (leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id,"
+            " effect, ok, tokens, cost, raw, leaf_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             row,
         )
         self._size = row[0] + 1
@@ -605,6 +605,36 @@ class SqliteStore:
         keys = ("run_id", "agent", "principal", "parent_run_id", "replay_of", "snapshot", "started_at", "last_kind", "events")
         return [dict(zip(keys, row)) for row in self._conn().execute(sql)]
 
+    def put_snapshot(self, content: dict[str, Any]) -> str:
+        """Store a snapshot's strict JSON form once; return its fingerprint (``sha256:<hex>``)."""
+        from sealbox.canonical import canonical_bytes
+        from sealbox.snapshot import snapshot_fingerprint
+
+        fp = snapshot_fingerprint(content)
+        data = canonical_bytes(content)
+        self._write(lambda txn: txn.conn.execute(
+            "INSERT OR IGNORE INTO snapshots (fingerprint, content, created_at) VALUES (?, ?, ?)", (fp, data, utc_now())))
+        return fp
+
+    def get_snapshot(self, fingerprint: str) -> dict[str, Any]:
+        """A stored snapshot's strict JSON form.
+
+        Raises:
+            StoreError: no snapshot with that fingerprint (a unique prefix of at least 8 hex digits is accepted).
+        """
+        fp = fingerprint if fingerprint.startswith("sha256:") else "sha256:" + fingerprint
+        rows = self._conn().execute(
+            "SELECT fingerprint, content FROM snapshots WHERE fingerprint >= ? AND fingerprint < ? LIMIT 2",
+            (fp, fp + "g")).fetchall() if len(fp) >= 15 else []
+        if len(rows) != 1:
+            raise StoreError(f"no snapshot {fingerprint!r} in this store" if not rows else f"snapshot prefix {fingerprint!r} is ambiguous")
+        return json.loads(rows[0][1])
+
+    def iter_snapshots(self) -> Iterator[tuple[str, bytes]]:
+        """Every stored snapshot (fingerprint, canonical bytes)."""
+        for fp, content in self._conn().execute("SELECT fingerprint, content FROM snapshots ORDER BY fingerprint"):
+            yield fp, bytes(content)
+
     def close(self) -> None:
         """Sign a final checkpoint if events arrived since the last one, then close every connection."""
         if self._closed:
@@ -639,6 +669,41 @@ class Reader:
         """Run a ``SELECT count(...)``-style query returning one number."""
         row = self.conn.execute(sql, tuple(params)).fetchone()
         return 0 if row is None or row[0] is None else row[0]
+
+    def usage(self, *, run_id: str, agent: str, server: str, tool: str, since_minute: str, day_start: str,
+              needed: set[str]) -> dict[str, int | float]:
+        """Counters for limits, read inside the write transaction (indexed queries).
+
+        Calls counted are tool calls whose decision was not a deny (they ran, or
+        went to approval). Tokens and cost come from ``model.call`` events.
+
+        Args:
+            since_minute: RFC 3339 time 60 s before now (sliding window start).
+            day_start: RFC 3339 start of the current UTC day.
+            needed: which counters to compute (names as in ``CallContext.usage``).
+        """
+        out: dict[str, int | float] = {}
+        q = self.conn.execute
+        if "tool_calls_run" in needed:
+            out["tool_calls_run"] = q("SELECT count(*) FROM events WHERE run_id = ? AND kind = 'policy.decision'"
+                                      " AND effect != 'deny'", (run_id,)).fetchone()[0]
+        if "calls_minute_agent" in needed:
+            out["calls_minute_agent"] = q(
+                "SELECT count(*) FROM events e JOIN runs r ON r.run_id = e.run_id WHERE e.kind = 'policy.decision'"
+                " AND e.ts >= ? AND e.effect != 'deny' AND r.agent = ?", (since_minute, agent)).fetchone()[0]
+        if "calls_minute_tool" in needed:
+            out["calls_minute_tool"] = q(
+                "SELECT count(*) FROM events WHERE kind = 'policy.decision' AND ts >= ? AND effect != 'deny'"
+                " AND server = ? AND tool = ?", (since_minute, server, tool)).fetchone()[0]
+        if needed & {"tokens_run", "cost_run"}:
+            tokens, cost = q("SELECT sum(tokens), sum(cost) FROM events WHERE run_id = ? AND kind = 'model.call'",
+                             (run_id,)).fetchone()
+            out["tokens_run"], out["cost_run"] = tokens or 0, cost or 0.0
+        if needed & {"tokens_day", "cost_day"}:
+            tokens, cost = q("SELECT sum(tokens), sum(cost) FROM events WHERE kind = 'model.call' AND ts >= ?",
+                             (day_start,)).fetchone()
+            out["tokens_day"], out["cost_day"] = tokens or 0, cost or 0.0
+        return out
 
 
 def _split_sql(script: str) -> list[str]:

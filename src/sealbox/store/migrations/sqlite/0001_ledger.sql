@@ -24,6 +24,10 @@ CREATE TABLE events (
     server     TEXT,                           -- derived from the payload, for queries
     tool       TEXT,
     call_id    TEXT,
+    effect     TEXT,                           -- policy.decision: allow / deny / require_approval
+    ok         INTEGER,                        -- tool.result: 1 ok, 0 error
+    tokens     INTEGER,                        -- model.call: input + output tokens
+    cost       REAL,                           -- model.call: cost from the policy's price table
     raw        BLOB    NOT NULL,               -- the hashed bytes (RFC 8785)
     leaf_hash  BLOB    NOT NULL                -- SHA-256(0x00 || raw), derived
 );
@@ -32,6 +36,14 @@ CREATE INDEX events_tool ON events (tool, kind) WHERE tool IS NOT NULL;
 CREATE INDEX events_server_tool ON events (server, tool, kind) WHERE server IS NOT NULL;
 CREATE INDEX events_call ON events (call_id) WHERE call_id IS NOT NULL;
 CREATE INDEX events_kind_ts ON events (kind, ts);
+CREATE INDEX events_run_kind ON events (run_id, kind);
+
+-- Configuration snapshots, by fingerprint (sha256 of their RFC 8785 bytes).
+CREATE TABLE snapshots (
+    fingerprint TEXT PRIMARY KEY,
+    content     BLOB NOT NULL,
+    created_at  TEXT NOT NULL
+) WITHOUT ROWID;
 
 -- Hashes of full subtrees: (level, idx) covers leaves [idx*2^level, (idx+1)*2^level).
 CREATE TABLE tree_nodes (
@@ -78,6 +90,8 @@ CREATE TRIGGER tree_no_update BEFORE UPDATE ON tree_nodes BEGIN SELECT RAISE(ABO
 CREATE TRIGGER tree_no_delete BEFORE DELETE ON tree_nodes BEGIN SELECT RAISE(ABORT, 'sealbox: the tree is append-only'); END;
 CREATE TRIGGER checkpoints_no_update BEFORE UPDATE ON checkpoints BEGIN SELECT RAISE(ABORT, 'sealbox: checkpoints are append-only'); END;
 CREATE TRIGGER checkpoints_no_delete BEFORE DELETE ON checkpoints BEGIN SELECT RAISE(ABORT, 'sealbox: checkpoints are append-only'); END;
+CREATE TRIGGER snapshots_no_update BEFORE UPDATE ON snapshots BEGIN SELECT RAISE(ABORT, 'sealbox: snapshots are append-only'); END;
+CREATE TRIGGER snapshots_no_delete BEFORE DELETE ON snapshots BEGIN SELECT RAISE(ABORT, 'sealbox: snapshots are append-only'); END;
 CREATE TRIGGER runs_no_update BEFORE UPDATE ON runs BEGIN SELECT RAISE(ABORT, 'sealbox: runs are append-only'); END;
 CREATE TRIGGER runs_no_delete BEFORE DELETE ON runs BEGIN SELECT RAISE(ABORT, 'sealbox: runs are append-only'); END;
 CREATE TRIGGER blobs_no_update BEFORE UPDATE OF ref, size ON blobs BEGIN SELECT RAISE(ABORT, 'sealbox: a blob commitment never changes'); END;

@@ -1,0 +1,150 @@
+"""``sealbox policy``: check, test and explain policy files."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from typing import Any
+
+import click
+
+from sealbox.errors import PolicyLoadError
+
+__all__ = ["policy_group"]
+
+
+@click.group("policy")
+def policy_group() -> None:
+    """Check, test and explain policy files."""
+
+
+def _load(path: str) -> Any:
+    from sealbox.policy import Policy
+
+    return Policy.load(path)
+
+
+@policy_group.command("check")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def check_cmd(file: str, as_json: bool) -> None:
+    """Validate FILE; print its fingerprint and warn about rules that can never match."""
+    from sealbox.policy.analysis import lint
+
+    policy = _load(file)
+    warnings = lint(policy)
+    if as_json:
+        click.echo(json.dumps({"file": file, "name": policy.name, "fingerprint": policy.fingerprint,
+                               "rules": len(policy.rules), "warnings": [w.to_dict() for w in warnings]},
+                              indent=2))  # fmt: skip
+        return
+    click.echo(f"ok: {file}: policy {policy.name!r}, {len(policy.rules)} rules")
+    click.echo(f"fingerprint: {policy.fingerprint}")
+    for w in warnings:
+        click.echo(f"warning: {file}:{w.line}: {w.message}", err=True)
+
+
+def _call_from(spec: dict[str, Any], where: str) -> Any:
+    from sealbox.policy import CallContext
+
+    if not isinstance(spec, dict) or "tool" not in spec:
+        raise click.ClickException(f"{where}: 'call' must be a mapping with at least 'tool'")
+    known = {"server", "tool", "arguments", "principal", "agent", "run", "usage", "now", "redacted"}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise click.ClickException(f"{where}: unknown field 'call.{unknown[0]}'")
+    principal = spec.get("principal") or {}
+    if isinstance(principal, str):
+        principal = {"id": principal}
+    now = spec.get("now")
+    if isinstance(now, str):
+        now = _dt.datetime.fromisoformat(now.replace("Z", "+00:00"))
+    return CallContext(
+        server=str(spec.get("server", "")), tool=str(spec["tool"]), arguments=spec.get("arguments", {}),
+        principal=principal, agent=spec.get("agent") or {}, run=spec.get("run") or {},
+        usage=spec.get("usage") or {}, now=now or _dt.datetime.now(_dt.timezone.utc),
+        redacted=bool(spec.get("redacted", False)),
+    )  # fmt: skip
+
+
+def _read_yaml_list(path: str) -> tuple[list[Any], dict[tuple, int]]:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    from sealbox.policy import loader
+
+    text = loader.read_file(path)
+    try:
+        tree = YAML(typ="rt", pure=True).load(text)
+    except YAMLError as exc:
+        raise PolicyLoadError(path, None, f"invalid YAML: {exc}") from exc
+    if isinstance(tree, dict) and "cases" in tree:
+        tree = tree["cases"]
+    if not isinstance(tree, list):
+        raise PolicyLoadError(path, 1, "a cases file is a list of {call, expect} (or a mapping with 'cases')")
+    lines = {i: tree.lc.item(i)[0] + 1 for i in range(len(tree))}
+    return [loader.to_plain(item, (i,), {}, [0], path) for i, item in enumerate(tree)], lines
+
+
+@policy_group.command("test")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("cases", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def test_cmd(file: str, cases: str, as_json: bool) -> None:
+    """Run table tests: each case in CASES gives a call and the expected effect (and rule)."""
+    policy = _load(file)
+    items, lines = _read_yaml_list(cases)
+    results, failed = [], 0
+    for i, case in enumerate(items):
+        where = f"{cases}:{lines[i]}"
+        if not isinstance(case, dict) or "call" not in case or "expect" not in case:
+            raise click.ClickException(f"{where}: a case needs 'call' and 'expect'")
+        expect = case["expect"]
+        decision = policy.evaluate(_call_from(case["call"], where))
+        problems = [f"{k}: expected {expect[k]!r}, got {getattr(decision, k)!r}"
+                    for k in ("effect", "rule", "reason_code") if k in expect and expect[k] != getattr(decision, k)]  # fmt: skip
+        failed += bool(problems)
+        name = case.get("name") or f"case {i + 1}"
+        results.append({"case": name, "line": lines[i], "passed": not problems, "problems": problems,
+                        "decision": decision.to_payload()})  # fmt: skip
+    if as_json:
+        click.echo(json.dumps({"passed": len(items) - failed, "failed": failed, "results": results}, indent=2))
+    else:
+        for r in results:
+            status = "PASS" if r["passed"] else "FAIL"
+            click.echo(f"{status} {r['case']} ({cases}:{r['line']})" + "".join(f"\n  {p}" for p in r["problems"]))
+        click.echo(f"{len(items) - failed} passed, {failed} failed")
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
+@policy_group.command("explain")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--tool", "-t", required=True, help="Upstream tool name.")
+@click.option("--args", "args_json", default="{}", show_default=True, help="Arguments, as JSON.")
+@click.option("--server", "-s", default="", help="Upstream server id.")
+@click.option("--principal", "-p", default=None, help="Principal id, or a JSON object {id, role, groups, attributes}.")
+@click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
+def explain_cmd(file: str, tool: str, args_json: str, server: str, principal: str | None, as_json: bool) -> None:
+    """Show which rule decides a call and why, rule by rule."""
+    from sealbox.policy.analysis import explain
+
+    policy = _load(file)
+    try:
+        arguments = json.loads(args_json)
+    except json.JSONDecodeError as exc:
+        raise click.ClickException(f"--args is not JSON: {exc}") from exc
+    who: Any = {}
+    if principal:
+        try:
+            who = json.loads(principal) if principal.lstrip().startswith("{") else {"id": principal}
+        except json.JSONDecodeError as exc:
+            raise click.ClickException(f"--principal is not JSON: {exc}") from exc
+    call = _call_from({"server": server, "tool": tool, "arguments": arguments, "principal": who}, "--args")
+    decision, steps = explain(policy, call)
+    if as_json:
+        click.echo(json.dumps({"decision": decision.to_payload(), "steps": steps}, indent=2))
+        return
+    for s in steps:
+        click.echo(f"{s['outcome']:<16} {s['rule']} (line {s['line']}): {s['why']}")
+    click.echo(f"decision: {decision.effect} ({decision.reason_code}) rule={decision.rule}: {decision.reason}")

@@ -1,0 +1,207 @@
+"""Circuit breaker per upstream tool: a pure state machine with an injected clock.
+
+States, per ``(server, tool)``:
+
+* ``closed``: calls run; ``threshold`` consecutive failures (errors or timeouts) open it.
+* ``open``: calls are denied at once (``breaker_open``) until ``cooldown_s`` has passed.
+* ``half_open``: after the cool-down, exactly one probe call is let through; its
+  success closes the breaker, its failure opens it again for a new cool-down.
+
+:meth:`CircuitBreaker.server_down` opens the breakers of every known tool of a
+server (and of tools of that server first seen during the cool-down). Every state
+change is passed to ``on_change`` as a :class:`BreakerChange`, so the recorder can
+write a ``breaker.changed`` event, and also returned by the method that caused it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+from sealbox.policy.model import Decision
+
+__all__ = ["CircuitBreaker", "BreakerChange", "BreakerCheck", "breaker_open_decision", "State"]
+
+State = Literal["closed", "open", "half_open"]
+
+
+@dataclass(frozen=True)
+class BreakerChange:
+    """One state change (the payload of ``breaker.changed``).
+
+    Attributes:
+        server / tool: the upstream tool.
+        old / new: states before and after.
+        reason: ``failures``, ``cooldown_elapsed``, ``probe_succeeded``, ``probe_failed`` or ``server_down``.
+        failures: consecutive failures counted when it changed.
+    """
+
+    server: str
+    tool: str
+    old: State
+    new: State
+    reason: str
+    failures: int
+
+    def to_payload(self) -> dict[str, object]:
+        """JSON-ready form."""
+        return {"server": self.server, "tool": self.tool, "old": self.old, "new": self.new,
+                "reason": self.reason, "failures": self.failures}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BreakerCheck:
+    """Answer of :meth:`CircuitBreaker.before_call`.
+
+    Attributes:
+        allowed: the call may run.
+        state: the breaker's state after the check.
+        probe: this call is the single half-open probe.
+        retry_in_s: seconds until a probe will be allowed, when denied.
+        change: the state change this check caused (open → half_open), if any.
+    """
+
+    allowed: bool
+    state: State
+    probe: bool = False
+    retry_in_s: float | None = None
+    change: BreakerChange | None = None
+
+
+@dataclass
+class _Slot:
+    state: State = "closed"
+    failures: int = 0
+    opened_at: float = 0.0
+    probing: bool = False
+
+
+class CircuitBreaker:
+    """Breakers for every (server, tool) seen.
+
+    Args:
+        threshold: consecutive failures that open a breaker (>= 1).
+        cooldown_s: seconds a breaker stays open before one probe is allowed.
+        clock: monotonic clock in seconds (inject a fake one in tests).
+        on_change: called with each :class:`BreakerChange`, under no lock held by the caller.
+    """
+
+    def __init__(
+        self,
+        threshold: int = 5,
+        cooldown_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[BreakerChange], None] | None = None,
+    ) -> None:
+        if threshold < 1 or cooldown_s < 0:
+            raise ValueError("threshold must be >= 1 and cooldown_s >= 0")
+        self.threshold, self.cooldown_s, self.clock, self.on_change = threshold, cooldown_s, clock, on_change
+        self._slots: dict[tuple[str, str], _Slot] = {}
+        self._down: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def state(self, server: str, tool: str) -> State:
+        """Current state of one breaker (``closed`` if never seen)."""
+        slot = self._slots.get((server, tool))
+        return slot.state if slot else "closed"
+
+    def _slot(self, server: str, tool: str, changes: list[BreakerChange]) -> _Slot:
+        slot = self._slots.get((server, tool))
+        if slot is None:
+            slot = self._slots[(server, tool)] = _Slot()
+            down_at = self._down.get(server)
+            if down_at is not None and self.clock() - down_at < self.cooldown_s:
+                self._move(server, tool, slot, "open", "server_down", changes, opened_at=down_at)
+        return slot
+
+    def _move(self, server: str, tool: str, slot: _Slot, new: State, reason: str,
+              changes: list[BreakerChange], opened_at: float | None = None) -> None:  # fmt: skip
+        changes.append(BreakerChange(server, tool, slot.state, new, reason, slot.failures))
+        slot.state = new
+        if new == "open":
+            slot.opened_at = self.clock() if opened_at is None else opened_at
+            slot.probing = False
+        elif new == "closed":
+            slot.failures, slot.probing = 0, False
+
+    def _emit(self, changes: list[BreakerChange]) -> None:
+        if self.on_change:
+            for change in changes:
+                self.on_change(change)
+
+    def before_call(self, server: str, tool: str) -> BreakerCheck:
+        """May a call to ``server``/``tool`` run now? Consumes the half-open probe if it is let through."""
+        changes: list[BreakerChange] = []
+        with self._lock:
+            slot = self._slot(server, tool, changes)
+            if slot.state == "open":
+                waited = self.clock() - slot.opened_at
+                if waited < self.cooldown_s:
+                    check = BreakerCheck(False, "open", retry_in_s=self.cooldown_s - waited)
+                else:
+                    self._move(server, tool, slot, "half_open", "cooldown_elapsed", changes)
+                    slot.probing = True
+                    check = BreakerCheck(True, "half_open", probe=True, change=changes[-1])
+            elif slot.state == "half_open":
+                if slot.probing:
+                    check = BreakerCheck(False, "half_open", retry_in_s=0.0)
+                else:
+                    slot.probing = True
+                    check = BreakerCheck(True, "half_open", probe=True)
+            else:
+                check = BreakerCheck(True, "closed")
+        self._emit(changes)
+        return check
+
+    def record_success(self, server: str, tool: str) -> BreakerChange | None:
+        """A call finished without error: resets the failure count; a successful probe closes."""
+        changes: list[BreakerChange] = []
+        with self._lock:
+            slot = self._slot(server, tool, changes)
+            if slot.state == "half_open":
+                self._move(server, tool, slot, "closed", "probe_succeeded", changes)
+                self._down.pop(server, None)
+            elif slot.state == "closed":
+                slot.failures = 0
+        self._emit(changes)
+        return changes[-1] if changes else None
+
+    def record_failure(self, server: str, tool: str, kind: str = "error") -> BreakerChange | None:
+        """A call failed (``kind``: ``"error"`` or ``"timeout"``); may open the breaker."""
+        if kind not in ("error", "timeout"):
+            raise ValueError(f"kind must be 'error' or 'timeout', not {kind!r}")
+        changes: list[BreakerChange] = []
+        with self._lock:
+            slot = self._slot(server, tool, changes)
+            slot.failures += 1
+            if slot.state == "half_open":
+                self._move(server, tool, slot, "open", "probe_failed", changes)
+            elif slot.state == "closed" and slot.failures >= self.threshold:
+                self._move(server, tool, slot, "open", "failures", changes)
+        self._emit(changes)
+        return changes[-1] if changes else None
+
+    def server_down(self, server: str) -> list[BreakerChange]:
+        """The upstream server is unreachable: open every known tool of it (and new ones, for the cool-down)."""
+        changes: list[BreakerChange] = []
+        with self._lock:
+            self._down[server] = self.clock()
+            for (srv, tool), slot in sorted(self._slots.items()):
+                if srv == server and slot.state != "open":
+                    self._move(srv, tool, slot, "open", "server_down", changes)
+        self._emit(changes)
+        return changes
+
+
+def breaker_open_decision(check: BreakerCheck, server: str, tool: str, policy_fingerprint: str) -> Decision:
+    """The deny :class:`Decision` to record when :meth:`CircuitBreaker.before_call` refuses a call."""
+    wait = f"; next probe in {check.retry_in_s:.1f} s" if check.retry_in_s else ""
+    return Decision(
+        effect="deny",
+        reason_code="breaker_open",
+        rule=None,
+        reason=f"circuit breaker for {server}/{tool} is {check.state}{wait}",
+        policy_fingerprint=policy_fingerprint,
+    )

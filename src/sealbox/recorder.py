@@ -1,0 +1,473 @@
+"""The in-process SDK: record a run, and every tool call before it runs.
+
+Usage::
+
+    recorder = sealbox.Recorder(store, policy=sealbox.policies.ALLOW_ALL)
+    with recorder.run(agent="support-bot", principal="agent:support-bot") as run:
+        rows = run.call_tool("db", "read_query", {"query": "SELECT 1"}, read_query)
+
+Order of a tool call (DESIGN.md, "A tool call, in order"): ``tool.call`` and its
+``policy.decision`` are committed in one fsync'd transaction **before** the tool
+function is invoked; then ``tool.result`` holds the result or the exception. If
+the ``tool.call`` cannot be recorded the tool does not run and the caller gets
+:class:`~sealbox.errors.RecordingError` ("no record, no action"). If the policy
+cannot decide, the call is denied ("no guardrail, no answer"). There is no
+fail-open mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable
+
+from sealbox.errors import ConfigError, RecordingError, SealboxError
+from sealbox.events import EventDraft
+from sealbox.policy import Policy
+from sealbox.policy.limits import LIMIT_COUNTERS, cost_of
+from sealbox.policy.model import CallContext, Decision
+
+__all__ = ["Recorder", "RunContext", "ToolDenied", "current_run"]
+
+_CURRENT: contextvars.ContextVar["RunContext | None"] = contextvars.ContextVar("sealbox_run", default=None)
+
+
+def current_run() -> "RunContext | None":
+    """The run active in this context (thread or task), if any."""
+    return _CURRENT.get()
+
+
+class ToolDenied(SealboxError):
+    """The tool call was not allowed; it did not run.
+
+    Attributes:
+        decision: the recorded :class:`~sealbox.policy.model.Decision`.
+        call_id: the call's id in the record.
+    """
+
+    def __init__(self, decision: Decision, call_id: str, server: str, tool: str) -> None:
+        self.decision, self.call_id = decision, call_id
+        rule = f" by rule {decision.rule}" if decision.rule else ""
+        super().__init__(f"{server}/{tool} denied{rule} ({decision.reason_code}): {decision.reason}")
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who acts: ``id`` (e.g. ``agent:support-bot``), ``role``, ``groups``, ``attributes``."""
+
+    id: str
+    role: str = "agent"
+    groups: tuple[str, ...] = ()
+    attributes: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "role": self.role, "groups": list(self.groups), "attributes": dict(self.attributes or {})}
+
+    @classmethod
+    def of(cls, value: "str | dict | Principal | None", agent: str) -> "Principal":
+        if isinstance(value, Principal):
+            return value
+        if value is None:
+            return cls(f"agent:{agent}")
+        if isinstance(value, str):
+            return cls(value)
+        if isinstance(value, dict) and isinstance(value.get("id"), str):
+            return cls(value["id"], value.get("role", "agent"), tuple(value.get("groups", ())), value.get("attributes"))
+        raise ConfigError(f"principal must be a string id or a dict with an 'id', got {value!r}")
+
+
+class Recorder:
+    """Records runs into a store and enforces a policy on every tool call.
+
+    Args:
+        store: an open, writable store.
+        policy: the policy deciding every tool call. Required: pass
+            ``sealbox.policies.ALLOW_ALL`` to allow everything explicitly.
+
+    Raises:
+        ConfigError: no policy was given.
+    """
+
+    def __init__(self, store: Any, policy: Policy | None = None) -> None:
+        if policy is None:
+            raise ConfigError("a policy is required: pass sealbox.policies.ALLOW_ALL to allow every call explicitly")
+        if not isinstance(policy, Policy):
+            raise ConfigError(f"policy must be a sealbox Policy, got {type(policy).__name__}")
+        self.store = store
+        self.policy = policy
+        self._needed = {LIMIT_COUNTERS[name][0] for name, _ in policy.limit_bounds} - {"elapsed_s"}
+
+    def run(self, *, agent: str, principal: "str | dict | Principal | None" = None, snapshot: Any = None,
+            labels: dict[str, str] | None = None, parent_run_id: str | None = None, run_id: str | None = None,
+            replay_of: str | None = None) -> "RunContext":
+        """A run context, for ``with`` or ``async with``.
+
+        Args:
+            agent: the agent's name.
+            principal: the agent's identity (string id, dict, or :class:`Principal`);
+                default ``agent:<agent>``.
+            snapshot: a :class:`~sealbox.snapshot.Snapshot` (stored once, its
+                fingerprint in ``run.started``), or None.
+            labels: string labels (``{"env": "prod"}``), matched by policies.
+            parent_run_id: the parent's run id, for a sub-agent.
+            run_id: a run id to use (default: a new time-ordered id).
+            replay_of: the run this one replays.
+        """
+        return RunContext(self, agent=agent, principal=Principal.of(principal, agent), snapshot=snapshot,
+                          labels=dict(labels or {}), parent_run_id=parent_run_id, run_id=run_id, replay_of=replay_of)
+
+    def tool(self, server: str, name: str | None = None, *, grant: str | None = None) -> Callable:
+        """Decorator: calls to the function inside an active run are recorded tool calls.
+
+        The recorded arguments are the bound arguments with defaults applied.
+        Outside a run, calling it raises :class:`RecordingError` (it is never run
+        unrecorded).
+        """
+        def wrap(fn: Callable) -> Callable:
+            tool_name = name or fn.__name__
+            sig = inspect.signature(fn)
+
+            def arguments(args: tuple, kwargs: dict) -> dict[str, Any]:
+                bound = sig.bind(*args, **kwargs)
+                bound.apply_defaults()
+                return dict(bound.arguments)
+
+            if inspect.iscoroutinefunction(fn):
+                @functools.wraps(fn)
+                async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                    run = _require_run(tool_name)
+                    return await run.acall_tool(server, tool_name, arguments(args, kwargs),
+                                                lambda **_: fn(*args, **kwargs), grant=grant)
+                return async_wrapper
+
+            @functools.wraps(fn)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                run = _require_run(tool_name)
+                return run.call_tool(server, tool_name, arguments(args, kwargs), lambda **_: fn(*args, **kwargs), grant=grant)
+            return wrapper
+        return wrap
+
+
+def _require_run(tool: str) -> "RunContext":
+    run = _CURRENT.get()
+    if run is None:
+        raise RecordingError(f"tool {tool!r} was called outside a recorded run; it did not run")
+    return run
+
+
+def _utc(now: datetime) -> str:
+    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class RunContext:
+    """One recorded run. Use as a (sync or async) context manager.
+
+    Attributes:
+        run_id: the run's id.
+        usage: token and cost totals of the model calls recorded so far.
+    """
+
+    def __init__(self, recorder: Recorder, *, agent: str, principal: Principal, snapshot: Any,
+                 labels: dict[str, str], parent_run_id: str | None, run_id: str | None, replay_of: str | None) -> None:
+        from sealbox.store.base import new_run_id
+
+        self.recorder, self.store, self.policy = recorder, recorder.store, recorder.policy
+        self.agent, self.principal, self.labels = agent, principal, labels
+        self.snapshot, self.parent_run_id, self.replay_of = snapshot, parent_run_id, replay_of
+        self.run_id = run_id or new_run_id()
+        self.usage = {"input_tokens": 0, "output_tokens": 0, "cost": 0.0}
+        self.started_at: datetime | None = None
+        self._lock = threading.Lock()
+        self._next_step = 1
+        self._links: dict[str, str] = {}  # tool call id from a model response -> its step
+        self._token: contextvars.Token | None = None
+        self.suspended = False
+        self.ended = False
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> "RunContext":
+        """Write ``run.started`` (called by ``with``)."""
+        fp = None
+        if self.snapshot is not None:
+            content = self.snapshot.to_dict() if hasattr(self.snapshot, "to_dict") else self.snapshot
+            fp = self._guard(lambda: self.store.put_snapshot(content))
+        payload = {
+            "agent": self.agent, "snapshot": fp, "parent_run_id": self.parent_run_id, "labels": self.labels,
+            "policy": {"fingerprint": self.policy.fingerprint, "name": self.policy.name},
+        }
+        if self.replay_of:
+            payload["replay_of"] = self.replay_of
+        self.started_at = datetime.now(timezone.utc)
+        self._append([self._draft("run.started", payload, self._take_step())])
+        return self
+
+    def end(self, status: str = "ok", error: BaseException | None = None) -> None:
+        """Write ``run.ended`` with ``status`` ok / error / cancelled."""
+        if self.ended:
+            return
+        payload: dict[str, Any] = {"status": status, "usage": dict(self.usage)}
+        if error is not None:
+            payload["error"] = {"type": type(error).__qualname__, "message": str(error)}
+        self._append([self._draft("run.ended", payload, self._take_step())])
+        self.ended = True
+
+    def __enter__(self) -> "RunContext":
+        self.start()
+        self._token = _CURRENT.set(self)
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if self._token is not None:
+            _CURRENT.reset(self._token)
+            self._token = None
+        if self.suspended and exc is not None and getattr(exc, "suspends_run", False):
+            return
+        if exc is None:
+            self.end("ok")
+        elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit)):
+            self.end("cancelled", exc)
+        else:
+            self.end("error", exc)
+
+    async def __aenter__(self) -> "RunContext":
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    # ----------------------------------------------------------------- helpers
+
+    def _take_step(self) -> str:
+        with self._lock:
+            step = str(self._next_step)
+            self._next_step += 1
+            return step
+
+    def _step_for_call(self, call_id: str | None) -> str:
+        if call_id is not None:
+            with self._lock:
+                linked = self._links.pop(call_id, None)
+            if linked is not None:
+                return linked
+        return self._take_step()
+
+    def _draft(self, kind: str, payload: dict[str, Any], step: str) -> EventDraft:
+        return EventDraft(kind, payload, run_id=self.run_id, principal=self.principal.id, step=step)
+
+    def _append(self, drafts: list[EventDraft]) -> list:
+        return self._guard(lambda: self.store.append(drafts))
+
+    @staticmethod
+    def _guard(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except RecordingError:
+            raise
+        except Exception as exc:  # any failure to record is a RecordingError, never a silent gap
+            raise RecordingError(f"could not record: {exc}") from exc
+
+    # ----------------------------------------------------------------- tool calls
+
+    def call_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *, grant: str | None = None,
+                  call_id: str | None = None, exposed: str | None = None) -> Any:
+        """Record a tool call, decide it, run ``fn`` if allowed, record the result.
+
+        ``fn`` is called as ``fn(**arguments)`` when ``arguments`` is a dict,
+        ``fn()`` when it is None, else ``fn(arguments)``.
+
+        Returns:
+            What ``fn`` returned.
+
+        Raises:
+            RecordingError: the call could not be recorded; ``fn`` did not run.
+            ToolDenied: the decision was not allow; ``fn`` did not run.
+            Exception: whatever ``fn`` raised, unchanged (after it is recorded).
+        """
+        call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed)
+        started = time.perf_counter_ns()
+        try:
+            result = _invoke(fn, arguments)
+        except BaseException as exc:
+            self._record_result(call_id, step, started, error=exc)
+            raise
+        self._record_result(call_id, step, started, result=result)
+        return result
+
+    async def acall_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *,
+                         grant: str | None = None, call_id: str | None = None, exposed: str | None = None) -> Any:
+        """Async form of :meth:`call_tool`; ``fn`` may be sync or async."""
+        call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed)
+        started = time.perf_counter_ns()
+        try:
+            result = _invoke(fn, arguments)
+            if inspect.isawaitable(result):
+                result = await result
+        except BaseException as exc:
+            self._record_result(call_id, step, started, error=exc)
+            raise
+        self._record_result(call_id, step, started, result=result)
+        return result
+
+    def _decide_and_record(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str | None,
+                           exposed: str | None) -> tuple[str, str]:
+        call_id = call_id or "call_" + uuid.uuid4().hex[:24]
+        step = self._step_for_call(call_id)
+        grant = grant or f"implicit:{self.principal.id}"
+        decision_box: list[Decision] = []
+
+        def build(reader: Any) -> list[EventDraft]:
+            decision, inputs = self._evaluate(reader, server, tool, arguments)
+            decision_box.append(decision)
+            drafts = [
+                self._draft("tool.call", {"call_id": call_id, "server": server, "tool": tool,
+                                          "exposed": exposed or f"{server}.{tool}", "arguments": arguments,
+                                          "grant": grant}, step),
+                self._draft("policy.decision", {"call_id": call_id, "server": server, "tool": tool,
+                                                **decision.to_payload(), "inputs": inputs}, step),
+            ]
+            if decision.limit is not None:
+                drafts.append(self._draft("guardrail.tripped", {"call_id": call_id, **decision.limit.to_dict()}, step))
+            return drafts
+
+        self._guard(lambda: self.store.append_with(build))
+        decision = decision_box[-1]
+        if not decision.allowed:
+            raise ToolDenied(decision, call_id, server, tool)
+        return call_id, step
+
+    def _evaluate(self, reader: Any, server: str, tool: str, arguments: Any) -> tuple[Decision, dict[str, Any]]:
+        """Decide the call inside the recording transaction. Never raises: any
+        failure is a ``guardrail_error`` deny ("no guardrail, no answer")."""
+        try:
+            return self._evaluate_unguarded(reader, server, tool, arguments)
+        except Exception as exc:  # noqa: BLE001 - fail closed
+            decision = Decision("deny", "guardrail_error", None, f"the guardrail failed: {type(exc).__name__}: {exc}",
+                                self.policy.fingerprint)
+            return decision, {"server": server, "tool": tool, "error": f"{type(exc).__name__}: {exc}"}
+
+    def _evaluate_unguarded(self, reader: Any, server: str, tool: str, arguments: Any) -> tuple[Decision, dict[str, Any]]:
+        now = datetime.now(timezone.utc)
+        ctx = CallContext(
+            server=server, tool=tool, arguments=_policy_view(arguments),
+            principal=self.principal.to_dict(), agent={"name": self.agent, "attributes": {}},
+            run={"id": self.run_id, "labels": self.labels, "started_at": _utc(self.started_at or now),
+                 "elapsed_s": (now - (self.started_at or now)).total_seconds()},
+            usage=self._usage(reader, server, tool, now), now=now,
+        )
+        decision = self.policy.evaluate(ctx)
+        if decision.effect == "require_approval":
+            decision = decision.denied_as(
+                "approval_unavailable", f"rule {decision.rule} requires approval, and approvals are not available here")
+        return decision, ctx.to_inputs()
+
+    def _usage(self, reader: Any, server: str, tool: str, now: datetime) -> dict[str, Any]:
+        if not self.recorder._needed:
+            return {}
+        day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        return reader.usage(run_id=self.run_id, agent=self.agent, server=server, tool=tool,
+                            since_minute=_utc(now - timedelta(seconds=60)), day_start=_utc(day),
+                            needed=self.recorder._needed)
+
+    def _record_result(self, call_id: str, step: str, started_ns: int, *, result: Any = None,
+                       error: BaseException | None = None) -> None:
+        duration = (time.perf_counter_ns() - started_ns) // 1000
+        payload: dict[str, Any] = {"call_id": call_id, "ok": error is None, "duration_us": duration}
+        if error is None:
+            payload["result"] = result
+        else:
+            payload["error"] = {"type": type(error).__qualname__, "message": str(error),
+                                "traceback": _short_traceback(error)}
+        self._append([self._draft("tool.result", payload, step)])
+
+    # ----------------------------------------------------------------- model calls and state
+
+    def model_call(self, request: Any, response: Any, usage: dict[str, Any] | None = None,
+                   latency: float | int | None = None, *, provider: str | None = None,
+                   model: str | None = None) -> "ModelCallRecord":
+        """Record one model call; tool calls it requests become sibling steps.
+
+        Args:
+            request, response: plain dicts or SDK objects in the OpenAI
+                chat-completions, OpenAI Responses or Anthropic Messages format
+                (detected), or any other value (recorded as given).
+            usage: ``{"input_tokens", "output_tokens"}``; default: read from the response.
+            latency: seconds (float) or microseconds (int) the call took.
+            provider, model: override what the adapter detects.
+
+        Returns:
+            A record with the step and the requested tool call ids (in order);
+            calls to :meth:`call_tool` with those ids get steps ``"<step>.1"``, ``"<step>.2"``…
+        """
+        from sealbox.adapters import normalize_model_call
+
+        info = normalize_model_call(request, response, provider=provider, model=model)
+        use = dict(info.usage)
+        if usage:
+            use.update({k: v for k, v in usage.items() if v is not None})
+        use = {"input_tokens": int(use.get("input_tokens") or 0), "output_tokens": int(use.get("output_tokens") or 0)}
+        cost = cost_of(self.policy, f"{info.provider}/{info.model}", use["input_tokens"], use["output_tokens"])
+        if cost:
+            use["cost"] = cost
+        step = self._take_step()
+        ids = [tc.id for tc in info.tool_calls]
+        with self._lock:
+            for i, tc_id in enumerate(ids, start=1):
+                self._links[tc_id] = f"{step}.{i}"
+        latency_us = int(latency * 1_000_000) if isinstance(latency, float) else int(latency or 0)
+        payload = {"provider": info.provider, "model": info.model, "format": info.format, "request": info.request,
+                   "response": info.response, "usage": use, "latency_us": latency_us, "tool_call_ids": ids}
+        self._append([self._draft("model.call", payload, step)])
+        with self._lock:
+            self.usage["input_tokens"] += use["input_tokens"]
+            self.usage["output_tokens"] += use["output_tokens"]
+            self.usage["cost"] += use.get("cost", 0.0)
+        return ModelCallRecord(step=step, tool_calls=tuple(info.tool_calls))
+
+    def save_state(self, state: Any, label: str | None = None) -> None:
+        """Record the agent's state (any value; encoded, large parts stored once as blobs)."""
+        payload: dict[str, Any] = {"state": state}
+        if label:
+            payload["label"] = label
+        self._append([self._draft("state.saved", payload, self._take_step())])
+
+    def note(self, text: str) -> None:
+        """Record an annotation in the run."""
+        self._append([self._draft("note", {"text": text}, self._take_step())])
+
+
+@dataclass(frozen=True)
+class ModelCallRecord:
+    """What :meth:`RunContext.model_call` recorded: its step and the tool calls it requested."""
+
+    step: str
+    tool_calls: tuple
+
+
+def _invoke(fn: Callable[..., Any], arguments: Any) -> Any:
+    if isinstance(arguments, dict):
+        return fn(**arguments)
+    if arguments is None:
+        return fn()
+    return fn(arguments)
+
+
+def _policy_view(arguments: Any) -> Any:
+    """Arguments as a condition sees them: type-tag encoded strict JSON (never raises)."""
+    from sealbox.canonical import encode
+
+    return encode(arguments)
+
+
+def _short_traceback(exc: BaseException, limit: int = 8) -> str:
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=limit)
+    text = "".join(lines)
+    return text if len(text) <= 4000 else text[:1000] + "\n…\n" + text[-2900:]

@@ -1,0 +1,186 @@
+"""Snapshots: the configuration a run ran under, fingerprinted.
+
+A snapshot holds the model (provider, name, version, parameters), the system
+prompt, knowledge (documents by content hash), skills, tools (server, name,
+description, input schema, version), limits, and the policy's fingerprint. Its
+**fingerprint** is ``sha256:`` + hex SHA-256 of its RFC 8785 canonical bytes:
+two runs with the same fingerprint ran under the same configuration. A store
+keeps each snapshot once, by fingerprint; ``run.started`` refers to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sealbox.canonical import canonical_bytes, decode, encode
+
+__all__ = ["Snapshot", "Knowledge", "ToolSpec", "snapshot_fingerprint", "diff_snapshots", "FieldDiff"]
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    """A document the agent could read, stored by content hash.
+
+    Attributes:
+        uri: where it came from (a path or URL).
+        content_hash: ``sha256:<hex>`` of its bytes.
+        size: its length in bytes.
+    """
+
+    uri: str
+    content_hash: str
+    size: int
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "Knowledge":
+        """Hash a file's bytes."""
+        data = Path(path).read_bytes()
+        return cls(str(path), "sha256:" + hashlib.sha256(data).hexdigest(), len(data))
+
+    @classmethod
+    def from_bytes(cls, uri: str, data: bytes) -> "Knowledge":
+        """Hash content fetched from ``uri``."""
+        return cls(uri, "sha256:" + hashlib.sha256(data).hexdigest(), len(data))
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool as the agent saw it (MCP ``tools/list`` entry plus its server)."""
+
+    server: str
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = field(default_factory=dict)
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A run's configuration. Every field is part of the fingerprint.
+
+    Attributes:
+        model: ``{"provider", "name", "version", "parameters": {...}}``.
+        system_prompt: the system prompt text.
+        knowledge: documents by content hash.
+        skills: skill names or descriptors.
+        tools: the tools offered to the agent.
+        limits: limits applied to the run.
+        policy: the policy's fingerprint (``sha256:<hex>``).
+        extra: anything else that shapes behaviour (framework versions, …).
+    """
+
+    model: dict[str, Any] = field(default_factory=dict)
+    system_prompt: str | None = None
+    knowledge: tuple[Knowledge, ...] = ()
+    skills: tuple[Any, ...] = ()
+    tools: tuple[ToolSpec, ...] = ()
+    limits: dict[str, Any] = field(default_factory=dict)
+    policy: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Strict JSON form (the canonical bytes are those of this dict)."""
+        return {
+            "model": encode(self.model),
+            "system_prompt": self.system_prompt,
+            "knowledge": [{"uri": k.uri, "content_hash": k.content_hash, "size": k.size} for k in self.knowledge],
+            "skills": encode(list(self.skills)),
+            "tools": [
+                {"server": t.server, "name": t.name, "description": t.description,
+                 "input_schema": encode(t.input_schema), "version": t.version}
+                for t in sorted(self.tools, key=lambda t: (t.server, t.name))
+            ],
+            "limits": encode(self.limits),
+            "policy": self.policy,
+            "extra": encode(self.extra),
+        }
+
+    @property
+    def fingerprint(self) -> str:
+        """``sha256:<hex>`` of the canonical bytes of :meth:`to_dict`."""
+        return snapshot_fingerprint(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Snapshot":
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            model=decode(d.get("model") or {}),
+            system_prompt=d.get("system_prompt"),
+            knowledge=tuple(Knowledge(k["uri"], k["content_hash"], k["size"]) for k in d.get("knowledge") or ()),
+            skills=tuple(decode(d.get("skills") or [])),
+            tools=tuple(ToolSpec(t["server"], t["name"], t.get("description", ""), decode(t.get("input_schema") or {}),
+                                 t.get("version")) for t in d.get("tools") or ()),
+            limits=decode(d.get("limits") or {}),
+            policy=d.get("policy"),
+            extra=decode(d.get("extra") or {}),
+        )
+
+
+def snapshot_fingerprint(content: dict[str, Any]) -> str:
+    """``sha256:<hex>`` of the RFC 8785 bytes of a snapshot's strict JSON form."""
+    return "sha256:" + hashlib.sha256(canonical_bytes(content)).hexdigest()
+
+
+@dataclass(frozen=True)
+class FieldDiff:
+    """One field that differs between two snapshots.
+
+    Attributes:
+        path: dotted path, list items by key (tools by ``server/name``) or index.
+        change: ``added``, ``removed`` or ``changed``.
+        a, b: the values in the first and second snapshot (None when absent).
+    """
+
+    path: str
+    change: str
+    a: Any = None
+    b: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"path": self.path, "change": self.change, "a": self.a, "b": self.b}
+
+
+def diff_snapshots(a: dict[str, Any], b: dict[str, Any]) -> list[FieldDiff]:
+    """Field-level differences between two snapshots' strict JSON forms, sorted by path."""
+    out: list[FieldDiff] = []
+    _diff(_keyed(a), _keyed(b), "", out)
+    return sorted(out, key=lambda d: d.path)
+
+
+def _keyed(value: Any) -> Any:
+    """Index lists of tools and knowledge by identity, so a reorder is not a change."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k == "tools" and isinstance(v, list):
+                out[k] = {f"{t.get('server')}/{t.get('name')}": _keyed(t) for t in v if isinstance(t, dict)}
+            elif k == "knowledge" and isinstance(v, list):
+                out[k] = {kn.get("uri"): _keyed(kn) for kn in v if isinstance(kn, dict)}
+            else:
+                out[k] = _keyed(v)
+        return out
+    return value
+
+
+def _diff(a: Any, b: Any, path: str, out: list[FieldDiff]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in a:
+                out.append(FieldDiff(sub, "added", None, b[key]))
+            elif key not in b:
+                out.append(FieldDiff(sub, "removed", a[key], None))
+            else:
+                _diff(a[key], b[key], sub, out)
+        return
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            _diff(x, y, f"{path}[{i}]", out)
+        return
+    if canonical_bytes(encode(a)) != canonical_bytes(encode(b)):
+        out.append(FieldDiff(path, "changed", a, b))

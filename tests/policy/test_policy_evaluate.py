@@ -1,0 +1,261 @@
+"""Evaluation: precedence, no-match deny, approvals, and every fail-closed path.
+
+Fault-injection tests wrap the tool function and assert it never ran when the
+decision is not allow.
+"""
+
+from __future__ import annotations
+
+import pytest
+from policy_helpers import call, load, run_if_allowed
+
+from sealbox.policy import ApprovalSpec, CallContext, Policy
+
+PRECEDENCE = """
+version: 1
+rules:
+  - id: reads-ok
+    match: {server: db, tool: "read_*"}
+    effect: allow
+  - id: deny-everything
+    effect: deny
+"""
+
+
+def test_first_matching_rule_decides_a_later_deny_does_not_win(tmp_path, tool):
+    policy = load(tmp_path, PRECEDENCE)
+    d = policy.evaluate(call(tool="read_rows"))
+    assert (d.effect, d.reason_code, d.rule) == ("allow", "policy_allow", "reads-ok")
+    assert run_if_allowed(d, tool) == "ran" and tool.calls == 1
+
+
+def test_later_rule_decides_when_earlier_ones_do_not_match(tmp_path, tool):
+    d = load(tmp_path, PRECEDENCE).evaluate(call(tool="drop_table"))
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "policy_deny", "deny-everything")
+    assert run_if_allowed(d, tool) is None and tool.calls == 0
+
+
+def test_no_matching_rule_is_a_deny_with_no_match(tmp_path, tool):
+    policy = load(tmp_path, "version: 1\nrules:\n  - id: r\n    match: {tool: x}\n    effect: allow\n")
+    d = policy.evaluate(call(tool="y", server="s"))
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "no_match", None)
+    assert d.reason == "no rule matches s/y; default is deny"
+    assert d.policy_fingerprint == policy.fingerprint
+    run_if_allowed(d, tool)
+    assert tool.calls == 0
+
+
+def test_an_empty_policy_denies_everything(tmp_path):
+    assert load(tmp_path, "version: 1\nrules: []\n").evaluate(call()).reason_code == "no_match"
+
+
+def test_principal_agent_and_label_matchers(tmp_path):
+    policy = load(tmp_path, """
+        version: 1
+        rules:
+          - id: ops-only
+            match: {principal: {groups: [ops]}, agent: {name: "support-*"}, labels: {env: [prod, staging]}}
+            effect: allow
+          - id: by-role
+            match: {principal: {role: [human], attributes: {team: payments}}}
+            effect: allow
+    """)
+    ops = {"id": "u1", "role": "agent", "groups": ["ops"], "attributes": {}}
+    assert policy.evaluate(call(principal=ops)).rule == "ops-only"
+    assert policy.evaluate(call(principal=ops, run={"labels": {"env": "dev"}})).reason_code == "no_match"
+    assert policy.evaluate(call(principal=ops, agent={"name": "billing-bot"})).reason_code == "no_match"
+    human = {"id": "u2", "role": "human", "groups": [], "attributes": {"team": "payments"}}
+    assert policy.evaluate(call(principal=human)).rule == "by-role"
+    assert policy.evaluate(call(principal={**human, "attributes": {"team": "infra"}})).reason_code == "no_match"
+
+
+def test_require_approval_carries_the_approval_spec(tmp_path, tool):
+    policy = load(tmp_path, """
+        version: 1
+        rules:
+          - id: writes-need-ops
+            match: {tool: write_query}
+            effect: require_approval
+            approval: {groups: [ops], identities: [alice], quorum: 2, expires: 30m}
+    """)
+    d = policy.evaluate(call(tool="write_query"))
+    assert (d.effect, d.reason_code, d.rule) == ("require_approval", "policy_require_approval", "writes-need-ops")
+    assert d.approval == ApprovalSpec(groups=("ops",), identities=("alice",), quorum=2, expires_s=1800)
+    assert d.to_payload()["approval"] == {"groups": ["ops"], "identities": ["alice"], "quorum": 2, "expires": 1800}
+    unavailable = d.denied_as("approval_unavailable", "approvals are not available yet")
+    assert (unavailable.effect, unavailable.reason_code, unavailable.rule) == ("deny", "approval_unavailable", "writes-need-ops")
+    run_if_allowed(d, tool)
+    assert tool.calls == 0
+
+
+def test_condition_true_and_false(tmp_path):
+    policy = load(tmp_path, """
+        version: 1
+        rules:
+          - id: selects
+            match: {tool: query}
+            when: 'call.arguments.sql.matches("(?i)^\\\\s*select\\\\b") && principal.role == "agent"'
+            effect: allow
+    """)
+    assert policy.evaluate(call(tool="query", arguments={"sql": "SELECT 1"})).effect == "allow"
+    d = policy.evaluate(call(tool="query", arguments={"sql": "DELETE FROM t"}))
+    assert (d.effect, d.reason_code) == ("deny", "no_match")
+
+
+def test_conditions_see_usage_run_and_now(tmp_path):
+    policy = load(tmp_path, """
+        version: 1
+        rules:
+          - id: office-hours
+            when: 'now.getHours() >= 9 && now.getHours() < 17 && run.labels.env == "prod" && usage.tool_calls_run < 3'
+            effect: allow
+    """)
+    assert policy.evaluate(call(usage={"tool_calls_run": 2})).rule == "office-hours"
+    assert policy.evaluate(call(usage={"tool_calls_run": 3})).reason_code == "no_match"
+
+
+GUARD = """
+version: 1
+evaluation: {{timeout_ms: {timeout}, max_input_bytes: {cap}}}
+rules:
+  - id: guard
+    when: '{when}'
+    effect: deny
+  - id: allow-rest
+    effect: allow
+"""
+
+
+def guarded(tmp_path, when: str, timeout: int = 50, cap: int = 65536, expensive: bool = False) -> Policy:
+    text = GUARD.format(when=when, timeout=timeout, cap=cap)
+    if expensive:
+        text = text.replace("    effect: deny", "    expensive: true\n    effect: deny", 1)
+    return load(tmp_path, text)
+
+
+@pytest.mark.parametrize(
+    ("when", "arguments", "reason"),
+    [
+        ("call.arguments.n / call.arguments.d > 1", {"n": 1, "d": 0}, "rule 'guard': condition raised ZeroDivisionError: division by zero in CEL expression"),
+        ('call.arguments.q + 1 > 2', {"q": "text"}, "rule 'guard': condition raised TypeError: Unsupported operation: string + int."),
+        ("call.arguments.missing == 1", {}, "rule 'guard': condition raised KeyError: 'missing'"),
+        ("size(call.arguments.q)", {"q": "abc"}, "rule 'guard': condition returned int, not a bool"),
+        ("call.arguments.q", {"q": None}, "rule 'guard': condition returned NoneType, not a bool"),
+    ],
+)
+def test_failing_condition_denies_with_guardrail_error_never_skipped(tmp_path, tool, when, arguments, reason):
+    # the deny rule errors; were it skipped, allow-rest would allow the call
+    d = guarded(tmp_path, when).evaluate(call(arguments=arguments))
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "guardrail_error", "guard")
+    assert d.reason.startswith(reason)
+    run_if_allowed(d, tool)
+    assert tool.calls == 0
+
+
+def test_oversized_arguments_deny_before_evaluating(tmp_path, tool):
+    policy = guarded(tmp_path, 'call.arguments.q == "x"', cap=100)
+    ok = policy.evaluate(call(arguments={"q": "a" * 84}))  # {"q":"aaa…"} is exactly 92 bytes
+    assert (ok.effect, ok.rule) == ("allow", "allow-rest")
+    d = policy.evaluate(call(arguments={"q": "a" * 93}))  # 101 bytes
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "guardrail_error", "guard")
+    assert d.reason == "rule 'guard': arguments are 101 bytes of canonical JSON, above max_input_bytes 100"
+    run_if_allowed(d, tool)
+    assert tool.calls == 0
+
+
+def test_size_cap_counts_escaped_and_multibyte_characters(tmp_path):
+    policy = guarded(tmp_path, 'call.arguments.q == "x"', cap=100)
+    assert policy.evaluate(call(arguments={"q": "é" * 45})).effect == "allow"  # 8 + 90 bytes
+    assert policy.evaluate(call(arguments={"q": "é" * 47})).reason_code == "guardrail_error"  # 102 bytes
+
+
+def test_in_process_condition_over_the_time_limit_denies(tmp_path, tool):
+    items = list(range(40))
+    policy = guarded(tmp_path, "call.arguments.items.map(x, x * 2).exists(y, y < 0)", timeout=1)
+    d = policy.evaluate(call(arguments={"items": items * 25}))
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "guardrail_error", "guard")
+    assert "above the time limit of 1 ms" in d.reason
+    run_if_allowed(d, tool)
+    assert tool.calls == 0
+
+
+def test_expensive_condition_runs_in_the_worker(tmp_path):
+    policy = guarded(tmp_path, "call.arguments.rows.exists(r, r.cols.exists(c, c < 0))", timeout=5000, expensive=True)
+    d = policy.evaluate(call(arguments={"rows": [{"cols": [1, -1]}]}))
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "policy_deny", "guard")
+    assert policy.evaluate(call(arguments={"rows": [{"cols": [1, 2]}]})).rule == "allow-rest"
+
+
+def test_expensive_condition_over_the_time_limit_is_killed_and_denied(tmp_path, tool):
+    from sealbox.policy.worker import default_worker
+
+    default_worker().start()  # start-up time is not part of the limit
+    restarts = default_worker().restarts
+    policy = guarded(tmp_path, "call.arguments.items.map(x, call.arguments.items.map(y, x + y)).size() < 0",
+                     timeout=200, expensive=True)  # fmt: skip
+    d = policy.evaluate(call(arguments={"items": list(range(400))}))
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "guardrail_error", "guard")
+    assert d.reason == "rule 'guard': expensive condition exceeded the time limit of 200 ms; worker killed"
+    assert default_worker().restarts == restarts + 1
+    run_if_allowed(d, tool)
+    assert tool.calls == 0
+    # a fresh worker answers the next call
+    assert policy.evaluate(call(arguments={"items": [1]})).rule == "allow-rest"
+
+
+def test_expensive_condition_error_in_the_worker_denies(tmp_path):
+    policy = guarded(tmp_path, "call.arguments.n / 0 > 1", timeout=5000, expensive=True)
+    d = policy.evaluate(call(arguments={"n": 1}))
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "guardrail_error", "guard")
+    assert d.reason.startswith("rule 'guard': condition raised ZeroDivisionError")
+
+
+def test_unexpected_exception_anywhere_is_a_guardrail_error(tmp_path, tool):
+    policy = guarded(tmp_path, 'call.arguments.q == "x"')
+    bad = call(arguments={"q": "x"})
+    bad.now = "not a datetime"  # type: ignore[assignment]
+    d = policy.evaluate(bad)
+    assert (d.effect, d.reason_code) == ("deny", "guardrail_error")
+    assert d.reason.startswith("policy evaluation failed: AttributeError")
+    run_if_allowed(d, tool)
+    assert tool.calls == 0
+
+
+def test_non_json_arguments_that_cel_cannot_convert_deny(tmp_path, tool):
+    d = guarded(tmp_path, 'call.arguments.q == "x"').evaluate(call(arguments={"q": object()}))
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "guardrail_error", "guard")
+    run_if_allowed(d, tool)
+    assert tool.calls == 0
+
+
+def test_redacted_arguments_make_the_decision_not_re_evaluable(tmp_path):
+    policy = guarded(tmp_path, 'call.arguments.q == "x"')
+    assert policy.evaluate(call(arguments={"q": "y"})).re_evaluable is True
+    d = policy.evaluate(call(arguments={"q": "[redacted]"}, redacted=True))
+    assert (d.rule, d.re_evaluable) == ("allow-rest", False)
+
+
+def test_redaction_does_not_matter_when_no_condition_reads_arguments(tmp_path):
+    d = guarded(tmp_path, 'call.tool == "drop"').evaluate(call(redacted=True))
+    assert (d.rule, d.re_evaluable) == ("allow-rest", True)
+
+
+def test_decision_payload_and_inputs_round_trip(tmp_path):
+    policy = guarded(tmp_path, 'call.arguments.q == "x"')
+    c = call(arguments={"q": "x"})
+    d = policy.evaluate(c)
+    payload = d.to_payload()
+    assert set(payload) == {"effect", "reason_code", "rule", "reason", "policy_fingerprint", "eval_us",
+                            "approval", "limit", "re_evaluable"}  # fmt: skip
+    assert payload["effect"] == "deny" and payload["rule"] == "guard" and isinstance(payload["eval_us"], int)
+    inputs = c.to_inputs()
+    assert inputs["now"] == "2026-11-29T12:00:00Z"
+    again = policy.evaluate(CallContext.from_inputs(inputs))
+    assert (again.effect, again.rule, again.reason_code) == (d.effect, d.rule, d.reason_code)
+
+
+def test_candidates_are_only_rules_whose_server_and_tool_match(tmp_path):
+    rules = "".join(f"  - id: r{i}\n    match: {{server: s{i}, tool: t{i}}}\n    effect: allow\n" for i in range(100))
+    policy = load(tmp_path, "version: 1\nrules:\n" + rules + "  - id: any-db\n    match: {server: 's5*'}\n    effect: deny\n")
+    assert [r.id for r in policy.candidates("s50", "t50")] == ["r50", "any-db"]
+    assert [r.id for r in policy.candidates("s1", "t50")] == []

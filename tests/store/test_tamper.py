@@ -1,0 +1,692 @@
+"""Tampering below the triggers is detected by ``verify`` and named precisely.
+
+Every case builds a real store (three agent runs plus the system run: 19 events,
+checkpoints at sizes 1, 11 and 19, three blobs), closes it, then changes the
+SQLite file with plain ``sqlite3`` after dropping the append-only triggers, and
+asserts the exact list of problems ``verify_store`` reports.
+
+Layout of the sample log (leaf index: run, run_seq, kind)::
+
+    0            system 1 run.started
+    1..6         run A  1..6  run.started, tool.call, policy.decision, tool.result, note, run.ended
+    7..12        run B  1..6  (same)
+    13..18       run C  1..6  (same)
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import (
+    SEALBOX,
+    Sample,
+    build_sample,
+    closing_db,
+    leaf_hash,
+    note,
+    record_run,
+    snapshot_dir,
+    tag,
+    tamper,
+)
+from sealbox import CheckpointPolicy, StoreRolledBackError, open_store, verify_store
+from sealbox import blobs as _blobs
+from sealbox.ledger import merkle
+from sealbox.ledger.checkpoint import Checkpoint, Signer, generate_key, sign_checkpoint
+
+SIZE = 19
+CP1, CP2, CP3, CPFILE = "checkpoint 1 (size 1)", "checkpoint 2 (size 11)", "checkpoint 3 (size 19)", "the newest checkpoint file"
+
+
+# --------------------------------------------------------------------------- fixtures and helpers
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Sample:
+    sample = build_sample(tmp_path_factory.mktemp("template") / "s")
+    assert sample.size == SIZE
+    return sample
+
+
+@pytest.fixture
+def s(template: Sample, tmp_path: Path) -> Sample:
+    """A private copy of the closed template store."""
+    dst = tmp_path / "s"
+    shutil.copytree(template.path, dst)
+    return Sample(dst, template.runs, template.vkey, template.origin, template.size, template.rows)
+
+
+def verify(path: Path, **kwargs):
+    store = open_store(path, readonly=True)
+    try:
+        return verify_store(store, **kwargs)
+    finally:
+        store.close()
+
+
+def where(p) -> tuple:
+    return (p.code, p.run_id, p.run_seq, p.kind, p.leaf_index)
+
+
+def raw_of(path: Path, leaf: int) -> tuple[bytes, bytes]:
+    with closing_db(path) as db:
+        raw, lh = db.execute("SELECT raw, leaf_hash FROM events WHERE leaf_index = ?", (leaf,)).fetchone()
+    return bytes(raw), bytes(lh)
+
+
+def flip(data: bytes, old: bytes, xor: int = 0x01) -> bytes:
+    """Flip one bit of the first byte of the first occurrence of ``old`` in ``data``."""
+    at = data.index(old)
+    out = bytearray(data)
+    out[at] ^= xor
+    return bytes(out)
+
+
+def covering_nodes(leaves: set[int], size: int) -> list[tuple[int, int]]:
+    """Stored full-subtree nodes (level, idx) whose leaves include any of ``leaves``, sorted as verify walks them."""
+    out = set()
+    for leaf in leaves:
+        level = 0
+        while (1 << level) <= size:
+            idx = leaf >> level
+            if (idx + 1) << level <= size:
+                out.add((level, idx))
+            level += 1
+    return sorted(out)
+
+
+def node_problems(report) -> list[tuple[int, int]]:
+    out = []
+    for p in report.problems:
+        if p.code == "tree_node_mismatch":
+            pos = p.message.split("(", 1)[1].split(")", 1)[0]
+            level, idx = (int(x) for x in pos.split(", "))
+            out.append((level, idx))
+    return out
+
+
+def signed_root(s: Sample, size: int) -> str:
+    with closing_db(s.path) as db:
+        (root,) = db.execute("SELECT root_hash FROM checkpoints WHERE tree_size = ?", (size,)).fetchone()
+    return tag(bytes(root))
+
+
+def recomputed_tree(path: Path) -> merkle.MemoryTree:
+    with closing_db(path) as db:
+        raws = [bytes(r[0]) for r in db.execute("SELECT raw FROM events ORDER BY leaf_index")]
+    return merkle.MemoryTree([leaf_hash(r) for r in raws])
+
+
+def rewrite_all_hashes(path: Path) -> None:
+    """What a careful attacker does after editing events: recompute every stored leaf hash and tree node."""
+    tree = recomputed_tree(path)
+    with closing_db(path) as db:
+        leaves = [(i, bytes(raw)) for i, raw in db.execute("SELECT leaf_index, raw FROM events ORDER BY leaf_index")]
+        nodes = [(lv, ix) for lv, ix in db.execute("SELECT level, idx FROM tree_nodes")]
+    tamper(path, *[("UPDATE events SET leaf_hash = ? WHERE leaf_index = ?", (leaf_hash(raw), i)) for i, raw in leaves],
+           *[("UPDATE tree_nodes SET hash = ? WHERE level = ? AND idx = ?", (tree.get_node(lv, ix), lv, ix)) for lv, ix in nodes])
+
+
+def checkpoint_rows(path: Path) -> list[tuple[int, int, str]]:
+    with closing_db(path) as db:
+        return db.execute("SELECT id, tree_size, note FROM checkpoints ORDER BY id").fetchall()
+
+
+def flip_signature(note_text: str, at: int = 20) -> str:
+    """Flip one bit of the Ed25519 signature (after the 4-byte key id) in the note's signature line."""
+    body, sigs = note_text.split("\n\n", 1)
+    prefix, b64 = sigs.rstrip("\n").rsplit(" ", 1)
+    raw = bytearray(base64.b64decode(b64))
+    raw[at] ^= 0x01
+    return f"{body}\n\n{prefix} {base64.b64encode(bytes(raw)).decode()}\n"
+
+
+def resign(note_text: str, signer: Signer) -> str:
+    return sign_checkpoint(Checkpoint.parse(note_text.split("\n\n", 1)[0] + "\n"), signer)
+
+
+def ckpt_problem(code: str, where_: str):
+    return (code, where_)
+
+
+def ckpt_problems(report) -> list[tuple[str, str]]:
+    """(code, which checkpoint) for every checkpoint-level problem."""
+    out = []
+    for p in report.problems:
+        if p.code.startswith("checkpoint_") or p.code == "log_truncated":
+            for name in (CP1, CP2, CP3, CPFILE):
+                if p.message.startswith(name):
+                    out.append((p.code, name))
+                    break
+            else:  # pragma: no cover - a message that names no checkpoint is itself a failure
+                out.append((p.code, p.message))
+    return out
+
+
+# --------------------------------------------------------------------------- the clean baseline
+
+
+def test_sample_store_is_clean(s: Sample) -> None:
+    report = verify(s.path)
+    assert report.ok, report.problems
+    assert (report.events, report.runs, report.checkpoints, report.blobs) == (SIZE, 4, 3, 3)
+    assert report.tree_size_signed == SIZE
+    assert report.trusted_key == s.vkey
+    assert [r[1:] for r in s.rows[7:13]] == [
+        (s.runs[1], 1, "run.started"), (s.runs[1], 2, "tool.call"), (s.runs[1], 3, "policy.decision"),
+        (s.runs[1], 4, "tool.result"), (s.runs[1], 5, "note"), (s.runs[1], 6, "run.ended"),
+    ]
+
+
+# --------------------------------------------------------------------------- events
+
+
+def test_flip_one_payload_byte(s: Sample) -> None:
+    raw, stored = raw_of(s.path, 11)  # run B, run_seq 5, note {"text": "note 1"}
+    bad = flip(raw, b'1"}')  # "note 1" -> "note 0"
+    assert b'"text":"note 0"' in bad and len(bad) == len(raw)
+    tamper(s.path, ("UPDATE events SET raw = ? WHERE leaf_index = 11", (bad,)))
+    report = verify(s.path)
+    run = s.runs[1]
+    changed = tag(leaf_hash(bad))
+    assert [where(p) for p in report.problems if p.code != "tree_node_mismatch"] == [
+        ("leaf_hash_mismatch", run, 5, "note", 11),
+        ("chain_broken", run, 6, "run.ended", 12),
+        ("checkpoint_root_mismatch", None, None, None, None),
+        ("checkpoint_root_mismatch", None, None, None, None),
+    ]
+    lh, chain = report.problems[0], report.problems[1]
+    assert (lh.expected, lh.found) == (changed, tag(stored))
+    assert (chain.expected, chain.found) == (changed, tag(stored))
+    assert "prev" in chain.message
+    assert node_problems(report) == covering_nodes({11}, SIZE)
+    assert ckpt_problems(report) == [("checkpoint_root_mismatch", CP3), ("checkpoint_root_mismatch", CPFILE)]
+    for p in report.problems:
+        if p.code == "checkpoint_root_mismatch":
+            assert p.expected == signed_root(s, SIZE)
+            assert p.found == tag(recomputed_tree(s.path).root(SIZE))
+    assert report.tree_size_signed == 11  # checkpoint 2 still verifies: it does not cover leaf 11
+
+
+def test_flip_one_byte_making_the_event_unreadable(s: Sample) -> None:
+    raw, _ = raw_of(s.path, 11)
+    bad = b"[" + raw[1:]  # '{' -> '[': not JSON any more
+    tamper(s.path, ("UPDATE events SET raw = ? WHERE leaf_index = 11", (bad,)))
+    report = verify(s.path)
+    run = s.runs[1]
+    codes = [where(p) for p in report.problems if p.code not in ("tree_node_mismatch", "checkpoint_root_mismatch")]
+    assert codes[0] == ("event_malformed", run, 5, "note", 11)  # named from the index columns
+    assert ("leaf_hash_mismatch", None, None, None, 11) in codes
+    # the next event of the run no longer follows a known event
+    assert ("chain_broken", run, 6, "run.ended", 12) in codes
+    assert ckpt_problems(report) == [("checkpoint_root_mismatch", CP3), ("checkpoint_root_mismatch", CPFILE)]
+
+
+def test_flip_payload_and_recompute_leaf_hash(s: Sample) -> None:
+    """The attacker also rewrites the leaf_hash column: the next event's prev and the signed root still catch it."""
+    raw, stored = raw_of(s.path, 11)
+    bad = flip(raw, b'1"}')
+    tamper(s.path, ("UPDATE events SET raw = ?, leaf_hash = ? WHERE leaf_index = 11", (bad, leaf_hash(bad))))
+    report = verify(s.path)
+    run = s.runs[1]
+    assert [where(p) for p in report.problems if p.code != "tree_node_mismatch"] == [
+        ("chain_broken", run, 6, "run.ended", 12),
+        ("checkpoint_root_mismatch", None, None, None, None),
+        ("checkpoint_root_mismatch", None, None, None, None),
+    ]
+    assert (report.problems[0].expected, report.problems[0].found) == (tag(leaf_hash(bad)), tag(stored))
+    assert node_problems(report) == covering_nodes({11}, SIZE)
+    assert ckpt_problems(report) == [("checkpoint_root_mismatch", CP3), ("checkpoint_root_mismatch", CPFILE)]
+
+
+def test_flip_payload_and_recompute_every_stored_hash(s: Sample) -> None:
+    """Leaf hashes and tree nodes rewritten too: the run chain and the signed root remain."""
+    raw, _ = raw_of(s.path, 11)
+    tamper(s.path, ("UPDATE events SET raw = ? WHERE leaf_index = 11", (flip(raw, b'1"}'),)))
+    rewrite_all_hashes(s.path)
+    report = verify(s.path)
+    assert [where(p) for p in report.problems] == [
+        ("chain_broken", s.runs[1], 6, "run.ended", 12),
+        ("checkpoint_root_mismatch", None, None, None, None),
+        ("checkpoint_root_mismatch", None, None, None, None),
+    ]
+
+
+def test_change_last_event_of_a_run_and_recompute_every_stored_hash(s: Sample) -> None:
+    """No later event chains to it: only the signed checkpoints covering it can tell."""
+    raw, _ = raw_of(s.path, 18)  # run C's run.ended
+    ts_digit = raw.index(b'Z","v"') - 1
+    bad = bytearray(raw)
+    bad[ts_digit] = ord("0") if raw[ts_digit] != ord("0") else ord("1")
+    tamper(s.path, ("UPDATE events SET raw = ? WHERE leaf_index = 18", (bytes(bad),)))
+    rewrite_all_hashes(s.path)
+    report = verify(s.path)
+    assert ckpt_problems(report) == [("checkpoint_root_mismatch", CP3), ("checkpoint_root_mismatch", CPFILE)]
+    assert [p.code for p in report.problems] == ["checkpoint_root_mismatch"] * 2
+    assert report.problems[0].expected == signed_root(s, SIZE)
+
+
+def test_delete_one_event(s: Sample) -> None:
+    _, h10 = raw_of(s.path, 10)
+    _, h11 = raw_of(s.path, 11)
+    tamper(s.path, "DELETE FROM events WHERE leaf_index = 11")
+    report = verify(s.path)
+    run = s.runs[1]
+    gaps = [p for p in report.problems if p.code == "leaf_gap"]
+    assert (gaps[0].leaf_index, gaps[0].expected, gaps[0].found) == (12, "leaf 11", "leaf 12")
+    chain = [p for p in report.problems if p.code == "chain_broken"]
+    assert [where(p) for p in chain] == [("chain_broken", run, 6, "run.ended", 12)] * 2
+    assert (chain[0].expected, chain[0].found) == ("5", "6")  # run_seq 5 is missing
+    assert (chain[1].expected, chain[1].found) == (tag(h10), tag(h11))  # prev names the deleted event
+    # 18 events remain where checkpoint 3 and the checkpoint file signed 19
+    assert ckpt_problems(report) == [("log_truncated", CP3), ("log_truncated", CPFILE)]
+    truncated = [p for p in report.problems if p.code == "log_truncated"]
+    assert {(p.expected, p.found) for p in truncated} == {("at least 19 events", "18 events")}
+    assert report.tree_size_signed == 11
+    others = {p.code for p in report.problems} - {"leaf_gap", "chain_broken", "log_truncated"}
+    assert others == {"tree_node_mismatch", "tree_node_extra"}
+
+
+def test_bug_one_deleted_event_is_reported_as_one_leaf_gap(s: Sample) -> None:
+    """BUG (src/sealbox/verify.py, EventVerifier.add): one missing event yields a leaf_gap for EVERY later event.
+
+    The gap is measured against the recomputed tree size instead of the previous
+    stored index, so deleting leaf 0 of a million-event log prints a million
+    lines, each claiming "an event is missing or out of place" for an event that
+    is neither. Expected: one leaf_gap, at the first index after the hole, naming
+    the event found there (run, run_seq, kind).
+    """
+    tamper(s.path, "DELETE FROM events WHERE leaf_index = 11")
+    gaps = [p for p in verify(s.path).problems if p.code == "leaf_gap"]
+    assert [(p.leaf_index, p.expected, p.found) for p in gaps] == [(12, "leaf 11", "leaf 12")]
+    assert (gaps[0].run_id, gaps[0].run_seq, gaps[0].kind) == (s.runs[1], 6, "run.ended")
+
+
+def test_swap_two_events_raw_bytes(s: Sample) -> None:
+    """Swap the hashed bytes (and their stored leaf hashes) of leaves 11 and 12; the index columns stay."""
+    r11, h11 = raw_of(s.path, 11)
+    r12, h12 = raw_of(s.path, 12)
+    tamper(s.path, ("UPDATE events SET raw = ?, leaf_hash = ? WHERE leaf_index = 11", (r12, h12)),
+           ("UPDATE events SET raw = ?, leaf_hash = ? WHERE leaf_index = 12", (r11, h11)))
+    report = verify(s.path)
+    run = s.runs[1]
+    assert [where(p) for p in report.problems if p.code != "tree_node_mismatch"] == [
+        ("index_mismatch", run, 6, "run.ended", 11),
+        ("chain_broken", run, 6, "run.ended", 11),   # run_seq 6 where 5 is due
+        ("chain_broken", run, 6, "run.ended", 11),   # its prev is the (moved) note, not the tool.result
+        ("index_mismatch", run, 5, "note", 12),
+        ("chain_broken", run, 5, "note", 12),        # run_seq 5 where 7 is due
+        ("chain_broken", run, 5, "note", 12),        # prev
+        ("chain_broken", run, 5, "note", 12),        # an event after run.ended
+        ("checkpoint_root_mismatch", None, None, None, None),
+        ("checkpoint_root_mismatch", None, None, None, None),
+    ]
+    p = report.problems
+    assert (p[0].expected, p[0].found) == (repr((run, 6, "run.ended")), repr((run, 5, "note")))
+    assert (p[1].expected, p[1].found) == ("5", "6")
+    assert (p[4].expected, p[4].found) == ("7", "5")
+    assert (p[6].expected, p[6].found) == ("no event", "note")
+    assert node_problems(report) == covering_nodes({11, 12}, SIZE)
+    assert ckpt_problems(report) == [("checkpoint_root_mismatch", CP3), ("checkpoint_root_mismatch", CPFILE)]
+
+
+def test_swap_two_events_raw_bytes_without_their_hashes(s: Sample) -> None:
+    r11, h11 = raw_of(s.path, 11)
+    r12, h12 = raw_of(s.path, 12)
+    tamper(s.path, ("UPDATE events SET raw = ? WHERE leaf_index = 11", (r12,)),
+           ("UPDATE events SET raw = ? WHERE leaf_index = 12", (r11,)))
+    report = verify(s.path)
+    run = s.runs[1]
+    mism = [p for p in report.problems if p.code == "leaf_hash_mismatch"]
+    assert [where(p) for p in mism] == [("leaf_hash_mismatch", run, 6, "run.ended", 11),
+                                        ("leaf_hash_mismatch", run, 5, "note", 12)]
+    assert (mism[0].expected, mism[0].found) == (tag(h12), tag(h11))
+    assert ckpt_problems(report) == [("checkpoint_root_mismatch", CP3), ("checkpoint_root_mismatch", CPFILE)]
+
+
+def test_swap_two_whole_rows_by_leaf_index(s: Sample) -> None:
+    """Swap the leaf_index of two rows: the rows (raw, hash, index columns) move together."""
+    tamper(s.path, "UPDATE events SET leaf_index = -1 WHERE leaf_index = 11",
+           "UPDATE events SET leaf_index = 11 WHERE leaf_index = 12",
+           "UPDATE events SET leaf_index = 12 WHERE leaf_index = -1")
+    report = verify(s.path)
+    run = s.runs[1]
+    assert [where(p) for p in report.problems if p.code != "tree_node_mismatch"] == [
+        ("chain_broken", run, 6, "run.ended", 11),
+        ("chain_broken", run, 6, "run.ended", 11),
+        ("chain_broken", run, 5, "note", 12),
+        ("chain_broken", run, 5, "note", 12),
+        ("chain_broken", run, 5, "note", 12),
+        ("checkpoint_root_mismatch", None, None, None, None),
+        ("checkpoint_root_mismatch", None, None, None, None),
+    ]
+    assert node_problems(report) == covering_nodes({11, 12}, SIZE)
+    assert ckpt_problems(report) == [("checkpoint_root_mismatch", CP3), ("checkpoint_root_mismatch", CPFILE)]
+
+
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_cut_the_tail(s: Sample, k: int) -> None:
+    tamper(s.path, ("DELETE FROM events WHERE leaf_index >= ?", (SIZE - k,)))
+    report = verify(s.path)
+    # checkpoint 2 (size 11) survives every cut here; checkpoint 3 and the file (size 19) do not
+    assert ckpt_problems(report) == [("log_truncated", CP3), ("log_truncated", CPFILE)]
+    truncated = [p for p in report.problems if p.code == "log_truncated"]
+    assert {(p.expected, p.found) for p in truncated} == {("at least 19 events", f"{SIZE - k} events")}
+    assert all("19 events" in p.message and f"only {SIZE - k} are present" in p.message for p in truncated)
+    # the stored tree still has nodes for the cut leaves
+    extra = sorted(p.message for p in report.problems if p.code == "tree_node_extra")
+    assert len(extra) == len([n for n in covering_nodes(set(range(SIZE - k, SIZE)), SIZE)])
+    assert {p.code for p in report.problems} == {"log_truncated", "tree_node_extra"}
+    assert report.tree_size_signed == 11
+
+
+def test_cut_the_tail_and_its_tree_nodes(s: Sample) -> None:
+    tamper(s.path, "DELETE FROM events WHERE leaf_index >= 16",
+           "DELETE FROM tree_nodes WHERE ((idx + 1) << level) > 16")
+    report = verify(s.path)
+    assert [(p.code, p.expected, p.found) for p in report.problems] == [
+        ("log_truncated", "at least 19 events", "16 events")] * 2
+    assert ckpt_problems(report) == [("log_truncated", CP3), ("log_truncated", CPFILE)]
+
+
+# --------------------------------------------------------------------------- blobs
+
+
+def blob_rows(path: Path) -> list[tuple[str, bytes, bytes]]:
+    with closing_db(path) as db:
+        return [(r, bytes(sa), bytes(c)) for r, sa, c in db.execute("SELECT ref, salt, content FROM blobs ORDER BY ref")]
+
+
+def test_replace_blob_content(s: Sample) -> None:
+    ref, salt, content = blob_rows(s.path)[0]
+    bad = content.replace(b"result-", b"RESULT-")
+    assert bad != content
+    tamper(s.path, ("UPDATE blobs SET content = ? WHERE ref = ?", (bad, ref)))
+    report = verify(s.path)
+    assert [(p.code, p.expected, p.found) for p in report.problems] == [
+        ("blob_mismatch", ref, _blobs.commitment(salt, bad))]
+    assert ref in report.problems[0].message
+
+
+def test_replace_blob_salt(s: Sample) -> None:
+    ref, salt, content = blob_rows(s.path)[1]
+    tamper(s.path, ("UPDATE blobs SET salt = ? WHERE ref = ?", (bytes(32), ref)))
+    report = verify(s.path)
+    assert [(p.code, p.expected, p.found) for p in report.problems] == [
+        ("blob_mismatch", ref, _blobs.commitment(bytes(32), content))]
+
+
+def test_replace_blob_with_a_new_consistent_commitment(s: Sample) -> None:
+    """Content and salt replaced consistently under a NEW ref: the event still points to the old one."""
+    ref, _, content = blob_rows(s.path)[0]
+    with closing_db(s.path) as db:
+        (secret,) = db.execute("SELECT secret FROM store_secret").fetchone()
+    bad = content.replace(b"result-", b"RESULT-")
+    salt = _blobs.salt_for(bytes(secret), bad)
+    new_ref = _blobs.commitment(salt, bad)
+    tamper(s.path, ("DELETE FROM blobs WHERE ref = ?", (ref,)),
+           ("INSERT INTO blobs (ref, salt, content, size) VALUES (?, ?, ?, ?)", (new_ref, salt, bad, len(bad))))
+    report = verify(s.path)
+    assert [p.code for p in report.problems] == ["blob_missing"]
+    assert ref in report.problems[0].message and new_ref not in report.problems[0].message
+
+
+def test_blob_erased_without_content_erased_event(s: Sample) -> None:
+    """Erasure is allowed by the triggers (no trigger dropped here), but must come with a content.erased event."""
+    ref = blob_rows(s.path)[0][0]
+    with closing_db(s.path) as db:
+        db.execute("UPDATE blobs SET salt = NULL, content = NULL WHERE ref = ?", (ref,))
+    report = verify(s.path)
+    assert [p.code for p in report.problems] == ["blob_erased_silently"]
+    assert ref in report.problems[0].message
+
+
+def test_blob_erased_with_content_erased_event_is_clean(s: Sample) -> None:
+    ref = blob_rows(s.path)[0][0]
+    store = open_store(s.path)
+    store.append(__import__("sealbox").EventDraft("content.erased", {"blob": ref, "reason": "retention"}))
+    store.close()
+    with closing_db(s.path) as db:
+        db.execute("UPDATE blobs SET salt = NULL, content = NULL WHERE ref = ?", (ref,))
+    report = verify(s.path)
+    assert report.ok, report.problems
+
+
+# --------------------------------------------------------------------------- checkpoints and trust
+
+
+def test_forge_a_checkpoint_signature(s: Sample) -> None:
+    cid, size, text = checkpoint_rows(s.path)[1]
+    assert size == 11
+    tamper(s.path, ("UPDATE checkpoints SET note = ? WHERE id = ?", (flip_signature(text), cid)))
+    report = verify(s.path)
+    assert ckpt_problems(report) == [("checkpoint_signature", CP2)]
+    (p,) = report.problems
+    assert (p.expected, p.found) == (f"a signature by {s.vkey}", f"signatures by {s.origin}")
+    assert "invalid signature" in p.message
+    assert report.tree_size_signed == SIZE  # the others still verify
+
+
+def test_forge_the_newest_checkpoint_file_signature(s: Sample) -> None:
+    path = s.path / "checkpoint"
+    path.write_text(flip_signature(path.read_text()))
+    report = verify(s.path)
+    assert ckpt_problems(report) == [("checkpoint_signature", CPFILE)]
+    assert len(report.problems) == 1
+
+
+def test_resign_a_checkpoint_with_another_key_of_the_same_name(s: Sample) -> None:
+    skey, other_vkey = generate_key(s.origin)
+    assert other_vkey.split("+")[0] == s.vkey.split("+")[0] and other_vkey != s.vkey
+    cid, _, text = checkpoint_rows(s.path)[1]
+    tamper(s.path, ("UPDATE checkpoints SET note = ? WHERE id = ?", (resign(text, Signer.from_key(skey)), cid)))
+    report = verify(s.path)
+    assert ckpt_problems(report) == [("checkpoint_signature", CP2)]
+    assert report.problems[0].expected == f"a signature by {s.vkey}"
+
+
+def test_resign_with_another_key_under_the_trusted_key_id(s: Sample) -> None:
+    """The forged signature line even carries the real key's 4-byte id: the Ed25519 check still fails."""
+    skey, _ = generate_key(s.origin)
+    cid, _, text = checkpoint_rows(s.path)[2]
+    forged = resign(text, Signer.from_key(skey))
+    real_id = base64.b64decode(text.rstrip("\n").rsplit(" ", 1)[1])[:4]
+    body, sig = forged.split("\n\n", 1)
+    prefix, b64 = sig.rstrip("\n").rsplit(" ", 1)
+    forged = f"{body}\n\n{prefix} {base64.b64encode(real_id + base64.b64decode(b64)[4:]).decode()}\n"
+    tamper(s.path, ("UPDATE checkpoints SET note = ? WHERE id = ?", (forged, cid)))
+    report = verify(s.path)
+    assert ckpt_problems(report) == [("checkpoint_signature", CP3)]
+    assert "invalid signature" in report.problems[0].message
+
+
+def test_verify_with_another_trusted_key_reports_every_checkpoint(s: Sample) -> None:
+    _, other_vkey = generate_key(s.origin)
+    report = verify(s.path, trusted_vkey=other_vkey)
+    assert ckpt_problems(report) == [("checkpoint_signature", n) for n in (CP1, CP2, CP3, CPFILE)]
+    assert {p.expected for p in report.problems} == {f"a signature by {other_vkey}"}
+    assert (report.tree_size_signed, report.root, report.trusted_key) == (0, None, other_vkey)
+    assert verify(s.path, trusted_vkey=s.vkey).ok
+
+
+def test_full_rewrite_passes_the_pinned_key_but_not_a_key_kept_elsewhere(s: Sample) -> None:
+    """An attacker who owns the folder edits an event, recomputes every hash, re-signs every checkpoint
+    with a new key of the same name and replaces log.vkey and DIR/checkpoint. Only a key kept elsewhere catches it."""
+    raw, _ = raw_of(s.path, 18)
+    tamper(s.path, ("UPDATE events SET raw = ? WHERE leaf_index = 18", (raw.replace(b'"ok"', b'"error"'),)))
+    rewrite_all_hashes(s.path)
+    tree = recomputed_tree(s.path)
+    skey, fake_vkey = generate_key(s.origin)
+    signer = Signer.from_key(skey)
+    updates = []
+    for cid, size, _ in checkpoint_rows(s.path):
+        new = sign_checkpoint(Checkpoint(s.origin, size, tree.root(size)), signer)
+        updates.append(("UPDATE checkpoints SET note = ?, root_hash = ? WHERE id = ?", (new, tree.root(size), cid)))
+    tamper(s.path, *updates)
+    (s.path / "checkpoint").write_text(sign_checkpoint(Checkpoint(s.origin, SIZE, tree.root(SIZE)), signer))
+    (s.path / "log.vkey").write_text(fake_vkey + "\n")
+
+    assert verify(s.path).ok  # the pinned key lives in the folder the attacker controls
+    report = verify(s.path, trusted_vkey=s.vkey)
+    assert ckpt_problems(report) == [("checkpoint_signature", n) for n in (CP1, CP2, CP3, CPFILE)]
+    assert report.tree_size_signed == 0
+
+
+# --------------------------------------------------------------------------- rollback behind the newest checkpoint
+
+
+def test_roll_back_behind_the_newest_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    sample = build_sample(path, nruns=1)  # 7 events, closed: its WAL is checkpointed into sealbox.db
+    assert sample.size == 7
+    backup = tmp_path / "backup.db"
+    src = sqlite3.connect(path / "sealbox.db")
+    dst = sqlite3.connect(backup)
+    src.backup(dst)
+    src.close()
+    dst.close()
+
+    store = open_store(path, checkpoint_policy=CheckpointPolicy(every_events=10))
+    record_run(store, 7)
+    record_run(store, 8)
+    assert store.size() == 19
+    store.close()  # signs the final checkpoint (size 19) into DIR/checkpoint
+    assert (path / "checkpoint").read_text().split("\n")[1] == "19"
+
+    for suffix in ("-wal", "-shm"):
+        (path / f"sealbox.db{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(backup, path / "sealbox.db")
+
+    report = verify(path)
+    assert [(p.code, p.expected, p.found) for p in report.problems] == [
+        ("log_truncated", "at least 19 events", "7 events")]
+    assert report.problems[0].message.startswith(CPFILE)
+    assert report.tree_size_signed == 7  # what the restored table still proves
+
+    with closing_db(path) as db:
+        before_rows = db.execute("SELECT count(*), max(leaf_index) FROM events").fetchone()
+        before_cps = db.execute("SELECT count(*) FROM checkpoints").fetchone()
+    before_ckpt = (path / "checkpoint").read_bytes()
+
+    store = open_store(path)
+    with pytest.raises(StoreRolledBackError) as info:
+        store.append(note("system", "after the restore"))
+    msg = str(info.value)
+    assert "7 events" in msg and "covers 19" in msg and "refusing to append" in msg
+    with pytest.raises(StoreRolledBackError):
+        store.append_with(lambda _r: [note("system", "again")])
+    assert store.size() == 7
+    store.close()  # must not sign a checkpoint of the rolled-back log either
+
+    with closing_db(path) as db:
+        assert db.execute("SELECT count(*), max(leaf_index) FROM events").fetchone() == before_rows
+        assert db.execute("SELECT count(*) FROM checkpoints").fetchone() == before_cps
+    assert (path / "checkpoint").read_bytes() == before_ckpt
+    assert [p.code for p in verify(path).problems] == ["log_truncated"]
+
+
+# --------------------------------------------------------------------------- the triggers themselves
+
+
+@pytest.mark.parametrize("sql, words", [
+    ("UPDATE events SET kind = 'note' WHERE leaf_index = 1", "events are append-only"),
+    ("UPDATE events SET raw = raw || ' ' WHERE leaf_index = 1", "events are append-only"),
+    ("DELETE FROM events WHERE leaf_index = 18", "events are append-only"),
+    ("UPDATE tree_nodes SET hash = zeroblob(32) WHERE level = 0 AND idx = 0", "the tree is append-only"),
+    ("DELETE FROM tree_nodes", "the tree is append-only"),
+    ("UPDATE checkpoints SET note = 'x'", "checkpoints are append-only"),
+    ("DELETE FROM checkpoints", "checkpoints are append-only"),
+    ("UPDATE runs SET agent = 'someone else'", "runs are append-only"),
+    ("DELETE FROM runs", "runs are append-only"),
+    ("DELETE FROM blobs", "blobs are erased, never deleted"),
+    ("UPDATE blobs SET content = X'00'", "blobs can only be erased"),
+    ("UPDATE blobs SET salt = NULL", "blobs can only be erased"),  # content kept: not an erasure
+    ("UPDATE blobs SET salt = zeroblob(32), content = NULL", "blobs can only be erased"),
+    ("UPDATE blobs SET size = 1", "a blob commitment never changes"),
+    ("UPDATE blobs SET ref = 'sha256:' || ref", "a blob commitment never changes"),
+])
+def test_triggers_abort_changes(s: Sample, sql: str, words: str) -> None:
+    before = snapshot_dir(s.path)
+    with closing_db(s.path) as db:
+        with pytest.raises(sqlite3.DatabaseError, match=f"sealbox: {words}"):
+            db.execute(sql)
+        assert not db.in_transaction
+    assert snapshot_dir(s.path)["sealbox.db"] == before["sealbox.db"]
+    assert verify(s.path).ok
+
+
+def test_triggers_allow_only_blob_erasure(s: Sample) -> None:
+    with closing_db(s.path) as db:
+        ref = db.execute("SELECT ref FROM blobs ORDER BY ref").fetchone()[0]
+        db.execute("UPDATE blobs SET salt = NULL, content = NULL WHERE ref = ?", (ref,))
+        assert db.execute("SELECT salt, content, size FROM blobs WHERE ref = ?", (ref,)).fetchone()[:2] == (None, None)
+
+
+@pytest.mark.parametrize("table, sql, words", [
+    ("events", "INSERT OR REPLACE INTO events SELECT * FROM events WHERE leaf_index = 11", "events are append-only"),
+    ("checkpoints", "REPLACE INTO checkpoints (id, tree_size, root_hash, note, created_at)"
+                    " SELECT id, tree_size, root_hash, 'forged', created_at FROM checkpoints WHERE id = 2",
+     "checkpoints are append-only"),
+    ("tree_nodes", "INSERT OR REPLACE INTO tree_nodes VALUES (0, 0, zeroblob(32))", "the tree is append-only"),
+    ("runs", "INSERT OR REPLACE INTO runs SELECT run_id, 'someone else', principal, parent_run_id, replay_of,"
+             " snapshot, started_at, leaf_index FROM runs", "runs are append-only"),
+])
+def test_bug_insert_or_replace_bypasses_the_triggers(s: Sample, table: str, sql: str, words: str) -> None:
+    """BUG (store/migrations/sqlite/0001_ledger.sql): REPLACE deletes the old row WITHOUT firing the
+    DELETE trigger (SQLite fires delete triggers on REPLACE only with PRAGMA recursive_triggers, which an
+    attacker's connection does not set), so any event, node, checkpoint or run can be rewritten with the
+    triggers in place. Fix: BEFORE INSERT triggers that abort when the key already exists."""
+    with closing_db(s.path) as db:
+        with pytest.raises(sqlite3.DatabaseError, match=f"sealbox: {words}"):
+            db.execute(sql)
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SEALBOX), *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def test_cli_verify_clean_store(s: Sample) -> None:
+    res = run_cli("verify", "-s", str(s.path))
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("Verified: the log is intact. 19 events in 4 runs, 3 blobs, 3 signed checkpoints")
+    assert s.vkey in lines[0]
+
+
+def test_cli_verify_tampered_store(s: Sample) -> None:
+    raw, _ = raw_of(s.path, 11)
+    tamper(s.path, ("UPDATE events SET raw = ? WHERE leaf_index = 11", (flip(raw, b'1"}'),)))
+    report = verify(s.path)
+    res = run_cli("verify", "-s", str(s.path))
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == len(report.problems) + 1
+    for line, p in zip(lines, report.problems):
+        assert line.startswith(p.code)
+        if p.run_id:
+            assert f"run {p.run_id}" in line and f"run_seq {p.run_seq}" in line and p.kind in line
+        if p.expected:
+            assert f"expected {p.expected}" in line and f"found {p.found}" in line
+    assert lines[-1].startswith(f"NOT VERIFIED: {len(report.problems)} problem(s) found.")
+    assert "Traceback" not in res.stderr
+
+
+def test_cli_verify_with_another_key(s: Sample) -> None:
+    _, other = generate_key(s.origin)
+    res = run_cli("verify", "-s", str(s.path), "--key", other)
+    assert res.returncode == 1
+    lines = res.stdout.strip().splitlines()
+    assert [ln.split(":", 1)[0] for ln in lines[:-1]] == ["checkpoint_signature"] * 4
