@@ -191,7 +191,15 @@ def machine_info() -> list[str]:
         f"SQLite:     {sqlite3.sqlite_version} (Python sqlite3 module)",
         f"OS:         {platform.system()} {platform.release()}",
         f"temp dir:   {tmp} on {_filesystem(tmp)}",
+        f"load avg:   {_loadavg()} (1/5/15 min, at start; other processes share the machine)",
     ]
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def print_machine_once() -> None:

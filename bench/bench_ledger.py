@@ -36,7 +36,6 @@ from sealbox.store.base import new_run_id
 NO_CHECKPOINTS = CheckpointPolicy(every_events=10**9, every_seconds=10**9)
 DEFAULT_POLICY = CheckpointPolicy()
 PRINCIPAL = "agent:bench"
-COLUMNS = "leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id, raw, leaf_hash"
 SYNCHRONOUS = {"full": "FULL", "fast": "NORMAL"}
 ZERO_FP = "sha256:" + "0" * 64
 
@@ -74,29 +73,33 @@ def start_runs(store, count: int) -> list[str]:
 # ---------------------------------------------------------------- the raw sqlite3 baseline
 
 
-def events_schema(db_path: Path) -> list[str]:
-    """CREATE statements of our ``events`` table and its indexes (table first)."""
+def events_schema(db_path: Path) -> tuple[list[str], list[str]]:
+    """Our ``events`` table as the store created it: (CREATE statements, table first; column names).
+
+    Read from the store itself, so the baseline follows any migration.
+    """
     conn = sqlite3.connect(db_path)
     try:
-        rows = conn.execute(
+        statements = [r[0] for r in conn.execute(
             "SELECT sql FROM sqlite_master WHERE tbl_name = 'events' AND type IN ('table', 'index')"
             " AND sql IS NOT NULL ORDER BY type = 'table' DESC, name"
-        ).fetchall()
+        )]
+        columns = [r[1] for r in conn.execute("PRAGMA table_info(events)")]
     finally:
         conn.close()
-    return [r[0] for r in rows]
+    return statements, columns
 
 
 class RowReader:
-    """Reads rows back from our store's events table, exactly as stored."""
+    """Reads rows back from our store's events table, every column exactly as stored."""
 
-    def __init__(self, db_path: Path) -> None:
+    def __init__(self, db_path: Path, columns: Sequence[str]) -> None:
         self.conn = sqlite3.connect(db_path)
+        self.sql = f"SELECT {', '.join(columns)} FROM events WHERE leaf_index >= ? AND leaf_index < ? ORDER BY leaf_index"
+        self.raw_at = list(columns).index("raw")
 
     def rows(self, start: int, end: int) -> list[tuple]:
-        return self.conn.execute(
-            f"SELECT {COLUMNS} FROM events WHERE leaf_index >= ? AND leaf_index < ? ORDER BY leaf_index", (start, end)
-        ).fetchall()
+        return self.conn.execute(self.sql, (start, end)).fetchall()
 
     def close(self) -> None:
         self.conn.close()
@@ -105,14 +108,14 @@ class RowReader:
 class RawTable:
     """Plain sqlite3: one WAL database holding a copy of our events table's shape."""
 
-    def __init__(self, db_path: Path, schema: Sequence[str], synchronous: str) -> None:
+    def __init__(self, db_path: Path, schema: Sequence[str], columns: Sequence[str], synchronous: str) -> None:
         self.conn = sqlite3.connect(db_path, isolation_level=None)
         self.conn.execute("PRAGMA journal_mode = WAL")
         self.conn.execute(f"PRAGMA synchronous = {synchronous}")
         for statement in schema:
             self.conn.execute(statement)
-        marks = ", ".join("?" * 12)
-        self.sql = f"INSERT INTO events ({COLUMNS}) VALUES ({marks})"
+        marks = ", ".join("?" * len(columns))
+        self.sql = f"INSERT INTO events ({', '.join(columns)}) VALUES ({marks})"
 
     def insert_many(self, rows: Sequence[tuple]) -> None:
         """All rows in one transaction."""
@@ -134,8 +137,9 @@ def paired(tmp: Path, durability: str, policy: CheckpointPolicy, runs: int):
     """A fresh store, a raw table of the same shape holding the same starting rows, a row reader."""
     store = init_store(tmp / "store", durability=durability, checkpoint_policy=policy)
     run_ids = start_runs(store, runs)
-    raw = RawTable(tmp / "raw.db", events_schema(store.db_path), SYNCHRONOUS[durability])
-    reader = RowReader(store.db_path)
+    schema, columns = events_schema(store.db_path)
+    raw = RawTable(tmp / "raw.db", schema, columns, SYNCHRONOUS[durability])
+    reader = RowReader(store.db_path, columns)
     raw.insert_many(reader.rows(0, store.size()))
     return store, run_ids, raw, reader
 
@@ -158,7 +162,7 @@ def bench_batched(name: str, durability: str, policy: CheckpointPolicy, batches:
             t_raw = timed(lambda: raw.insert_many(rows))
             ours.append(size / t_ours)
             base.append(size / t_raw)
-            nbytes.extend(len(r[10]) for r in rows)
+            nbytes.extend(len(r[reader.raw_at]) for r in rows)
         checkpoints = len(store.checkpoints())
         store.close()
         raw.close()
@@ -188,7 +192,7 @@ def bench_single(name: str, durability: str, policy: CheckpointPolicy, reps: int
             if i >= warmup:
                 ours.append(t_ours * 1e6)
                 base.append(t_raw * 1e6)
-                nbytes.append(len(row[10]))
+                nbytes.append(len(row[reader.raw_at]))
         checkpoints = len(store.checkpoints())
         store.close()
         raw.close()

@@ -1,10 +1,34 @@
 """Model-call adapters: OpenAI chat-completions, OpenAI Responses, Anthropic Messages.
 
 :func:`normalize_model_call` accepts a request and a response as plain dicts or
-as SDK objects (anything with ``model_dump()``), detects the format, and returns
-the provider, the model, the token usage and the tool calls the response
-requests (id, name, arguments), so that the recorder can link each requested
-tool call to the ``tool.call`` that carries it out.
+as SDK objects (``openai.types.chat.ChatCompletion``,
+``openai.types.responses.Response``, ``anthropic.types.Message``, or anything
+else with ``model_dump()``), detects the format, and returns the provider, the
+model, the token usage and the tool calls the response requests (id, name,
+arguments), so that the recorder can link each requested tool call to the
+``tool.call`` that carries it out.
+
+It never raises on a malformed value: what it cannot read is left out of the
+extracted fields, and the request and response are recorded as given.
+
+Formats and where each field is read from:
+
+=====================  ===============================  ==============================  ==========================
+format                 tool calls                       call id                         usage
+=====================  ===============================  ==============================  ==========================
+``openai.chat``        ``choices[].message.tool_calls``  ``tool_calls[].id``             ``prompt_tokens`` /
+                       (``function`` and ``custom``)                                    ``completion_tokens``
+``openai.responses``   ``output[]`` of type              ``call_id`` (else ``id``)       ``input_tokens`` /
+                       ``function_call``,                                               ``output_tokens``
+                       ``custom_tool_call``
+``anthropic.messages`` ``content[]`` of type             ``id``                          ``input_tokens`` (+ cache
+                       ``tool_use``                                                     tokens) / ``output_tokens``
+=====================  ===============================  ==============================  ==========================
+
+Tool calls the provider runs itself (OpenAI hosted ``mcp_call`` / ``web_search_call``,
+Anthropic ``server_tool_use``) are not returned: no client-side ``tool.call`` will
+carry them out. A tool call without an id is not returned either (it cannot be
+linked); it stays in the recorded response.
 """
 
 from __future__ import annotations
@@ -13,7 +37,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ToolCallRequest", "ModelCallInfo", "normalize_model_call", "to_plain"]
+__all__ = ["ToolCallRequest", "ModelCallInfo", "normalize_model_call", "parse_arguments", "to_plain"]
 
 
 @dataclass(frozen=True)
@@ -23,7 +47,7 @@ class ToolCallRequest:
     Attributes:
         id: the call id the format uses (``tool_calls[].id``, ``call_id``, ``tool_use.id``).
         name: the tool name as the model wrote it.
-        arguments: decoded arguments (a JSON string is parsed; invalid JSON is kept as the string).
+        arguments: decoded arguments (see :func:`parse_arguments`).
     """
 
     id: str
@@ -33,7 +57,18 @@ class ToolCallRequest:
 
 @dataclass(frozen=True)
 class ModelCallInfo:
-    """A model call in a common shape (see :func:`normalize_model_call`)."""
+    """A model call in a common shape (see :func:`normalize_model_call`).
+
+    Attributes:
+        provider: ``openai``, ``anthropic``, or what the caller gave.
+        model: the model name from the response, else the request, else ``unknown``.
+        format: ``openai.chat``, ``openai.responses``, ``anthropic.messages`` or ``unknown``.
+        request, response: plain-data forms of what was given.
+        usage: ``input_tokens``, ``output_tokens`` and ``total_tokens`` where known
+            (plus ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` for
+            Anthropic); empty for an unknown format.
+        tool_calls: the tool calls the response requests, in response order.
+    """
 
     provider: str
     model: str
@@ -45,23 +80,64 @@ class ModelCallInfo:
 
 
 def to_plain(value: Any) -> Any:
-    """Turn SDK objects (pydantic models, objects with ``model_dump``/``to_dict``) into plain data."""
-    for attr in ("model_dump", "to_dict", "dict"):
-        method = getattr(value, attr, None)
-        if callable(method) and not isinstance(value, (dict, list, str, bytes)):
-            try:
-                return to_plain(method())
-            except TypeError:
-                continue
+    """Turn SDK objects into plain data (dicts, lists, scalars).
+
+    Pydantic v2 models (the ``openai`` and ``anthropic`` SDK types) are dumped in
+    JSON mode by alias, which is their wire form; other objects with
+    ``model_dump``/``to_dict``/``dict`` are dumped by that method. Anything else
+    is returned unchanged (the canonical encoder handles it).
+
+    Args:
+        value: any value.
+
+    Returns:
+        The plain-data form of ``value``.
+    """
     if isinstance(value, dict):
         return {k: to_plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_plain(v) for v in value]
+    if isinstance(value, (str, bytes, int, float, bool)) or value is None:
+        return value
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        for kwargs in ({"mode": "json", "by_alias": True, "warnings": False}, {}):
+            try:
+                return to_plain(dump(**kwargs))
+            except TypeError:
+                continue
+            except Exception:  # noqa: BLE001 - a model that cannot dump itself is recorded as is
+                break
+    for attr in ("to_dict", "dict"):
+        method = getattr(value, attr, None)
+        if callable(method):
+            try:
+                return to_plain(method())
+            except Exception:  # noqa: BLE001
+                continue
     return value
 
 
-def _args(raw: Any) -> Any:
+def parse_arguments(raw: Any) -> Any:
+    """Decode tool-call arguments as a model wrote them.
+
+    Args:
+        raw: a JSON string, an already decoded value (object, list…), ``""`` or None.
+
+    Returns:
+        A JSON string decoded; ``""`` (or only whitespace) as ``{}`` — the empty
+        argument string OpenAI models send for a tool without parameters; None as
+        None; a string that is not valid JSON unchanged (kept as evidence, never
+        dropped); any other value unchanged.
+    """
+    if isinstance(raw, (bytes, bytearray)):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return bytes(raw)
     if isinstance(raw, str):
+        if not raw.strip():
+            return {}
         try:
             return json.loads(raw)
         except ValueError:
@@ -69,42 +145,90 @@ def _args(raw: Any) -> Any:
     return raw
 
 
-def _openai_chat(req: dict, resp: dict) -> tuple[dict[str, int], list[ToolCallRequest]]:
-    usage = resp.get("usage") or {}
-    calls = []
-    for choice in resp.get("choices") or []:
-        for tc in (choice.get("message") or {}).get("tool_calls") or []:
-            fn = tc.get("function") or {}
-            calls.append(ToolCallRequest(str(tc.get("id")), str(fn.get("name")), _args(fn.get("arguments"))))
-    return {"input_tokens": usage.get("prompt_tokens") or 0, "output_tokens": usage.get("completion_tokens") or 0}, calls
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
-def _openai_responses(req: dict, resp: dict) -> tuple[dict[str, int], list[ToolCallRequest]]:
-    usage = resp.get("usage") or {}
-    calls = [
-        ToolCallRequest(str(item.get("call_id") or item.get("id")), str(item.get("name")), _args(item.get("arguments")))
-        for item in resp.get("output") or [] if isinstance(item, dict) and item.get("type") == "function_call"
-    ]
-    return {"input_tokens": usage.get("input_tokens") or 0, "output_tokens": usage.get("output_tokens") or 0}, calls
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
 
 
-def _anthropic(req: dict, resp: dict) -> tuple[dict[str, int], list[ToolCallRequest]]:
-    usage = resp.get("usage") or {}
-    calls = [
-        ToolCallRequest(str(block.get("id")), str(block.get("name")), block.get("input"))
-        for block in resp.get("content") or [] if isinstance(block, dict) and block.get("type") == "tool_use"
-    ]
-    return {"input_tokens": usage.get("input_tokens") or 0, "output_tokens": usage.get("output_tokens") or 0}, calls
+def _count(value: Any) -> int:
+    if isinstance(value, bool):
+        return 0
+    try:
+        n = int(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0
+    return n if n >= 0 else 0
+
+
+def _call(call_id: Any, name: Any, arguments: Any) -> ToolCallRequest | None:
+    if not isinstance(call_id, str) or not call_id:
+        return None
+    return ToolCallRequest(call_id, name if isinstance(name, str) else str(name), parse_arguments(arguments))
+
+
+def _usage(usage: Any, input_key: str, output_key: str) -> dict[str, int]:
+    usage = _dict(usage)
+    out = {"input_tokens": _count(usage.get(input_key)), "output_tokens": _count(usage.get(output_key))}
+    total = usage.get("total_tokens")
+    out["total_tokens"] = _count(total) if total is not None else out["input_tokens"] + out["output_tokens"]
+    return out
+
+
+def _openai_chat(resp: dict) -> tuple[dict[str, int], list[ToolCallRequest | None]]:
+    calls: list[ToolCallRequest | None] = []
+    for choice in _list(resp.get("choices")):
+        for tc in _list(_dict(_dict(choice).get("message")).get("tool_calls")):
+            tc = _dict(tc)
+            if tc.get("type") == "custom" or "custom" in tc and "function" not in tc:
+                custom = _dict(tc.get("custom"))
+                calls.append(_call(tc.get("id"), custom.get("name"), custom.get("input")))
+            else:
+                fn = _dict(tc.get("function"))
+                calls.append(_call(tc.get("id"), fn.get("name"), fn.get("arguments")))
+    return _usage(resp.get("usage"), "prompt_tokens", "completion_tokens"), calls
+
+
+def _openai_responses(resp: dict) -> tuple[dict[str, int], list[ToolCallRequest | None]]:
+    calls: list[ToolCallRequest | None] = []
+    for item in _list(resp.get("output")):
+        item = _dict(item)
+        if item.get("type") == "function_call":
+            calls.append(_call(item.get("call_id") or item.get("id"), item.get("name"), item.get("arguments")))
+        elif item.get("type") == "custom_tool_call":
+            calls.append(_call(item.get("call_id") or item.get("id"), item.get("name"), item.get("input")))
+    return _usage(resp.get("usage"), "input_tokens", "output_tokens"), calls
+
+
+def _anthropic(resp: dict) -> tuple[dict[str, int], list[ToolCallRequest | None]]:
+    calls = [_call(_dict(b).get("id"), _dict(b).get("name"), _dict(b).get("input"))
+             for b in _list(resp.get("content")) if _dict(b).get("type") == "tool_use"]
+    raw = _dict(resp.get("usage"))
+    usage = _usage(raw, "input_tokens", "output_tokens")
+    # Anthropic's input_tokens leaves out cached prompt tokens; count them in, as
+    # OpenAI's prompt_tokens does (OpenTelemetry gen_ai.usage.input_tokens).
+    cache_read = _count(raw.get("cache_read_input_tokens"))
+    cache_creation = _count(raw.get("cache_creation_input_tokens"))
+    usage["input_tokens"] += cache_read + cache_creation
+    usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
+    if cache_read or cache_creation:
+        usage["cache_read_input_tokens"] = cache_read
+        usage["cache_creation_input_tokens"] = cache_creation
+    return usage, calls
 
 
 def _detect(resp: Any) -> tuple[str, str]:
-    if isinstance(resp, dict):
-        if "choices" in resp:
-            return "openai.chat", "openai"
-        if resp.get("object") == "response" or ("output" in resp and isinstance(resp.get("output"), list)):
-            return "openai.responses", "openai"
-        if resp.get("type") == "message" and isinstance(resp.get("content"), list):
-            return "anthropic.messages", "anthropic"
+    if not isinstance(resp, dict):
+        return "unknown", "unknown"
+    obj = resp.get("object")
+    if obj == "chat.completion" or isinstance(resp.get("choices"), list):
+        return "openai.chat", "openai"
+    if obj == "response" or isinstance(resp.get("output"), list):
+        return "openai.responses", "openai"
+    if resp.get("type") == "message" and isinstance(resp.get("content"), list):
+        return "anthropic.messages", "anthropic"
     return "unknown", "unknown"
 
 
@@ -116,16 +240,25 @@ def normalize_model_call(request: Any, response: Any, *, provider: str | None = 
     """Detect the format of a model call and extract usage and requested tool calls.
 
     Args:
-        request, response: dicts or SDK objects.
-        provider, model: override what is detected.
+        request: the request as a dict or SDK object (recorded as given; its
+            ``model`` is used when the response has none).
+        response: the response as a dict or SDK object; its shape decides the format.
+        provider: override the detected provider.
+        model: override the detected model name.
 
     Returns:
-        A :class:`ModelCallInfo`; an unknown format is recorded as given, with no usage.
+        A :class:`ModelCallInfo`. An unknown format is recorded as given, with no
+        usage and no tool calls. Never raises on malformed content.
     """
     req, resp = to_plain(request), to_plain(response)
     fmt, detected_provider = _detect(resp)
-    usage, calls = _PARSERS[fmt](req if isinstance(req, dict) else {}, resp) if fmt in _PARSERS else ({}, [])
-    found_model = model or (resp.get("model") if isinstance(resp, dict) else None) or (
-        req.get("model") if isinstance(req, dict) else None) or "unknown"
-    return ModelCallInfo(provider or detected_provider, str(found_model), fmt, req, resp,
-                         {k: int(v) for k, v in usage.items()}, tuple(calls))
+    usage: dict[str, int] = {}
+    calls: list[ToolCallRequest | None] = []
+    if fmt in _PARSERS:
+        try:
+            usage, calls = _PARSERS[fmt](resp)
+        except Exception:  # noqa: BLE001 - a malformed response must not crash the agent
+            usage, calls = {}, []
+    found_model = model or _dict(resp).get("model") or _dict(req).get("model") or "unknown"
+    return ModelCallInfo(provider or detected_provider, str(found_model), fmt, req, resp, usage,
+                         tuple(c for c in calls if c is not None))

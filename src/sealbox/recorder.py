@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
-from sealbox.errors import ConfigError, RecordingError, SealboxError
-from sealbox.events import EventDraft
+from sealbox.errors import ConfigError, PolicyError, RecordingError, SealboxError
+from sealbox.events import SYSTEM_RUN_ID, EventDraft
 from sealbox.policy import Policy
+from sealbox.policy.breaker import BreakerChange, CircuitBreaker, breaker_open_decision
 from sealbox.policy.limits import LIMIT_COUNTERS, cost_of
 from sealbox.policy.model import CallContext, Decision
 
@@ -91,12 +92,15 @@ class Recorder:
         store: an open, writable store.
         policy: the policy deciding every tool call. Required: pass
             ``sealbox.policies.ALLOW_ALL`` to allow everything explicitly.
+        breaker: the circuit breaker per (server, tool); default: open after 5
+            consecutive errors for 30 s. Its state changes are ``breaker.changed``
+            events in the system run, written with the call that caused them.
 
     Raises:
         ConfigError: no policy was given.
     """
 
-    def __init__(self, store: Any, policy: Policy | None = None) -> None:
+    def __init__(self, store: Any, policy: Policy | None = None, *, breaker: CircuitBreaker | None = None) -> None:
         if policy is None:
             raise ConfigError("a policy is required: pass sealbox.policies.ALLOW_ALL to allow every call explicitly")
         if not isinstance(policy, Policy):
@@ -104,6 +108,22 @@ class Recorder:
         self.store = store
         self.policy = policy
         self._needed = {LIMIT_COUNTERS[name][0] for name, _ in policy.limit_bounds} - {"elapsed_s"}
+        self._changes = threading.local()
+        self.breaker = breaker or CircuitBreaker()
+        self.breaker.on_change = self._on_breaker_change
+
+    def _on_breaker_change(self, change: BreakerChange) -> None:
+        pending = getattr(self._changes, "items", None)
+        if pending is None:
+            pending = self._changes.items = []
+        pending.append(change)
+
+    def take_breaker_events(self) -> list[EventDraft]:
+        """Drafts of the ``breaker.changed`` events caused in this thread since the last call."""
+        pending = getattr(self._changes, "items", None) or []
+        self._changes.items = []
+        return [EventDraft("breaker.changed", dict(c.to_payload()), run_id=SYSTEM_RUN_ID, principal="sealbox")
+                for c in pending]
 
     def run(self, *, agent: str, principal: "str | dict | Principal | None" = None, snapshot: Any = None,
             labels: dict[str, str] | None = None, parent_run_id: str | None = None, run_id: str | None = None,
@@ -191,6 +211,7 @@ class RunContext:
         self._token: contextvars.Token | None = None
         self.suspended = False
         self.ended = False
+        self._cost_error: str | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -297,9 +318,9 @@ class RunContext:
         try:
             result = _invoke(fn, arguments)
         except BaseException as exc:
-            self._record_result(call_id, step, started, error=exc)
+            self._record_result(server, tool, call_id, step, started, error=exc)
             raise
-        self._record_result(call_id, step, started, result=result)
+        self._record_result(server, tool, call_id, step, started, result=result)
         return result
 
     async def acall_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *,
@@ -312,9 +333,9 @@ class RunContext:
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as exc:
-            self._record_result(call_id, step, started, error=exc)
+            self._record_result(server, tool, call_id, step, started, error=exc)
             raise
-        self._record_result(call_id, step, started, result=result)
+        self._record_result(server, tool, call_id, step, started, result=result)
         return result
 
     def _decide_and_record(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str | None,
@@ -326,6 +347,10 @@ class RunContext:
 
         def build(reader: Any) -> list[EventDraft]:
             decision, inputs = self._evaluate(reader, server, tool, arguments)
+            if decision.allowed:
+                check = self.recorder.breaker.before_call(server, tool)
+                if not check.allowed:
+                    decision = breaker_open_decision(check, server, tool, self.policy.fingerprint)
             decision_box.append(decision)
             drafts = [
                 self._draft("tool.call", {"call_id": call_id, "server": server, "tool": tool,
@@ -336,9 +361,13 @@ class RunContext:
             ]
             if decision.limit is not None:
                 drafts.append(self._draft("guardrail.tripped", {"call_id": call_id, **decision.limit.to_dict()}, step))
-            return drafts
+            return drafts + self.recorder.take_breaker_events()
 
-        self._guard(lambda: self.store.append_with(build))
+        try:
+            self._guard(lambda: self.store.append_with(build))
+        except RecordingError:
+            self.recorder.take_breaker_events()  # the probe was not recorded; nothing ran
+            raise
         decision = decision_box[-1]
         if not decision.allowed:
             raise ToolDenied(decision, call_id, server, tool)
@@ -355,9 +384,14 @@ class RunContext:
             return decision, {"server": server, "tool": tool, "error": f"{type(exc).__name__}: {exc}"}
 
     def _evaluate_unguarded(self, reader: Any, server: str, tool: str, arguments: Any) -> tuple[Decision, dict[str, Any]]:
+        if self._cost_error:
+            raise PolicyError(f"the cost budget cannot be enforced: {self._cost_error}")
         now = datetime.now(timezone.utc)
+        view = _policy_view(arguments)
+        redactor = getattr(self.store, "redactor", None)
         ctx = CallContext(
-            server=server, tool=tool, arguments=_policy_view(arguments),
+            server=server, tool=tool, arguments=view,
+            redacted=bool(redactor and redactor.would_redact("arguments", view)),
             principal=self.principal.to_dict(), agent={"name": self.agent, "attributes": {}},
             run={"id": self.run_id, "labels": self.labels, "started_at": _utc(self.started_at or now),
                  "elapsed_s": (now - (self.started_at or now)).total_seconds()},
@@ -377,16 +411,21 @@ class RunContext:
                             since_minute=_utc(now - timedelta(seconds=60)), day_start=_utc(day),
                             needed=self.recorder._needed)
 
-    def _record_result(self, call_id: str, step: str, started_ns: int, *, result: Any = None,
+    def _record_result(self, server: str, tool: str, call_id: str, step: str, started_ns: int, *, result: Any = None,
                        error: BaseException | None = None) -> None:
         duration = (time.perf_counter_ns() - started_ns) // 1000
         payload: dict[str, Any] = {"call_id": call_id, "ok": error is None, "duration_us": duration}
         if error is None:
             payload["result"] = result
+            self.recorder.breaker.record_success(server, tool)
         else:
             payload["error"] = {"type": type(error).__qualname__, "message": str(error),
                                 "traceback": _short_traceback(error)}
-        self._append([self._draft("tool.result", payload, step)])
+            if isinstance(error, ConnectionError):  # the server is down: open every breaker of it
+                self.recorder.breaker.server_down(server)
+            elif isinstance(error, Exception):
+                self.recorder.breaker.record_failure(server, tool, "timeout" if isinstance(error, TimeoutError) else "error")
+        self._append([self._draft("tool.result", payload, step), *self.recorder.take_breaker_events()])
 
     # ----------------------------------------------------------------- model calls and state
 
@@ -414,7 +453,10 @@ class RunContext:
         if usage:
             use.update({k: v for k, v in usage.items() if v is not None})
         use = {"input_tokens": int(use.get("input_tokens") or 0), "output_tokens": int(use.get("output_tokens") or 0)}
-        cost = cost_of(self.policy, f"{info.provider}/{info.model}", use["input_tokens"], use["output_tokens"])
+        try:
+            cost = cost_of(self.policy, f"{info.provider}/{info.model}", use["input_tokens"], use["output_tokens"])
+        except PolicyError as exc:  # a cost budget exists but this model has no price: fail closed from now on
+            cost, self._cost_error = 0.0, str(exc)
         if cost:
             use["cost"] = cost
         step = self._take_step()

@@ -121,19 +121,20 @@ class EventVerifier:
         self.heads: dict[str, tuple[int, str, str]] = {}  # run_id -> (run_seq, leaf hash tag, kind)
         self.refs: set[str] = set()
         self.envelopes_by_kind: dict[str, list[tuple[int, dict]]] = {}
+        self._next_index = 0
 
     def add(self, leaf_index: int, raw: bytes, stored_hash: bytes | None = None,
             columns: tuple[str, int, str] | None = None) -> dict | None:
         """Check one event; returns its envelope, or None when unreadable."""
-        expected_index = self.tree.size
-        if leaf_index != expected_index:
-            self.problems.append(Problem(
-                "leaf_gap", "the log is not contiguous: an event is missing or out of place",
-                leaf_index=leaf_index, expected=f"leaf {expected_index}", found=f"leaf {leaf_index}",
-            ))
         leaf = merkle.leaf_hash(raw)
         self.tree.append(leaf)
         env = self._parse(leaf_index, raw, columns)
+        if leaf_index != self._next_index:
+            self.problems.append(self._at(env, leaf_index, Problem(
+                "leaf_gap", "the log is not contiguous: an event is missing or out of place",
+                expected=f"leaf {self._next_index}", found=f"leaf {leaf_index}",
+            )))
+        self._next_index = leaf_index + 1
         if stored_hash is not None and bytes(stored_hash) != leaf:
             self.problems.append(self._at(env, leaf_index, Problem(
                 "leaf_hash_mismatch", "the event's bytes do not hash to its stored leaf hash (the bytes were changed)",
@@ -152,7 +153,7 @@ class EventVerifier:
             validate_envelope(env)
             return env
         except (ValueError, InvalidEventError) as exc:
-            run_id, run_seq, kind = columns if columns else (None, None, None)
+            run_id, run_seq, kind = tuple(columns)[:3] if columns else (None, None, None)
             self.problems.append(Problem(
                 "event_malformed", f"the event's bytes are not a valid event: {exc}",
                 run_id=run_id, run_seq=run_seq, kind=kind, leaf_index=leaf_index,
@@ -166,9 +167,16 @@ class EventVerifier:
         return Problem(p.code, p.message, env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf_index, p.expected, p.found)
 
     def _check_columns(self, env: dict, leaf_index: int, columns: tuple | None) -> None:
+        """Every stored column must equal what the hashed bytes say: the envelope's
+        fields and the query columns derived from the payload (which drive queries and limits)."""
         if columns is None:
             return
+        from sealbox.store.base import derived_columns
+
         mine = (env["run_id"], env["run_seq"], env["kind"])
+        if len(columns) > 3:
+            payload = env["payload"] if isinstance(env.get("payload"), dict) else {}
+            mine += (env["ts"], env["principal"], env["step"], *derived_columns(env["kind"], payload))
         if tuple(columns) != mine:
             self.problems.append(self._at(env, leaf_index, Problem(
                 "index_mismatch", "the store's index columns disagree with the event's hashed bytes",
@@ -335,8 +343,8 @@ def verify_store(store: Any, *, trusted_vkey: str | None = None) -> VerifyReport
     vkey = trusted_vkey or store.pinned_vkey()
     verifier = Verifier.from_vkey(vkey) if vkey else None
     ev = EventVerifier()
-    for leaf_index, run_id, run_seq, kind, raw, leaf_hash in store.iter_rows():
-        ev.add(leaf_index, bytes(raw), bytes(leaf_hash), (run_id, run_seq, kind))
+    for leaf_index, raw, leaf_hash, columns in store.iter_rows():
+        ev.add(leaf_index, bytes(raw), bytes(leaf_hash), tuple(columns))
     problems = list(ev.problems)
     if SYSTEM_RUN_ID not in ev.heads and ev.tree.size:
         problems.append(Problem("system_run_missing", "the store's system run has no events"))
@@ -351,11 +359,32 @@ def verify_store(store: Any, *, trusted_vkey: str | None = None) -> VerifyReport
     erased = {env["payload"]["blob"] for _, env in ev.envelopes_by_kind.get("content.erased", [])}
     blob_problems, nblobs = check_blobs(store.iter_blobs(), ev.refs, erased)
     problems.extend(blob_problems)
+    if hasattr(store, "iter_snapshots"):
+        problems.extend(check_snapshots(store.iter_snapshots(), ev.envelopes_by_kind.get("run.started", [])))
     return VerifyReport(
         problems=tuple(problems), events=ev.tree.size, runs=len(ev.heads), checkpoints=len(cps), blobs=nblobs,
         seconds=time.perf_counter() - started, tree_size_signed=signed, root=root,
         trusted_key=verifier.vkey if verifier else None,
     )
+
+
+def check_snapshots(rows: Iterable[tuple[str, bytes]], starts: list[tuple[int, dict]]) -> list[Problem]:
+    """Every stored snapshot must hash to its fingerprint; every run's snapshot must be stored."""
+    import hashlib
+
+    problems, present = [], set()
+    for fp, content in rows:
+        present.add(fp)
+        found = "sha256:" + hashlib.sha256(content).hexdigest()
+        if found != fp:
+            problems.append(Problem("snapshot_mismatch", f"snapshot {fp} does not hash to its fingerprint "
+                                    "(the configuration a run is pinned to was changed)", expected=fp, found=found))
+    for leaf_index, env in starts:
+        fp = env["payload"].get("snapshot")
+        if fp and fp not in present:
+            problems.append(Problem("snapshot_missing", f"run {env['run_id']} names snapshot {fp}, which is not stored",
+                                    env["run_id"], env["run_seq"], env["kind"], leaf_index))
+    return problems
 
 
 def _check_nodes(nodes: Iterable[tuple[int, int, bytes]], tree: merkle.MemoryTree) -> list[Problem]:

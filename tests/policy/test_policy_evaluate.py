@@ -211,12 +211,20 @@ def test_expensive_condition_error_in_the_worker_denies(tmp_path):
 
 
 def test_unexpected_exception_anywhere_is_a_guardrail_error(tmp_path, tool):
-    policy = guarded(tmp_path, 'call.arguments.q == "x"')
+    policy = load(tmp_path, "version: 1\nrules:\n  - id: agents\n    match: {principal: {role: agent}}\n    effect: allow\n")
+    d = policy.evaluate(call(principal=["not", "a", "mapping"]))
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "guardrail_error", None)
+    assert d.reason == "policy evaluation failed: AttributeError: 'list' object has no attribute 'get'"
+    run_if_allowed(d, tool)
+    assert tool.calls == 0
+
+
+def test_condition_inputs_that_cannot_be_prepared_deny(tmp_path, tool):
     bad = call(arguments={"q": "x"})
     bad.now = "not a datetime"  # type: ignore[assignment]
-    d = policy.evaluate(bad)
-    assert (d.effect, d.reason_code) == ("deny", "guardrail_error")
-    assert d.reason.startswith("policy evaluation failed: AttributeError")
+    d = guarded(tmp_path, 'call.arguments.q == "x"').evaluate(bad)
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "guardrail_error", "guard")
+    assert d.reason == "rule 'guard': cannot prepare condition inputs: AttributeError: 'str' object has no attribute 'tzinfo'"
     run_if_allowed(d, tool)
     assert tool.calls == 0
 

@@ -396,6 +396,39 @@ def test_cut_the_tail_and_its_tree_nodes(s: Sample) -> None:
     assert ckpt_problems(report) == [("log_truncated", CP3), ("log_truncated", CPFILE)]
 
 
+def test_bug_derived_query_columns_are_not_checked(s: Sample) -> None:
+    """BUG (src/sealbox/verify.py, EventVerifier._check_columns): only run_id, run_seq and kind are compared
+    with the hashed bytes. server, tool, call_id, effect, ok, tokens and cost are derived from the payload
+    (store.base.derived_columns) and drive queries and limits (Reader.usage counts effect != 'deny'), so
+    rewriting them below the triggers changes what queries and limits see while verify stays clean.
+    Expected: index_mismatch naming the event (recompute derived_columns(kind, payload) and compare)."""
+    tamper(s.path, "UPDATE events SET tool = 'delete_everything', server = 'prod' WHERE leaf_index = 8",
+           "UPDATE events SET effect = 'deny' WHERE leaf_index = 9")
+    report = verify(s.path)
+    assert [where(p) for p in report.problems] == [
+        ("index_mismatch", s.runs[1], 2, "tool.call", 8),
+        ("index_mismatch", s.runs[1], 3, "policy.decision", 9),
+    ]
+
+
+def test_bug_snapshot_content_is_not_verified(s: Sample) -> None:
+    """BUG (src/sealbox/verify.py, verify_store): stored snapshots are never checked against their
+    fingerprint, though run.started names a snapshot by it and DESIGN says "it trusts no stored hash".
+    Replacing a snapshot's content (what model, prompt and tools a run used) goes unreported.
+    Expected: a problem such as snapshot_mismatch naming the fingerprint (recompute
+    sha256(content) for every row of iter_snapshots())."""
+    from sealbox.canonical import canonical_bytes
+
+    store = open_store(s.path)
+    fp = store.put_snapshot({"model": {"provider": "p", "name": "safe-model"}, "tools": []})
+    store.close()
+    forged = canonical_bytes({"model": {"provider": "p", "name": "unsafe-model"}, "tools": []})
+    tamper(s.path, ("UPDATE snapshots SET content = ? WHERE fingerprint = ?", (forged, fp)))
+    report = verify(s.path)
+    assert len(report.problems) == 1
+    assert fp in report.problems[0].message
+
+
 # --------------------------------------------------------------------------- blobs
 
 
@@ -622,6 +655,16 @@ def test_triggers_abort_changes(s: Sample, sql: str, words: str) -> None:
     assert verify(s.path).ok
 
 
+@pytest.mark.parametrize("sql", ["UPDATE snapshots SET content = X'00'", "DELETE FROM snapshots"])
+def test_triggers_protect_snapshots(s: Sample, sql: str) -> None:
+    store = open_store(s.path)
+    store.put_snapshot({"model": {"name": "m"}, "tools": []})
+    store.close()
+    with closing_db(s.path) as db:
+        with pytest.raises(sqlite3.DatabaseError, match="sealbox: snapshots are append-only"):
+            db.execute(sql)
+
+
 def test_triggers_allow_only_blob_erasure(s: Sample) -> None:
     with closing_db(s.path) as db:
         ref = db.execute("SELECT ref FROM blobs ORDER BY ref").fetchone()[0]
@@ -637,7 +680,7 @@ def test_triggers_allow_only_blob_erasure(s: Sample) -> None:
     ("tree_nodes", "INSERT OR REPLACE INTO tree_nodes VALUES (0, 0, zeroblob(32))", "the tree is append-only"),
     ("runs", "INSERT OR REPLACE INTO runs SELECT run_id, 'someone else', principal, parent_run_id, replay_of,"
              " snapshot, started_at, leaf_index FROM runs", "runs are append-only"),
-])
+], ids=["events", "checkpoints", "tree_nodes", "runs"])
 def test_bug_insert_or_replace_bypasses_the_triggers(s: Sample, table: str, sql: str, words: str) -> None:
     """BUG (store/migrations/sqlite/0001_ledger.sql): REPLACE deletes the old row WITHOUT firing the
     DELETE trigger (SQLite fires delete triggers on REPLACE only with PRAGMA recursive_triggers, which an
@@ -646,6 +689,19 @@ def test_bug_insert_or_replace_bypasses_the_triggers(s: Sample, table: str, sql:
     with closing_db(s.path) as db:
         with pytest.raises(sqlite3.DatabaseError, match=f"sealbox: {words}"):
             db.execute(sql)
+
+
+def test_bug_insert_or_replace_rewrites_a_blob(s: Sample) -> None:
+    """Same bypass for blobs: REPLACE swaps a blob's content although only erasure is allowed.
+    (With the fix, REPLACE of an existing ref may raise or be ignored; the content must not change.)"""
+    ref, salt, content = blob_rows(s.path)[0]
+    with closing_db(s.path) as db:
+        try:
+            db.execute("INSERT OR REPLACE INTO blobs (ref, salt, content, size) VALUES (?, ?, ?, ?)",
+                       (ref, salt, b'"forged"', len(content)))
+        except sqlite3.DatabaseError:
+            pass
+    assert blob_rows(s.path)[0] == (ref, salt, content)
 
 
 # --------------------------------------------------------------------------- the CLI

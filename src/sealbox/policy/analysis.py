@@ -10,11 +10,11 @@ from sealbox.policy.limits import check_limits
 from sealbox.policy.model import CallContext, Decision
 from sealbox.policy.rules import GlobSet, Rule
 
-__all__ = ["Warning_", "lint", "explain"]
+__all__ = ["PolicyWarning", "lint", "explain"]
 
 
 @dataclass(frozen=True)
-class Warning_:
+class PolicyWarning:
     """A warning about a policy. ``rule`` is the rule id, ``line`` its 1-based line."""
 
     rule: str
@@ -58,13 +58,13 @@ def shadows(earlier: Rule, later: Rule) -> bool:
     )
 
 
-def lint(policy: Policy) -> list[Warning_]:
+def lint(policy: Policy) -> list[PolicyWarning]:
     """Warnings for rules that can never match (shadowed, or a constant-false condition)."""
     out = []
     for i, rule in enumerate(policy.rules):
         shadow = next((e for e in policy.rules[:i] if shadows(e, rule)), None)
         if shadow is not None:
-            out.append(Warning_(rule.id, rule.line,
+            out.append(PolicyWarning(rule.id, rule.line,
                                 f"rule {rule.id!r} can never match: rule {shadow.id!r} (line {shadow.line}) "
                                 "matches every call it matches and has no condition"))  # fmt: skip
             continue
@@ -75,7 +75,7 @@ def lint(policy: Policy) -> list[Warning_]:
             except Exception:
                 value = None
             if value is False:
-                out.append(Warning_(rule.id, rule.line, f"rule {rule.id!r} can never match: its condition is always false"))
+                out.append(PolicyWarning(rule.id, rule.line, f"rule {rule.id!r} can never match: its condition is always false"))
     return out
 
 

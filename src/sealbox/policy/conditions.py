@@ -86,6 +86,11 @@ class Condition:
     reads_arguments: bool
     expensive: bool = False
 
+    @property
+    def inputs_key(self) -> tuple:
+        """Conditions with equal keys read the same pruned inputs (so share one converted context)."""
+        return tuple(sorted((k, tuple(sorted(v)) if v is not None else None) for k, v in self.roots.items()))
+
 
 def _tokens(source: str) -> list[tuple[str, str]]:
     out = []

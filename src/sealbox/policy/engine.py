@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import cel
+
 from sealbox import canonical
 from sealbox.errors import PolicyLoadError
 from sealbox.policy import loader
@@ -50,6 +52,7 @@ class _State:
     variables: dict[str, Any] | None = None
     size_checked: bool = False
     re_evaluable: bool = True
+    contexts: dict[tuple, Any] = field(default_factory=dict)
 
     def full(self) -> dict[str, Any]:
         if self.variables is None:
@@ -231,15 +234,20 @@ class Policy:
             if not state.size_checked:
                 self._check_size(state.call.arguments)
                 state.size_checked = True
+        key = cond.inputs_key
+        context = state.contexts.get(key)
         try:
-            variables = activation(cond, state.full())
+            if cond.expensive:
+                return self._run_in_worker(cond, activation(cond, state.full()))
+            if context is None:  # converting Python values to CEL is the costly part: once per input set
+                context = state.contexts[key] = cel.Context(activation(cond, state.full()))
+        except _Failure:
+            raise
         except Exception as exc:
             raise _Failure(f"cannot prepare condition inputs: {type(exc).__name__}: {exc}") from exc
-        if cond.expensive:
-            return self._run_in_worker(cond, variables)
         t0 = time.perf_counter()
         try:
-            result = cond.program.execute(variables)
+            result = cond.program.execute(context)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # noqa: BLE001 - CEL errors, incl. PyO3 panics

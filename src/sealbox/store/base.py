@@ -134,9 +134,12 @@ class EventBuilder:
     are built the same way whatever the store.
     """
 
-    def __init__(self, secret: bytes, inline_limit: int = _blobs.INLINE_LIMIT) -> None:
+    def __init__(self, secret: bytes, inline_limit: int = _blobs.INLINE_LIMIT, content: Any = None) -> None:
+        from sealbox.redaction import ContentPolicy, Redactor
+
         self._secret = secret
         self._limit = inline_limit
+        self.redactor = Redactor(secret, content or ContentPolicy())
 
     def prepare(self, draft: EventDraft, txn: WriteTxn) -> dict[str, Any]:
         """Encode and validate a draft's payload; move large content to blobs.
@@ -160,8 +163,16 @@ class EventBuilder:
         validate_payload(draft.kind, payload)
         for name in CONTENT_FIELDS.get(draft.kind, ()):
             if name in payload:
+                payload[name] = self._redact(name, payload[name])
                 payload[name] = _blobs.blobify(payload[name], lambda data: self._put(txn, data), self._limit)
         return payload
+
+    def _redact(self, name: str, value: Any) -> Any:
+        """Apply the store's content mode; decision inputs' arguments are redacted as ``arguments``."""
+        if name == "inputs" and type(value) is dict and "arguments" in value and self.redactor.policy.mode == "redacted":
+            value = dict(value)
+            value["arguments"] = self.redactor.apply("arguments", value["arguments"])[0]
+        return self.redactor.apply(name, value)[0]
 
     def _put(self, txn: WriteTxn, content: bytes) -> str:
         salt = _blobs.salt_for(self._secret, content)

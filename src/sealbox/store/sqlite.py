@@ -177,7 +177,11 @@ class SqliteStore:
         self.origin: str = meta.get("origin", "")
         self.store_id: str = meta.get("store_id", "")
         self._secret: bytes = self._conn().execute("SELECT secret FROM store_secret WHERE id = 1").fetchone()[0]
-        self._builder = EventBuilder(self._secret)
+        from sealbox.redaction import ContentPolicy
+
+        self.content = ContentPolicy.from_dict(json.loads(meta["content"])) if "content" in meta else ContentPolicy()
+        self._builder = EventBuilder(self._secret, content=self.content)
+        self.redactor = self._builder.redactor
         self._signer: Signer | None = None
         if not readonly:
             self._signer = self._load_signer()
@@ -189,11 +193,17 @@ class SqliteStore:
     # ----------------------------------------------------------------- opening
 
     @classmethod
-    def init(cls, path: str | os.PathLike, *, origin: str | None = None, **kwargs: Any) -> "SqliteStore":
+    def init(cls, path: str | os.PathLike, *, origin: str | None = None, content: Any = None,
+             **kwargs: Any) -> "SqliteStore":
         """Create a new store in ``path`` (created if missing) and sign its first checkpoint.
 
         Writes the signing key to ``path/log.key`` (mode 0600) and the verifier
         key to ``path/log.vkey``; the system run is started.
+
+        Args:
+            origin: the log's origin (its checkpoint key's name).
+            content: a :class:`~sealbox.redaction.ContentPolicy` (default: mode
+                ``redacted`` with the default keys and patterns).
 
         Raises:
             StoreError: a store already exists there.
@@ -213,8 +223,15 @@ class SqliteStore:
         _write_private(folder / KEY_NAME, skey + "\n")
         fsync_write(folder / VKEY_NAME, (vkey + "\n").encode())
         store = cls(folder, _create=True, **kwargs)
-        store._write_meta({"origin": origin, "store_id": store_id, "created_at": utc_now()})
+        from sealbox.redaction import ContentPolicy
+
+        content = content or ContentPolicy()
+        store._write_meta({"origin": origin, "store_id": store_id, "created_at": utc_now(),
+                           "content": json.dumps(content.to_dict())})
         store.origin, store.store_id = origin, store_id
+        store.content = content
+        store._builder = EventBuilder(store._secret, content=content)
+        store.redactor = store._builder.redactor
         store._signer = store._load_signer()
         store.append(EventDraft("run.started", {
             "agent": "sealbox", "snapshot": None, "parent_run_id": None, "labels": {"system": "true"},
@@ -485,16 +502,18 @@ class SqliteStore:
             raise StoreError(f"no event at leaf index {leaf_index}")
         return events[0]
 
-    def iter_rows(self, batch: int = 5000) -> Iterator[tuple[int, str, int, str, bytes, bytes]]:
-        """Raw rows (leaf_index, run_id, run_seq, kind, raw, leaf_hash) in log order, for verification."""
+    def iter_rows(self, batch: int = 5000) -> Iterator[tuple]:
+        """Raw rows in log order, for verification: (leaf_index, raw, leaf_hash, columns), where
+        columns = (run_id, run_seq, kind, ts, principal, step, server, tool, call_id, effect, ok, tokens, cost)."""
         last = -1
         conn = self._conn()
         while True:
             rows = conn.execute(
-                "SELECT leaf_index, run_id, run_seq, kind, raw, leaf_hash FROM events WHERE leaf_index > ?"
-                " ORDER BY leaf_index LIMIT ?",
+                "SELECT leaf_index, raw, leaf_hash, run_id, run_seq, kind, ts, principal, step, server, tool, call_id,"
+                " effect, ok, tokens, cost FROM events WHERE leaf_index > ? ORDER BY leaf_index LIMIT ?",
                 (last, batch),
             ).fetchall()
+            rows = [(r[0], r[1], r[2], r[3:]) for r in rows]
             if not rows:
                 return
             yield from rows
@@ -635,6 +654,184 @@ class SqliteStore:
         for fp, content in self._conn().execute("SELECT fingerprint, content FROM snapshots ORDER BY fingerprint"):
             yield fp, bytes(content)
 
+    # ----------------------------------------------------------------- queries
+
+    def query_calls(self, *, tool: str | None = None, server: str | None = None, run_id: str | None = None,
+                    agent: str | None = None, principal: str | None = None, since: Any = None, until: Any = None,
+                    decision: str | None = None, error: bool | None = None, match: Any = None,
+                    limit: int | None = None) -> list[dict[str, Any]]:
+        """Every tool call across runs that passes all the filters given, one row per call, oldest first.
+
+        Indexed filters run in SQL ("every call to tool X" uses ``events_tool``);
+        glob confirmation and ``match`` run in Python on the candidates
+        (:mod:`sealbox.query`), so their semantics are the same on every backend.
+
+        Args:
+            tool, server: glob (:func:`fnmatch.fnmatchcase`) on the upstream tool / server name.
+            run_id, agent, principal: exact values (principal of the ``tool.call`` event).
+            since, until: RFC 3339, a date, or a duration back from now (``2h``, ``30d``);
+                ``since`` inclusive, ``until`` exclusive.
+            decision: ``allow``, ``deny`` or ``require_approval`` (the call's policy decision).
+            error: True: only calls whose ``tool.result`` has ok false; False: only calls
+                that ran and succeeded (calls without a result pass neither).
+            match: ``field.path~regex`` strings or ``(field_path, regex)`` pairs, all of which
+                must match (Python :mod:`re`, searched in the resolved value; see :func:`sealbox.query.parse_match`).
+            limit: at most this many rows: the newest ones (still returned oldest first).
+
+        Returns:
+            Dicts with the keys of :data:`sealbox.query.CALL_COLUMNS` (arguments resolved from blobs).
+
+        Raises:
+            ConfigError: a bad time, decision or match expression.
+        """
+        from sealbox import query as q
+
+        q.check_choice("decision", decision, q.DECISIONS)
+        matches = q.compile_matches(match)
+        where, params, globs = ["c.kind = 'tool.call'"], [], []
+        for col, pattern in (("tool", tool), ("server", server)):
+            if pattern is not None:
+                globs += _glob_terms(col, pattern, where, params)
+        for sql, value in (("c.run_id = ?", run_id), ("r.agent = ?", agent), ("c.principal = ?", principal),
+                           ("d.effect = ?", decision)):
+            if value is not None:
+                where.append(sql)
+                params.append(value)
+        if since is not None:
+            where.append("c.ts >= ?")
+            params.append(q.parse_time(since, name="since"))
+        if until is not None:
+            where.append("c.ts < ?")
+            params.append(q.parse_time(until, name="until"))
+        if error is not None:
+            where.append("x.ok = ?")
+            params.append(0 if error else 1)
+        with_result = any(m.root == "result" for m in matches)
+        sql = _CALLS_SQL.format(result="x.raw" if with_result else "NULL", where=" AND ".join(where))
+        rows: list[dict[str, Any]] = []
+        for rec in self._conn().execute(sql, params):
+            row = self._call_row(rec, with_result)
+            if all(q.glob_match(p, row[c]) for c, p in globs) and all(m.test(row) for m in matches):
+                row.pop("result", None)
+                rows.append(row)
+                if limit is not None and len(rows) >= limit:
+                    break
+        rows.reverse()
+        return rows
+
+    def _call_row(self, rec: tuple, with_result: bool) -> dict[str, Any]:
+        from sealbox.query import call_row
+
+        (ts, run_id, principal, step, call_raw, agent, effect, rule, reason_code, ok, duration, err, result_raw) = rec
+        call = json.loads(call_raw)["payload"]
+        call["arguments"] = self._resolve_quietly(call.get("arguments"))
+        decision = None if effect is None else {"effect": effect, "rule": rule, "reason_code": reason_code}
+        result = None
+        if ok is not None:
+            result = {"ok": bool(ok), "duration_us": duration, "error": None if err is None else json.loads(err)}
+        row = call_row(ts=ts, run_id=run_id, agent=agent, principal=principal, step=step, call=call,
+                       decision=decision, result=result)
+        if with_result and result_raw is not None:
+            row["result"] = self._resolve_quietly(json.loads(result_raw)["payload"].get("result"))
+        return row
+
+    def _resolve_quietly(self, value: Any) -> Any:
+        """:meth:`resolve`, keeping the references where a blob was erased."""
+        try:
+            return self.resolve(value)
+        except BlobNotFoundError:
+            return value
+
+    def query_runs(self, *, agent: str | None = None, principal: str | None = None, status: str | None = None,
+                   since: Any = None, until: Any = None, snapshot: str | None = None,
+                   labels: Any = None, limit: int | None = None) -> list[dict[str, Any]]:
+        """Runs passing every filter given, newest first.
+
+        Args:
+            agent, principal: exact values.
+            status: ``running``, ``suspended``, ``ended``, or how it ended: ``ok``, ``error``, ``cancelled``.
+            since, until: bounds on ``started_at`` (as in :meth:`query_calls`).
+            snapshot: a snapshot fingerprint or a prefix of it (``sha256:`` optional).
+            labels: ``{"k": "v"}`` or ``["k=v", ...]``; every label must be present with that value.
+            limit: at most this many runs (the newest).
+
+        Returns:
+            Dicts: run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at,
+            labels, status, ending (ok / error / cancelled, or None), ended_at, last_kind, events.
+
+        Raises:
+            ConfigError: a bad status, time or label.
+        """
+        from sealbox import query as q
+
+        q.check_choice("status", status, q.RUN_STATUSES)
+        wanted = q.parse_labels(labels)
+        where, params = ["1"], []
+        for sql, value in (("r.agent = ?", agent), ("r.principal = ?", principal)):
+            if value is not None:
+                where.append(sql)
+                params.append(value)
+        if since is not None:
+            where.append("r.started_at >= ?")
+            params.append(q.parse_time(since, name="since"))
+        if until is not None:
+            where.append("r.started_at < ?")
+            params.append(q.parse_time(until, name="until"))
+        if snapshot is not None:
+            fp = snapshot if snapshot.startswith("sha256:") else "sha256:" + snapshot
+            where.append("r.snapshot >= ? AND r.snapshot < ?")
+            params += [fp, fp + "\U0010ffff"]
+        if status in ("running", "suspended", "ended", "ok", "error", "cancelled"):
+            where.append({"running": "l.kind NOT IN ('run.ended', 'run.suspended')",
+                          "suspended": "l.kind = 'run.suspended'"}.get(status, "l.kind = 'run.ended'"))
+        out: list[dict[str, Any]] = []
+        for rec in self._conn().execute(_RUNS_SQL.format(where=" AND ".join(where)), params):
+            row = _run_row(rec)
+            if (status is None or q.status_matches(status, row["status"], row["ending"])) and all(
+                    row["labels"].get(k) == v for k, v in wanted.items()):
+                out.append(row)
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
+
+    def get_run(self, run_id: str) -> dict[str, Any] | None:
+        """One run as a :meth:`query_runs` row, plus ``children`` (rows of the runs naming it as parent), or None."""
+        recs = self._conn().execute(_RUNS_SQL.format(where="r.run_id = ?"), (run_id,)).fetchall()
+        if not recs:
+            return None
+        run = _run_row(recs[0])
+        kids = self._conn().execute(_RUNS_SQL.format(where="r.parent_run_id = ?"), (run_id,)).fetchall()
+        run["children"] = [_run_row(k) for k in reversed(kids)]
+        return run
+
+    def optimize(self) -> None:
+        """Keep the query planner's statistics current: ``PRAGMA optimize`` on every
+        connection of this store, or a first ``ANALYZE`` when there are none yet.
+
+        Called by :meth:`close` on a writable store (LESSONS: a store that never
+        gathers statistics lets SQLite pick the wrong index). ``analysis_limit``
+        bounds the work to milliseconds, even on millions of events.
+
+        Raises:
+            StoreError: the statistics could not be written.
+        """
+        if self.readonly:
+            return
+        conn = self._conn()
+        try:
+            stats = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'").fetchone() and \
+                conn.execute("SELECT 1 FROM sqlite_stat1 WHERE tbl = 'events' LIMIT 1").fetchone()
+            with self._conns_lock:
+                conns = list(self._conns)
+            for each in conns:
+                each.execute("PRAGMA analysis_limit = 1000")
+                if stats:
+                    each.execute("PRAGMA optimize")
+            if not stats:
+                conn.execute("ANALYZE")
+        except sqlite3.Error as exc:
+            raise _translate_write_error(self.path, exc) from exc
+
     def close(self) -> None:
         """Sign a final checkpoint if events arrived since the last one, then close every connection."""
         if self._closed:
@@ -642,6 +839,7 @@ class SqliteStore:
         try:
             if self._signer is not None and self.size() > self._last_ckpt_size:
                 self.issue_checkpoint()
+            self.optimize()
         finally:
             self._closed = True
             with self._conns_lock:
@@ -704,6 +902,67 @@ class Reader:
                              (day_start,)).fetchone()
             out["tokens_day"], out["cost_day"] = tokens or 0, cost or 0.0
         return out
+
+
+# One row per tool call: its decision and result are the first of each kind
+# after it with the same (run_id, call_id). Filled in by query_calls.
+_CALLS_SQL = """
+SELECT c.ts, c.run_id, c.principal, c.step, c.raw, r.agent,
+       d.effect, CAST(d.raw AS TEXT) ->> '$.payload.rule', CAST(d.raw AS TEXT) ->> '$.payload.reason_code',
+       x.ok, CAST(x.raw AS TEXT) ->> '$.payload.duration_us', CAST(x.raw AS TEXT) -> '$.payload.error', {result}
+FROM events c
+LEFT JOIN runs r ON r.run_id = c.run_id
+LEFT JOIN events d ON d.leaf_index = (
+    SELECT min(e.leaf_index) FROM events e WHERE e.call_id = c.call_id AND e.run_id = c.run_id
+    AND e.kind = 'policy.decision' AND e.leaf_index > c.leaf_index)
+LEFT JOIN events x ON x.leaf_index = (
+    SELECT min(e.leaf_index) FROM events e WHERE e.call_id = c.call_id AND e.run_id = c.run_id
+    AND e.kind = 'tool.result' AND e.leaf_index > c.leaf_index)
+WHERE {where}
+ORDER BY c.ts DESC, c.leaf_index DESC
+"""
+
+_RUNS_SQL = """
+SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot, r.started_at,
+       CAST(s.raw AS TEXT) -> '$.payload.labels', l.kind, l.ts, l.run_seq,
+       CASE WHEN l.kind = 'run.ended' THEN CAST(l.raw AS TEXT) ->> '$.payload.status' END
+FROM runs r
+JOIN events s ON s.leaf_index = r.leaf_index
+JOIN events l ON l.run_id = r.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = r.run_id)
+WHERE {where}
+ORDER BY r.started_at DESC, r.leaf_index DESC
+"""
+
+
+def _glob_terms(col: str, pattern: str, where: list[str], params: list[Any]) -> list[tuple[str, str]]:
+    """SQL terms narrowing ``col`` to ``pattern`` (an index range on its literal prefix);
+    returns the (column, glob) pairs left to confirm in Python."""
+    from sealbox.query import glob_literal_prefix, prefix_upper_bound
+
+    prefix, exact = glob_literal_prefix(pattern)
+    if exact:
+        where.append(f"c.{col} = ?")
+        params.append(pattern)
+        return []
+    where.append(f"c.{col} >= ?")
+    params.append(prefix)
+    upper = prefix_upper_bound(prefix)
+    if upper is not None:
+        where.append(f"c.{col} < ?")
+        params.append(upper)
+    return [(col, pattern)]
+
+
+def _run_row(rec: tuple) -> dict[str, Any]:
+    from sealbox.query import run_status
+
+    (run_id, agent, principal, parent, replay_of, snapshot, started_at, labels, last_kind, last_ts, events,
+     ending) = rec
+    status = run_status(last_kind)
+    return {"run_id": run_id, "agent": agent, "principal": principal, "parent_run_id": parent,
+            "replay_of": replay_of, "snapshot": snapshot, "started_at": started_at,
+            "labels": json.loads(labels) if labels else {}, "status": status, "ending": ending,
+            "ended_at": last_ts if status == "ended" else None, "last_kind": last_kind, "events": events}
 
 
 def _split_sql(script: str) -> list[str]:

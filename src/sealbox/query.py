@@ -1,0 +1,310 @@
+"""The backend-neutral half of queries: time bounds, name globs, ``--match`` expressions, call rows.
+
+Every backend runs its indexed filters in SQL and hands candidate rows to this
+module, so that what a filter means is decided once, here, whatever the store:
+
+* **time bounds** (:func:`parse_time`): RFC 3339 with an offset (``2026-11-29T12:00:00Z``),
+  a date (``2026-11-29``, midnight UTC) or a duration back from now (``90s``, ``15m``,
+  ``2h``, ``30d``, ``1w``). A time without an offset is refused rather than guessed.
+  ``since`` is inclusive, ``until`` exclusive.
+* **globs** (:func:`glob_match`): :func:`fnmatch.fnmatchcase` semantics (``*``, ``?``,
+  ``[abc]``, ``[!abc]``), case-sensitive. A backend narrows with
+  :func:`glob_literal_prefix` (an index range) and confirms with :func:`glob_match`.
+* **matches** (:func:`parse_match`): ``field.path~regex`` with Python :mod:`re`
+  semantics on every backend; the regex is searched (``re.search``) in the value at
+  the path, after blob references were resolved. A string is searched as it is; any
+  other value as its JSON text. A path segment applied to a list applies to each item
+  (any item may match); a missing path never matches.
+
+Errors in user input raise :class:`~sealbox.errors.ConfigError` with one line saying
+what was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from fnmatch import fnmatchcase
+from typing import Any, Iterable, Sequence
+
+from sealbox.errors import ConfigError
+
+__all__ = [
+    "DECISIONS",
+    "RUN_STATUSES",
+    "CALL_COLUMNS",
+    "MATCH_ROOTS",
+    "Match",
+    "parse_time",
+    "parse_match",
+    "compile_matches",
+    "parse_labels",
+    "glob_literal_prefix",
+    "glob_match",
+    "prefix_upper_bound",
+    "call_row",
+    "run_status",
+    "status_matches",
+    "check_choice",
+]
+
+#: Values of ``decision=`` (a policy decision's effect).
+DECISIONS = ("allow", "deny", "require_approval")
+#: Values of a run's ``status=`` filter: where it is, or how it ended (``ended`` = any of the last three).
+RUN_STATUSES = ("running", "suspended", "ended", "ok", "error", "cancelled")
+#: Keys of one row of :meth:`query_calls`, in display order.
+CALL_COLUMNS = (
+    "ts", "run_id", "agent", "principal", "step", "call_id", "server", "tool", "exposed", "grant", "arguments",
+    "decision", "rule", "reason_code", "outcome", "ok", "error", "duration_us",
+)
+#: Fields a ``--match`` may start with: the call's row keys, plus ``result`` (the tool's resolved result).
+MATCH_ROOTS = tuple(sorted(set(CALL_COLUMNS) | {"result"}))
+
+_RELATIVE = re.compile(r"^\s*(\d+)\s*(s|m|h|d|w)\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_GLOB_MAGIC = re.compile(r"[*?\[]")
+
+
+def _utc_text(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: str | datetime, *, now: datetime | None = None, name: str = "time") -> str:
+    """A time bound as the store writes times: RFC 3339 UTC with microseconds.
+
+    Args:
+        value: RFC 3339 with an offset, a date ``YYYY-MM-DD`` (00:00 UTC), a
+            duration back from ``now`` (``90s``, ``15m``, ``2h``, ``30d``, ``1w``),
+            or an aware :class:`~datetime.datetime`.
+        now: the reference for durations (default: the current time).
+        name: the option's name, for the error message.
+
+    Returns:
+        e.g. ``"2026-11-29T12:00:00.000000Z"`` (compares as text with stored ``ts``).
+
+    Raises:
+        ConfigError: anything else, including a time with no offset.
+    """
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ConfigError(f"{name}: a datetime without a timezone is ambiguous; give an aware datetime")
+        return _utc_text(value)
+    text = str(value).strip()
+    rel = _RELATIVE.match(text)
+    if rel:
+        delta = timedelta(**{_UNITS[rel.group(2)]: int(rel.group(1))})
+        return _utc_text((now or datetime.now(timezone.utc)) - delta)
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        text += "T00:00:00Z"
+    try:
+        moment = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(
+            f"{name}: {value!r} is not a time; use RFC 3339 (2026-11-29T12:00:00Z), a date (2026-11-29)"
+            " or a duration back from now (90s, 15m, 2h, 30d, 1w)") from None
+    if moment.tzinfo is None:
+        raise ConfigError(f"{name}: {value!r} has no timezone; add Z or an offset such as +01:00")
+    return _utc_text(moment)
+
+
+@dataclass(frozen=True)
+class Match:
+    """One ``field.path~regex`` condition.
+
+    Attributes:
+        path: the field path, split on ``.`` (e.g. ``("arguments", "query")``).
+        pattern: the compiled regex (Python :mod:`re`).
+        text: the expression as given.
+    """
+
+    path: tuple[str, ...]
+    pattern: re.Pattern
+    text: str
+
+    @property
+    def root(self) -> str:
+        """The first path segment (``arguments``, ``result``, ``tool``…)."""
+        return self.path[0]
+
+    def test(self, record: dict[str, Any]) -> bool:
+        """Whether the regex is found in the value at :attr:`path` of ``record``."""
+        return any(self._search(v) for v in _values_at(record, self.path))
+
+    def _search(self, value: Any) -> bool:
+        if isinstance(value, str):
+            return self.pattern.search(value) is not None
+        return self.pattern.search(json.dumps(value, ensure_ascii=False, sort_keys=True)) is not None
+
+
+_MISSING = object()
+
+
+def _values_at(value: Any, path: Sequence[str]) -> Iterable[Any]:
+    """Every value reached by ``path``; a key applied to a list fans out over its items."""
+    if not path:
+        yield value
+        return
+    key, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        if key in value:
+            yield from _values_at(value[key], rest)
+    elif isinstance(value, list):
+        if key.lstrip("-").isdigit():
+            index = int(key)
+            if -len(value) <= index < len(value):
+                yield from _values_at(value[index], rest)
+        else:
+            for item in value:
+                yield from _values_at(item, path)
+
+
+def parse_match(expr: str | tuple[str, str] | Match) -> Match:
+    """Parse ``field.path~regex`` (or a ``(field_path, regex)`` pair).
+
+    The first ``~`` separates the path from the regex, so a regex may contain ``~``.
+
+    Raises:
+        ConfigError: no ``~``, an empty or unknown field, or a regex that does not compile.
+    """
+    if isinstance(expr, Match):
+        return expr
+    if isinstance(expr, tuple):
+        if len(expr) != 2 or not all(isinstance(x, str) for x in expr):
+            raise ConfigError(f"match: expected (field_path, regex), got {expr!r}")
+        field, regex = expr
+        text = f"{field}~{regex}"
+    else:
+        text = str(expr)
+        if "~" not in text:
+            raise ConfigError(f"match: {text!r} is not FIELD~REGEX (e.g. 'arguments.query~(?i)delete')")
+        field, regex = text.split("~", 1)
+    path = tuple(field.strip().split("."))
+    if not path[0] or any(not part for part in path):
+        raise ConfigError(f"match: {text!r} has an empty field path (e.g. 'arguments.query~(?i)delete')")
+    if path[0] not in MATCH_ROOTS:
+        raise ConfigError(f"match: unknown field {path[0]!r} in {text!r}; use one of {', '.join(MATCH_ROOTS)}")
+    try:
+        pattern = re.compile(regex)
+    except re.error as exc:
+        raise ConfigError(f"match: invalid regex {regex!r} in {text!r}: {exc}") from None
+    return Match(path, pattern, text)
+
+
+def compile_matches(items: Iterable[str | tuple[str, str] | Match] | None) -> list[Match]:
+    """Parse every match expression (see :func:`parse_match`); None gives ``[]``."""
+    return [parse_match(item) for item in (items or ())]
+
+
+def parse_labels(items: Iterable[str] | dict[str, str] | None) -> dict[str, str]:
+    """``["env=prod", "team=a"]`` → ``{"env": "prod", "team": "a"}``.
+
+    Raises:
+        ConfigError: an item without ``=`` or with an empty key.
+    """
+    if isinstance(items, dict):
+        return {str(k): str(v) for k, v in items.items()}
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"label: {item!r} is not KEY=VALUE")
+        out[key.strip()] = val
+    return out
+
+
+def glob_literal_prefix(pattern: str) -> tuple[str, bool]:
+    """``(prefix, is_exact)``: the literal text before the first glob character.
+
+    ``("read_", False)`` for ``read_*``; ``("db", True)`` for ``db`` (no glob
+    character: an equality test). A backend turns a prefix into an index range.
+    """
+    found = _GLOB_MAGIC.search(pattern)
+    if found is None:
+        return pattern, True
+    return pattern[: found.start()], False
+
+
+def prefix_upper_bound(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with ``prefix``
+    (in code point order), or None when there is none (prefix of U+10FFFF only)."""
+    chars = list(prefix)
+    while chars:
+        last = ord(chars.pop())
+        if last < 0x10FFFF:
+            nxt = last + 1
+            if 0xD800 <= nxt <= 0xDFFF:
+                nxt = 0xE000
+            return "".join(chars) + chr(nxt)
+    return None
+
+
+def glob_match(pattern: str, value: str | None) -> bool:
+    """:func:`fnmatch.fnmatchcase` (case-sensitive); None never matches."""
+    return value is not None and fnmatchcase(value, pattern)
+
+
+def _error_of(result_payload: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not result_payload or result_payload.get("ok", True):
+        return None
+    err = result_payload.get("error")
+    if isinstance(err, dict):
+        return {"type": err.get("type"), "message": err.get("message")}
+    return {"type": None, "message": None if err is None else str(err)}
+
+
+def _outcome(effect: str | None, result_payload: dict[str, Any] | None) -> str:
+    if result_payload is not None:
+        return "ok" if result_payload.get("ok") else "error"
+    if effect is None:
+        return "undecided"
+    return "unknown" if effect == "allow" else "not_run"
+
+
+def call_row(*, ts: str, run_id: str, agent: str | None, principal: str, step: str, call: dict[str, Any],
+             decision: dict[str, Any] | None, result: dict[str, Any] | None) -> dict[str, Any]:
+    """One row of a call listing, from the three payloads of a tool call.
+
+    Args:
+        call: the ``tool.call`` payload, arguments already resolved.
+        decision: the ``policy.decision`` payload, or None (not recorded).
+        result: the ``tool.result`` payload, or None (denied, running, or outcome unknown).
+
+    Returns:
+        A dict with :data:`CALL_COLUMNS`. ``outcome`` is ``ok`` / ``error`` (the tool
+        ran), ``not_run`` (the decision was not allow), ``unknown`` (allowed but no
+        result: still running, or the process died) or ``undecided`` (no decision).
+        ``ok`` is True / False, or None when there is no result; ``error`` is
+        ``{"type", "message"}`` or None.
+    """
+    effect = decision.get("effect") if decision else None
+    return {
+        "ts": ts, "run_id": run_id, "agent": agent, "principal": principal, "step": step,
+        "call_id": call.get("call_id"), "server": call.get("server"), "tool": call.get("tool"),
+        "exposed": call.get("exposed"), "grant": call.get("grant"), "arguments": call.get("arguments"),
+        "decision": effect, "rule": decision.get("rule") if decision else None,
+        "reason_code": decision.get("reason_code") if decision else None,
+        "outcome": _outcome(effect, result), "ok": None if result is None else bool(result.get("ok")),
+        "error": _error_of(result), "duration_us": result.get("duration_us") if result else None,
+    }
+
+
+def run_status(last_kind: str | None) -> str:
+    """A run's status from its last event's kind: ``running``, ``suspended`` or ``ended``."""
+    return {"run.ended": "ended", "run.suspended": "suspended"}.get(last_kind or "", "running")
+
+
+def status_matches(wanted: str, status: str, ending: str | None) -> bool:
+    """Whether a run with ``status`` (and ``ending`` ok / error / cancelled once ended)
+    passes the filter ``wanted`` (one of :data:`RUN_STATUSES`)."""
+    if wanted in ("running", "suspended", "ended"):
+        return status == wanted
+    return status == "ended" and ending == wanted
+
+
+def check_choice(name: str, value: str | None, choices: Sequence[str]) -> str | None:
+    """``value`` if it is one of ``choices`` (or None); else :class:`ConfigError`."""
+    if value is not None and value not in choices:
+        raise ConfigError(f"{name}: {value!r} is not one of {', '.join(choices)}")
+    return value

@@ -1,0 +1,163 @@
+"""Redaction and content modes, applied before anything is hashed.
+
+A store has a **content mode**:
+
+- ``full``: content is kept as given.
+- ``redacted`` (the default): values under sensitive key names, at configured
+  paths, and substrings matching configured patterns are replaced by a marker
+  ``{"$redacted": "hmac-sha256:<hex>"}`` (inside a string:
+  ``⟦redacted:hmac-sha256:<hex>⟧``), everything else is kept.
+- ``hashes-only``: every content field (arguments, results, messages, state,
+  decision inputs) is replaced by its marker; only the commitments remain.
+
+The marker is HMAC-SHA256 under the store's secret (never exported) of the
+value's canonical bytes: equal secrets compare equal inside the store, and a
+holder of an export cannot brute-force them without the secret.
+
+What each mode gives up: ``redacted`` — replay and what-if of steps whose
+arguments or results held redacted values (they are reported as not
+replayable / not re-evaluable, never re-run on a marker); ``hashes-only`` —
+replay, what-if and offline re-evaluation of decisions altogether; the record
+still proves what happened, when, in which order and under which decision.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import hmac
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from sealbox.canonical import canonical_bytes
+from sealbox.errors import ConfigError
+
+__all__ = ["CONTENT_MODES", "DEFAULT_KEYS", "DEFAULT_PATTERNS", "ContentPolicy", "Redactor", "MARKER_TAG"]
+
+CONTENT_MODES = ("full", "redacted", "hashes-only")
+MARKER_TAG = "$redacted"
+
+#: Key names whose values are redacted (exact, case-insensitive). Not ``max_tokens`` or ``input_tokens``.
+DEFAULT_KEYS = (
+    "password", "passwd", "passphrase", "secret", "client_secret", "api_key", "apikey", "x-api-key",
+    "access_token", "refresh_token", "id_token", "token", "authorization", "proxy-authorization",
+    "cookie", "set-cookie", "private_key", "session_token",
+)
+
+#: Patterns of secrets inside strings (Python ``re``).
+DEFAULT_PATTERNS = (
+    r"(?i)\bbearer\s+[a-z0-9._~+/=-]{8,}",
+    r"\bsk-[A-Za-z0-9_-]{16,}",
+    r"\bAKIA[0-9A-Z]{16}\b",
+    r"\bgh[pousr]_[A-Za-z0-9]{30,}\b",
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
+)
+
+
+@dataclass(frozen=True)
+class ContentPolicy:
+    """A store's content settings.
+
+    Attributes:
+        mode: one of :data:`CONTENT_MODES`.
+        keys: key names to redact (exact, case-insensitive).
+        paths: dotted paths from a content field (``arguments.user.ssn``,
+            ``request.messages.*.content``; ``*`` matches any key or index).
+        patterns: regular expressions whose matches inside strings are redacted.
+    """
+
+    mode: str = "redacted"
+    keys: tuple[str, ...] = DEFAULT_KEYS
+    paths: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = DEFAULT_PATTERNS
+
+    def __post_init__(self) -> None:
+        if self.mode not in CONTENT_MODES:
+            raise ConfigError(f"content mode must be one of {', '.join(CONTENT_MODES)}, not {self.mode!r}")
+        for pattern in self.patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(f"redaction pattern {pattern!r} is not a valid regular expression: {exc}") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form, as kept in the store's metadata."""
+        return {"mode": self.mode, "keys": list(self.keys), "paths": list(self.paths), "patterns": list(self.patterns)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ContentPolicy":
+        """Inverse of :meth:`to_dict`."""
+        return cls(d.get("mode", "redacted"), tuple(d.get("keys", DEFAULT_KEYS)), tuple(d.get("paths", ())),
+                   tuple(d.get("patterns", DEFAULT_PATTERNS)))
+
+
+@dataclass
+class Redactor:
+    """Applies a :class:`ContentPolicy` with a store's secret."""
+
+    secret: bytes
+    policy: ContentPolicy = field(default_factory=ContentPolicy)
+
+    def __post_init__(self) -> None:
+        self._keys = {k.lower() for k in self.policy.keys}
+        self._paths = [p.split(".") for p in self.policy.paths]
+        self._patterns = [re.compile(p) for p in self.policy.patterns]
+
+    def marker(self, value: Any) -> dict[str, str]:
+        """``{"$redacted": "hmac-sha256:<hex>"}`` for a strict JSON value."""
+        digest = hmac.new(self.secret, canonical_bytes(value), hashlib.sha256).hexdigest()
+        return {MARKER_TAG: "hmac-sha256:" + digest}
+
+    def apply(self, name: str, value: Any) -> tuple[Any, bool]:
+        """Redact one content field's (encoded, strict JSON) value.
+
+        Returns:
+            (the value to store, whether anything was redacted).
+        """
+        mode = self.policy.mode
+        if mode == "full":
+            return value, False
+        if mode == "hashes-only":
+            return self.marker(value), True
+        changed = [False]
+        out = self._walk(value, [name], changed)
+        return out, changed[0]
+
+    def would_redact(self, name: str, value: Any) -> bool:
+        """Whether :meth:`apply` would change ``value``."""
+        return self.apply(name, value)[1]
+
+    def _walk(self, value: Any, path: list[str], changed: list[bool]) -> Any:
+        if self._path_hit(path):
+            changed[0] = True
+            return self.marker(value)
+        if type(value) is dict:
+            if len(value) == 1 and MARKER_TAG in value:
+                return value
+            out = {}
+            for k, v in value.items():
+                if k.lower() in self._keys and v is not None:
+                    changed[0] = True
+                    out[k] = self.marker(v)
+                else:
+                    out[k] = self._walk(v, path + [k], changed)
+            return out
+        if type(value) is list:
+            return [self._walk(v, path + [str(i)], changed) for i, v in enumerate(value)]
+        if type(value) is str and self._patterns:
+            return self._scrub(value, changed)
+        return value
+
+    def _path_hit(self, path: list[str]) -> bool:
+        for pattern in self._paths:
+            if len(pattern) == len(path) and all(fnmatch.fnmatchcase(p, q) for p, q in zip(path, pattern)):
+                return True
+        return False
+
+    def _scrub(self, text: str, changed: list[bool]) -> str:
+        for pattern in self._patterns:
+            if pattern.search(text):
+                changed[0] = True
+                text = pattern.sub(lambda m: f"⟦redacted:{self.marker(m.group(0))[MARKER_TAG]}⟧", text)
+        return text

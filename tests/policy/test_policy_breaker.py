@@ -1,0 +1,110 @@
+"""Circuit breaker transitions with a fake clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from sealbox.policy import BreakerChange, CircuitBreaker, breaker_open_decision
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def seen():
+    return []
+
+
+@pytest.fixture
+def breaker(clock, seen):
+    return CircuitBreaker(threshold=3, cooldown_s=30, clock=clock, on_change=seen.append)
+
+
+def test_opens_after_threshold_consecutive_failures(breaker, seen):
+    assert breaker.record_failure("db", "q") is None
+    assert breaker.record_failure("db", "q", kind="timeout") is None
+    change = breaker.record_failure("db", "q")
+    assert change == BreakerChange("db", "q", "closed", "open", "failures", 3)
+    assert seen == [change]
+    check = breaker.before_call("db", "q")
+    assert (check.allowed, check.state, check.retry_in_s) == (False, "open", 30.0)
+
+
+def test_a_success_resets_the_consecutive_count(breaker, seen):
+    breaker.record_failure("db", "q")
+    breaker.record_failure("db", "q")
+    breaker.record_success("db", "q")
+    breaker.record_failure("db", "q")
+    breaker.record_failure("db", "q")
+    assert breaker.state("db", "q") == "closed" and seen == []
+
+
+def test_one_probe_after_cooldown_then_close_on_success(breaker, clock, seen):
+    for _ in range(3):
+        breaker.record_failure("db", "q")
+    clock.t += 29.9
+    assert breaker.before_call("db", "q").allowed is False
+    clock.t += 0.1
+    probe = breaker.before_call("db", "q")
+    assert (probe.allowed, probe.state, probe.probe) == (True, "half_open", True)
+    assert probe.change == BreakerChange("db", "q", "open", "half_open", "cooldown_elapsed", 3)
+    second = breaker.before_call("db", "q")
+    assert (second.allowed, second.state) == (False, "half_open")
+    assert breaker.record_success("db", "q") == BreakerChange("db", "q", "half_open", "closed", "probe_succeeded", 3)
+    assert breaker.before_call("db", "q").allowed is True
+    assert [c.new for c in seen] == ["open", "half_open", "closed"]
+
+
+def test_failed_probe_reopens_for_a_new_cooldown(breaker, clock):
+    for _ in range(3):
+        breaker.record_failure("db", "q")
+    clock.t += 30
+    breaker.before_call("db", "q")
+    assert breaker.record_failure("db", "q") == BreakerChange("db", "q", "half_open", "open", "probe_failed", 4)
+    clock.t += 10
+    assert breaker.before_call("db", "q").retry_in_s == 20.0
+
+
+def test_breakers_are_per_tool(breaker):
+    for _ in range(3):
+        breaker.record_failure("db", "q")
+    assert breaker.before_call("db", "other").allowed is True
+    assert breaker.before_call("cache", "q").allowed is True
+
+
+def test_server_down_opens_all_its_known_tools_and_new_ones(breaker, clock, seen):
+    breaker.before_call("db", "a")
+    breaker.before_call("db", "b")
+    breaker.before_call("cache", "a")
+    changes = breaker.server_down("db")
+    assert changes == [BreakerChange("db", "a", "closed", "open", "server_down", 0),
+                       BreakerChange("db", "b", "closed", "open", "server_down", 0)]  # fmt: skip
+    assert breaker.before_call("cache", "a").allowed is True
+    new = breaker.before_call("db", "c")
+    assert (new.allowed, new.state) == (False, "open")
+    assert seen[-1] == BreakerChange("db", "c", "closed", "open", "server_down", 0)
+    clock.t += 30
+    assert breaker.before_call("db", "a").probe is True
+
+
+def test_breaker_open_decision():
+    breaker = CircuitBreaker(threshold=1, cooldown_s=5, clock=lambda: 0.0)
+    breaker.record_failure("db", "q")
+    d = breaker_open_decision(breaker.before_call("db", "q"), "db", "q", "sha256:" + "0" * 64)
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "breaker_open", None)
+    assert d.reason == "circuit breaker for db/q is open; next probe in 5.0 s"
+
+
+def test_invalid_failure_kind():
+    with pytest.raises(ValueError):
+        CircuitBreaker().record_failure("db", "q", kind="crash")

@@ -1,0 +1,236 @@
+"""Many threads and several processes appending to one store at once.
+
+No exception (in particular no "database is locked") reaches any caller, no
+event is lost, every run's run_seq is 1..n without a gap, each writer's own
+order is kept, and the store verifies clean.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+import sealbox
+from conftest import decision, note, started, tool_call, tool_result
+from sealbox import CheckpointPolicy, open_store, verify_store
+from sealbox.store.base import new_run_id
+
+OWN_THREADS, SHARED_THREADS, PROCESSES, PER_WRITER = 16, 4, 4, 200
+
+PROCESS_WRITER = r'''
+import sys
+from sealbox import CheckpointPolicy, EventDraft, open_store
+from sealbox.store.base import new_run_id
+
+path, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+store = open_store(path, checkpoint_policy=CheckpointPolicy(every_events=150, every_seconds=0.5))
+run = new_run_id()
+who = "agent:" + name
+FP = "sha256:" + "ef" * 32
+print(run, flush=True)
+sys.stdin.readline()  # wait for "go" so that every writer starts together
+store.append(EventDraft("run.started", {"agent": name, "snapshot": None, "parent_run_id": None, "labels": {},
+                                        "policy": {"fingerprint": FP, "name": None}}, run_id=run, principal=who))
+n = 1
+while n < count:
+    if n + 2 <= count and n % 3 == 0:
+        c = f"c{n}"
+        store.append([
+            EventDraft("tool.call", {"call_id": c, "server": "s", "tool": "t", "exposed": "s__t",
+                                     "arguments": {"n": n, "pad": name * 200}, "grant": "g"}, run_id=run, principal=who),
+            EventDraft("policy.decision", {"call_id": c, "effect": "allow", "reason_code": "ok", "rule": None,
+                                           "reason": "ok", "policy_fingerprint": FP, "eval_us": 1},
+                       run_id=run, principal=who),
+        ])
+        n += 2
+    else:
+        store.append(EventDraft("note", {"text": f"{name} {n}"}, run_id=run, principal=who))
+        n += 1
+store.close()
+print("done", flush=True)
+'''
+
+
+def own_run_writer(store, name: str, count: int, barrier: threading.Barrier, out: dict, errors: list) -> None:
+    try:
+        run = new_run_id()
+        out[name] = run
+        barrier.wait()
+        store.append(started(run, agent=name))
+        n = 1
+        while n < count:
+            if n + 2 <= count and n % 3 == 0:
+                c = f"{name}-c{n}"
+                args = {"n": n, "pad": name * 100} if n % 2 else {"n": n}  # some above the blob limit
+                store.append([tool_call(run, c, arguments=args), decision(run, c)])
+                n += 2
+            elif n % 7 == 0:
+                store.append(tool_result(run, f"{name}-c{n}", {"shared": "same content every time " * 40}))
+                n += 1
+            else:
+                store.append(note(run, f"{name} {n}"))
+                n += 1
+    except BaseException as exc:  # noqa: BLE001 - every exception must reach the assertion
+        errors.append((name, repr(exc)))
+
+
+def shared_run_writer(store, run: str, name: str, count: int, barrier: threading.Barrier, errors: list) -> None:
+    try:
+        barrier.wait()
+        for i in range(count):
+            store.append(note(run, f"{name} {i}"))
+    except BaseException as exc:  # noqa: BLE001
+        errors.append((name, repr(exc)))
+
+
+@pytest.mark.slow
+def test_threads_and_processes_append_to_one_store(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    store = sealbox.init_store(path, checkpoint_policy=CheckpointPolicy(every_events=150, every_seconds=0.5))
+    shared = new_run_id()
+    store.append(started(shared, agent="shared"))
+    initial = store.size()
+
+    script = tmp_path / "writer.py"
+    script.write_text(PROCESS_WRITER)
+    procs = [subprocess.Popen([sys.executable, str(script), str(path), f"proc{i}", str(PER_WRITER)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(PROCESSES)]
+    proc_runs = [p.stdout.readline().strip() for p in procs]  # each has opened the store and chosen its run
+    assert all(proc_runs), [p.stderr.read() for p in procs]
+
+    errors: list = []
+    own: dict[str, str] = {}
+    barrier = threading.Barrier(OWN_THREADS + SHARED_THREADS + 1)
+    threads = [threading.Thread(target=own_run_writer, args=(store, f"t{i}", PER_WRITER, barrier, own, errors))
+               for i in range(OWN_THREADS)]
+    threads += [threading.Thread(target=shared_run_writer, args=(store, shared, f"s{i}", PER_WRITER, barrier, errors))
+                for i in range(SHARED_THREADS)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    started_at = time.monotonic()
+    for t in threads:
+        t.join(timeout=300)
+    outs = [p.communicate(timeout=300) for p in procs]
+    elapsed = time.monotonic() - started_at
+
+    assert not errors, errors[:5]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0 and out.strip() == "done", err
+        assert "locked" not in err and "Traceback" not in err, err
+    assert not any(t.is_alive() for t in threads)
+
+    expected = initial + OWN_THREADS * PER_WRITER + SHARED_THREADS * PER_WRITER + PROCESSES * PER_WRITER
+    assert store.size() == expected
+
+    # every run: run_seq 1..n, no gap, the right number of events
+    for run in [*own.values(), *proc_runs]:
+        seqs = [e.run_seq for e in store.read_run(run)]
+        assert seqs == list(range(1, PER_WRITER + 1)), run
+    shared_events = store.read_run(shared)
+    assert [e.run_seq for e in shared_events] == list(range(1, SHARED_THREADS * PER_WRITER + 2))
+    # each sharing thread's events appear in the order it wrote them
+    order: dict[str, list[int]] = defaultdict(list)
+    for e in shared_events[1:]:
+        name, i = e.payload["text"].split()
+        order[name].append(int(i))
+    assert {k: v for k, v in order.items()} == {f"s{i}": list(range(PER_WRITER)) for i in range(SHARED_THREADS)}
+
+    # leaf indices are 0..size-1 and each run's events are in increasing leaf order
+    all_events = store.read_range(0, store.size())
+    assert [e.leaf_index for e in all_events] == list(range(expected))
+    last_leaf: dict[str, int] = {}
+    for e in all_events:
+        assert e.leaf_index > last_leaf.get(e.run_id, -1)
+        last_leaf[e.run_id] = e.leaf_index
+
+    store.close()
+    final = open_store(path, readonly=True)
+    try:
+        report = verify_store(final)
+        assert report.ok, [p.line() for p in report.problems[:10]]
+        assert report.events == expected and report.tree_size_signed == expected
+        assert report.runs == 1 + 1 + OWN_THREADS + PROCESSES  # system, shared, own threads, processes
+    finally:
+        final.close()
+    print(f"{expected} events from {OWN_THREADS + SHARED_THREADS} threads and {PROCESSES} processes in {elapsed:.1f} s")
+
+
+def test_checkpoint_file_holds_the_newest_checkpoint_after_concurrent_writers(tmp_path: Path) -> None:
+    """Several processes sign checkpoints; DIR/checkpoint must end at the newest one (it is the rollback floor)."""
+    path = tmp_path / "store"
+    sealbox.init_store(path).close()
+    script = tmp_path / "writer.py"
+    script.write_text(PROCESS_WRITER.replace("every_events=150, every_seconds=0.5", "every_events=3, every_seconds=0"))
+    procs = [subprocess.Popen([sys.executable, str(script), str(path), f"p{i}", "120"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in range(4)]
+    for p in procs:
+        assert p.stdout.readline().strip()
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    store = open_store(path, readonly=True)
+    try:
+        newest = store.latest_checkpoint()
+        assert newest is not None and newest.tree_size == store.size() == 1 + 4 * 120
+        assert store.checkpoint_file_size() == newest.tree_size
+        assert verify_store(store).ok
+    finally:
+        store.close()
+
+
+def test_verify_while_writers_append(tmp_path: Path) -> None:
+    """verify_store on a live store (other threads appending and checkpointing) must not report problems
+    that are only an artefact of reading while the log grows."""
+    path = tmp_path / "store"
+    store = sealbox.init_store(path, checkpoint_policy=CheckpointPolicy(every_events=5, every_seconds=0))
+    stop = threading.Event()
+    errors: list = []
+
+    def writer(name: str) -> None:
+        try:
+            run = new_run_id()
+            store.append(started(run, agent=name))
+            i = 0
+            while not stop.is_set():
+                i += 1
+                store.append(note(run, f"{name} {i}"))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=writer, args=(f"w{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    reader = open_store(path, readonly=True)
+    bad = []
+    try:
+        deadline = time.monotonic() + 4
+        rounds = 0
+        while time.monotonic() < deadline:
+            report = verify_store(reader)
+            rounds += 1
+            if not report.ok:
+                bad.append([p.line() for p in report.problems[:3]])
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        reader.close()
+        store.close()
+    assert not errors, errors
+    assert rounds > 3
+    assert not bad, f"{len(bad)} of {rounds} verifications of a live store reported problems, e.g. {bad[0]}"
