@@ -144,6 +144,29 @@ class Recorder:
         return RunContext(self, agent=agent, principal=Principal.of(principal, agent), snapshot=snapshot,
                           labels=dict(labels or {}), parent_run_id=parent_run_id, run_id=run_id, replay_of=replay_of)
 
+    def continue_run(self, run_id: str) -> "RunContext":
+        """Attach to a run recorded earlier (another process, before a restart) that has not ended.
+
+        Nothing is written on attach; the run's agent, principal, labels, start time
+        and next step are read from the store, so limits and steps carry on.
+
+        Raises:
+            RecordingError: no such run, or it has ended.
+        """
+        events = self.store.read_run(run_id)
+        if not events:
+            raise RecordingError(f"no run {run_id!r} in this store")
+        if events[-1].kind == "run.ended":
+            raise RecordingError(f"run {run_id} has ended; it cannot be continued")
+        first = events[0].payload
+        run = RunContext(self, agent=first["agent"], principal=Principal(events[0].principal), snapshot=None,
+                         labels=dict(first.get("labels") or {}), parent_run_id=first.get("parent_run_id"),
+                         run_id=run_id, replay_of=first.get("replay_of"))
+        run.started_at = datetime.fromisoformat(events[0].ts.replace("Z", "+00:00"))
+        run._next_step = 1 + max(int(e.step.split(".")[0]) for e in events)
+        run._attached = True
+        return run
+
     def tool(self, server: str, name: str | None = None, *, grant: str | None = None) -> Callable:
         """Decorator: calls to the function inside an active run are recorded tool calls.
 
@@ -212,6 +235,7 @@ class RunContext:
         self.suspended = False
         self.ended = False
         self._cost_error: str | None = None
+        self._attached = False
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -242,7 +266,8 @@ class RunContext:
         self.ended = True
 
     def __enter__(self) -> "RunContext":
-        self.start()
+        if not self._attached:
+            self.start()
         self._token = _CURRENT.set(self)
         return self
 
@@ -481,9 +506,12 @@ class RunContext:
             payload["label"] = label
         self._append([self._draft("state.saved", payload, self._take_step())])
 
-    def note(self, text: str) -> None:
-        """Record an annotation in the run."""
-        self._append([self._draft("note", {"text": text}, self._take_step())])
+    def note(self, text: str, about: Any = None) -> None:
+        """Record an annotation in the run; ``about`` is optional structured detail."""
+        payload: dict[str, Any] = {"text": text}
+        if about is not None:
+            payload["about"] = about
+        self._append([self._draft("note", payload, self._take_step())])
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "verify": ("sealbox.cli.store_cmds", "verify_cmd", "Verify every hash, chain, checkpoint and blob."),
     "log": ("sealbox.cli.log_cmds", "log_group", "The Merkle log: checkpoints, keys and proofs."),
     "runs": ("sealbox.cli.runs_cmds", "runs_group", "List and show recorded runs."),
+    "calls": ("sealbox.cli.calls_cmd", "calls_cmd", "Every tool call across runs, filtered (tool, decision, error, match…)."),
+    "snapshot": ("sealbox.cli.snapshot_cmds", "snapshot_group", "Show and diff configuration snapshots."),
     "demo": ("sealbox.cli.demo_cmd", "demo_cmd", "Record a sample run into a fresh store and verify it."),
     "policy": ("sealbox.cli.policy_cmds", "policy_group", "Check, test and explain policy files."),
 }

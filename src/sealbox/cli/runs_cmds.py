@@ -8,31 +8,53 @@ import click
 
 from sealbox.cli.common import emit_rows, format_options, open_for_reading, store_option
 
+_STATUSES = ("running", "suspended", "ended", "ok", "error", "cancelled")  # sealbox.query.RUN_STATUSES
+
 
 @click.group("runs")
 def runs_group() -> None:
     """List and show recorded runs."""
 
 
-def _status(last_kind: str | None) -> str:
-    return {"run.ended": "ended", "run.suspended": "suspended"}.get(last_kind or "", "running")
-
-
 @runs_group.command("list")
 @store_option
-@click.option("--limit", type=int, default=50, show_default=True, help="At most this many runs (newest first).")
+@click.option("--agent", help="Only runs of this agent.")
+@click.option("--principal", help="Only runs started by this principal.")
+@click.option("--status", type=click.Choice(_STATUSES),
+              help="running, suspended, ended, or how it ended: ok, error, cancelled.")
+@click.option("--since", metavar="TIME", help="Started at or after: RFC 3339, a date, or 30d / 2h / 15m ago.")
+@click.option("--until", metavar="TIME", help="Started before (same forms as --since).")
+@click.option("--snapshot", metavar="FP", help="Ran under this snapshot (fingerprint or prefix).")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Has this label. Repeatable; all must match.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many runs (newest first).")
 @format_options
-def list_cmd(store_path: str, limit: int, as_json: bool, as_csv: bool) -> None:
+def list_cmd(store_path: str, agent: str | None, principal: str | None, status: str | None, since: str | None,
+             until: str | None, snapshot: str | None, labels: tuple[str, ...], limit: int, as_json: bool,
+             as_csv: bool) -> None:
     """List runs, newest first."""
+    from sealbox.query import parse_labels, parse_time
+
+    wanted = parse_labels(labels)  # user mistakes fail before the store is opened
+    for name, value in (("since", since), ("until", until)):
+        if value is not None:
+            parse_time(value, name=f"--{name}")
     store = open_for_reading(store_path)
     try:
-        rows = store.runs(limit=limit)
+        rows = store.query_runs(agent=agent, principal=principal, status=status, since=since, until=until,
+                                snapshot=snapshot, labels=wanted, limit=limit)
     finally:
         store.close()
-    for row in rows:
-        row["status"] = _status(row.get("last_kind"))
-    emit_rows(rows, ["run_id", "agent", "principal", "status", "events", "started_at", "parent_run_id"],
-              as_json=as_json, as_csv=as_csv, title="Runs")
+    columns = ["run_id", "agent", "principal", "status", "ending", "events", "started_at", "parent_run_id",
+               "snapshot", "labels"]
+    if as_json or as_csv:
+        emit_rows(rows, columns, as_json=as_json, as_csv=as_csv)
+        return
+    if not rows:
+        click.echo("no runs match", err=True)
+        return
+    shown = [{**r, "status": f"{r['status']} ({r['ending']})" if r["ending"] else r["status"],
+              "snapshot": (r["snapshot"] or "")[:19]} for r in rows]
+    emit_rows(shown, [c for c in columns if c != "ending"], as_json=False, as_csv=False, title="Runs")
 
 
 @runs_group.command("show")
@@ -40,36 +62,75 @@ def list_cmd(store_path: str, limit: int, as_json: bool, as_csv: bool) -> None:
 @store_option
 @format_options
 def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
-    """Show one run's events: time, kind, tool, decision, duration."""
+    """Show one run's events (time, kind, tool, decision, duration), with its parent and children."""
     store = open_for_reading(store_path)
     try:
+        run = store.get_run(run_id)
         events = store.read_run(run_id)
     finally:
         store.close()
-    if not events:
+    if run is None and not events:
         raise click.ClickException(f"no run {run_id!r} in this store")
     rows = [_event_row(e) for e in events]
-    emit_rows(rows, ["run_seq", "step", "ts", "kind", "principal", "detail"], as_json=as_json, as_csv=as_csv,
-              title=f"Run {run_id}")
+    if as_json or as_csv:
+        emit_rows(rows, ["run_seq", "step", "ts", "kind", "principal", "detail"], as_json=as_json, as_csv=as_csv)
+        return
+    for line in _family(run_id, run):
+        click.echo(line)
+    emit_rows(rows, ["run_seq", "step", "ts", "kind", "tool", "decision", "duration", "detail"],
+              as_json=False, as_csv=False, title=f"Run {run_id}")
+
+
+def _family(run_id: str, run: dict | None) -> list[str]:
+    if run is None:
+        return [f"run {run_id}"]
+    ending = f" ({run['ending']})" if run["ending"] else ""
+    out = [f"run      {run_id}  agent {run['agent']}  principal {run['principal']}  {run['status']}{ending}"]
+    out.append(f"parent   {run['parent_run_id'] or '(none)'}")
+    if run.get("replay_of"):
+        out.append(f"replays  {run['replay_of']}")
+    kids = run.get("children") or []
+    out.append(f"children {len(kids) if kids else '(none)'}")
+    out += [f"  {k['run_id']}  agent {k['agent']}  {k['status']}" + (f" ({k['ending']})" if k["ending"] else "")
+            for k in kids]
+    return out
 
 
 def _event_row(event) -> dict:
     p = event.payload
+    tool = f"{p.get('server')}/{p.get('tool')}" if event.kind in ("tool.call", "policy.decision") else ""
+    decision = p.get("effect", "") if event.kind == "policy.decision" else ""
+    duration_us = {"tool.result": p.get("duration_us"), "model.call": p.get("latency_us"),
+                   "run.resumed": p.get("waited_us")}.get(event.kind)
     detail = ""
     if event.kind == "tool.call":
         detail = f"{p.get('server')}/{p.get('tool')} call {p.get('call_id')} args={_short(p.get('arguments'))}"
     elif event.kind == "policy.decision":
         detail = f"{p.get('effect')} by rule {p.get('rule')} ({p.get('reason_code')})"
     elif event.kind == "tool.result":
-        detail = f"{'ok' if p.get('ok') else 'error'} in {p.get('duration_us')} us"
+        err = p.get("error") or {}
+        detail = "ok" if p.get("ok") else f"error {err.get('type')}: {err.get('message')}"
     elif event.kind == "run.ended":
         detail = p.get("status", "")
     elif event.kind == "note":
         detail = p.get("text", "")
     elif event.kind == "run.started":
         detail = f"agent {p.get('agent')}"
+    elif event.kind == "model.call":
+        detail = f"{p.get('provider')}/{p.get('model')}"
     return {"run_seq": event.run_seq, "step": event.step, "ts": event.ts, "kind": event.kind,
-            "principal": event.principal, "detail": detail, "leaf_index": event.leaf_index, "payload": p}
+            "principal": event.principal, "tool": tool, "decision": decision, "duration_us": duration_us,
+            "duration": _duration(duration_us), "detail": detail, "leaf_index": event.leaf_index, "payload": p}
+
+
+def _duration(us: int | None) -> str:
+    if us is None:
+        return ""
+    if us < 1000:
+        return f"{us} µs"
+    if us < 1_000_000:
+        return f"{us / 1000:.1f} ms"
+    return f"{us / 1_000_000:.2f} s"
 
 
 def _short(value, limit: int = 60) -> str:

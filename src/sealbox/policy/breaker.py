@@ -47,7 +47,7 @@ class BreakerChange:
 
     def to_payload(self) -> dict[str, object]:
         """JSON-ready form."""
-        return {"server": self.server, "tool": self.tool, "old": self.old, "new": self.new,
+        return {"server": self.server, "tool": self.tool, "from": self.old, "to": self.new,
                 "reason": self.reason, "failures": self.failures}  # fmt: skip
 
 

@@ -707,7 +707,9 @@ class SqliteStore:
             where.append("x.ok = ?")
             params.append(0 if error else 1)
         with_result = any(m.root == "result" for m in matches)
-        sql = _CALLS_SQL.format(result="x.raw" if with_result else "NULL", where=" AND ".join(where))
+        selective = tool is not None or server is not None or run_id is not None
+        sql = _CALLS_SQL.format(result="x.raw" if with_result else "NULL", where=" AND ".join(where),
+                                order="+" if selective else "")
         rows: list[dict[str, Any]] = []
         for rec in self._conn().execute(sql, params):
             row = self._call_row(rec, with_result)
@@ -905,7 +907,11 @@ class Reader:
 
 
 # One row per tool call: its decision and result are the first of each kind
-# after it with the same (run_id, call_id). Filled in by query_calls.
+# after it with the same (run_id, call_id). Filled in by query_calls. With a
+# filter on tool, server or run, ``{order}`` is "+", so that ORDER BY cannot
+# lure the planner onto events_kind_ts (walking every call in time order)
+# instead of the filter's index (MLflow's "wrong index" trap, LESSONS.md);
+# without one, walking events_kind_ts backwards lets a LIMIT stop early.
 _CALLS_SQL = """
 SELECT c.ts, c.run_id, c.principal, c.step, c.raw, r.agent,
        d.effect, CAST(d.raw AS TEXT) ->> '$.payload.rule', CAST(d.raw AS TEXT) ->> '$.payload.reason_code',
@@ -919,7 +925,7 @@ LEFT JOIN events x ON x.leaf_index = (
     SELECT min(e.leaf_index) FROM events e WHERE e.call_id = c.call_id AND e.run_id = c.run_id
     AND e.kind = 'tool.result' AND e.leaf_index > c.leaf_index)
 WHERE {where}
-ORDER BY c.ts DESC, c.leaf_index DESC
+ORDER BY {order}c.ts DESC, c.leaf_index DESC
 """
 
 _RUNS_SQL = """

@@ -1,0 +1,235 @@
+"""Query benchmarks: "every call to tool X" (issue 3, "Benchmarks").
+
+Two stores, of about 20,000 and 1,000,000 events, hold realistic tool calls:
+runs of 10 to 50 calls, each call a ``tool.call`` / ``policy.decision`` (with
+its inputs, moved to a blob as the recorder does) / ``tool.result`` triple
+(denied calls have no result), over 50 tool names on 8 servers. They are built
+with ``store.append`` in large batches, then closed, as any writer closes a
+store: nothing is hand-tuned here (``close`` runs ``PRAGMA optimize``, which is
+the product's own behaviour; LESSONS.md, MLflow). Each store is built once into
+``$TMPDIR/sealbox-bench-queries-<VERSION>/<size>`` and reused; the build time
+is printed when it is built.
+
+Figures (medians of repeated runs, warm cache):
+
+* ``store.query_calls(tool=X)`` through the Python API, against the raw SQL
+  ``SELECT ... FROM events WHERE tool = ? AND kind = 'tool.call'`` on the same
+  file (plain ``sqlite3``, rows fetched). Targets from the issue: <= 10 ms
+  (20k events) and <= 100 ms (1M events), absolute.
+* the wall time of ``sealbox calls --tool X --json`` (a subprocess), against a
+  subprocess running the same raw SQL and printing JSON.
+
+Run: ``.venv/bin/python bench/bench_queries.py`` (``--quick``: the 20k store only;
+``--rebuild``: build the stores again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _util import median, print_machine_once, print_table, report, timed
+
+from sealbox import CheckpointPolicy, EventDraft, init_store, open_store
+from sealbox.store.base import new_run_id
+
+#: Bump when the generated data changes, so that a stale cache is not reused.
+VERSION = "q1"
+CACHE = Path(tempfile.gettempdir()) / f"sealbox-bench-queries-{VERSION}"
+SIZES = {"20k": 20_000, "1M": 1_000_000}
+TARGET_MS = {"20k": 10.0, "1M": 100.0}
+TOOL_X = ("db", "read_query")
+SEALBOX = str(Path(sys.executable).parent / "sealbox")
+POLICY_FP = "sha256:" + "ab" * 32
+
+SERVERS = {
+    "db": ["read_query", "write_query", "list_tables", "describe_table", "explain", "vacuum", "export_csv"],
+    "fs": ["read_file", "write_file", "list_dir", "stat", "move", "delete_file", "search_files"],
+    "github": ["get_issue", "create_issue", "comment", "list_prs", "merge_pr", "get_file", "search_code"],
+    "slack": ["post_message", "list_channels", "read_thread", "add_reaction", "upload_file", "search"],
+    "jira": ["get_ticket", "create_ticket", "transition", "assign", "add_comment", "search_jql"],
+    "http": ["fetch", "post_json", "head"],
+    "search": ["web_search", "news_search", "image_search", "scholar"],
+    "email": ["send_email", "list_inbox", "read_email", "draft_reply", "archive", "label", "forward", "unsubscribe",
+              "search_mail", "get_attachment"],
+}
+TOOLS = [(server, tool) for server, tools in SERVERS.items() for tool in tools]
+assert len(TOOLS) == 50 and TOOL_X in TOOLS
+
+
+# ---------------------------------------------------------------- building
+
+
+def _arguments(rng: random.Random, tool: str, i: int) -> dict:
+    if tool == "read_query":
+        return {"query": f"SELECT id, status, total FROM orders WHERE customer_id = {i % 9973} LIMIT 20",
+                "database": "shop"}
+    return {"id": i, "text": f"{tool} #{i} " + "x" * rng.randrange(10, 120), "flags": ["a", "b"][: i % 3]}
+
+
+def _call_events(rng: random.Random, run_id: str, principal: str, agent: str, step: int, i: int) -> list[EventDraft]:
+    server, tool = rng.choice(TOOLS)
+    call_id = f"call_{i:09d}"
+    args = _arguments(rng, tool, i)
+    allowed = rng.random() < 0.9
+    events = [
+        EventDraft("tool.call", {"call_id": call_id, "server": server, "tool": tool, "exposed": f"{server}__{tool}",
+                                 "arguments": args, "grant": f"implicit:{principal}"},
+                   run_id=run_id, principal=principal, step=str(step)),
+        EventDraft("policy.decision", {
+            "call_id": call_id, "server": server, "tool": tool, "effect": "allow" if allowed else "deny",
+            "reason_code": "policy_allow" if allowed else "policy_deny", "rule": "reads" if allowed else "no-writes",
+            "reason": "matched", "policy_fingerprint": POLICY_FP, "eval_us": rng.randrange(5, 80),
+            "approval": None, "limit": None, "re_evaluable": True,
+            "inputs": {"server": server, "tool": tool, "arguments": args,
+                       "principal": {"id": principal, "role": "agent", "groups": ["bots"], "attributes": {}},
+                       "agent": {"name": agent, "attributes": {}},
+                       "run": {"id": run_id, "labels": {"env": "prod"}, "started_at": "2026-11-29T12:00:00.000000Z",
+                               "elapsed_s": step * 0.5},
+                       "usage": {}, "now": "2026-11-29T12:00:01Z", "redacted": False},
+        }, run_id=run_id, principal=principal, step=str(step)),
+    ]
+    if allowed:
+        ok = rng.random() < 0.95
+        result = {"call_id": call_id, "ok": ok, "duration_us": rng.randrange(200, 90_000)}
+        if ok:
+            result["result"] = {"rows": [[i, "open", 12.5]], "count": 1}
+        else:
+            result["error"] = {"type": "TimeoutError", "message": "upstream timed out", "traceback": "..."}
+        events.append(EventDraft("tool.result", result, run_id=run_id, principal=principal, step=str(step)))
+    return events
+
+
+def _drafts(total: int, seed: int = 7):
+    """Yield batches of drafts (whole runs) until about ``total`` events were produced."""
+    rng = random.Random(seed)
+    produced, call_no, batch = 0, 0, []
+    while produced < total:
+        run_id, agent = new_run_id(), rng.choice(["support-bot", "billing-bot", "ops-bot", "research-bot"])
+        principal = f"agent:{agent}"
+        run = [EventDraft("run.started", {"agent": agent, "snapshot": None, "parent_run_id": None,
+                                          "labels": {"env": "prod"}, "policy": {"fingerprint": POLICY_FP, "name": "bench"}},
+                          run_id=run_id, principal=principal, step="1")]
+        for step in range(2, 2 + rng.randrange(10, 50)):
+            call_no += 1
+            run += _call_events(rng, run_id, principal, agent, step, call_no)
+        run.append(EventDraft("run.ended", {"status": "ok"}, run_id=run_id, principal=principal))
+        produced += len(run)
+        batch += run
+        if len(batch) >= 20_000:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def build(name: str, rebuild: bool) -> Path:
+    """The store for ``name`` (built once into the cache folder)."""
+    folder = CACHE / name
+    done = folder / "complete"
+    if done.exists() and not rebuild:
+        print(f"store {name}: reusing {folder} ({done.read_text().strip()})")
+        return folder
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    store = init_store(folder, durability="fast",
+                       checkpoint_policy=CheckpointPolicy(every_events=10**9, every_seconds=10**9))
+    for batch in _drafts(SIZES[name]):
+        store.append(batch)
+    size = store.size()
+    store.close()  # signs the final checkpoint and runs PRAGMA optimize, as every writer's close does
+    elapsed = time.perf_counter() - started
+    note = f"{size:,} events, built in {elapsed:.1f} s ({size / elapsed:,.0f} events/s)"
+    done.write_text(note + "\n")
+    print(f"store {name}: built {folder}: {note}")
+    return folder
+
+
+# ---------------------------------------------------------------- measuring
+
+RAW_SQL = ("SELECT leaf_index, ts, run_id, call_id, raw FROM events WHERE tool = ? AND kind = 'tool.call'"
+           " ORDER BY leaf_index")
+RAW_SCRIPT = (
+    "import json, sqlite3, sys\n"
+    "c = sqlite3.connect(sys.argv[1])\n"
+    f"rows = c.execute({RAW_SQL!r}, (sys.argv[2],)).fetchall()\n"
+    "print(json.dumps([[i, ts, r, cid, raw.decode()] for i, ts, r, cid, raw in rows]))\n"
+)
+
+
+def describe(folder: Path) -> None:
+    conn = sqlite3.connect(folder / "sealbox.db")
+    stats = conn.execute("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'events'").fetchone()[0]
+    from sealbox.store.sqlite import _CALLS_SQL
+
+    sql = _CALLS_SQL.format(result="NULL", where="c.kind = 'tool.call' AND c.tool = ?", order="+")
+    plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, (TOOL_X[1],))]
+    conn.close()
+    print(f"    planner statistics for events: {stats} index rows in sqlite_stat1 (written by close())")
+    print(f"    plan: {plan[0]}")
+
+
+def measure(name: str, folder: Path, repeat: int) -> None:
+    print(f"\n== {name} store ==")
+    describe(folder)
+    store = open_store(folder, readonly=True)
+    rows = store.query_calls(tool=TOOL_X[1])
+    conn = sqlite3.connect((folder / "sealbox.db").resolve().as_uri() + "?mode=ro", uri=True)
+    raw_rows = conn.execute(RAW_SQL, (TOOL_X[1],)).fetchall()
+    print(f"    {len(rows):,} calls to {TOOL_X[1]} ({len(raw_rows):,} by the raw SQL); store holds {store.size():,} events")
+    ours, base = [], []
+    for _ in range(repeat):  # alternate, so drift affects both alike
+        ours.append(timed(lambda: store.query_calls(tool=TOOL_X[1])) * 1000)
+        base.append(timed(lambda: conn.execute(RAW_SQL, (TOOL_X[1],)).fetchall()) * 1000)
+    target = TARGET_MS[name]
+    verdict = "meets" if median(ours) <= target else "MISSES"
+    report(f"{name}: query_calls(tool=X), API", ours, base, "ms", None,
+           note=f"issue target: <= {target:g} ms absolute -> {verdict} ({median(ours):.1f} ms); "
+                f"baseline = raw SQL on the same file, rows fetched")
+    store.close()
+    conn.close()
+    cli, raw = [], []
+    db = str(folder / "sealbox.db")
+    for _ in range(max(3, repeat // 4)):
+        cli.append(timed(lambda: _run([SEALBOX, "calls", "--tool", TOOL_X[1], "--json", "-s", str(folder)])) * 1000)
+        raw.append(timed(lambda: _run([sys.executable, "-c", RAW_SCRIPT, db, TOOL_X[1]])) * 1000)
+    out = subprocess.run([SEALBOX, "calls", "--tool", TOOL_X[1], "--json", "-s", str(folder)],
+                         capture_output=True, text=True, check=True).stdout
+    print(f"    `sealbox calls --tool {TOOL_X[1]} --json` printed {len(json.loads(out)):,} rows, {len(out):,} bytes")
+    report(f"{name}: `sealbox calls --tool X --json`, wall", cli, raw, "ms", None,
+           note="baseline = `python -c` running the raw SQL and printing JSON (interpreter start included in both)")
+
+
+def _run(cmd: list[str]) -> None:
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="only the 20k store, fewer repetitions")
+    parser.add_argument("--rebuild", action="store_true", help="build the cached stores again")
+    parser.add_argument("--build-only", action="store_true", help="build the stores and stop")
+    args = parser.parse_args(argv)
+    print_machine_once()
+    names = ["20k"] if args.quick else ["20k", "1M"]
+    folders = {name: build(name, args.rebuild) for name in names}
+    if args.build_only:
+        return 0
+    for name in names:
+        measure(name, folders[name], repeat=10 if args.quick else (40 if name == "20k" else 20))
+    print_table("Query benchmarks")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

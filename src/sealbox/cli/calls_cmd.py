@@ -1,0 +1,65 @@
+"""``sealbox calls``: every tool call across runs, filtered."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from sealbox.cli.common import emit_rows, format_options, open_for_reading, store_option
+
+_DECISIONS = ("allow", "deny", "require_approval")  # sealbox.query.DECISIONS, without importing it for --help
+_TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "outcome", "duration_us", "arguments")
+
+
+@click.command("calls")
+@store_option
+@click.option("--tool", metavar="GLOB", help="Upstream tool name, glob (e.g. 'read_*', case-sensitive).")
+@click.option("--server", metavar="GLOB", help="Upstream server id, glob.")
+@click.option("--run", "run_id", metavar="RUN", help="Only calls of this run.")
+@click.option("--agent", help="Only calls of runs of this agent.")
+@click.option("--principal", help="Only calls made by this principal.")
+@click.option("--since", metavar="TIME", help="From this time, inclusive: RFC 3339 (2026-11-29T12:00:00Z), a date, or 30d / 2h / 15m ago.")
+@click.option("--until", metavar="TIME", help="Before this time, exclusive (same forms as --since).")
+@click.option("--decision", type=click.Choice(_DECISIONS), help="The call's policy decision.")
+@click.option("--error/--no-error", "error", default=None,
+              help="Only calls whose tool raised (--error) or succeeded (--no-error); calls that never ran match neither.")
+@click.option("--match", "matches", multiple=True, metavar="FIELD~REGEX",
+              help="Python regex searched in a field, e.g. 'arguments.query~(?i)delete' or 'result~secret'. Repeatable; all must match.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many calls: the newest (shown oldest first).")
+@format_options
+def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str | None, agent: str | None,
+              principal: str | None, since: str | None, until: str | None, decision: str | None,
+              error: bool | None, matches: tuple[str, ...], limit: int | None, as_json: bool, as_csv: bool) -> None:
+    """Every tool call across runs, oldest first: who called what, the decision, the outcome."""
+    from sealbox.query import CALL_COLUMNS, compile_matches, parse_time
+
+    compiled = compile_matches(matches)  # a bad regex or time fails before the store is opened
+    for name, value in (("since", since), ("until", until)):
+        if value is not None:
+            parse_time(value, name=f"--{name}")
+    store = open_for_reading(store_path)
+    try:
+        rows = store.query_calls(tool=tool, server=server, run_id=run_id, agent=agent, principal=principal,
+                                 since=since, until=until, decision=decision, error=error, match=compiled, limit=limit)
+    finally:
+        store.close()
+    if as_json or as_csv:
+        emit_rows(rows, CALL_COLUMNS, as_json=as_json, as_csv=as_csv)
+        return
+    if not rows:
+        click.echo("no tool calls match", err=True)
+        return
+    emit_rows([_display(r) for r in rows], _TABLE, as_json=False, as_csv=False, title=f"Tool calls ({len(rows)})")
+
+
+def _display(row: dict) -> dict:
+    outcome = row["outcome"]
+    if row["error"]:
+        outcome = f"error: {row['error'].get('type')}: {row['error'].get('message')}"
+    return {**row, "tool": f"{row['server']}/{row['tool']}", "outcome": _short(outcome, 50),
+            "arguments": _short(json.dumps(row["arguments"], ensure_ascii=False), 60)}
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

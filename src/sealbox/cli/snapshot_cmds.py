@@ -1,0 +1,70 @@
+"""``sealbox snapshot show FP`` and ``sealbox snapshot diff A B``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from sealbox.cli.common import echo_json, emit_rows, format_options, open_for_reading, store_option
+
+
+@click.group("snapshot")
+def snapshot_group() -> None:
+    """Show and compare the configuration snapshots runs ran under."""
+
+
+@snapshot_group.command("show")
+@click.argument("fingerprint")
+@store_option
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the exact RFC 8785 canonical bytes (one line; their SHA-256 is the fingerprint).")
+def show_cmd(fingerprint: str, store_path: str, as_json: bool) -> None:
+    """Print a snapshot (FINGERPRINT, or a unique prefix of at least 8 hex digits) as indented JSON."""
+    store = open_for_reading(store_path)
+    try:
+        content = store.get_snapshot(fingerprint)
+    finally:
+        store.close()
+    if as_json:
+        from sealbox.canonical import canonical_bytes
+
+        click.echo(canonical_bytes(content).decode("utf-8"))
+        return
+    click.echo(json.dumps(content, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+@snapshot_group.command("diff")
+@click.argument("a")
+@click.argument("b")
+@store_option
+@format_options
+def diff_cmd(a: str, b: str, store_path: str, as_json: bool, as_csv: bool) -> None:
+    """Field-level differences between snapshots A and B (fingerprints or unique prefixes)."""
+    from sealbox.snapshot import diff_snapshots
+
+    store = open_for_reading(store_path)
+    try:
+        first, second = store.get_snapshot(a), store.get_snapshot(b)
+    finally:
+        store.close()
+    diffs = [d.to_dict() for d in diff_snapshots(first, second)]
+    if as_json:
+        echo_json(diffs)
+        return
+    if as_csv:
+        emit_rows(diffs, ["path", "change", "a", "b"], as_json=False, as_csv=True)
+        return
+    if not diffs:
+        click.echo("no differences: both snapshots hold the same configuration")
+        return
+    rows = [{**d, "a": _show(d["a"], d["change"] == "added"), "b": _show(d["b"], d["change"] == "removed")}
+            for d in diffs]
+    emit_rows(rows, ["path", "change", "a", "b"], as_json=False, as_csv=False, title=f"{len(diffs)} differences")
+
+
+def _show(value, absent: bool, limit: int = 70) -> str:
+    if absent:
+        return "(absent)"
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

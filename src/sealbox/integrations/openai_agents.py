@@ -1,0 +1,518 @@
+"""Record an OpenAI Agents SDK run (the ``agents`` package) into a Sealbox run.
+
+Usage::
+
+    from agents import Runner
+    from sealbox.integrations.openai_agents import instrument
+
+    with recorder.run(agent="triage") as run:
+        result = await Runner.run(instrument(run, triage_agent), "Where is my order?")
+
+:func:`instrument` returns a copy of the agent (and of every agent it can hand
+off to) whose model is wrapped in :class:`SealboxModel` and whose function tools
+are wrapped by :func:`governed_tool`:
+
+- every model call is a ``model.call`` (request: system instructions, input
+  items, tools, handoffs, settings; response: output items in the OpenAI
+  Responses format; usage; latency). The function calls a response requests
+  are linked, by call id, to the ``tool.call`` events that carry them out
+  (steps ``"<step>.1"``, ``"<step>.2"``…);
+- every function-tool call goes through :meth:`RunContext.acall_tool`:
+  ``tool.call`` and ``policy.decision`` are committed **before** the tool runs;
+  a call the policy denies never runs and the model receives a tool error
+  message (the run goes on); then ``tool.result``;
+- every handoff is a ``note`` event (``about = {"handoff": {"from": …, "to": …}}``);
+  the handoffs offered to the model are also listed in each ``model.call`` request.
+
+MCP servers the agent talks to are not governed here — they are governed by a
+Sealbox gateway, which joins the same run through :func:`mcp_env` (stdio) or
+:func:`mcp_meta_resolver` (``_meta`` on each ``tools/call``).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from agents import Agent, FunctionTool, Handoff, Model, ModelResponse, handoff
+from agents.models import get_default_model, get_default_model_settings
+from agents.tool_context import ToolContext
+
+from sealbox.adapters import parse_arguments, to_plain
+from sealbox.errors import RecordingError
+from sealbox.recorder import RunContext, ToolDenied
+
+try:  # private in openai-agents 0.24: keeps the SDK's failure handling and argument preparation
+    from agents.tool import _FailureHandlingFunctionToolInvoker as _SdkInvoker
+except ImportError:  # pragma: no cover - other SDK versions: the tool is wrapped as a black box
+    _SdkInvoker = None  # type: ignore[assignment,misc]
+
+__all__ = [
+    "DEFAULT_SERVER",
+    "SealboxModel",
+    "governed_tool",
+    "governed_tools",
+    "instrument",
+    "mcp_env",
+    "mcp_meta",
+    "mcp_meta_resolver",
+    "ENV_RUN_ID",
+    "ENV_PARENT_PRINCIPAL",
+    "META_RUN_ID",
+    "META_PARENT_PRINCIPAL",
+    "META_CALL_ID",
+]
+
+#: The ``server`` recorded for in-process function tools (policies match it).
+DEFAULT_SERVER = "local"
+
+#: Environment variable naming the Sealbox run, for an MCP server launched over stdio.
+ENV_RUN_ID = "SEALBOX_RUN_ID"
+#: Environment variable naming the principal of the run that launched the server.
+ENV_PARENT_PRINCIPAL = "SEALBOX_PARENT_PRINCIPAL"
+#: ``_meta`` key of an MCP request naming the Sealbox run.
+META_RUN_ID = "sealbox/run_id"
+#: ``_meta`` key naming the principal of that run.
+META_PARENT_PRINCIPAL = "sealbox/parent_principal"
+#: ``_meta`` key naming the model's tool call id, when known.
+META_CALL_ID = "sealbox/call_id"
+
+DenyMessage = Callable[[ToolDenied], str]
+
+
+def _default_deny_message(denied: ToolDenied) -> str:
+    return f"Error: this tool call was not allowed and did not run. {denied}"
+
+
+# --------------------------------------------------------------------------- MCP
+
+
+def mcp_env(run: RunContext, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment variables that let a stdio MCP server (a Sealbox gateway) join ``run``.
+
+    Pass them in the server's launch parameters::
+
+        MCPServerStdio(params={"command": "sealbox", "args": [...], "env": mcp_env(run)})
+
+    Args:
+        run: the active run.
+        base: other variables to launch the server with (copied, not changed).
+
+    Returns:
+        ``base`` plus ``SEALBOX_RUN_ID`` and ``SEALBOX_PARENT_PRINCIPAL``.
+    """
+    env = dict(base or {})
+    env[ENV_RUN_ID] = run.run_id
+    env[ENV_PARENT_PRINCIPAL] = run.principal.id
+    return env
+
+
+def mcp_meta(run: RunContext, call_id: str | None = None) -> dict[str, str]:
+    """The ``_meta`` entries that tie one MCP request to ``run``.
+
+    Args:
+        run: the active run.
+        call_id: the model's tool call id, when known.
+
+    Returns:
+        ``{"sealbox/run_id": …, "sealbox/parent_principal": …}`` plus
+        ``"sealbox/call_id"`` when ``call_id`` is given.
+    """
+    meta = {META_RUN_ID: run.run_id, META_PARENT_PRINCIPAL: run.principal.id}
+    if call_id:
+        meta[META_CALL_ID] = call_id
+    return meta
+
+
+def mcp_meta_resolver(run: RunContext) -> Callable[[Any], dict[str, str]]:
+    """A ``tool_meta_resolver`` for the SDK's MCP servers, sending :func:`mcp_meta` on every call.
+
+    Usage::
+
+        MCPServerStreamableHttp(params=..., tool_meta_resolver=mcp_meta_resolver(run))
+
+    Args:
+        run: the active run.
+
+    Returns:
+        A callable taking the SDK's ``MCPToolMetaContext``.
+    """
+    def resolve(context: Any) -> dict[str, str]:
+        call_id = getattr(getattr(context, "run_context", None), "tool_call_id", None)
+        return mcp_meta(run, call_id if isinstance(call_id, str) else None)
+    return resolve
+
+
+# --------------------------------------------------------------------------- tools
+
+
+class _RecordingAbort(BaseException):
+    """Carries a RecordingError past the SDK's tool-failure handler (which would
+    turn it into a message for the model): a call that cannot be recorded fails
+    the run loudly."""
+
+    def __init__(self, error: RecordingError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+if _SdkInvoker is not None:
+    class _GovernedInvoker(_SdkInvoker):  # type: ignore[misc,valid-type]
+        """The SDK's invoker (failure handling, argument preparation) around a governed call."""
+
+        def __agents_bind_function_tool__(self, function_tool: FunctionTool) -> "_GovernedInvoker":
+            if self._function_tool is function_tool:
+                return self
+            bound = _GovernedInvoker(self._invoke_tool_impl, self._on_handled_error, function_tool=function_tool)
+            _copy_attr(self, bound, "__agents_sync_function_tool__")
+            return bound
+
+        async def __call__(self, ctx: ToolContext[Any], input: str) -> Any:
+            try:
+                return await super().__call__(ctx, input)
+            except _RecordingAbort as abort:
+                raise abort.error from None
+
+
+def _copy_attr(src: Any, dst: Any, name: str) -> None:
+    if hasattr(src, name):
+        setattr(dst, name, getattr(src, name))
+
+
+def _tool_identity(tool: FunctionTool, server: str) -> tuple[str, str]:
+    binding = getattr(tool, "_mcp_tool_binding", None)  # an MCP tool handed in explicitly
+    if isinstance(binding, tuple) and len(binding) >= 2 and all(isinstance(b, str) for b in binding[:2]):
+        return binding[0], binding[1]
+    return server, tool.name
+
+
+def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_SERVER, grant: str | None = None,
+                  deny_message: DenyMessage | None = None) -> FunctionTool:
+    """A copy of ``tool`` whose every invocation is recorded and decided by the run's policy.
+
+    The invocation goes through :meth:`RunContext.acall_tool` with the model's
+    call id (``ToolContext.tool_call_id``), so ``tool.call`` and
+    ``policy.decision`` are committed before the function runs, and the call is
+    linked to the ``model.call`` that requested it.
+
+    - Denied: the function does not run; the model receives ``deny_message(denied)``
+      as the tool's output and the run goes on.
+    - The function raised: ``tool.result`` records the exception; the SDK then
+      handles it as it would have (by default, an error message to the model).
+    - The call could not be recorded: the function does not run and the run
+      fails with :class:`~sealbox.errors.RecordingError` ("no record, no action").
+
+    Args:
+        run: the active run.
+        tool: a ``FunctionTool`` (e.g. from ``@function_tool``); it is not changed.
+        server: the ``server`` recorded and matched by policies (default ``"local"``).
+        grant: the grant recorded for every call (default ``implicit:<principal>``).
+        deny_message: builds the message the model receives for a denied call.
+
+    Returns:
+        A new ``FunctionTool`` with the same name, description and schema.
+
+    Raises:
+        TypeError: ``tool`` is not a ``FunctionTool``.
+    """
+    if not isinstance(tool, FunctionTool):
+        raise TypeError(f"governed_tool needs a FunctionTool, got {type(tool).__name__}")
+    upstream_server, upstream_tool = _tool_identity(tool, server)
+    exposed = tool.name
+    on_deny = deny_message or _default_deny_message
+
+    async def governed(ctx: Any, input: str, invoke: Callable[[], Any]) -> Any:
+        call_id = getattr(ctx, "tool_call_id", None)
+        try:
+            return await run.acall_tool(upstream_server, upstream_tool, parse_arguments(input),
+                                        lambda *_a, **_k: invoke(), grant=grant,
+                                        call_id=call_id if isinstance(call_id, str) and call_id else None,
+                                        exposed=exposed)
+        except ToolDenied as denied:
+            return on_deny(denied)
+
+    new = copy.copy(tool)
+    inner = tool.on_invoke_tool
+    if _SdkInvoker is not None and isinstance(inner, _SdkInvoker):
+        impl = inner._invoke_tool_impl
+
+        async def recorded_impl(ctx: ToolContext[Any], input: str) -> Any:
+            try:
+                return await governed(ctx, input, lambda: impl(ctx, input))
+            except RecordingError as exc:
+                raise _RecordingAbort(exc) from exc
+
+        for name in ("__agents_prepare_arguments__", "__agents_function_tool_wrapped_callable__"):
+            _copy_attr(impl, recorded_impl, name)
+        invoker = _GovernedInvoker(recorded_impl, inner._on_handled_error, function_tool=new)
+        _copy_attr(inner, invoker, "__agents_sync_function_tool__")
+        new.on_invoke_tool = invoker
+    else:
+        async def on_invoke_tool(ctx: ToolContext[Any], input: str) -> Any:
+            return await governed(ctx, input, lambda: inner(ctx, input))
+
+        new.on_invoke_tool = on_invoke_tool
+    return new
+
+
+def governed_tools(run: RunContext, tools: list[Any], *, server: str = DEFAULT_SERVER, grant: str | None = None,
+                   deny_message: DenyMessage | None = None) -> list[Any]:
+    """:func:`governed_tool` applied to every ``FunctionTool`` in ``tools``.
+
+    Other tools (hosted tools such as ``WebSearchTool``, which the provider
+    runs, and non-function local tools) are returned unchanged and are not
+    governed; see ``docs/integrations.md``.
+
+    Args:
+        run: the active run.
+        tools: an agent's tools.
+        server, grant, deny_message: as for :func:`governed_tool`.
+
+    Returns:
+        A new list.
+    """
+    return [governed_tool(run, t, server=server, grant=grant, deny_message=deny_message)
+            if isinstance(t, FunctionTool) else t for t in tools]
+
+
+# --------------------------------------------------------------------------- model
+
+
+def _tool_spec(tool: Any) -> dict[str, Any]:
+    if isinstance(tool, FunctionTool):
+        return {"type": "function", "name": tool.name, "description": tool.description,
+                "parameters": tool.params_json_schema, "strict": tool.strict_json_schema}
+    return {"type": type(tool).__name__, "name": getattr(tool, "name", None)}
+
+
+def _output_schema(schema: Any) -> Any:
+    if schema is None:
+        return None
+    try:
+        return None if schema.is_plain_text() else {"name": schema.name(), "schema": schema.json_schema()}
+    except Exception:  # noqa: BLE001 - describing the schema must never fail the call
+        return {"name": type(schema).__name__}
+
+
+def _settings(settings: Any) -> Any:
+    try:
+        return {k: v for k, v in settings.to_json_dict().items() if v is not None}
+    except Exception:  # noqa: BLE001
+        return to_plain(settings)
+
+
+def _usage(usage: Any) -> dict[str, int]:
+    return {k: int(getattr(usage, k, 0) or 0) for k in ("input_tokens", "output_tokens", "total_tokens", "requests")}
+
+
+class SealboxModel(Model):
+    """An Agents SDK ``Model`` that records every call of the model it wraps as a ``model.call``.
+
+    The request is recorded as ``{"model", "agent", "instructions", "input",
+    "tools", "handoffs", "output_schema", "model_settings",
+    "previous_response_id", "conversation_id"}`` and the response as an OpenAI
+    Responses object (``{"object": "response", "id", "model", "output", "usage"}``),
+    so that the function calls it requests are linked by call id. A call that
+    raises is recorded with ``response = {"error": {...}}`` and re-raised.
+
+    Args:
+        inner: the model to wrap, or None to resolve ``model_name`` through
+            ``model_provider`` on first use.
+        run: the active run.
+        agent_name: the agent using this model (recorded in the request).
+        model_name: the model's name (default: ``inner.model`` if it is a string).
+        provider: the provider recorded (default: ``"openai"`` for the SDK's
+            OpenAI models, else ``"unknown"``).
+        model_provider: resolves ``model_name`` when ``inner`` is None (default:
+            the SDK's ``MultiProvider``).
+    """
+
+    def __init__(self, inner: Model | None, run: RunContext, *, agent_name: str | None = None,
+                 model_name: str | None = None, provider: str | None = None, model_provider: Any = None) -> None:
+        self._inner, self.run, self.agent_name = inner, run, agent_name
+        self._model_provider = model_provider
+        inner_name = getattr(inner, "model", None)
+        self.model_name = model_name or (inner_name if isinstance(inner_name, str) else None) or (
+            get_default_model() if inner is None else type(inner).__name__)
+        self.provider = provider or self._guess_provider(inner)
+
+    @staticmethod
+    def _guess_provider(inner: Model | None) -> str:
+        module = type(inner).__module__ if inner is not None else "agents.models.openai"
+        return "openai" if module.startswith("agents.models.openai") else "unknown"
+
+    @property
+    def inner(self) -> Model:
+        """The wrapped model (resolved on first use when built from a name)."""
+        if self._inner is None:
+            if self._model_provider is None:
+                from agents import MultiProvider
+
+                self._model_provider = MultiProvider()
+            self._inner = self._model_provider.get_model(self.model_name)
+        return self._inner
+
+    def _request(self, system_instructions: str | None, input: Any, model_settings: Any, tools: list[Any],
+                 output_schema: Any, handoffs: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        request: dict[str, Any] = {
+            "model": self.model_name, "agent": self.agent_name, "instructions": system_instructions,
+            "input": to_plain(input), "tools": [_tool_spec(t) for t in tools or []],
+            "handoffs": [{"tool_name": h.tool_name, "agent_name": h.agent_name} for h in handoffs or []],
+            "output_schema": _output_schema(output_schema), "model_settings": _settings(model_settings),
+        }
+        for key in ("previous_response_id", "conversation_id"):
+            if kwargs.get(key) is not None:
+                request[key] = kwargs[key]
+        return request
+
+    def _record(self, request: dict[str, Any], response: ModelResponse, latency: float) -> None:
+        usage = _usage(response.usage)
+        recorded = {"object": "response", "id": response.response_id, "model": self.model_name,
+                    "output": to_plain(list(response.output)), "usage": usage}
+        if response.request_id:
+            recorded["request_id"] = response.request_id
+        self.run.model_call(request, recorded, usage=usage, latency=latency, provider=self.provider,
+                            model=self.model_name)
+
+    def _record_error(self, request: dict[str, Any], exc: BaseException, latency: float) -> None:
+        self.run.model_call(request, {"error": {"type": type(exc).__qualname__, "message": str(exc)}},
+                            latency=latency, provider=self.provider, model=self.model_name)
+
+    async def get_response(self, system_instructions: str | None, input: Any, model_settings: Any,
+                           tools: list[Any], output_schema: Any, handoffs: list[Any], tracing: Any,
+                           **kwargs: Any) -> ModelResponse:
+        """Call the wrapped model and record the call (see the class docstring)."""
+        request = self._request(system_instructions, input, model_settings, tools, output_schema, handoffs, kwargs)
+        started = time.perf_counter()
+        try:
+            response = await self.inner.get_response(system_instructions, input, model_settings, tools,
+                                                     output_schema, handoffs, tracing, **kwargs)
+        except Exception as exc:
+            self._record_error(request, exc, time.perf_counter() - started)
+            raise
+        self._record(request, response, time.perf_counter() - started)
+        return response
+
+    async def stream_response(self, system_instructions: str | None, input: Any, model_settings: Any,
+                              tools: list[Any], output_schema: Any, handoffs: list[Any], tracing: Any,
+                              **kwargs: Any) -> AsyncIterator[Any]:
+        """Stream from the wrapped model; record the call when its ``response.completed`` event arrives."""
+        request = self._request(system_instructions, input, model_settings, tools, output_schema, handoffs, kwargs)
+        started = time.perf_counter()
+        completed = None
+        try:
+            async for event in self.inner.stream_response(system_instructions, input, model_settings, tools,
+                                                          output_schema, handoffs, tracing, **kwargs):
+                if getattr(event, "type", None) == "response.completed":
+                    completed = getattr(event, "response", None)
+                yield event
+        except Exception as exc:
+            self._record_error(request, exc, time.perf_counter() - started)
+            raise
+        if completed is None:
+            self._record_error(request, RuntimeError("the stream ended without response.completed"),
+                               time.perf_counter() - started)
+        else:
+            self.run.model_call(request, completed, latency=time.perf_counter() - started,
+                                provider=self.provider, model=self.model_name)
+
+    def get_retry_advice(self, request: Any) -> Any:
+        """Delegated to the wrapped model."""
+        return self.inner.get_retry_advice(request)
+
+    async def close(self) -> None:
+        """Delegated to the wrapped model."""
+        if self._inner is not None:
+            await self._inner.close()
+
+    async def _cleanup_on_run_end(self, owner: object) -> None:
+        if self._inner is not None:
+            await self._inner._cleanup_on_run_end(owner)
+
+
+# --------------------------------------------------------------------------- agents
+
+
+@dataclasses.dataclass
+class _Options:
+    run: RunContext
+    server: str
+    grant: str | None
+    deny_message: DenyMessage | None
+    model_provider: Any
+    provider: str | None
+    done: dict[int, Agent]
+
+
+def instrument(run: RunContext, agent: Agent, *, server: str = DEFAULT_SERVER, grant: str | None = None,
+               deny_message: DenyMessage | None = None, model_provider: Any = None,
+               provider: str | None = None) -> Agent:
+    """A copy of ``agent`` (and of every agent reachable by handoff) recorded into ``run``.
+
+    Each copy's model is a :class:`SealboxModel`; its function tools are
+    :func:`governed_tool` copies; each handoff records a ``note`` event and leads
+    to the instrumented copy of its target. The originals are not changed;
+    cycles of handoffs are preserved.
+
+    An agent whose model is a name (or None, the SDK default) gets a
+    :class:`SealboxModel` that resolves the name through ``model_provider`` on
+    first use, with the same default model settings the SDK would apply. Do not
+    set ``RunConfig.model`` on an instrumented run: it replaces the recorded model.
+
+    Args:
+        run: the active run.
+        agent: the entry agent.
+        server, grant, deny_message: as for :func:`governed_tool`.
+        model_provider: resolves model names (default: the SDK's ``MultiProvider``).
+        provider: the provider recorded for every model call (default: detected).
+
+    Returns:
+        The instrumented copy of ``agent``.
+    """
+    return _instrument(agent, _Options(run, server, grant, deny_message, model_provider, provider, {}))
+
+
+def _instrument(agent: Agent, opts: _Options) -> Agent:
+    if isinstance(agent.model, SealboxModel) and agent.model.run is opts.run:
+        return agent
+    if id(agent) in opts.done:
+        return opts.done[id(agent)]
+    changes: dict[str, Any] = {"tools": governed_tools(opts.run, list(agent.tools), server=opts.server,
+                                                       grant=opts.grant, deny_message=opts.deny_message)}
+    if isinstance(agent.model, Model):
+        changes["model"] = SealboxModel(agent.model, opts.run, agent_name=agent.name, provider=opts.provider)
+    else:
+        name = agent.model or get_default_model()
+        changes["model"] = SealboxModel(None, opts.run, agent_name=agent.name, model_name=name,
+                                        provider=opts.provider, model_provider=opts.model_provider)
+        if agent.model_settings == get_default_model_settings(agent.model):
+            # keep the defaults the SDK applies to a model given by name (e.g. GPT-5 reasoning)
+            changes["model_settings"] = get_default_model_settings(name)
+    clone = agent.clone(**changes)
+    opts.done[id(agent)] = clone
+    clone.handoffs = [_instrument_handoff(h, agent.name, opts) for h in agent.handoffs]
+    return clone
+
+
+def _instrument_handoff(item: Any, from_name: str, opts: _Options) -> Any:
+    if isinstance(item, Agent):
+        item = handoff(_instrument(item, opts))
+    elif not isinstance(item, Handoff):
+        return item
+    original = item.on_invoke_handoff
+    target = item._agent_ref() if getattr(item, "_agent_ref", None) is not None else None
+
+    async def on_invoke_handoff(ctx: Any, input_json: str) -> Any:
+        to_agent = _instrument(await original(ctx, input_json), opts)
+        opts.run.note(f"handoff: {from_name} -> {to_agent.name}",
+                      about={"handoff": {"from": from_name, "to": to_agent.name, "tool_name": item.tool_name}})
+        return to_agent
+
+    wrapped = dataclasses.replace(item, on_invoke_handoff=on_invoke_handoff)
+    if target is not None:
+        wrapped._agent_ref = weakref.ref(_instrument(target, opts))
+    return wrapped
