@@ -259,7 +259,7 @@ def _outcome(effect: str | None, result_payload: dict[str, Any] | None) -> str:
         return "ok" if result_payload.get("ok") else "error"
     if effect is None:
         return "undecided"
-    return "unknown" if effect == "allow" else "not_run"
+    return {"allow": "unknown", "require_approval": "awaiting_approval"}.get(effect, "not_run")
 
 
 def call_row(*, ts: str, run_id: str, agent: str | None, principal: str, step: str, call: dict[str, Any],
@@ -273,8 +273,9 @@ def call_row(*, ts: str, run_id: str, agent: str | None, principal: str, step: s
 
     Returns:
         A dict with :data:`CALL_COLUMNS`. ``outcome`` is ``ok`` / ``error`` (the tool
-        ran), ``not_run`` (the decision was not allow), ``unknown`` (allowed but no
-        result: still running, or the process died) or ``undecided`` (no decision).
+        ran), ``not_run`` (denied), ``awaiting_approval`` (held for a human, no
+        result yet), ``unknown`` (allowed but no result: still running, or the
+        process died) or ``undecided`` (no decision recorded).
         ``ok`` is True / False, or None when there is no result; ``error`` is
         ``{"type", "message"}`` or None.
     """

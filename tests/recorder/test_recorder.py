@@ -59,7 +59,8 @@ def test_a_tool_call_is_recorded_in_order_with_its_result(store):
     decision = payloads(store, run.run_id, "policy.decision")[0]
     assert (decision["effect"], decision["rule"], decision["reason_code"]) == ("allow", "allow-all", "policy_allow")
     assert decision["policy_fingerprint"] == ALLOW_ALL.fingerprint and decision["eval_us"] >= 0
-    assert decision["inputs"]["arguments"] == {"query": "SELECT 1"} and decision["inputs"]["run"]["labels"] == {"env": "test"}
+    inputs = store.resolve(decision["inputs"])
+    assert inputs["arguments"] == {"query": "SELECT 1"} and inputs["run"]["labels"] == {"env": "test"}
     result = payloads(store, run.run_id, "tool.result")[0]
     assert result["ok"] is True and result["result"] == [[1]] and result["duration_us"] >= 0
     assert payloads(store, run.run_id, "run.ended")[0]["status"] == "ok"
@@ -405,3 +406,45 @@ def test_every_recorded_run_verifies(store):
     report = verify_store(store)
     assert report.ok, [p.line() for p in report.problems]
     assert report.runs == 4
+
+
+def test_every_decision_can_be_rerun_offline_from_the_log_alone(tmp_path):
+    from sealbox.policy.audit import reevaluate_run
+
+    store = sealbox.init_store(tmp_path / "s")
+    policy = Policy.from_text(POLICY)
+    rec = Recorder(store, policy=policy)
+    with rec.run(agent="bot") as run:
+        for tool, args in [("read_query", {"query": "SELECT 1"}), ("write_query", {"query": "DROP TABLE x"}),
+                           ("write_query", {"query": "DELETE FROM x"}), ("other", {})]:
+            try:
+                run.call_tool("db", tool, args, lambda **kw: None)
+            except ToolDenied:
+                pass
+    store.close()
+    reader = open_store(tmp_path / "s", readonly=True)
+    decision = next(e for e in reader.read_run(run.run_id) if e.kind == "policy.decision")
+    assert set(decision.payload["inputs"]) == {"$blob"}  # kept by blob reference
+    again = list(reevaluate_run(reader, Policy.from_text(POLICY), run.run_id))
+    assert [(r.call_id != "", r.re_evaluable, r.same) for r in again] == [(True, True, True)] * 4
+    assert [r.decision.rule for r in again] == ["reads-ok", "no-drops", "writes-need-ops", None]
+    relaxed = Policy.from_text(POLICY.replace("effect: require_approval\n    approval: {groups: [ops], quorum: 1, expires: 1h}",
+                                              "effect: allow"))
+    changed = [r for r in reevaluate_run(reader, relaxed, run.run_id) if not r.same]
+    assert [(r.recorded["reason_code"], r.decision.effect, r.decision.rule) for r in changed] == [
+        ("approval_unavailable", "allow", "writes-need-ops")]
+    reader.close()
+
+
+def test_a_decision_on_redacted_content_is_not_re_evaluable(tmp_path):
+    from sealbox.policy.audit import reevaluate_run
+
+    store = sealbox.init_store(tmp_path / "s")
+    policy = Policy.from_text("version: 1\nname: p\nrules:\n  - id: pw\n    when: 'call.arguments.password != \"\"'\n"
+                              "    effect: allow\n")
+    with Recorder(store, policy=policy).run(agent="bot") as run:
+        run.call_tool("auth", "login", {"user": "ann", "password": "hunter2"}, lambda **kw: "ok")
+    [r] = list(reevaluate_run(store, policy, run.run_id))
+    assert (r.re_evaluable, r.decision, r.why_not) == (False, None, "the decision read content that was redacted before it was recorded")
+    assert b"hunter2" not in b"".join(e.raw for e in store.read_run(run.run_id))
+    store.close()

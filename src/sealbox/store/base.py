@@ -47,6 +47,10 @@ __all__ = [
 
 Durability = str  # "full" (fsync every commit) or "fast" (synchronous=NORMAL)
 
+#: Content fields always kept as one blob reference, whatever their size: a
+#: decision's inputs are evidence an auditor re-runs as a whole.
+ALWAYS_BLOB = frozenset({"inputs"})
+
 
 def utc_now() -> str:
     """The current UTC time as RFC 3339 with microseconds, e.g. ``2026-11-29T16:52:00.123456Z``."""
@@ -161,10 +165,13 @@ class EventBuilder:
         if type(payload) is not dict:
             raise InvalidEventError(f"{draft.kind}: payload keys must be strings")
         validate_payload(draft.kind, payload)
+        put = lambda data: self._put(txn, data)  # noqa: E731
         for name in CONTENT_FIELDS.get(draft.kind, ()):
             if name in payload:
                 payload[name] = self._redact(name, payload[name])
-                payload[name] = _blobs.blobify(payload[name], lambda data: self._put(txn, data), self._limit)
+                payload[name] = _blobs.blobify(payload[name], put, self._limit)
+                if name in ALWAYS_BLOB and not _blobs.is_blob_ref(payload[name]):
+                    payload[name] = {"$blob": put(canonical_bytes(payload[name]))}
         return payload
 
     def _redact(self, name: str, value: Any) -> Any:

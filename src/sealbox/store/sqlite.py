@@ -684,42 +684,29 @@ class SqliteStore:
         Raises:
             ConfigError: a bad time, decision or match expression.
         """
-        from sealbox import query as q
+        from sealbox.query import glob_match
 
-        q.check_choice("decision", decision, q.DECISIONS)
-        matches = q.compile_matches(match)
-        where, params, globs = ["c.kind = 'tool.call'"], [], []
-        for col, pattern in (("tool", tool), ("server", server)):
-            if pattern is not None:
-                globs += _glob_terms(col, pattern, where, params)
-        for sql, value in (("c.run_id = ?", run_id), ("r.agent = ?", agent), ("c.principal = ?", principal),
-                           ("d.effect = ?", decision)):
-            if value is not None:
-                where.append(sql)
-                params.append(value)
-        if since is not None:
-            where.append("c.ts >= ?")
-            params.append(q.parse_time(since, name="since"))
-        if until is not None:
-            where.append("c.ts < ?")
-            params.append(q.parse_time(until, name="until"))
-        if error is not None:
-            where.append("x.ok = ?")
-            params.append(0 if error else 1)
+        sql, params, globs, matches = _calls_query(tool=tool, server=server, run_id=run_id, agent=agent,
+                                                   principal=principal, since=since, until=until, decision=decision,
+                                                   error=error, match=match)
         with_result = any(m.root == "result" for m in matches)
-        selective = tool is not None or server is not None or run_id is not None
-        sql = _CALLS_SQL.format(result="x.raw" if with_result else "NULL", where=" AND ".join(where),
-                                order="+" if selective else "")
         rows: list[dict[str, Any]] = []
         for rec in self._conn().execute(sql, params):
             row = self._call_row(rec, with_result)
-            if all(q.glob_match(p, row[c]) for c, p in globs) and all(m.test(row) for m in matches):
+            if all(glob_match(p, row[c]) for c, p in globs) and all(m.test(row) for m in matches):
                 row.pop("result", None)
                 rows.append(row)
                 if limit is not None and len(rows) >= limit:
                     break
         rows.reverse()
         return rows
+
+    def explain_query_calls(self, **filters: Any) -> list[str]:
+        """SQLite's ``EXPLAIN QUERY PLAN`` lines for :meth:`query_calls` with these filters
+        (e.g. ``["SEARCH c USING INDEX events_tool (tool=? AND kind=?)", ...]``)."""
+        filters.pop("limit", None)
+        sql, params, _, _ = _calls_query(**filters)
+        return [row[3] for row in self._conn().execute("EXPLAIN QUERY PLAN " + sql, params)]
 
     def _call_row(self, rec: tuple, with_result: bool) -> dict[str, Any]:
         from sealbox.query import call_row
@@ -938,6 +925,37 @@ JOIN events l ON l.run_id = r.run_id AND l.run_seq = (SELECT max(run_seq) FROM e
 WHERE {where}
 ORDER BY r.started_at DESC, r.leaf_index DESC
 """
+
+
+def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: str | None = None,
+                 agent: str | None = None, principal: str | None = None, since: Any = None, until: Any = None,
+                 decision: str | None = None, error: bool | None = None, match: Any = None) -> tuple:
+    """(sql, params, globs left to confirm, compiled matches) for :meth:`SqliteStore.query_calls`."""
+    from sealbox import query as q
+
+    q.check_choice("decision", decision, q.DECISIONS)
+    matches = q.compile_matches(match)
+    where, params, globs = ["c.kind = 'tool.call'"], [], []
+    for col, pattern in (("tool", tool), ("server", server)):
+        if pattern is not None:
+            globs += _glob_terms(col, pattern, where, params)
+    for sql, value in (("c.run_id = ?", run_id), ("r.agent = ?", agent), ("c.principal = ?", principal),
+                       ("d.effect = ?", decision)):
+        if value is not None:
+            where.append(sql)
+            params.append(value)
+    for sql, value, name in (("c.ts >= ?", since, "since"), ("c.ts < ?", until, "until")):
+        if value is not None:
+            where.append(sql)
+            params.append(q.parse_time(value, name=name))
+    if error is not None:
+        where.append("x.ok = ?")
+        params.append(0 if error else 1)
+    selective = tool is not None or server is not None or run_id is not None
+    with_result = any(m.root == "result" for m in matches)
+    sql = _CALLS_SQL.format(result="x.raw" if with_result else "NULL", where=" AND ".join(where),
+                            order="+" if selective else "")
+    return sql, params, globs, matches
 
 
 def _glob_terms(col: str, pattern: str, where: list[str], params: list[Any]) -> list[tuple[str, str]]:

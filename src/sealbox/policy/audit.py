@@ -1,0 +1,82 @@
+"""Re-run recorded decisions offline, from the log alone.
+
+Every ``policy.decision`` keeps the inputs it was evaluated on (a blob holding
+:meth:`CallContext.to_inputs`). :func:`reevaluate` rebuilds the call context from
+them and evaluates a policy again: with the same policy the outcome must be the
+same (effect, rule, reason code); with another policy it says what would have
+changed. A decision whose inputs were redacted is reported as not re-evaluable,
+never re-run on a redaction marker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from sealbox.policy.engine import Policy
+from sealbox.policy.model import CallContext, Decision
+
+__all__ = ["Reevaluation", "reevaluate", "reevaluate_run"]
+
+
+@dataclass(frozen=True)
+class Reevaluation:
+    """One recorded decision re-run under a policy.
+
+    Attributes:
+        run_id, call_id, step: where the decision is in the log.
+        recorded: the recorded ``policy.decision`` payload.
+        decision: the new decision, or None when not re-evaluable.
+        re_evaluable: False when the inputs held redacted content or are erased.
+        why_not: why it could not be re-evaluated.
+    """
+
+    run_id: str
+    call_id: str
+    step: str
+    recorded: dict[str, Any]
+    decision: Decision | None
+    re_evaluable: bool
+    why_not: str | None = None
+
+    @property
+    def same(self) -> bool:
+        """Whether the new decision has the recorded effect, rule and reason code."""
+        if self.decision is None:
+            return False
+        d, r = self.decision, self.recorded
+        return (d.effect, d.rule, d.reason_code) == (r.get("effect"), r.get("rule"), r.get("reason_code"))
+
+
+def reevaluate(policy: Policy, recorded: dict[str, Any], inputs: Any, *, run_id: str = "", step: str = "") -> Reevaluation:
+    """Re-run one recorded decision under ``policy``.
+
+    Args:
+        policy: the policy to evaluate (the recorded one, or a new one for what-if).
+        recorded: the ``policy.decision`` payload.
+        inputs: its resolved inputs (``CallContext.to_inputs()`` form), or None if erased.
+    """
+    call_id = recorded.get("call_id", "")
+    if not isinstance(inputs, dict) or "server" not in inputs:
+        return Reevaluation(run_id, call_id, step, recorded, None, False, "the decision's inputs are not in the log")
+    if inputs.get("redacted") or recorded.get("re_evaluable") is False:
+        return Reevaluation(run_id, call_id, step, recorded, None, False,
+                            "the decision read content that was redacted before it was recorded")
+    decision = policy.evaluate(CallContext.from_inputs(inputs))
+    if decision.effect == "require_approval" and recorded.get("reason_code") == "approval_unavailable":
+        decision = decision.denied_as("approval_unavailable", decision.reason)
+    return Reevaluation(run_id, call_id, step, recorded, decision, True)
+
+
+def reevaluate_run(store: Any, policy: Policy, run_id: str) -> Iterator[Reevaluation]:
+    """Re-run every decision of a run, in order, from the store alone."""
+    from sealbox.errors import BlobNotFoundError
+
+    for event in store.read_run(run_id):
+        if event.kind != "policy.decision":
+            continue
+        try:
+            inputs = store.resolve(event.payload.get("inputs"))
+        except BlobNotFoundError:
+            inputs = None
+        yield reevaluate(policy, event.payload, inputs, run_id=run_id, step=event.step)

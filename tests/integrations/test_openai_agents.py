@@ -1,0 +1,331 @@
+"""The OpenAI Agents SDK integration, with a real ``agents.Agent`` and ``Runner``
+and a scripted model (no model service is reachable here)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, Runner, function_tool, set_tracing_disabled  # noqa: E402
+from agents.items import ModelResponse  # noqa: E402
+from agents.models.interface import Model  # noqa: E402
+from agents.usage import Usage  # noqa: E402
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
+
+import sealbox  # noqa: E402
+from sealbox.errors import RecordingError  # noqa: E402
+from sealbox.integrations.openai_agents import (  # noqa: E402
+    SealboxModel,
+    governed_tool,
+    instrument,
+    mcp_env,
+    mcp_meta,
+    mcp_meta_resolver,
+)
+from sealbox.policies import ALLOW_ALL  # noqa: E402
+from sealbox.policy import Policy  # noqa: E402
+from sealbox.recorder import Recorder  # noqa: E402
+
+set_tracing_disabled(True)
+
+
+def sync(fn):
+    """Run an async test body with asyncio.run (no async pytest plugin needed)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(fn(*args, **kwargs))
+    return wrapper
+
+
+def call(call_id: str, name: str, arguments: str) -> ResponseFunctionToolCall:
+    return ResponseFunctionToolCall(id=f"fc_{call_id}", call_id=call_id, type="function_call", name=name,
+                                    arguments=arguments, status="completed")
+
+
+def text(message: str) -> ResponseOutputMessage:
+    return ResponseOutputMessage(id="msg_final", type="message", role="assistant", status="completed",
+                                 content=[ResponseOutputText(type="output_text", text=message, annotations=[])])
+
+
+def response(output: list, input_tokens: int, output_tokens: int, rid: str) -> ModelResponse:
+    return ModelResponse(output=output, usage=Usage(requests=1, input_tokens=input_tokens, output_tokens=output_tokens,
+                                                    total_tokens=input_tokens + output_tokens), response_id=rid)
+
+
+class ScriptedModel(Model):
+    """Returns the scripted responses in order and keeps what it was sent."""
+
+    def __init__(self, responses: list[ModelResponse]) -> None:
+        self.responses = list(responses)
+        self.inputs: list = []
+
+    async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs,
+                           tracing, *, previous_response_id=None, conversation_id=None, prompt=None):
+        self.inputs.append(input)
+        return self.responses.pop(0)
+
+    def stream_response(self, *args, **kwargs):  # pragma: no cover - not used
+        raise NotImplementedError
+
+
+class Weather:
+    """Two tools that count their invocations."""
+
+    def __init__(self) -> None:
+        self.invoked: list[tuple[str, str]] = []
+
+        @function_tool
+        async def get_weather(city: str) -> str:
+            """Current weather for a city."""
+            self.invoked.append(("get_weather", city))
+            return f"Sunny in {city}"
+
+        @function_tool
+        async def get_time(city: str, utc_offset: int = 0) -> str:
+            """Local time in a city."""
+            self.invoked.append(("get_time", city))
+            return f"12:{utc_offset:02d} in {city}"
+
+        self.tools = [get_weather, get_time]
+
+
+def two_call_script() -> ScriptedModel:
+    return ScriptedModel([
+        response([call("call_w", "get_weather", '{"city": "Paris"}'),
+                  call("call_t", "get_time", '{"city": "Oslo", "utc_offset": 1}')], 100, 20, "resp_1"),
+        response([text("Sunny in Paris; 12:01 in Oslo.")], 150, 12, "resp_2"),
+    ])
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = sealbox.init_store(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def events_of(store, run_id):
+    return [(e.kind, e.step, store.resolve(e.payload)) for e in store.read_run(run_id)]
+
+
+@sync
+async def test_two_parallel_tool_calls_are_recorded_in_order_and_linked(store):
+    weather, model = Weather(), two_call_script()
+    agent = Agent(name="weather-bot", instructions="Answer about weather.", model=model, tools=weather.tools)
+    async with Recorder(store, policy=ALLOW_ALL).run(agent="weather-bot") as run:
+        result = await Runner.run(instrument(run, agent), "Weather in Paris and time in Oslo?")
+    assert result.final_output == "Sunny in Paris; 12:01 in Oslo."
+    assert weather.invoked == [("get_weather", "Paris"), ("get_time", "Oslo")]
+
+    events = events_of(store, run.run_id)
+    assert [(k, s) for k, s, _ in events] == [
+        ("run.started", "1"),
+        ("model.call", "2"),
+        ("tool.call", "2.1"), ("policy.decision", "2.1"), ("tool.result", "2.1"),
+        ("tool.call", "2.2"), ("policy.decision", "2.2"), ("tool.result", "2.2"),
+        ("model.call", "3"),
+        ("run.ended", "4"),
+    ]
+    first, second = events[1][2], events[8][2]
+    assert first["tool_call_ids"] == ["call_w", "call_t"] and second["tool_call_ids"] == []
+    assert (first["provider"], first["format"], first["model"]) == ("unknown", "openai.responses", "ScriptedModel")
+    # request: instructions, input items, tools
+    assert first["request"]["instructions"] == "Answer about weather."
+    assert first["request"]["agent"] == "weather-bot"
+    assert first["request"]["input"] == [{"content": "Weather in Paris and time in Oslo?", "role": "user"}]
+    assert [t["name"] for t in first["request"]["tools"]] == ["get_weather", "get_time"]
+    assert first["request"]["tools"][1]["parameters"]["properties"]["utc_offset"]["type"] == "integer"
+    # response: output items; the second request carries the tool outputs back
+    assert [i["call_id"] for i in first["response"]["output"]] == ["call_w", "call_t"]
+    outputs = {i["call_id"]: i["output"] for i in second["request"]["input"] if i.get("type") == "function_call_output"}
+    assert outputs == {"call_w": "Sunny in Paris", "call_t": "12:01 in Oslo"}
+    assert second["response"]["output"][0]["content"][0]["text"] == "Sunny in Paris; 12:01 in Oslo."
+
+    tool_calls = [p for k, _, p in events if k == "tool.call"]
+    assert [(p["call_id"], p["server"], p["tool"], p["exposed"], p["arguments"]) for p in tool_calls] == [
+        ("call_w", "local", "get_weather", "get_weather", {"city": "Paris"}),
+        ("call_t", "local", "get_time", "get_time", {"city": "Oslo", "utc_offset": 1}),
+    ]
+    assert all(p["grant"] == "implicit:agent:weather-bot" for p in tool_calls)
+    decisions = [p for k, _, p in events if k == "policy.decision"]
+    assert [(p["call_id"], p["effect"]) for p in decisions] == [("call_w", "allow"), ("call_t", "allow")]
+    results = [p for k, _, p in events if k == "tool.result"]
+    assert [(p["call_id"], p["ok"], p["result"]) for p in results] == [
+        ("call_w", True, "Sunny in Paris"), ("call_t", True, "12:01 in Oslo")]
+
+    assert [p["usage"] for k, _, p in events if k == "model.call"] == [
+        {"input_tokens": 100, "output_tokens": 20}, {"input_tokens": 150, "output_tokens": 12}]
+    ended = events[-1][2]
+    assert ended["status"] == "ok"
+    assert (ended["usage"]["input_tokens"], ended["usage"]["output_tokens"]) == (250, 32)
+    assert run.usage["input_tokens"] == 250
+    assert sealbox.verify_store(store).ok
+
+
+DENY_WEATHER = """
+version: 1
+rules:
+  - id: no-weather
+    match: {server: local, tool: get_weather}
+    effect: deny
+  - id: everything-else
+    effect: allow
+"""
+
+
+@sync
+async def test_denied_tool_never_runs_and_the_agent_finishes(store):
+    weather, model = Weather(), two_call_script()
+    agent = Agent(name="weather-bot", instructions="Answer about weather.", model=model, tools=weather.tools)
+    policy = Policy.from_text(DENY_WEATHER)
+    async with Recorder(store, policy=policy).run(agent="weather-bot") as run:
+        result = await Runner.run(instrument(run, agent), "Weather in Paris and time in Oslo?")
+    assert result.final_output == "Sunny in Paris; 12:01 in Oslo."
+    assert weather.invoked == [("get_time", "Oslo")]  # get_weather never ran
+
+    events = events_of(store, run.run_id)
+    assert [(k, s) for k, s, _ in events] == [
+        ("run.started", "1"),
+        ("model.call", "2"),
+        ("tool.call", "2.1"), ("policy.decision", "2.1"),
+        ("tool.call", "2.2"), ("policy.decision", "2.2"), ("tool.result", "2.2"),
+        ("model.call", "3"),
+        ("run.ended", "4"),
+    ]
+    denied = events[3][2]
+    assert (denied["call_id"], denied["effect"], denied["rule"], denied["reason_code"]) == (
+        "call_w", "deny", "no-weather", "policy_deny")
+    assert denied["policy_fingerprint"] == policy.fingerprint
+    assert not any(k == "tool.result" and p["call_id"] == "call_w" for k, _, p in events)
+    # the model was told, as the tool's output
+    outputs = {i["call_id"]: i["output"] for i in model.inputs[1] if isinstance(i, dict)
+               and i.get("type") == "function_call_output"}
+    assert outputs["call_w"].startswith("Error: this tool call was not allowed and did not run.")
+    assert "no-weather" in outputs["call_w"]
+    assert outputs["call_t"] == "12:01 in Oslo"
+    assert events[-1][2]["status"] == "ok"
+    assert sealbox.verify_store(store).ok
+
+
+@sync
+async def test_a_tool_that_raises_is_recorded_as_an_error_and_the_model_is_told(store):
+    @function_tool
+    def flaky(n: int) -> str:
+        """Always fails."""
+        raise ValueError(f"bad n={n}")
+
+    model = ScriptedModel([response([call("call_f", "flaky", '{"n": 3}')], 5, 5, "r1"),
+                           response([text("It failed.")], 5, 5, "r2")])
+    agent = Agent(name="a", model=model, tools=[flaky])
+    async with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        result = await Runner.run(instrument(run, agent), "go")
+    assert result.final_output == "It failed."
+    res = [p for k, _, p in events_of(store, run.run_id) if k == "tool.result"]
+    assert len(res) == 1 and res[0]["ok"] is False
+    assert res[0]["error"]["type"] == "ValueError" and res[0]["error"]["message"] == "bad n=3"
+    sent = [i for i in model.inputs[1] if isinstance(i, dict) and i.get("type") == "function_call_output"]
+    # the SDK's own failure handling still applies (its default message)
+    assert sent[0]["output"].startswith("An error occurred while running the tool")
+    assert sealbox.verify_store(store).ok
+
+
+@sync
+async def test_a_call_that_cannot_be_recorded_does_not_run_and_fails_the_run(store):
+    weather = Weather()
+    model = ScriptedModel([response([call("call_w", "get_weather", '{"city": "Paris"}')], 1, 1, "r1"),
+                           response([text("done")], 1, 1, "r2")])
+    agent = Agent(name="a", model=model, tools=weather.tools)
+    run = Recorder(store, policy=ALLOW_ALL).run(agent="a")
+    run.start()
+    instrumented = instrument(run, agent)
+
+    def broken(*_a, **_k):
+        raise OSError("disk full")
+
+    original = store.append_with
+    store.append_with = broken
+    try:
+        with pytest.raises(RecordingError):
+            await Runner.run(instrumented, "go")
+    finally:
+        store.append_with = original
+    assert weather.invoked == []
+    run.end("error")
+    assert sealbox.verify_store(store).ok
+
+
+@sync
+async def test_handoffs_are_notes_and_the_target_is_recorded_too(store):
+    weather = Weather()
+    specialist_model = ScriptedModel([
+        response([call("call_w", "get_weather", '{"city": "Lima"}')], 30, 3, "s1"),
+        response([text("Sunny in Lima.")], 40, 4, "s2"),
+    ])
+    specialist = Agent(name="specialist", model=specialist_model, tools=weather.tools[:1])
+    triage_model = ScriptedModel([response([call("call_h", "transfer_to_specialist", "{}")], 10, 1, "t1")])
+    triage = Agent(name="triage", model=triage_model, handoffs=[specialist])
+    specialist.handoffs = [triage]  # a cycle is preserved, not followed forever
+
+    async with Recorder(store, policy=ALLOW_ALL).run(agent="triage") as run:
+        result = await Runner.run(instrument(run, triage), "Weather in Lima?")
+    assert result.final_output == "Sunny in Lima." and weather.invoked == [("get_weather", "Lima")]
+    assert triage.model is triage_model and specialist.handoffs == [triage]  # originals untouched
+
+    events = events_of(store, run.run_id)
+    assert [(k, s) for k, s, _ in events] == [
+        ("run.started", "1"), ("model.call", "2"), ("note", "3"),
+        ("model.call", "4"), ("tool.call", "4.1"), ("policy.decision", "4.1"), ("tool.result", "4.1"),
+        ("model.call", "5"), ("run.ended", "6"),
+    ]
+    assert events[1][2]["request"]["handoffs"] == [
+        {"tool_name": "transfer_to_specialist", "agent_name": "specialist"}]
+    assert events[1][2]["tool_call_ids"] == ["call_h"]
+    assert events[2][2] == {"text": "handoff: triage -> specialist", "about": {"handoff": {
+        "from": "triage", "to": "specialist", "tool_name": "transfer_to_specialist"}}}
+    assert [events[i][2]["request"]["agent"] for i in (1, 3, 7)] == ["triage", "specialist", "specialist"]
+    assert events[-1][2]["usage"]["input_tokens"] == 80
+    assert sealbox.verify_store(store).ok
+
+
+@sync
+async def test_governed_tool_with_a_custom_function_tool_and_an_instrumented_model(store):
+    from agents import FunctionTool
+
+    seen = []
+
+    async def invoke(ctx, raw: str) -> str:
+        seen.append(json.loads(raw))
+        return "ok"
+
+    tool = FunctionTool(name="echo", description="echo", params_json_schema={
+        "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"], "additionalProperties": False},
+        on_invoke_tool=invoke)
+    model = ScriptedModel([response([call("c1", "echo", '{"x": 7}')], 1, 1, "r1"), response([text("7")], 1, 1, "r2")])
+    async with Recorder(store, policy=ALLOW_ALL).run(agent="e") as run:
+        agent = Agent(name="e", model=SealboxModel(model, run, agent_name="e", provider="scripted"),
+                      tools=[governed_tool(run, tool, server="echo-server", grant="grant:echo")])
+        assert (await Runner.run(agent, "go")).final_output == "7"
+    assert seen == [{"x": 7}] and tool.on_invoke_tool is invoke
+    events = events_of(store, run.run_id)
+    tc = next(p for k, _, p in events if k == "tool.call")
+    assert (tc["server"], tc["tool"], tc["grant"], tc["arguments"]) == ("echo-server", "echo", "grant:echo", {"x": 7})
+    assert next(p for k, _, p in events if k == "model.call")["provider"] == "scripted"
+
+
+def test_mcp_keys(store):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a", principal="agent:mcp-user") as run:
+        assert mcp_env(run, {"PATH": "/bin"}) == {
+            "PATH": "/bin", "SEALBOX_RUN_ID": run.run_id, "SEALBOX_PARENT_PRINCIPAL": "agent:mcp-user"}
+        assert mcp_meta(run) == {"sealbox/run_id": run.run_id, "sealbox/parent_principal": "agent:mcp-user"}
+
+        class Ctx:
+            class run_context:  # noqa: N801 - mimics MCPToolMetaContext.run_context (a ToolContext)
+                tool_call_id = "call_9"
+
+        assert mcp_meta_resolver(run)(Ctx()) == {
+            "sealbox/run_id": run.run_id, "sealbox/parent_principal": "agent:mcp-user", "sealbox/call_id": "call_9"}
