@@ -1,0 +1,214 @@
+"""``SqliteStore.query_calls``: every filter finds exactly the calls it should, and no others.
+
+LESSONS.md (MLflow): a filter that silently returns nothing is the classic bug,
+so every filter is checked for what it finds, not only that it runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ALL_CALLS, BIG_TEXT, ids
+
+from sealbox.errors import ConfigError
+
+
+def test_no_filter_lists_every_call_once_in_time_order(store, recorded):
+    rows = store.query_calls()
+    assert ids(rows) == ["a1", "a2", "a3", "a4", "b1", "b2", "b3", "b4", "c1", "d1"]
+    assert [r["ts"] for r in rows] == sorted(recorded.ts[c] for c in ALL_CALLS)
+
+
+def test_a_row_holds_the_call_its_decision_and_its_outcome(store, recorded):
+    rows = {r["call_id"]: r for r in store.query_calls()}
+    assert rows["a4"] == {
+        "ts": recorded.ts["a4"], "run_id": recorded.runs["A"], "agent": "support-bot", "principal": "agent:support",
+        "step": "5", "call_id": "a4", "server": "db", "tool": "read_rows", "exposed": "db.read_rows",
+        "grant": "implicit:agent:support", "arguments": {"table": "orders", "limit": 5},
+        "decision": "allow", "rule": "reads", "reason_code": "policy_allow", "outcome": "error", "ok": False,
+        "error": {"type": "ValueError", "message": "table orders is locked"},
+        "duration_us": rows["a4"]["duration_us"],
+    }
+    assert isinstance(rows["a4"]["duration_us"], int) and rows["a4"]["duration_us"] >= 0
+    assert (rows["a3"]["decision"], rows["a3"]["rule"], rows["a3"]["outcome"], rows["a3"]["ok"]) == (
+        "deny", "no-writes", "not_run", None)
+    assert (rows["b3"]["decision"], rows["b3"]["rule"], rows["b3"]["reason_code"]) == ("deny", None, "no_match")
+    assert (rows["d1"]["decision"], rows["d1"]["outcome"], rows["d1"]["duration_us"]) == (
+        "require_approval", "awaiting_approval", None)
+
+
+def test_arguments_stored_as_a_blob_come_back_whole(store):
+    (row,) = store.query_calls(tool="read_query", match=["arguments.text~needle"])
+    assert row["call_id"] == "b4" and row["arguments"]["text"] == BIG_TEXT
+
+
+# ---------------------------------------------------------------- tool and server globs
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    ("read_query", {"a1", "a2", "b4"}),
+    ("read_*", {"a1", "a2", "a4", "b2", "b4"}),
+    ("*_search", {"b1", "c1"}),
+    ("*_query", {"a1", "a2", "a3", "b4"}),
+    ("read_[qr]*", {"a1", "a2", "a4", "b4"}),
+    ("read_[!q]*", {"a4", "b2"}),
+    ("?etch", {"d1"}),
+    ("*", ALL_CALLS),
+    ("READ_*", set()),          # case-sensitive, like the policy's matchers
+    ("read", set()),            # an exact name is not a prefix
+])
+def test_tool_glob(store, pattern, expected):
+    assert set(ids(store.query_calls(tool=pattern))) == expected
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    ("db", {"a1", "a2", "a3", "a4", "b4"}),
+    ("f?", {"b2", "b3"}),
+    ("s*", {"b1", "c1"}),
+    ("[dh]*", {"a1", "a2", "a3", "a4", "b4", "d1"}),
+    ("nope", set()),
+])
+def test_server_glob(store, pattern, expected):
+    assert set(ids(store.query_calls(server=pattern))) == expected
+
+
+def test_server_and_tool_together(store):
+    assert ids(store.query_calls(server="db", tool="read_*")) == ["a1", "a2", "a4", "b4"]
+    assert ids(store.query_calls(server="fs", tool="read_*")) == ["b2"]
+
+
+# ---------------------------------------------------------------- run, agent, principal
+
+
+def test_run_filter(store, recorded):
+    assert ids(store.query_calls(run_id=recorded.runs["B"])) == ["b1", "b2", "b3", "b4"]
+    assert ids(store.query_calls(run_id=recorded.runs["E"])) == []  # a run without calls
+    assert ids(store.query_calls(run_id="no-such-run")) == []
+
+
+def test_agent_filter(store):
+    assert ids(store.query_calls(agent="support-bot")) == ["a1", "a2", "a3", "a4", "c1"]
+    assert ids(store.query_calls(agent="billing-bot")) == ["b1", "b2", "b3", "b4"]
+    assert ids(store.query_calls(agent="ops-bot")) == ["d1"]
+    assert ids(store.query_calls(agent="support")) == []  # exact, not a prefix
+
+
+def test_principal_filter(store):
+    assert ids(store.query_calls(principal="agent:billing")) == ["b1", "b2", "b3", "b4"]
+    assert ids(store.query_calls(principal="agent:ops")) == ["d1"]
+
+
+# ---------------------------------------------------------------- decision and error
+
+
+@pytest.mark.parametrize("decision, expected", [
+    ("allow", ["a1", "a2", "a4", "b1", "b2", "b4", "c1"]),
+    ("deny", ["a3", "b3"]),
+    ("require_approval", ["d1"]),
+])
+def test_decision_filter(store, decision, expected):
+    assert ids(store.query_calls(decision=decision)) == expected
+
+
+def test_error_filter_splits_calls_that_ran(store):
+    assert ids(store.query_calls(error=True)) == ["a4", "b2"]
+    assert ids(store.query_calls(error=False)) == ["a1", "a2", "b1", "b4", "c1"]
+    ran = set(ids(store.query_calls(error=True))) | set(ids(store.query_calls(error=False)))
+    assert ALL_CALLS - ran == {"a3", "b3", "d1"}  # never ran: neither an error nor a success
+
+
+def test_unknown_decision_is_refused(store):
+    with pytest.raises(ConfigError, match="decision: 'allowed' is not one of allow, deny, require_approval"):
+        store.query_calls(decision="allowed")
+
+
+# ---------------------------------------------------------------- time windows
+
+
+def test_since_is_inclusive_and_until_exclusive(store, recorded):
+    ts = recorded.ts
+    assert ids(store.query_calls(since=ts["b1"])) == ["b1", "b2", "b3", "b4", "c1", "d1"]
+    assert ids(store.query_calls(until=ts["b1"])) == ["a1", "a2", "a3", "a4"]
+    assert ids(store.query_calls(since=ts["a3"], until=ts["b2"])) == ["a3", "a4", "b1"]
+    assert ids(store.query_calls(since=ts["a3"], until=ts["a3"])) == []
+
+
+def test_time_bounds_accept_offsets_and_durations(store, recorded):
+    first = recorded.ts["a1"]  # e.g. 2026-11-29T17:07:15.595093Z
+    shifted = f"{first[:10]}T{int(first[11:13]) + 1:02d}{first[13:26]}+01:00"  # the same instant, at +01:00
+    assert ids(store.query_calls(since=shifted))[0] == "a1" if int(first[11:13]) < 23 else True
+    assert set(ids(store.query_calls(since="1h"))) == ALL_CALLS  # recorded moments ago
+    assert ids(store.query_calls(until="1h")) == []
+    assert set(ids(store.query_calls(since=first[:10]))) <= ALL_CALLS
+
+
+@pytest.mark.parametrize("bad", ["yesterday", "2026-13-01T00:00:00Z", "5 parsecs", "2026-11-29T12:00:00"])
+def test_bad_times_are_refused(store, bad):
+    with pytest.raises(ConfigError, match="since: "):
+        store.query_calls(since=bad)
+
+
+# ---------------------------------------------------------------- match
+
+
+@pytest.mark.parametrize("expr, expected", [
+    ("arguments.query~(?i)delete", ["a2", "a3"]),
+    ("arguments.query~delete", ["a2"]),                      # Python re: case-sensitive unless (?i)
+    ("arguments.query~^SELECT", ["a1", "b4"]),
+    ("arguments.text~needle-77\\d\\d", ["b4"]),               # inside a blob-stored argument (> 512 bytes)
+    ("arguments~needle-7731", ["b4"]),                        # a whole object is searched as its JSON text
+    ("arguments.tags~^refunds$", ["b1"]),                     # a key applied to a list: any item
+    ("arguments.tags.0~^billing$", ["b1"]),                   # an index
+    ("arguments.tags.1~^billing$", []),
+    ("arguments.limit~^5$", ["a4"]),                          # a number, as its JSON text
+    ("arguments.missing~.", []),                              # a missing path never matches
+    ("error.type~Permission", ["b2"]),
+    ("error.message~locked", ["a4"]),
+    ("result~secret-result-\\d+", ["b4"]),                    # the tool's result, resolved from its blob
+    ("result.rows~open", ["a1", "a2", "b1", "c1"]),
+    ("rule~^no-", ["a3"]),
+    ("exposed~^fs\\.", ["b2", "b3"]),
+])
+def test_match(store, expr, expected):
+    assert ids(store.query_calls(match=[expr])) == expected
+
+
+def test_match_as_pairs_and_several_must_all_match(store):
+    assert ids(store.query_calls(match=[("arguments.query", "(?i)delete")])) == ["a2", "a3"]
+    assert ids(store.query_calls(match=["arguments.query~(?i)delete", "decision~^deny$"])) == ["a3"]
+    assert ids(store.query_calls(match=["arguments.query~(?i)delete", "decision~^allow$"])) == ["a2"]
+
+
+def test_a_regex_may_contain_a_tilde(store):
+    assert ids(store.query_calls(match=["arguments.query~[~-]{2} why"])) == ["a2"]
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("arguments.query", "is not FIELD~REGEX"),
+    ("arguments.query~(unclosed", "invalid regex '(unclosed'"),
+    ("~delete", "empty field path"),
+    ("arguments..query~x", "empty field path"),
+    ("argumnets.query~x", "unknown field 'argumnets'"),
+])
+def test_bad_match_expressions_are_refused(store, bad, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        store.query_calls(match=[bad])
+
+
+# ---------------------------------------------------------------- combined, and limit
+
+
+def test_combined_filters_intersect(store, recorded):
+    assert ids(store.query_calls(agent="support-bot", tool="read_*", error=False)) == ["a1", "a2"]
+    assert ids(store.query_calls(agent="support-bot", tool="read_*", error=True)) == ["a4"]
+    assert ids(store.query_calls(server="db", decision="deny", match=["arguments.query~(?i)delete"])) == ["a3"]
+    assert ids(store.query_calls(principal="agent:billing", since=recorded.ts["b2"], error=True)) == ["b2"]
+    assert ids(store.query_calls(run_id=recorded.runs["A"], tool="read_query", decision="allow",
+                                 match=["arguments.query~^SELECT"])) == ["a1"]
+    assert ids(store.query_calls(agent="billing-bot", tool="write_*")) == []
+
+
+def test_limit_keeps_the_newest_in_time_order(store):
+    assert ids(store.query_calls(limit=3)) == ["b4", "c1", "d1"]
+    assert ids(store.query_calls(tool="read_*", limit=2)) == ["b2", "b4"]
+    assert ids(store.query_calls(match=["arguments.query~(?i)delete"], limit=1)) == ["a3"]
+    assert ids(store.query_calls(limit=100)) == sorted(ALL_CALLS)
