@@ -6,6 +6,8 @@ so every filter is checked for what it finds, not only that it runs.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
 from conftest import ALL_CALLS, BIG_TEXT, ids
 
@@ -132,13 +134,15 @@ def test_since_is_inclusive_and_until_exclusive(store, recorded):
     assert ids(store.query_calls(since=ts["a3"], until=ts["a3"])) == []
 
 
-def test_time_bounds_accept_offsets_and_durations(store, recorded):
-    first = recorded.ts["a1"]  # e.g. 2026-11-29T17:07:15.595093Z
-    shifted = f"{first[:10]}T{int(first[11:13]) + 1:02d}{first[13:26]}+01:00"  # the same instant, at +01:00
-    assert ids(store.query_calls(since=shifted))[0] == "a1" if int(first[11:13]) < 23 else True
+def test_time_bounds_accept_offsets_datetimes_and_durations(store, recorded):
+    b1 = datetime.fromisoformat(recorded.ts["b1"].replace("Z", "+00:00"))
+    at_plus_one = b1.astimezone(timezone(timedelta(hours=1))).isoformat()  # the same instant, written at +01:00
+    assert at_plus_one.endswith("+01:00")
+    assert ids(store.query_calls(since=at_plus_one)) == ["b1", "b2", "b3", "b4", "c1", "d1"]
+    assert ids(store.query_calls(until=b1)) == ["a1", "a2", "a3", "a4"]
     assert set(ids(store.query_calls(since="1h"))) == ALL_CALLS  # recorded moments ago
     assert ids(store.query_calls(until="1h")) == []
-    assert set(ids(store.query_calls(since=first[:10]))) <= ALL_CALLS
+    assert set(ids(store.query_calls(since=recorded.ts["a1"][:10]))) == ALL_CALLS  # a date: 00:00 UTC that day
 
 
 @pytest.mark.parametrize("bad", ["yesterday", "2026-13-01T00:00:00Z", "5 parsecs", "2026-11-29T12:00:00"])
