@@ -1,9 +1,11 @@
 """Query benchmarks: "every call to tool X" (issue 3, "Benchmarks").
 
 Two stores, of about 20,000 and 1,000,000 events, hold realistic tool calls:
-runs of 10 to 50 calls, each call a ``tool.call`` / ``policy.decision`` (with
-its inputs, moved to a blob as the recorder does) / ``tool.result`` triple
-(denied calls have no result), over 50 tool names on 8 servers. They are built
+runs of 10 to 50 calls, each call a ``tool.call`` + ``policy.decision`` (with
+its inputs, moved to a blob as the recorder does) committed together, then a
+``tool.result`` (denied calls, 10 %, have none; 5 % of results are errors),
+over 50 tool names on 8 servers, with 8 runs at a time whose commits
+interleave (so a result is rarely next to its call). They are built
 with ``store.append`` in large batches, then closed, as any writer closes a
 store: nothing is hand-tuned here (``close`` runs ``PRAGMA optimize``, which is
 the product's own behaviour; LESSONS.md, MLflow). Each store is built once into
@@ -26,7 +28,10 @@ Run: ``.venv/bin/python bench/bench_queries.py`` (``--quick``: the 20k store onl
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import json
+import os
 import random
 import shutil
 import sqlite3
@@ -42,8 +47,18 @@ from sealbox import CheckpointPolicy, EventDraft, init_store, open_store
 from sealbox.store.base import new_run_id
 
 #: Bump when the generated data changes, so that a stale cache is not reused.
-VERSION = "q1"
-CACHE = Path(tempfile.gettempdir()) / f"sealbox-bench-queries-{VERSION}"
+VERSION = "q2"
+
+
+def _cache_key() -> str:
+    """VERSION plus a digest of the schema's migrations: a new migration means new stores."""
+    from sealbox.store.migrate import load_migrations
+
+    sums = ",".join(f"{m.version}:{m.checksum}" for m in load_migrations("sqlite"))
+    return f"{VERSION}-{hashlib.sha256(sums.encode()).hexdigest()[:10]}"
+
+
+CACHE = Path(tempfile.gettempdir()) / f"sealbox-bench-queries-{_cache_key()}"
 SIZES = {"20k": 20_000, "1M": 1_000_000}
 TARGET_MS = {"20k": 10.0, "1M": 100.0}
 TOOL_X = ("db", "read_query")
@@ -75,12 +90,14 @@ def _arguments(rng: random.Random, tool: str, i: int) -> dict:
     return {"id": i, "text": f"{tool} #{i} " + "x" * rng.randrange(10, 120), "flags": ["a", "b"][: i % 3]}
 
 
-def _call_events(rng: random.Random, run_id: str, principal: str, agent: str, step: int, i: int) -> list[EventDraft]:
+def _call_units(rng: random.Random, run_id: str, principal: str, agent: str, step: int, i: int) -> list[list[EventDraft]]:
+    """One tool call as the recorder commits it: [tool.call, policy.decision] in one
+    transaction, then (if allowed) [tool.result] in the next."""
     server, tool = rng.choice(TOOLS)
     call_id = f"call_{i:09d}"
     args = _arguments(rng, tool, i)
     allowed = rng.random() < 0.9
-    events = [
+    first = [
         EventDraft("tool.call", {"call_id": call_id, "server": server, "tool": tool, "exposed": f"{server}__{tool}",
                                  "arguments": args, "grant": f"implicit:{principal}"},
                    run_id=run_id, principal=principal, step=str(step)),
@@ -97,33 +114,47 @@ def _call_events(rng: random.Random, run_id: str, principal: str, agent: str, st
                        "usage": {}, "now": "2026-11-29T12:00:01Z", "redacted": False},
         }, run_id=run_id, principal=principal, step=str(step)),
     ]
-    if allowed:
-        ok = rng.random() < 0.95
-        result = {"call_id": call_id, "ok": ok, "duration_us": rng.randrange(200, 90_000)}
-        if ok:
-            result["result"] = {"rows": [[i, "open", 12.5]], "count": 1}
-        else:
-            result["error"] = {"type": "TimeoutError", "message": "upstream timed out", "traceback": "..."}
-        events.append(EventDraft("tool.result", result, run_id=run_id, principal=principal, step=str(step)))
-    return events
+    if not allowed:
+        return [first]
+    ok = rng.random() < 0.95
+    result = {"call_id": call_id, "ok": ok, "duration_us": rng.randrange(200, 90_000)}
+    if ok:
+        result["result"] = {"rows": [[i, "open", 12.5]], "count": 1}
+    else:
+        result["error"] = {"type": "TimeoutError", "message": "upstream timed out", "traceback": "..."}
+    return [first, [EventDraft("tool.result", result, run_id=run_id, principal=principal, step=str(step))]]
 
 
-def _drafts(total: int, seed: int = 7):
-    """Yield batches of drafts (whole runs) until about ``total`` events were produced."""
+def _run_units(rng: random.Random, counter: list[int]):
+    """The commits of one run, in order: started, each call's two commits, ended."""
+    run_id, agent = new_run_id(), rng.choice(["support-bot", "billing-bot", "ops-bot", "research-bot"])
+    principal = f"agent:{agent}"
+    yield [EventDraft("run.started", {"agent": agent, "snapshot": None, "parent_run_id": None, "labels": {"env": "prod"},
+                                      "policy": {"fingerprint": POLICY_FP, "name": "bench"}},
+                      run_id=run_id, principal=principal, step="1")]
+    for step in range(2, 2 + rng.randrange(10, 50)):
+        counter[0] += 1
+        yield from _call_units(rng, run_id, principal, agent, step, counter[0])
+    yield [EventDraft("run.ended", {"status": "ok"}, run_id=run_id, principal=principal)]
+
+
+def _drafts(total: int, seed: int = 7, concurrent: int = 8):
+    """Batches of drafts, about ``total`` events in all, from ``concurrent`` runs at a
+    time whose commits interleave (as agents sharing a store do), so a call's result
+    is rarely the next event after its decision."""
     rng = random.Random(seed)
-    produced, call_no, batch = 0, 0, []
-    while produced < total:
-        run_id, agent = new_run_id(), rng.choice(["support-bot", "billing-bot", "ops-bot", "research-bot"])
-        principal = f"agent:{agent}"
-        run = [EventDraft("run.started", {"agent": agent, "snapshot": None, "parent_run_id": None,
-                                          "labels": {"env": "prod"}, "policy": {"fingerprint": POLICY_FP, "name": "bench"}},
-                          run_id=run_id, principal=principal, step="1")]
-        for step in range(2, 2 + rng.randrange(10, 50)):
-            call_no += 1
-            run += _call_events(rng, run_id, principal, agent, step, call_no)
-        run.append(EventDraft("run.ended", {"status": "ok"}, run_id=run_id, principal=principal))
-        produced += len(run)
-        batch += run
+    counter, produced, batch = [0], 0, []
+    active = [_run_units(rng, counter) for _ in range(concurrent)]
+    while active:
+        i = rng.randrange(len(active))
+        unit = next(active[i], None)
+        if unit is None:
+            active[i] = _run_units(rng, counter)
+            if produced >= total:
+                active.pop(i)  # let the open runs finish
+            continue
+        batch += unit
+        produced += len(unit)
         if len(batch) >= 20_000:
             yield batch
             batch = []
@@ -132,27 +163,36 @@ def _drafts(total: int, seed: int = 7):
 
 
 def build(name: str, rebuild: bool) -> Path:
-    """The store for ``name`` (built once into the cache folder)."""
+    """The store for ``name``, built once into the cache folder.
+
+    Concurrent benchmark runs (``make bench`` while another is going) take a
+    lock, and a store is built in a scratch folder renamed into place when
+    complete, so a half-built store is never measured nor clobbered.
+    """
+    CACHE.mkdir(parents=True, exist_ok=True)
     folder = CACHE / name
-    done = folder / "complete"
-    if done.exists() and not rebuild:
-        print(f"store {name}: reusing {folder} ({done.read_text().strip()})")
+    with open(CACHE / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder / "complete"
+        if done.exists() and not rebuild:
+            print(f"store {name}: reusing {folder} ({done.read_text().strip()})")
+            return folder
+        scratch = CACHE / f"{name}.building-{os.getpid()}"
+        shutil.rmtree(scratch, ignore_errors=True)
+        started = time.perf_counter()
+        store = init_store(scratch, durability="fast",
+                           checkpoint_policy=CheckpointPolicy(every_events=10**9, every_seconds=10**9))
+        for batch in _drafts(SIZES[name]):
+            store.append(batch)
+        size = store.size()
+        store.close()  # signs the final checkpoint and runs PRAGMA optimize, as every writer's close does
+        elapsed = time.perf_counter() - started
+        note = f"{size:,} events, built in {elapsed:.1f} s ({size / elapsed:,.0f} events/s)"
+        (scratch / "complete").write_text(note + "\n")
+        shutil.rmtree(folder, ignore_errors=True)
+        os.rename(scratch, folder)
+        print(f"store {name}: built {folder}: {note}")
         return folder
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    store = init_store(folder, durability="fast",
-                       checkpoint_policy=CheckpointPolicy(every_events=10**9, every_seconds=10**9))
-    for batch in _drafts(SIZES[name]):
-        store.append(batch)
-    size = store.size()
-    store.close()  # signs the final checkpoint and runs PRAGMA optimize, as every writer's close does
-    elapsed = time.perf_counter() - started
-    note = f"{size:,} events, built in {elapsed:.1f} s ({size / elapsed:,.0f} events/s)"
-    done.write_text(note + "\n")
-    print(f"store {name}: built {folder}: {note}")
-    return folder
 
 
 # ---------------------------------------------------------------- measuring
@@ -172,7 +212,7 @@ def describe(folder: Path) -> None:
     stats = conn.execute("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'events'").fetchone()[0]
     from sealbox.store.sqlite import _CALLS_SQL
 
-    sql = _CALLS_SQL.format(result="NULL", where="c.kind = 'tool.call' AND c.tool = ?", order="+")
+    sql = _CALLS_SQL.format(result="NULL", where="c.kind = 'tool.call' AND c.tool = ?")
     plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, (TOOL_X[1],))]
     conn.close()
     print(f"    planner statistics for events: {stats} index rows in sqlite_stat1 (written by close())")

@@ -1,4 +1,4 @@
-"""Model-call adapters: OpenAI chat-completions, OpenAI Responses, Anthropic Messages.
+"""Model-call adapters: OpenAI chat-completions, OpenAI Responses, Anthropic Messages, LangChain.
 
 :func:`normalize_model_call` accepts a request and a response as plain dicts or
 as SDK objects (``openai.types.chat.ChatCompletion``,
@@ -23,6 +23,9 @@ format                 tool calls                       call id                 
                        ``custom_tool_call``
 ``anthropic.messages`` ``content[]`` of type             ``id``                          ``input_tokens`` (+ cache
                        ``tool_use``                                                     tokens) / ``output_tokens``
+``langchain``          ``generations[][].message``       ``tool_calls[].id``             ``usage_metadata``, else
+                       ``.tool_calls`` (an ``LLMResult``                                ``llm_output.token_usage``
+                       or one ``AIMessage``)
 =====================  ===============================  ==============================  ==========================
 
 Tool calls the provider runs itself (OpenAI hosted ``mcp_call`` / ``web_search_call``,
@@ -37,7 +40,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ToolCallRequest", "ModelCallInfo", "normalize_model_call", "parse_arguments", "to_plain"]
+__all__ = ["TO_PLAIN_MAX_DEPTH", "ToolCallRequest", "ModelCallInfo", "normalize_model_call", "parse_arguments",
+           "to_plain"]
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,8 @@ class ModelCallInfo:
     Attributes:
         provider: ``openai``, ``anthropic``, or what the caller gave.
         model: the model name from the response, else the request, else ``unknown``.
-        format: ``openai.chat``, ``openai.responses``, ``anthropic.messages`` or ``unknown``.
+        format: ``openai.chat``, ``openai.responses``, ``anthropic.messages``, ``langchain``
+            or ``unknown``.
         request, response: plain-data forms of what was given.
         usage: ``input_tokens``, ``output_tokens`` and ``total_tokens`` where known
             (plus ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` for
@@ -79,13 +84,28 @@ class ModelCallInfo:
     tool_calls: tuple[ToolCallRequest, ...] = ()
 
 
+#: How deep :func:`to_plain` converts; below that, values are left as they are
+#: (the canonical encoder bounds nesting and tags what it cannot keep).
+TO_PLAIN_MAX_DEPTH = 100
+
+_DUMP_KWARGS = ({"mode": "json", "by_alias": True, "warnings": False, "serialize_as_any": True},
+                {"mode": "json", "by_alias": True, "warnings": False}, {})
+
+
 def to_plain(value: Any) -> Any:
     """Turn SDK objects into plain data (dicts, lists, scalars).
 
     Pydantic v2 models (the ``openai`` and ``anthropic`` SDK types) are dumped in
-    JSON mode by alias, which is their wire form; other objects with
+    JSON mode by alias, which is their wire form, with subclass fields kept
+    (``serialize_as_any``: a LangChain ``ChatGeneration`` holds an ``AIMessage``
+    typed as ``BaseMessage``); other objects with
     ``model_dump``/``to_dict``/``dict`` are dumped by that method. Anything else
     is returned unchanged (the canonical encoder handles it).
+
+    Never raises and never recurses without bound: a container that contains
+    itself is left as it is where the cycle closes, and so is everything deeper
+    than :data:`TO_PLAIN_MAX_DEPTH` levels; the canonical encoder then records
+    the cycle or the depth explicitly.
 
     Args:
         value: any value.
@@ -93,17 +113,15 @@ def to_plain(value: Any) -> Any:
     Returns:
         The plain-data form of ``value``.
     """
-    if isinstance(value, dict):
-        return {k: to_plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_plain(v) for v in value]
-    if isinstance(value, (str, bytes, int, float, bool)) or value is None:
-        return value
+    return _plain(value, 0, set())
+
+
+def _dumped(value: Any) -> Any:
     dump = getattr(value, "model_dump", None)
     if callable(dump):
-        for kwargs in ({"mode": "json", "by_alias": True, "warnings": False}, {}):
+        for kwargs in _DUMP_KWARGS:
             try:
-                return to_plain(dump(**kwargs))
+                return dump(**kwargs)
             except TypeError:
                 continue
             except Exception:  # noqa: BLE001 - a model that cannot dump itself is recorded as is
@@ -112,10 +130,30 @@ def to_plain(value: Any) -> Any:
         method = getattr(value, attr, None)
         if callable(method):
             try:
-                return to_plain(method())
+                return method()
             except Exception:  # noqa: BLE001
                 continue
-    return value
+    return _NOT_DUMPED
+
+
+_NOT_DUMPED = object()
+
+
+def _plain(value: Any, depth: int, path: set[int]) -> Any:
+    if isinstance(value, (str, bytes, int, float, bool)) or value is None:
+        return value
+    if depth >= TO_PLAIN_MAX_DEPTH or id(value) in path:
+        return value
+    path.add(id(value))
+    try:
+        if isinstance(value, dict):
+            return {k: _plain(v, depth + 1, path) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [_plain(v, depth + 1, path) for v in value]
+        dumped = _dumped(value)
+        return value if dumped is _NOT_DUMPED else _plain(dumped, depth + 1, path)
+    finally:
+        path.discard(id(value))
 
 
 def parse_arguments(raw: Any) -> Any:
@@ -219,9 +257,43 @@ def _anthropic(resp: dict) -> tuple[dict[str, int], list[ToolCallRequest | None]
     return usage, calls
 
 
+def _lc_messages(resp: dict) -> list[dict]:
+    if resp.get("type") in ("ai", "AIMessageChunk"):
+        return [resp]
+    return [_dict(_dict(g).get("message")) for batch in _list(resp.get("generations")) for g in _list(batch)]
+
+
+def _langchain(resp: dict) -> tuple[dict[str, int], list[ToolCallRequest | None]]:
+    messages = _lc_messages(resp)
+    calls = [_call(_dict(tc).get("id"), _dict(tc).get("name"), _dict(tc).get("args"))
+             for m in messages for tc in _list(m.get("tool_calls"))]
+    metas = [_dict(m.get("usage_metadata")) for m in messages if m.get("usage_metadata")]
+    if metas:
+        usage = {"input_tokens": sum(_count(u.get("input_tokens")) for u in metas),
+                 "output_tokens": sum(_count(u.get("output_tokens")) for u in metas)}
+        usage["total_tokens"] = sum(_count(u.get("total_tokens")) for u in metas) or (
+            usage["input_tokens"] + usage["output_tokens"])
+        return usage, calls
+    raw = _dict(_dict(resp.get("llm_output")).get("token_usage") or _dict(resp.get("llm_output")).get("usage"))
+    if "input_tokens" in raw or "output_tokens" in raw:
+        return _usage(raw, "input_tokens", "output_tokens"), calls
+    return _usage(raw, "prompt_tokens", "completion_tokens"), calls
+
+
+def _langchain_model(resp: dict) -> Any:
+    found = _dict(resp.get("llm_output")).get("model_name") or _dict(resp.get("llm_output")).get("model")
+    for m in _lc_messages(resp):
+        meta = _dict(m.get("response_metadata"))
+        found = found or meta.get("model_name") or meta.get("model")
+    return found
+
+
 def _detect(resp: Any) -> tuple[str, str]:
     if not isinstance(resp, dict):
         return "unknown", "unknown"
+    if isinstance(resp.get("generations"), list) or (
+            resp.get("type") in ("ai", "AIMessageChunk") and "tool_calls" in resp):
+        return "langchain", "unknown"
     obj = resp.get("object")
     if obj == "chat.completion" or isinstance(resp.get("choices"), list):
         return "openai.chat", "openai"
@@ -232,7 +304,8 @@ def _detect(resp: Any) -> tuple[str, str]:
     return "unknown", "unknown"
 
 
-_PARSERS = {"openai.chat": _openai_chat, "openai.responses": _openai_responses, "anthropic.messages": _anthropic}
+_PARSERS = {"openai.chat": _openai_chat, "openai.responses": _openai_responses, "anthropic.messages": _anthropic,
+            "langchain": _langchain}
 
 
 def normalize_model_call(request: Any, response: Any, *, provider: str | None = None,
@@ -259,6 +332,7 @@ def normalize_model_call(request: Any, response: Any, *, provider: str | None = 
             usage, calls = _PARSERS[fmt](resp)
         except Exception:  # noqa: BLE001 - a malformed response must not crash the agent
             usage, calls = {}, []
-    found_model = model or _dict(resp).get("model") or _dict(req).get("model") or "unknown"
+    found_model = model or _dict(resp).get("model") or (
+        _langchain_model(resp) if fmt == "langchain" else None) or _dict(req).get("model") or "unknown"
     return ModelCallInfo(provider or detected_provider, str(found_model), fmt, req, resp, usage,
                          tuple(c for c in calls if c is not None))

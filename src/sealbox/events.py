@@ -32,6 +32,7 @@ __all__ = [
     "Event",
     "validate_payload",
     "validate_envelope",
+    "derived_columns",
 ]
 
 #: Version of the record format (the ``v`` field of every event).
@@ -77,7 +78,7 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
         {"replay_of": _NSTR, "imported": _OBJ, "client": _OBJ},
     ),
     "run.suspended": _obj({"approval_ids": _STRS, "reason": _STR}),
-    "run.resumed": _obj({"approval_ids": _STRS, "waited_us": _INT}),
+    "run.resumed": _obj({"approval_ids": _STRS, "waited_us": _INT}, {"outcomes": _OBJ}),
     "run.ended": _obj(
         {"status": {"enum": ["ok", "error", "cancelled"]}},
         {"error": _ERROR, "usage": _USAGE, "verdict": _OBJ},
@@ -101,7 +102,7 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
             "eval_us": _INT,
         },
         {"inputs": _ANY, "re_evaluable": _BOOL, "limit": {"type": ["object", "null"]}, "approval": {"type": ["object", "null"]},
-         "server": _STR, "tool": _STR},
+         "server": _STR, "tool": _STR, "reevaluated": _BOOL},
     ),
     "tool.result": _obj(
         {"call_id": _STR, "ok": _BOOL, "duration_us": _INT},
@@ -120,7 +121,7 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
             "quorum": {"type": "integer", "minimum": 1},
             "expires_at": _NTS,
         },
-        {"requested_by": _STR},
+        {"requested_by": _STR, "policy_fingerprint": _FP},
     ),
     "approval.answered": _obj(
         {
@@ -142,11 +143,11 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
         {"server": _STR, "tool": _NSTR, "from": _STR, "to": _STR, "reason": _STR},
         {"failures": _INT},
     ),
-    "tools.changed": _obj({"server": _STR, "added": _ANY, "removed": _ANY, "changed": _ANY}),
+    "tools.changed": _obj({"server": _STR, "added": _ANY, "removed": _ANY, "changed": _ANY}, {"first_seen": _BOOL}),
     "tool.reapproved": _obj({"server": _STR, "tool": _STR, "identity": _STR}, {"schema_hash": _FP}),
     "access.granted": _obj(
         {"grant_id": _STR, "principal": _STR, "server": _STR, "tool": _STR, "scope": _ANY},
-        {"expires_at": _NTS, "provider": _NSTR},
+        {"expires_at": _NTS, "provider": _NSTR, "credential": _BOOL},
     ),
     "access.revoked": _obj(
         {"grant_id": _STR, "step": {"enum": ["requested", "sent", "confirmed", "failed"]}},
@@ -154,7 +155,7 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "identity.changed": _obj(
         {"name": _STR, "change": {"enum": ["added", "disabled", "enabled", "key_changed"]}},
-        {"role": _STR, "groups": _STRS, "public_key": _STR, "shared": _BOOL},
+        {"role": _STR, "groups": _STRS, "public_key": _STR, "shared": _BOOL, "reason": _STR},
     ),
     "content.erased": _obj({"blob": _FP, "reason": _STR}, {"rule": _NSTR}),
     "anomaly": _obj({"what": _STR}, {"detail": _ANY}),
@@ -232,6 +233,27 @@ def validate_envelope(envelope: Any) -> None:
     except fastjsonschema.JsonSchemaException as exc:
         raise InvalidEventError(f"envelope: {exc.message}") from exc
     validate_payload(envelope["kind"], envelope["payload"])
+
+
+def derived_columns(kind: str, payload: dict[str, Any]) -> tuple:
+    """Query columns derived from a payload: (server, tool, call_id, effect, ok, tokens, cost).
+
+    The store keeps them beside the hashed bytes for queries and limits; verify
+    recomputes them and reports any stored column that disagrees.
+    """
+    get = payload.get
+    effect = get("effect") if kind == "policy.decision" else None
+    ok = (1 if get("ok") else 0) if kind == "tool.result" else None
+    tokens = cost = None
+    if kind == "model.call":
+        usage = get("usage") or {}
+        tokens = int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
+        cost = usage.get("cost") if isinstance(usage.get("cost"), (int, float)) else None
+    return (_str(get("server")), _str(get("tool")), _str(get("call_id")), _str(effect), ok, tokens, cost)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def check_step(step: str) -> None:

@@ -12,9 +12,10 @@ module, so that what a filter means is decided once, here, whatever the store:
   :func:`glob_literal_prefix` (an index range) and confirms with :func:`glob_match`.
 * **matches** (:func:`parse_match`): ``field.path~regex`` with Python :mod:`re`
   semantics on every backend; the regex is searched (``re.search``) in the value at
-  the path, after blob references were resolved. A string is searched as it is; any
-  other value as its JSON text. A path segment applied to a list applies to each item
-  (any item may match); a missing path never matches.
+  the path, after blob references were resolved. A string is searched as it is, a list
+  item by item (any may match), any other value as its JSON text (keys sorted). A path
+  segment applied to a list applies to each item, a number selects one; a missing path
+  never matches.
 
 Errors in user input raise :class:`~sealbox.errors.ConfigError` with one line saying
 what was wrong.
@@ -133,6 +134,8 @@ class Match:
         return any(self._search(v) for v in _values_at(record, self.path))
 
     def _search(self, value: Any) -> bool:
+        if isinstance(value, list):
+            return any(self._search(item) for item in value)
         if isinstance(value, str):
             return self.pattern.search(value) is not None
         return self.pattern.search(json.dumps(value, ensure_ascii=False, sort_keys=True)) is not None
@@ -245,49 +248,47 @@ def glob_match(pattern: str, value: str | None) -> bool:
     return value is not None and fnmatchcase(value, pattern)
 
 
-def _error_of(result_payload: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not result_payload or result_payload.get("ok", True):
-        return None
-    err = result_payload.get("error")
-    if isinstance(err, dict):
-        return {"type": err.get("type"), "message": err.get("message")}
-    return {"type": None, "message": None if err is None else str(err)}
-
-
-def _outcome(effect: str | None, result_payload: dict[str, Any] | None) -> str:
-    if result_payload is not None:
-        return "ok" if result_payload.get("ok") else "error"
+def _outcome(effect: str | None, ok: Any) -> str:
+    if ok is not None:
+        return "ok" if ok else "error"
     if effect is None:
         return "undecided"
-    return {"allow": "unknown", "require_approval": "awaiting_approval"}.get(effect, "not_run")
+    return {"allow": "unknown", "require_approval": "held"}.get(effect, "not_run")
 
 
-def call_row(*, ts: str, run_id: str, agent: str | None, principal: str, step: str, call: dict[str, Any],
-             decision: dict[str, Any] | None, result: dict[str, Any] | None) -> dict[str, Any]:
-    """One row of a call listing, from the three payloads of a tool call.
+def call_row(*, ts: str, run_id: str, agent: str | None, principal: str, step: str, call_id: str | None,
+             server: str | None, tool: str | None, exposed: str | None, grant: str | None, arguments: Any,
+             effect: str | None, rule: str | None, reason_code: str | None, ok: Any, duration_us: int | None,
+             error: Any) -> dict[str, Any]:
+    """One row of a call listing, from the fields of a tool call's three events.
 
     Args:
-        call: the ``tool.call`` payload, arguments already resolved.
-        decision: the ``policy.decision`` payload, or None (not recorded).
-        result: the ``tool.result`` payload, or None (denied, running, or outcome unknown).
+        arguments: the ``tool.call``'s arguments, already resolved.
+        effect, rule, reason_code: from its ``policy.decision`` (None: none recorded).
+        ok, duration_us, error: from its ``tool.result`` (``ok`` None: no result:
+            denied, held, running, or outcome unknown).
 
     Returns:
         A dict with :data:`CALL_COLUMNS`. ``outcome`` is ``ok`` / ``error`` (the tool
-        ran), ``not_run`` (denied), ``awaiting_approval`` (held for a human, no
-        result yet), ``unknown`` (allowed but no result: still running, or the
-        process died) or ``undecided`` (no decision recorded).
-        ``ok`` is True / False, or None when there is no result; ``error`` is
-        ``{"type", "message"}`` or None.
+        ran), ``not_run`` (denied), ``held`` (it required approval and has no
+        result: still pending, refused or expired; the run's approval events
+        say which), ``unknown`` (allowed but no result: still running, or the
+        process died) or ``undecided`` (no decision recorded). ``decision`` is
+        the policy's decision when the call was made (a re-evaluation after an
+        approval is a later event of the run). ``ok`` is True /
+        False, or None when there is no result; ``error`` is ``{"type", "message"}``
+        or None.
     """
-    effect = decision.get("effect") if decision else None
+    if ok is not None and not ok:
+        error = {"type": error.get("type"), "message": error.get("message")} if isinstance(error, dict) else {
+            "type": None, "message": None if error is None else str(error)}
+    else:
+        error = None
     return {
-        "ts": ts, "run_id": run_id, "agent": agent, "principal": principal, "step": step,
-        "call_id": call.get("call_id"), "server": call.get("server"), "tool": call.get("tool"),
-        "exposed": call.get("exposed"), "grant": call.get("grant"), "arguments": call.get("arguments"),
-        "decision": effect, "rule": decision.get("rule") if decision else None,
-        "reason_code": decision.get("reason_code") if decision else None,
-        "outcome": _outcome(effect, result), "ok": None if result is None else bool(result.get("ok")),
-        "error": _error_of(result), "duration_us": result.get("duration_us") if result else None,
+        "ts": ts, "run_id": run_id, "agent": agent, "principal": principal, "step": step, "call_id": call_id,
+        "server": server, "tool": tool, "exposed": exposed, "grant": grant, "arguments": arguments,
+        "decision": effect, "rule": rule, "reason_code": reason_code, "outcome": _outcome(effect, ok),
+        "ok": None if ok is None else bool(ok), "error": error, "duration_us": duration_us,
     }
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import functools
 import inspect
 import threading
@@ -95,12 +96,23 @@ class Recorder:
         breaker: the circuit breaker per (server, tool); default: open after 5
             consecutive errors for 30 s. Its state changes are ``breaker.changed``
             events in the system run, written with the call that caused them.
+        approvals: what a ``require_approval`` decision does (docs/approvals.md):
+            None (default) denies it as ``approval_unavailable``; ``"block"`` records
+            the request and waits in-process for the answer; ``"suspend"`` records it
+            and raises :class:`sealbox.approvals.ApprovalPending` (continue with :meth:`resume`).
+        approval_timeout: in block mode, seconds to wait before raising
+            ``ApprovalPending`` (None: until the request is answered or expires).
+        approval_poll: seconds between polls of the store while waiting.
 
     Raises:
-        ConfigError: no policy was given.
+        ConfigError: no policy was given, or an unknown approvals mode.
     """
 
-    def __init__(self, store: Any, policy: Policy | None = None, *, breaker: CircuitBreaker | None = None) -> None:
+    def __init__(self, store: Any, policy: Policy | None = None, *, breaker: CircuitBreaker | None = None,
+                 approvals: str | None = None, approval_timeout: float | None = None,
+                 approval_poll: float = 0.2) -> None:
+        if approvals not in (None, "block", "suspend"):
+            raise ConfigError(f"approvals must be 'block', 'suspend' or None, not {approvals!r}")
         if policy is None:
             raise ConfigError("a policy is required: pass sealbox.policies.ALLOW_ALL to allow every call explicitly")
         if not isinstance(policy, Policy):
@@ -111,6 +123,8 @@ class Recorder:
         self._changes = threading.local()
         self.breaker = breaker or CircuitBreaker()
         self.breaker.on_change = self._on_breaker_change
+        self.approvals, self.approval_timeout, self.approval_poll = approvals, approval_timeout, approval_poll
+        self.tools: dict[tuple[str, str], Callable[..., Any]] = {}  # (server, tool) -> function, for resume
 
     def _on_breaker_change(self, change: BreakerChange) -> None:
         pending = getattr(self._changes, "items", None)
@@ -167,6 +181,40 @@ class Recorder:
         run._attached = True
         return run
 
+    def resume(self, run_id: str, tools: dict[tuple[str, str], Callable[..., Any]] | None = None, *,
+               rerun_unknown: bool = False, wait: float = 0.0, arguments: dict[str, Any] | None = None) -> "RunContext":
+        """Continue a run suspended for approvals — in any process, after a restart, days later.
+
+        Every open request of the run must be decided (waits up to ``wait`` seconds).
+        For each, in order: ``run.resumed`` (with the wait and the outcome) is written
+        in a transaction that refuses a second resumption, then an approved tool runs
+        once and its ``tool.result`` is recorded; a denied or expired one does not run.
+        If the policy changed meanwhile, approved calls are re-evaluated (docs/approvals.md).
+
+        Args:
+            run_id: the suspended run.
+            tools: ``{(server, tool): fn}``, over the functions registered with :meth:`tool`.
+            rerun_unknown: also re-run calls that were allowed but have no result
+                (outcome unknown); never done otherwise.
+            wait: seconds to wait for pending answers (polling the store).
+            arguments: ``{call_id: arguments}`` for calls whose recorded arguments were
+                redacted; they must hash to the approved binding.
+
+        Returns:
+            The attached :class:`RunContext`; ``run.resumed_calls`` lists what happened to
+            each call (:class:`sealbox.pause.ResumedCall`). Use it in a ``with`` block to
+            go on and end the run.
+
+        Raises:
+            ApprovalPending: an answer is still missing (nothing was run or written).
+            ApprovalError: already resumed elsewhere, or arguments that do not match the binding.
+            ConfigError: no function for an approved tool.
+            RecordingError: no such run, or it has ended.
+        """
+        from sealbox.pause import resume_run
+
+        return resume_run(self, run_id, tools, rerun_unknown=rerun_unknown, wait=wait, arguments=arguments)
+
     def tool(self, server: str, name: str | None = None, *, grant: str | None = None) -> Callable:
         """Decorator: calls to the function inside an active run are recorded tool calls.
 
@@ -177,6 +225,7 @@ class Recorder:
         def wrap(fn: Callable) -> Callable:
             tool_name = name or fn.__name__
             sig = inspect.signature(fn)
+            self.tools[(server, tool_name)] = fn
 
             def arguments(args: tuple, kwargs: dict) -> dict[str, Any]:
                 bound = sig.bind(*args, **kwargs)
@@ -236,6 +285,7 @@ class RunContext:
         self.ended = False
         self._cost_error: str | None = None
         self._attached = False
+        self.resumed_calls: list[Any] = []  # filled by Recorder.resume
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -369,9 +419,12 @@ class RunContext:
         step = self._step_for_call(call_id)
         grant = grant or f"implicit:{self.principal.id}"
         decision_box: list[Decision] = []
+        request_box: list[dict[str, Any]] = []
 
         def build(reader: Any) -> list[EventDraft]:
             decision, inputs = self._evaluate(reader, server, tool, arguments)
+            if decision.effect != "deny" and not grant.startswith("implicit:"):
+                decision = self._check_grant(reader, grant, server, tool, decision)
             if decision.allowed:
                 check = self.recorder.breaker.before_call(server, tool)
                 if not check.allowed:
@@ -386,6 +439,8 @@ class RunContext:
             ]
             if decision.limit is not None:
                 drafts.append(self._draft("guardrail.tripped", {"call_id": call_id, **decision.limit.to_dict()}, step))
+            if decision.effect == "require_approval":
+                drafts += self._approval_drafts(decision, call_id, step, server, tool, arguments, request_box)
             return drafts + self.recorder.take_breaker_events()
 
         try:
@@ -394,21 +449,58 @@ class RunContext:
             self.recorder.take_breaker_events()  # the probe was not recorded; nothing ran
             raise
         decision = decision_box[-1]
+        if decision.effect == "require_approval":
+            from sealbox.pause import await_approval
+
+            await_approval(self, request_box[-1])  # returns when approved; raises ToolDenied or ApprovalPending
+            return call_id, step
         if not decision.allowed:
             raise ToolDenied(decision, call_id, server, tool)
         return call_id, step
 
-    def _evaluate(self, reader: Any, server: str, tool: str, arguments: Any) -> tuple[Decision, dict[str, Any]]:
-        """Decide the call inside the recording transaction. Never raises: any
-        failure is a ``guardrail_error`` deny ("no guardrail, no answer")."""
+    def _approval_drafts(self, decision: Decision, call_id: str, step: str, server: str, tool: str, arguments: Any,
+                         box: list[dict[str, Any]]) -> list[EventDraft]:
+        """``approval.requested`` and ``run.suspended``, written with the call (sealbox.approvals)."""
+        from sealbox.approvals import new_approval_id, request_payload
+
+        request = request_payload(approval_id=new_approval_id(), call_id=call_id, server=server, tool=tool,
+                                  arguments=arguments, encoded_arguments=_policy_view(arguments), decision=decision,
+                                  requested_by=self.principal.id, now=datetime.now(timezone.utc))
+        box.append(request)
+        return [self._draft("approval.requested", request, step),
+                self._draft("run.suspended", {"approval_ids": [request["approval_id"]],
+                                              "reason": f"rule {decision.rule} requires approval"}, step)]
+
+    def _check_grant(self, reader: Any, grant: str, server: str, tool: str, decision: Decision) -> Decision:
+        """An explicit grant that is unknown, revoked, expired, another principal's or not
+        covering the tool turns an allow (or require_approval) into a ``grant_invalid`` deny
+        (sealbox.access); a decision that already denies is kept as it is."""
         try:
-            return self._evaluate_unguarded(reader, server, tool, arguments)
+            from sealbox.access import grant_status
+
+            ok, why = grant_status(reader, grant, self.principal.id, server, tool, datetime.now(timezone.utc))
+        except Exception as exc:  # noqa: BLE001 - fail closed
+            return dataclasses.replace(decision, effect="deny", reason_code="guardrail_error", rule=None, approval=None,
+                                       limit=None, reason=f"the grant check failed: {type(exc).__name__}: {exc}")
+        if ok:
+            return decision
+        return dataclasses.replace(decision, effect="deny", reason_code="grant_invalid", rule=None, approval=None,
+                                   limit=None, reason=why)
+
+    def _evaluate(self, reader: Any, server: str, tool: str, arguments: Any,
+                  keep_approval: bool = False) -> tuple[Decision, dict[str, Any]]:
+        """Decide the call inside the recording transaction. Never raises: any
+        failure is a ``guardrail_error`` deny ("no guardrail, no answer").
+        ``keep_approval``: return ``require_approval`` even if this recorder has no approvals mode."""
+        try:
+            return self._evaluate_unguarded(reader, server, tool, arguments, keep_approval)
         except Exception as exc:  # noqa: BLE001 - fail closed
             decision = Decision("deny", "guardrail_error", None, f"the guardrail failed: {type(exc).__name__}: {exc}",
                                 self.policy.fingerprint)
             return decision, {"server": server, "tool": tool, "error": f"{type(exc).__name__}: {exc}"}
 
-    def _evaluate_unguarded(self, reader: Any, server: str, tool: str, arguments: Any) -> tuple[Decision, dict[str, Any]]:
+    def _evaluate_unguarded(self, reader: Any, server: str, tool: str, arguments: Any,
+                            keep_approval: bool = False) -> tuple[Decision, dict[str, Any]]:
         if self._cost_error:
             raise PolicyError(f"the cost budget cannot be enforced: {self._cost_error}")
         now = datetime.now(timezone.utc)
@@ -423,7 +515,10 @@ class RunContext:
             usage=self._usage(reader, server, tool, now), now=now,
         )
         decision = self.policy.evaluate(ctx)
-        if decision.effect == "require_approval":
+        if decision.effect == "require_approval" and decision.approval is None:
+            decision = decision.denied_as(
+                "approval_unavailable", f"rule {decision.rule} requires approval but names no approvers")
+        elif decision.effect == "require_approval" and not (keep_approval or self.recorder.approvals):
             decision = decision.denied_as(
                 "approval_unavailable", f"rule {decision.rule} requires approval, and approvals are not available here")
         return decision, ctx.to_inputs()

@@ -10,6 +10,7 @@ nodes, and every blob against its commitment. It returns a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -17,11 +18,16 @@ from typing import Any, Iterable
 
 from sealbox import blobs as _blobs
 from sealbox.errors import InvalidEventError, NoteError, ProofError
-from sealbox.events import SYSTEM_RUN_ID, validate_envelope
+from sealbox.events import CONTENT_FIELDS, SYSTEM_RUN_ID, derived_columns, validate_envelope
 from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
 
-__all__ = ["Problem", "VerifyReport", "verify_store", "EventVerifier"]
+__all__ = ["Problem", "VerifyReport", "verify_store", "EventVerifier", "KEPT_KINDS", "check_approval_answers"]
+
+#: Kinds whose envelopes verification keeps (few per run): what later checks need.
+KEPT_KINDS = frozenset({
+    "run.started", "content.erased", "identity.changed", "approval.requested", "approval.answered", "approval.expired",
+})
 
 
 @dataclass(frozen=True)
@@ -31,7 +37,9 @@ class Problem:
     Attributes:
         code: a stable identifier, e.g. ``leaf_hash_mismatch``, ``chain_broken``,
             ``checkpoint_root_mismatch``, ``checkpoint_signature``, ``log_truncated``,
-            ``blob_mismatch``, ``blob_missing``, ``leaf_gap``, ``tree_node_mismatch``.
+            ``blob_mismatch``, ``blob_missing``, ``leaf_gap``, ``tree_node_mismatch``,
+            ``approval_signature``, ``approval_binding``, ``approval_identity``,
+            ``approval_unknown``, ``approval_rule``.
         message: one readable sentence.
         run_id, run_seq, kind, leaf_index: where, when it is tied to an event.
         expected, found: what verification computed and what the store holds.
@@ -112,22 +120,35 @@ class EventVerifier:
     """Checks events one by one in log order: leaf hashes, envelopes and run chains.
 
     Used on a store and on an export bundle alike. Feed rows with :meth:`add`;
-    read :attr:`problems`, :attr:`tree` (recomputed) and :attr:`refs`.
+    read :attr:`problems`, :attr:`roots` and :attr:`refs`. Memory stays
+    O(runs + log n): the tree is streamed (only its frontier is kept) and only
+    the envelopes of the kinds in :data:`KEPT_KINDS` are kept.
+
+    Args:
+        root_sizes: tree sizes at which to record the recomputed root (checkpoint sizes).
+        on_nodes: called with the (level, index, hash) of each full subtree as it completes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, root_sizes: Iterable[int] = (), on_nodes: Any = None) -> None:
         self.problems: list[Problem] = []
-        self.tree = merkle.MemoryTree()
+        self.tree = merkle.StreamingTree()
         self.heads: dict[str, tuple[int, str, str]] = {}  # run_id -> (run_seq, leaf hash tag, kind)
         self.refs: set[str] = set()
         self.envelopes_by_kind: dict[str, list[tuple[int, dict]]] = {}
+        self._root_sizes = set(root_sizes)
+        self.roots: dict[int, bytes] = {0: merkle.EMPTY_ROOT}
+        self._on_nodes = on_nodes
         self._next_index = 0
 
     def add(self, leaf_index: int, raw: bytes, stored_hash: bytes | None = None,
             columns: tuple[str, int, str] | None = None) -> dict | None:
         """Check one event; returns its envelope, or None when unreadable."""
         leaf = merkle.leaf_hash(raw)
-        self.tree.append(leaf)
+        completed = self.tree.append(leaf)
+        if self._on_nodes is not None:
+            self._on_nodes(completed)
+        if self.tree.size in self._root_sizes:
+            self.roots[self.tree.size] = self.tree.root()
         env = self._parse(leaf_index, raw, columns)
         if leaf_index != self._next_index:
             self.problems.append(self._at(env, leaf_index, Problem(
@@ -143,8 +164,12 @@ class EventVerifier:
         if env is not None:
             self._check_columns(env, leaf_index, columns)
             self._chain(env, leaf_index, "sha256:" + leaf.hex())
-            self.refs.update(_blobs.blob_refs(env.get("payload")))
-            self.envelopes_by_kind.setdefault(env.get("kind"), []).append((leaf_index, env))
+            kind, payload = env["kind"], env["payload"]
+            for name in CONTENT_FIELDS.get(kind, ()):
+                if name in payload:
+                    self.refs.update(_blobs.blob_refs(payload[name]))
+            if kind in KEPT_KINDS:
+                self.envelopes_by_kind.setdefault(kind, []).append((leaf_index, env))
         return env
 
     def _parse(self, leaf_index: int, raw: bytes, columns: tuple | None) -> dict | None:
@@ -171,8 +196,6 @@ class EventVerifier:
         fields and the query columns derived from the payload (which drive queries and limits)."""
         if columns is None:
             return
-        from sealbox.store.base import derived_columns
-
         mine = (env["run_id"], env["run_seq"], env["kind"])
         if len(columns) > 3:
             payload = env["payload"] if isinstance(env.get("payload"), dict) else {}
@@ -208,33 +231,49 @@ class EventVerifier:
         self.heads[run_id] = (run_seq, leaf_tag, env["kind"])
 
 
-def check_checkpoints(notes: Iterable[tuple[str, str]], tree: merkle.MemoryTree, verifier: Verifier | None,
-                      origin: str | None) -> tuple[list[Problem], int, str | None]:
-    """Check signed checkpoint notes against a recomputed tree.
+def open_checkpoints(notes: Iterable[tuple[str, str]], verifier: Verifier | None,
+                     origin: str | None) -> tuple[list[Problem], list[tuple[str, Checkpoint]]]:
+    """Verify each signed checkpoint note with the trusted key (C2SP signed note).
+
+    Returns:
+        (problems, the (where, checkpoint) pairs that are validly signed).
+    """
+    problems: list[Problem] = []
+    good = []
+    for where, note in notes:
+        cp = _open_checkpoint(where, note, verifier, origin, problems)
+        if cp is not None:
+            good.append((where, cp))
+    return problems, good
+
+
+def compare_checkpoints(checkpoints: list[tuple[str, Checkpoint]], roots: dict[int, bytes],
+                        size: int) -> tuple[list[Problem], int, str | None]:
+    """Compare signed roots with the roots recomputed from the events.
+
+    Every checkpoint's root is recomputed from the same stream of leaves, so when
+    each matches, each later checkpoint extends each earlier one: successive
+    checkpoints are consistent (RFC 9162 §2.1.4) by construction.
 
     Args:
-        notes: (where, note text) pairs, e.g. ("checkpoint 3", note).
-        tree: the tree recomputed from the event bytes.
-        verifier: the trusted key; None reports every checkpoint as unverifiable.
-        origin: the log's origin, when known.
+        checkpoints: validly signed checkpoints (:func:`open_checkpoints`).
+        roots: tree size -> recomputed root.
+        size: number of events present.
 
     Returns:
         (problems, largest verified size, its root as ``sha256:<hex>``).
     """
     problems: list[Problem] = []
-    verified: list[Checkpoint] = []
-    for where, note in notes:
-        cp = _open_checkpoint(where, note, verifier, origin, problems)
-        if cp is None:
-            continue
-        if cp.size > tree.size:
+    best: Checkpoint | None = None
+    for where, cp in checkpoints:
+        if cp.size > size:
             problems.append(Problem(
-                "log_truncated", f"{where} was signed for {cp.size} events but only {tree.size} are present "
+                "log_truncated", f"{where} was signed for {cp.size} events but only {size} are present "
                 "(the tail of the log was cut, or the store was rolled back)",
-                expected=f"at least {cp.size} events", found=f"{tree.size} events",
+                expected=f"at least {cp.size} events", found=f"{size} events",
             ))
             continue
-        root = tree.root(cp.size)
+        root = roots[cp.size]
         if root != cp.root:
             problems.append(Problem(
                 "checkpoint_root_mismatch", f"{where}: the events' recomputed root differs from the signed root "
@@ -242,14 +281,14 @@ def check_checkpoints(notes: Iterable[tuple[str, str]], tree: merkle.MemoryTree,
                 expected="sha256:" + cp.root.hex(), found="sha256:" + root.hex(),
             ))
             continue
-        verified.append(cp)
-    problems.extend(_consistency(verified, tree))
-    best = max(verified, key=lambda c: c.size, default=None)
+        if best is None or cp.size > best.size:
+            best = cp
     return problems, (best.size if best else 0), ("sha256:" + best.root.hex() if best else None)
 
 
 def _open_checkpoint(where: str, note: str, verifier: Verifier | None, origin: str | None,
                      problems: list[Problem]) -> Checkpoint | None:
+    """One validly signed checkpoint, or None with the problem appended."""
     if verifier is None:
         problems.append(Problem("checkpoint_unverifiable", f"{where}: no trusted verifier key was given"))
         return None
@@ -270,23 +309,6 @@ def _open_checkpoint(where: str, note: str, verifier: Verifier | None, origin: s
 def _signers(note: str) -> str:
     names = [line[2:].split(" ", 1)[0] for line in note.split("\n") if line.startswith("\u2014 ")]
     return "signatures by " + (", ".join(names) if names else "nobody")
-
-
-def _consistency(verified: list[Checkpoint], tree: merkle.MemoryTree) -> list[Problem]:
-    """Each checkpoint must be consistent with the previous one (RFC 9162 §2.1.4)."""
-    problems = []
-    ordered = sorted(verified, key=lambda c: c.size)
-    for older, newer in zip(ordered, ordered[1:]):
-        if older.size == 0:
-            continue
-        proof = tree.consistency_proof(older.size, newer.size)
-        try:
-            merkle.verify_consistency(older.size, newer.size, proof, older.root, newer.root)
-        except ProofError as exc:
-            problems.append(Problem(
-                "checkpoint_inconsistent", f"checkpoints at sizes {older.size} and {newer.size} are not consistent: {exc}",
-            ))
-    return problems
 
 
 def check_blobs(rows: Iterable[tuple[str, bytes | None, bytes | None]], refs: set[str],
@@ -342,30 +364,88 @@ def verify_store(store: Any, *, trusted_vkey: str | None = None) -> VerifyReport
     started = time.perf_counter()
     vkey = trusted_vkey or store.pinned_vkey()
     verifier = Verifier.from_vkey(vkey) if vkey else None
-    ev = EventVerifier()
+    file_note = store.checkpoint_file_note()  # read before the snapshot: it never runs ahead of it
+    snapshot = store.read_snapshot() if hasattr(store, "read_snapshot") else contextlib.nullcontext()
+    with snapshot:
+        return _verify_snapshot(store, verifier, file_note, started)
+
+
+def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | None, started: float) -> VerifyReport:
+    cps = store.checkpoints()
+    notes = [(f"checkpoint {i + 1} (size {c.tree_size})", c.note) for i, c in enumerate(cps)]
+    if file_note is not None:
+        notes.append(("the newest checkpoint file", file_note))
+    note_problems, signed_cps = open_checkpoints(notes, verifier, store.origin or None)
+    nodes = _NodeChecker(store)
+    ev = EventVerifier(root_sizes={cp.size for _, cp in signed_cps}, on_nodes=nodes.check)
     for leaf_index, raw, leaf_hash, columns in store.iter_rows():
         ev.add(leaf_index, bytes(raw), bytes(leaf_hash), tuple(columns))
     problems = list(ev.problems)
     if SYSTEM_RUN_ID not in ev.heads and ev.tree.size:
         problems.append(Problem("system_run_missing", "the store's system run has no events"))
-    problems.extend(_check_nodes(store.iter_nodes(), ev.tree))
-    cps = store.checkpoints()
-    notes = [(f"checkpoint {i + 1} (size {c.tree_size})", c.note) for i, c in enumerate(cps)]
-    file_note = store.checkpoint_file_note()
-    if file_note is not None:
-        notes.append(("the newest checkpoint file", file_note))
-    cp_problems, signed, root = check_checkpoints(notes, ev.tree, verifier, store.origin or None)
+    problems.extend(nodes.finish())
+    problems.extend(note_problems)
+    cp_problems, signed, root = compare_checkpoints(signed_cps, ev.roots, ev.tree.size)
     problems.extend(cp_problems)
     erased = {env["payload"]["blob"] for _, env in ev.envelopes_by_kind.get("content.erased", [])}
     blob_problems, nblobs = check_blobs(store.iter_blobs(), ev.refs, erased)
     problems.extend(blob_problems)
     if hasattr(store, "iter_snapshots"):
         problems.extend(check_snapshots(store.iter_snapshots(), ev.envelopes_by_kind.get("run.started", [])))
+    problems.extend(check_approval_answers(ev.envelopes_by_kind))
     return VerifyReport(
         problems=tuple(problems), events=ev.tree.size, runs=len(ev.heads), checkpoints=len(cps), blobs=nblobs,
         seconds=time.perf_counter() - started, tree_size_signed=signed, root=root,
         trusted_key=verifier.vkey if verifier else None,
     )
+
+
+_ANSWER_PROBLEMS = {
+    "bad_signature": ("approval_signature", "the answer's signature does not verify with the identity's key as the "
+                      "log held it then (the answer was forged or altered)"),
+    "binding_mismatch": ("approval_binding", "the answer's binding differs from its request's (it approves another call)"),
+    "unknown_identity": ("approval_identity", "the answer names an identity the log did not know at that moment"),
+    "disabled": ("approval_identity", "the answer is by an identity that was disabled at that moment"),
+}
+
+
+def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[Problem]:
+    """Every ``approval.answered`` must be signed by its identity's key as the log held it then.
+
+    Identities are replayed from the system run's ``identity.changed`` events up to
+    each answer's leaf. An answer that does not verify, names an unknown or disabled
+    identity, has another binding than its request, has no request, or breaks an
+    approval rule (role, requester, not asked, duplicate) was not written through
+    ``sealbox.approvals.answer``: it is reported, and it never counts.
+    """
+    from sealbox.approvals import Answer, check_answer
+    from sealbox.identities import IdentityBook
+
+    book = IdentityBook.from_events(
+        (leaf, env) for leaf, env in by_kind.get("identity.changed", []) if env.get("run_id") == SYSTEM_RUN_ID)
+    requests = {(env["run_id"], env["payload"].get("approval_id")): (leaf, env["payload"])
+                for leaf, env in by_kind.get("approval.requested", [])}
+    counted: dict[tuple, list[Answer]] = {}
+    problems = []
+    for leaf, env in by_kind.get("approval.answered", []):
+        p, key = env["payload"], (env["run_id"], env["payload"].get("approval_id"))
+        where = (env["run_id"], env["run_seq"], env["kind"], leaf)
+        request = requests.get(key)
+        if request is None or request[0] > leaf:
+            problems.append(Problem("approval_unknown", f"an answer to {key[1]!r}, which this run never requested", *where))
+            continue
+        code = check_answer(request[1], p, leaf, book, counted.get(key, ()))
+        if code is None and env.get("principal") != p.get("identity"):
+            code = "principal"
+        if code is None:
+            counted.setdefault(key, []).append(Answer(p["identity"], p["decision"], "", "", leaf, {}, (), None))
+            continue
+        pcode, text = _ANSWER_PROBLEMS.get(code, ("approval_rule", f"the answer breaks an approval rule ({code}); "
+                                                   "it was not written through answer() and does not count"))
+        problems.append(Problem(pcode, f"{text}: {p.get('identity')!r} on {key[1]}", *where,
+                                expected=request[1].get("binding") if code == "binding_mismatch" else None,
+                                found=p.get("binding") if code == "binding_mismatch" else None))
+    return problems
 
 
 def check_snapshots(rows: Iterable[tuple[str, bytes]], starts: list[tuple[int, dict]]) -> list[Problem]:
@@ -387,17 +467,53 @@ def check_snapshots(rows: Iterable[tuple[str, bytes]], starts: list[tuple[int, d
     return problems
 
 
-def _check_nodes(nodes: Iterable[tuple[int, int, bytes]], tree: merkle.MemoryTree) -> list[Problem]:
-    problems = []
-    for level, idx, stored in nodes:
-        if (idx + 1) << level > tree.size:
-            problems.append(Problem("tree_node_extra", f"tree node ({level}, {idx}) covers leaves beyond the log"))
-            continue
-        want = tree.get_node(level, idx)
-        if bytes(stored) != want:
-            problems.append(Problem(
-                "tree_node_mismatch", f"stored tree node ({level}, {idx}) differs from the recomputed one "
-                "(proofs served by this store would be wrong)",
-                expected="sha256:" + want.hex(), found="sha256:" + bytes(stored).hex(),
-            ))
-    return problems
+class _NodeChecker:
+    """Compares the store's tree nodes with the recomputed ones as they complete.
+
+    One cursor per level, each in index order, merged with the stream of
+    completed subtrees: O(log n) memory and one pass over the nodes table.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.problems: list[Problem] = []
+        self._cursors: dict[int, Any] = {}
+        self._pending: dict[int, tuple[int, bytes] | None] = {}
+
+    def _advance(self, level: int) -> tuple[int, bytes] | None:
+        cursor = self._cursors.get(level)
+        if cursor is None:
+            cursor = self._cursors[level] = iter(self.store.iter_level(level))
+        self._pending[level] = next(cursor, None)
+        return self._pending[level]
+
+    def _peek(self, level: int) -> tuple[int, bytes] | None:
+        return self._pending[level] if level in self._pending else self._advance(level)
+
+    def check(self, completed: list[tuple[int, int, bytes]]) -> None:
+        """Compare the full subtrees one appended leaf completed."""
+        for level, idx, want in completed:
+            stored = self._peek(level)
+            while stored is not None and stored[0] < idx:  # a node for a leaf that is gone
+                self.problems.append(Problem("tree_node_extra", f"tree node ({level}, {stored[0]}) covers leaves "
+                                             "that are not in the log"))
+                stored = self._advance(level)
+            if stored is None or stored[0] != idx:
+                self.problems.append(Problem("tree_node_missing", f"tree node ({level}, {idx}) is not stored"))
+                continue
+            self._advance(level)
+            if bytes(stored[1]) != want:
+                self.problems.append(Problem(
+                    "tree_node_mismatch", f"stored tree node ({level}, {idx}) differs from the recomputed one "
+                    "(proofs served by this store would be wrong)",
+                    expected="sha256:" + want.hex(), found="sha256:" + bytes(stored[1]).hex(),
+                ))
+
+    def finish(self) -> list[Problem]:
+        """Report stored nodes left over: they cover leaves beyond the log."""
+        for level in sorted(set(self._cursors) | set(self.store.node_levels())):
+            stored = self._peek(level)
+            while stored is not None:
+                self.problems.append(Problem("tree_node_extra", f"tree node ({level}, {stored[0]}) covers leaves beyond the log"))
+                stored = self._advance(level)
+        return self.problems

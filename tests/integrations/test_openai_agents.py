@@ -308,12 +308,12 @@ async def test_governed_tool_with_a_custom_function_tool_and_an_instrumented_mod
     model = ScriptedModel([response([call("c1", "echo", '{"x": 7}')], 1, 1, "r1"), response([text("7")], 1, 1, "r2")])
     async with Recorder(store, policy=ALLOW_ALL).run(agent="e") as run:
         agent = Agent(name="e", model=SealboxModel(model, run, agent_name="e", provider="scripted"),
-                      tools=[governed_tool(run, tool, server="echo-server", grant="grant:echo")])
+                      tools=[governed_tool(run, tool, server="echo-server")])
         assert (await Runner.run(agent, "go")).final_output == "7"
     assert seen == [{"x": 7}] and tool.on_invoke_tool is invoke
     events = events_of(store, run.run_id)
     tc = next(p for k, _, p in events if k == "tool.call")
-    assert (tc["server"], tc["tool"], tc["grant"], tc["arguments"]) == ("echo-server", "echo", "grant:echo", {"x": 7})
+    assert (tc["server"], tc["tool"], tc["grant"], tc["arguments"]) == ("echo-server", "echo", "implicit:agent:e", {"x": 7})
     assert next(p for k, _, p in events if k == "model.call")["provider"] == "scripted"
 
 

@@ -35,7 +35,7 @@ def test_a_row_holds_the_call_its_decision_and_its_outcome(store, recorded):
         "deny", "no-writes", "not_run", None)
     assert (rows["b3"]["decision"], rows["b3"]["rule"], rows["b3"]["reason_code"]) == ("deny", None, "no_match")
     assert (rows["d1"]["decision"], rows["d1"]["outcome"], rows["d1"]["duration_us"]) == (
-        "require_approval", "awaiting_approval", None)
+        "require_approval", "held", None)
 
 
 def test_arguments_stored_as_a_blob_come_back_whole(store):
@@ -216,3 +216,43 @@ def test_limit_keeps_the_newest_in_time_order(store):
     assert ids(store.query_calls(tool="read_*", limit=2)) == ["b2", "b4"]
     assert ids(store.query_calls(match=["arguments.query~(?i)delete"], limit=1)) == ["a3"]
     assert ids(store.query_calls(limit=100)) == sorted(ALL_CALLS)
+
+
+# ---------------------------------------------------------------- pairing a call with its decision and result
+
+
+def test_calls_are_paired_within_their_run_even_when_ids_repeat_and_events_interleave(tmp_path):
+    """Two runs use the same call id (model-supplied ids need not be unique across runs), and
+    their events interleave, so neither decision nor result is the next leaf after its call."""
+    from sealbox import EventDraft, init_store, open_store
+    from sealbox.store.base import new_run_id
+
+    store = init_store(tmp_path / "s")
+    one, two = new_run_id(), new_run_id()
+
+    def ev(run, kind, payload):
+        return EventDraft(kind, payload, run_id=run, principal=f"agent:{run[-4:]}", step="2")
+
+    def call(run, tool):
+        return ev(run, "tool.call", {"call_id": "call_1", "server": "db", "tool": tool, "exposed": f"db.{tool}",
+                                     "arguments": {"run": run}, "grant": "g"})
+
+    def decision(run, effect):
+        return ev(run, "policy.decision", {"call_id": "call_1", "effect": effect, "reason_code": "x", "rule": effect,
+                                           "reason": "r", "policy_fingerprint": "sha256:" + "0" * 64, "eval_us": 1})
+
+    start = {"snapshot": None, "parent_run_id": None, "labels": {}, "policy": {"fingerprint": "sha256:" + "0" * 64,
+                                                                             "name": None}}
+    store.append([EventDraft("run.started", {**start, "agent": "one"}, run_id=one, principal=f"agent:{one[-4:]}"),
+                  EventDraft("run.started", {**start, "agent": "two"}, run_id=two, principal=f"agent:{two[-4:]}")])
+    store.append([call(one, "read_a"), call(two, "read_b"), decision(two, "allow"), decision(one, "deny")])
+    store.append(ev(two, "tool.result", {"call_id": "call_1", "ok": False, "duration_us": 9,
+                                         "error": {"type": "E", "message": "boom"}}))
+    store.close()
+    reader = open_store(tmp_path / "s", readonly=True)
+    rows = reader.query_calls()
+    assert [(r["run_id"], r["tool"], r["decision"], r["outcome"], r["duration_us"]) for r in rows] == [
+        (one, "read_a", "deny", "not_run", None), (two, "read_b", "allow", "error", 9)]
+    assert [r["run_id"] for r in reader.query_calls(error=True)] == [two]
+    assert [r["run_id"] for r in reader.query_calls(decision="deny")] == [one]
+    reader.close()

@@ -151,3 +151,8 @@ def snapshot_dir(path: Path) -> dict[str, bytes]:
             rel = str(full.relative_to(path))
             out[rel] = full.read_bytes() if full.is_file() else b"<dir>"
     return out
+
+
+# Test modules import these helpers as ``from store_testkit import ...``: another test folder's
+# conftest.py may also be imported as ``conftest`` when several folders are collected at once.
+sys.modules.setdefault("store_testkit", sys.modules[__name__])

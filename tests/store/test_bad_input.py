@@ -21,7 +21,7 @@ from typing import Callable
 
 import pytest
 
-from conftest import (
+from store_testkit import (
     SEALBOX,
     Sample,
     build_sample,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (
+from store_testkit import (
     SEALBOX,
     Sample,
     build_sample,
@@ -91,7 +91,7 @@ def flip(data: bytes, old: bytes, xor: int = 0x01) -> bytes:
 
 
 def covering_nodes(leaves: set[int], size: int) -> list[tuple[int, int]]:
-    """Stored full-subtree nodes (level, idx) whose leaves include any of ``leaves``, sorted as verify walks them."""
+    """Stored full-subtree nodes (level, idx) whose leaves include any of ``leaves``, sorted."""
     out = set()
     for leaf in leaves:
         level = 0
@@ -110,7 +110,7 @@ def node_problems(report) -> list[tuple[int, int]]:
             pos = p.message.split("(", 1)[1].split(")", 1)[0]
             level, idx = (int(x) for x in pos.split(", "))
             out.append((level, idx))
-    return out
+    return sorted(out)
 
 
 def signed_root(s: Sample, size: int) -> str:
@@ -282,7 +282,8 @@ def test_delete_one_event(s: Sample) -> None:
     report = verify(s.path)
     run = s.runs[1]
     gaps = [p for p in report.problems if p.code == "leaf_gap"]
-    assert (gaps[0].leaf_index, gaps[0].expected, gaps[0].found) == (12, "leaf 11", "leaf 12")
+    assert [where(p) for p in gaps] == [("leaf_gap", run, 6, "run.ended", 12)]
+    assert (gaps[0].expected, gaps[0].found) == ("leaf 11", "leaf 12")
     chain = [p for p in report.problems if p.code == "chain_broken"]
     assert [where(p) for p in chain] == [("chain_broken", run, 6, "run.ended", 12)] * 2
     assert (chain[0].expected, chain[0].found) == ("5", "6")  # run_seq 5 is missing
@@ -296,15 +297,9 @@ def test_delete_one_event(s: Sample) -> None:
     assert others == {"tree_node_mismatch", "tree_node_extra"}
 
 
-def test_bug_one_deleted_event_is_reported_as_one_leaf_gap(s: Sample) -> None:
-    """BUG (src/sealbox/verify.py, EventVerifier.add): one missing event yields a leaf_gap for EVERY later event.
-
-    The gap is measured against the recomputed tree size instead of the previous
-    stored index, so deleting leaf 0 of a million-event log prints a million
-    lines, each claiming "an event is missing or out of place" for an event that
-    is neither. Expected: one leaf_gap, at the first index after the hole, naming
-    the event found there (run, run_seq, kind).
-    """
+def test_one_deleted_event_is_reported_as_one_leaf_gap(s: Sample) -> None:
+    """Regression: the gap is measured against the previous stored index, not the recomputed tree size,
+    so one missing event is one leaf_gap (not one per later event), naming the event found there."""
     tamper(s.path, "DELETE FROM events WHERE leaf_index = 11")
     gaps = [p for p in verify(s.path).problems if p.code == "leaf_gap"]
     assert [(p.leaf_index, p.expected, p.found) for p in gaps] == [(12, "leaf 11", "leaf 12")]
@@ -400,12 +395,9 @@ def test_cut_the_tail_and_its_tree_nodes(s: Sample) -> None:
     assert ckpt_problems(report) == [("log_truncated", CP3), ("log_truncated", CPFILE)]
 
 
-def test_bug_derived_query_columns_are_not_checked(s: Sample) -> None:
-    """BUG (src/sealbox/verify.py, EventVerifier._check_columns): only run_id, run_seq and kind are compared
-    with the hashed bytes. server, tool, call_id, effect, ok, tokens and cost are derived from the payload
-    (store.base.derived_columns) and drive queries and limits (Reader.usage counts effect != 'deny'), so
-    rewriting them below the triggers changes what queries and limits see while verify stays clean.
-    Expected: index_mismatch naming the event (recompute derived_columns(kind, payload) and compare)."""
+def test_derived_query_columns_are_checked(s: Sample) -> None:
+    """server, tool, call_id, effect, ok, tokens and cost are derived from the payload and drive queries
+    and limits (Reader.usage counts effect != 'deny'): rewriting them below the triggers is an index_mismatch."""
     tamper(s.path, "UPDATE events SET tool = 'delete_everything', server = 'prod' WHERE leaf_index = 8",
            "UPDATE events SET effect = 'deny' WHERE leaf_index = 9")
     report = verify(s.path)
@@ -413,14 +405,17 @@ def test_bug_derived_query_columns_are_not_checked(s: Sample) -> None:
         ("index_mismatch", s.runs[1], 2, "tool.call", 8),
         ("index_mismatch", s.runs[1], 3, "policy.decision", 9),
     ]
+    assert "delete_everything" in report.problems[0].found and "delete_everything" not in report.problems[0].expected
 
 
-def test_bug_snapshot_content_is_not_verified(s: Sample) -> None:
-    """BUG (src/sealbox/verify.py, verify_store): stored snapshots are never checked against their
-    fingerprint, though run.started names a snapshot by it and DESIGN says "it trusts no stored hash".
-    Replacing a snapshot's content (what model, prompt and tools a run used) goes unreported.
-    Expected: a problem such as snapshot_mismatch naming the fingerprint (recompute
-    sha256(content) for every row of iter_snapshots())."""
+@pytest.mark.parametrize("column, value", [("ts", "2020-01-01T00:00:00.000000Z"), ("principal", "someone"), ("step", "9")])
+def test_envelope_index_columns_are_checked(s: Sample, column: str, value: str) -> None:
+    tamper(s.path, (f"UPDATE events SET {column} = ? WHERE leaf_index = 10", (value,)))
+    assert [where(p) for p in verify(s.path).problems] == [("index_mismatch", s.runs[1], 4, "tool.result", 10)]
+
+
+def test_snapshot_content_is_verified(s: Sample) -> None:
+    """A stored snapshot (the configuration a run is pinned to) must hash to its fingerprint."""
     from sealbox.canonical import canonical_bytes
 
     store = open_store(s.path)
@@ -429,8 +424,8 @@ def test_bug_snapshot_content_is_not_verified(s: Sample) -> None:
     forged = canonical_bytes({"model": {"provider": "p", "name": "unsafe-model"}, "tools": []})
     tamper(s.path, ("UPDATE snapshots SET content = ? WHERE fingerprint = ?", (forged, fp)))
     report = verify(s.path)
-    assert len(report.problems) == 1
-    assert fp in report.problems[0].message
+    assert [(p.code, p.expected) for p in report.problems] == [("snapshot_mismatch", fp)]
+    assert report.problems[0].found == tag(__import__("hashlib").sha256(forged).digest())
 
 
 # --------------------------------------------------------------------------- blobs
@@ -706,6 +701,16 @@ def test_bug_insert_or_replace_rewrites_a_blob(s: Sample) -> None:
         except sqlite3.DatabaseError:
             pass
     assert blob_rows(s.path)[0] == (ref, salt, content)
+
+
+def test_bug_insert_or_replace_rewrites_a_snapshot(s: Sample) -> None:
+    """Same bypass for the snapshots table (verify catches the content change; the trigger should refuse it)."""
+    store = open_store(s.path)
+    fp = store.put_snapshot({"model": {"name": "m"}, "tools": []})
+    store.close()
+    with closing_db(s.path) as db:
+        with pytest.raises(sqlite3.DatabaseError, match="sealbox: snapshots are append-only"):
+            db.execute("INSERT OR REPLACE INTO snapshots (fingerprint, content, created_at) VALUES (?, X'00', 'x')", (fp,))
 
 
 # --------------------------------------------------------------------------- the CLI

@@ -24,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "snapshot": ("sealbox.cli.snapshot_cmds", "snapshot_group", "Show and diff configuration snapshots."),
     "demo": ("sealbox.cli.demo_cmd", "demo_cmd", "Record a sample run into a fresh store and verify it."),
     "policy": ("sealbox.cli.policy_cmds", "policy_group", "Check, test and explain policy files."),
+    "identities": ("sealbox.cli.identities_cmds", "identities_group", "Add, list, disable and re-key identities."),
+    "approvals": ("sealbox.cli.approvals_cmds", "approvals_group", "List, show, approve and deny approval requests."),
+    "access": ("sealbox.cli.access_cmds", "access_group", "Grants, provider credentials, revocation at the provider."),
+    "gateway": ("sealbox.cli.gateway_cmds", "gateway_group", "The MCP gateway: serve, check config, re-approve tools."),
 }
 
 

@@ -53,8 +53,11 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
         click.echo("no runs match", err=True)
         return
     shown = [{**r, "status": f"{r['status']} ({r['ending']})" if r["ending"] else r["status"],
-              "snapshot": (r["snapshot"] or "")[:19]} for r in rows]
-    emit_rows(shown, [c for c in columns if c != "ending"], as_json=False, as_csv=False, title="Runs")
+              "started": r["started_at"][:19].replace("T", " "),
+              "parent": (r["parent_run_id"] or "")[:13] + ("…" if r["parent_run_id"] else ""),
+              "labels": ", ".join(f"{k}={v}" for k, v in sorted(r["labels"].items()))} for r in rows]
+    emit_rows(shown, ["run_id", "agent", "status", "events", "started", "parent", "labels"],
+              as_json=False, as_csv=False, title="Runs")
 
 
 @runs_group.command("show")
@@ -98,7 +101,7 @@ def _family(run_id: str, run: dict | None) -> list[str]:
 
 def _event_row(event) -> dict:
     p = event.payload
-    tool = f"{p.get('server')}/{p.get('tool')}" if event.kind in ("tool.call", "policy.decision") else ""
+    tool = f"{p.get('server')}/{p.get('tool')}" if isinstance(p.get("tool"), str) else ""
     decision = p.get("effect", "") if event.kind == "policy.decision" else ""
     duration_us = {"tool.result": p.get("duration_us"), "model.call": p.get("latency_us"),
                    "run.resumed": p.get("waited_us")}.get(event.kind)

@@ -29,6 +29,7 @@ from sealbox.ledger.checkpoint import (
 from sealbox.ledger.merkle import (
     EMPTY_ROOT,
     MemoryTree,
+    StreamingTree,
     NodeReader,
     consistency_proof,
     inclusion_proof,
@@ -56,6 +57,7 @@ __all__ = [
     "consistency_proof",
     "new_nodes_for_append",
     "MemoryTree",
+    "StreamingTree",
     "root_from_inclusion_proof",
     "verify_inclusion",
     "verify_consistency",

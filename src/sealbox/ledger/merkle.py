@@ -47,6 +47,7 @@ __all__ = [
     "consistency_proof",
     "new_nodes_for_append",
     "MemoryTree",
+    "StreamingTree",
     "root_from_inclusion_proof",
     "verify_inclusion",
     "verify_consistency",
@@ -326,6 +327,44 @@ class MemoryTree:
     def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
         """PROOF(size1, D[size2]) (RFC 9162 §2.1.4.1); ``size2`` defaults to the current size."""
         return consistency_proof(size1, self._size_or_current(size2), self.get_node)
+
+
+class StreamingTree:
+    """An append-only tree that keeps only its right frontier (a compact range).
+
+    Memory is O(log n) whatever the size, so a verifier can stream a log of any
+    length: :meth:`append` returns the full subtrees each leaf completes (to
+    compare with stored nodes), and :meth:`root` gives the RFC 9162 §2.1.1 root
+    at the current size.
+    """
+
+    def __init__(self) -> None:
+        self._frontier: list[tuple[int, bytes]] = []  # (level, hash), largest subtree first
+        self.size = 0
+
+    def append(self, leaf: bytes) -> list[tuple[int, int, bytes]]:
+        """Append a 32-byte leaf hash; return the (level, index, hash) of every full subtree it completes."""
+        index = self.size
+        completed = [(0, index, leaf)]
+        h, level = leaf, 0
+        while self._frontier and self._frontier[-1][0] == level:
+            _, left = self._frontier.pop()
+            h = node_hash(left, h)
+            level += 1
+            index >>= 1
+            completed.append((level, index, h))
+        self._frontier.append((level, h))
+        self.size += 1
+        return completed
+
+    def root(self) -> bytes:
+        """MTH of the leaves appended so far (:data:`EMPTY_ROOT` when none)."""
+        if not self._frontier:
+            return EMPTY_ROOT
+        h = self._frontier[-1][1]
+        for _, left in reversed(self._frontier[:-1]):
+            h = node_hash(left, h)
+        return h
 
 
 # --- verification (no store needed) ----------------------------------------------------

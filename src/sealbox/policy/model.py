@@ -32,6 +32,7 @@ ReasonCode = Literal[
     "limit_exceeded",
     "approval_unavailable",
     "breaker_open",
+    "grant_invalid",
 ]
 EFFECTS: tuple[str, ...] = ("allow", "deny", "require_approval")
 REASON_CODES: tuple[str, ...] = (
@@ -43,6 +44,7 @@ REASON_CODES: tuple[str, ...] = (
     "limit_exceeded",
     "approval_unavailable",
     "breaker_open",
+    "grant_invalid",
 )
 
 

@@ -23,6 +23,7 @@ from sealbox.canonical import canonical_bytes, encode
 from sealbox.errors import CanonicalizationError, InvalidEventError, StoreRolledBackError
 from sealbox.events import (
     CONTENT_FIELDS,
+    derived_columns,
     RECORD_VERSION,
     SYSTEM_RUN_ID,
     Event,
@@ -256,27 +257,6 @@ def _check_run_order(draft: EventDraft, head: tuple[int, bytes, str] | None) -> 
         raise InvalidEventError(f"run {draft.run_id} has already started")
     if head[2] == "run.ended":
         raise InvalidEventError(f"run {draft.run_id} has ended; no event can follow run.ended")
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def derived_columns(kind: str, payload: dict[str, Any]) -> tuple:
-    """Query columns derived from a payload: (server, tool, call_id, effect, ok, tokens, cost).
-
-    They index the hashed bytes for queries and limits; verify checks nothing
-    against them except run_id, run_seq and kind.
-    """
-    effect = _str_or_none(payload.get("effect")) if kind == "policy.decision" else None
-    ok = (1 if payload.get("ok") else 0) if kind == "tool.result" else None
-    tokens = cost = None
-    if kind == "model.call":
-        usage = payload.get("usage") or {}
-        tokens = int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
-        cost = usage.get("cost") if isinstance(usage.get("cost"), (int, float)) else None
-    return (_str_or_none(payload.get("server")), _str_or_none(payload.get("tool")),
-            _str_or_none(payload.get("call_id")), effect, ok, tokens, cost)
 
 
 @runtime_checkable

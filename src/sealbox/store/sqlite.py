@@ -22,6 +22,7 @@ Concurrency: every thread gets its own connection; writers serialise on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -65,13 +66,25 @@ _EVENT_COLS = "leaf_index, raw, leaf_hash"
 
 
 class _Txn:
-    """:class:`~sealbox.store.base.WriteTxn` over one SQLite connection."""
+    """:class:`~sealbox.store.base.WriteTxn` over one SQLite connection.
+
+    Run heads, the tree size and the tree nodes written in this transaction are
+    cached, and event and node rows are buffered and inserted with one
+    ``executemany`` each by :meth:`flush`, just before COMMIT.
+    """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self._size: int | None = None
+        self._heads: dict[str, tuple[int, bytes, str]] = {}
+        self._nodes: dict[tuple[int, int], bytes] = {}
+        self._events: list[tuple] = []
+        self._node_rows: list[tuple[int, int, bytes]] = []
 
     def run_head(self, run_id: str) -> tuple[int, bytes, str] | None:
+        head = self._heads.get(run_id)
+        if head is not None:
+            return head
         row = self.conn.execute(
             "SELECT run_seq, leaf_hash, kind FROM events WHERE run_id = ? ORDER BY run_seq DESC LIMIT 1", (run_id,)
         ).fetchone()
@@ -84,21 +97,36 @@ class _Txn:
         return self._size
 
     def get_node(self, level: int, index: int) -> bytes:
+        cached = self._nodes.get((level, index))
+        if cached is not None:
+            return cached
         row = self.conn.execute("SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?", (level, index)).fetchone()
         if row is None:
             raise StoreError(f"tree node ({level}, {index}) is missing: the store is damaged (run `sealbox verify`)")
         return row[0]
 
     def insert_event(self, row: tuple) -> None:
-        self.conn.execute(
-            "INSERT INTO events (leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id,"
-            " effect, ok, tokens, cost, raw, leaf_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            row,
-        )
+        self._events.append(row)
+        self._heads[row[1]] = (row[2], row[-1], row[3])
         self._size = row[0] + 1
 
     def insert_nodes(self, rows: list[tuple[int, int, bytes]]) -> None:
-        self.conn.executemany("INSERT INTO tree_nodes (level, idx, hash) VALUES (?, ?, ?)", rows)
+        self._node_rows.extend(rows)
+        for level, idx, h in rows:
+            self._nodes[(level, idx)] = h
+
+    def flush(self) -> None:
+        """Insert the buffered event and node rows."""
+        if self._events:
+            self.conn.executemany(
+                "INSERT INTO events (leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id,"
+                " effect, ok, tokens, cost, raw, leaf_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                self._events,
+            )
+            self._events = []
+        if self._node_rows:
+            self.conn.executemany("INSERT INTO tree_nodes (level, idx, hash) VALUES (?, ?, ?)", self._node_rows)
+            self._node_rows = []
 
     def put_blob(self, ref: str, salt: bytes, content: bytes) -> None:
         self.conn.execute(
@@ -264,17 +292,33 @@ class SqliteStore:
     def _connect(self) -> sqlite3.Connection:
         try:
             if self.readonly:
-                uri = self.db_path.resolve().as_uri() + "?mode=ro"
-                conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0, check_same_thread=False)
+                conn = self._connect_readonly()
             else:
                 conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=5.0, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 5000")
             if not self.readonly:
-                conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute(f"PRAGMA synchronous = {'FULL' if self.durability == 'full' else 'NORMAL'}")
         except sqlite3.DatabaseError as exc:
             raise _translate_open_error(self.path, exc) from exc
         return conn
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        """A connection that never changes the store folder.
+
+        Where the folder can be written, an ordinary connection with
+        ``query_only``: SQLite's ``-wal``/``-shm`` files, if it creates them, are
+        removed again when the last connection closes. Where it cannot (read-only
+        media, another user's store) and no writer has the database open (no
+        ``-wal`` file), the file is opened ``immutable``; otherwise ``mode=ro``.
+        """
+        wal = self.db_path.with_name(self.db_path.name + "-wal")
+        if os.access(self.path, os.W_OK) and os.access(self.db_path, os.W_OK):
+            conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=5.0, check_same_thread=False)
+            conn.execute("PRAGMA query_only = ON")
+            return conn
+        mode = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
+        uri = self.db_path.resolve().as_uri() + "?" + mode
+        return sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0, check_same_thread=False)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -296,6 +340,11 @@ class SqliteStore:
             raise _translate_open_error(self.path, exc) from exc
         if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
             raise NotAStoreError(f"{self.db_path} is not a Sealbox store (it is some other SQLite database)")
+        if not self.readonly:  # only once it is known to be ours: WAL is persistent in the file
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.DatabaseError as exc:
+                raise _translate_open_error(self.path, exc) from exc
         applied = {}
         if "schema_migrations" in tables:
             applied = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
@@ -348,7 +397,9 @@ class SqliteStore:
         conn = self._conn()
         self._begin(conn)
         try:
-            result = fn(_Txn(conn))
+            txn = _Txn(conn)
+            result = fn(txn)
+            txn.flush()
             self._commit(conn)
             return result
         except sqlite3.Error as exc:
@@ -468,18 +519,32 @@ class SqliteStore:
 
     # ----------------------------------------------------------------- reading
 
-    def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``fn`` inside one read transaction (a consistent snapshot)."""
+    @contextlib.contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """Every read in this thread inside the block sees one consistent snapshot
+        (one SQLite read transaction), whatever writers do meanwhile."""
         conn = self._conn()
+        if conn.in_transaction:
+            yield
+            return
         conn.execute("BEGIN")
         try:
-            return fn(conn)
+            yield
         finally:
             conn.execute("COMMIT")
+
+    def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run ``fn`` inside one read transaction (a consistent snapshot)."""
+        with self.read_snapshot():
+            return fn(self._conn())
 
     def size(self) -> int:
         """Number of events in the log."""
         return self._read(lambda c: _Txn(c).tree_size())
+
+    def reader(self) -> "Reader":
+        """A :class:`Reader` outside any write transaction (for listings)."""
+        return Reader(self._conn())
 
     def read_run(self, run_id: str) -> list[Event]:
         """Every event of ``run_id``, ordered by run_seq (empty if unknown)."""
@@ -522,6 +587,14 @@ class SqliteStore:
     def iter_nodes(self) -> Iterator[tuple[int, int, bytes]]:
         """Every stored tree node (level, idx, hash)."""
         yield from self._conn().execute("SELECT level, idx, hash FROM tree_nodes ORDER BY level, idx")
+
+    def iter_level(self, level: int) -> Iterator[tuple[int, bytes]]:
+        """The stored nodes (idx, hash) of one tree level, in index order."""
+        yield from self._conn().execute("SELECT idx, hash FROM tree_nodes WHERE level = ? ORDER BY idx", (level,))
+
+    def node_levels(self) -> list[int]:
+        """Levels that hold at least one stored node."""
+        return [r[0] for r in self._conn().execute("SELECT DISTINCT level FROM tree_nodes")]
 
     def root(self, size: int | None = None) -> bytes:
         """RFC 9162 §2.1.1 root of the first ``size`` leaves (default: the whole log); O(log n) reads."""
@@ -711,18 +784,22 @@ class SqliteStore:
     def _call_row(self, rec: tuple, with_result: bool) -> dict[str, Any]:
         from sealbox.query import call_row
 
-        (ts, run_id, principal, step, call_raw, agent, effect, rule, reason_code, ok, duration, err, result_raw) = rec
-        call = json.loads(call_raw)["payload"]
-        call["arguments"] = self._resolve_quietly(call.get("arguments"))
-        decision = None if effect is None else {"effect": effect, "rule": rule, "reason_code": reason_code}
-        result = None
-        if ok is not None:
-            result = {"ok": bool(ok), "duration_us": duration, "error": None if err is None else json.loads(err)}
-        row = call_row(ts=ts, run_id=run_id, agent=agent, principal=principal, step=step, call=call,
-                       decision=decision, result=result)
-        if with_result and result_raw is not None:
-            row["result"] = self._resolve_quietly(json.loads(result_raw)["payload"].get("result"))
+        (ts, run_id, principal, step, call_id, server, tool, exposed, grant, arguments, agent, effect, rule,
+         reason_code, ok, duration, err, result) = rec
+        row = call_row(ts=ts, run_id=run_id, agent=agent, principal=principal, step=step, call_id=call_id,
+                       server=server, tool=tool, exposed=exposed, grant=grant, arguments=self._content(arguments),
+                       effect=effect, rule=rule, reason_code=reason_code, ok=ok, duration_us=duration,
+                       error=None if err is None else json.loads(err))
+        if with_result and result is not None:
+            row["result"] = self._content(result)
         return row
+
+    def _content(self, text: str | None) -> Any:
+        """A JSON text from the payload, parsed, its blob references resolved (only parsed when it has none)."""
+        if text is None:
+            return None
+        value = json.loads(text)
+        return self._resolve_quietly(value) if '"$blob"' in text else value
 
     def _resolve_quietly(self, value: Any) -> Any:
         """:meth:`resolve`, keeping the references where a blob was erased."""
@@ -794,32 +871,28 @@ class SqliteStore:
         return run
 
     def optimize(self) -> None:
-        """Keep the query planner's statistics current: ``PRAGMA optimize`` on every
-        connection of this store, or a first ``ANALYZE`` when there are none yet.
+        """Keep the query planner's statistics current (``PRAGMA optimize``, or a
+        first ``ANALYZE`` when there are none yet), bounded by ``analysis_limit``.
 
         Called by :meth:`close` on a writable store (LESSONS: a store that never
-        gathers statistics lets SQLite pick the wrong index). ``analysis_limit``
-        bounds the work to milliseconds, even on millions of events.
-
-        Raises:
-            StoreError: the statistics could not be written.
+        gathers statistics lets SQLite pick the wrong index). It takes the write
+        lock like any write, retrying while another writer holds it; statistics
+        are an optimisation, so a failure here never fails :meth:`close`.
         """
         if self.readonly:
             return
-        conn = self._conn()
+
+        def work(txn: _Txn) -> None:
+            c = txn.conn
+            c.execute("PRAGMA analysis_limit = 1000")
+            has_stats = c.execute("SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_stat1'").fetchone()[0] and \
+                c.execute("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'events'").fetchone()[0]
+            c.execute("PRAGMA optimize" if has_stats else "ANALYZE")
+
         try:
-            stats = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'").fetchone() and \
-                conn.execute("SELECT 1 FROM sqlite_stat1 WHERE tbl = 'events' LIMIT 1").fetchone()
-            with self._conns_lock:
-                conns = list(self._conns)
-            for each in conns:
-                each.execute("PRAGMA analysis_limit = 1000")
-                if stats:
-                    each.execute("PRAGMA optimize")
-            if not stats:
-                conn.execute("ANALYZE")
-        except sqlite3.Error as exc:
-            raise _translate_write_error(self.path, exc) from exc
+            self._write(work)
+        except StoreError:  # pragma: no cover - statistics are an optimisation; the data is already safe
+            pass
 
     def close(self) -> None:
         """Sign a final checkpoint if events arrived since the last one, then close every connection."""
@@ -857,6 +930,36 @@ class Reader:
         row = self.conn.execute(sql, tuple(params)).fetchone()
         return 0 if row is None or row[0] is None else row[0]
 
+    def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
+               field: tuple[str, str] | None = None, limit: int | None = None) -> list[Event]:
+        """Events of the given kinds, in log order, optionally of one run, one principal, or
+        whose payload field ``field[0]`` equals the string ``field[1]``.
+
+        Used by approvals and identities to read what they check inside the write
+        transaction that records their answer (indexed by kind or by run and kind).
+        """
+        where = [f"kind IN ({', '.join('?' * len(kinds))})"]
+        params: list[Any] = list(kinds)
+        if run_id is not None:
+            where.append("run_id = ?")
+            params.append(run_id)
+        if principal is not None:
+            where.append("principal = ?")
+            params.append(principal)
+        if field is not None:
+            if not field[0].isidentifier():
+                raise ValueError(f"not a payload field name: {field[0]!r}")
+            where.append(f"CAST(raw AS TEXT) ->> '$.payload.{field[0]}' = ?")
+            params.append(field[1])
+        sql = f"SELECT {_EVENT_COLS} FROM events WHERE {' AND '.join(where)} ORDER BY leaf_index"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [event_from_row(*r) for r in self.conn.execute(sql, params).fetchall()]
+
+    def size(self) -> int:
+        """Number of events in the log (the leaf index the next event will get)."""
+        return _Txn(self.conn).tree_size()
+
     def usage(self, *, run_id: str, agent: str, server: str, tool: str, since_minute: str, day_start: str,
               needed: set[str]) -> dict[str, int | float]:
         """Counters for limits, read inside the write transaction (indexed queries).
@@ -893,27 +996,35 @@ class Reader:
         return out
 
 
-# One row per tool call: its decision and result are the first of each kind
-# after it with the same (run_id, call_id). Filled in by query_calls. With a
-# filter on tool, server or run, ``{order}`` is "+", so that ORDER BY cannot
-# lure the planner onto events_kind_ts (walking every call in time order)
-# instead of the filter's index (MLflow's "wrong index" trap, LESSONS.md);
-# without one, walking events_kind_ts backwards lets a LIMIT stop early.
+# One row per tool call, newest first in log order (the order the store
+# committed them: ts is taken inside the write transaction, so it ascends with
+# leaf_index). The call's decision and result are the first event of each kind
+# after it with the same (run_id, call_id). Fast path: the recorder and the
+# gateway commit a call and its decision in one transaction, so the decision
+# is nearly always the very next leaf, and with one writer the result the one
+# after; COALESCE evaluates the general lookup (events_call) only when the
+# fast path finds nothing. ORDER BY leaf_index is the order events_tool,
+# events_server_tool and events_run_kind already deliver (no sort, and a
+# LIMIT stops early); checked by tests/query/test_query_plan.py.
+_NEXT = """COALESCE(
+    (SELECT e.leaf_index FROM events e WHERE e.leaf_index = c.leaf_index + {offset} AND e.call_id = c.call_id
+     AND e.run_id = c.run_id AND e.kind = '{kind}'),
+    (SELECT min(e.leaf_index) FROM events e WHERE e.call_id = c.call_id AND e.run_id = c.run_id
+     AND e.kind = '{kind}' AND e.leaf_index > c.leaf_index))"""
 _CALLS_SQL = """
-SELECT c.ts, c.run_id, c.principal, c.step, c.raw, r.agent,
+SELECT c.ts, c.run_id, c.principal, c.step, c.call_id, c.server, c.tool,
+       CAST(c.raw AS TEXT) ->> '$.payload.exposed', CAST(c.raw AS TEXT) ->> '$.payload.grant',
+       CAST(c.raw AS TEXT) -> '$.payload.arguments', r.agent,
        d.effect, CAST(d.raw AS TEXT) ->> '$.payload.rule', CAST(d.raw AS TEXT) ->> '$.payload.reason_code',
        x.ok, CAST(x.raw AS TEXT) ->> '$.payload.duration_us', CAST(x.raw AS TEXT) -> '$.payload.error', {result}
 FROM events c
 LEFT JOIN runs r ON r.run_id = c.run_id
-LEFT JOIN events d ON d.leaf_index = (
-    SELECT min(e.leaf_index) FROM events e WHERE e.call_id = c.call_id AND e.run_id = c.run_id
-    AND e.kind = 'policy.decision' AND e.leaf_index > c.leaf_index)
-LEFT JOIN events x ON x.leaf_index = (
-    SELECT min(e.leaf_index) FROM events e WHERE e.call_id = c.call_id AND e.run_id = c.run_id
-    AND e.kind = 'tool.result' AND e.leaf_index > c.leaf_index)
+LEFT JOIN events d ON d.leaf_index = %s
+LEFT JOIN events x ON x.leaf_index = %s
 WHERE {where}
-ORDER BY {order}c.ts DESC, c.leaf_index DESC
-"""
+ORDER BY c.leaf_index DESC
+""" % (_NEXT.format(offset=1, kind="policy.decision").replace("{", "{{").replace("}", "}}"),
+       _NEXT.format(offset=2, kind="tool.result").replace("{", "{{").replace("}", "}}"))
 
 _RUNS_SQL = """
 SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot, r.started_at,
@@ -951,10 +1062,9 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
     if error is not None:
         where.append("x.ok = ?")
         params.append(0 if error else 1)
-    selective = tool is not None or server is not None or run_id is not None
     with_result = any(m.root == "result" for m in matches)
-    sql = _CALLS_SQL.format(result="x.raw" if with_result else "NULL", where=" AND ".join(where),
-                            order="+" if selective else "")
+    sql = _CALLS_SQL.format(result="CAST(x.raw AS TEXT) -> '$.payload.result'" if with_result else "NULL",
+                            where=" AND ".join(where))
     return sql, params, globs, matches
 
 

@@ -84,6 +84,28 @@ CREATE TABLE blobs (
     size    INTEGER NOT NULL
 ) WITHOUT ROWID;
 
+-- INSERT OR REPLACE deletes the old row without firing DELETE triggers: refuse
+-- an insert that would replace a row (blobs and snapshots: ignore it, since
+-- identical content is stored once and INSERT OR IGNORE is how Sealbox adds it).
+CREATE TRIGGER events_no_replace BEFORE INSERT ON events
+    WHEN EXISTS (SELECT 1 FROM events WHERE leaf_index = NEW.leaf_index)
+      OR EXISTS (SELECT 1 FROM events WHERE run_id = NEW.run_id AND run_seq = NEW.run_seq)
+    BEGIN SELECT RAISE(ABORT, 'sealbox: events are append-only'); END;
+CREATE TRIGGER tree_no_replace BEFORE INSERT ON tree_nodes
+    WHEN EXISTS (SELECT 1 FROM tree_nodes WHERE level = NEW.level AND idx = NEW.idx)
+    BEGIN SELECT RAISE(ABORT, 'sealbox: the tree is append-only'); END;
+CREATE TRIGGER checkpoints_no_replace BEFORE INSERT ON checkpoints
+    WHEN EXISTS (SELECT 1 FROM checkpoints WHERE id = NEW.id)
+    BEGIN SELECT RAISE(ABORT, 'sealbox: checkpoints are append-only'); END;
+CREATE TRIGGER runs_no_replace BEFORE INSERT ON runs
+    WHEN EXISTS (SELECT 1 FROM runs WHERE run_id = NEW.run_id)
+    BEGIN SELECT RAISE(ABORT, 'sealbox: runs are append-only'); END;
+CREATE TRIGGER blobs_no_replace BEFORE INSERT ON blobs
+    WHEN EXISTS (SELECT 1 FROM blobs WHERE ref = NEW.ref)
+    BEGIN SELECT RAISE(IGNORE); END;
+CREATE TRIGGER snapshots_no_replace BEFORE INSERT ON snapshots
+    WHEN EXISTS (SELECT 1 FROM snapshots WHERE fingerprint = NEW.fingerprint)
+    BEGIN SELECT RAISE(IGNORE); END;
 CREATE TRIGGER events_no_update BEFORE UPDATE ON events BEGIN SELECT RAISE(ABORT, 'sealbox: events are append-only'); END;
 CREATE TRIGGER events_no_delete BEFORE DELETE ON events BEGIN SELECT RAISE(ABORT, 'sealbox: events are append-only'); END;
 CREATE TRIGGER tree_no_update BEFORE UPDATE ON tree_nodes BEGIN SELECT RAISE(ABORT, 'sealbox: the tree is append-only'); END;

@@ -1,0 +1,594 @@
+"""Approvals: requests bound to the exact call, answers signed by an identity, the rules, shared-account flags.
+
+A ``require_approval`` decision is recorded with an ``approval.requested`` event
+(a unique ``apr_…`` id, the call, its **binding** — the SHA-256 of the canonical
+``{server, tool, arguments, policy_fingerprint}`` — who is asked, the quorum, the
+expiry) and ``run.suspended``. Answers are ``approval.answered`` events in the
+same run, signed with the answering identity's Ed25519 key over the canonical
+bytes of ``{approval_id, binding, decision, identity, answered_at, reason}``.
+
+What counts is decided from the log alone by :func:`evaluate` (used by
+:func:`answer`, by the recorder when it resumes, by listings and by ``verify``),
+so an answer appended around :func:`answer` — unsigned, by a disabled identity,
+for another binding — never counts. The rules (docs/approvals.md):
+
+* the answering identity exists, is enabled, has role ``approver`` or ``admin``,
+  and its signature verifies with its key as the log held it at that moment;
+* it is asked: named in ``ask.identities`` or a member of one of ``ask.groups``;
+* it is not the principal that requested the call (``name`` or ``agent:name``);
+* one answer per identity; a quorum of N needs N distinct approving identities;
+  any counted deny denies;
+* an answer after the decision, after ``approval.expired`` or after
+  ``expires_at`` is late and does not count; an unanswered request past
+  ``expires_at`` is expired, and whichever process notices first records
+  ``approval.expired`` (exactly once: the check and the write share a transaction).
+
+Errors: :class:`ApprovalError` (with a ``code``) for an answer refused or an
+unknown id; :class:`ApprovalPending` when a run waits for a human.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import socket
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterable, Sequence
+
+from sealbox.canonical import canonical_bytes
+from sealbox.errors import SealboxError
+from sealbox.events import EventDraft
+from sealbox.identities import Identity, IdentityBook, identity_book, load_key, sign_fields, verify_fields
+
+__all__ = [
+    "ANSWER_ROLES",
+    "DEFAULT_SHARED_WINDOW_S",
+    "ApprovalError",
+    "ApprovalPending",
+    "Answer",
+    "ApprovalState",
+    "binding_hash",
+    "new_approval_id",
+    "request_payload",
+    "signed_fields",
+    "check_answer",
+    "evaluate",
+    "answer",
+    "get_approval",
+    "list_approvals",
+    "record_expiry",
+    "local_client",
+    "same_actor",
+]
+
+#: Roles whose identities may answer an approval request.
+ANSWER_ROLES = ("approver", "admin")
+
+#: Default window (seconds) in which answers by one identity from distinct clients are flagged.
+DEFAULT_SHARED_WINDOW_S = 24 * 3600
+
+_RELATED = ("approval.answered", "approval.expired", "run.resumed", "run.ended")
+
+_MESSAGES = {
+    "binding_mismatch": "the answer's binding does not match the request's (it approves another call)",
+    "unknown_identity": "no identity of that name is known to the store",
+    "disabled": "the identity is disabled",
+    "bad_signature": "the signature does not verify with the identity's key as the log held it",
+    "role": f"only identities with role {' or '.join(ANSWER_ROLES)} may answer",
+    "requester": "the identity that requested the call cannot answer its approval",
+    "not_asked": "the identity is not among those asked (named identities or groups)",
+    "duplicate": "the identity has already answered this request",
+    "bad_decision": "the decision must be 'approve' or 'deny'",
+    "late": "the answer came after the request was decided or expired",
+}
+
+
+class ApprovalError(SealboxError):
+    """An approval request is unknown, or an answer is refused.
+
+    Attributes:
+        code: ``unknown_approval``, ``run_ended``, ``already_decided``, ``expired``,
+            ``already_resumed``, ``wrong_key``, ``arguments_redacted``, or a rule code
+            (``binding_mismatch``, ``unknown_identity``, ``disabled``, ``bad_signature``,
+            ``role``, ``requester``, ``not_asked``, ``duplicate``, ``bad_decision``).
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+class ApprovalPending(SealboxError):
+    """A tool call waits for a human answer; the run is suspended (no ``run.ended``).
+
+    Continue later, in any process, with ``recorder.resume(run_id)``.
+
+    Attributes:
+        approval_ids: the pending approvals (the first is :attr:`approval_id`).
+        run_id: the suspended run.
+        call_ids: the calls waiting, in the same order.
+        suspends_run: always True: a ``with`` block left by this error does not end the run.
+    """
+
+    suspends_run = True
+
+    def __init__(self, approval_ids: str | Sequence[str], run_id: str, call_ids: str | Sequence[str]) -> None:
+        self.approval_ids = (approval_ids,) if isinstance(approval_ids, str) else tuple(approval_ids)
+        self.call_ids = (call_ids,) if isinstance(call_ids, str) else tuple(call_ids)
+        self.run_id = run_id
+        super().__init__(f"run {run_id} is waiting for approval {', '.join(self.approval_ids)}; "
+                         f"resume it with recorder.resume({run_id!r}) once answered")
+
+    @property
+    def approval_id(self) -> str:
+        """The first pending approval's id."""
+        return self.approval_ids[0]
+
+    @property
+    def call_id(self) -> str:
+        """The first waiting call's id."""
+        return self.call_ids[0]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One recorded answer and whether it counts.
+
+    Attributes:
+        problem: None when it counts; else the rule it breaks (see :data:`ApprovalError.code`).
+    """
+
+    identity: str
+    decision: str
+    reason: str
+    answered_at: str
+    leaf_index: int
+    client: dict[str, Any]
+    flags: tuple[dict[str, Any], ...]
+    problem: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"identity": self.identity, "decision": self.decision, "reason": self.reason,
+                "answered_at": self.answered_at, "leaf_index": self.leaf_index, "client": self.client,
+                "flags": list(self.flags), "counted": self.problem is None, "problem": self.problem}
+
+
+@dataclass(frozen=True)
+class ApprovalState:
+    """An approval request and what the log says about it now.
+
+    Attributes:
+        status: ``pending``, ``approved``, ``denied`` or ``expired``.
+        request: the ``approval.requested`` payload (arguments may be a blob reference).
+        decided_by: identities whose answers decided it (the approvers, or the denier).
+        expiry_recorded: an ``approval.expired`` event exists (else the expiry is only noticed).
+        resumed: a ``run.resumed`` event names it (the run went on past it).
+    """
+
+    approval_id: str
+    run_id: str
+    step: str
+    leaf_index: int
+    requested_at: str
+    request: dict[str, Any]
+    status: str
+    answers: tuple[Answer, ...] = ()
+    decided_by: tuple[str, ...] = ()
+    decided_at: str | None = None
+    expired_at: str | None = None
+    expiry_recorded: bool = False
+    resumed: bool = False
+    run_ended: bool = False
+    outcome: str | None = None
+
+    @property
+    def call_id(self) -> str:
+        """The call held by this request."""
+        return self.request["call_id"]
+
+    @property
+    def flags(self) -> list[dict[str, Any]]:
+        """Every flag on the answers, each with the answering identity."""
+        return [{"identity": a.identity, **f} for a in self.answers for f in a.flags]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        r = self.request
+        return {
+            "approval_id": self.approval_id, "run_id": self.run_id, "call_id": r["call_id"], "step": self.step,
+            "server": r["server"], "tool": r["tool"], "arguments": r.get("arguments"), "binding": r["binding"],
+            "rule": r.get("rule"), "ask": r.get("ask"), "quorum": r.get("quorum"), "expires_at": r.get("expires_at"),
+            "requested_by": r.get("requested_by"), "requested_at": self.requested_at, "status": self.status,
+            "decided_by": list(self.decided_by), "decided_at": self.decided_at, "expired_at": self.expired_at,
+            "expiry_recorded": self.expiry_recorded, "resumed": self.resumed, "outcome": self.outcome,
+            "answers": [a.to_dict() for a in self.answers], "flags": self.flags,
+        }
+
+
+# ----------------------------------------------------------------------------- times and ids
+
+
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(ts: str) -> datetime:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_approval_id() -> str:
+    """A new, unique approval id: ``apr_`` and 32 hex digits (random UUID)."""
+    return "apr_" + uuid.uuid4().hex
+
+
+def binding_hash(server: str, tool: str, encoded_arguments: Any, policy_fingerprint: str) -> str:
+    """``sha256:<hex>`` of the RFC 8785 bytes of ``{server, tool, arguments, policy_fingerprint}``.
+
+    Args:
+        encoded_arguments: the arguments as strict JSON (``sealbox.canonical.encode``
+            output, or the stored, resolved ``tool.call`` arguments).
+    """
+    body = {"server": server, "tool": tool, "arguments": encoded_arguments, "policy_fingerprint": policy_fingerprint}
+    return "sha256:" + hashlib.sha256(canonical_bytes(body)).hexdigest()
+
+
+def same_actor(identity: str, principal: Any) -> bool:
+    """Whether a principal id is this identity: equal to its name or ``agent:<name>``."""
+    return isinstance(principal, str) and principal in (identity, f"agent:{identity}")
+
+
+def request_payload(*, approval_id: str, call_id: str, server: str, tool: str, arguments: Any,
+                    encoded_arguments: Any, decision: Any, requested_by: str, now: datetime) -> dict[str, Any]:
+    """The ``approval.requested`` payload for a ``require_approval`` decision.
+
+    Args:
+        decision: a :class:`~sealbox.policy.model.Decision` with an ``approval`` spec.
+        now: the request time; ``expires_at`` is ``now + approval.expires_s``.
+    """
+    spec = decision.approval
+    return {
+        "approval_id": approval_id, "call_id": call_id, "server": server, "tool": tool, "arguments": arguments,
+        "binding": binding_hash(server, tool, encoded_arguments, decision.policy_fingerprint),
+        "rule": decision.rule, "ask": {"groups": list(spec.groups), "identities": list(spec.identities)},
+        "quorum": int(spec.quorum), "expires_at": _utc(now + timedelta(seconds=spec.expires_s)),
+        "requested_by": requested_by, "policy_fingerprint": decision.policy_fingerprint,
+    }
+
+
+def signed_fields(payload: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an ``approval.answered`` payload that its signature covers."""
+    return {k: payload.get(k) for k in ("approval_id", "binding", "decision", "identity", "answered_at", "reason")}
+
+
+def local_client(user_agent: str | None = None, remote_addr: str | None = None) -> dict[str, Any]:
+    """The answering client as this process sees it (self-reported: nothing proves it)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid
+        user = "unknown"
+    client: dict[str, Any] = {"hostname": socket.gethostname(), "os_user": user, "self_reported": True}
+    if user_agent:
+        client["user_agent"] = user_agent
+    if remote_addr:
+        client["remote_addr"] = remote_addr
+    return client
+
+
+# ----------------------------------------------------------------------------- rules
+
+
+def check_answer(request: dict[str, Any], answer_payload: dict[str, Any], leaf_index: int, book: IdentityBook,
+                 counted: Iterable[Answer] = ()) -> str | None:
+    """The first rule an answer breaks (a code of :class:`ApprovalError`), or None.
+
+    Args:
+        request: the ``approval.requested`` payload.
+        answer_payload: the ``approval.answered`` payload.
+        leaf_index: where the answer is (or will be) in the log: the identity is taken as it was before it.
+        book: the store's identities.
+        counted: answers to the same request that already count.
+    """
+    p = answer_payload
+    if p.get("decision") not in ("approve", "deny"):
+        return "bad_decision"
+    if p.get("binding") != request.get("binding"):
+        return "binding_mismatch"
+    who: Identity | None = book.get(p.get("identity"), leaf_index)
+    if who is None:
+        return "unknown_identity"
+    if who.disabled:
+        return "disabled"
+    if not verify_fields(who.public_key, signed_fields(p), p.get("signature")):
+        return "bad_signature"
+    if who.role not in ANSWER_ROLES:
+        return "role"
+    if same_actor(who.name, request.get("requested_by")):
+        return "requester"
+    ask = request.get("ask") or {}
+    if who.name not in (ask.get("identities") or []) and not set(who.groups) & set(ask.get("groups") or []):
+        return "not_asked"
+    if any(a.identity == who.name for a in counted):
+        return "duplicate"
+    return None
+
+
+def evaluate(request: Any, related: Iterable[Any], book: IdentityBook, now: datetime | None = None) -> ApprovalState:
+    """What the log says about one request.
+
+    Args:
+        request: the ``approval.requested`` :class:`~sealbox.events.Event`.
+        related: events of its run, in log order (``approval.answered``, ``approval.expired``,
+            ``run.resumed``, ``run.ended``; others are skipped).
+        book: the store's identities.
+        now: the time used to notice an unrecorded expiry (default: now).
+    """
+    req, aid = request.payload, request.payload["approval_id"]
+    expires = _parse(req["expires_at"]) if req.get("expires_at") else None
+    st: dict[str, Any] = {"status": "pending", "answers": [], "decided_by": (), "decided_at": None, "expired_at": None,
+                          "expiry_recorded": False, "resumed": False, "run_ended": False, "outcome": None}
+    approvers: list[str] = []
+    for ev in related:
+        p = ev.payload
+        if ev.kind == "run.ended":
+            st["run_ended"] = True
+        elif ev.kind == "run.resumed" and aid in (p.get("approval_ids") or []):
+            st["resumed"] = True
+            st["outcome"] = (p.get("outcomes") or {}).get(aid)
+        elif p.get("approval_id") != aid or ev.leaf_index < request.leaf_index:
+            continue
+        elif ev.kind == "approval.expired" and st["status"] == "pending":
+            st.update(status="expired", expired_at=p.get("expired_at"), expiry_recorded=True)
+        elif ev.kind == "approval.answered":
+            _count_answer(req, ev, book, st, approvers, expires)
+    if st["status"] == "pending" and expires is not None and (now or _now()) >= expires:
+        st.update(status="expired", expired_at=req["expires_at"])
+    return ApprovalState(aid, request.run_id, request.step, request.leaf_index, request.ts, req,
+                         answers=tuple(st.pop("answers")), **st)
+
+
+def _count_answer(req: dict, ev: Any, book: IdentityBook, st: dict, approvers: list[str],
+                  expires: datetime | None) -> None:
+    p = ev.payload
+    counted = [a for a in st["answers"] if a.problem is None]
+    problem = check_answer(req, p, ev.leaf_index, book, counted)
+    if problem is None and (st["status"] != "pending" or _late(p, expires)):
+        problem = "late"
+    st["answers"].append(Answer(str(p.get("identity")), str(p.get("decision")), str(p.get("reason", "")),
+                                str(p.get("answered_at")), ev.leaf_index, dict(p.get("client") or {}),
+                                tuple(p.get("flags") or ()), problem))
+    if problem is not None:
+        return
+    if p["decision"] == "deny":
+        st.update(status="denied", decided_by=(p["identity"],), decided_at=p["answered_at"])
+        return
+    approvers.append(p["identity"])
+    if len(approvers) >= int(req.get("quorum", 1)):
+        st.update(status="approved", decided_by=tuple(approvers), decided_at=p["answered_at"])
+
+
+def _late(payload: dict, expires: datetime | None) -> bool:
+    try:
+        return expires is not None and _parse(payload["answered_at"]) >= expires
+    except (KeyError, TypeError, ValueError):
+        return True
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _reader(store: Any) -> Any:
+    return store if hasattr(store, "events") else store.reader()
+
+
+def _load(reader: Any, approval_id: str) -> tuple[Any, list[Any], IdentityBook]:
+    found = reader.events(["approval.requested"], field=("approval_id", approval_id)) if isinstance(approval_id, str) else []
+    if not found:
+        raise ApprovalError("unknown_approval", f"no approval request {approval_id!r} in this store")
+    request = found[0]
+    related = reader.events(list(_RELATED), run_id=request.run_id)
+    return request, related, identity_book(reader)
+
+
+def get_approval(store: Any, approval_id: str, now: datetime | None = None) -> ApprovalState:
+    """The state of one approval request.
+
+    Raises:
+        ApprovalError: ``unknown_approval``.
+    """
+    return evaluate(*_load(_reader(store), approval_id), now=now)
+
+
+def list_approvals(store: Any, *, pending: bool = False, flagged: bool = False,
+                   record_expiries: bool = True) -> list[ApprovalState]:
+    """Every approval request, newest first.
+
+    Args:
+        pending: only requests still waiting for answers.
+        flagged: only requests with a flagged answer.
+        record_expiries: record ``approval.expired`` for requests noticed expired
+            (skipped on a read-only store).
+    """
+    reader = _reader(store)
+    book = identity_book(reader)
+    related: dict[str, list[Any]] = {}
+    states = []
+    for req in reader.events(["approval.requested"]):
+        if req.run_id not in related:
+            related[req.run_id] = reader.events(list(_RELATED), run_id=req.run_id)
+        states.append(evaluate(req, related[req.run_id], book))
+    if record_expiries and not getattr(store, "readonly", True):
+        noticed = [s.approval_id for s in states if s.status == "expired" and not s.expiry_recorded and not s.run_ended]
+        if noticed:
+            for aid in noticed:
+                record_expiry(store, aid)
+            return list_approvals(store, pending=pending, flagged=flagged, record_expiries=False)
+    if pending:
+        states = [s for s in states if s.status == "pending"]
+    if flagged:
+        states = [s for s in states if s.flags]
+    return states[::-1]
+
+
+def _expired_draft(state: ApprovalState) -> EventDraft:
+    return EventDraft("approval.expired", {"approval_id": state.approval_id, "expired_at": state.expired_at},
+                      run_id=state.run_id, principal="sealbox", step=state.step)
+
+
+def record_expiry(store: Any, approval_id: str) -> bool:
+    """Record ``approval.expired`` if the request has expired unanswered and nobody recorded it yet.
+
+    The check and the write share one transaction, so it is written exactly once.
+
+    Returns:
+        True when this call wrote it.
+    """
+    def build(reader: Any) -> list[EventDraft]:
+        state = evaluate(*_load(reader, approval_id))
+        if state.status != "expired" or state.expiry_recorded or state.run_ended:
+            return []
+        return [_expired_draft(state)]
+
+    return bool(store.append_with(build))
+
+
+# ----------------------------------------------------------------------------- answering
+
+
+def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: Any, *,
+           client: dict[str, Any] | None = None, binding: str | None = None,
+           shared_window_s: float = DEFAULT_SHARED_WINDOW_S) -> ApprovalState:
+    """Answer an approval request: sign and record ``approval.answered`` in the request's run.
+
+    Every rule is checked inside the transaction that writes the answer, so two
+    approvers racing cannot both be "the last one needed".
+
+    Args:
+        store: an open, writable store.
+        approval_id: the request's id (``apr_…``).
+        decision: ``"approve"`` or ``"deny"``.
+        reason: why (kept in the record and covered by the signature).
+        key_file: the answering identity's private key file (its name is the identity).
+        client: the client that answers (self-reported); default :func:`local_client`.
+        binding: the binding the answerer saw; refused if it is not the request's.
+        shared_window_s: window for the "same identity, several clients" flag.
+
+    Returns:
+        The request's state after the answer.
+
+    Raises:
+        ApprovalError: unknown id, the run ended, already decided, expired (the expiry
+            is then recorded), a key that is not the identity's current one, or a rule
+            broken (the code says which).
+    """
+    if decision not in ("approve", "deny"):
+        raise ApprovalError("bad_decision", f"decision must be 'approve' or 'deny', not {decision!r}")
+    signer = load_key(key_file)
+    client = dict(client if client is not None else local_client())
+    box: list[ApprovalState] = []
+
+    def build(reader: Any) -> list[EventDraft]:
+        now = _now()
+        request, related, book = _load(reader, approval_id)
+        state = evaluate(request, related, book, now)
+        if state.status == "expired" and not state.expiry_recorded and not state.run_ended:
+            box.append(state)
+            return [_expired_draft(state)]
+        _refuse_closed(state)
+        who = book.get(signer.name)
+        if who is None:
+            raise ApprovalError("unknown_identity", f"the key file names identity {signer.name!r}, which this store does not know")
+        if who.public_key != signer.verifier.vkey:
+            raise ApprovalError("wrong_key", f"this key is not {who.name}'s current key (it was rotated, or is not theirs)")
+        if binding is not None and binding != request.payload["binding"]:
+            raise ApprovalError("binding_mismatch", f"refused: binding {binding} is not the binding of {approval_id} "
+                                f"({request.payload['binding']}): the call changed or another call is meant")
+        payload = {"approval_id": approval_id, "binding": request.payload["binding"], "decision": decision,
+                   "identity": who.name, "reason": reason, "answered_at": _utc(now), "client": client}
+        payload["signature"] = sign_fields(signer, signed_fields(payload))
+        payload["key_id"] = who.key_id
+        problem = check_answer(request.payload, payload, reader.size(), book,
+                               [a for a in state.answers if a.problem is None])
+        if problem is not None:
+            raise ApprovalError(problem, f"answer refused: {_MESSAGES[problem]} ({who.name} on {approval_id})")
+        payload["flags"] = shared_account_flags(reader, who, client, now, shared_window_s, approval_id)
+        return [EventDraft("approval.answered", payload, run_id=request.run_id, principal=who.name, step=request.step)]
+
+    store.append_with(build)
+    if box:
+        raise ApprovalError("expired", f"approval {approval_id} expired at {box[0].expired_at}; "
+                            "it is denied (recorded as approval.expired)")
+    return get_approval(store, approval_id)
+
+
+def _refuse_closed(state: ApprovalState) -> None:
+    aid = state.approval_id
+    if state.run_ended:
+        raise ApprovalError("run_ended", f"run {state.run_id} has ended: approval {aid} can no longer be answered")
+    if state.status == "expired":
+        raise ApprovalError("expired", f"approval {aid} expired at {state.expired_at}; it can no longer be answered")
+    if state.status != "pending":
+        raise ApprovalError("already_decided", f"approval {aid} was already {state.status} by "
+                            f"{', '.join(state.decided_by)}; a further answer is refused")
+
+
+# ----------------------------------------------------------------------------- shared accounts
+
+
+def _client_key(client: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return client.get("hostname"), client.get("os_user"), client.get("user_agent")
+
+
+def _distinct(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two clients are distinct when hostname or OS user differ, or both name a user agent and they differ."""
+    (ha, ua, aa), (hb, ub, ab) = _client_key(a), _client_key(b)
+    return ha != hb or ua != ub or (aa is not None and ab is not None and aa != ab)
+
+
+def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now: datetime, window_s: float,
+                         approval_id: str) -> list[dict[str, Any]]:
+    """Flags, with evidence, that ``who`` may be an account several people or an agent use.
+
+    * ``shared_identity``: the identity is marked shared;
+    * ``multiple_clients``: it answered from two or more distinct clients within ``window_s``;
+    * ``acts_as_agent``: it is the principal of a run or a tool call in the store.
+    """
+    flags: list[dict[str, Any]] = []
+    if who.shared:
+        flags.append({"code": "shared_identity", "evidence": {"identity": who.name, "marked_shared": True,
+                                                              "identity_leaf": who.since_leaf}})
+    since = now - timedelta(seconds=window_s)
+    seen = [{"approval_id": approval_id, "answered_at": _utc(now), **_client_fields(client)}]
+    for ev in reader.events(["approval.answered"], principal=who.name):
+        p = ev.payload
+        try:
+            when = _parse(p["answered_at"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if p.get("identity") == who.name and since <= when <= now:
+            seen.append({"approval_id": p.get("approval_id"), "answered_at": p["answered_at"], "leaf_index": ev.leaf_index,
+                         **_client_fields(p.get("client") or {})})
+    if any(_distinct(seen[0], other) for other in seen[1:]):
+        distinct = sorted({_client_key(c) for c in seen}, key=repr)
+        flags.append({"code": "multiple_clients", "evidence": {
+            "identity": who.name, "window_s": window_s, "answers": seen,
+            "clients": [{"hostname": h, "os_user": u, "user_agent": a} for h, u, a in distinct]}})
+    for principal in (who.name, f"agent:{who.name}"):
+        acting = reader.events(["run.started", "tool.call"], principal=principal, limit=1)
+        if acting:
+            ev = acting[0]
+            flags.append({"code": "acts_as_agent", "evidence": {"identity": who.name, "principal": principal,
+                                                                "run_id": ev.run_id, "kind": ev.kind,
+                                                                "leaf_index": ev.leaf_index}})
+            break
+    return flags
+
+
+def _client_fields(client: dict[str, Any]) -> dict[str, Any]:
+    return {k: client[k] for k in ("hostname", "os_user", "user_agent", "remote_addr") if client.get(k) is not None}

@@ -1,0 +1,229 @@
+"""``sealbox access``: grants, provider credentials, revocation at the provider.
+
+A credential is read from a JSON file (``--credential-file``), never from the
+command line, where it would end up in shell history and process listings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+
+from sealbox.cli.common import echo_json, emit_rows, format_options, open_for_reading, open_for_writing, store_option
+
+#: Exit code of ``revoke`` / ``retry`` when the grant is revoked locally but not confirmed at its provider.
+EXIT_PENDING = 3
+
+
+def _by_option(fn: Any) -> Any:
+    return click.option("--by", metavar="PRINCIPAL", default=None,
+                        help="Who does this (the event's principal); default user:<OS user>.")(fn)
+
+
+def _who(by: str | None) -> str:
+    if by:
+        return by
+    try:
+        import getpass
+
+        return "user:" + getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name on this system
+        return "sealbox"
+
+
+def _read_credential(path: str) -> dict[str, Any]:
+    from sealbox.access import AccessError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise AccessError(f"cannot read credential file {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # never echo the file's content
+        raise AccessError(f"credential file {path} is not valid JSON (line {getattr(exc, 'lineno', '?')})") from None
+    return data
+
+
+def _warn_if_shared(path: str) -> None:
+    """After a successful grant: a credential file others can read should not stay around."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if mode & 0o077 and sys.platform != "win32":
+        click.echo(f"warning: {path} is readable by other users (mode {mode & 0o777:o}); "
+                   "delete it now that Sealbox holds the credential", err=True)
+
+
+@click.group("access")
+def access_group() -> None:
+    """Grants, provider credentials, and revocation at the provider."""
+
+
+@access_group.command("grant")
+@store_option
+@click.option("--principal", required=True, help="Who holds the grant (e.g. agent:deploy-bot).")
+@click.option("--server", required=True, help="Upstream server (glob).")
+@click.option("--tool", required=True, help="Upstream tool (glob, e.g. 'create_*').")
+@click.option("--scope", "scopes", multiple=True, help="Scope (repeatable; recorded, enforced by the provider).")
+@click.option("--expires", metavar="TIME", help="RFC 3339 time, a date, or a duration from now (12h, 30d).")
+@click.option("--provider", help="The provider's name (default: the revocation endpoint's host).")
+@click.option("--credential-file", type=click.Path(dir_okay=False),
+              help="JSON file with the provider credential (tokens, client, endpoints).")
+@click.option("--id", "grant_id", help="A grant id to use (default: a new one).")
+@_by_option
+def grant_cmd(store_path: str, principal: str, server: str, tool: str, scopes: tuple[str, ...], expires: str | None,
+              provider: str | None, credential_file: str | None, grant_id: str | None, by: str | None) -> None:
+    """Give a principal a grant for a tool; print its id."""
+    from sealbox.access import grant_access, parse_expiry
+
+    expires_at = parse_expiry(expires) if expires else None
+    credential = _read_credential(credential_file) if credential_file else None
+    scope: Any = None if not scopes else (scopes[0] if len(scopes) == 1 else list(scopes))
+    store = open_for_writing(store_path)
+    try:
+        gid = grant_access(store, principal, server, tool, scope, expires_at=expires_at, credential=credential,
+                           provider=provider, by=_who(by), grant_id=grant_id)
+    finally:
+        store.close()
+    if credential_file:
+        _warn_if_shared(credential_file)
+    click.echo(gid)
+
+
+@access_group.command("list")
+@store_option
+@format_options
+def list_cmd(store_path: str, as_json: bool, as_csv: bool) -> None:
+    """List grants, oldest first, with their status."""
+    from sealbox.access import list_grants
+
+    store = open_for_reading(store_path)
+    try:
+        rows = list_grants(store)
+    finally:
+        store.close()
+    columns = ["grant_id", "principal", "server", "tool", "scope", "expires_at", "provider", "credential", "status",
+               "granted_at", "granted_by"]
+    if not rows and not (as_json or as_csv):
+        click.echo("no grants", err=True)
+        return
+    emit_rows(rows, columns, as_json=as_json, as_csv=as_csv, title=None if (as_json or as_csv) else "Grants")
+
+
+def _print_show(row: dict[str, Any]) -> None:
+    click.echo(f"grant      {row['grant_id']}")
+    click.echo(f"status     {row['status']}")
+    click.echo(f"principal  {row['principal']}")
+    click.echo(f"tool       {row['server']}/{row['tool']}")
+    click.echo(f"scope      {json.dumps(row['scope']) if row['scope'] is not None else '(none)'}")
+    click.echo(f"expires    {row['expires_at'] or '(never)'}")
+    click.echo(f"provider   {row['provider'] or '(none)'}  credential {row['credential']}")
+    click.echo(f"granted    {row['granted_at']} by {row['granted_by']}")
+    for s in row["steps"]:
+        line = f"  {s['ts']}  {s['step']:<9} by {s['by']}"
+        if s.get("reason"):
+            line += f"  reason: {s['reason']}"
+        detail = s.get("detail") or {}
+        if isinstance(detail, dict):
+            if detail.get("tokens"):
+                line += "  " + ", ".join(
+                    f"{t.get('token_type_hint')}: " + (
+                        f"active={str(t['active']).lower()}" if "active" in t else
+                        f"HTTP {t['http_status']}" if "http_status" in t else str(t.get("error")))
+                    for t in detail["tokens"])
+            if detail.get("error"):
+                line += f"  error: {detail['error']}"
+        click.echo(line)
+
+
+@access_group.command("show")
+@click.argument("grant_id")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def show_cmd(grant_id: str, store_path: str, as_json: bool) -> None:
+    """Show a grant: its status and each revocation step."""
+    from sealbox.access import show_grant
+
+    store = open_for_reading(store_path)
+    try:
+        row = show_grant(store, grant_id)
+    finally:
+        store.close()
+    if as_json:
+        echo_json(row)
+    else:
+        _print_show(row)
+
+
+def _finish(grant_id: str, status: str) -> None:
+    from sealbox.access import STATUS_PENDING, STATUS_UNCONFIRMED
+
+    click.echo(f"{grant_id}: {status}")
+    if status == STATUS_PENDING:
+        click.echo(f"warning: not confirmed at the provider; calls under {grant_id} are denied here. "
+                   f"See `sealbox access show {grant_id}`, then `sealbox access retry {grant_id}`", err=True)
+        sys.exit(EXIT_PENDING)
+    if status == STATUS_UNCONFIRMED:
+        click.echo("warning: the provider has no introspection endpoint, so nothing confirms that its tokens "
+                   "are inactive; a self-contained access token stays valid until it expires", err=True)
+
+
+@access_group.command("revoke")
+@click.argument("grant_id")
+@store_option
+@click.option("--reason", required=True, help="Why (recorded).")
+@click.option("--retries", type=click.IntRange(min=1, max=20), default=3, show_default=True,
+              help="Attempts per request when the provider is unreachable or answers 5xx/429.")
+@_by_option
+def revoke_cmd(grant_id: str, store_path: str, reason: str, retries: int, by: str | None) -> None:
+    """Revoke a grant: denied here at once, then revoked and confirmed at its provider.
+
+    Exits 3 when the grant is revoked here but not (yet) confirmed at the provider.
+    """
+    from sealbox.access import revoke
+
+    store = open_for_writing(store_path)
+    try:
+        status = revoke(store, grant_id, reason, retries=retries, by=_who(by))
+    finally:
+        store.close()
+    _finish(grant_id, status)
+
+
+@access_group.command("retry")
+@click.argument("grant_id")
+@store_option
+@click.option("--retries", type=click.IntRange(min=1, max=20), default=3, show_default=True,
+              help="Attempts per request when the provider is unreachable or answers 5xx/429.")
+@_by_option
+def retry_cmd(grant_id: str, store_path: str, retries: int, by: str | None) -> None:
+    """Retry a revocation that is pending at its provider. Exits 3 if it is still pending."""
+    from sealbox.access import retry
+
+    store = open_for_writing(store_path)
+    try:
+        status = retry(store, grant_id, retries=retries, by=_who(by))
+    finally:
+        store.close()
+    _finish(grant_id, status)
+
+
+@access_group.command("delete-credential")
+@click.argument("grant_id")
+@store_option
+@click.option("--force", is_flag=True, help="Delete even though the grant is not revoked at its provider.")
+def delete_credential_cmd(grant_id: str, store_path: str, force: bool) -> None:
+    """Delete a grant's stored provider credential (credentials are not evidence)."""
+    from sealbox.access import delete_credential
+
+    store = open_for_writing(store_path)
+    try:
+        deleted = delete_credential(store, grant_id, force=force)
+    finally:
+        store.close()
+    click.echo(f"{grant_id}: credential deleted" if deleted else f"{grant_id}: no credential held")

@@ -1,0 +1,122 @@
+"""``sealbox approvals list | show | approve | deny``."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from sealbox.cli.common import echo_json, emit_rows, format_options, open_for_reading, open_for_writing, store_option
+
+
+def _open_listing(path: str):
+    """Writable when possible, so that expiries noticed while listing are recorded; else read-only."""
+    from sealbox.errors import StoreError
+
+    try:
+        return open_for_writing(path)
+    except StoreError:
+        return open_for_reading(path)
+
+
+@click.group("approvals")
+def approvals_group() -> None:
+    """Approval requests and their signed answers."""
+
+
+@approvals_group.command("list")
+@click.option("--pending", is_flag=True, help="Only requests still waiting for answers.")
+@click.option("--flagged", is_flag=True, help="Only requests with an answer flagged as a possible shared account.")
+@store_option
+@format_options
+def list_cmd(pending: bool, flagged: bool, store_path: str, as_json: bool, as_csv: bool) -> None:
+    """List approval requests, newest first."""
+    from sealbox.approvals import list_approvals
+
+    store = _open_listing(store_path)
+    try:
+        states = list_approvals(store, pending=pending, flagged=flagged)
+        rows = [s.to_dict() for s in states]
+    finally:
+        store.close()
+    if as_json or as_csv:
+        emit_rows(rows, ["approval_id", "run_id", "call_id", "server", "tool", "status", "quorum", "expires_at",
+                         "decided_by", "flags"], as_json=as_json, as_csv=as_csv)
+        return
+    if not rows:
+        click.echo("no approval requests match", err=True)
+        return
+    shown = [{**r, "tool": f"{r['server']}/{r['tool']}", "answers": len(r["answers"]),
+              "flags": ", ".join(sorted({f"{f['identity']}:{f['code']}" for f in r["flags"]}))} for r in rows]
+    emit_rows(shown, ["approval_id", "run_id", "tool", "status", "quorum", "answers", "expires_at", "decided_by", "flags"],
+              as_json=False, as_csv=False, title="Approvals")
+
+
+@approvals_group.command("show")
+@click.argument("approval_id")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
+    """Show one request: the call, its binding, who is asked, every answer and flag."""
+    from sealbox.approvals import get_approval
+
+    store = open_for_reading(store_path)
+    try:
+        state = get_approval(store, approval_id)
+        row = state.to_dict()
+        row["arguments"] = store.resolve(row["arguments"])
+    finally:
+        store.close()
+    if as_json:
+        echo_json(row)
+        return
+    ask = row["ask"] or {}
+    for label, value in (("approval", row["approval_id"]), ("status", row["status"]), ("run", row["run_id"]),
+                         ("call", f"{row['call_id']}  {row['server']}/{row['tool']}"),
+                         ("arguments", json.dumps(row["arguments"], ensure_ascii=False)), ("binding", row["binding"]),
+                         ("rule", row["rule"]), ("asked", f"groups {ask.get('groups')} identities {ask.get('identities')}"),
+                         ("quorum", row["quorum"]), ("requested", f"{row['requested_at']} by {row['requested_by']}"),
+                         ("expires", row["expires_at"]), ("decided by", ", ".join(row["decided_by"]) or "-")):
+        click.echo(f"{label:<10} {value}")
+    for a in row["answers"]:
+        state_text = "counts" if a["counted"] else f"does not count: {a['problem']}"
+        click.echo(f"answer     {a['answered_at']} {a['identity']} {a['decision']} ({state_text}): {a['reason']}")
+        for f in a["flags"]:
+            click.echo(f"  flag     {f['code']}: {json.dumps(f.get('evidence'), ensure_ascii=False)}")
+
+
+def _answer(decision: str, approval_id: str, reason: str, key_file: str, binding: str | None, window: float,
+            store_path: str) -> None:
+    from sealbox import __version__
+    from sealbox.approvals import answer, local_client
+
+    store = open_for_writing(store_path)
+    try:
+        state = answer(store, approval_id, decision, reason, key_file, binding=binding, shared_window_s=window,
+                       client=local_client(user_agent=f"sealbox-cli/{__version__}"))
+    finally:
+        store.close()
+    mine = state.answers[-1]
+    click.echo(f"{mine.identity} {'approved' if decision == 'approve' else 'denied'} {approval_id}; "
+               f"request is now {state.status}")
+    for f in mine.flags:
+        click.echo(f"flag: {f['code']} ({json.dumps(f.get('evidence'), ensure_ascii=False)})", err=True)
+
+
+def _answer_command(decision: str, help_text: str):
+    @click.argument("approval_id")
+    @click.option("--reason", required=True, help="Why (recorded and signed).")
+    @click.option("--key-file", required=True, type=click.Path(dir_okay=False), help="Your identity's private key file.")
+    @click.option("--binding", help="The binding you reviewed (from `approvals show`); refused if the request's differs.")
+    @click.option("--window", type=click.FloatRange(min=0), default=24 * 3600, show_default=True,
+                  help="Seconds within which answers from several clients are flagged.")
+    @store_option
+    def command(approval_id: str, reason: str, key_file: str, binding: str | None, window: float, store_path: str) -> None:
+        _answer(decision, approval_id, reason, key_file, binding, window, store_path)
+
+    command.__doc__ = help_text
+    return command
+
+
+approvals_group.command("approve")(_answer_command("approve", "Approve a request, signed with your key."))
+approvals_group.command("deny")(_answer_command("deny", "Deny a request, signed with your key."))

@@ -1,0 +1,112 @@
+"""``sealbox identities add | list | disable | enable | rotate``."""
+
+from __future__ import annotations
+
+import getpass
+
+import click
+
+from sealbox.cli.common import emit_rows, format_options, open_for_reading, open_for_writing, store_option
+
+_ROLES = ("approver", "agent", "auditor", "admin")  # sealbox.identities.ROLES
+
+
+def _actor() -> str:
+    try:
+        return f"os-user:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "sealbox-cli"
+
+
+@click.group("identities")
+def identities_group() -> None:
+    """People and services known to the store: roles, groups, Ed25519 keys."""
+
+
+@identities_group.command("add")
+@click.argument("name")
+@click.option("--role", required=True, type=click.Choice(_ROLES), help="What the identity may do.")
+@click.option("--group", "groups", multiple=True, metavar="G", help="A group it belongs to. Repeatable.")
+@click.option("--shared", is_flag=True, help="Mark it as a shared account (its answers are flagged).")
+@click.option("--key-out", type=click.Path(dir_okay=False), help="Where to write the private key (default ./NAME.key).")
+@store_option
+def add_cmd(name: str, role: str, groups: tuple[str, ...], shared: bool, key_out: str | None, store_path: str) -> None:
+    """Add an identity: its public key goes into the log, its private key into a file (mode 0600)."""
+    from sealbox.identities import add_identity
+
+    store = open_for_writing(store_path)
+    try:
+        new = add_identity(store, name, role, groups, shared, key_out, actor=_actor())
+    finally:
+        store.close()
+    click.echo(f"identity {name} added (role {role}, key {new.identity.key_id})")
+    click.echo(f"private key written to {new.key_path} (mode 0600); Sealbox keeps no copy: give it to {name} only")
+
+
+@identities_group.command("list")
+@store_option
+@format_options
+def list_cmd(store_path: str, as_json: bool, as_csv: bool) -> None:
+    """List identities as the log says they are now."""
+    from sealbox.identities import identity_book
+
+    store = open_for_reading(store_path)
+    try:
+        rows = [i.to_dict() for i in identity_book(store).all()]
+    finally:
+        store.close()
+    if not rows and not (as_json or as_csv):
+        click.echo("no identities", err=True)
+        return
+    emit_rows(rows, ["name", "role", "groups", "shared", "disabled", "key_id", "public_key"], as_json=as_json,
+              as_csv=as_csv, title="Identities")
+
+
+@identities_group.command("disable")
+@click.argument("name")
+@click.option("--reason", default="", help="Why (recorded).")
+@store_option
+def disable_cmd(name: str, reason: str, store_path: str) -> None:
+    """Disable an identity: it can no longer answer approvals."""
+    from sealbox.identities import disable_identity
+
+    store = open_for_writing(store_path)
+    try:
+        disable_identity(store, name, reason, actor=_actor())
+    finally:
+        store.close()
+    click.echo(f"identity {name} disabled")
+
+
+@identities_group.command("enable")
+@click.argument("name")
+@click.option("--reason", default="", help="Why (recorded).")
+@store_option
+def enable_cmd(name: str, reason: str, store_path: str) -> None:
+    """Re-enable a disabled identity (recorded like every change)."""
+    from sealbox.identities import enable_identity
+
+    store = open_for_writing(store_path)
+    try:
+        enable_identity(store, name, reason, actor=_actor())
+    finally:
+        store.close()
+    click.echo(f"identity {name} enabled")
+
+
+@identities_group.command("rotate")
+@click.argument("name")
+@click.option("--key-out", required=True, type=click.Path(dir_okay=False), help="Where to write the new private key.")
+@click.option("--reason", default="", help="Why (recorded).")
+@store_option
+def rotate_cmd(name: str, key_out: str, reason: str, store_path: str) -> None:
+    """Give an identity a new key; the old one stops being accepted."""
+    from sealbox.identities import rotate_key
+
+    store = open_for_writing(store_path)
+    try:
+        new = rotate_key(store, name, key_out, reason, actor=_actor())
+    finally:
+        store.close()
+    click.echo(f"identity {name} has a new key {new.identity.key_id}")
+    click.echo(f"private key written to {new.key_path} (mode 0600); Sealbox keeps no copy")

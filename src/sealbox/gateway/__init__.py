@@ -1,0 +1,31 @@
+"""The MCP gateway: govern and record agents that already speak MCP, in front of real MCP servers.
+
+See ``docs/gateway.md``. The pieces: :mod:`~sealbox.gateway.config` (``gateway.yaml``),
+:mod:`~sealbox.gateway.upstream` (supervised upstream connections),
+:mod:`~sealbox.gateway.pinning` (tool pinning), :mod:`~sealbox.gateway.server` (the
+MCP server clients talk to), :mod:`~sealbox.gateway.transports` (stdio, streamable
+HTTP) and :mod:`~sealbox.gateway.codes` (JSON-RPC error codes).
+"""
+
+from __future__ import annotations
+
+from sealbox.gateway.codes import MALFORMED_REQUEST, REQUEST_TOO_LARGE, UNAUTHORIZED, UNKNOWN_RUN, UNKNOWN_TOOL
+from sealbox.gateway.config import DEFAULT_SEPARATOR, GatewayConfig, load_config, parse_config
+from sealbox.gateway.pinning import PIN_RULE
+from sealbox.gateway.server import ENV_RUN_ID, RUN_ID_META_KEY, Gateway
+
+__all__ = [
+    "Gateway",
+    "GatewayConfig",
+    "load_config",
+    "parse_config",
+    "DEFAULT_SEPARATOR",
+    "RUN_ID_META_KEY",
+    "ENV_RUN_ID",
+    "PIN_RULE",
+    "UNKNOWN_TOOL",
+    "REQUEST_TOO_LARGE",
+    "MALFORMED_REQUEST",
+    "UNKNOWN_RUN",
+    "UNAUTHORIZED",
+]

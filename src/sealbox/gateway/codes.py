@@ -1,0 +1,33 @@
+"""JSON-RPC error codes the gateway answers with, for protocol errors only.
+
+A tool that was denied, failed, timed out, or whose arguments did not match its
+input schema is a normal ``CallToolResult`` with ``isError: true`` (the model
+sees it). A *protocol* error — the request itself cannot be served — is a
+JSON-RPC error with one of these codes. They lie in −32003…−32019: −32000 and
+−32001 are used by the MCP Python SDK (connection closed, request timeout),
+−32002 was "resource not found" until MCP 2025-11-25 and is never reused, and
+−32020…−32099 are reserved by the MCP specification.
+"""
+
+from __future__ import annotations
+
+__all__ = ["UNKNOWN_TOOL", "REQUEST_TOO_LARGE", "MALFORMED_REQUEST", "UNKNOWN_RUN", "UNAUTHORIZED", "CODES"]
+
+#: ``tools/call`` names a tool that is not exposed (no such server, or no such tool on it).
+UNKNOWN_TOOL = -32003
+#: The request's params, as JSON, are larger than ``limits.max_request_bytes``.
+REQUEST_TOO_LARGE = -32004
+#: The request is well-formed JSON-RPC but not a valid ``tools/call`` (no name, arguments not an object…).
+MALFORMED_REQUEST = -32005
+#: ``_meta["sealbox/run_id"]`` (or ``SEALBOX_RUN_ID``) names a run that does not exist or has ended.
+UNKNOWN_RUN = -32006
+#: An HTTP request carried no bearer token, or one the config does not map to an identity.
+UNAUTHORIZED = -32007
+
+CODES: dict[int, str] = {
+    UNKNOWN_TOOL: "unknown tool",
+    REQUEST_TOO_LARGE: "request too large",
+    MALFORMED_REQUEST: "malformed request",
+    UNKNOWN_RUN: "unknown run",
+    UNAUTHORIZED: "unauthorized",
+}

@@ -1,0 +1,308 @@
+"""The gateway's configuration file (``gateway.yaml``), read as YAML 1.2 and validated.
+
+Every problem is one :class:`~sealbox.errors.ConfigError` whose message reads
+``FILE:LINE: problem`` (the CLI prints it as one line). Relative paths (store,
+policy, an upstream's ``cwd``) are relative to the config file's folder.
+
+Example::
+
+    version: 1
+    store: ./.sealbox
+    policy: ./policy.yaml          # or ALLOW_ALL (explicit, fingerprinted)
+    principal: agent:desktop       # who acts for stdio clients
+    separator: "__"                # exposed name = server + separator + tool
+    http:
+      tokens:                      # bearer token -> identity, for --http
+        - {token_env: SEALBOX_TOKEN_CI, identity: ci-bot}
+      allowed_origins: ["http://localhost:3000"]
+    limits:
+      max_request_bytes: 1048576
+      approval_hold_s: 4
+      call_timeout_s: 60
+    breaker: {threshold: 5, cooldown_s: 30}
+    upstreams:
+      - id: time
+        command: uvx
+        args: [mcp-server-time]
+      - id: docs
+        url: http://127.0.0.1:9000/mcp
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from sealbox.errors import ConfigError, PolicyLoadError
+
+__all__ = ["GatewayConfig", "UpstreamSpec", "TokenSpec", "Limits", "load_config", "parse_config", "DEFAULT_SEPARATOR"]
+
+#: Default separator between a server id and a tool name in an exposed tool name.
+DEFAULT_SEPARATOR = "__"
+
+_ID = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$"
+_SEP = r"^[_.-]{1,3}$"
+
+_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["version", "store", "policy", "upstreams"],
+    "properties": {
+        "version": {"const": 1},
+        "store": {"type": "string", "minLength": 1},
+        "policy": {"type": "string", "minLength": 1},
+        "principal": {"type": "string", "minLength": 1},
+        "name": {"type": "string", "pattern": _ID},
+        "separator": {"type": "string", "pattern": _SEP},
+        "http": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "tokens": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["identity"],
+                        "properties": {
+                            "identity": {"type": "string", "minLength": 1},
+                            "token": {"type": "string", "minLength": 16},
+                            "token_env": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
+                        },
+                        "oneOf": [{"required": ["token"]}, {"required": ["token_env"]}],
+                    },
+                },
+                "allowed_origins": {"type": "array", "items": {"type": "string", "pattern": r"^https?://"}},
+            },
+        },
+        "limits": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "max_request_bytes": {"type": "integer", "minimum": 1024, "maximum": 64 * 1024 * 1024},
+                "approval_hold_s": {"type": "number", "minimum": 0, "maximum": 3600},
+                "call_timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
+                "startup_timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 600},
+            },
+        },
+        "breaker": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "threshold": {"type": "integer", "minimum": 1},
+                "cooldown_s": {"type": "number", "minimum": 0},
+            },
+        },
+        "restart": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "initial_s": {"type": "number", "exclusiveMinimum": 0},
+                "max_s": {"type": "number", "exclusiveMinimum": 0},
+            },
+        },
+        "upstreams": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["id"],
+                "properties": {
+                    "id": {"type": "string", "pattern": _ID},
+                    "command": {"type": "string", "minLength": 1},
+                    "args": {"type": "array", "items": {"type": "string"}},
+                    "env": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "cwd": {"type": "string"},
+                    "url": {"type": "string", "pattern": r"^https?://"},
+                    "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                },
+                "oneOf": [{"required": ["command"]}, {"required": ["url"]}],
+            },
+        },
+    },
+}
+_VALIDATOR = jsonschema.Draft202012Validator(_SCHEMA)
+
+
+@dataclass(frozen=True)
+class UpstreamSpec:
+    """One upstream MCP server: a stdio ``command`` (with ``args``, ``env``, ``cwd``) or a streamable-HTTP ``url``."""
+
+    id: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def kind(self) -> str:
+        """``"stdio"`` or ``"http"``."""
+        return "stdio" if self.command else "http"
+
+
+@dataclass(frozen=True)
+class TokenSpec:
+    """An HTTP bearer token (given literally or named by an environment variable) and the identity it maps to."""
+
+    identity: str
+    token: str | None = None
+    token_env: str | None = None
+
+    def resolve(self) -> str:
+        """The token's value.
+
+        Raises:
+            ConfigError: ``token_env`` names an unset or too short variable.
+        """
+        if self.token is not None:
+            return self.token
+        value = os.environ.get(self.token_env or "", "")
+        if len(value) < 16:
+            raise ConfigError(f"environment variable {self.token_env} (token of {self.identity}) is unset or shorter than 16 characters")
+        return value
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Gateway limits. ``max_request_bytes``: a request's JSON params above this are refused
+    (``REQUEST_TOO_LARGE``); ``approval_hold_s``: how long a call waiting for an approval is held;
+    ``call_timeout_s``: an upstream call longer than this is a recorded timeout;
+    ``startup_timeout_s``: an upstream that does not answer ``initialize`` + ``tools/list`` within this is down."""
+
+    max_request_bytes: int = 1024 * 1024
+    approval_hold_s: float = 4.0
+    call_timeout_s: float = 60.0
+    startup_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """A validated ``gateway.yaml``."""
+
+    source: str
+    store: str
+    policy: str
+    upstreams: tuple[UpstreamSpec, ...]
+    principal: str = "agent:mcp-client"
+    name: str = "gateway"
+    separator: str = DEFAULT_SEPARATOR
+    tokens: tuple[TokenSpec, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    limits: Limits = field(default_factory=Limits)
+    breaker_threshold: int = 5
+    breaker_cooldown_s: float = 30.0
+    restart_initial_s: float = 0.5
+    restart_max_s: float = 30.0
+
+    def upstream(self, server_id: str) -> UpstreamSpec | None:
+        """The upstream with this id, if any."""
+        return next((u for u in self.upstreams if u.id == server_id), None)
+
+
+def load_config(path: str | os.PathLike) -> GatewayConfig:
+    """Read and validate a gateway config file.
+
+    Raises:
+        ConfigError: ``FILE:LINE: problem`` for a missing file, invalid YAML, an
+            unknown field, a wrong type, a duplicate upstream id, or a server id
+            that contains the separator.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read: {exc}") from exc
+    return parse_config(text, source=str(p), base=p.resolve().parent)
+
+
+def parse_config(text: str, *, source: str = "<string>", base: str | os.PathLike | None = None) -> GatewayConfig:
+    """Validate YAML 1.2 ``text`` as a gateway config (see :func:`load_config`)."""
+    from sealbox.policy import loader
+
+    try:
+        doc, lines = loader.read_text(text, source)
+    except PolicyLoadError as exc:
+        problem = exc.problem.replace("a policy file must be a YAML mapping (version, rules, ...)",
+                                      "a gateway config must be a YAML mapping (version, store, policy, upstreams)")
+        raise ConfigError(_where(source, exc.line, problem)) from None
+    errors = sorted(_VALIDATOR.iter_errors(doc), key=lambda e: loader.line_of(lines, tuple(e.absolute_path)) or 0)
+    if errors:
+        err = errors[0]
+        path = tuple(err.absolute_path)
+        raise ConfigError(_where(source, loader.line_of(lines, path), _message(err, path)))
+    cfg = _build(doc, Path(base) if base is not None else Path.cwd(), source)
+    _check_ids(cfg, doc, lines, source)
+    return cfg
+
+
+def _where(source: str, line: int | None, problem: str) -> str:
+    return f"{source}:{line}: {problem}" if line else f"{source}: {problem}"
+
+
+def _message(err: jsonschema.ValidationError, path: tuple) -> str:
+    where = ".".join(str(p) for p in path) or "document"
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = set(err.schema.get("properties", {}))
+        extra = sorted(k for k in err.instance if k not in allowed)
+        return f"unknown field '{'.'.join([*map(str, path), extra[0]]) if extra else where}'"
+    if err.validator == "oneOf" and "upstreams" in path:
+        return f"{where}: give exactly one of 'command' (stdio) or 'url' (streamable HTTP)"
+    if err.validator == "oneOf":
+        return f"{where}: give exactly one of 'token' or 'token_env'"
+    if err.validator == "required":
+        return f"{where}: {err.message}"
+    if err.validator == "pattern" and path and path[-1] == "separator":
+        return "separator: must be 1-3 characters from '_', '-', '.' (so exposed names stay valid MCP tool names)"
+    if err.validator == "pattern" and path and path[-1] in ("id", "name"):
+        return f"{where}: {err.instance!r} must be 1-48 characters [A-Za-z0-9_-], starting with a letter or digit"
+    return f"{where}: {err.message}"
+
+
+def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:
+    def rel(value: str) -> str:
+        return value if value == "ALLOW_ALL" or os.path.isabs(value) else str(base / value)
+
+    ups = tuple(
+        UpstreamSpec(id=u["id"], command=u.get("command"), args=tuple(u.get("args") or ()), env=dict(u.get("env") or {}),
+                     cwd=rel(u["cwd"]) if u.get("cwd") else None, url=u.get("url"), headers=dict(u.get("headers") or {}))
+        for u in doc["upstreams"]
+    )
+    http = doc.get("http") or {}
+    lim = doc.get("limits") or {}
+    brk = doc.get("breaker") or {}
+    rst = doc.get("restart") or {}
+    return GatewayConfig(
+        source=source, store=rel(doc["store"]), policy=rel(doc["policy"]), upstreams=ups,
+        principal=doc.get("principal", "agent:mcp-client"), name=doc.get("name", "gateway"),
+        separator=doc.get("separator", DEFAULT_SEPARATOR),
+        tokens=tuple(TokenSpec(t["identity"], t.get("token"), t.get("token_env")) for t in http.get("tokens") or ()),
+        allowed_origins=tuple(http.get("allowed_origins") or ()),
+        limits=Limits(**{k: lim[k] for k in ("max_request_bytes", "approval_hold_s", "call_timeout_s", "startup_timeout_s") if k in lim}),
+        breaker_threshold=brk.get("threshold", 5), breaker_cooldown_s=float(brk.get("cooldown_s", 30.0)),
+        restart_initial_s=float(rst.get("initial_s", 0.5)), restart_max_s=float(rst.get("max_s", 30.0)),
+    )
+
+
+def _check_ids(cfg: GatewayConfig, doc: dict[str, Any], lines: dict, source: str) -> None:
+    from sealbox.policy import loader
+
+    seen: set[str] = set()
+    for i, up in enumerate(cfg.upstreams):
+        line = loader.line_of(lines, ("upstreams", i, "id"))
+        if cfg.separator in up.id:
+            raise ConfigError(_where(source, line, f"upstreams.{i}.id: {up.id!r} contains the separator {cfg.separator!r}"))
+        if up.id in seen:
+            raise ConfigError(_where(source, line, f"upstreams.{i}.id: duplicate upstream id {up.id!r}"))
+        seen.add(up.id)
+    if re.search(r"\s", cfg.principal):
+        raise ConfigError(_where(source, loader.line_of(lines, ("principal",)), "principal: must not contain whitespace"))

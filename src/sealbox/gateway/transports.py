@@ -1,0 +1,129 @@
+"""Serving the gateway to clients: stdio (launched as a command) and streamable HTTP on 127.0.0.1.
+
+HTTP specifics:
+
+* binds 127.0.0.1 only;
+* validates ``Host`` and ``Origin`` (DNS-rebinding protection, required by the
+  MCP specification): a request whose ``Origin`` is not the gateway's own
+  (``http://127.0.0.1:PORT``, ``http://localhost:PORT``) or listed in
+  ``http.allowed_origins`` gets HTTP 403; a request without ``Origin`` (not a
+  browser) is accepted;
+* requires ``Authorization: Bearer <token>`` with a token from ``http.tokens``;
+  the token's identity is the principal of the calls (HTTP 401 and JSON-RPC
+  error ``UNAUTHORIZED`` otherwise);
+* bodies above ``4 × limits.max_request_bytes`` are refused by the SDK with HTTP
+  413 before parsing; smaller requests whose params exceed the limit get the
+  JSON-RPC error ``REQUEST_TOO_LARGE``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import socket
+from typing import Any
+
+import anyio
+
+from sealbox.errors import ConfigError
+from sealbox.gateway import codes
+from sealbox.gateway.server import Gateway
+
+__all__ = ["serve_stdio", "serve_http", "http_app", "BearerAuth"]
+
+
+async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None) -> None:
+    """Serve one client over the process's stdin/stdout until it closes them."""
+    from mcp.server.stdio import stdio_server
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(gateway.run_upstreams)
+        async with stdio_server(stdin, stdout) as (read, write):
+            await gateway.server.run(read, write, gateway.initialization_options())
+        tg.cancel_scope.cancel()
+
+
+class BearerAuth:
+    """ASGI middleware: maps ``Authorization: Bearer`` tokens to identities (constant-time compare)."""
+
+    def __init__(self, app: Any, tokens: dict[str, str]) -> None:
+        self.app, self.tokens = app, dict(tokens)
+
+    def identity(self, header: str | None) -> str | None:
+        if not header or not header.lower().startswith("bearer "):
+            return None
+        given = header[7:].strip().encode()
+        found = None
+        for token, identity in self.tokens.items():
+            if hmac.compare_digest(given, token.encode()):
+                found = identity
+        return found
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        identity = self.identity(headers.get("authorization"))
+        if identity is None:
+            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                "code": codes.UNAUTHORIZED, "message": "a bearer token mapped to an identity is required"}}).encode()
+            await send({"type": "http.response.start", "status": 401, "headers": [
+                (b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        scope.setdefault("state", {})["sealbox_identity"] = identity
+        await self.app(scope, receive, send)
+
+
+def http_app(gateway: Gateway, port: int) -> Any:
+    """The ASGI app serving ``/mcp`` for a gateway listening on 127.0.0.1:``port``.
+
+    Raises:
+        ConfigError: no ``http.tokens`` in the config.
+    """
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    cfg = gateway.config
+    if not cfg.tokens:
+        raise ConfigError(f"{cfg.source}: http.tokens is required to serve over HTTP (each token maps to an identity)")
+    tokens = {t.resolve(): t.identity for t in cfg.tokens}
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"127.0.0.1:{port}", f"localhost:{port}"],
+        allowed_origins=[f"http://127.0.0.1:{port}", f"http://localhost:{port}", *cfg.allowed_origins],
+    )
+    app = gateway.server.streamable_http_app(streamable_http_path="/mcp", transport_security=security,
+                                             max_request_body_size=4 * cfg.limits.max_request_bytes, host="127.0.0.1")
+    return BearerAuth(app, tokens)
+
+
+def bind(port: int) -> socket.socket:
+    """A listening socket on 127.0.0.1:``port`` (0: any free port)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+async def serve_http(gateway: Gateway, port: int, *, sock: socket.socket | None = None,
+                     task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+    """Serve streamable HTTP on 127.0.0.1 until cancelled; ``started`` with the bound port."""
+    import uvicorn
+
+    sock = sock or bind(port)
+    port = sock.getsockname()[1]
+    app = http_app(gateway, port)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    async with anyio.create_task_group() as tg:
+        await tg.start(gateway.run_upstreams)
+        tg.start_soon(server.serve, [sock])
+        while not server.started:
+            await anyio.sleep(0.01)  # uvicorn exposes no started event
+        task_status.started(port)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            server.should_exit = True

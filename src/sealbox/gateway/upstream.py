@@ -1,0 +1,279 @@
+"""One upstream MCP server: connect, list tools, call, and restart after a failure.
+
+An :class:`Upstream` is supervised by :meth:`Upstream.run`, a task that connects
+(stdio command or streamable-HTTP URL, with the official ``mcp`` client SDK),
+answers ``initialize``, lists every tool, and then waits until the connection
+ends; after a crash it waits a backoff (``restart.initial_s`` doubling up to
+``restart.max_s``) and connects again. The gateway never goes down with it.
+
+Failures are translated at this boundary, so the recorder classifies them:
+
+* :class:`UpstreamUnavailable` (a :class:`ConnectionError`): not connected, or
+  the connection closed during the call. The recorder opens every breaker of
+  the server (``server_down``).
+* :class:`UpstreamTimeout` (a :class:`TimeoutError`): no answer within
+  ``limits.call_timeout_s``; a breaker failure of kind ``timeout``.
+* :class:`UpstreamProtocolError`: the upstream answered with something that is
+  not a valid result (malformed JSON-RPC, a result of the wrong shape).
+
+The transports' own errors (``mcp``, ``anyio``, ``pydantic``, ``httpx``) never
+leave this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import mcp_types as types
+from pydantic import ValidationError
+
+from sealbox.gateway.config import Limits, UpstreamSpec
+
+__all__ = ["Upstream", "UpstreamUnavailable", "UpstreamTimeout", "UpstreamProtocolError", "ServerRequestRouter"]
+
+log = logging.getLogger("sealbox.gateway")
+
+#: ``(upstream, method, params) -> result model or ErrorData``: forwards a request the upstream made of its client.
+ServerRequestRouter = Callable[["Upstream", str, Any], Awaitable[Any]]
+
+
+class UpstreamUnavailable(ConnectionError):
+    """The upstream is not connected, or its connection closed during the call."""
+
+
+class UpstreamTimeout(TimeoutError):
+    """The upstream did not answer within ``limits.call_timeout_s``."""
+
+
+class UpstreamProtocolError(Exception):
+    """The upstream's answer was not a valid MCP result."""
+
+
+class Upstream:
+    """A supervised connection to one upstream server.
+
+    Attributes:
+        spec: its configuration.
+        state: ``starting``, ``ready``, ``down`` or ``closed``.
+        tools: the tools of the latest listing, by upstream name.
+        generation: how many times it has connected (1 after the first start).
+        last_error: why it went down last, or None.
+        malformed: how many malformed messages it has sent.
+    """
+
+    def __init__(self, spec: UpstreamSpec, limits: Limits, *, restart_initial_s: float = 0.5,
+                 restart_max_s: float = 30.0, on_tools: Callable[["Upstream", list[types.Tool]], Awaitable[None]] | None = None,
+                 router: ServerRequestRouter | None = None, errlog: Any = None) -> None:
+        self.spec, self.limits = spec, limits
+        self.restart_initial_s, self.restart_max_s = restart_initial_s, restart_max_s
+        self.on_tools, self.router = on_tools, router
+        self.errlog = errlog if errlog is not None else sys.stderr
+        self.state = "starting"
+        self.tools: dict[str, types.Tool] = {}
+        self.generation = 0
+        self.last_error: str | None = None
+        self.malformed = 0
+        self.protocol_version: str | None = None
+        self._session: Any = None
+        self._changed = anyio.Event()
+        self._relist = anyio.Event()
+        self._stop = anyio.Event()
+        self._disconnect: anyio.Event | None = None
+
+    # ------------------------------------------------------------------ observing
+
+    def _set_state(self, state: str, error: str | None = None) -> None:
+        self.state = state
+        if error is not None:
+            self.last_error = error
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait_until(self, predicate: Callable[["Upstream"], bool]) -> None:
+        """Wait (no polling) until ``predicate(self)`` holds; wrap in ``anyio.fail_after``."""
+        while not predicate(self):
+            await self._changed.wait()
+
+    # ------------------------------------------------------------------ supervision
+
+    async def run(self) -> None:
+        """Connect, serve, and reconnect with backoff until :meth:`stop`."""
+        delay = self.restart_initial_s
+        while not self._stop.is_set():
+            started = anyio.current_time()
+            try:
+                await self._connect_once()
+                error = "connection closed"
+            except Exception as exc:  # noqa: BLE001 - any failure of a connection attempt is "down", never fatal
+                error = f"{type(exc).__name__}: {exc}"
+                log.warning("upstream %s failed: %s", self.spec.id, error)
+            self._session = None
+            if self._stop.is_set():
+                break
+            self._set_state("down", error)
+            if anyio.current_time() - started > self.restart_max_s:
+                delay = self.restart_initial_s  # it was up for a while: start the backoff again
+            with anyio.move_on_after(delay):
+                await self._stop.wait()
+            delay = min(delay * 2, self.restart_max_s)
+        self._set_state("closed")
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to end (the connection is closed)."""
+        self._stop.set()
+        if self._disconnect is not None:
+            self._disconnect.set()
+
+    def request_relist(self) -> None:
+        """List the upstream's tools again (as on ``notifications/tools/list_changed``)."""
+        self._relist.set()
+
+    async def _connect_once(self) -> None:
+        from mcp.client.session import ClientSession
+
+        async with AsyncExitStack() as stack:
+            read, write = await stack.enter_async_context(self._transport())
+            relay_send, relay_recv = anyio.create_memory_object_stream[Any](16)
+            eof = self._disconnect = anyio.Event()
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tg.cancel_scope.cancel)
+            tg.start_soon(self._relay, read, relay_send, eof)
+            session = await stack.enter_async_context(ClientSession(
+                relay_recv, write, elicitation_callback=self._elicit, sampling_callback=self._sample,
+                list_roots_callback=self._roots, message_handler=self._on_message,
+                client_info=types.Implementation(name="sealbox-gateway", version=_version())))
+            with anyio.fail_after(self.limits.startup_timeout_s):
+                init = await session.initialize()
+                self.protocol_version = init.protocol_version
+                tools = await self._list(session)
+            self._session = session
+            self.generation += 1
+            await self._publish(tools)
+            self._set_state("ready")
+            while not eof.is_set():
+                async with anyio.create_task_group() as waiters:
+                    async def until(ev: anyio.Event) -> None:
+                        await ev.wait()
+                        waiters.cancel_scope.cancel()
+                    waiters.start_soon(until, eof)
+                    waiters.start_soon(until, self._relist)
+                if self._relist.is_set() and not eof.is_set():
+                    self._relist = anyio.Event()
+                    with anyio.fail_after(self.limits.startup_timeout_s):
+                        tools = await self._list(session)
+                    await self._publish(tools)
+
+    def _transport(self) -> Any:
+        if self.spec.kind == "stdio":
+            from mcp.client.stdio import StdioServerParameters, stdio_client
+
+            params = StdioServerParameters(command=self.spec.command or "", args=list(self.spec.args),
+                                           env=dict(self.spec.env) or None, cwd=self.spec.cwd)
+            return stdio_client(params, errlog=self.errlog)
+        import httpx2
+
+        from mcp.client.streamable_http import streamable_http_client
+
+        client = httpx2.AsyncClient(headers=dict(self.spec.headers), timeout=self.limits.call_timeout_s)
+        return streamable_http_client(self.spec.url or "", http_client=client)
+
+    async def _relay(self, read: Any, send: Any, eof: anyio.Event) -> None:
+        """Copy the transport's messages to the session; note malformed ones; set ``eof`` when it ends."""
+        try:
+            async with send:
+                async for item in read:
+                    if isinstance(item, Exception):
+                        self.malformed += 1
+                        log.warning("upstream %s sent a malformed message: %s", self.spec.id, item)
+                    await send.send(item)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+            pass
+        finally:
+            eof.set()
+
+    async def _list(self, session: Any) -> list[types.Tool]:
+        tools: list[types.Tool] = []
+        cursor = None
+        for _ in range(1000):
+            page = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+    async def _publish(self, tools: list[types.Tool]) -> None:
+        self.tools = {t.name: t for t in tools}
+        if self.on_tools is not None:
+            await self.on_tools(self, tools)
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception):
+            return  # already counted by the relay
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            self._relist.set()
+
+    # ------------------------------------------------------------------ upstream -> client requests
+
+    async def _forward(self, method: str, params: Any) -> Any:
+        if self.router is None:
+            return types.ErrorData(code=types.INVALID_REQUEST, message=f"{method} is not available through this gateway")
+        return await self.router(self, method, params)
+
+    async def _elicit(self, context: Any, params: Any) -> Any:
+        return await self._forward("elicitation/create", params)
+
+    async def _sample(self, context: Any, params: Any) -> Any:
+        return await self._forward("sampling/createMessage", params)
+
+    async def _roots(self, context: Any) -> Any:
+        return await self._forward("roots/list", None)
+
+    # ------------------------------------------------------------------ calls
+
+    async def call(self, tool: str, arguments: dict[str, Any] | None, *,
+                   progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None,
+                   meta: dict[str, Any] | None = None) -> types.CallToolResult:
+        """Call one tool.
+
+        Raises:
+            UpstreamUnavailable: not connected, or the connection closed.
+            UpstreamTimeout: no answer within ``limits.call_timeout_s``.
+            UpstreamProtocolError: a malformed answer, or a JSON-RPC error.
+        """
+        from mcp.shared.exceptions import MCPError
+
+        session = self._session
+        if session is None or self.state != "ready":
+            raise UpstreamUnavailable(f"upstream {self.spec.id} is {self.state}"
+                                      + (f" ({self.last_error})" if self.last_error else ""))
+        try:
+            result = await session.call_tool(tool, arguments, read_timeout_seconds=self.limits.call_timeout_s,
+                                             progress_callback=progress, meta=meta)
+        except MCPError as exc:
+            code = exc.error.code if getattr(exc, "error", None) else None
+            if code == types.CONNECTION_CLOSED:
+                raise UpstreamUnavailable(f"upstream {self.spec.id} closed the connection during the call") from exc
+            if code == types.REQUEST_TIMEOUT:
+                raise UpstreamTimeout(f"upstream {self.spec.id} did not answer within {self.limits.call_timeout_s:g} s") from exc
+            raise UpstreamProtocolError(f"upstream {self.spec.id} answered with JSON-RPC error {code}: {exc}") from exc
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+            raise UpstreamUnavailable(f"upstream {self.spec.id} connection is closed") from exc
+        except (ValidationError, RuntimeError) as exc:
+            raise UpstreamProtocolError(f"upstream {self.spec.id} sent an invalid result: {exc}") from exc
+        if not isinstance(result, types.CallToolResult):
+            raise UpstreamProtocolError(f"upstream {self.spec.id} sent a {type(result).__name__}, not a CallToolResult")
+        return result
+
+
+def _version() -> str:
+    from sealbox import __version__
+
+    return __version__

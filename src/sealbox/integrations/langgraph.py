@@ -1,0 +1,299 @@
+"""Record a LangGraph (or LangChain) run into a Sealbox run.
+
+Usage::
+
+    from langgraph.prebuilt import create_react_agent
+    from sealbox.integrations.langgraph import SealboxCallbackHandler, governed_tools
+
+    with recorder.run(agent="researcher") as run:
+        graph = create_react_agent(model, governed_tools(run, [search, fetch]))
+        state = graph.invoke({"messages": [("user", "…")]},
+                             config={"callbacks": [SealboxCallbackHandler(run)]})
+
+Two parts, because a callback cannot stop a tool:
+
+- :func:`governed_tools` wraps each LangChain tool so that its invocation goes
+  through :meth:`RunContext.call_tool` / :meth:`RunContext.acall_tool` with the
+  model's tool call id: ``tool.call`` and ``policy.decision`` are committed
+  **before** the tool runs; a denied call never runs and returns an error
+  ``ToolMessage`` (``status="error"``) so the graph goes on; then ``tool.result``.
+- :class:`SealboxCallbackHandler` records every chat-model call as a
+  ``model.call`` (request: messages, invocation parameters with the bound
+  tools; response: the ``LLMResult`` with its ``AIMessage``; usage; latency),
+  so that the tool calls it requests are linked by id to the ``tool.call``
+  events, and the graph's final state as ``state.saved``. A tool that ran
+  without being governed is recorded as a ``note`` (it had no record before it
+  ran, and that gap should be visible).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool
+from pydantic import PrivateAttr
+
+from sealbox.adapters import to_plain
+from sealbox.recorder import RunContext, ToolDenied
+
+__all__ = ["DEFAULT_SERVER", "GovernedTool", "SealboxCallbackHandler", "governed_tool", "governed_tools"]
+
+#: The ``server`` recorded for in-process LangChain tools (policies match it).
+DEFAULT_SERVER = "local"
+
+#: Set while a governed tool runs, so the handler can tell governed tool runs from others.
+_GOVERNED: contextvars.ContextVar[str | None] = contextvars.ContextVar("sealbox_langgraph_governed", default=None)
+
+DenyMessage = Callable[[ToolDenied], str]
+
+
+def _default_deny_message(denied: ToolDenied) -> str:
+    return f"Error: this tool call was not allowed and did not run. {denied}"
+
+
+# --------------------------------------------------------------------------- tools
+
+
+class GovernedTool(BaseTool):
+    """A LangChain tool whose invocations are recorded and decided by a Sealbox run's policy.
+
+    Build it with :func:`governed_tool`. It presents the wrapped tool's name,
+    description and schemas (so ``bind_tools`` and LangGraph's argument
+    injection see the same tool) and runs the wrapped tool's own ``run`` /
+    ``arun`` (so its callbacks, validation and error handling are unchanged).
+
+    Attributes:
+        inner: the wrapped tool.
+        server: the ``server`` recorded and matched by policies.
+        grant: the grant recorded (None: ``implicit:<principal>``).
+    """
+
+    inner: BaseTool
+    server: str = DEFAULT_SERVER
+    grant: str | None = None
+    _sealbox_run: Any = PrivateAttr(default=None)
+    _deny_message: Any = PrivateAttr(default=None)
+
+    # -- the wrapped tool's schemas
+
+    def get_input_schema(self, config: Any = None) -> Any:
+        """The wrapped tool's input schema."""
+        return self.inner.get_input_schema(config)
+
+    @property
+    def tool_call_schema(self) -> Any:
+        """The wrapped tool's schema as the model sees it."""
+        return self.inner.tool_call_schema
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The wrapped tool's arguments."""
+        return self.inner.args
+
+    @property
+    def func(self) -> Any:
+        """The wrapped tool's function, if any (LangGraph reads its annotations for injection)."""
+        return getattr(self.inner, "func", None)
+
+    @property
+    def coroutine(self) -> Any:
+        """The wrapped tool's coroutine, if any."""
+        return getattr(self.inner, "coroutine", None)
+
+    # -- invocation
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - run() is overridden
+        raise NotImplementedError("GovernedTool runs through run()/arun()")
+
+    def _arguments(self, tool_input: Any) -> Any:
+        if isinstance(tool_input, dict):
+            try:  # leave out what LangGraph injects (state, store, runtime): the model did not send it
+                return self.inner._filter_injected_args(tool_input)
+            except Exception:  # noqa: BLE001
+                return dict(tool_input)
+        return tool_input
+
+    def _denied(self, denied: ToolDenied, call_id: str | None) -> Any:
+        message = (self._deny_message or _default_deny_message)(denied)
+        if call_id is None:
+            return message
+        return ToolMessage(content=message, tool_call_id=call_id, name=self.name, status="error")
+
+    def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        """Record and decide the call, run the wrapped tool if allowed, record its result."""
+        call_id = kwargs.get("tool_call_id")
+        token = _GOVERNED.set(call_id or "governed")
+        try:
+            return self._sealbox_run.call_tool(
+                self.server, self.inner.name, self._arguments(tool_input),
+                lambda *_a, **_k: self.inner.run(tool_input, *args, **kwargs),
+                grant=self.grant, call_id=call_id, exposed=self.name)
+        except ToolDenied as denied:
+            return self._denied(denied, call_id)
+        finally:
+            _GOVERNED.reset(token)
+
+    async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        """Async form of :meth:`run`."""
+        call_id = kwargs.get("tool_call_id")
+        token = _GOVERNED.set(call_id or "governed")
+        try:
+            return await self._sealbox_run.acall_tool(
+                self.server, self.inner.name, self._arguments(tool_input),
+                lambda *_a, **_k: self.inner.arun(tool_input, *args, **kwargs),
+                grant=self.grant, call_id=call_id, exposed=self.name)
+        except ToolDenied as denied:
+            return self._denied(denied, call_id)
+        finally:
+            _GOVERNED.reset(token)
+
+
+def governed_tool(run: RunContext, tool: Any, *, server: str = DEFAULT_SERVER, grant: str | None = None,
+                  deny_message: DenyMessage | None = None) -> GovernedTool:
+    """Wrap one LangChain tool so that every invocation is recorded before it runs.
+
+    Args:
+        run: the active run.
+        tool: a ``BaseTool``, or a plain function (made a tool with
+            ``langchain_core.tools.tool``).
+        server: the ``server`` recorded and matched by policies (default ``"local"``).
+        grant: the grant recorded for every call (default ``implicit:<principal>``).
+        deny_message: builds the text of the error ``ToolMessage`` a denied call returns.
+
+    Returns:
+        A :class:`GovernedTool` with the same name, description and schema.
+    """
+    if not isinstance(tool, BaseTool):
+        from langchain_core.tools import tool as make_tool
+
+        tool = make_tool(tool)
+    if isinstance(tool, GovernedTool):
+        tool = tool.inner
+    governed = GovernedTool(
+        name=tool.name, description=tool.description, args_schema=tool.args_schema,
+        return_direct=tool.return_direct, response_format=tool.response_format, tags=tool.tags,
+        metadata=tool.metadata, extras=getattr(tool, "extras", None), inner=tool, server=server, grant=grant)
+    governed._sealbox_run = run
+    governed._deny_message = deny_message
+    return governed
+
+
+def governed_tools(run: RunContext, tools: Sequence[Any], *, server: str = DEFAULT_SERVER, grant: str | None = None,
+                   deny_message: DenyMessage | None = None) -> list[BaseTool]:
+    """:func:`governed_tool` for each tool; pass the result to ``create_react_agent`` / ``ToolNode``.
+
+    Args:
+        run: the active run.
+        tools: LangChain tools or plain functions.
+        server, grant, deny_message: as for :func:`governed_tool`.
+
+    Returns:
+        A new list of :class:`GovernedTool`.
+    """
+    return [governed_tool(run, t, server=server, grant=grant, deny_message=deny_message) for t in tools]
+
+
+# --------------------------------------------------------------------------- callbacks
+
+
+_LS_KEYS = ("ls_provider", "ls_model_name", "ls_model_type", "ls_temperature", "ls_max_tokens",
+            "langgraph_node", "langgraph_step")
+
+
+class SealboxCallbackHandler(BaseCallbackHandler):
+    """A LangChain callback handler recording model calls and the final state into a run.
+
+    - ``on_chat_model_start`` / ``on_llm_start`` → ``on_llm_end``: one
+      ``model.call``, format ``langchain``: the request is ``{"model", "messages"
+      (or "prompts"), "invocation_params", "tools", "metadata"}``, the response the
+      ``LLMResult`` (its ``AIMessage`` holds the tool calls and ``usage_metadata``).
+      ``on_llm_error`` records the call with ``response = {"error": …}``.
+    - ``on_chain_end`` of the outermost chain (the graph) → ``state.saved``
+      with the final state (``label="final"``).
+    - ``on_tool_start`` of a tool that is not a :class:`GovernedTool` → a ``note``
+      (the tool ran without a record before it ran).
+
+    Recording errors are raised (``raise_error = True``): a run that cannot be
+    recorded fails loudly instead of continuing with gaps.
+
+    Args:
+        run: the active run.
+        provider: the provider recorded (default: the model's ``ls_provider``).
+        save_state: record the final state of the outermost chain.
+    """
+
+    raise_error = True
+    run_inline = True
+
+    def __init__(self, run: RunContext, *, provider: str | None = None, save_state: bool = True) -> None:
+        super().__init__()
+        self.run = run
+        self.provider = provider
+        self.save_state = save_state
+        self._pending: dict[uuid.UUID, tuple[dict[str, Any], str | None, str | None, float]] = {}
+
+    def _start(self, run_id: uuid.UUID, serialized: Any, key: str, value: Any, metadata: Any,
+               kwargs: dict[str, Any]) -> None:
+        metadata = metadata if isinstance(metadata, dict) else {}
+        params = kwargs.get("invocation_params") if isinstance(kwargs.get("invocation_params"), dict) else {}
+        name = serialized.get("name") if isinstance(serialized, dict) else None
+        model = metadata.get("ls_model_name") or params.get("model") or params.get("model_name") or name
+        request = {"model": model, key: to_plain(value), "invocation_params": to_plain(params),
+                   "tools": to_plain(params.get("tools")),
+                   "metadata": {k: metadata[k] for k in _LS_KEYS if k in metadata}}
+        provider = self.provider or metadata.get("ls_provider")
+        self._pending[run_id] = (request, provider, model, time.perf_counter())
+
+    def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[Any]], *, run_id: uuid.UUID,
+                            parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
+                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        """Remember the request of a chat-model call (recorded when it ends)."""
+        batch = messages[0] if len(messages) == 1 else messages
+        self._start(run_id, serialized, "messages", batch, metadata, kwargs)
+
+    def on_llm_start(self, serialized: dict[str, Any], prompts: list[str], *, run_id: uuid.UUID,
+                     parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
+                     metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        """Remember the request of a text-completion call (recorded when it ends)."""
+        self._start(run_id, serialized, "prompts", list(prompts), metadata, kwargs)
+
+    def on_llm_end(self, response: Any, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
+                   **kwargs: Any) -> None:
+        """Record the model call as a ``model.call``."""
+        request, provider, model, started = self._pending.pop(run_id, ({}, self.provider, None, time.perf_counter()))
+        plain = to_plain(response)
+        if isinstance(plain, dict):
+            plain = {k: v for k, v in plain.items() if k in ("generations", "llm_output", "type")}
+        self.run.model_call(request, plain, latency=time.perf_counter() - started,
+                            provider=provider or "unknown", model=model or None)
+
+    def on_llm_error(self, error: BaseException, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
+                     **kwargs: Any) -> None:
+        """Record a failed model call (``response = {"error": …}``)."""
+        request, provider, model, started = self._pending.pop(run_id, ({}, self.provider, None, time.perf_counter()))
+        self.run.model_call(request, {"error": {"type": type(error).__qualname__, "message": str(error)}},
+                            latency=time.perf_counter() - started, provider=provider or "unknown", model=model or None)
+
+    def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
+                     **kwargs: Any) -> None:
+        """Record the final state when the outermost chain (the graph) ends."""
+        if self.save_state and parent_run_id is None:
+            self.run.save_state(outputs, label="final")
+
+    def on_tool_start(self, serialized: dict[str, Any], input_str: str, *, run_id: uuid.UUID,
+                      parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
+                      metadata: dict[str, Any] | None = None, inputs: dict[str, Any] | None = None,
+                      **kwargs: Any) -> None:
+        """Record a ``note`` for a tool that runs without being governed."""
+        if _GOVERNED.get() is not None:
+            return
+        name = (serialized or {}).get("name") if isinstance(serialized, dict) else None
+        call_id = kwargs.get("tool_call_id")
+        self.run.note(f"ungoverned tool call: {name} ran without a record before it ran",
+                      about={"ungoverned_tool": {"tool": str(name), "tool_call_id": call_id}})

@@ -1,0 +1,337 @@
+"""Durable pause: wait for an approval in-process, or suspend and resume the same run later.
+
+The recorder calls :func:`await_approval` after it has committed ``tool.call``,
+``policy.decision`` (``require_approval``), ``approval.requested`` and
+``run.suspended`` in one transaction:
+
+* ``approvals="block"``: poll the store until the request is decided; approve →
+  ``run.resumed`` and the tool runs; deny or expiry → ``run.resumed`` and
+  :class:`~sealbox.recorder.ToolDenied`; timeout → :class:`ApprovalPending`
+  (the run stays suspended).
+* ``approvals="suspend"``: raise :class:`ApprovalPending` at once; the process may exit.
+
+:func:`resume_run` continues a suspended run in any process: it waits (optionally)
+until every open request is decided, then for each one writes ``run.resumed``
+(with the wait and the outcome) in a transaction that also checks that nobody
+resumed it before — so the tool runs at most once — runs the approved tools and
+records their results. A call allowed but without a result ("outcome unknown")
+is re-run only with ``rerun_unknown=True``.
+
+If the policy changed while the run was suspended, an approved call is
+re-evaluated under the current policy and the new decision is recorded
+(``policy.decision`` with ``reevaluated: true``). The stricter wins: a new deny
+denies; a new allow does not undo a deny or an expiry (those are never
+re-evaluated); a new ``require_approval`` is met only if the answers already
+counted satisfy the new rule's ``ask`` and quorum, else the call is denied
+(``approval_insufficient``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from sealbox.approvals import (
+    _RELATED,
+    ApprovalError,
+    ApprovalPending,
+    ApprovalState,
+    _expired_draft,
+    _load,
+    _now,
+    _parse,
+    binding_hash,
+    evaluate,
+    get_approval,
+)
+from sealbox.canonical import decode, encode
+from sealbox.errors import BlobNotFoundError, ConfigError, RecordingError
+from sealbox.identities import identity_book
+from sealbox.policy.model import Decision
+
+__all__ = ["ResumedCall", "await_approval", "claim", "resume_run"]
+
+APPROVAL_MODES = ("block", "suspend")
+
+
+@dataclass(frozen=True)
+class ResumedCall:
+    """What :func:`resume_run` did with one waiting (or outcome-unknown) call.
+
+    Attributes:
+        outcome: ``approved``, ``denied``, ``expired``, ``policy_denied``,
+            ``approval_insufficient``, ``unknown`` (not re-run) or ``rerun``.
+        ran: whether the tool function was called now.
+        result: what it returned.
+        error: what it raised, or the :class:`~sealbox.recorder.ToolDenied` for a call not run.
+    """
+
+    approval_id: str | None
+    call_id: str
+    server: str
+    tool: str
+    outcome: str
+    ran: bool
+    result: Any = None
+    error: BaseException | None = None
+
+    def value(self) -> Any:
+        """The tool's result; raises its error, or ToolDenied when it did not run."""
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+# ----------------------------------------------------------------------------- claiming
+
+
+def claim(run: Any, approval_id: str, arguments: Any = None) -> tuple[ApprovalState, str, Decision | None] | None:
+    """Write ``run.resumed`` for a decided request, once; None while it is still pending.
+
+    In the same transaction: ``approval.expired`` if the expiry was only noticed,
+    and (policy changed, approved) the re-evaluated ``policy.decision``.
+
+    Returns:
+        (state, outcome, re-evaluated decision or None), or None when still pending.
+
+    Raises:
+        ApprovalError: ``already_resumed`` (another process resumed it), ``run_ended``.
+        RecordingError: the events could not be written.
+    """
+    box: list[tuple[ApprovalState, str, Decision | None]] = []
+
+    def build(reader: Any) -> list:
+        now = _now()
+        request, related, book = _load(reader, approval_id)
+        state = evaluate(request, related, book, now)
+        if state.resumed:
+            raise ApprovalError("already_resumed", f"approval {approval_id} was already resumed (by another process?)")
+        if state.run_ended:
+            raise ApprovalError("run_ended", f"run {state.run_id} has ended")
+        if state.status == "pending":
+            return []
+        drafts = [_expired_draft(state)] if state.status == "expired" and not state.expiry_recorded else []
+        outcome, decision, reeval = state.status, None, None
+        if outcome == "approved" and state.request.get("policy_fingerprint") not in (None, run.policy.fingerprint):
+            outcome, decision, reeval = _reevaluate(run, reader, state, book, arguments)
+        waited = max(0, int((now - _parse(state.requested_at)).total_seconds() * 1_000_000))
+        drafts.append(run._draft("run.resumed", {"approval_ids": [approval_id], "waited_us": waited,
+                                                 "outcomes": {approval_id: outcome}}, state.step))
+        if reeval is not None:
+            drafts.append(run._draft("policy.decision", reeval, state.step))
+        box.append((state, outcome, decision))
+        return drafts
+
+    try:
+        run.store.append_with(build)
+    except (ApprovalError, RecordingError):
+        raise
+    except Exception as exc:  # a failure to record is never a silent gap
+        raise RecordingError(f"could not record the resumption of {approval_id}: {exc}") from exc
+    return box[0] if box else None
+
+
+def _reevaluate(run: Any, reader: Any, state: ApprovalState, book: Any, arguments: Any) -> tuple[str, Decision, dict]:
+    """Decide an approved call again under the current policy (the stricter wins)."""
+    req = state.request
+    decision, inputs = run._evaluate(reader, req["server"], req["tool"], arguments, keep_approval=True)
+    if decision.effect == "deny":
+        outcome = "policy_denied"
+    elif decision.effect == "allow":
+        outcome = "approved"
+    else:
+        spec = decision.approval
+        ask_ids, ask_groups = set(spec.identities if spec else ()), set(spec.groups if spec else ())
+        ok = set()
+        for a in state.answers:
+            who = book.get(a.identity, a.leaf_index)
+            if a.problem is None and a.decision == "approve" and who is not None and (
+                    who.name in ask_ids or set(who.groups) & ask_groups):
+                ok.add(a.identity)
+        outcome = "approved" if spec is not None and len(ok) >= spec.quorum else "approval_insufficient"
+    payload = {"call_id": req["call_id"], "server": req["server"], "tool": req["tool"], **decision.to_payload(),
+               "inputs": inputs, "reevaluated": True}
+    return outcome, decision, payload
+
+
+def _denial(run: Any, state: ApprovalState, outcome: str, decision: Decision | None) -> Exception:
+    from sealbox.recorder import ToolDenied
+
+    req = state.request
+    if outcome == "policy_denied" and decision is not None:
+        return ToolDenied(decision, req["call_id"], req["server"], req["tool"])
+    if outcome == "denied":
+        deny = next((a for a in state.answers if a.problem is None and a.decision == "deny"), None)
+        code, why = "approval_denied", f"approval {state.approval_id} denied by {', '.join(state.decided_by)}" + (
+            f": {deny.reason}" if deny and deny.reason else "")
+    elif outcome == "expired":
+        code, why = "approval_expired", f"approval {state.approval_id} expired unanswered at {state.expired_at}"
+    else:
+        code, why = "approval_insufficient", (f"approval {state.approval_id} does not meet the current policy's "
+                                              "approval rule (the policy changed while the run was suspended)")
+    fp = req.get("policy_fingerprint") or run.policy.fingerprint
+    return ToolDenied(Decision("deny", code, req.get("rule"), why, fp), req["call_id"], req["server"], req["tool"])  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- blocking
+
+
+def await_approval(run: Any, request: dict[str, Any]) -> None:
+    """Called by the recorder right after recording a request: return when approved, else raise.
+
+    Raises:
+        ApprovalPending: suspend mode, or the blocking wait timed out (the run stays suspended).
+        ToolDenied: denied, expired, or denied on re-evaluation.
+    """
+    rec, aid, call_id = run.recorder, request["approval_id"], request["call_id"]
+    if rec.approvals == "suspend":
+        run.suspended = True
+        raise ApprovalPending(aid, run.run_id, call_id)
+    deadline = None if rec.approval_timeout is None else time.monotonic() + rec.approval_timeout
+    while True:
+        if get_approval(run.store, aid).status != "pending":
+            claimed = claim(run, aid)
+            if claimed is not None:
+                state, outcome, decision = claimed
+                if outcome == "approved":
+                    return
+                raise _denial(run, state, outcome, decision)
+        if deadline is not None and time.monotonic() >= deadline:
+            run.suspended = True
+            raise ApprovalPending(aid, run.run_id, call_id)
+        time.sleep(rec.approval_poll)
+
+
+# ----------------------------------------------------------------------------- resume
+
+
+def resume_run(recorder: Any, run_id: str, tools: dict[tuple[str, str], Callable] | None = None, *,
+               rerun_unknown: bool = False, wait: float = 0.0,
+               arguments: dict[str, Any] | None = None) -> Any:
+    """Continue a suspended run: see :meth:`sealbox.recorder.Recorder.resume`."""
+    run = recorder.continue_run(run_id)
+    registry = {**recorder.tools, **(tools or {})}
+    overrides = dict(arguments or {})
+    deadline = time.monotonic() + max(0.0, wait)
+    while True:
+        events = run.store.read_run(run_id)
+        book = identity_book(run.store)
+        related = [e for e in events if e.kind in _RELATED]
+        states = [evaluate(e, related, book) for e in events if e.kind == "approval.requested"]
+        open_ = [s for s in states if not s.resumed]
+        waiting = [s for s in open_ if s.status == "pending"]
+        if not waiting:
+            break
+        if time.monotonic() >= deadline:
+            raise ApprovalPending([s.approval_id for s in waiting], run_id, [s.call_id for s in waiting])
+        time.sleep(recorder.approval_poll)
+    calls = {e.payload["call_id"]: e for e in events if e.kind == "tool.call"}
+    plans = []
+    for s in open_:  # everything is checked before anything is written
+        fn = args = None
+        if s.status == "approved":
+            fn = _tool_fn(registry, s.request["server"], s.request["tool"])
+            args = _approved_arguments(run.store, calls[s.call_id], s, overrides)
+        plans.append((s, fn, args))
+    unknown = _unknown_calls(events, states, {s.call_id for s in open_})
+    reruns = [(c, _tool_fn(registry, c.payload["server"], c.payload["tool"]), _recorded_arguments(run.store, c, overrides))
+              for c in unknown] if rerun_unknown else []
+    done: list[ResumedCall] = []
+    for s, fn, args in plans:
+        claimed = claim(run, s.approval_id, args)
+        if claimed is None:  # pragma: no cover - a decided request stays decided
+            raise ApprovalPending(s.approval_id, run_id, s.call_id)
+        state, outcome, decision = claimed
+        if outcome == "approved":
+            done.append(_execute(run, calls[s.call_id], fn, args, s.approval_id, "approved"))
+        else:
+            req = s.request
+            done.append(ResumedCall(s.approval_id, s.call_id, req["server"], req["tool"], outcome, False,
+                                    error=_denial(run, state, outcome, decision)))
+    for call, fn, args in reruns:
+        run.note(f"re-running call {call.payload['call_id']}, whose outcome was unknown (rerun_unknown=True)",
+                 about={"call_id": call.payload["call_id"], "tool_call_leaf": call.leaf_index})
+        done.append(_execute(run, call, fn, args, None, "rerun"))
+    if not rerun_unknown:
+        done += [ResumedCall(None, c.payload["call_id"], c.payload["server"], c.payload["tool"], "unknown", False)
+                 for c in unknown]
+    run.resumed_calls = done
+    return run
+
+
+def _tool_fn(registry: dict, server: str, tool: str) -> Callable:
+    fn = registry.get((server, tool))
+    if fn is None:
+        raise ConfigError(f"no function for tool {server}/{tool}: pass tools={{({server!r}, {tool!r}): fn}} "
+                          "or register it with @recorder.tool")
+    return fn
+
+
+def _approved_arguments(store: Any, call: Any, state: ApprovalState, overrides: dict[str, Any]) -> Any:
+    """The arguments to run with: exactly those whose binding was approved."""
+    req, cid = state.request, state.call_id
+    fp = req.get("policy_fingerprint")
+    try:
+        stored = store.resolve(call.payload["arguments"])
+    except BlobNotFoundError:
+        stored = None
+    if cid not in overrides and stored is not None and binding_hash(req["server"], req["tool"], stored, fp) == req["binding"]:
+        return decode(stored)
+    if cid in overrides:
+        if binding_hash(req["server"], req["tool"], encode(overrides[cid]), fp) == req["binding"]:
+            return overrides[cid]
+        raise ApprovalError("binding_mismatch", f"the arguments given for call {cid} are not the ones approved "
+                            f"(their binding differs from {req['binding']})")
+    raise ApprovalError("arguments_redacted", f"the recorded arguments of call {cid} were redacted or erased; "
+                        f"pass arguments={{{cid!r}: ...}} (they must match the approved binding)")
+
+
+def _recorded_arguments(store: Any, call: Any, overrides: dict[str, Any]) -> Any:
+    cid = call.payload["call_id"]
+    if cid in overrides:
+        return overrides[cid]
+    stored = store.resolve(call.payload["arguments"])
+    if "$redacted" in str(stored):
+        raise ApprovalError("arguments_redacted", f"the recorded arguments of call {cid} were redacted; "
+                            f"pass arguments={{{cid!r}: ...}} to re-run it")
+    return decode(stored)
+
+
+def _unknown_calls(events: list, states: list[ApprovalState], skip: set[str]) -> list:
+    """Calls finally allowed (or approved and resumed) with no ``tool.result``."""
+    results = {e.payload["call_id"] for e in events if e.kind == "tool.result"}
+    final: dict[str, str] = {}
+    for e in events:
+        if e.kind == "policy.decision":
+            final[e.payload["call_id"]] = e.payload["effect"]
+    for s in states:
+        if s.resumed:
+            reeval = final.get(s.call_id)
+            final[s.call_id] = "allow" if s.outcome == "approved" and reeval != "deny" else "deny"
+    return [e for e in events if e.kind == "tool.call" and final.get(e.payload["call_id"]) == "allow"
+            and e.payload["call_id"] not in results and e.payload["call_id"] not in skip]
+
+
+def _execute(run: Any, call: Any, fn: Callable, args: Any, approval_id: str | None, outcome: str) -> ResumedCall:
+    from sealbox.recorder import _invoke
+
+    p = call.payload
+    started = time.perf_counter_ns()
+    try:
+        result = _invoke(fn, args)
+        if inspect.isawaitable(result):
+            result = asyncio.run(_await(result))
+    except BaseException as exc:
+        run._record_result(p["server"], p["tool"], p["call_id"], call.step, started, error=exc)
+        if not isinstance(exc, Exception):
+            raise
+        return ResumedCall(approval_id, p["call_id"], p["server"], p["tool"], outcome, True, error=exc)
+    run._record_result(p["server"], p["tool"], p["call_id"], call.step, started, result=result)
+    return ResumedCall(approval_id, p["call_id"], p["server"], p["tool"], outcome, True, result=result)
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable

@@ -1,0 +1,457 @@
+"""Grants, provider credentials and revocation at a real RFC 7009 + RFC 7662 provider.
+
+The store is a real SQLite store; the provider is authlib's RevocationEndpoint and
+IntrospectionEndpoint served over HTTP on 127.0.0.1 (tests/access/access_provider.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from sealbox import verify_store
+from sealbox.access import (
+    STATUS_ACTIVE,
+    STATUS_CONFIRMED,
+    STATUS_EXPIRED,
+    STATUS_LOCAL,
+    STATUS_PENDING,
+    STATUS_UNCONFIRMED,
+    AccessError,
+    ProviderCredential,
+    access_status,
+    delete_credential,
+    grant_access,
+    grant_status,
+    list_grants,
+    load_credential,
+    retry,
+    revoke,
+    show_grant,
+)
+from sealbox.events import SYSTEM_RUN_ID
+from sealbox.policies import ALLOW_ALL
+from sealbox.recorder import Recorder, ToolDenied
+
+AGENT = "agent:deploy-bot"
+
+
+def steps(store, grant_id):
+    return [(e.payload["step"]) for e in store.read_run(SYSTEM_RUN_ID)
+            if e.kind == "access.revoked" and e.payload["grant_id"] == grant_id]
+
+
+def revoked_events(store, grant_id):
+    return [e for e in store.read_run(SYSTEM_RUN_ID)
+            if e.kind == "access.revoked" and e.payload["grant_id"] == grant_id]
+
+
+def call(store, grant, fn, *, principal=AGENT, server="github", tool="create_issue"):
+    """One tool call in a fresh run under ``grant``; returns (result or ToolDenied, run_id)."""
+    rec = Recorder(store, ALLOW_ALL)
+    with rec.run(agent="deploy-bot", principal=principal) as run:
+        try:
+            return run.call_tool(server, tool, {"title": "x"}, fn, grant=grant), run.run_id
+        except ToolDenied as exc:
+            return exc, run.run_id
+
+
+def decision_of(store, run_id):
+    return next(e.payload for e in store.read_run(run_id) if e.kind == "policy.decision")
+
+
+def fast(delays):
+    return {"backoff": 0.01, "sleep": delays.append}
+
+
+def github_grant(store, provider, **kw):
+    tokens = provider.issue()
+    gid = grant_access(store, AGENT, "github", "create_*", "repo:write",
+                       credential=provider.credential(tokens, **kw), provider="test-provider")
+    return gid, tokens
+
+
+# --------------------------------------------------------------------------- grant and use
+
+
+def test_grant_and_use(store, provider):
+    gid, _ = github_grant(store, provider)
+    ran = []
+    result, run_id = call(store, gid, lambda title: ran.append(title) or "ok")
+    assert result == "ok" and ran == ["x"]
+    d = decision_of(store, run_id)
+    assert (d["effect"], d["reason_code"]) == ("allow", "policy_allow")
+    tc = next(e.payload for e in store.read_run(run_id) if e.kind == "tool.call")
+    assert tc["grant"] == gid
+    granted = next(e for e in store.read_run(SYSTEM_RUN_ID) if e.kind == "access.granted")
+    assert granted.payload == {"grant_id": gid, "principal": AGENT, "server": "github", "tool": "create_*",
+                               "scope": "repo:write", "expires_at": None, "provider": "test-provider",
+                               "credential": True}
+    assert access_status(store, gid) == STATUS_ACTIVE
+    assert verify_store(store).ok
+
+
+@pytest.mark.parametrize("principal, server, tool, words", [
+    ("agent:other", "github", "create_issue", "held by agent:deploy-bot, not agent:other"),
+    (AGENT, "github", "delete_repo", "covers github/create_*, not github/delete_repo"),
+    (AGENT, "gitlab", "create_issue", "not gitlab/create_issue"),
+])
+def test_a_grant_only_covers_its_principal_and_tools(store, principal, server, tool, words):
+    gid = grant_access(store, AGENT, "github", "create_*", None)
+    ran = []
+    denied, run_id = call(store, gid, ran.append, principal=principal, server=server, tool=tool)
+    assert isinstance(denied, ToolDenied) and ran == []
+    d = decision_of(store, run_id)
+    assert (d["effect"], d["reason_code"], d["rule"]) == ("deny", "grant_invalid", None)
+    assert words in d["reason"]
+    assert not any(e.kind == "tool.result" for e in store.read_run(run_id))
+
+
+def test_unknown_and_expired_grants_are_denied_implicit_ones_are_not_checked(store):
+    denied, run_id = call(store, "grant_nope", lambda title: 1)
+    assert isinstance(denied, ToolDenied) and decision_of(store, run_id)["reason_code"] == "grant_invalid"
+    gid = grant_access(store, AGENT, "github", "*", None, expires_at="2h")
+    later = datetime.now(timezone.utc) + timedelta(hours=3)
+    assert grant_status(store, gid, AGENT, "github", "x")[0] is True
+    ok, why = grant_status(store, gid, AGENT, "github", "x", later)
+    assert not ok and "expired at" in why
+    assert access_status(store, gid, now=later) == STATUS_EXPIRED
+    result, _ = call(store, None, lambda title: "ran")  # recorded as implicit:<principal>
+    assert result == "ran"
+    with pytest.raises(AccessError, match="in the past"):
+        grant_access(store, AGENT, "github", "*", None, expires_at="2020-01-01T00:00:00Z")
+
+
+def test_a_policy_deny_is_kept_when_the_grant_is_invalid(store):
+    from sealbox.policy import Policy
+
+    policy = Policy.from_dict({"version": 1, "name": "deny-all", "rules": [{"id": "no", "effect": "deny"}]})
+    rec = Recorder(store, policy)
+    with rec.run(agent="a", principal=AGENT) as run:
+        with pytest.raises(ToolDenied):
+            run.call_tool("github", "create_issue", {}, lambda: 1, grant="grant_nope")
+    assert decision_of(store, run.run_id)["reason_code"] == "policy_deny"
+
+
+# --------------------------------------------------------------------------- revocation, live provider
+
+
+def test_revoke_with_a_live_provider_confirms_both_tokens_inactive(store, provider, no_sleep):
+    gid, tokens = github_grant(store, provider)
+    status = revoke(store, gid, "incident 42: key leaked", by="user:alice", **fast(no_sleep))
+    assert status == STATUS_CONFIRMED == access_status(store, gid)
+    evs = revoked_events(store, gid)
+    assert [e.payload["step"] for e in evs] == ["requested", "sent", "confirmed"]
+    assert [e.run_seq for e in evs] == sorted(e.run_seq for e in evs)
+    assert evs[0].principal == "user:alice" and evs[0].payload["reason"] == "incident 42: key leaked"
+    sent = evs[1].payload["detail"]
+    assert sent["tokens"] == [{"token_type_hint": "refresh_token", "http_status": 200},
+                              {"token_type_hint": "access_token", "http_status": 200}]
+    assert sent["endpoint"] == f"{provider.base}/revoke" and sent["introspection"] is True
+    assert evs[2].payload["detail"]["tokens"] == [{"token_type_hint": "refresh_token", "active": False},
+                                                  {"token_type_hint": "access_token", "active": False}]
+    # the provider itself reports both tokens inactive
+    assert not provider.is_active(tokens["access_token"]) and not provider.is_active(tokens["refresh_token"])
+    assert ("/revoke", "refresh_token") in provider.requests and ("/revoke", "access_token") in provider.requests
+    # and calls under the grant are denied
+    ran = []
+    denied, run_id = call(store, gid, ran.append)
+    assert isinstance(denied, ToolDenied) and ran == []
+    assert "revoked at" in decision_of(store, run_id)["reason"]
+    assert no_sleep == []
+    assert verify_store(store).ok
+    with pytest.raises(AccessError, match="already revoked \\(confirmed at provider\\)"):
+        revoke(store, gid, "again")
+    with pytest.raises(AccessError, match="nothing to retry"):
+        retry(store, gid)
+
+
+def test_provider_down_then_back_up_and_retry(store, provider, no_sleep):
+    gid, tokens = github_grant(store, provider)
+    provider.stop()  # the port is closed: connection refused
+    status = revoke(store, gid, "offboarding", retries=3, **fast(no_sleep))
+    assert status == STATUS_PENDING == access_status(store, gid)
+    assert steps(store, gid) == ["requested", "failed"]
+    failed = revoked_events(store, gid)[1].payload["detail"]
+    assert failed["stage"] == "revocation" and failed["pending"] is True and failed["attempts"] == 3
+    assert "Connection refused" in failed["error"]
+    assert no_sleep == [0.01, 0.02, 0.01, 0.02]  # two tokens, three attempts each, exponential backoff
+    # denied locally at once: the tool function is never invoked
+    ran = []
+    denied, run_id = call(store, gid, lambda title: ran.append(title))
+    assert isinstance(denied, ToolDenied) and ran == []
+    assert decision_of(store, run_id)["reason_code"] == "grant_invalid"
+    assert [e.kind for e in store.read_run(run_id)] == ["run.started", "tool.call", "policy.decision", "run.ended"]
+    # tokens still live at the provider: not confirmed, never shown as confirmed
+    assert provider.is_active(tokens["access_token"]) and provider.is_active(tokens["refresh_token"])
+    assert show_grant(store, gid)["status"] == STATUS_PENDING
+    # the provider comes back: retry sends and confirms
+    provider.start()
+    assert retry(store, gid, **fast(no_sleep)) == STATUS_CONFIRMED
+    assert steps(store, gid) == ["requested", "failed", "sent", "confirmed"]
+    assert not provider.is_active(tokens["access_token"]) and not provider.is_active(tokens["refresh_token"])
+    assert verify_store(store).ok
+
+
+def test_provider_answers_503_then_recovers(store, provider, no_sleep):
+    gid, tokens = github_grant(store, provider)
+    provider.mode = "unavailable"
+    assert revoke(store, gid, "rotate", retries=2, **fast(no_sleep)) == STATUS_PENDING
+    assert steps(store, gid) == ["requested", "failed"]
+    detail = revoked_events(store, gid)[1].payload["detail"]
+    assert "HTTP 503" in detail["error"] and detail["attempts"] == 2
+    assert len([r for r in provider.requests if r[0] == "/revoke"]) == 4
+    provider.mode = "up"
+    # revoking again while pending is a retry
+    assert revoke(store, gid, "rotate (again)", **fast(no_sleep)) == STATUS_CONFIRMED
+    assert steps(store, gid) == ["requested", "failed", "sent", "confirmed"]
+
+
+def test_503_on_introspection_is_not_confirmed(store, provider, no_sleep):
+    gid, tokens = github_grant(store, provider)
+
+    class FlakyIntrospection:
+        def __init__(self):
+            from sealbox.access import AuthlibProviderClient
+            self.inner = AuthlibProviderClient(timeout=5)
+
+        def revoke(self, cred, token, hint):
+            answer = self.inner.revoke(cred, token, hint)
+            provider.mode = "unavailable" if hint == "access_token" else provider.mode
+            return answer
+
+        def introspect(self, cred, token, hint):
+            return self.inner.introspect(cred, token, hint)
+
+    assert revoke(store, gid, "x", FlakyIntrospection(), **fast(no_sleep)) == STATUS_PENDING
+    assert steps(store, gid) == ["requested", "sent", "failed"]
+    failed = revoked_events(store, gid)[2].payload["detail"]
+    assert failed["stage"] == "introspection" and "introspection unavailable" in failed["error"]
+    # the tokens ARE revoked at the provider, but nothing confirmed it: still pending
+    assert not provider.is_active(tokens["access_token"])
+    provider.mode = "up"
+    assert retry(store, gid, **fast(no_sleep)) == STATUS_CONFIRMED
+
+
+def test_a_self_contained_access_token_stays_pending(store, provider, no_sleep):
+    provider.jwt_access = True
+    gid, tokens = github_grant(store, provider)
+    assert revoke(store, gid, "leak", **fast(no_sleep)) == STATUS_PENDING
+    assert steps(store, gid) == ["requested", "sent", "failed"]
+    evs = revoked_events(store, gid)
+    assert {t["token_type_hint"]: t["http_status"] for t in evs[1].payload["detail"]["tokens"]} == {
+        "refresh_token": 200, "access_token": 401}
+    failed = evs[2].payload["detail"]
+    assert "access_token is still active" in failed["error"] and "until it expires at" in failed["error"]
+    assert provider.is_active(tokens["access_token"]) and not provider.is_active(tokens["refresh_token"])
+
+
+def test_wrong_client_secret_is_refused_not_confirmed(store, provider, no_sleep):
+    tokens = provider.issue()
+    cred = {**provider.credential(tokens), "client_secret": "wrong"}
+    gid = grant_access(store, AGENT, "github", "*", None, credential=cred)
+    assert revoke(store, gid, "x", **fast(no_sleep)) == STATUS_PENDING
+    assert steps(store, gid) == ["requested", "sent", "failed"]
+    assert no_sleep == []  # a 401 is an answer: not retried
+    assert provider.is_active(tokens["access_token"])
+
+
+def test_without_introspection_it_is_sent_but_never_confirmed(store, provider, no_sleep):
+    gid, tokens = github_grant(store, provider, introspection=False)
+    assert revoke(store, gid, "x", **fast(no_sleep)) == STATUS_UNCONFIRMED
+    assert steps(store, gid) == ["requested", "sent"]
+    assert not provider.is_active(tokens["access_token"])
+
+
+def test_a_grant_without_provider_is_revoked_locally(store):
+    gid = grant_access(store, AGENT, "db", "*", "read")
+    assert revoke(store, gid, "not needed") == STATUS_LOCAL
+    assert steps(store, gid) == ["requested"]
+    assert grant_status(store, gid, AGENT, "db", "q")[0] is False
+
+
+def test_revoke_unknown_grant_and_empty_reason(store):
+    with pytest.raises(AccessError, match="no grant 'grant_x'"):
+        revoke(store, "grant_x", "why")
+    gid = grant_access(store, AGENT, "db", "*", None)
+    with pytest.raises(AccessError, match="needs a reason"):
+        revoke(store, gid, "  ")
+    with pytest.raises(AccessError, match="nothing to retry \\(revoke it first\\)"):
+        retry(store, gid)
+    with pytest.raises(AccessError, match="already exists"):
+        grant_access(store, AGENT, "db", "*", None, grant_id=gid)
+
+
+def test_the_requested_step_is_committed_before_the_provider_is_called(store, provider):
+    gid, _ = github_grant(store, provider)
+    seen = []
+
+    class Watching:
+        def revoke(self, cred, token, hint):
+            seen.append((steps(store, gid), grant_status(store, gid, AGENT, "github", "create_issue")[0]))
+            from sealbox.access import ProviderUnavailable
+            raise ProviderUnavailable("down")
+
+        def introspect(self, cred, token, hint):  # pragma: no cover
+            raise AssertionError
+
+    revoke(store, gid, "x", Watching(), retries=1, sleep=lambda s: None)
+    assert seen[0] == (["requested"], False)
+
+
+# --------------------------------------------------------------------------- secrets never in the log
+
+
+def test_tokens_never_in_raw_bytes_blobs_or_database_files(store, provider, no_sleep):
+    gid, tokens = github_grant(store, provider)
+    call(store, gid, lambda title: "ok")
+    provider.mode = "unavailable"
+    revoke(store, gid, "x", retries=1, **fast(no_sleep))
+    provider.mode = "up"
+    retry(store, gid, **fast(no_sleep))
+    secrets = [tokens["access_token"], tokens["refresh_token"], provider.client.client_secret]
+    raw = b"".join(e.raw for e in store.read_range(0, store.size()))
+    blobs = b"".join(c or b"" for _, _, c in store.iter_blobs())
+    for s in secrets:
+        assert s.encode() not in raw and s.encode() not in blobs
+    store.issue_checkpoint()
+    for f in (store.path).iterdir():
+        data = f.read_bytes()
+        for s in secrets:
+            assert s.encode() not in data, f"{s[:6]}… found in {f.name}"
+    # and they are there, encrypted, for the revocation
+    cred = load_credential(store, gid)
+    assert cred.access_token == tokens["access_token"] and "access_token=" not in repr(cred)
+    assert tokens["access_token"] not in repr(cred) and tokens["access_token"] not in str(show_grant(store, gid))
+
+
+def test_ciphertext_is_bound_to_its_grant(store, provider):
+    a, _ = github_grant(store, provider)
+    b, _ = github_grant(store, provider)
+    db = sqlite3.connect(store.db_path)
+    with pytest.raises(sqlite3.DatabaseError, match="written once"):
+        db.execute("UPDATE credentials SET ciphertext = (SELECT ciphertext FROM credentials WHERE grant_id = ?)"
+                   " WHERE grant_id = ?", (a, b))
+    with pytest.raises(sqlite3.DatabaseError, match="written once"):
+        db.execute("INSERT OR REPLACE INTO credentials SELECT ?, nonce, ciphertext, created_at FROM credentials"
+                   " WHERE grant_id = ?", (b, a))
+    # below the triggers: swap a's ciphertext into b's row -> does not decrypt
+    db.execute("DROP TRIGGER credentials_no_update")
+    db.execute("UPDATE credentials SET (nonce, ciphertext) = (SELECT nonce, ciphertext FROM credentials WHERE grant_id = ?)"
+               " WHERE grant_id = ?", (a, b))
+    db.commit()
+    db.close()
+    with pytest.raises(AccessError, match="cannot be decrypted"):
+        load_credential(store, b)
+
+
+# --------------------------------------------------------------------------- deletion
+
+
+def test_credential_deletion(store, provider, no_sleep):
+    gid, tokens = github_grant(store, provider)
+    with pytest.raises(AccessError, match="impossible to revoke"):
+        delete_credential(store, gid)
+    assert revoke(store, gid, "done", **fast(no_sleep)) == STATUS_CONFIRMED
+    size = store.size()
+    assert delete_credential(store, gid) is True
+    assert load_credential(store, gid) is None
+    assert delete_credential(store, gid) is False
+    assert store.size() == size  # nothing written to the log
+    assert show_grant(store, gid)["credential"] == "deleted"
+    assert [r["credential"] for r in list_grants(store)] == ["deleted"]
+    assert verify_store(store).ok
+    # deleting is allowed on credentials only
+    db = sqlite3.connect(store.db_path)
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        db.execute("DELETE FROM events WHERE kind = 'access.granted'")
+    db.close()
+
+
+def test_forced_deletion_leaves_the_revocation_pending(store, provider, no_sleep):
+    gid, tokens = github_grant(store, provider)
+    assert delete_credential(store, gid, force=True) is True
+    assert revoke(store, gid, "x", **fast(no_sleep)) == STATUS_PENDING
+    failed = revoked_events(store, gid)[-1].payload["detail"]
+    assert failed["stage"] == "credential" and "deleted" in failed["error"]
+    assert provider.is_active(tokens["refresh_token"])
+
+
+# --------------------------------------------------------------------------- listing, store
+
+
+def test_list_and_show(store, provider, no_sleep):
+    g1, _ = github_grant(store, provider)
+    g2 = grant_access(store, "agent:other", "db", "read_*", ["db:read"], expires_at="30d")
+    revoke(store, g2, "unused")
+    rows = {r["grant_id"]: r for r in list_grants(store)}
+    assert rows[g1]["status"] == STATUS_ACTIVE and rows[g1]["credential"] == "held"
+    assert rows[g2]["status"] == STATUS_LOCAL and rows[g2]["credential"] == "none" and rows[g2]["scope"] == ["db:read"]
+    shown = show_grant(store, g2)
+    assert [s["step"] for s in shown["steps"]] == ["requested"] and shown["steps"][0]["reason"] == "unused"
+    with pytest.raises(AccessError, match="no grant"):
+        show_grant(store, "nope")
+
+
+def test_the_migration_is_applied_and_checksummed(store):
+    rows = store._conn().execute("SELECT version, name FROM schema_migrations ORDER BY version").fetchall()
+    assert (2, "credentials") in rows
+    plan = " ".join(r[3] for r in store._conn().execute(
+        "EXPLAIN QUERY PLAN SELECT leaf_index, raw FROM events WHERE (CAST(raw AS TEXT) ->> '$.payload.grant_id') = ?"
+        " AND kind IN ('access.granted', 'access.revoked') AND run_id = ? ORDER BY leaf_index", ("g", "system")))
+    assert "events_access_grant" in plan
+
+
+def test_credential_validation_never_echoes_values():
+    with pytest.raises(AccessError, match="needs 'revocation_endpoint'"):
+        ProviderCredential.from_dict({"client_id": "c", "access_token": "SECRET-VALUE"})
+    with pytest.raises(AccessError, match="unknown credential keys \\['acess_token'\\]") as exc:
+        ProviderCredential.from_dict({"revocation_endpoint": "https://x/r", "client_id": "c", "acess_token": "SECRET-VALUE"})
+    assert "SECRET-VALUE" not in str(exc.value)
+    with pytest.raises(AccessError, match="'access_token' must be a string"):
+        ProviderCredential.from_dict({"revocation_endpoint": "https://x/r", "client_id": "c", "access_token": 5})
+
+
+def test_a_crash_after_requested_leaves_it_pending_and_retry_finishes(store, provider, no_sleep):
+    gid, tokens = github_grant(store, provider)
+
+    class Crash(BaseException):
+        pass
+
+    class Dying:
+        def revoke(self, cred, token, hint):
+            raise Crash()
+
+        def introspect(self, cred, token, hint):  # pragma: no cover
+            raise Crash()
+
+    with pytest.raises(Crash):
+        revoke(store, gid, "x", Dying())
+    assert steps(store, gid) == ["requested"] and access_status(store, gid) == STATUS_PENDING
+    assert retry(store, gid, **fast(no_sleep)) == STATUS_CONFIRMED
+    assert steps(store, gid) == ["requested", "sent", "confirmed"]
+
+
+def test_concurrent_revocations_record_one_request(store, provider, no_sleep):
+    import threading
+
+    gid, _ = github_grant(store, provider)
+    provider.stop()
+    outcomes = []
+
+    def one():
+        try:
+            outcomes.append(revoke(store, gid, "race", retries=1, sleep=lambda s: None))
+        except AccessError as exc:
+            outcomes.append(str(exc))
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert steps(store, gid).count("requested") == 1
+    assert verify_store(store).ok

@@ -1,0 +1,127 @@
+"""``sealbox access``: the real command in a subprocess, against a real provider on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sealbox
+
+SEALBOX = str(Path(sys.executable).parent / "sealbox")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([SEALBOX, *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "COLUMNS": "250"})
+
+
+def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for w in words:
+        assert w in lines[0], proc.stderr
+
+
+@pytest.fixture
+def store_dir(tmp_path):
+    sealbox.init_store(tmp_path / "s").close()
+    return str(tmp_path / "s")
+
+
+def cred_file(tmp_path, provider, tokens, **kw) -> str:
+    path = tmp_path / "cred.json"
+    path.write_text(json.dumps(provider.credential(tokens, **kw)))
+    path.chmod(0o600)
+    return str(path)
+
+
+def grant(store_dir, *extra) -> str:
+    proc = cli("access", "grant", "-s", store_dir, "--principal", "agent:bot", "--server", "github",
+               "--tool", "create_*", "--scope", "repo", "--by", "user:alice", *extra)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_grant_list_show_revoke_confirmed(store_dir, tmp_path, provider):
+    tokens = provider.issue()
+    gid = grant(store_dir, "--credential-file", cred_file(tmp_path, provider, tokens), "--expires", "30d")
+    assert gid.startswith("grant_")
+    rows = json.loads(cli("access", "list", "-s", store_dir, "--json").stdout)
+    assert [(r["grant_id"], r["status"], r["credential"], r["granted_by"]) for r in rows] == [
+        (gid, "active", "held", "user:alice")]
+    assert rows[0]["provider"] == f"127.0.0.1:{provider.port}"
+    table = cli("access", "list", "-s", store_dir)
+    assert table.returncode == 0 and gid in table.stdout
+    proc = cli("access", "revoke", gid, "-s", store_dir, "--reason", "incident 7", "--by", "user:bob")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{gid}: revoked (confirmed at provider)"
+    shown = cli("access", "show", gid, "-s", store_dir)
+    assert shown.returncode == 0
+    lines = shown.stdout.splitlines()
+    assert "status     revoked (confirmed at provider)" in lines
+    steps = [ln.split()[1] for ln in lines if ln.startswith("  ")]
+    assert steps == ["requested", "sent", "confirmed"]
+    as_json = json.loads(cli("access", "show", gid, "-s", store_dir, "--json").stdout)
+    assert [s["step"] for s in as_json["steps"]] == ["requested", "sent", "confirmed"]
+    everything = proc.stdout + proc.stderr + shown.stdout + json.dumps(as_json) + json.dumps(rows)
+    for secret in (*tokens.values(), provider.client.client_secret):
+        assert secret not in everything
+    assert cli("verify", "-s", store_dir).returncode == 0
+    # the credential can now be deleted
+    deleted = cli("access", "delete-credential", gid, "-s", store_dir)
+    assert deleted.returncode == 0 and "credential deleted" in deleted.stdout
+
+
+def test_provider_down_pending_then_retry(store_dir, tmp_path, provider):
+    tokens = provider.issue()
+    gid = grant(store_dir, "--credential-file", cred_file(tmp_path, provider, tokens))
+    provider.stop()
+    proc = cli("access", "revoke", gid, "-s", store_dir, "--reason", "offboarding", "--retries", "1")
+    assert proc.returncode == 3
+    assert proc.stdout.strip() == f"{gid}: revoked (pending at provider)"
+    assert "retry" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    shown = cli("access", "show", gid, "-s", store_dir).stdout
+    assert "Connection refused" in shown and "pending at provider" in shown
+    again = cli("access", "retry", gid, "-s", store_dir, "--retries", "1")
+    assert again.returncode == 3
+    provider.start()
+    ok = cli("access", "retry", gid, "-s", store_dir)
+    assert ok.returncode == 0 and ok.stdout.strip() == f"{gid}: revoked (confirmed at provider)"
+    assert not provider.is_active(tokens["access_token"]) and not provider.is_active(tokens["refresh_token"])
+    steps = [s["step"] for s in json.loads(cli("access", "show", gid, "-s", store_dir, "--json").stdout)["steps"]]
+    assert steps == ["requested", "failed", "failed", "sent", "confirmed"]
+
+
+def test_local_grant_and_errors(store_dir, tmp_path):
+    gid = grant(store_dir)
+    proc = cli("access", "revoke", gid, "-s", store_dir, "--reason", "x")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"{gid}: revoked (local only: no provider)"
+    one_error_line(cli("access", "revoke", gid, "-s", store_dir, "--reason", "x"), "already revoked")
+    one_error_line(cli("access", "retry", gid, "-s", store_dir), "nothing to retry")
+    one_error_line(cli("access", "show", "grant_nope", "-s", store_dir), "no grant 'grant_nope'")
+    one_error_line(cli("access", "revoke", "grant_nope", "-s", store_dir, "--reason", "x"), "no grant")
+    one_error_line(cli("access", "revoke", gid, "-s", store_dir), "--reason")
+    one_error_line(cli("access", "grant", "-s", store_dir, "--principal", "p", "--server", "s", "--tool", "t",
+                       "--credential-file", str(tmp_path / "missing.json")), "cannot read credential file")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"access_token": "SECRET-TOKEN-VALUE", ')
+    proc = cli("access", "grant", "-s", store_dir, "--principal", "p", "--server", "s", "--tool", "t",
+               "--credential-file", str(bad))
+    one_error_line(proc, "not valid JSON")
+    assert "SECRET-TOKEN-VALUE" not in proc.stderr
+    incomplete = tmp_path / "incomplete.json"
+    incomplete.write_text(json.dumps({"access_token": "SECRET-TOKEN-VALUE", "client_id": "c"}))
+    proc = cli("access", "grant", "-s", store_dir, "--principal", "p", "--server", "s", "--tool", "t",
+               "--credential-file", str(incomplete))
+    one_error_line(proc, "revocation_endpoint")
+    assert "SECRET-TOKEN-VALUE" not in proc.stderr
+    one_error_line(cli("access", "grant", "-s", store_dir, "--principal", "p", "--server", "s", "--tool", "t",
+                       "--expires", "yesterday-ish"), "expires_at")
+    one_error_line(cli("access", "list", "-s", str(tmp_path / "nostore")), "does not exist")
+    assert cli("access", "--help").returncode == 0

@@ -1,0 +1,62 @@
+"""The identities and approvals commands, run as a user would (subprocess, real store)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+from approval_helpers import policy
+
+import sealbox
+from sealbox.approvals import ApprovalPending
+from sealbox.recorder import Recorder
+
+
+def sb(*args):
+    return subprocess.run([sys.executable, "-m", "sealbox.cli.main", *map(str, args)], capture_output=True, text=True)
+
+
+def test_identities_and_approvals_from_the_command_line(tmp_path):
+    path = tmp_path / "store"
+    assert sb("init", path).returncode == 0
+    out = sb("identities", "add", "alice", "--role", "approver", "--group", "ops", "--key-out", tmp_path / "a.key", "-s", path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1] == f"private key written to {tmp_path / 'a.key'} (mode 0600); Sealbox keeps no copy: give it to alice only"
+    assert stat.S_IMODE(os.stat(tmp_path / "a.key").st_mode) == 0o600
+    again = sb("identities", "add", "alice", "--role", "approver", "--key-out", tmp_path / "b.key", "-s", path)
+    assert (again.returncode, again.stderr) == (2, "error: identity 'alice' already exists\n")
+    listed = json.loads(sb("identities", "list", "--json", "-s", path).stdout)
+    assert [(i["name"], i["role"], i["groups"], i["disabled"]) for i in listed] == [("alice", "approver", ["ops"], False)]
+    store = sealbox.open_store(path)
+    with pytest.raises(ApprovalPending) as info:
+        with Recorder(store, policy=policy(), approvals="suspend").run(agent="bot") as run:
+            run.call_tool("db", "write_query", {"sql": "x"}, lambda sql: "ran")
+    store.close()
+    aid = info.value.approval_id
+    pending = json.loads(sb("approvals", "list", "--pending", "--json", "-s", path).stdout)
+    assert [(r["approval_id"], r["status"]) for r in pending] == [(aid, "pending")]
+    shown = sb("approvals", "show", aid, "-s", path).stdout
+    assert f"approval   {aid}" in shown and "status     pending" in shown
+    bad = sb("approvals", "approve", "apr_missing", "--reason", "x", "--key-file", tmp_path / "a.key", "-s", path)
+    assert (bad.returncode, bad.stderr) == (2, "error: no approval request 'apr_missing' in this store\n")
+    ok = sb("approvals", "deny", aid, "--reason", "no", "--key-file", tmp_path / "a.key", "-s", path)
+    assert ok.stdout == f"alice denied {aid}; request is now denied\n"
+    late = sb("approvals", "approve", aid, "--reason", "changed my mind", "--key-file", tmp_path / "a.key", "-s", path)
+    assert late.returncode == 2 and late.stderr.startswith(f"error: approval {aid} was already denied by alice")
+    assert json.loads(sb("approvals", "list", "--flagged", "--json", "-s", path).stdout) == []
+    assert sb("identities", "disable", "alice", "-s", path).stdout == "identity alice disabled\n"
+    rotated = sb("identities", "rotate", "alice", "--key-out", tmp_path / "a2.key", "-s", path)
+    assert rotated.returncode == 0 and (tmp_path / "a2.key").exists()
+    assert sb("verify", path).returncode == 0
+
+
+def test_every_new_command_has_help():
+    for group in ("identities", "approvals"):
+        out = sb(group, "--help")
+        assert out.returncode == 0
+        for line in out.stdout.split("Commands:")[1].strip().splitlines():
+            assert len(line.split(None, 1)) == 2, f"{group}: {line!r} has no help text"

@@ -1,0 +1,253 @@
+"""Suspend and resume: the process exits while waiting; another answers; a third resumes THE SAME run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+from approval_helpers import POLICY, kinds, policy
+
+import sealbox
+from sealbox import RecordingError, verify_store
+from sealbox.approvals import ApprovalError, ApprovalPending, answer
+from sealbox.pause import claim
+from sealbox.recorder import Recorder
+
+AGENT = """
+import sys
+import sealbox
+from sealbox.approvals import ApprovalPending
+from sealbox.policy import Policy
+from sealbox.recorder import Recorder
+
+mode, store_path, policy_path, side = sys.argv[1:5]
+store = sealbox.open_store(store_path)
+rec = Recorder(store, policy=Policy.load(policy_path), approvals="suspend")
+
+@rec.tool("db")
+def write_query(sql):
+    with open(side, "a") as f:
+        f.write(sql + "\\n")
+    return "deleted 3 rows"
+
+@rec.tool("db")
+def read_query(sql):
+    return [[1]]
+
+if mode == "start":
+    try:
+        with rec.run(agent="cleanup-bot") as run:
+            read_query("SELECT 1")
+            write_query("DELETE FROM t WHERE old")
+    except ApprovalPending as pending:
+        print(pending.run_id, pending.approval_id)
+        store.close()
+        sys.exit(3)
+    sys.exit(1)
+else:
+    with rec.resume(sys.argv[5]) as run:
+        [call] = run.resumed_calls
+        print(call.outcome, call.value())
+        read_query("SELECT 2")
+    store.close()
+"""
+
+
+def test_the_run_is_one_run_across_three_processes_and_the_tool_runs_exactly_once(tmp_path, keys, store):
+    store.close()  # the three processes open it themselves
+    script, pol, side = tmp_path / "agent.py", tmp_path / "policy.yaml", tmp_path / "side-effects.txt"
+    script.write_text(AGENT)
+    pol.write_text(textwrap.dedent(POLICY))
+    path = str(tmp_path / "store")
+    first = subprocess.run([sys.executable, str(script), "start", path, str(pol), str(side)], capture_output=True, text=True)
+    assert first.returncode == 3, first.stderr
+    run_id, aid = first.stdout.split()
+    assert not side.exists()
+    cli = [sys.executable, "-m", "sealbox.cli.main"]
+    second = subprocess.run(cli + ["approvals", "approve", aid, "--reason", "old rows only", "--key-file", str(keys["alice"]),
+                                   "-s", path], capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout == f"alice approved {aid}; request is now approved\n"
+    third = subprocess.run([sys.executable, str(script), "resume", path, str(pol), str(side), run_id],
+                           capture_output=True, text=True)
+    assert third.returncode == 0, third.stderr
+    assert third.stdout == "approved deleted 3 rows\n"
+    assert side.read_text() == "DELETE FROM t WHERE old\n"
+    again = subprocess.run([sys.executable, str(script), "resume", path, str(pol), str(side), run_id],
+                           capture_output=True, text=True)
+    assert again.returncode != 0 and "has ended" in again.stderr
+    assert side.read_text() == "DELETE FROM t WHERE old\n"
+    s = sealbox.open_store(path)
+    try:
+        events = s.read_run(run_id)
+        assert [e.kind for e in events] == [
+            "run.started", "tool.call", "policy.decision", "tool.result",
+            "tool.call", "policy.decision", "approval.requested", "run.suspended",
+            "approval.answered", "run.resumed", "tool.result",
+            "tool.call", "policy.decision", "tool.result", "run.ended"]
+        assert {e.run_id for e in events} == {run_id}
+        answered = events[8]
+        assert (answered.principal, answered.payload["identity"], answered.payload["client"]["user_agent"]) == (
+            "alice", "alice", f"sealbox-cli/{sealbox.__version__}")
+        assert events[9].payload["approval_ids"] == [aid] and events[9].payload["outcomes"] == {aid: "approved"}
+        assert events[10].payload["result"] == "deleted 3 rows"
+        assert len({e.step for e in events[4:11]}) == 1  # the call's events share its step
+        assert verify_store(s).ok
+    finally:
+        s.close()
+
+
+def suspend(store, rec, sql="DELETE", tool="write_query", arguments=None):
+    with pytest.raises(ApprovalPending) as info:
+        with rec.run(agent="bot") as run:
+            run.call_tool("db", tool, arguments or {"sql": sql}, lambda **_: pytest.fail("ran while suspended"))
+    return run.run_id, info.value.approval_id
+
+
+class Tool:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, **kwargs):
+        self.calls.append(kwargs)
+        return f"ran {kwargs}"
+
+
+def test_resume_before_an_answer_raises_pending_and_writes_nothing(store, keys):
+    rec = Recorder(store, policy=policy(), approvals="suspend")
+    run_id, aid = suspend(store, rec)
+    before = store.size()
+    with pytest.raises(ApprovalPending) as info:
+        rec.resume(run_id, {("db", "write_query"): Tool()})
+    assert info.value.approval_ids == (aid,) and store.size() == before
+
+
+def test_a_denied_call_is_not_run_on_resume(store, keys):
+    rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
+    run_id, aid = suspend(store, rec)
+    answer(store, aid, "deny", "no", keys["bob"])
+    with rec.resume(run_id, {("db", "write_query"): tool}) as run:
+        (call,) = run.resumed_calls
+    assert (call.outcome, call.ran, tool.calls) == ("denied", False, [])
+    with pytest.raises(sealbox.SealboxError, match="denied by bob: no"):
+        call.value()
+    assert kinds(store, run_id)[-3:] == ["approval.answered", "run.resumed", "run.ended"]
+
+
+def test_two_processes_resuming_at_once_run_the_tool_once(store, keys):
+    rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
+    run_id, aid = suspend(store, rec)
+    answer(store, aid, "approve", "ok", keys["alice"])
+    errors = []
+
+    def go():
+        try:
+            Recorder(store, policy=policy()).resume(run_id, {("db", "write_query"): tool})
+        except ApprovalError as exc:
+            errors.append(exc.code)
+
+    threads = [threading.Thread(target=go) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    # the others either lost the race for run.resumed or saw it taken (then the call is not theirs to run)
+    assert len(tool.calls) == 1 and set(errors) <= {"already_resumed"}
+    assert kinds(store, run_id).count("run.resumed") == 1
+
+
+def test_an_outcome_unknown_call_is_rerun_only_when_asked(store, keys):
+    rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
+    run_id, aid = suspend(store, rec)
+    answer(store, aid, "approve", "ok", keys["alice"])
+    assert claim(rec.continue_run(run_id), aid)[1] == "approved"  # resumed, then "the process died"
+    run = rec.resume(run_id, {("db", "write_query"): tool})
+    assert [(c.outcome, c.ran) for c in run.resumed_calls] == [("unknown", False)] and tool.calls == []
+    run = rec.resume(run_id, {("db", "write_query"): tool}, rerun_unknown=True)
+    assert [(c.outcome, c.ran) for c in run.resumed_calls] == [("rerun", True)] and tool.calls == [{"sql": "DELETE"}]
+    assert kinds(store, run_id)[-2:] == ["note", "tool.result"]
+    assert rec.resume(run_id, {("db", "write_query"): tool}).resumed_calls == []
+
+
+def test_a_missing_tool_function_fails_before_anything_is_written(store, keys):
+    rec = Recorder(store, policy=policy(), approvals="suspend")
+    run_id, aid = suspend(store, rec)
+    answer(store, aid, "approve", "ok", keys["alice"])
+    before = store.size()
+    with pytest.raises(sealbox.ConfigError, match="no function for tool db/write_query"):
+        rec.resume(run_id)
+    assert store.size() == before
+
+
+def test_redacted_arguments_must_be_given_again_and_must_match_the_binding(store, keys):
+    rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
+    args = {"sql": "UPDATE users", "password": "hunter2"}
+    run_id, aid = suspend(store, rec, arguments=args)
+    answer(store, aid, "approve", "ok", keys["alice"])
+    call_id = [e.payload["call_id"] for e in store.read_run(run_id) if e.kind == "tool.call"][0]
+    with pytest.raises(ApprovalError) as info:
+        rec.resume(run_id, {("db", "write_query"): tool})
+    assert info.value.code == "arguments_redacted"
+    with pytest.raises(ApprovalError) as info:
+        rec.resume(run_id, {("db", "write_query"): tool}, arguments={call_id: {**args, "sql": "DROP TABLE users"}})
+    assert info.value.code == "binding_mismatch"
+    rec.resume(run_id, {("db", "write_query"): tool}, arguments={call_id: args})
+    assert tool.calls == [args]
+
+
+CHANGED = {
+    "deny": """
+version: 1
+rules:
+  - id: no-writes
+    match: {tool: write_query}
+    effect: deny
+""",
+    "allow": """
+version: 1
+rules:
+  - id: writes-ok
+    match: {tool: write_query}
+    effect: allow
+""",
+    "two": """
+version: 1
+rules:
+  - id: writes-need-two
+    match: {tool: write_query}
+    effect: require_approval
+    approval: {groups: [ops], quorum: 2, expires: 1h}
+""",
+}
+
+
+@pytest.mark.parametrize("new, outcome, runs", [("deny", "policy_denied", False), ("allow", "approved", True),
+                                                ("two", "approval_insufficient", False)])
+def test_a_policy_changed_while_suspended_is_applied_on_resume_and_recorded(store, keys, new, outcome, runs):
+    tool = Tool()
+    run_id, aid = suspend(store, Recorder(store, policy=policy(), approvals="suspend"))
+    answer(store, aid, "approve", "ok", keys["alice"])
+    later = Recorder(store, policy=policy(CHANGED[new]))
+    (call,) = later.resume(run_id, {("db", "write_query"): tool}).resumed_calls
+    assert (call.outcome, call.ran, len(tool.calls)) == (outcome, runs, int(runs))
+    events = store.read_run(run_id)
+    decisions = [e.payload for e in events if e.kind == "policy.decision"]
+    assert [d.get("reevaluated", False) for d in decisions] == [False, True]
+    assert decisions[1]["policy_fingerprint"] == later.policy.fingerprint != decisions[0]["policy_fingerprint"]
+    resumed = [e.payload for e in events if e.kind == "run.resumed"][0]
+    assert resumed["outcomes"] == {aid: outcome}
+
+
+def test_a_denial_is_never_reevaluated_into_an_allow(store, keys):
+    tool = Tool()
+    run_id, aid = suspend(store, Recorder(store, policy=policy(), approvals="suspend"))
+    answer(store, aid, "deny", "no", keys["alice"])
+    (call,) = Recorder(store, policy=policy(CHANGED["allow"])).resume(run_id, {("db", "write_query"): tool}).resumed_calls
+    assert (call.outcome, tool.calls) == ("denied", [])
+    assert [e.payload.get("reevaluated") for e in store.read_run(run_id) if e.kind == "policy.decision"] == [None]
+
+
+def test_resuming_an_unknown_run_is_an_error(store):
+    with pytest.raises(RecordingError, match="no run"):
+        Recorder(store, policy=policy()).resume("nope")

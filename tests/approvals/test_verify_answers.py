@@ -1,0 +1,83 @@
+"""verify checks every answer against the identity's key as the log held it; forged answers never count."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from approval_helpers import policy, request_of
+
+from sealbox import EventDraft, verify_store
+from sealbox.approvals import ApprovalPending, answer, get_approval, signed_fields
+from sealbox.identities import load_key, rotate_key, sign_fields
+from sealbox.recorder import Recorder
+
+
+def suspended(store):
+    rec = Recorder(store, policy=policy(), approvals="suspend")
+    with pytest.raises(ApprovalPending) as info:
+        with rec.run(agent="bot") as run:
+            run.call_tool("db", "write_query", {"sql": "DROP TABLE t"}, lambda **_: "ran")
+    return run.run_id, info.value.approval_id
+
+
+def forged(store, run_id, aid, *, identity="alice", binding=None, signature=None, key=None):
+    req = request_of(store, run_id)
+    payload = {"approval_id": aid, "binding": binding or req["binding"], "decision": "approve", "identity": identity,
+               "reason": "forged", "answered_at": "2030-01-01T00:00:00.000000Z", "client": {"hostname": "evil"}}
+    payload["signature"] = signature if signature is not None else sign_fields(key, signed_fields(payload)) if key \
+        else base64.b64encode(b"\0" * 64).decode()
+    step = [e for e in store.read_run(run_id) if e.kind == "approval.requested"][0].step
+    return store.append(EventDraft("approval.answered", payload, run_id=run_id, principal=identity, step=step))[0]
+
+
+def codes(store):
+    return [(p.code, p.leaf_index) for p in verify_store(store).problems]
+
+
+def test_a_genuine_answer_verifies_even_after_the_key_is_rotated(store, keys, tmp_path):
+    run_id, aid = suspended(store)
+    answer(store, aid, "approve", "fine", keys["alice"])
+    rotate_key(store, "alice", tmp_path / "alice-new.key")
+    assert verify_store(store).ok
+
+
+def test_an_answer_appended_directly_with_a_bad_signature_is_tampering_and_does_not_count(store, keys):
+    run_id, aid = suspended(store)
+    event = forged(store, run_id, aid)
+    assert codes(store) == [("approval_signature", event.leaf_index)]
+    state = get_approval(store, aid)
+    assert state.status == "pending" and state.answers[0].problem == "bad_signature"
+
+
+def test_an_answer_signed_with_another_identitys_key_is_tampering(store, keys):
+    run_id, aid = suspended(store)
+    event = forged(store, run_id, aid, identity="alice", key=load_key(keys["bob"]))
+    assert codes(store) == [("approval_signature", event.leaf_index)]
+
+
+def test_an_answer_signed_with_a_key_rotated_away_before_it_is_tampering(store, keys, tmp_path):
+    run_id, aid = suspended(store)
+    rotate_key(store, "alice", tmp_path / "alice-new.key")
+    event = forged(store, run_id, aid, key=load_key(keys["alice"]))
+    assert codes(store) == [("approval_signature", event.leaf_index)]
+    assert get_approval(store, aid).status == "pending"
+
+
+def test_an_answer_for_another_binding_or_by_an_unknown_identity_is_reported(store, keys):
+    run_id, aid = suspended(store)
+    other = "sha256:" + "2" * 64
+    e1 = forged(store, run_id, aid, binding=other, key=load_key(keys["alice"]))
+    e2 = forged(store, run_id, aid, identity="ghost")
+    problems = verify_store(store).problems
+    assert [(p.code, p.leaf_index) for p in problems] == [("approval_binding", e1.leaf_index),
+                                                          ("approval_identity", e2.leaf_index)]
+    assert problems[0].found == other and problems[0].expected == request_of(store, run_id)["binding"]
+    assert get_approval(store, aid).status == "pending"
+
+
+def test_a_validly_signed_answer_that_breaks_a_rule_is_reported_and_does_not_count(store, keys):
+    run_id, aid = suspended(store)
+    event = forged(store, run_id, aid, identity="dave", key=load_key(keys["dave"]))  # an agent-role identity
+    assert codes(store) == [("approval_rule", event.leaf_index)]
+    assert get_approval(store, aid).status == "pending"

@@ -1,0 +1,194 @@
+"""tools/list and tools/call through the gateway, against the toy upstream (a real stdio process)."""
+
+from __future__ import annotations
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+import sealbox
+from sealbox.gateway import MALFORMED_REQUEST, REQUEST_TOO_LARGE, UNKNOWN_RUN, UNKNOWN_TOOL, Gateway
+from sealbox.policy import Policy
+
+from .conftest import connect, gateway_runs, kinds, running, text_of, toy_config, toy_log
+
+pytestmark = pytest.mark.anyio
+
+DENY_ECHO = """
+version: 1
+name: no-echo
+rules:
+  - id: no-echo-secrets
+    match: {server: toy, tool: echo}
+    when: 'call.arguments.text.contains("secret")'
+    effect: deny
+  - id: rest-ok
+    effect: allow
+"""
+
+
+async def test_tools_list_is_the_union_under_exposed_names(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+    assert names == ["toy__add", "toy__ask", "toy__crash", "toy__echo", "toy__garbage", "toy__hang", "toy__mutate",
+                     "toy__slow"]
+
+
+async def test_an_allowed_call_is_recorded_call_decision_result_in_order_then_the_run_ends(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            result = await client.call_tool("toy__add", {"a": 2, "b": 40})
+        [run_id] = gateway_runs(store)
+    assert (result.is_error, text_of(result), result.structured_content) == (False, "42", {"sum": 42})
+    assert kinds(store, run_id) == [("1", "run.started"), ("2", "tool.call"), ("2", "policy.decision"),
+                                    ("2", "tool.result"), ("3", "run.ended")]
+    events = store.read_run(run_id)
+    started, call, decision, res = (e.payload for e in events[:4])
+    assert started["labels"]["mcp.client.name"] == "mcp" and started["agent"] == "mcp"
+    assert events[1].principal == "agent:test-client"
+    assert (call["server"], call["tool"], call["exposed"], call["arguments"]) == ("toy", "add", "toy__add", {"a": 2, "b": 40})
+    assert (decision["effect"], decision["rule"]) == ("allow", "allow-all")
+    assert res["ok"] is True and res["result"]["structuredContent"] == {"sum": 42}
+    snapshot = store.get_snapshot(started["snapshot"])
+    assert sorted(t["name"] for t in snapshot["tools"] if t["server"] == "toy")[:2] == ["add", "ask"]
+    assert sealbox.verify_store(store).ok
+
+
+async def test_a_deny_names_the_rule_and_the_upstream_never_sees_the_call(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store, policy=Policy.from_text(DENY_ECHO))
+    async with running(gw) as tg, connect(gw, tg) as client:
+        denied = await client.call_tool("toy__echo", {"text": "the secret"})
+        allowed = await client.call_tool("toy__echo", {"text": "hello"})
+    assert denied.is_error is True
+    assert "no-echo-secrets" in text_of(denied) and "policy_deny" in text_of(denied)
+    assert denied.meta["sealbox/decision"]["rule"] == "no-echo-secrets"
+    assert (allowed.is_error, text_of(allowed)) == (False, "hello")
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "hello"}}]
+    [run_id] = gateway_runs(store)
+    assert [k for _, k in kinds(store, run_id)][1:4] == ["tool.call", "policy.decision", "tool.call"]
+
+
+async def test_an_unknown_tool_is_a_jsonrpc_error_with_a_gateway_code(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        for name in ("toy__nope", "nope__echo", "echo"):
+            with pytest.raises(MCPError) as err:
+                await client.call_tool(name, {})
+            assert err.value.code == UNKNOWN_TOOL and -32019 <= err.value.code <= -32003
+    assert gateway_runs(store) == []  # nothing recorded for a protocol error
+
+
+async def test_a_request_above_the_size_limit_is_a_jsonrpc_error_and_not_recorded(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path, extra="limits: {max_request_bytes: 2048}"), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("toy__echo", {"text": "x" * 5000})
+        small = await client.call_tool("toy__echo", {"text": "x" * 100})
+    assert err.value.code == REQUEST_TOO_LARGE
+    assert small.is_error is False
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "x" * 100}}]
+
+
+async def test_a_malformed_tools_call_is_a_jsonrpc_error(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        with pytest.raises(MCPError) as err:
+            await client.send_request(types.CallToolRequest(params=types.CallToolRequestParams(name="toy__echo",
+                                                                                               arguments=None)).model_copy(
+                update={"params": {"arguments": {"text": "no name"}}}), types.CallToolResult)
+    assert err.value.code == MALFORMED_REQUEST
+
+
+async def test_arguments_failing_the_input_schema_are_recorded_and_answered_is_error_without_forwarding(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        result = await client.call_tool("toy__add", {"a": "two", "b": 3})
+    assert result.is_error is True and "input schema" in text_of(result) and "a: 'two' is not of type 'integer'" in text_of(result)
+    assert toy_log(tmp_path) == []
+    [run_id] = gateway_runs(store)
+    res = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"][0]
+    assert res["result"]["isError"] is True and res["result"]["_meta"] == {"sealbox/not_forwarded": "invalid_arguments"}
+
+
+async def test_a_call_joins_an_existing_run_named_in_meta(tmp_path, store):
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    agent_run = Recorder(store, ALLOW_ALL).run(agent="sdk-agent", principal="agent:sdk")
+    agent_run.start()
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        await client.call_tool("toy__echo", {"text": "joined"}, meta={"sealbox/run_id": agent_run.run_id})
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("toy__echo", {"text": "x"}, meta={"sealbox/run_id": "no-such-run"})
+    assert err.value.code == UNKNOWN_RUN
+    assert [k for _, k in kinds(store, agent_run.run_id)] == ["run.started", "tool.call", "policy.decision", "tool.result"]
+    assert gateway_runs(store) == [agent_run.run_id]  # no run of its own for the session
+
+
+async def test_a_stdio_gateway_joins_the_run_given_by_sealbox_run_id(tmp_path, store, monkeypatch):
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    agent_run = Recorder(store, ALLOW_ALL).run(agent="sdk-agent")
+    agent_run.start()
+    monkeypatch.setenv("SEALBOX_RUN_ID", agent_run.run_id)
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        await client.call_tool("toy__echo", {"text": "via env"})
+    assert [k for _, k in kinds(store, agent_run.run_id)][-1] == "tool.result"
+    assert gateway_runs(store) == [agent_run.run_id]
+
+
+async def test_nothing_is_forwarded_when_the_call_cannot_be_recorded(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        await client.call_tool("toy__echo", {"text": "first"})
+        original = store.append_with
+
+        def broken(build):
+            raise OSError("disk full")
+
+        store.append_with = broken
+        try:
+            result = await client.call_tool("toy__echo", {"text": "unrecorded"})
+        finally:
+            store.append_with = original
+    assert result.is_error is True and "could not be recorded" in text_of(result)
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "first"}}]
+
+
+async def test_a_client_that_disconnects_mid_call_still_leaves_the_outcome_recorded(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            with anyio.move_on_after(0.3):
+                await client.call_tool("toy__slow", {"seconds": 1.0})
+        [run_id] = gateway_runs(store)
+    assert [k for _, k in kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision", "tool.result", "run.ended"]
+    result = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"][0]
+    assert result["ok"] is True and result["result"]["content"][0]["text"] == "slow done"
+
+
+async def test_progress_and_elicitation_requests_reach_the_calling_client(tmp_path, store):
+    asked: list[str] = []
+
+    async def elicit(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"answer": "blue"})
+
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg, elicitation_callback=elicit) as client:
+        result = await client.call_tool("toy__ask", {"question": "favourite colour?"})
+    assert asked == ["favourite colour?"]
+    assert text_of(result) == "accept:blue"
+
+
+async def test_elicitation_is_refused_to_a_client_without_the_capability(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        result = await client.call_tool("toy__ask", {"question": "?"})
+    assert result.is_error is True  # the toy server's elicitation failed; the gateway stayed up

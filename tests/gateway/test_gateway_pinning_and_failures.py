@@ -1,0 +1,144 @@
+"""Tool pinning (rug pulls) and upstream failures (crash, hang, malformed output)."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+import sealbox
+from sealbox.cli.main import cli
+from sealbox.gateway import PIN_RULE, Gateway
+
+from .conftest import connect, gateway_runs, running, system_events, text_of, toy_config, toy_log
+
+pytestmark = pytest.mark.anyio
+
+
+def reapprove(store_path, server, tool, *extra):
+    return CliRunner().invoke(cli, ["gateway", "reapprove", server, tool, "--store", str(store_path),
+                                    "--identity", "alice", *extra])
+
+
+async def test_first_listing_is_pinned_and_a_rug_pull_is_recorded_and_denied_until_reapproved(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        [first] = system_events(store, "tools.changed")
+        assert first["first_seen"] is True and len(first["added"]) == 8
+        assert text_of(await client.call_tool("toy__echo", {"text": "before"})) == "before"
+
+        await client.call_tool("toy__mutate", {})
+        with anyio.fail_after(10):
+            await gw.upstreams["toy"].wait_until(lambda u: "extra" in u.tools)
+        [_, change] = system_events(store, "tools.changed")
+        assert [c["tool"] for c in change["changed"]] == ["echo"] and change["changed"][0]["fields"] == ["description"]
+        assert [a["tool"] for a in change["added"]] == ["extra"] and change["removed"] == []
+
+        denied = await client.call_tool("toy__echo", {"text": "after"})
+        assert denied.is_error is True and PIN_RULE in text_of(denied)
+        listed = {t.name: t.description for t in (await client.list_tools()).tools}
+        assert listed["toy__echo"].startswith("[blocked") and "ssh" not in listed["toy__echo"]
+        assert (await client.call_tool("toy__add", {"a": 1, "b": 1})).is_error is False  # unchanged tools still run
+
+        out = reapprove(tmp_path / "store", "toy", "echo")
+        assert out.exit_code == 0, out.output
+        assert text_of(await client.call_tool("toy__echo", {"text": "approved"})) == "approved"
+        assert (await client.call_tool("toy__extra", {})).is_error is True  # still blocked: added, never approved
+    [reapproved] = system_events(store, "tool.reapproved")
+    assert reapproved == {"server": "toy", "tool": "echo", "identity": "alice",
+                          "schema_hash": change["changed"][0]["after"]}
+    assert [e["arguments"].get("text") for e in toy_log(tmp_path) if e["tool"] == "echo"] == ["before", "approved"]
+    assert sealbox.verify_store(store).ok
+
+
+async def test_a_rug_pull_between_runs_is_caught_at_start(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        await client.call_tool("toy__echo", {"text": "one"})
+    gw2 = Gateway(toy_config(tmp_path, env={"TOY_VARIANT": "2"}), store=store)
+    async with running(gw2) as tg, connect(gw2, tg) as client:
+        denied = await client.call_tool("toy__echo", {"text": "two"})
+    assert denied.is_error is True and PIN_RULE in text_of(denied)
+    changes = system_events(store, "tools.changed")
+    assert [bool(c.get("first_seen")) for c in changes] == [True, False]
+
+
+async def test_reapprove_refuses_a_tool_with_no_pending_change(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw):
+        pass
+    out = reapprove(tmp_path / "store", "toy", "echo")
+    assert out.exit_code != 0 and "has no unapproved change" in str(out.exception)
+    assert reapprove(tmp_path / "store", "toy", "nope").exit_code != 0
+
+
+async def test_an_upstream_crash_is_a_recorded_error_opens_the_breaker_and_restarts(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 5, cooldown_s: 0}"), store=store)
+    up = gw.upstreams["toy"]
+    async with running(gw) as tg, connect(gw, tg) as client:
+        crashed = await client.call_tool("toy__crash", {})
+        assert crashed.is_error is True and "upstream error" in text_of(crashed)
+        with anyio.fail_after(15):
+            await up.wait_until(lambda u: u.generation >= 2 and u.state == "ready")
+        again = await client.call_tool("toy__echo", {"text": "back"})
+        [run_id] = gateway_runs(store)
+    assert text_of(again) == "back"
+    result = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"][0]
+    assert result["ok"] is False and result["error"]["type"] == "UpstreamUnavailable"
+    opened = [b for b in system_events(store, "breaker.changed") if b["to"] == "open"]
+    assert opened and {b["reason"] for b in opened} == {"server_down"}
+    assert sealbox.verify_store(store).ok
+
+
+async def test_calls_while_the_breaker_is_open_are_denied_without_forwarding(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 5, cooldown_s: 600}"), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        await client.call_tool("toy__crash", {})
+        with anyio.fail_after(15):
+            await gw.upstreams["toy"].wait_until(lambda u: u.generation >= 2 and u.state == "ready")
+        denied = await client.call_tool("toy__echo", {"text": "x"})
+    assert denied.is_error is True and "breaker_open" in text_of(denied)
+    assert [e for e in toy_log(tmp_path) if e["tool"] == "echo"] == []
+
+
+async def test_a_hung_upstream_call_times_out_as_a_recorded_error(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path, extra="limits: {call_timeout_s: 0.5}"), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            hung = await client.call_tool("toy__hang", {})
+            ok = await client.call_tool("toy__echo", {"text": "still here"})
+        [run_id] = gateway_runs(store)
+    assert hung.is_error is True and "did not answer" in text_of(hung)
+    assert text_of(ok) == "still here"
+    result = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"][0]
+    assert result["ok"] is False and result["error"]["type"] == "UpstreamTimeout"
+
+
+async def test_a_malformed_line_from_the_upstream_does_not_take_the_gateway_down(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        answer = await client.call_tool("toy__garbage", {})
+        after = await client.call_tool("toy__echo", {"text": "fine"})
+    assert text_of(answer) == "after garbage" and text_of(after) == "fine"
+    assert gw.upstreams["toy"].malformed == 1
+
+
+async def test_an_upstream_that_cannot_start_leaves_the_gateway_serving_the_others(tmp_path, store):
+    import json
+    import sys
+
+    from .conftest import TOY
+
+    ups = f"""
+  - id: broken
+    command: {json.dumps(sys.executable)}
+    args: ["-c", "import sys; sys.exit(2)"]
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+"""
+    gw = Gateway(toy_config(tmp_path, upstreams=ups, extra="limits: {startup_timeout_s: 5}"), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert gw.upstreams["broken"].state in ("down", "starting") and gw.upstreams["broken"].last_error
+    assert "toy__echo" in names and not any(n.startswith("broken__") for n in names)

@@ -1,0 +1,277 @@
+"""The LangGraph integration, with a real prebuilt ReAct agent (``create_react_agent``)
+whose chat model is a scripted langchain-core fake (no model service is reachable here)."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Annotated, Any
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
+from langchain_core.messages import AIMessage  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
+from langchain_core.utils.function_calling import convert_to_openai_tool  # noqa: E402
+from langgraph.prebuilt import InjectedState  # noqa: E402
+
+import sealbox  # noqa: E402
+from sealbox.integrations.langgraph import GovernedTool, SealboxCallbackHandler, governed_tools  # noqa: E402
+from sealbox.policies import ALLOW_ALL  # noqa: E402
+from sealbox.policy import Policy  # noqa: E402
+from sealbox.recorder import Recorder  # noqa: E402
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # create_react_agent is deprecated in favour of langchain.agents
+    from langgraph.prebuilt import create_react_agent  # noqa: E402
+
+
+def react_agent(model, tools):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return create_react_agent(model, tools)
+
+
+class ScriptedChatModel(GenericFakeChatModel):
+    """A fake chat model that accepts bound tools (as a real one passes them on)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+
+class FailingChatModel(GenericFakeChatModel):
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+    def _generate(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("model service unreachable")
+
+
+class Tools:
+    """Weather and time tools that count their invocations (sync and async forms)."""
+
+    def __init__(self) -> None:
+        self.invoked: list[tuple[str, str]] = []
+
+        @tool
+        async def get_weather(city: str) -> str:
+            """Current weather for a city."""
+            self.invoked.append(("get_weather", city))
+            return f"Sunny in {city}"
+
+        @tool
+        async def get_time(city: str, utc_offset: int = 0) -> str:
+            """Local time in a city."""
+            self.invoked.append(("get_time", city))
+            return f"12:{utc_offset:02d} in {city}"
+
+        @tool
+        def get_weather_sync(city: str) -> str:
+            """Current weather for a city (sync)."""
+            self.invoked.append(("get_weather_sync", city))
+            return f"Sunny in {city}"
+
+        self.get_weather, self.get_time, self.get_weather_sync = get_weather, get_time, get_weather_sync
+
+
+def three_calls(names=("get_weather", "get_time", "get_weather")) -> list[AIMessage]:
+    args = [{"city": "Paris"}, {"city": "Oslo", "utc_offset": 1}, {"city": "Lima"}]
+    return [
+        AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": f"call_{i}"}
+                                          for i, (n, a) in enumerate(zip(names, args), 1)],
+                  usage_metadata={"input_tokens": 50, "output_tokens": 30, "total_tokens": 80}),
+        AIMessage(content="Sunny in Paris and Lima; 12:01 in Oslo.",
+                  usage_metadata={"input_tokens": 90, "output_tokens": 12, "total_tokens": 102}),
+    ]
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = sealbox.init_store(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def events_of(store, run_id):
+    return [(e.kind, e.step, store.resolve(e.payload)) for e in store.read_run(run_id)]
+
+
+def test_react_agent_three_parallel_calls_recorded_before_they_run_and_linked(store):
+    tools = Tools()
+    model = ScriptedChatModel(messages=iter(three_calls()))
+
+    async def main():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="react") as run:
+            graph = react_agent(model, governed_tools(run, [tools.get_weather, tools.get_time]))
+            state = await graph.ainvoke({"messages": [("user", "Weather in Paris and Lima, time in Oslo?")]},
+                                        config={"callbacks": [SealboxCallbackHandler(run)]})
+        return run, state
+
+    run, state = asyncio.run(main())
+    assert state["messages"][-1].content == "Sunny in Paris and Lima; 12:01 in Oslo."
+    assert sorted(tools.invoked) == [("get_time", "Oslo"), ("get_weather", "Lima"), ("get_weather", "Paris")]
+
+    events = events_of(store, run.run_id)
+    assert [(k, s) for k, s, _ in events] == [
+        ("run.started", "1"),
+        ("model.call", "2"),
+        # the three calls run concurrently (asyncio.gather): each is recorded and
+        # decided before it runs, and the results follow
+        ("tool.call", "2.1"), ("policy.decision", "2.1"),
+        ("tool.call", "2.2"), ("policy.decision", "2.2"),
+        ("tool.call", "2.3"), ("policy.decision", "2.3"),
+        ("tool.result", "2.1"), ("tool.result", "2.2"), ("tool.result", "2.3"),
+        ("model.call", "3"),
+        ("state.saved", "4"),
+        ("run.ended", "5"),
+    ]
+    first, second = events[1][2], events[11][2]
+    assert first["format"] == "langchain" and first["provider"] == "scriptedchatmodel"  # its ls_provider
+    assert first["tool_call_ids"] == ["call_1", "call_2", "call_3"] and second["tool_call_ids"] == []
+    assert [m["type"] for m in first["request"]["messages"]] == ["human"]
+    assert [t["function"]["name"] for t in first["request"]["tools"]] == ["get_weather", "get_time"]
+    assert first["request"]["metadata"]["langgraph_node"] == "agent"
+    sent = second["request"]["messages"]
+    assert [m["type"] for m in sent] == ["human", "ai", "tool", "tool", "tool"]
+    assert {m["tool_call_id"]: m["content"] for m in sent if m["type"] == "tool"} == {
+        "call_1": "Sunny in Paris", "call_2": "12:01 in Oslo", "call_3": "Sunny in Lima"}
+
+    calls = [(s, p["call_id"], p["server"], p["tool"], p["arguments"]) for k, s, p in events if k == "tool.call"]
+    assert calls == [("2.1", "call_1", "local", "get_weather", {"city": "Paris"}),
+                     ("2.2", "call_2", "local", "get_time", {"city": "Oslo", "utc_offset": 1}),
+                     ("2.3", "call_3", "local", "get_weather", {"city": "Lima"})]
+    results = [(s, p["call_id"], p["ok"]) for k, s, p in events if k == "tool.result"]
+    assert results == [("2.1", "call_1", True), ("2.2", "call_2", True), ("2.3", "call_3", True)]
+    first_result = next(p for k, _, p in events if k == "tool.result")["result"]
+    assert first_result["$pydantic"]["fields"]["content"] == "Sunny in Paris"
+
+    assert [p["usage"] for k, _, p in events if k == "model.call"] == [
+        {"input_tokens": 50, "output_tokens": 30}, {"input_tokens": 90, "output_tokens": 12}]
+    saved = events[12][2]
+    assert saved["label"] == "final" and len(saved["state"]["messages"]) == 6
+    ended = events[-1][2]
+    assert ended["status"] == "ok" and (ended["usage"]["input_tokens"], ended["usage"]["output_tokens"]) == (140, 42)
+    assert sealbox.verify_store(store).ok
+
+
+DENY_TIME = """
+version: 1
+rules:
+  - id: no-clock
+    match: {server: local, tool: get_time}
+    effect: deny
+  - id: everything-else
+    effect: allow
+"""
+
+
+def test_denied_call_never_runs_the_model_gets_an_error_tool_message_and_the_graph_finishes(store):
+    tools = Tools()
+    model = ScriptedChatModel(messages=iter(three_calls()))
+    policy = Policy.from_text(DENY_TIME)
+
+    async def main():
+        async with Recorder(store, policy=policy).run(agent="react") as run:
+            graph = react_agent(model, governed_tools(run, [tools.get_weather, tools.get_time]))
+            state = await graph.ainvoke({"messages": [("user", "go")]},
+                                        config={"callbacks": [SealboxCallbackHandler(run)]})
+        return run, state
+
+    run, state = asyncio.run(main())
+    assert sorted(tools.invoked) == [("get_weather", "Lima"), ("get_weather", "Paris")]  # get_time never ran
+    assert state["messages"][-1].content == "Sunny in Paris and Lima; 12:01 in Oslo."
+
+    events = events_of(store, run.run_id)
+    assert [(k, s) for k, s, _ in events] == [
+        ("run.started", "1"),
+        ("model.call", "2"),
+        ("tool.call", "2.1"), ("policy.decision", "2.1"),
+        ("tool.call", "2.2"), ("policy.decision", "2.2"),  # denied: no tool.result, ever
+        ("tool.call", "2.3"), ("policy.decision", "2.3"),
+        ("tool.result", "2.1"), ("tool.result", "2.3"),
+        ("model.call", "3"),
+        ("state.saved", "4"),
+        ("run.ended", "5"),
+    ]
+    decision = events[5][2]
+    assert (decision["call_id"], decision["effect"], decision["rule"]) == ("call_2", "deny", "no-clock")
+    denied_msg = next(m for m in state["messages"] if getattr(m, "tool_call_id", None) == "call_2")
+    assert denied_msg.status == "error"
+    assert denied_msg.content.startswith("Error: this tool call was not allowed and did not run.")
+    assert "no-clock" in denied_msg.content
+    sent = events[10][2]["request"]["messages"]
+    assert next(m for m in sent if m.get("tool_call_id") == "call_2")["status"] == "error"
+    assert sealbox.verify_store(store).ok
+
+
+def test_sync_invoke_runs_parallel_calls_in_threads_steps_still_follow_the_model_order(store):
+    tools = Tools()
+    model = ScriptedChatModel(messages=iter(three_calls(("get_weather_sync",) * 3)))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="react") as run:
+        graph = react_agent(model, governed_tools(run, [tools.get_weather_sync]))
+        graph.invoke({"messages": [("user", "go")]}, config={"callbacks": [SealboxCallbackHandler(run)]})
+    assert len(tools.invoked) == 3
+    events = events_of(store, run.run_id)
+    kinds = [(k, s) for k, s, _ in events]
+    assert kinds[:2] == [("run.started", "1"), ("model.call", "2")]
+    assert kinds[-3:] == [("model.call", "3"), ("state.saved", "4"), ("run.ended", "5")]
+    middle = kinds[2:-3]
+    for i in (1, 2, 3):  # whatever order the threads finished in, each call's events are in order
+        assert [k for k, s in middle if s == f"2.{i}"] == ["tool.call", "policy.decision", "tool.result"]
+    by_step = {s: p for k, s, p in events if k == "tool.call"}
+    assert {s: (p["call_id"], p["arguments"]) for s, p in by_step.items()} == {
+        "2.1": ("call_1", {"city": "Paris"}), "2.2": ("call_2", {"city": "Oslo", "utc_offset": 1}),
+        "2.3": ("call_3", {"city": "Lima"})}
+    assert sealbox.verify_store(store).ok
+
+
+def test_governed_tool_keeps_schema_and_injected_state_is_not_recorded(store):
+    seen = []
+
+    @tool
+    def count_messages(prefix: str, state: Annotated[dict, InjectedState]) -> str:
+        """Count the conversation's messages."""
+        seen.append(len(state["messages"]))
+        return f"{prefix}{len(state['messages'])}"
+
+    model = ScriptedChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "count_messages", "args": {"prefix": "n="}, "id": "c1"}]),
+        AIMessage(content="done")]))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="react") as run:
+        governed = governed_tools(run, [count_messages], server="tools")
+        assert isinstance(governed[0], GovernedTool)
+        assert convert_to_openai_tool(governed[0]) == convert_to_openai_tool(count_messages)
+        graph = react_agent(model, governed)
+        graph.invoke({"messages": [("user", "go")]}, config={"callbacks": [SealboxCallbackHandler(run)]})
+    assert seen == [2]
+    events = events_of(store, run.run_id)
+    call = next(p for k, _, p in events if k == "tool.call")
+    assert (call["server"], call["tool"], call["grant"], call["arguments"]) == (
+        "tools", "count_messages", "implicit:agent:react", {"prefix": "n="})
+    assert next(p for k, _, p in events if k == "tool.result")["result"]["$pydantic"]["fields"]["content"] == "n=2"
+    assert sealbox.verify_store(store).ok
+
+
+def test_ungoverned_tool_is_noted_and_failed_model_call_recorded(store):
+    tools = Tools()
+    model = ScriptedChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "get_weather_sync", "args": {"city": "Rome"}, "id": "u1"}]),
+        AIMessage(content="ok")]))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="react") as run:
+        graph = react_agent(model, [tools.get_weather_sync])  # not governed
+        graph.invoke({"messages": [("user", "go")]}, config={"callbacks": [SealboxCallbackHandler(run)]})
+    events = events_of(store, run.run_id)
+    assert [k for k, _, _ in events] == ["run.started", "model.call", "note", "model.call", "state.saved", "run.ended"]
+    assert events[2][2]["about"] == {"ungoverned_tool": {"tool": "get_weather_sync", "tool_call_id": "u1"}}
+
+    with pytest.raises(ConnectionError):
+        with Recorder(store, policy=ALLOW_ALL).run(agent="react") as run2:
+            graph = react_agent(FailingChatModel(messages=iter([])), [])
+            graph.invoke({"messages": [("user", "go")]}, config={"callbacks": [SealboxCallbackHandler(run2)]})
+    events = events_of(store, run2.run_id)
+    assert [k for k, _, _ in events] == ["run.started", "model.call", "run.ended"]
+    assert events[1][2]["response"] == {"error": {"type": "ConnectionError", "message": "model service unreachable"}}
+    assert events[2][2]["status"] == "error"
+    assert sealbox.verify_store(store).ok

@@ -1,0 +1,201 @@
+"""``sealbox calls``, ``sealbox runs list/show`` and ``sealbox snapshot show/diff``, run as real commands."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+
+import pytest
+from conftest import ids, sealbox
+
+
+def ok_json(*args: str):
+    proc = sealbox(*args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def assert_one_error_line(proc, fragment: str) -> None:
+    assert proc.returncode != 0
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# ---------------------------------------------------------------- sealbox calls
+
+
+def test_calls_json_lists_exactly_the_matching_calls(recorded):
+    s = str(recorded.path)
+    assert ids(ok_json("calls", "-s", s, "--json")) == ["a1", "a2", "a3", "a4", "b1", "b2", "b3", "b4", "c1", "d1"]
+    assert ids(ok_json("calls", "-s", s, "--tool", "read_*", "--json")) == ["a1", "a2", "a4", "b2", "b4"]
+    assert ids(ok_json("calls", "-s", s, "--server", "f?", "--json")) == ["b2", "b3"]
+    assert ids(ok_json("calls", "-s", s, "--run", recorded.runs["B"], "--json")) == ["b1", "b2", "b3", "b4"]
+    assert ids(ok_json("calls", "-s", s, "--agent", "support-bot", "--json")) == ["a1", "a2", "a3", "a4", "c1"]
+    assert ids(ok_json("calls", "-s", s, "--principal", "agent:ops", "--json")) == ["d1"]
+    assert ids(ok_json("calls", "-s", s, "--decision", "deny", "--json")) == ["a3", "b3"]
+    assert ids(ok_json("calls", "-s", s, "--error", "--json")) == ["a4", "b2"]
+    assert ids(ok_json("calls", "-s", s, "--no-error", "--json")) == ["a1", "a2", "b1", "b4", "c1"]
+    assert ids(ok_json("calls", "-s", s, "--since", recorded.ts["b1"], "--until", recorded.ts["b3"], "--json")) == [
+        "b1", "b2"]
+    assert ids(ok_json("calls", "-s", s, "--match", "arguments.query~(?i)delete", "--json")) == ["a2", "a3"]
+    assert ids(ok_json("calls", "-s", s, "--match", "arguments.query~(?i)delete", "--match", "decision~allow",
+                       "--json")) == ["a2"]
+    assert ids(ok_json("calls", "-s", s, "--match", "arguments.text~needle-7731", "--json")) == ["b4"]
+    assert ids(ok_json("calls", "-s", s, "--tool", "read_*", "--limit", "2", "--json")) == ["b2", "b4"]
+    assert ok_json("calls", "-s", s, "--tool", "nothing_like_this", "--json") == []
+
+
+def test_calls_json_row_shape(recorded):
+    (row,) = ok_json("calls", "-s", str(recorded.path), "--error", "--agent", "support-bot", "--json")
+    assert row["call_id"] == "a4" and row["run_id"] == recorded.runs["A"]
+    assert row["error"] == {"type": "ValueError", "message": "table orders is locked"}
+    assert (row["decision"], row["rule"], row["outcome"], row["ok"]) == ("allow", "reads", "error", False)
+
+
+def test_calls_csv_has_a_header_and_one_line_per_call(recorded):
+    proc = sealbox("calls", "-s", str(recorded.path), "--server", "db", "--csv")
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+    assert proc.stdout.splitlines()[0] == ("ts,run_id,agent,principal,step,call_id,server,tool,exposed,grant,arguments,"
+                                           "decision,rule,reason_code,outcome,ok,error,duration_us")
+    assert [r["call_id"] for r in rows] == ["a1", "a2", "a3", "a4", "b4"]
+    assert json.loads(rows[0]["arguments"]) == {"query": "SELECT id FROM orders WHERE status = 'open'"}
+    assert (rows[2]["decision"], rows[2]["ok"], rows[2]["outcome"]) == ("deny", "", "not_run")
+
+
+def test_calls_table_is_the_default(recorded):
+    proc = sealbox("calls", "-s", str(recorded.path), "--tool", "read_*", "--error")
+    assert proc.returncode == 0, proc.stderr
+    assert "Tool calls (2)" in proc.stdout
+    assert "db/read_rows" in proc.stdout and "fs/read_file" in proc.stdout
+    assert "error: ValueError: table orders is locked" in proc.stdout
+    assert "web_search" not in proc.stdout
+
+
+def test_calls_table_says_when_nothing_matches(recorded):
+    proc = sealbox("calls", "-s", str(recorded.path), "--tool", "nothing_like_this")
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "no tool calls match\n"
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--match", "arguments.query~(unclosed"], "invalid regex '(unclosed'"),
+    (["--match", "arguments.query"], "is not FIELD~REGEX"),
+    (["--match", "argumnets.query~x"], "unknown field 'argumnets'"),
+    (["--since", "yesterday"], "--since: 'yesterday' is not a time"),
+    (["--until", "2026-11-29T12:00:00"], "has no timezone"),
+    (["--decision", "maybe"], "--decision"),
+    (["--limit", "0"], "--limit"),
+])
+def test_calls_bad_input_is_one_error_line(recorded, args, fragment):
+    proc = sealbox("calls", "-s", str(recorded.path), *args)
+    assert_one_error_line(proc, fragment)
+    assert proc.returncode == 2
+
+
+def test_calls_on_a_missing_store_is_one_error_line(tmp_path):
+    assert_one_error_line(sealbox("calls", "-s", str(tmp_path / "none")), "does not exist")
+
+
+# ---------------------------------------------------------------- sealbox runs
+
+
+def test_runs_list_filters(recorded):
+    s = str(recorded.path)
+    run = recorded.runs
+    got = lambda *a: [r["run_id"] for r in ok_json("runs", "list", "-s", s, "--json", *a)]  # noqa: E731
+    assert got("--agent", "support-bot") == [run["C"], run["A"]]
+    assert got("--principal", "agent:billing") == [run["B"]]
+    assert got("--status", "error") == [run["C"]]
+    assert got("--status", "suspended") == [run["F"]]
+    assert got("--status", "ended", "--agent", "ops-bot") == [run["E"]]
+    assert got("--label", "env=prod", "--label", "team=red") == [run["C"]]
+    assert got("--snapshot", recorded.snapshots["S2"][:16]) == [run["B"]]
+    assert got("--until", "1h") == []
+    rows = ok_json("runs", "list", "-s", s, "--json", "--since", "1h", "--agent", "billing-bot")
+    assert [(r["status"], r["ending"], r["parent_run_id"], r["labels"]) for r in rows] == [
+        ("ended", "ok", run["A"], {"env": "staging"})]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--status", "finished"], "--status"),
+    (["--label", "env"], "label: 'env' is not KEY=VALUE"),
+    (["--since", "soon"], "--since: 'soon' is not a time"),
+])
+def test_runs_list_bad_input_is_one_error_line(recorded, args, fragment):
+    assert_one_error_line(sealbox("runs", "list", "-s", str(recorded.path), *args), fragment)
+
+
+def test_runs_show_lists_parent_children_and_one_line_per_event(recorded):
+    proc = sealbox("runs", "show", recorded.runs["A"], "-s", str(recorded.path))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"run      {recorded.runs['A']}  agent support-bot  principal agent:support  ended (ok)")
+    assert lines[1] == "parent   (none)"
+    assert lines[2:4] == ["children 1", f"  {recorded.runs['B']}  agent billing-bot  ended (ok)"]
+    table = "\n".join(lines[4:])
+    for header in ("ts", "kind", "tool", "decision", "duration"):
+        assert header in table
+    (decided,) = [line for line in lines if "policy.decision" in line and "db/write_query" in line]
+    assert "deny" in decided
+    child = sealbox("runs", "show", recorded.runs["B"], "-s", str(recorded.path)).stdout.splitlines()
+    assert child[1] == f"parent   {recorded.runs['A']}" and child[2] == "children (none)"
+
+
+def test_runs_show_json_has_tool_decision_and_duration(recorded):
+    rows = ok_json("runs", "show", recorded.runs["A"], "-s", str(recorded.path), "--json")
+    assert [r["kind"] for r in rows][:4] == ["run.started", "tool.call", "policy.decision", "tool.result"]
+    decisions = [(r["tool"], r["decision"]) for r in rows if r["kind"] == "policy.decision"]
+    assert decisions == [("db/read_query", "allow"), ("db/read_query", "allow"), ("db/write_query", "deny"),
+                         ("db/read_rows", "allow")]
+    assert all(isinstance(r["duration_us"], int) for r in rows if r["kind"] == "tool.result")
+
+
+def test_runs_show_unknown_run_is_one_error_line(recorded):
+    assert_one_error_line(sealbox("runs", "show", "no-such-run", "-s", str(recorded.path)), "no run 'no-such-run'")
+
+
+# ---------------------------------------------------------------- sealbox snapshot
+
+
+def test_snapshot_show_prints_it_and_json_gives_the_fingerprinted_bytes(recorded):
+    fp = recorded.snapshots["S1"]
+    proc = sealbox("snapshot", "show", fp[7:19], "-s", str(recorded.path))  # a 12-digit prefix, no "sha256:"
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["model"]["parameters"] == {"temperature": 0} and shown["tools"][0]["name"] == "read_query"
+    assert proc.stdout.startswith("{\n  \"extra\": {}")  # indented, keys sorted
+    exact = sealbox("snapshot", "show", fp, "--json", "-s", str(recorded.path)).stdout
+    assert exact.endswith("\n") and "\n" not in exact[:-1]
+    assert "sha256:" + hashlib.sha256(exact[:-1].encode()).hexdigest() == fp
+    assert json.loads(exact) == shown
+
+
+def test_snapshot_diff_lists_field_level_differences(recorded):
+    s1, s2 = recorded.snapshots["S1"], recorded.snapshots["S2"]
+    diffs = ok_json("snapshot", "diff", s1, s2, "-s", str(recorded.path), "--json")
+    assert diffs == [
+        {"path": "limits.max_tool_calls", "change": "removed", "a": 20, "b": None},
+        {"path": "model.parameters.temperature", "change": "changed", "a": 0, "b": 0.7},
+        {"path": "tools.fs/read_file", "change": "added", "a": None,
+         "b": {"server": "fs", "name": "read_file", "description": "Read a file", "input_schema": {}, "version": None}},
+    ]
+    table = sealbox("snapshot", "diff", s1[:15], s2[:15], "-s", str(recorded.path))
+    assert table.returncode == 0, table.stderr
+    assert "3 differences" in table.stdout and "model.parameters.temperature" in table.stdout
+    assert "(absent)" in table.stdout
+    same = sealbox("snapshot", "diff", s1, s1, "-s", str(recorded.path))
+    assert same.stdout == "no differences: both snapshots hold the same configuration\n"
+    assert ok_json("snapshot", "diff", s1, s1, "-s", str(recorded.path), "--json") == []
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["show", "sha256:" + "0" * 64], "no snapshot"),
+    (["show", "abc"], "no snapshot 'abc'"),
+    (["diff", "deadbeefdeadbeef", "cafebabecafebabe"], "no snapshot 'deadbeefdeadbeef'"),
+])
+def test_unknown_snapshot_is_one_error_line(recorded, args, fragment):
+    assert_one_error_line(sealbox("snapshot", *args, "-s", str(recorded.path)), fragment)

@@ -1,0 +1,100 @@
+"""``sealbox.query``: the backend-neutral meaning of time bounds, globs and match expressions."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from sealbox.errors import ConfigError
+from sealbox.query import (
+    glob_literal_prefix,
+    glob_match,
+    parse_labels,
+    parse_match,
+    parse_time,
+    prefix_upper_bound,
+)
+
+NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("90s", "2026-11-29T11:58:30.000000Z"),
+    ("15m", "2026-11-29T11:45:00.000000Z"),
+    ("2h", "2026-11-29T10:00:00.000000Z"),
+    ("30d", "2026-10-30T12:00:00.000000Z"),
+    ("1w", "2026-11-22T12:00:00.000000Z"),
+    ("2026-11-29T12:34:56Z", "2026-11-29T12:34:56.000000Z"),
+    ("2026-11-29T12:34:56.123456z", "2026-11-29T12:34:56.123456Z"),
+    ("2026-11-29T13:34:56+01:00", "2026-11-29T12:34:56.000000Z"),
+    ("2026-11-29 12:34:56-05:00", "2026-11-29T17:34:56.000000Z"),
+    ("2026-11-29", "2026-11-29T00:00:00.000000Z"),
+])
+def test_parse_time(text, expected):
+    assert parse_time(text, now=NOW) == expected
+
+
+def test_parse_time_takes_aware_datetimes_only():
+    assert parse_time(NOW) == "2026-11-29T12:00:00.000000Z"
+    with pytest.raises(ConfigError, match="without a timezone"):
+        parse_time(datetime(2026, 11, 29, 12, 0))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("2026-11-29T12:00:00", "has no timezone"),
+    ("tomorrow", "is not a time"),
+    ("-2h", "is not a time"),
+    ("2h ago", "is not a time"),
+    ("", "is not a time"),
+])
+def test_parse_time_refuses(text, message):
+    with pytest.raises(ConfigError, match=f"until: .*{message}"):
+        parse_time(text, now=NOW, name="until")
+
+
+@pytest.mark.parametrize("pattern, prefix, exact", [
+    ("read_query", "read_query", True),
+    ("read_*", "read_", False),
+    ("*_query", "", False),
+    ("db?", "db", False),
+    ("r[ae]ad", "r", False),
+])
+def test_glob_literal_prefix(pattern, prefix, exact):
+    assert glob_literal_prefix(pattern) == (prefix, exact)
+
+
+def test_prefix_upper_bound_is_just_above_every_extension():
+    assert prefix_upper_bound("read_") == "read`"
+    assert prefix_upper_bound("a\U0010ffff") == "b"
+    assert prefix_upper_bound("\U0010ffff") is None
+    assert prefix_upper_bound("\ud7ff") == "\ue000"  # skips the surrogates
+    for name in ("read_", "read_query", "read_\U0010ffff"):
+        assert "read_" <= name < prefix_upper_bound("read_")
+
+
+def test_glob_match_is_fnmatch_and_case_sensitive():
+    assert glob_match("read_*", "read_query") and not glob_match("read_*", "READ_query")
+    assert glob_match("read_[!q]*", "read_rows") and not glob_match("read_[!q]*", "read_query")
+    assert not glob_match("*", None)
+
+
+def test_match_expressions():
+    m = parse_match("arguments.query~(?i)delete")
+    assert (m.path, m.pattern.pattern, m.root) == (("arguments", "query"), "(?i)delete", "arguments")
+    assert m.test({"arguments": {"query": "DELETE FROM t"}})
+    assert not m.test({"arguments": {"query": "SELECT 1"}}) and not m.test({"arguments": None})
+    assert parse_match("arguments~a~b").pattern.pattern == "a~b"  # the first ~ splits
+    nested = parse_match("arguments.items.name~^x$")
+    assert nested.test({"arguments": {"items": [{"name": "y"}, {"name": "x"}]}})
+    assert not nested.test({"arguments": {"items": [{"name": "xy"}]}})
+    assert parse_match("arguments.n~^12$").test({"arguments": {"n": 12}})
+    assert parse_match("arguments.flag~^true$").test({"arguments": {"flag": True}})
+    assert parse_match("arguments~\"k\": 1").test({"arguments": {"k": 1}})
+
+
+def test_parse_labels():
+    assert parse_labels(["env=prod", "team=a=b", "empty="]) == {"env": "prod", "team": "a=b", "empty": ""}
+    for bad in (["env"], ["=prod"]):
+        with pytest.raises(ConfigError, match="is not KEY=VALUE"):
+            parse_labels(bad)

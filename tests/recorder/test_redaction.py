@@ -1,0 +1,403 @@
+"""Redaction and content modes through the real Recorder and SQLite store (issue 3 §6, issue 4 §5).
+
+``redacted`` (the default) replaces values under sensitive key names, at
+configured paths and substrings matching patterns by HMAC markers before
+anything is hashed; ``hashes-only`` keeps only a marker per content field;
+``full`` keeps everything. The secret must appear nowhere in the store's files.
+A decision whose condition read redacted arguments says ``re_evaluable: false``.
+
+Tests named ``test_bug_*`` show a leak found here; they fail until it is fixed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sealbox.canonical import Tagged, decode
+from sealbox.policies import ALLOW_ALL
+from sealbox.policy import Policy
+from sealbox.recorder import Recorder, ToolDenied
+from sealbox.redaction import ContentPolicy
+from sealbox.store import init_store
+from sealbox.verify import verify_store
+
+MARKER = re.compile(r"^hmac-sha256:[0-9a-f]{64}$")
+IN_STRING = re.compile(r"⟦redacted:hmac-sha256:[0-9a-f]{64}⟧")
+
+PASSWORD = "correct-horse-battery-staple-91"
+API_KEY = "AKx9-api-key-value-7f3e2d1c"
+ACCESS = "ya29.access-token-value-2b8c"
+REFRESH = "1//refresh-token-value-44aa"
+AUTH = "Basic dXNlcjpzdXBlci1zZWNyZXQtYXV0aA=="
+COOKIE = "session=cookie-secret-value-9911"
+JWT = "abc.def.ghi123"
+SECRETS = [PASSWORD, API_KEY, ACCESS, REFRESH, AUTH, COOKIE, JWT]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def new_store(tmp_path: Path, name: str = "store", **content: Any):
+    return init_store(tmp_path / name, content=ContentPolicy(**content) if content else None)
+
+
+def assert_verified(store) -> None:
+    report = verify_store(store)
+    assert report.ok, [p.line() for p in report.problems]
+
+
+def is_marker(value: Any) -> bool:
+    return type(value) is dict and list(value) == ["$redacted"] and bool(MARKER.match(value["$redacted"]))
+
+
+def events_of(store, run_id: str, kind: str) -> list:
+    return [e for e in store.read_run(run_id) if e.kind == kind]
+
+
+def file_bytes(folder: Path) -> bytes:
+    """Every byte of every file in the store's folder (db, WAL, keys, checkpoint)."""
+    return b"".join(p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file())
+
+
+def every_text(store) -> str:
+    """All strings and bytes (also dict keys and tag payloads) of every event, decoded, blobs resolved."""
+    out: list[str] = []
+    stack: list[Any] = []
+    for e in store.read_range(0, store.size()):
+        stack.append(decode(store.resolve(e.payload)))
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Tagged):
+            stack.append(v.value)
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                stack.append(k)
+                stack.append(x)
+        elif isinstance(v, (list, tuple, set)):
+            stack.extend(v)
+        elif isinstance(v, str):
+            out.append(v.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))
+        elif isinstance(v, bytes):
+            out.append(v.decode("utf-8", "replace"))
+    return "\n".join(out)
+
+
+def assert_nowhere(store, folder: Path, secrets: list[str]) -> None:
+    """Not in any blob, not in any decoded value, not in the files after close."""
+    blobs = b"".join(c for _, _, c in store.iter_blobs() if c is not None)
+    text = every_text(store)
+    for s in secrets:
+        assert s.encode() not in blobs, f"{s!r} is in a blob"
+        assert s not in text, f"{s!r} is in a recorded value"
+    store.close()
+    data = file_bytes(folder)
+    for s in secrets:
+        assert s.encode() not in data, f"{s!r} is in the store's files"
+
+
+def one_call(store, arguments: Any, fn, policy: Policy = ALLOW_ALL, server: str = "api", tool: str = "login"):
+    rec = Recorder(store, policy=policy)
+    with rec.run(agent="redaction") as run:
+        got = run.call_tool(server, tool, arguments, fn)
+    call = events_of(store, run.run_id, "tool.call")[0]
+    decision = events_of(store, run.run_id, "policy.decision")[0]
+    result = events_of(store, run.run_id, "tool.result")[0]
+    return got, run, call, decision, result
+
+
+SENSITIVE_ARGS = {
+    "username": "ann",
+    "password": PASSWORD,
+    "API_KEY": API_KEY,
+    "Access_Token": ACCESS,
+    "refresh_token": REFRESH,
+    "Authorization": AUTH,
+    "COOKIE": COOKIE,
+    "max_tokens": 256,
+    "input_tokens": 12,
+    "nested": [{"password": PASSWORD, "keep": 1}, [{"access_token": ACCESS, "scope": "read"}]],
+    "note": f"retry with Bearer {JWT} if the first call fails",
+}
+
+
+# --------------------------------------------------------------------------- redacted (the default)
+
+
+def test_default_mode_replaces_sensitive_keys_by_markers(tmp_path):
+    store = new_store(tmp_path)
+    assert store.content.mode == "redacted"
+    received = []
+    got, run, call, decision, result = one_call(store, SENSITIVE_ARGS, lambda **kw: received.append(kw) or "ok")
+    assert got == "ok"
+    assert received == [SENSITIVE_ARGS]  # the tool got the real values
+    args = store.resolve(call.payload["arguments"])
+    for key in ("password", "API_KEY", "Access_Token", "refresh_token", "Authorization", "COOKIE"):
+        assert is_marker(args[key]), key
+    assert args["username"] == "ann"
+    assert args["max_tokens"] == 256 and args["input_tokens"] == 12
+    assert is_marker(args["nested"][0]["password"]) and args["nested"][0]["keep"] == 1
+    assert is_marker(args["nested"][1][0]["access_token"]) and args["nested"][1][0]["scope"] == "read"
+    assert JWT not in args["note"]
+    assert args["note"].startswith("retry with ") and args["note"].endswith(" if the first call fails")
+    assert len(IN_STRING.findall(args["note"])) == 1
+    # The decision's inputs hold the arguments as redacted too.
+    inputs = store.resolve(decision.payload["inputs"])
+    assert inputs["redacted"] is True
+    assert is_marker(inputs["arguments"]["password"]) and inputs["arguments"]["max_tokens"] == 256
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", SECRETS)
+
+
+def test_key_names_are_exact_not_substrings(tmp_path):
+    store = new_store(tmp_path)
+    args = {"max_tokens": 5, "input_tokens": 6, "output_tokens": 7, "password_hint": "pet name", "tokenizer": "cl100k",
+            "my_api_key_name": "prod", "Password": PASSWORD}
+    _, _, call, _, _ = one_call(store, args, lambda **kw: None)
+    recorded = store.resolve(call.payload["arguments"])
+    assert {k: v for k, v in recorded.items() if k != "Password"} == {k: v for k, v in args.items() if k != "Password"}
+    assert is_marker(recorded["Password"])
+    assert_verified(store)
+    store.close()
+
+
+def test_equal_secrets_give_equal_markers_and_different_secrets_differ(tmp_path):
+    store = new_store(tmp_path)
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="redaction") as run:
+        run.call_tool("api", "a", {"password": PASSWORD, "note": f"Bearer {JWT}"}, lambda **kw: None)
+        run.call_tool("api", "b", {"api_key": PASSWORD, "text": f"token: Bearer {JWT} here"}, lambda **kw: None)
+        run.call_tool("api", "c", {"password": PASSWORD + "x", "note": f"Bearer {JWT}x"}, lambda **kw: None)
+    a, b, c = (store.resolve(e.payload["arguments"]) for e in events_of(store, run.run_id, "tool.call"))
+    assert a["password"] == b["api_key"]  # same secret, same marker, whatever the key
+    assert a["password"] != c["password"]
+    assert IN_STRING.findall(a["note"]) == IN_STRING.findall(b["text"])
+    assert IN_STRING.findall(a["note"]) != IN_STRING.findall(c["note"])
+    assert_verified(store)
+    # Another store has another secret: the same password gets another marker there.
+    other = new_store(tmp_path, "other")
+    _, _, call, _, _ = one_call(other, {"password": PASSWORD}, lambda **kw: None)
+    theirs = other.resolve(call.payload["arguments"])["password"]
+    assert is_marker(theirs) and theirs != a["password"]
+    other.close()
+    store.close()
+
+
+def test_secrets_in_every_content_field_never_reach_the_files(tmp_path):
+    store = new_store(tmp_path)
+    pem = "-----BEGIN PRIVATE KEY-----\n" + ("MIIEvQIBADANBgkqhkiG9w0BAQEFAASC" * 40) + "\n-----END PRIVATE KEY-----"
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="redaction") as run:
+        request = {"model": "gpt-4o", "messages": [
+            {"role": "system", "content": "You are helpful. " * 50},
+            {"role": "user", "content": f"use Bearer {JWT} to call the API"}],
+            "extra_headers": {"Authorization": AUTH, "Cookie": COOKIE}}
+        response = {"object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0, "message": {
+            "role": "assistant", "content": f"I will use Bearer {JWT}."}}], "usage": {"prompt_tokens": 9}}
+        run.model_call(request, response)
+        token = run.call_tool("oauth", "exchange", {"client_secret": API_KEY, "code": "abc", "private_key": pem},
+                              lambda **kw: {"access_token": ACCESS, "refresh_token": REFRESH, "expires_in": 3600})
+        assert token["access_token"] == ACCESS  # the caller gets the real result
+        run.save_state({"auth": {"password": PASSWORD, "cookie": COOKIE}, "history": request["messages"]})
+    kinds = [e.kind for e in store.read_run(run.run_id)]
+    assert kinds == ["run.started", "model.call", "tool.call", "policy.decision", "tool.result", "state.saved",
+                     "run.ended"]
+    result = store.resolve(events_of(store, run.run_id, "tool.result")[0].payload["result"])
+    assert is_marker(result["access_token"]) and is_marker(result["refresh_token"]) and result["expires_in"] == 3600
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", SECRETS + ["MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"])
+
+
+def test_configured_paths(tmp_path):
+    store = new_store(tmp_path, paths=("arguments.user.ssn", "arguments.users.*.ssn", "result.card.number",
+                                       "state.profile.dob"))
+    args = {"user": {"name": "Ann", "ssn": "123-45-6789"}, "users": [{"name": "Bo", "ssn": "987-65-4321"}],
+            "ssn": "top-level-not-on-a-path"}
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="redaction") as run:
+        run.call_tool("hr", "lookup", args, lambda **kw: {"card": {"number": "4111111111111111", "brand": "visa"}})
+        run.save_state({"profile": {"dob": "1990-01-02", "city": "Oslo"}})
+    recorded = store.resolve(events_of(store, run.run_id, "tool.call")[0].payload["arguments"])
+    assert is_marker(recorded["user"]["ssn"]) and recorded["user"]["name"] == "Ann"
+    assert is_marker(recorded["users"][0]["ssn"]) and recorded["users"][0]["name"] == "Bo"
+    assert recorded["ssn"] == "top-level-not-on-a-path"
+    result = store.resolve(events_of(store, run.run_id, "tool.result")[0].payload["result"])
+    assert is_marker(result["card"]["number"]) and result["card"]["brand"] == "visa"
+    state = store.resolve(events_of(store, run.run_id, "state.saved")[0].payload["state"])
+    assert is_marker(state["profile"]["dob"]) and state["profile"]["city"] == "Oslo"
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", ["123-45-6789", "987-65-4321", "4111111111111111", "1990-01-02"])
+
+
+def test_configured_patterns(tmp_path):
+    store = new_store(tmp_path, patterns=(r"\b\d{3}-\d{2}-\d{4}\b", r"(?i)\bacct-[0-9]{6}\b"))
+    args = {"text": "ssn 123-45-6789 and ACCT-123456, ssn again 123-45-6789", "password": PASSWORD}
+    _, _, call, _, _ = one_call(store, args, lambda **kw: "ok")
+    recorded = store.resolve(call.payload["arguments"])
+    found = IN_STRING.findall(recorded["text"])
+    assert len(found) == 3 and found[0] == found[2] != found[1]
+    assert recorded["text"].startswith("ssn ⟦redacted:") and ", ssn again " in recorded["text"]
+    assert is_marker(recorded["password"])  # the default keys still apply
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", ["123-45-6789", "ACCT-123456", PASSWORD])
+
+
+# --------------------------------------------------------------------------- hashes-only and full
+
+
+def test_hashes_only_keeps_only_markers_for_every_content_field(tmp_path):
+    store = new_store(tmp_path, mode="hashes-only")
+    ordinary = "an ordinary sentence that is not a secret at all"
+    big = "lorem ipsum " * 100_000
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="redaction") as run:
+        run.model_call({"model": "gpt-4o", "messages": [{"role": "user", "content": ordinary}]},
+                       {"object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0, "message": {
+                           "role": "assistant", "content": ordinary + " reply"}}],
+                        "usage": {"prompt_tokens": 11, "completion_tokens": 3}})
+        got = run.call_tool("db", "query", {"sql": ordinary, "password": PASSWORD}, lambda **kw: {"rows": big})
+        assert got == {"rows": big}
+        run.save_state({"messages": [ordinary], "blob": big})
+    events = store.read_run(run.run_id)
+    fields = {"model.call": ("request", "response"), "tool.call": ("arguments",), "policy.decision": ("inputs",),
+              "tool.result": ("result",), "state.saved": ("state",)}
+    seen = set()
+    for e in events:
+        for name in fields.get(e.kind, ()):
+            assert is_marker(store.resolve(e.payload[name])), (e.kind, name, e.payload[name])
+            seen.add((e.kind, name))
+    assert len(seen) == 6
+    model = events_of(store, run.run_id, "model.call")[0]
+    assert model.payload["usage"]["input_tokens"] == 11  # non-content fields stay
+    call = events_of(store, run.run_id, "tool.call")[0]
+    assert (call.payload["server"], call.payload["tool"]) == ("db", "query")
+    # Nothing but commitments: a blob, if any (decision inputs are always one), holds only a marker.
+    assert all(is_marker(json.loads(c)) for _, _, c in store.iter_blobs())
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", [ordinary, PASSWORD, "lorem ipsum lorem"])
+    assert sum(p.stat().st_size for p in (tmp_path / "store").iterdir()) < len(big)
+
+
+def test_full_mode_keeps_everything(tmp_path):
+    store = new_store(tmp_path, mode="full")
+    got, _, call, decision, result = one_call(store, SENSITIVE_ARGS, lambda **kw: {"access_token": ACCESS})
+    assert got == {"access_token": ACCESS}
+    assert decode(store.resolve(call.payload["arguments"])) == SENSITIVE_ARGS
+    assert decode(store.resolve(result.payload["result"])) == {"access_token": ACCESS}
+    assert store.resolve(decision.payload["inputs"])["redacted"] is False
+    assert decision.payload["re_evaluable"] is True
+    assert_verified(store)
+    store.close()
+    assert PASSWORD.encode() in file_bytes(tmp_path / "store")
+
+
+# --------------------------------------------------------------------------- decisions on redacted arguments
+
+
+READS_ARGUMENTS = """
+version: 1
+name: payments
+rules:
+  - id: small-payments
+    match: {server: bank, tool: pay}
+    when: 'call.arguments.amount < 100'
+    effect: allow
+  - id: by-role
+    match: {server: bank, tool: balance}
+    when: 'principal.role == "agent"'
+    effect: allow
+"""
+
+
+@pytest.mark.parametrize("mode,arguments,tool,policy,expected", [
+    ("redacted", {"amount": 5, "password": PASSWORD}, "pay", "cel", False),
+    ("redacted", {"amount": 5, "memo": "nothing secret"}, "pay", "cel", True),
+    ("redacted", {"amount": 5, "password": PASSWORD}, "balance", "cel", True),  # the rule never reads arguments
+    ("redacted", {"amount": 5, "password": PASSWORD}, "pay", "allow_all", True),
+    ("hashes-only", {"amount": 5}, "pay", "cel", False),
+    ("hashes-only", {"amount": 5}, "pay", "allow_all", True),
+    ("full", {"amount": 5, "password": PASSWORD}, "pay", "cel", True),
+], ids=["redacted-read", "nothing-redacted", "rule-reads-principal", "allow-all", "hashes-only-read",
+        "hashes-only-allow-all", "full"])
+def test_decision_is_not_re_evaluable_when_its_condition_read_redacted_arguments(tmp_path, mode, arguments, tool,
+                                                                                  policy, expected):
+    store = new_store(tmp_path, mode=mode)
+    chosen = Policy.from_text(READS_ARGUMENTS) if policy == "cel" else ALLOW_ALL
+    ran = []
+    got, run, call, decision, result = one_call(store, arguments, lambda **kw: ran.append(kw) or "paid",
+                                                policy=chosen, server="bank", tool=tool)
+    assert got == "paid" and ran == [arguments]  # decided on the real arguments
+    assert decision.payload["effect"] == "allow"
+    if policy == "cel":
+        assert decision.payload["rule"] == ("small-payments" if tool == "pay" else "by-role")
+    assert decision.payload["re_evaluable"] is expected
+    assert_verified(store)
+    store.close()
+
+
+def test_redacted_condition_input_still_decides_deny_on_the_real_value(tmp_path):
+    store = new_store(tmp_path)
+    rec = Recorder(store, policy=Policy.from_text(READS_ARGUMENTS))
+    with rec.run(agent="redaction") as run:
+        with pytest.raises(ToolDenied):
+            run.call_tool("bank", "pay", {"amount": 500, "password": PASSWORD}, lambda **kw: "paid")
+    decision = events_of(store, run.run_id, "policy.decision")[0]
+    assert decision.payload["effect"] == "deny" and decision.payload["re_evaluable"] is False
+    assert [e.kind for e in store.read_run(run.run_id)] == ["run.started", "tool.call", "policy.decision", "run.ended"]
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", [PASSWORD])
+
+
+# --------------------------------------------------------------------------- leaks found
+
+
+SK = "sk-live0123456789abcdefghijkl"
+
+
+def test_bug_secret_in_a_tool_error_message_is_stored_in_clear(tmp_path):
+    """tool.result's error.message / error.traceback and run.ended's error.message
+    are not content fields, so neither patterns nor hashes-only apply to them. An
+    HTTP client's "401 for https://…?api_key=sk-…" puts the key in the log."""
+    store = new_store(tmp_path)
+
+    def tool(url: str) -> None:
+        raise PermissionError(f"401 Unauthorized for {url}: Bearer {JWT} rejected")
+
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with pytest.raises(PermissionError):
+        with rec.run(agent="redaction") as run:
+            run.call_tool("api", "get", {"url": f"https://api.example/v1?key={SK}"}, tool)
+    assert [e.kind for e in store.read_run(run.run_id)][-2:] == ["tool.result", "run.ended"]
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", [SK, JWT])
+
+
+@pytest.mark.parametrize("arguments", [
+    {"raw_headers": [(b"authorization", f"Bearer {JWT}".encode())]},
+    {"body": f"token={SK}".encode()},
+    {"sessions": {SK: {"user": "ann"}}},
+    {"text": f"Bearer {JWT} \ud800"},
+    {"cfg": {1: "first", "password": PASSWORD}},
+], ids=["bytes-header", "bytes-body", "dict-key", "str-with-lone-surrogate", "dict-with-int-key"])
+def test_bug_secret_in_a_type_tagged_value_escapes_redaction(tmp_path, arguments):
+    """The redactor walks the type-tagged encoding but does not look inside the
+    tags: $bytes and $badstr (base64 of the text, so the pattern never sees it),
+    dict keys (patterns only scrub values) and $map (a dict with a non-str key:
+    key names are not checked). The secret is stored, base64-encoded or plain."""
+    store = new_store(tmp_path)
+    one_call(store, arguments, lambda **kw: "ok")
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", [JWT, SK, PASSWORD])
+
+
+def test_bug_configured_path_misses_a_dict_with_a_dollar_key(tmp_path):
+    """A dict with a key starting with "$" is encoded as {"$esc": {...}}, so the
+    path arguments.user.ssn no longer matches (the walk sees arguments.user.$esc.ssn)."""
+    store = new_store(tmp_path, paths=("arguments.user.ssn",))
+    one_call(store, {"user": {"ssn": "123-45-6789", "$schema": "v1"}}, lambda **kw: "ok")
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", ["123-45-6789"])
