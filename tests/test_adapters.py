@@ -307,3 +307,28 @@ def test_model_call_links_three_parallel_calls_and_sums_usage(tmp_path):
     assert events[-1].payload["usage"]["input_tokens"] == 492
     assert events[-1].payload["usage"]["output_tokens"] == 148
     assert sealbox.verify_store(store).ok
+
+
+def test_to_plain_survives_cycles_and_deep_nesting():
+    from sealbox.adapters import TO_PLAIN_MAX_DEPTH
+
+    request: dict = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    request["messages"].append(request)
+    plain = to_plain(request)
+    assert plain["messages"][0] == {"role": "user", "content": "hi"}
+    assert plain["messages"][1] is request  # left as is where the cycle closes (the encoder tags it)
+
+    shared = {"a": 1}
+    assert to_plain([shared, shared]) == [{"a": 1}, {"a": 1}]  # the same object twice is not a cycle
+
+    deep: list = []
+    node = deep
+    for _ in range(5000):
+        node.append([])
+        node = node[0]
+    out = to_plain(deep)  # no RecursionError
+    for _ in range(TO_PLAIN_MAX_DEPTH):
+        out = out[0]
+    assert out is not None
+    info = normalize_model_call({"model": "m", "metadata": deep}, chat_response(THREE))
+    assert [c.id for c in info.tool_calls] == ["call_1", "call_2", "call_3"]

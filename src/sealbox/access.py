@@ -98,6 +98,7 @@ _TOKEN_HINTS = ("refresh_token", "access_token")  # refresh first: it is the lon
 _CRED_KEYS = {"access_token", "refresh_token", "client_id", "client_secret", "revocation_endpoint",
               "introspection_endpoint", "access_token_expires_at", "auth_method", "provider"}
 _AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 class AccessError(SealboxError):
@@ -167,8 +168,14 @@ class ProviderCredential:
             raise AccessError("a credential needs an 'access_token' or a 'refresh_token' (or both)")
         for key in ("revocation_endpoint", "introspection_endpoint"):
             url = data.get(key)
-            if url and urlparse(url).scheme not in ("http", "https"):
-                raise AccessError(f"credential key {key!r} must be an http(s) URL")
+            if not url:
+                continue
+            parsed = urlparse(url)
+            if parsed.scheme == "http" and parsed.hostname not in _LOOPBACK:
+                raise AccessError(f"credential key {key!r} must be an https URL (RFC 7009 §2 requires TLS; "
+                                  "plain http is accepted only for a provider on this machine)")
+            if parsed.scheme not in ("http", "https") or not parsed.hostname:
+                raise AccessError(f"credential key {key!r} must be an https URL")
         method = data.get("auth_method") or ("client_secret_basic" if data.get("client_secret") else "none")
         if method not in _AUTH_METHODS:
             raise AccessError(f"credential 'auth_method' must be one of {list(_AUTH_METHODS)}")

@@ -359,8 +359,8 @@ class RunContext:
     def _draft(self, kind: str, payload: dict[str, Any], step: str) -> EventDraft:
         return EventDraft(kind, payload, run_id=self.run_id, principal=self.principal.id, step=step)
 
-    def _append(self, drafts: list[EventDraft]) -> list:
-        return self._guard(lambda: self.store.append(drafts))
+    def _append(self, drafts: list[EventDraft], sync: bool = True) -> list:
+        return self._guard(lambda: self.store.append(drafts, sync=sync))
 
     @staticmethod
     def _guard(fn: Callable[[], Any]) -> Any:
@@ -521,7 +521,9 @@ class RunContext:
         elif decision.effect == "require_approval" and not (keep_approval or self.recorder.approvals):
             decision = decision.denied_as(
                 "approval_unavailable", f"rule {decision.rule} requires approval, and approvals are not available here")
-        return decision, ctx.to_inputs()
+        inputs = ctx.to_inputs()
+        inputs["arguments"] = arguments  # raw: the store encodes it once, as it does the call's arguments
+        return decision, inputs
 
     def _usage(self, reader: Any, server: str, tool: str, now: datetime) -> dict[str, Any]:
         if not self.recorder._needed:
@@ -545,7 +547,8 @@ class RunContext:
                 self.recorder.breaker.server_down(server)
             elif isinstance(error, Exception):
                 self.recorder.breaker.record_failure(server, tool, "timeout" if isinstance(error, TimeoutError) else "error")
-        self._append([self._draft("tool.result", payload, step), *self.recorder.take_breaker_events()])
+        # not fsync'd on its own: durable with the next fsync'd commit; a power cut before leaves "outcome unknown"
+        self._append([self._draft("tool.result", payload, step), *self.recorder.take_breaker_events()], sync=False)
 
     # ----------------------------------------------------------------- model calls and state
 

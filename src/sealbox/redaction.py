@@ -124,6 +124,23 @@ class Redactor:
         out = self._walk(value, [name], changed)
         return out, changed[0]
 
+    def apply_error(self, error: dict[str, Any]) -> dict[str, Any]:
+        """Redact an ``{"type", "message", "traceback"}`` error: patterns in
+        ``redacted`` mode; in ``hashes-only`` mode only the type is kept in clear."""
+        mode = self.policy.mode
+        if mode == "full":
+            return error
+        out = dict(error)
+        for field_name in ("message", "traceback"):
+            text = out.get(field_name)
+            if type(text) is not str:
+                continue
+            if mode == "hashes-only":
+                out[field_name] = self.marker(text)[MARKER_TAG]
+            else:
+                out[field_name] = self._scrub(text, [False])
+        return out
+
     def would_redact(self, name: str, value: Any) -> bool:
         """Whether :meth:`apply` would change ``value``."""
         return self.apply(name, value)[1]
@@ -133,21 +150,48 @@ class Redactor:
             changed[0] = True
             return self.marker(value)
         if type(value) is dict:
-            if len(value) == 1 and MARKER_TAG in value:
-                return value
-            out = {}
-            for k, v in value.items():
-                if k.lower() in self._keys and v is not None:
-                    changed[0] = True
-                    out[k] = self.marker(v)
-                else:
-                    out[k] = self._walk(v, path + [k], changed)
-            return out
+            if len(value) == 1:
+                tagged = self._walk_tag(value, path, changed)
+                if tagged is not None:
+                    return tagged
+            return {self._scrub_key(k, changed): self._member(k, v, path, changed) for k, v in value.items()}
         if type(value) is list:
             return [self._walk(v, path + [str(i)], changed) for i, v in enumerate(value)]
         if type(value) is str and self._patterns:
             return self._scrub(value, changed)
         return value
+
+    def _member(self, key: str, value: Any, path: list[str], changed: list[bool]) -> Any:
+        if key.lower() in self._keys and value is not None:
+            changed[0] = True
+            return self.marker(value)
+        return self._walk(value, path + [key], changed)
+
+    def _scrub_key(self, key: str, changed: list[bool]) -> str:
+        return self._scrub(key, changed) if self._patterns else key
+
+    def _walk_tag(self, value: dict, path: list[str], changed: list[bool]) -> Any:
+        """Look inside the type tags of sealbox.canonical; None when ``value`` is no tag."""
+        (tag, inner), = value.items()
+        if tag == MARKER_TAG or tag == "$blob":
+            return value
+        if tag == "$esc" and type(inner) is dict:  # a user's dict with "$" keys: walk it as that dict
+            return {tag: {self._scrub_key(k, changed): self._member(k, v, path, changed) for k, v in inner.items()}}
+        if tag == "$map" and type(inner) is list:
+            pairs = []
+            for pair in inner:
+                if type(pair) is list and len(pair) == 2 and type(pair[0]) is str:
+                    pairs.append([self._scrub_key(pair[0], changed), self._member(pair[0], pair[1], path, changed)])
+                else:
+                    pairs.append(self._walk(pair, path, changed))
+            return {tag: pairs}
+        if tag in ("$bytes", "$badstr") and type(inner) is str:
+            text = _decoded_text(tag, inner)
+            if text is not None and any(p.search(text) for p in self._patterns):
+                changed[0] = True
+                return self.marker(value)
+            return value
+        return None
 
     def _path_hit(self, path: list[str]) -> bool:
         for pattern in self._paths:
@@ -161,3 +205,14 @@ class Redactor:
                 changed[0] = True
                 text = pattern.sub(lambda m: f"⟦redacted:{self.marker(m.group(0))[MARKER_TAG]}⟧", text)
         return text
+
+
+def _decoded_text(tag: str, b64: str) -> str | None:
+    """The text inside a ``$bytes`` / ``$badstr`` tag, for pattern matching."""
+    import base64
+
+    try:
+        raw = base64.b64decode(b64)
+    except ValueError:
+        return None
+    return raw.decode("utf-8", "surrogateescape" if tag == "$bytes" else "surrogatepass")

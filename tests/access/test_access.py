@@ -455,3 +455,34 @@ def test_concurrent_revocations_record_one_request(store, provider, no_sleep):
         t.join()
     assert steps(store, gid).count("requested") == 1
     assert verify_store(store).ok
+
+
+def test_endpoints_must_use_tls_except_on_this_machine():
+    base = {"client_id": "c", "refresh_token": "r"}
+    with pytest.raises(AccessError, match="must be an https URL"):
+        ProviderCredential.from_dict({**base, "revocation_endpoint": "http://auth.example/revoke"})
+    with pytest.raises(AccessError, match="must be an https URL"):
+        ProviderCredential.from_dict({**base, "revocation_endpoint": "ftp://auth.example/revoke"})
+    assert ProviderCredential.from_dict({**base, "revocation_endpoint": "https://auth.example/revoke"})
+    assert ProviderCredential.from_dict({**base, "revocation_endpoint": "http://127.0.0.1:9/revoke"})
+
+
+def test_an_existing_store_gets_the_credentials_table_on_open(tmp_path):
+    import sealbox
+
+    path = tmp_path / "old"
+    s = sealbox.init_store(path)
+    s.close()
+    db = sqlite3.connect(path / "sealbox.db", isolation_level=None)  # make it a schema-1 store
+    db.execute("DROP TABLE credentials")
+    db.execute("DROP INDEX events_access_grant")
+    db.execute("DELETE FROM schema_migrations WHERE version = 2")
+    db.close()
+    with pytest.raises(Exception, match="needs migrations \\[2\\]"):
+        sealbox.open_store(path, readonly=True)
+    s = sealbox.open_store(path)
+    try:
+        gid = grant_access(s, AGENT, "db", "*", None)
+        assert access_status(s, gid) == STATUS_ACTIVE and verify_store(s).ok
+    finally:
+        s.close()

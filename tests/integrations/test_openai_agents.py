@@ -329,3 +329,56 @@ def test_mcp_keys(store):
 
         assert mcp_meta_resolver(run)(Ctx()) == {
             "sealbox/run_id": run.run_id, "sealbox/parent_principal": "agent:mcp-user", "sealbox/call_id": "call_9"}
+
+
+@sync
+async def test_streamed_run_is_recorded_from_response_completed(store):
+    from agents.testing import ScriptedModel as SdkScriptedModel
+    from agents.testing import assistant_message, function_call
+
+    weather = Weather()
+    model = SdkScriptedModel([
+        response([function_call("get_weather", {"city": "Paris"}, call_id="call_s")], 7, 3, "r1"),
+        response([assistant_message("Sunny.")], 9, 2, "r2"),
+    ])
+    agent = Agent(name="streamer", model=model, tools=weather.tools[:1])
+    async with Recorder(store, policy=ALLOW_ALL).run(agent="streamer") as run:
+        streamed = Runner.run_streamed(instrument(run, agent, provider="scripted"), "Weather in Paris?")
+        async for _ in streamed.stream_events():
+            pass
+    assert streamed.final_output == "Sunny." and weather.invoked == [("get_weather", "Paris")]
+    events = events_of(store, run.run_id)
+    assert [(k, s) for k, s, _ in events] == [
+        ("run.started", "1"), ("model.call", "2"),
+        ("tool.call", "2.1"), ("policy.decision", "2.1"), ("tool.result", "2.1"),
+        ("model.call", "3"), ("run.ended", "4"),
+    ]
+    first = events[1][2]
+    assert (first["format"], first["provider"], first["tool_call_ids"]) == ("openai.responses", "scripted", ["call_s"])
+    assert [p["usage"] for k, _, p in events if k == "model.call"] == [
+        {"input_tokens": 7, "output_tokens": 3}, {"input_tokens": 9, "output_tokens": 2}]
+    assert sealbox.verify_store(store).ok
+
+
+@sync
+async def test_a_model_given_by_name_is_resolved_through_the_provider_and_recorded(store):
+    from agents import ModelProvider
+
+    scripted = ScriptedModel([response([text("hi")], 4, 1, "r1")])
+
+    class Provider(ModelProvider):
+        def __init__(self) -> None:
+            self.asked: list = []
+
+        def get_model(self, model_name):
+            self.asked.append(model_name)
+            return scripted
+
+    provider = Provider()
+    agent = Agent(name="named", model="litellm/acme/model-x")
+    async with Recorder(store, policy=ALLOW_ALL).run(agent="named") as run:
+        assert (await Runner.run(instrument(run, agent, model_provider=provider), "hello")).final_output == "hi"
+    assert provider.asked == ["litellm/acme/model-x"]
+    mc = next(p for k, _, p in events_of(store, run.run_id) if k == "model.call")
+    assert (mc["provider"], mc["model"], mc["request"]["model"]) == (
+        "litellm", "litellm/acme/model-x", "litellm/acme/model-x")

@@ -387,21 +387,31 @@ def test_bug_deep_small_list_as_state_cannot_be_saved(store, levels):
     assert_verified(store)
 
 
-@pytest.mark.parametrize("value", [nested_list(126), nested_list(500), nested_dict(500)],
-                         ids=["list-126", "list-500", "dict-500"])
-def test_bug_deep_model_request_crashes_model_call(store, value):
-    """A small list 126 deep fails as above (RecordingError). Beyond ~330 levels
-    (list or dict) adapters.to_plain, which recurses without a bound, raises
-    RecursionError before anything is recorded (not even a RecordingError)."""
+@pytest.mark.parametrize("levels", [126, 500])
+def test_bug_deep_small_list_in_a_model_request_crashes_model_call(store, levels):
+    """The same depth bug through run.model_call: RecordingError, no model.call recorded."""
     rec = Recorder(store, policy=ALLOW_ALL)
     with rec.run(agent="hostile") as run:
-        run.model_call({"model": "m", "messages": [{"role": "user", "content": "hi"}], "metadata": value},
+        run.model_call({"model": "m", "messages": [{"role": "user", "content": "hi"}], "metadata": nested_list(levels)},
                        {"object": "chat.completion", "model": "m", "choices": []})
     assert [e.kind for e in store.read_run(run.run_id)] == ["run.started", "model.call", "run.ended"]
     assert_verified(store)
 
 
-def test_bug_cyclic_model_request_crashes_model_call(store):
+def test_500_deep_dict_in_a_model_request_is_tagged_lossy_depth(store):
+    """adapters.to_plain must not recurse without bound (it raised RecursionError at ~330 levels)."""
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="hostile") as run:
+        run.model_call({"model": "m", "messages": [{"role": "user", "content": "hi"}], "metadata": nested_dict(500)},
+                       {"object": "chat.completion", "model": "m", "choices": []})
+    events = store.read_run(run.run_id)
+    assert [e.kind for e in events] == ["run.started", "model.call", "run.ended"]
+    assert lossy_reasons(decode(store.resolve(events[1].payload["request"]))) == ["depth"]
+    assert_verified(store)
+
+
+def test_cyclic_model_request_is_recorded_with_a_cycle_tag(store):
+    """adapters.to_plain must not loop on a cycle (it raised RecursionError)."""
     request: dict = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     request["messages"].append(request)  # e.g. a framework object holding its own history
     rec = Recorder(store, policy=ALLOW_ALL)

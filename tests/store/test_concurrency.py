@@ -239,15 +239,11 @@ def test_verify_while_writers_append(tmp_path: Path) -> None:
     assert not bad, f"{len(bad)} of {rounds} verifications of a live store reported problems, e.g. {bad[0]}"
 
 
-def test_bug_close_while_another_writer_appends_does_not_raise(tmp_path: Path) -> None:
-    """BUG (src/sealbox/store/sqlite.py, SqliteStore.optimize, called by close): PRAGMA optimize / ANALYZE
-    runs outside the retrying write path (no BEGIN IMMEDIATE retry), right after SELECTs whose cursors are
-    never exhausted (``.fetchone()`` keeps a read transaction open, so the later write must upgrade it and
-    SQLite answers SQLITE_BUSY at once, without the busy handler). With another writer active, close()
-    raises StoreError("... stayed busy for too long ...") - a "database is locked" reaching the caller.
-    It also runs PRAGMAs on other threads' connections from the closing thread.
-    Expected: close() never fails because statistics could not be gathered (retry like other writes,
-    or skip optimize when busy)."""
+def test_close_while_another_writer_appends(tmp_path: Path) -> None:
+    """Regression: close() ran PRAGMA optimize / ANALYZE outside the retrying write path, right after SELECTs
+    whose cursors were left open (a read transaction that the write then had to upgrade: SQLITE_BUSY at once,
+    no busy handler), so with another writer active close() raised "stayed busy for too long". Opening
+    stores from two threads of one process also collided on the per-pid write-probe file name."""
     path = tmp_path / "store"
     sealbox.init_store(path).close()
     stop = threading.Event()
@@ -269,7 +265,7 @@ def test_bug_close_while_another_writer_appends_does_not_raise(tmp_path: Path) -
     t.start()
     failures = []
     try:
-        for i in range(15):
+        for i in range(10):
             store = open_store(path)
             run = new_run_id()
             store.append(started(run))
@@ -282,4 +278,4 @@ def test_bug_close_while_another_writer_appends_does_not_raise(tmp_path: Path) -
         stop.set()
         t.join()
     assert not errors, errors
-    assert not failures, f"{len(failures)} of 15 close() calls failed: {failures[0]}"
+    assert not failures, f"{len(failures)} of 10 close() calls failed: {failures[0]}"

@@ -680,19 +680,18 @@ def test_triggers_allow_only_blob_erasure(s: Sample) -> None:
     ("runs", "INSERT OR REPLACE INTO runs SELECT run_id, 'someone else', principal, parent_run_id, replay_of,"
              " snapshot, started_at, leaf_index FROM runs", "runs are append-only"),
 ], ids=["events", "checkpoints", "tree_nodes", "runs"])
-def test_bug_insert_or_replace_bypasses_the_triggers(s: Sample, table: str, sql: str, words: str) -> None:
-    """BUG (store/migrations/sqlite/0001_ledger.sql): REPLACE deletes the old row WITHOUT firing the
-    DELETE trigger (SQLite fires delete triggers on REPLACE only with PRAGMA recursive_triggers, which an
-    attacker's connection does not set), so any event, node, checkpoint or run can be rewritten with the
-    triggers in place. Fix: BEFORE INSERT triggers that abort when the key already exists."""
+def test_insert_or_replace_is_refused(s: Sample, table: str, sql: str, words: str) -> None:
+    """Regression: REPLACE deletes the old row WITHOUT firing the DELETE trigger (SQLite fires delete
+    triggers on REPLACE only with PRAGMA recursive_triggers, which an attacker's connection does not set),
+    so rows could be rewritten with the triggers in place. BEFORE INSERT triggers must refuse an existing key."""
     with closing_db(s.path) as db:
         with pytest.raises(sqlite3.DatabaseError, match=f"sealbox: {words}"):
             db.execute(sql)
 
 
-def test_bug_insert_or_replace_rewrites_a_blob(s: Sample) -> None:
-    """Same bypass for blobs: REPLACE swaps a blob's content although only erasure is allowed.
-    (With the fix, REPLACE of an existing ref may raise or be ignored; the content must not change.)"""
+def test_insert_or_replace_cannot_rewrite_a_blob(s: Sample) -> None:
+    """Same bypass for blobs: REPLACE must not swap a blob's content (only erasure is allowed);
+    REPLACE of an existing ref may raise or be ignored, the content must not change."""
     ref, salt, content = blob_rows(s.path)[0]
     with closing_db(s.path) as db:
         try:
@@ -704,7 +703,12 @@ def test_bug_insert_or_replace_rewrites_a_blob(s: Sample) -> None:
 
 
 def test_bug_insert_or_replace_rewrites_a_snapshot(s: Sample) -> None:
-    """Same bypass for the snapshots table (verify catches the content change; the trigger should refuse it)."""
+    """BUG (store/migrations/sqlite/0001_ledger.sql): the BEFORE INSERT guards against REPLACE cover events,
+    tree_nodes, checkpoints, runs and blobs but not snapshots, so REPLACE rewrites a snapshot with every
+    trigger in place (verify now catches the content change; the trigger should refuse it). Fix: the same
+    guard, e.g. CREATE TRIGGER snapshots_no_replace BEFORE INSERT ON snapshots WHEN EXISTS (SELECT 1 FROM
+    snapshots WHERE fingerprint = NEW.fingerprint) BEGIN SELECT RAISE(ABORT, 'sealbox: snapshots are
+    append-only'); END; (or RAISE(IGNORE) if put_snapshot's INSERT OR IGNORE must stay silent)."""
     store = open_store(s.path)
     fp = store.put_snapshot({"model": {"name": "m"}, "tools": []})
     store.close()

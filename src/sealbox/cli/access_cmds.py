@@ -134,7 +134,8 @@ def _print_show(row: dict[str, Any]) -> None:
                 line += "  " + ", ".join(
                     f"{t.get('token_type_hint')}: " + (
                         f"active={str(t['active']).lower()}" if "active" in t else
-                        f"HTTP {t['http_status']}" if "http_status" in t else str(t.get("error")))
+                        f"HTTP {t['http_status']}" + (f" {t['error']}" if t.get("error") else "")
+                        if "http_status" in t else str(t.get("error")))
                     for t in detail["tokens"])
             if detail.get("error"):
                 line += f"  error: {detail['error']}"

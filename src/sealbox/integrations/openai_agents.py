@@ -338,12 +338,13 @@ class SealboxModel(Model):
         inner_name = getattr(inner, "model", None)
         self.model_name = model_name or (inner_name if isinstance(inner_name, str) else None) or (
             get_default_model() if inner is None else type(inner).__name__)
-        self.provider = provider or self._guess_provider(inner)
+        self.provider = provider or self._guess_provider(inner, self.model_name)
 
     @staticmethod
-    def _guess_provider(inner: Model | None) -> str:
-        module = type(inner).__module__ if inner is not None else "agents.models.openai"
-        return "openai" if module.startswith("agents.models.openai") else "unknown"
+    def _guess_provider(inner: Model | None, name: str) -> str:
+        if inner is None:  # MultiProvider names: "gpt-4.1" (OpenAI) or "<prefix>/<model>"
+            return name.split("/", 1)[0] if "/" in name else "openai"
+        return "openai" if type(inner).__module__.startswith("agents.models.openai") else "unknown"
 
     @property
     def inner(self) -> Model:

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 from sealbox import blobs as _blobs
-from sealbox.canonical import canonical_bytes, encode
+from sealbox.canonical import MAX_DEPTH, canonical_bytes, encode
 from sealbox.errors import CanonicalizationError, InvalidEventError, StoreRolledBackError
 from sealbox.events import (
     CONTENT_FIELDS,
@@ -162,7 +162,7 @@ class EventBuilder:
             raise InvalidEventError(f"principal must be a non-empty string, got {draft.principal!r}")
         if draft.step is not None:
             check_step(draft.step)
-        payload = encode(draft.payload)
+        payload = encode(draft.payload, max_depth=MAX_DEPTH - 2)  # room for the envelope and a marker
         if type(payload) is not dict:
             raise InvalidEventError(f"{draft.kind}: payload keys must be strings")
         validate_payload(draft.kind, payload)
@@ -173,6 +173,8 @@ class EventBuilder:
                 payload[name] = _blobs.blobify(payload[name], put, self._limit)
                 if name in ALWAYS_BLOB and not _blobs.is_blob_ref(payload[name]):
                     payload[name] = {"$blob": put(canonical_bytes(payload[name]))}
+        if type(payload.get("error")) is dict:  # exception messages can carry secrets too
+            payload["error"] = self.redactor.apply_error(payload["error"])
         return payload
 
     def _redact(self, name: str, value: Any) -> Any:

@@ -200,6 +200,13 @@ class SqliteStore:
         self._ckpt_lock = threading.Lock()
         self._closed = False
         self._check_location(_create)
+        try:
+            self._open_checked()
+        except BaseException:
+            self._close_connections()  # never leave a half-open store (or its -wal/-shm) behind
+            raise
+
+    def _open_checked(self) -> None:
         self._migrate_and_check()
         meta = dict(self._conn().execute("SELECT key, value FROM store_meta").fetchall())
         self.origin: str = meta.get("origin", "")
@@ -211,12 +218,14 @@ class SqliteStore:
         self._builder = EventBuilder(self._secret, content=self.content)
         self.redactor = self._builder.redactor
         self._signer: Signer | None = None
-        if not readonly:
+        if not self.readonly:
             self._signer = self._load_signer()
         self._floor = self.checkpoint_file_size()
         latest = self.latest_checkpoint()
         self._last_ckpt_size = latest.tree_size if latest else 0
         self._last_ckpt_time = time.monotonic()
+        if not self.readonly:
+            _remove_stale_temp_files(self.path)
 
     # ----------------------------------------------------------------- opening
 
@@ -391,10 +400,19 @@ class SqliteStore:
 
     # ----------------------------------------------------------------- writing
 
-    def _write(self, fn: Callable[[_Txn], Any]) -> Any:
+    def _write(self, fn: Callable[[_Txn], Any], sync: bool = True) -> Any:
         if self.readonly:
             raise StoreReadOnlyError(f"{self.path} was opened read-only")
         conn = self._conn()
+        if not sync and self.durability == "full":
+            conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                return self._write_txn(conn, fn)
+            finally:
+                conn.execute("PRAGMA synchronous = FULL")
+        return self._write_txn(conn, fn)
+
+    def _write_txn(self, conn: sqlite3.Connection, fn: Callable[[_Txn], Any]) -> Any:
         self._begin(conn)
         try:
             txn = _Txn(conn)
@@ -430,11 +448,14 @@ class SqliteStore:
     def _commit(self, conn: sqlite3.Connection) -> None:
         self._retrying(conn, "COMMIT")
 
-    def append(self, drafts: EventDraft | Sequence[EventDraft]) -> list[Event]:
+    def append(self, drafts: EventDraft | Sequence[EventDraft], *, sync: bool = True) -> list[Event]:
         """Append events atomically and in order; durable (``full`` mode) when this returns.
 
         Args:
             drafts: one draft or a sequence; all are written in one transaction.
+            sync: False to skip the fsync of this commit in ``full`` mode (used for
+                a tool's result: it becomes durable with the next fsync'd commit;
+                a power cut before that leaves the call "outcome unknown").
 
         Returns:
             The placed events (leaf index, run_seq, hashes).
@@ -445,9 +466,9 @@ class SqliteStore:
             StoreError: the database could not be written.
         """
         items = [drafts] if isinstance(drafts, EventDraft) else list(drafts)
-        return self.append_with(lambda _reader: items)
+        return self.append_with(lambda _reader: items, sync=sync)
 
-    def append_with(self, build: Callable[[Any], Sequence[EventDraft]]) -> list[Event]:
+    def append_with(self, build: Callable[[Any], Sequence[EventDraft]], *, sync: bool = True) -> list[Event]:
         """Call ``build(reader)`` inside the write transaction and append what it returns.
 
         ``reader`` is a :class:`Reader` over the same transaction, so counts read
@@ -458,7 +479,7 @@ class SqliteStore:
             drafts = list(build(Reader(txn.conn)))
             return self._builder.build(drafts, txn, self._floor)
 
-        events = self._write(work)
+        events = self._write(work, sync=sync)
         if events:
             self._maybe_checkpoint(events[-1].leaf_index + 1)
         return events
@@ -704,8 +725,12 @@ class SqliteStore:
 
         fp = snapshot_fingerprint(content)
         data = canonical_bytes(content)
-        self._write(lambda txn: txn.conn.execute(
-            "INSERT OR IGNORE INTO snapshots (fingerprint, content, created_at) VALUES (?, ?, ?)", (fp, data, utc_now())))
+        def put(txn: _Txn) -> None:
+            if txn.conn.execute("SELECT count(*) FROM snapshots WHERE fingerprint = ?", (fp,)).fetchone()[0] == 0:
+                txn.conn.execute("INSERT INTO snapshots (fingerprint, content, created_at) VALUES (?, ?, ?)",
+                                 (fp, data, utc_now()))
+
+        self._write(put)
         return fp
 
     def get_snapshot(self, fingerprint: str) -> dict[str, Any]:
@@ -733,7 +758,8 @@ class SqliteStore:
                     agent: str | None = None, principal: str | None = None, since: Any = None, until: Any = None,
                     decision: str | None = None, error: bool | None = None, match: Any = None,
                     limit: int | None = None) -> list[dict[str, Any]]:
-        """Every tool call across runs that passes all the filters given, one row per call, oldest first.
+        """Every tool call across runs that passes all the filters given, one row per call, oldest
+        first (log order: ``ts`` is taken inside the write transaction, so it ascends with it).
 
         Indexed filters run in SQL ("every call to tool X" uses ``events_tool``);
         glob confirmation and ``match`` run in Python on the candidates
@@ -764,13 +790,17 @@ class SqliteStore:
                                                    error=error, match=match)
         with_result = any(m.root == "result" for m in matches)
         rows: list[dict[str, Any]] = []
-        for rec in self._conn().execute(sql, params):
-            row = self._call_row(rec, with_result)
-            if all(glob_match(p, row[c]) for c, p in globs) and all(m.test(row) for m in matches):
-                row.pop("result", None)
-                rows.append(row)
-                if limit is not None and len(rows) >= limit:
-                    break
+        cursor = self._conn().execute(sql, params)
+        try:
+            for rec in cursor:
+                row = self._call_row(rec, with_result)
+                if all(glob_match(p, row[c]) for c, p in globs) and all(m.test(row) for m in matches):
+                    row.pop("result", None)
+                    rows.append(row)
+                    if limit is not None and len(rows) >= limit:
+                        break
+        finally:
+            cursor.close()
         rows.reverse()
         return rows
 
@@ -851,13 +881,17 @@ class SqliteStore:
             where.append({"running": "l.kind NOT IN ('run.ended', 'run.suspended')",
                           "suspended": "l.kind = 'run.suspended'"}.get(status, "l.kind = 'run.ended'"))
         out: list[dict[str, Any]] = []
-        for rec in self._conn().execute(_RUNS_SQL.format(where=" AND ".join(where)), params):
-            row = _run_row(rec)
-            if (status is None or q.status_matches(status, row["status"], row["ending"])) and all(
-                    row["labels"].get(k) == v for k, v in wanted.items()):
-                out.append(row)
-                if limit is not None and len(out) >= limit:
-                    break
+        cursor = self._conn().execute(_RUNS_SQL.format(where=" AND ".join(where)), params)
+        try:
+            for rec in cursor:
+                row = _run_row(rec)
+                if (status is None or q.status_matches(status, row["status"], row["ending"])) and all(
+                        row["labels"].get(k) == v for k, v in wanted.items()):
+                    out.append(row)
+                    if limit is not None and len(out) >= limit:
+                        break
+        finally:
+            cursor.close()
         return out
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
@@ -904,13 +938,16 @@ class SqliteStore:
             self.optimize()
         finally:
             self._closed = True
-            with self._conns_lock:
-                for conn in self._conns:
-                    try:
-                        conn.close()
-                    except sqlite3.Error:
-                        pass
-                self._conns.clear()
+            self._close_connections()
+
+    def _close_connections(self) -> None:
+        with self._conns_lock:
+            for conn in self._conns:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._conns.clear()
 
     def __enter__(self) -> "SqliteStore":
         return self
@@ -1112,6 +1149,18 @@ def _split_sql(script: str) -> list[str]:
     if buf.strip():
         out.append(buf.strip())
     return out
+
+
+def _remove_stale_temp_files(folder: Path) -> None:
+    """Remove ``checkpoint.tmp.<pid>`` files left by a writer that was killed mid-write."""
+    for tmp in folder.glob(f"{CHECKPOINT_NAME}.tmp.*"):
+        try:
+            pid = int(tmp.name.rsplit(".", 1)[1])
+            os.kill(pid, 0)  # still alive: leave it
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except (ValueError, PermissionError, OSError):
+            continue
 
 
 def _require_writable(folder: Path) -> None:

@@ -85,8 +85,8 @@ CREATE TABLE blobs (
 ) WITHOUT ROWID;
 
 -- INSERT OR REPLACE deletes the old row without firing DELETE triggers: refuse
--- an insert that would replace a row (blobs and snapshots: ignore it, since
--- identical content is stored once and INSERT OR IGNORE is how Sealbox adds it).
+-- an insert that would replace a row (blobs: ignore it, since identical content
+-- is stored once and INSERT OR IGNORE is how Sealbox adds a blob).
 CREATE TRIGGER events_no_replace BEFORE INSERT ON events
     WHEN EXISTS (SELECT 1 FROM events WHERE leaf_index = NEW.leaf_index)
       OR EXISTS (SELECT 1 FROM events WHERE run_id = NEW.run_id AND run_seq = NEW.run_seq)
@@ -105,7 +105,7 @@ CREATE TRIGGER blobs_no_replace BEFORE INSERT ON blobs
     BEGIN SELECT RAISE(IGNORE); END;
 CREATE TRIGGER snapshots_no_replace BEFORE INSERT ON snapshots
     WHEN EXISTS (SELECT 1 FROM snapshots WHERE fingerprint = NEW.fingerprint)
-    BEGIN SELECT RAISE(IGNORE); END;
+    BEGIN SELECT RAISE(ABORT, 'sealbox: snapshots are append-only'); END;
 CREATE TRIGGER events_no_update BEFORE UPDATE ON events BEGIN SELECT RAISE(ABORT, 'sealbox: events are append-only'); END;
 CREATE TRIGGER events_no_delete BEFORE DELETE ON events BEGIN SELECT RAISE(ABORT, 'sealbox: events are append-only'); END;
 CREATE TRIGGER tree_no_update BEFORE UPDATE ON tree_nodes BEGIN SELECT RAISE(ABORT, 'sealbox: the tree is append-only'); END;
