@@ -12,7 +12,8 @@ EXPECTED = {
     "open_store", "init_store", "verify_store", "VerifyReport", "Problem", "SealboxError", "CanonicalizationError",
     "InvalidEventError", "ProofError", "NoteError", "StoreError", "NotAStoreError", "SchemaVersionError",
     "StoreReadOnlyError", "StoreRolledBackError", "BlobNotFoundError", "RecordingError", "PolicyError",
-    "PolicyLoadError", "ConfigError",
+    "PolicyLoadError", "ConfigError", "Recorder", "ToolDenied", "Policy", "Snapshot", "ContentPolicy",
+    "ApprovalPending", "ApprovalError", "IdentityError", "AccessError",
 }
 
 

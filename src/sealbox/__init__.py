@@ -41,6 +41,15 @@ _LAZY = {
     "verify_store": "sealbox.verify",
     "VerifyReport": "sealbox.verify",
     "Problem": "sealbox.verify",
+    "Recorder": "sealbox.recorder",
+    "ToolDenied": "sealbox.recorder",
+    "Policy": "sealbox.policy",
+    "Snapshot": "sealbox.snapshot",
+    "ContentPolicy": "sealbox.redaction",
+    "ApprovalPending": "sealbox.approvals",
+    "ApprovalError": "sealbox.approvals",
+    "IdentityError": "sealbox.identities",
+    "AccessError": "sealbox.access",
 }
 
 
@@ -76,6 +85,16 @@ __all__ = [
     "verify_store",
     "VerifyReport",
     "Problem",
+    # recording and governance
+    "Recorder",
+    "ToolDenied",
+    "Policy",
+    "Snapshot",
+    "ContentPolicy",
+    "ApprovalPending",
+    "ApprovalError",
+    "IdentityError",
+    "AccessError",
     # errors
     "SealboxError",
     "CanonicalizationError",

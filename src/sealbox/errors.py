@@ -24,7 +24,14 @@ The hierarchy::
     ├── RecordingError            an event could not be recorded, so the action did not happen
     ├── PolicyError               a policy cannot be loaded or evaluated
     │   └── PolicyLoadError       the policy file is missing or invalid (names file, line, problem)
-    └── ConfigError               a configuration file or option is invalid
+    ├── ConfigError               a configuration file or option is invalid
+    │
+    │   defined beside the code that raises them (all exported by ``sealbox``):
+    ├── ToolDenied                sealbox.recorder: the call was not allowed; it did not run
+    ├── ApprovalPending           sealbox.approvals: the call waits for a human; the run is suspended
+    ├── ApprovalError             sealbox.approvals: an answer breaks an approval rule (``.code``)
+    ├── IdentityError             sealbox.identities: an identity or key file problem
+    └── AccessError               sealbox.access: a grant or revocation problem
 """
 
 from __future__ import annotations

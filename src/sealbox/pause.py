@@ -117,6 +117,8 @@ def claim(run: Any, approval_id: str, arguments: Any = None) -> tuple[ApprovalSt
         outcome, decision, reeval = state.status, None, None
         if outcome == "approved" and state.request.get("policy_fingerprint") not in (None, run.policy.fingerprint):
             outcome, decision, reeval = _reevaluate(run, reader, state, book, arguments)
+        if outcome == "approved":  # a grant revoked while the run waited denies the call, approved or not
+            outcome, decision, reeval = _check_grant_on_resume(run, reader, state, now, (outcome, decision, reeval))
         waited = max(0, int((now - _parse(state.requested_at)).total_seconds() * 1_000_000))
         drafts.append(run._draft("run.resumed", {"approval_ids": [approval_id], "waited_us": waited,
                                                  "outcomes": {approval_id: outcome}}, state.step))
@@ -157,11 +159,30 @@ def _reevaluate(run: Any, reader: Any, state: ApprovalState, book: Any, argument
     return outcome, decision, payload
 
 
+def _check_grant_on_resume(run: Any, reader: Any, state: ApprovalState, now: Any,
+                           current: tuple[str, Decision | None, dict | None]) -> tuple[str, Decision | None, dict | None]:
+    """The call's explicit grant must still be valid when it resumes (sealbox.access)."""
+    req = state.request
+    calls = reader.events(["tool.call"], run_id=state.run_id, field=("call_id", req["call_id"]), limit=1)
+    grant = calls[0].payload.get("grant", "") if calls else ""
+    if not grant or grant.startswith("implicit:"):
+        return current
+    from sealbox.access import grant_status
+
+    ok, why = grant_status(reader, grant, run.principal.id, req["server"], req["tool"], now)
+    if ok:
+        return current
+    decision = Decision("deny", "grant_invalid", None, why, run.policy.fingerprint)
+    payload = {"call_id": req["call_id"], "server": req["server"], "tool": req["tool"], **decision.to_payload(),
+               "reevaluated": True}
+    return "grant_invalid", decision, payload
+
+
 def _denial(run: Any, state: ApprovalState, outcome: str, decision: Decision | None) -> Exception:
     from sealbox.recorder import ToolDenied
 
     req = state.request
-    if outcome == "policy_denied" and decision is not None:
+    if outcome in ("policy_denied", "grant_invalid") and decision is not None:
         return ToolDenied(decision, req["call_id"], req["server"], req["tool"])
     if outcome == "denied":
         deny = next((a for a in state.answers if a.problem is None and a.decision == "deny"), None)

@@ -103,6 +103,8 @@ class Redactor:
         self._keys = {k.lower() for k in self.policy.keys}
         self._paths = [p.split(".") for p in self.policy.paths]
         self._patterns = [re.compile(p) for p in self.policy.patterns]
+        # one combined search decides whether a string needs scrubbing at all (most do not)
+        self._any = _combined(self.policy.patterns)
 
     def marker(self, value: Any) -> dict[str, str]:
         """``{"$redacted": "hmac-sha256:<hex>"}`` for a strict JSON value."""
@@ -200,6 +202,8 @@ class Redactor:
         return False
 
     def _scrub(self, text: str, changed: list[bool]) -> str:
+        if not self._patterns or (self._any is not None and not self._any.search(text)):
+            return text
         for pattern in self._patterns:
             if pattern.search(text):
                 changed[0] = True
@@ -216,3 +220,20 @@ def _decoded_text(tag: str, b64: str) -> str | None:
     except ValueError:
         return None
     return raw.decode("utf-8", "surrogateescape" if tag == "$bytes" else "surrogatepass")
+
+
+_GLOBAL_FLAGS = re.compile(r"^\(\?([imsx]+)\)")
+
+
+def _combined(patterns: tuple[str, ...]) -> "re.Pattern[str] | None":
+    """One regex matching wherever any pattern matches (leading ``(?i)`` made scoped), or None."""
+    if not patterns:
+        return None
+    parts = []
+    for p in patterns:
+        m = _GLOBAL_FLAGS.match(p)
+        parts.append(f"(?{m.group(1)}:{p[m.end():]})" if m else f"(?:{p})")
+    try:
+        return re.compile("|".join(parts))
+    except re.error:  # flags that cannot be scoped: fall back to one search per pattern
+        return None

@@ -33,6 +33,9 @@ ReasonCode = Literal[
     "approval_unavailable",
     "breaker_open",
     "grant_invalid",
+    "approval_denied",
+    "approval_expired",
+    "approval_insufficient",
 ]
 EFFECTS: tuple[str, ...] = ("allow", "deny", "require_approval")
 REASON_CODES: tuple[str, ...] = (
@@ -45,6 +48,9 @@ REASON_CODES: tuple[str, ...] = (
     "approval_unavailable",
     "breaker_open",
     "grant_invalid",
+    "approval_denied",
+    "approval_expired",
+    "approval_insufficient",
 )
 
 

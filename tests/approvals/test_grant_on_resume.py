@@ -1,0 +1,53 @@
+"""A grant revoked while a run waits for approval denies the call when it resumes."""
+
+from __future__ import annotations
+
+import pytest
+from approval_helpers import kinds, policy
+
+from sealbox import verify_store
+from sealbox.access import grant_access, revoke
+from sealbox.approvals import ApprovalPending, answer
+from sealbox.recorder import Recorder, ToolDenied
+
+
+class Tool:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, sql):
+        self.calls.append(sql)
+        return "done"
+
+
+def suspended_call(store, rec, grant):
+    run = rec.run(agent="bot", principal="agent:bot")
+    with pytest.raises(ApprovalPending) as pending:
+        with run:
+            run.call_tool("db", "write_query", {"sql": "DELETE FROM t"}, Tool(), grant=grant)
+    return run.run_id, pending.value.approval_id
+
+
+@pytest.mark.parametrize("revoked", [False, True])
+def test_the_grant_is_checked_again_when_the_run_resumes(store, keys, revoked):
+    grant = grant_access(store, "agent:bot", "db", "write_query", scope="write")
+    rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
+    run_id, aid = suspended_call(store, rec, grant)
+    answer(store, aid, "approve", "looks fine", keys["alice"])
+    if revoked:
+        revoke(store, grant, "key leaked", by="user:security")
+    with rec.resume(run_id, {("db", "write_query"): tool}) as run:
+        (call,) = run.resumed_calls
+    if revoked:
+        assert (call.outcome, call.ran, tool.calls) == ("grant_invalid", False, [])
+        with pytest.raises(ToolDenied) as denied:
+            call.value()
+        assert denied.value.decision.reason_code == "grant_invalid" and "revoked" in denied.value.decision.reason
+        decisions = [e.payload for e in store.read_run(run_id) if e.kind == "policy.decision"]
+        assert [(d["effect"], d["reason_code"]) for d in decisions] == [
+            ("require_approval", "policy_require_approval"), ("deny", "grant_invalid")]
+    else:
+        assert (call.outcome, call.ran, tool.calls) == ("approved", True, ["DELETE FROM t"])
+    assert kinds(store, run_id)[-2:] == (["run.resumed", "policy.decision", "run.ended"][-2:] if revoked
+                                         else ["tool.result", "run.ended"])
+    assert verify_store(store).ok
