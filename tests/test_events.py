@@ -56,3 +56,23 @@ def test_valid_payloads_pass(kind, payload):
 def test_wrong_shapes_raise_invalid_event_error_naming_the_field(kind, payload, fragment):
     with pytest.raises(InvalidEventError, match=fragment):
         validate_payload(kind, payload)
+
+
+GOOD_ENVELOPE = {"v": 1, "run_id": "r", "run_seq": 1, "step": "1", "kind": "note", "ts": "2026-11-29T17:00:06.982722Z",
+                 "principal": "p", "payload": {"text": "x"}, "prev": None}
+
+
+@pytest.mark.parametrize("change", [
+    {"v": 2}, {"v": True}, {"run_seq": 0}, {"run_seq": 1.5}, {"step": "a"}, {"step": "4."}, {"kind": "x"},
+    {"ts": "yesterday"}, {"principal": ""}, {"payload": []}, {"prev": "sha256:12"}, {"extra": 1}, {"run_id": ""},
+    {"run_id": "r" * 129},
+])
+def test_the_fast_envelope_check_rejects_what_the_published_schema_rejects(change):
+    from sealbox.events import _ENVELOPE_VALIDATOR, _envelope_ok, validate_envelope
+
+    bad = {**GOOD_ENVELOPE, **change}
+    assert _envelope_ok(GOOD_ENVELOPE) and not _envelope_ok(bad)
+    with pytest.raises(Exception):
+        _ENVELOPE_VALIDATOR(bad)
+    with pytest.raises(InvalidEventError, match="envelope"):
+        validate_envelope(bad)

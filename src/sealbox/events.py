@@ -228,11 +228,36 @@ def validate_envelope(envelope: Any) -> None:
     Raises:
         InvalidEventError: the envelope or its payload has the wrong shape.
     """
-    try:
-        _ENVELOPE_VALIDATOR(envelope)
-    except fastjsonschema.JsonSchemaException as exc:
-        raise InvalidEventError(f"envelope: {exc.message}") from exc
+    if not _envelope_ok(envelope):  # fast path; the schema validator names the problem
+        try:
+            _ENVELOPE_VALIDATOR(envelope)
+        except fastjsonschema.JsonSchemaException as exc:
+            raise InvalidEventError(f"envelope: {exc.message}") from exc
     validate_payload(envelope["kind"], envelope["payload"])
+
+
+_ENVELOPE_KEYS = frozenset(ENVELOPE_SCHEMA["required"])
+_TS_RE = re.compile(_TS["pattern"])
+_FP_RE = re.compile(_FP["pattern"])
+
+
+def _envelope_ok(env: Any) -> bool:
+    """The same checks as :data:`ENVELOPE_SCHEMA`, written out (verification's hot path)."""
+    if type(env) is not dict or env.keys() != _ENVELOPE_KEYS:
+        return False
+    run_id, run_seq, step, ts, principal, prev = (env["run_id"], env["run_seq"], env["step"], env["ts"],
+                                                  env["principal"], env["prev"])
+    return (
+        env["v"] == RECORD_VERSION and type(env["v"]) is int
+        and type(run_id) is str and 1 <= len(run_id) <= 128
+        and type(run_seq) is int and run_seq >= 1
+        and type(step) is str and _STEP_RE.match(step) is not None
+        and env["kind"] in KINDS
+        and type(ts) is str and _TS_RE.match(ts) is not None
+        and type(principal) is str and len(principal) >= 1
+        and type(env["payload"]) is dict
+        and (prev is None or (type(prev) is str and _FP_RE.match(prev) is not None))
+    )
 
 
 def derived_columns(kind: str, payload: dict[str, Any]) -> tuple:

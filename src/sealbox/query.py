@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from fnmatch import fnmatchcase
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from sealbox.errors import ConfigError
 
@@ -256,17 +256,17 @@ def _outcome(effect: str | None, ok: Any) -> str:
     return {"allow": "unknown", "require_approval": "held"}.get(effect, "not_run")
 
 
-def call_row(*, ts: str, run_id: str, agent: str | None, principal: str, step: str, call_id: str | None,
-             server: str | None, tool: str | None, exposed: str | None, grant: str | None, arguments: Any,
-             effect: str | None, rule: str | None, reason_code: str | None, ok: Any, duration_us: int | None,
-             error: Any) -> dict[str, Any]:
+def call_row(values: Sequence[Any], content: Callable[[str | None], Any] = json.loads) -> dict[str, Any]:
     """One row of a call listing, from the fields of a tool call's three events.
 
     Args:
-        arguments: the ``tool.call``'s arguments, already resolved.
-        effect, rule, reason_code: from its ``policy.decision`` (None: none recorded).
-        ok, duration_us, error: from its ``tool.result`` (``ok`` None: no result:
-            denied, held, running, or outcome unknown).
+        values: in :data:`CALL_COLUMNS` order (extra trailing values are ignored):
+            ts, run_id, agent, principal, step, call_id, server, tool, exposed, grant,
+            arguments (JSON text), then from the ``policy.decision`` effect, rule,
+            reason_code (None: no decision recorded), a placeholder for outcome, then
+            from the ``tool.result`` ok, error (JSON text) and duration_us (``ok`` None:
+            no result: denied, held, running, or outcome unknown).
+        content: turns the arguments' JSON text into the value (resolving blobs).
 
     Returns:
         A dict with :data:`CALL_COLUMNS`. ``outcome`` is ``ok`` / ``error`` (the tool
@@ -275,21 +275,23 @@ def call_row(*, ts: str, run_id: str, agent: str | None, principal: str, step: s
         say which), ``unknown`` (allowed but no result: still running, or the
         process died) or ``undecided`` (no decision recorded). ``decision`` is
         the policy's decision when the call was made (a re-evaluation after an
-        approval is a later event of the run). ``ok`` is True /
-        False, or None when there is no result; ``error`` is ``{"type", "message"}``
-        or None.
+        approval is a later event of the run). ``ok`` is True / False, or None
+        when there is no result; ``error`` is ``{"type", "message"}`` or None.
     """
-    if ok is not None and not ok:
-        error = {"type": error.get("type"), "message": error.get("message")} if isinstance(error, dict) else {
-            "type": None, "message": None if error is None else str(error)}
+    row = dict(zip(CALL_COLUMNS, values))
+    row["arguments"] = content(row["arguments"])
+    ok = row["ok"]
+    row["outcome"] = _outcome(row["decision"], ok)
+    if ok is None:
+        row["error"] = None
+    elif ok:
+        row["ok"], row["error"] = True, None
     else:
-        error = None
-    return {
-        "ts": ts, "run_id": run_id, "agent": agent, "principal": principal, "step": step, "call_id": call_id,
-        "server": server, "tool": tool, "exposed": exposed, "grant": grant, "arguments": arguments,
-        "decision": effect, "rule": rule, "reason_code": reason_code, "outcome": _outcome(effect, ok),
-        "ok": None if ok is None else bool(ok), "error": error, "duration_us": duration_us,
-    }
+        err = json.loads(row["error"]) if isinstance(row["error"], str) else row["error"]
+        row["ok"] = False
+        row["error"] = {"type": err.get("type"), "message": err.get("message")} if isinstance(err, dict) else {
+            "type": None, "message": None if err is None else str(err)}
+    return row
 
 
 def run_status(last_kind: str | None) -> str:

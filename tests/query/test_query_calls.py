@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from conftest import ALL_CALLS, BIG_TEXT, ids
+from query_helpers import ALL_CALLS, BIG_TEXT, ids
 
 from sealbox.errors import ConfigError
 

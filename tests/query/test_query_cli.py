@@ -8,7 +8,7 @@ import io
 import json
 
 import pytest
-from conftest import ids, sealbox
+from query_helpers import ids, sealbox
 
 
 def ok_json(*args: str):

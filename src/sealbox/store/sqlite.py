@@ -783,22 +783,27 @@ class SqliteStore:
         Raises:
             ConfigError: a bad time, decision or match expression.
         """
-        from sealbox.query import glob_match
+        from sealbox.query import call_row, glob_match
 
         sql, params, globs, matches = _calls_query(tool=tool, server=server, run_id=run_id, agent=agent,
                                                    principal=principal, since=since, until=until, decision=decision,
                                                    error=error, match=match)
         with_result = any(m.root == "result" for m in matches)
+        check = bool(globs or matches)
         rows: list[dict[str, Any]] = []
         cursor = self._conn().execute(sql, params)
         try:
             for rec in cursor:
-                row = self._call_row(rec, with_result)
-                if all(glob_match(p, row[c]) for c, p in globs) and all(m.test(row) for m in matches):
+                row = call_row(rec, self._content)
+                if check:
+                    if with_result:
+                        row["result"] = self._content(rec[-1])
+                    if not (all(glob_match(p, row[c]) for c, p in globs) and all(m.test(row) for m in matches)):
+                        continue
                     row.pop("result", None)
-                    rows.append(row)
-                    if limit is not None and len(rows) >= limit:
-                        break
+                rows.append(row)
+                if limit is not None and len(rows) >= limit:
+                    break
         finally:
             cursor.close()
         rows.reverse()
@@ -810,19 +815,6 @@ class SqliteStore:
         filters.pop("limit", None)
         sql, params, _, _ = _calls_query(**filters)
         return [row[3] for row in self._conn().execute("EXPLAIN QUERY PLAN " + sql, params)]
-
-    def _call_row(self, rec: tuple, with_result: bool) -> dict[str, Any]:
-        from sealbox.query import call_row
-
-        (ts, run_id, principal, step, call_id, server, tool, exposed, grant, arguments, agent, effect, rule,
-         reason_code, ok, duration, err, result) = rec
-        row = call_row(ts=ts, run_id=run_id, agent=agent, principal=principal, step=step, call_id=call_id,
-                       server=server, tool=tool, exposed=exposed, grant=grant, arguments=self._content(arguments),
-                       effect=effect, rule=rule, reason_code=reason_code, ok=ok, duration_us=duration,
-                       error=None if err is None else json.loads(err))
-        if with_result and result is not None:
-            row["result"] = self._content(result)
-        return row
 
     def _content(self, text: str | None) -> Any:
         """A JSON text from the payload, parsed, its blob references resolved (only parsed when it has none)."""
@@ -1049,11 +1041,11 @@ _NEXT = """COALESCE(
     (SELECT min(e.leaf_index) FROM events e WHERE e.call_id = c.call_id AND e.run_id = c.run_id
      AND e.kind = '{kind}' AND e.leaf_index > c.leaf_index))"""
 _CALLS_SQL = """
-SELECT c.ts, c.run_id, c.principal, c.step, c.call_id, c.server, c.tool,
+SELECT c.ts, c.run_id, r.agent, c.principal, c.step, c.call_id, c.server, c.tool,
        CAST(c.raw AS TEXT) ->> '$.payload.exposed', CAST(c.raw AS TEXT) ->> '$.payload.grant',
-       CAST(c.raw AS TEXT) -> '$.payload.arguments', r.agent,
-       d.effect, CAST(d.raw AS TEXT) ->> '$.payload.rule', CAST(d.raw AS TEXT) ->> '$.payload.reason_code',
-       x.ok, CAST(x.raw AS TEXT) ->> '$.payload.duration_us', CAST(x.raw AS TEXT) -> '$.payload.error', {result}
+       CAST(c.raw AS TEXT) -> '$.payload.arguments',
+       d.effect, CAST(d.raw AS TEXT) ->> '$.payload.rule', CAST(d.raw AS TEXT) ->> '$.payload.reason_code', NULL,
+       x.ok, CAST(x.raw AS TEXT) -> '$.payload.error', CAST(x.raw AS TEXT) ->> '$.payload.duration_us', {result}
 FROM events c
 LEFT JOIN runs r ON r.run_id = c.run_id
 LEFT JOIN events d ON d.leaf_index = %s
