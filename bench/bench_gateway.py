@@ -12,7 +12,8 @@ tests, tool ``echo``), with the official ``mcp`` client SDK:
   forwarding, ``tool.result`` after) in a SQLite store on local disk.
 
 Target (issue 6): gateway ≤ 1.2× the null proxy. Figures are printed, never asserted.
-Usage: ``python bench/bench_gateway.py [--quick]``.
+Usage: ``python bench/bench_gateway.py [--quick] [--concurrent K]`` (K calls in flight at once on
+one session; default 1, sequential).
 """
 
 from __future__ import annotations
@@ -34,12 +35,21 @@ from _util import print_machine_once, print_table, report  # noqa: E402
 TOY = str(HERE.parent / "tests" / "gateway" / "servers" / "toy_server.py")
 
 
+CONCURRENCY = 1  # calls in flight at once on the session (``--concurrent K``)
+
+
 async def _timed_calls(session, name: str, n: int) -> list[float]:
-    out = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        await session.call_tool(name, {"text": f"hello {i}"})
-        out.append((time.perf_counter() - t0) * 1000)
+    out: list[float] = []
+
+    async def worker(k: int) -> None:
+        for i in range(k, n, CONCURRENCY):
+            t0 = time.perf_counter()
+            await session.call_tool(name, {"text": f"hello {i}"})
+            out.append((time.perf_counter() - t0) * 1000)
+
+    async with anyio.create_task_group() as tg:
+        for k in range(CONCURRENCY):
+            tg.start_soon(worker, k)
     return out
 
 
@@ -133,6 +143,8 @@ async def main(quick: bool) -> None:
         p = await null_proxy(n, Path(a))
         g = await gateway(n, Path(b))
     md, mp, mg = (statistics.median(x) for x in (d, p, g))
+    if CONCURRENCY > 1:
+        print(f"{CONCURRENCY} calls in flight at once on one session")
     print(f"tools/call median over {n} calls: direct {md:.3f} ms, null proxy {mp:.3f} ms, gateway {mg:.3f} ms")
     print(f"  gateway adds {mg - mp:.3f} ms over the null proxy and {mg - md:.3f} ms over a direct call")
     report("gateway vs null proxy (tools/call)", g, p, "ms", 1.2)
@@ -141,6 +153,8 @@ async def main(quick: bool) -> None:
 
 
 if __name__ == "__main__":
+    if "--concurrent" in sys.argv:
+        CONCURRENCY = int(sys.argv[sys.argv.index("--concurrent") + 1])
     print_machine_once()
     anyio.run(main, "--quick" in sys.argv)
     print_table("Gateway")

@@ -286,6 +286,7 @@ class RunContext:
         self._cost_error: str | None = None
         self._attached = False
         self.resumed_calls: list[Any] = []  # filled by Recorder.resume
+        self.replay: Any = None  # a sealbox.replay ReplaySource while this run replays another (docs/replay.md)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -305,13 +306,16 @@ class RunContext:
         self._append([self._draft("run.started", payload, self._take_step())])
         return self
 
-    def end(self, status: str = "ok", error: BaseException | None = None) -> None:
-        """Write ``run.ended`` with ``status`` ok / error / cancelled."""
+    def end(self, status: str = "ok", error: BaseException | None = None, *,
+            verdict: dict[str, Any] | None = None) -> None:
+        """Write ``run.ended`` with ``status`` ok / error / cancelled (and a replay's ``verdict``)."""
         if self.ended:
             return
         payload: dict[str, Any] = {"status": status, "usage": dict(self.usage)}
         if error is not None:
             payload["error"] = {"type": type(error).__qualname__, "message": str(error)}
+        if verdict is not None:
+            payload["verdict"] = verdict
         self._append([self._draft("run.ended", payload, self._take_step())])
         self.ended = True
 
@@ -360,6 +364,8 @@ class RunContext:
         return EventDraft(kind, payload, run_id=self.run_id, principal=self.principal.id, step=step)
 
     def _append(self, drafts: list[EventDraft], sync: bool = True) -> list:
+        if self.replay is not None:  # compared with the record before anything is written
+            self.replay.check(self, drafts)
         return self._guard(lambda: self.store.append(drafts, sync=sync))
 
     @staticmethod
@@ -388,6 +394,8 @@ class RunContext:
             ToolDenied: the decision was not allow; ``fn`` did not run.
             Exception: whatever ``fn`` raised, unchanged (after it is recorded).
         """
+        if self.replay is not None and self.replay.serves_tools:  # answered from the record; fn never runs
+            return self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
         call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed)
         started = time.perf_counter_ns()
         try:
@@ -401,6 +409,8 @@ class RunContext:
     async def acall_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *,
                          grant: str | None = None, call_id: str | None = None, exposed: str | None = None) -> Any:
         """Async form of :meth:`call_tool`; ``fn`` may be sync or async."""
+        if self.replay is not None and self.replay.serves_tools:
+            return self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
         call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed)
         started = time.perf_counter_ns()
         try:
@@ -441,6 +451,8 @@ class RunContext:
                 drafts.append(self._draft("guardrail.tripped", {"call_id": call_id, **decision.limit.to_dict()}, step))
             if decision.effect == "require_approval":
                 drafts += self._approval_drafts(decision, call_id, step, server, tool, arguments, request_box)
+            if self.replay is not None:
+                self.replay.check(self, drafts)
             return drafts + self.recorder.take_breaker_events()
 
         try:
@@ -596,6 +608,31 @@ class RunContext:
             self.usage["output_tokens"] += use["output_tokens"]
             self.usage["cost"] += use.get("cost", 0.0)
         return ModelCallRecord(step=step, tool_calls=tuple(info.tool_calls))
+
+    def complete(self, request: Any, call: Callable[[Any], Any], *, provider: str | None = None,
+                 model: str | None = None) -> Any:
+        """Call a model with ``call(request)`` and record the call (:meth:`model_call`).
+
+        In a replay (docs/replay.md) the recorded response is returned instead, as
+        plain data (a dict), and ``call`` is not called.
+
+        Returns:
+            What ``call`` returned (in a replay: the recorded response).
+
+        Raises:
+            Exception: whatever ``call`` raised, after it is recorded with ``response = {"error": …}``.
+        """
+        if self.replay is not None and self.replay.serves_models:
+            return self.replay.answer_model(self, request, provider=provider, model=model)
+        started = time.perf_counter()
+        try:
+            response = call(request)
+        except Exception as exc:
+            self.model_call(request, {"error": {"type": type(exc).__qualname__, "message": str(exc)}},
+                            latency=time.perf_counter() - started, provider=provider, model=model)
+            raise
+        self.model_call(request, response, latency=time.perf_counter() - started, provider=provider, model=model)
+        return response
 
     def save_state(self, state: Any, label: str | None = None) -> None:
         """Record the agent's state (any value; encoded, large parts stored once as blobs)."""

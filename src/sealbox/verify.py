@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from sealbox import blobs as _blobs
-from sealbox.errors import InvalidEventError, NoteError, ProofError
+from sealbox.errors import InvalidEventError, NoteError
 from sealbox.events import CONTENT_FIELDS, SYSTEM_RUN_ID, derived_columns, validate_envelope
 from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
@@ -43,6 +43,7 @@ class Problem:
         message: one readable sentence.
         run_id, run_seq, kind, leaf_index: where, when it is tied to an event.
         expected, found: what verification computed and what the store holds.
+        member: where in an export bundle (e.g. ``events.jsonl line 7``, ``the ZIP central directory``).
     """
 
     code: str
@@ -53,6 +54,7 @@ class Problem:
     leaf_index: int | None = None
     expected: str | None = None
     found: str | None = None
+    member: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -60,7 +62,7 @@ class Problem:
 
     def line(self) -> str:
         """One line for a terminal."""
-        where = []
+        where = [] if self.member is None else [self.member]
         if self.run_id is not None:
             where.append(f"run {self.run_id}")
         if self.run_seq is not None:
@@ -149,8 +151,23 @@ class EventVerifier:
             self._on_nodes(completed)
         if self.tree.size in self._root_sizes:
             self.roots[self.tree.size] = self.tree.root()
+        return self.check_event(leaf_index, raw, leaf, stored_hash, columns)
+
+    def check_event(self, leaf_index: int, raw: bytes, leaf: bytes, stored_hash: bytes | None = None,
+                    columns: tuple | None = None, *, contiguous: bool = True, chain: bool = True) -> dict | None:
+        """Check one event without adding it to the streamed tree (an export bundle holds
+        a subset of the log, each event proven by its own inclusion proof).
+
+        Args:
+            leaf: its leaf hash (RFC 9162 §2.1.1), already computed from ``raw``.
+            contiguous: report a ``leaf_gap`` when ``leaf_index`` does not follow the previous one.
+            chain: check the run chain (False for a run only partly present).
+
+        Returns:
+            The envelope, or None when unreadable.
+        """
         env = self._parse(leaf_index, raw, columns)
-        if leaf_index != self._next_index:
+        if contiguous and leaf_index != self._next_index:
             self.problems.append(self._at(env, leaf_index, Problem(
                 "leaf_gap", "the log is not contiguous: an event is missing or out of place",
                 expected=f"leaf {self._next_index}", found=f"leaf {leaf_index}",
@@ -163,7 +180,8 @@ class EventVerifier:
             )))
         if env is not None:
             self._check_columns(env, leaf_index, columns)
-            self._chain(env, leaf_index, "sha256:" + leaf.hex())
+            if chain:
+                self._chain(env, leaf_index, "sha256:" + leaf.hex())
             kind, payload = env["kind"], env["payload"]
             for name in CONTENT_FIELDS.get(kind, ()):
                 if name in payload:

@@ -17,7 +17,8 @@ import click
 # commands does not import them.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "init": ("sealbox.cli.store_cmds", "init_cmd", "Create a store and its log signing key."),
-    "verify": ("sealbox.cli.store_cmds", "verify_cmd", "Verify every hash, chain, checkpoint and blob."),
+    "verify": ("sealbox.cli.store_cmds", "verify_cmd", "Verify a store, or an export bundle offline: every hash, chain, proof and signature."),
+    "export": ("sealbox.cli.export_cmds", "export_cmd", "Export whole runs: a bundle verifiable offline, or Parquet."),
     "log": ("sealbox.cli.log_cmds", "log_group", "The Merkle log: checkpoints, keys and proofs."),
     "runs": ("sealbox.cli.runs_cmds", "runs_group", "List and show recorded runs."),
     "calls": ("sealbox.cli.calls_cmd", "calls_cmd", "Every tool call across runs, filtered (tool, decision, error, match…)."),
@@ -28,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "approvals": ("sealbox.cli.approvals_cmds", "approvals_group", "List, show, approve and deny approval requests."),
     "access": ("sealbox.cli.access_cmds", "access_group", "Grants, provider credentials, revocation at the provider."),
     "gateway": ("sealbox.cli.gateway_cmds", "gateway_group", "The MCP gateway: serve, check config, re-approve tools."),
+    "import": ("sealbox.cli.import_cmd", "import_cmd", "Import runs recorded elsewhere (OTLP, Jaeger, Langfuse, SWE-agent, …)."),
+    "report": ("sealbox.cli.report_cmd", "report_cmd", "Write a self-contained incident report of a run (HTML or Markdown)."),
 }
 
 

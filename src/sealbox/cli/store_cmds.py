@@ -38,27 +38,63 @@ def init_cmd(path: str | None, origin: str | None) -> None:
 @click.argument("target", required=False, default=None, type=click.Path())
 @click.option("-s", "--store", "store_path", envvar="SEALBOX_STORE", default=DEFAULT_STORE, show_default=True,
               help="The store's data folder (when TARGET is not given).")
-@click.option("--key", "vkey", default=None, help="Trusted verifier key (vkey string or a file holding it). Default: the key pinned at init.")
+@click.option("--key", "vkey", default=None,
+              help="Trusted verifier key (vkey string or a file holding it). Default: the key pinned at init "
+                   "(a store) or the bundle's own key (which proves only self-consistency).")
+@click.option("--consistency", "proof_path", type=click.Path(dir_okay=False), default=None,
+              help="Bundles only: a `sealbox log prove --from-size N` JSON file proving the log grew from the "
+                   "bundle's checkpoint to a newer signed one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def verify_cmd(target: str | None, store_path: str, vkey: str | None, as_json: bool) -> None:
-    """Verify every hash, chain, checkpoint signature and blob of a store.
+def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path: str | None, as_json: bool) -> None:
+    """Verify a store (a folder), or an export bundle (a file) with no store at all.
 
-    Exit status: 0 when clean, 1 when any problem was found (each is listed with
-    its run, run_seq, kind, what was expected and what was found).
+    Checks every hash, chain, checkpoint signature, inclusion proof, blob commitment,
+    snapshot and approval signature. Exit status: 0 when clean, 1 when any problem
+    was found (each names where: run, run_seq, kind, bundle member and line), 2 on
+    bad input.
     """
-    from sealbox.verify import verify_store
+    import os
 
     vkey = _read_key(vkey)
+    if target is not None and os.path.isfile(target):
+        _verify_bundle(target, vkey, proof_path, as_json)
+        return
+    if proof_path is not None:
+        raise click.UsageError("--consistency applies to a bundle file (verify a store's growth with `sealbox verify`)")
+    from sealbox.verify import verify_store
+
     store = open_for_reading(target or store_path)
     try:
         report = verify_store(store, trusted_vkey=vkey)
     finally:
         store.close()
+    _print(report, as_json)
+
+
+def _verify_bundle(path: str, vkey: str | None, proof_path: str | None, as_json: bool) -> None:
+    import json
+
+    from sealbox.errors import ConfigError
+    from sealbox.interop.bundle_verify import verify_bundle
+
+    proof = None
+    if proof_path is not None:
+        try:
+            with open(proof_path, encoding="utf-8") as fh:
+                proof = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read the consistency proof {proof_path}: {exc}") from exc
+    _print(verify_bundle(path, trusted_vkey=vkey, consistency=proof), as_json, notes=True)
+
+
+def _print(report, as_json: bool, notes: bool = False) -> None:
     if as_json:
         echo_json(report.to_dict())
     else:
         for problem in report.problems:
             click.echo(problem.line())
+        for note in report.notes if notes else ():
+            click.echo(f"note: {note}")
         click.echo(report.summary())
     sys.exit(0 if report.ok else 1)
 

@@ -4,12 +4,20 @@ See ``docs/gateway.md``. The pieces: :mod:`~sealbox.gateway.config` (``gateway.y
 :mod:`~sealbox.gateway.upstream` (supervised upstream connections),
 :mod:`~sealbox.gateway.pinning` (tool pinning), :mod:`~sealbox.gateway.server` (the
 MCP server clients talk to), :mod:`~sealbox.gateway.transports` (stdio, streamable
-HTTP) and :mod:`~sealbox.gateway.codes` (JSON-RPC error codes).
+HTTP), :mod:`~sealbox.gateway.holds` (approvals: holding a call, ``requestState``)
+and :mod:`~sealbox.gateway.codes` (JSON-RPC error codes).
 """
 
 from __future__ import annotations
 
-from sealbox.gateway.codes import MALFORMED_REQUEST, REQUEST_TOO_LARGE, UNAUTHORIZED, UNKNOWN_RUN, UNKNOWN_TOOL
+from sealbox.gateway.codes import (
+    INVALID_REQUEST_STATE,
+    MALFORMED_REQUEST,
+    REQUEST_TOO_LARGE,
+    UNAUTHORIZED,
+    UNKNOWN_RUN,
+    UNKNOWN_TOOL,
+)
 from sealbox.gateway.config import DEFAULT_SEPARATOR, GatewayConfig, load_config, parse_config
 from sealbox.gateway.pinning import PIN_RULE
 from sealbox.gateway.server import ENV_RUN_ID, RUN_ID_META_KEY, Gateway
@@ -28,4 +36,5 @@ __all__ = [
     "MALFORMED_REQUEST",
     "UNKNOWN_RUN",
     "UNAUTHORIZED",
+    "INVALID_REQUEST_STATE",
 ]

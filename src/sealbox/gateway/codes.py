@@ -11,7 +11,7 @@ JSON-RPC error with one of these codes. They lie in −32003…−32019: −3200
 
 from __future__ import annotations
 
-__all__ = ["UNKNOWN_TOOL", "REQUEST_TOO_LARGE", "MALFORMED_REQUEST", "UNKNOWN_RUN", "UNAUTHORIZED", "CODES"]
+__all__ = ["UNKNOWN_TOOL", "REQUEST_TOO_LARGE", "MALFORMED_REQUEST", "UNKNOWN_RUN", "UNAUTHORIZED", "INVALID_REQUEST_STATE", "CODES"]
 
 #: ``tools/call`` names a tool that is not exposed (no such server, or no such tool on it).
 UNKNOWN_TOOL = -32003
@@ -23,6 +23,9 @@ MALFORMED_REQUEST = -32005
 UNKNOWN_RUN = -32006
 #: An HTTP request carried no bearer token, or one the config does not map to an identity.
 UNAUTHORIZED = -32007
+#: A stateless (2026-07-28) retry carried a ``requestState`` that does not verify, has expired, or is bound
+#: to other arguments or another principal (sealbox.gateway.holds).
+INVALID_REQUEST_STATE = -32008
 
 CODES: dict[int, str] = {
     UNKNOWN_TOOL: "unknown tool",
@@ -30,4 +33,5 @@ CODES: dict[int, str] = {
     MALFORMED_REQUEST: "malformed request",
     UNKNOWN_RUN: "unknown run",
     UNAUTHORIZED: "unauthorized",
+    INVALID_REQUEST_STATE: "invalid request state",
 }

@@ -26,15 +26,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass, fields
 from typing import Any
 
 import anyio
 import mcp_types as types
 
+from sealbox.approvals import ApprovalError, ApprovalPending
 from sealbox.errors import RecordingError
 from sealbox.gateway import codes
 from sealbox.gateway.config import GatewayConfig
+from sealbox.gateway.holds import Pending, StateError, open_state, seal_state, state_key
 from sealbox.gateway.pinning import PIN_RULE, PinState, tool_definition
 from sealbox.gateway.upstream import Upstream, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from sealbox.policy import CircuitBreaker, Decision, Policy
@@ -102,8 +105,17 @@ class Gateway:
             policy = ALLOW_ALL if config.policy == "ALLOW_ALL" else Policy.load(config.policy)
         self.pins = PinState.load(self.store)
         self.policy = _pinned(policy, self.pins)
-        self.recorder = Recorder(self.store, self.policy,
+        # suspend mode: a require_approval is recorded (call, decision, request, run.suspended) and the
+        # gateway holds the call itself, off the event loop (sealbox.gateway.holds)
+        self.recorder = Recorder(self.store, self.policy, approvals="suspend",
                                  breaker=CircuitBreaker(config.breaker_threshold, config.breaker_cooldown_s))
+        #: seconds between polls of the store while a call is held for an approval
+        self.approval_poll = 0.1
+        #: seconds between progress notifications while a call is held (first one at once)
+        self.progress_interval = 1.0
+        self._pending: dict[str, dict[str, Pending]] = {}  # run id -> binding -> the request it waits for
+        self._hold_locks: dict[str, anyio.Lock] = {}
+        self._state_key = state_key(self.store._secret)
         self.default_run_id = run_id if run_id is not None else (os.environ.get(ENV_RUN_ID) or None)
         self.upstreams: dict[str, Upstream] = {
             spec.id: Upstream(spec, config.limits, restart_initial_s=config.restart_initial_s,
@@ -114,7 +126,7 @@ class Gateway:
         self._joined: dict[tuple[str, str], RunContext] = {}
         self._inflight: dict[str, dict[int, _InFlight]] = {u: {} for u in self.upstreams}
         self._connections: dict[int, Any] = {}
-        self._validators: dict[tuple[str, str, str], Any] = {}
+        self._validators: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._tool_list_version = 0
         self.server = self._build_server()
 
@@ -260,7 +272,43 @@ class Gateway:
 
                 run.principal = Principal(principal)
             self._joined[key] = run
+            self._load_pending(run_id)
         return run
+
+    def _load_pending(self, run_id: str) -> None:
+        """Requests of a joined run still waiting to be resumed (a retry after a gateway restart finds them)."""
+        from sealbox.approvals import get_approval
+
+        for ev in self.store.read_run(run_id):
+            if ev.kind != "approval.requested":
+                continue
+            try:
+                state = get_approval(self.store, ev.payload["approval_id"])
+            except ApprovalError:
+                continue
+            if not state.resumed and not state.run_ended:
+                self._add_pending(state)
+
+    def _add_pending(self, state: Any) -> Pending:
+        r = state.request
+        pending = Pending(state.approval_id, state.run_id, r["call_id"], state.step, r["binding"], r["server"],
+                          r["tool"], r.get("rule"), dict(r.get("ask") or {}), r.get("expires_at"))
+        self._pending.setdefault(state.run_id, {})[pending.binding] = pending
+        return pending
+
+    def _drop_pending(self, pending: Pending) -> None:
+        waiting = self._pending.get(pending.run_id, {})
+        if waiting.get(pending.binding) is pending:
+            del waiting[pending.binding]
+        if not waiting:
+            self._pending.pop(pending.run_id, None)
+        self._hold_locks.pop(pending.approval_id, None)
+
+    def _binding(self, server: str, tool: str, arguments: dict[str, Any]) -> str:
+        from sealbox.approvals import binding_hash
+        from sealbox.canonical import encode
+
+        return binding_hash(server, tool, encode(arguments), self.policy.fingerprint)
 
     def _start_run(self, ctx: Any, connection: Any, principal: str) -> RunContext:
         info = getattr(connection.client_params, "client_info", None)
@@ -284,6 +332,12 @@ class Gateway:
         self._connections.pop(id(connection), None)
         with anyio.move_on_after(self.config.limits.call_timeout_s + 1, shield=True):
             await run._gateway_idle.wait()  # type: ignore[attr-defined]
+        if self._pending.get(run.run_id):
+            # a call waits for an approval: the run stays suspended (no run.ended), so the request can still
+            # be answered; a client joining this run (sealbox/run_id) and retrying gets the outcome
+            log.info("run %s stays suspended: approvals pending (%s)", run.run_id,
+                     ", ".join(p.approval_id for p in self._pending[run.run_id].values()))
+            return
         try:
             run.end("ok")
         except RecordingError as exc:
@@ -296,7 +350,7 @@ class Gateway:
 
     # ------------------------------------------------------------------ tools/call
 
-    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
         from mcp.shared.exceptions import MCPError
 
         target = self.split_name(params.name)
@@ -305,11 +359,33 @@ class Gateway:
         server, tool = target
         upstream = self.upstreams[server]
         arguments = dict(params.arguments or {})
-        run = self._run_for(ctx, params.meta, self._principal(ctx))
+        principal = self._principal(ctx)
+        modern = _is_modern(ctx)
+        pending: Pending | None = None
+        if getattr(params, "request_state", None) is not None:  # a stateless client retrying a held call
+            binding = self._binding(server, tool, arguments)
+            try:
+                claims = open_state(self._state_key, params.request_state, binding=binding, principal=principal)
+            except StateError as exc:
+                raise MCPError(codes.INVALID_REQUEST_STATE, str(exc)) from exc
+            run = self._join(claims["run"], principal)
+            own_run = bool(claims.get("own"))
+            pending = self._pending.get(run.run_id, {}).get(binding)
+            if pending is None or pending.approval_id != claims["aid"]:
+                return _error_result(f"approval {claims['aid']} is no longer pending here (its outcome was "
+                                     "delivered to an earlier call); call again without requestState to ask anew",
+                                     {"sealbox/approval": {"approval_id": claims["aid"], "status": "delivered"}})
+        else:
+            run = self._run_for(ctx, params.meta, principal)
+            own_run = modern and getattr(run, "_gateway_inflight", None) is not None
+            if run.run_id in self._pending:  # a retry of a held call: same binding, same request
+                pending = self._pending[run.run_id].get(self._binding(server, tool, arguments))
         if self.pins.blocked(server, tool):
             self.pins.refresh(self.store)  # a re-approval may have been recorded since
         slot = _InFlight(ctx.session, ctx.request_id, _connection(ctx))
         key = id(slot)
+
+        returned: list[types.CallToolResult] = []
 
         async def forward(**_: Any) -> dict[str, Any]:
             problem = self._schema_problem(server, tool, arguments)
@@ -322,34 +398,151 @@ class Gateway:
                 result = await upstream.call(tool, arguments, progress=_progress_forwarder(ctx))
             finally:
                 self._inflight[server].pop(key, None)
+            returned.append(result)
             return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
         _busy(run, +1)
         try:
-            with anyio.CancelScope(shield=True):
-                out = await run.acall_tool(server, tool, arguments, forward, exposed=params.name)
-        except ToolDenied as denied:
-            d = denied.decision
-            rule = f"rule {d.rule}" if d.rule else "no rule"
-            return _error_result(f"denied by {rule} ({d.reason_code}): {d.reason} [call {denied.call_id}]",
-                                 {"sealbox/decision": {"rule": d.rule, "reason_code": d.reason_code,
-                                                       "call_id": denied.call_id}})
-        except RecordingError as exc:
-            return _error_result(f"not forwarded: the call could not be recorded ({exc})",
-                                 {"sealbox/not_forwarded": "recording_failed"})
-        except (UpstreamUnavailable, UpstreamTimeout, UpstreamProtocolError) as exc:
-            return _error_result(f"upstream error: {exc}", {"sealbox/upstream_error": type(exc).__name__})
+            if pending is None:
+                try:
+                    with anyio.CancelScope(shield=True):  # a client that goes away still leaves the outcome
+                        out = await run.acall_tool(server, tool, arguments, forward, exposed=params.name)
+                except ApprovalPending as waiting:
+                    pending = await self._remember(waiting)
+                except Exception as exc:  # noqa: BLE001 - mapped to isError results; others re-raised
+                    return _failure(exc)
+                else:  # the upstream's own result object: no second validation of what was just dumped
+                    return returned[0] if returned else types.CallToolResult.model_validate(out, by_name=False)
+            return await self._hold(ctx, run, pending, arguments, forward, modern=modern, principal=principal,
+                                    own_run=own_run)
         finally:
             _busy(run, -1)
-        return types.CallToolResult.model_validate(out, by_name=False)
+
+    # ------------------------------------------------------------------ approvals (sealbox.gateway.holds)
+
+    async def _remember(self, waiting: ApprovalPending) -> Pending:
+        from sealbox.approvals import get_approval
+
+        state = await anyio.to_thread.run_sync(get_approval, self.store, waiting.approval_id)
+        return self._add_pending(state)
+
+    async def _hold(self, ctx: Any, run: RunContext, pending: Pending, arguments: dict[str, Any], forward: Any, *,
+                    modern: bool, principal: str, own_run: bool) -> Any:
+        """Hold a call for its approval up to ``limits.approval_hold_s``; then its outcome, or "pending"."""
+        from sealbox.approvals import get_approval
+
+        aid = pending.approval_id
+        lock = self._hold_locks.setdefault(aid, anyio.Lock())
+        now = anyio.current_time()
+        deadline = now + self.config.limits.approval_hold_s
+        next_progress = now
+        reports = _has_progress_token(ctx)
+        async with anyio.create_task_group() as tg:
+            if not modern and not pending.informed and _can_elicit(ctx):
+                pending.informed = True
+                tg.start_soon(self._inform, ctx, pending)
+            try:
+                while True:
+                    state = await anyio.to_thread.run_sync(get_approval, self.store, aid)
+                    if state.status != "pending" or state.resumed or state.run_ended:
+                        async with lock:
+                            if self._pending.get(pending.run_id, {}).get(pending.binding) is pending:
+                                settled = await self._settle(run, pending, arguments, forward, own_run)
+                                if settled is not None:
+                                    return settled
+                            else:  # another call of the same binding took the outcome meanwhile
+                                return _error_result(f"approval {aid} was settled by a concurrent call with the "
+                                                     "same arguments", {"sealbox/approval": {"approval_id": aid}})
+                    now = anyio.current_time()
+                    if now >= deadline:
+                        break
+                    if reports and now >= next_progress:
+                        next_progress = now + self.progress_interval
+                        try:
+                            await ctx.session.report_progress(
+                                round(now - deadline + self.config.limits.approval_hold_s, 3), None,
+                                f"waiting for approval {aid} ({_who(pending)}); decided with "
+                                f"`sealbox approvals approve|deny {aid}`")
+                        except Exception:  # noqa: BLE001 - progress is advisory
+                            log.debug("could not send a progress notification")
+                    await anyio.sleep(min(self.approval_poll, max(0.0, deadline - now)))
+            finally:
+                tg.cancel_scope.cancel()
+        info = {"approval_id": aid, "status": "pending", "run_id": pending.run_id, "call_id": pending.call_id,
+                "binding": pending.binding, "rule": pending.rule, "ask": pending.ask,
+                "expires_at": pending.expires_at}
+        if modern:
+            ttl = max(60.0, _seconds_until(pending.expires_at) + 60.0)
+            token = seal_state(self._state_key, approval_id=aid, run_id=pending.run_id, binding=pending.binding,
+                               principal=principal, own_run=own_run, ttl_s=ttl)
+            return types.InputRequiredResult(request_state=token, _meta={"sealbox/approval": info})
+        return _error_result(f"approval {aid} pending; call again with the same arguments "
+                             f"(it is decided by {_who(pending)} with `sealbox approvals approve {aid}`; "
+                             f"expires {pending.expires_at}) [call {pending.call_id}]", {"sealbox/approval": info})
+
+    async def _settle(self, run: RunContext, pending: Pending, arguments: dict[str, Any], forward: Any,
+                      own_run: bool) -> types.CallToolResult | None:
+        """Claim a decided request once (``run.resumed``); approved: forward once and record the result."""
+        from sealbox.pause import _denial, claim
+
+        aid = pending.approval_id
+        with anyio.CancelScope(shield=True):
+            try:
+                claimed = claim(run, aid, arguments)
+            except ApprovalError as exc:
+                self._drop_pending(pending)
+                return _error_result(f"approval {aid}: {exc}", {"sealbox/approval": {"approval_id": aid,
+                                                                                     "error": exc.code}})
+            except RecordingError as exc:
+                return _error_result(f"not forwarded: the resumption could not be recorded ({exc})",
+                                     {"sealbox/not_forwarded": "recording_failed"})
+            if claimed is None:
+                return None
+            self._drop_pending(pending)
+            state, outcome, decision = claimed
+            if outcome != "approved":
+                result = _failure(_denial(run, state, outcome, decision))
+            else:
+                started = time.perf_counter_ns()
+                try:
+                    out = await forward()
+                except Exception as exc:  # noqa: BLE001 - recorded, then mapped to an isError result
+                    run._record_result(pending.server, pending.tool, pending.call_id, pending.step, started, error=exc)
+                    result = _failure(exc)
+                else:
+                    run._record_result(pending.server, pending.tool, pending.call_id, pending.step, started,
+                                       result=out)
+                    result = types.CallToolResult.model_validate(out, by_name=False)
+            if not self._pending.get(run.run_id):
+                run.suspended = False
+                if own_run and getattr(run, "_gateway_inflight", None) is None:
+                    # a stateless client's own run (one call): it ends once the call's outcome is delivered
+                    try:
+                        run.end("ok")
+                    except RecordingError as exc:
+                        log.error("could not record the end of run %s: %s", run.run_id, exc)
+            return result
+
+    async def _inform(self, ctx: Any, pending: Pending) -> None:
+        """Tell the person at the client what is pending and where it is decided (never an approval)."""
+        message = (f"Sealbox: the call {pending.server}/{pending.tool} needs approval {pending.approval_id} "
+                   f"(rule {pending.rule}). It is decided by {_who(pending)}, with `sealbox approvals approve "
+                   f"{pending.approval_id}` or `deny` - not here: nothing answered in this dialog approves or "
+                   f"denies it. The call is held for up to {self.config.limits.approval_hold_s:g} s; after that, "
+                   "call again with the same arguments.")
+        try:
+            await ctx.session.elicit_form(message, {"type": "object", "properties": {}},
+                                          related_request_id=ctx.request_id)
+        except Exception:  # noqa: BLE001 - informational only; its answer is ignored
+            log.debug("the client could not be told about approval %s", pending.approval_id)
 
     def _schema_problem(self, server: str, tool: str, arguments: dict[str, Any]) -> str | None:
         import jsonschema
 
         spec = self.upstreams[server].tools.get(tool)
         schema = (spec.input_schema if spec is not None else None) or {}
-        key = (server, tool, json.dumps(schema, sort_keys=True, default=str))
-        validator = self._validators.get(key)
+        cached = self._validators.get((server, tool))
+        validator = cached[1] if cached is not None and cached[0] is spec else None  # a new listing: new Tool
         if validator is None:
             try:
                 cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
@@ -357,8 +550,8 @@ class Gateway:
                 validator = cls(schema)
             except jsonschema.SchemaError:
                 validator = False  # an upstream with a broken schema: the upstream validates
-            self._validators[key] = validator
-        if validator is False:
+            self._validators[(server, tool)] = (spec, validator)
+        if validator is False or validator.is_valid(arguments):
             return None
         error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
         if error is None:
@@ -398,6 +591,58 @@ _SERVER_REQUESTS: dict[str, tuple[Any, Any]] = {
     "sampling/createMessage": (types.CreateMessageRequest, types.CreateMessageResult),
     "roots/list": (types.ListRootsRequest, types.ListRootsResult),
 }
+
+
+def _failure(exc: BaseException) -> types.CallToolResult:
+    """The ``isError`` result of a call that was denied, not recorded, or failed upstream; else re-raise."""
+    if isinstance(exc, ToolDenied):
+        d = exc.decision
+        rule = f"rule {d.rule}" if d.rule else "no rule"
+        return _error_result(f"denied by {rule} ({d.reason_code}): {d.reason} [call {exc.call_id}]",
+                             {"sealbox/decision": {"rule": d.rule, "reason_code": d.reason_code,
+                                                   "call_id": exc.call_id}})
+    if isinstance(exc, RecordingError):
+        return _error_result(f"not forwarded: the call could not be recorded ({exc})",
+                             {"sealbox/not_forwarded": "recording_failed"})
+    if isinstance(exc, (UpstreamUnavailable, UpstreamTimeout, UpstreamProtocolError)):
+        return _error_result(f"upstream error: {exc}", {"sealbox/upstream_error": type(exc).__name__})
+    raise exc
+
+
+def _who(pending: Pending) -> str:
+    ask = pending.ask or {}
+    parts = [f"group {g}" for g in ask.get("groups") or []] + list(ask.get("identities") or [])
+    return "an approver (" + ", ".join(parts) + ")" if parts else "an approver"
+
+
+def _seconds_until(ts: str | None) -> float:
+    from datetime import datetime, timezone
+
+    if not ts:
+        return 3600.0
+    try:
+        return (datetime.fromisoformat(ts.replace("Z", "+00:00")) - datetime.now(timezone.utc)).total_seconds()
+    except ValueError:
+        return 3600.0
+
+
+def _is_modern(ctx: Any) -> bool:
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    return str(getattr(ctx, "protocol_version", "") or "") in MODERN_PROTOCOL_VERSIONS
+
+
+def _has_progress_token(ctx: Any) -> bool:
+    meta = ctx.meta if isinstance(ctx.meta, dict) else {}
+    return meta.get("progress_token", meta.get("progressToken")) is not None
+
+
+def _can_elicit(ctx: Any) -> bool:
+    try:
+        return bool(ctx.session.check_client_capability(
+            types.ClientCapabilities(elicitation=types.ElicitationCapability())))
+    except Exception:  # noqa: BLE001 - unknown: do not ask
+        return False
 
 
 def _busy(run: RunContext, delta: int) -> None:

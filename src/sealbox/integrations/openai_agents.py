@@ -386,8 +386,14 @@ class SealboxModel(Model):
     async def get_response(self, system_instructions: str | None, input: Any, model_settings: Any,
                            tools: list[Any], output_schema: Any, handoffs: list[Any], tracing: Any,
                            **kwargs: Any) -> ModelResponse:
-        """Call the wrapped model and record the call (see the class docstring)."""
+        """Call the wrapped model and record the call (see the class docstring).
+
+        In a replay (``run.replay`` set, docs/replay.md) the recorded response is served
+        and the wrapped model is not called."""
         request = self._request(system_instructions, input, model_settings, tools, output_schema, handoffs, kwargs)
+        replay = getattr(self.run, "replay", None)
+        if replay is not None and replay.serves_models:
+            return self._replayed(request, replay.model_response(self.run))
         started = time.perf_counter()
         try:
             response = await self.inner.get_response(system_instructions, input, model_settings, tools,
@@ -396,6 +402,29 @@ class SealboxModel(Model):
             self._record_error(request, exc, time.perf_counter() - started)
             raise
         self._record(request, response, time.perf_counter() - started)
+        return response
+
+    def _replayed(self, request: dict[str, Any], recorded: Any) -> ModelResponse:
+        """A recorded response (as :meth:`_record` wrote it) back as a ``ModelResponse``, recorded again."""
+        from openai.types.responses import ResponseOutputItem
+        from pydantic import TypeAdapter
+
+        from agents.usage import Usage
+
+        recorded = recorded if isinstance(recorded, dict) else {}
+        if set(recorded) == {"error"}:
+            from sealbox.replay.values import rebuild_error
+
+            error = rebuild_error(recorded["error"])
+            self._record_error(request, error, 0.0)
+            raise error
+        adapter = TypeAdapter(ResponseOutputItem)
+        usage = {k: int(v or 0) for k, v in (recorded.get("usage") or {}).items()
+                 if k in ("input_tokens", "output_tokens", "total_tokens", "requests")}
+        response = ModelResponse(output=[adapter.validate_python(_set_fields(item)) for item in recorded.get("output") or []],
+                                 usage=Usage(**usage), response_id=recorded.get("id"),
+                                 request_id=recorded.get("request_id"))
+        self._record(request, response, 0.0)
         return response
 
     async def stream_response(self, system_instructions: str | None, input: Any, model_settings: Any,
@@ -433,6 +462,16 @@ class SealboxModel(Model):
     async def _cleanup_on_run_end(self, owner: object) -> None:
         if self._inner is not None:
             await self._inner._cleanup_on_run_end(owner)
+
+
+def _set_fields(value: Any) -> Any:
+    """A recorded output item without its null fields: rebuilt, the item then has the same
+    *set* fields as the model's, so the SDK sends the same input items on the next turn."""
+    if isinstance(value, dict):
+        return {k: _set_fields(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_set_fields(v) for v in value]
+    return value
 
 
 # --------------------------------------------------------------------------- agents

@@ -36,6 +36,7 @@ ReasonCode = Literal[
     "approval_denied",
     "approval_expired",
     "approval_insufficient",
+    "imported",
 ]
 EFFECTS: tuple[str, ...] = ("allow", "deny", "require_approval")
 REASON_CODES: tuple[str, ...] = (
@@ -51,6 +52,7 @@ REASON_CODES: tuple[str, ...] = (
     "approval_denied",
     "approval_expired",
     "approval_insufficient",
+    "imported",  # a call imported from a trace recorded elsewhere (sealbox.interop.importers)
 )
 
 

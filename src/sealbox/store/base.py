@@ -11,6 +11,7 @@ transaction) and the read methods.
 from __future__ import annotations
 
 import os
+import threading
 import secrets as _secrets
 import time
 import uuid
@@ -25,7 +26,6 @@ from sealbox.events import (
     CONTENT_FIELDS,
     derived_columns,
     RECORD_VERSION,
-    SYSTEM_RUN_ID,
     Event,
     EventDraft,
     check_step,
@@ -313,7 +313,7 @@ class Store(Protocol):
 def fsync_write(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` atomically and durably (temp file, fsync, rename, fsync dir)."""
     path = os.fspath(path)
-    tmp = f"{path}.tmp.{os.getpid()}"
+    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         os.write(fd, data)

@@ -44,12 +44,12 @@ from sealbox.events import SYSTEM_RUN_ID, Event, EventDraft
 from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Signer, generate_key, sign_checkpoint
 from sealbox.store import migrate
+from sealbox.store.sqlite_queries import _EVENT_COLS, Reader, SqliteQueries, event_from_row
 from sealbox.store.base import (
     CheckpointPolicy,
     EventBuilder,
     StoredCheckpoint,
     fsync_write,
-    hash_tag,
     utc_now,
 )
 
@@ -62,7 +62,6 @@ CHECKPOINT_NAME = "checkpoint"
 #: ``PRAGMA application_id`` of a Sealbox store: "SBOX".
 APPLICATION_ID = 0x53424F58
 
-_EVENT_COLS = "leaf_index, raw, leaf_hash"
 
 
 class _Txn:
@@ -150,17 +149,7 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in msg or "busy" in msg
 
 
-def event_from_row(leaf_index: int, raw: bytes, leaf_hash: bytes) -> Event:
-    """Build an :class:`Event` from stored columns (the envelope is parsed from ``raw``)."""
-    env = json.loads(raw)
-    return Event(
-        leaf_index=leaf_index, leaf_hash=hash_tag(leaf_hash), raw=bytes(raw), v=env["v"],
-        run_id=env["run_id"], run_seq=env["run_seq"], step=env["step"], kind=env["kind"], ts=env["ts"],
-        principal=env["principal"], payload=env["payload"], prev=env["prev"],
-    )
-
-
-class SqliteStore:
+class SqliteStore(SqliteQueries):
     """The embedded SQLite store. Open with :meth:`init` (new) or :meth:`open` (existing).
 
     Args:
@@ -701,22 +690,20 @@ class SqliteStore:
         for ref, salt, content in self._conn().execute("SELECT ref, salt, content FROM blobs ORDER BY ref"):
             yield ref, None if salt is None else bytes(salt), None if content is None else bytes(content)
 
+    def get_blob_row(self, ref: str) -> tuple[bytes | None, bytes | None] | None:
+        """(salt, content) of blob ``ref`` (both None once erased), or None when not stored.
+
+        The salt is what an export bundle needs to let anyone check the commitment
+        SHA-256(salt ‖ content); the store secret it was derived from never leaves.
+        """
+        row = self._conn().execute("SELECT salt, content FROM blobs WHERE ref = ?", (ref,)).fetchone()
+        if row is None:
+            return None
+        return (None if row[0] is None else bytes(row[0]), None if row[1] is None else bytes(row[1]))
+
     def resolve(self, value: Any) -> Any:
         """Replace every ``{"$blob": ...}`` in ``value`` by the content it commits to."""
         return _blobs.resolve(value, self.get_blob)
-
-    def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Runs, newest first: run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, last_kind, events."""
-        sql = (
-            "SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot, r.started_at,"
-            " (SELECT kind FROM events e WHERE e.run_id = r.run_id ORDER BY run_seq DESC LIMIT 1),"
-            " (SELECT max(run_seq) FROM events e WHERE e.run_id = r.run_id)"
-            " FROM runs r ORDER BY r.started_at DESC, r.leaf_index DESC"
-        )
-        if limit:
-            sql += f" LIMIT {int(limit)}"
-        keys = ("run_id", "agent", "principal", "parent_run_id", "replay_of", "snapshot", "started_at", "last_kind", "events")
-        return [dict(zip(keys, row)) for row in self._conn().execute(sql)]
 
     def put_snapshot(self, content: dict[str, Any]) -> str:
         """Store a snapshot's strict JSON form once; return its fingerprint (``sha256:<hex>``)."""
@@ -751,150 +738,6 @@ class SqliteStore:
         """Every stored snapshot (fingerprint, canonical bytes)."""
         for fp, content in self._conn().execute("SELECT fingerprint, content FROM snapshots ORDER BY fingerprint"):
             yield fp, bytes(content)
-
-    # ----------------------------------------------------------------- queries
-
-    def query_calls(self, *, tool: str | None = None, server: str | None = None, run_id: str | None = None,
-                    agent: str | None = None, principal: str | None = None, since: Any = None, until: Any = None,
-                    decision: str | None = None, error: bool | None = None, match: Any = None,
-                    limit: int | None = None) -> list[dict[str, Any]]:
-        """Every tool call across runs that passes all the filters given, one row per call, oldest
-        first (log order: ``ts`` is taken inside the write transaction, so it ascends with it).
-
-        Indexed filters run in SQL ("every call to tool X" uses ``events_tool``);
-        glob confirmation and ``match`` run in Python on the candidates
-        (:mod:`sealbox.query`), so their semantics are the same on every backend.
-
-        Args:
-            tool, server: glob (:func:`fnmatch.fnmatchcase`) on the upstream tool / server name.
-            run_id, agent, principal: exact values (principal of the ``tool.call`` event).
-            since, until: RFC 3339, a date, or a duration back from now (``2h``, ``30d``);
-                ``since`` inclusive, ``until`` exclusive.
-            decision: ``allow``, ``deny`` or ``require_approval`` (the call's policy decision).
-            error: True: only calls whose ``tool.result`` has ok false; False: only calls
-                that ran and succeeded (calls without a result pass neither).
-            match: ``field.path~regex`` strings or ``(field_path, regex)`` pairs, all of which
-                must match (Python :mod:`re`, searched in the resolved value; see :func:`sealbox.query.parse_match`).
-            limit: at most this many rows: the newest ones (still returned oldest first).
-
-        Returns:
-            Dicts with the keys of :data:`sealbox.query.CALL_COLUMNS` (arguments resolved from blobs).
-
-        Raises:
-            ConfigError: a bad time, decision or match expression.
-        """
-        from sealbox.query import call_row, glob_match
-
-        sql, params, globs, matches = _calls_query(tool=tool, server=server, run_id=run_id, agent=agent,
-                                                   principal=principal, since=since, until=until, decision=decision,
-                                                   error=error, match=match)
-        with_result = any(m.root == "result" for m in matches)
-        check = bool(globs or matches)
-        rows: list[dict[str, Any]] = []
-        cursor = self._conn().execute(sql, params)
-        try:
-            for rec in cursor:
-                row = call_row(rec, self._content)
-                if check:
-                    if with_result:
-                        row["result"] = self._content(rec[-1])
-                    if not (all(glob_match(p, row[c]) for c, p in globs) and all(m.test(row) for m in matches)):
-                        continue
-                    row.pop("result", None)
-                rows.append(row)
-                if limit is not None and len(rows) >= limit:
-                    break
-        finally:
-            cursor.close()
-        rows.reverse()
-        return rows
-
-    def explain_query_calls(self, **filters: Any) -> list[str]:
-        """SQLite's ``EXPLAIN QUERY PLAN`` lines for :meth:`query_calls` with these filters
-        (e.g. ``["SEARCH c USING INDEX events_tool (tool=? AND kind=?)", ...]``)."""
-        filters.pop("limit", None)
-        sql, params, _, _ = _calls_query(**filters)
-        return [row[3] for row in self._conn().execute("EXPLAIN QUERY PLAN " + sql, params)]
-
-    def _content(self, text: str | None) -> Any:
-        """A JSON text from the payload, parsed, its blob references resolved (only parsed when it has none)."""
-        if text is None:
-            return None
-        value = json.loads(text)
-        return self._resolve_quietly(value) if '"$blob"' in text else value
-
-    def _resolve_quietly(self, value: Any) -> Any:
-        """:meth:`resolve`, keeping the references where a blob was erased."""
-        try:
-            return self.resolve(value)
-        except BlobNotFoundError:
-            return value
-
-    def query_runs(self, *, agent: str | None = None, principal: str | None = None, status: str | None = None,
-                   since: Any = None, until: Any = None, snapshot: str | None = None,
-                   labels: Any = None, limit: int | None = None) -> list[dict[str, Any]]:
-        """Runs passing every filter given, newest first.
-
-        Args:
-            agent, principal: exact values.
-            status: ``running``, ``suspended``, ``ended``, or how it ended: ``ok``, ``error``, ``cancelled``.
-            since, until: bounds on ``started_at`` (as in :meth:`query_calls`).
-            snapshot: a snapshot fingerprint or a prefix of it (``sha256:`` optional).
-            labels: ``{"k": "v"}`` or ``["k=v", ...]``; every label must be present with that value.
-            limit: at most this many runs (the newest).
-
-        Returns:
-            Dicts: run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at,
-            labels, status, ending (ok / error / cancelled, or None), ended_at, last_kind, events.
-
-        Raises:
-            ConfigError: a bad status, time or label.
-        """
-        from sealbox import query as q
-
-        q.check_choice("status", status, q.RUN_STATUSES)
-        wanted = q.parse_labels(labels)
-        where, params = ["1"], []
-        for sql, value in (("r.agent = ?", agent), ("r.principal = ?", principal)):
-            if value is not None:
-                where.append(sql)
-                params.append(value)
-        if since is not None:
-            where.append("r.started_at >= ?")
-            params.append(q.parse_time(since, name="since"))
-        if until is not None:
-            where.append("r.started_at < ?")
-            params.append(q.parse_time(until, name="until"))
-        if snapshot is not None:
-            fp = snapshot if snapshot.startswith("sha256:") else "sha256:" + snapshot
-            where.append("r.snapshot >= ? AND r.snapshot < ?")
-            params += [fp, fp + "\U0010ffff"]
-        if status in ("running", "suspended", "ended", "ok", "error", "cancelled"):
-            where.append({"running": "l.kind NOT IN ('run.ended', 'run.suspended')",
-                          "suspended": "l.kind = 'run.suspended'"}.get(status, "l.kind = 'run.ended'"))
-        out: list[dict[str, Any]] = []
-        cursor = self._conn().execute(_RUNS_SQL.format(where=" AND ".join(where)), params)
-        try:
-            for rec in cursor:
-                row = _run_row(rec)
-                if (status is None or q.status_matches(status, row["status"], row["ending"])) and all(
-                        row["labels"].get(k) == v for k, v in wanted.items()):
-                    out.append(row)
-                    if limit is not None and len(out) >= limit:
-                        break
-        finally:
-            cursor.close()
-        return out
-
-    def get_run(self, run_id: str) -> dict[str, Any] | None:
-        """One run as a :meth:`query_runs` row, plus ``children`` (rows of the runs naming it as parent), or None."""
-        recs = self._conn().execute(_RUNS_SQL.format(where="r.run_id = ?"), (run_id,)).fetchall()
-        if not recs:
-            return None
-        run = _run_row(recs[0])
-        kids = self._conn().execute(_RUNS_SQL.format(where="r.parent_run_id = ?"), (run_id,)).fetchall()
-        run["children"] = [_run_row(k) for k in reversed(kids)]
-        return run
 
     def optimize(self) -> None:
         """Keep the query planner's statistics current (``PRAGMA optimize``, or a
@@ -948,186 +791,6 @@ class SqliteStore:
         self.close()
 
 
-class Reader:
-    """Read-only queries inside a write transaction (see :meth:`SqliteStore.append_with`)."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-
-    def count(self, sql: str, params: Sequence[Any] = ()) -> int:
-        """Run a ``SELECT count(...)``-style query returning one number."""
-        row = self.conn.execute(sql, tuple(params)).fetchone()
-        return 0 if row is None or row[0] is None else row[0]
-
-    def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
-               field: tuple[str, str] | None = None, limit: int | None = None) -> list[Event]:
-        """Events of the given kinds, in log order, optionally of one run, one principal, or
-        whose payload field ``field[0]`` equals the string ``field[1]``.
-
-        Used by approvals and identities to read what they check inside the write
-        transaction that records their answer (indexed by kind or by run and kind).
-        """
-        where = [f"kind IN ({', '.join('?' * len(kinds))})"]
-        params: list[Any] = list(kinds)
-        if run_id is not None:
-            where.append("run_id = ?")
-            params.append(run_id)
-        if principal is not None:
-            where.append("principal = ?")
-            params.append(principal)
-        if field is not None:
-            if not field[0].isidentifier():
-                raise ValueError(f"not a payload field name: {field[0]!r}")
-            where.append(f"CAST(raw AS TEXT) ->> '$.payload.{field[0]}' = ?")
-            params.append(field[1])
-        sql = f"SELECT {_EVENT_COLS} FROM events WHERE {' AND '.join(where)} ORDER BY leaf_index"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        return [event_from_row(*r) for r in self.conn.execute(sql, params).fetchall()]
-
-    def size(self) -> int:
-        """Number of events in the log (the leaf index the next event will get)."""
-        return _Txn(self.conn).tree_size()
-
-    def usage(self, *, run_id: str, agent: str, server: str, tool: str, since_minute: str, day_start: str,
-              needed: set[str]) -> dict[str, int | float]:
-        """Counters for limits, read inside the write transaction (indexed queries).
-
-        Calls counted are tool calls whose decision was not a deny (they ran, or
-        went to approval). Tokens and cost come from ``model.call`` events.
-
-        Args:
-            since_minute: RFC 3339 time 60 s before now (sliding window start).
-            day_start: RFC 3339 start of the current UTC day.
-            needed: which counters to compute (names as in ``CallContext.usage``).
-        """
-        out: dict[str, int | float] = {}
-        q = self.conn.execute
-        if "tool_calls_run" in needed:
-            out["tool_calls_run"] = q("SELECT count(*) FROM events WHERE run_id = ? AND kind = 'policy.decision'"
-                                      " AND effect != 'deny'", (run_id,)).fetchone()[0]
-        if "calls_minute_agent" in needed:
-            out["calls_minute_agent"] = q(
-                "SELECT count(*) FROM events e JOIN runs r ON r.run_id = e.run_id WHERE e.kind = 'policy.decision'"
-                " AND e.ts >= ? AND e.effect != 'deny' AND r.agent = ?", (since_minute, agent)).fetchone()[0]
-        if "calls_minute_tool" in needed:
-            out["calls_minute_tool"] = q(
-                "SELECT count(*) FROM events WHERE kind = 'policy.decision' AND ts >= ? AND effect != 'deny'"
-                " AND server = ? AND tool = ?", (since_minute, server, tool)).fetchone()[0]
-        if needed & {"tokens_run", "cost_run"}:
-            tokens, cost = q("SELECT sum(tokens), sum(cost) FROM events WHERE run_id = ? AND kind = 'model.call'",
-                             (run_id,)).fetchone()
-            out["tokens_run"], out["cost_run"] = tokens or 0, cost or 0.0
-        if needed & {"tokens_day", "cost_day"}:
-            tokens, cost = q("SELECT sum(tokens), sum(cost) FROM events WHERE kind = 'model.call' AND ts >= ?",
-                             (day_start,)).fetchone()
-            out["tokens_day"], out["cost_day"] = tokens or 0, cost or 0.0
-        return out
-
-
-# One row per tool call, newest first in log order (the order the store
-# committed them: ts is taken inside the write transaction, so it ascends with
-# leaf_index). The call's decision and result are the first event of each kind
-# after it with the same (run_id, call_id). Fast path: the recorder and the
-# gateway commit a call and its decision in one transaction, so the decision
-# is nearly always the very next leaf, and with one writer the result the one
-# after; COALESCE evaluates the general lookup (events_call) only when the
-# fast path finds nothing. ORDER BY leaf_index is the order events_tool,
-# events_server_tool and events_run_kind already deliver (no sort, and a
-# LIMIT stops early); checked by tests/query/test_query_plan.py.
-_NEXT = """COALESCE(
-    (SELECT e.leaf_index FROM events e WHERE e.leaf_index = c.leaf_index + {offset} AND e.call_id = c.call_id
-     AND e.run_id = c.run_id AND e.kind = '{kind}'),
-    (SELECT min(e.leaf_index) FROM events e WHERE e.call_id = c.call_id AND e.run_id = c.run_id
-     AND e.kind = '{kind}' AND e.leaf_index > c.leaf_index))"""
-_CALLS_SQL = """
-SELECT c.ts, c.run_id, r.agent, c.principal, c.step, c.call_id, c.server, c.tool,
-       CAST(c.raw AS TEXT) ->> '$.payload.exposed', CAST(c.raw AS TEXT) ->> '$.payload.grant',
-       CAST(c.raw AS TEXT) -> '$.payload.arguments',
-       d.effect, CAST(d.raw AS TEXT) ->> '$.payload.rule', CAST(d.raw AS TEXT) ->> '$.payload.reason_code', NULL,
-       x.ok, CAST(x.raw AS TEXT) -> '$.payload.error', CAST(x.raw AS TEXT) ->> '$.payload.duration_us', {result}
-FROM events c
-LEFT JOIN runs r ON r.run_id = c.run_id
-LEFT JOIN events d ON d.leaf_index = %s
-LEFT JOIN events x ON x.leaf_index = %s
-WHERE {where}
-ORDER BY c.leaf_index DESC
-""" % (_NEXT.format(offset=1, kind="policy.decision").replace("{", "{{").replace("}", "}}"),
-       _NEXT.format(offset=2, kind="tool.result").replace("{", "{{").replace("}", "}}"))
-
-_RUNS_SQL = """
-SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot, r.started_at,
-       CAST(s.raw AS TEXT) -> '$.payload.labels', l.kind, l.ts, l.run_seq,
-       CASE WHEN l.kind = 'run.ended' THEN CAST(l.raw AS TEXT) ->> '$.payload.status' END
-FROM runs r
-JOIN events s ON s.leaf_index = r.leaf_index
-JOIN events l ON l.run_id = r.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = r.run_id)
-WHERE {where}
-ORDER BY r.started_at DESC, r.leaf_index DESC
-"""
-
-
-def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: str | None = None,
-                 agent: str | None = None, principal: str | None = None, since: Any = None, until: Any = None,
-                 decision: str | None = None, error: bool | None = None, match: Any = None) -> tuple:
-    """(sql, params, globs left to confirm, compiled matches) for :meth:`SqliteStore.query_calls`."""
-    from sealbox import query as q
-
-    q.check_choice("decision", decision, q.DECISIONS)
-    matches = q.compile_matches(match)
-    where, params, globs = ["c.kind = 'tool.call'"], [], []
-    for col, pattern in (("tool", tool), ("server", server)):
-        if pattern is not None:
-            globs += _glob_terms(col, pattern, where, params)
-    for sql, value in (("c.run_id = ?", run_id), ("r.agent = ?", agent), ("c.principal = ?", principal),
-                       ("d.effect = ?", decision)):
-        if value is not None:
-            where.append(sql)
-            params.append(value)
-    for sql, value, name in (("c.ts >= ?", since, "since"), ("c.ts < ?", until, "until")):
-        if value is not None:
-            where.append(sql)
-            params.append(q.parse_time(value, name=name))
-    if error is not None:
-        where.append("x.ok = ?")
-        params.append(0 if error else 1)
-    with_result = any(m.root == "result" for m in matches)
-    sql = _CALLS_SQL.format(result="CAST(x.raw AS TEXT) -> '$.payload.result'" if with_result else "NULL",
-                            where=" AND ".join(where))
-    return sql, params, globs, matches
-
-
-def _glob_terms(col: str, pattern: str, where: list[str], params: list[Any]) -> list[tuple[str, str]]:
-    """SQL terms narrowing ``col`` to ``pattern`` (an index range on its literal prefix);
-    returns the (column, glob) pairs left to confirm in Python."""
-    from sealbox.query import glob_literal_prefix, prefix_upper_bound
-
-    prefix, exact = glob_literal_prefix(pattern)
-    if exact:
-        where.append(f"c.{col} = ?")
-        params.append(pattern)
-        return []
-    where.append(f"c.{col} >= ?")
-    params.append(prefix)
-    upper = prefix_upper_bound(prefix)
-    if upper is not None:
-        where.append(f"c.{col} < ?")
-        params.append(upper)
-    return [(col, pattern)]
-
-
-def _run_row(rec: tuple) -> dict[str, Any]:
-    from sealbox.query import run_status
-
-    (run_id, agent, principal, parent, replay_of, snapshot, started_at, labels, last_kind, last_ts, events,
-     ending) = rec
-    status = run_status(last_kind)
-    return {"run_id": run_id, "agent": agent, "principal": principal, "parent_run_id": parent,
-            "replay_of": replay_of, "snapshot": snapshot, "started_at": started_at,
-            "labels": json.loads(labels) if labels else {}, "status": status, "ending": ending,
-            "ended_at": last_ts if status == "ended" else None, "last_kind": last_kind, "events": events}
-
-
 def _split_sql(script: str) -> list[str]:
     """Split a migration into complete statements (triggers keep their inner ``;``)."""
     out, buf = [], ""
@@ -1147,7 +810,7 @@ def _remove_stale_temp_files(folder: Path) -> None:
     """Remove ``checkpoint.tmp.<pid>`` files left by a writer that was killed mid-write."""
     for tmp in folder.glob(f"{CHECKPOINT_NAME}.tmp.*"):
         try:
-            pid = int(tmp.name.rsplit(".", 1)[1])
+            pid = int(tmp.name.split(".")[2])  # checkpoint.tmp.<pid>.<thread>
             os.kill(pid, 0)  # still alive: leave it
         except ProcessLookupError:
             tmp.unlink(missing_ok=True)
@@ -1156,7 +819,7 @@ def _remove_stale_temp_files(folder: Path) -> None:
 
 
 def _require_writable(folder: Path) -> None:
-    probe = folder / f".sealbox-write-probe-{os.getpid()}"
+    probe = folder / f".sealbox-write-probe-{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}"
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.close(fd)

@@ -1,0 +1,115 @@
+"""``sealbox export``: whole runs out of the store, in one of several output modes.
+
+The output modes are mutually exclusive; each is one option and one entry of
+:data:`MODES` (``-o`` writes a bundle, ``--parquet`` an analyst table). A new mode
+adds its option to :func:`export_cmd` and a function to :data:`MODES`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import click
+
+from sealbox.cli.common import echo_json, open_for_reading, open_for_writing, store_option
+
+
+def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any]) -> dict[str, Any]:
+    """Write a bundle; reopen the store for writing only if a new checkpoint must be signed."""
+    from sealbox.interop.bundle import CheckpointNeeded, export_bundle, select_runs
+
+    store = open_for_reading(store_path)
+    try:
+        runs = select_runs(store, run_ids, **filters)
+        try:
+            return export_bundle(store, runs, target).to_dict()
+        except CheckpointNeeded:
+            pass
+    finally:
+        store.close()
+    store = open_for_writing(store_path)
+    try:
+        return export_bundle(store, runs, target).to_dict()
+    finally:
+        store.close()
+
+
+def _parquet(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any]) -> dict[str, Any]:
+    from sealbox.interop.bundle import select_runs
+    from sealbox.interop.parquet import export_parquet
+
+    store = open_for_reading(store_path)
+    try:
+        runs = select_runs(store, run_ids, **filters)
+        return export_parquet(store, runs, target)
+    finally:
+        store.close()
+
+
+def _otlp(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any], *, content: bool = False,
+          headers: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Send the runs to an OTLP/HTTP endpoint as traces and logs (sealbox.interop.otlp)."""
+    from sealbox.cli.otlp_cmd import run_otlp_export
+    from sealbox.interop.bundle import select_runs
+
+    store = open_for_reading(store_path)
+    try:
+        runs = select_runs(store, run_ids, **filters)
+    finally:
+        store.close()
+    return run_otlp_export(store_path, runs, target, content, headers, quiet=True).to_dict()
+
+
+#: option name -> (writer, what it wrote, for the one-line summary).
+MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]], str]]] = {
+    "output": (_bundle, lambda r: (f"Wrote {r['path']}: {r['events']} events of {len(r['runs'])} run(s), "
+                                   f"{r['system_events']} system events, {r['blobs']} blobs, {r['snapshots']} "
+                                   f"snapshots, proven against the checkpoint of size {r['checkpoint_size']}"
+                                   + (" (signed now)" if r["checkpoint_issued"] else "")
+                                   + ". Check it anywhere with `sealbox verify FILE --key KEY`.")),
+    "parquet": (_parquet, lambda r: f"Wrote {r['path']}: {r['rows']} tool calls of {r['runs']} run(s)."),
+    "otlp": (_otlp, lambda r: (f"Sent {r['runs']} run(s) to {r['traces_url']} and {r['logs_url']}: {r['spans']} spans, "
+                               f"{r['logs']} log records (content {'on' if r['content'] else 'off'}).")),
+}
+
+
+@click.command("export")
+@store_option
+@click.argument("run_ids", nargs=-1, metavar="[RUN]...")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
+              help="Write an export bundle (.sbx) that `sealbox verify FILE` checks offline.")
+@click.option("--parquet", "parquet", type=click.Path(dir_okay=False),
+              help="Write one row per tool call to a Parquet file (needs pyarrow).")
+@click.option("--otlp", "otlp", metavar="URL",
+              help="Send the runs as OpenTelemetry traces and logs to this OTLP/HTTP endpoint (e.g. http://localhost:4318).")
+@click.option("--otlp-content", "otlp_content", is_flag=True,
+              help="With --otlp: also send tool arguments, results and error messages (off by default).")
+@click.option("--otlp-header", "otlp_headers", multiple=True, metavar="K=V",
+              help="With --otlp: an HTTP header for the endpoint (repeatable), e.g. an API key.")
+@click.option("--since", metavar="TIME", help="Runs started at or after this time (RFC 3339, a date, or 30d / 2h ago).")
+@click.option("--until", metavar="TIME", help="Runs started before this time (same forms as --since).")
+@click.option("--agent", help="Only runs of this agent.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+def export_cmd(store_path: str, run_ids: tuple[str, ...], since: str | None, until: str | None, agent: str | None,
+               as_json: bool, otlp_content: bool, otlp_headers: tuple[str, ...], **modes: str | None) -> None:
+    """Export whole runs: the named RUNs, or every run passing --since/--until/--agent.
+
+    Exactly one output mode: -o FILE (a bundle holding the runs' events, blobs,
+    snapshots, a signed checkpoint with an inclusion proof per event and the
+    verifier key), --parquet FILE (one row per tool call, for analysts) or --otlp
+    URL (OpenTelemetry traces and logs over OTLP/HTTP; nothing is sent otherwise).
+    """
+    chosen = [(name, value) for name, value in modes.items() if value]
+    if len(chosen) != 1:
+        flags = ", ".join("-o" if n == "output" else f"--{n}" for n in MODES)
+        raise click.UsageError(f"give exactly one output mode ({flags})")
+    name, target = chosen[0]
+    if (otlp_content or otlp_headers) and name != "otlp":
+        raise click.UsageError("--otlp-content and --otlp-header go with --otlp")
+    extra: dict[str, Any] = {"content": otlp_content, "headers": otlp_headers} if name == "otlp" else {}
+    writer, describe = MODES[name]
+    result = writer(store_path, target, run_ids, {"since": since, "until": until, "agent": agent}, **extra)
+    if as_json:
+        echo_json(result)
+    else:
+        click.echo(describe(result))

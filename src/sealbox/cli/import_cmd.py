@@ -1,0 +1,75 @@
+"""``sealbox import FILE``: bring runs recorded elsewhere into the store."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from sealbox.cli.common import echo_json, open_for_writing, store_option
+
+# sealbox.interop.importers.FORMATS, without importing it for --help
+_FORMATS = ("auto", "tau-bench", "swe-agent", "otlp-json", "jaeger", "langfuse", "openai-agents-runstate")
+#: Files at least this large get a progress bar (unless --no-progress).
+PROGRESS_BYTES = 1 << 20
+
+
+@click.command("import")
+@store_option
+@click.argument("file", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--format", "fmt", type=click.Choice(_FORMATS), default="auto", show_default=True,
+              help="The file's format; auto detects it from the structure.")
+@click.option("--progress/--no-progress", "show_progress", default=None,
+              help="Show a progress bar (default: for files of 1 MiB or more).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None, as_json: bool) -> None:
+    """Import the runs in FILE (one transaction: all of them or none).
+
+    Each run is marked as imported (source file, its SHA-256, format, original ids);
+    oddities of the source are recorded as anomaly events; imported approvals are
+    notes whose identity is not authenticated.
+    """
+    from sealbox.interop.importers import import_file
+
+    try:
+        size = os.path.getsize(file)
+    except OSError:
+        size = 0
+    if show_progress is None:
+        show_progress = size >= PROGRESS_BYTES
+    store = open_for_writing(store_path)
+    try:
+        if show_progress:
+            summary = _with_progress(store, file, fmt)
+        else:
+            summary = import_file(store, file, fmt)
+    finally:
+        store.close()
+    if as_json:
+        echo_json({"format": summary.format, "source_sha256": summary.source_sha256, "runs": list(summary.runs),
+                   "events": summary.events, "anomalies": summary.anomalies})
+        return
+    click.echo(f"imported {len(summary.runs)} run(s), {summary.events} events "
+               f"({summary.anomalies} anomalies) from {os.path.basename(file)} as {summary.format}")
+    click.echo(f"source {summary.source_sha256}")
+    for run_id in summary.runs:
+        click.echo(f"  {run_id}")
+
+
+def _with_progress(store, file: str, fmt: str):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from sealbox.interop.importers import import_file
+
+    labels = {"read": "reading", "parse": "converting runs", "build": "building events", "write": "writing"}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(labels.get(stage, stage), total=max(total, 1))
+            bar.update(tasks[stage], completed=done, total=max(total, 1))
+
+        return import_file(store, file, fmt, progress=progress)

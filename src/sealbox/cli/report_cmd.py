@@ -1,0 +1,45 @@
+"""``sealbox report RUN -o incident.html``: a self-contained incident report (HTML or Markdown)."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from sealbox.cli.common import open_for_reading, store_option
+
+_BY_EXTENSION = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
+
+
+@click.command("report")
+@click.argument("run_id")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here (format from the extension: .html, .md). Default: Markdown on stdout.")
+@click.option("--format", "fmt", type=click.Choice(["html", "md"]), help="Output format (overrides the extension).")
+@click.option("--no-verify", is_flag=True, help="Skip verifying the store (faster on a large store; the report says so).")
+@store_option
+def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool, store_path: str) -> None:
+    """Write an incident report of one run: timeline, calls, approvals, state, snapshot, verification."""
+    from sealbox.report import build_report, render
+
+    if fmt is None:
+        ext = os.path.splitext(output or "")[1].lower()
+        if output and ext not in _BY_EXTENSION:
+            raise click.UsageError(f"cannot tell the format from {output!r}: use .html or .md, or --format")
+        fmt = _BY_EXTENSION.get(ext, "md")
+    store = open_for_reading(store_path)
+    try:
+        if not store.read_run(run_id):
+            raise click.ClickException(f"no run {run_id!r} in this store")
+        report = build_report(store, run_id, verify=not no_verify)
+    finally:
+        store.close()
+    text = render(report, fmt)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    with open(output, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    v = report.verification
+    state = "verified" if v.ok else ("NOT VERIFIED" if v.checked else "not verified (--no-verify)")
+    click.echo(f"wrote {output} ({fmt}, {len(report.timeline)} events, {len(report.tool_calls)} tool calls, "
+               f"{len(report.approvals)} approvals; store {state})")

@@ -1,0 +1,435 @@
+"""``sealbox demo``: reconstruct a production incident end to end, on real parts.
+
+1. A production system: a seeded SQLite database of customers and orders
+   (:mod:`sealbox.demo.seed`) served by the real ``mcp-server-sqlite`` from PyPI,
+   beside ``mcp-server-time``, each in its own cached venv (:mod:`sealbox.demo.upstreams`).
+2. The governed layer: ``sealbox gateway serve`` in front of both, with a policy:
+   reads allowed, ``write_query`` requires approval by the ``ops`` group, a budget
+   of tool calls per run.
+3. The agent: an OpenAI Agents SDK agent (:mod:`sealbox.demo.agent`) recorded
+   through the Sealbox integration, which launches the gateway over stdio MCP with
+   ``mcp_env(run)`` so the gateway joins the same run. It is asked to "clean up the
+   test accounts".
+4. The approval: the ``DELETE`` waits (the gateway holds the call); a second
+   process answers with the key of the shared ``ops-oncall`` identity
+   (``sealbox approvals approve``): signed, recorded, flagged as a shared account.
+5. The incident: the ``DELETE``'s condition is wrong; it removes real customers.
+6. The investigation, each step printed with the command a person would type.
+
+:func:`run_drill` does all of it and returns the facts (:class:`DrillResult`)
+read back from the record, so a test can assert them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from sealbox.demo.agent import TASK, WRONG_DELETE
+
+__all__ = ["DrillResult", "run_drill", "POLICY", "FIXED_POLICY", "APPROVER", "INVESTIGATION_OPTIONAL"]
+
+APPROVER = "ops-oncall"
+_PRINCIPAL = "agent:cleanup-bot"
+
+POLICY = """\
+version: 1
+name: prod-db
+rules:
+  - id: reads-ok
+    description: read-only queries and schema
+    match: {server: db, tool: [read_query, list_tables, describe_table]}
+    effect: allow
+  - id: clock-ok
+    match: {server: time}
+    effect: allow
+  - id: writes-need-ops
+    description: every write to production needs someone from ops
+    match: {server: db, tool: write_query}
+    effect: require_approval
+    approval: {groups: [ops], quorum: 1, expires: 15m}
+limits:
+  max_tool_calls_per_run: 10
+"""
+
+#: The corrected policy for what-if: a DELETE must name the test domain exactly.
+FIXED_POLICY = POLICY.replace("""  - id: writes-need-ops""", """  - id: deletes-name-the-test-domain
+    description: a cleanup DELETE must target the test domain exactly, never a wildcard on 'test'
+    match: {server: db, tool: write_query}
+    when: 'call.arguments.query.matches("(?i)^\\\\s*delete") && !call.arguments.query.contains("@example.test")'
+    effect: deny
+  - id: writes-need-ops""").replace("name: prod-db", "name: prod-db-fixed")
+
+#: Investigation steps that run only when their command exists (others are building them).
+INVESTIGATION_OPTIONAL = ("export", "replay", "whatif")
+
+
+@dataclass
+class DrillResult:
+    """The facts of the incident, read back from the record and the database.
+
+    Attributes:
+        workdir: the workspace (store, database, policies, keys, reports).
+        run_id: the agent's run (the gateway joined it).
+        approval_id: the DELETE's approval request.
+        delete_query: the exact DELETE text, as recorded in the ``tool.call``.
+        affected_rows: rows the DELETE removed, as the upstream reported it.
+        deleted_real: ``(id, email)`` of real customers that are gone.
+        deleted_test: ids of test accounts that are gone.
+        approver, signature, flags: who answered, whether the signature verified, the flags on the answer.
+        wait_s: seconds between the request and the answer.
+        verified: the store verified.
+        skipped: investigation steps not run, with the reason.
+        seconds: wall-clock time of the drill (upstream venvs excluded).
+    """
+
+    workdir: Path
+    run_id: str
+    approval_id: str | None
+    delete_query: str | None
+    affected_rows: int | None
+    customers_before: int
+    customers_after: int
+    deleted_real: tuple[tuple[int, str], ...]
+    deleted_test: tuple[int, ...]
+    approver: str | None
+    signature: str | None
+    flags: tuple[str, ...]
+    wait_s: float | None
+    verified: bool
+    final_output: str | None
+    commands: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+# ----------------------------------------------------------------------------- workspace
+
+
+def _gateway_yaml(ws: Path, sqlite_cmd: str, time_cmd: str, hold_s: float) -> str:
+    return f"""\
+version: 1
+store: ./store
+policy: ./policy.yaml
+principal: {_PRINCIPAL}
+name: prod-gateway
+limits:
+  approval_hold_s: {hold_s:g}     # hold the DELETE this long for a person; then "pending, call again"
+  call_timeout_s: 60
+upstreams:
+  - id: db
+    command: {json.dumps(sqlite_cmd)}
+    args: ["--db-path", {json.dumps(str(ws / 'shop.db'))}]
+  - id: time
+    command: {json.dumps(time_cmd)}
+    args: ["--local-timezone", "UTC"]
+"""
+
+
+def _cli(argv: list[str], echo: Callable[[str], None]) -> str:
+    """Run ``sealbox ARGV`` in this process; echo and return what it printed."""
+    from sealbox.cli.main import main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        try:
+            main(argv)
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                echo(buf.getvalue().rstrip())
+                raise RuntimeError(f"sealbox {' '.join(argv)} exited with {exc.code}") from None
+    text = buf.getvalue().rstrip()
+    if text:
+        echo(text)
+    return text
+
+
+def _sealbox_argv() -> list[str]:
+    return [sys.executable, "-m", "sealbox.cli.main"]
+
+
+# ----------------------------------------------------------------------------- the approver
+
+
+class _Approver(threading.Thread):
+    """The on-call person: waits for the request, reads it, answers from another process."""
+
+    def __init__(self, store_path: Path, key_file: Path, run_id: str, delay_s: float, echo: Callable[[str], None]):
+        super().__init__(name="drill-approver", daemon=True)
+        self.store_path, self.key_file, self.run_id, self.delay_s, self.echo = store_path, key_file, run_id, delay_s, echo
+        self.stop = threading.Event()
+        self.approval_id: str | None = None
+        self.error: str | None = None
+
+    def _pending(self) -> str | None:
+        from sealbox.store import open_store
+
+        store = open_store(self.store_path, readonly=True)
+        try:
+            for e in store.read_run(self.run_id):
+                if e.kind == "approval.requested" and e.payload.get("tool") == "write_query":
+                    return e.payload["approval_id"]
+        finally:
+            store.close()
+        return None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set() and self.approval_id is None:
+                self.approval_id = self._pending()
+                if self.approval_id is None:
+                    self.stop.wait(0.2)
+            if self.approval_id is None:
+                return
+            self.stop.wait(self.delay_s)  # a person reads the request before answering
+            if self.stop.is_set():
+                return
+            argv = ["approvals", "approve", self.approval_id, "--key-file", str(self.key_file),
+                    "--reason", "cleanup of test accounts, ticket OPS-1182"]
+            self.echo(f"\n[approver, another terminal] $ sealbox {' '.join(_quote(a) for a in argv)}")
+            env = {**os.environ, "SEALBOX_STORE": str(self.store_path)}
+            done = subprocess.run(_sealbox_argv() + argv, env=env, capture_output=True, text=True, timeout=60)
+            for line in (done.stdout + done.stderr).rstrip().splitlines():
+                self.echo(f"[approver] {line}")
+            if done.returncode != 0:
+                self.error = f"approve exited with {done.returncode}: {done.stderr.strip()}"
+        except Exception as exc:  # noqa: BLE001 - reported by the drill, never a silent hang
+            self.error = f"{type(exc).__name__}: {exc}"
+
+
+def _quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
+
+
+# ----------------------------------------------------------------------------- the agent
+
+
+async def _run_agent(ws: Path, store: Any, echo: Callable[[str], None], approver_delay_s: float) -> tuple[str, Any]:
+    from agents import Runner, set_tracing_disabled
+    from agents.mcp import MCPServerStdio
+
+    from sealbox.demo.agent import INSTRUCTIONS, MODEL_NAME, CleanupModel, StateHooks, build_agent
+    from sealbox.integrations.openai_agents import instrument, mcp_env
+    from sealbox.policy import Policy
+    from sealbox.recorder import Recorder
+    from sealbox.snapshot import Snapshot
+
+    set_tracing_disabled(True)
+    policy = Policy.load(ws / "policy.yaml")
+    snapshot = Snapshot(model={"provider": "scripted", "name": MODEL_NAME, "version": "1", "parameters": {}},
+                        system_prompt=INSTRUCTIONS, limits={"max_tool_calls_per_run": 10}, policy=policy.fingerprint,
+                        extra={"mcp": {"gateway": "sealbox gateway serve --config gateway.yaml"}})
+    recorder = Recorder(store, policy=policy)
+    async with recorder.run(agent="cleanup-bot", principal=_PRINCIPAL, snapshot=snapshot,
+                            labels={"env": "prod", "ticket": "OPS-1182"}) as run:
+        approver = _Approver(ws / "store", ws / "keys" / f"{APPROVER}.key", run.run_id, approver_delay_s, echo)
+        echo("\n== 4. The approval: the DELETE waits for ops; the on-call person answers from another process "
+             f"with the shared {APPROVER} key ==")
+        approver.start()
+        params = {"command": sys.executable, "args": ["-m", "sealbox.cli.main", "gateway", "serve", "--config",
+                                                      str(ws / "gateway.yaml")],
+                  "env": mcp_env(run, {"SEALBOX_UPSTREAMS_CACHE": os.environ.get("SEALBOX_UPSTREAMS_CACHE", "")}),
+                  "cwd": str(ws)}
+        try:
+            async with MCPServerStdio(params=params, name="sealbox-gateway", cache_tools_list=True,
+                                      client_session_timeout_seconds=120) as gateway:
+                agent = build_agent(CleanupModel(), [gateway])
+                hooks = StateHooks(run)
+                result = await Runner.run(instrument(run, agent), TASK, hooks=hooks, max_turns=20)
+        finally:
+            approver.stop.set()
+            approver.join(timeout=70)
+        if approver.error:
+            echo(f"[approver] error: {approver.error}")
+    return run.run_id, result.final_output
+
+
+# ----------------------------------------------------------------------------- facts
+
+
+def _db_facts(db: Path) -> tuple[int, set[int]]:
+    conn = sqlite3.connect(db)
+    try:
+        ids = {r[0] for r in conn.execute("SELECT id FROM customers")}
+    finally:
+        conn.close()
+    return len(ids), ids
+
+
+def _record_facts(store: Any, run_id: str) -> dict[str, Any]:
+    from sealbox.report import build_report
+
+    report = build_report(store, run_id)
+    writes = [c for c in report.tool_calls if c.tool == "write_query"]
+    delete = writes[-1] if writes else None
+    approval = next((a for a in report.approvals if delete is not None and a.call_id == delete.call_id), None)
+    answer = approval.answers[0] if approval and approval.answers else None
+    affected = None
+    if delete is not None and delete.result is not None:
+        import re
+
+        found = re.search(r"affected_rows'?\"?:\s*(\d+)", delete.result.text.replace("\\", ""))
+        affected = int(found.group(1)) if found else None
+    return {"report": report, "delete": delete, "approval": approval, "answer": answer, "affected": affected}
+
+
+# ----------------------------------------------------------------------------- the drill
+
+
+def _setup(ws: Path, echo: Callable[[str], None], hold_s: float) -> Any:
+    from sealbox.demo.seed import seed_database
+    from sealbox.demo.upstreams import is_built, server_command
+
+    echo("== 1. A production system: customers and orders, served by the real mcp-server-sqlite ==")
+    for name in ("sqlite", "time"):
+        if not is_built(name):
+            echo(f"(first run: building the {name} upstream's venv from PyPI; it is cached for next time)")
+    sqlite_cmd, time_cmd = server_command("sqlite"), server_command("time")
+    facts = seed_database(ws / "shop.db")
+    echo(f"shop.db: {facts.customers} customers ({len(facts.test_ids)} test accounts @example.test), "
+         f"{facts.orders} orders; upstreams {sqlite_cmd} and {time_cmd}")
+    echo("\n== 2. The governed layer: the Sealbox gateway in front of both, with a policy ==")
+    (ws / "policy.yaml").write_text(POLICY, encoding="utf-8")
+    (ws / "fixed.yaml").write_text(FIXED_POLICY, encoding="utf-8")
+    (ws / "gateway.yaml").write_text(_gateway_yaml(ws, sqlite_cmd, time_cmd, hold_s), encoding="utf-8")
+    (ws / "keys").mkdir()
+    echo("$ sealbox init store")
+    _cli(["init", str(ws / "store")], lambda _t: None)
+    echo(f"$ sealbox identities add {APPROVER} --role approver --group ops --shared --key-out keys/{APPROVER}.key")
+    _cli(["identities", "add", APPROVER, "--role", "approver", "--group", "ops", "--shared",
+          "--key-out", str(ws / "keys" / f"{APPROVER}.key"), "-s", str(ws / "store")], echo)
+    echo("$ cat policy.yaml\n" + POLICY.rstrip())
+    return facts
+
+
+def run_drill(workdir: str | os.PathLike | None = None, *, echo: Callable[[str], None] = print,
+              approver_delay_s: float = 2.0, hold_s: float = 45) -> DrillResult:
+    """Run the whole drill in ``workdir`` (default: a new temporary folder) and return its facts.
+
+    Args:
+        workdir: the workspace folder (created; it must not hold a drill already).
+        echo: prints one chunk of output.
+        approver_delay_s: how long the approver reads the request before answering.
+        hold_s: the gateway's ``limits.approval_hold_s``: how long it holds the DELETE for the
+            answer before replying "pending, call again" (the agent then calls again).
+
+    Raises:
+        FileExistsError: ``workdir`` already holds a drill (use a new folder).
+        sealbox.demo.upstreams.UpstreamBuildError: an upstream's venv could not be built.
+    """
+    from sealbox.store import open_store
+
+    ws = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="sealbox-drill-"))
+    ws.mkdir(parents=True, exist_ok=True)
+    if (ws / "store").exists() or (ws / "shop.db").exists():
+        raise FileExistsError(f"{ws} already holds a drill; pass a new --dir")
+    seed = _setup(ws, echo, hold_s)
+    started = time.monotonic()
+    before, before_ids = _db_facts(ws / "shop.db")
+    echo(f"\n== 3. The agent (OpenAI Agents SDK, scripted model) is asked: {TASK!r} ==")
+    store = open_store(ws / "store")
+    try:
+        run_id, final = asyncio.run(_run_agent(ws, store, echo, approver_delay_s))
+    finally:
+        store.close()
+    echo(f"agent: {final}")
+    after, after_ids = _db_facts(ws / "shop.db")
+    gone = before_ids - after_ids
+    test_ids = set(seed.test_ids)
+    result = _result(ws, run_id, final, before, after, gone, test_ids, seed)
+    echo("\n== 5. The incident ==")
+    echo(f"{before - after} customers deleted: {len(result.deleted_test)} test accounts and "
+         f"{len(result.deleted_real)} REAL customers: " + ", ".join(e for _, e in result.deleted_real))
+    _investigate(ws, result, echo)
+    result.seconds = time.monotonic() - started
+    echo(f"\nWorkspace: {ws}")
+    echo(f"Explore it: cd {ws} && export SEALBOX_STORE=$PWD/store && sealbox runs show {run_id}")
+    echo(f"            sealbox approvals list; sealbox calls --run {run_id}; open incident.html")
+    return result
+
+
+def _result(ws: Path, run_id: str, final: Any, before: int, after: int, gone: set[int], test_ids: set[int],
+            seed: Any) -> DrillResult:
+    from sealbox.store import open_store
+
+    store = open_store(ws / "store", readonly=True)
+    try:
+        f = _record_facts(store, run_id)
+    finally:
+        store.close()
+    answer, approval, delete = f["answer"], f["approval"], f["delete"]
+    wait = None
+    if approval is not None and answer is not None:
+        from datetime import datetime
+
+        parse = lambda ts: datetime.fromisoformat(ts.replace("Z", "+00:00"))  # noqa: E731
+        wait = (parse(answer.answered_at) - parse(approval.requested_at)).total_seconds()
+    real = tuple((i, e) for i, e in seed.real_with_test if i in gone)
+    return DrillResult(
+        workdir=ws, run_id=run_id, approval_id=approval.approval_id if approval else None,
+        delete_query=(delete.arguments.value or {}).get("query") if delete else None, affected_rows=f["affected"],
+        customers_before=before, customers_after=after, deleted_real=real,
+        deleted_test=tuple(sorted(gone & test_ids)), approver=answer.identity_name if answer else None,
+        signature=answer.signature if answer else None,
+        flags=tuple(fl.get("code") for fl in answer.flags) if answer else (), wait_s=wait,
+        verified=bool(f["report"].verification.ok), final_output=final if isinstance(final, str) else None)
+
+
+def _investigate(ws: Path, result: DrillResult, echo: Callable[[str], None]) -> None:
+    from sealbox.cli.main import COMMANDS
+
+    echo("\n== 6. The investigation ==")
+    echo(f"$ cd {ws}")
+    echo("$ export SEALBOX_STORE=$PWD/store")
+    run = result.run_id
+    steps: list[tuple[str, list[str]]] = [
+        ("runs", ["runs", "show", run]),
+        ("calls", ["calls", "--tool", "write_query"]),
+        ("approvals", ["approvals", "show", result.approval_id] if result.approval_id else []),
+        ("report", ["report", run, "-o", "incident.html"]),
+        ("report", ["report", run, "-o", "incident.md"]),
+        ("export", ["export", run, "-o", "incident.sbx"]),
+        ("export", ["verify", "incident.sbx"]),
+        ("replay", ["replay", run, "--agent", "sealbox.demo.drill:replay_agent"]),
+        ("whatif", ["whatif", "--policy", "fixed.yaml", run]),
+    ]
+    old_cwd, old_store = os.getcwd(), os.environ.get("SEALBOX_STORE")
+    os.chdir(ws)
+    os.environ["SEALBOX_STORE"] = str(ws / "store")
+    try:
+        for needs, argv in steps:
+            if not argv:
+                continue
+            if needs not in COMMANDS:
+                result.skipped[" ".join(argv[:2])] = f"`sealbox {needs}` does not exist in this build yet"
+                continue
+            cmd = "sealbox " + " ".join(_quote(a) for a in argv)
+            echo(f"\n$ {cmd}")
+            result.commands.append(cmd)
+            try:
+                _cli(argv, echo)
+            except Exception as exc:  # noqa: BLE001 - one failing step is reported; the others still run
+                result.skipped[" ".join(argv[:2])] = f"failed: {exc}"
+                echo(f"(this step failed: {exc})")
+    finally:
+        os.chdir(old_cwd)
+        if old_store is None:
+            os.environ.pop("SEALBOX_STORE", None)
+        else:
+            os.environ["SEALBOX_STORE"] = old_store
+    for step, why in result.skipped.items():
+        echo(f"(not run: sealbox {step}: {why})")

@@ -1,0 +1,420 @@
+"""Export bundles: whole runs in one file that anyone can verify offline.
+
+A bundle (``case.sbx``) is a **strict ZIP archive**: a fixed list of members in a
+fixed order, each stored (no compression), with fixed metadata (DOS time 0,
+date 1980-01-01, no extra fields, no comments, no data descriptors, no ZIP64).
+The container is a pure function of the members' bytes (:func:`zip_bytes`), so
+the verifier rebuilds it and requires the file to equal it byte for byte; every
+member is itself either fixed text, authenticated content (signature, inclusion
+proof, commitment, fingerprint) or derived from them (the manifest). So no byte
+of the file is left unchecked. The format is specified in ``docs/bundle-format.md``;
+:mod:`sealbox.interop.bundle_verify` checks it.
+
+Why a strict container rather than a signed manifest: a signature over a
+manifest would need the log's signing key at every export (an auditor exporting
+from a read-only copy has none) and would make the log key sign statements
+other than checkpoints; and a signed manifest still leaves the container bytes
+around it to be checked strictly. Everything a bundle holds is already
+authenticated by the signed checkpoint it carries, so strictness is all that is
+missing, and it is checked by anyone with ``unzip`` and ``sha256sum``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from sealbox import blobs as _blobs
+from sealbox.canonical import canonical_bytes
+from sealbox.errors import SealboxError
+from sealbox.events import CONTENT_FIELDS, SYSTEM_RUN_ID
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_TEXT",
+    "MEMBERS",
+    "BundleError",
+    "BundleFormatError",
+    "CheckpointNeeded",
+    "ExportSummary",
+    "event_line",
+    "blob_line",
+    "snapshot_line",
+    "manifest_bytes",
+    "zip_bytes",
+    "zip_regions",
+    "read_members",
+    "select_runs",
+    "export_bundle",
+]
+
+#: Format identifier (also the first member's text, without its newline).
+FORMAT = "sealbox-bundle/1"
+FORMAT_TEXT = (FORMAT + "\n").encode()
+#: The members of a bundle, in their fixed order.
+MEMBERS = ("format", "manifest.json", "checkpoint", "log.vkey", "events.jsonl", "blobs.jsonl", "snapshots.jsonl")
+#: Kinds of the system run a bundle carries (to check approval answers and erasures).
+SYSTEM_KINDS = ("identity.changed", "content.erased")
+
+_LOCAL_SIG, _CENTRAL_SIG, _END_SIG = 0x04034B50, 0x02014B50, 0x06054B50
+_LOCAL = struct.Struct("<IHHHHHIIIHH")  # 30 bytes
+_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")  # 46 bytes
+_END = struct.Struct("<IHHHHIIH")  # 22 bytes
+_VERSION, _DOS_TIME, _DOS_DATE = 20, 0, (0 << 9) | (1 << 5) | 1  # 1980-01-01 00:00:00
+_LOCAL_FIELDS = (("signature", 4), ("version needed", 2), ("flags", 2), ("method", 2), ("time", 2), ("date", 2),
+                 ("CRC-32", 4), ("compressed size", 4), ("size", 4), ("name length", 2), ("extra length", 2))
+_CENTRAL_FIELDS = (("signature", 4), ("version made by", 2), ("version needed", 2), ("flags", 2), ("method", 2),
+                   ("time", 2), ("date", 2), ("CRC-32", 4), ("compressed size", 4), ("size", 4),
+                   ("name length", 2), ("extra length", 2), ("comment length", 2), ("disk", 2),
+                   ("internal attributes", 2), ("external attributes", 4), ("local header offset", 4))
+_END_FIELDS = (("signature", 4), ("disk", 2), ("directory disk", 2), ("entries on disk", 2), ("entries", 2),
+               ("directory size", 4), ("directory offset", 4), ("comment length", 2))
+
+
+class BundleError(SealboxError):
+    """A bundle cannot be written (nothing selected, unknown run, no key, too large)."""
+
+
+class BundleFormatError(BundleError):
+    """A file cannot be read as a bundle at all (exit 2), or a ZIP structure cannot be parsed."""
+
+
+class CheckpointNeeded(BundleError):
+    """The newest checkpoint does not cover the exported events and the store is read-only."""
+
+
+# ----------------------------------------------------------------------------- lines
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+def event_line(raw: bytes, leaf_index: int, proof: Sequence[bytes]) -> bytes:
+    """One line of ``events.jsonl``: the RFC 8785 form of ``{event, leaf_index, proof}``.
+
+    ``event`` is the event's hashed bytes spliced in verbatim (they are already
+    canonical JSON); ``proof`` is the RFC 9162 §2.1.3.1 audit path, base64 each.
+    """
+    proof_json = canonical_bytes([_b64(h) for h in proof])
+    return b'{"event":' + raw + b',"leaf_index":' + str(leaf_index).encode() + b',"proof":' + proof_json + b"}\n"
+
+
+def blob_line(ref: str, salt: bytes | None, content: bytes | None) -> bytes:
+    """One line of ``blobs.jsonl``: ``{content, ref, salt}`` with the content's canonical
+    bytes spliced in verbatim and the salt in lowercase hex; both null once erased."""
+    body = b"null" if content is None else content
+    salt_json = b"null" if salt is None else b'"' + salt.hex().encode() + b'"'
+    return b'{"content":' + body + b',"ref":' + canonical_bytes(ref) + b',"salt":' + salt_json + b"}\n"
+
+
+def snapshot_line(fingerprint: str, content: bytes) -> bytes:
+    """One line of ``snapshots.jsonl``: ``{content, fingerprint}``, the content spliced in verbatim."""
+    return b'{"content":' + content + b',"fingerprint":' + canonical_bytes(fingerprint) + b"}\n"
+
+
+def manifest_bytes(*, origin: str, size: int, root: bytes, runs: Sequence[dict[str, Any]], system_events: int,
+                   blobs: int, erased: int, snapshots: int, members: Sequence[tuple[str, bytes]]) -> bytes:
+    """The manifest: RFC 8785 JSON and a newline, derived entirely from the other members.
+
+    Args:
+        runs: per exported run, ``{run_id, agent, events, first_leaf, last_leaf, last_kind}``.
+        members: (name, bytes) of ``checkpoint``, ``log.vkey``, ``events.jsonl``, ``blobs.jsonl``,
+            ``snapshots.jsonl``; each is listed with its size and SHA-256.
+    """
+    doc = {
+        "format": FORMAT, "origin": origin,
+        "checkpoint": {"size": size, "root": "sha256:" + root.hex()},
+        "runs": list(runs), "system_events": system_events,
+        "blobs": blobs, "erased_blobs": erased, "snapshots": snapshots,
+        "members": [{"name": n, "size": len(b), "sha256": "sha256:" + hashlib.sha256(b).hexdigest()} for n, b in members],
+    }
+    return canonical_bytes(doc) + b"\n"
+
+
+def run_entries(envelopes: Iterable[tuple[int, dict]]) -> list[dict[str, Any]]:
+    """The manifest's ``runs`` from (leaf_index, envelope) in log order (system run left out)."""
+    runs: dict[str, dict[str, Any]] = {}
+    for leaf, env in envelopes:
+        if env["run_id"] == SYSTEM_RUN_ID:
+            continue
+        r = runs.setdefault(env["run_id"], {"run_id": env["run_id"], "agent": None, "events": 0,
+                                            "first_leaf": leaf, "last_leaf": leaf, "last_kind": None})
+        if env["kind"] == "run.started" and isinstance(env["payload"].get("agent"), str):
+            r["agent"] = env["payload"]["agent"]
+        r["events"] += 1
+        r["last_leaf"], r["last_kind"] = leaf, env["kind"]
+    return list(runs.values())
+
+
+# ----------------------------------------------------------------------------- the container
+
+
+def zip_bytes(members: Sequence[tuple[str, bytes]]) -> bytes:
+    """The canonical stored ZIP of ``members`` (APPNOTE 6.3.x, no extensions).
+
+    Raises:
+        BundleError: a member or the archive exceeds 4 GiB (ZIP64 is not used).
+    """
+    out, central = bytearray(), bytearray()
+    for name, data in members:
+        raw_name = name.encode("ascii")
+        crc, n = zlib.crc32(data), len(data)
+        if n >= 0xFFFFFFFF or len(out) >= 0xFFFFFFFF:
+            raise BundleError("the bundle would exceed 4 GiB (ZIP64 is not supported): export fewer runs")
+        central += _CENTRAL.pack(_CENTRAL_SIG, _VERSION, _VERSION, 0, 0, _DOS_TIME, _DOS_DATE, crc, n, n,
+                                 len(raw_name), 0, 0, 0, 0, 0, len(out)) + raw_name
+        out += _LOCAL.pack(_LOCAL_SIG, _VERSION, 0, 0, _DOS_TIME, _DOS_DATE, crc, n, n, len(raw_name), 0) + raw_name
+        out += data
+    offset = len(out)
+    out += central
+    out += _END.pack(_END_SIG, 0, 0, len(members), len(members), len(central), offset, 0)
+    return bytes(out)
+
+
+def zip_regions(members: Sequence[tuple[str, bytes]]) -> list[tuple[int, int, str]]:
+    """(start, end, what) for every field of :func:`zip_bytes` output, to name an offset."""
+    regions: list[tuple[int, int, str]] = []
+    pos = 0
+
+    def fields(start: int, spec: tuple, what: str) -> int:
+        for field, width in spec:
+            regions.append((start, start + width, f"{what}: {field}"))
+            start += width
+        return start
+
+    offsets = []
+    for name, data in members:
+        offsets.append(pos)
+        pos = fields(pos, _LOCAL_FIELDS, f"ZIP local header of {name!r}")
+        regions.append((pos, pos + len(name), f"ZIP local header of {name!r}: name"))
+        pos += len(name)
+        regions.append((pos, pos + len(data), f"member {name!r}"))
+        pos += len(data)
+    for name, _ in members:
+        pos = fields(pos, _CENTRAL_FIELDS, f"ZIP central directory entry of {name!r}")
+        regions.append((pos, pos + len(name), f"ZIP central directory entry of {name!r}: name"))
+        pos += len(name)
+    fields(pos, _END_FIELDS, "ZIP end of central directory record")
+    return regions
+
+
+def read_members(data: bytes) -> list[list[tuple[str, bytes]]]:
+    """Candidate member lists of a ZIP file: one read through the central directory and
+    one walking the local headers (each that parses), so that a damaged header on
+    one side is still located and named by comparing with :func:`zip_bytes`."""
+    out = []
+    for reader in (_read_central, _read_local):
+        try:
+            out.append(reader(data))
+        except (BundleFormatError, struct.error, UnicodeDecodeError):
+            continue
+    return out
+
+
+def _read_central(data: bytes) -> list[tuple[str, bytes]]:
+    end = data.rfind(struct.pack("<I", _END_SIG))
+    if end < 0 or end + _END.size > len(data):
+        raise BundleFormatError("no ZIP end of central directory record")
+    _, _, _, _, count, _, offset, _ = _END.unpack_from(data, end)
+    members, pos = [], offset
+    for _ in range(count):
+        f = _CENTRAL.unpack_from(data, pos)
+        if f[0] != _CENTRAL_SIG:
+            raise BundleFormatError(f"no central directory entry at offset {pos}")
+        name = data[pos + _CENTRAL.size: pos + _CENTRAL.size + f[10]].decode("ascii")
+        start = f[16] + _LOCAL.size + f[10]
+        if start + f[8] > len(data):
+            raise BundleFormatError(f"member {name!r} runs past the end of the file")
+        members.append((name, data[start: start + f[8]]))
+        pos += _CENTRAL.size + f[10] + f[11] + f[12]
+    return members
+
+
+def _read_local(data: bytes) -> list[tuple[str, bytes]]:
+    members, pos = [], 0
+    while data[pos: pos + 4] == struct.pack("<I", _LOCAL_SIG):
+        f = _LOCAL.unpack_from(data, pos)
+        name = data[pos + _LOCAL.size: pos + _LOCAL.size + f[9]].decode("ascii")
+        start = pos + _LOCAL.size + f[9] + f[10]
+        if start + f[7] > len(data):
+            raise BundleFormatError(f"member {name!r} runs past the end of the file")
+        members.append((name, data[start: start + f[7]]))
+        pos = start + f[7]
+    if not members:
+        raise BundleFormatError("no ZIP local header at offset 0")
+    return members
+
+
+# ----------------------------------------------------------------------------- export
+
+
+@dataclass(frozen=True)
+class ExportSummary:
+    """What :func:`export_bundle` wrote."""
+
+    path: str
+    runs: tuple[str, ...]
+    events: int
+    system_events: int
+    blobs: int
+    erased_blobs: int
+    snapshots: int
+    checkpoint_size: int
+    checkpoint_issued: bool
+    bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {**self.__dict__, "runs": list(self.runs)}
+
+
+def select_runs(store: Any, run_ids: Sequence[str] = (), *, since: Any = None, until: Any = None,
+                agent: str | None = None) -> list[str]:
+    """Run ids to export, oldest first: the named runs, narrowed by the filters (all must match).
+
+    With no run named, every run passing the filters (``since``/``until`` bound the
+    run's start, as in ``sealbox runs list``). The system run is never selected.
+
+    Raises:
+        BundleError: a named run is unknown or is the system run, or nothing matches.
+        ConfigError: a bad time.
+    """
+    for rid in run_ids:
+        if rid == SYSTEM_RUN_ID:
+            raise BundleError("the system run is not exported as a run (its identity and erasure events come with every bundle)")
+        if store.get_run(rid) is None:
+            raise BundleError(f"no run {rid!r} in this store")
+    rows = store.query_runs(agent=agent, since=since, until=until)
+    picked = {r["run_id"]: r for r in rows if r["run_id"] != SYSTEM_RUN_ID and (not run_ids or r["run_id"] in run_ids)}
+    if not picked:
+        raise BundleError("no run matches the selection")
+    return [r["run_id"] for r in sorted(picked.values(), key=lambda r: (r["started_at"], r["run_id"]))]
+
+
+def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -> ExportSummary:
+    """Write whole runs, everything needed to verify them, into the bundle ``path``.
+
+    Writes each run's events, the system run's ``identity.changed`` events (to check
+    approval answers) and the ``content.erased`` events of erased blobs they
+    reference, every referenced blob (following chains inside blobs) with its salt,
+    the runs' snapshots, the newest signed checkpoint with an inclusion proof for
+    every event, and the log's verifier key. Never the store secret or erased content.
+
+    Args:
+        store: an open store; if its newest checkpoint does not cover the events,
+            a new one is issued, which needs the store opened for writing.
+        run_ids: runs to export (see :func:`select_runs`).
+        path: the file to write (replaced atomically).
+
+    Raises:
+        CheckpointNeeded: a checkpoint is needed and the store is read-only.
+        BundleError: an unknown run, no verifier key, or a bundle above 4 GiB.
+    """
+    with store.read_snapshot():
+        events = sorted((e for rid in run_ids for e in store.read_run(rid)), key=lambda e: e.leaf_index)
+        if not events:
+            raise BundleError("nothing to export")
+        system = [e for e in store.read_run(SYSTEM_RUN_ID) if e.kind in SYSTEM_KINDS]
+    cp, issued = _covering_checkpoint(store, events[-1].leaf_index)
+    system = [e for e in system if e.leaf_index < cp.tree_size]
+    blob_rows, erased = _collect_blobs(store, events)
+    system = [e for e in system if e.kind == "identity.changed" or e.payload.get("blob") in erased]
+    everything = sorted(events + system, key=lambda e: e.leaf_index)
+    vkey = store.pinned_vkey()
+    if not vkey:
+        raise BundleError("the store has no pinned verifier key (log.vkey): a bundle could not name the key it trusts")
+    lines = b"".join(event_line(e.raw, e.leaf_index, store.inclusion_proof(e.leaf_index, cp.tree_size))
+                     for e in everything)
+    blob_text = b"".join(blob_line(ref, *blob_rows[ref]) for ref in sorted(blob_rows))
+    snaps = _collect_snapshots(store, events)
+    snap_text = b"".join(snapshot_line(fp, snaps[fp]) for fp in sorted(snaps))
+    body = [("checkpoint", cp.note.encode("utf-8")), ("log.vkey", (vkey + "\n").encode()),
+            ("events.jsonl", lines), ("blobs.jsonl", blob_text), ("snapshots.jsonl", snap_text)]
+    manifest = manifest_bytes(
+        origin=store.origin, size=cp.tree_size, root=bytes(cp.root_hash),
+        runs=run_entries((e.leaf_index, e.envelope()) for e in events), system_events=len(system),
+        blobs=len(blob_rows), erased=len(erased), snapshots=len(snaps), members=body)
+    data = zip_bytes([("format", FORMAT_TEXT), ("manifest.json", manifest), *body])
+    _write_atomically(Path(path), data)
+    return ExportSummary(str(path), tuple(run_ids), len(events), len(system), len(blob_rows), len(erased),
+                         len(snaps), cp.tree_size, issued, len(data))
+
+
+def _covering_checkpoint(store: Any, last_leaf: int) -> tuple[Any, bool]:
+    cp = store.latest_checkpoint()
+    if cp is not None and cp.tree_size > last_leaf:
+        return cp, False
+    if getattr(store, "readonly", False):
+        raise CheckpointNeeded(f"the newest checkpoint covers {cp.tree_size if cp else 0} events but the export "
+                               f"needs {last_leaf + 1}: a new one must be signed (open the store for writing)")
+    return store.issue_checkpoint(), True
+
+
+def _collect_blobs(store: Any, events: Sequence[Any]) -> tuple[dict[str, tuple], set[str]]:
+    """Every blob the events reference, following references inside blobs: ref -> (salt, content)."""
+    pending: list[str] = []
+    for e in events:
+        for name in CONTENT_FIELDS.get(e.kind, ()):
+            if name in e.payload:
+                pending.extend(_blobs.blob_refs(e.payload[name]))
+    rows: dict[str, tuple] = {}
+    erased: set[str] = set()
+    get_row = getattr(store, "get_blob_row", None) or _scanning_reader(store)
+    while pending:
+        ref = pending.pop()
+        if ref in rows:
+            continue
+        row = get_row(ref)
+        if row is None:
+            raise BundleError(f"blob {ref} is referenced but not in the store (run `sealbox verify`)")
+        salt, content = row
+        if content is None or salt is None:
+            rows[ref] = (None, None)
+            erased.add(ref)
+            continue
+        rows[ref] = (salt, content)
+        pending.extend(_blobs.blob_refs(json.loads(content)))
+    return rows, erased
+
+
+def _scanning_reader(store: Any) -> Any:
+    """For a store without ``get_blob_row``: salts from one pass, contents by ``get_blob``."""
+    salts = {ref: salt for ref, salt, _ in store.iter_blobs()}
+
+    def get(ref: str) -> tuple | None:
+        if ref not in salts:
+            return None
+        if salts[ref] is None:
+            return (None, None)
+        return (salts[ref], store.get_blob(ref))
+    return get
+
+
+def _collect_snapshots(store: Any, events: Sequence[Any]) -> dict[str, bytes]:
+    wanted = {e.payload.get("snapshot") for e in events if e.kind == "run.started"} - {None}
+    found = {fp: content for fp, content in store.iter_snapshots() if fp in wanted}
+    missing = wanted - set(found)
+    if missing:
+        raise BundleError(f"snapshot {sorted(missing)[0]} is named by a run but not stored (run `sealbox verify`)")
+    return found
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise BundleError(f"cannot write {path}: {exc.strerror}") from exc

@@ -1,0 +1,486 @@
+"""Verify an export bundle offline: only the file and this package, no store.
+
+:func:`verify_bundle` checks the container byte for byte against its canonical
+form, every member, every event's leaf hash and inclusion proof against the
+signed checkpoint, each run's chain (the runs are whole), every blob against its
+commitment, every snapshot against its fingerprint, every approval answer's
+signature (with the identities replayed from the included ``identity.changed``
+events), and that the manifest is what the content says. Optionally it checks an
+RFC 9162 consistency proof from the bundle's checkpoint to a newer one. Store and
+bundle are checked by the same code (:mod:`sealbox.verify`). Tampering is
+reported, each problem naming its member, line, event or blob; it never raises.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from sealbox.errors import ConfigError, NoteError, ProofError
+from sealbox.events import SYSTEM_RUN_ID
+from sealbox.interop.bundle import (
+    FORMAT_TEXT,
+    MEMBERS,
+    BundleFormatError,
+    blob_line,
+    event_line,
+    manifest_bytes,
+    read_members,
+    run_entries,
+    snapshot_line,
+    zip_bytes,
+    zip_regions,
+)
+from sealbox.ledger import merkle
+from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
+from sealbox.verify import EventVerifier, Problem, check_approval_answers, check_blobs, check_snapshots, open_checkpoints
+
+__all__ = ["BundleReport", "verify_bundle", "parse_consistency"]
+
+_REF = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class BundleReport:
+    """Result of :func:`verify_bundle`; ``ok`` when ``problems`` is empty.
+
+    Attributes:
+        runs: per run ``{run_id, agent, events, status}`` (status: the last event's kind,
+            ``run.ended`` meaning the run is provably complete).
+        key_source: ``"given"`` (``--key``) or ``"bundle"`` (the bundle's own key:
+            self-consistency only).
+        consistency: ``{size1, size2, root2}`` when a consistency proof verified.
+    """
+
+    problems: tuple[Problem, ...]
+    events: int
+    system_events: int
+    runs: tuple[dict[str, Any], ...]
+    blobs: int
+    snapshots: int
+    checkpoint_size: int | None
+    root: str | None
+    trusted_key: str | None
+    key_source: str
+    seconds: float
+    consistency: dict[str, Any] | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing was found wrong."""
+        return not self.problems
+
+    def trust(self) -> str:
+        """Which key was trusted, and what that proves."""
+        if self.key_source == "given":
+            return f"Checkpoint signature checked against the key you gave (--key): {self.trusted_key}."
+        return (f"Checkpoint signature checked against the key inside the bundle ({self.trusted_key}): this proves "
+                "only that the bundle is consistent with itself. Compare that key with a copy kept where the store's "
+                "owner cannot rewrite it, or pass --key.")
+
+    def summary(self) -> str:
+        """A short paragraph for a terminal."""
+        head = "Verified: the bundle is intact." if self.ok else f"NOT VERIFIED: {len(self.problems)} problem(s) found."
+        text = (f"{head} {self.events} events in {len(self.runs)} runs (+{self.system_events} system events), "
+                f"{self.blobs} blobs, {self.snapshots} snapshots, each event proven against the checkpoint of size "
+                f"{self.checkpoint_size if self.checkpoint_size is not None else '-'} (root {self.root or '-'}); "
+                f"took {self.seconds:.2f} s.\n{self.trust()}")
+        if self.consistency:
+            text += (f"\nThe log grew consistently from size {self.consistency['size1']} to the signed size "
+                     f"{self.consistency['size2']} (root {self.consistency['root2']}).")
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"ok": self.ok, "events": self.events, "system_events": self.system_events, "runs": list(self.runs),
+                "blobs": self.blobs, "snapshots": self.snapshots, "checkpoint_size": self.checkpoint_size,
+                "root": self.root, "trusted_key": self.trusted_key, "key_source": self.key_source,
+                "trust": self.trust(), "consistency": self.consistency, "notes": list(self.notes),
+                "seconds": round(self.seconds, 4), "problems": [p.to_dict() for p in self.problems]}
+
+
+def parse_consistency(doc: Any) -> tuple[int, int, str, list[bytes]]:
+    """(size1, size2, signed note of size2, proof hashes) from ``sealbox log prove`` JSON.
+
+    Raises:
+        ConfigError: not the shape ``sealbox log prove`` writes, or no signed checkpoint in it.
+    """
+    if not isinstance(doc, dict):
+        raise ConfigError("the consistency proof is not a JSON object as written by `sealbox log prove`")
+    size1, size2, note, proof = doc.get("size1"), doc.get("size2"), doc.get("checkpoint"), doc.get("proof")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (size1, size2)):
+        raise ConfigError("the consistency proof needs integer size1 and size2")
+    if not isinstance(note, str):
+        raise ConfigError("the consistency proof carries no signed checkpoint of size2 "
+                          "(run `sealbox log prove --from-size N` without --to-size)")
+    if not isinstance(proof, list) or not all(isinstance(h, str) for h in proof):
+        raise ConfigError("the consistency proof's `proof` must be a list of base64 hashes")
+    try:
+        hashes = [base64.b64decode(h, validate=True) for h in proof]
+    except binascii.Error as exc:
+        raise ConfigError(f"the consistency proof holds invalid base64: {exc}") from exc
+    return size1, size2, note, hashes
+
+
+def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consistency: Any = None) -> BundleReport:
+    """Verify the bundle at ``path`` from its bytes alone.
+
+    Args:
+        path: the bundle file.
+        trusted_vkey: the verifier key to trust (C2SP vkey). Default: the bundle's own
+            key, which proves only self-consistency (the report says so).
+        consistency: a ``sealbox log prove`` document (already parsed JSON) proving
+            that a newer signed checkpoint extends the bundle's (RFC 9162 §2.1.4.2).
+
+    Returns:
+        A :class:`BundleReport`; tampering is reported, never raised.
+
+    Raises:
+        BundleFormatError: the file cannot be read or is not a Sealbox bundle at all.
+        NoteError: ``trusted_vkey`` is not a valid verifier key.
+        ConfigError: ``consistency`` is not shaped like ``sealbox log prove`` output.
+    """
+    started = time.perf_counter()
+    data = _read(Path(path))
+    verifier = Verifier.from_vkey(trusted_vkey) if trusted_vkey else None
+    proof_doc = parse_consistency(consistency) if consistency is not None else None
+    return _Check(data, verifier, started).run(proof_doc)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BundleFormatError(f"cannot read {path}: {exc.strerror}") from exc
+    if data[:4] != b"PK\x03\x04" and data[30:36] != b"format":
+        raise BundleFormatError(f"{path} is not a Sealbox bundle (not a ZIP archive whose first member is `format`)")
+    return data
+
+
+def _lines(member: str, data: bytes, problems: list[Problem]) -> list[bytes]:
+    if data and not data.endswith(b"\n"):
+        problems.append(Problem("bundle_line_malformed", "the member does not end with a newline", member=member))
+    return data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n") if data else []
+
+
+def _splice(line: bytes, prefix: bytes, key: bytes) -> tuple[bytes, dict]:
+    """Split ``{"<first>":RAW,"<key>":...}`` into RAW (verbatim) and the parsed rest."""
+    cut = line.rfind(b',"' + key + b'":')
+    if not line.startswith(prefix) or cut < 0:
+        raise ValueError("not a line of this member")
+    return line[len(prefix):cut], json.loads(b"{" + line[cut + 1:])
+
+
+def _event_fields(line: bytes) -> tuple[bytes, int, list[bytes]]:
+    raw, rest = _splice(line, b'{"event":', b"leaf_index")
+    leaf, proof = rest.get("leaf_index"), rest.get("proof")
+    if not isinstance(leaf, int) or isinstance(leaf, bool) or leaf < 0 or not isinstance(proof, list):
+        raise ValueError("leaf_index or proof is missing or of the wrong type")
+    hashes = [base64.b64decode(h, validate=True) for h in proof]
+    if event_line(raw, leaf, hashes) != line + b"\n":
+        raise ValueError("the line is not in canonical form")
+    return raw, leaf, hashes
+
+
+def _blob_fields(line: bytes) -> tuple[str, bytes | None, bytes | None]:
+    content, rest = _splice(line, b'{"content":', b"ref")
+    ref, salt = rest.get("ref"), rest.get("salt")
+    if not isinstance(ref, str) or not (salt is None or isinstance(salt, str)):
+        raise ValueError("ref or salt is missing or of the wrong type")
+    row = (ref, None if salt is None else bytes.fromhex(salt), None if content == b"null" else content)
+    if blob_line(*row) != line + b"\n":
+        raise ValueError("the line is not in canonical form")
+    return row
+
+
+def _snapshot_fields(line: bytes) -> tuple[str, bytes]:
+    content, rest = _splice(line, b'{"content":', b"fingerprint")
+    fp = rest.get("fingerprint")
+    if not isinstance(fp, str) or snapshot_line(fp, content) != line + b"\n":
+        raise ValueError("the line is not in canonical form")
+    return fp, content
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    lo = 0
+    step = 1 << 16
+    while lo < n and a[lo:lo + step] == b[lo:lo + step]:
+        lo += step
+    while lo < n and a[lo] == b[lo]:
+        lo += 1
+    return min(lo, n)
+
+
+class _Check:
+    """One verification of one bundle's bytes."""
+
+    def __init__(self, data: bytes, verifier: Verifier | None, started: float) -> None:
+        self.data, self.verifier, self.started = data, verifier, started
+        self.problems: list[Problem] = []
+        self.members: dict[str, bytes] = {}
+        self.cp: Checkpoint | None = None
+        self.ev = EventVerifier()
+        self.envs: list[tuple[int, dict]] = []
+        self.leaf_lines: dict[int, str] = {}
+
+    def run(self, proof_doc: tuple | None) -> BundleReport:
+        self._container()
+        if self.members.get("format") != FORMAT_TEXT:
+            self._problem("bundle_format", "the format member is not `sealbox-bundle/1`", "format")
+        key_source = self._key()
+        self._checkpoint()
+        self._events()
+        blobs = self._blobs()
+        snaps = self._snapshots()
+        self.problems.extend(self._named(check_approval_answers(self.ev.envelopes_by_kind)))
+        self._manifest(blobs, snaps)
+        consistency = self._consistency(proof_doc) if proof_doc is not None else None
+        runs = tuple({"run_id": r["run_id"], "agent": r["agent"], "events": r["events"], "status": r["last_kind"]}
+                     for r in run_entries(self.envs))
+        notes = tuple(f"run {r['run_id']} has no run.ended: it was open when exported (last event {r['status']}), "
+                      "or its last events were left out" for r in runs if r["status"] != "run.ended")
+        return BundleReport(
+            problems=tuple(self.problems), events=sum(r["events"] for r in runs),
+            system_events=sum(1 for _, e in self.envs if e["run_id"] == SYSTEM_RUN_ID), runs=runs,
+            blobs=len(blobs), snapshots=len(snaps), checkpoint_size=self.cp.size if self.cp else None,
+            root="sha256:" + self.cp.root.hex() if self.cp else None,
+            trusted_key=self.verifier.vkey if self.verifier else None, key_source=key_source,
+            seconds=time.perf_counter() - self.started, consistency=consistency, notes=notes)
+
+    def _problem(self, code: str, message: str, member: str, **kw: Any) -> None:
+        self.problems.append(Problem(code, message, member=member, **kw))
+
+    # -------------------------------------------------------------- container and members
+
+    def _container(self) -> None:
+        candidates = read_members(self.data)
+        if not candidates:
+            self._problem("bundle_container", "the ZIP structure cannot be read", "the ZIP container")
+            return
+        best = max(candidates, key=lambda m: (_common_prefix(zip_bytes(m), self.data), -len(m)))
+        rebuilt = zip_bytes(best)
+        if rebuilt != self.data:
+            at = _common_prefix(rebuilt, self.data)
+            if at >= len(rebuilt):
+                what = f"{len(self.data) - len(rebuilt)} byte(s) after the end of the ZIP archive"
+            elif at >= len(self.data):
+                what = f"the file ends at byte {len(self.data)} (it was truncated)"
+            else:
+                what = next(w for s, e, w in zip_regions(best) if s <= at < e)
+            self._problem("bundle_container", f"the file differs from the canonical bundle container at byte {at}: "
+                          f"{what}", what, expected=f"0x{rebuilt[at]:02x}" if at < len(rebuilt) else "end of file",
+                          found=f"0x{self.data[at]:02x}" if at < len(self.data) else "end of file")
+        names = [n for n, _ in best]
+        for name in names:
+            if name not in MEMBERS or names.count(name) > 1:
+                self._problem("bundle_member_unknown", f"member {name!r} is not part of the format (or repeated)", name)
+        for name in MEMBERS:
+            if name not in names:
+                self._problem("bundle_member_missing", f"member {name!r} is missing", name)
+        if [n for n in names if n in MEMBERS] != [n for n in MEMBERS if n in names]:
+            self._problem("bundle_member_order", "the members are not in the format's order",
+                          "the ZIP container", expected=", ".join(MEMBERS), found=", ".join(names))
+        for name, data in best:
+            self.members.setdefault(name, data)
+
+    def _key(self) -> str:
+        text = self.members.get("log.vkey", b"")
+        try:
+            bundle_key = text.decode("ascii")
+            if not bundle_key.endswith("\n") or "\n" in bundle_key[:-1]:
+                raise ValueError("not one line")
+            bundle_vkey = Verifier.from_vkey(bundle_key[:-1])
+        except (ValueError, NoteError) as exc:
+            self._problem("bundle_key", f"the bundle's verifier key is malformed: {exc}", "log.vkey")
+            bundle_vkey = None
+        if self.verifier is not None:
+            if bundle_vkey is not None and bundle_vkey != self.verifier:
+                self._problem("bundle_key_mismatch", "the bundle's verifier key is not the key you trust",
+                              "log.vkey", expected=self.verifier.vkey, found=bundle_vkey.vkey)
+            return "given"
+        self.verifier = bundle_vkey
+        return "bundle"
+
+    def _checkpoint(self) -> None:
+        try:
+            note = self.members.get("checkpoint", b"").decode("utf-8")
+        except UnicodeDecodeError:
+            self._problem("checkpoint_signature", "the checkpoint is not UTF-8 text", "checkpoint")
+            return
+        problems, good = open_checkpoints([("the bundle's checkpoint", note)], self.verifier, None)
+        self.problems.extend(dataclasses.replace(p, member="checkpoint") for p in problems)
+        self.cp = good[0][1] if good else None
+
+    # -------------------------------------------------------------- events
+
+    def _events(self) -> None:
+        last = -1
+        for n, line in enumerate(_lines("events.jsonl", self.members.get("events.jsonl", b""), self.problems), 1):
+            where = f"events.jsonl line {n}"
+            try:
+                raw, leaf_index, proof = _event_fields(line)
+            except (ValueError, binascii.Error) as exc:
+                self._problem("bundle_line_malformed", f"the line cannot be read: {exc}", where)
+                continue
+            if leaf_index <= last:
+                self._problem("bundle_order", "events are not in strictly increasing leaf order", where,
+                              leaf_index=leaf_index, expected=f"a leaf above {last}", found=str(leaf_index))
+            last = max(last, leaf_index)
+            self.leaf_lines[leaf_index] = where
+            self._event(raw, leaf_index, proof, where)
+
+    def _event(self, raw: bytes, leaf_index: int, proof: list[bytes], where: str) -> None:
+        leaf = merkle.leaf_hash(raw)
+        try:
+            run_id = json.loads(raw).get("run_id")
+        except (ValueError, AttributeError):
+            run_id = None
+        before = len(self.ev.problems)
+        env = self.ev.check_event(leaf_index, raw, leaf, contiguous=False, chain=run_id != SYSTEM_RUN_ID)
+        self.problems.extend(dataclasses.replace(p, member=where) for p in self.ev.problems[before:])
+        if env is not None:
+            self.envs.append((leaf_index, env))
+        if self.cp is None:
+            return
+        try:
+            merkle.verify_inclusion(leaf, leaf_index, self.cp.size, proof, self.cp.root)
+        except ProofError as exc:
+            loc = (env["run_id"], env["run_seq"], env["kind"]) if env else (None, None, None)
+            self.problems.append(Problem(
+                "inclusion_proof", f"the event is not proven to be leaf {leaf_index} of the signed log "
+                f"(its bytes, leaf index or proof were changed): {exc}", *loc, leaf_index, member=where))
+
+    def _named(self, problems: Iterable[Problem]) -> list[Problem]:
+        return [dataclasses.replace(p, member=self.leaf_lines.get(p.leaf_index, "events.jsonl")) for p in problems]
+
+    # -------------------------------------------------------------- blobs and snapshots
+
+    def _rows(self, member: str, parse: Any) -> tuple[list[tuple], dict[str, str]]:
+        rows, where, last = [], {}, None
+        for n, line in enumerate(_lines(member, self.members.get(member, b""), self.problems), 1):
+            try:
+                row = parse(line)
+            except (ValueError, binascii.Error) as exc:
+                self._problem("bundle_line_malformed", f"the line cannot be read: {exc}", f"{member} line {n}")
+                continue
+            if last is not None and row[0] <= last:
+                self._problem("bundle_order", "lines are not in strictly increasing order of their hash",
+                              f"{member} line {n}", found=row[0])
+            last = row[0]
+            rows.append(row)
+            where[row[0]] = f"{member} line {n}"
+        return rows, where
+
+    def _locate(self, problems: Iterable[Problem], where: dict[str, str], member: str) -> list[Problem]:
+        out = []
+        for p in problems:
+            refs = _REF.findall(p.message)
+            out.append(dataclasses.replace(p, member=next((where[r] for r in refs if r in where), member)))
+        return out
+
+    def _blobs(self) -> list[tuple]:
+        rows, where = self._rows("blobs.jsonl", _blob_fields)
+        erased = {env["payload"]["blob"] for _, env in self.ev.envelopes_by_kind.get("content.erased", [])}
+        problems, _ = check_blobs(rows, self.ev.refs, erased)
+        self.problems.extend(self._locate(problems, where, "blobs.jsonl"))
+        contents = {ref: content for ref, _, content in rows}
+        reachable, pending = set(), list(self.ev.refs)
+        while pending:
+            ref = pending.pop()
+            if ref in reachable:
+                continue
+            reachable.add(ref)
+            try:
+                pending.extend(_blob_refs(contents.get(ref)))
+            except ValueError:
+                continue
+        for ref in sorted(set(contents) - reachable):
+            self._problem("blob_unreferenced", f"blob {ref} is referenced by no event or blob of the bundle", where[ref])
+        return rows
+
+    def _snapshots(self) -> list[tuple]:
+        rows, where = self._rows("snapshots.jsonl", _snapshot_fields)
+        starts = [(leaf, env) for leaf, env in self.ev.envelopes_by_kind.get("run.started", [])
+                  if env["run_id"] != SYSTEM_RUN_ID]
+        problems = check_snapshots(rows, starts)
+        self.problems.extend(self._locate(problems, where, "snapshots.jsonl"))
+        named = {env["payload"].get("snapshot") for _, env in starts}
+        for fp, _ in rows:
+            if fp not in named:
+                self._problem("snapshot_unreferenced", f"snapshot {fp} is named by no run of the bundle", where[fp])
+        return rows
+
+    # -------------------------------------------------------------- manifest and consistency
+
+    def _manifest(self, blobs: list[tuple], snaps: list[tuple]) -> None:
+        found = self.members.get("manifest.json", b"")
+        try:
+            claimed = json.loads(found)
+        except ValueError:
+            self._problem("bundle_manifest", "manifest.json is not valid JSON", "manifest.json")
+            return
+        cp = self.cp or _claimed_checkpoint(claimed)
+        if cp is None:
+            return
+        want = manifest_bytes(
+            origin=cp.origin, size=cp.size, root=cp.root, runs=run_entries(self.envs),
+            system_events=sum(1 for _, e in self.envs if e["run_id"] == SYSTEM_RUN_ID), blobs=len(blobs),
+            erased=sum(1 for r in blobs if r[2] is None), snapshots=len(snaps),
+            members=[(n, self.members.get(n, b"")) for n in MEMBERS[2:]])
+        if want != found:
+            expected = json.loads(want)
+            fields = sorted(k for k in set(expected) | set(claimed if isinstance(claimed, dict) else {})
+                            if not isinstance(claimed, dict) or claimed.get(k) != expected.get(k))
+            self._problem("bundle_manifest", "manifest.json is not what the bundle's content says "
+                          f"({'fields ' + ', '.join(fields) if fields else 'not in canonical form'})", "manifest.json")
+
+    def _consistency(self, doc: tuple) -> dict[str, Any] | None:
+        size1, size2, note, proof = doc
+        if self.cp is None:
+            self._problem("consistency_unverifiable", "the bundle's checkpoint did not verify, so no proof from it can",
+                          "--consistency")
+            return None
+        if size1 != self.cp.size:
+            self._problem("consistency_size", "the proof does not start at the bundle's checkpoint", "--consistency",
+                          expected=str(self.cp.size), found=str(size1))
+            return None
+        try:
+            newer = verify_checkpoint(note, self.verifier)
+        except NoteError as exc:
+            self._problem("consistency_checkpoint", f"the newer checkpoint is not validly signed by the trusted key: {exc}",
+                          "--consistency")
+            return None
+        try:
+            if newer.size != size2:
+                raise ProofError(f"the proof is for size {size2} but its checkpoint has size {newer.size}")
+            merkle.verify_consistency(size1, size2, proof, self.cp.root, newer.root)
+        except ProofError as exc:
+            self._problem("consistency_proof", f"the newer log does not extend the bundle's checkpoint: {exc}",
+                          "--consistency", expected=f"a log extending size {size1}", found=f"size {size2}")
+            return None
+        return {"size1": size1, "size2": size2, "root2": "sha256:" + newer.root.hex()}
+
+
+def _blob_refs(content: bytes | None) -> list[str]:
+    from sealbox.blobs import blob_refs
+
+    return [] if content is None else blob_refs(json.loads(content))
+
+
+def _claimed_checkpoint(claimed: Any) -> Checkpoint | None:
+    """Origin, size and root as the manifest states them (used only when the checkpoint did not verify)."""
+    try:
+        c = claimed["checkpoint"]
+        return Checkpoint(claimed["origin"], c["size"], bytes.fromhex(c["root"].removeprefix("sha256:")))
+    except (KeyError, TypeError, ValueError, AttributeError, NoteError):
+        return None
+

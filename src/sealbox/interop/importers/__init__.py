@@ -1,0 +1,131 @@
+"""Importers: runs recorded elsewhere, brought into a store as imported runs.
+
+``import_file(store, path, format="auto")`` reads one file, detects (or checks)
+its format, converts every run in it, and appends all of them in **one store
+transaction**: a file comes in whole or not at all. Each run starts with
+``run.started`` whose ``imported`` field names the source file, its SHA-256, the
+format and the original ids; oddities of the source are ``anomaly`` events of
+the run; it ends with ``run.ended``. See ``docs/import.md``.
+
+Formats: ``tau-bench`` (OpenAI chat-completions message lists), ``swe-agent``,
+``otlp-json``, ``jaeger``, ``langfuse``, ``openai-agents-runstate``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from sealbox.interop.importers.common import (
+    IMPORTED_POLICY,
+    IMPORTED_POLICY_FINGERPRINT,
+    ImportContext,
+    ImportFormatError,
+    ImportSummary,
+    Progress,
+    load_json_bytes,
+)
+from sealbox.interop.importers.detect import FORMATS, detect_format, module_for
+
+__all__ = [
+    "FORMATS",
+    "IMPORTED_POLICY",
+    "IMPORTED_POLICY_FINGERPRINT",
+    "ImportFormatError",
+    "ImportSummary",
+    "detect_format",
+    "import_file",
+    "parse_file",
+]
+
+_CHUNK = 1 << 20
+
+
+def _read(path: Path, progress: Progress | None) -> bytes:
+    try:
+        total = path.stat().st_size
+        chunks, done = [], 0
+        with path.open("rb") as fh:
+            while True:
+                chunk = fh.read(_CHUNK)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                done += len(chunk)
+                if progress:
+                    progress("read", done, total)
+    except IsADirectoryError:
+        raise ImportFormatError(f"{path} is a folder; give one file to import") from None
+    except FileNotFoundError:
+        raise ImportFormatError(f"{path} does not exist") from None
+    except PermissionError:
+        raise ImportFormatError(f"{path} cannot be read (permission denied)") from None
+    except OSError as exc:
+        raise ImportFormatError(f"{path} cannot be read ({exc.strerror})") from None
+    return b"".join(chunks)
+
+
+def parse_file(path: str | os.PathLike, format: str = "auto", *,
+               progress: Progress | None = None) -> tuple[str, str, list[Any]]:
+    """Read, detect and convert a file without writing anything.
+
+    Returns:
+        (format, source sha256, list of :class:`~sealbox.interop.importers.common.RunBuilder`).
+
+    Raises:
+        ImportFormatError: unreadable, not JSON, in no known format, or not the format asked for.
+    """
+    p = Path(path)
+    data = _read(p, progress)
+    sha = "sha256:" + hashlib.sha256(data).hexdigest()
+    name = p.name
+    doc, non_finite = load_json_bytes(data, name)
+    fmt = detect_format(doc, name) if format in (None, "auto") else format
+    module = module_for(fmt)
+    ctx = ImportContext(name=name, source_sha256=sha, on_progress=progress, non_finite=non_finite)
+    try:
+        runs = module.parse(doc, ctx)
+    except ImportFormatError:
+        raise
+    except RecursionError:
+        raise ImportFormatError(f"{name} nests too deeply to import as {fmt}") from None
+    if not runs:
+        raise ImportFormatError(f"{name} holds no run to import as {fmt}")
+    return fmt, sha, runs
+
+
+def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
+                progress: Progress | None = None) -> ImportSummary:
+    """Import every run of a file into ``store``, all in one transaction.
+
+    Args:
+        store: an open, writable store.
+        path: the file.
+        format: ``auto`` (detect) or one of :data:`FORMATS`.
+        progress: optional ``progress(stage, done, total)`` callback (stages
+            ``read``, ``parse``, ``build``, ``write``).
+
+    Returns:
+        An :class:`ImportSummary` (run ids, event and anomaly counts, format, source hash).
+
+    Raises:
+        ImportFormatError: the file is in no known format, or not in the one asked
+            for; nothing is written.
+        InvalidEventError, StoreError: the store refused the events; nothing is written.
+    """
+    fmt, sha, runs = parse_file(path, format, progress=progress)
+    drafts = []
+    for i, run in enumerate(runs):
+        if progress:
+            progress("build", i + 1, len(runs))
+        drafts.extend(run.drafts())
+    if progress:
+        progress("write", 0, len(drafts))
+    events = store.append(drafts)
+    if progress:
+        progress("write", len(drafts), len(drafts))
+    anomalies = sum(1 for e in events if e.kind == "anomaly")
+    return ImportSummary(runs=tuple(r.run_id for r in runs), events=len(events), anomalies=anomalies, format=fmt,
+                         source_sha256=sha)

@@ -1,0 +1,512 @@
+"""Span graphs (OTLP, Jaeger, Langfuse observations) → the events of one run.
+
+Every span-shaped format is first turned into :class:`Span` records; this module
+then builds the parent graph defensively and emits the run's events:
+
+- Graph repair, each an ``anomaly``: a duplicate span id (the later span is kept
+  under ``<id>#dup<n>``), a span that is its own parent, a parent that is not in
+  the file (the span becomes a root), a parent cycle (broken at its earliest span).
+  Every walk is iterative and bounded, so no input loops or overflows the stack.
+- Model calls: a model span nested inside another model span (ADK ``call_llm`` →
+  ``generate_content``, kagent ``call_llm`` → ``openai.chat``, Vercel
+  ``ai.generateText`` → ``doGenerate``) is the same call seen twice: the innermost
+  span is the ``model.call``; an enclosing model span with exactly one model span
+  inside lends it whatever it lacks (request, response, usage).
+- Tool calls: one ``tool.call`` per tool span, linked to the model call that
+  requested it by, in order: its call id among the ids the model's response
+  requested (``gen_ai.tool.call.id``, ``call_id``, ``toolCallId``, ``tool_use.id``);
+  span parentage (the tool span sits under the model span); the latest earlier
+  model call that requested a tool of that name without an id. A linked call gets
+  step ``N.k`` (k = its position in the model's response), so parallel calls stay
+  siblings. A call requested by a model with no tool span is listed in the model
+  call's ``tool_call_ids`` only (it may never have run).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from sealbox.interop.importers.common import RunBuilder, as_count, as_dict, normalize_arguments, ts_field
+
+_MAX_WALK = 200_000
+_MAX_DEPTH = 64
+
+
+@dataclass
+class Span:
+    """A span or observation in a common shape (filled by each format's module)."""
+
+    id: str
+    parent: str | None
+    name: str
+    order: int
+    start_ns: int | None = None
+    end_ns: int | None = None
+    role: str = "other"  # "model" | "tool" | "agent" | "other"
+    trace_id: str | None = None
+    # model
+    provider: str | None = None
+    model: str | None = None
+    request: Any = None
+    response: Any = None
+    usage: dict[str, int] = field(default_factory=dict)
+    fmt: str = "unknown"
+    # tool
+    tool_name: str | None = None
+    call_id: str | None = None
+    arguments: Any = None
+    has_arguments: bool = False
+    result: Any = None
+    error: dict[str, str] | None = None
+    server: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    logs: list[Any] | None = None  # log records tied to the span (used as the request when it has none)
+    # filled here
+    requested: list[list[Any]] = field(default_factory=list)  # [id, name, args]
+
+
+# --------------------------------------------------------------------------- tool calls in responses
+
+
+def extract_tool_calls(value: Any) -> list[tuple[str | None, str, Any]]:
+    """Tool calls a model response requests, in any of the shapes seen in the corpus.
+
+    OpenAI chat ``tool_calls`` items, OpenAI Responses ``function_call`` /
+    ``custom_tool_call`` items, OTel GenAI ``parts`` of type ``tool_call``,
+    Anthropic ``tool_use`` blocks, Gemini ``function_call`` / ``functionCall``,
+    Vercel AI SDK ``{toolCallId, toolName, input}``. Walks iteratively (bounded);
+    calls with the same id are reported once.
+    """
+    out: list[tuple[str | None, str, Any]] = []
+    seen_ids: set[str] = set()
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    steps = 0
+    while stack and steps < _MAX_WALK:
+        steps += 1
+        v, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            continue
+        if isinstance(v, list):
+            stack.extend((x, depth + 1) for x in reversed(v))
+            continue
+        if not isinstance(v, dict):
+            continue
+        found = _tool_call_of(v)
+        if found is not None:
+            cid = found[0]
+            if cid is None or cid not in seen_ids:
+                out.append(found)
+                if cid is not None:
+                    seen_ids.add(cid)
+            continue
+        items = list(v.items())
+        for key, x in reversed(items):
+            if key in ("function_call", "functionCall") and isinstance(x, dict) and isinstance(x.get("name"), str):
+                cid = x.get("id") if isinstance(x.get("id"), str) and x.get("id") else None
+                stack.append(({"$gemini": (cid, x["name"], x.get("args", x.get("arguments")))}, depth + 1))
+            elif key in ("tools", "function_declarations", "functions"):
+                continue  # tool definitions, not calls
+            else:
+                stack.append((x, depth + 1))
+    return out
+
+
+def _tool_call_of(d: dict) -> tuple[str | None, str, Any] | None:
+    if "$gemini" in d and len(d) == 1:
+        return d["$gemini"]
+    t = d.get("type")
+    name = d.get("name")
+
+    def sid(*keys: str) -> str | None:
+        for k in keys:
+            if isinstance(d.get(k), str) and d[k]:
+                return d[k]
+        return None
+
+    if t in ("function_call", "custom_tool_call") and isinstance(name, str):
+        return sid("call_id", "id"), name, d.get("arguments", d.get("input"))
+    if t in ("tool_call", "tool-call") and isinstance(name, str):
+        return sid("id", "call_id", "toolCallId"), name, d.get("arguments", d.get("args", d.get("input")))
+    if t == "tool_use" and isinstance(name, str):
+        return sid("id"), name, d.get("input")
+    fn = d.get("function")
+    if isinstance(fn, dict) and isinstance(fn.get("name"), str) and ("arguments" in fn or t == "function"):
+        return sid("id"), fn["name"], fn.get("arguments")
+    if t is None and isinstance(name, str) and "arguments" in d and isinstance(d.get("id"), str):
+        return d["id"], name, d["arguments"]  # OpenLLMetry's flattened gen_ai.completion.N.tool_calls.M
+    if isinstance(d.get("toolName"), str) and ("toolCallId" in d or "input" in d or "args" in d):
+        return sid("toolCallId"), d["toolName"], d.get("input", d.get("args"))
+    return None
+
+
+def unflatten(attrs: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """``prefix.0.role``, ``prefix.0.tool_calls.1.name``… (OpenLLMetry) → a list of nested dicts."""
+    root: dict[str, Any] = {}
+    p = prefix + "."
+    for key, value in attrs.items():
+        if not key.startswith(p):
+            continue
+        node = root
+        parts = key[len(p):].split(".")
+        for part in parts[:-1]:
+            nxt = node.get(part)
+            if not isinstance(nxt, dict):
+                nxt = node[part] = {}
+            node = nxt
+        node[parts[-1]] = value
+    return _listify(root) if root else []
+
+
+def _listify(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    items = {k: _listify(v) for k, v in node.items()}
+    if items and all(k.isdigit() for k in items):
+        return [items[k] for k in sorted(items, key=int)]
+    return items
+
+
+def otel_usage(attrs: dict[str, Any]) -> dict[str, int]:
+    """Token usage from GenAI attributes (current and older names)."""
+    out: dict[str, int] = {}
+    for key, names in (("input_tokens", ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.usage.prompt_tokens")),
+                       ("output_tokens", ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens",
+                                          "llm.usage.completion_tokens"))):
+        for name in names:
+            n = as_count(attrs.get(name))
+            if n is not None:
+                out[key] = n
+                break
+    return out
+
+
+# --------------------------------------------------------------------------- graph
+
+
+def build_graph(run: RunBuilder, spans: list[Span]) -> dict[str, Span]:
+    """Index spans by id and repair the parent graph (each repair is an anomaly)."""
+    index: dict[str, Span] = {}
+    dup_counts: dict[str, int] = {}
+    for s in spans:
+        if s.id in index:
+            n = dup_counts[s.id] = dup_counts.get(s.id, 1) + 1
+            new_id = f"{s.id}#dup{n}"
+            run.anomaly("duplicate_span_id", {"span_id": s.id, "kept_as": new_id,
+                                              "message": "two spans share an id; the later one was renamed"})
+            s.extra["original_span_id"] = s.id
+            s.id = new_id
+        index[s.id] = s
+    for s in index.values():
+        if s.parent is None or s.parent == "":
+            s.parent = None
+        elif s.parent == s.id or s.parent == s.extra.get("original_span_id"):
+            run.anomaly("self_parent", {"span_id": s.id, "message": "a span names itself as its parent; made a root"})
+            s.parent = None
+        elif s.parent not in index:
+            run.anomaly("missing_parent", {"span_id": s.id, "parent_span_id": s.parent,
+                                           "message": "a span's parent is not in the file; made a root"})
+            s.extra["missing_parent"] = s.parent
+            s.parent = None
+    # cycles: each span has at most one parent, so follow parent chains with marks
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    for start in index:
+        if state.get(start):
+            continue
+        path: list[str] = []
+        node: str | None = start
+        while node is not None and not state.get(node):
+            state[node] = 1
+            path.append(node)
+            node = index[node].parent
+        if node is not None and state.get(node) == 1:  # closed a cycle
+            cycle = path[path.index(node):]
+            cut = min(cycle, key=lambda i: (index[i].start_ns is None, index[i].start_ns or 0, index[i].order))
+            run.anomaly("parent_cycle", {"span_ids": cycle[:50], "made_root": cut,
+                                         "message": "span parents form a cycle; it was broken at its earliest span"})
+            index[cut].parent = None
+        for p in path:
+            state[p] = 2
+    return index
+
+
+def _ancestors(index: dict[str, Span], s: Span) -> list[Span]:
+    out, node, guard = [], s.parent, 0
+    while node is not None and guard < len(index) + 1:
+        guard += 1
+        parent = index[node]
+        out.append(parent)
+        node = parent.parent
+    return out
+
+
+# --------------------------------------------------------------------------- emission
+
+
+def emit(run: RunBuilder, spans: list[Span]) -> None:
+    """Repair the graph, merge nested model spans, link tool spans, and add the run's events."""
+    index = build_graph(run, spans)
+    models = [s for s in index.values() if s.role == "model"]
+    tools = [s for s in index.values() if s.role == "tool"]
+    ancestors = {s.id: _ancestors(index, s) for s in models + tools}
+    # nested model spans: the innermost is the call
+    inner: dict[str, list[Span]] = {s.id: [] for s in models}
+    for s in models:
+        for a in ancestors[s.id]:
+            if a.role == "model":
+                inner[a.id].append(s)
+    leaves = [s for s in models if not inner[s.id]]
+    leaf_of: dict[str, Span] = {s.id: s for s in leaves}
+    for w in sorted((s for s in models if inner[s.id]), key=lambda s: -len(ancestors[s.id])):  # innermost wrappers first
+        inside = [s for s in inner[w.id] if s.id in leaf_of and leaf_of[s.id] is s]
+        if len(inside) == 1:
+            leaf = inside[0]
+            leaf.request = leaf.request if leaf.request is not None else w.request
+            leaf.response = leaf.response if leaf.response is not None else w.response
+            leaf.usage = leaf.usage or w.usage
+            leaf.provider = leaf.provider or w.provider
+            leaf.model = leaf.model or w.model
+            if leaf.fmt == "unknown":
+                leaf.fmt = w.fmt
+            leaf.extra.setdefault("merged_span_ids", []).append(w.id)
+            leaf_of[w.id] = leaf
+        else:
+            for leaf in inside:
+                leaf.extra.setdefault("enclosing_model_span_ids", []).append(w.id)
+    for m in leaves:
+        if m.request is None and m.logs:
+            m.request = {"log_records": m.logs}
+        for k, (cid, name, args) in enumerate(extract_tool_calls(m.response) if m.response is not None else []):
+            m.requested.append([cid, name, args, None])  # [id, name, args, tool span]
+
+    def key(s: Span) -> tuple:
+        return (s.start_ns is None, s.start_ns or 0, s.order)
+
+    leaves.sort(key=key)
+    by_req_id: dict[str, tuple[Span, int]] = {}
+    for m in leaves:
+        for k, req in enumerate(m.requested):
+            if req[0] and req[0] not in by_req_id:
+                by_req_id[req[0]] = (m, k)
+    links: dict[str, tuple[Span, int]] = {}
+    for t in sorted(tools, key=key):
+        link = None
+        if t.call_id and t.call_id in by_req_id:
+            m, k = by_req_id[t.call_id]
+            if m.requested[k][3] is None:
+                link = (m, k)
+        if link is None:
+            for a in ancestors[t.id]:
+                if a.role == "model" and a.id in leaf_of:
+                    m = leaf_of[a.id]
+                    link = (m, _slot(m, t))
+                    break
+        if link is None:
+            earlier = [m for m in leaves if key(m) <= key(t) or t.start_ns is None]
+            for exact in (True, False):  # first a request with the same arguments, then by name alone
+                for m in reversed(earlier):
+                    k = _free_slot_by_name(m, t, exact=exact)
+                    if k is not None:
+                        link = (m, k)
+                        break
+                if link is not None:
+                    break
+        if link is not None:
+            m, k = link
+            m.requested[k][3] = t
+            if t.call_id is None:
+                t.call_id = m.requested[k][0]
+            elif m.requested[k][0] is None:
+                m.requested[k][0] = t.call_id
+            links[t.id] = link
+    # order: each model call at its start; each tool call at its start but never before its model call
+    entries: list[tuple[tuple, int, Span]] = []
+    for m in leaves:
+        entries.append((key(m), 0, m))
+    for t in tools:
+        k = key(t)
+        if t.id in links:
+            k = max(k, key(links[t.id][0]))
+        entries.append((k, 1, t))
+    entries.sort(key=lambda e: (e[0], e[1]))
+    steps: dict[str, int] = {}
+    for _, _, s in entries:
+        if s.role == "model":
+            top = steps[s.id] = run.new_step()
+            ids = [r[0] for r in s.requested if r[0]]
+            run.model_call(top, provider=s.provider or "unknown", model=s.model or "unknown", request=s.request,
+                           response=s.response, usage=s.usage, latency_us=_dur_us(s), fmt=s.fmt,
+                           tool_call_ids=ids, source=_source(s))
+        else:
+            if s.id in links:
+                m, k = links[s.id]
+                top, sub = steps[m.id], (k + 1,)
+                requested_args = m.requested[k][2]
+            else:
+                top, sub, requested_args = run.new_step(), (), None
+            _emit_tool(run, s, top, sub, requested_args)
+
+
+def _slot(m: Span, t: Span) -> int:
+    k = _free_slot_by_name(m, t)
+    if k is not None:
+        return k
+    m.requested.append([t.call_id, t.tool_name or "unknown", None, None])
+    return len(m.requested) - 1
+
+
+def _free_slot_by_name(m: Span, t: Span, exact: bool = False) -> int | None:
+    free = [k for k, r in enumerate(m.requested) if r[3] is None and r[1] == t.tool_name
+            and (r[0] is None or t.call_id is None or r[0] == t.call_id)]
+    if not free:
+        return None
+    if t.has_arguments:
+        want = {_canon(t.arguments), _canon(_unwrap_input(t.arguments))}
+        for k in free:
+            if _canon(m.requested[k][2]) in want:
+                return k
+    return None if exact else free[0]
+
+
+def _unwrap_input(value: Any) -> Any:
+    if isinstance(value, dict) and len(value) == 1 and "input" in value:
+        return value["input"]
+    return value
+
+
+def _canon(value: Any) -> str:
+    from sealbox.interop.importers.common import lenient
+
+    try:
+        return json.dumps(lenient(value), sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _dur_us(s: Span) -> int:
+    if s.start_ns is None or s.end_ns is None or s.end_ns < s.start_ns:
+        return 0
+    return (s.end_ns - s.start_ns) // 1000
+
+
+def _source(s: Span) -> dict[str, Any]:
+    out: dict[str, Any] = {"span_id": s.id, "name": s.name}
+    if s.trace_id:
+        out["trace_id"] = s.trace_id
+    if s.start_ns is not None:
+        out["ts"] = ts_field(s.start_ns)
+    if s.end_ns is not None:
+        out["end_ts"] = ts_field(s.end_ns)
+    for k, v in s.extra.items():
+        out[k] = v
+    return out
+
+
+def _emit_tool(run: RunBuilder, t: Span, top: int, sub: tuple[int, ...], requested_args: Any) -> None:
+    where = f"span {t.id}"
+    if t.has_arguments:
+        args = normalize_arguments(t.arguments, run, where)
+    elif requested_args is not None:
+        args = normalize_arguments(requested_args, run, where)
+    else:
+        args = normalize_arguments(None, run, where)
+    src = _source(t)
+    if t.has_arguments and requested_args is not None:
+        asked = lenient_args(requested_args)
+        if _canon(asked) != _canon(args) and _canon(asked) == _canon(_unwrap_input(args)):
+            src["arguments_from"] = "model_request"  # the span wrapped them as {"input": ...}
+            args = asked
+    call_id = t.call_id or f"imported:span:{t.id}"
+    if t.call_id is None:
+        src["call_id_assigned"] = True
+    run.tool_call(top, sub, call_id=call_id, tool=t.tool_name or "unknown", arguments=args, server=t.server,
+                  source=src)
+    if t.end_ns is not None or t.result is not None or t.error is not None:
+        run.tool_result(top, sub, call_id=call_id, ok=t.error is None, result=t.result, error=t.error,
+                        duration_us=_dur_us(t), source={"span_id": t.id})
+
+
+def lenient_args(value: Any) -> Any:
+    from sealbox.interop.importers.common import lenient
+
+    return lenient(value) if isinstance(value, str) and value.strip() else value
+
+
+def as_attr_dict(value: Any) -> dict[str, Any]:
+    return as_dict(value)
+
+
+# --------------------------------------------------------------------------- OpenTelemetry GenAI spans
+
+MODEL_OPS = frozenset({"chat", "generate_content", "text_completion", "completion", "responses"})
+AGENT_OPS = frozenset({"invoke_agent", "create_agent", "invoke_workflow", "chain"})
+
+
+def otel_span(run: RunBuilder, *, span_id: str, parent: str | None, name: str, order: int, start_ns: int | None,
+              end_ns: int | None, attrs: dict[str, Any], trace_id: str | None, status_error: str | None,
+              log_records: list[Any] | None = None) -> Span:
+    """A :class:`Span` from OpenTelemetry attributes (GenAI semantic conventions and the
+    vendor attributes seen in the corpus: ADK ``gcp.vertex.agent.*``, OpenLLMetry
+    ``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*``, OpenInference ``input.value``)."""
+    from sealbox.interop.importers.common import lenient
+
+    s = Span(id=span_id, parent=parent, name=name, order=order, start_ns=start_ns, end_ns=end_ns, trace_id=trace_id)
+    op = attrs.get("gen_ai.operation.name")
+    if op == "execute_tool" or name.startswith("execute_tool") or (
+            op is None and isinstance(attrs.get("gen_ai.tool.name"), str) and "gen_ai.tool.call.id" in attrs):
+        s.role = "tool"
+        tool = attrs.get("gen_ai.tool.name")
+        if not isinstance(tool, str) or not tool:
+            tool = name[len("execute_tool"):].strip() or "unknown"
+        s.tool_name = tool
+        cid = attrs.get("gen_ai.tool.call.id")
+        s.call_id = cid if isinstance(cid, str) and cid else None
+        for k in ("gen_ai.tool.call.arguments", "gcp.vertex.agent.tool_call_args", "input.value", "tool_arguments"):
+            if k in attrs:
+                s.arguments, s.has_arguments = attrs[k], True
+                break
+        for k in ("gen_ai.tool.call.result", "gcp.vertex.agent.tool_response", "output.value", "tool_response"):
+            if k in attrs:
+                s.result = lenient(attrs[k])
+                break
+        if status_error is not None:
+            etype = attrs.get("error.type")
+            s.error = {"type": etype if isinstance(etype, str) and etype else "error",
+                       "message": status_error or "the span's status is ERROR"}
+        return s
+    is_model = op in MODEL_OPS or attrs.get("llm.request.type") in ("chat", "completion") or (
+        op not in AGENT_OPS and (name.startswith("call_llm") or "gcp.vertex.agent.llm_request" in attrs
+                                 or "gen_ai.request.model" in attrs or bool(otel_usage(attrs))))
+    if not is_model:
+        s.role = "agent" if op in AGENT_OPS else "other"
+        return s
+    s.role = "model"
+    provider = attrs.get("gen_ai.provider.name") or attrs.get("gen_ai.system")
+    s.provider = provider if isinstance(provider, str) else None
+    model = attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model")
+    s.model = model if isinstance(model, str) else None
+    s.usage = otel_usage(attrs)
+    for key, fmt in (("gen_ai.input.messages", "otel.genai"), ("gcp.vertex.agent.llm_request", "google.adk"),
+                     ("input.value", "openinference")):
+        value = lenient(attrs.get(key))
+        if value not in (None, {}, ""):
+            s.request, s.fmt = value, fmt
+            break
+    else:
+        prompt = unflatten(attrs, "gen_ai.prompt")
+        if prompt:
+            s.request, s.fmt = {"messages": prompt}, "openllmetry"
+    for key in ("gen_ai.output.messages", "gcp.vertex.agent.llm_response", "output.value"):
+        value = lenient(attrs.get(key))
+        if value not in (None, {}, ""):
+            s.response = value
+            break
+    else:
+        completion = unflatten(attrs, "gen_ai.completion")
+        if completion:
+            s.response = {"choices": completion}
+    s.logs = log_records or None
+    if status_error is not None:
+        s.extra["status_error"] = status_error or "ERROR"
+    return s

@@ -1,0 +1,139 @@
+"""Analyst export: one Parquet row per tool call (via ``pyarrow``, an optional dependency).
+
+Rows are built from the runs' events (a ``tool.call``, its ``policy.decision``
+events, its approval and its ``tool.result``), in log order of the ``tool.call``.
+Who answered an approval and its flags come from :func:`sealbox.approvals.get_approval`,
+the same evaluation ``sealbox approvals show`` uses (only answers that count).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+from sealbox.canonical import canonical_bytes
+from sealbox.errors import BlobNotFoundError, ConfigError
+
+__all__ = ["CALL_FIELDS", "call_rows", "export_parquet"]
+
+#: (column, Arrow type name) of each row, in order.
+CALL_FIELDS = (
+    ("run_id", "string"), ("agent", "string"), ("principal", "string"), ("ts", "string"), ("step", "string"),
+    ("call_id", "string"), ("server", "string"), ("tool", "string"), ("exposed", "string"), ("grant", "string"),
+    ("arguments", "string"), ("decision", "string"), ("rule", "string"), ("reason_code", "string"),
+    ("final_decision", "string"), ("approval", "string"), ("approver", "list<string>"), ("flags", "list<string>"),
+    ("outcome", "string"), ("ok", "bool"), ("duration_us", "int64"), ("error_type", "string"), ("error", "string"),
+)
+
+
+def call_rows(store: Any, run_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """One dict per tool call of ``run_ids`` (keys: :data:`CALL_FIELDS`), in log order.
+
+    ``arguments`` is the RFC 8785 JSON text of the resolved arguments (blob
+    references kept where content was erased). ``decision``/``rule``/``reason_code``
+    are the first policy decision; ``final_decision`` the last (after an approval);
+    ``approval`` is ``approved``/``denied``/``expired``/``pending`` or None; ``approver``
+    the identities whose answers decided it; ``flags`` sorted markers: the approval's
+    flag codes (``shared_identity``, ``multiple_clients``, ``acts_as_agent``),
+    ``guardrail_tripped``, ``outcome_unknown``, ``imported``. ``outcome`` is ``ok``,
+    ``error``, ``denied``, ``held`` or ``unknown`` (allowed, no result).
+    """
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for run_id in run_ids:
+        rows.extend(_run_rows(store, run_id))
+    return [row for _, row in sorted(rows, key=lambda r: r[0])]
+
+
+def _run_rows(store: Any, run_id: str) -> list[tuple[int, dict[str, Any]]]:
+    from sealbox.approvals import get_approval
+
+    events = store.read_run(run_id)
+    start = next((e for e in events if e.kind == "run.started"), None)
+    agent = start.payload.get("agent") if start else None
+    imported = bool(start and start.payload.get("imported"))
+    calls: dict[str, dict[str, Any]] = {}
+    order: list[tuple[int, str]] = []
+    for e in events:
+        cid = e.payload.get("call_id")
+        if e.kind == "tool.call":
+            calls[cid] = {"call": e, "decisions": [], "result": None, "approval": None, "guard": False}
+            order.append((e.leaf_index, cid))
+        elif cid in calls:
+            slot = calls[cid]
+            if e.kind == "policy.decision":
+                slot["decisions"].append(e.payload)
+            elif e.kind == "tool.result":
+                slot["result"] = e.payload
+            elif e.kind == "approval.requested":
+                slot["approval"] = e.payload["approval_id"]
+            elif e.kind == "guardrail.tripped":
+                slot["guard"] = True
+    out = []
+    for leaf, cid in order:
+        slot = calls[cid]
+        state = get_approval(store, slot["approval"]) if slot["approval"] else None
+        out.append((leaf, _row(store, run_id, agent, imported, slot, state)))
+    return out
+
+
+def _row(store: Any, run_id: str, agent: str | None, imported: bool, slot: dict, state: Any) -> dict[str, Any]:
+    call, first = slot["call"], (slot["decisions"][0] if slot["decisions"] else {})
+    last, result = (slot["decisions"][-1] if slot["decisions"] else {}), slot["result"]
+    p = call.payload
+    error = (result or {}).get("error") if result and not result["ok"] else None
+    flags = {f.get("code") for f in (state.flags if state else []) if f.get("code")}
+    outcome = _outcome(last.get("effect"), result, state)
+    flags |= {"guardrail_tripped"} if slot["guard"] else set()
+    flags |= {"outcome_unknown"} if outcome == "unknown" else set()
+    flags |= {"imported"} if imported else set()
+    return {
+        "run_id": run_id, "agent": agent, "principal": call.principal, "ts": call.ts, "step": call.step,
+        "call_id": p["call_id"], "server": p["server"], "tool": p["tool"], "exposed": p.get("exposed"),
+        "grant": p.get("grant"), "arguments": _json_text(store, p.get("arguments")),
+        "decision": first.get("effect"), "rule": first.get("rule"), "reason_code": first.get("reason_code"),
+        "final_decision": last.get("effect"), "approval": state.status if state else None,
+        "approver": list(state.decided_by) if state else [], "flags": sorted(flags), "outcome": outcome,
+        "ok": None if result is None else bool(result["ok"]),
+        "duration_us": None if result is None else result.get("duration_us"),
+        "error_type": error.get("type") if isinstance(error, dict) else None,
+        "error": error.get("message") if isinstance(error, dict) else None,
+    }
+
+
+def _outcome(effect: str | None, result: dict | None, state: Any) -> str:
+    if result is not None:
+        return "ok" if result["ok"] else "error"
+    if effect == "deny" or (state is not None and state.status in ("denied", "expired")):
+        return "denied"
+    if effect == "require_approval" or (state is not None and state.status == "pending"):
+        return "held"
+    return "unknown"
+
+
+def _json_text(store: Any, value: Any) -> str:
+    try:
+        value = store.resolve(value)
+    except BlobNotFoundError:
+        pass  # erased: the commitment stays
+    return canonical_bytes(value).decode("utf-8")
+
+
+def export_parquet(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -> dict[str, Any]:
+    """Write :func:`call_rows` of ``run_ids`` to the Parquet file ``path``.
+
+    Returns:
+        ``{"path", "rows", "runs"}``.
+
+    Raises:
+        ConfigError: ``pyarrow`` is not installed (``pip install 'sealbox[parquet]'``).
+    """
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError as exc:
+        raise ConfigError("Parquet export needs pyarrow: pip install 'sealbox[parquet]'") from exc
+    types = {"string": pa.string(), "bool": pa.bool_(), "int64": pa.int64(), "list<string>": pa.list_(pa.string())}
+    schema = pa.schema([(name, types[t]) for name, t in CALL_FIELDS])
+    rows = call_rows(store, run_ids)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), str(path))
+    return {"path": str(path), "rows": len(rows), "runs": len(run_ids)}

@@ -1,0 +1,153 @@
+"""Divergence: the first step where a replay departs from the record, side by side.
+
+A :class:`Divergence` names the step, what was recorded there and what the
+replay attempted (each a :class:`~sealbox.replay.keys.StepKey` plus its content),
+and a field-level diff of the two contents (:func:`diff_values`), so that a
+changed prompt or argument shows as the one field that changed — not as
+"nondeterminism" (LESSONS.md: report divergence like Restate does).
+
+Kinds of divergence:
+
+================== ==================================================================
+``mismatch``       the same step was attempted with a different kind, name or content
+``extra``          the replay attempted a step the record does not have
+``missing``        the replay ended before a recorded step
+``outcome``        every step matched but the run ended differently (ok / error)
+``outcome_unknown`` the recorded call was allowed but has no result (the process died
+                   while it ran): replay cannot say what it returned, and never re-runs it
+``pending_approval`` the recorded call was still waiting for an approval
+``unreplayable``   the step's recorded answer is redacted or erased
+``config_drift``   the configuration differs from the recorded snapshot (replay did not start)
+================== ==================================================================
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from sealbox.canonical import canonical_bytes
+from sealbox.replay.keys import StepKey
+from sealbox.snapshot import FieldDiff
+
+__all__ = ["DIVERGENCE_KINDS", "Divergence", "diff_values", "render_divergence"]
+
+DIVERGENCE_KINDS = ("mismatch", "extra", "missing", "outcome", "outcome_unknown", "pending_approval",
+                    "unreplayable", "config_drift")
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first departure from the record.
+
+    Attributes:
+        kind: one of :data:`DIVERGENCE_KINDS`.
+        step: the logical step (``"4.2"``), or None (``config_drift``).
+        message: one plain sentence saying what happened.
+        recorded, attempted: the two step keys (None where there is none).
+        recorded_content, attempted_content: the contents compared (stored form).
+        diff: field-level differences of the contents (paths from the content's root).
+        mismatched: which key fields differ: a subset of ``("step", "kind", "name", "hash")``.
+    """
+
+    kind: str
+    step: str | None
+    message: str
+    recorded: StepKey | None = None
+    attempted: StepKey | None = None
+    recorded_content: Any = None
+    attempted_content: Any = None
+    diff: tuple[FieldDiff, ...] = ()
+    mismatched: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (what ``--json`` prints)."""
+        return {
+            "kind": self.kind, "step": self.step, "message": self.message,
+            "recorded": self.recorded.to_dict() if self.recorded else None,
+            "attempted": self.attempted.to_dict() if self.attempted else None,
+            "mismatched": list(self.mismatched), "diff": [d.to_dict() for d in self.diff],
+            "recorded_content": self.recorded_content, "attempted_content": self.attempted_content,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The short form kept in the replay run's ``run.ended`` verdict (no content)."""
+        return {"kind": self.kind, "step": self.step, "message": self.message,
+                "recorded": self.recorded.to_dict() if self.recorded else None,
+                "attempted": self.attempted.to_dict() if self.attempted else None,
+                "fields": [d.path for d in self.diff][:50]}
+
+
+def diff_values(a: Any, b: Any) -> tuple[FieldDiff, ...]:
+    """Field-level differences between two JSON values (``a`` recorded, ``b`` attempted).
+
+    Dicts are compared by key, lists by index (extra items are ``added`` /
+    ``removed``); paths look like ``messages[1].content``. Sorted by path.
+    """
+    out: list[FieldDiff] = []
+    _diff(a, b, "", out)
+    return tuple(sorted(out, key=lambda d: d.path))
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return canonical_bytes(a) == canonical_bytes(b)
+    except Exception:  # noqa: BLE001 - a value that is not strict JSON compares by equality
+        return bool(a == b)
+
+
+def _diff(a: Any, b: Any, path: str, out: list[FieldDiff]) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in a:
+                out.append(FieldDiff(sub, "added", None, b[key]))
+            elif key not in b:
+                out.append(FieldDiff(sub, "removed", a[key], None))
+            else:
+                _diff(a[key], b[key], sub, out)
+        return
+    if isinstance(a, list) and isinstance(b, list):
+        for i in range(max(len(a), len(b))):
+            sub = f"{path}[{i}]"
+            if i >= len(a):
+                out.append(FieldDiff(sub, "added", None, b[i]))
+            elif i >= len(b):
+                out.append(FieldDiff(sub, "removed", a[i], None))
+            else:
+                _diff(a[i], b[i], sub, out)
+        return
+    if not _same(a, b):
+        out.append(FieldDiff(path or "(value)", "changed", a, b))
+
+
+def _short(value: Any, width: int = 70) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _key_line(key: StepKey | None) -> str:
+    if key is None:
+        return "(nothing)"
+    return f"{key.kind} {key.name}  {key.hash[:19]}…"
+
+
+def render_divergence(d: Divergence, limit: int = 20) -> str:
+    """The readable form printed by ``sealbox replay``: step, both sides, the diff."""
+    lines = [f"diverged at step {d.step}: {d.kind}" if d.step else f"diverged: {d.kind}", f"  {d.message}"]
+    if d.recorded or d.attempted:
+        lines.append(f"  recorded : {_key_line(d.recorded)}")
+        lines.append(f"  attempted: {_key_line(d.attempted)}")
+    if d.mismatched:
+        lines.append(f"  differs in: {', '.join(d.mismatched)}")
+    for item in d.diff[:limit]:
+        if item.change == "changed":
+            lines.append(f"    ~ {item.path}: {_short(item.a)} -> {_short(item.b)}")
+        elif item.change == "added":
+            lines.append(f"    + {item.path}: {_short(item.b)}")
+        else:
+            lines.append(f"    - {item.path}: {_short(item.a)}")
+    if len(d.diff) > limit:
+        lines.append(f"    … {len(d.diff) - limit} more field(s) differ (see --json)")
+    return "\n".join(lines)

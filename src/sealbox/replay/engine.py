@@ -1,0 +1,262 @@
+"""The Replayer: re-run an agent's own code against a recorded run.
+
+Usage::
+
+    result = Replayer(store).replay(run_id, agent=my_agent)   # my_agent(run) -> anything
+    if not result.reproduced:
+        print(render_divergence(result.divergence))
+
+The agent callable receives a :class:`~sealbox.recorder.RunContext` in replay
+mode and runs as it does in production:
+
+- model calls made with ``run.complete(request, call)`` — or through the OpenAI
+  Agents SDK's :class:`~sealbox.integrations.openai_agents.SealboxModel` or a
+  LangChain chat model (served through LangChain's cache hook while the replay
+  runs) — are answered from the recorded ``model.call``;
+- tool calls (``run.call_tool``, ``@recorder.tool``, governed SDK / LangGraph
+  tools) get the recorded result; the tool never runs; a recorded deny is a
+  deny again, an approval is served as it was answered and never asked again;
+- every step is compared by (step, kind, name, hash) before it is written; the
+  first mismatch stops the run (:class:`~sealbox.replay.divergence.Divergence`).
+
+Each replay is recorded as a new run with ``replay_of`` and, in its
+``run.ended``, a ``verdict``: ``{reproduced, divergence, steps_compared}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from sealbox.errors import ConfigError
+from sealbox.replay.divergence import Divergence
+from sealbox.replay.keys import RecordedRun
+from sealbox.replay.source import ReplaySource, ReplayStopped
+from sealbox.snapshot import FieldDiff, diff_snapshots
+
+__all__ = ["Replayer", "ReplayResult", "UnreplayableStep"]
+
+_MODES = ("record", "live")
+
+
+@dataclass(frozen=True)
+class UnreplayableStep:
+    """A recorded step whose answer cannot be served, and why (redacted or erased content)."""
+
+    step: str
+    kind: str
+    name: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON-ready form."""
+        return {"step": self.step, "kind": self.kind, "name": self.name, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """The outcome of one replay.
+
+    Attributes:
+        reproduced: every step matched and the run ended as recorded.
+        divergence: the first departure, or None.
+        steps_compared: comparable steps that matched.
+        new_run_id: the replay's own run (None when replay did not start: config drift).
+        config_drift: snapshot fields that differ from the recorded snapshot.
+        unreplayable: recorded steps that cannot be served in the chosen modes.
+        replay_of: the recorded run.
+    """
+
+    reproduced: bool
+    divergence: Divergence | None
+    steps_compared: int
+    new_run_id: str | None
+    config_drift: tuple[FieldDiff, ...] = ()
+    unreplayable: tuple[UnreplayableStep, ...] = ()
+    replay_of: str = ""
+
+    def verdict(self) -> dict[str, Any]:
+        """The ``verdict`` written in the replay run's ``run.ended``."""
+        return {"reproduced": self.reproduced, "replay_of": self.replay_of, "steps_compared": self.steps_compared,
+                "divergence": self.divergence.summary() if self.divergence else None,
+                "config_drift": [d.path for d in self.config_drift]}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``sealbox replay --json``)."""
+        return {"reproduced": self.reproduced, "replay_of": self.replay_of, "new_run_id": self.new_run_id,
+                "steps_compared": self.steps_compared,
+                "divergence": self.divergence.to_dict() if self.divergence else None,
+                "config_drift": [d.to_dict() for d in self.config_drift],
+                "unreplayable": [u.to_dict() for u in self.unreplayable]}
+
+
+class Replayer:
+    """Replays recorded runs from a store (the replay is recorded into the same store).
+
+    Args:
+        store: an open, writable store holding the recorded run.
+        policy: the policy of the replay's recorder. Tools served from the record
+            are not decided again (the recorded decision is served); with
+            ``tools="live"`` this policy decides each call, so it is required then.
+    """
+
+    def __init__(self, store: Any, policy: Any = None) -> None:
+        self.store = store
+        self.policy = policy
+
+    def replay(self, run_id: str, agent: Callable[[Any], Any], *, model: str = "record", tools: str = "record",
+               side_effects: bool = False, allow_config_drift: bool = False, snapshot: Any = None) -> ReplayResult:
+        """Re-run ``agent`` against the record of ``run_id``; see the module docstring.
+
+        Args:
+            run_id: the recorded run.
+            agent: ``agent(run)``, sync or async; it receives the replay's RunContext.
+            model: ``"record"`` or ``"live"`` (call the model for real; tools still from the record).
+            tools: ``"record"`` or ``"live"`` (execute tools for real; needs ``side_effects=True``).
+            side_effects: the explicit consent that ``tools="live"`` requires.
+            allow_config_drift: proceed when ``snapshot`` differs from the recorded one.
+            snapshot: the configuration the agent runs under now (a Snapshot or its dict);
+                None: the recorded one.
+
+        Returns:
+            A frozen :class:`ReplayResult`.
+
+        Raises:
+            ConfigError: unknown run or mode, live tools without consent or policy,
+                or called inside a running event loop with an async agent (use :meth:`areplay`).
+        """
+        with self._prepared(run_id, model, tools, side_effects, allow_config_drift, snapshot) as prep:
+            if isinstance(prep, ReplayResult):
+                return prep
+            run, source, drift, unrep = prep
+            error: BaseException | None = None
+            try:
+                outcome = agent(run)
+                if inspect.isawaitable(outcome):
+                    asyncio.run(_awaited(outcome))
+            except ReplayStopped:
+                pass
+            except Exception as exc:  # noqa: BLE001 - the agent's own failure is part of what is compared
+                error = exc
+            return self._finish(run, source, drift, unrep, error)
+
+    async def areplay(self, run_id: str, agent: Callable[[Any], Any], *, model: str = "record",
+                      tools: str = "record", side_effects: bool = False, allow_config_drift: bool = False,
+                      snapshot: Any = None) -> ReplayResult:
+        """Async form of :meth:`replay`, for callers already inside an event loop."""
+        with self._prepared(run_id, model, tools, side_effects, allow_config_drift, snapshot) as prep:
+            if isinstance(prep, ReplayResult):
+                return prep
+            run, source, drift, unrep = prep
+            error: BaseException | None = None
+            try:
+                outcome = agent(run)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except ReplayStopped:
+                pass
+            except Exception as exc:  # noqa: BLE001
+                error = exc
+            return self._finish(run, source, drift, unrep, error)
+
+    # ----------------------------------------------------------------- setup
+
+    @contextlib.contextmanager
+    def _prepared(self, run_id: str, model: str, tools: str, side_effects: bool, allow_drift: bool,
+                  snapshot: Any) -> Iterator[Any]:
+        from sealbox.policies import ALLOW_ALL
+        from sealbox.recorder import Recorder
+
+        if model not in _MODES or tools not in _MODES:
+            raise ConfigError(f"model and tools must be 'record' or 'live', not {model!r} / {tools!r}")
+        if tools == "live" and not side_effects:
+            raise ConfigError("tools='live' executes tools for real: pass side_effects=True (--side-effects)")
+        if tools == "live" and self.policy is None:
+            raise ConfigError("tools='live' needs a policy to decide each call (--policy FILE)")
+        recorded = RecordedRun.read(self.store, run_id)
+        current, drift = self._conditions(recorded, snapshot)
+        unrep = _unreplayable(recorded, model, tools)
+        if drift and not allow_drift:
+            fields = ", ".join(d.path for d in drift[:8]) + (" …" if len(drift) > 8 else "")
+            div = Divergence("config_drift", None, f"the configuration differs from the recorded snapshot in "
+                             f"{len(drift)} field(s): {fields}; replay did not start (allow_config_drift to proceed)")
+            yield ReplayResult(False, div, 0, None, drift, unrep, run_id)
+            return
+        started = recorded.started
+        recorder = Recorder(self.store, policy=self.policy or ALLOW_ALL)
+        labels = dict(started.get("labels") or {})
+        run = recorder.run(agent=started["agent"], principal=recorded.principal, snapshot=current, labels=labels,
+                           replay_of=run_id)
+        source = ReplaySource(recorded, model=model, tools=tools)
+        run.replay = source
+        run.__enter__()
+        try:
+            with _langchain_cache(source, run, model == "record"):
+                yield run, source, drift, unrep
+        finally:
+            run.__exit__(None, None, None)  # already ended by _finish; resets the current run
+
+    def _conditions(self, recorded: RecordedRun, snapshot: Any) -> tuple[Any, tuple[FieldDiff, ...]]:
+        fp = recorded.started.get("snapshot")
+        then = self.store.get_snapshot(fp) if fp else None
+        if snapshot is None:
+            return then, ()
+        now = snapshot.to_dict() if hasattr(snapshot, "to_dict") else snapshot
+        return now, tuple(diff_snapshots(then or {}, now))
+
+    # ----------------------------------------------------------------- the end
+
+    def _finish(self, run: Any, source: ReplaySource, drift: tuple, unrep: tuple,
+                error: BaseException | None) -> ReplayResult:
+        divergence = source.divergence or source.missing()
+        status = "error" if error is not None else "ok"
+        if divergence is None:
+            recorded = (source.recorded.ended or {}).get("status")
+            if recorded != status:
+                why = f": {type(error).__name__}: {error}" if error is not None else ""
+                divergence = Divergence("outcome", None, f"every step matched, but the recorded run ended "
+                                        f"{recorded or 'without run.ended'} and the replay ended {status}{why}")
+        result = ReplayResult(divergence is None, divergence, len(source.compared), run.run_id, drift, unrep,
+                              source.recorded.run_id)
+        if source.divergence is not None:
+            status, error = "cancelled", None  # stopped by replay, not by the agent
+        run.replay = None
+        run.end(status, error, verdict=result.verdict())
+        return result
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _unreplayable(recorded: RecordedRun, model: str, tools: str) -> tuple[UnreplayableStep, ...]:
+    out = []
+    for rec in recorded.ordered():
+        served = (rec.key.kind == "model.call" and model == "record") or (rec.key.kind == "tool.call" and tools == "record")
+        if served and rec.unreplayable:
+            out.append(UnreplayableStep(rec.key.step, rec.key.kind, rec.key.name, rec.unreplayable))
+    return tuple(out)
+
+
+@contextlib.contextmanager
+def _langchain_cache(source: ReplaySource, run: Any, serve: bool) -> Iterator[None]:
+    """While a replay runs, LangChain chat models are answered from the record (LangChain's cache hook)."""
+    import importlib.util
+    import sys
+
+    if not serve or ("langchain_core" not in sys.modules and importlib.util.find_spec("langchain_core") is None):
+        yield
+        return
+    from langchain_core.globals import get_llm_cache, set_llm_cache
+
+    from sealbox.replay.langchain import RecordCache
+
+    previous = get_llm_cache()
+    set_llm_cache(RecordCache(source, run))
+    try:
+        yield
+    finally:
+        set_llm_cache(previous)

@@ -1,0 +1,257 @@
+"""Step keys: what replay compares, and the recorded run read once for serving.
+
+Every comparable step of a run is keyed by ``(step, kind, name, hash)``
+(LESSONS.md, "Replay and durable state": compare arguments, not just names):
+
+=============== ============================ ==========================================
+kind            name                         hash of (canonical, as stored)
+=============== ============================ ==========================================
+``model.call``  the model name               the request
+``tool.call``   ``server/tool``              the arguments
+``state.saved`` the label (or ``""``)        the state
+``note``        ``""``                       ``{"text", "about"}``
+=============== ============================ ==========================================
+
+The hash is ``sha256:`` + SHA-256 of the RFC 8785 bytes of the content **in the
+form the store keeps it**: type-tag encoded, then redacted by the store's
+content mode. A replay recorded into the same store is redacted the same way
+(HMAC markers under the store's secret), so keys compare exactly in ``full``,
+``redacted`` and ``hashes-only`` stores alike, without ever revealing content.
+
+One normalisation is applied before hashing: LangChain message ``id`` fields
+are left out (LangGraph gives every message without an id a fresh ``uuid4``, so
+they differ on every run of the same code). It applies to ``langchain`` model
+requests and to saved state.
+
+``step`` is the logical step (``"4"``, ``"4.2"``): the second of the tool calls
+requested by model step 4 is ``4.2`` whatever order the calls completed in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from sealbox.canonical import canonical_bytes, encode
+from sealbox.errors import BlobNotFoundError
+from sealbox.redaction import MARKER_TAG
+
+__all__ = ["COMPARED_KINDS", "StepKey", "RecordedCall", "RecordedRun", "content_hash", "attempted_view", "step_order"]
+
+#: Kinds whose steps are compared by replay.
+COMPARED_KINDS = ("model.call", "tool.call", "state.saved", "note")
+
+_CONTENT = {"model.call": "request", "tool.call": "arguments", "state.saved": "state", "note": None}
+_MESSAGE_TYPES = frozenset({"human", "ai", "tool", "system", "function", "chat", "AIMessageChunk"})
+
+
+@dataclass(frozen=True)
+class StepKey:
+    """The identity of one step: all four fields must match for a step to reproduce.
+
+    Attributes:
+        step: logical step (``"4"``, ``"4.2"``).
+        kind: ``model.call``, ``tool.call``, ``state.saved`` or ``note``.
+        name: model name, ``server/tool``, state label, or ``""``.
+        hash: ``sha256:<hex>`` of the canonical stored content (see the module docstring).
+    """
+
+    step: str
+    kind: str
+    name: str
+    hash: str
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON-ready form."""
+        return {"step": self.step, "kind": self.kind, "name": self.name, "hash": self.hash}
+
+
+def step_order(step: str) -> tuple[int, ...]:
+    """Sort key of a logical step: ``"4.10"`` after ``"4.2"``."""
+    return tuple(int(p) for p in step.split("."))
+
+
+def _strip_message_ids(value: Any, langchain: bool) -> Any:
+    if isinstance(value, list):
+        return [_strip_message_ids(v, langchain) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1 and "$pydantic" in value and isinstance(value["$pydantic"], dict):
+        inner = value["$pydantic"]
+        if str(inner.get("type", "")).startswith("langchain_core.messages."):
+            fields = inner.get("fields")
+            if isinstance(fields, dict):
+                fields = {k: v for k, v in fields.items() if k != "id"}
+            return {"$pydantic": {**inner, "fields": _strip_message_ids(fields, True)}}
+    is_message = langchain and value.get("type") in _MESSAGE_TYPES and "content" in value
+    return {k: _strip_message_ids(v, langchain) for k, v in value.items() if not (is_message and k == "id")}
+
+
+def normalised(kind: str, fmt: str | None, stored: Any) -> Any:
+    """A step's stored content as its key hashes it (LangChain message ids left out)."""
+    if kind == "state.saved":
+        return _strip_message_ids(stored, True)
+    if kind == "model.call" and fmt == "langchain":
+        return _strip_message_ids(stored, True)
+    return stored
+
+
+def content_hash(kind: str, stored: Any, fmt: str | None = None) -> str:
+    """``sha256:<hex>`` of a step's content in its stored (encoded, redacted) form."""
+    data = canonical_bytes(normalised(kind, fmt, stored))
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def attempted_view(store: Any, kind: str, payload: dict[str, Any]) -> Any:
+    """The content of a draft payload as the store would keep it (encoded, then redacted)."""
+    name = _CONTENT[kind]
+    value = {"text": payload.get("text"), "about": payload.get("about")} if name is None else payload.get(name)
+    encoded = encode(value)
+    redactor = getattr(store, "redactor", None)
+    if redactor is None or name is None:
+        return encoded
+    if name == "request" or name == "arguments" or name == "state":
+        return redactor.apply(name, encoded)[0]
+    return encoded
+
+
+def key_name(kind: str, payload: dict[str, Any]) -> str:
+    """The ``name`` part of a step key for a payload of ``kind``."""
+    if kind == "model.call":
+        return str(payload.get("model", ""))
+    if kind == "tool.call":
+        return f"{payload.get('server')}/{payload.get('tool')}"
+    if kind == "state.saved":
+        return str(payload.get("label") or "")
+    return ""
+
+
+def has_marker(value: Any) -> bool:
+    """Whether a stored value holds a redaction marker anywhere."""
+    if isinstance(value, dict):
+        return MARKER_TAG in value or any(has_marker(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_marker(v) for v in value)
+    if isinstance(value, str):
+        return "\u27e6redacted:" in value
+    return False
+
+
+@dataclass
+class RecordedCall:
+    """One recorded comparable step, with what replay needs to serve it.
+
+    Attributes:
+        key: its :class:`StepKey`.
+        content: its stored content (encoded, redacted), for the field-level diff.
+        payload: the event's stored payload (content may be blob references).
+        decision: for a tool call, its ``policy.decision`` payload.
+        result: for a tool call, its ``tool.result`` payload (None: none recorded).
+        approval: for a tool call that needed one: ``approved``, ``denied``, ``expired`` or None (unanswered).
+        unreplayable: why this step cannot be served from the record, or None.
+    """
+
+    key: StepKey
+    content: Any
+    payload: dict[str, Any]
+    decision: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    approval: str | None = None
+    unreplayable: str | None = None
+
+
+@dataclass
+class RecordedRun:
+    """A recorded run read once: its start, its end, and its comparable steps by step.
+
+    Args:
+        store: the store holding it.
+        run_id: the run.
+
+    Raises:
+        sealbox.errors.ConfigError: no such run.
+    """
+
+    store: Any
+    run_id: str
+    started: dict[str, Any] = field(default_factory=dict)
+    ended: dict[str, Any] | None = None
+    principal: str = ""
+    steps: dict[str, RecordedCall] = field(default_factory=dict)
+    mode: str = "full"
+
+    @classmethod
+    def read(cls, store: Any, run_id: str) -> "RecordedRun":
+        from sealbox.errors import ConfigError
+
+        events = store.read_run(run_id)
+        if not events or events[0].kind != "run.started":
+            raise ConfigError(f"no run {run_id!r} in this store")
+        content = getattr(store, "content", None)
+        rec = cls(store, run_id, events[0].payload, None, events[0].principal, {},
+                  getattr(content, "mode", "full"))
+        by_call: dict[str, RecordedCall] = {}
+        approvals: dict[str, str] = {}  # approval_id -> call_id
+        for e in events[1:]:
+            rec._add(e, by_call, approvals)
+        for call in rec.steps.values():
+            call.unreplayable = rec._why_unreplayable(call)
+        return rec
+
+    def _add(self, e: Any, by_call: dict[str, RecordedCall], approvals: dict[str, str]) -> None:
+        p = e.payload
+        if e.kind in COMPARED_KINDS:
+            stored = self._stored(e.kind, p)
+            key = StepKey(e.step, e.kind, key_name(e.kind, p), content_hash(e.kind, stored, p.get("format")))
+            call = RecordedCall(key, stored, p)
+            self.steps[e.step] = call
+            if e.kind == "tool.call":
+                by_call[p["call_id"]] = call
+        elif e.kind == "policy.decision" and p.get("call_id") in by_call:
+            by_call[p["call_id"]].decision = p
+        elif e.kind == "tool.result" and p.get("call_id") in by_call:
+            by_call[p["call_id"]].result = p
+        elif e.kind == "approval.requested":
+            approvals[p["approval_id"]] = p["call_id"]
+        elif e.kind == "run.resumed":
+            for aid, outcome in (p.get("outcomes") or {}).items():
+                if aid in approvals and approvals[aid] in by_call:
+                    by_call[approvals[aid]].approval = outcome
+        elif e.kind == "approval.expired" and p.get("approval_id") in approvals:
+            call = by_call.get(approvals[p["approval_id"]])
+            if call is not None and call.approval is None:
+                call.approval = "expired"
+        elif e.kind == "run.ended":
+            self.ended = p
+
+    def _stored(self, kind: str, payload: dict[str, Any]) -> Any:
+        name = _CONTENT[kind]
+        if name is None:
+            return encode({"text": payload.get("text"), "about": payload.get("about")})
+        try:
+            return self.store.resolve(payload.get(name))
+        except BlobNotFoundError:
+            return {"$erased": payload.get(name)}
+
+    def _why_unreplayable(self, call: RecordedCall) -> str | None:
+        kind = call.key.kind
+        if kind == "model.call":
+            try:
+                response = self.store.resolve(call.payload.get("response"))
+            except BlobNotFoundError:
+                return "its recorded response was erased under a retention rule"
+            if has_marker(response):
+                return f"its recorded response holds redacted content (store content mode: {self.mode})"
+        elif kind == "tool.call" and call.result is not None and call.result.get("ok"):
+            try:
+                result = self.store.resolve(call.result.get("result"))
+            except BlobNotFoundError:
+                return "its recorded result was erased under a retention rule"
+            if has_marker(result):
+                return f"its recorded result holds redacted content (store content mode: {self.mode})"
+        return None
+
+    def ordered(self) -> list[RecordedCall]:
+        """The comparable steps in logical order."""
+        return [self.steps[s] for s in sorted(self.steps, key=step_order)]

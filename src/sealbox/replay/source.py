@@ -1,0 +1,229 @@
+"""The replay source: what a :class:`~sealbox.recorder.RunContext` in replay mode consults.
+
+A run in replay mode has ``run.replay`` set to a :class:`ReplaySource`. The
+recorder then:
+
+- passes every comparable draft (``model.call``, ``tool.call``, ``state.saved``,
+  ``note``) to :meth:`ReplaySource.check` **before** it is written; the first
+  mismatch raises :class:`ReplayStopped` and nothing more happens;
+- asks :meth:`ReplaySource.serve_tool` for a tool call when tools come from the
+  record: the call is compared, written (``tool.call``, the recorded decision,
+  ``tool.result``) and the recorded result returned — the tool never runs;
+- asks :meth:`ReplaySource.answer_model` (``RunContext.complete``) or
+  :meth:`ReplaySource.model_response` (the integrations) for a model answer when
+  models come from the record.
+
+:class:`ReplayStopped` derives from ``BaseException`` so that an agent's or a
+framework's ``except Exception`` (tool error handlers) cannot swallow it.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+from sealbox.events import EventDraft
+from sealbox.replay.divergence import Divergence, diff_values
+from sealbox.replay.keys import (COMPARED_KINDS, RecordedCall, RecordedRun, StepKey, attempted_view, content_hash,
+                                 key_name, normalised)
+from sealbox.replay.values import rebuild, rebuild_error
+
+__all__ = ["ReplaySource", "ReplayStopped"]
+
+
+class ReplayStopped(BaseException):
+    """Raised inside the agent when replay stops; carries the :class:`Divergence`."""
+
+    def __init__(self, divergence: Divergence) -> None:
+        super().__init__(divergence.message)
+        self.divergence = divergence
+
+
+class ReplaySource:
+    """Serves a recorded run to a run in replay mode and compares every step.
+
+    Args:
+        recorded: the recorded run.
+        model: ``"record"`` (answers from the record) or ``"live"``.
+        tools: ``"record"`` (results from the record, nothing runs) or ``"live"``.
+
+    Attributes:
+        divergence: the first divergence, once found.
+        compared: steps compared and matched so far.
+    """
+
+    def __init__(self, recorded: RecordedRun, *, model: str = "record", tools: str = "record") -> None:
+        self.recorded = recorded
+        self.serves_models = model == "record"
+        self.serves_tools = tools == "record"
+        self.divergence: Divergence | None = None
+        self.compared: set[str] = set()
+        self._lock = threading.RLock()
+        self._served_pending: dict[str, str] = {}  # step -> why its served answer cannot be trusted
+
+    # ----------------------------------------------------------------- comparing
+
+    def stop(self, divergence: Divergence) -> None:
+        """Record the first divergence and raise :class:`ReplayStopped`."""
+        with self._lock:
+            if self.divergence is None:
+                self.divergence = divergence
+            raise ReplayStopped(self.divergence)
+
+    def check(self, run: Any, drafts: list[EventDraft]) -> None:
+        """Compare the comparable drafts about to be written against the record."""
+        if self.divergence is not None:
+            raise ReplayStopped(self.divergence)
+        for draft in drafts:
+            if draft.kind in COMPARED_KINDS and draft.step is not None:
+                rec = self.compare(run, draft.step, draft.kind, dict(draft.payload))
+                if draft.kind == "tool.call" and rec is not None:
+                    self._check_live_outcome(rec)
+
+    def compare(self, run: Any, step: str, kind: str, payload: dict[str, Any]) -> RecordedCall:
+        """Compare one attempted step with the recorded one; stop on any difference."""
+        view = attempted_view(run.store, kind, payload)
+        attempted = StepKey(step, kind, key_name(kind, payload), content_hash(kind, view, payload.get("format")))
+        with self._lock:
+            rec = self.recorded.steps.get(step)
+            if rec is None:
+                self.stop(Divergence("extra", step, f"the replay made a {kind} at step {step}, which the record "
+                                     f"does not have", None, attempted, None, view, mismatched=("step",)))
+            assert rec is not None
+            if step in self.compared:
+                self.stop(Divergence("extra", step, f"the replay made a second {kind} at step {step}",
+                                     rec.key, attempted, rec.content, view, mismatched=("step",)))
+            fields = tuple(f for f in ("kind", "name", "hash") if getattr(rec.key, f) != getattr(attempted, f))
+            if fields:
+                fmt = payload.get("format")
+                diff = diff_values(normalised(kind, fmt, rec.content), normalised(kind, fmt, view)) \
+                    if "hash" in fields and rec.key.kind == kind else ()
+                what = {"kind": f"a {kind} where the record has a {rec.key.kind}",
+                        "name": f"{kind} {attempted.name!r} where the record has {rec.key.name!r}",
+                        "hash": f"{kind} {attempted.name} with different content ({len(diff)} field(s) differ)"}
+                self.stop(Divergence("mismatch", step, f"step {step}: the replay made " + what[fields[0]],
+                                     rec.key, attempted, rec.content, view, diff, fields))
+            self.compared.add(step)
+            pending = self._served_pending.pop(step, None)
+        if pending is not None:
+            self.stop(Divergence("unreplayable", step, f"step {step} cannot be replayed: {pending}", rec.key,
+                                 attempted))
+        return rec
+
+    def _check_live_outcome(self, rec: RecordedCall) -> None:
+        why = self._not_servable(rec, live=True)
+        if why is not None:
+            self.stop(why)
+
+    def _not_servable(self, rec: RecordedCall, live: bool) -> Divergence | None:
+        decision = rec.decision or {}
+        step = rec.key.step
+        if rec.result is None and decision.get("effect") == "allow":
+            return Divergence("outcome_unknown", step, f"step {step}: the recorded call {rec.key.name} was allowed "
+                              "but has no result — its outcome is unknown (the process stopped while it ran); "
+                              "replay ends here and does not run it again", rec.key, rec.key)
+        if rec.result is None and decision.get("effect") == "require_approval" and rec.approval is None:
+            return Divergence("pending_approval", step, f"step {step}: the recorded call {rec.key.name} was still "
+                              "waiting for an approval; replay ends here", rec.key, rec.key)
+        if not live and rec.unreplayable:
+            return Divergence("unreplayable", step, f"step {step} cannot be replayed: {rec.unreplayable}",
+                              rec.key, rec.key)
+        return None
+
+    # ----------------------------------------------------------------- models
+
+    def model_response(self, run: Any) -> Any:
+        """The recorded response of the model call about to be recorded (plain data).
+
+        The call's request is compared when it is recorded; if the record has no
+        model call at this step, an empty response is returned and the comparison
+        then stops the replay.
+        """
+        if self.divergence is not None:
+            raise ReplayStopped(self.divergence)
+        step = str(run._next_step)
+        rec = self.recorded.steps.get(step)
+        if rec is None or rec.key.kind != "model.call":
+            return {}
+        if rec.unreplayable:
+            self._served_pending[step] = rec.unreplayable
+            return {}
+        return rebuild(run.store.resolve(rec.payload.get("response")))
+
+    def answer_model(self, run: Any, request: Any, *, provider: str | None = None, model: str | None = None) -> Any:
+        """``RunContext.complete`` in replay: record the call with the recorded response and return it.
+
+        Raises:
+            ReplayedError: the recorded call failed (``response = {"error": …}``).
+        """
+        response = self.model_response(run)
+        run.model_call(request, response, provider=provider, model=model)
+        if isinstance(response, dict) and set(response) == {"error"} and isinstance(response["error"], dict):
+            raise rebuild_error(response["error"])
+        return response
+
+    # ----------------------------------------------------------------- tools
+
+    def serve_tool(self, run: Any, server: str, tool: str, arguments: Any, *, grant: str | None,
+                   call_id: str | None, exposed: str | None) -> Any:
+        """Compare a tool call, record it with the recorded decision and result, and return that result.
+
+        Raises:
+            ToolDenied: the recorded call was denied (by policy, or its approval was denied or expired).
+            Exception: the recorded call raised (rebuilt, see :func:`~sealbox.replay.values.rebuild_error`).
+            ReplayStopped: mismatch, outcome unknown, unanswered approval, or unreplayable result.
+        """
+        from sealbox.policy.model import Decision
+        from sealbox.recorder import ToolDenied
+
+        call_id = call_id or "call_" + uuid.uuid4().hex[:24]
+        step = run._step_for_call(call_id)
+        call = {"call_id": call_id, "server": server, "tool": tool, "exposed": exposed or f"{server}.{tool}",
+                "arguments": arguments, "grant": grant or f"implicit:{run.principal.id}"}
+        rec = self.compare(run, step, "tool.call", call)
+        stop = self._not_servable(rec, live=False)
+        if stop is not None:
+            self.stop(stop)
+        d = rec.decision or {}
+        denied = d.get("effect") == "deny" or (d.get("effect") == "require_approval" and rec.result is None)
+        decision = {"call_id": call_id, "server": server, "tool": tool, "effect": d.get("effect", "allow"),
+                    "reason_code": d.get("reason_code", "policy_allow"), "rule": d.get("rule"),
+                    "reason": d.get("reason", ""), "policy_fingerprint": d.get("policy_fingerprint", run.policy.fingerprint),
+                    "eval_us": 0, "approval": d.get("approval"),
+                    "replayed": {"run_id": self.recorded.run_id, "step": step, "approval": rec.approval}}
+        self._write(run, [run._draft("tool.call", call, step), run._draft("policy.decision", decision, step)])
+        if denied:
+            code = d.get("reason_code", "policy_deny") if d.get("effect") == "deny" else f"approval_{rec.approval}"
+            raise ToolDenied(Decision("deny", code, d.get("rule"), d.get("reason", ""),  # type: ignore[arg-type]
+                                      decision["policy_fingerprint"]), call_id, server, tool)
+        result = rec.result or {}
+        payload: dict[str, Any] = {"call_id": call_id, "ok": bool(result.get("ok")), "duration_us": 0}
+        if result.get("ok"):
+            stored = run.store.resolve(result.get("result"))
+            payload["result"] = _decoded(stored)
+            self._write(run, [run._draft("tool.result", payload, step)], sync=False)
+            return rebuild(stored)
+        payload["error"] = result.get("error") or {"type": "Exception", "message": ""}
+        self._write(run, [run._draft("tool.result", payload, step)], sync=False)
+        raise rebuild_error(payload["error"])
+
+    @staticmethod
+    def _write(run: Any, drafts: list[EventDraft], sync: bool = True) -> None:
+        run._guard(lambda: run.store.append(drafts, sync=sync))
+
+    # ----------------------------------------------------------------- the end
+
+    def missing(self) -> Divergence | None:
+        """The first recorded step the replay never reached, as a ``missing`` divergence."""
+        for rec in self.recorded.ordered():
+            if rec.key.step not in self.compared:
+                return Divergence("missing", rec.key.step, f"the replay ended before step {rec.key.step} "
+                                  f"({rec.key.kind} {rec.key.name}) of the record", rec.key, None, rec.content)
+        return None
+
+
+def _decoded(stored: Any) -> Any:
+    from sealbox.canonical import decode
+
+    return decode(stored)

@@ -1,0 +1,89 @@
+"""Turning recorded content back into the values an agent receives on replay.
+
+Recorded content is type-tag encoded (``sealbox.canonical``). :func:`rebuild`
+decodes it and, where a ``$pydantic`` or ``$dataclass`` tag names a class that
+is **already imported** (the agent's own code imported it), rebuilds the object
+— a LangGraph tool result is a ``ToolMessage``, and the graph needs one back.
+It never imports a module: reading a log must not run code.
+
+A recorded exception comes back as the builtin exception of the same name when
+there is one (``ValueError``, ``TimeoutError``…), else as :class:`ReplayedError`;
+its message is the recorded one, so what the model sees is unchanged.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from typing import Any
+
+from sealbox.canonical import Tagged, decode
+
+__all__ = ["ReplayedError", "rebuild", "rebuild_error"]
+
+
+class ReplayedError(Exception):
+    """A recorded exception whose class could not be rebuilt; ``str()`` is the recorded message.
+
+    Attributes:
+        type: the recorded exception type's qualified name.
+    """
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(message)
+        self.type = type_name
+
+
+def _find_class(name: Any) -> type | None:
+    if not isinstance(name, str) or "." not in name:
+        return None
+    module_name, _, qualname = name.rpartition(".")
+    while module_name:
+        module = sys.modules.get(module_name)
+        if module is not None:
+            obj: Any = module
+            for part in qualname.split("."):
+                obj = getattr(obj, part, None)
+                if obj is None:
+                    return None
+            return obj if isinstance(obj, type) else None
+        module_name, _, head = module_name.rpartition(".")
+        qualname = f"{head}.{qualname}"
+    return None
+
+
+def _rebuild(value: Any) -> Any:
+    if isinstance(value, Tagged) and value.tag in ("$pydantic", "$dataclass") and isinstance(value.value, dict):
+        cls = _find_class(value.value.get("type"))
+        fields = _rebuild(decode(value.value.get("fields")))
+        if cls is not None and isinstance(fields, dict):
+            try:
+                if value.tag == "$pydantic" and hasattr(cls, "model_validate"):
+                    return cls.model_validate(fields)
+                return cls(**fields)
+            except Exception:  # noqa: BLE001 - a class that changed shape: hand back the data
+                return value
+        return value
+    if isinstance(value, dict):
+        return {k: _rebuild(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rebuild(v) for v in value]
+    return value
+
+
+def rebuild(stored: Any) -> Any:
+    """Decode stored (encoded) content and rebuild objects of already-imported classes."""
+    return _rebuild(decode(stored))
+
+
+def rebuild_error(error: Any) -> BaseException:
+    """The exception to raise for a recorded ``{"type", "message"}`` error."""
+    error = error if isinstance(error, dict) else {}
+    type_name, message = str(error.get("type") or "Exception"), str(error.get("message") or "")
+    cls = getattr(builtins, type_name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(message)
+        except Exception:  # noqa: BLE001
+            pass
+    return ReplayedError(type_name, message)

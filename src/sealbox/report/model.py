@@ -1,0 +1,433 @@
+"""The incident report's data model: everything the store says about one run, gathered once.
+
+:func:`build_report` reads a run and returns an :class:`IncidentReport` that both
+renderers (:mod:`sealbox.report.html`, :mod:`sealbox.report.markdown`) draw, so the
+two formats can never disagree about a fact. Content (arguments, results, model
+messages, state) is resolved from blobs; an erased blob keeps its reference and is
+marked; redaction markers (``{"$redacted": …}``, ``⟦redacted:…⟧``) are kept as they
+are and counted.
+
+Approval answers are checked here, not only listed: each answer's Ed25519 signature
+is verified against its identity's key *as the log held it when the answer was
+written* (:func:`sealbox.identities.verify_fields`), and the approval rules are
+applied from the log (:func:`sealbox.approvals.get_approval`). The whole store is
+verified with :func:`sealbox.verify.verify_store` unless the caller opts out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sealbox.errors import BlobNotFoundError, StoreError
+
+__all__ = [
+    "Content", "TimelineEntry", "ModelCallView", "ToolCallView", "AnswerView", "ApprovalView", "StateView",
+    "VerificationView", "IncidentReport", "build_report", "kind_group",
+]
+
+#: Kinds grouped for colouring the timeline (the part before the dot, with a few merged).
+_GROUPS = {"run": "run", "model": "model", "tool": "tool", "policy": "policy", "approval": "approval",
+           "state": "state", "guardrail": "guard", "breaker": "guard", "tools": "tool", "access": "other",
+           "identity": "other", "content": "other", "anomaly": "guard", "note": "other"}
+
+
+def kind_group(kind: str) -> str:
+    """The colour group of an event kind: run, model, tool, policy, approval, state, guard or other."""
+    return _GROUPS.get(kind.split(".", 1)[0], "other")
+
+
+@dataclass(frozen=True)
+class Content:
+    """A content value as the record holds it, ready to print.
+
+    Attributes:
+        value: the resolved value (or the raw blob references when ``erased``).
+        text: pretty JSON of ``value``.
+        redacted: how many redaction markers it holds.
+        erased: a blob it refers to was erased under retention.
+    """
+
+    value: Any
+    text: str
+    redacted: int = 0
+    erased: bool = False
+
+    @property
+    def lines(self) -> int:
+        """Lines of :attr:`text`."""
+        return self.text.count("\n") + 1
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One event on the timeline. ``offset_s``: seconds since the run's first event."""
+
+    run_seq: int
+    step: str
+    kind: str
+    group: str
+    ts: str
+    offset_s: float
+    duration_s: float | None
+    principal: str
+    summary: str
+    leaf_index: int
+
+
+@dataclass(frozen=True)
+class ModelCallView:
+    """A ``model.call``: provider, model, request and response, usage, latency (µs)."""
+
+    step: str
+    ts: str
+    provider: str
+    model: str
+    request: Content
+    response: Content
+    usage: dict[str, Any]
+    latency_us: int
+    tool_call_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ToolCallView:
+    """A tool call and what followed it: its decisions, approvals and result.
+
+    Attributes:
+        decisions: every ``policy.decision`` of the call (a re-evaluation after an approval is a second one).
+        outcome: ``ok``, ``error``, ``denied``, ``held`` (waiting for approval) or ``unknown`` (allowed, no result).
+    """
+
+    call_id: str
+    step: str
+    ts: str
+    principal: str
+    server: str
+    tool: str
+    exposed: str
+    grant: str
+    arguments: Content
+    decisions: tuple[dict[str, Any], ...]
+    approval_ids: tuple[str, ...]
+    ok: bool | None
+    result: Content | None
+    error: dict[str, Any] | None
+    duration_us: int | None
+    outcome: str
+
+
+@dataclass(frozen=True)
+class AnswerView:
+    """One signed answer, checked.
+
+    Attributes:
+        signature: ``verified`` (Ed25519 over the signed fields, with the identity's key at that
+            point of the log), ``invalid`` or ``unknown identity``.
+        counted: the answer counts under the approval rules; else ``problem`` says why not.
+        identity: the identity as the log held it then (role, groups, shared, key id), or None.
+    """
+
+    identity_name: str
+    decision: str
+    reason: str
+    answered_at: str
+    client: dict[str, Any]
+    flags: tuple[dict[str, Any], ...]
+    signature: str
+    key_id: str | None
+    counted: bool
+    problem: str | None
+    identity: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ApprovalView:
+    """An approval request, its answers, and how long the run waited."""
+
+    approval_id: str
+    call_id: str
+    step: str
+    server: str
+    tool: str
+    arguments: Content
+    binding: str
+    rule: str | None
+    ask: dict[str, Any]
+    quorum: int
+    requested_at: str
+    requested_by: str | None
+    expires_at: str | None
+    status: str
+    decided_by: tuple[str, ...]
+    decided_at: str | None
+    wait_s: float | None
+    answers: tuple[AnswerView, ...]
+
+
+@dataclass(frozen=True)
+class StateView:
+    """A ``state.saved``: the agent's state at that step."""
+
+    step: str
+    ts: str
+    label: str | None
+    state: Content
+
+
+@dataclass(frozen=True)
+class VerificationView:
+    """The store's verification: overall, and the problems located in this run."""
+
+    checked: bool
+    ok: bool | None
+    summary: str
+    run_problems: tuple[str, ...]
+    other_problems: int
+
+
+@dataclass(frozen=True)
+class IncidentReport:
+    """Everything a report shows about one run (see the module docstring)."""
+
+    run: dict[str, Any]
+    events: int
+    started_at: str | None
+    ended_at: str | None
+    duration_s: float | None
+    policy: dict[str, Any]
+    snapshot_fingerprint: str | None
+    snapshot: Content | None
+    timeline: tuple[TimelineEntry, ...]
+    model_calls: tuple[ModelCallView, ...]
+    tool_calls: tuple[ToolCallView, ...]
+    approvals: tuple[ApprovalView, ...]
+    states: tuple[StateView, ...]
+    notes: tuple[TimelineEntry, ...]
+    children: tuple[dict[str, Any], ...]
+    verification: VerificationView
+    store_origin: str | None
+    generated_at: str
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _parse_ts(ts: str) -> datetime:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+def _count_markers(value: Any) -> int:
+    if isinstance(value, dict):
+        if len(value) == 1 and "$redacted" in value:
+            return 1
+        return sum(_count_markers(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_count_markers(v) for v in value)
+    if isinstance(value, str):
+        return value.count("⟦redacted:")
+    return 0
+
+
+def _content(store: Any, value: Any) -> Content:
+    erased = False
+    try:
+        resolved = store.resolve(value)
+    except BlobNotFoundError:
+        resolved, erased = value, True
+    text = json.dumps(resolved, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+    return Content(resolved, text, _count_markers(resolved), erased)
+
+
+def _summary(kind: str, p: dict[str, Any]) -> str:
+    tool = f"{p.get('server')}/{p.get('tool')}" if isinstance(p.get("tool"), str) else ""
+    if kind == "run.started":
+        return f"agent {p.get('agent')}" + (f", parent {p['parent_run_id']}" if p.get("parent_run_id") else "")
+    if kind == "run.ended":
+        return str(p.get("status"))
+    if kind == "model.call":
+        return f"{p.get('provider')}/{p.get('model')}" + (
+            f" → {len(p.get('tool_call_ids') or [])} tool call(s)" if p.get("tool_call_ids") else "")
+    if kind == "tool.call":
+        return f"{tool} ({p.get('call_id')})"
+    if kind == "policy.decision":
+        return f"{p.get('effect')} by rule {p.get('rule')} ({p.get('reason_code')})"
+    if kind == "tool.result":
+        err = p.get("error") or {}
+        return "ok" if p.get("ok") else f"error {err.get('type')}: {err.get('message')}"
+    if kind == "approval.requested":
+        ask = p.get("ask") or {}
+        return f"{tool} asks groups {ask.get('groups')} identities {ask.get('identities')}"
+    if kind == "approval.answered":
+        return f"{p.get('decision')} by {p.get('identity')}"
+    if kind == "run.resumed":
+        return f"after {int(p.get('waited_us') or 0) / 1e6:.2f} s"
+    if kind == "run.suspended":
+        return str(p.get("reason", ""))
+    if kind == "note":
+        return str(p.get("text", ""))
+    if kind == "guardrail.tripped":
+        return f"{p.get('limit')}: {p.get('current')} > {p.get('bound')}"
+    if kind == "state.saved":
+        return str(p.get("label") or "state")
+    return ", ".join(f"{k}={v}" for k, v in p.items() if isinstance(v, (str, int, float)) and not isinstance(v, bool))[:120]
+
+
+def _duration_s(kind: str, p: dict[str, Any]) -> float | None:
+    us = {"tool.result": p.get("duration_us"), "model.call": p.get("latency_us"),
+          "run.resumed": p.get("waited_us")}.get(kind)
+    return int(us) / 1e6 if isinstance(us, int) else None
+
+
+# ----------------------------------------------------------------------------- builders
+
+
+def _timeline(events: list[Any]) -> list[TimelineEntry]:
+    if not events:
+        return []
+    t0 = _parse_ts(events[0].ts)
+    return [TimelineEntry(e.run_seq, e.step, e.kind, kind_group(e.kind), e.ts,
+                          (_parse_ts(e.ts) - t0).total_seconds(), _duration_s(e.kind, e.payload), e.principal,
+                          _summary(e.kind, e.payload), e.leaf_index) for e in events]
+
+
+def _model_calls(store: Any, events: list[Any]) -> list[ModelCallView]:
+    out = []
+    for e in events:
+        if e.kind != "model.call":
+            continue
+        p = e.payload
+        out.append(ModelCallView(e.step, e.ts, str(p.get("provider")), str(p.get("model")),
+                                 _content(store, p.get("request")), _content(store, p.get("response")),
+                                 dict(p.get("usage") or {}), int(p.get("latency_us") or 0),
+                                 tuple(p.get("tool_call_ids") or ())))
+    return out
+
+
+def _outcome(decisions: list[dict[str, Any]], ok: bool | None) -> str:
+    if ok is not None:
+        return "ok" if ok else "error"
+    effect = decisions[-1].get("effect") if decisions else None
+    return {"allow": "unknown", "require_approval": "held"}.get(str(effect), "denied")
+
+
+def _tool_calls(store: Any, events: list[Any]) -> list[ToolCallView]:
+    calls: dict[str, dict[str, Any]] = {}
+    for e in events:
+        cid = e.payload.get("call_id")
+        if e.kind == "tool.call":
+            calls[cid] = {"event": e, "decisions": [], "approvals": [], "result": None}
+        elif cid in calls and e.kind == "policy.decision":
+            d = {k: e.payload.get(k) for k in ("effect", "rule", "reason_code", "reason", "policy_fingerprint",
+                                                "reevaluated")}
+            calls[cid]["decisions"].append(d)
+        elif cid in calls and e.kind == "approval.requested":
+            calls[cid]["approvals"].append(e.payload.get("approval_id"))
+        elif cid in calls and e.kind == "tool.result":
+            calls[cid]["result"] = e.payload
+    out = []
+    for cid, c in calls.items():
+        e, p, r = c["event"], c["event"].payload, c["result"]
+        ok = None if r is None else bool(r.get("ok"))
+        out.append(ToolCallView(
+            str(cid), e.step, e.ts, e.principal, str(p.get("server")), str(p.get("tool")), str(p.get("exposed")),
+            str(p.get("grant")), _content(store, p.get("arguments")), tuple(c["decisions"]), tuple(c["approvals"]),
+            ok, _content(store, r.get("result")) if r is not None and "result" in r else None,
+            (r or {}).get("error"), (r or {}).get("duration_us"), _outcome(c["decisions"], ok)))
+    return out
+
+
+def _answer_view(book: Any, payload: dict[str, Any], answer: Any) -> AnswerView:
+    from sealbox.approvals import signed_fields
+    from sealbox.identities import verify_fields
+
+    who = book.get(answer.identity, answer.leaf_index)
+    if who is None:
+        signature = "unknown identity"
+    else:
+        signature = "verified" if verify_fields(who.public_key, signed_fields(payload), payload.get("signature")) \
+            else "invalid"
+    return AnswerView(answer.identity, answer.decision, answer.reason, answer.answered_at, dict(answer.client),
+                      tuple(answer.flags), signature, payload.get("key_id"), answer.problem is None, answer.problem,
+                      who.to_dict() if who is not None else None)
+
+
+def _approvals(store: Any, events: list[Any]) -> list[ApprovalView]:
+    from sealbox.approvals import get_approval
+    from sealbox.identities import identity_book
+
+    requests = [e for e in events if e.kind == "approval.requested"]
+    if not requests:
+        return []
+    book = identity_book(store)
+    answers = {e.leaf_index: e.payload for e in events if e.kind == "approval.answered"}
+    waits = {aid: int(e.payload.get("waited_us") or 0) / 1e6 for e in events if e.kind == "run.resumed"
+             for aid in e.payload.get("approval_ids") or ()}
+    out = []
+    for req in requests:
+        st = get_approval(store, req.payload["approval_id"])
+        r = st.request
+        out.append(ApprovalView(
+            st.approval_id, st.call_id, st.step, str(r.get("server")), str(r.get("tool")),
+            _content(store, r.get("arguments")), str(r.get("binding")), r.get("rule"), dict(r.get("ask") or {}),
+            int(r.get("quorum") or 1), st.requested_at, r.get("requested_by"), r.get("expires_at"), st.status,
+            tuple(st.decided_by), st.decided_at, waits.get(st.approval_id),
+            tuple(_answer_view(book, answers.get(a.leaf_index, {}), a) for a in st.answers)))
+    return out
+
+
+def _verification(store: Any, run_id: str, verify: bool) -> VerificationView:
+    if not verify:
+        return VerificationView(False, None, "not checked (--no-verify)", (), 0)
+    from sealbox.verify import verify_store
+
+    report = verify_store(store)
+    mine = tuple(p.line() for p in report.problems if p.run_id == run_id)
+    return VerificationView(True, report.ok, report.summary(), mine, len(report.problems) - len(mine))
+
+
+def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | None = None) -> IncidentReport:
+    """Gather the report of ``run_id`` from ``store``.
+
+    Args:
+        store: an open store (read-only is enough).
+        run_id: the run.
+        verify: run :func:`sealbox.verify.verify_store` over the whole store (default).
+        now: the "generated at" time to print (default: now, UTC, RFC 3339); fixed in tests.
+
+    Raises:
+        StoreError: no such run.
+    """
+    from sealbox.store.base import utc_now
+
+    events = store.read_run(run_id)
+    run = store.get_run(run_id) if hasattr(store, "get_run") else None
+    if not events or run is None:
+        raise StoreError(f"no run {run_id!r} in this store")
+    first = events[0].payload if events[0].kind == "run.started" else {}
+    fp = first.get("snapshot")
+    snapshot = None
+    if fp:
+        try:
+            snapshot = _content(store, store.get_snapshot(fp))
+        except StoreError:
+            snapshot = None
+    last = events[-1]
+    ended = last.ts if last.kind == "run.ended" else None
+    duration = (_parse_ts(last.ts) - _parse_ts(events[0].ts)).total_seconds()
+    timeline = _timeline(events)
+    return IncidentReport(
+        run=dict(run), events=len(events), started_at=events[0].ts, ended_at=ended, duration_s=duration,
+        policy=dict(first.get("policy") or {}), snapshot_fingerprint=fp, snapshot=snapshot,
+        timeline=tuple(timeline), model_calls=tuple(_model_calls(store, events)),
+        tool_calls=tuple(_tool_calls(store, events)), approvals=tuple(_approvals(store, events)),
+        states=tuple(StateView(e.step, e.ts, e.payload.get("label"), _content(store, e.payload.get("state")))
+                     for e in events if e.kind == "state.saved"),
+        notes=tuple(t for t in timeline if t.kind in ("note", "anomaly", "guardrail.tripped")),
+        children=tuple(run.get("children") or ()), verification=_verification(store, run_id, verify),
+        store_origin=getattr(store, "origin", None), generated_at=now or utc_now(),
+        usage=dict((last.payload.get("usage") or {}) if last.kind == "run.ended" else {}),
+    )

@@ -1,0 +1,280 @@
+"""Approvals through the gateway (issue 6, point 3), with real signed answers from another thread or process.
+
+The MCP client is never the approver: answers come from approver identities
+(``sealbox.approvals.answer`` in a thread, or ``sealbox approvals approve`` in a
+subprocess). The gateway holds a call up to ``limits.approval_hold_s`` (with
+progress notifications), then answers "pending; call again", and a retry with the
+same arguments gets the outcome of the same request.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp.shared.exceptions import MCPError
+
+import sealbox
+from sealbox.approvals import answer, get_approval, list_approvals
+from sealbox.gateway import INVALID_REQUEST_STATE, Gateway
+from sealbox.gateway.holds import StateError, open_state, seal_state, state_key
+from sealbox.identities import add_identity
+from sealbox.policy import Policy
+
+from .conftest import connect, gateway_runs, kinds, running, text_of, toy_config, toy_log
+
+pytestmark = pytest.mark.anyio
+
+POLICY = """
+version: 1
+rules:
+  - id: echo-needs-ops
+    match: {server: toy, tool: echo}
+    effect: require_approval
+    approval: {groups: [ops], quorum: 1, expires: 1h}
+  - id: add-expires-fast
+    match: {server: toy, tool: add}
+    effect: require_approval
+    approval: {groups: [ops], quorum: 1, expires: 1s}
+  - id: rest-ok
+    effect: allow
+"""
+
+
+@pytest.fixture
+def keys(store, tmp_path):
+    return {name: add_identity(store, name, "approver", ["ops"], key_path=tmp_path / f"{name}.key").key_path
+            for name in ("alice", "bob")}
+
+
+def gateway(tmp_path, store, hold: float) -> Gateway:
+    gw = Gateway(toy_config(tmp_path, extra=f"limits: {{approval_hold_s: {hold}}}"), store=store,
+                 policy=Policy.from_text(POLICY))
+    gw.approval_poll = 0.05
+    return gw
+
+
+def answer_later(store, decision: str, reason: str, key, delay: float = 0.3) -> threading.Thread:
+    """Answer the (single) pending request from another thread, as an approver would."""
+    def go() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            pending = list_approvals(store, pending=True)
+            if pending:
+                time.sleep(delay)
+                answer(store, pending[0].approval_id, decision, reason, key)
+                return
+            time.sleep(0.02)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+def approval_of(result) -> str:
+    return result.meta["sealbox/approval"]["approval_id"]
+
+
+def run_kinds(store, run_id) -> list[str]:
+    return [k for _, k in kinds(store, run_id)]
+
+
+async def test_an_approval_within_the_hold_forwards_once_and_progress_is_sent(tmp_path, store, keys):
+    gw = gateway(tmp_path, store, hold=8)
+    gw.progress_interval = 0.1
+    progress: list[tuple[float, str | None]] = []
+
+    async def on_progress(p: float, total: float | None, message: str | None) -> None:
+        progress.append((p, message))
+
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            t = answer_later(store, "approve", "looks fine", keys["alice"], delay=0.5)
+            result = await client.call_tool("toy__echo", {"text": "hello"}, progress_callback=on_progress)
+            t.join(5)
+        [run_id] = gateway_runs(store)
+    assert (result.is_error, text_of(result)) == (False, "hello")
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "hello"}}]
+    assert run_kinds(store, run_id) == ["run.started", "tool.call", "policy.decision", "approval.requested",
+                                        "run.suspended", "approval.answered", "run.resumed", "tool.result",
+                                        "run.ended"]
+    [aid] = [e.payload["approval_id"] for e in store.read_run(run_id) if e.kind == "approval.requested"]
+    assert progress and all(aid in (m or "") for _, m in progress)
+    assert get_approval(store, aid).outcome == "approved"
+    assert sealbox.verify_store(store).ok
+
+
+async def test_past_the_hold_pending_then_a_retry_gets_the_outcome_of_the_same_request(tmp_path, store, keys):
+    gw = gateway(tmp_path, store, hold=0.3)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            first = await client.call_tool("toy__echo", {"text": "hello"})
+            assert first.is_error is True
+            aid = approval_of(first)
+            assert re.match(rf"approval {aid} pending; call again with the same arguments", text_of(first))
+            again = await client.call_tool("toy__echo", {"text": "hello"})  # still pending: the same request
+            assert approval_of(again) == aid and again.is_error is True
+            other = await client.call_tool("toy__echo", {"text": "other"})  # other arguments: a new request
+            assert approval_of(other) != aid
+            assert toy_log(tmp_path) == []
+            # a real approver answers from another process: the CLI
+            done = await anyio.to_thread.run_sync(lambda: subprocess.run(
+                [sys.executable, "-m", "sealbox.cli.main", "approvals", "approve", aid, "--reason", "ok by me",
+                 "--key-file", str(keys["bob"]), "-s", str(tmp_path / "store")], capture_output=True, text=True))
+            assert done.returncode == 0, done.stderr
+            result = await client.call_tool("toy__echo", {"text": "hello"})
+            assert (result.is_error, text_of(result)) == (False, "hello")
+            after = await client.call_tool("toy__echo", {"text": "hello"})  # the outcome was delivered: a new call
+            assert after.is_error is True and approval_of(after) not in (aid, approval_of(other))
+        [run_id] = gateway_runs(store)
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "hello"}}]
+    events = store.read_run(run_id)
+    calls = [e for e in events if e.kind == "tool.call"]
+    assert len(calls) == 3  # hello (approved), other (pending), hello again (a new request)
+    resumed = [e.payload for e in events if e.kind == "run.resumed"]
+    assert resumed == [{"approval_ids": [aid], "waited_us": resumed[0]["waited_us"],
+                        "outcomes": {aid: "approved"}}]
+    results = [e for e in events if e.kind == "tool.result"]
+    assert [r.payload["call_id"] for r in results] == [calls[0].payload["call_id"]]
+    # two requests still pend, so the session's run stays suspended (no run.ended)
+    assert events[-1].kind != "run.ended"
+
+
+async def test_a_denied_request_answers_iserror_naming_who_and_why(tmp_path, store, keys):
+    gw = gateway(tmp_path, store, hold=0.2)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            first = await client.call_tool("toy__echo", {"text": "rm -rf"})
+            await anyio.to_thread.run_sync(answer, store, approval_of(first), "deny", "too risky", keys["alice"])
+            result = await client.call_tool("toy__echo", {"text": "rm -rf"})
+    assert result.is_error is True
+    assert "approval_denied" in text_of(result) and "alice" in text_of(result) and "too risky" in text_of(result)
+    assert result.meta["sealbox/decision"]["reason_code"] == "approval_denied"
+    assert toy_log(tmp_path) == []
+    [run_id] = gateway_runs(store)
+    assert run_kinds(store, run_id)[-2:] == ["run.resumed", "run.ended"]
+
+
+async def test_an_expired_request_answers_iserror_and_is_never_forwarded(tmp_path, store, keys):
+    gw = gateway(tmp_path, store, hold=0.1)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            first = await client.call_tool("toy__add", {"a": 1, "b": 2})
+            assert "pending" in text_of(first)
+            await anyio.sleep(1.2)
+            result = await client.call_tool("toy__add", {"a": 1, "b": 2})
+    assert result.is_error is True and "expired" in text_of(result)
+    assert result.meta["sealbox/decision"]["reason_code"] == "approval_expired"
+    assert toy_log(tmp_path) == []
+    [run_id] = gateway_runs(store)
+    assert "approval.expired" in run_kinds(store, run_id)
+
+
+async def test_elicitation_only_informs_the_person_and_its_answer_is_not_an_approval(tmp_path, store, keys):
+    gw = gateway(tmp_path, store, hold=0.5)
+    asked: list[str] = []
+
+    async def on_elicit(ctx, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={})
+
+    async with running(gw) as tg:
+        async with connect(gw, tg, elicitation_callback=on_elicit) as client:
+            first = await client.call_tool("toy__echo", {"text": "hello"})
+            second = await client.call_tool("toy__echo", {"text": "hello"})
+    aid = approval_of(first)
+    assert first.is_error is True and second.is_error is True and approval_of(second) == aid
+    assert len(asked) == 1  # told once per request
+    assert aid in asked[0] and "sealbox approvals approve" in asked[0] and "not here" in asked[0]
+    assert get_approval(store, aid).status == "pending" and get_approval(store, aid).answers == ()
+    assert toy_log(tmp_path) == []
+
+
+async def test_a_client_that_disconnects_while_pending_can_join_the_run_and_retry_after_a_restart(
+        tmp_path, store, keys):
+    gw = gateway(tmp_path, store, hold=0.1)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            first = await client.call_tool("toy__echo", {"text": "later"})
+    run_id = first.meta["sealbox/approval"]["run_id"]
+    assert run_kinds(store, run_id)[-1] == "run.suspended"  # not ended: the request can still be answered
+    answer(store, approval_of(first), "approve", "fine", keys["alice"])
+    gw2 = gateway(tmp_path, store, hold=0.1)  # a new gateway process, as after a restart
+    async with running(gw2) as tg:
+        async with connect(gw2, tg) as client:
+            result = await client.call_tool("toy__echo", {"text": "later"}, meta={"sealbox/run_id": run_id})
+    assert (result.is_error, text_of(result)) == (False, "later")
+    assert run_kinds(store, run_id)[-3:] == ["approval.answered", "run.resumed", "tool.result"]
+    assert len([k for k in run_kinds(store, run_id) if k == "tool.call"]) == 1
+
+
+# ----------------------------------------------------------------------------- stateless clients (2026-07-28)
+
+
+async def test_a_stateless_client_gets_input_required_with_a_request_state_bound_to_the_arguments(
+        tmp_path, store, keys):
+    from mcp.client import Client
+
+    gw = gateway(tmp_path, store, hold=0.1)
+    async with running(gw):
+        async with Client(gw.server, mode="2026-07-28") as client:
+            first = await client.session.call_tool("toy__echo", {"text": "hi"}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult) and first.request_state.startswith("sbx1.")
+            aid = first.meta["sealbox/approval"]["approval_id"]
+            # the state is bound to the arguments, and cannot be forged
+            with pytest.raises(MCPError) as err:
+                await client.session.call_tool("toy__echo", {"text": "other"}, request_state=first.request_state,
+                                               allow_input_required=True)
+            assert err.value.code == INVALID_REQUEST_STATE and "other arguments" in str(err.value)
+            body, _, tag = first.request_state.rpartition(".")
+            with pytest.raises(MCPError) as err:
+                await client.session.call_tool("toy__echo", {"text": "hi"}, request_state=body + ".AAAA" + tag[4:],
+                                               allow_input_required=True)
+            assert err.value.code == INVALID_REQUEST_STATE
+            again = await client.session.call_tool("toy__echo", {"text": "hi"}, request_state=first.request_state,
+                                                   allow_input_required=True)
+            assert isinstance(again, types.InputRequiredResult)
+            await anyio.to_thread.run_sync(answer, store, aid, "approve", "ok", keys["bob"])
+            done = await client.session.call_tool("toy__echo", {"text": "hi"}, request_state=again.request_state,
+                                                  allow_input_required=True)
+    assert isinstance(done, types.CallToolResult) and (done.is_error, text_of(done)) == (False, "hi")
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "hi"}}]
+    run_id = get_approval(store, aid).run_id
+    ks = run_kinds(store, run_id)
+    assert ks.count("tool.call") == 1 and ks[-3:] == ["run.resumed", "tool.result", "run.ended"]
+
+
+async def test_the_sdk_client_drives_input_required_until_an_approver_answers(tmp_path, store, keys):
+    from mcp.client import Client
+
+    gw = gateway(tmp_path, store, hold=0.2)
+    async with running(gw):
+        async with Client(gw.server, mode="2026-07-28", input_required_max_rounds=200) as client:
+            t = answer_later(store, "approve", "ok", keys["alice"], delay=0.6)
+            result = await client.call_tool("toy__echo", {"text": "auto"})
+            t.join(5)
+    assert (result.is_error, text_of(result)) == (False, "auto")
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "auto"}}]
+
+
+def test_request_state_tokens_verify_only_unaltered_for_the_same_binding_principal_and_key():
+    key, other = state_key(b"s" * 32), state_key(b"t" * 32)
+    tok = seal_state(key, approval_id="apr_1", run_id="r1", binding="sha256:aa", principal="agent:x", own_run=True,
+                     ttl_s=60, now=1000)
+    assert open_state(key, tok, binding="sha256:aa", principal="agent:x", now=1001)["aid"] == "apr_1"
+    for bad_key, binding, principal, now, token in (
+            (other, "sha256:aa", "agent:x", 1001, tok),          # another store's key
+            (key, "sha256:bb", "agent:x", 1001, tok),            # other arguments
+            (key, "sha256:aa", "agent:y", 1001, tok),            # another principal
+            (key, "sha256:aa", "agent:x", 2000, tok),            # expired
+            (key, "sha256:aa", "agent:x", 1001, tok[:-2] + "AA"),  # altered tag
+            (key, "sha256:aa", "agent:x", 1001, "v1.abc"),       # not ours
+            (key, "sha256:aa", "agent:x", 1001, None)):
+        with pytest.raises(StateError):
+            open_state(bad_key, token, binding=binding, principal=principal, now=now)
