@@ -74,7 +74,7 @@ def test_log_key_checkpoint_and_prove(tmp_path):
 
 
 def test_demo_records_prints_and_verifies(tmp_path):
-    proc = run("demo", "--dir", str(tmp_path / "ws"))
+    proc = run("demo", "--sample", "--dir", str(tmp_path / "ws"))
     assert proc.returncode == 0, proc.stderr
     assert "Verified: the log is intact. 8 events in 2 runs" in proc.stdout
     assert "tool.call" in proc.stdout and "policy.decision" in proc.stdout

@@ -278,3 +278,16 @@ def test_request_state_tokens_verify_only_unaltered_for_the_same_binding_princip
             (key, "sha256:aa", "agent:x", 1001, None)):
         with pytest.raises(StateError):
             open_state(bad_key, token, binding=binding, principal=principal, now=now)
+
+
+async def test_a_retry_by_another_principal_is_its_own_request(tmp_path, store, keys):
+    gw = gateway(tmp_path, store, hold=0.1)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            first = await client.call_tool("toy__echo", {"text": "x"})
+            run_id = first.meta["sealbox/approval"]["run_id"]
+            gw._principal = lambda ctx: "agent:someone-else"  # e.g. another bearer token's identity, same run
+            other = await client.call_tool("toy__echo", {"text": "x"}, meta={"sealbox/run_id": run_id})
+    assert approval_of(other) != approval_of(first)
+    requests = [e for e in store.read_run(run_id) if e.kind == "approval.requested"]
+    assert [r.payload["requested_by"] for r in requests] == ["agent:test-client", "agent:someone-else"]

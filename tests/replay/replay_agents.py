@@ -111,6 +111,8 @@ def plain_agent(tools: Tools | None = None, chat: ScriptedChat | None = None, ch
     chat = chat or ScriptedChat()
     fns = {"get_weather": tools.get_weather, "get_time": tools.get_time}
 
+    from sealbox.recorder import ToolDenied
+
     async def agent(run: Any) -> str:
         system = SYSTEM + (" Answer in French." if change == "prompt" else "")
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": QUESTION}]
@@ -124,7 +126,10 @@ def plain_agent(tools: Tools | None = None, chat: ScriptedChat | None = None, ch
             async def one(i: int, tc: dict[str, Any]) -> tuple[str, Any]:
                 name = tc["function"]["name"]
                 args = _arguments(i, json.loads(tc["function"]["arguments"]), change)
-                return tc["id"], await run.acall_tool("local", name, args, fns[name], call_id=tc["id"])
+                try:
+                    return tc["id"], await run.acall_tool("local", name, args, fns[name], call_id=tc["id"])
+                except ToolDenied as denied:
+                    return tc["id"], f"Error: {denied}"
 
             done = await asyncio.gather(*(one(i, tc) for i, tc in enumerate(message["tool_calls"], 1)))
             messages += [{"role": "tool", "tool_call_id": cid, "content": out} for cid, out in done]
@@ -247,3 +252,49 @@ def langgraph_agent(tools: Tools | None = None, change: str | None = None):
 
 
 AGENTS = {"plain": plain_agent, "sdk": sdk_agent, "langgraph": langgraph_agent}
+
+
+# --------------------------------------------------------------------------- entry points for `sealbox replay --agent`
+
+
+def plain(run: Any) -> Any:
+    """``sealbox replay RUN --agent replay_agents:plain``."""
+    return plain_agent()(run)
+
+
+def plain_changed(run: Any) -> Any:
+    """The plain agent with a changed argument to its second tool call (diverges at step 2.2)."""
+    return plain_agent(change="argument")(run)
+
+
+def sdk(run: Any) -> Any:
+    """``sealbox replay RUN --agent replay_agents:sdk``."""
+    return sdk_agent()(run)
+
+
+def langgraph(run: Any) -> Any:
+    """``sealbox replay RUN --agent replay_agents:langgraph``."""
+    return langgraph_agent()(run)
+
+
+async def record(store: Any, kind: str, *, policy: Any = None, snapshot: Any = None, tools: Tools | None = None) -> str:
+    """Record one run of an agent; return its run id."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    async with Recorder(store, policy=policy or ALLOW_ALL).run(agent=kind, snapshot=snapshot) as run:
+        await AGENTS[kind](tools=tools)(run)
+    return run.run_id
+
+
+def record_unknown_outcome(store: Any) -> str:
+    """A run that died while its first tool call ran: the call is allowed and has no result."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    run = Recorder(store, policy=ALLOW_ALL).run(agent="plain").start()
+    run.model_call({"model": MODEL, "messages": [{"role": "system", "content": SYSTEM},
+                                                 {"role": "user", "content": QUESTION}], "tools": TOOL_SPECS},
+                   chat_script()[0])
+    run._decide_and_record("local", "get_weather", {"city": "Paris"}, None, "call_1", None)
+    return run.run_id  # no tool.result, no run.ended: the process "died" here

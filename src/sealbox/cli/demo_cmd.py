@@ -1,4 +1,9 @@
-"""``sealbox demo``: record a small sample run into a fresh store, print it, verify it."""
+"""``sealbox demo``: the incident drill (:mod:`sealbox.demo.drill`), end to end on real parts.
+
+If the drill cannot run here — the upstream MCP servers' venvs cannot be built
+(no PyPI) or the OpenAI Agents SDK is not installed — it says why and falls back to
+recording a small sample run into a fresh store, showing and verifying it.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,40 @@ import click
 
 
 @click.command("demo")
-@click.option("--dir", "workdir", default=None, type=click.Path(), help="Workspace folder (default: a new temporary folder).")
-def demo_cmd(workdir: str | None) -> None:
-    """Record a sample run into a fresh store, show it, and verify it."""
+@click.option("--dir", "workdir", default=None, type=click.Path(file_okay=False),
+              help="Workspace folder (default: a new temporary folder). Must not hold a drill already.")
+@click.option("--sample", is_flag=True, help="Skip the drill: record the small sample run only.")
+def demo_cmd(workdir: str | None, sample: bool) -> None:
+    """Reconstruct a production incident end to end: agent, gateway, approval, the DELETE, the investigation."""
+    if not sample:
+        why = _drill_unavailable()
+        if why is None:
+            from sealbox.demo.drill import run_drill
+            from sealbox.demo.upstreams import UpstreamBuildError
+
+            try:
+                result = run_drill(workdir, echo=click.echo)
+            except UpstreamBuildError as exc:
+                why = str(exc)
+            except FileExistsError as exc:
+                raise click.ClickException(str(exc)) from None
+            else:
+                if not result.verified:
+                    raise SystemExit(1)
+                return
+        click.echo(f"The incident drill cannot run here ({why}); recording the sample run instead.", err=True)
+    _sample(workdir)
+
+
+def _drill_unavailable() -> str | None:
+    try:
+        import agents  # noqa: F401
+    except ImportError:
+        return "the OpenAI Agents SDK (openai-agents) is not installed"
+    return None
+
+
+def _sample(workdir: str | None) -> None:
     from sealbox.demo_sample import record_sample_run
     from sealbox.store import init_store
     from sealbox.verify import verify_store

@@ -52,7 +52,11 @@ def key_cmd(store_path: str) -> None:
 @click.option("--from-size", "from_size", type=int, required=True, help="Size of the older checkpoint you hold.")
 @click.option("--to-size", "to_size", type=int, default=None, help="Size of the newer tree (default: newest checkpoint).")
 def prove_cmd(store_path: str, from_size: int, to_size: int | None) -> None:
-    """Print an RFC 9162 consistency proof from an older tree size to a newer checkpoint."""
+    """Print an RFC 9162 consistency proof from an older tree size to a newer checkpoint.
+
+    JSON: size1, size2, checkpoint (the signed note of size2, or null when none was
+    signed at that size), proof (base64 hashes, RFC 9162 §2.1.4.1 order).
+    """
     store = open_for_reading(store_path)
     try:
         cp = store.latest_checkpoint()
@@ -60,10 +64,11 @@ def prove_cmd(store_path: str, from_size: int, to_size: int | None) -> None:
         if not 0 < from_size <= size2:
             raise click.ClickException(f"--from-size must be between 1 and {size2}")
         proof = store.consistency_proof(from_size, size2)
+        signed = next((c.note for c in reversed(store.checkpoints()) if c.tree_size == size2), None)
     finally:
         store.close()
-    echo_json({
+    echo_json({  # `sealbox verify BUNDLE --consistency FILE` reads exactly this
         "size1": from_size, "size2": size2,
-        "checkpoint": cp.note if cp and cp.tree_size == size2 else None,
+        "checkpoint": signed,
         "proof": [base64.b64encode(h).decode() for h in proof],
     })

@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "runs": ("sealbox.cli.runs_cmds", "runs_group", "List and show recorded runs."),
     "calls": ("sealbox.cli.calls_cmd", "calls_cmd", "Every tool call across runs, filtered (tool, decision, error, match…)."),
     "snapshot": ("sealbox.cli.snapshot_cmds", "snapshot_group", "Show and diff configuration snapshots."),
-    "demo": ("sealbox.cli.demo_cmd", "demo_cmd", "Record a sample run into a fresh store and verify it."),
+    "demo": ("sealbox.cli.demo_cmd", "demo_cmd", "The incident drill: agent, gateway, approval, a bad DELETE, the investigation."),
     "policy": ("sealbox.cli.policy_cmds", "policy_group", "Check, test and explain policy files."),
     "identities": ("sealbox.cli.identities_cmds", "identities_group", "Add, list, disable and re-key identities."),
     "approvals": ("sealbox.cli.approvals_cmds", "approvals_group", "List, show, approve and deny approval requests."),

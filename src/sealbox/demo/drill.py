@@ -249,7 +249,7 @@ async def _run_agent(ws: Path, store: Any, echo: Callable[[str], None], approver
                                       client_session_timeout_seconds=120) as gateway:
                 agent = build_agent(CleanupModel(), [gateway])
                 hooks = StateHooks(run)
-                result = await Runner.run(instrument(run, agent), TASK, hooks=hooks, max_turns=20)
+                result = await Runner.run(instrument(run, agent, provider="scripted"), TASK, hooks=hooks, max_turns=20)
         finally:
             approver.stop.set()
             approver.join(timeout=70)

@@ -11,7 +11,8 @@ JSON-RPC error with one of these codes. They lie in −32003…−32019: −3200
 
 from __future__ import annotations
 
-__all__ = ["UNKNOWN_TOOL", "REQUEST_TOO_LARGE", "MALFORMED_REQUEST", "UNKNOWN_RUN", "UNAUTHORIZED", "INVALID_REQUEST_STATE", "CODES"]
+__all__ = ["UNKNOWN_TOOL", "REQUEST_TOO_LARGE", "MALFORMED_REQUEST", "UNKNOWN_RUN", "UNAUTHORIZED",
+           "INVALID_REQUEST_STATE", "CODES"]
 
 #: ``tools/call`` names a tool that is not exposed (no such server, or no such tool on it).
 UNKNOWN_TOOL = -32003

@@ -63,6 +63,7 @@ class Pending:
     rule: str | None = None
     ask: dict[str, Any] = field(default_factory=dict)
     expires_at: str | None = None
+    requested_by: str | None = None  # the principal whose call waits: only its retries continue the request
     informed: bool = False  # the person at the client was told (elicitation), once per request
 
 

@@ -18,7 +18,9 @@ A ``tools/call`` goes, in order:
    schema (a mismatch is an ``isError`` result, not forwarded), then the call is
    forwarded and its result (or error) recorded as ``tool.result``. The
    forwarding is shielded from the client's cancellation, so a client that
-   disconnects mid-call still leaves the outcome in the record.
+   disconnects mid-call still leaves the outcome in the record;
+5. a ``require_approval`` decision is held, answered "pending; call again", and
+   continued by a retry with the same binding hash (:mod:`sealbox.gateway.holds`).
 """
 
 from __future__ import annotations
@@ -113,7 +115,8 @@ class Gateway:
         self.approval_poll = 0.1
         #: seconds between progress notifications while a call is held (first one at once)
         self.progress_interval = 1.0
-        self._pending: dict[str, dict[str, Pending]] = {}  # run id -> binding -> the request it waits for
+        # run id -> (binding, principal) -> the request a call of that run waits for
+        self._pending: dict[str, dict[tuple[str, str | None], Pending]] = {}
         self._hold_locks: dict[str, anyio.Lock] = {}
         self._state_key = state_key(self.store._secret)
         self.default_run_id = run_id if run_id is not None else (os.environ.get(ENV_RUN_ID) or None)
@@ -292,14 +295,15 @@ class Gateway:
     def _add_pending(self, state: Any) -> Pending:
         r = state.request
         pending = Pending(state.approval_id, state.run_id, r["call_id"], state.step, r["binding"], r["server"],
-                          r["tool"], r.get("rule"), dict(r.get("ask") or {}), r.get("expires_at"))
-        self._pending.setdefault(state.run_id, {})[pending.binding] = pending
+                          r["tool"], r.get("rule"), dict(r.get("ask") or {}), r.get("expires_at"),
+                          r.get("requested_by"))
+        self._pending.setdefault(state.run_id, {})[(pending.binding, pending.requested_by)] = pending
         return pending
 
     def _drop_pending(self, pending: Pending) -> None:
         waiting = self._pending.get(pending.run_id, {})
-        if waiting.get(pending.binding) is pending:
-            del waiting[pending.binding]
+        if waiting.get((pending.binding, pending.requested_by)) is pending:
+            del waiting[(pending.binding, pending.requested_by)]
         if not waiting:
             self._pending.pop(pending.run_id, None)
         self._hold_locks.pop(pending.approval_id, None)
@@ -370,7 +374,7 @@ class Gateway:
                 raise MCPError(codes.INVALID_REQUEST_STATE, str(exc)) from exc
             run = self._join(claims["run"], principal)
             own_run = bool(claims.get("own"))
-            pending = self._pending.get(run.run_id, {}).get(binding)
+            pending = self._pending.get(run.run_id, {}).get((binding, principal))
             if pending is None or pending.approval_id != claims["aid"]:
                 return _error_result(f"approval {claims['aid']} is no longer pending here (its outcome was "
                                      "delivered to an earlier call); call again without requestState to ask anew",
@@ -378,8 +382,8 @@ class Gateway:
         else:
             run = self._run_for(ctx, params.meta, principal)
             own_run = modern and getattr(run, "_gateway_inflight", None) is not None
-            if run.run_id in self._pending:  # a retry of a held call: same binding, same request
-                pending = self._pending[run.run_id].get(self._binding(server, tool, arguments))
+            if run.run_id in self._pending:  # a retry of a held call: same run, binding and principal
+                pending = self._pending[run.run_id].get((self._binding(server, tool, arguments), principal))
         if self.pins.blocked(server, tool):
             self.pins.refresh(self.store)  # a re-approval may have been recorded since
         slot = _InFlight(ctx.session, ctx.request_id, _connection(ctx))
@@ -446,7 +450,8 @@ class Gateway:
                     state = await anyio.to_thread.run_sync(get_approval, self.store, aid)
                     if state.status != "pending" or state.resumed or state.run_ended:
                         async with lock:
-                            if self._pending.get(pending.run_id, {}).get(pending.binding) is pending:
+                            if self._pending.get(pending.run_id, {}).get((pending.binding, pending.requested_by)) \
+                                    is pending:
                                 settled = await self._settle(run, pending, arguments, forward, own_run)
                                 if settled is not None:
                                     return settled

@@ -276,8 +276,8 @@ class _Check:
                 what = f"the file ends at byte {len(self.data)} (it was truncated)"
             else:
                 what = next(w for s, e, w in zip_regions(best) if s <= at < e)
-            self._problem("bundle_container", f"the file differs from the canonical bundle container at byte {at}: "
-                          f"{what}", what, expected=f"0x{rebuilt[at]:02x}" if at < len(rebuilt) else "end of file",
+            self._problem("bundle_container", f"the file differs from the canonical bundle container at byte {at}",
+                          what, expected=f"0x{rebuilt[at]:02x}" if at < len(rebuilt) else "end of file",
                           found=f"0x{self.data[at]:02x}" if at < len(self.data) else "end of file")
         names = [n for n, _ in best]
         for name in names:
