@@ -58,7 +58,7 @@ RUN_STATUSES = ("running", "suspended", "ended", "ok", "error", "cancelled")
 #: Keys of one row of :meth:`query_calls`, in display order.
 CALL_COLUMNS = (
     "ts", "run_id", "agent", "principal", "step", "call_id", "server", "tool", "exposed", "grant", "arguments",
-    "decision", "rule", "reason_code", "outcome", "ok", "error", "duration_us",
+    "decision", "rule", "reason_code", "outcome", "ok", "error", "duration_us", "approvers", "flags",
 )
 #: Fields a ``--match`` may start with: the call's row keys, plus ``result`` (the tool's resolved result).
 MATCH_ROOTS = tuple(sorted(set(CALL_COLUMNS) | {"result"}))
@@ -278,7 +278,8 @@ def call_row(values: Sequence[Any], content: Callable[[str | None], Any] = json.
         approval is a later event of the run). ``ok`` is True / False, or None
         when there is no result; ``error`` is ``{"type", "message"}`` or None.
     """
-    row = dict(zip(CALL_COLUMNS, values))
+    row = dict(zip(CALL_COLUMNS[:-2], values))
+    row["approvers"], row["flags"] = [], []
     row["arguments"] = content(row["arguments"])
     ok = row["ok"]
     row["outcome"] = _outcome(row["decision"], ok)

@@ -100,3 +100,19 @@ def test_parallel_approvals_in_one_run_have_distinct_ids_and_resolve_independent
     resumed = [e.payload["outcomes"] for e in store.read_run(run.run_id) if e.kind == "run.resumed"]
     assert sorted(resumed, key=str) == sorted([{pending["c-a"]: "approved"}, {pending["c-b"]: "denied"}], key=str)
     assert verify_store(store).ok
+
+
+def test_calls_listing_names_the_approver_and_the_flags(store, keys, tmp_path):
+    from sealbox.identities import add_identity
+
+    shared = add_identity(store, "ops-oncall", "approver", ["ops"], shared=True, key_path=tmp_path / "oncall.key").key_path
+    rec = Recorder(store, policy=policy(), approvals="block", approval_poll=0.02)
+    t = approver(store, {"ops-oncall": shared}, "ops-oncall", "approve")
+    with rec.run(agent="bot") as run:
+        run.call_tool("db", "write_query", {"sql": "DELETE FROM t"}, lambda sql: "done", call_id="w1")
+        run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "1", call_id="r1")
+    t.join()
+    rows = {r["call_id"]: r for r in store.query_calls(run_id=run.run_id)}
+    assert [(a["identity"], a["decision"]) for a in rows["w1"]["approvers"]] == [("ops-oncall", "approve")]
+    assert rows["w1"]["flags"] == ["shared_identity"] and rows["w1"]["outcome"] == "ok"
+    assert (rows["r1"]["approvers"], rows["r1"]["flags"]) == ([], [])

@@ -28,7 +28,7 @@ def test_a_row_holds_the_call_its_decision_and_its_outcome(store, recorded):
         "grant": "implicit:agent:support", "arguments": {"table": "orders", "limit": 5},
         "decision": "allow", "rule": "reads", "reason_code": "policy_allow", "outcome": "error", "ok": False,
         "error": {"type": "ValueError", "message": "table orders is locked"},
-        "duration_us": rows["a4"]["duration_us"],
+        "duration_us": rows["a4"]["duration_us"], "approvers": [], "flags": [],
     }
     assert isinstance(rows["a4"]["duration_us"], int) and rows["a4"]["duration_us"] >= 0
     assert (rows["a3"]["decision"], rows["a3"]["rule"], rows["a3"]["outcome"], rows["a3"]["ok"]) == (

@@ -61,7 +61,7 @@ def test_calls_csv_has_a_header_and_one_line_per_call(recorded):
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.DictReader(io.StringIO(proc.stdout)))
     assert proc.stdout.splitlines()[0] == ("ts,run_id,agent,principal,step,call_id,server,tool,exposed,grant,arguments,"
-                                           "decision,rule,reason_code,outcome,ok,error,duration_us")
+                                           "decision,rule,reason_code,outcome,ok,error,duration_us,approvers,flags")
     assert [r["call_id"] for r in rows] == ["a1", "a2", "a3", "a4", "b4"]
     assert json.loads(rows[0]["arguments"]) == {"query": "SELECT id FROM orders WHERE status = 'open'"}
     assert (rows[2]["decision"], rows[2]["ok"], rows[2]["outcome"]) == ("deny", "", "not_run")

@@ -9,7 +9,7 @@ import click
 from sealbox.cli.common import emit_rows, format_options, open_for_reading, store_option
 
 _DECISIONS = ("allow", "deny", "require_approval")  # sealbox.query.DECISIONS, without importing it for --help
-_TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "outcome", "duration_us", "arguments")
+_TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "approvers", "outcome", "duration_us", "arguments")
 
 
 @click.command("calls")
@@ -57,7 +57,10 @@ def _display(row: dict) -> dict:
     outcome = row["outcome"]
     if row["error"]:
         outcome = f"error: {row['error'].get('type')}: {row['error'].get('message')}"
-    return {**row, "tool": f"{row['server']}/{row['tool']}", "outcome": _short(outcome, 50),
+    approvers = ", ".join(f"{a['identity']} ({a['decision']})" for a in row["approvers"])
+    if row["flags"]:
+        approvers += " ⚑ " + ", ".join(sorted(set(filter(None, row["flags"]))))
+    return {**row, "approvers": approvers, "tool": f"{row['server']}/{row['tool']}", "outcome": _short(outcome, 50),
             "arguments": _short(json.dumps(row["arguments"], ensure_ascii=False), 60)}
 
 

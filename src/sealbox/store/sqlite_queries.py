@@ -99,7 +99,29 @@ class SqliteQueries:
         finally:
             cursor.close()
         rows.reverse()
+        self._attach_approvals(rows)
         return rows
+
+    def _attach_approvals(self, rows: list[dict[str, Any]]) -> None:
+        """Fill ``approvers`` ({identity, decision, answered_at}) and ``flags`` (shared-account
+        flag codes) of calls that went to approval, from their approval events."""
+        conn = self._conn()
+        for row in rows:
+            if row["decision"] != "require_approval":
+                continue
+            ids = [r[0] for r in conn.execute(
+                "SELECT CAST(raw AS TEXT) ->> '$.payload.approval_id' FROM events"
+                " WHERE run_id = ? AND call_id = ? AND kind = 'approval.requested'", (row["run_id"], row["call_id"]))]
+            for approval_id in ids:
+                for (text,) in conn.execute(
+                        "SELECT CAST(raw AS TEXT) ->> '$.payload' FROM events WHERE run_id = ? AND kind = 'approval.answered'"
+                        " AND CAST(raw AS TEXT) ->> '$.payload.approval_id' = ? ORDER BY leaf_index",
+                        (row["run_id"], approval_id)):
+                    answer = json.loads(text)
+                    row["approvers"].append({"identity": answer.get("identity"), "decision": answer.get("decision"),
+                                             "answered_at": answer.get("answered_at")})
+                    row["flags"] += [f.get("code") or f.get("flag") for f in answer.get("flags") or []
+                                     if isinstance(f, dict)]
 
     def explain_query_calls(self, **filters: Any) -> list[str]:
         """SQLite's ``EXPLAIN QUERY PLAN`` lines for :meth:`query_calls` with these filters

@@ -1,0 +1,342 @@
+"""Replay of real agents (plain chat-completions loop, OpenAI Agents SDK, LangGraph) from the record.
+
+Every agent makes three parallel tool calls in one model turn; they complete in
+the order 3, 1, 2 when recorded, and in another order on replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import replay_agents as ra  # noqa: E402
+
+import sealbox  # noqa: E402
+from sealbox.errors import ConfigError  # noqa: E402
+from sealbox.policy import Policy  # noqa: E402
+from sealbox.redaction import ContentPolicy  # noqa: E402
+from sealbox.replay import Replayer, render_divergence  # noqa: E402
+from sealbox.replay.fixtures import load_run, read_fixture, step_keys  # noqa: E402
+from sealbox.snapshot import Snapshot  # noqa: E402
+
+KINDS = ["plain", "sdk", "langgraph"]
+FIXTURES = HERE / "fixtures"
+PROMPT_FIELD = {"plain": "messages[0].content", "sdk": "instructions", "langgraph": "messages[0].content"}
+NEW_PROMPT = ra.SYSTEM + " Answer in French."
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = sealbox.init_store(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def record(store, kind, **kwargs):
+    return asyncio.run(ra.record(store, kind, **kwargs))
+
+
+def result_order(store, run_id):
+    return [e.step for e in store.read_run(run_id) if e.kind == "tool.result"]
+
+
+def ended(store, run_id):
+    return store.read_run(run_id)[-1]
+
+
+# ----------------------------------------------------------------------------- reproduce
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_recorded_run_reproduces_with_parallel_calls_completing_in_another_order(store, kind):
+    run_id = record(store, kind)
+    assert result_order(store, run_id) == ["2.3", "2.1", "2.2"]  # Lima (no delay), Paris, Oslo
+
+    tools = ra.Tools()
+    result = Replayer(store).replay(run_id, ra.AGENTS[kind](tools=tools))
+
+    assert result.reproduced and result.divergence is None
+    assert result.steps_compared == (6 if kind == "langgraph" else 5)  # 2 model calls, 3 tools (+ final state)
+    assert tools.invoked == []  # served from the record: no tool ran
+    assert result_order(store, result.new_run_id) == ["2.1", "2.2", "2.3"]
+    started, end = store.read_run(result.new_run_id)[0], ended(store, result.new_run_id)
+    assert started.payload["replay_of"] == run_id
+    assert end.kind == "run.ended" and end.payload["status"] == "ok"
+    assert end.payload["verdict"] == {"reproduced": True, "replay_of": run_id, "steps_compared": result.steps_compared,
+                                      "divergence": None, "config_drift": []}
+    assert step_keys(store, result.new_run_id) == step_keys(store, run_id)
+    assert sealbox.verify_store(store).ok
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_changed_prompt_diverges_at_the_first_model_call_with_the_field_diff(store, kind):
+    run_id = record(store, kind)
+
+    result = Replayer(store).replay(run_id, ra.AGENTS[kind](change="prompt"))
+
+    d = result.divergence
+    assert not result.reproduced and result.steps_compared == 0
+    assert (d.kind, d.step, d.mismatched) == ("mismatch", "2", ("hash",))
+    assert (d.recorded.kind, d.attempted.kind) == ("model.call", "model.call")
+    assert d.recorded.name == d.attempted.name and d.recorded.hash != d.attempted.hash
+    assert [(x.path, x.change, x.a, x.b) for x in d.diff] == [(PROMPT_FIELD[kind], "changed", ra.SYSTEM, NEW_PROMPT)]
+    verdict = ended(store, result.new_run_id).payload["verdict"]
+    assert verdict["reproduced"] is False and verdict["divergence"]["step"] == "2"
+    assert verdict["divergence"]["fields"] == [PROMPT_FIELD[kind]]
+    assert ended(store, result.new_run_id).payload["status"] == "cancelled"
+    assert [e.kind for e in store.read_run(result.new_run_id)] == ["run.started", "run.ended"]  # nothing after
+
+
+def test_changed_tool_argument_diverges_at_that_call_before_it_is_recorded(store):
+    run_id = record(store, "plain")
+    tools = ra.Tools()
+
+    result = Replayer(store).replay(run_id, ra.plain_agent(tools=tools, change="argument"))
+
+    d = result.divergence
+    assert (d.kind, d.step, d.mismatched) == ("mismatch", "2.2", ("hash",))
+    assert d.recorded.name == d.attempted.name == "local/get_time"
+    assert [(x.path, x.change, x.a, x.b) for x in d.diff] == [("utc_offset", "changed", 1, 2)]
+    assert d.recorded_content == {"city": "Oslo", "utc_offset": 1}
+    assert d.attempted_content == {"city": "Oslo", "utc_offset": 2}
+    assert tools.invoked == []
+    text = render_divergence(d)
+    assert "diverged at step 2.2: mismatch" in text and "~ utc_offset: 1 -> 2" in text
+    assert "2.2" not in [e.step for e in store.read_run(result.new_run_id) if e.kind == "tool.call"]
+
+
+def test_extra_step_at_the_end_is_a_divergence(store):
+    run_id = record(store, "plain")
+    inner = ra.plain_agent()
+
+    async def agent(run):
+        await inner(run)
+        run.note("one more thing")
+
+    d = Replayer(store).replay(run_id, agent).divergence
+    assert (d.kind, d.step, d.recorded, d.attempted.kind) == ("extra", "4", None, "note")
+
+
+def test_missing_steps_at_the_end_are_a_divergence(store):
+    run_id = record(store, "plain")
+    chat = ra.ScriptedChat()
+
+    def agent(run):  # stops after the first model call, without calling tools
+        run.complete({"model": ra.MODEL, "messages": [{"role": "system", "content": ra.SYSTEM},
+                                                      {"role": "user", "content": ra.QUESTION}],
+                      "tools": ra.TOOL_SPECS}, chat)
+
+    result = Replayer(store).replay(run_id, agent)
+    d = result.divergence
+    assert (d.kind, d.step, d.recorded.name, d.attempted) == ("missing", "2.1", "local/get_weather", None)
+    assert result.steps_compared == 1 and chat.requests == []
+
+
+def test_different_name_is_reported_as_a_name_mismatch(store):
+    run_id = record(store, "plain")
+
+    def agent(run):
+        run.complete({"model": "gpt-5", "messages": []}, lambda r: {})
+
+    d = Replayer(store).replay(run_id, agent).divergence
+    # the response is served from the record, so the model name (read from it) matches; the request does not
+    assert (d.kind, d.step, d.mismatched) == ("mismatch", "2", ("hash",))
+
+    def tool_first(run):
+        run.call_tool("local", "get_weather", {"city": "Paris"}, lambda city: "x")
+
+    d = Replayer(store).replay(run_id, tool_first).divergence
+    assert (d.kind, d.step, d.mismatched) == ("mismatch", "2", ("kind", "name", "hash"))
+    assert (d.recorded.kind, d.attempted.kind) == ("model.call", "tool.call")
+
+
+# ----------------------------------------------------------------------------- outcomes
+
+
+def test_recorded_deny_is_served_as_a_deny_and_the_tool_never_runs(store):
+    deny = Policy.from_text("version: 1\nrules:\n  - id: no-clock\n    match: {server: local, tool: get_time}\n"
+                            "    effect: deny\n  - id: rest\n    effect: allow\n")
+    run_id = record(store, "plain", policy=deny)
+    tools = ra.Tools()
+
+    result = Replayer(store).replay(run_id, ra.plain_agent(tools=tools))
+
+    assert result.reproduced, result.divergence
+    assert tools.invoked == []
+    events = store.read_run(result.new_run_id)
+    decisions = {e.step: (e.payload["effect"], e.payload["rule"]) for e in events if e.kind == "policy.decision"}
+    assert decisions == {"2.1": ("allow", "rest"), "2.2": ("deny", "no-clock"), "2.3": ("allow", "rest")}
+    assert "2.2" not in [e.step for e in events if e.kind == "tool.result"]
+
+
+def test_outcome_unknown_ends_the_replay_and_says_so(store):
+    run_id = ra.record_unknown_outcome(store)
+    tools = ra.Tools()
+
+    result = Replayer(store).replay(run_id, ra.plain_agent(tools=tools))
+
+    d = result.divergence
+    assert (d.kind, d.step) == ("outcome_unknown", "2.1")
+    assert "outcome is unknown" in d.message and "does not run it again" in d.message
+    assert tools.invoked == [] and not result.reproduced
+
+
+def test_agent_error_is_compared_with_how_the_recorded_run_ended(store):
+    run_id = record(store, "plain")
+    inner = ra.plain_agent()
+
+    async def agent(run):
+        await inner(run)
+        raise ValueError("boom after the last step")
+
+    result = Replayer(store).replay(run_id, agent)
+    assert (result.divergence.kind, result.steps_compared) == ("outcome", 5)
+    assert "recorded run ended ok and the replay ended error: ValueError: boom" in result.divergence.message
+
+
+# ----------------------------------------------------------------------------- modes
+
+
+def test_live_tools_need_explicit_side_effects_and_a_policy(store):
+    run_id = record(store, "plain")
+    with pytest.raises(ConfigError, match="side_effects"):
+        Replayer(store, policy=sealbox.policies.ALLOW_ALL).replay(run_id, ra.plain_agent(), tools="live")
+    with pytest.raises(ConfigError, match="policy"):
+        Replayer(store).replay(run_id, ra.plain_agent(), tools="live", side_effects=True)
+
+
+def test_live_tools_run_for_real_in_another_order_and_still_reproduce(store):
+    run_id = record(store, "plain")
+    tools = ra.Tools(reverse=True)
+
+    result = Replayer(store, policy=sealbox.policies.ALLOW_ALL).replay(
+        run_id, ra.plain_agent(tools=tools), tools="live", side_effects=True)
+
+    assert result.reproduced, result.divergence and render_divergence(result.divergence)
+    assert sorted(tools.invoked) == [("get_time", "Oslo"), ("get_weather", "Lima"), ("get_weather", "Paris")]
+    assert result_order(store, result.new_run_id) == ["2.2", "2.1", "2.3"]  # reversed delays
+
+
+def test_live_model_calls_the_model_and_tools_still_come_from_the_record(store):
+    run_id = record(store, "plain")
+    chat, tools = ra.ScriptedChat(), ra.Tools()
+
+    result = Replayer(store).replay(run_id, ra.plain_agent(tools=tools, chat=chat), model="live")
+
+    assert result.reproduced and len(chat.requests) == 2 and tools.invoked == []
+
+
+# ----------------------------------------------------------------------------- conditions
+
+
+def snapshot(version: str) -> Snapshot:
+    return Snapshot(model={"provider": "openai", "name": "gpt-4o", "version": version}, system_prompt=ra.SYSTEM)
+
+
+def test_config_drift_stops_replay_before_it_starts(store):
+    run_id = record(store, "plain", snapshot=snapshot("2024-08-06"))
+    runs_before = len(store.runs())
+
+    result = Replayer(store).replay(run_id, ra.plain_agent(), snapshot=snapshot("2024-05-13"))
+
+    assert not result.reproduced and result.new_run_id is None and result.steps_compared == 0
+    assert result.divergence.kind == "config_drift"
+    assert [(d.path, d.a, d.b) for d in result.config_drift] == [("model.version", "2024-08-06", "2024-05-13")]
+    assert len(store.runs()) == runs_before  # nothing recorded
+
+
+def test_allowed_config_drift_proceeds_and_lists_the_fields(store):
+    run_id = record(store, "plain", snapshot=snapshot("2024-08-06"))
+
+    result = Replayer(store).replay(run_id, ra.plain_agent(), snapshot=snapshot("2024-05-13"),
+                                    allow_config_drift=True)
+
+    assert result.reproduced and [d.path for d in result.config_drift] == ["model.version"]
+    assert ended(store, result.new_run_id).payload["verdict"]["config_drift"] == ["model.version"]
+    assert store.read_run(result.new_run_id)[0].payload["snapshot"] == snapshot("2024-05-13").fingerprint
+
+
+def test_same_snapshot_is_no_drift(store):
+    run_id = record(store, "plain", snapshot=snapshot("2024-08-06"))
+    result = Replayer(store).replay(run_id, ra.plain_agent(), snapshot=snapshot("2024-08-06"))
+    assert result.reproduced and result.config_drift == ()
+
+
+# ----------------------------------------------------------------------------- content modes
+
+
+def test_hashes_only_run_says_which_steps_cannot_be_replayed_and_why(tmp_path):
+    store = sealbox.init_store(tmp_path / "h", content=ContentPolicy(mode="hashes-only"))
+    run_id = record(store, "plain")
+
+    result = Replayer(store).replay(run_id, ra.plain_agent())
+
+    assert [(u.step, u.kind) for u in result.unreplayable] == [
+        ("2", "model.call"), ("2.1", "tool.call"), ("2.2", "tool.call"), ("2.3", "tool.call"), ("3", "model.call")]
+    assert all("redacted content (store content mode: hashes-only)" in u.reason for u in result.unreplayable)
+    d = result.divergence
+    assert (d.kind, d.step) == ("unreplayable", "2")
+    assert d.recorded == d.attempted  # the request itself still matched, by its HMAC marker
+    store.close()
+
+
+def test_redacted_result_makes_only_that_step_unreplayable(tmp_path):
+    store = sealbox.init_store(tmp_path / "r")  # default mode: redacted
+    key = "sk-" + "A" * 24
+
+    def agent(run):
+        run.call_tool("vault", "read", {"name": "openai"}, lambda name: {"api_key": key})
+        run.call_tool("local", "echo", {"text": "hi"}, lambda text: text)
+
+    with sealbox.recorder.Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="vault") as run:
+        agent(run)
+    result = Replayer(store).replay(run.run_id, agent)
+
+    assert [(u.step, u.name) for u in result.unreplayable] == [("2", "vault/read")]
+    assert (result.divergence.kind, result.divergence.step) == ("unreplayable", "2")
+    # with tools live, the redacted result is not needed: the tool runs and the run reproduces
+    live = Replayer(store, policy=sealbox.policies.ALLOW_ALL).replay(run.run_id, agent, tools="live",
+                                                                      side_effects=True)
+    assert live.reproduced and live.unreplayable == ()
+    store.close()
+
+
+# ----------------------------------------------------------------------------- fixtures (CI)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fixture_replays_and_fresh_recording_has_the_same_step_keys(store, kind):
+    fixture = read_fixture(FIXTURES / f"{kind}.json")
+    run_id = load_run(store, fixture)
+    assert step_keys(store, run_id) == fixture["keys"]
+
+    assert Replayer(store).replay(run_id, ra.AGENTS[kind]()).reproduced
+    fresh = record(store, kind)
+    assert step_keys(store, fresh) == fixture["keys"]  # a change in how runs are recorded shows up here
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fixture_must_diverge_when_the_prompt_changes(store, kind):
+    run_id = load_run(store, read_fixture(FIXTURES / f"{kind}.json"))
+    d = Replayer(store).replay(run_id, ra.AGENTS[kind](change="prompt")).divergence
+    assert (d.kind, d.step, [x.path for x in d.diff]) == ("mismatch", "2", [PROMPT_FIELD[kind]])
+
+
+def test_fixture_of_a_denied_call_reproduces_and_unknown_outcome_stops(store):
+    denied = load_run(store, read_fixture(FIXTURES / "plain_denied.json"))
+    assert Replayer(store).replay(denied, ra.plain_agent()).reproduced
+    unknown = load_run(store, read_fixture(FIXTURES / "plain_unknown_outcome.json"))
+    d = Replayer(store).replay(unknown, ra.plain_agent()).divergence
+    assert (d.kind, d.step) == ("outcome_unknown", "2.1")
+
+
+def test_fixture_diverges_at_the_changed_argument(store):
+    run_id = load_run(store, read_fixture(FIXTURES / "plain.json"))
+    d = Replayer(store).replay(run_id, ra.plain_changed).divergence
+    assert (d.step, [(x.path, x.a, x.b) for x in d.diff]) == ("2.2", [("utc_offset", 1, 2)])
