@@ -102,6 +102,7 @@ def test_changed_tool_argument_diverges_at_that_call_before_it_is_recorded(store
     d = result.divergence
     assert (d.kind, d.step, d.mismatched) == ("mismatch", "2.2", ("hash",))
     assert d.recorded.name == d.attempted.name == "local/get_time"
+    assert result.steps_compared == 2  # step 2 and 2.1; 2.3 is not compared once replay has stopped
     assert [(x.path, x.change, x.a, x.b) for x in d.diff] == [("utc_offset", "changed", 1, 2)]
     assert d.recorded_content == {"city": "Oslo", "utc_offset": 1}
     assert d.attempted_content == {"city": "Oslo", "utc_offset": 2}

@@ -82,7 +82,9 @@ class ReplaySource:
                     self._check_live_outcome(rec)
 
     def compare(self, run: Any, step: str, kind: str, payload: dict[str, Any]) -> RecordedCall:
-        """Compare one attempted step with the recorded one; stop on any difference."""
+        """Compare one attempted step with the recorded one; stop on any difference (or once stopped)."""
+        if self.divergence is not None:
+            raise ReplayStopped(self.divergence)
         view = attempted_view(run.store, kind, payload)
         attempted = StepKey(step, kind, key_name(kind, payload), content_hash(kind, view, payload.get("format")))
         with self._lock:

@@ -1,0 +1,182 @@
+"""``sealbox replay RUN --agent module:function`` and ``sealbox whatif``."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+from typing import Any, Callable
+
+import click
+
+from sealbox.cli.common import echo_json, emit_rows, open_for_reading, open_for_writing, store_option
+
+
+def load_agent(spec: str) -> Callable[[Any], Any]:
+    """The callable named by ``module:function`` (the current directory is importable, as with ``python -m``)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter(f"expected module:function, got {spec!r}", param_hint="--agent")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="--agent") from exc
+    fn = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise click.BadParameter(f"{module_name!r} has no {attr!r}", param_hint="--agent")
+    if not callable(fn):
+        raise click.BadParameter(f"{spec} is not callable", param_hint="--agent")
+    return fn
+
+
+def _load_policy(path: str | None) -> Any:
+    if path is None:
+        return None
+    from sealbox.policy import Policy
+
+    return Policy.load(path)
+
+
+def _load_snapshot(path: str | None) -> Any:
+    if path is None:
+        return None
+    from sealbox.errors import ConfigError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the snapshot {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a snapshot is a JSON object")
+    return data
+
+
+@click.command("replay")
+@store_option
+@click.argument("run_id", metavar="RUN")
+@click.option("--agent", "agent_spec", required=True, metavar="MODULE:FUNCTION",
+              help="The agent to re-run: a function taking the replay's run (sync or async).")
+@click.option("--model", type=click.Choice(["record", "live"]), default="record", show_default=True,
+              help="Where model answers come from: the record, or the model itself.")
+@click.option("--tools", type=click.Choice(["record", "live"]), default="record", show_default=True,
+              help="Where tool results come from: the record, or running the tools (needs --side-effects).")
+@click.option("--side-effects", is_flag=True, help="Consent to running tools for real with --tools live.")
+@click.option("--policy", "policy_path", type=click.Path(dir_okay=False), help="Policy deciding live tool calls.")
+@click.option("--snapshot", "snapshot_path", type=click.Path(dir_okay=False),
+              help="The configuration the agent runs under now (snapshot JSON); default: the recorded one.")
+@click.option("--allow-config-drift", is_flag=True, help="Replay even if the configuration differs from the record.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def replay_cmd(store_path: str, run_id: str, agent_spec: str, model: str, tools: str, side_effects: bool,
+               policy_path: str | None, snapshot_path: str | None, allow_config_drift: bool, as_json: bool) -> None:
+    """Re-run an agent against a recorded run; report the first divergence.
+
+    Model answers, tool results and approvals come from the record (nothing is
+    executed unless --tools live --side-effects). The replay is recorded as a new
+    run. Exit status: 0 reproduced, 1 diverged.
+    """
+    from sealbox.replay import Replayer, render_divergence
+
+    agent = load_agent(agent_spec)
+    policy, snapshot = _load_policy(policy_path), _load_snapshot(snapshot_path)
+    store = open_for_writing(store_path)
+    try:
+        result = Replayer(store, policy=policy).replay(run_id, agent, model=model, tools=tools,
+                                                       side_effects=side_effects,
+                                                       allow_config_drift=allow_config_drift, snapshot=snapshot)
+    finally:
+        store.close()
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        _print_result(result, render_divergence)
+    if not result.reproduced:
+        sys.exit(1)
+
+
+def _print_result(result: Any, render: Callable[[Any], str]) -> None:
+    head = "reproduced" if result.reproduced else "NOT reproduced"
+    click.echo(f"{head}: {result.steps_compared} step(s) matched; replay run {result.new_run_id or '(not started)'}")
+    if result.config_drift:
+        click.echo(f"configuration differs from the record in {len(result.config_drift)} field(s):")
+        for d in result.config_drift:
+            click.echo(f"  {d.path}: {json.dumps(d.a, default=str)} -> {json.dumps(d.b, default=str)}")
+    if result.unreplayable:
+        click.echo("steps that cannot be replayed from the record:")
+        for u in result.unreplayable:
+            click.echo(f"  step {u.step} ({u.kind} {u.name}): {u.reason}")
+    if result.divergence is not None:
+        click.echo(render(result.divergence))
+
+
+@click.command("whatif")
+@store_option
+@click.argument("run_ids", metavar="[RUN]...", nargs=-1)
+@click.option("--policy", "policy_path", type=click.Path(dir_okay=False),
+              help="Evaluate this policy against every recorded tool call of the runs.")
+@click.option("--since", metavar="TIME", help="All runs started since: RFC 3339, a date, or 30d / 2h ago.")
+@click.option("--snapshot", "snapshot_query", metavar="FIELD=VALUE",
+              help="List the runs whose configuration had this value (e.g. model.version=2024-05-13).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def whatif_cmd(store_path: str, run_ids: tuple[str, ...], policy_path: str | None, since: str | None,
+               snapshot_query: str | None, as_json: bool) -> None:
+    """Ask the record a different question, without re-running anything.
+
+    With --policy: which recorded decisions would change (allow -> deny,
+    allow -> require_approval, and back), and by which rule. With --snapshot:
+    which runs ran under a configuration with that value.
+    """
+    from sealbox.errors import ConfigError
+
+    if (policy_path is None) == (snapshot_query is None):
+        raise ConfigError("give exactly one of --policy FILE or --snapshot FIELD=VALUE")
+    store = open_for_reading(store_path)
+    try:
+        if snapshot_query is not None:
+            _whatif_snapshot(store, snapshot_query, since, as_json)
+        else:
+            _whatif_policy(store, _load_policy(policy_path), run_ids, since, as_json)
+    finally:
+        store.close()
+
+
+def _whatif_snapshot(store: Any, query: str, since: str | None, as_json: bool) -> None:
+    from sealbox.errors import ConfigError
+    from sealbox.replay.whatif import whatif_snapshot
+
+    field, sep, value = query.partition("=")
+    if not sep or not field:
+        raise ConfigError(f"--snapshot wants FIELD=VALUE, got {query!r}")
+    rows = whatif_snapshot(store, field.strip(), value.strip(), since=since)
+    if as_json:
+        emit_rows(rows, [], as_json=True, as_csv=False)
+        return
+    if not rows:
+        click.echo(f"no recorded run ran with {field}={value}", err=True)
+        return
+    shown = [{**r, "started": r["started_at"][:19].replace("T", " "), "snapshot": (r["snapshot"] or "")[:19] + "…",
+              "status": r["ending"] or r["status"]} for r in rows]
+    emit_rows(shown, ["run_id", "agent", "status", "started", "snapshot"], as_json=False, as_csv=False,
+              title=f"Runs with {field}={value}")
+
+
+def _whatif_policy(store: Any, policy: Any, run_ids: tuple[str, ...], since: str | None, as_json: bool) -> None:
+    from sealbox.replay.whatif import select_runs, whatif_policy
+
+    report = whatif_policy(store, policy, select_runs(store, run_ids, since))
+    if as_json:
+        echo_json(report.to_dict())
+        return
+    click.echo(f"{report.evaluated} decision(s) in {len(report.runs)} run(s) evaluated again under "
+               f"{policy.name or 'the policy'} ({report.policy[:19]}…); {len(report.changed)} would change")
+    if report.changed:
+        emit_rows([c.to_dict() for c in report.changed], ["run_id", "step", "server", "tool", "change", "rule", "reason"],
+                  as_json=False, as_csv=False, title="Decisions that would change")
+    if report.not_re_evaluable:
+        emit_rows([n.to_dict() for n in report.not_re_evaluable], ["run_id", "step", "server", "tool", "why"],
+                  as_json=False, as_csv=False, title="Not re-evaluable")

@@ -1,0 +1,152 @@
+"""What-if (a new policy, a snapshot value) over recorded runs, and the ``replay`` / ``whatif`` commands."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import replay_agents as ra  # noqa: E402
+
+import sealbox  # noqa: E402
+from sealbox.cli.main import cli  # noqa: E402
+from sealbox.policy import Policy  # noqa: E402
+from sealbox.recorder import Recorder  # noqa: E402
+from sealbox.replay.whatif import whatif_policy, whatif_snapshot  # noqa: E402
+from sealbox.snapshot import Snapshot  # noqa: E402
+
+NEW_POLICY = """
+version: 1
+name: no-clock
+rules:
+  - id: no-clock
+    match: {server: local, tool: get_time}
+    effect: deny
+  - id: ask-for-lima
+    match: {server: local, tool: get_weather}
+    when: 'call.arguments.city == "Lima"'
+    effect: require_approval
+    approval: {groups: [ops]}
+  - id: rest
+    effect: allow
+"""
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = sealbox.init_store(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def snapshot(version: str) -> Snapshot:
+    return Snapshot(model={"provider": "openai", "name": "gpt-4o", "version": version})
+
+
+def test_whatif_policy_lists_the_calls_whose_decision_would_change_with_the_rule(store):
+    run_id = asyncio.run(ra.record(store, "plain"))
+
+    report = whatif_policy(store, Policy.from_text(NEW_POLICY), [run_id])
+
+    assert report.evaluated == 3 and report.not_re_evaluable == ()
+    assert [(c.step, c.tool, c.before, c.after, c.rule) for c in report.changed] == [
+        ("2.2", "get_time", "allow", "deny", "no-clock"),
+        ("2.3", "get_weather", "allow", "require_approval", "ask-for-lima"),
+    ]
+    deny_both = NEW_POLICY.replace("effect: require_approval\n    approval: {groups: [ops]}", "effect: deny")
+    back = whatif_policy(store, sealbox.policies.ALLOW_ALL, [asyncio.run(ra.record(
+        store, "plain", policy=Policy.from_text(deny_both)))])
+    assert [(c.step, c.before, c.after, c.rule_before) for c in back.changed] == [
+        ("2.2", "deny", "allow", "no-clock"), ("2.3", "deny", "allow", "ask-for-lima")]
+
+
+def test_whatif_policy_lists_decisions_on_redacted_content_as_not_re_evaluable(store):
+    with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="vault") as run:
+        run.call_tool("vault", "login", {"password": "hunter2hunter2"}, lambda password: "ok")
+        run.call_tool("local", "get_time", {"city": "Oslo"}, lambda city: "12:00")
+
+    report = whatif_policy(store, Policy.from_text(NEW_POLICY), [run.run_id])
+
+    assert [(n.step, n.tool) for n in report.not_re_evaluable] == [("2", "login")]
+    assert "redacted" in report.not_re_evaluable[0].why
+    assert [(c.step, c.after) for c in report.changed] == [("3", "deny")]
+
+
+def test_whatif_snapshot_finds_the_runs_that_ran_with_that_value(store):
+    old = asyncio.run(ra.record(store, "plain", snapshot=snapshot("2024-05-13")))
+    asyncio.run(ra.record(store, "plain", snapshot=snapshot("2024-08-06")))
+    asyncio.run(ra.record(store, "plain"))
+
+    assert [r["run_id"] for r in whatif_snapshot(store, "model.version", "2024-05-13")] == [old]
+    assert whatif_snapshot(store, "model.version", "1999-01-01") == []
+    assert len(whatif_snapshot(store, "model.name", "gpt-4o")) == 2
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_cli_replay_reproduces_and_prints_json(tmp_path, monkeypatch):
+    monkeypatch.chdir(HERE)  # so that --agent replay_agents:plain imports as it would from a project
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain", "--json")
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert (doc["reproduced"], doc["steps_compared"], doc["replay_of"], doc["divergence"]) == (True, 5, run_id, None)
+
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain_changed")
+    assert out.exit_code == 1
+    assert "NOT reproduced: 2 step(s) matched" in out.output
+    assert "diverged at step 2.2: mismatch" in out.output and "~ utc_offset: 1 -> 2" in out.output
+
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain_changed", "--json")
+    doc = json.loads(out.output)
+    assert doc["divergence"]["step"] == "2.2"
+    assert doc["divergence"]["diff"] == [{"path": "utc_offset", "change": "changed", "a": 1, "b": 2}]
+
+
+def test_cli_replay_live_tools_without_side_effects_is_one_line_error(tmp_path, monkeypatch):
+    from sealbox.cli.main import main
+
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain", "--tools", "live"])
+    assert exc.value.code == 2
+
+
+def test_cli_whatif_policy_and_snapshot(tmp_path):
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain", snapshot=snapshot("2024-05-13")))
+    store.close()
+    policy = tmp_path / "new.yaml"
+    policy.write_text(NEW_POLICY)
+
+    out = invoke("whatif", "-s", str(tmp_path / "s"), "--policy", str(policy), run_id, "--json")
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert [(c["step"], c["change"], c["rule"]) for c in doc["changed"]] == [
+        ("2.2", "allow -> deny", "no-clock"), ("2.3", "allow -> require_approval", "ask-for-lima")]
+
+    out = invoke("whatif", "-s", str(tmp_path / "s"), "--policy", str(policy), "--since", "30d", "--json")
+    assert json.loads(out.output)["runs"] == [run_id]
+
+    out = invoke("whatif", "-s", str(tmp_path / "s"), "--snapshot", "model.version=2024-05-13", "--json")
+    assert [r["run_id"] for r in json.loads(out.output)] == [run_id]
+    out = invoke("whatif", "-s", str(tmp_path / "s"), "--policy", str(policy), run_id)
+    assert "2 would change" in out.output and "no-clock" in out.output
