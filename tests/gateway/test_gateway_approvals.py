@@ -291,3 +291,32 @@ async def test_a_retry_by_another_principal_is_its_own_request(tmp_path, store, 
     assert approval_of(other) != approval_of(first)
     requests = [e for e in store.read_run(run_id) if e.kind == "approval.requested"]
     assert [r.payload["requested_by"] for r in requests] == ["agent:test-client", "agent:someone-else"]
+
+
+async def test_a_stateless_client_over_streamable_http_is_held_then_gets_the_outcome(tmp_path, store, keys):
+    import httpx2
+    from mcp.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from sealbox.gateway.transports import serve_http
+
+    token = "t0ken-for-the-tests-0123456789"
+    gw = Gateway(toy_config(tmp_path, extra=f"limits: {{approval_hold_s: 0.3}}\nhttp:\n  tokens:\n"
+                                             f"    - {{token: {token}, identity: ci-bot}}\n"),
+                 store=store, policy=Policy.from_text(POLICY))
+    gw.approval_poll = 0.05
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"})
+        async with http, Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http),
+                                mode="2026-07-28", input_required_max_rounds=200) as client:
+            t = answer_later(store, "approve", "ok", keys["alice"], delay=0.8)
+            result = await client.call_tool("toy__echo", {"text": "over http"})
+            t.join(5)
+        tg.cancel_scope.cancel()
+    assert (result.is_error, text_of(result)) == (False, "over http")
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "over http"}}]
+    [state] = list_approvals(store)
+    events = store.read_run(state.run_id)
+    assert [e.kind for e in events].count("tool.call") == 1 and events[-1].kind == "run.ended"
+    assert {e.principal for e in events if e.kind in ("tool.call", "run.resumed", "tool.result")} == {"ci-bot"}
