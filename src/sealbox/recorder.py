@@ -366,6 +366,7 @@ class RunContext:
     def _append(self, drafts: list[EventDraft], sync: bool = True) -> list:
         if self.replay is not None:  # compared with the record before anything is written
             self.replay.check(self, drafts)
+            drafts = self.replay.take_unwritten() + drafts  # served calls' events, in order, same commit
         return self._guard(lambda: self.store.append(drafts, sync=sync))
 
     @staticmethod

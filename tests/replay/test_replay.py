@@ -341,3 +341,15 @@ def test_fixture_diverges_at_the_changed_argument(store):
     run_id = load_run(store, read_fixture(FIXTURES / "plain.json"))
     d = Replayer(store).replay(run_id, ra.plain_changed).divergence
     assert (d.step, [(x.path, x.a, x.b) for x in d.diff]) == ("2.2", [("utc_offset", 1, 2)])
+
+
+def test_areplay_inside_a_running_loop_and_replay_refuses_an_async_agent_there(store):
+    run_id = record(store, "plain")
+    agent = ra.plain_agent()
+
+    async def main():
+        with pytest.raises(ConfigError, match="areplay"):
+            Replayer(store).replay(run_id, agent)
+        return await Replayer(store).areplay(run_id, agent)
+
+    assert asyncio.run(main()).reproduced

@@ -128,6 +128,8 @@ class Replayer:
             ConfigError: unknown run or mode, live tools without consent or policy,
                 or called inside a running event loop with an async agent (use :meth:`areplay`).
         """
+        if inspect.iscoroutinefunction(agent) and _loop_running():
+            raise ConfigError("replay() of an async agent inside a running event loop: use 'await Replayer.areplay(...)'")
         with self._prepared(run_id, model, tools, side_effects, allow_config_drift, snapshot) as prep:
             if isinstance(prep, ReplayResult):
                 return prep
@@ -223,9 +225,18 @@ class Replayer:
                               source.recorded.run_id)
         if source.divergence is not None:
             status, error = "cancelled", None  # stopped by replay, not by the agent
+        source.flush(run)
         run.replay = None
         run.end(status, error, verdict=result.verdict())
         return result
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 async def _awaited(awaitable: Any) -> Any:

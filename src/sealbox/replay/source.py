@@ -32,6 +32,10 @@ from sealbox.replay.values import rebuild, rebuild_error
 __all__ = ["ReplaySource", "ReplayStopped"]
 
 
+#: Queued events of served calls are written at the latest every this many events.
+_BATCH = 600
+
+
 class ReplayStopped(BaseException):
     """Raised inside the agent when replay stops; carries the :class:`Divergence`."""
 
@@ -61,6 +65,7 @@ class ReplaySource:
         self.compared: set[str] = set()
         self._lock = threading.RLock()
         self._served_pending: dict[str, str] = {}  # step -> why its served answer cannot be trusted
+        self._unwritten: list[EventDraft] = []  # served tool calls, written with the run's next write
 
     # ----------------------------------------------------------------- comparing
 
@@ -121,7 +126,8 @@ class ReplaySource:
     def _not_servable(self, rec: RecordedCall, live: bool) -> Divergence | None:
         decision = rec.decision or {}
         step = rec.key.step
-        if rec.result is None and decision.get("effect") == "allow":
+        approved_without_result = decision.get("effect") == "require_approval" and rec.approval in ("approved", "rerun")
+        if rec.result is None and (decision.get("effect") == "allow" or approved_without_result):
             return Divergence("outcome_unknown", step, f"step {step}: the recorded call {rec.key.name} was allowed "
                               "but has no result — its outcome is unknown (the process stopped while it ran); "
                               "replay ends here and does not run it again", rec.key, rec.key)
@@ -194,8 +200,9 @@ class ReplaySource:
                     "reason": d.get("reason", ""), "policy_fingerprint": d.get("policy_fingerprint", run.policy.fingerprint),
                     "eval_us": 0, "approval": d.get("approval"),
                     "replayed": {"run_id": self.recorded.run_id, "step": step, "approval": rec.approval}}
-        self._write(run, [run._draft("tool.call", call, step), run._draft("policy.decision", decision, step)])
+        drafts = [run._draft("tool.call", call, step), run._draft("policy.decision", decision, step)]
         if denied:
+            self._write(run, drafts)
             code = d.get("reason_code", "policy_deny") if d.get("effect") == "deny" else f"approval_{rec.approval}"
             raise ToolDenied(Decision("deny", code, d.get("rule"), d.get("reason", ""),  # type: ignore[arg-type]
                                       decision["policy_fingerprint"]), call_id, server, tool)
@@ -204,15 +211,35 @@ class ReplaySource:
         if result.get("ok"):
             stored = run.store.resolve(result.get("result"))
             payload["result"] = _decoded(stored)
-            self._write(run, [run._draft("tool.result", payload, step)], sync=False)
-            return rebuild(stored)
-        payload["error"] = result.get("error") or {"type": "Exception", "message": ""}
-        self._write(run, [run._draft("tool.result", payload, step)], sync=False)
-        raise rebuild_error(payload["error"])
+            served: Any = rebuild(stored)
+        else:
+            payload["error"] = result.get("error") or {"type": "Exception", "message": ""}
+            served = rebuild_error(payload["error"])
+        self._write(run, drafts + [run._draft("tool.result", payload, step)])
+        if isinstance(served, BaseException) and not result.get("ok"):
+            raise served
+        return served
 
-    @staticmethod
-    def _write(run: Any, drafts: list[EventDraft], sync: bool = True) -> None:
-        run._guard(lambda: run.store.append(drafts, sync=sync))
+    def _write(self, run: Any, drafts: list[EventDraft], sync: bool = False) -> None:
+        """Queue the events of a served call: nothing ran, so they need no commit of their own;
+        they are written, in order, with the run's next write (:meth:`take_unwritten`)."""
+        with self._lock:
+            self._unwritten += drafts
+            full = len(self._unwritten) >= _BATCH
+        if full:
+            self.flush(run)
+
+    def take_unwritten(self) -> list[EventDraft]:
+        """The queued events, to be written before the drafts the run is about to write."""
+        with self._lock:
+            drafts, self._unwritten = self._unwritten, []
+        return drafts
+
+    def flush(self, run: Any) -> None:
+        """Write the queued events now (one commit)."""
+        drafts = self.take_unwritten()
+        if drafts:
+            run._guard(lambda: run.store.append(drafts, sync=False))
 
     # ----------------------------------------------------------------- the end
 

@@ -103,6 +103,8 @@ class WhatIfReport:
 def select_runs(store: Any, run_ids: Iterable[str] = (), since: Any = None) -> list[str]:
     """The runs named, or every agent run started since ``since`` (``30d``, a date…), oldest first.
 
+    Replays (runs with ``replay_of``) are left out of ``since``: their decisions were served from the record.
+
     Raises:
         ConfigError: neither given, an unknown run, or a bad time.
     """
@@ -115,7 +117,7 @@ def select_runs(store: Any, run_ids: Iterable[str] = (), since: Any = None) -> l
     if since is None:
         raise ConfigError("name at least one run, or give --since")
     rows = store.query_runs(since=since)
-    return [r["run_id"] for r in reversed(rows) if r["run_id"] != SYSTEM_RUN_ID]
+    return [r["run_id"] for r in reversed(rows) if r["run_id"] != SYSTEM_RUN_ID and not r.get("replay_of")]
 
 
 def whatif_policy(store: Any, policy: Any, run_ids: Iterable[str]) -> WhatIfReport:

@@ -1,0 +1,79 @@
+"""Approvals on replay: served as they were answered, never asked again."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import sealbox
+from sealbox.approvals import answer, list_approvals
+from sealbox.identities import add_identity
+from sealbox.policy import Policy
+from sealbox.recorder import Recorder, ToolDenied
+from sealbox.replay import Replayer
+
+POLICY = """
+version: 1
+rules:
+  - id: writes-need-ops
+    match: {tool: write_query}
+    effect: require_approval
+    approval: {groups: [ops], quorum: 1, expires: 1h}
+  - id: rest
+    effect: allow
+"""
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = sealbox.init_store(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def answer_when_asked(store, key, decision):
+    def work():
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            pending = list_approvals(store, pending=True)
+            if pending:
+                answer(store, pending[0].approval_id, decision, "reviewed", key)
+                return
+            time.sleep(0.02)
+    t = threading.Thread(target=work)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_answered_approval_is_served_as_answered_and_never_asked_again(store, tmp_path, decision):
+    key = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key").key_path
+    ran: list[str] = []
+
+    def agent(run):
+        try:
+            out = run.call_tool("db", "write_query", {"sql": "UPDATE t"}, lambda sql: ran.append(sql) or "1 row")
+        except ToolDenied as denied:
+            out = f"denied: {denied.decision.reason_code}"
+        run.note(out)
+
+    rec = Recorder(store, policy=Policy.from_text(POLICY), approvals="block", approval_poll=0.02)
+    t = answer_when_asked(store, key, decision)
+    with rec.run(agent="bot") as run:
+        agent(run)
+    t.join()
+    assert len(ran) == (1 if decision == "approve" else 0)
+
+    result = Replayer(store).replay(run.run_id, agent)
+
+    assert result.reproduced, result.divergence
+    assert len(ran) == (1 if decision == "approve" else 0)  # the tool did not run again
+    kinds = [e.kind for e in store.read_run(result.new_run_id)]
+    assert "approval.requested" not in kinds and list_approvals(store, pending=True) == []
+    served = [e.payload for e in store.read_run(result.new_run_id) if e.kind == "policy.decision"][0]
+    assert served["effect"] == "require_approval" and served["rule"] == "writes-need-ops"
+    assert served["replayed"]["approval"] == ("approved" if decision == "approve" else "denied")
+    note = [e.payload["text"] for e in store.read_run(result.new_run_id) if e.kind == "note"]
+    assert note == (["1 row"] if decision == "approve" else ["denied: approval_denied"])
