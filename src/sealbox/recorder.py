@@ -22,6 +22,7 @@ import contextvars
 import dataclasses
 import functools
 import inspect
+import re
 import threading
 import time
 import traceback
@@ -37,7 +38,7 @@ from sealbox.policy.breaker import BreakerChange, CircuitBreaker, breaker_open_d
 from sealbox.policy.limits import LIMIT_COUNTERS, cost_of
 from sealbox.policy.model import CallContext, Decision
 
-__all__ = ["Recorder", "RunContext", "ToolDenied", "current_run"]
+__all__ = ["Recorder", "RunContext", "ToolDenied", "current_run", "is_call_step"]
 
 _CURRENT: contextvars.ContextVar["RunContext | None"] = contextvars.ContextVar("sealbox_run", default=None)
 
@@ -360,6 +361,32 @@ class RunContext:
                 return linked
         return self._take_step()
 
+    def step_of_call(self, call_id: str) -> str | None:
+        """The step a recorded model call assigned to its tool call ``call_id`` (``"<step>.<i>"``), or None.
+
+        It is not consumed: an MCP client sends it (``_meta["sealbox/step"]``) to a gateway that
+        records the call in another process (:meth:`link_call` there); asking again returns it again.
+        """
+        with self._lock:
+            return self._links.get(call_id)
+
+    def link_call(self, call_id: str, step: str) -> None:
+        """Record the next tool call with id ``call_id`` under ``step`` instead of a new top-level step.
+
+        For a process that records calls of a run another process drives (the gateway joined
+        to an SDK run): the model call that requested the call, and so its step, was recorded
+        there. ``step`` must be a sub-step ``"<n>.<i>"`` (``n``, ``i`` positive integers).
+
+        Raises:
+            ValueError: ``step`` or ``call_id`` is not of that shape.
+        """
+        if not isinstance(call_id, str) or not call_id:
+            raise ValueError("call_id must be a non-empty string")
+        if not is_call_step(step):
+            raise ValueError(f"step must be '<n>.<i>' with positive integers, not {step!r}")
+        with self._lock:
+            self._links[call_id] = step
+
     def _draft(self, kind: str, payload: dict[str, Any], step: str) -> EventDraft:
         return EventDraft(kind, payload, run_id=self.run_id, principal=self.principal.id, step=step)
 
@@ -656,6 +683,14 @@ class ModelCallRecord:
 
     step: str
     tool_calls: tuple
+
+
+_CALL_STEP = re.compile(r"[1-9][0-9]{0,17}(\.[1-9][0-9]{0,17})+")
+
+
+def is_call_step(step: Any) -> bool:
+    """True when ``step`` is a tool call's step as a model call assigns it: ``"<n>.<i>"`` (positive integers)."""
+    return isinstance(step, str) and len(step) <= 64 and _CALL_STEP.fullmatch(step) is not None
 
 
 def _invoke(fn: Callable[..., Any], arguments: Any) -> Any:

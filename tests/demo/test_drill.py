@@ -81,6 +81,72 @@ def test_the_record_holds_the_whole_story_in_one_run(drill):
     assert result.verified
 
 
+def test_the_gateway_records_each_call_under_the_step_the_model_call_gave_it(drill):
+    """The SDK sends each MCP call's step and call id in _meta (sealbox/step, sealbox/call_id): the
+    gateway's tool.call events are "<model step>.1" of the model call that requested them, never a
+    top-level step of the gateway's own that collides with the SDK process's steps."""
+    result, _ = drill
+    store = open_store(result.workdir / "store", readonly=True)
+    try:
+        events = store.read_run(result.run_id)
+    finally:
+        store.close()
+    models = [e for e in events if e.kind == "model.call"]
+    calls = [e for e in events if e.kind == "tool.call"]
+    requested = {cid: (m.step, i) for m in models for i, cid in enumerate(m.payload["tool_call_ids"], start=1)}
+    assert [c.step for c in calls] == [f"{requested[c.payload['call_id']][0]}.1" for c in calls] == ["2.1", "4.1", "6.1"]
+    assert [c.payload["call_id"] for c in calls] == ["call_drill_1", "call_drill_2", "call_drill_3"]
+    assert result.delete_call_id == "call_drill_3"
+    top = [e.step for e in events if "." not in e.step]
+    assert len(top) == len(set(top)), f"two events share a top-level step: {top}"
+    assert [e.step for e in events if e.kind == "state.saved"] == ["3", "5", "7"]
+    # every event of a call sits at the call's step (decision, approval, suspension, result)
+    for c in calls:
+        related = [e for e in events if e.payload.get("call_id") == c.payload["call_id"]]
+        assert {e.step for e in related} == {c.step}
+
+
+def test_replay_reproduces_the_run_step_for_step(drill):
+    from sealbox.cli.main import COMMANDS
+
+    if "replay" not in COMMANDS:
+        pytest.skip("`sealbox replay` does not exist in this build")
+    result, out = drill
+    assert f"$ sealbox replay {result.run_id} --agent sealbox.demo.drill:replay_agent" in out
+    assert result.replay_reproduced is True, out
+    assert result.replay_steps == 10  # 4 model calls, 3 tool calls, 3 saved states
+    store = open_store(result.workdir / "store", readonly=True)
+    try:
+        replay = store.read_run(result.replay_run_id)
+        recorded = store.read_run(result.run_id)
+    finally:
+        store.close()
+    assert replay[0].payload["replay_of"] == result.run_id
+    assert replay[-1].kind == "run.ended" and replay[-1].payload["status"] == "ok"
+    assert replay[-1].payload["verdict"]["reproduced"] is True
+    compared = ("model.call", "tool.call", "state.saved")
+    assert [(e.step, e.kind) for e in replay if e.kind in compared] == \
+        [(e.step, e.kind) for e in recorded if e.kind in compared]
+    # served from the record: nothing ran again (the database is as the incident left it)
+    import sqlite3
+
+    conn = sqlite3.connect(result.workdir / "shop.db")
+    try:
+        assert conn.execute("SELECT count(*) FROM customers").fetchone()[0] == result.customers_after == 283
+    finally:
+        conn.close()
+
+
+def test_whatif_with_the_fixed_policy_would_deny_the_delete(drill):
+    from sealbox.cli.main import COMMANDS
+
+    if "whatif" not in COMMANDS:
+        pytest.skip("`sealbox whatif` does not exist in this build")
+    result, out = drill
+    assert f"$ sealbox whatif --policy fixed.yaml {result.run_id}" in out
+    assert result.whatif_delete == ("require_approval", "deny", "deletes-name-the-test-domain")
+
+
 def test_the_investigation_is_printed_with_the_commands_and_writes_the_reports(drill):
     result, out = drill
     run = result.run_id

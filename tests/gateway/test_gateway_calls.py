@@ -129,6 +129,44 @@ async def test_a_call_joins_an_existing_run_named_in_meta(tmp_path, store):
     assert gateway_runs(store) == [agent_run.run_id]  # no run of its own for the session
 
 
+async def test_a_joined_call_is_recorded_under_the_step_and_call_id_given_in_meta(tmp_path, store):
+    """_meta "sealbox/step" and "sealbox/call_id": the step the driving process's model call gave the call;
+    the gateway records the call there, not at a new top-level step of its own."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    agent_run = Recorder(store, ALLOW_ALL).run(agent="sdk-agent", principal="agent:sdk")
+    agent_run.start()
+    record = agent_run.model_call({"model": "m", "input": []}, {"object": "response", "id": "r1", "model": "m",
+                                  "output": [{"type": "function_call", "call_id": "call_a", "name": "toy__echo",
+                                              "arguments": "{}", "id": "fc_a"}]})
+    step = agent_run.step_of_call("call_a")
+    assert (record.step, step) == ("2", "2.1")
+    meta = {"sealbox/run_id": agent_run.run_id, "sealbox/call_id": "call_a", "sealbox/step": step}
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        await client.call_tool("toy__echo", {"text": "linked"}, meta=meta)
+        for bad in ("2", "0.1", "2.x", 2.1, "2.1 "):
+            with pytest.raises(MCPError) as err:
+                await client.call_tool("toy__echo", {"text": "bad"}, meta={**meta, "sealbox/step": bad})
+            assert err.value.code == MALFORMED_REQUEST
+        with pytest.raises(MCPError) as err:  # the same step twice: refused, not recorded
+            await client.call_tool("toy__echo", {"text": "again"}, meta={**meta, "sealbox/call_id": "call_b"})
+        assert err.value.code == MALFORMED_REQUEST and "already recorded" in str(err.value)
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("toy__echo", {"text": "bad id"}, meta={**meta, "sealbox/call_id": 7,
+                                                                        "sealbox/step": "2.2"})
+        assert err.value.code == MALFORMED_REQUEST
+        await client.call_tool("toy__echo", {"text": "no step"}, meta={"sealbox/run_id": agent_run.run_id,
+                                                                      "sealbox/call_id": "call_c"})
+    events = store.read_run(agent_run.run_id)
+    assert [(e.step, e.kind, e.payload.get("call_id")) for e in events if e.kind != "run.started"] == [
+        ("2", "model.call", None),
+        ("2.1", "tool.call", "call_a"), ("2.1", "policy.decision", "call_a"), ("2.1", "tool.result", "call_a"),
+        ("3", "tool.call", "call_c"), ("3", "policy.decision", "call_c"), ("3", "tool.result", "call_c")]
+    assert len(toy_log(tmp_path)) == 2  # the refused calls were never forwarded
+
+
 async def test_a_stdio_gateway_joins_the_run_given_by_sealbox_run_id(tmp_path, store, monkeypatch):
     from sealbox.policies import ALLOW_ALL
     from sealbox.recorder import Recorder

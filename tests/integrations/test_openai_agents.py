@@ -329,6 +329,14 @@ def test_mcp_keys(store):
 
         assert mcp_meta_resolver(run)(Ctx()) == {
             "sealbox/run_id": run.run_id, "sealbox/parent_principal": "agent:mcp-user", "sealbox/call_id": "call_9"}
+        # once a recorded model call requested call_9, the meta also names its step (not consumed)
+        run.model_call({"model": "m", "input": []}, {"object": "response", "id": "r", "model": "m", "output": [
+            {"type": "function_call", "call_id": "call_8", "name": "t", "arguments": "{}", "id": "fc_8"},
+            {"type": "function_call", "call_id": "call_9", "name": "t", "arguments": "{}", "id": "fc_9"}]})
+        for _ in range(2):
+            assert mcp_meta_resolver(run)(Ctx()) == {
+                "sealbox/run_id": run.run_id, "sealbox/parent_principal": "agent:mcp-user",
+                "sealbox/call_id": "call_9", "sealbox/step": "2.2"}
 
 
 @sync

@@ -28,7 +28,7 @@ from agents.usage import Usage
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
 __all__ = ["INSTRUCTIONS", "TASK", "WRONG_DELETE", "COUNT_QUERY", "CleanupModel", "StateHooks", "build_agent",
-           "MODEL_NAME"]
+           "MODEL_NAME", "result_text"]
 
 INSTRUCTIONS = ("You are cleanup-bot, an operations agent with access to the production customer database "
                 "through MCP tools. Keep changes minimal and explain what you did.")
@@ -106,6 +106,18 @@ class CleanupModel(Model):
         raise NotImplementedError("the drill's scripted model does not stream")
 
 
+def result_text(result: object) -> str:
+    """The text of a tool's output: a string as is, the ``text`` of text output items (an MCP
+    tool's result as the SDK hands it over: one ``{"type": "text", "text": …}`` or a list), else JSON."""
+    if isinstance(result, str):
+        return result
+    items = result if isinstance(result, list) else [result]
+    if items and all(isinstance(i, dict) and i.get("type") == "text" and isinstance(i.get("text"), str)
+                     for i in items):
+        return "\n".join(i["text"] for i in items)
+    return json.dumps(result, default=str)
+
+
 class StateHooks(RunHooks):
     """Saves the agent's working state (``state.saved``) after every tool call."""
 
@@ -114,8 +126,7 @@ class StateHooks(RunHooks):
         self.history: list[dict[str, Any]] = []
 
     async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
-        text = result if isinstance(result, str) else json.dumps(result, default=str)
-        self.history.append({"tool": tool.name, "result": text[:300]})
+        self.history.append({"tool": tool.name, "result": result_text(result)[:300]})
         self.run.save_state({"task": TASK, "tool_calls_done": len(self.history), "history": list(self.history)},
                             label=f"after {tool.name}")
 

@@ -39,7 +39,8 @@ from typing import Any, Callable
 
 from sealbox.demo.agent import TASK, WRONG_DELETE
 
-__all__ = ["DrillResult", "run_drill", "POLICY", "FIXED_POLICY", "APPROVER", "INVESTIGATION_OPTIONAL"]
+__all__ = ["DrillResult", "run_drill", "replay_agent", "POLICY", "FIXED_POLICY", "APPROVER",
+           "INVESTIGATION_OPTIONAL"]
 
 APPROVER = "ops-oncall"
 _PRINCIPAL = "agent:cleanup-bot"
@@ -91,6 +92,12 @@ class DrillResult:
         approver, signature, flags: who answered, whether the signature verified, the flags on the answer.
         wait_s: seconds between the request and the answer.
         verified: the store verified.
+        delete_call_id: the DELETE's call id (the model's tool call id, sent by the SDK in ``_meta``).
+        replay_run_id, replay_reproduced, replay_steps: the replay run of ``sealbox replay`` (when it
+            ran) and its verdict, read from its ``run.ended``: reproduced, steps compared.
+        whatif_delete: the DELETE's decision under ``fixed.yaml`` re-evaluated from the record
+            (``sealbox.replay.whatif.whatif_policy``): ``(before, after, rule)``, or None when the
+            what-if did not run or would not change it.
         skipped: investigation steps not run, with the reason.
         seconds: wall-clock time of the drill (upstream venvs excluded).
     """
@@ -110,8 +117,13 @@ class DrillResult:
     wait_s: float | None
     verified: bool
     final_output: str | None
+    delete_call_id: str | None = None
     commands: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    replay_run_id: str | None = None
+    replay_reproduced: bool | None = None
+    replay_steps: int | None = None
+    whatif_delete: tuple[str, str, str | None] | None = None
     seconds: float = 0.0
 
 
@@ -223,7 +235,7 @@ async def _run_agent(ws: Path, store: Any, echo: Callable[[str], None], approver
     from agents.mcp import MCPServerStdio
 
     from sealbox.demo.agent import INSTRUCTIONS, MODEL_NAME, CleanupModel, StateHooks, build_agent
-    from sealbox.integrations.openai_agents import instrument, mcp_env
+    from sealbox.integrations.openai_agents import instrument, mcp_env, mcp_meta_resolver
     from sealbox.policy import Policy
     from sealbox.recorder import Recorder
     from sealbox.snapshot import Snapshot
@@ -245,8 +257,11 @@ async def _run_agent(ws: Path, store: Any, echo: Callable[[str], None], approver
                   "env": mcp_env(run, {"SEALBOX_UPSTREAMS_CACHE": os.environ.get("SEALBOX_UPSTREAMS_CACHE", "")}),
                   "cwd": str(ws)}
         try:
+            # the resolver sends each call's step and call id (_meta "sealbox/step", "sealbox/call_id"):
+            # the gateway records the call as "<model step>.<i>" of the model call that requested it
             async with MCPServerStdio(params=params, name="sealbox-gateway", cache_tools_list=True,
-                                      client_session_timeout_seconds=120) as gateway:
+                                      client_session_timeout_seconds=120,
+                                      tool_meta_resolver=mcp_meta_resolver(run)) as gateway:
                 agent = build_agent(CleanupModel(), [gateway])
                 hooks = StateHooks(run)
                 result = await Runner.run(instrument(run, agent, provider="scripted"), TASK, hooks=hooks, max_turns=20)
@@ -256,6 +271,109 @@ async def _run_agent(ws: Path, store: Any, echo: Callable[[str], None], approver
         if approver.error:
             echo(f"[approver] error: {approver.error}")
     return run.run_id, result.final_output
+
+
+# ----------------------------------------------------------------------------- replay
+
+
+async def replay_agent(run: Any) -> Any:
+    """The drill's agent for ``sealbox replay RUN --agent sealbox.demo.drill:replay_agent``.
+
+    The same agent code as :func:`_run_agent` (``CleanupModel``, the same instructions,
+    ``StateHooks``, ``instrument(run, agent)``), with the model answered from the record
+    (``SealboxModel`` in replay mode) and the gateway's MCP tools replaced by function tools of
+    the same exposed names, descriptions and schemas (read from the recorded ``model.call``
+    request, so the model requests hash the same). Their bodies call ``run.acall_tool(server,
+    tool, …)`` with the model's call id, so each call is keyed ``"<model step>.<i>"`` exactly as
+    the gateway recorded it, and its result (or recorded deny) is served from the record: no
+    database, no gateway, no side effects. The served result (the upstream's ``CallToolResult``)
+    is handed to the SDK as its MCP client would have (:func:`_mcp_output`).
+
+    Raises:
+        sealbox.errors.ConfigError: ``run`` is not a replay, or the record has no model call.
+    """
+    from agents import Runner, set_tracing_disabled
+
+    from sealbox.demo.agent import CleanupModel, StateHooks, build_agent
+    from sealbox.integrations.openai_agents import instrument
+
+    if getattr(run, "replay", None) is None:
+        from sealbox.errors import ConfigError
+
+        raise ConfigError("replay_agent re-runs the drill's agent from a record: use it with `sealbox replay`")
+    set_tracing_disabled(True)
+    agent = instrument(run, build_agent(CleanupModel(), []), provider="scripted")
+    agent = agent.clone(tools=_recorded_mcp_tools(run))
+    result = await Runner.run(agent, TASK, hooks=StateHooks(run), max_turns=20)
+    return result.final_output
+
+
+def _recorded_mcp_tools(run: Any) -> list[Any]:
+    """Function tools standing in for the gateway's tools, as the first recorded model call listed them."""
+    from sealbox.errors import ConfigError
+
+    recorded = run.replay.recorded
+    calls = [c for c in recorded.ordered() if c.key.kind == "model.call"]
+    if not calls:
+        raise ConfigError(f"run {recorded.run_id} has no model call: nothing to replay")
+    request = recorded.store.resolve(calls[0].payload.get("request"))
+    from sealbox.canonical import decode
+
+    request = decode(request)
+    targets = {c.payload.get("exposed"): (c.payload["server"], c.payload["tool"])
+               for c in recorded.ordered() if c.key.kind == "tool.call"}
+    tools = []
+    for spec in request.get("tools") or []:
+        if spec.get("type") != "function":
+            continue
+        name = spec["name"]
+        server, _, tool = name.partition("__")
+        tools.append(_served_tool(run, spec, *targets.get(name, (server, tool))))
+    return tools
+
+
+def _served_tool(run: Any, spec: dict[str, Any], server: str, tool: str) -> Any:
+    from agents import FunctionTool
+
+    from sealbox.recorder import ToolDenied
+
+    name = spec["name"]
+
+    def not_in_replay(**_: Any) -> Any:
+        raise RuntimeError(f"{name} is served from the record; it has no live implementation here")
+
+    async def invoke(ctx: Any, input: str) -> Any:
+        arguments = json.loads(input) if input else {}
+        call_id = getattr(ctx, "tool_call_id", None)
+        try:
+            served = await run.acall_tool(server, tool, arguments, not_in_replay, exposed=name,
+                                          call_id=call_id if isinstance(call_id, str) and call_id else None)
+        except ToolDenied as denied:  # the gateway answered a deny with an isError result naming the rule
+            from sealbox.gateway.server import _failure
+
+            served = _failure(denied).model_dump(by_alias=True, mode="json", exclude_none=True)
+        return _mcp_output(served)
+
+    return FunctionTool(name=name, description=spec.get("description") or "",
+                        params_json_schema=spec.get("parameters") or {}, on_invoke_tool=invoke,
+                        strict_json_schema=bool(spec.get("strict")))
+
+
+def _mcp_output(result: Any) -> Any:
+    """A ``CallToolResult`` (as the gateway recorded it) as the SDK's MCP client hands it to the model:
+    each content block a text or image output item; one block alone, else the list
+    (``agents.mcp.util.MCPUtil.invoke_mcp_tool``, without structured content)."""
+    if not isinstance(result, dict):
+        return str(result)
+    items: list[dict[str, Any]] = []
+    for block in result.get("content") or []:
+        if isinstance(block, dict) and block.get("type") == "text":
+            items.append({"type": "text", "text": block.get("text", "")})
+        elif isinstance(block, dict) and block.get("type") == "image":
+            items.append({"type": "image", "image_url": f"data:{block.get('mimeType')};base64,{block.get('data')}"})
+        else:
+            items.append({"type": "text", "text": json.dumps(block, separators=(",", ":"))})
+    return items[0] if len(items) == 1 else items
 
 
 # ----------------------------------------------------------------------------- facts
@@ -355,6 +473,7 @@ def run_drill(workdir: str | os.PathLike | None = None, *, echo: Callable[[str],
     echo(f"{before - after} customers deleted: {len(result.deleted_test)} test accounts and "
          f"{len(result.deleted_real)} REAL customers: " + ", ".join(e for _, e in result.deleted_real))
     _investigate(ws, result, echo)
+    _investigation_facts(ws, result)
     result.seconds = time.monotonic() - started
     echo(f"\nWorkspace: {ws}")
     echo(f"Explore it: cd {ws} && export SEALBOX_STORE=$PWD/store && sealbox runs show {run_id}")
@@ -386,7 +505,35 @@ def _result(ws: Path, run_id: str, final: Any, before: int, after: int, gone: se
         deleted_test=tuple(sorted(gone & test_ids)), approver=answer.identity_name if answer else None,
         signature=answer.signature if answer else None,
         flags=tuple(fl.get("code") for fl in answer.flags) if answer else (), wait_s=wait,
-        verified=bool(f["report"].verification.ok), final_output=final if isinstance(final, str) else None)
+        verified=bool(f["report"].verification.ok), final_output=final if isinstance(final, str) else None,
+        delete_call_id=delete.call_id if delete else None)
+
+
+def _investigation_facts(ws: Path, result: DrillResult) -> None:
+    """The replay's verdict and the what-if's answer about the DELETE, read from the record."""
+    from sealbox.store import open_store
+
+    store = open_store(ws / "store", readonly=True)
+    try:
+        if any(c.startswith("sealbox replay ") for c in result.commands):
+            replays = [r for r in store.runs() if r.get("replay_of") == result.run_id]
+            if replays:  # newest first
+                events = store.read_run(replays[0]["run_id"])
+                ended = next((e.payload for e in reversed(events) if e.kind == "run.ended"), {})
+                verdict = ended.get("verdict") or {}
+                result.replay_run_id = replays[0]["run_id"]
+                result.replay_reproduced = verdict.get("reproduced")
+                result.replay_steps = verdict.get("steps_compared")
+        if any(c.startswith("sealbox whatif ") for c in result.commands) and result.delete_call_id:
+            from sealbox.policy import Policy
+            from sealbox.replay.whatif import whatif_policy
+
+            report = whatif_policy(store, Policy.load(ws / "fixed.yaml"), [result.run_id])
+            change = next((c for c in report.changed if c.call_id == result.delete_call_id), None)
+            if change is not None:
+                result.whatif_delete = (change.before, change.after, change.rule_after)
+    finally:
+        store.close()
 
 
 def _investigate(ws: Path, result: DrillResult, echo: Callable[[str], None]) -> None:

@@ -9,7 +9,9 @@ A ``tools/call`` goes, in order:
 1. protocol checks (size, shape, exposed name) — a failure is a JSON-RPC error
    (:mod:`sealbox.gateway.codes`), nothing is recorded;
 2. the run: the one named by ``_meta["sealbox/run_id"]`` or ``SEALBOX_RUN_ID``
-   (joined), else the client session's own run (started on its first call);
+   (joined), else the client session's own run (started on its first call); a joined
+   call is recorded under ``_meta["sealbox/step"]`` / ``["sealbox/call_id"]`` when given
+   (the step the driving process's model call assigned it; :meth:`Gateway._link`);
 3. :meth:`sealbox.recorder.RunContext.acall_tool`: ``tool.call`` and
    ``policy.decision`` are committed (fsync'd) **before** anything is forwarded;
    a deny (policy, limit, breaker, changed tool) is an ``isError`` result naming
@@ -29,6 +31,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -43,10 +46,10 @@ from sealbox.gateway.holds import Pending, StateError, open_state, seal_state, s
 from sealbox.gateway.pinning import PIN_RULE, PinState, tool_definition
 from sealbox.gateway.upstream import Upstream, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from sealbox.policy import CircuitBreaker, Decision, Policy
-from sealbox.recorder import Recorder, RunContext, ToolDenied
+from sealbox.recorder import Recorder, RunContext, ToolDenied, is_call_step
 from sealbox.snapshot import Snapshot, ToolSpec
 
-__all__ = ["Gateway", "RUN_ID_META_KEY", "ENV_RUN_ID"]
+__all__ = ["Gateway", "RUN_ID_META_KEY", "CALL_ID_META_KEY", "STEP_META_KEY", "ENV_RUN_ID"]
 
 log = logging.getLogger("sealbox.gateway")
 
@@ -54,6 +57,11 @@ log = logging.getLogger("sealbox.gateway")
 RUN_ID_META_KEY = "sealbox/run_id"
 #: Environment variable naming the run a stdio gateway's calls join (set by the agent that launches it).
 ENV_RUN_ID = "SEALBOX_RUN_ID"
+#: ``_meta`` key of a joined ``tools/call``: the model's tool call id, recorded as the call's ``call_id``.
+CALL_ID_META_KEY = "sealbox/call_id"
+#: ``_meta`` key of a joined ``tools/call``: the step the run's model call assigned to it (``"<n>.<i>"``).
+STEP_META_KEY = "sealbox/step"
+_MAX_CALL_ID = 256
 _RUN_STATE = "sealbox.run"
 
 
@@ -127,6 +135,7 @@ class Gateway:
             for spec in config.upstreams
         }
         self._joined: dict[tuple[str, str], RunContext] = {}
+        self._linked_steps: dict[str, set[str]] = {}  # joined run id -> steps given by sealbox/step so far
         self._inflight: dict[str, dict[int, _InFlight]] = {u: {} for u in self.upstreams}
         self._connections: dict[int, Any] = {}
         self._validators: dict[tuple[str, str], tuple[Any, Any]] = {}
@@ -314,6 +323,38 @@ class Gateway:
 
         return binding_hash(server, tool, encode(arguments), self.policy.fingerprint)
 
+    def _link(self, run: RunContext, meta: Any) -> str | None:
+        """The call id of a joined call, its step linked when ``_meta`` names one (``sealbox/step``).
+
+        The process that drives the run (an SDK integration) recorded the model call that
+        requested this call and assigned it a step ``"<n>.<i>"``; the call is recorded under
+        that step and call id, not under a new top-level step of this process (which would
+        collide with the driving process's own steps).
+
+        Raises:
+            MCPError: ``MALFORMED_REQUEST``: a key of the wrong shape, or a step already used in this run.
+        """
+        from mcp.shared.exceptions import MCPError
+
+        call_id = _meta_get(meta, CALL_ID_META_KEY)
+        step = _meta_get(meta, STEP_META_KEY)
+        if call_id is not None and (not isinstance(call_id, str) or not call_id or len(call_id) > _MAX_CALL_ID):
+            raise MCPError(codes.MALFORMED_REQUEST,
+                           f"_meta[{CALL_ID_META_KEY!r}] must be a non-empty string of at most {_MAX_CALL_ID} characters")
+        if step is None:
+            return call_id
+        if not is_call_step(step):
+            raise MCPError(codes.MALFORMED_REQUEST, f"_meta[{STEP_META_KEY!r}] must be a tool call's step "
+                           f"'<model step>.<i>' (e.g. '4.1'), not {step!r}")
+        used = self._linked_steps.setdefault(run.run_id, set())
+        if step in used:
+            raise MCPError(codes.MALFORMED_REQUEST, f"_meta[{STEP_META_KEY!r}] = {step!r}: a call of run "
+                           f"{run.run_id} was already recorded at that step")
+        used.add(step)
+        call_id = call_id or "call_" + uuid.uuid4().hex[:24]
+        run.link_call(call_id, step)
+        return call_id
+
     def _start_run(self, ctx: Any, connection: Any, principal: str) -> RunContext:
         info = getattr(connection.client_params, "client_info", None)
         labels = {"sealbox.gateway": self.config.name, "mcp.protocol_version": str(connection.protocol_version)}
@@ -384,6 +425,9 @@ class Gateway:
             own_run = modern and getattr(run, "_gateway_inflight", None) is not None
             if run.run_id in self._pending:  # a retry of a held call: same run, binding and principal
                 pending = self._pending[run.run_id].get((self._binding(server, tool, arguments), principal))
+        call_id: str | None = None
+        if pending is None and getattr(run, "_gateway_inflight", None) is None:  # a joined run
+            call_id = self._link(run, params.meta)
         if self.pins.blocked(server, tool):
             self.pins.refresh(self.store)  # a re-approval may have been recorded since
         slot = _InFlight(ctx.session, ctx.request_id, _connection(ctx))
@@ -410,7 +454,8 @@ class Gateway:
             if pending is None:
                 try:
                     with anyio.CancelScope(shield=True):  # a client that goes away still leaves the outcome
-                        out = await run.acall_tool(server, tool, arguments, forward, exposed=params.name)
+                        out = await run.acall_tool(server, tool, arguments, forward, exposed=params.name,
+                                                   call_id=call_id)
                 except ApprovalPending as waiting:
                     pending = await self._remember(waiting)
                 except Exception as exc:  # noqa: BLE001 - mapped to isError results; others re-raised

@@ -65,6 +65,7 @@ __all__ = [
     "META_RUN_ID",
     "META_PARENT_PRINCIPAL",
     "META_CALL_ID",
+    "META_STEP",
 ]
 
 #: The ``server`` recorded for in-process function tools (policies match it).
@@ -80,6 +81,8 @@ META_RUN_ID = "sealbox/run_id"
 META_PARENT_PRINCIPAL = "sealbox/parent_principal"
 #: ``_meta`` key naming the model's tool call id, when known.
 META_CALL_ID = "sealbox/call_id"
+#: ``_meta`` key naming the step the run assigned to that tool call (``"<model step>.<i>"``), when known.
+META_STEP = "sealbox/step"
 
 DenyMessage = Callable[[ToolDenied], str]
 
@@ -120,11 +123,16 @@ def mcp_meta(run: RunContext, call_id: str | None = None) -> dict[str, str]:
 
     Returns:
         ``{"sealbox/run_id": …, "sealbox/parent_principal": …}`` plus
-        ``"sealbox/call_id"`` when ``call_id`` is given.
+        ``"sealbox/call_id"`` when ``call_id`` is given, and ``"sealbox/step"`` when a
+        recorded model call of ``run`` requested that call: the step it assigned to it
+        (``"<model step>.<i>"``), under which a joined gateway records the call.
     """
     meta = {META_RUN_ID: run.run_id, META_PARENT_PRINCIPAL: run.principal.id}
     if call_id:
         meta[META_CALL_ID] = call_id
+        step = run.step_of_call(call_id)
+        if step is not None:
+            meta[META_STEP] = step
     return meta
 
 
@@ -134,6 +142,11 @@ def mcp_meta_resolver(run: RunContext) -> Callable[[Any], dict[str, str]]:
     Usage::
 
         MCPServerStreamableHttp(params=..., tool_meta_resolver=mcp_meta_resolver(run))
+
+    The SDK passes the tool's ``ToolContext`` as ``MCPToolMetaContext.run_context``; its
+    ``tool_call_id`` is the model's call id, so the meta also names the call's step
+    (``"sealbox/step"``, see :func:`mcp_meta`) and the gateway links the call to the
+    model call that requested it.
 
     Args:
         run: the active run.
