@@ -103,7 +103,7 @@ class VerifyReport:
         head = "Verified: the log is intact." if self.ok else f"NOT VERIFIED: {len(self.problems)} problem(s) found."
         return (
             f"{head} {self.events} events in {self.runs} runs, {self.blobs} blobs, "
-            f"{self.checkpoints} signed checkpoints (newest covers {self.tree_size_signed} events, "
+            f"{self.checkpoints} signed checkpoints (the newest that verifies covers {self.tree_size_signed} events, "
             f"root {self.root or '-'}), signatures checked against {self.trusted_key or 'no key'}; "
             f"took {self.seconds:.2f} s."
         )
@@ -410,6 +410,11 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     problems.extend(blob_problems)
     if hasattr(store, "iter_snapshots"):
         problems.extend(check_snapshots(store.iter_snapshots(), ev.envelopes_by_kind.get("run.started", [])))
+    if hasattr(store, "iter_run_rows"):
+        problems.extend(check_run_rows(store.iter_run_rows(), ev.envelopes_by_kind.get("run.started", [])))
+    for name in store.missing_triggers() if hasattr(store, "missing_triggers") else ():
+        problems.append(Problem("trigger_missing", f"the append-only trigger {name} was dropped from the database "
+                                "(someone changed the store below Sealbox)"))
     problems.extend(check_approval_answers(ev.envelopes_by_kind))
     return VerifyReport(
         problems=tuple(problems), events=ev.tree.size, runs=len(ev.heads), checkpoints=len(cps), blobs=nblobs,
@@ -463,6 +468,29 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
         problems.append(Problem(pcode, f"{text}: {p.get('identity')!r} on {key[1]}", *where,
                                 expected=request[1].get("binding") if code == "binding_mismatch" else None,
                                 found=p.get("binding") if code == "binding_mismatch" else None))
+    return problems
+
+
+def check_run_rows(rows: Iterable[tuple], starts: list[tuple[int, dict]]) -> list[Problem]:
+    """The runs table (what ``runs list`` shows) must say what each ``run.started`` says."""
+    want = {env["run_id"]: (env["run_id"], env["payload"].get("agent"), env["principal"],
+                            env["payload"].get("parent_run_id"), env["payload"].get("replay_of"),
+                            env["payload"].get("snapshot"), env["ts"], leaf)
+            for leaf, env in starts}
+    problems, seen = [], set()
+    for row in rows:
+        row = tuple(row)
+        seen.add(row[0])
+        expected = want.get(row[0])
+        if expected is None:
+            problems.append(Problem("run_row_extra", f"the runs table lists {row[0]}, which has no run.started event "
+                                    "in the log", run_id=row[0], found=repr(row)))
+        elif expected != row:
+            problems.append(Problem("run_row_mismatch", f"the runs table's row for {row[0]} disagrees with its "
+                                    "run.started event", run_id=row[0], expected=repr(expected), found=repr(row)))
+    for run_id in sorted(set(want) - seen):
+        problems.append(Problem("run_row_missing", f"run {run_id} has no row in the runs table (it would not be "
+                                "listed)", run_id=run_id, leaf_index=want[run_id][-1]))
     return problems
 
 
@@ -528,10 +556,23 @@ class _NodeChecker:
                 ))
 
     def finish(self) -> list[Problem]:
-        """Report stored nodes left over: they cover leaves beyond the log."""
+        """Report stored nodes left over: they cover leaves beyond the log.
+
+        Node problems follow from event problems (one missing event changes every
+        node above it), so at most :data:`MAX_NODE_PROBLEMS` are listed, then a count.
+        """
         for level in sorted(set(self._cursors) | set(self.store.node_levels())):
             stored = self._peek(level)
             while stored is not None:
                 self.problems.append(Problem("tree_node_extra", f"tree node ({level}, {stored[0]}) covers leaves beyond the log"))
                 stored = self._advance(level)
+        if len(self.problems) > MAX_NODE_PROBLEMS:
+            more = len(self.problems) - MAX_NODE_PROBLEMS
+            self.problems = self.problems[:MAX_NODE_PROBLEMS] + [Problem(
+                "tree_nodes_more", f"and {more} more stored tree nodes that differ from the recomputed tree "
+                "(they follow from the problems above)")]
         return self.problems
+
+
+#: At most this many tree-node problems are listed one by one.
+MAX_NODE_PROBLEMS = 25

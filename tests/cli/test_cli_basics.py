@@ -94,3 +94,24 @@ def test_help_answers_without_importing_heavy_modules():
             "print('HEAVY', sorted(m for m in ('cryptography', 'rich', 'sealbox.store') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout
     assert "HEAVY []" in out
+
+
+def test_user_mistakes_on_verify_report_and_approvals_are_one_line_errors(tmp_path):
+    target = tmp_path / "store"
+    assert run("init", str(target)).returncode == 0
+    cases = [
+        (["verify", "-s", str(target), "--key", ""], "--key is empty"),
+        (["verify", "-s", str(target), "--key", str(tmp_path / "missing.vkey")], "no such key file"),
+        (["verify", str(tmp_path / "nope.sbx")], "does not exist"),
+        (["report", "system", "-s", str(target), "-o", str(tmp_path / "no" / "dir" / "x.html")], "cannot write"),
+        (["approvals", "approve", "apr_x", "--reason", " ", "--key-file", str(tmp_path / "k"), "-s", str(target)],
+         "--reason must not be empty"),
+    ]
+    for argv, message in cases:
+        proc = run(*argv)
+        assert proc.returncode not in (0, 70), (argv, proc.returncode, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], (argv, proc.stderr)
+    (target / "log.vkey").unlink()
+    proc = run("verify", "-s", str(target))
+    assert proc.returncode == 2 and "log.vkey is missing" in proc.stderr

@@ -123,14 +123,19 @@ def drop_triggers(db: sqlite3.Connection) -> list[str]:
     return names
 
 
-def tamper(path: Path, *statements: tuple[str, Iterable[Any]] | str) -> None:
-    """Drop every trigger, then run ``statements`` in one transaction, below Sealbox."""
+def tamper(path: Path, *statements: tuple[str, Iterable[Any]] | str, restore_triggers: bool = True) -> None:
+    """Drop every trigger, run ``statements`` in one transaction below Sealbox, then (a careful
+    attacker) put the triggers back, so that only the data change is left to find."""
     with closing_db(path) as db:
         db.execute("BEGIN IMMEDIATE")
+        saved = [r[0] for r in db.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger'")]
         drop_triggers(db)
         for st in statements:
             sql, params = (st, ()) if isinstance(st, str) else st
             db.execute(sql, tuple(params))
+        if restore_triggers:
+            for sql in saved:
+                db.execute(sql)
         db.execute("COMMIT")
 
 

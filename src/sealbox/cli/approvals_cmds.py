@@ -112,6 +112,8 @@ def _answer_command(decision: str, help_text: str):
                   help="Seconds within which answers from several clients are flagged.")
     @store_option
     def command(approval_id: str, reason: str, key_file: str, binding: str | None, window: float, store_path: str) -> None:
+        if not reason.strip():
+            raise click.UsageError("--reason must not be empty: say why (it is recorded and signed)")
         _answer(decision, approval_id, reason, key_file, binding, window, store_path)
 
     command.__doc__ = help_text

@@ -14,6 +14,12 @@ import click
 DEFAULT_STORE = ".sealbox"
 
 
+class BadInput(click.ClickException):
+    """A user mistake: one ``error:`` line and exit status 2 (1 is kept for "problems found")."""
+
+    exit_code = 2
+
+
 def store_option(fn: Callable) -> Callable:
     """``-s/--store DIR`` (env ``SEALBOX_STORE``, default ``./.sealbox``)."""
     return click.option(

@@ -15,20 +15,12 @@ from sealbox.cli.common import echo_json, open_for_reading, open_for_writing, st
 
 
 def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any]) -> dict[str, Any]:
-    """Write a bundle; reopen the store for writing only if a new checkpoint must be signed."""
-    from sealbox.interop.bundle import CheckpointNeeded, export_bundle, select_runs
+    """Write a bundle; the store is opened for writing, as every export signs a checkpoint committing to it."""
+    from sealbox.interop.bundle import export_bundle, select_runs
 
-    store = open_for_reading(store_path)
-    try:
-        runs = select_runs(store, run_ids, **filters)
-        try:
-            return export_bundle(store, runs, target).to_dict()
-        except CheckpointNeeded:
-            pass
-    finally:
-        store.close()
     store = open_for_writing(store_path)
     try:
+        runs = select_runs(store, run_ids, **filters)
         return export_bundle(store, runs, target).to_dict()
     finally:
         store.close()

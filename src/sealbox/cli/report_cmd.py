@@ -37,8 +37,11 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool
     if output is None:
         click.echo(text, nl=False)
         return
-    with open(output, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    try:
+        with open(output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
     v = report.verification
     state = "verified" if v.ok else ("NOT VERIFIED" if v.checked else "not verified (--no-verify)")
     click.echo(f"wrote {output} ({fmt}, {len(report.timeline)} events, {len(report.tool_calls)} tool calls, "

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from sealbox.cli.common import DEFAULT_STORE, echo_json, open_for_reading
+from sealbox.cli.common import DEFAULT_STORE, BadInput, echo_json, open_for_reading
 
 
 @click.command("init")
@@ -56,6 +56,8 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path
     import os
 
     vkey = _read_key(vkey)
+    if target is not None and not os.path.exists(target):
+        raise BadInput(f"{target} does not exist (give a store's folder or a bundle file)")
     if target is not None and os.path.isfile(target):
         _verify_bundle(target, vkey, proof_path, as_json)
         return
@@ -65,6 +67,9 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path
 
     store = open_for_reading(target or store_path)
     try:
+        if vkey is None and not store.pinned_vkey():
+            raise BadInput(f"{store.path}/log.vkey is missing: pass the log's verifier key with --key "
+                                       "(the one `sealbox init` printed)")
         report = verify_store(store, trusted_vkey=vkey)
     finally:
         store.close()
@@ -100,9 +105,23 @@ def _print(report, as_json: bool, notes: bool = False) -> None:
 
 
 def _read_key(value: str | None) -> str | None:
+    """The --key value: a vkey string, or a file holding one. An empty value is a
+    mistake (e.g. ``--key "$(cat missing-file)"``), never "use the default key"."""
     import os
 
-    if value and os.path.isfile(value):
-        with open(value, encoding="utf-8") as fh:
-            return fh.read().strip()
+    if value is None:
+        return None
+    if not value.strip():
+        raise BadInput("--key is empty: give a verifier key, or a file holding one")
+    if os.path.isfile(value):
+        try:
+            with open(value, encoding="utf-8") as fh:
+                text = fh.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(f"cannot read the key file {value}: {exc}") from exc
+        if not text:
+            raise BadInput(f"the key file {value} is empty")
+        return text
+    if ("/" in value or value.endswith(".vkey")) and value.count("+") < 2:
+        raise BadInput(f"no such key file: {value}")
     return value
