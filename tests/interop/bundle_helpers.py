@@ -109,3 +109,21 @@ def python_zip(new: dict[str, bytes]) -> bytes:
         for name, data in new.items():
             z.writestr(name, data)
     return buf.getvalue()
+
+
+def rebuild_manifest(m: dict[str, bytes]) -> None:
+    """Recompute ``manifest.json`` from the other members with the module's own functions (as an attacker would)."""
+    import json as _json
+
+    from sealbox.events import SYSTEM_RUN_ID
+    from sealbox.interop.bundle import DIGESTED, MEMBERS, export_digest, manifest_bytes, run_entries
+    from sealbox.ledger.checkpoint import Checkpoint, parse_note
+
+    cp = Checkpoint.parse(parse_note(m["checkpoint"].decode()).text)
+    envs = [(d["leaf_index"], d["event"]) for d in map(_json.loads, m["events.jsonl"].splitlines())]
+    blobs = [_json.loads(line) for line in m["blobs.jsonl"].splitlines()]
+    m["manifest.json"] = manifest_bytes(
+        origin=cp.origin, size=cp.size, root=cp.root, runs=run_entries(envs),
+        system_events=sum(1 for _, e in envs if e["run_id"] == SYSTEM_RUN_ID), blobs=len(blobs),
+        erased=sum(1 for b in blobs if b["content"] is None), snapshots=len(m["snapshots.jsonl"].splitlines()),
+        members=[(n, m[n]) for n in MEMBERS[2:]], digest=export_digest([(n, m[n]) for n in DIGESTED]))

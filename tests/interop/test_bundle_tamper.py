@@ -3,15 +3,13 @@ the container, trailing bytes, an added member, a removed event, a swapped blob,
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 
 import pytest
-from bundle_helpers import cli, members, python_zip, record_runs, rezip
+from bundle_helpers import cli, members, python_zip, rebuild_manifest, record_runs, rezip
 
-from sealbox.canonical import canonical_bytes
-from sealbox.interop.bundle import MEMBERS, zip_regions
+from sealbox.interop.bundle import DIGESTED, MEMBERS, export_digest, export_extension, zip_regions
 from sealbox.interop.bundle_verify import verify_bundle
 from sealbox.ledger.checkpoint import Checkpoint, Signer, generate_key, parse_note, sign_checkpoint
 
@@ -129,14 +127,11 @@ def test_a_checkpoint_re_signed_with_another_key_fails_against_the_real_key(case
     note = m["checkpoint"].decode()
     cp = Checkpoint.parse(parse_note(note).text)
     skey, vkey = generate_key(cp.origin)
-    m["checkpoint"] = sign_checkpoint(cp, Signer.from_key(skey)).encode()
     m["log.vkey"] = (vkey + "\n").encode()
-    man = json.loads(m["manifest.json"])
-    for entry in man["members"]:
-        if entry["name"] in ("checkpoint", "log.vkey"):
-            entry["size"] = len(m[entry["name"]])
-            entry["sha256"] = "sha256:" + hashlib.sha256(m[entry["name"]]).hexdigest()
-    m["manifest.json"] = canonical_bytes(man) + b"\n"
+    digest = export_digest([(n, m[n]) for n in DIGESTED])  # log.vkey is digested: the attacker re-issues it too
+    cp = Checkpoint(cp.origin, cp.size, cp.root, (export_extension(digest),))
+    m["checkpoint"] = sign_checkpoint(cp, Signer.from_key(skey)).encode()
+    rebuild_manifest(m)
     rezip(tmp_path / "k.sbx", m)
     assert verify_bundle(tmp_path / "k.sbx").ok  # self-consistent: that is all a bundle's own key proves
     code, out, _ = cli("verify", tmp_path / "k.sbx", "--key", real_vkey, cwd=tmp_path)

@@ -10,13 +10,15 @@ proof, commitment, fingerprint) or derived from them (the manifest). So no byte
 of the file is left unchecked. The format is specified in ``docs/bundle-format.md``;
 :mod:`sealbox.interop.bundle_verify` checks it.
 
-Why a strict container rather than a signed manifest: a signature over a
-manifest would need the log's signing key at every export (an auditor exporting
-from a read-only copy has none) and would make the log key sign statements
-other than checkpoints; and a signed manifest still leaves the container bytes
-around it to be checked strictly. Everything a bundle holds is already
-authenticated by the signed checkpoint it carries, so strictness is all that is
-missing, and it is checked by anyone with ``unzip`` and ``sha256sum``.
+Inclusion proofs show that each event is in the log, not that the bundle holds
+every event it was exported with: removing a run's last events (or a whole run)
+together with their proofs and manifest entries would still verify. So every
+export signs a fresh checkpoint of the current log whose note carries a C2SP
+tlog-checkpoint extension line ``sealbox-export/v1 sha256:<hex>``: the
+:func:`export_digest` of the content members (:data:`DIGESTED`, every member
+but the checkpoint and the manifest derived from it). The log key thus signs
+only checkpoints (same tree, same root as its plain ones), and the verifier
+recomputes the digest. Exporting needs the store opened for writing.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ __all__ = [
     "FORMAT",
     "FORMAT_TEXT",
     "MEMBERS",
+    "DIGESTED",
+    "EXPORT_EXTENSION",
     "BundleError",
     "BundleFormatError",
     "CheckpointNeeded",
@@ -47,6 +51,8 @@ __all__ = [
     "event_line",
     "blob_line",
     "snapshot_line",
+    "export_digest",
+    "export_extension",
     "manifest_bytes",
     "zip_bytes",
     "zip_regions",
@@ -60,6 +66,13 @@ FORMAT = "sealbox-bundle/1"
 FORMAT_TEXT = (FORMAT + "\n").encode()
 #: The members of a bundle, in their fixed order.
 MEMBERS = ("format", "manifest.json", "checkpoint", "log.vkey", "events.jsonl", "blobs.jsonl", "snapshots.jsonl")
+#: The content members the export digest covers, in this order: every member except
+#: ``manifest.json`` (derived from the checkpoint) and ``checkpoint`` (which carries the digest).
+DIGESTED = ("format", "log.vkey", "events.jsonl", "blobs.jsonl", "snapshots.jsonl")
+#: Keyword of the checkpoint extension line ``sealbox-export/v1 sha256:<hex>``.
+EXPORT_EXTENSION = "sealbox-export/v1"
+#: Tries at signing the export's checkpoint while other writers keep appending.
+_SIGN_ATTEMPTS = 8
 #: Kinds of the system run a bundle carries (to check approval answers and erasures).
 SYSTEM_KINDS = ("identity.changed", "content.erased")
 
@@ -87,7 +100,7 @@ class BundleFormatError(BundleError):
 
 
 class CheckpointNeeded(BundleError):
-    """The newest checkpoint does not cover the exported events and the store is read-only."""
+    """The store is read-only, but every export signs a checkpoint committing to its content."""
 
 
 # ----------------------------------------------------------------------------- lines
@@ -120,17 +133,36 @@ def snapshot_line(fingerprint: str, content: bytes) -> bytes:
     return b'{"content":' + content + b',"fingerprint":' + canonical_bytes(fingerprint) + b"}\n"
 
 
+def export_digest(members: Sequence[tuple[str, bytes]]) -> bytes:
+    """The export digest over the content members (name, bytes), in :data:`DIGESTED` order.
+
+    SHA-256 of the text made of one line per member, ``<lowercase hex SHA-256 of its
+    bytes>``, two spaces, its name, ``\n`` -- exactly what ``sha256sum format log.vkey
+    events.jsonl blobs.jsonl snapshots.jsonl | sha256sum`` computes over the extracted
+    members. Per-member hashes keep the member boundaries unambiguous.
+    """
+    text = "".join(f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, data in members)
+    return hashlib.sha256(text.encode("ascii")).digest()
+
+
+def export_extension(digest: bytes) -> str:
+    """The checkpoint extension line committing to an export: ``sealbox-export/v1 sha256:<hex>``."""
+    return f"{EXPORT_EXTENSION} sha256:{digest.hex()}"
+
+
 def manifest_bytes(*, origin: str, size: int, root: bytes, runs: Sequence[dict[str, Any]], system_events: int,
-                   blobs: int, erased: int, snapshots: int, members: Sequence[tuple[str, bytes]]) -> bytes:
+                   blobs: int, erased: int, snapshots: int, members: Sequence[tuple[str, bytes]],
+                   digest: bytes) -> bytes:
     """The manifest: RFC 8785 JSON and a newline, derived entirely from the other members.
 
     Args:
         runs: per exported run, ``{run_id, agent, events, first_leaf, last_leaf, last_kind}``.
         members: (name, bytes) of ``checkpoint``, ``log.vkey``, ``events.jsonl``, ``blobs.jsonl``,
             ``snapshots.jsonl``; each is listed with its size and SHA-256.
+        digest: the :func:`export_digest` of the content members (also signed in the checkpoint).
     """
     doc = {
-        "format": FORMAT, "origin": origin,
+        "format": FORMAT, "origin": origin, "export_digest": "sha256:" + digest.hex(),
         "checkpoint": {"size": size, "root": "sha256:" + root.hex()},
         "runs": list(runs), "system_events": system_events,
         "blobs": blobs, "erased_blobs": erased, "snapshots": snapshots,
@@ -305,57 +337,60 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -
     Writes each run's events, the system run's ``identity.changed`` events (to check
     approval answers) and the ``content.erased`` events of erased blobs they
     reference, every referenced blob (following chains inside blobs) with its salt,
-    the runs' snapshots, the newest signed checkpoint with an inclusion proof for
-    every event, and the log's verifier key. Never the store secret or erased content.
+    the runs' snapshots, a checkpoint of the current log signed for this export
+    (it carries the :func:`export_digest` of the content members as a
+    ``sealbox-export/v1`` extension line) with an inclusion proof for every event,
+    and the log's verifier key. Never the store secret or erased content.
 
     Args:
-        store: an open store; if its newest checkpoint does not cover the events,
-            a new one is issued, which needs the store opened for writing.
+        store: a store opened for writing (the export's checkpoint is signed).
         run_ids: runs to export (see :func:`select_runs`).
         path: the file to write (replaced atomically).
 
     Raises:
-        CheckpointNeeded: a checkpoint is needed and the store is read-only.
+        CheckpointNeeded: the store is read-only (every export signs a checkpoint).
         BundleError: an unknown run, no verifier key, or a bundle above 4 GiB.
     """
+    if getattr(store, "readonly", False):
+        raise CheckpointNeeded("every export signs a checkpoint committing to its content: open the store for writing")
     with store.read_snapshot():
         events = sorted((e for rid in run_ids for e in store.read_run(rid)), key=lambda e: e.leaf_index)
         if not events:
             raise BundleError("nothing to export")
         system = [e for e in store.read_run(SYSTEM_RUN_ID) if e.kind in SYSTEM_KINDS]
-    cp, issued = _covering_checkpoint(store, events[-1].leaf_index)
-    system = [e for e in system if e.leaf_index < cp.tree_size]
+        size = store.size()
     blob_rows, erased = _collect_blobs(store, events)
     system = [e for e in system if e.kind == "identity.changed" or e.payload.get("blob") in erased]
     everything = sorted(events + system, key=lambda e: e.leaf_index)
     vkey = store.pinned_vkey()
     if not vkey:
         raise BundleError("the store has no pinned verifier key (log.vkey): a bundle could not name the key it trusts")
-    lines = b"".join(event_line(e.raw, e.leaf_index, store.inclusion_proof(e.leaf_index, cp.tree_size))
-                     for e in everything)
     blob_text = b"".join(blob_line(ref, *blob_rows[ref]) for ref in sorted(blob_rows))
     snaps = _collect_snapshots(store, events)
     snap_text = b"".join(snapshot_line(fp, snaps[fp]) for fp in sorted(snaps))
-    body = [("checkpoint", cp.note.encode("utf-8")), ("log.vkey", (vkey + "\n").encode()),
-            ("events.jsonl", lines), ("blobs.jsonl", blob_text), ("snapshots.jsonl", snap_text)]
+    for _ in range(_SIGN_ATTEMPTS):
+        # the proofs depend only on the tree size; the checkpoint is signed over the current log, so
+        # if events were appended meanwhile, the proofs are recomputed for the size actually signed
+        lines = b"".join(event_line(e.raw, e.leaf_index, store.inclusion_proof(e.leaf_index, size))
+                         for e in everything)
+        content = [("format", FORMAT_TEXT), ("log.vkey", (vkey + "\n").encode()), ("events.jsonl", lines),
+                   ("blobs.jsonl", blob_text), ("snapshots.jsonl", snap_text)]
+        digest = export_digest(content)
+        cp = store.issue_checkpoint(extensions=(export_extension(digest),))
+        if cp.tree_size == size:
+            break
+        size = cp.tree_size
+    else:
+        raise BundleError("the log kept growing while the export's checkpoint was signed: try again")
+    body = [("checkpoint", cp.note.encode("utf-8")), *content[1:]]
     manifest = manifest_bytes(
         origin=store.origin, size=cp.tree_size, root=bytes(cp.root_hash),
         runs=run_entries((e.leaf_index, e.envelope()) for e in events), system_events=len(system),
-        blobs=len(blob_rows), erased=len(erased), snapshots=len(snaps), members=body)
+        blobs=len(blob_rows), erased=len(erased), snapshots=len(snaps), members=body, digest=digest)
     data = zip_bytes([("format", FORMAT_TEXT), ("manifest.json", manifest), *body])
     _write_atomically(Path(path), data)
     return ExportSummary(str(path), tuple(run_ids), len(events), len(system), len(blob_rows), len(erased),
-                         len(snaps), cp.tree_size, issued, len(data))
-
-
-def _covering_checkpoint(store: Any, last_leaf: int) -> tuple[Any, bool]:
-    cp = store.latest_checkpoint()
-    if cp is not None and cp.tree_size > last_leaf:
-        return cp, False
-    if getattr(store, "readonly", False):
-        raise CheckpointNeeded(f"the newest checkpoint covers {cp.tree_size if cp else 0} events but the export "
-                               f"needs {last_leaf + 1}: a new one must be signed (open the store for writing)")
-    return store.issue_checkpoint(), True
+                         len(snaps), cp.tree_size, True, len(data))
 
 
 def _collect_blobs(store: Any, events: Sequence[Any]) -> tuple[dict[str, tuple], set[str]]:

@@ -5,7 +5,9 @@ form, every member, every event's leaf hash and inclusion proof against the
 signed checkpoint, each run's chain (the runs are whole), every blob against its
 commitment, every snapshot against its fingerprint, every approval answer's
 signature (with the identities replayed from the included ``identity.changed``
-events), and that the manifest is what the content says. Optionally it checks an
+events), that the manifest is what the content says, and that the content members
+are exactly those the export's checkpoint commits to (its ``sealbox-export/v1``
+extension line: removing events or runs consistently is detected). Optionally it checks an
 RFC 9162 consistency proof from the bundle's checkpoint to a newer one. Store and
 bundle are checked by the same code (:mod:`sealbox.verify`). Tampering is
 reported, each problem naming its member, line, event or blob; it never raises.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import hashlib
 import json
 import re
 import time
@@ -26,11 +29,14 @@ from typing import Any, Iterable
 from sealbox.errors import ConfigError, NoteError, ProofError
 from sealbox.events import SYSTEM_RUN_ID
 from sealbox.interop.bundle import (
+    DIGESTED,
+    EXPORT_EXTENSION,
     FORMAT_TEXT,
     MEMBERS,
     BundleFormatError,
     blob_line,
     event_line,
+    export_digest,
     manifest_bytes,
     read_members,
     run_entries,
@@ -45,6 +51,7 @@ from sealbox.verify import EventVerifier, Problem, check_approval_answers, check
 __all__ = ["BundleReport", "verify_bundle", "parse_consistency"]
 
 _REF = re.compile(r"sha256:[0-9a-f]{64}")
+_EXPORT_LINE = re.compile(re.escape(EXPORT_EXTENSION) + r" sha256:([0-9a-f]{64})")
 
 
 @dataclass(frozen=True)
@@ -243,6 +250,7 @@ class _Check:
         snaps = self._snapshots()
         self.problems.extend(self._named(check_approval_answers(self.ev.envelopes_by_kind)))
         self._manifest(blobs, snaps)
+        self._export_digest()
         consistency = self._consistency(proof_doc) if proof_doc is not None else None
         runs = tuple({"run_id": r["run_id"], "agent": r["agent"], "events": r["events"], "status": r["last_kind"]}
                      for r in run_entries(self.envs))
@@ -435,13 +443,42 @@ class _Check:
             origin=cp.origin, size=cp.size, root=cp.root, runs=run_entries(self.envs),
             system_events=sum(1 for _, e in self.envs if e["run_id"] == SYSTEM_RUN_ID), blobs=len(blobs),
             erased=sum(1 for r in blobs if r[2] is None), snapshots=len(snaps),
-            members=[(n, self.members.get(n, b"")) for n in MEMBERS[2:]])
+            members=[(n, self.members.get(n, b"")) for n in MEMBERS[2:]],
+            digest=export_digest([(n, self.members.get(n, b"")) for n in DIGESTED]))
         if want != found:
             expected = json.loads(want)
             fields = sorted(k for k in set(expected) | set(claimed if isinstance(claimed, dict) else {})
                             if not isinstance(claimed, dict) or claimed.get(k) != expected.get(k))
             self._problem("bundle_manifest", "manifest.json is not what the bundle's content says "
                           f"({'fields ' + ', '.join(fields) if fields else 'not in canonical form'})", "manifest.json")
+
+    def _export_digest(self) -> None:
+        """The content members must hash to the export digest signed in the checkpoint."""
+        if self.cp is None:
+            return  # the checkpoint's problem is reported; nothing signed to compare with
+        lines = [x for x in self.cp.extensions if x.split(" ", 1)[0] == EXPORT_EXTENSION]
+        if not lines:
+            self._problem("export_digest_missing", f"the checkpoint carries no `{EXPORT_EXTENSION} sha256:<hex>` "
+                          "extension line, so it was not signed for this export: events or whole runs may have "
+                          "been removed", "checkpoint", expected=f"{EXPORT_EXTENSION} sha256:<hex>",
+                          found=", ".join(self.cp.extensions) or "no extension line")
+            return
+        match = _EXPORT_LINE.fullmatch(lines[0])
+        if len(lines) > 1 or match is None:
+            self._problem("export_digest_malformed", f"the checkpoint's `{EXPORT_EXTENSION}` extension is not exactly "
+                          f"one line `{EXPORT_EXTENSION} sha256:<64 lowercase hex>`", "checkpoint",
+                          found=" | ".join(lines))
+            return
+        signed = bytes.fromhex(match.group(1))
+        content = [(n, self.members.get(n, b"")) for n in DIGESTED]
+        actual = export_digest(content)
+        if actual == signed:
+            return
+        changed = _changed_members(content, signed, self.members.get("manifest.json", b""))
+        self._problem("export_digest_mismatch", f"{', '.join(changed)} {'does' if len(changed) == 1 else 'do'} not "
+                      "match the export digest signed in the checkpoint (content was removed, added or changed "
+                      "after the export)", ", ".join(changed),
+                      expected="sha256:" + signed.hex(), found="sha256:" + actual.hex())
 
     def _consistency(self, doc: tuple) -> dict[str, Any] | None:
         size1, size2, note, proof = doc
@@ -468,6 +505,26 @@ class _Check:
                           "--consistency", expected=f"a log extending size {size1}", found=f"size {size2}")
             return None
         return {"size1": size1, "size2": size2, "root2": "sha256:" + newer.root.hex()}
+
+
+def _changed_members(content: list[tuple[str, bytes]], signed: bytes, manifest: bytes) -> list[str]:
+    """The content members that differ from what was signed.
+
+    The signed digest covers per-member hashes. If the manifest's member hashes
+    (``format`` is fixed text) reproduce it, they are the exported ones and the
+    members whose bytes differ are named exactly; otherwise (the manifest was
+    rebuilt too) every member that may have changed is named.
+    """
+    hashes = {n: "sha256:" + hashlib.sha256(d).hexdigest() for n, d in content}
+    try:
+        claimed = {m["name"]: m["sha256"] for m in json.loads(manifest)["members"]}
+        claimed["format"] = "sha256:" + hashlib.sha256(FORMAT_TEXT).hexdigest()
+        text = "".join(f"{claimed[n].removeprefix('sha256:')}  {n}\n" for n, _ in content)
+        if hashlib.sha256(text.encode("ascii")).digest() == signed:
+            return [n for n, _ in content if hashes[n] != claimed[n]]
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeEncodeError):
+        pass
+    return [n for n, d in content if not (n == "format" and d == FORMAT_TEXT)]
 
 
 def _blob_refs(content: bytes | None) -> list[str]:

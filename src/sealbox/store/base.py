@@ -297,8 +297,9 @@ class Store(Protocol):
     def latest_checkpoint(self) -> StoredCheckpoint | None:
         """The newest signed checkpoint."""
 
-    def issue_checkpoint(self) -> StoredCheckpoint:
-        """Sign a checkpoint of the current log (after an fsync'd commit)."""
+    def issue_checkpoint(self, extensions: Sequence[str] = ()) -> StoredCheckpoint:
+        """Sign a checkpoint of the current log (after an fsync'd commit), with the
+        given C2SP tlog-checkpoint extension lines (a new one is always signed then)."""
 
     def get_blob(self, ref: str) -> bytes:
         """A blob's canonical content bytes; raises BlobNotFoundError."""

@@ -213,8 +213,13 @@ class SqliteStore(SqliteQueries):
         latest = self.latest_checkpoint()
         self._last_ckpt_size = latest.tree_size if latest else 0
         self._last_ckpt_time = time.monotonic()
+        self._damage: str | None = None
         if not self.readonly:
             _remove_stale_temp_files(self.path)
+            count, last = self._conn().execute("SELECT count(*), max(leaf_index) FROM events").fetchone()
+            if count != (0 if last is None else last + 1):
+                self._damage = (f"the log in {self.path} is not contiguous ({count} events, last leaf index {last}): "
+                                "an event was removed; refusing to append (run `sealbox verify`)")
 
     # ----------------------------------------------------------------- opening
 
@@ -465,6 +470,8 @@ class SqliteStore(SqliteQueries):
         processes are doing.
         """
         def work(txn: _Txn) -> list[Event]:
+            if self._damage:
+                raise StoreError(self._damage)
             drafts = list(build(Reader(txn.conn)))
             return self._builder.build(drafts, txn, self._floor)
 
@@ -481,7 +488,7 @@ class SqliteStore(SqliteQueries):
         if due:
             self.issue_checkpoint()
 
-    def issue_checkpoint(self) -> StoredCheckpoint:
+    def issue_checkpoint(self, extensions: Sequence[str] = ()) -> StoredCheckpoint:
         """Sign a checkpoint of the whole log, store it, and write ``DIR/checkpoint``.
 
         The commit that stores it is fsync'd even in fast mode, making every
@@ -489,8 +496,21 @@ class SqliteStore(SqliteQueries):
         be consistent with the previous checkpoint (C2SP tlog-checkpoint: a log
         must never sign two inconsistent checkpoints).
 
+        Args:
+            extensions: C2SP tlog-checkpoint extension lines (after the root line,
+                covered by the signature), e.g. a bundle's ``sealbox-export/v1``
+                digest. With extensions a new checkpoint is always signed, even at
+                an already signed size (same tree, same root). If the log grew
+                since the newest checkpoint, a plain one is signed first in the same
+                transaction, so that every signed size has a checkpoint without
+                extensions and ``DIR/checkpoint`` only ever holds plain ones.
+
         Returns:
-            The new checkpoint, or the newest one if no event arrived since.
+            The new checkpoint, or the newest one if no event arrived since and no
+            extension was asked for.
+
+        Raises:
+            NoteError: an extension line is empty or holds a control character.
         """
         if self._signer is None:
             raise StoreReadOnlyError("this store was opened without its signing key")
@@ -499,33 +519,44 @@ class SqliteStore(SqliteQueries):
             if self.durability == "fast":
                 conn.execute("PRAGMA synchronous = FULL")
             try:
-                cp = self._write(self._sign_in_txn)
+                plain, cp = self._write(lambda txn: self._sign_in_txn(txn, tuple(extensions)))
             finally:
                 if self.durability == "fast":
                     conn.execute("PRAGMA synchronous = NORMAL")
-            if cp.tree_size > self.checkpoint_file_size():
-                fsync_write(self.path / CHECKPOINT_NAME, cp.note.encode("utf-8"))
+            if plain.tree_size > self.checkpoint_file_size():
+                fsync_write(self.path / CHECKPOINT_NAME, plain.note.encode("utf-8"))
             self._floor = max(self._floor, cp.tree_size)
             self._last_ckpt_size, self._last_ckpt_time = cp.tree_size, time.monotonic()
             return cp
 
-    def _sign_in_txn(self, txn: _Txn) -> StoredCheckpoint:
+    def _sign_in_txn(self, txn: _Txn, extensions: tuple[str, ...] = ()) -> tuple[StoredCheckpoint, StoredCheckpoint]:
+        """(the plain checkpoint of the current size, the one asked for: the same unless ``extensions``)."""
+        body = Checkpoint(self.origin, 0, bytes(32), extensions)  # validates the lines before anything is signed
         size = txn.tree_size()
         row = txn.conn.execute(
             "SELECT tree_size, root_hash, note, created_at FROM checkpoints ORDER BY tree_size DESC, id DESC LIMIT 1"
         ).fetchone()
-        if row is not None and row[0] == size:
-            return StoredCheckpoint(row[0], row[1], row[2], row[3])
-        root = merkle.root_at(size, txn.get_node)
-        if row is not None and row[0] > 0:
-            proof = merkle.consistency_proof(row[0], size, txn.get_node)
-            merkle.verify_consistency(row[0], size, proof, row[1], root)
-        note = sign_checkpoint(Checkpoint(self.origin, size, root), self._signer)
         now = utc_now()
+        if row is not None and row[0] == size:
+            plain = StoredCheckpoint(row[0], bytes(row[1]), row[2], row[3])
+            root = plain.root_hash
+        else:
+            root = merkle.root_at(size, txn.get_node)
+            if row is not None and row[0] > 0:
+                proof = merkle.consistency_proof(row[0], size, txn.get_node)
+                merkle.verify_consistency(row[0], size, proof, row[1], root)
+            plain = self._insert_checkpoint(txn, Checkpoint(self.origin, size, root), now)
+        if not body.extensions:
+            return plain, plain
+        return plain, self._insert_checkpoint(txn, Checkpoint(self.origin, size, root, body.extensions), now)
+
+    def _insert_checkpoint(self, txn: _Txn, checkpoint: Checkpoint, now: str) -> StoredCheckpoint:
+        note = sign_checkpoint(checkpoint, self._signer)
         txn.conn.execute(
-            "INSERT INTO checkpoints (tree_size, root_hash, note, created_at) VALUES (?, ?, ?, ?)", (size, root, note, now)
+            "INSERT INTO checkpoints (tree_size, root_hash, note, created_at) VALUES (?, ?, ?, ?)",
+            (checkpoint.size, checkpoint.root, note, now),
         )
-        return StoredCheckpoint(size, root, note, now)
+        return StoredCheckpoint(checkpoint.size, checkpoint.root, note, now)
 
     # ----------------------------------------------------------------- reading
 
@@ -733,6 +764,22 @@ class SqliteStore(SqliteQueries):
         if len(rows) != 1:
             raise StoreError(f"no snapshot {fingerprint!r} in this store" if not rows else f"snapshot prefix {fingerprint!r} is ambiguous")
         return json.loads(rows[0][1])
+
+    def iter_run_rows(self) -> Iterator[tuple]:
+        """Every row of the runs table: (run_id, agent, principal, parent_run_id, replay_of, snapshot,
+        started_at, leaf_index) — derived from ``run.started`` events; verify checks them."""
+        yield from self._conn().execute(
+            "SELECT run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, leaf_index FROM runs"
+            " ORDER BY leaf_index")
+
+    def missing_triggers(self) -> list[str]:
+        """Append-only triggers that the migrations created and that are no longer in the database."""
+        import re as _re
+
+        expected = {name for mig in migrate.load_migrations("sqlite")
+                    for name in _re.findall(r"CREATE TRIGGER (\w+)", mig.sql)}
+        present = {r[0] for r in self._conn().execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        return sorted(expected - present)
 
     def iter_snapshots(self) -> Iterator[tuple[str, bytes]]:
         """Every stored snapshot (fingerprint, canonical bytes)."""
