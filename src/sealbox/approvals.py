@@ -161,7 +161,8 @@ class ApprovalState:
     """An approval request and what the log says about it now.
 
     Attributes:
-        status: ``pending``, ``approved``, ``denied`` or ``expired``.
+        status: ``pending``, ``approved``, ``denied``, ``expired``, or ``closed`` (its run ended while it
+            was pending: it can no longer be answered).
         request: the ``approval.requested`` payload (arguments may be a blob reference).
         decided_by: identities whose answers decided it (the approvers, or the denier).
         expiry_recorded: an ``approval.expired`` event exists (else the expiry is only noticed).
@@ -349,6 +350,8 @@ def evaluate(request: Any, related: Iterable[Any], book: IdentityBook, now: date
             _count_answer(req, ev, book, st, approvers, expires)
     if st["status"] == "pending" and expires is not None and (now or _now()) >= expires:
         st.update(status="expired", expired_at=req["expires_at"])
+    if st["status"] == "pending" and st["run_ended"]:
+        st["status"] = "closed"  # its run ended while it waited: it can no longer be answered
     return ApprovalState(aid, request.run_id, request.step, request.leaf_index, request.ts, req,
                          answers=tuple(st.pop("answers")), **st)
 

@@ -178,3 +178,23 @@ def test_an_unknown_identity_key_is_refused(store, keys, tmp_path):
     other2.close()
     refused(store, "wrong_key", aid, "approve", "I am bob", fake)
     assert imposter.exists()
+
+
+def test_a_request_whose_run_ended_while_pending_is_closed_not_pending(store, keys):
+    from approval_helpers import policy as make_policy
+
+    from sealbox.approvals import ApprovalError, ApprovalPending, answer, list_approvals
+    from sealbox.recorder import Recorder
+
+    rec = Recorder(store, policy=make_policy(), approvals="suspend")
+    run = rec.run(agent="bot")
+    with pytest.raises(ApprovalPending) as pending:
+        with run:
+            run.call_tool("db", "write_query", {"sql": "DELETE FROM t"}, lambda sql: None)
+    rec.continue_run(run.run_id).end("cancelled")
+    assert list_approvals(store, pending=True) == []
+    [state] = list_approvals(store)
+    assert (state.approval_id, state.status) == (pending.value.approval_id, "closed")
+    with pytest.raises(ApprovalError) as refused:
+        answer(store, state.approval_id, "approve", "late", keys["alice"])
+    assert refused.value.code == "run_ended"
