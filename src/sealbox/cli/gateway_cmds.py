@@ -12,7 +12,7 @@ __all__ = ["gateway_group"]
 
 @click.group("gateway")
 def gateway_group() -> None:
-    """The MCP gateway: serve it, check its config, re-approve changed tools."""
+    """The MCP gateway: serve it, replay a recorded session, check its config, re-approve changed tools."""
 
 
 @gateway_group.command("serve")
@@ -48,6 +48,85 @@ def serve_cmd(config_path: str, http_port: int | None) -> None:
         pass
     finally:
         gateway.store.close()
+
+
+@gateway_group.command("replay")
+@click.argument("run_id", metavar="RUN")
+@click.option("-s", "--store", "store_path", envvar="SEALBOX_STORE", default=None, type=click.Path(),
+              help="The store's data folder (default: the config's store, else ./.sealbox).")
+@click.option("-c", "--config", "config_path", default=None, type=click.Path(dir_okay=False),
+              help="The gateway config: its store, and its tokens for --http (its upstreams are never started).")
+@click.option("--http", "http_port", type=click.IntRange(0, 65535), default=None,
+              help="Serve streamable HTTP on 127.0.0.1:PORT instead of stdio (needs --config).")
+@click.option("--until-calls", type=click.IntRange(1), default=None, metavar="N",
+              help="End the replay after N calls (default: when the client disconnects).")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@click.option("--output", "output_path", default=None, type=click.Path(dir_okay=False),
+              help="Also write the JSON verdict to this file.")
+def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, http_port: int | None,
+               until_calls: int | None, as_json: bool, output_path: str | None) -> None:
+    """Serve recorded run RUN's tool list and results to an MCP client; report divergence in its calls.
+
+    Nothing upstream is started or contacted. Over stdio the verdict goes to stderr (stdout
+    carries the protocol). The replay is recorded as a new run. Exit status: 0 reproduced,
+    1 diverged (a changed, extra or missing call).
+    """
+    import logging
+    import sys
+    from pathlib import Path
+
+    import anyio
+
+    from sealbox.gateway.replay import GatewayReplay
+    from sealbox.store import open_store
+
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="sealbox-gateway: %(message)s")
+    config = None
+    if config_path is not None:
+        from sealbox.gateway.config import load_config
+
+        config = load_config(config_path)
+    store = open_store(store_path or (config.store if config is not None else ".sealbox"))
+
+    def emit(replay: GatewayReplay) -> int:
+        report = replay.report()
+        if output_path is not None:
+            Path(output_path).write_text(json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n")
+        out = json.dumps(report, indent=2, ensure_ascii=False, default=str) if as_json else replay.render()
+        click.echo(out, err=http_port is None)
+        return 0 if report["reproduced"] else 1
+
+    def exit_now(replay: GatewayReplay) -> None:
+        import os
+
+        code = emit(replay)
+        store.close()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    try:
+        replay = GatewayReplay(store, run_id, config=config, until_calls=until_calls)
+        if http_port is None:
+            replay.on_until_calls = exit_now
+        try:
+            if http_port is None:
+                anyio.run(replay.serve_stdio)
+            else:
+                from sealbox.gateway.transports import bind, http_app
+
+                sock = bind(http_port)
+                http_app(replay, sock.getsockname()[1])  # type: ignore[arg-type]  # config problems first
+                click.echo(f"sealbox gateway: replaying {run_id} at http://127.0.0.1:{sock.getsockname()[1]}/mcp",
+                           err=True)
+                anyio.run(lambda: replay.serve_http(http_port, sock=sock))
+        except KeyboardInterrupt:
+            pass
+        code = emit(replay)
+    finally:
+        store.close()
+    if code:
+        sys.exit(code)
 
 
 @gateway_group.command("check")

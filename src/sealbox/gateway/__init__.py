@@ -4,8 +4,9 @@ See ``docs/gateway.md``. The pieces: :mod:`~sealbox.gateway.config` (``gateway.y
 :mod:`~sealbox.gateway.upstream` (supervised upstream connections),
 :mod:`~sealbox.gateway.pinning` (tool pinning), :mod:`~sealbox.gateway.server` (the
 MCP server clients talk to), :mod:`~sealbox.gateway.transports` (stdio, streamable
-HTTP), :mod:`~sealbox.gateway.holds` (approvals: holding a call, ``requestState``)
-and :mod:`~sealbox.gateway.codes` (JSON-RPC error codes).
+HTTP), :mod:`~sealbox.gateway.holds` (approvals: holding a call, ``requestState``),
+:mod:`~sealbox.gateway.replay` (``sealbox gateway replay``: a recorded session served to a
+client) and :mod:`~sealbox.gateway.codes` (JSON-RPC error codes).
 """
 
 from __future__ import annotations

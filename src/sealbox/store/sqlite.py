@@ -352,8 +352,13 @@ class SqliteStore(SqliteQueries):
         if "schema_migrations" in tables:
             applied = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
         pending = migrate.check_applied(applied, migrate.load_migrations("sqlite"), str(self.path))
+        if pending and self.readonly and not applied:
+            raise NotAStoreError(f"{self.db_path} is not a Sealbox store (an empty database)")
         if pending and self.readonly:
-            raise SchemaVersionError(f"{self.path} needs migrations {[m.version for m in pending]}; open it for writing once")
+            raise SchemaVersionError(
+                f"{self.path} was written by an older Sealbox (pending migrations {[m.version for m in pending]}): "
+                f"its owner upgrades it by opening it for writing once, e.g. "
+                f"python -c \"import sealbox; sealbox.open_store('{self.path}').close()\"")
         for mig in pending:
             self._apply(conn, mig)
 

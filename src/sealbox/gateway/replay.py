@@ -1,0 +1,302 @@
+"""``sealbox gateway replay RUN``: serve a recorded MCP session to whatever MCP client connects.
+
+For agents that cannot be re-run in-process (a desktop host, an agent in another
+language): the client connects to this server instead of ``sealbox gateway serve``
+and gets
+
+* ``tools/list``: exactly the tool list the run was recorded under — the run's
+  snapshot (``run.started``) pins every upstream tool; each is exposed as
+  ``server + separator + tool`` with its recorded description and input schema,
+  in the order the live gateway lists them;
+* ``tools/call``: each call answered from the recorded ``tool.result``, **in
+  order** — the recorded content / ``isError`` as the live gateway returned it;
+  a recorded deny is the same ``isError`` text naming the rule (same call id).
+  No upstream is ever started or contacted.
+
+Each incoming call is compared with the next recorded call by the replay's step
+key (:class:`~sealbox.replay.keys.StepKey`: kind, ``server/tool``, hash of the
+canonical arguments) through :class:`~sealbox.replay.source.ReplaySource`, the
+same comparison the in-process :class:`~sealbox.replay.Replayer` makes. The first
+mismatch — or a call past the end of the record — is a
+:class:`~sealbox.replay.divergence.Divergence`: that call (and every later one) is
+answered ``isError`` "replay diverged: …". When the client disconnects (or after
+``until_calls`` calls) the verdict is final: recorded calls never made are a
+``missing`` divergence.
+
+The replay is recorded as a new run (``replay_of`` = the recorded run) whose
+``run.ended`` holds the verdict, like the Replayer's.
+
+Recorded calls are numbered as the replay makes them: call *k* of the session is
+step ``k + 1`` of the replay run (step 1 is ``run.started``), which is also the
+step the live gateway gave it in a session's own run. Only ``tool.call`` steps are
+served; a run that also holds model calls (a run the gateway joined) is served its
+tool calls in logical-step order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import anyio
+import mcp_types as types
+
+from sealbox.errors import ConfigError
+from sealbox.gateway import codes
+
+__all__ = ["GatewayReplay", "DIVERGED_PREFIX"]
+
+log = logging.getLogger("sealbox.gateway.replay")
+
+#: The text every answer to a divergent call starts with.
+DIVERGED_PREFIX = "replay diverged: "
+
+_UPSTREAM_ERRORS = ("UpstreamUnavailable", "UpstreamTimeout", "UpstreamProtocolError")
+
+
+class GatewayReplay:
+    """A recorded gateway session served as an MCP server; one replay run per instance.
+
+    Args:
+        store: an open, writable store holding the recorded run (the replay is recorded there too).
+        run_id: the recorded run (a session's run recorded by the gateway).
+        config: a :class:`~sealbox.gateway.config.GatewayConfig`, needed only to serve over HTTP
+            (its tokens, origins and limits); its upstreams are never started.
+        until_calls: end the session after this many calls (None: when the client disconnects).
+
+    Raises:
+        ConfigError: no such run, or its snapshot holds no gateway tool list.
+    """
+
+    def __init__(self, store: Any, run_id: str, *, config: Any = None, until_calls: int | None = None) -> None:
+        from sealbox.policy import ALLOW_ALL
+        from sealbox.recorder import Recorder
+        from sealbox.replay.keys import RecordedRun
+        from sealbox.replay.source import ReplaySource
+
+        self.store, self.run_id, self.config, self.until_calls = store, run_id, config, until_calls
+        recorded = RecordedRun.read(store, run_id)
+        fp = recorded.started.get("snapshot")
+        snapshot = store.get_snapshot(fp) if fp else None
+        gateway = ((snapshot or {}).get("extra") or {}).get("gateway")
+        if not isinstance(gateway, dict):
+            raise ConfigError(f"run {run_id} was not recorded by the gateway: its snapshot has no gateway "
+                              "section (no recorded tool list to serve)")
+        self.snapshot = snapshot
+        self.separator = str(gateway.get("separator") or "__")
+        self.tools, self._targets = _tool_list(snapshot.get("tools") or [], self.separator)
+        #: recorded calls by replay step; ``original_steps`` maps them back to the recorded steps
+        self.original_steps: dict[str, str] = {}
+        calls = [c for c in recorded.ordered() if c.key.kind == "tool.call"]
+        recorded.steps = {}
+        for i, call in enumerate(calls, start=1):
+            step = str(i + 1)
+            self.original_steps[step] = call.key.step
+            call.key = dataclasses.replace(call.key, step=step)
+            recorded.steps[step] = call
+        self.recorded = recorded
+        started = recorded.started
+        labels = {**dict(started.get("labels") or {}), "sealbox.gateway.replay": "1"}
+        self.run = Recorder(store, ALLOW_ALL).run(agent=started.get("agent") or "mcp-client",
+                                                  principal=recorded.principal, snapshot=snapshot, labels=labels,
+                                                  replay_of=run_id)
+        self.source = ReplaySource(recorded, model="record", tools="record")
+        self.calls = 0  # tools/call requests answered (diverged ones included)
+        self.result: Any = None
+        #: called with this replay once ``until_calls`` calls were answered and the verdict is final
+        self.on_until_calls: Any = None
+        self._started = False
+        self._scope: anyio.CancelScope | None = None
+        self._tg: Any = None
+        self.server = self._build_server()
+
+    # ------------------------------------------------------------------ the MCP server
+
+    def _build_server(self) -> Any:
+        from mcp.server.lowlevel.server import Server
+
+        from sealbox.gateway.server import _version
+
+        return Server("sealbox-gateway", version=_version(), on_list_tools=self._list_tools,
+                      on_call_tool=self._call_tool,
+                      instructions=f"Replay of recorded run {self.run_id}: tools and results come from the record.")
+
+    def initialization_options(self) -> Any:
+        """The options the server announces (as the live gateway: ``tools.listChanged``)."""
+        from mcp.server.lowlevel.server import NotificationOptions
+
+        return self.server.create_initialization_options(NotificationOptions(tools_changed=True))
+
+    async def run_upstreams(self, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """No upstream is ever started: only here so the gateway's HTTP transport can serve a replay."""
+        task_status.started()
+        await anyio.sleep_forever()
+
+    async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=list(self.tools))
+
+    def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            self.run.start()
+            self.run.replay = self.source
+
+    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
+        from mcp.shared.exceptions import MCPError
+
+        from sealbox.gateway.server import _error_result, _failure
+        from sealbox.recorder import ToolDenied
+        from sealbox.replay.source import ReplayStopped
+        from sealbox.replay.values import ReplayedError
+
+        target = self._targets.get(params.name)
+        if target is None:  # as the live gateway: a protocol error, nothing recorded
+            raise MCPError(codes.UNKNOWN_TOOL, f"unknown tool {params.name!r}", data=params.name)
+        if self.result is not None:
+            return _error_result(DIVERGED_PREFIX + "the replay session has ended", {"sealbox/replay": "ended"})
+        server, tool = target
+        arguments = dict(params.arguments or {})
+        self._start()
+        self.calls += 1
+        nxt = self.recorded.steps.get(str(self.run._next_step))
+        call_id = nxt.payload.get("call_id") if nxt is not None else None  # a deny's text names the same call
+
+        def never(**_: Any) -> Any:
+            raise AssertionError("a replayed call is never forwarded")
+
+        try:
+            try:
+                out = await self.run.acall_tool(server, tool, arguments, never, exposed=params.name, call_id=call_id)
+            except ReplayStopped as stopped:
+                d = stopped.divergence
+                return _error_result(f"{DIVERGED_PREFIX}call {self.calls}: {d.message}",
+                                     {"sealbox/replay": {"run_id": self.run.run_id, "replay_of": self.run_id,
+                                                         "call": self.calls, **d.summary()}})
+            except ToolDenied as denied:
+                return _failure(denied)
+            except ReplayedError as exc:
+                if exc.type.rpartition(".")[2] in _UPSTREAM_ERRORS:
+                    return _error_result(f"upstream error: {exc}",
+                                         {"sealbox/upstream_error": exc.type.rpartition(".")[2]})
+                raise
+            return types.CallToolResult.model_validate(out, by_name=False)
+        finally:
+            if self.until_calls is not None and self.calls >= self.until_calls:
+                self._stop_soon()
+
+    def _stop_soon(self) -> None:
+        scope = self._scope
+        if scope is None:
+            return
+
+        async def stop() -> None:
+            await anyio.sleep(0.3)  # let the answer to the last call reach the client
+            self.finish()
+            if self.on_until_calls is not None:
+                # over stdio the SDK reads stdin in a thread that a cancel cannot interrupt: the
+                # command prints the verdict and exits here rather than wait for the client to close
+                self.on_until_calls(self)
+            scope.cancel()
+
+        self._tg.start_soon(stop)
+
+    # ------------------------------------------------------------------ serving
+
+    async def serve_stdio(self, *, stdin: Any = None, stdout: Any = None) -> Any:
+        """Serve one client over stdin/stdout until it disconnects (or ``until_calls``); the result."""
+        from mcp.server.stdio import stdio_server
+
+        async with anyio.create_task_group() as tg:
+            self._tg, self._scope = tg, tg.cancel_scope
+            async with stdio_server(stdin, stdout) as (read, write):
+                await self.server.run(read, write, self.initialization_options())
+            tg.cancel_scope.cancel()
+        return self.finish()
+
+    async def serve_streams(self, read: Any, write: Any) -> Any:
+        """Serve one client over given streams (in-memory, tests) until it disconnects; the result."""
+        async with anyio.create_task_group() as tg:
+            self._tg, self._scope = tg, tg.cancel_scope
+            await self.server.run(read, write, self.initialization_options())
+            tg.cancel_scope.cancel()
+        return self.finish()
+
+    async def serve_http(self, port: int, *, sock: Any = None) -> Any:
+        """Serve streamable HTTP on 127.0.0.1 (as ``gateway serve --http``) until ``until_calls`` or cancelled.
+
+        Every session's calls are compared, in arrival order, against the one record.
+        """
+        from sealbox.gateway.transports import serve_http
+
+        if self.config is None:
+            raise ConfigError("serving a replay over HTTP needs the gateway config (--config) for its tokens")
+        async with anyio.create_task_group() as tg:
+            self._tg, self._scope = tg, tg.cancel_scope
+            await serve_http(self, port, sock=sock)  # type: ignore[arg-type]
+        return self.finish()
+
+    # ------------------------------------------------------------------ the verdict
+
+    def finish(self) -> Any:
+        """End the replay run with its verdict (once) and return the :class:`~sealbox.replay.ReplayResult`."""
+        from sealbox.replay.engine import ReplayResult, _unreplayable
+
+        if self.result is not None:
+            return self.result
+        self._start()
+        source = self.source
+        divergence = source.divergence or source.missing()
+        result = ReplayResult(divergence is None, divergence, len(source.compared), self.run.run_id, (),
+                              _unreplayable(self.recorded, "record", "record"), self.run_id)
+        status = "cancelled" if source.divergence is not None else "ok"
+        source.flush(self.run)
+        self.run.replay = None
+        verdict = {**result.verdict(), "calls_recorded": len(self.recorded.steps), "calls_made": self.calls,
+                   "diverged_at_call": self.call_of(divergence.step) if divergence is not None else None}
+        self.run.end(status, verdict=verdict)
+        self.result = result
+        return result
+
+    def call_of(self, step: str | None) -> int | None:
+        """The 1-based call number of a replay step (``"3"`` is call 2)."""
+        try:
+            return int(str(step)) - 1
+        except (TypeError, ValueError):
+            return None
+
+    def report(self) -> dict[str, Any]:
+        """The JSON verdict (``--json``): the Replayer's result plus call numbers and recorded steps."""
+        result = self.finish()
+        d = result.divergence
+        return {**result.to_dict(), "calls_recorded": len(self.recorded.steps), "calls_made": self.calls,
+                "diverged_at_call": self.call_of(d.step) if d is not None else None,
+                "recorded_step": self.original_steps.get(str(d.step)) if d is not None else None}
+
+    def render(self) -> str:
+        """The readable verdict."""
+        from sealbox.replay.divergence import render_divergence
+
+        result = self.finish()
+        d = result.divergence
+        if d is None:
+            return (f"reproduced: {self.calls} call(s) matched the {len(self.recorded.steps)} recorded; "
+                    f"replay run {result.new_run_id} (replay of {self.run_id})")
+        k = self.call_of(d.step)
+        lines = [f"NOT reproduced: diverged at call {k} ({d.kind}); {len(self.source.compared)} "
+                 f"call(s) matched; replay run {result.new_run_id} (replay of {self.run_id})",
+                 render_divergence(d)]
+        return "\n".join(lines)
+
+
+def _tool_list(recorded: list[dict[str, Any]], separator: str) -> tuple[list[types.Tool], dict[str, tuple[str, str]]]:
+    """The recorded tools as the live gateway listed them (sorted by server, then tool), and exposed -> target."""
+    from sealbox.canonical import decode
+
+    tools, targets = [], {}
+    for t in sorted(recorded, key=lambda t: (str(t.get("server")), str(t.get("name")))):
+        exposed = f"{t['server']}{separator}{t['name']}"
+        schema = decode(t.get("input_schema")) or {"type": "object"}
+        tools.append(types.Tool(name=exposed, description=t.get("description") or None, input_schema=schema))
+        targets[exposed] = (str(t["server"]), str(t["name"]))
+    return tools, targets

@@ -1,0 +1,222 @@
+"""`sealbox gateway replay RUN`: a recorded gateway session served to the official MCP client over stdio.
+
+Each test records a session through the real gateway (toy upstream, a real stdio process),
+then replays it with the `sealbox` command: the upstream is never started (the replay is
+given a config whose upstream command does not exist, and the toy's call log does not grow).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import sealbox
+from sealbox.gateway import Gateway
+from sealbox.policy import Policy
+
+from .conftest import connect, gateway_runs, running, text_of, toy_config, toy_log
+
+pytestmark = pytest.mark.anyio
+
+SEALBOX = str(Path(sys.executable).parent / "sealbox")
+DENY_ECHO = """
+version: 1
+name: no-echo
+rules:
+  - id: no-echo-secrets
+    match: {server: toy, tool: echo}
+    when: 'call.arguments.text.contains("secret")'
+    effect: deny
+  - id: rest-ok
+    effect: allow
+"""
+CALLS = [("toy__add", {"a": 2, "b": 40}), ("toy__echo", {"text": "hello"})]
+
+
+async def _record(tmp_path: Path, calls: list[tuple[str, dict[str, Any]]], policy: str | None = None):
+    store = sealbox.init_store(tmp_path / "store")
+    try:
+        gw = Gateway(toy_config(tmp_path), store=store, policy=Policy.from_text(policy) if policy else None)
+        async with running(gw) as tg:
+            async with connect(gw, tg) as client:
+                tools = (await client.list_tools()).tools
+                results = [await client.call_tool(name, args) for name, args in calls]
+        [run_id] = gateway_runs(store)
+    finally:
+        store.close()
+    return run_id, tools, results
+
+
+def _dead_upstream_config(tmp_path: Path) -> Path:
+    """A gateway config for the same store whose upstream cannot start (replay must not need it)."""
+    path = tmp_path / "replay-gateway.yaml"
+    path.write_text(f"""version: 1
+store: {json.dumps(str(tmp_path / 'store'))}
+policy: ALLOW_ALL
+upstreams:
+  - id: toy
+    command: {json.dumps(str(tmp_path / 'no-such-toy-server'))}
+""")
+    return path
+
+
+async def _replay(tmp_path: Path, run_id: str, calls: list[tuple[str, dict[str, Any]]], *extra: str):
+    """Replay over stdio with the official client; (tools, results, JSON verdict)."""
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    out = tmp_path / "verdict.json"
+    params = StdioServerParameters(command=SEALBOX, args=["gateway", "replay", run_id, "-c",
+                                                          str(_dead_upstream_config(tmp_path)), "--json",
+                                                          "--output", str(out), *extra],
+                                   env={"PATH": os.environ.get("PATH", "")})
+    with open(tmp_path / "replay.stderr", "w") as errlog, anyio.fail_after(60):
+        async with stdio_client(params, errlog=errlog) as (r, w), ClientSession(r, w) as client:
+            await client.initialize()
+            tools = (await client.list_tools()).tools
+            results = [await client.call_tool(name, args) for name, args in calls]
+    return tools, results, json.loads(out.read_text())
+
+
+def _replay_runs(tmp_path: Path, run_id: str) -> list[list[Any]]:
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        runs = [store.read_run(r) for r in gateway_runs(store)]
+        assert sealbox.verify_store(store).ok
+    finally:
+        store.close()
+    return [events for events in runs if events[0].payload.get("replay_of") == run_id]
+
+
+async def test_the_same_calls_reproduce_from_the_record_without_any_upstream(tmp_path):
+    run_id, recorded_tools, recorded = await _record(tmp_path, CALLS)
+    seen_by_upstream = toy_log(tmp_path)
+    tools, results, verdict = await _replay(tmp_path, run_id, CALLS)
+
+    assert [(t.name, t.description, t.input_schema) for t in tools] == \
+        [(t.name, t.description, t.input_schema) for t in recorded_tools]
+    assert [(r.is_error, text_of(r), r.structured_content) for r in results] == \
+        [(r.is_error, text_of(r), r.structured_content) for r in recorded] == \
+        [(False, "42", {"sum": 42}), (False, "hello", None)]
+    assert toy_log(tmp_path) == seen_by_upstream  # the upstream saw nothing more
+    assert (verdict["reproduced"], verdict["divergence"], verdict["steps_compared"]) == (True, None, 2)
+    assert (verdict["calls_made"], verdict["calls_recorded"], verdict["replay_of"]) == (2, 2, run_id)
+    [replay] = _replay_runs(tmp_path, run_id)
+    assert replay[0].run_id == verdict["new_run_id"]
+    assert [e.kind for e in replay] == ["run.started"] + ["tool.call", "policy.decision", "tool.result"] * 2 + \
+        ["run.ended"]
+    ended = replay[-1].payload
+    assert ended["status"] == "ok" and ended["verdict"]["reproduced"] is True
+    assert ended["verdict"]["replay_of"] == run_id
+
+
+async def test_a_changed_argument_diverges_at_that_call_with_the_field_diff(tmp_path):
+    run_id, _, _ = await _record(tmp_path, CALLS)
+    _, results, verdict = await _replay(tmp_path, run_id, [("toy__add", {"a": 2, "b": 41}), CALLS[1]])
+
+    assert results[0].is_error and text_of(results[0]).startswith("replay diverged: call 1: ")
+    assert results[0].meta["sealbox/replay"]["kind"] == "mismatch"
+    assert results[1].is_error and text_of(results[1]).startswith("replay diverged: ")  # stopped: no more serving
+    assert verdict["reproduced"] is False and verdict["diverged_at_call"] == 1
+    d = verdict["divergence"]
+    assert (d["kind"], d["mismatched"]) == ("mismatch", ["hash"])
+    assert d["recorded"]["name"] == d["attempted"]["name"] == "toy/add"
+    assert d["diff"] == [{"path": "b", "change": "changed", "a": 40, "b": 41}]
+    assert (d["recorded_content"], d["attempted_content"]) == ({"a": 2, "b": 40}, {"a": 2, "b": 41})
+    [replay] = _replay_runs(tmp_path, run_id)
+    ended = replay[-1].payload
+    assert ended["status"] == "cancelled" and ended["verdict"]["divergence"]["fields"] == ["b"]
+    assert ended["verdict"]["diverged_at_call"] == 1
+
+
+async def test_another_tool_at_a_call_is_a_name_mismatch(tmp_path):
+    run_id, _, _ = await _record(tmp_path, CALLS)
+    _, results, verdict = await _replay(tmp_path, run_id, [CALLS[0], ("toy__echo", {"text": "hello"}),
+                                                           ("toy__add", {"a": 2, "b": 40})])
+    assert [r.is_error for r in results] == [False, False, True]
+    assert verdict["diverged_at_call"] == 3 and verdict["divergence"]["kind"] == "extra"
+
+
+async def test_an_extra_call_past_the_end_diverges(tmp_path):
+    run_id, _, _ = await _record(tmp_path, CALLS)
+    _, results, verdict = await _replay(tmp_path, run_id, [*CALLS, ("toy__echo", {"text": "again"})])
+    assert [r.is_error for r in results] == [False, False, True]
+    assert "does not have" in text_of(results[2])
+    assert (verdict["divergence"]["kind"], verdict["diverged_at_call"]) == ("extra", 3)
+    assert verdict["divergence"]["attempted"]["name"] == "toy/echo" and verdict["divergence"]["recorded"] is None
+
+
+async def test_a_missing_call_at_the_end_diverges(tmp_path):
+    run_id, _, _ = await _record(tmp_path, CALLS)
+    _, results, verdict = await _replay(tmp_path, run_id, CALLS[:1])
+    assert [r.is_error for r in results] == [False]
+    assert (verdict["reproduced"], verdict["divergence"]["kind"], verdict["diverged_at_call"]) == \
+        (False, "missing", 2)
+    assert verdict["divergence"]["recorded"]["name"] == "toy/echo"
+    [replay] = _replay_runs(tmp_path, run_id)
+    assert replay[-1].payload["status"] == "ok" and replay[-1].payload["verdict"]["reproduced"] is False
+
+
+async def test_a_recorded_deny_is_answered_with_the_same_text_naming_the_rule(tmp_path):
+    calls = [("toy__echo", {"text": "the secret"}), ("toy__echo", {"text": "hello"})]
+    run_id, _, recorded = await _record(tmp_path, calls, policy=DENY_ECHO)
+    _, results, verdict = await _replay(tmp_path, run_id, calls)
+    assert results[0].is_error and "no-echo-secrets" in text_of(results[0])
+    assert [(r.is_error, text_of(r)) for r in results] == [(r.is_error, text_of(r)) for r in recorded]
+    assert results[0].meta["sealbox/decision"]["rule"] == "no-echo-secrets"
+    assert verdict["reproduced"] is True
+
+
+async def test_until_calls_ends_the_session_and_the_exit_status_says_the_verdict(tmp_path):
+    """Raw JSON-RPC over the command's stdio, to see its exit status: 0 reproduced, 1 diverged."""
+    run_id, _, _ = await _record(tmp_path, CALLS)
+    config = str(_dead_upstream_config(tmp_path))
+
+    async def session(calls: list[tuple[str, dict[str, Any]]], *extra: str, close: bool = True) -> tuple[int, str]:
+        async with await anyio.open_process([SEALBOX, "gateway", "replay", run_id, "-c", config, *extra],
+                                            env={"PATH": os.environ.get("PATH", "")}) as proc:
+            lines = proc.stdout.__aiter__()
+            buf = b""
+
+            async def send(msg: dict[str, Any]) -> None:
+                await proc.stdin.send((json.dumps(msg) + "\n").encode())
+
+            async def answer(id_: int) -> dict[str, Any]:
+                nonlocal buf
+                while True:
+                    while b"\n" in buf:
+                        line, buf = buf.split(b"\n", 1)
+                        msg = json.loads(line)
+                        if msg.get("id") == id_:
+                            return msg
+                    buf += await lines.__anext__()
+
+            with anyio.fail_after(60):
+                await send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+                await answer(1)
+                await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+                for i, (name, args) in enumerate(calls, start=2):
+                    await send({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                                "params": {"name": name, "arguments": args}})
+                    assert "result" in await answer(i)
+                if close:
+                    await proc.stdin.aclose()
+                code = await proc.wait()
+            err = b""
+            async for chunk in proc.stderr:
+                err += chunk
+            return code, err.decode()
+
+    code, err = await session(CALLS)
+    assert code == 0 and err.strip().splitlines()[-1].startswith("reproduced: 2 call(s) matched")
+    code, err = await session(CALLS[:1])
+    assert code == 1 and "diverged at call 2 (missing)" in err
+    code, err = await session(CALLS[:1], "--until-calls", "1", close=False)  # ends by itself after one call
+    assert code == 1 and "missing" in err
