@@ -18,7 +18,7 @@ from typing import Any
 
 from sealbox.canonical import canonical_bytes, decode, encode
 
-__all__ = ["Snapshot", "Knowledge", "ToolSpec", "snapshot_fingerprint", "diff_snapshots", "FieldDiff"]
+__all__ = ["Snapshot", "Knowledge", "ToolSpec", "snapshot_fingerprint", "diff_snapshots", "diff_values", "FieldDiff"]
 
 
 @dataclass(frozen=True)
@@ -147,9 +147,7 @@ class FieldDiff:
 
 def diff_snapshots(a: dict[str, Any], b: dict[str, Any]) -> list[FieldDiff]:
     """Field-level differences between two snapshots' strict JSON forms, sorted by path."""
-    out: list[FieldDiff] = []
-    _diff(_keyed(a), _keyed(b), "", out)
-    return sorted(out, key=lambda d: d.path)
+    return list(diff_values(_keyed(a), _keyed(b)))
 
 
 def _keyed(value: Any) -> Any:
@@ -167,6 +165,25 @@ def _keyed(value: Any) -> Any:
     return value
 
 
+def diff_values(a: Any, b: Any) -> tuple[FieldDiff, ...]:
+    """Field-level differences between two JSON-like values, sorted by path.
+
+    Dicts are compared by key, lists by index (extra items are ``added`` /
+    ``removed``); paths look like ``messages[1].content``. Values compare by their
+    canonical bytes (so ``1`` and ``1.0`` are equal, as in the hashed record).
+    """
+    out: list[FieldDiff] = []
+    _diff(a, b, "", out)
+    return tuple(sorted(out, key=lambda d: d.path))
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return canonical_bytes(encode(a)) == canonical_bytes(encode(b))
+    except Exception:  # noqa: BLE001 - a value that cannot be encoded compares by equality
+        return bool(a == b)
+
+
 def _diff(a: Any, b: Any, path: str, out: list[FieldDiff]) -> None:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
@@ -178,9 +195,15 @@ def _diff(a: Any, b: Any, path: str, out: list[FieldDiff]) -> None:
             else:
                 _diff(a[key], b[key], sub, out)
         return
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b)):
-            _diff(x, y, f"{path}[{i}]", out)
+    if isinstance(a, list) and isinstance(b, list):
+        for i in range(max(len(a), len(b))):
+            sub = f"{path}[{i}]"
+            if i >= len(a):
+                out.append(FieldDiff(sub, "added", None, b[i]))
+            elif i >= len(b):
+                out.append(FieldDiff(sub, "removed", a[i], None))
+            else:
+                _diff(a[i], b[i], sub, out)
         return
-    if canonical_bytes(encode(a)) != canonical_bytes(encode(b)):
-        out.append(FieldDiff(path, "changed", a, b))
+    if not _same(a, b):
+        out.append(FieldDiff(path or "(value)", "changed", a, b))

@@ -27,9 +27,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sealbox.canonical import canonical_bytes
 from sealbox.replay.keys import StepKey
-from sealbox.snapshot import FieldDiff
+from sealbox.snapshot import FieldDiff, diff_values
 
 __all__ = ["DIVERGENCE_KINDS", "Divergence", "diff_values", "render_divergence"]
 
@@ -77,49 +76,6 @@ class Divergence:
                 "recorded": self.recorded.to_dict() if self.recorded else None,
                 "attempted": self.attempted.to_dict() if self.attempted else None,
                 "fields": [d.path for d in self.diff][:50]}
-
-
-def diff_values(a: Any, b: Any) -> tuple[FieldDiff, ...]:
-    """Field-level differences between two JSON values (``a`` recorded, ``b`` attempted).
-
-    Dicts are compared by key, lists by index (extra items are ``added`` /
-    ``removed``); paths look like ``messages[1].content``. Sorted by path.
-    """
-    out: list[FieldDiff] = []
-    _diff(a, b, "", out)
-    return tuple(sorted(out, key=lambda d: d.path))
-
-
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return canonical_bytes(a) == canonical_bytes(b)
-    except Exception:  # noqa: BLE001 - a value that is not strict JSON compares by equality
-        return bool(a == b)
-
-
-def _diff(a: Any, b: Any, path: str, out: list[FieldDiff]) -> None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in a:
-                out.append(FieldDiff(sub, "added", None, b[key]))
-            elif key not in b:
-                out.append(FieldDiff(sub, "removed", a[key], None))
-            else:
-                _diff(a[key], b[key], sub, out)
-        return
-    if isinstance(a, list) and isinstance(b, list):
-        for i in range(max(len(a), len(b))):
-            sub = f"{path}[{i}]"
-            if i >= len(a):
-                out.append(FieldDiff(sub, "added", None, b[i]))
-            elif i >= len(b):
-                out.append(FieldDiff(sub, "removed", a[i], None))
-            else:
-                _diff(a[i], b[i], sub, out)
-        return
-    if not _same(a, b):
-        out.append(FieldDiff(path or "(value)", "changed", a, b))
 
 
 def _short(value: Any, width: int = 70) -> str:
