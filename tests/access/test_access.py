@@ -478,7 +478,7 @@ def test_an_existing_store_gets_the_credentials_table_on_open(tmp_path):
     db.execute("DROP INDEX events_access_grant")
     db.execute("DELETE FROM schema_migrations WHERE version = 2")
     db.close()
-    with pytest.raises(Exception, match="needs migrations \\[2\\]"):
+    with pytest.raises(sealbox.SchemaVersionError, match="pending migrations \\[2\\]"):
         sealbox.open_store(path, readonly=True)
     s = sealbox.open_store(path)
     try:
