@@ -675,21 +675,53 @@ def test_triggers_allow_only_blob_erasure(s: Sample) -> None:
 
 
 @pytest.mark.parametrize("table, sql, words", [
-    ("events", "INSERT OR REPLACE INTO events SELECT * FROM events WHERE leaf_index = 11", "events are append-only"),
     ("checkpoints", "REPLACE INTO checkpoints (id, tree_size, root_hash, note, created_at)"
                     " SELECT id, tree_size, root_hash, 'forged', created_at FROM checkpoints WHERE id = 2",
      "checkpoints are append-only"),
-    ("tree_nodes", "INSERT OR REPLACE INTO tree_nodes VALUES (0, 0, zeroblob(32))", "the tree is append-only"),
     ("runs", "INSERT OR REPLACE INTO runs SELECT run_id, 'someone else', principal, parent_run_id, replay_of,"
              " snapshot, started_at, leaf_index FROM runs", "runs are append-only"),
-], ids=["events", "checkpoints", "tree_nodes", "runs"])
+], ids=["checkpoints", "runs"])
 def test_insert_or_replace_is_refused(s: Sample, table: str, sql: str, words: str) -> None:
     """Regression: REPLACE deletes the old row WITHOUT firing the DELETE trigger (SQLite fires delete
     triggers on REPLACE only with PRAGMA recursive_triggers, which an attacker's connection does not set),
-    so rows could be rewritten with the triggers in place. BEFORE INSERT triggers must refuse an existing key."""
+    so rows could be rewritten with the triggers in place. BEFORE INSERT triggers refuse an existing key
+    on the tables written rarely (events and tree_nodes: see the next test)."""
     with closing_db(s.path) as db:
         with pytest.raises(sqlite3.DatabaseError, match=f"sealbox: {words}"):
             db.execute(sql)
+
+
+def test_insert_or_replace_of_an_event_is_named_by_verify(s: Sample) -> None:
+    """Migration 0003 dropped the per-row INSERT guards of events and tree_nodes (17 µs a row, more than
+    the insert: bench/bench_ledger.py). A REPLACE that rewrites an event with the UPDATE/DELETE triggers in
+    place is then what a forged INSERT already was: not refused, but named precisely by verify."""
+    raw, stored = raw_of(s.path, 11)  # run B, run_seq 5, note {"text": "note 1"}
+    bad = flip(raw, b'1"}')
+    with closing_db(s.path) as db:
+        db.execute("INSERT OR REPLACE INTO events SELECT leaf_index, run_id, run_seq, kind, ts, principal, step,"
+                   " server, tool, call_id, effect, ok, tokens, cost, ?, leaf_hash FROM events WHERE leaf_index = 11",
+                   (bad,))
+        assert {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")} >= {
+            "events_no_update", "events_no_delete", "tree_no_update", "tree_no_delete"}
+    assert raw_of(s.path, 11) == (bad, stored)
+    report = verify(s.path)
+    run = s.runs[1]
+    assert [where(p) for p in report.problems if p.code != "tree_node_mismatch"] == [
+        ("leaf_hash_mismatch", run, 5, "note", 11),
+        ("chain_broken", run, 6, "run.ended", 12),
+        ("checkpoint_root_mismatch", None, None, None, None),
+        ("checkpoint_root_mismatch", None, None, None, None),
+    ]
+    assert node_problems(report) == covering_nodes({11}, SIZE)
+
+
+def test_insert_or_replace_of_a_tree_node_is_named_by_verify(s: Sample) -> None:
+    with closing_db(s.path) as db:
+        db.execute("INSERT OR REPLACE INTO tree_nodes VALUES (1, 0, zeroblob(32))")
+    report = verify(s.path)
+    assert [p.code for p in report.problems] == ["tree_node_mismatch"]
+    assert node_problems(report) == [(1, 0)]
+    assert report.problems[0].found == tag(bytes(32))
 
 
 def test_insert_or_replace_cannot_rewrite_a_blob(s: Sample) -> None:

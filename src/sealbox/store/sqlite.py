@@ -781,8 +781,10 @@ class SqliteStore(SqliteQueries):
         """Append-only triggers that the migrations created and that are no longer in the database."""
         import re as _re
 
-        expected = {name for mig in migrate.load_migrations("sqlite")
-                    for name in _re.findall(r"CREATE TRIGGER (\w+)", mig.sql)}
+        expected: set[str] = set()
+        for mig in migrate.load_migrations("sqlite"):  # in order: a later migration may drop a trigger
+            for verb, name in _re.findall(r"(CREATE|DROP) TRIGGER (\w+)", mig.sql):
+                (expected.add if verb == "CREATE" else expected.discard)(name)
         present = {r[0] for r in self._conn().execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         return sorted(expected - present)
 
