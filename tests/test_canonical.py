@@ -44,7 +44,7 @@ INT_MAX = 2**53 - 1
 
 def test_public_api_is_pinned():
     assert sorted(canonical.__all__) == sorted(
-        ["MAX_DEPTH", "Tagged", "canonical_bytes", "decode", "dumps", "encode", "fingerprint", "is_lossy", "sha256_hex"]
+        ["MAX_DEPTH", "Tagged", "canonical_bytes", "canonical_bytes_encoded", "decode", "dumps", "encode", "fingerprint", "is_lossy", "sha256_hex"]
     )
     assert MAX_DEPTH == 128
 
@@ -200,6 +200,64 @@ def test_floats_match_rfc8785(number):
 @given(json_values)
 def test_json_values_match_rfc8785(value):
     assert canonical_bytes(value) == rfc8785.dumps(value)
+
+
+# canonical_bytes_encoded: the C json writer where its text provably equals JCS, else the exact writer.
+tricky_text = st.text(st.sampled_from(list("ab\"\\\n\x00\x1f\x7f.e9-+:,[]{}é\u2028\ud7ff\ue000\uffff") + ["\U0001f600", "\U00010000"]),
+                      max_size=8)
+tricky_ints = st.sampled_from([0, -1, 10**14, 10**15 - 1, 10**15, -(10**15), 2**53 - 1, -(2**53 - 1)]) | st.integers(-INT_MAX, INT_MAX)
+tricky_floats = finite_floats | st.sampled_from([0.5, -0.5, 1e16, 1e21, 1e-7, -1e-7, 5e-324, 1.5e300, 123.456, -0.0, 1.0])
+tricky_values = st.recursive(
+    st.none() | st.booleans() | tricky_ints | tricky_floats | tricky_text,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(tricky_text, inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(json_values | tricky_values)
+def test_canonical_bytes_encoded_matches_rfc8785(value):
+    assert canonical.canonical_bytes_encoded(value) == rfc8785.dumps(value) == canonical_bytes(value)
+
+
+@settings(max_examples=500, deadline=None)
+@given(json_values | tricky_values)
+def test_canonical_bytes_encoded_of_encoded_values_matches_rfc8785(value):
+    encoded = encode(value)
+    assert canonical.canonical_bytes_encoded(encoded) == rfc8785.dumps(encoded)
+
+
+def test_canonical_bytes_encoded_takes_the_c_writer_only_where_it_is_exact(monkeypatch):
+    exact = []
+    real = canonical.canonical_bytes
+    monkeypatch.setattr(canonical, "canonical_bytes", lambda v: exact.append(v) or real(v))
+    fast = {"b": [1, "x\ny", None, True, {"é": "\u2028"}], "a": -(10**15 - 1), "ts": "2026-12-01T06:43:00.123456Z", "v": "1.5", "n": [10**15 - 1, 0.0 == 0]}
+    assert canonical.canonical_bytes_encoded(fast) == rfc8785.dumps(fast) and exact == []
+    for slow in ({"v": 1.5}, [1e16], [-2.5e-07], {"v": ":1.5,"}, -3e-7, [[0.5]], {"a": [1, 1e21]}, {"\ue000": 1, "\U0001f600": 2}, [[[]]] * 64):
+        exact.clear()
+        assert canonical.canonical_bytes_encoded(slow) == rfc8785.dumps(slow) and exact == [slow]
+
+
+@pytest.mark.parametrize("bad, words", [
+    (float("nan"), "not a JSON number"), (2**53, "integer outside"), ("\ud800", "lone surrogate"),
+    ({"k": ["\udfff"]}, "lone surrogate"), ([{"a": [1]}] * 1 + [1e400 - 1e400], "not a JSON number"),
+])
+def test_canonical_bytes_encoded_raises_as_canonical_bytes_does(bad, words):
+    with pytest.raises(CanonicalizationError, match=words):
+        canonical.canonical_bytes_encoded(bad)
+
+
+def test_canonical_bytes_encoded_refuses_cycles_and_depth_as_canonical_bytes_does():
+    cyclic: list = []
+    cyclic.append(cyclic)
+    with pytest.raises(CanonicalizationError, match="cycle"):
+        canonical.canonical_bytes_encoded(cyclic)
+    deep: list = []
+    for _ in range(MAX_DEPTH):
+        deep = [deep]
+    with pytest.raises(CanonicalizationError, match="nested deeper"):
+        canonical.canonical_bytes_encoded(deep)
+    assert canonical.canonical_bytes_encoded(deep[0]) == b"[" * MAX_DEPTH + b"]" * MAX_DEPTH
 
 
 @settings(max_examples=500, deadline=None)

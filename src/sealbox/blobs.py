@@ -29,7 +29,7 @@ import hmac
 import json
 from typing import Any, Callable
 
-from sealbox.canonical import canonical_bytes
+from sealbox.canonical import canonical_bytes_encoded
 
 __all__ = ["INLINE_LIMIT", "commitment", "salt_for", "check_blob", "blobify", "resolve", "blob_refs", "is_blob_ref"]
 
@@ -60,25 +60,27 @@ def is_blob_ref(value: Any) -> bool:
     return type(value) is dict and len(value) == 1 and BLOB_TAG in value
 
 
-def blobify(value: Any, put: Callable[[bytes], str], limit: int = INLINE_LIMIT) -> Any:
+def blobify(value: Any, put: Callable[[bytes], str], limit: int = INLINE_LIMIT, data: bytes | None = None) -> Any:
     """Replace parts of ``value`` larger than ``limit`` bytes by blob references.
 
     Args:
         value: a strict JSON value (already type-tag encoded).
         put: stores canonical content bytes and returns its commitment.
         limit: inline limit in bytes of canonical JSON.
+        data: ``value``'s canonical bytes when the caller has them already.
 
     Returns:
         The value with large parts replaced by ``{"$blob": ref}``.
     """
-    data = canonical_bytes(value)
+    if data is None:
+        data = canonical_bytes_encoded(value)
     if len(data) <= limit:
         return value
     if type(value) is list:
         return _chain(value, put, limit)
     if type(value) is dict:
         reduced = {k: blobify(v, put, limit) for k, v in value.items()}
-        data = canonical_bytes(reduced)
+        data = canonical_bytes_encoded(reduced)
         if len(data) <= limit:
             return reduced
     return {BLOB_TAG: put(data)}
@@ -88,7 +90,7 @@ def _chain(items: list, put: Callable[[bytes], str], limit: int) -> dict:
     prev: Any = None
     for item in items:
         node = {CONS_TAG: [prev, blobify(item, put, limit)]}
-        prev = {BLOB_TAG: put(canonical_bytes(node))}
+        prev = {BLOB_TAG: put(canonical_bytes_encoded(node))}
     return prev
 
 

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from sealbox.canonical import canonical_bytes
+from sealbox.canonical import canonical_bytes, canonical_bytes_encoded
 from sealbox.errors import ConfigError
 
 __all__ = ["CONTENT_MODES", "DEFAULT_KEYS", "DEFAULT_PATTERNS", "ContentPolicy", "Redactor", "MARKER_TAG"]
@@ -105,14 +105,22 @@ class Redactor:
         self._patterns = [re.compile(p) for p in self.policy.patterns]
         # one combined search decides whether a string needs scrubbing at all (most do not)
         self._any = _combined(self.policy.patterns)
+        self._quick = _quick_ok(self.policy, self._any)
+        self._prefilters = _prefilters(self.policy.patterns) if self._quick else ()
+        self._key_marks = tuple(f'"{k}":' for k in self._keys)
 
     def marker(self, value: Any) -> dict[str, str]:
         """``{"$redacted": "hmac-sha256:<hex>"}`` for a strict JSON value."""
         digest = hmac.new(self.secret, canonical_bytes(value), hashlib.sha256).hexdigest()
         return {MARKER_TAG: "hmac-sha256:" + digest}
 
-    def apply(self, name: str, value: Any) -> tuple[Any, bool]:
+    def apply(self, name: str, value: Any, data: bytes | None = None) -> tuple[Any, bool]:
         """Redact one content field's (encoded, strict JSON) value.
+
+        Args:
+            name: the content field (``arguments``, ``result``, ...), the root of ``paths``.
+            value: the field's value.
+            data: its canonical bytes, when the caller has them already.
 
         Returns:
             (the value to store, whether anything was redacted).
@@ -122,9 +130,38 @@ class Redactor:
             return value, False
         if mode == "hashes-only":
             return self.marker(value), True
+        if self._quick and self._clean(value, data):
+            return value, False
         changed = [False]
         out = self._walk(value, [name], changed)
         return out, changed[0]
+
+    def _clean(self, value: Any, data: bytes | None = None) -> bool:
+        """True only when :meth:`_walk` provably changes nothing, decided on the value's
+        canonical text with C-speed searches instead of a Python walk: no escape in the
+        text (so every key and string appears verbatim between quotes), no tag whose
+        content the walk decodes (``$bytes``, ``$badstr``) or whose keys are not written
+        as ``"key":`` (``$map``), no sensitive key as ``"key":`` (lower-cased; keys are
+        ASCII, see :func:`_quick_ok`), and no pattern match anywhere in the text."""
+        try:
+            text = (data if data is not None else canonical_bytes_encoded(value)).decode("utf-8")
+        except Exception:  # noqa: BLE001 - the walk decides
+            return False
+        if "\\" in text or '"$bytes"' in text or '"$badstr"' in text or '"$map"' in text:
+            return False
+        low = text.lower()
+        if any(mark in low for mark in self._key_marks):
+            return False
+        lowered = None
+        for literal, relaxed in self._prefilters:
+            if literal is not None:
+                if lowered is None:
+                    lowered = text.lower()
+                if literal in lowered:
+                    return False
+            elif relaxed.search(text) is not None:
+                return False
+        return True
 
     def apply_error(self, error: dict[str, Any]) -> dict[str, Any]:
         """Redact an ``{"type", "message", "traceback"}`` error: patterns in
@@ -220,6 +257,49 @@ def _decoded_text(tag: str, b64: str) -> str | None:
     except ValueError:
         return None
     return raw.decode("utf-8", "surrogateescape" if tag == "$bytes" else "surrogatepass")
+
+
+_ANCHORS = ("^", "$", "\\A", "\\Z", "\\z", "(?<", "(?=", "(?!", '"')
+
+
+def _quick_ok(policy: ContentPolicy, combined: "re.Pattern[str] | None") -> bool:
+    """Whether :meth:`Redactor._clean` is sound for this policy: no paths; keys ASCII;
+    patterns without anchors, lookarounds or quotes (a match inside a string is then a
+    match inside the canonical text, where strings sit verbatim between quotes), and
+    combinable into one regex."""
+    if policy.paths or not all(k.isascii() for k in policy.keys):
+        return False
+    if policy.patterns and combined is None:
+        return False
+    return not any(a in p for p in policy.patterns for a in _ANCHORS)
+
+
+_FOLD_SAFE = frozenset("abcdefghjlmnopqrtuvwxyz")  # no Unicode case variant but their ASCII upper case
+
+
+def _prefilters(patterns: tuple[str, ...]) -> tuple[tuple[str | None, "re.Pattern[str] | None"], ...]:
+    """Cheap supersets of the patterns, for :meth:`Redactor._clean` (only "no match" is relied on).
+
+    A leading ``\\b`` is dropped (it stops ``re`` from scanning for a literal prefix; the pattern
+    without it matches wherever the pattern does). A ``(?i)`` pattern that begins with three or more
+    letters whose only case variant is their ASCII upper case becomes a substring test of those
+    letters on the lower-cased text (case-insensitive ``re`` scans slowly).
+    """
+    out: list[tuple[str | None, "re.Pattern[str] | None"]] = []
+    for pattern in patterns:
+        m = _GLOBAL_FLAGS.match(pattern)
+        flags, body = (m.group(1), pattern[m.end():]) if m else ("", pattern)
+        if body.startswith("\\b"):
+            body = body[2:]
+        if flags == "i" and "|" not in body:
+            n = 0
+            while n < len(body) and body[n].lower() in _FOLD_SAFE:
+                n += 1
+            if n >= 3 and (n == len(body) or body[n] not in "*?{+|"):
+                out.append((body[:n].lower(), None))
+                continue
+        out.append((None, re.compile(f"(?{flags}:{body})" if flags else body)))
+    return tuple(out)
 
 
 _GLOBAL_FLAGS = re.compile(r"^\(\?([imsx]+)\)")

@@ -401,3 +401,44 @@ def test_bug_configured_path_misses_a_dict_with_a_dollar_key(tmp_path):
     one_call(store, {"user": {"ssn": "123-45-6789", "$schema": "v1"}}, lambda **kw: "ok")
     assert_verified(store)
     assert_nowhere(store, tmp_path / "store", ["123-45-6789"])
+
+
+# --------------------------------------------------------------------------- the quick check agrees with the walk
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from sealbox.canonical import encode  # noqa: E402
+from sealbox.redaction import Redactor  # noqa: E402
+
+_PIECES = ["bearer ", "BeArEr ", "Bearer\t", "abcdefghij", "sk-", "sk_live", "AKIA", "ABCDEFGHIJKLMNOP", "ghp_",
+           "x" * 30, "-----BEGIN RSA PRIVATE KEY-----", "\n", "-----END RSA PRIVATE KEY-----", "password",
+           "Token", "api_key", " ", "é", "\"", "\\", "$map", "$bytes", ":", "1.5", "\u212a"]
+_secretish = st.lists(st.sampled_from(_PIECES), max_size=6).map("".join)
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | _secretish,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_secretish, inner, max_size=4),
+    max_leaves=20,
+)
+_POLICIES = [ContentPolicy(), ContentPolicy(patterns=(r"(?i)\btok(en)?\b", r"(?i)\bsecret|hunter2", r"\d{3}-\d{2}"),
+                                            keys=("Password", "x-api-key"))]
+
+
+@settings(max_examples=600, deadline=None)
+@given(value=_values, which=st.sampled_from([0, 1]), raw=st.binary(max_size=12))
+def test_the_quick_check_never_disagrees_with_the_walk(value, which, raw):
+    """Redactor._clean (one canonical text, C-speed searches) may only say "nothing to redact" when
+    the full walk redacts nothing; generated values mix secrets, sensitive keys, escapes and tags."""
+    redactor = Redactor(b"k" * 32, _POLICIES[which])
+    value = encode({"v": value, "b": raw} if raw else value)
+    quick, quick_changed = redactor.apply("arguments", value)
+    changed = [False]
+    walked = redactor._walk(value, ["arguments"], changed)
+    assert (quick, quick_changed) == (walked, changed[0])
+
+
+def test_the_quick_check_is_off_where_it_would_be_unsound():
+    assert Redactor(b"k" * 32, ContentPolicy(paths=("arguments.user",)))._quick is False
+    assert Redactor(b"k" * 32, ContentPolicy(patterns=(r"^sk-\w+",)))._quick is False
+    assert Redactor(b"k" * 32, ContentPolicy(keys=("pässword",)))._quick is False
+    assert Redactor(b"k" * 32, ContentPolicy())._quick is True

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 from sealbox import blobs as _blobs
-from sealbox.canonical import MAX_DEPTH, canonical_bytes, encode
+from sealbox.canonical import MAX_DEPTH, canonical_bytes_encoded, encode
 from sealbox.errors import CanonicalizationError, InvalidEventError, StoreRolledBackError
 from sealbox.events import (
     CONTENT_FIELDS,
@@ -169,20 +169,28 @@ class EventBuilder:
         put = lambda data: self._put(txn, data)  # noqa: E731
         for name in CONTENT_FIELDS.get(draft.kind, ()):
             if name in payload:
-                payload[name] = self._redact(name, payload[name])
-                payload[name] = _blobs.blobify(payload[name], put, self._limit)
+                value = payload[name]
+                data = canonical_bytes_encoded(value)  # once, for the redaction check and the size
+                redacted = self._redact(name, value, data)
+                payload[name] = _blobs.blobify(redacted, put, self._limit, data if redacted is value else None)
                 if name in ALWAYS_BLOB and not _blobs.is_blob_ref(payload[name]):
-                    payload[name] = {"$blob": put(canonical_bytes(payload[name]))}
+                    payload[name] = {"$blob": put(canonical_bytes_encoded(payload[name]))}
         if type(payload.get("error")) is dict:  # exception messages can carry secrets too
             payload["error"] = self.redactor.apply_error(payload["error"])
         return payload
 
-    def _redact(self, name: str, value: Any) -> Any:
-        """Apply the store's content mode; decision inputs' arguments are redacted as ``arguments``."""
+    def _redact(self, name: str, value: Any, data: bytes | None = None) -> Any:
+        """Apply the store's content mode; decision inputs' arguments are redacted as ``arguments``.
+
+        Returns ``value`` itself (the same object) when nothing was redacted."""
         if name == "inputs" and type(value) is dict and "arguments" in value and self.redactor.policy.mode == "redacted":
-            value = dict(value)
-            value["arguments"] = self.redactor.apply("arguments", value["arguments"])[0]
-        return self.redactor.apply(name, value)[0]
+            args, changed = self.redactor.apply("arguments", value["arguments"])
+            if changed:
+                value = dict(value)
+                value["arguments"] = args
+                data = None
+        out, changed = self.redactor.apply(name, value, data)
+        return out if changed else value
 
     def _put(self, txn: WriteTxn, content: bytes) -> str:
         salt = _blobs.salt_for(self._secret, content)
@@ -207,7 +215,7 @@ class EventBuilder:
             "payload": payload, "prev": prev,
         }
         try:
-            raw = canonical_bytes(envelope)
+            raw = canonical_bytes_encoded(envelope)
         except CanonicalizationError as exc:  # pragma: no cover - encode() makes payloads strict
             raise InvalidEventError(f"{draft.kind}: {exc}") from exc
         index = txn.tree_size()

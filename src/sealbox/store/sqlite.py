@@ -79,6 +79,22 @@ class _Txn:
         self._nodes: dict[tuple[int, int], bytes] = {}
         self._events: list[tuple] = []
         self._node_rows: list[tuple[int, int, bytes]] = []
+        self._ckpt_size: int | None = None
+
+    def adopt(self, cache: "_Txn") -> None:
+        """Start from what an earlier transaction of this connection read and wrote.
+
+        Only valid when no other connection committed since (``PRAGMA data_version``
+        unchanged): the tree size, run heads, tree nodes and newest checkpoint size
+        are then exactly what the database holds, and four lookups per append are saved.
+        """
+        self._size, self._ckpt_size = cache._size, cache._ckpt_size
+        self._heads, self._nodes = cache._heads, cache._nodes
+        if len(self._heads) > 4096:
+            self._heads = {}
+        if len(self._nodes) > 4096:  # keep the right edge of the tree: the nodes an append reads
+            size = self._size or 0
+            self._nodes = {k: h for k, h in self._nodes.items() if (k[1] + 1) << k[0] > size - (1 << k[0]) * 2}
 
     def run_head(self, run_id: str) -> tuple[int, bytes, str] | None:
         head = self._heads.get(run_id)
@@ -102,6 +118,7 @@ class _Txn:
         row = self.conn.execute("SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?", (level, index)).fetchone()
         if row is None:
             raise StoreError(f"tree node ({level}, {index}) is missing: the store is damaged (run `sealbox verify`)")
+        self._nodes[(level, index)] = row[0]
         return row[0]
 
     def insert_event(self, row: tuple) -> None:
@@ -140,8 +157,13 @@ class _Txn:
         )
 
     def latest_checkpoint_size(self) -> int:
-        row = self.conn.execute("SELECT max(tree_size) FROM checkpoints").fetchone()
-        return row[0] or 0
+        if self._ckpt_size is None:
+            row = self.conn.execute("SELECT max(tree_size) FROM checkpoints").fetchone()
+            self._ckpt_size = row[0] or 0
+        return self._ckpt_size
+
+    def checkpoint_inserted(self, size: int) -> None:
+        self._ckpt_size = max(self.latest_checkpoint_size(), size)
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -413,11 +435,16 @@ class SqliteStore(SqliteQueries):
 
     def _write_txn(self, conn: sqlite3.Connection, fn: Callable[[_Txn], Any]) -> Any:
         self._begin(conn)
+        cache, self._local.txn_cache = getattr(self._local, "txn_cache", None), None  # dropped unless committed
         try:
             txn = _Txn(conn)
+            version = conn.execute("PRAGMA data_version").fetchone()[0]
+            if cache is not None and cache[0] == version:  # no other connection committed since
+                txn.adopt(cache[1])
             result = fn(txn)
             txn.flush()
             self._commit(conn)
+            self._local.txn_cache = (version, txn)  # our own commits leave data_version unchanged
             return result
         except sqlite3.Error as exc:
             if conn.in_transaction:
@@ -561,6 +588,7 @@ class SqliteStore(SqliteQueries):
             "INSERT INTO checkpoints (tree_size, root_hash, note, created_at) VALUES (?, ?, ?, ?)",
             (checkpoint.size, checkpoint.root, note, now),
         )
+        txn.checkpoint_inserted(checkpoint.size)
         return StoredCheckpoint(checkpoint.size, checkpoint.root, note, now)
 
     # ----------------------------------------------------------------- reading
