@@ -279,3 +279,27 @@ def test_close_while_another_writer_appends(tmp_path: Path) -> None:
         t.join()
     assert not errors, errors
     assert not failures, f"{len(failures)} of 10 close() calls failed: {failures[0]}"
+
+
+def test_two_stores_taking_turns_on_one_run_keep_its_chain(tmp_path: Path) -> None:
+    """Each connection keeps what its last write read (tree size, run heads, nodes) only while
+    ``PRAGMA data_version`` says no other connection committed: two stores of one folder, in one
+    thread, appending to the same run in turn, and a third connection appending between them."""
+    a = sealbox.init_store(tmp_path / "s")
+    b = sealbox.open_store(tmp_path / "s")
+    c = sealbox.open_store(tmp_path / "s")
+    try:
+        run = "r-turns"
+        (first,) = a.append(started(run))
+        seqs = []
+        for i in range(30):
+            writer = (a, b, a, c, b)[i % 5]
+            (event,) = writer.append(note(run, f"note {i}"))
+            seqs.append((event.leaf_index, event.run_seq))
+        assert seqs == [(first.leaf_index + 1 + i, i + 2) for i in range(30)]
+        assert [e.run_seq for e in a.read_run(run)] == list(range(1, 32))
+        report = sealbox.verify_store(a)
+        assert report.ok, report.problems
+    finally:
+        for s in (c, b, a):
+            s.close()
