@@ -210,7 +210,7 @@ RAW_SCRIPT = (
 def describe(folder: Path) -> None:
     conn = sqlite3.connect(folder / "sealbox.db")
     stats = conn.execute("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'events'").fetchone()[0]
-    from sealbox.store.sqlite import _CALLS_SQL
+    from sealbox.store.sqlite_queries import _CALLS_SQL
 
     sql = _CALLS_SQL.format(result="NULL", where="c.kind = 'tool.call' AND c.tool = ?")
     plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, (TOOL_X[1],))]

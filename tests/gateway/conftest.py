@@ -118,3 +118,5 @@ def text_of(result: Any) -> str:
 def pytest_configure(config):
     config.addinivalue_line("markers", "pypi_servers: needs real MCP servers from PyPI in cached venvs "
                                        "(skips without PyPI, fails in CI)")
+    config.addinivalue_line("markers", "npm_servers: needs real MCP servers from the npm registry and Node.js "
+                                       "(skips with the reason without them)")

@@ -32,8 +32,8 @@ async def test_tools_list_is_the_union_under_exposed_names(tmp_path, store):
     gw = Gateway(toy_config(tmp_path), store=store)
     async with running(gw) as tg, connect(gw, tg) as client:
         names = [t.name for t in (await client.list_tools()).tools]
-    assert names == ["toy__add", "toy__ask", "toy__crash", "toy__echo", "toy__garbage", "toy__hang", "toy__mutate",
-                     "toy__slow"]
+    assert names == ["toy__add", "toy__ask", "toy__crash", "toy__echo", "toy__garbage", "toy__hang", "toy__header",
+                     "toy__mutate", "toy__roots", "toy__sample", "toy__slow"]
 
 
 async def test_an_allowed_call_is_recorded_call_decision_result_in_order_then_the_run_ends(tmp_path, store):

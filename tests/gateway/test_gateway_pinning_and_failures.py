@@ -24,7 +24,7 @@ async def test_first_listing_is_pinned_and_a_rug_pull_is_recorded_and_denied_unt
     gw = Gateway(toy_config(tmp_path), store=store)
     async with running(gw) as tg, connect(gw, tg) as client:
         [first] = system_events(store, "tools.changed")
-        assert first["first_seen"] is True and len(first["added"]) == 8
+        assert first["first_seen"] is True and len(first["added"]) == 11
         assert text_of(await client.call_tool("toy__echo", {"text": "before"})) == "before"
 
         await client.call_tool("toy__mutate", {})

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -84,6 +84,7 @@ class Upstream:
         self._relist = anyio.Event()
         self._stop = anyio.Event()
         self._disconnect: anyio.Event | None = None
+        self._http_error: str | None = None  # the last HTTP error status of an HTTP upstream (the SDK drops it)
 
     # ------------------------------------------------------------------ observing
 
@@ -110,7 +111,7 @@ class Upstream:
                 await self._connect_once()
                 error = "connection closed"
             except Exception as exc:  # noqa: BLE001 - any failure of a connection attempt is "down", never fatal
-                error = f"{type(exc).__name__}: {exc}"
+                error = _describe(exc) + self._http_note()
                 log.warning("upstream %s failed: %s", self.spec.id, error)
             self._session = None
             if self._stop.is_set():
@@ -175,12 +176,34 @@ class Upstream:
             params = StdioServerParameters(command=self.spec.command or "", args=list(self.spec.args),
                                            env=dict(self.spec.env) or None, cwd=self.spec.cwd)
             return stdio_client(params, errlog=self.errlog)
+        return self._http_transport()
+
+    @asynccontextmanager
+    async def _http_transport(self) -> AsyncIterator[Any]:
         import httpx2
 
         from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
-        client = httpx2.AsyncClient(headers=dict(self.spec.headers), timeout=self.limits.call_timeout_s)
-        return streamable_http_client(self.spec.url or "", http_client=client)
+        self._http_error = None
+
+        async def note(response: Any) -> None:
+            if response.status_code >= 400:
+                self._http_error = f"HTTP {response.status_code} {response.reason_phrase} on {response.request.method}"
+
+        # Calls are bounded by the session (limits.call_timeout_s), initialize + tools/list by startup_timeout_s.
+        # The HTTP read timeout is the SDK's (long) one, never the call timeout: the upstream's standalone GET
+        # stream (its notifications, e.g. tools/list_changed) is idle between events, and the SDK gives it up
+        # for good after two read timeouts in a row.
+        read = max(MCP_DEFAULT_SSE_READ_TIMEOUT, self.limits.call_timeout_s + MCP_DEFAULT_TIMEOUT)
+        timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=read)
+        client = httpx2.AsyncClient(headers=dict(self.spec.headers), timeout=timeout,
+                                    event_hooks={"response": [note]})
+        async with client, streamable_http_client(self.spec.url or "", http_client=client) as streams:
+            yield streams
+
+    def _http_note(self) -> str:
+        return f" ({self._http_error})" if self._http_error else ""
 
     async def _relay(self, read: Any, send: Any, eof: anyio.Event) -> None:
         """Copy the transport's messages to the session; note malformed ones; set ``eof`` when it ends."""
@@ -271,6 +294,21 @@ class Upstream:
         if not isinstance(result, types.CallToolResult):
             raise UpstreamProtocolError(f"upstream {self.spec.id} sent a {type(result).__name__}, not a CallToolResult")
         return result
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` of a failure, the task groups of the transports unwrapped to the errors inside them."""
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        else:
+            leaves.append(e)
+
+    walk(exc)
+    return "; ".join(f"{type(e).__name__}: {e}" for e in leaves) or f"{type(exc).__name__}: {exc}"
 
 
 def _version() -> str:

@@ -9,10 +9,17 @@ Tools:
   hang()              never answers
   garbage()           writes a non-JSON line on stdout, then answers normally
   slow(seconds)       answers after a delay
+  sample(prompt)      asks the client for sampling/createMessage; returns the reply as JSON
+  roots()             asks the client for roots/list; returns the roots as JSON
+  header(name)        the value of an HTTP request header (streamable HTTP mode), or null
 
 Environment:
   TOY_LOG=path        every tools/call received is appended as one JSON line (what the upstream saw)
   TOY_VARIANT=2       start already mutated (a rug pull between runs)
+
+Streamable HTTP mode: ``toy_server.py --http PORT_FILE [PORT]`` serves ``/mcp`` on 127.0.0.1
+(PORT, or a free port; written to PORT_FILE once listening) instead of stdio. With
+``TOY_REQUIRE_HEADER=name:value`` every HTTP request without that header gets HTTP 401.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import anyio
 import mcp_types as types
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import ServerMessageMetadata
 
 STATE = {"mutated": os.environ.get("TOY_VARIANT") == "2"}
 OUT: dict = {}
@@ -48,6 +56,11 @@ def _tools() -> list[types.Tool]:
         types.Tool(name="garbage", description="Write a malformed line, then answer.", input_schema=obj),
         types.Tool(name="slow", description="Answer after a delay.",
                    input_schema={**obj, "properties": {"seconds": {"type": "number"}}}),
+        types.Tool(name="sample", description="Ask the client's model (sampling).",
+                   input_schema={**obj, "properties": {"prompt": {"type": "string"}}, "required": ["prompt"]}),
+        types.Tool(name="roots", description="Ask the client for its roots.", input_schema=obj),
+        types.Tool(name="header", description="An HTTP request header's value.",
+                   input_schema={**obj, "properties": {"name": {"type": "string"}}, "required": ["name"]}),
     ]
     if STATE["mutated"]:
         tools.append(types.Tool(name="extra", description="A tool that appeared later.", input_schema=obj))
@@ -95,11 +108,31 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     if name == "slow":
         await anyio.sleep(float(args.get("seconds", 0.5)))
         return _text("slow done")
+    if name == "sample":
+        reply = await ctx.session.create_message(
+            [types.SamplingMessage(role="user", content=types.TextContent(type="text", text=args["prompt"]))],
+            max_tokens=50, system_prompt="toy system prompt", related_request_id=ctx.request_id)
+        return _text(json.dumps({"role": reply.role, "model": reply.model, "stop_reason": reply.stop_reason,
+                                 "text": getattr(reply.content, "text", None)}, sort_keys=True))
+    if name == "roots":
+        # ServerSession.list_roots() has no related request id; over streamable HTTP the request
+        # must ride this call's stream, so it is sent with the call's id
+        listed = await ctx.session.send_request(types.ListRootsRequest(), types.ListRootsResult,
+                                                metadata=ServerMessageMetadata(related_request_id=ctx.request_id))
+        return _text(json.dumps([{"uri": str(r.uri), "name": r.name} for r in listed.roots]))
+    if name == "header":
+        request = getattr(ctx, "request", None)
+        value = request.headers.get(args["name"]) if request is not None else None
+        return _text(json.dumps(value))
     return types.CallToolResult(content=[types.TextContent(type="text", text=f"no tool {name}")], is_error=True)
 
 
+def _server() -> Server:
+    return Server("toy", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
 async def main() -> None:
-    server = Server("toy", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
+    server = _server()
     stdin = anyio.wrap_file(io.TextIOWrapper(os.fdopen(0, "rb", buffering=0), encoding="utf-8"))
     stdout = anyio.wrap_file(io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), encoding="utf-8", write_through=True))
     OUT["stdout"] = stdout
@@ -108,5 +141,48 @@ async def main() -> None:
         await server.run(read, write, server.create_initialization_options(NotificationOptions(tools_changed=True)))
 
 
+class _RequireHeader:
+    """ASGI middleware: HTTP 401 for a request without the header ``TOY_REQUIRE_HEADER`` names."""
+
+    def __init__(self, app, name: str, value: str) -> None:
+        self.app, self.name, self.value = app, name.strip().lower().encode(), value.strip().encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and dict(scope.get("headers") or []).get(self.name) != self.value:
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"missing header"})
+            return
+        await self.app(scope, receive, send)
+
+
+async def main_http(port_file: str, port: int = 0) -> None:
+    import socket
+
+    import uvicorn
+
+    app = _server().streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1")
+    required = os.environ.get("TOY_REQUIRE_HEADER")
+    if required:
+        name, _, value = required.partition(":")
+        app = _RequireHeader(app, name, value)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(16)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=sock.getsockname()[1], log_level="warning",
+                                           lifespan="on"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve, [sock])
+        while not server.started:
+            await anyio.sleep(0.01)
+        tmp = port_file + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(str(sock.getsockname()[1]))
+        os.replace(tmp, port_file)
+
+
 if __name__ == "__main__":
-    anyio.run(main)
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "--http":
+        anyio.run(main_http, sys.argv[2], int(sys.argv[3]) if len(sys.argv) == 4 else 0)
+    else:
+        anyio.run(main)

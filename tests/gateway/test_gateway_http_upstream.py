@@ -1,0 +1,176 @@
+"""An upstream declared by ``url:`` (streamable HTTP): the toy server run in HTTP mode on 127.0.0.1 in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+import sealbox
+from sealbox.gateway import Gateway
+
+from .conftest import TOY, connect, gateway_runs, kinds, running, text_of, toy_config, toy_log
+
+pytestmark = pytest.mark.anyio
+
+KEY = "x-toy-key"
+SECRET = "s3cret-header-value"
+
+
+@contextmanager
+def toy_http(tmp_path: Path, *, port: int = 0, require_header: bool = True):
+    """The toy server over streamable HTTP on 127.0.0.1; yields ``(process, port)``; kills it on exit."""
+    port_file = tmp_path / f"toy-port-{time.monotonic_ns()}"
+    env = {**os.environ, "TOY_LOG": str(tmp_path / "toy.log")}
+    if require_header:
+        env["TOY_REQUIRE_HEADER"] = f"{KEY}:{SECRET}"
+    proc = subprocess.Popen([sys.executable, TOY, "--http", str(port_file), str(port)], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not port_file.exists():
+            if proc.poll() is not None:
+                raise AssertionError(f"the toy HTTP server exited: {proc.stderr.read().decode(errors='replace')}")
+            if time.monotonic() > deadline:
+                raise AssertionError("the toy HTTP server did not start within 30 s")
+            time.sleep(0.02)
+        yield proc, int(port_file.read_text())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        proc.stderr.close()
+
+
+def http_upstream(port: int, *, header: bool = True, sid: str = "web") -> str:
+    headers = f"\n    headers: {{{KEY}: {SECRET}}}" if header else ""
+    return f"\n  - id: {sid}\n    url: http://127.0.0.1:{port}/mcp{headers}\n"
+
+
+def stdio_toy(tmp_path: Path) -> str:
+    env = json.dumps({"TOY_LOG": str(tmp_path / "stdio-toy.log")})
+    return f"\n  - id: toy\n    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n    env: {env}\n"
+
+
+async def test_an_http_upstream_is_listed_and_called_with_its_configured_header(tmp_path, store):
+    with toy_http(tmp_path) as (_, port):
+        gw = Gateway(toy_config(tmp_path, upstreams=http_upstream(port)), store=store)
+        async with running(gw) as tg:
+            assert gw.upstreams["web"].state == "ready" and gw.upstreams["web"].spec.kind == "http"
+            async with connect(gw, tg) as client:
+                names = [t.name for t in (await client.list_tools()).tools]
+                added = await client.call_tool("web__add", {"a": 20, "b": 22})
+                header = await client.call_tool("web__header", {"name": KEY})
+            [run_id] = gateway_runs(store)
+    assert names == ["web__add", "web__ask", "web__crash", "web__echo", "web__garbage", "web__hang", "web__header",
+                     "web__mutate", "web__roots", "web__sample", "web__slow"]
+    assert (added.is_error, text_of(added), added.structured_content) == (False, "42", {"sum": 42})
+    assert (header.is_error, json.loads(text_of(header))) == (False, SECRET)  # the configured header reached it
+    assert toy_log(tmp_path) == [{"tool": "add", "arguments": {"a": 20, "b": 22}},
+                                 {"tool": "header", "arguments": {"name": KEY}}]
+    assert [k for _, k in kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision", "tool.result",
+                                                    "tool.call", "policy.decision", "tool.result", "run.ended"]
+    events = store.read_run(run_id)
+    call, res = events[1].payload, events[3].payload
+    assert (call["server"], call["tool"], call["exposed"], call["arguments"]) == ("web", "add", "web__add",
+                                                                                  {"a": 20, "b": 22})
+    assert res["ok"] is True and res["result"]["structuredContent"] == {"sum": 42}
+    snapshot = store.get_snapshot(events[0].payload["snapshot"])
+    assert snapshot["extra"]["gateway"]["upstreams"]["web"]["transport"] == "http"
+    assert sealbox.verify_store(store).ok
+
+
+async def test_without_the_required_header_the_http_upstream_is_down_and_the_gateway_serves_the_rest(tmp_path, store):
+    with toy_http(tmp_path) as (_, port):
+        gw = Gateway(toy_config(tmp_path, upstreams=http_upstream(port, header=False) + stdio_toy(tmp_path)),
+                     store=store)
+        async with running(gw) as tg, connect(gw, tg) as client:
+            web = gw.upstreams["web"]
+            assert web.state == "down" and "401" in (web.last_error or "")
+            names = [t.name for t in (await client.list_tools()).tools]
+            echoed = await client.call_tool("toy__echo", {"text": "stdio still works"})
+    assert names and all(n.startswith("toy__") for n in names)
+    assert (echoed.is_error, text_of(echoed)) == (False, "stdio still works")
+
+
+async def test_an_http_upstream_that_goes_down_is_a_recorded_error_and_comes_back(tmp_path, store):
+    with toy_http(tmp_path) as (proc, port):
+        # no cooldown: the call after the server is back is not denied by the breaker the failure opened
+        gw = Gateway(toy_config(tmp_path, upstreams=http_upstream(port) + stdio_toy(tmp_path),
+                                extra="breaker: {threshold: 5, cooldown_s: 0}"), store=store)
+        async with running(gw) as tg, connect(gw, tg) as client:
+            first = await client.call_tool("web__echo", {"text": "before"})
+            proc.kill()
+            proc.wait(timeout=10)
+            with anyio.fail_after(30):
+                down = await client.call_tool("web__echo", {"text": "while down"})
+            other = await client.call_tool("toy__echo", {"text": "the gateway is up"})
+            with toy_http(tmp_path, port=port):  # the same server back on the same port
+                with anyio.fail_after(30):
+                    await gw.upstreams["web"].wait_until(lambda u: u.state == "ready" and u.generation >= 2)
+                back = await client.call_tool("web__echo", {"text": "after"})
+        [run_id] = gateway_runs(store)
+    assert (first.is_error, text_of(first)) == (False, "before")
+    assert down.is_error is True and "upstream error" in text_of(down)
+    assert down.meta["sealbox/upstream_error"] == "UpstreamUnavailable"
+    assert (other.is_error, text_of(other)) == (False, "the gateway is up")
+    assert (back.is_error, text_of(back)) == (False, "after")
+    events = store.read_run(run_id)
+    servers = {e.payload["call_id"]: e.payload["server"] for e in events if e.kind == "tool.call"}
+    recorded = [e.payload for e in events if e.kind == "tool.result"]
+    assert [(servers[r["call_id"]], r["ok"]) for r in recorded] == [("web", True), ("web", False), ("toy", True),
+                                                                     ("web", True)]
+    assert recorded[1]["error"]["type"] == "UpstreamUnavailable"
+
+
+async def test_an_http_upstream_that_was_never_up_is_down_not_fatal(tmp_path, store):
+    import socket
+
+    with socket.socket() as s:  # a port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gw = Gateway(toy_config(tmp_path, upstreams=http_upstream(port) + stdio_toy(tmp_path)), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        assert gw.upstreams["web"].state == "down"
+        names = [t.name for t in (await client.list_tools()).tools]
+        echoed = await client.call_tool("toy__echo", {"text": "fine"})
+    assert "toy__echo" in names and not any(n.startswith("web__") for n in names)
+    assert (echoed.is_error, text_of(echoed)) == (False, "fine")
+
+
+async def test_a_slow_http_upstream_is_a_recorded_timeout_not_a_server_down(tmp_path, store):
+    with toy_http(tmp_path) as (_, port):
+        gw = Gateway(toy_config(tmp_path, upstreams=http_upstream(port), extra="limits: {call_timeout_s: 0.5}"),
+                     store=store)
+        async with running(gw) as tg, connect(gw, tg) as client:
+            with anyio.fail_after(30):
+                slow = await client.call_tool("web__slow", {"seconds": 3})
+                fast = await client.call_tool("web__echo", {"text": "next"})
+        [run_id] = gateway_runs(store)
+    assert slow.is_error is True and slow.meta["sealbox/upstream_error"] == "UpstreamTimeout"
+    assert (fast.is_error, text_of(fast)) == (False, "next")  # a timeout opens no breaker of the whole server
+    first = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"][0]
+    assert first["ok"] is False and first["error"]["type"] == "UpstreamTimeout"
+
+
+async def test_an_idle_http_upstream_still_delivers_tools_list_changed(tmp_path, store):
+    # the upstream's notifications ride its standalone GET stream; an idle gateway must keep that stream
+    # open well past the call timeout, or a later rug pull would go unnoticed until the next restart
+    with toy_http(tmp_path) as (_, port):
+        gw = Gateway(toy_config(tmp_path, upstreams=http_upstream(port), extra="limits: {call_timeout_s: 0.4}"),
+                     store=store)
+        async with running(gw) as tg, connect(gw, tg) as client:
+            await anyio.sleep(2.5)  # idle for six call timeouts
+            mutated = await client.call_tool("web__mutate", {})
+            with anyio.fail_after(10):
+                await gw.upstreams["web"].wait_until(lambda u: "extra" in u.tools)
+            denied = await client.call_tool("web__echo", {"text": "after the rug pull"})
+    assert text_of(mutated) == "mutated"
+    assert denied.is_error is True and "changed upstream" in text_of(denied)
