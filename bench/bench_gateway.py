@@ -1,29 +1,39 @@
 """Median ``tools/call`` latency: through the gateway, through a null proxy, and direct.
 
-All three in the same run, against the same upstream (the toy stdio server of the
+All in the same run, against the same upstream (the toy stdio server of the
 tests, tool ``echo``), with the official ``mcp`` client SDK:
 
 * direct: client → upstream over stdio;
 * null proxy: client → (in-memory) a pass-through MCP server built with the same
   SDK and the same :class:`sealbox.gateway.upstream.Upstream` → upstream over stdio;
   nothing is decided or recorded;
-* gateway: client → (in-memory) the Sealbox gateway → upstream; every call is
-  decided and recorded (``tool.call`` + ``policy.decision`` fsync'd before
-  forwarding, ``tool.result`` after) in a SQLite store on local disk.
+* gateway (full): client → (in-memory) the Sealbox gateway → upstream; every call is
+  decided and recorded (``tool.call`` + ``policy.decision`` committed and fsync'd
+  before forwarding, ``tool.result`` after, before the answer) in a SQLite store on
+  local disk, ``durability: full`` in the gateway config (the default);
+* gateway (fast): the same with ``durability: fast`` in the gateway config (the store's
+  commits are not fsync'd: a power cut can lose the last calls, a process crash cannot).
+
+The four sessions are open at once (each with its own upstream process) and
+measured interleaved, in rounds of a few dozen calls each, so that load from other
+processes on the machine falls on all of them alike. Each figure is the median of
+every sample of that configuration.
 
 Target (issue 6): gateway ≤ 1.2× the null proxy. Figures are printed, never asserted.
-Usage: ``python bench/bench_gateway.py [--quick] [--concurrent K]`` (K calls in flight at once on
-one session; default 1, sequential).
+Usage: ``python bench/bench_gateway.py [--quick] [--concurrent K] [--rounds R]`` (K calls
+in flight at once on one session; default 1, sequential; R rounds, default 10).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, AsyncIterator
 
 import anyio
 
@@ -36,9 +46,10 @@ TOY = str(HERE.parent / "tests" / "gateway" / "servers" / "toy_server.py")
 
 
 CONCURRENCY = 1  # calls in flight at once on the session (``--concurrent K``)
+ROUNDS = 10  # interleaved rounds (``--rounds R``)
 
 
-async def _timed_calls(session, name: str, n: int) -> list[float]:
+async def _timed_calls(session: Any, name: str, n: int) -> list[float]:
     out: list[float] = []
 
     async def worker(k: int) -> None:
@@ -53,18 +64,19 @@ async def _timed_calls(session, name: str, n: int) -> list[float]:
     return out
 
 
-async def direct(n: int) -> list[float]:
+@contextlib.asynccontextmanager
+async def direct() -> AsyncIterator[tuple[Any, str]]:
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     params = StdioServerParameters(command=sys.executable, args=[TOY])
     async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
         await s.initialize()
-        await _timed_calls(s, "echo", 20)
-        return await _timed_calls(s, "echo", n)
+        yield s, "echo"
 
 
-async def _through(server, init_options, prepare, n: int) -> list[float]:
+@contextlib.asynccontextmanager
+async def _through(server: Any, init_options: Any, prepare: Any) -> AsyncIterator[tuple[Any, str]]:
     from mcp.client.session import ClientSession
     from mcp.shared.memory import create_client_server_memory_streams
 
@@ -74,18 +86,17 @@ async def _through(server, init_options, prepare, n: int) -> list[float]:
             tg.start_soon(server.run, srv[0], srv[1], init_options)
             async with ClientSession(client[0], client[1]) as s:
                 await s.initialize()
-                await _timed_calls(s, "toy__echo", 20)
-                samples = await _timed_calls(s, "toy__echo", n)
+                yield s, "toy__echo"
         tg.cancel_scope.cancel()
-    return samples
 
 
-def _config(tmp: Path):
+def _config(tmp: Path, durability: str = "full") -> Any:
     from sealbox.gateway import parse_config
 
     return parse_config(f"""
 version: 1
 store: {json.dumps(str(tmp / 'store'))}
+durability: {durability}
 policy: ALLOW_ALL
 upstreams:
   - id: toy
@@ -94,7 +105,8 @@ upstreams:
 """, base=tmp)
 
 
-async def null_proxy(n: int, tmp: Path) -> list[float]:
+@contextlib.asynccontextmanager
+async def null_proxy(tmp: Path) -> AsyncIterator[tuple[Any, str]]:
     import mcp_types as types
     from mcp.server.lowlevel.server import Server
 
@@ -103,15 +115,15 @@ async def null_proxy(n: int, tmp: Path) -> list[float]:
     cfg = _config(tmp)
     up = Upstream(cfg.upstreams[0], cfg.limits)
 
-    async def list_tools(ctx, params):
+    async def list_tools(ctx: Any, params: Any) -> Any:
         return types.ListToolsResult(tools=[t.model_copy(update={"name": "toy__" + t.name}) for t in up.tools.values()])
 
-    async def call_tool(ctx, params):
+    async def call_tool(ctx: Any, params: Any) -> Any:
         return await up.call(params.name.partition("__")[2], params.arguments)
 
     server = Server("null-proxy", on_list_tools=list_tools, on_call_tool=call_tool)
 
-    async def prepare(task_status):
+    async def prepare(task_status: Any) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(up.run)
             await up.wait_until(lambda u: u.state == "ready")
@@ -121,40 +133,78 @@ async def null_proxy(n: int, tmp: Path) -> list[float]:
             finally:
                 up.stop()
 
-    return await _through(server, server.create_initialization_options(), prepare, n)
+    async with _through(server, server.create_initialization_options(), prepare) as target:
+        yield target
 
 
-async def gateway(n: int, tmp: Path) -> list[float]:
+@contextlib.asynccontextmanager
+async def gateway(tmp: Path, durability: str) -> AsyncIterator[tuple[Any, str]]:
     import sealbox
     from sealbox.gateway import Gateway
 
-    store = sealbox.init_store(tmp / "store")
+    sealbox.init_store(tmp / "store").close()
+    gw = Gateway(_config(tmp, durability))  # opens the store with the config's durability
     try:
-        gw = Gateway(_config(tmp), store=store)
-        return await _through(gw.server, gw.initialization_options(), gw.run_upstreams, n)
+        assert gw.store.durability == durability
+        async with _through(gw.server, gw.initialization_options(), gw.run_upstreams) as target:
+            yield target
     finally:
-        store.close()
+        gw.store.close()
 
 
 async def main(quick: bool) -> None:
-    n = 100 if quick else 500
-    with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
-        d = await direct(n)
-        p = await null_proxy(n, Path(a))
-        g = await gateway(n, Path(b))
-    md, mp, mg = (statistics.median(x) for x in (d, p, g))
+    n = 200 if quick else 1000
+    rounds = min(ROUNDS, n)
+    per_round = -(-n // rounds)
+    names = ["direct", "null proxy", "gateway (fast)", "gateway (full)"]
+    samples: dict[str, list[float]] = {k: [] for k in names}
+    by_round: dict[str, list[float]] = {k: [] for k in names}
+    async with contextlib.AsyncExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        for sub in ("proxy", "fast", "full"):
+            (tmp / sub).mkdir()
+        targets = {
+            "direct": await stack.enter_async_context(direct()),
+            "null proxy": await stack.enter_async_context(null_proxy(tmp / "proxy")),
+            "gateway (fast)": await stack.enter_async_context(gateway(tmp / "fast", "fast")),
+            "gateway (full)": await stack.enter_async_context(gateway(tmp / "full", "full")),
+        }
+        for name, (session, tool) in targets.items():  # warm up: imports, caches, the run's first call
+            await _timed_calls(session, tool, 30)
+        for r in range(rounds):
+            # rotate the order so no configuration always runs right after another
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                session, tool = targets[name]
+                got = await _timed_calls(session, tool, per_round)
+                samples[name] += got
+                by_round[name].append(statistics.median(got))
+    md, mp, mf, mF = (statistics.median(samples[k]) for k in names)
+    total = len(samples["direct"])
     if CONCURRENCY > 1:
         print(f"{CONCURRENCY} calls in flight at once on one session")
-    print(f"tools/call median over {n} calls: direct {md:.3f} ms, null proxy {mp:.3f} ms, gateway {mg:.3f} ms")
-    print(f"  gateway adds {mg - mp:.3f} ms over the null proxy and {mg - md:.3f} ms over a direct call")
-    report("gateway vs null proxy (tools/call)", g, p, "ms", 1.2)
-    report("gateway vs direct (tools/call)", g, d, "ms", None)
-    report("null proxy vs direct (tools/call)", p, d, "ms", None)
+    print(f"tools/call median over {total} calls each ({rounds} interleaved rounds of {per_round}):")
+    print(f"  direct {md:.3f} ms, null proxy {mp:.3f} ms, gateway (fast) {mf:.3f} ms, gateway (full) {mF:.3f} ms")
+    for label, mg in (("fast", mf), ("full", mF)):
+        print(f"  gateway ({label}) adds {mg - mp:.3f} ms over the null proxy and {mg - md:.3f} ms over a direct call")
+    print("  per-round medians (ms):")
+    for name in names:
+        print(f"    {name:<15} " + " ".join(f"{x:.2f}" for x in by_round[name]))
+    note_fast = "store durability='fast': commits not fsync'd (a power cut may lose the last calls)"
+    note_full = "store durability='full' (default): the tool.call + policy.decision commit is fsync'd before forwarding"
+    report("gateway (fast) vs null proxy (tools/call)", samples["gateway (fast)"], samples["null proxy"], "ms", 1.2,
+           note_fast)
+    report("gateway (full) vs null proxy (tools/call)", samples["gateway (full)"], samples["null proxy"], "ms", 1.2,
+           note_full)
+    report("gateway (fast) vs direct (tools/call)", samples["gateway (fast)"], samples["direct"], "ms", None)
+    report("gateway (full) vs direct (tools/call)", samples["gateway (full)"], samples["direct"], "ms", None)
+    report("null proxy vs direct (tools/call)", samples["null proxy"], samples["direct"], "ms", None)
 
 
 if __name__ == "__main__":
     if "--concurrent" in sys.argv:
         CONCURRENCY = int(sys.argv[sys.argv.index("--concurrent") + 1])
+    if "--rounds" in sys.argv:
+        ROUNDS = int(sys.argv[sys.argv.index("--rounds") + 1])
     print_machine_once()
     anyio.run(main, "--quick" in sys.argv)
     print_table("Gateway")

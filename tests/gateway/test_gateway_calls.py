@@ -230,3 +230,23 @@ async def test_elicitation_is_refused_to_a_client_without_the_capability(tmp_pat
     async with running(gw) as tg, connect(gw, tg) as client:
         result = await client.call_tool("toy__ask", {"question": "?"})
     assert result.is_error is True  # the toy server's elicitation failed; the gateway stayed up
+
+
+def test_the_config_chooses_the_store_durability(tmp_path):
+    from sealbox.errors import ConfigError
+    from sealbox.gateway import Gateway, parse_config
+    from sealbox.store import init_store
+
+    init_store(tmp_path / "s").close()
+    text = "version: 1\nstore: {store}\npolicy: ALLOW_ALL\n{extra}upstreams:\n  - {{id: t, command: python3}}\n"
+    assert parse_config(text.format(store=tmp_path / "s", extra=""), base=tmp_path).durability == "full"
+    cfg = parse_config(text.format(store=tmp_path / "s", extra="durability: fast\n"), base=tmp_path)
+    assert cfg.durability == "fast"
+    gateway = Gateway(cfg)
+    try:
+        assert gateway.store.durability == "fast"
+    finally:
+        gateway.store.close()
+    with pytest.raises(ConfigError) as info:
+        parse_config(text.format(store=tmp_path / "s", extra="durability: sometimes\n"), source="gw.yaml")
+    assert str(info.value).startswith("gw.yaml:4: durability: 'sometimes' is not one of ['full', 'fast']")

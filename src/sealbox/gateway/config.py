@@ -8,6 +8,7 @@ Example::
 
     version: 1
     store: ./.sealbox
+    durability: full               # or fast: commits not fsync'd (a power cut may lose the last calls)
     policy: ./policy.yaml          # or ALLOW_ALL (explicit, fingerprinted)
     principal: agent:desktop       # who acts for stdio clients
     separator: "__"                # exposed name = server + separator + tool
@@ -55,6 +56,7 @@ _SCHEMA: dict[str, Any] = {
     "properties": {
         "version": {"const": 1},
         "store": {"type": "string", "minLength": 1},
+        "durability": {"enum": ["full", "fast"]},
         "policy": {"type": "string", "minLength": 1},
         "principal": {"type": "string", "minLength": 1},
         "name": {"type": "string", "pattern": _ID},
@@ -201,6 +203,9 @@ class GatewayConfig:
     breaker_cooldown_s: float = 30.0
     restart_initial_s: float = 0.5
     restart_max_s: float = 30.0
+    #: the store's durability (:class:`sealbox.store.sqlite.SqliteStore`): ``"full"`` fsyncs every commit
+    #: (a call's record is on disk before it is forwarded); ``"fast"`` does not (a power cut may lose the last calls)
+    durability: str = "full"
 
     def upstream(self, server_id: str) -> UpstreamSpec | None:
         """The upstream with this id, if any."""
@@ -290,6 +295,7 @@ def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:
         limits=Limits(**{k: lim[k] for k in ("max_request_bytes", "approval_hold_s", "call_timeout_s", "startup_timeout_s") if k in lim}),
         breaker_threshold=brk.get("threshold", 5), breaker_cooldown_s=float(brk.get("cooldown_s", 30.0)),
         restart_initial_s=float(rst.get("initial_s", 0.5)), restart_max_s=float(rst.get("max_s", 30.0)),
+        durability=doc.get("durability", "full"),
     )
 
 

@@ -108,7 +108,7 @@ class Gateway:
         from sealbox.store import open_store
 
         self.config = config
-        self.store = store if store is not None else open_store(config.store)
+        self.store = store if store is not None else open_store(config.store, durability=config.durability)
         if policy is None:
             from sealbox.policy import ALLOW_ALL
 
@@ -365,8 +365,7 @@ class Gateway:
         run = self.recorder.run(agent=agent, principal=principal, snapshot=self.snapshot(), labels=labels)
         run.start()
         run._gateway_inflight = 0  # type: ignore[attr-defined]
-        run._gateway_idle = anyio.Event()  # type: ignore[attr-defined]
-        run._gateway_idle.set()  # type: ignore[attr-defined]
+        run._gateway_idle = None  # type: ignore[attr-defined]  # an Event only while someone waits (_end_run)
         connection.state[_RUN_STATE] = run
         self._connections[id(connection)] = connection
         connection.exit_stack.push_async_callback(self._end_run, connection, run)
@@ -376,7 +375,10 @@ class Gateway:
         """On disconnect: wait for the session's in-flight calls to be recorded, then end its run."""
         self._connections.pop(id(connection), None)
         with anyio.move_on_after(self.config.limits.call_timeout_s + 1, shield=True):
-            await run._gateway_idle.wait()  # type: ignore[attr-defined]
+            if run._gateway_inflight > 0:  # type: ignore[attr-defined]
+                if run._gateway_idle is None:  # type: ignore[attr-defined]
+                    run._gateway_idle = anyio.Event()  # type: ignore[attr-defined]
+                await run._gateway_idle.wait()  # type: ignore[attr-defined]
         if self._pending.get(run.run_id):
             # a call waits for an approval: the run stays suspended (no run.ended), so the request can still
             # be answered; a client joining this run (sealbox/run_id) and retrying gets the outcome
@@ -677,9 +679,15 @@ def _seconds_until(ts: str | None) -> float:
 
 
 def _is_modern(ctx: Any) -> bool:
-    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+    global _MODERN
+    if _MODERN is None:
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-    return str(getattr(ctx, "protocol_version", "") or "") in MODERN_PROTOCOL_VERSIONS
+        _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+    return str(getattr(ctx, "protocol_version", "") or "") in _MODERN
+
+
+_MODERN: frozenset[str] | None = None
 
 
 def _has_progress_token(ctx: Any) -> bool:
@@ -696,13 +704,16 @@ def _can_elicit(ctx: Any) -> bool:
 
 
 def _busy(run: RunContext, delta: int) -> None:
+    """Count a session run's calls in flight; wake :meth:`Gateway._end_run` when the last one is recorded.
+
+    No Event is made per call: one exists only while ``_end_run`` waits for the count to reach 0.
+    """
     if not hasattr(run, "_gateway_inflight"):
         return
     run._gateway_inflight += delta  # type: ignore[attr-defined]
-    if run._gateway_inflight > 0 and run._gateway_idle.is_set():  # type: ignore[attr-defined]
-        run._gateway_idle = anyio.Event()  # type: ignore[attr-defined]
-    elif run._gateway_inflight == 0:  # type: ignore[attr-defined]
+    if run._gateway_inflight == 0 and run._gateway_idle is not None:  # type: ignore[attr-defined]
         run._gateway_idle.set()  # type: ignore[attr-defined]
+        run._gateway_idle = None  # type: ignore[attr-defined]
 
 
 def _connection(ctx: Any) -> Any:
