@@ -231,9 +231,9 @@ def test_canonical_bytes_encoded_takes_the_c_writer_only_where_it_is_exact(monke
     exact = []
     real = canonical.canonical_bytes
     monkeypatch.setattr(canonical, "canonical_bytes", lambda v: exact.append(v) or real(v))
-    fast = {"b": [1, "x\ny", None, True, {"é": "\u2028"}], "a": -(10**15 - 1), "ts": "2026-12-01T06:43:00.123456Z", "v": "1.5", "n": [10**15 - 1, 0.0 == 0]}
+    fast = {"b": [1, "x\ny", None, True, {"é": "\u2028"}], "a": -(10**15 - 1), "ts": "2026-12-01T06:43:00.123456Z", "v": "1.5", "n": [10**15 - 1, 0.0 == 0, 0.5, -123.456, 0.0001, 1e15 + 0.5, 0.000334]}
     assert canonical.canonical_bytes_encoded(fast) == rfc8785.dumps(fast) and exact == []
-    for slow in ({"v": 1.5}, [1e16], [-2.5e-07], {"v": ":1.5,"}, -3e-7, [[0.5]], {"a": [1, 1e21]}, {"\ue000": 1, "\U0001f600": 2}, [[[]]] * 64):
+    for slow in ({"v": 1.0}, [1e16], [-2.5e-07], {"v": ":1.0,"}, -3e-7, [[-0.0]], {"a": [1, 1e21]}, [0.00001], {"\ue000": 1, "\U0001f600": 2}, [[[]]] * 64):
         exact.clear()
         assert canonical.canonical_bytes_encoded(slow) == rfc8785.dumps(slow) and exact == [slow]
 

@@ -130,10 +130,13 @@ def canonical_bytes_encoded(value: Any) -> bytes:
 def _has_float_token(text: str) -> bool:
     """Whether the JSON text (of a container) may hold a number with a fraction or an exponent.
 
-    ``repr`` writes every finite float with ``.`` or ``e+``/``e-``. Each ``.`` between two
-    digits is checked as a token: a number value follows ``:`` ``,`` ``[`` and is followed
-    by ``,`` ``]`` ``}`` (a timestamp's ``06:43:00.12Z`` is not one). Any ``e+``/``e-`` sends
-    the text to a regex with the same rule. False positives only cost the exact writer.
+    ``repr`` writes every finite float with ``.`` or ``e+``/``e-``, and uses ``.`` without an
+    exponent only for 1e-4 <= |x| < 1e16, where its digits are ECMAScript's too (RFC 8785
+    §3.2.2.3) except for whole numbers: ``1.0`` is ``1`` in JCS. So a number token whose
+    fraction is exactly ``0`` needs the exact writer; other ``.`` tokens are already JCS. A
+    number value follows ``:`` ``,`` ``[`` and is followed by ``,`` ``]`` ``}`` (a timestamp's
+    ``06:43:00.0Z`` is not one). Any ``e+``/``e-`` sends the text to a regex for an exponent
+    token. False positives only cost the exact writer.
     """
     if "e+" in text or "e-" in text:
         return _EXP_TOKEN.search(text) is not None
@@ -148,7 +151,7 @@ def _has_float_token(text: str) -> bool:
             k = i + 1
             while k < len(text) and text[k] in _DIGITS:
                 k += 1
-            if j > 0 and text[j - 1] in ":,[" and k < len(text) and text[k] in ",]}" and k > i + 1:
+            if j > 0 and text[j - 1] in ":,[" and k < len(text) and text[k] in ",]}" and text[i + 1:k] == "0":
                 return True
         i = text.find(".", i + 1)
     return False
