@@ -11,12 +11,17 @@ nodes, and every blob against its commitment. It returns a
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from itertools import islice
+from operator import itemgetter
+from typing import Any, Callable, Iterable
 
 from sealbox import blobs as _blobs
+from sealbox import events as _events
 from sealbox.errors import InvalidEventError, NoteError
 from sealbox.events import CONTENT_FIELDS, SYSTEM_RUN_ID, derived_columns, validate_envelope
 from sealbox.ledger import merkle
@@ -118,6 +123,214 @@ class VerifyReport:
         }
 
 
+# --- the fast path ------------------------------------------------------------------------
+#
+# Verification's hot loop runs an *optimistic* check on each event: it decides only
+# "this event is entirely fine" (every check the full path makes passes) and then makes
+# the same state updates. Whenever it is not sure (malformed bytes, an unusual encoding,
+# a schema it cannot prove satisfied, any disagreement), it changes nothing and the
+# event goes through the full path, which finds and reports exactly what it did before.
+# So each fast test must be at least as strict as the test it stands in for.
+
+
+class _Unsupported(Exception):
+    """A schema construct the fast payload checks do not handle (the validator is used)."""
+
+
+_SIMPLE_TYPES = {
+    "string": "type({v}) is str",
+    "object": "type({v}) is dict",
+    "array": "type({v}) is list",
+    "boolean": "type({v}) is bool",
+    "null": "{v} is None",
+    # exact int excludes bool; fastjsonschema also accepts integral floats (we fall back then)
+    "integer": "type({v}) is int",
+    "number": "(type({v}) is int or type({v}) is float)",
+}
+
+
+def _fast_expr(schema: Any, v: str, env: dict[str, Any], depth: int) -> str:
+    """A Python expression over variable ``v`` that is true only if ``schema`` accepts it.
+
+    It may be false for values the schema accepts (the validator then decides), never
+    true for one it rejects. Raises :class:`_Unsupported` for constructs it does not know.
+    """
+    if not isinstance(schema, dict):
+        raise _Unsupported(schema)
+    known = {"type", "required", "properties", "minimum", "pattern", "enum", "anyOf", "items", "minLength", "maxLength"}
+    if set(schema) - known:
+        raise _Unsupported(schema)
+    parts: list[str] = []
+    if "anyOf" in schema:
+        subs = [_fast_expr(sub, v, env, depth) for sub in schema["anyOf"]]
+        parts.append("(" + " or ".join(f"({e})" for e in subs) + ")")
+    types = schema.get("type")
+    if types is not None:
+        types = [types] if isinstance(types, str) else list(types)
+        if not types or any(t not in _SIMPLE_TYPES for t in types):
+            raise _Unsupported(schema)
+        parts.append("(" + " or ".join(_SIMPLE_TYPES[t].format(v=v) for t in types) + ")")
+    if "enum" in schema:
+        values = schema["enum"]
+        if not values or any(type(x) is not str for x in values):
+            raise _Unsupported(schema)
+        name = f"_enum{len(env)}"
+        env[name] = frozenset(values)
+        parts.append(f"(type({v}) is str and {v} in {name})")
+    if "minimum" in schema:
+        bound = schema["minimum"]
+        if type(bound) not in (int, float):
+            raise _Unsupported(schema)
+        parts.append(f"((type({v}) is int or type({v}) is float) and {v} >= {bound!r})")
+    for key in ("minLength", "maxLength"):
+        if key in schema:
+            bound = schema[key]
+            if type(bound) is not int:
+                raise _Unsupported(schema)
+            op = ">=" if key == "minLength" else "<="
+            parts.append(f"(type({v}) is str and len({v}) {op} {bound})")
+    if "pattern" in schema:
+        from fastjsonschema.draft04 import DOLLAR_FINDER  # the same rewrite the validator applies
+
+        name = f"_re{len(env)}"
+        env[name] = re.compile(DOLLAR_FINDER.sub(r"\\Z", schema["pattern"])).search
+        parts.append(f"(type({v}) is str and {name}({v}) is not None)")
+    if "required" in schema or "properties" in schema:
+        required = schema.get("required", [])
+        if not all(type(k) is str for k in required):
+            raise _Unsupported(schema)
+        sub_parts = [f"type({v}) is dict"]
+        if required:
+            name = f"_req{len(env)}"
+            env[name] = frozenset(required)
+            sub_parts.append(f"{name} <= {v}.keys()")
+        for key, sub in schema.get("properties", {}).items():
+            if not isinstance(key, str):
+                raise _Unsupported(schema)
+            if sub == {}:
+                continue
+            x = f"_x{depth}"
+            get = f"{v}[{key!r}]" if key in required else f"{v}.get({key!r}, _MISSING)"  # required: tested above
+            sub_parts.append(f"(({x} := {get}) is _MISSING or {_fast_expr(sub, x, env, depth + 1)})")
+        parts.append("(" + " and ".join(sub_parts) + ")")
+    if "items" in schema:
+        y = f"_y{depth}"
+        parts.append(f"(type({v}) is not list or all({_fast_expr(schema['items'], y, env, depth + 1)} for {y} in {v}))")
+    return " and ".join(parts) if parts else "True"
+
+
+def _fast_payload_check(schema: Any) -> Callable[[Any], bool] | None:
+    """A quick test that implies the kind's payload validator passes, or None."""
+    env: dict[str, Any] = {"_MISSING": _MISSING}
+    try:
+        expr = _fast_expr(schema, "p", env, 0)
+    except _Unsupported:
+        return None
+    code = f"def check(p):\n    return bool({expr})\n"
+    exec(compile(code, "<sealbox.verify fast payload check>", "exec"), env)
+    return env["check"]
+
+
+_MISSING = object()
+_PAYLOAD_VALIDATORS = _events._VALIDATORS
+_FAST_PAYLOAD: dict[str, Callable[[Any], bool] | None] = {
+    kind: _fast_payload_check(schema) for kind, schema in _events.PAYLOAD_SCHEMAS.items()
+}
+_ENVELOPE_KEYS = _events._ENVELOPE_KEYS
+_KINDS = _events.KINDS
+_RECORD_VERSION = _events.RECORD_VERSION
+_STEP_MATCH = _events._STEP_RE.match
+_TS_MATCH = _events._TS_RE.match
+_FP_MATCH = _events._FP_RE.match
+_SCAN = json.JSONDecoder().scan_once  # what json.loads runs, minus encoding detection and its wrappers
+#: The envelope's keys in RFC 8785 order (the order of the hashed bytes); the fast path unpacks them in it.
+_CANONICAL_KEYS = ("kind", "payload", "prev", "principal", "run_id", "run_seq", "step", "ts", "v")
+if set(_CANONICAL_KEYS) != _ENVELOPE_KEYS or list(_CANONICAL_KEYS) != sorted(_ENVELOPE_KEYS):
+    raise RuntimeError("sealbox.verify: the envelope's keys changed; update the fast path in _check_rows")
+_CONTENT_KINDS = frozenset(kind for kind, names in CONTENT_FIELDS.items() if names)
+#: The kinds for which events.derived_columns derives more than (server, tool, call_id); keep in step with it.
+_DERIVING_KINDS = frozenset({"policy.decision", "tool.result", "model.call"})
+_SHA256 = hashlib.sha256
+
+
+class _BatchTree(merkle.StreamingTree):
+    """A :class:`~sealbox.ledger.merkle.StreamingTree` that also appends many leaves at once."""
+
+    def extend(self, leaves: list[bytes], root_sizes: set[int],
+               roots: dict[int, bytes]) -> dict[int, tuple[int, list[bytes]]]:
+        """Append ``leaves``; record in ``roots`` the root at each size in ``root_sizes``
+        the tree passes through.
+
+        Returns:
+            level -> (index of its first node, hashes): the full subtrees the leaves
+            completed, level by level, each in index order (the nodes
+            :meth:`append` returns, leaf after leaf).
+        """
+        start, count = self.size, len(leaves)
+        old = dict(self._frontier)  # level -> hash of the subtree completed last at that level
+        levels: dict[int, tuple[int, list[bytes]]] = {}
+        nodes, first, level = leaves, start, 0
+        while nodes:
+            levels[level] = (first, nodes)
+            parents = []
+            rest = nodes
+            if first & 1:  # its left sibling completed earlier: it is on the frontier
+                parents.append(_SHA256(b"\x01" + old[level] + nodes[0]).digest())
+                rest = nodes[1:]
+            parents += [_SHA256(b"\x01" + a + b).digest() for a, b in zip(rest[::2], rest[1::2])]
+            nodes, first, level = parents, first >> 1, level + 1
+
+        def frontier(size: int) -> list[tuple[int, bytes]]:
+            out = []
+            for lv in range(size.bit_length() - 1, -1, -1):
+                if size >> lv & 1:
+                    idx = (size >> lv) - 1
+                    got = levels.get(lv)
+                    if got is not None and got[0] <= idx:
+                        out.append((lv, got[1][idx - got[0]]))
+                    else:  # completed before these leaves
+                        out.append((lv, old[lv]))
+            return out
+
+        end = start + count
+        for size in root_sizes:
+            if start < size <= end:
+                roots[size] = _fold(frontier(size))
+        self._frontier = frontier(end)
+        self.size = end
+        return levels
+
+
+def _fold(frontier: list[tuple[int, bytes]]) -> bytes:
+    """StreamingTree.root() of a frontier."""
+    if not frontier:
+        return merkle.EMPTY_ROOT
+    h = frontier[-1][1]
+    for _, left in reversed(frontier[:-1]):
+        h = _SHA256(b"\x01" + left + h).digest()
+    return h
+
+
+def _completed(levels: dict[int, tuple[int, list[bytes]]], i: int) -> list[tuple[int, int, bytes]]:
+    """The (level, index, hash) of the full subtrees leaf ``i`` completed, as
+    :meth:`StreamingTree.append` returns them, from :meth:`_BatchTree.extend`'s levels."""
+    out = []
+    level = 0
+    while True:
+        first, hashes = levels[level]
+        idx = i >> level
+        out.append((level, idx, hashes[idx - first]))
+        if not idx & 1:  # a left child: its parent is not full yet
+            return out
+        level += 1
+
+
+#: Rows :meth:`EventVerifier.add_rows` takes at a time.
+_ROW_CHUNK = 1024
+_RAW, _HASH, _COLUMNS = itemgetter(1), itemgetter(2), itemgetter(3)
+_ONLY_BYTES, _ONLY_TUPLE = {bytes}, {tuple}
+
+
 class EventVerifier:
     """Checks events one by one in log order: leaf hashes, envelopes and run chains.
 
@@ -128,12 +341,13 @@ class EventVerifier:
 
     Args:
         root_sizes: tree sizes at which to record the recomputed root (checkpoint sizes).
-        on_nodes: called with the (level, index, hash) of each full subtree as it completes.
+        on_nodes: called with the (level, index, hash) of each full subtree as it completes
+            (:meth:`add_rows` calls its ``check_levels`` instead, when it has one).
     """
 
     def __init__(self, root_sizes: Iterable[int] = (), on_nodes: Any = None) -> None:
         self.problems: list[Problem] = []
-        self.tree = merkle.StreamingTree()
+        self.tree = _BatchTree()
         self.heads: dict[str, tuple[int, str, str]] = {}  # run_id -> (run_seq, leaf hash tag, kind)
         self.refs: set[str] = set()
         self.envelopes_by_kind: dict[str, list[tuple[int, dict]]] = {}
@@ -141,6 +355,7 @@ class EventVerifier:
         self.roots: dict[int, bytes] = {0: merkle.EMPTY_ROOT}
         self._on_nodes = on_nodes
         self._next_index = 0
+        self._last_ts: str | None = None  # the last ts that matched the envelope's pattern
 
     def add(self, leaf_index: int, raw: bytes, stored_hash: bytes | None = None,
             columns: tuple[str, int, str] | None = None) -> dict | None:
@@ -152,6 +367,36 @@ class EventVerifier:
         if self.tree.size in self._root_sizes:
             self.roots[self.tree.size] = self.tree.root()
         return self.check_event(leaf_index, raw, leaf, stored_hash, columns)
+
+    def add_rows(self, rows: Iterable[tuple]) -> None:
+        """:meth:`add` for each ``(leaf_index, raw, stored_hash, columns)`` row, converting
+        ``raw`` and ``stored_hash`` with ``bytes()`` and ``columns`` with ``tuple()``.
+
+        The same checks and problems as :meth:`add`, in the same order; the tree is
+        extended, roots recorded and ``on_nodes`` called a chunk of rows at a time,
+        after the chunk's events are checked (so a row that makes a check raise
+        leaves the tree behind the events).
+        """
+        tree, on_nodes = self.tree, self._on_nodes
+        batch_nodes = getattr(on_nodes, "check_levels", None)
+        rows = iter(rows)
+        while True:
+            chunk = list(islice(rows, _ROW_CHUNK))
+            if not chunk:
+                return
+            if (set(map(type, map(_RAW, chunk))) != _ONLY_BYTES or set(map(type, map(_HASH, chunk))) != _ONLY_BYTES
+                    or set(map(type, map(_COLUMNS, chunk))) != _ONLY_TUPLE):
+                chunk = [(leaf_index, bytes(raw), bytes(stored_hash), tuple(columns))
+                         for leaf_index, raw, stored_hash, columns in chunk]
+            leaves = [_SHA256(b"\x00" + row[1]).digest() for row in chunk]
+            self._check_rows(chunk, leaves, True, True)
+            start = tree.size
+            levels = tree.extend(leaves, self._root_sizes, self.roots)
+            if batch_nodes is not None:
+                batch_nodes(levels, start, len(leaves))
+            elif on_nodes is not None:
+                for i in range(start, start + len(leaves)):
+                    on_nodes(_completed(levels, i))
 
     def check_event(self, leaf_index: int, raw: bytes, leaf: bytes, stored_hash: bytes | None = None,
                     columns: tuple | None = None, *, contiguous: bool = True, chain: bool = True) -> dict | None:
@@ -166,6 +411,117 @@ class EventVerifier:
         Returns:
             The envelope, or None when unreadable.
         """
+        return self._check_rows([(leaf_index, raw, stored_hash, columns)], [leaf], contiguous, chain)
+
+    def _check_rows(self, rows: list[tuple], leaves: list[bytes], contiguous: bool, chain: bool) -> dict | None:
+        """:meth:`_check_event` for each ``(leaf_index, raw, stored_hash, columns)`` row and its
+        leaf hash; returns the last row's envelope.
+
+        Each row first takes the fast path: it accepts an event only when every check
+        of :meth:`_check_event` passes, and then has the same effects. Otherwise the
+        row goes through :meth:`_check_event`, which reports what is wrong.
+        """
+        heads, refs_out, kept = self.heads, self.refs, self.envelopes_by_kind
+        next_index, last_ts = self._next_index, self._last_ts
+        scan, keys, kinds, kept_kinds, content_kinds = _SCAN, _CANONICAL_KEYS, _KINDS, KEPT_KINDS, _CONTENT_KINDS
+        step_match, ts_match, fast_payload, deriving = _STEP_MATCH, _TS_MATCH, _FAST_PAYLOAD, _DERIVING_KINDS
+        env = None
+        try:
+            for (leaf_index, raw, stored_hash, columns), leaf in zip(rows, leaves):
+                env = None
+                while True:  # the fast path; "break" hands the row to the full checks
+                    if contiguous and leaf_index != next_index:
+                        break
+                    if stored_hash is not None and (type(stored_hash) is not bytes or stored_hash != leaf):
+                        break
+                    # json.loads(raw) decodes with the encoding it detects, 'surrogatepass'. Bytes
+                    # that start with "{" and a non-zero byte are detected as UTF-8 (no BOM, no
+                    # UTF-16/32 zero bytes); it then parses from 0 and allows only whitespace after.
+                    if type(raw) is not bytes or len(raw) < 4 or raw[0] != 0x7B or not raw[1]:
+                        break
+                    try:
+                        text = raw.decode("utf-8", "surrogatepass")
+                        found, end = scan(text, 0)
+                    except (ValueError, StopIteration):
+                        break
+                    # the keys are exactly the envelope's (events._envelope_ok's first test)
+                    if end != len(text) or type(found) is not dict or tuple(found) != keys:
+                        break
+                    kind, payload, prev, principal, run_id, run_seq, step, ts, v = found.values()
+                    # the rest of events._envelope_ok, in its order (its prev test is below)
+                    if not (
+                        type(v) is int and v == _RECORD_VERSION
+                        and type(run_id) is str and 1 <= len(run_id) <= 128
+                        and type(run_seq) is int and run_seq >= 1
+                        and type(step) is str and ((step.isdigit() and step.isascii()) or step_match(step) is not None)
+                        and kind in kinds
+                        and type(ts) is str and (ts == last_ts or ts_match(ts) is not None)
+                        and type(principal) is str and principal
+                        and type(payload) is dict
+                    ):
+                        break
+                    last_ts = ts  # it matched the pattern (events appended together share their ts)
+                    if chain:
+                        head = heads.get(run_id)
+                        if head is None:
+                            if prev is not None or run_seq != 1 or kind != "run.started":
+                                break
+                        elif (run_seq != head[0] + 1 or type(prev) is not str or prev != head[1]
+                              or head[2] == "run.ended"):
+                            break
+                        # prev equals None or a leaf tag "sha256:<64 hex>": it passes the prev test
+                    elif not (prev is None or (type(prev) is str and _FP_MATCH(prev) is not None)):
+                        break
+                    check = fast_payload[kind]
+                    if check is None or not check(payload):
+                        try:
+                            _PAYLOAD_VALIDATORS[kind](payload)
+                        except Exception:  # the full checks report (or raise) it
+                            break
+                    if columns is not None:
+                        if type(columns) is not tuple:
+                            break
+                        if len(columns) <= 3:
+                            mine = (run_id, run_seq, kind)
+                        elif kind in deriving:
+                            try:
+                                mine = (run_id, run_seq, kind, ts, principal, step, *derived_columns(kind, payload))
+                            except Exception:  # the full checks raise it, after what they report first
+                                break
+                        else:  # events.derived_columns for the other kinds
+                            get = payload.get
+                            server, tool, call_id = get("server"), get("tool"), get("call_id")
+                            mine = (run_id, run_seq, kind, ts, principal, step, server if type(server) is str else None,
+                                    tool if type(tool) is str else None, call_id if type(call_id) is str else None,
+                                    None, None, None, None)
+                        if columns != mine:
+                            break
+                    # a {"$blob": ...} key is in the bytes as "$blob", or escaped (with a \\u);
+                    # (0x24 is the dollar sign, 0x5C the backslash: an int is looked for with memchr)
+                    if kind in content_kinds and (
+                            (0x24 in raw and b'"$blob"' in raw) or (0x5C in raw and b"\\u" in raw)):
+                        for name in CONTENT_FIELDS[kind]:
+                            if name in payload:
+                                refs_out.update(_blobs.blob_refs(payload[name]))
+                    # every check passed: the full checks' effects
+                    next_index = leaf_index + 1
+                    if chain:
+                        heads[run_id] = (run_seq, "sha256:" + leaf.hex(), kind)
+                    if kind in kept_kinds:
+                        kept.setdefault(kind, []).append((leaf_index, found))
+                    env = found
+                    break
+                if env is None:
+                    self._next_index, self._last_ts = next_index, last_ts
+                    env = self._check_event(leaf_index, raw, leaf, stored_hash, columns, contiguous, chain)
+                    next_index = self._next_index
+        finally:
+            self._next_index, self._last_ts = next_index, last_ts
+        return env
+
+    def _check_event(self, leaf_index: int, raw: bytes, leaf: bytes, stored_hash: bytes | None,
+                     columns: tuple | None, contiguous: bool, chain: bool) -> dict | None:
+        """The full checks of :meth:`check_event`, reporting every problem."""
         env = self._parse(leaf_index, raw, columns)
         if contiguous and leaf_index != self._next_index:
             self.problems.append(self._at(env, leaf_index, Problem(
@@ -395,9 +751,8 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
         notes.append(("the newest checkpoint file", file_note))
     note_problems, signed_cps = open_checkpoints(notes, verifier, store.origin or None)
     nodes = _NodeChecker(store)
-    ev = EventVerifier(root_sizes={cp.size for _, cp in signed_cps}, on_nodes=nodes.check)
-    for leaf_index, raw, leaf_hash, columns in store.iter_rows():
-        ev.add(leaf_index, bytes(raw), bytes(leaf_hash), tuple(columns))
+    ev = EventVerifier(root_sizes={cp.size for _, cp in signed_cps}, on_nodes=nodes)  # nodes.check_levels per chunk
+    ev.add_rows(store.iter_rows())
     problems = list(ev.problems)
     if SYSTEM_RUN_ID not in ev.heads and ev.tree.size:
         problems.append(Problem("system_run_missing", "the store's system run has no events"))
@@ -518,26 +873,96 @@ class _NodeChecker:
 
     One cursor per level, each in index order, merged with the stream of
     completed subtrees: O(log n) memory and one pass over the nodes table.
+
+    The completed subtrees are gathered in windows of :data:`_NODE_WINDOW` leaves.
+    A window whose nodes equal the next stored rows of each level, one for one,
+    is accepted in bulk; any other window is replayed node by node in the order
+    the nodes completed, reporting exactly what a node-by-node check reports.
     """
 
     def __init__(self, store: Any) -> None:
         self.store = store
         self.problems: list[Problem] = []
         self._cursors: dict[int, Any] = {}
-        self._pending: dict[int, tuple[int, bytes] | None] = {}
+        self._buf: dict[int, list] = {}  # level -> stored rows read ahead
+        self._pos: dict[int, int] = {}  # level -> index in _buf of the next stored row
+        self._window: list[list[tuple[int, int, bytes]]] = []
 
-    def _advance(self, level: int) -> tuple[int, bytes] | None:
+    def _fill(self, level: int, want: int) -> list:
+        """The read-ahead rows of ``level``, holding at least ``want`` rows from the next
+        one unless the level runs out; its position is reset to 0."""
         cursor = self._cursors.get(level)
         if cursor is None:
             cursor = self._cursors[level] = iter(self.store.iter_level(level))
-        self._pending[level] = next(cursor, None)
-        return self._pending[level]
+            self._buf[level], self._pos[level] = [], 0
+        buf, pos = self._buf[level], self._pos[level]
+        if pos:
+            del buf[:pos]
+            self._pos[level] = 0
+        if len(buf) < want:
+            buf.extend(islice(cursor, max(want - len(buf), _NODE_WINDOW)))
+        return buf
 
     def _peek(self, level: int) -> tuple[int, bytes] | None:
-        return self._pending[level] if level in self._pending else self._advance(level)
+        buf, pos = self._buf.get(level), self._pos.get(level, 0)
+        if buf is None or pos >= len(buf):
+            buf = self._fill(level, 1)
+            pos = 0
+        return buf[pos] if pos < len(buf) else None
+
+    def _advance(self, level: int) -> tuple[int, bytes] | None:
+        self._peek(level)  # the row being passed is read first
+        if self._pos[level] < len(self._buf[level]):
+            self._pos[level] += 1
+        return self._peek(level)
+
+    def check_levels(self, levels: dict[int, tuple[int, list[bytes]]], start: int, count: int) -> None:
+        """Compare the full subtrees leaves ``start`` to ``start + count - 1`` completed, given
+        level by level (:meth:`_BatchTree.extend`); the same as :meth:`check` leaf after leaf."""
+        self._flush()
+        pairs = {level: list(zip(range(first, first + len(hashes)), hashes))
+                 for level, (first, hashes) in levels.items()}
+        for level, want in pairs.items():
+            if self._fill(level, len(want))[:len(want)] != want:
+                break
+        else:  # every node equals the stored row it meets: nothing to report
+            for level, want in pairs.items():
+                self._pos[level] = len(want)
+            return
+        for i in range(start, start + count):
+            self._check_one(_completed(levels, i))
 
     def check(self, completed: list[tuple[int, int, bytes]]) -> None:
         """Compare the full subtrees one appended leaf completed."""
+        self._window.append(completed)
+        if len(self._window) >= _NODE_WINDOW:
+            self._flush()
+
+    __call__ = check  # an on_nodes callback; EventVerifier.add_rows uses check_levels
+
+    def _flush(self) -> None:
+        window, self._window = self._window, []
+        if not window:
+            return
+        by_level: dict[int, list] = {}
+        for completed in window:
+            for level, idx, want in completed:
+                pairs = by_level.get(level)
+                if pairs is None:
+                    pairs = by_level[level] = []
+                pairs.append((idx, want))
+        for level, pairs in by_level.items():
+            buf = self._fill(level, len(pairs))
+            if buf[:len(pairs)] != pairs:
+                break
+        else:  # every node equals the stored row it meets: nothing to report
+            for level, pairs in by_level.items():
+                self._pos[level] = len(pairs)
+            return
+        for completed in window:
+            self._check_one(completed)
+
+    def _check_one(self, completed: list[tuple[int, int, bytes]]) -> None:
         for level, idx, want in completed:
             stored = self._peek(level)
             while stored is not None and stored[0] < idx:  # a node for a leaf that is gone
@@ -561,6 +986,7 @@ class _NodeChecker:
         Node problems follow from event problems (one missing event changes every
         node above it), so at most :data:`MAX_NODE_PROBLEMS` are listed, then a count.
         """
+        self._flush()
         for level in sorted(set(self._cursors) | set(self.store.node_levels())):
             stored = self._peek(level)
             while stored is not None:
@@ -573,6 +999,9 @@ class _NodeChecker:
                 "(they follow from the problems above)")]
         return self.problems
 
+
+#: Leaves whose completed subtrees :class:`_NodeChecker` compares in one go.
+_NODE_WINDOW = 1024
 
 #: At most this many tree-node problems are listed one by one.
 MAX_NODE_PROBLEMS = 25
