@@ -204,7 +204,7 @@ def test_json_values_match_rfc8785(value):
 
 # canonical_bytes_encoded: the C json writer where its text provably equals JCS, else the exact writer.
 tricky_text = st.text(st.sampled_from(list("ab\"\\\n\x00\x1f\x7f.e9-+:,[]{}é\u2028\ud7ff\ue000\uffff") + ["\U0001f600", "\U00010000"]),
-                      max_size=8)
+                      max_size=8) | st.sampled_from(["one-time", "e-mail", "x e+ y", "06:43:00.0Z", ":1.0,"])
 tricky_ints = st.sampled_from([0, -1, 10**14, 10**15 - 1, 10**15, -(10**15), 2**53 - 1, -(2**53 - 1)]) | st.integers(-INT_MAX, INT_MAX)
 tricky_floats = finite_floats | st.sampled_from([0.5, -0.5, 1e16, 1e21, 1e-7, -1e-7, 5e-324, 1.5e300, 123.456, -0.0, 1.0])
 tricky_values = st.recursive(
@@ -233,7 +233,7 @@ def test_canonical_bytes_encoded_takes_the_c_writer_only_where_it_is_exact(monke
     monkeypatch.setattr(canonical, "canonical_bytes", lambda v: exact.append(v) or real(v))
     fast = {"b": [1, "x\ny", None, True, {"é": "\u2028"}], "a": -(10**15 - 1), "ts": "2026-12-01T06:43:00.123456Z", "v": "1.5", "n": [10**15 - 1, 0.0 == 0, 0.5, -123.456, 0.0001, 1e15 + 0.5, 0.000334]}
     assert canonical.canonical_bytes_encoded(fast) == rfc8785.dumps(fast) and exact == []
-    for slow in ({"v": 1.0}, [1e16], [-2.5e-07], {"v": ":1.0,"}, -3e-7, [[-0.0]], {"a": [1, 1e21]}, [0.00001], {"\ue000": 1, "\U0001f600": 2}, [[[]]] * 64):
+    for slow in ({"v": 1.0}, {"note": "one-time", "amount": 100.0}, ["e+", [2.0]], [1e16], [-2.5e-07], {"v": ":1.0,"}, -3e-7, [[-0.0]], {"a": [1, 1e21]}, [0.00001], {"\ue000": 1, "\U0001f600": 2}, [[[]]] * 64):
         exact.clear()
         assert canonical.canonical_bytes_encoded(slow) == rfc8785.dumps(slow) and exact == [slow]
 

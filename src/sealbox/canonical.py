@@ -135,11 +135,11 @@ def _has_float_token(text: str) -> bool:
     §3.2.2.3) except for whole numbers: ``1.0`` is ``1`` in JCS. So a number token whose
     fraction is exactly ``0`` needs the exact writer; other ``.`` tokens are already JCS. A
     number value follows ``:`` ``,`` ``[`` and is followed by ``,`` ``]`` ``}`` (a timestamp's
-    ``06:43:00.0Z`` is not one). Any ``e+``/``e-`` sends the text to a regex for an exponent
-    token. False positives only cost the exact writer.
+    ``06:43:00.0Z`` is not one). Where ``e+``/``e-`` occurs, a regex looks for an exponent
+    token too. False positives only cost the exact writer.
     """
-    if "e+" in text or "e-" in text:
-        return _EXP_TOKEN.search(text) is not None
+    if ("e+" in text or "e-" in text) and _EXP_TOKEN.search(text) is not None:
+        return True
     i = text.find(".")
     while i != -1:
         if i > 0 and text[i - 1] in _DIGITS:

@@ -259,14 +259,17 @@ def _decoded_text(tag: str, b64: str) -> str | None:
     return raw.decode("utf-8", "surrogateescape" if tag == "$bytes" else "surrogatepass")
 
 
-_ANCHORS = ("^", "$", "\\A", "\\Z", "\\z", "(?<", "(?=", "(?!", '"')
+# Constructs under which "matches inside a string" does not imply "matches inside the canonical text":
+# anchors and lookarounds see the quotes; possessive quantifiers and atomic groups (Python 3.11+) cannot
+# give back the closing quote they swallowed.
+_ANCHORS = ("^", "$", "\\A", "\\Z", "\\z", "(?<", "(?=", "(?!", '"', "(?>", "++", "*+", "?+", "}+")
 
 
 def _quick_ok(policy: ContentPolicy, combined: "re.Pattern[str] | None") -> bool:
     """Whether :meth:`Redactor._clean` is sound for this policy: no paths; keys ASCII;
-    patterns without anchors, lookarounds or quotes (a match inside a string is then a
-    match inside the canonical text, where strings sit verbatim between quotes), and
-    combinable into one regex."""
+    patterns without anchors, lookarounds, quotes, possessive quantifiers or atomic groups
+    (a match inside a string is then a match inside the canonical text, where strings sit
+    verbatim between quotes), and combinable into one regex."""
     if policy.paths or not all(k.isascii() for k in policy.keys):
         return False
     if policy.patterns and combined is None:

@@ -413,7 +413,7 @@ from sealbox.redaction import Redactor  # noqa: E402
 
 _PIECES = ["bearer ", "BeArEr ", "Bearer\t", "abcdefghij", "sk-", "sk_live", "AKIA", "ABCDEFGHIJKLMNOP", "ghp_",
            "x" * 30, "-----BEGIN RSA PRIVATE KEY-----", "\n", "-----END RSA PRIVATE KEY-----", "password",
-           "Token", "api_key", " ", "é", "\"", "\\", "$map", "$bytes", ":", "1.5", "\u212a"]
+           "Token", "api_key", " ", "é", "\"", "\\", "$map", "$bytes", ":", "1.5", "\u212a", "pwd=", "hunter2"]
 _secretish = st.lists(st.sampled_from(_PIECES), max_size=6).map("".join)
 _values = st.recursive(
     st.none() | st.booleans() | st.integers(-10**6, 10**6) | _secretish,
@@ -421,11 +421,12 @@ _values = st.recursive(
     max_leaves=20,
 )
 _POLICIES = [ContentPolicy(), ContentPolicy(patterns=(r"(?i)\btok(en)?\b", r"(?i)\bsecret|hunter2", r"\d{3}-\d{2}"),
-                                            keys=("Password", "x-api-key"))]
+                                            keys=("Password", "x-api-key")),
+             ContentPolicy(patterns=(r"pwd=(?>\S+)\b", r"\bsk-\S++\b"))]
 
 
 @settings(max_examples=600, deadline=None)
-@given(value=_values, which=st.sampled_from([0, 1]), raw=st.binary(max_size=12))
+@given(value=_values, which=st.sampled_from([0, 1, 2]), raw=st.binary(max_size=12))
 def test_the_quick_check_never_disagrees_with_the_walk(value, which, raw):
     """Redactor._clean (one canonical text, C-speed searches) may only say "nothing to redact" when
     the full walk redacts nothing; generated values mix secrets, sensitive keys, escapes and tags."""
@@ -441,4 +442,9 @@ def test_the_quick_check_is_off_where_it_would_be_unsound():
     assert Redactor(b"k" * 32, ContentPolicy(paths=("arguments.user",)))._quick is False
     assert Redactor(b"k" * 32, ContentPolicy(patterns=(r"^sk-\w+",)))._quick is False
     assert Redactor(b"k" * 32, ContentPolicy(keys=("pässword",)))._quick is False
+    for possessive in (r"pwd=(?>\S+)\b", r"\bpwd=\S++\b", r"k=\w*+x", r"k=\d?+1", r"k=\d{2,}+\b"):
+        redactor = Redactor(b"k" * 32, ContentPolicy(patterns=(possessive,)))
+        assert redactor._quick is False, possessive
+    redactor = Redactor(b"k" * 32, ContentPolicy(patterns=(r"pwd=(?>\S+)\b",)))
+    assert redactor.apply("arguments", {"dsn": "host=db pwd=hunter2"})[1] is True
     assert Redactor(b"k" * 32, ContentPolicy())._quick is True
