@@ -34,3 +34,10 @@ def test_the_offline_verifier_modules_import_without_the_store():
     code = "import sys, sealbox.ledger.merkle, sealbox.ledger.checkpoint; print(sorted(m for m in sys.modules if m.startswith('sealbox')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "sealbox.store" not in out and "sealbox.events" not in out
+
+
+def test_sealbox_policies_is_reachable_after_a_bare_import():
+    """The README and the error for a missing policy name ``sealbox.policies.ALLOW_ALL``."""
+    code = "import sealbox; p = sealbox.policies.ALLOW_ALL; print(type(p).__name__, p.name)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out == "Policy ALLOW_ALL\n"

@@ -53,7 +53,13 @@ _LAZY = {
 }
 
 
+#: Submodules reachable as attributes after a bare ``import sealbox`` (``sealbox.policies.ALLOW_ALL``).
+_SUBMODULES = frozenset({"policies"})
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"sealbox.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'sealbox' has no attribute {name!r}")

@@ -110,14 +110,30 @@ class VerifyReport:
             f"{head} {self.events} events in {self.runs} runs, {self.blobs} blobs, "
             f"{self.checkpoints} signed checkpoints (the newest that verifies covers {self.tree_size_signed} events, "
             f"root {self.root or '-'}), signatures checked against {self.trusted_key or 'no key'}; "
-            f"took {self.seconds:.2f} s."
+            f"took {self.seconds:.2f} s.{self._unsigned_note()}"
         )
+
+    @property
+    def unsigned_events(self) -> int:
+        """Events after the newest checkpoint that verifies: consistent, but vouched for by no signature."""
+        return max(0, self.events - self.tree_size_signed)
+
+    def _unsigned_note(self) -> str:
+        n = self.unsigned_events
+        if not n:
+            return ""
+        first = self.tree_size_signed
+        span = f"leaf index {first}" if n == 1 else f"leaf indices {first}..{first + n - 1}"
+        return (f" Warning: {n} event(s) ({span}) are not covered by a signed checkpoint: nothing signed vouches "
+                "for them yet (a writer still running, or one that stopped without closing the store; the next "
+                "writer to close it signs them as they are now).")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
             "ok": self.ok, "events": self.events, "runs": self.runs, "checkpoints": self.checkpoints,
             "blobs": self.blobs, "seconds": round(self.seconds, 4), "tree_size_signed": self.tree_size_signed,
+            "unsigned_events": self.unsigned_events,
             "root": self.root, "trusted_key": self.trusted_key, "notes": list(self.notes),
             "problems": [p.to_dict() for p in self.problems],
         }
@@ -770,6 +786,9 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     for name in store.missing_triggers() if hasattr(store, "missing_triggers") else ():
         problems.append(Problem("trigger_missing", f"the append-only trigger {name} was dropped from the database "
                                 "(someone changed the store below Sealbox)"))
+    for name in store.foreign_triggers() if hasattr(store, "foreign_triggers") else ():
+        problems.append(Problem("trigger_foreign", f"the trigger {name} is not Sealbox's: it can silently change or "
+                                "drop what Sealbox writes (someone changed the store below Sealbox)"))
     problems.extend(check_approval_answers(ev.envelopes_by_kind))
     return VerifyReport(
         problems=tuple(problems), events=ev.tree.size, runs=len(ev.heads), checkpoints=len(cps), blobs=nblobs,

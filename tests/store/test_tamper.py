@@ -34,6 +34,7 @@ from store_testkit import (
     note,
     record_run,
     snapshot_dir,
+    started,
     tag,
     tamper,
 )
@@ -812,3 +813,51 @@ def test_editing_the_runs_table_is_reported(s: Sample) -> None:
            ("DELETE FROM runs WHERE run_id = ?", (s.runs[2],)))
     codes = [(p.code, p.run_id) for p in verify(s.path).problems]
     assert codes == [("run_row_mismatch", s.runs[1]), ("run_row_missing", s.runs[2])]
+
+
+def test_a_foreign_trigger_that_drops_inserts_stops_the_tool_and_is_named_by_verify(s: Sample) -> None:
+    """No record, no action: a trigger that is not Sealbox's and silently drops tool.result rows
+    (RAISE(IGNORE)) makes the append fail instead of the writer believing it stored them."""
+    from sealbox.errors import StoreError
+    from sealbox.policies import ALLOW_ALL
+
+    with closing_db(s.path) as db:
+        db.execute("CREATE TRIGGER sneaky BEFORE INSERT ON events WHEN NEW.kind = 'tool.call'"
+                   " BEGIN SELECT RAISE(IGNORE); END")
+    store = open_store(s.path)
+    ran = []
+    try:
+        with pytest.raises(sealbox.RecordingError):
+            with sealbox.Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+                run.call_tool("db", "q", {"x": 1}, lambda x: ran.append(x))
+        assert ran == []
+        size = store.size()
+        with pytest.raises(StoreError, match="events: 2 rows were written but 1 were stored"):
+            store.append([started("r-new"),
+                          EventDraft("tool.call", {"call_id": "c1", "server": "db", "tool": "q", "exposed": "db.q",
+                                                   "arguments": {}, "grant": "implicit:agent:a"},
+                                     run_id="r-new", principal="agent:a")])
+        assert store.size() == size  # the whole transaction rolled back
+    finally:
+        store.close()
+    report = verify(s.path)
+    assert [(p.code, p.message) for p in report.problems if p.code == "trigger_foreign"] == [
+        ("trigger_foreign", "the trigger sneaky is not Sealbox's: it can silently change or drop what Sealbox writes "
+                            "(someone changed the store below Sealbox)")]
+
+
+def test_verify_warns_about_events_no_checkpoint_covers(tmp_path: Path) -> None:
+    store = sealbox.init_store(tmp_path / "s", checkpoint_policy=CheckpointPolicy(every_events=10**9, every_seconds=10**9))
+    store.issue_checkpoint()
+    signed = store.size()
+    store.append([EventDraft("run.started", {"agent": "a", "snapshot": None, "parent_run_id": None, "labels": {},
+                                             "policy": {"fingerprint": "sha256:" + "0" * 64, "name": None}},
+                             run_id="r1", principal="agent:a")])
+    report = verify_store(store)  # before close() signs the tail
+    store._closed = True  # like a writer killed before close(): nothing signs the new event
+    assert report.ok and report.unsigned_events == 1 and report.tree_size_signed == signed
+    assert report.summary().endswith(
+        f"Warning: 1 event(s) (leaf index {signed}) are not covered by a signed checkpoint: nothing signed vouches "
+        "for them yet (a writer still running, or one that stopped without closing the store; the next writer to "
+        "close it signs them as they are now).")
+    assert report.to_dict()["unsigned_events"] == 1

@@ -134,14 +134,16 @@ class _Txn:
     def flush(self) -> None:
         """Insert the buffered event and node rows."""
         if self._events:
-            self.conn.executemany(
+            cur = self.conn.executemany(
                 "INSERT INTO events (leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id,"
                 " effect, ok, tokens, cost, raw, leaf_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 self._events,
             )
+            _check_inserted(cur, len(self._events), "events")
             self._events = []
         if self._node_rows:
-            self.conn.executemany("INSERT INTO tree_nodes (level, idx, hash) VALUES (?, ?, ?)", self._node_rows)
+            cur = self.conn.executemany("INSERT INTO tree_nodes (level, idx, hash) VALUES (?, ?, ?)", self._node_rows)
+            _check_inserted(cur, len(self._node_rows), "tree_nodes")
             self._node_rows = []
 
     def put_blob(self, ref: str, salt: bytes, content: bytes) -> None:
@@ -164,6 +166,25 @@ class _Txn:
 
     def checkpoint_inserted(self, size: int) -> None:
         self._ckpt_size = max(self.latest_checkpoint_size(), size)
+
+
+def _expected_triggers() -> set[str]:
+    """The triggers the migrations leave in a store, in order (a later migration may drop one)."""
+    import re as _re
+
+    expected: set[str] = set()
+    for mig in migrate.load_migrations("sqlite"):
+        for verb, name in _re.findall(r"(CREATE|DROP) TRIGGER (\w+)", mig.sql):
+            (expected.add if verb == "CREATE" else expected.discard)(name)
+    return expected
+
+
+def _check_inserted(cur: sqlite3.Cursor, expected: int, table: str) -> None:
+    """Refuse to commit when SQLite inserted fewer rows than asked (a foreign trigger doing
+    ``RAISE(IGNORE)``): the transaction rolls back, so the call it records does not run."""
+    if cur.rowcount != expected:
+        raise StoreError(f"{table}: {expected} rows were written but {cur.rowcount} were stored "
+                         "(a trigger that is not Sealbox's? run `sealbox verify`); nothing was appended")
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -807,14 +828,14 @@ class SqliteStore(SqliteQueries):
 
     def missing_triggers(self) -> list[str]:
         """Append-only triggers that the migrations created and that are no longer in the database."""
-        import re as _re
+        return sorted(_expected_triggers() - self._present_triggers())
 
-        expected: set[str] = set()
-        for mig in migrate.load_migrations("sqlite"):  # in order: a later migration may drop a trigger
-            for verb, name in _re.findall(r"(CREATE|DROP) TRIGGER (\w+)", mig.sql):
-                (expected.add if verb == "CREATE" else expected.discard)(name)
-        present = {r[0] for r in self._conn().execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-        return sorted(expected - present)
+    def foreign_triggers(self) -> list[str]:
+        """Triggers in the database that no migration created (they could drop or change rows)."""
+        return sorted(self._present_triggers() - _expected_triggers())
+
+    def _present_triggers(self) -> set[str]:
+        return {r[0] for r in self._conn().execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
 
     def iter_snapshots(self) -> Iterator[tuple[str, bytes]]:
         """Every stored snapshot (fingerprint, canonical bytes)."""
