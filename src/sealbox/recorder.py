@@ -582,7 +582,7 @@ class RunContext:
             self.recorder.breaker.record_success(server, tool)
         else:
             payload["error"] = {"type": type(error).__qualname__, "message": str(error),
-                                "traceback": _short_traceback(error)}
+                                "traceback": _short_traceback(error, getattr(self.recorder.store, "redactor", None))}
             if isinstance(error, ConnectionError):  # the server is down: open every breaker of it
                 self.recorder.breaker.server_down(server)
             elif isinstance(error, Exception):
@@ -708,7 +708,14 @@ def _policy_view(arguments: Any) -> Any:
     return encode(arguments)
 
 
-def _short_traceback(exc: BaseException, limit: int = 8) -> str:
+def _short_traceback(exc: BaseException, redactor: Any = None, limit: int = 8) -> str:
+    """The last ``limit`` frames, at most about 4,000 characters (head and tail kept).
+
+    The store's redaction runs on the whole text first: a secret cut in two by the
+    truncation (a PEM block, say) would no longer match its pattern afterwards."""
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=limit)
     text = "".join(lines)
+    if redactor is not None and len(text) > 4000:
+        scrubbed = redactor.apply_error({"traceback": text}).get("traceback")
+        text = scrubbed if isinstance(scrubbed, str) else text
     return text if len(text) <= 4000 else text[:1000] + "\n…\n" + text[-2900:]

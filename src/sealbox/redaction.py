@@ -38,19 +38,25 @@ __all__ = ["CONTENT_MODES", "DEFAULT_KEYS", "DEFAULT_PATTERNS", "ContentPolicy",
 CONTENT_MODES = ("full", "redacted", "hashes-only")
 MARKER_TAG = "$redacted"
 
-#: Key names whose values are redacted (exact, case-insensitive). Not ``max_tokens`` or ``input_tokens``.
+#: Key names whose values are redacted: compared in lower case without ``-`` and ``_`` (so ``accessToken``,
+#: ``Access-Token`` and ``access_token`` match ``access_token``). Not ``max_tokens`` or ``input_tokens``.
 DEFAULT_KEYS = (
     "password", "passwd", "passphrase", "secret", "client_secret", "api_key", "apikey", "x-api-key",
     "access_token", "refresh_token", "id_token", "token", "authorization", "proxy-authorization",
-    "cookie", "set-cookie", "private_key", "session_token",
+    "cookie", "set-cookie", "private_key", "session_token", "auth_token", "x-auth-token", "secret_key",
+    "secret_access_key", "aws_secret_access_key", "x-amz-security-token", "client_assertion",
 )
 
 #: Patterns of secrets inside strings (Python ``re``).
 DEFAULT_PATTERNS = (
     r"(?i)\bbearer\s+[a-z0-9._~+/=-]{8,}",
     r"\bsk-[A-Za-z0-9_-]{16,}",
-    r"\bAKIA[0-9A-Z]{16}\b",
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
     r"\bgh[pousr]_[A-Za-z0-9]{30,}\b",
+    r"\bgithub_pat_[A-Za-z0-9_]{22,}",
+    r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
+    r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
+    r"://[^\s:/@]+:[^\s@/]+@",  # user:password@ in a URL
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
 )
 
@@ -100,7 +106,7 @@ class Redactor:
     policy: ContentPolicy = field(default_factory=ContentPolicy)
 
     def __post_init__(self) -> None:
-        self._keys = {k.lower() for k in self.policy.keys}
+        self._keys = {_norm_key(k) for k in self.policy.keys}
         self._paths = [p.split(".") for p in self.policy.paths]
         self._patterns = [re.compile(p) for p in self.policy.patterns]
         # one combined search decides whether a string needs scrubbing at all (most do not)
@@ -147,9 +153,9 @@ class Redactor:
             text = (data if data is not None else canonical_bytes_encoded(value)).decode("utf-8")
         except Exception:  # noqa: BLE001 - the walk decides
             return False
-        if "\\" in text or '"$bytes"' in text or '"$badstr"' in text or '"$map"' in text:
+        if "\\" in text or '"$bytes"' in text or '"$badstr"' in text or '"$map"' in text or '"$lossy"' in text:
             return False
-        low = text.lower()
+        low = _norm_key(text)
         if any(mark in low for mark in self._key_marks):
             return False
         lowered = None
@@ -201,7 +207,7 @@ class Redactor:
         return value
 
     def _member(self, key: str, value: Any, path: list[str], changed: list[bool]) -> Any:
-        if key.lower() in self._keys and value is not None:
+        if _norm_key(key) in self._keys and value is not None:
             changed[0] = True
             return self.marker(value)
         return self._walk(value, path + [key], changed)
@@ -221,9 +227,20 @@ class Redactor:
             for pair in inner:
                 if type(pair) is list and len(pair) == 2 and type(pair[0]) is str:
                     pairs.append([self._scrub_key(pair[0], changed), self._member(pair[0], pair[1], path, changed)])
+                elif type(pair) is list and len(pair) == 2 and self._sensitive_tagged_key(pair[0]) and pair[1] is not None:
+                    changed[0] = True  # b"password", an Enum whose name or value is "Authorization", ...
+                    pairs.append([self._walk(pair[0], path, changed), self.marker(pair[1])])
                 else:
                     pairs.append(self._walk(pair, path, changed))
             return {tag: pairs}
+        if tag == "$lossy" and type(inner) is dict and type(inner.get("repr")) is str:
+            text = _norm_key(inner["repr"])  # a repr of an object we could not encode: no keys to look at
+            if any(k in text for k in self._keys):
+                changed[0] = True
+                out = dict(inner)
+                out["repr"] = f"⟦redacted:{self.marker(inner['repr'])[MARKER_TAG]}⟧"
+                return {tag: self._walk(out, path, changed)}
+            return None
         if tag in ("$bytes", "$badstr") and type(inner) is str:
             text = _decoded_text(tag, inner)
             if text is not None and any(p.search(text) for p in self._patterns):
@@ -231,6 +248,17 @@ class Redactor:
                 return self.marker(value)
             return value
         return None
+
+    def _sensitive_tagged_key(self, key: Any) -> bool:
+        """Whether a non-``str`` key of a ``$map`` (bytes, an Enum, ...) names a sensitive key."""
+        texts: list[str] = []
+        if type(key) is dict and len(key) == 1:
+            (tag, inner), = key.items()
+            if tag in ("$bytes", "$badstr") and type(inner) is str:
+                texts.append(_decoded_text(tag, inner) or "")
+            elif tag == "$enum" and type(inner) is dict:
+                texts += [v for v in (inner.get("name"), inner.get("value")) if type(v) is str]
+        return any(_norm_key(t) in self._keys for t in texts)
 
     def _path_hit(self, path: list[str]) -> bool:
         for pattern in self._paths:
@@ -262,7 +290,7 @@ def _decoded_text(tag: str, b64: str) -> str | None:
 # Constructs under which "matches inside a string" does not imply "matches inside the canonical text":
 # anchors and lookarounds see the quotes; possessive quantifiers and atomic groups (Python 3.11+) cannot
 # give back the closing quote they swallowed.
-_ANCHORS = ("^", "$", "\\A", "\\Z", "\\z", "(?<", "(?=", "(?!", '"', "(?>", "++", "*+", "?+", "}+")
+_ANCHORS = ("$", "\\A", "\\Z", "\\z", "(?<", "(?=", "(?!", '"', "(?>", "++", "*+", "?+", "}+")
 
 
 def _quick_ok(policy: ContentPolicy, combined: "re.Pattern[str] | None") -> bool:
@@ -274,7 +302,17 @@ def _quick_ok(policy: ContentPolicy, combined: "re.Pattern[str] | None") -> bool
         return False
     if policy.patterns and combined is None:
         return False
-    return not any(a in p for p in policy.patterns for a in _ANCHORS)
+    return not any(a in p for p in policy.patterns for a in _ANCHORS) and not any(
+        _CARET.search(p) for p in policy.patterns)
+
+
+_CARET = re.compile(r"(?<!\[)\^")  # "^" as an anchor (not the "[^" of a negated class)
+
+
+def _norm_key(key: str) -> str:
+    """A key as compared with the sensitive names: lower case, without ``-`` and ``_``
+    (``accessToken``, ``access-token`` and ``ACCESS_TOKEN`` are all ``accesstoken``)."""
+    return key.lower().replace("-", "").replace("_", "")
 
 
 _FOLD_SAFE = frozenset("abcdefghjlmnopqrtuvwxyz")  # no Unicode case variant but their ASCII upper case

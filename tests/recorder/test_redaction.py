@@ -448,3 +448,64 @@ def test_the_quick_check_is_off_where_it_would_be_unsound():
     redactor = Redactor(b"k" * 32, ContentPolicy(patterns=(r"pwd=(?>\S+)\b",)))
     assert redactor.apply("arguments", {"dsn": "host=db pwd=hunter2"})[1] is True
     assert Redactor(b"k" * 32, ContentPolicy())._quick is True
+
+
+@pytest.mark.parametrize("value", [
+    {"accessToken": "abc123"}, {"X-Auth-Token": "abc123"}, {"CLIENT-SECRET": "abc123"}, {"aws_secret_access_key": "abc123"},
+    {"nested": [{"refreshToken": "abc123"}]},
+])
+def test_sensitive_keys_match_in_any_case_and_with_or_without_separators(value):
+    redactor = Redactor(b"k" * 32, ContentPolicy())
+    out, changed = redactor.apply("arguments", encode(value))
+    assert changed is True
+    assert "abc123" not in json.dumps(out)
+
+
+@pytest.mark.parametrize("text, secret", [
+    ("token github_pat_11ABCDEFG0123456789abcdefghij_more", "github_pat_11ABCDEFG0123456789abcdefghij_more"),
+    ("slack xoxb-1234567890-abcdefghij", "xoxb-1234567890-abcdefghij"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl", "eyJzdWIiOiIxMjM0NTY3ODkwIn0"),
+    ("dsn postgres://app:hunter2@db:5432/shop", "hunter2"),
+    ("aws ASIAABCDEFGHIJKLMNOP here", "ASIAABCDEFGHIJKLMNOP"),
+])
+def test_more_secret_shapes_are_redacted_by_default(text, secret):
+    out, changed = Redactor(b"k" * 32, ContentPolicy()).apply("result", encode({"text": text}))
+    assert changed is True and secret not in out["text"] and "⟦redacted:hmac-sha256:" in out["text"]
+
+
+def test_non_string_keys_and_lossy_reprs_do_not_carry_secrets_past_redaction():
+    import enum
+    import types
+
+    class Header(str, enum.Enum):
+        AUTH = "Authorization"
+
+    value = {"h": {Header.AUTH: "LEAK1"}, "b": {b"api_key": b"LEAK2"}, "ns": types.SimpleNamespace(password="LEAK3"),
+             "ok": types.SimpleNamespace(colour="blue")}
+    out, changed = Redactor(b"k" * 32, ContentPolicy()).apply("arguments", encode(value))
+    text = json.dumps(out)
+    assert changed is True
+    for leak in ("LEAK1", "TEVBSzI=", "LEAK3"):  # TEVBSzI= is base64 of LEAK2
+        assert leak not in text
+    assert out["ns"]["$lossy"]["reason"] == "unsupported" and out["ns"]["$lossy"]["repr"].startswith("⟦redacted:")
+    assert out["ok"]["$lossy"]["repr"] == "namespace(colour='blue')"
+
+
+def test_a_private_key_cut_by_the_traceback_truncation_is_still_redacted(tmp_path):
+    pem = "-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join("MIIEow" + "A" * 58 for _ in range(60)) + \
+          "\n-----END RSA PRIVATE KEY-----"
+    store = init_store(tmp_path / "s")
+    try:
+        def load_key() -> None:
+            raise ValueError("could not load key (" + "x" * 1200 + "): " + pem)
+
+        with pytest.raises(ValueError):
+            with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+                run.call_tool("vault", "load", {}, lambda: load_key())
+        (result,) = [e for e in store.read_run(run.run_id) if e.kind == "tool.result"]
+        error = result.payload["error"]
+        assert "MIIEow" not in error["message"] and "MIIEow" not in error["traceback"]
+        assert "⟦redacted:hmac-sha256:" in error["traceback"]
+    finally:
+        store.close()
+    assert b"MIIEow" not in b"".join(p.read_bytes() for p in (tmp_path / "s").iterdir() if p.is_file())
