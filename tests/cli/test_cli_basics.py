@@ -115,3 +115,49 @@ def test_user_mistakes_on_verify_report_and_approvals_are_one_line_errors(tmp_pa
     (target / "log.vkey").unlink()
     proc = run("verify", "-s", str(target))
     assert proc.returncode == 2 and "log.vkey is missing" in proc.stderr
+
+
+def test_gateway_check_looks_at_what_the_config_names(tmp_path):
+    """`gateway check` fails, in one line, on what `serve` would trip over: the store, the policy,
+    an upstream command, a token variable; .nan and .inf are refused at their line."""
+    store = tmp_path / "st"
+    assert run("init", str(store)).returncode == 0
+    (tmp_path / "bad.yaml").write_text("version: 1\nrules: [{id: x, effect: maybe}]\n")
+
+    def check(body: str) -> subprocess.CompletedProcess:
+        (tmp_path / "gw.yaml").write_text(f"version: 1\n{body}\nupstreams:\n  - {{id: t, command: {sys.executable}}}\n")
+        return run("gateway", "check", "-c", str(tmp_path / "gw.yaml"), env={"SEALBOX_T_UNSET": ""})
+
+    ok = check(f"store: {store}\npolicy: ALLOW_ALL\ndurability: fast")
+    assert ok.returncode == 0 and ok.stdout == (
+        f"ok: {tmp_path / 'gw.yaml'}: 1 upstreams (t), separator '__', store {store} (fast), policy ALLOW_ALL\n")
+    cases = {
+        f"store: {tmp_path / 'nope'}\npolicy: ALLOW_ALL": f"store: {tmp_path / 'nope'} does not exist",
+        f"store: {store}\npolicy: {tmp_path / 'bad.yaml'}": "policy: ",
+        f"store: {store}\npolicy: {tmp_path / 'missing.yaml'}": "policy: ",
+        f"store: {store}\npolicy: ALLOW_ALL\nlimits: {{call_timeout_s: .nan}}": "gw.yaml:4: limits.call_timeout_s: must be a finite number, not nan",
+        f"store: {store}\npolicy: ALLOW_ALL\nbreaker: {{cooldown_s: .inf}}": "breaker.cooldown_s: must be a finite number, not inf",
+        f"store: {store}\npolicy: ALLOW_ALL\nhttp:\n  tokens:\n    - {{token_env: SEALBOX_T_UNSET, identity: ci}}":
+            "environment variable SEALBOX_T_UNSET (token of ci) is unset",
+    }
+    for body, words in cases.items():
+        r = check(body)
+        assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (body, r.stderr)
+    (tmp_path / "gw.yaml").write_text(f"version: 1\nstore: {store}\npolicy: ALLOW_ALL\nupstreams:\n  - {{id: t, command: no-such-cmd-x}}\n")
+    r = run("gateway", "check", "-c", str(tmp_path / "gw.yaml"))
+    assert r.returncode == 2 and "upstream t: command 'no-such-cmd-x' is not found or not executable" in r.stderr
+
+
+def test_gateway_serve_on_a_port_in_use_is_one_clear_line(tmp_path):
+    import socket
+
+    store = tmp_path / "st"
+    assert run("init", str(store)).returncode == 0
+    (tmp_path / "gw.yaml").write_text(f"version: 1\nstore: {store}\npolicy: ALLOW_ALL\nupstreams:\n"
+                                      f"  - {{id: t, command: {sys.executable}}}\n")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = run("gateway", "serve", "-c", str(tmp_path / "gw.yaml"), "--http", str(port))
+    assert r.returncode == 2 and r.stderr == f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"

@@ -133,12 +133,56 @@ def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, htt
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
               help="The gateway config file (gateway.yaml).")
 def check_cmd(config_path: str) -> None:
-    """Validate a gateway config file and print what it declares."""
+    """Validate a gateway config file and what it names (store, policy, upstream commands, token
+    variables), then print what it declares. Exit 2 with one line listing every problem."""
+    from sealbox.errors import ConfigError
     from sealbox.gateway.config import load_config
 
     cfg = load_config(config_path)
+    problems = _deep_problems(cfg)
+    if problems:
+        raise ConfigError(f"{config_path}: " + "; ".join(problems))
     click.echo(f"ok: {config_path}: {len(cfg.upstreams)} upstreams ({', '.join(u.id for u in cfg.upstreams)}), "
-               f"separator {cfg.separator!r}, store {cfg.store}")
+               f"separator {cfg.separator!r}, store {cfg.store} ({cfg.durability}), policy {cfg.policy}")
+
+
+def _deep_problems(cfg) -> list[str]:  # noqa: ANN001
+    """What ``serve`` would trip over later: the store, the policy, commands, token variables."""
+    import os
+    import shutil
+
+    from sealbox.errors import SealboxError
+    from sealbox.store import open_store
+
+    problems: list[str] = []
+    try:
+        open_store(cfg.store, readonly=True).close()
+    except SealboxError as exc:
+        problems.append(f"store: {exc}")
+    if cfg.policy != "ALLOW_ALL":
+        from sealbox.policy import Policy
+
+        try:
+            Policy.load(cfg.policy)
+        except SealboxError as exc:
+            problems.append(f"policy: {exc}")
+        except OSError as exc:
+            problems.append(f"policy: {cfg.policy}: {exc.strerror or exc}")
+    for up in cfg.upstreams:
+        if up.command is None:
+            continue
+        cwd = up.cwd or os.getcwd()
+        found = shutil.which(up.command, path=(up.env or {}).get("PATH") or os.environ.get("PATH"))
+        if found is None and not os.access(os.path.join(cwd, up.command), os.X_OK):
+            problems.append(f"upstream {up.id}: command {up.command!r} is not found or not executable")
+        if up.cwd is not None and not os.path.isdir(up.cwd):
+            problems.append(f"upstream {up.id}: cwd {up.cwd} is not a folder")
+    for token in cfg.tokens:
+        try:
+            token.resolve()
+        except SealboxError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 @gateway_group.command("reapprove")

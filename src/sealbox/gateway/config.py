@@ -31,6 +31,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -245,9 +246,24 @@ def parse_config(text: str, *, source: str = "<string>", base: str | os.PathLike
         err = errors[0]
         path = tuple(err.absolute_path)
         raise ConfigError(_where(source, loader.line_of(lines, path), _message(err, path)))
+    for path, number in _numbers(doc, ()):
+        if not math.isfinite(number):
+            raise ConfigError(_where(source, loader.line_of(lines, path),
+                                     f"{'.'.join(map(str, path))}: must be a finite number, not {number}"))
     cfg = _build(doc, Path(base) if base is not None else Path.cwd(), source)
     _check_ids(cfg, doc, lines, source)
     return cfg
+
+
+def _numbers(value: Any, path: tuple) -> list[tuple[tuple, float]]:
+    """Every float in the document with its path (YAML allows .nan and .inf)."""
+    if isinstance(value, float):
+        return [(path, value)]
+    if isinstance(value, dict):
+        return [hit for k, v in value.items() for hit in _numbers(v, (*path, k))]
+    if isinstance(value, list):
+        return [hit for i, v in enumerate(value) for hit in _numbers(v, (*path, i))]
+    return []
 
 
 def _where(source: str, line: int | None, problem: str) -> str:

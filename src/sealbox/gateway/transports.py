@@ -99,10 +99,20 @@ def http_app(gateway: Gateway, port: int) -> Any:
 
 
 def bind(port: int) -> socket.socket:
-    """A listening socket on 127.0.0.1:``port`` (0: any free port)."""
+    """A listening socket on 127.0.0.1:``port`` (0: any free port).
+
+    Raises:
+        ConfigError: the port is in use or may not be bound.
+    """
+    from sealbox.errors import ConfigError
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from None
     sock.listen(128)
     sock.setblocking(False)
     return sock
