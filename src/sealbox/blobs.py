@@ -38,6 +38,7 @@ INLINE_LIMIT = 512
 
 BLOB_TAG = "$blob"
 CONS_TAG = "$cons"
+ESC_TAG = "$esc"
 
 
 def salt_for(secret: bytes, content: bytes) -> bytes:
@@ -53,6 +54,11 @@ def commitment(salt: bytes, content: bytes) -> str:
 def check_blob(ref: str, salt: bytes, content: bytes) -> bool:
     """Whether ``content`` with ``salt`` matches the commitment ``ref``."""
     return hmac.compare_digest(commitment(salt, content), ref)
+
+
+def _is_escaped(value: dict) -> bool:
+    """``{"$esc": {...}}``: sealbox.canonical's escape of a user's dict whose keys start with ``$``."""
+    return len(value) == 1 and ESC_TAG in value and type(value[ESC_TAG]) is dict
 
 
 def is_blob_ref(value: Any) -> bool:
@@ -103,6 +109,8 @@ def resolve(value: Any, get: Callable[[str], bytes]) -> Any:
     if type(value) is dict:
         if is_blob_ref(value):
             return _resolve_ref(value[BLOB_TAG], get)
+        if _is_escaped(value):  # a user's dict with "$" keys: its values may be refs, the dict is not one
+            return {ESC_TAG: {k: resolve(v, get) for k, v in value[ESC_TAG].items()}}
         return {k: resolve(v, get) for k, v in value.items()}
     if type(value) is list:
         return [resolve(v, get) for v in value]
@@ -131,6 +139,8 @@ def blob_refs(value: Any) -> list[str]:
         if type(v) is dict:
             if is_blob_ref(v) and isinstance(v[BLOB_TAG], str):
                 out.append(v[BLOB_TAG])
+            elif _is_escaped(v):  # {"$esc": {"$blob": ...}} is a user's dict, not a reference
+                stack.extend(v[ESC_TAG].values())
             else:
                 stack.extend(v.values())
         elif type(v) is list:

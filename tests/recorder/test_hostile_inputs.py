@@ -566,3 +566,30 @@ def test_three_parallel_tool_calls_get_steps_by_position_not_completion(store):
     assert recorded == chat_response_with_tool_calls(ids)
     assert events[2].payload["tool_call_ids"] == ids
     assert_verified(store)
+
+
+def test_values_that_look_like_blob_references_stay_data_and_verify_stays_clean(tmp_path):
+    """A tool result holding {"$blob": ...} (a user's dict, a Tagged from a decoded record) is data:
+    it must not become a reference to a blob the store does not hold (verify would then report
+    blob_missing on a store nobody touched); real references to stored blobs are kept."""
+    store = init_store(tmp_path / "s")
+    forged = "sha256:" + "0" * 64
+    results = [{"user": {"$blob": "x"}}, {"data": Tagged("$blob", forged)},
+               {"big": "y" * 2000, "u": {"$blob": "x", "$n": [{"$blob": "z"}]}}]
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            for value in results:
+                run.call_tool("db", "q", {}, lambda value=value: value)
+        stored = [e.payload["result"] for e in store.read_run(run.run_id) if e.kind == "tool.result"]
+        assert stored[0] == {"user": {"$esc": {"$blob": "x"}}}
+        assert stored[1] == {"data": {"$esc": {"$blob": forged}}}
+        assert stored[2]["u"] == {"$esc": {"$blob": "x", "$n": [{"$esc": {"$blob": "z"}}]}}
+        big_ref = stored[2]["big"]["$blob"]
+        assert blob_refs(stored[2]) == [big_ref]  # only the real one
+        restored = [decode(store.resolve(v)) for v in stored]
+        assert restored == [{"user": {"$blob": "x"}}, {"data": {"$blob": forged}},
+                            {"big": "y" * 2000, "u": {"$blob": "x", "$n": [{"$blob": "z"}]}}]
+        report = verify_store(store)
+        assert report.ok, report.problems
+    finally:
+        store.close()

@@ -125,6 +125,9 @@ class WriteTxn(Protocol):
     def put_blob(self, ref: str, salt: bytes, content: bytes) -> None:
         """Insert a blob unless one with that commitment exists."""
 
+    def has_blob(self, ref: str) -> bool:
+        """Whether the store holds a blob row (possibly erased) with this commitment."""
+
     def insert_run(self, row: tuple) -> None:
         """Insert (run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, leaf_index)."""
 
@@ -171,6 +174,10 @@ class EventBuilder:
             if name in payload:
                 value = payload[name]
                 data = canonical_bytes_encoded(value)  # once, for the redaction check and the size
+                if b'"$blob"' in data:
+                    escaped = _foreign_refs_escaped(value, txn)
+                    if escaped is not value:
+                        value, data = escaped, canonical_bytes_encoded(escaped)
                 redacted = self._redact(name, value, data)
                 payload[name] = _blobs.blobify(redacted, put, self._limit, data if redacted is value else None)
                 if name in ALWAYS_BLOB and not _blobs.is_blob_ref(payload[name]):
@@ -256,6 +263,30 @@ class EventBuilder:
             )
         ts = utc_now()
         return [self.place(d, self.prepare(d, txn), txn, ts) for d in drafts]
+
+
+def _foreign_refs_escaped(value: Any, txn: WriteTxn) -> Any:
+    """``value`` with every ``{"$blob": ref}`` the store does not hold escaped as user data
+    (``{"$esc": {"$blob": ref}}``, which decodes to a plain dict).
+
+    A tool may return a value that looks like a blob reference (a ``Tagged("$blob", ...)``,
+    or a decoded record passed along); kept as a reference it would make ``verify`` report
+    a missing blob in a store nobody touched. Returns ``value`` itself when nothing changed.
+    """
+    if type(value) is dict:
+        if _blobs.is_blob_ref(value):
+            ref = value[_blobs.BLOB_TAG]
+            return value if type(ref) is str and txn.has_blob(ref) else {_blobs.ESC_TAG: dict(value)}
+        if _blobs._is_escaped(value):  # a user's dict already: only its values can be references
+            inner = {k: _foreign_refs_escaped(v, txn) for k, v in value[_blobs.ESC_TAG].items()}
+            same = all(inner[k] is v for k, v in value[_blobs.ESC_TAG].items())
+            return value if same else {_blobs.ESC_TAG: inner}
+        out = {k: _foreign_refs_escaped(v, txn) for k, v in value.items()}
+        return value if all(out[k] is value[k] for k in value) else out
+    if type(value) is list:
+        items = [_foreign_refs_escaped(v, txn) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else items
+    return value
 
 
 def _check_run_order(draft: EventDraft, head: tuple[int, bytes, str] | None) -> None:

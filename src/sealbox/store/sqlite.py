@@ -151,6 +151,9 @@ class _Txn:
             "INSERT OR IGNORE INTO blobs (ref, salt, content, size) VALUES (?, ?, ?, ?)", (ref, salt, content, len(content))
         )
 
+    def has_blob(self, ref: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM blobs WHERE ref = ?", (ref,)).fetchone() is not None
+
     def insert_run(self, row: tuple) -> None:
         self.conn.execute(
             "INSERT INTO runs (run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, leaf_index)"
