@@ -161,3 +161,11 @@ def test_gateway_serve_on_a_port_in_use_is_one_clear_line(tmp_path):
         port = busy.getsockname()[1]
         r = run("gateway", "serve", "-c", str(tmp_path / "gw.yaml"), "--http", str(port))
     assert r.returncode == 2 and r.stderr == f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+
+
+@pytest.mark.parametrize("listing", [["runs", "list"], ["calls"]])
+def test_json_and_csv_together_is_a_user_mistake(tmp_path, listing):
+    store = tmp_path / "st"
+    assert run("init", str(store)).returncode == 0
+    r = run(*listing, "-s", str(store), "--json", "--csv")
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", "error: --json and --csv exclude each other: give one\n")

@@ -43,9 +43,17 @@ def open_for_writing(path: str):
 
 
 def format_options(fn: Callable) -> Callable:
-    """``--json`` and ``--csv`` for listings."""
-    fn = click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")(fn)
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+    """``--json`` and ``--csv`` for listings (one or the other: both is a :class:`BadInput`)."""
+    import functools
+
+    @functools.wraps(fn)
+    def one_format(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("as_json") and kwargs.get("as_csv"):
+            raise BadInput("--json and --csv exclude each other: give one")
+        return fn(*args, **kwargs)
+
+    one_format = click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")(one_format)
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(one_format)
 
 
 def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json: bool, as_csv: bool,
