@@ -169,3 +169,11 @@ def test_json_and_csv_together_is_a_user_mistake(tmp_path, listing):
     assert run("init", str(store)).returncode == 0
     r = run(*listing, "-s", str(store), "--json", "--csv")
     assert (r.returncode, r.stdout, r.stderr) == (2, "", "error: --json and --csv exclude each other: give one\n")
+
+
+@pytest.mark.parametrize("args", [["runs", "show", "nope"], ["report", "nope"], ["export", "nope", "-o", "x.zip"]])
+def test_an_unknown_run_is_a_user_mistake_everywhere(tmp_path, args):
+    store = tmp_path / "st"
+    assert run("init", str(store)).returncode == 0
+    r = subprocess.run([SEALBOX, *args, "-s", str(store)], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "nope" in r.stderr and r.stderr.count("\n") == 1, r

@@ -108,7 +108,7 @@ def test_explain_shows_each_rule_examined(tmp_path):
 
 def test_explain_bad_json_is_one_line_error(tmp_path):
     result = CliRunner().invoke(cli, ["policy", "explain", str(write(tmp_path, POLICY)), "--tool", "x", "--args", "{"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "--args is not JSON" in result.output
 
 

@@ -6,7 +6,7 @@ import base64
 
 import click
 
-from sealbox.cli.common import echo_json, open_for_reading, store_option
+from sealbox.cli.common import BadInput, echo_json, open_for_reading, store_option
 
 
 @click.group("log")
@@ -62,7 +62,7 @@ def prove_cmd(store_path: str, from_size: int, to_size: int | None) -> None:
         cp = store.latest_checkpoint()
         size2 = to_size if to_size is not None else (cp.tree_size if cp else store.size())
         if not 0 < from_size <= size2:
-            raise click.ClickException(f"--from-size must be between 1 and {size2}")
+            raise BadInput(f"--from-size must be between 1 and {size2}")
         proof = store.consistency_proof(from_size, size2)
         signed = next((c.note for c in reversed(store.checkpoints()) if c.tree_size == size2), None)
     finally:

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from sealbox.cli.common import BadInput
 from sealbox.errors import PolicyLoadError
 
 __all__ = ["policy_group"]
@@ -48,11 +49,11 @@ def _call_from(spec: dict[str, Any], where: str) -> Any:
     from sealbox.policy import CallContext
 
     if not isinstance(spec, dict) or "tool" not in spec:
-        raise click.ClickException(f"{where}: 'call' must be a mapping with at least 'tool'")
+        raise BadInput(f"{where}: 'call' must be a mapping with at least 'tool'")
     known = {"server", "tool", "arguments", "principal", "agent", "run", "usage", "now", "redacted"}
     unknown = sorted(set(spec) - known)
     if unknown:
-        raise click.ClickException(f"{where}: unknown field 'call.{unknown[0]}'")
+        raise BadInput(f"{where}: unknown field 'call.{unknown[0]}'")
     principal = spec.get("principal") or {}
     if isinstance(principal, str):
         principal = {"id": principal}
@@ -98,7 +99,7 @@ def test_cmd(file: str, cases: str, as_json: bool) -> None:
     for i, case in enumerate(items):
         where = f"{cases}:{lines[i]}"
         if not isinstance(case, dict) or "call" not in case or "expect" not in case:
-            raise click.ClickException(f"{where}: a case needs 'call' and 'expect'")
+            raise BadInput(f"{where}: a case needs 'call' and 'expect'")
         expect = case["expect"]
         decision = policy.evaluate(_call_from(case["call"], where))
         problems = [f"{k}: expected {expect[k]!r}, got {getattr(decision, k)!r}"
@@ -133,13 +134,13 @@ def explain_cmd(file: str, tool: str, args_json: str, server: str, principal: st
     try:
         arguments = json.loads(args_json)
     except json.JSONDecodeError as exc:
-        raise click.ClickException(f"--args is not JSON: {exc}") from exc
+        raise BadInput(f"--args is not JSON: {exc}") from exc
     who: Any = {}
     if principal:
         try:
             who = json.loads(principal) if principal.lstrip().startswith("{") else {"id": principal}
         except json.JSONDecodeError as exc:
-            raise click.ClickException(f"--principal is not JSON: {exc}") from exc
+            raise BadInput(f"--principal is not JSON: {exc}") from exc
     call = _call_from({"server": server, "tool": tool, "arguments": arguments, "principal": who}, "--args")
     decision, steps = explain(policy, call)
     if as_json:

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from sealbox.cli.common import open_for_reading, store_option
+from sealbox.cli.common import BadInput, open_for_reading, store_option
 
 _BY_EXTENSION = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
 
@@ -29,7 +29,7 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool
     store = open_for_reading(store_path)
     try:
         if not store.read_run(run_id):
-            raise click.ClickException(f"no run {run_id!r} in this store")
+            raise BadInput(f"no run {run_id!r} in this store")
         report = build_report(store, run_id, verify=not no_verify)
     finally:
         store.close()
@@ -41,7 +41,7 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool
         with open(output, "w", encoding="utf-8") as fh:
             fh.write(text)
     except OSError as exc:
-        raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from exc
+        raise BadInput(f"cannot write {output}: {exc.strerror or exc}") from exc
     v = report.verification
     state = "verified" if v.ok else ("NOT VERIFIED" if v.checked else "not verified (--no-verify)")
     click.echo(f"wrote {output} ({fmt}, {len(report.timeline)} events, {len(report.tool_calls)} tool calls, "

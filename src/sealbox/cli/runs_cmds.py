@@ -6,7 +6,7 @@ import json
 
 import click
 
-from sealbox.cli.common import emit_rows, format_options, open_for_reading, store_option
+from sealbox.cli.common import BadInput, emit_rows, format_options, open_for_reading, store_option
 
 _STATUSES = ("running", "suspended", "ended", "ok", "error", "cancelled")  # sealbox.query.RUN_STATUSES
 
@@ -73,7 +73,7 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
     finally:
         store.close()
     if run is None and not events:
-        raise click.ClickException(f"no run {run_id!r} in this store")
+        raise BadInput(f"no run {run_id!r} in this store")
     rows = [_event_row(e) for e in events]
     if as_json or as_csv:
         emit_rows(rows, ["run_seq", "step", "ts", "kind", "principal", "detail"], as_json=as_json, as_csv=as_csv)
