@@ -91,6 +91,12 @@ class ContentPolicy:
         """JSON form, as kept in the store's metadata."""
         return {"mode": self.mode, "keys": list(self.keys), "paths": list(self.paths), "patterns": list(self.patterns)}
 
+    def fingerprint(self) -> str:
+        """``sha256:<hex>`` of the RFC 8785 bytes of :meth:`to_dict`; recorded in the log when a
+        store is created (the system run's ``content_policy`` label), so that a change made
+        below Sealbox to the settings kept in the database is detected."""
+        return "sha256:" + hashlib.sha256(canonical_bytes(self.to_dict())).hexdigest()
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ContentPolicy":
         """Inverse of :meth:`to_dict`."""

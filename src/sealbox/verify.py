@@ -786,6 +786,9 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     for name in store.missing_triggers() if hasattr(store, "missing_triggers") else ():
         problems.append(Problem("trigger_missing", f"the append-only trigger {name} was dropped from the database "
                                 "(someone changed the store below Sealbox)"))
+    changed = store.content_policy_change() if hasattr(store, "content_policy_change") else None
+    if changed:
+        problems.append(Problem("content_policy_changed", changed))
     for name in store.foreign_triggers() if hasattr(store, "foreign_triggers") else ():
         problems.append(Problem("trigger_foreign", f"the trigger {name} is not Sealbox's: it can silently change or "
                                 "drop what Sealbox writes (someone changed the store below Sealbox)"))

@@ -861,3 +861,21 @@ def test_verify_warns_about_events_no_checkpoint_covers(tmp_path: Path) -> None:
         "for them yet (a writer still running, or one that stopped without closing the store; the next writer to "
         "close it signs them as they are now).")
     assert report.to_dict()["unsigned_events"] == 1
+
+
+def test_content_settings_changed_below_sealbox_are_refused_and_named(tmp_path: Path) -> None:
+    """The content mode lives in store_meta (a table that may be rewritten); its fingerprint is in the
+    log from init on, so switching "redacted" to "full" with sqlite3 is refused and reported."""
+    from sealbox.errors import StoreError
+
+    store = sealbox.init_store(tmp_path / "s")
+    store.close()
+    with closing_db(tmp_path / "s") as db:
+        db.execute("UPDATE store_meta SET value = replace(value, '\"redacted\"', '\"full\"') WHERE key = 'content'")
+    with pytest.raises(StoreError, match="the content settings in the database \\(mode full, sha256:[0-9a-f]{64}\\) are "
+                                         "not those recorded when the store was created"):
+        open_store(tmp_path / "s")
+    report = verify(tmp_path / "s")
+    assert [p.code for p in report.problems] == ["content_policy_changed"]
+    r = subprocess.run([SEALBOX, "verify", "-s", str(tmp_path / "s")], capture_output=True, text=True)
+    assert r.returncode == 1 and "content_policy_changed" in r.stdout + r.stderr

@@ -254,6 +254,9 @@ class SqliteStore(SqliteQueries):
         self.redactor = self._builder.redactor
         self._signer: Signer | None = None
         if not self.readonly:
+            changed = self.content_policy_change()
+            if changed:
+                raise StoreError(f"{self.path}: {changed}; refusing to record under them (run `sealbox verify`)")
             self._signer = self._load_signer()
         self._floor = self.checkpoint_file_size()
         latest = self.latest_checkpoint()
@@ -311,7 +314,8 @@ class SqliteStore(SqliteQueries):
         store.redactor = store._builder.redactor
         store._signer = store._load_signer()
         store.append(EventDraft("run.started", {
-            "agent": "sealbox", "snapshot": None, "parent_run_id": None, "labels": {"system": "true"},
+            "agent": "sealbox", "snapshot": None, "parent_run_id": None,
+            "labels": {"system": "true", "content_policy": content.fingerprint()},
             "policy": {"fingerprint": "sha256:" + "0" * 64, "name": None},
         }, run_id=SYSTEM_RUN_ID, principal="sealbox"))
         store.issue_checkpoint()
@@ -828,6 +832,19 @@ class SqliteStore(SqliteQueries):
         yield from self._conn().execute(
             "SELECT run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, leaf_index FROM runs"
             " ORDER BY leaf_index")
+
+    def content_policy_change(self) -> str | None:
+        """Why the content settings in ``store_meta`` are not those recorded in the log when the
+        store was created (the system run's ``content_policy`` label), or None when they are
+        (or the store predates the label)."""
+        row = self._conn().execute(
+            "SELECT CAST(raw AS TEXT) ->> '$.payload.labels.content_policy' FROM events WHERE run_id = ? AND run_seq = 1",
+            (SYSTEM_RUN_ID,)).fetchone()
+        recorded = row[0] if row else None
+        if recorded is None or recorded == self.content.fingerprint():
+            return None
+        return (f"the content settings in the database (mode {self.content.mode}, {self.content.fingerprint()}) "
+                f"are not those recorded when the store was created ({recorded}): they were changed below Sealbox")
 
     def missing_triggers(self) -> list[str]:
         """Append-only triggers that the migrations created and that are no longer in the database."""
