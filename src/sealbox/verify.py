@@ -11,6 +11,7 @@ nodes, and every blob against its commitment. It returns a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import re
@@ -18,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import itemgetter
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from sealbox import blobs as _blobs
 from sealbox import events as _events
@@ -736,7 +737,7 @@ def check_blobs(rows: Iterable[tuple[str, bytes | None, bytes | None]], refs: se
     return problems, count
 
 
-def verify_store(store: Any, *, trusted_vkey: str | None = None) -> VerifyReport:
+def verify_store(store: Any, *, trusted_vkey: str | None = None, canonical: bool = False) -> VerifyReport:
     """Verify everything in ``store`` from its raw bytes.
 
     Args:
@@ -744,6 +745,10 @@ def verify_store(store: Any, *, trusted_vkey: str | None = None) -> VerifyReport
             ``checkpoints``, ``iter_blobs``, ``checkpoint_file_note``, ``origin``).
         trusted_vkey: the verifier key to trust (C2SP vkey). Default: the key
             pinned at ``init``; pass one kept elsewhere to defeat a rewritten store.
+        canonical: also check that every event's hashed bytes are exactly the RFC 8785
+            (JCS) form of what they parse to, with the reference writer
+            (:func:`sealbox.canonical.canonical_bytes`): problem ``not_canonical``. Off by
+            default (it roughly halves the speed); the hashes are checked either way.
 
     Returns:
         A :class:`VerifyReport`; tampering is reported, never raised.
@@ -757,7 +762,34 @@ def verify_store(store: Any, *, trusted_vkey: str | None = None) -> VerifyReport
     file_note = store.checkpoint_file_note()  # read before the snapshot: it never runs ahead of it
     snapshot = store.read_snapshot() if hasattr(store, "read_snapshot") else contextlib.nullcontext()
     with snapshot:
-        return _verify_snapshot(store, verifier, file_note, started)
+        report = _verify_snapshot(store, verifier, file_note, started)
+        if not canonical:
+            return report
+        extra = tuple(_canonical_problems(store.iter_rows()))
+    return dataclasses.replace(report, problems=report.problems + extra, seconds=time.perf_counter() - started)
+
+
+def _canonical_problems(rows: Iterable[tuple]) -> Iterator[Problem]:
+    """``not_canonical`` for each event whose bytes are not the JCS form of their parse."""
+    from sealbox.canonical import canonical_bytes
+    from sealbox.errors import CanonicalizationError
+
+    for leaf_index, raw, _stored_hash, columns in rows:
+        raw = bytes(raw)
+        where = {"run_id": columns[0], "run_seq": columns[1], "kind": columns[2], "leaf_index": leaf_index}
+        try:
+            again = canonical_bytes(json.loads(raw))
+        except ValueError:  # unreadable: the main pass reports it
+            continue
+        except CanonicalizationError as exc:
+            yield Problem("not_canonical", f"the hashed bytes hold a value RFC 8785 cannot write: {exc}", **where)
+            continue
+        if again == raw:
+            continue
+        at = next((i for i, (a, b) in enumerate(zip(raw, again)) if a != b), min(len(raw), len(again)))
+        yield Problem("not_canonical", f"the hashed bytes are not RFC 8785 (JCS): they differ from their canonical "
+                                       f"form at byte {at}", expected=again[max(0, at - 20):at + 20].decode("utf-8", "replace"),
+                      found=raw[max(0, at - 20):at + 20].decode("utf-8", "replace"), **where)
 
 
 def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | None, started: float) -> VerifyReport:

@@ -879,3 +879,22 @@ def test_content_settings_changed_below_sealbox_are_refused_and_named(tmp_path: 
     assert [p.code for p in report.problems] == ["content_policy_changed"]
     r = subprocess.run([SEALBOX, "verify", "-s", str(tmp_path / "s")], capture_output=True, text=True)
     assert r.returncode == 1 and "content_policy_changed" in r.stdout + r.stderr
+
+
+def test_verify_canonical_names_bytes_that_are_not_jcs(s: Sample) -> None:
+    """Hashes can be consistent over bytes that are not RFC 8785 (a writer bug, a foreign writer
+    that recomputed every hash): --canonical re-writes each parse with the reference writer."""
+    assert verify(s.path, canonical=True).ok
+    raw, _ = raw_of(s.path, 11)
+    assert b'"text":"note 1"' in raw
+    bad = raw.replace(b'"text":"note 1"', b'"text":"note 1" ')  # valid JSON, same meaning, not canonical
+    tamper(s.path, ("UPDATE events SET raw = ?, leaf_hash = ? WHERE leaf_index = 11", (bad, leaf_hash(bad))))
+    rewrite_all_hashes(s.path)
+    plain = verify(s.path)
+    assert "not_canonical" not in [p.code for p in plain.problems]
+    strict = verify(s.path, canonical=True)
+    (problem,) = [p for p in strict.problems if p.code == "not_canonical"]
+    assert where(problem) == ("not_canonical", s.runs[1], 5, "note", 11)
+    assert problem.message.startswith("the hashed bytes are not RFC 8785 (JCS): they differ from their canonical form at byte")
+    r = subprocess.run([SEALBOX, "verify", "--canonical", "-s", str(s.path)], capture_output=True, text=True)
+    assert r.returncode == 1 and "not_canonical" in r.stdout

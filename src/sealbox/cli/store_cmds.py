@@ -44,8 +44,12 @@ def init_cmd(path: str | None, origin: str | None) -> None:
 @click.option("--consistency", "proof_path", type=click.Path(dir_okay=False), default=None,
               help="Bundles only: a `sealbox log prove --from-size N` JSON file proving the log grew from the "
                    "bundle's checkpoint to a newer signed one.")
+@click.option("--canonical", is_flag=True,
+              help="Stores: also check that every event's hashed bytes are exactly RFC 8785 (JCS), with the "
+                   "reference writer (slower).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path: str | None, as_json: bool) -> None:
+def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path: str | None, canonical: bool,
+               as_json: bool) -> None:
     """Verify a store (a folder), or an export bundle (a file) with no store at all.
 
     Checks every hash, chain, checkpoint signature, inclusion proof, blob commitment,
@@ -70,7 +74,7 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path
         if vkey is None and not store.pinned_vkey():
             raise BadInput(f"{store.path}/log.vkey is missing: pass the log's verifier key with --key "
                                        "(the one `sealbox init` printed)")
-        report = verify_store(store, trusted_vkey=vkey)
+        report = verify_store(store, trusted_vkey=vkey, canonical=canonical)
     finally:
         store.close()
     _print(report, as_json)
