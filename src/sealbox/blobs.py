@@ -85,7 +85,10 @@ def blobify(value: Any, put: Callable[[bytes], str], limit: int = INLINE_LIMIT, 
     if type(value) is list:
         return _chain(value, put, limit)
     if type(value) is dict:
-        reduced = {k: blobify(v, put, limit) for k, v in value.items()}
+        if _is_escaped(value):  # a user's dict: reduce its values, never put a reference in its place
+            reduced = {ESC_TAG: {k: blobify(v, put, limit) for k, v in value[ESC_TAG].items()}}
+        else:
+            reduced = {k: blobify(v, put, limit) for k, v in value.items()}
         data = canonical_bytes_encoded(reduced)
         if len(data) <= limit:
             return reduced

@@ -92,10 +92,13 @@ class ContentPolicy:
         return {"mode": self.mode, "keys": list(self.keys), "paths": list(self.paths), "patterns": list(self.patterns)}
 
     def fingerprint(self) -> str:
-        """``sha256:<hex>`` of the RFC 8785 bytes of :meth:`to_dict`; recorded in the log when a
+        """``sha256:<hex>`` of the RFC 8785 bytes of :meth:`to_dict` (keys as the sorted set of their
+        normalised names, which is how they are matched); recorded in the log when a
         store is created (the system run's ``content_policy`` label), so that a change made
         below Sealbox to the settings kept in the database is detected."""
-        return "sha256:" + hashlib.sha256(canonical_bytes(self.to_dict())).hexdigest()
+        form = self.to_dict()
+        form["keys"] = sorted({_norm_key(k) for k in self.keys})  # compared as a set of normalised names
+        return "sha256:" + hashlib.sha256(canonical_bytes(form)).hexdigest()
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ContentPolicy":

@@ -143,9 +143,13 @@ def test_gateway_check_looks_at_what_the_config_names(tmp_path):
     for body, words in cases.items():
         r = check(body)
         assert r.returncode == 2 and words in r.stderr and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (body, r.stderr)
-    (tmp_path / "gw.yaml").write_text(f"version: 1\nstore: {store}\npolicy: ALLOW_ALL\nupstreams:\n  - {{id: t, command: no-such-cmd-x}}\n")
-    r = run("gateway", "check", "-c", str(tmp_path / "gw.yaml"))
-    assert r.returncode == 2 and "upstream t: command 'no-such-cmd-x' is not found or not executable" in r.stderr
+    for command in ("no-such-cmd-x", str(tmp_path)):
+        (tmp_path / "gw.yaml").write_text(f"version: 1\nstore: {store}\npolicy: ALLOW_ALL\nupstreams:\n  - {{id: t, command: {command}}}\n")
+        r = run("gateway", "check", "-c", str(tmp_path / "gw.yaml"))
+        assert r.returncode == 2 and f"upstream t: command '{command}' is not found or not executable" in r.stderr
+    (store / "log.key").unlink()
+    r = check(f"store: {store}\npolicy: ALLOW_ALL")
+    assert r.returncode == 2 and "log.key is missing" in r.stderr
 
 
 def test_gateway_serve_on_a_port_in_use_is_one_clear_line(tmp_path):

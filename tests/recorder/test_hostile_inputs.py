@@ -593,3 +593,28 @@ def test_values_that_look_like_blob_references_stay_data_and_verify_stays_clean(
         assert report.ok, report.problems
     finally:
         store.close()
+
+
+def test_store_tags_given_by_a_tool_are_data_even_when_they_name_a_real_blob(tmp_path):
+    """A Tagged("$blob", ref) naming another run's blob must not pull that blob into this run
+    (its export would carry another run's content); a Tagged("$cons") is not a list chain; a
+    Tagged("$redacted") is not a marker the store wrote."""
+    store = init_store(tmp_path / "s")
+    try:
+        recorder = Recorder(store, policy=ALLOW_ALL)
+        with recorder.run(agent="a") as a:
+            a.call_tool("db", "q", {}, lambda: "SECRET-A " * 400)
+        (res_a,) = [e for e in store.read_run(a.run_id) if e.kind == "tool.result"]
+        ref = res_a.payload["result"]["$blob"]
+        given = [Tagged("$blob", ref), Tagged("$cons", [None, "x" * 495, "extra"]), Tagged("$redacted", "hmac-sha256:00")]
+        with recorder.run(agent="b") as b:
+            for value in given:
+                b.call_tool("db", "q", {}, lambda value=value: {"v": value})
+        stored = [e.payload["result"] for e in store.read_run(b.run_id) if e.kind == "tool.result"]
+        assert stored[0] == {"v": {"$esc": {"$blob": ref}}}
+        assert [decode(store.resolve(v)) for v in stored] == [
+            {"v": {"$blob": ref}}, {"v": {"$cons": [None, "x" * 495, "extra"]}}, {"v": {"$redacted": "hmac-sha256:00"}}]
+        assert all(ref not in blob_refs(v) for v in stored)
+        assert verify_store(store).ok
+    finally:
+        store.close()

@@ -898,3 +898,43 @@ def test_verify_canonical_names_bytes_that_are_not_jcs(s: Sample) -> None:
     assert problem.message.startswith("the hashed bytes are not RFC 8785 (JCS): they differ from their canonical form at byte")
     r = subprocess.run([SEALBOX, "verify", "--canonical", "-s", str(s.path)], capture_output=True, text=True)
     assert r.returncode == 1 and "not_canonical" in r.stdout
+
+
+def test_a_sealbox_trigger_redefined_under_its_own_name_is_named(s: Sample) -> None:
+    with closing_db(s.path) as db:
+        db.execute("DROP TRIGGER events_no_update")
+        db.execute("CREATE TRIGGER events_no_update BEFORE INSERT ON events WHEN NEW.kind = 'tool.result'"
+                   " BEGIN SELECT RAISE(IGNORE); END")
+        db.execute("UPDATE events SET kind = kind WHERE leaf_index = 1")  # the guard is gone
+    report = verify(s.path)
+    assert [(p.code, p.message.split(":")[0]) for p in report.problems] == [
+        ("trigger_foreign", "the trigger events_no_update is not Sealbox's")]
+
+
+@pytest.mark.parametrize("content", ["{not json", '{"mode": "redacted", "keys": null}', "[1, 2]",
+                                     '{"mode": "bogus"}', '{"mode": "redacted", "patterns": ["("]}'])
+def test_unreadable_content_settings_are_reported_not_crashed_on(tmp_path: Path, content: str) -> None:
+    from sealbox.errors import StoreError
+
+    sealbox.init_store(tmp_path / "s").close()
+    with closing_db(tmp_path / "s") as db:
+        db.execute("UPDATE store_meta SET value = ? WHERE key = 'content'", (content,))
+    with pytest.raises(StoreError, match="the content settings in the database cannot be read"):
+        open_store(tmp_path / "s")
+    report = verify(tmp_path / "s")
+    assert [p.code for p in report.problems] == ["content_policy_changed"]
+    r = subprocess.run([SEALBOX, "verify", "-s", str(tmp_path / "s")], capture_output=True, text=True)
+    assert r.returncode == 1 and "content_policy_changed" in r.stdout and "internal error" not in r.stderr
+
+
+def test_content_settings_rewritten_without_a_change_of_meaning_still_open(tmp_path: Path) -> None:
+    import json
+
+    sealbox.init_store(tmp_path / "s").close()
+    with closing_db(tmp_path / "s") as db:
+        (text,) = db.execute("SELECT value FROM store_meta WHERE key = 'content'").fetchone()
+        doc = json.loads(text)
+        doc["keys"] = [k.upper() for k in reversed(doc["keys"])]
+        db.execute("UPDATE store_meta SET value = ? WHERE key = 'content'", (json.dumps(doc, indent=3),))
+    open_store(tmp_path / "s").close()
+    assert verify(tmp_path / "s").ok

@@ -156,9 +156,19 @@ def _deep_problems(cfg) -> list[str]:  # noqa: ANN001
 
     problems: list[str] = []
     try:
-        open_store(cfg.store, readonly=True).close()
+        store = open_store(cfg.store, readonly=True)
     except SealboxError as exc:
         problems.append(f"store: {exc}")
+    else:
+        try:
+            changed = store.content_policy_change() if hasattr(store, "content_policy_change") else None
+            if changed:
+                problems.append(f"store: {changed}")
+            if not os.path.isfile(os.path.join(cfg.store, "log.key")):
+                problems.append(f"store: {os.path.join(cfg.store, 'log.key')} is missing: the gateway could not "
+                                "sign checkpoints")
+        finally:
+            store.close()
     if cfg.policy != "ALLOW_ALL":
         from sealbox.policy import Policy
 
@@ -173,7 +183,8 @@ def _deep_problems(cfg) -> list[str]:  # noqa: ANN001
             continue
         cwd = up.cwd or os.getcwd()
         found = shutil.which(up.command, path=(up.env or {}).get("PATH") or os.environ.get("PATH"))
-        if found is None and not os.access(os.path.join(cwd, up.command), os.X_OK):
+        local = os.path.join(cwd, up.command)
+        if found is None and not (os.path.isfile(local) and os.access(local, os.X_OK)):
             problems.append(f"upstream {up.id}: command {up.command!r} is not found or not executable")
         if up.cwd is not None and not os.path.isdir(up.cwd):
             problems.append(f"upstream {up.id}: cwd {up.cwd} is not a folder")

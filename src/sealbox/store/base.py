@@ -125,9 +125,6 @@ class WriteTxn(Protocol):
     def put_blob(self, ref: str, salt: bytes, content: bytes) -> None:
         """Insert a blob unless one with that commitment exists."""
 
-    def has_blob(self, ref: str) -> bool:
-        """Whether the store holds a blob row (possibly erased) with this commitment."""
-
     def insert_run(self, row: tuple) -> None:
         """Insert (run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, leaf_index)."""
 
@@ -174,8 +171,8 @@ class EventBuilder:
             if name in payload:
                 value = payload[name]
                 data = canonical_bytes_encoded(value)  # once, for the redaction check and the size
-                if b'"$blob"' in data:
-                    escaped = _foreign_refs_escaped(value, txn)
+                if b'"$blob"' in data or b'"$cons"' in data or b'"$redacted"' in data:
+                    escaped = _store_tags_escaped(value)
                     if escaped is not value:
                         value, data = escaped, canonical_bytes_encoded(escaped)
                 redacted = self._redact(name, value, data)
@@ -265,26 +262,33 @@ class EventBuilder:
         return [self.place(d, self.prepare(d, txn), txn, ts) for d in drafts]
 
 
-def _foreign_refs_escaped(value: Any, txn: WriteTxn) -> Any:
-    """``value`` with every ``{"$blob": ref}`` the store does not hold escaped as user data
-    (``{"$esc": {"$blob": ref}}``, which decodes to a plain dict).
+#: Tags only the store writes: ``$blob`` references and ``$cons`` list chains (sealbox.blobs) and
+#: ``$redacted`` markers (sealbox.redaction). In a value given to be recorded they are data.
+_STORE_TAGS = ("$blob", "$cons", "$redacted")
 
-    A tool may return a value that looks like a blob reference (a ``Tagged("$blob", ...)``,
-    or a decoded record passed along); kept as a reference it would make ``verify`` report
-    a missing blob in a store nobody touched. Returns ``value`` itself when nothing changed.
+
+def _store_tags_escaped(value: Any) -> Any:
+    """``value`` with every one-key ``{"$blob" | "$cons" | "$redacted": ...}`` escaped as user data
+    (``{"$esc": {...}}``, which decodes to a plain dict).
+
+    Content given to be recorded comes from tools, models and agents: a ``Tagged("$blob", ref)``
+    there (or a decoded record passed along) kept as a tag would make the run reference (and its
+    export carry) a blob it never produced, or ``verify`` report one missing; a ``$cons`` would be
+    read as a list chain. The store adds its own tags after this. Returns ``value`` itself when
+    nothing changed.
     """
     if type(value) is dict:
-        if _blobs.is_blob_ref(value):
-            ref = value[_blobs.BLOB_TAG]
-            return value if type(ref) is str and txn.has_blob(ref) else {_blobs.ESC_TAG: dict(value)}
-        if _blobs._is_escaped(value):  # a user's dict already: only its values can be references
-            inner = {k: _foreign_refs_escaped(v, txn) for k, v in value[_blobs.ESC_TAG].items()}
-            same = all(inner[k] is v for k, v in value[_blobs.ESC_TAG].items())
-            return value if same else {_blobs.ESC_TAG: inner}
-        out = {k: _foreign_refs_escaped(v, txn) for k, v in value.items()}
+        if len(value) == 1:
+            (key, inner), = value.items()
+            if key in _STORE_TAGS:
+                return {_blobs.ESC_TAG: {key: _store_tags_escaped(inner)}}
+            if key == _blobs.ESC_TAG and type(inner) is dict:  # a user's dict already: only its values
+                out = {k: _store_tags_escaped(v) for k, v in inner.items()}
+                return value if all(out[k] is inner[k] for k in inner) else {key: out}
+        out = {k: _store_tags_escaped(v) for k, v in value.items()}
         return value if all(out[k] is value[k] for k in value) else out
     if type(value) is list:
-        items = [_foreign_refs_escaped(v, txn) for v in value]
+        items = [_store_tags_escaped(v) for v in value]
         return value if all(a is b for a, b in zip(items, value)) else items
     return value
 

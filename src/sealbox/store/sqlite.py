@@ -37,6 +37,7 @@ from sealbox.errors import (
     BlobNotFoundError,
     NotAStoreError,
     SchemaVersionError,
+    SealboxError,
     StoreError,
     StoreReadOnlyError,
 )
@@ -151,9 +152,6 @@ class _Txn:
             "INSERT OR IGNORE INTO blobs (ref, salt, content, size) VALUES (?, ?, ?, ?)", (ref, salt, content, len(content))
         )
 
-    def has_blob(self, ref: str) -> bool:
-        return self.conn.execute("SELECT 1 FROM blobs WHERE ref = ?", (ref,)).fetchone() is not None
-
     def insert_run(self, row: tuple) -> None:
         self.conn.execute(
             "INSERT INTO runs (run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, leaf_index)"
@@ -171,15 +169,26 @@ class _Txn:
         self._ckpt_size = max(self.latest_checkpoint_size(), size)
 
 
-def _expected_triggers() -> set[str]:
-    """The triggers the migrations leave in a store, in order (a later migration may drop one)."""
+def _expected_triggers() -> dict[str, str]:
+    """name -> squashed SQL of the triggers the migrations leave in a store (applied in order:
+    a later migration may drop one)."""
     import re as _re
 
-    expected: set[str] = set()
+    expected: dict[str, str] = {}
     for mig in migrate.load_migrations("sqlite"):
-        for verb, name in _re.findall(r"(CREATE|DROP) TRIGGER (\w+)", mig.sql):
-            (expected.add if verb == "CREATE" else expected.discard)(name)
+        text = _re.sub(r"--[^\n]*", "", mig.sql)
+        for create, name, dropped in _re.findall(
+                r"(CREATE TRIGGER (\w+)\b.*?\bEND)\s*;|DROP TRIGGER (\w+)", text, flags=_re.S):
+            if dropped:
+                expected.pop(dropped, None)
+            else:
+                expected[name] = _squash(create)
     return expected
+
+
+def _squash(sql: str | None) -> str:
+    """SQL with runs of whitespace made one space, for comparing a trigger with its migration."""
+    return " ".join((sql or "").split())
 
 
 def _check_inserted(cur: sqlite3.Cursor, expected: int, table: str) -> None:
@@ -249,7 +258,14 @@ class SqliteStore(SqliteQueries):
         self._secret: bytes = self._conn().execute("SELECT secret FROM store_secret WHERE id = 1").fetchone()[0]
         from sealbox.redaction import ContentPolicy
 
-        self.content = ContentPolicy.from_dict(json.loads(meta["content"])) if "content" in meta else ContentPolicy()
+        self._content_error: str | None = None
+        try:
+            self.content = ContentPolicy.from_dict(json.loads(meta["content"])) if "content" in meta else ContentPolicy()
+        except (ValueError, TypeError, AttributeError, KeyError, SealboxError) as exc:
+            # unreadable settings: nothing may be recorded under them; verify reports it (and checks the rest)
+            self._content_error = (f"the content settings in the database cannot be read ({type(exc).__name__}: "
+                                   f"{exc}): they were changed below Sealbox")
+            self.content = ContentPolicy()
         self._builder = EventBuilder(self._secret, content=self.content)
         self.redactor = self._builder.redactor
         self._signer: Signer | None = None
@@ -837,6 +853,8 @@ class SqliteStore(SqliteQueries):
         """Why the content settings in ``store_meta`` are not those recorded in the log when the
         store was created (the system run's ``content_policy`` label), or None when they are
         (or the store predates the label)."""
+        if self._content_error:
+            return self._content_error
         row = self._conn().execute(
             "SELECT CAST(raw AS TEXT) ->> '$.payload.labels.content_policy' FROM events WHERE run_id = ? AND run_seq = 1",
             (SYSTEM_RUN_ID,)).fetchone()
@@ -848,14 +866,18 @@ class SqliteStore(SqliteQueries):
 
     def missing_triggers(self) -> list[str]:
         """Append-only triggers that the migrations created and that are no longer in the database."""
-        return sorted(_expected_triggers() - self._present_triggers())
+        return sorted(set(_expected_triggers()) - set(self._present_triggers()))
 
     def foreign_triggers(self) -> list[str]:
-        """Triggers in the database that no migration created (they could drop or change rows)."""
-        return sorted(self._present_triggers() - _expected_triggers())
+        """Triggers in the database that no migration created, or whose SQL is not the one a
+        migration wrote (a trigger of Sealbox's name redefined): they could drop or change rows."""
+        expected = _expected_triggers()
+        return sorted(name for name, sql in self._present_triggers().items() if expected.get(name) not in (None, sql)
+                      or name not in expected)
 
-    def _present_triggers(self) -> set[str]:
-        return {r[0] for r in self._conn().execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    def _present_triggers(self) -> dict[str, str]:
+        return {name: _squash(sql) for name, sql in self._conn().execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")}
 
     def iter_snapshots(self) -> Iterator[tuple[str, bytes]]:
         """Every stored snapshot (fingerprint, canonical bytes)."""
