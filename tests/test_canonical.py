@@ -202,7 +202,7 @@ def test_json_values_match_rfc8785(value):
     assert canonical_bytes(value) == rfc8785.dumps(value)
 
 
-# canonical_bytes_encoded: the C json writer where its text provably equals JCS, else the exact writer.
+# canonical_bytes_encoded: orjson, then the C json writer, where their text provably equals JCS, else the exact writer.
 tricky_text = st.text(st.sampled_from(list("ab\"\\\n\x00\x1f\x7f.e9-+:,[]{}é\u2028\ud7ff\ue000\uffff") + ["\U0001f600", "\U00010000"]),
                       max_size=8) | st.sampled_from(["one-time", "e-mail", "x e+ y", "06:43:00.0Z", ":1.0,"])
 tricky_ints = st.sampled_from([0, -1, 10**14, 10**15 - 1, 10**15, -(10**15), 2**53 - 1, -(2**53 - 1)]) | st.integers(-INT_MAX, INT_MAX)
@@ -228,14 +228,34 @@ def test_canonical_bytes_encoded_of_encoded_values_matches_rfc8785(value):
 
 
 def test_canonical_bytes_encoded_takes_the_c_writer_only_where_it_is_exact(monkeypatch):
+    """Takes orjson's or json's text only where it is JCS; NaN (orjson: ``null``) still raises."""
     exact = []
     real = canonical.canonical_bytes
     monkeypatch.setattr(canonical, "canonical_bytes", lambda v: exact.append(v) or real(v))
     fast = {"b": [1, "x\ny", None, True, {"é": "\u2028"}], "a": -(10**15 - 1), "ts": "2026-12-01T06:43:00.123456Z", "v": "1.5", "n": [10**15 - 1, 0.0 == 0, 0.5, -123.456, 0.0001, 1e15 + 0.5, 0.000334]}
     assert canonical.canonical_bytes_encoded(fast) == rfc8785.dumps(fast) and exact == []
-    for slow in ({"v": 1.0}, {"note": "one-time", "amount": 100.0}, ["e+", [2.0]], [1e16], [-2.5e-07], {"v": ":1.0,"}, -3e-7, [[-0.0]], {"a": [1, 1e21]}, [0.00001], {"\ue000": 1, "\U0001f600": 2}, [[[]]] * 64):
+    for slow in ({"v": 1.0}, {"note": "one-time", "amount": 100.0}, ["e+", [2.0]], [1e16], [-2.5e-07], {"v": ":1.0,"}, -3e-7, [[-0.0]], {"a": [1, 1e21]}, {"\ue000": 1, "\U0001f600": 2}, [[[]]] * 64):
         exact.clear()
         assert canonical.canonical_bytes_encoded(slow) == rfc8785.dumps(slow) and exact == [slow]
+
+
+@settings(max_examples=3000, deadline=None)
+@given(tricky_floats | st.floats(min_value=-1e-3, max_value=1e-3, allow_nan=False) | st.floats(min_value=1e14, max_value=1e22))
+def test_canonical_bytes_encoded_floats_match_rfc8785(number):
+    """orjson's positional digits are ECMAScript's; its ``1.0``, ``-0.0`` and exponents go to the exact writer."""
+    for value in ([number], {"k": number, "s": "x"}, [[number, 1, "a"], {"n": -number}]):
+        assert canonical.canonical_bytes_encoded(value) == rfc8785.dumps(value)
+
+
+def test_canonical_bytes_encoded_is_orjson_where_exact():
+    """The common case, no float and no null: orjson's bytes, unchanged; orjson's native types
+    (subclasses, dataclasses, datetimes) are refused by it and decided by the next writers."""
+    import orjson
+
+    value = {"b": [1, "x\ny\u2028", True], "a": {"é": "\x1f"}, "big": 2**53 - 1}
+    assert canonical.canonical_bytes_encoded(value) == orjson.dumps(value, option=orjson.OPT_SORT_KEYS) == rfc8785.dumps(value)
+    with pytest.raises(CanonicalizationError):
+        canonical.canonical_bytes_encoded({"when": dt.datetime(2026, 1, 1)})
 
 
 @pytest.mark.parametrize("bad, words", [

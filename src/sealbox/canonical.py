@@ -29,6 +29,8 @@ import sys
 import uuid
 from typing import Any, Callable
 
+import orjson
+
 from sealbox.errors import CanonicalizationError
 
 __all__ = [
@@ -92,11 +94,21 @@ def canonical_bytes(value: Any) -> bytes:
         raise CanonicalizationError(f"cannot canonicalize: {type(exc).__name__}: {exc}") from exc
 
 
-def canonical_bytes_encoded(value: Any) -> bytes:
+def canonical_bytes_encoded(value: Any, *, floats: bool = True) -> bytes:
     """:func:`canonical_bytes` of a value that :func:`encode` could have returned: every object key
     a ``str``, every integer within ±(2**53 − 1).
 
-    Same bytes, usually several times faster: the C ``json`` encoder writes the value,
+    Same bytes, usually ten times faster. ``orjson`` writes the value first (sorted keys,
+    integers limited to ±(2**53 − 1), subclasses and other types refused); its bytes are
+    taken where they provably equal RFC 8785 (JCS): no ``null`` (orjson writes NaN and
+    the infinities as ``null``; such values go to the next writer), no number token whose
+    fraction is exactly ``0`` or with an exponent (orjson writes ``1.0`` and ``1e+16``,
+    JCS ``1`` and ``10000000000000000``; other floats are written with the shortest
+    round-trip digits in positional notation for 1e-7 <= |x| < 1e16, as ECMAScript
+    does), no byte that starts a character at or above U+E000 (code-point and UTF-16
+    key order can differ only there) and at most :data:`MAX_DEPTH` ``{``/``[``. Its
+    string escaping is JCS's (the short escapes of ``\\b``, ``\\t``, ``\\n``, ``\\f``,
+    ``\\r``, other controls as lower-case ``\\u00xx``, nothing else escaped). Otherwise the C ``json`` encoder writes the value,
     and its text is taken only where it provably equals RFC 8785 (JCS): no number
     token with a fraction or an exponent (Python's ``repr`` and ECMAScript differ
     there; see :func:`_has_float_token`), no character at or above U+E000 (code-point
@@ -106,11 +118,30 @@ def canonical_bytes_encoded(value: Any) -> bytes:
     to :func:`canonical_bytes`, which also raises for NaN, cycles and depth. Outside
     the contract the text could differ from JCS: ``json`` writes a non-``str`` key as a
     string and any integer in full (:func:`canonical_bytes` refuses both). The property
-    tests in ``tests/test_canonical.py`` check equality with ``rfc8785``.
+    tests in ``tests/test_canonical.py`` check equality with ``rfc8785``. Outside the
+    contract, orjson also writes an ``enum.Enum`` member, a ``uuid.UUID`` or a numpy
+    value natively where :func:`canonical_bytes` refuses them: pass :func:`encode`'s output.
+
+    Args:
+        value: the value, as :func:`encode` returns it.
+        floats: False only where the caller knows that ``value`` holds no ``float``
+            (:func:`_encode_noting_floats` said so, and nothing since added one): the
+            number and NaN checks on orjson's bytes are then skipped.
 
     Raises:
         CanonicalizationError: as :func:`canonical_bytes`.
     """
+    try:
+        data = orjson.dumps(value, option=_ORJSON_OPTIONS)
+    except Exception:  # a subclass, a big integer, a surrogate, depth, a cycle: the next writers decide
+        data = None
+    if data is not None and (not floats or b"null" not in data):
+        if data[:1] in _NUMBER_START_BYTES or data.count(b"{") + data.count(b"[") > MAX_DEPTH or (
+                floats and _exact_number_needed(data)):
+            return canonical_bytes(value)
+        if data.isascii() or _HIGH_LEAD.search(data) is None:
+            return data
+        return canonical_bytes(value)
     try:
         text = _fast_dumps(value)
     except Exception:  # NaN, a cycle, an unknown type, deep recursion: the exact writer decides
@@ -156,6 +187,25 @@ def _has_float_token(text: str) -> bool:
         i = text.find(".", i + 1)
     return False
 
+
+def _exact_number_needed(data: bytes) -> bool:
+    """Whether orjson's bytes (of a container) may hold a number JCS writes otherwise: a whole
+    number written with ``.0`` (``1.0``, ``-0.0``, ``100.0``) or any exponent token. A number
+    value follows ``:`` ``,`` ``[`` and is followed by ``,`` ``]`` ``}``; the same shapes inside
+    a string only cost the exact writer. Substring tests decide first (a regex scan costs
+    more than the whole orjson call): a whole number ends in ``.0`` then ``,`` ``]`` or ``}``,
+    and orjson writes every exponent with its sign (``1e+16``, ``1e-7``; property-tested)."""
+    if (b".0," in data or b".0]" in data or b".0}" in data) and _WHOLE_TOKEN_B.search(data) is not None:
+        return True
+    return (b"e+" in data or b"e-" in data) and _EXP_TOKEN_B.search(data) is not None
+
+
+_ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_SUBCLASS
+                   | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME)
+_NUMBER_START_BYTES = frozenset(b"-0123456789"[i:i + 1] for i in range(11))
+_WHOLE_TOKEN_B = re.compile(rb"[:,\[]-?[0-9]+\.0(?=[,\]}])")
+_EXP_TOKEN_B = re.compile(rb"[:,\[]-?[0-9]+(?:\.[0-9]+)?e[+-][0-9]+(?=[,\]}])")
+_HIGH_LEAD = re.compile(rb"[\xee-\xff]")  # the lead byte of U+E000 and above in UTF-8
 
 _fast_dumps: Callable[[Any], str] = json.JSONEncoder(
     ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False, check_circular=True
@@ -373,6 +423,15 @@ def encode(value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
     return _Encoder(depth).enc(value, 0)
 
 
+def _encode_noting_floats(value: Any, *, max_depth: int = MAX_DEPTH) -> tuple[Any, bool]:
+    """:func:`encode`, and whether its result may hold a ``float``: False means provably none
+    (so no NaN, and every number token is an integer), which lets
+    :func:`canonical_bytes_encoded` skip its number checks (``floats=False``)."""
+    depth = max(2, min(int(max_depth), MAX_DEPTH)) if isinstance(max_depth, int) else MAX_DEPTH
+    encoder = _Encoder(depth)
+    return encoder.enc(value, 0), encoder.floats
+
+
 def is_lossy(encoded: Any) -> bool:
     """Say whether a ``$lossy`` tag appears anywhere in an encoded value (or a ``Tagged``)."""
     if isinstance(encoded, Tagged):
@@ -396,6 +455,7 @@ class _Encoder:
     def __init__(self, max_depth: int) -> None:
         self.max_depth = max_depth
         self.ancestors: set[int] = set()
+        self.floats = False  # whether the result may hold a float (see _encode_noting_floats)
 
     def enc(self, v: Any, level: int) -> Any:
         """Encode ``v`` placed inside ``level`` containers (``level + 2 <= max_depth``)."""
@@ -406,6 +466,7 @@ class _Encoder:
             if t is int:
                 return v if -_INT_MAX <= v <= _INT_MAX else {"$bigint": str(v)}
             if t is float:
+                self.floats = True
                 return v if math.isfinite(v) else {"$float": _FLOAT_NAMES[str(v)]}
             if v is None or t is bool:
                 return v
@@ -471,6 +532,7 @@ class _Encoder:
         return _lossy("unsupported", v, repr=_safe_repr(v))
 
     def _tagged(self, v: Tagged, level: int) -> dict | None:
+        self.floats = True  # a tag's value is taken as parsed JSON, not walked here
         try:
             strict = json.loads(canonical_bytes(v.value))
         except CanonicalizationError:

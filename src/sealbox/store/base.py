@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 from sealbox import blobs as _blobs
-from sealbox.canonical import MAX_DEPTH, canonical_bytes_encoded, encode
+from sealbox.canonical import MAX_DEPTH, _encode_noting_floats, canonical_bytes_encoded
 from sealbox.errors import CanonicalizationError, InvalidEventError, StoreRolledBackError
 from sealbox.events import (
     CONTENT_FIELDS,
@@ -152,6 +152,10 @@ class EventBuilder:
         Raises:
             InvalidEventError: unknown kind, wrong shape, or bad step/run id.
         """
+        return self._prepare(draft, txn)[0]
+
+    def _prepare(self, draft: EventDraft, txn: WriteTxn) -> tuple[dict[str, Any], bool]:
+        """:meth:`prepare`, and whether the payload may hold a float (for canonical_bytes_encoded)."""
         if not isinstance(draft, EventDraft):
             raise InvalidEventError(f"expected an EventDraft, got {type(draft).__name__}")
         if not isinstance(draft.payload, dict):
@@ -162,7 +166,7 @@ class EventBuilder:
             raise InvalidEventError(f"principal must be a non-empty string, got {draft.principal!r}")
         if draft.step is not None:
             check_step(draft.step)
-        payload = encode(draft.payload, max_depth=MAX_DEPTH - 2)  # room for the envelope and a marker
+        payload, floats = _encode_noting_floats(draft.payload, max_depth=MAX_DEPTH - 2)  # room: envelope, marker
         if type(payload) is not dict:
             raise InvalidEventError(f"{draft.kind}: payload keys must be strings")
         validate_payload(draft.kind, payload)
@@ -170,18 +174,18 @@ class EventBuilder:
         for name in CONTENT_FIELDS.get(draft.kind, ()):
             if name in payload:
                 value = payload[name]
-                data = canonical_bytes_encoded(value)  # once, for the redaction check and the size
+                data = canonical_bytes_encoded(value, floats=floats)  # once: the redaction check, the size
                 if b'"$blob"' in data or b'"$cons"' in data or b'"$redacted"' in data:
                     escaped = _store_tags_escaped(value)
                     if escaped is not value:
-                        value, data = escaped, canonical_bytes_encoded(escaped)
+                        value, data = escaped, canonical_bytes_encoded(escaped, floats=floats)
                 redacted = self._redact(name, value, data)
                 payload[name] = _blobs.blobify(redacted, put, self._limit, data if redacted is value else None)
                 if name in ALWAYS_BLOB and not _blobs.is_blob_ref(payload[name]):
-                    payload[name] = {"$blob": put(canonical_bytes_encoded(payload[name]))}
+                    payload[name] = {"$blob": put(canonical_bytes_encoded(payload[name], floats=floats))}
         if type(payload.get("error")) is dict:  # exception messages can carry secrets too
             payload["error"] = self.redactor.apply_error(payload["error"])
-        return payload
+        return payload, floats  # redaction markers, blob references and $esc add no float
 
     def _redact(self, name: str, value: Any, data: bytes | None = None) -> Any:
         """Apply the store's content mode; decision inputs' arguments are redacted as ``arguments``.
@@ -202,8 +206,10 @@ class EventBuilder:
         txn.put_blob(ref, salt, content)
         return ref
 
-    def place(self, draft: EventDraft, payload: dict[str, Any], txn: WriteTxn, ts: str) -> Event:
+    def place(self, draft: EventDraft, payload: dict[str, Any], txn: WriteTxn, ts: str, *, floats: bool = True) -> Event:
         """Chain the event to its run, hash it and extend the Merkle tree.
+
+        ``floats``: False where :meth:`_prepare` found that ``payload`` holds no float.
 
         Raises:
             InvalidEventError: the run has not started, or has ended.
@@ -219,7 +225,7 @@ class EventBuilder:
             "payload": payload, "prev": prev,
         }
         try:
-            raw = canonical_bytes_encoded(envelope)
+            raw = canonical_bytes_encoded(envelope, floats=floats)
         except CanonicalizationError as exc:  # pragma: no cover - encode() makes payloads strict
             raise InvalidEventError(f"{draft.kind}: {exc}") from exc
         index = txn.tree_size()
@@ -259,7 +265,11 @@ class EventBuilder:
                 "it was restored from a backup or lost writes; refusing to append (that would fork the log)"
             )
         ts = utc_now()
-        return [self.place(d, self.prepare(d, txn), txn, ts) for d in drafts]
+        placed = []
+        for draft in drafts:
+            payload, floats = self._prepare(draft, txn)
+            placed.append(self.place(draft, payload, txn, ts, floats=floats))
+        return placed
 
 
 #: Tags only the store writes: ``$blob`` references and ``$cons`` list chains (sealbox.blobs) and
