@@ -1,4 +1,4 @@
-"""The "every call to tool X" query uses the index on events(tool, kind), with and without
+"""The "every call to tool X" query uses the partial index on events(tool) of tool.call rows, with and without
 planner statistics, and a writer's close keeps the statistics current (LESSONS.md:
 MLflow never gathered statistics, so SQLite picked the wrong index)."""
 
@@ -80,9 +80,9 @@ def test_every_call_to_tool_x_uses_the_tool_index(busy_store, tmp_path, with_sta
         conn.close()
         assert _stats(path) == []
     plan = _plan(path, tool="tool_07")
-    assert plan[0] == "SEARCH c USING INDEX events_tool (tool=? AND kind=?)"
+    assert plan[0] == "SEARCH c USING INDEX events_tool (tool=?)"  # partial: WHERE kind = 'tool.call' (0004)
     assert not any("events_kind_ts" in line for line in plan)
-    assert "SEARCH e USING INDEX events_call (call_id=? AND rowid>?)" in plan  # its decision and result
+    assert "SEARCH e USING INDEX events_call (call_id=? AND kind=? AND rowid>?)" in plan  # its decision and result
     store = open_store(path, readonly=True)
     assert [r["call_id"] for r in store.query_calls(tool="tool_07")] == [
         f"r{r}-{i}" for r in range(6) for i in (7, 27, 47, 67, 87)]

@@ -75,7 +75,7 @@ class SqliteQueries:
         Raises:
             ConfigError: a bad time, decision or match expression.
         """
-        from sealbox.query import call_row, glob_match
+        from sealbox.query import glob_match
 
         sql, params, globs, matches = _calls_query(tool=tool, server=server, run_id=run_id, agent=agent,
                                                    principal=principal, since=since, until=until, decision=decision,
@@ -84,15 +84,22 @@ class SqliteQueries:
         check = bool(globs or matches)
         rows: list[dict[str, Any]] = []
         cursor = self._conn().execute(sql, params)
+        if not check:  # every candidate is a row: build them without a call per field
+            try:
+                rows = _call_rows(cursor if limit is None else cursor.fetchmany(max(1, limit)), self._resolve_quietly)
+            finally:
+                cursor.close()
+            rows.reverse()
+            self._attach_approvals(rows)
+            return rows
         try:
             for rec in cursor:
-                row = call_row(rec, self._content)
-                if check:
-                    if with_result:
-                        row["result"] = self._content(rec[-1])
-                    if not (all(glob_match(p, row[c]) for c, p in globs) and all(m.test(row) for m in matches)):
-                        continue
-                    row.pop("result", None)
+                row = _call_rows((rec,), self._resolve_quietly)[0]
+                if with_result:
+                    row["result"] = self._content(rec[-1])
+                if not (all(glob_match(p, row[c]) for c, p in globs) and all(m.test(row) for m in matches)):
+                    continue
+                row.pop("result", None)
                 rows.append(row)
                 if limit is not None and len(rows) >= limit:
                     break
@@ -125,7 +132,7 @@ class SqliteQueries:
 
     def explain_query_calls(self, **filters: Any) -> list[str]:
         """SQLite's ``EXPLAIN QUERY PLAN`` lines for :meth:`query_calls` with these filters
-        (e.g. ``["SEARCH c USING INDEX events_tool (tool=? AND kind=?)", ...]``)."""
+        (e.g. ``["SEARCH c USING INDEX events_tool (tool=?)", ...]``)."""
         filters.pop("limit", None)
         sql, params, _, _ = _calls_query(**filters)
         return [row[3] for row in self._conn().execute("EXPLAIN QUERY PLAN " + sql, params)]
@@ -295,21 +302,28 @@ class Reader:
 # after it with the same (run_id, call_id). Fast path: the recorder and the
 # gateway commit a call and its decision in one transaction, so the decision
 # is nearly always the very next leaf, and with one writer the result the one
-# after; COALESCE evaluates the general lookup (events_call) only when the
-# fast path finds nothing. ORDER BY leaf_index is the order events_tool,
-# events_server_tool and events_run_kind already deliver (no sort, and a
-# LIMIT stops early); checked by tests/query/test_query_plan.py.
+# after; COALESCE evaluates the general lookup only when the fast path finds
+# nothing: events_call (call_id, kind), a partial index of policy.decision and
+# tool.result rows (migration 0004), so it reads the row it returns and no
+# other. Every partial index is used only where the WHERE implies its own, so
+# the kinds are literals here (c.kind = 'tool.call' for events_tool and
+# events_server_tool). ORDER BY leaf_index is the order events_tool and
+# events_run_kind already deliver for one tool / one run (no sort, and a LIMIT
+# stops early); checked by tests/query/test_query_plan.py. The call's exposed
+# name, grant and arguments come as one JSON array (one json_extract: SQLite
+# parses the event once, Python decodes one text), the error only when the
+# result failed; _call_rows turns a record into a row.
 _NEXT = """COALESCE(
     (SELECT e.leaf_index FROM events e WHERE e.leaf_index = c.leaf_index + {offset} AND e.call_id = c.call_id
      AND e.run_id = c.run_id AND e.kind = '{kind}'),
-    (SELECT min(e.leaf_index) FROM events e WHERE e.call_id = c.call_id AND e.run_id = c.run_id
-     AND e.kind = '{kind}' AND e.leaf_index > c.leaf_index))"""
+    (SELECT e.leaf_index FROM events e WHERE e.call_id = c.call_id AND e.kind = '{kind}'
+     AND e.leaf_index > c.leaf_index AND e.run_id = c.run_id ORDER BY e.leaf_index LIMIT 1))"""
 _CALLS_SQL = """
 SELECT c.ts, c.run_id, r.agent, c.principal, c.step, c.call_id, c.server, c.tool,
-       CAST(c.raw AS TEXT) ->> '$.payload.exposed', CAST(c.raw AS TEXT) ->> '$.payload.grant',
-       CAST(c.raw AS TEXT) -> '$.payload.arguments',
-       d.effect, CAST(d.raw AS TEXT) ->> '$.payload.rule', CAST(d.raw AS TEXT) ->> '$.payload.reason_code', NULL,
-       x.ok, CAST(x.raw AS TEXT) -> '$.payload.error', CAST(x.raw AS TEXT) ->> '$.payload.duration_us', {result}
+       json_extract(CAST(c.raw AS TEXT), '$.payload.exposed', '$.payload.grant', '$.payload.arguments'),
+       d.effect, CAST(d.raw AS TEXT) ->> '$.payload.rule', CAST(d.raw AS TEXT) ->> '$.payload.reason_code',
+       x.ok, CASE WHEN x.ok = 0 THEN CAST(x.raw AS TEXT) -> '$.payload.error' END,
+       CAST(x.raw AS TEXT) ->> '$.payload.duration_us', {result}
 FROM events c
 LEFT JOIN runs r ON r.run_id = c.run_id
 LEFT JOIN events d ON d.leaf_index = %s
@@ -359,6 +373,42 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
     sql = _CALLS_SQL.format(result="CAST(x.raw AS TEXT) -> '$.payload.result'" if with_result else "NULL",
                             where=" AND ".join(where))
     return sql, params, globs, matches
+
+
+_scan_json = json.JSONDecoder().scan_once  # json.loads without its wrapper (the text is SQLite's own JSON)
+_UNRUN = {"allow": "unknown", "require_approval": "held"}
+
+
+def _call_rows(recs: Any, resolve: Any) -> list[dict[str, Any]]:
+    """:func:`sealbox.query.call_row` of each ``_CALLS_SQL`` record, arguments resolved with
+    ``resolve`` where they hold blob references: the same dicts, built inline (on a large
+    listing, a few function calls per row cost as much as the SQL)."""
+    out: list[dict[str, Any]] = []
+    append = out.append
+    for ts, run_id, agent, principal, step, call_id, server, tool, call, effect, rule, code, ok, error, duration, _ in recs:
+        exposed, grant, value = _scan_json(call, 0)[0]  # [exposed, grant, arguments]
+        if value is not None and '"$blob"' in call:
+            value = resolve(value)
+        if ok is None:
+            outcome = "undecided" if effect is None else _UNRUN.get(effect, "not_run")
+            error = None
+        elif ok:
+            ok, outcome, error = True, "ok", None
+        else:
+            ok, outcome, error = False, "error", _call_error(error)
+        append({"ts": ts, "run_id": run_id, "agent": agent, "principal": principal, "step": step, "call_id": call_id,
+                "server": server, "tool": tool, "exposed": exposed, "grant": grant, "arguments": value,
+                "decision": effect, "rule": rule, "reason_code": code, "outcome": outcome, "ok": ok, "error": error,
+                "duration_us": duration, "approvers": [], "flags": []})
+    return out
+
+
+def _call_error(error: Any) -> dict[str, Any]:
+    """A failed result's ``error`` as :func:`sealbox.query.call_row` gives it: ``{"type", "message"}``."""
+    err = json.loads(error) if isinstance(error, str) else error
+    if isinstance(err, dict):
+        return {"type": err.get("type"), "message": err.get("message")}
+    return {"type": None, "message": None if err is None else str(err)}
 
 
 def _glob_terms(col: str, pattern: str, where: list[str], params: list[Any]) -> list[tuple[str, str]]:
