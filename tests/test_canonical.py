@@ -639,23 +639,11 @@ def test_sha256_hex_and_fingerprint():
     assert fingerprint({"b": b"\x00", "a": 1.0}) == "sha256:" + hashlib.sha256(b'{"a":1,"b":{"$bytes":"AA=="}}').hexdigest()
 
 
-# --------------------------------------------------------------------------- encode's orjson fast path
-
-
-class _Str(str):
-    pass
-
-
-class _Int(int):
-    pass
-
-
-class _Dict(dict):
-    pass
+# --------------------------------------------------------------------------- enum members inside containers
 
 
 class _EqualsItsValue(enum.Enum):
-    """An Enum whose own __eq__ says it equals its plain value (the one documented exception)."""
+    """An Enum whose own __eq__ says it equals its plain value."""
     A = "a"
 
     def __eq__(self, other: object) -> bool:
@@ -664,72 +652,29 @@ class _EqualsItsValue(enum.Enum):
     __hash__ = enum.Enum.__hash__
 
 
-def strictly_equal(a: Any, b: Any) -> bool:
-    """Equal values of equal types all the way down (``1 == 1.0 == True`` does not count)."""
-    if type(a) is not type(b):
-        return False
-    if type(a) is dict:
-        return list(a) == list(b) and all(strictly_equal(a[k], b[k]) for k in a)
-    if type(a) is list:
-        return len(a) == len(b) and all(strictly_equal(x, y) for x, y in zip(a, b))
-    if type(a) is float and math.isnan(a):
-        return math.isnan(b)
-    return a == b and (type(a) is not float or math.copysign(1, a) == math.copysign(1, b))
+class _Level(enum.IntEnum):
+    HIGH = 3
 
 
-fast_path_leaves = (
-    json_scalars | tricky_ints | tricky_floats | tricky_text
-    | st.sampled_from([math.nan, math.inf, -math.inf, 2**53, -(2**53), 10**30, b"x", AN_ID, Color.RED, Perm.READ,
-                       dt.datetime(2026, 1, 1), dt.date(2026, 1, 1), Decimal("1.5"), frozenset({1}), (1, 2),
-                       _Str("s"), _Int(3), _Dict(a=1), Tagged("$blob", "sha256:00"), "a\ud800", "$x", 1.0, -0.0])
-)
-fast_path_values = st.recursive(
-    fast_path_leaves,
-    lambda inner: st.lists(inner, max_size=4) | st.tuples(inner) | st.dictionaries(
-        tricky_text | st.sampled_from(["$esc", "$blob", "a$", "$"]) | st.integers(0, 3), inner, max_size=4),
-    max_leaves=25,
-)
+class _Colour(enum.StrEnum):
+    RED = "red"
 
 
-@settings(max_examples=3000, deadline=None)
-@given(st.lists(fast_path_values, max_size=4) | st.dictionaries(tricky_text, fast_path_values, max_size=4),
-       st.sampled_from([3, 4, 6, 10, 64, MAX_DEPTH]))
-def test_the_orjson_fast_path_gives_exactly_what_the_walk_gives(value, depth):
-    walk = canonical._Encoder(depth)
-    expected = walk.enc(value, 0)
-    fast = canonical._plain_json_copy(value, depth)
-    if fast is not None:
-        copy, floats = fast
-        assert strictly_equal(copy, expected)
-        assert floats or not walk.floats  # "no float" only where the walk saw none
-        assert canonical.canonical_bytes_encoded(copy, floats=floats) == rfc8785.dumps(expected)
-    assert strictly_equal(encode(value, max_depth=depth), expected)
-    got, floats = canonical._encode_noting_floats(value, max_depth=depth)
-    assert strictly_equal(got, expected) and (floats or not walk.floats)
+class _Bits(enum.IntFlag):
+    X = 1
 
 
-def test_the_fast_path_is_taken_for_plain_json_and_returns_a_fresh_copy():
-    value = {"query": "select 1", "params": [1, "open", None, True, 2.5], "nested": {"a": [{"b": []}]}}
-    fast = canonical._plain_json_copy(value, MAX_DEPTH)
-    assert fast is not None
-    copy, floats = fast
-    assert copy == value and floats is True
-    copy["nested"]["a"][0]["b"].append(1)
-    assert value["nested"]["a"][0]["b"] == []  # a deep copy: the store may change it freely
-    assert canonical._plain_json_copy({"n": [1, 2], "s": "no float here"}, MAX_DEPTH)[1] is False
+class _Half(float, enum.Enum):
+    A = 0.5
 
 
-@pytest.mark.parametrize("value", [
-    {"t": Color.RED}, {"u": AN_ID}, {"f": math.nan}, {"i": 2**53}, {"$k": 1}, [(1, 2)], {"s": _Str("x")},
-    {"d": dt.datetime(2026, 1, 1)}, {"b": b"x"}, {1: 2}, {"x": "a\ud800"}, nested_lists(MAX_DEPTH - 1),
-])
-def test_the_fast_path_declines_what_the_walk_changes(value):
-    assert canonical._plain_json_copy(value, MAX_DEPTH) is None
-
-
-def test_an_enum_equal_to_its_value_by_its_own_eq_is_recorded_as_that_value():
-    """The documented exception (docs/canonical.md): orjson writes an Enum member as its value, and
-    this one says it equals what is read back, so the fast path keeps the value; the walk tags it."""
-    assert encode({"e": _EqualsItsValue.A}) == {"e": "a"}
-    assert canonical._Encoder(MAX_DEPTH).enc({"e": _EqualsItsValue.A}, 0)["e"]["$enum"]["name"] == "A"
-    assert encode(_EqualsItsValue.A)["$enum"]["name"] == "A"  # not inside a container: the walk
+@pytest.mark.parametrize("member", [_Level.HIGH, _Colour.RED, _Bits.X, _Half.A, _EqualsItsValue.A, Color.RED])
+def test_enum_members_inside_containers_are_tagged_as_at_the_top(member):
+    """An Enum member of any kind (IntEnum, StrEnum, IntFlag, a float mixin, one whose own __eq__ says it
+    equals its value) is a $enum inside a dict or list exactly as at the top: these compare equal to
+    their plain value and orjson writes them as it, so no shortcut may take equality for identity
+    (an earlier fast path did; a fresh-clone break test found it)."""
+    top = encode(member)
+    assert top["$enum"]["name"] == member.name
+    assert encode({"m": member}) == {"m": top} and encode([member, 1]) == [top, 1]
+    assert canonical._encode_noting_floats({"m": [member]})[0] == {"m": [top]}

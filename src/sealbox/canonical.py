@@ -420,10 +420,6 @@ def encode(value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
         Never raises.
     """
     depth = max(2, min(int(max_depth), MAX_DEPTH)) if isinstance(max_depth, int) else MAX_DEPTH
-    if type(value) is dict or type(value) is list:
-        plain = _plain_json_copy(value, depth)
-        if plain is not None:
-            return plain[0]
     return _Encoder(depth).enc(value, 0)
 
 
@@ -432,52 +428,8 @@ def _encode_noting_floats(value: Any, *, max_depth: int = MAX_DEPTH) -> tuple[An
     (so no NaN, and every number token is an integer), which lets
     :func:`canonical_bytes_encoded` skip its number checks (``floats=False``)."""
     depth = max(2, min(int(max_depth), MAX_DEPTH)) if isinstance(max_depth, int) else MAX_DEPTH
-    if type(value) is dict or type(value) is list:
-        plain = _plain_json_copy(value, depth)
-        if plain is not None:
-            return plain
     encoder = _Encoder(depth)
     return encoder.enc(value, 0), encoder.floats
-
-
-#: orjson refuses (TypeError) what the walk would change: subclasses of str, int, dict and list,
-#: dataclasses, datetimes, integers beyond ±(2**53 − 1), non-str keys, lone surrogates, bytes,
-#: sets, Decimal, cycles (its recursion limit) and every type it does not know.
-_ORJSON_PLAIN = (orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
-                 | orjson.OPT_PASSTHROUGH_DATETIME)
-
-
-def _plain_json_copy(value: dict | list, depth: int) -> tuple[Any, bool] | None:
-    """The walk's result for a ``dict`` or ``list`` that is already strict JSON, without the walk.
-
-    Returns ``(a fresh deep copy, whether it may hold a float)``, or None where the walk
-    (:class:`_Encoder`) has anything to do. orjson writes the value (refusing everything
-    listed at :data:`_ORJSON_PLAIN`); the bytes are read back as the copy, which must
-    compare equal to the value: orjson also writes an ``enum.Enum`` member as its value,
-    a ``uuid.UUID`` as a string and NaN or an infinity as ``null``, and none of those
-    compares equal to what is read back (tuples neither: they are lists once read back).
-    No key may start with ``$`` (the walk escapes those dicts) and the bytes may hold at
-    most ``depth - 2`` ``{``/``[`` (the walk's depth budget for containers); any ``$`` byte
-    at all sends the value to the walk (a quicker test than for a key). One value
-    can pass where the walk would tag it: an Enum member whose own ``__eq__`` says it
-    equals its plain value; it is recorded as that value (``docs/canonical.md``).
-    Equality with :func:`encode`'s walk is property-tested in ``tests/test_canonical.py``.
-    """
-    try:
-        data = orjson.dumps(value, option=_ORJSON_PLAIN)
-    except Exception:  # noqa: BLE001 - the walk decides (and never raises)
-        return None
-    if b"$" in data or (len(data) >= 2 * depth - 4 and data.count(b"{") + data.count(b"[") + 2 > depth):
-        return None  # (d containers deep take at least 2d bytes)
-    copy = orjson.loads(data)
-    try:
-        if copy != value:
-            return None
-    except Exception:  # noqa: BLE001 - a hostile __eq__: the walk decides
-        return None
-    # orjson writes every float with "." or a signed exponent (1.5, 1.0, 1e+16, 1e-7): without
-    # those bytes there is provably no float; with them there may be one (or a string holding them)
-    return copy, b"." in data or b"e+" in data or b"e-" in data
 
 
 def is_lossy(encoded: Any) -> bool:
