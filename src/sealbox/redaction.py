@@ -353,6 +353,9 @@ def _prefilters(patterns: tuple[str, ...]) -> tuple[tuple[str | None, "re.Patter
 
 
 _GLOBAL_FLAGS = re.compile(r"^\(\?([imsx]+)\)")
+#: A group referred to by number (``\1``, ``(?(1)...)``): such a pattern is never joined with others,
+#: whose groups would shift its numbers (a false positive, ``\\1``, only costs a separate search).
+_NUMBERED_REF = re.compile(r"\\[1-9]|\(\?\(\d")
 
 
 def _compile_any(patterns: list[str]) -> tuple["re.Pattern[str]", ...]:
@@ -361,6 +364,8 @@ def _compile_any(patterns: list[str]) -> tuple["re.Pattern[str]", ...]:
     where they cannot be joined (e.g. two patterns naming the same group)."""
     if not patterns:
         return ()
+    if any(_NUMBERED_REF.search(p) for p in patterns):
+        return tuple(re.compile(p) for p in patterns)
     try:
         return (re.compile("|".join(f"(?:{p})" for p in patterns)),)
     except re.error:
@@ -369,8 +374,8 @@ def _compile_any(patterns: list[str]) -> tuple["re.Pattern[str]", ...]:
 
 def _combined(patterns: tuple[str, ...]) -> "re.Pattern[str] | None":
     """One regex matching wherever any pattern matches (leading ``(?i)`` made scoped), or None."""
-    if not patterns:
-        return None
+    if not patterns or any(_NUMBERED_REF.search(p) for p in patterns):
+        return None  # joined, a pattern's \1 or (?(1)...) would name another pattern's group
     parts = []
     for p in patterns:
         m = _GLOBAL_FLAGS.match(p)

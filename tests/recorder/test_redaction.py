@@ -509,3 +509,17 @@ def test_a_private_key_cut_by_the_traceback_truncation_is_still_redacted(tmp_pat
     finally:
         store.close()
     assert b"MIIEow" not in b"".join(p.read_bytes() for p in (tmp_path / "s").iterdir() if p.is_file())
+
+
+@pytest.mark.parametrize("patterns, text", [
+    ((r"ssn-(\d{3})", r"pin=(\d)\1\1\1"), "my pin=7777 ok"),            # a backreference after another group
+    ((r"(x)y", r"(a)?(?(1)b|c)z"), "abz"),                                 # a conditional on a group number
+    ((r"(?i)(k)ey-(\d+)", r"(?P<d>\d)(?P=d)(?P=d)-code"), "999-code"),     # a named backreference
+])
+def test_patterns_referring_to_their_groups_by_number_still_redact(tmp_path, patterns, text):
+    """Joined into one alternation, a pattern's \\1 would name another pattern's group (found by a
+    fresh-clone break test): such patterns are searched on their own, and the secret is redacted."""
+    red = Redactor(b"k" * 32, ContentPolicy(keys=(), patterns=patterns))
+    out, changed = red.apply("arguments", {"note": text})
+    assert changed and "⟦redacted:hmac-sha256:" in out["note"]
+    assert re.search(patterns[1], out["note"]) is None
