@@ -330,3 +330,84 @@ def test_several_processes_each_with_their_own_checkpointer(tmp_path: Path) -> N
     with sealbox.open_store(path, readonly=True) as reopened:
         report = verify_store(reopened)
         assert report.ok, report
+
+
+# --------------------------------------------------------------------------- fork
+
+
+@pytest.mark.parametrize("durability", ["full", "fast"])
+def test_a_forked_child_keeps_what_it_appends_after_the_parent_closed(tmp_path: Path, durability: str) -> None:
+    """The child inherits the parent's store object; its connections must not be the parent's (SQLite
+    connections do not cross a fork): here the parent closes first (removing its WAL), and every event
+    the child was told is stored must be there (it was silently lost before the fix: a break test)."""
+    path = tmp_path / "s"
+    store = sealbox.init_store(path, durability=durability)
+    store.append(started(new_run_id()))  # the parent's checkpointer thread and connection exist now
+    read, write = os.pipe()
+    run = new_run_id()
+
+    def child() -> None:
+        os.read(read, 1)  # wait until the parent has closed
+        placed = store.append([started(run)] + [big_note(run, f"c{i}", size=200) for i in range(100)])
+        assert len(placed) == 101 and store.size() == 103
+        store.close()
+
+    # fork first (the child blocks on the pipe), then close in the parent
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            child()
+        except BaseException:  # noqa: BLE001
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    store.close()
+    os.write(write, b"x")
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with sealbox.open_store(path, readonly=True) as reopened:
+        assert reopened.size() == 103
+        assert [e.payload["text"].split(" ")[0] for e in reopened.read_run(run)[1:]] == [f"c{i}" for i in range(100)]
+        report = verify_store(reopened)
+        assert report.ok, report
+
+
+def test_a_forked_child_and_its_parent_write_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    store = sealbox.init_store(path, durability="fast")
+    store.append(started(new_run_id()))
+    child_run, parent_run = new_run_id(), new_run_id()
+
+    def child() -> None:
+        store.append(started(child_run, agent="child"))
+        for i in range(200):
+            store.append(big_note(child_run, f"c{i}", size=3000))
+        assert store._wal_ckpt is not None and store._wal_ckpt.pid == os.getpid()  # its own checkpointer
+        store.close()
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 0
+        try:
+            child()
+        except BaseException:  # noqa: BLE001
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    store.append(started(parent_run, agent="parent"))
+    for i in range(200):
+        store.append(big_note(parent_run, f"p{i}", size=3000))
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.size() == 2 + 2 * 201
+    for run, tag in ((child_run, "c"), (parent_run, "p")):
+        assert [e.payload["text"].split(" ")[0] for e in store.read_run(run)[1:]] == [f"{tag}{i}" for i in range(200)]
+    store.close()
+    with sealbox.open_store(path, readonly=True) as reopened:
+        report = verify_store(reopened)
+        assert report.ok, report

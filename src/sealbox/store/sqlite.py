@@ -466,6 +466,9 @@ class SqliteStore(SqliteQueries):
         self._wal_ckpt: _WalCheckpointer | None = None
         self._closing = False
         self._closed = False
+        self._pid = os.getpid()
+        self._inherited: list[sqlite3.Connection] = []
+        _after_fork_in_child(self)
         self._check_location(_create)
         try:
             self._open_checked()
@@ -617,9 +620,30 @@ class SqliteStore(SqliteQueries):
         uri = self.db_path.resolve().as_uri() + "?" + mode
         return sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0, check_same_thread=False)
 
+    def _forked(self) -> None:
+        """In a child process (``os.fork``), just after the fork: SQLite connections must not cross
+        a fork (sqlite.org/howtocorrupt.html §2.6), so the ones inherited from the parent are set
+        aside, never used or closed here (closing one could end the parent's locks or remove a
+        WAL the parent still uses), and the child opens its own; the locks a parent's thread may
+        have held at the fork are made anew, and the parent's WAL checkpointer (whose thread did
+        not cross) is replaced by the child's own on its first write."""
+        self._inherited.extend(self._conns)
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and conn not in self._inherited:
+            self._inherited.append(conn)
+        self._conns = []
+        self._local = threading.local()
+        self._conns_lock = threading.Lock()
+        self._ckpt_lock = threading.Lock()
+        self._wal_lock = threading.Lock()
+        self._wal_ckpt = None
+        self._pid = os.getpid()
+
     def _conn(self) -> sqlite3.Connection:
         if self._closed:  # a thread's connection is closed with the store too
             raise StoreError("the store is closed")
+        if self._pid != os.getpid():  # a fork the at-fork hook did not see (it always should)
+            self._forked()
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._connect()
@@ -1203,6 +1227,19 @@ class SqliteStore(SqliteQueries):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _after_fork_in_child(store: "SqliteStore") -> None:
+    """Have ``store`` call :meth:`SqliteStore._forked` in every child process forked from this one
+    (before any other thread of the child can run), for as long as it exists."""
+    ref = weakref.ref(store)
+
+    def hook() -> None:
+        live = ref()
+        if live is not None:
+            live._forked()
+
+    os.register_at_fork(after_in_child=hook)
 
 
 def _split_sql(script: str) -> list[str]:
