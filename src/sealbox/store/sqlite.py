@@ -34,6 +34,7 @@ fsync'd by their writer as before, and a checkpoint fsyncs what it copies.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -467,7 +468,12 @@ class SqliteStore(SqliteQueries):
         self._closing = False
         self._closed = False
         self._pid = os.getpid()
+        self._forked_from: int | None = None
         self._inherited: list[sqlite3.Connection] = []
+        #: writes and read snapshots under way, for close() to wait for (see _operation)
+        self._ops = 0
+        self._ops_idle = threading.Condition(threading.Lock())
+        self._closer: int | None = None
         _after_fork_in_child(self)
         self._check_location(_create)
         try:
@@ -621,12 +627,13 @@ class SqliteStore(SqliteQueries):
         return sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0, check_same_thread=False)
 
     def _forked(self) -> None:
-        """In a child process (``os.fork``), just after the fork: SQLite connections must not cross
-        a fork (sqlite.org/howtocorrupt.html §2.6), so the ones inherited from the parent are set
-        aside, never used or closed here (closing one could end the parent's locks or remove a
-        WAL the parent still uses), and the child opens its own; the locks a parent's thread may
-        have held at the fork are made anew, and the parent's WAL checkpointer (whose thread did
-        not cross) is replaced by the child's own on its first write."""
+        """In a child process (``os.fork``), just after the fork. SQLite connections must not cross
+        a fork (sqlite.org/howtocorrupt.html §2.6), and neither may the state around them: the
+        ones inherited from the parent are set aside, never used or closed here (closing one
+        could end the parent's locks or remove a WAL the parent still uses), and this store
+        object refuses every further use in the child with StoreError; the child opens the
+        store again (``open_store``). Using the inherited connections, or opening fresh ones
+        from the inherited object, lost the child's events in some runs (a break test)."""
         self._inherited.extend(self._conns)
         conn = getattr(self._local, "conn", None)
         if conn is not None and conn not in self._inherited:
@@ -637,6 +644,9 @@ class SqliteStore(SqliteQueries):
         self._ckpt_lock = threading.Lock()
         self._wal_lock = threading.Lock()
         self._wal_ckpt = None
+        self._ops = 0
+        self._ops_idle = threading.Condition(threading.Lock())
+        self._forked_from = self._pid
         self._pid = os.getpid()
 
     def _conn(self) -> sqlite3.Connection:
@@ -644,6 +654,10 @@ class SqliteStore(SqliteQueries):
             raise StoreError("the store is closed")
         if self._pid != os.getpid():  # a fork the at-fork hook did not see (it always should)
             self._forked()
+        if self._forked_from is not None:
+            raise StoreError(f"this store was opened by process {self._forked_from} before os.fork(); SQLite "
+                             "connections must not cross a fork: open the store again in the child "
+                             "(sealbox.open_store), or start it with multiprocessing's 'spawn'")
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._connect()
@@ -717,9 +731,44 @@ class SqliteStore(SqliteQueries):
 
     # ----------------------------------------------------------------- writing
 
+    def _op_enter(self) -> int:
+        """Count a write or a read snapshot under way (returns this thread's depth before it):
+        :meth:`close` waits for these before it closes connections (closing one that another
+        thread is using can crash the interpreter), and once it has begun, no other thread may
+        start one. Raises StoreError (the store is closed)."""
+        with self._ops_idle:
+            if self._closed or (self._closing and self._closer != threading.get_ident()):
+                raise StoreError("the store is closed")
+            self._ops += 1
+            depth = getattr(self._local, "ops", 0)
+            self._local.ops = depth + 1
+            return depth
+
+    def _op_leave(self, depth: int) -> None:
+        with self._ops_idle:
+            self._ops -= 1
+            self._local.ops = depth
+            if self._closing:
+                self._ops_idle.notify_all()
+
+    @contextlib.contextmanager
+    def _operation(self) -> Iterator[None]:
+        depth = self._op_enter()
+        try:
+            yield
+        finally:
+            self._op_leave(depth)
+
     def _write(self, fn: Callable[[_Txn], Any], sync: bool = True) -> Any:
         if self.readonly:
             raise StoreReadOnlyError(f"{self.path} was opened read-only")
+        depth = self._op_enter()
+        try:
+            return self._write_gated(fn, sync)
+        finally:
+            self._op_leave(depth)
+
+    def _write_gated(self, fn: Callable[[_Txn], Any], sync: bool) -> Any:
         conn = self._conn()
         checkpointer = self._wal_checkpointer()
         if checkpointer is None:  # closing
@@ -928,15 +977,16 @@ class SqliteStore(SqliteQueries):
     def read_snapshot(self) -> Iterator[None]:
         """Every read in this thread inside the block sees one consistent snapshot
         (one SQLite read transaction), whatever writers do meanwhile."""
-        conn = self._conn()
-        if conn.in_transaction:
-            yield
-            return
-        conn.execute("BEGIN")
-        try:
-            yield
-        finally:
-            conn.execute("COMMIT")
+        with self._operation():
+            conn = self._conn()
+            if conn.in_transaction:
+                yield
+                return
+            conn.execute("BEGIN")
+            try:
+                yield
+            finally:
+                conn.execute("COMMIT")
 
     def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``fn`` inside one read transaction (a consistent snapshot)."""
@@ -1199,9 +1249,22 @@ class SqliteStore(SqliteQueries):
         """Sign a final checkpoint if events arrived since the last one, stop the background WAL
         checkpointer, then close every connection (the last one to close checkpoints the WAL and
         removes it). Calling it again does nothing."""
-        if self._closed or self._closing:
+        if self._forked_from is not None:  # a child's inherited object: never touch the parent's connections
+            self._closed = True
             return
-        self._closing = True  # the writes below start no checkpointer
+        me = threading.get_ident()
+        with self._ops_idle:
+            if self._closed or self._closing:
+                return
+            self._closing, self._closer = True, me  # the writes below start no checkpointer
+            # let the writes and read snapshots of other threads finish (a write is bounded by lock_timeout)
+            deadline = time.monotonic() + self.lock_timeout + 5
+            while self._ops - getattr(self._local, "ops", 0) > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:  # pragma: no cover - a write stuck past its own lock timeout
+                    _log.warning("closing %s with %d operations still under way", self.path, self._ops)
+                    break
+                self._ops_idle.wait(left)
         try:
             if self._signer is not None and self.size() > self._last_ckpt_size:
                 self.issue_checkpoint()
@@ -1227,6 +1290,30 @@ class SqliteStore(SqliteQueries):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _tracked(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` counted as an operation under way (:meth:`SqliteStore._op_enter`), so that
+    :meth:`SqliteStore.close` on another thread waits for it instead of closing its connection
+    under it, and a call after close starts raises StoreError."""
+    @functools.wraps(method)
+    def tracked(self: "SqliteStore", *args: Any, **kwargs: Any) -> Any:
+        depth = self._op_enter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._op_leave(depth)
+
+    return tracked
+
+
+#: Reads that use a connection outside a read snapshot (read_snapshot and the writes count
+#: themselves). The iter_* generators are not counted: one left paused would hold close() up.
+_TRACKED_READS = (
+    "read_run", "read_range", "get_event", "node_levels", "checkpoints", "latest_checkpoint", "get_blob",
+    "get_blob_row", "get_snapshot", "content_policy_change", "missing_triggers", "foreign_triggers",
+    "runs", "query_calls", "query_runs", "get_run", "explain_query_calls",
+)
 
 
 def _after_fork_in_child(store: "SqliteStore") -> None:
@@ -1304,3 +1391,8 @@ def _translate_write_error(path: Path, exc: sqlite3.Error) -> Exception:
     if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
         return StoreError(f"{path / DB_NAME} stayed busy for too long: another writer holds it")
     return StoreError(f"cannot write to {path / DB_NAME}: {exc}")
+
+
+for _name in _TRACKED_READS:
+    setattr(SqliteStore, _name, _tracked(getattr(SqliteStore, _name)))
+del _name
