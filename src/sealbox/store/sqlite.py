@@ -474,6 +474,7 @@ class SqliteStore(SqliteQueries):
         self._ops = 0
         self._ops_idle = threading.Condition(threading.Lock())
         self._closer: int | None = None
+        self._closed_event = threading.Event()
         _after_fork_in_child(self)
         self._check_location(_create)
         try:
@@ -646,6 +647,7 @@ class SqliteStore(SqliteQueries):
         self._wal_ckpt = None
         self._ops = 0
         self._ops_idle = threading.Condition(threading.Lock())
+        self._closed_event = threading.Event()
         self._forked_from = self._pid
         self._pid = os.getpid()
 
@@ -998,8 +1000,28 @@ class SqliteStore(SqliteQueries):
         return self._read(lambda c: _Txn(c).tree_size())
 
     def reader(self) -> "Reader":
-        """A :class:`Reader` outside any write transaction (for listings)."""
-        return Reader(self._conn())
+        """A :class:`Reader` outside any write transaction (for listings); each of its queries
+        counts as an operation under way, so :meth:`close` on another thread waits for it."""
+        return _StoreReader(self)
+
+    def _stream(self, sql: str, params: Sequence[Any] = (), batch: int = 2000) -> Iterator[Any]:
+        """The rows of a query, fetched ``batch`` at a time, each fetch counted as an operation
+        (so :meth:`close` on another thread waits for a fetch under way, and a generator
+        resumed after close raises StoreError instead of touching a closed connection), while a
+        paused generator holds nothing up."""
+        cursor = None
+        while True:
+            depth = None if getattr(self._local, "ops", 0) else self._op_enter()
+            try:
+                if cursor is None:
+                    cursor = self._conn().execute(sql, params)
+                rows = cursor.fetchmany(batch)
+            finally:
+                if depth is not None:
+                    self._op_leave(depth)
+            if not rows:
+                return
+            yield from rows
 
     def read_run(self, run_id: str) -> list[Event]:
         """Every event of ``run_id``, ordered by run_seq (empty if unknown)."""
@@ -1026,13 +1048,17 @@ class SqliteStore(SqliteQueries):
         """Raw rows in log order, for verification: (leaf_index, raw, leaf_hash, columns), where
         columns = (run_id, run_seq, kind, ts, principal, step, server, tool, call_id, effect, ok, tokens, cost)."""
         last = -1
-        conn = self._conn()
         while True:
-            rows = conn.execute(
-                "SELECT leaf_index, raw, leaf_hash, run_id, run_seq, kind, ts, principal, step, server, tool, call_id,"
-                " effect, ok, tokens, cost FROM events WHERE leaf_index > ? ORDER BY leaf_index LIMIT ?",
-                (last, batch),
-            ).fetchall()
+            depth = None if getattr(self._local, "ops", 0) else self._op_enter()  # see _stream
+            try:
+                rows = self._conn().execute(
+                    "SELECT leaf_index, raw, leaf_hash, run_id, run_seq, kind, ts, principal, step, server, tool,"
+                    " call_id, effect, ok, tokens, cost FROM events WHERE leaf_index > ? ORDER BY leaf_index LIMIT ?",
+                    (last, batch),
+                ).fetchall()
+            finally:
+                if depth is not None:
+                    self._op_leave(depth)
             rows = [(r[0], r[1], r[2], r[3:]) for r in rows]
             if not rows:
                 return
@@ -1041,11 +1067,11 @@ class SqliteStore(SqliteQueries):
 
     def iter_nodes(self) -> Iterator[tuple[int, int, bytes]]:
         """Every stored tree node (level, idx, hash)."""
-        yield from self._conn().execute("SELECT level, idx, hash FROM tree_nodes ORDER BY level, idx")
+        yield from self._stream("SELECT level, idx, hash FROM tree_nodes ORDER BY level, idx")
 
     def iter_level(self, level: int) -> Iterator[tuple[int, bytes]]:
         """The stored nodes (idx, hash) of one tree level, in index order."""
-        yield from self._conn().execute("SELECT idx, hash FROM tree_nodes WHERE level = ? ORDER BY idx", (level,))
+        yield from self._stream("SELECT idx, hash FROM tree_nodes WHERE level = ? ORDER BY idx", (level,))
 
     def node_levels(self) -> list[int]:
         """Levels that hold at least one stored node."""
@@ -1132,7 +1158,7 @@ class SqliteStore(SqliteQueries):
 
     def iter_blobs(self) -> Iterator[tuple[str, bytes | None, bytes | None]]:
         """Every blob row (ref, salt, content); salt and content are None once erased."""
-        for ref, salt, content in self._conn().execute("SELECT ref, salt, content FROM blobs ORDER BY ref"):
+        for ref, salt, content in self._stream("SELECT ref, salt, content FROM blobs ORDER BY ref", batch=200):
             yield ref, None if salt is None else bytes(salt), None if content is None else bytes(content)
 
     def get_blob_row(self, ref: str) -> tuple[bytes | None, bytes | None] | None:
@@ -1182,7 +1208,7 @@ class SqliteStore(SqliteQueries):
     def iter_run_rows(self) -> Iterator[tuple]:
         """Every row of the runs table: (run_id, agent, principal, parent_run_id, replay_of, snapshot,
         started_at, leaf_index) — derived from ``run.started`` events; verify checks them."""
-        yield from self._conn().execute(
+        yield from self._stream(
             "SELECT run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, leaf_index FROM runs"
             " ORDER BY leaf_index")
 
@@ -1218,7 +1244,7 @@ class SqliteStore(SqliteQueries):
 
     def iter_snapshots(self) -> Iterator[tuple[str, bytes]]:
         """Every stored snapshot (fingerprint, canonical bytes)."""
-        for fp, content in self._conn().execute("SELECT fingerprint, content FROM snapshots ORDER BY fingerprint"):
+        for fp, content in self._stream("SELECT fingerprint, content FROM snapshots ORDER BY fingerprint", batch=200):
             yield fp, bytes(content)
 
     def optimize(self) -> None:
@@ -1253,6 +1279,18 @@ class SqliteStore(SqliteQueries):
             self._closed = True
             return
         me = threading.get_ident()
+        if getattr(self._local, "ops", 0) and not self._closing and not self._closed:
+            raise StoreError("close() was called inside a write or a read of this store (e.g. from an append_with "
+                             "callback); close it once that has returned")
+        with self._ops_idle:
+            if self._closed or self._closing:
+                closing_elsewhere = self._closing and not self._closed and self._closer != me
+            else:
+                closing_elsewhere = None
+        if closing_elsewhere is not None:
+            if closing_elsewhere:  # another thread is closing: return once it has finished
+                self._closed_event.wait(self.lock_timeout + 30)
+            return
         with self._ops_idle:
             if self._closed or self._closing:
                 return
@@ -1275,6 +1313,7 @@ class SqliteStore(SqliteQueries):
             finally:
                 self._closed = True
                 self._close_connections()
+                self._closed_event.set()
 
     def _close_connections(self) -> None:
         with self._conns_lock:
@@ -1314,6 +1353,33 @@ _TRACKED_READS = (
     "get_blob_row", "get_snapshot", "content_policy_change", "missing_triggers", "foreign_triggers",
     "runs", "query_calls", "query_runs", "get_run", "explain_query_calls",
 )
+
+
+class _StoreReader(Reader):
+    """:meth:`SqliteStore.reader`: a :class:`Reader` whose every query counts as an operation of
+    its store (StoreError once the store is closed)."""
+
+    def __init__(self, store: "SqliteStore") -> None:
+        super().__init__(store._conn())
+        self._store = store
+
+
+def _reader_method(name: str) -> Callable[..., Any]:
+    base = getattr(Reader, name)
+
+    @functools.wraps(base)
+    def tracked(self: _StoreReader, *args: Any, **kwargs: Any) -> Any:
+        depth = self._store._op_enter()
+        try:
+            return base(self, *args, **kwargs)
+        finally:
+            self._store._op_leave(depth)
+
+    return tracked
+
+
+for _name in [n for n, v in vars(Reader).items() if callable(v) and not n.startswith("_")]:
+    setattr(_StoreReader, _name, _reader_method(_name))
 
 
 def _after_fork_in_child(store: "SqliteStore") -> None:
