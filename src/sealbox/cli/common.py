@@ -60,7 +60,7 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
               title: str | None = None) -> None:
     """Print rows as JSON, CSV or a readable table."""
     if as_json:
-        click.echo(json.dumps(list(rows), indent=2, ensure_ascii=False, default=str))
+        click.echo(pretty_json(list(rows)))
         return
     if as_csv:
         buf = io.StringIO()
@@ -95,7 +95,34 @@ def _width() -> int | None:
 
 def echo_json(value: Any) -> None:
     """Print a JSON document."""
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    click.echo(pretty_json(value))
+
+
+def pretty_json(value: Any) -> str:
+    """``value`` as JSON indented by two spaces, the layout of ``json.dumps(value, indent=2,
+    ensure_ascii=False, default=str)``, about twenty times faster (a 1M-event ``sealbox calls
+    --json`` spent half its time in ``json``): orjson writes it, dataclasses, datetimes and
+    subclasses of builtins go through ``str`` as before, and what orjson refuses (non-str keys,
+    integers beyond 64 bits, lone surrogates) is left to ``json``. Differences from ``json``:
+    floats in their shortest form (``1e-7``, not ``1e-07``); NaN and the infinities, which
+    ``json`` writes as the invalid tokens ``NaN``/``Infinity``, as ``null``; an ``Enum``
+    member (which a listing holds only if its module was imported) as its value."""
+    import orjson
+
+    try:
+        return orjson.dumps(value, default=str, option=_PRETTY).decode("utf-8")
+    except (TypeError, ValueError):  # a non-str key, an integer beyond 64 bits, a lone surrogate, recursion
+        return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _pretty_options() -> int:
+    import orjson
+
+    return (orjson.OPT_INDENT_2 | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+            | orjson.OPT_PASSTHROUGH_SUBCLASS)
+
+
+_PRETTY = _pretty_options()
 
 
 def lines(items: Iterable[str]) -> None:
