@@ -476,6 +476,7 @@ class SqliteStore(SqliteQueries):
         self._closer: int | None = None
         self._closed_event = threading.Event()
         _after_fork_in_child(self)
+        _refuse_if_open_at_fork(self.db_path)
         self._check_location(_create)
         try:
             self._open_checked()
@@ -632,9 +633,13 @@ class SqliteStore(SqliteQueries):
         a fork (sqlite.org/howtocorrupt.html §2.6), and neither may the state around them: the
         ones inherited from the parent are set aside, never used or closed here (closing one
         could end the parent's locks or remove a WAL the parent still uses), and this store
-        object refuses every further use in the child with StoreError; the child opens the
-        store again (``open_store``). Using the inherited connections, or opening fresh ones
-        from the inherited object, lost the child's events in some runs (a break test)."""
+        object refuses every further use in the child with StoreError, and so does opening the
+        same database file again here (:func:`_refuse_if_open_at_fork`). Using the inherited
+        connections, or fresh ones, lost the child's events in some runs (two break tests)."""
+        if not self._closed and (self._conns or self._wal_ckpt is not None):
+            with contextlib.suppress(OSError):  # open in the parent at the fork: SQLite's state for it came along
+                st = os.stat(self.db_path)
+                _OPEN_AT_FORK.add((st.st_dev, st.st_ino))
         self._inherited.extend(self._conns)
         conn = getattr(self._local, "conn", None)
         if conn is not None and conn not in self._inherited:
@@ -658,8 +663,8 @@ class SqliteStore(SqliteQueries):
             self._forked()
         if self._forked_from is not None:
             raise StoreError(f"this store was opened by process {self._forked_from} before os.fork(); SQLite "
-                             "connections must not cross a fork: open the store again in the child "
-                             "(sealbox.open_store), or start it with multiprocessing's 'spawn'")
+                             "connections must not cross a fork: use the store from a process started with "
+                             "multiprocessing's 'spawn', or fork before opening it")
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._connect()
@@ -1380,6 +1385,27 @@ def _reader_method(name: str) -> Callable[..., Any]:
 
 for _name in [n for n, v in vars(Reader).items() if callable(v) and not n.startswith("_")]:
     setattr(_StoreReader, _name, _reader_method(_name))
+
+
+#: (st_dev, st_ino) of the database files a parent process had open when it forked this one.
+_OPEN_AT_FORK: set[tuple[int, int]] = set()
+
+
+def _refuse_if_open_at_fork(db_path: Path) -> None:
+    """Raise StoreError where ``db_path`` was open in the parent when this process was forked:
+    SQLite keeps per-process state for every open database file (locks, the WAL index) and a
+    fork copies it, so even a connection opened afresh here shares the parent's, and a child
+    that wrote through one lost its events in some runs (a break test)."""
+    if not _OPEN_AT_FORK:
+        return
+    try:
+        st = os.stat(db_path)
+    except OSError:
+        return
+    if (st.st_dev, st.st_ino) in _OPEN_AT_FORK:
+        raise StoreError(f"{db_path.parent} was open in the parent process when it forked this one (os.fork): "
+                         "SQLite's state for it was copied into this process, so it cannot be opened here safely; "
+                         "open it in a process started with multiprocessing's 'spawn', or fork before opening it")
 
 
 def _after_fork_in_child(store: "SqliteStore") -> None:
