@@ -932,11 +932,17 @@ class _NodeChecker:
     A window whose nodes equal the next stored rows of each level, one for one,
     is accepted in bulk; any other window is replayed node by node in the order
     the nodes completed, reporting exactly what a node-by-node check reports.
+
+    Leaves (level 0) are not stored as tree nodes: a leaf's hash is its event row's
+    ``leaf_hash``, which the event checks compare with the recomputed one. Stores
+    written before 2026-12 also hold level-0 rows; those present must equal the
+    recomputed leaves (:meth:`_check_leaves`), and none is expected past them.
     """
 
     def __init__(self, store: Any) -> None:
         self.store = store
         self.problems: list[Problem] = []
+        self._leaf_rows: bool | None = None  # does the store hold level-0 rows? (read once)
         self._cursors: dict[int, Any] = {}
         self._buf: dict[int, list] = {}  # level -> stored rows read ahead
         self._pos: dict[int, int] = {}  # level -> index in _buf of the next stored row
@@ -974,8 +980,10 @@ class _NodeChecker:
         """Compare the full subtrees leaves ``start`` to ``start + count - 1`` completed, given
         level by level (:meth:`_BatchTree.extend`); the same as :meth:`check` leaf after leaf."""
         self._flush()
+        if 0 in levels:
+            self._check_leaves(*levels[0])
         pairs = {level: list(zip(range(first, first + len(hashes)), hashes))
-                 for level, (first, hashes) in levels.items()}
+                 for level, (first, hashes) in levels.items() if level}
         for level, want in pairs.items():
             if self._fill(level, len(want))[:len(want)] != want:
                 break
@@ -1005,6 +1013,9 @@ class _NodeChecker:
                 if pairs is None:
                     pairs = by_level[level] = []
                 pairs.append((idx, want))
+        leaves = by_level.pop(0, None)
+        if leaves:  # the window's leaves are consecutive (one per appended event)
+            self._check_leaves(leaves[0][0], [want for _, want in leaves])
         for level, pairs in by_level.items():
             buf = self._fill(level, len(pairs))
             if buf[:len(pairs)] != pairs:
@@ -1016,8 +1027,35 @@ class _NodeChecker:
         for completed in window:
             self._check_one(completed)
 
+    def _check_leaves(self, first: int, hashes: list[bytes]) -> None:
+        """The level-0 rows of leaves ``first`` .. ``first + len(hashes) - 1``, where the store
+        holds any (written before 2026-12): each must equal its recomputed leaf hash."""
+        if self._leaf_rows is None:
+            self._leaf_rows = 0 in self.store.node_levels()
+        if not self._leaf_rows:
+            return
+        end = first + len(hashes)
+        buf = self._fill(0, len(hashes))
+        if buf[:len(hashes)] == list(zip(range(first, end), hashes)):
+            self._pos[0] = len(hashes)
+            return
+        stored = self._peek(0)
+        while stored is not None and stored[0] < end:
+            idx = stored[0]
+            if idx < first:
+                self.problems.append(Problem("tree_node_extra", f"tree node (0, {idx}) covers leaves "
+                                             "that are not in the log"))
+            elif bytes(stored[1]) != hashes[idx - first]:
+                self.problems.append(Problem(
+                    "tree_node_mismatch", f"stored tree node (0, {idx}) differs from the recomputed leaf hash",
+                    expected="sha256:" + hashes[idx - first].hex(), found="sha256:" + bytes(stored[1]).hex(),
+                ))
+            stored = self._advance(0)
+
     def _check_one(self, completed: list[tuple[int, int, bytes]]) -> None:
         for level, idx, want in completed:
+            if not level:  # leaves: _check_leaves
+                continue
             stored = self._peek(level)
             while stored is not None and stored[0] < idx:  # a node for a leaf that is gone
                 self.problems.append(Problem("tree_node_extra", f"tree node ({level}, {stored[0]}) covers leaves "

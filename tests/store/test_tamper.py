@@ -93,10 +93,11 @@ def flip(data: bytes, old: bytes, xor: int = 0x01) -> bytes:
 
 
 def covering_nodes(leaves: set[int], size: int) -> list[tuple[int, int]]:
-    """Stored full-subtree nodes (level, idx) whose leaves include any of ``leaves``, sorted."""
+    """Stored full-subtree nodes (level, idx) whose leaves include any of ``leaves``, sorted
+    (level 1 and up: a leaf's hash is stored in its event row, not as a tree node)."""
     out = set()
     for leaf in leaves:
-        level = 0
+        level = 1
         while (1 << level) <= size:
             idx = leaf >> level
             if (idx + 1) << level <= size:
@@ -296,7 +297,9 @@ def test_delete_one_event(s: Sample) -> None:
     assert {(p.expected, p.found) for p in truncated} == {("at least 19 events", "18 events")}
     assert report.tree_size_signed == 11
     others = {p.code for p in report.problems} - {"leaf_gap", "chain_broken", "log_truncated"}
-    assert others == {"tree_node_mismatch", "tree_node_extra"}
+    # the nodes above leaf 11 no longer match; none is extra: 18 leaves fill every stored
+    # subtree of level 1 and up (leaf 18, the one a shorter log lacks, completed none)
+    assert others == {"tree_node_mismatch"}
 
 
 def test_one_deleted_event_is_reported_as_one_leaf_gap(s: Sample) -> None:
@@ -386,7 +389,8 @@ def test_cut_the_tail(s: Sample, k: int) -> None:
     assert len(extra) == len([n for n in covering_nodes(set(range(SIZE - k, SIZE)), SIZE)])
     # cutting 8 events also cuts a run.started: its row in the runs table is left without an event
     extra_runs = {"run_row_extra"} if k == 8 else set()
-    assert {p.code for p in report.problems} == {"log_truncated", "tree_node_extra"} | extra_runs
+    extra_nodes = {"tree_node_extra"} if extra else set()  # leaf 18 alone completed no subtree (k=1)
+    assert {p.code for p in report.problems} == {"log_truncated"} | extra_nodes | extra_runs
     assert report.tree_size_signed == 11
 
 
@@ -635,7 +639,7 @@ def test_roll_back_behind_the_newest_checkpoint(tmp_path: Path) -> None:
     ("UPDATE events SET kind = 'note' WHERE leaf_index = 1", "events are append-only"),
     ("UPDATE events SET raw = raw || ' ' WHERE leaf_index = 1", "events are append-only"),
     ("DELETE FROM events WHERE leaf_index = 18", "events are append-only"),
-    ("UPDATE tree_nodes SET hash = zeroblob(32) WHERE level = 0 AND idx = 0", "the tree is append-only"),
+    ("UPDATE tree_nodes SET hash = zeroblob(32) WHERE level = 1 AND idx = 0", "the tree is append-only"),
     ("DELETE FROM tree_nodes", "the tree is append-only"),
     ("UPDATE checkpoints SET note = 'x'", "checkpoints are append-only"),
     ("DELETE FROM checkpoints", "checkpoints are append-only"),

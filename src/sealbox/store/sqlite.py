@@ -146,7 +146,10 @@ class _Txn:
         cached = self._nodes.get((level, index))
         if cached is not None:
             return cached
-        row = self.conn.execute("SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?", (level, index)).fetchone()
+        if level == 0:  # a leaf: its hash is stored with its event (see insert_nodes)
+            row = self.conn.execute("SELECT leaf_hash FROM events WHERE leaf_index = ?", (index,)).fetchone()
+        else:
+            row = self.conn.execute("SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?", (level, index)).fetchone()
         if row is None:
             raise StoreError(f"tree node ({level}, {index}) is missing: the store is damaged (run `sealbox verify`)")
         self._nodes[(level, index)] = row[0]
@@ -158,9 +161,13 @@ class _Txn:
         self._size = row[0] + 1
 
     def insert_nodes(self, rows: list[tuple[int, int, bytes]]) -> None:
-        self._node_rows.extend(rows)
+        """Buffer the full subtrees of level 1 and up; a leaf (level 0) is not written to
+        ``tree_nodes``: its hash is the event row's ``leaf_hash`` (stores written before
+        2026-12 also hold level-0 rows: verify still checks them, nothing reads them)."""
         for level, idx, h in rows:
             self._nodes[(level, idx)] = h
+            if level:
+                self._node_rows.append((level, idx, h))
 
     def flush(self) -> None:
         """Insert the buffered event and node rows."""
