@@ -678,3 +678,91 @@ def test_enum_members_inside_containers_are_tagged_as_at_the_top(member):
     assert top["$enum"]["name"] == member.name
     assert encode({"m": member}) == {"m": top} and encode([member, 1]) == [top, 1]
     assert canonical._encode_noting_floats({"m": [member]})[0] == {"m": [top]}
+
+
+# --------------------------------------------------------------------------- the plain-JSON fast path of encode
+
+
+class _Color(enum.IntEnum):
+    RED = 1
+
+
+class _Name(str, enum.Enum):
+    A = "a"
+
+
+class _MyStr(str):
+    pass
+
+
+def _strictly_equal(a: Any, b: Any) -> bool:
+    """Equal values of the same exact types, dict keys in the same order (True != 1 here)."""
+    if type(a) is not type(b):
+        return False
+    if type(a) is dict:
+        return list(a) == list(b) and all(_strictly_equal(a[k], b[k]) for k in a)
+    if type(a) is list:
+        return len(a) == len(b) and all(_strictly_equal(x, y) for x, y in zip(a, b))
+    if type(a) is float and math.isnan(a):
+        return math.isnan(b)
+    return a == b
+
+
+_anything = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text() | st.sampled_from(
+        [_Color.RED, _Name.A, _MyStr("x"), b"\x00", "\ud800", -0.0, 2**53 - 1, -(2**53 - 1), 2**53, "é", "\U0001F600"]),
+    lambda children: st.lists(children, max_size=4) | st.lists(children, max_size=3).map(tuple)
+    | st.dictionaries(st.text(max_size=4) | st.sampled_from(["$blob", "a$", "é", "$"]), children, max_size=4)
+    | st.dictionaries(st.integers(0, 3), children, max_size=2),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_anything, st.integers(min_value=2, max_value=8))
+def test_the_plain_fast_path_gives_what_the_encoder_gives(value: Any, depth: int) -> None:
+    """Wherever _copy_plain answers, its result and float flag are the encoder's exactly."""
+    encoder = canonical._Encoder(depth)
+    slow = encoder.enc(value, 0)
+    seen = [False]
+    try:
+        fast = canonical._copy_plain(value, 0, depth, seen)
+    except canonical._NotPlain:
+        return
+    assert _strictly_equal(fast, slow), (value, fast, slow)
+    assert seen[0] == encoder.floats
+    assert _strictly_equal(canonical.encode(value, max_depth=depth), slow)
+
+
+def test_the_plain_fast_path_answers_for_plain_payloads_and_copies_them() -> None:
+    payload = {"call_id": "c1", "arguments": {"query": "SELECT 1", "params": [1, "open", None, True, 2.5]},
+               "tags": ("a", "b"), "note": "café"}
+    seen = [False]
+    out = canonical._copy_plain(payload, 0, canonical.MAX_DEPTH, seen)
+    assert out == {"call_id": "c1", "arguments": {"query": "SELECT 1", "params": [1, "open", None, True, 2.5]},
+                   "tags": ["a", "b"], "note": "café"}
+    assert seen == [True]
+    assert out is not payload and out["arguments"] is not payload["arguments"]  # a copy: later changes stay out
+    assert canonical._encode_noting_floats({"n": 1, "s": ["x"]}) == ({"n": 1, "s": ["x"]}, False)
+
+
+@pytest.mark.parametrize("value", [
+    {"$blob": "x"}, {1: "a"}, {"k": _Color.RED}, [_MyStr("x")], {"k": 2**53}, [float("nan")], [float("inf")],
+    ["\ud800"], {"é": 1}, {"k": b"x"},
+])
+def test_the_plain_fast_path_leaves_the_rest_to_the_encoder(value: Any) -> None:
+    with pytest.raises(canonical._NotPlain):
+        canonical._copy_plain(value, 0, canonical.MAX_DEPTH, [False])
+
+
+def test_cycles_and_depth_still_become_lossy_through_encode() -> None:
+    loop: list = []
+    loop.append(loop)
+    assert canonical.encode(loop) == [{"$lossy": {"reason": "cycle", "type": "builtins.list"}}]
+    deep: Any = "x"
+    for _ in range(10):
+        deep = [deep]
+    assert canonical.encode(deep, max_depth=4) == [[{"$lossy": {"reason": "depth", "type": "builtins.list",
+                                                                "repr": "[[[[...]]]]"}}]]
+    assert not canonical.is_lossy(canonical.encode(deep, max_depth=12))

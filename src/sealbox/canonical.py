@@ -419,8 +419,7 @@ def encode(value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
         A JSON value of ``dict``/``list``/``str``/``int``/``float``/``bool``/``None``.
         Never raises.
     """
-    depth = max(2, min(int(max_depth), MAX_DEPTH)) if isinstance(max_depth, int) else MAX_DEPTH
-    return _Encoder(depth).enc(value, 0)
+    return _encode_noting_floats(value, max_depth=max_depth)[0]
 
 
 def _encode_noting_floats(value: Any, *, max_depth: int = MAX_DEPTH) -> tuple[Any, bool]:
@@ -428,8 +427,60 @@ def _encode_noting_floats(value: Any, *, max_depth: int = MAX_DEPTH) -> tuple[An
     (so no NaN, and every number token is an integer), which lets
     :func:`canonical_bytes_encoded` skip its number checks (``floats=False``)."""
     depth = max(2, min(int(max_depth), MAX_DEPTH)) if isinstance(max_depth, int) else MAX_DEPTH
+    seen = [False]
+    try:
+        return _copy_plain(value, 0, depth, seen), seen[0]
+    except _NotPlain:  # anything else than plain I-JSON: the encoder decides
+        pass
     encoder = _Encoder(depth)
     return encoder.enc(value, 0), encoder.floats
+
+
+class _NotPlain(Exception):
+    """:func:`_copy_plain` met something it leaves to :class:`_Encoder`."""
+
+
+def _copy_plain(v: Any, level: int, limit: int, seen: list[bool]) -> Any:
+    """What :class:`_Encoder` returns for ``v`` placed inside ``level`` containers, when ``v``
+    is plain I-JSON: exactly ``dict`` (ASCII ``str`` keys, none holding ``$``), ``list``,
+    ``tuple`` (made a list), ``str`` without lone surrogates, ``int`` within ±(2^53 − 1),
+    finite ``float``, ``bool`` and ``None``, nested within ``limit``. ``seen[0]`` becomes
+    True where a float is met. Raises :class:`_NotPlain` at anything else (a subclass, an
+    enum member, a tag-like key, a cycle, a value past the depth limit), and the encoder
+    then does the whole value; a test checks the two agree wherever this one answers."""
+    t = type(v)
+    if t is str:
+        if v.isascii() or _valid_unicode(v):
+            return v
+        raise _NotPlain
+    if t is int:
+        if -_INT_MAX <= v <= _INT_MAX:
+            return v
+        raise _NotPlain
+    if t is dict:
+        if level + 3 > limit:
+            raise _NotPlain
+        try:
+            joined = "".join(v)
+        except TypeError:
+            raise _NotPlain from None
+        if not joined.isascii() or "$" in joined or not set(map(type, v)) <= _JUST_STR:
+            raise _NotPlain
+        level += 1
+        return {k: x if type(x) is str and x.isascii() else _copy_plain(x, level, limit, seen) for k, x in v.items()}
+    if t is list or t is tuple:
+        if level + 3 > limit:
+            raise _NotPlain
+        level += 1
+        return [x if type(x) is str and x.isascii() else _copy_plain(x, level, limit, seen) for x in v]
+    if v is None or t is bool:
+        return v
+    if t is float:
+        if v - v == 0.0:  # finite (inf - inf and nan - nan are nan)
+            seen[0] = True
+            return v
+        raise _NotPlain
+    raise _NotPlain
 
 
 def is_lossy(encoded: Any) -> bool:
