@@ -933,16 +933,18 @@ class _NodeChecker:
     is accepted in bulk; any other window is replayed node by node in the order
     the nodes completed, reporting exactly what a node-by-node check reports.
 
-    Leaves (level 0) are not stored as tree nodes: a leaf's hash is its event row's
-    ``leaf_hash``, which the event checks compare with the recomputed one. Stores
-    written before 2026-12 also hold level-0 rows; those present must equal the
-    recomputed leaves (:meth:`_check_leaves`), and none is expected past them.
+    Subtrees below the store's ``stored_node_level`` (the leaves among them) are not
+    stored: the store computes them from the leaves' ``leaf_hash``, which the event
+    checks compare with the recomputed ones. Stores written before 2026-12 also hold
+    rows of those levels; the rows present must equal the recomputed nodes
+    (:meth:`_check_optional`), and none is expected past them.
     """
 
     def __init__(self, store: Any) -> None:
         self.store = store
         self.problems: list[Problem] = []
-        self._leaf_rows: bool | None = None  # does the store hold level-0 rows? (read once)
+        self._min_level = int(getattr(store, "stored_node_level", 0))
+        self._present: set[int] | None = None  # levels below _min_level that hold rows (read once)
         self._cursors: dict[int, Any] = {}
         self._buf: dict[int, list] = {}  # level -> stored rows read ahead
         self._pos: dict[int, int] = {}  # level -> index in _buf of the next stored row
@@ -980,10 +982,12 @@ class _NodeChecker:
         """Compare the full subtrees leaves ``start`` to ``start + count - 1`` completed, given
         level by level (:meth:`_BatchTree.extend`); the same as :meth:`check` leaf after leaf."""
         self._flush()
-        if 0 in levels:
-            self._check_leaves(*levels[0])
+        low = self._min_level
+        for level, (first, hashes) in levels.items():
+            if level < low:
+                self._check_optional(level, first, hashes)
         pairs = {level: list(zip(range(first, first + len(hashes)), hashes))
-                 for level, (first, hashes) in levels.items() if level}
+                 for level, (first, hashes) in levels.items() if level >= low}
         for level, want in pairs.items():
             if self._fill(level, len(want))[:len(want)] != want:
                 break
@@ -1013,9 +1017,9 @@ class _NodeChecker:
                 if pairs is None:
                     pairs = by_level[level] = []
                 pairs.append((idx, want))
-        leaves = by_level.pop(0, None)
-        if leaves:  # the window's leaves are consecutive (one per appended event)
-            self._check_leaves(leaves[0][0], [want for _, want in leaves])
+        for level in [lv for lv in by_level if lv < self._min_level]:
+            pairs = by_level.pop(level)  # consecutive indices: leaves arrive in order
+            self._check_optional(level, pairs[0][0], [want for _, want in pairs])
         for level, pairs in by_level.items():
             buf = self._fill(level, len(pairs))
             if buf[:len(pairs)] != pairs:
@@ -1027,34 +1031,36 @@ class _NodeChecker:
         for completed in window:
             self._check_one(completed)
 
-    def _check_leaves(self, first: int, hashes: list[bytes]) -> None:
-        """The level-0 rows of leaves ``first`` .. ``first + len(hashes) - 1``, where the store
-        holds any (written before 2026-12): each must equal its recomputed leaf hash."""
-        if self._leaf_rows is None:
-            self._leaf_rows = 0 in self.store.node_levels()
-        if not self._leaf_rows:
+    def _check_optional(self, level: int, first: int, hashes: list[bytes]) -> None:
+        """Rows of a level the store no longer writes (below ``stored_node_level``), nodes
+        ``first`` .. ``first + len(hashes) - 1``, where the store holds any (written before
+        2026-12): each must equal its recomputed node; absent ones are not missing."""
+        if self._present is None:
+            self._present = {lv for lv in self.store.node_levels() if lv < self._min_level}
+        if level not in self._present:
             return
         end = first + len(hashes)
-        buf = self._fill(0, len(hashes))
+        buf = self._fill(level, len(hashes))
         if buf[:len(hashes)] == list(zip(range(first, end), hashes)):
-            self._pos[0] = len(hashes)
+            self._pos[level] = len(hashes)
             return
-        stored = self._peek(0)
+        stored = self._peek(level)
         while stored is not None and stored[0] < end:
             idx = stored[0]
             if idx < first:
-                self.problems.append(Problem("tree_node_extra", f"tree node (0, {idx}) covers leaves "
+                self.problems.append(Problem("tree_node_extra", f"tree node ({level}, {idx}) covers leaves "
                                              "that are not in the log"))
             elif bytes(stored[1]) != hashes[idx - first]:
                 self.problems.append(Problem(
-                    "tree_node_mismatch", f"stored tree node (0, {idx}) differs from the recomputed leaf hash",
+                    "tree_node_mismatch", f"stored tree node ({level}, {idx}) differs from the recomputed one "
+                    "(a row of a level this store no longer writes or reads)",
                     expected="sha256:" + hashes[idx - first].hex(), found="sha256:" + bytes(stored[1]).hex(),
                 ))
-            stored = self._advance(0)
+            stored = self._advance(level)
 
     def _check_one(self, completed: list[tuple[int, int, bytes]]) -> None:
         for level, idx, want in completed:
-            if not level:  # leaves: _check_leaves
+            if level < self._min_level:  # not stored: _check_optional
                 continue
             stored = self._peek(level)
             while stored is not None and stored[0] < idx:  # a node for a leaf that is gone

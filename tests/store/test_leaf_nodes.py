@@ -1,124 +1,167 @@
-"""Leaves are not stored as tree nodes: a leaf's hash lives in its event row.
+"""Only subtrees of 16 leaves or more are rows of ``tree_nodes``.
 
-``tree_nodes`` holds the full subtrees of level 1 and up; the leaf (level 0) is the
-event's ``leaf_hash``. Stores written before 2026-12 hold a level-0 row per leaf as
-well: they keep working (appends, proofs), and ``verify`` still checks those rows.
+A smaller full subtree (a leaf included) is computed when needed from its leaves'
+``leaf_hash`` in the events table (``STORED_NODE_LEVEL``, docs/storage.md). Stores
+written before 2026-12 hold rows of every level, the leaves included: they keep
+working (appends, proofs), and ``verify`` still checks the rows of levels 0 to 3.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
+import pytest
+
 from store_testkit import closing_db, tag, tamper
-from sealbox import EventDraft, init_store, open_store, verify_store
+from sealbox import EventDraft, StoreError, init_store, open_store, verify_store
 from sealbox.events import SYSTEM_RUN_ID
 from sealbox.ledger import merkle
+from sealbox.store.sqlite import STORED_NODE_LEVEL
 
 
-def _note(run_id: str, i: int) -> EventDraft:
-    return EventDraft(run_id=run_id, kind="note", principal="alice", payload={"text": f"note {i}"})
+def _note(i: int) -> EventDraft:
+    return EventDraft(run_id=SYSTEM_RUN_ID, kind="note", principal="alice", payload={"text": f"note {i}"})
 
 
 def _fill(path: Path, count: int, *, init: bool = True) -> None:
+    """``count`` notes, one commit each (each append reads its left siblings)."""
     store = init_store(path) if init else open_store(path)
     try:
         done = store.size()
-        for i in range(count):  # one commit each: the write path reads the left sibling leaf
-            store.append(_note(SYSTEM_RUN_ID, done + i))
+        for i in range(count):
+            store.append(_note(done + i))
     finally:
         store.close()
 
 
-def _rows(path: Path, sql: str) -> list[tuple]:
+def _rows(path: Path, sql: str, params: tuple = ()) -> list[tuple]:
     with closing_db(path) as db:
-        return db.execute(sql).fetchall()
+        return db.execute(sql, params).fetchall()
+
+
+def _leaves(path: Path) -> list[bytes]:
+    return [bytes(h) for (h,) in _rows(path, "SELECT leaf_hash FROM events ORDER BY leaf_index")]
+
+
+def _mth(items: list[bytes]) -> bytes:
+    """RFC 9162 §2.1.1 MTH of leaf hashes, computed directly."""
+    if not items:
+        return hashlib.sha256(b"").digest()
+    if len(items) == 1:
+        return items[0]
+    k = 1 << ((len(items) - 1).bit_length() - 1)
+    return hashlib.sha256(b"\x01" + _mth(items[:k]) + _mth(items[k:])).digest()
+
+
+def _full_subtrees(size: int, levels: range) -> list[tuple[int, int]]:
+    return [(lv, i) for lv in levels for i in range(size >> lv)]
+
+
+def _write_old_layout(path: Path) -> int:
+    """The rows the code before 2026-12 wrote: every full subtree of levels 0 to 3."""
+    leaves = _leaves(path)
+    rows = [(lv, i, _mth(leaves[i << lv:(i + 1) << lv])) for lv, i in _full_subtrees(len(leaves), range(STORED_NODE_LEVEL))]
+    with closing_db(path) as db:
+        db.executemany("INSERT INTO tree_nodes (level, idx, hash) VALUES (?, ?, ?)", rows)
+    return len(rows)
 
 
 def _check_every_proof(path: Path) -> None:
     store = open_store(path, readonly=True)
     try:
-        size = store.size()
-        root = store.root()
-        leaves = [bytes(h) for (h,) in _rows(path, "SELECT leaf_hash FROM events ORDER BY leaf_index")]
-        assert root == _reference_root(leaves)
+        size, root, leaves = store.size(), store.root(), _leaves(path)
+        assert root == _mth(leaves)
         for i in range(size):
             merkle.verify_inclusion(leaves[i], i, size, store.inclusion_proof(i, size), root)
         for old in range(1, size):
+            assert store.root(old) == _mth(leaves[:old])
             merkle.verify_consistency(old, size, store.consistency_proof(old, size), store.root(old), root)
     finally:
         store.close()
 
 
-def _reference_root(leaves: list[bytes]) -> bytes:
-    """RFC 9162 §2.1.1 MTH, computed directly."""
-    import hashlib
-
-    def mth(items: list[bytes]) -> bytes:
-        if len(items) == 1:
-            return items[0]
-        k = 1 << ((len(items) - 1).bit_length() - 1)
-        return hashlib.sha256(b"\x01" + mth(items[:k]) + mth(items[k:])).digest()
-
-    return mth(leaves) if leaves else hashlib.sha256(b"").digest()
-
-
-def test_a_new_store_writes_no_leaf_rows(tmp_path: Path) -> None:
+def test_a_new_store_writes_only_subtrees_of_16_leaves_or_more(tmp_path: Path) -> None:
     path = tmp_path / "s"
-    _fill(path, 22)
-    size = _rows(path, "SELECT count(*) FROM events")[0][0]
-    nodes = _rows(path, "SELECT level, idx FROM tree_nodes ORDER BY level, idx")
-    # every full subtree of level >= 1, and nothing else: n - popcount(n) of them
-    want = [(lv, i) for lv in range(1, size.bit_length()) for i in range(size >> lv)]
-    assert nodes == want
-    assert len(nodes) == size - bin(size).count("1")
+    _fill(path, 70)
+    size = len(_leaves(path))
+    assert STORED_NODE_LEVEL == 4 and size == 71
+    nodes = _rows(path, "SELECT level, idx, hash FROM tree_nodes ORDER BY level, idx")
+    leaves = _leaves(path)
+    assert [(lv, i) for lv, i, _ in nodes] == [(4, 0), (4, 1), (4, 2), (4, 3), (5, 0), (5, 1), (6, 0)]
+    assert all(bytes(h) == _mth(leaves[i << lv:(i + 1) << lv]) for lv, i, h in nodes)
     _check_every_proof(path)
     assert verify_store(open_store(path, readonly=True)).ok
 
 
-def test_a_store_with_leaf_rows_written_before_keeps_working(tmp_path: Path) -> None:
-    """The layout of earlier stores: a level-0 row per leaf. Appends after it (from a fresh
-    process's view: an empty cache, an odd tree size, so the first append reads its left
-    sibling leaf from the events table) and every proof stay right, and verify passes."""
+def test_a_store_in_the_old_layout_keeps_working(tmp_path: Path) -> None:
+    """Rows of levels 0 to 3 as earlier code wrote them. Appends after that (from a new store
+    object: an empty cache, so the first appends compute their left siblings from the events
+    table) and every proof stay right, verify passes, and no small-subtree row is added."""
     path = tmp_path / "s"
-    _fill(path, 12)
-    with closing_db(path) as db:  # what the earlier code wrote for each leaf
-        db.execute("INSERT INTO tree_nodes (level, idx, hash) SELECT 0, leaf_index, leaf_hash FROM events")
-    legacy = _rows(path, "SELECT count(*) FROM tree_nodes WHERE level = 0")[0][0]
-    size_before = _rows(path, "SELECT count(*) FROM events")[0][0]
-    assert legacy == size_before and size_before % 2 == 1
+    _fill(path, 20)
+    old_rows = _write_old_layout(path)
+    size_before = len(_leaves(path))
+    assert size_before == 21 and old_rows == 21 + 10 + 5 + 2
     report = verify_store(open_store(path, readonly=True))
     assert report.ok, report.summary()
 
-    _fill(path, 9, init=False)
-    size = _rows(path, "SELECT count(*) FROM events")[0][0]
-    assert size == size_before + 9
-    assert _rows(path, "SELECT count(*) FROM tree_nodes WHERE level = 0")[0][0] == legacy  # none added
+    _fill(path, 30, init=False)
+    assert len(_leaves(path)) == size_before + 30
+    assert _rows(path, "SELECT count(*) FROM tree_nodes WHERE level < 4") == [(old_rows,)]
+    assert [(lv, i) for lv, i in _rows(path, "SELECT level, idx FROM tree_nodes WHERE level >= 4 ORDER BY level, idx")] \
+        == [(4, 0), (4, 1), (4, 2), (5, 0)]
     _check_every_proof(path)
     report = verify_store(open_store(path, readonly=True))
     assert report.ok, report.summary()
-    assert report.events == size
+    assert report.events == 51
 
 
-def test_a_changed_leaf_row_is_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize("level, idx", [(0, 5), (1, 3), (3, 1)])
+def test_a_changed_old_layout_row_is_named(tmp_path: Path, level: int, idx: int) -> None:
     path = tmp_path / "s"
-    _fill(path, 6)
-    with closing_db(path) as db:
-        db.execute("INSERT INTO tree_nodes (level, idx, hash) SELECT 0, leaf_index, leaf_hash FROM events")
-    (leaf5,), = _rows(path, "SELECT leaf_hash FROM events WHERE leaf_index = 5")
-    tamper(path, "UPDATE tree_nodes SET hash = zeroblob(32) WHERE level = 0 AND idx = 5")
+    _fill(path, 20)
+    _write_old_layout(path)
+    (good,), = _rows(path, "SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?", (level, idx))
+    tamper(path, ("UPDATE tree_nodes SET hash = zeroblob(32) WHERE level = ? AND idx = ?", (level, idx)))
     report = verify_store(open_store(path, readonly=True))
     assert [(p.code, p.expected, p.found) for p in report.problems] == [
-        ("tree_node_mismatch", tag(bytes(leaf5)), tag(bytes(32)))]
-    assert "(0, 5)" in report.problems[0].message
+        ("tree_node_mismatch", tag(bytes(good)), tag(bytes(32)))]
+    assert f"({level}, {idx})" in report.problems[0].message
 
 
-def test_a_leaf_row_beyond_the_log_is_named(tmp_path: Path) -> None:
+def test_small_subtree_rows_are_checked_where_a_new_store_has_none(tmp_path: Path) -> None:
+    """A row slipped into a level the store does not write is still compared with the tree."""
+    path = tmp_path / "s"
+    _fill(path, 20)
+    with closing_db(path) as db:
+        db.execute("INSERT INTO tree_nodes (level, idx, hash) VALUES (2, 1, zeroblob(32))")
+    report = verify_store(open_store(path, readonly=True))
+    assert [p.code for p in report.problems] == ["tree_node_mismatch"]
+    assert "(2, 1)" in report.problems[0].message
+
+
+def test_an_old_layout_row_beyond_the_log_is_named(tmp_path: Path) -> None:
     path = tmp_path / "s"
     _fill(path, 6)
-    size = _rows(path, "SELECT count(*) FROM events")[0][0]
+    size = len(_leaves(path))
+    _write_old_layout(path)
     with closing_db(path) as db:
-        db.execute("INSERT INTO tree_nodes (level, idx, hash) SELECT 0, leaf_index, leaf_hash FROM events")
         db.execute("INSERT INTO tree_nodes (level, idx, hash) VALUES (0, ?, zeroblob(32))", (size + 3,))
     report = verify_store(open_store(path, readonly=True))
     assert [p.code for p in report.problems] == ["tree_node_extra"]
     assert f"(0, {size + 3})" in report.problems[0].message
+
+
+def test_a_small_subtree_whose_leaves_are_gone_is_a_store_error(tmp_path: Path) -> None:
+    """A proof needing a small subtree whose leaf rows were deleted below Sealbox fails with
+    StoreError naming the node, not with a wrong hash."""
+    path = tmp_path / "s"
+    _fill(path, 20)
+    tamper(path, "DELETE FROM events WHERE leaf_index = 2")
+    store = open_store(path, readonly=True)
+    try:
+        with pytest.raises(StoreError, match=r"tree node \(0, 2\) cannot be computed: leaf 2 is not stored"):
+            store.inclusion_proof(3, 8)
+    finally:
+        store.close()

@@ -43,6 +43,7 @@ from sealbox import CheckpointPolicy, EventDraft, StoreRolledBackError, open_sto
 from sealbox import blobs as _blobs
 from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Signer, generate_key, sign_checkpoint
+from sealbox.store.sqlite import STORED_NODE_LEVEL
 
 SIZE = 19
 CP1, CP2, CP3, CPFILE = "checkpoint 1 (size 1)", "checkpoint 2 (size 11)", "checkpoint 3 (size 19)", "the newest checkpoint file"
@@ -94,10 +95,10 @@ def flip(data: bytes, old: bytes, xor: int = 0x01) -> bytes:
 
 def covering_nodes(leaves: set[int], size: int) -> list[tuple[int, int]]:
     """Stored full-subtree nodes (level, idx) whose leaves include any of ``leaves``, sorted
-    (level 1 and up: a leaf's hash is stored in its event row, not as a tree node)."""
+    (level STORED_NODE_LEVEL and up: smaller subtrees are computed from the leaves' hashes)."""
     out = set()
     for leaf in leaves:
-        level = 1
+        level = STORED_NODE_LEVEL
         while (1 << level) <= size:
             idx = leaf >> level
             if (idx + 1) << level <= size:
@@ -297,8 +298,8 @@ def test_delete_one_event(s: Sample) -> None:
     assert {(p.expected, p.found) for p in truncated} == {("at least 19 events", "18 events")}
     assert report.tree_size_signed == 11
     others = {p.code for p in report.problems} - {"leaf_gap", "chain_broken", "log_truncated"}
-    # the nodes above leaf 11 no longer match; none is extra: 18 leaves fill every stored
-    # subtree of level 1 and up (leaf 18, the one a shorter log lacks, completed none)
+    # the stored node above leaf 11, (4, 0), no longer matches; none is extra: 18 leaves
+    # still fill it
     assert others == {"tree_node_mismatch"}
 
 
@@ -389,7 +390,7 @@ def test_cut_the_tail(s: Sample, k: int) -> None:
     assert len(extra) == len([n for n in covering_nodes(set(range(SIZE - k, SIZE)), SIZE)])
     # cutting 8 events also cuts a run.started: its row in the runs table is left without an event
     extra_runs = {"run_row_extra"} if k == 8 else set()
-    extra_nodes = {"tree_node_extra"} if extra else set()  # leaf 18 alone completed no subtree (k=1)
+    extra_nodes = {"tree_node_extra"} if extra else set()  # only cutting 8 reaches into the stored (4, 0)
     assert {p.code for p in report.problems} == {"log_truncated"} | extra_nodes | extra_runs
     assert report.tree_size_signed == 11
 
@@ -639,7 +640,7 @@ def test_roll_back_behind_the_newest_checkpoint(tmp_path: Path) -> None:
     ("UPDATE events SET kind = 'note' WHERE leaf_index = 1", "events are append-only"),
     ("UPDATE events SET raw = raw || ' ' WHERE leaf_index = 1", "events are append-only"),
     ("DELETE FROM events WHERE leaf_index = 18", "events are append-only"),
-    ("UPDATE tree_nodes SET hash = zeroblob(32) WHERE level = 1 AND idx = 0", "the tree is append-only"),
+    ("UPDATE tree_nodes SET hash = zeroblob(32) WHERE level = 4 AND idx = 0", "the tree is append-only"),
     ("DELETE FROM tree_nodes", "the tree is append-only"),
     ("UPDATE checkpoints SET note = 'x'", "checkpoints are append-only"),
     ("DELETE FROM checkpoints", "checkpoints are append-only"),
@@ -722,10 +723,11 @@ def test_insert_or_replace_of_an_event_is_named_by_verify(s: Sample) -> None:
 
 def test_insert_or_replace_of_a_tree_node_is_named_by_verify(s: Sample) -> None:
     with closing_db(s.path) as db:
-        db.execute("INSERT OR REPLACE INTO tree_nodes VALUES (1, 0, zeroblob(32))")
+        assert db.execute("SELECT count(*) FROM tree_nodes WHERE level = 4 AND idx = 0").fetchone() == (1,)
+        db.execute("INSERT OR REPLACE INTO tree_nodes VALUES (4, 0, zeroblob(32))")
     report = verify(s.path)
     assert [p.code for p in report.problems] == ["tree_node_mismatch"]
-    assert node_problems(report) == [(1, 0)]
+    assert node_problems(report) == [(4, 0)]
     assert report.problems[0].found == tag(bytes(32))
 
 

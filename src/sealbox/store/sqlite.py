@@ -90,6 +90,11 @@ READ_MMAP_SIZE = 1 << 30
 #: ``journal_size_limit`` of writer connections (bytes): a WAL file that grew past it (readers kept
 #: the checkpoint from finishing, or the backstop ran) is truncated back to it when it restarts.
 WAL_SIZE_LIMIT = 16 * 1024 * 1024
+#: ``tree_nodes`` holds the full subtrees of ``2**STORED_NODE_LEVEL`` leaves or more; a smaller
+#: one (a leaf included) is computed when needed from its leaves' hashes, read from ``events``
+#: in one range (at most 16 rows and 15 hashes), as C2SP tlog-tiles stores only full tiles. So
+#: 15 appends in 16 write no tree page: one B-tree page less in their commit.
+STORED_NODE_LEVEL = 4
 
 _log = logging.getLogger("sealbox.store")
 
@@ -146,14 +151,40 @@ class _Txn:
         cached = self._nodes.get((level, index))
         if cached is not None:
             return cached
-        if level == 0:  # a leaf: its hash is stored with its event (see insert_nodes)
-            row = self.conn.execute("SELECT leaf_hash FROM events WHERE leaf_index = ?", (index,)).fetchone()
-        else:
-            row = self.conn.execute("SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?", (level, index)).fetchone()
+        if level < STORED_NODE_LEVEL:  # not stored: from its leaves (see insert_nodes)
+            return self._small_node(level, index)
+        row = self.conn.execute("SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?", (level, index)).fetchone()
         if row is None:
             raise StoreError(f"tree node ({level}, {index}) is missing: the store is damaged (run `sealbox verify`)")
         self._nodes[(level, index)] = row[0]
         return row[0]
+
+    def _small_node(self, level: int, index: int) -> bytes:
+        """The hash of full subtree ``(level, index)`` below :data:`STORED_NODE_LEVEL`, from its
+        leaves' ``leaf_hash`` (RFC 9162 §2.1.1). Leaves not cached yet are read in one range,
+        that of the subtree's whole aligned block of ``2**STORED_NODE_LEVEL`` leaves (a proof's
+        other small siblings lie in the same block), and cached with the nodes computed.
+
+        Raises:
+            StoreError: a leaf of the subtree is not in the events table (a damaged store).
+        """
+        first, count, cache = index << level, 1 << level, self._nodes
+        nodes = [cache.get((0, i)) for i in range(first, first + count)]
+        if None in nodes:
+            block = first >> STORED_NODE_LEVEL << STORED_NODE_LEVEL
+            for i, h in self.conn.execute(
+                    "SELECT leaf_index, leaf_hash FROM events WHERE leaf_index >= ? AND leaf_index < ?",
+                    (block, block + (1 << STORED_NODE_LEVEL))):
+                cache.setdefault((0, i), bytes(h))
+            nodes = [cache.get((0, i)) for i in range(first, first + count)]
+            if None in nodes:
+                raise StoreError(f"tree node ({level}, {index}) cannot be computed: leaf {first + nodes.index(None)} "
+                                 "is not stored: the store is damaged (run `sealbox verify`)")
+        for lv in range(1, level + 1):
+            nodes = [merkle.node_hash(a, b) for a, b in zip(nodes[::2], nodes[1::2])]
+            for i, h in enumerate(nodes):
+                cache[(lv, (first >> lv) + i)] = h
+        return nodes[0]
 
     def insert_event(self, row: tuple) -> None:
         self._events.append(row)
@@ -161,12 +192,13 @@ class _Txn:
         self._size = row[0] + 1
 
     def insert_nodes(self, rows: list[tuple[int, int, bytes]]) -> None:
-        """Buffer the full subtrees of level 1 and up; a leaf (level 0) is not written to
-        ``tree_nodes``: its hash is the event row's ``leaf_hash`` (stores written before
-        2026-12 also hold level-0 rows: verify still checks them, nothing reads them)."""
+        """Buffer the full subtrees of level :data:`STORED_NODE_LEVEL` and up; smaller ones
+        (the leaf included: its hash is the event row's ``leaf_hash``) are only cached.
+        Stores written before 2026-12 also hold rows of levels 0 to 3: verify still checks
+        them, nothing reads them."""
         for level, idx, h in rows:
             self._nodes[(level, idx)] = h
-            if level:
+            if level >= STORED_NODE_LEVEL:
                 self._node_rows.append((level, idx, h))
 
     def flush(self) -> None:
@@ -1084,6 +1116,10 @@ class SqliteStore(SqliteQueries):
     def iter_level(self, level: int) -> Iterator[tuple[int, bytes]]:
         """The stored nodes (idx, hash) of one tree level, in index order."""
         yield from self._stream("SELECT idx, hash FROM tree_nodes WHERE level = ? ORDER BY idx", (level,))
+
+    #: Tree levels written to ``tree_nodes`` start here (:data:`STORED_NODE_LEVEL`); rows of lower
+    #: levels are found only in stores written before 2026-12 (verify checks those it finds).
+    stored_node_level = STORED_NODE_LEVEL
 
     def node_levels(self) -> list[int]:
         """Levels that hold at least one stored node."""
