@@ -121,6 +121,7 @@ class Redactor:
         # one combined search decides whether a string needs scrubbing at all (most do not)
         self._any = _combined(self.policy.patterns)
         self._quick = _quick_ok(self.policy, self._any)
+        self._seen: dict[bytes, bool] = {}  # canonical text -> _clean's verdict (a few, small)
         self._prefilters = _prefilters(self.policy.patterns) if self._quick else ()
         self._key_marks = tuple(f'"{k}":' for k in self._keys)
         # the same tests, one C-speed search each: any key mark; any relaxed (regex) prefilter
@@ -157,15 +158,44 @@ class Redactor:
         out = self._walk(value, [name], changed)
         return out, changed[0]
 
+    def surely_clean(self, value: Any, data: bytes | None = None) -> bool:
+        """True only when no content field holding ``value`` (or any part of it) would be
+        changed in ``redacted`` mode: the policy allows the quick decision (no paths; see
+        :func:`_quick_ok`) and :meth:`_clean` finds nothing in its canonical text. A part's
+        canonical text lies verbatim inside the whole's, between JSON delimiters, so what
+        the searches would find in the part they find in the whole."""
+        return self._quick and self._clean(value, data)
+
     def _clean(self, value: Any, data: bytes | None = None) -> bool:
         """True only when :meth:`_walk` provably changes nothing, decided on the value's
         canonical text with C-speed searches instead of a Python walk: no escape in the
         text (so every key and string appears verbatim between quotes), no tag whose
         content the walk decodes (``$bytes``, ``$badstr``) or whose keys are not written
         as ``"key":`` (``$map``), no sensitive key as ``"key":`` (lower-cased; keys are
-        ASCII, see :func:`_quick_ok`), and no pattern match anywhere in the text."""
+        ASCII, see :func:`_quick_ok`), and no pattern match anywhere in the text.
+
+        The answer depends on the text alone: the last few (up to 16 KiB each) are kept,
+        since a call's arguments are checked when the policy sees them and again when
+        they are recorded."""
         try:
-            text = (data if data is not None else canonical_bytes_encoded(value)).decode("utf-8")
+            if data is None:
+                data = canonical_bytes_encoded(value)
+        except Exception:  # noqa: BLE001 - the walk decides
+            return False
+        seen = self._seen
+        known = seen.get(data)
+        if known is not None:
+            return known
+        verdict = self._clean_text(data)
+        if len(data) <= 16384:
+            if len(seen) >= 8:
+                seen.clear()
+            seen[data] = verdict
+        return verdict
+
+    def _clean_text(self, data: bytes) -> bool:
+        try:
+            text = data.decode("utf-8")
         except Exception:  # noqa: BLE001 - the walk decides
             return False
         if "\\" in text or '"$bytes"' in text or '"$badstr"' in text or '"$map"' in text or '"$lossy"' in text:

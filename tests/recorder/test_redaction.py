@@ -523,3 +523,57 @@ def test_patterns_referring_to_their_groups_by_number_still_redact(tmp_path, pat
     out, changed = red.apply("arguments", {"note": text})
     assert changed and "⟦redacted:hmac-sha256:" in out["note"]
     assert re.search(patterns[1], out["note"]) is None
+
+
+# --------------------------------------------------------------------------- the quick verdict's shortcuts
+
+
+def test_the_quick_verdict_is_kept_per_text_and_per_policy(tmp_path):
+    """Redactor._clean keeps its last verdicts by canonical text: the same text gets the same
+    answer on a second look, and another policy's redactor decides afresh."""
+    from sealbox.canonical import canonical_bytes
+    from sealbox.redaction import Redactor
+
+    value = {"query": "select 1", "motto": "open sesame"}
+    data = canonical_bytes(value)
+    default = Redactor(b"k" * 32)
+    strict = Redactor(b"k" * 32, ContentPolicy(patterns=("sesame",)))
+    assert default.surely_clean(value, data) and default.surely_clean(value, data)
+    assert not strict.surely_clean(value, data) and not strict.surely_clean(value, data)
+    assert default.apply("arguments", value, data) == (value, False)
+    out, changed = strict.apply("arguments", value, data)
+    assert changed and out["query"] == "select 1" and "sesame" not in out["motto"]
+    assert data in default._seen and default._seen[data] is True and strict._seen[data] is False
+    for i in range(20):  # bounded: a few texts at a time
+        default.surely_clean({"i": i})
+    assert len(default._seen) <= 8
+    paths = Redactor(b"k" * 32, ContentPolicy(paths=("arguments.motto",)))
+    assert not paths.surely_clean(value, data)  # a path rule: no quick verdict at all
+
+
+def test_decision_inputs_clean_as_a_whole_are_stored_as_before(tmp_path):
+    """Inputs whose canonical text is clean skip the separate arguments pass and are written as
+    one blob from the bytes already made: the same commitment as canonical_bytes gives."""
+    from sealbox import blobs
+    from sealbox.canonical import canonical_bytes
+
+    store = new_store(tmp_path)
+    args = {"query": "select * from orders where id = 42", "limit": 5}
+    got, run, call, decision, result = one_call(store, args, lambda **kw: "ok")
+    assert got == "ok"
+    ref = decision.payload["inputs"]["$blob"]
+    inputs = store.resolve(decision.payload["inputs"])
+    assert inputs["arguments"] == args and inputs["redacted"] is False
+    content = canonical_bytes(inputs)
+    assert ref == blobs.commitment(blobs.salt_for(store._builder._secret, content), content)
+    assert_verified(store)
+
+
+def test_decision_inputs_with_a_secret_in_the_arguments_only_are_still_redacted(tmp_path):
+    """The whole-inputs verdict fails when the arguments hold a sensitive key: the arguments pass runs."""
+    store = new_store(tmp_path)
+    got, run, call, decision, result = one_call(store, {"user": "ann", "password": PASSWORD}, lambda **kw: "ok")
+    inputs = store.resolve(decision.payload["inputs"])
+    assert inputs["arguments"]["user"] == "ann" and is_marker(inputs["arguments"]["password"])
+    assert PASSWORD not in json.dumps(inputs)
+    assert_verified(store)

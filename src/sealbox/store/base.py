@@ -191,6 +191,9 @@ class EventBuilder:
                     if escaped is not value:
                         value, data = escaped, canonical_bytes_encoded(escaped, floats=floats)
                 redacted = self._redact(name, value, data)
+                if name in ALWAYS_BLOB and redacted is value and len(data) <= self._limit:
+                    payload[name] = {"$blob": put(data)}  # what the two steps below give, its bytes written once
+                    continue
                 payload[name] = _blobs.blobify(redacted, put, self._limit, data if redacted is value else None)
                 if name in ALWAYS_BLOB and not _blobs.is_blob_ref(payload[name]):
                     payload[name] = {"$blob": put(canonical_bytes_encoded(payload[name], floats=floats))}
@@ -202,7 +205,8 @@ class EventBuilder:
         """Apply the store's content mode; decision inputs' arguments are redacted as ``arguments``.
 
         Returns ``value`` itself (the same object) when nothing was redacted."""
-        if name == "inputs" and type(value) is dict and "arguments" in value and self.redactor.policy.mode == "redacted":
+        if (name == "inputs" and type(value) is dict and "arguments" in value and self.redactor.policy.mode == "redacted"
+                and not self.redactor.surely_clean(value, data)):  # clean as a whole: its arguments are too
             args, changed = self.redactor.apply("arguments", value["arguments"])
             if changed:
                 value = dict(value)
