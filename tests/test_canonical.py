@@ -225,6 +225,28 @@ def test_canonical_bytes_encoded_matches_rfc8785(value):
 def test_canonical_bytes_encoded_of_encoded_values_matches_rfc8785(value):
     encoded = encode(value)
     assert canonical.canonical_bytes_encoded(encoded) == rfc8785.dumps(encoded)
+    # encode() leaves no NaN nor infinity (they become $float tags): finite=True is exact on its output
+    assert canonical.canonical_bytes_encoded(encoded, finite=True) == rfc8785.dumps(encoded)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=5), st.none() | st.floats(allow_nan=False, allow_infinity=False)
+                       | st.integers(-(2**53 - 1), 2**53 - 1) | st.text(max_size=5), max_size=6))
+def test_finite_keeps_orjson_bytes_beside_nulls_and_floats(value):
+    """With a null beside floats, finite=True takes orjson's bytes (then its number checks), not json's."""
+    value = {**value, "approval": None, "x": 0.5}
+    assert canonical.canonical_bytes_encoded(value, finite=True) == rfc8785.dumps(value)
+
+
+def test_finite_takes_orjson_where_nulls_would_send_the_value_to_json(monkeypatch):
+    value = {"approval": None, "elapsed_s": 0.040243, "n": 3}
+    calls = []
+    real = canonical._fast_dumps
+    monkeypatch.setattr(canonical, "_fast_dumps", lambda v: calls.append(v) or real(v))
+    assert canonical.canonical_bytes_encoded(value, finite=True) == rfc8785.dumps(value)
+    assert calls == []
+    assert canonical.canonical_bytes_encoded(value) == rfc8785.dumps(value)
+    assert calls == [value]  # without the promise, a null may be orjson's NaN: the json writer decides
 
 
 def test_canonical_bytes_encoded_takes_the_c_writer_only_where_it_is_exact(monkeypatch):

@@ -94,7 +94,7 @@ def canonical_bytes(value: Any) -> bytes:
         raise CanonicalizationError(f"cannot canonicalize: {type(exc).__name__}: {exc}") from exc
 
 
-def canonical_bytes_encoded(value: Any, *, floats: bool = True) -> bytes:
+def canonical_bytes_encoded(value: Any, *, floats: bool = True, finite: bool = False) -> bytes:
     """:func:`canonical_bytes` of a value that :func:`encode` could have returned: every object key
     a ``str``, every integer within ±(2**53 − 1).
 
@@ -127,6 +127,11 @@ def canonical_bytes_encoded(value: Any, *, floats: bool = True) -> bytes:
         floats: False only where the caller knows that ``value`` holds no ``float``
             (:func:`_encode_noting_floats` said so, and nothing since added one): the
             number and NaN checks on orjson's bytes are then skipped.
+        finite: True only where the caller knows that every float in ``value`` is finite
+            (:func:`encode` writes NaN and the infinities as ``$float`` tags, and nothing
+            since added one): a ``null`` in orjson's bytes is then a JSON null, not a NaN,
+            and orjson's bytes are kept (with the number checks) instead of the ``json``
+            writer's. For a decision event, whose payload holds nulls, that is 4 µs against 25.
 
     Raises:
         CanonicalizationError: as :func:`canonical_bytes`.
@@ -135,7 +140,7 @@ def canonical_bytes_encoded(value: Any, *, floats: bool = True) -> bytes:
         data = orjson.dumps(value, option=_ORJSON_OPTIONS)
     except Exception:  # a subclass, a big integer, a surrogate, depth, a cycle: the next writers decide
         data = None
-    if data is not None and (not floats or b"null" not in data):
+    if data is not None and (not floats or finite or b"null" not in data):
         if data[:1] in _NUMBER_START_BYTES or data.count(b"{") + data.count(b"[") > MAX_DEPTH or (
                 floats and _exact_number_needed(data)):
             return canonical_bytes(value)
