@@ -8,8 +8,11 @@ each module stays readable; :class:`SqliteQueries` is mixed into
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from typing import Any, Sequence
+
+import orjson
 
 from sealbox.errors import BlobNotFoundError
 from sealbox.events import Event
@@ -376,6 +379,20 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
 
 
 _scan_json = json.JSONDecoder().scan_once  # json.loads without its wrapper (the text is SQLite's own JSON)
+#: An integer orjson would not return exactly (beyond 64 bits it gives a float): 19 digits or more.
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
+
+
+def _parse_call(text: str) -> Any:
+    """``json.loads`` of SQLite's JSON text, by orjson (about three times faster on a listing)
+    where it gives the same values: not where an integer may exceed 64 bits, and not where it
+    refuses the text (a lone surrogate escape, a number past the double range)."""
+    if _LONG_DIGITS.search(text) is None:
+        try:
+            return orjson.loads(text)
+        except ValueError:
+            pass
+    return _scan_json(text, 0)[0]
 _UNRUN = {"allow": "unknown", "require_approval": "held"}
 
 
@@ -386,7 +403,7 @@ def _call_rows(recs: Any, resolve: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     append = out.append
     for ts, run_id, agent, principal, step, call_id, server, tool, call, effect, rule, code, ok, error, duration, _ in recs:
-        exposed, grant, value = _scan_json(call, 0)[0]  # [exposed, grant, arguments]
+        exposed, grant, value = _parse_call(call)  # [exposed, grant, arguments]
         if value is not None and '"$blob"' in call:
             value = resolve(value)
         if ok is None:
