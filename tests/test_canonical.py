@@ -788,3 +788,38 @@ def test_cycles_and_depth_still_become_lossy_through_encode() -> None:
     assert canonical.encode(deep, max_depth=4) == [[{"$lossy": {"reason": "depth", "type": "builtins.list",
                                                                 "repr": "[[[[...]]]]"}}]]
     assert not canonical.is_lossy(canonical.encode(deep, max_depth=12))
+
+
+def test_encode_never_raises_when_its_fast_path_fails(monkeypatch):
+    """Whatever goes wrong in the plain-JSON fast path, the encoder decides (encode never raises)."""
+    def broken(*_args):
+        raise RuntimeError("dictionary changed size during iteration")
+
+    monkeypatch.setattr(canonical, "_copy_plain", broken)
+    assert encode({"a": [1, "x"]}) == {"a": [1, "x"]}
+    assert canonical._encode_noting_floats({"f": 1.5}) == ({"f": 1.5}, True)
+
+
+def test_encode_of_a_dict_changed_by_another_thread_does_not_raise():
+    """A regression: a plain dict mutated by another thread while it was copied raised RuntimeError."""
+    import threading
+
+    shared = {f"k{i}": [i, "v", {"a": 1.5}] for i in range(50_000)}
+    stop = threading.Event()
+
+    def mutate() -> None:
+        i = 0
+        while not stop.is_set():
+            shared[f"n{i % 500}"] = i
+            shared.pop(f"n{(i + 250) % 500}", None)
+            i += 1
+
+    worker = threading.Thread(target=mutate)
+    worker.start()
+    try:
+        for _ in range(5):
+            out = encode({"arguments": shared})  # must not raise; may be $lossy where the walk saw the change
+            assert isinstance(out, dict) and set(out) == {"arguments"}
+    finally:
+        stop.set()
+        worker.join()

@@ -435,7 +435,7 @@ def _encode_noting_floats(value: Any, *, max_depth: int = MAX_DEPTH) -> tuple[An
     seen = [False]
     try:
         return _copy_plain(value, 0, depth, seen), seen[0]
-    except _NotPlain:  # anything else than plain I-JSON: the encoder decides
+    except Exception:  # noqa: BLE001 - not plain I-JSON (_NotPlain), or a dict changed meanwhile: the encoder decides
         pass
     encoder = _Encoder(depth)
     return encoder.enc(value, 0), encoder.floats

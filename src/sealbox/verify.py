@@ -348,6 +348,19 @@ _RAW, _HASH, _COLUMNS = itemgetter(1), itemgetter(2), itemgetter(3)
 _ONLY_BYTES, _ONLY_TUPLE = {bytes}, {tuple}
 
 
+def _as_blob(value: Any) -> bytes:
+    """A stored BLOB column's value as bytes. SQLite's column affinity lets other types in (a
+    row changed below Sealbox can hold TEXT or a number there): those become bytes too (of the
+    text, or of its repr), which then differ from what is expected and are reported, not raised."""
+    if type(value) is bytes:
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    return repr(value).encode("utf-8")
+
+
 class EventVerifier:
     """Checks events one by one in log order: leaf hashes, envelopes and run chains.
 
@@ -403,7 +416,7 @@ class EventVerifier:
                 return
             if (set(map(type, map(_RAW, chunk))) != _ONLY_BYTES or set(map(type, map(_HASH, chunk))) != _ONLY_BYTES
                     or set(map(type, map(_COLUMNS, chunk))) != _ONLY_TUPLE):
-                chunk = [(leaf_index, bytes(raw), bytes(stored_hash), tuple(columns))
+                chunk = [(leaf_index, _as_blob(raw), _as_blob(stored_hash), tuple(columns))
                          for leaf_index, raw, stored_hash, columns in chunk]
             leaves = [_SHA256(b"\x00" + row[1]).digest() for row in chunk]
             self._check_rows(chunk, leaves, True, True)
@@ -546,10 +559,10 @@ class EventVerifier:
                 expected=f"leaf {self._next_index}", found=f"leaf {leaf_index}",
             )))
         self._next_index = leaf_index + 1
-        if stored_hash is not None and bytes(stored_hash) != leaf:
+        if stored_hash is not None and _as_blob(stored_hash) != leaf:
             self.problems.append(self._at(env, leaf_index, Problem(
-                "leaf_hash_mismatch", "the event's bytes do not hash to its stored leaf hash (the bytes were changed)",
-                expected="sha256:" + leaf.hex(), found="sha256:" + bytes(stored_hash).hex(),
+                "leaf_hash_mismatch", "the event's bytes do not hash to its stored leaf hash (the bytes or the stored hash were changed)",
+                expected="sha256:" + leaf.hex(), found="sha256:" + _as_blob(stored_hash).hex(),
             )))
         if env is not None:
             self._check_columns(env, leaf_index, columns)
@@ -775,7 +788,7 @@ def _canonical_problems(rows: Iterable[tuple]) -> Iterator[Problem]:
     from sealbox.errors import CanonicalizationError
 
     for leaf_index, raw, _stored_hash, columns in rows:
-        raw = bytes(raw)
+        raw = _as_blob(raw)
         where = {"run_id": columns[0], "run_seq": columns[1], "kind": columns[2], "leaf_index": leaf_index}
         try:
             again = canonical_bytes(json.loads(raw))
@@ -1031,12 +1044,18 @@ class _NodeChecker:
         for completed in window:
             self._check_one(completed)
 
+    def _int_levels(self) -> list[int]:
+        return [lv for lv in self.store.node_levels() if type(lv) is int]
+
+    def _odd_levels(self) -> list[Any]:
+        return sorted((lv for lv in self.store.node_levels() if type(lv) is not int), key=repr)
+
     def _check_optional(self, level: int, first: int, hashes: list[bytes]) -> None:
         """Rows of a level the store no longer writes (below ``stored_node_level``), nodes
         ``first`` .. ``first + len(hashes) - 1``, where the store holds any (written before
         2026-12): each must equal its recomputed node; absent ones are not missing."""
         if self._present is None:
-            self._present = {lv for lv in self.store.node_levels() if lv < self._min_level}
+            self._present = {lv for lv in self._int_levels() if lv < self._min_level}
         if level not in self._present:
             return
         end = first + len(hashes)
@@ -1047,14 +1066,17 @@ class _NodeChecker:
         stored = self._peek(level)
         while stored is not None and stored[0] < end:
             idx = stored[0]
-            if idx < first:
+            if type(idx) is not int:
+                self.problems.append(Problem("tree_node_extra", f"tree node ({level}, {idx!r}) has an index that "
+                                             "is not an integer (a row changed below Sealbox)"))
+            elif idx < first:
                 self.problems.append(Problem("tree_node_extra", f"tree node ({level}, {idx}) covers leaves "
                                              "that are not in the log"))
-            elif bytes(stored[1]) != hashes[idx - first]:
+            elif _as_blob(stored[1]) != hashes[idx - first]:
                 self.problems.append(Problem(
                     "tree_node_mismatch", f"stored tree node ({level}, {idx}) differs from the recomputed one "
                     "(a row of a level this store no longer writes or reads)",
-                    expected="sha256:" + hashes[idx - first].hex(), found="sha256:" + bytes(stored[1]).hex(),
+                    expected="sha256:" + hashes[idx - first].hex(), found="sha256:" + _as_blob(stored[1]).hex(),
                 ))
             stored = self._advance(level)
 
@@ -1071,11 +1093,11 @@ class _NodeChecker:
                 self.problems.append(Problem("tree_node_missing", f"tree node ({level}, {idx}) is not stored"))
                 continue
             self._advance(level)
-            if bytes(stored[1]) != want:
+            if _as_blob(stored[1]) != want:
                 self.problems.append(Problem(
                     "tree_node_mismatch", f"stored tree node ({level}, {idx}) differs from the recomputed one "
                     "(proofs served by this store would be wrong)",
-                    expected="sha256:" + want.hex(), found="sha256:" + bytes(stored[1]).hex(),
+                    expected="sha256:" + want.hex(), found="sha256:" + _as_blob(stored[1]).hex(),
                 ))
 
     def finish(self) -> list[Problem]:
@@ -1085,7 +1107,10 @@ class _NodeChecker:
         node above it), so at most :data:`MAX_NODE_PROBLEMS` are listed, then a count.
         """
         self._flush()
-        for level in sorted(set(self._cursors) | set(self.store.node_levels())):
+        for level in self._odd_levels():
+            self.problems.append(Problem("tree_node_extra", f"tree_nodes holds rows at level {level!r}, which is "
+                                         "not a tree level (a row changed below Sealbox)"))
+        for level in sorted(set(self._cursors) | set(self._int_levels())):
             stored = self._peek(level)
             while stored is not None:
                 self.problems.append(Problem("tree_node_extra", f"tree node ({level}, {stored[0]}) covers leaves beyond the log"))

@@ -165,3 +165,63 @@ def test_a_small_subtree_whose_leaves_are_gone_is_a_store_error(tmp_path: Path) 
             store.inclusion_proof(3, 8)
     finally:
         store.close()
+
+
+def test_the_layout_is_schema_5_so_older_versions_refuse_the_store(tmp_path: Path) -> None:
+    """Migration 0005 marks the layout: an older Sealbox (which knows 4 migrations) refuses the store
+    as newer than it instead of reporting the rows it expects as missing; a schema-4 store is
+    upgraded by its first writer, and read-only opens say so until then."""
+    from sealbox import SchemaVersionError
+    from sealbox.store import migrate
+
+    path = tmp_path / "s"
+    _fill(path, 3)
+    assert _rows(path, "SELECT max(version) FROM schema_migrations") == [(5,)]
+    assert _rows(path, "SELECT value FROM store_meta WHERE key = 'tree_stored_node_level'") == [(str(STORED_NODE_LEVEL),)]
+    known4 = [m for m in migrate.load_migrations("sqlite") if m.version <= 4]
+    applied = dict(_rows(path, "SELECT version, checksum FROM schema_migrations"))
+    with pytest.raises(SchemaVersionError, match="schema version 5, newer than this Sealbox supports \\(4\\)"):
+        migrate.check_applied(applied, known4, str(path))  # what a version with 4 migrations does at open
+
+    with closing_db(path) as db:  # back to schema 4, as a store written before the change
+        db.execute("DELETE FROM schema_migrations WHERE version = 5")
+        db.execute("DELETE FROM store_meta WHERE key = 'tree_stored_node_level'")
+    with pytest.raises(SchemaVersionError, match="pending migrations \\[5\\]"):
+        open_store(path, readonly=True)
+    _fill(path, 1, init=False)  # a writer upgrades it
+    assert _rows(path, "SELECT max(version) FROM schema_migrations") == [(5,)]
+    assert verify_store(open_store(path, readonly=True)).ok
+
+
+@pytest.mark.parametrize("old_layout, sql, code, words", [
+    (False, "UPDATE tree_nodes SET hash = 'not-a-hash' WHERE level = 4 AND idx = 0", "tree_node_mismatch", "(4, 0)"),
+    (False, "INSERT INTO tree_nodes VALUES (1, 3, 'zz')", "tree_node_mismatch", "(1, 3)"),
+    (True, "UPDATE tree_nodes SET hash = 'not-a-hash' WHERE level = 1 AND idx = 4", "tree_node_mismatch", "(1, 4)"),
+    (True, "UPDATE tree_nodes SET idx = 2.5 WHERE level = 2 AND idx = 2", "tree_node_extra", "(2, 2.5)"),
+    (True, "UPDATE tree_nodes SET level = 'x' WHERE level = 3 AND idx = 1", "tree_node_extra", "level 'x'"),
+    (False, "UPDATE events SET leaf_hash = 'zz' WHERE leaf_index = 9", "leaf_hash_mismatch", "stored hash"),
+])
+def test_rows_of_the_wrong_type_are_reported_not_raised(tmp_path: Path, old_layout: bool, sql: str, code: str,
+                                                        words: str) -> None:
+    """SQLite's affinity lets TEXT or a REAL into these columns when a row is changed below Sealbox:
+    verify names the row (it used to stop with a TypeError)."""
+    path = tmp_path / "s"
+    _fill(path, 20)
+    if old_layout:
+        _write_old_layout(path)
+    tamper(path, sql)
+    report = verify_store(open_store(path, readonly=True))
+    assert code in [p.code for p in report.problems], report.problems
+    assert any(words in p.message for p in report.problems if p.code == code), report.problems
+
+
+def test_a_leaf_hash_of_the_wrong_type_makes_proofs_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    _fill(path, 20)
+    tamper(path, "UPDATE events SET leaf_hash = 'zz' WHERE leaf_index = 9")
+    store = open_store(path, readonly=True)
+    try:
+        with pytest.raises(StoreError, match="the leaf hash of event 9 is not a 32-byte hash"):
+            store.inclusion_proof(8, 16)
+    finally:
+        store.close()

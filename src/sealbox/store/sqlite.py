@@ -50,6 +50,7 @@ from sealbox import blobs as _blobs
 from sealbox.errors import (
     BlobNotFoundError,
     NotAStoreError,
+    ProofError,
     SchemaVersionError,
     SealboxError,
     StoreError,
@@ -139,7 +140,9 @@ class _Txn:
         row = self.conn.execute(
             "SELECT run_seq, leaf_hash, kind FROM events WHERE run_id = ? ORDER BY run_seq DESC LIMIT 1", (run_id,)
         ).fetchone()
-        return None if row is None else (row[0], row[1], row[2])
+        if row is None:
+            return None
+        return row[0], _hash_value(row[1], f"the leaf hash of run {run_id}'s event {row[0]}"), row[2]
 
     def tree_size(self) -> int:
         if self._size is None:
@@ -156,8 +159,9 @@ class _Txn:
         row = self.conn.execute("SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?", (level, index)).fetchone()
         if row is None:
             raise StoreError(f"tree node ({level}, {index}) is missing: the store is damaged (run `sealbox verify`)")
-        self._nodes[(level, index)] = row[0]
-        return row[0]
+        h = _hash_value(row[0], f"tree node ({level}, {index})")
+        self._nodes[(level, index)] = h
+        return h
 
     def _small_node(self, level: int, index: int) -> bytes:
         """The hash of full subtree ``(level, index)`` below :data:`STORED_NODE_LEVEL`, from its
@@ -175,7 +179,7 @@ class _Txn:
             for i, h in self.conn.execute(
                     "SELECT leaf_index, leaf_hash FROM events WHERE leaf_index >= ? AND leaf_index < ?",
                     (block, block + (1 << STORED_NODE_LEVEL))):
-                cache.setdefault((0, i), bytes(h))
+                cache.setdefault((0, i), _hash_value(h, f"the leaf hash of event {i}"))
             nodes = [cache.get((0, i)) for i in range(first, first + count)]
             if None in nodes:
                 raise StoreError(f"tree node ({level}, {index}) cannot be computed: leaf {first + nodes.index(None)} "
@@ -236,6 +240,15 @@ class _Txn:
 
     def checkpoint_inserted(self, size: int) -> None:
         self._ckpt_size = max(self.latest_checkpoint_size(), size)
+
+
+def _hash_value(value: Any, what: str) -> bytes:
+    """A stored 32-byte hash, or StoreError: SQLite's affinity lets TEXT or a number into a BLOB
+    column changed below Sealbox, which must not surface as a TypeError or a wrong proof."""
+    if type(value) is not bytes or len(value) != merkle.HASH_SIZE:
+        raise StoreError(f"{what} is not a 32-byte hash ({type(value).__name__}): the store is damaged "
+                         "(run `sealbox verify`)")
+    return value
 
 
 def _expected_triggers() -> dict[str, str]:
@@ -1002,7 +1015,13 @@ class SqliteStore(SqliteQueries):
             root = merkle.root_at(size, txn.get_node)
             if row is not None and row[0] > 0:
                 proof = merkle.consistency_proof(row[0], size, txn.get_node)
-                merkle.verify_consistency(row[0], size, proof, row[1], root)
+                try:
+                    merkle.verify_consistency(row[0], size, proof, row[1], root)
+                except ProofError as exc:
+                    raise StoreError(
+                        f"refusing to sign a checkpoint of {size} events: the tree is not consistent with the signed "
+                        f"checkpoint of {row[0]} ({exc}): the store was changed below Sealbox (run `sealbox verify`)"
+                    ) from exc
             plain = self._insert_checkpoint(txn, Checkpoint(self.origin, size, root), now)
         if not body.extensions:
             return plain, plain

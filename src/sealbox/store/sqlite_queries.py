@@ -11,8 +11,6 @@ import json
 import sqlite3
 from typing import Any, Sequence
 
-import orjson
-
 from sealbox.errors import BlobNotFoundError
 from sealbox.events import Event
 from sealbox.store.base import hash_tag
@@ -378,21 +376,6 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
 
 
 _scan_json = json.JSONDecoder().scan_once  # json.loads without its wrapper (the text is SQLite's own JSON)
-
-
-def _parse_call(text: str) -> Any:
-    """``json.loads`` of SQLite's JSON text of a stored event, by orjson (about twice as fast on
-    a listing), falling back to json where orjson refuses the text (a lone surrogate escape, a
-    number past the double range). The two agree on every value Sealbox writes: integers in
-    the hashed bytes stay within ±(2^53 − 1) (larger ones are ``$bigint`` tags), and orjson
-    differs only beyond 64 bits, where it returns a float (only bytes written below Sealbox
-    could hold such a number, and ``sealbox verify`` names them)."""
-    try:
-        return orjson.loads(text)
-    except ValueError:
-        return _scan_json(text, 0)[0]
-
-
 _UNRUN = {"allow": "unknown", "require_approval": "held"}
 
 
@@ -403,7 +386,7 @@ def _call_rows(recs: Any, resolve: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     append = out.append
     for ts, run_id, agent, principal, step, call_id, server, tool, call, effect, rule, code, ok, error, duration, _ in recs:
-        exposed, grant, value = _parse_call(call)  # [exposed, grant, arguments]
+        exposed, grant, value = _scan_json(call, 0)[0]  # [exposed, grant, arguments]
         if value is not None and '"$blob"' in call:
             value = resolve(value)
         if ok is None:

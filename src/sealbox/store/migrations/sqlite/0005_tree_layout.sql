@@ -1,0 +1,14 @@
+-- Sealbox schema 5: tree_nodes holds only the full subtrees of 16 leaves or more.
+--
+-- From this schema on, a store writes a tree_nodes row only for a full subtree
+-- of 2^4 = 16 leaves or more (store/sqlite.py, STORED_NODE_LEVEL); smaller ones,
+-- the leaves included, are computed from the events' leaf_hash when a proof or
+-- an append needs them (docs/storage.md, "The Merkle tree in SQL"). 15 appends
+-- in 16 then write one B-tree page less.
+--
+-- Nothing in the tables changes: rows of levels 0 to 3 that earlier versions
+-- wrote stay, are still verified, and are no longer read. The migration is what
+-- tells an older Sealbox, which expects every level in tree_nodes and would
+-- report the missing rows as tampering, that the store is newer than it
+-- (SchemaVersionError: "newer than this Sealbox supports; upgrade sealbox").
+INSERT OR REPLACE INTO store_meta (key, value) VALUES ('tree_stored_node_level', '4');
