@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from itertools import islice
 from operator import itemgetter
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from sealbox import blobs as _blobs
 from sealbox import events as _events
@@ -690,6 +690,73 @@ def compare_checkpoints(checkpoints: list[tuple[str, Checkpoint]], roots: dict[i
     return problems, (best.size if best else 0), ("sha256:" + best.root.hex() if best else None)
 
 
+def _note_checkpoint(note: Any) -> Checkpoint | None:
+    """The checkpoint a note's text states (its signatures not checked), or None when unreadable."""
+    if not isinstance(note, str) or "\n\n" not in note:
+        return None
+    try:
+        return Checkpoint.parse(note.split("\n\n", 1)[0] + "\n")
+    except NoteError:
+        return None
+
+
+def check_checkpoint_rows(rows: Iterable[tuple[Any, Any, Any, Any]], file_note: str | None,
+                          events: int) -> list[Problem]:
+    """The checkpoints table against what its notes sign, and against deletion.
+
+    Each row's ``tree_size`` and ``root_hash`` columns must be what its note states (the
+    rollback guard and the signer read them); row ids must run 1, 2, ... without a gap (a
+    deleted checkpoint leaves one); a store holding events has at least the checkpoint
+    ``init`` signs; and the checkpoint in ``DIR/checkpoint`` (written after its row is
+    committed) must be one of the rows. A note that does not parse is reported by the
+    signature checks, not here.
+
+    Args:
+        rows: (id, tree_size, root_hash, note) as stored, by id.
+        file_note: the text of ``DIR/checkpoint``, or None.
+        events: the number of events in the log.
+    """
+    problems: list[Problem] = []
+    ids, stated, unreadable = [], set(), False
+    for position, (row_id, size, root, note) in enumerate(rows, 1):
+        ids.append(row_id)
+        cp = _note_checkpoint(note)
+        if cp is None:
+            unreadable = True
+            continue
+        stated.add((cp.size, cp.root))
+        if size != cp.size or type(size) is not int or _as_blob(root) != cp.root:
+            found_root = "sha256:" + _as_blob(root).hex() if type(root) is bytes else repr(root)
+            problems.append(Problem(
+                "checkpoint_row_mismatch", f"checkpoint {position} (size {cp.size}): the table's tree_size and "
+                "root_hash differ from what its note signs (the checkpoints table was changed below Sealbox)",
+                expected=f"size {cp.size}, root sha256:{cp.root.hex()}", found=f"size {size!r}, root {found_root}",
+            ))
+    present = {i for i in ids if type(i) is int}
+    gaps = sorted(set(range(1, max(present, default=0) + 1)) - present)
+    if gaps:
+        shown = ", ".join(map(str, gaps[:10])) + (f" and {len(gaps) - 10} more" if len(gaps) > 10 else "")
+        problems.append(Problem(
+            "checkpoint_missing", f"signed checkpoints were deleted from the store (row id{'s' if len(gaps) > 1 else ''} "
+            f"{shown} {'are' if len(gaps) > 1 else 'is'} missing)",
+            expected=f"rows 1 to {max(present)}", found=f"{len(present)} rows",
+        ))
+    if not ids and events > 1:
+        problems.append(Problem(
+            "checkpoint_missing", "the store holds no signed checkpoint, though init signs one: its checkpoints were "
+            "deleted (verify against a checkpoint kept elsewhere: sealbox verify --checkpoint FILE)",
+            expected="at least the checkpoint signed at init", found="none",
+        ))
+    in_file = _note_checkpoint(file_note) if file_note is not None else None
+    if in_file is not None and not unreadable and in_file.size <= events and (in_file.size, in_file.root) not in stated:
+        problems.append(Problem(
+            "checkpoint_missing", "the checkpoint file holds a checkpoint the checkpoints table does not "
+            "(it is written after its row: the row was deleted, or the file is another log's)",
+            expected=f"a row of size {in_file.size}", found="no such row",
+        ))
+    return problems
+
+
 def _open_checkpoint(where: str, note: str, verifier: Verifier | None, origin: str | None,
                      problems: list[Problem]) -> Checkpoint | None:
     """One validly signed checkpoint, or None with the problem appended."""
@@ -715,6 +782,9 @@ def _signers(note: str) -> str:
     return "signatures by " + (", ".join(names) if names else "nobody")
 
 
+_REF_MATCH = re.compile(r"sha256:[0-9a-f]{64}\Z").match
+
+
 def check_blobs(rows: Iterable[tuple[str, bytes | None, bytes | None]], refs: set[str],
                 erased: set[str]) -> tuple[list[Problem], int]:
     """Check every blob against its commitment and that every referenced blob exists.
@@ -731,7 +801,15 @@ def check_blobs(rows: Iterable[tuple[str, bytes | None, bytes | None]], refs: se
     for ref, salt, content in rows:
         count += 1
         present.add(ref)
-        if content is None or salt is None:
+        if type(ref) is not str or _REF_MATCH(ref) is None:
+            problems.append(Problem("blob_malformed", f"a blob row's ref {ref!r} is not a commitment "
+                                    "(sha256:<64 hex>): a row added below Sealbox"))
+            continue
+        if content is not None and salt is None:
+            problems.append(Problem("blob_salt_missing", f"blob {ref} has content but no salt, so its commitment "
+                                    "cannot be checked (an erasure removes both: the salt was removed below Sealbox)"))
+            continue
+        if content is None:
             if ref not in erased:
                 problems.append(Problem("blob_erased_silently", f"blob {ref} has no content and no content.erased event"))
             continue
@@ -750,7 +828,8 @@ def check_blobs(rows: Iterable[tuple[str, bytes | None, bytes | None]], refs: se
     return problems, count
 
 
-def verify_store(store: Any, *, trusted_vkey: str | None = None, canonical: bool = False) -> VerifyReport:
+def verify_store(store: Any, *, trusted_vkey: str | None = None, canonical: bool = False,
+                 checkpoints: Sequence[tuple[str, str]] = ()) -> VerifyReport:
     """Verify everything in ``store`` from its raw bytes.
 
     Args:
@@ -758,6 +837,11 @@ def verify_store(store: Any, *, trusted_vkey: str | None = None, canonical: bool
             ``checkpoints``, ``iter_blobs``, ``checkpoint_file_note``, ``origin``).
         trusted_vkey: the verifier key to trust (C2SP vkey). Default: the key
             pinned at ``init``; pass one kept elsewhere to defeat a rewritten store.
+        checkpoints: (name, signed note) of checkpoints kept outside the store (e.g. what
+            ``sealbox log checkpoint`` printed earlier, saved elsewhere): each must verify with the
+            trusted key and the events must reproduce its root, so a store whose checkpoints were
+            deleted or rewritten, or whose log was cut back, is still caught (C2SP
+            tlog-checkpoint: a client holds the newest checkpoint it has seen).
         canonical: also check that every event's hashed bytes are exactly the RFC 8785
             (JCS) form of what they parse to, with the reference writer
             (:func:`sealbox.canonical.canonical_bytes`): problem ``not_canonical``. Off by
@@ -775,7 +859,7 @@ def verify_store(store: Any, *, trusted_vkey: str | None = None, canonical: bool
     file_note = store.checkpoint_file_note()  # read before the snapshot: it never runs ahead of it
     snapshot = store.read_snapshot() if hasattr(store, "read_snapshot") else contextlib.nullcontext()
     with snapshot:
-        report = _verify_snapshot(store, verifier, file_note, started)
+        report = _verify_snapshot(store, verifier, file_note, started, tuple(checkpoints))
         if not canonical:
             return report
         extra = tuple(_canonical_problems(store.iter_rows()))
@@ -805,11 +889,13 @@ def _canonical_problems(rows: Iterable[tuple]) -> Iterator[Problem]:
                       found=raw[max(0, at - 20):at + 20].decode("utf-8", "replace"), **where)
 
 
-def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | None, started: float) -> VerifyReport:
+def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | None, started: float,
+                     external: tuple[tuple[str, str], ...] = ()) -> VerifyReport:
     cps = store.checkpoints()
     notes = [(f"checkpoint {i + 1} (size {c.tree_size})", c.note) for i, c in enumerate(cps)]
     if file_note is not None:
         notes.append(("the newest checkpoint file", file_note))
+    notes.extend(external)
     note_problems, signed_cps = open_checkpoints(notes, verifier, store.origin or None)
     nodes = _NodeChecker(store)
     ev = EventVerifier(root_sizes={cp.size for _, cp in signed_cps}, on_nodes=nodes)  # nodes.check_levels per chunk
@@ -819,11 +905,17 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
         problems.append(Problem("system_run_missing", "the store's system run has no events"))
     problems.extend(nodes.finish())
     problems.extend(note_problems)
+    if hasattr(store, "iter_checkpoint_rows"):
+        problems.extend(check_checkpoint_rows(store.iter_checkpoint_rows(), file_note, ev.tree.size))
     cp_problems, signed, root = compare_checkpoints(signed_cps, ev.roots, ev.tree.size)
     problems.extend(cp_problems)
     erased = {env["payload"]["blob"] for _, env in ev.envelopes_by_kind.get("content.erased", [])}
     blob_problems, nblobs = check_blobs(store.iter_blobs(), ev.refs, erased)
     problems.extend(blob_problems)
+    for ref, size, length in store.blob_size_mismatches() if hasattr(store, "blob_size_mismatches") else ():
+        problems.append(Problem("blob_size_mismatch", f"blob {ref}: the size column differs from its content's "
+                                "length (the blobs table was changed below Sealbox)",
+                                expected=f"{length} bytes", found=repr(size)))
     if hasattr(store, "iter_snapshots"):
         problems.extend(check_snapshots(store.iter_snapshots(), ev.envelopes_by_kind.get("run.started", [])))
     if hasattr(store, "iter_run_rows"):

@@ -944,3 +944,137 @@ def test_content_settings_rewritten_without_a_change_of_meaning_still_open(tmp_p
         db.execute("UPDATE store_meta SET value = ? WHERE key = 'content'", (json.dumps(doc, indent=3),))
     open_store(tmp_path / "s").close()
     assert verify(tmp_path / "s").ok
+
+
+# --------------------------------------------------------------------------- the checkpoints table itself
+
+
+def test_a_checkpoint_root_column_changed_is_named_and_never_signed_again(s: Sample) -> None:
+    """The signer used to reuse the newest row's root_hash column when the log had not grown:
+    a zeroed column became a signed false checkpoint (and an export proving nothing)."""
+    cid, size, text = checkpoint_rows(s.path)[2]
+    signed_root = Checkpoint.parse(text.split("\n\n", 1)[0] + "\n").root
+    tamper(s.path, ("UPDATE checkpoints SET root_hash = zeroblob(32) WHERE id = ?", (cid,)))
+    report = verify(s.path)
+    assert [(p.code, p.expected, p.found) for p in report.problems] == [(
+        "checkpoint_row_mismatch", f"size 19, root sha256:{signed_root.hex()}", f"size 19, root sha256:{'00' * 32}")]
+    assert report.problems[0].message.startswith("checkpoint 3 (size 19): the table's tree_size and root_hash differ")
+    store = open_store(s.path)
+    with pytest.raises(sealbox.StoreError, match=r"differ from its signed note \(19, sha256:" + signed_root.hex()):
+        store.issue_checkpoint(["sealbox-test/v1 x"])
+    store.close()  # nothing new to sign: close signs nothing either
+    assert [r[0] for r in checkpoint_rows(s.path)] == [1, 2, 3]
+
+
+def test_a_checkpoint_size_column_changed_is_named_and_refused(s: Sample) -> None:
+    """tree_size feeds the rollback guard: lowering it must not pass verify."""
+    cid, _, _ = checkpoint_rows(s.path)[2]
+    tamper(s.path, ("UPDATE checkpoints SET tree_size = 18 WHERE id = ?", (cid,)))
+    report = verify(s.path)
+    assert [(p.code, p.found.split(",")[0]) for p in report.problems] == [("checkpoint_row_mismatch", "size 18")]
+    store = open_store(s.path)
+    store.append(note("system", "one more"))  # the log grows; the consistency proof must start at what was signed
+    with pytest.raises(sealbox.StoreError, match=r"tree_size and root_hash \(18, "):
+        store.issue_checkpoint()
+    store._signer = None  # the test's own close: do not try to sign again
+    store.close()
+
+
+def test_a_checkpoint_root_column_of_another_type_is_reported_not_crashed_on(s: Sample) -> None:
+    tamper(s.path, "UPDATE checkpoints SET root_hash = 'abc' WHERE id = 1")
+    store = open_store(s.path, readonly=True)
+    assert store.checkpoints()[0].root_hash == b"abc"
+    store.close()
+    report = verify(s.path)
+    assert [(p.code, p.found) for p in report.problems] == [("checkpoint_row_mismatch", "size 1, root 'abc'")]
+
+
+def test_a_deleted_middle_checkpoint_is_named(s: Sample) -> None:
+    tamper(s.path, "DELETE FROM checkpoints WHERE id = 2")
+    report = verify(s.path)
+    assert [(p.code, p.message, p.expected, p.found) for p in report.problems] == [(
+        "checkpoint_missing", "signed checkpoints were deleted from the store (row id 2 is missing)",
+        "rows 1 to 3", "2 rows")]
+
+
+def test_a_deleted_newest_checkpoint_is_named_by_the_checkpoint_file(s: Sample) -> None:
+    tamper(s.path, "DELETE FROM checkpoints WHERE id = 3")
+    report = verify(s.path)
+    assert [(p.code, p.expected) for p in report.problems] == [("checkpoint_missing", "a row of size 19")]
+    assert report.problems[0].message.startswith("the checkpoint file holds a checkpoint the checkpoints table does not")
+
+
+def test_every_checkpoint_deleted_with_the_file_is_not_intact(s: Sample) -> None:
+    tamper(s.path, "DELETE FROM checkpoints")
+    (s.path / "checkpoint").unlink()
+    report = verify(s.path)
+    assert [p.code for p in report.problems] == ["checkpoint_missing"]
+    assert "verify against a checkpoint kept elsewhere" in report.problems[0].message
+    res = run_cli("verify", "-s", str(s.path))
+    assert res.returncode == 1 and res.stdout.splitlines()[-1].startswith("NOT VERIFIED: 1 problem(s)")
+
+
+def test_a_checkpoint_kept_elsewhere_catches_a_cut_log_whose_checkpoints_went_with_it(s: Sample, tmp_path: Path) -> None:
+    """The attacker cuts the log back to 11 events, deletes the checkpoint rows and the file that
+    covered the rest (row ids stay contiguous): nothing inside the store shows it. A checkpoint saved
+    earlier with `sealbox log checkpoint` does."""
+    saved = tmp_path / "saved.txt"
+    res = run_cli("log", "checkpoint", "-s", str(s.path))
+    assert res.returncode == 0 and res.stdout.split("\n")[1] == "19"
+    saved.write_text(res.stdout)
+    saved_json = tmp_path / "saved.json"
+    saved_json.write_text(run_cli("log", "checkpoint", "-s", str(s.path), "--json").stdout)
+    tamper(s.path, "DELETE FROM events WHERE leaf_index >= 11", "DELETE FROM tree_nodes WHERE ((idx + 1) << level) > 11",
+           "DELETE FROM checkpoints WHERE tree_size > 11", "DELETE FROM runs WHERE leaf_index >= 11")
+    (s.path / "checkpoint").unlink()
+    assert verify(s.path).ok  # what the folder alone can show
+    for kept in (saved, saved_json):
+        res = run_cli("verify", "-s", str(s.path), "--checkpoint", str(kept), "--key", s.vkey)
+        assert res.returncode == 1, res.stdout
+        assert res.stdout.splitlines()[0] == (
+            f"log_truncated: the checkpoint given in {kept} was signed for 19 events but only 11 are present "
+            "(the tail of the log was cut, or the store was rolled back) (expected at least 19 events, found 11 events)")
+    report = verify(s.path, checkpoints=[("kept", saved.read_text())])
+    assert [(p.code, p.expected) for p in report.problems] == [("log_truncated", "at least 19 events")]
+
+
+def test_a_checkpoint_kept_elsewhere_must_verify_and_match(s: Sample, tmp_path: Path) -> None:
+    text = (s.path / "checkpoint").read_text()
+    assert verify(s.path, checkpoints=[("kept", text)]).ok
+    forged = tmp_path / "forged.txt"
+    forged.write_text(flip_signature(text))
+    res = run_cli("verify", "-s", str(s.path), "--checkpoint", str(forged))
+    assert res.returncode == 1 and res.stdout.startswith(f"checkpoint_signature: the checkpoint given in {forged} ")
+    for content, words in (("not a note\n", "is not a signed checkpoint"), ("{}", 'JSON without a "note" string'),
+                           ("{oops", "is neither a signed checkpoint")):
+        bad = tmp_path / "bad.txt"
+        bad.write_text(content)
+        res = run_cli("verify", "-s", str(s.path), "--checkpoint", str(bad))
+        assert res.returncode == 2 and words in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    res = run_cli("verify", "-s", str(s.path), "--checkpoint", str(tmp_path / "missing.txt"))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+def test_blob_salt_removed_but_content_kept_is_named(s: Sample) -> None:
+    ref = blob_rows(s.path)[0][0]
+    tamper(s.path, ("UPDATE blobs SET salt = NULL WHERE ref = ?", (ref,)))  # the triggers allow only a whole erasure
+    report = verify(s.path)
+    assert [p.code for p in report.problems] == ["blob_salt_missing"]
+    assert report.problems[0].message.startswith(f"blob {ref} has content but no salt")
+
+
+def test_blob_size_column_is_checked(s: Sample) -> None:
+    ref, _, content = blob_rows(s.path)[0]
+    tamper(s.path, ("UPDATE blobs SET size = 1 WHERE ref = ?", (ref,)))
+    report = verify(s.path)
+    assert [(p.code, p.expected, p.found) for p in report.problems] == [
+        ("blob_size_mismatch", f"{len(content)} bytes", "1")]
+
+
+def test_a_blob_row_with_a_malformed_ref_or_text_salt_is_named(s: Sample) -> None:
+    ref = blob_rows(s.path)[0][0]
+    tamper(s.path, ("INSERT INTO blobs (ref, salt, content, size) VALUES ('sha256:00', X'00', X'7b7d', 2)", ()),
+           ("UPDATE blobs SET salt = 'text' WHERE ref = ?", (ref,)))
+    report = verify(s.path)
+    assert sorted(p.code for p in report.problems) == ["blob_malformed", "blob_mismatch"]
+    assert "'sha256:00' is not a commitment" in next(p.message for p in report.problems if p.code == "blob_malformed")

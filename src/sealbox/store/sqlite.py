@@ -49,16 +49,18 @@ from typing import Any, Callable, Iterator, Sequence
 from sealbox import blobs as _blobs
 from sealbox.errors import (
     BlobNotFoundError,
+    NoteError,
     NotAStoreError,
     ProofError,
     SchemaVersionError,
     SealboxError,
     StoreError,
     StoreReadOnlyError,
+    StoreRolledBackError,
 )
 from sealbox.events import SYSTEM_RUN_ID, Event, EventDraft
 from sealbox.ledger import merkle
-from sealbox.ledger.checkpoint import Checkpoint, Signer, generate_key, sign_checkpoint
+from sealbox.ledger.checkpoint import Checkpoint, Signer, generate_key, sign_checkpoint, verify_checkpoint
 from sealbox.store import migrate
 from sealbox.store.sqlite_queries import _EVENT_COLS, Reader, SqliteQueries, event_from_row
 from sealbox.store.base import (
@@ -240,6 +242,18 @@ class _Txn:
 
     def checkpoint_inserted(self, size: int) -> None:
         self._ckpt_size = max(self.latest_checkpoint_size(), size)
+
+
+def _stored_bytes(value: Any) -> bytes:
+    """A BLOB column's value as bytes, whatever SQLite's affinity let in below Sealbox (TEXT
+    becomes its UTF-8, a number its repr): the value then fails its check and is reported."""
+    if type(value) is bytes:
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogatepass")
+    return repr(value).encode("utf-8")
 
 
 def _hash_value(value: Any, what: str) -> bytes:
@@ -1008,24 +1022,49 @@ class SqliteStore(SqliteQueries):
             "SELECT tree_size, root_hash, note, created_at FROM checkpoints ORDER BY tree_size DESC, id DESC LIMIT 1"
         ).fetchone()
         now = utc_now()
-        if row is not None and row[0] == size:
-            plain = StoredCheckpoint(row[0], bytes(row[1]), row[2], row[3])
-            root = plain.root_hash
-        else:
-            root = merkle.root_at(size, txn.get_node)
-            if row is not None and row[0] > 0:
-                proof = merkle.consistency_proof(row[0], size, txn.get_node)
+        root = merkle.root_at(size, txn.get_node)
+        if row is not None:
+            signed = self._signed_row(row)  # what was signed, not what the columns say now
+            if signed.size > size:  # pragma: no cover - build() refuses a rolled-back store first
+                raise StoreRolledBackError(f"the store holds {size} events but its newest signed checkpoint covers "
+                                           f"{signed.size}: refusing to sign")
+            if signed.size > 0:
+                proof = merkle.consistency_proof(signed.size, size, txn.get_node)
                 try:
-                    merkle.verify_consistency(row[0], size, proof, row[1], root)
+                    merkle.verify_consistency(signed.size, size, proof, signed.root, root)
                 except ProofError as exc:
                     raise StoreError(
                         f"refusing to sign a checkpoint of {size} events: the tree is not consistent with the signed "
-                        f"checkpoint of {row[0]} ({exc}): the store was changed below Sealbox (run `sealbox verify`)"
+                        f"checkpoint of {signed.size} ({exc}): the store was changed below Sealbox (run `sealbox verify`)"
                     ) from exc
+        if row is not None and row[0] == size:
+            plain = StoredCheckpoint(size, root, row[2], row[3])
+        else:
             plain = self._insert_checkpoint(txn, Checkpoint(self.origin, size, root), now)
         if not body.extensions:
             return plain, plain
         return plain, self._insert_checkpoint(txn, Checkpoint(self.origin, size, root, body.extensions), now)
+
+    def _signed_row(self, row: tuple) -> Checkpoint:
+        """The checkpoint a stored row's note signs, checked against the row's columns and the log's key.
+
+        Raises:
+            StoreError: the note does not verify, or its size or root differs from the row's
+                ``tree_size`` / ``root_hash`` (the table was changed below Sealbox).
+        """
+        try:
+            if not isinstance(row[2], str):
+                raise NoteError(f"its note is {type(row[2]).__name__}, not text")
+            signed = verify_checkpoint(row[2], self._signer.verifier)
+        except NoteError as exc:
+            raise StoreError(f"the newest stored checkpoint (size {row[0]!r}) is not validly signed by this log's key "
+                             f"({exc}): the store was changed below Sealbox (run `sealbox verify`)") from None
+        if row[0] != signed.size or row[1] != signed.root:
+            found = "sha256:" + row[1].hex() if isinstance(row[1], bytes) else repr(row[1])
+            raise StoreError(f"the newest stored checkpoint's tree_size and root_hash ({row[0]!r}, {found}) differ from "
+                             f"its signed note ({signed.size}, sha256:{signed.root.hex()}): the store was changed below "
+                             "Sealbox (run `sealbox verify`)")
+        return signed
 
     def _insert_checkpoint(self, txn: _Txn, checkpoint: Checkpoint, now: str) -> StoredCheckpoint:
         note = sign_checkpoint(checkpoint, self._signer)
@@ -1179,14 +1218,14 @@ class SqliteStore(SqliteQueries):
         rows = self._conn().execute(
             "SELECT tree_size, root_hash, note, created_at FROM checkpoints ORDER BY id"
         ).fetchall()
-        return [StoredCheckpoint(r[0], bytes(r[1]), r[2], r[3]) for r in rows]
+        return [StoredCheckpoint(r[0], _stored_bytes(r[1]), r[2], r[3]) for r in rows]
 
     def latest_checkpoint(self) -> StoredCheckpoint | None:
         """The checkpoint with the largest tree size, or None."""
         row = self._conn().execute(
             "SELECT tree_size, root_hash, note, created_at FROM checkpoints ORDER BY tree_size DESC, id DESC LIMIT 1"
         ).fetchone()
-        return None if row is None else StoredCheckpoint(row[0], bytes(row[1]), row[2], row[3])
+        return None if row is None else StoredCheckpoint(row[0], _stored_bytes(row[1]), row[2], row[3])
 
     def checkpoint_file_note(self) -> str | None:
         """Text of ``DIR/checkpoint`` (the newest checkpoint signed by any writer), or None."""
@@ -1226,7 +1265,20 @@ class SqliteStore(SqliteQueries):
     def iter_blobs(self) -> Iterator[tuple[str, bytes | None, bytes | None]]:
         """Every blob row (ref, salt, content); salt and content are None once erased."""
         for ref, salt, content in self._stream("SELECT ref, salt, content FROM blobs ORDER BY ref", batch=200):
-            yield ref, None if salt is None else bytes(salt), None if content is None else bytes(content)
+            yield ref, None if salt is None else _stored_bytes(salt), None if content is None else _stored_bytes(content)
+
+    def blob_size_mismatches(self) -> list[tuple[str, Any, int]]:
+        """(ref, stored size, content length) of every blob whose ``size`` column is not its
+        content's length in bytes (for verify: the column is derived, and checked like the others)."""
+        return self._conn().execute(
+            "SELECT ref, size, length(CAST(content AS BLOB)) FROM blobs"
+            " WHERE content IS NOT NULL AND size IS NOT length(CAST(content AS BLOB)) ORDER BY ref"
+        ).fetchall()
+
+    def iter_checkpoint_rows(self) -> list[tuple[Any, Any, Any, Any]]:
+        """Every checkpoints row exactly as stored, (id, tree_size, root_hash, note), by id
+        (for verify, which checks the columns against the signed notes)."""
+        return self._conn().execute("SELECT id, tree_size, root_hash, note FROM checkpoints ORDER BY id").fetchall()
 
     def get_blob_row(self, ref: str) -> tuple[bytes | None, bytes | None] | None:
         """(salt, content) of blob ``ref`` (both None once erased), or None when not stored.
