@@ -14,7 +14,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from sealbox.cli.main import COMMANDS, LazyGroup, cli
+from sealbox.cli.main import COMMANDS, LazyGroup, cli, main
 from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import verify_checkpoint
 
@@ -33,6 +33,34 @@ def test_every_command_has_help_text():
     missing = [path for path, cmd in _walk(cli, ctx, "sealbox") if not (cmd.help or "").strip()]
     assert missing == []
     assert isinstance(cli, LazyGroup) and set(COMMANDS) <= set(cli.list_commands(ctx))
+
+
+@pytest.mark.parametrize("how", ["raise Exit", "ctx.exit", "return"])
+@pytest.mark.parametrize("code", [0, 1, 3])
+def test_main_honours_every_way_a_command_sets_its_exit_code(monkeypatch, how, code):
+    # main() runs click without standalone mode, where Exit(n) comes back as a return value
+    import types
+
+    @click.command("probe")
+    @click.pass_context
+    def probe(ctx: click.Context) -> int | None:
+        """A probe."""
+        if how == "raise Exit":
+            raise click.exceptions.Exit(code)
+        if how == "ctx.exit":
+            ctx.exit(code)
+        return code
+
+    module = types.ModuleType("sealbox_probe_cmd")
+    module.probe = probe  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sealbox_probe_cmd", module)
+    monkeypatch.setitem(COMMANDS, "probe", ("sealbox_probe_cmd", "probe", "A probe."))
+    if code == 0:
+        assert main(["probe"]) is None  # success: no SystemExit at all
+        return
+    with pytest.raises(SystemExit) as exc:
+        main(["probe"])
+    assert exc.value.code == code
 
 
 def run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

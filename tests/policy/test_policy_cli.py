@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from click.testing import CliRunner
 from policy_helpers import write
 
@@ -129,3 +130,78 @@ def test_subprocess_check_error_is_one_line_and_exit_2(tmp_path):
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 0
     assert proc.stdout.splitlines()[1] == f"fingerprint: {Policy.load(good).fingerprint}"
+
+
+def sealbox_main(*args: str) -> subprocess.CompletedProcess:
+    """The real ``sealbox`` entry point (``main()``, not click's standalone mode, which CliRunner uses)."""
+    return subprocess.run([sys.executable, "-m", "sealbox.cli.main", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_subprocess_failing_case_exits_1_also_with_json(tmp_path):
+    policy = write(tmp_path, POLICY)
+    cases = write(tmp_path, CASES.replace("expect: {effect: allow, rule: reads-ok}", "expect: {effect: deny}"),
+                  "cases.yaml")  # fmt: skip
+    proc = sealbox_main("policy", "test", str(policy), str(cases))
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "2 passed, 1 failed" and proc.stderr == ""
+    proc = sealbox_main("policy", "test", "--json", str(policy), str(cases))
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    assert (out["passed"], out["failed"]) == (2, 1)
+    assert [r["passed"] for r in out["results"]] == [False, True, True]
+    assert out["results"][0]["problems"] == ["effect: expected 'deny', got 'allow'"]
+
+
+def test_subprocess_passing_cases_exit_0(tmp_path):
+    proc = sealbox_main("policy", "test", str(write(tmp_path, POLICY)), str(write(tmp_path, CASES, "cases.yaml")))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "3 passed, 0 failed"
+
+
+@pytest.mark.parametrize("expect, message", [
+    ("{effect: maybe}", "'expect.effect' 'maybe' is not one of allow, deny, require_approval"),
+    ("{effect: allow, reason_code: nope}", "'expect.reason_code' 'nope' is not one of policy_allow"),
+    ("{efect: allow}", "unknown field 'expect.efect' (expect gives effect, rule and/or reason_code)"),
+    ("{}", "'expect' is empty: give effect, rule and/or reason_code"),
+    ("allow", "'expect' must be a mapping of effect, rule and/or reason_code"),
+    ("{rule: [a]}", "'expect.rule' must be a rule id (a string) or null"),
+])
+def test_subprocess_bad_expect_is_a_bad_cases_file_exit_2(tmp_path, expect, message):
+    cases = write(tmp_path, CASES + f"- name: bad\n  call: {{tool: t}}\n  expect: {expect}\n", "cases.yaml")
+    proc = sealbox_main("policy", "test", str(write(tmp_path, POLICY)), str(cases))
+    assert proc.returncode == 2
+    assert proc.stdout == ""  # no case is reported: the file is refused whole
+    assert proc.stderr.startswith(f"error: {cases}:10: {message}") and len(proc.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("now, message", [
+    ("notatime", "'call.now' 'notatime' is not an RFC 3339 time (e.g. 2026-01-31T09:00:00Z)"),
+    ("5", "'call.now' must be an RFC 3339 time as a string, not int"),
+])
+def test_subprocess_bad_now_names_the_case_exit_2(tmp_path, now, message):
+    cases = write(tmp_path, CASES + f"- name: bad\n  call: {{tool: t, now: {now}}}\n  expect: {{effect: deny}}\n",
+                  "cases.yaml")  # fmt: skip
+    proc = sealbox_main("policy", "test", str(write(tmp_path, POLICY)), str(cases))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"error: {cases}:10: {message}\n"
+
+
+def test_call_now_accepts_rfc3339_and_yaml_timestamps(tmp_path):
+    policy = write(tmp_path, """
+        version: 1
+        name: hours
+        rules:
+          - id: day
+            match: {tool: t}
+            when: 'now.getHours() >= 9'
+            effect: allow
+        """)
+    cases = write(tmp_path, """
+        - call: {tool: t, now: "2026-01-31T10:00:00Z"}
+          expect: {effect: allow, rule: day}
+        - call: {tool: t, now: 2026-01-31T03:00:00Z}
+          expect: {effect: deny, reason_code: no_match}
+        """, "cases.yaml")
+    proc = sealbox_main("policy", "test", str(policy), str(cases))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == "2 passed, 0 failed"

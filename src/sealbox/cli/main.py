@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> None:
     from sealbox.errors import SealboxError
 
     try:
-        cli.main(args=argv, prog_name="sealbox", standalone_mode=False)
+        # Without standalone mode click does not exit: a command's ``raise Exit(n)``
+        # or ``ctx.exit(n)`` comes back as the return value, which is the exit status.
+        code = cli.main(args=argv, prog_name="sealbox", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
         sys.exit(130)
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
             raise
         click.echo(f"error: internal error: {type(exc).__name__}: {exc} (set SEALBOX_DEBUG=1 for a traceback)", err=True)
         sys.exit(70)
+    if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+        sys.exit(code)
 
 
 if __name__ == "__main__":

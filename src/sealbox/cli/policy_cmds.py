@@ -58,14 +58,43 @@ def _call_from(spec: dict[str, Any], where: str) -> Any:
     if isinstance(principal, str):
         principal = {"id": principal}
     now = spec.get("now")
-    if isinstance(now, str):
-        now = _dt.datetime.fromisoformat(now.replace("Z", "+00:00"))
+    if now is not None:
+        if not isinstance(now, str):
+            raise BadInput(f"{where}: 'call.now' must be an RFC 3339 time as a string, not {type(now).__name__}")
+        try:
+            now = _dt.datetime.fromisoformat(now.replace("Z", "+00:00"))
+        except ValueError:
+            raise BadInput(f"{where}: 'call.now' {now!r} is not an RFC 3339 time (e.g. 2026-01-31T09:00:00Z)") from None
     return CallContext(
         server=str(spec.get("server", "")), tool=str(spec["tool"]), arguments=spec.get("arguments", {}),
         principal=principal, agent=spec.get("agent") or {}, run=spec.get("run") or {},
         usage=spec.get("usage") or {}, now=now or _dt.datetime.now(_dt.timezone.utc),
         redacted=bool(spec.get("redacted", False)),
     )  # fmt: skip
+
+
+_EXPECT_KEYS = ("effect", "rule", "reason_code")
+
+
+def _check_expect(expect: Any, where: str) -> dict[str, Any]:
+    """A case's ``expect``: a mapping of effect, rule and/or reason_code with legal values."""
+    from sealbox.policy import EFFECTS, REASON_CODES
+
+    if not isinstance(expect, dict):
+        raise BadInput(f"{where}: 'expect' must be a mapping of effect, rule and/or reason_code")
+    unknown = sorted(set(expect) - set(_EXPECT_KEYS))
+    if unknown:
+        raise BadInput(f"{where}: unknown field 'expect.{unknown[0]}' (expect gives effect, rule and/or reason_code)")
+    if not expect:
+        raise BadInput(f"{where}: 'expect' is empty: give effect, rule and/or reason_code")
+    if "effect" in expect and expect["effect"] not in EFFECTS:
+        raise BadInput(f"{where}: 'expect.effect' {expect['effect']!r} is not one of {', '.join(EFFECTS)}")
+    if "reason_code" in expect and expect["reason_code"] not in REASON_CODES:
+        raise BadInput(f"{where}: 'expect.reason_code' {expect['reason_code']!r} is not one of "
+                       f"{', '.join(REASON_CODES)}")  # fmt: skip
+    if "rule" in expect and expect["rule"] is not None and not isinstance(expect["rule"], str):
+        raise BadInput(f"{where}: 'expect.rule' must be a rule id (a string) or null")
+    return expect
 
 
 def _read_yaml_list(path: str) -> tuple[list[Any], dict[tuple, int]]:
@@ -100,7 +129,7 @@ def test_cmd(file: str, cases: str, as_json: bool) -> None:
         where = f"{cases}:{lines[i]}"
         if not isinstance(case, dict) or "call" not in case or "expect" not in case:
             raise BadInput(f"{where}: a case needs 'call' and 'expect'")
-        expect = case["expect"]
+        expect = _check_expect(case["expect"], where)
         decision = policy.evaluate(_call_from(case["call"], where))
         problems = [f"{k}: expected {expect[k]!r}, got {getattr(decision, k)!r}"
                     for k in ("effect", "rule", "reason_code") if k in expect and expect[k] != getattr(decision, k)]  # fmt: skip
