@@ -69,7 +69,12 @@ _GLOB_MAGIC = re.compile(r"[*?\[]")
 
 
 def _utc_text(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat, not strftime: %Y does not pad years below 1000 to four digits on every platform
+    return moment.astimezone(timezone.utc).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+def _out_of_range(name: str, value: object) -> ConfigError:
+    return ConfigError(f"{name}: {value!r} is out of range (times go from year 1 to 9999 UTC)")
 
 
 def parse_time(value: str | datetime, *, now: datetime | None = None, name: str = "time") -> str:
@@ -91,12 +96,18 @@ def parse_time(value: str | datetime, *, now: datetime | None = None, name: str 
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ConfigError(f"{name}: a datetime without a timezone is ambiguous; give an aware datetime")
-        return _utc_text(value)
+        try:
+            return _utc_text(value)
+        except OverflowError:
+            raise _out_of_range(name, value.isoformat()) from None
     text = str(value).strip()
     rel = _RELATIVE.match(text)
     if rel:
-        delta = timedelta(**{_UNITS[rel.group(2)]: int(rel.group(1))})
-        return _utc_text((now or datetime.now(timezone.utc)) - delta)
+        try:  # timedelta refuses counts past a C int; the subtraction, dates before year 1
+            delta = timedelta(**{_UNITS[rel.group(2)]: int(rel.group(1))})
+            return _utc_text((now or datetime.now(timezone.utc)) - delta)
+        except (OverflowError, ValueError):
+            raise _out_of_range(name, text) from None
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
         text += "T00:00:00Z"
     try:
@@ -107,7 +118,10 @@ def parse_time(value: str | datetime, *, now: datetime | None = None, name: str 
             " or a duration back from now (90s, 15m, 2h, 30d, 1w)") from None
     if moment.tzinfo is None:
         raise ConfigError(f"{name}: {value!r} has no timezone; add Z or an offset such as +01:00")
-    return _utc_text(moment)
+    try:
+        return _utc_text(moment)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise _out_of_range(name, value) from None
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,23 @@ def test_runs_list_filters(recorded):
         ("ended", "ok", run["A"], {"env": "staging"})]
 
 
+@pytest.mark.parametrize("since", ["99999999d", "9999999999999999999999h"])
+@pytest.mark.parametrize("command", [["calls"], ["runs", "list"], ["export", "-o", "{tmp}/out.sbx"],
+                                     ["whatif", "--policy", "{tmp}/p.yaml"]])
+def test_since_out_of_range_is_one_error_line_exit_2(recorded, tmp_path, command, since):
+    (tmp_path / "p.yaml").write_text("version: 1\nname: p\nrules: []\n")
+    before = recorded.open()
+    size = before.size()
+    before.close()
+    proc = sealbox(*[a.format(tmp=tmp_path) for a in command], "-s", str(recorded.path), "--since", since)
+    assert_one_error_line(proc, f"--since: '{since}' is out of range (times go from year 1 to 9999 UTC)")
+    assert proc.returncode == 2
+    assert not (tmp_path / "out.sbx").exists()
+    after = recorded.open()
+    assert after.size() == size
+    after.close()
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["--status", "finished"], "--status"),
     (["--label", "env"], "label: 'env' is not KEY=VALUE"),

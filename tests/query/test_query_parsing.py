@@ -53,6 +53,25 @@ def test_parse_time_refuses(text, message):
         parse_time(text, now=NOW, name="until")
 
 
+@pytest.mark.parametrize("text", [
+    "99999999d",  # timedelta accepts it; NOW minus it is before year 1
+    "9999999999999999999999h",  # past a C int: timedelta itself overflows
+    "9" * 5000 + "s",  # past Python's int-from-text digit limit
+    "0001-01-01T00:00:00+01:00",  # before year 1 once in UTC
+    "9999-12-31T23:00:00-05:00",  # after year 9999 once in UTC
+])
+def test_parse_time_out_of_range_is_a_config_error(text):
+    with pytest.raises(ConfigError) as exc:
+        parse_time(text, now=NOW, name="--since")
+    assert str(exc.value) == f"--since: {text.strip()!r} is out of range (times go from year 1 to 9999 UTC)"
+
+
+def test_parse_time_years_below_1000_keep_four_digits():
+    # stored ts compare as text: "0005-..." sorts before "2026-...", "5-..." would not
+    assert parse_time("0005-01-01") == "0005-01-01T00:00:00.000000Z"
+    assert parse_time("0001-01-01T00:00:00Z") == "0001-01-01T00:00:00.000000Z"
+
+
 @pytest.mark.parametrize("pattern, prefix, exact", [
     ("read_query", "read_query", True),
     ("read_*", "read_", False),

@@ -98,6 +98,11 @@ def export_cmd(store_path: str, run_ids: tuple[str, ...], since: str | None, unt
     name, target = chosen[0]
     if (otlp_content or otlp_headers) and name != "otlp":
         raise click.UsageError("--otlp-content and --otlp-header go with --otlp")
+    from sealbox.query import parse_time
+
+    for flag, value in (("--since", since), ("--until", until)):
+        if value is not None:
+            parse_time(value, name=flag)  # a bad time fails before the store is opened, naming the option
     extra: dict[str, Any] = {"content": otlp_content, "headers": otlp_headers} if name == "otlp" else {}
     writer, describe = MODES[name]
     result = writer(store_path, target, run_ids, {"since": since, "until": until, "agent": agent}, **extra)

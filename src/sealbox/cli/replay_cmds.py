@@ -135,6 +135,10 @@ def whatif_cmd(store_path: str, run_ids: tuple[str, ...], policy_path: str | Non
 
     if (policy_path is None) == (snapshot_query is None):
         raise ConfigError("give exactly one of --policy FILE or --snapshot FIELD=VALUE")
+    if since is not None:
+        from sealbox.query import parse_time
+
+        parse_time(since, name="--since")  # a bad time fails before the store is opened, naming the option
     store = open_for_reading(store_path)
     try:
         if snapshot_query is not None:
