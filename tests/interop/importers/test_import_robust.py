@@ -197,3 +197,134 @@ def test_nothing_half_imported(store, tmp_path, monkeypatch):
     with pytest.raises(ImportFormatError):
         import_file(store, path, "langfuse")
     assert store.size() == before
+
+
+# ------------------------------------------------ wrongly typed fields, through the real `sealbox` command
+
+MIN_OTLP = {"resourceSpans": [{"scopeSpans": [{"spans": [{
+    "traceId": "5b8aa5a2d2c872e8321cf37308d69df2", "spanId": "051581bf3cb55c13", "name": "x",
+    "attributes": [{"key": "gen_ai.operation.name", "value": {"arrayValue": {"values": [{"stringValue": "chat"}]}}}],
+}]}]}]}
+MIN_JAEGER = {"data": [{"traceID": "abc", "spans": [{"traceID": "abc", "spanID": "s1", "operationName": "x",
+                                                     "startTime": 1, "duration": 1, "processID": ["p1"]}],
+                        "processes": {}}]}
+JAEGER_LIST_TAG = {"data": [{"traceID": "abc", "spans": [{
+    "traceID": "abc", "spanID": "s1", "operationName": "x", "startTime": 1, "duration": 1, "processID": "p1",
+    "tags": [{"key": "gen_ai.operation.name", "type": "string", "value": ["chat"]}]}],
+    "processes": {"p1": {"serviceName": "svc", "tags": []}}}]}
+MIN_RUNSTATE = {"$schemaVersion": "1.5", "current_agent": {"name": "a"},
+                "context": {"approvals": {"f": {"approved": False, "rejected": [{"id": "c9"}]}}}}
+
+
+def _cli(*args: str):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "SEALBOX_DEBUG"}
+    return subprocess.run([sys.executable, "-m", "sealbox.cli.main", *args], capture_output=True, text=True,
+                          env=env, timeout=120)  # fmt: skip
+
+
+@pytest.fixture
+def store_dir(tmp_path):
+    """A real store on disk, closed (the command opens it), already holding one imported run."""
+    from sealbox.store import init_store
+
+    path = tmp_path / "st"
+    init_store(path).close()
+    proc = _cli("import", "--store", str(path), str(_write(tmp_path, "base.json", load(ADK))))
+    assert proc.returncode == 0, proc.stderr
+    return path
+
+
+def _size_and_verify(path) -> int:
+    from sealbox.store import open_store
+
+    proc = _cli("verify", "--store", str(path))
+    assert proc.returncode == 0 and proc.stdout.startswith("Verified: the log is intact."), proc.stdout + proc.stderr
+    s = open_store(path, readonly=True)
+    try:
+        return s.size()
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("doc, fmt, what, detail", [
+    (MIN_OTLP, "otlp-json", "non_string_operation_name",
+     {"where": ["span 051581bf3cb55c13"], "type": "list", "message": "gen_ai.operation.name is not a string; ignored",
+      "aggregated": True, "count": 1}),
+    (JAEGER_LIST_TAG, "jaeger", "non_string_operation_name",
+     {"where": ["span s1"], "type": "list", "message": "gen_ai.operation.name is not a string; ignored",
+      "aggregated": True, "count": 1}),
+    (MIN_JAEGER, "jaeger", "malformed_span", {"span_id": "s1", "message": "processID is not a string; ignored"}),
+])
+def test_wrongly_typed_span_fields_are_anomalies_not_crashes(store_dir, tmp_path, doc, fmt, what, detail):
+    from sealbox.store import open_store
+
+    before = _size_and_verify(store_dir)
+    proc = _cli("import", "--store", str(store_dir), "--json", str(_write(tmp_path, "in.json", doc)))
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert (out["format"], len(out["runs"]), out["anomalies"]) == (fmt, 1, 1)
+    s = open_store(store_dir, readonly=True)
+    try:
+        evs = s.read_run(out["runs"][0])
+        assert [e.kind for e in evs] == ["run.started", "anomaly", "run.ended"]  # the span is no GenAI operation
+        assert s.resolve(evs[1].payload)["what"] == what and s.resolve(evs[1].payload)["detail"] == detail
+    finally:
+        s.close()
+    assert _size_and_verify(store_dir) == before + out["events"] == before + 3
+
+
+def test_runstate_approval_call_id_of_the_wrong_type_is_refused_whole(store_dir, tmp_path):
+    before = _size_and_verify(store_dir)
+    proc = _cli("import", "--store", str(store_dir), str(_write(tmp_path, "min_runstate.json", MIN_RUNSTATE)))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == ("error: min_runstate.json is not a usable OpenAI Agents RunState: context.approvals "
+                           "(tool 1).rejected[0] is not a call id (a string) but an object; the value is not shown\n")
+    assert _size_and_verify(store_dir) == before
+
+
+@pytest.mark.parametrize("rejected, message", [
+    ("yes", "context.approvals (tool 1).rejected is a string, not true, false or a list of call ids"),
+    ([5], "context.approvals (tool 1).rejected[0] is not a call id (a string) but a number"),
+])
+def test_runstate_approvals_must_be_booleans_or_call_id_lists(store, tmp_path, rejected, message):
+    doc = copy.deepcopy(MIN_RUNSTATE)
+    doc["context"]["approvals"]["f"]["rejected"] = rejected
+    before = store.size()
+    with pytest.raises(ImportFormatError) as exc:
+        import_file(store, _write(tmp_path, "rs.json", doc))
+    assert str(exc.value) == f"rs.json is not a usable OpenAI Agents RunState: {message}; the value is not shown"
+    assert store.size() == before
+
+
+@pytest.mark.parametrize("stage, error", [("parse", TypeError("unhashable type: 'list'")),
+                                          ("parse", KeyError("secret-key-from-the-file")),
+                                          ("parse", AttributeError("'list' object has no attribute 'get'")),
+                                          ("build", KeyError("secret-key-from-the-file"))])
+def test_any_other_type_error_of_an_importer_is_its_format_error(store_dir, tmp_path, monkeypatch, capsys,
+                                                                  stage, error):
+    """The boundary guard: whatever an importer still trips over is the file's fault, one line, nothing written."""
+    from sealbox.cli.main import main
+    from sealbox.interop.importers import jaeger
+
+    def broken(*args, **kwargs):
+        raise error
+
+    monkeypatch.delenv("SEALBOX_DEBUG", raising=False)
+    if stage == "parse":
+        monkeypatch.setattr(jaeger, "_tags", broken)
+    else:
+        monkeypatch.setattr(imp_common.RunBuilder, "drafts", broken)
+    before = _size_and_verify(store_dir)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["import", "--store", str(store_dir), str(_write(tmp_path, "j.json", JAEGER_LIST_TAG))])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: j.json is not a valid jaeger file: a field has an unexpected type or shape "
+                   f"({type(error).__name__}); nothing was imported\n")
+    assert "secret" not in err
+    assert _size_and_verify(store_dir) == before

@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from sealbox.errors import SealboxError
 from sealbox.interop.importers.common import (
     IMPORTED_POLICY,
     IMPORTED_POLICY_FINGERPRINT,
@@ -41,6 +42,16 @@ __all__ = [
 ]
 
 _CHUNK = 1 << 20
+
+#: What converting a structurally valid file whose fields have unexpected types can
+#: still raise past the importers' own checks: the file's fault, not Sealbox's.
+_MALFORMED = (TypeError, LookupError, AttributeError, ValueError)
+
+
+def _malformed(name: str, fmt: str, exc: BaseException) -> ImportFormatError:
+    # Only the exception's type: its message may quote the file's content (a refused file may hold secrets).
+    return ImportFormatError(f"{name} is not a valid {fmt} file: a field has an unexpected type or shape "
+                             f"({type(exc).__name__}); nothing was imported")
 
 
 def _read(path: Path, progress: Progress | None) -> bytes:
@@ -87,10 +98,12 @@ def parse_file(path: str | os.PathLike, format: str = "auto", *,
     ctx = ImportContext(name=name, source_sha256=sha, on_progress=progress, non_finite=non_finite)
     try:
         runs = module.parse(doc, ctx)
-    except ImportFormatError:
+    except SealboxError:
         raise
     except RecursionError:
         raise ImportFormatError(f"{name} nests too deeply to import as {fmt}") from None
+    except _MALFORMED as exc:
+        raise _malformed(name, fmt, exc) from exc
     if not runs:
         raise ImportFormatError(f"{name} holds no run to import as {fmt}")
     return fmt, sha, runs
@@ -120,7 +133,12 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
     for i, run in enumerate(runs):
         if progress:
             progress("build", i + 1, len(runs))
-        drafts.extend(run.drafts())
+        try:
+            drafts.extend(run.drafts())
+        except SealboxError:
+            raise
+        except _MALFORMED as exc:  # nothing is written yet: the events go to the store below, in one append
+            raise _malformed(Path(path).name, fmt, exc) from exc
     if progress:
         progress("write", 0, len(drafts))
     events = store.append(drafts)

@@ -94,7 +94,11 @@ def _run(ctx: Any, trace: dict[str, Any]) -> RunBuilder:
         if attrs.get("error") in (True, "true") or attrs.get("otel.status_code") == "ERROR":
             desc = attrs.get("otel.status_description")
             error = desc if isinstance(desc, str) else ""
-        proc = as_dict(processes.get(raw.get("processID")))
+        pid = raw.get("processID")
+        if pid is not None and not isinstance(pid, str):
+            run.anomaly("malformed_span", {"span_id": sid, "message": "processID is not a string; ignored"})
+            pid = None
+        proc = as_dict(processes.get(pid)) if pid is not None else {}
         if as_str(proc.get("serviceName")):
             services.append(proc["serviceName"])
         logs = [{"timestamp": as_dict(lg).get("timestamp"), "fields": _tags(as_dict(lg).get("fields"))}

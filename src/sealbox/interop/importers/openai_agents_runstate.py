@@ -218,11 +218,13 @@ def _approvals(context: dict, run: RunBuilder) -> dict[str, Any]:
     """Per tool: approved (True or ids), rejected (True or ids), messages; plus notes for all of them."""
     per_tool: dict[str, dict[str, Any]] = {}
     notes: list[dict[str, Any]] = []
-    for tool, rec in as_dict(context.get("approvals")).items():
+    for k, (tool, rec) in enumerate(as_dict(context.get("approvals")).items(), 1):
         if not isinstance(rec, dict):
             run.anomaly("malformed_approval", {"tool": tool, "message": "an approval record is not an object; ignored"})
             continue
-        approved, rejected = rec.get("approved"), rec.get("rejected")
+        where = f"context.approvals (tool {k}).{{}}"  # the tool's name is the file's content: not shown
+        approved = _call_ids(rec.get("approved"), run, where.format("approved"))
+        rejected = _call_ids(rec.get("rejected"), run, where.format("rejected"))
         messages = as_dict(rec.get("rejection_messages"))
         per_tool[tool] = {"approved": approved, "rejected": rejected}
         base = {"source": "context.approvals", "tool": tool}
@@ -231,27 +233,53 @@ def _approvals(context: dict, run: RunBuilder) -> dict[str, Any]:
         if approved is True:
             notes.append(_note({**base, "decision": "approve", "scope": "tool", "call_id": None}))
         for cid in (approved if isinstance(approved, list) else []):
-            notes.append(_note({**base, "decision": "approve", "scope": "call", "call_id": str(cid)}))
+            notes.append(_note({**base, "decision": "approve", "scope": "call", "call_id": cid}))
         if rejected is True:
             notes.append(_note({**base, "decision": "deny", "scope": "tool", "call_id": None}))
         for cid in (rejected if isinstance(rejected, list) else []):
-            n = {**base, "decision": "deny", "scope": "call", "call_id": str(cid)}
+            n = {**base, "decision": "deny", "scope": "call", "call_id": cid}
             if isinstance(messages.get(cid), str):
                 n["message"] = messages[cid]
             notes.append(_note(n))
-    for entry in as_list(context.get("hosted_mcp_approvals")):
+    for m, entry in enumerate(as_list(context.get("hosted_mcp_approvals"))):
         entry = as_dict(entry)
         ident, dec = as_dict(entry.get("identity")), as_dict(entry.get("decision"))
         base = {"source": "context.hosted_mcp_approvals", "tool": ident.get("tool_name"),
                 "server_label": ident.get("server_label"), "request_id": ident.get("request_id"),
                 "kind": ident.get("type")}
         for flag, decision in (("approved", "approve"), ("rejected", "deny")):
-            value = dec.get(flag)
+            value = _call_ids(dec.get(flag), run, f"context.hosted_mcp_approvals[{m}].decision.{flag}")
             if value is True:
                 notes.append(_note({**base, "decision": decision, "scope": "tool", "call_id": None}))
             for cid in (value if isinstance(value, list) else []):
-                notes.append(_note({**base, "decision": decision, "scope": "request", "call_id": str(cid)}))
+                notes.append(_note({**base, "decision": decision, "scope": "request", "call_id": cid}))
     return {"per_tool": per_tool, "notes": notes}
+
+
+def _call_ids(value: Any, run: RunBuilder, where: str) -> Any:
+    """``approved`` / ``rejected``: a boolean, or a list of call ids (strings).
+
+    Any other entry is refused whole, not skipped: dropping a rejection would import the
+    call as allowed. The message names the place, never the value (a refused file may
+    hold secrets).
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if not isinstance(value, list):
+        raise ImportFormatError(f"{run.source_file} is not a usable OpenAI Agents RunState: {where} is "
+                                f"{_json_type(value)}, not true, false or a list of call ids; the value is not shown")
+    for i, cid in enumerate(value):
+        if not isinstance(cid, str):
+            raise ImportFormatError(f"{run.source_file} is not a usable OpenAI Agents RunState: {where}[{i}] is "
+                                    f"not a call id (a string) but {_json_type(cid)}; the value is not shown")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(type(value), type(value).__name__)
 
 
 def _note(approval: dict[str, Any]) -> dict[str, Any]:

@@ -453,6 +453,11 @@ def otel_span(run: RunBuilder, *, span_id: str, parent: str | None, name: str, o
 
     s = Span(id=span_id, parent=parent, name=name, order=order, start_ns=start_ns, end_ns=end_ns, trace_id=trace_id)
     op = attrs.get("gen_ai.operation.name")
+    if op is not None and not isinstance(op, str):  # e.g. an arrayValue: legal OTLP, but no GenAI operation
+        run.anomaly("non_string_operation_name", {"where": f"span {span_id}", "type": type(op).__name__,
+                                                  "message": "gen_ai.operation.name is not a string; ignored"},
+                    aggregate=True)  # fmt: skip
+        op = None
     if op == "execute_tool" or name.startswith("execute_tool") or (
             op is None and isinstance(attrs.get("gen_ai.tool.name"), str) and "gen_ai.tool.call.id" in attrs):
         s.role = "tool"
