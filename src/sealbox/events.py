@@ -261,20 +261,35 @@ def _envelope_ok(env: Any) -> bool:
 
 
 def derived_columns(kind: str, payload: dict[str, Any]) -> tuple:
-    """Query columns derived from a payload: (server, tool, call_id, effect, ok, tokens, cost).
+    """Query columns derived from a payload: (server, tool, call_id, effect, ok, tokens, cost,
+    rule, reason_code, duration_us).
 
     The store keeps them beside the hashed bytes for queries and limits; verify
-    recomputes them and reports any stored column that disagrees.
+    recomputes them and reports any stored column that disagrees. The last three
+    (schema 6) are None where the payload's value is not a ``str`` (``int`` for
+    ``duration_us``): a listing then reads the payload itself.
     """
     get = payload.get
-    effect = get("effect") if kind == "policy.decision" else None
-    ok = (1 if get("ok") else 0) if kind == "tool.result" else None
-    tokens = cost = None
-    if kind == "model.call":
+    effect = rule = code = duration = None
+    ok = tokens = cost = None
+    if kind == "policy.decision":
+        effect, rule, code = _str(get("effect")), _str(get("rule")), _str(get("reason_code"))
+    elif kind == "tool.result":
+        ok = 1 if get("ok") else 0
+        duration = get("duration_us")
+        if type(duration) is not int:
+            duration = None
+    elif kind == "model.call":
         usage = get("usage") or {}
         tokens = int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
         cost = usage.get("cost") if isinstance(usage.get("cost"), (int, float)) else None
-    return (_str(get("server")), _str(get("tool")), _str(get("call_id")), _str(effect), ok, tokens, cost)
+    return (_str(get("server")), _str(get("tool")), _str(get("call_id")), effect, ok, tokens, cost,
+            rule, code, duration)
+
+
+#: How many of :func:`derived_columns`' values come last and may be stored as NULL (rows written
+#: before schema 6, which are never updated); verify accepts NULL or the derived value there.
+OPTIONAL_DERIVED = 3
 
 
 def _str(value: Any) -> str | None:

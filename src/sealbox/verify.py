@@ -342,6 +342,15 @@ def _completed(levels: dict[int, tuple[int, list[bytes]]], i: int) -> list[tuple
         level += 1
 
 
+def _columns_match(columns: tuple, mine: tuple) -> bool:
+    """Stored columns equal to the derived ones, but for NULL in the optional last ones
+    (:data:`sealbox.events.OPTIONAL_DERIVED`: rows written before schema 6), where a listing
+    reads the hashed payload instead, so a NULL there hides nothing."""
+    n = _events.OPTIONAL_DERIVED
+    return (len(columns) == len(mine) and len(columns) > n and columns[:-n] == mine[:-n]
+            and all(c is None or c == m for c, m in zip(columns[-n:], mine[-n:])))
+
+
 #: Rows :meth:`EventVerifier.add_rows` takes at a time.
 _ROW_CHUNK = 1024
 _RAW, _HASH, _COLUMNS = itemgetter(1), itemgetter(2), itemgetter(3)
@@ -523,8 +532,8 @@ class EventVerifier:
                             server, tool, call_id = get("server"), get("tool"), get("call_id")
                             mine = (run_id, run_seq, kind, ts, principal, step, server if type(server) is str else None,
                                     tool if type(tool) is str else None, call_id if type(call_id) is str else None,
-                                    None, None, None, None)
-                        if columns != mine:
+                                    None, None, None, None, None, None, None)
+                        if columns != mine and not _columns_match(columns, mine):
                             break
                     # a {"$blob": ...} key is in the bytes as "$blob", or escaped (with a \\u);
                     # (0x24 is the dollar sign, 0x5C the backslash: an int is looked for with memchr)
@@ -604,7 +613,7 @@ class EventVerifier:
         if len(columns) > 3:
             payload = env["payload"] if isinstance(env.get("payload"), dict) else {}
             mine += (env["ts"], env["principal"], env["step"], *derived_columns(env["kind"], payload))
-        if tuple(columns) != mine:
+        if tuple(columns) != mine and not _columns_match(tuple(columns), mine):
             self.problems.append(self._at(env, leaf_index, Problem(
                 "index_mismatch", "the store's index columns disagree with the event's hashed bytes",
                 expected=repr(mine), found=repr(tuple(columns)),

@@ -256,3 +256,49 @@ def test_calls_are_paired_within_their_run_even_when_ids_repeat_and_events_inter
     assert [r["run_id"] for r in reader.query_calls(error=True)] == [two]
     assert [r["run_id"] for r in reader.query_calls(decision="deny")] == [one]
     reader.close()
+
+
+def test_decision_and_result_columns_are_stored_and_rows_without_them_read_the_payload(recorded, tmp_path):
+    """Schema 6 keeps a decision's rule and reason_code and a result's duration_us in columns.
+    Rows written before it hold NULL there (they are never updated): the listing reads those
+    fields from the hashed payload instead, so it is the same either way, and verify accepts
+    NULL or the derived value, nothing else."""
+    import shutil
+    import sqlite3
+
+    from sealbox import open_store, verify_store
+
+    def tamper(path, sql):  # below Sealbox: drop the triggers, change the rows, put the triggers back
+        conn = sqlite3.connect(path / "sealbox.db", isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        triggers = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'").fetchall()
+        for name, _ in triggers:
+            conn.execute(f"DROP TRIGGER {name}")
+        conn.execute(sql)
+        for _, text in triggers:
+            conn.execute(text)
+        conn.execute("COMMIT")
+        conn.close()
+
+    with recorded.open() as s:
+        before = s.query_calls()
+    db = sqlite3.connect(recorded.path / "sealbox.db")
+    stored = db.execute("SELECT call_id, rule, reason_code FROM events WHERE kind = 'policy.decision'"
+                        " AND call_id IN ('a3', 'a4', 'b3') ORDER BY call_id").fetchall()
+    durations = dict(db.execute("SELECT call_id, duration_us FROM events WHERE kind = 'tool.result'").fetchall())
+    db.close()
+    assert stored == [("a3", "no-writes", "policy_deny"), ("a4", "reads", "policy_allow"), ("b3", None, "no_match")]
+    assert durations["a4"] == next(r["duration_us"] for r in before if r["call_id"] == "a4")
+
+    legacy = tmp_path / "legacy"
+    shutil.copytree(recorded.path, legacy)
+    tamper(legacy, "UPDATE events SET rule = NULL, reason_code = NULL, duration_us = NULL")
+    with open_store(legacy, readonly=True) as s:
+        assert s.query_calls() == before
+        assert verify_store(s).ok
+
+    wrong = tmp_path / "wrong"
+    shutil.copytree(recorded.path, wrong)
+    tamper(wrong, "UPDATE events SET rule = 'reads' WHERE kind = 'policy.decision' AND call_id = 'a3'")
+    with open_store(wrong, readonly=True) as s:
+        assert [p.code for p in verify_store(s).problems] == ["index_mismatch"]

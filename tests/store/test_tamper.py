@@ -705,7 +705,8 @@ def test_insert_or_replace_of_an_event_is_named_by_verify(s: Sample) -> None:
     bad = flip(raw, b'1"}')
     with closing_db(s.path) as db:
         db.execute("INSERT OR REPLACE INTO events SELECT leaf_index, run_id, run_seq, kind, ts, principal, step,"
-                   " server, tool, call_id, effect, ok, tokens, cost, ?, leaf_hash FROM events WHERE leaf_index = 11",
+                   " server, tool, call_id, effect, ok, tokens, cost, ?, leaf_hash, rule, reason_code, duration_us"
+                   " FROM events WHERE leaf_index = 11",
                    (bad,))
         assert {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")} >= {
             "events_no_update", "events_no_delete", "tree_no_update", "tree_no_delete"}

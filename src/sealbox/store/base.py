@@ -128,7 +128,8 @@ class WriteTxn(Protocol):
         """A full-subtree hash (see :mod:`sealbox.ledger.merkle`)."""
 
     def insert_event(self, row: tuple) -> None:
-        """Insert (leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id, effect, ok, tokens, cost, raw, leaf_hash)."""
+        """Insert (leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id, effect, ok, tokens, cost,
+        rule, reason_code, duration_us, raw, leaf_hash)."""
 
     def insert_nodes(self, rows: list[tuple[int, int, bytes]]) -> None:
         """Insert tree nodes (level, idx, hash)."""

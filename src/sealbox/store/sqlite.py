@@ -212,7 +212,8 @@ class _Txn:
         if self._events:
             cur = self.conn.executemany(
                 "INSERT INTO events (leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id,"
-                " effect, ok, tokens, cost, raw, leaf_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " effect, ok, tokens, cost, rule, reason_code, duration_us, raw, leaf_hash)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 self._events,
             )
             _check_inserted(cur, len(self._events), "events")
@@ -962,7 +963,13 @@ class SqliteStore(SqliteQueries):
 
         events = self._write(work, sync=sync)
         if events:
-            self._maybe_checkpoint(events[-1].leaf_index + 1)
+            try:
+                self._maybe_checkpoint(events[-1].leaf_index + 1)
+            except StoreError:
+                # committed already: a checkpoint that falls due while another thread closes the
+                # store is left to close(), which signs the final one; the append succeeded
+                if not (self._closing or self._closed):
+                    raise
         return events
 
     def _maybe_checkpoint(self, size: int) -> None:
@@ -1148,14 +1155,16 @@ class SqliteStore(SqliteQueries):
 
     def iter_rows(self, batch: int = 5000) -> Iterator[tuple]:
         """Raw rows in log order, for verification: (leaf_index, raw, leaf_hash, columns), where
-        columns = (run_id, run_seq, kind, ts, principal, step, server, tool, call_id, effect, ok, tokens, cost)."""
+        columns = (run_id, run_seq, kind, ts, principal, step, server, tool, call_id, effect, ok, tokens, cost,
+        rule, reason_code, duration_us)."""
         last = -1
         while True:
             depth = None if getattr(self._local, "ops", 0) else self._op_enter()  # see _stream
             try:
                 rows = self._conn().execute(
                     "SELECT leaf_index, raw, leaf_hash, run_id, run_seq, kind, ts, principal, step, server, tool,"
-                    " call_id, effect, ok, tokens, cost FROM events WHERE leaf_index > ? ORDER BY leaf_index LIMIT ?",
+                    " call_id, effect, ok, tokens, cost, rule, reason_code, duration_us FROM events"
+                    " WHERE leaf_index > ? ORDER BY leaf_index LIMIT ?",
                     (last, batch),
                 ).fetchall()
             finally:

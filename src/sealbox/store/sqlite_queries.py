@@ -312,7 +312,10 @@ class Reader:
 # stops early); checked by tests/query/test_query_plan.py. The call's exposed
 # name, grant and arguments come as one JSON array (one json_extract: SQLite
 # parses the event once, Python decodes one text), the error only when the
-# result failed; _call_rows turns a record into a row.
+# result failed; _call_rows turns a record into a row. A decision's rule and
+# reason_code and a result's duration_us are columns from schema 6 on (NULL in
+# older rows, and where the payload's value is not a string / an integer: the
+# payload is read then, so the answer is the same either way).
 _NEXT = """COALESCE(
     (SELECT e.leaf_index FROM events e WHERE e.leaf_index = c.leaf_index + {offset} AND e.call_id = c.call_id
      AND e.run_id = c.run_id AND e.kind = '{kind}'),
@@ -321,9 +324,10 @@ _NEXT = """COALESCE(
 _CALLS_SQL = """
 SELECT c.ts, c.run_id, r.agent, c.principal, c.step, c.call_id, c.server, c.tool,
        json_extract(CAST(c.raw AS TEXT), '$.payload.exposed', '$.payload.grant', '$.payload.arguments'),
-       d.effect, CAST(d.raw AS TEXT) ->> '$.payload.rule', CAST(d.raw AS TEXT) ->> '$.payload.reason_code',
+       d.effect, COALESCE(d.rule, CAST(d.raw AS TEXT) ->> '$.payload.rule'),
+       COALESCE(d.reason_code, CAST(d.raw AS TEXT) ->> '$.payload.reason_code'),
        x.ok, CASE WHEN x.ok = 0 THEN CAST(x.raw AS TEXT) -> '$.payload.error' END,
-       CAST(x.raw AS TEXT) ->> '$.payload.duration_us', {result}
+       COALESCE(x.duration_us, CAST(x.raw AS TEXT) ->> '$.payload.duration_us'), {result}
 FROM events c
 LEFT JOIN runs r ON r.run_id = c.run_id
 LEFT JOIN events d ON d.leaf_index = %s
