@@ -180,6 +180,30 @@ def test_gateway_check_looks_at_what_the_config_names(tmp_path):
     assert r.returncode == 2 and "log.key is missing" in r.stderr
 
 
+def test_gateway_check_lists_every_schema_problem_and_hints_at_allow_all(tmp_path):
+    store = tmp_path / "st"
+    assert run("init", str(store)).returncode == 0
+    gw = tmp_path / "gw.yaml"
+    gw.write_text(f"version: 1\nstore: {store}\npolicy: ALLOW_ALL\nlimits:\n  call_timeout_s: -5\n"
+                  f"  approval_hold_s: 1e999\nupstreams:\n  - {{id: t, command: {sys.executable}}}\n")
+    r = run("gateway", "check", "-c", str(gw))
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr == (f"error: {gw}:5: limits.call_timeout_s: -5 is less than or equal to the minimum of 0; "
+                        f"{gw}:6: limits.approval_hold_s: must be a finite number, not inf\n")
+
+    gw.write_text(f"version: 1\nstore: {store}\npolicy: allow_all\nupstreams:\n  - {{id: t, command: {sys.executable}}}\n")
+    hint = "(the built-in allow-all policy is written exactly `policy: ALLOW_ALL`, in capitals; docs/gateway.md)"
+    r = run("gateway", "check", "-c", str(gw))
+    assert (r.returncode, r.stderr) == (2, f"error: {gw}: policy: {tmp_path / 'allow_all'}: file not found {hint}\n")
+    r = subprocess.run([SEALBOX, "gateway", "serve", "-c", str(gw)], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=60)
+    assert (r.returncode, r.stderr) == (2, f"error: {tmp_path / 'allow_all'}: file not found {hint}\n")
+    (tmp_path / "missing.yaml").unlink(missing_ok=True)
+    gw.write_text(f"version: 1\nstore: {store}\npolicy: missing.yaml\nupstreams:\n  - {{id: t, command: {sys.executable}}}\n")
+    r = run("gateway", "check", "-c", str(gw))
+    assert r.stderr == f"error: {gw}: policy: {tmp_path / 'missing.yaml'}: file not found\n"  # no hint there
+
+
 def test_gateway_serve_on_a_port_in_use_is_one_clear_line(tmp_path):
     import socket
 

@@ -102,3 +102,138 @@ upstreams:
         assert sealbox.verify_store(store).ok
     finally:
         store.close()
+
+
+def _http_serve_process(tmp_path):
+    """``sealbox gateway serve --http 0`` on the toy upstream as a subprocess; (process, port)."""
+    import re
+    import subprocess
+    import time
+
+    sealbox.init_store(tmp_path / "store").close()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"""version: 1
+store: ./store
+policy: ALLOW_ALL
+{HTTP}upstreams:
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+""")
+    sealbox_cmd = str(Path(sys.executable).parent / "sealbox")
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
+    proc = subprocess.Popen([sealbox_cmd, "gateway", "serve", "--config", str(config), "--http", "0"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    line = ""
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        found = re.search(r"serving http://127\.0\.0\.1:(\d+)/mcp", line)
+        if found:
+            return proc, int(found.group(1))
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError(f"the gateway did not start: {line!r} {proc.stderr.read()!r}")
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_http_gateway_stopped_by_a_signal_ends_its_runs_and_signs_a_final_checkpoint(tmp_path, signame):
+    """The client's session is still open (no DELETE, its event stream held open) when the signal comes."""
+    import signal
+    import subprocess
+
+    proc, port = _http_serve_process(tmp_path)
+    url = f"http://127.0.0.1:{port}/mcp"
+    headers = {**HEADERS, "authorization": f"Bearer {TOKEN}"}
+    try:
+        with httpx2.Client(timeout=30) as http:
+            init = http.post(url, json=INIT, headers=headers)
+            assert init.status_code == 200, init.text
+            headers["mcp-session-id"] = init.headers["mcp-session-id"]
+            headers["mcp-protocol-version"] = "2025-11-25"
+            assert http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                             headers=headers).status_code == 202
+            call = http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                                         "params": {"name": "toy__add", "arguments": {"a": 2, "b": 3}}})
+            [data] = [line[6:] for line in call.text.splitlines() if line.startswith("data: ")] or [call.text]
+            with http.stream("GET", url, headers={**headers, "accept": "text/event-stream"}) as events:
+                assert events.status_code == 200
+                proc.send_signal(getattr(signal, signame))
+                code = proc.wait(timeout=60)
+        stderr = proc.stderr.read()
+    except BaseException:
+        proc.kill()
+        raise
+    finally:
+        proc.stderr.close()
+        proc.stdout.close()
+    assert json.loads(data)["result"]["content"] == [{"type": "text", "text": "5"}]
+    assert code == 0, stderr
+    assert "Traceback" not in stderr
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        [run_id] = gateway_runs(store)
+        assert [k for _, k in kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision", "tool.result",
+                                                        "run.ended"]
+        assert store.latest_checkpoint().tree_size == store.size()
+        report = sealbox.verify_store(store)
+        assert report.ok and report.unsigned_events == 0
+    finally:
+        store.close()
+    out = subprocess.run([str(Path(sys.executable).parent / "sealbox"), "verify", "--store", str(tmp_path / "store")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "Warning" not in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_stdio_gateway_stopped_by_a_signal_ends_its_run_and_signs_a_final_checkpoint(tmp_path, signame):
+    """The client keeps stdin open (no EOF): the signal alone stops the gateway, which ends the run,
+    stops the upstream and closes the store."""
+    import signal
+    import subprocess
+
+    sealbox.init_store(tmp_path / "store").close()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"""version: 1
+store: ./store
+policy: ALLOW_ALL
+upstreams:
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+""")
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def send(message):
+        proc.stdin.write(json.dumps(message) + "\n")
+        proc.stdin.flush()
+
+    try:
+        send(INIT)
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "toy__add", "arguments": {"a": 2, "b": 3}}})
+        answer = json.loads(proc.stdout.readline())
+        proc.send_signal(getattr(signal, signame))
+        code = proc.wait(timeout=30)
+        stderr = proc.stderr.read()
+    except BaseException:
+        proc.kill()
+        raise
+    finally:
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            f.close()
+    assert answer["result"]["content"] == [{"type": "text", "text": "5"}]
+    assert (code, stderr) == (0, "")
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        [run_id] = gateway_runs(store)
+        assert [k for _, k in kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision", "tool.result",
+                                                        "run.ended"]
+        assert store.latest_checkpoint().tree_size == store.size()
+        assert sealbox.verify_store(store).unsigned_events == 0
+    finally:
+        store.close()

@@ -15,6 +15,24 @@ def gateway_group() -> None:
     """The MCP gateway: serve it, replay a recorded session, check its config, re-approve changed tools."""
 
 
+def _sigterm_as_sigint() -> None:
+    """Handle SIGTERM as SIGINT (Ctrl-C): a clean shutdown, runs ended and the store closed (exit 0).
+
+    Delegates to whatever handles SIGINT at that moment: asyncio's runner (cancels the serving
+    task, whose sessions end their runs), uvicorn while it serves (it installs its own handlers
+    for both), else Python's default (KeyboardInterrupt)."""
+    import signal
+
+    def handle(signum: int, frame: object) -> None:
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handle)
+
+
 @gateway_group.command("serve")
 @click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
               help="The gateway config file (gateway.yaml).")
@@ -34,9 +52,20 @@ def serve_cmd(config_path: str, http_port: int | None) -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="sealbox-gateway: %(message)s")
     config = load_config(config_path)
     gateway = Gateway(config, errlog=sys.stderr)
+    _sigterm_as_sigint()
     try:
         if http_port is None:
-            anyio.run(serve_stdio, gateway)
+            def stopped() -> None:
+                # the session has ended its run: sign the final checkpoint and exit without joining the
+                # thread blocked reading stdin (serve_stdio)
+                import os
+
+                gateway.store.close()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(0)
+
+            anyio.run(lambda: serve_stdio(gateway, on_signal=stopped))
         else:
             from sealbox.gateway.transports import bind, http_app
 
@@ -170,12 +199,13 @@ def _deep_problems(cfg) -> list[str]:  # noqa: ANN001
         finally:
             store.close()
     if cfg.policy != "ALLOW_ALL":
+        from sealbox.gateway.config import allow_all_hint
         from sealbox.policy import Policy
 
         try:
             Policy.load(cfg.policy)
         except SealboxError as exc:
-            problems.append(f"policy: {exc}")
+            problems.append(f"policy: {exc}{allow_all_hint(cfg.policy)}")
         except OSError as exc:
             problems.append(f"policy: {cfg.policy}: {exc.strerror or exc}")
     for up in cfg.upstreams:

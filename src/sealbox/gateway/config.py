@@ -1,7 +1,7 @@
 """The gateway's configuration file (``gateway.yaml``), read as YAML 1.2 and validated.
 
-Every problem is one :class:`~sealbox.errors.ConfigError` whose message reads
-``FILE:LINE: problem`` (the CLI prints it as one line). Relative paths (store,
+The problems are one :class:`~sealbox.errors.ConfigError` whose message lists each
+as ``FILE:LINE: problem``, joined by ``; `` (the CLI prints it as one line). Relative paths (store,
 policy, an upstream's ``cwd``) are relative to the config file's folder.
 
 Example::
@@ -219,7 +219,7 @@ def load_config(path: str | os.PathLike) -> GatewayConfig:
     Raises:
         ConfigError: ``FILE:LINE: problem`` for a missing file, invalid YAML, an
             unknown field, a wrong type, a duplicate upstream id, or a server id
-            that contains the separator.
+            that contains the separator; every such problem, joined by ``; ``.
     """
     p = Path(path)
     try:
@@ -241,18 +241,32 @@ def parse_config(text: str, *, source: str = "<string>", base: str | os.PathLike
         problem = exc.problem.replace("a policy file must be a YAML mapping (version, rules, ...)",
                                       "a gateway config must be a YAML mapping (version, store, policy, upstreams)")
         raise ConfigError(_where(source, exc.line, problem)) from None
-    errors = sorted(_VALIDATOR.iter_errors(doc), key=lambda e: loader.line_of(lines, tuple(e.absolute_path)) or 0)
-    if errors:
-        err = errors[0]
-        path = tuple(err.absolute_path)
-        raise ConfigError(_where(source, loader.line_of(lines, path), _message(err, path)))
-    for path, number in _numbers(doc, ()):
-        if not math.isfinite(number):
-            raise ConfigError(_where(source, loader.line_of(lines, path),
-                                     f"{'.'.join(map(str, path))}: must be a finite number, not {number}"))
+    # every problem, in file order, in one error: a non-finite number is said once as such (not also as
+    # "inf is greater than the maximum")
+    infinite = {path: number for path, number in _numbers(doc, ()) if not math.isfinite(number)}
+    problems = [(loader.line_of(lines, path), _message(err, path)) for err in _VALIDATOR.iter_errors(doc)
+                if (path := tuple(err.absolute_path)) not in infinite]
+    problems += [(loader.line_of(lines, path), f"{'.'.join(map(str, path))}: must be a finite number, not {number}")
+                 for path, number in infinite.items()]
+    _raise_all(source, problems)
     cfg = _build(doc, Path(base) if base is not None else Path.cwd(), source)
-    _check_ids(cfg, doc, lines, source)
+    _raise_all(source, _check_ids(cfg, lines))
     return cfg
+
+
+def _raise_all(source: str, problems: list[tuple[int | None, str]]) -> None:
+    """One ConfigError listing every ``FILE:LINE: problem``, ordered by line, separated by ``; ``."""
+    if problems:
+        ordered = sorted(problems, key=lambda p: p[0] or 0)
+        raise ConfigError("; ".join(_where(source, line, problem) for line, problem in ordered))
+
+
+def allow_all_hint(policy: str) -> str:
+    """A hint when a policy path that does not exist looks like a misspelt ``ALLOW_ALL`` (else empty)."""
+    name = os.path.basename(policy)
+    if policy != "ALLOW_ALL" and re.sub(r"[-_ ]", "", name).upper() == "ALLOWALL" and not os.path.exists(policy):
+        return " (the built-in allow-all policy is written exactly `policy: ALLOW_ALL`, in capitals; docs/gateway.md)"
+    return ""
 
 
 def _numbers(value: Any, path: tuple) -> list[tuple[tuple, float]]:
@@ -315,16 +329,18 @@ def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:
     )
 
 
-def _check_ids(cfg: GatewayConfig, doc: dict[str, Any], lines: dict, source: str) -> None:
+def _check_ids(cfg: GatewayConfig, lines: dict) -> list[tuple[int | None, str]]:
     from sealbox.policy import loader
 
+    problems: list[tuple[int | None, str]] = []
     seen: set[str] = set()
     for i, up in enumerate(cfg.upstreams):
         line = loader.line_of(lines, ("upstreams", i, "id"))
         if cfg.separator in up.id:
-            raise ConfigError(_where(source, line, f"upstreams.{i}.id: {up.id!r} contains the separator {cfg.separator!r}"))
-        if up.id in seen:
-            raise ConfigError(_where(source, line, f"upstreams.{i}.id: duplicate upstream id {up.id!r}"))
+            problems.append((line, f"upstreams.{i}.id: {up.id!r} contains the separator {cfg.separator!r}"))
+        elif up.id in seen:
+            problems.append((line, f"upstreams.{i}.id: duplicate upstream id {up.id!r}"))
         seen.add(up.id)
     if re.search(r"\s", cfg.principal):
-        raise ConfigError(_where(source, loader.line_of(lines, ("principal",)), "principal: must not contain whitespace"))
+        problems.append((loader.line_of(lines, ("principal",)), "principal: must not contain whitespace"))
+    return problems

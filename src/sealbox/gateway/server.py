@@ -77,6 +77,20 @@ class _PinnedPolicy(Policy):
         return super().evaluate(call)
 
 
+def _load_policy(path: str) -> Policy:
+    """The config's policy file; a missing file that looks like a misspelt ``ALLOW_ALL`` says so."""
+    from sealbox.errors import ConfigError, PolicyLoadError
+    from sealbox.gateway.config import allow_all_hint
+
+    try:
+        return Policy.load(path)
+    except PolicyLoadError as exc:
+        hint = allow_all_hint(path)
+        if not hint:
+            raise
+        raise ConfigError(f"{exc}{hint}") from None
+
+
 def _pinned(policy: Policy, pins: PinState) -> Policy:
     obj = object.__new__(_PinnedPolicy)
     for f in fields(policy):
@@ -112,7 +126,7 @@ class Gateway:
         if policy is None:
             from sealbox.policy import ALLOW_ALL
 
-            policy = ALLOW_ALL if config.policy == "ALLOW_ALL" else Policy.load(config.policy)
+            policy = ALLOW_ALL if config.policy == "ALLOW_ALL" else _load_policy(config.policy)
         self.pins = PinState.load(self.store)
         self.policy = _pinned(policy, self.pins)
         # suspend mode: a require_approval is recorded (call, decision, request, run.suspended) and the

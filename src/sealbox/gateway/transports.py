@@ -21,7 +21,7 @@ from __future__ import annotations
 import hmac
 import json
 import socket
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 
@@ -32,15 +32,49 @@ from sealbox.gateway.server import Gateway
 __all__ = ["serve_stdio", "serve_http", "http_app", "BearerAuth"]
 
 
-async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None) -> None:
-    """Serve one client over the process's stdin/stdout until it closes them."""
+async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None,
+                      on_signal: Callable[[], None] | None = None) -> None:
+    """Serve one client over the process's stdin/stdout until it closes them.
+
+    With ``on_signal``, SIGINT and SIGTERM stop serving: the session is closed (its run ended,
+    unless a call waits for an approval), the upstreams are stopped, then ``on_signal()`` is
+    called. It must not return (close the store and exit the process): the thread reading
+    stdin is blocked in a read that only the client's EOF ends, so it cannot be joined.
+    """
     from mcp.server.stdio import stdio_server
 
     async with anyio.create_task_group() as tg:
-        await tg.start(gateway.run_upstreams)
-        async with stdio_server(stdin, stdout) as (read, write):
-            await gateway.server.run(read, write, gateway.initialization_options())
+        stopping = anyio.CancelScope()
+        if on_signal is not None:
+            tg.start_soon(_cancel_on_signal, stopping)
+        with stopping:
+            await tg.start(gateway.run_upstreams)
+        if not stopping.cancel_called:  # else stopped while the upstreams started: nothing reads stdin yet
+            async with stdio_server(stdin, stdout) as (read, write):
+                with stopping:  # cancelled at once when the signal came while it was being entered
+                    await gateway.server.run(read, write, gateway.initialization_options())
+                if stopping.cancel_called and on_signal is not None:
+                    await _stop_upstreams(gateway)
+                    on_signal()
         tg.cancel_scope.cancel()
+
+
+async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
+    import signal
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
+
+
+async def _stop_upstreams(gateway: Gateway, timeout: float = 5.0) -> None:
+    """Ask every upstream to close and wait (up to ``timeout`` s) until each has."""
+    for up in gateway.upstreams.values():
+        up.stop()
+    with anyio.move_on_after(timeout):
+        for up in gateway.upstreams.values():
+            await up.wait_until(lambda u: u.state == "closed")
 
 
 class BearerAuth:
@@ -118,18 +152,43 @@ def bind(port: int) -> socket.socket:
     return sock
 
 
+def _server(config: Any) -> Any:
+    """A ``uvicorn.Server`` that does not re-raise a SIGINT / SIGTERM once it has shut down on it.
+
+    uvicorn handles both signals with a graceful shutdown, then raises the signal again under
+    the process's previous handler, which (SIGTERM's default) kills the process before the
+    caller can close the store and sign its final checkpoint. Here the shutdown simply returns.
+    """
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            self._captured_signals.clear()  # what capture_signals() would raise again after the shutdown
+
+    return _Server(config)
+
+
 async def serve_http(gateway: Gateway, port: int, *, sock: socket.socket | None = None,
                      task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
-    """Serve streamable HTTP on 127.0.0.1 until cancelled; ``started`` with the bound port."""
+    """Serve streamable HTTP on 127.0.0.1 until cancelled, or until SIGINT / SIGTERM (a clean return
+    once uvicorn has shut down: sessions closed, their runs ended); ``started`` with the bound port."""
     import uvicorn
 
     sock = sock or bind(port)
     port = sock.getsockname()[1]
     app = http_app(gateway, port)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = _server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run_upstreams)
-        tg.start_soon(server.serve, [sock])
+
+        async def serve() -> None:
+            try:
+                await server.serve([sock])
+            finally:
+                tg.cancel_scope.cancel()  # shut down on a signal (or failed to start): stop the upstreams
+
+        tg.start_soon(serve)
         while not server.started:
             await anyio.sleep(0.01)  # uvicorn exposes no started event
         task_status.started(port)
