@@ -267,6 +267,11 @@ def plain_changed(run: Any) -> Any:
     return plain_agent(change="argument")(run)
 
 
+def broken(run: Any) -> Any:
+    """An agent that fails before its first step: ``sealbox replay`` reports its exception."""
+    raise RuntimeError("my agent is broken")
+
+
 def sdk(run: Any) -> Any:
     """``sealbox replay RUN --agent replay_agents:sdk``."""
     return sdk_agent()(run)

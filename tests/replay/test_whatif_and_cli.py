@@ -150,3 +150,42 @@ def test_cli_whatif_policy_and_snapshot(tmp_path):
     assert [r["run_id"] for r in json.loads(out.output)] == [run_id]
     out = invoke("whatif", "-s", str(tmp_path / "s"), "--policy", str(policy), run_id)
     assert "2 would change" in out.output and "no-clock" in out.output
+
+
+def test_cli_replay_and_runs_show_report_the_agents_exception(tmp_path, monkeypatch):
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:broken")
+    assert out.exit_code == 1
+    lines = out.output.splitlines()
+    replay_run = lines[0].rsplit(" ", 1)[1]
+    assert lines[0] == f"NOT reproduced: 0 step(s) matched; replay run {replay_run}"
+    assert replay_run != run_id
+    assert lines[1] == "the agent raised RuntimeError: my agent is broken"
+    assert lines[2] == "diverged at step 2: missing"
+
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:broken", "--json")
+    assert out.exit_code == 1
+    doc = json.loads(out.output)
+    assert doc["agent_error"] == {"type": "RuntimeError", "message": "my agent is broken"}
+    assert doc["divergence"]["kind"] == "missing"
+
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain", "--json")
+    assert json.loads(out.output)["agent_error"] is None
+
+    # the replay run's run.ended holds the error; `runs show` prints it
+    store = sealbox.open_store(tmp_path / "s", readonly=True)
+    try:
+        [ended] = [e for e in store.read_run(replay_run) if e.kind == "run.ended"]
+    finally:
+        store.close()
+    assert ended.payload["error"] == {"type": "RuntimeError", "message": "my agent is broken"}
+    out = invoke("runs", "show", replay_run, "-s", str(tmp_path / "s"))
+    assert out.exit_code == 0, out.output
+    assert "error    RuntimeError: my agent is broken" in out.output.splitlines()
+    out = invoke("runs", "show", replay_run, "-s", str(tmp_path / "s"), "--json")
+    [row] = [r for r in json.loads(out.output) if r["kind"] == "run.ended"]
+    assert row["detail"] == "error RuntimeError: my agent is broken"

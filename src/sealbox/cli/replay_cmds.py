@@ -102,6 +102,8 @@ def replay_cmd(store_path: str, run_id: str, agent_spec: str, model: str, tools:
 def _print_result(result: Any, render: Callable[[Any], str]) -> None:
     head = "reproduced" if result.reproduced else "NOT reproduced"
     click.echo(f"{head}: {result.steps_compared} step(s) matched; replay run {result.new_run_id or '(not started)'}")
+    if result.agent_error:
+        click.echo(f"the agent raised {result.agent_error['type']}: {result.agent_error['message']}")
     if result.config_drift:
         click.echo(f"configuration differs from the record in {len(result.config_drift)} field(s):")
         for d in result.config_drift:

@@ -80,6 +80,9 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
         return
     for line in _family(run_id, run):
         click.echo(line)
+    for e in events:
+        if e.kind == "run.ended" and _ended_error(e.payload):
+            click.echo(f"error   {_ended_error(e.payload)}")
     emit_rows(rows, ["run_seq", "step", "ts", "kind", "tool", "decision", "duration", "detail"],
               as_json=False, as_csv=False, title=f"Run {run_id}")
 
@@ -114,7 +117,7 @@ def _event_row(event) -> dict:
         err = p.get("error") or {}
         detail = "ok" if p.get("ok") else f"error {err.get('type')}: {err.get('message')}"
     elif event.kind == "run.ended":
-        detail = p.get("status", "")
+        detail = p.get("status", "") + _ended_error(p)
     elif event.kind == "note":
         detail = p.get("text", "")
     elif event.kind == "run.started":
@@ -124,6 +127,14 @@ def _event_row(event) -> dict:
     return {"run_seq": event.run_seq, "step": event.step, "ts": event.ts, "kind": event.kind,
             "principal": event.principal, "tool": tool, "decision": decision, "duration_us": duration_us,
             "duration": _duration(duration_us), "detail": detail, "leaf_index": event.leaf_index, "payload": p}
+
+
+def _ended_error(payload: dict) -> str:
+    """`` RuntimeError: message`` of a run.ended's ``error`` (empty without one)."""
+    err = payload.get("error")
+    if not isinstance(err, dict):
+        return ""
+    return f" {err.get('type')}: {err.get('message')}"
 
 
 def _duration(us: int | None) -> str:

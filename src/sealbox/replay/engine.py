@@ -68,6 +68,8 @@ class ReplayResult:
         config_drift: snapshot fields that differ from the recorded snapshot.
         unreplayable: recorded steps that cannot be served in the chosen modes.
         replay_of: the recorded run.
+        agent_error: the exception the agent raised, ``{"type", "message"}`` (as in the replay
+            run's ``run.ended`` ``error``), or None.
     """
 
     reproduced: bool
@@ -77,6 +79,7 @@ class ReplayResult:
     config_drift: tuple[FieldDiff, ...] = ()
     unreplayable: tuple[UnreplayableStep, ...] = ()
     replay_of: str = ""
+    agent_error: dict[str, str] | None = None
 
     def verdict(self) -> dict[str, Any]:
         """The ``verdict`` written in the replay run's ``run.ended``."""
@@ -90,7 +93,8 @@ class ReplayResult:
                 "steps_compared": self.steps_compared,
                 "divergence": self.divergence.to_dict() if self.divergence else None,
                 "config_drift": [d.to_dict() for d in self.config_drift],
-                "unreplayable": [u.to_dict() for u in self.unreplayable]}
+                "unreplayable": [u.to_dict() for u in self.unreplayable],
+                "agent_error": dict(self.agent_error) if self.agent_error else None}
 
 
 class Replayer:
@@ -221,8 +225,9 @@ class Replayer:
                 why = f": {type(error).__name__}: {error}" if error is not None else ""
                 divergence = Divergence("outcome", None, f"every step matched, but the recorded run ended "
                                         f"{recorded or 'without run.ended'} and the replay ended {status}{why}")
+        agent_error = {"type": type(error).__qualname__, "message": str(error)} if error is not None else None
         result = ReplayResult(divergence is None, divergence, len(source.compared), run.run_id, drift, unrep,
-                              source.recorded.run_id)
+                              source.recorded.run_id, agent_error)
         if source.divergence is not None:
             status, error = "cancelled", None  # stopped by replay, not by the agent
         source.flush(run)
