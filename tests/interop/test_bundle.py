@@ -134,3 +134,16 @@ def test_consistency_with_a_real_proof_from_a_grown_store_passes(recorded, tmp_p
     (tmp_path / "moved.json").write_text(json.dumps(forged))
     code, out, _ = cli("verify", path, "--key", vkey, "--consistency", tmp_path / "moved.json", cwd=tmp_path)
     assert code == 1 and "consistency_size" in out
+
+
+def test_export_summary_counts_in_the_right_number(recorded, tmp_path):
+    folder, store_path, runs, _ = recorded
+    target = tmp_path / "one.sbx"
+    code, out, err = cli("export", "-s", store_path, runs[0], "-o", target, cwd=folder)
+    assert code == 0, err
+    report = verify_bundle(target)
+    assert report.ok and (len(report.runs), report.system_events, report.snapshots) == (1, 1, 1)
+    assert report.events > 1 and report.blobs > 1
+    assert out.strip() == (f"Wrote {target}: {report.events} events of 1 run, 1 system event, {report.blobs} blobs, "
+                           f"1 snapshot, proven against the checkpoint of size {report.checkpoint_size} (signed now). "
+                           "Check it anywhere with `sealbox verify FILE --key KEY`.")

@@ -467,7 +467,7 @@ def test_sealbox_export_otlp_on_the_command_line(recorded, receiver):
     path, C = recorded["path"], recorded["C"]
     out = sb("export", C, "--otlp", receiver.url, "-s", path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout == (f"Sent 1 run(s) to {receiver.url}/v1/traces and {receiver.url}/v1/logs: 3 spans, "
+    assert out.stdout == (f"Sent 1 run to {receiver.url}/v1/traces and {receiver.url}/v1/logs: 3 spans, "
                           "3 log records (content off).\n")
     assert len(receiver.spans()) == 3 and not any("gen_ai.tool.call.arguments" in a for _, a, _ in receiver.spans())
     receiver.clear()

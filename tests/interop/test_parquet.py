@@ -21,7 +21,7 @@ def test_every_tool_call_is_one_row_with_exact_values(recorded, tmp_path):
     _, store_path, runs = recorded
     code, out, err = cli("export", "-s", store_path, "--parquet", tmp_path / "calls.parquet", cwd=tmp_path)
     assert code == 0, err
-    assert out.strip() == f"Wrote {tmp_path / 'calls.parquet'}: 5 tool calls of 3 run(s)."
+    assert out.strip() == f"Wrote {tmp_path / 'calls.parquet'}: 5 tool calls of 3 runs."
     rows = pq.read_table(tmp_path / "calls.parquet").to_pylist()
     keep = ("run_id", "agent", "principal", "server", "tool", "decision", "rule", "approval", "approver", "flags",
             "outcome", "ok", "error_type", "error")

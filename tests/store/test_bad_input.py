@@ -159,6 +159,35 @@ def test_cli_init_over_an_existing_store(store_copy: Path) -> None:
     assert_unchanged(before, snapshot_dir(store_copy))
 
 
+@pytest.mark.parametrize("make", [random_db, other_app_db, lambda folder: (folder.mkdir(), (folder / "sealbox.db").write_text("notes\n"))])
+def test_cli_init_over_a_sealbox_db_that_is_not_a_store(tmp_path: Path, make) -> None:
+    folder = tmp_path / "s"
+    make(folder)
+    before = snapshot_dir(folder)
+    res = cli("init", str(folder))
+    assert res.returncode == 2
+    line = assert_one_error_line(res, f"{folder} already holds a file sealbox.db that is not a Sealbox store",
+                                 "does not overwrite it")
+    assert "already holds a Sealbox store" not in line
+    assert res.stdout == ""
+    assert_unchanged(before, snapshot_dir(folder))
+
+
+def test_cli_verify_with_a_garbage_log_vkey_names_the_file(store_copy: Path, tmp_path: Path) -> None:
+    (store_copy / "log.vkey").write_text("garbage\n")
+    before = snapshot_dir(store_copy)
+    res = cli("verify", "-s", str(store_copy))
+    assert res.returncode == 2
+    assert res.stderr == (f"error: {store_copy}/log.vkey: malformed verifier key (a verifier key is "
+                          "NAME+KEYID+BASE64, as `sealbox init` printed it)\n")
+    assert_unchanged(before, snapshot_dir(store_copy), allow_sqlite_side_files=True)
+    key_file = tmp_path / "given.vkey"
+    key_file.write_text("also+garbage\n")
+    res = cli("verify", "-s", str(store_copy), "--key", str(key_file))
+    assert res.returncode == 2
+    assert_one_error_line(res, f"the key file {key_file}: malformed verifier key")
+
+
 def test_cli_runs_show_an_unknown_run(store_copy: Path) -> None:
     before = snapshot_dir(store_copy)
     res = cli("runs", "show", "no-such-run", "-s", str(store_copy))

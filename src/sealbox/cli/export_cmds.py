@@ -52,16 +52,23 @@ def _otlp(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[
     return run_otlp_export(store_path, runs, target, content, headers, quiet=True).to_dict()
 
 
+def _n(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 run``, ``2 runs``: a count and its noun in the right number."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 #: option name -> (writer, what it wrote, for the one-line summary).
 MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]], str]]] = {
-    "output": (_bundle, lambda r: (f"Wrote {r['path']}: {r['events']} events of {len(r['runs'])} run(s), "
-                                   f"{r['system_events']} system events, {r['blobs']} blobs, {r['snapshots']} "
-                                   f"snapshots, proven against the checkpoint of size {r['checkpoint_size']}"
+    "output": (_bundle, lambda r: (f"Wrote {r['path']}: {_n(r['events'], 'event')} of {_n(len(r['runs']), 'run')}, "
+                                   f"{_n(r['system_events'], 'system event')}, {_n(r['blobs'], 'blob')}, "
+                                   f"{_n(r['snapshots'], 'snapshot')}, proven against the checkpoint of size "
+                                   f"{r['checkpoint_size']}"
                                    + (" (signed now)" if r["checkpoint_issued"] else "")
                                    + ". Check it anywhere with `sealbox verify FILE --key KEY`.")),
-    "parquet": (_parquet, lambda r: f"Wrote {r['path']}: {r['rows']} tool calls of {r['runs']} run(s)."),
-    "otlp": (_otlp, lambda r: (f"Sent {r['runs']} run(s) to {r['traces_url']} and {r['logs_url']}: {r['spans']} spans, "
-                               f"{r['logs']} log records (content {'on' if r['content'] else 'off'}).")),
+    "parquet": (_parquet, lambda r: f"Wrote {r['path']}: {_n(r['rows'], 'tool call')} of {_n(r['runs'], 'run')}."),
+    "otlp": (_otlp, lambda r: (f"Sent {_n(r['runs'], 'run')} to {r['traces_url']} and {r['logs_url']}: "
+                               f"{_n(r['spans'], 'span')}, {_n(r['logs'], 'log record')} "
+                               f"(content {'on' if r['content'] else 'off'}).")),
 }
 
 

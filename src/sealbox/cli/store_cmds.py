@@ -19,6 +19,7 @@ def init_cmd(path: str | None, origin: str | None) -> None:
     from sealbox.store import init_store
 
     path = path or os.environ.get("SEALBOX_STORE") or DEFAULT_STORE
+    _refuse_a_foreign_db(path)
     store = init_store(path, origin=origin)
     vkey = store.pinned_vkey()
     store.close()
@@ -32,6 +33,40 @@ def init_cmd(path: str | None, origin: str | None) -> None:
     click.echo("")
     click.echo("Keep a copy of this key somewhere the owner of this store cannot rewrite (a ticket, a wiki page,")
     click.echo("another machine): `sealbox verify --key KEY` checks the log against it, so a rewritten store is caught.")
+
+
+def _refuse_a_foreign_db(path: str) -> None:
+    """A ``sealbox.db`` in PATH that is not a Sealbox store (another file, another application's
+    database) is refused as such, not as "already holds a Sealbox store"; nothing is written."""
+    import re
+    from pathlib import Path
+
+    from sealbox.errors import NotAStoreError
+    from sealbox.store import open_store
+    from sealbox.store.sqlite import DB_NAME
+
+    if not (Path(path) / DB_NAME).is_file():
+        return
+    try:
+        open_store(path, readonly=True).close()
+    except NotAStoreError as exc:
+        why = re.search(r"\(([^()]*)\)$", str(exc))
+        raise BadInput(f"{path} already holds a file {DB_NAME} that is not a Sealbox store"
+                       f"{f' ({why.group(1)})' if why else ''}: `sealbox init` does not overwrite it "
+                       "(move it away, or create the store in another folder)") from None
+    except Exception:  # noqa: BLE001 - a Sealbox store that cannot be opened (newer, damaged): init_store says so
+        return
+
+
+def _check_key(vkey: str, where: str) -> None:
+    """A verifier key that does not parse is one error naming where it came from."""
+    from sealbox.errors import NoteError
+    from sealbox.ledger.checkpoint import Verifier
+
+    try:
+        Verifier.from_vkey(vkey)
+    except NoteError as exc:
+        raise BadInput(f"{where}: {exc} (a verifier key is NAME+KEYID+BASE64, as `sealbox init` printed it)") from None
 
 
 @click.command("verify")
@@ -74,6 +109,8 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path
         if vkey is None and not store.pinned_vkey():
             raise BadInput(f"{store.path}/log.vkey is missing: pass the log's verifier key with --key "
                                        "(the one `sealbox init` printed)")
+        if vkey is None:
+            _check_key(store.pinned_vkey(), f"{store.path}/log.vkey")
         report = verify_store(store, trusted_vkey=vkey, canonical=canonical)
     finally:
         store.close()
@@ -125,7 +162,9 @@ def _read_key(value: str | None) -> str | None:
             raise BadInput(f"cannot read the key file {value}: {exc}") from exc
         if not text:
             raise BadInput(f"the key file {value} is empty")
+        _check_key(text, f"the key file {value}")
         return text
     if ("/" in value or value.endswith(".vkey")) and value.count("+") < 2:
         raise BadInput(f"no such key file: {value}")
+    _check_key(value, "--key")
     return value
