@@ -82,9 +82,12 @@ def _check_key(vkey: str, where: str) -> None:
 @click.option("--canonical", is_flag=True,
               help="Stores: also check that every event's hashed bytes are exactly RFC 8785 (JCS), with the "
                    "reference writer (slower).")
+@click.option("--checkpoint", "checkpoint_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Stores: a signed checkpoint kept outside the store (what `sealbox log checkpoint` printed, "
+                   "or its --json); the events must reproduce its root. Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path: str | None, canonical: bool,
-               as_json: bool) -> None:
+               checkpoint_files: tuple[str, ...], as_json: bool) -> None:
     """Verify a store (a folder), or an export bundle (a file) with no store at all.
 
     Checks every hash, chain, checkpoint signature, inclusion proof, blob commitment,
@@ -98,8 +101,11 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path
     if target is not None and not os.path.exists(target):
         raise BadInput(f"{target} does not exist (give a store's folder or a bundle file)")
     if target is not None and os.path.isfile(target):
+        if checkpoint_files:
+            raise click.UsageError("--checkpoint applies to a store (for a bundle, prove its growth with --consistency)")
         _verify_bundle(target, vkey, proof_path, as_json)
         return
+    external = [(f"the checkpoint given in {path}", _read_checkpoint(path)) for path in checkpoint_files]
     if proof_path is not None:
         raise click.UsageError("--consistency applies to a bundle file (verify a store's growth with `sealbox verify`)")
     from sealbox.verify import verify_store
@@ -111,7 +117,7 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path
                                        "(the one `sealbox init` printed)")
         if vkey is None:
             _check_key(store.pinned_vkey(), f"{store.path}/log.vkey")
-        report = verify_store(store, trusted_vkey=vkey, canonical=canonical)
+        report = verify_store(store, trusted_vkey=vkey, canonical=canonical, checkpoints=external)
     finally:
         store.close()
     _print(report, as_json)
@@ -143,6 +149,30 @@ def _print(report, as_json: bool, notes: bool = False) -> None:
             click.echo(f"note: {note}")
         click.echo(report.summary())
     sys.exit(0 if report.ok else 1)
+
+
+def _read_checkpoint(path: str) -> str:
+    """A signed checkpoint note from a file: the note itself (``sealbox log checkpoint``) or
+    ``sealbox log checkpoint --json`` output (its ``note``). Only its shape is checked here:
+    verify checks its signature and root and reports what is wrong."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"cannot read the checkpoint file {path}: {exc}") from exc
+    if text.lstrip().startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise BadInput(f"{path} is neither a signed checkpoint nor `sealbox log checkpoint --json` output: {exc}") from exc
+        text = doc.get("note") if isinstance(doc, dict) else None
+        if not isinstance(text, str):
+            raise BadInput(f"{path}: JSON without a \"note\" string (expected `sealbox log checkpoint --json` output)")
+    if "\n\n\u2014 " not in text:
+        raise BadInput(f"{path} is not a signed checkpoint (C2SP signed note: body, blank line, signature lines)")
+    return text
 
 
 def _read_key(value: str | None) -> str | None:
