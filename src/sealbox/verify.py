@@ -107,9 +107,12 @@ class VerifyReport:
     def summary(self) -> str:
         """A one-paragraph summary."""
         head = "Verified: the log is intact." if self.ok else f"NOT VERIFIED: {len(self.problems)} problem(s) found."
+        def n(count: int, noun: str) -> str:
+            return f"{count} {noun}{'' if count == 1 else 's'}"
+
         return (
-            f"{head} {self.events} events in {self.runs} runs, {self.blobs} blobs, "
-            f"{self.checkpoints} signed checkpoints (the newest that verifies covers {self.tree_size_signed} events, "
+            f"{head} {n(self.events, 'event')} in {n(self.runs, 'run')}, {n(self.blobs, 'blob')}, "
+            f"{n(self.checkpoints, 'signed checkpoint')} (the newest that verifies covers {n(self.tree_size_signed, 'event')}, "
             f"root {self.root or '-'}), signatures checked against {self.trusted_key or 'no key'}; "
             f"took {self.seconds:.2f} s.{self._unsigned_note()}"
         )

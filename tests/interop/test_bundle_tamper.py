@@ -138,6 +138,8 @@ def test_a_checkpoint_re_signed_with_another_key_fails_against_the_real_key(case
     assert code == 1
     assert "bundle_key_mismatch [log.vkey]" in out and "checkpoint_signature [checkpoint]" in out
     assert "key you gave (--key)" in out
+    # a checkpoint that did not verify proves nothing, and the summary must not say otherwise
+    assert "no checkpoint verified, so no event is proven to be in the log" in out and "proven against" not in out
 
 
 def test_members_are_in_the_fixed_order(case):

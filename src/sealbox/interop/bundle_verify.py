@@ -96,10 +96,15 @@ class BundleReport:
     def summary(self) -> str:
         """A short paragraph for a terminal."""
         head = "Verified: the bundle is intact." if self.ok else f"NOT VERIFIED: {len(self.problems)} problem(s) found."
-        text = (f"{head} {self.events} events in {len(self.runs)} runs (+{self.system_events} system events), "
-                f"{self.blobs} blobs, {self.snapshots} snapshots, each event proven against the checkpoint of size "
-                f"{self.checkpoint_size if self.checkpoint_size is not None else '-'} (root {self.root or '-'}); "
-                f"took {self.seconds:.2f} s.\n{self.trust()}")
+        if self.checkpoint_size is None:
+            proven = "no checkpoint verified, so no event is proven to be in the log"
+        elif self.ok:
+            proven = f"each event proven against the checkpoint of size {self.checkpoint_size} (root {self.root})"
+        else:
+            proven = f"checked against the checkpoint of size {self.checkpoint_size} (root {self.root})"
+        text = (f"{head} {_n(self.events, 'event')} in {_n(len(self.runs), 'run')} "
+                f"(+{_n(self.system_events, 'system event')}), {_n(self.blobs, 'blob')}, "
+                f"{_n(self.snapshots, 'snapshot')}, {proven}; took {self.seconds:.2f} s.\n{self.trust()}")
         if self.consistency:
             text += (f"\nThe log grew consistently from size {self.consistency['size1']} to the signed size "
                      f"{self.consistency['size2']} (root {self.consistency['root2']}).")
@@ -541,3 +546,7 @@ def _claimed_checkpoint(claimed: Any) -> Checkpoint | None:
     except (KeyError, TypeError, ValueError, AttributeError, NoteError):
         return None
 
+
+def _n(count: int, noun: str) -> str:
+    """``1 run``, ``2 runs``: a count and its noun in the right number."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
