@@ -302,3 +302,10 @@ def test_decision_and_result_columns_are_stored_and_rows_without_them_read_the_p
     tamper(wrong, "UPDATE events SET rule = 'reads' WHERE kind = 'policy.decision' AND call_id = 'a3'")
     with open_store(wrong, readonly=True) as s:
         assert [p.code for p in verify_store(s).problems] == ["index_mismatch"]
+
+    typed = tmp_path / "typed"  # values of another type written below Sealbox: the listing reads the payload
+    shutil.copytree(recorded.path, typed)
+    tamper(typed, "UPDATE events SET rule = X'3432', reason_code = X'72656164', duration_us = 'abc'")  # 42 would be '42'
+    with open_store(typed, readonly=True) as s:
+        assert s.query_calls() == before
+        assert {p.code for p in verify_store(s).problems} == {"index_mismatch"}

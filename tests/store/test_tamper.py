@@ -1079,3 +1079,70 @@ def test_a_blob_row_with_a_malformed_ref_or_text_salt_is_named(s: Sample) -> Non
     report = verify(s.path)
     assert sorted(p.code for p in report.problems) == ["blob_malformed", "blob_mismatch"]
     assert "'sha256:00' is not a commitment" in next(p.message for p in report.problems if p.code == "blob_malformed")
+
+
+def test_a_rolled_back_log_whose_newest_row_was_deleted_is_never_signed_again(s: Sample) -> None:
+    """The log is cut back to 11 events and the checkpoint rows past it deleted, the checkpoint file
+    (size 19) kept: appends were refused, but close() and export used to sign a checkpoint of 11,
+    which reused the deleted row's id and hid the rollback once the file went too."""
+    tamper(s.path, "DELETE FROM events WHERE leaf_index >= 11", "DELETE FROM tree_nodes WHERE ((idx + 1) << level) > 11",
+           "DELETE FROM checkpoints WHERE tree_size > 11", "DELETE FROM runs WHERE leaf_index >= 11")
+    before = checkpoint_rows(s.path)
+    res = run_cli("export", s.runs[0], "-s", str(s.path), "-o", str(s.path.parent / "x.sbx"))
+    assert res.returncode == 2 and "holds 11 events but its newest signed checkpoint covers 19" in res.stderr, res
+    assert not (s.path.parent / "x.sbx").exists()
+    store = open_store(s.path)
+    with pytest.raises(StoreRolledBackError):
+        store.issue_checkpoint()
+    store.close()  # nothing arrived since the newest row: close signs nothing
+    assert checkpoint_rows(s.path) == before
+    assert [p.code for p in verify(s.path).problems] == ["log_truncated"]
+
+
+def test_a_deleted_checkpoint_row_is_not_papered_over_by_the_next_signature(s: Sample) -> None:
+    """Row 2 deleted: the next checkpoint would take id 4 and leave the gap, but one signed after the
+    newest row was deleted would reuse its id and close it. The signer refuses either way; the append
+    that made the checkpoint due stays (it was committed) and later appends are refused unwritten."""
+    tamper(s.path, "DELETE FROM checkpoints WHERE id = 2")
+    store = open_store(s.path, checkpoint_policy=CheckpointPolicy(every_events=1))
+    placed = store.append(note("system", "after the deletion"))  # committed; its checkpoint is refused
+    assert placed[0].leaf_index == SIZE
+    with pytest.raises(sealbox.StoreError, match=r"refusing to sign a checkpoint: checkpoint rows were deleted"):
+        store.append(note("system", "refused"))
+    with pytest.raises(sealbox.StoreError, match="checkpoint rows were deleted"):
+        store.issue_checkpoint()
+    store._signer = None  # close() would be refused the same way
+    store.close()
+    assert [r[0] for r in checkpoint_rows(s.path)] == [1, 3]
+    report = verify(s.path)
+    assert [p.code for p in report.problems] == ["checkpoint_missing"]
+    assert report.events == SIZE + 1
+
+
+def test_every_checkpoint_deleted_is_not_signed_over(s: Sample) -> None:
+    tamper(s.path, "DELETE FROM checkpoints")
+    (s.path / "checkpoint").unlink()
+    store = open_store(s.path)
+    with pytest.raises(sealbox.StoreError, match="holds events but no signed checkpoint"):
+        store.issue_checkpoint()
+    store._signer = None
+    store.close()
+    assert checkpoint_rows(s.path) == []
+
+
+def test_log_checkpoint_prints_only_a_checkpoint_that_verifies(s: Sample) -> None:
+    res = run_cli("log", "checkpoint", "-s", str(s.path))
+    assert res.returncode == 0 and res.stdout.split("\n")[:2] == [s.origin, "19"]
+    cid, _, text = checkpoint_rows(s.path)[2]
+    skey, _ = generate_key(s.origin)
+    for bad, words in (("garbage", "does not verify with the log's key"),
+                       (resign(text, Signer.from_key(skey)), "does not verify with the log's key")):
+        tamper(s.path, ("UPDATE checkpoints SET note = ? WHERE id = ?", (bad, cid)))
+        res = run_cli("log", "checkpoint", "-s", str(s.path))
+        assert res.returncode == 1 and res.stdout == "", res
+        assert words in res.stderr and "run `sealbox verify`" in res.stderr and res.stderr.count("\n") == 1
+    # signed with the real key, for a tree the events do not make
+    forged = sign_checkpoint(Checkpoint(s.origin, 19, bytes(32)), Signer.from_key((s.path / "log.key").read_text().strip()))
+    tamper(s.path, ("UPDATE checkpoints SET note = ?, root_hash = ? WHERE id = ?", (forged, bytes(32), cid)))
+    res = run_cli("log", "checkpoint", "-s", str(s.path), "--json")
+    assert res.returncode == 1 and "the events do not reproduce the newest checkpoint's root (size 19)" in res.stderr

@@ -18,19 +18,52 @@ def log_group() -> None:
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def checkpoint_cmd(store_path: str, as_json: bool) -> None:
-    """Print the newest signed checkpoint (C2SP signed note)."""
+    """Print the newest signed checkpoint (C2SP signed note).
+
+    The note is checked first, so that what is printed (and saved elsewhere, for
+    ``sealbox verify --checkpoint``) is worth keeping: it must verify with the key
+    pinned at init, and the events must reproduce its root. Otherwise this fails
+    (exit 1) and names ``sealbox verify``.
+    """
+    from sealbox.errors import NoteError, SealboxError
+    from sealbox.ledger.checkpoint import verify_checkpoint
+
     store = open_for_reading(store_path)
     try:
         cp = store.latest_checkpoint()
+        if cp is None:
+            raise click.ClickException("the store has no checkpoint yet")
+        vkey = store.pinned_vkey()
+        if not vkey:
+            raise click.ClickException(f"{store.path}/log.vkey is missing: cannot check the checkpoint's signature")
+        try:
+            signed = verify_checkpoint(cp.note, vkey) if isinstance(cp.note, str) else None
+        except NoteError as exc:
+            signed, why = None, str(exc)
+        else:
+            why = "its note is not text"
+        if signed is None:
+            _refuse(f"the newest stored checkpoint does not verify with the log's key ({why})")
+        if signed.size != cp.tree_size or signed.root != cp.root_hash:
+            _refuse("the newest stored checkpoint's columns differ from what its note signs")
+        try:
+            ok = signed.size <= store.size() and store.root(signed.size) == signed.root
+        except SealboxError:
+            ok = False
+        if not ok:
+            _refuse(f"the events do not reproduce the newest checkpoint's root (size {signed.size})")
     finally:
         store.close()
-    if cp is None:
-        raise click.ClickException("the store has no checkpoint yet")
     if as_json:
         echo_json({"tree_size": cp.tree_size, "root_hash": "sha256:" + cp.root_hash.hex(),
                    "created_at": cp.created_at, "note": cp.note})
     else:
         click.echo(cp.note, nl=False)
+
+
+def _refuse(why: str) -> None:
+    click.echo(f"error: {why}: the store was changed below Sealbox; not printing it (run `sealbox verify`)", err=True)
+    raise SystemExit(1)
 
 
 @log_group.command("key")

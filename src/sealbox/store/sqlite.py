@@ -245,6 +245,10 @@ class _Txn:
         self._ckpt_size = max(self.latest_checkpoint_size(), size)
 
 
+class _ChangedBelowError(StoreError):
+    """The signer found the store changed below Sealbox (a StoreError: callers need not know it)."""
+
+
 def _stored_bytes(value: Any) -> bytes:
     """A BLOB column's value as bytes, whatever SQLite's affinity let in below Sealbox (TEXT
     becomes its UTF-8, a number its repr): the value then fails its check and is reported."""
@@ -965,9 +969,14 @@ class SqliteStore(SqliteQueries):
         if events:
             try:
                 self._maybe_checkpoint(events[-1].leaf_index + 1)
+            except _ChangedBelowError as exc:
+                # committed already, so this append succeeded; the signer found the store changed
+                # below Sealbox: later appends are refused before they write anything
+                self._damage = str(exc)
+                _log.error("%s", exc)
             except StoreError:
-                # committed already: a checkpoint that falls due while another thread closes the
-                # store is left to close(), which signs the final one; the append succeeded
+                # a checkpoint that falls due while another thread closes the store is left to
+                # close(), which signs the final one
                 if not (self._closing or self._closed):
                     raise
         return events
@@ -1029,18 +1038,19 @@ class SqliteStore(SqliteQueries):
             "SELECT tree_size, root_hash, note, created_at FROM checkpoints ORDER BY tree_size DESC, id DESC LIMIT 1"
         ).fetchone()
         now = utc_now()
+        self._check_before_signing(txn, size, row)
         root = merkle.root_at(size, txn.get_node)
         if row is not None:
             signed = self._signed_row(row)  # what was signed, not what the columns say now
-            if signed.size > size:  # pragma: no cover - build() refuses a rolled-back store first
+            if signed.size > size:
                 raise StoreRolledBackError(f"the store holds {size} events but its newest signed checkpoint covers "
-                                           f"{signed.size}: refusing to sign")
+                                           f"{signed.size}: refusing to sign (run `sealbox verify`)")
             if signed.size > 0:
                 proof = merkle.consistency_proof(signed.size, size, txn.get_node)
                 try:
                     merkle.verify_consistency(signed.size, size, proof, signed.root, root)
                 except ProofError as exc:
-                    raise StoreError(
+                    raise _ChangedBelowError(
                         f"refusing to sign a checkpoint of {size} events: the tree is not consistent with the signed "
                         f"checkpoint of {signed.size} ({exc}): the store was changed below Sealbox (run `sealbox verify`)"
                     ) from exc
@@ -1051,6 +1061,36 @@ class SqliteStore(SqliteQueries):
         if not body.extensions:
             return plain, plain
         return plain, self._insert_checkpoint(txn, Checkpoint(self.origin, size, root, body.extensions), now)
+
+    def _check_before_signing(self, txn: _Txn, size: int, newest: tuple | None) -> None:
+        """Refuse to sign over evidence that signed checkpoints were removed: a new signature would
+        hide what ``verify`` reports (a rolled-back log signed at its smaller size, a reused row id
+        closing a gap, a fresh first row where init's was deleted).
+
+        Raises:
+            StoreRolledBackError: the log is smaller than the checkpoint file or a stored checkpoint.
+            StoreError: rows are missing (ids with a gap, none at all in a store holding events, or
+                the checkpoint file's checkpoint not among them).
+        """
+        floor = max(self._floor, self.checkpoint_file_size())
+        if size < floor:
+            raise StoreRolledBackError(
+                f"the store holds {size} events but its newest signed checkpoint covers {floor}: it was restored "
+                "from a backup or lost writes; refusing to sign (run `sealbox verify`)")
+        count, top = txn.conn.execute("SELECT count(*), max(id) FROM checkpoints").fetchone()
+        damaged = None
+        if count != (top or 0):
+            damaged = f"checkpoint rows were deleted ({count} rows, ids up to {top})"
+        elif count == 0 and size > 1:
+            damaged = "the store holds events but no signed checkpoint (init signs one)"
+        else:
+            note = self.checkpoint_file_note()
+            if note and newest is not None and txn.conn.execute(
+                    "SELECT 1 FROM checkpoints WHERE note = ? LIMIT 1", (note,)).fetchone() is None:
+                damaged = "the checkpoint file's checkpoint is not among the stored ones"
+        if damaged:
+            raise _ChangedBelowError(f"refusing to sign a checkpoint: {damaged}; the store was changed below "
+                                     "Sealbox (run `sealbox verify`)")
 
     def _signed_row(self, row: tuple) -> Checkpoint:
         """The checkpoint a stored row's note signs, checked against the row's columns and the log's key.
@@ -1064,11 +1104,11 @@ class SqliteStore(SqliteQueries):
                 raise NoteError(f"its note is {type(row[2]).__name__}, not text")
             signed = verify_checkpoint(row[2], self._signer.verifier)
         except NoteError as exc:
-            raise StoreError(f"the newest stored checkpoint (size {row[0]!r}) is not validly signed by this log's key "
+            raise _ChangedBelowError(f"the newest stored checkpoint (size {row[0]!r}) is not validly signed by this log's key "
                              f"({exc}): the store was changed below Sealbox (run `sealbox verify`)") from None
         if row[0] != signed.size or row[1] != signed.root:
             found = "sha256:" + row[1].hex() if isinstance(row[1], bytes) else repr(row[1])
-            raise StoreError(f"the newest stored checkpoint's tree_size and root_hash ({row[0]!r}, {found}) differ from "
+            raise _ChangedBelowError(f"the newest stored checkpoint's tree_size and root_hash ({row[0]!r}, {found}) differ from "
                              f"its signed note ({signed.size}, sha256:{signed.root.hex()}): the store was changed below "
                              "Sealbox (run `sealbox verify`)")
         return signed

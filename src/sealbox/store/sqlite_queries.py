@@ -315,7 +315,9 @@ class Reader:
 # result failed; _call_rows turns a record into a row. A decision's rule and
 # reason_code and a result's duration_us are columns from schema 6 on (NULL in
 # older rows, and where the payload's value is not a string / an integer: the
-# payload is read then, so the answer is the same either way).
+# payload is read then, as it is for a value of another type written below
+# Sealbox; a wrong value of the right type is verify's index_mismatch, as for
+# every query column).
 _NEXT = """COALESCE(
     (SELECT e.leaf_index FROM events e WHERE e.leaf_index = c.leaf_index + {offset} AND e.call_id = c.call_id
      AND e.run_id = c.run_id AND e.kind = '{kind}'),
@@ -324,10 +326,10 @@ _NEXT = """COALESCE(
 _CALLS_SQL = """
 SELECT c.ts, c.run_id, r.agent, c.principal, c.step, c.call_id, c.server, c.tool,
        json_extract(CAST(c.raw AS TEXT), '$.payload.exposed', '$.payload.grant', '$.payload.arguments'),
-       d.effect, COALESCE(d.rule, CAST(d.raw AS TEXT) ->> '$.payload.rule'),
-       COALESCE(d.reason_code, CAST(d.raw AS TEXT) ->> '$.payload.reason_code'),
+       d.effect, IIF(typeof(d.rule) = 'text', d.rule, CAST(d.raw AS TEXT) ->> '$.payload.rule'),
+       IIF(typeof(d.reason_code) = 'text', d.reason_code, CAST(d.raw AS TEXT) ->> '$.payload.reason_code'),
        x.ok, CASE WHEN x.ok = 0 THEN CAST(x.raw AS TEXT) -> '$.payload.error' END,
-       COALESCE(x.duration_us, CAST(x.raw AS TEXT) ->> '$.payload.duration_us'), {result}
+       IIF(typeof(x.duration_us) = 'integer', x.duration_us, CAST(x.raw AS TEXT) ->> '$.payload.duration_us'), {result}
 FROM events c
 LEFT JOIN runs r ON r.run_id = c.run_id
 LEFT JOIN events d ON d.leaf_index = %s
