@@ -71,6 +71,22 @@ class Principal:
     groups: tuple[str, ...] = ()
     attributes: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        """Raises ConfigError on a wrongly typed field: a policy matching ``principal.groups``
+        must never read ``"ops"`` as the groups ``o``, ``p`` and ``s``."""
+        if not isinstance(self.id, str) or not self.id:
+            raise ConfigError(f"principal id must be a non-empty string, got {self.id!r}")
+        if not isinstance(self.role, str):
+            raise ConfigError(f"principal {self.id}: role must be a string, got {type(self.role).__name__}")
+        groups = self.groups
+        if isinstance(groups, (str, bytes)) or not isinstance(groups, (list, tuple, set, frozenset)) or not all(
+                isinstance(g, str) for g in groups):
+            raise ConfigError(f"principal {self.id}: groups must be a list of group names (strings), "
+                              f"got {groups!r}")
+        object.__setattr__(self, "groups", tuple(sorted(groups) if isinstance(groups, (set, frozenset)) else groups))
+        if self.attributes is not None and not isinstance(self.attributes, dict):
+            raise ConfigError(f"principal {self.id}: attributes must be a dict, got {type(self.attributes).__name__}")
+
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "role": self.role, "groups": list(self.groups), "attributes": dict(self.attributes or {})}
 
@@ -83,7 +99,7 @@ class Principal:
         if isinstance(value, str):
             return cls(value)
         if isinstance(value, dict) and isinstance(value.get("id"), str):
-            return cls(value["id"], value.get("role", "agent"), tuple(value.get("groups", ())), value.get("attributes"))
+            return cls(value["id"], value.get("role", "agent"), value.get("groups", ()), value.get("attributes"))
         raise ConfigError(f"principal must be a string id or a dict with an 'id', got {value!r}")
 
 

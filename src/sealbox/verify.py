@@ -345,6 +345,12 @@ def _completed(levels: dict[int, tuple[int, list[bytes]]], i: int) -> list[tuple
         level += 1
 
 
+#: The stored columns :meth:`EventVerifier._check_columns` compares, in order (iter_rows').
+_COLUMN_NAMES = ("run_id", "run_seq", "kind", "ts", "principal", "step", "server", "tool", "call_id", "effect", "ok",
+                 "tokens", "cost", "rule", "reason_code", "duration_us")
+_OPTIONAL_COLUMNS = frozenset(_COLUMN_NAMES[-3:])
+
+
 def _columns_match(columns: tuple, mine: tuple) -> bool:
     """Stored columns equal to the derived ones, but for NULL in the optional last ones
     (:data:`sealbox.events.OPTIONAL_DERIVED`: rows written before schema 6), where a listing
@@ -617,8 +623,11 @@ class EventVerifier:
             payload = env["payload"] if isinstance(env.get("payload"), dict) else {}
             mine += (env["ts"], env["principal"], env["step"], *derived_columns(env["kind"], payload))
         if tuple(columns) != mine and not _columns_match(tuple(columns), mine):
+            names = [n for n, a, b in zip(_COLUMN_NAMES, tuple(columns), mine) if a != b and not (
+                n in _OPTIONAL_COLUMNS and a is None)] or list(_COLUMN_NAMES[len(mine):len(columns)])
             self.problems.append(self._at(env, leaf_index, Problem(
-                "index_mismatch", "the store's index columns disagree with the event's hashed bytes",
+                "index_mismatch", f"the store's index columns disagree with the event's hashed bytes "
+                f"(column{'s' if len(names) != 1 else ''} {', '.join(names) or 'count'})",
                 expected=repr(mine), found=repr(tuple(columns)),
             )))
 
@@ -729,7 +738,7 @@ def check_checkpoint_rows(rows: Iterable[tuple[Any, Any, Any, Any]], file_note: 
         events: the number of events in the log.
     """
     problems: list[Problem] = []
-    ids, stated, unreadable = [], set(), False
+    ids, stated, unreadable, previous = [], set(), False, None
     for position, (row_id, size, root, note) in enumerate(rows, 1):
         ids.append(row_id)
         cp = _note_checkpoint(note)
@@ -737,6 +746,13 @@ def check_checkpoint_rows(rows: Iterable[tuple[Any, Any, Any, Any]], file_note: 
             unreadable = True
             continue
         stated.add((cp.size, cp.root))
+        if previous is not None and cp.size < previous.size:
+            problems.append(Problem(
+                "checkpoint_order", f"checkpoint {position} (size {cp.size}) follows one of size {previous.size}: "
+                "the log only grows, so the checkpoints table was reordered or a row added below Sealbox",
+                expected=f"size {previous.size} or more", found=f"size {cp.size}",
+            ))
+        previous = cp
         if size != cp.size or type(size) is not int or _as_blob(root) != cp.root:
             found_root = "sha256:" + _as_blob(root).hex() if type(root) is bytes else repr(root)
             problems.append(Problem(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -451,3 +452,29 @@ def test_a_decision_on_redacted_content_is_not_re_evaluable(tmp_path):
     assert (r.re_evaluable, r.decision, r.why_not) == (False, None, "the decision read content that was redacted before it was recorded")
     assert b"hunter2" not in b"".join(e.raw for e in store.read_run(run.run_id))
     store.close()
+
+
+@pytest.mark.parametrize("principal, words", [
+    ({"id": "bob", "groups": "ops"}, "groups must be a list of group names (strings), got 'ops'"),
+    ({"id": "bob", "groups": ["ops", 3]}, "groups must be a list of group names"),
+    ({"id": "bob", "role": 5}, "role must be a string"),
+    ({"id": "bob", "attributes": ["x"]}, "attributes must be a dict"),
+    ({"id": ""}, "principal id must be a non-empty string"),
+])
+def test_a_wrongly_typed_principal_is_refused_before_anything_is_recorded(store, principal, words):
+    """groups given as "ops" used to become the groups o, p and s for the policy."""
+    rec = Recorder(store, policy=ALLOW_ALL)
+    size = store.size()
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        with rec.run(agent="a", principal=principal):
+            pass
+    assert store.size() == size
+
+
+def test_principal_groups_from_a_set_are_sorted_and_a_list_kept(store):
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="a", principal={"id": "bob", "groups": {"b", "a"}}) as run:
+        pass
+    with rec.run(agent="a", principal={"id": "eve", "groups": ["z", "y"]}) as run2:
+        pass
+    assert run.principal.groups == ("a", "b") and run2.principal.groups == ("z", "y")

@@ -415,6 +415,8 @@ def test_derived_query_columns_are_checked(s: Sample) -> None:
         ("index_mismatch", s.runs[1], 3, "policy.decision", 9),
     ]
     assert "delete_everything" in report.problems[0].found and "delete_everything" not in report.problems[0].expected
+    assert report.problems[0].message.endswith("(columns server, tool)")
+    assert report.problems[1].message.endswith("(column effect)")
 
 
 @pytest.mark.parametrize("column, value", [("ts", "2020-01-01T00:00:00.000000Z"), ("principal", "someone"), ("step", "9")])
@@ -1146,3 +1148,14 @@ def test_log_checkpoint_prints_only_a_checkpoint_that_verifies(s: Sample) -> Non
     tamper(s.path, ("UPDATE checkpoints SET note = ?, root_hash = ? WHERE id = ?", (forged, bytes(32), cid)))
     res = run_cli("log", "checkpoint", "-s", str(s.path), "--json")
     assert res.returncode == 1 and "the events do not reproduce the newest checkpoint's root (size 19)" in res.stderr
+
+
+def test_checkpoints_out_of_order_are_named(s: Sample) -> None:
+    """The log only grows: a checkpoint row of a smaller size after a larger one was moved or added."""
+    rows = checkpoint_rows(s.path)
+    (id2, size2, note2), (id3, size3, note3) = rows[1], rows[2]
+    tamper(s.path, ("UPDATE checkpoints SET id = 100 WHERE id = ?", (id2,)),
+           ("UPDATE checkpoints SET id = ? WHERE id = ?", (id2, id3)), ("UPDATE checkpoints SET id = ? WHERE id = 100", (id3,)))
+    report = verify(s.path)
+    assert [(p.code, p.expected, p.found) for p in report.problems] == [
+        ("checkpoint_order", f"size {size3} or more", f"size {size2}")]
