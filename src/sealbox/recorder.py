@@ -330,7 +330,7 @@ class RunContext:
             return
         payload: dict[str, Any] = {"status": status, "usage": dict(self.usage)}
         if error is not None:
-            payload["error"] = {"type": type(error).__qualname__, "message": str(error)}
+            payload["error"] = {"type": type(error).__qualname__, "message": exception_message(error)}
         if verdict is not None:
             payload["verdict"] = verdict
         self._append([self._draft("run.ended", payload, self._take_step())])
@@ -597,7 +597,7 @@ class RunContext:
             payload["result"] = result
             self.recorder.breaker.record_success(server, tool)
         else:
-            payload["error"] = {"type": type(error).__qualname__, "message": str(error),
+            payload["error"] = {"type": type(error).__qualname__, "message": exception_message(error),
                                 "traceback": _short_traceback(error, getattr(self.recorder.store, "redactor", None))}
             if isinstance(error, ConnectionError):  # the server is down: open every breaker of it
                 self.recorder.breaker.server_down(server)
@@ -672,7 +672,7 @@ class RunContext:
         try:
             response = call(request)
         except Exception as exc:
-            self.model_call(request, {"error": {"type": type(exc).__qualname__, "message": str(exc)}},
+            self.model_call(request, {"error": {"type": type(exc).__qualname__, "message": exception_message(exc)}},
                             latency=time.perf_counter() - started, provider=provider, model=model)
             raise
         self.model_call(request, response, latency=time.perf_counter() - started, provider=provider, model=model)
@@ -722,6 +722,15 @@ def _policy_view(arguments: Any) -> Any:
     from sealbox.canonical import encode
 
     return encode(arguments)
+
+
+def exception_message(error: BaseException) -> str:
+    """``str(error)`` for the record, or a placeholder when the exception cannot be turned into
+    text (its ``__str__`` raises): the record of a failure must not fail with it."""
+    try:
+        return str(error)
+    except Exception as exc:  # noqa: BLE001 - a tool's or agent's exception whose __str__ fails
+        return f"<{type(error).__qualname__}.__str__ raised {type(exc).__name__}>"
 
 
 def _short_traceback(exc: BaseException, redactor: Any = None, limit: int = 8) -> str:

@@ -303,3 +303,18 @@ def record_unknown_outcome(store: Any) -> str:
                    chat_script()[0])
     run._decide_and_record("local", "get_weather", {"city": "Paris"}, None, "call_1", None)
     return run.run_id  # no tool.result, no run.ended: the process "died" here
+
+
+def exits(run: Any) -> Any:
+    """An agent that calls sys.exit(3) before its first step."""
+    raise SystemExit(3)
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("str fails")
+
+
+def unprintable(run: Any) -> Any:
+    """An agent whose exception cannot be turned into text."""
+    raise _Unprintable()

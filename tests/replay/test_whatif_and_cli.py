@@ -189,3 +189,25 @@ def test_cli_replay_and_runs_show_report_the_agents_exception(tmp_path, monkeypa
     out = invoke("runs", "show", replay_run, "-s", str(tmp_path / "s"), "--json")
     [row] = [r for r in json.loads(out.output) if r["kind"] == "run.ended"]
     assert row["detail"] == "error RuntimeError: my agent is broken"
+
+
+def test_replay_records_an_agent_that_exits_or_raises_an_unprintable_exception(tmp_path, monkeypatch):
+    """SystemExit left the replay run recorded 'ended ok'; an exception whose __str__ raises made
+    replay fail with an internal error and the run 'ended ok' too."""
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    from sealbox.replay import Replayer
+
+    run_id = asyncio.run(ra.record(store, "plain"))
+    replayer = Replayer(store)
+    with pytest.raises(SystemExit):
+        replayer.replay(run_id, ra.exits)
+    result = replayer.replay(run_id, ra.unprintable)
+    assert result.agent_error == {"type": "_Unprintable", "message": "<_Unprintable.__str__ raised ValueError>"}
+    replays = [r["run_id"] for r in store.runs() if r["replay_of"] == run_id]
+    ended = {}
+    for rid in replays:
+        [e] = [e for e in store.read_run(rid) if e.kind == "run.ended"]
+        ended[e.payload.get("error", {}).get("type")] = e.payload["status"]
+    store.close()
+    assert ended == {"SystemExit": "error", "_Unprintable": "error"}

@@ -202,7 +202,10 @@ class Replayer:
         try:
             with _langchain_cache(source, run, model == "record"):
                 yield run, source, drift, unrep
-        finally:
+        except BaseException as exc:  # the agent's SystemExit / KeyboardInterrupt (_finish did not run): say so
+            run.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        else:
             run.__exit__(None, None, None)  # already ended by _finish; resets the current run
 
     def _conditions(self, recorded: RecordedRun, snapshot: Any) -> tuple[Any, tuple[FieldDiff, ...]]:
@@ -222,10 +225,10 @@ class Replayer:
         if divergence is None:
             recorded = (source.recorded.ended or {}).get("status")
             if recorded != status:
-                why = f": {type(error).__name__}: {error}" if error is not None else ""
+                why = f": {type(error).__name__}: {_message(error)}" if error is not None else ""
                 divergence = Divergence("outcome", None, f"every step matched, but the recorded run ended "
                                         f"{recorded or 'without run.ended'} and the replay ended {status}{why}")
-        agent_error = {"type": type(error).__qualname__, "message": str(error)} if error is not None else None
+        agent_error = {"type": type(error).__qualname__, "message": _message(error)} if error is not None else None
         result = ReplayResult(divergence is None, divergence, len(source.compared), run.run_id, drift, unrep,
                               source.recorded.run_id, agent_error)
         if source.divergence is not None:
@@ -234,6 +237,13 @@ class Replayer:
         run.replay = None
         run.end(status, error, verdict=result.verdict())
         return result
+
+
+def _message(error: BaseException) -> str:
+    """``str(error)``, or a placeholder when the agent's exception cannot be turned into text."""
+    from sealbox.recorder import exception_message
+
+    return exception_message(error)
 
 
 def _loop_running() -> bool:
