@@ -186,6 +186,34 @@ def test_subprocess_bad_now_names_the_case_exit_2(tmp_path, now, message):
     assert proc.stderr == f"error: {cases}:10: {message}\n"
 
 
+@pytest.mark.parametrize("call, message", [
+    ("{tool: 5}", "'call.tool' must be a non-empty string, not int 5"),
+    ("{tool: null}", "'call.tool' must be a non-empty string, not NoneType null"),
+    ('{tool: ""}', "'call.tool' must be a non-empty string, not str \"\""),
+    ("{tool: t, server: [db]}", "'call.server' must be a string, not list [\"db\"]"),
+    ("{tool: t, principal: []}", "'call.principal' must be an id (a string) or a mapping, not list []"),
+    ("{tool: t, principal: 7}", "'call.principal' must be an id (a string) or a mapping, not int 7"),
+    ("{tool: t, usage: [1, 2]}", "'call.usage' must be a mapping, not list [1, 2]"),
+    ("{tool: t, run: x}", "'call.run' must be a mapping, not str \"x\""),
+    ("{tool: t, redacted: 'no'}", "'call.redacted' must be true or false, not str \"no\""),
+])
+def test_subprocess_wrongly_typed_call_fields_name_the_case_exit_2(tmp_path, call, message):
+    """A call field of the wrong type used to be coerced (tool 5 tested as "5", principal [] as
+    nobody, redacted 'no' as true): the case is refused instead, before any result is shown."""
+    cases = write(tmp_path, CASES + f"- name: bad\n  call: {call}\n  expect: {{effect: deny}}\n", "cases.yaml")
+    proc = sealbox_main("policy", "test", str(write(tmp_path, POLICY)), str(cases))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"error: {cases}:10: {message}\n"
+
+
+@pytest.mark.parametrize("text", ["[]\n", "cases: []\n"])
+def test_subprocess_a_cases_file_without_cases_is_refused(tmp_path, text):
+    cases = write(tmp_path, text, "cases.yaml")
+    proc = sealbox_main("policy", "test", str(write(tmp_path, POLICY)), str(cases))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "the cases file holds no case" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
 def test_call_now_accepts_rfc3339_and_yaml_timestamps(tmp_path):
     policy = write(tmp_path, """
         version: 1

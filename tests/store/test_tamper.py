@@ -1058,6 +1058,25 @@ def test_a_checkpoint_kept_elsewhere_must_verify_and_match(s: Sample, tmp_path: 
     assert res.returncode == 2 and "Traceback" not in res.stderr
 
 
+def test_checkpoint_json_whose_fields_disagree_with_its_note_is_refused(s: Sample, tmp_path: Path) -> None:
+    """`log checkpoint --json` output whose tree_size or root_hash was edited is refused (exit 2),
+    not half believed: the fields must say what the note signs."""
+    import json
+
+    doc = json.loads(run_cli("log", "checkpoint", "-s", str(s.path), "--json").stdout)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(doc))
+    assert run_cli("verify", "-s", str(s.path), "--checkpoint", str(good)).returncode == 0
+    size = doc["tree_size"]
+    for field, value, words in (("tree_size", size + 5, f'"tree_size" is {size + 5} but its note signs size {size}'),
+                                ("tree_size", str(size), f"\"tree_size\" is '{size}' but its note signs size {size}"),
+                                ("root_hash", "sha256:" + "00" * 32, '"root_hash" is \'sha256:' + "00" * 32)):
+        bad = tmp_path / f"bad-{field}.json"
+        bad.write_text(json.dumps({**doc, field: value}))
+        res = run_cli("verify", "-s", str(s.path), "--checkpoint", str(bad))
+        assert res.returncode == 2 and words in res.stderr and res.stderr.count("\n") == 1, res.stderr
+
+
 def test_blob_salt_removed_but_content_kept_is_named(s: Sample) -> None:
     ref = blob_rows(s.path)[0][0]
     tamper(s.path, ("UPDATE blobs SET salt = NULL WHERE ref = ?", (ref,)))  # the triggers allow only a whole erasure

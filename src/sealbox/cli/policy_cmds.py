@@ -54,6 +54,17 @@ def _call_from(spec: dict[str, Any], where: str) -> Any:
     unknown = sorted(set(spec) - known)
     if unknown:
         raise BadInput(f"{where}: unknown field 'call.{unknown[0]}'")
+    for name in ("tool", "server"):
+        if name in spec and not (isinstance(spec[name], str) and (spec[name] or name == "server")):
+            raise BadInput(f"{where}: 'call.{name}' must be a {'non-empty ' if name == 'tool' else ''}string, "
+                           f"not {_shown(spec[name])}")
+    for name in ("principal", "agent", "run", "usage"):
+        value = spec.get(name)
+        if value is not None and not isinstance(value, dict) and not (name == "principal" and isinstance(value, str)):
+            kind = "an id (a string) or a mapping" if name == "principal" else "a mapping"
+            raise BadInput(f"{where}: 'call.{name}' must be {kind}, not {_shown(value)}")
+    if "redacted" in spec and not isinstance(spec["redacted"], bool):
+        raise BadInput(f"{where}: 'call.redacted' must be true or false, not {_shown(spec['redacted'])}")
     principal = spec.get("principal") or {}
     if isinstance(principal, str):
         principal = {"id": principal}
@@ -71,6 +82,12 @@ def _call_from(spec: dict[str, Any], where: str) -> Any:
         usage=spec.get("usage") or {}, now=now or _dt.datetime.now(_dt.timezone.utc),
         redacted=bool(spec.get("redacted", False)),
     )  # fmt: skip
+
+
+def _shown(value: Any) -> str:
+    """A wrongly typed value for an error line: its type, and the value when short."""
+    text = json.dumps(value, default=str)
+    return f"{type(value).__name__} {text}" if len(text) <= 40 else type(value).__name__
 
 
 _EXPECT_KEYS = ("effect", "rule", "reason_code")
@@ -112,6 +129,8 @@ def _read_yaml_list(path: str) -> tuple[list[Any], dict[tuple, int]]:
         tree = tree["cases"]
     if not isinstance(tree, list):
         raise PolicyLoadError(path, 1, "a cases file is a list of {call, expect} (or a mapping with 'cases')")
+    if not tree:
+        raise PolicyLoadError(path, 1, "the cases file holds no case (a test that tests nothing cannot pass)")
     lines = {i: tree.lc.item(i)[0] + 1 for i in range(len(tree))}
     return [loader.to_plain(item, (i,), {}, [0], path) for i, item in enumerate(tree)], lines
 

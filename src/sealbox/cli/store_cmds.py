@@ -162,6 +162,7 @@ def _read_checkpoint(path: str) -> str:
             text = fh.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"cannot read the checkpoint file {path}: {exc}") from exc
+    doc = None
     if text.lstrip().startswith("{"):
         try:
             doc = json.loads(text)
@@ -172,7 +173,27 @@ def _read_checkpoint(path: str) -> str:
             raise BadInput(f"{path}: JSON without a \"note\" string (expected `sealbox log checkpoint --json` output)")
     if "\n\n\u2014 " not in text:
         raise BadInput(f"{path} is not a signed checkpoint (C2SP signed note: body, blank line, signature lines)")
+    if isinstance(doc, dict):
+        _check_json_fields(path, doc, text)
     return text
+
+
+def _check_json_fields(path: str, doc: dict, note: str) -> None:
+    """``tree_size`` and ``root_hash`` beside the note in ``log checkpoint --json`` output must
+    say what the note signs: a file whose fields were edited (or pasted from another
+    checkpoint) is refused rather than half believed. The signature is verify's to check."""
+    from sealbox.errors import NoteError
+    from sealbox.ledger.checkpoint import Checkpoint, parse_note
+
+    try:
+        body = Checkpoint.parse(parse_note(note).text)
+    except NoteError:
+        return  # verify reports a note it cannot read
+    size, root = doc.get("tree_size"), doc.get("root_hash")
+    if size is not None and (type(size) is not int or size != body.size):
+        raise BadInput(f"{path}: \"tree_size\" is {size!r} but its note signs size {body.size}")
+    if root is not None and root != "sha256:" + body.root.hex():
+        raise BadInput(f"{path}: \"root_hash\" is {root!r} but its note signs sha256:{body.root.hex()}")
 
 
 def _read_key(value: str | None) -> str | None:
