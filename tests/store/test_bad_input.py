@@ -173,6 +173,22 @@ def test_cli_init_over_a_sealbox_db_that_is_not_a_store(tmp_path: Path, make) ->
     assert_unchanged(before, snapshot_dir(folder))
 
 
+@pytest.mark.parametrize("make", [random_db, other_app_db])
+def test_init_store_over_a_sealbox_db_that_is_not_a_store_says_so(tmp_path: Path, make) -> None:
+    """The Python API gives the CLI's reason too, not "already holds a Sealbox store"."""
+    from sealbox import init_store
+    from sealbox.errors import StoreError
+
+    folder = tmp_path / "s"
+    make(folder)
+    before = snapshot_dir(folder)
+    with pytest.raises(StoreError) as info:
+        init_store(folder)
+    assert str(info.value).startswith(f"{folder} already holds a file sealbox.db that is not a Sealbox store (")
+    assert str(info.value).endswith(": init does not overwrite it (move it away, or create the store in another folder)")
+    assert_unchanged(before, snapshot_dir(folder))
+
+
 def test_cli_verify_with_a_garbage_log_vkey_names_the_file(store_copy: Path, tmp_path: Path) -> None:
     (store_copy / "log.vkey").write_text("garbage\n")
     before = snapshot_dir(store_copy)

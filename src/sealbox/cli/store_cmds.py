@@ -19,7 +19,6 @@ def init_cmd(path: str | None, origin: str | None) -> None:
     from sealbox.store import init_store
 
     path = path or os.environ.get("SEALBOX_STORE") or DEFAULT_STORE
-    _refuse_a_foreign_db(path)
     store = init_store(path, origin=origin)
     vkey = store.pinned_vkey()
     store.close()
@@ -33,29 +32,6 @@ def init_cmd(path: str | None, origin: str | None) -> None:
     click.echo("")
     click.echo("Keep a copy of this key somewhere the owner of this store cannot rewrite (a ticket, a wiki page,")
     click.echo("another machine): `sealbox verify --key KEY` checks the log against it, so a rewritten store is caught.")
-
-
-def _refuse_a_foreign_db(path: str) -> None:
-    """A ``sealbox.db`` in PATH that is not a Sealbox store (another file, another application's
-    database) is refused as such, not as "already holds a Sealbox store"; nothing is written."""
-    import re
-    from pathlib import Path
-
-    from sealbox.errors import NotAStoreError
-    from sealbox.store import open_store
-    from sealbox.store.sqlite import DB_NAME
-
-    if not (Path(path) / DB_NAME).is_file():
-        return
-    try:
-        open_store(path, readonly=True).close()
-    except NotAStoreError as exc:
-        why = re.search(r"\(([^()]*)\)$", str(exc))
-        raise BadInput(f"{path} already holds a file {DB_NAME} that is not a Sealbox store"
-                       f"{f' ({why.group(1)})' if why else ''}: `sealbox init` does not overwrite it "
-                       "(move it away, or create the store in another folder)") from None
-    except Exception:  # noqa: BLE001 - a Sealbox store that cannot be opened (newer, damaged): init_store says so
-        return
 
 
 def _check_key(vkey: str, where: str) -> None:

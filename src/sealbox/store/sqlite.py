@@ -612,7 +612,7 @@ class SqliteStore(SqliteQueries):
         """
         folder = Path(path)
         if (folder / DB_NAME).exists():
-            raise StoreError(f"{folder} already holds a Sealbox store")
+            raise StoreError(_existing_db_message(folder))
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -1637,6 +1637,23 @@ def _translate_open_error(path: Path, exc: sqlite3.DatabaseError) -> Exception:
     if "readonly" in msg or "read-only" in msg or "unable to open" in msg:
         return StoreReadOnlyError(f"cannot open {path / DB_NAME} for writing: {exc}")
     return StoreError(f"cannot open {path / DB_NAME}: {exc}")
+
+
+def _existing_db_message(folder: Path) -> str:
+    """Why ``init`` refuses a folder that holds a ``sealbox.db`` already: a Sealbox store, or a
+    file that is not one (another file, another application's database), said as such."""
+    import re
+
+    try:
+        SqliteStore(folder, readonly=True).close()
+    except NotAStoreError as exc:
+        why = re.search(r"\(([^()]*)\)$", str(exc))
+        return (f"{folder} already holds a file {DB_NAME} that is not a Sealbox store"
+                f"{f' ({why.group(1)})' if why else ''}: init does not overwrite it "
+                "(move it away, or create the store in another folder)")
+    except Exception:  # noqa: BLE001 - a Sealbox store that cannot be opened now (newer, damaged, locked)
+        pass
+    return f"{folder} already holds a Sealbox store"
 
 
 def _translate_write_error(path: Path, exc: sqlite3.Error) -> Exception:
