@@ -118,6 +118,8 @@ async def test_past_the_hold_pending_then_a_retry_gets_the_outcome_of_the_same_r
             assert first.is_error is True
             aid = approval_of(first)
             assert re.match(rf"approval {aid} pending; call again with the same arguments", text_of(first))
+            # the hint is a command that works as written: approve needs --reason and --key-file
+            assert f"with `sealbox approvals approve {aid} --reason TEXT --key-file KEY`;" in text_of(first)
             again = await client.call_tool("toy__echo", {"text": "hello"})  # still pending: the same request
             assert approval_of(again) == aid and again.is_error is True
             other = await client.call_tool("toy__echo", {"text": "other"})  # other arguments: a new request
@@ -191,7 +193,7 @@ async def test_elicitation_only_informs_the_person_and_its_answer_is_not_an_appr
     aid = approval_of(first)
     assert first.is_error is True and second.is_error is True and approval_of(second) == aid
     assert len(asked) == 1  # told once per request
-    assert aid in asked[0] and "sealbox approvals approve" in asked[0] and "not here" in asked[0]
+    assert f"`sealbox approvals approve {aid} --reason TEXT --key-file KEY` or `deny`" in asked[0] and "not here" in asked[0]
     assert get_approval(store, aid).status == "pending" and get_approval(store, aid).answers == ()
     assert toy_log(tmp_path) == []
 

@@ -528,7 +528,7 @@ class Gateway:
                             await ctx.session.report_progress(
                                 round(now - deadline + self.config.limits.approval_hold_s, 3), None,
                                 f"waiting for approval {aid} ({_who(pending)}); decided with "
-                                f"`sealbox approvals approve|deny {aid}`")
+                                f"`sealbox approvals approve|deny {aid} --reason TEXT --key-file KEY`")
                         except Exception:  # noqa: BLE001 - progress is advisory
                             log.debug("could not send a progress notification")
                     await anyio.sleep(min(self.approval_poll, max(0.0, deadline - now)))
@@ -543,7 +543,7 @@ class Gateway:
                                principal=principal, own_run=own_run, ttl_s=ttl)
             return types.InputRequiredResult(request_state=token, _meta={"sealbox/approval": info})
         return _error_result(f"approval {aid} pending; call again with the same arguments "
-                             f"(it is decided by {_who(pending)} with `sealbox approvals approve {aid}`; "
+                             f"(it is decided by {_who(pending)} with `sealbox approvals approve {aid} --reason TEXT --key-file KEY`; "
                              f"expires {pending.expires_at}) [call {pending.call_id}]", {"sealbox/approval": info})
 
     async def _settle(self, run: RunContext, pending: Pending, arguments: dict[str, Any], forward: Any,
@@ -593,7 +593,7 @@ class Gateway:
         """Tell the person at the client what is pending and where it is decided (never an approval)."""
         message = (f"Sealbox: the call {pending.server}/{pending.tool} needs approval {pending.approval_id} "
                    f"(rule {pending.rule}). It is decided by {_who(pending)}, with `sealbox approvals approve "
-                   f"{pending.approval_id}` or `deny` - not here: nothing answered in this dialog approves or "
+                   f"{pending.approval_id} --reason TEXT --key-file KEY` or `deny` - not here: nothing answered in this dialog approves or "
                    f"denies it. The call is held for up to {self.config.limits.approval_hold_s:g} s; after that, "
                    "call again with the same arguments.")
         try:
