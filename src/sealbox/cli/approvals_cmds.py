@@ -6,7 +6,7 @@ import json
 
 import click
 
-from sealbox.cli.common import echo_json, emit_rows, format_options, open_for_reading, open_for_writing, store_option
+from sealbox.cli.common import echo_json, emit_rows, format_options, open_for_reading, open_for_writing, store_option, resolve_id
 
 
 def _open_listing(path: str):
@@ -62,7 +62,7 @@ def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
 
     store = open_for_reading(store_path)
     try:
-        state = get_approval(store, approval_id)
+        state = get_approval(store, resolve_id(store, "approval", approval_id))
         row = state.to_dict()
         row["arguments"] = store.resolve(row["arguments"])
     finally:
@@ -92,6 +92,7 @@ def _answer(decision: str, approval_id: str, reason: str, key_file: str, binding
 
     store = open_for_writing(store_path)
     try:
+        approval_id = resolve_id(store, "approval", approval_id)
         state = answer(store, approval_id, decision, reason, key_file, binding=binding, shared_window_s=window,
                        client=local_client(user_agent=f"sealbox-cli/{__version__}"))
     finally:

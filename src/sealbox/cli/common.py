@@ -42,6 +42,29 @@ def open_for_writing(path: str):
     return open_store(path)
 
 
+#: The shortest prefix of an id that the commands taking a run or approval id accept.
+MIN_ID_PREFIX = 4
+
+
+def resolve_id(store: Any, what: str, text: str) -> str:
+    """The run or approval request id that ``text`` names: the id itself, or a prefix of exactly
+    one id (at least :data:`MIN_ID_PREFIX` characters, as ``git`` takes commit ids). A text that
+    starts no id is returned as given, for the command to report as unknown.
+
+    Raises:
+        BadInput: ``text`` starts several ids (they are listed), or is a too short prefix.
+    """
+    found = store.ids_with_prefix(what, text)
+    if not found or found[0] == text:
+        return text
+    if len(text) < MIN_ID_PREFIX:
+        raise BadInput(f"no {what} {text!r}; an id prefix needs at least {MIN_ID_PREFIX} characters")
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
+        raise BadInput(f"{what} id prefix {text!r} is ambiguous: it starts {shown} (give more characters)")
+    return found[0]
+
+
 def format_options(fn: Callable) -> Callable:
     """``--json`` and ``--csv`` for listings (one or the other: both is a :class:`BadInput`)."""
     import functools

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import click
 
-from sealbox.cli.common import echo_json, open_for_reading, open_for_writing, store_option
+from sealbox.cli.common import echo_json, open_for_reading, open_for_writing, store_option, resolve_id
 
 
 def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any]) -> dict[str, Any]:
@@ -20,7 +20,7 @@ def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dic
 
     store = open_for_writing(store_path)
     try:
-        runs = select_runs(store, run_ids, **filters)
+        runs = select_runs(store, [resolve_id(store, "run", r) for r in run_ids], **filters)
         return export_bundle(store, runs, target).to_dict()
     finally:
         store.close()
@@ -32,7 +32,7 @@ def _parquet(store_path: str, target: str, run_ids: tuple[str, ...], filters: di
 
     store = open_for_reading(store_path)
     try:
-        runs = select_runs(store, run_ids, **filters)
+        runs = select_runs(store, [resolve_id(store, "run", r) for r in run_ids], **filters)
         return export_parquet(store, runs, target)
     finally:
         store.close()
@@ -46,7 +46,7 @@ def _otlp(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[
 
     store = open_for_reading(store_path)
     try:
-        runs = select_runs(store, run_ids, **filters)
+        runs = select_runs(store, [resolve_id(store, "run", r) for r in run_ids], **filters)
     finally:
         store.close()
     return run_otlp_export(store_path, runs, target, content, headers, quiet=True).to_dict()

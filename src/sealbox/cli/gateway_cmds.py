@@ -135,6 +135,9 @@ def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, htt
         os._exit(code)
 
     try:
+        from sealbox.cli.common import resolve_id
+
+        run_id = resolve_id(store, "run", run_id)
         replay = GatewayReplay(store, run_id, config=config, until_calls=until_calls)
         if http_port is None:
             replay.on_until_calls = exit_now

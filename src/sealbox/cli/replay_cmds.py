@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import click
 
-from sealbox.cli.common import echo_json, emit_rows, open_for_reading, open_for_writing, store_option
+from sealbox.cli.common import echo_json, emit_rows, open_for_reading, open_for_writing, store_option, resolve_id
 
 
 def load_agent(spec: str) -> Callable[[Any], Any]:
@@ -86,6 +86,7 @@ def replay_cmd(store_path: str, run_id: str, agent_spec: str, model: str, tools:
     policy, snapshot = _load_policy(policy_path), _load_snapshot(snapshot_path)
     store = open_for_writing(store_path)
     try:
+        run_id = resolve_id(store, "run", run_id)
         result = Replayer(store, policy=policy).replay(run_id, agent, model=model, tools=tools,
                                                        side_effects=side_effects,
                                                        allow_config_drift=allow_config_drift, snapshot=snapshot)
@@ -146,7 +147,8 @@ def whatif_cmd(store_path: str, run_ids: tuple[str, ...], policy_path: str | Non
         if snapshot_query is not None:
             _whatif_snapshot(store, snapshot_query, since, as_json)
         else:
-            _whatif_policy(store, _load_policy(policy_path), run_ids, since, as_json)
+            _whatif_policy(store, _load_policy(policy_path), tuple(resolve_id(store, "run", r) for r in run_ids),
+                           since, as_json)
     finally:
         store.close()
 

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from sealbox.cli.common import BadInput, open_for_reading, store_option
+from sealbox.cli.common import BadInput, open_for_reading, store_option, resolve_id
 
 _BY_EXTENSION = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
 
@@ -28,6 +28,7 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool
         fmt = _BY_EXTENSION.get(ext, "md")
     store = open_for_reading(store_path)
     try:
+        run_id = resolve_id(store, "run", run_id)
         if not store.read_run(run_id):
             raise BadInput(f"no run {run_id!r} in this store")
         report = build_report(store, run_id, verify=not no_verify)

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from sealbox.cli.common import BadInput, emit_rows, format_options, open_for_reading, store_option
+from sealbox.cli.common import BadInput, emit_rows, format_options, open_for_reading, store_option, resolve_id
 
 _STATUSES = ("running", "suspended", "ended", "ok", "error", "cancelled")  # sealbox.query.RUN_STATUSES
 
@@ -68,6 +68,7 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
     """Show one run's events (time, kind, tool, decision, duration), with its parent and children."""
     store = open_for_reading(store_path)
     try:
+        run_id = resolve_id(store, "run", run_id)
         run = store.get_run(run_id)
         events = store.read_run(run_id)
     finally:

@@ -207,6 +207,23 @@ class SqliteQueries:
             cursor.close()
         return out
 
+    def ids_with_prefix(self, what: str, prefix: str, limit: int = 6) -> list[str]:
+        """Run ids (``what="run"``) or approval request ids (``what="approval"``) that start with
+        ``prefix``, in code-point order (``prefix`` itself first when it is one), at most ``limit``.
+
+        Raises:
+            ValueError: ``what`` is neither.
+        """
+        upper = prefix + "\U0010ffff"  # BINARY collation compares UTF-8 bytes: every id starting with prefix sorts below
+        if what == "run":
+            sql = "SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT ?"
+        elif what == "approval":
+            sql = ("SELECT DISTINCT a FROM (SELECT CAST(raw AS TEXT) ->> '$.payload.approval_id' AS a FROM events"
+                   " WHERE kind = 'approval.requested') WHERE a >= ? AND a < ? ORDER BY a LIMIT ?")
+        else:
+            raise ValueError(f"ids_with_prefix: what is 'run' or 'approval', not {what!r}")
+        return [r[0] for r in self._conn().execute(sql, (prefix, upper, int(limit)))]
+
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         """One run as a :meth:`query_runs` row, plus ``children`` (rows of the runs naming it as parent), or None."""
         recs = self._conn().execute(_RUNS_SQL.format(where="r.run_id = ?"), (run_id,)).fetchall()

@@ -1,0 +1,101 @@
+"""Run and approval ids may be given by a unique prefix (at least 4 characters), as git takes commits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sealbox
+from sealbox import EventDraft
+from sealbox.approvals import ApprovalPending
+from sealbox.policy import Policy
+from sealbox.recorder import Recorder
+
+ZERO_FP = "sha256:" + "0" * 64
+RUNS = ("run-alpha-1", "run-alpha-2", "run-beta", "run-x", "run-x2")
+POLICY = """
+version: 1
+rules:
+  - id: writes-need-ops
+    match: {tool: write_query}
+    effect: require_approval
+    approval: {groups: [ops], quorum: 1, expires: 1h}
+"""
+
+
+def sb(*args):
+    return subprocess.run([sys.executable, "-m", "sealbox.cli.main", *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> tuple[Path, list[str], Path]:
+    tmp = tmp_path_factory.mktemp("prefixes")
+    path = tmp / "store"
+    assert sb("init", path).returncode == 0
+    assert sb("identities", "add", "alice", "--role", "approver", "--group", "ops", "--key-out", tmp / "a.key",
+              "-s", path).returncode == 0
+    store = sealbox.open_store(path)
+    for rid in RUNS:
+        store.append([
+            EventDraft("run.started", {"agent": "bot", "snapshot": None, "parent_run_id": None, "labels": {},
+                                       "policy": {"fingerprint": ZERO_FP, "name": None}}, run_id=rid, principal="agent:bot"),
+            EventDraft("run.ended", {"status": "ok"}, run_id=rid, principal="agent:bot"),
+        ])
+    approvals = []
+    for _ in range(2):
+        with pytest.raises(ApprovalPending) as info:
+            with Recorder(store, policy=Policy.from_text(POLICY), approvals="suspend").run(agent="bot") as run:
+                run.call_tool("db", "write_query", {"sql": "x"}, lambda sql: "ran")
+        approvals.append(info.value.approval_id)
+    store.close()
+    return path, approvals, tmp / "a.key"
+
+
+def test_a_unique_run_prefix_names_the_run(sample) -> None:
+    path, _, _ = sample
+    full = sb("runs", "show", "run-beta", "-s", path, "--json")
+    short = sb("runs", "show", "run-b", "-s", path, "--json")
+    assert full.returncode == short.returncode == 0, short.stderr
+    assert short.stdout == full.stdout and [r["kind"] for r in json.loads(short.stdout)] == ["run.started", "run.ended"]
+    assert sb("report", "run-b", "-s", path, "--no-verify").stdout.startswith("# Sealbox incident report: run `run-beta`\n")
+
+
+def test_an_id_that_is_also_a_prefix_of_another_is_itself(sample) -> None:
+    path, _, _ = sample
+    res = sb("runs", "show", "run-x", "-s", path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[0].startswith("run      run-x  agent bot")
+
+
+@pytest.mark.parametrize("args, message", [
+    (("runs", "show", "run-alpha"), "error: run id prefix 'run-alpha' is ambiguous: it starts run-alpha-1, run-alpha-2 "
+                                    "(give more characters)"),
+    (("runs", "show", "run-"), "error: run id prefix 'run-' is ambiguous: it starts run-alpha-1, run-alpha-2, run-beta, "
+                               "run-x, run-x2 (give more characters)"),
+    (("runs", "show", "run"), "error: no run 'run'; an id prefix needs at least 4 characters"),
+    (("runs", "show", "zzzz"), "error: no run 'zzzz' in this store"),
+    (("export", "run-alpha", "-o", "x.sbx"), "error: run id prefix 'run-alpha' is ambiguous"),
+])
+def test_an_ambiguous_short_or_unknown_prefix_is_one_error_line(sample, args, message) -> None:
+    path, _, _ = sample
+    res = sb(*args, "-s", path)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.startswith(message) and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_approvals_by_prefix(sample) -> None:
+    path, (first, second), key = sample
+    assert first[:4] == second[:4] == "apr_"
+    n = next(i for i in range(4, len(first)) if first[:i] != second[:i])  # the shortest unique prefix
+    shown = sb("approvals", "show", first[:n + 1], "-s", path)
+    assert shown.returncode == 0 and f"approval   {first}" in shown.stdout
+    res = sb("approvals", "show", "apr_", "-s", path)
+    assert res.returncode == 2 and res.stderr.startswith("error: approval id prefix 'apr_' is ambiguous: it starts ")
+    assert first in res.stderr and second in res.stderr
+    done = sb("approvals", "deny", second[:n + 1], "--reason", "no", "--key-file", key, "-s", path)
+    assert done.stdout == f"alice denied {second}; request is now denied\n", done.stderr
+    assert sb("verify", path).returncode == 0
