@@ -10,7 +10,7 @@ import sealbox
 EXPECTED = {
     "__version__", "KINDS", "SYSTEM_RUN_ID", "Event", "EventDraft", "Store", "SqliteStore", "CheckpointPolicy",
     "open_store", "init_store", "verify_store", "VerifyReport", "Problem", "SealboxError", "CanonicalizationError",
-    "InvalidEventError", "ProofError", "NoteError", "StoreError", "NotAStoreError", "SchemaVersionError",
+    "InvalidEventError", "ProofError", "NoteError", "StoreError", "NotAStoreError", "SchemaVersionError", "StoreUpgradeNeededError",
     "StoreReadOnlyError", "StoreRolledBackError", "BlobNotFoundError", "RecordingError", "PolicyError",
     "PolicyLoadError", "ConfigError", "Recorder", "ToolDenied", "Policy", "Snapshot", "ContentPolicy",
     "ApprovalPending", "ApprovalError", "IdentityError", "AccessError",

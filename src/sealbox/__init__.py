@@ -24,6 +24,7 @@ from sealbox.errors import (
     StoreError,
     StoreReadOnlyError,
     StoreRolledBackError,
+    StoreUpgradeNeededError,
 )
 
 # Imported on first use, so that ``import sealbox.ledger`` (the offline verifier)
@@ -110,6 +111,7 @@ __all__ = [
     "StoreError",
     "NotAStoreError",
     "SchemaVersionError",
+    "StoreUpgradeNeededError",
     "StoreReadOnlyError",
     "StoreRolledBackError",
     "BlobNotFoundError",

@@ -18,6 +18,7 @@ The hierarchy::
     ├── StoreError                the store cannot do what was asked
     │   ├── NotAStoreError        the path is not a Sealbox store
     │   ├── SchemaVersionError    the store was written by a newer Sealbox (or a migration was altered)
+    │   │   └── StoreUpgradeNeededError  read-only open of a store an older Sealbox wrote (a writer upgrades it)
     │   ├── StoreReadOnlyError    the store or its folder cannot be written
     │   ├── StoreRolledBackError  the store holds fewer events than its newest signed checkpoint
     │   └── BlobNotFoundError     no blob with that commitment (never stored, or erased)
@@ -45,6 +46,7 @@ __all__ = [
     "StoreError",
     "NotAStoreError",
     "SchemaVersionError",
+    "StoreUpgradeNeededError",
     "StoreReadOnlyError",
     "StoreRolledBackError",
     "BlobNotFoundError",
@@ -89,6 +91,16 @@ class NotAStoreError(StoreError):
 
 class SchemaVersionError(StoreError):
     """The store's schema is newer than this version of Sealbox, or a migration changed."""
+
+
+class StoreUpgradeNeededError(SchemaVersionError):
+    """A read-only open of a store written by an older Sealbox, whose pending migrations only a
+    writer applies. ``pending`` lists their version numbers. ``sealbox verify`` checks such a
+    store without writing it (:func:`sealbox.store.sqlite.upgraded_copy`)."""
+
+    def __init__(self, message: str, pending: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.pending = list(pending or [])
 
 
 class StoreReadOnlyError(StoreError):

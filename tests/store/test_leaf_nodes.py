@@ -199,6 +199,70 @@ def test_the_layout_is_schema_5_so_older_versions_refuse_the_store(tmp_path: Pat
     assert verify_store(open_store(path, readonly=True)).ok
 
 
+def _as_schema_4(path: Path) -> None:
+    """Back to schema 4, as a store written before migrations 5 and 6."""
+    with closing_db(path) as db:
+        db.execute("DELETE FROM schema_migrations WHERE version >= 5")
+        db.execute("DELETE FROM store_meta WHERE key = 'tree_stored_node_level'")
+        for column in ("rule", "reason_code", "duration_us"):
+            db.execute(f"ALTER TABLE events DROP COLUMN {column}")
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+
+
+def test_verify_checks_an_older_store_without_writing_it(tmp_path: Path) -> None:
+    """An auditor given a store an older Sealbox wrote verifies it as it is: `sealbox verify` checks
+    an upgraded private copy (read-only opens refuse the store until a writer upgrades it), and a
+    change made below Sealbox in the original is still found."""
+    import subprocess
+    import sys
+
+    from sealbox import StoreUpgradeNeededError
+    from sealbox.store.sqlite import upgraded_copy
+
+    path = tmp_path / "s"
+    _fill(path, 40)
+    _as_schema_4(path)
+    before = _files(path)
+    with pytest.raises(StoreUpgradeNeededError) as info:
+        open_store(path, readonly=True)
+    assert info.value.pending[:2] == [5, 6] and "`sealbox verify` checks it as it is" in str(info.value)
+
+    def cli() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "sealbox.cli.main", "verify", "-s", str(path)],
+                              capture_output=True, text=True)
+
+    res = cli()
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0] == (f"note: {path} was written by an older Sealbox (pending migrations {info.value.pending}): "
+                        "verified through an upgraded private copy, removed afterwards; the store itself was not changed")
+    assert lines[1].startswith("Verified: the log is intact. 41 events in 1 run, 0 blobs,")
+    assert _files(path) == before  # not a byte written, no -wal or -shm left
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    store = upgraded_copy(path, copy)
+    try:
+        assert store.readonly and store.size() == 41 and not (copy / "log.key").exists()
+        assert verify_store(store).root == "sha256:" + _mth(_leaves(path)).hex()
+    finally:
+        store.close()
+
+    tamper(path, ("UPDATE events SET raw = CAST(replace(CAST(raw AS TEXT), 'note 8\"', 'note 9\"') AS BLOB) "
+                  "WHERE leaf_index = 8", ()))
+    res = cli()
+    assert res.returncode == 1
+    assert res.stdout.startswith("leaf_hash_mismatch [run system, run_seq 9, note, leaf 8]: ")
+    lines = res.stdout.splitlines()
+    assert [line.split(" ", 1)[0] for line in lines[:6]] == [
+        "leaf_hash_mismatch", "chain_broken", "tree_node_mismatch:", "tree_node_mismatch:", "checkpoint_root_mismatch:",
+        "checkpoint_root_mismatch:"]
+    assert lines[6].startswith(f"note: {path} was written by an older Sealbox")
+    assert lines[7].startswith("NOT VERIFIED: 6 problem(s) found.")
+
+
 @pytest.mark.parametrize("old_layout, sql, code, words", [
     (False, "UPDATE tree_nodes SET hash = 'not-a-hash' WHERE level = 4 AND idx = 0", "tree_node_mismatch", "(4, 0)"),
     (False, "INSERT INTO tree_nodes VALUES (1, 3, 'zz')", "tree_node_mismatch", "(1, 3)"),

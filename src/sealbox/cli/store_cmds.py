@@ -84,19 +84,33 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path
     external = [(f"the checkpoint given in {path}", _read_checkpoint(path)) for path in checkpoint_files]
     if proof_path is not None:
         raise click.UsageError("--consistency applies to a bundle file (verify a store's growth with `sealbox verify`)")
+    import contextlib
+    import dataclasses
+    import tempfile
+
+    from sealbox.errors import StoreUpgradeNeededError
     from sealbox.verify import verify_store
 
-    store = open_for_reading(target or store_path)
-    try:
+    path = target or store_path
+    notes: tuple[str, ...] = ()
+    with contextlib.ExitStack() as stack:
+        try:
+            store = open_for_reading(path)
+        except StoreUpgradeNeededError as exc:  # an older store: verified as it is, through a private copy
+            from sealbox.store.sqlite import upgraded_copy
+
+            copy = stack.enter_context(tempfile.TemporaryDirectory(prefix="sealbox-verify-"))
+            store = upgraded_copy(path, copy)
+            notes = (f"{path} was written by an older Sealbox (pending migrations {exc.pending}): verified through "
+                     "an upgraded private copy, removed afterwards; the store itself was not changed",)
+        stack.callback(store.close)
         if vkey is None and not store.pinned_vkey():
-            raise BadInput(f"{store.path}/log.vkey is missing: pass the log's verifier key with --key "
-                                       "(the one `sealbox init` printed)")
+            raise BadInput(f"{path}/log.vkey is missing: pass the log's verifier key with --key "
+                           "(the one `sealbox init` printed)")
         if vkey is None:
-            _check_key(store.pinned_vkey(), f"{store.path}/log.vkey")
+            _check_key(store.pinned_vkey(), f"{path}/log.vkey")
         report = verify_store(store, trusted_vkey=vkey, canonical=canonical, checkpoints=external)
-    finally:
-        store.close()
-    _print(report, as_json)
+    _print(dataclasses.replace(report, notes=report.notes + notes), as_json, notes=True)
 
 
 def _verify_bundle(path: str, vkey: str | None, proof_path: str | None, as_json: bool) -> None:

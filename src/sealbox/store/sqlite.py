@@ -57,6 +57,7 @@ from sealbox.errors import (
     StoreError,
     StoreReadOnlyError,
     StoreRolledBackError,
+    StoreUpgradeNeededError,
 )
 from sealbox.events import SYSTEM_RUN_ID, Event, EventDraft
 from sealbox.ledger import merkle
@@ -690,14 +691,7 @@ class SqliteStore(SqliteQueries):
         media, another user's store) and no writer has the database open (no
         ``-wal`` file), the file is opened ``immutable``; otherwise ``mode=ro``.
         """
-        wal = self.db_path.with_name(self.db_path.name + "-wal")
-        if os.access(self.path, os.W_OK) and os.access(self.db_path, os.W_OK):
-            conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=5.0, check_same_thread=False)
-            conn.execute("PRAGMA query_only = ON")
-            return conn
-        mode = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
-        uri = self.db_path.resolve().as_uri() + "?" + mode
-        return sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0, check_same_thread=False)
+        return _readonly_connection(self.path, self.db_path)
 
     def _forked(self) -> None:
         """In a child process (``os.fork``), just after the fork. SQLite connections must not cross
@@ -765,34 +759,14 @@ class SqliteStore(SqliteQueries):
         if pending and self.readonly and not applied:
             raise NotAStoreError(f"{self.db_path} is not a Sealbox store (an empty database)")
         if pending and self.readonly:
-            raise SchemaVersionError(
+            raise StoreUpgradeNeededError(
                 f"{self.path} was written by an older Sealbox (pending migrations {[m.version for m in pending]}): "
                 f"its owner upgrades it by opening it for writing once, e.g. "
-                f"python -c \"import sealbox; sealbox.open_store('{self.path}').close()\"")
+                f"python -c \"import sealbox; sealbox.open_store('{self.path}').close()\" "
+                f"(`sealbox verify` checks it as it is, through an upgraded private copy)",
+                [m.version for m in pending])
         for mig in pending:
-            self._apply(conn, mig)
-
-    def _apply(self, conn: sqlite3.Connection, mig: migrate.Migration) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
-                " checksum TEXT NOT NULL, applied_at TEXT NOT NULL)"
-            )
-            for statement in _split_sql(mig.sql):
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
-                (mig.version, mig.name, mig.checksum, utc_now()),
-            )
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            if mig.version == 1:
-                conn.execute("INSERT INTO store_secret (id, secret) VALUES (1, ?)", (os.urandom(32),))
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+            _apply_migration(conn, mig)
 
     def _write_meta(self, values: dict[str, str]) -> None:
         def put(txn: _Txn) -> None:
@@ -1637,6 +1611,90 @@ def _translate_open_error(path: Path, exc: sqlite3.DatabaseError) -> Exception:
     if "readonly" in msg or "read-only" in msg or "unable to open" in msg:
         return StoreReadOnlyError(f"cannot open {path / DB_NAME} for writing: {exc}")
     return StoreError(f"cannot open {path / DB_NAME}: {exc}")
+
+
+def _apply_migration(conn: sqlite3.Connection, mig: migrate.Migration) -> None:
+    """Apply one numbered migration in its own transaction and record it with its checksum."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
+            " checksum TEXT NOT NULL, applied_at TEXT NOT NULL)"
+        )
+        for statement in _split_sql(mig.sql):
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
+            (mig.version, mig.name, mig.checksum, utc_now()),
+        )
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        if mig.version == 1:
+            conn.execute("INSERT INTO store_secret (id, secret) VALUES (1, ?)", (os.urandom(32),))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _readonly_connection(folder: Path, db_path: Path) -> sqlite3.Connection:
+    """See :meth:`SqliteStore._connect_readonly`."""
+    wal = db_path.with_name(db_path.name + "-wal")
+    if os.access(folder, os.W_OK) and os.access(db_path, os.W_OK):
+        conn = sqlite3.connect(db_path, isolation_level=None, timeout=5.0, check_same_thread=False)
+        conn.execute("PRAGMA query_only = ON")
+        return conn
+    mode = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
+    uri = db_path.resolve().as_uri() + "?" + mode
+    return sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0, check_same_thread=False)
+
+
+def upgraded_copy(path: str | os.PathLike, into: str | os.PathLike, **kwargs: Any) -> "SqliteStore":
+    """Open, read-only, an upgraded copy of the store at ``path`` (written by an older Sealbox)
+    made in the empty folder ``into``; ``path`` itself is never written.
+
+    The database is copied with SQLite's online backup (what a reader of ``path`` sees,
+    committed WAL content included), with the verifier key (``log.vkey``) and the checkpoint
+    file; never the signing key. The copy's pending migrations are then applied as a first
+    writer would apply them to the original, so that the copy has the layout this Sealbox
+    reads. Migrations add tables, indexes and columns derived from the events; they change
+    no event, tree node, checkpoint or blob row, so what verify finds in the copy is what
+    the original holds. The caller removes ``into`` when done.
+
+    Raises:
+        NotAStoreError, SchemaVersionError: as :meth:`SqliteStore.open` on ``path``.
+        StoreError: the copy cannot be written.
+    """
+    import shutil
+
+    src_folder, dst_folder = Path(path), Path(into)
+    if not (src_folder / DB_NAME).is_file():
+        raise NotAStoreError(f"{src_folder} is not a Sealbox store (no {DB_NAME})")
+    try:
+        source = _readonly_connection(src_folder, src_folder / DB_NAME)
+        try:
+            target = sqlite3.connect(dst_folder / DB_NAME)
+            try:
+                source.backup(target)
+            finally:
+                target.close()
+        finally:
+            source.close()
+        for name in (VKEY_NAME, CHECKPOINT_NAME):
+            if (src_folder / name).is_file():
+                shutil.copyfile(src_folder / name, dst_folder / name)
+    except (sqlite3.Error, OSError) as exc:
+        raise StoreError(f"cannot copy {src_folder} to {dst_folder} to upgrade it: {exc}") from exc
+    conn = sqlite3.connect(dst_folder / DB_NAME, isolation_level=None)
+    try:
+        applied = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
+        for mig in migrate.check_applied(applied, migrate.load_migrations("sqlite"), str(src_folder)):
+            _apply_migration(conn, mig)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot upgrade the copy of {src_folder}: {exc}") from exc
+    finally:
+        conn.close()
+    return SqliteStore(dst_folder, readonly=True, **kwargs)
 
 
 def _existing_db_message(folder: Path) -> str:
