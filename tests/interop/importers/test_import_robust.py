@@ -99,6 +99,25 @@ def test_nanosecond_numbers_above_2_53_and_old_field_names(store, tmp_path):
     assert times(s.runs[0]) == times(base.runs[0]) and times(s.runs[0])[0].startswith("2026-09-28T")
 
 
+@pytest.mark.parametrize("big", [str(2**60), str(2**53)])
+def test_token_counts_above_2_53_are_anomalies_not_a_failed_import(store, tmp_path, big):
+    """A token count no event can hold as a number (above 2^53 - 1) is left out of that call's
+    usage, with an anomaly naming it; the import goes on (it used to stop: 'must be integer')."""
+    base = import_file(store, _write(tmp_path, "base.json", load(ADK)))
+    doc = load(ADK)
+    for sp in _spans(doc):
+        for a in sp.get("attributes", []):
+            if a["key"] == "gen_ai.usage.input_tokens" and a["value"] == {"intValue": "40"}:
+                a["value"] = {"intValue": big}
+    s = import_file(store, _write(tmp_path, "big.json", doc))
+    found = [a for a in anomalies(store, s.runs[0]) if a["what"] == "token_count_out_of_range"]
+    assert [(a["detail"]["field"], a["detail"]["value"]) for a in found] == [("input_tokens", big)]
+    assert "left out of the model call's usage" in found[0]["detail"]["message"]
+    in_base, out_base = tokens(store, base.runs[0])
+    assert tokens(store, s.runs[0]) == (in_base - 40, out_base)  # the call (two spans, merged) that said 40 lost it
+    assert len(model_calls(store, s.runs[0])) == len(model_calls(store, base.runs[0]))
+
+
 def _set_tool_args(doc, value):
     tool = _by_name(doc, "execute_tool get_weather")
     for a in tool["attributes"]:

@@ -169,7 +169,20 @@ class RunBuilder:
         for key in ("input_tokens", "output_tokens"):
             value = (usage or {}).get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                if value > _MAX_COUNT:  # not I-JSON (RFC 7493 §2.2): no event can hold it as a number
+                    self.anomaly("token_count_out_of_range", {
+                        "field": key, "value": str(value), "model": model or "unknown",
+                        "message": f"a {key} count above 2^53 - 1 was left out of the model call's usage"})
+                    continue
                 use[key] = value
+        if use.get("input_tokens", 0) + use.get("output_tokens", 0) > _MAX_COUNT or \
+                self._usage_in + use.get("input_tokens", 0) > _MAX_COUNT or \
+                self._usage_out + use.get("output_tokens", 0) > _MAX_COUNT:
+            self.anomaly("token_count_out_of_range", {
+                "field": "total_tokens", "value": str(use.get("input_tokens", 0) + use.get("output_tokens", 0)),
+                "model": model or "unknown",
+                "message": "token counts whose sum passes 2^53 - 1 were left out of the usage"})
+            use = {}
         if use:
             use["total_tokens"] = use.get("input_tokens", 0) + use.get("output_tokens", 0)
         self._usage_in += use.get("input_tokens", 0)
@@ -428,6 +441,10 @@ def as_list(value: Any) -> list:
 
 def as_str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+#: The largest token count an event holds as a number (I-JSON, RFC 7493 §2.2).
+_MAX_COUNT = 2**53 - 1
 
 
 def as_count(value: Any) -> int | None:
