@@ -318,3 +318,8 @@ class _Unprintable(Exception):
 def unprintable(run: Any) -> Any:
     """An agent whose exception cannot be turned into text."""
     raise _Unprintable()
+
+
+def verbose(run: Any) -> Any:
+    """An agent whose exception message is 5,000 characters long."""
+    raise RuntimeError("x" * 5000)

@@ -211,3 +211,35 @@ def test_replay_records_an_agent_that_exits_or_raises_an_unprintable_exception(t
         ended[e.payload.get("error", {}).get("type")] = e.payload["status"]
     store.close()
     assert ended == {"SystemExit": "error", "_Unprintable": "error"}
+
+
+def test_cli_replay_of_an_agent_that_exits_or_says_too_much(tmp_path, monkeypatch):
+    """sys.exit(3) in the agent used to end `sealbox replay` with status 3 and no word; a 5,000
+    character message was printed whole."""
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:exits")
+    assert out.exit_code == 1
+    store = sealbox.open_store(tmp_path / "s", readonly=True)
+    try:
+        [replayed] = [r["run_id"] for r in store.runs() if r["replay_of"] == run_id]
+        [ended] = [e.payload for e in store.read_run(replayed) if e.kind == "run.ended"]
+    finally:
+        store.close()
+    assert out.output == (f"NOT reproduced: the agent exited (SystemExit(3)) during the replay; replay run {replayed} "
+                          "was recorded as ended error\n")
+    assert ended["status"] == "error" and ended["error"]["type"] == "SystemExit"
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:exits", "--json")
+    assert out.exit_code == 1
+    doc = json.loads(out.output)
+    assert doc["reproduced"] is False and doc["agent_error"] == {"type": "SystemExit", "message": "3"}
+    assert doc["replay_run_id"] not in (None, replayed, run_id)
+
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:verbose")
+    assert out.exit_code == 1
+    line = out.output.splitlines()[1]
+    assert line == "the agent raised RuntimeError: " + "x" * 500 + "… (4,500 more characters; --json has it whole)"
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:verbose", "--json")
+    assert json.loads(out.output)["agent_error"]["message"] == "x" * 5000

@@ -87,9 +87,20 @@ def replay_cmd(store_path: str, run_id: str, agent_spec: str, model: str, tools:
     store = open_for_writing(store_path)
     try:
         run_id = resolve_id(store, "run", run_id)
-        result = Replayer(store, policy=policy).replay(run_id, agent, model=model, tools=tools,
-                                                       side_effects=side_effects,
-                                                       allow_config_drift=allow_config_drift, snapshot=snapshot)
+        try:
+            result = Replayer(store, policy=policy).replay(run_id, agent, model=model, tools=tools,
+                                                           side_effects=side_effects,
+                                                           allow_config_drift=allow_config_drift, snapshot=snapshot)
+        except SystemExit as exc:  # the agent called sys.exit(): its replay run is recorded as ended error
+            replayed = _newest_replay_of(store, run_id)
+            message = f"NOT reproduced: the agent exited (SystemExit({exc.code!r})) during the replay; replay run " \
+                      f"{replayed or '(not started)'} was recorded as ended error"
+            if as_json:
+                echo_json({"reproduced": False, "replay_run_id": replayed, "recorded_run_id": run_id,
+                           "agent_error": {"type": "SystemExit", "message": str(exc.code)}})
+            else:
+                click.echo(message)
+            sys.exit(1)
     finally:
         store.close()
     if as_json:
@@ -100,11 +111,26 @@ def replay_cmd(store_path: str, run_id: str, agent_spec: str, model: str, tools:
         sys.exit(1)
 
 
+def _newest_replay_of(store: Any, run_id: str) -> str | None:
+    """The id of the newest run replaying ``run_id`` (the one just recorded), or None."""
+    return next((r["run_id"] for r in store.runs() if r["replay_of"] == run_id), None)  # runs(): newest first
+
+
+#: The longest agent error message printed whole; --json always carries all of it.
+_SHOWN_MESSAGE = 500
+
+
+def _shown(message: str) -> str:
+    if len(message) <= _SHOWN_MESSAGE:
+        return message
+    return f"{message[:_SHOWN_MESSAGE]}… ({len(message) - _SHOWN_MESSAGE:,} more characters; --json has it whole)"
+
+
 def _print_result(result: Any, render: Callable[[Any], str]) -> None:
     head = "reproduced" if result.reproduced else "NOT reproduced"
     click.echo(f"{head}: {result.steps_compared} step(s) matched; replay run {result.new_run_id or '(not started)'}")
     if result.agent_error:
-        click.echo(f"the agent raised {result.agent_error['type']}: {result.agent_error['message']}")
+        click.echo(f"the agent raised {result.agent_error['type']}: {_shown(result.agent_error['message'])}")
     if result.config_drift:
         click.echo(f"configuration differs from the record in {len(result.config_drift)} field(s):")
         for d in result.config_drift:
