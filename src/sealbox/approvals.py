@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import re
 import socket
 import uuid
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ __all__ = [
     "record_expiry",
     "local_client",
     "same_actor",
+    "actor_key",
 ]
 
 #: Roles whose identities may answer an approval request.
@@ -240,9 +242,21 @@ def binding_hash(server: str, tool: str, encoded_arguments: Any, policy_fingerpr
     return "sha256:" + hashlib.sha256(canonical_bytes(body)).hexdigest()
 
 
+def actor_key(name: str) -> str:
+    """A principal id or identity name as compared to tell whether two name one actor: without
+    one leading ``scheme:`` (``user:``, ``agent:``, ``svc:`` …: letters, digits, ``_ . -``,
+    starting with a letter), case-folded. ``carol``, ``user:carol``, ``agent:Carol`` are one."""
+    m = _SCHEME.match(name)
+    return (name[m.end():] if m and m.end() < len(name) else name).casefold()
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*:")
+
+
 def same_actor(identity: str, principal: Any) -> bool:
-    """Whether a principal id is this identity: equal to its name or ``agent:<name>``."""
-    return isinstance(principal, str) and principal in (identity, f"agent:{identity}")
+    """Whether a principal id names this identity: the same :func:`actor_key` (``carol`` is
+    ``carol``, ``user:carol`` and ``agent:carol``; ``agent:bot`` is ``bot``)."""
+    return isinstance(principal, str) and isinstance(identity, str) and actor_key(principal) == actor_key(identity)
 
 
 def request_payload(*, approval_id: str, call_id: str, server: str, tool: str, arguments: Any,
@@ -582,7 +596,8 @@ def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now
         flags.append({"code": "multiple_clients", "evidence": {
             "identity": who.name, "window_s": window_s, "answers": seen,
             "clients": [{"hostname": h, "os_user": u, "user_agent": a} for h, u, a in distinct]}})
-    for principal in (who.name, f"agent:{who.name}"):
+    key = actor_key(who.name)
+    for principal in dict.fromkeys((who.name, key, f"agent:{key}", f"user:{key}")):
         acting = reader.events(["run.started", "tool.call"], principal=principal, limit=1)
         if acting:
             ev = acting[0]

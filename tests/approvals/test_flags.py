@@ -66,3 +66,12 @@ def test_an_approver_that_also_acts_as_an_agent_principal_is_flagged(store, keys
     assert flag == {"code": "acts_as_agent", "evidence": {
         "identity": "bob", "principal": "bob", "run_id": run.run_id, "kind": "run.started",
         "leaf_index": store.read_run(run.run_id)[0].leaf_index}}
+
+
+def test_an_approver_running_agents_as_user_name_is_flagged_too(store, keys):
+    with Recorder(store, policy=policy()).run(agent="helper", principal="user:bob") as run:
+        pass
+    state = answer(store, request(store), "approve", "ok", keys["bob"], client=LAPTOP)
+    (flag,) = state.answers[0].flags
+    assert flag["code"] == "acts_as_agent" and flag["evidence"]["principal"] == "user:bob"
+    assert flag["evidence"]["run_id"] == run.run_id

@@ -62,6 +62,29 @@ def test_the_identity_that_requested_cannot_approve(store, keys):
     refused(store, "requester", aid, "approve", "mine", keys["bob"])
 
 
+@pytest.mark.parametrize("principal", ["user:alice", "svc:alice", "ALICE", "agent:Alice"])
+def test_the_requester_cannot_approve_under_another_prefix_or_case(store, keys, principal):
+    """`user:alice` is alice: the rule used to know only `name` and `agent:name`."""
+    run_id, aid = suspended(store, principal=principal)
+    refused(store, "requester", aid, "approve", "mine", keys["alice"])
+    assert get_approval(store, aid).status == "pending"
+
+
+def test_an_identity_named_with_a_prefix_cannot_approve_for_the_bare_name(store, keys, tmp_path):
+    made = add_identity(store, "agent:carol", "approver", ["ops"], key_path=tmp_path / "ac.key")
+    run_id, aid = suspended(store, principal="carol")
+    refused(store, "requester", aid, "approve", "mine", made.key_path)
+
+
+def test_actor_key_strips_one_scheme_and_folds_case():
+    from sealbox.approvals import actor_key, same_actor
+
+    assert [actor_key(x) for x in ("carol", "user:carol", "agent:Carol", "a.b-c:carol", "user:", ":carol",
+                                   "user:agent:carol", "carol@example.com")] == [
+        "carol", "carol", "carol", "carol", "user:", ":carol", "agent:carol", "carol@example.com"]
+    assert same_actor("carol", "user:carol") and not same_actor("carol", "carola") and not same_actor("carol", None)
+
+
 def test_agent_and_auditor_roles_cannot_answer(store, keys):
     run_id, aid = suspended(store)
     refused(store, "role", aid, "approve", "I am a bot", keys["dave"])
