@@ -243,3 +243,27 @@ def test_cli_replay_of_an_agent_that_exits_or_says_too_much(tmp_path, monkeypatc
     assert line == "the agent raised RuntimeError: " + "x" * 500 + "… (4,500 more characters; --json has it whole)"
     out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:verbose", "--json")
     assert json.loads(out.output)["agent_error"]["message"] == "x" * 5000
+
+
+@pytest.mark.parametrize("args", [("replay", "system", "--agent", "replay_agents:plain"),
+                                  ("whatif", "--policy", "p.yaml", "system")])
+def test_the_system_run_is_not_replayed_or_evaluated(tmp_path, monkeypatch, args):
+    """`sealbox replay system` used to record a fake replay of the system run (agent sealbox)."""
+    monkeypatch.chdir(HERE)
+    (tmp_path / "p.yaml").write_text("version: 1\nrules: [{id: a, effect: allow}]\n")
+    args = tuple(str(tmp_path / a) if a == "p.yaml" else a for a in args)
+    store = sealbox.init_store(tmp_path / "s")
+    before = store.size()
+    store.close()
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "sealbox.cli.main", *args, "-s", str(tmp_path / "s")],
+                         capture_output=True, text=True, cwd=HERE)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    assert out.stderr.startswith("error: 'system' is the store's system run") and out.stderr.count("\n") == 1
+    store = sealbox.open_store(tmp_path / "s", readonly=True)
+    try:
+        assert store.size() == before and [r["run_id"] for r in store.runs()] == ["system"]
+    finally:
+        store.close()

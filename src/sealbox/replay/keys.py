@@ -170,7 +170,7 @@ class RecordedRun:
         run_id: the run.
 
     Raises:
-        sealbox.errors.ConfigError: no such run.
+        sealbox.errors.ConfigError: no such run, or the system run.
     """
 
     store: Any
@@ -184,7 +184,11 @@ class RecordedRun:
     @classmethod
     def read(cls, store: Any, run_id: str) -> "RecordedRun":
         from sealbox.errors import ConfigError
+        from sealbox.events import SYSTEM_RUN_ID
 
+        if run_id == SYSTEM_RUN_ID:
+            raise ConfigError(f"{SYSTEM_RUN_ID!r} is the store's system run (identities, erasures, re-approvals), "
+                              "not an agent's run: it cannot be replayed")
         events = store.read_run(run_id)
         if not events or events[0].kind != "run.started":
             raise ConfigError(f"no run {run_id!r} in this store")

@@ -111,6 +111,9 @@ def select_runs(store: Any, run_ids: Iterable[str] = (), since: Any = None) -> l
     ids = list(run_ids)
     if ids:
         for run_id in ids:
+            if run_id == SYSTEM_RUN_ID:
+                raise ConfigError(f"{SYSTEM_RUN_ID!r} is the store's system run, not an agent's run: it holds no "
+                                  "decisions to evaluate")
             if not store.read_run(run_id)[:1]:
                 raise ConfigError(f"no run {run_id!r} in this store")
         return ids
