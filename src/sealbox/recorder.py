@@ -43,6 +43,16 @@ __all__ = ["Recorder", "RunContext", "ToolDenied", "current_run", "is_call_step"
 _CURRENT: contextvars.ContextVar["RunContext | None"] = contextvars.ContextVar("sealbox_run", default=None)
 
 
+def __getattr__(name: str) -> Any:
+    """``ApprovalPending`` (defined in :mod:`sealbox.approvals`) is importable from here too, beside
+    ``ToolDenied``: both are what ``call_tool`` raises instead of running the tool."""
+    if name == "ApprovalPending":
+        from sealbox.approvals import ApprovalPending
+
+        return ApprovalPending
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def current_run() -> "RunContext | None":
     """The run active in this context (thread or task), if any."""
     return _CURRENT.get()

@@ -221,3 +221,13 @@ def test_a_request_whose_run_ended_while_pending_is_closed_not_pending(store, ke
     with pytest.raises(ApprovalError) as refused:
         answer(store, state.approval_id, "approve", "late", keys["alice"])
     assert refused.value.code == "run_ended"
+
+
+def test_approval_pending_is_importable_beside_tool_denied():
+    import sealbox
+    import sealbox.approvals
+    from sealbox.recorder import ApprovalPending as FromRecorder
+
+    assert FromRecorder is sealbox.ApprovalPending is sealbox.approvals.ApprovalPending is ApprovalPending
+    with pytest.raises(ImportError):
+        from sealbox.recorder import NoSuchThing  # noqa: F401
