@@ -11,7 +11,9 @@ keeps each snapshot once, by fingerprint; ``run.started`` refers to it.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,10 +186,69 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b)
 
 
+def path_segment(key: Any) -> str:
+    """One object key as written in a :class:`FieldDiff` path: as it is, or ``["..."]`` (a JSON
+    string) when it is empty or holds ``.``, ``[``, ``]``, ``"``, ``\\`` or whitespace, so that
+    ``extra["a.b"]`` (a key ``a.b``) and ``extra.a.b`` (``b`` inside ``a``) stay apart."""
+    key = str(key)
+    if key and not _SPECIAL.search(key):
+        return key
+    return "[" + json.dumps(key, ensure_ascii=False) + "]"
+
+
+_SPECIAL = re.compile(r'[.\[\]"\\\s]')
+
+
+def join_path(path: str, key: Any) -> str:
+    """``path`` extended by the object key ``key`` (see :func:`path_segment`)."""
+    seg = path_segment(key)
+    if not path:
+        return seg
+    return path + seg if seg.startswith("[") else f"{path}.{seg}"
+
+
+def split_path(path: str) -> list[str | int] | None:
+    """The keys and list indexes of a path as :func:`diff_values` writes it (``a.b[2]["x.y"]``),
+    or None when it is not one."""
+    parts: list[str | int] = []
+    i, n = 0, len(path)
+    while i < n:
+        if path[i] == "[":
+            end = path.find("]", i)
+            if path.startswith('["', i):
+                try:
+                    key, length = json.JSONDecoder().raw_decode(path, i + 1)
+                except ValueError:
+                    return None
+                if not isinstance(key, str) or path[length:length + 1] != "]":
+                    return None
+                parts.append(key)
+                i = length + 1
+            elif end > i + 1 and path[i + 1:end].isdigit():
+                parts.append(int(path[i + 1:end]))
+                i = end + 1
+            else:
+                return None
+        else:
+            m = _PLAIN_SEGMENT.match(path, i)
+            if m is None:
+                return None
+            parts.append(m.group(0))
+            i = m.end()
+        if i < n and path[i] == ".":
+            i += 1
+            if i == n:
+                return None
+    return parts
+
+
+_PLAIN_SEGMENT = re.compile(r'[^.\[\]"\\\s]+')
+
+
 def _diff(a: Any, b: Any, path: str, out: list[FieldDiff]) -> None:
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b)):
-            sub = f"{path}.{key}" if path else str(key)
+            sub = join_path(path, key)
             if key not in a:
                 out.append(FieldDiff(sub, "added", None, b[key]))
             elif key not in b:

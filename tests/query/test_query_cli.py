@@ -211,8 +211,22 @@ def test_snapshot_diff_lists_field_level_differences(recorded):
 
 @pytest.mark.parametrize("args, fragment", [
     (["show", "sha256:" + "0" * 64], "no snapshot"),
-    (["show", "abc"], "no snapshot 'abc'"),
+    (["show", "abc"], "FINGERPRINT 'abc' is too short: a snapshot prefix needs at least 8 hex digits"),
+    (["show", "b114"], "FINGERPRINT 'b114' is too short"),
+    (["show", "not-hex!"], "FINGERPRINT 'not-hex!' is not a snapshot fingerprint"),
+    (["diff", "deadbeef", "cafe"], "B 'cafe' is too short"),
     (["diff", "deadbeefdeadbeef", "cafebabecafebabe"], "no snapshot 'deadbeefdeadbeef'"),
 ])
 def test_unknown_snapshot_is_one_error_line(recorded, args, fragment):
     assert_one_error_line(sealbox("snapshot", *args, "-s", str(recorded.path)), fragment)
+
+
+def test_snapshot_prefixes_are_case_insensitive_and_runs_list_asks_the_same_minimum(recorded):
+    fp = recorded.snapshots["S1"]
+    upper = sealbox("snapshot", "show", fp[7:19].upper(), "--json", "-s", str(recorded.path))
+    assert upper.returncode == 0, upper.stderr
+    assert upper.stdout == sealbox("snapshot", "show", fp, "--json", "-s", str(recorded.path)).stdout
+    assert_one_error_line(sealbox("runs", "list", "--snapshot", fp[7:9], "-s", str(recorded.path)),
+                          f"--snapshot '{fp[7:9]}' is too short: a snapshot prefix needs at least 8 hex digits")
+    listed = ok_json("runs", "list", "--snapshot", "SHA256:" + fp[7:23].upper(), "--json", "-s", str(recorded.path))
+    assert [r["snapshot"] for r in listed] and {r["snapshot"] for r in listed} == {fp}

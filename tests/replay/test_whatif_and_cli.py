@@ -89,6 +89,28 @@ def test_whatif_snapshot_finds_the_runs_that_ran_with_that_value(store):
     assert len(whatif_snapshot(store, "model.name", "gpt-4o")) == 2
 
 
+def test_snapshot_paths_keep_dotted_keys_apart_and_whatif_reads_them(store):
+    """`extra` {"a.b": 1} against {"a": {"b": 2}} used to give `extra.a.b removed` and `extra.a added`,
+    which read as one field; whatif could not find `extra.a.b=1`, nor a big integer (stored $bigint)."""
+    from sealbox.snapshot import diff_snapshots, split_path
+
+    dotted = Snapshot(model={"name": "m", "parameters": {"big": 10**30}}, extra={"a.b": 1, "": 0, "q\"x": 2},
+                      knowledge=[])
+    nested = Snapshot(model={"name": "m"}, extra={"a": {"b": 2}})
+    paths = [(d.path, d.change) for d in diff_snapshots(dotted.to_dict(), nested.to_dict())]
+    assert paths == [("extra.a", "added"), ('extra[""]', "removed"), ('extra["a.b"]', "removed"),
+                     ('extra["q\\"x"]', "removed"), ("model.parameters", "removed")]
+    assert split_path('extra["a.b"].c[2]') == ["extra", "a.b", "c", 2] and split_path("a..b") is None
+    assert split_path('x["unterminated') is None and split_path("tools.fs/read_file.version") == [
+        "tools", "fs/read_file", "version"]
+    run_dotted = asyncio.run(ra.record(store, "plain", snapshot=dotted))
+    run_nested = asyncio.run(ra.record(store, "plain", snapshot=nested))
+    assert [r["run_id"] for r in whatif_snapshot(store, 'extra["a.b"]', "1")] == [run_dotted]
+    assert [r["run_id"] for r in whatif_snapshot(store, "extra.a.b", "2")] == [run_nested]
+    assert [r["run_id"] for r in whatif_snapshot(store, "model.parameters.big", str(10**30))] == [run_dotted]
+    assert whatif_snapshot(store, 'extra["a.b"]', "true") == []
+
+
 # ----------------------------------------------------------------------------- CLI
 
 

@@ -65,6 +65,26 @@ def resolve_id(store: Any, what: str, text: str) -> str:
     return found[0]
 
 
+#: The shortest snapshot fingerprint prefix accepted, in hex digits (as ``Store.get_snapshot`` takes).
+MIN_SNAPSHOT_PREFIX = 8
+
+
+def snapshot_ref(text: str, option: str = "FINGERPRINT") -> str:
+    """A snapshot fingerprint or prefix as the store matches it (``sha256:`` optional, kept as
+    given): hex in lower case, as fingerprints are, at least :data:`MIN_SNAPSHOT_PREFIX` digits.
+
+    Raises:
+        BadInput: not hex, or a prefix too short to name one snapshot reliably.
+    """
+    prefixed = text.lower().startswith("sha256:")
+    hex_part = (text[len("sha256:"):] if prefixed else text).lower()
+    if not hex_part or any(c not in "0123456789abcdef" for c in hex_part) or len(hex_part) > 64:
+        raise BadInput(f"{option} {text!r} is not a snapshot fingerprint (sha256: and up to 64 hex digits) or a prefix of one")
+    if len(hex_part) < MIN_SNAPSHOT_PREFIX:
+        raise BadInput(f"{option} {text!r} is too short: a snapshot prefix needs at least {MIN_SNAPSHOT_PREFIX} hex digits")
+    return ("sha256:" if prefixed else "") + hex_part
+
+
 def format_options(fn: Callable) -> Callable:
     """``--json`` and ``--csv`` for listings (one or the other: both is a :class:`BadInput`)."""
     import functools

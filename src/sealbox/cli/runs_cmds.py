@@ -6,7 +6,7 @@ import json
 
 import click
 
-from sealbox.cli.common import BadInput, emit_rows, format_options, open_for_reading, store_option, resolve_id
+from sealbox.cli.common import BadInput, emit_rows, format_options, open_for_reading, resolve_id, snapshot_ref, store_option
 
 _STATUSES = ("running", "suspended", "ended", "ok", "error", "cancelled")  # sealbox.query.RUN_STATUSES
 
@@ -35,6 +35,8 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
     from sealbox.query import parse_labels, parse_time
 
     wanted = parse_labels(labels)  # user mistakes fail before the store is opened
+    if snapshot is not None:
+        snapshot = snapshot_ref(snapshot, "--snapshot")
     for name, value in (("since", since), ("until", until)):
         if value is not None:
             parse_time(value, name=f"--{name}")

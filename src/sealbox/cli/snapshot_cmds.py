@@ -6,7 +6,7 @@ import json
 
 import click
 
-from sealbox.cli.common import echo_json, emit_rows, format_options, open_for_reading, store_option
+from sealbox.cli.common import echo_json, emit_rows, format_options, open_for_reading, snapshot_ref, store_option
 
 
 @click.group("snapshot")
@@ -21,6 +21,7 @@ def snapshot_group() -> None:
               help="Print the exact RFC 8785 canonical bytes (one line; their SHA-256 is the fingerprint).")
 def show_cmd(fingerprint: str, store_path: str, as_json: bool) -> None:
     """Print a snapshot (FINGERPRINT, or a unique prefix of at least 8 hex digits) as indented JSON."""
+    fingerprint = snapshot_ref(fingerprint)
     store = open_for_reading(store_path)
     try:
         content = store.get_snapshot(fingerprint)
@@ -43,6 +44,7 @@ def diff_cmd(a: str, b: str, store_path: str, as_json: bool, as_csv: bool) -> No
     """Field-level differences between snapshots A and B (fingerprints or unique prefixes)."""
     from sealbox.snapshot import diff_snapshots
 
+    a, b = snapshot_ref(a, "A"), snapshot_ref(b, "B")
     store = open_for_reading(store_path)
     try:
         first, second = store.get_snapshot(a), store.get_snapshot(b)

@@ -155,17 +155,26 @@ def whatif_policy(store: Any, policy: Any, run_ids: Iterable[str]) -> WhatIfRepo
 
 
 def _lookup(snapshot: dict[str, Any], path: str) -> tuple[bool, Any]:
-    from sealbox.snapshot import _keyed
+    """The value at ``path``: written as ``snapshot diff`` writes paths (``extra["a.b"]``,
+    ``messages[1]``), or in the older dotted form (``tools.<server>/<name>.version``)."""
+    from sealbox.snapshot import _keyed, split_path
 
-    node: Any = _keyed(snapshot)
-    for part in _split(path):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return False, None
-    return True, node
+    keyed: Any = _keyed(snapshot)
+    for parts in (split_path(path), _split(path)):
+        if parts is None:
+            continue
+        node, found = keyed, True
+        for part in parts:
+            if isinstance(node, dict) and str(part) in node:
+                node = node[str(part)]
+            elif isinstance(node, list) and str(part).isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                found = False
+                break
+        if found:
+            return True, node
+    return False, None
 
 
 def _split(path: str) -> list[str]:
@@ -181,12 +190,22 @@ def _split(path: str) -> list[str]:
 
 
 def _matches(found: Any, value: str) -> bool:
+    """Whether the stored value is ``value``: a string as given, else ``value`` read as JSON and
+    compared with the stored value decoded (so a ``$bigint`` tag matches its digits)."""
+    from sealbox.canonical import decode
+
     if isinstance(found, str):
         return found == value
     try:
-        return bool(found == json.loads(value))
+        wanted = json.loads(value)
     except ValueError:
         return False
+    try:
+        plain = decode(found)
+    except Exception:  # noqa: BLE001 - a value that does not decode compares as stored
+        plain = found
+    return type(plain) is not bool and type(wanted) is not bool and plain == wanted or \
+        (type(plain) is bool and type(wanted) is bool and plain is wanted)
 
 
 def whatif_snapshot(store: Any, field: str, value: str, since: Any = None) -> list[dict[str, Any]]:
