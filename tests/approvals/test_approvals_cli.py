@@ -45,6 +45,8 @@ def test_identities_and_approvals_from_the_command_line(tmp_path):
     assert (bad.returncode, bad.stderr) == (2, "error: no approval request 'apr_missing' in this store\n")
     ok = sb("approvals", "deny", aid, "--reason", "no", "--key-file", tmp_path / "a.key", "-s", path)
     assert ok.stdout == f"alice denied {aid}; request is now denied\n"
+    table = sb("approvals", "list", "-s", path).stdout
+    assert "│ alice " in table and '["alice"]' not in table  # decided_by as names, not JSON
     late = sb("approvals", "approve", aid, "--reason", "changed my mind", "--key-file", tmp_path / "a.key", "-s", path)
     assert late.returncode == 2 and late.stderr.startswith(f"error: approval {aid} was already denied by alice")
     assert json.loads(sb("approvals", "list", "--flagged", "--json", "-s", path).stdout) == []

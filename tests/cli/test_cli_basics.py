@@ -233,3 +233,32 @@ def test_an_unknown_run_is_a_user_mistake_everywhere(tmp_path, args):
     assert run("init", str(store)).returncode == 0
     r = subprocess.run([SEALBOX, *args, "-s", str(store)], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "nope" in r.stderr and r.stderr.count("\n") == 1, r
+
+
+def _sb(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("SEALBOX_STORE", "SEALBOX_DEBUG")}
+    return subprocess.run([SEALBOX, *args], capture_output=True, text=True, cwd=cwd, env={**base, **(env or {})})
+
+
+@pytest.mark.parametrize("args, message", [
+    (("init", ""), "error: PATH is empty: give the folder to create the store in"),
+    (("init", "s", "--origin", ""), "error: --origin is empty: give the log's origin"),
+    (("init", "s", "--origin", "  "), "error: --origin is empty"),
+    (("init", "afile"), "error: afile is a file: `sealbox init` creates a folder"),
+])
+def test_init_refuses_empty_paths_and_origins_and_files(tmp_path, args, message):
+    """`init ""` used to create ./.sealbox and `--origin ""` a random origin, silently."""
+    (tmp_path / "afile").write_text("x")
+    res = _sb(*args, cwd=tmp_path)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.startswith(message) and res.stderr.count("\n") == 1, res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # nothing created
+
+
+def test_gateway_replay_takes_store_or_config_not_both(tmp_path):
+    (tmp_path / "gw.yaml").write_text("version: 1\nstore: s\npolicy: ALLOW_ALL\nupstreams: []\n")
+    res = _sb("gateway", "replay", "somerun", "--store", str(tmp_path / "s"), "--config", str(tmp_path / "gw.yaml"))
+    assert res.returncode == 2 and "give --store or --config, not both" in res.stderr
+    # $SEALBOX_STORE is not a --store: with --config the config's store is used (here: none yet)
+    res = _sb("gateway", "replay", "somerun", "--config", str(tmp_path / "gw.yaml"), env={"SEALBOX_STORE": "/nonexistent"})
+    assert "not both" not in res.stderr and "/nonexistent" not in res.stderr and res.returncode == 2, res.stderr

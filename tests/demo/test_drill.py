@@ -172,3 +172,16 @@ def test_export_replay_and_whatif_run_when_they_exist(drill):
             assert not ran and any(k.startswith(name) for k in result.skipped)
     failed = {k: v for k, v in result.skipped.items() if v.startswith("failed")}
     assert failed == {}
+
+
+def test_demo_into_a_folder_holding_a_drill_is_a_usage_error(tmp_path):
+    """A --dir that already holds a drill is the user's mistake: one error line, exit 2 (it was 1,
+    the status of a drill that ran and failed to verify)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "store").mkdir()
+    res = subprocess.run([sys.executable, "-m", "sealbox.cli.main", "demo", "--dir", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr == f"error: {tmp_path} already holds a drill; pass a new --dir\n"

@@ -454,6 +454,27 @@ def test_mistakes_and_an_unreachable_endpoint_are_clear_errors(recorded, receive
     assert receiver.traces == [] and receiver.logs == []  # nothing was sent anywhere else
 
 
+def test_an_unreachable_endpoint_is_one_line_without_the_sdks_retry_logs(recorded, monkeypatch, caplog):
+    """The OpenTelemetry SDK logged each failed attempt ("Transient error ...", "Failed to export
+    ... batch") before the command's own error line; they are quiet while sealbox exports."""
+    import logging
+
+    import sealbox.interop.otlp as otlp_mod
+    from sealbox.cli.otlp_cmd import run_otlp_export
+
+    real = otlp_mod.export_otlp
+    monkeypatch.setattr(otlp_mod, "export_otlp", lambda *a, **k: real(*a, **{**k, "timeout": 1}))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(OtlpExportError, match="did not accept the spans"):
+        run_otlp_export(str(recorded["path"]), [recorded["A"]], f"http://127.0.0.1:{port}", quiet=True)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith(("opentelemetry", "urllib3"))
+            and r.levelno >= logging.WARNING] == []
+    assert logging.getLogger("opentelemetry").level == logging.NOTSET  # restored afterwards
+
+
 def test_sealbox_export_otlp_on_the_command_line(recorded, receiver):
     import os
     import subprocess

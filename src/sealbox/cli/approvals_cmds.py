@@ -47,6 +47,7 @@ def list_cmd(pending: bool, flagged: bool, store_path: str, as_json: bool, as_cs
         click.echo("no approval requests match", err=True)
         return
     shown = [{**r, "tool": f"{r['server']}/{r['tool']}", "answers": len(r["answers"]),
+              "decided_by": ", ".join(r["decided_by"]) or "-",
               "flags": ", ".join(sorted({f"{f['identity']}:{f['code']}" for f in r["flags"]}))} for r in rows]
     emit_rows(shown, ["approval_id", "run_id", "tool", "status", "quorum", "answers", "expires_at", "decided_by", "flags"],
               as_json=False, as_csv=False, title="Approvals")

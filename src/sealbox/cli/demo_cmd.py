@@ -29,8 +29,10 @@ def demo_cmd(workdir: str | None, sample: bool) -> None:
                 result = run_drill(workdir, echo=click.echo)
             except UpstreamBuildError as exc:
                 why = str(exc)
-            except FileExistsError as exc:
-                raise click.ClickException(str(exc)) from None
+            except FileExistsError as exc:  # a user mistake (exit 2), not a failed drill (exit 1)
+                from sealbox.cli.common import BadInput
+
+                raise BadInput(str(exc)) from None
             else:
                 if not result.verified:
                     raise SystemExit(1)

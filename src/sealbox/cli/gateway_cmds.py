@@ -110,6 +110,11 @@ def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, htt
     from sealbox.store import open_store
 
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="sealbox-gateway: %(message)s")
+    if config_path is not None and store_path is not None:
+        source = click.get_current_context().get_parameter_source("store_path")
+        if source is click.core.ParameterSource.COMMANDLINE:
+            raise click.UsageError("give --store or --config, not both (with --config the replay uses the config's store)")
+        store_path = None  # $SEALBOX_STORE: the config names its own store
     config = None
     if config_path is not None:
         from sealbox.gateway.config import load_config

@@ -54,11 +54,21 @@ def run_otlp_export(store_path: str, run_ids: Sequence[str], url: str, content: 
                           "pip install 'sealbox[otlp]'") from exc
 
     hdrs = dict(headers) if isinstance(headers, Mapping) else parse_headers(headers or ())
+    import logging
+
+    # the SDK logs each failed attempt (retries, "Failed to export ... batch"); the outcome is this
+    # command's own one line (OtlpExportError), so its loggers are quiet while it runs
+    quiet_loggers = [logging.getLogger(name) for name in ("opentelemetry", "urllib3")]
+    levels = [lg.level for lg in quiet_loggers]
+    for lg in quiet_loggers:
+        lg.setLevel(logging.CRITICAL + 1)
     store = open_for_reading(store_path)
     try:
         summary = export_otlp(store, list(run_ids), url, content=content, headers=hdrs or None)
     finally:
         store.close()
+        for lg, level in zip(quiet_loggers, levels):
+            lg.setLevel(level)
     if not quiet:
         click.echo(f"sent {summary.runs} run{'s' if summary.runs != 1 else ''} to {summary.traces_url} and "
                    f"{summary.logs_url}: {summary.spans} spans, {summary.logs} log records "

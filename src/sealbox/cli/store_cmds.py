@@ -18,7 +18,14 @@ def init_cmd(path: str | None, origin: str | None) -> None:
 
     from sealbox.store import init_store
 
+    if path is not None and not path.strip():
+        raise BadInput("PATH is empty: give the folder to create the store in (or leave it out for "
+                       f"$SEALBOX_STORE or ./{DEFAULT_STORE})")
+    if origin is not None and not origin.strip():
+        raise BadInput("--origin is empty: give the log's origin (e.g. example.com/agents), or leave it out")
     path = path or os.environ.get("SEALBOX_STORE") or DEFAULT_STORE
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise BadInput(f"{path} is a file: `sealbox init` creates a folder (give a new or empty folder's path)")
     store = init_store(path, origin=origin)
     vkey = store.pinned_vkey()
     store.close()
