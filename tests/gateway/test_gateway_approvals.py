@@ -322,3 +322,33 @@ async def test_a_stateless_client_over_streamable_http_is_held_then_gets_the_out
     events = store.read_run(state.run_id)
     assert [e.kind for e in events].count("tool.call") == 1 and events[-1].kind == "run.ended"
     assert {e.principal for e in events if e.kind in ("tool.call", "run.resumed", "tool.result")} == {"ci-bot"}
+
+
+async def test_a_call_held_when_the_gateway_shuts_down_is_answered_pending(tmp_path, store, keys):
+    """begin_shutdown (what SIGTERM / SIGINT do) ends every hold within a poll: the client gets the
+    "pending" answer instead of a closed connection; the request stays, and a retry continues it."""
+    gw = gateway(tmp_path, store, hold=60)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            got = []
+
+            async def call():
+                got.append(await client.call_tool("toy__echo", {"text": "hello"}))
+
+            tg.start_soon(call)
+            with anyio.fail_after(10):
+                while gw._holding == 0:
+                    await anyio.sleep(0.01)
+            started = anyio.current_time()
+            await gw.drain_holds(timeout=5)
+            with anyio.fail_after(5):
+                while not got:
+                    await anyio.sleep(0.01)
+            assert anyio.current_time() - started < 2  # not the 60 s hold
+    [result] = got
+    aid = approval_of(result)
+    assert result.is_error is True
+    assert text_of(result).startswith(f"approval {aid} pending; the gateway is shutting down; call again with the "
+                                      "same arguments once it is back (it is decided by ")
+    assert result.meta["sealbox/approval"]["gateway"] == "shutting_down"
+    assert get_approval(store, aid).status == "pending" and toy_log(tmp_path) == []

@@ -237,3 +237,73 @@ upstreams:
         assert sealbox.verify_store(store).unsigned_events == 0
     finally:
         store.close()
+
+
+def test_stdio_gateway_stopped_while_a_call_is_held_answers_it_pending_first(tmp_path):
+    """SIGTERM while a call waits for an approval used to close stdout with no reply to that call."""
+    import signal
+    import subprocess
+    import time
+
+    sealbox.init_store(tmp_path / "store").close()
+    (tmp_path / "policy.yaml").write_text("""version: 1
+rules:
+  - id: add-needs-ops
+    match: {server: toy, tool: add}
+    effect: require_approval
+    approval: {groups: [ops], quorum: 1, expires: 1h}
+""")
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"""version: 1
+store: ./store
+policy: ./policy.yaml
+limits: {{approval_hold_s: 120}}
+upstreams:
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+""")
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def send(message):
+        proc.stdin.write(json.dumps(message) + "\n")
+        proc.stdin.flush()
+
+    try:
+        send(INIT)
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "toy__add", "arguments": {"a": 2, "b": 3}}})
+        store = sealbox.open_store(tmp_path / "store", readonly=True)
+        try:
+            deadline = time.monotonic() + 30
+            while not any(k == "run.suspended" for rid in gateway_runs(store) for _, k in kinds(store, rid)):
+                assert time.monotonic() < deadline, "the call was never held"
+                time.sleep(0.05)
+        finally:
+            store.close()
+        time.sleep(0.3)  # held, polling
+        proc.send_signal(signal.SIGTERM)
+        answer = json.loads(proc.stdout.readline())
+        code = proc.wait(timeout=30)
+        stderr = proc.stderr.read()
+    except BaseException:
+        proc.kill()
+        raise
+    finally:
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            f.close()
+    assert answer["id"] == 2 and answer["result"]["isError"] is True
+    text = answer["result"]["content"][0]["text"]
+    assert "pending; the gateway is shutting down; call again with the same arguments once it is back" in text
+    assert (code, stderr) == (0, "")
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        [run_id] = gateway_runs(store)
+        assert [k for _, k in kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision",
+                                                        "approval.requested", "run.suspended"]
+        assert sealbox.verify_store(store).ok
+    finally:
+        store.close()

@@ -154,7 +154,24 @@ class Gateway:
         self._connections: dict[int, Any] = {}
         self._validators: dict[tuple[str, str], tuple[Any, Any]] = {}
         self._tool_list_version = 0
+        #: set by begin_shutdown(): held calls stop waiting and answer "pending" (the request stays)
+        self.stopping = False
+        self._holding = 0  # calls being held for an approval now
         self.server = self._build_server()
+
+    def begin_shutdown(self) -> None:
+        """Stop holding calls: each held call answers "approval … pending" within one poll
+        (``approval_poll`` s), saying the gateway is shutting down, so that its client gets a
+        reply before the connection closes; the approval request itself stays, and a call
+        with the same arguments after a restart continues it. Safe from a signal handler."""
+        self.stopping = True
+
+    async def drain_holds(self, timeout: float = 2.0) -> None:
+        """:meth:`begin_shutdown`, then wait (up to ``timeout`` s) until no call is held."""
+        self.begin_shutdown()
+        with anyio.move_on_after(timeout):
+            while self._holding:
+                await anyio.sleep(0.02)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -502,12 +519,13 @@ class Gateway:
         deadline = now + self.config.limits.approval_hold_s
         next_progress = now
         reports = _has_progress_token(ctx)
+        self._holding += 1
         async with anyio.create_task_group() as tg:
             if not modern and not pending.informed and _can_elicit(ctx):
                 pending.informed = True
                 tg.start_soon(self._inform, ctx, pending)
             try:
-                while True:
+                while not self.stopping:
                     state = await anyio.to_thread.run_sync(get_approval, self.store, aid)
                     if state.status != "pending" or state.resumed or state.run_ended:
                         async with lock:
@@ -533,6 +551,7 @@ class Gateway:
                             log.debug("could not send a progress notification")
                     await anyio.sleep(min(self.approval_poll, max(0.0, deadline - now)))
             finally:
+                self._holding -= 1
                 tg.cancel_scope.cancel()
         info = {"approval_id": aid, "status": "pending", "run_id": pending.run_id, "call_id": pending.call_id,
                 "binding": pending.binding, "rule": pending.rule, "ask": pending.ask,
@@ -542,7 +561,11 @@ class Gateway:
             token = seal_state(self._state_key, approval_id=aid, run_id=pending.run_id, binding=pending.binding,
                                principal=principal, own_run=own_run, ttl_s=ttl)
             return types.InputRequiredResult(request_state=token, _meta={"sealbox/approval": info})
-        return _error_result(f"approval {aid} pending; call again with the same arguments "
+        again = ("the gateway is shutting down; call again with the same arguments once it is back"
+                 if self.stopping else "call again with the same arguments")
+        if self.stopping:
+            info["gateway"] = "shutting_down"
+        return _error_result(f"approval {aid} pending; {again} "
                              f"(it is decided by {_who(pending)} with `sealbox approvals approve {aid} --reason TEXT --key-file KEY`; "
                              f"expires {pending.expires_at}) [call {pending.call_id}]", {"sealbox/approval": info})
 

@@ -46,7 +46,7 @@ async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None
     async with anyio.create_task_group() as tg:
         stopping = anyio.CancelScope()
         if on_signal is not None:
-            tg.start_soon(_cancel_on_signal, stopping)
+            tg.start_soon(_cancel_on_signal, stopping, gateway)
         with stopping:
             await tg.start(gateway.run_upstreams)
         if not stopping.cancel_called:  # else stopped while the upstreams started: nothing reads stdin yet
@@ -59,11 +59,16 @@ async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None
         tg.cancel_scope.cancel()
 
 
-async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
+async def _cancel_on_signal(scope: anyio.CancelScope, gateway: Gateway | None = None) -> None:
+    """On SIGINT / SIGTERM: held calls answer "pending" first (see :meth:`Gateway.begin_shutdown`),
+    their replies get a moment to reach the client, then ``scope`` is cancelled."""
     import signal
 
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
+            if gateway is not None and getattr(gateway, "_holding", 0):
+                await gateway.drain_holds()
+                await anyio.sleep(0.2)  # the replies are written to stdout by the transport's own task
             scope.cancel()
             return
 
@@ -152,7 +157,7 @@ def bind(port: int) -> socket.socket:
     return sock
 
 
-def _server(config: Any) -> Any:
+def _server(config: Any, gateway: Gateway | None = None) -> Any:
     """A ``uvicorn.Server`` that does not re-raise a SIGINT / SIGTERM once it has shut down on it.
 
     uvicorn handles both signals with a graceful shutdown, then raises the signal again under
@@ -163,6 +168,9 @@ def _server(config: Any) -> Any:
 
     class _Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
+            begin = getattr(gateway, "begin_shutdown", None)  # a replay server holds no calls
+            if begin is not None:
+                begin()  # held calls answer "pending" now: the graceful shutdown waits for them
             super().handle_exit(sig, frame)
             self._captured_signals.clear()  # what capture_signals() would raise again after the shutdown
 
@@ -178,7 +186,7 @@ async def serve_http(gateway: Gateway, port: int, *, sock: socket.socket | None 
     sock = sock or bind(port)
     port = sock.getsockname()[1]
     app = http_app(gateway, port)
-    server = _server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = _server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"), gateway)
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run_upstreams)
 
