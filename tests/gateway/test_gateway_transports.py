@@ -307,3 +307,30 @@ upstreams:
         assert sealbox.verify_store(store).ok
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("where", ["sealbox.gateway.config.load_config", "sealbox.gateway.server.Gateway"])
+def test_a_stop_while_the_gateway_starts_is_a_clean_exit(tmp_path, monkeypatch, where):
+    """SIGTERM is handled from the first line of `gateway serve` (it killed the process, status 143,
+    while the gateway loaded its config and opened its store): a KeyboardInterrupt there is exit 0."""
+    import importlib
+
+    from click.testing import CliRunner
+
+    from sealbox.cli.main import cli
+
+    module, name = where.rsplit(".", 1)
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    import sealbox.cli.gateway_cmds as gateway_cmds
+
+    installed = []
+    monkeypatch.setattr(gateway_cmds, "_sigterm_as_sigint", lambda: installed.append(True))  # not in pytest itself
+    monkeypatch.setattr(importlib.import_module(module), name, interrupted)
+    sealbox.init_store(tmp_path / "store").close()
+    (tmp_path / "gw.yaml").write_text(f"version: 1\nstore: ./store\npolicy: ALLOW_ALL\nupstreams:\n  - id: toy\n"
+                                      f"    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n")
+    res = CliRunner().invoke(cli, ["gateway", "serve", "--config", str(tmp_path / "gw.yaml")], catch_exceptions=False)
+    assert res.exit_code == 0 and res.output == "" and installed == [True]

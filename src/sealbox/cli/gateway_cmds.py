@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+from typing import Any
 
 import click
 
@@ -40,43 +41,63 @@ def _sigterm_as_sigint() -> None:
               help="Serve streamable HTTP on 127.0.0.1:PORT instead of stdio.")
 def serve_cmd(config_path: str, http_port: int | None) -> None:
     """Serve the gateway over stdio (default) or streamable HTTP on 127.0.0.1 (--http PORT)."""
+    _sigterm_as_sigint()  # first: a stop asked for while the gateway starts is a clean stop too (exit 0)
+    gateway = None
+    try:
+        gateway = _start_gateway(config_path)
+        if gateway is None:
+            return
+        _serve(gateway, http_port)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if gateway is not None:
+            gateway.store.close()
+
+
+def _start_gateway(config_path: str) -> Any:
+    """The configured gateway, its store open; None when SIGINT / SIGTERM came while it started."""
     import logging
+    import sys
+
+    try:
+        from sealbox.gateway.config import load_config
+        from sealbox.gateway.server import Gateway
+
+        logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="sealbox-gateway: %(message)s")
+        config = load_config(config_path)
+        return Gateway(config, errlog=sys.stderr)
+    except KeyboardInterrupt:
+        return None
+
+
+def _serve(gateway: Any, http_port: int | None) -> None:
+    """Serve until the client leaves or a signal stops it (over stdio the process exits from here)."""
     import sys
 
     import anyio
 
-    from sealbox.gateway.config import load_config
-    from sealbox.gateway.server import Gateway
     from sealbox.gateway.transports import serve_http, serve_stdio
 
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="sealbox-gateway: %(message)s")
-    config = load_config(config_path)
-    gateway = Gateway(config, errlog=sys.stderr)
-    _sigterm_as_sigint()
-    try:
-        if http_port is None:
-            def stopped() -> None:
-                # the session has ended its run: sign the final checkpoint and exit without joining the
-                # thread blocked reading stdin (serve_stdio)
-                import os
+    if http_port is None:
+        def stopped() -> None:
+            # the session has ended its run: sign the final checkpoint and exit without joining the
+            # thread blocked reading stdin (serve_stdio)
+            import os
 
-                gateway.store.close()
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(0)
+            gateway.store.close()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
 
-            anyio.run(lambda: serve_stdio(gateway, on_signal=stopped))
-        else:
-            from sealbox.gateway.transports import bind, http_app
+        anyio.run(lambda: serve_stdio(gateway, on_signal=stopped))
+    else:
+        from sealbox.gateway.transports import bind, http_app
 
-            sock = bind(http_port)
-            http_app(gateway, sock.getsockname()[1])  # fail on a config problem before serving
-            click.echo(f"sealbox gateway: serving http://127.0.0.1:{sock.getsockname()[1]}/mcp", err=True)
-            anyio.run(lambda: serve_http(gateway, http_port, sock=sock))
-    except KeyboardInterrupt:
-        pass
-    finally:
-        gateway.store.close()
+        sock = bind(http_port)
+        http_app(gateway, sock.getsockname()[1])  # fail on a config problem before serving
+        click.echo(f"sealbox gateway: serving http://127.0.0.1:{sock.getsockname()[1]}/mcp", err=True)
+        anyio.run(lambda: serve_http(gateway, http_port, sock=sock))
 
 
 @gateway_group.command("replay")
