@@ -45,7 +45,7 @@ class Problem:
             ``checkpoint_root_mismatch``, ``checkpoint_signature``, ``log_truncated``,
             ``blob_mismatch``, ``blob_missing``, ``leaf_gap``, ``tree_node_mismatch``,
             ``approval_signature``, ``approval_binding``, ``approval_identity``,
-            ``approval_unknown``, ``approval_rule``.
+            ``approval_unknown``, ``approval_rule``, ``column_type``, ``schema_migration_missing``.
         message: one readable sentence.
         run_id, run_seq, kind, leaf_index: where, when it is tied to an event.
         expected, found: what verification computed and what the store holds.
@@ -375,8 +375,32 @@ def _as_blob(value: Any) -> bytes:
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, str):
-        return value.encode("utf-8", "surrogatepass")
+        try:  # a store gives a TEXT's bytes decoded with surrogateescape (iter_rows): the same bytes again
+            return value.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogatepass")
     return repr(value).encode("utf-8")
+
+
+#: SQLite's name of the storage class a stored value of each Python type comes from.
+_STORAGE_CLASS = {str: "TEXT", int: "INTEGER", float: "REAL", type(None): "NULL", bool: "INTEGER"}
+_WITH_ARTICLE = {"TEXT": "a TEXT value", "INTEGER": "an INTEGER", "REAL": "a REAL", "NULL": "NULL"}
+
+
+def _column_type_problems(leaf_index: int, raw: Any, stored_hash: Any, columns: Any) -> list[Problem]:
+    """``column_type`` for the hashed bytes or the leaf hash of a store row held as another storage
+    class than the BLOB Sealbox writes: only a change below Sealbox puts a TEXT (even of the same
+    bytes) or a number there."""
+    out = []
+    run_id, run_seq, kind = tuple(columns)[:3] if columns else (None, None, None)
+    for name, value in (("raw", raw), ("leaf_hash", stored_hash)):
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            found = _STORAGE_CLASS.get(type(value), type(value).__name__)
+            out.append(Problem(
+                "column_type", f"the events table's {name} column holds {_WITH_ARTICLE.get(found, found)} where "
+                "Sealbox writes a BLOB (the row was changed below Sealbox)", run_id=run_id, run_seq=run_seq, kind=kind,
+                leaf_index=leaf_index, expected="BLOB", found=found))
+    return out
 
 
 class EventVerifier:
@@ -432,12 +456,23 @@ class EventVerifier:
             chunk = list(islice(rows, _ROW_CHUNK))
             if not chunk:
                 return
+            typed = None  # leaf_index -> column_type problems, for rows holding another storage class
             if (set(map(type, map(_RAW, chunk))) != _ONLY_BYTES or set(map(type, map(_HASH, chunk))) != _ONLY_BYTES
                     or set(map(type, map(_COLUMNS, chunk))) != _ONLY_TUPLE):
+                typed = {}
+                for leaf_index, raw, stored_hash, columns in chunk:
+                    found = _column_type_problems(leaf_index, raw, stored_hash, columns)
+                    if found:
+                        typed[leaf_index] = found
                 chunk = [(leaf_index, _as_blob(raw), _as_blob(stored_hash), tuple(columns))
                          for leaf_index, raw, stored_hash, columns in chunk]
             leaves = [_SHA256(b"\x00" + row[1]).digest() for row in chunk]
-            self._check_rows(chunk, leaves, True, True)
+            if not typed:
+                self._check_rows(chunk, leaves, True, True)
+            else:  # each row's column_type problems come before what else is wrong with it
+                for row, leaf in zip(chunk, leaves):
+                    self.problems.extend(typed.get(row[0], ()))
+                    self._check_rows([row], [leaf], True, True)
             start = tree.size
             levels = tree.extend(leaves, self._root_sizes, self.roots)
             if batch_nodes is not None:
@@ -948,6 +983,8 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
         problems.extend(check_snapshots(store.iter_snapshots(), ev.envelopes_by_kind.get("run.started", [])))
     if hasattr(store, "iter_run_rows"):
         problems.extend(check_run_rows(store.iter_run_rows(), ev.envelopes_by_kind.get("run.started", [])))
+    for code, message in store.schema_problems() if hasattr(store, "schema_problems") else ():
+        problems.append(Problem(code, message))
     for name in store.missing_triggers() if hasattr(store, "missing_triggers") else ():
         problems.append(Problem("trigger_missing", f"the append-only trigger {name} was dropped from the database "
                                 "(someone changed the store below Sealbox)"))

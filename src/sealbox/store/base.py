@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkabl
 
 from sealbox import blobs as _blobs
 from sealbox.canonical import MAX_DEPTH, _encode_noting_floats, canonical_bytes_encoded
-from sealbox.errors import CanonicalizationError, InvalidEventError, StoreRolledBackError
+from sealbox.errors import CanonicalizationError, InvalidEventError, StoreError, StoreRolledBackError
 from sealbox.events import (
     CONTENT_FIELDS,
     derived_columns,
@@ -39,6 +39,7 @@ __all__ = [
     "StoredCheckpoint",
     "CheckpointPolicy",
     "Durability",
+    "DamagedEventError",
     "EventBuilder",
     "new_run_id",
     "utc_now",
@@ -51,6 +52,16 @@ Durability = str  # "full" (fsync every commit) or "fast" (synchronous=NORMAL)
 #: Content fields always kept as one blob reference, whatever their size: a
 #: decision's inputs are evidence an auditor re-runs as a whole.
 ALWAYS_BLOB = frozenset({"inputs"})
+
+
+class DamagedEventError(StoreError):
+    """A stored event cannot be read as a Sealbox event (its bytes, or its stored leaf hash, were
+    changed below Sealbox). The message names the leaf and says to run ``sealbox verify``, which
+    reports the change; ``leaf_index`` is None when the damaged row could not be located."""
+
+    def __init__(self, message: str, leaf_index: int | None = None) -> None:
+        super().__init__(message)
+        self.leaf_index = leaf_index
 
 
 def utc_now() -> str:

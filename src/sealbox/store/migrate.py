@@ -15,7 +15,7 @@ from importlib import resources
 
 from sealbox.errors import SchemaVersionError
 
-__all__ = ["Migration", "load_migrations", "check_applied"]
+__all__ = ["Migration", "load_migrations", "check_applied", "created_by", "unrecorded_message"]
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
@@ -73,3 +73,29 @@ def check_applied(applied: dict[int, str], known: list[Migration], where: str) -
                 f"(recorded {checksum}, shipped {by_version[version].checksum})"
             )
     return [m for m in known if m.version not in applied]
+
+
+_CREATE = re.compile(r"\bCREATE\s+(?:UNIQUE\s+)?(TABLE|INDEX|TRIGGER|VIEW)\s+(IF\s+NOT\s+EXISTS\s+)?(\w+)", re.I)
+_DROP = re.compile(r"\bDROP\s+(TABLE|INDEX|TRIGGER|VIEW)\s+(?:IF\s+EXISTS\s+)?(\w+)", re.I)
+_ADD_COLUMN = re.compile(r"\bALTER\s+TABLE\s+(\w+)\s+ADD\s+(?:COLUMN\s+)?(\w+)", re.I)
+
+
+def created_by(mig: Migration) -> list[tuple[str, str, str | None]]:
+    """What ``mig`` adds to a schema that no earlier migration has: ``(type, name, None)`` for the
+    tables, indexes, triggers and views it creates (not with IF NOT EXISTS, and not those it
+    drops too: a migration that re-creates an object finds it there before), and
+    ``("column", table, column)`` for the columns it adds. Any of them in a store whose
+    ``schema_migrations`` lacks ``mig`` shows the migration was applied and its row removed."""
+    text = re.sub(r"--[^\n]*", "", mig.sql)
+    dropped = {(kind.lower(), name) for kind, name in _DROP.findall(text)}
+    out: list[tuple[str, str, str | None]] = [
+        (kind.lower(), name, None) for kind, guarded, name in _CREATE.findall(text)
+        if not guarded and (kind.lower(), name) not in dropped]
+    out += [("column", table, column) for table, column in _ADD_COLUMN.findall(text)]
+    return out
+
+
+def unrecorded_message(where: str, mig: Migration, why: str) -> str:
+    """The error for a migration the store shows applied (``why``) while schema_migrations lacks it."""
+    return (f"{where}: the store's schema_migrations table lacks migration {mig.version} "
+            f"({mig.version:04d}_{mig.name}) but {why}: it was changed below Sealbox; run `sealbox verify`")

@@ -262,6 +262,31 @@ def _stored_bytes(value: Any) -> bytes:
     return repr(value).encode("utf-8")
 
 
+_ROWS_SQL = (
+    "SELECT leaf_index, raw, leaf_hash, run_id, run_seq, kind, ts, principal, step, server, tool,"
+    " call_id, effect, ok, tokens, cost, rule, reason_code, duration_us FROM events"
+    " WHERE leaf_index > ? ORDER BY leaf_index LIMIT ?")
+#: :data:`_ROWS_SQL` reading a TEXT in raw or leaf_hash as its bytes (sqlite3 refuses a TEXT that
+#: is not UTF-8), with a last column flagging which of the two were TEXT (see _text_row).
+_ROWS_SQL_TEXT_AS_BYTES = (
+    "SELECT leaf_index, IIF(typeof(raw) = 'text', CAST(raw AS BLOB), raw),"
+    " IIF(typeof(leaf_hash) = 'text', CAST(leaf_hash AS BLOB), leaf_hash), run_id, run_seq, kind, ts,"
+    " principal, step, server, tool, call_id, effect, ok, tokens, cost, rule, reason_code, duration_us,"
+    " (typeof(raw) = 'text') + 2 * (typeof(leaf_hash) = 'text') FROM events"
+    " WHERE leaf_index > ? ORDER BY leaf_index LIMIT ?")
+
+
+def _text_row(r: tuple) -> tuple:
+    """An :meth:`SqliteStore.iter_rows` row whose ``raw`` (flag 1) or ``leaf_hash`` (flag 2), read
+    as the bytes of a TEXT value, is given back as that text (``surrogateescape``: byte-exact)."""
+    raw, leaf = r[1], r[2]
+    if r[19] & 1:
+        raw = raw.decode("utf-8", "surrogateescape")
+    if r[19] & 2:
+        leaf = leaf.decode("utf-8", "surrogateescape")
+    return (r[0], raw, leaf, r[3:19])
+
+
 def _hash_value(value: Any, what: str) -> bytes:
     """A stored 32-byte hash, or StoreError: SQLite's affinity lets TEXT or a number into a BLOB
     column changed below Sealbox, which must not surface as a TypeError or a wrong proof."""
@@ -756,17 +781,24 @@ class SqliteStore(SqliteQueries):
         if "schema_migrations" in tables:
             applied = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
         pending = migrate.check_applied(applied, migrate.load_migrations("sqlite"), str(self.path))
-        if pending and self.readonly and not applied:
-            raise NotAStoreError(f"{self.db_path} is not a Sealbox store (an empty database)")
         if pending and self.readonly:
+            # A pending migration the store shows applied lost its schema_migrations row below
+            # Sealbox: said as such (a writer refuses it too). Still a StoreUpgradeNeededError,
+            # so that `sealbox verify` checks the store through a copy and reports it.
+            unrecorded = next(filter(None, (_unrecorded(conn, applied, mig) for mig in pending)), None)
+            versions = [m.version for m in pending]
+            if unrecorded is not None:
+                raise StoreUpgradeNeededError(migrate.unrecorded_message(str(self.path), *unrecorded), versions)
+            if not applied:
+                raise NotAStoreError(f"{self.db_path} is not a Sealbox store (an empty database)")
             raise StoreUpgradeNeededError(
-                f"{self.path} was written by an older Sealbox (pending migrations {[m.version for m in pending]}): "
+                f"{self.path} was written by an older Sealbox (pending migrations {versions}): "
                 f"its owner upgrades it by opening it for writing once, e.g. "
                 f"python -c \"import sealbox; sealbox.open_store('{self.path}').close()\" "
                 f"(`sealbox verify` checks it as it is, through an upgraded private copy)",
-                [m.version for m in pending])
+                versions)
         for mig in pending:
-            _apply_migration(conn, mig)
+            _apply_migration(conn, mig, str(self.path))
 
     def _write_meta(self, values: dict[str, str]) -> None:
         def put(txn: _Txn) -> None:
@@ -1170,21 +1202,28 @@ class SqliteStore(SqliteQueries):
     def iter_rows(self, batch: int = 5000) -> Iterator[tuple]:
         """Raw rows in log order, for verification: (leaf_index, raw, leaf_hash, columns), where
         columns = (run_id, run_seq, kind, ts, principal, step, server, tool, call_id, effect, ok, tokens, cost,
-        rule, reason_code, duration_us)."""
+        rule, reason_code, duration_us).
+
+        ``raw`` and ``leaf_hash`` are bytes when SQLite holds BLOBs there (all Sealbox writes);
+        a value of another storage class, which only a change below Sealbox puts there, comes
+        as its Python type: a TEXT as ``str`` (one that is not UTF-8 decoded with
+        ``surrogateescape``, so that it keeps its exact bytes), an INTEGER as ``int``, and so
+        on. Verify reports those (``column_type``)."""
         last = -1
         while True:
             depth = None if getattr(self._local, "ops", 0) else self._op_enter()  # see _stream
             try:
-                rows = self._conn().execute(
-                    "SELECT leaf_index, raw, leaf_hash, run_id, run_seq, kind, ts, principal, step, server, tool,"
-                    " call_id, effect, ok, tokens, cost, rule, reason_code, duration_us FROM events"
-                    " WHERE leaf_index > ? ORDER BY leaf_index LIMIT ?",
-                    (last, batch),
-                ).fetchall()
+                try:
+                    rows = self._conn().execute(_ROWS_SQL, (last, batch)).fetchall()
+                    rows = [(r[0], r[1], r[2], r[3:]) for r in rows]
+                except sqlite3.OperationalError as exc:  # a TEXT that is not UTF-8: this batch byte-exact
+                    if "Could not decode to UTF-8" not in str(exc):
+                        raise
+                    rows = self._conn().execute(_ROWS_SQL_TEXT_AS_BYTES, (last, batch)).fetchall()
+                    rows = [(r[0], r[1], r[2], r[3:19]) if not r[19] else _text_row(r) for r in rows]
             finally:
                 if depth is not None:
                     self._op_leave(depth)
-            rows = [(r[0], r[1], r[2], r[3:]) for r in rows]
             if not rows:
                 return
             yield from rows
@@ -1369,6 +1408,23 @@ class SqliteStore(SqliteQueries):
         return (f"the content settings in the database (mode {self.content.mode}, {self.content.fingerprint()}) "
                 f"are not those recorded when the store was created ({recorded}): they were changed below Sealbox")
 
+    #: What :func:`upgraded_copy` found about the original's schema_migrations rows (see schema_problems).
+    _schema_findings: tuple[str, ...] = ()
+
+    def schema_problems(self) -> list[tuple[str, str]]:
+        """(code, message) of what is wrong with the ``schema_migrations`` rows: a migration the
+        store shows applied whose row was removed (``schema_migration_missing``; seen only by
+        :func:`upgraded_copy`, since a store lacking one does not open), a row naming another
+        migration than the one of its version (``schema_migration_altered``; the checksums a
+        store is opened with are checked at open)."""
+        out = [("schema_migration_missing", text) for text in self._schema_findings]
+        shipped = {m.version: m.name for m in migrate.load_migrations("sqlite")}
+        for version, name in self._conn().execute("SELECT version, name FROM schema_migrations ORDER BY version"):
+            if shipped.get(version) != name:
+                out.append(("schema_migration_altered", f"the store's schema_migrations row of migration {version!r} "
+                            f"names {name!r}, not {shipped.get(version)!r}: it was changed below Sealbox"))
+        return out
+
     def missing_triggers(self) -> list[str]:
         """Append-only triggers that the migrations created and that are no longer in the database."""
         return sorted(set(_expected_triggers()) - set(self._present_triggers()))
@@ -1493,7 +1549,7 @@ def _tracked(method: Callable[..., Any]) -> Callable[..., Any]:
 _TRACKED_READS = (
     "read_run", "read_range", "get_event", "node_levels", "checkpoints", "latest_checkpoint", "get_blob",
     "get_blob_row", "get_snapshot", "content_policy_change", "missing_triggers", "foreign_triggers",
-    "runs", "query_calls", "query_runs", "get_run", "explain_query_calls",
+    "runs", "query_calls", "query_runs", "get_run", "explain_query_calls", "schema_problems",
 )
 
 
@@ -1613,28 +1669,84 @@ def _translate_open_error(path: Path, exc: sqlite3.DatabaseError) -> Exception:
     return StoreError(f"cannot open {path / DB_NAME}: {exc}")
 
 
-def _apply_migration(conn: sqlite3.Connection, mig: migrate.Migration) -> None:
-    """Apply one numbered migration in its own transaction and record it with its checksum."""
+def _apply_migration(conn: sqlite3.Connection, mig: migrate.Migration, where: str,
+                     record_unrecorded: bool = False) -> tuple[migrate.Migration, str] | None:
+    """Apply one numbered migration in its own transaction and record it with its checksum.
+
+    Inside the transaction, a migration another writer recorded meanwhile is not applied again.
+    One the store shows applied though schema_migrations lacks it (:func:`_unrecorded`: its row
+    was deleted below Sealbox) is refused with SchemaVersionError, or with ``record_unrecorded``
+    (a private copy being verified) recorded without running it; ``(mig, why)`` is then returned.
+
+    Raises:
+        SchemaVersionError: see above, or the migration's SQL meets objects the store should
+            not have, or lacks ones it should (its schema was changed below Sealbox).
+    """
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
             " checksum TEXT NOT NULL, applied_at TEXT NOT NULL)"
         )
-        for statement in _split_sql(mig.sql):
-            conn.execute(statement)
+        applied = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
+        if mig.version in applied:  # another writer upgraded the store since it was read
+            migrate.check_applied(applied, migrate.load_migrations("sqlite"), where)
+            conn.execute("COMMIT")
+            return None
+        unrecorded = _unrecorded(conn, applied, mig)
+        message = None if unrecorded is None else migrate.unrecorded_message(where, *unrecorded)
+        if message is not None and not record_unrecorded:
+            raise SchemaVersionError(message)
+        if message is None:
+            conn.execute("SAVEPOINT migration")
+            try:
+                for statement in _split_sql(mig.sql):
+                    conn.execute(statement)
+            except sqlite3.OperationalError as exc:
+                if not any(words in str(exc) for words in ("already exists", "duplicate column", "no such")):
+                    raise
+                if not record_unrecorded:
+                    raise SchemaVersionError(
+                        f"{where}: migration {mig.version} ({mig.version:04d}_{mig.name}) cannot be applied ({exc}): "
+                        "the store's schema is not the one its schema_migrations table records; it was changed "
+                        "below Sealbox; run `sealbox verify`") from exc
+                conn.execute("ROLLBACK TO migration")
+                unrecorded = mig, f"its SQL fails on the store's schema ({exc}), which already has its changes"
+                message = migrate.unrecorded_message(where, *unrecorded)
+            conn.execute("RELEASE migration")
         conn.execute(
             "INSERT INTO schema_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
             (mig.version, mig.name, mig.checksum, utc_now()),
         )
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        if mig.version == 1:
+        if mig.version == 1 and message is None:
             conn.execute("INSERT INTO store_secret (id, secret) VALUES (1, ?)", (os.urandom(32),))
         conn.execute("COMMIT")
+        return unrecorded
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _unrecorded(conn: sqlite3.Connection, applied: dict[int, str] | set[int],
+                mig: migrate.Migration) -> tuple[migrate.Migration, str] | None:
+    """``(mig, why)`` when the store shows ``mig`` applied though its schema_migrations rows
+    (``applied``) lack it: something ``mig``, or a later migration also missing from
+    ``applied`` (migrations apply in order), creates is in the schema
+    (:func:`sealbox.store.migrate.created_by`); else None. A row missing below recorded ones
+    alone proves nothing: a store may be brought back to an older schema by hand."""
+    for other in migrate.load_migrations("sqlite")[mig.version - 1:]:
+        if other.version in applied:
+            continue
+        whose = "its changes" if other.version == mig.version else f"those of migration {other.version}"
+        for kind, name, column in migrate.created_by(other):
+            if kind == "column":
+                if column in {r[1] for r in conn.execute(f"PRAGMA table_info({name})")}:  # name: \w+ from our SQL
+                    return mig, f"the store already has {whose} (column {name}.{column})"
+            elif conn.execute("SELECT 1 FROM sqlite_master WHERE type = ? AND name = ?", (kind, name)).fetchone():
+                return mig, f"the store already has {whose} ({kind} {name})"
+    return None
 
 
 def _readonly_connection(folder: Path, db_path: Path) -> sqlite3.Connection:
@@ -1686,15 +1798,21 @@ def upgraded_copy(path: str | os.PathLike, into: str | os.PathLike, **kwargs: An
     except (sqlite3.Error, OSError) as exc:
         raise StoreError(f"cannot copy {src_folder} to {dst_folder} to upgrade it: {exc}") from exc
     conn = sqlite3.connect(dst_folder / DB_NAME, isolation_level=None)
+    findings = []
     try:
         applied = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
         for mig in migrate.check_applied(applied, migrate.load_migrations("sqlite"), str(src_folder)):
-            _apply_migration(conn, mig)
+            found = _apply_migration(conn, mig, str(src_folder), record_unrecorded=True)
+            if found is not None:
+                findings.append(f"the store's schema_migrations table lacks migration {mig.version} "
+                                f"({mig.version:04d}_{mig.name}) but {found[1]}: its row was removed below Sealbox")
     except sqlite3.Error as exc:
         raise StoreError(f"cannot upgrade the copy of {src_folder}: {exc}") from exc
     finally:
         conn.close()
-    return SqliteStore(dst_folder, readonly=True, **kwargs)
+    store = SqliteStore(dst_folder, readonly=True, **kwargs)
+    store._schema_findings = tuple(findings)
+    return store
 
 
 def _existing_db_message(folder: Path) -> str:

@@ -7,25 +7,130 @@ each module stays readable; :class:`SqliteQueries` is mixed into
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from sealbox.errors import BlobNotFoundError
-from sealbox.events import Event
-from sealbox.store.base import hash_tag
+from sealbox.events import KINDS, Event
+from sealbox.store.base import DamagedEventError, hash_tag
 
-_EVENT_COLS = "leaf_index, raw, leaf_hash"
+#: The columns :func:`event_from_row` takes. The hashed bytes and the leaf hash are read as
+#: BLOBs whatever their storage class: SQLite's affinity lets a TEXT value into these columns
+#: when a row is changed below Sealbox (verify reports it, ``column_type``); its bytes are read
+#: as they are (an undecodable TEXT must not stop a read with a UTF-8 error).
+_EVENT_COLS = "leaf_index, CAST(raw AS BLOB), CAST(leaf_hash AS BLOB)"
 
 
 def event_from_row(leaf_index: int, raw: bytes, leaf_hash: bytes) -> Event:
-    """Build an :class:`Event` from stored columns (the envelope is parsed from ``raw``)."""
-    env = json.loads(raw)
-    return Event(
-        leaf_index=leaf_index, leaf_hash=hash_tag(leaf_hash), raw=bytes(raw), v=env["v"],
-        run_id=env["run_id"], run_seq=env["run_seq"], step=env["step"], kind=env["kind"], ts=env["ts"],
-        principal=env["principal"], payload=env["payload"], prev=env["prev"],
-    )
+    """Build an :class:`Event` from stored columns (the envelope is parsed from ``raw``).
+
+    Raises:
+        DamagedEventError: the bytes are not a Sealbox event, or the leaf hash is not 32 bytes
+            (the row was changed below Sealbox).
+    """
+    try:
+        env = json.loads(raw)
+        payload, kind, run_id, run_seq = env["payload"], env["kind"], env["run_id"], env["run_seq"]
+        if (type(payload) is dict and kind in KINDS and type(run_id) is str and type(run_seq) is int
+                and type(leaf_hash) is bytes and len(leaf_hash) == 32):
+            return Event(
+                leaf_index=leaf_index, leaf_hash=hash_tag(leaf_hash), raw=bytes(raw), v=env["v"],
+                run_id=run_id, run_seq=run_seq, step=env["step"], kind=kind, ts=env["ts"],
+                principal=env["principal"], payload=payload, prev=env["prev"],
+            )
+        exc: Exception | None = None
+    except (ValueError, KeyError, TypeError) as caught:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        exc = caught
+    raise damaged_event(leaf_index, raw, leaf_hash, exc)
+
+
+_JSON_TYPES = {dict: "a JSON object", list: "a JSON array", str: "a JSON string", int: "a JSON number",
+               float: "a JSON number", bool: "a JSON boolean", type(None): "JSON null"}
+_STORAGE = {type(None): "NULL", int: "an INTEGER", float: "a REAL", str: "a TEXT"}
+
+
+def damaged_event(leaf_index: int | None, raw: Any, leaf_hash: Any = None,
+                  exc: Exception | None = None) -> DamagedEventError:
+    """The :class:`DamagedEventError` naming what is wrong with a stored event row
+    (``leaf_index`` None: a row SQL could not read, not located)."""
+    where = "an event in the log" if leaf_index is None else f"the event at leaf {leaf_index}"
+    if not isinstance(raw, (bytes, bytearray, memoryview)):
+        why = f"its raw column holds {_STORAGE.get(type(raw), type(raw).__name__)}, not the event's bytes"
+    else:
+        try:
+            fault = _envelope_fault(json.loads(raw))
+        except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+            fault = f"they are not JSON ({err})"
+        if fault:
+            why = f"its bytes are not a Sealbox event: {fault}"
+        elif type(leaf_hash) is not bytes or len(leaf_hash) != 32:
+            found = f"{len(leaf_hash)} bytes" if type(leaf_hash) is bytes else _STORAGE.get(type(leaf_hash), "no bytes")
+            why = f"its stored leaf hash is not a 32-byte hash ({found})"
+        else:  # pragma: no cover - event_from_row raises only for the faults above
+            why = f"it cannot be read: {type(exc).__name__}: {exc}"
+    return DamagedEventError(f"{where} is damaged ({why}): the store was changed below Sealbox; run `sealbox verify`",
+                             leaf_index)
+
+
+def _envelope_fault(env: Any) -> str:
+    """What keeps a decoded value from being an envelope :func:`event_from_row` reads ('' when nothing does)."""
+    if type(env) is not dict:
+        return f"they are {_JSON_TYPES.get(type(env), 'a JSON value')}, not an object"
+    missing = [k for k in ("v", "run_id", "run_seq", "step", "kind", "ts", "principal", "payload", "prev") if k not in env]
+    if missing:
+        return f"they lack the field{'s' if len(missing) > 1 else ''} {', '.join(repr(k) for k in missing)}"
+    if type(env["payload"]) is not dict:
+        return f"the payload is {_JSON_TYPES.get(type(env['payload']), 'a JSON value')}, not an object"
+    if type(env["kind"]) is not str or env["kind"] not in KINDS:
+        return f"the kind {env['kind']!r} is not an event kind"
+    for key, want in (("run_id", str), ("run_seq", int)):
+        if type(env[key]) is not want:
+            return f"the {key} is {_JSON_TYPES.get(type(env[key]), 'a JSON value')}"
+    return ""
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: What SQLite (and the sqlite3 module) say when a query's JSON functions meet a row whose bytes
+#: are not JSON, or a text that is not UTF-8: rows changed below Sealbox.
+_JSON_FAILURES = ("malformed JSON", "JSON cannot hold", "Could not decode to UTF-8")
+
+
+def locate_damaged(conn: sqlite3.Connection, exc: sqlite3.Error) -> DamagedEventError:
+    """The :class:`DamagedEventError` for an SQL query that failed on a damaged event (``exc``):
+    the first event SQLite's JSON functions cannot read (found with ``json_valid``), else the
+    first one :func:`event_from_row` refuses; a message without a leaf if neither finds one.
+    Only on that error path: it reads the whole log."""
+    row = conn.execute(f"SELECT {_EVENT_COLS} FROM events WHERE NOT json_valid(CAST(raw AS TEXT))"
+                       " ORDER BY leaf_index LIMIT 1").fetchone()
+    if row is not None:
+        return damaged_event(*row)
+    for row in conn.execute(f"SELECT {_EVENT_COLS} FROM events ORDER BY leaf_index"):
+        try:
+            event_from_row(*row)
+        except DamagedEventError as err:
+            return err
+    return DamagedEventError(f"an event in the log is damaged (SQLite cannot read it: {exc}): the store was changed "
+                             "below Sealbox; run `sealbox verify`")
+
+
+def _json_guarded(method: _F) -> _F:
+    """``method`` (of an object with ``_conn()`` or ``conn``), its queries' JSON failures on a row
+    changed below Sealbox raised as :class:`DamagedEventError` instead of ``sqlite3.OperationalError``."""
+
+    @functools.wraps(method)
+    def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlite3.OperationalError, sqlite3.DataError) as exc:
+            if not any(words in str(exc) for words in _JSON_FAILURES):
+                raise
+            conn = self._conn() if hasattr(self, "_conn") else self.conn
+            raise locate_damaged(conn, exc) from exc
+
+    return guarded  # type: ignore[return-value]
 
 
 class SqliteQueries:
@@ -46,6 +151,7 @@ class SqliteQueries:
 
     # ----------------------------------------------------------------- queries
 
+    @_json_guarded
     def query_calls(self, *, tool: str | None = None, server: str | None = None, run_id: str | None = None,
                     agent: str | None = None, principal: str | None = None, since: Any = None, until: Any = None,
                     decision: str | None = None, error: bool | None = None, match: Any = None,
@@ -151,6 +257,7 @@ class SqliteQueries:
         except BlobNotFoundError:
             return value
 
+    @_json_guarded
     def query_runs(self, *, agent: str | None = None, principal: str | None = None, status: str | None = None,
                    since: Any = None, until: Any = None, snapshot: str | None = None,
                    labels: Any = None, limit: int | None = None) -> list[dict[str, Any]]:
@@ -207,6 +314,7 @@ class SqliteQueries:
             cursor.close()
         return out
 
+    @_json_guarded
     def ids_with_prefix(self, what: str, prefix: str, limit: int = 6) -> list[str]:
         """Run ids (``what="run"``) or approval request ids (``what="approval"``) that start with
         ``prefix``, in code-point order (``prefix`` itself first when it is one), at most ``limit``.
@@ -224,6 +332,7 @@ class SqliteQueries:
             raise ValueError(f"ids_with_prefix: what is 'run' or 'approval', not {what!r}")
         return [r[0] for r in self._conn().execute(sql, (prefix, upper, int(limit)))]
 
+    @_json_guarded
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         """One run as a :meth:`query_runs` row, plus ``children`` (rows of the runs naming it as parent), or None."""
         recs = self._conn().execute(_RUNS_SQL.format(where="r.run_id = ?"), (run_id,)).fetchall()
@@ -246,6 +355,7 @@ class Reader:
         row = self.conn.execute(sql, tuple(params)).fetchone()
         return 0 if row is None or row[0] is None else row[0]
 
+    @_json_guarded
     def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
                field: tuple[str, str] | None = None, limit: int | None = None) -> list[Event]:
         """Events of the given kinds, in log order, optionally of one run, one principal, or
