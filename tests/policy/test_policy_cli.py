@@ -233,3 +233,134 @@ def test_call_now_accepts_rfc3339_and_yaml_timestamps(tmp_path):
     proc = sealbox_main("policy", "test", str(policy), str(cases))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1] == "2 passed, 0 failed"
+
+
+def run_main(capsys, *args: str) -> tuple[int, str, str]:
+    """The real entry point (``main()``: errors as one ``error:`` line), in this process."""
+    from sealbox.cli.main import main
+
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+FLOAT_LIMITS = [("limits: {cost: {per_run: V}}", "limits.cost.per_run"),
+                ("limits: {cost: {per_day: V}}", "limits.cost.per_day"),
+                ("limits: {max_run_seconds: V}", "limits.max_run_seconds"),
+                ('prices: {"a/b": {input: V, output: 1}}', "prices.a/b.input"),
+                ('prices: {"a/b": {input: 1, output: V}}', "prices.a/b.output")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "field"), FLOAT_LIMITS)
+@pytest.mark.parametrize(("value", "problem"), [(".nan", "nan is not a finite number"), (".inf", "inf is not a finite number"),
+                                                ("-.inf", "-inf is not a finite number"),
+                                                ("-1", "-1 is less than the minimum of 0")])  # fmt: skip
+def test_check_refuses_a_non_finite_or_negative_float_limit(tmp_path, capsys, line, field, value, problem):
+    path = write(tmp_path, "version: 1\n" + line.replace("V", value) + "\nrules: [{id: a, effect: allow}]\n")
+    assert run_main(capsys, "policy", "check", str(path)) == (2, "", f"error: {path}:2: {field}: {problem}\n")
+
+
+def test_subprocess_nan_limits_no_longer_fail_open(tmp_path):
+    """The user's report: check said ok and test allowed a call a million over budget."""
+    policy = write(tmp_path, "version: 1\nlimits: {cost: {per_run: .nan}, max_run_seconds: .nan}\n"
+                             "rules: [{id: a, effect: allow}]\n")  # fmt: skip
+    proc = sealbox_main("policy", "check", str(policy))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {policy}:2: limits.cost.per_run: nan is not a finite number\n")
+    cases = write(tmp_path, "- call: {tool: t, usage: {cost_run: 1000000}}\n  expect: {effect: deny}\n", "cases.yaml")
+    proc = sealbox_main("policy", "test", str(policy), str(cases))
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"error: {policy}:2: limits.cost.per_run: nan is not a finite number\n"
+
+
+def test_check_zero_limits_are_ok(tmp_path, capsys):
+    path = write(tmp_path, "version: 1\nlimits: {cost: {per_run: 0}, max_run_seconds: 0}\nrules: [{id: a, effect: allow}]\n")
+    code, out, err = run_main(capsys, "policy", "check", str(path))
+    assert (code, out.splitlines()[0], err) == (0, f"ok: {path}: policy 'policy', 1 rules", "")
+
+
+@pytest.mark.parametrize("expires", ["-5", "0", "1.5"])
+def test_check_bad_expires_says_what_is_accepted(tmp_path, capsys, expires):
+    path = write(tmp_path, "version: 1\nrules:\n  - id: r\n    effect: require_approval\n"
+                           f"    approval: {{groups: [ops], expires: {expires}}}\n")  # fmt: skip
+    assert run_main(capsys, "policy", "check", str(path)) == (
+        2, "", f"error: {path}:5: rules[0].approval.expires must be a positive whole number of seconds or a "
+               f"duration like 30s, 15m, 1h, 2d, not {expires}\n")  # fmt: skip
+
+
+@pytest.mark.parametrize(("when", "problem"), [
+    ('"1"', "condition is always the int 1, never true or false"),
+    ("'\"yes\"'", 'condition is always the string "yes", never true or false'),
+])  # fmt: skip
+def test_check_refuses_a_condition_that_is_never_a_bool(tmp_path, capsys, when, problem):
+    path = write(tmp_path, f"version: 1\nrules:\n  - id: r\n    when: {when}\n    effect: allow\n")
+    assert run_main(capsys, "policy", "check", str(path)) == (
+        2, "", f"error: {path}:4: rule 'r': {problem}: every call it reaches would be denied with guardrail_error\n")
+
+
+GROUPS = "version: 1\nrules:\n  - id: o\n    match: {principal: {groups: [o]}}\n    effect: allow\n"
+
+
+@pytest.mark.parametrize(("principal", "message"), [
+    ('{"id": "a", "groups": "ops"}', "principal a: groups must be a list of group names (strings), got 'ops'"),
+    ('{"id": "a", "groups": ["o", 5]}', "principal a: groups must be a list of group names (strings), got ['o', 5]"),
+    ('{"groups": ["o"]}', "principal id must be a non-empty string, got None"),
+    ('{"id": 5}', "principal id must be a non-empty string, got 5"),
+    ("", "principal id must be a non-empty string, got ''"),
+    ('{"id": "a", "role": 5}', "principal a: role must be a string or null, got int"),
+    ('{"id": "a", "attributes": [1]}', "principal a: attributes must be a dict, got list"),
+    ('{"id": "a", "group": ["o"]}', "unknown field 'principal.group' (a principal has id, role, groups, attributes)"),
+])  # fmt: skip
+def test_explain_principal_is_checked_as_the_recorder_checks_it(tmp_path, capsys, principal, message):
+    """groups "ops" used to be read as the groups o, p, s (so a rule for group o matched)."""
+    path = write(tmp_path, GROUPS)
+    assert run_main(capsys, "policy", "explain", str(path), "--tool", "t", "--principal", principal) == (
+        2, "", f"error: --principal: {message}\n")
+
+
+def test_explain_a_valid_principal_mapping_still_matches(tmp_path, capsys):
+    path = write(tmp_path, GROUPS)
+    code, out, _ = run_main(capsys, "policy", "explain", str(path), "--tool", "t",
+                            "--principal", '{"id": "a", "role": null, "groups": ["o"], "attributes": {}}')  # fmt: skip
+    assert (code, out.splitlines()[-1]) == (0, "decision: allow (policy_allow) rule=o: rule 'o' allows the call")
+
+
+@pytest.mark.parametrize(("args", "shown"), [("[1]", "list [1]"), ('"s"', 'str "s"'), ("null", "NoneType null"),
+                                             ("5", "int 5")])  # fmt: skip
+def test_explain_args_must_be_a_json_object(tmp_path, capsys, args, shown):
+    path = write(tmp_path, GROUPS)
+    assert run_main(capsys, "policy", "explain", str(path), "--tool", "t", "--args", args) == (
+        2, "", f"error: --args must be a JSON object, not {shown}\n")
+
+
+def test_explain_empty_tool_is_refused(tmp_path, capsys):
+    assert run_main(capsys, "policy", "explain", str(write(tmp_path, GROUPS)), "--tool", "") == (
+        2, "", "error: --tool must be a non-empty tool name\n")
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    ("{tool: t, principal: {id: a, groups: ops}}", "principal a: groups must be a list of group names (strings), got 'ops'"),
+    ("{tool: t, principal: {groups: [o]}}", "principal id must be a non-empty string, got None"),
+    ("{tool: t, principal: ''}", "principal id must be a non-empty string, got ''"),
+    ("{tool: t, principal: {id: a, role: [x]}}", "principal a: role must be a string or null, got list"),
+    ("{tool: t, principal: {id: a, attributes: x}}", "principal a: attributes must be a dict, got str"),
+    ("{tool: t, principal: {id: a, grups: [o]}}",
+     "unknown field 'call.principal.grups' (a principal has id, role, groups, attributes)"),
+    ("{tool: t, arguments: [1, 2]}", "'call.arguments' must be a mapping, not list [1, 2]"),
+    ("{tool: t, arguments: x}", "'call.arguments' must be a mapping, not str \"x\""),
+    ("{tool: t, arguments: null}", "'call.arguments' must be a mapping, not NoneType null"),
+])  # fmt: skip
+def test_case_principal_and_arguments_are_checked(tmp_path, capsys, call, message):
+    cases = write(tmp_path, CASES + f"- name: bad\n  call: {call}\n  expect: {{effect: deny}}\n", "cases.yaml")
+    assert run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases)) == (
+        2, "", f"error: {cases}:10: {message}\n")
+
+
+def test_case_principal_mapping_with_null_role_matches_its_groups(tmp_path, capsys):
+    cases = write(tmp_path, "- call: {tool: t, principal: {id: a, role: null, groups: [o]}}\n"
+                            "  expect: {effect: allow, rule: o}\n", "cases.yaml")  # fmt: skip
+    code, out, err = run_main(capsys, "policy", "test", str(write(tmp_path, GROUPS)), str(cases))
+    assert (code, out.splitlines()[-1], err) == (0, "1 passed, 0 failed", "")

@@ -88,3 +88,18 @@ def test_cost_from_the_price_table(policy):
 
 def test_unpriced_model_costs_nothing_without_a_cost_budget():
     assert cost_of(ALLOW_ALL, "anthropic/claude", 1000, 1000) == 0.0
+
+
+@pytest.mark.parametrize("counter", ["cost_run", "cost_day", "tokens_run"])
+def test_a_nan_usage_counter_denies_with_guardrail_error(policy, tool, counter):
+    """nan > bound is false: a NaN counter used to pass every limit."""
+    d = policy.evaluate(call(usage={counter: float("nan")}, run={"elapsed_s": 1.0}))
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "guardrail_error", None)
+    assert d.reason == f"limit check failed: usage counter {counter!r} is nan, not a number"
+    run_if_allowed(d, tool)
+    assert tool.calls == 0
+
+
+def test_a_nan_elapsed_time_denies_with_guardrail_error(policy):
+    d = policy.evaluate(call(run={"elapsed_s": float("nan")}))
+    assert (d.reason_code, d.reason) == ("guardrail_error", "limit check failed: usage counter 'elapsed_s' is nan, not a number")

@@ -134,10 +134,127 @@ def test_require_approval_needs_an_approval_section(tmp_path):
     assert (err.line, err.problem) == (6, "rule 'reads-ok': require_approval needs an 'approval' section")
 
 
-def test_bad_duration(tmp_path):
-    err = load_error(tmp_path, BASE.replace("effect: allow", "effect: require_approval\n    approval: {groups: [ops], expires: 1w}"))
+def approval_policy(expires: str) -> str:
+    return BASE.replace("effect: allow", f"effect: require_approval\n    approval: {{groups: [ops], expires: {expires}}}")
+
+
+@pytest.mark.parametrize(("expires", "shown"), [
+    ("1w", "'1w'"), ("-5", "-5"), ("0", "0"), ("1.5", "1.5"), ("0s", "'0s'"), ("'1'", "'1'"), ("true", "true"),
+    ("null", "null"), (".inf", "inf"), ("[60]", "[60]"),
+])  # fmt: skip
+def test_bad_duration_says_what_is_accepted(tmp_path, expires, shown):
+    """-5, 0 and 1.5 used to be refused with "... is not a string", though whole seconds are accepted."""
+    err = load_error(tmp_path, approval_policy(expires))
     assert err.line == 7
-    assert err.problem == "rules[0].approval.expires: '1w' is not a duration (seconds, or a number followed by s, m, h or d)"
+    assert err.problem == ("rules[0].approval.expires must be a positive whole number of seconds or a duration "
+                           f"like 30s, 15m, 1h, 2d, not {shown}")  # fmt: skip
+
+
+@pytest.mark.parametrize(("expires", "seconds"), [("3600", 3600), ("1h", 3600), ("90s", 90), ("2d", 172800),
+                                                  ("60.0", 60), ("1e3", 1000)])  # fmt: skip
+def test_good_durations_are_seconds(tmp_path, expires, seconds):
+    """A whole float (60.0, which JSON Schema counts as an integer) used to end in an internal TypeError."""
+    policy = load(tmp_path, approval_policy(expires))
+    assert policy.rules[0].approval.expires_s == seconds
+    assert policy.to_dict()["rules"][0]["approval"]["expires"] == seconds
+    assert type(policy.to_dict()["rules"][0]["approval"]["expires"]) is int
+
+
+# Every number field that may hold a float. NaN passes JSON Schema's "minimum" (nan < 0 is false) and a
+# NaN bound never trips (x > nan is false): such a limit failed open.
+FLOAT_FIELDS = [
+    ("limits: {cost: {per_run: V}}", "limits.cost.per_run"),
+    ("limits: {cost: {per_day: V}}", "limits.cost.per_day"),
+    ("limits: {max_run_seconds: V}", "limits.max_run_seconds"),
+    ('prices: {"openai/gpt-4o": {input: V, output: 1}}', "prices.openai/gpt-4o.input"),
+    ('prices: {"openai/gpt-4o": {input: 1, output: V}}', "prices.openai/gpt-4o.output"),
+]
+BAD_NUMBERS = [(".nan", "nan is not a finite number"), (".inf", "inf is not a finite number"),
+               ("-.inf", "-inf is not a finite number"), ("-2.5", "-2.5 is less than the minimum of 0")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "field"), FLOAT_FIELDS)
+@pytest.mark.parametrize(("value", "problem"), BAD_NUMBERS)
+def test_non_finite_or_negative_float_fields_are_refused(tmp_path, line, field, value, problem):
+    err = load_error(tmp_path, BASE + line.replace("V", value) + "\n")
+    assert (err.line, err.problem) == (7, f"{field}: {problem}")
+
+
+@pytest.mark.parametrize(("line", "field"), FLOAT_FIELDS)
+@pytest.mark.parametrize(("value", "problem"), [(float("nan"), "nan is not a finite number"),
+                                                (float("inf"), "inf is not a finite number"),
+                                                (float("-inf"), "-inf is not a finite number"),
+                                                (-0.5, "-0.5 is less than the minimum of 0")])  # fmt: skip
+def test_non_finite_or_negative_float_fields_are_refused_by_from_dict(line, field, value, problem):
+    doc = {"version": 1, "rules": [{"id": "a", "effect": "allow"}]}
+    if line.startswith("limits"):
+        keys = field.split(".")[1:]
+        doc["limits"] = {keys[0]: value} if len(keys) == 1 else {keys[0]: {keys[1]: value}}
+    else:
+        side = field.rsplit(".", 1)[1]
+        doc["prices"] = {"openai/gpt-4o": {"input": 1, "output": 1, side: value}}
+    with pytest.raises(PolicyLoadError) as info:
+        Policy.from_dict(doc)
+    assert info.value.problem == f"{field}: {problem}"
+
+
+def test_non_finite_match_values_are_refused(tmp_path):
+    err = load_error(tmp_path, BASE.replace("tool: \"read_*\"}", "tool: \"read_*\", labels: {score: .nan}}"))
+    assert (err.line, err.problem) == (5, "rules[0].match.labels.score: nan is not a finite number")
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "-1"])
+def test_integer_limits_refuse_the_same_values(tmp_path, value):
+    err = load_error(tmp_path, BASE + f"limits: {{tokens: {{per_run: {value}}}}}\n")
+    shown = {".nan": "nan", ".inf": "inf", "-.inf": "-inf"}.get(value)
+    expected = f"{shown} is not of type 'integer', 'null'" if shown else "-1 is less than the minimum of 0"
+    assert (err.line, err.problem) == (7, f"limits.tokens.per_run: {expected}")
+
+
+def test_zero_limits_are_accepted_and_allow_nothing(tmp_path):
+    """0 is a bound like any other: for the integer limits 0 calls, for cost 0 spent, for time 0 seconds."""
+    policy = load(tmp_path, BASE + "limits: {max_tool_calls_per_run: 0, cost: {per_run: 0, per_day: 0.0}, "
+                                   "max_run_seconds: 0}\n")  # fmt: skip
+    assert policy.limit_bounds == (("max_run_seconds", 0), ("max_tool_calls_per_run", 0), ("cost.per_run", 0),
+                                   ("cost.per_day", 0.0))  # fmt: skip
+    d = policy.evaluate(call(run={"elapsed_s": 0.0}, usage={"tool_calls_run": 0}))
+    assert (d.effect, d.reason_code, d.reason) == ("deny", "limit_exceeded", "limit max_tool_calls_per_run exceeded: 1 > 0")
+    d = policy.evaluate(call(run={"elapsed_s": 0.5}))
+    assert (d.effect, d.reason) == ("deny", "limit max_run_seconds exceeded: 0.5 > 0")
+    d = policy.evaluate(call(run={"elapsed_s": 0.0}, usage={"cost_run": 0.001}))
+    assert (d.effect, d.reason) == ("deny", "limit cost.per_run exceeded: 0.001 > 0")
+    d = policy.evaluate(call(run={"elapsed_s": 0.0}, usage={"cost_run": 0.0, "cost_day": 0.0}))
+    assert (d.effect, d.rule) == ("allow", "reads-ok")
+
+
+@pytest.mark.parametrize(("when", "problem"), [
+    ('"1"', "condition is always the int 1, never true or false"),
+    ("'\"yes\"'", 'condition is always the string "yes", never true or false'),
+    ("'1.5'", "condition is always the double 1.5, never true or false"),
+    ("'null'", "condition is always null, never true or false"),
+    ("'[true]'", "condition is always the list [true], never true or false"),
+    ("'1 + 2'", "condition is always the int 3, never true or false"),
+    ("'1 / 0'", "condition always fails (ZeroDivisionError: division by zero in CEL expression)"),
+    ("'call.arguments.n + 1'", "condition is arithmetic (top-level '+'), never true or false"),
+    ("'(size(call.arguments) * 2)'", "condition is arithmetic (top-level '*'), never true or false"),
+    ("'[call.tool]'", "condition is a list literal, never true or false"),
+    ("'{\"k\": call.tool}'", "condition is a map literal, never true or false"),
+])  # fmt: skip
+def test_a_condition_that_can_never_be_a_bool_is_refused(tmp_path, when, problem):
+    """It used to load, then deny every call it reached with guardrail_error."""
+    err = load_error(tmp_path, BASE + f"    when: {when}\n")
+    assert (err.line, err.problem) == (
+        7, f"rule 'reads-ok': {problem}: every call it reaches would be denied with guardrail_error")
+
+
+@pytest.mark.parametrize("when", ["true", "1 > 2", "call.arguments.n - 1 > 0", "[call.tool][0] == 'x'",
+                                  "-call.arguments.n < 0", "[1].all(x, x > 0)", "!has(call.arguments.x)",
+                                  "call.tool == 'a' // a comment, not variables",
+                                  "size(call.arguments) - 1 == 0 ? true : false", "principal.attributes.ok"])  # fmt: skip
+def test_conditions_that_may_be_a_bool_still_load(tmp_path, when):
+    """Unary minus used to be refused as the unknown function '-_', and words in a // comment as unknown variables."""
+    policy = load(tmp_path, BASE + f'    when: "{when}"\n')
+    assert policy.rules[0].condition.source == when
 
 
 def test_fingerprint_ignores_comments_key_order_and_omitted_defaults(tmp_path):

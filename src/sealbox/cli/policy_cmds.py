@@ -65,9 +65,9 @@ def _call_from(spec: dict[str, Any], where: str) -> Any:
             raise BadInput(f"{where}: 'call.{name}' must be {kind}, not {_shown(value)}")
     if "redacted" in spec and not isinstance(spec["redacted"], bool):
         raise BadInput(f"{where}: 'call.redacted' must be true or false, not {_shown(spec['redacted'])}")
-    principal = spec.get("principal") or {}
-    if isinstance(principal, str):
-        principal = {"id": principal}
+    if "arguments" in spec and not isinstance(spec["arguments"], dict):
+        raise BadInput(f"{where}: 'call.arguments' must be a mapping, not {_shown(spec['arguments'])}")
+    principal = _principal(spec.get("principal"), where, "call.principal")
     now = spec.get("now")
     if now is not None:
         if not isinstance(now, str):
@@ -82,6 +82,35 @@ def _call_from(spec: dict[str, Any], where: str) -> Any:
         usage=spec.get("usage") or {}, now=now or _dt.datetime.now(_dt.timezone.utc),
         redacted=bool(spec.get("redacted", False)),
     )  # fmt: skip
+
+
+_PRINCIPAL_KEYS = ("id", "role", "groups", "attributes")
+
+
+def _principal(value: Any, where: str, name: str) -> dict[str, Any]:
+    """A principal given as an id or a mapping, checked as the Recorder checks it
+    (:class:`sealbox.recorder.Principal`): a string ``groups`` is refused, never read as
+    one group per character. ``role`` may also be null (no role). ``None`` is no principal."""
+    from sealbox.errors import ConfigError
+    from sealbox.recorder import Principal
+
+    if value is None:
+        return {}
+    principal = {"id": value} if isinstance(value, str) else value
+    if not isinstance(principal, dict):
+        raise BadInput(f"{where}: '{name}' must be an id (a string) or a mapping, not {_shown(value)}")
+    unknown = sorted(set(principal) - set(_PRINCIPAL_KEYS))
+    if unknown:
+        raise BadInput(f"{where}: unknown field '{name}.{unknown[0]}' (a principal has {', '.join(_PRINCIPAL_KEYS)})")
+    role = principal.get("role")
+    try:  # the Recorder's own checks and messages (its role defaults to "agent"; here null means no role)
+        Principal(principal.get("id"), role if isinstance(role, str) else "", principal.get("groups", []),
+                  principal.get("attributes"))  # fmt: skip
+    except ConfigError as exc:
+        raise BadInput(f"{where}: {exc}") from None
+    if role is not None and not isinstance(role, str):
+        raise BadInput(f"{where}: principal {principal['id']}: role must be a string or null, got {type(role).__name__}")
+    return principal
 
 
 def _shown(value: Any) -> str:
@@ -179,17 +208,22 @@ def explain_cmd(file: str, tool: str, args_json: str, server: str, principal: st
     from sealbox.policy.analysis import explain
 
     policy = _load(file)
+    if not tool:
+        raise BadInput("--tool must be a non-empty tool name")
     try:
         arguments = json.loads(args_json)
     except json.JSONDecodeError as exc:
         raise BadInput(f"--args is not JSON: {exc}") from exc
-    who: Any = {}
-    if principal:
+    if not isinstance(arguments, dict):
+        raise BadInput(f"--args must be a JSON object, not {_shown(arguments)}")
+    who: Any = None
+    if principal is not None:
         try:
-            who = json.loads(principal) if principal.lstrip().startswith("{") else {"id": principal}
+            who = json.loads(principal) if principal.lstrip().startswith("{") else principal
         except json.JSONDecodeError as exc:
             raise BadInput(f"--principal is not JSON: {exc}") from exc
-    call = _call_from({"server": server, "tool": tool, "arguments": arguments, "principal": who}, "--args")
+    who = _principal(who, "--principal", "principal") or None
+    call = _call_from({"server": server, "tool": tool, "arguments": arguments, "principal": who}, "explain")
     decision, steps = explain(policy, call)
     if as_json:
         click.echo(json.dumps({"decision": decision.to_payload(), "steps": steps}, indent=2))

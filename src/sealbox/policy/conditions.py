@@ -13,11 +13,20 @@ before evaluation instead. At load a condition is rejected when:
   :data:`MAX_MACRO_DEPTH_EXPENSIVE`);
 * it reads a variable other than ``call``, ``principal``, ``agent``, ``run``,
   ``usage`` and ``now``, or calls a function outside :data:`KNOWN_FUNCTIONS`;
-* a ``matches()`` pattern written as a literal is not a valid regular expression.
+* a ``matches()`` pattern written as a literal is not a valid regular expression;
+* it can never give a bool, so every call it reaches would be denied with
+  ``guardrail_error``. The CEL package has no type checker, so this is decided
+  for what can be decided without one: a condition that reads no variable is
+  evaluated once (``"1"``, ``'"yes"'``, ``1 + 2`` or ``[true]`` are refused, as is
+  one that always raises, like ``1 / 0``); otherwise a condition whose top-level
+  operation is arithmetic (``call.arguments.n + 1``) or that is a bare list or
+  map literal is refused. A constant ``false`` is accepted (``policy check`` warns).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +64,7 @@ _TOKEN = re.compile(
     r"""
     (?P<space>\s+)
   | (?P<string>[rRbB]{0,2}(?:'''(?:\\.|[^\\])*?'''|\"\"\"(?:\\.|[^\\])*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*"))
+  | (?P<comment>//[^\n]*)
   | (?P<number>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?[uU]?|0[xX][0-9a-fA-F]+)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<punct>\|\||&&|==|!=|<=|>=|.)
@@ -96,7 +106,7 @@ def _tokens(source: str) -> list[tuple[str, str]]:
     out = []
     for m in _TOKEN.finditer(source):
         kind = m.lastgroup or "punct"
-        if kind != "space":
+        if kind not in ("space", "comment"):
             out.append((kind, m.group()))
     return out
 
@@ -149,7 +159,8 @@ def compile_condition(source: str, *, expensive: bool = False) -> Condition:
     except Exception as exc:  # the library raises ValueError with the parser's message
         first = str(exc).splitlines()
         raise ConditionError(f"condition does not compile: {' '.join(s.strip() for s in first[:2])}") from exc
-    max_depth, bound, roots, patterns = _scan(_tokens(source))
+    tokens = _tokens(source)
+    max_depth, bound, roots, patterns = _scan(tokens)
     limit = MAX_MACRO_DEPTH_EXPENSIVE if expensive else MAX_MACRO_DEPTH
     if max_depth > limit:
         hint = "" if expensive else "; mark the rule expensive: true to run it in a worker with a hard time limit"
@@ -160,7 +171,7 @@ def compile_condition(source: str, *, expensive: bool = False) -> Condition:
         raise ConditionError(
             f"condition reads unknown variable {sorted(unknown_vars)[0]!r}; known: {', '.join(sorted(VARIABLES))}"
         )
-    unknown_funcs = [f for f in program.functions() if f[0] not in "_@!" and f not in KNOWN_FUNCTIONS]
+    unknown_funcs = [f for f in program.functions() if f[0] not in "_@!" and f != "-_" and f not in KNOWN_FUNCTIONS]
     if unknown_funcs:
         raise ConditionError(f"condition calls unknown function {unknown_funcs[0]!r}")
     for literal in patterns:
@@ -170,9 +181,80 @@ def compile_condition(source: str, *, expensive: bool = False) -> Condition:
             detail = " ".join(str(exc).split())[:160]
             raise ConditionError(f"condition has an invalid regular expression {literal}: {detail}") from exc
     kept = {name: (frozenset(f) if f is not None else None) for name, f in roots.items() if name in VARIABLES}
+    never = _never_bool(program, tokens, bound) if not kept else _top_level_not_bool(tokens)
+    if never:
+        raise ConditionError(f"{never}: every call it reaches would be denied with guardrail_error")
     call_fields = kept.get("call", frozenset())
     reads_arguments = "call" in kept and (call_fields is None or "arguments" in call_fields)
     return Condition(source, program, kept, reads_arguments, expensive)
+
+
+_CEL_TYPES = {int: "int", float: "double", str: "string", bytes: "bytes", list: "list", dict: "map",
+              _dt.datetime: "timestamp", _dt.timedelta: "duration"}  # fmt: skip
+# Operators that may give a bool at the top level of an expression (CEL precedence: ?: < || < && < relations
+# < + - < * / % < unary); "!" and "?" (also the optional-field ".?") are counted to stay on the safe side.
+_MAY_BE_BOOL = frozenset({"?", "||", "&&", "==", "!=", "<", "<=", ">", ">=", "in", "!"})
+_ARITHMETIC = frozenset({"+", "-", "*", "/", "%"})
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _never_bool(program: Any, tokens: list[tuple[str, str]], bound: set[str]) -> str | None:
+    """For a condition that reads no variable: why it can never be a bool, or ``None``."""
+    if set(program.variables()) - bound:
+        return None
+    try:
+        value = program.execute()
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - CEL errors, incl. PyO3 panics
+        return f"condition always fails ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
+    if isinstance(value, bool):
+        return None
+    if value is None:
+        return "condition is always null, never true or false"
+    kind = _CEL_TYPES.get(type(value), type(value).__name__)
+    try:
+        text = repr(value) if isinstance(value, bytes) else json.dumps(value, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    shown = f" {text}" if len(text) <= 60 else ""
+    return f"condition is always the {kind}{shown}, never true or false"
+
+
+def _top_level_not_bool(tokens: list[tuple[str, str]]) -> str | None:
+    """Why an expression's top-level operation can never give a bool, or ``None`` when it may."""
+    while tokens and tokens[0][1] == "(" and _closing(tokens, 0) == len(tokens) - 1:
+        tokens = tokens[1:-1]
+    if tokens and tokens[0][1] in "[{" and _closing(tokens, 0) == len(tokens) - 1:
+        return f"condition is a {'list' if tokens[0][1] == '[' else 'map'} literal, never true or false"
+    top, depth = [], 0
+    for kind, text in tokens:
+        if kind == "punct" and text in _OPEN:
+            depth += 1
+        elif kind == "punct" and text in _CLOSE:
+            depth -= 1
+        elif depth == 0 and kind in ("punct", "ident"):
+            top.append(text)
+    if any(t in _MAY_BE_BOOL for t in top):
+        return None
+    arithmetic = next((t for t in top if t in _ARITHMETIC), None)
+    if arithmetic is not None:
+        return f"condition is arithmetic (top-level '{arithmetic}'), never true or false"
+    return None
+
+
+def _closing(tokens: list[tuple[str, str]], i: int) -> int | None:
+    """Index of the bracket closing the one at ``i``."""
+    depth = 0
+    for j in range(i, len(tokens)):
+        kind, text = tokens[j]
+        if kind == "punct" and text in _OPEN:
+            depth += 1
+        elif kind == "punct" and text in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                return j
+    return None
 
 
 def activation(cond: Condition, full: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ bare MCP gateway).
 from __future__ import annotations
 
 import fnmatch
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +102,7 @@ def check_limits(policy: Policy, call: CallContext) -> LimitTrip | None:
     Raises:
         TypeError: a counter is not a number (``Policy.evaluate`` turns this into a
             ``guardrail_error`` deny).
+        ValueError: a counter is NaN (also a ``guardrail_error`` deny, never "no trip").
     """
     for name, bound in policy.limit_bounds:
         counter, counts_this_call = LIMIT_COUNTERS[name]
@@ -110,6 +112,8 @@ def check_limits(policy: Policy, call: CallContext) -> LimitTrip | None:
             continue
         if isinstance(used, bool) or not isinstance(used, (int, float)):
             raise TypeError(f"usage counter {counter!r} is {type(used).__name__}, not a number")
+        if isinstance(used, float) and math.isnan(used):  # nan > bound is false: it would never trip
+            raise ValueError(f"usage counter {counter!r} is nan, not a number")
         current = used + 1 if counts_this_call else used
         if current > bound:
             return LimitTrip(name, current, bound)

@@ -11,6 +11,7 @@ fingerprint covers.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,16 @@ MAX_FILE_BYTES = 1024 * 1024
 MAX_NODES = 100_000
 EVALUATION_DEFAULTS = {"timeout_ms": 50, "max_input_bytes": 65536}
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_VALIDATOR = jsonschema.Draft202012Validator(POLICY_SCHEMA)
+
+
+def _finite(validator: Any, wanted: bool, instance: Any, schema: dict[str, Any]) -> Any:
+    """The schema's ``finite`` keyword: NaN and ±Infinity are refused (a NaN bound never trips)."""
+    if wanted and isinstance(instance, float) and not math.isfinite(instance):
+        yield jsonschema.ValidationError(f"{instance!r} is not a finite number")
+
+
+_VALIDATOR = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"finite": _finite})(POLICY_SCHEMA)
+_DURATION_HELP = "a positive whole number of seconds or a duration like 30s, 15m, 1h, 2d"
 
 LineMap = dict[tuple, int]
 """Path in the document (tuple of keys and indexes) → 1-based line."""
@@ -128,14 +138,21 @@ def validate(doc: Any, lines: LineMap, source: str) -> None:
                 path = path + (extra[0],)
                 found.append((line_of(lines, path) or 0, f"unknown field '{_where(path)}'"))
                 continue
-        found.append((line_of(lines, path) or 0, f"{_where(path)}: {_message(err)}"))
+        message = _message(err)
+        sep = " " if message.startswith("must be ") else ": "
+        found.append((line_of(lines, path) or 0, f"{_where(path)}{sep}{message}"))
     line, problem = min(found, key=lambda f: f[0])
     raise PolicyLoadError(source, line or None, problem)
 
 
 def _message(err: jsonschema.ValidationError) -> str:
+    if err.validator == "oneOf" and any(s.get("pattern") == DURATION_PATTERN for s in err.validator_value):
+        return f"must be {_DURATION_HELP}, not {_shown(err.instance)}"
     if err.validator == "oneOf":
         subs = [e.message for e in err.context or []]
+        finite = next((e.message for e in err.context or [] if e.validator == "finite"), None)
+        if finite:
+            return finite
         shapes = {"string": "a string", "array": "a list"}
         kinds = [t for t in ("string", "array") if any(f"of type '{t}'" in s for s in subs)]
         if kinds:
@@ -150,8 +167,17 @@ def _message(err: jsonschema.ValidationError) -> str:
     return err.message
 
 
-def parse_duration(value: int | str) -> int:
-    """Seconds from ``3600`` or ``"30s"``, ``"15m"``, ``"1h"``, ``"2d"``."""
+def _shown(value: Any) -> str:
+    """A refused value as the policy author wrote it (YAML spelling for null and booleans)."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def parse_duration(value: int | float | str) -> int:
+    """Seconds from ``3600`` (or ``3600.0``) or ``"30s"``, ``"15m"``, ``"1h"``, ``"2d"``."""
+    if isinstance(value, float) and value.is_integer():  # JSON Schema counts 3600.0 as an integer
+        return int(value)
     if isinstance(value, int):
         return value
     m = re.match(DURATION_PATTERN, value)

@@ -2,6 +2,12 @@
 
 Every object sets ``additionalProperties: false``: an unknown field is an error
 at load, named with its line, never silently ignored.
+
+One keyword is Sealbox's own: ``"finite": true`` refuses NaN and ±Infinity (YAML
+``.nan``, ``.inf``, ``-.inf``), which plain JSON Schema lets through ``minimum``
+(``nan < 0`` is false). It is on every number field: a NaN bound would never trip
+(``x > nan`` is false), so a limit written as ``.nan`` would fail open. Validators
+that do not know the keyword ignore it; :mod:`sealbox.policy.loader` enforces it.
 """
 
 from __future__ import annotations
@@ -10,16 +16,16 @@ from typing import Any
 
 __all__ = ["POLICY_SCHEMA", "DURATION_PATTERN", "RULE_ID_PATTERN"]
 
-DURATION_PATTERN = r"^[0-9]+(s|m|h|d)$"
+DURATION_PATTERN = r"^0*[1-9][0-9]*(s|m|h|d)$"  # "0s" is refused like 0: a positive duration
 RULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 
 _STR = {"type": "string", "minLength": 1}
 _GLOBS = {"oneOf": [_STR, {"type": "array", "items": _STR, "minItems": 1}]}
-_SCALAR = {"type": ["string", "integer", "number", "boolean"]}
+_SCALAR = {"type": ["string", "integer", "number", "boolean"], "finite": True}
 _VALUES = {"oneOf": [_SCALAR, {"type": "array", "items": _SCALAR, "minItems": 1}]}
 _ATTRS = {"type": "object", "additionalProperties": _VALUES}
 _BOUND_INT = {"type": ["integer", "null"], "minimum": 0}
-_BOUND_NUM = {"type": ["number", "null"], "minimum": 0}
+_BOUND_NUM = {"type": ["number", "null"], "finite": True, "minimum": 0}  # 0: nothing allowed, like the integers
 _DURATION = {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": DURATION_PATTERN}]}
 
 
@@ -70,7 +76,8 @@ _LIMITS = _obj(
     }
 )
 
-_PRICE = _obj({"input": {"type": "number", "minimum": 0}, "output": {"type": "number", "minimum": 0}}, ("input", "output"))
+_PRICE_NUM = {"type": "number", "finite": True, "minimum": 0}
+_PRICE = _obj({"input": _PRICE_NUM, "output": _PRICE_NUM}, ("input", "output"))
 
 POLICY_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
