@@ -310,7 +310,9 @@ def call_row(values: Sequence[Any], content: Callable[[str | None], Any] = json.
 
 
 def run_status(last_kind: str | None) -> str:
-    """A run's status from its last event's kind: ``running``, ``suspended`` or ``ended``."""
+    """A run's status from the kind of its newest lifecycle event (``run.started``,
+    ``run.suspended``, ``run.resumed``, ``run.ended``): ``running``, ``suspended`` or ``ended``.
+    A run stays ``suspended`` while its approvals are answered or expire, until ``run.resumed``."""
     return {"run.ended": "ended", "run.suspended": "suspended"}.get(last_kind or "", "running")
 
 

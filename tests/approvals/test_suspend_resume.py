@@ -251,3 +251,25 @@ def test_a_denial_is_never_reevaluated_into_an_allow(store, keys):
 def test_resuming_an_unknown_run_is_an_error(store):
     with pytest.raises(RecordingError, match="no run"):
         Recorder(store, policy=policy()).resume("nope")
+
+
+def test_a_suspended_run_stays_suspended_when_its_approval_is_answered_until_it_resumes(store, keys):
+    """runs list --status used the run's last event: approval.answered after run.suspended made the
+    run 'running' (and --status suspended missed exactly the runs an operator has to resume)."""
+    from sealbox.approvals import answer
+
+    rec = Recorder(store, policy=policy(), approvals="suspend")
+    with pytest.raises(ApprovalPending) as info:
+        with rec.run(agent="bot") as run:
+            run.call_tool("db", "write_query", {"sql": "x"}, lambda sql: "ran")
+    status = lambda: (store.get_run(run.run_id)["status"], [r["run_id"] for r in store.query_runs(status="suspended")])  # noqa: E731
+    assert status() == ("suspended", [run.run_id])
+    answer(store, info.value.approval_id, "approve", "ok", keys["alice"])
+    assert store.read_run(run.run_id)[-1].kind == "approval.answered"
+    assert status() == ("suspended", [run.run_id])
+    assert [r["run_id"] for r in store.query_runs(status="running")] == ["system"]  # the store's own run
+    with rec.resume(run.run_id, tools={("db", "write_query"): lambda sql: "ran"}) as resumed:
+        assert status() == ("running", [])
+        assert [r["run_id"] for r in store.query_runs(status="running")] == [run.run_id, "system"]
+        del resumed
+    assert status() == ("ended", [])

@@ -298,10 +298,10 @@ class SqliteQueries:
             where.append("r.snapshot >= ? AND r.snapshot < ?")
             params += [fp, fp + "\U0010ffff"]
         if status in ("running", "suspended", "ended", "ok", "error", "cancelled"):
-            where.append({"running": "l.kind NOT IN ('run.ended', 'run.suspended')",
-                          "suspended": "l.kind = 'run.suspended'"}.get(status, "l.kind = 'run.ended'"))
+            where.append({"running": "p.kind NOT IN ('run.ended', 'run.suspended')",
+                          "suspended": "p.kind = 'run.suspended'"}.get(status, "p.kind = 'run.ended'"))
         out: list[dict[str, Any]] = []
-        cursor = self._conn().execute(_RUNS_SQL.format(where=" AND ".join(where)), params)
+        cursor = self._conn().execute(_RUNS_SQL.format(where=" AND ".join(where), lifecycle=_LIFECYCLE), params)
         try:
             for rec in cursor:
                 row = _run_row(rec)
@@ -335,11 +335,11 @@ class SqliteQueries:
     @_json_guarded
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         """One run as a :meth:`query_runs` row, plus ``children`` (rows of the runs naming it as parent), or None."""
-        recs = self._conn().execute(_RUNS_SQL.format(where="r.run_id = ?"), (run_id,)).fetchall()
+        recs = self._conn().execute(_RUNS_SQL.format(where="r.run_id = ?", lifecycle=_LIFECYCLE), (run_id,)).fetchall()
         if not recs:
             return None
         run = _run_row(recs[0])
-        kids = self._conn().execute(_RUNS_SQL.format(where="r.parent_run_id = ?"), (run_id,)).fetchall()
+        kids = self._conn().execute(_RUNS_SQL.format(where="r.parent_run_id = ?", lifecycle=_LIFECYCLE), (run_id,)).fetchall()
         run["children"] = [_run_row(k) for k in reversed(kids)]
         return run
 
@@ -466,13 +466,19 @@ ORDER BY c.leaf_index DESC
 """ % (_NEXT.format(offset=1, kind="policy.decision").replace("{", "{{").replace("}", "}}"),
        _NEXT.format(offset=2, kind="tool.result").replace("{", "{{").replace("}", "}}"))
 
+#: The kinds that move a run between running, suspended and ended: its status is the newest of them
+#: (approval.answered / approval.expired come after run.suspended and leave the run suspended).
+_LIFECYCLE = "'run.started', 'run.suspended', 'run.resumed', 'run.ended'"
+
 _RUNS_SQL = """
 SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot, r.started_at,
        CAST(s.raw AS TEXT) -> '$.payload.labels', l.kind, l.ts, l.run_seq,
-       CASE WHEN l.kind = 'run.ended' THEN CAST(l.raw AS TEXT) ->> '$.payload.status' END
+       CASE WHEN l.kind = 'run.ended' THEN CAST(l.raw AS TEXT) ->> '$.payload.status' END, p.kind
 FROM runs r
 JOIN events s ON s.leaf_index = r.leaf_index
 JOIN events l ON l.run_id = r.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = r.run_id)
+JOIN events p ON p.run_id = r.run_id AND p.run_seq = (
+    SELECT max(run_seq) FROM events WHERE run_id = r.run_id AND kind IN ({lifecycle}))
 WHERE {where}
 ORDER BY r.started_at DESC, r.leaf_index DESC
 """
@@ -567,8 +573,8 @@ def _run_row(rec: tuple) -> dict[str, Any]:
     from sealbox.query import run_status
 
     (run_id, agent, principal, parent, replay_of, snapshot, started_at, labels, last_kind, last_ts, events,
-     ending) = rec
-    status = run_status(last_kind)
+     ending, phase) = rec
+    status = run_status(phase)
     return {"run_id": run_id, "agent": agent, "principal": principal, "parent_run_id": parent,
             "replay_of": replay_of, "snapshot": snapshot, "started_at": started_at,
             "labels": json.loads(labels) if labels else {}, "status": status, "ending": ending,
