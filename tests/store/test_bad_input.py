@@ -520,3 +520,15 @@ def test_store_is_clean_after_rejected_appends(live) -> None:
     store.append(note(run, "fine"))
     report = verify_store(store)
     assert report.ok, report.problems
+
+
+@pytest.mark.parametrize("content, words", [(b"garbage\n", "log.key: malformed signer key (the log's signing key"),
+                                            (b"\xff\xfe", "cannot read the signing key")])
+def test_a_corrupt_signing_key_names_the_file(store_copy: Path, content: bytes, words: str) -> None:
+    (store_copy / "log.key").write_bytes(content)
+    before = snapshot_dir(store_copy)
+    line = assert_one_error_line(cli("identities", "add", "x", "--role", "approver", "--key-out",
+                                     str(store_copy.parent / "x.key"), "-s", str(store_copy)), words)
+    assert str(store_copy / "log.key") in line
+    assert_unchanged(before, snapshot_dir(store_copy), allow_sqlite_side_files=True)
+    assert cli("verify", "-s", str(store_copy)).returncode == 0  # reading and verifying need no signing key

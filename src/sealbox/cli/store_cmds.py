@@ -117,6 +117,10 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path
         if vkey is None:
             _check_key(store.pinned_vkey(), f"{path}/log.vkey")
         report = verify_store(store, trusted_vkey=vkey, canonical=canonical, checkpoints=external)
+    if notes and any(p.code == "schema_migration_missing" for p in report.problems):
+        notes = (f"{path} lacks schema_migrations rows for changes it already has (schema_migration_missing "
+                 "above), so it was verified through an upgraded private copy, removed afterwards; the store "
+                 "itself was not changed",)
     _print(dataclasses.replace(report, notes=report.notes + notes), as_json, notes=True)
 
 

@@ -811,7 +811,13 @@ class SqliteStore(SqliteQueries):
             text = key_path.read_text(encoding="utf-8").strip()
         except FileNotFoundError as exc:
             raise StoreError(f"{key_path} is missing: this store cannot sign checkpoints (open it read-only to read)") from exc
-        return Signer.from_key(text)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StoreError(f"cannot read the signing key {key_path}: {exc}") from exc
+        try:
+            return Signer.from_key(text)
+        except NoteError as exc:
+            raise StoreError(f"{key_path}: {exc} (the log's signing key, as `sealbox init` wrote it; "
+                             "the store can still be read and verified read-only)") from exc
 
     # ----------------------------------------------------------------- writing
 
