@@ -109,6 +109,12 @@ def attempted_view(store: Any, kind: str, payload: dict[str, Any]) -> Any:
     value = {"text": payload.get("text"), "about": payload.get("about")} if name is None else payload.get(name)
     encoded = encode(value)
     redactor = getattr(store, "redactor", None)
+    if redactor is not None and name is None:  # a note: as the store redacts it (store.base.redact_note)
+        from sealbox.store.base import redact_note
+
+        kept = {"text": encoded.get("text"), "about": encoded.get("about")}
+        kept.update(redact_note(redactor, {k: v for k, v in kept.items() if v is not None or k == "text"}))
+        return kept
     if redactor is None or name is None:
         return encoded
     if name == "request" or name == "arguments" or name == "state":
@@ -231,8 +237,8 @@ class RecordedRun:
 
     def _stored(self, kind: str, payload: dict[str, Any]) -> Any:
         name = _CONTENT[kind]
-        if name is None:
-            return encode({"text": payload.get("text"), "about": payload.get("about")})
+        if name is None:  # a note: its stored payload is encoded (and redacted) already
+            return {"text": payload.get("text"), "about": payload.get("about")}
         try:
             return self.store.resolve(payload.get(name))
         except BlobNotFoundError:

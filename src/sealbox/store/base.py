@@ -211,6 +211,8 @@ class EventBuilder:
                     payload[name] = {"$blob": put(canonical_bytes_encoded(payload[name], floats=floats, finite=True))}
         if type(payload.get("error")) is dict:  # exception messages can carry secrets too
             payload["error"] = self.redactor.apply_error(payload["error"])
+        if draft.kind == "note":  # a note's text and detail are the caller's words: redacted like content
+            payload.update(redact_note(self.redactor, payload))
         return payload, floats  # redaction markers, blob references and $esc add no float
 
     def _redact(self, name: str, value: Any, data: bytes | None = None) -> Any:
@@ -297,6 +299,19 @@ class EventBuilder:
             payload, floats = self._prepare(draft, txn)
             placed.append(self.place(draft, payload, txn, ts, floats=floats))
         return placed
+
+
+def redact_note(redactor: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    """A ``note`` payload's ``text`` and ``about`` as the store keeps them: the text as an error
+    message is (patterns replaced in ``redacted`` mode, an HMAC marker in ``hashes-only``), and
+    ``about`` as a content field (key names, paths and patterns; root ``about``). Replay applies
+    the same to the notes it compares (:func:`sealbox.replay.keys.attempted_view`)."""
+    out: dict[str, Any] = {}
+    if type(payload.get("text")) is str:
+        out["text"] = redactor.apply_error({"message": payload["text"]})["message"]
+    if "about" in payload:
+        out["about"] = redactor.apply("about", payload["about"])[0]
+    return out
 
 
 def _new_event(**fields: Any) -> Event:
