@@ -262,3 +262,34 @@ def test_gateway_replay_takes_store_or_config_not_both(tmp_path):
     # $SEALBOX_STORE is not a --store: with --config the config's store is used (here: none yet)
     res = _sb("gateway", "replay", "somerun", "--config", str(tmp_path / "gw.yaml"), env={"SEALBOX_STORE": "/nonexistent"})
     assert "not both" not in res.stderr and "/nonexistent" not in res.stderr and res.returncode == 2, res.stderr
+
+
+def test_init_chooses_the_content_mode_and_extra_redaction(tmp_path):
+    """docs/content-modes.md says the mode is chosen at `sealbox init`; init had no option for it."""
+    import sealbox
+    from sealbox.redaction import DEFAULT_KEYS
+
+    res = _sb("init", str(tmp_path / "h"), "--content-mode", "hashes-only")
+    assert res.returncode == 0, res.stderr
+    assert "  content mode: hashes-only" in res.stdout.splitlines()
+    store = sealbox.open_store(tmp_path / "h", readonly=True)
+    assert store.content.mode == "hashes-only"
+    store.close()
+    res = _sb("init", str(tmp_path / "r"), "--redact-key", "ssn", "--redact-path", "arguments.user.dob",
+              "--redact-pattern", r"\bEMP-[0-9]{6}\b")
+    assert res.returncode == 0, res.stderr
+    store = sealbox.open_store(tmp_path / "r")
+    assert store.content.mode == "redacted" and store.content.keys == (*DEFAULT_KEYS, "ssn")
+    assert store.content.paths == ("arguments.user.dob",) and store.content.patterns[-1] == r"\bEMP-[0-9]{6}\b"
+    with sealbox.Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="x") as run:
+        run.call_tool("hr", "lookup", {"ssn": "123-45-6789", "user": {"dob": "1990-01-01"}, "q": "EMP-123456"},
+                      lambda **_: "ok")
+    store.close()
+    data = b"".join(p.read_bytes() for p in (tmp_path / "r").iterdir() if p.is_file())
+    assert b"123-45-6789" not in data and b"1990-01-01" not in data and b"EMP-123456" not in data
+    for args, words in ((("--content-mode", "secret"), "Invalid value for '--content-mode'"),
+                        (("--redact-pattern", "(unclosed"), "is not a valid regular expression"),
+                        (("--content-mode", "full", "--redact-key", "x"), "apply to --content-mode redacted"),
+                        (("--redact-key", ""), "--redact-key is empty")):
+        res = _sb("init", str(tmp_path / "bad"), *args)
+        assert res.returncode == 2 and words in res.stderr and not (tmp_path / "bad").exists(), res.stderr

@@ -12,11 +12,32 @@ from sealbox.cli.common import DEFAULT_STORE, BadInput, echo_json, open_for_read
 @click.command("init")
 @click.argument("path", required=False, default=None, type=click.Path())
 @click.option("--origin", default=None, help="The log's origin (its checkpoint key's name). Default: sealbox.local/<random id>.")
-def init_cmd(path: str | None, origin: str | None) -> None:
+@click.option("--content-mode", type=click.Choice(["full", "redacted", "hashes-only"]), default="redacted",
+              show_default=True, help="What the store keeps of arguments, results, model requests and state "
+                                      "(docs/content-modes.md). Fixed for the store's life.")
+@click.option("--redact-key", "redact_keys", multiple=True, metavar="NAME",
+              help="Also redact values under this key name (case-insensitive; added to the defaults). Repeatable.")
+@click.option("--redact-path", "redact_paths", multiple=True, metavar="PATH",
+              help="Also redact the value at this dotted path (arguments.user.ssn; * matches any key). Repeatable.")
+@click.option("--redact-pattern", "redact_patterns", multiple=True, metavar="REGEX",
+              help="Also redact text matching this regular expression (added to the defaults). Repeatable.")
+def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_keys: tuple[str, ...],
+             redact_paths: tuple[str, ...], redact_patterns: tuple[str, ...]) -> None:
     """Create a store in PATH (default: $SEALBOX_STORE or ./.sealbox) and its log signing key."""
     import os
 
+    from sealbox.redaction import DEFAULT_KEYS, DEFAULT_PATTERNS, ContentPolicy
     from sealbox.store import init_store
+
+    for option, values in (("--redact-key", redact_keys), ("--redact-path", redact_paths),
+                           ("--redact-pattern", redact_patterns)):
+        if any(not v.strip() for v in values):
+            raise BadInput(f"{option} is empty: give a name, path or pattern")
+    if content_mode != "redacted" and (redact_keys or redact_paths or redact_patterns):
+        raise BadInput(f"--redact-key/--redact-path/--redact-pattern apply to --content-mode redacted, "
+                       f"not {content_mode}")
+    content = ContentPolicy(content_mode, tuple(dict.fromkeys((*DEFAULT_KEYS, *redact_keys))), tuple(redact_paths),
+                            tuple(dict.fromkeys((*DEFAULT_PATTERNS, *redact_patterns))))  # ConfigError: a bad regex
 
     if path is not None and not path.strip():
         raise BadInput("PATH is empty: give the folder to create the store in (or leave it out for "
@@ -26,12 +47,13 @@ def init_cmd(path: str | None, origin: str | None) -> None:
     path = path or os.environ.get("SEALBOX_STORE") or DEFAULT_STORE
     if os.path.exists(path) and not os.path.isdir(path):
         raise BadInput(f"{path} is a file: `sealbox init` creates a folder (give a new or empty folder's path)")
-    store = init_store(path, origin=origin)
+    store = init_store(path, origin=origin, content=content)
     vkey = store.pinned_vkey()
     store.close()
     click.echo(f"Created a Sealbox store in {path}")
     click.echo(f"  log origin:   {store.origin}")
     click.echo(f"  signing key:  {path}/log.key (mode 0600; keep it private)")
+    click.echo(f"  content mode: {content_mode}")
     click.echo("")
     click.echo("The log's verifier key is:")
     click.echo("")
