@@ -332,3 +332,21 @@ def test_to_plain_survives_cycles_and_deep_nesting():
     assert out is not None
     info = normalize_model_call({"model": "m", "metadata": deep}, chat_response(THREE))
     assert [c.id for c in info.tool_calls] == ["call_1", "call_2", "call_3"]
+
+
+@pytest.mark.parametrize(("usage", "want", "unread"), [
+    ({"prompt_tokens": 5, "completion_tokens": 1e30}, {"input_tokens": 5}, {"output_tokens": "1e+30",
+                                                                           "total_tokens": "1e+30"}),
+    ({"prompt_tokens": "12", "completion_tokens": 3.0}, {"output_tokens": 3}, {"input_tokens": "'12'",
+                                                                               "total_tokens": "'12'"}),
+    ({"prompt_tokens": -1, "completion_tokens": True, "total_tokens": 9},
+     {"total_tokens": 9}, {"input_tokens": "-1", "output_tokens": "True"}),
+    ({"prompt_tokens": None, "completion_tokens": 2**53 - 1},
+     {"input_tokens": 0, "output_tokens": 2**53 - 1, "total_tokens": 2**53 - 1}, {}),
+    ({"prompt_tokens": 1, "completion_tokens": 2**53 - 1}, {"input_tokens": 1, "output_tokens": 2**53 - 1},
+     {"total_tokens": str(2**53)}),
+])
+def test_usage_that_is_not_a_token_count_is_left_out_and_named(usage, want, unread):
+    info = normalize_model_call({}, {"object": "chat.completion", "choices": [], "usage": usage})
+    assert info.usage == want
+    assert info.unreadable_usage == unread

@@ -9,7 +9,11 @@ arguments), so that the recorder can link each requested tool call to the
 ``tool.call`` that carries it out.
 
 It never raises on a malformed value: what it cannot read is left out of the
-extracted fields, and the request and response are recorded as given.
+extracted fields, and the request and response are recorded as given. A token
+count is read when it is a whole number from 0 to 2**53 - 1 (an ``int``, or a
+``float`` with an integral value); missing or null counts as 0; any other value
+(a string, a bool, a negative number, ``1e30``, NaN) is left out of ``usage`` and
+named in ``unreadable_usage`` (the recorder writes an ``anomaly`` beside the model call).
 
 Formats and where each field is read from:
 
@@ -73,6 +77,8 @@ class ModelCallInfo:
             (plus ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` for
             Anthropic); empty for an unknown format.
         tool_calls: the tool calls the response requests, in response order.
+        unreadable_usage: the usage fields left out because the response's value was not a
+            token count, with a short ``repr`` of that value (``{"output_tokens": "1e+30"}``).
     """
 
     provider: str
@@ -82,6 +88,7 @@ class ModelCallInfo:
     response: Any
     usage: dict[str, int] = field(default_factory=dict)
     tool_calls: tuple[ToolCallRequest, ...] = ()
+    unreadable_usage: dict[str, str] = field(default_factory=dict)
 
 
 #: How deep :func:`to_plain` converts; below that, values are left as they are
@@ -191,14 +198,41 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def _count(value: Any) -> int:
-    if isinstance(value, bool):
+#: The largest token count read (2**53 - 1: exact in every JSON reader).
+MAX_COUNT = 2**53 - 1
+
+
+class _Unread:
+    """A usage value that is not a token count (kept for the anomaly's detail)."""
+
+    def __init__(self, raw: Any) -> None:
+        try:
+            text = repr(raw)
+        except Exception:  # noqa: BLE001
+            text = f"<{type(raw).__name__}>"
+        self.raw = text if len(text) <= 100 else text[:100] + "…"
+
+
+def _count(value: Any) -> "int | _Unread":
+    """A token count; 0 for None; :class:`_Unread` for anything but a whole number in range."""
+    if value is None:
         return 0
-    try:
-        n = int(value or 0)
-    except (TypeError, ValueError, OverflowError):
-        return 0
-    return n if n >= 0 else 0
+    if isinstance(value, _Unread):
+        return value
+    if isinstance(value, float) and value.is_integer() and 0 <= value <= MAX_COUNT:
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
+        return int(value)
+    return _Unread(value)
+
+
+def _add(*counts: "int | _Unread") -> "int | _Unread":
+    """A sum of counts: unreadable if a part is, or if it exceeds :data:`MAX_COUNT`."""
+    for c in counts:
+        if isinstance(c, _Unread):
+            return c
+    total = sum(counts)  # type: ignore[arg-type]
+    return total if total <= MAX_COUNT else _Unread(total)
 
 
 def _call(call_id: Any, name: Any, arguments: Any) -> ToolCallRequest | None:
@@ -211,7 +245,7 @@ def _usage(usage: Any, input_key: str, output_key: str) -> dict[str, int]:
     usage = _dict(usage)
     out = {"input_tokens": _count(usage.get(input_key)), "output_tokens": _count(usage.get(output_key))}
     total = usage.get("total_tokens")
-    out["total_tokens"] = _count(total) if total is not None else out["input_tokens"] + out["output_tokens"]
+    out["total_tokens"] = _count(total) if total is not None else _add(out["input_tokens"], out["output_tokens"])
     return out
 
 
@@ -249,8 +283,8 @@ def _anthropic(resp: dict) -> tuple[dict[str, int], list[ToolCallRequest | None]
     # OpenAI's prompt_tokens does (OpenTelemetry gen_ai.usage.input_tokens).
     cache_read = _count(raw.get("cache_read_input_tokens"))
     cache_creation = _count(raw.get("cache_creation_input_tokens"))
-    usage["input_tokens"] += cache_read + cache_creation
-    usage["total_tokens"] = usage["input_tokens"] + usage["output_tokens"]
+    usage["input_tokens"] = _add(usage["input_tokens"], cache_read, cache_creation)
+    usage["total_tokens"] = _add(usage["input_tokens"], usage["output_tokens"])
     if cache_read or cache_creation:
         usage["cache_read_input_tokens"] = cache_read
         usage["cache_creation_input_tokens"] = cache_creation
@@ -269,10 +303,10 @@ def _langchain(resp: dict) -> tuple[dict[str, int], list[ToolCallRequest | None]
              for m in messages for tc in _list(m.get("tool_calls"))]
     metas = [_dict(m.get("usage_metadata")) for m in messages if m.get("usage_metadata")]
     if metas:
-        usage = {"input_tokens": sum(_count(u.get("input_tokens")) for u in metas),
-                 "output_tokens": sum(_count(u.get("output_tokens")) for u in metas)}
-        usage["total_tokens"] = sum(_count(u.get("total_tokens")) for u in metas) or (
-            usage["input_tokens"] + usage["output_tokens"])
+        usage = {"input_tokens": _add(*(_count(u.get("input_tokens")) for u in metas)),
+                 "output_tokens": _add(*(_count(u.get("output_tokens")) for u in metas))}
+        total = _add(*(_count(u.get("total_tokens")) for u in metas))
+        usage["total_tokens"] = total if total != 0 else _add(usage["input_tokens"], usage["output_tokens"])
         return usage, calls
     raw = _dict(_dict(resp.get("llm_output")).get("token_usage") or _dict(resp.get("llm_output")).get("usage"))
     if "input_tokens" in raw or "output_tokens" in raw:
@@ -325,14 +359,16 @@ def normalize_model_call(request: Any, response: Any, *, provider: str | None = 
     """
     req, resp = to_plain(request), to_plain(response)
     fmt, detected_provider = _detect(resp)
-    usage: dict[str, int] = {}
+    usage: dict[str, Any] = {}
     calls: list[ToolCallRequest | None] = []
     if fmt in _PARSERS:
         try:
             usage, calls = _PARSERS[fmt](resp)
         except Exception:  # noqa: BLE001 - a malformed response must not crash the agent
             usage, calls = {}, []
+    unread = {k: v.raw for k, v in usage.items() if isinstance(v, _Unread)}
+    usage = {k: v for k, v in usage.items() if not isinstance(v, _Unread)}
     found_model = model or _dict(resp).get("model") or (
         _langchain_model(resp) if fmt == "langchain" else None) or _dict(req).get("model") or "unknown"
     return ModelCallInfo(provider or detected_provider, str(found_model), fmt, req, resp, usage,
-                         tuple(c for c in calls if c is not None))
+                         tuple(c for c in calls if c is not None), unread)

@@ -337,7 +337,7 @@ def _unknown_calls(events: list, states: list[ApprovalState], skip: set[str]) ->
 
 
 def _execute(run: Any, call: Any, fn: Callable, args: Any, approval_id: str | None, outcome: str) -> ResumedCall:
-    from sealbox.recorder import _invoke
+    from sealbox.recorder import _invoke, _unrecordable
 
     p = call.payload
     started = time.perf_counter_ns()
@@ -346,10 +346,15 @@ def _execute(run: Any, call: Any, fn: Callable, args: Any, approval_id: str | No
         if inspect.isawaitable(result):
             result = asyncio.run(_await(result))
     except BaseException as exc:
-        run._record_result(p["server"], p["tool"], p["call_id"], call.step, started, error=exc)
+        run._record_result(p["server"], p["tool"], p["call_id"], call.step, started, error=exc, arguments=args)
         if not isinstance(exc, Exception):
             raise
         return ResumedCall(approval_id, p["call_id"], p["server"], p["tool"], outcome, True, error=exc)
+    refusal = _unrecordable(result, p["server"], p["tool"], awaited=True)  # a generator: closed, an error
+    if refusal is not None:
+        run._record_result(p["server"], p["tool"], p["call_id"], call.step, started, error=refusal, arguments=args,
+                           count=False)
+        return ResumedCall(approval_id, p["call_id"], p["server"], p["tool"], outcome, True, error=refusal)
     run._record_result(p["server"], p["tool"], p["call_id"], call.step, started, result=result)
     return ResumedCall(approval_id, p["call_id"], p["server"], p["tool"], outcome, True, result=result)
 

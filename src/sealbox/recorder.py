@@ -40,6 +40,7 @@ from sealbox.policy.model import CallContext, Decision
 
 __all__ = ["Recorder", "RunContext", "ToolDenied", "current_run", "is_call_step"]
 
+_NO_ARGUMENTS: Any = object()  # _record_result without the call's arguments (nothing to scrub by value)
 _CURRENT: contextvars.ContextVar["RunContext | None"] = contextvars.ContextVar("sealbox_run", default=None)
 
 
@@ -181,7 +182,12 @@ class Recorder:
             parent_run_id: the parent's run id, for a sub-agent.
             run_id: a run id to use (default: a new time-ordered id).
             replay_of: the run this one replays.
+
+        Raises:
+            ConfigError: ``run_id`` is the store's system run (``"system"``) or not a non-empty string.
         """
+        if run_id is not None:
+            _check_joinable(run_id)
         return RunContext(self, agent=agent, principal=Principal.of(principal, agent), snapshot=snapshot,
                           labels=dict(labels or {}), parent_run_id=parent_run_id, run_id=run_id, replay_of=replay_of)
 
@@ -192,8 +198,10 @@ class Recorder:
         and next step are read from the store, so limits and steps carry on.
 
         Raises:
+            ConfigError: ``run_id`` is not a non-empty string, or is the store's system run.
             RecordingError: no such run, or it has ended.
         """
+        _check_joinable(run_id)
         events = self.store.read_run(run_id)
         if not events:
             raise RecordingError(f"no run {run_id!r} in this store")
@@ -205,6 +213,8 @@ class Recorder:
                          run_id=run_id, replay_of=first.get("replay_of"))
         run.started_at = datetime.fromisoformat(events[0].ts.replace("Z", "+00:00"))
         run._next_step = 1 + max(int(e.step.split(".")[0]) for e in events)
+        run._call_ids.update(e.payload["call_id"] for e in events
+                             if e.kind == "tool.call" and isinstance(e.payload.get("call_id"), str))
         run._attached = True
         return run
 
@@ -251,6 +261,9 @@ class Recorder:
         """
         def wrap(fn: Callable) -> Callable:
             tool_name = name or fn.__name__
+            kind = _function_kind(fn)
+            if kind in ("generator", "async generator"):
+                raise ConfigError(_generator_refusal(server, tool_name, kind))
             sig = inspect.signature(fn)
             self.tools[(server, tool_name)] = fn
 
@@ -259,7 +272,7 @@ class Recorder:
                 bound.apply_defaults()
                 return dict(bound.arguments)
 
-            if inspect.iscoroutinefunction(fn):
+            if kind == "coroutine":
                 @functools.wraps(fn)
                 async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                     run = _require_run(tool_name)
@@ -273,6 +286,14 @@ class Recorder:
                 return run.call_tool(server, tool_name, arguments(args, kwargs), lambda **_: fn(*args, **kwargs), grant=grant)
             return wrapper
         return wrap
+
+
+def _check_joinable(run_id: Any) -> None:
+    if not isinstance(run_id, str) or not run_id:
+        raise ConfigError(f"run_id must be a non-empty string, got {run_id!r}")
+    if run_id == SYSTEM_RUN_ID:
+        raise ConfigError(f"run {SYSTEM_RUN_ID!r} is the store's system run (identities, access, breakers, "
+                          "erasures); an agent run cannot be recorded into it")
 
 
 def _require_run(tool: str) -> "RunContext":
@@ -307,6 +328,8 @@ class RunContext:
         self._lock = threading.Lock()
         self._next_step = 1
         self._links: dict[str, str] = {}  # tool call id from a model response -> its step
+        self._call_ids: set[str] = set()  # call ids of this run's tool.call events (recorded or being recorded)
+        self._error_secrets: set[str] = set()  # redacted argument values of calls that raised (docs/content-modes.md)
         self._token: contextvars.Token | None = None
         self.suspended = False
         self.ended = False
@@ -340,7 +363,7 @@ class RunContext:
             return
         payload: dict[str, Any] = {"status": status, "usage": dict(self.usage)}
         if error is not None:
-            payload["error"] = {"type": type(error).__qualname__, "message": exception_message(error)}
+            payload["error"] = self._error_dict(error, sorted(self._error_secrets, key=lambda v: (-len(v), v)))
         if verdict is not None:
             payload["verdict"] = verdict
         self._append([self._draft("run.ended", payload, self._take_step())])
@@ -440,14 +463,28 @@ class RunContext:
         ``fn`` is called as ``fn(**arguments)`` when ``arguments`` is a dict,
         ``fn()`` when it is None, else ``fn(arguments)``.
 
+        ``fn`` must return its result: a coroutine function (use :meth:`acall_tool`) or a
+        generator function (return a list) is refused before anything is recorded, and
+        a coroutine or generator returned all the same is closed unrun and recorded as
+        an error (docs/integrations.md).
+
         Returns:
             What ``fn`` returned.
 
         Raises:
+            ConfigError: a bad server, tool, call id or grant, a call id this run used already,
+                or ``fn`` is (or returned) a coroutine or generator; nothing ran.
             RecordingError: the call could not be recorded; ``fn`` did not run.
             ToolDenied: the decision was not allow; ``fn`` did not run.
             Exception: whatever ``fn`` raised, unchanged (after it is recorded).
         """
+        _check_call(server, tool, grant, call_id, exposed)
+        kind = _function_kind(fn)
+        if kind in ("coroutine", "async generator"):
+            raise ConfigError(f"{server}/{tool}: {_describe(fn)} is {_A[kind]} function: use acall_tool "
+                              "(await run.acall_tool(...)) to record it; nothing was recorded or run")
+        if kind == "generator":
+            raise ConfigError(_generator_refusal(server, tool, kind))
         if self.replay is not None and self.replay.serves_tools:  # answered from the record; fn never runs
             return self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
         call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed)
@@ -455,14 +492,23 @@ class RunContext:
         try:
             result = _invoke(fn, arguments)
         except BaseException as exc:
-            self._record_result(server, tool, call_id, step, started, error=exc)
+            self._record_result(server, tool, call_id, step, started, error=exc, arguments=arguments)
             raise
+        refusal = _unrecordable(result, server, tool, awaited=False)
+        if refusal is not None:
+            self._record_result(server, tool, call_id, step, started, error=refusal, arguments=arguments, count=False)
+            raise refusal
         self._record_result(server, tool, call_id, step, started, result=result)
         return result
 
     async def acall_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *,
                          grant: str | None = None, call_id: str | None = None, exposed: str | None = None) -> Any:
-        """Async form of :meth:`call_tool`; ``fn`` may be sync or async."""
+        """Async form of :meth:`call_tool`; ``fn`` may be sync or async (not a generator function,
+        sync or async: refused like in :meth:`call_tool`)."""
+        _check_call(server, tool, grant, call_id, exposed)
+        kind = _function_kind(fn)
+        if kind in ("generator", "async generator"):
+            raise ConfigError(_generator_refusal(server, tool, kind))
         if self.replay is not None and self.replay.serves_tools:
             return self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
         call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed)
@@ -472,14 +518,28 @@ class RunContext:
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as exc:
-            self._record_result(server, tool, call_id, step, started, error=exc)
+            self._record_result(server, tool, call_id, step, started, error=exc, arguments=arguments)
             raise
+        refusal = _unrecordable(result, server, tool, awaited=True)
+        if refusal is not None:
+            self._record_result(server, tool, call_id, step, started, error=refusal, arguments=arguments, count=False)
+            raise refusal
         self._record_result(server, tool, call_id, step, started, result=result)
         return result
 
     def _decide_and_record(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str | None,
                            exposed: str | None) -> tuple[str, str]:
+        _check_call(server, tool, grant, call_id, exposed)
         call_id = call_id or "call_" + uuid.uuid4().hex[:24]
+        with self._lock:  # reserved before anything is written: two threads cannot both record it
+            if call_id in self._call_ids:
+                raise ConfigError(f"{server}/{tool}: call_id {call_id!r} was already used by a tool call of run "
+                                  f"{self.run_id}; every tool call of a run needs its own id")
+            self._call_ids.add(call_id)
+        return self._decide_and_record_id(server, tool, arguments, grant, call_id, exposed)
+
+    def _decide_and_record_id(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str,
+                              exposed: str | None) -> tuple[str, str]:
         step = self._step_for_call(call_id)
         grant = grant or f"implicit:{self.principal.id}"
         decision_box: list[Decision] = []
@@ -511,8 +571,10 @@ class RunContext:
 
         try:
             self._guard(lambda: self.store.append_with(build))
-        except RecordingError:
+        except BaseException:
             self.recorder.take_breaker_events()  # the probe was not recorded; nothing ran
+            with self._lock:  # no tool.call was written: the id is free again
+                self._call_ids.discard(call_id)
             raise
         decision = decision_box[-1]
         if decision.effect == "require_approval":
@@ -547,7 +609,7 @@ class RunContext:
             ok, why = grant_status(reader, grant, self.principal.id, server, tool, datetime.now(timezone.utc))
         except Exception as exc:  # noqa: BLE001 - fail closed
             return dataclasses.replace(decision, effect="deny", reason_code="guardrail_error", rule=None, approval=None,
-                                       limit=None, reason=f"the grant check failed: {type(exc).__name__}: {exc}")
+                                       limit=None, reason=_valid_text(f"the grant check failed: {type(exc).__name__}: {exception_message(exc)}"))
         if ok:
             return decision
         return dataclasses.replace(decision, effect="deny", reason_code="grant_invalid", rule=None, approval=None,
@@ -561,9 +623,9 @@ class RunContext:
         try:
             return self._evaluate_unguarded(reader, server, tool, arguments, keep_approval)
         except Exception as exc:  # noqa: BLE001 - fail closed
-            decision = Decision("deny", "guardrail_error", None, f"the guardrail failed: {type(exc).__name__}: {exc}",
-                                self.policy.fingerprint)
-            return decision, {"server": server, "tool": tool, "error": f"{type(exc).__name__}: {exc}"}
+            text = f"{type(exc).__name__}: {exception_message(exc)}"
+            decision = Decision("deny", "guardrail_error", None, f"the guardrail failed: {text}", self.policy.fingerprint)
+            return decision, {"server": server, "tool": tool, "error": text}
 
     def _evaluate_unguarded(self, reader: Any, server: str, tool: str, arguments: Any,
                             keep_approval: bool = False) -> tuple[Decision, dict[str, Any]]:
@@ -600,21 +662,50 @@ class RunContext:
                             needed=self.recorder._needed)
 
     def _record_result(self, server: str, tool: str, call_id: str, step: str, started_ns: int, *, result: Any = None,
-                       error: BaseException | None = None) -> None:
+                       error: BaseException | None = None, arguments: Any = _NO_ARGUMENTS, count: bool = True) -> None:
+        """``tool.result``. With an ``error``, the call's ``arguments`` (when given) say which
+        redacted values to scrub from its message and traceback; ``count=False``: a caller's
+        mistake (a refused return value), not a failure of the tool, so the breaker is left alone."""
         duration = (time.perf_counter_ns() - started_ns) // 1000
         payload: dict[str, Any] = {"call_id": call_id, "ok": error is None, "duration_us": duration}
         if error is None:
             payload["result"] = result
             self.recorder.breaker.record_success(server, tool)
         else:
-            payload["error"] = {"type": type(error).__qualname__, "message": exception_message(error),
-                                "traceback": _short_traceback(error, getattr(self.recorder.store, "redactor", None))}
-            if isinstance(error, ConnectionError):  # the server is down: open every breaker of it
+            secrets = self._redacted_values(arguments)
+            payload["error"] = self._error_dict(error, secrets, traceback=True)
+            if not count:
+                pass
+            elif isinstance(error, ConnectionError):  # the server is down: open every breaker of it
                 self.recorder.breaker.server_down(server)
             elif isinstance(error, Exception):
                 self.recorder.breaker.record_failure(server, tool, "timeout" if isinstance(error, TimeoutError) else "error")
         # not fsync'd on its own: durable with the next fsync'd commit; a power cut before leaves "outcome unknown"
         self._append([self._draft("tool.result", payload, step), *self.recorder.take_breaker_events()], sync=False)
+
+    def _redacted_values(self, arguments: Any) -> list[str]:
+        """The strings the store's redaction removes from these arguments (sensitive keys, paths),
+        longest first, remembered for the run's ``run.ended`` error; [] outside ``redacted`` mode."""
+        redactor = getattr(self.store, "redactor", None)
+        if arguments is _NO_ARGUMENTS or redactor is None or getattr(redactor.policy, "mode", None) != "redacted":
+            return []
+        values = redactor.removed_strings("arguments", _policy_view(arguments))
+        if values:
+            with self._lock:
+                if len(self._error_secrets) < 10_000:
+                    self._error_secrets.update(values)
+        return values
+
+    def _error_dict(self, error: BaseException, secrets: list[str], traceback: bool = False) -> dict[str, str]:
+        """``{"type", "message"[, "traceback"]}`` of an exception, as valid Unicode (a lone surrogate
+        becomes the text ``\\udcff``) with ``secrets`` replaced by in-string markers (docs/content-modes.md).
+        The store's redaction (patterns; hashes-only) applies on top when it is written."""
+        redactor = getattr(self.store, "redactor", None)
+        scrub = (lambda text: redactor.scrub_values(text, secrets)) if secrets else (lambda text: text)
+        out = {"type": _valid_text(type(error).__qualname__), "message": scrub(exception_message(error))}
+        if traceback:
+            out["traceback"] = _short_traceback(error, redactor, scrub=scrub)
+        return out
 
     # ----------------------------------------------------------------- model calls and state
 
@@ -637,29 +728,47 @@ class RunContext:
         """
         from sealbox.adapters import normalize_model_call
 
+        given = _caller_usage(usage)
+        latency_us = _latency_us(latency)
         info = normalize_model_call(request, response, provider=provider, model=model)
-        use = dict(info.usage)
-        if usage:
-            use.update({k: v for k, v in usage.items() if v is not None})
-        use = {"input_tokens": int(use.get("input_tokens") or 0), "output_tokens": int(use.get("output_tokens") or 0)}
+        use = {k: v for k, v in info.usage.items() if k in ("input_tokens", "output_tokens")}
+        use.update(given)
+        unread = [k for k in info.unreadable_usage if k in ("input_tokens", "output_tokens") and k not in given]
+        use = {k: use.get(k, 0) for k in ("input_tokens", "output_tokens") if k not in unread}
+        if unread and self.recorder._needed & {"tokens_run", "tokens_day", "cost_run", "cost_day"}:
+            self._cost_error = (f"a model call's usage ({', '.join(unread)}) could not be read from the response, "
+                                "so the token and cost budgets no longer know what was used")
         try:
-            cost = cost_of(self.policy, f"{info.provider}/{info.model}", use["input_tokens"], use["output_tokens"])
+            cost = cost_of(self.policy, f"{info.provider}/{info.model}", use.get("input_tokens", 0),
+                           use.get("output_tokens", 0))
         except PolicyError as exc:  # a cost budget exists but this model has no price: fail closed from now on
             cost, self._cost_error = 0.0, str(exc)
         if cost:
             use["cost"] = cost
         step = self._take_step()
         ids = [tc.id for tc in info.tool_calls]
+        repeated = sorted({tc_id for tc_id in ids if ids.count(tc_id) > 1})
         with self._lock:
-            for i, tc_id in enumerate(ids, start=1):
-                self._links[tc_id] = f"{step}.{i}"
-        latency_us = int(latency * 1_000_000) if isinstance(latency, float) else int(latency or 0)
+            used = sorted({tc_id for tc_id in ids if tc_id in self._call_ids})
+            for i, tc_id in reversed(list(enumerate(ids, start=1))):  # a repeated id links its first position
+                if tc_id not in self._call_ids:
+                    self._links[tc_id] = f"{step}.{i}"
         payload = {"provider": info.provider, "model": info.model, "format": info.format, "request": info.request,
                    "response": info.response, "usage": use, "latency_us": latency_us, "tool_call_ids": ids}
-        self._append([self._draft("model.call", payload, step)])
+        drafts = [self._draft("model.call", payload, step)]
+        if unread:
+            drafts.append(self._draft("anomaly", {"what": "model.call usage unreadable", "detail": {
+                "fields": unread, "values": {k: info.unreadable_usage[k] for k in unread},
+                "why": f"not a whole number of tokens from 0 to {MAX_COUNT}; left out of the usage"}}, step))
+        if repeated or used:
+            drafts.append(self._draft("anomaly", {"what": "model.call tool call ids not unique", "detail": {
+                "repeated": repeated, "already_used": used,
+                "why": "a repeated id is linked to its first position only; an id a tool.call of this run used "
+                       "already is not linked (call_tool refuses it)"}}, step))
+        self._append(drafts)
         with self._lock:
-            self.usage["input_tokens"] += use["input_tokens"]
-            self.usage["output_tokens"] += use["output_tokens"]
+            self.usage["input_tokens"] += use.get("input_tokens", 0)
+            self.usage["output_tokens"] += use.get("output_tokens", 0)
             self.usage["cost"] += use.get("cost", 0.0)
         return ModelCallRecord(step=step, tool_calls=tuple(info.tool_calls))
 
@@ -682,7 +791,8 @@ class RunContext:
         try:
             response = call(request)
         except Exception as exc:
-            self.model_call(request, {"error": {"type": type(exc).__qualname__, "message": exception_message(exc)}},
+            self.model_call(request, {"error": {"type": _valid_text(type(exc).__qualname__),
+                                                "message": exception_message(exc)}},
                             latency=time.perf_counter() - started, provider=provider, model=model)
             raise
         self.model_call(request, response, latency=time.perf_counter() - started, provider=provider, model=model)
@@ -709,6 +819,120 @@ class ModelCallRecord:
 
     step: str
     tool_calls: tuple
+
+
+#: The largest token count recorded (2**53 - 1: exact in every JSON reader).
+MAX_COUNT = 2**53 - 1
+
+
+def _count_or_none(value: Any) -> int | None:
+    """A token count: an ``int`` (not a bool) or a float with an integral value, from 0 to
+    :data:`MAX_COUNT`; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and 0 <= value <= MAX_COUNT:
+        return int(value)
+    return None
+
+
+def _caller_usage(usage: Any) -> dict[str, int]:
+    """A caller's ``usage``: its ``input_tokens`` / ``output_tokens`` checked (None: not given;
+    other keys ignored)."""
+    if usage is None:
+        return {}
+    if not isinstance(usage, dict):
+        raise ConfigError(f"usage must be a dict of token counts, got {type(usage).__name__}")
+    out: dict[str, int] = {}
+    for key in ("input_tokens", "output_tokens"):
+        value = usage.get(key)
+        if value is None:
+            continue
+        n = _count_or_none(value)
+        if n is None:
+            raise ConfigError(f"usage[{key!r}] must be a whole number of tokens from 0 to {MAX_COUNT} "
+                              f"(an int, or a float with an integral value), got {value!r}; nothing was recorded")
+        out[key] = n
+    return out
+
+
+def _latency_us(latency: Any) -> int:
+    """Seconds (float) or microseconds (int) as microseconds; ConfigError for anything else."""
+    if latency is None:
+        return 0
+    if isinstance(latency, bool) or not isinstance(latency, (int, float)):
+        raise ConfigError(f"latency must be seconds (float) or microseconds (int), got {latency!r}")
+    us = latency * 1_000_000 if isinstance(latency, float) else latency
+    if not (0 <= us <= MAX_COUNT):  # also NaN
+        raise ConfigError(f"latency must be a non-negative duration of at most {MAX_COUNT} µs, got {latency!r}")
+    return int(us)
+
+
+def _check_call(server: Any, tool: Any, grant: Any, call_id: Any, exposed: Any) -> None:
+    """A tool call's names and ids, checked before anything is recorded."""
+    for what, value in (("server", server), ("tool", tool)):
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"the {what} name must be a non-empty string, got {value!r}; nothing was recorded")
+    for what, value in (("grant", grant), ("call_id", call_id), ("exposed", exposed)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigError(f"{server}/{tool}: {what} must be a non-empty string or None, got {value!r}; "
+                              "nothing was recorded")
+
+
+_A = {"coroutine": "a coroutine", "async generator": "an async generator", "generator": "a generator"}
+
+
+def _function_kind(fn: Any) -> str | None:
+    """``"coroutine"``, ``"async generator"`` or ``"generator"`` when ``fn`` is such a function,
+    also through :func:`functools.partial` and a callable object's ``__call__``; else None."""
+    target = fn
+    for _ in range(64):
+        if not isinstance(target, functools.partial):
+            break
+        target = target.func
+    candidates = [target]
+    if not inspect.isroutine(target) and not inspect.isclass(target):
+        call = getattr(type(target), "__call__", None)
+        if call is not None:
+            candidates.append(call)
+    for c in candidates:
+        if inspect.iscoroutinefunction(c):
+            return "coroutine"
+        if inspect.isasyncgenfunction(c):
+            return "async generator"
+        if inspect.isgeneratorfunction(c):
+            return "generator"
+    return None
+
+
+def _describe(fn: Any) -> str:
+    return repr(getattr(fn, "__qualname__", None) or type(fn).__qualname__)
+
+
+def _generator_refusal(server: str, tool: str, kind: str) -> str:
+    return (f"{server}/{tool}: the tool is {_A[kind]} function; its body would run only after its result "
+            f"was recorded, and its errors never would: return a list (or another value) instead, e.g. "
+            f"list(...) of what it yields; nothing was recorded or run")
+
+
+def _unrecordable(result: Any, server: str, tool: str, *, awaited: bool) -> ConfigError | None:
+    """A ConfigError when a tool returned a coroutine (from the sync ``call_tool``) or a generator,
+    whose body would run (or not) after the record says ok; the object is closed unrun."""
+    if inspect.iscoroutine(result) or inspect.isgenerator(result):
+        result.close()
+        what = "a coroutine" if inspect.iscoroutine(result) else "a generator"
+        hint = "use acall_tool" if what == "a coroutine" and not awaited else "return a list or another value"
+        return ConfigError(f"{server}/{tool}: the tool returned {what}, which was closed without running: "
+                           f"{hint}; the call is recorded as this error")
+    if inspect.isasyncgen(result):
+        return ConfigError(f"{server}/{tool}: the tool returned an async generator, which was not run: "
+                           "return a list or another value; the call is recorded as this error")
+    if not awaited and inspect.isawaitable(result):
+        return ConfigError(f"{server}/{tool}: the tool returned an awaitable ({type(result).__qualname__}) "
+                           "that was not awaited, so what it does is not recorded: use acall_tool; "
+                           "the call is recorded as this error")
+    return None
 
 
 _CALL_STEP = re.compile(r"[1-9][0-9]{0,17}(\.[1-9][0-9]{0,17})+")
@@ -738,18 +962,36 @@ def exception_message(error: BaseException) -> str:
     """``str(error)`` for the record, or a placeholder when the exception cannot be turned into
     text (its ``__str__`` raises): the record of a failure must not fail with it."""
     try:
-        return str(error)
+        text = str(error)
     except Exception as exc:  # noqa: BLE001 - a tool's or agent's exception whose __str__ fails
-        return f"<{type(error).__qualname__}.__str__ raised {type(exc).__name__}>"
+        text = f"<{type(error).__qualname__}.__str__ raised {type(exc).__name__}>"
+    return _valid_text(text)
 
 
-def _short_traceback(exc: BaseException, redactor: Any = None, limit: int = 8) -> str:
-    """The last ``limit`` frames, at most about 4,000 characters (head and tail kept).
+def _valid_text(text: str) -> str:
+    """``text`` as valid Unicode, for the record's error strings: a lone surrogate (a path decoded
+    with ``surrogateescape``, say) becomes the visible text ``\\udcff`` (``backslashreplace``);
+    anything else is kept as it is."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
-    The store's redaction runs on the whole text first: a secret cut in two by the
+
+def _short_traceback(exc: BaseException, redactor: Any = None, limit: int = 8,
+                     scrub: Callable[[str], str] | None = None) -> str:
+    """The last ``limit`` frames, at most about 4,000 characters (head and tail kept), as valid Unicode.
+
+    The store's redaction (and ``scrub``) runs on the whole text first: a secret cut in two by the
     truncation (a PEM block, say) would no longer match its pattern afterwards."""
-    lines = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=limit)
-    text = "".join(lines)
+    try:
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=limit)
+    except Exception as failed:  # noqa: BLE001 - the record of a failure must not fail with it
+        lines = [f"<the traceback could not be formatted: {type(failed).__name__}>"]
+    text = _valid_text("".join(lines))
+    if scrub is not None:
+        text = scrub(text)
     if redactor is not None and len(text) > 4000:
         scrubbed = redactor.apply_error({"traceback": text}).get("traceback")
         text = scrubbed if isinstance(scrubbed, str) else text

@@ -225,6 +225,34 @@ class Redactor:
                 out[field_name] = self._scrub(text, [False])
         return out
 
+    def removed_strings(self, name: str, value: Any, minimum: int = 4) -> list[str]:
+        """The strings :meth:`apply` takes out of a content field's (encoded) value in ``redacted``
+        mode by a sensitive key name or a configured path — every string inside the value that
+        becomes a marker (dict keys aside; ``$bytes`` / ``$badstr`` decoded), of at least ``minimum``
+        characters, longest first — so that they can be taken out of an error text too
+        (:meth:`scrub_values`). Pattern matches are not listed: :meth:`apply_error` finds those
+        itself. Empty in the other modes (``full`` keeps everything; ``hashes-only`` keeps only an
+        error's type)."""
+        if self.policy.mode != "redacted":
+            return []
+        out, changed = self.apply(name, value)
+        if not changed:
+            return []
+        found: set[str] = set()
+        _removed(value, out, found)
+        return sorted((s for s in found if len(s) >= minimum), key=lambda s: (-len(s), s))
+
+    def scrub_values(self, text: str, values: "list[str] | tuple[str, ...]") -> str:
+        """``text`` with every occurrence of each of ``values`` replaced by its in-string marker
+        ``⟦redacted:hmac-sha256:<hex>⟧`` (the marker of the string, as in a content field), in one
+        pass, longest value first."""
+        wanted = [v for v in values if v and v in text]
+        if not wanted:
+            return text
+        wanted.sort(key=lambda v: (-len(v), v))
+        rx = re.compile("|".join(re.escape(v) for v in wanted))
+        return rx.sub(lambda m: f"⟦redacted:{self.marker(m.group(0))[MARKER_TAG]}⟧", text)
+
     def would_redact(self, name: str, value: Any) -> bool:
         """Whether :meth:`apply` would change ``value``."""
         return self.apply(name, value)[1]
@@ -313,6 +341,41 @@ class Redactor:
                 changed[0] = True
                 text = pattern.sub(lambda m: f"⟦redacted:{self.marker(m.group(0))[MARKER_TAG]}⟧", text)
         return text
+
+
+def _removed(before: Any, after: Any, found: set[str]) -> None:
+    """Collect into ``found`` the strings of ``before`` that :meth:`Redactor._walk` turned into
+    markers in ``after`` (the walk keeps the shape, so the two are compared by position)."""
+    if before is after:
+        return
+    if type(after) is dict and len(after) == 1 and MARKER_TAG in after and after != before:
+        _strings(before, found)
+    elif type(before) is dict and type(after) is dict and len(before) == len(after):
+        for b, a in zip(before.values(), after.values()):
+            _removed(b, a, found)
+    elif type(before) is list and type(after) is list and len(before) == len(after):
+        for b, a in zip(before, after):
+            _removed(b, a, found)
+
+
+def _strings(value: Any, found: set[str]) -> None:
+    """Every string value inside an encoded value (not dict keys), tags' text decoded."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is str:
+            found.add(v)
+        elif type(v) is list:
+            stack.extend(v)
+        elif type(v) is dict:
+            if len(v) == 1:
+                (tag, inner), = v.items()
+                if tag in ("$bytes", "$badstr") and type(inner) is str:
+                    text = _decoded_text(tag, inner)
+                    if text is not None:
+                        found.add(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+                    continue
+            stack.extend(v.values())
 
 
 def _decoded_text(tag: str, b64: str) -> str | None:

@@ -1,0 +1,367 @@
+"""Tester's findings on the Recorder (lost records, a leak, and callers' mistakes), each through the
+real Recorder and a real SQLite store: the record says what happened, a caller's mistake is a typed
+error raised before anything is recorded, and a tool's own exception comes back unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+
+import sealbox
+from sealbox import ConfigError
+from sealbox.events import SYSTEM_RUN_ID
+from sealbox.policies import ALLOW_ALL
+from sealbox.recorder import Recorder
+from sealbox.redaction import ContentPolicy
+
+PATH = b"/tmp/report-\xff.txt".decode("utf-8", "surrogateescape")  # "/tmp/report-\udcff.txt"
+SHOWN = "/tmp/report-\\udcff.txt"  # how the record shows it: valid Unicode, the surrogate as visible text
+SECRET = "s3cr3t-K3y-0a9f8e7d6c5b"
+IN_STRING = re.compile(r"⟦redacted:hmac-sha256:[0-9a-f]{64}⟧")
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = sealbox.init_store(tmp_path / "store")  # the default content mode: redacted
+    yield s
+    s.close()
+
+
+def kinds(store, run_id):
+    return [e.kind for e in store.read_run(run_id)]
+
+
+def payload(store, run_id, kind, i=0):
+    return [e.payload for e in store.read_run(run_id) if e.kind == kind][i]
+
+
+def assert_verified(store):
+    report = sealbox.verify_store(store)
+    assert report.ok, [p.line() for p in report.problems]
+
+
+# --------------------------------------------------------------------------- 1. lone surrogates in errors
+
+
+def test_a_tool_error_with_a_lone_surrogate_is_recorded_and_reraised_unchanged(store):
+    boom = RuntimeError(f"cannot read {PATH}")
+
+    def tool():
+        raise boom
+
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with pytest.raises(RuntimeError) as caught:
+        with rec.run(agent="bot") as run:
+            run.call_tool("fs", "read", None, tool)
+    assert caught.value is boom and str(caught.value) == f"cannot read {PATH}"
+    assert kinds(store, run.run_id) == ["run.started", "tool.call", "policy.decision", "tool.result", "run.ended"]
+    result = payload(store, run.run_id, "tool.result")
+    assert result["ok"] is False
+    assert result["error"]["type"] == "RuntimeError"
+    assert result["error"]["message"] == f"cannot read {SHOWN}"
+    assert f"RuntimeError: cannot read {SHOWN}" in result["error"]["traceback"]
+    ended = payload(store, run.run_id, "run.ended")
+    assert ended["status"] == "error"
+    assert ended["error"] == {"type": "RuntimeError", "message": f"cannot read {SHOWN}"}
+    assert_verified(store)
+
+
+def test_a_run_ending_with_a_lone_surrogate_error_is_ended(store):
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with pytest.raises(RuntimeError, match="cannot read"):
+        with rec.run(agent="bot") as run:
+            raise RuntimeError(f"cannot read {PATH}")
+    assert kinds(store, run.run_id) == ["run.started", "run.ended"]
+    assert payload(store, run.run_id, "run.ended") == {
+        "status": "error", "usage": {"input_tokens": 0, "output_tokens": 0, "cost": 0},
+        "error": {"type": "RuntimeError", "message": f"cannot read {SHOWN}"}}
+
+
+def test_a_failed_model_call_with_a_lone_surrogate_is_recorded(store):
+    def call(request):
+        raise OSError(f"no such file {PATH}")
+
+    with pytest.raises(OSError):
+        with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+            run.complete({"model": "m"}, call, provider="local", model="m")
+    model = payload(store, run.run_id, "model.call")
+    assert store.resolve(model["response"]) == {"error": {"type": "OSError", "message": f"no such file {SHOWN}"}}
+
+
+# --------------------------------------------------------------------------- 2. redacted values in error text
+
+
+def file_bytes(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file())
+
+
+def test_a_redacted_argument_is_scrubbed_from_the_calls_error_and_the_runs(tmp_path):
+    store = sealbox.init_store(tmp_path / "store")
+
+    def raiser(api_key, user):
+        raise RuntimeError(f"auth failed for key {api_key} of {user}")
+
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with pytest.raises(RuntimeError) as caught:
+        with rec.run(agent="bot") as run:
+            run.call_tool("s", "t", {"api_key": SECRET, "user": "ann"}, raiser)
+    assert str(caught.value) == f"auth failed for key {SECRET} of ann"  # the caller's exception is untouched
+    call = payload(store, run.run_id, "tool.call")
+    marker = store.redactor.marker(SECRET)["$redacted"]
+    assert call["arguments"] == {"api_key": {"$redacted": marker}, "user": "ann"}
+    result = payload(store, run.run_id, "tool.result")
+    assert result["error"]["message"] == f"auth failed for key ⟦redacted:{marker}⟧ of ann"
+    assert SECRET not in result["error"]["traceback"]
+    assert f"RuntimeError: auth failed for key ⟦redacted:{marker}⟧ of ann" in result["error"]["traceback"]
+    assert payload(store, run.run_id, "run.ended")["error"] == {
+        "type": "RuntimeError", "message": f"auth failed for key ⟦redacted:{marker}⟧ of ann"}
+    assert_verified(store)
+    store.close()
+    assert SECRET.encode() not in file_bytes(tmp_path / "store")
+
+
+def test_configured_paths_nested_values_and_short_values(tmp_path):
+    store = sealbox.init_store(tmp_path / "store", content=ContentPolicy(paths=("arguments.user.ssn",)))
+
+    def raiser(user, auth):
+        raise ValueError(f"{user['ssn']} / {auth['password']} / {auth['pin']} / {auth['who']}")
+
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with pytest.raises(ValueError):
+        with rec.run(agent="bot") as run:
+            run.call_tool("s", "t", {"user": {"ssn": "078-05-1120"},
+                                     "auth": {"password": ["hunter22", "abc"], "pin": "123", "who": "hunter22x"}},
+                          raiser)
+    message = payload(store, run.run_id, "tool.result")["error"]["message"]
+    m = store.redactor.marker
+    # the ssn (a path) and the password (a key) are scrubbed; a value under 4 characters is not,
+    # and "hunter22x" (not redacted in the arguments) keeps its text around the scrubbed "hunter22"
+    assert message == (f"⟦redacted:{m('078-05-1120')['$redacted']}⟧ / ['⟦redacted:{m('hunter22')['$redacted']}⟧', "
+                       f"'abc'] / 123 / ⟦redacted:{m('hunter22')['$redacted']}⟧x")
+    store.close()
+
+
+def test_full_mode_keeps_error_text_and_hashes_only_keeps_only_the_type(tmp_path):
+    for mode in ("full", "hashes-only"):
+        store = sealbox.init_store(tmp_path / mode, content=ContentPolicy(mode=mode))
+
+        def raiser(api_key):
+            raise RuntimeError(f"bad key {api_key}")
+
+        with pytest.raises(RuntimeError):
+            with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+                run.call_tool("s", "t", {"api_key": SECRET}, raiser)
+        error = payload(store, run.run_id, "tool.result")["error"]
+        if mode == "full":
+            assert error["message"] == f"bad key {SECRET}"
+        else:
+            assert error["type"] == "RuntimeError" and re.fullmatch(r"hmac-sha256:[0-9a-f]{64}", error["message"])
+        store.close()
+
+
+# --------------------------------------------------------------------------- 3, 4. coroutines and generators
+
+
+async def async_tool():
+    return 1
+
+
+class AsyncCallable:
+    async def __call__(self):
+        return 1
+
+
+def gen_tool():
+    yield 1
+    raise RuntimeError("late")
+
+
+class GenCallable:
+    def __call__(self):
+        yield 1
+
+
+@pytest.mark.parametrize("fn", [async_tool, functools.partial(async_tool), AsyncCallable(),
+                                functools.partial(functools.partial(AsyncCallable()))],
+                         ids=["function", "partial", "callable-object", "partial-of-object"])
+def test_sync_call_tool_refuses_a_coroutine_function_before_recording(store, fn):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "coroutine was never awaited"
+        with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+            with pytest.raises(ConfigError, match="is a coroutine function: use acall_tool"):
+                run.call_tool("s", "t", None, fn)
+    assert kinds(store, run.run_id) == ["run.started", "run.ended"]
+
+
+def test_a_returned_coroutine_is_closed_and_recorded_as_an_error(store):
+    ran = []
+
+    async def body():
+        ran.append(1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+            with pytest.raises(ConfigError, match="returned a coroutine, which was closed without running"):
+                run.call_tool("s", "t", None, lambda: body())
+    assert ran == []
+    assert kinds(store, run.run_id) == ["run.started", "tool.call", "policy.decision", "tool.result", "run.ended"]
+    result = payload(store, run.run_id, "tool.result")
+    assert result["ok"] is False and "result" not in result
+    assert result["error"]["type"] == "ConfigError"
+    assert result["error"]["message"] == ("s/t: the tool returned a coroutine, which was closed without running: "
+                                          "use acall_tool; the call is recorded as this error")
+
+
+@pytest.mark.parametrize("fn", [gen_tool, functools.partial(gen_tool), GenCallable()],
+                         ids=["function", "partial", "callable-object"])
+def test_generator_functions_are_refused_before_recording(store, fn):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        with pytest.raises(ConfigError, match="is a generator function.*return a list"):
+            run.call_tool("s", "t", None, fn)
+
+        async def go():
+            await run.acall_tool("s", "t", None, fn)
+
+        with pytest.raises(ConfigError, match="is a generator function"):
+            asyncio.run(go())
+    assert kinds(store, run.run_id) == ["run.started", "run.ended"]
+
+
+def test_a_returned_generator_is_closed_and_recorded_as_an_error(store):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        with pytest.raises(ConfigError, match="returned a generator"):
+            run.call_tool("s", "t", None, lambda: gen_tool())
+    result = payload(store, run.run_id, "tool.result")
+    assert result["ok"] is False and result["error"]["type"] == "ConfigError"
+    assert result["error"]["message"] == ("s/t: the tool returned a generator, which was closed without running: "
+                                          "return a list or another value; the call is recorded as this error")
+
+
+def test_the_decorator_refuses_generators_and_runs_async_callables_async(store):
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with pytest.raises(ConfigError, match="is a generator function"):
+        rec.tool("s")(gen_tool)
+    wrapped = rec.tool("s", "obj")(functools.partial(async_tool))
+    assert asyncio.iscoroutinefunction(wrapped)
+
+
+# --------------------------------------------------------------------------- 5. usage and grant
+
+
+@pytest.mark.parametrize(("usage", "field"), [
+    ({"input_tokens": "abc"}, "input_tokens"), ({"output_tokens": -1}, "output_tokens"),
+    ({"output_tokens": 2**53}, "output_tokens"), ({"input_tokens": 1.5}, "input_tokens"),
+    ({"input_tokens": True}, "input_tokens"), ({"output_tokens": float("nan")}, "output_tokens"),
+])
+def test_a_bad_usage_is_a_config_error_before_anything_is_recorded(store, usage, field):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        with pytest.raises(ConfigError, match=rf"usage\['{field}'\] must be a whole number of tokens"):
+            run.model_call({}, {}, usage=usage)
+    assert kinds(store, run.run_id) == ["run.started", "run.ended"]
+
+
+def test_a_float_usage_with_an_integral_value_is_recorded_as_an_int(store):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        run.model_call({}, {}, usage={"input_tokens": 12.0, "output_tokens": 3})
+    usage = payload(store, run.run_id, "model.call")["usage"]
+    assert usage == {"input_tokens": 12, "output_tokens": 3} and type(usage["input_tokens"]) is int
+
+
+def test_an_unreadable_provider_usage_is_left_out_and_the_model_call_kept(store):
+    response = {"object": "chat.completion", "model": "gpt-4o", "choices": [],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 1e30}}
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        run.model_call({"model": "gpt-4o"}, response)
+    assert kinds(store, run.run_id) == ["run.started", "model.call", "anomaly", "run.ended"]
+    model = payload(store, run.run_id, "model.call")
+    assert model["usage"] == {"input_tokens": 7}
+    anomaly = [e for e in store.read_run(run.run_id) if e.kind == "anomaly"][0]
+    assert anomaly.step == store.read_run(run.run_id)[1].step
+    assert anomaly.payload["what"] == "model.call usage unreadable"
+    assert store.resolve(anomaly.payload["detail"]) == {
+        "fields": ["output_tokens"], "values": {"output_tokens": "1e+30"},
+        "why": "not a whole number of tokens from 0 to 9007199254740991; left out of the usage"}
+    assert run.usage == {"input_tokens": 7, "output_tokens": 0, "cost": 0.0}
+    assert_verified(store)
+
+
+def test_an_unreadable_usage_under_a_token_budget_fails_closed(store):
+    policy = sealbox.Policy.from_text("version: 1\nname: budget\nrules:\n  - id: all\n    effect: allow\n"
+                                      "limits:\n  tokens: {per_run: 1000}\n")
+    response = {"object": "chat.completion", "model": "gpt-4o", "choices": [], "usage": {"completion_tokens": "9"}}
+    with Recorder(store, policy=policy).run(agent="bot") as run:
+        run.model_call({"model": "gpt-4o"}, response)
+        with pytest.raises(sealbox.recorder.ToolDenied, match="could not be read"):
+            run.call_tool("s", "t", None, lambda: 1)
+
+
+@pytest.mark.parametrize("grant", [123, "", b"g"])
+def test_a_grant_that_is_not_a_non_empty_string_is_a_config_error(store, grant):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        with pytest.raises(ConfigError, match=r"s/t: grant must be a non-empty string or None"):
+            run.call_tool("s", "t", None, lambda: 1, grant=grant)
+    assert kinds(store, run.run_id) == ["run.started", "run.ended"]
+
+
+# --------------------------------------------------------------------------- 6. call ids, names, system run
+
+
+def test_a_call_id_used_twice_in_a_run_is_refused(store):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        assert run.call_tool("s", "t", None, lambda: 1, call_id="tc1") == 1
+        with pytest.raises(ConfigError, match=f"call_id 'tc1' was already used by a tool call of run {run.run_id}"):
+            run.call_tool("s", "t", None, lambda: 2, call_id="tc1")
+    assert [(e.kind, e.payload.get("call_id")) for e in store.read_run(run.run_id)] == [
+        ("run.started", None), ("tool.call", "tc1"), ("policy.decision", "tc1"), ("tool.result", "tc1"),
+        ("run.ended", None)]
+
+
+def test_a_call_id_is_refused_again_in_a_continued_run(store):
+    rec = Recorder(store, policy=ALLOW_ALL)
+    run = rec.run(agent="bot").start()
+    run.call_tool("s", "t", None, lambda: 1, call_id="tc1")
+    again = rec.continue_run(run.run_id)
+    with pytest.raises(ConfigError, match="call_id 'tc1' was already used"):
+        again.call_tool("s", "t", None, lambda: 2, call_id="tc1")
+    assert kinds(store, run.run_id).count("tool.call") == 1
+
+
+def test_repeated_tool_call_ids_in_a_model_response_link_the_first_and_are_noted(store):
+    calls = [{"id": "tc1", "type": "function", "function": {"name": "a", "arguments": "{}"}},
+             {"id": "tc1", "type": "function", "function": {"name": "b", "arguments": "{}"}}]
+    response = {"object": "chat.completion", "model": "m", "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+                "choices": [{"index": 0, "message": {"role": "assistant", "tool_calls": calls}}]}
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        record = run.model_call({"model": "m"}, response)
+        run.call_tool("s", "a", None, lambda: 1, call_id="tc1")
+    assert record.step == "2"
+    events = store.read_run(run.run_id)
+    assert [(e.step, e.kind) for e in events] == [
+        ("1", "run.started"), ("2", "model.call"), ("2", "anomaly"), ("2.1", "tool.call"),
+        ("2.1", "policy.decision"), ("2.1", "tool.result"), ("3", "run.ended")]
+    assert store.resolve(events[2].payload["detail"])["repeated"] == ["tc1"]
+
+
+@pytest.mark.parametrize(("server", "tool", "what"), [("", "t", "server"), ("s", "", "tool"), (None, "t", "server"),
+                                                      ("s", 7, "tool")])
+def test_empty_server_or_tool_names_are_refused(store, server, tool, what):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        with pytest.raises(ConfigError, match=f"the {what} name must be a non-empty string"):
+            run.call_tool(server, tool, None, lambda: 1)
+    assert kinds(store, run.run_id) == ["run.started", "run.ended"]
+
+
+def test_the_system_run_cannot_be_joined_or_reused(store):
+    rec = Recorder(store, policy=ALLOW_ALL)
+    before = store.size()
+    for join in (lambda: rec.continue_run(SYSTEM_RUN_ID), lambda: rec.run(agent="bot", run_id=SYSTEM_RUN_ID),
+                 lambda: rec.resume(SYSTEM_RUN_ID)):
+        with pytest.raises(ConfigError, match="'system' is the store's system run"):
+            join()
+    assert store.size() == before
