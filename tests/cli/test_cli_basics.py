@@ -293,3 +293,19 @@ def test_init_chooses_the_content_mode_and_extra_redaction(tmp_path):
                         (("--redact-key", ""), "--redact-key is empty")):
         res = _sb("init", str(tmp_path / "bad"), *args)
         assert res.returncode == 2 and words in res.stderr and not (tmp_path / "bad").exists(), res.stderr
+
+
+def test_runs_show_says_no_rule_for_a_decision_without_one(tmp_path):
+    """A limit or the breaker decides without a rule: `runs show` printed 'deny by rule None'."""
+    import sealbox
+    from sealbox.policy import Policy
+
+    store = sealbox.init_store(tmp_path / "s")
+    policy = Policy.from_text("version: 1\nlimits: {max_tool_calls_per_run: 0}\nrules: [{id: a, effect: allow}]\n")
+    with pytest.raises(sealbox.ToolDenied):
+        with sealbox.Recorder(store, policy=policy).run(agent="a") as run:
+            run.call_tool("x", "y", {}, lambda: 1)
+    store.close()
+    res = _sb("runs", "show", run.run_id, "-s", str(tmp_path / "s"), "--json")
+    details = {r["kind"]: r["detail"] for r in json.loads(res.stdout)}
+    assert details["policy.decision"] == "deny, no rule (limit_exceeded)"

@@ -115,7 +115,8 @@ def _event_row(event) -> dict:
     if event.kind == "tool.call":
         detail = f"{p.get('server')}/{p.get('tool')} call {p.get('call_id')} args={_short(p.get('arguments'))}"
     elif event.kind == "policy.decision":
-        detail = f"{p.get('effect')} by rule {p.get('rule')} ({p.get('reason_code')})"
+        detail = (f"{p.get('effect')} by rule {p.get('rule')} ({p.get('reason_code')})" if p.get("rule") is not None
+                  else f"{p.get('effect')}, no rule ({p.get('reason_code')})")  # e.g. the breaker, a limit
     elif event.kind == "tool.result":
         err = p.get("error") or {}
         detail = "ok" if p.get("ok") else f"error {err.get('type')}: {err.get('message')}"
