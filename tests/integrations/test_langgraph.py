@@ -275,3 +275,29 @@ def test_ungoverned_tool_is_noted_and_failed_model_call_recorded(store):
     assert events[1][2]["response"] == {"error": {"type": "ConnectionError", "message": "model service unreachable"}}
     assert events[2][2]["status"] == "error"
     assert sealbox.verify_store(store).ok
+
+
+def test_a_model_that_repeats_tool_call_ids_across_turns_still_runs(store):
+    """Some models give `call_1` on every turn. The recorder refuses a call_id used twice in a run
+    (the record would be ambiguous); the integration then records the repeat under a fresh id
+    instead of failing the agent."""
+    tools = Tools()
+    turns = [AIMessage(content="", tool_calls=[{"name": "get_weather", "args": {"city": c}, "id": "call_1"}])
+             for c in ("Paris", "Lima")] + [AIMessage(content="done")]
+    model = ScriptedChatModel(messages=iter(turns))
+
+    async def main():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="react") as run:
+            graph = react_agent(model, governed_tools(run, [tools.get_weather]))
+            state = await graph.ainvoke({"messages": [("user", "Weather?")]},
+                                        config={"callbacks": [SealboxCallbackHandler(run)]})
+        return run, state
+
+    run, state = asyncio.run(main())
+    assert state["messages"][-1].content == "done"
+    assert tools.invoked == [("get_weather", "Paris"), ("get_weather", "Lima")]
+    calls = [p for k, _, p in events_of(store, run.run_id) if k == "tool.call"]
+    assert [c["arguments"] for c in calls] == [{"city": "Paris"}, {"city": "Lima"}]
+    assert calls[0]["call_id"] == "call_1" and calls[1]["call_id"].startswith("call_") and calls[1]["call_id"] != "call_1"
+    results = [p for k, _, p in events_of(store, run.run_id) if k == "tool.result"]
+    assert [r["call_id"] for r in results] == [c["call_id"] for c in calls] and all(r["ok"] for r in results)

@@ -40,7 +40,7 @@ from langchain_core.tools import BaseTool
 from pydantic import PrivateAttr
 
 from sealbox.adapters import to_plain
-from sealbox.recorder import RunContext, ToolDenied
+from sealbox.recorder import RunContext, ToolDenied, unused_call_id
 
 __all__ = ["DEFAULT_SERVER", "GovernedTool", "SealboxCallbackHandler", "governed_tool", "governed_tools"]
 
@@ -133,7 +133,7 @@ class GovernedTool(BaseTool):
             return self._sealbox_run.call_tool(
                 self.server, self.inner.name, self._arguments(tool_input),
                 lambda *_a, **_k: self.inner.run(tool_input, *args, **kwargs),
-                grant=self.grant, call_id=call_id, exposed=self.name)
+                grant=self.grant, call_id=unused_call_id(self._sealbox_run, call_id), exposed=self.name)
         except ToolDenied as denied:
             return self._denied(denied, call_id)
         finally:
@@ -147,7 +147,7 @@ class GovernedTool(BaseTool):
             return await self._sealbox_run.acall_tool(
                 self.server, self.inner.name, self._arguments(tool_input),
                 lambda *_a, **_k: self.inner.arun(tool_input, *args, **kwargs),
-                grant=self.grant, call_id=call_id, exposed=self.name)
+                grant=self.grant, call_id=unused_call_id(self._sealbox_run, call_id), exposed=self.name)
         except ToolDenied as denied:
             return self._denied(denied, call_id)
         finally:

@@ -44,7 +44,7 @@ from agents.tool_context import ToolContext
 
 from sealbox.adapters import parse_arguments, to_plain
 from sealbox.errors import RecordingError
-from sealbox.recorder import RunContext, ToolDenied
+from sealbox.recorder import RunContext, ToolDenied, unused_call_id
 
 try:  # private in openai-agents 0.24: keeps the SDK's failure handling and argument preparation
     from agents.tool import _FailureHandlingFunctionToolInvoker as _SdkInvoker
@@ -243,7 +243,7 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
         try:
             return await run.acall_tool(upstream_server, upstream_tool, parse_arguments(input),
                                         lambda *_a, **_k: invoke(), grant=grant,
-                                        call_id=call_id if isinstance(call_id, str) and call_id else None,
+                                        call_id=unused_call_id(run, call_id),
                                         exposed=exposed)
         except ToolDenied as denied:
             return on_deny(denied)
