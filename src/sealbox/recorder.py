@@ -640,7 +640,7 @@ class RunContext:
     def _evaluate_unguarded(self, reader: Any, server: str, tool: str, arguments: Any,
                             keep_approval: bool = False) -> tuple[Decision, dict[str, Any]]:
         if self._cost_error:
-            raise PolicyError(f"the cost budget cannot be enforced: {self._cost_error}")
+            raise PolicyError(f"the run's budgets cannot be enforced: {self._cost_error}")
         now = datetime.now(timezone.utc)
         view = _policy_view(arguments)
         redactor = getattr(self.store, "redactor", None)

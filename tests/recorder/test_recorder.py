@@ -385,7 +385,7 @@ def test_an_unpriced_model_under_a_cost_budget_fails_closed(store):
         with pytest.raises(ToolDenied) as denied:
             run.call_tool("db", "q", None, lambda: 1)
     assert denied.value.decision.reason_code == "guardrail_error"
-    assert "cost budget cannot be enforced" in denied.value.decision.reason
+    assert "budgets cannot be enforced" in denied.value.decision.reason
 
 
 def test_cost_comes_from_the_policys_price_table(store):
