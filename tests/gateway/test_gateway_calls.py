@@ -110,7 +110,10 @@ async def test_arguments_failing_the_input_schema_are_recorded_and_answered_is_e
     assert toy_log(tmp_path) == []
     [run_id] = gateway_runs(store)
     res = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"][0]
-    assert res["result"]["isError"] is True and res["result"]["_meta"] == {"sealbox/not_forwarded": "invalid_arguments"}
+    assert (res["ok"], res["error"]["type"], res["error"]["message"], "result" in res) == (
+        False, "InvalidArguments", "arguments do not match the input schema of toy__add: a: 'two' is not of type 'integer'",
+        False)
+    assert result.meta == {"sealbox/not_forwarded": "invalid_arguments"}
 
 
 async def test_a_call_joins_an_existing_run_named_in_meta(tmp_path, store):

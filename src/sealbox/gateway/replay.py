@@ -292,10 +292,11 @@ class GatewayReplay:
 def _tool_list(recorded: list[dict[str, Any]], separator: str) -> tuple[list[types.Tool], dict[str, tuple[str, str]]]:
     """The recorded tools as the live gateway listed them (sorted by server, then tool), and exposed -> target."""
     from sealbox.canonical import decode
+    from sealbox.gateway.server import exposed_tool_name
 
     tools, targets = [], {}
     for t in sorted(recorded, key=lambda t: (str(t.get("server")), str(t.get("name")))):
-        exposed = f"{t['server']}{separator}{t['name']}"
+        exposed = exposed_tool_name(str(t["server"]), str(t["name"]), separator)
         schema = decode(t.get("input_schema")) or {"type": "object"}
         tools.append(types.Tool(name=exposed, description=t.get("description") or None, input_schema=schema))
         targets[exposed] = (str(t["server"]), str(t["name"]))

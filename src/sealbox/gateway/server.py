@@ -17,7 +17,8 @@ A ``tools/call`` goes, in order:
    a deny (policy, limit, breaker, changed tool) is an ``isError`` result naming
    the rule; if the record cannot be written nothing is forwarded;
 4. inside the recorded call: the arguments are checked against the tool's input
-   schema (a mismatch is an ``isError`` result, not forwarded), then the call is
+   schema (a mismatch is an ``isError`` result, not forwarded, recorded as the call's
+   error ``InvalidArguments``; the schema's ``$ref`` are never fetched), then the call is
    forwarded and its result (or error) recorded as ``tool.result``. The
    forwarding is shielded from the client's cancellation, so a client that
    disconnects mid-call still leaves the outcome in the record;
@@ -27,6 +28,7 @@ A ``tools/call`` goes, in order:
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
@@ -49,7 +51,7 @@ from sealbox.policy import CircuitBreaker, Decision, Policy
 from sealbox.recorder import Recorder, RunContext, ToolDenied, is_call_step
 from sealbox.snapshot import Snapshot, ToolSpec
 
-__all__ = ["Gateway", "RUN_ID_META_KEY", "CALL_ID_META_KEY", "STEP_META_KEY", "ENV_RUN_ID"]
+__all__ = ["Gateway", "InvalidArguments", "RUN_ID_META_KEY", "CALL_ID_META_KEY", "STEP_META_KEY", "ENV_RUN_ID"]
 
 log = logging.getLogger("sealbox.gateway")
 
@@ -62,7 +64,36 @@ CALL_ID_META_KEY = "sealbox/call_id"
 #: ``_meta`` key of a joined ``tools/call``: the step the run's model call assigned to it (``"<n>.<i>"``).
 STEP_META_KEY = "sealbox/step"
 _MAX_CALL_ID = 256
+#: The longest exposed tool name (the OpenAI tool-name limit; MCP 2025-11-25 says SHOULD be ≤ 128).
+MAX_EXPOSED_NAME = 64
 _RUN_STATE = "sealbox.run"
+
+
+class InvalidArguments(ValueError):
+    """A call's arguments do not match the tool's input schema: it was not forwarded.
+
+    Recorded as the call's error (``tool.result`` ``ok: false``, type ``InvalidArguments``);
+    the client gets an ``isError`` result with ``_meta["sealbox/not_forwarded"] = "invalid_arguments"``."""
+
+
+#: set in the task of a call whose arguments were refused, so the breaker does not count its failure
+_NOT_FORWARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("sealbox_gateway_not_forwarded", default=False)
+
+
+class _GatewayBreaker(CircuitBreaker):
+    """The circuit breaker, not counting calls refused before forwarding (their arguments did not
+    match the schema): the upstream was not contacted, so they say nothing about its health. A
+    half-open breaker's probe that was such a call is given back (the next call probes)."""
+
+    def record_failure(self, server: str, tool: str, kind: str = "error") -> Any:
+        if _NOT_FORWARDED.get():
+            _NOT_FORWARDED.set(False)
+            with self._lock:
+                slot = self._slots.get((server, tool))
+                if slot is not None and slot.state == "half_open":
+                    slot.probing = False
+            return None
+        return super().record_failure(server, tool, kind)
 
 
 class _PinnedPolicy(Policy):
@@ -72,7 +103,7 @@ class _PinnedPolicy(Policy):
         if self._pins.blocked(call.server, call.tool):  # type: ignore[attr-defined]
             return Decision("deny", "policy_deny", PIN_RULE,
                             f"tool {call.server}/{call.tool} changed upstream and has not been re-approved "
-                            f"(sealbox gateway reapprove {call.server} {call.tool})",
+                            f"({reapprove_command(self._store_path, call.server, call.tool)})",  # type: ignore[attr-defined]
                             self.fingerprint, 0, re_evaluable=False)
         return super().evaluate(call)
 
@@ -91,11 +122,33 @@ def _load_policy(path: str) -> Policy:
         raise ConfigError(f"{exc}{hint}") from None
 
 
-def _pinned(policy: Policy, pins: PinState) -> Policy:
+def exposed_tool_name(server: str, tool: str, separator: str) -> str:
+    """``server + separator + tool``, or, when longer than :data:`MAX_EXPOSED_NAME`, with the tool
+    name cut and ``-`` + the first 8 hex digits of its SHA-256 appended (64 characters)."""
+    name = f"{server}{separator}{tool}"
+    if len(name) <= MAX_EXPOSED_NAME:
+        return name
+    import hashlib
+
+    digest = hashlib.sha256(tool.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    keep = max(0, MAX_EXPOSED_NAME - len(server) - len(separator) - 1 - len(digest))
+    return f"{server}{separator}{tool[:keep]}-{digest}"
+
+
+def reapprove_command(store_path: str, server: str, tool: str) -> str:
+    """The command that re-approves a changed tool, naming the gateway's store (it works from any folder)."""
+    import shlex
+
+    return (f"sealbox gateway reapprove {shlex.quote(server)} {shlex.quote(tool)} "
+            f"--store {shlex.quote(os.path.abspath(store_path))}")
+
+
+def _pinned(policy: Policy, pins: PinState, store_path: str) -> Policy:
     obj = object.__new__(_PinnedPolicy)
     for f in fields(policy):
         object.__setattr__(obj, f.name, getattr(policy, f.name))
     object.__setattr__(obj, "_pins", pins)
+    object.__setattr__(obj, "_store_path", store_path)
     return obj
 
 
@@ -119,8 +172,15 @@ class Gateway:
 
     def __init__(self, config: GatewayConfig, *, store: Any = None, policy: Policy | None = None,
                  run_id: str | None = None, errlog: Any = None) -> None:
+        from sealbox.events import SYSTEM_RUN_ID
         from sealbox.store import open_store
 
+        default_run_id = run_id if run_id is not None else (os.environ.get(ENV_RUN_ID) or None)
+        if default_run_id == SYSTEM_RUN_ID:  # refused before the store is opened
+            from sealbox.errors import ConfigError
+
+            raise ConfigError(f"{ENV_RUN_ID}={SYSTEM_RUN_ID}: {SYSTEM_RUN_ID!r} is the store's own record, not a run "
+                              "calls can join; unset it, or name a run the agent started")
         self.config = config
         self.store = store if store is not None else open_store(config.store, durability=config.durability)
         if policy is None:
@@ -128,11 +188,11 @@ class Gateway:
 
             policy = ALLOW_ALL if config.policy == "ALLOW_ALL" else _load_policy(config.policy)
         self.pins = PinState.load(self.store)
-        self.policy = _pinned(policy, self.pins)
+        self.policy = _pinned(policy, self.pins, config.store)
         # suspend mode: a require_approval is recorded (call, decision, request, run.suspended) and the
         # gateway holds the call itself, off the event loop (sealbox.gateway.holds)
         self.recorder = Recorder(self.store, self.policy, approvals="suspend",
-                                 breaker=CircuitBreaker(config.breaker_threshold, config.breaker_cooldown_s))
+                                 breaker=_GatewayBreaker(config.breaker_threshold, config.breaker_cooldown_s))
         #: seconds between polls of the store while a call is held for an approval
         self.approval_poll = 0.1
         #: seconds between progress notifications while a call is held (first one at once)
@@ -141,7 +201,7 @@ class Gateway:
         self._pending: dict[str, dict[tuple[str, str | None], Pending]] = {}
         self._hold_locks: dict[str, anyio.Lock] = {}
         self._state_key = state_key(self.store._secret)
-        self.default_run_id = run_id if run_id is not None else (os.environ.get(ENV_RUN_ID) or None)
+        self.default_run_id = default_run_id
         self.upstreams: dict[str, Upstream] = {
             spec.id: Upstream(spec, config.limits, restart_initial_s=config.restart_initial_s,
                               restart_max_s=config.restart_max_s, on_tools=self._on_tools, router=self._route,
@@ -157,6 +217,7 @@ class Gateway:
         #: set by begin_shutdown(): held calls stop waiting and answer "pending" (the request stays)
         self.stopping = False
         self._holding = 0  # calls being held for an approval now
+        self._calls = 0  # tools/call requests being answered now (held ones included)
         self.server = self._build_server()
 
     def begin_shutdown(self) -> None:
@@ -171,6 +232,14 @@ class Gateway:
         self.begin_shutdown()
         with anyio.move_on_after(timeout):
             while self._holding:
+                await anyio.sleep(0.02)
+
+    async def drain_calls(self, timeout: float | None = None) -> None:
+        """Wait (up to ``timeout`` s, default ``limits.call_timeout_s`` + 1) until no ``tools/call`` is
+        being answered: a call in flight when the gateway is stopped finishes, is recorded, and its
+        reply is sent before the connection closes (a call upstream ends within the call timeout)."""
+        with anyio.move_on_after(self.config.limits.call_timeout_s + 1 if timeout is None else timeout):
+            while self._calls:
                 await anyio.sleep(0.02)
 
     # ------------------------------------------------------------------ lifecycle
@@ -226,14 +295,21 @@ class Gateway:
     # ------------------------------------------------------------------ tools/list
 
     def exposed_name(self, server: str, tool: str) -> str:
-        """``server + separator + tool``."""
-        return f"{server}{self.config.separator}{tool}"
+        """``server + separator + tool``; when that is longer than :data:`MAX_EXPOSED_NAME` (64)
+        characters, the tool name is cut and ``-`` + 8 hex digits of its SHA-256 appended, so the
+        name stays within 64 characters and distinct (:meth:`split_name` maps it back)."""
+        return exposed_tool_name(server, tool, self.config.separator)
 
     def split_name(self, exposed: str) -> tuple[str, str] | None:
         """``(server, tool)`` of an exposed name (split at the first separator), or None."""
         server, sep, tool = exposed.partition(self.config.separator)
         if not sep or not tool or server not in self.upstreams:
             return None
+        tools = self.upstreams[server].tools
+        if tool not in tools and len(exposed) == MAX_EXPOSED_NAME:  # maybe a shortened long name
+            for name in tools:
+                if len(name) > len(tool) and self.exposed_name(server, name) == exposed:
+                    return server, name
         return server, tool
 
     def exposed_tools(self) -> list[types.Tool]:
@@ -245,7 +321,7 @@ class Gateway:
                 update: dict[str, Any] = {"name": self.exposed_name(sid, name)}
                 if self.pins.blocked(sid, name):
                     update["description"] = (f"[blocked: this tool changed upstream; calls are denied until "
-                                             f"`sealbox gateway reapprove {sid} {name}`]")
+                                             f"`{reapprove_command(self.config.store, sid, name)}`]")
                 out.append(tool.model_copy(update=update))
         return out
 
@@ -303,6 +379,11 @@ class Gateway:
     def _join(self, run_id: str, principal: str) -> RunContext:
         from mcp.shared.exceptions import MCPError
 
+        from sealbox.events import SYSTEM_RUN_ID
+
+        if run_id == SYSTEM_RUN_ID:
+            raise MCPError(codes.UNKNOWN_RUN, f"run {SYSTEM_RUN_ID!r} is the store's own record (tool changes, "
+                           "breakers, approvals); calls cannot join it")
         key = (run_id, principal)
         run = self._joined.get(key)
         if run is None:
@@ -429,6 +510,13 @@ class Gateway:
     # ------------------------------------------------------------------ tools/call
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
+        self._calls += 1
+        try:
+            return await self._answer_call(ctx, params)
+        finally:
+            self._calls -= 1
+
+    async def _answer_call(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
         from mcp.shared.exceptions import MCPError
 
         target = self.split_name(params.name)
@@ -470,10 +558,9 @@ class Gateway:
 
         async def forward(**_: Any) -> dict[str, Any]:
             problem = self._schema_problem(server, tool, arguments)
-            if problem is not None:
-                return _error_result(f"arguments do not match the input schema of {params.name}: {problem}",
-                                     {"sealbox/not_forwarded": "invalid_arguments"}).model_dump(
-                    by_alias=True, mode="json", exclude_none=True)
+            if problem is not None:  # recorded as a failed call (tool.result ok: false), never forwarded
+                _NOT_FORWARDED.set(True)  # not the upstream's failure: the breaker does not count it
+                raise InvalidArguments(f"arguments do not match the input schema of {params.name}: {problem}")
             self._inflight[server][key] = slot
             try:
                 result = await upstream.call(tool, arguments, progress=_progress_forwarder(ctx))
@@ -626,6 +713,11 @@ class Gateway:
             log.debug("the client could not be told about approval %s", pending.approval_id)
 
     def _schema_problem(self, server: str, tool: str, arguments: dict[str, Any]) -> str | None:
+        """Why ``arguments`` do not match the tool's input schema, or None (they do, or it cannot be used).
+
+        The schema comes from the upstream: its ``$ref`` are resolved within the schema only, never
+        fetched (no ``http://``, no ``file://``). A schema that is invalid, or has a reference that
+        cannot be resolved locally, is left to the upstream to apply (the call is forwarded)."""
         import jsonschema
 
         spec = self.upstreams[server].tools.get(tool)
@@ -636,13 +728,21 @@ class Gateway:
             try:
                 cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
                 cls.check_schema(schema)
-                validator = cls(schema)
-            except jsonschema.SchemaError:
+                validator = cls(schema, registry=_LOCAL_ONLY)
+            except Exception:  # noqa: BLE001 - SchemaError, or a schema jsonschema cannot even read
                 validator = False  # an upstream with a broken schema: the upstream validates
             self._validators[(server, tool)] = (spec, validator)
-        if validator is False or validator.is_valid(arguments):
+        if validator is False:
             return None
-        error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+        try:
+            if validator.is_valid(arguments):
+                return None
+            error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+        except Exception as exc:  # noqa: BLE001 - an unresolvable (non-local) $ref, a bad pattern...
+            log.info("the input schema of %s/%s cannot be applied here (%s); the upstream validates",
+                     server, tool, type(exc).__name__)
+            self._validators[(server, tool)] = (spec, False)
+            return None
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
@@ -675,6 +775,21 @@ class Gateway:
             return types.ErrorData(code=types.INTERNAL_ERROR, message=f"{method}: the client could not answer: {exc}")
 
 
+def _refuse_retrieval(uri: str) -> Any:
+    """Never fetch a schema ``$ref`` (http://, file://, ...): an upstream's schema is resolved within itself."""
+    from referencing.exceptions import NoSuchResource
+
+    raise NoSuchResource(ref=uri)
+
+
+def _local_only_registry() -> Any:
+    from referencing import Registry
+
+    return Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
+
+
+_LOCAL_ONLY = _local_only_registry()
+
 _SERVER_REQUESTS: dict[str, tuple[Any, Any]] = {
     "elicitation/create": (types.ElicitRequest, types.ElicitResult),
     "sampling/createMessage": (types.CreateMessageRequest, types.CreateMessageResult),
@@ -690,6 +805,8 @@ def _failure(exc: BaseException) -> types.CallToolResult:
         return _error_result(f"denied by {rule} ({d.reason_code}): {d.reason} [call {exc.call_id}]",
                              {"sealbox/decision": {"rule": d.rule, "reason_code": d.reason_code,
                                                    "call_id": exc.call_id}})
+    if isinstance(exc, InvalidArguments):
+        return _error_result(str(exc), {"sealbox/not_forwarded": "invalid_arguments"})
     if isinstance(exc, RecordingError):
         return _error_result(f"not forwarded: the call could not be recorded ({exc})",
                              {"sealbox/not_forwarded": "recording_failed"})

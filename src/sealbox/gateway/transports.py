@@ -11,6 +11,9 @@ HTTP specifics:
 * requires ``Authorization: Bearer <token>`` with a token from ``http.tokens``;
   the token's identity is the principal of the calls (HTTP 401 and JSON-RPC
   error ``UNAUTHORIZED`` otherwise);
+* a session (``mcp-session-id``) is used only with a token of the identity that
+  created it: any other request on it (POST of any method, GET, DELETE) gets HTTP
+  403 and ``UNAUTHORIZED``, and the session is left untouched;
 * bodies above ``4 × limits.max_request_bytes`` are refused by the SDK with HTTP
   413 before parsing; smaller requests whose params exceed the limit get the
   JSON-RPC error ``REQUEST_TOO_LARGE``.
@@ -61,13 +64,17 @@ async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None
 
 async def _cancel_on_signal(scope: anyio.CancelScope, gateway: Gateway | None = None) -> None:
     """On SIGINT / SIGTERM: held calls answer "pending" first (see :meth:`Gateway.begin_shutdown`),
+    calls in flight upstream are waited for (:meth:`Gateway.drain_calls`, at most the call timeout),
     their replies get a moment to reach the client, then ``scope`` is cancelled."""
     import signal
 
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for _ in signals:
-            if gateway is not None and getattr(gateway, "_holding", 0):
+            if gateway is not None and (getattr(gateway, "_holding", 0) or getattr(gateway, "_calls", 0)):
                 await gateway.drain_holds()
+                drain = getattr(gateway, "drain_calls", None)  # a replay answers at once: nothing to wait for
+                if drain is not None:
+                    await drain()
                 await anyio.sleep(0.2)  # the replies are written to stdout by the transport's own task
             scope.cancel()
             return
@@ -87,6 +94,8 @@ class BearerAuth:
 
     def __init__(self, app: Any, tokens: dict[str, str]) -> None:
         self.app, self.tokens = app, dict(tokens)
+        #: ``mcp-session-id`` -> the identity whose request created the session
+        self.owners: dict[str, str] = {}
 
     def identity(self, header: str | None) -> str | None:
         if not header or not header.lower().startswith("bearer "):
@@ -111,8 +120,32 @@ class BearerAuth:
                 (b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
             await send({"type": "http.response.body", "body": body})
             return
+        session_id = headers.get("mcp-session-id")
+        owner = self.owners.get(session_id) if session_id is not None else None
+        if owner is not None and owner != identity:
+            # a session is used only by the identity that created it: another token may not list its
+            # tools, read its stream or end it (DELETE); the session is left as it is
+            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                "code": codes.UNAUTHORIZED, "message": "this session belongs to another identity"}}).encode()
+            await send({"type": "http.response.start", "status": 403, "headers": [
+                (b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": body})
+            return
         scope.setdefault("state", {})["sealbox_identity"] = identity
-        await self.app(scope, receive, send)
+        method = scope.get("method")
+
+        async def send_noting_sessions(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status = int(message.get("status", 500))
+                if session_id is None and status < 400:
+                    for k, v in message.get("headers") or []:
+                        if k.decode("latin-1").lower() == "mcp-session-id":
+                            self.owners[v.decode("latin-1")] = identity
+                elif session_id is not None and (status == 404 or (method == "DELETE" and status < 300)):
+                    self.owners.pop(session_id, None)  # ended, or unknown to the SDK (expired)
+            await send(message)
+
+        await self.app(scope, receive, send_noting_sessions)
 
 
 def http_app(gateway: Gateway, port: int) -> Any:
@@ -167,12 +200,39 @@ def _server(config: Any, gateway: Gateway | None = None) -> Any:
     import uvicorn
 
     class _Server(uvicorn.Server):
+        #: the event loop serving (set by serve_http): where the wait for calls in flight runs
+        sealbox_loop: Any = None
+        _draining = False
+
         def handle_exit(self, sig: int, frame: Any) -> None:
             begin = getattr(gateway, "begin_shutdown", None)  # a replay server holds no calls
             if begin is not None:
-                begin()  # held calls answer "pending" now: the graceful shutdown waits for them
+                begin()  # held calls answer "pending" now
+            if (not self._draining and self.sealbox_loop is not None and getattr(gateway, "_calls", 0)
+                    and hasattr(gateway, "drain_calls")):
+                # calls are being answered: uvicorn's shutdown would end their response (SSE) streams at
+                # once (sse-starlette watches should_exit), so the shutdown starts once they are answered;
+                # a second signal meanwhile stops at once
+                self._draining = True
+                self.sealbox_loop.call_soon_threadsafe(self._drain_then_exit, sig, frame)
+                return
+            self._exit_now(sig, frame)
+
+        def _exit_now(self, sig: int, frame: Any) -> None:
             super().handle_exit(sig, frame)
             self._captured_signals.clear()  # what capture_signals() would raise again after the shutdown
+
+        def _drain_then_exit(self, sig: int, frame: Any) -> None:
+            import asyncio
+
+            async def drain() -> None:
+                try:
+                    await gateway.drain_calls()  # type: ignore[union-attr]
+                    await asyncio.sleep(0.2)  # the last replies are written by their requests' own tasks
+                finally:
+                    self._exit_now(sig, frame)
+
+            self._drain_task = asyncio.ensure_future(drain())
 
     return _Server(config)
 
@@ -187,6 +247,12 @@ async def serve_http(gateway: Gateway, port: int, *, sock: socket.socket | None 
     port = sock.getsockname()[1]
     app = http_app(gateway, port)
     server = _server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"), gateway)
+    try:
+        import asyncio
+
+        server.sealbox_loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio: a signal stops at once, without waiting for calls in flight
+        pass
     async with anyio.create_task_group() as tg:
         await tg.start(gateway.run_upstreams)
 

@@ -14,7 +14,9 @@ Failures are translated at this boundary, so the recorder classifies them:
 * :class:`UpstreamTimeout` (a :class:`TimeoutError`): no answer within
   ``limits.call_timeout_s``; a breaker failure of kind ``timeout``.
 * :class:`UpstreamProtocolError`: the upstream answered with something that is
-  not a valid result (malformed JSON-RPC, a result of the wrong shape).
+  not a valid result (malformed JSON-RPC, a result of the wrong shape), or with a
+  JSON-RPC error response — including −32000 ("server error"), which is not taken
+  for the SDK's own connection-closed error of the same code (the upstream is alive).
 
 The transports' own errors (``mcp``, ``anyio``, ``pydantic``, ``httpx``) never
 leave this module.
@@ -173,6 +175,7 @@ class Upstream:
         if self.spec.kind == "stdio":
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
+            _install_line_reader()
             params = StdioServerParameters(command=self.spec.command or "", args=list(self.spec.args),
                                            env=dict(self.spec.env) or None, cwd=self.spec.cwd)
             return stdio_client(params, errlog=self.errlog)
@@ -212,7 +215,7 @@ class Upstream:
                 async for item in read:
                     if isinstance(item, Exception):
                         self.malformed += 1
-                        log.warning("upstream %s sent a malformed message: %s", self.spec.id, item)
+                        log.warning("upstream %s sent a malformed message: %s", self.spec.id, _malformed(item))
                     await send.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
             pass
@@ -282,7 +285,7 @@ class Upstream:
                                              progress_callback=progress, meta=meta)
         except MCPError as exc:
             code = exc.error.code if getattr(exc, "error", None) else None
-            if code == types.CONNECTION_CLOSED:
+            if code == types.CONNECTION_CLOSED and self._connection_closed(session, exc):
                 raise UpstreamUnavailable(f"upstream {self.spec.id} closed the connection during the call") from exc
             if code == types.REQUEST_TIMEOUT:
                 raise UpstreamTimeout(f"upstream {self.spec.id} did not answer within {self.limits.call_timeout_s:g} s") from exc
@@ -294,6 +297,90 @@ class Upstream:
         if not isinstance(result, types.CallToolResult):
             raise UpstreamProtocolError(f"upstream {self.spec.id} sent a {type(result).__name__}, not a CallToolResult")
         return result
+
+    def _connection_closed(self, session: Any, exc: BaseException) -> bool:
+        """Whether a ``CONNECTION_CLOSED`` (−32000) error is the SDK's own "Connection closed".
+
+        −32000 is also JSON-RPC's generic "server error", which a live upstream may answer with;
+        the SDK raises both as the same ``MCPError``. Its own one comes with the connection gone:
+        the session's dispatcher closed (it fans ``CONNECTION_CLOSED`` out to every waiting call when
+        the transport ends, and raises it for a send after the end), the transport's read side
+        ended (``eof``), or a write that failed on a closed stream (the ``__context__``). This reads
+        a private attribute of the SDK's dispatcher (``_closed``); without it, only the other two count.
+        """
+        dispatcher = getattr(session, "_dispatcher", None)
+        if getattr(dispatcher, "_closed", False):
+            return True
+        if self._disconnect is not None and self._disconnect.is_set():
+            return True
+        return isinstance(exc.__context__, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream))
+
+
+def _install_line_reader() -> None:
+    """Make the SDK's stdio client read an upstream's stdout a line at a time (:class:`_LineReceiveStream`).
+
+    The SDK's reader appends each decoded chunk (≤ 64 KiB) to the unfinished line and splits the
+    whole text again: quadratic in a line's length. A 30 MB result took about 10 s of CPU, so it
+    timed out, and the next call's answer, queued behind it, timed out too. Installed once, and only
+    while the SDK still reads through anyio's ``TextReceiveStream``."""
+    import mcp.client.stdio as sdk_stdio
+    from anyio.streams.text import TextReceiveStream
+
+    if getattr(sdk_stdio, "TextReceiveStream", None) is TextReceiveStream:
+        sdk_stdio.TextReceiveStream = _LineReceiveStream  # type: ignore[attr-defined, misc]
+
+
+def _line_receive_stream() -> type:
+    from anyio import EndOfStream
+    from anyio.streams.text import TextReceiveStream
+
+    class LineReceiveStream(TextReceiveStream):
+        """anyio's ``TextReceiveStream``, each ``receive()`` returning text up to (at least) one
+        newline, or the rest at EOF: the chunks of a long line are joined once (linear)."""
+
+        async def receive(self) -> str:
+            parts: list[str] = []
+            while True:
+                try:
+                    text = await super().receive()
+                except EndOfStream:
+                    if parts:
+                        return "".join(parts)
+                    raise
+                parts.append(text)
+                if "\n" in text:
+                    return "".join(parts)
+
+    return LineReceiveStream
+
+
+_LineReceiveStream = _line_receive_stream()
+
+
+class _QuietSdkParseErrors(logging.Filter):
+    """Drops the stdio client's own "Failed to parse JSONRPC message" record (logged with the whole
+    pydantic traceback): the gateway reports the same malformed line once, on one line, itself
+    (:meth:`Upstream._relay`). Every other record of that logger passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to parse JSONRPC message")
+
+
+_SDK_STDIO_LOGGER = "mcp.client.stdio"
+if not any(isinstance(f, _QuietSdkParseErrors) for f in logging.getLogger(_SDK_STDIO_LOGGER).filters):
+    logging.getLogger(_SDK_STDIO_LOGGER).addFilter(_QuietSdkParseErrors())
+
+
+def _malformed(exc: BaseException) -> str:
+    """One line about a message that could not be parsed (pydantic's text spans several lines)."""
+    errors = getattr(exc, "errors", None)
+    if isinstance(exc, ValidationError) and callable(errors):
+        parts = []
+        for e in errors()[:3]:
+            shown = repr(e.get("input"))
+            parts.append(f"{e.get('msg')} (input {shown[:80] + '…' if len(shown) > 80 else shown})")
+        return "; ".join(parts) or type(exc).__name__
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _describe(exc: BaseException) -> str:

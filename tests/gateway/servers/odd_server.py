@@ -1,0 +1,85 @@
+"""An MCP server (stdio) with odd tools, for the gateway's hardening tests (official SDK, low-level Server).
+
+Tools:
+  ref_http(x)        input schema: x is a ``$ref`` to ``$ODD_REF_URL`` (an http:// URL)
+  ref_file(x)        input schema: x is a ``$ref`` to ``file://$ODD_REF_FILE``
+  ref_local(x)       input schema: x is a ``$ref`` to ``#/$defs/small`` (an integer 0..9)
+  fail(code)         answers with a JSON-RPC error response (code ``code``, default -32000)
+  big(mb)            returns a text of ``mb`` megabytes
+  ping()             returns "pong"
+  <long name>        a tool whose name is ``$ODD_LONG_NAME`` (when set), returns "long"
+
+Environment:
+  ODD_LOG=path       every tools/call received is appended as one JSON line
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel.server import Server
+from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+
+
+def _tools() -> list[types.Tool]:
+    obj = {"type": "object"}
+    tools = [
+        types.Tool(name="ref_http", description="A remote $ref.",
+                   input_schema={**obj, "properties": {"x": {"$ref": os.environ.get("ODD_REF_URL", "http://127.0.0.1:9/s.json")}}}),
+        types.Tool(name="ref_file", description="A file $ref.",
+                   input_schema={**obj, "properties": {"x": {"$ref": "file://" + os.environ.get("ODD_REF_FILE", "/nonexistent.json")}}}),
+        types.Tool(name="ref_local", description="A local $ref.",
+                   input_schema={**obj, "$defs": {"small": {"type": "integer", "minimum": 0, "maximum": 9}},
+                                 "properties": {"x": {"$ref": "#/$defs/small"}}, "required": ["x"]}),
+        types.Tool(name="fail", description="Answer with a JSON-RPC error.",
+                   input_schema={**obj, "properties": {"code": {"type": "integer"}}}),
+        types.Tool(name="big", description="A big result.", input_schema={**obj, "properties": {"mb": {"type": "number"}}}),
+        types.Tool(name="ping", description="pong", input_schema=obj),
+    ]
+    if os.environ.get("ODD_LONG_NAME"):
+        tools.append(types.Tool(name=os.environ["ODD_LONG_NAME"], description="A long name.", input_schema=obj))
+    return tools
+
+
+def _text(value: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=value)])
+
+
+async def list_tools(ctx, params) -> types.ListToolsResult:
+    return types.ListToolsResult(tools=_tools())
+
+
+async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    args = params.arguments or {}
+    log = os.environ.get("ODD_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"tool": params.name, "arguments": args}) + "\n")
+    if params.name == "fail":
+        raise MCPError(int(args.get("code", -32000)), "the odd server failed on purpose")
+    if params.name == "big":
+        return _text("x" * int(float(args.get("mb", 1)) * 1024 * 1024))
+    if params.name == "ping":
+        return _text("pong")
+    if params.name.startswith("ref_"):
+        return _text(f"{params.name}:{json.dumps(args.get('x'))}")
+    return _text("long")
+
+
+async def main() -> None:
+    server = Server("odd", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
+    stdin = anyio.wrap_file(io.TextIOWrapper(os.fdopen(0, "rb", buffering=0), encoding="utf-8"))
+    stdout = anyio.wrap_file(io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), encoding="utf-8", write_through=True))
+    sys.stdout = sys.stderr
+    async with stdio_server(stdin, stdout) as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+if __name__ == "__main__":
+    anyio.run(main)

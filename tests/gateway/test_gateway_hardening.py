@@ -1,0 +1,460 @@
+"""Hardening: schema $refs never fetched, sessions bound to their identity, the system run not joinable,
+an upstream's -32000 error response, refused arguments recorded as failed, quiet SDK parse errors,
+big results, long tool names, the re-approval hint, and SIGTERM with a call in flight."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp.shared.exceptions import MCPError
+
+import sealbox
+from sealbox.gateway import UNAUTHORIZED, UNKNOWN_RUN, Gateway
+from sealbox.gateway.transports import serve_http
+
+from .conftest import TOY, connect, gateway_runs, running, text_of, toy_config, toy_log
+
+pytestmark = pytest.mark.anyio
+
+ODD = str(Path(__file__).parent / "servers" / "odd_server.py")
+SECRET = "SECRET-MARKER-7f3a9c"
+
+
+def odd_config(tmp_path: Path, *, env: dict[str, str] | None = None, extra: str = "") -> object:
+    env = {"ODD_LOG": str(tmp_path / "odd.log"), **(env or {})}
+    env_yaml = "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in env.items()) + "}"
+    ups = f"""
+  - id: odd
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(ODD)}]
+    env: {env_yaml}
+"""
+    return toy_config(tmp_path, upstreams=ups, extra=extra)
+
+
+def odd_log(tmp_path: Path) -> list[dict]:
+    p = tmp_path / "odd.log"
+    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+
+
+def all_events(store) -> list:
+    return store.read_range(0, store.size())
+
+
+def results(store) -> list[dict]:
+    return [e.payload for e in all_events(store) if e.kind == "tool.result"]
+
+
+class _Recording(http.server.BaseHTTPRequestHandler):
+    hits: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802
+        type(self).hits.append(self.path)
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"type": "string"}')
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def schema_host():
+    """A local HTTP server (127.0.0.1) that records every request it gets; (url, hits)."""
+    _Recording.hits = []
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Recording)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/schema.json", _Recording.hits
+    server.shutdown()
+    server.server_close()
+
+
+# ---------------------------------------------------------------------------- 1. $ref never fetched
+
+
+async def test_schema_refs_are_never_fetched_and_unresolvable_ones_leave_validation_to_the_upstream(
+        tmp_path, store, schema_host):
+    url, hits = schema_host
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"type": "string", "const": SECRET, "description": SECRET}))
+    gw = Gateway(odd_config(tmp_path, env={"ODD_REF_URL": url, "ODD_REF_FILE": str(secret)}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        remote = await client.call_tool("odd__ref_http", {"x": 1})
+        local_file = await client.call_tool("odd__ref_file", {"x": 1})
+        good = await client.call_tool("odd__ref_local", {"x": 3})
+        bad = await client.call_tool("odd__ref_local", {"x": 30})
+    assert hits == []  # the schema host was never contacted
+    assert (remote.is_error, text_of(remote)) == (False, "ref_http:1")  # forwarded: the upstream validates
+    assert (local_file.is_error, text_of(local_file)) == (False, "ref_file:1")
+    assert (good.is_error, text_of(good)) == (False, "ref_local:3")  # an internal #/$defs ref still works
+    assert (bad.is_error, text_of(bad), bad.meta) == (
+        True, "arguments do not match the input schema of odd__ref_local: x: 30 is greater than the maximum of 9",
+        {"sealbox/not_forwarded": "invalid_arguments"})
+    assert odd_log(tmp_path) == [{"tool": "ref_http", "arguments": {"x": 1}},
+                                 {"tool": "ref_file", "arguments": {"x": 1}},
+                                 {"tool": "ref_local", "arguments": {"x": 3}}]
+    assert [r["ok"] for r in results(store)] == [True, True, True, False]
+    everything = json.dumps([e.payload for e in all_events(store)], default=str)
+    assert SECRET not in everything
+    assert all(SECRET not in text_of(r) for r in (remote, local_file, good, bad))
+
+
+async def test_a_ref_to_a_port_nobody_listens_on_is_forwarded_without_an_error(tmp_path, store):
+    import socket
+
+    with socket.socket() as s:  # a free port, closed again: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    gw = Gateway(odd_config(tmp_path, env={"ODD_REF_URL": f"http://127.0.0.1:{port}/s.json"}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        first = await client.call_tool("odd__ref_http", {"x": "a"})
+        second = await client.call_tool("odd__ref_http", {"x": 2})
+    assert [(r.is_error, text_of(r)) for r in (first, second)] == [(False, 'ref_http:"a"'), (False, "ref_http:2")]
+    assert [(r["ok"], r["result"]["content"][0]["text"]) for r in results(store)] == [
+        (True, 'ref_http:"a"'), (True, "ref_http:2")]
+
+
+# ---------------------------------------------------------------------------- 2. sessions and identities
+
+TOKEN_A = "token-of-alice-0123456789abcdef"
+TOKEN_B = "token-of-bob-0123456789abcdef00"
+HTTP2 = (f"http:\n  tokens:\n    - {{token: {TOKEN_A}, identity: alice}}\n"
+         f"    - {{token: {TOKEN_B}, identity: bob}}\n")
+HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+
+
+def _rpc(response) -> dict:
+    """The JSON-RPC message of a response (plain JSON or one SSE event)."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        return json.loads([d for d in data if d][-1])
+    return response.json()
+
+
+async def test_an_http_session_is_used_only_by_the_identity_that_created_it(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path, extra=HTTP2), store=store)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        alice = {**HEADERS, "authorization": f"Bearer {TOKEN_A}"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            init = await http.post(url, json=INIT, headers=alice)
+            sid = init.headers["mcp-session-id"]
+            alice = {**alice, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=alice)
+            call = await http.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                              "params": {"name": "toy__echo", "arguments": {"text": "hi"}}},
+                                   headers=alice)
+            bob = {**alice, "authorization": f"Bearer {TOKEN_B}"}
+            listed = await http.post(url, json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, headers=bob)
+            async with http.stream("GET", url, headers={**bob, "accept": "text/event-stream"}) as stream:
+                # without the check this is A's standalone SSE stream, open until the session ends
+                stream_status = stream.status_code
+                stream_body = json.loads(await stream.aread()) if stream_status != 200 else None
+            ended = await http.delete(url, headers=bob)
+            [run_id] = gateway_runs(store)
+            kinds_after_bob = [e.kind for e in store.read_run(run_id)]
+            still = await http.post(url, json={"jsonrpc": "2.0", "id": 4, "method": "tools/list"}, headers=alice)
+            own_delete = await http.delete(url, headers=alice)
+            with anyio.fail_after(10):
+                while store.read_run(run_id)[-1].kind != "run.ended":
+                    await anyio.sleep(0.02)
+        tg.cancel_scope.cancel()
+    assert _rpc(call)["result"]["content"][0]["text"] == "hi"
+    refused = {"jsonrpc": "2.0", "id": None, "error": {"code": UNAUTHORIZED,
+                                                         "message": "this session belongs to another identity"}}
+    assert (stream_status, stream_body) == (403, refused)
+    for response in (listed, ended):
+        assert (response.status_code, response.json()) == (403, refused)
+    assert kinds_after_bob == ["run.started", "tool.call", "policy.decision", "tool.result"]  # A's run untouched
+    assert still.status_code == 200 and len(_rpc(still)["result"]["tools"]) == 11
+    assert own_delete.status_code == 200
+    assert [e.kind for e in store.read_run(run_id)][-1] == "run.ended"
+
+
+# ---------------------------------------------------------------------------- 3. the system run
+
+
+async def test_a_call_cannot_join_the_system_run(tmp_path, store):
+    from sealbox.events import SYSTEM_RUN_ID
+
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        before = [e.kind for e in store.read_run(SYSTEM_RUN_ID)]
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("toy__echo", {"text": "in system"}, meta={"sealbox/run_id": "system"})
+    assert err.value.code == UNKNOWN_RUN
+    assert err.value.message == ("run 'system' is the store's own record (tool changes, breakers, approvals); "
+                                 "calls cannot join it")
+    assert [e.kind for e in store.read_run(SYSTEM_RUN_ID)] == before == ["run.started", "tools.changed"]
+    assert not any(e.kind == "tool.call" for e in all_events(store))
+    assert not (tmp_path / "toy.log").exists()
+
+
+def test_sealbox_run_id_system_at_startup_is_one_error(tmp_path):
+    import subprocess
+
+    sealbox.init_store(tmp_path / "store").close()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"""version: 1
+store: ./store
+policy: ALLOW_ALL
+upstreams:
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+    env: {{TOY_LOG: {json.dumps(str(tmp_path / "toy.log"))}}}
+""")
+    env = {**{k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}, "SEALBOX_RUN_ID": "system"}
+    out = subprocess.run([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)],
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=60)
+    assert (out.returncode, out.stdout, out.stderr) == (
+        2, "", "error: SEALBOX_RUN_ID=system: 'system' is the store's own record, not a run calls can join; "
+               "unset it, or name a run the agent started\n")
+
+
+# ---------------------------------------------------------------------------- 4. -32000 from a live upstream
+
+
+async def test_an_upstream_error_response_with_code_32000_is_not_a_closed_connection(tmp_path, store):
+    gw = Gateway(odd_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        failed = await client.call_tool("odd__fail", {"code": -32000})
+        after = await client.call_tool("odd__ping", {})
+        generation = gw.upstreams["odd"].generation
+    assert (failed.is_error, text_of(failed), failed.meta) == (
+        True, "upstream error: upstream odd answered with JSON-RPC error -32000: the odd server failed on purpose",
+        {"sealbox/upstream_error": "UpstreamProtocolError"})
+    assert (after.is_error, text_of(after)) == (False, "pong")
+    assert generation == 1  # never restarted: it was alive all along
+    first, second = results(store)
+    assert (first["ok"], first["error"]["type"], first["error"]["message"]) == (
+        False, "UpstreamProtocolError", "upstream odd answered with JSON-RPC error -32000: the odd server failed on purpose")
+    assert second["ok"] is True
+    assert [e.payload for e in all_events(store) if e.kind == "breaker.changed"] == []  # no server_down
+
+
+async def test_a_real_closed_connection_is_still_upstream_unavailable(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        crashed = await client.call_tool("toy__crash", {})
+    assert (crashed.is_error, crashed.meta) == (True, {"sealbox/upstream_error": "UpstreamUnavailable"})
+    [res] = results(store)
+    assert (res["error"]["type"], res["error"]["message"]) == (
+        "UpstreamUnavailable", "upstream toy closed the connection during the call")
+
+
+# ---------------------------------------------------------------------------- 5. refused arguments recorded
+
+
+async def test_arguments_refused_by_the_schema_are_recorded_as_a_failed_call(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 1, cooldown_s: 30}"), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        refused = await client.call_tool("toy__add", {"a": "x", "b": 2})
+        fine = await client.call_tool("toy__add", {"a": 1, "b": 2})  # the breaker (threshold 1) did not open
+    text = "arguments do not match the input schema of toy__add: a: 'x' is not of type 'integer'"
+    assert (refused.is_error, text_of(refused), refused.meta) == (
+        True, text, {"sealbox/not_forwarded": "invalid_arguments"})
+    assert (fine.is_error, text_of(fine)) == (False, "3")
+    first, second = results(store)
+    assert (first["ok"], first["error"]["type"], first["error"]["message"], "result" in first) == (
+        False, "InvalidArguments", text, False)
+    assert second["ok"] is True
+    assert [e.payload for e in all_events(store) if e.kind == "breaker.changed"] == []
+    assert toy_log(tmp_path) == [{"tool": "add", "arguments": {"a": 1, "b": 2}}]  # the refused call never went out
+
+
+# ---------------------------------------------------------------------------- 6. SDK parse error traceback
+
+
+async def test_a_malformed_upstream_line_is_one_sealbox_line_and_no_sdk_traceback(tmp_path, store, caplog):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    with caplog.at_level(logging.DEBUG):
+        async with running(gw) as tg, connect(gw, tg) as client:
+            answer = await client.call_tool("toy__garbage", {})
+    assert text_of(answer) == "after garbage"
+    mine = [(r.name, r.levelname, r.getMessage()) for r in caplog.records
+            if "malformed" in r.getMessage() or "JSONRPC" in r.getMessage()]
+    assert mine == [("sealbox.gateway", "WARNING", "upstream toy sent a malformed message: Invalid JSON: expected "
+                     "ident at line 1 column 2 (input 'this is not json')")]
+    other = logging.getLogger("mcp.client.stdio").makeRecord("mcp.client.stdio", logging.WARNING, __file__, 1,
+                                                             "Reading from the MCP server's stdout failed", (), None)
+    assert all(f.filter(other) for f in logging.getLogger("mcp.client.stdio").filters)  # others still pass
+
+
+async def test_sealbox_gateway_serve_stderr_has_no_sdk_traceback_for_a_malformed_line(tmp_path):
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    sealbox.init_store(tmp_path / "store").close()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"""version: 1
+store: ./store
+policy: ALLOW_ALL
+upstreams:
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+""")
+    params = StdioServerParameters(command=str(Path(sys.executable).parent / "sealbox"),
+                                   args=["gateway", "serve", "--config", str(config)],
+                                   env={"PATH": os.environ.get("PATH", "")})
+
+    with open(tmp_path / "stderr.txt", "w") as err, anyio.fail_after(60):
+        async with stdio_client(params, errlog=err) as (r, w), ClientSession(r, w) as client:
+            await client.initialize()
+            answer = text_of(await client.call_tool("toy__garbage", {}))
+    assert answer == "after garbage"
+    assert (tmp_path / "stderr.txt").read_text() == (
+        "sealbox-gateway: upstream toy sent a malformed message: Invalid JSON: expected ident at line 1 column 2 "
+        "(input 'this is not json')\n")
+
+
+# ---------------------------------------------------------------------------- 7. a big result
+
+
+async def test_a_30_mb_result_arrives_within_the_timeout_and_the_next_call_too(tmp_path, store):
+    gw = Gateway(odd_config(tmp_path, extra="limits: {call_timeout_s: 6}"), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        with anyio.fail_after(30):
+            big = await client.call_tool("odd__big", {"mb": 30})
+            after = await client.call_tool("odd__ping", {})
+    assert (big.is_error, len(text_of(big)), text_of(big)[:3]) == (False, 30 * 1024 * 1024, "xxx")
+    assert (after.is_error, text_of(after)) == (False, "pong")
+    assert [r["ok"] for r in results(store)] == [True, True]
+
+
+# ---------------------------------------------------------------------------- 8. hint, long names, SIGTERM
+
+
+async def test_the_tool_changed_denial_names_the_store_in_its_reapprove_hint(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        await client.call_tool("toy__mutate", {})
+        with anyio.fail_after(10):
+            await gw.upstreams["toy"].wait_until(lambda u: "extra" in u.tools)
+        denied = await client.call_tool("toy__echo", {"text": "after"})
+        listed = {t.name: t.description for t in (await client.list_tools()).tools}
+    command = f"sealbox gateway reapprove toy echo --store {tmp_path / 'store'}"
+    assert text_of(denied).startswith(
+        f"denied by rule sealbox.gateway/tool-changed (policy_deny): tool toy/echo changed upstream and has not "
+        f"been re-approved ({command}) [call ")
+    assert listed["toy__echo"] == f"[blocked: this tool changed upstream; calls are denied until `{command}`]"
+
+
+async def test_a_long_upstream_tool_name_is_exposed_within_64_characters_and_callable(tmp_path, store):
+    import hashlib
+
+    long_name = "n" * 200
+    gw = Gateway(odd_config(tmp_path, env={"ODD_LONG_NAME": long_name}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        exposed = "odd__" + "n" * 50 + "-" + hashlib.sha256(long_name.encode()).hexdigest()[:8]
+        result = await client.call_tool(exposed, {})
+    assert exposed in names and len(exposed) == 64 and max(len(n) for n in names) == 64
+    assert (result.is_error, text_of(result)) == (False, "long")
+    [call] = [e.payload for e in all_events(store) if e.kind == "tool.call"]
+    assert (call["server"], call["tool"], call["exposed"]) == ("odd", long_name, exposed)
+
+
+def test_sigterm_with_a_call_in_flight_answers_it_before_closing(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    sealbox.init_store(tmp_path / "store").close()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"""version: 1
+store: ./store
+policy: ALLOW_ALL
+upstreams:
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+""")
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        def send(msg: dict) -> None:
+            proc.stdin.write(json.dumps(msg) + "\n")
+            proc.stdin.flush()
+
+        def read_id(want: int) -> dict:
+            while True:
+                line = proc.stdout.readline()
+                assert line, proc.stderr.read()
+                msg = json.loads(line)
+                if msg.get("id") == want:
+                    return msg
+
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+        read_id(1)
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "toy__slow",
+                                                                           "arguments": {"seconds": 1.5}}})
+        time.sleep(0.7)  # the call is in flight upstream
+        proc.send_signal(signal.SIGTERM)
+        reply = read_id(2)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert reply["result"]["content"] == [{"type": "text", "text": "slow done"}]
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        [run_id] = gateway_runs(store)
+        assert [e.kind for e in store.read_run(run_id)] == ["run.started", "tool.call", "policy.decision",
+                                                            "tool.result", "run.ended"]
+    finally:
+        store.close()
+
+
+async def test_sigterm_over_http_with_a_call_in_flight_answers_it_before_closing(tmp_path):
+    import signal
+
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from .test_gateway_transports import TOKEN, _http_serve_process
+
+    proc, port = _http_serve_process(tmp_path)
+    try:
+        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"}, timeout=30)
+        async with http, streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http) as (r, w):
+            async with ClientSession(r, w) as client, anyio.create_task_group() as tg:
+                with anyio.fail_after(30):
+                    await client.initialize()
+
+                    async def stop_soon() -> None:
+                        await anyio.sleep(0.7)  # the call is in flight upstream
+                        proc.send_signal(signal.SIGTERM)
+
+                    tg.start_soon(stop_soon)
+                    result = await client.call_tool("toy__slow", {"seconds": 1.5})
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (result.is_error, text_of(result)) == (False, "slow done")
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        [run_id] = gateway_runs(store)
+        assert [e.kind for e in store.read_run(run_id)] == ["run.started", "tool.call", "policy.decision",
+                                                            "tool.result", "run.ended"]
+    finally:
+        store.close()
