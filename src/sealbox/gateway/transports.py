@@ -212,7 +212,7 @@ def _server(config: Any, gateway: Gateway | None = None) -> Any:
                     and hasattr(gateway, "drain_calls")):
                 # calls are being answered: uvicorn's shutdown would end their response (SSE) streams at
                 # once (sse-starlette watches should_exit), so the shutdown starts once they are answered;
-                # a second signal meanwhile stops at once
+                # a second signal meanwhile starts it at once (a call still upstream is recorded when it ends)
                 self._draining = True
                 self.sealbox_loop.call_soon_threadsafe(self._drain_then_exit, sig, frame)
                 return
