@@ -26,6 +26,7 @@ import re
 import threading
 import time
 import traceback
+import types
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -890,12 +891,21 @@ def _check_call(server: Any, tool: Any, grant: Any, call_id: Any, exposed: Any) 
                               "nothing was recorded")
 
 
+#: code flags of coroutine, generator and async generator functions (inspect.CO_*)
+_ASYNC_OR_GEN_FLAGS = (inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+                       | inspect.CO_ITERABLE_COROUTINE)
+#: result types that are never awaitables or generators (checked first, by exact type)
+_PLAIN_RESULTS = frozenset({str, int, float, bool, type(None), dict, list, tuple, bytes})
+
 _A = {"coroutine": "a coroutine", "async generator": "an async generator", "generator": "a generator"}
 
 
 def _function_kind(fn: Any) -> str | None:
     """``"coroutine"``, ``"async generator"`` or ``"generator"`` when ``fn`` is such a function,
     also through :func:`functools.partial` and a callable object's ``__call__``; else None."""
+    if type(fn) is types.FunctionType and not fn.__code__.co_flags & _ASYNC_OR_GEN_FLAGS \
+            and "_is_coroutine_marker" not in fn.__dict__:  # the common case, without inspect's unwrapping
+        return None
     target = fn
     for _ in range(64):
         if not isinstance(target, functools.partial):
@@ -929,6 +939,8 @@ def _generator_refusal(server: str, tool: str, kind: str) -> str:
 def _unrecordable(result: Any, server: str, tool: str, *, awaited: bool) -> ConfigError | None:
     """A ConfigError when a tool returned a coroutine (from the sync ``call_tool``) or a generator,
     whose body would run (or not) after the record says ok; the object is closed unrun."""
+    if type(result) in _PLAIN_RESULTS:
+        return None
     if inspect.iscoroutine(result) or inspect.isgenerator(result):
         result.close()
         what = "a coroutine" if inspect.iscoroutine(result) else "a generator"
