@@ -81,7 +81,13 @@ class Problem:
         detail = ""
         if self.expected is not None or self.found is not None:
             detail = f" (expected {self.expected}, found {self.found})"
-        return f"{self.code}{loc}: {self.message}{detail}"
+        text = f"{self.code}{loc}: {self.message}{detail}"
+        if text.isprintable():
+            return text
+        # a value read from a changed store may hold control characters or, decoded with
+        # surrogateescape, lone surrogates: escaped, so the line stays one printable UTF-8 line
+        return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                       if ord(c) < 0xD800 or ord(c) > 0xDFFF else f"\\u{ord(c):04x}" for c in text)
 
 
 @dataclass(frozen=True)
@@ -384,7 +390,7 @@ def _as_blob(value: Any) -> bytes:
 
 #: SQLite's name of the storage class a stored value of each Python type comes from.
 _STORAGE_CLASS = {str: "TEXT", int: "INTEGER", float: "REAL", type(None): "NULL", bool: "INTEGER"}
-_WITH_ARTICLE = {"TEXT": "a TEXT value", "INTEGER": "an INTEGER", "REAL": "a REAL", "NULL": "NULL"}
+_WITH_ARTICLE = {"TEXT": "a TEXT value", "INTEGER": "an INTEGER", "REAL": "a REAL", "NULL": "NULL", "BLOB": "a BLOB"}
 
 
 def _column_type_problems(leaf_index: int, raw: Any, stored_hash: Any, columns: Any) -> list[Problem]:
@@ -921,7 +927,8 @@ def verify_store(store: Any, *, trusted_vkey: str | None = None, canonical: bool
     verifier = Verifier.from_vkey(vkey) if vkey else None
     file_note = store.checkpoint_file_note()  # read before the snapshot: it never runs ahead of it
     snapshot = store.read_snapshot() if hasattr(store, "read_snapshot") else contextlib.nullcontext()
-    with snapshot:
+    lenient = store.verify_reads() if hasattr(store, "verify_reads") else contextlib.nullcontext()
+    with snapshot, lenient:
         report = _verify_snapshot(store, verifier, file_note, started, tuple(checkpoints))
         if not canonical:
             return report
@@ -983,6 +990,11 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
         problems.extend(check_snapshots(store.iter_snapshots(), ev.envelopes_by_kind.get("run.started", [])))
     if hasattr(store, "iter_run_rows"):
         problems.extend(check_run_rows(store.iter_run_rows(), ev.envelopes_by_kind.get("run.started", [])))
+    for table, key, column, expected, found in (
+            store.storage_class_problems() if hasattr(store, "storage_class_problems") else ()):
+        problems.append(Problem("column_type", f"the {table} table's {column} column holds "
+                                f"{_WITH_ARTICLE.get(found, found)} in the row {key}, where Sealbox writes "
+                                f"{expected} (the row was changed below Sealbox)", expected=expected, found=found))
     for code, message in store.schema_problems() if hasattr(store, "schema_problems") else ():
         problems.append(Problem(code, message))
     for name in store.missing_triggers() if hasattr(store, "missing_triggers") else ():

@@ -8,6 +8,7 @@ The sample log (see test_tamper.py): leaf 0 the system run's run.started; run A 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -121,6 +122,81 @@ def test_an_integer_where_the_bytes_belong_is_a_column_type_problem(s: Sample) -
     report = verify(s.path)
     assert report.problems[0].message.startswith("the events table's raw column holds an INTEGER where")
     assert (report.problems[0].code, report.problems[0].found) == ("column_type", "INTEGER")
+
+
+@pytest.mark.parametrize("column", ["run_id", "kind", "ts", "principal", "step", "tool"])
+def test_a_derived_column_that_is_not_utf8_is_reported_not_raised(s: Sample, column: str) -> None:
+    """A TEXT that is not UTF-8 in any column of an event row (not only raw and leaf_hash) used to
+    stop verify with sqlite3's 'Could not decode to UTF-8 column' (an internal error, exit 70)."""
+    tamper(s.path, f"UPDATE events SET {column} = CAST(x'ff41' AS TEXT) WHERE leaf_index = 2")
+    report = verify(s.path)
+    assert report.problems and report.problems[0].code == "index_mismatch", report.problems
+    assert f"(column {column})" in report.problems[0].message
+    assert report.problems[0].leaf_index == 2 and "'\\udcffA'" in report.problems[0].found
+    res = cli("verify", "-s", str(s.path))
+    assert res.returncode == 1 and "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
+    assert res.stdout.startswith("index_mismatch [run "), res.stdout
+    res = cli("verify", "-s", str(s.path), "--json")
+    assert res.returncode == 1 and json.loads(res.stdout)["problems"][0]["code"] == "index_mismatch"
+
+
+STORAGE_CLASS = {
+    "tree-node-hash": ("UPDATE tree_nodes SET hash = CAST(hash AS TEXT) WHERE level = 4 AND idx = 0",
+                       "tree_nodes", "hash", "the row (level, idx) = (4, 0)", "BLOB", "TEXT"),
+    "checkpoint-root": ("UPDATE checkpoints SET root_hash = CAST(root_hash AS TEXT) WHERE id = 1",
+                        "checkpoints", "root_hash", "the row id = 1", "BLOB", "TEXT"),
+    "checkpoint-size": ("UPDATE checkpoints SET tree_size = tree_size || 'x' WHERE id = 1",
+                        "checkpoints", "tree_size", "the row id = 1", "INTEGER", "TEXT"),
+    "blob-content": ("UPDATE blobs SET content = CAST(content AS TEXT) WHERE ref = (SELECT min(ref) FROM blobs)",
+                     "blobs", "content", "the row ref '{ref}'", "BLOB or NULL", "TEXT"),
+    "blob-salt": ("UPDATE blobs SET salt = CAST(salt AS TEXT) WHERE ref = (SELECT min(ref) FROM blobs)",
+                  "blobs", "salt", "the row ref '{ref}'", "BLOB or NULL", "TEXT"),
+    "snapshot-content": ("UPDATE snapshots SET content = CAST(content AS TEXT)",
+                         "snapshots", "content", "the row fingerprint '{fp}'", "BLOB", "TEXT"),
+    "run-agent": ("UPDATE runs SET agent = CAST(agent AS BLOB) WHERE leaf_index = 0", "runs", "agent",
+                  "the row run_id 'system'", "TEXT", "BLOB"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STORAGE_CLASS))
+def test_a_value_of_another_storage_class_outside_the_events_table_is_reported(s: Sample, case: str) -> None:
+    """A TEXT holding the very bytes of a hash, a blob or a snapshot changes nothing a check
+    recomputes, so it used to pass as "Verified" (or stop verify when the bytes were not UTF-8).
+    Nothing Sealbox writes stores another class there: it is reported (column_type), as in events."""
+    store = open_store(s.path)
+    fp = store.put_snapshot({"model": {"name": "m"}})
+    store.close()
+    with closing_db(s.path) as db:
+        ref = db.execute("SELECT min(ref) FROM blobs").fetchone()[0]
+    sql, table, column, row, expected, found = STORAGE_CLASS[case]
+    tamper(s.path, sql)
+    report = verify(s.path)
+    typed = [p for p in report.problems if p.code == "column_type"]
+    article = {"TEXT": "a TEXT value", "BLOB": "a BLOB"}[found]
+    assert [(p.message, p.expected, p.found) for p in typed] == [(
+        f"the {table} table's {column} column holds {article} in {row.format(ref=ref, fp=fp)}, where Sealbox writes "
+        f"{expected} (the row was changed below Sealbox)", expected, found)]
+    res = cli("verify", "-s", str(s.path))
+    assert res.returncode == 1 and "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("sql", [
+    "UPDATE checkpoints SET note = CAST(x'ff' AS TEXT) WHERE id = 1",
+    "UPDATE checkpoints SET root_hash = CAST(x'ff' AS TEXT) WHERE id = 1",
+    "UPDATE tree_nodes SET hash = CAST(x'ffff' AS TEXT) WHERE level = 4 AND idx = 0",
+    "UPDATE blobs SET salt = CAST(x'ff' AS TEXT) WHERE ref = (SELECT min(ref) FROM blobs)",
+    "UPDATE blobs SET ref = CAST(x'ff' AS TEXT) WHERE ref = (SELECT min(ref) FROM blobs)",
+    "UPDATE runs SET agent = CAST(x'ff' AS TEXT)",
+    "UPDATE runs SET run_id = CAST(x'ff' AS TEXT) WHERE leaf_index = 1",
+])
+def test_text_that_is_not_utf8_in_the_other_tables_is_reported_not_raised(s: Sample, sql: str) -> None:
+    tamper(s.path, sql)
+    report = verify(s.path)
+    assert not report.ok and report.problems
+    res = cli("verify", "-s", str(s.path))
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
+    assert res.stdout.splitlines()[-1].startswith("NOT VERIFIED: ")
 
 
 # --------------------------------------------------------------------------- bug 2: bytes that are no event
@@ -271,6 +347,27 @@ def test_a_removed_row_of_a_migration_that_only_drops_is_found_by_applying_it(s:
         "was removed below Sealbox")
 
 
+@pytest.mark.parametrize("version, evidence", [
+    (4, "the new definition of events_tool"),  # drops indexes and creates them again, differently
+    (5, "store_meta key tree_stored_node_level"),  # only writes a store_meta key
+])
+def test_a_removed_row_is_found_by_what_its_migration_left(s: Sample, version: int, evidence: str) -> None:
+    """Rows 4 and 5 removed alone used to pass: verify took the store for one an older Sealbox
+    wrote (a note, then "Verified") and a writer applied the migration again, hiding the change."""
+    tamper(s.path, f"DELETE FROM schema_migrations WHERE version = {version}")
+    name = {m.version: m.name for m in migrate.load_migrations("sqlite")}[version]
+    message = (f"{s.path}: the store's schema_migrations table lacks migration {version} ({version:04d}_{name}) but the "
+               f"store already has its changes ({evidence}): " + MIGRATION_HINT)
+    with pytest.raises(SchemaVersionError) as info:
+        open_store(s.path)
+    assert str(info.value) == message
+    res = cli("verify", "-s", str(s.path))
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stdout.splitlines()[0] == (
+        f"schema_migration_missing: the store's schema_migrations table lacks migration {version} ({version:04d}_{name}) "
+        f"but the store already has its changes ({evidence}): its row was removed below Sealbox")
+
+
 def test_every_migration_row_removed(s: Sample) -> None:
     tamper(s.path, "DELETE FROM schema_migrations")
     with pytest.raises(StoreUpgradeNeededError, match=r"lacks migration 1 \(0001_ledger\) but the store already has "
@@ -280,8 +377,8 @@ def test_every_migration_row_removed(s: Sample) -> None:
     assert res.returncode == 1, res.stdout + res.stderr
     lines = res.stdout.splitlines()
     assert [line.split(":", 1)[0] for line in lines[:6]] == ["schema_migration_missing"] * 6
-    assert lines[2].endswith("lacks migration 3 (0003_insert_guards) but the store already has those of migration 6 "
-                             "(column events.rule): its row was removed below Sealbox")
+    assert lines[2].endswith("lacks migration 3 (0003_insert_guards) but the store already has those of migration 4 "
+                             "(the new definition of events_tool): its row was removed below Sealbox")
 
 
 def test_an_altered_migration_row_is_reported(s: Sample) -> None:

@@ -989,7 +989,8 @@ def test_a_checkpoint_root_column_of_another_type_is_reported_not_crashed_on(s: 
     assert store.checkpoints()[0].root_hash == b"abc"
     store.close()
     report = verify(s.path)
-    assert [(p.code, p.found) for p in report.problems] == [("checkpoint_row_mismatch", "size 1, root 'abc'")]
+    assert [(p.code, p.found) for p in report.problems] == [("checkpoint_row_mismatch", "size 1, root 'abc'"),
+                                                            ("column_type", "TEXT")]
 
 
 def test_a_deleted_middle_checkpoint_is_named(s: Sample) -> None:
@@ -1098,7 +1099,10 @@ def test_a_blob_row_with_a_malformed_ref_or_text_salt_is_named(s: Sample) -> Non
     tamper(s.path, ("INSERT INTO blobs (ref, salt, content, size) VALUES ('sha256:00', X'00', X'7b7d', 2)", ()),
            ("UPDATE blobs SET salt = 'text' WHERE ref = ?", (ref,)))
     report = verify(s.path)
-    assert sorted(p.code for p in report.problems) == ["blob_malformed", "blob_mismatch"]
+    assert sorted(p.code for p in report.problems) == ["blob_malformed", "blob_mismatch", "column_type"]
+    assert next(p for p in report.problems if p.code == "column_type").message == (
+        f"the blobs table's salt column holds a TEXT value in the row ref '{ref}', where Sealbox writes BLOB or NULL "
+        "(the row was changed below Sealbox)")
     assert "'sha256:00' is not a commitment" in next(p.message for p in report.problems if p.code == "blob_malformed")
 
 

@@ -78,20 +78,31 @@ def check_applied(applied: dict[int, str], known: list[Migration], where: str) -
 _CREATE = re.compile(r"\bCREATE\s+(?:UNIQUE\s+)?(TABLE|INDEX|TRIGGER|VIEW)\s+(IF\s+NOT\s+EXISTS\s+)?(\w+)", re.I)
 _DROP = re.compile(r"\bDROP\s+(TABLE|INDEX|TRIGGER|VIEW)\s+(?:IF\s+EXISTS\s+)?(\w+)", re.I)
 _ADD_COLUMN = re.compile(r"\bALTER\s+TABLE\s+(\w+)\s+ADD\s+(?:COLUMN\s+)?(\w+)", re.I)
+_STATEMENT = re.compile(r"\bCREATE\b[^;]*", re.I)
+_META_KEY = re.compile(r"\bINSERT\s+(?:OR\s+REPLACE\s+)?INTO\s+store_meta\s*\(\s*key\s*,\s*value\s*\)\s*"
+                       r"VALUES\s*\(\s*'(\w+)'", re.I)
 
 
 def created_by(mig: Migration) -> list[tuple[str, str, str | None]]:
     """What ``mig`` adds to a schema that no earlier migration has: ``(type, name, None)`` for the
     tables, indexes, triggers and views it creates (not with IF NOT EXISTS, and not those it
     drops too: a migration that re-creates an object finds it there before), and
-    ``("column", table, column)`` for the columns it adds. Any of them in a store whose
+    ``("column", table, column)`` for the columns it adds, and ``("meta", key, None)`` for the
+    ``store_meta`` keys it writes (no other code writes those keys), and ``("redefined", name, sql)``
+    for a table, index or view it drops and creates again with the definition ``sql`` (whitespace
+    squashed): the store's object holding that definition shows it. Any of them in a store whose
     ``schema_migrations`` lacks ``mig`` shows the migration was applied and its row removed."""
     text = re.sub(r"--[^\n]*", "", mig.sql)
     dropped = {(kind.lower(), name) for kind, name in _DROP.findall(text)}
     out: list[tuple[str, str, str | None]] = [
         (kind.lower(), name, None) for kind, guarded, name in _CREATE.findall(text)
         if not guarded and (kind.lower(), name) not in dropped]
+    for statement in _STATEMENT.findall(text):  # re-created with another definition: the new one shows it
+        m = _CREATE.match(statement)
+        if m and not m.group(2) and (m.group(1).lower(), m.group(3)) in dropped and m.group(1).lower() != "trigger":
+            out.append(("redefined", m.group(3), " ".join(statement.split())))
     out += [("column", table, column) for table, column in _ADD_COLUMN.findall(text)]
+    out += [("meta", key, None) for key in _META_KEY.findall(text)]
     return out
 
 
