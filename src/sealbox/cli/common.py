@@ -95,7 +95,7 @@ def format_options(fn: Callable) -> Callable:
             raise BadInput("--json and --csv exclude each other: give one")
         return fn(*args, **kwargs)
 
-    one_format = click.option("--csv", "as_csv", is_flag=True, help="Print CSV.")(one_format)
+    one_format = click.option("--csv", "as_csv", is_flag=True, help="Print CSV (a text cell that a spreadsheet would run as a formula gets a leading ').")(one_format)
     return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(one_format)
 
 
@@ -110,7 +110,7 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
         writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: _cell(row.get(k)) for k in columns})
+            writer.writerow({k: _csv_cell(row.get(k)) for k in columns})
         click.echo(buf.getvalue(), nl=False)
         return
     from rich.console import Console
@@ -130,6 +130,23 @@ def _cell(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, ensure_ascii=False)
     return str(value)
+
+
+#: What a spreadsheet takes for the start of a formula (OWASP, "CSV Injection"): a text cell
+#: starting with one of these is written with a ``'`` in front.
+CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value: Any) -> str:
+    """A cell of ``--csv`` output: :func:`_cell`, with a text that a spreadsheet would run as a
+    formula (``=HYPERLINK(…)``, ``@SUM(…)``, ``-1+cmd|…``; see :data:`CSV_FORMULA_STARTS`)
+    prefixed by a single quote, so that it is shown, not evaluated. Agent names, principals,
+    tool names and arguments are chosen by whoever drives the agent. Numbers (``int``,
+    ``float``: ``-3``, ``-0.5``) are written as they are."""
+    if isinstance(value, (int, float)):  # bool included: "True"/"False"
+        return str(value)
+    text = _cell(value)
+    return "'" + text if text.startswith(CSV_FORMULA_STARTS) else text
 
 
 def _width() -> int | None:
