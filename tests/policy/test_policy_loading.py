@@ -160,6 +160,56 @@ def test_good_durations_are_seconds(tmp_path, expires, seconds):
     assert type(policy.to_dict()["rules"][0]["approval"]["expires"]) is int
 
 
+@pytest.mark.parametrize(("expires", "shown"), [
+    ("3000000d", "'3000000d'"), ("367d", "'367d'"), ("8785h", "'8785h'"), ("31622401", "31622401"),
+    ("31622401s", "'31622401s'"), ("1e30", "1e+30"), ("9" * 5000 + "d", repr("9" * 5000 + "d")),
+    (str(10**400), str(10**400)),
+])  # fmt: skip
+def test_a_duration_longer_than_366_days_is_refused(tmp_path, expires, shown):
+    """3000000d passed the pattern, then every call reaching the rule failed to record (date out of range)."""
+    err = load_error(tmp_path, approval_policy(expires))
+    assert (err.line, err.problem) == (
+        7, f"rules[0].approval.expires must be at most 366d (31622400 seconds), not {shown}")
+
+
+def test_the_longest_duration_is_366_days_also_from_dict(tmp_path):
+    assert load(tmp_path, approval_policy("366d")).rules[0].approval.expires_s == 31622400
+    assert load(tmp_path, approval_policy("31622400")).rules[0].approval.expires_s == 31622400
+    doc = load(tmp_path, approval_policy("366d")).to_dict()
+    assert Policy.from_dict(doc).rules[0].approval.expires_s == 31622400
+    doc["rules"][0]["approval"]["expires"] = 31622401
+    with pytest.raises(PolicyLoadError) as info:
+        Policy.from_dict(doc)
+    assert (info.value.line, info.value.problem) == (
+        1, "rules[0].approval.expires must be at most 366d (31622400 seconds), not 31622401")
+
+
+def test_an_approval_expiring_in_366_days_is_recorded(tmp_path):
+    """The longest accepted expiry still records the call and its request (expires_at 366 days on)."""
+    import datetime as dt
+
+    from sealbox import ApprovalPending, init_store
+    from sealbox.recorder import Recorder
+
+    store = init_store(tmp_path / "store")
+    try:
+        rec = Recorder(store, policy=load(tmp_path, approval_policy("366d")), approvals="suspend")
+        with pytest.raises(ApprovalPending):
+            with rec.run(agent="a", principal="agent:x") as run:
+                run.call_tool("db", "read_rows", {}, lambda: 1)
+        events = store.read_run(run.run_id)
+        kinds = [e.kind for e in events]
+        assert kinds[kinds.index("tool.call"):] == [
+            "tool.call", "policy.decision", "approval.requested", "run.suspended"]
+        requested = next(e for e in events if e.kind == "approval.requested")
+        at = dt.datetime.fromisoformat(requested.ts.replace("Z", "+00:00"))
+        expires = dt.datetime.fromisoformat(requested.payload["expires_at"].replace("Z", "+00:00"))
+        # the request time is taken just before the event's timestamp
+        assert dt.timedelta(days=366) - dt.timedelta(seconds=1) < expires - at <= dt.timedelta(days=366)
+    finally:
+        store.close()
+
+
 # Every number field that may hold a float. NaN passes JSON Schema's "minimum" (nan < 0 is false) and a
 # NaN bound never trips (x > nan is false): such a limit failed open.
 FLOAT_FIELDS = [

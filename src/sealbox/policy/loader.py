@@ -38,7 +38,28 @@ def _finite(validator: Any, wanted: bool, instance: Any, schema: dict[str, Any])
         yield jsonschema.ValidationError(f"{instance!r} is not a finite number")
 
 
-_VALIDATOR = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"finite": _finite})(POLICY_SCHEMA)
+def _max_seconds(validator: Any, bound: int, instance: Any, schema: dict[str, Any]) -> Any:
+    """The schema's ``maxSeconds`` keyword: a duration longer than ``bound`` seconds is refused (one
+    that is not a duration at all is left to ``oneOf``)."""
+    if isinstance(instance, bool):
+        return
+    if isinstance(instance, str) and re.match(DURATION_PATTERN, instance) and len(instance.lstrip("0")) > 20:
+        too_long = True  # more digits than int() takes (4300), and longer than any bound anyway
+    else:
+        try:
+            too_long = parse_duration(instance) > bound
+        except (TypeError, ValueError, OverflowError):
+            return
+    if too_long:
+        yield jsonschema.ValidationError(f"must be at most {_days(bound)} ({bound} seconds), not {_shown(instance)}")
+
+
+def _days(seconds: int) -> str:
+    return f"{seconds // 86400}d" if seconds % 86400 == 0 else f"{seconds}s"
+
+
+_VALIDATOR = jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                          {"finite": _finite, "maxSeconds": _max_seconds})(POLICY_SCHEMA)
 _DURATION_HELP = "a positive whole number of seconds or a duration like 30s, 15m, 1h, 2d"
 
 LineMap = dict[tuple, int]

@@ -8,15 +8,22 @@ One keyword is Sealbox's own: ``"finite": true`` refuses NaN and ±Infinity (YAM
 (``nan < 0`` is false). It is on every number field: a NaN bound would never trip
 (``x > nan`` is false), so a limit written as ``.nan`` would fail open. Validators
 that do not know the keyword ignore it; :mod:`sealbox.policy.loader` enforces it.
+
+Another, ``"maxSeconds": N``, is on every duration: a duration (whole seconds or
+``30s``/``15m``/``1h``/``2d``) longer than ``N`` seconds is refused. An approval that
+expires in ``3000000d`` passes the pattern but cannot be added to a date (year
+10000): every call reaching the rule failed to record.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["POLICY_SCHEMA", "DURATION_PATTERN", "RULE_ID_PATTERN"]
+__all__ = ["POLICY_SCHEMA", "DURATION_PATTERN", "RULE_ID_PATTERN", "MAX_APPROVAL_EXPIRES_S"]
 
 DURATION_PATTERN = r"^0*[1-9][0-9]*(s|m|h|d)$"  # "0s" is refused like 0: a positive duration
+#: The longest ``approval.expires``: 366 days (``366d``, ``31622400``).
+MAX_APPROVAL_EXPIRES_S = 366 * 86400
 RULE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 
 _STR = {"type": "string", "minLength": 1}
@@ -26,7 +33,8 @@ _VALUES = {"oneOf": [_SCALAR, {"type": "array", "items": _SCALAR, "minItems": 1}
 _ATTRS = {"type": "object", "additionalProperties": _VALUES}
 _BOUND_INT = {"type": ["integer", "null"], "minimum": 0}
 _BOUND_NUM = {"type": ["number", "null"], "finite": True, "minimum": 0}  # 0: nothing allowed, like the integers
-_DURATION = {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": DURATION_PATTERN}]}
+_DURATION = {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": DURATION_PATTERN}],
+             "maxSeconds": MAX_APPROVAL_EXPIRES_S}
 
 
 def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
