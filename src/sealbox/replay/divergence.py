@@ -15,7 +15,9 @@ Kinds of divergence:
 ``outcome``        every step matched but the run ended differently (ok / error)
 ``outcome_unknown`` the recorded call was allowed but has no result (the process died
                    while it ran): replay cannot say what it returned, and never re-runs it
-``pending_approval`` the recorded call was still waiting for an approval
+``pending_approval`` the run was never resumed past the recorded call's approval: it was still
+                   waiting, or was answered (the message says approved or denied, and by whom)
+                   but nobody resumed the run
 ``unreplayable``   the step's recorded answer is redacted or erased
 ``config_drift``   the configuration differs from the recorded snapshot (replay did not start)
 ================== ==================================================================

@@ -154,7 +154,9 @@ class RecordedCall:
         payload: the event's stored payload (content may be blob references).
         decision: for a tool call, its ``policy.decision`` payload.
         result: for a tool call, its ``tool.result`` payload (None: none recorded).
-        approval: for a tool call that needed one: ``approved``, ``denied``, ``expired`` or None (unanswered).
+        approval: for a tool call that needed one, as the run went on past it (``run.resumed``):
+            ``approved``, ``denied``, ``expired``, or None (the run was not resumed past it).
+        approval_id: for a tool call that needed one, its approval request's id.
         unreplayable: why this step cannot be served from the record, or None.
     """
 
@@ -164,6 +166,7 @@ class RecordedCall:
     decision: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     approval: str | None = None
+    approval_id: str | None = None
     unreplayable: str | None = None
 
 
@@ -224,6 +227,8 @@ class RecordedRun:
             by_call[p["call_id"]].result = p
         elif e.kind == "approval.requested":
             approvals[p["approval_id"]] = p["call_id"]
+            if p.get("call_id") in by_call:
+                by_call[p["call_id"]].approval_id = p["approval_id"]
         elif e.kind == "run.resumed":
             for aid, outcome in (p.get("outcomes") or {}).items():
                 if aid in approvals and approvals[aid] in by_call:

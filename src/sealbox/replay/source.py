@@ -132,12 +132,36 @@ class ReplaySource:
                               "but has no result — its outcome is unknown (the process stopped while it ran); "
                               "replay ends here and does not run it again", rec.key, rec.key)
         if rec.result is None and decision.get("effect") == "require_approval" and rec.approval is None:
-            return Divergence("pending_approval", step, f"step {step}: the recorded call {rec.key.name} was still "
-                              "waiting for an approval; replay ends here", rec.key, rec.key)
+            return Divergence("pending_approval", step, f"step {step}: the recorded call {rec.key.name} "
+                              f"{self._unresumed(rec)}; replay ends here", rec.key, rec.key)
         if not live and rec.unreplayable:
             return Divergence("unreplayable", step, f"step {step} cannot be replayed: {rec.unreplayable}",
                               rec.key, rec.key)
         return None
+
+    def _unresumed(self, rec: RecordedCall) -> str:
+        """What became of the approval of a call the run was never resumed past, for the
+        ``pending_approval`` message: still waiting, or answered (by whom) but not resumed."""
+        from sealbox.approvals import get_approval
+        from sealbox.errors import SealboxError
+
+        waiting = "was still waiting for an approval"
+        if rec.approval_id is None:
+            return waiting
+        try:
+            state = get_approval(self.recorded.store, rec.approval_id)
+        except SealboxError:  # unreadable identities or request: say no more than the run's events do
+            return waiting
+        by = f" by {', '.join(state.decided_by)}" if state.decided_by else ""
+        if state.status in ("approved", "denied"):
+            return (f"was {state.status}{by} (approval {rec.approval_id}), but the run was never resumed "
+                    "past it")
+        if state.status == "expired":
+            return (f"was not answered before its approval {rec.approval_id} expired ({state.expired_at}), "
+                    "and the run was never resumed past it")
+        if state.status == "closed":
+            return f"was still waiting for an approval (approval {rec.approval_id}) when the run ended"
+        return f"was still waiting for an approval (approval {rec.approval_id})"
 
     # ----------------------------------------------------------------- models
 
