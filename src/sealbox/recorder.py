@@ -467,6 +467,21 @@ class RunContext:
 
     # ----------------------------------------------------------------- tool calls
 
+    def check_grant_id(self, grant: str | None) -> None:
+        """Refuse a grant that no call of this run may name, as :meth:`call_tool` would (for the
+        integrations, which check it when a tool is wrapped). ``None`` (the run's own
+        ``implicit:<principal>``), exactly ``implicit:<principal>``, and an access grant id (checked
+        against sealbox.access when a call names it) pass.
+
+        Raises:
+            ConfigError: not a non-empty string or None, or ``implicit:`` followed by anything but
+                this run's principal id (the implicit grant is not checked: naming another
+                principal's would record a grant the run does not hold).
+        """
+        if grant is not None and (not isinstance(grant, str) or not grant):
+            raise ConfigError(f"grant must be a non-empty string or None, got {grant!r}")
+        _check_implicit_grant(f"run {self.run_id}", grant, self.principal.id)
+
     def call_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *, grant: str | None = None,
                   call_id: str | None = None, exposed: str | None = None) -> Any:
         """Record a tool call, decide it, run ``fn`` if allowed, record the result.
@@ -483,13 +498,14 @@ class RunContext:
             What ``fn`` returned.
 
         Raises:
-            ConfigError: a bad server, tool, call id or grant, a call id this run used already,
+            ConfigError: a bad server, tool, call id or grant (an ``implicit:`` grant other than
+                this run's own ``implicit:<principal>`` included), a call id this run used already,
                 or ``fn`` is (or returned) a coroutine or generator; nothing ran.
             RecordingError: the call could not be recorded; ``fn`` did not run.
             ToolDenied: the decision was not allow; ``fn`` did not run.
             Exception: whatever ``fn`` raised, unchanged (after it is recorded).
         """
-        _check_call(server, tool, grant, call_id, exposed)
+        _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         kind = _function_kind(fn)
         if kind in ("coroutine", "async generator"):
             raise ConfigError(f"{server}/{tool}: {_describe(fn)} is {_A[kind]} function: use acall_tool "
@@ -516,7 +532,7 @@ class RunContext:
                          grant: str | None = None, call_id: str | None = None, exposed: str | None = None) -> Any:
         """Async form of :meth:`call_tool`; ``fn`` may be sync or async (not a generator function,
         sync or async: refused like in :meth:`call_tool`)."""
-        _check_call(server, tool, grant, call_id, exposed)
+        _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         kind = _function_kind(fn)
         if kind in ("generator", "async generator"):
             raise ConfigError(_generator_refusal(server, tool, kind))
@@ -540,7 +556,7 @@ class RunContext:
 
     def _decide_and_record(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str | None,
                            exposed: str | None) -> tuple[str, str]:
-        _check_call(server, tool, grant, call_id, exposed)
+        _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         call_id = call_id or "call_" + uuid.uuid4().hex[:24]
         with self._lock:  # reserved before anything is written: two threads cannot both record it
             if call_id in self._call_ids:
@@ -880,7 +896,7 @@ def _latency_us(latency: Any) -> int:
     return int(us)
 
 
-def _check_call(server: Any, tool: Any, grant: Any, call_id: Any, exposed: Any) -> None:
+def _check_call(server: Any, tool: Any, grant: Any, call_id: Any, exposed: Any, principal: str) -> None:
     """A tool call's names and ids, checked before anything is recorded."""
     for what, value in (("server", server), ("tool", tool)):
         if not isinstance(value, str) or not value:
@@ -889,6 +905,16 @@ def _check_call(server: Any, tool: Any, grant: Any, call_id: Any, exposed: Any) 
         if value is not None and (not isinstance(value, str) or not value):
             raise ConfigError(f"{server}/{tool}: {what} must be a non-empty string or None, got {value!r}; "
                               "nothing was recorded")
+    _check_implicit_grant(f"{server}/{tool}", grant, principal)
+
+
+def _check_implicit_grant(where: str, grant: Any, principal: str) -> None:
+    """``implicit:…`` is the grant a run's principal holds by itself, and it is not checked against
+    sealbox.access: a caller may name only its own, ``implicit:<principal>``."""
+    if isinstance(grant, str) and grant.startswith("implicit:") and grant != f"implicit:{principal}":
+        raise ConfigError(f"{where}: grant {grant!r} is not this run's implicit grant: a run of principal "
+                          f"{principal!r} may name only 'implicit:{principal}' (or leave grant out), or an "
+                          "access grant id; nothing was recorded")
 
 
 #: code flags of coroutine, generator and async generator functions (inspect.CO_*)

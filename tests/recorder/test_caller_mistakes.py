@@ -309,6 +309,71 @@ def test_a_grant_that_is_not_a_non_empty_string_is_a_config_error(store, grant):
     assert kinds(store, run.run_id) == ["run.started", "run.ended"]
 
 
+SPOOF = ("db/drop: grant 'implicit:user:cfo' is not this run's implicit grant: a run of principal 'agent:x' may "
+         "name only 'implicit:agent:x' (or leave grant out), or an access grant id; nothing was recorded")
+
+
+@pytest.mark.parametrize("grant", ["implicit:user:cfo", "implicit:", "implicit:agent:x ", "implicit:Agent:x",
+                                   "implicit:implicit:agent:x"])
+def test_another_principals_implicit_grant_is_a_config_error_and_nothing_runs(store, grant):
+    """grant="implicit:user:cfo" skipped the grant check and was recorded as that grant."""
+    ran = []
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="a", principal="agent:x") as run:
+        with pytest.raises(ConfigError) as refused:
+            run.call_tool("db", "drop", {}, lambda: ran.append(1), grant=grant)
+        with pytest.raises(ConfigError) as refused_async:
+            asyncio.run(run.acall_tool("db", "drop", {}, lambda: ran.append(1), grant=grant))
+        with pytest.raises(ConfigError) as refused_wrap:
+            run.check_grant_id(grant)
+    assert str(refused.value) == str(refused_async.value) == SPOOF.replace("'implicit:user:cfo'", repr(grant))
+    assert str(refused_wrap.value) == SPOOF.replace("'implicit:user:cfo'", repr(grant)).replace(
+        "db/drop", f"run {run.run_id}")
+    assert ran == [] and kinds(store, run.run_id) == ["run.started", "run.ended"]
+
+
+def test_the_runs_own_implicit_grant_may_be_named(store):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a", principal="agent:x") as run:
+        run.check_grant_id(None)
+        run.check_grant_id("implicit:agent:x")
+        assert run.call_tool("db", "read", {}, lambda: "ok", grant="implicit:agent:x", call_id="c1") == "ok"
+        assert run.call_tool("db", "read", {}, lambda: "ok", call_id="c2") == "ok"
+    assert [(p["call_id"], p["grant"]) for p in (e.payload for e in store.read_run(run.run_id))
+            if "grant" in p] == [("c1", "implicit:agent:x"), ("c2", "implicit:agent:x")]
+
+
+def test_the_integrations_refuse_another_principals_implicit_grant_when_wrapping(store):
+    langgraph = pytest.importorskip("sealbox.integrations.langgraph")
+    openai_agents = pytest.importorskip("sealbox.integrations.openai_agents")
+    from agents import Agent, function_tool
+    from langchain_core.tools import tool as lc_tool
+
+    @lc_tool
+    def lookup(q: str) -> str:
+        """Look up."""
+        return q
+
+    @function_tool
+    def fetch(q: str) -> str:
+        """Fetch."""
+        return q
+
+    expected = SPOOF.replace("db/drop", "run RUN")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a", principal="agent:x") as run:
+        for wrap in (lambda: langgraph.governed_tool(run, lookup, grant="implicit:user:cfo"),
+                     lambda: langgraph.governed_tools(run, [], grant="implicit:user:cfo"),
+                     lambda: openai_agents.governed_tool(run, fetch, grant="implicit:user:cfo"),
+                     lambda: openai_agents.governed_tools(run, [], grant="implicit:user:cfo"),
+                     lambda: openai_agents.instrument(run, Agent(name="a"), grant="implicit:user:cfo")):
+            with pytest.raises(ConfigError) as refused:
+                wrap()
+            assert str(refused.value) == expected.replace("RUN", run.run_id)
+        # its own implicit grant is accepted
+        assert langgraph.governed_tool(run, lookup, grant="implicit:agent:x").grant == "implicit:agent:x"
+        assert openai_agents.governed_tool(run, fetch, grant="implicit:agent:x").name == "fetch"
+    assert kinds(store, run.run_id) == ["run.started", "run.ended"]
+
+
 # --------------------------------------------------------------------------- 6. call ids, names, system run
 
 

@@ -168,7 +168,12 @@ def governed_tool(run: RunContext, tool: Any, *, server: str = DEFAULT_SERVER, g
 
     Returns:
         A :class:`GovernedTool` with the same name, description and schema.
+
+    Raises:
+        ConfigError: ``grant`` is one no call of this run may name
+            (:meth:`~sealbox.recorder.RunContext.check_grant_id`: another principal's ``implicit:``).
     """
+    run.check_grant_id(grant)
     if not isinstance(tool, BaseTool):
         from langchain_core.tools import tool as make_tool
 
@@ -195,7 +200,11 @@ def governed_tools(run: RunContext, tools: Sequence[Any], *, server: str = DEFAU
 
     Returns:
         A new list of :class:`GovernedTool`.
+
+    Raises:
+        ConfigError: as for :func:`governed_tool` (also for an empty list).
     """
+    run.check_grant_id(grant)
     return [governed_tool(run, t, server=server, grant=grant, deny_message=deny_message) for t in tools]
 
 

@@ -231,7 +231,10 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
 
     Raises:
         TypeError: ``tool`` is not a ``FunctionTool``.
+        ConfigError: ``grant`` is one no call of this run may name
+            (:meth:`~sealbox.recorder.RunContext.check_grant_id`: another principal's ``implicit:``).
     """
+    run.check_grant_id(grant)
     if not isinstance(tool, FunctionTool):
         raise TypeError(f"governed_tool needs a FunctionTool, got {type(tool).__name__}")
     upstream_server, upstream_tool = _tool_identity(tool, server)
@@ -287,7 +290,11 @@ def governed_tools(run: RunContext, tools: list[Any], *, server: str = DEFAULT_S
 
     Returns:
         A new list.
+
+    Raises:
+        ConfigError: as for :func:`governed_tool` (also when no tool is a ``FunctionTool``).
     """
+    run.check_grant_id(grant)
     return [governed_tool(run, t, server=server, grant=grant, deny_message=deny_message)
             if isinstance(t, FunctionTool) else t for t in tools]
 
@@ -525,7 +532,11 @@ def instrument(run: RunContext, agent: Agent, *, server: str = DEFAULT_SERVER, g
 
     Returns:
         The instrumented copy of ``agent``.
+
+    Raises:
+        ConfigError: as for :func:`governed_tool`.
     """
+    run.check_grant_id(grant)
     return _instrument(agent, _Options(run, server, grant, deny_message, model_provider, provider, {}))
 
 
