@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import getpass
 import hashlib
+import math
 import re
 import socket
 import uuid
@@ -46,6 +47,8 @@ from sealbox.identities import Identity, IdentityBook, identity_book, load_key, 
 __all__ = [
     "ANSWER_ROLES",
     "DEFAULT_SHARED_WINDOW_S",
+    "MAX_SHARED_WINDOW_S",
+    "check_shared_window",
     "ApprovalError",
     "ApprovalPending",
     "Answer",
@@ -70,6 +73,8 @@ ANSWER_ROLES = ("approver", "admin")
 
 #: Default window (seconds) in which answers by one identity from distinct clients are flagged.
 DEFAULT_SHARED_WINDOW_S = 24 * 3600
+#: The widest window for the "several clients" flag (a year), in seconds.
+MAX_SHARED_WINDOW_S = 366 * 24 * 3600
 
 _RELATED = ("approval.answered", "approval.expired", "run.resumed", "run.ended")
 
@@ -494,18 +499,21 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
         key_file: the answering identity's private key file (its name is the identity).
         client: the client that answers (self-reported); default :func:`local_client`.
         binding: the binding the answerer saw; refused if it is not the request's.
-        shared_window_s: window for the "same identity, several clients" flag.
+        shared_window_s: window for the "same identity, several clients" flag, in seconds:
+            at least :data:`DEFAULT_SHARED_WINDOW_S` (the answerer is the one the flag checks:
+            it may widen the window, never narrow it), at most :data:`MAX_SHARED_WINDOW_S`.
 
     Returns:
         The request's state after the answer.
 
     Raises:
         ApprovalError: unknown id, the run ended, already decided, expired (the expiry
-            is then recorded), a key that is not the identity's current one, or a rule
-            broken (the code says which).
+            is then recorded), a key that is not the identity's current one, a rule
+            broken (the code says which), or ``bad_window``.
     """
     if decision not in ("approve", "deny"):
         raise ApprovalError("bad_decision", f"decision must be 'approve' or 'deny', not {decision!r}")
+    check_shared_window(shared_window_s)
     signer = load_key(key_file)
     client = dict(client if client is not None else local_client())
     box: list[ApprovalState] = []
@@ -542,6 +550,17 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
         raise ApprovalError("expired", f"approval {approval_id} expired at {box[0].expired_at}; "
                             "it is denied (recorded as approval.expired)")
     return get_approval(store, approval_id)
+
+
+def check_shared_window(window_s: Any) -> None:
+    """Refuse a "several clients" window narrower than the default, wider than a year, or not a
+    finite number (``ApprovalError("bad_window")``): the person answering is the one the flag
+    checks, so they may not switch it off with ``--window 0``."""
+    ok = isinstance(window_s, (int, float)) and not isinstance(window_s, bool) and math.isfinite(window_s)
+    if not ok or not DEFAULT_SHARED_WINDOW_S <= window_s <= MAX_SHARED_WINDOW_S:
+        raise ApprovalError("bad_window", f"the shared-account window must be a number of seconds from "
+                            f"{DEFAULT_SHARED_WINDOW_S} (24 h; it may be widened, never narrowed) to "
+                            f"{MAX_SHARED_WINDOW_S}, not {window_s!r}")
 
 
 def _refuse_closed(state: ApprovalState) -> None:
@@ -596,12 +615,11 @@ def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now
         flags.append({"code": "multiple_clients", "evidence": {
             "identity": who.name, "window_s": window_s, "answers": seen,
             "clients": [{"hostname": h, "os_user": u, "user_agent": a} for h, u, a in distinct]}})
-    key = actor_key(who.name)
-    for principal in dict.fromkeys((who.name, key, f"agent:{key}", f"user:{key}")):
-        acting = reader.events(["run.started", "tool.call"], principal=principal, limit=1)
-        if acting:
-            ev = acting[0]
-            flags.append({"code": "acts_as_agent", "evidence": {"identity": who.name, "principal": principal,
+    # any principal naming the same actor (same_actor: any one scheme, case-folded), as the
+    # requester rule compares them; identity names are ASCII, so SQL's LIKE folds their case
+    for ev in reader.events(["run.started", "tool.call"], principal_suffix=actor_key(who.name)):
+        if same_actor(who.name, ev.principal):
+            flags.append({"code": "acts_as_agent", "evidence": {"identity": who.name, "principal": ev.principal,
                                                                 "run_id": ev.run_id, "kind": ev.kind,
                                                                 "leaf_index": ev.leaf_index}})
             break

@@ -7,6 +7,15 @@ is an ``identity.changed`` event in the store's system run (``added``,
 re-enabled or its key swapped: :class:`IdentityBook` replays those events to say
 what an identity was at any leaf index of the log.
 
+Every change is **signed** (``authorization``: the signing identity, its key ID and an
+Ed25519 signature over the change and the leaf of the identity's previous change), so
+that whoever can write the store cannot mint an approver: the first ``admin`` added signs
+its own ``added`` (the root of the store's identities; until then, nothing but an admin
+can be added), and every later change needs the key of an enabled admin, except that an
+identity may disable itself or change its own key with its current key. A change that is
+not so signed is ignored by :class:`IdentityBook` (kept in its ``unauthorized`` list;
+``sealbox verify`` reports it as ``identity_unauthorized``).
+
 Keys use the C2SP signed-note key strings of :mod:`sealbox.ledger.checkpoint`:
 the public key is a verifier key ``name+hex8(keyID)+base64(0x01 ‖ key)`` kept in
 the log; the private key is a signer key ``PRIVATE+KEY+name+…`` written **once**
@@ -43,10 +52,15 @@ __all__ = [
     "load_key",
     "sign_fields",
     "verify_fields",
+    "change_fields",
+    "SELF_CHANGES",
 ]
 
 #: The roles an identity may have.
 ROLES = ("approver", "agent", "auditor", "admin")
+
+#: Changes an identity may sign for itself with its current key (any other needs an admin).
+SELF_CHANGES = ("disabled", "key_changed")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$")
 
@@ -97,10 +111,16 @@ class NewKey:
 
 
 class IdentityBook:
-    """Identities as the log says they were, replayed from ``identity.changed`` events."""
+    """Identities as the log says they were, replayed from ``identity.changed`` events.
+
+    Only changes whose ``authorization`` verifies are applied (see the module docstring);
+    the others are listed in :attr:`unauthorized` as ``(leaf_index, name, change, why)``.
+    """
 
     def __init__(self) -> None:
         self._history: dict[str, list[Identity]] = {}
+        self._had_admin = False
+        self.unauthorized: list[tuple[int, Any, Any, str]] = []
 
     @classmethod
     def from_events(cls, events: Iterable[Any]) -> "IdentityBook":
@@ -123,8 +143,13 @@ class IdentityBook:
         return book
 
     def apply(self, leaf_index: int, payload: dict[str, Any]) -> None:
-        """Apply one ``identity.changed`` payload recorded at ``leaf_index`` (malformed changes are ignored)."""
+        """Apply one ``identity.changed`` payload recorded at ``leaf_index`` (malformed changes are
+        ignored; changes not signed as the module docstring says go to :attr:`unauthorized`)."""
         name, change = payload.get("name"), payload.get("change")
+        why = self.why_unauthorized(payload)
+        if why is not None:
+            self.unauthorized.append((leaf_index, name, change, why))
+            return
         current = self.get(name)
         if change == "added" and current is None:
             new = Identity(name, str(payload.get("role", "")), tuple(payload.get("groups") or ()),
@@ -140,6 +165,40 @@ class IdentityBook:
         else:
             return
         self._history.setdefault(name, []).append(new)
+        self._had_admin = self._had_admin or new.role == "admin"
+
+    def last_leaf(self, name: str) -> int | None:
+        """Leaf index of the newest applied change of ``name`` (None: it has none)."""
+        versions = self._history.get(name)
+        return versions[-1].since_leaf if versions else None
+
+    def has_admin(self) -> bool:
+        """Whether an admin was ever added (from then on, no change signs itself in)."""
+        return self._had_admin
+
+    def why_unauthorized(self, payload: dict[str, Any]) -> str | None:
+        """Why the change ``payload`` is not validly signed for this book's state, or None."""
+        auth = payload.get("authorization")
+        if not isinstance(auth, dict):
+            return "it carries no authorization (it was not written by sealbox.identities)"
+        name, change, by = payload.get("name"), payload.get("change"), auth.get("by")
+        fields = change_fields(payload, self.last_leaf(name) if isinstance(name, str) else None)
+        if change == "added" and by == name and payload.get("role") == "admin" and not self._had_admin:
+            key = payload.get("public_key")  # the root admin: signed with the key it adds
+        else:
+            signer = self.get(by)
+            if signer is None:
+                return f"it is signed by {by!r}, which is not an identity of the log at that point"
+            if signer.disabled:
+                return f"it is signed by {by!r}, which was disabled at that point"
+            if signer.role != "admin" and not (by == name and change in SELF_CHANGES):
+                return f"it is signed by {by!r}, which is not an admin (role {signer.role})"
+            key = signer.public_key
+        if not isinstance(key, str) or auth.get("key_id") != _key_id(key):
+            return f"its key ID {auth.get('key_id')!r} is not {by!r}'s key at that point"
+        if not verify_fields(key, fields, auth.get("signature")):
+            return f"its signature does not verify with {by!r}'s key"
+        return None
 
     def get(self, name: Any, at: int | None = None) -> Identity | None:
         """The identity ``name`` as it was just before leaf ``at`` (default: now), or None."""
@@ -199,12 +258,59 @@ def _write_key_file(path: Path, skey: str) -> None:
         os.close(fd)
 
 
-def _record(store: Any, name: str, actor: str, check: Any, payload: Any) -> Identity:
-    """Append one ``identity.changed`` event after ``check(book)`` passes, in one transaction."""
+def change_fields(payload: dict[str, Any], after: int | None) -> dict[str, Any]:
+    """The fields an ``identity.changed`` authorization signs: the change (every payload field but
+    ``authorization``) and ``after``, the leaf index of the identity's previous applied change
+    (None for ``added``), so that a signed change cannot be replayed later in the log."""
+    return {**{k: v for k, v in payload.items() if k != "authorization"}, "after": after}
+
+
+def _key_id(vkey: str) -> str:
+    """The key ID of a C2SP verifier key ``name+keyid+base64`` (the base64 may hold ``+``)."""
+    parts = vkey.split("+", 2)
+    return parts[1] if len(parts) == 3 else ""
+
+
+def _admin_signer(admin_key: Any) -> Signer | None:
+    if admin_key is None or isinstance(admin_key, Signer):
+        return admin_key
+    return load_key(admin_key)
+
+
+def _authorizer(book: IdentityBook, change: dict[str, Any], admin: Signer | None, new_signer: Signer | None) -> Signer:
+    """The key that signs ``change`` (see the module docstring), or IdentityError saying why none may."""
+    name = change.get("name")
+    if admin is None:
+        if change.get("change") == "added" and change.get("role") == "admin" and not book.has_admin():
+            return new_signer  # type: ignore[return-value]  # the root admin: its own new key (None: a pre-check)
+        if not book.has_admin():
+            raise IdentityError("this store has no admin identity yet: add one first (`sealbox identities add NAME "
+                                "--role admin --key-out FILE`); its key signs every later identity change")
+        raise IdentityError("an identity change must be signed by an admin identity's key (--admin-key FILE)")
+    who = book.get(admin.name)
+    if who is None:
+        raise IdentityError(f"the admin key file names identity {admin.name!r}, which this store does not know")
+    if who.public_key != admin.verifier.vkey:
+        raise IdentityError(f"this key is not {who.name}'s current key (it was rotated, or is not theirs)")
+    if who.disabled:
+        raise IdentityError(f"identity {who.name!r} is disabled: it cannot sign identity changes")
+    if who.role != "admin" and not (who.name == name and change.get("change") in SELF_CHANGES):
+        raise IdentityError(f"identity {who.name!r} is not an admin (role {who.role}): only an admin may make this "
+                            "change (an identity may only disable itself or change its own key)")
+    return admin
+
+
+def _record(store: Any, name: str, admin: Signer | None, check: Any, payload: Any,
+            new_signer: Signer | None = None) -> Identity:
+    """Append one signed ``identity.changed`` event after ``check(book)`` passes, in one transaction."""
     def build(reader: Any) -> list[EventDraft]:
         book = identity_book(reader)
         check(book)
-        return [EventDraft("identity.changed", payload(book), run_id=SYSTEM_RUN_ID, principal=actor)]
+        p = dict(payload(book))
+        signer = _authorizer(book, p, admin, new_signer)
+        p["authorization"] = {"by": signer.name, "key_id": _key_id(signer.verifier.vkey),
+                              "signature": sign_fields(signer, change_fields(p, book.last_leaf(name)))}
+        return [EventDraft("identity.changed", p, run_id=SYSTEM_RUN_ID, principal=signer.name)]
 
     events = store.append_with(build)
     found = identity_book(store).get(name, events[-1].leaf_index + 1)
@@ -221,7 +327,7 @@ def _existing(book: IdentityBook, name: str) -> Identity:
 
 
 def add_identity(store: Any, name: str, role: str, groups: Sequence[str] = (), shared: bool = False,
-                 key_path: str | os.PathLike | None = None, actor: str = "sealbox") -> NewKey:
+                 key_path: str | os.PathLike | None = None, *, admin_key: Any = None) -> NewKey:
     """Create an identity: generate an Ed25519 key pair, write the private key once, record the public key.
 
     Args:
@@ -232,14 +338,17 @@ def add_identity(store: Any, name: str, role: str, groups: Sequence[str] = (), s
         shared: mark it as a shared account (its answers are flagged).
         key_path: where to write the private key (default ``./<name>.key``); the file
             must not exist. It is created with mode 0600.
-        actor: the principal recorded as making the change.
+        admin_key: the key file (or :class:`~sealbox.ledger.checkpoint.Signer`) of an
+            enabled admin identity, who signs the change and is its principal. Not needed
+            only for the store's first admin, which signs its own ``added``.
 
     Returns:
         The identity as recorded and the key file's path.
 
     Raises:
-        IdentityError: bad name or role, the name exists, or the key file exists or
-            cannot be written (nothing is recorded then).
+        IdentityError: bad name or role, the name exists, no admin key (or one that is not
+            an enabled admin's current key), or the key file exists or cannot be written
+            (nothing is recorded then).
     """
     _check_name(name)
     _check_role(role)
@@ -247,8 +356,11 @@ def add_identity(store: Any, name: str, role: str, groups: Sequence[str] = (), s
     for g in groups:
         if not isinstance(g, str) or not g:
             raise IdentityError(f"invalid group {g!r}")
-    if identity_book(store).get(name) is not None:
+    book = identity_book(store)
+    if book.get(name) is not None:
         raise IdentityError(f"identity {name!r} already exists")
+    admin = _admin_signer(admin_key)
+    _authorizer(book, {"name": name, "change": "added", "role": role}, admin, None)  # before a key file is written
     path = Path(key_path) if key_path is not None else Path.cwd() / f"{name}.key"
     skey, vkey = generate_key(name)
     _write_key_file(path, skey)
@@ -260,56 +372,68 @@ def add_identity(store: Any, name: str, role: str, groups: Sequence[str] = (), s
     payload = {"name": name, "change": "added", "role": role, "groups": list(groups), "public_key": vkey,
                "shared": bool(shared)}
     try:
-        identity = _record(store, name, actor, check, lambda _book: payload)
+        identity = _record(store, name, admin, check, lambda _book: payload, new_signer=Signer.from_key(skey))
     except BaseException:
         path.unlink(missing_ok=True)  # the key was never recorded: leave no usable key behind
         raise
     return NewKey(identity, path)
 
 
-def disable_identity(store: Any, name: str, reason: str = "", actor: str = "sealbox") -> Identity:
+def disable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any) -> Identity:
     """Disable an identity (it can no longer answer). Recorded as ``identity.changed`` ``disabled``.
 
+    Args:
+        admin_key: key file or Signer of an enabled admin, or of the identity itself.
+
     Raises:
-        IdentityError: unknown, or already disabled.
+        IdentityError: unknown, already disabled, or a key that may not sign the change.
     """
     def check(book: IdentityBook) -> None:
         if _existing(book, name).disabled:
             raise IdentityError(f"identity {name!r} is already disabled")
 
     payload = {"name": name, "change": "disabled", **({"reason": reason} if reason else {})}
-    return _record(store, name, actor, check, lambda _book: payload)
+    return _record(store, name, _admin_signer(admin_key), check, lambda _book: payload)
 
 
-def enable_identity(store: Any, name: str, reason: str = "", actor: str = "sealbox") -> Identity:
+def enable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any) -> Identity:
     """Re-enable a disabled identity, as a recorded ``identity.changed`` ``enabled`` event.
 
+    Args:
+        admin_key: key file or Signer of an enabled admin.
+
     Raises:
-        IdentityError: unknown, or not disabled.
+        IdentityError: unknown, not disabled, or a key that may not sign the change.
     """
     def check(book: IdentityBook) -> None:
         if not _existing(book, name).disabled:
             raise IdentityError(f"identity {name!r} is not disabled")
 
     payload = {"name": name, "change": "enabled", **({"reason": reason} if reason else {})}
-    return _record(store, name, actor, check, lambda _book: payload)
+    return _record(store, name, _admin_signer(admin_key), check, lambda _book: payload)
 
 
-def rotate_key(store: Any, name: str, key_path: str | os.PathLike, reason: str = "", actor: str = "sealbox") -> NewKey:
+def rotate_key(store: Any, name: str, key_path: str | os.PathLike, reason: str = "", *, admin_key: Any) -> NewKey:
     """Give an identity a new key pair; the old key stops being accepted from this leaf on.
 
     Answers signed before the rotation still verify against the key the log held then.
 
+    Args:
+        admin_key: key file or Signer of an enabled admin, or the identity's own current key.
+
     Raises:
-        IdentityError: unknown identity, or the key file exists.
+        IdentityError: unknown identity, a key that may not sign the change, or the key file exists.
     """
-    _existing(identity_book(store), name)
+    book = identity_book(store)
+    _existing(book, name)
+    admin = _admin_signer(admin_key)
+    _authorizer(book, {"name": name, "change": "key_changed"}, admin, None)  # before a key file is written
     path = Path(key_path)
     skey, vkey = generate_key(name)
     _write_key_file(path, skey)
     payload = {"name": name, "change": "key_changed", "public_key": vkey, **({"reason": reason} if reason else {})}
     try:
-        identity = _record(store, name, actor, lambda book: _existing(book, name), lambda _book: payload)
+        identity = _record(store, name, admin, lambda book: _existing(book, name), lambda _book: payload)
     except BaseException:
         path.unlink(missing_ok=True)
         raise

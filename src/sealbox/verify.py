@@ -45,7 +45,8 @@ class Problem:
             ``checkpoint_root_mismatch``, ``checkpoint_signature``, ``log_truncated``,
             ``blob_mismatch``, ``blob_missing``, ``leaf_gap``, ``tree_node_mismatch``,
             ``approval_signature``, ``approval_binding``, ``approval_identity``,
-            ``approval_unknown``, ``approval_rule``, ``column_type``, ``schema_migration_missing``.
+            ``approval_unknown``, ``approval_rule``, ``column_type``, ``schema_migration_missing``,
+            ``identity_unauthorized``.
         message: one readable sentence.
         run_id, run_seq, kind, leaf_index: where, when it is tied to an event.
         expected, found: what verification computed and what the store holds.
@@ -1035,12 +1036,19 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
     from sealbox.approvals import Answer, check_answer
     from sealbox.identities import IdentityBook
 
-    book = IdentityBook.from_events(
-        (leaf, env) for leaf, env in by_kind.get("identity.changed", []) if env.get("run_id") == SYSTEM_RUN_ID)
+    changes = [(leaf, env) for leaf, env in by_kind.get("identity.changed", []) if env.get("run_id") == SYSTEM_RUN_ID]
+    book = IdentityBook.from_events(changes)
+    envs = dict(changes)
+    problems = []
+    for leaf, name, change, why in book.unauthorized:
+        env = envs[leaf]
+        problems.append(Problem(
+            "identity_unauthorized", f"the identity change {change!r} of {name!r} is not signed by an admin identity "
+            f"of the log at that point ({why}): it was not written through sealbox.identities, and it is ignored "
+            "(answers by an identity it added do not count)", env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf))
     requests = {(env["run_id"], env["payload"].get("approval_id")): (leaf, env["payload"])
                 for leaf, env in by_kind.get("approval.requested", [])}
     counted: dict[tuple, list[Answer]] = {}
-    problems = []
     for leaf, env in by_kind.get("approval.answered", []):
         p, key = env["payload"], (env["run_id"], env["payload"].get("approval_id"))
         where = (env["run_id"], env["run_seq"], env["kind"], leaf)

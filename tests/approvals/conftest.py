@@ -6,6 +6,7 @@ import pytest
 
 import sealbox
 from sealbox.identities import add_identity
+from identity_testkit import admin_key
 
 
 @pytest.fixture
@@ -21,5 +22,6 @@ def keys(store, tmp_path):
     out = {}
     for name, role, groups in (("alice", "approver", ["ops"]), ("bob", "approver", ["ops"]), ("carol", "approver", []),
                                ("dave", "agent", ["ops"]), ("erin", "auditor", ["ops"])):
-        out[name] = add_identity(store, name, role, groups, key_path=tmp_path / f"{name}.key").key_path
+        out[name] = add_identity(store, name, role, groups, key_path=tmp_path / f"{name}.key",
+                                 admin_key=admin_key(store, tmp_path)).key_path
     return out

@@ -23,14 +23,36 @@ def sb(*args):
 def test_identities_and_approvals_from_the_command_line(tmp_path):
     path = tmp_path / "store"
     assert sb("init", path).returncode == 0
-    out = sb("identities", "add", "alice", "--role", "approver", "--group", "ops", "--key-out", tmp_path / "a.key", "-s", path)
+    first = sb("identities", "add", "alice", "--role", "approver", "--key-out", tmp_path / "a.key", "-s", path)
+    assert (first.returncode, first.stderr) == (2, (
+        "error: this store has no admin identity yet: add one first (`sealbox identities add NAME --role admin "
+        "--key-out FILE`); its key signs every later identity change\n"))
+    assert not (tmp_path / "a.key").exists()
+    root = sb("identities", "add", "root", "--role", "admin", "--key-out", tmp_path / "root.key", "-s", path)
+    assert root.returncode == 0, root.stderr
+    assert root.stdout.splitlines()[2] == (
+        f"root is this store's first admin: every later identity change must be signed with its key (--admin-key "
+        f"{tmp_path / 'root.key'}); keep it away from the machines that run agents")
+    unsigned = sb("identities", "add", "alice", "--role", "approver", "--key-out", tmp_path / "a.key", "-s", path)
+    assert (unsigned.returncode, unsigned.stderr) == (
+        2, "error: an identity change must be signed by an admin identity's key (--admin-key FILE)\n")
+    out = sb("identities", "add", "alice", "--role", "approver", "--group", "ops", "--key-out", tmp_path / "a.key",
+             "--admin-key", tmp_path / "root.key", "-s", path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[1] == f"private key written to {tmp_path / 'a.key'} (mode 0600); Sealbox keeps no copy: give it to alice only"
+    assert len(out.stdout.splitlines()) == 2
     assert stat.S_IMODE(os.stat(tmp_path / "a.key").st_mode) == 0o600
-    again = sb("identities", "add", "alice", "--role", "approver", "--key-out", tmp_path / "b.key", "-s", path)
+    again = sb("identities", "add", "alice", "--role", "approver", "--key-out", tmp_path / "b.key",
+               "--admin-key", tmp_path / "root.key", "-s", path)
     assert (again.returncode, again.stderr) == (2, "error: identity 'alice' already exists\n")
+    by_approver = sb("identities", "add", "mallory", "--role", "approver", "--key-out", tmp_path / "m.key",
+                     "--admin-key", tmp_path / "a.key", "-s", path)
+    assert (by_approver.returncode, by_approver.stderr) == (2, (
+        "error: identity 'alice' is not an admin (role approver): only an admin may make this change (an identity "
+        "may only disable itself or change its own key)\n"))
     listed = json.loads(sb("identities", "list", "--json", "-s", path).stdout)
-    assert [(i["name"], i["role"], i["groups"], i["disabled"]) for i in listed] == [("alice", "approver", ["ops"], False)]
+    assert [(i["name"], i["role"], i["groups"], i["disabled"]) for i in listed] == [
+        ("alice", "approver", ["ops"], False), ("root", "admin", [], False)]
     store = sealbox.open_store(path)
     with pytest.raises(ApprovalPending) as info:
         with Recorder(store, policy=policy(), approvals="suspend").run(agent="bot") as run:
@@ -50,8 +72,11 @@ def test_identities_and_approvals_from_the_command_line(tmp_path):
     late = sb("approvals", "approve", aid, "--reason", "changed my mind", "--key-file", tmp_path / "a.key", "-s", path)
     assert late.returncode == 2 and late.stderr.startswith(f"error: approval {aid} was already denied by alice")
     assert json.loads(sb("approvals", "list", "--flagged", "--json", "-s", path).stdout) == []
-    assert sb("identities", "disable", "alice", "-s", path).stdout == "identity alice disabled\n"
-    rotated = sb("identities", "rotate", "alice", "--key-out", tmp_path / "a2.key", "-s", path)
+    assert sb("identities", "disable", "alice", "-s", path).returncode == 2  # --admin-key is required
+    assert sb("identities", "disable", "alice", "--admin-key", tmp_path / "root.key", "-s", path).stdout == \
+        "identity alice disabled\n"
+    rotated = sb("identities", "rotate", "alice", "--key-out", tmp_path / "a2.key", "--admin-key", tmp_path / "root.key",
+                 "-s", path)
     assert rotated.returncode == 0 and (tmp_path / "a2.key").exists()
     assert sb("verify", path).returncode == 0
 

@@ -104,8 +104,10 @@ def test_parallel_approvals_in_one_run_have_distinct_ids_and_resolve_independent
 
 def test_calls_listing_names_the_approver_and_the_flags(store, keys, tmp_path):
     from sealbox.identities import add_identity
+    from identity_testkit import admin_key
 
-    shared = add_identity(store, "ops-oncall", "approver", ["ops"], shared=True, key_path=tmp_path / "oncall.key").key_path
+    shared = add_identity(store, "ops-oncall", "approver", ["ops"], shared=True, key_path=tmp_path / "oncall.key",
+                          admin_key=admin_key(store, tmp_path)).key_path
     rec = Recorder(store, policy=policy(), approvals="block", approval_poll=0.02)
     t = approver(store, {"ops-oncall": shared}, "ops-oncall", "approve")
     with rec.run(agent="bot") as run:

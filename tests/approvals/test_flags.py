@@ -7,6 +7,7 @@ from approval_helpers import policy
 
 from sealbox.approvals import ApprovalPending, answer, list_approvals
 from sealbox.identities import add_identity
+from identity_testkit import admin_key
 from sealbox.recorder import Recorder
 
 
@@ -28,7 +29,8 @@ def test_no_flags_for_a_personal_identity_on_one_client(store, keys):
 
 
 def test_an_identity_marked_shared_is_flagged(store, tmp_path):
-    new = add_identity(store, "oncall", "approver", ["ops"], shared=True, key_path=tmp_path / "oncall.key")
+    new = add_identity(store, "oncall", "approver", ["ops"], shared=True, key_path=tmp_path / "oncall.key",
+                       admin_key=admin_key(store, tmp_path))
     state = answer(store, request(store), "approve", "ok", new.key_path, client=LAPTOP)
     assert state.answers[0].flags == ({"code": "shared_identity", "evidence": {
         "identity": "oncall", "marked_shared": True, "identity_leaf": new.identity.since_leaf}},)
@@ -49,13 +51,61 @@ def test_answers_from_two_clients_within_the_window_are_flagged_with_both_client
                              {"hostname": "laptop", "os_user": "alice", "user_agent": None}]
 
 
-def test_distinct_user_agents_count_and_the_window_is_configurable(store, keys):
+def test_distinct_user_agents_count_and_the_window_can_be_widened_never_narrowed(store, keys):
+    """The answerer is the one the flag checks: `--window 0` used to switch it off (break test of
+    2026-12-02); a window below 24 h, above a year or not finite is refused, nothing recorded."""
+    from sealbox.approvals import ApprovalError
+
     answer(store, request(store), "approve", "ok", keys["alice"], client={**LAPTOP, "user_agent": "sealbox-cli/0.1.0"})
-    late = answer(store, request(store), "approve", "ok", keys["alice"], client={**LAPTOP, "user_agent": "curl/8"},
-                  shared_window_s=0)
-    assert late.answers[0].flags == ()  # the earlier answer is outside a 0 s window
+    aid = request(store)
+    for window in (0, 3600, float("nan"), float("inf"), 1e300, True, "86400"):
+        before = store.size()
+        with pytest.raises(ApprovalError) as info:
+            answer(store, aid, "approve", "ok", keys["alice"], client={**LAPTOP, "user_agent": "curl/8"},
+                   shared_window_s=window)
+        assert info.value.code == "bad_window" and store.size() == before
+    wide = answer(store, aid, "approve", "ok", keys["alice"], client={**LAPTOP, "user_agent": "curl/8"},
+                  shared_window_s=7 * 86400)
+    (flag,) = wide.answers[0].flags
+    assert (flag["code"], flag["evidence"]["window_s"]) == ("multiple_clients", 604800)
     flagged = answer(store, request(store), "approve", "ok", keys["alice"], client={**LAPTOP, "user_agent": "curl/8"})
     assert [f["code"] for f in flagged.answers[0].flags] == ["multiple_clients"]
+
+
+@pytest.mark.parametrize("window", ["0", "nan", "inf", "1e300", "-5"])
+def test_a_bad_window_on_the_command_line_is_one_usage_line(store, keys, window):
+    import subprocess
+    import sys
+
+    aid = request(store)
+    res = subprocess.run([sys.executable, "-m", "sealbox.cli.main", "approvals", "approve", aid, "--reason", "ok",
+                          "--key-file", str(keys["alice"]), "--window", window, "-s", str(store.path)],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"error: Invalid value for --window: the shared-account window must be a number of seconds from 86400 (24 h; "
+        f"it may be widened, never narrowed) to 31622400, not {float(window)!r}")
+
+
+@pytest.mark.parametrize("principal", ["svc:bob", "agent:Bob", "BOB", "user:bob"])
+def test_an_approver_acting_as_an_agent_under_any_scheme_or_case_is_flagged(store, keys, principal):
+    """acts_as_agent looked only for `name`, `agent:name`, `user:name`, while the requester rule
+    treats any one scheme and any case as the same actor (break test of 2026-12-02)."""
+    with Recorder(store, policy=policy()).run(agent="helper", principal=principal) as run:
+        pass
+    state = answer(store, request(store), "approve", "ok", keys["bob"], client=LAPTOP)
+    (flag,) = state.answers[0].flags
+    assert flag["code"] == "acts_as_agent" and flag["evidence"]["principal"] == principal
+    assert flag["evidence"]["run_id"] == run.run_id
+
+
+def test_a_principal_that_only_ends_like_the_name_is_not_flagged(store, keys):
+    with Recorder(store, policy=policy()).run(agent="helper", principal="agent:jacob") as run:  # ends in "b", "ob"
+        pass
+    with Recorder(store, policy=policy()).run(agent="helper", principal="svc:x_bob") as run:  # LIKE's _ escaped
+        pass
+    state = answer(store, request(store), "approve", "ok", keys["bob"], client=LAPTOP)
+    assert state.answers[0].flags == ()
 
 
 def test_an_approver_that_also_acts_as_an_agent_principal_is_flagged(store, keys):

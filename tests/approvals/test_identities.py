@@ -1,4 +1,5 @@
-"""Identities: keys written once (0600), every change an identity.changed event, history by leaf."""
+"""Identities: keys written once (0600), every change a signed identity.changed event, history by leaf;
+a process that can write the store cannot mint an approver (break test of 2026-12-02)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,29 @@ import stat
 
 import pytest
 
-from sealbox import SYSTEM_RUN_ID
-from sealbox.identities import (IdentityBook, IdentityError, add_identity, disable_identity, enable_identity,
-                                identity_book, load_key, rotate_key)
-from sealbox.ledger.checkpoint import Verifier
+from identity_testkit import admin_key
+from sealbox import SYSTEM_RUN_ID, verify_store
+from sealbox.events import EventDraft
+from sealbox.identities import (IdentityBook, IdentityError, add_identity, change_fields, disable_identity,
+                                enable_identity, identity_book, load_key, rotate_key, verify_fields)
+from sealbox.ledger.checkpoint import Verifier, generate_key
 
 
 def test_add_writes_the_private_key_once_with_mode_0600_and_logs_only_the_public_key(store, tmp_path):
-    new = add_identity(store, "alice", "approver", ["ops", "dba"], key_path=tmp_path / "alice.key")
+    root = admin_key(store, tmp_path)
+    new = add_identity(store, "alice", "approver", ["ops", "dba"], key_path=tmp_path / "alice.key", admin_key=root)
     assert stat.S_IMODE(os.stat(new.key_path).st_mode) == 0o600
     signer = load_key(new.key_path)
     assert signer.name == "alice" and signer.verifier.vkey == new.identity.public_key
     event = store.read_run(SYSTEM_RUN_ID)[-1]
-    assert (event.kind, event.payload) == ("identity.changed", {
+    auth = event.payload["authorization"]
+    root_vkey = identity_book(store).get("root").public_key
+    assert (event.kind, event.principal, event.payload) == ("identity.changed", "root", {
         "name": "alice", "change": "added", "role": "approver", "groups": ["dba", "ops"],
-        "public_key": new.identity.public_key, "shared": False})
+        "public_key": new.identity.public_key, "shared": False,
+        "authorization": {"by": "root", "key_id": root_vkey.split("+", 2)[1], "signature": auth["signature"]}})
+    assert verify_fields(root_vkey, change_fields(event.payload, None), auth["signature"])
+    assert not verify_fields(root_vkey, change_fields(event.payload, 0), auth["signature"])  # bound to `after`
     assert Verifier.from_vkey(event.payload["public_key"]).name == "alice"
     private = new.key_path.read_text().strip()
     assert private.startswith("PRIVATE+KEY+alice+")
@@ -32,32 +41,38 @@ def test_a_key_file_is_never_overwritten_and_nothing_is_recorded(store, tmp_path
     path = tmp_path / "taken.key"
     path.write_text("precious")
     before = store.size()
+    root = admin_key(store, tmp_path)
+    before = store.size()
     with pytest.raises(IdentityError, match="refusing to overwrite"):
-        add_identity(store, "bob", "approver", key_path=path)
+        add_identity(store, "bob", "approver", key_path=path, admin_key=root)
     assert path.read_text() == "precious" and store.size() == before
 
 
 def test_names_are_unique_and_roles_closed(store, tmp_path):
-    add_identity(store, "alice", "approver", key_path=tmp_path / "a1.key")
+    root = admin_key(store, tmp_path)
+    add_identity(store, "alice", "approver", key_path=tmp_path / "a1.key", admin_key=root)
     with pytest.raises(IdentityError, match="already exists"):
-        add_identity(store, "alice", "admin", key_path=tmp_path / "a2.key")
+        add_identity(store, "alice", "admin", key_path=tmp_path / "a2.key", admin_key=root)
     assert not (tmp_path / "a2.key").exists()
     with pytest.raises(IdentityError, match="role must be one of approver, agent, auditor, admin"):
-        add_identity(store, "x", "boss", key_path=tmp_path / "x.key")
+        add_identity(store, "x", "boss", key_path=tmp_path / "x.key", admin_key=root)
     with pytest.raises(IdentityError, match="invalid identity name"):
-        add_identity(store, "a b", "approver", key_path=tmp_path / "y.key")
+        add_identity(store, "a b", "approver", key_path=tmp_path / "y.key", admin_key=root)
 
 
 def test_disable_enable_and_rotate_are_events_and_the_book_answers_at_any_leaf(store, tmp_path):
-    first = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "a.key")
-    disabled = disable_identity(store, "alice", "left the team")
+    root = admin_key(store, tmp_path)
+    first = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "a.key", admin_key=root)
+    disabled = disable_identity(store, "alice", "left the team", admin_key=root)
     with pytest.raises(IdentityError, match="already disabled"):
-        disable_identity(store, "alice")
-    enabled = enable_identity(store, "alice", "came back")
-    rotated = rotate_key(store, "alice", tmp_path / "a2.key")
-    changes = [(e.payload["change"], e.payload.get("reason")) for e in store.read_run(SYSTEM_RUN_ID)
-               if e.kind == "identity.changed"]
-    assert changes == [("added", None), ("disabled", "left the team"), ("enabled", "came back"), ("key_changed", None)]
+        disable_identity(store, "alice", admin_key=root)
+    enabled = enable_identity(store, "alice", "came back", admin_key=root)
+    rotated = rotate_key(store, "alice", tmp_path / "a2.key", admin_key=tmp_path / "a.key")  # her own key
+    changes = [(e.payload["name"], e.payload["change"], e.payload.get("reason"), e.principal)
+               for e in store.read_run(SYSTEM_RUN_ID) if e.kind == "identity.changed"]
+    assert changes == [("root", "added", None, "root"), ("alice", "added", None, "root"),
+                       ("alice", "disabled", "left the team", "root"), ("alice", "enabled", "came back", "root"),
+                       ("alice", "key_changed", None, "alice")]
     book = identity_book(store)
     assert book.get("alice", disabled.since_leaf).disabled is False
     assert book.get("alice", disabled.since_leaf + 1).disabled is True
@@ -69,15 +84,16 @@ def test_disable_enable_and_rotate_are_events_and_the_book_answers_at_any_leaf(s
 
 
 def test_unknown_identity_changes_are_refused(store, tmp_path):
+    root = admin_key(store, tmp_path)
     with pytest.raises(IdentityError, match="no identity named 'ghost'"):
-        disable_identity(store, "ghost")
+        disable_identity(store, "ghost", admin_key=root)
     with pytest.raises(IdentityError, match="no identity named 'ghost'"):
-        rotate_key(store, "ghost", tmp_path / "g.key")
+        rotate_key(store, "ghost", tmp_path / "g.key", admin_key=root)
     assert not (tmp_path / "g.key").exists()
 
 
 def test_a_key_file_readable_by_others_or_malformed_is_refused(store, tmp_path):
-    new = add_identity(store, "alice", "approver", key_path=tmp_path / "a.key")
+    new = add_identity(store, "alice", "approver", key_path=tmp_path / "a.key", admin_key=admin_key(store, tmp_path))
     os.chmod(new.key_path, 0o644)
     with pytest.raises(IdentityError, match="readable by others"):
         load_key(new.key_path)
@@ -88,3 +104,108 @@ def test_a_key_file_readable_by_others_or_malformed_is_refused(store, tmp_path):
         load_key(bad)
     with pytest.raises(IdentityError, match="does not exist"):
         load_key(tmp_path / "missing.key")
+
+
+# --------------------------------------------------------------------------- who may change identities
+
+
+def test_without_an_admin_key_only_the_first_admin_can_be_added(store, tmp_path):
+    """The agent process can write the store; it used to add an approver of its own and approve
+    its own calls (break test of 2026-12-02). Now every change but the first admin's is signed."""
+    with pytest.raises(IdentityError, match="^this store has no admin identity yet: add one first"):
+        add_identity(store, "mallory", "approver", ["ops"], key_path=tmp_path / "m.key")
+    assert not (tmp_path / "m.key").exists()
+    root = add_identity(store, "root", "admin", key_path=tmp_path / "root.key")
+    event = store.read_run(SYSTEM_RUN_ID)[-1]
+    assert event.principal == "root" and event.payload["authorization"]["by"] == "root"  # signed with its own key
+    assert verify_fields(root.identity.public_key, change_fields(event.payload, None),
+                         event.payload["authorization"]["signature"])
+    for role in ("approver", "admin"):
+        with pytest.raises(IdentityError, match=r"^an identity change must be signed by an admin identity's key"):
+            add_identity(store, "mallory", role, ["ops"], key_path=tmp_path / f"m-{role}.key")
+    alice = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "a.key", admin_key=root.key_path)
+    with pytest.raises(IdentityError, match=r"^identity 'alice' is not an admin \(role approver\)"):
+        add_identity(store, "mallory", "approver", key_path=tmp_path / "m2.key", admin_key=alice.key_path)
+    with pytest.raises(IdentityError, match="^identity 'alice' is not an admin"):
+        disable_identity(store, "root", admin_key=alice.key_path)
+    disable_identity(store, "alice", "my laptop was stolen", admin_key=alice.key_path)  # herself: allowed
+    with pytest.raises(IdentityError, match="^identity 'alice' is disabled"):
+        enable_identity(store, "alice", admin_key=alice.key_path)
+    assert [i.name for i in identity_book(store).all()] == ["alice", "root"] and verify_store(store).ok
+
+
+def test_a_disabled_or_rotated_admin_key_signs_nothing(store, tmp_path):
+    root = admin_key(store, tmp_path)
+    second = add_identity(store, "sec", "admin", key_path=tmp_path / "sec.key", admin_key=root)
+    disable_identity(store, "root", "left", admin_key=second.key_path)
+    with pytest.raises(IdentityError, match="^identity 'root' is disabled: it cannot sign identity changes$"):
+        add_identity(store, "bob", "approver", key_path=tmp_path / "b.key", admin_key=root)
+    rotate_key(store, "sec", tmp_path / "sec2.key", admin_key=second.key_path)
+    with pytest.raises(IdentityError, match="^this key is not sec's current key"):
+        add_identity(store, "bob", "approver", key_path=tmp_path / "b.key", admin_key=second.key_path)
+    add_identity(store, "bob", "approver", key_path=tmp_path / "b.key", admin_key=tmp_path / "sec2.key")
+    assert verify_store(store).ok
+
+
+def _append_change(store, payload):
+    return store.append(EventDraft("identity.changed", payload, run_id=SYSTEM_RUN_ID, principal="os-user:admin"))[0]
+
+
+def test_a_change_appended_below_the_identities_api_is_ignored_and_reported(store, keys, tmp_path):
+    """Whoever can append events can write an identity.changed of their own: unsigned, self-signed
+    after the first admin, or signed by a non-admin, it does not count and verify names it."""
+    from approval_helpers import policy
+
+    from sealbox.approvals import ApprovalError, ApprovalPending, answer, get_approval
+    from sealbox.identities import sign_fields
+    from sealbox.recorder import Recorder
+
+    skey, vkey = generate_key("mallory")
+    (tmp_path / "mallory.key").write_text(skey + "\n")
+    os.chmod(tmp_path / "mallory.key", 0o600)
+    added = {"name": "mallory", "change": "added", "role": "approver", "groups": ["ops"], "public_key": vkey,
+             "shared": False}
+    from sealbox.ledger.checkpoint import Signer
+    mallory = Signer.from_key(skey)
+    unsigned = _append_change(store, added)
+    self_signed = _append_change(store, {**added, "role": "admin", "authorization": {
+        "by": "mallory", "key_id": vkey.split("+", 2)[1], "signature": sign_fields(mallory, change_fields(
+            {**added, "role": "admin"}, None))}})
+    by_approver = _append_change(store, {**added, "authorization": {
+        "by": "alice", "key_id": load_key(keys["alice"]).verifier.vkey.split("+", 2)[1],
+        "signature": sign_fields(load_key(keys["alice"]), change_fields(added, None))}})
+    assert identity_book(store).get("mallory") is None
+    assert [(leaf, why) for leaf, _, _, why in identity_book(store).unauthorized] == [
+        (unsigned.leaf_index, "it carries no authorization (it was not written by sealbox.identities)"),
+        (self_signed.leaf_index, "it is signed by 'mallory', which is not an identity of the log at that point"),
+        (by_approver.leaf_index, "it is signed by 'alice', which is not an admin (role approver)")]
+    with pytest.raises(ApprovalPending) as pending:
+        with Recorder(store, policy=policy(), approvals="suspend").run(agent="bot") as run:
+            run.call_tool("db", "write_query", {"sql": "DELETE FROM customers"}, lambda **_: "ran")
+    aid = pending.value.approval_id
+    with pytest.raises(ApprovalError) as info:
+        answer(store, aid, "approve", "mine", tmp_path / "mallory.key")
+    assert info.value.code == "unknown_identity"
+    assert get_approval(store, aid).status == "pending"
+    report = verify_store(store)
+    assert [(p.code, p.leaf_index) for p in report.problems] == [
+        ("identity_unauthorized", unsigned.leaf_index), ("identity_unauthorized", self_signed.leaf_index),
+        ("identity_unauthorized", by_approver.leaf_index)]
+    assert report.problems[2].message == (
+        "the identity change 'added' of 'mallory' is not signed by an admin identity of the log at that point (it is "
+        "signed by 'alice', which is not an admin (role approver)): it was not written through sealbox.identities, and "
+        "it is ignored (answers by an identity it added do not count)")
+
+
+def test_a_signed_change_replayed_later_does_not_count(store, tmp_path):
+    """A genuine key_changed appended again after a later rotation (to bring back a key that
+    leaked) is bound to the identity's previous change (`after`), so it no longer verifies."""
+    root = admin_key(store, tmp_path)
+    add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "a.key", admin_key=root)
+    rotate_key(store, "alice", tmp_path / "a2.key", admin_key=root)
+    old = store.read_run(SYSTEM_RUN_ID)[-1]
+    rotate_key(store, "alice", tmp_path / "a3.key", admin_key=root)
+    replayed = _append_change(store, old.payload)
+    assert identity_book(store).get("alice").public_key == load_key(tmp_path / "a3.key").verifier.vkey
+    assert [(p.code, p.leaf_index) for p in verify_store(store).problems] == [("identity_unauthorized",
+                                                                              replayed.leaf_index)]

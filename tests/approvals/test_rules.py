@@ -10,6 +10,7 @@ from approval_helpers import kinds, policy, request_of
 
 from sealbox.approvals import ApprovalError, ApprovalPending, answer, get_approval, list_approvals, record_expiry
 from sealbox.identities import add_identity, disable_identity, rotate_key
+from identity_testkit import admin_key
 from sealbox.recorder import Recorder
 
 
@@ -71,7 +72,8 @@ def test_the_requester_cannot_approve_under_another_prefix_or_case(store, keys, 
 
 
 def test_an_identity_named_with_a_prefix_cannot_approve_for_the_bare_name(store, keys, tmp_path):
-    made = add_identity(store, "agent:carol", "approver", ["ops"], key_path=tmp_path / "ac.key")
+    made = add_identity(store, "agent:carol", "approver", ["ops"], key_path=tmp_path / "ac.key",
+                        admin_key=admin_key(store, tmp_path))
     run_id, aid = suspended(store, principal="carol")
     refused(store, "requester", aid, "approve", "mine", made.key_path)
 
@@ -91,9 +93,9 @@ def test_agent_and_auditor_roles_cannot_answer(store, keys):
     refused(store, "role", aid, "deny", "I only audit", keys["erin"])
 
 
-def test_a_disabled_identity_cannot_answer(store, keys):
+def test_a_disabled_identity_cannot_answer(store, keys, tmp_path):
     run_id, aid = suspended(store)
-    disable_identity(store, "alice", "left")
+    disable_identity(store, "alice", "left", admin_key=admin_key(store, tmp_path))
     refused(store, "disabled", aid, "approve", "still here", keys["alice"])
 
 
@@ -104,7 +106,7 @@ def test_the_answerer_must_be_asked(store, keys):
 
 def test_a_rotated_key_is_refused(store, keys, tmp_path):
     run_id, aid = suspended(store)
-    rotate_key(store, "alice", tmp_path / "alice2.key")
+    rotate_key(store, "alice", tmp_path / "alice2.key", admin_key=keys["alice"])
     refused(store, "wrong_key", aid, "approve", "old key", keys["alice"])
     assert answer(store, aid, "approve", "new key", tmp_path / "alice2.key").status == "approved"
 
@@ -189,15 +191,16 @@ def test_an_unknown_identity_key_is_refused(store, keys, tmp_path):
     import sealbox
 
     other = sealbox.init_store(tmp_path / "other")
-    stranger = add_identity(other, "mallory", "admin", ["ops"], key_path=tmp_path / "mallory.key").key_path
+    stranger = add_identity(other, "mallory", "admin", ["ops"], key_path=tmp_path / "mallory.key").key_path  # its root
     other.close()
     run_id, aid = suspended(store)
     refused(store, "unknown_identity", aid, "approve", "trust me", stranger)
-    add_identity(store, "alice2", "approver", ["ops"], key_path=tmp_path / "alice2.key")
+    add_identity(store, "alice2", "approver", ["ops"], key_path=tmp_path / "alice2.key", admin_key=admin_key(store, tmp_path))
     imposter = tmp_path / "alice2.key"
     # a key of the same name minted elsewhere is not the recorded key
     other2 = sealbox.init_store(tmp_path / "other2")
-    fake = add_identity(other2, "bob", "approver", ["ops"], key_path=tmp_path / "fake-bob.key").key_path
+    fake = add_identity(other2, "bob", "approver", ["ops"], key_path=tmp_path / "fake-bob.key",
+                        admin_key=admin_key(other2, tmp_path / "other2")).key_path
     other2.close()
     refused(store, "wrong_key", aid, "approve", "I am bob", fake)
     assert imposter.exists()

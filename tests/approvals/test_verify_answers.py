@@ -38,7 +38,7 @@ def codes(store):
 def test_a_genuine_answer_verifies_even_after_the_key_is_rotated(store, keys, tmp_path):
     run_id, aid = suspended(store)
     answer(store, aid, "approve", "fine", keys["alice"])
-    rotate_key(store, "alice", tmp_path / "alice-new.key")
+    rotate_key(store, "alice", tmp_path / "alice-new.key", admin_key=keys["alice"])
     assert verify_store(store).ok
 
 
@@ -58,7 +58,7 @@ def test_an_answer_signed_with_another_identitys_key_is_tampering(store, keys):
 
 def test_an_answer_signed_with_a_key_rotated_away_before_it_is_tampering(store, keys, tmp_path):
     run_id, aid = suspended(store)
-    rotate_key(store, "alice", tmp_path / "alice-new.key")
+    rotate_key(store, "alice", tmp_path / "alice-new.key", admin_key=keys["alice"])
     event = forged(store, run_id, aid, key=load_key(keys["alice"]))
     assert codes(store) == [("approval_signature", event.leaf_index)]
     assert get_approval(store, aid).status == "pending"

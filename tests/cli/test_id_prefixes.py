@@ -36,8 +36,9 @@ def sample(tmp_path_factory) -> tuple[Path, list[str], Path]:
     tmp = tmp_path_factory.mktemp("prefixes")
     path = tmp / "store"
     assert sb("init", path).returncode == 0
+    assert sb("identities", "add", "root", "--role", "admin", "--key-out", tmp / "root.key", "-s", path).returncode == 0
     assert sb("identities", "add", "alice", "--role", "approver", "--group", "ops", "--key-out", tmp / "a.key",
-              "-s", path).returncode == 0
+              "--admin-key", tmp / "root.key", "-s", path).returncode == 0
     store = sealbox.open_store(path)
     for rid in RUNS:
         store.append([

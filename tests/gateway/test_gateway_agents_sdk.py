@@ -28,6 +28,7 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 import sealbox  # noqa: E402
 from sealbox.approvals import answer, list_approvals  # noqa: E402
 from sealbox.identities import add_identity  # noqa: E402
+from identity_testkit import admin_key
 from sealbox.integrations.openai_agents import instrument, mcp_env  # noqa: E402
 from sealbox.policies import ALLOW_ALL  # noqa: E402
 from sealbox.recorder import Recorder  # noqa: E402
@@ -128,7 +129,8 @@ async def test_an_agents_sdk_agent_calls_tools_through_the_gateway_in_one_run(tm
 
 
 async def test_an_agents_sdk_call_held_for_an_approval_longer_than_the_default_client_timeout(tmp_path, store):
-    key = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key").key_path
+    key = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key",
+                       admin_key=admin_key(store, tmp_path)).key_path
     policy = """
 version: 1
 rules:

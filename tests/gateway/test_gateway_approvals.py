@@ -25,6 +25,7 @@ from sealbox.approvals import answer, get_approval, list_approvals
 from sealbox.gateway import INVALID_REQUEST_STATE, Gateway
 from sealbox.gateway.holds import StateError, open_state, seal_state, state_key
 from sealbox.identities import add_identity
+from identity_testkit import admin_key
 from sealbox.policy import Policy
 
 from .conftest import connect, gateway_runs, kinds, running, text_of, toy_config, toy_log
@@ -49,7 +50,8 @@ rules:
 
 @pytest.fixture
 def keys(store, tmp_path):
-    return {name: add_identity(store, name, "approver", ["ops"], key_path=tmp_path / f"{name}.key").key_path
+    return {name: add_identity(store, name, "approver", ["ops"], key_path=tmp_path / f"{name}.key",
+                                     admin_key=admin_key(store, tmp_path)).key_path
             for name in ("alice", "bob")}
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import sealbox
 from sealbox.approvals import answer, list_approvals
 from sealbox.identities import add_identity
+from identity_testkit import admin_key
 from sealbox.policy import Policy
 from sealbox.recorder import Recorder, ToolDenied
 
@@ -58,7 +59,8 @@ def record_runs(folder: Path):
     """Two runs of agent ``dba`` (the first with a snapshot, blobs, a chain, an approval
     and a denied call) and one of agent ``other``. Returns (store path, run ids, alice's key)."""
     store = sealbox.init_store(folder / "store")
-    key = add_identity(store, "alice", "approver", ["ops"], key_path=folder / "alice.key").key_path
+    key = add_identity(store, "alice", "approver", ["ops"], key_path=folder / "alice.key",
+                       admin_key=admin_key(store, folder)).key_path
     rec = Recorder(store, policy=Policy.from_text(POLICY), approvals="block", approval_poll=0.02)
     t = _approver(store, key)
     with rec.run(agent="dba", snapshot=SNAPSHOT) as run:

@@ -32,7 +32,7 @@ def test_a_bundle_holds_the_fixed_members_and_never_the_secret(bundle, recorded)
     path, summary = bundle
     m = members(path)
     assert list(m) == list(MEMBERS) and m["format"] == FORMAT_TEXT
-    assert summary["blobs"] >= 3 and summary["snapshots"] == 1 and summary["system_events"] == 1
+    assert summary["blobs"] >= 3 and summary["snapshots"] == 1 and summary["system_events"] == 2  # root admin, alice
     store = sealbox.open_store(recorded[1], readonly=True)
     try:
         secret = store._secret
@@ -142,8 +142,8 @@ def test_export_summary_counts_in_the_right_number(recorded, tmp_path):
     code, out, err = cli("export", "-s", store_path, runs[0], "-o", target, cwd=folder)
     assert code == 0, err
     report = verify_bundle(target)
-    assert report.ok and (len(report.runs), report.system_events, report.snapshots) == (1, 1, 1)
+    assert report.ok and (len(report.runs), report.system_events, report.snapshots) == (1, 2, 1)  # identity.changed of root and alice
     assert report.events > 1 and report.blobs > 1
-    assert out.strip() == (f"Wrote {target}: {report.events} events of 1 run, 1 system event, {report.blobs} blobs, "
+    assert out.strip() == (f"Wrote {target}: {report.events} events of 1 run, 2 system events, {report.blobs} blobs, "
                            f"1 snapshot, proven against the checkpoint of size {report.checkpoint_size} (signed now). "
                            "Check it anywhere with `sealbox verify FILE --key KEY`.")

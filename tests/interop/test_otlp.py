@@ -24,6 +24,7 @@ import sealbox
 from sealbox import ConfigError
 from sealbox.approvals import ApprovalPending, answer
 from sealbox.identities import add_identity
+from identity_testkit import admin_key
 from sealbox.interop.otlp import OtlpExportError, build_otlp, export_otlp, signal_urls, span_id_for, trace_id_for
 from sealbox.policy import Policy
 from sealbox.recorder import Recorder, ToolDenied
@@ -160,7 +161,8 @@ def recorded(tmp_path_factory):
     and run C, which suspends for an approval, is approved, resumes and ends."""
     path = tmp_path_factory.mktemp("otlp") / "store"
     store = sealbox.init_store(path)
-    key = add_identity(store, "alice", "approver", ["ops"], key_path=path.parent / "alice.key").key_path
+    key = add_identity(store, "alice", "approver", ["ops"], key_path=path.parent / "alice.key",
+                       admin_key=admin_key(store, path.parent)).key_path
     policy = Policy.from_text(POLICY)
     rec = Recorder(store, policy=policy)
     with rec.run(agent="support-bot", principal="agent:support", labels={"env": "test"}) as a:

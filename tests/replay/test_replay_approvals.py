@@ -10,6 +10,7 @@ import pytest
 import sealbox
 from sealbox.approvals import answer, list_approvals
 from sealbox.identities import add_identity
+from identity_testkit import admin_key
 from sealbox.policy import Policy
 from sealbox.recorder import Recorder, ToolDenied
 from sealbox.replay import Replayer
@@ -49,7 +50,8 @@ def answer_when_asked(store, key, decision):
 
 @pytest.mark.parametrize("decision", ["approve", "deny"])
 def test_answered_approval_is_served_as_answered_and_never_asked_again(store, tmp_path, decision):
-    key = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key").key_path
+    key = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key",
+                       admin_key=admin_key(store, tmp_path)).key_path
     ran: list[str] = []
 
     def agent(run):

@@ -11,6 +11,7 @@ import pytest
 import sealbox
 from sealbox.approvals import ApprovalPending, answer
 from sealbox.identities import add_identity
+from identity_testkit import admin_key
 from sealbox.policy import Policy
 from sealbox.recorder import Recorder
 from sealbox.snapshot import Snapshot
@@ -54,7 +55,8 @@ def _write_query(query: str) -> dict:
 @pytest.fixture
 def recorded(tmp_path):
     store = sealbox.init_store(tmp_path / "store")
-    new = add_identity(store, "ops-oncall", "approver", ["ops"], shared=True, key_path=tmp_path / "ops-oncall.key")
+    new = add_identity(store, "ops-oncall", "approver", ["ops"], shared=True, key_path=tmp_path / "ops-oncall.key",
+                       admin_key=admin_key(store, tmp_path))
     rec = Recorder(store, policy=Policy.from_text(POLICY), approvals="suspend")
     snap = Snapshot(model={"provider": "openai", "name": "gpt-test"}, system_prompt="Be careful. " + HOSTILE)
     run = rec.run(agent="cleanup-bot", snapshot=snap, labels={"env": "prod"})

@@ -110,12 +110,19 @@ def _answer_command(decision: str, help_text: str):
     @click.option("--reason", required=True, help="Why (recorded and signed).")
     @click.option("--key-file", required=True, type=click.Path(dir_okay=False), help="Your identity's private key file.")
     @click.option("--binding", help="The binding you reviewed (from `approvals show`); refused if the request's differs.")
-    @click.option("--window", type=click.FloatRange(min=0), default=24 * 3600, show_default=True,
-                  help="Seconds within which answers from several clients are flagged.")
+    @click.option("--window", type=float, default=24 * 3600, show_default=True,
+                  help="Seconds within which answers from several clients are flagged: 86400 (24 h) to "
+                       "31622400 (a year); it may be widened, never narrowed.")
     @store_option
     def command(approval_id: str, reason: str, key_file: str, binding: str | None, window: float, store_path: str) -> None:
+        from sealbox.approvals import ApprovalError, check_shared_window
+
         if not reason.strip():
             raise click.UsageError("--reason must not be empty: say why (it is recorded and signed)")
+        try:
+            check_shared_window(window)
+        except ApprovalError as exc:
+            raise click.BadParameter(str(exc), param_hint="--window") from None
         _answer(decision, approval_id, reason, key_file, binding, window, store_path)
 
     command.__doc__ = help_text

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
-
 import click
 
 from sealbox.cli.common import emit_rows, format_options, open_for_reading, open_for_writing, store_option
@@ -11,11 +9,13 @@ from sealbox.cli.common import emit_rows, format_options, open_for_reading, open
 _ROLES = ("approver", "agent", "auditor", "admin")  # sealbox.identities.ROLES
 
 
-def _actor() -> str:
-    try:
-        return f"os-user:{getpass.getuser()}"
-    except (KeyError, OSError):
-        return "sealbox-cli"
+_ADMIN_HELP = ("Key file of an enabled admin identity, who signs the change (docs/approvals.md). "
+               "Not needed for the store's first admin, which signs its own addition.")
+
+
+def admin_key_option(required: bool, help_text: str = _ADMIN_HELP):  # noqa: ANN201 - a click decorator
+    return click.option("--admin-key", "admin_key", required=required, type=click.Path(dir_okay=False),
+                        metavar="FILE", help=help_text)
 
 
 @click.group("identities")
@@ -29,18 +29,27 @@ def identities_group() -> None:
 @click.option("--group", "groups", multiple=True, metavar="G", help="A group it belongs to. Repeatable.")
 @click.option("--shared", is_flag=True, help="Mark it as a shared account (its answers are flagged).")
 @click.option("--key-out", type=click.Path(dir_okay=False), help="Where to write the private key (default ./NAME.key).")
+@admin_key_option(False)
 @store_option
-def add_cmd(name: str, role: str, groups: tuple[str, ...], shared: bool, key_out: str | None, store_path: str) -> None:
-    """Add an identity: its public key goes into the log, its private key into a file (mode 0600)."""
-    from sealbox.identities import add_identity
+def add_cmd(name: str, role: str, groups: tuple[str, ...], shared: bool, key_out: str | None, admin_key: str | None,
+            store_path: str) -> None:
+    """Add an identity: its public key goes into the log, its private key into a file (mode 0600).
+
+    The store's first admin signs its own addition; every later change is signed with an
+    admin's key (--admin-key), so that a process that can write the store cannot add an approver."""
+    from sealbox.identities import add_identity, identity_book
 
     store = open_for_writing(store_path)
     try:
-        new = add_identity(store, name, role, groups, shared, key_out, actor=_actor())
+        root = admin_key is None and role == "admin" and not identity_book(store).has_admin()
+        new = add_identity(store, name, role, groups, shared, key_out, admin_key=admin_key)
     finally:
         store.close()
     click.echo(f"identity {name} added (role {role}, key {new.identity.key_id})")
     click.echo(f"private key written to {new.key_path} (mode 0600); Sealbox keeps no copy: give it to {name} only")
+    if root:
+        click.echo(f"{name} is this store's first admin: every later identity change must be signed with its key "
+                   f"(--admin-key {new.key_path}); keep it away from the machines that run agents")
 
 
 @identities_group.command("list")
@@ -65,14 +74,15 @@ def list_cmd(store_path: str, as_json: bool, as_csv: bool) -> None:
 @identities_group.command("disable")
 @click.argument("name")
 @click.option("--reason", default="", help="Why (recorded).")
+@admin_key_option(True, "Key file of an enabled admin, or of the identity itself, who signs the change.")
 @store_option
-def disable_cmd(name: str, reason: str, store_path: str) -> None:
+def disable_cmd(name: str, reason: str, admin_key: str, store_path: str) -> None:
     """Disable an identity: it can no longer answer approvals."""
     from sealbox.identities import disable_identity
 
     store = open_for_writing(store_path)
     try:
-        disable_identity(store, name, reason, actor=_actor())
+        disable_identity(store, name, reason, admin_key=admin_key)
     finally:
         store.close()
     click.echo(f"identity {name} disabled")
@@ -81,14 +91,15 @@ def disable_cmd(name: str, reason: str, store_path: str) -> None:
 @identities_group.command("enable")
 @click.argument("name")
 @click.option("--reason", default="", help="Why (recorded).")
+@admin_key_option(True, "Key file of an enabled admin, who signs the change.")
 @store_option
-def enable_cmd(name: str, reason: str, store_path: str) -> None:
+def enable_cmd(name: str, reason: str, admin_key: str, store_path: str) -> None:
     """Re-enable a disabled identity (recorded like every change)."""
     from sealbox.identities import enable_identity
 
     store = open_for_writing(store_path)
     try:
-        enable_identity(store, name, reason, actor=_actor())
+        enable_identity(store, name, reason, admin_key=admin_key)
     finally:
         store.close()
     click.echo(f"identity {name} enabled")
@@ -98,14 +109,15 @@ def enable_cmd(name: str, reason: str, store_path: str) -> None:
 @click.argument("name")
 @click.option("--key-out", required=True, type=click.Path(dir_okay=False), help="Where to write the new private key.")
 @click.option("--reason", default="", help="Why (recorded).")
+@admin_key_option(True, "Key file of an enabled admin, or the identity's own current key, which signs the change.")
 @store_option
-def rotate_cmd(name: str, key_out: str, reason: str, store_path: str) -> None:
+def rotate_cmd(name: str, key_out: str, reason: str, admin_key: str, store_path: str) -> None:
     """Give an identity a new key; the old one stops being accepted."""
     from sealbox.identities import rotate_key
 
     store = open_for_writing(store_path)
     try:
-        new = rotate_key(store, name, key_out, reason, actor=_actor())
+        new = rotate_key(store, name, key_out, reason, admin_key=admin_key)
     finally:
         store.close()
     click.echo(f"identity {name} has a new key {new.identity.key_id}")

@@ -427,9 +427,14 @@ def _setup(ws: Path, echo: Callable[[str], None], hold_s: float) -> Any:
     (ws / "keys").mkdir()
     echo("$ sealbox init store")
     _cli(["init", str(ws / "store")], lambda _t: None)
-    echo(f"$ sealbox identities add {APPROVER} --role approver --group ops --shared --key-out keys/{APPROVER}.key")
+    echo("$ sealbox identities add security-admin --role admin --key-out keys/security-admin.key")
+    _cli(["identities", "add", "security-admin", "--role", "admin", "--key-out", str(ws / "keys" / "security-admin.key"),
+          "-s", str(ws / "store")], echo)
+    echo(f"$ sealbox identities add {APPROVER} --role approver --group ops --shared --key-out keys/{APPROVER}.key "
+         "--admin-key keys/security-admin.key")
     _cli(["identities", "add", APPROVER, "--role", "approver", "--group", "ops", "--shared",
-          "--key-out", str(ws / "keys" / f"{APPROVER}.key"), "-s", str(ws / "store")], echo)
+          "--key-out", str(ws / "keys" / f"{APPROVER}.key"), "--admin-key", str(ws / "keys" / "security-admin.key"),
+          "-s", str(ws / "store")], echo)
     echo("$ cat policy.yaml\n" + POLICY.rstrip())
     return facts
 

@@ -357,8 +357,10 @@ class Reader:
 
     @_json_guarded
     def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
-               field: tuple[str, str] | None = None, limit: int | None = None) -> list[Event]:
-        """Events of the given kinds, in log order, optionally of one run, one principal, or
+               field: tuple[str, str] | None = None, limit: int | None = None,
+               principal_suffix: str | None = None) -> list[Event]:
+        """Events of the given kinds, in log order, optionally of one run, one principal, a
+        principal ending with ``principal_suffix`` (ASCII case-insensitive, SQL ``LIKE``), or
         whose payload field ``field[0]`` equals the string ``field[1]``.
 
         Used by approvals and identities to read what they check inside the write
@@ -372,6 +374,9 @@ class Reader:
         if principal is not None:
             where.append("principal = ?")
             params.append(principal)
+        if principal_suffix is not None:
+            where.append("principal LIKE ? ESCAPE '\\'")
+            params.append("%" + principal_suffix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_"))
         if field is not None:
             if not field[0].isidentifier():
                 raise ValueError(f"not a payload field name: {field[0]!r}")
