@@ -33,11 +33,17 @@ may stay valid at the provider until it expires, whatever the revocation endpoin
 answered: introspection then reports it active, and the revocation stays pending.
 
 The HTTP client side uses :mod:`authlib` (``OAuth2Session.revoke_token`` and
-``introspect_token``), imported only when a revocation reaches a provider.
+``introspect_token``), imported only when a revocation reaches a provider. Redirects
+are never followed: a 3xx answer is recorded as a failure naming its status.
+
+Endpoints are checked when a credential is given (https, or http on this machine; a
+valid host and port; no user name or password in the URL). Any text a provider sends
+back is scrubbed of the credential's secrets before it is clipped and recorded.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -47,7 +53,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from fnmatch import fnmatchcase
 from typing import Any, Callable, Iterable, Protocol
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from sealbox.errors import SealboxError
 from sealbox.events import SYSTEM_RUN_ID, EventDraft
@@ -99,6 +105,15 @@ _CRED_KEYS = {"access_token", "refresh_token", "client_id", "client_secret", "re
               "introspection_endpoint", "access_token_expires_at", "auth_method", "provider"}
 _AUTH_METHODS = ("client_secret_basic", "client_secret_post", "none")
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
+_ENDPOINT_KEYS = ("revocation_endpoint", "introspection_endpoint")
+_HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+#: Characters a token is made of (RFC 6750 b64token, plus ``_``): a short secret is scrubbed only
+#: where it is not next to one of them, i.e. where it is a whole token.
+_TOKEN_CHAR = r"[A-Za-z0-9._~+/=-]"
+_SHORT_SECRET = 8  # secrets shorter than this are scrubbed only as whole tokens
+_MIN_CUT = 4  # a clipped text that ends in at least this many first characters of a secret loses them
+_MARK = "[secret]"
+_REDIRECT = "the provider answered a redirect (HTTP {status}); redirects are not followed"
 
 
 class AccessError(SealboxError):
@@ -148,11 +163,14 @@ class ProviderCredential:
         """Build and check a credential from a dict (e.g. a ``--credential-file``).
 
         Raises:
-            AccessError: a required key is missing, a key is unknown, or a value has the
-                wrong type. The message names keys, never values.
+            AccessError: a required key is missing, a key is unknown, a value has the
+                wrong type, an endpoint is not a URL Sealbox can call (see
+                :func:`_check_endpoint`: no user name or password in it), or
+                ``access_token_expires_at`` is not an RFC 3339 time. The message names
+                keys, never values.
         """
-        if isinstance(data, ProviderCredential):
-            return data
+        if isinstance(data, ProviderCredential):  # built directly: checked all the same
+            data = data.to_dict()
         if not isinstance(data, dict):
             raise AccessError(f"a credential must be a JSON object, got {type(data).__name__}")
         unknown = sorted(set(data) - _CRED_KEYS)
@@ -166,16 +184,9 @@ class ProviderCredential:
                 raise AccessError(f"a credential needs {key!r}")
         if not data.get("access_token") and not data.get("refresh_token"):
             raise AccessError("a credential needs an 'access_token' or a 'refresh_token' (or both)")
-        for key in ("revocation_endpoint", "introspection_endpoint"):
-            url = data.get(key)
-            if not url:
-                continue
-            parsed = urlparse(url)
-            if parsed.scheme == "http" and parsed.hostname not in _LOOPBACK:
-                raise AccessError(f"credential key {key!r} must be an https URL (RFC 7009 §2 requires TLS; "
-                                  "plain http is accepted only for a provider on this machine)")
-            if parsed.scheme not in ("http", "https") or not parsed.hostname:
-                raise AccessError(f"credential key {key!r} must be an https URL")
+        for key in _ENDPOINT_KEYS:
+            if data.get(key):
+                _check_endpoint(key, data[key])
         method = data.get("auth_method") or ("client_secret_basic" if data.get("client_secret") else "none")
         if method not in _AUTH_METHODS:
             raise AccessError(f"credential 'auth_method' must be one of {list(_AUTH_METHODS)}")
@@ -188,6 +199,18 @@ class ProviderCredential:
             access_token_expires_at=data.get("access_token_expires_at"), auth_method=method,
         )
 
+    @classmethod
+    def _from_stored(cls, data: dict[str, Any]) -> "ProviderCredential":
+        """A credential decrypted from the ``credentials`` table, as it was stored.
+
+        Not checked again: a credential stored before a check was added must still load,
+        so that its revocation is attempted and recorded (:func:`_at_provider` checks its
+        endpoints and records a ``failed`` step when one cannot be called).
+        """
+        return cls(**{k: data.get(k) for k in ("revocation_endpoint", "client_id", "client_secret", "access_token",
+                                                "refresh_token", "introspection_endpoint", "access_token_expires_at")},
+                   auth_method=data.get("auth_method") or "client_secret_basic")
+
     def to_dict(self) -> dict[str, Any]:
         """The credential as a dict (secrets included: only for encryption)."""
         return {k: getattr(self, k) for k in ("revocation_endpoint", "client_id", "client_secret", "access_token",
@@ -199,8 +222,93 @@ class ProviderCredential:
         return [(hint, getattr(self, hint)) for hint in _TOKEN_HINTS if getattr(self, hint)]
 
     def secrets(self) -> list[str]:
-        """Every secret string in the credential (never to be written to the log)."""
-        return [s for s in (self.access_token, self.refresh_token, self.client_secret) if s]
+        """Every secret string in the credential (never to be written to the log): the
+        tokens, the client secret, and the password of an endpoint URL stored before such
+        URLs were refused (as written and percent-decoded)."""
+        out = [s for s in (self.access_token, self.refresh_token, self.client_secret) if s]
+        for url in (self.revocation_endpoint, self.introspection_endpoint):
+            try:
+                password = urlsplit(url).password if url else None
+            except ValueError:
+                password = None
+            if password:
+                out.extend(dict.fromkeys((password, unquote(password))))
+        return out
+
+
+def _check_endpoint(key: str, url: str, *, stored: bool = False) -> None:
+    """Check that ``url`` is an endpoint Sealbox can call: an ``https`` URL (``http`` only
+    for a provider on this machine: 127.0.0.1, ::1, localhost) with a valid host (a DNS
+    name, an IPv4 address or a bracketed IPv6 address), a port of 1-65535 if it has one,
+    no spaces or control characters, and no user name or password (``user:pass@``: it
+    would be kept in the clear where the endpoint is shown, and Sealbox authenticates
+    with ``client_id`` and ``client_secret``). ``stored``: a credential already stored,
+    checked before it is used; its user name or password, if any, is not refused then.
+
+    Raises:
+        AccessError: naming ``key`` and what is wrong, never the URL.
+    """
+    name = f"credential key {key!r}"
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise AccessError(f"{name} must be a URL without spaces or control characters")
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise AccessError(f"{name} is not a valid URL (its host is malformed; an IPv6 address goes in brackets: "
+                          "https://[::1]/...)") from None
+    if parts.scheme not in ("http", "https"):
+        raise AccessError(f"{name} must be an https URL")
+    if "@" in parts.netloc and not stored:
+        raise AccessError(f"{name} must not carry a user name or password (the part before '@'); Sealbox "
+                          "authenticates to the provider with 'client_id' and 'client_secret'")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise AccessError(f"{name} has an invalid port (a port must be a number from 1 to 65535)")
+    host = parts.hostname
+    if not host:
+        raise AccessError(f"{name} must be an https URL with a host")
+    if not _valid_host(host, bracketed="[" in parts.netloc):
+        raise AccessError(f"{name} has an invalid host (a DNS name, an IPv4 address, or an IPv6 address in brackets)")
+    if parts.scheme == "http" and host not in _LOOPBACK:
+        raise AccessError(f"{name} must be an https URL (RFC 7009 §2 requires TLS; "
+                          "plain http is accepted only for a provider on this machine)")
+
+
+def _valid_host(host: str, *, bracketed: bool) -> bool:
+    if bracketed:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return False
+        return True
+    try:
+        ipaddress.IPv4Address(host)
+        return True
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host
+    try:
+        ascii_name = name.encode("idna").decode("ascii")
+    except UnicodeError:
+        return False
+    return 0 < len(ascii_name) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in ascii_name.split("."))
+
+
+def _loggable(url: str | None) -> str | None:
+    """An endpoint as it may be recorded: without a user name or password (only a credential
+    stored before those were refused has one)."""
+    if not url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def _cipher(secret: bytes) -> Any:
@@ -226,7 +334,7 @@ def _unseal(secret: bytes, grant_id: str, nonce: bytes, ciphertext: bytes) -> Pr
     except InvalidTag as exc:
         raise AccessError(f"the credential of grant {grant_id} cannot be decrypted (altered, or moved from "
                           "another grant or store)") from exc
-    return ProviderCredential.from_dict(json.loads(plain))
+    return ProviderCredential._from_stored(json.loads(plain))
 
 
 def _secret_of(store: Any) -> bytes:
@@ -402,8 +510,8 @@ def grant_access(store: Any, principal: str, server: str, tool: str, scope: Any 
             now (``30d``, ``12h``); None: no expiry. Must be in the future.
         credential: a :class:`ProviderCredential` (or its dict form), stored encrypted
             outside the log in the same transaction as the event.
-        provider: the provider's name (default: the revocation endpoint's host, when a
-            credential is given).
+        provider: the provider's name (default: the revocation endpoint's host name,
+            without port, when a credential is given).
         by: who grants (the event's principal).
         grant_id: an id to use (default: a new ``grant_<hex>``).
 
@@ -424,7 +532,7 @@ def grant_access(store: Any, principal: str, server: str, tool: str, scope: Any 
         raise AccessError(f"expires_at {expires} is in the past")
     cred = None if credential is None else ProviderCredential.from_dict(credential)
     if provider is None and cred is not None:
-        provider = urlparse(cred.revocation_endpoint).netloc or None
+        provider = urlsplit(cred.revocation_endpoint).hostname or None
     gid = grant_id or "grant_" + uuid.uuid4().hex[:24]
     if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", gid) or is_implicit(gid):
         raise AccessError(f"grant id {gid!r} must be 1-128 of A-Z a-z 0-9 _ . : - and not start with {IMPLICIT_PREFIX!r}")
@@ -571,6 +679,11 @@ class ProviderClient(Protocol):
 class AuthlibProviderClient:
     """:class:`ProviderClient` over authlib's ``requests`` OAuth 2.0 client.
 
+    Redirects are never followed (``allow_redirects=False``): a 3xx comes back as the
+    answer (following one would turn the POST into a GET, or re-send the token and the
+    client secret to wherever the ``Location`` points). :func:`revoke` records it as a
+    failure.
+
     Args:
         timeout: seconds for each HTTP request.
     """
@@ -585,13 +698,13 @@ class AuthlibProviderClient:
                              token_endpoint_auth_method=cred.auth_method,
                              revocation_endpoint_auth_method=cred.auth_method)
 
-    def _post(self, call: Callable[[], Any]) -> ProviderAnswer:
+    def _post(self, cred: ProviderCredential, call: Callable[[], Any]) -> ProviderAnswer:
         import requests
 
         try:
             resp = call()
         except requests.RequestException as exc:
-            raise ProviderUnavailable(_describe_exc(exc)) from None
+            raise ProviderUnavailable(_describe_exc(exc, cred.secrets())) from None
         try:
             body = resp.json()
         except ValueError:
@@ -600,42 +713,83 @@ class AuthlibProviderClient:
 
     def revoke(self, cred: ProviderCredential, token: str, token_type_hint: str) -> ProviderAnswer:
         with self._session(cred) as sess:
-            return self._post(lambda: sess.revoke_token(cred.revocation_endpoint, token=token,
-                                                        token_type_hint=token_type_hint, timeout=self.timeout))
+            return self._post(cred, lambda: sess.revoke_token(
+                cred.revocation_endpoint, token=token, token_type_hint=token_type_hint, timeout=self.timeout,
+                allow_redirects=False))
 
     def introspect(self, cred: ProviderCredential, token: str, token_type_hint: str) -> ProviderAnswer:
         if not cred.introspection_endpoint:
             raise AccessError("this provider has no introspection endpoint")
         with self._session(cred) as sess:
-            return self._post(lambda: sess.introspect_token(cred.introspection_endpoint, token=token,
-                                                            token_type_hint=token_type_hint, timeout=self.timeout))
+            return self._post(cred, lambda: sess.introspect_token(
+                cred.introspection_endpoint, token=token, token_type_hint=token_type_hint, timeout=self.timeout,
+                allow_redirects=False))
 
 
-def _describe_exc(exc: BaseException) -> str:
+def _describe_exc(exc: BaseException, secrets: Iterable[str] = ()) -> str:
     text = str(exc)
     m = re.search(r"\[Errno -?\d+\] [^'\")\]]+", text)
     if m:
-        return f"{type(exc).__name__}: {m.group(0).strip()}"
+        return f"{type(exc).__name__}: {_clip(m.group(0).strip(), 200, secrets)}"
     if "timed out" in text.lower():
         return f"{type(exc).__name__}: timed out"
-    return f"{type(exc).__name__}: {text[:200]}"
+    return f"{type(exc).__name__}: {_clip(text, 200, secrets)}"
 
 
 def _transient(answer: ProviderAnswer) -> bool:
     return answer.status >= 500 or answer.status == 429
 
 
-def _oauth_error(answer: ProviderAnswer) -> str | None:
+def _redirected(answer: ProviderAnswer) -> bool:
+    return 300 <= answer.status < 400
+
+
+def _oauth_error(answer: ProviderAnswer, secrets: list[str]) -> str | None:
+    """The provider's OAuth ``error`` string, scrubbed and then clipped to 80 characters."""
     err = (answer.body or {}).get("error")
-    return err[:80] if isinstance(err, str) else None
+    return _clip(err, 80, secrets) if isinstance(err, str) else None
+
+
+def _secret_pattern(secrets: Iterable[str]) -> "re.Pattern[str] | None":
+    """One pattern for every secret, longest first; an existing ``[secret]`` mark matches
+    first so that it is never scrubbed again. A secret shorter than 8 characters matches
+    only as a whole token (not next to a token character), a longer one anywhere."""
+    alts = [re.escape(_MARK)]
+    for s in sorted({s for s in secrets if s}, key=len, reverse=True):
+        alts.append(re.escape(s) if len(s) >= _SHORT_SECRET else
+                    f"(?<!{_TOKEN_CHAR}){re.escape(s)}(?!{_TOKEN_CHAR})")
+    return None if len(alts) == 1 else re.compile("|".join(alts))
+
+
+def _scrub_text(text: str, secrets: Iterable[str]) -> str:
+    pattern = _secret_pattern(secrets)
+    return text if pattern is None else pattern.sub(_MARK, text)
+
+
+def _clip(text: str, limit: int, secrets: Iterable[str]) -> str:
+    """``text`` scrubbed, then cut to ``limit`` characters; then, if it ends in the first
+    4 or more characters of a secret (a secret cut by the limit, or one the provider
+    itself cut short), those are dropped."""
+    secrets = [s for s in secrets if s]
+    text = _scrub_text(text, secrets)[:limit]
+    changed = True
+    while changed:
+        changed = False
+        for s in secrets:
+            for k in range(min(len(s), len(text)), _MIN_CUT - 1, -1):
+                if text.endswith(s[:k]) and (len(s) >= _SHORT_SECRET
+                                             or not re.search(f"{_TOKEN_CHAR}$", text[:-k])):
+                    text, changed = text[:-k], True
+                    break
+    return text
 
 
 def _scrub(value: Any, secrets: list[str]) -> Any:
-    """``value`` with every secret string replaced (a provider may echo a token in an error)."""
+    """``value`` with every secret replaced by ``[secret]`` (a provider may echo a token in
+    an error). A secret shorter than 8 characters is replaced only where it is a whole
+    token (not next to any of ``A-Z a-z 0-9 . _ ~ + / = -``), a longer one everywhere."""
     if isinstance(value, str):
-        for s in secrets:
-            value = value.replace(s, "[secret]")
-        return value
+        return _scrub_text(value, secrets)
     if isinstance(value, dict):
         return {k: _scrub(v, secrets) for k, v in value.items()}
     if isinstance(value, list):
@@ -646,8 +800,9 @@ def _scrub(value: Any, secrets: list[str]) -> Any:
 class _Attempts:
     """Call ``fn`` until it gives a definitive answer, at most ``retries`` times, with backoff."""
 
-    def __init__(self, retries: int, backoff: float, sleep: Callable[[float], None]) -> None:
+    def __init__(self, retries: int, backoff: float, sleep: Callable[[float], None], secrets: list[str]) -> None:
         self.retries, self.backoff, self.sleep = max(1, int(retries)), backoff, sleep
+        self.secrets = secrets
         self.used = 0
 
     def run(self, fn: Callable[[], ProviderAnswer]) -> tuple[ProviderAnswer | None, str | None]:
@@ -661,7 +816,8 @@ class _Attempts:
             else:
                 if not _transient(answer):
                     return answer, None
-                error = f"HTTP {answer.status}" + (f" {_oauth_error(answer)}" if _oauth_error(answer) else "")
+                oauth = _oauth_error(answer, self.secrets)
+                error = f"HTTP {answer.status}" + (f" {oauth}" if oauth else "")
             if attempt < self.retries:
                 self.sleep(self.backoff * (2 ** (attempt - 1)))
         return None, error
@@ -677,7 +833,11 @@ def _record_step(store: Any, grant_id: str, step: str, by: str, detail: dict[str
 
 def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retries: int, backoff: float,
                  by: str, sleep: Callable[[float], None]) -> None:
-    """Revoke both tokens at the provider and confirm by introspection; record sent / confirmed / failed."""
+    """Revoke both tokens at the provider and confirm by introspection; record sent / confirmed / failed.
+
+    A redirect (3xx) is never followed and never counts as an answer: for revocation the
+    step is ``failed`` (no ``sent``), for introspection the token is not confirmed.
+    """
     gid = grant.grant_id
     cred = load_credential(store, gid)
     if cred is None:
@@ -686,27 +846,46 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
             "error": "the grant's credential was deleted: its tokens cannot be revoked at the provider"}, [])
         return
     secrets = cred.secrets()
+    try:
+        for key in _ENDPOINT_KEYS:
+            if getattr(cred, key):
+                _check_endpoint(key, getattr(cred, key), stored=True)
+    except AccessError as exc:  # stored before the check existed: it can never be called
+        _record_step(store, gid, "failed", by, {
+            "stage": "credential", "pending": True,
+            "error": f"{exc}: its tokens cannot be revoked at the provider through Sealbox"}, secrets)
+        return
     client = client or AuthlibProviderClient()
-    tries = _Attempts(retries, backoff, sleep)
+    tries = _Attempts(retries, backoff, sleep, secrets)
     sent: list[dict[str, Any]] = []
     unanswered: list[dict[str, Any]] = []
+    redirected: list[dict[str, Any]] = []
     for hint, token in cred.tokens():
         answer, error = tries.run(lambda: client.revoke(cred, token, hint))
         if answer is None:
             unanswered.append({"token_type_hint": hint, "error": error})
             continue
+        if _redirected(answer):
+            redirected.append({"token_type_hint": hint, "http_status": answer.status})
+            continue
         entry: dict[str, Any] = {"token_type_hint": hint, "http_status": answer.status}
-        if _oauth_error(answer):
-            entry["error"] = _oauth_error(answer)
+        oauth = _oauth_error(answer, secrets)
+        if oauth:
+            entry["error"] = oauth
         sent.append(entry)
-    if unanswered:
-        _record_step(store, gid, "failed", by, {
-            "stage": "revocation", "endpoint": cred.revocation_endpoint, "attempts": tries.used, "pending": True,
-            "answered": sent, "unanswered": unanswered,
-            "error": "the provider could not be reached or was unavailable: " + unanswered[-1]["error"]}, secrets)
+    endpoint = _loggable(cred.revocation_endpoint)
+    if unanswered or redirected:
+        problems = list(dict.fromkeys(_REDIRECT.format(status=r["http_status"]) for r in redirected))
+        if unanswered:
+            problems.append("the provider could not be reached or was unavailable: " + unanswered[-1]["error"])
+        detail: dict[str, Any] = {"stage": "revocation", "endpoint": endpoint, "attempts": tries.used,
+                                  "pending": True, "answered": sent, "unanswered": unanswered}
+        if redirected:
+            detail["redirected"] = redirected
+        _record_step(store, gid, "failed", by, {**detail, "error": "; ".join(problems)}, secrets)
         return
     has_introspection = bool(cred.introspection_endpoint)
-    _record_step(store, gid, "sent", by, {"endpoint": cred.revocation_endpoint, "tokens": sent,
+    _record_step(store, gid, "sent", by, {"endpoint": endpoint, "tokens": sent,
                                           "attempts": tries.used, "introspection": has_introspection}, secrets)
     refused = [t for t in sent if t["http_status"] != 200]
     if not has_introspection:
@@ -716,30 +895,39 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
                 "error": "the provider refused to revoke " + ", ".join(t["token_type_hint"] for t in refused)
                          + "; it has no introspection endpoint to check the tokens"}, secrets)
         return
-    checks = _Attempts(retries, backoff, sleep)
+    checks = _Attempts(retries, backoff, sleep, secrets)
     results: list[dict[str, Any]] = []
-    problems: list[str] = []
+    problems = []
     for hint, token in cred.tokens():
         answer, error = checks.run(lambda: client.introspect(cred, token, hint))
         if answer is None:
             results.append({"token_type_hint": hint, "error": error})
             problems.append(f"{hint}: introspection unavailable ({error})")
             continue
+        if _redirected(answer):
+            why = _REDIRECT.format(status=answer.status)
+            results.append({"token_type_hint": hint, "http_status": answer.status, "error": why})
+            problems.append(f"{hint}: introspection: {why}")
+            continue
         active = (answer.body or {}).get("active")
         if answer.status != 200 or not isinstance(active, bool):
-            results.append({"token_type_hint": hint, "http_status": answer.status, "error": _oauth_error(answer)})
+            results.append({"token_type_hint": hint, "http_status": answer.status,
+                            "error": _oauth_error(answer, secrets)})
             problems.append(f"{hint}: introspection answered HTTP {answer.status} without an 'active' field")
             continue
         entry = {"token_type_hint": hint, "active": active}
         if active:
             exp = (answer.body or {}).get("exp")
             if isinstance(exp, int) and not isinstance(exp, bool):
-                entry["exp"] = _rfc3339(datetime.fromtimestamp(exp, timezone.utc))
+                try:
+                    entry["exp"] = _rfc3339(datetime.fromtimestamp(exp, timezone.utc))
+                except (OverflowError, OSError, ValueError):  # an exp no datetime can hold: not recorded
+                    pass
             until = entry.get("exp") or (cred.access_token_expires_at if hint == "access_token" else None)
             problems.append(f"{hint} is still active at the provider" + (
                 f" (a self-contained token stays valid until it expires at {until})" if until else ""))
         results.append(entry)
-    detail = {"endpoint": cred.introspection_endpoint, "tokens": results, "attempts": checks.used}
+    detail = {"endpoint": _loggable(cred.introspection_endpoint), "tokens": results, "attempts": checks.used}
     if problems:
         _record_step(store, gid, "failed", by, {"stage": "introspection", "pending": True,
                                                 "error": "; ".join(problems), **detail}, secrets)
@@ -758,6 +946,8 @@ def revoke(store: Any, grant_id: str, reason: str, provider_client: ProviderClie
        Unreachable / 5xx / 429 answers are retried ``retries`` times with exponential
        backoff (``backoff`` seconds, doubled each time); what could not be done is a
        ``failed`` step and the grant stays :data:`STATUS_PENDING` (see :func:`retry`).
+       Redirects are not followed: a 3xx answer is a ``failed`` step naming its status,
+       never ``sent`` or ``confirmed``.
 
     Revoking a grant already pending at its provider retries it.
 
@@ -821,16 +1011,25 @@ def _rfc3339(dt: datetime) -> str:
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse_time(text: str, name: str) -> datetime:
+def _parse_time(text: str, name: str, what: str = "an RFC 3339 time") -> datetime:
+    """``text`` as an aware UTC datetime (a date alone is midnight UTC).
+
+    Raises:
+        AccessError: naming ``name``, never the value (it may be a secret pasted into the
+            wrong field): not ``what``, no UTC offset, or out of range in UTC.
+    """
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError as exc:
-        raise AccessError(f"{name}: {text!r} is not an RFC 3339 time") from exc
+    except ValueError:
+        raise AccessError(f"{name} is not {what}") from None
     if dt.tzinfo is None:
         if len(text) == 10:  # a date: midnight UTC
             return dt.replace(tzinfo=timezone.utc)
-        raise AccessError(f"{name}: {text!r} has no UTC offset (add Z or +hh:mm)")
-    return dt
+        raise AccessError(f"{name} has no UTC offset (add Z or +hh:mm)")
+    try:
+        return dt.astimezone(timezone.utc)
+    except OverflowError:
+        raise AccessError(f"{name} is out of range (before year 1 or after year 9999 in UTC)") from None
 
 
 def _now(now: Any) -> datetime:
@@ -852,15 +1051,24 @@ def parse_expiry(value: Any) -> str:
     (midnight UTC), or a duration from now (``90s``, ``15m``, ``12h``, ``30d``, ``1w``).
 
     Raises:
-        AccessError: none of those.
+        AccessError: none of those, or a time after the year 9999 (UTC). The message
+            names ``expires_at``, never the value.
     """
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise AccessError("expires_at must be timezone-aware")
-        return _rfc3339(value)
+        try:
+            return _rfc3339(value)
+        except OverflowError:
+            raise AccessError("expires_at is out of range (before year 1 or after year 9999 in UTC)") from None
     if not isinstance(value, str) or not value.strip():
-        raise AccessError(f"expires_at must be a time or a duration, got {value!r}")
+        raise AccessError("expires_at must be a time or a duration, got " + (
+            "an empty string" if isinstance(value, str) else type(value).__name__))
     m = _DURATION.match(value.strip())
     if m:
-        return _rfc3339(datetime.now(timezone.utc) + timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)]))
-    return _rfc3339(_parse_time(value.strip(), "expires_at"))
+        try:
+            return _rfc3339(datetime.now(timezone.utc) + timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)]))
+        except (OverflowError, ValueError):
+            raise AccessError("expires_at: the duration is too long (it would end after year 9999)") from None
+    return _rfc3339(_parse_time(value.strip(), "expires_at",
+                                "an RFC 3339 time, a date, or a duration (90s, 15m, 12h, 30d, 1w)"))

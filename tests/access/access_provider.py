@@ -205,3 +205,59 @@ class OAuthProvider:
             self._thread.join(5)
             self._server = None
         self.mode = "down"
+
+
+class ScriptedServer:
+    """A plain HTTP server on 127.0.0.1 (a free port, in a thread) for provider misbehaviour
+    that authlib's endpoints never show: redirects, echoed tokens, odd bodies.
+
+    ``answer(method, path, form)`` returns ``(status, headers, body)`` (``body`` a dict is sent
+    as JSON). Every request is recorded in ``requests`` as ``(method, path, form)``.
+    """
+
+    def __init__(self, answer) -> None:  # noqa: ANN001
+        import http.server
+        import json
+        import urllib.parse
+
+        server = self
+        self.answer = answer
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # noqa: ANN002
+                pass
+
+            def _serve(self, method: str) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                form = {k: v[0] for k, v in urllib.parse.parse_qs(self.rfile.read(length).decode()).items()}
+                server.requests.append((method, self.path, form))
+                status, headers, body = server.answer(method, self.path, form)
+                data = json.dumps(body).encode() if isinstance(body, dict) else (body or b"")
+                self.send_response(status)
+                for k, v in {**({"Content-Type": "application/json"} if isinstance(body, dict) else {}),
+                             **headers}.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):  # noqa: N802
+                self._serve("POST")
+
+            def do_GET(self):  # noqa: N802
+                self._serve("GET")
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_port
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
