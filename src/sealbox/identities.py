@@ -8,7 +8,8 @@ re-enabled or its key swapped: :class:`IdentityBook` replays those events to say
 what an identity was at any leaf index of the log.
 
 Every change is **signed** (``authorization``: the signing identity, its key ID and an
-Ed25519 signature over the change and the leaf of the identity's previous change), so
+Ed25519 signature over the change, which names the leaf of the identity's previous change
+in ``after``), so
 that whoever can write the store cannot mint an approver: the first ``admin`` added signs
 its own ``added`` (the root of the store's identities; until then, nothing but an admin
 can be added), and every later change needs the key of an enabled admin, except that an
@@ -182,7 +183,15 @@ class IdentityBook:
         if not isinstance(auth, dict):
             return "it carries no authorization (it was not written by sealbox.identities)"
         name, change, by = payload.get("name"), payload.get("change"), auth.get("by")
-        fields = change_fields(payload, self.last_leaf(name) if isinstance(name, str) else None)
+        previous = self.last_leaf(name) if isinstance(name, str) else None
+        if "after" not in payload or payload["after"] != previous:
+            if previous is None or not isinstance(payload.get("after"), int) or payload["after"] > previous:
+                return (f"it follows a change of {name!r} at leaf {payload.get('after')!r} that is not in the history "
+                        f"(its previous change here is {'at leaf ' + str(previous) if previous is not None else 'none'}): "
+                        "a change was left out, or this one was replayed")
+            return (f"it follows {name!r}'s change at leaf {payload['after']}, but {name!r} changed again at leaf "
+                    f"{previous}: it was replayed")
+        fields = change_fields(payload)
         if change == "added" and by == name and payload.get("role") == "admin" and not self._had_admin:
             key = payload.get("public_key")  # the root admin: signed with the key it adds
         else:
@@ -258,11 +267,12 @@ def _write_key_file(path: Path, skey: str) -> None:
         os.close(fd)
 
 
-def change_fields(payload: dict[str, Any], after: int | None) -> dict[str, Any]:
-    """The fields an ``identity.changed`` authorization signs: the change (every payload field but
-    ``authorization``) and ``after``, the leaf index of the identity's previous applied change
-    (None for ``added``), so that a signed change cannot be replayed later in the log."""
-    return {**{k: v for k, v in payload.items() if k != "authorization"}, "after": after}
+def change_fields(payload: dict[str, Any]) -> dict[str, Any]:
+    """The fields an ``identity.changed`` authorization signs: every payload field but
+    ``authorization``, ``after`` included (the leaf index of the identity's previous applied
+    change, None for ``added``), so that a signed change cannot be replayed later in the log
+    and a change left out of the history (of an export bundle) shows as a gap."""
+    return {k: v for k, v in payload.items() if k != "authorization"}
 
 
 def _key_id(vkey: str) -> str:
@@ -306,10 +316,10 @@ def _record(store: Any, name: str, admin: Signer | None, check: Any, payload: An
     def build(reader: Any) -> list[EventDraft]:
         book = identity_book(reader)
         check(book)
-        p = dict(payload(book))
+        p = {**payload(book), "after": book.last_leaf(name)}
         signer = _authorizer(book, p, admin, new_signer)
         p["authorization"] = {"by": signer.name, "key_id": _key_id(signer.verifier.vkey),
-                              "signature": sign_fields(signer, change_fields(p, book.last_leaf(name)))}
+                              "signature": sign_fields(signer, change_fields(p))}
         return [EventDraft("identity.changed", p, run_id=SYSTEM_RUN_ID, principal=signer.name)]
 
     events = store.append_with(build)

@@ -27,10 +27,10 @@ def test_add_writes_the_private_key_once_with_mode_0600_and_logs_only_the_public
     root_vkey = identity_book(store).get("root").public_key
     assert (event.kind, event.principal, event.payload) == ("identity.changed", "root", {
         "name": "alice", "change": "added", "role": "approver", "groups": ["dba", "ops"],
-        "public_key": new.identity.public_key, "shared": False,
+        "public_key": new.identity.public_key, "shared": False, "after": None,
         "authorization": {"by": "root", "key_id": root_vkey.split("+", 2)[1], "signature": auth["signature"]}})
-    assert verify_fields(root_vkey, change_fields(event.payload, None), auth["signature"])
-    assert not verify_fields(root_vkey, change_fields(event.payload, 0), auth["signature"])  # bound to `after`
+    assert verify_fields(root_vkey, change_fields(event.payload), auth["signature"])
+    assert not verify_fields(root_vkey, {**change_fields(event.payload), "after": 0}, auth["signature"])
     assert Verifier.from_vkey(event.payload["public_key"]).name == "alice"
     private = new.key_path.read_text().strip()
     assert private.startswith("PRIVATE+KEY+alice+")
@@ -118,7 +118,7 @@ def test_without_an_admin_key_only_the_first_admin_can_be_added(store, tmp_path)
     root = add_identity(store, "root", "admin", key_path=tmp_path / "root.key")
     event = store.read_run(SYSTEM_RUN_ID)[-1]
     assert event.principal == "root" and event.payload["authorization"]["by"] == "root"  # signed with its own key
-    assert verify_fields(root.identity.public_key, change_fields(event.payload, None),
+    assert verify_fields(root.identity.public_key, change_fields(event.payload),
                          event.payload["authorization"]["signature"])
     for role in ("approver", "admin"):
         with pytest.raises(IdentityError, match=r"^an identity change must be signed by an admin identity's key"):
@@ -164,16 +164,16 @@ def test_a_change_appended_below_the_identities_api_is_ignored_and_reported(stor
     (tmp_path / "mallory.key").write_text(skey + "\n")
     os.chmod(tmp_path / "mallory.key", 0o600)
     added = {"name": "mallory", "change": "added", "role": "approver", "groups": ["ops"], "public_key": vkey,
-             "shared": False}
+             "shared": False, "after": None}
     from sealbox.ledger.checkpoint import Signer
     mallory = Signer.from_key(skey)
     unsigned = _append_change(store, added)
     self_signed = _append_change(store, {**added, "role": "admin", "authorization": {
         "by": "mallory", "key_id": vkey.split("+", 2)[1], "signature": sign_fields(mallory, change_fields(
-            {**added, "role": "admin"}, None))}})
+            {**added, "role": "admin"}))}})
     by_approver = _append_change(store, {**added, "authorization": {
         "by": "alice", "key_id": load_key(keys["alice"]).verifier.vkey.split("+", 2)[1],
-        "signature": sign_fields(load_key(keys["alice"]), change_fields(added, None))}})
+        "signature": sign_fields(load_key(keys["alice"]), change_fields(added))}})
     assert identity_book(store).get("mallory") is None
     assert [(leaf, why) for leaf, _, _, why in identity_book(store).unauthorized] == [
         (unsigned.leaf_index, "it carries no authorization (it was not written by sealbox.identities)"),
@@ -207,5 +207,28 @@ def test_a_signed_change_replayed_later_does_not_count(store, tmp_path):
     rotate_key(store, "alice", tmp_path / "a3.key", admin_key=root)
     replayed = _append_change(store, old.payload)
     assert identity_book(store).get("alice").public_key == load_key(tmp_path / "a3.key").verifier.vkey
-    assert [(p.code, p.leaf_index) for p in verify_store(store).problems] == [("identity_unauthorized",
-                                                                              replayed.leaf_index)]
+    problems = verify_store(store).problems
+    assert [(p.code, p.leaf_index) for p in problems] == [("identity_unauthorized", replayed.leaf_index)]
+    assert (f"(it follows 'alice''s change at leaf {old.payload['after']}, but 'alice' changed again at leaf "
+            f"{old.leaf_index + 1}: it was replayed)") in problems[0].message
+    forged_after = _append_change(store, {**old.payload, "after": identity_book(store).last_leaf("alice")})
+    assert identity_book(store).unauthorized[-1][3] == "its signature does not verify with 'root''s key"
+    assert forged_after.leaf_index == identity_book(store).unauthorized[-1][0]
+
+
+def test_a_change_left_out_of_an_export_bundle_shows_as_a_gap(store, tmp_path):
+    """A bundle holds the system run's identity.changed events; a producer who leaves one out
+    (and re-signs the bundle) leaves the next change of that identity pointing at a leaf the
+    history lacks: the next change, and the answers it would allow, do not count."""
+    root = admin_key(store, tmp_path)
+    add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "a.key", admin_key=root)
+    disable_identity(store, "alice", "left", admin_key=root)
+    enable_identity(store, "alice", "back", admin_key=root)
+    changes = [e for e in store.read_run(SYSTEM_RUN_ID) if e.kind == "identity.changed"]
+    without_disable = [e for e in changes if e.payload["change"] != "disabled"]
+    book = IdentityBook.from_events(without_disable)
+    ((leaf, name, change, why),) = book.unauthorized
+    assert (leaf, name, change) == (changes[-1].leaf_index, "alice", "enabled")
+    assert why == (f"it follows a change of 'alice' at leaf {changes[2].leaf_index} that is not in the history (its "
+                   f"previous change here is at leaf {changes[1].leaf_index}): a change was left out, or this one was "
+                   "replayed")
