@@ -364,3 +364,36 @@ def test_case_principal_mapping_with_null_role_matches_its_groups(tmp_path, caps
                             "  expect: {effect: allow, rule: o}\n", "cases.yaml")  # fmt: skip
     code, out, err = run_main(capsys, "policy", "test", str(write(tmp_path, GROUPS)), str(cases))
     assert (code, out.splitlines()[-1], err) == (0, "1 passed, 0 failed", "")
+
+
+@pytest.mark.parametrize("call, message", [
+    ("{tool: t, run: {labels: 5}}", "'call.run.labels' must be a mapping of strings, not int 5"),
+    ("{tool: t, run: {labels: {env: 1}}}", "'call.run.labels' must be a mapping of strings, not dict {\"env\": 1}"),
+    ("{tool: t, run: {elapsed_s: abc}}", "'call.run.elapsed_s' must be a number of seconds (0 or more), not str \"abc\""),
+    ("{tool: t, run: {elapsed_s: -1}}", "'call.run.elapsed_s' must be a number of seconds (0 or more), not int -1"),
+    ("{tool: t, run: {elapsed_s: .nan}}", "'call.run.elapsed_s' must be a number of seconds (0 or more), not float NaN"),
+    ("{tool: t, run: {started_at: yesterday}}",
+     "'call.run.started_at' must be an RFC 3339 time as a string, not str \"yesterday\""),
+    ("{tool: t, run: {lables: {}}}", "unknown field 'call.run.lables' (it has id, labels, started_at, elapsed_s)"),
+    ("{tool: t, agent: {name: 5}}", "'call.agent.name' must be a string, not int 5"),
+    ("{tool: t, agent: {attributes: [x]}}", "'call.agent.attributes' must be a mapping, not list [\"x\"]"),
+    ("{tool: t, agent: {nmae: bot}}", "unknown field 'call.agent.nmae' (it has name, attributes)"),
+    ("{tool: t, usage: {tokens_run: lots}}", "'call.usage.tokens_run' must be a number (0 or more), not str \"lots\""),
+    ("{tool: t, usage: {tokens_run: true}}", "'call.usage.tokens_run' must be a number (0 or more), not bool true"),
+    ("{tool: t, usage: {tokens: 5}}", "unknown usage counter 'call.usage.tokens' (counters: tool_calls_run, "
+                                      "calls_minute_agent, calls_minute_tool, tokens_run, tokens_day, cost_run, cost_day)"),
+])  # fmt: skip
+def test_case_agent_run_and_usage_fields_are_checked(tmp_path, capsys, call, message):
+    """Such cases used to be evaluated as written and end as a guardrail_error deny, which a case
+    expecting a deny took for a pass (break test of 2026-12-02)."""
+    cases = write(tmp_path, CASES + f"- name: bad\n  call: {call}\n  expect: {{effect: deny}}\n", "cases.yaml")
+    assert run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases)) == (
+        2, "", f"error: {cases}:10: {message}\n")
+
+
+def test_well_formed_agent_run_and_usage_fields_are_accepted(tmp_path, capsys):
+    cases = write(tmp_path, "- call: {tool: t, agent: {name: bot, attributes: {team: a}}, run: {id: r1, labels: "
+                            "{env: prod}, started_at: '2026-01-31T09:00:00Z', elapsed_s: 1.5}, usage: {tokens_run: 10, "
+                            "cost_day: 0.5}}\n  expect: {effect: deny}\n", "cases.yaml")
+    code, out, err = run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases))
+    assert (code, err) == (0, ""), out

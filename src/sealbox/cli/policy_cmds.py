@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 from typing import Any
 
 import click
@@ -68,6 +69,7 @@ def _call_from(spec: dict[str, Any], where: str) -> Any:
     if "arguments" in spec and not isinstance(spec["arguments"], dict):
         raise BadInput(f"{where}: 'call.arguments' must be a mapping, not {_shown(spec['arguments'])}")
     principal = _principal(spec.get("principal"), where, "call.principal")
+    _check_context(spec, where)
     now = spec.get("now")
     if now is not None:
         if not isinstance(now, str):
@@ -85,6 +87,55 @@ def _call_from(spec: dict[str, Any], where: str) -> Any:
 
 
 _PRINCIPAL_KEYS = ("id", "role", "groups", "attributes")
+#: What a case may say of the agent and the run (the Recorder's CallContext: sealbox.policy.CallContext).
+_AGENT_KEYS = {"name": "a string", "attributes": "a mapping"}
+_RUN_KEYS = {"id": "a string", "labels": "a mapping of strings", "started_at": "an RFC 3339 time as a string",
+             "elapsed_s": "a number of seconds (0 or more)"}
+#: The usage counters a case may set (sealbox.policy.limits.LIMIT_COUNTERS, but elapsed_s, which is run's).
+_USAGE_KEYS = ("tool_calls_run", "calls_minute_agent", "calls_minute_tool", "tokens_run", "tokens_day", "cost_run",
+               "cost_day")
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _check_context(spec: dict[str, Any], where: str) -> None:
+    """Refuse a case's ``agent``, ``run`` or ``usage`` whose fields a real call never has: a wrong
+    type there used to be evaluated as it came and end as a ``guardrail_error`` deny, which a
+    test expecting a deny would take for a pass (break test of 2026-12-02)."""
+    agent, run, usage = spec.get("agent") or {}, spec.get("run") or {}, spec.get("usage") or {}
+    for name, fields, value in (("agent", _AGENT_KEYS, agent), ("run", _RUN_KEYS, run)):
+        unknown = sorted(set(value) - set(fields))
+        if unknown:
+            raise BadInput(f"{where}: unknown field 'call.{name}.{unknown[0]}' (it has {', '.join(fields)})")
+    checks = {
+        ("agent", "name"): isinstance(agent.get("name"), str),
+        ("agent", "attributes"): isinstance(agent.get("attributes"), dict),
+        ("run", "id"): isinstance(run.get("id"), str),
+        ("run", "labels"): isinstance(run.get("labels"), dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in run["labels"].items()),
+        ("run", "started_at"): isinstance(run.get("started_at"), str) and _rfc3339(run["started_at"]),
+        ("run", "elapsed_s"): _count(run.get("elapsed_s")),
+    }
+    for (name, field), ok in checks.items():
+        source = agent if name == "agent" else run
+        if field in source and not ok:
+            kinds = _AGENT_KEYS if name == "agent" else _RUN_KEYS
+            raise BadInput(f"{where}: 'call.{name}.{field}' must be {kinds[field]}, not {_shown(source[field])}")
+    for key, value in usage.items():
+        if key not in _USAGE_KEYS:
+            raise BadInput(f"{where}: unknown usage counter 'call.usage.{key}' (counters: {', '.join(_USAGE_KEYS)})")
+        if not _count(value):
+            raise BadInput(f"{where}: 'call.usage.{key}' must be a number (0 or more), not {_shown(value)}")
+
+
+def _rfc3339(text: str) -> bool:
+    try:
+        _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
 
 
 def _principal(value: Any, where: str, name: str) -> dict[str, Any]:
