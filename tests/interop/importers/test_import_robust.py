@@ -347,3 +347,51 @@ def test_any_other_type_error_of_an_importer_is_its_format_error(store_dir, tmp_
                    f"({type(error).__name__}); nothing was imported\n")
     assert "secret" not in err
     assert _size_and_verify(store_dir) == before
+
+
+def test_integers_longer_than_python_converts_are_kept_tagged_with_an_anomaly(store_dir, tmp_path):
+    """An integer of more than 4300 digits (Python's int-string limit: json raised a bare ValueError,
+    an internal error, exit 70) is imported exactly, as the canonical {"$bigint": digits}, and noted."""
+    from sealbox.store import open_store
+
+    big, neg = "9" * 5000, "-" + "8" * 4400
+    msgs = [{"role": "user", "content": "hi", "x": "BIG"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                "name": "calc", "arguments": '{"n": ' + neg + ', "q": "x"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+            {"role": "assistant", "content": "done"}]
+    path = _write(tmp_path, "big-int.json", text=json.dumps({"messages": msgs}).replace('"BIG"', big))
+    before = _size_and_verify(store_dir)
+    proc = _cli("import", "--store", str(store_dir), "--json", str(path))
+    assert (proc.returncode, proc.stderr) == (0, "")
+    out = json.loads(proc.stdout)
+    assert (out["format"], len(out["runs"]), out["events"], out["anomalies"]) == ("tau-bench", 1, 8, 1)
+    s = open_store(store_dir, readonly=True)
+    try:
+        (a,) = anomalies(s, out["runs"][0])
+        assert a == {"what": "huge_integer", "detail": {
+            "message": 'an integer of more than 4300 digits in the source; kept exactly, as the canonical tagged '
+                       'integer {"$bigint": digits}',
+            "count": 2, "where": ["model.call[1]/request/messages/0/x", "tool.call[1.1]/arguments/n"]}}
+        (call,) = calls(s, out["runs"][0])
+        assert call["arguments"] == {"n": {"$bigint": neg}, "q": "x"}
+        first = model_calls(s, out["runs"][0])[0]
+        assert first["request"]["messages"][0] == {"role": "user", "content": "hi", "x": {"$bigint": big}}
+    finally:
+        s.close()
+    assert _size_and_verify(store_dir) == before + 8
+
+
+def test_huge_integer_timestamps_are_bad_timestamps(store, tmp_path):
+    big = "7" * 5000
+    span = {"traceId": "ab" * 16, "spanId": "0000000000000001", "name": "execute_tool t",
+            "startTimeUnixNano": big, "endTimeUnixNano": "BIG",
+            "attributes": [{"key": "gen_ai.tool.name", "value": {"stringValue": "t"}},
+                           {"key": "gen_ai.tool.call.id", "value": {"stringValue": "c1"}},
+                           {"key": "gen_ai.tool.call.arguments", "value": {"stringValue": '{"a": ' + big + '}'}}]}
+    text = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).replace('"BIG"', big)
+    s = import_file(store, _write(tmp_path, "t.json", text=text))
+    got = {a["what"]: a["detail"] for a in anomalies(store, s.runs[0])}
+    assert sorted(got) == ["bad_timestamp", "huge_integer"]
+    assert got["bad_timestamp"]["count"] == 2 and got["huge_integer"]["where"] == ["tool.call[1]/arguments/a"]
+    assert calls(store, s.runs[0])[0]["arguments"] == {"a": {"$bigint": big}}

@@ -18,11 +18,12 @@ import hashlib
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterable
 
-from sealbox.canonical import canonical_bytes
+from sealbox.canonical import Tagged, canonical_bytes
 from sealbox.errors import SealboxError
 from sealbox.events import EventDraft
 from sealbox.store.base import new_run_id
@@ -281,16 +282,23 @@ class RunBuilder:
         return out
 
     def _scan_non_finite(self) -> None:
-        paths: list[str] = []
-        count = 0
+        found: dict[str, tuple[int, list[str]]] = {}
         for item in self.items:
-            for path in non_finite_paths(item.payload, limit=_MAX_ANOMALY_PATHS):
-                count += 1
+            for what, path in odd_number_paths(item.payload, limit=_MAX_ANOMALY_PATHS):
+                count, paths = found.get(what, (0, []))
                 if len(paths) < _MAX_ANOMALY_PATHS:
                     paths.append(f"{item.kind}[{'.'.join(map(str, (item.top, *item.sub)))}]{path}")
-        if count:
+                found[what] = (count + 1, paths)
+        if "non_finite_number" in found:
+            count, paths = found["non_finite_number"]
             self.anomaly("non_finite_number", {
                 "message": "NaN or Infinity in the source (not valid JSON); kept as a tagged float",
+                "count": count, "where": paths})
+        if "huge_integer" in found:
+            count, paths = found["huge_integer"]
+            self.anomaly("huge_integer", {
+                "message": f"an integer of more than {sys.get_int_max_str_digits()} digits in the source; kept exactly, as the "
+                           "canonical tagged integer {\"$bigint\": digits}",
                 "count": count, "where": paths})
 
 
@@ -338,19 +346,42 @@ def load_json_bytes(data: bytes, name: str) -> tuple[Any, int]:
         raise ImportFormatError(f"{name} is not UTF-8 text (byte {exc.start}); no importable format is binary") from None
     consts = _Constants()
     try:
-        return json.loads(text, parse_constant=consts), consts.count
+        return _loads(text, consts), consts.count
     except json.JSONDecodeError as first:
         # OTLP file exporters write JSON Lines: one export request per line.
         lines = [ln for ln in text.splitlines() if ln.strip()]
         if len(lines) > 1:
+            consts.count = 0
             try:
-                return {"$jsonl": [json.loads(ln, parse_constant=consts) for ln in lines]}, consts.count
+                return {"$jsonl": [_loads(ln, consts) for ln in lines]}, consts.count
             except json.JSONDecodeError:
                 pass
         raise ImportFormatError(
             f"{name} is not valid JSON (line {first.lineno}, column {first.colno}: {first.msg})") from None
     except RecursionError:
         raise ImportFormatError(f"{name} nests JSON too deeply to import") from None
+
+
+def _loads(text: str, consts: _Constants) -> Any:
+    """``json.loads``; an integer longer than Python converts (``sys.get_int_max_str_digits()``,
+    4300 digits by default: ``json`` raises a bare ValueError) becomes ``Tagged("$bigint", digits)``,
+    which the store writes as the canonical ``{"$bigint": digits}`` (exact) and the run notes
+    as a ``huge_integer`` anomaly. Only a file holding one is parsed twice."""
+    count = consts.count
+    try:
+        return json.loads(text, parse_constant=consts)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:
+        consts.count = count
+        return json.loads(text, parse_constant=consts, parse_int=_int_or_tagged)
+
+
+def _int_or_tagged(digits: str) -> Any:
+    try:
+        return int(digits)
+    except ValueError:  # longer than int() converts
+        return Tagged("$bigint", digits)
 
 
 def looks_like_json(text: str) -> bool:
@@ -368,7 +399,7 @@ def decode_json_string(value: Any, max_layers: int = 4) -> tuple[Any, int]:
     layers = 0
     while isinstance(value, str) and layers < max_layers and looks_like_json(value):
         try:
-            decoded = json.loads(value)
+            decoded = _loads(value, _Constants())
         except (ValueError, RecursionError):
             break
         layers += 1
@@ -410,16 +441,22 @@ def normalize_arguments(raw: Any, run: RunBuilder, where: str) -> Any:
     return raw
 
 
-def non_finite_paths(value: Any, limit: int = 20) -> list[str]:
-    """JSON-pointer-like paths of NaN/Infinity floats in ``value`` (iterative, bounded)."""
-    out: list[str] = []
+def odd_number_paths(value: Any, limit: int = 20) -> list[tuple[str, str]]:
+    """``(what, path)`` of the numbers no plain event field holds, JSON-pointer-like paths
+    (iterative, bounded): ``non_finite_number`` (NaN/Infinity floats) and ``huge_integer``
+    (an integer too long for Python to convert, read by :func:`load_json_bytes` as a tag)."""
+    out: list[tuple[str, str]] = []
     stack: list[tuple[Any, str, int]] = [(value, "", 0)]
     seen: set[int] = set()
-    while stack and len(out) < limit:
+    while stack and len(out) < 2 * limit:
         v, path, depth = stack.pop()
         if isinstance(v, float):
             if not math.isfinite(v):
-                out.append(path or "/")
+                out.append(("non_finite_number", path or "/"))
+            continue
+        if type(v) is Tagged:
+            if v.tag == "$bigint":
+                out.append(("huge_integer", path or "/"))
             continue
         if depth > 200 or not isinstance(v, (dict, list)) or id(v) in seen:
             continue
@@ -493,6 +530,8 @@ def parse_epoch(value: Any, unit_ns: int, run: RunBuilder, where: str) -> int | 
     if isinstance(value, str):
         s = value.strip()
         if re.fullmatch(r"-?\d+", s):
+            if len(s) > 40:  # far out of range (and int() refuses more than 4300 digits)
+                return _out_of_range(run, where)
             n = int(s)
         else:
             try:
