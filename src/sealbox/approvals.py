@@ -616,8 +616,14 @@ def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now
             "identity": who.name, "window_s": window_s, "answers": seen,
             "clients": [{"hostname": h, "os_user": u, "user_agent": a} for h, u, a in distinct]}})
     # any principal naming the same actor (same_actor: any one scheme, case-folded), as the
-    # requester rule compares them; identity names are ASCII, so SQL's LIKE folds their case
-    for ev in reader.events(["run.started", "tool.call"], principal_suffix=actor_key(who.name)):
+    # requester rule compares them; identity names are ASCII, so SQL folds their case. The
+    # few candidates that are not (``a:b:bob``) are skipped; a full read only if all of the
+    # first ones are such.
+    kinds, key = ["run.started", "tool.call"], actor_key(who.name)
+    first = reader.events(kinds, principal_actor=key, limit=16)
+    candidates = first if len(first) < 16 or any(same_actor(who.name, e.principal) for e in first) else \
+        reader.events(kinds, principal_actor=key)
+    for ev in candidates:
         if same_actor(who.name, ev.principal):
             flags.append({"code": "acts_as_agent", "evidence": {"identity": who.name, "principal": ev.principal,
                                                                 "run_id": ev.run_id, "kind": ev.kind,

@@ -125,3 +125,17 @@ def test_an_approver_running_agents_as_user_name_is_flagged_too(store, keys):
     (flag,) = state.answers[0].flags
     assert flag["code"] == "acts_as_agent" and flag["evidence"]["principal"] == "user:bob"
     assert flag["evidence"]["run_id"] == run.run_id
+
+
+def test_a_real_match_after_many_look_alikes_is_still_flagged(store, keys):
+    """Principals such as `a:b:bob` end like the name but are not bob (two schemes): the query's
+    first candidates may all be such, and the flag still finds the real one after them."""
+    for i in range(20):
+        with Recorder(store, policy=policy()).run(agent="helper", principal=f"team{i}:x:bob"):
+            pass
+    with Recorder(store, policy=policy()).run(agent="helper", principal="svc:bob") as run:
+        pass
+    state = answer(store, request(store), "approve", "ok", keys["bob"], client=LAPTOP)
+    (flag,) = state.answers[0].flags
+    assert (flag["code"], flag["evidence"]["principal"], flag["evidence"]["run_id"]) == (
+        "acts_as_agent", "svc:bob", run.run_id)

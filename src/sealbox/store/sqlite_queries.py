@@ -358,9 +358,10 @@ class Reader:
     @_json_guarded
     def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
                field: tuple[str, str] | None = None, limit: int | None = None,
-               principal_suffix: str | None = None) -> list[Event]:
+               principal_actor: str | None = None) -> list[Event]:
         """Events of the given kinds, in log order, optionally of one run, one principal, a
-        principal ending with ``principal_suffix`` (ASCII case-insensitive, SQL ``LIKE``), or
+        principal that is ``principal_actor`` or ends with ``:`` + ``principal_actor`` (ASCII
+        case-insensitive: the candidates for :func:`sealbox.approvals.same_actor`), or
         whose payload field ``field[0]`` equals the string ``field[1]``.
 
         Used by approvals and identities to read what they check inside the write
@@ -374,9 +375,10 @@ class Reader:
         if principal is not None:
             where.append("principal = ?")
             params.append(principal)
-        if principal_suffix is not None:
-            where.append("principal LIKE ? ESCAPE '\\'")
-            params.append("%" + principal_suffix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_"))
+        if principal_actor is not None:
+            where.append("(principal = ? COLLATE NOCASE OR principal LIKE ? ESCAPE '\\')")
+            params += [principal_actor, "%:" + principal_actor.replace("\\", "\\\\").replace("%", "\\%")
+                       .replace("_", "\\_")]
         if field is not None:
             if not field[0].isidentifier():
                 raise ValueError(f"not a payload field name: {field[0]!r}")
