@@ -93,9 +93,15 @@ def prove_cmd(store_path: str, from_size: int, to_size: int | None) -> None:
     store = open_for_reading(store_path)
     try:
         cp = store.latest_checkpoint()
-        size2 = to_size if to_size is not None else (cp.tree_size if cp else store.size())
+        size = store.size()
+        if size == 0:
+            raise BadInput("the log is empty: there is no tree to prove anything about")
+        if to_size is not None and not 0 < to_size <= size:
+            raise BadInput(f"--to-size must be between 1 and {size} (the log's size)")
+        size2 = to_size if to_size is not None else (cp.tree_size if cp else size)
         if not 0 < from_size <= size2:
-            raise BadInput(f"--from-size must be between 1 and {size2}")
+            bound = "--to-size" if to_size is not None else "the newest checkpoint's size"
+            raise BadInput(f"--from-size must be between 1 and {size2} ({bound})")
         proof = store.consistency_proof(from_size, size2)
         signed = next((c.note for c in reversed(store.checkpoints()) if c.tree_size == size2), None)
     finally:

@@ -13,12 +13,15 @@ _BY_EXTENSION = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"
 
 @click.command("report")
 @click.argument("run_id")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here (format from the extension: .html, .md). Default: Markdown on stdout.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write here, replacing the file atomically (format from the extension: .html, .md). "
+                   "Default: Markdown on stdout.")
 @click.option("--format", "fmt", type=click.Choice(["html", "md"]), help="Output format (overrides the extension).")
 @click.option("--no-verify", is_flag=True, help="Skip verifying the store (faster on a large store; the report says so).")
 @store_option
 def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool, store_path: str) -> None:
     """Write an incident report of one run: timeline, calls, approvals, state, snapshot, verification."""
+    from sealbox.interop.bundle import BundleError, check_target, write_atomically
     from sealbox.report import build_report, render
 
     if fmt is None:
@@ -26,6 +29,11 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool
         if output and ext not in _BY_EXTENSION:
             raise click.UsageError(f"cannot tell the format from {output!r}: use .html or .md, or --format")
         fmt = _BY_EXTENSION.get(ext, "md")
+    if output is not None:
+        try:
+            check_target(output)  # a FIFO, a device, a directory or a symbolic link is refused before any work
+        except BundleError as exc:
+            raise BadInput(str(exc)) from None
     store = open_for_reading(store_path)
     try:
         run_id = resolve_id(store, "run", run_id)
@@ -39,10 +47,9 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool
         click.echo(text, nl=False)
         return
     try:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise BadInput(f"cannot write {output}: {exc.strerror or exc}") from exc
+        write_atomically(output, text.encode("utf-8"))
+    except BundleError as exc:
+        raise BadInput(str(exc)) from None
     v = report.verification
     state = "verified" if v.ok else ("NOT VERIFIED" if v.checked else "not verified (--no-verify)")
     click.echo(f"wrote {output} ({fmt}, {len(report.timeline)} events, {len(report.tool_calls)} tool calls, "

@@ -159,6 +159,9 @@ def _verify_bundle(path: str, vkey: str | None, proof_path: str | None, as_json:
                 proof = json.load(fh)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read the consistency proof {proof_path}: {exc}") from exc
+        except RecursionError:
+            raise ConfigError(f"cannot read the consistency proof {proof_path}: its JSON is nested too deeply "
+                              "(`sealbox log prove` writes a flat object)") from None
     _print(verify_bundle(path, trusted_vkey=vkey, consistency=proof), as_json, notes=True)
 
 
@@ -191,6 +194,9 @@ def _read_checkpoint(path: str) -> str:
             doc = json.loads(text)
         except ValueError as exc:
             raise BadInput(f"{path} is neither a signed checkpoint nor `sealbox log checkpoint --json` output: {exc}") from exc
+        except RecursionError:
+            raise BadInput(f"{path} is neither a signed checkpoint nor `sealbox log checkpoint --json` output: "
+                           "its JSON is nested too deeply") from None
         text = doc.get("note") if isinstance(doc, dict) else None
         if not isinstance(text, str):
             raise BadInput(f"{path}: JSON without a \"note\" string (expected `sealbox log checkpoint --json` output)")

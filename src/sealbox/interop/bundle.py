@@ -27,6 +27,8 @@ import base64
 import hashlib
 import json
 import os
+import secrets
+import stat
 import struct
 import zlib
 from dataclasses import dataclass
@@ -59,6 +61,8 @@ __all__ = [
     "read_members",
     "select_runs",
     "export_bundle",
+    "check_target",
+    "write_atomically",
 ]
 
 #: Format identifier (also the first member's text, without its newline).
@@ -345,14 +349,16 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -
     Args:
         store: a store opened for writing (the export's checkpoint is signed).
         run_ids: runs to export (see :func:`select_runs`).
-        path: the file to write (replaced atomically).
+        path: the file to write (replaced atomically, see :func:`write_atomically`).
 
     Raises:
         CheckpointNeeded: the store is read-only (every export signs a checkpoint).
-        BundleError: an unknown run, no verifier key, or a bundle above 4 GiB.
+        BundleError: an unknown run, no verifier key, a bundle above 4 GiB, or ``path`` is not
+            a regular file or cannot be written (then nothing was written).
     """
     if getattr(store, "readonly", False):
         raise CheckpointNeeded("every export signs a checkpoint committing to its content: open the store for writing")
+    check_target(path)  # before a checkpoint is signed for a file that cannot be written
     with store.read_snapshot():
         events = sorted((e for rid in run_ids for e in store.read_run(rid)), key=lambda e: e.leaf_index)
         if not events:
@@ -388,7 +394,7 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -
         runs=run_entries((e.leaf_index, e.envelope()) for e in events), system_events=len(system),
         blobs=len(blob_rows), erased=len(erased), snapshots=len(snaps), members=body, digest=digest)
     data = zip_bytes([("format", FORMAT_TEXT), ("manifest.json", manifest), *body])
-    _write_atomically(Path(path), data)
+    write_atomically(path, data)
     return ExportSummary(str(path), tuple(run_ids), len(events), len(system), len(blob_rows), len(erased),
                          len(snaps), cp.tree_size, True, len(data))
 
@@ -442,14 +448,92 @@ def _collect_snapshots(store: Any, events: Sequence[Any]) -> dict[str, bytes]:
     return found
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+#: What a path that is not a regular file is, by its ``stat.S_IFMT`` (for the refusal message).
+_FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link", stat.S_IFIFO: "a FIFO (named pipe)",
+               stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def write_atomically(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to the regular file ``path``: all of it or, on any failure, nothing.
+
+    The bytes go to a new temporary file beside ``path`` (a random name, created with
+    ``O_CREAT | O_EXCL | O_NOFOLLOW``, so nothing planted in the folder is followed or
+    reused; permissions as for any new file under the umask), are fsync'd, and the file
+    is renamed onto ``path``; then the folder is fsync'd. An existing ``path`` must be a
+    regular file (not followed if it is a symbolic link): a directory, a symbolic link,
+    a FIFO, a device or a socket is refused before anything is written, so that, say,
+    ``-o /dev/full`` does not replace a device node with a file.
+
+    Raises:
+        BundleError: ``path`` exists and is not a regular file, or it cannot be written
+            (the folder is missing or not writable, the disk is full, ...).
+    """
+    path = Path(path)
+    check_target(path)
+    folder = path.parent
+    tmp = fd = None
     try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        for _ in range(16):
+            tmp = folder / f".{path.name[:200]}.{secrets.token_hex(8)}.tmp"  # within NAME_MAX (255)
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                             0o666)
+                break
+            except FileExistsError:
+                tmp = None
+        if fd is None:
+            raise BundleError(f"cannot write {path}: no unused temporary file name in {folder}")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+        fd, opened = None, fd
+        os.close(opened)
         os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise BundleError(f"cannot write {path}: {exc.strerror}") from exc
+        raise BundleError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    _fsync_folder(folder)
+
+
+def check_target(path: str | os.PathLike) -> None:
+    """Refuse, before any work, a target :func:`write_atomically` would refuse.
+
+    Raises:
+        BundleError: ``path`` exists and is not a regular file (a symbolic link is not
+            followed), or its folder does not exist or is not a folder.
+    """
+    path = Path(path)
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise BundleError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    if mode is not None and not stat.S_ISREG(mode):
+        kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise BundleError(f"cannot write {path}: it exists and is {kind}, not a regular file (nothing was written)")
+    if mode is None and not path.parent.is_dir():
+        raise BundleError(f"cannot write {path}: the folder {path.parent} does not exist")
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename durable; best effort (some systems cannot open or fsync a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from sealbox.errors import ConfigError, NoteError, ProofError
+from sealbox.canonical import MAX_DEPTH
+from sealbox.errors import CanonicalizationError, ConfigError, NoteError, ProofError
 from sealbox.events import SYSTEM_RUN_ID
 from sealbox.interop.bundle import (
     DIGESTED,
@@ -51,6 +52,15 @@ from sealbox.verify import EventVerifier, Problem, check_approval_answers, check
 __all__ = ["BundleReport", "verify_bundle", "parse_consistency"]
 
 _REF = re.compile(r"sha256:[0-9a-f]{64}")
+#: Deepest nesting of a line of events.jsonl, blobs.jsonl or snapshots.jsonl: the line's own
+#: object around a value Sealbox wrote (canonical JSON, at most MAX_DEPTH ``{``/``[`` deep).
+LINE_DEPTH = MAX_DEPTH + 1
+#: Deepest nesting of manifest.json (it is a few levels deep; anything near MAX_DEPTH is not a manifest).
+_MANIFEST_DEPTH = MAX_DEPTH
+#: Largest leaf index (and tree size) a bundle can name: its manifest is I-JSON (RFC 7493 §2.2).
+_MAX_LEAF = 2**53 - 1
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_BRACKET = re.compile(rb"[\[\]{}]")
 _EXPORT_LINE = re.compile(re.escape(EXPORT_EXTENSION) + r" sha256:([0-9a-f]{64})")
 
 
@@ -62,7 +72,8 @@ class BundleReport:
         runs: per run ``{run_id, agent, events, status}`` (status: the last event's kind,
             ``run.ended`` meaning the run is provably complete).
         key_source: ``"given"`` (``--key``) or ``"bundle"`` (the bundle's own key:
-            self-consistency only).
+            self-consistency only; ``trusted_key`` is None when that key is malformed, and
+            then no signature was checked).
         consistency: ``{size1, size2, root2}`` when a consistency proof verified.
     """
 
@@ -89,6 +100,9 @@ class BundleReport:
         """Which key was trusted, and what that proves."""
         if self.key_source == "given":
             return f"Checkpoint signature checked against the key you gave (--key): {self.trusted_key}."
+        if self.trusted_key is None:
+            return ("No key was used: the bundle's own verifier key (log.vkey) is malformed, so nothing was checked "
+                    "against it. Pass the log's key with --key.")
         return (f"Checkpoint signature checked against the key inside the bundle ({self.trusted_key}): this proves "
                 "only that the bundle is consistent with itself. Compare that key with a copy kept where the store's "
                 "owner cannot rewrite it, or pass --key.")
@@ -137,7 +151,7 @@ def parse_consistency(doc: Any) -> tuple[int, int, str, list[bytes]]:
         raise ConfigError("the consistency proof's `proof` must be a list of base64 hashes")
     try:
         hashes = [base64.b64decode(h, validate=True) for h in proof]
-    except binascii.Error as exc:
+    except ValueError as exc:  # binascii.Error, or a character outside ASCII
         raise ConfigError(f"the consistency proof holds invalid base64: {exc}") from exc
     return size1, size2, note, hashes
 
@@ -183,6 +197,23 @@ def _lines(member: str, data: bytes, problems: list[Problem]) -> list[bytes]:
     return data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n") if data else []
 
 
+def nested_deeper(data: bytes, limit: int) -> bool:
+    """Whether the JSON text ``data`` nests more than ``limit`` ``{``/``[`` deep (brackets
+    inside strings do not count). Checked before parsing what a bundle holds, so that
+    hostile nesting is reported as a problem instead of exhausting the parser's recursion."""
+    if data.count(b"{") + data.count(b"[") <= limit:
+        return False
+    depth = 0
+    for m in _BRACKET.finditer(_JSON_STRING.sub(b'""', data)):
+        if m.group() in (b"{", b"["):
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
 def _splice(line: bytes, prefix: bytes, key: bytes) -> tuple[bytes, dict]:
     """Split ``{"<first>":RAW,"<key>":...}`` into RAW (verbatim) and the parsed rest."""
     cut = line.rfind(b',"' + key + b'":')
@@ -196,6 +227,10 @@ def _event_fields(line: bytes) -> tuple[bytes, int, list[bytes]]:
     leaf, proof = rest.get("leaf_index"), rest.get("proof")
     if not isinstance(leaf, int) or isinstance(leaf, bool) or leaf < 0 or not isinstance(proof, list):
         raise ValueError("leaf_index or proof is missing or of the wrong type")
+    if leaf > _MAX_LEAF:
+        raise ValueError(f"leaf_index {leaf} is above 2**53 - 1, the largest a log can hold")
+    if not all(isinstance(h, str) for h in proof):
+        raise ValueError("the proof must be a list of base64 strings")
     hashes = [base64.b64decode(h, validate=True) for h in proof]
     if event_line(raw, leaf, hashes) != line + b"\n":
         raise ValueError("the line is not in canonical form")
@@ -339,6 +374,9 @@ class _Check:
         last = -1
         for n, line in enumerate(_lines("events.jsonl", self.members.get("events.jsonl", b""), self.problems), 1):
             where = f"events.jsonl line {n}"
+            if nested_deeper(line, LINE_DEPTH):
+                self._problem("bundle_line_malformed", _too_deep("the line", LINE_DEPTH), where)
+                continue
             try:
                 raw, leaf_index, proof = _event_fields(line)
             except (ValueError, binascii.Error) as exc:
@@ -354,9 +392,15 @@ class _Check:
     def _event(self, raw: bytes, leaf_index: int, proof: list[bytes], where: str) -> None:
         leaf = merkle.leaf_hash(raw)
         try:
-            run_id = json.loads(raw).get("run_id")
+            doc = json.loads(raw)
+            run_id, kind = doc.get("run_id"), doc.get("kind")
         except (ValueError, AttributeError):
-            run_id = None
+            run_id = kind = None
+        if kind is not None and not isinstance(kind, str):  # (the event checks would need it hashable)
+            self.problems.append(Problem("event_malformed", "the event's bytes are not a valid event: "
+                                         f"kind must be a string, not {type(kind).__name__}",
+                                         leaf_index=leaf_index, member=where))
+            return
         before = len(self.ev.problems)
         env = self.ev.check_event(leaf_index, raw, leaf, contiguous=False, chain=run_id != SYSTEM_RUN_ID)
         self.problems.extend(dataclasses.replace(p, member=where) for p in self.ev.problems[before:])
@@ -380,6 +424,9 @@ class _Check:
     def _rows(self, member: str, parse: Any) -> tuple[list[tuple], dict[str, str]]:
         rows, where, last = [], {}, None
         for n, line in enumerate(_lines(member, self.members.get(member, b""), self.problems), 1):
+            if nested_deeper(line, LINE_DEPTH):
+                self._problem("bundle_line_malformed", _too_deep("the line", LINE_DEPTH), f"{member} line {n}")
+                continue
             try:
                 row = parse(line)
             except (ValueError, binascii.Error) as exc:
@@ -436,6 +483,9 @@ class _Check:
 
     def _manifest(self, blobs: list[tuple], snaps: list[tuple]) -> None:
         found = self.members.get("manifest.json", b"")
+        if nested_deeper(found, _MANIFEST_DEPTH):
+            self._problem("bundle_manifest", _too_deep("manifest.json", _MANIFEST_DEPTH), "manifest.json")
+            return
         try:
             claimed = json.loads(found)
         except ValueError:
@@ -444,12 +494,17 @@ class _Check:
         cp = self.cp or _claimed_checkpoint(claimed)
         if cp is None:
             return
-        want = manifest_bytes(
-            origin=cp.origin, size=cp.size, root=cp.root, runs=run_entries(self.envs),
-            system_events=sum(1 for _, e in self.envs if e["run_id"] == SYSTEM_RUN_ID), blobs=len(blobs),
-            erased=sum(1 for r in blobs if r[2] is None), snapshots=len(snaps),
-            members=[(n, self.members.get(n, b"")) for n in MEMBERS[2:]],
-            digest=export_digest([(n, self.members.get(n, b"")) for n in DIGESTED]))
+        try:
+            want = manifest_bytes(
+                origin=cp.origin, size=cp.size, root=cp.root, runs=run_entries(self.envs),
+                system_events=sum(1 for _, e in self.envs if e["run_id"] == SYSTEM_RUN_ID), blobs=len(blobs),
+                erased=sum(1 for r in blobs if r[2] is None), snapshots=len(snaps),
+                members=[(n, self.members.get(n, b"")) for n in MEMBERS[2:]],
+                digest=export_digest([(n, self.members.get(n, b"")) for n in DIGESTED]))
+        except CanonicalizationError as exc:  # a checkpoint size above 2**53 - 1: no manifest can state it
+            self._problem("bundle_manifest", f"no manifest can describe this bundle's checkpoint: {exc}",
+                          "manifest.json")
+            return
         if want != found:
             expected = json.loads(want)
             fields = sorted(k for k in set(expected) | set(claimed if isinstance(claimed, dict) else {})
@@ -522,6 +577,8 @@ def _changed_members(content: list[tuple[str, bytes]], signed: bytes, manifest: 
     """
     hashes = {n: "sha256:" + hashlib.sha256(d).hexdigest() for n, d in content}
     try:
+        if nested_deeper(manifest, _MANIFEST_DEPTH):
+            raise ValueError("too deep")  # reported by _manifest
         claimed = {m["name"]: m["sha256"] for m in json.loads(manifest)["members"]}
         claimed["format"] = "sha256:" + hashlib.sha256(FORMAT_TEXT).hexdigest()
         text = "".join(f"{claimed[n].removeprefix('sha256:')}  {n}\n" for n, _ in content)
@@ -530,6 +587,10 @@ def _changed_members(content: list[tuple[str, bytes]], signed: bytes, manifest: 
     except (ValueError, KeyError, TypeError, AttributeError, UnicodeEncodeError):
         pass
     return [n for n, d in content if not (n == "format" and d == FORMAT_TEXT)]
+
+
+def _too_deep(what: str, limit: int) -> str:
+    return f"{what} cannot be read: its JSON nests deeper than {limit} levels, deeper than Sealbox ever writes"
 
 
 def _blob_refs(content: bytes | None) -> list[str]:

@@ -89,6 +89,9 @@ def _content(c: Content | None, label: str) -> str:
         notes.append(_badge(f"{c.redacted} redacted value(s), shown as markers", "warn"))
     if c.erased:
         notes.append(_badge("content erased under retention; only its commitment remains", "warn"))
+    if c.look_alikes:
+        notes.append(_badge(f"{c.look_alikes} look-alike redaction marker(s) from the source's own content, "
+                            "not redactions", "warn"))
     pre = f"<pre><code>{e(c.text)}</code></pre>"
     head = f"{e(label)} {' '.join(notes)}"
     if c.lines > _COLLAPSE_LINES or len(c.text) > _COLLAPSE_CHARS:

@@ -1,8 +1,9 @@
 """Render an :class:`~sealbox.report.model.IncidentReport` as CommonMark.
 
 Recorded text is never trusted as Markdown: inline text has every ASCII
-punctuation character that Markdown or HTML could act on backslash-escaped (and
-line breaks flattened), and content goes into fenced code blocks whose fence is
+punctuation character that Markdown or HTML could act on backslash-escaped, inline
+text and code spans have every line break flattened (``\r``, U+2028 and the rest, not
+only ``\n``), and content goes into fenced code blocks whose fence is
 longer than any run of backticks inside the content, so nothing can close the
 fence early.
 """
@@ -18,18 +19,25 @@ from sealbox.report.model import ApprovalView, Content, IncidentReport
 __all__ = ["render_markdown", "md"]
 
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|&~])")
+#: Every character that ends a line somewhere: CommonMark's ``\n`` and ``\r``, and the others
+#: ``str.splitlines`` knows (vertical tab, form feed, the file/group/record separators, NEL,
+#: U+2028, U+2029). Inline text and code spans have each of them flattened to a space: a CR
+#: inside a code span would end the line, and the next one (``<script>``...) would become raw HTML.
+_LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def _one_line(value: Any) -> str:
+    return _LINE_BREAKS.sub(" ", "" if value is None else str(value))
 
 
 def md(value: Any) -> str:
-    """Escape any value as inline Markdown text (one line)."""
-    text = "" if value is None else str(value)
-    text = text.replace("\r", " ").replace("\n", " ")
-    return _SPECIAL.sub(r"\\\1", text)
+    """Escape any value as inline Markdown text (one line: every line break becomes a space)."""
+    return _SPECIAL.sub(r"\\\1", _one_line(value))
 
 
 def _code(value: Any) -> str:
-    """An inline code span that the value cannot close."""
-    text = ("" if value is None else str(value)).replace("\n", " ")
+    """An inline code span that the value cannot close (one line: every line break becomes a space)."""
+    text = _one_line(value)
     ticks = max((len(m) for m in re.findall(r"`+", text)), default=0) + 1
     pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
     return "`" * ticks + pad + text + pad + "`" * ticks
@@ -56,6 +64,8 @@ def _content(c: Content | None, label: str) -> list[str]:
         notes.append(f"{c.redacted} redacted value(s), shown as markers")
     if c.erased:
         notes.append("content erased under retention; only its commitment remains")
+    if c.look_alikes:
+        notes.append(f"{c.look_alikes} look-alike redaction marker(s) from the source's own content, not redactions")
     head = f"{label}" + (f" ({'; '.join(notes)})" if notes else "") + ":"
     return [head, "", _fence(c.text), ""]
 

@@ -5,7 +5,9 @@ renderers (:mod:`sealbox.report.html`, :mod:`sealbox.report.markdown`) draw, so 
 two formats can never disagree about a fact. Content (arguments, results, model
 messages, state) is resolved from blobs; an erased blob keeps its reference and is
 marked; redaction markers (``{"$redacted": …}``, ``⟦redacted:…⟧``) are kept as they
-are and counted.
+are and counted. A literal ``{"$redacted": …}`` in the source's own content (which the
+store keeps escaped, as ``{"$esc": {…}}``) is shown as the source wrote it and counted
+apart, as a look-alike, never as a redaction.
 
 Approval answers are checked here, not only listed: each answer's Ed25519 signature
 is verified against its identity's key *as the log held it when the answer was
@@ -44,16 +46,21 @@ class Content:
     """A content value as the record holds it, ready to print.
 
     Attributes:
-        value: the resolved value (or the raw blob references when ``erased``).
+        value: the resolved value (or the raw blob references when ``erased``), the store's
+            escapes undone: a dict of the source's own whose keys start with ``$`` (stored as
+            ``{"$esc": {...}}``) is shown as the source wrote it.
         text: pretty JSON of ``value``.
-        redacted: how many redaction markers it holds.
+        redacted: how many Sealbox redaction markers it holds.
         erased: a blob it refers to was erased under retention.
+        look_alikes: how many ``{"$redacted": ...}`` objects it holds that are the source's
+            own content (escaped by the store), not redactions: shown, never counted in ``redacted``.
     """
 
     value: Any
     text: str
     redacted: int = 0
     erased: bool = False
+    look_alikes: int = 0
 
     @property
     def lines(self) -> int:
@@ -220,16 +227,31 @@ def _parse_ts(ts: str) -> datetime:
     return datetime.fromisoformat(ts.replace("Z", "+00:00"))
 
 
-def _count_markers(value: Any) -> int:
-    if isinstance(value, dict):
-        if len(value) == 1 and "$redacted" in value:
-            return 1
-        return sum(_count_markers(v) for v in value.values())
-    if isinstance(value, list):
-        return sum(_count_markers(v) for v in value)
-    if isinstance(value, str):
-        return value.count("⟦redacted:")
-    return 0
+def _as_recorded(value: Any, counts: list[int]) -> Any:
+    """``value`` (the store's encoded form) with the store's escapes undone, counting markers.
+
+    ``{"$redacted": ...}`` is a Sealbox marker (``counts[0]``); so is each ``⟦redacted:``
+    in a string. ``{"$esc": {...}}`` is the source's own dict whose keys start with ``$``
+    (the store escapes a literal ``{"$redacted": ...}`` in a tool result or an import
+    this way): it is shown as that dict, its values walked, and a one-key ``$redacted``
+    dict among them is counted as a look-alike (``counts[1]``), never as a redaction.
+    """
+    if type(value) is dict:
+        if len(value) == 1:
+            (key, inner), = value.items()
+            if key == "$redacted":
+                counts[0] += 1
+                return value
+            if key == "$esc" and type(inner) is dict:
+                if len(inner) == 1 and "$redacted" in inner:
+                    counts[1] += 1
+                return {k: _as_recorded(v, counts) for k, v in inner.items()}
+        return {k: _as_recorded(v, counts) for k, v in value.items()}
+    if type(value) is list:
+        return [_as_recorded(v, counts) for v in value]
+    if type(value) is str:
+        counts[0] += value.count("⟦redacted:")
+    return value
 
 
 def _content(store: Any, value: Any) -> Content:
@@ -238,8 +260,10 @@ def _content(store: Any, value: Any) -> Content:
         resolved = store.resolve(value)
     except BlobNotFoundError:
         resolved, erased = value, True
-    text = json.dumps(resolved, indent=2, ensure_ascii=False, sort_keys=False, default=str)
-    return Content(resolved, text, _count_markers(resolved), erased)
+    counts = [0, 0]
+    shown = _as_recorded(resolved, counts)
+    text = json.dumps(shown, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+    return Content(shown, text, counts[0], erased, counts[1])
 
 
 def _summary(kind: str, p: dict[str, Any]) -> str:

@@ -1,0 +1,83 @@
+"""Break-test fixes in the incident report: a line break other than ``\\n`` cannot end an inline
+code span (a ``\\r`` in an error message made the next text a raw HTML block), and a literal
+``{"$redacted": ...}`` in a tool's own result is shown as its content, never counted as a redaction."""
+
+from __future__ import annotations
+
+import pytest
+
+import sealbox
+from sealbox.policies import ALLOW_ALL
+from sealbox.recorder import Recorder
+from sealbox.report import build_report, render_html, render_markdown
+from sealbox.report.markdown import _code, md
+
+SCRIPT = "<script>alert(document.domain)</script>"
+BREAKS = "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+@pytest.fixture
+def failed_run(tmp_path):
+    store = sealbox.init_store(tmp_path / "store")
+
+    def bad(**_):
+        raise RuntimeError(f"disk full\r{SCRIPT}\r")
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot", principal="agent:bot") as run:
+        with pytest.raises(RuntimeError):
+            run.call_tool("fs", "write", {"path": "/tmp/x"}, bad)
+    yield store, run.run_id
+    store.close()
+
+
+def test_a_carriage_return_in_an_error_cannot_leave_its_code_span(failed_run):
+    store, run_id = failed_run
+    text = render_markdown(build_report(store, run_id, verify=False))
+    assert f"\nError: `RuntimeError: disk full {SCRIPT} `\n" in text
+    assert "\r" not in text
+    # the timeline row holds the same message as escaped inline text
+    assert "| tool.result | agent:bot | error RuntimeError: disk full \\<script\\>alert(document.domain)" \
+           "\\</script\\>  |\n" in text  # the message's own trailing \r is a space, then the cell's
+
+
+def test_the_rendered_markdown_holds_no_raw_script(failed_run):
+    markdown_it = pytest.importorskip("markdown_it")
+    store, run_id = failed_run
+    page = markdown_it.MarkdownIt("commonmark").render(render_markdown(build_report(store, run_id, verify=False)))
+    assert "<script" not in page
+    assert f"<code>RuntimeError: disk full {SCRIPT.replace('<', '&lt;').replace('>', '&gt;')} </code>" in page
+
+
+def test_every_line_break_is_flattened_in_inline_text_and_code():
+    value = "a" + "".join(f"{b}{i}" for i, b in enumerate(BREAKS))
+    assert _code(value) == "`a 0 1 2 3 4 5 6 7 8 9`"
+    assert md(value) == "a 0 1 2 3 4 5 6 7 8 9"
+    assert _code(f"x\u2028{SCRIPT}") == f"`x {SCRIPT}`"
+
+
+def test_a_literal_redaction_marker_in_a_result_is_content_not_a_redaction(tmp_path):
+    store = sealbox.init_store(tmp_path / "store")
+    result = {"literal": {"$redacted": "hmac-sha256:00"}, "password": "hunter2", "$esc": {"a": 1}}
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        run.call_tool("api", "forged", {"q": 1}, lambda **_: {"$redacted": "hmac-sha256:00"})
+        run.call_tool("api", "mixed", {"q": 2}, lambda **_: result)
+    raw = [e.raw for e in store.read_run(run.run_id) if e.kind == "tool.result"]
+    assert b'"result":{"$esc":{"$redacted":"hmac-sha256:00"}}' in raw[0]  # how the store keeps it
+    report = build_report(store, run.run_id, verify=False)
+    forged, mixed = (c.result for c in report.tool_calls)
+    assert (forged.redacted, forged.look_alikes) == (0, 1)
+    assert forged.value == {"$redacted": "hmac-sha256:00"}  # shown as the tool returned it, no "$esc"
+    assert forged.text == '{\n  "$redacted": "hmac-sha256:00"\n}'
+    # one real redaction (the password), one look-alike; the user's own "$esc" key is shown once, as theirs
+    assert (mixed.redacted, mixed.look_alikes) == (1, 1)
+    assert mixed.value["literal"] == {"$redacted": "hmac-sha256:00"} and mixed.value["$esc"] == {"a": 1}
+    assert mixed.value["password"]["$redacted"].startswith("hmac-sha256:") and "hunter2" not in mixed.text
+    text = render_markdown(report)
+    assert "Result (1 look-alike redaction marker(s) from the source's own content, not redactions):" in text
+    assert ("Result (1 redacted value(s), shown as markers; 1 look-alike redaction marker(s) from the source's "
+            "own content, not redactions):") in text
+    assert text.count("redacted value(s)") == 1
+    page = render_html(report)
+    assert page.count("look-alike redaction marker(s) from the source&#x27;s own content, not redactions") == 2
+    assert page.count("redacted value(s), shown as markers") == 1
+    store.close()
