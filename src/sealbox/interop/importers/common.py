@@ -125,6 +125,7 @@ class RunBuilder:
     _usage_in: int = 0
     _usage_out: int = 0
     _seen_anomalies: set = field(default_factory=set)
+    _aggregated: dict = field(default_factory=dict)  # what -> the detail of its one aggregated anomaly
 
     # steps ---------------------------------------------------------------
     def new_step(self) -> int:
@@ -144,13 +145,13 @@ class RunBuilder:
         counts them and lists the first places (``where``).
         """
         if aggregate and isinstance(detail, dict):
-            for i, (w, d) in enumerate(self.anomalies):
-                if w == what and isinstance(d, dict) and d.get("aggregated"):
-                    d["count"] += 1
-                    if len(d["where"]) < _MAX_ANOMALY_PATHS:
-                        d["where"].append(detail.get("where"))
-                    return
-            detail = {**detail, "aggregated": True, "count": 1, "where": [detail.get("where")]}
+            d = self._aggregated.get(what)
+            if d is not None:
+                d["count"] += 1
+                if len(d["where"]) < _MAX_ANOMALY_PATHS:
+                    d["where"].append(detail.get("where"))
+                return
+            detail = self._aggregated[what] = {**detail, "aggregated": True, "count": 1, "where": [detail.get("where")]}
             self.anomalies.append((what, detail))
             return
         key = (what, json.dumps(detail, sort_keys=True, default=str))

@@ -24,6 +24,7 @@ then builds the parent graph defensively and emits the run's events:
 
 from __future__ import annotations
 
+import bisect
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -231,14 +232,31 @@ def build_graph(run: RunBuilder, spans: list[Span]) -> dict[str, Span]:
     return index
 
 
-def _ancestors(index: dict[str, Span], s: Span) -> list[Span]:
-    out, node, guard = [], s.parent, 0
-    while node is not None and guard < len(index) + 1:
-        guard += 1
-        parent = index[node]
-        out.append(parent)
-        node = parent.parent
-    return out
+def _nearest(index: dict[str, Span], spans: list[Span], match: Any) -> dict[str, Span | None]:
+    """For each span of ``spans``, its nearest proper ancestor for which ``match(ancestor)`` holds
+    (None: no such ancestor). Memoised along each parent chain, so a deep chain costs O(n) in all,
+    not O(n * depth) (building every span's ancestor list took 5 minutes for a 50,000-span chain).
+    The graph is repaired (no cycles) before this is called."""
+    memo: dict[str, Span | None] = {}
+    for s in spans:
+        path: list[str] = []
+        node: str | None = s.id
+        found: Span | None = None
+        while node is not None and node not in memo:
+            path.append(node)
+            parent = index[node].parent
+            if parent is None:
+                break
+            if match(index[parent]):
+                found = index[parent]
+                break
+            node = parent
+        else:
+            if node is not None:
+                found = memo[node]
+        for n in path:
+            memo[n] = found
+    return {s.id: memo[s.id] for s in spans}
 
 
 # --------------------------------------------------------------------------- emission
@@ -249,19 +267,36 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
     index = build_graph(run, spans)
     models = [s for s in index.values() if s.role == "model"]
     tools = [s for s in index.values() if s.role == "tool"]
-    ancestors = {s.id: _ancestors(index, s) for s in models + tools}
-    # nested model spans: the innermost is the call
-    inner: dict[str, list[Span]] = {s.id: [] for s in models}
+    # nested model spans: the innermost is the call. up[s] = the nearest enclosing model span.
+    up = _nearest(index, models, lambda a: a.role == "model")
+    children: dict[str, list[Span]] = {s.id: [] for s in models}
     for s in models:
-        for a in ancestors[s.id]:
-            if a.role == "model":
-                inner[a.id].append(s)
-    leaves = [s for s in models if not inner[s.id]]
-    leaf_of: dict[str, Span] = {s.id: s for s in leaves}
-    for w in sorted((s for s in models if inner[s.id]), key=lambda s: -len(ancestors[s.id])):  # innermost wrappers first
-        inside = [s for s in inner[w.id] if s.id in leaf_of and leaf_of[s.id] is s]
-        if len(inside) == 1:
-            leaf = inside[0]
+        if up[s.id] is not None:
+            children[up[s.id].id].append(s)
+    leaves = [s for s in models if not children[s.id]]
+    # A wrapper (a model span with model spans inside) with exactly one innermost span inside is the
+    # same call: it lends that leaf what the leaf lacks, nearest wrapper first. That is a wrapper whose
+    # model spans below form one chain; count the leaves below each wrapper, innermost first.
+    depth: dict[str, int] = {}
+    for s in models:
+        chain, node = [], s
+        while node is not None and node.id not in depth:
+            chain.append(node)
+            node = up[node.id]
+        d = depth[node.id] if node is not None else -1
+        for n in reversed(chain):
+            d += 1
+            depth[n.id] = d
+    n_leaves: dict[str, int] = {s.id: 1 for s in leaves}
+    single: dict[str, Span] = {s.id: s for s in leaves}  # a wrapper with one leaf below -> that leaf
+    for w in sorted((s for s in models if children[s.id]), key=lambda s: -depth[s.id]):
+        n_leaves[w.id] = sum(n_leaves[c.id] for c in children[w.id])
+        if n_leaves[w.id] == 1:
+            single[w.id] = single[children[w.id][0].id]
+    leaf_of: dict[str, Span] = dict(single)
+    for leaf in leaves:
+        w = up[leaf.id]
+        while w is not None and w.id in single:
             leaf.request = leaf.request if leaf.request is not None else w.request
             leaf.response = leaf.response if leaf.response is not None else w.response
             leaf.usage = leaf.usage or w.usage
@@ -270,10 +305,18 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
             if leaf.fmt == "unknown":
                 leaf.fmt = w.fmt
             leaf.extra.setdefault("merged_span_ids", []).append(w.id)
-            leaf_of[w.id] = leaf
-        else:
-            for leaf in inside:
-                leaf.extra.setdefault("enclosing_model_span_ids", []).append(w.id)
+            w = up[w.id]
+        if w is not None:
+            # a wrapper with several leaves below; so has every model span above it
+            total, enclosing = depth[w.id] + 1, []
+            while w is not None and len(enclosing) < _MAX_DEPTH:
+                enclosing.append(w.id)
+                w = up[w.id]
+            leaf.extra["enclosing_model_span_ids"] = enclosing
+            if total > len(enclosing):  # the nearest _MAX_DEPTH of them
+                leaf.extra["enclosing_model_spans"] = total
+    # a tool span under a model call: the nearest enclosing model span that is a call (or merged into one)
+    tool_parent = _nearest(index, tools, lambda a: a.role == "model" and a.id in leaf_of)
     for m in leaves:
         if m.request is None and m.logs:
             m.request = {"log_records": m.logs}
@@ -289,6 +332,11 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
         for k, req in enumerate(m.requested):
             if req[0] and req[0] not in by_req_id:
                 by_req_id[req[0]] = (m, k)
+    # Model calls that requested a tool, by the tool's name and by (name, canonical arguments), in
+    # time order (built when a tool span first needs them): linking by name looks only at these, and
+    # forgets a model call once its requests of that name are all taken (they never come free
+    # again), so it is not O(tools * models).
+    by_name = by_args = None
     links: dict[str, tuple[Span, int]] = {}
     for t in sorted(tools, key=key):
         link = None
@@ -296,22 +344,30 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
             m, k = by_req_id[t.call_id]
             if m.requested[k][3] is None:
                 link = (m, k)
+        if link is None and tool_parent[t.id] is not None:
+            m = leaf_of[tool_parent[t.id].id]
+            link = (m, _slot(m, t))
         if link is None:
-            for a in ancestors[t.id]:
-                if a.role == "model" and a.id in leaf_of:
-                    m = leaf_of[a.id]
-                    link = (m, _slot(m, t))
-                    break
-        if link is None:
-            earlier = [m for m in leaves if key(m) <= key(t) or t.start_ns is None]
-            for exact in (True, False):  # first a request with the same arguments, then by name alone
-                for m in reversed(earlier):
-                    k = _free_slot_by_name(m, t, exact=exact)
-                    if k is not None:
-                        link = (m, k)
-                        break
-                if link is not None:
-                    break
+            # the latest earlier model call that requested a tool of this name with the same arguments,
+            # else the latest that requested one of this name
+            if by_name is None or by_args is None:
+                by_name, by_args = _Requests(), _Requests()
+                for m in leaves:
+                    for r in m.requested:
+                        by_name.add(r[1], m, key(m), r)
+                        by_args.add((r[1], _canon(r[2])), m, key(m), r)
+            upto = None if t.start_ns is None else key(t)
+            if t.has_arguments:
+                found = [m for c in {_canon(t.arguments), _canon(_unwrap_input(t.arguments))}
+                         if (m := by_args.latest((t.tool_name, c), upto,
+                                                 lambda m: _free_slot_by_name(m, t, exact=True) is not None))]
+                if found:
+                    m = max(found, key=key)
+                    link = (m, _free_slot_by_name(m, t, exact=True))
+            if link is None:
+                m = by_name.latest(t.tool_name, upto, lambda m: _free_slot_by_name(m, t) is not None)
+                if m is not None:
+                    link = (m, _free_slot_by_name(m, t))
         if link is not None:
             m, k = link
             m.requested[k][3] = t
@@ -348,6 +404,40 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
             _emit_tool(run, s, top, sub, requested_args)
 
 
+class _Requests:
+    """Model calls by a key of their requests (a tool name, or name and arguments), in time order,
+    each with its requests under that key. :meth:`latest` forgets a model call once all those
+    requests are taken (a taken request is never free again)."""
+
+    def __init__(self) -> None:
+        self._lists: dict[Any, tuple[list[Span], list[tuple], list[list[list[Any]]]]] = {}
+
+    def add(self, k: Any, m: Span, mkey: tuple, req: list[Any]) -> None:
+        ms, keys, reqs = self._lists.setdefault(k, ([], [], []))
+        if ms and ms[-1] is m:
+            reqs[-1].append(req)
+        else:
+            ms.append(m)
+            keys.append(mkey)
+            reqs.append([req])
+
+    def latest(self, k: Any, upto: tuple | None, usable: Any) -> Span | None:
+        """The latest model call under ``k`` that starts at or before ``upto`` (any, when None) and
+        for which ``usable(model)`` holds."""
+        entry = self._lists.get(k)
+        if entry is None:
+            return None
+        ms, keys, reqs = entry
+        hi = len(ms) if upto is None else bisect.bisect_right(keys, upto)
+        for i in range(hi - 1, -1, -1):
+            if all(r[3] is not None for r in reqs[i]):
+                del ms[i], keys[i], reqs[i]
+                continue
+            if usable(ms[i]):
+                return ms[i]
+        return None
+
+
 def _slot(m: Span, t: Span) -> int:
     k = _free_slot_by_name(m, t)
     if k is not None:
@@ -382,6 +472,8 @@ def _canon(value: Any) -> str:
         return json.dumps(lenient(value), sort_keys=True, default=str)
     except (TypeError, ValueError):
         return repr(value)
+    except RecursionError:  # nested too deeply to compare: equal to nothing else
+        return f"\0deep:{id(value)}"
 
 
 def _dur_us(s: Span) -> int:
