@@ -253,7 +253,7 @@ def _envelope_ok(env: Any) -> bool:
         and type(run_id) is str and 1 <= len(run_id) <= 128
         and type(run_seq) is int and run_seq >= 1
         and type(step) is str and _STEP_RE.match(step) is not None
-        and env["kind"] in KINDS
+        and type(env["kind"]) is str and env["kind"] in KINDS
         and type(ts) is str and _TS_RE.match(ts) is not None
         and type(principal) is str and len(principal) >= 1
         and type(env["payload"]) is dict

@@ -544,7 +544,7 @@ class EventVerifier:
                         and type(run_id) is str and 1 <= len(run_id) <= 128
                         and type(run_seq) is int and run_seq >= 1
                         and type(step) is str and ((step.isdigit() and step.isascii()) or step_match(step) is not None)
-                        and kind in kinds
+                        and type(kind) is str and kind in kinds
                         and type(ts) is str and (ts == last_ts or ts_match(ts) is not None)
                         and type(principal) is str and principal
                         and type(payload) is dict

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from store_testkit import Sample, build_sample, closing_db, snapshot_dir, tamper
-from sealbox import SchemaVersionError, StoreError, StoreUpgradeNeededError, open_store, verify_store
+from store_testkit import Sample, build_sample, closing_db, note, snapshot_dir, tamper
+from sealbox import SYSTEM_RUN_ID, SchemaVersionError, StoreError, StoreUpgradeNeededError, open_store, verify_store
 from sealbox.store import migrate
 from sealbox.store.base import DamagedEventError
 
@@ -197,6 +197,47 @@ def test_text_that_is_not_utf8_in_the_other_tables_is_reported_not_raised(s: Sam
     assert res.returncode == 1, res.stdout + res.stderr
     assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
     assert res.stdout.splitlines()[-1].startswith("NOT VERIFIED: ")
+
+
+@pytest.mark.parametrize("kind", ["[1]", '{"a":1}', "7"])
+def test_an_event_kind_that_is_not_a_string_is_reported_not_raised(s: Sample, kind: str) -> None:
+    """verify's fast path tested `kind in KINDS` before the type: a list or object kind (hashed
+    bytes rewritten below Sealbox) stopped it with TypeError: unhashable type (break test)."""
+    tamper(s.path, f"UPDATE events SET raw = CAST(replace(CAST(raw AS TEXT), '\"kind\":\"note\"', '\"kind\":{kind}')"
+                   " AS BLOB) WHERE leaf_index = 5")
+    with closing_db(s.path) as db:
+        assert f'"kind":{kind}'.encode() in db.execute("SELECT raw FROM events WHERE leaf_index = 5").fetchone()[0]
+    report = verify(s.path)
+    assert [p.code for p in report.problems][:2] == ["event_malformed", "leaf_hash_mismatch"]
+    assert report.problems[0].message.startswith("the event's bytes are not a valid event: envelope: data.kind must be")
+    res = cli("runs", "show", "-s", str(s.path), s.runs[0])
+    assert_one_error_line(res, f"the event at leaf 5 is damaged (its bytes are not a Sealbox event: the kind "
+                               f"{json.loads(kind)!r} is not an event kind): " + VERIFY_HINT)
+
+
+def test_the_checkpoint_file_is_never_written_through_a_planted_link(s: Sample, tmp_path: Path) -> None:
+    """DIR/checkpoint was rewritten through PATH.tmp.<pid>.<thread>, opened with O_TRUNC: a
+    symbolic link planted at that name made the store overwrite the file it points to."""
+    import threading
+
+    from sealbox.store.base import fsync_write
+
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    old_name = f"checkpoint.tmp.{os.getpid()}.{threading.get_ident()}"  # the name the store used to write
+    for folder in (s.path, tmp_path):
+        for name in (old_name, "checkpoint.tmp"):
+            (folder / name).symlink_to(victim)
+    fsync_write(tmp_path / "checkpoint", b"a note\n")
+    assert (tmp_path / "checkpoint").read_bytes() == b"a note\n" and not (tmp_path / "checkpoint").is_symlink()
+    store = open_store(s.path)
+    before = (s.path / "checkpoint").read_bytes()
+    store.append(note(SYSTEM_RUN_ID, "after the plant"))
+    store.close()  # signs a checkpoint: DIR/checkpoint rewritten
+    assert (s.path / "checkpoint").read_bytes() != before and not (s.path / "checkpoint").is_symlink()
+    assert victim.read_bytes() == b"precious"
+    assert sorted(p.name for p in s.path.iterdir() if ".tmp" in p.name) == sorted([old_name, "checkpoint.tmp"])
+    assert verify(s.path).ok
 
 
 # --------------------------------------------------------------------------- bug 2: bytes that are no event

@@ -10,8 +10,8 @@ transaction) and the read methods.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import threading
 import secrets as _secrets
 import time
 import uuid
@@ -419,16 +419,31 @@ class Store(Protocol):
 
 
 def fsync_write(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` atomically and durably (temp file, fsync, rename, fsync dir)."""
+    """Write ``data`` to ``path`` atomically and durably (temp file, fsync, rename, fsync dir).
+
+    The temp file beside ``path`` has a random name and is created with ``O_EXCL`` and
+    ``O_NOFOLLOW``: a file or symbolic link planted at a predictable name is never written
+    through (it used to be ``PATH.tmp.<pid>.<thread>``, opened with ``O_TRUNC``).
+
+    Raises:
+        OSError: the file could not be written (the temp file is removed).
+    """
     path = os.fspath(path)
-    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    tmp = f"{path}.tmp.{os.urandom(8).hex()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
     try:
         os.fsync(dfd)

@@ -33,7 +33,7 @@ def event_from_row(leaf_index: int, raw: bytes, leaf_hash: bytes) -> Event:
     try:
         env = json.loads(raw)
         payload, kind, run_id, run_seq = env["payload"], env["kind"], env["run_id"], env["run_seq"]
-        if (type(payload) is dict and kind in KINDS and type(run_id) is str and type(run_seq) is int
+        if (type(payload) is dict and type(kind) is str and kind in KINDS and type(run_id) is str and type(run_seq) is int
                 and type(leaf_hash) is bytes and len(leaf_hash) == 32):
             return Event(
                 leaf_index=leaf_index, leaf_hash=hash_tag(leaf_hash), raw=bytes(raw), v=env["v"],
