@@ -96,6 +96,35 @@ def test_calls_bad_input_is_one_error_line(recorded, args, fragment):
     assert proc.returncode == 2
 
 
+def test_calls_run_takes_a_unique_prefix_as_runs_show_does(recorded):
+    s, run_b = str(recorded.path), recorded.runs["B"]
+    others = [r for name, r in recorded.runs.items() if name != "B"]
+    n = next(n for n in range(4, len(run_b)) if not any(r.startswith(run_b[:n]) for r in others))
+    for prefix in (run_b[:n], run_b[:max(n, 13)], run_b):
+        assert ids(ok_json("calls", "-s", s, "--run", prefix, "--json")) == ["b1", "b2", "b3", "b4"], prefix
+    proc = sealbox("calls", "-s", s, "--run", run_b[:n], "--tool", "read_*")
+    assert proc.returncode == 0 and "Tool calls (2)" in proc.stdout, proc.stderr
+
+
+def test_calls_run_unknown_ambiguous_or_too_short_is_one_error_line_exit_2(recorded):
+    import os
+
+    s = str(recorded.path)
+    common = os.path.commonprefix(list(recorded.runs.values()))
+    assert len(common) >= 4  # run ids are time-ordered: runs recorded together share a prefix
+    for args, message in (
+            (["--run", "zzzz-not-a-run"], "error: no run 'zzzz-not-a-run' in this store"),
+            (["--run", "zzzz-not-a-run", "--json"], "error: no run 'zzzz-not-a-run' in this store"),
+            (["--run", "01"], "error: no run '01'; an id prefix needs at least 4 characters"),
+            (["--run", common[:4]], f"error: run id prefix {common[:4]!r} is ambiguous: it starts ")):
+        proc = sealbox("calls", "-s", s, *args)
+        assert (proc.returncode, proc.stdout) == (2, ""), (args, proc.stderr)
+        assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith(message), proc.stderr
+    # a run that exists but made no call is still "no tool calls match", exit 0
+    proc = sealbox("calls", "-s", s, "--run", "system")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "no tool calls match\n")
+
+
 def test_calls_on_a_missing_store_is_one_error_line(tmp_path):
     assert_one_error_line(sealbox("calls", "-s", str(tmp_path / "none")), "does not exist")
 

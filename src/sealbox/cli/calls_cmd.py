@@ -6,7 +6,7 @@ import json
 
 import click
 
-from sealbox.cli.common import emit_rows, format_options, open_for_reading, store_option
+from sealbox.cli.common import BadInput, emit_rows, format_options, open_for_reading, resolve_id, store_option
 
 _DECISIONS = ("allow", "deny", "require_approval")  # sealbox.query.DECISIONS, without importing it for --help
 _TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "approvers", "outcome", "duration_us", "arguments")
@@ -16,7 +16,7 @@ _TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "approvers", "outc
 @store_option
 @click.option("--tool", metavar="GLOB", help="Upstream tool name, glob (e.g. 'read_*', case-sensitive).")
 @click.option("--server", metavar="GLOB", help="Upstream server id, glob.")
-@click.option("--run", "run_id", metavar="RUN", help="Only calls of this run.")
+@click.option("--run", "run_id", metavar="RUN", help="Only calls of this run (its id, or a unique prefix of at least 4 characters).")
 @click.option("--agent", help="Only calls of runs of this agent.")
 @click.option("--principal", help="Only calls made by this principal.")
 @click.option("--since", metavar="TIME", help="From this time, inclusive: RFC 3339 (2026-11-29T12:00:00Z), a date, or 30d / 2h / 15m ago.")
@@ -40,6 +40,10 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
             parse_time(value, name=f"--{name}")
     store = open_for_reading(store_path)
     try:
+        if run_id is not None:
+            run_id = resolve_id(store, "run", run_id)
+            if run_id not in store.ids_with_prefix("run", run_id, limit=1):
+                raise BadInput(f"no run {run_id!r} in this store")
         rows = store.query_calls(tool=tool, server=server, run_id=run_id, agent=agent, principal=principal,
                                  since=since, until=until, decision=decision, error=error, match=compiled, limit=limit)
     finally:
