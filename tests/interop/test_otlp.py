@@ -505,3 +505,29 @@ def test_sealbox_export_otlp_on_the_command_line(recorded, receiver):
     bad = sb("export", C, "-o", path.parent / "x.sbx", "--otlp-content", "-s", path)
     assert bad.returncode == 2 and "--otlp-content and --otlp-header go with --otlp" in bad.stderr
     assert receiver.traces == [] and receiver.logs == []
+
+
+@pytest.mark.parametrize("url, message", [
+    ("http://[::1", "error: the OTLP endpoint 'http://[::1' is not a valid URL (Invalid IPv6 URL)"),
+    ("http://[zz]/", "error: the OTLP endpoint 'http://[zz]/' is not a valid URL "
+                     "('zz' does not appear to be an IPv4 or IPv6 address)"),
+    ("http://h:99999", "error: the OTLP endpoint's port must be a number from 1 to 65535, got 'http://h:99999'"),
+    ("http://h:abc", "error: the OTLP endpoint's port must be a number from 1 to 65535, got 'http://h:abc'"),
+    ("http://h:0", "error: the OTLP endpoint needs a host and a port from 1 to 65535, got 'http://h:0'"),
+    ("http://:4318", "error: the OTLP endpoint needs a host and a port from 1 to 65535, got 'http://:4318'"),
+    ("http://a b", "error: the OTLP endpoint must not contain spaces or control characters, got 'http://a b'"),
+])
+def test_a_malformed_otlp_url_is_one_error_line_exit_2(recorded, url, message):
+    """'http://[::1' was an internal error (urlsplit's ValueError, exit 70); the others were sent to
+    the SDK, which failed each request."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower() and not k.startswith("OTEL_")
+           and k != "SEALBOX_DEBUG"}
+    out = subprocess.run([sys.executable, "-m", "sealbox.cli.main", "export", recorded["C"], "--otlp", url,
+                          "-s", str(recorded["path"])], capture_output=True, text=True, env=env, timeout=120)
+    assert (out.returncode, out.stdout, out.stderr) == (2, "", message + "\n")
+    with pytest.raises(ConfigError):
+        signal_urls(url)

@@ -124,16 +124,28 @@ def signal_urls(endpoint: str) -> tuple[str, str]:
     accepted too. The signal paths are appended as the OTLP specification says.
 
     Raises:
-        ConfigError: not an http(s) URL with a host.
+        ConfigError: not an http(s) URL with a host (and a port from 1 to 65535, when one is given);
+            a URL that cannot be parsed, or holds spaces or control characters.
     """
     if not isinstance(endpoint, str) or not endpoint.strip():
         raise ConfigError("an OTLP endpoint URL is required (for example http://localhost:4318)")
     url = endpoint.strip()
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "http://[::1": Invalid IPv6 URL; "http://[zz]/": not an IP address
+        raise ConfigError(f"the OTLP endpoint {endpoint!r} is not a valid URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"the OTLP endpoint must be an http:// or https:// URL, got {endpoint!r}")
     if parts.query or parts.fragment:
         raise ConfigError(f"the OTLP endpoint must not have a query or fragment, got {endpoint!r}")
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise ConfigError(f"the OTLP endpoint must not contain spaces or control characters, got {endpoint!r}")
+    try:
+        port = parts.port
+    except ValueError:  # "http://h:abc", "http://h:99999"
+        raise ConfigError(f"the OTLP endpoint's port must be a number from 1 to 65535, got {endpoint!r}") from None
+    if not parts.hostname or port == 0:
+        raise ConfigError(f"the OTLP endpoint needs a host and a port from 1 to 65535, got {endpoint!r}")
     base = url.rstrip("/")
     for suffix in ("/v1/traces", "/v1/logs"):
         if base.endswith(suffix):
