@@ -2,7 +2,8 @@
 
 Layout of a data folder::
 
-    DIR/sealbox.db     events, tree nodes, checkpoints, runs, blobs (SQLite, WAL)
+    DIR/sealbox.db     events, tree nodes, checkpoints, runs, blobs (SQLite, WAL), and the store
+                       secret behind redaction markers: created mode 0600 (its -wal/-shm too)
     DIR/log.key        the log's Ed25519 signing key (C2SP signer key, mode 0600)
     DIR/log.vkey       the verifier key pinned at ``init`` (keep a copy elsewhere)
     DIR/checkpoint     the newest signed checkpoint, written after each is issued
@@ -646,7 +647,11 @@ class SqliteStore(SqliteQueries):
         """Create a new store in ``path`` (created if missing) and sign its first checkpoint.
 
         Writes the signing key to ``path/log.key`` (mode 0600) and the verifier
-        key to ``path/log.vkey``; the system run is started.
+        key to ``path/log.vkey``; the system run is started. ``sealbox.db`` is
+        created mode 0600 before SQLite opens it (SQLite gives its ``-wal`` and
+        ``-shm`` files the database's mode): it holds the store secret, the HMAC
+        key of every redaction marker, which would let a reader test guesses of a
+        redacted value. ``log.vkey`` and ``checkpoint`` are public (0644, less the umask).
 
         Args:
             origin: the log's origin (its checkpoint key's name).
@@ -654,7 +659,8 @@ class SqliteStore(SqliteQueries):
                 ``redacted`` with the default keys and patterns).
 
         Raises:
-            StoreError: a store already exists there.
+            StoreError: a store already exists there, or a signing key (``log.key``)
+                does, or ``sealbox.db`` is a symbolic link to a missing file.
             StoreReadOnlyError: the folder cannot be written.
         """
         folder = Path(path)
@@ -665,6 +671,10 @@ class SqliteStore(SqliteQueries):
         except OSError as exc:
             raise StoreReadOnlyError(f"cannot create {folder}: {exc.strerror}") from exc
         _require_writable(folder)
+        if os.path.lexists(folder / KEY_NAME):
+            raise StoreError(f"{folder} holds a {KEY_NAME} (a signing key) but no {DB_NAME}: init does not "
+                             f"overwrite a key; move it away, or create the store in another folder")
+        _create_private(folder / DB_NAME)
         store_id = os.urandom(8).hex()
         origin = origin or f"sealbox.local/{store_id}"
         skey, vkey = generate_key(origin)
@@ -1719,6 +1729,24 @@ def _require_writable(folder: Path) -> None:
         raise StoreReadOnlyError(f"cannot write to {folder}: {exc.strerror or exc}") from exc
 
 
+def _create_private(path: Path) -> None:
+    """Create the empty database file, mode 0600, owner only (SQLite creates a missing one with
+    0644 less the umask, and its ``-wal``/``-shm`` files with the database file's mode). Never
+    through a symbolic link: ``O_EXCL`` and ``O_NOFOLLOW``."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        what = "a symbolic link to a missing file" if os.path.islink(path) else "a file created meanwhile"
+        raise StoreError(f"{path} is {what}: init does not create a store through it") from None
+    except OSError as exc:
+        raise StoreReadOnlyError(f"cannot create {path}: {exc.strerror}") from exc
+    try:
+        os.fchmod(fd, 0o600)  # whatever the umask took away
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -1858,6 +1886,7 @@ def upgraded_copy(path: str | os.PathLike, into: str | os.PathLike, **kwargs: An
     src_folder, dst_folder = Path(path), Path(into)
     if not (src_folder / DB_NAME).is_file():
         raise NotAStoreError(f"{src_folder} is not a Sealbox store (no {DB_NAME})")
+    _create_private(dst_folder / DB_NAME)  # the copy holds the store secret too
     try:
         source = _readonly_connection(src_folder, src_folder / DB_NAME)
         try:
