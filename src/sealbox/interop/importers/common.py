@@ -201,19 +201,28 @@ class RunBuilder:
     def tool_call(self, top: int, sub: tuple[int, ...], *, call_id: str, tool: str, arguments: Any,
                   server: str | None = None, exposed: str | None = None, effect: str = "allow",
                   reason: str = "imported call: no Sealbox policy decided it", source: dict[str, Any] | None = None,
-                  model_call_step: bool = True) -> None:
-        """``tool.call`` then its ``policy.decision`` (effect ``allow`` unless the source says otherwise)."""
+                  model_call_step: bool = True, rule: str | None = None,
+                  decision_source: dict[str, Any] | None = None) -> None:
+        """``tool.call`` then its ``policy.decision`` (effect ``allow`` unless the source says otherwise).
+
+        ``rule`` and ``decision_source`` (the decision's ``imported`` field) are for a source that
+        says which rule of its own policy decided the call (a Sealbox OTLP export): the decision
+        still has reason code ``imported`` and the imported pseudo-policy's fingerprint.
+        """
         srv, name = split_tool_name(tool, server)
         payload: dict[str, Any] = {"call_id": call_id, "server": srv, "tool": name, "exposed": exposed or tool,
                                    "arguments": arguments, "grant": IMPORTED_GRANT}
         if source:
             payload["imported"] = source
         self.add("tool.call", payload, top, sub)
-        self.add("policy.decision", {
+        decision: dict[str, Any] = {
             "call_id": call_id, "server": srv, "tool": name, "effect": effect, "reason_code": "imported",
-            "rule": None, "reason": reason, "policy_fingerprint": IMPORTED_POLICY_FINGERPRINT, "eval_us": 0,
+            "rule": rule, "reason": reason, "policy_fingerprint": IMPORTED_POLICY_FINGERPRINT, "eval_us": 0,
             "approval": None, "limit": None, "re_evaluable": False,
-        }, top, sub)
+        }
+        if decision_source:
+            decision["imported"] = decision_source
+        self.add("policy.decision", decision, top, sub)
 
     def tool_result(self, top: int, sub: tuple[int, ...], *, call_id: str, ok: bool, result: Any = None,
                     error: dict[str, str] | None = None, duration_us: int = 0,

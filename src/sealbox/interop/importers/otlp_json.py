@@ -20,6 +20,7 @@ import binascii
 import re
 from typing import Any, Iterator
 
+from sealbox.interop.importers import sealbox_otlp
 from sealbox.interop.importers.common import (
     ImportFormatError,
     RunBuilder,
@@ -165,6 +166,18 @@ def iter_logs(doc: Any) -> Iterator[dict]:
                             yield rec
 
 
+def _requested_by(links: Any) -> list[str]:
+    """Span ids a span's links name with ``sealbox.link = requested_by`` (Sealbox's tool → chat link)."""
+    out = []
+    for link in as_list(links):
+        link = as_dict(link)
+        if attributes(link.get("attributes")).get("sealbox.link") == "requested_by":
+            sid = norm_id(_get(link, "spanId", "span_id"), 16)
+            if sid:
+                out.append(sid)
+    return out
+
+
 def parse(doc: Any, ctx: Any) -> list[RunBuilder]:
     if not detect(doc):
         raise ImportFormatError(f"{ctx.name} is not OTLP/JSON (expected an object with a 'resourceSpans' list)")
@@ -198,6 +211,7 @@ def _run(ctx: Any, tid: str, items: list[tuple[dict, dict, dict]], logs: dict[st
         run.anomaly("missing_trace_id", {"message": "spans without a trace id were imported as one run"})
     spans: list[Span] = []
     agents: list[str] = []
+    sealbox_runs: list[tuple[bool, int, dict, str | None]] = []
     conversations: set[str] = set()
     kinds: set[str] = set()
     for order, (res, scope, raw) in enumerate(items):
@@ -214,16 +228,26 @@ def _run(ctx: Any, tid: str, items: list[tuple[dict, dict, dict]], logs: dict[st
         end = parse_epoch(_get(raw, "endTimeUnixNano", "end_time_unix_nano"), 1, run, where)
         kinds.add(span_kind(raw.get("kind")))
         name = raw.get("name") if isinstance(raw.get("name"), str) else ""
-        s = otel_span(run, span_id=sid, parent=norm_id(_get(raw, "parentSpanId", "parent_span_id"), 16), name=name,
+        parent = norm_id(_get(raw, "parentSpanId", "parent_span_id"), 16)
+        s = otel_span(run, span_id=sid, parent=parent, name=name,
                       order=order, start_ns=start, end_ns=end, attrs=attrs, trace_id=tid or None,
-                      status_error=status_error(raw.get("status")), log_records=logs.get(sid))
+                      status_error=status_error(raw.get("status")), log_records=logs.get(sid),
+                      links=_requested_by(raw.get("links")))
         if s.role == "agent" and isinstance(attrs.get("gen_ai.agent.name"), str):
             agents.append(attrs["gen_ai.agent.name"])
+        if s.role == "agent" and sealbox_otlp.is_sealbox(attrs):
+            sealbox_runs.append((bool(parent), order, attrs, status_error(raw.get("status"))))
         if isinstance(attrs.get("gen_ai.conversation.id"), str):
             conversations.add(attrs["gen_ai.conversation.id"])
         spans.append(s)
     if agents:
         run.agent = agents[0]
+    if sealbox_runs:  # runs exported by Sealbox: the trace's root run (child runs nest in its trace)
+        sealbox_runs.sort(key=lambda r: (r[0], r[1]))
+        _, _, root_attrs, root_error = sealbox_runs[0]
+        sealbox_otlp.read_run(run, root_attrs, root_error)
+        if len(sealbox_runs) > 1:
+            run.original_ids["sealbox_child_run_ids"] = [r[2]["sealbox.run_id"] for r in sealbox_runs[1:]]
     if conversations:
         run.original_ids["conversation_ids"] = sorted(conversations)
     if service:

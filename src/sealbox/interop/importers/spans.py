@@ -20,6 +20,9 @@ then builds the parent graph defensively and emits the run's events:
   step ``N.k`` (k = its position in the model's response), so parallel calls stay
   siblings. A call requested by a model with no tool span is listed in the model
   call's ``tool_call_ids`` only (it may never have run).
+- Spans exported by Sealbox itself (``sealbox.run_id``) are read back further
+  (decision, duration, linkage by ``sealbox.model.tool_call_ids`` or a ``requested_by``
+  span link, approvals as notes): see :mod:`sealbox.interop.importers.sealbox_otlp`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from sealbox.interop.importers import sealbox_otlp
 from sealbox.interop.importers.common import RunBuilder, as_count, as_dict, normalize_arguments, ts_field
 
 _MAX_WALK = 200_000
@@ -64,6 +68,14 @@ class Span:
     server: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     logs: list[Any] | None = None  # log records tied to the span (used as the request when it has none)
+    # what a Sealbox OTLP export says besides (sealbox_otlp.py); empty for other sources
+    exposed: str | None = None
+    decision: dict[str, Any] | None = None  # the source's decision: effect, rule, reason_code, ...
+    ran: bool | None = None  # False: the source says the tool did not run (denied, pending...)
+    duration_us: int | None = None  # the tool's own running time (a model call's latency), when the source gives it
+    approvals: list[dict[str, Any]] = field(default_factory=list)  # approvals, for imported approval notes
+    requested_ids: list[str] = field(default_factory=list)  # call ids a model span requested
+    links: list[str] = field(default_factory=list)  # span ids of the model spans that requested this tool span
     # filled here
     requested: list[list[Any]] = field(default_factory=list)  # [id, name, args]
 
@@ -322,6 +334,11 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
             m.request = {"log_records": m.logs}
         for k, (cid, name, args) in enumerate(extract_tool_calls(m.response) if m.response is not None else []):
             m.requested.append([cid, name, args, None])  # [id, name, args, tool span]
+        if m.requested_ids:  # ids without the response (a Sealbox export): name and arguments unknown
+            known = {r[0] for r in m.requested}
+            for cid in dict.fromkeys(m.requested_ids):
+                if cid not in known:
+                    m.requested.append([cid, None, None, None])
 
     def key(s: Span) -> tuple:
         return (s.start_ns is None, s.start_ns or 0, s.order)
@@ -344,6 +361,13 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
             m, k = by_req_id[t.call_id]
             if m.requested[k][3] is None:
                 link = (m, k)
+        if link is None:  # a span link to the model span that requested it (sealbox.link = requested_by)
+            for lid in t.links:
+                a = index.get(lid)
+                if a is not None and a.role == "model" and a.id in leaf_of:
+                    m = leaf_of[a.id]
+                    link = (m, _slot(m, t))
+                    break
         if link is None and tool_parent[t.id] is not None:
             m = leaf_of[tool_parent[t.id].id]
             link = (m, _slot(m, t))
@@ -392,7 +416,8 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
             top = steps[s.id] = run.new_step()
             ids = [r[0] for r in s.requested if r[0]]
             run.model_call(top, provider=s.provider or "unknown", model=s.model or "unknown", request=s.request,
-                           response=s.response, usage=s.usage, latency_us=_dur_us(s), fmt=s.fmt,
+                           response=s.response, usage=s.usage,
+                           latency_us=s.duration_us if s.duration_us is not None else _dur_us(s), fmt=s.fmt,
                            tool_call_ids=ids, source=_source(s))
         else:
             if s.id in links:
@@ -501,6 +526,12 @@ def _emit_tool(run: RunBuilder, t: Span, top: int, sub: tuple[int, ...], request
         args = normalize_arguments(t.arguments, run, where)
     elif requested_args is not None:
         args = normalize_arguments(requested_args, run, where)
+    elif "sealbox" in t.extra:  # exported by Sealbox without --otlp-content: left out on purpose
+        run.anomaly("content_not_exported", {
+            "where": where, "message": "a Sealbox OTLP export without --otlp-content: tool arguments, results and "
+                                       "error messages were not sent; arguments and results recorded as null"},
+            aggregate=True)
+        args = None
     else:
         args = normalize_arguments(None, run, where)
     src = _source(t)
@@ -512,11 +543,24 @@ def _emit_tool(run: RunBuilder, t: Span, top: int, sub: tuple[int, ...], request
     call_id = t.call_id or f"imported:span:{t.id}"
     if t.call_id is None:
         src["call_id_assigned"] = True
+    decided: dict[str, Any] = {}
+    if t.decision is not None:
+        d = t.decision
+        rule = f" by rule {d['rule']}" if d.get("rule") else ""
+        decided = {"effect": d["effect"], "rule": d.get("rule"), "decision_source": d,
+                   "reason": f"imported decision of the exporting Sealbox store: {d['effect']}{rule} "
+                             f"({d.get('reason_code') or 'no reason code'}); this store's policy did not decide it"}
     run.tool_call(top, sub, call_id=call_id, tool=t.tool_name or "unknown", arguments=args, server=t.server,
-                  source=src)
+                  exposed=t.exposed, source=src, **decided)
+    for approval in t.approvals:
+        approval = {**approval, "call_id": call_id}
+        run.imported_approval(top, sub, text=sealbox_otlp.note_text(approval), approval=approval)
+    if t.ran is False:
+        return  # denied, held or expired: the tool never ran (or its result was never recorded)
     if t.end_ns is not None or t.result is not None or t.error is not None:
         run.tool_result(top, sub, call_id=call_id, ok=t.error is None, result=t.result, error=t.error,
-                        duration_us=_dur_us(t), source={"span_id": t.id})
+                        duration_us=t.duration_us if t.duration_us is not None else _dur_us(t),
+                        source={"span_id": t.id})
 
 
 def lenient_args(value: Any) -> Any:
@@ -537,7 +581,7 @@ AGENT_OPS = frozenset({"invoke_agent", "create_agent", "invoke_workflow", "chain
 
 def otel_span(run: RunBuilder, *, span_id: str, parent: str | None, name: str, order: int, start_ns: int | None,
               end_ns: int | None, attrs: dict[str, Any], trace_id: str | None, status_error: str | None,
-              log_records: list[Any] | None = None) -> Span:
+              log_records: list[Any] | None = None, links: list[str] | None = None) -> Span:
     """A :class:`Span` from OpenTelemetry attributes (GenAI semantic conventions and the
     vendor attributes seen in the corpus: ADK ``gcp.vertex.agent.*``, OpenLLMetry
     ``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*``, OpenInference ``input.value``)."""
@@ -571,6 +615,9 @@ def otel_span(run: RunBuilder, *, span_id: str, parent: str | None, name: str, o
             etype = attrs.get("error.type")
             s.error = {"type": etype if isinstance(etype, str) and etype else "error",
                        "message": status_error or "the span's status is ERROR"}
+        s.links = list(links or ())
+        if sealbox_otlp.is_sealbox(attrs):
+            sealbox_otlp.read_tool(s, attrs, log_records)
         return s
     is_model = op in MODEL_OPS or attrs.get("llm.request.type") in ("chat", "completion") or (
         op not in AGENT_OPS and (name.startswith("call_llm") or "gcp.vertex.agent.llm_request" in attrs
@@ -606,4 +653,6 @@ def otel_span(run: RunBuilder, *, span_id: str, parent: str | None, name: str, o
     s.logs = log_records or None
     if status_error is not None:
         s.extra["status_error"] = status_error or "ERROR"
+    if sealbox_otlp.is_sealbox(attrs):
+        sealbox_otlp.read_model(s, attrs)
     return s

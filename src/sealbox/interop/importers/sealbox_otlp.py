@@ -1,0 +1,207 @@
+"""Reading back what ``sealbox export --otlp`` wrote (docs/otlp.md), when such spans are imported.
+
+A span Sealbox exported carries ``sealbox.run_id``. Besides the GenAI attributes every span
+format has, it says what the store knew and no other tracer does; the importer maps it back:
+
+- a tool span's ``sealbox.decision.effect`` / ``.rule`` / ``.reason_code`` and
+  ``sealbox.policy.fingerprint`` become the imported call's ``policy.decision`` effect and rule
+  (reason code still ``imported``, the imported pseudo-policy's fingerprint: this store's policy did
+  not decide the call), the source's own facts in the decision's ``imported`` field, with the
+  reason of its ``sealbox.policy.decision`` log record;
+- ``sealbox.tool.duration_us`` is the result's duration (the span also covers an approval wait),
+  ``sealbox.model.latency_us`` the model call's latency (the span never starts before its run);
+  ``sealbox.tool.outcome`` ``denied`` / ``pending`` / ``expired`` / ``unknown`` means the tool did not
+  run (or its result was never recorded): no ``tool.result``;
+- ``sealbox.server`` and ``sealbox.tool.exposed`` are the call's server and exposed name;
+- a model span's ``sealbox.model.tool_call_ids`` are the calls it requested (the export sends no
+  messages), and a tool span's link with ``sealbox.link = requested_by`` names its model span;
+- the ``sealbox.approval.requested`` / ``.answered`` / ``.expired`` log records become imported
+  approval notes (``identity_authenticated: false``): an OTLP record carries no approver signature,
+  so it is never an ``approval.answered``, and no imported data is signed evidence;
+- the run span's ``sealbox.run.status``, ``error.type``, ``sealbox.label.*``, ``sealbox.principal``
+  and ``sealbox.run_id`` become the run's status, error, labels and original ids.
+
+Everything read here is what the file says, unauthenticated: ``sealbox.event.leaf_index`` and
+``leaf_hash`` are kept (``imported.sealbox``) so that a copy can be checked against the original store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EFFECTS = ("allow", "deny", "require_approval")
+#: ``sealbox.tool.outcome`` values for which the tool never ran, or ran with no recorded result.
+NOT_RUN = frozenset({"denied", "pending", "expired", "unknown"})
+#: Labels the importer sets itself; a source label of that name is not copied.
+OWN_LABELS = frozenset({"imported", "import_format"})
+
+
+def is_sealbox(attrs: dict[str, Any]) -> bool:
+    return isinstance(attrs.get("sealbox.run_id"), str)
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _strs(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str) and v] if isinstance(value, list) else []
+
+
+def source_facts(attrs: dict[str, Any]) -> dict[str, Any]:
+    """``imported.sealbox`` of an event: where the exporting store had it (unauthenticated)."""
+    out: dict[str, Any] = {}
+    for key, name in (("sealbox.run_id", "run_id"), ("sealbox.step", "step"),
+                      ("sealbox.event.leaf_hash", "leaf_hash"), ("sealbox.grant", "grant")):
+        if _str(attrs.get(key)):
+            out[name] = attrs[key]
+    if _int(attrs.get("sealbox.event.leaf_index")) is not None:
+        out["leaf_index"] = attrs["sealbox.event.leaf_index"]
+    if _str(attrs.get("sealbox.model.format")):
+        out["format"] = attrs["sealbox.model.format"]
+    return out
+
+
+def read_model(s: Any, attrs: dict[str, Any]) -> None:
+    s.requested_ids = _strs(attrs.get("sealbox.model.tool_call_ids"))
+    s.duration_us = _int(attrs.get("sealbox.model.latency_us"))  # the span is clamped to start with its run
+    s.extra["sealbox"] = source_facts(attrs)
+
+
+def read_tool(s: Any, attrs: dict[str, Any], log_records: list[Any] | None) -> None:
+    s.server = _str(attrs.get("sealbox.server")) or s.server
+    s.exposed = _str(attrs.get("sealbox.tool.exposed"))
+    s.extra["sealbox"] = source_facts(attrs)
+    records = sorted((r for r in log_records or () if isinstance(r, dict)), key=_record_time)
+    effect = attrs.get("sealbox.decision.effect")
+    if effect in EFFECTS:
+        decision: dict[str, Any] = {"source": "sealbox.decision", "effect": effect,
+                                    "rule": _str(attrs.get("sealbox.decision.rule")),
+                                    "reason_code": _str(attrs.get("sealbox.decision.reason_code")),
+                                    "policy_fingerprint": _str(attrs.get("sealbox.policy.fingerprint"))}
+        logged = [r["attributes"] for r in records if _event(r) == "sealbox.policy.decision"
+                  and r["attributes"].get("sealbox.decision.effect") == effect]
+        if logged and _str(logged[-1].get("sealbox.decision.reason")):
+            decision["reason"] = logged[-1]["sealbox.decision.reason"]
+        s.decision = decision
+    outcome = attrs.get("sealbox.tool.outcome")
+    if isinstance(outcome, str):
+        s.ran = outcome not in NOT_RUN
+        s.extra["sealbox"]["outcome"] = outcome
+    s.duration_us = _int(attrs.get("sealbox.tool.duration_us"))
+    if s.error is not None:
+        etype = s.error["type"]
+        message = s.error["message"]
+        if message == etype:  # exported without --otlp-content: the status holds the type only
+            message = "the error message was not exported (sealbox export --otlp without --otlp-content)"
+        elif message.startswith(etype + ": "):
+            message = message[len(etype) + 2:]
+        s.error = {"type": etype, "message": message}
+    s.approvals = approval_notes(records, s.call_id, s.tool_name)
+
+
+def _record_time(r: dict) -> tuple:
+    t = r.get("time_unix_nano")
+    try:
+        return (0, int(t))
+    except (TypeError, ValueError):
+        return (1, 0)
+
+
+def _event(r: dict) -> Any:
+    return r.get("event_name") or as_attrs(r).get("event.name")
+
+
+def as_attrs(r: dict) -> dict:
+    a = r.get("attributes")
+    return a if isinstance(a, dict) else {}
+
+
+def approval_notes(records: list[dict], call_id: str | None, tool: str | None) -> list[dict[str, Any]]:
+    """The imported approvals of one call (``note.about.imported_approval``), in time order: one per answer, one per expiry, one
+    for a request nobody answered (``pending``). Each carries its request's facts."""
+    requests: dict[str, dict[str, Any]] = {}
+    closed: set[str] = set()
+    out: list[dict[str, Any]] = []
+    for r in records:
+        name, a = _event(r), as_attrs(r)
+        aid = _str(a.get("sealbox.approval.id"))
+        if aid is None or name not in ("sealbox.approval.requested", "sealbox.approval.answered",
+                                       "sealbox.approval.expired"):
+            continue
+        if name == "sealbox.approval.requested":
+            requests[aid] = {k: v for k, v in (
+                ("rule", _str(a.get("sealbox.approval.rule"))),
+                ("groups", _strs(a.get("sealbox.approval.ask.groups"))),
+                ("identities", _strs(a.get("sealbox.approval.ask.identities"))),
+                ("quorum", _int(a.get("sealbox.approval.quorum"))),
+                ("expires_at", _str(a.get("sealbox.approval.expires_at"))),
+                ("requested_by", _str(a.get("sealbox.approval.requested_by")))) if v not in (None, [])}
+            continue
+        closed.add(aid)
+        if name == "sealbox.approval.answered":
+            decision = a.get("sealbox.approval.decision")
+            if decision not in ("approve", "deny"):
+                continue
+            approval = {"decision": decision, "identity": _str(a.get("sealbox.approval.identity")),
+                        "message": _str(a.get("sealbox.approval.reason")),
+                        "answered_at": _str(a.get("sealbox.approval.answered_at")),
+                        "key_id": _str(a.get("sealbox.approval.key_id")),
+                        "flags": _strs(a.get("sealbox.approval.flags"))}
+        else:
+            approval = {"decision": "expired", "identity": None,
+                        "expired_at": _str(a.get("sealbox.approval.expired_at"))}
+        out.append(_note(name, aid, approval, requests.get(aid), call_id, tool))
+    for aid, request in requests.items():
+        if aid not in closed:
+            out.append(_note("sealbox.approval.requested", aid, {"decision": "pending", "identity": None}, request,
+                             call_id, tool))
+    return out
+
+
+def _note(source: str, aid: str, approval: dict[str, Any], request: dict[str, Any] | None, call_id: str | None,
+          tool: str | None) -> dict[str, Any]:
+    body = {"source": source, "approval_id": aid, "tool": tool, "call_id": call_id, "scope": "call",
+            **{k: v for k, v in approval.items() if v not in (None, [])}, "identity": approval.get("identity")}
+    if request:
+        body["request"] = request
+    return body
+
+
+def note_text(approval: dict[str, Any]) -> str:
+    verb = {"approve": "approved", "deny": "rejected", "expired": "expired", "pending": "pending"}[approval["decision"]]
+    by = f" by {approval['identity']}" if approval.get("identity") else ""
+    return (f"imported approval ({verb}{by}) of call {approval.get('call_id')}, from a Sealbox OTLP export: not a "
+            "signed approval of this store; the approver's identity is not authenticated")
+
+
+def read_run(run: Any, attrs: dict[str, Any], status_error: str | None) -> None:
+    """The run span (``invoke_agent``) of a Sealbox run: status, error, labels, original ids."""
+    ids = run.original_ids
+    ids["sealbox_run_id"] = attrs["sealbox.run_id"]
+    for key, name in (("sealbox.principal", "sealbox_principal"), ("sealbox.parent_run_id", "sealbox_parent_run_id")):
+        if _str(attrs.get(key)):
+            ids[name] = attrs[key]
+    policy = {k: attrs[f"sealbox.policy.{k}"] for k in ("name", "fingerprint") if _str(attrs.get(f"sealbox.policy.{k}"))}
+    if policy:
+        ids["sealbox_policy"] = policy
+    status = attrs.get("sealbox.run.status")
+    if status in ("ok", "error", "cancelled"):
+        run.status = status
+    elif isinstance(status, str):
+        run.end_info["sealbox_run_status"] = status  # suspended or running when exported
+    if run.status == "error":
+        etype = _str(attrs.get("error.type")) or "error"
+        message = status_error or ""
+        if message.startswith(etype + ": "):
+            message = message[len(etype) + 2:]
+        elif message in ("", etype):
+            message = "the error message was not exported (sealbox export --otlp without --otlp-content)"
+        run.error = {"type": etype, "message": message}
+    for key, value in attrs.items():
+        if key.startswith("sealbox.label.") and key[len("sealbox.label."):] not in OWN_LABELS:
+            run.labels[key[len("sealbox.label."):]] = value
