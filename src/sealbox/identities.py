@@ -315,9 +315,9 @@ def _record(store: Any, name: str, admin: Signer | None, check: Any, payload: An
     """Append one signed ``identity.changed`` event after ``check(book)`` passes, in one transaction."""
     def build(reader: Any) -> list[EventDraft]:
         book = identity_book(reader)
-        check(book)
         p = {**payload(book), "after": book.last_leaf(name)}
-        signer = _authorizer(book, p, admin, new_signer)
+        signer = _authorizer(book, p, admin, new_signer)  # who may sign comes first, then what the change needs
+        check(book)
         p["authorization"] = {"by": signer.name, "key_id": _key_id(signer.verifier.vkey),
                               "signature": sign_fields(signer, change_fields(p))}
         return [EventDraft("identity.changed", p, run_id=SYSTEM_RUN_ID, principal=signer.name)]
@@ -399,8 +399,13 @@ def disable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any)
         IdentityError: unknown, already disabled, or a key that may not sign the change.
     """
     def check(book: IdentityBook) -> None:
-        if _existing(book, name).disabled:
+        who = _existing(book, name)
+        if who.disabled:
             raise IdentityError(f"identity {name!r} is already disabled")
+        if who.role == "admin" and not any(i.role == "admin" and not i.disabled and i.name != name for i in book.all()):
+            raise IdentityError(f"identity {name!r} is the only enabled admin: disabled, no one could change identities "
+                                "again (nor re-enable it); add another admin first (`sealbox identities add NAME --role "
+                                f"admin --key-out FILE --admin-key …`), then disable {name!r} with that admin's key")
 
     payload = {"name": name, "change": "disabled", **({"reason": reason} if reason else {})}
     return _record(store, name, _admin_signer(admin_key), check, lambda _book: payload)

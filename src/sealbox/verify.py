@@ -1039,7 +1039,11 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
     changes = [(leaf, env) for leaf, env in by_kind.get("identity.changed", []) if env.get("run_id") == SYSTEM_RUN_ID]
     book = IdentityBook.from_events(changes)
     envs = dict(changes)
-    problems = []
+    problems = [Problem(
+        "identity_unauthorized", f"an identity change of {env['payload'].get('name')!r} recorded in run "
+        f"{env.get('run_id')}, not in the store's system run, where sealbox.identities writes them: it is ignored",
+        env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf)
+        for leaf, env in by_kind.get("identity.changed", []) if env.get("run_id") != SYSTEM_RUN_ID]
     for leaf, name, change, why in book.unauthorized:
         env = envs[leaf]
         problems.append(Problem(

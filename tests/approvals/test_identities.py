@@ -232,3 +232,41 @@ def test_a_change_left_out_of_an_export_bundle_shows_as_a_gap(store, tmp_path):
     assert why == (f"it follows a change of 'alice' at leaf {changes[2].leaf_index} that is not in the history (its "
                    f"previous change here is at leaf {changes[1].leaf_index}): a change was left out, or this one was "
                    "replayed")
+
+
+def test_the_only_enabled_admin_cannot_disable_itself(store, tmp_path):
+    """It used to succeed and leave identity administration locked for good (no admin could
+    sign a change, nor re-enable it); docs/approvals.md offers self-disable for a leaked key."""
+    root = admin_key(store, tmp_path)
+    before = store.size()
+    with pytest.raises(IdentityError) as info:
+        disable_identity(store, "root", "key leaked", admin_key=root)
+    assert str(info.value).startswith("identity 'root' is the only enabled admin: disabled, no one could change "
+                                      "identities again (nor re-enable it); add another admin first")
+    assert store.size() == before
+    second = add_identity(store, "sec", "admin", key_path=tmp_path / "sec.key", admin_key=root)
+    disable_identity(store, "root", "key leaked", admin_key=root)  # now another admin remains
+    with pytest.raises(IdentityError, match="^identity 'sec' is the only enabled admin"):
+        disable_identity(store, "sec", admin_key=second.key_path)
+    enable_identity(store, "root", "new laptop", admin_key=second.key_path)
+    assert verify_store(store).ok
+
+
+def test_an_identity_change_outside_the_system_run_is_reported(store, tmp_path):
+    """IdentityBook reads only the system run, so such a change never counted; verify said
+    nothing of it (fresh-clone break test)."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    admin_key(store, tmp_path)
+    skey, vkey = generate_key("mallory")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        forged = store.append(EventDraft("identity.changed", {"name": "mallory", "change": "added", "role": "admin",
+                                                              "groups": [], "public_key": vkey, "shared": False},
+                                         run_id=run.run_id, principal="agent:bot"))
+    problems = verify_store(store).problems
+    assert [(p.code, p.run_id, p.leaf_index, p.message) for p in problems] == [(
+        "identity_unauthorized", run.run_id, forged[0].leaf_index,
+        f"an identity change of 'mallory' recorded in run {run.run_id}, not in the store's system run, where "
+        "sealbox.identities writes them: it is ignored")]
+    assert identity_book(store).get("mallory") is None
