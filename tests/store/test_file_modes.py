@@ -121,3 +121,29 @@ def test_init_into_an_existing_empty_folder_keeps_the_folder_mode(tmp_path):
     sealbox.init_store(folder).close()
     assert oct(stat.S_IMODE(folder.stat().st_mode)) == "0o750"
     assert _modes(folder)["sealbox.db"] == "0o600"
+
+
+@pytest.mark.parametrize("leftover, as_link", [("sealbox.db-shm", True), ("sealbox.db-wal", False),
+                                               ("sealbox.db-wal", True), ("sealbox.db-journal", False)])
+def test_init_beside_a_leftover_wal_shm_or_journal_is_refused_and_writes_nothing(tmp_path, leftover, as_link):
+    """A -shm symbolic link left in the folder made init fail half-way (internal error, exit 70)
+    after writing log.key, log.vkey and an empty sealbox.db, and the folder could be neither used
+    nor initialised again (fresh-clone break test); SQLite would also take a stale -wal for the
+    new database's."""
+    folder, target = tmp_path / "st", tmp_path / "elsewhere"
+    folder.mkdir()
+    if as_link:
+        (folder / leftover).symlink_to(target)
+    else:
+        (folder / leftover).write_bytes(b"\x00" * 64)
+    message = (f"{folder} holds a {leftover} (left from another database) but no sealbox.db: SQLite would take it "
+               "for the new store's; move it away, or create the store in another folder")
+    with pytest.raises(StoreError) as exc:
+        sealbox.init_store(folder)
+    assert str(exc.value) == message
+    assert sorted(p.name for p in folder.iterdir()) == [leftover] and not os.path.lexists(target)
+    proc = subprocess.run([str(SEALBOX), "init", str(folder)], capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {message}\n")
+    (folder / leftover).unlink()
+    sealbox.init_store(folder).close()  # once moved away, init works
+    assert sealbox.verify_store(sealbox.open_store(folder, readonly=True)).ok

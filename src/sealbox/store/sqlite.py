@@ -660,7 +660,8 @@ class SqliteStore(SqliteQueries):
 
         Raises:
             StoreError: a store already exists there, or a signing key (``log.key``)
-                does, or ``sealbox.db`` is a symbolic link to a missing file.
+                does, or ``sealbox.db`` is a symbolic link to a missing file, or a
+                ``sealbox.db-wal``/``-shm``/``-journal`` without its database is there.
             StoreReadOnlyError: the folder cannot be written.
         """
         folder = Path(path)
@@ -674,6 +675,11 @@ class SqliteStore(SqliteQueries):
         if os.path.lexists(folder / KEY_NAME):
             raise StoreError(f"{folder} holds a {KEY_NAME} (a signing key) but no {DB_NAME}: init does not "
                              f"overwrite a key; move it away, or create the store in another folder")
+        for suffix in ("-wal", "-shm", "-journal"):  # SQLite would open (or follow) them with the new database
+            if os.path.lexists(folder / (DB_NAME + suffix)):
+                raise StoreError(f"{folder} holds a {DB_NAME}{suffix} (left from another database) but no {DB_NAME}: "
+                                 "SQLite would take it for the new store's; move it away, or create the store in "
+                                 "another folder")
         _create_private(folder / DB_NAME)
         store_id = os.urandom(8).hex()
         origin = origin or f"sealbox.local/{store_id}"
