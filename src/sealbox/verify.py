@@ -46,7 +46,7 @@ class Problem:
             ``blob_mismatch``, ``blob_missing``, ``leaf_gap``, ``tree_node_mismatch``,
             ``approval_signature``, ``approval_binding``, ``approval_identity``,
             ``approval_unknown``, ``approval_rule``, ``column_type``, ``schema_migration_missing``,
-            ``identity_unauthorized``.
+            ``identity_unauthorized``, ``store_settings_damaged``.
         message: one readable sentence.
         run_id, run_seq, kind, leaf_index: where, when it is tied to an event.
         expected, found: what verification computed and what the store holds.
@@ -991,6 +991,8 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
         problems.extend(check_snapshots(store.iter_snapshots(), ev.envelopes_by_kind.get("run.started", [])))
     if hasattr(store, "iter_run_rows"):
         problems.extend(check_run_rows(store.iter_run_rows(), ev.envelopes_by_kind.get("run.started", [])))
+    for damage in getattr(store, "open_damage", ()):
+        problems.append(Problem("store_settings_damaged", f"{damage}: the store was changed below Sealbox"))
     for table, key, column, expected, found in (
             store.storage_class_problems() if hasattr(store, "storage_class_problems") else ()):
         problems.append(Problem("column_type", f"the {table} table's {column} column holds "

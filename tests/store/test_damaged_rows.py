@@ -446,3 +446,51 @@ def test_a_migration_another_writer_applied_meanwhile_is_not_applied_again(tmp_p
         assert _apply_migration(first, mig6, str(path)) is None
         assert _apply_migration(second, mig6, str(path)) is None  # read before the first committed: skipped
     assert verify(path).ok
+
+
+@pytest.mark.parametrize("sql, damage", [
+    ("DELETE FROM store_secret",
+     "the store secret (store_secret, the HMAC key of redaction markers) is missing"),
+    ("UPDATE store_secret SET secret = x'00'",
+     "the store secret (store_secret, the HMAC key of redaction markers) is not 32 bytes (bytes)"),
+    ("UPDATE store_meta SET value = CAST(x'ff' AS TEXT) WHERE key = 'origin'",
+     "the log's origin in store_meta is not printable UTF-8 text ('\\udcff')"),
+])
+def test_damaged_store_settings_are_reported_and_refuse_writers(s: Sample, sql: str, damage: str) -> None:
+    """Every command, verify included, used to stop at open with an internal error (TypeError:
+    'NoneType' object is not subscriptable; sqlite3's Could not decode to UTF-8) (fresh-clone break test)."""
+    tamper(s.path, sql)
+    report = verify(s.path)
+    assert ("store_settings_damaged", f"{damage}: the store was changed below Sealbox") in [
+        (p.code, p.message) for p in report.problems]
+    res = cli("verify", "-s", str(s.path))
+    assert res.returncode == 1 and "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
+    with pytest.raises(StoreError) as info:
+        open_store(s.path)
+    assert str(info.value) == (f"{s.path}: {damage}: the store was changed below Sealbox; refusing to record into it "
+                               "(run `sealbox verify`)")
+    assert cli("runs", "list", "-s", str(s.path)).returncode == 0  # reading still works
+    assert_one_error_line(cli("approvals", "approve", "apr_" + "0" * 32, "--reason", "x", "--key-file",
+                              str(s.path / "none.key"), "-s", str(s.path)), str(info.value))  # a writer
+
+
+@pytest.mark.parametrize("sql", [
+    "UPDATE checkpoints SET note = CAST(note AS BLOB) WHERE id = (SELECT max(id) FROM checkpoints)",
+    "UPDATE checkpoints SET tree_size = 'abc' WHERE id = (SELECT max(id) FROM checkpoints)",
+])
+def test_a_newest_checkpoint_row_of_another_type_is_reported_not_crashed_on(s: Sample, sql: str) -> None:
+    """A note held as a BLOB stopped every command (AttributeError: 'bytes' object has no
+    attribute 'encode'); a TEXT size sorted above every number and was taken for the newest."""
+    tamper(s.path, sql)
+    report = verify(s.path)
+    assert "column_type" in [p.code for p in report.problems]
+    store = open_store(s.path, readonly=True)
+    try:
+        assert isinstance(store.latest_checkpoint().tree_size, int)
+        assert all(isinstance(c.note, str) for c in store.checkpoints())
+    finally:
+        store.close()
+    for args in (("verify", "-s", str(s.path)), ("runs", "show", "-s", str(s.path), s.runs[0]),
+                 ("log", "checkpoint", "-s", str(s.path))):
+        res = cli(*args)
+        assert "Traceback" not in res.stderr and "internal error" not in res.stderr, (args, res.stderr)

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import SEALBOX
+from store_testkit import SEALBOX
 
 import sealbox
 from sealbox.errors import StoreError

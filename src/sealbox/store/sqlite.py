@@ -239,7 +239,7 @@ class _Txn:
 
     def latest_checkpoint_size(self) -> int:
         if self._ckpt_size is None:
-            row = self.conn.execute("SELECT max(tree_size) FROM checkpoints").fetchone()
+            row = self.conn.execute("SELECT max(tree_size) FROM checkpoints WHERE typeof(tree_size) = 'integer'").fetchone()
             self._ckpt_size = row[0] or 0
         return self._ckpt_size
 
@@ -268,6 +268,15 @@ def _stored_bytes(value: Any) -> bytes:
     return repr(value).encode("utf-8")
 
 
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogate from a surrogateescape decoding)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _row_key(table: str, key: str, quoted: str) -> str:
     """How :meth:`SqliteStore.storage_class_problems` names a row: ``level, idx = 4, 0`` for the
     integer keys; the text keys (read as a BLOB literal, whatever their storage class or bytes)
@@ -276,6 +285,23 @@ def _row_key(table: str, key: str, quoted: str) -> str:
         raw = bytes.fromhex(quoted[2:-1]) if quoted.startswith("X'") else quoted.encode()
         return f"{key} {raw.decode('utf-8', 'backslashreplace')!r}"
     return f"({key}) = ({quoted})" if "," in key else f"{key} = {quoted}"
+
+
+#: The newest checkpoint row whose tree size is an INTEGER (a TEXT sorts above every number).
+_LATEST_CHECKPOINT_SQL = ("SELECT tree_size, root_hash, note, created_at FROM checkpoints"
+                          " WHERE typeof(tree_size) = 'integer' ORDER BY tree_size DESC, id DESC LIMIT 1")
+
+
+def _stored_checkpoint(row: tuple) -> StoredCheckpoint:
+    """A checkpoints row as a StoredCheckpoint whatever its columns' storage classes (a note
+    held as a BLOB comes back as its text, so that it fails its signature check instead of
+    raising; verify reports the storage class)."""
+    size, root, note, created = row
+    if isinstance(note, (bytes, bytearray, memoryview)):
+        note = bytes(note).decode("utf-8", "surrogateescape")
+    elif not isinstance(note, str):
+        note = repr(note)
+    return StoredCheckpoint(size, _stored_bytes(root), note, created if isinstance(created, str) else repr(created))
 
 
 def _lenient_text(data: bytes) -> str:
@@ -605,10 +631,27 @@ class SqliteStore(SqliteQueries):
 
     def _open_checked(self) -> None:
         self._migrate_and_check()
-        meta = dict(self._conn().execute("SELECT key, value FROM store_meta").fetchall())
-        self.origin: str = meta.get("origin", "")
-        self.store_id: str = meta.get("store_id", "")
-        self._secret: bytes = self._conn().execute("SELECT secret FROM store_secret WHERE id = 1").fetchone()[0]
+        with self.verify_reads():  # a value changed below Sealbox is reported (verify), never a read error
+            meta = dict(self._conn().execute("SELECT key, value FROM store_meta").fetchall())
+            secret_row = self._conn().execute("SELECT secret FROM store_secret WHERE id = 1").fetchone()
+            latest = self.latest_checkpoint()
+        #: what is wrong with the store's own settings (a read-only open goes on, verify reports them)
+        self.open_damage: list[str] = []
+        origin, store_id = meta.get("origin", ""), meta.get("store_id", "")
+        if not (isinstance(origin, str) and origin.isprintable() and _utf8(origin)):
+            self.open_damage.append(f"the log's origin in store_meta is not printable UTF-8 text ({origin!r})")
+            origin = origin if isinstance(origin, str) else repr(origin)
+        self.origin: str = origin
+        self.store_id: str = store_id if isinstance(store_id, str) else repr(store_id)
+        secret = secret_row[0] if secret_row else None
+        if type(secret) is not bytes or len(secret) != 32:
+            self.open_damage.append("the store secret (store_secret, the HMAC key of redaction markers) is "
+                                    + ("missing" if secret_row is None else f"not 32 bytes ({type(secret).__name__})"))
+            secret = bytes(32)  # never used to record: a writer refuses the store below
+        self._secret: bytes = secret
+        if self.open_damage and not self.readonly:
+            raise StoreError(f"{self.path}: {self.open_damage[0]}: the store was changed below Sealbox; refusing to "
+                             "record into it (run `sealbox verify`)")
         from sealbox.redaction import ContentPolicy
 
         self._content_error: str | None = None
@@ -628,7 +671,6 @@ class SqliteStore(SqliteQueries):
                 raise StoreError(f"{self.path}: {changed}; refusing to record under them (run `sealbox verify`)")
             self._signer = self._load_signer()
         self._floor = self.checkpoint_file_size()
-        latest = self.latest_checkpoint()
         self._last_ckpt_size = latest.tree_size if latest else 0
         self._last_ckpt_time = time.monotonic()
         self._damage: str | None = None
@@ -1084,7 +1126,7 @@ class SqliteStore(SqliteQueries):
         body = Checkpoint(self.origin, 0, bytes(32), extensions)  # validates the lines before anything is signed
         size = txn.tree_size()
         row = txn.conn.execute(
-            "SELECT tree_size, root_hash, note, created_at FROM checkpoints ORDER BY tree_size DESC, id DESC LIMIT 1"
+            _LATEST_CHECKPOINT_SQL
         ).fetchone()
         now = utc_now()
         self._check_before_signing(txn, size, row)
@@ -1328,14 +1370,13 @@ class SqliteStore(SqliteQueries):
         rows = self._conn().execute(
             "SELECT tree_size, root_hash, note, created_at FROM checkpoints ORDER BY id"
         ).fetchall()
-        return [StoredCheckpoint(r[0], _stored_bytes(r[1]), r[2], r[3]) for r in rows]
+        return [_stored_checkpoint(r) for r in rows]
 
     def latest_checkpoint(self) -> StoredCheckpoint | None:
-        """The checkpoint with the largest tree size, or None."""
-        row = self._conn().execute(
-            "SELECT tree_size, root_hash, note, created_at FROM checkpoints ORDER BY tree_size DESC, id DESC LIMIT 1"
-        ).fetchone()
-        return None if row is None else StoredCheckpoint(row[0], _stored_bytes(row[1]), row[2], row[3])
+        """The checkpoint with the largest tree size, or None (a row whose size is not an
+        INTEGER, which only a change below Sealbox writes, is not taken: verify reports it)."""
+        row = self._conn().execute(_LATEST_CHECKPOINT_SQL).fetchone()
+        return None if row is None else _stored_checkpoint(row)
 
     def checkpoint_file_note(self) -> str | None:
         """Text of ``DIR/checkpoint`` (the newest checkpoint signed by any writer), or None."""
