@@ -280,12 +280,16 @@ def test_a_deeply_nested_manifest_with_changed_content_still_names_the_members(c
 
 def test_a_blob_with_deeply_nested_content_is_a_problem(case, tmp_path):
     m = members(case[0] / "base.sbx")
-    first, rest = m["blobs.jsonl"].split(b"\n", 1)
-    ref = json.loads(first)["ref"]
-    m["blobs.jsonl"] = b'{"content":' + _nested(DEEP) + first[first.rfind(b',"ref":'):] + b"\n" + rest
+    lines = m["blobs.jsonl"].split(b"\n")
+    # a blob that references no other (blobs are in ref order, which the random salts decide: the
+    # first line may be a chain's head, and replacing it would leave its tail unreferenced too)
+    n = next(i for i, line in enumerate(lines) if b'"$blob"' not in line)
+    ref = json.loads(lines[n])["ref"]
+    lines[n] = b'{"content":' + _nested(DEEP) + lines[n][lines[n].rfind(b',"ref":'):]
+    m["blobs.jsonl"] = b"\n".join(lines)
     rezip(tmp_path / "b.sbx", m)
     problems, report = _verified(tmp_path / "b.sbx")
-    assert problems == [("bundle_line_malformed", "blobs.jsonl line 1"), ("blob_missing", "blobs.jsonl"),
+    assert problems == [("bundle_line_malformed", f"blobs.jsonl line {n + 1}"), ("blob_missing", "blobs.jsonl"),
                         ("bundle_manifest", "manifest.json"), ("export_digest_mismatch", "blobs.jsonl")]
     assert report.problems[1].message == f"blob {ref} is referenced but not stored"
 
@@ -385,3 +389,165 @@ def test_a_malformed_bundle_key_says_no_key_was_used(case, tmp_path):
     code, out, _ = cli("verify", tmp_path / "k.sbx", cwd=tmp_path)
     assert code == 1 and "(None)" not in out
     assert out.splitlines()[-1] == report.trust()
+
+
+# ----------------------------------------------------------------------------- the store's own files
+
+STORE_FILES = {"sealbox.db": "database", "sealbox.db-wal": "write-ahead log",
+               "sealbox.db-shm": "shared-memory index", "sealbox.db-journal": "rollback journal",
+               "log.key": "signing key", "log.vkey": "pinned verifier key", "checkpoint": "checkpoint file"}
+
+
+def _one_run_store(path):
+    store = sealbox.init_store(path)
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot", principal="agent:bot") as run:
+        run.call_tool("db", "q", {}, lambda: 1)
+    store.close()
+    return run.run_id
+
+
+def _folder_state(folder):
+    """Every file of a folder with its bytes (a store's, when no process has it open)."""
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def _checkpoint_rows(store_path):
+    store = sealbox.open_store(store_path, readonly=True)
+    try:
+        return [(c.tree_size, bytes(c.root_hash), c.note, c.created_at) for c in store.checkpoints()]
+    finally:
+        store.close()
+
+
+def _refusal(target, store_dir, name):
+    return (f"cannot write {target}: it is the store's own {STORE_FILES[name]} ({os.path.join(store_dir, name)}), "
+            "which is never replaced (nothing was written)")
+
+
+def test_export_to_any_of_the_stores_own_files_is_refused_and_nothing_is_signed(tmp_path):
+    run_id = _one_run_store(tmp_path / "st")
+    before, rows = _folder_state(tmp_path / "st"), _checkpoint_rows(tmp_path / "st")
+    assert sorted(before) == ["checkpoint", "log.key", "log.vkey", "sealbox.db"]
+    for name in STORE_FILES:  # relative paths, as typed: `-s st -o st/log.key`
+        code, out, err = cli("export", "-s", "st", "--agent", "bot", "-o", f"st/{name}", cwd=tmp_path)
+        assert (code, out, err) == (2, "", f"error: {_refusal(f'st/{name}', 'st', name)}\n"), name
+        # before the fix: "Wrote st/sealbox.db ...", exit 0, and the log (or its signing key) was gone
+        assert _folder_state(tmp_path / "st") == before, name
+    assert _checkpoint_rows(tmp_path / "st") == rows  # no export checkpoint was signed
+    assert [p.name for p in tmp_path.iterdir()] == ["st"]
+    code, out, _ = cli("verify", "-s", "st", cwd=tmp_path)
+    assert code == 0 and out.startswith("Verified: the log is intact. 6 events in 2 runs")
+    store = sealbox.open_store(tmp_path / "st")
+    try:
+        for name in ("sealbox.db", "log.key"):  # the library refuses too
+            with pytest.raises(BundleError) as exc:
+                export_bundle(store, [run_id], tmp_path / "st" / name)
+            assert str(exc.value) == _refusal(tmp_path / "st" / name, tmp_path / "st", name)
+    finally:
+        store.close()
+    assert _checkpoint_rows(tmp_path / "st") == rows
+
+
+def test_export_to_another_path_or_a_hard_link_of_a_store_file_is_refused(tmp_path):
+    _one_run_store(tmp_path / "st")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "st")
+    os.link(tmp_path / "st" / "log.key", tmp_path / "elsewhere" / "backup.key")
+    key = (tmp_path / "st" / "log.key").read_bytes()
+    rows = _checkpoint_rows(tmp_path / "st")
+    cases = [(tmp_path / "linked" / "sealbox.db", "sealbox.db"),  # through a symbolic link to the folder
+             (tmp_path / "elsewhere" / ".." / "st" / "checkpoint", "checkpoint"),
+             (tmp_path / "linked" / "sealbox.db-wal", "sealbox.db-wal"),  # does not exist: compared resolved
+             (tmp_path / "elsewhere" / "backup.key", "log.key")]  # a hard link: the same file (samefile)
+    for target, name in cases:
+        code, out, err = cli("export", "-s", tmp_path / "st", "--agent", "bot", "-o", target, cwd=tmp_path)
+        assert (code, out, err) == (2, "", f"error: {_refusal(target, tmp_path / 'st', name)}\n"), target
+    assert (tmp_path / "st" / "log.key").read_bytes() == key
+    assert os.stat(tmp_path / "st" / "log.key").st_nlink == 2  # the hard link was not replaced either
+    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == ["checkpoint", "log.key", "log.vkey", "sealbox.db"]
+    assert [p.name for p in (tmp_path / "elsewhere").iterdir()] == ["backup.key"]
+    assert _checkpoint_rows(tmp_path / "st") == rows
+    # a file of the same name in another folder is not the store's
+    code, out, err = cli("export", "-s", tmp_path / "st", "--agent", "bot", "-o", tmp_path / "elsewhere" / "log.key",
+                         cwd=tmp_path)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"Wrote {tmp_path / 'elsewhere' / 'log.key'}: 5 events of 1 run, ")
+    assert verify_bundle(tmp_path / "elsewhere" / "log.key").ok
+
+
+def test_parquet_to_the_stores_own_files_is_refused(tmp_path):
+    pytest.importorskip("pyarrow.parquet")
+    _one_run_store(tmp_path / "st")
+    before = _folder_state(tmp_path / "st")
+    for name in ("sealbox.db", "log.key", "log.vkey", "sealbox.db-shm"):
+        code, out, err = cli("export", "-s", "st", "--parquet", f"st/{name}", cwd=tmp_path)
+        assert (code, out, err) == (2, "", f"error: {_refusal(f'st/{name}', 'st', name)}\n"), name
+    assert _folder_state(tmp_path / "st") == before
+
+
+def _log_checkpoint(store_path, cwd):
+    code, out, err = cli("log", "checkpoint", "-s", store_path, cwd=cwd)
+    assert (code, err) == (0, "")
+    return out
+
+
+def test_an_export_that_cannot_create_its_file_signs_no_checkpoint(tmp_path):
+    run_id = _one_run_store(tmp_path / "st")
+    rows, note = _checkpoint_rows(tmp_path / "st"), (tmp_path / "st" / "checkpoint").read_bytes()
+    printed = _log_checkpoint(tmp_path / "st", tmp_path)
+    assert [r[0] for r in rows] == [1, 6] and "sealbox-export/v1" not in printed
+    # /proc/self is a folder, but no file can be created in it
+    code, out, err = cli("export", run_id, "-s", tmp_path / "st", "-o", "/proc/self/case.sbx", cwd=tmp_path)
+    assert (code, out, err) == (2, "", "error: cannot write /proc/self/case.sbx: No such file or directory\n")
+    # before the fix: a sealbox-export/v1 checkpoint for a bundle that does not exist was signed,
+    # stored and became the newest (what `sealbox log checkpoint` printed)
+    assert _checkpoint_rows(tmp_path / "st") == rows
+    assert (tmp_path / "st" / "checkpoint").read_bytes() == note
+    assert _log_checkpoint(tmp_path / "st", tmp_path) == printed
+    store = sealbox.open_store(tmp_path / "st")
+    try:
+        with pytest.raises(BundleError) as exc:
+            export_bundle(store, [run_id], "/proc/self/lib.sbx")
+        assert str(exc.value) == "cannot write /proc/self/lib.sbx: No such file or directory"
+        assert len(store.checkpoints()) == 2
+    finally:
+        store.close()
+    assert _checkpoint_rows(tmp_path / "st") == rows
+
+
+def test_an_export_into_a_read_only_folder_signs_no_checkpoint(tmp_path):
+    import subprocess
+    import sys
+
+    run_id = _one_run_store(tmp_path / "st")
+    rows, printed = _checkpoint_rows(tmp_path / "st"), _log_checkpoint(tmp_path / "st", tmp_path)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        probe = subprocess.run([sys.executable, "-c", f"open({str(ro / 'probe')!r}, 'w')"], capture_output=True,
+                               preexec_fn=_without_dac_override)
+        if probe.returncode == 0:
+            pytest.skip("this process cannot run a subprocess that file modes stop")
+        env = {k: v for k, v in os.environ.items() if k != "SEALBOX_STORE"}
+        p = subprocess.run([sys.executable, "-m", "sealbox.cli.main", "export", run_id, "-s", str(tmp_path / "st"),
+                            "-o", str(ro / "case.sbx")], capture_output=True, text=True, env=env,
+                           cwd=tmp_path, preexec_fn=_without_dac_override, timeout=120)
+    finally:
+        ro.chmod(0o700)
+    assert (p.returncode, p.stdout, p.stderr) == (2, "", f"error: cannot write {ro / 'case.sbx'}: Permission denied\n")
+    assert list(ro.iterdir()) == []
+    assert _checkpoint_rows(tmp_path / "st") == rows
+    assert _log_checkpoint(tmp_path / "st", tmp_path) == printed
+
+
+def test_a_failed_export_leaves_no_temporary_file(tmp_path):
+    _one_run_store(tmp_path / "st")
+    store = sealbox.open_store(tmp_path / "st")
+    try:
+        with pytest.raises(BundleError) as exc:
+            export_bundle(store, [], tmp_path / "out.sbx")  # fails after the temporary file was created
+        assert str(exc.value) == "nothing to export"
+    finally:
+        store.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["st"]

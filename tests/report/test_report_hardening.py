@@ -1,8 +1,13 @@
 """Break-test fixes in the incident report: a line break other than ``\\n`` cannot end an inline
-code span (a ``\\r`` in an error message made the next text a raw HTML block), and a literal
-``{"$redacted": ...}`` in a tool's own result is shown as its content, never counted as a redaction."""
+code span (a ``\\r`` in an error message made the next text a raw HTML block), a literal
+``{"$redacted": ...}`` in a tool's own result is shown as its content, never counted as a redaction,
+and ``report -o`` never replaces one of the store's own files."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -81,3 +86,45 @@ def test_a_literal_redaction_marker_in_a_result_is_content_not_a_redaction(tmp_p
     assert page.count("look-alike redaction marker(s) from the source&#x27;s own content, not redactions") == 2
     assert page.count("redacted value(s), shown as markers") == 1
     store.close()
+
+
+def _cli(*args, cwd):
+    env = {k: v for k, v in os.environ.items() if k != "SEALBOX_STORE"}
+    p = subprocess.run([sys.executable, "-m", "sealbox.cli.main", *map(str, args)], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_report_to_one_of_the_stores_own_files_is_refused(tmp_path):
+    store = sealbox.init_store(tmp_path / "st")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot", principal="agent:bot") as run:
+        run.call_tool("db", "q", {}, lambda: 1)
+    store.close()
+    (tmp_path / "out").mkdir()
+    os.link(tmp_path / "st" / "log.vkey", tmp_path / "out" / "pinned.md")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "st").iterdir()}
+    cases = [("st/sealbox.db", "sealbox.db", "database"), ("st/log.key", "log.key", "signing key"),
+             ("st/checkpoint", "checkpoint", "checkpoint file"),
+             ("st/../st/sealbox.db-journal", "sealbox.db-journal", "rollback journal"),
+             ("out/pinned.md", "log.vkey", "pinned verifier key")]  # a hard link of st/log.vkey
+    for target, name, what in cases:
+        code, out, err = _cli("report", run.run_id, "-s", "st", "-o", target, "--format", "md", cwd=tmp_path)
+        # before the fix: "wrote st/sealbox.db (md, ...)", exit 0, and the store was a Markdown file
+        assert (code, out) == (2, ""), target
+        assert err == (f"error: cannot write {target}: it is the store's own {what} (st/{name}), which is never "
+                       "replaced (nothing was written)\n")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "st").iterdir()} == before
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["pinned.md"]
+    assert os.stat(tmp_path / "st" / "log.vkey").st_nlink == 2
+    code, out, err = _cli("report", run.run_id, "-s", "st", "-o", "st/report.md", cwd=tmp_path)  # any other name
+    assert (code, err) == (0, "")
+    assert out == "wrote st/report.md (md, 5 events, 1 tool calls, 0 approvals; store verified)\n"
+    assert (tmp_path / "st" / "report.md").read_text(encoding="utf-8").startswith("# Sealbox incident report")
+
+
+def test_report_into_a_folder_where_no_file_can_be_created_fails_before_any_work(tmp_path):
+    store = sealbox.init_store(tmp_path / "st")
+    store.close()
+    # the run does not exist either: the target is refused first, when its temporary file is created
+    code, out, err = _cli("report", "no-such-run", "-s", "st", "-o", "/proc/self/r.md", cwd=tmp_path)
+    assert (code, out, err) == (2, "", "error: cannot write /proc/self/r.md: No such file or directory\n")

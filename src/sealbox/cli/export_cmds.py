@@ -16,8 +16,9 @@ from sealbox.cli.common import echo_json, open_for_reading, open_for_writing, st
 
 def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any]) -> dict[str, Any]:
     """Write a bundle; the store is opened for writing, as every export signs a checkpoint committing to it."""
-    from sealbox.interop.bundle import export_bundle, select_runs
+    from sealbox.interop.bundle import check_target, export_bundle, select_runs
 
+    check_target(target, store_dir=store_path)  # one of the store's own files is refused before the store is opened
     store = open_for_writing(store_path)
     try:
         runs = select_runs(store, [resolve_id(store, "run", r) for r in run_ids], **filters)
@@ -27,9 +28,10 @@ def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dic
 
 
 def _parquet(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any]) -> dict[str, Any]:
-    from sealbox.interop.bundle import select_runs
+    from sealbox.interop.bundle import check_target, select_runs
     from sealbox.interop.parquet import export_parquet
 
+    check_target(target, store_dir=store_path)
     store = open_for_reading(store_path)
     try:
         runs = select_runs(store, [resolve_id(store, "run", r) for r in run_ids], **filters)

@@ -21,7 +21,7 @@ _BY_EXTENSION = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"
 @store_option
 def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool, store_path: str) -> None:
     """Write an incident report of one run: timeline, calls, approvals, state, snapshot, verification."""
-    from sealbox.interop.bundle import BundleError, check_target, write_atomically
+    from sealbox.interop.bundle import BundleError, open_target
     from sealbox.report import build_report, render
 
     if fmt is None:
@@ -29,27 +29,34 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool
         if output and ext not in _BY_EXTENSION:
             raise click.UsageError(f"cannot tell the format from {output!r}: use .html or .md, or --format")
         fmt = _BY_EXTENSION.get(ext, "md")
+    target = None
     if output is not None:
         try:
-            check_target(output)  # a FIFO, a device, a directory or a symbolic link is refused before any work
+            # before any work: one of the store's own files, a FIFO, a device, a directory or a symbolic
+            # link is refused, and the temporary file is created (so an unwritable folder fails now)
+            target = open_target(output, store_dir=store_path)
         except BundleError as exc:
             raise BadInput(str(exc)) from None
-    store = open_for_reading(store_path)
     try:
-        run_id = resolve_id(store, "run", run_id)
-        if not store.read_run(run_id):
-            raise BadInput(f"no run {run_id!r} in this store")
-        report = build_report(store, run_id, verify=not no_verify)
+        store = open_for_reading(store_path)
+        try:
+            run_id = resolve_id(store, "run", run_id)
+            if not store.read_run(run_id):
+                raise BadInput(f"no run {run_id!r} in this store")
+            report = build_report(store, run_id, verify=not no_verify)
+        finally:
+            store.close()
+        text = render(report, fmt)
+        if target is None:
+            click.echo(text, nl=False)
+            return
+        try:
+            target.commit(text.encode("utf-8"))
+        except BundleError as exc:
+            raise BadInput(str(exc)) from None
     finally:
-        store.close()
-    text = render(report, fmt)
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    try:
-        write_atomically(output, text.encode("utf-8"))
-    except BundleError as exc:
-        raise BadInput(str(exc)) from None
+        if target is not None:
+            target.discard()
     v = report.verification
     state = "verified" if v.ok else ("NOT VERIFIED" if v.checked else "not verified (--no-verify)")
     click.echo(f"wrote {output} ({fmt}, {len(report.timeline)} events, {len(report.tool_calls)} tool calls, "

@@ -62,6 +62,8 @@ __all__ = [
     "select_runs",
     "export_bundle",
     "check_target",
+    "open_target",
+    "AtomicTarget",
     "write_atomically",
 ]
 
@@ -353,48 +355,54 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -
 
     Raises:
         CheckpointNeeded: the store is read-only (every export signs a checkpoint).
-        BundleError: an unknown run, no verifier key, a bundle above 4 GiB, or ``path`` is not
-            a regular file or cannot be written (then nothing was written).
+        BundleError: an unknown run, no verifier key, a bundle above 4 GiB, or ``path`` is
+            refused by :func:`check_target` (one of the store's own files, not a regular file, ...)
+            or its temporary file cannot be created (then nothing was written and nothing signed),
+            or the bytes cannot be written (the disk is full, ...: then the export's checkpoint was
+            signed, but nothing was written).
     """
     if getattr(store, "readonly", False):
         raise CheckpointNeeded("every export signs a checkpoint committing to its content: open the store for writing")
-    check_target(path)  # before a checkpoint is signed for a file that cannot be written
-    with store.read_snapshot():
-        events = sorted((e for rid in run_ids for e in store.read_run(rid)), key=lambda e: e.leaf_index)
-        if not events:
-            raise BundleError("nothing to export")
-        system = [e for e in store.read_run(SYSTEM_RUN_ID) if e.kind in SYSTEM_KINDS]
-        size = store.size()
-    blob_rows, erased = _collect_blobs(store, events)
-    system = [e for e in system if e.kind == "identity.changed" or e.payload.get("blob") in erased]
-    everything = sorted(events + system, key=lambda e: e.leaf_index)
-    vkey = store.pinned_vkey()
-    if not vkey:
-        raise BundleError("the store has no pinned verifier key (log.vkey): a bundle could not name the key it trusts")
-    blob_text = b"".join(blob_line(ref, *blob_rows[ref]) for ref in sorted(blob_rows))
-    snaps = _collect_snapshots(store, events)
-    snap_text = b"".join(snapshot_line(fp, snaps[fp]) for fp in sorted(snaps))
-    for _ in range(_SIGN_ATTEMPTS):
-        # the proofs depend only on the tree size; the checkpoint is signed over the current log, so
-        # if events were appended meanwhile, the proofs are recomputed for the size actually signed
-        lines = b"".join(event_line(e.raw, e.leaf_index, store.inclusion_proof(e.leaf_index, size))
-                         for e in everything)
-        content = [("format", FORMAT_TEXT), ("log.vkey", (vkey + "\n").encode()), ("events.jsonl", lines),
-                   ("blobs.jsonl", blob_text), ("snapshots.jsonl", snap_text)]
-        digest = export_digest(content)
-        cp = store.issue_checkpoint(extensions=(export_extension(digest),))
-        if cp.tree_size == size:
-            break
-        size = cp.tree_size
-    else:
-        raise BundleError("the log kept growing while the export's checkpoint was signed: try again")
-    body = [("checkpoint", cp.note.encode("utf-8")), *content[1:]]
-    manifest = manifest_bytes(
-        origin=store.origin, size=cp.tree_size, root=bytes(cp.root_hash),
-        runs=run_entries((e.leaf_index, e.envelope()) for e in events), system_events=len(system),
-        blobs=len(blob_rows), erased=len(erased), snapshots=len(snaps), members=body, digest=digest)
-    data = zip_bytes([("format", FORMAT_TEXT), ("manifest.json", manifest), *body])
-    write_atomically(path, data)
+    # the output's temporary file is created first: a target that is refused or cannot be created
+    # (one of the store's own files, a read-only folder, ...) fails before a checkpoint is signed for it
+    with open_target(path, store_dir=getattr(store, "path", None)) as target:
+        with store.read_snapshot():
+            events = sorted((e for rid in run_ids for e in store.read_run(rid)), key=lambda e: e.leaf_index)
+            if not events:
+                raise BundleError("nothing to export")
+            system = [e for e in store.read_run(SYSTEM_RUN_ID) if e.kind in SYSTEM_KINDS]
+            size = store.size()
+        blob_rows, erased = _collect_blobs(store, events)
+        system = [e for e in system if e.kind == "identity.changed" or e.payload.get("blob") in erased]
+        everything = sorted(events + system, key=lambda e: e.leaf_index)
+        vkey = store.pinned_vkey()
+        if not vkey:
+            raise BundleError("the store has no pinned verifier key (log.vkey): a bundle could not name the key "
+                              "it trusts")
+        blob_text = b"".join(blob_line(ref, *blob_rows[ref]) for ref in sorted(blob_rows))
+        snaps = _collect_snapshots(store, events)
+        snap_text = b"".join(snapshot_line(fp, snaps[fp]) for fp in sorted(snaps))
+        for _ in range(_SIGN_ATTEMPTS):
+            # the proofs depend only on the tree size; the checkpoint is signed over the current log, so
+            # if events were appended meanwhile, the proofs are recomputed for the size actually signed
+            lines = b"".join(event_line(e.raw, e.leaf_index, store.inclusion_proof(e.leaf_index, size))
+                             for e in everything)
+            content = [("format", FORMAT_TEXT), ("log.vkey", (vkey + "\n").encode()), ("events.jsonl", lines),
+                       ("blobs.jsonl", blob_text), ("snapshots.jsonl", snap_text)]
+            digest = export_digest(content)
+            cp = store.issue_checkpoint(extensions=(export_extension(digest),))
+            if cp.tree_size == size:
+                break
+            size = cp.tree_size
+        else:
+            raise BundleError("the log kept growing while the export's checkpoint was signed: try again")
+        body = [("checkpoint", cp.note.encode("utf-8")), *content[1:]]
+        manifest = manifest_bytes(
+            origin=store.origin, size=cp.tree_size, root=bytes(cp.root_hash),
+            runs=run_entries((e.leaf_index, e.envelope()) for e in events), system_events=len(system),
+            blobs=len(blob_rows), erased=len(erased), snapshots=len(snaps), members=body, digest=digest)
+        data = zip_bytes([("format", FORMAT_TEXT), ("manifest.json", manifest), *body])
+        target.commit(data)
     return ExportSummary(str(path), tuple(run_ids), len(events), len(system), len(blob_rows), len(erased),
                          len(snaps), cp.tree_size, True, len(data))
 
@@ -453,65 +461,57 @@ _FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link", sta
                stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
 
 
-def write_atomically(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to the regular file ``path``: all of it or, on any failure, nothing.
+def _store_files() -> dict[str, str]:
+    """The files of a store's data folder (``sealbox.store.sqlite``'s layout) -> what each is."""
+    from sealbox.store.sqlite import CHECKPOINT_NAME, DB_NAME, KEY_NAME, VKEY_NAME
 
-    The bytes go to a new temporary file beside ``path`` (a random name, created with
-    ``O_CREAT | O_EXCL | O_NOFOLLOW``, so nothing planted in the folder is followed or
-    reused; permissions as for any new file under the umask), are fsync'd, and the file
-    is renamed onto ``path``; then the folder is fsync'd. An existing ``path`` must be a
-    regular file (not followed if it is a symbolic link): a directory, a symbolic link,
-    a FIFO, a device or a socket is refused before anything is written, so that, say,
-    ``-o /dev/full`` does not replace a device node with a file.
-
-    Raises:
-        BundleError: ``path`` exists and is not a regular file, or it cannot be written
-            (the folder is missing or not writable, the disk is full, ...).
-    """
-    path = Path(path)
-    check_target(path)
-    folder = path.parent
-    tmp = fd = None
-    try:
-        for _ in range(16):
-            tmp = folder / f".{path.name[:200]}.{secrets.token_hex(8)}.tmp"  # within NAME_MAX (255)
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                             0o666)
-                break
-            except FileExistsError:
-                tmp = None
-        if fd is None:
-            raise BundleError(f"cannot write {path}: no unused temporary file name in {folder}")
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-        fd, opened = None, fd
-        os.close(opened)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise BundleError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    finally:
-        if fd is not None:
-            os.close(fd)
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-    _fsync_folder(folder)
+    return {DB_NAME: "database", f"{DB_NAME}-wal": "write-ahead log",
+            f"{DB_NAME}-shm": "shared-memory index", f"{DB_NAME}-journal": "rollback journal",
+            KEY_NAME: "signing key", VKEY_NAME: "pinned verifier key", CHECKPOINT_NAME: "checkpoint file"}
 
 
-def check_target(path: str | os.PathLike) -> None:
+def _own_store_file(path: Path, store_dir: str | os.PathLike) -> str | None:
+    """The name of the store file ``path`` is, or None: compared after resolving both paths
+    (symbolic links, ``..``), then by :func:`os.path.samefile` (a hard link, another mount of
+    the same file), then by name in the store's folder reached another way."""
+    names = _store_files()
+    target = os.path.realpath(path)
+    for name in names:
+        own = os.path.join(store_dir, name)
+        if target == os.path.realpath(own):
+            return name
+        try:
+            if os.path.samefile(path, own):
+                return name
+        except OSError:
+            pass  # one of them does not exist
+    if path.name in names:
+        try:
+            if os.path.samefile(path.parent, store_dir):
+                return path.name
+        except OSError:
+            pass
+    return None
+
+
+def check_target(path: str | os.PathLike, *, store_dir: str | os.PathLike | None = None) -> None:
     """Refuse, before any work, a target :func:`write_atomically` would refuse.
 
+    Args:
+        store_dir: the data folder of the store being exported or reported on: none of its own
+            files (``sealbox.db`` and its ``-wal``/``-shm``/``-journal``, ``log.key``, ``log.vkey``,
+            ``checkpoint``) may be the target, however it is named.
+
     Raises:
-        BundleError: ``path`` exists and is not a regular file (a symbolic link is not
-            followed), or its folder does not exist or is not a folder.
+        BundleError: ``path`` is one of the store's own files, or exists and is not a regular
+            file (a symbolic link is not followed), or its folder does not exist or is not a folder.
     """
     path = Path(path)
+    if store_dir is not None:
+        name = _own_store_file(path, store_dir)
+        if name is not None:
+            raise BundleError(f"cannot write {path}: it is the store's own {_store_files()[name]} "
+                              f"({os.path.join(store_dir, name)}), which is never replaced (nothing was written)")
     try:
         mode = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -523,6 +523,108 @@ def check_target(path: str | os.PathLike) -> None:
         raise BundleError(f"cannot write {path}: it exists and is {kind}, not a regular file (nothing was written)")
     if mode is None and not path.parent.is_dir():
         raise BundleError(f"cannot write {path}: the folder {path.parent} does not exist")
+
+
+class AtomicTarget:
+    """An output file being written (see :func:`open_target`): its temporary file exists
+    from the start; :meth:`commit` fills it and renames it onto the target, :meth:`discard`
+    (or leaving the ``with`` block without committing) removes it."""
+
+    def __init__(self, path: Path, store_dir: str | os.PathLike | None) -> None:
+        self.path, self.store_dir, self.folder = path, store_dir, path.parent
+        self._tmp: Path | None = None
+        self._fd: int | None = None
+        check_target(path, store_dir=store_dir)
+        try:
+            for _ in range(16):
+                tmp = self.folder / f".{path.name[:200]}.{secrets.token_hex(8)}.tmp"  # within NAME_MAX (255)
+                try:
+                    self._fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                                       | getattr(os, "O_CLOEXEC", 0), 0o666)
+                except FileExistsError:
+                    continue
+                self._tmp = tmp
+                break
+        except OSError as exc:
+            raise BundleError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        if self._fd is None:
+            raise BundleError(f"cannot write {path}: no unused temporary file name in {self.folder}")
+
+    def commit(self, data: bytes) -> None:
+        """Write ``data`` to the temporary file, fsync it, rename it onto the target, fsync the folder.
+
+        Raises:
+            BundleError: the target has become something that is refused, or the write failed
+                (the disk is full, ...); the temporary file is removed and the target left as it was.
+        """
+        if self._fd is None or self._tmp is None:
+            raise BundleError(f"cannot write {self.path}: already written or discarded")
+        try:
+            check_target(self.path, store_dir=self.store_dir)  # it may have changed meanwhile
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+            os.fsync(self._fd)
+            fd, self._fd = self._fd, None
+            os.close(fd)
+            os.replace(self._tmp, self.path)
+            self._tmp = None
+        except OSError as exc:
+            raise BundleError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
+        finally:
+            self.discard()
+        _fsync_folder(self.folder)
+
+    def discard(self) -> None:
+        """Close and remove the temporary file, if it is still there (no-op after :meth:`commit`)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+        if self._tmp is not None:
+            tmp, self._tmp = self._tmp, None
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "AtomicTarget":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()
+
+
+def open_target(path: str | os.PathLike, *, store_dir: str | os.PathLike | None = None) -> AtomicTarget:
+    """Start writing the regular file ``path``: :func:`check_target`, then create its temporary file.
+
+    The temporary file is created beside ``path`` (a random name, ``O_CREAT | O_EXCL |
+    O_NOFOLLOW``, so nothing planted in the folder is followed or reused; permissions as for
+    any new file under the umask) now, so that a target that cannot be written fails before
+    any work is done or anything is signed for it.
+
+    Raises:
+        BundleError: as :func:`check_target`, or the temporary file cannot be created (the
+            folder is not writable, ...).
+    """
+    return AtomicTarget(Path(path), store_dir)
+
+
+def write_atomically(path: str | os.PathLike, data: bytes, *, store_dir: str | os.PathLike | None = None) -> None:
+    """Write ``data`` to the regular file ``path``: all of it or, on any failure, nothing.
+
+    The bytes go to a new temporary file beside ``path`` (see :func:`open_target`), are
+    fsync'd, and the file is renamed onto ``path``; then the folder is fsync'd. An existing
+    ``path`` must be a regular file (not followed if it is a symbolic link): a directory, a
+    symbolic link, a FIFO, a device or a socket is refused before anything is written, so
+    that, say, ``-o /dev/full`` does not replace a device node with a file. With ``store_dir``,
+    the store's own files are refused too (:func:`check_target`).
+
+    Raises:
+        BundleError: ``path`` is refused by :func:`check_target`, or it cannot be written
+            (the folder is missing or not writable, the disk is full, ...).
+    """
+    with open_target(path, store_dir=store_dir) as target:
+        target.commit(data)
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -122,28 +122,29 @@ def export_parquet(store: Any, run_ids: Sequence[str], path: str | os.PathLike) 
     """Write :func:`call_rows` of ``run_ids`` to the Parquet file ``path``.
 
     The table is built in memory and written as a bundle is
-    (:func:`sealbox.interop.bundle.write_atomically`: a new temporary file, fsync, rename).
+    (:func:`sealbox.interop.bundle.open_target`: its temporary file is created before the rows
+    are read, then filled, fsync'd and renamed onto ``path``).
 
     Returns:
         ``{"path", "rows", "runs"}``.
 
     Raises:
         ConfigError: ``pyarrow`` is not installed (``pip install 'sealbox[parquet]'``).
-        BundleError: ``path`` exists and is not a regular file, or cannot be written
-            (then nothing was written).
+        BundleError: ``path`` is one of the store's own files, exists and is not a regular
+            file, or cannot be written (then nothing was written).
     """
-    from sealbox.interop.bundle import check_target, write_atomically
+    from sealbox.interop.bundle import open_target
 
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError as exc:
         raise ConfigError("Parquet export needs pyarrow: pip install 'sealbox[parquet]'") from exc
-    check_target(path)
-    types = {"string": pa.string(), "bool": pa.bool_(), "int64": pa.int64(), "list<string>": pa.list_(pa.string())}
-    schema = pa.schema([(name, types[t]) for name, t in CALL_FIELDS])
-    rows = call_rows(store, run_ids)
-    sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), sink)
-    write_atomically(path, sink.getvalue().to_pybytes())
+    with open_target(path, store_dir=getattr(store, "path", None)) as target:
+        types = {"string": pa.string(), "bool": pa.bool_(), "int64": pa.int64(), "list<string>": pa.list_(pa.string())}
+        schema = pa.schema([(name, types[t]) for name, t in CALL_FIELDS])
+        rows = call_rows(store, run_ids)
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), sink)
+        target.commit(sink.getvalue().to_pybytes())
     return {"path": str(path), "rows": len(rows), "runs": len(run_ids)}
