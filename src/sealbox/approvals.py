@@ -23,6 +23,12 @@ for another binding — never counts. The rules (docs/approvals.md):
   ``expires_at`` is expired, and whichever process notices first records
   ``approval.expired`` (exactly once: the check and the write share a transaction).
 
+Events that fail their kind's schema (:func:`sealbox.events.validate_payload`; they exist only
+through a change below Sealbox, and ``verify`` reports them as ``event_malformed``) are read,
+never trusted: a malformed request is ``malformed`` (it can never be approved, and
+:attr:`ApprovalState.malformed` says why), a malformed answer does not count (problem
+``malformed``), and a malformed ``run.resumed`` gives no outcome.
+
 Errors: :class:`ApprovalError` (with a ``code``) for an answer refused or an
 unknown id; :class:`ApprovalPending` when a run waits for a human.
 """
@@ -40,8 +46,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Sequence
 
 from sealbox.canonical import canonical_bytes
-from sealbox.errors import SealboxError
-from sealbox.events import EventDraft
+from sealbox.errors import InvalidEventError, SealboxError
+from sealbox.events import EventDraft, validate_payload
 from sealbox.identities import Identity, IdentityBook, identity_book, load_key, sign_fields, verify_fields
 
 __all__ = [
@@ -58,6 +64,7 @@ __all__ = [
     "request_payload",
     "signed_fields",
     "check_answer",
+    "request_problem",
     "evaluate",
     "answer",
     "get_approval",
@@ -89,6 +96,8 @@ _MESSAGES = {
     "duplicate": "the identity has already answered this request",
     "bad_decision": "the decision must be 'approve' or 'deny'",
     "late": "the answer came after the request was decided or expired",
+    "malformed": "the answer's event fails the approval.answered schema (it was changed below Sealbox)",
+    "malformed_request": "the request's event is malformed: it can never be approved",
 }
 
 
@@ -144,7 +153,9 @@ class Answer:
     """One recorded answer and whether it counts.
 
     Attributes:
-        problem: None when it counts; else the rule it breaks (see :data:`ApprovalError.code`).
+        problem: None when it counts; else the rule it breaks (see :data:`ApprovalError.code`),
+            ``late``, ``malformed`` (its event fails the ``approval.answered`` schema) or
+            ``malformed_request`` (it answers a malformed request).
     """
 
     identity: str
@@ -168,12 +179,16 @@ class ApprovalState:
     """An approval request and what the log says about it now.
 
     Attributes:
-        status: ``pending``, ``approved``, ``denied``, ``expired``, or ``closed`` (its run ended while it
-            was pending: it can no longer be answered).
-        request: the ``approval.requested`` payload (arguments may be a blob reference).
+        status: ``pending``, ``approved``, ``denied``, ``expired``, ``closed`` (its run ended while it
+            was pending: it can no longer be answered), or ``malformed`` (its event fails the
+            ``approval.requested`` schema: it can never be approved; see :attr:`malformed`).
+        request: the ``approval.requested`` payload (arguments may be a blob reference; the fields of a
+            malformed request may be of any type, or missing).
         decided_by: identities whose answers decided it (the approvers, or the denier).
         expiry_recorded: an ``approval.expired`` event exists (else the expiry is only noticed).
         resumed: a ``run.resumed`` event names it (the run went on past it).
+        outcome: the outcome the last ``run.resumed`` naming it gives it (None: none, or unreadable).
+        malformed: why the request is malformed (:func:`request_problem`), or None.
     """
 
     approval_id: str
@@ -191,11 +206,12 @@ class ApprovalState:
     resumed: bool = False
     run_ended: bool = False
     outcome: str | None = None
+    malformed: str | None = None
 
     @property
     def call_id(self) -> str:
         """The call held by this request."""
-        return self.request["call_id"]
+        return self.request.get("call_id")  # type: ignore[return-value]  # None only in a malformed request
 
     @property
     def flags(self) -> list[dict[str, Any]]:
@@ -206,13 +222,14 @@ class ApprovalState:
         """JSON-ready form."""
         r = self.request
         return {
-            "approval_id": self.approval_id, "run_id": self.run_id, "call_id": r["call_id"], "step": self.step,
-            "server": r["server"], "tool": r["tool"], "arguments": r.get("arguments"), "binding": r["binding"],
+            "approval_id": self.approval_id, "run_id": self.run_id, "call_id": r.get("call_id"), "step": self.step,
+            "server": r.get("server"), "tool": r.get("tool"), "arguments": r.get("arguments"),
+            "binding": r.get("binding"),
             "rule": r.get("rule"), "ask": r.get("ask"), "quorum": r.get("quorum"), "expires_at": r.get("expires_at"),
             "requested_by": r.get("requested_by"), "requested_at": self.requested_at, "status": self.status,
             "decided_by": list(self.decided_by), "decided_at": self.decided_at, "expired_at": self.expired_at,
             "expiry_recorded": self.expiry_recorded, "resumed": self.resumed, "outcome": self.outcome,
-            "answers": [a.to_dict() for a in self.answers], "flags": self.flags,
+            "malformed": self.malformed, "answers": [a.to_dict() for a in self.answers], "flags": self.flags,
         }
 
 
@@ -349,18 +366,20 @@ def evaluate(request: Any, related: Iterable[Any], book: IdentityBook, now: date
         book: the store's identities.
         now: the time used to notice an unrecorded expiry (default: now).
     """
-    req, aid = request.payload, request.payload["approval_id"]
-    expires = _parse(req["expires_at"]) if req.get("expires_at") else None
-    st: dict[str, Any] = {"status": "pending", "answers": [], "decided_by": (), "decided_at": None, "expired_at": None,
-                          "expiry_recorded": False, "resumed": False, "run_ended": False, "outcome": None}
+    req = request.payload
+    malformed = request_problem(req)
+    aid = req.get("approval_id")
+    expires = _parse(req["expires_at"]) if not malformed and req.get("expires_at") else None
+    st: dict[str, Any] = {"status": "malformed" if malformed else "pending", "answers": [], "decided_by": (),
+                          "decided_at": None, "expired_at": None, "expiry_recorded": False, "resumed": False,
+                          "run_ended": False, "outcome": None, "malformed": malformed}
     approvers: list[str] = []
     for ev in related:
         p = ev.payload
         if ev.kind == "run.ended":
             st["run_ended"] = True
-        elif ev.kind == "run.resumed" and aid in (p.get("approval_ids") or []):
-            st["resumed"] = True
-            st["outcome"] = (p.get("outcomes") or {}).get(aid)
+        elif ev.kind == "run.resumed":
+            _note_resume(p, aid, st)
         elif p.get("approval_id") != aid or ev.leaf_index < request.leaf_index:
             continue
         elif ev.kind == "approval.expired" and st["status"] == "pending":
@@ -371,20 +390,63 @@ def evaluate(request: Any, related: Iterable[Any], book: IdentityBook, now: date
         st.update(status="expired", expired_at=req["expires_at"])
     if st["status"] == "pending" and st["run_ended"]:
         st["status"] = "closed"  # its run ended while it waited: it can no longer be answered
-    return ApprovalState(aid, request.run_id, request.step, request.leaf_index, request.ts, req,
+    shown_id = aid if isinstance(aid, str) else str(aid)  # not a string: a malformed request
+    return ApprovalState(shown_id, request.run_id, request.step, request.leaf_index, request.ts, req,
                          answers=tuple(st.pop("answers")), **st)
+
+
+def request_problem(payload: Any) -> str | None:
+    """Why an ``approval.requested`` payload is malformed, or None: it fails the kind's schema
+    (:func:`sealbox.events.validate_payload`; the message names the field), or its ``expires_at``
+    has the schema's form but is no time (``2026-02-30T…``). Such a request can never be approved."""
+    try:
+        validate_payload("approval.requested", payload)
+    except InvalidEventError as exc:
+        return str(exc)
+    if payload.get("expires_at") is not None:
+        try:
+            _parse(payload["expires_at"])
+        except ValueError:
+            return f"approval.requested: expires_at {payload['expires_at']!r} is not a valid time"
+    return None
+
+
+def _valid(kind: str, payload: Any) -> bool:
+    try:
+        validate_payload(kind, payload)
+    except InvalidEventError:
+        return False
+    return True
+
+
+def _note_resume(payload: dict, aid: Any, st: dict) -> None:
+    """A ``run.resumed`` naming the request marks it resumed with the outcome it gives; a malformed
+    one (failing its schema) that lists it in ``approval_ids`` marks it resumed with no outcome."""
+    if _valid("run.resumed", payload):
+        if aid in payload["approval_ids"]:
+            outcome = payload.get("outcomes", {}).get(aid) if isinstance(aid, str) else None
+            st.update(resumed=True, outcome=outcome if isinstance(outcome, str) else None)
+    elif isinstance(payload.get("approval_ids"), list) and isinstance(aid, str) and aid in payload["approval_ids"]:
+        st["resumed"] = True
 
 
 def _count_answer(req: dict, ev: Any, book: IdentityBook, st: dict, approvers: list[str],
                   expires: datetime | None) -> None:
     p = ev.payload
-    counted = [a for a in st["answers"] if a.problem is None]
-    problem = check_answer(req, p, ev.leaf_index, book, counted)
-    if problem is None and (st["status"] != "pending" or _late(p, expires)):
-        problem = "late"
+    if st["malformed"]:
+        problem: str | None = "malformed_request"
+    elif not _valid("approval.answered", p):
+        problem = "malformed"
+    else:
+        problem = check_answer(req, p, ev.leaf_index, book, [a for a in st["answers"] if a.problem is None])
+        if problem is None and (st["status"] != "pending" or _late(p, expires)):
+            problem = "late"
+    client, flags = p.get("client"), p.get("flags")
     st["answers"].append(Answer(str(p.get("identity")), str(p.get("decision")), str(p.get("reason", "")),
-                                str(p.get("answered_at")), ev.leaf_index, dict(p.get("client") or {}),
-                                tuple(p.get("flags") or ()), problem))
+                                str(p.get("answered_at")), ev.leaf_index,
+                                dict(client) if isinstance(client, dict) else {},
+                                tuple(f for f in flags if isinstance(f, dict)) if isinstance(flags, list) else (),
+                                problem))
     if problem is not None:
         return
     if p["decision"] == "deny":

@@ -48,7 +48,7 @@ def list_cmd(pending: bool, flagged: bool, store_path: str, as_json: bool, as_cs
         return
     shown = [{**r, "tool": f"{r['server']}/{r['tool']}", "answers": len(r["answers"]),
               "decided_by": ", ".join(r["decided_by"]) or "-",
-              "flags": ", ".join(sorted({f"{f['identity']}:{f['code']}" for f in r["flags"]}))} for r in rows]
+              "flags": ", ".join(sorted({f"{f['identity']}:{f.get('code')}" for f in r["flags"]}))} for r in rows]
     emit_rows(shown, ["approval_id", "run_id", "tool", "status", "quorum", "answers", "expires_at", "decided_by", "flags"],
               as_json=False, as_csv=False, title="Approvals")
 
@@ -71,11 +71,14 @@ def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
     if as_json:
         echo_json(row)
         return
-    ask = row["ask"] or {}
-    for label, value in (("approval", row["approval_id"]), ("status", row["status"]), ("run", row["run_id"]),
+    ask = row["ask"]
+    asked = (f"groups {ask.get('groups')} identities {ask.get('identities')}" if isinstance(ask, dict)
+             else json.dumps(ask, ensure_ascii=False))  # a malformed request's ask, as recorded
+    status = row["status"] + (f" ({row['malformed']}; it can never be approved)" if row["malformed"] else "")
+    for label, value in (("approval", row["approval_id"]), ("status", status), ("run", row["run_id"]),
                          ("call", f"{row['call_id']}  {row['server']}/{row['tool']}"),
                          ("arguments", json.dumps(row["arguments"], ensure_ascii=False)), ("binding", row["binding"]),
-                         ("rule", row["rule"]), ("asked", f"groups {ask.get('groups')} identities {ask.get('identities')}"),
+                         ("rule", row["rule"]), ("asked", asked),
                          ("quorum", row["quorum"]), ("requested", f"{row['requested_at']} by {row['requested_by']}"),
                          ("expires", row["expires_at"]), ("decided by", ", ".join(row["decided_by"]) or "-")):
         click.echo(f"{label:<10} {value}")
@@ -83,7 +86,7 @@ def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
         state_text = "counts" if a["counted"] else f"does not count: {a['problem']}"
         click.echo(f"answer     {a['answered_at']} {a['identity']} {a['decision']} ({state_text}): {a['reason']}")
         for f in a["flags"]:
-            click.echo(f"  flag     {f['code']}: {json.dumps(f.get('evidence'), ensure_ascii=False)}")
+            click.echo(f"  flag     {f.get('code')}: {json.dumps(f.get('evidence'), ensure_ascii=False)}")
 
 
 def _answer(decision: str, approval_id: str, reason: str, key_file: str, binding: str | None, window: float,

@@ -64,6 +64,10 @@ def _display(row: dict) -> dict:
     approvers = ", ".join(f"{a['identity']} ({a['decision']})" for a in row["approvers"])
     if row["flags"]:
         approvers += " ⚑ " + ", ".join(sorted(set(filter(None, row["flags"]))))
+    uncounted = row.get("uncounted") or []  # answers that do not count: shown apart, with why, never as approvers
+    if uncounted:
+        approvers += ("; " if approvers else "") + "not counted: " + ", ".join(
+            f"{a['identity']} ({a['decision']}: {a['problem']})" for a in uncounted)
     return {**row, "approvers": approvers, "tool": f"{row['server']}/{row['tool']}", "outcome": _short(outcome, 50),
             "arguments": _short(json.dumps(row["arguments"], ensure_ascii=False), 60)}
 

@@ -73,11 +73,12 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
         run_id = resolve_id(store, "run", run_id)
         run = store.get_run(run_id)
         events = store.read_run(run_id)
+        verdicts = _approval_verdicts(store, events)
     finally:
         store.close()
     if run is None and not events:
         raise BadInput(f"no run {run_id!r} in this store")
-    rows = [_event_row(e) for e in events]
+    rows = [_event_row(e, verdicts) for e in events]
     if as_json or as_csv:
         emit_rows(rows, ["run_seq", "step", "ts", "kind", "principal", "detail"], as_json=as_json, as_csv=as_csv)
         return
@@ -105,7 +106,28 @@ def _family(run_id: str, run: dict | None) -> list[str]:
     return out
 
 
-def _event_row(event) -> dict:
+def _approval_verdicts(store, events: list) -> dict[int, str]:
+    """leaf -> what the approval rules say of each approval event of the run (sealbox.approvals.evaluate,
+    the store's identities read once): a request's status, an answer's ``counts`` / ``does not count: …``."""
+    from sealbox.approvals import _RELATED, evaluate
+    from sealbox.identities import identity_book
+
+    answers = [e.leaf_index for e in events if e.kind == "approval.answered"]
+    out = dict.fromkeys(answers, "does not count: unknown_approval")  # it answers no request of this run
+    requests = [e for e in events if e.kind == "approval.requested"]
+    if not requests:
+        return out
+    book, related = identity_book(store), [e for e in events if e.kind in _RELATED]
+    for req in requests:
+        state = evaluate(req, related, book)
+        out[req.leaf_index] = state.status + (f" ({state.malformed})" if state.malformed else "")
+        out.update((a.leaf_index, "counts" if a.problem is None else f"does not count: {a.problem}")
+                   for a in state.answers)
+    return out
+
+
+def _event_row(event, verdicts: dict[int, str] | None = None) -> dict:
+    verdict = (verdicts or {}).get(event.leaf_index)
     p = event.payload
     tool = f"{p.get('server')}/{p.get('tool')}" if isinstance(p.get("tool"), str) else ""
     decision = p.get("effect", "") if event.kind == "policy.decision" else ""
@@ -128,6 +150,10 @@ def _event_row(event) -> dict:
         detail = f"agent {p.get('agent')}"
     elif event.kind == "model.call":
         detail = f"{p.get('provider')}/{p.get('model')}"
+    elif event.kind == "approval.requested":
+        detail = f"approval {p.get('approval_id')}: {verdict}"
+    elif event.kind == "approval.answered":
+        detail = f"{p.get('decision')} by {p.get('identity')} ({verdict})"
     return {"run_seq": event.run_seq, "step": event.step, "ts": event.ts, "kind": event.kind,
             "principal": event.principal, "tool": tool, "decision": decision, "duration_us": duration_us,
             "duration": _duration(duration_us), "detail": detail, "leaf_index": event.leaf_index, "payload": p}

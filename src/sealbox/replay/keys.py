@@ -144,6 +144,18 @@ def has_marker(value: Any) -> bool:
     return False
 
 
+def _well_formed(kind: str, payload: Any) -> bool:
+    """Whether ``payload`` passes ``kind``'s schema (:func:`sealbox.events.validate_payload`)."""
+    from sealbox.errors import InvalidEventError
+    from sealbox.events import validate_payload
+
+    try:
+        validate_payload(kind, payload)
+    except InvalidEventError:
+        return False
+    return True
+
+
 @dataclass
 class RecordedCall:
     """One recorded comparable step, with what replay needs to serve it.
@@ -226,11 +238,15 @@ class RecordedRun:
         elif e.kind == "tool.result" and p.get("call_id") in by_call:
             by_call[p["call_id"]].result = p
         elif e.kind == "approval.requested":
-            approvals[p["approval_id"]] = p["call_id"]
-            if p.get("call_id") in by_call:
-                by_call[p["call_id"]].approval_id = p["approval_id"]
-        elif e.kind == "run.resumed":
-            for aid, outcome in (p.get("outcomes") or {}).items():
+            # a malformed request (only a change below Sealbox makes one) is still tied to its call
+            # when its ids are strings; approvals.evaluate calls it malformed, never approved
+            aid, cid = p.get("approval_id"), p.get("call_id")
+            if isinstance(aid, str) and isinstance(cid, str):
+                approvals[aid] = cid
+                if cid in by_call:
+                    by_call[cid].approval_id = aid
+        elif e.kind == "run.resumed" and _well_formed(e.kind, p):  # a malformed one gives no outcome
+            for aid, outcome in p.get("outcomes", {}).items():
                 if aid in approvals and approvals[aid] in by_call:
                     by_call[approvals[aid]].approval = outcome
         elif e.kind == "approval.expired" and p.get("approval_id") in approvals:

@@ -153,6 +153,12 @@ class ReplaySource:
         except SealboxError:  # unreadable identities or request: say no more than the run's events do
             return waiting
         by = f" by {', '.join(state.decided_by)}" if state.decided_by else ""
+        if state.status == "malformed":
+            return (f"was held by a malformed approval request {rec.approval_id} ({state.malformed}), "
+                    "which can never be approved")
+        if state.resumed:  # a run.resumed names it but gives no outcome that can be read
+            return (f"was {state.status}{by} (approval {rec.approval_id}); the run was resumed past it, but "
+                    "its run.resumed event is malformed or gives no outcome for it")
         if state.status in ("approved", "denied"):
             return (f"was {state.status}{by} (approval {rec.approval_id}), but the run was never resumed "
                     "past it")

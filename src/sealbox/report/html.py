@@ -201,15 +201,23 @@ def _answer(a: AnswerView) -> str:
 
 
 def _approval(a: ApprovalView) -> str:
-    cls = {"approved": "ok", "denied": "bad", "expired": "bad"}.get(a.status, "warn")
-    ask = f"groups {', '.join(a.ask.get('groups') or []) or '-'}; identities {', '.join(a.ask.get('identities') or []) or '-'}"
+    cls = {"approved": "ok", "denied": "bad", "expired": "bad", "malformed": "bad"}.get(a.status, "warn")
+    if a.malformed:  # the recorded values, whatever their type: the request can never be approved
+        asked, quorum, expires = (f"<code>{e(json.dumps(v, ensure_ascii=False))}</code>"
+                                  for v in (a.ask, a.quorum, a.expires_at))
+    else:
+        asked = e(f"groups {', '.join(a.ask.get('groups') or []) or '-'}; "
+                  f"identities {', '.join(a.ask.get('identities') or []) or '-'}")
+        quorum, expires = e(a.quorum), e(a.expires_at)
     rows = [("call", f'<a href="#call-{e(a.call_id)}">{e(a.call_id)}</a> {e(a.server)}/{e(a.tool)} (step {e(a.step)})'),
-            ("rule", e(a.rule)), ("asked", e(ask)), ("quorum", e(a.quorum)), ("binding", f"<code>{e(a.binding)}</code>"),
-            ("requested", e(f"{a.requested_at} by {a.requested_by}")), ("expires", e(a.expires_at)),
+            ("rule", e(a.rule)), ("asked", asked), ("quorum", quorum), ("binding", f"<code>{e(a.binding)}</code>"),
+            ("requested", e(f"{a.requested_at} by {a.requested_by}")), ("expires", expires),
             ("decided", e(f"{a.decided_at or '-'} by {', '.join(a.decided_by) or '-'}")),
             ("run waited", e(_seconds(a.wait_s) or "(not resumed)"))]
     answers = "".join(_answer(x) for x in a.answers) or '<p class="muted">no answers</p>'
-    return (f'<div class="card"><h3>{e(a.approval_id)} {_badge(a.status, cls)}</h3>'
+    malformed = (f"<p>{_badge('malformed request', 'bad')} {e(a.malformed)}; it can never be approved.</p>"
+                 if a.malformed else "")
+    return (f'<div class="card"><h3>{e(a.approval_id)} {_badge(a.status, cls)}</h3>' + malformed
             + _table(["", ""], [(f"<b>{k}</b>", v) for k, v in rows]) + _content(a.arguments, "arguments as requested")
             + f"<h3>Answers</h3>{answers}</div>")
 

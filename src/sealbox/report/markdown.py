@@ -93,12 +93,18 @@ def _overview(r: IncidentReport) -> list[str]:
 
 
 def _approval(a: ApprovalView) -> list[str]:
-    ask = f"groups {', '.join(a.ask.get('groups') or []) or '-'}; identities {', '.join(a.ask.get('identities') or []) or '-'}"
     out = [f"### Approval {_code(a.approval_id)}: {md(a.status)}", ""]
+    if a.malformed:  # the recorded values, whatever their type: the request can never be approved
+        out += [f"MALFORMED REQUEST: {md(a.malformed)}; it can never be approved.", ""]
+        asked, quorum, expires = (_code(json.dumps(v, ensure_ascii=False)) for v in (a.ask, a.quorum, a.expires_at))
+    else:
+        asked = md(f"groups {', '.join(a.ask.get('groups') or []) or '-'}; "
+                   f"identities {', '.join(a.ask.get('identities') or []) or '-'}")
+        quorum, expires = md(a.quorum), md(a.expires_at)
     out += _table(["", ""], [
         ("**call**", f"{_code(a.call_id)} {md(a.server)}/{md(a.tool)} (step {md(a.step)})"), ("**rule**", md(a.rule)),
-        ("**asked**", md(ask)), ("**quorum**", md(a.quorum)), ("**binding**", _code(a.binding)),
-        ("**requested**", md(f"{a.requested_at} by {a.requested_by}")), ("**expires**", md(a.expires_at)),
+        ("**asked**", asked), ("**quorum**", quorum), ("**binding**", _code(a.binding)),
+        ("**requested**", md(f"{a.requested_at} by {a.requested_by}")), ("**expires**", expires),
         ("**decided**", md(f"{a.decided_at or '-'} by {', '.join(a.decided_by) or '-'}")),
         ("**run waited**", md(_seconds(a.wait_s) or "(not resumed)"))])
     out += _content(a.arguments, "Arguments as requested")

@@ -12,8 +12,14 @@ apart, as a look-alike, never as a redaction.
 Approval answers are checked here, not only listed: each answer's Ed25519 signature
 is verified against its identity's key *as the log held it when the answer was
 written* (:func:`sealbox.identities.verify_fields`), and the approval rules are
-applied from the log (:func:`sealbox.approvals.get_approval`). The whole store is
-verified with :func:`sealbox.verify.verify_store` unless the caller opts out.
+applied from the log (:func:`sealbox.approvals.evaluate`, with the store's identities read
+once). The whole store is verified with :func:`sealbox.verify.verify_store` unless the caller
+opts out.
+
+An event whose payload fails its kind's schema (:func:`sealbox.events.validate_payload`: only a
+change below Sealbox makes one; verify reports it) is shown as malformed on the timeline, never
+read as if it were well formed: a malformed approval request is shown with status ``malformed``
+and the reason, its fields as recorded; a malformed ``run.resumed`` gives no wait.
 """
 
 from __future__ import annotations
@@ -152,7 +158,13 @@ class AnswerView:
 
 @dataclass(frozen=True)
 class ApprovalView:
-    """An approval request, its answers, and how long the run waited."""
+    """An approval request, its answers, and how long the run waited.
+
+    Attributes:
+        malformed: why the request is malformed (:func:`sealbox.approvals.request_problem`), or None;
+            when set, ``status`` is ``malformed`` and ``ask``, ``quorum``, ``expires_at`` are the
+            recorded values, of any JSON type.
+    """
 
     approval_id: str
     call_id: str
@@ -172,6 +184,7 @@ class ApprovalView:
     decided_at: str | None
     wait_s: float | None
     answers: tuple[AnswerView, ...]
+    malformed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -309,13 +322,40 @@ def _duration_s(kind: str, p: dict[str, Any]) -> float | None:
 # ----------------------------------------------------------------------------- builders
 
 
-def _timeline(events: list[Any]) -> list[TimelineEntry]:
+def _payload_problem(kind: str, payload: Any) -> str | None:
+    """Why ``payload`` fails ``kind``'s schema (:func:`sealbox.events.validate_payload`; for a request,
+    :func:`sealbox.approvals.request_problem`, which also reads its expiry), or None."""
+    from sealbox.approvals import request_problem
+    from sealbox.errors import InvalidEventError
+    from sealbox.events import validate_payload
+
+    if kind == "approval.requested":
+        return request_problem(payload)
+    try:
+        validate_payload(kind, payload)
+    except InvalidEventError as exc:
+        return str(exc)
+    return None
+
+
+def _timeline(events: list[Any], uncounted: dict[int, str] | None = None) -> list[TimelineEntry]:
+    """The timeline; ``uncounted``: leaf -> why that ``approval.answered`` does not count."""
     if not events:
         return []
     t0 = _parse_ts(events[0].ts)
-    return [TimelineEntry(e.run_seq, e.step, e.kind, kind_group(e.kind), e.ts,
-                          (_parse_ts(e.ts) - t0).total_seconds(), _duration_s(e.kind, e.payload), e.principal,
-                          _summary(e.kind, e.payload), e.leaf_index) for e in events]
+    uncounted = uncounted or {}
+    out = []
+    for e in events:
+        problem = _payload_problem(e.kind, e.payload)
+        if problem is not None:
+            summary, duration = f"malformed event ({problem})", None
+        else:
+            summary, duration = _summary(e.kind, e.payload), _duration_s(e.kind, e.payload)
+            if e.leaf_index in uncounted:
+                summary += f" (does not count: {uncounted[e.leaf_index]})"
+        out.append(TimelineEntry(e.run_seq, e.step, e.kind, kind_group(e.kind), e.ts,
+                                 (_parse_ts(e.ts) - t0).total_seconds(), duration, e.principal, summary, e.leaf_index))
+    return out
 
 
 def _model_calls(store: Any, events: list[Any]) -> list[ModelCallView]:
@@ -349,7 +389,7 @@ def _tool_calls(store: Any, events: list[Any]) -> list[ToolCallView]:
                                                 "reevaluated")}
             calls[cid]["decisions"].append(d)
         elif cid in calls and e.kind == "approval.requested":
-            calls[cid]["approvals"].append(e.payload.get("approval_id"))
+            calls[cid]["approvals"].append(str(e.payload.get("approval_id")))
         elif cid in calls and e.kind == "tool.result":
             calls[cid]["result"] = e.payload
     out = []
@@ -379,28 +419,39 @@ def _answer_view(book: Any, payload: dict[str, Any], answer: Any) -> AnswerView:
                       who.to_dict() if who is not None else None)
 
 
-def _approvals(store: Any, events: list[Any]) -> list[ApprovalView]:
-    from sealbox.approvals import get_approval
+def _approvals(store: Any, events: list[Any]) -> tuple[list[ApprovalView], dict[int, str]]:
+    """The run's approval requests, each evaluated from the run's events with the store's
+    identities (read once), and leaf -> problem of each ``approval.answered`` of the run that
+    does not count (``unknown_approval``: it answers no request of this run)."""
+    from sealbox.approvals import _RELATED, evaluate
     from sealbox.identities import identity_book
 
+    answered = [e for e in events if e.kind == "approval.answered"]
     requests = [e for e in events if e.kind == "approval.requested"]
     if not requests:
-        return []
+        return [], {e.leaf_index: "unknown_approval" for e in answered}
     book = identity_book(store)
-    answers = {e.leaf_index: e.payload for e in events if e.kind == "approval.answered"}
-    waits = {aid: int(e.payload.get("waited_us") or 0) / 1e6 for e in events if e.kind == "run.resumed"
-             for aid in e.payload.get("approval_ids") or ()}
-    out = []
+    answers = {e.leaf_index: e.payload for e in answered}
+    related = [e for e in events if e.kind in _RELATED]
+    waits = {aid: e.payload["waited_us"] / 1e6 for e in events if e.kind == "run.resumed"
+             and _payload_problem(e.kind, e.payload) is None for aid in e.payload["approval_ids"]}
+    out, judged = [], {}
     for req in requests:
-        st = get_approval(store, req.payload["approval_id"])
+        st = evaluate(req, related, book)
         r = st.request
+        if st.malformed:
+            ask, quorum = r.get("ask"), r.get("quorum")
+        else:
+            ask, quorum = dict(r["ask"]), r["quorum"]
+        judged.update((a.leaf_index, a.problem) for a in st.answers)
         out.append(ApprovalView(
-            st.approval_id, st.call_id, st.step, str(r.get("server")), str(r.get("tool")),
-            _content(store, r.get("arguments")), str(r.get("binding")), r.get("rule"), dict(r.get("ask") or {}),
-            int(r.get("quorum") or 1), st.requested_at, r.get("requested_by"), r.get("expires_at"), st.status,
+            st.approval_id, str(st.call_id), st.step, str(r.get("server")), str(r.get("tool")),
+            _content(store, r.get("arguments")), str(r.get("binding")), r.get("rule"), ask, quorum,
+            st.requested_at, r.get("requested_by"), r.get("expires_at"), st.status,
             tuple(st.decided_by), st.decided_at, waits.get(st.approval_id),
-            tuple(_answer_view(book, answers.get(a.leaf_index, {}), a) for a in st.answers)))
-    return out
+            tuple(_answer_view(book, answers.get(a.leaf_index, {}), a) for a in st.answers), st.malformed))
+    uncounted = {leaf: judged.get(leaf, "unknown_approval") for leaf in answers}
+    return out, {leaf: why for leaf, why in uncounted.items() if why is not None}
 
 
 def _verification(store: Any, run_id: str, verify: bool) -> VerificationView:
@@ -442,12 +493,13 @@ def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | Non
     last = events[-1]
     ended = last.ts if last.kind == "run.ended" else None
     duration = (_parse_ts(last.ts) - _parse_ts(events[0].ts)).total_seconds()
-    timeline = _timeline(events)
+    approvals, uncounted = _approvals(store, events)
+    timeline = _timeline(events, uncounted)
     return IncidentReport(
         run=dict(run), events=len(events), started_at=events[0].ts, ended_at=ended, duration_s=duration,
         policy=dict(first.get("policy") or {}), snapshot_fingerprint=fp, snapshot=snapshot,
         timeline=tuple(timeline), model_calls=tuple(_model_calls(store, events)),
-        tool_calls=tuple(_tool_calls(store, events)), approvals=tuple(_approvals(store, events)),
+        tool_calls=tuple(_tool_calls(store, events)), approvals=tuple(approvals),
         states=tuple(StateView(e.step, e.ts, e.payload.get("label"), _content(store, e.payload.get("state")))
                      for e in events if e.kind == "state.saved"),
         notes=tuple(t for t in timeline if t.kind in ("note", "anomaly", "guardrail.tripped")),

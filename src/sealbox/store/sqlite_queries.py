@@ -216,25 +216,41 @@ class SqliteQueries:
         return rows
 
     def _attach_approvals(self, rows: list[dict[str, Any]]) -> None:
-        """Fill ``approvers`` ({identity, decision, answered_at}) and ``flags`` (shared-account
-        flag codes) of calls that went to approval, from their approval events."""
-        conn = self._conn()
-        for row in rows:
-            if row["decision"] != "require_approval":
-                continue
-            ids = [r[0] for r in conn.execute(
-                "SELECT CAST(raw AS TEXT) ->> '$.payload.approval_id' FROM events"
-                " WHERE run_id = ? AND call_id = ? AND kind = 'approval.requested'", (row["run_id"], row["call_id"]))]
-            for approval_id in ids:
-                for (text,) in conn.execute(
-                        "SELECT CAST(raw AS TEXT) ->> '$.payload' FROM events WHERE run_id = ? AND kind = 'approval.answered'"
-                        " AND CAST(raw AS TEXT) ->> '$.payload.approval_id' = ? ORDER BY leaf_index",
-                        (row["run_id"], approval_id)):
-                    answer = json.loads(text)
-                    row["approvers"].append({"identity": answer.get("identity"), "decision": answer.get("decision"),
-                                             "answered_at": answer.get("answered_at")})
-                    row["flags"] += [f.get("code") or f.get("flag") for f in answer.get("flags") or []
-                                     if isinstance(f, dict)]
+        """Fill ``approvers`` ({identity, decision, answered_at}: the answers that count) and ``flags``
+        (their shared-account flag codes) of calls that went to approval, and give those rows
+        ``uncounted``: the answers that do not count, each with its ``problem`` (``unknown_identity``,
+        ``bad_signature``, ``late``, ``malformed``…), never among the approvers. The verdict is
+        :func:`sealbox.approvals.evaluate`'s, with the store's identities read once per listing and
+        each run's approval events once."""
+        held = [row for row in rows if row["decision"] == "require_approval"]
+        for row in held:
+            row["uncounted"] = []
+        if not held:
+            return
+        from sealbox.approvals import _RELATED, evaluate
+        from sealbox.identities import identity_book
+
+        reader = Reader(self._conn())
+        book = identity_book(reader)
+        runs: dict[str, tuple[dict[str, list[Event]], list[Event]]] = {}  # run -> (call -> requests, related)
+        for row in held:
+            run_id = row["run_id"]
+            if run_id not in runs:
+                by_call: dict[str, list[Event]] = {}
+                for e in reader.events(["approval.requested"], run_id=run_id):
+                    if isinstance(e.payload.get("call_id"), str):  # else a malformed request of no call
+                        by_call.setdefault(e.payload["call_id"], []).append(e)
+                runs[run_id] = (by_call, reader.events(list(_RELATED), run_id=run_id) if by_call else [])
+            by_call, related = runs[run_id]
+            for request in by_call.get(row["call_id"], ()):
+                for answer in evaluate(request, related, book).answers:
+                    entry = {"identity": answer.identity, "decision": answer.decision,
+                             "answered_at": answer.answered_at}
+                    if answer.problem is None:
+                        row["approvers"].append(entry)
+                        row["flags"] += [f.get("code") or f.get("flag") for f in answer.flags]
+                    else:
+                        row["uncounted"].append({**entry, "problem": answer.problem})
 
     def explain_query_calls(self, **filters: Any) -> list[str]:
         """SQLite's ``EXPLAIN QUERY PLAN`` lines for :meth:`query_calls` with these filters
