@@ -215,8 +215,9 @@ class ApprovalState:
 
     @property
     def flags(self) -> list[dict[str, Any]]:
-        """Every flag on the answers, each with the answering identity."""
-        return [{"identity": a.identity, **f} for a in self.answers for f in a.flags]
+        """Every flag on the answers that count, each with the answering identity (an answer that
+        does not count is listed with its problem, never as a flagged approver)."""
+        return [{"identity": a.identity, **f} for a in self.answers if a.problem is None for f in a.flags]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -631,6 +632,9 @@ def _refuse_closed(state: ApprovalState) -> None:
         raise ApprovalError("run_ended", f"run {state.run_id} has ended: approval {aid} can no longer be answered")
     if state.status == "expired":
         raise ApprovalError("expired", f"approval {aid} expired at {state.expired_at}; it can no longer be answered")
+    if state.status == "malformed":
+        raise ApprovalError("malformed_request", f"approval {aid} cannot be answered: {_MESSAGES['malformed_request']} "
+                            f"({state.malformed}); run `sealbox verify`")
     if state.status != "pending":
         raise ApprovalError("already_decided", f"approval {aid} was already {state.status} by "
                             f"{', '.join(state.decided_by)}; a further answer is refused")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import os
 import re
 import stat
@@ -482,10 +483,16 @@ def sign_fields(signer: Signer, fields: dict[str, Any]) -> str:
     return base64.b64encode(signer.sign(canonical_bytes(fields).decode("utf-8"))).decode("ascii")
 
 
+@functools.lru_cache(maxsize=256)
+def _verifier(public_key: str) -> Verifier:
+    """A parsed verifier key (listings check many answers by few identities: parse each key once)."""
+    return Verifier.from_vkey(public_key)
+
+
 def verify_fields(public_key: str, fields: dict[str, Any], signature: Any) -> bool:
     """Whether ``signature`` (base64) signs the canonical bytes of ``fields`` under ``public_key`` (a vkey)."""
     try:
-        verifier = Verifier.from_vkey(public_key)
+        verifier = _verifier(public_key) if isinstance(public_key, str) else Verifier.from_vkey(public_key)
         raw = base64.b64decode(str(signature).encode("ascii"), validate=True)
         return verifier.verify(canonical_bytes(fields).decode("utf-8"), raw)
     except (NoteError, binascii.Error, ValueError, UnicodeEncodeError):

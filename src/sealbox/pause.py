@@ -249,6 +249,11 @@ def resume_run(recorder: Any, run_id: str, tools: dict[tuple[str, str], Callable
         if time.monotonic() >= deadline:
             raise ApprovalPending([s.approval_id for s in waiting], run_id, [s.call_id for s in waiting])
         time.sleep(recorder.approval_poll)
+    bad = [s for s in open_ if s.status == "malformed"]
+    if bad:  # only a change below Sealbox writes one: nothing is resumed past it (fail closed)
+        raise ApprovalError("malformed_request", f"run {run_id} is held by approval request {bad[0].approval_id}, "
+                            f"whose event is malformed ({bad[0].malformed}): it was changed below Sealbox; nothing "
+                            "was resumed (run `sealbox verify`)")
     calls = {e.payload["call_id"]: e for e in events if e.kind == "tool.call"}
     plans = []
     for s in open_:  # everything is checked before anything is written

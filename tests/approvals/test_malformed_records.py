@@ -137,9 +137,12 @@ def test_a_malformed_request_cannot_be_answered(store, folder, alice):
     tamper(folder, leaf_of(store, run_id, "approval.requested"), "$.payload.quorum", "many")
     size = store.size()
 
-    with pytest.raises(ApprovalError):
+    with pytest.raises(ApprovalError) as info:
         answer(store, aid, "approve", "checked", alice)
 
+    assert info.value.code == "malformed_request"  # it was 'already_decided': "was already malformed by"
+    assert str(info.value) == (f"approval {aid} cannot be answered: the request's event is malformed: it can never "
+                               f"be approved ({get_approval(store, aid).malformed}); run `sealbox verify`")
     assert store.size() == size
     assert get_approval(store, aid).status == "malformed"
 
@@ -276,3 +279,18 @@ def test_a_malformed_answer_is_marked_on_the_report_timeline_and_in_runs_show(st
     details = {r["kind"]: r["detail"] for r in json.loads(runs.stdout)}
     assert details["approval.answered"] == "approve by alice (does not count: malformed)"
     assert details["approval.requested"] == f"approval {aid}: pending"
+
+
+def test_a_run_held_by_a_malformed_request_is_not_resumed(store, folder, alice):
+    """resume used to write outcome 'malformed' and deny with a "the policy changed" message (and
+    a request without call_id or server would have raised KeyError): nothing is written now."""
+    run_id, aid = suspended(store)
+    tamper(folder, leaf_of(store, run_id, "approval.requested"), "$.payload.quorum", "many")
+    size = store.size()
+    with pytest.raises(ApprovalError) as info:
+        recorder(store).resume(run_id, {("db", "write_query"): lambda query: "ran"})
+    assert info.value.code == "malformed_request"
+    assert str(info.value) == (f"run {run_id} is held by approval request {aid}, whose event is malformed "
+                               "(approval.requested: data.quorum must be integer): it was changed below Sealbox; "
+                               "nothing was resumed (run `sealbox verify`)")
+    assert store.size() == size

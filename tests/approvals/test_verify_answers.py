@@ -81,3 +81,21 @@ def test_a_validly_signed_answer_that_breaks_a_rule_is_reported_and_does_not_cou
     event = forged(store, run_id, aid, identity="dave", key=load_key(keys["dave"]))  # an agent-role identity
     assert codes(store) == [("approval_rule", event.leaf_index)]
     assert get_approval(store, aid).status == "pending"
+
+
+def test_the_flags_of_an_answer_that_does_not_count_are_not_the_requests(store, keys):
+    """approvals list --flagged (and the Parquet export) took flags from every answer, counted or
+    not: a forged answer could put a made-up flag on a request, or hide behind one."""
+    run_id, aid = suspended(store)
+    req = request_of(store, run_id)
+    payload = {"approval_id": aid, "binding": req["binding"], "decision": "approve", "identity": "mallory",
+               "reason": "forged", "answered_at": "2030-01-01T00:00:00.000000Z", "client": {"hostname": "evil"},
+               "signature": base64.b64encode(b"\0" * 64).decode(),
+               "flags": [{"code": "shared_identity", "evidence": {"identity": "mallory"}}]}
+    step = [e for e in store.read_run(run_id) if e.kind == "approval.requested"][0].step
+    store.append(EventDraft("approval.answered", payload, run_id=run_id, principal="mallory", step=step))
+    state = get_approval(store, aid)
+    assert [(a.identity, a.problem, len(a.flags)) for a in state.answers] == [("mallory", "unknown_identity", 1)]
+    assert state.flags == [] and state.status == "pending"
+    from sealbox.approvals import list_approvals
+    assert list_approvals(store, flagged=True) == []

@@ -410,7 +410,7 @@ class Gateway:
                 state = get_approval(self.store, ev.payload["approval_id"])
             except ApprovalError:
                 continue
-            if not state.resumed and not state.run_ended:
+            if not state.resumed and not state.run_ended and state.malformed is None:  # malformed: never approvable
                 self._add_pending(state)
 
     def _add_pending(self, state: Any) -> Pending:
