@@ -548,9 +548,10 @@ class _WalCheckpointer:
                     return
                 self._wake.clear()
                 try:
-                    if conn is None:
-                        conn = self._connect()
-                    self.check(conn)
+                    with _FORK_GUARD:  # never inside SQLite while this process forks (see _FORK_GUARD)
+                        if conn is None:
+                            conn = self._connect()
+                        self.check(conn)
                 except Exception as exc:  # noqa: BLE001 - never crash; the backstop autocheckpoint keeps the WAL bounded
                     self.errors += 1
                     (_log.warning if self.errors == 1 else _log.debug)(
@@ -1724,6 +1725,16 @@ def _refuse_if_open_at_fork(db_path: Path) -> None:
         raise StoreError(f"{db_path.parent} was open in the parent process when it forked this one (os.fork): "
                          "SQLite's state for it was copied into this process, so it cannot be opened here safely; "
                          "open it in a process started with multiprocessing's 'spawn', or fork before opening it")
+
+
+#: Held by the background WAL checkpointers while they are inside SQLite, and taken by this
+#: process before it forks (released after, in parent and child): a fork while a checkpointer
+#: thread held one of SQLite's global mutexes (the unix VFS's) left the child deadlocked in its
+#: first ``sqlite3.connect`` (a CI run hung on it). Threads of the application that are inside
+#: SQLite at a fork are the application's to stop (docs/storage.md, "Processes").
+_FORK_GUARD = threading.Lock()
+os.register_at_fork(before=_FORK_GUARD.acquire, after_in_parent=_FORK_GUARD.release,
+                    after_in_child=_FORK_GUARD.release)
 
 
 def _after_fork_in_child(store: "SqliteStore") -> None:
