@@ -494,3 +494,20 @@ def test_a_newest_checkpoint_row_of_another_type_is_reported_not_crashed_on(s: S
                  ("log", "checkpoint", "-s", str(s.path))):
         res = cli(*args)
         assert "Traceback" not in res.stderr and "internal error" not in res.stderr, (args, res.stderr)
+
+
+def test_a_dead_writers_temp_checkpoint_file_is_removed_at_open_a_live_ones_kept(s: Sample, tmp_path: Path) -> None:
+    """fsync_write names its temp file PATH.tmp.<pid>.<random>: an opener removes one whose
+    process is gone (a writer killed mid-write) and keeps a live process's (it may be renaming it)."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = s.path / f"checkpoint.tmp.{dead_pid}.{'ab' * 8}"
+    live = s.path / f"checkpoint.tmp.{os.getpid()}.{'cd' * 8}"
+    odd = s.path / "checkpoint.tmp.123456789012345678901234567890.x"  # not a pid: not ours to judge
+    for f in (stale, live, odd):
+        f.write_bytes(b"half a note")
+    open_store(s.path).close()
+    assert (stale.exists(), live.exists(), odd.exists()) == (False, True, True)

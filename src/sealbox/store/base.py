@@ -421,7 +421,7 @@ class Store(Protocol):
 def fsync_write(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` atomically and durably (temp file, fsync, rename, fsync dir).
 
-    The temp file beside ``path`` has a random name and is created with ``O_EXCL`` and
+    The temp file beside ``path`` (``PATH.tmp.<pid>.<random>``) is created with ``O_EXCL`` and
     ``O_NOFOLLOW``: a file or symbolic link planted at a predictable name is never written
     through (it used to be ``PATH.tmp.<pid>.<thread>``, opened with ``O_TRUNC``).
 
@@ -429,7 +429,7 @@ def fsync_write(path: str | os.PathLike, data: bytes, mode: int = 0o644) -> None
         OSError: the file could not be written (the temp file is removed).
     """
     path = os.fspath(path)
-    tmp = f"{path}.tmp.{os.urandom(8).hex()}"
+    tmp = f"{path}.tmp.{os.getpid()}.{os.urandom(8).hex()}"  # the pid lets an opener remove a dead writer's
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
     try:
         try:

@@ -1766,14 +1766,17 @@ def _split_sql(script: str) -> list[str]:
 
 
 def _remove_stale_temp_files(folder: Path) -> None:
-    """Remove ``checkpoint.tmp.<pid>`` files left by a writer that was killed mid-write."""
+    """Remove ``checkpoint.tmp.<pid>.<random>`` files left by a writer that was killed mid-write
+    (:func:`sealbox.store.base.fsync_write`), never one whose process is alive."""
     for tmp in folder.glob(f"{CHECKPOINT_NAME}.tmp.*"):
         try:
-            pid = int(tmp.name.split(".")[2])  # checkpoint.tmp.<pid>.<thread>
+            pid = int(tmp.name.split(".")[2])
+            if not 0 < pid < 2**22 or tmp.is_symlink():  # not a pid (or a planted link): not ours to remove
+                continue
             os.kill(pid, 0)  # still alive: leave it
         except ProcessLookupError:
             tmp.unlink(missing_ok=True)
-        except (ValueError, PermissionError, OSError):
+        except (ValueError, OverflowError, OSError):
             continue
 
 
