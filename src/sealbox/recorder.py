@@ -22,12 +22,12 @@ import contextvars
 import dataclasses
 import functools
 import inspect
+import os
 import re
 import threading
 import time
 import traceback
 import types
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
@@ -336,6 +336,7 @@ class RunContext:
         self.run_id = run_id or new_run_id()
         self.usage = {"input_tokens": 0, "output_tokens": 0, "cost": 0.0}
         self.started_at: datetime | None = None
+        self._started_cache: tuple[datetime, str] | None = None
         self._lock = threading.Lock()
         self._next_step = 1
         self._links: dict[str, str] = {}  # tool call id from a model response -> its step
@@ -556,8 +557,8 @@ class RunContext:
 
     def _decide_and_record(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str | None,
                            exposed: str | None) -> tuple[str, str]:
-        _check_call(server, tool, grant, call_id, exposed, self.principal.id)
-        call_id = call_id or "call_" + uuid.uuid4().hex[:24]
+        """The gate of :meth:`call_tool` and :meth:`acall_tool`, which have checked the names (``_check_call``)."""
+        call_id = call_id or "call_" + os.urandom(12).hex()  # 96 random bits, as many characters as before
         with self._lock:  # reserved before anything is written: two threads cannot both record it
             if call_id in self._call_ids:
                 raise ConfigError(f"{server}/{tool}: call_id {call_id!r} was already used by a tool call of run "
@@ -665,7 +666,7 @@ class RunContext:
             server=server, tool=tool, arguments=view,
             redacted=bool(redactor and redactor.would_redact("arguments", view)),
             principal=self.principal.to_dict(), agent={"name": self.agent, "attributes": {}},
-            run={"id": self.run_id, "labels": self.labels, "started_at": _utc(self.started_at or now),
+            run={"id": self.run_id, "labels": self.labels, "started_at": self._started_text(now),
                  "elapsed_s": (now - (self.started_at or now)).total_seconds()},
             usage=self._usage(reader, server, tool, now), now=now,
         )
@@ -679,6 +680,16 @@ class RunContext:
         inputs = ctx.to_inputs()
         inputs["arguments"] = arguments  # raw: the store encodes it once, as it does the call's arguments
         return decision, inputs
+
+    def _started_text(self, now: datetime) -> str:
+        """``started_at`` as RFC 3339 text (formatted once per run), or ``now``'s before the run started."""
+        started = self.started_at
+        if started is None:
+            return _utc(now)
+        cached = self._started_cache
+        if cached is None or cached[0] is not started:
+            cached = self._started_cache = (started, _utc(started))
+        return cached[1]
 
     def _usage(self, reader: Any, server: str, tool: str, now: datetime) -> dict[str, Any]:
         if not self.recorder._needed:

@@ -431,7 +431,8 @@ class _WalCheckpointer:
         self._next_restart = 0.0
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        self._gate = threading.Condition(threading.Lock())
+        self._gate_lock = threading.Lock()  # the writers' path takes it directly (a Condition's __enter__ is Python)
+        self._gate = threading.Condition(self._gate_lock)
         self._gate_closed = False
         self._writers = 0
         self._thread = threading.Thread(target=self._run, daemon=True,
@@ -447,14 +448,14 @@ class _WalCheckpointer:
 
     def enter_write(self) -> None:
         """Before ``BEGIN``: wait while a WAL restart runs (rare, about one fsync)."""
-        with self._gate:
+        with self._gate_lock:
             while self._gate_closed:
                 self._gate.wait()
             self._writers += 1
 
     def leave_write(self, committed: bool) -> None:
         """After COMMIT (or ROLLBACK)."""
-        with self._gate:
+        with self._gate_lock:
             self._writers -= 1
             if self._gate_closed and not self._writers:
                 self._gate.notify_all()
@@ -618,7 +619,8 @@ class SqliteStore(SqliteQueries):
         self._inherited: list[sqlite3.Connection] = []
         #: writes and read snapshots under way, for close() to wait for (see _operation)
         self._ops = 0
-        self._ops_idle = threading.Condition(threading.Lock())
+        self._ops_lock = threading.Lock()  # taken directly on every write (a Condition's __enter__ is Python)
+        self._ops_idle = threading.Condition(self._ops_lock)
         self._closer: int | None = None
         self._closed_event = threading.Event()
         _after_fork_in_child(self)
@@ -821,7 +823,8 @@ class SqliteStore(SqliteQueries):
         self._wal_lock = threading.Lock()
         self._wal_ckpt = None
         self._ops = 0
-        self._ops_idle = threading.Condition(threading.Lock())
+        self._ops_lock = threading.Lock()  # taken directly on every write (a Condition's __enter__ is Python)
+        self._ops_idle = threading.Condition(self._ops_lock)
         self._closed_event = threading.Event()
         self._forked_from = self._pid
         self._pid = os.getpid()
@@ -906,7 +909,7 @@ class SqliteStore(SqliteQueries):
         :meth:`close` waits for these before it closes connections (closing one that another
         thread is using can crash the interpreter), and once it has begun, no other thread may
         start one. Raises StoreError (the store is closed)."""
-        with self._ops_idle:
+        with self._ops_lock:
             if self._closed or (self._closing and self._closer != threading.get_ident()):
                 raise StoreError("the store is closed")
             self._ops += 1
@@ -915,7 +918,7 @@ class SqliteStore(SqliteQueries):
             return depth
 
     def _op_leave(self, depth: int) -> None:
-        with self._ops_idle:
+        with self._ops_lock:
             self._ops -= 1
             self._local.ops = depth
             if self._closing:
