@@ -44,7 +44,8 @@ INT_MAX = 2**53 - 1
 
 def test_public_api_is_pinned():
     assert sorted(canonical.__all__) == sorted(
-        ["MAX_DEPTH", "Tagged", "canonical_bytes", "canonical_bytes_encoded", "decode", "dumps", "encode", "fingerprint", "is_lossy", "sha256_hex"]
+        ["MAX_DEPTH", "Tagged", "canonical_bytes", "canonical_bytes_encoded", "decode", "dumps", "encode", "fingerprint", "is_lossy",
+         "pre_encoded", "sha256_hex"]
     )
     assert MAX_DEPTH == 128
 
@@ -650,6 +651,36 @@ def as_decoded(value: Any) -> Any:
 @given(python_values)
 def test_python_values_round_trip_through_bytes(value):
     assert decode(json.loads(dumps(value))) == as_decoded(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(python_values | weird_values)
+def test_pre_encoded_values_encode_to_themselves(value):
+    """encode(pre_encoded(encode(v))) == encode(v): tags, "$" keys ($esc) and non-str keys
+    ($map) included, at any depth; the store re-encodes scrubbed results this way."""
+    from sealbox.canonical import pre_encoded
+
+    encoded = encode(value)
+    assert encode(pre_encoded(encoded)) == encoded
+    assert canonical_bytes(encode({"result": pre_encoded(encoded)})) == canonical_bytes({"result": encoded})
+
+
+def test_a_tagged_value_holding_a_whole_double_beyond_2_53_stays_canonicalizable():
+    """A Tagged's value is re-read from its canonical bytes, where JCS writes 1e17 as the
+    integer token 100000000000000000: it was parsed as an int beyond I-JSON, and the encoded
+    value could then not be canonicalized (a recorded decode()d value with such a float failed)."""
+    out = encode(Tagged("$dataclass", {"fields": {"x": 1e17, "y": 2.0**53, "n": 3}}))
+    assert out == {"$dataclass": {"fields": {"n": 3, "x": 1e17, "y": 2.0**53}}}
+    assert canonical_bytes(out) == b'{"$dataclass":{"fields":{"n":3,"x":100000000000000000,"y":9007199254740992}}}'
+
+
+def test_pre_encoded_wraps_only_the_outermost_tags():
+    from sealbox.canonical import pre_encoded
+
+    encoded = encode({"a": [b"\x00", {"$k": {1: "x"}}], "b": "t"})
+    assert encoded == {"a": [{"$bytes": "AA=="}, {"$esc": {"$k": {"$map": [[1, "x"]]}}}], "b": "t"}
+    assert pre_encoded(encoded) == {"a": [Tagged("$bytes", "AA=="), Tagged("$esc", {"$k": {"$map": [[1, "x"]]}})],
+                                    "b": "t"}
 
 
 # --------------------------------------------------------------------------- hashing

@@ -43,6 +43,7 @@ __all__ = [
     "encode",
     "fingerprint",
     "is_lossy",
+    "pre_encoded",
     "sha256_hex",
 ]
 
@@ -488,6 +489,36 @@ def _copy_plain(v: Any, level: int, limit: int, seen: list[bool]) -> Any:
     raise _NotPlain
 
 
+def pre_encoded(encoded: Any) -> Any:
+    """Wrap a value :func:`encode` returned so that :func:`encode` gives it back unchanged.
+
+    Re-encoding an encoded value would escape its type tags as user data
+    (``{"$bytes": "..."}`` → ``{"$esc": {"$bytes": "..."}}``). Here every outermost one-key
+    dict whose key is a tag (it starts with ``$``: in an encoded value a user's ``$`` key
+    only occurs inside ``$esc``) becomes a :class:`Tagged`, which :func:`encode` writes back
+    as ``{tag: value}`` verbatim; other dicts and lists are copied around them. Used where
+    content is changed after encoding (values scrubbed from a tool's result) and then
+    recorded through the store, which encodes it again.
+
+    Args:
+        encoded: a strict JSON value as :func:`encode` returns it (strings may since have
+            been changed; no tag may have been added).
+
+    Returns:
+        The same structure with ``Tagged`` in place of the outermost tags. Never raises.
+    """
+    t = type(encoded)
+    if t is dict:
+        if len(encoded) == 1:
+            (key, inner), = encoded.items()
+            if _tag_ok(key):
+                return Tagged(key, inner)
+        return {k: pre_encoded(v) for k, v in encoded.items()}
+    if t is list:
+        return [pre_encoded(v) for v in encoded]
+    return encoded
+
+
 def is_lossy(encoded: Any) -> bool:
     """Say whether a ``$lossy`` tag appears anywhere in an encoded value (or a ``Tagged``)."""
     if isinstance(encoded, Tagged):
@@ -589,8 +620,8 @@ class _Encoder:
 
     def _tagged(self, v: Tagged, level: int) -> dict | None:
         self.floats = True  # a tag's value is taken as parsed JSON, not walked here
-        try:
-            strict = json.loads(canonical_bytes(v.value))
+        try:  # an integer beyond ±(2**53 − 1) in canonical bytes is a whole-number double (as in decode)
+            strict = json.loads(canonical_bytes(v.value), parse_int=_parse_jcs_int)
         except CanonicalizationError:
             return None
         return {v.tag: strict} if level + 1 + _json_depth(strict) <= self.max_depth else None
@@ -682,6 +713,13 @@ _SCALAR_TAGS: tuple[tuple[type | tuple[type, ...], Callable[[Any], dict]], ...] 
 def _is_pydantic(v: Any) -> bool:
     cls = type(v)
     return hasattr(cls, "model_fields") and callable(getattr(cls, "model_dump", None))
+
+
+def _parse_jcs_int(text: str) -> int | float:
+    """A JSON integer token of RFC 8785 bytes: an ``int`` within ±(2**53 − 1), else the
+    whole-number double that JCS wrote without a fraction (``1e17`` → ``100000000000000000``)."""
+    n = int(text)
+    return n if -_INT_MAX <= n <= _INT_MAX else float(text)
 
 
 def _tag_ok(tag: Any) -> bool:

@@ -360,7 +360,7 @@ def _execute(run: Any, call: Any, fn: Callable, args: Any, approval_id: str | No
         run._record_result(p["server"], p["tool"], p["call_id"], call.step, started, error=refusal, arguments=args,
                            count=False)
         return ResumedCall(approval_id, p["call_id"], p["server"], p["tool"], outcome, True, error=refusal)
-    run._record_result(p["server"], p["tool"], p["call_id"], call.step, started, result=result)
+    run._record_result(p["server"], p["tool"], p["call_id"], call.step, started, result=result, arguments=args)
     return ResumedCall(approval_id, p["call_id"], p["server"], p["tool"], outcome, True, result=result)
 
 

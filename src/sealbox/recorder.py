@@ -341,6 +341,7 @@ class RunContext:
         self._next_step = 1
         self._links: dict[str, str] = {}  # tool call id from a model response -> its step
         self._call_ids: set[str] = set()  # call ids of this run's tool.call events (recorded or being recorded)
+        self._clean_calls: set[str] = set()  # gated here, nothing redacted from the arguments, no result yet
         self._error_secrets: set[str] = set()  # redacted argument values of calls that raised (docs/content-modes.md)
         self._token: contextvars.Token | None = None
         self.suspended = False
@@ -526,7 +527,7 @@ class RunContext:
         if refusal is not None:
             self._record_result(server, tool, call_id, step, started, error=refusal, arguments=arguments, count=False)
             raise refusal
-        self._record_result(server, tool, call_id, step, started, result=result)
+        self._record_result(server, tool, call_id, step, started, result=result, arguments=arguments)
         return result
 
     async def acall_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *,
@@ -552,7 +553,7 @@ class RunContext:
         if refusal is not None:
             self._record_result(server, tool, call_id, step, started, error=refusal, arguments=arguments, count=False)
             raise refusal
-        self._record_result(server, tool, call_id, step, started, result=result)
+        self._record_result(server, tool, call_id, step, started, result=result, arguments=arguments)
         return result
 
     def _decide_and_record(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str | None,
@@ -572,9 +573,11 @@ class RunContext:
         grant = grant or f"implicit:{self.principal.id}"
         decision_box: list[Decision] = []
         request_box: list[dict[str, Any]] = []
+        clean_box: list[bool] = []
 
         def build(reader: Any) -> list[EventDraft]:
             decision, inputs = self._evaluate(reader, server, tool, arguments)
+            clean_box[:] = [inputs.get("redacted") is False]  # unknown (a guard error): the result is checked
             if decision.effect != "deny" and not grant.startswith("implicit:"):
                 decision = self._check_grant(reader, grant, server, tool, decision)
             if decision.allowed:
@@ -605,6 +608,9 @@ class RunContext:
                 self._call_ids.discard(call_id)
             raise
         decision = decision_box[-1]
+        if decision.effect != "deny" and clean_box and clean_box[-1]:
+            with self._lock:  # nothing to look for in the result (see _result_for_record)
+                self._clean_calls.add(call_id)
         if decision.effect == "require_approval":
             from sealbox.pause import await_approval
 
@@ -707,7 +713,7 @@ class RunContext:
         duration = (time.perf_counter_ns() - started_ns) // 1000
         payload: dict[str, Any] = {"call_id": call_id, "ok": error is None, "duration_us": duration}
         if error is None:
-            payload["result"] = result
+            payload["result"] = self._result_for_record(call_id, result, arguments)
             self.recorder.breaker.record_success(server, tool)
         else:
             secrets = self._redacted_values(arguments)
@@ -720,6 +726,29 @@ class RunContext:
                 self.recorder.breaker.record_failure(server, tool, "timeout" if isinstance(error, TimeoutError) else "error")
         # not fsync'd on its own: durable with the next fsync'd commit; a power cut before leaves "outcome unknown"
         self._append([self._draft("tool.result", payload, step), *self.recorder.take_breaker_events()], sync=False)
+
+    def _result_for_record(self, call_id: str, result: Any, arguments: Any) -> Any:
+        """A tool's result as it is recorded: in ``redacted`` mode, every string that redaction
+        took out of the call's arguments (by a sensitive key name or a configured path, at
+        least 4 characters: :meth:`_redacted_values`) is replaced wherever the result repeats
+        it by its in-string marker (``Redactor.scrub_values_in``), so that a tool echoing a
+        password under an ordinary key does not store it. Skipped (no cost) for a call this
+        run gated and whose arguments nothing was redacted from; done from ``arguments`` for
+        a call gated elsewhere (an approval resumed later). ``result`` itself when nothing
+        changes. The store's redaction (keys, paths, patterns) applies on top."""
+        with self._lock:
+            clean = call_id in self._clean_calls
+            self._clean_calls.discard(call_id)
+        if clean or arguments is _NO_ARGUMENTS:
+            return result
+        secrets = self._redacted_values(arguments)
+        if not secrets:
+            return result
+        from sealbox.canonical import MAX_DEPTH, encode, pre_encoded
+
+        # the depth the store gives a payload's field: payload (MAX_DEPTH - 2) less its own level
+        scrubbed, changed = self.store.redactor.scrub_values_in(encode(result, max_depth=MAX_DEPTH - 3), secrets)
+        return pre_encoded(scrubbed) if changed else result
 
     def _redacted_values(self, arguments: Any) -> list[str]:
         """The strings the store's redaction removes from these arguments (sensitive keys, paths),

@@ -253,6 +253,75 @@ class Redactor:
         rx = re.compile("|".join(re.escape(v) for v in wanted))
         return rx.sub(lambda m: f"⟦redacted:{self.marker(m.group(0))[MARKER_TAG]}⟧", text)
 
+    def scrub_values_in(self, value: Any, values: "list[str] | tuple[str, ...]") -> tuple[Any, bool]:
+        """An encoded content value with every occurrence of each of ``values`` replaced by its
+        in-string marker ``⟦redacted:hmac-sha256:<hex>⟧`` (as :meth:`scrub_values` does in a text).
+
+        For a tool's result that echoes what redaction took out of the call's arguments
+        (docs/content-modes.md). Strings and dict keys are scrubbed in place; inside a
+        ``$bytes`` or ``$badstr`` tag the value's UTF-8 bytes are replaced by the marker's (the
+        tag and its type are kept); ``$redacted`` markers and ``$blob`` references are left as
+        they are; a tag's name is never changed. Occurrences are found in one pass, longest
+        value first, so a marker is never scrubbed again.
+
+        Args:
+            value: a strict JSON value as :func:`sealbox.canonical.encode` returns it.
+            values: the strings to take out (empty: nothing changes).
+
+        Returns:
+            (the value, whether anything was replaced); the value is ``value`` itself when
+            nothing was. Never raises on a well-formed encoded value.
+        """
+        wanted = sorted({v for v in values if type(v) is str and v}, key=lambda v: (-len(v), v))
+        if not wanted:
+            return value, False
+        text_rx = re.compile("|".join(re.escape(v) for v in wanted))
+        bytes_rx = re.compile(b"|".join(re.escape(v.encode("utf-8", "surrogatepass")) for v in wanted))
+        changed = [False]
+
+        def text(t: str) -> str:
+            if text_rx.search(t) is None:
+                return t
+            changed[0] = True
+            return text_rx.sub(lambda m: f"⟦redacted:{self.marker(m.group(0))[MARKER_TAG]}⟧", t)
+
+        def b64(tag: str, inner: str) -> str:
+            import base64
+
+            try:
+                raw = base64.b64decode(inner, validate=True)
+            except ValueError:
+                return inner
+            if bytes_rx.search(raw) is None:
+                return inner
+            changed[0] = True
+            return base64.b64encode(bytes_rx.sub(
+                lambda m: f"⟦redacted:{self.marker(m.group(0).decode('utf-8', 'surrogatepass'))[MARKER_TAG]}⟧"
+                .encode("utf-8"), raw)).decode("ascii")
+
+        def walk(v: Any) -> Any:
+            t = type(v)
+            if t is str:
+                return text(v)
+            if t is list:
+                return [walk(x) for x in v]
+            if t is not dict:
+                return v
+            if len(v) == 1:
+                (tag, inner), = v.items()
+                if type(tag) is str and tag.startswith("$"):  # a tag: its name stays
+                    if tag in (MARKER_TAG, "$blob"):
+                        return v
+                    if tag in ("$bytes", "$badstr") and type(inner) is str:
+                        return {tag: b64(tag, inner)}
+                    if tag == "$esc" and type(inner) is dict:
+                        return {tag: {text(k): walk(x) for k, x in inner.items()}}
+                    return {tag: walk(inner)}
+            return {text(k): walk(x) for k, x in v.items()}
+
+        out = walk(value)
+        return (out, True) if changed[0] else (value, False)
+
     def would_redact(self, name: str, value: Any) -> bool:
         """Whether :meth:`apply` would change ``value``."""
         return self.apply(name, value)[1]

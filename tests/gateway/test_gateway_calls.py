@@ -253,3 +253,24 @@ def test_the_config_chooses_the_store_durability(tmp_path):
     with pytest.raises(ConfigError) as info:
         parse_config(text.format(store=tmp_path / "s", extra="durability: sometimes\n"), source="gw.yaml")
     assert str(info.value).startswith("gw.yaml:4: durability: 'sometimes' is not one of ['full', 'fast']")
+
+
+async def test_an_upstream_echoing_a_redacted_argument_is_recorded_with_its_marker(tmp_path):
+    """The store redacts the `text` argument (a configured path); the upstream's result repeats it:
+    the client gets it as the upstream sent it, the record holds the argument's marker."""
+    from sealbox.redaction import ContentPolicy
+
+    secret = "sk-live-0123456789abcdef"
+    store = sealbox.init_store(tmp_path / "redacting", content=ContentPolicy(paths=("arguments.text",)))
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            result = await client.call_tool("toy__echo", {"text": f"key {secret}"})
+        [run_id] = gateway_runs(store)
+    assert (result.is_error, text_of(result)) == (False, f"key {secret}")
+    call, res = (e.payload for e in store.read_run(run_id) if e.kind in ("tool.call", "tool.result"))
+    marker = call["arguments"]["text"]["$redacted"]
+    assert store.resolve(res)["result"]["content"] == [{"type": "text", "text": f"⟦redacted:{marker}⟧"}]
+    assert sealbox.verify_store(store).ok
+    store.close()
+    assert not any(secret.encode() in p.read_bytes() for p in (tmp_path / "redacting").iterdir() if p.is_file())

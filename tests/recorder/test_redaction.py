@@ -577,3 +577,85 @@ def test_decision_inputs_with_a_secret_in_the_arguments_only_are_still_redacted(
     assert inputs["arguments"]["user"] == "ann" and is_marker(inputs["arguments"]["password"])
     assert PASSWORD not in json.dumps(inputs)
     assert_verified(store)
+
+
+# --------------------------------------------------------------------------- results echoing argument secrets
+
+
+def _marker_hex(value: dict) -> str:
+    assert is_marker(value), value
+    return value["$redacted"].split(":", 1)[1]
+
+
+def test_a_result_echoing_a_redacted_argument_stores_its_marker_not_the_secret(tmp_path):
+    """A tool that repeats the password it was given, under ordinary keys, in a key, in
+    bytes and in a dict with a "$" key: the caller gets the real result, the record the
+    in-string marker of the argument's marker (same HMAC), nowhere the secret."""
+    store = new_store(tmp_path)
+
+    def login(user: str, password: str) -> dict:
+        return {"message": f"logged in {user} with {password}!", "raw": b"pw=" + password.encode(),
+                "seen": {password: True}, "$echo": [password], "user": user}
+
+    got, run, call, _, result = one_call(store, {"user": "bob", "password": PASSWORD}, login)
+    assert got["message"] == f"logged in bob with {PASSWORD}!"  # the agent is not affected
+    hex_ = _marker_hex(call.payload["arguments"]["password"])
+    mark = f"⟦redacted:hmac-sha256:{hex_}⟧"
+    stored = store.resolve(result.payload)["result"]
+    assert stored == {"$esc": {
+        "$echo": [mark],
+        "message": f"logged in bob with {mark}!",
+        "raw": {"$bytes": __import__("base64").b64encode(b"pw=" + mark.encode()).decode()},
+        "seen": {mark: True},
+        "user": "bob",
+    }}
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", [PASSWORD])
+
+
+def test_a_result_is_unchanged_when_nothing_was_redacted_from_the_arguments(tmp_path):
+    """Only values redaction took out of *this* call's arguments are looked for; a result
+    without them, or a call whose arguments hold no secret, is stored exactly."""
+    store = new_store(tmp_path)
+    value = {"user": "bob", "note": PASSWORD, "n": 3, "b": b"\x00\xff"}
+    _, _, _, _, result = one_call(store, {"user": "bob"}, lambda user: value)
+    assert store.resolve(result.payload)["result"] == {"b": {"$bytes": "AP8="}, "n": 3, "note": PASSWORD,
+                                                       "user": "bob"}
+    _, _, _, _, result = one_call(store, {"password": PASSWORD}, lambda password: {"ok": True, "n": 1.5})
+    assert store.resolve(result.payload)["result"] == {"n": 1.5, "ok": True}
+
+
+def test_short_argument_secrets_are_not_scrubbed_from_results(tmp_path):
+    """As for error messages: values under 4 characters would scrub ordinary words."""
+    store = new_store(tmp_path)
+    _, _, _, _, result = one_call(store, {"password": "abc"}, lambda password: f"abcdef {password}")
+    assert store.resolve(result.payload)["result"] == "abcdef abc"
+
+
+def test_full_mode_keeps_an_echoed_secret(tmp_path):
+    store = new_store(tmp_path, mode="full")
+    _, _, _, _, result = one_call(store, {"password": PASSWORD}, lambda password: f"pw {password}")
+    assert store.resolve(result.payload)["result"] == f"pw {PASSWORD}"
+
+
+async def _async_echo(access_token: str) -> list:
+    return [access_token, {"t": access_token}]
+
+
+def test_acall_tool_scrubs_an_echoed_secret_too(tmp_path):
+    import asyncio
+
+    store = new_store(tmp_path)
+    rec = Recorder(store, policy=ALLOW_ALL)
+
+    async def main() -> tuple[Any, str]:
+        async with rec.run(agent="redaction") as run:
+            return await run.acall_tool("api", "echo", {"access_token": ACCESS}, _async_echo), run.run_id
+
+    got, run_id = asyncio.run(main())
+    assert got == [ACCESS, {"t": ACCESS}]
+    call = events_of(store, run_id, "tool.call")[0]
+    mark = f"⟦redacted:hmac-sha256:{_marker_hex(call.payload['arguments']['access_token'])}⟧"
+    result = events_of(store, run_id, "tool.result")[0]
+    assert store.resolve(result.payload)["result"] == [mark, {"t": mark}]
+    assert_nowhere(store, tmp_path / "store", [ACCESS])

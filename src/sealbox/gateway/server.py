@@ -683,11 +683,12 @@ class Gateway:
                 try:
                     out = await forward()
                 except Exception as exc:  # noqa: BLE001 - recorded, then mapped to an isError result
-                    run._record_result(pending.server, pending.tool, pending.call_id, pending.step, started, error=exc)
+                    run._record_result(pending.server, pending.tool, pending.call_id, pending.step, started, error=exc,
+                                       arguments=arguments)
                     result = _failure(exc)
                 else:
                     run._record_result(pending.server, pending.tool, pending.call_id, pending.step, started,
-                                       result=out)
+                                       result=out, arguments=arguments)
                     result = types.CallToolResult.model_validate(out, by_name=False)
             if not self._pending.get(run.run_id):
                 run.suspended = False
