@@ -139,7 +139,8 @@ def claim(run: Any, approval_id: str, arguments: Any = None) -> tuple[ApprovalSt
 def _reevaluate(run: Any, reader: Any, state: ApprovalState, book: Any, arguments: Any) -> tuple[str, Decision, dict]:
     """Decide an approved call again under the current policy (the stricter wins)."""
     req = state.request
-    decision, inputs = run._evaluate(reader, req["server"], req["tool"], arguments, keep_approval=True)
+    decision, inputs = run._evaluate(reader, req["server"], req["tool"], arguments, keep_approval=True,
+                                     grant=_call_grant(reader, state) or None)
     if decision.effect == "deny":
         outcome = "policy_denied"
     elif decision.effect == "allow":
@@ -159,12 +160,18 @@ def _reevaluate(run: Any, reader: Any, state: ApprovalState, book: Any, argument
     return outcome, decision, payload
 
 
+def _call_grant(reader: Any, state: ApprovalState) -> str:
+    """The grant the suspended call named (its ``tool.call``), or ``""`` when it is not found."""
+    calls = reader.events(["tool.call"], run_id=state.run_id, field=("call_id", state.request["call_id"]), limit=1)
+    grant = calls[0].payload.get("grant", "") if calls else ""
+    return grant if isinstance(grant, str) else ""
+
+
 def _check_grant_on_resume(run: Any, reader: Any, state: ApprovalState, now: Any,
                            current: tuple[str, Decision | None, dict | None]) -> tuple[str, Decision | None, dict | None]:
     """The call's explicit grant must still be valid when it resumes (sealbox.access)."""
     req = state.request
-    calls = reader.events(["tool.call"], run_id=state.run_id, field=("call_id", req["call_id"]), limit=1)
-    grant = calls[0].payload.get("grant", "") if calls else ""
+    grant = _call_grant(reader, state)
     if not grant or grant.startswith("implicit:"):
         return current
     from sealbox.access import grant_status

@@ -576,7 +576,7 @@ class RunContext:
         clean_box: list[bool] = []
 
         def build(reader: Any) -> list[EventDraft]:
-            decision, inputs = self._evaluate(reader, server, tool, arguments)
+            decision, inputs = self._evaluate(reader, server, tool, arguments, grant=grant)
             clean_box[:] = [inputs.get("redacted") is False]  # unknown (a guard error): the result is checked
             if decision.effect != "deny" and not grant.startswith("implicit:"):
                 decision = self._check_grant(reader, grant, server, tool, decision)
@@ -650,19 +650,20 @@ class RunContext:
                                    limit=None, reason=why)
 
     def _evaluate(self, reader: Any, server: str, tool: str, arguments: Any,
-                  keep_approval: bool = False) -> tuple[Decision, dict[str, Any]]:
+                  keep_approval: bool = False, grant: str | None = None) -> tuple[Decision, dict[str, Any]]:
         """Decide the call inside the recording transaction. Never raises: any
         failure is a ``guardrail_error`` deny ("no guardrail, no answer").
-        ``keep_approval``: return ``require_approval`` even if this recorder has no approvals mode."""
+        ``keep_approval``: return ``require_approval`` even if this recorder has no approvals mode.
+        ``grant``: the grant the call names (``call.grant``; None: not known, which fails closed)."""
         try:
-            return self._evaluate_unguarded(reader, server, tool, arguments, keep_approval)
+            return self._evaluate_unguarded(reader, server, tool, arguments, keep_approval, grant)
         except Exception as exc:  # noqa: BLE001 - fail closed
             text = f"{type(exc).__name__}: {exception_message(exc)}"
             decision = Decision("deny", "guardrail_error", None, f"the guardrail failed: {text}", self.policy.fingerprint)
             return decision, {"server": server, "tool": tool, "error": text}
 
     def _evaluate_unguarded(self, reader: Any, server: str, tool: str, arguments: Any,
-                            keep_approval: bool = False) -> tuple[Decision, dict[str, Any]]:
+                            keep_approval: bool = False, grant: str | None = None) -> tuple[Decision, dict[str, Any]]:
         if self._cost_error:
             raise PolicyError(f"the run's budgets cannot be enforced: {self._cost_error}")
         now = datetime.now(timezone.utc)
@@ -674,7 +675,7 @@ class RunContext:
             principal=self.principal.to_dict(), agent={"name": self.agent, "attributes": {}},
             run={"id": self.run_id, "labels": self.labels, "started_at": self._started_text(now),
                  "elapsed_s": (now - (self.started_at or now)).total_seconds()},
-            usage=self._usage(reader, server, tool, now), now=now,
+            usage=self._usage(reader, server, tool, now), now=now, grant=grant,
         )
         decision = self.policy.evaluate(ctx)
         if decision.effect == "require_approval" and decision.approval is None:

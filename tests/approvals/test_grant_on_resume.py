@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from approval_helpers import kinds, policy
+from approval_helpers import POLICY, kinds, policy
 
 from sealbox import verify_store
 from sealbox.access import grant_access, revoke
@@ -50,4 +50,35 @@ def test_the_grant_is_checked_again_when_the_run_resumes(store, keys, revoked):
         assert (call.outcome, call.ran, tool.calls) == ("approved", True, ["DELETE FROM t"])
     assert kinds(store, run_id)[-2:] == (["run.resumed", "policy.decision", "run.ended"][-2:] if revoked
                                          else ["tool.result", "run.ended"])
+    assert verify_store(store).ok
+
+
+REQUIRE_GRANT = POLICY.replace("    effect: require_approval\n    approval: {groups: [ops], quorum: 1, expires: 1h}",
+                               "    require_grant: true\n    effect: require_approval\n"
+                               "    approval: {groups: [ops], quorum: 1, expires: 1h}", 1)
+
+
+@pytest.mark.parametrize("explicit", [True, False])
+def test_a_policy_that_came_to_require_a_grant_reevaluates_with_the_calls_grant(store, keys, explicit):
+    """The call is decided again under the new policy on resume, with the grant its tool.call named."""
+    assert REQUIRE_GRANT != POLICY
+    grant = grant_access(store, "agent:bot", "db", "write_query", scope="write") if explicit else None
+    run_id, aid = suspended_call(store, Recorder(store, policy=policy(), approvals="suspend"), grant)
+    answer(store, aid, "approve", "looks fine", keys["alice"])
+    tool = Tool()
+    with Recorder(store, policy=policy(REQUIRE_GRANT), approvals="suspend").resume(
+            run_id, {("db", "write_query"): tool}) as run:
+        (call,) = run.resumed_calls
+    reeval = [e.payload for e in store.read_run(run_id) if e.kind == "policy.decision"][-1]
+    assert reeval["reevaluated"] is True and reeval["rule"] == "writes-need-ops"
+    assert store.resolve(reeval["inputs"])["grant"] == (grant or "implicit:agent:bot")
+    if explicit:
+        assert (call.outcome, call.ran, tool.calls) == ("approved", True, ["DELETE FROM t"])
+        assert (reeval["effect"], reeval["reason_code"]) == ("require_approval", "policy_require_approval")
+    else:
+        assert (call.outcome, call.ran, tool.calls) == ("policy_denied", False, [])
+        assert (reeval["effect"], reeval["reason_code"]) == ("deny", "grant_required")
+        with pytest.raises(ToolDenied) as denied:
+            call.value()
+        assert (denied.value.decision.reason_code, denied.value.decision.rule) == ("grant_required", "writes-need-ops")
     assert verify_store(store).ok

@@ -274,3 +274,41 @@ async def test_an_upstream_echoing_a_redacted_argument_is_recorded_with_its_mark
     assert sealbox.verify_store(store).ok
     store.close()
     assert not any(secret.encode() in p.read_bytes() for p in (tmp_path / "redacting").iterdir() if p.is_file())
+
+
+REQUIRE_GRANT = """
+version: 1
+name: echo-needs-grant
+rules:
+  - id: echo-needs-grant
+    match: {server: toy, tool: echo}
+    require_grant: true
+    effect: allow
+  - id: rest-ok
+    effect: allow
+"""
+
+
+async def test_a_require_grant_rule_denies_every_gateway_call_naming_the_rule(tmp_path, store):
+    """The gateway names no grant, so each of its calls is implicit:<principal>."""
+    policy = Policy.from_text(REQUIRE_GRANT)
+    gw = Gateway(toy_config(tmp_path), store=store, policy=policy)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        denied = await client.call_tool("toy__echo", {"text": "hello"})
+        allowed = await client.call_tool("toy__add", {"a": 1, "b": 2})
+    [run_id] = gateway_runs(store)
+    call, decision = (e.payload for e in store.read_run(run_id)[1:3])
+    reason = ("rule 'echo-needs-grant' requires an explicit grant; the call's grant is implicit:agent:test-client "
+              "(implicit: it names no access grant)")
+    assert denied.is_error is True
+    assert text_of(denied) == f"denied by rule echo-needs-grant (grant_required): {reason} [call {call['call_id']}]"
+    assert denied.meta["sealbox/decision"] == {"rule": "echo-needs-grant", "reason_code": "grant_required",
+                                               "call_id": call["call_id"]}
+    assert (allowed.is_error, text_of(allowed)) == (False, "3")
+    assert toy_log(tmp_path) == [{"tool": "add", "arguments": {"a": 1, "b": 2}}]
+    assert call["grant"] == "implicit:agent:test-client"
+    assert {k: decision[k] for k in ("effect", "reason_code", "rule", "reason", "policy_fingerprint")} == {
+        "effect": "deny", "reason_code": "grant_required", "rule": "echo-needs-grant", "reason": reason,
+        "policy_fingerprint": policy.fingerprint}
+    assert store.resolve(decision["inputs"])["grant"] == "implicit:agent:test-client"
+    assert [k for _, k in kinds(store, run_id)][1:4] == ["tool.call", "policy.decision", "tool.call"]

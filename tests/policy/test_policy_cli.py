@@ -397,3 +397,73 @@ def test_well_formed_agent_run_and_usage_fields_are_accepted(tmp_path, capsys):
                             "cost_day: 0.5}}\n  expect: {effect: deny}\n", "cases.yaml")
     code, out, err = run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases))
     assert (code, err) == (0, ""), out
+
+
+GRANTED = """
+version: 1
+rules:
+  - id: github-needs-grant
+    match: {server: github}
+    require_grant: true
+    effect: allow
+  - id: rest
+    effect: allow
+"""
+
+GRANT_CASES = """
+- name: no grant named is implicit and denied
+  call: {server: github, tool: create_issue, principal: agent:bot}
+  expect: {effect: deny, reason_code: grant_required, rule: github-needs-grant}
+- name: the implicit grant spelled out is the same
+  call: {server: github, tool: create_issue, principal: agent:bot, grant: "implicit:agent:bot"}
+  expect: {effect: deny, reason_code: grant_required, rule: github-needs-grant}
+- name: an explicit grant is allowed (its validity is the recorder's check)
+  call: {server: github, tool: create_issue, principal: agent:bot, grant: grant_0123}
+  expect: {effect: allow, reason_code: policy_allow, rule: github-needs-grant}
+- name: no principal and no grant is a grant not known
+  call: {server: github, tool: create_issue}
+  expect: {effect: deny, reason_code: guardrail_error, rule: github-needs-grant}
+"""
+
+
+def test_policy_test_cases_give_the_calls_grant(tmp_path, capsys):
+    cases = write(tmp_path, GRANT_CASES, "cases.yaml")
+    code, out, err = run_main(capsys, "policy", "test", str(write(tmp_path, GRANTED)), str(cases), "--json")
+    assert (code, err) == (0, "")
+    result = json.loads(out)
+    assert (result["passed"], result["failed"]) == (4, 0)
+    assert [r["decision"]["reason_code"] for r in result["results"]] == [
+        "grant_required", "grant_required", "policy_allow", "guardrail_error"]
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    ("{tool: t, principal: a, grant: 5}",
+     "'call.grant' must be a grant id or 'implicit:<principal id>' (a non-empty string), not int 5"),
+    ("{tool: t, principal: a, grant: ''}",
+     "'call.grant' must be a grant id or 'implicit:<principal id>' (a non-empty string), not str \"\""),
+    ("{tool: t, principal: a, grant: 'implicit:b'}",
+     "'call.grant' 'implicit:b' is not this call's implicit grant: it may name only 'implicit:a', or an access grant id"),
+    ("{tool: t, grant: 'implicit:b'}",
+     "'call.grant' 'implicit:b' is not this call's implicit grant: it may name none (the case gives no principal), "
+     "or an access grant id"),
+])  # fmt: skip
+def test_case_grant_is_checked_as_the_recorder_checks_it(tmp_path, capsys, call, message):
+    cases = write(tmp_path, CASES + f"- name: bad\n  call: {call}\n  expect: {{effect: deny}}\n", "cases.yaml")
+    assert run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases)) == (
+        2, "", f"error: {cases}:10: {message}\n")
+
+
+def test_check_refuses_a_wrongly_typed_require_grant_with_one_line(tmp_path, capsys):
+    path = write(tmp_path, GRANTED.replace("require_grant: true", "require_grant: 'yes'"))
+    assert run_main(capsys, "policy", "check", str(path)) == (
+        2, "", f"error: {path}:5: rules[0].require_grant: 'yes' is not of type 'boolean'\n")
+
+
+def test_explain_takes_the_calls_grant(tmp_path, capsys):
+    path = str(write(tmp_path, GRANTED))
+    base = ("policy", "explain", path, "--server", "github", "--tool", "create_issue", "--principal", "agent:bot")
+    code, out, _ = run_main(capsys, *base, "--json")
+    assert (code, json.loads(out)["decision"]["reason_code"]) == (0, "grant_required")
+    code, out, _ = run_main(capsys, *base, "--grant", "grant_0123", "--json")
+    assert (code, json.loads(out)["decision"]["rule"], json.loads(out)["decision"]["effect"]) == (
+        0, "github-needs-grant", "allow")

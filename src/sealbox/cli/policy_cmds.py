@@ -51,7 +51,7 @@ def _call_from(spec: dict[str, Any], where: str) -> Any:
 
     if not isinstance(spec, dict) or "tool" not in spec:
         raise BadInput(f"{where}: 'call' must be a mapping with at least 'tool'")
-    known = {"server", "tool", "arguments", "principal", "agent", "run", "usage", "now", "redacted"}
+    known = {"server", "tool", "arguments", "principal", "agent", "run", "usage", "now", "redacted", "grant"}
     unknown = sorted(set(spec) - known)
     if unknown:
         raise BadInput(f"{where}: unknown field 'call.{unknown[0]}'")
@@ -69,6 +69,7 @@ def _call_from(spec: dict[str, Any], where: str) -> Any:
     if "arguments" in spec and not isinstance(spec["arguments"], dict):
         raise BadInput(f"{where}: 'call.arguments' must be a mapping, not {_shown(spec['arguments'])}")
     principal = _principal(spec.get("principal"), where, "call.principal")
+    grant = _grant(spec, principal.get("id"), where)
     _check_context(spec, where)
     now = spec.get("now")
     if now is not None:
@@ -82,8 +83,25 @@ def _call_from(spec: dict[str, Any], where: str) -> Any:
         server=str(spec.get("server", "")), tool=str(spec["tool"]), arguments=spec.get("arguments", {}),
         principal=principal, agent=spec.get("agent") or {}, run=spec.get("run") or {},
         usage=spec.get("usage") or {}, now=now or _dt.datetime.now(_dt.timezone.utc),
-        redacted=bool(spec.get("redacted", False)),
+        redacted=bool(spec.get("redacted", False)), grant=grant,
     )  # fmt: skip
+
+
+def _grant(spec: dict[str, Any], principal: Any, where: str) -> str | None:
+    """The case's ``call.grant``, checked as the Recorder checks it. Left out, the call names no
+    grant, as a recorder call without ``grant=``: ``implicit:<principal id>``; with no principal
+    either, the grant is not known (as in inputs recorded before ``call.grant``), which fails closed."""
+    if "grant" not in spec:
+        return f"implicit:{principal}" if principal else None
+    grant = spec["grant"]
+    if not isinstance(grant, str) or not grant:
+        raise BadInput(f"{where}: 'call.grant' must be a grant id or 'implicit:<principal id>' (a non-empty "
+                       f"string), not {_shown(grant)}")
+    if grant.startswith("implicit:") and grant != f"implicit:{principal}":
+        mine = f"only 'implicit:{principal}'" if principal else "none (the case gives no principal)"
+        raise BadInput(f"{where}: 'call.grant' {grant!r} is not this call's implicit grant: it may name {mine}, "
+                       "or an access grant id")
+    return grant
 
 
 _PRINCIPAL_KEYS = ("id", "role", "groups", "attributes")
@@ -253,8 +271,12 @@ def test_cmd(file: str, cases: str, as_json: bool) -> None:
 @click.option("--args", "args_json", default="{}", show_default=True, help="Arguments, as JSON.")
 @click.option("--server", "-s", default="", help="Upstream server id.")
 @click.option("--principal", "-p", default=None, help="Principal id, or a JSON object {id, role, groups, attributes}.")
+@click.option("--grant", "-g", default=None,
+              help="The grant the call names (a grant id). Default: none, so implicit:<principal> "
+                   "(not known without --principal, which a grant-reading rule denies).")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
-def explain_cmd(file: str, tool: str, args_json: str, server: str, principal: str | None, as_json: bool) -> None:
+def explain_cmd(file: str, tool: str, args_json: str, server: str, principal: str | None, grant: str | None,
+                as_json: bool) -> None:
     """Show which rule decides a call and why, rule by rule."""
     from sealbox.policy.analysis import explain
 
@@ -274,7 +296,10 @@ def explain_cmd(file: str, tool: str, args_json: str, server: str, principal: st
         except json.JSONDecodeError as exc:
             raise BadInput(f"--principal is not JSON: {exc}") from exc
     who = _principal(who, "--principal", "principal") or None
-    call = _call_from({"server": server, "tool": tool, "arguments": arguments, "principal": who}, "explain")
+    spec = {"server": server, "tool": tool, "arguments": arguments, "principal": who}
+    if grant is not None:
+        spec["grant"] = grant
+    call = _call_from(spec, "explain")
     decision, steps = explain(policy, call)
     if as_json:
         click.echo(json.dumps({"decision": decision.to_payload(), "steps": steps}, indent=2))

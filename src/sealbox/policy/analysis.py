@@ -79,6 +79,13 @@ def lint(policy: Policy) -> list[PolicyWarning]:
     return out
 
 
+def _effect(rule: Rule, decision: Decision) -> str:
+    """What the deciding rule does: its effect, or the deny of a ``require_grant`` rule."""
+    if rule.require_grant and decision.rule == rule.id and decision.reason_code in ("grant_required", "guardrail_error"):
+        return f"requires an explicit grant: deny ({decision.reason_code})"
+    return f"effect {rule.effect}" + ("; explicit grant named" if rule.require_grant else "")
+
+
 def explain(policy: Policy, call: CallContext) -> tuple[Decision, list[dict[str, Any]]]:
     """Decide ``call`` and say, for every rule, whether it was examined and why it matched or not.
 
@@ -114,12 +121,12 @@ def explain(policy: Policy, call: CallContext) -> tuple[Decision, list[dict[str,
                 decided = True
             else:
                 if ok:
-                    step.update(outcome="decides", why=f"condition true; effect {rule.effect}")
+                    step.update(outcome="decides", why=f"condition true; {_effect(rule, decision)}")
                     decided = True
                 else:
                     step.update(outcome="condition_false", why=f"condition false: {rule.condition.source}")
         else:
-            step.update(outcome="decides", why=f"matches, no condition; effect {rule.effect}")
+            step.update(outcome="decides", why=f"matches, no condition; {_effect(rule, decision)}")
             decided = True
         steps.append(step)
     return decision, steps

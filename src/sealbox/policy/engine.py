@@ -3,10 +3,15 @@
 Precedence: limits are checked first (a trip denies with ``limit_exceeded``);
 then rules are examined in file order and the FIRST rule that matches decides.
 A deny written after a matching allow never runs. No matching rule → deny with
-``no_match``. Any failure while deciding (a condition that raises, returns a
-non-bool, reads oversized input or runs over its time limit, or any unexpected
-exception) → deny with ``guardrail_error``, naming the rule. ``evaluate`` never
-raises.
+``no_match``. A matching rule with ``require_grant: true`` takes its effect only
+for a call that names an explicit grant: a call whose grant is
+``implicit:<principal>`` is denied with ``grant_required``, naming the rule (whether
+an explicit grant is valid is the recorder's grant check, ``grant_invalid``); a call
+whose grant is not known (``CallContext.grant`` is None, as in older inputs) is
+denied with ``guardrail_error``. Any failure while deciding (a condition that
+raises, returns a non-bool, reads oversized input or runs over its time limit, or
+any unexpected exception) → deny with ``guardrail_error``, naming the rule.
+``evaluate`` never raises.
 """
 
 from __future__ import annotations
@@ -58,8 +63,11 @@ class _State:
         if self.variables is None:
             c = self.call
             now = c.now if c.now.tzinfo else c.now.replace(tzinfo=_dt.timezone.utc)
+            call = {"server": c.server, "tool": c.tool, "arguments": c.arguments}
+            if c.grant is not None:  # not known (older inputs): absent, so reading it fails closed
+                call["grant"] = c.grant
             self.variables = {
-                "call": {"server": c.server, "tool": c.tool, "arguments": c.arguments},
+                "call": call,
                 "principal": {**_PRINCIPAL, **(c.principal or {})},
                 "agent": {**_AGENT, **(c.agent or {})},
                 "run": {**_RUN, **(c.run or {})},
@@ -222,6 +230,10 @@ class Policy:
                         continue
                 except _Failure as exc:
                     return "deny", "guardrail_error", rule.id, f"rule {rule.id!r}: {exc}", None, None
+            if rule.require_grant:
+                refusal = _grant_refusal(rule, call.grant)
+                if refusal is not None:
+                    return "deny", refusal[0], rule.id, refusal[1], None, None
             code = _EFFECT_CODES[rule.effect]
             return rule.effect, code, rule.id, _reason(rule), rule.approval, None
         return "deny", "no_match", None, f"no rule matches {call.server}/{call.tool}; default is deny", None, None
@@ -284,6 +296,23 @@ class Policy:
         return bool(value)
 
 
+def _grant_refusal(rule: Rule, grant: Any) -> tuple[str, str] | None:
+    """``(reason_code, reason)`` when a ``require_grant`` rule refuses ``grant``, else ``None``.
+
+    An implicit grant is ``grant_required``; a grant that is not known (inputs recorded before
+    the call's grant was) or not a string is ``guardrail_error``: the guardrail cannot answer.
+    """
+    if isinstance(grant, str) and grant and not grant.startswith("implicit:"):
+        return None
+    if isinstance(grant, str) and grant:
+        return "grant_required", (f"rule {rule.id!r} requires an explicit grant; the call's grant is {grant} "
+                                  "(implicit: it names no access grant)")
+    if grant is None:
+        return "guardrail_error", (f"rule {rule.id!r} requires an explicit grant, and the call's grant is "
+                                   "not known (none given, as in inputs recorded before call.grant)")
+    return "guardrail_error", f"rule {rule.id!r} requires an explicit grant, and the call's grant {grant!r} is not a grant id"
+
+
 def _short(exc: Any) -> str:
     return " ".join(str(exc).split())[:200]
 
@@ -304,6 +333,10 @@ def _compile_rules(specs: list[dict[str, Any]], lines: loader.LineMap, source: s
             raise PolicyLoadError(source, loader.line_of(lines, ("rules", i, "id")), f"duplicate rule id {rid!r}")
         seen[rid] = i
         _check_approval(spec, lines, source, i)
+        if spec.get("require_grant") and spec["effect"] == "deny":
+            where = loader.line_of(lines, ("rules", i, "require_grant"))
+            raise PolicyLoadError(source, where, f"rule {rid!r}: require_grant is only allowed with effect allow or "
+                                  "require_approval (a deny rule denies every call it matches, with or without a grant)")
         condition = None
         if spec["when"] is not None:
             try:

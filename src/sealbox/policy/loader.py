@@ -243,7 +243,7 @@ def _rule(r: dict[str, Any]) -> dict[str, Any]:
             "quorum": approval.get("quorum", 1),
             "expires": parse_duration(approval.get("expires", 3600)),
         }
-    return {
+    out = {
         "id": r["id"],
         "description": r.get("description", ""),
         "match": _match(r.get("match") or {}),
@@ -252,6 +252,9 @@ def _rule(r: dict[str, Any]) -> dict[str, Any]:
         "effect": r["effect"],
         "approval": approval,
     }
+    if r.get("require_grant"):  # written only when true: policies without it keep their fingerprints
+        out["require_grant"] = True
+    return out
 
 
 def _limits(lim: dict[str, Any]) -> dict[str, Any]:

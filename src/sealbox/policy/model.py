@@ -33,6 +33,7 @@ ReasonCode = Literal[
     "approval_unavailable",
     "breaker_open",
     "grant_invalid",
+    "grant_required",
     "approval_denied",
     "approval_expired",
     "approval_insufficient",
@@ -49,6 +50,7 @@ REASON_CODES: tuple[str, ...] = (
     "approval_unavailable",
     "breaker_open",
     "grant_invalid",
+    "grant_required",
     "approval_denied",
     "approval_expired",
     "approval_insufficient",
@@ -123,6 +125,12 @@ class CallContext:
             A missing counter is not enforced (e.g. tokens behind a bare gateway).
         now: the decision time, timezone-aware UTC.
         redacted: True when ``arguments`` hold redaction markers, not the content.
+        grant: the grant the call names (``tool.call`` field ``grant``): an access grant id,
+            or ``"implicit:<principal id>"`` when the caller named none. CEL reads it as
+            ``call.grant``. ``None`` means not known, as in inputs recorded before the field
+            existed: then ``call.grant`` is absent (reading it denies with
+            ``guardrail_error``; ``has(call.grant)`` is false) and a ``require_grant`` rule
+            denies with ``guardrail_error``.
     """
 
     server: str
@@ -134,11 +142,17 @@ class CallContext:
     usage: dict[str, Any] = field(default_factory=dict)
     now: _dt.datetime = field(default_factory=_utcnow)
     redacted: bool = False
+    grant: str | None = None
 
     def to_inputs(self) -> dict[str, Any]:
-        """The inputs of the decision, JSON-ready, to store as a blob for offline re-evaluation."""
+        """The inputs of the decision, JSON-ready, to store as a blob for offline re-evaluation.
+
+        Returns:
+            ``{server, tool, arguments, principal, agent, run, usage, now, redacted}`` (``now``
+            RFC 3339 UTC), plus ``grant`` when it is known (not ``None``).
+        """
         now = self.now if self.now.tzinfo else self.now.replace(tzinfo=_dt.timezone.utc)
-        return {
+        inputs = {
             "server": self.server,
             "tool": self.tool,
             "arguments": self.arguments,
@@ -149,10 +163,23 @@ class CallContext:
             "now": now.astimezone(_dt.timezone.utc).isoformat().replace("+00:00", "Z"),
             "redacted": self.redacted,
         }
+        if self.grant is not None:
+            inputs["grant"] = self.grant
+        return inputs
 
     @classmethod
     def from_inputs(cls, inputs: dict[str, Any]) -> CallContext:
-        """Rebuild a context from :meth:`to_inputs` output (``now`` as RFC 3339)."""
+        """Rebuild a context from :meth:`to_inputs` output (``now`` as RFC 3339).
+
+        Inputs recorded before ``grant`` existed have none: the context's ``grant`` is then
+        ``None`` (not known), and a decision that reads it fails closed (see :class:`CallContext`).
+        A stored ``grant`` is kept as it is, whatever its type: the engine denies a non-string
+        one with ``guardrail_error``.
+
+        Raises:
+            KeyError: ``server`` or ``tool`` is missing.
+            ValueError: ``now`` is a string that is not an RFC 3339 time.
+        """
         now = inputs.get("now")
         if isinstance(now, str):
             now = _dt.datetime.fromisoformat(now.replace("Z", "+00:00"))
@@ -166,6 +193,7 @@ class CallContext:
             usage=dict(inputs.get("usage") or {}),
             now=now or _utcnow(),
             redacted=bool(inputs.get("redacted", False)),
+            grant=inputs.get("grant"),
         )
 
 

@@ -48,7 +48,11 @@ def _in(values: list[Any], value: Any) -> bool:
 
 @dataclass(frozen=True, eq=False)
 class Rule:
-    """One compiled rule. ``index`` is its 0-based position; ``line`` its 1-based line."""
+    """One compiled rule. ``index`` is its 0-based position; ``line`` its 1-based line.
+
+    ``require_grant``: a call it matches must name an explicit grant; one naming
+    ``implicit:<principal>`` is denied with ``grant_required`` (see :mod:`sealbox.policy.engine`).
+    """
 
     id: str
     index: int
@@ -62,6 +66,7 @@ class Rule:
     condition: Condition | None
     approval: ApprovalSpec | None
     spec: dict[str, Any]
+    require_grant: bool = False
 
     @property
     def has_constraints(self) -> bool:
@@ -125,5 +130,5 @@ def build_rule(spec: dict[str, Any], index: int, line: int | None, condition: Co
         id=spec["id"], index=index, line=line, effect=spec["effect"],
         servers=GlobSet(m["server"]), tools=GlobSet(m["tool"]),
         principal=principal, agent=agent, labels=m["labels"],
-        condition=condition, approval=approval, spec=spec,
+        condition=condition, approval=approval, spec=spec, require_grant=bool(spec.get("require_grant", False)),
     )  # fmt: skip

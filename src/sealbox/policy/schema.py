@@ -70,6 +70,7 @@ _RULE = _obj(
         "expensive": {"type": "boolean"},
         "effect": {"enum": ["allow", "deny", "require_approval"]},
         "approval": {**_APPROVAL, "type": ["object", "null"]},
+        "require_grant": {"type": "boolean"},
     },
     required=("id", "effect"),
 )
