@@ -168,3 +168,42 @@ def test_the_reason_code_is_kept_by_tool_denied(store, grant):
                 "grant_required", "github-writes-need-grant")
         else:
             assert run.call_tool("github", "create_issue", {"title": "x"}, Tool(), grant=gid) == "created"
+
+
+@pytest.mark.parametrize("policy", [ALLOW_ALL, REQUIRE], ids=["same-policy", "what-if-policy"])
+def test_a_grant_invalid_decision_re_evaluates_as_grant_invalid_not_allow(store, policy):
+    """The grant check is the recorder's, applied on top of the policy: re-running a grant_invalid
+    decision from its inputs gave the policy's bare answer ("allow"), so an audit under the same
+    policy reported it as different and a what-if listed it as deny -> allow."""
+    gid = grant_access(store, AGENT, "github", "create_*", "repo:write")
+    revoke(store, gid, "key leaked", by="user:security")
+    outcomes, run_id = calls_in_one_run(store, ALLOW_ALL, [gid], Tool())
+    assert outcomes == ["grant_invalid"]
+    [again] = reevaluate_run(store, policy, run_id)
+    [recorded] = decisions(store, run_id)
+    assert (again.same, again.decision.effect, again.decision.reason_code, again.decision.rule) == (
+        True, "deny", "grant_invalid", None)
+    assert again.decision.reason == recorded["reason"]
+    assert whatif_policy(store, policy, [run_id]).changed == ()
+
+
+def test_a_breaker_open_decision_re_evaluates_as_breaker_open(store):
+    """The circuit breaker is the recorder's too: its deny stands on re-evaluation where the
+    policy allows (it applies to allowed calls only)."""
+    from sealbox.policy import CircuitBreaker
+
+    def failing(title):
+        raise ConnectionRefusedError("github is down")
+
+    rec = Recorder(store, ALLOW_ALL, breaker=CircuitBreaker(threshold=1, cooldown_s=3600))
+    with rec.run(agent="deploy-bot", principal=AGENT) as run:
+        with pytest.raises(ConnectionRefusedError):
+            run.call_tool("github", "create_issue", {"title": "x"}, failing)
+        with pytest.raises(ToolDenied) as denied:
+            run.call_tool("github", "create_issue", {"title": "y"}, Tool())
+    assert denied.value.decision.reason_code == "breaker_open"
+    first, second = reevaluate_run(store, ALLOW_ALL, run.run_id)
+    assert (first.same, first.decision.reason_code) == (True, "policy_allow")
+    assert (second.same, second.decision.effect, second.decision.reason_code, second.decision.rule) == (
+        True, "deny", "breaker_open", None)
+    assert whatif_policy(store, ALLOW_ALL, [run.run_id]).changed == ()

@@ -10,6 +10,7 @@ never re-run on a redaction marker.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -62,10 +63,27 @@ def reevaluate(policy: Policy, recorded: dict[str, Any], inputs: Any, *, run_id:
     if inputs.get("redacted") or recorded.get("re_evaluable") is False:
         return Reevaluation(run_id, call_id, step, recorded, None, False,
                             "the decision read content that was redacted before it was recorded")
-    decision = policy.evaluate(CallContext.from_inputs(inputs))
-    if decision.effect == "require_approval" and recorded.get("reason_code") == "approval_unavailable":
-        decision = decision.denied_as("approval_unavailable", decision.reason)
+    decision = _with_recorder_checks(policy.evaluate(CallContext.from_inputs(inputs)), recorded)
     return Reevaluation(run_id, call_id, step, recorded, decision, True)
+
+
+def _with_recorder_checks(decision: Decision, recorded: dict[str, Any]) -> Decision:
+    """The policy's new decision with the denials the recorder added to the recorded one on top
+    of its policy, from facts of that moment the inputs do not hold, applied again where they
+    applied then (sealbox.recorder): ``approval_unavailable`` (no approvals wired) turns a
+    ``require_approval`` into a deny; ``grant_invalid`` (the explicit grant the call named was
+    unknown, revoked, expired or not covering it) turns any decision that is not a deny into
+    that deny, with no rule; ``breaker_open`` (the circuit breaker refused the call) turns an
+    ``allow`` into that deny, with no rule. Without this a same-policy re-evaluation of such a
+    call said "allow", and a what-if listed it as changed (deny → allow)."""
+    code = recorded.get("reason_code")
+    if code == "approval_unavailable" and decision.effect == "require_approval":
+        return decision.denied_as("approval_unavailable", decision.reason)
+    if (code == "grant_invalid" and decision.effect != "deny") or (code == "breaker_open" and decision.effect == "allow"):
+        reason = recorded.get("reason")
+        return dataclasses.replace(decision, effect="deny", reason_code=code, rule=None, approval=None, limit=None,
+                                   reason=reason if isinstance(reason, str) else code)
+    return decision
 
 
 def reevaluate_run(store: Any, policy: Policy, run_id: str) -> Iterator[Reevaluation]:
