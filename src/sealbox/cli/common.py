@@ -115,12 +115,15 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title, show_lines=False)
+    # Text, not str: rich reads a str as console markup, so a recorded value holding '[x]' lost
+    # it and one holding '[/x]' stopped the listing (MarkupError); every cell is shown as recorded
+    table = Table(title=None if title is None else Text(title), show_lines=False)
     for col in columns:
         table.add_column(col)
     for row in rows:
-        table.add_row(*(_cell(row.get(c)) for c in columns))
+        table.add_row(*(Text(_cell(row.get(c))) for c in columns))
     Console(width=_width()).print(table)
 
 
