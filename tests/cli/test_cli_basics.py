@@ -113,7 +113,13 @@ def test_demo_records_prints_and_verifies(tmp_path):
     assert [r["kind"] for r in shown] == ["run.started", "model.call", "tool.call", "policy.decision",
                                           "tool.result", "state.saved", "run.ended"]
     csv_out = run("runs", "show", agent_run["run_id"], "--csv", "-s", str(tmp_path / "ws" / "store")).stdout
-    assert csv_out.splitlines()[0] == "run_seq,step,ts,kind,principal,detail"
+    header, *lines = csv_out.splitlines()
+    assert header == "run_seq,step,ts,kind,principal,tool,decision,duration_us,detail"
+    # the table's tool, decision and duration columns are in the CSV too (they were left out)
+    cells = [line.split(",")[3:8] for line in lines[:5]]
+    assert cells[2:4] == [["tool.call", "agent:support-bot", "db/read_query", "", ""],
+                          ["policy.decision", "agent:support-bot", "", "allow", ""]]
+    assert cells[1] == ["model.call", "agent:support-bot", "", "", str(shown[1]["duration_us"])]
 
 
 def test_help_answers_without_importing_heavy_modules():

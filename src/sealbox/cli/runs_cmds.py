@@ -80,7 +80,8 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
         raise BadInput(f"no run {run_id!r} in this store")
     rows = [_event_row(e, verdicts) for e in events]
     if as_json or as_csv:
-        emit_rows(rows, ["run_seq", "step", "ts", "kind", "principal", "detail"], as_json=as_json, as_csv=as_csv)
+        emit_rows(rows, ["run_seq", "step", "ts", "kind", "principal", "tool", "decision", "duration_us", "detail"],
+                  as_json=as_json, as_csv=as_csv)
         return
     for line in _family(run_id, run):
         click.echo(line)
