@@ -296,7 +296,13 @@ def test_init_chooses_the_content_mode_and_extra_redaction(tmp_path):
     for args, words in ((("--content-mode", "secret"), "Invalid value for '--content-mode'"),
                         (("--redact-pattern", "(unclosed"), "is not a valid regular expression"),
                         (("--content-mode", "full", "--redact-key", "x"), "apply to --content-mode redacted"),
-                        (("--redact-key", ""), "--redact-key is empty")):
+                        (("--redact-key", ""), "--redact-key is empty"),
+                        # a path that names no content field, or has an empty segment, would redact nothing
+                        (("--redact-path", "user.ssn"), "--redact-path: redaction path 'user.ssn' starts with no "
+                         "content field: a path starts with one of about, arguments, detail, inputs, request, "
+                         "response, result, state (e.g. arguments.user.ssn)"),
+                        (("--redact-path", "arguments..ssn"), "redaction path 'arguments..ssn' has an empty segment"),
+                        (("--redact-path", " arguments.ssn"), "starts with no content field")):
         res = _sb("init", str(tmp_path / "bad"), *args)
         assert res.returncode == 2 and words in res.stderr and not (tmp_path / "bad").exists(), res.stderr
 
