@@ -289,3 +289,28 @@ def test_the_system_run_is_not_replayed_or_evaluated(tmp_path, monkeypatch, args
         assert store.size() == before and [r["run_id"] for r in store.runs()] == ["system"]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("source, words", [
+    ("def agent(:\n", "cannot import 'user_agent_mod': it raised SyntaxError: invalid syntax (user_agent_mod.py, line 1)"),
+    ("x = 1\nraise RuntimeError('no config')\n",
+     "cannot import 'user_agent_mod': it raised RuntimeError: no config ({path}, line 2)"),
+])
+def test_cli_replay_agent_module_that_fails_to_import_is_one_line_error(tmp_path, monkeypatch, source, words):
+    # Regression (input: --agent naming a module with a syntax error, or whose top level raises): it was
+    # 'internal error: SyntaxError' (exit 70), as if Sealbox had failed; the file is the user's
+    import subprocess
+
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+    (tmp_path / "user_agent_mod.py").write_text(source)
+    proc = subprocess.run([str(Path(sys.executable).parent / "sealbox"), "replay", "-s", str(tmp_path / "s"), run_id,
+                           "--agent", "user_agent_mod:agent"], capture_output=True, text=True, cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    expected = "error: Invalid value for --agent: " + words.format(path=tmp_path / "user_agent_mod.py") + "\n"
+    assert proc.stderr == expected
+    reader = sealbox.open_store(tmp_path / "s", readonly=True)
+    assert [r["run_id"] for r in reader.runs() if r["replay_of"]] == []  # nothing was recorded
+    reader.close()

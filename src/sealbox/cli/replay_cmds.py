@@ -24,6 +24,9 @@ def load_agent(spec: str) -> Callable[[Any], Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="--agent") from exc
+    except Exception as exc:  # noqa: BLE001 - the user's module failed while imported (SyntaxError, its own code)
+        raise click.BadParameter(f"cannot import {module_name!r}: it raised {_where_raised(exc)}",
+                                 param_hint="--agent") from exc
     fn = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)
@@ -32,6 +35,18 @@ def load_agent(spec: str) -> Callable[[Any], Any]:
     if not callable(fn):
         raise click.BadParameter(f"{spec} is not callable", param_hint="--agent")
     return fn
+
+
+def _where_raised(exc: Exception) -> str:
+    """``Type: message`` of an exception raised by the user's code, with the file and line it was
+    raised at (a SyntaxError names them itself)."""
+    import traceback
+
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, SyntaxError):
+        return text
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{text} ({frames[-1].filename}, line {frames[-1].lineno})" if frames else text
 
 
 def _load_policy(path: str | None) -> Any:
