@@ -314,3 +314,24 @@ def test_cli_replay_agent_module_that_fails_to_import_is_one_line_error(tmp_path
     reader = sealbox.open_store(tmp_path / "s", readonly=True)
     assert [r["run_id"] for r in reader.runs() if r["replay_of"]] == []  # nothing was recorded
     reader.close()
+
+
+def test_cli_whatif_refuses_options_it_would_ignore(tmp_path, capsys):
+    # Regression (input: RUN with --since, RUN with --snapshot): --since was ignored when runs were
+    # named, and named runs were ignored by --snapshot, each answered as if the option were not there
+    from sealbox.cli.main import main
+
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain", snapshot=snapshot("2024-05-13")))
+    store.close()
+    policy = tmp_path / "new.yaml"
+    policy.write_text(NEW_POLICY)
+    for args, words in (
+            (("--policy", str(policy), run_id, "--since", "2099-01-01"),
+             "give RUNs or --since, not both (--since selects every run started since then)"),
+            (("--snapshot", "model.version=2024-05-13", run_id),
+             "--snapshot looks through every recorded run (or those of --since): it takes no RUN")):
+        with pytest.raises(SystemExit) as exc:
+            main(["whatif", "-s", str(tmp_path / "s"), *args])
+        assert exc.value.code == 2
+        assert capsys.readouterr() == ("", f"error: {words}\n")

@@ -179,6 +179,11 @@ def whatif_cmd(store_path: str, run_ids: tuple[str, ...], policy_path: str | Non
 
     if (policy_path is None) == (snapshot_query is None):
         raise ConfigError("give exactly one of --policy FILE or --snapshot FIELD=VALUE")
+    # each of these was silently ignored: the runs named with --since, the runs named with --snapshot
+    if run_ids and since is not None:
+        raise ConfigError("give RUNs or --since, not both (--since selects every run started since then)")
+    if run_ids and snapshot_query is not None:
+        raise ConfigError("--snapshot looks through every recorded run (or those of --since): it takes no RUN")
     if since is not None:
         from sealbox.query import parse_time
 
