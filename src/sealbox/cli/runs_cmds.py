@@ -32,7 +32,7 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
              until: str | None, snapshot: str | None, labels: tuple[str, ...], limit: int, as_json: bool,
              as_csv: bool) -> None:
     """List runs, newest first."""
-    from sealbox.query import parse_labels, parse_time
+    from sealbox.query import label_text, parse_labels, parse_time
 
     wanted = parse_labels(labels)  # user mistakes fail before the store is opened
     if snapshot is not None:
@@ -57,7 +57,7 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
     shown = [{**r, "status": f"{r['status']} ({r['ending']})" if r["ending"] else r["status"],
               "started": r["started_at"][:19].replace("T", " "),
               "parent": (r["parent_run_id"] or "")[:13] + ("…" if r["parent_run_id"] else ""),
-              "labels": ", ".join(f"{k}={v}" for k, v in sorted(r["labels"].items()))} for r in rows]
+              "labels": ", ".join(f"{k}={label_text(v)}" for k, v in sorted(r["labels"].items()))} for r in rows]
     emit_rows(shown, ["run_id", "agent", "status", "events", "started", "parent", "labels"],
               as_json=False, as_csv=False, title="Runs")
 

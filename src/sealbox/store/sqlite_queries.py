@@ -305,7 +305,8 @@ class SqliteQueries:
             status: ``running``, ``suspended``, ``ended``, or how it ended: ``ok``, ``error``, ``cancelled``.
             since, until: bounds on ``started_at`` (as in :meth:`query_calls`).
             snapshot: a snapshot fingerprint or a prefix of it (``sha256:`` optional).
-            labels: ``{"k": "v"}`` or ``["k=v", ...]``; every label must be present with that value.
+            labels: ``{"k": "v"}`` or ``["k=v", ...]``; every label must be present with that value (a
+                label recorded as a number or a boolean compares as its JSON text: ``n=1``, ``ok=true``).
             limit: at most this many runs (the newest).
 
         Returns:
@@ -342,8 +343,8 @@ class SqliteQueries:
         try:
             for rec in cursor:
                 row = _run_row(rec)
-                if (status is None or q.status_matches(status, row["status"], row["ending"])) and all(
-                        row["labels"].get(k) == v for k, v in wanted.items()):
+                if (status is None or q.status_matches(status, row["status"], row["ending"])) and q.labels_match(
+                        row["labels"], wanted):
                     out.append(row)
                     if limit is not None and len(out) >= limit:
                         break
