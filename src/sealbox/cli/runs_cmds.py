@@ -74,11 +74,12 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
         run = store.get_run(run_id)
         events = store.read_run(run_id)
         verdicts = _approval_verdicts(store, events)
+        shown_args = {e.leaf_index: _resolved(store, e.payload.get("arguments")) for e in events if e.kind == "tool.call"}
     finally:
         store.close()
     if run is None and not events:
         raise BadInput(f"no run {run_id!r} in this store")
-    rows = [_event_row(e, verdicts) for e in events]
+    rows = [_event_row(e, verdicts, shown_args.get(e.leaf_index)) for e in events]
     if as_json or as_csv:
         emit_rows(rows, ["run_seq", "step", "ts", "kind", "principal", "tool", "decision", "duration_us", "detail"],
                   as_json=as_json, as_csv=as_csv)
@@ -127,7 +128,20 @@ def _approval_verdicts(store, events: list) -> dict[int, str]:
     return out
 
 
-def _event_row(event, verdicts: dict[int, str] | None = None) -> dict:
+def _resolved(store, value):
+    """A call's arguments as `sealbox calls` shows them: blob references replaced by their content
+    (an argument above the inline size is a blob); a reference is kept where the blob was erased."""
+    from sealbox.errors import SealboxError
+
+    if not isinstance(value, (dict, list)):
+        return value
+    try:
+        return store.resolve(value)
+    except (SealboxError, ValueError):  # erased, or changed below Sealbox (verify says which)
+        return value
+
+
+def _event_row(event, verdicts: dict[int, str] | None = None, arguments=None) -> dict:
     verdict = (verdicts or {}).get(event.leaf_index)
     p = event.payload
     tool = f"{p.get('server')}/{p.get('tool')}" if isinstance(p.get("tool"), str) else ""
@@ -136,7 +150,8 @@ def _event_row(event, verdicts: dict[int, str] | None = None) -> dict:
                    "run.resumed": p.get("waited_us")}.get(event.kind)
     detail = ""
     if event.kind == "tool.call":
-        detail = f"{p.get('server')}/{p.get('tool')} call {p.get('call_id')} args={_short(p.get('arguments'))}"
+        args = p.get("arguments") if arguments is None else arguments
+        detail = f"{p.get('server')}/{p.get('tool')} call {p.get('call_id')} args={_short(args)}"
     elif event.kind == "policy.decision":
         detail = (f"{p.get('effect')} by rule {p.get('rule')} ({p.get('reason_code')})" if p.get("rule") is not None
                   else f"{p.get('effect')}, no rule ({p.get('reason_code')})")  # e.g. the breaker, a limit
