@@ -65,3 +65,70 @@ def test_runs_show_table_shows_bracketed_arguments(store_with_brackets):
     call = next(line for line in proc.stdout.splitlines() if "│ tool.call" in line)
     assert "│ db/read[x] │" in call
     assert """args={"query": "SELECT '[/b]'"}""" in call
+
+
+# Regression (input: recorded text holding terminal control sequences or bidirectional overrides):
+# tables, the runs show header and approvals show printed them raw, so a tool name or an argument
+# chosen by the agent could clear the screen, retitle the terminal, move the cursor over the lines
+# an approver reads before approving, or reverse the text shown after it.
+ESC_TOOL = "write\x1b]0;pwned\x07\x1b[1A\x1b[2K"  # OSC retitle, cursor up, erase line
+BIDI_SQL = "DELETE FROM users -- \u202e;tset_ni_ylno\u202c"
+
+
+@pytest.fixture(scope="module")
+def store_with_controls(tmp_path_factory):
+    import textwrap
+
+    from identity_testkit import admin_key
+
+    from sealbox.approvals import ApprovalPending
+    from sealbox.identities import add_identity
+    from sealbox.policy import Policy
+
+    path = tmp_path_factory.mktemp("controls") / "store"
+    store = init_store(path)
+    add_identity(store, "alice", "approver", ["ops"], key_path=path.parent / "alice.key",
+                 admin_key=admin_key(store, path.parent))
+    policy = Policy.from_text(textwrap.dedent("""
+        version: 1
+        rules:
+          - {id: ask, effect: require_approval, approval: {groups: [ops]}}
+    """))
+    rec = Recorder(store, policy=policy, approvals="suspend")
+    with pytest.raises(ApprovalPending) as pending:
+        with rec.run(agent="bot\x1b[2J", principal="agent:bot") as run:
+            run_id = run.run_id
+            run.call_tool("db", ESC_TOOL, {"query": BIDI_SQL}, lambda **kw: 1)
+    store.close()
+    return str(path), run_id, pending.value.approval_id
+
+
+def _no_controls(text: str) -> None:
+    assert not any(c in text for c in "\x1b\x07\u202e\u202c"), repr(text)
+
+
+def test_approvals_show_escapes_control_sequences_and_bidi_overrides(store_with_controls):
+    path, run_id, approval_id = store_with_controls
+    proc = _sealbox("approvals", "show", approval_id, "-s", path)
+    assert proc.returncode == 0, proc.stderr
+    _no_controls(proc.stdout)
+    lines = proc.stdout.splitlines()
+    assert lines[3].startswith("call       call_") and lines[3].endswith(
+        r"  db/write\x1b]0;pwned\x07\x1b[1A\x1b[2K")
+    assert lines[4] == r'arguments  {"query": "DELETE FROM users -- \u202e;tset_ni_ylno\u202c"}'
+    # --json keeps the recorded text
+    import json
+    doc = json.loads(_sealbox("approvals", "show", approval_id, "-s", path, "--json").stdout)
+    assert (doc["tool"], doc["arguments"]) == (ESC_TOOL, {"query": BIDI_SQL})
+
+
+def test_calls_table_and_runs_show_escape_control_sequences(store_with_controls):
+    path, run_id, _ = store_with_controls
+    calls = _sealbox("calls", "-s", path)
+    assert calls.returncode == 0, calls.stderr
+    _no_controls(calls.stdout)
+    assert r"│ db/write\x1b]0;pwned\x07\x1b[1A\x1b[2K │" in calls.stdout
+    shown = _sealbox("runs", "show", run_id, "-s", path)
+    assert shown.returncode == 0, shown.stderr
+    _no_controls(shown.stdout)
+    assert shown.stdout.splitlines()[0] == rf"run      {run_id}  agent bot\x1b[2J  principal agent:bot  suspended"

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from sealbox.cli.common import BadInput, emit_rows, format_options, open_for_reading, resolve_id, snapshot_ref, store_option
+from sealbox.cli.common import (BadInput, emit_rows, format_options, open_for_reading, resolve_id, snapshot_ref,
+                                store_option, visible)
 
 _STATUSES = ("running", "suspended", "ended", "ok", "error", "cancelled")  # sealbox.query.RUN_STATUSES
 
@@ -85,10 +86,10 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
                   as_json=as_json, as_csv=as_csv)
         return
     for line in _family(run_id, run):
-        click.echo(line)
+        click.echo(visible(line))
     for e in events:
         if e.kind == "run.ended" and _ended_error(e.payload):
-            click.echo(f"error   {_ended_error(e.payload)}")
+            click.echo(visible(f"error   {_ended_error(e.payload)}"))
     emit_rows(rows, ["run_seq", "step", "ts", "kind", "tool", "decision", "duration", "detail"],
               as_json=False, as_csv=False, title=f"Run {run_id}")
 
