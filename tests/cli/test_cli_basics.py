@@ -321,3 +321,15 @@ def test_runs_show_says_no_rule_for_a_decision_without_one(tmp_path):
     res = _sb("runs", "show", run.run_id, "-s", str(tmp_path / "s"), "--json")
     details = {r["kind"]: r["detail"] for r in json.loads(res.stdout)}
     assert details["policy.decision"] == "deny, no rule (limit_exceeded)"
+
+
+@pytest.mark.parametrize("argv, usage", [([], "Usage: sealbox [OPTIONS] COMMAND [ARGS]..."),
+                                         (["runs"], "Usage: sealbox runs [OPTIONS] COMMAND [ARGS]...")])
+def test_a_group_without_a_command_prints_its_help_not_an_error(argv, usage):
+    # Regression (input: `sealbox` or `sealbox runs` alone, the first thing a new user types): the
+    # help came out as "error: Usage: sealbox …", an error that was not one
+    proc = subprocess.run([SEALBOX, *argv], capture_output=True, text=True)
+    shown = proc.stderr or proc.stdout  # click 8.2+ writes it on stderr, 8.1 on stdout
+    assert shown.splitlines()[0] == usage and "Commands:" in shown
+    assert "error" not in shown.splitlines()[0]
+    assert proc.returncode in (0, 2)  # click 8.1 exits 0, click 8.2+ 2 (its own choice, kept)
