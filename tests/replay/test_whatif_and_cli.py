@@ -335,3 +335,19 @@ def test_cli_whatif_refuses_options_it_would_ignore(tmp_path, capsys):
             main(["whatif", "-s", str(tmp_path / "s"), *args])
         assert exc.value.code == 2
         assert capsys.readouterr() == ("", f"error: {words}\n")
+
+
+def test_cli_replay_escapes_control_sequences_of_the_agents_exception(tmp_path, monkeypatch):
+    # Regression (input: an agent exception message holding ESC sequences): printed raw to the terminal
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:broken_loudly")
+    assert out.exit_code == 1
+    assert "\x1b" not in out.output and "\x07" not in out.output
+    assert out.output.splitlines()[1] == r"the agent raised RuntimeError: \x1b[2J\x1b]0;pwned\x07my agent is broken"
+    doc = json.loads(invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:broken_loudly",
+                            "--json").output)
+    assert doc["agent_error"]["message"] == "\x1b[2J\x1b]0;pwned\x07my agent is broken"  # --json keeps it

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import click
 
-from sealbox.cli.common import echo_json, emit_rows, open_for_reading, open_for_writing, store_option, resolve_id
+from sealbox.cli.common import echo_json, emit_rows, open_for_reading, open_for_writing, resolve_id, store_option, visible
 
 
 def load_agent(spec: str) -> Callable[[Any], Any]:
@@ -142,20 +142,21 @@ def _shown(message: str) -> str:
 
 
 def _print_result(result: Any, render: Callable[[Any], str]) -> None:
+    echo = lambda text: click.echo(visible(text))  # noqa: E731 - recorded and agent text never drives the terminal
     head = "reproduced" if result.reproduced else "NOT reproduced"
-    click.echo(f"{head}: {result.steps_compared} step(s) matched; replay run {result.new_run_id or '(not started)'}")
+    echo(f"{head}: {result.steps_compared} step(s) matched; replay run {result.new_run_id or '(not started)'}")
     if result.agent_error:
-        click.echo(f"the agent raised {result.agent_error['type']}: {_shown(result.agent_error['message'])}")
+        echo(f"the agent raised {result.agent_error['type']}: {_shown(result.agent_error['message'])}")
     if result.config_drift:
-        click.echo(f"configuration differs from the record in {len(result.config_drift)} field(s):")
+        echo(f"configuration differs from the record in {len(result.config_drift)} field(s):")
         for d in result.config_drift:
-            click.echo(f"  {d.path}: {json.dumps(d.a, default=str)} -> {json.dumps(d.b, default=str)}")
+            echo(f"  {d.path}: {json.dumps(d.a, default=str)} -> {json.dumps(d.b, default=str)}")
     if result.unreplayable:
-        click.echo("steps that cannot be replayed from the record:")
+        echo("steps that cannot be replayed from the record:")
         for u in result.unreplayable:
-            click.echo(f"  step {u.step} ({u.kind} {u.name}): {u.reason}")
+            echo(f"  step {u.step} ({u.kind} {u.name}): {u.reason}")
     if result.divergence is not None:
-        click.echo(render(result.divergence))
+        echo(render(result.divergence))
 
 
 @click.command("whatif")
