@@ -50,7 +50,13 @@ def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_key
     path = path or os.environ.get("SEALBOX_STORE") or DEFAULT_STORE
     if os.path.exists(path) and not os.path.isdir(path):
         raise BadInput(f"{path} is a file: `sealbox init` creates a folder (give a new or empty folder's path)")
-    store = init_store(path, origin=origin, content=content)
+    from sealbox.errors import NoteError
+
+    try:
+        store = init_store(path, origin=origin, content=content)
+    except NoteError:  # checked before anything is created
+        raise BadInput(f"--origin {origin!r} cannot name the log's key: it may not hold '+', spaces or control "
+                       "characters (e.g. example.com/agents)") from None
     vkey = store.pinned_vkey()
     store.close()
     click.echo(f"Created a Sealbox store in {path}")
