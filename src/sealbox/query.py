@@ -42,6 +42,8 @@ __all__ = [
     "parse_match",
     "compile_matches",
     "parse_labels",
+    "label_text",
+    "labels_match",
     "glob_literal_prefix",
     "glob_match",
     "prefix_upper_bound",
@@ -229,6 +231,19 @@ def parse_labels(items: Iterable[str] | dict[str, str] | None) -> dict[str, str]
             raise ConfigError(f"label: {item!r} is not KEY=VALUE")
         out[key.strip()] = val
     return out
+
+
+def label_text(value: Any) -> str:
+    """A run label's value as a ``KEY=VALUE`` filter compares it and a listing shows it: a string as
+    it is, any other value (a label recorded as ``1`` or ``true``) as its JSON text (keys sorted)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def labels_match(labels: Any, wanted: dict[str, str]) -> bool:
+    """Whether a run's ``labels`` hold every ``wanted`` key with that value (compared as :func:`label_text`)."""
+    if not isinstance(labels, dict):
+        return not wanted
+    return all(key in labels and label_text(labels[key]) == value for key, value in wanted.items())
 
 
 def glob_literal_prefix(pattern: str) -> tuple[str, bool]:

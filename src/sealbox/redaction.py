@@ -61,6 +61,23 @@ DEFAULT_PATTERNS = (
 )
 
 
+#: The content fields a redaction path may start with (``CONTENT_FIELDS`` of
+#: :mod:`sealbox.events`, and a note's ``about``).
+PATH_ROOTS = ("about", "arguments", "detail", "inputs", "request", "response", "result", "state")
+
+
+def path_problem(path: str) -> str:
+    """Why a redaction ``path`` could never redact anything ('' when it could): an empty segment,
+    or a first segment that names no content field (``user.ssn`` for ``arguments.user.ssn``)."""
+    parts = path.split(".")
+    if any(not part for part in parts):
+        return f"redaction path {path!r} has an empty segment (e.g. arguments.user.ssn)"
+    if not any(fnmatch.fnmatchcase(root, parts[0]) for root in PATH_ROOTS):
+        return (f"redaction path {path!r} starts with no content field: a path starts with one of "
+                f"{', '.join(PATH_ROOTS)} (e.g. arguments.{path})")
+    return ""
+
+
 @dataclass(frozen=True)
 class ContentPolicy:
     """A store's content settings.

@@ -125,3 +125,16 @@ def test_local_grant_and_errors(store_dir, tmp_path):
                        "--expires", "yesterday-ish"), "expires_at")
     one_error_line(cli("access", "list", "-s", str(tmp_path / "nostore")), "does not exist")
     assert cli("access", "--help").returncode == 0
+
+
+def test_show_escapes_control_sequences(store_dir):
+    # Regression (input: a tool glob and a --by holding ESC/BEL sequences): access show printed them raw
+    gid = cli("access", "grant", "-s", store_dir, "--principal", "agent:x", "--server", "db",
+              "--tool", "q\x1b]0;t\x07", "--by", "user:a\x1b[2J").stdout.strip()
+    proc = cli("access", "show", gid, "-s", store_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[3] == r"tool       db/q\x1b]0;t\x07"
+    assert lines[7].endswith(r" by user:a\x1b[2J")
+    assert json.loads(cli("access", "show", gid, "-s", store_dir, "--json").stdout)["tool"] == "q\x1b]0;t\x07"

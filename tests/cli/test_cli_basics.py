@@ -113,7 +113,13 @@ def test_demo_records_prints_and_verifies(tmp_path):
     assert [r["kind"] for r in shown] == ["run.started", "model.call", "tool.call", "policy.decision",
                                           "tool.result", "state.saved", "run.ended"]
     csv_out = run("runs", "show", agent_run["run_id"], "--csv", "-s", str(tmp_path / "ws" / "store")).stdout
-    assert csv_out.splitlines()[0] == "run_seq,step,ts,kind,principal,detail"
+    header, *lines = csv_out.splitlines()
+    assert header == "run_seq,step,ts,kind,principal,tool,decision,duration_us,detail"
+    # the table's tool, decision and duration columns are in the CSV too (they were left out)
+    cells = [line.split(",")[3:8] for line in lines[:5]]
+    assert cells[2:4] == [["tool.call", "agent:support-bot", "db/read_query", "", ""],
+                          ["policy.decision", "agent:support-bot", "", "allow", ""]]
+    assert cells[1] == ["model.call", "agent:support-bot", "", "", str(shown[1]["duration_us"])]
 
 
 def test_help_answers_without_importing_heavy_modules():
@@ -290,7 +296,13 @@ def test_init_chooses_the_content_mode_and_extra_redaction(tmp_path):
     for args, words in ((("--content-mode", "secret"), "Invalid value for '--content-mode'"),
                         (("--redact-pattern", "(unclosed"), "is not a valid regular expression"),
                         (("--content-mode", "full", "--redact-key", "x"), "apply to --content-mode redacted"),
-                        (("--redact-key", ""), "--redact-key is empty")):
+                        (("--redact-key", ""), "--redact-key is empty"),
+                        # a path that names no content field, or has an empty segment, would redact nothing
+                        (("--redact-path", "user.ssn"), "--redact-path: redaction path 'user.ssn' starts with no "
+                         "content field: a path starts with one of about, arguments, detail, inputs, request, "
+                         "response, result, state (e.g. arguments.user.ssn)"),
+                        (("--redact-path", "arguments..ssn"), "redaction path 'arguments..ssn' has an empty segment"),
+                        (("--redact-path", " arguments.ssn"), "starts with no content field")):
         res = _sb("init", str(tmp_path / "bad"), *args)
         assert res.returncode == 2 and words in res.stderr and not (tmp_path / "bad").exists(), res.stderr
 
@@ -309,3 +321,15 @@ def test_runs_show_says_no_rule_for_a_decision_without_one(tmp_path):
     res = _sb("runs", "show", run.run_id, "-s", str(tmp_path / "s"), "--json")
     details = {r["kind"]: r["detail"] for r in json.loads(res.stdout)}
     assert details["policy.decision"] == "deny, no rule (limit_exceeded)"
+
+
+@pytest.mark.parametrize("argv, usage", [([], "Usage: sealbox [OPTIONS] COMMAND [ARGS]..."),
+                                         (["runs"], "Usage: sealbox runs [OPTIONS] COMMAND [ARGS]...")])
+def test_a_group_without_a_command_prints_its_help_not_an_error(argv, usage):
+    # Regression (input: `sealbox` or `sealbox runs` alone, the first thing a new user types): the
+    # help came out as "error: Usage: sealbox …", an error that was not one
+    proc = subprocess.run([SEALBOX, *argv], capture_output=True, text=True)
+    shown = proc.stderr or proc.stdout  # click 8.2+ writes it on stderr, 8.1 on stdout
+    assert shown.splitlines()[0] == usage and "Commands:" in shown
+    assert "error" not in shown.splitlines()[0]
+    assert proc.returncode in (0, 2)  # click 8.1 exits 0, click 8.2+ 2 (its own choice, kept)

@@ -467,3 +467,14 @@ def test_explain_takes_the_calls_grant(tmp_path, capsys):
     code, out, _ = run_main(capsys, *base, "--grant", "grant_0123", "--json")
     assert (code, json.loads(out)["decision"]["rule"], json.loads(out)["decision"]["effect"]) == (
         0, "github-needs-grant", "allow")
+
+
+@pytest.mark.parametrize("extra, field", [("expetc: {rule: nope}", "expetc"), ("note: why", "note")])
+def test_subprocess_unknown_case_field_is_a_bad_cases_file_exit_2(tmp_path, extra, field):
+    # Regression (input: a misspelt case key beside a valid expect): the key was ignored, so the
+    # expectation written under it was never checked and the case passed
+    cases = write(tmp_path, CASES + f"- name: typo\n  call: {{tool: t}}\n  expect: {{effect: deny}}\n  {extra}\n",
+                  "cases.yaml")
+    proc = sealbox_main("policy", "test", str(write(tmp_path, POLICY)), str(cases))
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"error: {cases}:10: unknown field '{field}' (a case has name, call, expect)\n"

@@ -26,7 +26,7 @@ from sealbox.approvals import ApprovalPending, _now, _utc, answer, signed_fields
 from sealbox.events import SYSTEM_RUN_ID
 from sealbox.identities import add_identity, load_key, sign_fields
 from sealbox.ledger.checkpoint import Signer, generate_key
-from sealbox.policy import Policy
+from sealbox.policy import ALLOW_ALL, Policy
 from sealbox.recorder import Recorder
 from identity_testkit import admin_key
 
@@ -194,3 +194,37 @@ def test_runs_show_and_the_report_mark_an_uncounted_answer_with_its_problem(stor
     assert [r["detail"] for r in json.loads(proc.stdout) if r["kind"].startswith("approval.")] == [
         f"approval {aid}: pending", "approve by alice (counts)",
         "approve by mallory (does not count: unknown_identity)"]
+
+
+def test_match_on_approvers_and_flags_finds_the_calls_they_approved(store, alice, tmp_path):
+    # Regression (input: --match approvers~NAME / flags~CODE): the matches were tested before the
+    # approvers were attached, so they matched no call at all
+    admin = admin_key(store, tmp_path)
+    ops = add_identity(store, "ops-oncall", "approver", ["ops"], shared=True, key_path=tmp_path / "ops.key",
+                       admin_key=admin).key_path
+    first_run, first, _ = held_call(store)
+    answer(store, first, "approve", "checked", alice)
+    answer(store, first, "approve", "checked too", ops)
+    second_run, second, request = held_call(store)
+    answer(store, second, "approve", "checked", alice)
+    forged_answer(store, request, unsigned_identity(store, "mallory"), "mallory")  # does not count
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot", principal="agent:bot") as plain:
+        plain.call_tool("db", "write_query", {"query": "DELETE FROM alice"}, lambda query: "ok")  # no approval
+
+    def run_ids(*matches: str, limit: int | None = None) -> list[str]:
+        return [row["run_id"] for row in store.query_calls(match=matches, limit=limit)]
+
+    assert run_ids("approvers~alice") == [first_run, second_run]
+    assert run_ids("approvers.identity~^ops-oncall$") == [first_run]
+    assert run_ids("flags~shared_identity") == [first_run]
+    assert run_ids("approvers.identity~mallory") == []  # an uncounted answer is not an approver
+    assert run_ids("approvers~alice", limit=1) == [second_run]
+    assert run_ids("approvers~alice", "arguments.query~DELETE", "flags~shared") == [first_run]
+    (row,) = store.query_calls(match=["flags~shared"])
+    assert [a["identity"] for a in row["approvers"]] == ["alice", "ops-oncall"]
+    assert row["flags"] == ["shared_identity"] and row["uncounted"] == []
+    store.close()
+    proc = subprocess.run([SEALBOX, "calls", "-s", str(tmp_path / "store"), "--match", "approvers~ops-oncall", "--json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["run_id"] for r in json.loads(proc.stdout)] == [first_run]

@@ -8,7 +8,7 @@ import io
 import json
 
 import pytest
-from query_helpers import ids, sealbox
+from query_helpers import BIG_TEXT, ids, sealbox
 
 
 def ok_json(*args: str):
@@ -331,3 +331,14 @@ def test_snapshot_prefixes_are_case_insensitive_and_runs_list_asks_the_same_mini
                           f"--snapshot '{fp[7:9]}' is too short: a snapshot prefix needs at least 8 hex digits")
     listed = ok_json("runs", "list", "--snapshot", "SHA256:" + fp[7:23].upper(), "--json", "-s", str(recorded.path))
     assert [r["snapshot"] for r in listed] and {r["snapshot"] for r in listed} == {fp}
+
+
+def test_runs_show_detail_shows_an_argument_kept_as_a_blob_as_calls_does(recorded):
+    # Regression (input: a tool argument above the inline size): the timeline showed
+    # args={"query": ..., "text": {"$blob": "sha256:…"}} where `sealbox calls` showed the text
+    rows = ok_json("runs", "show", recorded.runs["B"], "-s", str(recorded.path), "--json")
+    (b4,) = [r for r in rows if r["kind"] == "tool.call" and r["payload"]["call_id"] == "b4"]
+    assert b4["detail"] == 'db/read_query call b4 args={"query": "SELECT note FROM notes", "text": "lorem ipsum lo…'
+    assert set(b4["payload"]["arguments"]["text"]) == {"$blob"}  # --json keeps the event's payload as recorded
+    (call,) = ok_json("calls", "-s", str(recorded.path), "--match", "arguments.text~needle-7731", "--json")
+    assert call["arguments"]["text"] == BIG_TEXT

@@ -91,3 +91,39 @@ def test_get_run_names_parent_and_children(store, recorded):
     b = store.get_run(recorded.runs["B"])
     assert (b["parent_run_id"], b["children"], b["ending"]) == (recorded.runs["A"], [], "ok")
     assert store.get_run("no-such-run") is None
+
+
+def test_a_label_recorded_as_a_number_or_boolean_is_found_by_its_json_text(tmp_path):
+    # Regression (input: Recorder.run(labels={"n": 1, "ok": True})): the event schema keeps any JSON
+    # value, the table showed n=1, but --label n=1 compared "1" with 1 and found no run
+    import json
+    import subprocess
+
+    from query_helpers import sealbox
+
+    from sealbox import init_store
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.query import label_text, labels_match
+    from sealbox.recorder import Recorder
+
+    store = init_store(tmp_path / "s")
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="typed", labels={"n": 1, "ok": True, "env": "prod", "none": None}) as run:
+        typed = run.run_id
+    with rec.run(agent="text", labels={"n": "1", "ok": "True"}) as run:
+        text = run.run_id
+
+    def found(*labels: str) -> list[str]:
+        return [r["run_id"] for r in store.query_runs(labels=list(labels)) if r["agent"] in ("typed", "text")]
+
+    assert found("n=1") == [text, typed]
+    assert found("ok=true") == [typed] and found("ok=True") == [text]
+    assert found("n=1", "env=prod") == [typed]
+    assert found("none=null") == [typed] and found("missing=null") == []
+    assert (label_text(1.5), label_text([1, "a"]), label_text("x")) == ("1.5", '[1, "a"]', "x")
+    assert labels_match({"k": 2}, {"k": "2"}) and not labels_match({}, {"k": "2"}) and labels_match({}, {})
+    store.close()
+    proc = sealbox("runs", "list", "-s", str(tmp_path / "s"), "--label", "ok=true", "--json")
+    assert [r["run_id"] for r in json.loads(proc.stdout)] == [typed]
+    table = sealbox("runs", "list", "-s", str(tmp_path / "s"), "--agent", "typed").stdout
+    assert "env=prod, n=1, none=null, ok=true" in table

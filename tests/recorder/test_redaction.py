@@ -659,3 +659,25 @@ def test_acall_tool_scrubs_an_echoed_secret_too(tmp_path):
     result = events_of(store, run_id, "tool.result")[0]
     assert store.resolve(result.payload)["result"] == [mark, {"t": mark}]
     assert_nowhere(store, tmp_path / "store", [ACCESS])
+
+
+@pytest.mark.parametrize("path, problem", [
+    ("arguments.user.ssn", ""), ("request.messages.*.content", ""), ("*.ssn", ""), ("res*.token", ""),
+    ("about.customer", ""), ("user.ssn", "redaction path 'user.ssn' starts with no content field"),
+    ("ssn", "redaction path 'ssn' starts with no content field"),
+    ("arguments..ssn", "redaction path 'arguments..ssn' has an empty segment"),
+    ("arguments.", "redaction path 'arguments.' has an empty segment"),
+])
+def test_path_problem_names_a_path_that_could_never_redact(path, problem):
+    # Regression (input: --redact-path without its content field): init kept 'user.ssn' and
+    # the store then recorded arguments.user.ssn in clear
+    from sealbox.redaction import path_problem
+
+    assert path_problem(path)[:len(problem)] == problem and bool(path_problem(path)) == bool(problem)
+
+
+def test_every_path_root_is_a_field_the_store_redacts(tmp_path):
+    from sealbox.events import CONTENT_FIELDS
+    from sealbox.redaction import PATH_ROOTS
+
+    assert set(PATH_ROOTS) == {name for names in CONTENT_FIELDS.values() for name in names} | {"about"}

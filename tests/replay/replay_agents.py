@@ -272,6 +272,11 @@ def broken(run: Any) -> Any:
     raise RuntimeError("my agent is broken")
 
 
+def broken_loudly(run: Any) -> Any:
+    """An agent whose exception message holds terminal control sequences (clear screen, retitle)."""
+    raise RuntimeError("\x1b[2J\x1b]0;pwned\x07my agent is broken")
+
+
 def sdk(run: Any) -> Any:
     """``sealbox replay RUN --agent replay_agents:sdk``."""
     return sdk_agent()(run)

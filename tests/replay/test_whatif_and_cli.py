@@ -289,3 +289,65 @@ def test_the_system_run_is_not_replayed_or_evaluated(tmp_path, monkeypatch, args
         assert store.size() == before and [r["run_id"] for r in store.runs()] == ["system"]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("source, words", [
+    ("def agent(:\n", "cannot import 'user_agent_mod': it raised SyntaxError: invalid syntax (user_agent_mod.py, line 1)"),
+    ("x = 1\nraise RuntimeError('no config')\n",
+     "cannot import 'user_agent_mod': it raised RuntimeError: no config ({path}, line 2)"),
+])
+def test_cli_replay_agent_module_that_fails_to_import_is_one_line_error(tmp_path, monkeypatch, source, words):
+    # Regression (input: --agent naming a module with a syntax error, or whose top level raises): it was
+    # 'internal error: SyntaxError' (exit 70), as if Sealbox had failed; the file is the user's
+    import subprocess
+
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+    (tmp_path / "user_agent_mod.py").write_text(source)
+    proc = subprocess.run([str(Path(sys.executable).parent / "sealbox"), "replay", "-s", str(tmp_path / "s"), run_id,
+                           "--agent", "user_agent_mod:agent"], capture_output=True, text=True, cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    expected = "error: Invalid value for --agent: " + words.format(path=tmp_path / "user_agent_mod.py") + "\n"
+    assert proc.stderr == expected
+    reader = sealbox.open_store(tmp_path / "s", readonly=True)
+    assert [r["run_id"] for r in reader.runs() if r["replay_of"]] == []  # nothing was recorded
+    reader.close()
+
+
+def test_cli_whatif_refuses_options_it_would_ignore(tmp_path, capsys):
+    # Regression (input: RUN with --since, RUN with --snapshot): --since was ignored when runs were
+    # named, and named runs were ignored by --snapshot, each answered as if the option were not there
+    from sealbox.cli.main import main
+
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain", snapshot=snapshot("2024-05-13")))
+    store.close()
+    policy = tmp_path / "new.yaml"
+    policy.write_text(NEW_POLICY)
+    for args, words in (
+            (("--policy", str(policy), run_id, "--since", "2099-01-01"),
+             "give RUNs or --since, not both (--since selects every run started since then)"),
+            (("--snapshot", "model.version=2024-05-13", run_id),
+             "--snapshot looks through every recorded run (or those of --since): it takes no RUN")):
+        with pytest.raises(SystemExit) as exc:
+            main(["whatif", "-s", str(tmp_path / "s"), *args])
+        assert exc.value.code == 2
+        assert capsys.readouterr() == ("", f"error: {words}\n")
+
+
+def test_cli_replay_escapes_control_sequences_of_the_agents_exception(tmp_path, monkeypatch):
+    # Regression (input: an agent exception message holding ESC sequences): printed raw to the terminal
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:broken_loudly")
+    assert out.exit_code == 1
+    assert "\x1b" not in out.output and "\x07" not in out.output
+    assert out.output.splitlines()[1] == r"the agent raised RuntimeError: \x1b[2J\x1b]0;pwned\x07my agent is broken"
+    doc = json.loads(invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:broken_loudly",
+                            "--json").output)
+    assert doc["agent_error"]["message"] == "\x1b[2J\x1b]0;pwned\x07my agent is broken"  # --json keeps it

@@ -532,3 +532,22 @@ def test_a_corrupt_signing_key_names_the_file(store_copy: Path, content: bytes, 
     assert str(store_copy / "log.key") in line
     assert_unchanged(before, snapshot_dir(store_copy), allow_sqlite_side_files=True)
     assert cli("verify", "-s", str(store_copy)).returncode == 0  # reading and verifying need no signing key
+
+
+@pytest.mark.parametrize("origin", ["a+b", "has space", "tab\there", "line\nbreak"])
+def test_init_with_an_origin_that_is_no_key_name_creates_nothing(tmp_path: Path, origin: str) -> None:
+    """Regression (input: --origin with '+', a space or a control character): init failed after it had
+    created the folder and an empty sealbox.db, so the retry without the bad origin was refused
+    ("already holds a file sealbox.db that is not a Sealbox store") until the user cleaned up."""
+    from sealbox import init_store
+    from sealbox.errors import NoteError
+
+    with pytest.raises(NoteError):
+        init_store(tmp_path / "api", origin=origin)
+    assert not (tmp_path / "api").exists()
+    res = cli("init", str(tmp_path / "cli"), "--origin", origin)
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == (f"error: --origin {origin!r} cannot name the log's key: it may not hold '+', spaces or "
+                          "control characters (e.g. example.com/agents)\n")
+    assert not (tmp_path / "cli").exists()
+    assert cli("init", str(tmp_path / "cli")).returncode == 0  # the retry works

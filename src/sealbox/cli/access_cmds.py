@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from sealbox.cli.common import echo_json, emit_rows, format_options, open_for_reading, open_for_writing, store_option
+from sealbox.cli.common import (echo_json, emit_rows, format_options, open_for_reading, open_for_writing, store_option,
+                                visible)
 
 #: Exit code of ``revoke`` / ``retry`` when the grant is revoked locally but not confirmed at its provider.
 EXIT_PENDING = 3
@@ -116,14 +117,15 @@ def list_cmd(store_path: str, as_json: bool, as_csv: bool) -> None:
 
 
 def _print_show(row: dict[str, Any]) -> None:
-    click.echo(f"grant      {row['grant_id']}")
-    click.echo(f"status     {row['status']}")
-    click.echo(f"principal  {row['principal']}")
-    click.echo(f"tool       {row['server']}/{row['tool']}")
-    click.echo(f"scope      {json.dumps(row['scope']) if row['scope'] is not None else '(none)'}")
-    click.echo(f"expires    {row['expires_at'] or '(never)'}")
-    click.echo(f"provider   {row['provider'] or '(none)'}  credential {row['credential']}")
-    click.echo(f"granted    {row['granted_at']} by {row['granted_by']}")
+    echo = lambda text: click.echo(visible(text))  # noqa: E731 - a provider's error text never drives the terminal
+    echo(f"grant      {row['grant_id']}")
+    echo(f"status     {row['status']}")
+    echo(f"principal  {row['principal']}")
+    echo(f"tool       {row['server']}/{row['tool']}")
+    echo(f"scope      {json.dumps(row['scope']) if row['scope'] is not None else '(none)'}")
+    echo(f"expires    {row['expires_at'] or '(never)'}")
+    echo(f"provider   {row['provider'] or '(none)'}  credential {row['credential']}")
+    echo(f"granted    {row['granted_at']} by {row['granted_by']}")
     for s in row["steps"]:
         line = f"  {s['ts']}  {s['step']:<9} by {s['by']}"
         if s.get("reason"):
@@ -139,7 +141,7 @@ def _print_show(row: dict[str, Any]) -> None:
                     for t in detail["tokens"])
             if detail.get("error"):
                 line += f"  error: {detail['error']}"
-        click.echo(line)
+        echo(line)
 
 
 @access_group.command("show")

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from sealbox.cli.common import echo_json, emit_rows, format_options, open_for_reading, open_for_writing, store_option, resolve_id
+from sealbox.cli.common import (echo_json, emit_rows, format_options, open_for_reading, open_for_writing, resolve_id,
+                                store_option, visible)
 
 
 def _open_listing(path: str):
@@ -81,12 +82,12 @@ def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
                          ("rule", row["rule"]), ("asked", asked),
                          ("quorum", row["quorum"]), ("requested", f"{row['requested_at']} by {row['requested_by']}"),
                          ("expires", row["expires_at"]), ("decided by", ", ".join(row["decided_by"]) or "-")):
-        click.echo(f"{label:<10} {value}")
+        click.echo(visible(f"{label:<10} {value}"))  # what an approver reads: recorded text never drives the terminal
     for a in row["answers"]:
         state_text = "counts" if a["counted"] else f"does not count: {a['problem']}"
-        click.echo(f"answer     {a['answered_at']} {a['identity']} {a['decision']} ({state_text}): {a['reason']}")
+        click.echo(visible(f"answer     {a['answered_at']} {a['identity']} {a['decision']} ({state_text}): {a['reason']}"))
         for f in a["flags"]:
-            click.echo(f"  flag     {f.get('code')}: {json.dumps(f.get('evidence'), ensure_ascii=False)}")
+            click.echo(visible(f"  flag     {f.get('code')}: {json.dumps(f.get('evidence'), ensure_ascii=False)}"))
 
 
 def _answer(decision: str, approval_id: str, reason: str, key_file: str, binding: str | None, window: float,

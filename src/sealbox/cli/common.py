@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import sys
 from typing import Any, Callable, Iterable, Sequence
 
@@ -115,13 +116,36 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title, show_lines=False)
+    # Text, not str: rich reads a str as console markup, so a recorded value holding '[x]' lost
+    # it and one holding '[/x]' stopped the listing (MarkupError); every cell is shown as recorded
+    table = Table(title=None if title is None else Text(visible(title)), show_lines=False)
     for col in columns:
         table.add_column(col)
     for row in rows:
-        table.add_row(*(_cell(row.get(c)) for c in columns))
+        table.add_row(*(Text(visible(_cell(row.get(c)))) for c in columns))
     Console(width=_width()).print(table)
+
+
+#: Characters a terminal acts on instead of showing: C0 controls but newline and tab (ESC starts
+#: the sequences that move the cursor, clear the screen, retitle the window or make a hyperlink),
+#: DEL and C1 controls (U+009B is a one-character CSI), and the bidirectional marks, embeddings,
+#: overrides and isolates that reorder the text shown around them.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` as a human listing prints it: each character of :data:`_UNSAFE` written as its
+    escape (``\\x1b``, ``\\u202e``), so that text recorded from an agent (a tool name, an argument,
+    an error message) cannot drive the investigator's terminal or disguise itself. ``--json``
+    and ``--csv`` keep the text as recorded."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def _escape(found: re.Match) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _cell(value: Any) -> str:

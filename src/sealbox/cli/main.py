@@ -61,6 +61,11 @@ def cli() -> None:
     """Sealbox: a tamper-evident flight recorder for AI agents."""
 
 
+#: What click 8.2+ raises for a group called without a command (click 8.1 printed the help and exited 0).
+_NO_ARGS_IS_HELP: tuple[type[BaseException], ...] = tuple(
+    filter(None, [getattr(click.exceptions, "NoArgsIsHelpError", None)]))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; turn Sealbox errors into one line on stderr and exit code 2."""
     from sealbox.errors import SealboxError
@@ -72,6 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("error: aborted", err=True)
         sys.exit(130)
+    except _NO_ARGS_IS_HELP as exc:  # `sealbox`, `sealbox runs`: the help, as click prints it, not "error: Usage: …"
+        click.echo(exc.format_message(), err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)

@@ -189,6 +189,7 @@ def _shown(value: Any) -> str:
 
 
 _EXPECT_KEYS = ("effect", "rule", "reason_code")
+_CASE_KEYS = ("name", "call", "expect")
 
 
 def _check_expect(expect: Any, where: str) -> dict[str, Any]:
@@ -246,6 +247,9 @@ def test_cmd(file: str, cases: str, as_json: bool) -> None:
         where = f"{cases}:{lines[i]}"
         if not isinstance(case, dict) or "call" not in case or "expect" not in case:
             raise BadInput(f"{where}: a case needs 'call' and 'expect'")
+        unknown = sorted(set(case) - set(_CASE_KEYS), key=str)  # a misspelt 'expect' would pass unchecked
+        if unknown:
+            raise BadInput(f"{where}: unknown field {str(unknown[0])!r} (a case has {', '.join(_CASE_KEYS)})")
         expect = _check_expect(case["expect"], where)
         decision = policy.evaluate(_call_from(case["call"], where))
         problems = [f"{k}: expected {expect[k]!r}, got {getattr(decision, k)!r}"

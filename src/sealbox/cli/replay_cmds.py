@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import click
 
-from sealbox.cli.common import echo_json, emit_rows, open_for_reading, open_for_writing, store_option, resolve_id
+from sealbox.cli.common import echo_json, emit_rows, open_for_reading, open_for_writing, resolve_id, store_option, visible
 
 
 def load_agent(spec: str) -> Callable[[Any], Any]:
@@ -24,6 +24,9 @@ def load_agent(spec: str) -> Callable[[Any], Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="--agent") from exc
+    except Exception as exc:  # noqa: BLE001 - the user's module failed while imported (SyntaxError, its own code)
+        raise click.BadParameter(f"cannot import {module_name!r}: it raised {_where_raised(exc)}",
+                                 param_hint="--agent") from exc
     fn = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)
@@ -32,6 +35,18 @@ def load_agent(spec: str) -> Callable[[Any], Any]:
     if not callable(fn):
         raise click.BadParameter(f"{spec} is not callable", param_hint="--agent")
     return fn
+
+
+def _where_raised(exc: Exception) -> str:
+    """``Type: message`` of an exception raised by the user's code, with the file and line it was
+    raised at (a SyntaxError names them itself)."""
+    import traceback
+
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, SyntaxError):
+        return text
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{text} ({frames[-1].filename}, line {frames[-1].lineno})" if frames else text
 
 
 def _load_policy(path: str | None) -> Any:
@@ -127,20 +142,21 @@ def _shown(message: str) -> str:
 
 
 def _print_result(result: Any, render: Callable[[Any], str]) -> None:
+    echo = lambda text: click.echo(visible(text))  # noqa: E731 - recorded and agent text never drives the terminal
     head = "reproduced" if result.reproduced else "NOT reproduced"
-    click.echo(f"{head}: {result.steps_compared} step(s) matched; replay run {result.new_run_id or '(not started)'}")
+    echo(f"{head}: {result.steps_compared} step(s) matched; replay run {result.new_run_id or '(not started)'}")
     if result.agent_error:
-        click.echo(f"the agent raised {result.agent_error['type']}: {_shown(result.agent_error['message'])}")
+        echo(f"the agent raised {result.agent_error['type']}: {_shown(result.agent_error['message'])}")
     if result.config_drift:
-        click.echo(f"configuration differs from the record in {len(result.config_drift)} field(s):")
+        echo(f"configuration differs from the record in {len(result.config_drift)} field(s):")
         for d in result.config_drift:
-            click.echo(f"  {d.path}: {json.dumps(d.a, default=str)} -> {json.dumps(d.b, default=str)}")
+            echo(f"  {d.path}: {json.dumps(d.a, default=str)} -> {json.dumps(d.b, default=str)}")
     if result.unreplayable:
-        click.echo("steps that cannot be replayed from the record:")
+        echo("steps that cannot be replayed from the record:")
         for u in result.unreplayable:
-            click.echo(f"  step {u.step} ({u.kind} {u.name}): {u.reason}")
+            echo(f"  step {u.step} ({u.kind} {u.name}): {u.reason}")
     if result.divergence is not None:
-        click.echo(render(result.divergence))
+        echo(render(result.divergence))
 
 
 @click.command("whatif")
@@ -164,6 +180,11 @@ def whatif_cmd(store_path: str, run_ids: tuple[str, ...], policy_path: str | Non
 
     if (policy_path is None) == (snapshot_query is None):
         raise ConfigError("give exactly one of --policy FILE or --snapshot FIELD=VALUE")
+    # each of these was silently ignored: the runs named with --since, the runs named with --snapshot
+    if run_ids and since is not None:
+        raise ConfigError("give RUNs or --since, not both (--since selects every run started since then)")
+    if run_ids and snapshot_query is not None:
+        raise ConfigError("--snapshot looks through every recorded run (or those of --since): it takes no RUN")
     if since is not None:
         from sealbox.query import parse_time
 

@@ -6,7 +6,8 @@ import json
 
 import click
 
-from sealbox.cli.common import BadInput, emit_rows, format_options, open_for_reading, resolve_id, snapshot_ref, store_option
+from sealbox.cli.common import (BadInput, emit_rows, format_options, open_for_reading, resolve_id, snapshot_ref,
+                                store_option, visible)
 
 _STATUSES = ("running", "suspended", "ended", "ok", "error", "cancelled")  # sealbox.query.RUN_STATUSES
 
@@ -32,7 +33,7 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
              until: str | None, snapshot: str | None, labels: tuple[str, ...], limit: int, as_json: bool,
              as_csv: bool) -> None:
     """List runs, newest first."""
-    from sealbox.query import parse_labels, parse_time
+    from sealbox.query import label_text, parse_labels, parse_time
 
     wanted = parse_labels(labels)  # user mistakes fail before the store is opened
     if snapshot is not None:
@@ -57,7 +58,7 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
     shown = [{**r, "status": f"{r['status']} ({r['ending']})" if r["ending"] else r["status"],
               "started": r["started_at"][:19].replace("T", " "),
               "parent": (r["parent_run_id"] or "")[:13] + ("…" if r["parent_run_id"] else ""),
-              "labels": ", ".join(f"{k}={v}" for k, v in sorted(r["labels"].items()))} for r in rows]
+              "labels": ", ".join(f"{k}={label_text(v)}" for k, v in sorted(r["labels"].items()))} for r in rows]
     emit_rows(shown, ["run_id", "agent", "status", "events", "started", "parent", "labels"],
               as_json=False, as_csv=False, title="Runs")
 
@@ -74,19 +75,21 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
         run = store.get_run(run_id)
         events = store.read_run(run_id)
         verdicts = _approval_verdicts(store, events)
+        shown_args = {e.leaf_index: _resolved(store, e.payload.get("arguments")) for e in events if e.kind == "tool.call"}
     finally:
         store.close()
     if run is None and not events:
         raise BadInput(f"no run {run_id!r} in this store")
-    rows = [_event_row(e, verdicts) for e in events]
+    rows = [_event_row(e, verdicts, shown_args.get(e.leaf_index)) for e in events]
     if as_json or as_csv:
-        emit_rows(rows, ["run_seq", "step", "ts", "kind", "principal", "detail"], as_json=as_json, as_csv=as_csv)
+        emit_rows(rows, ["run_seq", "step", "ts", "kind", "principal", "tool", "decision", "duration_us", "detail"],
+                  as_json=as_json, as_csv=as_csv)
         return
     for line in _family(run_id, run):
-        click.echo(line)
+        click.echo(visible(line))
     for e in events:
         if e.kind == "run.ended" and _ended_error(e.payload):
-            click.echo(f"error   {_ended_error(e.payload)}")
+            click.echo(visible(f"error   {_ended_error(e.payload)}"))
     emit_rows(rows, ["run_seq", "step", "ts", "kind", "tool", "decision", "duration", "detail"],
               as_json=False, as_csv=False, title=f"Run {run_id}")
 
@@ -126,7 +129,20 @@ def _approval_verdicts(store, events: list) -> dict[int, str]:
     return out
 
 
-def _event_row(event, verdicts: dict[int, str] | None = None) -> dict:
+def _resolved(store, value):
+    """A call's arguments as `sealbox calls` shows them: blob references replaced by their content
+    (an argument above the inline size is a blob); a reference is kept where the blob was erased."""
+    from sealbox.errors import SealboxError
+
+    if not isinstance(value, (dict, list)):
+        return value
+    try:
+        return store.resolve(value)
+    except (SealboxError, ValueError):  # erased, or changed below Sealbox (verify says which)
+        return value
+
+
+def _event_row(event, verdicts: dict[int, str] | None = None, arguments=None) -> dict:
     verdict = (verdicts or {}).get(event.leaf_index)
     p = event.payload
     tool = f"{p.get('server')}/{p.get('tool')}" if isinstance(p.get("tool"), str) else ""
@@ -135,7 +151,8 @@ def _event_row(event, verdicts: dict[int, str] | None = None) -> dict:
                    "run.resumed": p.get("waited_us")}.get(event.kind)
     detail = ""
     if event.kind == "tool.call":
-        detail = f"{p.get('server')}/{p.get('tool')} call {p.get('call_id')} args={_short(p.get('arguments'))}"
+        args = p.get("arguments") if arguments is None else arguments
+        detail = f"{p.get('server')}/{p.get('tool')} call {p.get('call_id')} args={_short(args)}"
     elif event.kind == "policy.decision":
         detail = (f"{p.get('effect')} by rule {p.get('rule')} ({p.get('reason_code')})" if p.get("rule") is not None
                   else f"{p.get('effect')}, no rule ({p.get('reason_code')})")  # e.g. the breaker, a limit

@@ -26,13 +26,16 @@ def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_key
     """Create a store in PATH (default: $SEALBOX_STORE or ./.sealbox) and its log signing key."""
     import os
 
-    from sealbox.redaction import DEFAULT_KEYS, DEFAULT_PATTERNS, ContentPolicy
+    from sealbox.redaction import DEFAULT_KEYS, DEFAULT_PATTERNS, ContentPolicy, path_problem
     from sealbox.store import init_store
 
     for option, values in (("--redact-key", redact_keys), ("--redact-path", redact_paths),
                            ("--redact-pattern", redact_patterns)):
         if any(not v.strip() for v in values):
             raise BadInput(f"{option} is empty: give a name, path or pattern")
+    for redact_path in redact_paths:  # a path that names no content field would silently redact nothing
+        if problem := path_problem(redact_path):
+            raise BadInput(f"--redact-path: {problem}")
     if content_mode != "redacted" and (redact_keys or redact_paths or redact_patterns):
         raise BadInput(f"--redact-key/--redact-path/--redact-pattern apply to --content-mode redacted, "
                        f"not {content_mode}")
@@ -47,7 +50,13 @@ def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_key
     path = path or os.environ.get("SEALBOX_STORE") or DEFAULT_STORE
     if os.path.exists(path) and not os.path.isdir(path):
         raise BadInput(f"{path} is a file: `sealbox init` creates a folder (give a new or empty folder's path)")
-    store = init_store(path, origin=origin, content=content)
+    from sealbox.errors import NoteError
+
+    try:
+        store = init_store(path, origin=origin, content=content)
+    except NoteError:  # checked before anything is created
+        raise BadInput(f"--origin {origin!r} cannot name the log's key: it may not hold '+', spaces or control "
+                       "characters (e.g. example.com/agents)") from None
     vkey = store.pinned_vkey()
     store.close()
     click.echo(f"Created a Sealbox store in {path}")

@@ -341,6 +341,28 @@ def _check_ids(cfg: GatewayConfig, lines: dict) -> list[tuple[int | None, str]]:
         elif up.id in seen:
             problems.append((line, f"upstreams.{i}.id: duplicate upstream id {up.id!r}"))
         seen.add(up.id)
+        if up.url is not None and (why := _url_problem(up.url)):
+            problems.append((loader.line_of(lines, ("upstreams", i, "url")), f"upstreams.{i}.url: {up.url!r} {why}"))
     if re.search(r"\s", cfg.principal):
         problems.append((loader.line_of(lines, ("principal",)), "principal: must not contain whitespace"))
     return problems
+
+
+def _url_problem(url: str) -> str:
+    """Why an upstream's streamable-HTTP ``url`` can never be reached ('' when it can be tried): the
+    schema only checks that it starts with ``http(s)://``, and a URL the HTTP client cannot parse
+    failed each connection attempt of ``gateway serve`` after ``gateway check`` had said ok."""
+    from urllib.parse import urlsplit
+
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        return "must not contain spaces or control characters"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # "http://[::1": Invalid IPv6 URL; "http://h:abc", "http://h:99999": the port
+        return f"is not a valid URL ({exc})"
+    if not parts.hostname:
+        return "has no host"
+    if port == 0:
+        return "needs a port from 1 to 65535"
+    return ""

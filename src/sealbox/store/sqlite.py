@@ -708,10 +708,15 @@ class SqliteStore(SqliteQueries):
                 does, or ``sealbox.db`` is a symbolic link to a missing file, or a
                 ``sealbox.db-wal``/``-shm``/``-journal`` without its database is there.
             StoreReadOnlyError: the folder cannot be written.
+            NoteError: ``origin`` is not a valid key name (empty, a ``+``, a space or a control
+                character); nothing is created.
         """
         folder = Path(path)
         if (folder / DB_NAME).exists():
             raise StoreError(_existing_db_message(folder))
+        store_id = os.urandom(8).hex()
+        origin = origin or f"sealbox.local/{store_id}"
+        skey, vkey = generate_key(origin)  # NoteError for an origin that is no key name, before anything is written
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -726,9 +731,6 @@ class SqliteStore(SqliteQueries):
                                  "SQLite would take it for the new store's; move it away, or create the store in "
                                  "another folder")
         _create_private(folder / DB_NAME)
-        store_id = os.urandom(8).hex()
-        origin = origin or f"sealbox.local/{store_id}"
-        skey, vkey = generate_key(origin)
         _write_private(folder / KEY_NAME, skey + "\n")
         fsync_write(folder / VKEY_NAME, (vkey + "\n").encode())
         store = cls(folder, _create=True, **kwargs)

@@ -187,7 +187,10 @@ class SqliteQueries:
                                                    principal=principal, since=since, until=until, decision=decision,
                                                    error=error, match=match)
         with_result = any(m.root == "result" for m in matches)
-        check = bool(globs or matches)
+        # approvers and flags are only known once the run's approval events were evaluated
+        late = [m for m in matches if m.root in _APPROVAL_ROOTS]
+        matches = [m for m in matches if m.root not in _APPROVAL_ROOTS]
+        check = bool(globs or matches or late)
         rows: list[dict[str, Any]] = []
         cursor = self._conn().execute(sql, params)
         if not check:  # every candidate is a row: build them without a call per field
@@ -198,6 +201,7 @@ class SqliteQueries:
             rows.reverse()
             self._attach_approvals(rows)
             return rows
+        pending: list[dict[str, Any]] = []  # candidates waiting for their approvers (late matches)
         try:
             for rec in cursor:
                 row = _call_rows((rec,), self._resolve_quietly)[0]
@@ -206,14 +210,31 @@ class SqliteQueries:
                 if not (all(glob_match(p, row[c]) for c, p in globs) and all(m.test(row) for m in matches)):
                     continue
                 row.pop("result", None)
-                rows.append(row)
+                if late:
+                    pending.append(row)
+                    if len(pending) < _LATE_BATCH:
+                        continue
+                    rows += self._late_matches(pending, late)
+                    pending = []
+                else:
+                    rows.append(row)
                 if limit is not None and len(rows) >= limit:
                     break
+            else:
+                rows += self._late_matches(pending, late)
         finally:
             cursor.close()
+        if limit is not None:
+            del rows[limit:]
         rows.reverse()
-        self._attach_approvals(rows)
+        if not late:
+            self._attach_approvals(rows)
         return rows
+
+    def _late_matches(self, rows: list[dict[str, Any]], late: list[Any]) -> list[dict[str, Any]]:
+        """``rows`` with their approvals attached, those passing every match on approvers / flags."""
+        self._attach_approvals(rows)
+        return [row for row in rows if all(m.test(row) for m in late)]
 
     def _attach_approvals(self, rows: list[dict[str, Any]]) -> None:
         """Fill ``approvers`` ({identity, decision, answered_at}: the answers that count) and ``flags``
@@ -284,7 +305,8 @@ class SqliteQueries:
             status: ``running``, ``suspended``, ``ended``, or how it ended: ``ok``, ``error``, ``cancelled``.
             since, until: bounds on ``started_at`` (as in :meth:`query_calls`).
             snapshot: a snapshot fingerprint or a prefix of it (``sha256:`` optional).
-            labels: ``{"k": "v"}`` or ``["k=v", ...]``; every label must be present with that value.
+            labels: ``{"k": "v"}`` or ``["k=v", ...]``; every label must be present with that value (a
+                label recorded as a number or a boolean compares as its JSON text: ``n=1``, ``ok=true``).
             limit: at most this many runs (the newest).
 
         Returns:
@@ -321,8 +343,8 @@ class SqliteQueries:
         try:
             for rec in cursor:
                 row = _run_row(rec)
-                if (status is None or q.status_matches(status, row["status"], row["ending"])) and all(
-                        row["labels"].get(k) == v for k, v in wanted.items()):
+                if (status is None or q.status_matches(status, row["status"], row["ending"])) and q.labels_match(
+                        row["labels"], wanted):
                     out.append(row)
                     if limit is not None and len(out) >= limit:
                         break
@@ -536,6 +558,11 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
                             where=" AND ".join(where))
     return sql, params, globs, matches
 
+
+#: ``--match`` roots filled by :meth:`SqliteQueries._attach_approvals`, tested after it.
+_APPROVAL_ROOTS = ("approvers", "flags")
+#: Candidates whose approvals are evaluated together when a match reads them.
+_LATE_BATCH = 256
 
 _scan_json = json.JSONDecoder().scan_once  # json.loads without its wrapper (the text is SQLite's own JSON)
 _UNRUN = {"allow": "unknown", "require_approval": "held"}

@@ -1,0 +1,57 @@
+"""The gateway config: an upstream ``url`` that can never be reached is refused at load.
+
+Regression (input: a streamable-HTTP upstream URL that starts with ``http://`` but cannot be parsed):
+``gateway check`` said ok for ``http://[::1`` or ``http://h:abc/`` and ``gateway serve`` started, then
+failed every connection attempt to that upstream with ``InvalidURL``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sealbox
+from sealbox.errors import ConfigError
+from sealbox.gateway import parse_config
+
+SEALBOX = str(Path(sys.executable).parent / "sealbox")
+
+
+def _config(url: str) -> str:
+    return f"version: 1\nstore: ./st\npolicy: ALLOW_ALL\nupstreams:\n  - id: docs\n    url: '{url}'\n"
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("http://[::1", "'http://[::1' is not a valid URL (Invalid IPv6 URL)"),
+    ("http://[zz]/mcp", "'http://[zz]/mcp' is not a valid URL ('zz' does not appear to be an IPv4 or IPv6 address)"),
+    ("http://h:abc/mcp", "'http://h:abc/mcp' is not a valid URL (Port could not be cast to integer value as 'abc')"),
+    ("http://h:99999/mcp", "'http://h:99999/mcp' is not a valid URL (Port out of range 0-65535)"),
+    ("http://h:0/mcp", "'http://h:0/mcp' needs a port from 1 to 65535"),
+    ("http://:9000/mcp", "'http://:9000/mcp' has no host"),
+    ("http://h x/mcp", "'http://h x/mcp' must not contain spaces or control characters"),
+])
+def test_an_unreachable_upstream_url_is_one_problem_at_its_line(url, problem):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_config(url), source="gw.yaml")
+    assert str(caught.value) == f"gw.yaml:6: upstreams.0.url: {problem}"
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9000/mcp", "https://docs.example.com/mcp", "http://[::1]:9000/mcp",
+                                 "http://localhost/mcp"])
+def test_a_valid_upstream_url_is_kept_as_written(url):
+    (up,) = parse_config(_config(url), source="gw.yaml").upstreams
+    assert (up.id, up.url, up.command) == ("docs", url, None)
+
+
+def test_gateway_check_refuses_an_unparsable_url_in_one_line(tmp_path):
+    sealbox.init_store(tmp_path / "st").close()
+    (tmp_path / "gw.yaml").write_text(_config("http://[::1"))
+    env = {k: v for k, v in os.environ.items() if k != "SEALBOX_DEBUG"}
+    proc = subprocess.run([SEALBOX, "gateway", "check", "-c", str(tmp_path / "gw.yaml")], capture_output=True,
+                          text=True, env=env)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"error: {tmp_path / 'gw.yaml'}:6: upstreams.0.url: 'http://[::1' is not a valid URL (Invalid IPv6 URL)\n"
