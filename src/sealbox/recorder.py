@@ -485,7 +485,8 @@ class RunContext:
         _check_implicit_grant(f"run {self.run_id}", grant, self.principal.id)
 
     def call_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *, grant: str | None = None,
-                  call_id: str | None = None, exposed: str | None = None) -> Any:
+                  call_id: str | None = None, exposed: str | None = None,
+                  failure: Callable[[Any], str | None] | None = None) -> Any:
         """Record a tool call, decide it, run ``fn`` if allowed, record the result.
 
         ``fn`` is called as ``fn(**arguments)`` when ``arguments`` is a dict,
@@ -495,6 +496,13 @@ class RunContext:
         generator function (return a list) is refused before anything is recorded, and
         a coroutine or generator returned all the same is closed unrun and recorded as
         an error (docs/integrations.md).
+
+        ``failure``: for tools that report their own failure in what they return (an MCP
+        result with ``isError: true``): called with the result, it returns the failure's
+        message, or None for a success. A failure is recorded ``ok: false`` with the result
+        *and* ``error`` ``{"type": "ToolError", "message": ...}``, and the result is still
+        returned (nothing is raised); it does not count against the circuit breaker (the
+        tool answered).
 
         Returns:
             What ``fn`` returned.
@@ -508,6 +516,8 @@ class RunContext:
             Exception: whatever ``fn`` raised, unchanged (after it is recorded).
         """
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
+        if failure is not None and not callable(failure):
+            raise ConfigError(f"{server}/{tool}: failure must be a callable or None, got {failure!r}; nothing was recorded")
         kind = _function_kind(fn)
         if kind in ("coroutine", "async generator"):
             raise ConfigError(f"{server}/{tool}: {_describe(fn)} is {_A[kind]} function: use acall_tool "
@@ -527,14 +537,18 @@ class RunContext:
         if refusal is not None:
             self._record_result(server, tool, call_id, step, started, error=refusal, arguments=arguments, count=False)
             raise refusal
-        self._record_result(server, tool, call_id, step, started, result=result, arguments=arguments)
+        self._record_result(server, tool, call_id, step, started, result=result, arguments=arguments,
+                            failure=_failure_message(failure, result))
         return result
 
     async def acall_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *,
-                         grant: str | None = None, call_id: str | None = None, exposed: str | None = None) -> Any:
+                         grant: str | None = None, call_id: str | None = None, exposed: str | None = None,
+                         failure: Callable[[Any], str | None] | None = None) -> Any:
         """Async form of :meth:`call_tool`; ``fn`` may be sync or async (not a generator function,
         sync or async: refused like in :meth:`call_tool`)."""
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
+        if failure is not None and not callable(failure):
+            raise ConfigError(f"{server}/{tool}: failure must be a callable or None, got {failure!r}; nothing was recorded")
         kind = _function_kind(fn)
         if kind in ("generator", "async generator"):
             raise ConfigError(_generator_refusal(server, tool, kind))
@@ -553,7 +567,8 @@ class RunContext:
         if refusal is not None:
             self._record_result(server, tool, call_id, step, started, error=refusal, arguments=arguments, count=False)
             raise refusal
-        self._record_result(server, tool, call_id, step, started, result=result, arguments=arguments)
+        self._record_result(server, tool, call_id, step, started, result=result, arguments=arguments,
+                            failure=_failure_message(failure, result))
         return result
 
     def _decide_and_record(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str | None,
@@ -707,15 +722,25 @@ class RunContext:
                             needed=self.recorder._needed)
 
     def _record_result(self, server: str, tool: str, call_id: str, step: str, started_ns: int, *, result: Any = None,
-                       error: BaseException | None = None, arguments: Any = _NO_ARGUMENTS, count: bool = True) -> None:
+                       error: BaseException | None = None, arguments: Any = _NO_ARGUMENTS, count: bool = True,
+                       failure: str | None = None) -> None:
         """``tool.result``. With an ``error``, the call's ``arguments`` (when given) say which
         redacted values to scrub from its message and traceback; ``count=False``: a caller's
-        mistake (a refused return value), not a failure of the tool, so the breaker is left alone."""
+        mistake (a refused return value), not a failure of the tool, so the breaker is left alone.
+        ``failure``: the tool answered ``result`` but reports a failure in it (MCP ``isError``):
+        recorded ``ok: false`` with the result and a ``ToolError`` (see :meth:`call_tool`)."""
         duration = (time.perf_counter_ns() - started_ns) // 1000
-        payload: dict[str, Any] = {"call_id": call_id, "ok": error is None, "duration_us": duration}
+        payload: dict[str, Any] = {"call_id": call_id, "ok": error is None and failure is None, "duration_us": duration}
         if error is None:
             payload["result"] = self._result_for_record(call_id, result, arguments)
-            self.recorder.breaker.record_success(server, tool)
+            if failure is not None:
+                secrets = self._redacted_values(arguments)
+                redactor = getattr(self.store, "redactor", None)
+                message = _valid_text(failure)
+                if secrets and redactor is not None:
+                    message = redactor.scrub_values(message, secrets)
+                payload["error"] = {"type": "ToolError", "message": message}
+            self.recorder.breaker.record_success(server, tool)  # the tool answered, even with its own failure
         else:
             secrets = self._redacted_values(arguments)
             payload["error"] = self._error_dict(error, secrets, traceback=True)
@@ -1030,6 +1055,22 @@ _CALL_STEP = re.compile(r"[1-9][0-9]{0,17}(\.[1-9][0-9]{0,17})+")
 def is_call_step(step: Any) -> bool:
     """True when ``step`` is a tool call's step as a model call assigns it: ``"<n>.<i>"`` (positive integers)."""
     return isinstance(step, str) and len(step) <= 64 and _CALL_STEP.fullmatch(step) is not None
+
+
+def _failure_message(failure: Callable[[Any], str | None] | None, result: Any) -> str | None:
+    """What ``failure(result)`` says of a returned result (:meth:`RunContext.call_tool`): its
+    message when the tool reported a failure in it, else None. A ``failure`` that raises, or
+    answers anything but a string or None, is itself a failure of the call, so the record
+    never says ``ok`` for a result nobody could check."""
+    if failure is None:
+        return None
+    try:
+        message = failure(result)
+    except Exception as exc:  # noqa: BLE001 - recorded, never raised past a tool that ran
+        return f"the result could not be checked for a failure: {type(exc).__name__}: {exception_message(exc)}"
+    if message is None or isinstance(message, str):
+        return message
+    return f"the result's failure check answered {type(message).__name__}, not a message"
 
 
 def _invoke(fn: Callable[..., Any], arguments: Any) -> Any:

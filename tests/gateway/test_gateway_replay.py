@@ -220,3 +220,23 @@ async def test_until_calls_ends_the_session_and_the_exit_status_says_the_verdict
     assert code == 1 and "diverged at call 2 (missing)" in err
     code, err = await session(CALLS[:1], "--until-calls", "1", close=False)  # ends by itself after one call
     assert code == 1 and "missing" in err
+
+
+async def test_an_upstream_tool_error_is_recorded_as_a_failure_and_replayed_as_the_same_result(tmp_path):
+    """A result with isError (the tool's own failure, e.g. bad SQL) was recorded ok: true; it is
+    ok: false with the result and a ToolError, found by `calls --error`, and replayed unchanged."""
+    calls = [("toy__echo", {"text": "!error no such table: custmers"}), ("toy__echo", {"text": "hello"})]
+    run_id, _, recorded = await _record(tmp_path, calls)
+    assert [(r.is_error, text_of(r)) for r in recorded] == [(True, "no such table: custmers"), (False, "hello")]
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        failed, fine = (e.payload for e in store.read_run(run_id) if e.kind == "tool.result")
+        assert (failed["ok"], failed["error"]) == (False, {"type": "ToolError", "message": "no such table: custmers"})
+        assert store.resolve(failed["result"])["isError"] is True
+        assert (fine["ok"], "error" in fine) == (True, False)
+        assert [(c["outcome"], c["tool"]) for c in store.query_calls(error=True)] == [("error", "echo")]
+    finally:
+        store.close()
+    _, results, verdict = await _replay(tmp_path, run_id, calls)
+    assert [(r.is_error, text_of(r)) for r in results] == [(True, "no such table: custmers"), (False, "hello")]
+    assert (verdict["reproduced"], verdict["divergence"]) == (True, None)

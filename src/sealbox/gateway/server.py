@@ -575,7 +575,7 @@ class Gateway:
                 try:
                     with anyio.CancelScope(shield=True):  # a client that goes away still leaves the outcome
                         out = await run.acall_tool(server, tool, arguments, forward, exposed=params.name,
-                                                   call_id=call_id)
+                                                   call_id=call_id, failure=tool_error_text)
                 except ApprovalPending as waiting:
                     pending = await self._remember(waiting)
                 except Exception as exc:  # noqa: BLE001 - mapped to isError results; others re-raised
@@ -688,7 +688,7 @@ class Gateway:
                     result = _failure(exc)
                 else:
                     run._record_result(pending.server, pending.tool, pending.call_id, pending.step, started,
-                                       result=out, arguments=arguments)
+                                       result=out, arguments=arguments, failure=tool_error_text(out))
                     result = types.CallToolResult.model_validate(out, by_name=False)
             if not self._pending.get(run.run_id):
                 run.suspended = False
@@ -814,6 +814,19 @@ def _failure(exc: BaseException) -> types.CallToolResult:
     if isinstance(exc, (UpstreamUnavailable, UpstreamTimeout, UpstreamProtocolError)):
         return _error_result(f"upstream error: {exc}", {"sealbox/upstream_error": type(exc).__name__})
     raise exc
+
+
+def tool_error_text(result: Any) -> str | None:
+    """The failure an upstream reports in a ``tools/call`` result (MCP: a tool execution error is a
+    result with ``isError: true``), as the text of its text content blocks (``"isError"`` when it
+    has none); None for a success. The gateway records such a call ``ok: false`` with the result
+    and a ``ToolError`` carrying this text (sealbox.recorder ``failure=``), so ``sealbox calls
+    --error`` finds it; the client gets the upstream's result unchanged."""
+    if not isinstance(result, dict) or result.get("isError") is not True:
+        return None
+    texts = [c.get("text") for c in result.get("content") or () if isinstance(c, dict) and c.get("type") == "text"]
+    text = "\n".join(t for t in texts if isinstance(t, str))
+    return text[:4096] if text else "isError"
 
 
 def _who(pending: Pending) -> str:

@@ -274,7 +274,7 @@ class RecordedRun:
                 return "its recorded response was erased under a retention rule"
             if has_marker(response):
                 return f"its recorded response holds redacted content (store content mode: {self.mode})"
-        elif kind == "tool.call" and call.result is not None and call.result.get("ok"):
+        elif kind == "tool.call" and call.result is not None and (call.result.get("ok") or "result" in call.result):
             try:
                 result = self.store.resolve(call.result.get("result"))
             except BlobNotFoundError:

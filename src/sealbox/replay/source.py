@@ -238,15 +238,18 @@ class ReplaySource:
                                       decision["policy_fingerprint"]), call_id, server, tool)
         result = rec.result or {}
         payload: dict[str, Any] = {"call_id": call_id, "ok": bool(result.get("ok")), "duration_us": 0}
-        if result.get("ok"):
+        answered = result.get("ok") or "result" in result  # a failure reported in a result (MCP isError) is served
+        if answered:
             stored = run.store.resolve(result.get("result"))
             payload["result"] = _decoded(stored)
             served: Any = rebuild(stored)
+            if not result.get("ok"):
+                payload["error"] = result.get("error") or {"type": "ToolError", "message": ""}
         else:
             payload["error"] = result.get("error") or {"type": "Exception", "message": ""}
             served = rebuild_error(payload["error"])
         self._write(run, drafts + [run._draft("tool.result", payload, step)])
-        if isinstance(served, BaseException) and not result.get("ok"):
+        if isinstance(served, BaseException) and not answered:
             raise served
         return served
 

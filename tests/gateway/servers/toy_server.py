@@ -1,7 +1,7 @@
 """A small MCP server (stdio) for the gateway tests, built with the official SDK's low-level Server.
 
 Tools:
-  echo(text)          returns the text
+  echo(text)          returns the text; "!error REST" returns REST as a result with isError (a tool error)
   add(a, b)           integers, returns the sum
   ask(question)       asks the client for elicitation and returns the answer
   mutate()            changes echo's description and adds `extra` (a rug pull), sends tools/list_changed
@@ -83,7 +83,10 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
             f.write(json.dumps({"tool": params.name, "arguments": args}) + "\n")
     name = params.name
     if name == "echo":
-        return _text(str(args.get("text")))
+        text = str(args.get("text"))
+        if text.startswith("!error "):  # a tool execution error: a result with isError (MCP)
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text[7:])], is_error=True)
+        return _text(text)
     if name == "add":
         return types.CallToolResult(content=[types.TextContent(type="text", text=str(args["a"] + args["b"]))],
                                     structured_content={"sum": args["a"] + args["b"]})

@@ -1,0 +1,74 @@
+"""A tool that reports its own failure in what it returns (an MCP result with isError) is recorded
+``ok: false`` with the result and a ToolError, through ``call_tool(..., failure=...)``."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sealbox.errors import ConfigError
+from sealbox.policies import ALLOW_ALL
+from sealbox.recorder import Recorder
+from sealbox.store import init_store
+from sealbox.verify import verify_store
+
+
+def is_error(result):
+    return result["text"] if result.get("isError") else None
+
+
+def results(store, run_id):
+    return [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"]
+
+
+def test_a_reported_failure_is_recorded_with_its_result_and_returned_unchanged(tmp_path):
+    store = init_store(tmp_path / "s")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        bad = run.call_tool("db", "q", {"sql": "SELEC 1"}, lambda sql: {"isError": True, "text": "syntax error"},
+                            failure=is_error)
+        good = run.call_tool("db", "q", {"sql": "SELECT 1"}, lambda sql: {"isError": False, "text": "1"},
+                             failure=is_error)
+    assert (bad, good) == ({"isError": True, "text": "syntax error"}, {"isError": False, "text": "1"})
+    first, second = results(store, run.run_id)
+    assert {k: first[k] for k in ("ok", "result", "error")} == {
+        "ok": False, "result": {"isError": True, "text": "syntax error"},
+        "error": {"type": "ToolError", "message": "syntax error"}}
+    assert (second["ok"], second["result"], "error" in second) == (True, {"isError": False, "text": "1"}, False)
+    assert [c["outcome"] for c in store.query_calls(error=True)] == ["error"]
+    assert run.recorder.breaker.before_call("db", "q").allowed  # the tool answered: not a breaker failure
+    assert verify_store(store).ok
+
+
+def test_a_failure_check_that_raises_or_answers_garbage_is_recorded_as_a_failure(tmp_path):
+    store = init_store(tmp_path / "s")
+
+    def broken(result):
+        raise KeyError("isError")
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        assert run.call_tool("db", "q", {}, lambda: "fine", failure=broken) == "fine"
+        assert asyncio.run(run.acall_tool("db", "q", {}, lambda: "fine", failure=lambda r: 42)) == "fine"
+    first, second = results(store, run.run_id)
+    assert (first["ok"], first["error"]) == (False, {
+        "type": "ToolError", "message": "the result could not be checked for a failure: KeyError: 'isError'"})
+    assert (second["ok"], second["error"]["message"]) == (False, "the result's failure check answered int, not a message")
+
+
+def test_a_failure_message_is_scrubbed_of_the_calls_redacted_secrets(tmp_path):
+    store = init_store(tmp_path / "s")
+    secret = "hunter2-very-secret"
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        run.call_tool("db", "login", {"password": secret},
+                      lambda password: {"isError": True, "text": f"bad password {password}"}, failure=is_error)
+    [res] = results(store, run.run_id)
+    assert res["error"]["message"].startswith("bad password ⟦redacted:hmac-sha256:")
+    assert secret not in str(store.resolve(res))
+
+
+def test_failure_must_be_callable(tmp_path):
+    store = init_store(tmp_path / "s")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        with pytest.raises(ConfigError, match="failure must be a callable or None"):
+            run.call_tool("db", "q", {}, lambda: 1, failure="isError")
+    assert results(store, run.run_id) == []
