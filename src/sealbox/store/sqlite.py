@@ -79,6 +79,10 @@ DB_NAME = "sealbox.db"
 KEY_NAME = "log.key"
 VKEY_NAME = "log.vkey"
 CHECKPOINT_NAME = "checkpoint"
+#: Seconds :meth:`SqliteStore.optimize` (at close) waits for the write lock before it leaves the
+#: planner statistics to a later close.
+OPTIMIZE_LOCK_WAIT = 0.25
+
 #: ``PRAGMA application_id`` of a Sealbox store: "SBOX".
 APPLICATION_ID = 0x53424F58
 #: WAL frames (pages, 4 KiB each by default: about 4 MB) waiting to be copied into the
@@ -1011,7 +1015,7 @@ class SqliteStore(SqliteQueries):
             raise
 
     def _retrying(self, conn: sqlite3.Connection, sql: str) -> None:
-        deadline = time.monotonic() + self.lock_timeout
+        deadline = time.monotonic() + getattr(self._local, "lock_timeout", self.lock_timeout)
         delay = 0.001
         while True:
             try:
@@ -1582,11 +1586,30 @@ class SqliteStore(SqliteQueries):
 
         Called by :meth:`close` on a writable store (LESSONS: a store that never
         gathers statistics lets SQLite pick the wrong index). It takes the write
-        lock like any write, retrying while another writer holds it; statistics
-        are an optimisation, so a failure here never fails :meth:`close`.
+        lock like any write, but waits for it at most :data:`OPTIMIZE_LOCK_WAIT`
+        seconds: while another process holds a long write transaction the
+        statistics are left to a later close (they used to wait up to
+        ``lock_timeout``, so a listing command could hang for minutes after it had
+        printed). Statistics are an optimisation, so a failure here never fails
+        :meth:`close`.
         """
         if self.readonly:
             return
+        try:
+            conn = self._conn()
+            conn.execute(f"PRAGMA busy_timeout = {int(OPTIMIZE_LOCK_WAIT * 1000)}")
+        except (sqlite3.Error, StoreError):  # pragma: no cover - closing anyway
+            return
+        self._local.lock_timeout = OPTIMIZE_LOCK_WAIT
+        try:
+            self._optimize()
+        finally:
+            del self._local.lock_timeout
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("PRAGMA busy_timeout = 5000")
+
+    def _optimize(self) -> None:
+        """:meth:`optimize`'s transaction (the caller has bounded its wait for the lock)."""
 
         def work(txn: _Txn) -> None:
             c = txn.conn
