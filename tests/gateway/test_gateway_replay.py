@@ -220,3 +220,27 @@ async def test_until_calls_ends_the_session_and_the_exit_status_says_the_verdict
     assert code == 1 and "diverged at call 2 (missing)" in err
     code, err = await session(CALLS[:1], "--until-calls", "1", close=False)  # ends by itself after one call
     assert code == 1 and "missing" in err
+
+
+async def test_an_output_file_that_cannot_be_written_is_refused_before_serving_and_never_replaces_the_store(tmp_path):
+    """`--output` named the store's own database (or a missing folder): the verdict was written there
+    after the session, replacing sealbox.db with JSON (the store destroyed), or failed with exit 70."""
+    import subprocess
+
+    run_id, _, _ = await _record(tmp_path, CALLS)
+    config = str(_dead_upstream_config(tmp_path))
+    db = tmp_path / "store" / "sealbox.db"
+    before = db.read_bytes()
+    for target, problem in [
+        (db, f"error: cannot write {db}: it is the store's own database ({db}), which is never replaced "
+             "(nothing was written)"),
+        (tmp_path / "no-such-folder" / "v.json",
+         f"error: cannot write {tmp_path / 'no-such-folder' / 'v.json'}: the folder {tmp_path / 'no-such-folder'} "
+         "does not exist"),
+    ]:
+        res = subprocess.run([SEALBOX, "gateway", "replay", run_id, "-c", config, "--output", str(target)],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                             env={"PATH": os.environ.get("PATH", "")})
+        assert (res.returncode, res.stdout, res.stderr.strip().splitlines()) == (2, "", [problem])
+    assert db.read_bytes() == before
+    assert _replay_runs(tmp_path, run_id) == []  # refused before anything was served or recorded

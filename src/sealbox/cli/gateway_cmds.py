@@ -123,7 +123,6 @@ def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, htt
     """
     import logging
     import sys
-    from pathlib import Path
 
     import anyio
 
@@ -142,13 +141,31 @@ def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, htt
 
         config = load_config(config_path)
     store = open_store(store_path or (config.store if config is not None else ".sealbox"))
+    target = None
+    if output_path is not None:
+        from sealbox.cli.common import BadInput
+        from sealbox.interop.bundle import BundleError, open_target
+
+        try:
+            # before serving: a store file (sealbox.db, checkpoint, ...), a directory, a device or a
+            # missing folder is refused now, not after the whole session has been replayed
+            target = open_target(output_path, store_dir=getattr(store, "path", None))
+        except BundleError as exc:
+            store.close()
+            raise BadInput(str(exc)) from None
 
     def emit(replay: GatewayReplay) -> int:
         report = replay.report()
-        if output_path is not None:
-            Path(output_path).write_text(json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n")
         out = json.dumps(report, indent=2, ensure_ascii=False, default=str) if as_json else replay.render()
         click.echo(out, err=http_port is None)
+        if target is not None:
+            from sealbox.interop.bundle import BundleError
+
+            try:
+                target.commit((json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n").encode("utf-8"))
+            except BundleError as exc:
+                click.echo(f"error: {exc}", err=True)
+                return 2
         return 0 if report["reproduced"] else 1
 
     def exit_now(replay: GatewayReplay) -> None:
@@ -182,6 +199,8 @@ def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, htt
             pass
         code = emit(replay)
     finally:
+        if target is not None:
+            target.discard()
         store.close()
     if code:
         sys.exit(code)
