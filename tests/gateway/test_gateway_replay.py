@@ -173,6 +173,18 @@ async def test_a_recorded_deny_is_answered_with_the_same_text_naming_the_rule(tm
     assert verdict["reproduced"] is True
 
 
+async def test_a_call_refused_by_the_input_schema_is_answered_as_the_live_gateway_answered_it(tmp_path):
+    """The live gateway answers arguments that do not match the schema with an isError result (never
+    forwarded); the replay re-raised the recorded InvalidArguments, a JSON-RPC error with code 0."""
+    calls = [("toy__add", {"a": "x", "b": 1}), ("toy__echo", {"text": "hello"})]
+    run_id, _, recorded = await _record(tmp_path, calls)
+    assert recorded[0].meta == {"sealbox/not_forwarded": "invalid_arguments"}
+    _, results, verdict = await _replay(tmp_path, run_id, calls)
+    assert [(r.is_error, text_of(r), r.meta) for r in results] == [(r.is_error, text_of(r), r.meta) for r in recorded]
+    assert text_of(results[0]) == "arguments do not match the input schema of toy__add: a: 'x' is not of type 'integer'"
+    assert verdict["reproduced"] is True and verdict["calls_made"] == 2
+
+
 async def test_until_calls_ends_the_session_and_the_exit_status_says_the_verdict(tmp_path):
     """Raw JSON-RPC over the command's stdio, to see its exit status: 0 reproduced, 1 diverged."""
     run_id, _, _ = await _record(tmp_path, CALLS)
