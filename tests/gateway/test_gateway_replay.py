@@ -185,6 +185,52 @@ async def test_a_call_refused_by_the_input_schema_is_answered_as_the_live_gatewa
     assert verdict["reproduced"] is True and verdict["calls_made"] == 2
 
 
+async def test_a_call_whose_approval_was_denied_or_expired_is_answered_with_the_live_text(tmp_path):
+    """The replay answered "denied by rule R (approval_denied): rule 'R' requires approval for the call"
+    where the live gateway had said who denied it and why, or when it expired."""
+    import threading
+    import time
+
+    from identity_testkit import admin_key
+    from sealbox.approvals import answer, list_approvals
+    from sealbox.identities import add_identity
+
+    from .test_gateway_approvals import POLICY
+
+    store = sealbox.init_store(tmp_path / "store")
+    key = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key",
+                       admin_key=admin_key(store, tmp_path)).key_path
+    calls = [("toy__echo", {"text": "b"}), ("toy__add", {"a": 1, "b": 1})]  # denied by alice; expires (1 s)
+
+    def deny_when_asked() -> None:
+        deadline = time.monotonic() + 10
+        while not list_approvals(store, pending=True) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        answer(store, list_approvals(store, pending=True)[0].approval_id, "deny", "not now", key)
+
+    try:
+        gw = Gateway(toy_config(tmp_path, extra="limits: {approval_hold_s: 5}"), store=store,
+                     policy=Policy.from_text(POLICY))
+        gw.approval_poll = 0.05
+        async with running(gw) as tg:
+            async with connect(gw, tg) as client:
+                t = threading.Thread(target=deny_when_asked)
+                t.start()
+                recorded = [await client.call_tool(*calls[0])]
+                t.join()
+                recorded.append(await client.call_tool(*calls[1]))
+        [run_id] = gateway_runs(store)
+        denied, expired = sorted(list_approvals(store), key=lambda a: a.status)
+    finally:
+        store.close()
+    assert text_of(recorded[0]).startswith(f"denied by rule echo-needs-ops (approval_denied): approval "
+                                           f"{denied.approval_id} denied by alice: not now [call ")
+    assert f"approval {expired.approval_id} expired unanswered at " in text_of(recorded[1])
+    _, results, verdict = await _replay(tmp_path, run_id, calls)
+    assert [(r.is_error, text_of(r), r.meta) for r in results] == [(r.is_error, text_of(r), r.meta) for r in recorded]
+    assert verdict["reproduced"] is True
+
+
 async def test_until_calls_ends_the_session_and_the_exit_status_says_the_verdict(tmp_path):
     """Raw JSON-RPC over the command's stdio, to see its exit status: 0 reproduced, 1 diverged."""
     run_id, _, _ = await _record(tmp_path, CALLS)
