@@ -302,3 +302,17 @@ async def test_an_output_file_that_cannot_be_written_is_refused_before_serving_a
         assert (res.returncode, res.stdout, res.stderr.strip().splitlines()) == (2, "", [problem])
     assert db.read_bytes() == before
     assert _replay_runs(tmp_path, run_id) == []  # refused before anything was served or recorded
+
+
+async def test_replay_over_http_without_a_config_is_one_usage_error_line(tmp_path):
+    """--http without --config (so without tokens) was exit 70: AttributeError 'NoneType' object has
+    no attribute 'tokens'."""
+    import subprocess
+
+    run_id, _, _ = await _record(tmp_path, CALLS)
+    res = subprocess.run([SEALBOX, "gateway", "replay", run_id, "--store", str(tmp_path / "store"), "--http", "0"],
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                         env={"PATH": os.environ.get("PATH", "")})
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == "error: --http needs --config: the bearer tokens of its `http.tokens` admit the clients\n"
+    assert _replay_runs(tmp_path, run_id) == []

@@ -130,6 +130,8 @@ def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, htt
     from sealbox.store import open_store
 
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="sealbox-gateway: %(message)s")
+    if http_port is not None and config_path is None:
+        raise click.UsageError("--http needs --config: the bearer tokens of its `http.tokens` admit the clients")
     if config_path is not None and store_path is not None:
         source = click.get_current_context().get_parameter_source("store_path")
         if source is click.core.ParameterSource.COMMANDLINE:
