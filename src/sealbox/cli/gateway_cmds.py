@@ -273,6 +273,13 @@ def _deep_problems(cfg) -> list[str]:  # noqa: ANN001
             token.resolve()
         except SealboxError as exc:
             problems.append(str(exc))
+    if not any("token of" in p for p in problems):  # each variable is set: tokens given twice
+        from sealbox.gateway.transports import token_identities
+
+        try:
+            token_identities(cfg)
+        except SealboxError as exc:
+            problems.append(str(exc).removeprefix(f"{cfg.source}: "))
     return problems
 
 
