@@ -173,6 +173,9 @@ def test_gateway_check_looks_at_what_the_config_names(tmp_path):
         f"store: {store}\npolicy: ALLOW_ALL\nbreaker: {{cooldown_s: .inf}}": "breaker.cooldown_s: must be a finite number, not inf",
         f"store: {store}\npolicy: ALLOW_ALL\nhttp:\n  tokens:\n    - {{token_env: SEALBOX_T_UNSET, identity: ci}}":
             "environment variable SEALBOX_T_UNSET (token of ci) is unset",
+        f"store: {store}\npolicy: ALLOW_ALL\nhttp:\n  tokens:\n    - {{token: aaaaaaaaaaaaaaaaaaaa, identity: a}}\n"
+        "    - {token: aaaaaaaaaaaaaaaaaaaa, identity: b}":
+            f"error: {tmp_path / 'gw.yaml'}: http.tokens: identities a and b have the same token; give each identity its own\n",
     }
     for body, words in cases.items():
         r = check(body)

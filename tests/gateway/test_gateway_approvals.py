@@ -150,6 +150,39 @@ async def test_past_the_hold_pending_then_a_retry_gets_the_outcome_of_the_same_r
     assert events[-1].kind != "run.ended"
 
 
+async def test_two_calls_with_the_same_arguments_made_at_once_are_two_requests_each_settled_by_its_own_call(
+        tmp_path, store, keys):
+    """Both calls are recorded before either is remembered as pending, so each has its own request.
+    The first one's hold found the later request in its place and answered "settled by a concurrent
+    call" once its own was approved: never forwarded, never resumed (its approval counted for nothing)."""
+    gw = gateway(tmp_path, store, hold=10)
+    results: dict[int, types.CallToolResult] = {}
+
+    def approve_both() -> None:
+        deadline = time.monotonic() + 10
+        while len(list_approvals(store, pending=True)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for state in list_approvals(store, pending=True):
+            answer(store, state.approval_id, "approve", "ok", keys["alice"])
+
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            async def call(i: int) -> None:
+                results[i] = await client.call_tool("toy__echo", {"text": "same"})
+
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as calls:
+                    calls.start_soon(call, 1)
+                    calls.start_soon(call, 2)
+                    await anyio.to_thread.run_sync(approve_both)
+    assert [(results[i].is_error, text_of(results[i])) for i in (1, 2)] == [(False, "same"), (False, "same")]
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "same"}}] * 2
+    [run_id] = gateway_runs(store)
+    ks = run_kinds(store, run_id)
+    assert (ks.count("approval.requested"), ks.count("run.resumed"), ks.count("tool.result")) == (2, 2, 2)
+    assert ks[-1] == "run.ended"
+
+
 async def test_a_denied_request_answers_iserror_naming_who_and_why(tmp_path, store, keys):
     gw = gateway(tmp_path, store, hold=0.2)
     async with running(gw) as tg:

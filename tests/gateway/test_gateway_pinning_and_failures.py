@@ -63,6 +63,28 @@ async def test_a_rug_pull_between_runs_is_caught_at_start(tmp_path, store):
     assert [bool(c.get("first_seen")) for c in changes] == [True, False]
 
 
+async def test_whatif_says_a_pinned_tool_deny_was_made_outside_the_policy_not_that_it_read_redacted_content(
+        tmp_path, store):
+    """The gateway's tool-changed deny is recorded not re-evaluable; what-if gave the reason of a
+    condition that read redacted content, which nothing here did (the call's text is in clear)."""
+    from sealbox.policy import Policy
+    from sealbox.replay.whatif import whatif_policy
+
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        await client.call_tool("toy__echo", {"text": "one"})
+    gw2 = Gateway(toy_config(tmp_path, env={"TOY_VARIANT": "2"}), store=store)
+    async with running(gw2) as tg, connect(gw2, tg) as client:
+        await client.call_tool("toy__echo", {"text": "two"})
+    run_id = gateway_runs(store)[-1]
+    allow = Policy.from_text("version: 1\nrules:\n  - id: all\n    effect: allow\n")
+    report = whatif_policy(store, allow, [run_id])
+    assert [(n.tool, n.why) for n in report.not_re_evaluable] == [
+        ("echo", f"the decision was made outside the policy, by {PIN_RULE}: tool toy/echo changed upstream and "
+                 f"has not been re-approved (sealbox gateway reapprove toy echo --store {tmp_path / 'store'})")]
+    assert report.changed == ()
+
+
 async def test_reapprove_refuses_a_tool_with_no_pending_change(tmp_path, store):
     gw = Gateway(toy_config(tmp_path), store=store)
     async with running(gw):

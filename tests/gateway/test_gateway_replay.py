@@ -173,6 +173,64 @@ async def test_a_recorded_deny_is_answered_with_the_same_text_naming_the_rule(tm
     assert verdict["reproduced"] is True
 
 
+async def test_a_call_refused_by_the_input_schema_is_answered_as_the_live_gateway_answered_it(tmp_path):
+    """The live gateway answers arguments that do not match the schema with an isError result (never
+    forwarded); the replay re-raised the recorded InvalidArguments, a JSON-RPC error with code 0."""
+    calls = [("toy__add", {"a": "x", "b": 1}), ("toy__echo", {"text": "hello"})]
+    run_id, _, recorded = await _record(tmp_path, calls)
+    assert recorded[0].meta == {"sealbox/not_forwarded": "invalid_arguments"}
+    _, results, verdict = await _replay(tmp_path, run_id, calls)
+    assert [(r.is_error, text_of(r), r.meta) for r in results] == [(r.is_error, text_of(r), r.meta) for r in recorded]
+    assert text_of(results[0]) == "arguments do not match the input schema of toy__add: a: 'x' is not of type 'integer'"
+    assert verdict["reproduced"] is True and verdict["calls_made"] == 2
+
+
+async def test_a_call_whose_approval_was_denied_or_expired_is_answered_with_the_live_text(tmp_path):
+    """The replay answered "denied by rule R (approval_denied): rule 'R' requires approval for the call"
+    where the live gateway had said who denied it and why, or when it expired."""
+    import threading
+    import time
+
+    from identity_testkit import admin_key
+    from sealbox.approvals import answer, list_approvals
+    from sealbox.identities import add_identity
+
+    from .test_gateway_approvals import POLICY
+
+    store = sealbox.init_store(tmp_path / "store")
+    key = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key",
+                       admin_key=admin_key(store, tmp_path)).key_path
+    calls = [("toy__echo", {"text": "b"}), ("toy__add", {"a": 1, "b": 1})]  # denied by alice; expires (1 s)
+
+    def deny_when_asked() -> None:
+        deadline = time.monotonic() + 10
+        while not list_approvals(store, pending=True) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        answer(store, list_approvals(store, pending=True)[0].approval_id, "deny", "not now", key)
+
+    try:
+        gw = Gateway(toy_config(tmp_path, extra="limits: {approval_hold_s: 5}"), store=store,
+                     policy=Policy.from_text(POLICY))
+        gw.approval_poll = 0.05
+        async with running(gw) as tg:
+            async with connect(gw, tg) as client:
+                t = threading.Thread(target=deny_when_asked)
+                t.start()
+                recorded = [await client.call_tool(*calls[0])]
+                t.join()
+                recorded.append(await client.call_tool(*calls[1]))
+        [run_id] = gateway_runs(store)
+        denied, expired = sorted(list_approvals(store), key=lambda a: a.status)
+    finally:
+        store.close()
+    assert text_of(recorded[0]).startswith(f"denied by rule echo-needs-ops (approval_denied): approval "
+                                           f"{denied.approval_id} denied by alice: not now [call ")
+    assert f"approval {expired.approval_id} expired unanswered at " in text_of(recorded[1])
+    _, results, verdict = await _replay(tmp_path, run_id, calls)
+    assert [(r.is_error, text_of(r), r.meta) for r in results] == [(r.is_error, text_of(r), r.meta) for r in recorded]
+    assert verdict["reproduced"] is True
+
+
 async def test_until_calls_ends_the_session_and_the_exit_status_says_the_verdict(tmp_path):
     """Raw JSON-RPC over the command's stdio, to see its exit status: 0 reproduced, 1 diverged."""
     run_id, _, _ = await _record(tmp_path, CALLS)
@@ -240,3 +298,41 @@ async def test_an_upstream_tool_error_is_recorded_as_a_failure_and_replayed_as_t
     _, results, verdict = await _replay(tmp_path, run_id, calls)
     assert [(r.is_error, text_of(r)) for r in results] == [(True, "no such table: custmers"), (False, "hello")]
     assert (verdict["reproduced"], verdict["divergence"]) == (True, None)
+
+
+async def test_an_output_file_that_cannot_be_written_is_refused_before_serving_and_never_replaces_the_store(tmp_path):
+    """`--output` named the store's own database (or a missing folder): the verdict was written there
+    after the session, replacing sealbox.db with JSON (the store destroyed), or failed with exit 70."""
+    import subprocess
+
+    run_id, _, _ = await _record(tmp_path, CALLS)
+    config = str(_dead_upstream_config(tmp_path))
+    db = tmp_path / "store" / "sealbox.db"
+    before = db.read_bytes()
+    for target, problem in [
+        (db, f"error: cannot write {db}: it is the store's own database ({db}), which is never replaced "
+             "(nothing was written)"),
+        (tmp_path / "no-such-folder" / "v.json",
+         f"error: cannot write {tmp_path / 'no-such-folder' / 'v.json'}: the folder {tmp_path / 'no-such-folder'} "
+         "does not exist"),
+    ]:
+        res = subprocess.run([SEALBOX, "gateway", "replay", run_id, "-c", config, "--output", str(target)],
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                             env={"PATH": os.environ.get("PATH", "")})
+        assert (res.returncode, res.stdout, res.stderr.strip().splitlines()) == (2, "", [problem])
+    assert db.read_bytes() == before
+    assert _replay_runs(tmp_path, run_id) == []  # refused before anything was served or recorded
+
+
+async def test_replay_over_http_without_a_config_is_one_usage_error_line(tmp_path):
+    """--http without --config (so without tokens) was exit 70: AttributeError 'NoneType' object has
+    no attribute 'tokens'."""
+    import subprocess
+
+    run_id, _, _ = await _record(tmp_path, CALLS)
+    res = subprocess.run([SEALBOX, "gateway", "replay", run_id, "--store", str(tmp_path / "store"), "--http", "0"],
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                         env={"PATH": os.environ.get("PATH", "")})
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == "error: --http needs --config: the bearer tokens of its `http.tokens` admit the clients\n"
+    assert _replay_runs(tmp_path, run_id) == []

@@ -49,6 +49,25 @@ async def test_http_rejects_a_foreign_origin_and_a_missing_token(tmp_path, store
     assert own.status_code == 200
 
 
+def test_one_token_given_to_two_identities_is_refused_before_serving(tmp_path, store, monkeypatch):
+    """The tokens were read into a dict: a token listed for two identities (a copy-paste, or two
+    variables holding the same value) silently recorded every call made with it as the last one's."""
+    from sealbox.errors import ConfigError
+    from sealbox.gateway.transports import http_app
+
+    monkeypatch.setenv("SEALBOX_T_SAME", TOKEN)
+    twice = (f"http:\n  tokens:\n    - {{token: {TOKEN}, identity: ci-bot}}\n"
+             "    - {token: other-t0ken-0123456789, identity: ci-bot}\n"
+             "    - {token_env: SEALBOX_T_SAME, identity: release-bot}\n")
+    with pytest.raises(ConfigError) as err:
+        http_app(Gateway(toy_config(tmp_path, extra=twice), store=store), 0)
+    assert str(err.value) == ("gateway.yaml: http.tokens: identities ci-bot and release-bot have the same token; "
+                              "give each identity its own")
+    assert TOKEN not in str(err.value)
+    http_app(Gateway(toy_config(tmp_path, extra=HTTP + f"    - {{token: {TOKEN}, identity: ci-bot}}\n"),
+                     store=store), 0)  # the same token twice for the same identity is harmless
+
+
 async def test_http_client_calls_are_recorded_under_the_token_identity(tmp_path, store):
     from mcp.client.session import ClientSession
     from mcp.client.streamable_http import streamable_http_client

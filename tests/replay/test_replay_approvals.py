@@ -79,3 +79,29 @@ def test_answered_approval_is_served_as_answered_and_never_asked_again(store, tm
     assert served["replayed"]["approval"] == ("approved" if decision == "approve" else "denied")
     note = [e.payload["text"] for e in store.read_run(result.new_run_id) if e.kind == "note"]
     assert note == (["1 row"] if decision == "approve" else ["denied: approval_denied"])
+
+
+def test_a_denied_approval_is_raised_again_with_the_reason_the_recorded_run_got(store, tmp_path):
+    """The replayed ToolDenied gave the rule's request ("rule 'writes-need-ops' requires approval for
+    the call") as the reason of an approval_denied: an agent that reports the reason diverged."""
+    key = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key",
+                       admin_key=admin_key(store, tmp_path)).key_path
+
+    def agent(run):
+        try:
+            run.call_tool("db", "write_query", {"sql": "DROP t"}, lambda sql: "done")
+        except ToolDenied as denied:
+            run.note(f"{denied.decision.reason_code}: {denied.decision.reason}")
+
+    rec = Recorder(store, policy=Policy.from_text(POLICY), approvals="block", approval_poll=0.02)
+    t = answer_when_asked(store, key, "deny")
+    with rec.run(agent="bot") as run:
+        agent(run)
+    t.join()
+    [aid] = [a.approval_id for a in list_approvals(store)]
+
+    result = Replayer(store).replay(run.run_id, agent)
+
+    assert result.reproduced, result.divergence
+    notes = [e.payload["text"] for e in store.read_run(result.new_run_id) if e.kind == "note"]
+    assert notes == [f"approval_denied: approval {aid} denied by alice: reviewed"]

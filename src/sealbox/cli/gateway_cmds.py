@@ -123,7 +123,6 @@ def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, htt
     """
     import logging
     import sys
-    from pathlib import Path
 
     import anyio
 
@@ -131,6 +130,8 @@ def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, htt
     from sealbox.store import open_store
 
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="sealbox-gateway: %(message)s")
+    if http_port is not None and config_path is None:
+        raise click.UsageError("--http needs --config: the bearer tokens of its `http.tokens` admit the clients")
     if config_path is not None and store_path is not None:
         source = click.get_current_context().get_parameter_source("store_path")
         if source is click.core.ParameterSource.COMMANDLINE:
@@ -142,13 +143,31 @@ def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, htt
 
         config = load_config(config_path)
     store = open_store(store_path or (config.store if config is not None else ".sealbox"))
+    target = None
+    if output_path is not None:
+        from sealbox.cli.common import BadInput
+        from sealbox.interop.bundle import BundleError, open_target
+
+        try:
+            # before serving: a store file (sealbox.db, checkpoint, ...), a directory, a device or a
+            # missing folder is refused now, not after the whole session has been replayed
+            target = open_target(output_path, store_dir=getattr(store, "path", None))
+        except BundleError as exc:
+            store.close()
+            raise BadInput(str(exc)) from None
 
     def emit(replay: GatewayReplay) -> int:
         report = replay.report()
-        if output_path is not None:
-            Path(output_path).write_text(json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n")
         out = json.dumps(report, indent=2, ensure_ascii=False, default=str) if as_json else replay.render()
         click.echo(out, err=http_port is None)
+        if target is not None:
+            from sealbox.interop.bundle import BundleError
+
+            try:
+                target.commit((json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n").encode("utf-8"))
+            except BundleError as exc:
+                click.echo(f"error: {exc}", err=True)
+                return 2
         return 0 if report["reproduced"] else 1
 
     def exit_now(replay: GatewayReplay) -> None:
@@ -182,6 +201,8 @@ def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, htt
             pass
         code = emit(replay)
     finally:
+        if target is not None:
+            target.discard()
         store.close()
     if code:
         sys.exit(code)
@@ -252,6 +273,13 @@ def _deep_problems(cfg) -> list[str]:  # noqa: ANN001
             token.resolve()
         except SealboxError as exc:
             problems.append(str(exc))
+    if not any("token of" in p for p in problems):  # each variable is set: tokens given twice
+        from sealbox.gateway.transports import token_identities
+
+        try:
+            token_identities(cfg)
+        except SealboxError as exc:
+            problems.append(str(exc).removeprefix(f"{cfg.source}: "))
     return problems
 
 

@@ -65,6 +65,7 @@ class Pending:
     expires_at: str | None = None
     requested_by: str | None = None  # the principal whose call waits: only its retries continue the request
     informed: bool = False  # the person at the client was told (elicitation), once per request
+    settled: bool = False  # its outcome was claimed (run.resumed) or it was dropped: no hold settles it again
 
 
 def state_key(secret: bytes) -> bytes:

@@ -179,6 +179,8 @@ class GatewayReplay:
                 if exc.type.rpartition(".")[2] in _UPSTREAM_ERRORS:
                     return _error_result(f"upstream error: {exc}",
                                          {"sealbox/upstream_error": exc.type.rpartition(".")[2]})
+                if exc.type.rpartition(".")[2] == "InvalidArguments":  # refused by the schema, not forwarded
+                    return _error_result(str(exc), {"sealbox/not_forwarded": "invalid_arguments"})
                 raise
             return types.CallToolResult.model_validate(out, by_name=False)
         finally:

@@ -422,6 +422,7 @@ class Gateway:
         return pending
 
     def _drop_pending(self, pending: Pending) -> None:
+        pending.settled = True
         waiting = self._pending.get(pending.run_id, {})
         if waiting.get((pending.binding, pending.requested_by)) is pending:
             del waiting[(pending.binding, pending.requested_by)]
@@ -616,8 +617,9 @@ class Gateway:
                     state = await anyio.to_thread.run_sync(get_approval, self.store, aid)
                     if state.status != "pending" or state.resumed or state.run_ended:
                         async with lock:
-                            if self._pending.get(pending.run_id, {}).get((pending.binding, pending.requested_by)) \
-                                    is pending:
+                            # not whether it is still the request a retry would find: two calls with the
+                            # same arguments made at once are two requests, and the later one is found
+                            if not pending.settled:
                                 settled = await self._settle(run, pending, arguments, forward, own_run)
                                 if settled is not None:
                                     return settled

@@ -148,18 +148,35 @@ class BearerAuth:
         await self.app(scope, receive, send_noting_sessions)
 
 
+def token_identities(cfg: Any) -> dict[str, str]:
+    """``http.tokens`` resolved: bearer token -> identity.
+
+    Raises:
+        ConfigError: a ``token_env`` variable is unset or too short, or one token is given to two
+            identities (its requests would all be recorded as the last one's; the token is not shown).
+    """
+    tokens: dict[str, str] = {}
+    for spec in cfg.tokens:
+        value = spec.resolve()
+        other = tokens.setdefault(value, spec.identity)
+        if other != spec.identity:
+            raise ConfigError(f"{cfg.source}: http.tokens: identities {other} and {spec.identity} have the same "
+                              "token; give each identity its own")
+    return tokens
+
+
 def http_app(gateway: Gateway, port: int) -> Any:
     """The ASGI app serving ``/mcp`` for a gateway listening on 127.0.0.1:``port``.
 
     Raises:
-        ConfigError: no ``http.tokens`` in the config.
+        ConfigError: no ``http.tokens`` in the config, or a problem of :func:`token_identities`.
     """
     from mcp.server.transport_security import TransportSecuritySettings
 
     cfg = gateway.config
     if not cfg.tokens:
         raise ConfigError(f"{cfg.source}: http.tokens is required to serve over HTTP (each token maps to an identity)")
-    tokens = {t.resolve(): t.identity for t in cfg.tokens}
+    tokens = token_identities(cfg)
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=[f"127.0.0.1:{port}", f"localhost:{port}"],

@@ -61,10 +61,22 @@ def reevaluate(policy: Policy, recorded: dict[str, Any], inputs: Any, *, run_id:
     if not isinstance(inputs, dict) or "server" not in inputs:
         return Reevaluation(run_id, call_id, step, recorded, None, False, "the decision's inputs are not in the log")
     if inputs.get("redacted") or recorded.get("re_evaluable") is False:
-        return Reevaluation(run_id, call_id, step, recorded, None, False,
-                            "the decision read content that was redacted before it was recorded")
+        return Reevaluation(run_id, call_id, step, recorded, None, False, _why_not(recorded, inputs))
     decision = _with_recorder_checks(policy.evaluate(CallContext.from_inputs(inputs)), recorded)
     return Reevaluation(run_id, call_id, step, recorded, decision, True)
+
+
+def _why_not(recorded: dict[str, Any], inputs: dict[str, Any]) -> str:
+    """Why a decision recorded ``re_evaluable: false`` cannot be re-run: a condition read redacted
+    content (the engine marks only that, and then the inputs say ``redacted``), or the decision was
+    not a Sealbox policy's at all: imported from another system's record, or made outside the policy
+    (the gateway's deny of a tool that changed upstream, rule ``sealbox.gateway/tool-changed``)."""
+    if inputs.get("redacted"):
+        return "the decision read content that was redacted before it was recorded"
+    if recorded.get("reason_code") == "imported":
+        return "the decision was imported from another system's record, not made by a Sealbox policy"
+    return (f"the decision was made outside the policy, by {recorded.get('rule') or 'the recorder'}: "
+            f"{recorded.get('reason') or recorded.get('reason_code')}")
 
 
 def _with_recorder_checks(decision: Decision, recorded: dict[str, Any]) -> Decision:

@@ -139,6 +139,21 @@ class ReplaySource:
                               rec.key, rec.key)
         return None
 
+    def _approval_denial(self, run: Any, rec: RecordedCall, decision: dict[str, Any]) -> str:
+        """The reason a call whose approval was denied or expired was refused, as the recording process
+        gave it (``approval apr_… denied by alice: too risky``), not the rule's request for approval."""
+        from sealbox.approvals import get_approval
+        from sealbox.errors import SealboxError
+        from sealbox.pause import _denial
+
+        if rec.approval_id is None or rec.approval not in ("denied", "expired"):
+            return decision.get("reason", "")
+        try:
+            state = get_approval(self.recorded.store, rec.approval_id)
+        except SealboxError:  # unreadable identities or request: say no more than the decision does
+            return decision.get("reason", "")
+        return _denial(run, state, rec.approval, None).decision.reason  # type: ignore[attr-defined]
+
     def _unresumed(self, rec: RecordedCall) -> str:
         """What became of the approval of a call the run was never resumed past, for the
         ``pending_approval`` message: still waiting, or answered (by whom) but not resumed."""
@@ -234,7 +249,8 @@ class ReplaySource:
         if denied:
             self._write(run, drafts)
             code = d.get("reason_code", "policy_deny") if d.get("effect") == "deny" else f"approval_{rec.approval}"
-            raise ToolDenied(Decision("deny", code, d.get("rule"), d.get("reason", ""),  # type: ignore[arg-type]
+            reason = d.get("reason", "") if d.get("effect") == "deny" else self._approval_denial(run, rec, d)
+            raise ToolDenied(Decision("deny", code, d.get("rule"), reason,  # type: ignore[arg-type]
                                       decision["policy_fingerprint"]), call_id, server, tool)
         result = rec.result or {}
         payload: dict[str, Any] = {"call_id": call_id, "ok": bool(result.get("ok")), "duration_us": 0}
