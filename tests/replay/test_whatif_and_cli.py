@@ -351,3 +351,24 @@ def test_cli_replay_escapes_control_sequences_of_the_agents_exception(tmp_path, 
     doc = json.loads(invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:broken_loudly",
                             "--json").output)
     assert doc["agent_error"]["message"] == "\x1b[2J\x1b]0;pwned\x07my agent is broken"  # --json keeps it
+
+
+def test_runs_show_prints_a_replay_runs_verdict(tmp_path, monkeypatch):
+    """A replay run's status says how the replay ended (ok, cancelled), not whether it reproduced
+    the record: `runs show` prints the verdict its run.ended holds."""
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+    verdicts = []
+    for agent in ("replay_agents:plain", "replay_agents:plain_changed"):
+        out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", agent, "--json")
+        replay_run = json.loads(out.output)["new_run_id"]
+        shown = invoke("runs", "show", replay_run, "-s", str(tmp_path / "s"))
+        assert shown.exit_code == 0, shown.output
+        verdicts.append([line for line in shown.output.splitlines() if line.startswith("verdict")])
+    assert verdicts[0] == ["verdict  reproduced (5 steps compared)"]
+    [[changed]] = verdicts[1:]
+    assert changed.startswith("verdict  diverged at step 2.2 (mismatch): ") and changed.endswith("(2 steps compared)")
+    original = invoke("runs", "show", run_id, "-s", str(tmp_path / "s"))
+    assert not [line for line in original.output.splitlines() if line.startswith("verdict")]
