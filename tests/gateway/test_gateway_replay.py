@@ -336,3 +336,35 @@ async def test_replay_over_http_without_a_config_is_one_usage_error_line(tmp_pat
     assert (res.returncode, res.stdout) == (2, "")
     assert res.stderr == "error: --http needs --config: the bearer tokens of its `http.tokens` admit the clients\n"
     assert _replay_runs(tmp_path, run_id) == []
+
+
+async def test_a_malformed_tools_call_gets_the_live_gateways_error_code_in_a_replay(tmp_path):
+    """The replay server runs the live gateway's protocol checks: a tools/call without a name was
+    answered -32602 by the SDK in a replay, MALFORMED_REQUEST by the live gateway."""
+    import mcp_types as types
+    from mcp.client.session import ClientSession
+    from mcp.shared.exceptions import MCPError
+    from mcp.shared.memory import create_client_server_memory_streams
+
+    from sealbox.gateway import MALFORMED_REQUEST
+    from sealbox.gateway.replay import GatewayReplay
+
+    run_id, _, _ = await _record(tmp_path, CALLS)
+    store = sealbox.open_store(tmp_path / "store")
+    try:
+        replay = GatewayReplay(store, run_id)
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg, create_client_server_memory_streams() as (client, srv):
+                tg.start_soon(replay.serve_streams, srv[0], srv[1])
+                async with ClientSession(client[0], client[1]) as session:
+                    await session.initialize()
+                    with pytest.raises(MCPError) as err:
+                        await session.send_request(types.CallToolRequest(params=types.CallToolRequestParams(
+                            name="toy__add", arguments=None)).model_copy(update={"params": {"arguments": {"a": 1}}}),
+                            types.CallToolResult)
+                    answered = [await session.call_tool(name, args) for name, args in CALLS]
+                tg.cancel_scope.cancel()
+        assert err.value.code == MALFORMED_REQUEST
+        assert [text_of(r) for r in answered] == ["42", "hello"]
+    finally:
+        store.close()

@@ -118,9 +118,19 @@ class GatewayReplay:
 
         from sealbox.gateway.server import _version
 
-        return Server("sealbox-gateway", version=_version(), on_list_tools=self._list_tools,
-                      on_call_tool=self._call_tool,
-                      instructions=f"Replay of recorded run {self.run_id}: tools and results come from the record.")
+        server = Server("sealbox-gateway", version=_version(), on_list_tools=self._list_tools,
+                        on_call_tool=self._call_tool,
+                        instructions=f"Replay of recorded run {self.run_id}: tools and results come from the record.")
+        server.middleware.append(self._check_request)
+        return server
+
+    async def _check_request(self, ctx: Any, call_next: Any) -> Any:
+        """The live gateway's protocol checks (malformed ``tools/call``: ``MALFORMED_REQUEST``; with
+        a config, its request size limit), so a replayed session gets the errors the live one did."""
+        from sealbox.gateway.server import check_request
+
+        check_request(ctx, self.config.limits.max_request_bytes if self.config is not None else None)
+        return await call_next(ctx)
 
     def initialization_options(self) -> Any:
         """The options the server announces (as the live gateway: ``tools.listChanged``)."""

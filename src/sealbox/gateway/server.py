@@ -277,19 +277,7 @@ class Gateway:
     # ------------------------------------------------------------------ protocol checks
 
     async def _check_request(self, ctx: Any, call_next: Any) -> Any:
-        from mcp.shared.exceptions import MCPError
-
-        if ctx.request_id is not None and ctx.params is not None:
-            size = len(json.dumps(ctx.params, ensure_ascii=False, separators=(",", ":"), default=str).encode())
-            if size > self.config.limits.max_request_bytes:
-                raise MCPError(codes.REQUEST_TOO_LARGE, f"request params are {size} bytes; the limit is "
-                               f"{self.config.limits.max_request_bytes}")
-        if ctx.method == "tools/call" and ctx.request_id is not None:
-            p = ctx.params
-            if not isinstance(p, dict) or not isinstance(p.get("name"), str):
-                raise MCPError(codes.MALFORMED_REQUEST, "tools/call needs params.name (a string)")
-            if p.get("arguments") is not None and not isinstance(p["arguments"], dict):
-                raise MCPError(codes.MALFORMED_REQUEST, "tools/call params.arguments must be an object")
+        check_request(ctx, self.config.limits.max_request_bytes)
         return await call_next(ctx)
 
     # ------------------------------------------------------------------ tools/list
@@ -776,6 +764,30 @@ class Gateway:
             return exc.error
         except Exception as exc:  # noqa: BLE001 - a client that cannot answer is an error to the upstream, not a crash
             return types.ErrorData(code=types.INTERNAL_ERROR, message=f"{method}: the client could not answer: {exc}")
+
+
+def check_request(ctx: Any, max_request_bytes: int | None) -> None:
+    """The gateway's protocol checks of a request, before the SDK dispatches it (also run by
+    ``gateway replay``, so a replayed session gets the same errors as the live one).
+
+    Raises:
+        MCPError: ``REQUEST_TOO_LARGE`` (params above ``max_request_bytes`` bytes of JSON; None:
+            no limit), ``MALFORMED_REQUEST`` (a ``tools/call`` without a string ``name``, or
+            with ``arguments`` that are not an object).
+    """
+    from mcp.shared.exceptions import MCPError
+
+    if max_request_bytes is not None and ctx.request_id is not None and ctx.params is not None:
+        size = len(json.dumps(ctx.params, ensure_ascii=False, separators=(",", ":"), default=str).encode())
+        if size > max_request_bytes:
+            raise MCPError(codes.REQUEST_TOO_LARGE, f"request params are {size} bytes; the limit is "
+                           f"{max_request_bytes}")
+    if ctx.method == "tools/call" and ctx.request_id is not None:
+        p = ctx.params
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str):
+            raise MCPError(codes.MALFORMED_REQUEST, "tools/call needs params.name (a string)")
+        if p.get("arguments") is not None and not isinstance(p["arguments"], dict):
+            raise MCPError(codes.MALFORMED_REQUEST, "tools/call params.arguments must be an object")
 
 
 def _refuse_retrieval(uri: str) -> Any:
