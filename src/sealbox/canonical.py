@@ -23,6 +23,7 @@ import enum
 import hashlib
 import json
 import math
+import os
 import re
 import reprlib
 import sys
@@ -32,6 +33,15 @@ from typing import Any, Callable
 import orjson
 
 from sealbox.errors import CanonicalizationError
+
+try:  # the optional C extension (setup.py); SEALBOX_PURE_PYTHON=1 uses the Python reference alone
+    from sealbox._speedups import copy_plain as _c_copy_plain
+except ImportError:  # built without a C compiler: the Python reference does the same
+    _c_copy_plain = None
+if os.environ.get("SEALBOX_PURE_PYTHON") == "1":
+    _c_copy_plain = None
+#: Whether the plain-I-JSON copy (:func:`encode`'s fast path) runs in C (``sealbox._speedups``).
+SPEEDUPS = _c_copy_plain is not None
 
 __all__ = [
     "MAX_DEPTH",
@@ -433,8 +443,10 @@ def _encode_noting_floats(value: Any, *, max_depth: int = MAX_DEPTH) -> tuple[An
     (so no NaN, and every number token is an integer), which lets
     :func:`canonical_bytes_encoded` skip its number checks (``floats=False``)."""
     depth = max(2, min(int(max_depth), MAX_DEPTH)) if isinstance(max_depth, int) else MAX_DEPTH
-    seen = [False]
     try:
+        if _c_copy_plain is not None:  # the same answer as _copy_plain (tests/test_canonical.py)
+            return _c_copy_plain(value, depth)
+        seen = [False]
         return _copy_plain(value, 0, depth, seen), seen[0]
     except Exception:  # noqa: BLE001 - not plain I-JSON (_NotPlain), or a dict changed meanwhile: the encoder decides
         pass

@@ -1,0 +1,203 @@
+"""The optional C extension ``sealbox._speedups`` against its Python reference.
+
+``copy_plain(value, limit)`` must give exactly what ``sealbox.canonical._copy_plain(value, 0,
+limit, seen)`` gives -- the same copy (types included), the same float flag -- or raise where
+the reference raises. Where the extension was not built (no C compiler), these tests skip,
+unless ``SEALBOX_REQUIRE_SPEEDUPS=1`` (CI) makes its absence a failure.
+"""
+
+from __future__ import annotations
+
+import enum
+import gc
+import os
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sealbox import canonical
+
+try:
+    from sealbox import _speedups
+except ImportError:  # pragma: no cover - built without a C compiler
+    _speedups = None
+
+if _speedups is None and os.environ.get("SEALBOX_REQUIRE_SPEEDUPS") == "1":  # pragma: no cover
+    raise RuntimeError("SEALBOX_REQUIRE_SPEEDUPS=1 but sealbox._speedups was not built (is gcc installed?)")
+
+pytestmark = pytest.mark.skipif(_speedups is None, reason="sealbox._speedups was not built (no C compiler): "
+                                "the Python reference is used, and tested by tests/test_canonical.py")
+
+
+class _Colour(enum.Enum):
+    RED = 1
+
+
+class _Int(int):
+    pass
+
+
+class _Str(str):
+    pass
+
+
+class _Dict(dict):
+    pass
+
+
+class _List(list):
+    pass
+
+
+_ODD = [_Colour.RED, _Int(3), _Str("s"), _Dict(a=1), _List([1]), b"\x00", bytearray(b"x"), uuid.UUID(int=7),
+        "\ud800", "a\udfffb", "\U0001F600", "é", "\x00\x1f", -0.0, 0.0, 1e300, 5e-324, float("nan"),
+        float("inf"), float("-inf"), 2**53 - 1, -(2**53 - 1), 2**53, -(2**53), 2**64, True, False, None, ()]
+
+_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text() | st.sampled_from(_ODD),
+    lambda children: st.lists(children, max_size=4) | st.lists(children, max_size=3).map(tuple)
+    | st.dictionaries(st.text(max_size=4) | st.sampled_from(["$blob", "a$", "é", "$", "", "\ud800", "k"]),
+                      children, max_size=4)
+    | st.dictionaries(st.integers(0, 3) | st.sampled_from([_Str("k"), None, 1.5]), children, max_size=2),
+    max_leaves=25,
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal with exactly the same types at every level (1 == 1.0 == True is not enough)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return repr(a) == repr(b)
+    return a == b
+
+
+def _reference(value: Any, limit: int) -> tuple[Any, bool] | None:
+    seen = [False]
+    try:
+        return canonical._copy_plain(value, 0, limit, seen), seen[0]
+    except canonical._NotPlain:
+        return None
+
+
+def _fast(value: Any, limit: int) -> tuple[Any, bool] | None:
+    try:
+        return _speedups.copy_plain(value, limit)
+    except _speedups.NotPlain:
+        return None
+
+
+@settings(max_examples=1500, deadline=None)
+@given(_values, st.integers(min_value=2, max_value=9))
+def test_c_copy_plain_answers_exactly_as_the_python_reference(value: Any, limit: int) -> None:
+    ref, fast = _reference(value, limit), _fast(value, limit)
+    assert (ref is None) == (fast is None), (value, limit, ref, fast)
+    if ref is not None:
+        assert _same(fast[0], ref[0]), (value, fast, ref)
+        assert fast[1] is ref[1]
+
+
+@pytest.mark.parametrize("value", _ODD, ids=repr)
+def test_c_copy_plain_agrees_on_every_odd_value_alone_and_nested(value: Any) -> None:
+    for wrapped in (value, [value], {"k": value}, {"k": [1, {"j": value}]}, (value,)):
+        ref, fast = _reference(wrapped, 10), _fast(wrapped, 10)
+        assert (ref is None) == (fast is None), wrapped
+        if ref is not None:
+            assert _same(fast[0], ref[0]) and fast[1] is ref[1]
+
+
+def test_c_copy_plain_copies_containers_and_shares_scalars() -> None:
+    inner = {"query": "SELECT 1", "params": [1, "open", None, True, 2.5], "note": "café"}
+    payload = {"arguments": inner, "tags": ("a", "b")}
+    out, floats = _speedups.copy_plain(payload, canonical.MAX_DEPTH)
+    assert out == {"arguments": {"query": "SELECT 1", "params": [1, "open", None, True, 2.5], "note": "café"},
+                   "tags": ["a", "b"]}
+    assert floats is True
+    assert out is not payload and out["arguments"] is not inner and out["arguments"]["params"] is not inner["params"]
+    assert out["arguments"]["query"] is inner["query"] and out["arguments"]["note"] is inner["note"]
+    inner["params"].append("later")  # the caller's later change stays out of the copy
+    assert out["arguments"]["params"] == [1, "open", None, True, 2.5]
+    assert _speedups.copy_plain({"n": 1, "s": ["x"]}, canonical.MAX_DEPTH) == ({"n": 1, "s": ["x"]}, False)
+
+
+def test_c_copy_plain_depth_limit_is_the_references() -> None:
+    deep: Any = 1
+    for _ in range(200):
+        deep = [deep]
+    for limit in (2, 3, 4, 5, 64, 128):
+        ref, fast = _reference(deep, limit), _fast(deep, limit)
+        assert ref is None and fast is None
+    shallow: Any = 1
+    for _ in range(4):
+        shallow = {"k": shallow}
+    # the innermost of 4 dicts sits inside 3: refused where 3 + 3 > limit (room for envelope and marker)
+    assert _fast(shallow, 5) is None and _reference(shallow, 5) is None
+    assert _fast(shallow, 6) == ({"k": {"k": {"k": {"k": 1}}}}, False) == _reference(shallow, 6)
+
+
+def test_c_copy_plain_refuses_cycles_without_recursing_forever() -> None:
+    loop: list = []
+    loop.append(loop)
+    ring: dict = {}
+    ring["self"] = ring
+    assert _fast(loop, canonical.MAX_DEPTH) is None and _fast(ring, canonical.MAX_DEPTH) is None
+    assert canonical.encode(loop) == [{"$lossy": {"reason": "cycle", "type": "builtins.list"}}]
+
+
+def test_c_copy_plain_rejects_bad_limits_with_a_typed_error() -> None:
+    with pytest.raises(TypeError):
+        _speedups.copy_plain({})
+    with pytest.raises(TypeError):
+        _speedups.copy_plain({}, "8")
+    with pytest.raises(ValueError):
+        _speedups.copy_plain({}, -1)
+
+
+class _Mutator:
+    """Garbage whose finalizer changes ``target`` while a collection runs (inside the copy)."""
+
+    def __init__(self, target: dict) -> None:
+        self.target = target
+        self.cycle = self
+
+    def __del__(self) -> None:
+        self.target["added_by_a_finalizer"] = 1
+
+
+def test_a_dict_changed_during_the_c_copy_is_left_to_the_encoder() -> None:
+    """A collection inside the copy (its new dicts are tracked objects) can run finalizers, and a
+    finalizer can change the dict being copied: the copy must not be taken (the Python reference
+    raises "changed size during iteration" there), and encode gives the encoder's exact answer."""
+    target = {f"k{i}": {"v": i} for i in range(50)}
+    threshold = gc.get_threshold()
+    try:
+        gc.collect()
+        gc.set_threshold(1)  # every new container may start a collection
+        _Mutator(target)  # unreachable cycle: collected (finalizer run) during the copy below
+        out = canonical.encode(target)
+    finally:
+        gc.set_threshold(*threshold)
+    assert out == canonical._Encoder(canonical.MAX_DEPTH).enc(target, 0)
+    assert "added_by_a_finalizer" in target
+
+
+def test_the_pure_python_switch_is_honoured() -> None:
+    code = ("import sealbox.canonical as c; "
+            "print(c.SPEEDUPS, c.encode({'a': [1, 2.5, 'x']}), c._encode_noting_floats({'b': (1,)}))")
+    outs = {}
+    for flag in ("1", "0"):
+        env = {**os.environ, "SEALBOX_PURE_PYTHON": flag}
+        outs[flag] = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                    check=True).stdout.strip()
+    assert outs["1"] == "False {'a': [1, 2.5, 'x']} ({'b': [1]}, False)"
+    assert outs["0"] == "True {'a': [1, 2.5, 'x']} ({'b': [1]}, False)"
