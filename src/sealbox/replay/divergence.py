@@ -32,7 +32,7 @@ from typing import Any
 from sealbox.replay.keys import StepKey
 from sealbox.snapshot import FieldDiff, diff_values
 
-__all__ = ["DIVERGENCE_KINDS", "Divergence", "diff_values", "render_divergence"]
+__all__ = ["DIVERGENCE_KINDS", "Divergence", "diff_values", "render_divergence", "verdict_text"]
 
 DIVERGENCE_KINDS = ("mismatch", "extra", "missing", "outcome", "outcome_unknown", "pending_approval",
                     "unreplayable", "config_drift")
@@ -109,3 +109,23 @@ def render_divergence(d: Divergence, limit: int = 20) -> str:
     if len(d.diff) > limit:
         lines.append(f"    … {len(d.diff) - limit} more field(s) differ (see --json)")
     return "\n".join(lines)
+
+
+def verdict_text(verdict: Any) -> str:
+    """A replay run's verdict (the ``verdict`` of its ``run.ended``) in one line: reproduced, or where
+    and how it diverged. Read as recorded, so any field may be missing or of another type.
+
+    The replay run's own status only says how the replay ended (``cancelled`` when it stopped at a
+    divergence), not whether it matched the record: ``sealbox runs show`` and ``sealbox report``
+    print this line.
+    """
+    verdict = verdict if isinstance(verdict, dict) else {}
+    steps = verdict.get("steps_compared")
+    counted = f" ({steps} steps compared)" if isinstance(steps, int) and not isinstance(steps, bool) else ""
+    if verdict.get("reproduced") is True:
+        return f"reproduced{counted}"
+    d = verdict.get("divergence")
+    if isinstance(d, dict):
+        where = f" at step {d.get('step')}" if d.get("step") else ""
+        return f"diverged{where} ({d.get('kind')}): {d.get('message')}{counted}"
+    return f"not reproduced{counted}"
