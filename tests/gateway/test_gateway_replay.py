@@ -368,3 +368,58 @@ async def test_a_malformed_tools_call_gets_the_live_gateways_error_code_in_a_rep
         assert [text_of(r) for r in answered] == ["42", "hello"]
     finally:
         store.close()
+
+
+async def _replay_in_memory(store: Any, run_id: str, calls: list[tuple[str, dict[str, Any]]]):
+    """Replay with the official client over in-memory streams; (results, the GatewayReplay)."""
+    from mcp.client.session import ClientSession
+    from mcp.shared.memory import create_client_server_memory_streams
+
+    from sealbox.gateway.replay import GatewayReplay
+
+    replay = GatewayReplay(store, run_id)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg, create_client_server_memory_streams() as (client, srv):
+            tg.start_soon(replay.serve_streams, srv[0], srv[1])
+            async with ClientSession(client[0], client[1]) as session:
+                await session.initialize()
+                results = [await session.call_tool(name, args) for name, args in calls]
+            tg.cancel_scope.cancel()
+    return results, replay
+
+
+@pytest.mark.parametrize("how", ["pending_approval", "mismatch"])
+async def test_the_summary_counts_the_calls_matched_before_the_divergent_one(tmp_path, how):
+    """Diverged at call 3: 2 calls matched before it. The summary said "3 call(s) matched" for a call
+    still waiting for its approval (its key matched the record; its answer cannot be served)."""
+    from .test_gateway_approvals import POLICY
+
+    calls = [("toy__add", {"a": 1, "b": 2}), ("toy__add", {"a": 3, "b": 4}), ("toy__echo", {"text": "hi"})]
+    store = sealbox.init_store(tmp_path / "store")
+    try:
+        policy = POLICY.replace("add-expires-fast", "add-ok").replace(
+            "    effect: require_approval\n    approval: {groups: [ops], quorum: 1, expires: 1s}", "    effect: allow")
+        if how == "mismatch":
+            policy = policy.replace("match: {server: toy, tool: echo}", "match: {server: toy, tool: nothing}")
+        gw = Gateway(toy_config(tmp_path, extra="limits: {approval_hold_s: 0.2}"), store=store,
+                     policy=Policy.from_text(policy))
+        gw.approval_poll = 0.05
+        async with running(gw) as tg:
+            async with connect(gw, tg) as client:
+                recorded = [await client.call_tool(name, args) for name, args in calls]
+        [run_id] = gateway_runs(store)
+        assert [r.is_error for r in recorded] == [False, False, how == "pending_approval"]
+
+        replayed = calls if how == "pending_approval" else [*calls[:2], ("toy__echo", {"text": "changed"})]
+        results, replay = await _replay_in_memory(store, run_id, replayed)
+        assert [r.is_error for r in results] == [False, False, True]
+        report = replay.report()
+        assert (report["divergence"]["kind"], report["diverged_at_call"]) == (how, 3)
+        # steps_compared counts the keys that matched the record: a pending call's key did
+        assert report["steps_compared"] == (3 if how == "pending_approval" else 2)
+        assert replay.render().splitlines()[0] == (
+            f"NOT reproduced: diverged at call 3 ({how}); 2 call(s) matched before it; "
+            f"replay run {report['new_run_id']} (replay of {run_id})")
+        assert replay.result.head() == f"NOT reproduced: diverged at step 4 ({how}); 2 step(s) matched before it"
+    finally:
+        store.close()

@@ -74,3 +74,54 @@ def test_an_unanswered_approval_is_still_waiting(store, tmp_path):
         "pending_approval", "2",
         f"step 2: the recorded call db/write_query was still waiting for an approval (approval {approval_id}); "
         "replay ends here")
+
+
+def test_the_summary_counts_the_steps_matched_before_the_waiting_call(store, tmp_path, monkeypatch):
+    """The waiting call's key matches the record, so it is counted in steps_compared; the summary
+    line counts the steps matched *before* it, as `sealbox replay` prints it."""
+    from click.testing import CliRunner
+
+    from sealbox.cli.main import cli
+
+    def reads_then_write(run):
+        run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "1 row")
+        run.call_tool("db", "read_query", {"sql": "SELECT 2"}, lambda sql: "2 rows")
+        agent(run)
+
+    rec = Recorder(store, policy=Policy.from_text(POLICY.replace("QUORUM", "1")), approvals="suspend")
+    with pytest.raises(ApprovalPending):
+        with rec.run(agent="bot", principal="agent:bot") as run:
+            reads_then_write(run)
+
+    result = Replayer(store).replay(run.run_id, reads_then_write)
+
+    assert (result.divergence.kind, result.divergence.step) == ("pending_approval", "4")
+    assert (result.steps_compared, result.matched_steps) == (3, ("2", "3", "4"))
+    assert result.head() == "NOT reproduced: diverged at step 4 (pending_approval); 2 step(s) matched before it"
+
+    # the command prints that line, with the replay run
+    module = tmp_path / "unresumed_agent.py"
+    module.write_text("def agent(run):\n"
+                      "    for n in (1, 2):\n"
+                      "        run.call_tool('db', 'read_query', {'sql': f'SELECT {n}'}, lambda sql: 'rows')\n"
+                      "    run.call_tool('db', 'write_query', {'sql': 'DELETE FROM t'}, lambda sql: '1 row')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = CliRunner().invoke(cli, ["replay", "-s", str(store.path), run.run_id, "--agent", "unresumed_agent:agent"])
+    assert out.exit_code == 1, out.output
+    first, second = out.output.splitlines()[:2]
+    assert first.startswith("NOT reproduced: diverged at step 4 (pending_approval); 2 step(s) matched before it; "
+                            "replay run ")
+    assert second == "diverged at step 4: pending_approval"
+
+
+def test_steps_matched_after_the_divergent_one_are_counted_apart():
+    """Parallel calls: a sibling that completed first may match after the divergent step in step order."""
+    from sealbox.replay.divergence import Divergence, divergence_head
+
+    d = Divergence("mismatch", "2.2", "step 2.2: …")
+    assert divergence_head(d, {"2", "2.1", "2.3"}) == "diverged at step 2.2 (mismatch); 2 step(s) matched before it " \
+                                                      "and 1 after it"
+    assert divergence_head(d, {"2", "2.1"}) == "diverged at step 2.2 (mismatch); 2 step(s) matched before it"
+    assert divergence_head(Divergence("outcome", None, "…"), {"2", "3"}) == "diverged (outcome); 2 step(s) matched"
+    assert divergence_head(Divergence("extra", "5", "…"), {"2", "3", "4"}, unit="call", number=lambda s: int(s) - 1) \
+        == "diverged at call 4 (extra); 3 call(s) matched before it"

@@ -131,7 +131,7 @@ def test_cli_replay_reproduces_and_prints_json(tmp_path, monkeypatch):
 
     out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain_changed")
     assert out.exit_code == 1
-    assert "NOT reproduced: 2 step(s) matched" in out.output
+    assert "NOT reproduced: diverged at step 2.2 (mismatch); 2 step(s) matched before it; replay run " in out.output
     assert "diverged at step 2.2: mismatch" in out.output and "~ utc_offset: 1 -> 2" in out.output
 
     out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain_changed", "--json")
@@ -184,7 +184,8 @@ def test_cli_replay_and_runs_show_report_the_agents_exception(tmp_path, monkeypa
     assert out.exit_code == 1
     lines = out.output.splitlines()
     replay_run = lines[0].rsplit(" ", 1)[1]
-    assert lines[0] == f"NOT reproduced: 0 step(s) matched; replay run {replay_run}"
+    assert lines[0] == (f"NOT reproduced: diverged at step 2 (missing); 0 step(s) matched before it; "
+                        f"replay run {replay_run}")
     assert replay_run != run_id
     assert lines[1] == "the agent raised RuntimeError: my agent is broken"
     assert lines[2] == "diverged at step 2: missing"

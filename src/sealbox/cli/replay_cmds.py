@@ -143,8 +143,7 @@ def _shown(message: str) -> str:
 
 def _print_result(result: Any, render: Callable[[Any], str]) -> None:
     echo = lambda text: click.echo(visible(text))  # noqa: E731 - recorded and agent text never drives the terminal
-    head = "reproduced" if result.reproduced else "NOT reproduced"
-    echo(f"{head}: {result.steps_compared} step(s) matched; replay run {result.new_run_id or '(not started)'}")
+    echo(f"{result.head()}; replay run {result.new_run_id or '(not started)'}")
     if result.agent_error:
         echo(f"the agent raised {result.agent_error['type']}: {_shown(result.agent_error['message'])}")
     if result.config_drift:

@@ -69,6 +69,8 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
 @format_options
 def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
     """Show one run's events (time, kind, tool, decision, duration), with its parent and children."""
+    from sealbox.replay.divergence import verdict_text
+
     store = open_for_reading(store_path)
     try:
         run_id = resolve_id(store, "run", run_id)
@@ -91,23 +93,9 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
         if e.kind == "run.ended" and _ended_error(e.payload):
             click.echo(visible(f"error   {_ended_error(e.payload)}"))
         if e.kind == "run.ended" and isinstance(e.payload.get("verdict"), dict):
-            click.echo(visible(f"verdict  {_verdict_text(e.payload['verdict'])}"))
+            click.echo(visible(f"verdict  {verdict_text(e.payload['verdict'])}"))
     emit_rows(rows, ["run_seq", "step", "ts", "kind", "tool", "decision", "duration", "detail"],
               as_json=False, as_csv=False, title=f"Run {run_id}")
-
-
-def _verdict_text(verdict: dict) -> str:
-    """A replay run's verdict (its ``run.ended`` ``verdict``) in one line: reproduced, or where and
-    how it diverged; the run's own status only says how the replay ended, not whether it matched."""
-    steps = verdict.get("steps_compared")
-    counted = f" ({steps} steps compared)" if isinstance(steps, int) else ""
-    if verdict.get("reproduced") is True:
-        return f"reproduced{counted}"
-    d = verdict.get("divergence")
-    if isinstance(d, dict):
-        where = f" at step {d.get('step')}" if d.get("step") else ""
-        return f"diverged{where} ({d.get('kind')}): {d.get('message')}{counted}"
-    return f"not reproduced{counted}"
 
 
 def _family(run_id: str, run: dict | None) -> list[str]:

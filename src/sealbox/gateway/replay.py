@@ -252,7 +252,7 @@ class GatewayReplay:
 
     def finish(self) -> Any:
         """End the replay run with its verdict (once) and return the :class:`~sealbox.replay.ReplayResult`."""
-        from sealbox.replay.engine import ReplayResult, _unreplayable
+        from sealbox.replay.engine import ReplayResult, _unreplayable, matched_steps
 
         if self.result is not None:
             return self.result
@@ -260,7 +260,8 @@ class GatewayReplay:
         source = self.source
         divergence = source.divergence or source.missing()
         result = ReplayResult(divergence is None, divergence, len(source.compared), self.run.run_id, (),
-                              _unreplayable(self.recorded, "record", "record"), self.run_id)
+                              _unreplayable(self.recorded, "record", "record"), self.run_id,
+                              matched_steps=matched_steps(source))
         status = "cancelled" if source.divergence is not None else "ok"
         source.flush(self.run)
         self.run.replay = None
@@ -287,16 +288,17 @@ class GatewayReplay:
 
     def render(self) -> str:
         """The readable verdict."""
-        from sealbox.replay.divergence import render_divergence
+        from sealbox.replay.divergence import divergence_head, render_divergence
 
         result = self.finish()
         d = result.divergence
         if d is None:
             return (f"reproduced: {self.calls} call(s) matched the {len(self.recorded.steps)} recorded; "
                     f"replay run {result.new_run_id} (replay of {self.run_id})")
-        k = self.call_of(d.step)
-        lines = [f"NOT reproduced: diverged at call {k} ({d.kind}); {len(self.source.compared)} "
-                 f"call(s) matched; replay run {result.new_run_id} (replay of {self.run_id})",
+        # calls matched before the divergent one: not len(compared), which also counts a divergent call
+        # whose key matched but whose recorded answer cannot be served (pending_approval, outcome_unknown)
+        head = divergence_head(d, result.matched_steps, unit="call", number=self.call_of)
+        lines = [f"NOT reproduced: {head}; replay run {result.new_run_id} (replay of {self.run_id})",
                  render_divergence(d)]
         return "\n".join(lines)
 

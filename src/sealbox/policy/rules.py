@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from sealbox.policy.conditions import Condition
+from sealbox.policy.globs import glob_covers
 from sealbox.policy.model import ApprovalSpec, CallContext
 
 __all__ = ["Rule", "GlobSet"]
@@ -35,10 +36,15 @@ class GlobSet:
         return value in self.literals or (self._regex is not None and self._regex(value) is not None)
 
     def covers(self, other: GlobSet) -> bool:
-        """True when every value ``other`` matches is matched by this set (conservative)."""
+        """True when every value ``other`` matches is matched by this set (conservative: False when
+        that cannot be shown). Each of ``other``'s patterns must be a literal this set matches, or be
+        covered by one of this set's patterns (:func:`~sealbox.policy.globs.glob_covers`)."""
         if self.any:
             return True
-        return all(p in self.patterns or (p in other.literals and self(p)) for p in other.patterns)
+        if other.any:  # only "*" matches a value that is no string (a principal without a role)
+            return False
+        return all(p in self.patterns or (p in other.literals and self(p))
+                   or any(glob_covers(q, p) for q in self.patterns) for p in other.patterns)
 
 
 def _in(values: list[Any], value: Any) -> bool:

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterable
 
-from sealbox.replay.keys import StepKey
+from sealbox.replay.keys import StepKey, step_order
 from sealbox.snapshot import FieldDiff, diff_values
 
-__all__ = ["DIVERGENCE_KINDS", "Divergence", "diff_values", "render_divergence"]
+__all__ = ["DIVERGENCE_KINDS", "Divergence", "diff_values", "divergence_head", "render_divergence", "verdict_text"]
 
 DIVERGENCE_KINDS = ("mismatch", "extra", "missing", "outcome", "outcome_unknown", "pending_approval",
                     "unreplayable", "config_drift")
@@ -109,3 +109,49 @@ def render_divergence(d: Divergence, limit: int = 20) -> str:
     if len(d.diff) > limit:
         lines.append(f"    … {len(d.diff) - limit} more field(s) differ (see --json)")
     return "\n".join(lines)
+
+
+def divergence_head(d: Divergence, matched: Iterable[str], *, unit: str = "step",
+                    number: Callable[[str], Any] | None = None) -> str:
+    """Where a replay diverged and how many steps matched before it, in one phrase:
+    ``diverged at step 2.2 (mismatch); 2 step(s) matched before it``.
+
+    ``matched`` are the steps whose key matched the record (:attr:`ReplaySource.compared
+    <sealbox.replay.source.ReplaySource.compared>`). The divergent step itself is never counted:
+    it may be among them — an ``outcome_unknown``, ``pending_approval`` or ``unreplayable`` step
+    matched the recorded call, but its recorded answer cannot be served. Steps matched after it in
+    step order (parallel calls that completed first) are counted apart. ``unit`` and ``number``
+    name the step another way (the gateway's ``call`` 3 is step 4).
+    """
+    steps = set(matched)
+    if d.step is None:
+        return f"diverged ({d.kind}); {len(steps)} {unit}(s) matched"
+    at = number(d.step) if number is not None else d.step
+    try:
+        key = step_order(d.step)
+        before = sum(1 for s in steps if step_order(s) < key)
+        after = sum(1 for s in steps if step_order(s) > key)
+    except ValueError:  # a step that is no dotted number: say no more than how many others matched
+        return f"diverged at {unit} {at} ({d.kind}); {len(steps - {d.step})} other {unit}(s) matched"
+    return (f"diverged at {unit} {at} ({d.kind}); {before} {unit}(s) matched before it"
+            + (f" and {after} after it" if after else ""))
+
+
+def verdict_text(verdict: Any) -> str:
+    """A replay run's verdict (the ``verdict`` of its ``run.ended``) in one line: reproduced, or where
+    and how it diverged. Read as recorded, so any field may be missing or of another type.
+
+    The replay run's own status only says how the replay ended (``cancelled`` when it stopped at a
+    divergence), not whether it matched the record: ``sealbox runs show`` and ``sealbox report``
+    print this line.
+    """
+    verdict = verdict if isinstance(verdict, dict) else {}
+    steps = verdict.get("steps_compared")
+    counted = f" ({steps} steps compared)" if isinstance(steps, int) and not isinstance(steps, bool) else ""
+    if verdict.get("reproduced") is True:
+        return f"reproduced{counted}"
+    d = verdict.get("divergence")
+    if isinstance(d, dict):
+        where = f" at step {d.get('step')}" if d.get("step") else ""
+        return f"diverged{where} ({d.get('kind')}): {d.get('message')}{counted}"
+    return f"not reproduced{counted}"

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from sealbox.errors import ConfigError
-from sealbox.replay.divergence import Divergence
-from sealbox.replay.keys import RecordedRun
+from sealbox.replay.divergence import Divergence, divergence_head
+from sealbox.replay.keys import RecordedRun, step_order
 from sealbox.replay.source import ReplaySource, ReplayStopped
 from sealbox.snapshot import FieldDiff, diff_snapshots
 
@@ -70,6 +70,9 @@ class ReplayResult:
         replay_of: the recorded run.
         agent_error: the exception the agent raised, ``{"type", "message"}`` (as in the replay
             run's ``run.ended`` ``error``), or None.
+        matched_steps: the steps counted in ``steps_compared``, in step order. A divergent
+            ``outcome_unknown``, ``pending_approval`` or ``unreplayable`` step is among them (its key
+            matched; its answer cannot be served): :meth:`head` counts the steps before it.
     """
 
     reproduced: bool
@@ -80,6 +83,14 @@ class ReplayResult:
     unreplayable: tuple[UnreplayableStep, ...] = ()
     replay_of: str = ""
     agent_error: dict[str, str] | None = None
+    matched_steps: tuple[str, ...] = ()
+
+    def head(self) -> str:
+        """The first line ``sealbox replay`` prints: ``reproduced: 5 step(s) matched``, or
+        ``NOT reproduced: diverged at step 2.2 (mismatch); 2 step(s) matched before it``."""
+        if self.divergence is None:
+            return f"reproduced: {self.steps_compared} step(s) matched"
+        return f"NOT reproduced: {divergence_head(self.divergence, self.matched_steps)}"
 
     def verdict(self) -> dict[str, Any]:
         """The ``verdict`` written in the replay run's ``run.ended``."""
@@ -230,13 +241,21 @@ class Replayer:
                                         f"{recorded or 'without run.ended'} and the replay ended {status}{why}")
         agent_error = {"type": type(error).__qualname__, "message": _message(error)} if error is not None else None
         result = ReplayResult(divergence is None, divergence, len(source.compared), run.run_id, drift, unrep,
-                              source.recorded.run_id, agent_error)
+                              source.recorded.run_id, agent_error, matched_steps(source))
         if source.divergence is not None:
             status, error = "cancelled", None  # stopped by replay, not by the agent
         source.flush(run)
         run.replay = None
         run.end(status, error, verdict=result.verdict())
         return result
+
+
+def matched_steps(source: ReplaySource) -> tuple[str, ...]:
+    """The steps ``source`` compared and found matching, in step order."""
+    try:
+        return tuple(sorted(source.compared, key=step_order))
+    except ValueError:  # a step that is no dotted number (never written by a recorder)
+        return tuple(sorted(source.compared))
 
 
 def _message(error: BaseException) -> str:

@@ -54,7 +54,8 @@ class ReplaySource:
 
     Attributes:
         divergence: the first divergence, once found.
-        compared: steps compared and matched so far.
+        compared: steps whose key matched the record so far; a step stopped after its key matched
+            (``outcome_unknown``, ``pending_approval``, ``unreplayable``) is among them.
     """
 
     def __init__(self, recorded: RecordedRun, *, model: str = "record", tools: str = "record") -> None:

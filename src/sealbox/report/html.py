@@ -159,12 +159,23 @@ def _overview(r: IncidentReport) -> str:
             ("status", e(status)), ("started", e(r.started_at)), ("ended", e(r.ended_at or "(not ended)")),
             ("duration", e(_seconds(r.duration_s))), ("events", e(r.events)),
             ("parent run", e(run.get("parent_run_id") or "(none)")), ("replay of", e(run.get("replay_of") or "(none)")),
+            *([("replay verdict", _replay_verdict(r))] if r.replay is not None else []),
             ("labels", e(", ".join(f"{k}={v}" for k, v in sorted((run.get("labels") or {}).items())) or "(none)")),
             ("policy", e(f"{r.policy.get('name')} {r.policy.get('fingerprint')}")),
             ("snapshot", e(r.snapshot_fingerprint or "(none)")),
             ("usage", e(json.dumps(r.usage, ensure_ascii=False) if r.usage else "(none)")),
             ("store", e(r.store_origin or "")), ("verification", vbadge)]
     return _table(["", ""], [(f"<b>{k}</b>", v) for k, v in rows])
+
+
+def _replay_verdict(r: IncidentReport) -> str:
+    v = r.replay
+    assert v is not None
+    if v.reproduced is None:
+        badge = _badge("no verdict", "warn")
+    else:
+        badge = _badge("reproduced", "ok") if v.reproduced else _badge("not reproduced", "bad")
+    return f'{badge} <span class="replay-verdict">{e(v.text)}</span>'
 
 
 def _tool_call(c) -> str:

@@ -84,6 +84,7 @@ def _overview(r: IncidentReport) -> list[str]:
             ("status", md(status)), ("started", md(r.started_at)), ("ended", md(r.ended_at or "(not ended)")),
             ("duration", md(_seconds(r.duration_s))), ("events", md(r.events)),
             ("parent run", md(run.get("parent_run_id") or "(none)")), ("replay of", md(run.get("replay_of") or "(none)")),
+            *([("replay verdict", md(r.replay.text))] if r.replay is not None else []),
             ("labels", md(", ".join(f"{k}={v}" for k, v in sorted((run.get("labels") or {}).items())) or "(none)")),
             ("policy", md(f"{r.policy.get('name')} {r.policy.get('fingerprint')}")),
             ("snapshot", md(r.snapshot_fingerprint or "(none)")),

@@ -33,7 +33,7 @@ from sealbox.errors import BlobNotFoundError, StoreError
 
 __all__ = [
     "Content", "TimelineEntry", "ModelCallView", "ToolCallView", "AnswerView", "ApprovalView", "StateView",
-    "VerificationView", "IncidentReport", "build_report", "kind_group",
+    "VerificationView", "ReplayVerdictView", "IncidentReport", "build_report", "kind_group",
 ]
 
 #: Kinds grouped for colouring the timeline (the part before the dot, with a few merged).
@@ -209,6 +209,21 @@ class VerificationView:
 
 
 @dataclass(frozen=True)
+class ReplayVerdictView:
+    """A replay run's verdict, as its ``run.ended`` holds it (``sealbox runs show`` prints the same line).
+
+    Attributes:
+        reproduced: the verdict says the record was reproduced (True), or not (False); None when the
+            replay run has no verdict (it has not ended, or its ``run.ended`` is malformed).
+        text: one line: ``reproduced (5 steps compared)``, ``diverged at step 2.2 (mismatch): …``
+            (:func:`sealbox.replay.divergence.verdict_text`), or why there is no verdict.
+    """
+
+    reproduced: bool | None
+    text: str
+
+
+@dataclass(frozen=True)
 class IncidentReport:
     """Everything a report shows about one run (see the module docstring)."""
 
@@ -231,6 +246,8 @@ class IncidentReport:
     store_origin: str | None
     generated_at: str
     usage: dict[str, Any] = field(default_factory=dict)
+    #: the verdict of a replay run (one with ``replay_of``, or whose ``run.ended`` holds a verdict), else None
+    replay: ReplayVerdictView | None = None
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -464,6 +481,23 @@ def _verification(store: Any, run_id: str, verify: bool) -> VerificationView:
     return VerificationView(True, report.ok, report.summary(), mine, len(report.problems) - len(mine))
 
 
+def _replay_verdict(run: dict[str, Any], last: Any) -> ReplayVerdictView | None:
+    """The verdict of a replay run, read from its ``run.ended`` (the last event), or None for a run
+    that is no replay."""
+    from sealbox.replay.divergence import verdict_text
+
+    ended = last.kind == "run.ended"
+    valid = ended and _payload_problem(last.kind, last.payload) is None
+    verdict = last.payload.get("verdict") if valid else None
+    if isinstance(verdict, dict):
+        return ReplayVerdictView(verdict.get("reproduced") is True, verdict_text(verdict))
+    if not run.get("replay_of"):
+        return None
+    if not ended:
+        return ReplayVerdictView(None, "no verdict: the replay run has not ended")
+    return ReplayVerdictView(None, "no verdict recorded in the replay run's run.ended")
+
+
 def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | None = None) -> IncidentReport:
     """Gather the report of ``run_id`` from ``store``.
 
@@ -506,4 +540,5 @@ def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | Non
         children=tuple(run.get("children") or ()), verification=_verification(store, run_id, verify),
         store_origin=getattr(store, "origin", None), generated_at=now or utc_now(),
         usage=dict((last.payload.get("usage") or {}) if last.kind == "run.ended" else {}),
+        replay=_replay_verdict(run, last),
     )
