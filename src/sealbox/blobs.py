@@ -85,13 +85,14 @@ def blobify(value: Any, put: Callable[[bytes], str], limit: int = INLINE_LIMIT, 
     if type(value) is list:
         return _chain(value, put, limit)
     if type(value) is dict:
-        if _is_escaped(value):  # a user's dict: reduce its values, never put a reference in its place
-            reduced = {ESC_TAG: {k: blobify(v, put, limit) for k, v in value[ESC_TAG].items()}}
-        else:
-            reduced = {k: blobify(v, put, limit) for k, v in value.items()}
-        data = canonical_bytes_encoded(reduced)
-        if len(data) <= limit:
-            return reduced
+        inner = value[ESC_TAG] if _is_escaped(value) else value  # a user's dict: reduce its values only
+        parts = {k: blobify(v, put, limit) for k, v in inner.items()}
+        if any(parts[k] is not v for k, v in inner.items()):  # a part became a reference: new bytes
+            reduced = {ESC_TAG: parts} if inner is not value else parts
+            data = canonical_bytes_encoded(reduced)
+            if len(data) <= limit:
+                return reduced
+        # else every part is small and unchanged: the whole is ``value``, its bytes ``data``
     return {BLOB_TAG: put(data)}
 
 
