@@ -491,7 +491,10 @@ class Gateway:
             log.info("run %s stays suspended: approvals pending (%s)", run.run_id,
                      ", ".join(p.approval_id for p in self._pending[run.run_id].values()))
             return
-        self._undelivered.discard_run(run.run_id)  # the session's run ends: no retry can reach it any more
+        if not _modern_version(connection.protocol_version):
+            # the session's run ends: no retry can reach its kept outcomes (a stateless client's own run
+            # ends with its one request; its retry, carrying requestState, is answered before joining)
+            self._undelivered.discard_run(run.run_id)
         try:
             run.end("ok")
         except RecordingError as exc:
@@ -926,12 +929,17 @@ def _seconds_until(ts: str | None) -> float:
 
 
 def _is_modern(ctx: Any) -> bool:
+    return _modern_version(getattr(ctx, "protocol_version", None))
+
+
+def _modern_version(version: Any) -> bool:
+    """Whether ``version`` is a stateless (2026-07-28 or later) protocol version."""
     global _MODERN
     if _MODERN is None:
         from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
         _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
-    return str(getattr(ctx, "protocol_version", "") or "") in _MODERN
+    return str(version or "") in _MODERN
 
 
 _MODERN: frozenset[str] | None = None
