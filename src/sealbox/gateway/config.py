@@ -19,6 +19,7 @@ Example::
     limits:
       max_request_bytes: 1048576
       approval_hold_s: 4
+      undelivered_keep_s: 900
       call_timeout_s: 60
     breaker: {threshold: 5, cooldown_s: 30}
     upstreams:
@@ -89,6 +90,7 @@ _SCHEMA: dict[str, Any] = {
             "properties": {
                 "max_request_bytes": {"type": "integer", "minimum": 1024, "maximum": 64 * 1024 * 1024},
                 "approval_hold_s": {"type": "number", "minimum": 0, "maximum": 3600},
+                "undelivered_keep_s": {"type": "number", "minimum": 0, "maximum": 86400},
                 "call_timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
                 "startup_timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 600},
             },
@@ -177,11 +179,14 @@ class TokenSpec:
 class Limits:
     """Gateway limits. ``max_request_bytes``: a request's JSON params above this are refused
     (``REQUEST_TOO_LARGE``); ``approval_hold_s``: how long a call waiting for an approval is held;
+    ``undelivered_keep_s``: how long the outcome of a held call that could not be delivered (its client
+    cancelled, timed out or disconnected) is kept for a retry with the same arguments (0: not kept);
     ``call_timeout_s``: an upstream call longer than this is a recorded timeout;
     ``startup_timeout_s``: an upstream that does not answer ``initialize`` + ``tools/list`` within this is down."""
 
     max_request_bytes: int = 1024 * 1024
     approval_hold_s: float = 4.0
+    undelivered_keep_s: float = 900.0
     call_timeout_s: float = 60.0
     startup_timeout_s: float = 30.0
 
@@ -322,7 +327,8 @@ def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:
         separator=doc.get("separator", DEFAULT_SEPARATOR),
         tokens=tuple(TokenSpec(t["identity"], t.get("token"), t.get("token_env")) for t in http.get("tokens") or ()),
         allowed_origins=tuple(http.get("allowed_origins") or ()),
-        limits=Limits(**{k: lim[k] for k in ("max_request_bytes", "approval_hold_s", "call_timeout_s", "startup_timeout_s") if k in lim}),
+        limits=Limits(**{k: lim[k] for k in ("max_request_bytes", "approval_hold_s", "undelivered_keep_s",
+                                             "call_timeout_s", "startup_timeout_s") if k in lim}),
         breaker_threshold=brk.get("threshold", 5), breaker_cooldown_s=float(brk.get("cooldown_s", 30.0)),
         restart_initial_s=float(rst.get("initial_s", 0.5)), restart_max_s=float(rst.get("max_s", 30.0)),
         durability=doc.get("durability", "full"),

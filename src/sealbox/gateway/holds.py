@@ -18,6 +18,16 @@ for up to ``limits.approval_hold_s``:
   same run whose binding hash is the request's continues **that** request
   (no second ``tool.call``, no second approval).
 
+A settled request's outcome (the approved call's result, or the denial) is the
+:attr:`Pending.outcome` of every call of that request still held, and is kept
+(:class:`Undelivered`) until it has been handed to a live request: a call whose
+client cancelled it, timed out (and cancelled), or disconnected gets nothing, so
+a retry of the same run, principal and binding hash is answered that outcome
+(``_meta["sealbox/approval"].status = "delivered_on_retry"``) without a second
+request and without running the tool again. Kept outcomes are bounded in time
+(``limits.undelivered_keep_s``) and in memory (:data:`MAX_KEPT` outcomes,
+:data:`MAX_KEPT_BYTES` bytes of results).
+
 The ``requestState`` token (:func:`seal_state` / :func:`open_state`) is
 ``sbx1.<payload>.<tag>``: ``payload`` is base64url of compact JSON
 ``{v, aid, run, b, p, own, iat, exp}`` (approval id, run id, the binding hash,
@@ -39,10 +49,29 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Pending", "StateError", "seal_state", "open_state", "state_key", "TOKEN_PREFIX"]
+__all__ = ["Pending", "StateError", "Undelivered", "seal_state", "open_state", "state_key", "TOKEN_PREFIX",
+           "MAX_KEPT", "MAX_KEPT_BYTES", "DELIVERED_ON_RETRY", "Wire", "WIRE_STATE_KEY"]
 
 TOKEN_PREFIX = "sbx1."
 _KEY_LABEL = b"sealbox/gateway/request-state/v1"
+#: At most this many undelivered outcomes are kept (the oldest is dropped first).
+MAX_KEPT = 256
+#: At most this many bytes of undelivered results (their JSON) are kept; a larger result is not kept.
+MAX_KEPT_BYTES = 64 * 1024 * 1024
+#: ``_meta["sealbox/approval"].status`` of a call answered an outcome settled for another call of its request.
+DELIVERED_ON_RETRY = "delivered_on_retry"
+#: The key, in an HTTP request's ASGI ``scope["state"]``, of its :class:`Wire`.
+WIRE_STATE_KEY = "sealbox_wire"
+
+
+class Wire:
+    """Whether the client of one HTTP request is still connected (set by the transport's middleware,
+    which sees the ASGI ``http.disconnect``; read before a held call's outcome counts as delivered)."""
+
+    __slots__ = ("gone",)
+
+    def __init__(self) -> None:
+        self.gone = False
 
 
 class StateError(ValueError):
@@ -66,6 +95,86 @@ class Pending:
     requested_by: str | None = None  # the principal whose call waits: only its retries continue the request
     informed: bool = False  # the person at the client was told (elicitation), once per request
     settled: bool = False  # its outcome was claimed (run.resumed) or it was dropped: no hold settles it again
+    outcome: Any = None  # once settled: the CallToolResult every call of this request is answered
+    kept_at: float | None = None  # monotonic time it was kept as undelivered (None: not kept)
+    kept_bytes: int = 0
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        """``(run_id, binding, principal)``: the calls that are retries of this request."""
+        return (self.run_id, self.binding, self.requested_by)
+
+
+class Undelivered:
+    """Settled outcomes not yet handed to a live request, kept for a retry of the same call.
+
+    Keyed by ``(run_id, binding, principal)``; bounded: an outcome is dropped ``keep_s`` seconds
+    after it was kept, and beyond ``max_entries`` outcomes or ``max_bytes`` bytes of results the
+    oldest are dropped first (a single result larger than ``max_bytes`` is not kept). A dropped
+    outcome is not served: a retry after that is a new call (a new approval request).
+    """
+
+    def __init__(self, keep_s: float, *, max_entries: int = MAX_KEPT, max_bytes: int = MAX_KEPT_BYTES,
+                 clock: Any = time.monotonic) -> None:
+        self.keep_s, self.max_entries, self.max_bytes, self._clock = keep_s, max_entries, max_bytes, clock
+        self._kept: dict[tuple[str, str, str | None], Pending] = {}  # insertion order = age
+        self._runs: dict[str, int] = {}  # run id -> how many outcomes are kept for it
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        self._expire()
+        return len(self._kept)
+
+    def has_run(self, run_id: str) -> bool:
+        """Whether any outcome is kept for ``run_id`` (cheap: no binding hash needed to ask)."""
+        return run_id in self._runs
+
+    def keep(self, pending: Pending, size: int) -> bool:
+        """Keep ``pending`` (settled, with its outcome) for a retry; False when it cannot be kept
+        (``keep_s`` is 0, or its result alone is above ``max_bytes``). Replaces an older outcome
+        kept under the same key."""
+        self.discard(self._kept.get(pending.key))
+        if self.keep_s <= 0 or size > self.max_bytes:
+            return False
+        self._expire()
+        while self._kept and (len(self._kept) >= self.max_entries or self._bytes + size > self.max_bytes):
+            self.discard(next(iter(self._kept.values())))
+        pending.kept_at, pending.kept_bytes = self._clock(), size
+        self._kept[pending.key] = pending
+        self._runs[pending.run_id] = self._runs.get(pending.run_id, 0) + 1
+        self._bytes += size
+        return True
+
+    def find(self, run_id: str, binding: str, principal: str | None) -> Pending | None:
+        """The outcome kept for a retry of this call, or None (none, or dropped by a bound)."""
+        self._expire()
+        return self._kept.get((run_id, binding, principal))
+
+    def discard(self, pending: Pending | None) -> None:
+        """Forget ``pending``'s outcome (it was delivered, or dropped); a no-op if not kept."""
+        if pending is not None and self._kept.get(pending.key) is pending:
+            del self._kept[pending.key]
+            self._bytes -= pending.kept_bytes
+            left = self._runs.pop(pending.run_id) - 1
+            if left:
+                self._runs[pending.run_id] = left
+        if pending is not None:
+            pending.kept_at = None
+
+    def discard_run(self, run_id: str) -> None:
+        """Forget every outcome kept for ``run_id`` (its run ended: no retry can reach it)."""
+        if run_id not in self._runs:
+            return
+        for pending in [p for k, p in self._kept.items() if k[0] == run_id]:
+            self.discard(pending)
+
+    def _expire(self) -> None:
+        limit = self._clock() - self.keep_s
+        while self._kept:
+            oldest = next(iter(self._kept.values()))
+            if oldest.kept_at is not None and oldest.kept_at > limit:
+                break
+            self.discard(oldest)
 
 
 def state_key(secret: bytes) -> bytes:

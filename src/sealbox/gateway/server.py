@@ -23,7 +23,9 @@ A ``tools/call`` goes, in order:
    forwarding is shielded from the client's cancellation, so a client that
    disconnects mid-call still leaves the outcome in the record;
 5. a ``require_approval`` decision is held, answered "pending; call again", and
-   continued by a retry with the same binding hash (:mod:`sealbox.gateway.holds`).
+   continued by a retry with the same binding hash (:mod:`sealbox.gateway.holds`); an outcome
+   settled for a call whose client had gone (cancelled, disconnected) is kept and answered to its
+   retry (``_meta["sealbox/approval"].status = "delivered_on_retry"``), never run twice.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from sealbox.approvals import ApprovalError, ApprovalPending
 from sealbox.errors import RecordingError
 from sealbox.gateway import codes
 from sealbox.gateway.config import GatewayConfig
-from sealbox.gateway.holds import Pending, StateError, open_state, seal_state, state_key
+from sealbox.gateway.holds import (DELIVERED_ON_RETRY, WIRE_STATE_KEY, Pending, StateError, Undelivered, open_state,
+                                   seal_state, state_key)
 from sealbox.gateway.pinning import PIN_RULE, PinState, tool_definition
 from sealbox.gateway.upstream import Upstream, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from sealbox.policy import CircuitBreaker, Decision, Policy
@@ -201,6 +204,8 @@ class Gateway:
         # run id -> (binding, principal) -> the request a call of that run waits for
         self._pending: dict[str, dict[tuple[str, str | None], Pending]] = {}
         self._hold_locks: dict[str, anyio.Lock] = {}
+        # settled outcomes not yet handed to a live request, for a retry of the same call (holds.Undelivered)
+        self._undelivered = Undelivered(config.limits.undelivered_keep_s)
         self._state_key = state_key(self.store._secret)
         self.default_run_id = default_run_id
         self.upstreams: dict[str, Upstream] = {
@@ -487,6 +492,10 @@ class Gateway:
             log.info("run %s stays suspended: approvals pending (%s)", run.run_id,
                      ", ".join(p.approval_id for p in self._pending[run.run_id].values()))
             return
+        if not _modern_version(connection.protocol_version):
+            # the session's run ends: no retry can reach its kept outcomes (a stateless client's own run
+            # ends with its one request; its retry, carrying requestState, is answered before joining)
+            self._undelivered.discard_run(run.run_id)
         try:
             run.end("ok")
         except RecordingError as exc:
@@ -524,6 +533,9 @@ class Gateway:
                 claims = open_state(self._state_key, params.request_state, binding=binding, principal=principal)
             except StateError as exc:
                 raise MCPError(codes.INVALID_REQUEST_STATE, str(exc)) from exc
+            kept = self._undelivered.find(claims["run"], binding, principal)
+            if kept is not None and kept.approval_id == claims["aid"]:  # settled for a call that did not get it
+                return await self._hand_over(ctx, kept, served=True)  # before joining: its own run may have ended
             run = self._join(claims["run"], principal)
             own_run = bool(claims.get("own"))
             pending = self._pending.get(run.run_id, {}).get((binding, principal))
@@ -534,8 +546,13 @@ class Gateway:
         else:
             run = self._run_for(ctx, params.meta, principal)
             own_run = modern and getattr(run, "_gateway_inflight", None) is not None
-            if run.run_id in self._pending:  # a retry of a held call: same run, binding and principal
-                pending = self._pending[run.run_id].get((self._binding(server, tool, arguments), principal))
+            if self._undelivered.has_run(run.run_id) or run.run_id in self._pending:
+                binding = self._binding(server, tool, arguments)
+                kept = self._undelivered.find(run.run_id, binding, principal)
+                if kept is not None:  # a retry of a held call whose earlier call never got the outcome: that outcome
+                    return await self._hand_over(ctx, kept, served=True)
+                # a retry of a held call: same run, binding and principal
+                pending = self._pending.get(run.run_id, {}).get((binding, principal))
         call_id: str | None = None
         if pending is None and getattr(run, "_gateway_inflight", None) is None:  # a joined run
             call_id = self._link(run, params.meta)
@@ -587,7 +604,11 @@ class Gateway:
 
     async def _hold(self, ctx: Any, run: RunContext, pending: Pending, arguments: dict[str, Any], forward: Any, *,
                     modern: bool, principal: str, own_run: bool) -> Any:
-        """Hold a call for its approval up to ``limits.approval_hold_s``; then its outcome, or "pending"."""
+        """Hold a call for its approval up to ``limits.approval_hold_s``; then its outcome, or "pending".
+
+        Every call of the request still held when it is settled gets the same outcome (the tool runs
+        once, settled under the request's lock by whichever hold saw the decision first); a call
+        that did not settle it itself is marked ``delivered_on_retry`` (:meth:`_hand_over`)."""
         from sealbox.approvals import get_approval
 
         aid = pending.approval_id
@@ -596,6 +617,8 @@ class Gateway:
         deadline = now + self.config.limits.approval_hold_s
         next_progress = now
         reports = _has_progress_token(ctx)
+        answer: types.CallToolResult | None = None  # not the request's outcome: the resumption was not recorded
+        served = False  # the outcome was settled by another call of this request
         self._holding += 1
         async with anyio.create_task_group() as tg:
             if not modern and not pending.informed and _can_elicit(ctx):
@@ -603,18 +626,20 @@ class Gateway:
                 tg.start_soon(self._inform, ctx, pending)
             try:
                 while not self.stopping:
+                    if pending.settled:  # another call of this request (the earlier one, or a retry) settled it
+                        served = True
+                        break
                     state = await anyio.to_thread.run_sync(get_approval, self.store, aid)
                     if state.status != "pending" or state.resumed or state.run_ended:
                         async with lock:
-                            # not whether it is still the request a retry would find: two calls with the
-                            # same arguments made at once are two requests, and the later one is found
-                            if not pending.settled:
-                                settled = await self._settle(run, pending, arguments, forward, own_run)
-                                if settled is not None:
-                                    return settled
-                            else:  # another call of the same binding took the outcome meanwhile
-                                return _error_result(f"approval {aid} was settled by a concurrent call with the "
-                                                     "same arguments", {"sealbox/approval": {"approval_id": aid}})
+                            # whether its own request was settled, not whether it is still the request a retry
+                            # would find: two calls with the same arguments made at once are two requests
+                            if pending.settled:
+                                served = True
+                                break
+                            answer = await self._settle(run, pending, arguments, forward, own_run)
+                            if pending.settled or answer is not None:
+                                break
                     now = anyio.current_time()
                     if now >= deadline:
                         break
@@ -631,6 +656,10 @@ class Gateway:
             finally:
                 self._holding -= 1
                 tg.cancel_scope.cancel()
+        if pending.settled:
+            return await self._hand_over(ctx, pending, served=served)
+        if answer is not None:
+            return answer
         info = {"approval_id": aid, "status": "pending", "run_id": pending.run_id, "call_id": pending.call_id,
                 "binding": pending.binding, "rule": pending.rule, "ask": pending.ask,
                 "expires_at": pending.expires_at}
@@ -649,23 +678,26 @@ class Gateway:
 
     async def _settle(self, run: RunContext, pending: Pending, arguments: dict[str, Any], forward: Any,
                       own_run: bool) -> types.CallToolResult | None:
-        """Claim a decided request once (``run.resumed``); approved: forward once and record the result."""
+        """Claim a decided request once (``run.resumed``); approved: forward once and record the result.
+
+        Returns the request's outcome (also set as ``pending.outcome``, ``pending.settled`` and kept
+        as undelivered until :meth:`_hand_over` gives it to a live request); None while it is
+        still pending; an ``isError`` result that is *not* an outcome (the request is not settled,
+        a retry tries again) when ``run.resumed`` could not be recorded."""
         from sealbox.pause import _denial, claim
 
         aid = pending.approval_id
-        with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):  # a client that goes away still leaves the outcome, kept for its retry
             try:
                 claimed = claim(run, aid, arguments)
             except ApprovalError as exc:
-                self._drop_pending(pending)
-                return _error_result(f"approval {aid}: {exc}", {"sealbox/approval": {"approval_id": aid,
-                                                                                     "error": exc.code}})
+                return self._settled(pending, _error_result(
+                    f"approval {aid}: {exc}", {"sealbox/approval": {"approval_id": aid, "error": exc.code}}))
             except RecordingError as exc:
                 return _error_result(f"not forwarded: the resumption could not be recorded ({exc})",
                                      {"sealbox/not_forwarded": "recording_failed"})
             if claimed is None:
                 return None
-            self._drop_pending(pending)
             state, outcome, decision = claimed
             if outcome != "approved":
                 result = _failure(_denial(run, state, outcome, decision))
@@ -681,15 +713,51 @@ class Gateway:
                     run._record_result(pending.server, pending.tool, pending.call_id, pending.step, started,
                                        result=out, arguments=arguments, failure=tool_error_text(out))
                     result = types.CallToolResult.model_validate(out, by_name=False)
+            self._settled(pending, result)
             if not self._pending.get(run.run_id):
                 run.suspended = False
                 if own_run and getattr(run, "_gateway_inflight", None) is None:
-                    # a stateless client's own run (one call): it ends once the call's outcome is delivered
+                    # a stateless client's own run (one call): it ends once the call's outcome is settled (a
+                    # retry of a call that did not get it is answered from what was kept, without the run)
                     try:
                         run.end("ok")
                     except RecordingError as exc:
                         log.error("could not record the end of run %s: %s", run.run_id, exc)
             return result
+
+    def _settled(self, pending: Pending, outcome: types.CallToolResult) -> types.CallToolResult:
+        """Record ``outcome`` as the request's: no longer pending, kept until it is delivered."""
+        pending.outcome = outcome
+        self._drop_pending(pending)
+        try:
+            size = len(outcome.model_dump_json(by_alias=True, exclude_none=True))
+        except Exception:  # noqa: BLE001 - a result pydantic cannot dump again: too odd to keep
+            size = self._undelivered.max_bytes + 1
+        self._undelivered.keep(pending, size)
+        return outcome
+
+    async def _hand_over(self, ctx: Any, pending: Pending, *, served: bool) -> types.CallToolResult:
+        """Answer a call the outcome of its settled request; only a live request takes it off the kept ones.
+
+        A cancellation already received for this request (its client cancelled it, or timed out
+        and said so with ``notifications/cancelled``; a closed connection) is raised here, and a
+        streamable HTTP request whose client disconnected is answered into the void: in both cases
+        the outcome stays kept (:class:`~sealbox.gateway.holds.Undelivered`) for a retry. ``served``:
+        this call did not settle the request itself (its outcome came from another call of the same
+        request), so ``_meta["sealbox/approval"]`` says so (status ``delivered_on_retry``)."""
+        await anyio.lowlevel.checkpoint()  # the request's cancellation, if any, is raised here: nothing delivered
+        if _client_gone(ctx):
+            log.info("approval %s: the client of call %s disconnected; its outcome is kept for a retry",
+                     pending.approval_id, pending.call_id)
+        else:
+            self._undelivered.discard(pending)  # delivered: a later identical call is a new call
+        outcome = pending.outcome
+        if not served:
+            return outcome
+        meta = dict(outcome.meta or {})
+        meta["sealbox/approval"] = {"approval_id": pending.approval_id, "status": DELIVERED_ON_RETRY,
+                                    "run_id": pending.run_id, "call_id": pending.call_id}
+        return outcome.model_copy(update={"meta": meta})
 
     async def _inform(self, ctx: Any, pending: Pending) -> None:
         """Tell the person at the client what is pending and where it is decided (never an approval)."""
@@ -934,12 +1002,17 @@ def _seconds_until(ts: str | None) -> float:
 
 
 def _is_modern(ctx: Any) -> bool:
+    return _modern_version(getattr(ctx, "protocol_version", None))
+
+
+def _modern_version(version: Any) -> bool:
+    """Whether ``version`` is a stateless (2026-07-28 or later) protocol version."""
     global _MODERN
     if _MODERN is None:
         from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
         _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
-    return str(getattr(ctx, "protocol_version", "") or "") in _MODERN
+    return str(version or "") in _MODERN
 
 
 _MODERN: frozenset[str] | None = None
@@ -969,6 +1042,17 @@ def _busy(run: RunContext, delta: int) -> None:
     if run._gateway_inflight == 0 and run._gateway_idle is not None:  # type: ignore[attr-defined]
         run._gateway_idle.set()  # type: ignore[attr-defined]
         run._gateway_idle = None  # type: ignore[attr-defined]
+
+
+def _client_gone(ctx: Any) -> bool:
+    """Whether the client of this streamable HTTP request has disconnected (its reply would go nowhere).
+
+    Known only over HTTP (the transport's middleware notes ``http.disconnect``); elsewhere a client that
+    goes away cancels the request (stdio: the session closes) and the cancellation says so."""
+    request = getattr(ctx, "request", None)
+    state = getattr(request, "scope", {}).get("state") if request is not None else None
+    wire = state.get(WIRE_STATE_KEY) if isinstance(state, dict) else None
+    return bool(getattr(wire, "gone", False))
 
 
 def _connection(ctx: Any) -> Any:

@@ -30,6 +30,7 @@ import anyio
 
 from sealbox.errors import ConfigError
 from sealbox.gateway import codes
+from sealbox.gateway.holds import WIRE_STATE_KEY, Wire
 from sealbox.gateway.server import Gateway
 
 __all__ = ["serve_stdio", "serve_http", "http_app", "BearerAuth"]
@@ -90,7 +91,11 @@ async def _stop_upstreams(gateway: Gateway, timeout: float = 5.0) -> None:
 
 
 class BearerAuth:
-    """ASGI middleware: maps ``Authorization: Bearer`` tokens to identities (constant-time compare)."""
+    """ASGI middleware: maps ``Authorization: Bearer`` tokens to identities (constant-time compare).
+
+    It also gives each request a :class:`~sealbox.gateway.holds.Wire` (``scope["state"]["sealbox_wire"]``)
+    marked gone when the ASGI server reports ``http.disconnect``: a held call's outcome settled after its
+    client disconnected is kept for the retry instead of counting as delivered."""
 
     def __init__(self, app: Any, tokens: dict[str, str]) -> None:
         self.app, self.tokens = app, dict(tokens)
@@ -131,8 +136,17 @@ class BearerAuth:
                 (b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": body})
             return
-        scope.setdefault("state", {})["sealbox_identity"] = identity
+        state = scope.setdefault("state", {})
+        state["sealbox_identity"] = identity
+        # whether this request's client is still there: a held call's outcome is delivered only to one that is
+        wire = state[WIRE_STATE_KEY] = Wire()
         method = scope.get("method")
+
+        async def receive_noting_disconnect() -> Any:
+            message = await receive()
+            if message.get("type") == "http.disconnect":
+                wire.gone = True
+            return message
 
         async def send_noting_sessions(message: Any) -> None:
             if message["type"] == "http.response.start":
@@ -145,7 +159,7 @@ class BearerAuth:
                     self.owners.pop(session_id, None)  # ended, or unknown to the SDK (expired)
             await send(message)
 
-        await self.app(scope, receive, send_noting_sessions)
+        await self.app(scope, receive_noting_disconnect, send_noting_sessions)
 
 
 def token_identities(cfg: Any) -> dict[str, str]:

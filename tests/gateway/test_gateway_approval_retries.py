@@ -1,0 +1,300 @@
+"""A held call whose client gave up (cancelled, timed out, disconnected) before its outcome (issue 6, point 3).
+
+The gateway still settles the request when an approver answers; the outcome (the approved call's
+result, or the denial) is kept until it reaches a live request, and a retry with the same run,
+principal and binding hash is answered that outcome (``_meta["sealbox/approval"].status =
+"delivered_on_retry"``): no second approval request, the tool never runs twice. Once delivered, an
+identical later call is a new call (a new request). Real stores, the toy upstream (its log counts
+executions), real MCP client sessions, signed answers from approver identities.
+"""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import httpx2
+import pytest
+
+from sealbox.approvals import answer, list_approvals
+from sealbox.gateway import Gateway
+from sealbox.gateway.holds import DELIVERED_ON_RETRY, MAX_KEPT_BYTES, Pending, Undelivered
+from sealbox.identities import add_identity
+from identity_testkit import admin_key
+from sealbox.policy import Policy
+
+from .conftest import connect, gateway_runs, running, text_of, toy_config, toy_log
+
+pytestmark = pytest.mark.anyio
+
+POLICY = """
+version: 1
+rules:
+  - id: echo-needs-ops
+    match: {server: toy, tool: echo}
+    effect: require_approval
+    approval: {groups: [ops], quorum: 1, expires: 1h}
+  - id: slow-needs-ops
+    match: {server: toy, tool: slow}
+    effect: require_approval
+    approval: {groups: [ops], quorum: 1, expires: 1h}
+  - id: rest-ok
+    effect: allow
+"""
+TOKEN = "t0ken-for-the-tests-0123456789"
+
+
+@pytest.fixture
+def alice(store, tmp_path):
+    return add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key",
+                        admin_key=admin_key(store, tmp_path)).key_path
+
+
+def gateway(tmp_path, store, hold: float, extra: str = "", limits: str = "") -> Gateway:
+    gw = Gateway(toy_config(tmp_path, extra=f"limits: {{approval_hold_s: {hold}{limits}}}\n{extra}"), store=store,
+                 policy=Policy.from_text(POLICY))
+    gw.approval_poll = 0.05
+    return gw
+
+
+def counts(store, run_id) -> dict[str, int]:
+    kinds = [e.kind for e in store.read_run(run_id)]
+    return {k: kinds.count(k) for k in ("tool.call", "approval.requested", "run.resumed", "tool.result")}
+
+
+async def until(predicate, timeout: float = 15.0, what: str = "") -> None:
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.02)
+
+
+def pending_ids(store) -> list[str]:
+    return [s.approval_id for s in list_approvals(store, pending=True)]
+
+
+def has_result(store, run_id) -> bool:
+    return any(e.kind == "tool.result" for e in store.read_run(run_id))
+
+
+def served(result) -> dict:
+    return result.meta["sealbox/approval"]
+
+
+async def test_a_call_cancelled_while_its_approved_tool_runs_gets_nothing_and_its_retry_gets_the_result(
+        tmp_path, store, alice):
+    """The client cancels (what the SDK does on its read timeout) while the approved tool runs upstream:
+    the forwarding is shielded, the result is recorded, nothing reaches the cancelled request, so the
+    result is kept. Another principal joining the run is not given it; the same client's retry is,
+    without a second request or execution; after that, the same call is a new call."""
+    gw = gateway(tmp_path, store, hold=2)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            scope = anyio.CancelScope()
+            first: list = []
+
+            async def call() -> None:
+                with scope:
+                    first.append(await client.call_tool("toy__slow", {"seconds": 1.0}))
+
+            tg.start_soon(call)
+            await until(lambda: pending_ids(store))
+            [aid] = pending_ids(store)
+            await anyio.to_thread.run_sync(answer, store, aid, "approve", "fine", alice)
+            await until(lambda: toy_log(tmp_path))  # the tool runs upstream now
+            scope.cancel()  # the client gives up (a courtesy notifications/cancelled is sent)
+            [run_id] = gateway_runs(store)
+            await until(lambda: has_result(store, run_id))
+            assert first == []
+
+            gw._principal = lambda ctx: "agent:someone-else"  # another identity, same run: not its outcome
+            other = await client.call_tool("toy__slow", {"seconds": 1.0}, meta={"sealbox/run_id": run_id})
+            assert other.is_error is True and served(other)["status"] == "pending"
+            assert served(other)["approval_id"] != aid
+            del gw._principal
+
+            retry = await client.call_tool("toy__slow", {"seconds": 1.0})
+            assert (retry.is_error, text_of(retry)) == (False, "slow done")
+            [ran] = [e.payload["call_id"] for e in store.read_run(run_id) if e.kind == "tool.result"]
+            assert served(retry) == {"approval_id": aid, "status": DELIVERED_ON_RETRY, "run_id": run_id,
+                                     "call_id": ran}
+            assert counts(store, run_id) == {"tool.call": 2, "approval.requested": 2, "run.resumed": 1,
+                                             "tool.result": 1}  # the second: the other principal's request
+
+            again = await client.call_tool("toy__slow", {"seconds": 1.0})  # delivered once: a new call
+            assert again.is_error is True and served(again)["status"] == "pending"
+            assert served(again)["approval_id"] not in (aid, served(other)["approval_id"])
+    assert toy_log(tmp_path) == [{"tool": "slow", "arguments": {"seconds": 1.0}}]
+    assert counts(store, run_id) == {"tool.call": 3, "approval.requested": 3, "run.resumed": 1, "tool.result": 1}
+
+
+async def test_a_client_that_timed_out_mid_hold_retries_after_the_approval_and_the_tool_runs_once(
+        tmp_path, store, alice):
+    gw = gateway(tmp_path, store, hold=2)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            with pytest.raises(Exception) as timed_out:
+                await client.call_tool("toy__echo", {"text": "once"}, read_timeout_seconds=0.4)
+            assert "timed out" in str(timed_out.value).lower()
+            [aid] = pending_ids(store)
+            await anyio.to_thread.run_sync(answer, store, aid, "approve", "fine", alice)
+            retry = await client.call_tool("toy__echo", {"text": "once"})
+            assert (retry.is_error, text_of(retry)) == (False, "once")
+            after = await client.call_tool("toy__echo", {"text": "once"}, read_timeout_seconds=5)
+        [run_id] = gateway_runs(store)
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "once"}}]
+    assert after.is_error is True and served(after)["status"] == "pending" and served(after)["approval_id"] != aid
+    assert counts(store, run_id) == {"tool.call": 2, "approval.requested": 2, "run.resumed": 1, "tool.result": 1}
+
+
+async def test_a_retry_while_the_earlier_call_is_still_held_shares_its_single_execution(tmp_path, store, alice):
+    """The earlier call is still held (its client stopped waiting without cancelling it, as mcp 1.x
+    clients do on a timeout) when the retry arrives: the retry joins the same request; one
+    execution, one tool.result, both calls answered the same result."""
+    gw = gateway(tmp_path, store, hold=3)
+    results: dict[str, object] = {}
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            async def call(name: str) -> None:
+                results[name] = await client.call_tool("toy__slow", {"seconds": 0.5})
+
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as calls:
+                    calls.start_soon(call, "first")
+                    await until(lambda: pending_ids(store))
+                    [aid] = pending_ids(store)
+                    calls.start_soon(call, "retry")
+                    await until(lambda: gw._holding == 2)  # both held, on the same request
+                    await anyio.to_thread.run_sync(answer, store, aid, "approve", "fine", alice)
+            later = await client.call_tool("toy__slow", {"seconds": 0.5})  # both got it: a new call
+        [run_id] = gateway_runs(store)
+    assert [(results[n].is_error, text_of(results[n])) for n in ("first", "retry")] == [(False, "slow done")] * 2
+    statuses = sorted((r.meta or {}).get("sealbox/approval", {}).get("status", "-") for r in results.values())
+    assert statuses == ["-", DELIVERED_ON_RETRY]  # one call settled it, the other was given its outcome
+    assert toy_log(tmp_path) == [{"tool": "slow", "arguments": {"seconds": 0.5}}]
+    assert later.is_error is True and served(later)["status"] == "pending" and served(later)["approval_id"] != aid
+    assert counts(store, run_id) == {"tool.call": 2, "approval.requested": 2, "run.resumed": 1, "tool.result": 1}
+
+
+# ----------------------------------------------------------------------------- streamable HTTP
+
+
+def _sse_answer(text: str, request_id: int) -> dict:
+    for line in text.splitlines():
+        if line.startswith("data: "):
+            msg = json.loads(line[6:])
+            if msg.get("id") == request_id and ("result" in msg or "error" in msg):
+                return msg
+    raise AssertionError(f"no answer to request {request_id} in {text!r}")
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+async def test_over_http_a_client_that_disconnected_mid_hold_gets_the_decided_outcome_on_retry(
+        tmp_path, store, alice, decision):
+    """The client's HTTP request times out and its connection closes (no notifications/cancelled): the
+    gateway still holds the call, the approver answers, the call is settled into the void. The retry
+    on the same session is answered that outcome (the result, or the denial) from what was kept."""
+    from sealbox.gateway.transports import serve_http
+
+    gw = gateway(tmp_path, store, hold=3, extra=f"http:\n  tokens:\n    - {{token: {TOKEN}, identity: ci-bot}}")
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "toy__echo", "arguments": {"text": "just once"}}}
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        headers = {"authorization": f"Bearer {TOKEN}", "accept": "application/json, text/event-stream",
+                   "content-type": "application/json"}
+        async with httpx2.AsyncClient(headers=headers, timeout=10) as http:
+            init = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+            session = {"mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            with pytest.raises(httpx2.ReadTimeout):
+                await http.post(url, json=call, headers=session, timeout=0.5)
+            [aid] = pending_ids(store)
+            assert gw._holding == 1  # still held for a client that is gone
+            await anyio.to_thread.run_sync(answer, store, aid, decision, "decided", alice)
+            [run_id] = gateway_runs(store)
+            await until(lambda: counts(store, run_id)["run.resumed"] == 1 and gw._holding == 0)
+            retry = _sse_answer((await http.post(url, json={**call, "id": 3}, headers=session)).text, 3)["result"]
+            again = _sse_answer((await http.post(url, json={**call, "id": 4}, headers=session)).text, 4)["result"]
+        tg.cancel_scope.cancel()
+    delivered = retry["_meta"]["sealbox/approval"]
+    assert delivered == {"approval_id": aid, "status": DELIVERED_ON_RETRY, "run_id": run_id,
+                         "call_id": delivered["call_id"]}
+    if decision == "approve":
+        assert (retry["isError"], retry["content"]) == (False, [{"type": "text", "text": "just once"}])
+        assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "just once"}}]
+    else:
+        assert retry["isError"] is True and "denied by alice: decided" in retry["content"][0]["text"]
+        assert retry["_meta"]["sealbox/decision"]["reason_code"] == "approval_denied"
+        assert toy_log(tmp_path) == []
+    # delivered to the retry: the next identical call asks anew
+    assert again["isError"] is True and again["_meta"]["sealbox/approval"]["status"] == "pending"
+    assert again["_meta"]["sealbox/approval"]["approval_id"] != aid
+    assert counts(store, run_id) == {"tool.call": 2, "approval.requested": 2, "run.resumed": 1,
+                                     "tool.result": 1 if decision == "approve" else 0}
+
+
+# ----------------------------------------------------------------------------- the bounds
+
+
+def _settled(run: str, binding: str, principal: str = "agent:a") -> Pending:
+    return Pending(f"apr_{run}_{binding}", run, "call_1", "1", binding, "toy", "echo", requested_by=principal,
+                   settled=True, outcome=object())
+
+
+def test_undelivered_outcomes_are_bounded_in_time_count_and_bytes():
+    now = [100.0]
+    kept = Undelivered(60, max_entries=3, max_bytes=1000, clock=lambda: now[0])
+    a, b, c, d = (_settled("r1", x) for x in "abcd")
+    assert kept.keep(a, 100) and kept.keep(b, 100) and kept.keep(c, 100)
+    assert kept.find("r1", "a", "agent:a") is a and kept.find("r1", "a", "agent:other") is None
+    assert kept.keep(d, 100)  # a fourth: the oldest is dropped
+    assert kept.find("r1", "a", "agent:a") is None and len(kept) == 3
+    big = _settled("r2", "big")
+    assert kept.keep(big, 900)  # within the bytes once the oldest are dropped (b, c: 100 + 900 ≤ 1000)
+    assert len(kept) == 2 and kept.find("r2", "big", "agent:a") is big and kept.find("r1", "d", "agent:a") is d
+    assert kept.find("r1", "b", "agent:a") is None and kept.find("r1", "c", "agent:a") is None
+    assert not kept.keep(_settled("r2", "huge"), 1001)  # larger than the whole budget: not kept
+    now[0] += 61  # past keep_s: dropped
+    assert kept.find("r2", "big", "agent:a") is None and len(kept) == 0 and not kept.has_run("r2")
+    kept.keep(a, 10)
+    kept.keep(b, 10)
+    kept.discard(a)  # delivered
+    assert kept.find("r1", "a", "agent:a") is None and kept.find("r1", "b", "agent:a") is b
+    kept.discard_run("r1")
+    assert len(kept) == 0 and not kept.has_run("r1")
+    assert not Undelivered(0).keep(_settled("r3", "x"), 1)  # undelivered_keep_s: 0 keeps nothing
+    assert MAX_KEPT_BYTES == 64 * 1024 * 1024
+
+
+async def test_undelivered_keep_s_zero_keeps_nothing_and_a_retry_asks_anew(tmp_path, store, alice):
+    gw = gateway(tmp_path, store, hold=2, limits=", undelivered_keep_s: 0")
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            scope = anyio.CancelScope()
+
+            async def call() -> None:
+                with scope:
+                    await client.call_tool("toy__slow", {"seconds": 0.5})
+
+            tg.start_soon(call)
+            await until(lambda: pending_ids(store))
+            await anyio.to_thread.run_sync(answer, store, pending_ids(store)[0], "approve", "fine", alice)
+            await until(lambda: toy_log(tmp_path))
+            scope.cancel()
+            [run_id] = gateway_runs(store)
+            await until(lambda: has_result(store, run_id))
+            retry = await client.call_tool("toy__slow", {"seconds": 0.5}, read_timeout_seconds=20)
+    assert retry.is_error is True and served(retry)["status"] == "pending"
+    assert len(toy_log(tmp_path)) == 1
+
+
+def test_undelivered_keep_s_is_a_validated_limit(tmp_path):
+    from sealbox.errors import ConfigError
+
+    assert toy_config(tmp_path).limits.undelivered_keep_s == 900
+    assert toy_config(tmp_path, extra="limits: {undelivered_keep_s: 30}").limits.undelivered_keep_s == 30
+    with pytest.raises(ConfigError):
+        toy_config(tmp_path, extra="limits: {undelivered_keep_s: -1}")
+
