@@ -86,7 +86,12 @@ def blobify(value: Any, put: Callable[[bytes], str], limit: int = INLINE_LIMIT, 
         return _chain(value, put, limit)
     if type(value) is dict:
         inner = value[ESC_TAG] if _is_escaped(value) else value  # a user's dict: reduce its values only
-        parts = {k: blobify(v, put, limit) for k, v in inner.items()}
+        # The whole's bytes are '{' + entries joined by ',' + '}' (inside '{"$esc":' ... '}' for an
+        # escaped dict), an entry being '"key":' (at least len(key) + 3 bytes) and its value (at
+        # least 1 byte). So no value exceeds ``bound`` bytes; when that is within the limit, no
+        # part can become a reference and none is serialized again to find out.
+        bound = len(data) - sum(len(k) for k in inner) - 5 * len(inner) - (9 if inner is not value else 0)
+        parts = {k: blobify(v, put, limit) for k, v in inner.items()} if bound > limit else inner
         if any(parts[k] is not v for k, v in inner.items()):  # a part became a reference: new bytes
             reduced = {ESC_TAG: parts} if inner is not value else parts
             data = canonical_bytes_encoded(reduced)
