@@ -298,3 +298,42 @@ def test_undelivered_keep_s_is_a_validated_limit(tmp_path):
     with pytest.raises(ConfigError):
         toy_config(tmp_path, extra="limits: {undelivered_keep_s: -1}")
 
+
+
+async def test_a_stateless_client_cancelled_while_its_approved_tool_runs_gets_the_result_on_its_request_state_retry(
+        tmp_path, store, alice):
+    """The same for a client on the stateless 2026-07-28 protocol: its retry carries the
+    ``requestState`` it was given; the approved tool ran once for the cancelled call, and the retry
+    with the same state is answered that result (``delivered_on_retry``) without running it again."""
+    import mcp_types as types
+    from mcp.client import Client
+
+    gw = gateway(tmp_path, store, hold=0.3)
+    async with running(gw) as tg:
+        async with Client(gw.server, mode="2026-07-28") as client:
+            first = await client.session.call_tool("toy__slow", {"seconds": 1.0}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            aid = first.meta["sealbox/approval"]["approval_id"]
+            await anyio.to_thread.run_sync(answer, store, aid, "approve", "fine", alice)
+            scope = anyio.CancelScope()
+            got: list = []
+
+            async def call() -> None:
+                with scope:
+                    got.append(await client.session.call_tool("toy__slow", {"seconds": 1.0},
+                                                              request_state=first.request_state,
+                                                              allow_input_required=True))
+
+            tg.start_soon(call)
+            await until(lambda: toy_log(tmp_path))  # the approved tool runs upstream for this call
+            scope.cancel()  # the client gives up while it runs
+            run_id = first.meta["sealbox/approval"].get("run_id") or gateway_runs(store)[0]
+            await until(lambda: has_result(store, run_id))
+            assert got == []
+            retry = await client.session.call_tool("toy__slow", {"seconds": 1.0}, request_state=first.request_state,
+                                                   allow_input_required=True)
+    assert isinstance(retry, types.CallToolResult) and (retry.is_error, text_of(retry)) == (False, "slow done")
+    [ran] = [e.payload["call_id"] for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert served(retry) == {"approval_id": aid, "status": DELIVERED_ON_RETRY, "run_id": run_id, "call_id": ran}
+    assert toy_log(tmp_path) == [{"tool": "slow", "arguments": {"seconds": 1.0}}]
+    assert counts(store, run_id) == {"tool.call": 1, "approval.requested": 1, "run.resumed": 1, "tool.result": 1}
