@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import fastjsonschema
 
@@ -203,6 +203,117 @@ _ENVELOPE_VALIDATOR = fastjsonschema.compile(ENVELOPE_SCHEMA)
 _STEP_RE = re.compile(_STEP["pattern"])
 
 
+# A quick "surely valid" test per kind, from its schema (as strict as the validator or stricter;
+# anything it is unsure of goes to the validator): most payloads skip fastjsonschema's generated code.
+
+class _Unsupported(Exception):
+    """A schema construct the fast payload checks do not handle (the validator is used)."""
+
+
+_SIMPLE_TYPES = {
+    "string": "type({v}) is str",
+    "object": "type({v}) is dict",
+    "array": "type({v}) is list",
+    "boolean": "type({v}) is bool",
+    "null": "{v} is None",
+    # exact int excludes bool; fastjsonschema also accepts integral floats (we fall back then)
+    "integer": "type({v}) is int",
+    "number": "(type({v}) is int or type({v}) is float)",
+}
+
+
+def _fast_expr(schema: Any, v: str, env: dict[str, Any], depth: int) -> str:
+    """A Python expression over variable ``v`` that is true only if ``schema`` accepts it.
+
+    It may be false for values the schema accepts (the validator then decides), never
+    true for one it rejects. Raises :class:`_Unsupported` for constructs it does not know.
+    """
+    if not isinstance(schema, dict):
+        raise _Unsupported(schema)
+    known = {"type", "required", "properties", "minimum", "pattern", "enum", "anyOf", "items", "minLength", "maxLength"}
+    if set(schema) - known:
+        raise _Unsupported(schema)
+    parts: list[str] = []
+    if "anyOf" in schema:
+        subs = [_fast_expr(sub, v, env, depth) for sub in schema["anyOf"]]
+        parts.append("(" + " or ".join(f"({e})" for e in subs) + ")")
+    types = schema.get("type")
+    if types is not None:
+        types = [types] if isinstance(types, str) else list(types)
+        if not types or any(t not in _SIMPLE_TYPES for t in types):
+            raise _Unsupported(schema)
+        parts.append("(" + " or ".join(_SIMPLE_TYPES[t].format(v=v) for t in types) + ")")
+    if "enum" in schema:
+        values = schema["enum"]
+        if not values or any(type(x) is not str for x in values):
+            raise _Unsupported(schema)
+        name = f"_enum{len(env)}"
+        env[name] = frozenset(values)
+        parts.append(f"(type({v}) is str and {v} in {name})")
+    if "minimum" in schema:
+        bound = schema["minimum"]
+        if type(bound) not in (int, float):
+            raise _Unsupported(schema)
+        parts.append(f"((type({v}) is int or type({v}) is float) and {v} >= {bound!r})")
+    for key in ("minLength", "maxLength"):
+        if key in schema:
+            bound = schema[key]
+            if type(bound) is not int:
+                raise _Unsupported(schema)
+            op = ">=" if key == "minLength" else "<="
+            parts.append(f"(type({v}) is str and len({v}) {op} {bound})")
+    if "pattern" in schema:
+        from fastjsonschema.draft04 import DOLLAR_FINDER  # the same rewrite the validator applies
+
+        name = f"_re{len(env)}"
+        env[name] = re.compile(DOLLAR_FINDER.sub(r"\\Z", schema["pattern"])).search
+        parts.append(f"(type({v}) is str and {name}({v}) is not None)")
+    if "required" in schema or "properties" in schema:
+        required = schema.get("required", [])
+        if not all(type(k) is str for k in required):
+            raise _Unsupported(schema)
+        sub_parts = [f"type({v}) is dict"]
+        if required:
+            name = f"_req{len(env)}"
+            env[name] = frozenset(required)
+            sub_parts.append(f"{name} <= {v}.keys()")
+        for key, sub in schema.get("properties", {}).items():
+            if not isinstance(key, str):
+                raise _Unsupported(schema)
+            if sub == {}:
+                continue
+            x = f"_x{depth}"
+            get = f"{v}[{key!r}]" if key in required else f"{v}.get({key!r}, _MISSING)"  # required: tested above
+            sub_parts.append(f"(({x} := {get}) is _MISSING or {_fast_expr(sub, x, env, depth + 1)})")
+        parts.append("(" + " and ".join(sub_parts) + ")")
+    if "items" in schema:
+        y = f"_y{depth}"
+        parts.append(f"(type({v}) is not list or all({_fast_expr(schema['items'], y, env, depth + 1)} for {y} in {v}))")
+    return " and ".join(parts) if parts else "True"
+
+
+def fast_payload_check(schema: Any) -> Callable[[Any], bool] | None:
+    """A quick test that implies the kind's payload validator passes, or None.
+
+    Used by :func:`validate_payload` before the validator, and by ``verify``'s fast path: it
+    answers True only where the JSON Schema validator would pass; False means "not decided
+    here" (the validator decides, and names the problem)."""
+    env: dict[str, Any] = {"_MISSING": object()}
+    try:
+        expr = _fast_expr(schema, "p", env, 0)
+    except _Unsupported:
+        return None
+    code = f"def check(p):\n    return bool({expr})\n"
+    exec(compile(code, "<sealbox.events fast payload check>", "exec"), env)
+    return env["check"]
+
+
+
+_FAST_PAYLOAD: dict[str, Callable[[Any], bool] | None] = {
+    kind: fast_payload_check(schema) for kind, schema in PAYLOAD_SCHEMAS.items()
+}
+
+
 def validate_payload(kind: str, payload: Any) -> None:
     """Check that ``kind`` is known and ``payload`` matches its schema.
 
@@ -214,6 +325,9 @@ def validate_payload(kind: str, payload: Any) -> None:
         InvalidEventError: unknown kind, or a payload of the wrong shape (the
             message names the kind and the failing field).
     """
+    fast = _FAST_PAYLOAD.get(kind)
+    if fast is not None and fast(payload):
+        return
     validator = _VALIDATORS.get(kind)
     if validator is None:
         raise InvalidEventError(f"unknown event kind {kind!r}")
