@@ -201,3 +201,24 @@ def test_the_pure_python_switch_is_honoured() -> None:
                                     check=True).stdout.strip()
     assert outs["1"] == "False {'a': [1, 2.5, 'x']} ({'b': [1]}, False)"
     assert outs["0"] == "True {'a': [1, 2.5, 'x']} ({'b': [1]}, False)"
+
+
+def test_c_copy_plain_refuses_nesting_deeper_than_the_stack_as_the_reference_does() -> None:
+    """copy_plain accepts limits up to 100000: a value nested that deep must raise (RecursionError,
+    as the Python reference does), not overflow the C stack. In a child process: a crash there
+    must fail this test, not end the test run."""
+    code = ("import sys\n"
+            "from sealbox import _speedups, canonical\n"
+            "deep = 1\n"
+            "for _ in range(100_000):\n"
+            "    deep = [deep]\n"
+            "for f in (lambda: canonical._copy_plain(deep, 0, 100_000, [False]),\n"
+            "          lambda: _speedups.copy_plain(deep, 100_000)):\n"
+            "    try:\n"
+            "        f()\n"
+            "    except RecursionError:\n"
+            "        print('RecursionError')\n"
+            "print(_speedups.copy_plain([[1]], 100_000))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split("\n") == ["RecursionError", "RecursionError", "([[1]], False)", ""]

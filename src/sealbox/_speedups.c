@@ -167,10 +167,15 @@ copy(PyObject *v, int level, int limit, int *floats)
             not_plain();
             return NULL;
         }
-        if (t == &PyDict_Type) {
-            return copy_dict(v, level + 1, limit, floats);
+        /* limit may be up to 100000 (deeper than the C stack): the reference raises RecursionError
+           there, and so does this copy instead of overflowing the stack */
+        if (Py_EnterRecursiveCall(" while copying a value (sealbox._speedups)")) {
+            return NULL;
         }
-        return copy_sequence(v, t == &PyList_Type, level + 1, limit, floats);
+        PyObject *out = t == &PyDict_Type ? copy_dict(v, level + 1, limit, floats)
+                                          : copy_sequence(v, t == &PyList_Type, level + 1, limit, floats);
+        Py_LeaveRecursiveCall();
+        return out;
     }
     if (v == Py_None || t == &PyBool_Type) {
         return Py_NewRef(v);
