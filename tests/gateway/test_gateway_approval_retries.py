@@ -300,6 +300,26 @@ def test_undelivered_keep_s_is_a_validated_limit(tmp_path):
 
 
 
+async def test_an_outcome_delivered_on_retry_keeps_its_own_approval_meta(tmp_path, store):
+    """An outcome that is an approval error (claim raised ``already_resumed`` / ``run_ended``) carries
+    ``_meta["sealbox/approval"].error``; the retry it is delivered to must still carry that code beside
+    the ``delivered_on_retry`` fields (docs/gateway.md: they are *added* to the result's own ``_meta``)."""
+    from types import SimpleNamespace
+
+    from sealbox.gateway.server import _error_result
+
+    gw = gateway(tmp_path, store, hold=2)
+    pending = Pending("apr_x", "run_x", "call_1", "1", "binding", "toy", "echo", requested_by="agent:a")
+    pending.settled = True
+    gw._settled(pending, _error_result("approval apr_x: run run_x has ended",
+                                       {"sealbox/approval": {"approval_id": "apr_x", "error": "run_ended"}}))
+    assert gw._undelivered.find("run_x", "binding", "agent:a") is pending
+    out = await gw._hand_over(SimpleNamespace(), pending, served=True)
+    assert out.meta["sealbox/approval"] == {"approval_id": "apr_x", "error": "run_ended", "status": DELIVERED_ON_RETRY,
+                                            "run_id": "run_x", "call_id": "call_1"}
+    assert gw._undelivered.find("run_x", "binding", "agent:a") is None  # delivered
+
+
 async def test_a_stateless_client_cancelled_while_its_approved_tool_runs_gets_the_result_on_its_request_state_retry(
         tmp_path, store, alice):
     """The same for a client on the stateless 2026-07-28 protocol: its retry carries the

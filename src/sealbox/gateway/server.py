@@ -755,8 +755,9 @@ class Gateway:
         if not served:
             return outcome
         meta = dict(outcome.meta or {})
-        meta["sealbox/approval"] = {"approval_id": pending.approval_id, "status": DELIVERED_ON_RETRY,
-                                    "run_id": pending.run_id, "call_id": pending.call_id}
+        own = meta.get("sealbox/approval")  # an approval error's outcome says which (``error``): kept
+        meta["sealbox/approval"] = {**(own if isinstance(own, dict) else {}), "approval_id": pending.approval_id,
+                                    "status": DELIVERED_ON_RETRY, "run_id": pending.run_id, "call_id": pending.call_id}
         return outcome.model_copy(update={"meta": meta})
 
     async def _inform(self, ctx: Any, pending: Pending) -> None:
