@@ -108,6 +108,17 @@ def test_a_run_that_is_no_replay_has_no_verdict_row(store, recorded):
     assert "replay verdict" not in render_html(report)
 
 
+def test_a_verdict_written_by_a_run_that_replays_nothing_is_not_shown_as_a_replay_verdict(store):
+    """RunContext.end(verdict=...) is public: an ordinary run could claim "reproduced"; without
+    ``replay_of`` it is no replay, and the report gives it no replay-verdict row (no green badge)."""
+    run = Recorder(store, ALLOW_ALL).run(agent="db-bot", principal="agent:db-bot").start()
+    run.end("ok", verdict={"reproduced": True, "steps_compared": 3, "divergence": None})
+    report = build_report(store, run.run_id, now=NOW)
+    assert report.replay is None
+    assert _overview_row(render_markdown(report), "replay verdict") == []
+    assert "replay verdict" not in render_html(report) and "reproduced" not in render_html(report)
+
+
 def test_a_replay_run_that_has_not_ended_says_it_has_no_verdict(store, recorded):
     run = Recorder(store, ALLOW_ALL).run(agent="db-bot", principal="agent:db-bot", replay_of=recorded)
     run.start()

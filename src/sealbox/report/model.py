@@ -246,7 +246,7 @@ class IncidentReport:
     store_origin: str | None
     generated_at: str
     usage: dict[str, Any] = field(default_factory=dict)
-    #: the verdict of a replay run (one with ``replay_of``, or whose ``run.ended`` holds a verdict), else None
+    #: the verdict of a replay run (one with ``replay_of``), else None
     replay: ReplayVerdictView | None = None
 
 
@@ -486,13 +486,13 @@ def _replay_verdict(run: dict[str, Any], last: Any) -> ReplayVerdictView | None:
     that is no replay."""
     from sealbox.replay.divergence import verdict_text
 
+    if not run.get("replay_of"):  # a verdict in a run that replays nothing is no replay's verdict
+        return None
     ended = last.kind == "run.ended"
     valid = ended and _payload_problem(last.kind, last.payload) is None
     verdict = last.payload.get("verdict") if valid else None
     if isinstance(verdict, dict):
         return ReplayVerdictView(verdict.get("reproduced") is True, verdict_text(verdict))
-    if not run.get("replay_of"):
-        return None
     if not ended:
         return ReplayVerdictView(None, "no verdict: the replay run has not ended")
     return ReplayVerdictView(None, "no verdict recorded in the replay run's run.ended")
