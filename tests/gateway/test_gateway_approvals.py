@@ -152,9 +152,9 @@ async def test_past_the_hold_pending_then_a_retry_gets_the_outcome_of_the_same_r
 
 async def test_two_calls_with_the_same_arguments_made_at_once_are_two_requests_each_settled_by_its_own_call(
         tmp_path, store, keys):
-    """Both calls are recorded before either is remembered as pending, so each has its own request.
-    The first one's hold found the later request in its place and answered "settled by a concurrent
-    call" once its own was approved: never forwarded, never resumed (its approval counted for nothing)."""
+    """Both calls are recorded before either is remembered as pending, so each has its own request;
+    each request, once approved, is settled by its own call: two resumes, two executions, two
+    results (neither call is another's retry: each was a new call when it arrived)."""
     gw = gateway(tmp_path, store, hold=10)
     results: dict[int, types.CallToolResult] = {}
 
