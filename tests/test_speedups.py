@@ -222,3 +222,109 @@ def test_c_copy_plain_refuses_nesting_deeper_than_the_stack_as_the_reference_doe
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert done.stdout.split("\n") == ["RecursionError", "RecursionError", "([[1]], False)", ""]
+
+
+# --------------------------------------------------------------------------- scan_text (the redactor's quick check)
+
+from sealbox.redaction import ContentPolicy, Redactor, _norm_key, _required_literals, _scan_tables  # noqa: E402
+
+_NEEDLES = (b'"$map"', b"bearer", b"sk-", b"://")
+_TABLES = _scan_tables(_NEEDLES, 0b0010)  # "bearer" in either case
+_KEYS = (b"password", b"token", b"xapikey")
+
+
+@pytest.mark.parametrize("text, expected", [
+    (b'{"a":"plain text","n":[1,2]}', 0),
+    (b'{"a":"Authorization: BEARER abc"}', 0b0010),
+    (b'{"a":"bEaReR"}', 0b0010),
+    (b'{"a":"bearxr"}', 0),
+    (b'{"a":"sk","b":"-"}', 0),
+    (b'{"a":"SK-1"}', 0),  # "sk-" is case-sensitive
+    (b'{"u":"https://h/","k":"sk-x"}', 0b1100),
+    (b'{"$map":[]}', 0b0001),
+    (b'{"a":"ends in sk-"}', 0b0100),
+    (b'{"Pass_Word":1}', -1),  # normalised as _norm_key does
+    (b'{"X-Api-Key":null}', -1),
+    (b'{"tokens":1,"my_token":2}', 0),  # a name containing a key is not the key
+    (b'{"a":"token","b":["password"]}', 0),  # values are not names
+    (b'{"to\\u006ben":1}', -1),  # a backslash: escapes, so nothing is decided
+    (b'{"a":"\\\\"}', -1),
+    ('{"\u212aey":1}'.encode(), -1),  # a name with a byte >= 0x80 (KELVIN SIGN lower-cases to "k")
+    ('{"a":"\u212aey é"}'.encode(), 0),  # in a value it is only text
+    (b"", 0),
+    (b'"', 0),
+])
+def test_scan_text_finds_keys_and_needles(text: bytes, expected: int) -> None:
+    assert _speedups.scan_text(text, _NEEDLES, _TABLES, _KEYS) == expected
+
+
+def test_scan_text_rejects_bad_arguments() -> None:
+    with pytest.raises(TypeError):
+        _speedups.scan_text("str", _NEEDLES, _TABLES, _KEYS)
+    with pytest.raises(TypeError):
+        _speedups.scan_text(b"x", (b"a",), _scan_tables((b"ab",), 0), ())  # a needle under 2 bytes
+    with pytest.raises(ValueError):
+        _speedups.scan_text(b"x", _NEEDLES, b"short", _KEYS)
+    with pytest.raises(TypeError):
+        _speedups.scan_text(b"x", _NEEDLES, _TABLES, ("password",))
+
+
+_KEY_PIECES = ["pass", "word", "Pass", "WORD", "-", "_", "token", "tok", "en", "x", "api", "key", "é", "\u212a", "K"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(names=st.lists(st.lists(st.sampled_from(_KEY_PIECES), max_size=5).map("".join), max_size=5),
+       filler=st.text(alphabet="ab sk-:/BEARERbearer\"", max_size=30))
+def test_scan_text_agrees_with_the_python_key_test(names: list[str], filler: str) -> None:
+    """-1 exactly when a name normalises (``_norm_key``) to a key, or holds a non-ASCII character;
+    otherwise the needles found are exactly those ``in`` the text (``bytes.lower`` for the folded one)."""
+    import json
+
+    text = json.dumps({**{n: filler for n in names}, "v": filler}, ensure_ascii=False, separators=(",", ":"))
+    data = text.encode()
+    got = _speedups.scan_text(data, _NEEDLES, _TABLES, _KEYS)
+    if "\\" in text:
+        assert got == -1
+        return
+    keyed = any(_norm_key(n).encode() in _KEYS or not n.isascii() for n in names)
+    if keyed:
+        assert got == -1
+        return
+    expected = sum(1 << j for j, n in enumerate(_NEEDLES) if (n in data.lower() if j == 1 else n in data))
+    assert got == expected
+
+
+def test_required_literals_of_the_default_patterns() -> None:
+    from sealbox.redaction import DEFAULT_PATTERNS
+
+    got = [_required_literals(p) for p in DEFAULT_PATTERNS]
+    assert got[:9] == [((b"bearer", True),), ((b"sk-", False),), ((b"KIA", False), (b"SIA", False)),
+                       ((b"gh", False),), ((b"github_pat_", False),), ((b"xox", False),), ((b".eyJ", False),),
+                       ((b"://", False),), ((b"PRIVATE KEY-----", False),)]
+    assert all(g is not None for g in got)
+
+
+@pytest.mark.parametrize("pattern, expected", [
+    (r"(?i)\btok(en)?\b", ((b"to", True),)),  # "k" also matches U+212A under IGNORECASE: the run stops
+    (r"(?i)\bsecret|hunter2", ((b"ecret", True), (b"hunter2", True))),
+    (r"\d{3}-\d{2}", None),  # no literal of two characters
+    (r"(?i:AbCd)xy", ((b"abcd", True),)),
+    (r"(?:abc)?xyz", ((b"xyz", False),)),  # an optional group gives nothing
+    (r"(?:abcd)+x", ((b"abcd", False),)),
+    (r"a|bc", None),  # one branch has no literal of two characters
+    (r"caf\u00e9s", (("caf\u00e9s".encode(), False),)),
+    (r"(?i)caf\u00e9", ((b"caf", True),)),  # é has a non-ASCII upper case
+    (r"[", None),  # not a pattern at all
+])
+def test_required_literals(pattern: str, expected) -> None:
+    assert _required_literals(pattern) == expected
+
+
+def test_the_redactor_uses_the_c_scan_and_gets_the_same_answers() -> None:
+    policy = ContentPolicy(patterns=(r"(?i)\btok(en)?\b", r"\d{3}-\d{2}"), keys=("Password",))
+    redactor = Redactor(b"k" * 32, policy)
+    assert redactor._scan is True and len(redactor._always) == 1  # \d{3}-\d{2} always runs
+    cases = {b'{"a":"nothing here"}': True, b'{"a":"TOKEN x"}': False, b'{"a":"555-12"}': False,
+             b'{"a":"totem"}': True, b'{"pass-word":1}': False, b'{"a":"\\u0000"}': False}
+    for text, clean in cases.items():
+        assert redactor._clean_text(text) is clean, text

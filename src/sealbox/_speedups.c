@@ -1,5 +1,5 @@
 /*
- * sealbox._speedups: the plain-I-JSON copy of sealbox.canonical in C.
+ * sealbox._speedups: the plain-I-JSON copy of sealbox.canonical in C, and the redactor's text scan.
  *
  * copy_plain(value, limit) -> (copy, floats)
  *
@@ -213,10 +213,158 @@ copy_plain(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(NO)", out, floats ? Py_True : Py_False);
 }
 
+
+/*
+ * scan_text(data, needles, tables, keys) -> int
+ *
+ * One pass over ``data`` (a redactor's canonical JSON text, sealbox.redaction.Redactor._clean):
+ *
+ * - keys: every ``"name":`` in the text (the string before a ``":``; with no backslash in the
+ *   text, quotes alternate open/close) is normalised as sealbox.redaction._norm_key does for ASCII
+ *   (lower case, ``-`` and ``_`` dropped) and compared with ``keys`` (a tuple of bytes, already
+ *   normalised). A match, or a name holding a byte >= 0x80 (whose Unicode lower case could be
+ *   ASCII: U+212A KELVIN SIGN is ``k``), returns -1.
+ * - needles (a tuple of at most 64 bytes objects, each at least 2 bytes): otherwise the result
+ *   has bit i set when needles[i] occurs in ``data``.
+ * - tables (bytes, from sealbox.redaction._scan_tables): 256 native uint64 masks of the needles
+ *   whose first byte is the index, 256 for the second byte, then the mask of the needles that
+ *   match ASCII letters in either case (given in lower case; their masks hold both cases).
+ *
+ * A backslash anywhere in ``data`` returns -1 at once: with escapes, quotes no longer alternate
+ * open/close and the key scan would not be sound. The caller relies only on "no key and no
+ * needle", i.e. a result of 0.
+ */
+static inline unsigned long long
+load_u64(const char *p)
+{
+    unsigned long long v;
+    memcpy(&v, p, sizeof v); /* one load: the bytes object's buffer need not be aligned */
+    return v;
+}
+
+static PyObject *
+scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyTuple_Check(args[1]) || !PyBytes_Check(args[2])
+        || !PyTuple_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "scan_text(data: bytes, needles: tuple, tables: bytes, keys: tuple)");
+        return NULL;
+    }
+    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
+    Py_ssize_t nneedles = PyTuple_GET_SIZE(args[1]);
+    Py_ssize_t nkeys = PyTuple_GET_SIZE(args[3]);
+    if (nneedles > 64 || PyBytes_GET_SIZE(args[2]) != 513 * 8) {
+        PyErr_SetString(PyExc_ValueError, "scan_text: at most 64 needles, tables of 513 uint64");
+        return NULL;
+    }
+    const char *first = PyBytes_AS_STRING(args[2]), *second = first + 256 * 8;
+    unsigned long long folded = load_u64(first + 512 * 8);
+    const unsigned char *ndata[64];
+    Py_ssize_t nlen[64];
+    for (Py_ssize_t j = 0; j < nneedles; j++) {
+        PyObject *needle = PyTuple_GET_ITEM(args[1], j);
+        if (!PyBytes_Check(needle) || PyBytes_GET_SIZE(needle) < 2) {
+            PyErr_SetString(PyExc_TypeError, "scan_text: needles must be bytes of at least 2 bytes");
+            return NULL;
+        }
+        ndata[j] = (const unsigned char *)PyBytes_AS_STRING(needle);
+        nlen[j] = PyBytes_GET_SIZE(needle);
+    }
+    Py_ssize_t maxkey = 0;
+    for (Py_ssize_t k = 0; k < nkeys; k++) {
+        PyObject *key = PyTuple_GET_ITEM(args[3], k);
+        if (!PyBytes_Check(key)) {
+            PyErr_SetString(PyExc_TypeError, "scan_text: keys must be bytes");
+            return NULL;
+        }
+        if (PyBytes_GET_SIZE(key) > maxkey) {
+            maxkey = PyBytes_GET_SIZE(key);
+        }
+    }
+    if (memchr(data, '\\', (size_t)n) != NULL) {
+        return PyLong_FromLong(-1); /* escapes: the key scan below would not be sound */
+    }
+    unsigned long long found = 0, remaining = nneedles == 64 ? ~0ULL : ((1ULL << nneedles) - 1);
+    Py_ssize_t quote = -1; /* the last quote seen */
+    unsigned char norm[256];
+    for (Py_ssize_t i = 0; i + 1 < n; i++) {
+        unsigned char c = data[i];
+        if (c == '"') {
+            if (nkeys && data[i + 1] == ':' && quote >= 0) {
+                Py_ssize_t len = 0;
+                int too_long = 0;
+                for (Py_ssize_t p = quote + 1; p < i; p++) {
+                    unsigned char k = data[p];
+                    if (k >= 0x80) {
+                        return PyLong_FromLong(-1);
+                    }
+                    if (k == '-' || k == '_') {
+                        continue;
+                    }
+                    if (len >= maxkey || len >= (Py_ssize_t)sizeof norm) {
+                        too_long = 1;
+                        continue; /* keep looking for a byte >= 0x80 */
+                    }
+                    norm[len++] = (k >= 'A' && k <= 'Z') ? (unsigned char)(k - 'A' + 'a') : k;
+                }
+                if (!too_long) {
+                    for (Py_ssize_t k = 0; k < nkeys; k++) {
+                        PyObject *key = PyTuple_GET_ITEM(args[3], k);
+                        if (PyBytes_GET_SIZE(key) == len && memcmp(PyBytes_AS_STRING(key), norm, (size_t)len) == 0) {
+                            return PyLong_FromLong(-1);
+                        }
+                    }
+                }
+            }
+            quote = i;
+        }
+        unsigned long long m = load_u64(first + 8 * c) & remaining;
+        if (m == 0) {
+            continue;
+        }
+        m &= load_u64(second + 8 * data[i + 1]);
+        for (int j = 0; m; j++, m >>= 1) {
+            if (!(m & 1ULL)) {
+                continue;
+            }
+            Py_ssize_t len = nlen[j];
+            if (len > n - i) {
+                continue;
+            }
+            const unsigned char *nd = ndata[j];
+            int match = 1;
+            if ((folded >> j) & 1ULL) {
+                for (Py_ssize_t q = 2; q < len; q++) {
+                    unsigned char d = data[i + q];
+                    if (d >= 'A' && d <= 'Z') {
+                        d = (unsigned char)(d - 'A' + 'a');
+                    }
+                    if (d != nd[q]) {
+                        match = 0;
+                        break;
+                    }
+                }
+            }
+            else {
+                match = memcmp(data + i + 2, nd + 2, (size_t)(len - 2)) == 0;
+            }
+            if (match) {
+                found |= 1ULL << j;
+                remaining &= ~(1ULL << j);
+            }
+        }
+    }
+    return PyLong_FromUnsignedLongLong(found);
+}
+
 static PyMethodDef methods[] = {
     {"copy_plain", (PyCFunction)(void (*)(void))copy_plain, METH_FASTCALL,
      "copy_plain(value, limit) -> (copy, floats): sealbox.canonical._copy_plain(value, 0, limit, seen) in C.\n\n"
      "Raises NotPlain where the Python reference raises _NotPlain."},
+    {"scan_text", (PyCFunction)(void (*)(void))scan_text, METH_FASTCALL,
+     "scan_text(data, needles, tables, keys) -> int: -1 when the text holds a backslash, or a \"key\": that\n"
+     "normalises to one of keys (or holds a non-ASCII byte), else the bit mask of the needles found (sealbox.redaction)."},
     {NULL, NULL, 0, NULL},
 };
 

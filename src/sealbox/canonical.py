@@ -105,7 +105,7 @@ def canonical_bytes(value: Any) -> bytes:
         raise CanonicalizationError(f"cannot canonicalize: {type(exc).__name__}: {exc}") from exc
 
 
-def canonical_bytes_encoded(value: Any, *, floats: bool = True, finite: bool = False) -> bytes:
+def canonical_bytes_encoded(value: Any, *, floats: bool = True, finite: bool = False, bounded: bool = False) -> bytes:
     """:func:`canonical_bytes` of a value that :func:`encode` could have returned: every object key
     a ``str``, every integer within ±(2**53 − 1).
 
@@ -143,6 +143,11 @@ def canonical_bytes_encoded(value: Any, *, floats: bool = True, finite: bool = F
             since added one): a ``null`` in orjson's bytes is then a JSON null, not a NaN,
             and orjson's bytes are kept (with the number checks) instead of the ``json``
             writer's. For a decision event, whose payload holds nulls, that is 4 µs against 25.
+        bounded: True only where the caller knows that ``value`` nests at most :data:`MAX_DEPTH`
+            containers deep (:func:`encode` bounded it, and at most the room it left was added
+            since): orjson's bytes are then taken without counting their ``{``/``[``, a bound
+            that also sends a shallow value of more than :data:`MAX_DEPTH` containers to the
+            slow writer.
 
     Raises:
         CanonicalizationError: as :func:`canonical_bytes`.
@@ -152,7 +157,7 @@ def canonical_bytes_encoded(value: Any, *, floats: bool = True, finite: bool = F
     except Exception:  # a subclass, a big integer, a surrogate, depth, a cycle: the next writers decide
         data = None
     if data is not None and (not floats or finite or b"null" not in data):
-        if data[:1] in _NUMBER_START_BYTES or data.count(b"{") + data.count(b"[") > MAX_DEPTH or (
+        if data[:1] in _NUMBER_START_BYTES or (not bounded and data.count(b"{") + data.count(b"[") > MAX_DEPTH) or (
                 floats and _exact_number_needed(data)):
             return canonical_bytes(value)
         if data.isascii() or _HIGH_LEAD.search(data) is None:

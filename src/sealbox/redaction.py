@@ -26,12 +26,21 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import hmac
+import os
 import re
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 from sealbox.canonical import canonical_bytes, canonical_bytes_encoded
 from sealbox.errors import ConfigError
+
+try:  # the optional C extension; SEALBOX_PURE_PYTHON=1 uses the regex searches alone
+    from sealbox._speedups import scan_text as _c_scan_text
+except ImportError:  # built without a C compiler, or an older build
+    _c_scan_text = None
+if os.environ.get("SEALBOX_PURE_PYTHON") == "1":
+    _c_scan_text = None
 
 __all__ = ["CONTENT_MODES", "DEFAULT_KEYS", "DEFAULT_PATTERNS", "ContentPolicy", "Redactor", "MARKER_TAG"]
 
@@ -147,6 +156,7 @@ class Redactor:
         self._literals = tuple(lit for lit, _ in self._prefilters if lit is not None)
         relaxed = [rx.pattern for lit, rx in self._prefilters if lit is None]
         self._any_relaxed = _compile_any(relaxed)
+        self._scan = _c_scan_text is not None and self._quick and self._scan_plan()
 
     def marker(self, value: Any) -> dict[str, str]:
         """``{"$redacted": "hmac-sha256:<hex>"}`` for a strict JSON value."""
@@ -210,7 +220,53 @@ class Redactor:
             seen[data] = verdict
         return verdict
 
+    def _scan_plan(self) -> bool:
+        """Set up :meth:`_clean_text`'s one-pass C scan (``sealbox._speedups.scan_text``, which
+        declines any text with a backslash): the tags as needles, each pattern's required literals
+        (:func:`_required_literals`) as needles that gate its search (the pattern itself: the
+        searched text holds every string verbatim between quotes, see :func:`_quick_ok`), the
+        sensitive keys as normalised bytes. False (the regex searches decide) when there would be more than 64 needles."""
+        needles: list[bytes] = [b'"$bytes"', b'"$badstr"', b'"$map"', b'"$lossy"']
+        folded = 0
+        gated: list[tuple[int, re.Pattern[str]]] = []
+        always: list[re.Pattern[str]] = []
+        for pattern, rx in zip(self.policy.patterns, self._patterns):
+            required = _required_literals(pattern)
+            if required is None:
+                always.append(rx)
+                continue
+            bits = 0
+            for needle, fold in required:
+                bits |= 1 << len(needles)
+                folded |= (1 << len(needles)) if fold else 0
+                needles.append(needle)
+            gated.append((bits, rx))
+        if len(needles) > 64:
+            return False
+        self._needles = tuple(needles)
+        self._tables = _scan_tables(self._needles, folded)
+        self._tag_bits = 0b1111
+        self._gated = tuple(gated)
+        self._always = tuple(always)
+        self._key_bytes = tuple(sorted(k.encode() for k in self._keys))
+        return True
+
     def _clean_text(self, data: bytes) -> bool:
+        if self._scan:
+            found = _c_scan_text(data, self._needles, self._tables, self._key_bytes)
+            if found == 0 and not self._always:
+                return True
+            if found < 0 or found & self._tag_bits:
+                return False
+            searches = [rx for bits, rx in self._gated if found & bits]
+            searches.extend(self._always)
+            if not searches:
+                return True
+            try:
+                text = data.decode("utf-8")
+            except Exception:  # noqa: BLE001 - the walk decides
+                return False
+            return all(rx.search(text) is None for rx in searches)
         try:
             text = data.decode("utf-8")
         except Exception:  # noqa: BLE001 - the walk decides
@@ -530,6 +586,88 @@ def _prefilters(patterns: tuple[str, ...]) -> tuple[tuple[str | None, "re.Patter
         out.append((None, re.compile(f"(?{flags}:{body})" if flags else body)))
     return tuple(out)
 
+
+
+def _scan_tables(needles: tuple[bytes, ...], folded: int) -> bytes:
+    """The lookup tables of :func:`sealbox._speedups.scan_text`: for each byte value the mask of the
+    needles whose first byte it is, the same for the second byte (both cases of a letter where the
+    needle's bit is set in ``folded``), then ``folded``; 513 native-endian uint64."""
+    first, second = [0] * 256, [0] * 256
+    for j, needle in enumerate(needles):
+        for table, byte in ((first, needle[0]), (second, needle[1])):
+            table[byte] |= 1 << j
+            if folded >> j & 1 and 0x61 <= byte <= 0x7A:
+                table[byte - 0x20] |= 1 << j
+    return struct.pack("=513Q", *first, *second, folded)
+
+
+def _required_literals(pattern: str) -> tuple[tuple[bytes, bool], ...] | None:
+    """Strings one of which every match of ``pattern`` contains, for :func:`sealbox._speedups.scan_text`:
+    ``((utf8, folded), ...)`` where ``folded`` means "ASCII letters in either case" (the bytes given in
+    lower case), or None when none of at least two bytes is found.
+
+    Read from the parsed pattern (``re._parser``, CPython's own): a run of literal characters in
+    the top-level sequence, or inside a group, or a repeat of at least one, or every branch of an
+    alternation. Under IGNORECASE only characters whose one case variant is their ASCII other case
+    are kept (``k``, ``s`` and ``i`` also match U+212A, U+017F and U+0130): the search stays sound.
+    """
+    try:
+        from re import _constants as sre
+        from re import _parser
+
+        parsed = _parser.parse(pattern)
+        ignorecase = bool(parsed.state.flags & re.IGNORECASE)
+        return _best(_candidates(list(parsed), ignorecase, sre, 0))
+    except Exception:  # noqa: BLE001 - an unknown construct: no prefilter, the regex always runs
+        return None
+
+
+def _candidates(items: list, ignorecase: bool, sre: Any, depth: int) -> list[tuple[tuple[bytes, bool], ...]]:
+    """Each a set of alternatives one of which every match of the sequence ``items`` contains."""
+    if depth > 20:
+        return []
+    out: list[tuple[tuple[bytes, bool], ...]] = []
+    run: list[str] = []
+
+    def close() -> None:
+        if len(run) >= 2:
+            text = "".join(run)
+            out.append(((text.lower().encode() if ignorecase else text.encode("utf-8", "surrogatepass"), ignorecase),))
+        run.clear()
+
+    for op, arg in items:
+        if op is sre.LITERAL:
+            ch = chr(arg)
+            if ignorecase and not (ch.isascii() and (not ch.isalpha() or ch.lower() in _FOLD_SAFE)):
+                close()
+                continue
+            run.append(ch)
+            continue
+        close()
+        if op is sre.SUBPATTERN:
+            _group, add_flags, del_flags, sub = arg
+            inner = (ignorecase or bool(add_flags & re.IGNORECASE)) and not del_flags & re.IGNORECASE
+            out.extend(_candidates(list(sub), inner, sre, depth + 1))
+        elif op in (sre.MAX_REPEAT, sre.MIN_REPEAT) and arg[0] >= 1:
+            out.extend(_candidates(list(arg[2]), ignorecase, sre, depth + 1))
+        elif op is sre.BRANCH:
+            alternatives: list[tuple[bytes, bool]] = []
+            for branch in arg[1]:
+                best = _best(_candidates(list(branch), ignorecase, sre, depth + 1))
+                if best is None:
+                    alternatives = []
+                    break
+                alternatives.extend(best)
+            if alternatives:
+                out.append(tuple(alternatives))
+    close()
+    return out
+
+
+def _best(candidates: list[tuple[tuple[bytes, bool], ...]]) -> tuple[tuple[bytes, bool], ...] | None:
+    """The candidate whose shortest alternative is longest (fewest chance hits), at most 8 alternatives."""
+    usable = [c for c in candidates if 0 < len(c) <= 8 and all(len(b) >= 2 for b, _ in c)]
+    return max(usable, key=lambda c: (min(len(b) for b, _ in c), -len(c)), default=None)
 
 _GLOBAL_FLAGS = re.compile(r"^\(\?([imsx]+)\)")
 #: A group referred to by number (``\1``, ``(?(1)...)``): such a pattern is never joined with others,

@@ -197,18 +197,18 @@ class EventBuilder:
         for name in CONTENT_FIELDS.get(draft.kind, ()):
             if name in payload:
                 value = payload[name]
-                data = canonical_bytes_encoded(value, floats=floats, finite=True)  # once: the redaction check, the size
+                data = canonical_bytes_encoded(value, floats=floats, finite=True, bounded=True)  # once: the redaction check, the size
                 if b"$" in data and (b'"$blob"' in data or b'"$cons"' in data or b'"$redacted"' in data):
                     escaped = _store_tags_escaped(value)
                     if escaped is not value:
-                        value, data = escaped, canonical_bytes_encoded(escaped, floats=floats, finite=True)
+                        value, data = escaped, canonical_bytes_encoded(escaped, floats=floats, finite=True, bounded=True)
                 redacted = self._redact(name, value, data)
                 if name in ALWAYS_BLOB and redacted is value and len(data) <= self._limit:
                     payload[name] = {"$blob": put(data)}  # what the two steps below give, its bytes written once
                     continue
                 payload[name] = _blobs.blobify(redacted, put, self._limit, data if redacted is value else None)
                 if name in ALWAYS_BLOB and not _blobs.is_blob_ref(payload[name]):
-                    payload[name] = {"$blob": put(canonical_bytes_encoded(payload[name], floats=floats, finite=True))}
+                    payload[name] = {"$blob": put(canonical_bytes_encoded(payload[name], floats=floats, finite=True, bounded=True))}
         if type(payload.get("error")) is dict:  # exception messages can carry secrets too
             payload["error"] = self.redactor.apply_error(payload["error"])
         if draft.kind == "note":  # a note's text and detail are the caller's words: redacted like content
@@ -254,7 +254,7 @@ class EventBuilder:
             "payload": payload, "prev": prev,
         }
         try:
-            raw = canonical_bytes_encoded(envelope, floats=floats, finite=True)  # a payload from encode()
+            raw = canonical_bytes_encoded(envelope, floats=floats, finite=True, bounded=True)  # a payload from encode()
         except CanonicalizationError as exc:  # pragma: no cover - encode() makes payloads strict
             raise InvalidEventError(f"{draft.kind}: {exc}") from exc
         index = txn.tree_size()

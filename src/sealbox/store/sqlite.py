@@ -630,6 +630,17 @@ class _WalCheckpointer:
                     conn.close()
 
 
+
+class _ThreadState(threading.local):
+    """Per-thread state of a store, with class defaults: reading an attribute a thread has not set
+    finds the default instead of raising and clearing an AttributeError (as ``getattr(local, name,
+    default)`` does on a plain ``threading.local``, twice per append)."""
+
+    conn: sqlite3.Connection | None = None
+    ops = 0  # this thread's nesting of store operations
+    txn_cache: "tuple[int, _Txn] | None" = None
+    lock_timeout: float | None = None  # overrides the store's lock_timeout while set
+
 class SqliteStore(SqliteQueries):
     """The embedded SQLite store. Open with :meth:`init` (new) or :meth:`open` (existing).
 
@@ -664,7 +675,7 @@ class SqliteStore(SqliteQueries):
         self.readonly = readonly
         self.checkpoint_policy = checkpoint_policy or CheckpointPolicy()
         self.lock_timeout = lock_timeout
-        self._local = threading.local()
+        self._local = _ThreadState()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
         self._ckpt_lock = threading.Lock()
@@ -873,11 +884,11 @@ class SqliteStore(SqliteQueries):
                 st = os.stat(self.db_path)
                 _OPEN_AT_FORK.add((st.st_dev, st.st_ino))
         self._inherited.extend(self._conns)
-        conn = getattr(self._local, "conn", None)
+        conn = self._local.conn
         if conn is not None and conn not in self._inherited:
             self._inherited.append(conn)
         self._conns = []
-        self._local = threading.local()
+        self._local = _ThreadState()
         self._conns_lock = threading.Lock()
         self._ckpt_lock = threading.Lock()
         self._wal_lock = threading.Lock()
@@ -898,7 +909,7 @@ class SqliteStore(SqliteQueries):
             raise StoreError(f"this store was opened by process {self._forked_from} before os.fork(); SQLite "
                              "connections must not cross a fork: use the store from a process started with "
                              "multiprocessing's 'spawn', or fork before opening it")
-        conn = getattr(self._local, "conn", None)
+        conn = self._local.conn
         if conn is None:
             conn = self._connect()
             self._local.conn = conn
@@ -973,7 +984,7 @@ class SqliteStore(SqliteQueries):
             if self._closed or (self._closing and self._closer != threading.get_ident()):
                 raise StoreError("the store is closed")
             self._ops += 1
-            depth = getattr(self._local, "ops", 0)
+            depth = self._local.ops
             self._local.ops = depth + 1
             return depth
 
@@ -1048,7 +1059,7 @@ class SqliteStore(SqliteQueries):
 
     def _write_txn(self, conn: sqlite3.Connection, fn: Callable[[_Txn], Any]) -> Any:
         self._begin(conn)
-        cache, self._local.txn_cache = getattr(self._local, "txn_cache", None), None  # dropped unless committed
+        cache, self._local.txn_cache = self._local.txn_cache, None  # dropped unless committed
         try:
             txn = _Txn(conn)
             version = conn.execute("PRAGMA data_version").fetchone()[0]
@@ -1069,7 +1080,8 @@ class SqliteStore(SqliteQueries):
             raise
 
     def _retrying(self, conn: sqlite3.Connection, sql: str) -> None:
-        deadline = time.monotonic() + getattr(self._local, "lock_timeout", self.lock_timeout)
+        timeout = self._local.lock_timeout
+        deadline = time.monotonic() + (self.lock_timeout if timeout is None else timeout)
         delay = 0.001
         while True:
             try:
@@ -1315,7 +1327,7 @@ class SqliteStore(SqliteQueries):
         paused generator holds nothing up."""
         cursor = None
         while True:
-            depth = None if getattr(self._local, "ops", 0) else self._op_enter()
+            depth = None if self._local.ops else self._op_enter()
             try:
                 if cursor is None:
                     cursor = self._conn().execute(sql, params)
@@ -1360,7 +1372,7 @@ class SqliteStore(SqliteQueries):
         on. Verify reports those (``column_type``)."""
         last = -1
         while True:
-            depth = None if getattr(self._local, "ops", 0) else self._op_enter()  # see _stream
+            depth = None if self._local.ops else self._op_enter()  # see _stream
             try:
                 conn = self._conn()
                 factory = conn.text_factory
@@ -1658,7 +1670,7 @@ class SqliteStore(SqliteQueries):
         try:
             self._optimize()
         finally:
-            del self._local.lock_timeout
+            self._local.lock_timeout = None
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("PRAGMA busy_timeout = 5000")
 
@@ -1685,7 +1697,7 @@ class SqliteStore(SqliteQueries):
             self._closed = True
             return
         me = threading.get_ident()
-        if getattr(self._local, "ops", 0) and not self._closing and not self._closed:
+        if self._local.ops and not self._closing and not self._closed:
             raise StoreError("close() was called inside a write or a read of this store (e.g. from an append_with "
                              "callback); close it once that has returned")
         with self._ops_idle:
@@ -1703,7 +1715,7 @@ class SqliteStore(SqliteQueries):
             self._closing, self._closer = True, me  # the writes below start no checkpointer
             # let the writes and read snapshots of other threads finish (a write is bounded by lock_timeout)
             deadline = time.monotonic() + self.lock_timeout + 5
-            while self._ops - getattr(self._local, "ops", 0) > 0:
+            while self._ops - self._local.ops > 0:
                 left = deadline - time.monotonic()
                 if left <= 0:  # pragma: no cover - a write stuck past its own lock timeout
                     _log.warning("closing %s with %d operations still under way", self.path, self._ops)
