@@ -854,3 +854,21 @@ def test_encode_of_a_dict_changed_by_another_thread_does_not_raise():
     finally:
         stop.set()
         worker.join()
+
+
+_EXP_PIECES = st.sampled_from([b"e", b"+", b"-", b"1", b"0", b".", b":", b",", b"[", b"]", b"}", b"a", b'"', b"E"])
+
+
+@settings(max_examples=3000, deadline=None)
+@given(data=st.lists(_EXP_PIECES, max_size=16).map(b"".join))
+def test_the_exponent_token_test_is_the_regex(data: bytes) -> None:
+    """canonical._has_exp_token decides around each e+/e- what _EXP_TOKEN_B's scan decides."""
+    assert canonical._has_exp_token(data) is (canonical._EXP_TOKEN_B.search(data) is not None)
+
+
+@pytest.mark.parametrize("data, found", [
+    (b"[1e+5]", True), (b'{"a":-1.5e-7}', True), (b'{"a":"01a23a09-bfec-7089-910e-df302dab63ad"}', False),
+    (b"[1.e+5]", False), (b"[.5e+5]", False), (b":1e-1", False), (b"[-e-1]", False), (b'{"a":"x,1e-5]"}', True),
+])
+def test_the_exponent_token_test_cases(data: bytes, found: bool) -> None:
+    assert canonical._has_exp_token(data) is found

@@ -218,7 +218,38 @@ def _exact_number_needed(data: bytes) -> bool:
     and orjson writes every exponent with its sign (``1e+16``, ``1e-7``; property-tested)."""
     if (b".0," in data or b".0]" in data or b".0}" in data) and _WHOLE_TOKEN_B.search(data) is not None:
         return True
-    return (b"e+" in data or b"e-" in data) and _EXP_TOKEN_B.search(data) is not None
+    return (b"e+" in data or b"e-" in data) and _has_exp_token(data)
+
+
+def _has_exp_token(data: bytes) -> bool:
+    """Whether ``_EXP_TOKEN_B`` (``[:,\[]-?[0-9]+(?:\.[0-9]+)?e[+-][0-9]+`` then ``,`` ``]``
+    ``}``) matches ``data``: decided around each ``e+`` / ``e-`` instead of by a regex scan
+    of every position (a run id like ``…-910e-df30-…`` has one, so every event of such a run
+    paid for the scan). Digit runs are taken whole, as the regex must take them: a shorter
+    run is next to a digit, which neither ``-`` ``:`` ``,`` ``[`` nor ``,`` ``]`` ``}`` is."""
+    n = len(data)
+    for sign in (b"e+", b"e-"):
+        i = data.find(sign)
+        while i != -1:
+            k = i + 2
+            while k < n and 48 <= data[k] <= 57:
+                k += 1
+            if k > i + 2 and k < n and data[k] in b",]}":
+                j = i
+                while j > 0 and 48 <= data[j - 1] <= 57:
+                    j -= 1
+                if j < i and j > 0 and data[j - 1] == 0x2E:  # digits "." digits: the integer part
+                    m = j - 1
+                    while m > 0 and 48 <= data[m - 1] <= 57:
+                        m -= 1
+                    j = m if m < j - 1 else -1
+                if 0 < j < i:
+                    if data[j - 1] == 0x2D:
+                        j -= 1
+                    if j > 0 and data[j - 1] in b":,[":
+                        return True
+            i = data.find(sign, i + 1)
+    return False
 
 
 _ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_SUBCLASS
