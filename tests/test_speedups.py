@@ -328,3 +328,16 @@ def test_the_redactor_uses_the_c_scan_and_gets_the_same_answers() -> None:
              b'{"a":"totem"}': True, b'{"pass-word":1}': False, b'{"a":"\\u0000"}': False}
     for text, clean in cases.items():
         assert redactor._clean_text(text) is clean, text
+
+
+def test_scan_text_declines_a_configured_key_longer_than_its_buffer() -> None:
+    """A sensitive key of more than 256 normalised bytes cannot be compared in the scan's buffer:
+    the scan says "not decided" (-1) rather than "no key", and the redactor still redacts it."""
+    long_key = "k" * 300
+    text = ('{"' + long_key + '":"v","a":"b"}').encode()
+    assert _speedups.scan_text(text, _NEEDLES, _TABLES, (long_key.encode(),)) == -1
+    assert _speedups.scan_text(b'{"a":"b"}', _NEEDLES, _TABLES, (long_key.encode(),)) == 0
+    redactor = Redactor(b"k" * 32, ContentPolicy(keys=(long_key,)))
+    assert redactor._scan is True
+    out, changed = redactor.apply("arguments", {long_key: "secret-value", "a": "b"})
+    assert changed is True and out[long_key] != "secret-value"

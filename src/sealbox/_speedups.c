@@ -302,9 +302,12 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
                     if (k == '-' || k == '_') {
                         continue;
                     }
-                    if (len >= maxkey || len >= (Py_ssize_t)sizeof norm) {
-                        too_long = 1;
+                    if (len >= maxkey) {
+                        too_long = 1; /* longer than every key: no match */
                         continue; /* keep looking for a byte >= 0x80 */
+                    }
+                    if (len >= (Py_ssize_t)sizeof norm) {
+                        return PyLong_FromLong(-1); /* a configured key this long: not decided here */
                     }
                     norm[len++] = (k >= 'A' && k <= 'Z') ? (unsigned char)(k - 'A' + 'a') : k;
                 }
