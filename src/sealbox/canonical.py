@@ -222,7 +222,7 @@ def _exact_number_needed(data: bytes) -> bool:
 
 
 def _has_exp_token(data: bytes) -> bool:
-    """Whether ``_EXP_TOKEN_B`` (``[:,\[]-?[0-9]+(?:\.[0-9]+)?e[+-][0-9]+`` then ``,`` ``]``
+    r"""Whether ``_EXP_TOKEN_B`` (``[:,\[]-?[0-9]+(?:\.[0-9]+)?e[+-][0-9]+`` then ``,`` ``]``
     ``}``) matches ``data``: decided around each ``e+`` / ``e-`` instead of by a regex scan
     of every position (a run id like ``…-910e-df30-…`` has one, so every event of such a run
     paid for the scan). Digit runs are taken whole, as the regex must take them: a shorter

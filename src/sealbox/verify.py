@@ -846,10 +846,12 @@ def _canonical_problems(rows: Iterable[tuple]) -> Iterator[Problem]:
         raw = _as_blob(raw)
         where = {"run_id": columns[0], "run_seq": columns[1], "kind": columns[2], "leaf_index": leaf_index}
         try:
-            again = canonical_bytes(json.loads(raw))
+            parsed = json.loads(raw)
         except ValueError:  # unreadable: the main pass reports it
             continue
-        except CanonicalizationError as exc:
+        try:
+            again = canonical_bytes(parsed)
+        except CanonicalizationError as exc:  # NaN, an integer beyond I-JSON, too deep
             yield Problem("not_canonical", f"the hashed bytes hold a value RFC 8785 cannot write: {exc}", **where)
             continue
         if again == raw:

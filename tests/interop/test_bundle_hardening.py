@@ -17,6 +17,8 @@ import sealbox
 from sealbox.interop.bundle import BundleError, export_bundle, write_atomically
 from sealbox.interop.bundle_verify import LINE_DEPTH, nested_deeper, verify_bundle
 from sealbox.ledger.checkpoint import Checkpoint, Signer, generate_key, parse_note, sign_checkpoint
+from sealbox.canonical import Tagged
+from sealbox.errors import RecordingError
 from sealbox.policies import ALLOW_ALL
 from sealbox.recorder import Recorder
 
@@ -349,6 +351,37 @@ def test_the_deepest_content_sealbox_records_still_verifies(tmp_path):
     lines = [line for name in ("events.jsonl", "blobs.jsonl") for line in m[name].splitlines()]
     assert max(next(d for d in range(1, LINE_DEPTH + 1) if not nested_deeper(line, d)) for line in lines) == 128
     problems, _ = _verified(tmp_path / "deep.sbx")
+    assert problems == []
+
+
+@pytest.mark.parametrize("lists", [118, 119, 120, 121, 122])
+def test_escaping_tag_like_dicts_cannot_take_a_record_past_the_depth_limit(tmp_path, lists):
+    """A user's own ``{"$blob": ...}`` dicts are escaped as ``{"$esc": ...}``, a level each:
+    arguments that encode() left at the limit would be stored deeper than a bundle line may
+    be. Such a call is refused before the tool runs (RecordingError), never stored too deep."""
+    value = "x"
+    for _ in range(3):
+        value = {"$blob": value}
+    for _ in range(lists):
+        value = [value]
+    arguments = Tagged("$blob", value)
+    store = sealbox.init_store(tmp_path / "store")
+    ran = []
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        if lists in (119, 120, 121):  # 128 levels once escaped: one too many for a stored line
+            with pytest.raises(RecordingError, match="^could not record: tool.call: the value is nested deeper than 128 levels$"):
+                run.call_tool("api", "deep", arguments, lambda arg: ran.append(arg))
+            assert ran == []
+        else:  # within the limit, or cut (lossy) by encode() before any escape
+            run.call_tool("api", "deep", arguments, lambda arg: ran.append(arg))
+            assert len(ran) == 1
+    assert sealbox.verify_store(store).ok
+    kinds = [e.kind for e in store.read_run(run.run_id)]
+    assert kinds == (["run.started", "run.ended"] if lists in (119, 120, 121)
+                     else ["run.started", "tool.call", "policy.decision", "tool.result", "run.ended"])
+    export_bundle(store, [run.run_id], tmp_path / "d.sbx")
+    store.close()
+    problems, _ = _verified(tmp_path / "d.sbx")
     assert problems == []
 
 

@@ -909,6 +909,25 @@ def test_verify_canonical_names_bytes_that_are_not_jcs(s: Sample) -> None:
     assert r.returncode == 1 and "not_canonical" in r.stdout
 
 
+@pytest.mark.parametrize("token, reason", [
+    (b"9007199254740993", "integer outside"),  # 2**53 + 1: valid JSON, not I-JSON
+    (b"NaN", "nan is not a JSON number"),  # Python's json reads it; RFC 8785 has no such number
+])
+def test_verify_canonical_names_bytes_the_reference_writer_refuses(s: Sample, token: bytes, reason: str) -> None:
+    """Bytes that parse but hold a value RFC 8785 cannot write are ``not_canonical`` (the
+    CanonicalizationError is a ValueError: it must not be taken for unreadable bytes)."""
+    raw, _ = raw_of(s.path, 11)
+    bad = raw.replace(b'"text":"note 1"', b'"text":' + token)
+    assert bad != raw
+    tamper(s.path, ("UPDATE events SET raw = ?, leaf_hash = ? WHERE leaf_index = 11", (bad, leaf_hash(bad))))
+    rewrite_all_hashes(s.path)
+    strict = verify(s.path, canonical=True)
+    (problem,) = [p for p in strict.problems if p.code == "not_canonical"]
+    assert where(problem) == ("not_canonical", s.runs[1], 5, "note", 11)
+    assert problem.message.startswith("the hashed bytes hold a value RFC 8785 cannot write: ")
+    assert reason in problem.message
+
+
 def test_a_sealbox_trigger_redefined_under_its_own_name_is_named(s: Sample) -> None:
     with closing_db(s.path) as db:
         db.execute("DROP TRIGGER events_no_update")

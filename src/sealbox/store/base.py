@@ -177,8 +177,10 @@ class EventBuilder:
         """
         return self._prepare(draft, txn)[0]
 
-    def _prepare(self, draft: EventDraft, txn: WriteTxn) -> tuple[dict[str, Any], bool]:
-        """:meth:`prepare`, and whether the payload may hold a float (for canonical_bytes_encoded)."""
+    def _prepare(self, draft: EventDraft, txn: WriteTxn) -> tuple[dict[str, Any], bool, bool]:
+        """:meth:`prepare`, whether the payload may hold a float, and whether it is still bounded
+        (for canonical_bytes_encoded): escaping a user's tag-like dict adds a level, so a payload
+        with an escape is depth-checked again when encoded."""
         if not isinstance(draft, EventDraft):
             raise InvalidEventError(f"expected an EventDraft, got {type(draft).__name__}")
         if not isinstance(draft.payload, dict):
@@ -194,26 +196,31 @@ class EventBuilder:
             raise InvalidEventError(f"{draft.kind}: payload keys must be strings")
         validate_payload(draft.kind, payload)
         put = lambda data: self._put(txn, data)  # noqa: E731
+        bounded = True  # encode() bounded the payload; an escape below adds levels
         for name in CONTENT_FIELDS.get(draft.kind, ()):
             if name in payload:
                 value = payload[name]
-                data = canonical_bytes_encoded(value, floats=floats, finite=True, bounded=True)  # once: the redaction check, the size
+                data = canonical_bytes_encoded(value, floats=floats, finite=True, bounded=bounded)  # once: the redaction check, the size
                 if b"$" in data and (b'"$blob"' in data or b'"$cons"' in data or b'"$redacted"' in data):
                     escaped = _store_tags_escaped(value)
-                    if escaped is not value:
-                        value, data = escaped, canonical_bytes_encoded(escaped, floats=floats, finite=True, bounded=True)
+                    if escaped is not value:  # {"$esc": ...} adds levels: the depth is checked again from here
+                        bounded = False
+                        try:
+                            value, data = escaped, canonical_bytes_encoded(escaped, floats=floats, finite=True)
+                        except CanonicalizationError as exc:
+                            raise InvalidEventError(f"{draft.kind}: {exc}") from exc
                 redacted = self._redact(name, value, data)
                 if name in ALWAYS_BLOB and redacted is value and len(data) <= self._limit:
                     payload[name] = {"$blob": put(data)}  # what the two steps below give, its bytes written once
                     continue
                 payload[name] = _blobs.blobify(redacted, put, self._limit, data if redacted is value else None)
                 if name in ALWAYS_BLOB and not _blobs.is_blob_ref(payload[name]):
-                    payload[name] = {"$blob": put(canonical_bytes_encoded(payload[name], floats=floats, finite=True, bounded=True))}
+                    payload[name] = {"$blob": put(canonical_bytes_encoded(payload[name], floats=floats, finite=True, bounded=bounded))}
         if type(payload.get("error")) is dict:  # exception messages can carry secrets too
             payload["error"] = self.redactor.apply_error(payload["error"])
         if draft.kind == "note":  # a note's text and detail are the caller's words: redacted like content
             payload.update(redact_note(self.redactor, payload))
-        return payload, floats  # redaction markers, blob references and $esc add no float
+        return payload, floats, bounded  # redaction markers, blob references and $esc add no float
 
     def _redact(self, name: str, value: Any, data: bytes | None = None) -> Any:
         """Apply the store's content mode; decision inputs' arguments are redacted as ``arguments``.
@@ -235,10 +242,12 @@ class EventBuilder:
         txn.put_blob(ref, salt, content)
         return ref
 
-    def place(self, draft: EventDraft, payload: dict[str, Any], txn: WriteTxn, ts: str, *, floats: bool = True) -> Event:
+    def place(self, draft: EventDraft, payload: dict[str, Any], txn: WriteTxn, ts: str, *, floats: bool = True,
+              bounded: bool = False) -> Event:
         """Chain the event to its run, hash it and extend the Merkle tree.
 
-        ``floats``: False where :meth:`_prepare` found that ``payload`` holds no float.
+        ``floats``: False where :meth:`_prepare` found that ``payload`` holds no float;
+        ``bounded``: True where it found the payload still within :data:`MAX_DEPTH` less the envelope.
 
         Raises:
             InvalidEventError: the run has not started, or has ended.
@@ -254,8 +263,8 @@ class EventBuilder:
             "payload": payload, "prev": prev,
         }
         try:
-            raw = canonical_bytes_encoded(envelope, floats=floats, finite=True, bounded=True)  # a payload from encode()
-        except CanonicalizationError as exc:  # pragma: no cover - encode() makes payloads strict
+            raw = canonical_bytes_encoded(envelope, floats=floats, finite=True, bounded=bounded)
+        except CanonicalizationError as exc:  # too deep once a tag-like dict was escaped
             raise InvalidEventError(f"{draft.kind}: {exc}") from exc
         index = txn.tree_size()
         leaf = merkle.leaf_hash(raw)
@@ -296,8 +305,8 @@ class EventBuilder:
         ts = utc_now()
         placed = []
         for draft in drafts:
-            payload, floats = self._prepare(draft, txn)
-            placed.append(self.place(draft, payload, txn, ts, floats=floats))
+            payload, floats, bounded = self._prepare(draft, txn)
+            placed.append(self.place(draft, payload, txn, ts, floats=floats, bounded=bounded))
         return placed
 
 
