@@ -174,7 +174,7 @@ def test_checkpoint_file_holds_the_newest_checkpoint_after_concurrent_writers(tm
     path = tmp_path / "store"
     sealbox.init_store(path).close()
     script = tmp_path / "writer.py"
-    script.write_text(PROCESS_WRITER.replace("every_events=150, every_seconds=0.5", "every_events=3, every_seconds=0"))
+    script.write_text(PROCESS_WRITER.replace("every_events=150, every_seconds=0.5", "every_events=3, every_seconds=1e-6"))
     procs = [subprocess.Popen([sys.executable, str(script), str(path), f"p{i}", "120", "noclose"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(4)]
@@ -200,7 +200,7 @@ def test_verify_while_writers_append(tmp_path: Path) -> None:
     """verify_store on a live store (other threads appending and checkpointing) must not report problems
     that are only an artefact of reading while the log grows."""
     path = tmp_path / "store"
-    store = sealbox.init_store(path, checkpoint_policy=CheckpointPolicy(every_events=5, every_seconds=0))
+    store = sealbox.init_store(path, checkpoint_policy=CheckpointPolicy(every_events=5, every_seconds=1e-6))
     stop = threading.Event()
     errors: list = []
 

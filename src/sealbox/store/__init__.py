@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from sealbox.store.base import CheckpointPolicy, Store, StoredCheckpoint
+from sealbox.store.base import CheckpointPolicy, Store, StoreConfigError, StoredCheckpoint
 from sealbox.store.sqlite import SqliteStore
 
-__all__ = ["Store", "StoredCheckpoint", "CheckpointPolicy", "SqliteStore", "open_store", "init_store"]
+__all__ = ["Store", "StoredCheckpoint", "CheckpointPolicy", "StoreConfigError", "SqliteStore", "open_store", "init_store"]
 
 
 def open_store(path: str | os.PathLike, **kwargs: Any) -> SqliteStore:

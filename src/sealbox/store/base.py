@@ -11,6 +11,7 @@ transaction) and the read methods.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import secrets as _secrets
 import time
@@ -21,7 +22,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkabl
 
 from sealbox import blobs as _blobs
 from sealbox.canonical import MAX_DEPTH, _encode_noting_floats, canonical_bytes_encoded
-from sealbox.errors import CanonicalizationError, InvalidEventError, StoreError, StoreRolledBackError
+from sealbox.errors import CanonicalizationError, ConfigError, InvalidEventError, StoreError, StoreRolledBackError
 from sealbox.events import (
     CONTENT_FIELDS,
     derived_columns,
@@ -38,6 +39,7 @@ __all__ = [
     "WriteTxn",
     "StoredCheckpoint",
     "CheckpointPolicy",
+    "StoreConfigError",
     "Durability",
     "DamagedEventError",
     "EventBuilder",
@@ -117,13 +119,41 @@ class StoredCheckpoint:
     created_at: str
 
 
+class StoreConfigError(ConfigError, ValueError):
+    """A store option is invalid (a :class:`CheckpointPolicy` field, a negative ``lock_timeout``).
+    Raised before anything is opened or written."""
+
+
 @dataclass(frozen=True)
 class CheckpointPolicy:
     """When the store signs a checkpoint: every ``every_events`` events or
-    ``every_seconds`` seconds (whichever first), and on clean close."""
+    ``every_seconds`` seconds (whichever first), and on clean close.
 
-    every_events: int = 1000
-    every_seconds: float = 60.0
+    ``every_seconds`` is kept even while the store is idle: a store opened for
+    writing signs the events its process appended within about ``every_seconds``
+    of the first unsigned one, from a background thread, without waiting for the
+    next append or for close (see docs/storage.md, "Checkpoints").
+
+    Attributes:
+        every_events: an integer >= 1, or None (no count trigger).
+        every_seconds: a finite number > 0, or None (no time trigger).
+
+    Raises:
+        StoreConfigError: a field outside those ranges (e.g. 0, a negative number, NaN,
+            infinity, a bool or a string).
+    """
+
+    every_events: int | None = 1000
+    every_seconds: float | None = 60.0
+
+    def __post_init__(self) -> None:
+        ev, sec = self.every_events, self.every_seconds
+        if ev is not None and (type(ev) is not int or ev < 1):
+            raise StoreConfigError(f"CheckpointPolicy.every_events must be an integer >= 1 or None, not {ev!r}")
+        if sec is not None and (isinstance(sec, bool) or not isinstance(sec, (int, float))
+                                or not math.isfinite(sec) or sec <= 0):
+            raise StoreConfigError(
+                f"CheckpointPolicy.every_seconds must be a finite number > 0 or None, not {sec!r}")
 
 
 class WriteTxn(Protocol):

@@ -70,6 +70,7 @@ from sealbox.store.sqlite_queries import _EVENT_COLS, Reader, SqliteQueries, eve
 from sealbox.store.base import (
     CheckpointPolicy,
     EventBuilder,
+    StoreConfigError,
     StoredCheckpoint,
     fsync_write,
     utc_now,
@@ -631,6 +632,96 @@ class _WalCheckpointer:
 
 
 
+class _CheckpointTimer:
+    """Signs the checkpoint that ``every_seconds`` makes due while the store is idle.
+
+    :meth:`SqliteStore.append_with` signs a due checkpoint itself, but only when an append
+    comes; without this thread, events written before an idle period stayed unsigned until
+    the next append or close. After each commit that leaves events of this process unsigned,
+    the writer calls :meth:`arm` (a flag test and, once per idle period, a notify); the thread
+    then sleeps until ``every_seconds`` after the newest checkpoint this store signed and, if
+    events are still unsigned, signs through :meth:`SqliteStore.issue_checkpoint` (the same
+    path as an append's: one short write transaction, the store's ``_ckpt_lock``, the
+    consistency check before signing; a checkpoint another process or thread signed at the
+    same size meanwhile is not signed twice).
+
+    It holds only a weak reference to its store (a store dropped without ``close()`` stops
+    it, ``weakref.finalize``), stops when the store starts closing (close signs the final
+    checkpoint itself), and never raises: a failure to sign is logged and tried again after
+    another ``every_seconds``; evidence that the store was changed below Sealbox is recorded
+    as the store's damage (later appends are refused) and ends the thread. One per store and
+    process.
+    """
+
+    def __init__(self, store: "SqliteStore", every_seconds: float) -> None:
+        self._store = weakref.ref(store)
+        self.every_seconds = every_seconds
+        self.pid = os.getpid()
+        self._cond = threading.Condition(threading.Lock())
+        self._armed = False
+        self._stopping = False
+        #: for tests and diagnostics: checkpoints this thread signed, failures
+        self.signed = 0
+        self.errors = 0
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"sealbox-checkpoint-timer:{store.path.name}")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def arm(self) -> None:
+        """After a commit that left events unsigned (the caller has recorded its size first)."""
+        if self._armed:  # already armed: the thread reads the size after it clears the flag
+            return
+        with self._cond:
+            self._armed = True
+            self._cond.notify()
+
+    def signal_stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.signal_stop()
+        if self.pid != os.getpid() or self._thread is threading.current_thread():
+            return
+        self._thread.join(timeout)
+
+    def _sleep(self, seconds: float | None) -> bool:
+        """Wait ``seconds`` (None: until armed); False when asked to stop."""
+        with self._cond:
+            if seconds is None:
+                while not self._armed and not self._stopping:
+                    self._cond.wait()
+                self._armed = False
+            elif not self._stopping:
+                self._cond.wait(seconds)
+            return not self._stopping
+
+    def _run(self) -> None:
+        try:
+            while self._sleep(None):
+                while True:  # until nothing this process appended is unsigned
+                    store = self._store()
+                    if store is None or store._closing or store._closed:
+                        return
+                    if store._appended_size <= store._last_ckpt_size:
+                        break
+                    left = store._last_ckpt_time + self.every_seconds - time.monotonic()
+                    if left <= 0:
+                        outcome = store._timer_checkpoint()
+                        if outcome == "stop":
+                            return
+                        left = self.every_seconds if outcome == "retry" else 0.0
+                    del store
+                    if left > 0 and not self._sleep(left):
+                        return
+        except BaseException as exc:  # pragma: no cover - e.g. interpreter shutdown
+            with contextlib.suppress(Exception):
+                _log.debug("checkpoint timer ended: %r", exc)
+
+
 class _ThreadState(threading.local):
     """Per-thread state of a store, with class defaults: reading an attribute a thread has not set
     finds the default instead of raising and clearing an AttributeError (as ``getattr(local, name,
@@ -673,8 +764,14 @@ class SqliteStore(SqliteQueries):
         self.db_path = self.path / DB_NAME
         self.durability = durability
         self.readonly = readonly
+        if checkpoint_policy is not None and not isinstance(checkpoint_policy, CheckpointPolicy):
+            raise StoreConfigError(f"checkpoint_policy must be a CheckpointPolicy, not {type(checkpoint_policy).__name__}")
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) \
+                or not lock_timeout >= 0 or lock_timeout == float("inf"):
+            raise StoreConfigError(f"lock_timeout must be a finite number of seconds >= 0, not {lock_timeout!r}")
         self.checkpoint_policy = checkpoint_policy or CheckpointPolicy()
         self.lock_timeout = lock_timeout
+        self._ckpt_timer: _CheckpointTimer | None = None
         self._local = _ThreadState()
         self._conns: list[sqlite3.Connection] = []
         self._conns_lock = threading.Lock()
@@ -745,6 +842,8 @@ class SqliteStore(SqliteQueries):
         self._floor = self.checkpoint_file_size()
         self._last_ckpt_size = latest.tree_size if latest else 0
         self._last_ckpt_time = time.monotonic()
+        #: the log size after this process's newest append (what the checkpoint timer must see signed)
+        self._appended_size = 0
         self._damage: str | None = None
         if not self.readonly:
             _remove_stale_temp_files(self.path)
@@ -893,6 +992,7 @@ class SqliteStore(SqliteQueries):
         self._ckpt_lock = threading.Lock()
         self._wal_lock = threading.Lock()
         self._wal_ckpt = None
+        self._ckpt_timer = None
         self._ops = 0
         self._ops_lock = threading.Lock()  # taken directly on every write (a Condition's __enter__ is Python)
         self._ops_idle = threading.Condition(self._ops_lock)
@@ -1134,8 +1234,11 @@ class SqliteStore(SqliteQueries):
 
         events = self._write(work, sync=sync)
         if events:
+            size = events[-1].leaf_index + 1
+            if size > self._appended_size:
+                self._appended_size = size
             try:
-                self._maybe_checkpoint(events[-1].leaf_index + 1)
+                self._maybe_checkpoint(size)
             except _ChangedBelowError as exc:
                 # committed already, so this append succeeded; the signer found the store changed
                 # below Sealbox: later appends are refused before they write anything
@@ -1150,11 +1253,69 @@ class SqliteStore(SqliteQueries):
 
     def _maybe_checkpoint(self, size: int) -> None:
         pol = self.checkpoint_policy
-        due = size - self._last_ckpt_size >= pol.every_events or (
-            size > self._last_ckpt_size and time.monotonic() - self._last_ckpt_time >= pol.every_seconds
-        )
-        if due:
+        if size <= self._last_ckpt_size:
+            return
+        if (pol.every_events is not None and size - self._last_ckpt_size >= pol.every_events) or (
+                pol.every_seconds is not None and time.monotonic() - self._last_ckpt_time >= pol.every_seconds):
             self.issue_checkpoint()
+        if pol.every_seconds is not None and self._appended_size > self._last_ckpt_size:
+            timer = self._checkpoint_timer()
+            if timer is not None:
+                timer.arm()
+
+    def _checkpoint_timer(self) -> _CheckpointTimer | None:
+        """This process's checkpoint timer thread, started on the first append it is needed for
+        (None while closing, or without a signing key)."""
+        timer = self._ckpt_timer
+        if timer is not None and timer.pid == os.getpid():
+            return timer
+        if self._closing or self._closed or self._signer is None or self.checkpoint_policy.every_seconds is None:
+            return None
+        with self._wal_lock:
+            timer = self._ckpt_timer
+            if timer is None or timer.pid != os.getpid():
+                timer = _CheckpointTimer(self, self.checkpoint_policy.every_seconds)
+                timer.start()
+                weakref.finalize(self, timer.signal_stop)  # a store dropped without close() stops it too
+                self._ckpt_timer = timer
+            return timer
+
+    def _stop_checkpoint_timer(self, wait: bool) -> None:
+        with self._wal_lock:
+            timer = self._ckpt_timer
+            if wait:
+                self._ckpt_timer = None
+        if timer is not None:
+            (timer.stop if wait else timer.signal_stop)()
+
+    def _timer_checkpoint(self) -> str:
+        """The checkpoint timer's signing (on its thread): "done", "retry" (failed; try again
+        after another ``every_seconds``) or "stop" (the store is closing, or was changed below
+        Sealbox: the damage is recorded and later appends are refused)."""
+        timer = self._ckpt_timer
+        if self._damage:
+            return "stop"  # appends are refused already; verify says why
+        try:
+            self.issue_checkpoint()
+        except _ChangedBelowError as exc:
+            self._damage = str(exc)
+            _log.error("%s", exc)
+            return "stop"
+        except StoreRolledBackError as exc:
+            _log.error("%s: the checkpoint due after %s s was not signed: %s", self.path,
+                       self.checkpoint_policy.every_seconds, exc)
+            return "stop"
+        except Exception as exc:  # noqa: BLE001 - a background thread never raises
+            if self._closing or self._closed:
+                return "stop"  # close() signs the final checkpoint
+            if timer is not None:
+                timer.errors += 1
+            _log.warning("%s: the checkpoint due after %s s could not be signed (%s: %s); trying again later",
+                         self.path, self.checkpoint_policy.every_seconds, type(exc).__name__, exc)
+            return "retry"
+        if timer is not None:
+            timer.signed += 1
+        return "done"
 
     def issue_checkpoint(self, extensions: Sequence[str] = ()) -> StoredCheckpoint:
         """Sign a checkpoint of the whole log, store it, and write ``DIR/checkpoint``.
@@ -1713,6 +1874,8 @@ class SqliteStore(SqliteQueries):
             if self._closed or self._closing:
                 return
             self._closing, self._closer = True, me  # the writes below start no checkpointer
+        self._stop_checkpoint_timer(wait=False)  # it ends at its next look (close signs the final checkpoint)
+        with self._ops_idle:
             # let the writes and read snapshots of other threads finish (a write is bounded by lock_timeout)
             deadline = time.monotonic() + self.lock_timeout + 5
             while self._ops - self._local.ops > 0:
@@ -1727,6 +1890,7 @@ class SqliteStore(SqliteQueries):
             self.optimize()
         finally:
             try:
+                self._stop_checkpoint_timer(wait=True)
                 self._stop_wal_checkpointer()
             finally:
                 self._closed = True
