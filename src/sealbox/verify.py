@@ -671,7 +671,11 @@ def check_checkpoint_rows(rows: Iterable[tuple[Any, Any, Any, Any]], file_note: 
     rollback guard and the signer read them); row ids must run 1, 2, ... without a gap (a
     deleted checkpoint leaves one); a store holding events has at least the checkpoint
     ``init`` signs; and the checkpoint in ``DIR/checkpoint`` (written after its row is
-    committed) must be one of the rows. A note that does not parse is reported by the
+    committed) must be one of the rows. A store holding checkpoint rows but no
+    ``DIR/checkpoint`` is ``checkpoint_file_missing``: the file is what catches a database
+    rolled back to an older backup (its rows are then the backup's, all consistent), so
+    a missing file is reported like a missing row (``checkpoint_missing``), and a writer
+    refuses to append to such a store. A note that does not parse is reported by the
     signature checks, not here.
 
     Args:
@@ -681,7 +685,8 @@ def check_checkpoint_rows(rows: Iterable[tuple[Any, Any, Any, Any]], file_note: 
     """
     problems: list[Problem] = []
     ids, stated, unreadable, previous = [], set(), False, None
-    for position, (row_id, size, root, note) in enumerate(rows, 1):
+    rows_seen = list(rows)
+    for position, (row_id, size, root, note) in enumerate(rows_seen, 1):
         ids.append(row_id)
         cp = _note_checkpoint(note)
         if cp is None:
@@ -716,6 +721,17 @@ def check_checkpoint_rows(rows: Iterable[tuple[Any, Any, Any, Any]], file_note: 
             "checkpoint_missing", "the store holds no signed checkpoint, though init signs one: its checkpoints were "
             "deleted (verify against a checkpoint kept elsewhere: sealbox verify --checkpoint FILE)",
             expected="at least the checkpoint signed at init", found="none",
+        ))
+    if file_note is None and ids:
+        newest = max((c for c in map(_note_checkpoint, (r[3] for r in rows_seen)) if c is not None),
+                     key=lambda c: c.size, default=None)
+        problems.append(Problem(
+            "checkpoint_file_missing", f"the checkpoint file (DIR/checkpoint) is missing though the store holds "
+            f"{len(ids)} signed checkpoint{'s' if len(ids) > 1 else ''}: init writes it and every signer keeps the "
+            "newest checkpoint in it, so that a database restored from an older backup is caught; without it that "
+            "cannot be told from this folder alone (verify against a checkpoint kept elsewhere: "
+            "sealbox verify --checkpoint FILE)",
+            expected="the newest checkpoint" + (f" (size {newest.size} or more)" if newest else ""), found="no file",
         ))
     in_file = _note_checkpoint(file_note) if file_note is not None else None
     if in_file is not None and not unreadable and in_file.size <= events and (in_file.size, in_file.root) not in stated:

@@ -635,6 +635,70 @@ def test_roll_back_behind_the_newest_checkpoint(tmp_path: Path) -> None:
     assert [p.code for p in verify(path).problems] == ["log_truncated"]
 
 
+def test_roll_back_with_the_checkpoint_file_deleted_is_reported_and_not_appended_to(tmp_path: Path) -> None:
+    """The rollback above, and DIR/checkpoint deleted too: the restored rows are all consistent with
+    the restored events, so only the missing file shows it. verify names it; a writer refuses to
+    append (which would fork the log: a second history after size 7) and writes nothing."""
+    path = tmp_path / "s"
+    sample = build_sample(path, nruns=1)
+    backup = tmp_path / "backup.db"
+    src, dst = sqlite3.connect(path / "sealbox.db"), sqlite3.connect(backup)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    store = open_store(path, checkpoint_policy=CheckpointPolicy(every_events=10))
+    record_run(store, 7)
+    record_run(store, 8)
+    store.close()
+    for suffix in ("-wal", "-shm"):
+        (path / f"sealbox.db{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(backup, path / "sealbox.db")
+    (path / "checkpoint").unlink()
+
+    report = verify(path)
+    assert [(p.code, p.expected, p.found) for p in report.problems] == [
+        ("checkpoint_file_missing", "the newest checkpoint (size 7 or more)", "no file")]
+    assert "2 signed checkpoints" in report.problems[0].message
+    res = run_cli("verify", "-s", str(path))
+    assert res.returncode == 1 and res.stdout.startswith("checkpoint_file_missing: the checkpoint file (DIR/checkpoint) ")
+
+    with closing_db(path) as db:
+        before = db.execute("SELECT count(*), max(leaf_index) FROM events").fetchone()
+        before_cps = db.execute("SELECT count(*) FROM checkpoints").fetchone()
+    assert before == (sample.size, sample.size - 1)
+    store = open_store(path)
+    for attempt in (lambda: store.append(note("system", "after the restore")),
+                    lambda: store.append_with(lambda _r: [note("system", "again")])):
+        with pytest.raises(sealbox.StoreError) as info:
+            attempt()
+        assert "checkpoint is missing though the store holds signed checkpoints" in str(info.value)
+        assert "refusing to append" in str(info.value)
+    with pytest.raises(sealbox.StoreError, match="checkpoint is missing"):
+        store.issue_checkpoint()
+    store.close()
+    with closing_db(path) as db:
+        assert db.execute("SELECT count(*), max(leaf_index) FROM events").fetchone() == before
+        assert db.execute("SELECT count(*) FROM checkpoints").fetchone() == before_cps
+    assert not (path / "checkpoint").exists()
+
+    # the owner puts the file back (here: the one the backup was taken with): appends go on, verify is clean
+    (path / "checkpoint").write_text(checkpoint_rows(path)[-1][2])
+    store = open_store(path)
+    store.append(note("system", "after the file came back"))
+    store.close()
+    assert verify(path).ok
+
+
+def test_only_the_checkpoint_file_deleted_is_reported(s: Sample) -> None:
+    (s.path / "checkpoint").unlink()
+    report = verify(s.path)
+    assert [(p.code, p.expected) for p in report.problems] == [
+        ("checkpoint_file_missing", "the newest checkpoint (size 19 or more)")]
+    store = open_store(s.path, readonly=True)  # reading is not refused
+    assert store.size() == SIZE
+    store.close()
+
+
 # --------------------------------------------------------------------------- the triggers themselves
 
 
@@ -1050,15 +1114,17 @@ def test_a_checkpoint_kept_elsewhere_catches_a_cut_log_whose_checkpoints_went_wi
     tamper(s.path, "DELETE FROM events WHERE leaf_index >= 11", "DELETE FROM tree_nodes WHERE ((idx + 1) << level) > 11",
            "DELETE FROM checkpoints WHERE tree_size > 11", "DELETE FROM runs WHERE leaf_index >= 11")
     (s.path / "checkpoint").unlink()
-    assert verify(s.path).ok  # what the folder alone can show
+    # what the folder alone can show: its checkpoint file is gone (the rows left are consistent)
+    assert [p.code for p in verify(s.path).problems] == ["checkpoint_file_missing"]
     for kept in (saved, saved_json):
         res = run_cli("verify", "-s", str(s.path), "--checkpoint", str(kept), "--key", s.vkey)
         assert res.returncode == 1, res.stdout
-        assert res.stdout.splitlines()[0] == (
+        assert res.stdout.splitlines()[1] == (
             f"log_truncated: the checkpoint given in {kept} was signed for 19 events but only 11 are present "
             "(the tail of the log was cut, or the store was rolled back) (expected at least 19 events, found 11 events)")
     report = verify(s.path, checkpoints=[("kept", saved.read_text())])
-    assert [(p.code, p.expected) for p in report.problems] == [("log_truncated", "at least 19 events")]
+    assert [(p.code, p.expected) for p in report.problems] == [
+        ("checkpoint_file_missing", "the newest checkpoint (size 11 or more)"), ("log_truncated", "at least 19 events")]
 
 
 def test_a_checkpoint_kept_elsewhere_must_verify_and_match(s: Sample, tmp_path: Path) -> None:

@@ -632,6 +632,13 @@ class _WalCheckpointer:
 
 
 
+def _checkpoint_file_missing(path: Path) -> str:
+    return (f"{path / CHECKPOINT_NAME} is missing though the store holds signed checkpoints: it keeps the newest "
+            "one, and without it a database restored from an older backup cannot be told from the log, so "
+            "appending could fork it; refusing to append (run `sealbox verify`; if the database is known to be "
+            "current, put the file back from a copy; see docs/storage.md, \"The checkpoint file\")")
+
+
 class _CheckpointTimer:
     """Signs the checkpoint that ``every_seconds`` makes due while the store is idle.
 
@@ -851,6 +858,8 @@ class SqliteStore(SqliteQueries):
             if count != (0 if last is None else last + 1):
                 self._damage = (f"the log in {self.path} is not contiguous ({count} events, last leaf index {last}): "
                                 "an event was removed; refusing to append (run `sealbox verify`)")
+            elif latest is not None and self.checkpoint_file_note() is None:
+                self._damage = _checkpoint_file_missing(self.path)
 
     # ----------------------------------------------------------------- opening
 
@@ -1411,6 +1420,8 @@ class SqliteStore(SqliteQueries):
             damaged = f"checkpoint rows were deleted ({count} rows, ids up to {top})"
         elif count == 0 and size > 1:
             damaged = "the store holds events but no signed checkpoint (init signs one)"
+        elif count and self.checkpoint_file_note() is None:
+            raise StoreError(_checkpoint_file_missing(self.path))
         else:
             note = self.checkpoint_file_note()
             if note and newest is not None and txn.conn.execute(
