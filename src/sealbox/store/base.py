@@ -224,10 +224,17 @@ class EventBuilder:
         payload, floats = _encode_noting_floats(draft.payload, max_depth=MAX_DEPTH - 2)  # room: envelope, marker
         if type(payload) is not dict:
             raise InvalidEventError(f"{draft.kind}: payload keys must be strings")
+        bounded = True  # encode() bounded the payload; an escape below adds levels
+        content = CONTENT_FIELDS.get(draft.kind, ())
+        for name, value in payload.items():  # free-form fields other than content: the store writes no tag there
+            if (type(value) is dict or type(value) is list) and name not in content:
+                escaped = _store_tags_escaped(value)
+                if escaped is not value:
+                    payload[name] = escaped  # (same key: the dict's size does not change while iterating)
+                    bounded = False
         validate_payload(draft.kind, payload)
         put = lambda data: self._put(txn, data)  # noqa: E731
-        bounded = True  # encode() bounded the payload; an escape below adds levels
-        for name in CONTENT_FIELDS.get(draft.kind, ()):
+        for name in content:
             if name in payload:
                 value = payload[name]
                 data = canonical_bytes_encoded(value, floats=floats, finite=True, bounded=bounded)  # once: the redaction check, the size
@@ -348,8 +355,8 @@ def redact_note(redactor: Any, payload: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if type(payload.get("text")) is str:
         out["text"] = redactor.apply_error({"message": payload["text"]})["message"]
-    if "about" in payload:
-        out["about"] = redactor.apply("about", payload["about"])[0]
+    if "about" in payload:  # a store-only tag in it is the caller's data: escaped, as the store does
+        out["about"] = redactor.apply("about", _store_tags_escaped(payload["about"]))[0]
     return out
 
 
@@ -377,8 +384,10 @@ def _store_tags_escaped(value: Any) -> Any:
     Content given to be recorded comes from tools, models and agents: a ``Tagged("$blob", ref)``
     there (or a decoded record passed along) kept as a tag would make the run reference (and its
     export carry) a blob it never produced, or ``verify`` report one missing; a ``$cons`` would be
-    read as a list chain. The store adds its own tags after this. Returns ``value`` itself when
-    nothing changed.
+    read as a list chain. The store adds its own tags after this. The same holds for every other
+    free-form payload field (``note.about``, ``tools.changed.added``, ``access.granted.scope``,
+    ``labels``, an ``error`` …): the store writes no tag there at all, so each is escaped before
+    the payload is validated. Returns ``value`` itself when nothing changed.
     """
     if type(value) is dict:
         if len(value) == 1:

@@ -1,0 +1,119 @@
+"""A store-only tag ($blob, $cons, $redacted) given in ANY free-form payload field is the caller's data:
+stored escaped as {"$esc": ...}, never as a reference the store did not make (real SQLite files)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import sealbox
+from sealbox import EventDraft, InvalidEventError, open_store, verify_store
+from sealbox.canonical import Tagged, decode
+from sealbox.store.base import _store_tags_escaped
+
+REF = "sha256:" + "a" * 64
+POLICY = {"name": "x", "fingerprint": "sha256:" + "0" * 64}
+
+
+def _stored_payload(path: Path, leaf_index: int) -> dict:
+    db = sqlite3.connect(path / "sealbox.db")
+    try:
+        raw = db.execute("SELECT raw FROM events WHERE leaf_index = ?", (leaf_index,)).fetchone()[0]
+    finally:
+        db.close()
+    return json.loads(raw)["payload"]
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    s = sealbox.init_store(tmp_path / "s")
+    s.append(EventDraft(kind="run.started", payload={"agent": "a", "labels": {}, "parent_run_id": None,
+                                                     "policy": POLICY, "snapshot": None},
+                        run_id="run-1", principal="agent:a"))
+    yield s
+    if not s._closed:
+        s.close()
+
+
+def test_tags_in_non_content_fields_are_escaped(store) -> None:
+    path = store.path
+    drafts = [
+        ("note", {"text": "t", "about": Tagged("$blob", REF)},
+         {"about": {"$esc": {"$blob": REF}}, "text": "t"}),
+        ("tools.changed", {"server": "s", "added": Tagged("$cons", [REF, None]), "removed": [{"x": Tagged("$blob", REF)}],
+                           "changed": Tagged("$redacted", "x")},
+         {"server": "s", "added": {"$esc": {"$cons": [REF, None]}}, "removed": [{"x": {"$esc": {"$blob": REF}}}],
+          "changed": {"$esc": {"$redacted": "x"}}}),
+        ("access.granted", {"grant_id": "g", "principal": "p", "server": "s", "tool": "t",
+                            "scope": {"read": Tagged("$blob", REF)}},
+         {"grant_id": "g", "principal": "p", "server": "s", "tool": "t", "scope": {"read": {"$esc": {"$blob": REF}}}}),
+        ("access.revoked", {"grant_id": "g", "step": "sent", "detail": [Tagged("$blob", REF)]},
+         {"grant_id": "g", "step": "sent", "detail": [{"$esc": {"$blob": REF}}]}),
+        # a content field, as before
+        ("anomaly", {"what": "w", "detail": Tagged("$blob", REF)}, {"what": "w", "detail": {"$esc": {"$blob": REF}}}),
+    ]
+    for kind, payload, stored in drafts:
+        ev = store.append(EventDraft(kind=kind, payload=payload, run_id="run-1", principal="agent:a"))[0]
+        assert _stored_payload(path, ev.leaf_index) == stored, kind
+        assert ev.payload == stored
+        # it reads back as the caller's one-key dict, not as a tag
+        roundtrip = decode(stored)
+        for name, value in payload.items():
+            if isinstance(value, Tagged):
+                assert roundtrip[name] == {value.tag: value.value}
+    # an already escaped user dict is kept as it is (no double escape)
+    ev = store.append(EventDraft(kind="note", payload={"text": "t", "about": {"$esc": {"$blob": REF}}},
+                                 run_id="run-1", principal="agent:a"))[0]
+    about = _stored_payload(path, ev.leaf_index)["about"]
+    assert about == {"$esc": {"$esc": {"$esc": {"$blob": REF}}}}  # encode()'s escape, then the store's inside it
+    assert decode(about) == {"$esc": {"$blob": REF}}  # the caller's dict, exactly
+    store.append(EventDraft(kind="run.ended", payload={"status": "ok"}, run_id="run-1", principal="agent:a"))
+    store.close()
+    db = sqlite3.connect(path / "sealbox.db")
+    try:
+        assert db.execute("SELECT count(*) FROM blobs").fetchone()[0] == 0  # no blob was made, none referenced
+        raws = [r[0] for r in db.execute("SELECT raw FROM events")]
+    finally:
+        db.close()
+    for raw in raws:  # no bare store-only tag anywhere: each is under $esc
+        text = raw.decode()
+        for tag in ('{"$blob"', '{"$cons"', '{"$redacted"'):
+            assert text.count(tag) == text.count('{"$esc":' + tag), text
+    ro = open_store(path, readonly=True)
+    try:
+        assert verify_store(ro).ok
+    finally:
+        ro.close()
+
+
+def test_note_about_is_escaped_before_redaction(store) -> None:
+    """note.about is redacted like content: the store's own $redacted markers are bare, the caller's escaped."""
+    ev = store.append(EventDraft(kind="note", payload={"text": "t", "about": {
+        "password": "hunter2", "mine": Tagged("$redacted", "hmac-sha256:" + "0" * 64)}},
+        run_id="run-1", principal="agent:a"))[0]
+    about = _stored_payload(store.path, ev.leaf_index)["about"]
+    assert about["mine"] == {"$esc": {"$redacted": "hmac-sha256:" + "0" * 64}}
+    assert list(about["password"]) == ["$redacted"] and about["password"]["$redacted"].startswith("hmac-sha256:")
+
+
+def test_labels_that_look_like_a_tag_are_escaped(tmp_path: Path) -> None:
+    s = sealbox.init_store(tmp_path / "s")
+    ev = s.append(EventDraft(kind="run.started", payload={"agent": "a", "labels": {"$cons": "x"},
+                                                          "parent_run_id": None, "policy": POLICY, "snapshot": None},
+                             run_id="run-2", principal="agent:a"))[0]
+    # encode() escapes a plain dict with a $ key already; a Tagged is escaped by the store
+    assert _stored_payload(s.path, ev.leaf_index)["labels"] == {"$esc": {"$cons": "x"}}
+    ev = s.append(EventDraft(kind="run.started", payload={"agent": "a", "labels": Tagged("$cons", "x"),
+                                                          "parent_run_id": None, "policy": POLICY, "snapshot": None},
+                             run_id="run-3", principal="agent:a"))[0]
+    assert _stored_payload(s.path, ev.leaf_index)["labels"] == {"$esc": {"$cons": "x"}}
+    s.close()
+
+
+def test_escape_helper_returns_the_same_object_when_nothing_changes() -> None:
+    value = {"a": [1, {"b": "c"}], "$esc": 1}
+    assert _store_tags_escaped(value) is value
+    assert _store_tags_escaped({"$blob": REF}) == {"$esc": {"$blob": REF}}
