@@ -76,3 +76,71 @@ def test_the_fast_envelope_check_rejects_what_the_published_schema_rejects(chang
         _ENVELOPE_VALIDATOR(bad)
     with pytest.raises(InvalidEventError, match="envelope"):
         validate_envelope(bad)
+
+
+# ----------------------------------------------------------------- ECMA-262 pattern semantics
+
+FULLWIDTH_TS = "２０２６-０１-０１T００:００:００Z"
+
+
+@pytest.mark.parametrize("label, kind, payload, step", [
+    ("step with a final newline", "note", {"text": "x"}, "1\n"),
+    ("dotted step with a final newline", "note", {"text": "x"}, "1.2\n"),
+    ("step of Arabic-Indic digits", "note", {"text": "x"}, "\u0661"),
+    ("fingerprint with a final newline", "content.erased", {"blob": "sha256:" + "a" * 64 + "\n", "reason": "r"}, None),
+    ("fullwidth-digit timestamp", "approval.expired", {"approval_id": "a", "expired_at": FULLWIDTH_TS}, None),
+    ("timestamp with a final newline", "approval.expired", {"approval_id": "a", "expired_at": "2026-01-01T00:00:00Z\n"}, None),
+    ("nullable timestamp, fullwidth", "access.granted", {"grant_id": "g", "principal": "p", "server": "s", "tool": "t",
+                                                        "scope": {}, "expires_at": "2026-01-01T00:00:00\uff0e5Z"}, None),
+])
+def test_the_store_refuses_what_the_published_schemas_refuse(tmp_path, label, kind, payload, step):
+    import sqlite3
+
+    import sealbox
+    from sealbox import EventDraft
+
+    store = sealbox.init_store(tmp_path / "s")
+    try:
+        with pytest.raises(InvalidEventError):
+            store.append(EventDraft(kind=kind, payload=payload, step=step))
+    finally:
+        store.close()
+    db = sqlite3.connect(tmp_path / "s" / "sealbox.db")
+    try:
+        assert db.execute("SELECT count(*) FROM events").fetchone()[0] == 1  # only init's run.started
+    finally:
+        db.close()
+
+
+def test_ascii_steps_and_timestamps_still_pass(tmp_path):
+    import sqlite3
+
+    import sealbox
+    from sealbox import EventDraft
+
+    store = sealbox.init_store(tmp_path / "s")
+    store.append(EventDraft(kind="note", payload={"text": "x"}, step="12.3"))
+    store.append(EventDraft(kind="approval.expired", payload={"approval_id": "a",
+                                                              "expired_at": "2026-01-01T00:00:00.123+02:00"}))
+    store.close()
+    db = sqlite3.connect(tmp_path / "s" / "sealbox.db")
+    try:
+        assert [r[0] for r in db.execute("SELECT step FROM events ORDER BY leaf_index")] == ["1", "12.3", "3"]
+    finally:
+        db.close()
+
+
+def test_the_envelope_check_and_step_check_use_ecma_semantics():
+    from sealbox.events import _envelope_ok, _STEP_RE, _TS_RE, check_step
+
+    with pytest.raises(InvalidEventError):
+        check_step("1\n")
+    env = {"v": 1, "run_id": "r", "run_seq": 1, "step": "1", "kind": "note", "ts": "2026-01-01T00:00:00Z",
+           "principal": "p", "payload": {}, "prev": None}
+    assert _envelope_ok(env)
+    assert not _envelope_ok({**env, "step": "1\n"})
+    assert not _envelope_ok({**env, "ts": FULLWIDTH_TS})
+    assert not _envelope_ok({**env, "prev": "sha256:" + "0" * 64 + "\n"})
+    assert _STEP_RE.pattern.endswith("\\Z") and _TS_RE.flags & __import__("re").ASCII
+    for schema_text in [str(ENVELOPE_SCHEMA), *map(str, PAYLOAD_SCHEMAS.values())]:
+        assert "\\d" not in schema_text  # digits are spelt [0-9] in the published schemas

@@ -51,7 +51,7 @@ _ANY: dict[str, Any] = {}
 _STRS = {"type": "array", "items": _STR}
 _FP = {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}
 _NFP = {"anyOf": [_FP, {"type": "null"}]}
-_TS = {"type": "string", "pattern": r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$"}
+_TS = {"type": "string", "pattern": r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$"}
 _NTS = {"anyOf": [_TS, {"type": "null"}]}
 _ERROR = {
     "type": "object",
@@ -200,7 +200,21 @@ ENVELOPE_SCHEMA: dict[str, Any] = {
 
 _VALIDATORS = {kind: fastjsonschema.compile(schema) for kind, schema in PAYLOAD_SCHEMAS.items()}
 _ENVELOPE_VALIDATOR = fastjsonschema.compile(ENVELOPE_SCHEMA)
-_STEP_RE = re.compile(_STEP["pattern"])
+
+
+def _schema_regex(pattern: str) -> re.Pattern[str]:
+    """A JSON Schema ``pattern`` (ECMA-262) compiled for Python ``re`` with the same meaning: an
+    unescaped ``$`` is the end of the string (``\\Z``; Python's ``$`` also matches before a final
+    newline, so ``"1\\n"`` passed a ``^[0-9]+$`` step check), and classes are ASCII (``re.ASCII``:
+    Python's ``\\d`` also matches other scripts' digits, e.g. fullwidth ``２``). The schemas
+    themselves spell digits ``[0-9]``, so fastjsonschema (which makes the same ``$`` rewrite)
+    and any ECMA-262 validator agree with these."""
+    from fastjsonschema.draft04 import DOLLAR_FINDER
+
+    return re.compile(DOLLAR_FINDER.sub(r"\\Z", pattern), re.ASCII)
+
+
+_STEP_RE = _schema_regex(_STEP["pattern"])
 
 
 # A quick "surely valid" test per kind, from its schema (as strict as the validator or stricter;
@@ -263,10 +277,8 @@ def _fast_expr(schema: Any, v: str, env: dict[str, Any], depth: int) -> str:
             op = ">=" if key == "minLength" else "<="
             parts.append(f"(type({v}) is str and len({v}) {op} {bound})")
     if "pattern" in schema:
-        from fastjsonschema.draft04 import DOLLAR_FINDER  # the same rewrite the validator applies
-
         name = f"_re{len(env)}"
-        env[name] = re.compile(DOLLAR_FINDER.sub(r"\\Z", schema["pattern"])).search
+        env[name] = _schema_regex(schema["pattern"]).search  # the validator's $ rewrite, and ASCII classes
         parts.append(f"(type({v}) is str and {name}({v}) is not None)")
     if "required" in schema or "properties" in schema:
         required = schema.get("required", [])
@@ -352,8 +364,8 @@ def validate_envelope(envelope: Any) -> None:
 
 
 _ENVELOPE_KEYS = frozenset(ENVELOPE_SCHEMA["required"])
-_TS_RE = re.compile(_TS["pattern"])
-_FP_RE = re.compile(_FP["pattern"])
+_TS_RE = _schema_regex(_TS["pattern"])
+_FP_RE = _schema_regex(_FP["pattern"])
 
 
 def _envelope_ok(env: Any) -> bool:
