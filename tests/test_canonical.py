@@ -872,3 +872,68 @@ def test_the_exponent_token_test_is_the_regex(data: bytes) -> None:
 ])
 def test_the_exponent_token_test_cases(data: bytes, found: bool) -> None:
     assert canonical._has_exp_token(data) is found
+
+
+# --------------------------------------------------------------------------- decode: depth-bounded
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 600 + "]" * 600,
+    '{"a":' * 600 + "1" + "}" * 600,
+    '{"$esc":' * 400 + "{}" + "}" * 400,
+    '{"$map":[[1,' * 300 + "1" + "]]}" * 300,
+    '{"$esc":{"k":[' * 300 + "1" + "]}}" * 300,
+])
+def test_decode_never_raises_on_deep_json(text: str) -> None:
+    value = json.loads(text)
+    out = canonical.decode(value)  # no RecursionError
+    # walk down to the cut: every level above it is decoded, the rest is held as given
+    node, levels = out, 0
+    while not isinstance(node, canonical.Tagged):
+        node = next(iter(node.values())) if isinstance(node, dict) else (
+            next(iter(node)) if isinstance(node, (list, set)) else node)
+        levels += 1
+        assert levels < 1000
+    assert node.tag == "$deep"
+
+
+def test_decode_of_deeply_nested_sets_does_not_raise() -> None:
+    out = canonical.decode(json.loads('{"$set":[' * 300 + "1" + "]}" * 300))
+    assert isinstance(out, canonical.Tagged)  # a set inside a set cannot be rebuilt: kept as data, as before
+
+
+def test_decode_cuts_exactly_past_decode_max_depth() -> None:
+    assert canonical.DECODE_MAX_DEPTH == canonical.MAX_DEPTH
+    inner: Any = [1]
+    deep = inner
+    for _ in range(canonical.MAX_DEPTH - 1):
+        deep = [deep]
+    assert canonical.decode(deep) == deep  # exactly MAX_DEPTH levels: decoded completely
+    too_deep = [deep]
+    out = canonical.decode(too_deep)
+    node = out
+    for _ in range(canonical.MAX_DEPTH):
+        node = node[0]
+    assert node == canonical.Tagged("$deep", [1])  # level MAX_DEPTH + 1, exactly as given
+    plain = {"a": {"b": 1}}
+    for _ in range(canonical.MAX_DEPTH - 1):
+        plain = {"a": plain}
+    cut = canonical.decode(plain)
+    for _ in range(canonical.MAX_DEPTH):
+        cut = cut["a"]
+    assert cut == canonical.Tagged("$deep", {"b": 1})
+
+
+def test_decode_inverts_encode_at_the_depth_limit() -> None:
+    value: Any = {"k": b"x"}
+    for _ in range(60):
+        value = {("t", 1): [value]}  # a $map each level: its tags' own levels count
+    encoded = canonical.encode(value)
+    assert canonical.decode(encoded) == canonical.decode(json.loads(json.dumps(encoded)))
+    back = canonical.decode(encoded)
+    # everything encode wrote is within MAX_DEPTH, so nothing comes back as $deep
+    assert "$deep" not in repr(back)
+    deep_list: Any = "x"
+    for _ in range(canonical.MAX_DEPTH - 2):
+        deep_list = [deep_list]
+    assert canonical.decode(canonical.encode(deep_list)) == deep_list

@@ -45,6 +45,7 @@ SPEEDUPS = _c_copy_plain is not None
 
 __all__ = [
     "MAX_DEPTH",
+    "DECODE_MAX_DEPTH",
     "Tagged",
     "canonical_bytes",
     "canonical_bytes_encoded",
@@ -838,31 +839,60 @@ def decode(encoded: Any) -> Any:
     An integer outside ±(2**53 − 1) can only be a whole-number double written by RFC 8785
     (``1e17`` → ``100000000000000000``), so it comes back as a ``float``.
 
+    Depth: every array and object counts one level (the outermost is level 1, tags' own
+    objects and arrays included, as :func:`encode` counts them). Whatever :func:`encode` or the
+    store writes is at most :data:`MAX_DEPTH` deep and decodes completely. A container deeper
+    than :data:`DECODE_MAX_DEPTH` (= :data:`MAX_DEPTH`; only JSON from elsewhere can be) is not
+    walked: it comes back as ``Tagged("$deep", value)`` holding it exactly as given (a tagged
+    object whose payload would go past the limit comes back whole, ``Tagged("$deep",
+    {tag: payload})``), so decoding stays within Python's recursion limit and never raises
+    ``RecursionError``.
+
     Args:
         encoded: a JSON value, as produced by :func:`encode` or parsed from canonical bytes.
 
     Returns:
         The Python value.
     """
+    return _decode(encoded, 0)
+
+
+def _decode(encoded: Any, depth: int) -> Any:
+    """:func:`decode` of a value whose enclosing containers are ``depth`` levels deep."""
     if isinstance(encoded, dict):
+        if depth >= DECODE_MAX_DEPTH:
+            return Tagged("$deep", encoded)
+        depth += 1
         if len(encoded) == 1:
             ((key, payload),) = encoded.items()
             if isinstance(key, str) and key.startswith("$"):
-                return _decode_tag(key, payload)
-        return {k: decode(v) for k, v in encoded.items()}
+                return _decode_tag(key, payload, depth)
+        return {k: _decode(v, depth) for k, v in encoded.items()}
     if isinstance(encoded, (list, tuple)):
-        return [decode(v) for v in encoded]
+        if depth >= DECODE_MAX_DEPTH:
+            return Tagged("$deep", encoded)
+        depth += 1
+        return [_decode(v, depth) for v in encoded]
     if type(encoded) is int and not -_INT_MAX <= encoded <= _INT_MAX:
         return float(encoded)  # JCS wrote a whole-number double (encode gives big ints as $bigint)
     return encoded
 
 
-def _decode_tag(tag: str, payload: Any) -> Any:
+#: Deepest nesting :func:`decode` walks (see there); deeper containers come back as ``Tagged("$deep", …)``.
+DECODE_MAX_DEPTH = MAX_DEPTH
+
+#: Levels a tag's payload structure adds below the tag's own object before decoded values start.
+_TAG_LEVELS = {"$esc": 1, "$set": 1, "$enum": 1, "$map": 2}
+
+
+def _decode_tag(tag: str, payload: Any, depth: int) -> Any:
     decoder = _DECODERS.get(tag)
     if decoder is None:
         return Tagged(tag, payload)
+    if depth + _TAG_LEVELS.get(tag, 0) > DECODE_MAX_DEPTH and isinstance(payload, (dict, list, tuple)):
+        return Tagged("$deep", {tag: payload})
     try:
-        return decoder(payload)
+        return decoder(payload, depth + _TAG_LEVELS.get(tag, 0))
     except Exception:  # malformed or unhashable payload: keep it as data
         return Tagged(tag, payload)
 
@@ -871,9 +901,9 @@ def _unb64(text: str) -> bytes:
     return base64.b64decode(text.encode("ascii"), validate=True)
 
 
-def _decode_hashable(encoded: Any) -> Any:
+def _decode_hashable(encoded: Any, depth: int) -> Any:
     """Decode a set member or map key: an array there was a tuple (a list is unhashable)."""
-    value = decode(encoded)
+    value = _decode(encoded, depth)
     return _as_tuple(value) if isinstance(value, list) else value
 
 
@@ -881,14 +911,14 @@ def _as_tuple(items: list) -> tuple:
     return tuple(_as_tuple(x) if isinstance(x, list) else x for x in items)
 
 
-def _decode_enum(payload: dict) -> Any:
+def _decode_enum(payload: dict, depth: int) -> Any:
     cls = _resolve(payload["type"])
     if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
         return Tagged("$enum", payload)
     try:
-        return cls[decode(payload["name"])]
+        return cls[_decode(payload["name"], depth)]
     except (KeyError, TypeError):
-        return cls(decode(payload["value"]))
+        return cls(_decode(payload["value"], depth))
 
 
 def _resolve(type_name: str) -> Any:
@@ -911,8 +941,8 @@ def _static_attr(obj: Any, name: str) -> Any:
         return None
 
 
-def _decode_timedelta(payload: Any) -> _dt.timedelta:
-    micros = decode(payload)
+def _decode_timedelta(payload: Any, depth: int) -> _dt.timedelta:
+    micros = _decode(payload, depth)
     if type(micros) is not int:
         raise TypeError("timedelta payload must be an integer")
     return _dt.timedelta(microseconds=micros)
@@ -928,8 +958,8 @@ def _decode_bigint(payload: str) -> int:
     return int(payload)
 
 
-def _decode_str(parse: Callable[[str], Any]) -> Callable[[Any], Any]:
-    def decoder(payload: Any) -> Any:
+def _decode_str(parse: Callable[[str], Any]) -> Callable[[Any, int], Any]:
+    def decoder(payload: Any, _depth: int) -> Any:
         if type(payload) is not str:
             raise TypeError("payload must be a string")
         return parse(payload)
@@ -937,7 +967,7 @@ def _decode_str(parse: Callable[[str], Any]) -> Callable[[Any], Any]:
     return decoder
 
 
-_DECODERS: dict[str, Callable[[Any], Any]] = {
+_DECODERS: dict[str, Callable[[Any, int], Any]] = {
     "$bytes": _decode_str(_unb64),
     "$datetime": _decode_str(_dt.datetime.fromisoformat),
     "$datetime_naive": _decode_str(_dt.datetime.fromisoformat),
@@ -949,8 +979,8 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "$float": _decode_str(_decode_float),
     "$bigint": _decode_str(_decode_bigint),
     "$badstr": _decode_str(lambda s: _unb64(s).decode("utf-8", "surrogatepass")),
-    "$set": lambda items: {_decode_hashable(x) for x in items},
-    "$map": lambda pairs: {_decode_hashable(k): decode(v) for k, v in pairs},
-    "$esc": lambda d: {k: decode(v) for k, v in d.items()},
+    "$set": lambda items, depth: {_decode_hashable(x, depth) for x in items},
+    "$map": lambda pairs, depth: {_decode_hashable(k, depth): _decode(v, depth) for k, v in pairs},
+    "$esc": lambda d, depth: {k: _decode(v, depth) for k, v in d.items()},
     "$enum": _decode_enum,
 }
