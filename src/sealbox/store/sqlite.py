@@ -79,6 +79,8 @@ from sealbox.store.base import (
 __all__ = ["SqliteStore", "DB_NAME", "APPLICATION_ID"]
 
 DB_NAME = "sealbox.db"
+#: SQLite's wait for a lock inside one statement (ms); a writer's whole wait is bounded by lock_timeout
+BUSY_TIMEOUT_MS = 5000
 KEY_NAME = "log.key"
 VKEY_NAME = "log.vkey"
 CHECKPOINT_NAME = "checkpoint"
@@ -778,6 +780,8 @@ class SqliteStore(SqliteQueries):
             raise StoreConfigError(f"lock_timeout must be a finite number of seconds >= 0, not {lock_timeout!r}")
         self.checkpoint_policy = checkpoint_policy or CheckpointPolicy()
         self.lock_timeout = lock_timeout
+        #: SQLite's own wait for a lock on this store's connections (ms): 5 s, or lock_timeout if shorter
+        self._busy_ms = min(BUSY_TIMEOUT_MS, int(lock_timeout * 1000))
         self._ckpt_timer: _CheckpointTimer | None = None
         self._local = _ThreadState()
         self._conns: list[sqlite3.Connection] = []
@@ -955,8 +959,9 @@ class SqliteStore(SqliteQueries):
             if self.readonly:
                 conn = self._connect_readonly()
             else:
-                conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=5.0, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 5000")
+                conn = sqlite3.connect(self.db_path, isolation_level=None, timeout=self._busy_ms / 1000,
+                                       check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS if self.readonly else self._busy_ms}")
             if self.readonly:
                 conn.execute(f"PRAGMA mmap_size = {READ_MMAP_SIZE}")
             else:
@@ -1189,18 +1194,33 @@ class SqliteStore(SqliteQueries):
             raise
 
     def _retrying(self, conn: sqlite3.Connection, sql: str) -> None:
+        """Run ``sql`` (BEGIN IMMEDIATE, COMMIT), retrying while the database is busy, for at most
+        the lock timeout in all. The first try waits up to the connection's ``busy_timeout``
+        (:attr:`_busy_ms`, never more than ``lock_timeout``); each later one waits at most what
+        is left, so a ``lock_timeout`` below 5 s is kept (SQLite's own wait used to be 5 s
+        whatever it was)."""
         timeout = self._local.lock_timeout
         deadline = time.monotonic() + (self.lock_timeout if timeout is None else timeout)
         delay = 0.001
-        while True:
-            try:
-                conn.execute(sql)
-                return
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or time.monotonic() > deadline:
-                    raise _translate_write_error(self.path, exc) from exc
-            time.sleep(delay * (1 + random.random()))
-            delay = min(delay * 2, 0.05)
+        capped = False
+        try:
+            while True:
+                try:
+                    conn.execute(sql)
+                    return
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc) or time.monotonic() > deadline:
+                        raise _translate_write_error(self.path, exc) from exc
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 0.05)
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms < self._busy_ms:  # SQLite's wait must not run past the deadline
+                    conn.execute(f"PRAGMA busy_timeout = {max(left_ms, 0)}")
+                    capped = True
+        finally:
+            if capped:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         self._retrying(conn, "BEGIN IMMEDIATE")
@@ -1844,7 +1864,7 @@ class SqliteStore(SqliteQueries):
         finally:
             self._local.lock_timeout = None
             with contextlib.suppress(sqlite3.Error):
-                conn.execute("PRAGMA busy_timeout = 5000")
+                conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
 
     def _optimize(self) -> None:
         """:meth:`optimize`'s transaction (the caller has bounded its wait for the lock)."""
