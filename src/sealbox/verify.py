@@ -10,6 +10,7 @@ nodes, and every blob against its commitment. It returns a
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import hashlib
@@ -764,8 +765,20 @@ def _open_checkpoint(where: str, note: str, verifier: Verifier | None, origin: s
 
 
 def _signers(note: str) -> str:
-    names = [line[2:].split(" ", 1)[0] for line in note.split("\n") if line.startswith("\u2014 ")]
-    return "signatures by " + (", ".join(names) if names else "nobody")
+    """Who signed ``note``, as ``name+keyid`` (the key ID in 8 hex digits, as in a verifier key),
+    so that a signature by another key of the same name is told apart from the trusted one. A
+    signature line whose key ID cannot be read is shown by its name and ``(unreadable key id)``."""
+    signers = []
+    for line in note.split("\n"):
+        if not line.startswith("\u2014 "):
+            continue
+        name, _, b64 = line[2:].partition(" ")
+        try:
+            raw = base64.b64decode(b64.encode("ascii"), validate=True)
+        except (ValueError, UnicodeEncodeError):
+            raw = b""
+        signers.append(f"{name}+{raw[:4].hex()}" if len(raw) >= 5 else f"{name} (unreadable key id)")
+    return "signatures by " + (", ".join(signers) if signers else "nobody")
 
 
 _REF_MATCH = re.compile(r"sha256:[0-9a-f]{64}\Z").match

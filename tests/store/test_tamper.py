@@ -512,7 +512,8 @@ def test_forge_a_checkpoint_signature(s: Sample) -> None:
     report = verify(s.path)
     assert ckpt_problems(report) == [("checkpoint_signature", CP2)]
     (p,) = report.problems
-    assert (p.expected, p.found) == (f"a signature by {s.vkey}", f"signatures by {s.origin}")
+    key_id = s.vkey.split("+")[1]  # the flipped signature keeps the real key's id
+    assert (p.expected, p.found) == (f"a signature by {s.vkey}", f"signatures by {s.origin}+{key_id}")
     assert "invalid signature" in p.message
     assert report.tree_size_signed == SIZE  # the others still verify
 
@@ -533,6 +534,12 @@ def test_resign_a_checkpoint_with_another_key_of_the_same_name(s: Sample) -> Non
     report = verify(s.path)
     assert ckpt_problems(report) == [("checkpoint_signature", CP2)]
     assert report.problems[0].expected == f"a signature by {s.vkey}"
+    # the found side names the other key's id, not only the (shared) name
+    other_id = other_vkey.split("+")[1]
+    assert other_id != s.vkey.split("+")[1]
+    assert report.problems[0].found == f"signatures by {s.origin}+{other_id}"
+    line = report.problems[0].line()
+    assert f"found signatures by {s.origin}+{other_id}" in line
 
 
 def test_resign_with_another_key_under_the_trusted_key_id(s: Sample) -> None:
