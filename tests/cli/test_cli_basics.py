@@ -336,3 +336,28 @@ def test_a_group_without_a_command_prints_its_help_not_an_error(argv, usage):
     assert shown.splitlines()[0] == usage and "Commands:" in shown
     assert "error" not in shown.splitlines()[0]
     assert proc.returncode in (0, 2)  # click 8.1 exits 0, click 8.2+ 2 (its own choice, kept)
+
+
+def test_verify_canonical_with_a_bundle_is_refused_in_one_line(tmp_path):
+    """--canonical was silently ignored for a bundle (the check it asks for was never made)."""
+    import sealbox
+    from sealbox import EventDraft
+
+    store_dir = tmp_path / "s"
+    store = sealbox.init_store(store_dir)
+    pol = {"name": "x", "fingerprint": "sha256:" + "0" * 64}
+    store.append(EventDraft(kind="run.started", payload={"agent": "a", "labels": {}, "parent_run_id": None,
+                                                         "policy": pol, "snapshot": None},
+                            run_id="run-1", principal="agent:a"))
+    store.append(EventDraft(kind="run.ended", payload={"status": "ok"}, run_id="run-1", principal="agent:a"))
+    store.close()
+    bundle = tmp_path / "run.sbx"
+    res = subprocess.run([SEALBOX, "export", "run-1", "-s", str(store_dir), "-o", str(bundle)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run([SEALBOX, "verify", "--canonical", str(bundle)], capture_output=True, text=True)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("error: --canonical applies to a store")
+    # without it the bundle verifies; with it the store does
+    assert subprocess.run([SEALBOX, "verify", str(bundle)], capture_output=True).returncode == 0
+    assert subprocess.run([SEALBOX, "verify", "--canonical", str(store_dir)], capture_output=True).returncode == 0

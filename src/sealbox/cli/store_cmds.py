@@ -94,8 +94,8 @@ def _check_key(vkey: str, where: str) -> None:
               help="Bundles only: a `sealbox log prove --from-size N` JSON file proving the log grew from the "
                    "bundle's checkpoint to a newer signed one.")
 @click.option("--canonical", is_flag=True,
-              help="Stores: also check that every event's hashed bytes are exactly RFC 8785 (JCS), with the "
-                   "reference writer (slower).")
+              help="Stores only (refused for a bundle): also check that every event's hashed bytes are exactly "
+                   "RFC 8785 (JCS), with the reference writer (slower).")
 @click.option("--checkpoint", "checkpoint_files", multiple=True, type=click.Path(dir_okay=False),
               help="Stores: a signed checkpoint kept outside the store (what `sealbox log checkpoint` printed, "
                    "or its --json); the events must reproduce its root. Repeatable.")
@@ -115,6 +115,9 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path
     if target is not None and not os.path.exists(target):
         raise BadInput(f"{target} does not exist (give a store's folder or a bundle file)")
     if target is not None and os.path.isfile(target):
+        if canonical:  # was ignored silently: a bundle is verified from its own bytes, without that check
+            raise BadInput("--canonical applies to a store (a folder); a bundle's events are checked by their "
+                           "hashes and proofs: verify the store it came from with --canonical")
         if checkpoint_files:
             raise click.UsageError("--checkpoint applies to a store (for a bundle, prove its growth with --consistency)")
         _verify_bundle(target, vkey, proof_path, as_json)
