@@ -487,6 +487,10 @@ class EventVerifier:
                                     None, None, None, None, None, None, None)
                         if columns != mine and not _columns_match(columns, mine):
                             break
+                    # a store-only tag outside content fields: the full checks report it
+                    if ((0x24 in raw and (b'"$blob"' in raw or b'"$cons"' in raw or b'"$redacted"' in raw))
+                            or (0x5C in raw and b"\\u" in raw)) and _misplaced_store_tags(kind, payload):
+                        break
                     # a {"$blob": ...} key is in the bytes as "$blob", or escaped (with a \\u);
                     # (0x24 is the dollar sign, 0x5C the backslash: an int is looked for with memchr)
                     if kind in content_kinds and (
@@ -533,6 +537,13 @@ class EventVerifier:
             for name in CONTENT_FIELDS.get(kind, ()):
                 if name in payload:
                     self.refs.update(_blobs.blob_refs(payload[name]))
+            for name, tag in _misplaced_store_tags(kind, payload):
+                self.problems.append(self._at(env, leaf_index, Problem(
+                    "store_tag_misplaced", f"the payload's {name!r} holds a bare {{\"{tag}\": …}}, a tag only the "
+                    "store writes, and only in content fields: a caller's value stored unescaped (by a Sealbox "
+                    "before 646379b) or a change below Sealbox; it is no reference to anything the store holds",
+                    expected=f'{{"$esc": {{"{tag}": …}}}} (the caller\'s data)', found=f'{{"{tag}": …}}',
+                )))
             if kind in KEPT_KINDS:
                 self.envelopes_by_kind.setdefault(kind, []).append((leaf_index, env))
         return env
@@ -762,6 +773,41 @@ def _open_checkpoint(where: str, note: str, verifier: Verifier | None, origin: s
         problems.append(Problem("checkpoint_origin", f"{where} names another log", expected=origin, found=cp.origin))
         return None
     return cp
+
+
+_STORE_ONLY_TAGS = frozenset({"$blob", "$cons", "$redacted"})
+
+
+def _misplaced_store_tags(kind: str, payload: Any) -> list[tuple[str, str]]:
+    """(field, tag) for each payload field other than a content field holding a bare store-only
+    tag (``$blob``, ``$cons``, ``$redacted``; what ``$esc`` holds is data). The store writes them
+    only in content fields, and ``$redacted`` markers also in ``note.about`` (redacted like
+    content); anywhere else one came from a caller's ``Tagged`` stored unescaped, or was put there
+    below Sealbox."""
+    if type(payload) is not dict:
+        return []
+    content = CONTENT_FIELDS.get(kind, ())
+    found = []
+    for name, value in payload.items():
+        if name in content or not (type(value) is dict or type(value) is list):
+            continue
+        allowed = ("$redacted",) if kind == "note" and name == "about" else ()
+        stack = [value]
+        while stack:
+            v = stack.pop()
+            if type(v) is dict:
+                if len(v) == 1:
+                    ((key, inner),) = v.items()
+                    if key in _STORE_ONLY_TAGS and key not in allowed:
+                        found.append((name, key))
+                        break
+                    if key == "$esc" and type(inner) is dict:
+                        stack.extend(inner.values())
+                        continue
+                stack.extend(v.values())
+            elif type(v) is list:
+                stack.extend(v)
+    return found
 
 
 def _signers(note: str) -> str:

@@ -117,3 +117,37 @@ def test_escape_helper_returns_the_same_object_when_nothing_changes() -> None:
     value = {"a": [1, {"b": "c"}], "$esc": 1}
     assert _store_tags_escaped(value) is value
     assert _store_tags_escaped({"$blob": REF}) == {"$esc": {"$blob": REF}}
+
+
+def test_verify_names_a_bare_store_tag_outside_content_fields(tmp_path: Path, monkeypatch) -> None:
+    """A store written before the escaping (simulated by switching it off while appending) holds
+    bare tags in note.about and tools.changed: verify names each; content fields and the store's own
+    $redacted markers in note.about are not reported."""
+    import sealbox.store.base as base
+
+    path = tmp_path / "s"
+    s = sealbox.init_store(path)
+    s.append(EventDraft(kind="run.started", payload={"agent": "a", "labels": {}, "parent_run_id": None,
+                                                     "policy": POLICY, "snapshot": None},
+                        run_id="run-1", principal="agent:a"))
+    s.append(EventDraft(kind="note", payload={"text": "t", "about": {"password": "hunter2"}},
+                        run_id="run-1", principal="agent:a"))  # a store-made $redacted marker: fine
+    monkeypatch.setattr(base, "_store_tags_escaped", lambda value: value)  # the old behaviour
+    forged = s.append(EventDraft(kind="note", payload={"text": "t", "about": Tagged("$blob", REF)},
+                                 run_id="run-1", principal="agent:a"))[0]
+    chained = s.append(EventDraft(kind="tools.changed", payload={"server": "s", "added": [], "removed": [],
+                                                                 "changed": [Tagged("$cons", [REF, None])]},
+                                  run_id="run-1", principal="agent:a"))[0]
+    monkeypatch.undo()
+    s.close()
+    assert _stored_payload(path, forged.leaf_index)["about"] == {"$blob": REF}  # what the old store wrote
+    ro = open_store(path, readonly=True)
+    try:
+        report = verify_store(ro)
+    finally:
+        ro.close()
+    assert [(p.code, p.kind, p.leaf_index, p.found) for p in report.problems] == [
+        ("store_tag_misplaced", "note", forged.leaf_index, '{"$blob": …}'),
+        ("store_tag_misplaced", "tools.changed", chained.leaf_index, '{"$cons": …}'),
+    ]
+    assert "'about'" in report.problems[0].message and "'changed'" in report.problems[1].message
