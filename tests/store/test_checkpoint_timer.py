@@ -162,3 +162,19 @@ def test_open_store_refuses_a_policy_of_another_type(tmp_path: Path) -> None:
     sealbox.init_store(path).close()
     with pytest.raises(StoreConfigError):
         open_store(path, checkpoint_policy={"every_events": 1})
+
+
+def test_a_store_dropped_without_close_stops_its_timer(tmp_path: Path) -> None:
+    import gc
+
+    path = tmp_path / "s"
+    sealbox.init_store(path).close()
+    store = open_store(path, checkpoint_policy=CheckpointPolicy(every_events=1000, every_seconds=0.2))
+    store.append(sealbox.EventDraft(kind="note", payload={"text": "x"}))
+    timer = store._ckpt_timer
+    time.sleep(0.6)  # signed by the timer, which then waits for the next append without holding the store
+    assert [size for size, _ in _checkpoint_rows(path)] == [1, 2]
+    del store
+    gc.collect()
+    timer._thread.join(5)
+    assert not timer._thread.is_alive()

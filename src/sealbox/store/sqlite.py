@@ -716,6 +716,7 @@ class _CheckpointTimer:
                     if store is None or store._closing or store._closed:
                         return
                     if store._appended_size <= store._last_ckpt_size:
+                        del store  # never hold the store while waiting: a dropped store must be collectable
                         break
                     left = store._last_ckpt_time + self.every_seconds - time.monotonic()
                     if left <= 0:
