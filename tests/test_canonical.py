@@ -44,7 +44,7 @@ INT_MAX = 2**53 - 1
 
 def test_public_api_is_pinned():
     assert sorted(canonical.__all__) == sorted(
-        ["MAX_DEPTH", "Tagged", "canonical_bytes", "canonical_bytes_encoded", "decode", "dumps", "encode", "fingerprint", "is_lossy",
+        ["DECODE_MAX_DEPTH", "MAX_DEPTH", "Tagged", "canonical_bytes", "canonical_bytes_encoded", "decode", "dumps", "encode", "fingerprint", "is_lossy",
          "pre_encoded", "sha256_hex"]
     )
     assert MAX_DEPTH == 128
