@@ -185,7 +185,8 @@ def parse_match(expr: str | tuple[str, str] | Match) -> Match:
     The first ``~`` separates the path from the regex, so a regex may contain ``~``.
 
     Raises:
-        ConfigError: no ``~``, an empty or unknown field, or a regex that does not compile.
+        ConfigError: no ``~``, an empty or unknown field, or a regex that does not compile (a
+            syntax error, a repeat count too large, groups nested too deeply).
     """
     if isinstance(expr, Match):
         return expr
@@ -206,9 +207,25 @@ def parse_match(expr: str | tuple[str, str] | Match) -> Match:
         raise ConfigError(f"match: unknown field {path[0]!r} in {text!r}; use one of {', '.join(MATCH_ROOTS)}")
     try:
         pattern = re.compile(regex)
-    except re.error as exc:
-        raise ConfigError(f"match: invalid regex {regex!r} in {text!r}: {exc}") from None
+    except (re.error, OverflowError, RecursionError, ValueError) as exc:
+        raise ConfigError(f"match: invalid regex {_brief(regex)} in {_brief(text)}: {regex_problem(exc)}") from None
     return Match(path, pattern, text)
+
+
+def regex_problem(exc: BaseException) -> str:
+    """What is wrong with a regular expression ``re.compile`` refused, for an ``error:`` line: its
+    ``re.error`` text, or what its OverflowError (a repeat count such as ``a{99999999999}``) or
+    RecursionError (groups nested hundreds deep) means."""
+    if isinstance(exc, RecursionError):
+        return "it is nested too deeply"
+    if isinstance(exc, OverflowError):
+        return f"a number in it is too large ({exc})"
+    return str(exc)
+
+
+def _brief(text: str, limit: int = 80) -> str:
+    """``repr(text)``, cut to about ``limit`` characters (a 1,000-character regex in an error line)."""
+    return repr(text) if len(text) <= limit else repr(text[: limit - 1]) + "…"
 
 
 def compile_matches(items: Iterable[str | tuple[str, str] | Match] | None) -> list[Match]:
@@ -337,6 +354,18 @@ def status_matches(wanted: str, status: str, ending: str | None) -> bool:
     if wanted in ("running", "suspended", "ended"):
         return status == wanted
     return status == "ended" and ending == wanted
+
+
+def check_limit(limit: Any, name: str = "limit") -> int | None:
+    """``limit`` if it is None or a positive integer (any size: a limit above the number of rows
+    returns them all); else :class:`ConfigError` (0, a negative number, a bool or a non-integer)."""
+    if limit is None:
+        return None
+    if type(limit) is bool or not isinstance(limit, int):
+        raise ConfigError(f"{name}: {limit!r} is not a whole number; give 1 or more")
+    if limit < 1:
+        raise ConfigError(f"{name}: {limit} is less than 1; give 1 or more")
+    return int(limit)
 
 
 def check_choice(name: str, value: str | None, choices: Sequence[str]) -> str | None:

@@ -216,6 +216,28 @@ def test_limit_keeps_the_newest_in_time_order(store):
     assert ids(store.query_calls(tool="read_*", limit=2)) == ["b2", "b4"]
     assert ids(store.query_calls(match=["arguments.query~(?i)delete"], limit=1)) == ["a3"]
     assert ids(store.query_calls(limit=100)) == sorted(ALL_CALLS)
+    # fetchmany takes a C int: a larger limit is every row (it raised OverflowError)
+    for huge in (2**31 - 1, 2**31, 3_000_000_000, 10**30):
+        assert ids(store.query_calls(limit=huge)) == sorted(ALL_CALLS)
+        assert ids(store.query_calls(tool="read_*", limit=huge)) == ["a1", "a2", "a4", "b2", "b4"]
+        assert len(store.query_runs(limit=huge)) == 7
+    assert ids(store.query_calls(limit=2**31 - 2)) == sorted(ALL_CALLS)
+
+
+@pytest.mark.parametrize("limit, message", [
+    (0, "limit: 0 is less than 1; give 1 or more"),
+    (-5, "limit: -5 is less than 1; give 1 or more"),
+    (True, "limit: True is not a whole number; give 1 or more"),
+    (2.5, "limit: 2.5 is not a whole number; give 1 or more"),
+    ("3", "limit: '3' is not a whole number; give 1 or more"),
+])
+def test_a_limit_below_1_or_not_an_int_is_a_config_error_in_both_queries(store, limit, message):
+    """limit=0 gave one row from the plain query_calls path, none when a filter needed checking,
+    and one from query_runs; now all refuse it alike."""
+    for query, kwargs in ((store.query_calls, {}), (store.query_calls, {"tool": "read_*"}), (store.query_runs, {})):
+        with pytest.raises(ConfigError) as exc:
+            query(limit=limit, **kwargs)
+        assert str(exc.value) == message
 
 
 # ---------------------------------------------------------------- pairing a call with its decision and result

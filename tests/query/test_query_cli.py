@@ -96,6 +96,42 @@ def test_calls_bad_input_is_one_error_line(recorded, args, fragment):
     assert proc.returncode == 2
 
 
+_DEEP = "(" * 500 + ")" * 500
+
+
+@pytest.mark.parametrize("match, line", [
+    ("arguments.city~a{99999999999}", "error: match: invalid regex 'a{99999999999}' in 'arguments.city~a{99999999999}': "
+                                      "a number in it is too large (the repetition number is too large)"),
+    (f"arguments~{_DEEP}", f"error: match: invalid regex {_DEEP[:79]!r}… in {('arguments~' + _DEEP)[:79]!r}…: "
+                          "it is nested too deeply"),
+])
+def test_calls_match_regex_re_compile_cannot_build_is_one_error_line_exit_2(recorded, match, line):
+    """re.compile raises OverflowError for a repeat count above its limit and RecursionError for groups
+    nested hundreds deep (not re.error): both were "internal error", exit 70."""
+    proc = sealbox("calls", "-s", str(recorded.path), "--match", match)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line + "\n")
+
+
+@pytest.mark.parametrize("limit", ["3000000000", str(2**63), "1" + "0" * 30])
+def test_calls_and_runs_list_take_a_limit_above_a_c_int_as_all_rows(recorded, limit):
+    """--limit 3000000000 reached cursor.fetchmany (a C int): OverflowError, exit 70; runs list took it.
+    Both now read a limit above the number of rows as all of them."""
+    s = str(recorded.path)
+    assert ids(ok_json("calls", "-s", s, "--limit", limit, "--json")) == ids(ok_json("calls", "-s", s, "--json"))
+    assert ids(ok_json("calls", "-s", s, "--tool", "read_*", "--limit", limit, "--json")) == [
+        "a1", "a2", "a4", "b2", "b4"]
+    runs = [r["run_id"] for r in ok_json("runs", "list", "-s", s, "--limit", limit, "--json")]
+    assert runs == [r["run_id"] for r in ok_json("runs", "list", "-s", s, "--json")] and len(runs) == 7
+
+
+@pytest.mark.parametrize("command", [["calls"], ["runs", "list"]])
+@pytest.mark.parametrize("limit", ["0", "-1"])
+def test_calls_and_runs_list_refuse_a_limit_below_1_alike(recorded, command, limit):
+    proc = sealbox(*command, "-s", str(recorded.path), "--limit", limit)
+    assert_one_error_line(proc, f"Invalid value for '--limit': {limit} is not in the range x>=1.")
+    assert proc.returncode == 2
+
+
 def test_calls_run_takes_a_unique_prefix_as_runs_show_does(recorded):
     s, run_b = str(recorded.path), recorded.runs["B"]
     others = [r for name, r in recorded.runs.items() if name != "B"]

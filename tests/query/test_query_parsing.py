@@ -8,6 +8,7 @@ import pytest
 
 from sealbox.errors import ConfigError
 from sealbox.query import (
+    compile_matches,
     glob_literal_prefix,
     glob_match,
     parse_labels,
@@ -110,6 +111,24 @@ def test_match_expressions():
     assert parse_match("arguments.n~^12$").test({"arguments": {"n": 12}})
     assert parse_match("arguments.flag~^true$").test({"arguments": {"flag": True}})
     assert parse_match("arguments~\"k\": 1").test({"arguments": {"k": 1}})
+
+
+@pytest.mark.parametrize("expr, message", [
+    ("arguments~a{99999999999}", "match: invalid regex 'a{99999999999}' in 'arguments~a{99999999999}': "
+                                 "a number in it is too large (the repetition number is too large)"),
+    (("result", "x{4294967296}"), "match: invalid regex 'x{4294967296}' in 'result~x{4294967296}': "
+                                  "a number in it is too large (the repetition number is too large)"),
+    ("arguments~" + "(" * 500 + ")" * 500, "it is nested too deeply"),
+    ("arguments~(unclosed", "match: invalid regex '(unclosed' in 'arguments~(unclosed': "
+                            "missing ), unterminated subpattern at position 0"),
+])
+def test_a_regex_re_compile_cannot_build_is_a_config_error(expr, message):
+    """OverflowError and RecursionError from re.compile were not caught (only re.error was)."""
+    with pytest.raises(ConfigError) as exc:
+        parse_match(expr)
+    assert message in str(exc.value) and "\n" not in str(exc.value) and len(str(exc.value)) < 300
+    with pytest.raises(ConfigError):
+        compile_matches([expr])
 
 
 def test_parse_labels():

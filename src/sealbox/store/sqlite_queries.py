@@ -133,6 +133,11 @@ def _json_guarded(method: _F) -> _F:
     return guarded  # type: ignore[return-value]
 
 
+#: The largest count ``sqlite3.Cursor.fetchmany`` takes (a C int), and the largest LIMIT SQLite takes.
+_FETCHMANY_MAX = 2**31 - 1
+_SQL_LIMIT_MAX = 2**63 - 1
+
+
 class SqliteQueries:
     """Query methods of :class:`~sealbox.store.sqlite.SqliteStore` (runs, calls)."""
 
@@ -145,7 +150,7 @@ class SqliteQueries:
             " FROM runs r ORDER BY r.started_at DESC, r.leaf_index DESC"
         )
         if limit:
-            sql += f" LIMIT {int(limit)}"
+            sql += f" LIMIT {min(int(limit), _SQL_LIMIT_MAX)}"
         keys = ("run_id", "agent", "principal", "parent_run_id", "replay_of", "snapshot", "started_at", "last_kind", "events")
         return [dict(zip(keys, row)) for row in self._conn().execute(sql)]
 
@@ -173,16 +178,17 @@ class SqliteQueries:
                 that ran and succeeded (calls without a result pass neither).
             match: ``field.path~regex`` strings or ``(field_path, regex)`` pairs, all of which
                 must match (Python :mod:`re`, searched in the resolved value; see :func:`sealbox.query.parse_match`).
-            limit: at most this many rows: the newest ones (still returned oldest first).
+            limit: at most this many rows (a whole number, 1 or more, of any size): the newest ones (still returned oldest first).
 
         Returns:
             Dicts with the keys of :data:`sealbox.query.CALL_COLUMNS` (arguments resolved from blobs).
 
         Raises:
-            ConfigError: a bad time, decision or match expression.
+            ConfigError: a bad time, decision, match expression or limit.
         """
-        from sealbox.query import glob_match
+        from sealbox.query import check_limit, glob_match
 
+        limit = check_limit(limit)
         sql, params, globs, matches = _calls_query(tool=tool, server=server, run_id=run_id, agent=agent,
                                                    principal=principal, since=since, until=until, decision=decision,
                                                    error=error, match=match)
@@ -194,10 +200,13 @@ class SqliteQueries:
         rows: list[dict[str, Any]] = []
         cursor = self._conn().execute(sql, params)
         if not check:  # every candidate is a row: build them without a call per field
-            try:
-                rows = _call_rows(cursor if limit is None else cursor.fetchmany(max(1, limit)), self._resolve_quietly)
+            try:  # fetchmany takes a C int: a larger limit reads every row (fewer than the limit), then cuts
+                rows = _call_rows(cursor if limit is None or limit > _FETCHMANY_MAX else cursor.fetchmany(limit),
+                                  self._resolve_quietly)
             finally:
                 cursor.close()
+            if limit is not None:
+                del rows[limit:]
             rows.reverse()
             self._attach_approvals(rows)
             return rows
@@ -307,18 +316,19 @@ class SqliteQueries:
             snapshot: a snapshot fingerprint or a prefix of it (``sha256:`` optional).
             labels: ``{"k": "v"}`` or ``["k=v", ...]``; every label must be present with that value (a
                 label recorded as a number or a boolean compares as its JSON text: ``n=1``, ``ok=true``).
-            limit: at most this many runs (the newest).
+            limit: at most this many runs (a whole number, 1 or more, of any size): the newest.
 
         Returns:
             Dicts: run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at,
             labels, status, ending (ok / error / cancelled, or None), ended_at, last_kind, events.
 
         Raises:
-            ConfigError: a bad status, time or label.
+            ConfigError: a bad status, time, label or limit.
         """
         from sealbox import query as q
 
         q.check_choice("status", status, q.RUN_STATUSES)
+        limit = q.check_limit(limit)
         wanted = q.parse_labels(labels)
         where, params = ["1"], []
         for sql, value in (("r.agent = ?", agent), ("r.principal = ?", principal)):
