@@ -87,6 +87,52 @@ def path_problem(path: str) -> str:
     return ""
 
 
+def pattern_problem(pattern: Any, *, empty_ok: bool = False) -> str:
+    """Why ``pattern`` cannot be a redaction pattern ('' when it can): not a string, not a
+    regular expression ``re.compile`` accepts (a syntax error, a repeat count too large such as
+    ``a{99999999999}``, groups nested too deeply), or, unless ``empty_ok``, one that can match the
+    empty string (``x*``, ``^``, ``\\b``, ``(?=a)``): its empty matches fall between any two characters
+    of every string, dict keys included, and each would become a marker."""
+    if type(pattern) is not str:
+        return f"redaction pattern {pattern!r} is not a string"
+    try:
+        rx = re.compile(pattern)
+    except (re.error, OverflowError, RecursionError, ValueError) as exc:
+        why = ("it is nested too deeply" if isinstance(exc, RecursionError)
+               else f"a number in it is too large ({exc})" if isinstance(exc, OverflowError) else str(exc))
+        return f"redaction pattern {_brief(pattern)} is not a valid regular expression: {why}"
+    if not empty_ok and _can_match_empty(pattern, rx):
+        return (f"redaction pattern {_brief(pattern)} can match the empty string (its empty matches would put markers "
+                "into strings that hold no secret, dict keys included); make every match at least one character long")
+    return ""
+
+
+#: Texts searched for a zero-width match, besides what the parsed pattern's minimum width tells.
+_EMPTY_SAMPLES = ("", "a", "ab", "a b", "0", " ", "\n", "A-1_b.c")
+
+
+def _can_match_empty(pattern: str, rx: "re.Pattern[str]") -> bool:
+    """Whether some match of ``pattern`` can be empty: the minimum width of the parsed pattern
+    (CPython's own ``re._parser``) is 0, or a search of a few sample texts finds an empty match."""
+    try:
+        from re import _parser
+
+        if _parser.parse(pattern).getwidth()[0] == 0:
+            return True
+    except Exception:  # noqa: BLE001 - an unknown construct: the samples decide
+        pass
+    for sample in _EMPTY_SAMPLES:
+        for found in rx.finditer(sample):
+            if found.end() == found.start():
+                return True
+    return False
+
+
+def _brief(text: str, limit: int = 80) -> str:
+    """``repr(text)``, cut to about ``limit`` characters (a 1,000-character regex in an error line)."""
+    return repr(text) if len(text) <= limit else repr(text[: limit - 1]) + "…"
+
+
 @dataclass(frozen=True)
 class ContentPolicy:
     """A store's content settings.
@@ -105,13 +151,14 @@ class ContentPolicy:
     patterns: tuple[str, ...] = DEFAULT_PATTERNS
 
     def __post_init__(self) -> None:
+        self._check(empty_ok=False)
+
+    def _check(self, empty_ok: bool) -> None:
         if self.mode not in CONTENT_MODES:
             raise ConfigError(f"content mode must be one of {', '.join(CONTENT_MODES)}, not {self.mode!r}")
         for pattern in self.patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ConfigError(f"redaction pattern {pattern!r} is not a valid regular expression: {exc}") from exc
+            if problem := pattern_problem(pattern, empty_ok=empty_ok):
+                raise ConfigError(problem)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, as kept in the store's metadata."""
@@ -128,9 +175,14 @@ class ContentPolicy:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ContentPolicy":
-        """Inverse of :meth:`to_dict`."""
-        return cls(d.get("mode", "redacted"), tuple(d.get("keys", DEFAULT_KEYS)), tuple(d.get("paths", ())),
-                   tuple(d.get("patterns", DEFAULT_PATTERNS)))
+        """Inverse of :meth:`to_dict`. A pattern that can match the empty string is accepted here
+        (a store created before such patterns were refused keeps its pinned settings, and opens)."""
+        policy = cls.__new__(cls)
+        for name, value in (("mode", d.get("mode", "redacted")), ("keys", tuple(d.get("keys", DEFAULT_KEYS))),
+                            ("paths", tuple(d.get("paths", ()))), ("patterns", tuple(d.get("patterns", DEFAULT_PATTERNS)))):
+            object.__setattr__(policy, name, value)
+        policy._check(empty_ok=True)
+        return policy
 
 
 @dataclass

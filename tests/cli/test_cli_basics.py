@@ -298,6 +298,19 @@ def test_init_chooses_the_content_mode_and_extra_redaction(tmp_path):
     assert b"123-45-6789" not in data and b"1990-01-01" not in data and b"EMP-123456" not in data
     for args, words in ((("--content-mode", "secret"), "Invalid value for '--content-mode'"),
                         (("--redact-pattern", "(unclosed"), "is not a valid regular expression"),
+                        # re.compile raises OverflowError / RecursionError for these, not re.error (was exit 70)
+                        (("--redact-pattern", "a{99999999999}"), "error: --redact-pattern: redaction pattern "
+                         "'a{99999999999}' is not a valid regular expression: a number in it is too large "
+                         "(the repetition number is too large)\n"),
+                        (("--redact-pattern", "(" * 500 + ")" * 500), "is not a valid regular expression: it is "
+                         "nested too deeply\n"),
+                        # a pattern matching "" put a marker between the characters of every string and key
+                        (("--redact-pattern", "x*"), "error: --redact-pattern: redaction pattern 'x*' can match "
+                         "the empty string (its empty matches would put markers into strings that hold no secret, "
+                         "dict keys included); make every match at least one character long\n"),
+                        (("--redact-pattern", r"\b"), "redaction pattern '\\\\b' can match the empty string"),
+                        (("--redact-pattern", "(?=a)"), "redaction pattern '(?=a)' can match the empty string"),
+                        (("--redact-pattern", "^"), "redaction pattern '^' can match the empty string"),
                         (("--content-mode", "full", "--redact-key", "x"), "apply to --content-mode redacted"),
                         (("--redact-key", ""), "--redact-key is empty"),
                         # a path that names no content field, or has an empty segment, would redact nothing
@@ -308,6 +321,7 @@ def test_init_chooses_the_content_mode_and_extra_redaction(tmp_path):
                         (("--redact-path", " arguments.ssn"), "starts with no content field")):
         res = _sb("init", str(tmp_path / "bad"), *args)
         assert res.returncode == 2 and words in res.stderr and not (tmp_path / "bad").exists(), res.stderr
+        assert len(res.stderr.splitlines()) == 1 and res.stderr.startswith("error: "), res.stderr
 
 
 def test_runs_show_says_no_rule_for_a_decision_without_one(tmp_path):

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from sealbox.canonical import Tagged, decode
+from sealbox.errors import ConfigError
 from sealbox.policies import ALLOW_ALL
 from sealbox.policy import Policy
 from sealbox.recorder import Recorder, ToolDenied
@@ -686,3 +687,60 @@ def test_every_path_root_is_a_field_the_store_redacts(tmp_path):
     from sealbox.redaction import PATH_ROOTS
 
     assert set(PATH_ROOTS) == {name for names in CONTENT_FIELDS.values() for name in names} | {"about"}
+
+
+# --------------------------------------------------------------------------- patterns a store refuses
+
+_EMPTY_MATCH_WHY = ("can match the empty string (its empty matches would put markers into strings that hold no "
+                    "secret, dict keys included); make every match at least one character long")
+
+
+@pytest.mark.parametrize("pattern", ["x*", "(?=a)", "^", r"\b", r"\B", "$", "a|", "(?<=a)", r"(a*)\1", "(?:ab)?",
+                                     r"\d{0,3}", "(?i)(?!x)"])
+def test_a_pattern_that_can_match_the_empty_string_is_refused(tmp_path, pattern):
+    """x*, (?=a), ^ and \\b were accepted and put a marker between the characters of every string and
+    dict key ({"q": "banana"} recorded as {"⟦redacted…⟧q⟦redacted…⟧": ...})."""
+    with pytest.raises(ConfigError) as exc:
+        ContentPolicy(patterns=(pattern,))
+    assert str(exc.value) == f"redaction pattern {pattern!r} {_EMPTY_MATCH_WHY}"
+    with pytest.raises(ConfigError):
+        init_store(tmp_path / "s", content=ContentPolicy(
+            patterns=(*ContentPolicy().patterns, pattern)))
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("pattern, why", [
+    ("a{99999999999}", "a number in it is too large (the repetition number is too large)"),
+    ("(" * 500 + ")" * 500, "it is nested too deeply"),
+    ("(unclosed", "missing ), unterminated subpattern at position 0"),
+])
+def test_a_pattern_re_compile_cannot_build_is_a_config_error(pattern, why):
+    """OverflowError and RecursionError from re.compile escaped ContentPolicy (it caught re.error only)."""
+    with pytest.raises(ConfigError) as exc:
+        ContentPolicy(patterns=(pattern,))
+    shown = repr(pattern) if len(pattern) <= 80 else repr(pattern[:79]) + "…"
+    assert str(exc.value) == f"redaction pattern {shown} is not a valid regular expression: {why}"
+
+
+def test_patterns_that_match_at_least_one_character_are_kept_and_keys_stay_readable(tmp_path):
+    from sealbox.redaction import DEFAULT_PATTERNS, pattern_problem
+
+    assert [pattern_problem(p) for p in DEFAULT_PATTERNS] == [""] * len(DEFAULT_PATTERNS)
+    for fine in (r"\bEMP-[0-9]{6}\b", "(?<=id=)[0-9]+", r"x+", "(?:ab)+", r"^sk-\w+"):
+        assert pattern_problem(fine) == "", fine
+    store = new_store(tmp_path, patterns=(r"\bEMP-[0-9]{6}\b",))
+    _, _, call, _, _ = one_call(store, {"q": "banana", "EMP-123456": "EMP-654321"}, lambda **kw: "ok")
+    recorded = store.resolve(call.payload["arguments"])
+    assert recorded["q"] == "banana"  # no marker in a key or a value without a match
+    (key,) = [k for k in recorded if k != "q"]
+    assert IN_STRING.fullmatch(key) and IN_STRING.fullmatch(recorded[key])  # a secret used as a key is redacted too
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", ["EMP-123456", "EMP-654321"])
+
+
+def test_a_store_created_with_an_empty_matching_pattern_still_opens():
+    """Settings pinned before such patterns were refused are read as they are (from_dict)."""
+    policy = ContentPolicy.from_dict({"mode": "redacted", "keys": ["password"], "paths": [], "patterns": ["x*"]})
+    assert (policy.mode, policy.keys, policy.patterns) == ("redacted", ("password",), ("x*",))
+    with pytest.raises(ConfigError, match="is not a valid regular expression"):
+        ContentPolicy.from_dict({"patterns": ["a{99999999999}"]})

@@ -20,19 +20,23 @@ from sealbox.cli.common import DEFAULT_STORE, BadInput, echo_json, open_for_read
 @click.option("--redact-path", "redact_paths", multiple=True, metavar="PATH",
               help="Also redact the value at this dotted path (arguments.user.ssn; * matches any key). Repeatable.")
 @click.option("--redact-pattern", "redact_patterns", multiple=True, metavar="REGEX",
-              help="Also redact text matching this regular expression (added to the defaults). Repeatable.")
+              help="Also redact text matching this regular expression (added to the defaults; it may not match the "
+                   "empty string). Repeatable.")
 def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_keys: tuple[str, ...],
              redact_paths: tuple[str, ...], redact_patterns: tuple[str, ...]) -> None:
     """Create a store in PATH (default: $SEALBOX_STORE or ./.sealbox) and its log signing key."""
     import os
 
-    from sealbox.redaction import DEFAULT_KEYS, DEFAULT_PATTERNS, ContentPolicy, path_problem
+    from sealbox.redaction import DEFAULT_KEYS, DEFAULT_PATTERNS, ContentPolicy, path_problem, pattern_problem
     from sealbox.store import init_store
 
     for option, values in (("--redact-key", redact_keys), ("--redact-path", redact_paths),
                            ("--redact-pattern", redact_patterns)):
         if any(not v.strip() for v in values):
             raise BadInput(f"{option} is empty: give a name, path or pattern")
+    for redact_pattern in redact_patterns:  # a bad regex, or one matching "" (a marker between every character)
+        if problem := pattern_problem(redact_pattern):
+            raise BadInput(f"--redact-pattern: {problem}")
     for redact_path in redact_paths:  # a path that names no content field would silently redact nothing
         if problem := path_problem(redact_path):
             raise BadInput(f"--redact-path: {problem}")
