@@ -220,7 +220,8 @@ copy_plain(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
  * One pass over ``data`` (a redactor's canonical JSON text, sealbox.redaction.Redactor._clean):
  *
  * - keys: every ``"name":`` in the text (the string before a ``":``; with no backslash in the
- *   text, quotes alternate open/close) is normalised as sealbox.redaction._norm_key does for ASCII
+ *   text, quotes alternate open/close), and every ``["name",`` (a list's first item, a string,
+ *   followed by another: a [name, value] pair, sealbox.redaction.Redactor._walk) is normalised as sealbox.redaction._norm_key does for ASCII
  *   (lower case, ``-`` and ``_`` dropped) and compared with ``keys`` (a tuple of bytes, already
  *   normalised). A match, or a name holding a byte >= 0x80 (whose Unicode lower case could be
  *   ASCII: U+212A KELVIN SIGN is ``k``), returns -1.
@@ -291,7 +292,9 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i + 1 < n; i++) {
         unsigned char c = data[i];
         if (c == '"') {
-            if (nkeys && data[i + 1] == ':' && quote >= 0) {
+            /* a key ("name":), or a list's first item followed by another (["name",): a [name, value]
+             * pair, whose value the walk redacts when the name is a key's */
+            if (nkeys && quote >= 0 && (data[i + 1] == ':' || (data[i + 1] == ',' && quote > 0 && data[quote - 1] == '['))) {
                 Py_ssize_t len = 0;
                 int too_long = 0;
                 for (Py_ssize_t p = quote + 1; p < i; p++) {
@@ -366,7 +369,7 @@ static PyMethodDef methods[] = {
      "copy_plain(value, limit) -> (copy, floats): sealbox.canonical._copy_plain(value, 0, limit, seen) in C.\n\n"
      "Raises NotPlain where the Python reference raises _NotPlain."},
     {"scan_text", (PyCFunction)(void (*)(void))scan_text, METH_FASTCALL,
-     "scan_text(data, needles, tables, keys) -> int: -1 when the text holds a backslash, or a \"key\": that\n"
+     "scan_text(data, needles, tables, keys) -> int: -1 when the text holds a backslash, or a \"key\": or [\"key\", that\n"
      "normalises to one of keys (or holds a non-ASCII byte), else the bit mask of the needles found (sealbox.redaction)."},
     {NULL, NULL, 0, NULL},
 };

@@ -209,6 +209,7 @@ class Redactor:
         relaxed = [rx.pattern for lit, rx in self._prefilters if lit is None]
         self._any_relaxed = _compile_any(relaxed)
         self._scan = _c_scan_text is not None and self._quick and self._scan_plan()
+        self._pair_rx = _pair_regex(self._keys) if self._quick and self._keys else None
 
     def marker(self, value: Any) -> dict[str, str]:
         """``{"$redacted": "hmac-sha256:<hex>"}`` for a strict JSON value."""
@@ -304,7 +305,7 @@ class Redactor:
         return True
 
     def _clean_text(self, data: bytes) -> bool:
-        if self._scan:
+        if self._scan:  # the C scan also finds a [name, value] pair named as a sensitive key (["Cookie",)
             found = _c_scan_text(data, self._needles, self._tables, self._key_bytes)
             if found == 0 and not self._always:
                 return True
@@ -327,6 +328,8 @@ class Redactor:
             return False
         if self._any_mark is not None and self._any_mark.search(_norm_key(text)) is not None:
             return False
+        if self._pair_rx is not None and b'["' in data and self._pair_rx.search(data) is not None:
+            return False  # a [name, value] pair named as a sensitive key (see _pair_regex)
         if self._literals:
             lowered = text.lower()
             if any(literal in lowered for literal in self._literals):
@@ -462,6 +465,10 @@ class Redactor:
                     return tagged
             return {self._scrub_key(k, changed): self._member(k, v, path, changed) for k, v in value.items()}
         if type(value) is list:
+            if len(value) == 2 and type(value[0]) is str and value[1] is not None and _norm_key(value[0]) in self._keys:
+                # a [name, value] pair (a header list: [("Cookie", "..."), ("Authorization", "...")]) named as a key
+                changed[0] = True
+                return [self._walk(value[0], path + ["0"], changed), self.marker(value[1])]
             return [self._walk(v, path + [str(i)], changed) for i, v in enumerate(value)]
         if type(value) is str and self._patterns:
             return self._scrub(value, changed)
@@ -602,6 +609,27 @@ def _quick_ok(policy: ContentPolicy, combined: "re.Pattern[str] | None") -> bool
         _CARET.search(p) for p in policy.patterns)
 
 
+#: The characters other than ``A``-``Z`` whose ``str.lower()`` is one ASCII character: the Kelvin sign.
+_FOLDS_TO_ASCII = {"k": "\u212a"}
+
+
+def _pair_regex(keys: "set[str]") -> "re.Pattern[bytes]":
+    """A search of canonical text for a list whose first item is a string that :func:`_norm_key`
+    makes one of ``keys`` (normalised, ASCII: see :func:`_quick_ok`): ``["Set-Cookie",``, for
+    :meth:`Redactor._clean_text`. Every list starting with a string appears as ``["<text>",`` (a
+    string holding ``"`` or ``\\`` has a backslash, which both forms of the check decline), and the
+    name's characters are the key's, each in either case (``k`` also as the Kelvin sign, which
+    ``lower()`` makes ``k``), with any ``-`` and ``_`` between them: so it finds every pair
+    :meth:`Redactor._walk` redacts; a match in a longer list only costs the walk."""
+    sep = b"[-_]*"
+    names = []
+    for key in sorted(keys, key=len, reverse=True):
+        parts = []
+        for ch in key:
+            options = {re.escape(c.encode()) for c in (ch, ch.upper(), _FOLDS_TO_ASCII.get(ch, ch))}
+            parts.append(options.pop() if len(options) == 1 else b"(?:" + b"|".join(sorted(options)) + b")")
+        names.append(sep.join(parts))
+    return re.compile(b'\\["' + sep + b"(?:" + b"|".join(names) + b")" + sep + b'",')
 _CARET = re.compile(r"(?<!\[)\^")  # "^" as an anchor (not the "[^" of a negated class)
 
 

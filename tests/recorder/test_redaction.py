@@ -417,9 +417,12 @@ _PIECES = ["bearer ", "BeArEr ", "Bearer\t", "abcdefghij", "sk-", "sk_live", "AK
            "x" * 30, "-----BEGIN RSA PRIVATE KEY-----", "\n", "-----END RSA PRIVATE KEY-----", "password",
            "Token", "api_key", " ", "é", "\"", "\\", "$map", "$bytes", ":", "1.5", "\u212a", "pwd=", "hunter2"]
 _secretish = st.lists(st.sampled_from(_PIECES), max_size=6).map("".join)
+_PAIR_NAMES = ["Cookie", "AUTHORIZATION", "x_api_key", "X-Api-Key", "Password", "password ", "Accept", "\u212aey",
+               "to\u212aen", "s\u0131d", "[", "a\"b", "é"]
 _values = st.recursive(
     st.none() | st.booleans() | st.integers(-10**6, 10**6) | _secretish,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_secretish, inner, max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_secretish, inner, max_size=4)
+    | st.tuples(st.sampled_from(_PAIR_NAMES) | _secretish, inner).map(list),  # [name, value] pairs (headers)
     max_leaves=20,
 )
 _POLICIES = [ContentPolicy(), ContentPolicy(patterns=(r"(?i)\btok(en)?\b", r"(?i)\bsecret|hunter2", r"\d{3}-\d{2}"),
@@ -744,3 +747,87 @@ def test_a_store_created_with_an_empty_matching_pattern_still_opens():
     assert (policy.mode, policy.keys, policy.patterns) == ("redacted", ("password",), ("x*",))
     with pytest.raises(ConfigError, match="is not a valid regular expression"):
         ContentPolicy.from_dict({"patterns": ["a{99999999999}"]})
+
+
+# --------------------------------------------------------------------------- [name, value] pairs (header lists)
+
+HEADERS = {"url": "https://api.example.com",
+           "headers": [("Cookie", "sessionid=COOKIEPAIRSECRET"), ("Authorization", "Basic QkFTSUNTRUNSRVQ6eA=="),
+                       ("Accept", "application/json"), ("X-Api-Key", "APIKEYPAIRSECRET"), ("set_cookie", None)],
+           "raw": [["proxy-authorization", ["Digest", "PROXYSECRET"]], ["cookie", "A", "B"]]}
+
+
+@pytest.mark.parametrize("c_scan", [True, False])
+def test_the_value_of_a_name_value_pair_named_as_a_sensitive_key_is_redacted(tmp_path, c_scan, monkeypatch):
+    """headers=[("Cookie", "sessionid=..."), ("Authorization", "Basic ...")] was stored in clear: key names
+    were only looked for in mappings. A two-item list whose first item is a sensitive key name (compared as
+    keys are: case and - / _ ignored) now has its second item replaced by its marker; the name stays."""
+    if not c_scan:
+        monkeypatch.setattr("sealbox.redaction._c_scan_text", None)
+    store = new_store(tmp_path)
+    assert store.redactor._scan is (c_scan and __import__("sealbox.redaction").redaction._c_scan_text is not None)
+    _, _, call, _, _ = one_call(store, HEADERS, lambda **kw: "ok")
+    got = store.resolve(call.payload["arguments"])
+    assert got["url"] == HEADERS["url"]
+    cookie, auth, accept, api_key, set_cookie = got["headers"]
+    assert cookie[0] == "Cookie" and is_marker(cookie[1])
+    assert auth[0] == "Authorization" and is_marker(auth[1])
+    assert api_key[0] == "X-Api-Key" and is_marker(api_key[1])
+    assert accept == ["Accept", "application/json"]  # not a sensitive name
+    assert set_cookie == ["set_cookie", None]  # None is kept, as under a key
+    proxy, three = got["raw"]
+    assert proxy[0] == "proxy-authorization" and is_marker(proxy[1])  # the whole value, a list here
+    assert three == ["cookie", "A", "B"]  # three items: not a pair
+    # the marker is the one the same value gets under a key
+    assert cookie[1] == store.redactor.marker("sessionid=COOKIEPAIRSECRET")
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", ["COOKIEPAIRSECRET", "QkFTSUNTRUNSRVQ6eA", "APIKEYPAIRSECRET",
+                                               "PROXYSECRET"])
+
+
+def test_a_pair_value_is_scrubbed_from_the_tool_error_and_an_echoing_result(tmp_path):
+    store = new_store(tmp_path)
+
+    def fail(**kw):
+        raise RuntimeError(f"login refused for cookie {kw['headers'][0][1]}")
+
+    with pytest.raises(RuntimeError):
+        one_call(store, {"headers": [["Cookie", "sessionid=COOKIEPAIRSECRET"]]}, fail)
+    _, _, _, _, result = one_call(store, {"headers": [["Cookie", "sessionid=OTHERPAIRSECRET"]]},
+                                  lambda **kw: {"echo": kw["headers"][0][1]})
+    assert IN_STRING.fullmatch(store.resolve(result.payload["result"])["echo"])
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", ["COOKIEPAIRSECRET", "OTHERPAIRSECRET"])
+
+
+def test_pairs_follow_the_configured_keys_and_full_mode_keeps_them(tmp_path):
+    value = encode({"h": [["Cookie", "c1"], ["SSN", "123-45-6789"]]})
+    only_ssn = Redactor(b"k" * 32, ContentPolicy(keys=("ssn",)))  # keys= replaces the defaults
+    out, changed = only_ssn.apply("arguments", value)
+    assert changed and out["h"][0] == ["Cookie", "c1"] and out["h"][1][0] == "SSN" and is_marker(out["h"][1][1])
+    assert Redactor(b"k" * 32, ContentPolicy(mode="full")).apply("arguments", value) == (value, False)
+    assert Redactor(b"k" * 32, ContentPolicy(keys=())).apply("arguments", value) == (value, False)
+    # a pair whose name is not sensitive: the documented workaround is a path (or a pattern)
+    by_path = Redactor(b"k" * 32, ContentPolicy(paths=("arguments.headers.*.1",)))
+    out, changed = by_path.apply("arguments", encode({"headers": [["X-Session", "SESSIONVALUE"], ["Accept", "j"]]}))
+    assert changed and out["headers"][0][0] == "X-Session" and is_marker(out["headers"][0][1])
+    assert out["headers"][1][0] == "Accept" and is_marker(out["headers"][1][1])
+
+
+def test_only_the_kelvin_sign_lower_cases_to_one_ascii_letter():
+    """The Python form of the pair check (redaction._pair_regex) spells each key letter in both ASCII
+    cases plus _FOLDS_TO_ASCII; str.lower() must give no other way to reach a key's name."""
+    from sealbox.redaction import _FOLDS_TO_ASCII
+
+    others = {}
+    for i in range(0x80, 0x110000):
+        if 0xD800 <= i < 0xE000:
+            continue
+        low = chr(i).lower()
+        if len(low) == 1 and low.isascii():
+            others[low] = chr(i)
+    assert others == _FOLDS_TO_ASCII
+    redactor = Redactor(b"k" * 32, ContentPolicy())
+    redactor._scan = False
+    out, changed = redactor.apply("arguments", encode({"h": [["CO-O\u212aIE", "v"], ["Accept", "j"]]}))
+    assert changed and is_marker(out["h"][0][1]) and out["h"][1] == ["Accept", "j"]
