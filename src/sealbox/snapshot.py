@@ -6,6 +6,20 @@ description, input schema, version), limits, and the policy's fingerprint. Its
 **fingerprint** is ``sha256:`` + hex SHA-256 of its RFC 8785 canonical bytes:
 two runs with the same fingerprint ran under the same configuration. A store
 keeps each snapshot once, by fingerprint; ``run.started`` refers to it.
+
+Order. ``tools`` and ``knowledge`` are sets: :meth:`Snapshot.to_dict` writes them in a
+canonical order (tools by server, name, then their canonical bytes; knowledge by URI, then
+its canonical bytes), so the same tools or documents given in another order give the same
+fingerprint. ``skills`` and every other list keep the order given, which is part of the
+fingerprint. (Snapshots recorded before knowledge was put in canonical order keep the
+fingerprint they were stored under; the same configuration recorded now may get another one
+if its documents were not given in URI order.)
+
+:func:`diff_snapshots` never reports "no differences" for two snapshots whose fingerprints
+differ, and always does for equal ones: it matches the snapshot's own top-level ``tools``
+(by ``server/name``) and ``knowledge`` (by URI) entries by identity, compares every other
+list position by position, keeps every item, and reports a list that holds the same entries
+in another order as ``reordered``.
 """
 
 from __future__ import annotations
@@ -89,13 +103,13 @@ class Snapshot:
         return {
             "model": encode(self.model),
             "system_prompt": self.system_prompt,
-            "knowledge": [{"uri": k.uri, "content_hash": k.content_hash, "size": k.size} for k in self.knowledge],
+            "knowledge": sorted(({"uri": k.uri, "content_hash": k.content_hash, "size": k.size}
+                                 for k in self.knowledge), key=lambda k: (str(k["uri"]), _order_bytes(k))),
             "skills": encode(list(self.skills)),
-            "tools": [
+            "tools": sorted((
                 {"server": t.server, "name": t.name, "description": t.description,
                  "input_schema": encode(t.input_schema), "version": t.version}
-                for t in sorted(self.tools, key=lambda t: (t.server, t.name))
-            ],
+                for t in self.tools), key=lambda t: (t["server"], t["name"], _order_bytes(t))),
             "limits": encode(self.limits),
             "policy": self.policy,
             "extra": encode(self.extra),
@@ -122,6 +136,15 @@ class Snapshot:
         )
 
 
+def _order_bytes(entry: dict[str, Any]) -> bytes:
+    """A total order on tool and knowledge entries that does not depend on the order given:
+    their canonical bytes (so entries that fingerprint alike sort alike)."""
+    try:
+        return canonical_bytes(encode(entry))
+    except Exception:  # noqa: BLE001 - the fingerprint will refuse such a value; order it anyway
+        return repr(entry).encode("utf-8", "backslashreplace")
+
+
 def snapshot_fingerprint(content: dict[str, Any]) -> str:
     """``sha256:<hex>`` of the RFC 8785 bytes of a snapshot's strict JSON form."""
     return "sha256:" + hashlib.sha256(canonical_bytes(content)).hexdigest()
@@ -133,7 +156,9 @@ class FieldDiff:
 
     Attributes:
         path: dotted path, list items by key (tools by ``server/name``) or index.
-        change: ``added``, ``removed`` or ``changed``.
+        change: ``added``, ``removed``, ``changed``, or ``reordered`` (a top-level ``tools``
+            or ``knowledge`` list holding the same entries in another order: ``a`` and ``b``
+            are then the entries' keys in each order).
         a, b: the values in the first and second snapshot (None when absent).
     """
 
@@ -148,23 +173,109 @@ class FieldDiff:
 
 
 def diff_snapshots(a: dict[str, Any], b: dict[str, Any]) -> list[FieldDiff]:
-    """Field-level differences between two snapshots' strict JSON forms, sorted by path."""
-    return list(diff_values(_keyed(a), _keyed(b)))
+    """Field-level differences between two snapshots' strict JSON forms, sorted by path.
+
+    The snapshot's own top-level ``tools`` and ``knowledge`` lists are compared entry by entry,
+    matched by identity: a tool by ``server/name``, a document by its URI (see :func:`_keyed`
+    for entries that share one). Every other list, including lists named ``tools`` deeper down
+    (``model.parameters.tools``, ``extra.tools``), is compared by position. When those two lists
+    hold the same entries in another order, the list is reported as ``reordered``. The result
+    is empty exactly when the two contents have the same canonical bytes, that is the same
+    fingerprint.
+    """
+    keyed_a, keyed_b = _keyed_pair(a, b)
+    out: list[FieldDiff] = []
+    _diff(keyed_a, keyed_b, "", out)
+    if isinstance(a, dict) and isinstance(b, dict):
+        for name in _IDENTITY:
+            if name in a and name in b and keyed_a.get(name) is not a.get(name) \
+                    and _same(keyed_a[name], keyed_b[name]) and not _same(a[name], b[name]):
+                out.append(FieldDiff(name, "reordered", list(keyed_a[name]), list(keyed_b[name])))
+    return sorted(out, key=lambda d: d.path)
+
+
+#: The top-level lists of a snapshot matched by identity: the fields naming an entry, and the
+#: field that tells apart entries sharing that name (a tool's version, a document's content hash).
+_IDENTITY: dict[str, tuple[tuple[str, ...], str]] = {
+    "tools": (("server", "name"), "version"),
+    "knowledge": (("uri",), "content_hash"),
+}
 
 
 def _keyed(value: Any) -> Any:
-    """Index lists of tools and knowledge by identity, so a reorder is not a change."""
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if k == "tools" and isinstance(v, list):
-                out[k] = {f"{t.get('server')}/{t.get('name')}": _keyed(t) for t in v if isinstance(t, dict)}
-            elif k == "knowledge" and isinstance(v, list):
-                out[k] = {kn.get("uri"): _keyed(kn) for kn in v if isinstance(kn, dict)}
-            else:
-                out[k] = _keyed(v)
-        return out
-    return value
+    """``value`` (a snapshot's strict JSON form) with its top-level ``tools`` and ``knowledge``
+    lists made dicts by identity (see :func:`_keyed_pair`); anything else as it is."""
+    return _keyed_pair(value, value)[0]
+
+
+def _keyed_pair(a: Any, b: Any) -> tuple[Any, Any]:
+    """Both snapshots with their top-level ``tools`` and ``knowledge`` lists indexed by identity.
+
+    A tool's key is ``server/name`` and a document's its URI. Where several entries of either
+    snapshot share that key, the entries with that key are told apart, in both snapshots alike,
+    by ``@`` and their version (a tool) or content hash (a document): ``db/query@2``; where that
+    is still shared, by ``#1``, ``#2``… in list order. No entry is ever dropped or overwritten.
+    A list that holds an entry without string identity fields is left a list (compared by
+    position). Only the top level is keyed: a list named ``tools`` anywhere else is data.
+    """
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return a, b
+    out_a, out_b = dict(a), dict(b)
+    for name, (fields, qualifier) in _IDENTITY.items():
+        la, lb = a.get(name), b.get(name)
+        lists = [x for x in (la, lb) if x is not None]
+        if not lists or not all(_keyable(x, fields) for x in lists):
+            continue
+        keys_a, keys_b = _identity_keys(la or [], lb or [], fields, qualifier)
+        if la is not None:
+            out_a[name] = dict(zip(keys_a, la))
+        if lb is not None:
+            out_b[name] = dict(zip(keys_b, lb))
+    return out_a, out_b
+
+
+def _keyable(items: Any, fields: tuple[str, ...]) -> bool:
+    return isinstance(items, list) and all(
+        isinstance(item, dict) and all(isinstance(item.get(f), str) for f in fields) for item in items)
+
+
+def _identity_keys(la: list, lb: list, fields: tuple[str, ...], qualifier: str) -> tuple[list[str], list[str]]:
+    """Unique keys for the entries of ``la`` and ``lb``, chosen alike for both lists."""
+    def base(item: dict) -> str:
+        return "/".join(item[f] for f in fields)
+
+    def qualified(item: dict) -> str:
+        q = item.get(qualifier)
+        return f"{base(item)}@{q if isinstance(q, str) else json.dumps(q, ensure_ascii=False, default=str)}"
+
+    def shared(keys: list[str]) -> set[str]:
+        return {k for k in keys if keys.count(k) > 1}
+
+    bases_a, bases_b = [base(i) for i in la], [base(i) for i in lb]
+    crowded = shared(bases_a) | shared(bases_b)
+    keys_a = [qualified(i) if k in crowded else k for i, k in zip(la, bases_a)]
+    keys_b = [qualified(i) if k in crowded else k for i, k in zip(lb, bases_b)]
+    crowded = shared(keys_a) | shared(keys_b)
+    return _numbered(keys_a, crowded), _numbered(keys_b, crowded)
+
+
+def _numbered(keys: list[str], crowded: set[str]) -> list[str]:
+    """``keys`` with those in ``crowded`` numbered ``#1``, ``#2``… by occurrence, and any key that
+    would still repeat (an entry whose own name looks like a numbered key) numbered further."""
+    seen: dict[str, int] = {}
+    used: set[str] = set()
+    out = []
+    for key in keys:
+        if key in crowded:
+            seen[key] = seen.get(key, 0) + 1
+            key = f"{key}#{seen[key]}"
+        unique, n = key, 1
+        while unique in used:
+            n += 1
+            unique = f"{key}#{n}"
+        used.add(unique)
+        out.append(unique)
+    return out
 
 
 def diff_values(a: Any, b: Any) -> tuple[FieldDiff, ...]:
