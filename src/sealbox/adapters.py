@@ -1,4 +1,4 @@
-"""Model-call adapters: OpenAI chat-completions, OpenAI Responses, Anthropic Messages, LangChain.
+r"""Model-call adapters: OpenAI chat-completions, OpenAI Responses, Anthropic Messages, LangChain.
 
 :func:`normalize_model_call` accepts a request and a response as plain dicts or
 as SDK objects (``openai.types.chat.ChatCompletion``,
@@ -32,6 +32,16 @@ format                 tool calls                       call id                 
                        or one ``AIMessage``)
 =====================  ===============================  ==============================  ==========================
 
+Lone surrogates. A response decoded by ``json.loads`` may hold lone surrogates (JSON allows
+``"\ud800"``). The request and response are recorded as given (the canonical encoder keeps
+such a string losslessly, tagged ``$badstr``). The fields extracted into the record's own
+string fields — ``model``, ``provider`` and each tool call ``id`` (``tool_call_ids``) — must be
+valid Unicode: a lone surrogate there is written as the visible text ``\udXXX``
+(:func:`valid_text`, Python's ``backslashreplace``), as the recorder writes error messages
+(docs/content-modes.md). ``"call_\udc00"`` becomes ``"call_\\udc00"`` (a backslash, then
+``udc00``); the id the response held is still in the recorded response. A tool call is linked by
+that same text: pass :attr:`ToolCallRequest.id` (or ``valid_text(id)``) as the ``call_id``.
+
 Tool calls the provider runs itself (OpenAI hosted ``mcp_call`` / ``web_search_call``,
 Anthropic ``server_tool_use``) are not returned: no client-side ``tool.call`` will
 carry them out. A tool call without an id is not returned either (it cannot be
@@ -45,15 +55,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["TO_PLAIN_MAX_DEPTH", "ToolCallRequest", "ModelCallInfo", "normalize_model_call", "parse_arguments",
-           "to_plain"]
+           "to_plain", "valid_text"]
 
 
 @dataclass(frozen=True)
 class ToolCallRequest:
-    """A tool call requested by a model response.
+    r"""A tool call requested by a model response.
 
     Attributes:
-        id: the call id the format uses (``tool_calls[].id``, ``call_id``, ``tool_use.id``).
+        id: the call id the format uses (``tool_calls[].id``, ``call_id``, ``tool_use.id``), as
+            valid Unicode (:func:`valid_text`: a lone surrogate becomes the text ``\udXXX``).
         name: the tool name as the model wrote it.
         arguments: decoded arguments (see :func:`parse_arguments`).
     """
@@ -69,7 +80,8 @@ class ModelCallInfo:
 
     Attributes:
         provider: ``openai``, ``anthropic``, or what the caller gave.
-        model: the model name from the response, else the request, else ``unknown``.
+        model: the model name from the response, else the request, else ``unknown``, as valid
+            Unicode (:func:`valid_text`).
         format: ``openai.chat``, ``openai.responses``, ``anthropic.messages``, ``langchain``
             or ``unknown``.
         request, response: plain-data forms of what was given.
@@ -163,6 +175,19 @@ def _plain(value: Any, depth: int, path: set[int]) -> Any:
         path.discard(id(value))
 
 
+def valid_text(text: str) -> str:
+    r"""``text`` as valid Unicode, for a string field of the record: each lone surrogate becomes
+    the visible text ``\udXXX`` (``backslashreplace``; ``"gpt-4o\ud800"`` → ``"gpt-4o\\ud800"``),
+    anything else is returned as it is. The same text the recorder writes for an error message
+    holding one. Not reversible where the text already held a backslash and ``udXXX``; the
+    original stays in the recorded request or response (encoded losslessly as ``$badstr``)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def parse_arguments(raw: Any) -> Any:
     """Decode tool-call arguments as a model wrote them.
 
@@ -238,7 +263,8 @@ def _add(*counts: "int | _Unread") -> "int | _Unread":
 def _call(call_id: Any, name: Any, arguments: Any) -> ToolCallRequest | None:
     if not isinstance(call_id, str) or not call_id:
         return None
-    return ToolCallRequest(call_id, name if isinstance(name, str) else str(name), parse_arguments(arguments))
+    return ToolCallRequest(valid_text(call_id), name if isinstance(name, str) else str(name),
+                           parse_arguments(arguments))
 
 
 def _usage(usage: Any, input_key: str, output_key: str) -> dict[str, int]:
@@ -370,5 +396,8 @@ def normalize_model_call(request: Any, response: Any, *, provider: str | None = 
     usage = {k: v for k, v in usage.items() if not isinstance(v, _Unread)}
     found_model = model or _dict(resp).get("model") or (
         _langchain_model(resp) if fmt == "langchain" else None) or _dict(req).get("model") or "unknown"
-    return ModelCallInfo(provider or detected_provider, str(found_model), fmt, req, resp, usage,
+    found_provider = provider or detected_provider
+    if isinstance(found_provider, str):
+        found_provider = valid_text(found_provider)
+    return ModelCallInfo(found_provider, valid_text(str(found_model)), fmt, req, resp, usage,
                          tuple(c for c in calls if c is not None), unread)
