@@ -206,7 +206,10 @@ class Recorder:
         """Attach to a run recorded earlier (another process, before a restart) that has not ended.
 
         Nothing is written on attach; the run's agent, principal, labels, start time
-        and next step are read from the store, so limits and steps carry on.
+        and next step are read from the store, so limits and steps carry on. So are its
+        token usage (the sum of its ``model.call`` usage: ``run.ended`` counts the calls
+        made before too) and the links from its model calls to the requested tool calls not
+        yet carried out (such a call still gets its sibling step ``"<n>.<i>"``).
 
         Raises:
             ConfigError: ``run_id`` is not a non-empty string, or is the store's system run.
@@ -226,6 +229,8 @@ class Recorder:
         run._next_step = 1 + max(int(e.step.split(".")[0]) for e in events)
         run._call_ids.update(e.payload["call_id"] for e in events
                              if e.kind == "tool.call" and isinstance(e.payload.get("call_id"), str))
+        run.usage = _usage_of(events)
+        run._links = _links_of(events)
         run._attached = True
         return run
 
@@ -305,6 +310,50 @@ def _check_joinable(run_id: Any) -> None:
     if run_id == SYSTEM_RUN_ID:
         raise ConfigError(f"run {SYSTEM_RUN_ID!r} is the store's system run (identities, access, breakers, "
                           "erasures); an agent run cannot be recorded into it")
+
+
+def _usage_of(events: list) -> dict[str, Any]:
+    """A run's token and cost totals, summed from its recorded ``model.call`` events' ``usage``
+    (what :meth:`RunContext.model_call` adds up live), for a run continued after a suspension or
+    a restart: its ``run.ended`` and its budgets count the calls made before too."""
+    usage: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0, "cost": 0.0}
+    for e in events:
+        use = e.payload.get("usage") if e.kind == "model.call" and isinstance(e.payload, dict) else None
+        if not isinstance(use, dict):
+            continue
+        for key in ("input_tokens", "output_tokens"):
+            n = _count_or_none(use.get(key))
+            if n is not None:
+                usage[key] += n
+        cost = use.get("cost")
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and cost == cost and cost >= 0:
+            usage["cost"] += cost
+    return usage
+
+
+def _links_of(events: list) -> dict[str, str]:
+    """The model-call -> tool-call links (``RunContext._links``) still open at the end of
+    ``events``, rebuilt as :meth:`RunContext.model_call` and :meth:`RunContext.call_tool` made them:
+    a model call links each requested id no tool call of the run used yet to ``"<step>.<i>"`` (a
+    repeated id its first position; a later model call asking for the same id again wins), and a
+    tool call with that id takes the link (the link is gone)."""
+    links: dict[str, str] = {}
+    used: set[str] = set()
+    for e in events:
+        payload = e.payload if isinstance(e.payload, dict) else {}
+        if e.kind == "tool.call":
+            call_id = payload.get("call_id")
+            if isinstance(call_id, str):
+                used.add(call_id)
+                links.pop(call_id, None)
+        elif e.kind == "model.call":
+            ids = payload.get("tool_call_ids")
+            if not isinstance(ids, list):
+                continue
+            for i, tc_id in reversed(list(enumerate(ids, start=1))):
+                if isinstance(tc_id, str) and tc_id and tc_id not in used:
+                    links[tc_id] = f"{e.step}.{i}"
+    return links
 
 
 def _require_run(tool: str) -> "RunContext":
