@@ -370,6 +370,11 @@ def _utc(now: datetime) -> str:
 class RunContext:
     """One recorded run. Use as a (sync or async) context manager.
 
+    Leaving the block writes ``run.ended``. When the block raised, that exception is what the
+    caller gets even if ``run.ended`` cannot be written (the failure is attached to it as a
+    note, ``exc.__notes__``); when it did not, a ``run.ended`` that cannot be written is a
+    :class:`~sealbox.errors.RecordingError`.
+
     Attributes:
         run_id: the run's id.
         usage: token and cost totals of the model calls recorded so far.
@@ -444,11 +449,16 @@ class RunContext:
         if self.suspended and exc is not None and getattr(exc, "suspends_run", False):
             return
         if exc is None:
-            self.end("ok")
-        elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit)):
-            self.end("cancelled", exc)
-        else:
-            self.end("error", exc)
+            self.end("ok")  # run.ended not recorded: RecordingError
+            return
+        try:
+            if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit)):
+                self.end("cancelled", exc)
+            else:
+                self.end("error", exc)
+        except Exception as failed:  # noqa: BLE001 - the body's exception goes on, carrying this
+            _attach_note(exc, f"sealbox: run.ended of run {self.run_id} could not be recorded: "
+                              f"{type(failed).__name__}: {exception_message(failed)}")
 
     async def __aenter__(self) -> "RunContext":
         return self.__enter__()
@@ -560,9 +570,13 @@ class RunContext:
             ConfigError: a bad server, tool, call id or grant (an ``implicit:`` grant other than
                 this run's own ``implicit:<principal>`` included), a call id this run used already,
                 or ``fn`` is (or returned) a coroutine or generator; nothing ran.
-            RecordingError: the call could not be recorded; ``fn`` did not run.
+            RecordingError: the call could not be recorded; ``fn`` did not run. Also when ``fn``
+                returned but its ``tool.result`` could not be recorded: the tool ran and the record
+                lacks its outcome, which the caller must not mistake for a complete record.
             ToolDenied: the decision was not allow; ``fn`` did not run.
-            Exception: whatever ``fn`` raised, unchanged (after it is recorded).
+            Exception: whatever ``fn`` raised, unchanged (after it is recorded). If its
+                ``tool.result`` cannot be recorded, it is still the tool's own exception that is
+                raised, with the recording failure attached as a note (``exc.__notes__``).
         """
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         if failure is not None and not callable(failure):
@@ -580,7 +594,7 @@ class RunContext:
         try:
             result = _invoke(fn, arguments)
         except BaseException as exc:
-            self._record_result(server, tool, call_id, step, started, error=exc, arguments=arguments)
+            self._record_raised(server, tool, call_id, step, started, exc, arguments)
             raise
         refusal = _unrecordable(result, server, tool, awaited=False)
         if refusal is not None:
@@ -594,7 +608,9 @@ class RunContext:
                          grant: str | None = None, call_id: str | None = None, exposed: str | None = None,
                          failure: Callable[[Any], str | None] | None = None) -> Any:
         """Async form of :meth:`call_tool`; ``fn`` may be sync or async (not a generator function,
-        sync or async: refused like in :meth:`call_tool`)."""
+        sync or async: refused like in :meth:`call_tool`). Raises as :meth:`call_tool` does: the
+        tool's own exception even when its ``tool.result`` cannot be recorded (the failure
+        attached as a note), RecordingError when a tool that returned cannot have its result recorded."""
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         if failure is not None and not callable(failure):
             raise ConfigError(f"{server}/{tool}: failure must be a callable or None, got {failure!r}; nothing was recorded")
@@ -610,7 +626,7 @@ class RunContext:
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as exc:
-            self._record_result(server, tool, call_id, step, started, error=exc, arguments=arguments)
+            self._record_raised(server, tool, call_id, step, started, exc, arguments)
             raise
         refusal = _unrecordable(result, server, tool, awaited=True)
         if refusal is not None:
@@ -769,6 +785,17 @@ class RunContext:
         return reader.usage(run_id=self.run_id, agent=self.agent, server=server, tool=tool,
                             since_minute=_utc(now - timedelta(seconds=60)), day_start=_utc(day),
                             needed=self.recorder._needed)
+
+    def _record_raised(self, server: str, tool: str, call_id: str, step: str, started_ns: int, exc: BaseException,
+                       arguments: Any) -> None:
+        """``tool.result`` of a tool that raised ``exc``. If it cannot be recorded, the failure is
+        attached to ``exc`` as a note (``exc.__notes__``) instead of raised: the caller gets the
+        tool's own exception, unchanged otherwise, whether or not its result was recorded."""
+        try:
+            self._record_result(server, tool, call_id, step, started_ns, error=exc, arguments=arguments)
+        except Exception as failed:  # noqa: BLE001 - the tool's exception goes on, carrying this
+            _attach_note(exc, f"sealbox: the tool.result of {server}/{tool} (call {call_id}, run {self.run_id}) "
+                              f"could not be recorded: {type(failed).__name__}: {exception_message(failed)}")
 
     def _record_result(self, server: str, tool: str, call_id: str, step: str, started_ns: int, *, result: Any = None,
                        error: BaseException | None = None, arguments: Any = _NO_ARGUMENTS, count: bool = True,
@@ -1145,6 +1172,15 @@ def exception_message(error: BaseException) -> str:
     except Exception as exc:  # noqa: BLE001 - a tool's or agent's exception whose __str__ fails
         text = f"<{type(error).__qualname__}.__str__ raised {type(exc).__name__}>"
     return _valid_text(text)
+
+
+def _attach_note(exc: BaseException, text: str) -> None:
+    """``exc.add_note(text)``, never raising (an exception whose ``__notes__`` cannot be set is
+    left as it is)."""
+    try:
+        exc.add_note(text)
+    except Exception:  # noqa: BLE001 - the exception in flight matters more than the note
+        pass
 
 
 def _valid_text(text: str) -> str:
