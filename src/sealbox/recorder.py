@@ -188,19 +188,77 @@ class Recorder:
             principal: the agent's identity (string id, dict, or :class:`Principal`);
                 default ``agent:<agent>``.
             snapshot: a :class:`~sealbox.snapshot.Snapshot` (stored once, its
-                fingerprint in ``run.started``), or None.
+                fingerprint in ``run.started``), the ``sha256:`` fingerprint of a snapshot
+                already stored, or None. One naming a policy other than the recorder's is
+                refused (a replay, ``replay_of``, pins the recorded configuration as it is).
             labels: string labels (``{"env": "prod"}``), matched by policies.
             parent_run_id: the parent's run id, for a sub-agent.
             run_id: a run id to use (default: a new time-ordered id).
             replay_of: the run this one replays.
 
+        A run started (``with``, ``async with`` or :meth:`RunContext.start`) while another run of this
+        recorder is the current run (:func:`current_run`, in this thread or task) records that run as
+        its parent when ``parent_run_id`` is not given: a sub-agent's run names its parent.
+
         Raises:
-            ConfigError: ``run_id`` is the store's system run (``"system"``) or not a non-empty string.
+            ConfigError: ``run_id`` is the store's system run (``"system"``) or not a non-empty string;
+                ``agent`` is not a non-empty string (or holds a lone surrogate); ``labels`` is not a
+                dict of strings to strings; ``parent_run_id`` is not a non-empty string, is the
+                system run or the run itself, or (when the run starts, before anything is written)
+                names no run of the store; ``snapshot`` is none of the above, names a policy other
+                than this recorder's, or (when the run starts) is a fingerprint not stored.
         """
         if run_id is not None:
             _check_joinable(run_id)
+        _check_name("agent", agent)
+        if labels is not None:
+            _check_labels(labels)
+        if parent_run_id is not None:
+            _check_parent(parent_run_id, run_id)
+        snapshot = self._pinned_snapshot(snapshot, replay=replay_of is not None)
         return RunContext(self, agent=agent, principal=Principal.of(principal, agent), snapshot=snapshot,
                           labels=dict(labels or {}), parent_run_id=parent_run_id, run_id=run_id, replay_of=replay_of)
+
+    def _pinned_snapshot(self, snapshot: Any, *, replay: bool) -> Any:
+        """The snapshot a new run pins (see :meth:`run`), checked against the policy in force."""
+        from sealbox.snapshot import Snapshot
+
+        if snapshot is None:
+            return None
+        mine = self.policy.fingerprint
+        if isinstance(snapshot, dict) and replay:
+            return snapshot  # the recorded configuration, as stored, replayed under the policy given
+        if isinstance(snapshot, dict):  # a Snapshot's to_dict() form (fields left out allowed), stored as given
+            unknown = sorted(map(repr, set(snapshot) - {f.name for f in dataclasses.fields(Snapshot)}))
+            try:
+                Snapshot.from_dict(snapshot)
+                readable = not unknown
+            except Exception:  # noqa: BLE001 - not a snapshot's form
+                readable = False
+            if not readable:
+                raise ConfigError("snapshot must be a sealbox Snapshot (or its to_dict() form) or the sha256: "
+                                  "fingerprint of a snapshot stored in this store, got a dict that is no "
+                                  f"snapshot's form{' (unknown fields ' + ', '.join(unknown) + ')' if unknown else ''}"
+                                  "; nothing was recorded")
+            named = snapshot.get("policy")
+            if named is not None and named != mine:
+                raise ConfigError(f"the snapshot names policy {named!r}, but this recorder's policy "
+                                  f"{self.policy.name!r} is {mine}: leave the snapshot's policy out or record "
+                                  "under the policy it names; nothing was recorded")
+            return snapshot
+        if isinstance(snapshot, Snapshot):
+            # A snapshot without a policy fingerprint is pinned as it is, not filled in as the gateway's
+            # are: the replay engine compares a replay's snapshot with the recorded one before it starts,
+            # and a filled-in policy would be config drift against the same Snapshot given again.
+            if snapshot.policy is not None and snapshot.policy != mine and not replay:
+                raise ConfigError(f"the snapshot names policy {snapshot.policy!r}, but this recorder's policy "
+                                  f"{self.policy.name!r} is {mine}: leave the snapshot's policy out "
+                                  "or record under the policy it names; nothing was recorded")
+            return snapshot
+        if isinstance(snapshot, str) and _FINGERPRINT.fullmatch(snapshot):
+            return snapshot  # checked against the store when the run starts (RunContext.start)
+        raise ConfigError(f"snapshot must be a sealbox Snapshot or the sha256: fingerprint of a snapshot stored "
+                          f"in this store, got {_short_repr(snapshot)}; nothing was recorded")
 
     def continue_run(self, run_id: str) -> "RunContext":
         """Attach to a run recorded earlier (another process, before a restart) that has not ended.
@@ -312,6 +370,56 @@ def _check_joinable(run_id: Any) -> None:
                           "erasures); an agent run cannot be recorded into it")
 
 
+_FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+def _check_name(what: str, value: Any, where: str = "") -> None:
+    """An identifier (agent, server, tool, call id, grant…): a non-empty string without a lone
+    surrogate (which the record cannot hold as text; I-JSON), else ConfigError naming the field."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}{what} must be a non-empty string, got {value!r}; nothing was recorded")
+    if _lone_surrogate(value):
+        raise ConfigError(f"{where}{what} {value!r} contains a lone surrogate (text decoded with "
+                          f"surrogateescape?), which a name in the record cannot hold; nothing was recorded")
+
+
+def _check_labels(labels: Any) -> None:
+    if not isinstance(labels, dict):
+        raise ConfigError(f"labels must be a dict of strings to strings, got {type(labels).__name__}; "
+                          "nothing was recorded")
+    for key, value in labels.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise ConfigError(f"labels must map strings to strings, got {key!r}: {value!r}; nothing was recorded")
+        for what, text in (("name", key), ("value", value)):
+            if _lone_surrogate(text):
+                raise ConfigError(f"label {key!r}: its {what} {text!r} contains a lone surrogate, which a label "
+                                  "(matched by policies as text) cannot hold; nothing was recorded")
+
+
+def _check_parent(parent_run_id: Any, run_id: str | None) -> None:
+    """``parent_run_id``'s shape (its existence is checked when the run starts: :meth:`RunContext.start`)."""
+    if not isinstance(parent_run_id, str) or not parent_run_id:
+        raise ConfigError(f"parent_run_id must be a non-empty run id, got {parent_run_id!r}; nothing was recorded")
+    if parent_run_id == SYSTEM_RUN_ID:
+        raise ConfigError(f"parent_run_id {SYSTEM_RUN_ID!r} is the store's system run, which is no agent's parent; "
+                          "nothing was recorded")
+    if parent_run_id == run_id:
+        raise ConfigError(f"run {run_id} cannot be its own parent (parent_run_id == run_id); nothing was recorded")
+
+
 def _usage_of(events: list) -> dict[str, Any]:
     """A run's token and cost totals, summed from its recorded ``model.call`` events' ``usage``
     (what :meth:`RunContext.model_call` adds up live), for a run continued after a suspension or
@@ -408,9 +516,23 @@ class RunContext:
     # ----------------------------------------------------------------- lifecycle
 
     def start(self) -> "RunContext":
-        """Write ``run.started`` (called by ``with``)."""
+        """Write ``run.started`` (called by ``with``).
+
+        Raises:
+            ConfigError: ``parent_run_id`` names no run of the store (nothing was written).
+            RecordingError: ``run.started`` could not be recorded.
+        """
+        if self.parent_run_id is None:
+            outer = _CURRENT.get()
+            if outer is not None and outer is not self and outer.recorder is self.recorder and not outer.ended:
+                self.parent_run_id = outer.run_id  # a run started inside another: a sub-agent's
+        else:
+            self._check_parent_exists()
         fp = None
-        if self.snapshot is not None:
+        if isinstance(self.snapshot, str):  # a fingerprint (Recorder.run checked its form)
+            self._check_stored_snapshot(self.snapshot)
+            fp = self.snapshot
+        elif self.snapshot is not None:
             content = self.snapshot.to_dict() if hasattr(self.snapshot, "to_dict") else self.snapshot
             fp = self._guard(lambda: self.store.put_snapshot(content))
         payload = {
@@ -422,6 +544,28 @@ class RunContext:
         self.started_at = datetime.now(timezone.utc)
         self._append([self._draft("run.started", payload, self._take_step())])
         return self
+
+    def _check_stored_snapshot(self, fp: str) -> None:
+        from sealbox.errors import StoreError
+
+        try:
+            stored = self.store.get_snapshot(fp)
+        except StoreError as exc:  # no such snapshot (or no store to look in: said as it is)
+            raise ConfigError(f"snapshot {fp} is not stored in this store ({exc}): pass the Snapshot itself; "
+                              "nothing was recorded") from exc
+        except Exception as exc:  # noqa: BLE001
+            raise RecordingError(f"could not record: {exc}") from exc
+        named = stored.get("policy") if isinstance(stored, dict) else None
+        if named is not None and named != self.policy.fingerprint and not self.replay_of:
+            raise ConfigError(f"snapshot {fp} names policy {named!r}, but this recorder's policy "
+                              f"{self.policy.name!r} is {self.policy.fingerprint}; nothing was recorded")
+
+    def _check_parent_exists(self) -> None:
+        parent = self.parent_run_id
+        get_run = getattr(self.store, "get_run", None)
+        found = self._guard(lambda: get_run(parent) if get_run is not None else (self.store.read_run(parent) or None))
+        if found is None:
+            raise ConfigError(f"parent_run_id {parent!r} names no run of this store; nothing was recorded")
 
     def end(self, status: str = "ok", error: BaseException | None = None, *,
             verdict: dict[str, Any] | None = None) -> None:

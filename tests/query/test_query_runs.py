@@ -106,10 +106,20 @@ def test_a_label_recorded_as_a_number_or_boolean_is_found_by_its_json_text(tmp_p
     from sealbox.query import label_text, labels_match
     from sealbox.recorder import Recorder
 
+    from sealbox.events import EventDraft
+    from sealbox.store.base import new_run_id
+
     store = init_store(tmp_path / "s")
     rec = Recorder(store, policy=ALLOW_ALL)
-    with rec.run(agent="typed", labels={"n": 1, "ok": True, "env": "prod", "none": None}) as run:
-        typed = run.run_id
+    # Recorder.run now refuses labels that are not strings; a store holds such runs all the same
+    # (recorded before, or by other writers), so the typed run is appended as the recorder did
+    typed = new_run_id()
+    store.append([EventDraft("run.started", {
+        "agent": "typed", "snapshot": None, "parent_run_id": None,
+        "labels": {"n": 1, "ok": True, "env": "prod", "none": None},
+        "policy": {"fingerprint": ALLOW_ALL.fingerprint, "name": ALLOW_ALL.name}}, run_id=typed, principal="agent:typed"),
+        EventDraft("run.ended", {"status": "ok", "usage": {"input_tokens": 0, "output_tokens": 0, "cost": 0}},
+                   run_id=typed, principal="agent:typed", step="2")])
     with rec.run(agent="text", labels={"n": "1", "ok": "True"}) as run:
         text = run.run_id
 

@@ -1,0 +1,123 @@
+"""What ``Recorder.run`` accepts: a parent that is a run of the store (and sub-agent runs naming
+their parent by themselves), string labels, a named agent. Refused before anything is written."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import sealbox
+from sealbox import ConfigError
+from sealbox.policies import ALLOW_ALL
+from sealbox.recorder import Recorder
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = sealbox.init_store(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def _run_ids(store):
+    return {r["run_id"] for r in store.runs()}
+
+
+@pytest.mark.parametrize("parent, message", [
+    ("no-such-run", "names no run of this store"),
+    ("system", "system run"),
+    (12345, "must be a non-empty run id"),
+    ("", "must be a non-empty run id"),
+])
+def test_a_parent_that_is_no_run_of_the_store_is_refused_before_anything_is_written(store, parent, message):
+    rec = Recorder(store, policy=ALLOW_ALL)
+    before = _run_ids(store)
+    with pytest.raises(ConfigError, match=message):
+        with rec.run(agent="orphan", parent_run_id=parent, snapshot=sealbox.Snapshot(model={"name": "m"})):
+            pytest.fail("the block must not run")
+    assert _run_ids(store) == before
+
+
+def test_a_run_cannot_be_its_own_parent(store):
+    rid = "01a20000-0000-7000-8000-000000000001"
+    with pytest.raises(ConfigError, match="its own parent"):
+        Recorder(store, policy=ALLOW_ALL).run(agent="self", run_id=rid, parent_run_id=rid)
+    assert store.read_run(rid) == []
+
+
+def test_an_existing_parent_is_recorded(store):
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="planner") as parent:
+        pass
+    with rec.run(agent="helper", parent_run_id=parent.run_id) as child:  # parent ended: still a run of the store
+        pass
+    assert store.read_run(child.run_id)[0].payload["parent_run_id"] == parent.run_id
+    assert [c["run_id"] for c in store.get_run(parent.run_id)["children"]] == [child.run_id]
+
+
+def test_a_run_opened_inside_another_run_of_the_recorder_names_it_as_parent(store):
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="outer") as outer:
+        with rec.run(agent="inner") as inner:
+            with rec.run(agent="innermost") as innermost:
+                pass
+        with rec.run(agent="explicit", parent_run_id=inner.run_id) as explicit:  # given: kept
+            pass
+    with rec.run(agent="after") as after:
+        pass
+    started = {r.agent: store.read_run(r.run_id)[0].payload["parent_run_id"]
+               for r in (outer, inner, innermost, explicit, after)}
+    assert started == {"outer": None, "inner": outer.run_id, "innermost": inner.run_id,
+                       "explicit": inner.run_id, "after": None}
+    assert inner.parent_run_id == outer.run_id
+
+
+def test_a_run_of_another_recorder_is_not_taken_as_parent(store):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="outer"):
+        with Recorder(store, policy=ALLOW_ALL).run(agent="other") as other:
+            pass
+    assert store.read_run(other.run_id)[0].payload["parent_run_id"] is None
+
+
+def test_an_async_sub_run_names_its_parent(store):
+    rec = Recorder(store, policy=ALLOW_ALL)
+
+    async def main():
+        async with rec.run(agent="outer") as outer:
+            async def sub():
+                async with rec.run(agent="sub") as sub_run:
+                    return sub_run
+            return outer, await asyncio.create_task(sub())
+
+    outer, sub_run = asyncio.run(main())
+    assert store.read_run(sub_run.run_id)[0].payload["parent_run_id"] == outer.run_id
+
+
+@pytest.mark.parametrize("labels", [{"n": 1}, {"b": True}, {1: "x"}, {"d": {"x": 1}}, {"x": None}, ["a"], "env=prod"])
+def test_labels_must_map_strings_to_strings(store, labels):
+    before = _run_ids(store)
+    with pytest.raises(ConfigError, match="labels must"):
+        Recorder(store, policy=ALLOW_ALL).run(agent="lab", labels=labels)
+    assert _run_ids(store) == before
+
+
+def test_a_label_with_a_lone_surrogate_is_refused_naming_it(store):
+    with pytest.raises(ConfigError, match="label 's': its value .* contains a lone surrogate"):
+        Recorder(store, policy=ALLOW_ALL).run(agent="lab", labels={"s": "a\udcff"})
+
+
+def test_string_labels_are_recorded(store):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="lab", labels={"env": "prod", "team": ""}) as run:
+        pass
+    assert store.read_run(run.run_id)[0].payload["labels"] == {"env": "prod", "team": ""}
+
+
+@pytest.mark.parametrize("agent, message", [("", "agent must be a non-empty string"),
+                                            (None, "agent must be a non-empty string"),
+                                            ("a\udcff", "agent 'a\\\\udcff' contains a lone surrogate")])
+def test_an_agent_must_be_named(store, agent, message):
+    before = _run_ids(store)
+    with pytest.raises(ConfigError, match=message):
+        Recorder(store, policy=ALLOW_ALL).run(agent=agent)
+    assert _run_ids(store) == before

@@ -1,0 +1,109 @@
+"""The snapshot a run pins: a Snapshot (its policy, when it names one, the policy in force) or the
+fingerprint of a snapshot already stored; anything else is refused before anything is written."""
+
+from __future__ import annotations
+
+import pytest
+
+import sealbox
+from sealbox import ConfigError
+from sealbox.errors import StoreError
+from sealbox.policies import ALLOW_ALL
+from sealbox.policy import Policy
+from sealbox.recorder import Recorder
+from sealbox.snapshot import Snapshot
+
+OTHER = Policy.from_text("version: 1\nname: other\nrules:\n  - id: all\n    match: {tool: '*'}\n    effect: allow\n")
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = sealbox.init_store(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def _run_ids(store):
+    return {r["run_id"] for r in store.runs()}
+
+
+def _pinned(store, run):
+    return store.read_run(run.run_id)[0].payload["snapshot"]
+
+
+def test_a_snapshot_naming_the_policy_in_force_is_pinned(store):
+    snap = Snapshot(model={"name": "m"}, policy=ALLOW_ALL.fingerprint)
+    with Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap) as run:
+        pass
+    assert _pinned(store, run) == snap.fingerprint
+    assert store.get_snapshot(snap.fingerprint)["policy"] == ALLOW_ALL.fingerprint
+
+
+def test_a_snapshot_without_a_policy_is_pinned_as_given(store):
+    snap = Snapshot(model={"name": "m"})
+    with Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap) as run:
+        pass
+    assert _pinned(store, run) == snap.fingerprint and store.get_snapshot(snap.fingerprint)["policy"] is None
+
+
+@pytest.mark.parametrize("named", ["sha256:" + "0" * 64, "not a fingerprint", OTHER.fingerprint])
+def test_a_snapshot_naming_another_policy_is_refused(store, named):
+    before = _run_ids(store)
+    snap = Snapshot(model={"name": "m"}, policy=named)
+    with pytest.raises(ConfigError, match="the snapshot names policy .* but this recorder's policy 'ALLOW_ALL'"):
+        Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap)
+    assert _run_ids(store) == before
+    with pytest.raises(StoreError, match="no snapshot"):
+        store.get_snapshot(snap.fingerprint)
+
+
+@pytest.mark.parametrize("snap", [{"anything": 1}, "a string", 42, "sha256:" + "G" * 64, b"sha256:", ["x"]])
+def test_a_snapshot_that_is_no_snapshot_is_refused(store, snap):
+    before = _run_ids(store)
+    with pytest.raises(ConfigError, match="snapshot must be a sealbox Snapshot"):
+        Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap)
+    assert _run_ids(store) == before
+
+
+def test_a_snapshots_dict_form_is_pinned_like_the_snapshot(store):
+    snap = Snapshot(model={"name": "m"}, policy=ALLOW_ALL.fingerprint)
+    with Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap.to_dict()) as run:
+        pass
+    assert _pinned(store, run) == snap.fingerprint
+    with pytest.raises(ConfigError, match="names policy"):
+        Recorder(store, policy=OTHER).run(agent="s", snapshot=snap.to_dict())
+    partial = {"model": {"name": "m"}, "system_prompt": "hi", "policy": None}  # fields left out: kept as given
+    with Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=partial) as run:
+        pass
+    assert store.get_snapshot(_pinned(store, run)) == partial
+    with pytest.raises(ConfigError, match="unknown fields 'modle'"):
+        Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot={"modle": {"name": "m"}})
+
+
+def test_a_stored_snapshots_fingerprint_is_pinned(store):
+    snap = Snapshot(model={"name": "m"}, policy=ALLOW_ALL.fingerprint)
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="first", snapshot=snap):
+        pass
+    with rec.run(agent="again", snapshot=snap.fingerprint) as run:
+        pass
+    assert _pinned(store, run) == snap.fingerprint
+
+
+def test_a_fingerprint_of_no_stored_snapshot_is_refused_when_the_run_starts(store):
+    before = _run_ids(store)
+    with pytest.raises(ConfigError, match="is not stored in this store"):
+        with Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot="sha256:" + "ab" * 32):
+            pytest.fail("the block must not run")
+    assert _run_ids(store) == before
+
+
+def test_a_stored_snapshot_naming_another_policy_is_refused(store):
+    snap = Snapshot(model={"name": "m"}, policy=OTHER.fingerprint)
+    with Recorder(store, policy=OTHER).run(agent="s", snapshot=snap):
+        pass
+    before = _run_ids(store)
+    with pytest.raises(ConfigError, match="names policy"):
+        with Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap.fingerprint):
+            pass
+    assert _run_ids(store) == before
