@@ -98,6 +98,7 @@ class Principal:
         must never read ``"ops"`` as the groups ``o``, ``p`` and ``s``."""
         if not isinstance(self.id, str) or not self.id:
             raise ConfigError(f"principal id must be a non-empty string, got {self.id!r}")
+        _check_name("principal id", self.id)
         if not isinstance(self.role, str):
             raise ConfigError(f"principal {self.id}: role must be a string, got {type(self.role).__name__}")
         groups = self.groups
@@ -329,8 +330,10 @@ class Recorder:
     def tool(self, server: str, name: str | None = None, *, grant: str | None = None) -> Callable:
         """Decorator: calls to the function inside an active run are recorded tool calls.
 
-        The recorded arguments are the bound arguments with defaults applied.
-        Outside a run, calling it raises :class:`RecordingError` (it is never run
+        The recorded arguments are the bound arguments with defaults applied; the keyword
+        arguments a ``**kwargs`` parameter collects are recorded beside the named ones
+        (``arguments.query``, not ``arguments.kwargs.query``), and a method's first parameter
+        ``self`` or ``cls`` is left out. Outside a run, calling it raises :class:`RecordingError` (it is never run
         unrecorded).
         """
         def wrap(fn: Callable) -> Callable:
@@ -340,11 +343,23 @@ class Recorder:
                 raise ConfigError(_generator_refusal(server, tool_name, kind))
             sig = inspect.signature(fn)
             self.tools[(server, tool_name)] = fn
+            params = list(sig.parameters.values())
+            # a method's instance or class is not an argument of the tool call
+            skip = params[0].name if params and params[0].name in ("self", "cls") and params[0].kind in (
+                inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) else None
+            var_kw = next((p.name for p in params if p.kind is inspect.Parameter.VAR_KEYWORD), None)
 
             def arguments(args: tuple, kwargs: dict) -> dict[str, Any]:
                 bound = sig.bind(*args, **kwargs)
                 bound.apply_defaults()
-                return dict(bound.arguments)
+                out = {k: v for k, v in bound.arguments.items() if k != skip and k != var_kw}
+                extra = bound.arguments.get(var_kw) if var_kw is not None else None
+                if extra:  # **kwargs: its keys are the call's arguments, beside the named ones
+                    clash = {k: v for k, v in extra.items() if k in out or k == skip}
+                    out.update((k, v) for k, v in extra.items() if k not in clash)
+                    if clash:  # only a positional-only parameter's name can be passed again by keyword
+                        out[var_kw] = clash
+                return out
 
             if kind == "coroutine":
                 @functools.wraps(fn)
@@ -596,7 +611,9 @@ class RunContext:
             self.end("ok")  # run.ended not recorded: RecordingError
             return
         try:
-            if isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit)):
+            if isinstance(exc, SystemExit) and exc.code in (0, None):  # sys.exit(0): the agent finished
+                self.end("ok")
+            elif isinstance(exc, (KeyboardInterrupt, asyncio.CancelledError, GeneratorExit)):
                 self.end("cancelled", exc)
             else:
                 self.end("error", exc)
@@ -1016,6 +1033,9 @@ class RunContext:
         redactor = getattr(self.store, "redactor", None)
         scrub = (lambda text: redactor.scrub_values(text, secrets)) if secrets else (lambda text: text)
         out = {"type": _valid_text(type(error).__qualname__), "message": scrub(exception_message(error))}
+        if isinstance(error, SystemExit) and isinstance(error.code, int) and not isinstance(error.code, bool) \
+                and abs(error.code) <= MAX_COUNT:
+            out["exit_code"] = error.code
         if traceback:
             out["traceback"] = _short_traceback(error, redactor, scrub=scrub)
         return out
@@ -1119,8 +1139,17 @@ class RunContext:
         self._append([self._draft("state.saved", payload, self._take_step())])
 
     def note(self, text: str, about: Any = None) -> None:
-        """Record an annotation in the run; ``about`` is optional structured detail."""
-        payload: dict[str, Any] = {"text": text}
+        """Record an annotation in the run; ``about`` is optional structured detail.
+
+        ``text`` is handled like an exception's message (docs/content-modes.md): a lone surrogate
+        in it is recorded as the visible text ``\\udcff``.
+
+        Raises:
+            ConfigError: ``text`` is not a string (nothing was recorded).
+        """
+        if not isinstance(text, str):
+            raise ConfigError(f"a note's text must be a string, got {type(text).__name__}; nothing was recorded")
+        payload: dict[str, Any] = {"text": _valid_text(text)}
         if about is not None:
             payload["about"] = about
         self._append([self._draft("note", payload, self._take_step())])
@@ -1187,10 +1216,14 @@ def _check_call(server: Any, tool: Any, grant: Any, call_id: Any, exposed: Any, 
     for what, value in (("server", server), ("tool", tool)):
         if not isinstance(value, str) or not value:
             raise ConfigError(f"the {what} name must be a non-empty string, got {value!r}; nothing was recorded")
+        if not value.isascii() and _lone_surrogate(value):
+            _check_name(what, value)
     for what, value in (("grant", grant), ("call_id", call_id), ("exposed", exposed)):
         if value is not None and (not isinstance(value, str) or not value):
             raise ConfigError(f"{server}/{tool}: {what} must be a non-empty string or None, got {value!r}; "
                               "nothing was recorded")
+        if value is not None and not value.isascii() and _lone_surrogate(value):
+            _check_name(what, value, f"{_valid_text(server)}/{_valid_text(tool)}: ")
     _check_implicit_grant(f"{server}/{tool}", grant, principal)
 
 

@@ -1,0 +1,113 @@
+"""What ``Recorder.tool`` records as a call's arguments: ``**kwargs`` flattened beside the named
+parameters (so ``arguments.query`` matches in queries and policies), and no ``self``/``cls``."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import sealbox
+from sealbox.policies import ALLOW_ALL
+from sealbox.policy import Policy
+from sealbox.recorder import Recorder, ToolDenied
+
+DENY_DELETE = """
+version: 1
+name: no-deletes
+rules:
+  - id: no-delete
+    match: {tool: "*query"}
+    when: 'call.arguments.query.matches("(?i)delete")'
+    effect: deny
+  - id: rest
+    effect: allow
+"""
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = sealbox.init_store(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def _recorded(store, run_id):
+    return [(e.payload["tool"], store.resolve(e.payload)["arguments"])
+            for e in store.read_run(run_id) if e.kind == "tool.call"]
+
+
+def test_kwargs_are_recorded_beside_the_named_arguments_and_self_is_left_out(store):
+    rec = Recorder(store, policy=ALLOW_ALL)
+
+    @rec.tool("db")
+    def write_query(**kw):
+        return "ok"
+
+    @rec.tool("db")
+    def search(query, limit=10, **options):
+        return [query, limit, options]
+
+    @rec.tool("db")
+    def varargs(*queries):
+        return len(queries)
+
+    @rec.tool("db")
+    def posonly(a, /, **kw):
+        return (a, kw)
+
+    class Client:
+        def __init__(self):
+            self.api_token = "tok_SECRETSELF_123"
+
+        @rec.tool("db")
+        def method_query(self, query):
+            return query
+
+        @rec.tool("db")
+        async def amethod(self, query):
+            return query
+
+        @classmethod
+        @rec.tool("db")
+        def cmethod(cls, query):
+            return query
+
+    with rec.run(agent="deco") as run:
+        assert write_query(query="DELETE FROM users") == "ok"
+        assert search("x", fuzzy=True) == ["x", 10, {"fuzzy": True}]
+        assert varargs("DELETE 1", "DELETE 2") == 2
+        assert posonly(1, a=2, b=3) == (1, {"a": 2, "b": 3})
+        assert Client().method_query("DELETE x") == "DELETE x"
+        assert asyncio.run(Client().amethod("DELETE y")) == "DELETE y"
+        assert Client.cmethod("q") == "q"
+        assert write_query() == "ok"
+    assert _recorded(store, run.run_id) == [
+        ("write_query", {"query": "DELETE FROM users"}),
+        ("search", {"query": "x", "limit": 10, "fuzzy": True}),
+        ("varargs", {"queries": ["DELETE 1", "DELETE 2"]}),
+        ("posonly", {"a": 1, "b": 3, "kw": {"a": 2}}),  # a keyword named like a positional-only parameter
+        ("method_query", {"query": "DELETE x"}),
+        ("amethod", {"query": "DELETE y"}),
+        ("cmethod", {"query": "q"}),
+        ("write_query", {}),
+    ]
+    assert not any("SECRETSELF" in repr(e.payload) for e in store.read_run(run.run_id))
+
+
+def test_a_policy_and_a_query_see_a_kwargs_argument(store):
+    rec = Recorder(store, policy=Policy.from_text(DENY_DELETE))
+    ran = []
+
+    @rec.tool("db")
+    def write_query(**kw):
+        ran.append(kw)
+        return "ok"
+
+    with rec.run(agent="deco") as run:
+        with pytest.raises(ToolDenied, match="no-delete"):
+            write_query(query="DELETE FROM users")
+        assert write_query(query="SELECT 1") == "ok"
+    assert ran == [{"query": "SELECT 1"}]
+    denied = [e.payload["call_id"] for e in store.read_run(run.run_id) if e.kind == "tool.call"][0]
+    assert [h["call_id"] for h in store.query_calls(match=["arguments.query~(?i)delete"])] == [denied]
