@@ -212,7 +212,7 @@ class Recorder:
         if run_id is not None:
             _check_joinable(run_id)
         _check_name("agent", agent)
-        if labels is not None:
+        if labels is not None and replay_of is None:  # a replay carries the recorded labels, whatever they are
             _check_labels(labels)
         if parent_run_id is not None:
             _check_parent(parent_run_id, run_id)

@@ -121,3 +121,22 @@ def test_an_agent_must_be_named(store, agent, message):
     with pytest.raises(ConfigError, match=message):
         Recorder(store, policy=ALLOW_ALL).run(agent=agent)
     assert _run_ids(store) == before
+
+
+def test_a_replay_of_a_run_recorded_with_typed_labels_still_starts(store):
+    """Labels recorded before they had to be strings (or by another writer) are carried by a replay."""
+    from sealbox.events import EventDraft
+    from sealbox.replay import Replayer
+    from sealbox.store.base import new_run_id
+
+    old = new_run_id()
+    store.append([EventDraft("run.started", {"agent": "typed", "snapshot": None, "parent_run_id": None,
+                                             "labels": {"n": 1, "ok": True},
+                                             "policy": {"fingerprint": ALLOW_ALL.fingerprint, "name": ALLOW_ALL.name}},
+                             run_id=old, principal="agent:typed"),
+                  EventDraft("run.ended", {"status": "ok", "usage": {"input_tokens": 0, "output_tokens": 0, "cost": 0}},
+                             run_id=old, principal="agent:typed", step="2")])
+    result = Replayer(store).replay(old, lambda run: None)
+    assert result.reproduced, result.divergence
+    started = store.read_run(result.new_run_id)[0].payload
+    assert started["labels"] == {"n": 1, "ok": True} and started["replay_of"] == old
