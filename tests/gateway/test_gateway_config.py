@@ -55,3 +55,14 @@ def test_gateway_check_refuses_an_unparsable_url_in_one_line(tmp_path):
                           text=True, env=env)
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == f"error: {tmp_path / 'gw.yaml'}:6: upstreams.0.url: 'http://[::1' is not a valid URL (Invalid IPv6 URL)\n"
+
+
+def test_a_yaml_merge_key_in_the_config_is_merged():
+    """A merged-in key has no line of its own in ruamel's map: it raised KeyError ("internal error")."""
+    text = ("version: 1\nstore: ./st\npolicy: ALLOW_ALL\nupstreams:\n"
+            "  - <<: {id: docs}\n    url: 'http://127.0.0.1:9000/mcp'\n")
+    config = parse_config(text, source="gw.yaml")
+    assert [(u.id, u.url) for u in config.upstreams] == [("docs", "http://127.0.0.1:9000/mcp")]
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text.replace("<<: {id: docs}", "<<: {id: 'a__b'}"), source="gw.yaml")
+    assert str(caught.value).startswith("gw.yaml:5: upstreams.0.id: ")

@@ -145,6 +145,26 @@ async def test_a_malformed_line_from_the_upstream_does_not_take_the_gateway_down
     assert gw.upstreams["toy"].malformed == 1
 
 
+async def test_lines_that_are_not_utf8_are_malformed_messages_and_the_upstream_reads_on(tmp_path, store, caplog):
+    """A line that is not UTF-8 (MCP's stdio transport is UTF-8) is one malformed message, never
+    decoded with replacement characters into a message the upstream did not send; the SDK's own
+    reader stopped reading the upstream for good there, so every later call timed out."""
+    import logging
+
+    gw = Gateway(toy_config(tmp_path, extra="limits: {call_timeout_s: 5}"), store=store)
+    with caplog.at_level(logging.WARNING, logger="sealbox.gateway"):
+        async with running(gw) as tg, connect(gw, tg) as client:
+            answer = await client.call_tool("toy__garbage", {"bytes": True})
+            after = await client.call_tool("toy__echo", {"text": "fine"})
+            again = await client.call_tool("toy__garbage", {"bytes": True})
+    assert (answer.is_error, text_of(answer)) == (False, "after garbage")
+    assert (after.is_error, text_of(after)) == (False, "fine")
+    assert (again.is_error, text_of(again)) == (False, "after garbage")
+    assert (gw.upstreams["toy"].malformed, gw.upstreams["toy"].state) == (4, "ready")
+    warned = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    assert warned == ["upstream toy sent a malformed message: a line that is not valid UTF-8 (dropped)"] * 4
+
+
 async def test_an_upstream_that_cannot_start_leaves_the_gateway_serving_the_others(tmp_path, store):
     import json
     import sys

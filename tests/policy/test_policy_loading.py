@@ -70,6 +70,23 @@ def test_unknown_field_is_an_error_naming_its_line(tmp_path):
     assert str(err) == f"{tmp_path / 'policy.yaml'}:7: unknown field 'rules[0].priority'"
 
 
+def test_yaml_merge_keys_are_merged_and_a_merged_field_is_named_at_its_mapping(tmp_path):
+    """A merged-in key has no line of its own in ruamel's map (it raised KeyError, "internal error")."""
+    policy = load(tmp_path, """
+        version: 1
+        name: p
+        rules:
+          - &deny {id: r0, match: {tool: y}, effect: deny}
+          - <<: *deny
+            id: r1
+            match: {tool: x}
+    """)
+    assert [(r["id"], r["effect"], r["match"]["tool"]) for r in policy.to_dict()["rules"]] == [
+        ("r0", "deny", ["y"]), ("r1", "deny", ["x"])]
+    err = load_error(tmp_path, "version: 1\nname: p\nrules:\n  - id: r1\n    match: {tool: x}\n    <<: {effect: deny, priority: 3}\n")
+    assert (err.line, err.problem) == (4, "unknown field 'rules[0].priority'")
+
+
 def test_unknown_top_level_field(tmp_path):
     err = load_error(tmp_path, BASE + "defaults: allow\n")
     assert (err.line, err.problem) == (7, "unknown field 'defaults'")

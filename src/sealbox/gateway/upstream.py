@@ -335,23 +335,59 @@ def _line_receive_stream() -> type:
     from anyio.streams.text import TextReceiveStream
 
     class LineReceiveStream(TextReceiveStream):
-        """anyio's ``TextReceiveStream``, each ``receive()`` returning text up to (at least) one
-        newline, or the rest at EOF: the chunks of a long line are joined once (linear)."""
+        """anyio's ``TextReceiveStream``, each ``receive()`` returning whole lines (text up to and
+        including the last newline received so far), or the rest at EOF: the chunks of a long
+        line are joined once (linear).
+
+        Lines are decoded one by one, strictly: a line that is not valid in the stream's
+        encoding (MCP's stdio transport is UTF-8) is passed on as :data:`NOT_TEXT_LINE`, which
+        no JSON parser accepts, so the session reports one malformed message and reads on. The
+        SDK's own reader would raise ``UnicodeDecodeError`` there and stop reading the upstream
+        for good while the process lived on (every later call timed out); decoding with
+        ``errors="replace"`` instead could turn a bad byte inside a JSON string into U+FFFD and
+        pass the altered message on as if the upstream had sent it."""
+
+        def __post_init__(self, encoding: str, errors: str) -> None:
+            super().__post_init__(encoding, errors)
+            self._encoding = encoding
+            self._pending = bytearray()
+
+        def _decoded(self, data: bytes) -> str:
+            try:
+                return data.decode(self._encoding)
+            except UnicodeDecodeError:
+                lines = data.split(b"\n")
+                out = []
+                for line in lines:
+                    try:
+                        out.append(line.decode(self._encoding))
+                    except UnicodeDecodeError:
+                        out.append(NOT_TEXT_LINE)
+                return "\n".join(out)
 
         async def receive(self) -> str:
-            parts: list[str] = []
             while True:
                 try:
-                    text = await super().receive()
+                    chunk = await self.transport_stream.receive()
                 except EndOfStream:
-                    if parts:
-                        return "".join(parts)
+                    if self._pending:
+                        rest, self._pending = bytes(self._pending), bytearray()
+                        return self._decoded(rest)
                     raise
-                parts.append(text)
-                if "\n" in text:
-                    return "".join(parts)
+                cut = chunk.rfind(b"\n")
+                if cut < 0:
+                    self._pending += chunk
+                    continue
+                lines = bytes(self._pending) + chunk[:cut + 1]
+                self._pending = bytearray(chunk[cut + 1:])
+                return self._decoded(lines)
 
     return LineReceiveStream
+
+
+NOT_TEXT_LINE = "sealbox: this line from the upstream was not valid UTF-8 and was dropped"
+"""What :class:`_LineReceiveStream` passes on for a line that is not valid text (not JSON: the
+SDK reports it as a malformed message)."""
 
 
 _LineReceiveStream = _line_receive_stream()
@@ -377,6 +413,9 @@ def _malformed(exc: BaseException) -> str:
     if isinstance(exc, ValidationError) and callable(errors):
         parts = []
         for e in errors()[:3]:
+            if e.get("input") == NOT_TEXT_LINE:
+                parts.append("a line that is not valid UTF-8 (dropped)")
+                continue
             shown = repr(e.get("input"))
             parts.append(f"{e.get('msg')} (input {shown[:80] + '…' if len(shown) > 80 else shown})")
         return "; ".join(parts) or type(exc).__name__

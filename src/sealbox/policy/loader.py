@@ -98,7 +98,10 @@ def _plain(node: Any, path: tuple, lines: LineMap, counter: list[int], source: s
     if isinstance(node, CommentedMap):
         out = {}
         for key in node:
-            line = node.lc.key(key)[0] + 1
+            try:
+                line = node.lc.key(key)[0] + 1
+            except KeyError:  # merged in by a YAML merge key (<<): its line is the mapping's
+                line = node.lc.line + 1
             if not isinstance(key, str):
                 raise PolicyLoadError(source, line, f"key {key!r} must be a string")
             lines[path + (key,)] = line

@@ -7,7 +7,8 @@ Tools:
   mutate()            changes echo's description and adds `extra` (a rug pull), sends tools/list_changed
   crash()             the process exits at once (no answer)
   hang()              never answers
-  garbage()           writes a non-JSON line on stdout, then answers normally
+  garbage(bytes?)     writes a non-JSON line on stdout (with bytes=true: a line that is not UTF-8,
+                      one holding a JSON message with a bad byte inside a string), then answers normally
   slow(seconds)       answers after a delay
   sample(prompt)      asks the client for sampling/createMessage; returns the reply as JSON
   roots()             asks the client for roots/list; returns the roots as JSON
@@ -105,7 +106,14 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     if name == "hang":
         await anyio.sleep_forever()
     if name == "garbage":
-        await OUT["stdout"].write("this is not json\n")
+        if args.get("bytes"):
+            await OUT["stdout"].flush()
+            raw = OUT["stdout"].wrapped.buffer
+            raw.write(b"\xff\xfe not text\n")
+            raw.write(b'{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"bad \xff"}}\n')
+            raw.flush()
+        else:
+            await OUT["stdout"].write("this is not json\n")
         await OUT["stdout"].flush()
         return _text("after garbage")
     if name == "slow":
