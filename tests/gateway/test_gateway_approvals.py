@@ -150,6 +150,39 @@ async def test_past_the_hold_pending_then_a_retry_gets_the_outcome_of_the_same_r
     assert events[-1].kind != "run.ended"
 
 
+async def test_an_approved_call_whose_tool_changed_while_it_was_held_is_not_forwarded(tmp_path, store, keys):
+    """The approver approved the tool as it was: once it changes upstream (``tools.changed``) and
+    until someone re-approves it, the held call's retry is refused like any call to it (it was
+    forwarded to the changed tool)."""
+    from sealbox.gateway import PIN_RULE
+
+    gw = gateway(tmp_path, store, hold=0.2)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            held = await client.call_tool("toy__echo", {"text": "hello"})
+            aid = approval_of(held)
+            assert (await client.call_tool("toy__mutate", {})).is_error is False
+            for _ in range(100):  # tools/list_changed is handled by the gateway's upstream task
+                if gw.pins.blocked("toy", "echo"):
+                    break
+                await anyio.sleep(0.05)
+            assert gw.pins.blocked("toy", "echo")
+            await anyio.to_thread.run_sync(lambda: answer(store, aid, "approve", "fine", keys["alice"]))
+            retry = await client.call_tool("toy__echo", {"text": "hello"})
+        [run_id] = gateway_runs(store)
+    assert retry.is_error is True
+    assert text_of(retry).startswith(f"not forwarded: tool toy/echo changed upstream after this call was decided and "
+                                     f"has not been re-approved (rule {PIN_RULE}; sealbox gateway reapprove toy echo --store ")
+    assert retry.meta["sealbox/not_forwarded"] == "tool_changed"
+    assert toy_log(tmp_path) == [{"tool": "mutate", "arguments": {}}]  # echo never went out
+    events = store.read_run(run_id)
+    [call] = [e.payload for e in events if e.kind == "tool.call" and e.payload["tool"] == "echo"]
+    [result] = [e.payload for e in events if e.kind == "tool.result" and e.payload["call_id"] == call["call_id"]]
+    assert (result["ok"], result["error"]["type"]) == (False, "ToolChangedSinceDecided")
+    assert [e.payload["outcomes"] for e in events if e.kind == "run.resumed"] == [{aid: "approved"}]
+    assert sealbox.verify_store(store).ok
+
+
 async def test_two_calls_with_the_same_arguments_made_at_once_are_two_requests_each_settled_by_its_own_call(
         tmp_path, store, keys):
     """Both calls are recorded before either is remembered as pending, so each has its own request;

@@ -80,6 +80,16 @@ class InvalidArguments(ValueError):
     the client gets an ``isError`` result with ``_meta["sealbox/not_forwarded"] = "invalid_arguments"``."""
 
 
+class ToolChangedSinceDecided(RuntimeError):
+    """The tool changed upstream (``tools.changed``) after the call was decided and has not been
+    re-approved: the call is not forwarded. Happens to a call held for approval while its tool
+    changed (the approver approved the old definition), or one decided just before the change.
+
+    Recorded as the call's error (``tool.result`` ``ok: false``, type ``ToolChangedSinceDecided``);
+    the client gets an ``isError`` result naming rule :data:`PIN_RULE`, with
+    ``_meta["sealbox/not_forwarded"] = "tool_changed"``."""
+
+
 #: set in the task of a call whose arguments were refused, so the breaker does not count its failure
 _NOT_FORWARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("sealbox_gateway_not_forwarded", default=False)
 
@@ -564,6 +574,13 @@ class Gateway:
         returned: list[types.CallToolResult] = []
 
         async def forward(**_: Any) -> dict[str, Any]:
+            if self.pins.blocked(server, tool):  # changed since the call was decided (e.g. while it was held)
+                self.pins.refresh(self.store)  # a re-approval may have been recorded since
+                if self.pins.blocked(server, tool):
+                    _NOT_FORWARDED.set(True)
+                    raise ToolChangedSinceDecided(
+                        f"not forwarded: tool {server}/{tool} changed upstream after this call was decided and has "
+                        f"not been re-approved (rule {PIN_RULE}; {reapprove_command(self.config.store, server, tool)})")
             problem = self._schema_problem(server, tool, arguments)
             if problem is not None:  # recorded as a failed call (tool.result ok: false), never forwarded
                 _NOT_FORWARDED.set(True)  # not the upstream's failure: the breaker does not count it
@@ -964,6 +981,8 @@ def _failure(exc: BaseException) -> types.CallToolResult:
                                                    "call_id": exc.call_id}})
     if isinstance(exc, InvalidArguments):
         return _error_result(str(exc), {"sealbox/not_forwarded": "invalid_arguments"})
+    if isinstance(exc, ToolChangedSinceDecided):
+        return _error_result(str(exc), {"sealbox/not_forwarded": "tool_changed"})
     if isinstance(exc, RecordingError):
         return _error_result(f"not forwarded: the call could not be recorded ({exc})",
                              {"sealbox/not_forwarded": "recording_failed"})
