@@ -132,6 +132,56 @@ async def test_a_call_joins_an_existing_run_named_in_meta(tmp_path, store):
     assert gateway_runs(store) == [agent_run.run_id]  # no run of its own for the session
 
 
+async def test_a_session_cannot_join_the_run_of_another_connected_session(tmp_path, store):
+    """Two sessions recording into one run would each number its steps (both recorded a call at
+    step 3); once the owning session is gone and its run has ended, the run is unknown to joins."""
+    from sealbox.gateway import RUN_IN_USE
+
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as other:
+            async with connect(gw, tg) as owner:
+                await owner.call_tool("toy__echo", {"text": "A1"})
+                [run_id] = gateway_runs(store)
+                with pytest.raises(MCPError) as in_use:
+                    await other.call_tool("toy__echo", {"text": "B1"}, meta={"sealbox/run_id": run_id})
+                named = await owner.call_tool("toy__echo", {"text": "A2"}, meta={"sealbox/run_id": run_id})
+                await owner.call_tool("toy__echo", {"text": "A3"})
+            for _ in range(100):
+                if [k for _, k in kinds(store, run_id)][-1] == "run.ended":
+                    break
+                await anyio.sleep(0.05)
+            with pytest.raises(MCPError) as ended:
+                await other.call_tool("toy__echo", {"text": "B2"}, meta={"sealbox/run_id": run_id})
+    assert (in_use.value.code, str(in_use.value)) == (RUN_IN_USE, f"run {run_id} is the run of another MCP session "
+                                                      "of this gateway that is still connected; only that session "
+                                                      "records into it")
+    assert named.is_error is False
+    assert ended.value.code == UNKNOWN_RUN and str(ended.value) == f"run {run_id} has ended; it cannot be continued"
+    calls = [(e.step, e.payload["arguments"]) for e in store.read_run(run_id) if e.kind == "tool.call"]
+    assert calls == [("2", {"text": "A1"}), ("3", {"text": "A2"}), ("4", {"text": "A3"})]
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": t}} for t in ("A1", "A2", "A3")]
+
+
+async def test_a_joined_run_that_ended_since_is_an_unknown_run(tmp_path, store):
+    """The gateway keeps the context of a run it joined; the run's own process ending it is noticed."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    agent_run = Recorder(store, ALLOW_ALL).run(agent="sdk-agent", principal="agent:sdk")
+    agent_run.start()
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        first = await client.call_tool("toy__echo", {"text": "joined"}, meta={"sealbox/run_id": agent_run.run_id})
+        agent_run.end("ok")
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("toy__echo", {"text": "late"}, meta={"sealbox/run_id": agent_run.run_id})
+    assert first.is_error is False
+    assert (err.value.code, str(err.value)) == (UNKNOWN_RUN, f"run {agent_run.run_id} has ended; it cannot be continued")
+    assert [k for _, k in kinds(store, agent_run.run_id)] == [
+        "run.started", "tool.call", "policy.decision", "tool.result", "run.ended"]
+
+
 async def test_a_joined_call_is_recorded_under_the_step_and_call_id_given_in_meta(tmp_path, store):
     """_meta "sealbox/step" and "sealbox/call_id": the step the driving process's model call gave the call;
     the gateway records the call there, not at a new top-level step of its own."""

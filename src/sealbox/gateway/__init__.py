@@ -15,6 +15,7 @@ from sealbox.gateway.codes import (
     INVALID_REQUEST_STATE,
     MALFORMED_REQUEST,
     REQUEST_TOO_LARGE,
+    RUN_IN_USE,
     UNAUTHORIZED,
     UNKNOWN_RUN,
     UNKNOWN_TOOL,
@@ -38,4 +39,5 @@ __all__ = [
     "UNKNOWN_RUN",
     "UNAUTHORIZED",
     "INVALID_REQUEST_STATE",
+    "RUN_IN_USE",
 ]

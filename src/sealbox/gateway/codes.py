@@ -27,6 +27,9 @@ UNAUTHORIZED = -32007
 #: A stateless (2026-07-28) retry carried a ``requestState`` that does not verify, has expired, or is bound
 #: to other arguments or another principal (sealbox.gateway.holds).
 INVALID_REQUEST_STATE = -32008
+#: ``_meta["sealbox/run_id"]`` names the run of another MCP session of this gateway that is still
+#: connected: only that session records into it (two would number their steps independently).
+RUN_IN_USE = -32009
 
 CODES: dict[int, str] = {
     UNKNOWN_TOOL: "unknown tool",
@@ -35,4 +38,5 @@ CODES: dict[int, str] = {
     UNKNOWN_RUN: "unknown run",
     UNAUTHORIZED: "unauthorized",
     INVALID_REQUEST_STATE: "invalid request state",
+    RUN_IN_USE: "run in use",
 }

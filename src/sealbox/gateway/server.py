@@ -225,6 +225,7 @@ class Gateway:
             for spec in config.upstreams
         }
         self._joined: dict[tuple[str, str], RunContext] = {}
+        self._session_runs: dict[str, RunContext] = {}  # the runs of connected sessions, by run id
         self._linked_steps: dict[str, set[str]] = {}  # joined run id -> steps given by sealbox/step so far
         self._inflight: dict[str, dict[int, _InFlight]] = {u: {} for u in self.upstreams}
         self._connections: dict[int, Any] = {}
@@ -371,7 +372,15 @@ class Gateway:
         if run_id is not None:
             if not isinstance(run_id, str):
                 raise MCPError(codes.UNKNOWN_RUN, f"_meta[{RUN_ID_META_KEY!r}] must be a string")
-            return self._join(run_id, principal)
+            live = self._session_runs.get(run_id)
+            if live is None:
+                return self._join(run_id, principal)
+            if _connection(ctx).state.get(_RUN_STATE) is not live:
+                raise MCPError(codes.RUN_IN_USE, f"run {run_id} is the run of another MCP session of this gateway "
+                               "that is still connected; only that session records into it")
+            if live.principal.id != principal:  # its own session, another identity: recorded as that identity
+                return self._join(run_id, principal)
+            return live  # its own run, named: one step counter
         connection = _connection(ctx)
         run = connection.state.get(_RUN_STATE)
         if run is None:
@@ -390,7 +399,12 @@ class Gateway:
                            "breakers, approvals); calls cannot join it")
         key = (run_id, principal)
         run = self._joined.get(key)
-        if run is None:
+        if run is not None:
+            now = self.store.get_run(run_id)  # ended since it was joined (by its own process, another session)?
+            if now is None or now["status"] == "ended":
+                del self._joined[key]
+                raise MCPError(codes.UNKNOWN_RUN, f"run {run_id} has ended; it cannot be continued")
+        else:
             try:
                 run = self.recorder.continue_run(run_id)
             except RecordingError as exc:
@@ -484,6 +498,7 @@ class Gateway:
         run._gateway_inflight = 0  # type: ignore[attr-defined]
         run._gateway_idle = None  # type: ignore[attr-defined]  # an Event only while someone waits (_end_run)
         connection.state[_RUN_STATE] = run
+        self._session_runs[run.run_id] = run
         self._connections[id(connection)] = connection
         connection.exit_stack.push_async_callback(self._end_run, connection, run)
         return run
@@ -491,6 +506,7 @@ class Gateway:
     async def _end_run(self, connection: Any, run: RunContext) -> None:
         """On disconnect: wait for the session's in-flight calls to be recorded, then end its run."""
         self._connections.pop(id(connection), None)
+        self._session_runs.pop(run.run_id, None)
         with anyio.move_on_after(self.config.limits.call_timeout_s + 1, shield=True):
             if run._gateway_inflight > 0:  # type: ignore[attr-defined]
                 if run._gateway_idle is None:  # type: ignore[attr-defined]
