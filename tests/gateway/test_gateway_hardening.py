@@ -18,7 +18,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 import sealbox
-from sealbox.gateway import UNAUTHORIZED, UNKNOWN_RUN, Gateway
+from sealbox.gateway import UNAUTHORIZED, UNKNOWN_RUN, UNKNOWN_TOOL, Gateway
 from sealbox.gateway.transports import serve_http
 
 from .conftest import TOY, connect, gateway_runs, running, text_of, toy_config, toy_log
@@ -368,6 +368,25 @@ async def test_a_long_upstream_tool_name_is_exposed_within_64_characters_and_cal
     assert (result.is_error, text_of(result)) == (False, "long")
     [call] = [e.payload for e in all_events(store) if e.kind == "tool.call"]
     assert (call["server"], call["tool"], call["exposed"]) == ("odd", long_name, exposed)
+
+
+async def test_a_tool_named_as_another_tools_shortened_name_makes_both_unlisted_and_uncallable(tmp_path, store):
+    """An upstream can name a tool exactly as the shortened form of another's long name: one
+    exposed name for two tools, so a call could reach either. Neither is listed or called."""
+    import hashlib
+
+    long_name = "n" * 200
+    shortened = "n" * 50 + "-" + hashlib.sha256(long_name.encode()).hexdigest()[:8]
+    gw = Gateway(odd_config(tmp_path, env={"ODD_LONG_NAME": long_name, "ODD_SECOND_NAME": shortened}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("odd__" + shortened, {})
+        pong = await client.call_tool("odd__ping", {})
+    assert "odd__ping" in names and not any(n.startswith("odd__nnn") for n in names)
+    assert err.value.code == UNKNOWN_TOOL
+    assert text_of(pong) == "pong"
+    assert [e.payload["tool"] for e in all_events(store) if e.kind == "tool.call"] == ["ping"]
 
 
 def test_sigterm_with_a_call_in_flight_answers_it_before_closing(tmp_path):

@@ -36,6 +36,7 @@ import logging
 import os
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -311,19 +312,31 @@ class Gateway:
         if not sep or not tool or server not in self.upstreams:
             return None
         tools = self.upstreams[server].tools
-        if tool not in tools and len(exposed) == MAX_EXPOSED_NAME:  # maybe a shortened long name
-            for name in tools:
-                if len(name) > len(tool) and self.exposed_name(server, name) == exposed:
-                    return server, name
+        if len(exposed) == MAX_EXPOSED_NAME:  # maybe a shortened long name
+            longer = [name for name in tools if len(name) > len(tool) and self.exposed_name(server, name) == exposed]
+            if len(longer) + (tool in tools) > 1:
+                return None  # two tools under one name (an upstream's tool named as another's shortened name)
+            if longer:
+                return server, longer[0]
         return server, tool
 
     def exposed_tools(self) -> list[types.Tool]:
-        """The union of the upstreams' tools under their exposed names."""
+        """The union of the upstreams' tools under their exposed names.
+
+        Two tools of one upstream that would be listed under the same name (a tool named exactly
+        as another's shortened long name) are both left out, and cannot be called: a call by
+        that name could reach either."""
         out = []
         for sid in sorted(self.upstreams):
+            names = {name: self.exposed_name(sid, name) for name in self.upstreams[sid].tools}
+            taken = Counter(names.values())
             for name in sorted(self.upstreams[sid].tools):
+                if taken[names[name]] > 1:
+                    log.warning("upstream %s: tools %r share the exposed name %r; neither is listed", sid,
+                                sorted(n for n, e in names.items() if e == names[name]), names[name])
+                    continue
                 tool = self.upstreams[sid].tools[name]
-                update: dict[str, Any] = {"name": self.exposed_name(sid, name)}
+                update: dict[str, Any] = {"name": names[name]}
                 if self.pins.blocked(sid, name):
                     update["description"] = (f"[blocked: this tool changed upstream; calls are denied until "
                                              f"`{reapprove_command(self.config.store, sid, name)}`]")

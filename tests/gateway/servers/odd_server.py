@@ -8,6 +8,7 @@ Tools:
   big(mb)            returns a text of ``mb`` megabytes
   ping()             returns "pong"
   <long name>        a tool whose name is ``$ODD_LONG_NAME`` (when set), returns "long"
+  <second name>      a tool whose name is ``$ODD_SECOND_NAME`` (when set), returns "second"
 
 Environment:
   ODD_LOG=path       every tools/call received is appended as one JSON line
@@ -44,6 +45,8 @@ def _tools() -> list[types.Tool]:
     ]
     if os.environ.get("ODD_LONG_NAME"):
         tools.append(types.Tool(name=os.environ["ODD_LONG_NAME"], description="A long name.", input_schema=obj))
+    if os.environ.get("ODD_SECOND_NAME"):
+        tools.append(types.Tool(name=os.environ["ODD_SECOND_NAME"], description="Another name.", input_schema=obj))
     return tools
 
 
@@ -69,6 +72,8 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         return _text("pong")
     if params.name.startswith("ref_"):
         return _text(f"{params.name}:{json.dumps(args.get('x'))}")
+    if params.name == os.environ.get("ODD_SECOND_NAME"):
+        return _text("second")
     return _text("long")
 
 
