@@ -160,7 +160,9 @@ async def test_a_retry_while_the_earlier_call_is_still_held_shares_its_single_ex
             with anyio.fail_after(30):
                 async with anyio.create_task_group() as calls:
                     calls.start_soon(call, "first")
-                    await until(lambda: pending_ids(store))
+                    # held (the gateway knows the request), not only requested: a retry arriving in between
+                    # is a second request (two identical calls made at once), as it was on a loaded machine
+                    await until(lambda: pending_ids(store) and gw._holding == 1)
                     [aid] = pending_ids(store)
                     calls.start_soon(call, "retry")
                     await until(lambda: gw._holding == 2)  # both held, on the same request
