@@ -650,7 +650,7 @@ class RunContext:
         records the call in another process (:meth:`link_call` there); asking again returns it again.
         """
         with self._lock:
-            return self._links.get(call_id)
+            return self._links.get(_provider_call_id(call_id))
 
     def link_call(self, call_id: str, step: str) -> None:
         """Record the next tool call with id ``call_id`` under ``step`` instead of a new top-level step.
@@ -667,7 +667,7 @@ class RunContext:
         if not is_call_step(step):
             raise ValueError(f"step must be '<n>.<i>' with positive integers, not {step!r}")
         with self._lock:
-            self._links[call_id] = step
+            self._links[_provider_call_id(call_id)] = step
 
     def _draft(self, kind: str, payload: dict[str, Any], step: str) -> EventDraft:
         return EventDraft(kind, payload, run_id=self.run_id, principal=self.principal.id, step=step)
@@ -739,6 +739,7 @@ class RunContext:
                 ``tool.result`` cannot be recorded, it is still the tool's own exception that is
                 raised, with the recording failure attached as a note (``exc.__notes__``).
         """
+        call_id = _provider_call_id(call_id)
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         if failure is not None and not callable(failure):
             raise ConfigError(f"{server}/{tool}: failure must be a callable or None, got {failure!r}; nothing was recorded")
@@ -772,6 +773,7 @@ class RunContext:
         sync or async: refused like in :meth:`call_tool`). Raises as :meth:`call_tool` does: the
         tool's own exception even when its ``tool.result`` cannot be recorded (the failure
         attached as a note), RecordingError when a tool that returned cannot have its result recorded."""
+        call_id = _provider_call_id(call_id)
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         if failure is not None and not callable(failure):
             raise ConfigError(f"{server}/{tool}: failure must be a callable or None, got {failure!r}; nothing was recorded")
@@ -1358,6 +1360,15 @@ def _attach_note(exc: BaseException, text: str) -> None:
         exc.add_note(text)
     except Exception:  # noqa: BLE001 - the exception in flight matters more than the note
         pass
+
+
+def _provider_call_id(call_id: Any) -> Any:
+    """A call id as the record holds it: one with a lone surrogate (a model provider's, passed on
+    raw by an integration) as :func:`_valid_text` writes it, the same text the model call's
+    ``tool_call_ids`` hold (sealbox.adapters.valid_text), so the call still links to it."""
+    if isinstance(call_id, str) and not call_id.isascii():
+        return _valid_text(call_id)
+    return call_id
 
 
 def _valid_text(text: str) -> str:

@@ -102,8 +102,6 @@ def test_model_call_with_surrogates_records_and_links(store, fmt):
     assert report.ok, [p.line() for p in report.problems]
 
 
-@pytest.mark.xfail(strict=True, raises=RecordingError, reason="recorder.call_tool does not yet apply valid_text to a call_id it is given "
-                                       "(recorder.py, outside this change): the tool.call is refused")
 def test_tool_call_given_the_raw_surrogate_id_links_too(store):
     rec = Recorder(store, policy=ALLOW_ALL)
     with rec.run(agent="surrogates") as run:

@@ -1,5 +1,5 @@
 """Lone surrogates: a note records them as error text does (visible ``\\udcff``); an identifier
-holding one is refused naming the field. ``sys.exit(0)`` inside a run ends it ``ok``."""
+holding one is refused naming the field, but a call id (a provider's) is written as visible text. ``sys.exit(0)`` inside a run ends it ``ok``."""
 
 from __future__ import annotations
 
@@ -37,7 +37,6 @@ def test_a_note_with_a_lone_surrogate_is_recorded_as_visible_text(store):
 @pytest.mark.parametrize("field, kwargs", [
     ("tool", {"tool": "t\udcff"}),
     ("server", {"server": "s\udcff"}),
-    ("call_id", {"call_id": "c\udcff"}),
     ("grant", {"grant": "g\udcff"}),
     ("exposed", {"exposed": "e\udcff"}),
 ])
@@ -49,6 +48,17 @@ def test_an_identifier_with_a_lone_surrogate_is_refused_naming_it(store, field, 
         with pytest.raises(ConfigError, match=rf"{field} '.\\udcff' contains a lone surrogate"):
             run.call_tool(call.pop("server"), call.pop("tool"), call.pop("arguments"), call.pop("fn"), **call)
     assert ran == [] and _kinds(store, run.run_id) == ["run.started", "run.ended"]
+
+
+def test_a_call_id_with_a_lone_surrogate_is_recorded_as_visible_text(store):
+    """A call id is the model provider's (an integration passes it on raw): written as the model
+    call's tool_call_ids write it (sealbox.adapters.valid_text), so the call runs and links."""
+    ran = []
+    with Recorder(store, policy=ALLOW_ALL).run(agent="n") as run:
+        run.call_tool("s", "t", {}, lambda: ran.append(1), call_id="c\udcff")
+    [call] = [e.payload for e in store.read_run(run.run_id) if e.kind == "tool.call"]
+    assert ran == [1] and call["call_id"] == "c\\udcff"
+    assert verify_store(store).ok
 
 
 @pytest.mark.parametrize("kwargs, field", [({"agent": "a\udcff"}, "agent"),
