@@ -706,6 +706,58 @@ def test_only_the_checkpoint_file_deleted_is_reported(s: Sample) -> None:
     store.close()
 
 
+@pytest.mark.parametrize("text, why", [("", "it is empty"), ("\n", "it is empty"),
+                                       ("not a note\n", "it is not a checkpoint note")])
+def test_a_rolled_back_store_with_an_empty_or_damaged_checkpoint_file_refuses_to_append(
+        tmp_path: Path, text: str, why: str) -> None:
+    """An emptied file was taken as present: the rolled-back store appended, signed a checkpoint
+    smaller than one already signed (a fork), rewrote the file, and verify turned clean."""
+    path = tmp_path / "s"
+    build_sample(path, nruns=1)
+    backup = tmp_path / "backup.db"
+    src, dst = sqlite3.connect(path / "sealbox.db"), sqlite3.connect(backup)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    store = open_store(path, checkpoint_policy=CheckpointPolicy(every_events=10))
+    record_run(store, 7)
+    record_run(store, 8)
+    store.close()
+    for suffix in ("-wal", "-shm"):
+        (path / f"sealbox.db{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(backup, path / "sealbox.db")
+    (path / "checkpoint").write_text(text)
+    with closing_db(path) as db:
+        before = db.execute("SELECT count(*), (SELECT count(*) FROM checkpoints) FROM events").fetchone()
+    store = open_store(path)
+    with pytest.raises(sealbox.StoreError) as info:
+        store.append(note("system", "after the restore"))
+    assert f"checkpoint does not hold a checkpoint ({why}) though the store holds signed checkpoints" in str(info.value)
+    with pytest.raises(sealbox.StoreError, match="does not hold a checkpoint"):
+        store.issue_checkpoint()
+    store.close()
+    with closing_db(path) as db:
+        assert db.execute("SELECT count(*), (SELECT count(*) FROM checkpoints) FROM events").fetchone() == before
+    assert (path / "checkpoint").read_text() == text
+    assert not verify(path).ok
+
+
+def test_the_checkpoint_file_removed_under_an_open_writer_stops_later_appends_before_they_write(s: Sample) -> None:
+    """The append whose checkpoint found the file gone was committed: it returns its events (it
+    raised, so a recorded tool.call looked unrecorded and the tool did not run), and every later
+    append is refused before anything is written."""
+    store = open_store(s.path, checkpoint_policy=CheckpointPolicy(every_events=2, every_seconds=None))
+    store.append(note("system", "one"))
+    (s.path / "checkpoint").unlink()
+    [placed] = store.append(note("system", "two"))  # committed; its checkpoint is refused
+    assert placed.leaf_index == SIZE + 1
+    with pytest.raises(sealbox.StoreError, match="checkpoint is missing though the store holds signed checkpoints"):
+        store.append(note("system", "three"))
+    store.close()
+    with closing_db(s.path) as db:
+        assert db.execute("SELECT count(*) FROM events").fetchone()[0] == SIZE + 2
+
+
 # --------------------------------------------------------------------------- the triggers themselves
 
 

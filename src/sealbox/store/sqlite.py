@@ -641,6 +641,14 @@ def _checkpoint_file_missing(path: Path) -> str:
             "current, put the file back from a copy; see docs/storage.md, \"The checkpoint file\")")
 
 
+def _checkpoint_file_damaged(path: Path, why: str) -> str:
+    return (f"{path / CHECKPOINT_NAME} does not hold a checkpoint ({why}) though the store holds signed "
+            "checkpoints: it keeps the newest one, and without it a database restored from an older backup "
+            "cannot be told from the log, so appending could fork it; refusing to append (run `sealbox verify`; "
+            "if the database is known to be current, put the file back from a copy; see docs/storage.md, "
+            "\"The checkpoint file\")")
+
+
 class _CheckpointTimer:
     """Signs the checkpoint that ``every_seconds`` makes due while the store is idle.
 
@@ -863,8 +871,8 @@ class SqliteStore(SqliteQueries):
             if count != (0 if last is None else last + 1):
                 self._damage = (f"the log in {self.path} is not contiguous ({count} events, last leaf index {last}): "
                                 "an event was removed; refusing to append (run `sealbox verify`)")
-            elif latest is not None and self.checkpoint_file_note() is None:
-                self._damage = _checkpoint_file_missing(self.path)
+            elif latest is not None:
+                self._damage = self._checkpoint_file_problem()
 
     # ----------------------------------------------------------------- opening
 
@@ -1441,8 +1449,9 @@ class SqliteStore(SqliteQueries):
             damaged = f"checkpoint rows were deleted ({count} rows, ids up to {top})"
         elif count == 0 and size > 1:
             damaged = "the store holds events but no signed checkpoint (init signs one)"
-        elif count and self.checkpoint_file_note() is None:
-            raise StoreError(_checkpoint_file_missing(self.path))
+        elif count and (problem := self._checkpoint_file_problem()):
+            # committed already when this runs after an append: that append stands, later ones are refused
+            raise _ChangedBelowError(problem)
         else:
             note = self.checkpoint_file_note()
             if note and newest is not None and txn.conn.execute(
@@ -1653,6 +1662,22 @@ class SqliteStore(SqliteQueries):
             return (self.path / CHECKPOINT_NAME).read_text(encoding="utf-8")
         except FileNotFoundError:
             return None
+
+    def _checkpoint_file_problem(self) -> str | None:
+        """Why ``DIR/checkpoint`` cannot stand for the newest signed checkpoint (missing, unreadable,
+        empty or not a checkpoint note), or None. A store holding signed checkpoints needs it: it is
+        what tells a database restored from an older backup from the log."""
+        try:
+            note = (self.path / CHECKPOINT_NAME).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return _checkpoint_file_missing(self.path)
+        except (OSError, UnicodeDecodeError) as exc:
+            return _checkpoint_file_damaged(self.path, f"it cannot be read ({exc})")
+        try:
+            Checkpoint.parse(note.split("\n\n", 1)[0] + "\n")
+        except Exception:  # noqa: BLE001 - any parse failure: not a checkpoint note
+            return _checkpoint_file_damaged(self.path, "it is empty" if not note.strip() else "it is not a checkpoint note")
+        return None
 
     def checkpoint_file_size(self) -> int:
         """Tree size in ``DIR/checkpoint``, 0 when absent or unreadable (verify reports the latter)."""
@@ -1917,7 +1942,9 @@ class SqliteStore(SqliteQueries):
                     break
                 self._ops_idle.wait(left)
         try:
-            if self._signer is not None and self.size() > self._last_ckpt_size:
+            if self._damage:  # appends are refused already and signing would be: verify says why
+                _log.error("%s: no final checkpoint signed: %s", self.path, self._damage)
+            elif self._signer is not None and self.size() > self._last_ckpt_size:
                 self.issue_checkpoint()
             self.optimize()
         finally:
