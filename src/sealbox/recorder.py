@@ -1134,7 +1134,19 @@ class RunContext:
         return response
 
     def save_state(self, state: Any, label: str | None = None) -> None:
-        """Record the agent's state (any value; encoded, large parts stored once as blobs)."""
+        """Record the agent's state (any value; encoded, large parts stored once as blobs).
+
+        Raises:
+            ConfigError: ``label`` is neither None nor a string, or holds a lone surrogate
+                (a name in the record cannot); nothing was recorded.
+            RecordingError: the event could not be recorded.
+        """
+        if label is not None:
+            if not isinstance(label, str):
+                raise ConfigError(f"a state label must be a string or None, got {type(label).__name__}; "
+                                  "nothing was recorded")
+            if label and _lone_surrogate(label):
+                _check_name("state label", label)
         payload: dict[str, Any] = {"state": state}
         if label:
             payload["label"] = label

@@ -104,3 +104,17 @@ def test_keyboard_interrupt_still_ends_the_run_cancelled(store):
         with Recorder(store, policy=ALLOW_ALL).run(agent="ki") as run:
             raise KeyboardInterrupt
     assert store.read_run(run.run_id)[-1].payload["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("label, problem", [
+    ("s\udcff", "state label 's\\\\udcff' contains a lone surrogate"),
+    (5, "a state label must be a string or None, got int"),
+])
+def test_a_bad_state_label_is_refused_naming_it_and_nothing_is_written(store, label, problem):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="n") as run:
+        with pytest.raises(ConfigError, match=problem):
+            run.save_state({"k": 1}, label=label)
+        run.save_state({"k": 2}, label="fine")
+    states = [e.payload.get("label") for e in store.read_run(run.run_id) if e.kind == "state.saved"]
+    assert states == ["fine"]
+    assert verify_store(store).ok

@@ -637,14 +637,14 @@ class _WalCheckpointer:
 def _checkpoint_file_missing(path: Path) -> str:
     return (f"{path / CHECKPOINT_NAME} is missing though the store holds signed checkpoints: it keeps the newest "
             "one, and without it a database restored from an older backup cannot be told from the log, so "
-            "appending could fork it; refusing to append (run `sealbox verify`; if the database is known to be "
+            "appending could fork it; refusing to append or sign (run `sealbox verify`; if the database is known to be "
             "current, put the file back from a copy; see docs/storage.md, \"The checkpoint file\")")
 
 
 def _checkpoint_file_damaged(path: Path, why: str) -> str:
     return (f"{path / CHECKPOINT_NAME} does not hold a checkpoint ({why}) though the store holds signed "
             "checkpoints: it keeps the newest one, and without it a database restored from an older backup "
-            "cannot be told from the log, so appending could fork it; refusing to append (run `sealbox verify`; "
+            "cannot be told from the log, so appending could fork it; refusing to append or sign (run `sealbox verify`; "
             "if the database is known to be current, put the file back from a copy; see docs/storage.md, "
             "\"The checkpoint file\")")
 
