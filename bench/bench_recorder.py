@@ -12,6 +12,8 @@ machine noise hits ours and the baseline alike):
   attributes and a ``BatchSpanProcessor`` exporting to a no-op exporter (for information). The gate
   alone (call start until the tool runs) is shown against the raw commit too.
 * ``durability="fast"``: the same against raw ``synchronous=NORMAL`` commits; target <= 2x the span.
+* where the time goes: the call's SQL alone (its rows, in the store's schema, with plain ``sqlite3``;
+  ``SqlFloor``), the same without the query indexes, so that ours minus the SQL is Sealbox's Python.
 * a 100-rule policy where the call's (server, tool) selects one rule with one condition that matches,
   against ``ALLOW_ALL`` (both modes).
 
@@ -105,6 +107,63 @@ class RawCommits:
         self.conn.close()
 
 
+class SqlFloor:
+    """The SQL a recorded call issues, without Sealbox's Python: the last call's three event rows
+    (and its decision's inputs blob) inserted with plain ``sqlite3`` into a fresh database built by
+    the store's own migrations, in the recorder's two transactions (gate, then result; in ``full``
+    mode the result's commit is not fsync'd, as the recorder's is not). ``indexes=False`` drops the
+    query indexes on ``events`` first (the primary key and the append-only triggers stay): what the
+    indexes that answer "every call to X" cost each call."""
+
+    def __init__(self, path: Path, store_db: Path, durability: str, *, indexes: bool = True) -> None:
+        from sealbox.store.migrate import load_migrations
+
+        self.full = durability == "full"
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute(f"PRAGMA synchronous = {'FULL' if self.full else 'NORMAL'}")
+        for mig in load_migrations("sqlite"):
+            self.conn.executescript(mig.sql)
+        if not indexes:
+            for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND "
+                                             "tbl_name = 'events' AND sql IS NOT NULL").fetchall():
+                self.conn.execute(f"DROP INDEX {name}")
+        src = sqlite3.connect(store_db)
+        cur = src.execute("SELECT * FROM events ORDER BY leaf_index DESC LIMIT 3")
+        self.cols = [d[0] for d in cur.description]
+        self.rows = [list(r) for r in reversed(cur.fetchall())]
+        self.blobs = src.execute("SELECT ref, salt, content, size FROM blobs").fetchall()
+        src.close()
+        self.i = 0
+        self.sql = f"INSERT INTO events ({', '.join(self.cols)}) VALUES ({', '.join('?' * len(self.cols))})"
+        self.li, self.seq = self.cols.index("leaf_index"), self.cols.index("run_seq")
+
+    def _insert(self, row: list) -> None:
+        row[self.li] = row[self.seq] = self.i
+        self.i += 1
+        self.conn.execute(self.sql, row)
+
+    def one(self) -> float:
+        c = self.conn
+        t0 = time.perf_counter_ns()
+        c.execute("BEGIN IMMEDIATE")
+        c.executemany("INSERT OR IGNORE INTO blobs (ref, salt, content, size) VALUES (?, ?, ?, ?)", self.blobs)
+        self._insert(self.rows[0])
+        self._insert(self.rows[1])
+        c.execute("COMMIT")
+        if self.full:
+            c.execute("PRAGMA synchronous = NORMAL")
+        c.execute("BEGIN IMMEDIATE")
+        self._insert(self.rows[2])
+        c.execute("COMMIT")
+        if self.full:
+            c.execute("PRAGMA synchronous = FULL")
+        return (time.perf_counter_ns() - t0) / 1000
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 class OtelSpans:
     """An OpenTelemetry SDK tracer with a BatchSpanProcessor exporting to a no-op exporter."""
 
@@ -167,10 +226,14 @@ def bench_mode(tmp: Path, durability: str, otel: OtelSpans | None) -> None:
         gates.append(gate)
         return total
 
+    floor = SqlFloor(tmp / f"floor-{durability}.db", ours.store.db_path, durability)
+    floor_bare = SqlFloor(tmp / f"floor-bare-{durability}.db", ours.store.db_path, durability, indexes=False)
     measures: dict[str, Callable[[], float]] = {
         "ours": recorded,
         "raw1": lambda: raw.one(gate_bytes + result_bytes),
         "raw2": lambda: raw.one(gate_bytes, result_bytes),
+        "floor": floor.one,
+        "floor_bare": floor_bare.one,
     }
     if otel is not None:
         measures["span"] = otel.one
@@ -187,6 +250,15 @@ def bench_mode(tmp: Path, durability: str, otel: OtelSpans | None) -> None:
     if otel is not None:
         report(f"[{durability}] recorded call vs OpenTelemetry span (BatchSpanProcessor)", s["ours"], s["span"], "µs",
                2.0 if durability == "fast" else None)
+    report(f"[{durability}] recorded call vs its SQL alone (same rows, store schema, plain sqlite3)", s["ours"],
+           s["floor"], "µs", None, note="the difference is Sealbox's Python: encoding, redaction, policy, hashing, "
+           "Merkle tree, checks")
+    report(f"[{durability}] its SQL alone vs the same without the query indexes", s["floor"], s["floor_bare"], "µs",
+           None, note="the difference is what the indexes on events (every call to X, runs, approvals) cost")
+    report(f"[{durability}] its SQL alone without the query indexes vs 2 raw {sync} commits", s["floor_bare"],
+           s["raw2"], "µs", None, note="the difference is rows, triggers and the blob: the schema's floor")
+    floor.close()
+    floor_bare.close()
     raw.close()
     ours.close()
 
