@@ -151,3 +151,26 @@ def test_verify_names_a_bare_store_tag_outside_content_fields(tmp_path: Path, mo
         ("store_tag_misplaced", "tools.changed", chained.leaf_index, '{"$cons": …}'),
     ]
     assert "'about'" in report.problems[0].message and "'changed'" in report.problems[1].message
+
+
+def test_bundle_verify_names_a_bare_store_tag_outside_content_fields(tmp_path: Path, monkeypatch) -> None:
+    """The same check offline: a run exported from such a store gives a bundle whose verify names
+    the bare tag at its events.jsonl line (the bundle is otherwise intact and proven)."""
+    import sealbox.store.base as base
+    from sealbox.interop.bundle import export_bundle
+    from sealbox.interop.bundle_verify import verify_bundle
+
+    s = sealbox.init_store(tmp_path / "s")
+    s.append(EventDraft(kind="run.started", payload={"agent": "a", "labels": {}, "parent_run_id": None,
+                                                     "policy": POLICY, "snapshot": None},
+                        run_id="run-1", principal="agent:a"))
+    monkeypatch.setattr(base, "_store_tags_escaped", lambda value: value)  # the old behaviour
+    forged = s.append(EventDraft(kind="note", payload={"text": "t", "about": Tagged("$blob", REF)},
+                                 run_id="run-1", principal="agent:a"))[0]
+    monkeypatch.undo()
+    export_bundle(s, ["run-1"], tmp_path / "run.sbx")
+    s.close()
+    report = verify_bundle(tmp_path / "run.sbx")
+    assert [(p.code, p.kind, p.leaf_index, p.member, p.found) for p in report.problems] == [
+        ("store_tag_misplaced", "note", forged.leaf_index, "events.jsonl line 2", '{"$blob": …}'),
+    ]
