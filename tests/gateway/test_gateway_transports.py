@@ -353,3 +353,71 @@ def test_a_stop_while_the_gateway_starts_is_a_clean_exit(tmp_path, monkeypatch, 
                                       f"    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n")
     res = CliRunner().invoke(cli, ["gateway", "serve", "--config", str(tmp_path / "gw.yaml")], catch_exceptions=False)
     assert res.exit_code == 0 and res.output == "" and installed == [True]
+
+
+def test_stdio_gateway_answers_a_line_that_is_not_json_rpc_and_goes_on_serving(tmp_path):
+    """Over stdio the SDK handed a malformed line to the server as an exception, which only logged it:
+    the client got no answer at all (HTTP answers -32700 / -32602). JSON-RPC 2.0 requires an error
+    with a null id: -32700 for text that is not JSON, -32600 for JSON that is no JSON-RPC message.
+    A blank line is no request and gets nothing; nothing is recorded for any of them."""
+    import select
+    import subprocess
+
+    sealbox.init_store(tmp_path / "store").close()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"""version: 1
+store: ./store
+policy: ALLOW_ALL
+upstreams:
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+""")
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def send(line: str) -> None:
+        proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+
+    def answer(timeout: float = 10) -> dict | None:
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        return json.loads(proc.stdout.readline()) if ready else None
+
+    try:
+        send(json.dumps(INIT))
+        assert answer()["id"] == 1
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        send("{not json")
+        parse = answer()
+        send(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": []}))
+        invalid = answer()
+        send(json.dumps({"jsonrpc": "2.0", "id": 8}))
+        no_method = answer()
+        send("   ")
+        send(json.dumps({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                         "params": {"name": "toy__add", "arguments": {"a": 2, "b": 3}}}))
+        after = answer()  # the blank line got nothing: the next answer is the call's
+        proc.stdin.close()
+        code = proc.wait(timeout=30)
+    except BaseException:
+        proc.kill()
+        raise
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+    assert parse is not None and parse["id"] is None and parse["error"]["code"] == -32700, parse
+    assert parse["error"]["message"].startswith("Parse error:")
+    for reply in (invalid, no_method):
+        assert reply == {"jsonrpc": "2.0", "id": None, "error": {
+            "code": -32600, "message": "Invalid Request: not a JSON-RPC 2.0 request, notification or response"}}
+    assert after["id"] == 9 and after["result"]["content"] == [{"type": "text", "text": "5"}]
+    assert code == 0
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        [run_id] = gateway_runs(store)
+        assert [k for _, k in kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision", "tool.result",
+                                                        "run.ended"]
+    finally:
+        store.close()
