@@ -222,9 +222,7 @@ class GatewayReplay:
         async with anyio.create_task_group() as tg:
             self._tg, self._scope = tg, tg.cancel_scope
             async with stdio_server(stdin, stdout) as (read, write):
-                from sealbox.gateway.transports import answer_malformed
-
-                await self.server.run(answer_malformed(read, write), write, self.initialization_options())
+                await self.server.run(read, write, self.initialization_options())
             tg.cancel_scope.cancel()
         return self.finish()
 

@@ -55,78 +55,12 @@ async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None
             await tg.start(gateway.run_upstreams)
         if not stopping.cancel_called:  # else stopped while the upstreams started: nothing reads stdin yet
             async with stdio_server(stdin, stdout) as (read, write):
-                read = answer_malformed(read, write)
                 with stopping:  # cancelled at once when the signal came while it was being entered
                     await gateway.server.run(read, write, gateway.initialization_options())
                 if stopping.cancel_called and on_signal is not None:
                     await _stop_upstreams(gateway)
                     on_signal()
         tg.cancel_scope.cancel()
-
-
-class _AnswerMalformed:
-    """The stdio read stream, answering each line that is not a JSON-RPC message.
-
-    The SDK's stdio transport hands such a line to the server as an exception, which the server
-    only logs at debug level: a client that sent it got no answer at all (over HTTP the SDK
-    answers it). JSON-RPC 2.0 requires an error response whose ``id`` is null when the request's
-    id cannot be read: ``-32700`` (parse error) for text that is not JSON, ``-32600`` (invalid
-    request) for JSON that is no JSON-RPC message. A blank line is skipped without an answer."""
-
-    def __init__(self, read: Any, write: Any) -> None:
-        self._read, self._write = read, write
-
-    @property
-    def last_context(self) -> Any:  # the SDK reads the sender's contextvars from the stream it iterates
-        return getattr(self._read, "last_context", None)
-
-    async def receive(self) -> Any:
-        while True:
-            item = await self._read.receive()
-            if not isinstance(item, Exception):
-                return item
-            await self._answer(item)
-
-    def __aiter__(self) -> "_AnswerMalformed":
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        await self._read.aclose()
-
-    async def __aenter__(self) -> "_AnswerMalformed":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
-
-    async def _answer(self, exc: Exception) -> None:
-        import mcp_types as types
-        from mcp.shared.message import SessionMessage
-
-        errors = exc.errors() if hasattr(exc, "errors") else []
-        if errors and all(isinstance(e.get("input"), (str, bytes)) and not e["input"].strip() for e in errors):
-            return  # a blank line: nothing was asked
-        if any(e.get("type") == "json_invalid" for e in errors):
-            error = types.ErrorData(code=types.PARSE_ERROR, message=f"Parse error: {errors[0].get('msg', exc)}")
-        else:
-            error = types.ErrorData(code=types.INVALID_REQUEST,
-                                    message="Invalid Request: not a JSON-RPC 2.0 request, notification or response")
-        try:
-            await self._write.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=error)))
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass
-
-
-def answer_malformed(read: Any, write: Any) -> _AnswerMalformed:
-    """``read`` (a stdio transport's read stream) answering, on ``write``, each line that is not a
-    JSON-RPC message (see :class:`_AnswerMalformed`); used by ``gateway serve`` and ``gateway replay``."""
-    return _AnswerMalformed(read, write)
 
 
 async def _cancel_on_signal(scope: anyio.CancelScope, gateway: Gateway | None = None) -> None:
