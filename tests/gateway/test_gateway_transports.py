@@ -353,3 +353,40 @@ def test_a_stop_while_the_gateway_starts_is_a_clean_exit(tmp_path, monkeypatch, 
                                       f"    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n")
     res = CliRunner().invoke(cli, ["gateway", "serve", "--config", str(tmp_path / "gw.yaml")], catch_exceptions=False)
     assert res.exit_code == 0 and res.output == "" and installed == [True]
+
+
+async def test_a_client_that_listed_the_tools_is_told_of_a_change_over_http(tmp_path, store):
+    """Over streamable HTTP the gateway announced ``tools.listChanged: false`` (the SDK builds the
+    initialize answer without the gateway's options), and only sessions that had made a call were
+    sent ``notifications/tools/list_changed``: a client that had listed the tools and not yet
+    called one kept the old listing after a rug pull."""
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    got: list[str] = []
+
+    async def note(message):
+        got.append(getattr(getattr(message, "root", message), "method", ""))
+
+    async with anyio.create_task_group() as tg:
+        port = await _serve(gw, tg)
+        url = f"http://127.0.0.1:{port}/mcp"
+        a_http = httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"})
+        b_http = httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"})
+        async with a_http, streamable_http_client(url, http_client=a_http) as (r, w):
+            async with ClientSession(r, w, message_handler=note) as a:
+                with anyio.fail_after(30):
+                    init = await a.initialize()
+                    before = {t.name for t in (await a.list_tools()).tools}
+                    async with b_http, streamable_http_client(url, http_client=b_http) as (r2, w2):
+                        async with ClientSession(r2, w2) as b:
+                            await b.initialize()
+                            assert text_of(await b.call_tool("toy__mutate", {})) == "mutated"
+                    while "notifications/tools/list_changed" not in got:
+                        await anyio.sleep(0.05)
+                    after = {t.name for t in (await a.list_tools()).tools}
+        tg.cancel_scope.cancel()
+    assert init.capabilities.tools is not None and init.capabilities.tools.list_changed is True
+    assert "toy__extra" not in before and "toy__extra" in after
+    assert len(gateway_runs(store)) == 1  # only b called a tool: a's listing started no run

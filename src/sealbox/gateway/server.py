@@ -290,6 +290,17 @@ class Gateway:
                         on_call_tool=self._call_tool,
                         instructions="Tools of several MCP servers; every call is decided by policy and recorded.")
         server.middleware.append(self._check_request)
+        # streamable HTTP answers each session's initialize from create_initialization_options() called
+        # without arguments (tools.listChanged false), stdio from initialization_options(): the same
+        # capabilities both ways (the gateway does send notifications/tools/list_changed)
+        plain = server.create_initialization_options
+
+        def options(notification_options: Any = None, *args: Any, **kwargs: Any) -> Any:
+            from mcp.server.lowlevel.server import NotificationOptions
+
+            return plain(notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
+
+        server.create_initialization_options = options  # type: ignore[method-assign]
         return server
 
     # ------------------------------------------------------------------ protocol checks
@@ -344,7 +355,15 @@ class Gateway:
         return out
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        self._watch(_connection(ctx))  # a client holding a listing is told when it changes, call or no call
         return types.ListToolsResult(tools=self.exposed_tools())
+
+    def _watch(self, connection: Any) -> None:
+        """Send this client ``notifications/tools/list_changed`` on a change, until it disconnects."""
+        if id(connection) in self._connections or not getattr(connection, "has_standalone_channel", True):
+            return  # known, or a stateless request's connection (no channel to notify on)
+        self._connections[id(connection)] = connection
+        connection.exit_stack.callback(self._connections.pop, id(connection), None)
 
     async def _on_tools(self, upstream: Upstream, tools: list[types.Tool]) -> None:
         definitions = {t.name: tool_definition(t.name, t.description, t.input_schema) for t in tools}
@@ -512,7 +531,7 @@ class Gateway:
         run._gateway_idle = None  # type: ignore[attr-defined]  # an Event only while someone waits (_end_run)
         connection.state[_RUN_STATE] = run
         self._session_runs[run.run_id] = run
-        self._connections[id(connection)] = connection
+        self._watch(connection)
         connection.exit_stack.push_async_callback(self._end_run, connection, run)
         return run
 
