@@ -184,3 +184,25 @@ async def test_an_upstream_that_cannot_start_leaves_the_gateway_serving_the_othe
         names = [t.name for t in (await client.list_tools()).tools]
         assert gw.upstreams["broken"].state in ("down", "starting") and gw.upstreams["broken"].last_error
     assert "toy__echo" in names and not any(n.startswith("broken__") for n in names)
+
+
+async def test_an_upstream_that_never_answers_initialize_says_so(tmp_path, store, caplog):
+    """anyio's TimeoutError has no message: the log line was "upstream silent failed: TimeoutError: "
+    and a call's recorded error "upstream silent is down (TimeoutError: )"."""
+    import json
+    import logging
+    import sys
+
+    ups = f"""
+  - id: silent
+    command: {json.dumps(sys.executable)}
+    args: ["-c", "import time; time.sleep(60)"]
+"""
+    caplog.set_level(logging.WARNING, logger="sealbox.gateway")
+    gw = Gateway(toy_config(tmp_path, upstreams=ups, extra="limits: {startup_timeout_s: 0.5}"), store=store)
+    async with running(gw):
+        with anyio.fail_after(10):
+            await gw.upstreams["silent"].wait_until(lambda u: u.state == "down")
+        error = gw.upstreams["silent"].last_error
+    assert error == "TimeoutError: no answer to initialize and tools/list within 0.5 s (limits.startup_timeout_s)"
+    assert f"upstream silent failed: {error}" in [r.getMessage() for r in caplog.records]

@@ -150,10 +150,14 @@ class Upstream:
                 relay_recv, write, elicitation_callback=self._elicit, sampling_callback=self._sample,
                 list_roots_callback=self._roots, message_handler=self._on_message,
                 client_info=types.Implementation(name="sealbox-gateway", version=_version())))
-            with anyio.fail_after(self.limits.startup_timeout_s):
-                init = await session.initialize()
-                self.protocol_version = init.protocol_version
-                tools = await self._list(session)
+            try:
+                with anyio.fail_after(self.limits.startup_timeout_s):
+                    init = await session.initialize()
+                    self.protocol_version = init.protocol_version
+                    tools = await self._list(session)
+            except TimeoutError:  # anyio's has no message: the log line and calls' errors said "TimeoutError: "
+                raise TimeoutError(f"no answer to initialize and tools/list within {self.limits.startup_timeout_s:g} s "
+                                   "(limits.startup_timeout_s)") from None
             self._session = session
             self.generation += 1
             await self._publish(tools)
@@ -167,8 +171,12 @@ class Upstream:
                     waiters.start_soon(until, self._relist)
                 if self._relist.is_set() and not eof.is_set():
                     self._relist = anyio.Event()
-                    with anyio.fail_after(self.limits.startup_timeout_s):
-                        tools = await self._list(session)
+                    try:
+                        with anyio.fail_after(self.limits.startup_timeout_s):
+                            tools = await self._list(session)
+                    except TimeoutError:
+                        raise TimeoutError(f"no answer to tools/list within {self.limits.startup_timeout_s:g} s "
+                                           "(limits.startup_timeout_s)") from None
                     await self._publish(tools)
 
     def _transport(self) -> Any:
