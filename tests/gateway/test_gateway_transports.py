@@ -15,7 +15,7 @@ import sealbox
 from sealbox.gateway import UNAUTHORIZED, Gateway
 from sealbox.gateway.transports import serve_http
 
-from .conftest import TOY, gateway_runs, kinds, text_of, toy_config
+from .conftest import TOY, gateway_runs, kinds, text_of, toy_config, toy_log
 
 pytestmark = pytest.mark.anyio
 
@@ -390,3 +390,34 @@ async def test_a_client_that_listed_the_tools_is_told_of_a_change_over_http(tmp_
     assert init.capabilities.tools is not None and init.capabilities.tools.list_changed is True
     assert "toy__extra" not in before and "toy__extra" in after
     assert len(gateway_runs(store)) == 1  # only b called a tool: a's listing started no run
+
+
+async def test_arguments_holding_nan_or_infinity_are_refused_not_forwarded_as_null(tmp_path, store):
+    """The SDK reads NaN / Infinity in a request (not JSON numbers) and writes them as null: the call
+    was decided and recorded with n = Infinity and the upstream got n = null."""
+    from sealbox.gateway import MALFORMED_REQUEST
+
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    auth = {**HEADERS, "authorization": f"Bearer {TOKEN}"}
+    answers = []
+    async with anyio.create_task_group() as tg:
+        port = await _serve(gw, tg)
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with httpx2.AsyncClient(timeout=20) as http:
+            init = await http.post(url, json=INIT, headers=auth)
+            auth["mcp-session-id"] = init.headers["mcp-session-id"]
+            await http.post(url, content=b'{"jsonrpc":"2.0","method":"notifications/initialized"}', headers=auth)
+            for i, bad in enumerate(['{"text":"x","n":NaN}', '{"text":"x","deep":[{"n":-Infinity}]}',
+                                     '{"text":"ok","n":1.5}'], start=2):
+                body = f'{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"toy__echo","arguments":{bad}}}}}'
+                r = await http.post(url, content=body.encode(), headers=auth)
+                answers.append(json.loads(r.text.split("data: ", 1)[1].split("\n", 1)[0]))
+        tg.cancel_scope.cancel()
+    assert [a.get("error", {}).get("code") for a in answers] == [MALFORMED_REQUEST, MALFORMED_REQUEST, None]
+    assert answers[0]["error"]["message"] == "tools/call params.arguments.n: NaN and Infinity are not JSON numbers"
+    assert answers[1]["error"]["message"] == ("tools/call params.arguments.deep[0].n: NaN and Infinity are not "
+                                              "JSON numbers")
+    assert answers[2]["result"]["content"][0]["text"] == "ok"
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "ok", "n": 1.5}}]  # nothing else forwarded
+    [run_id] = gateway_runs(store)
+    assert [e.payload["arguments"] for e in store.read_run(run_id) if e.kind == "tool.call"] == [{"text": "ok", "n": 1.5}]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import math
 import os
 import time
 import uuid
@@ -977,7 +978,7 @@ def check_request(ctx: Any, max_request_bytes: int | None) -> None:
     Raises:
         MCPError: ``REQUEST_TOO_LARGE`` (params above ``max_request_bytes`` bytes of JSON; None:
             no limit), ``MALFORMED_REQUEST`` (a ``tools/call`` without a string ``name``, or
-            with ``arguments`` that are not an object).
+            with ``arguments`` that are not an object or hold NaN or Infinity).
     """
     from mcp.shared.exceptions import MCPError
 
@@ -995,6 +996,26 @@ def check_request(ctx: Any, max_request_bytes: int | None) -> None:
             raise MCPError(codes.MALFORMED_REQUEST, "tools/call needs params.name (a string)")
         if p.get("arguments") is not None and not isinstance(p["arguments"], dict):
             raise MCPError(codes.MALFORMED_REQUEST, "tools/call params.arguments must be an object")
+        if p.get("arguments") and (where := _non_finite(p["arguments"])) is not None:
+            # the SDK's JSON reader takes NaN / Infinity, its writer sends them as null: the call would be
+            # decided and recorded with one value and forwarded with another
+            raise MCPError(codes.MALFORMED_REQUEST, f"tools/call params.arguments{where}: NaN and Infinity are not "
+                           "JSON numbers")
+
+
+def _non_finite(value: Any) -> str | None:
+    """The path (``.a[0]``) of the first NaN or ±Infinity in ``value``, or None (none; iterative: any depth)."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if type(item) is float:
+            if item != item or item in (math.inf, -math.inf):
+                return where
+        elif isinstance(item, dict):
+            stack.extend((v, f"{where}.{k}") for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
+    return None
 
 
 def _refuse_retrieval(uri: str) -> Any:
