@@ -421,3 +421,114 @@ async def test_arguments_holding_nan_or_infinity_are_refused_not_forwarded_as_nu
     assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "ok", "n": 1.5}}]  # nothing else forwarded
     [run_id] = gateway_runs(store)
     assert [e.payload["arguments"] for e in store.read_run(run_id) if e.kind == "tool.call"] == [{"text": "ok", "n": 1.5}]
+
+
+def test_a_stdio_line_the_gateway_cannot_read_is_answered_not_dropped(tmp_path):
+    """The SDK's stdio server dropped a line it could not parse without a word: a request with a
+    lone surrogate (valid for Python's JSON reader, not for the SDK's), bad JSON, or an object that
+    is no JSON-RPC message was never answered and its client waited until its own timeout."""
+    import subprocess
+
+    sealbox.init_store(tmp_path / "store").close()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"version: 1\nstore: ./store\npolicy: ALLOW_ALL\nupstreams:\n  - id: toy\n"
+                      f"    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n"
+                      f"    env: {{TOY_LOG: {json.dumps(str(tmp_path / 'toy.log'))}}}\n")
+    sealbox_cmd = str(Path(sys.executable).parent / "sealbox")
+    lines = [
+        json.dumps(INIT),
+        '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"toy__echo","arguments":{"text":"\\ud800"}}}',
+        '{nope',
+        '',
+        '{"jsonrpc":"2.0","id":"s","method":5}',
+        '[{"jsonrpc":"2.0","id":3,"method":"ping"}]',
+        '{"jsonrpc":"2.0","method":"notifications/x","params":"\\ud800"}',  # a notification: not answered
+        '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"toy__echo","arguments":{"text":"ok"}}}',
+    ]
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
+    proc = subprocess.run([sealbox_cmd, "gateway", "serve", "--config", str(config)], input="\n".join(lines) + "\n",
+                          capture_output=True, text=True, env=env, timeout=60)
+    answers = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert proc.returncode == 0, proc.stderr
+    assert [(a["id"], a.get("error", {}).get("code")) for a in answers] == [
+        (1, None), (2, -32700), (None, -32700), ("s", -32600), (None, -32600), (4, None)]
+    assert answers[1]["error"]["message"].startswith("Parse error: Invalid JSON: ")
+    assert answers[-1]["result"]["content"][0]["text"] == "ok"
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "ok"}}]
+
+
+def _stdio_gateway(tmp_path):
+    """``sealbox gateway serve`` over stdio on the toy upstream (its calls logged): (argv, env)."""
+    sealbox.init_store(tmp_path / "store").close()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"version: 1\nstore: ./store\npolicy: ALLOW_ALL\nupstreams:\n  - id: toy\n"
+                      f"    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n"
+                      f"    env: {{TOY_LOG: {json.dumps(str(tmp_path / 'toy.log'))}}}\n")
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
+    return [str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)], env
+
+
+def _ended_calls(tmp_path):
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        [run_id] = gateway_runs(store)
+        events = list(store.read_run(run_id))
+        assert sealbox.verify_store(store).ok
+        return [e.kind for e in events], [e.payload.get("ok") for e in events if e.kind == "tool.result"]
+    finally:
+        store.close()
+
+
+def test_requests_written_before_stdin_closes_are_answered(tmp_path):
+    """A client that writes its requests and closes stdin (a pipe; MCP's stdio shutdown closes stdin
+    first) had its calls carried out and recorded, but their replies were never written."""
+    import subprocess
+
+    argv, env = _stdio_gateway(tmp_path)
+    lines = [json.dumps(INIT), '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+             '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"toy__slow","arguments":{"seconds":0.5}}}',
+             '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"toy__echo","arguments":{"text":"e"}}}']
+    proc = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    answers = {a["id"]: a for a in map(json.loads, proc.stdout.splitlines())}
+    assert answers[2]["result"]["content"][0]["text"] == "slow done"
+    assert answers[3]["result"]["content"][0]["text"] == "e"
+    kinds_, oks = _ended_calls(tmp_path)
+    assert kinds_[-1] == "run.ended" and oks == [True, True]
+
+
+def test_a_client_that_stops_reading_ends_the_session_cleanly(tmp_path):
+    """A client that exits closes the pipe the gateway writes to: writing a reply raised
+    BrokenPipeError out of the SDK's stdout writer and the gateway ended with 'internal error' (exit
+    70). Now it is a disconnect: the call still upstream is recorded, the run ended, exit 0."""
+    import subprocess
+    import time
+
+    argv, env = _stdio_gateway(tmp_path)
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        def send(message):
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            proc.stdin.flush()
+
+        send(INIT)
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+              "params": {"name": "toy__slow", "arguments": {"seconds": 1.5}}})
+        send({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+              "params": {"name": "toy__slow", "arguments": {"seconds": 0.3}}})
+        time.sleep(0.1)
+        proc.stdout.close()  # the client is gone: the reply to call 3 hits a closed pipe
+        time.sleep(1.0)
+        proc.stdin.close()
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = proc.stderr.read().decode()
+    assert (code, "internal error" in stderr) == (0, False), stderr
+    kinds_, oks = _ended_calls(tmp_path)
+    assert kinds_[-1] == "run.ended" and oks == [True, True]
+    assert [e["arguments"]["seconds"] for e in toy_log(tmp_path)] == [1.5, 0.3]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import socket
 from typing import Any, Callable
 
@@ -34,6 +35,8 @@ from sealbox.gateway.holds import WIRE_STATE_KEY, Wire
 from sealbox.gateway.server import Gateway
 
 __all__ = ["serve_stdio", "serve_http", "http_app", "BearerAuth"]
+
+log = logging.getLogger("sealbox.gateway")
 
 
 async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None,
@@ -54,13 +57,120 @@ async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None
         with stopping:
             await tg.start(gateway.run_upstreams)
         if not stopping.cancel_called:  # else stopped while the upstreams started: nothing reads stdin yet
-            async with stdio_server(stdin, stdout) as (read, write):
-                with stopping:  # cancelled at once when the signal came while it was being entered
-                    await gateway.server.run(read, write, gateway.initialization_options())
-                if stopping.cancel_called and on_signal is not None:
-                    await _stop_upstreams(gateway)
-                    on_signal()
+            try:
+                async with stdio_server(stdin, stdout) as (raw_read, raw_write):
+                    relay = _StdioRelay(gateway)
+                    to_server, read = anyio.create_memory_object_stream[Any](0)
+                    write, from_server = anyio.create_memory_object_stream[Any](0)
+                    tg.start_soon(relay.inbound, raw_read, to_server, write.clone())
+                    tg.start_soon(relay.outbound, from_server, raw_write)
+                    with stopping:  # cancelled at once when the signal came while it was being entered
+                        await gateway.server.run(read, write, gateway.initialization_options())
+                    if stopping.cancel_called and on_signal is not None:
+                        await _stop_upstreams(gateway)
+                        on_signal()
+            except* (BrokenPipeError, ConnectionResetError):
+                # the client stopped reading (it exited): the SDK's stdout writer failed and the session was
+                # closed as on a disconnect (calls in flight recorded, the run ended); not an internal error
+                log.info("the client closed its end of stdout; the session has ended")
         tg.cancel_scope.cancel()
+
+
+class _StdioRelay:
+    """Between the stdio transport and the server: answers what the SDK cannot read, and holds the
+    client's end of input (EOF) back until every request it sent has been answered.
+
+    * The SDK's stdio server drops a line it cannot read without a word (logged at debug level), so
+      a request the gateway could not parse (bad JSON, a lone surrogate, nesting too deep) was never
+      answered and its client waited until its own timeout. It is answered here as over HTTP:
+      ``-32700`` (parse error) or ``-32600`` (invalid request), with the request's id when it can be
+      read (else null). A notification or a response the gateway cannot read is dropped: neither is
+      answered in JSON-RPC.
+    * A client that writes its requests and closes stdin (``echo … | sealbox gateway serve``; MCP's
+      stdio shutdown closes stdin first, then waits for the server to exit) had the calls in flight
+      carried out and recorded, but their replies were never written: the session ended at EOF. The
+      EOF is passed on once each request is answered or cancelled (at most the approval hold plus
+      the call timeout, + 1 s)."""
+
+    def __init__(self, gateway: Any) -> None:
+        limits = getattr(getattr(gateway, "config", None), "limits", None)
+        self.wait_s = (limits.approval_hold_s + limits.call_timeout_s + 1) if limits is not None else 5.0
+        self.open: set[Any] = set()  # ids of the client's requests not yet answered
+        self._answered = anyio.Event()
+
+    async def inbound(self, read: Any, to_server: Any, write: Any) -> None:
+        import mcp_types as types
+
+        async with to_server, write:
+            async for item in read:
+                if isinstance(item, Exception):
+                    answer = _unreadable_answer(item)
+                    if answer is not None:
+                        try:
+                            await write.send(answer)
+                        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                            return
+                    continue
+                message = item.message
+                if isinstance(message, types.JSONRPCRequest):
+                    self.open.add(message.id)
+                elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
+                    self._done((message.params or {}).get("requestId"))
+                await to_server.send(item)
+            with anyio.move_on_after(self.wait_s):
+                while self.open:
+                    await self._answered.wait()
+
+    async def outbound(self, from_server: Any, write: Any) -> None:
+        import mcp_types as types
+
+        async with from_server, write:
+            async for item in from_server:
+                try:
+                    await write.send(item)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    return
+                if isinstance(item.message, (types.JSONRPCResponse, types.JSONRPCError)):
+                    self._done(item.message.id)
+
+    def _done(self, request_id: Any) -> None:
+        if request_id in self.open:
+            self.open.discard(request_id)
+            self._answered.set()
+            self._answered = anyio.Event()
+
+
+def _unreadable_answer(exc: Exception) -> Any:
+    """The JSON-RPC error answering a line the SDK could not read (``exc``), or None (not to be answered)."""
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    errors = exc.errors() if callable(getattr(exc, "errors", None)) else []  # pydantic's ValidationError
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid" or not errors:  # its input is the line
+        line = first.get("input")
+        if isinstance(line, str) and not line.strip():
+            return None  # a blank line
+        try:  # Python's parser reads some lines the SDK's does not (a lone surrogate): the request's id
+            doc = json.loads(line) if isinstance(line, (str, bytes)) else None
+        except (ValueError, RecursionError):
+            doc = None
+        code, what = types.PARSE_ERROR, "Parse error"
+    else:  # JSON, but no JSON-RPC message: the inputs of the errors are the parts that did not fit
+        objects = [e.get("input") for e in errors if isinstance(e.get("input"), dict)]
+        doc = next((o for o in objects if "method" in o or "id" in o), None)
+        code, what = types.INVALID_REQUEST, "Invalid request"
+    request_id = None
+    if isinstance(doc, dict):
+        if "method" not in doc and ("result" in doc or "error" in doc):
+            return None  # a response to the gateway's own request
+        if "method" in doc and "id" not in doc:
+            return None  # a notification
+        if type(doc.get("id")) in (int, str):
+            request_id = doc["id"]
+    detail = " ".join(str(first.get("msg") or exc).split())
+    error = types.ErrorData(code=code, message=f"{what}: {detail}")
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
 
 async def _cancel_on_signal(scope: anyio.CancelScope, gateway: Gateway | None = None) -> None:
