@@ -66,3 +66,20 @@ def test_a_yaml_merge_key_in_the_config_is_merged():
     with pytest.raises(ConfigError) as caught:
         parse_config(text.replace("<<: {id: docs}", "<<: {id: 'a__b'}"), source="gw.yaml")
     assert str(caught.value).startswith("gw.yaml:5: upstreams.0.id: ")
+
+
+@pytest.mark.parametrize("sep, uid, read_as", [("__", "toy_", "toy"), ("__", "a__"[:2], "a"), ("--", "web-", "web"),
+                                               ("_-", "x_", None), ("-", "toy_", None), ("___", "t__", "t")])
+def test_an_id_whose_end_joins_the_separator_is_refused(sep, uid, read_as):
+    """Server id ``toy_`` with separator ``__`` exposes ``toy___echo``, split at its first ``__`` into
+    server ``toy`` and tool ``_echo``: its tools were listed, and every call was UNKNOWN_TOOL."""
+    text = f"version: 1\nstore: ./st\npolicy: ALLOW_ALL\nseparator: '{sep}'\nupstreams:\n  - id: {uid}\n    command: x\n"
+    if read_as is None:  # the separator is found where it was put: fine
+        (up,) = parse_config(text, source="gw.yaml").upstreams
+        assert up.id == uid
+        return
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="gw.yaml")
+    assert str(caught.value) == (f"gw.yaml:6: upstreams.0.id: {uid!r} followed by the separator {sep!r} would be read "
+                                 f"as server {read_as!r}: its tools could not be called (end the id with a letter or "
+                                 "digit)")

@@ -224,7 +224,8 @@ def load_config(path: str | os.PathLike) -> GatewayConfig:
     Raises:
         ConfigError: ``FILE:LINE: problem`` for a missing file, invalid YAML, an
             unknown field, a wrong type, a duplicate upstream id, or a server id
-            that contains the separator; every such problem, joined by ``; ``.
+            that contains the separator (or ends so that the separator would be found
+            earlier in its exposed names); every such problem, joined by ``; ``.
     """
     p = Path(path)
     try:
@@ -344,6 +345,11 @@ def _check_ids(cfg: GatewayConfig, lines: dict) -> list[tuple[int | None, str]]:
         line = loader.line_of(lines, ("upstreams", i, "id"))
         if cfg.separator in up.id:
             problems.append((line, f"upstreams.{i}.id: {up.id!r} contains the separator {cfg.separator!r}"))
+        elif (cut := (up.id + cfg.separator).find(cfg.separator)) != len(up.id):
+            # "toy_" + "__" + "echo" = "toy___echo", split at its first "__": server "toy", tool "_echo"
+            problems.append((line, f"upstreams.{i}.id: {up.id!r} followed by the separator {cfg.separator!r} "
+                                   f"would be read as server {up.id[:cut]!r}: its tools could not be called "
+                                   f"(end the id with a letter or digit)"))
         elif up.id in seen:
             problems.append((line, f"upstreams.{i}.id: duplicate upstream id {up.id!r}"))
         seen.add(up.id)
