@@ -83,3 +83,37 @@ def test_an_id_whose_end_joins_the_separator_is_refused(sep, uid, read_as):
     assert str(caught.value) == (f"gw.yaml:6: upstreams.0.id: {uid!r} followed by the separator {sep!r} would be read "
                                  f"as server {read_as!r}: its tools could not be called (end the id with a letter or "
                                  "digit)")
+
+
+def _with_tokens(tokens: str) -> str:
+    return f"version: 1\nstore: ./st\npolicy: ALLOW_ALL\nhttp:\n  tokens:\n{tokens}upstreams:\n  - id: a\n    command: x\n"
+
+
+def test_a_token_no_http_request_can_carry_is_refused_without_showing_it(monkeypatch):
+    """A token with a non-ASCII character (httpx refuses to send it; curl's UTF-8 bytes never compared
+    equal) or a space at either end (dropped from the header) was accepted, and every request with it
+    got 401. The value of a refused token is never shown (a short one was: 'secret' is too short)."""
+    from sealbox.gateway.transports import token_identities
+
+    text = _with_tokens('    - {token: "pässwörd-1234567890", identity: ci}\n'
+                        '    - {token: " padded-token-123456", identity: pad}\n'
+                        '    - {token: "inner space is fine 1", identity: ok}\n')
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="gw.yaml")
+    why = "must be printable ASCII, without spaces at either end: no request could carry it in its " \
+          "Authorization header (the value is not shown)"
+    assert str(caught.value) == (f"gw.yaml:6: http.tokens.0.token (of ci) {why}; gw.yaml:7: http.tokens.1.token "
+                                 f"(of pad) {why}")
+    assert "pässwörd" not in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        parse_config(_with_tokens('    - {token: "secret", identity: short}\n'), source="gw.yaml")
+    assert str(caught.value) == ("gw.yaml:6: http.tokens.0.token: must be a string of at least 16 characters "
+                                 "(the value is not shown)")
+
+    cfg = parse_config(_with_tokens("    - {token_env: SEALBOX_T_ODD, identity: env}\n"), source="gw.yaml")
+    monkeypatch.setenv("SEALBOX_T_ODD", "tok\u00e9n-0123456789abcdef")
+    with pytest.raises(ConfigError) as caught:
+        token_identities(cfg)
+    assert str(caught.value) == f"environment variable SEALBOX_T_ODD (token of env) {why}"
+    monkeypatch.setenv("SEALBOX_T_ODD", "token-0123456789abcdef")
+    assert token_identities(cfg) == {"token-0123456789abcdef": "env"}

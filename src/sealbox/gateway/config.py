@@ -172,7 +172,20 @@ class TokenSpec:
         value = os.environ.get(self.token_env or "", "")
         if len(value) < 16:
             raise ConfigError(f"environment variable {self.token_env} (token of {self.identity}) is unset or shorter than 16 characters")
+        if not _sendable_token(value):
+            raise ConfigError(f"environment variable {self.token_env} (token of {self.identity}) {_TOKEN_CHARS}")
         return value
+
+
+#: why a token that :func:`_sendable_token` refuses can never be used (the value itself is never shown)
+_TOKEN_CHARS = ("must be printable ASCII, without spaces at either end: no request could carry it in its "
+                "Authorization header (the value is not shown)")
+
+
+def _sendable_token(value: str) -> bool:
+    """Whether a bearer token can arrive as written: HTTP clients send header values as ASCII (httpx
+    refuses anything else, curl sends UTF-8 bytes that never compare equal) and drop spaces at either end."""
+    return value.isascii() and value.isprintable() and value == value.strip()
 
 
 @dataclass(frozen=True)
@@ -300,6 +313,8 @@ def _message(err: jsonschema.ValidationError, path: tuple) -> str:
         return f"{where}: give exactly one of 'command' (stdio) or 'url' (streamable HTTP)"
     if err.validator == "oneOf":
         return f"{where}: give exactly one of 'token' or 'token_env'"
+    if path and path[-1] == "token":  # a secret: its value is never shown
+        return f"{where}: must be a string of at least 16 characters (the value is not shown)"
     if err.validator == "required":
         return f"{where}: {err.message}"
     if err.validator == "pattern" and path and path[-1] == "separator":
@@ -355,6 +370,10 @@ def _check_ids(cfg: GatewayConfig, lines: dict) -> list[tuple[int | None, str]]:
         seen.add(up.id)
         if up.url is not None and (why := _url_problem(up.url)):
             problems.append((loader.line_of(lines, ("upstreams", i, "url")), f"upstreams.{i}.url: {up.url!r} {why}"))
+    for i, token in enumerate(cfg.tokens):
+        if token.token is not None and not _sendable_token(token.token):
+            problems.append((loader.line_of(lines, ("http", "tokens", i, "token")),
+                             f"http.tokens.{i}.token (of {token.identity}) {_TOKEN_CHARS}"))
     if re.search(r"\s", cfg.principal):
         problems.append((loader.line_of(lines, ("principal",)), "principal: must not contain whitespace"))
     return problems
