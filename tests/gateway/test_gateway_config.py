@@ -117,3 +117,18 @@ def test_a_token_no_http_request_can_carry_is_refused_without_showing_it(monkeyp
     assert str(caught.value) == f"environment variable SEALBOX_T_ODD (token of env) {why}"
     monkeypatch.setenv("SEALBOX_T_ODD", "token-0123456789abcdef")
     assert token_identities(cfg) == {"token-0123456789abcdef": "env"}
+
+
+def test_upstream_headers_no_http_request_can_carry_are_refused():
+    """``gateway check`` said ok, then each connection attempt of ``gateway serve`` failed: a value
+    with a non-ASCII character (UnicodeEncodeError) or a name that is no HTTP token."""
+    text = ("version: 1\nstore: ./st\npolicy: ALLOW_ALL\nupstreams:\n  - id: docs\n    url: http://127.0.0.1:9/mcp\n"
+            "    headers:\n      Authorization: 'Bearer clé-0123456789'\n      Bad Name: x\n      X-Ok: 'a b;c=d'\n")
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="gw.yaml")
+    assert str(caught.value) == ("gw.yaml:8: upstreams.0.headers.Authorization: the value must be printable ASCII (an "
+                                 "HTTP header cannot carry it; the value is not shown); gw.yaml:9: upstreams.0.headers: "
+                                 "'Bad Name' is not a valid HTTP header name")
+    (up,) = parse_config(text.replace("      Authorization: 'Bearer clé-0123456789'\n      Bad Name: x\n", ""),
+                         source="gw.yaml").upstreams
+    assert up.headers == {"X-Ok": "a b;c=d"}

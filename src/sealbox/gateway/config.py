@@ -370,6 +370,14 @@ def _check_ids(cfg: GatewayConfig, lines: dict) -> list[tuple[int | None, str]]:
         seen.add(up.id)
         if up.url is not None and (why := _url_problem(up.url)):
             problems.append((loader.line_of(lines, ("upstreams", i, "url")), f"upstreams.{i}.url: {up.url!r} {why}"))
+        for name, value in up.headers.items():
+            # each connection attempt of `gateway serve` failed on it (UnicodeEncodeError, LocalProtocolError)
+            line_h = loader.line_of(lines, ("upstreams", i, "headers", name))
+            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
+                problems.append((line_h, f"upstreams.{i}.headers: {name!r} is not a valid HTTP header name"))
+            elif not (value.isascii() and value.isprintable()):
+                problems.append((line_h, f"upstreams.{i}.headers.{name}: the value must be printable ASCII (an HTTP "
+                                         "header cannot carry it; the value is not shown)"))
     for i, token in enumerate(cfg.tokens):
         if token.token is not None and not _sendable_token(token.token):
             problems.append((loader.line_of(lines, ("http", "tokens", i, "token")),
