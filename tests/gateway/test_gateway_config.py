@@ -132,3 +132,16 @@ def test_upstream_headers_no_http_request_can_carry_are_refused():
     (up,) = parse_config(text.replace("      Authorization: 'Bearer clé-0123456789'\n      Bad Name: x\n", ""),
                          source="gw.yaml").upstreams
     assert up.headers == {"X-Ok": "a b;c=d"}
+
+
+def test_upstream_command_args_and_env_no_process_can_be_started_with_are_refused():
+    """``gateway check`` said ok, then each start of the upstream failed (ValueError: embedded null
+    byte / illegal environment variable name)."""
+    text = ("version: 1\nstore: ./st\npolicy: ALLOW_ALL\nupstreams:\n  - id: a\n    command: x\n"
+            '    args: [ok, "a\\0b"]\n    env:\n      "A=B": x\n      C: "secret\\0z"\n      D: fine\n')
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="gw.yaml")
+    assert str(caught.value) == (
+        "gw.yaml:7: upstreams.0.args.1: must not contain a NUL character; gw.yaml:9: upstreams.0.env: 'A=B' is not a "
+        "valid environment variable name (empty, or holds '=' or NUL); gw.yaml:10: upstreams.0.env.C: the value must "
+        "not contain a NUL character (the value is not shown)")

@@ -370,6 +370,19 @@ def _check_ids(cfg: GatewayConfig, lines: dict) -> list[tuple[int | None, str]]:
         seen.add(up.id)
         if up.url is not None and (why := _url_problem(up.url)):
             problems.append((loader.line_of(lines, ("upstreams", i, "url")), f"upstreams.{i}.url: {up.url!r} {why}"))
+        # each start of the upstream failed on these (ValueError: embedded null byte, illegal environment variable name)
+        for key, text in [("command", up.command), ("cwd", up.cwd), *((f"args.{j}", a) for j, a in enumerate(up.args))]:
+            if text is not None and "\0" in text:
+                where = ("upstreams", i, *(int(k) if k.isdigit() else k for k in key.split(".")))
+                problems.append((loader.line_of(lines, where), f"upstreams.{i}.{key}: must not contain a NUL character"))
+        for name, value in up.env.items():
+            line_e = loader.line_of(lines, ("upstreams", i, "env", name))
+            if not name or "=" in name or "\0" in name:
+                problems.append((line_e, f"upstreams.{i}.env: {name!r} is not a valid environment variable name "
+                                         "(empty, or holds '=' or NUL)"))
+            elif "\0" in value:
+                problems.append((line_e, f"upstreams.{i}.env.{name}: the value must not contain a NUL character "
+                                         "(the value is not shown)"))
         for name, value in up.headers.items():
             # each connection attempt of `gateway serve` failed on it (UnicodeEncodeError, LocalProtocolError)
             line_h = loader.line_of(lines, ("upstreams", i, "headers", name))
