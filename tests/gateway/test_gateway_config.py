@@ -145,3 +145,17 @@ def test_upstream_command_args_and_env_no_process_can_be_started_with_are_refuse
         "gw.yaml:7: upstreams.0.args.1: must not contain a NUL character; gw.yaml:9: upstreams.0.env: 'A=B' is not a "
         "valid environment variable name (empty, or holds '=' or NUL); gw.yaml:10: upstreams.0.env.C: the value must "
         "not contain a NUL character (the value is not shown)")
+
+
+def test_a_store_or_policy_path_holding_nul_is_one_problem_not_an_internal_error(tmp_path):
+    """A policy path with a NUL byte ended ``gateway check`` and ``serve`` with 'internal error:
+    ValueError: embedded null byte' (exit 70); a store path printed the NUL in its message."""
+    (tmp_path / "gw.yaml").write_text('version: 1\nstore: "./s\\0t"\npolicy: "p\\0.yaml"\nupstreams:\n'
+                                      '  - id: a\n    command: x\n')
+    env = {k: v for k, v in os.environ.items() if k != "SEALBOX_DEBUG"}
+    for command in ("check", "serve"):
+        proc = subprocess.run([SEALBOX, "gateway", command, "-c", str(tmp_path / "gw.yaml")], capture_output=True,
+                              text=True, env=env, stdin=subprocess.DEVNULL, timeout=60)
+        assert (proc.returncode, proc.stdout) == (2, "")
+        assert proc.stderr == (f"error: {tmp_path / 'gw.yaml'}:2: store: must not contain a NUL character; "
+                               f"{tmp_path / 'gw.yaml'}:3: policy: must not contain a NUL character\n")

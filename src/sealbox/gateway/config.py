@@ -395,6 +395,9 @@ def _check_ids(cfg: GatewayConfig, lines: dict) -> list[tuple[int | None, str]]:
         if token.token is not None and not _sendable_token(token.token):
             problems.append((loader.line_of(lines, ("http", "tokens", i, "token")),
                              f"http.tokens.{i}.token (of {token.identity}) {_TOKEN_CHARS}"))
+    for key in ("store", "policy"):  # open() raised ValueError (embedded null byte): internal error, exit 70
+        if "\0" in getattr(cfg, key):
+            problems.append((loader.line_of(lines, (key,)), f"{key}: must not contain a NUL character"))
     if re.search(r"\s", cfg.principal):
         problems.append((loader.line_of(lines, ("principal",)), "principal: must not contain whitespace"))
     return problems
