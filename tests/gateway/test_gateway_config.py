@@ -159,3 +159,25 @@ def test_a_store_or_policy_path_holding_nul_is_one_problem_not_an_internal_error
         assert (proc.returncode, proc.stdout) == (2, "")
         assert proc.stderr == (f"error: {tmp_path / 'gw.yaml'}:2: store: must not contain a NUL character; "
                                f"{tmp_path / 'gw.yaml'}:3: policy: must not contain a NUL character\n")
+
+
+def test_an_allowed_origin_no_browser_sends_is_refused_with_the_form_to_write():
+    """Origins are compared exactly: ``http://localhost:3000/`` (a trailing slash), upper case or a
+    default port was accepted and every request from that page got HTTP 403."""
+    text = ("version: 1\nstore: ./st\npolicy: ALLOW_ALL\nhttp:\n  tokens: [{token: t0ken-0123456789abcdef, identity: a}]\n"
+            "  allowed_origins:\n    - http://localhost:3000/\n    - http://LocalHost:3000\n    - https://app.example:443\n"
+            "    - http://localhost:3000\n    - http://127.0.0.1:*\n    - http://[::1]:8080\n    - http://h:port\n"
+            "upstreams:\n  - id: a\n    command: x\n")
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="gw.yaml")
+    what = "never equals an Origin header a browser sends"
+    form = "(scheme://host[:port], lower case, no path, no default port)"
+    assert str(caught.value) == (
+        f"gw.yaml:7: http.allowed_origins.0: 'http://localhost:3000/' {what}: write 'http://localhost:3000' {form}; "
+        f"gw.yaml:8: http.allowed_origins.1: 'http://LocalHost:3000' {what}: write 'http://localhost:3000' {form}; "
+        f"gw.yaml:9: http.allowed_origins.2: 'https://app.example:443' {what}: write 'https://app.example' {form}; "
+        f"gw.yaml:13: http.allowed_origins.6: 'http://h:port' {what} {form}")
+    kept = parse_config(text.replace("    - http://h:port\n", "").replace("    - http://localhost:3000/\n", "")
+                        .replace("    - http://LocalHost:3000\n", "").replace("    - https://app.example:443\n", ""),
+                        source="gw.yaml").allowed_origins
+    assert kept == ("http://localhost:3000", "http://127.0.0.1:*", "http://[::1]:8080")

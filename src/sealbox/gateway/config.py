@@ -395,12 +395,39 @@ def _check_ids(cfg: GatewayConfig, lines: dict) -> list[tuple[int | None, str]]:
         if token.token is not None and not _sendable_token(token.token):
             problems.append((loader.line_of(lines, ("http", "tokens", i, "token")),
                              f"http.tokens.{i}.token (of {token.identity}) {_TOKEN_CHARS}"))
+    for i, origin in enumerate(cfg.allowed_origins):
+        if (exact := _origin_as_sent(origin)) != origin:
+            fix = f": write {exact!r}" if exact else ""
+            problems.append((loader.line_of(lines, ("http", "allowed_origins", i)),
+                             f"http.allowed_origins.{i}: {origin!r} never equals an Origin header a browser sends{fix} "
+                             "(scheme://host[:port], lower case, no path, no default port)"))
     for key in ("store", "policy"):  # open() raised ValueError (embedded null byte): internal error, exit 70
         if "\0" in getattr(cfg, key):
             problems.append((loader.line_of(lines, (key,)), f"{key}: must not contain a NUL character"))
     if re.search(r"\s", cfg.principal):
         problems.append((loader.line_of(lines, ("principal",)), "principal: must not contain whitespace"))
     return problems
+
+
+def _origin_as_sent(origin: str) -> str | None:
+    """``origin`` as a browser writes it in its ``Origin`` header (the gateway compares them exactly;
+    a ``:*`` port is kept), or None when it is no origin at all."""
+    from urllib.parse import urlsplit
+
+    base, wildcard = (origin[:-2], ":*") if origin.endswith(":*") else (origin, "")
+    try:
+        parts = urlsplit(base)
+        port = parts.port
+    except ValueError:
+        return None
+    host = parts.hostname
+    if not host or any(c.isspace() for c in origin):
+        return None
+    scheme = parts.scheme.lower()
+    sent = f"{scheme}://{'[' + host + ']' if ':' in host else host}"
+    if port is not None and not wildcard and port != {"http": 80, "https": 443}.get(scheme):
+        sent += f":{port}"
+    return sent + wildcard
 
 
 def _url_problem(url: str) -> str:
