@@ -181,3 +181,15 @@ def test_an_allowed_origin_no_browser_sends_is_refused_with_the_form_to_write():
                         .replace("    - http://LocalHost:3000\n", "").replace("    - https://app.example:443\n", ""),
                         source="gw.yaml").allowed_origins
     assert kept == ("http://localhost:3000", "http://127.0.0.1:*", "http://[::1]:8080")
+
+
+def test_a_restart_backoff_starting_above_its_maximum_is_refused():
+    """``restart: {initial_s: 10, max_s: 1}`` was accepted: the first wait was 10 s, every later one 1 s."""
+    text = "version: 1\nstore: ./st\npolicy: ALLOW_ALL\nrestart: {initial_s: 10, max_s: 1}\nupstreams:\n  - {id: a, command: x}\n"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="gw.yaml")
+    assert str(caught.value) == "gw.yaml:4: restart.initial_s (10) is above restart.max_s (1)"
+    cfg = parse_config(text.replace("max_s: 1", "max_s: 10"), source="gw.yaml")
+    assert (cfg.restart_initial_s, cfg.restart_max_s) == (10.0, 10.0)
+    cfg = parse_config(text.replace("restart: {initial_s: 10, max_s: 1}", "restart: {max_s: 0.2}"), source="gw.yaml")
+    assert (cfg.restart_initial_s, cfg.restart_max_s) == (0.2, 0.2)  # the default start, 0.5, capped

@@ -346,7 +346,8 @@ def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:
         limits=Limits(**{k: lim[k] for k in ("max_request_bytes", "approval_hold_s", "undelivered_keep_s",
                                              "call_timeout_s", "startup_timeout_s") if k in lim}),
         breaker_threshold=brk.get("threshold", 5), breaker_cooldown_s=float(brk.get("cooldown_s", 30.0)),
-        restart_initial_s=float(rst.get("initial_s", 0.5)), restart_max_s=float(rst.get("max_s", 30.0)),
+        restart_initial_s=float(rst.get("initial_s", min(0.5, rst.get("max_s", 30.0)))),
+        restart_max_s=float(rst.get("max_s", 30.0)),
         durability=doc.get("durability", "full"),
     )
 
@@ -401,6 +402,9 @@ def _check_ids(cfg: GatewayConfig, lines: dict) -> list[tuple[int | None, str]]:
             problems.append((loader.line_of(lines, ("http", "allowed_origins", i)),
                              f"http.allowed_origins.{i}: {origin!r} never equals an Origin header a browser sends{fix} "
                              "(scheme://host[:port], lower case, no path, no default port)"))
+    if cfg.restart_initial_s > cfg.restart_max_s:  # the first wait was initial_s, every later one max_s
+        problems.append((loader.line_of(lines, ("restart", "initial_s")),
+                         f"restart.initial_s ({cfg.restart_initial_s:g}) is above restart.max_s ({cfg.restart_max_s:g})"))
     for key in ("store", "policy"):  # open() raised ValueError (embedded null byte): internal error, exit 70
         if "\0" in getattr(cfg, key):
             problems.append((loader.line_of(lines, (key,)), f"{key}: must not contain a NUL character"))
