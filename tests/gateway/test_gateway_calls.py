@@ -362,3 +362,18 @@ async def test_a_require_grant_rule_denies_every_gateway_call_naming_the_rule(tm
         "policy_fingerprint": policy.fingerprint}
     assert store.resolve(decision["inputs"])["grant"] == "implicit:agent:test-client"
     assert [k for _, k in kinds(store, run_id)][1:4] == ["tool.call", "policy.decision", "tool.call"]
+
+
+async def test_a_client_with_an_empty_name_can_call_tools(tmp_path, store):
+    """clientInfo.name "" is valid MCP, but the run's agent must be a non-empty name: every call of
+    such a client failed (JSON-RPC error code 0, a traceback on stderr, nothing recorded)."""
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg, client_info=types.Implementation(name="", version="9")) as client:
+        result = await client.call_tool("toy__echo", {"text": "nameless"})
+    assert (result.is_error, text_of(result)) == (False, "nameless")
+    [run_id] = gateway_runs(store)
+    run = store.get_run(run_id)
+    started = next(e for e in store.read_run(run_id) if e.kind == "run.started")
+    assert (run["agent"], started.payload["labels"]["mcp.client.name"]) == ("mcp-client", "")
+    assert [k for _, k in kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision", "tool.result",
+                                                    "run.ended"]

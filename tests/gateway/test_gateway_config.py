@@ -193,3 +193,14 @@ def test_a_restart_backoff_starting_above_its_maximum_is_refused():
     assert (cfg.restart_initial_s, cfg.restart_max_s) == (10.0, 10.0)
     cfg = parse_config(text.replace("restart: {initial_s: 10, max_s: 1}", "restart: {max_s: 0.2}"), source="gw.yaml")
     assert (cfg.restart_initial_s, cfg.restart_max_s) == (0.2, 0.2)  # the default start, 0.5, capped
+
+
+def test_a_principal_or_identity_holding_a_lone_surrogate_is_refused():
+    """``principal: "agent:\\ud800"`` was accepted; every call then failed with a traceback on stderr."""
+    text = ('version: 1\nstore: ./st\npolicy: ALLOW_ALL\nprincipal: "agent:\\ud800x"\nhttp:\n  tokens:\n'
+            '    - {token: t0ken-0123456789abcdef, identity: "b\\udc80t"}\nupstreams:\n  - {id: a, command: x}\n')
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="gw.yaml")
+    assert str(caught.value) == (
+        "gw.yaml:4: principal: 'agent:\\ud800x' holds a lone surrogate, which a name in the record cannot hold; "
+        "gw.yaml:7: http.tokens.0.identity: 'b\\udc80t' holds a lone surrogate, which a name in the record cannot hold")

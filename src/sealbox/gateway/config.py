@@ -408,6 +408,12 @@ def _check_ids(cfg: GatewayConfig, lines: dict) -> list[tuple[int | None, str]]:
     for key in ("store", "policy"):  # open() raised ValueError (embedded null byte): internal error, exit 70
         if "\0" in getattr(cfg, key):
             problems.append((loader.line_of(lines, (key,)), f"{key}: must not contain a NUL character"))
+    texts = [(("principal",), "principal", cfg.principal)] + [
+        (("http", "tokens", i, "identity"), f"http.tokens.{i}.identity", t.identity) for i, t in enumerate(cfg.tokens)]
+    for where, name, text in texts:  # "\ud800" in YAML: every call failed, a traceback on stderr, nothing recorded
+        if any("\ud800" <= c <= "\udfff" for c in text):
+            problems.append((loader.line_of(lines, where), f"{name}: {text!r} holds a lone surrogate, which a name "
+                                                           "in the record cannot hold"))
     if re.search(r"\s", cfg.principal):
         problems.append((loader.line_of(lines, ("principal",)), "principal: must not contain whitespace"))
     return problems

@@ -525,7 +525,8 @@ class Gateway:
         if info is not None:
             labels["mcp.client.name"] = info.name
             labels["mcp.client.version"] = info.version or ""
-        agent = info.name if info is not None else "mcp-client"
+        # an empty clientInfo.name is valid MCP, but no agent name: every call failed (code 0, nothing recorded)
+        agent = (info.name if info is not None else "") or "mcp-client"
         run = self.recorder.run(agent=agent, principal=principal, snapshot=self.snapshot(), labels=labels)
         run.start()
         run._gateway_inflight = 0  # type: ignore[attr-defined]
