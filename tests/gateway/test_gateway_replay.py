@@ -423,3 +423,29 @@ async def test_the_summary_counts_the_calls_matched_before_the_divergent_one(tmp
         assert replay.result.head() == f"NOT reproduced: diverged at step 4 ({how}); 2 step(s) matched before it"
     finally:
         store.close()
+
+
+async def test_a_line_the_replay_cannot_read_is_answered_over_stdio(tmp_path):
+    """`gateway replay` over stdio answers an unreadable line as `gateway serve` does (it was dropped
+    without a word: the client waited until its timeout), and the replay goes on to reproduce."""
+    import subprocess
+
+    run_id, _, _ = await _record(tmp_path, CALLS[:1])
+    lines = [
+        json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}),
+        '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+        '{nope',
+        '{"jsonrpc":"2.0","id":"s","method":5}',
+        json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": CALLS[0][0], "arguments": CALLS[0][1]}}),
+    ]
+    proc = await anyio.to_thread.run_sync(lambda: subprocess.run(
+        [SEALBOX, "gateway", "replay", run_id, "-c", str(_dead_upstream_config(tmp_path))],
+        input="\n".join(lines) + "\n", capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "")},
+        timeout=60))
+    answers = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [(a["id"], a.get("error", {}).get("code")) for a in answers] == [
+        (1, None), (None, -32700), ("s", -32600), (2, None)], proc.stderr
+    assert answers[-1]["result"]["content"] == [{"type": "text", "text": "42"}]
+    assert proc.returncode == 0 and proc.stderr.strip().splitlines()[-1].startswith("reproduced: 1 call(s) matched")

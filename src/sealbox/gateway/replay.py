@@ -221,7 +221,10 @@ class GatewayReplay:
 
         async with anyio.create_task_group() as tg:
             self._tg, self._scope = tg, tg.cancel_scope
-            async with stdio_server(stdin, stdout) as (read, write):
+            async with stdio_server(stdin, stdout) as (raw_read, raw_write):
+                from sealbox.gateway.transports import relay_stdio
+
+                read, write = relay_stdio(tg, self, raw_read, raw_write)
                 await self.server.run(read, write, self.initialization_options())
             tg.cancel_scope.cancel()
         return self.finish()

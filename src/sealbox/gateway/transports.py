@@ -59,11 +59,7 @@ async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None
         if not stopping.cancel_called:  # else stopped while the upstreams started: nothing reads stdin yet
             try:
                 async with stdio_server(stdin, stdout) as (raw_read, raw_write):
-                    relay = _StdioRelay(gateway)
-                    to_server, read = anyio.create_memory_object_stream[Any](0)
-                    write, from_server = anyio.create_memory_object_stream[Any](0)
-                    tg.start_soon(relay.inbound, raw_read, to_server, write.clone())
-                    tg.start_soon(relay.outbound, from_server, raw_write)
+                    read, write = relay_stdio(tg, gateway, raw_read, raw_write)
                     with stopping:  # cancelled at once when the signal came while it was being entered
                         await gateway.server.run(read, write, gateway.initialization_options())
                     if stopping.cancel_called and on_signal is not None:
@@ -74,6 +70,18 @@ async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None
                 # closed as on a disconnect (calls in flight recorded, the run ended); not an internal error
                 log.info("the client closed its end of stdout; the session has ended")
         tg.cancel_scope.cancel()
+
+
+def relay_stdio(tg: Any, gateway: Any, raw_read: Any, raw_write: Any) -> tuple[Any, Any]:
+    """The (read, write) streams a server runs on, between it and the SDK's stdio transport
+    (``raw_read``, ``raw_write``), through a :class:`_StdioRelay` whose two tasks run in ``tg``.
+    Used by ``gateway serve`` and ``gateway replay`` over stdio."""
+    relay = _StdioRelay(gateway)
+    to_server, read = anyio.create_memory_object_stream[Any](0)
+    write, from_server = anyio.create_memory_object_stream[Any](0)
+    tg.start_soon(relay.inbound, raw_read, to_server, write.clone())
+    tg.start_soon(relay.outbound, from_server, raw_write)
+    return read, write
 
 
 class _StdioRelay:
