@@ -301,3 +301,29 @@ def test_a_model_that_repeats_tool_call_ids_across_turns_still_runs(store):
     assert calls[0]["call_id"] == "call_1" and calls[1]["call_id"].startswith("call_") and calls[1]["call_id"] != "call_1"
     results = [p for k, _, p in events_of(store, run.run_id) if k == "tool.result"]
     assert [r["call_id"] for r in results] == [c["call_id"] for c in calls] and all(r["ok"] for r in results)
+
+
+def test_a_tool_error_the_tool_handles_itself_is_recorded_as_a_failure_not_ok(store):
+    """A LangChain tool with ``handle_tool_error`` returns its ToolException as a ToolMessage with
+    status="error" instead of raising; the record said ok (and ``sealbox calls --error`` missed it)."""
+    from langchain_core.tools import ToolException
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        raise ToolException(f"backend down for {q}")
+
+    lookup.handle_tool_error = True
+    model = ScriptedChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"q": "x"}, "id": "c1"}]),
+        AIMessage(content="done")]))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="react") as run:
+        graph = react_agent(model, governed_tools(run, [lookup]))
+        state = graph.invoke({"messages": [("user", "go")]}, config={"callbacks": [SealboxCallbackHandler(run)]})
+    assert state["messages"][2].status == "error" and state["messages"][-1].content == "done"
+    results = [p for k, _, p in events_of(store, run.run_id) if k == "tool.result"]
+    assert len(results) == 1 and results[0]["call_id"] == "c1"
+    assert results[0]["ok"] is False
+    assert results[0]["error"] == {"type": "ToolError", "message": "backend down for x"}
+    assert [c["call_id"] for c in store.query_calls(error=True)] == ["c1"]
+    assert sealbox.verify_store(store).ok

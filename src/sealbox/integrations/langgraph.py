@@ -57,6 +57,17 @@ def _default_deny_message(denied: ToolDenied) -> str:
     return f"Error: this tool call was not allowed and did not run. {denied}"
 
 
+def _tool_message_failure(result: Any) -> str | None:
+    """The failure a wrapped tool reported in what it returned: LangChain's ``BaseTool.run`` turns
+    an error it handles itself (``handle_tool_error`` / ``handle_validation_error``) into a
+    ``ToolMessage`` with ``status="error"`` instead of raising; recorded ``ok: false`` with that
+    message (:meth:`~sealbox.recorder.RunContext.call_tool`, ``failure``), not as a success."""
+    if isinstance(result, ToolMessage) and result.status == "error":
+        content = result.content
+        return content if isinstance(content, str) else str(content)
+    return None
+
+
 # --------------------------------------------------------------------------- tools
 
 
@@ -133,7 +144,8 @@ class GovernedTool(BaseTool):
             return self._sealbox_run.call_tool(
                 self.server, self.inner.name, self._arguments(tool_input),
                 lambda *_a, **_k: self.inner.run(tool_input, *args, **kwargs),
-                grant=self.grant, call_id=unused_call_id(self._sealbox_run, call_id), exposed=self.name)
+                grant=self.grant, call_id=unused_call_id(self._sealbox_run, call_id), exposed=self.name,
+                failure=_tool_message_failure)
         except ToolDenied as denied:
             return self._denied(denied, call_id)
         finally:
@@ -147,7 +159,8 @@ class GovernedTool(BaseTool):
             return await self._sealbox_run.acall_tool(
                 self.server, self.inner.name, self._arguments(tool_input),
                 lambda *_a, **_k: self.inner.arun(tool_input, *args, **kwargs),
-                grant=self.grant, call_id=unused_call_id(self._sealbox_run, call_id), exposed=self.name)
+                grant=self.grant, call_id=unused_call_id(self._sealbox_run, call_id), exposed=self.name,
+                failure=_tool_message_failure)
         except ToolDenied as denied:
             return self._denied(denied, call_id)
         finally:
