@@ -327,3 +327,26 @@ def test_a_tool_error_the_tool_handles_itself_is_recorded_as_a_failure_not_ok(st
     assert results[0]["error"] == {"type": "ToolError", "message": "backend down for x"}
     assert [c["call_id"] for c in store.query_calls(error=True)] == ["c1"]
     assert sealbox.verify_store(store).ok
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("str() of this error fails")
+
+
+def test_a_model_error_whose_str_raises_is_recorded_and_reaches_the_agent_unchanged(store):
+    """on_llm_error called str() on the model's exception: the ValueError it raised replaced the
+    model's error (the handler raises its errors) and no model.call was written."""
+    class Failing(FailingChatModel):
+        def _generate(self, *args: Any, **kwargs: Any) -> Any:
+            raise Unprintable()
+
+    with pytest.raises(Unprintable):
+        with Recorder(store, policy=ALLOW_ALL).run(agent="react") as run:
+            graph = react_agent(Failing(messages=iter([])), [])
+            graph.invoke({"messages": [("user", "go")]}, config={"callbacks": [SealboxCallbackHandler(run)]})
+    events = events_of(store, run.run_id)
+    assert [k for k, _, _ in events] == ["run.started", "model.call", "run.ended"]
+    assert events[1][2]["response"] == {"error": {"type": "Unprintable",
+                                                  "message": "<Unprintable.__str__ raised ValueError>"}}
+    assert sealbox.verify_store(store).ok

@@ -390,3 +390,30 @@ async def test_a_model_given_by_name_is_resolved_through_the_provider_and_record
     mc = next(p for k, _, p in events_of(store, run.run_id) if k == "model.call")
     assert (mc["provider"], mc["model"], mc["request"]["model"]) == (
         "litellm", "litellm/acme/model-x", "litellm/acme/model-x")
+
+
+class _UnprintableError(Exception):
+    """An exception whose str() raises (a model client's error built from a broken response)."""
+
+    def __str__(self) -> str:
+        raise ValueError("str() of this error fails")
+
+
+@sync
+async def test_a_model_error_whose_str_raises_is_recorded_and_reaches_the_agent_unchanged(store):
+    """The model's exception was replaced by the ValueError its str() raised while recording it,
+    and no model.call was written."""
+    class Failing(ScriptedModel):
+        async def get_response(self, *args, **kwargs):
+            raise _UnprintableError()
+
+    run = Recorder(store, policy=ALLOW_ALL).run(agent="a")
+    with pytest.raises(_UnprintableError):
+        async with run:
+            await Runner.run(instrument(run, Agent(name="a", model=Failing([]))), "go")
+    events = events_of(store, run.run_id)
+    assert [k for k, _, _ in events] == ["run.started", "model.call", "run.ended"]
+    assert events[1][2]["response"] == {"error": {
+        "type": "_UnprintableError", "message": "<_UnprintableError.__str__ raised ValueError>"}}
+    assert events[2][2]["status"] == "error" and events[2][2]["error"]["type"] == "_UnprintableError"
+    assert sealbox.verify_store(store).ok

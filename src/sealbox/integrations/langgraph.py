@@ -40,7 +40,7 @@ from langchain_core.tools import BaseTool
 from pydantic import PrivateAttr
 
 from sealbox.adapters import to_plain
-from sealbox.recorder import RunContext, ToolDenied, unused_call_id
+from sealbox.recorder import RunContext, ToolDenied, exception_message, unused_call_id
 
 __all__ = ["DEFAULT_SERVER", "GovernedTool", "SealboxCallbackHandler", "governed_tool", "governed_tools"]
 
@@ -299,7 +299,7 @@ class SealboxCallbackHandler(BaseCallbackHandler):
                      **kwargs: Any) -> None:
         """Record a failed model call (``response = {"error": …}``)."""
         request, provider, model, started = self._pending.pop(run_id, ({}, self.provider, None, time.perf_counter()))
-        self.run.model_call(request, {"error": {"type": type(error).__qualname__, "message": str(error)}},
+        self.run.model_call(request, {"error": {"type": type(error).__qualname__, "message": exception_message(error)}},
                             latency=time.perf_counter() - started, provider=provider or "unknown", model=model or None)
 
     def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,

@@ -44,7 +44,7 @@ from agents.tool_context import ToolContext
 
 from sealbox.adapters import parse_arguments, to_plain
 from sealbox.errors import RecordingError
-from sealbox.recorder import RunContext, ToolDenied, unused_call_id
+from sealbox.recorder import RunContext, ToolDenied, exception_message, unused_call_id
 
 try:  # private in openai-agents 0.24: keeps the SDK's failure handling and argument preparation
     from agents.tool import _FailureHandlingFunctionToolInvoker as _SdkInvoker
@@ -400,7 +400,7 @@ class SealboxModel(Model):
                             model=self.model_name)
 
     def _record_error(self, request: dict[str, Any], exc: BaseException, latency: float) -> None:
-        self.run.model_call(request, {"error": {"type": type(exc).__qualname__, "message": str(exc)}},
+        self.run.model_call(request, {"error": {"type": type(exc).__qualname__, "message": exception_message(exc)}},
                             latency=latency, provider=self.provider, model=self.model_name)
 
     async def get_response(self, system_instructions: str | None, input: Any, model_settings: Any,
