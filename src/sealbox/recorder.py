@@ -207,7 +207,9 @@ class Recorder:
                 dict of strings to strings; ``parent_run_id`` is not a non-empty string, is the
                 system run or the run itself, or (when the run starts, before anything is written)
                 names no run of the store; ``snapshot`` is none of the above, names a policy other
-                than this recorder's, or (when the run starts) is a fingerprint not stored.
+                than this recorder's, is a Snapshot that cannot be stored (a dict among its ``tools``
+                or a string among its ``knowledge``, a lone surrogate in its ``system_prompt``), or
+                (when the run starts) is a fingerprint not stored.
         """
         if run_id is not None:
             _check_joinable(run_id)
@@ -255,6 +257,13 @@ class Recorder:
                 raise ConfigError(f"the snapshot names policy {snapshot.policy!r}, but this recorder's policy "
                                   f"{self.policy.name!r} is {mine}: leave the snapshot's policy out "
                                   "or record under the policy it names; nothing was recorded")
+            try:  # its fields as a run would store them, before anything is written
+                snapshot.fingerprint
+            except Exception as exc:  # noqa: BLE001 - a dict in tools, a lone surrogate in the prompt…
+                raise ConfigError(f"the snapshot cannot be recorded ({type(exc).__name__}: {exception_message(exc)}): "
+                                  "its tools must be ToolSpec and its knowledge Knowledge items (not dicts or "
+                                  "strings), its names and texts strings without lone surrogates; "
+                                  "nothing was recorded") from exc
             return snapshot
         if isinstance(snapshot, str) and _FINGERPRINT.fullmatch(snapshot):
             return snapshot  # checked against the store when the run starts (RunContext.start)

@@ -107,3 +107,19 @@ def test_a_stored_snapshot_naming_another_policy_is_refused(store):
         with Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap.fingerprint):
             pass
     assert _run_ids(store) == before
+
+
+@pytest.mark.parametrize("snap, found", [
+    (Snapshot(tools=({"server": "db", "name": "read_query"},)), "'dict' object has no attribute 'server'"),
+    (Snapshot(knowledge=("handbook.md",)), "'str' object has no attribute 'uri'"),
+    (Snapshot(system_prompt="You are \udc80 helpful"), "lone surrogate"),
+])
+def test_a_snapshot_that_cannot_be_stored_is_refused_by_run_not_raised_from_with(store, snap, found):
+    """A dict among a Snapshot's tools (the to_dict() form's shape) raised AttributeError from the
+    with statement, and a lone surrogate in its prompt a RecordingError 'could not record'."""
+    before = _run_ids(store)
+    with pytest.raises(ConfigError, match="the snapshot cannot be recorded") as caught:
+        Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap)
+    assert found in str(caught.value) and "nothing was recorded" in str(caught.value)
+    assert _run_ids(store) == before
+    assert sealbox.verify_store(store).ok
