@@ -237,7 +237,8 @@ def parse_labels(items: Iterable[str] | dict[str, str] | None) -> dict[str, str]
     """``["env=prod", "team=a"]`` → ``{"env": "prod", "team": "a"}``.
 
     Raises:
-        ConfigError: an item without ``=`` or with an empty key.
+        ConfigError: an item without ``=`` or with an empty key; one key given twice with two
+            values (all must match, and a run has one value per label: the first was dropped).
     """
     if isinstance(items, dict):
         return {str(k): str(v) for k, v in items.items()}
@@ -246,7 +247,11 @@ def parse_labels(items: Iterable[str] | dict[str, str] | None) -> dict[str, str]
         key, sep, val = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"label: {item!r} is not KEY=VALUE")
-        out[key.strip()] = val
+        key = key.strip()
+        if key in out and out[key] != val:
+            raise ConfigError(f"label: {key!r} is given twice, as {out[key]!r} and {val!r}; all labels must match "
+                              "and a run has one value per label, so no run could match")
+        out[key] = val
     return out
 
 

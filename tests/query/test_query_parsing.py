@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+import sealbox
 from sealbox.errors import ConfigError
 from sealbox.query import (
     compile_matches,
@@ -136,3 +137,26 @@ def test_parse_labels():
     for bad in (["env"], ["=prod"]):
         with pytest.raises(ConfigError, match="is not KEY=VALUE"):
             parse_labels(bad)
+
+
+def test_a_label_key_given_twice_with_two_values_is_refused_not_half_applied(tmp_path):
+    """`--label env=prod --label env=dev` ("all must match") listed the env=dev runs: the first
+    value was silently dropped."""
+    assert parse_labels(["env=prod", "env=prod"]) == {"env": "prod"}
+    with pytest.raises(ConfigError, match="'env' is given twice, as 'prod' and 'dev'"):
+        parse_labels(["env=prod", "env=dev"])
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    from query_helpers import sealbox as sealbox_cli
+
+    store = sealbox.init_store(tmp_path / "store")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a", labels={"env": "dev"}):
+        pass
+    store.close()
+    result = sealbox_cli("runs", "list", "-s", str(tmp_path / "store"), "--label", "env=prod", "--label", "env=dev",
+                         "--json")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "error: label: 'env' is given twice, as 'prod' and 'dev'; all labels must match and a run has one "
+        "value per label, so no run could match"]
