@@ -350,3 +350,35 @@ def test_usage_that_is_not_a_token_count_is_left_out_and_named(usage, want, unre
     info = normalize_model_call({}, {"object": "chat.completion", "choices": [], "usage": usage})
     assert info.usage == want
     assert info.unreadable_usage == unread
+
+
+def test_tool_arguments_nested_too_deep_for_json_keep_the_calls_links_and_the_usage(tmp_path):
+    """json.loads raises RecursionError (not ValueError) on "[" * 5000: normalize_model_call then
+    dropped every tool call of the response (no links: steps 3, 4 instead of 2.1, 2.2) and its
+    usage (0 tokens, no anomaly)."""
+    import sealbox
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    deep = "[" * 5000 + "]" * 5000
+    assert parse_arguments(deep) == deep
+    assert parse_arguments("[" * 100_000) == "[" * 100_000
+    response = {"object": "chat.completion", "model": "gpt-4o", "choices": [{"message": {"tool_calls": [
+        {"id": "call_deep", "type": "function", "function": {"name": "f", "arguments": deep}},
+        {"id": "call_ok", "type": "function", "function": {"name": "g", "arguments": '{"a": 1}'}}]}}],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3}}
+    store = sealbox.init_store(tmp_path / "store")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="deep") as run:
+        rec = run.model_call({"model": "gpt-4o", "messages": []}, response)
+        assert [(c.id, c.name, c.arguments) for c in rec.tool_calls] == [("call_deep", "f", deep),
+                                                                         ("call_ok", "g", {"a": 1})]
+        for call in rec.tool_calls:
+            run.call_tool("s", call.name, {"raw": call.arguments}, lambda raw: len(str(raw)), call_id=call.id)
+    events = store.read_run(run.run_id)
+    assert {store.resolve(e.payload)["call_id"]: e.step for e in events if e.kind == "tool.call"} == {
+        "call_deep": "2.1", "call_ok": "2.2"}
+    model_call = next(e for e in events if e.kind == "model.call")
+    assert model_call.payload["usage"] == {"input_tokens": 7, "output_tokens": 3}
+    assert events[-1].payload["usage"]["input_tokens"] == 7
+    assert sealbox.verify_store(store).ok
+    store.close()

@@ -197,8 +197,9 @@ def parse_arguments(raw: Any) -> Any:
     Returns:
         A JSON string decoded; ``""`` (or only whitespace) as ``{}`` — the empty
         argument string OpenAI models send for a tool without parameters; None as
-        None; a string that is not valid JSON unchanged (kept as evidence, never
-        dropped); any other value unchanged.
+        None; a string that is not valid JSON, or nested too deep for ``json`` to
+        decode (``"[" * 5000``), unchanged (kept as evidence, never dropped); any
+        other value unchanged.
     """
     if isinstance(raw, (bytes, bytearray)):
         try:
@@ -210,7 +211,7 @@ def parse_arguments(raw: Any) -> Any:
             return {}
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than json can decode
             return raw
     return raw
 
