@@ -1127,20 +1127,41 @@ class RunContext:
             What ``call`` returned (in a replay: the recorded response).
 
         Raises:
-            Exception: whatever ``call`` raised, after it is recorded with ``response = {"error": …}``.
+            BaseException: whatever ``call`` raised, after it is recorded with ``response = {"error": …}``
+                (a KeyboardInterrupt or a task's cancellation too: the call was made). When that record
+                cannot be written, an Exception is replaced by the RecordingError; a KeyboardInterrupt
+                or CancelledError goes on, the failure attached as a note (``exc.__notes__``).
         """
         if self.replay is not None and self.replay.serves_models:
             return self.replay.answer_model(self, request, provider=provider, model=model)
         started = time.perf_counter()
         try:
             response = call(request)
-        except Exception as exc:
-            self.model_call(request, {"error": {"type": _valid_text(type(exc).__qualname__),
-                                                "message": exception_message(exc)}},
-                            latency=time.perf_counter() - started, provider=provider, model=model)
+        except BaseException as exc:
+            self.model_error(request, exc, latency=time.perf_counter() - started, provider=provider, model=model)
             raise
         self.model_call(request, response, latency=time.perf_counter() - started, provider=provider, model=model)
         return response
+
+    def model_error(self, request: Any, error: BaseException, *, latency: float | int | None = None,
+                    provider: str | None = None, model: str | None = None) -> None:
+        """Record a model call that raised ``error`` (:meth:`complete`, the integrations): a
+        ``model.call`` with ``response = {"error": {"type", "message"}}``.
+
+        Raises:
+            RecordingError: it could not be recorded, when ``error`` is an Exception. A
+                KeyboardInterrupt, CancelledError or other BaseException being handled by the caller
+                gets the failure attached as a note instead, so that it is what goes on.
+        """
+        try:
+            self.model_call(request, {"error": {"type": _valid_text(type(error).__qualname__),
+                                                "message": exception_message(error)}},
+                            latency=latency, provider=provider, model=model)
+        except Exception as failed:
+            if isinstance(error, Exception):
+                raise
+            _attach_note(error, f"sealbox: the model.call of run {self.run_id} could not be recorded: "
+                                f"{type(failed).__name__}: {exception_message(failed)}")
 
     def save_state(self, state: Any, label: str | None = None) -> None:
         """Record the agent's state (any value; encoded, large parts stored once as blobs).

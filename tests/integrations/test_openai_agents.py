@@ -417,3 +417,23 @@ async def test_a_model_error_whose_str_raises_is_recorded_and_reaches_the_agent_
         "type": "_UnprintableError", "message": "<_UnprintableError.__str__ raised ValueError>"}}
     assert events[2][2]["status"] == "error" and events[2][2]["error"]["type"] == "_UnprintableError"
     assert sealbox.verify_store(store).ok
+
+
+@sync
+async def test_a_model_call_cut_short_by_a_timeout_is_recorded(store):
+    """A timeout (or the run's task cancelled) while the model was answering left no model.call:
+    only Exception was recorded, and CancelledError is not one."""
+    class Slow(ScriptedModel):
+        async def get_response(self, *args, **kwargs):
+            await asyncio.sleep(30)
+
+    run = Recorder(store, policy=ALLOW_ALL).run(agent="a")
+    with pytest.raises(TimeoutError):
+        async with run:
+            await asyncio.wait_for(Runner.run(instrument(run, Agent(name="a", model=Slow([]))), "go"), 0.2)
+    events = events_of(store, run.run_id)
+    assert [k for k, _, _ in events] == ["run.started", "model.call", "run.ended"]
+    assert events[1][2]["response"] == {"error": {"type": "CancelledError", "message": ""}}
+    assert events[1][2]["latency_us"] >= 150_000
+    assert events[2][2]["status"] == "error" and events[2][2]["error"]["type"] == "TimeoutError"
+    assert sealbox.verify_store(store).ok

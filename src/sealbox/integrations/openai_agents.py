@@ -44,7 +44,7 @@ from agents.tool_context import ToolContext
 
 from sealbox.adapters import parse_arguments, to_plain
 from sealbox.errors import RecordingError
-from sealbox.recorder import RunContext, ToolDenied, exception_message, unused_call_id
+from sealbox.recorder import RunContext, ToolDenied, unused_call_id
 
 try:  # private in openai-agents 0.24: keeps the SDK's failure handling and argument preparation
     from agents.tool import _FailureHandlingFunctionToolInvoker as _SdkInvoker
@@ -337,7 +337,8 @@ class SealboxModel(Model):
     "previous_response_id", "conversation_id"}`` and the response as an OpenAI
     Responses object (``{"object": "response", "id", "model", "output", "usage"}``),
     so that the function calls it requests are linked by call id. A call that
-    raises is recorded with ``response = {"error": {...}}`` and re-raised.
+    raises (or is cancelled: a timeout, the run cancelled, a stream closed before it completed) is
+    recorded with ``response = {"error": {...}}`` and re-raised.
 
     Args:
         inner: the model to wrap, or None to resolve ``model_name`` through
@@ -400,8 +401,7 @@ class SealboxModel(Model):
                             model=self.model_name)
 
     def _record_error(self, request: dict[str, Any], exc: BaseException, latency: float) -> None:
-        self.run.model_call(request, {"error": {"type": type(exc).__qualname__, "message": exception_message(exc)}},
-                            latency=latency, provider=self.provider, model=self.model_name)
+        self.run.model_error(request, exc, latency=latency, provider=self.provider, model=self.model_name)
 
     async def get_response(self, system_instructions: str | None, input: Any, model_settings: Any,
                            tools: list[Any], output_schema: Any, handoffs: list[Any], tracing: Any,
@@ -418,7 +418,7 @@ class SealboxModel(Model):
         try:
             response = await self.inner.get_response(system_instructions, input, model_settings, tools,
                                                      output_schema, handoffs, tracing, **kwargs)
-        except Exception as exc:
+        except BaseException as exc:  # a cancelled call (a timeout, the run cancelled) was made too
             self._record_error(request, exc, time.perf_counter() - started)
             raise
         self._record(request, response, time.perf_counter() - started)
@@ -460,8 +460,11 @@ class SealboxModel(Model):
                 if getattr(event, "type", None) == "response.completed":
                     completed = getattr(event, "response", None)
                 yield event
-        except Exception as exc:
-            self._record_error(request, exc, time.perf_counter() - started)
+        except BaseException as exc:  # also cancelled, or the stream closed by its consumer (GeneratorExit)
+            if completed is not None and isinstance(exc, GeneratorExit):  # closed after the response came
+                self._record_completed(request, completed, time.perf_counter() - started)
+            else:
+                self._record_error(request, exc, time.perf_counter() - started)
             raise
         if completed is None:
             self._record_error(request, RuntimeError("the stream ended without response.completed"),
@@ -469,6 +472,14 @@ class SealboxModel(Model):
         else:
             self.run.model_call(request, completed, latency=time.perf_counter() - started,
                                 provider=self.provider, model=self.model_name)
+
+    def _record_completed(self, request: dict[str, Any], completed: Any, latency: float) -> None:
+        """The streamed call's ``response.completed``, recorded while the stream is being closed (a
+        recording failure is then attached to the GeneratorExit, not raised in its place)."""
+        try:
+            self.run.model_call(request, completed, latency=latency, provider=self.provider, model=self.model_name)
+        except Exception:  # noqa: BLE001 - as model_error does for an exception that is not an Exception
+            pass
 
     def get_retry_advice(self, request: Any) -> Any:
         """Delegated to the wrapped model."""
