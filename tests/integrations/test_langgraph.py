@@ -350,3 +350,28 @@ def test_a_model_error_whose_str_raises_is_recorded_and_reaches_the_agent_unchan
     assert events[1][2]["response"] == {"error": {"type": "Unprintable",
                                                   "message": "<Unprintable.__str__ raised ValueError>"}}
     assert sealbox.verify_store(store).ok
+
+
+def test_a_model_call_cut_short_by_a_timeout_is_recorded(store):
+    """LangChain calls no on_llm_error for a chat model cancelled in flight (a timeout, the task
+    cancelled): the run's record lacked the model call it was waiting for."""
+    class Slow(FailingChatModel):
+        async def _agenerate(self, *args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(30)
+
+    async def main():
+        run = Recorder(store, policy=ALLOW_ALL).run(agent="react")
+        with pytest.raises(TimeoutError):
+            async with run:
+                graph = react_agent(Slow(messages=iter([])), [])
+                await asyncio.wait_for(graph.ainvoke({"messages": [("user", "go")]},
+                                                     config={"callbacks": [SealboxCallbackHandler(run)]}), 0.3)
+        return run
+
+    run = asyncio.run(main())
+    events = events_of(store, run.run_id)
+    assert [k for k, _, _ in events] == ["run.started", "model.call", "run.ended"]
+    assert events[1][2]["response"] == {"error": {"type": "CancelledError", "message": ""}}
+    assert events[1][2]["request"]["messages"][0]["content"] == "go"
+    assert events[2][2]["status"] == "error" and events[2][2]["error"]["type"] == "TimeoutError"
+    assert sealbox.verify_store(store).ok

@@ -40,7 +40,7 @@ from langchain_core.tools import BaseTool
 from pydantic import PrivateAttr
 
 from sealbox.adapters import to_plain
-from sealbox.recorder import RunContext, ToolDenied, exception_message, unused_call_id
+from sealbox.recorder import RunContext, ToolDenied, unused_call_id
 
 __all__ = ["DEFAULT_SERVER", "GovernedTool", "SealboxCallbackHandler", "governed_tool", "governed_tools"]
 
@@ -235,7 +235,8 @@ class SealboxCallbackHandler(BaseCallbackHandler):
       ``model.call``, format ``langchain``: the request is ``{"model", "messages"
       (or "prompts"), "invocation_params", "tools", "metadata"}``, the response the
       ``LLMResult`` (its ``AIMessage`` holds the tool calls and ``usage_metadata``).
-      ``on_llm_error`` records the call with ``response = {"error": …}``.
+      ``on_llm_error`` records the call with ``response = {"error": …}``; so does ``on_chain_error``
+      of the chain that called it, for a call cut short (cancelled) without an ``on_llm_error``.
     - ``on_chain_end`` of the outermost chain (the graph) → ``state.saved``
       with the final state (``label="final"``).
     - ``on_tool_start`` of a tool that is not a :class:`GovernedTool` → a ``note``
@@ -259,9 +260,10 @@ class SealboxCallbackHandler(BaseCallbackHandler):
         self.provider = provider
         self.save_state = save_state
         self._pending: dict[uuid.UUID, tuple[dict[str, Any], str | None, str | None, float]] = {}
+        self._parent_of: dict[uuid.UUID, uuid.UUID | None] = {}  # pending model call -> the chain calling it
 
-    def _start(self, run_id: uuid.UUID, serialized: Any, key: str, value: Any, metadata: Any,
-               kwargs: dict[str, Any]) -> None:
+    def _start(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None, serialized: Any, key: str, value: Any,
+               metadata: Any, kwargs: dict[str, Any]) -> None:
         metadata = metadata if isinstance(metadata, dict) else {}
         params = kwargs.get("invocation_params") if isinstance(kwargs.get("invocation_params"), dict) else {}
         name = serialized.get("name") if isinstance(serialized, dict) else None
@@ -271,23 +273,25 @@ class SealboxCallbackHandler(BaseCallbackHandler):
                    "metadata": {k: metadata[k] for k in _LS_KEYS if k in metadata}}
         provider = self.provider or metadata.get("ls_provider")
         self._pending[run_id] = (request, provider, model, time.perf_counter())
+        self._parent_of[run_id] = parent_run_id
 
     def on_chat_model_start(self, serialized: dict[str, Any], messages: list[list[Any]], *, run_id: uuid.UUID,
                             parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
                             metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """Remember the request of a chat-model call (recorded when it ends)."""
         batch = messages[0] if len(messages) == 1 else messages
-        self._start(run_id, serialized, "messages", batch, metadata, kwargs)
+        self._start(run_id, parent_run_id, serialized, "messages", batch, metadata, kwargs)
 
     def on_llm_start(self, serialized: dict[str, Any], prompts: list[str], *, run_id: uuid.UUID,
                      parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
                      metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
         """Remember the request of a text-completion call (recorded when it ends)."""
-        self._start(run_id, serialized, "prompts", list(prompts), metadata, kwargs)
+        self._start(run_id, parent_run_id, serialized, "prompts", list(prompts), metadata, kwargs)
 
     def on_llm_end(self, response: Any, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
                    **kwargs: Any) -> None:
         """Record the model call as a ``model.call``."""
+        self._parent_of.pop(run_id, None)
         request, provider, model, started = self._pending.pop(run_id, ({}, self.provider, None, time.perf_counter()))
         plain = to_plain(response)
         if isinstance(plain, dict):
@@ -298,9 +302,17 @@ class SealboxCallbackHandler(BaseCallbackHandler):
     def on_llm_error(self, error: BaseException, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
                      **kwargs: Any) -> None:
         """Record a failed model call (``response = {"error": …}``)."""
+        self._parent_of.pop(run_id, None)
         request, provider, model, started = self._pending.pop(run_id, ({}, self.provider, None, time.perf_counter()))
-        self.run.model_call(request, {"error": {"type": type(error).__qualname__, "message": exception_message(error)}},
-                            latency=time.perf_counter() - started, provider=provider or "unknown", model=model or None)
+        self.run.model_error(request, error, latency=time.perf_counter() - started, provider=provider or "unknown",
+                             model=model or None)
+
+    def on_chain_error(self, error: BaseException, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
+                       **kwargs: Any) -> None:
+        """Record the model calls this chain was waiting for as failed with its error: a chat model
+        cancelled in flight (a timeout, the task cancelled) gets no ``on_llm_error`` of its own."""
+        for model_run in [r for r, parent in self._parent_of.items() if parent == run_id]:
+            self.on_llm_error(error, run_id=model_run)
 
     def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
                      **kwargs: Any) -> None:
