@@ -344,13 +344,26 @@ class Recorder:
         (``arguments.query``, not ``arguments.kwargs.query``), and a method's first parameter
         ``self`` or ``cls`` is left out. Outside a run, calling it raises :class:`RecordingError` (it is never run
         unrecorded).
+
+        Raises:
+            ConfigError: when decorating: a generator function; a callable without a ``__name__``
+                (a ``functools.partial``, a callable object) and no ``name``; one whose signature
+                cannot be read (some builtins and classes).
         """
         def wrap(fn: Callable) -> Callable:
-            tool_name = name or fn.__name__
+            tool_name = name or getattr(fn, "__name__", None)
+            if not isinstance(tool_name, str) or not tool_name:  # a functools.partial, a callable object
+                raise ConfigError(f"{server}: {_short_repr(fn)} has no __name__ to name the tool by: give its "
+                                  f"name, recorder.tool({server!r}, 'name')")
             kind = _function_kind(fn)
             if kind in ("generator", "async generator"):
                 raise ConfigError(_generator_refusal(server, tool_name, kind))
-            sig = inspect.signature(fn)
+            try:
+                sig = inspect.signature(fn)
+            except (TypeError, ValueError) as exc:  # a builtin or class without a signature (dict, some C functions)
+                raise ConfigError(f"{server}/{tool_name}: the arguments of {_short_repr(fn)} cannot be read "
+                                  f"({exc}), so its calls could not be recorded: decorate a Python function "
+                                  "that calls it") from exc
             self.tools[(server, tool_name)] = fn
             params = list(sig.parameters.values())
             # a method's instance or class is not an argument of the tool call

@@ -111,3 +111,37 @@ def test_a_policy_and_a_query_see_a_kwargs_argument(store):
     assert ran == [{"query": "SELECT 1"}]
     denied = [e.payload["call_id"] for e in store.read_run(run.run_id) if e.kind == "tool.call"][0]
     assert [h["call_id"] for h in store.query_calls(match=["arguments.query~(?i)delete"])] == [denied]
+
+
+def test_a_decorated_callable_without_a_name_or_a_signature_is_a_config_error_naming_the_fix(tmp_path):
+    """recorder.tool(server)(functools.partial(f, 1)) raised AttributeError '__name__', and a
+    builtin class without a signature ValueError; with a name, a partial is recorded as usual."""
+    import functools
+
+    from sealbox import ConfigError
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+    from sealbox.store import init_store
+
+    store = init_store(tmp_path / "s")
+    recorder = Recorder(store, policy=ALLOW_ALL)
+
+    def add(a, b):
+        return a + b
+
+    class Echo:
+        def __call__(self, x):
+            return x
+
+    for fn in (functools.partial(add, 1), Echo()):
+        with pytest.raises(ConfigError, match=r"has no __name__ to name the tool by: give its name, "
+                                              r"recorder.tool\('db', 'name'\)"):
+            recorder.tool("db")(fn)
+    with pytest.raises(ConfigError, match=r"db/dict: the arguments of <class 'dict'> cannot be read"):
+        recorder.tool("db")(dict)
+    add_one = recorder.tool("db", "add_one")(functools.partial(add, 1))
+    with recorder.run(agent="a") as run:
+        assert add_one(b=2) == 3
+    calls = [store.resolve(e.payload) for e in store.read_run(run.run_id) if e.kind == "tool.call"]
+    assert [(c["tool"], c["arguments"]) for c in calls] == [("add_one", {"b": 2})]
+    store.close()
