@@ -1082,9 +1082,14 @@ class RunContext:
         Returns:
             A record with the step and the requested tool call ids (in order);
             calls to :meth:`call_tool` with those ids get steps ``"<step>.1"``, ``"<step>.2"``…
+
+        Raises:
+            ConfigError: ``usage``, ``latency`` or ``provider`` is not of the form above (nothing was recorded).
+            RecordingError: the call could not be recorded.
         """
         from sealbox.adapters import normalize_model_call
 
+        _check_provider(provider)
         given = _caller_usage(usage)
         latency_us = _latency_us(latency)
         info = normalize_model_call(request, response, provider=provider, model=model)
@@ -1145,6 +1150,7 @@ class RunContext:
                 cannot be written, an Exception is replaced by the RecordingError; a KeyboardInterrupt
                 or CancelledError goes on, the failure attached as a note (``exc.__notes__``).
         """
+        _check_provider(provider)  # before the model is called: its call could not be recorded
         if self.replay is not None and self.replay.serves_models:
             return self.replay.answer_model(self, request, provider=provider, model=model)
         started = time.perf_counter()
@@ -1254,6 +1260,11 @@ def _caller_usage(usage: Any) -> dict[str, int]:
                               f"(an int, or a float with an integral value), got {value!r}; nothing was recorded")
         out[key] = n
     return out
+
+
+def _check_provider(provider: Any) -> None:
+    if provider is not None and not isinstance(provider, str):
+        raise ConfigError(f"provider must be a string or None, got {type(provider).__name__}; nothing was recorded")
 
 
 def _latency_us(latency: Any) -> int:

@@ -266,6 +266,20 @@ def test_a_bad_usage_is_a_config_error_before_anything_is_recorded(store, usage,
     assert kinds(store, run.run_id) == ["run.started", "run.ended"]
 
 
+@pytest.mark.parametrize("provider", [5, b"openai", ["openai"]])
+def test_a_provider_that_is_not_a_string_is_a_config_error_before_anything_is_recorded(store, provider):
+    """It was RecordingError 'could not record: model.call: data.provider must be string', which reads
+    as a failing store; complete() passes provider on to model_call."""
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        with pytest.raises(ConfigError, match=r"provider must be a string or None, got \w+; nothing was recorded"):
+            run.model_call({}, {}, provider=provider)
+        called = []
+        with pytest.raises(ConfigError, match="provider must be a string or None"):
+            run.complete({}, called.append, provider=provider)
+    assert called == []  # the model is not called when its call could not be recorded
+    assert kinds(store, run.run_id) == ["run.started", "run.ended"]
+
+
 def test_a_float_usage_with_an_integral_value_is_recorded_as_an_int(store):
     with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
         run.model_call({}, {}, usage={"input_tokens": 12.0, "output_tokens": 3})
