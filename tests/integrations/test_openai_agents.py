@@ -437,3 +437,47 @@ async def test_a_model_call_cut_short_by_a_timeout_is_recorded(store):
     assert events[1][2]["latency_us"] >= 150_000
     assert events[2][2]["status"] == "error" and events[2][2]["error"]["type"] == "TimeoutError"
     assert sealbox.verify_store(store).ok
+
+
+@sync
+async def test_an_agent_used_as_a_tool_is_governed_when_made_from_the_instrumented_agent(store):
+    """`expert.as_tool()` among an instrumented agent's tools ran the original expert: its model
+    calls went unrecorded and its own tools ran without a record or a decision, a tool the policy
+    denies included. Such a tool is refused; one made from instrument(run, expert) is governed."""
+    from sealbox.errors import ConfigError
+
+    deny_weather = Policy.from_text("version: 1\nname: p\nrules:\n  - id: no-weather\n    match: {tool: get_weather}\n"
+                                    "    effect: deny\n  - id: rest\n    match: {tool: '*'}\n    effect: allow\n")
+
+    def agents():
+        weather = Weather()
+        expert = Agent(name="expert", tools=weather.tools[:1], model=ScriptedModel([
+            response([call("call_sub", "get_weather", '{"city": "Paris"}')], 5, 5, "s1"),
+            response([text("expert: no weather")], 5, 5, "s2")]))
+        top = Agent(name="top", model=ScriptedModel([
+            response([call("call_top", "ask_expert", '{"input": "weather in Paris?"}')], 5, 5, "t1"),
+            response([text("done")], 5, 5, "t2")]))
+        return weather, expert, top
+
+    weather, expert, top = agents()
+    top.tools = [expert.as_tool(tool_name="ask_expert", tool_description="Ask the expert.")]
+    run = Recorder(store, policy=deny_weather).run(agent="top")
+    with pytest.raises(ConfigError, match=r"tool 'ask_expert' runs agent 'expert' \(Agent.as_tool\(\)\).*"
+                                          r"instrument\(run, agent\).as_tool"):
+        async with run:
+            await Runner.run(instrument(run, top), "go")
+    assert weather.invoked == []
+    assert [k for k, _, _ in events_of(store, run.run_id)] == ["run.started", "run.ended"]
+
+    weather, expert, top = agents()
+    async with Recorder(store, policy=deny_weather).run(agent="top") as run:
+        top.tools = [instrument(run, expert).as_tool(tool_name="ask_expert", tool_description="Ask the expert.")]
+        result = await Runner.run(instrument(run, top), "go")
+    assert result.final_output == "done" and weather.invoked == []  # denied inside the nested agent too
+    events = events_of(store, run.run_id)
+    calls = {p["call_id"]: (s, p["tool"]) for k, s, p in events if k == "tool.call"}
+    assert calls == {"call_top": ("2.1", "ask_expert"), "call_sub": ("3.1", "get_weather")}
+    decisions = {p["call_id"]: p["effect"] for k, _, p in events if k == "policy.decision"}
+    assert decisions == {"call_top": "allow", "call_sub": "deny"}
+    assert [p["request"]["agent"] for k, _, p in events if k == "model.call"] == ["top", "expert", "expert", "top"]
+    assert sealbox.verify_store(store).ok

@@ -43,7 +43,7 @@ from agents.models import get_default_model, get_default_model_settings
 from agents.tool_context import ToolContext
 
 from sealbox.adapters import parse_arguments, to_plain
-from sealbox.errors import RecordingError
+from sealbox.errors import ConfigError, RecordingError
 from sealbox.recorder import RunContext, ToolDenied, unused_call_id
 
 try:  # private in openai-agents 0.24: keeps the SDK's failure handling and argument preparation
@@ -203,6 +203,20 @@ def _tool_identity(tool: FunctionTool, server: str) -> tuple[str, str]:
     return server, tool.name
 
 
+def _check_agent_tool(tool: FunctionTool) -> None:
+    """Refuse a tool made by ``Agent.as_tool()`` from an agent that is not instrumented: the SDK
+    runs that very agent, so its model calls would not be recorded and its own tools would run
+    without being recorded or decided by the policy (a tool the policy denies would run)."""
+    if not getattr(tool, "_is_agent_tool", False):
+        return
+    nested = getattr(tool, "_agent_instance", None)
+    if not isinstance(nested, Agent) or isinstance(nested.model, SealboxModel):  # instrumented (here or elsewhere)
+        return
+    raise ConfigError(f"tool {tool.name!r} runs agent {nested.name!r} (Agent.as_tool()), whose model calls and "
+                      "tool calls would be neither recorded nor decided by this run's policy: make the tool "
+                      f"from the instrumented agent, instrument(run, agent).as_tool(...), for {nested.name!r}")
+
+
 def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_SERVER, grant: str | None = None,
                   deny_message: DenyMessage | None = None) -> FunctionTool:
     """A copy of ``tool`` whose every invocation is recorded and decided by the run's policy.
@@ -232,11 +246,14 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
     Raises:
         TypeError: ``tool`` is not a ``FunctionTool``.
         ConfigError: ``grant`` is one no call of this run may name
-            (:meth:`~sealbox.recorder.RunContext.check_grant_id`: another principal's ``implicit:``).
+            (:meth:`~sealbox.recorder.RunContext.check_grant_id`: another principal's ``implicit:``);
+            ``tool`` was made by ``Agent.as_tool()`` from an agent that is not instrumented (its
+            tools would run ungoverned): make it with ``instrument(run, agent).as_tool(...)``.
     """
     run.check_grant_id(grant)
     if not isinstance(tool, FunctionTool):
         raise TypeError(f"governed_tool needs a FunctionTool, got {type(tool).__name__}")
+    _check_agent_tool(tool)
     upstream_server, upstream_tool = _tool_identity(tool, server)
     exposed = tool.name
     on_deny = deny_message or _default_deny_message
