@@ -66,8 +66,10 @@ def unused_call_id(run: "RunContext", call_id: Any) -> str | None:
 
 
 def current_run() -> "RunContext | None":
-    """The run active in this context (thread or task), if any."""
-    return _CURRENT.get()
+    """The run active in this context (thread or task), if any: not one that has ended (a run left
+    by another thread or task than the one that entered it stays set here, ended)."""
+    run = _CURRENT.get()
+    return None if run is None or run.ended else run
 
 
 class ToolDenied(SealboxError):
@@ -502,7 +504,7 @@ def _links_of(events: list) -> dict[str, str]:
 
 
 def _require_run(tool: str) -> "RunContext":
-    run = _CURRENT.get()
+    run = current_run()
     if run is None:
         raise RecordingError(f"tool {tool!r} was called outside a recorded run; it did not run")
     return run
@@ -625,7 +627,12 @@ class RunContext:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if self._token is not None:
-            _CURRENT.reset(self._token)
+            try:
+                _CURRENT.reset(self._token)
+            except ValueError:  # left in another context (task, thread) than it was entered in
+                if _CURRENT.get() is self:
+                    old = self._token.old_value
+                    _CURRENT.set(None if old is contextvars.Token.MISSING else old)
             self._token = None
         if self.suspended and exc is not None and getattr(exc, "suspends_run", False):
             return
