@@ -378,3 +378,18 @@ def test_runs_show_detail_shows_an_argument_kept_as_a_blob_as_calls_does(recorde
     assert set(b4["payload"]["arguments"]["text"]) == {"$blob"}  # --json keeps the event's payload as recorded
     (call,) = ok_json("calls", "-s", str(recorded.path), "--match", "arguments.text~needle-7731", "--json")
     assert call["arguments"]["text"] == BIG_TEXT
+
+
+def test_runs_list_says_when_its_limit_cut_the_listing(recorded):
+    """runs list shows 50 runs by default: a store with more listed the newest 50 and said nothing,
+    so an investigator took them for all the runs there are."""
+    s = str(recorded.path)
+    newest = [r["run_id"] for r in ok_json("runs", "list", "-s", s, "--json")]
+    assert len(newest) == 7
+    cut = sealbox("runs", "list", "-s", s, "--limit", "3")
+    assert cut.returncode == 0 and cut.stderr == "the newest 3 runs shown; more match (--limit N to see more)\n"
+    assert all(run_id in cut.stdout for run_id in newest[:3]) and not any(run_id in cut.stdout for run_id in newest[3:])
+    cut_json = sealbox("runs", "list", "-s", s, "--limit", "3", "--json")
+    assert [r["run_id"] for r in json.loads(cut_json.stdout)] == newest[:3] and cut_json.stderr == ""
+    whole = sealbox("runs", "list", "-s", s, "--limit", "7")
+    assert whole.returncode == 0 and whole.stderr == "" and all(run_id in whole.stdout for run_id in newest)

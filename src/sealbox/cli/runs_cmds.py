@@ -44,9 +44,11 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
     store = open_for_reading(store_path)
     try:
         rows = store.query_runs(agent=agent, principal=principal, status=status, since=since, until=until,
-                                snapshot=snapshot, labels=wanted, limit=limit)
+                                snapshot=snapshot, labels=wanted, limit=limit + 1)
     finally:
         store.close()
+    more = len(rows) > limit  # one more asked for: say that the listing is cut, not silently
+    rows = rows[:limit]
     columns = ["run_id", "agent", "principal", "status", "ending", "events", "started_at", "parent_run_id",
                "snapshot", "labels"]
     if as_json or as_csv:
@@ -61,6 +63,8 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
               "labels": ", ".join(f"{k}={label_text(v)}" for k, v in sorted(r["labels"].items()))} for r in rows]
     emit_rows(shown, ["run_id", "agent", "status", "events", "started", "parent", "labels"],
               as_json=False, as_csv=False, title="Runs")
+    if more:
+        click.echo(f"the newest {limit} runs shown; more match (--limit N to see more)", err=True)
 
 
 @runs_group.command("show")
