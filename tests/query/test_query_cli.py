@@ -393,3 +393,36 @@ def test_runs_list_says_when_its_limit_cut_the_listing(recorded):
     assert [r["run_id"] for r in json.loads(cut_json.stdout)] == newest[:3] and cut_json.stderr == ""
     whole = sealbox("runs", "list", "-s", s, "--limit", "7")
     assert whole.returncode == 0 and whole.stderr == "" and all(run_id in whole.stdout for run_id in newest)
+
+
+def test_a_match_on_content_a_hashes_only_store_does_not_keep_is_refused(tmp_path):
+    """In a hashes-only store `calls --match 'arguments.query~(?i)delete'` said "no tool calls match"
+    (arguments are markers), which reads as "no call deleted anything"; `result~1` matched the
+    markers' hex. Such a match is one error line, exit 2; tool, decision and error.type still match."""
+    import sealbox as sb
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+    from sealbox.redaction import ContentPolicy
+
+    path = tmp_path / "store"
+    store = sb.init_store(path, content=ContentPolicy(mode="hashes-only"))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        run.call_tool("db", "write_query", {"query": "DELETE FROM customers"}, lambda query: {"rows": 17})
+        with pytest.raises(ValueError):
+            run.call_tool("db", "read_query", {"query": "SELEC"}, lambda query: (_ for _ in ()).throw(ValueError("syntax")))
+    store.close()
+    for match, what in (("arguments.query~(?i)delete", "arguments"), ("result~1", "results"),
+                        ("error.message~syntax", "error messages")):
+        proc = sealbox("calls", "-s", str(path), "--match", match, "--json")
+        assert_one_error_line(proc, f"match: {match!r} cannot be searched in this store: its content mode is "
+                                    f"hashes-only, which keeps the calls' {what} only as markers")
+        assert proc.returncode == 2 and proc.stdout == ""
+        reader = sb.open_store(path, readonly=True)
+        try:
+            with pytest.raises(sb.ConfigError, match="cannot be searched in this store"):
+                reader.query_calls(match=[match])
+        finally:
+            reader.close()
+    assert ids(ok_json("calls", "-s", str(path), "--match", "tool~write", "--json")) == [ids(ok_json(
+        "calls", "-s", str(path), "--json"))[0]]
+    assert len(ok_json("calls", "-s", str(path), "--match", "error.type~ValueError", "--json")) == 1

@@ -12,7 +12,7 @@ import json
 import sqlite3
 from typing import Any, Callable, Sequence, TypeVar
 
-from sealbox.errors import BlobNotFoundError
+from sealbox.errors import BlobNotFoundError, ConfigError
 from sealbox.events import KINDS, Event
 from sealbox.store.base import DamagedEventError, hash_tag
 
@@ -192,6 +192,7 @@ class SqliteQueries:
         sql, params, globs, matches = _calls_query(tool=tool, server=server, run_id=run_id, agent=agent,
                                                    principal=principal, since=since, until=until, decision=decision,
                                                    error=error, match=match)
+        _refuse_hidden_matches(matches, getattr(getattr(self, "content", None), "mode", None))
         with_result = any(m.root == "result" for m in matches)
         # approvers and flags are only known once the run's approval events were evaluated
         late = [m for m in matches if m.root in _APPROVAL_ROOTS]
@@ -571,6 +572,20 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
 
 #: ``--match`` roots filled by :meth:`SqliteQueries._attach_approvals`, tested after it.
 _APPROVAL_ROOTS = ("approvers", "flags")
+
+
+def _refuse_hidden_matches(matches: list, mode: str | None) -> None:
+    """A ``hashes-only`` store keeps only a marker of every argument, result and error message
+    (docs/content-modes.md): a match on them could only search the markers' hex, and "no tool
+    calls match" would read as "no call did that". ConfigError instead."""
+    if mode != "hashes-only":
+        return
+    for m in matches:
+        if m.root in ("arguments", "result") or (m.root == "error" and m.path[1:2] in (("message",), ("traceback",))):
+            what = {"arguments": "arguments", "result": "results"}.get(m.root) or f"error {m.path[1]}s"
+            raise ConfigError(f"match: {m.text!r} cannot be searched in this store: its content mode is hashes-only, "
+                              f"which keeps the calls' {what} only as markers (docs/content-modes.md); match on "
+                              "the tool, server, decision or error.type instead")
 #: Candidates whose approvals are evaluated together when a match reads them.
 _LATE_BATCH = 256
 
