@@ -735,7 +735,8 @@ class RunContext:
 
     def call_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *, grant: str | None = None,
                   call_id: str | None = None, exposed: str | None = None,
-                  failure: Callable[[Any], str | None] | None = None) -> Any:
+                  failure: Callable[[Any], str | None] | None = None,
+                  control_flow: tuple[type[BaseException], ...] = ()) -> Any:
         """Record a tool call, decide it, run ``fn`` if allowed, record the result.
 
         ``fn`` is called as ``fn(**arguments)`` when ``arguments`` is a dict,
@@ -752,6 +753,11 @@ class RunContext:
         *and* ``error`` ``{"type": "ToolError", "message": ...}``, and the result is still
         returned (nothing is raised); it does not count against the circuit breaker (the
         tool answered).
+
+        ``control_flow``: exception types ``fn`` raises to steer its framework, not as failures
+        (LangGraph's ``interrupt()`` for a human's answer): recorded in ``tool.result`` like any
+        exception, and not counted by the circuit breaker (five of them would open it, and the
+        calls made once the human answered were denied ``breaker_open``).
 
         Returns:
             What ``fn`` returned.
@@ -772,6 +778,7 @@ class RunContext:
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         if failure is not None and not callable(failure):
             raise ConfigError(f"{server}/{tool}: failure must be a callable or None, got {failure!r}; nothing was recorded")
+        _check_control_flow(server, tool, control_flow)
         kind = _function_kind(fn)
         if kind in ("coroutine", "async generator"):
             raise ConfigError(f"{server}/{tool}: {_describe(fn)} is {_A[kind]} function: use acall_tool "
@@ -785,7 +792,8 @@ class RunContext:
         try:
             result = _invoke(fn, arguments)
         except BaseException as exc:
-            self._record_raised(server, tool, call_id, step, started, exc, arguments)
+            self._record_raised(server, tool, call_id, step, started, exc, arguments,
+                                count=not isinstance(exc, control_flow))
             raise
         refusal = _unrecordable(result, server, tool, awaited=False)
         if refusal is not None:
@@ -797,7 +805,8 @@ class RunContext:
 
     async def acall_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *,
                          grant: str | None = None, call_id: str | None = None, exposed: str | None = None,
-                         failure: Callable[[Any], str | None] | None = None) -> Any:
+                         failure: Callable[[Any], str | None] | None = None,
+                         control_flow: tuple[type[BaseException], ...] = ()) -> Any:
         """Async form of :meth:`call_tool`; ``fn`` may be sync or async (not a generator function,
         sync or async: refused like in :meth:`call_tool`). Raises as :meth:`call_tool` does: the
         tool's own exception even when its ``tool.result`` cannot be recorded (the failure
@@ -806,6 +815,7 @@ class RunContext:
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         if failure is not None and not callable(failure):
             raise ConfigError(f"{server}/{tool}: failure must be a callable or None, got {failure!r}; nothing was recorded")
+        _check_control_flow(server, tool, control_flow)
         kind = _function_kind(fn)
         if kind in ("generator", "async generator"):
             raise ConfigError(_generator_refusal(server, tool, kind))
@@ -818,7 +828,8 @@ class RunContext:
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as exc:
-            self._record_raised(server, tool, call_id, step, started, exc, arguments)
+            self._record_raised(server, tool, call_id, step, started, exc, arguments,
+                                count=not isinstance(exc, control_flow))
             raise
         refusal = _unrecordable(result, server, tool, awaited=True)
         if refusal is not None:
@@ -979,12 +990,12 @@ class RunContext:
                             needed=self.recorder._needed)
 
     def _record_raised(self, server: str, tool: str, call_id: str, step: str, started_ns: int, exc: BaseException,
-                       arguments: Any) -> None:
+                       arguments: Any, count: bool = True) -> None:
         """``tool.result`` of a tool that raised ``exc``. If it cannot be recorded, the failure is
         attached to ``exc`` as a note (``exc.__notes__``) instead of raised: the caller gets the
         tool's own exception, unchanged otherwise, whether or not its result was recorded."""
         try:
-            self._record_result(server, tool, call_id, step, started_ns, error=exc, arguments=arguments)
+            self._record_result(server, tool, call_id, step, started_ns, error=exc, arguments=arguments, count=count)
         except Exception as failed:  # noqa: BLE001 - the tool's exception goes on, carrying this
             _attach_note(exc, f"sealbox: the tool.result of {server}/{tool} (call {call_id}, run {self.run_id}) "
                               f"could not be recorded: {type(failed).__name__}: {exception_message(failed)}")
@@ -1300,6 +1311,13 @@ def _check_call(server: Any, tool: Any, grant: Any, call_id: Any, exposed: Any, 
         if value is not None and not value.isascii() and _lone_surrogate(value):
             _check_name(what, value, f"{_valid_text(server)}/{_valid_text(tool)}: ")
     _check_implicit_grant(f"{server}/{tool}", grant, principal)
+
+
+def _check_control_flow(server: str, tool: str, control_flow: Any) -> None:
+    if not isinstance(control_flow, tuple) or not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in control_flow):
+        raise ConfigError(f"{server}/{tool}: control_flow must be a tuple of exception types, got "
+                          f"{_short_repr(control_flow)}; nothing was recorded")
 
 
 def _check_implicit_grant(where: str, grant: Any, principal: str) -> None:

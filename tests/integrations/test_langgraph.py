@@ -375,3 +375,40 @@ def test_a_model_call_cut_short_by_a_timeout_is_recorded(store):
     assert events[1][2]["request"]["messages"][0]["content"] == "go"
     assert events[2][2]["status"] == "error" and events[2][2]["error"]["type"] == "TimeoutError"
     assert sealbox.verify_store(store).ok
+
+
+def test_interrupts_for_a_human_do_not_open_the_circuit_breaker(store):
+    """interrupt() inside a governed tool raises GraphInterrupt, which was counted as a tool failure:
+    five parallel calls waiting for a human opened the breaker, and once the human approved them,
+    every re-run was denied breaker_open (the graph went on with error ToolMessages)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command, interrupt
+
+    done: list[int] = []
+
+    @tool
+    def transfer(amount: int) -> str:
+        """Transfer money once a human approves."""
+        if not interrupt({"approve": amount}):
+            return "refused"
+        done.append(amount)
+        return f"transferred {amount}"
+
+    model = ScriptedChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "transfer", "args": {"amount": i}, "id": f"t{i}"} for i in range(5)]),
+        AIMessage(content="all done")]))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="hitl") as run:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            graph = create_react_agent(model, governed_tools(run, [transfer]), checkpointer=InMemorySaver())
+        config = {"configurable": {"thread_id": "1"}, "callbacks": [SealboxCallbackHandler(run)]}
+        state = graph.invoke({"messages": [("user", "pay")]}, config=config)
+        assert len(state["__interrupt__"]) == 5
+        state = graph.invoke(Command(resume={i.id: True for i in state["__interrupt__"]}), config=config)
+    assert state["messages"][-1].content == "all done" and sorted(done) == [0, 1, 2, 3, 4]
+    events = events_of(store, run.run_id)
+    interrupted = [p for k, _, p in events if k == "tool.result" and not p["ok"]]
+    assert len(interrupted) == 5 and {p["error"]["type"] for p in interrupted} == {"GraphInterrupt"}
+    assert sorted(p["reason_code"] for k, _, p in events if k == "policy.decision") == ["policy_allow"] * 10
+    assert sum(1 for k, _, p in events if k == "tool.result" and p["ok"]) == 5
+    assert sealbox.verify_store(store).ok

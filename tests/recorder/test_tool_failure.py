@@ -72,3 +72,35 @@ def test_failure_must_be_callable(tmp_path):
         with pytest.raises(ConfigError, match="failure must be a callable or None"):
             run.call_tool("db", "q", {}, lambda: 1, failure="isError")
     assert results(store, run.run_id) == []
+
+
+class _Suspend(Exception):
+    """A framework's control-flow exception (LangGraph's GraphInterrupt is an Exception)."""
+
+
+def test_control_flow_exceptions_are_recorded_but_never_open_the_breaker(tmp_path):
+    store = init_store(tmp_path / "s")
+
+    def waits():
+        raise _Suspend("waiting for a human")
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        for _ in range(6):
+            with pytest.raises(_Suspend):
+                run.call_tool("bank", "transfer", None, waits, control_flow=(_Suspend,))
+        assert run.call_tool("bank", "transfer", None, lambda: "ok", control_flow=(_Suspend,)) == "ok"
+
+        async def awaits():
+            raise _Suspend("waiting")
+
+        for _ in range(6):
+            with pytest.raises(_Suspend):
+                asyncio.run(run.acall_tool("bank", "transfer", None, awaits, control_flow=(_Suspend,)))
+        assert run.call_tool("bank", "transfer", None, lambda: "ok") == "ok"
+        with pytest.raises(ConfigError, match="control_flow must be a tuple of exception types"):
+            run.call_tool("bank", "transfer", None, lambda: "ok", control_flow=_Suspend)
+    recorded = results(store, run.run_id)
+    assert [r["ok"] for r in recorded] == [False] * 6 + [True] + [False] * 6 + [True]
+    assert {r["error"]["type"] for r in recorded if not r["ok"]} == {"_Suspend"}
+    assert verify_store(store).ok
+    store.close()

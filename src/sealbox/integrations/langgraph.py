@@ -57,6 +57,18 @@ def _default_deny_message(denied: ToolDenied) -> str:
     return f"Error: this tool call was not allowed and did not run. {denied}"
 
 
+#: What a LangGraph tool raises to steer the graph, not as a failure: ``interrupt()`` (waiting for a
+#: human: the tool runs again once answered), ``Command(graph=PARENT)``. Recorded in ``tool.result``,
+#: never counted by the circuit breaker (five interrupts opened it; the answered calls were denied).
+_CONTROL_FLOW: tuple[type[BaseException], ...] = ()
+try:
+    from langgraph.errors import GraphBubbleUp
+
+    _CONTROL_FLOW = (GraphBubbleUp,)
+except ImportError:  # pragma: no cover - langchain without langgraph
+    pass
+
+
 def _tool_message_failure(result: Any) -> str | None:
     """The failure a wrapped tool reported in what it returned: LangChain's ``BaseTool.run`` turns
     an error it handles itself (``handle_tool_error`` / ``handle_validation_error``) into a
@@ -145,7 +157,7 @@ class GovernedTool(BaseTool):
                 self.server, self.inner.name, self._arguments(tool_input),
                 lambda *_a, **_k: self.inner.run(tool_input, *args, **kwargs),
                 grant=self.grant, call_id=unused_call_id(self._sealbox_run, call_id), exposed=self.name,
-                failure=_tool_message_failure)
+                failure=_tool_message_failure, control_flow=_CONTROL_FLOW)
         except ToolDenied as denied:
             return self._denied(denied, call_id)
         finally:
@@ -160,7 +172,7 @@ class GovernedTool(BaseTool):
                 self.server, self.inner.name, self._arguments(tool_input),
                 lambda *_a, **_k: self.inner.arun(tool_input, *args, **kwargs),
                 grant=self.grant, call_id=unused_call_id(self._sealbox_run, call_id), exposed=self.name,
-                failure=_tool_message_failure)
+                failure=_tool_message_failure, control_flow=_CONTROL_FLOW)
         except ToolDenied as denied:
             return self._denied(denied, call_id)
         finally:
