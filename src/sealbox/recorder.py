@@ -506,7 +506,10 @@ def _links_of(events: list) -> dict[str, str]:
 def _require_run(tool: str) -> "RunContext":
     run = current_run()
     if run is None:
-        raise RecordingError(f"tool {tool!r} was called outside a recorded run; it did not run")
+        raise RecordingError(f"tool {tool!r} was called outside a recorded run; it did not run (a run is current in "
+                             "the thread or task that entered it and in tasks it starts, not in a thread started by "
+                             "threading or a ThreadPoolExecutor: call run.call_tool there, or run the function with "
+                             "contextvars.copy_context().run)")
     return run
 
 

@@ -76,3 +76,30 @@ def _enter_here_leave_in_a_thread(store):
     with pytest.raises(RecordingError, match="outside a recorded run"):
         tool()
     assert verify_store(store).ok
+
+
+def test_a_decorated_tool_called_from_a_worker_thread_says_why_it_is_outside_the_run(store):
+    """A ThreadPoolExecutor's threads do not inherit the run (a context variable): the decorated tool
+    refused to run with 'called outside a recorded run' while the run was plainly open, and nothing
+    said why or what to do."""
+    import concurrent.futures
+
+    recorder = Recorder(store, policy=ALLOW_ALL)
+    ran: list[str] = []
+
+    @recorder.tool("db")
+    def read_query(query: str) -> str:
+        ran.append(query)
+        return "1"
+
+    with recorder.run(agent="a") as run:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            with pytest.raises(RecordingError, match=r"outside a recorded run; it did not run \(.*ThreadPoolExecutor"
+                                                     r".*run.call_tool.*contextvars.copy_context\(\).run\)"):
+                pool.submit(read_query, "SELECT 1").result()
+            ctx = contextvars.copy_context()
+            assert pool.submit(ctx.run, read_query, "SELECT 2").result() == "1"
+    assert ran == ["SELECT 2"]
+    calls = [store.resolve(e.payload)["arguments"] for e in store.read_run(run.run_id) if e.kind == "tool.call"]
+    assert calls == [{"query": "SELECT 2"}]
+    assert verify_store(store).ok
