@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from fnmatch import fnmatchcase
 from typing import Any, Callable, Iterable, Sequence
 
@@ -83,7 +83,8 @@ def parse_time(value: str | datetime, *, now: datetime | None = None, name: str 
     """A time bound as the store writes times: RFC 3339 UTC with microseconds.
 
     Args:
-        value: RFC 3339 with an offset, a date ``YYYY-MM-DD`` (00:00 UTC), a
+        value: RFC 3339 with an offset, a date (``YYYY-MM-DD`` or another ISO 8601 date form such as
+            ``YYYYMMDD`` or ``2026-W49``; 00:00 UTC), a
             duration back from ``now`` (``90s``, ``15m``, ``2h``, ``30d``, ``1w``),
             or an aware :class:`~datetime.datetime`.
         now: the reference for durations (default: the current time).
@@ -110,8 +111,11 @@ def parse_time(value: str | datetime, *, now: datetime | None = None, name: str 
             return _utc_text((now or datetime.now(timezone.utc)) - delta)
         except (OverflowError, ValueError):
             raise _out_of_range(name, text) from None
-    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
-        text += "T00:00:00Z"
+    if re.fullmatch(r"[0-9W-]+", text):  # a date alone, in any ISO 8601 form (2026-11-29, 20261129, 2026-W48-7)
+        try:
+            text = date.fromisoformat(text).isoformat() + "T00:00:00Z"
+        except ValueError:
+            pass  # not a date: the error below says what is accepted
     try:
         moment = datetime.fromisoformat(text.replace("z", "Z").replace("Z", "+00:00"))
     except ValueError:
@@ -161,11 +165,24 @@ _MISSING = object()
 
 
 def _values_at(value: Any, path: Sequence[str]) -> Iterable[Any]:
-    """Every value reached by ``path``; a key applied to a list fans out over its items."""
+    """Every value reached by ``path``; a key applied to a list fans out over its items. A segment
+    holding a glob character (``*``, ``?``, ``[``) matches every key of an object, or every index of
+    a list, that it matches (:func:`fnmatch.fnmatchcase`, as redaction paths do): ``arguments.*``
+    is each argument."""
     if not path:
         yield value
         return
     key, rest = path[0], path[1:]
+    if _GLOB_MAGIC.search(key) is not None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if fnmatchcase(k, key):
+                    yield from _values_at(v, rest)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                if fnmatchcase(str(i), key):
+                    yield from _values_at(v, rest)
+        return
     if isinstance(value, dict):
         if key in value:
             yield from _values_at(value[key], rest)

@@ -45,6 +45,9 @@ def test_calls_json_lists_exactly_the_matching_calls(recorded):
     assert ids(ok_json("calls", "-s", s, "--match", "arguments.query~(?i)delete", "--match", "decision~allow",
                        "--json")) == ["a2"]
     assert ids(ok_json("calls", "-s", s, "--match", "arguments.text~needle-7731", "--json")) == ["b4"]
+    # a glob segment: any argument (arguments.*~x matched nothing: '*' was read as a key)
+    assert ids(ok_json("calls", "-s", s, "--match", "arguments.*~(?i)delete|needle-7731", "--json")) == [
+        "a2", "a3", "b4"]
     assert ids(ok_json("calls", "-s", s, "--tool", "read_*", "--limit", "2", "--json")) == ["b2", "b4"]
     assert ok_json("calls", "-s", s, "--tool", "nothing_like_this", "--json") == []
 

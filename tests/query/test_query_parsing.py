@@ -32,6 +32,9 @@ NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
     ("2026-11-29T13:34:56+01:00", "2026-11-29T12:34:56.000000Z"),
     ("2026-11-29 12:34:56-05:00", "2026-11-29T17:34:56.000000Z"),
     ("2026-11-29", "2026-11-29T00:00:00.000000Z"),
+    ("20261129", "2026-11-29T00:00:00.000000Z"),  # other ISO 8601 date forms are dates too (they said
+    ("2026-W48", "2026-11-23T00:00:00.000000Z"),  # "has no timezone", as if a time had been given)
+    ("2026-W48-7", "2026-11-29T00:00:00.000000Z"),
 ])
 def test_parse_time(text, expected):
     assert parse_time(text, now=NOW) == expected
@@ -45,6 +48,8 @@ def test_parse_time_takes_aware_datetimes_only():
 
 @pytest.mark.parametrize("text, message", [
     ("2026-11-29T12:00:00", "has no timezone"),
+    ("2026-99-99", "is not a time"),
+    ("2026", "is not a time"),
     ("tomorrow", "is not a time"),
     ("-2h", "is not a time"),
     ("2h ago", "is not a time"),
@@ -112,6 +117,19 @@ def test_match_expressions():
     assert parse_match("arguments.n~^12$").test({"arguments": {"n": 12}})
     assert parse_match("arguments.flag~^true$").test({"arguments": {"flag": True}})
     assert parse_match("arguments~\"k\": 1").test({"arguments": {"k": 1}})
+
+
+def test_a_glob_segment_in_a_match_path_matches_keys_and_indexes():
+    """`arguments.*~x` matched nothing at all (the segment was read as the key '*'): a glob segment
+    matches every key of an object, or index of a list, it matches (fnmatch, as redaction paths)."""
+    record = {"arguments": {"query": "DROP TABLE t", "db": "prod", "opts": [{"sql": "a"}, {"sql": "DELETE"}]}}
+    assert parse_match("arguments.*~(?i)^drop").test(record)
+    assert parse_match("arguments.d?~^prod$").test(record)
+    assert not parse_match("arguments.d?~DROP").test(record)  # 'query' does not match 'd?'
+    assert parse_match("arguments.opts.*.sql~DELETE").test(record)
+    assert parse_match("arguments.opts.[1].sql~DELETE").test(record)
+    assert not parse_match("arguments.opts.[0].sql~DELETE").test(record)
+    assert not parse_match("arguments.*.missing~.").test(record)
 
 
 @pytest.mark.parametrize("expr, message", [

@@ -25,7 +25,7 @@ _TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "approvers", "outc
 @click.option("--error/--no-error", "error", default=None,
               help="Only calls whose tool raised (--error) or succeeded (--no-error); calls that never ran match neither.")
 @click.option("--match", "matches", multiple=True, metavar="FIELD~REGEX",
-              help="Python regex searched in a field, e.g. 'arguments.query~(?i)delete' or 'result~secret'. Repeatable; all must match.")
+              help="Python regex searched in a field, e.g. 'arguments.query~(?i)delete', 'arguments.*~x' (any argument) or 'result~secret'. Repeatable; all must match.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many calls: the newest (shown oldest first).")
 @format_options
 def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str | None, agent: str | None,
