@@ -389,6 +389,20 @@ async def test_a_tool_named_as_another_tools_shortened_name_makes_both_unlisted_
     assert [e.payload["tool"] for e in all_events(store) if e.kind == "tool.call"] == ["ping"]
 
 
+async def test_a_tool_with_an_empty_name_is_not_listed(tmp_path, store):
+    """An upstream tool named "" was listed as 'odd__', which no call could reach (UNKNOWN_TOOL):
+    a client saw a tool it could never use. It is left out; a call by that name is unknown."""
+    gw = Gateway(odd_config(tmp_path, env={"ODD_EMPTY_NAME": "1"}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("odd__", {})
+        pong = await client.call_tool("odd__ping", {})
+    assert sorted(names) == ["odd__big", "odd__fail", "odd__ping", "odd__ref_file", "odd__ref_http", "odd__ref_local"]
+    assert err.value.code == UNKNOWN_TOOL and text_of(pong) == "pong"
+    assert [e.payload["tool"] for e in all_events(store) if e.kind == "tool.call"] == ["ping"]
+
+
 def test_sigterm_with_a_call_in_flight_answers_it_before_closing(tmp_path):
     import signal
     import subprocess

@@ -337,12 +337,16 @@ class Gateway:
 
         Two tools of one upstream that would be listed under the same name (a tool named exactly
         as another's shortened long name) are both left out, and cannot be called: a call by
-        that name could reach either."""
+        that name could reach either. A tool whose name is empty is left out too (its exposed
+        name would be the server id and the separator alone, which names no tool)."""
         out = []
         for sid in sorted(self.upstreams):
             names = {name: self.exposed_name(sid, name) for name in self.upstreams[sid].tools}
             taken = Counter(names.values())
             for name in sorted(self.upstreams[sid].tools):
+                if not name:  # listed as "<server><separator>", it could never be called (split_name)
+                    log.warning("upstream %s: a tool with an empty name is not listed", sid)
+                    continue
                 if taken[names[name]] > 1:
                     log.warning("upstream %s: tools %r share the exposed name %r; neither is listed", sid,
                                 sorted(n for n, e in names.items() if e == names[name]), names[name])

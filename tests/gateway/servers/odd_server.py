@@ -9,6 +9,7 @@ Tools:
   ping()             returns "pong"
   <long name>        a tool whose name is ``$ODD_LONG_NAME`` (when set), returns "long"
   <second name>      a tool whose name is ``$ODD_SECOND_NAME`` (when set), returns "second"
+  ""                 a tool whose name is empty (when ``$ODD_EMPTY_NAME`` is set), returns "empty"
 
 Environment:
   ODD_LOG=path       every tools/call received is appended as one JSON line
@@ -47,6 +48,8 @@ def _tools() -> list[types.Tool]:
         tools.append(types.Tool(name=os.environ["ODD_LONG_NAME"], description="A long name.", input_schema=obj))
     if os.environ.get("ODD_SECOND_NAME"):
         tools.append(types.Tool(name=os.environ["ODD_SECOND_NAME"], description="Another name.", input_schema=obj))
+    if os.environ.get("ODD_EMPTY_NAME"):
+        tools.append(types.Tool(name="", description="No name.", input_schema=obj))
     return tools
 
 
@@ -74,6 +77,8 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         return _text(f"{params.name}:{json.dumps(args.get('x'))}")
     if params.name == os.environ.get("ODD_SECOND_NAME"):
         return _text("second")
+    if params.name == "":
+        return _text("empty")
     return _text("long")
 
 
