@@ -51,6 +51,33 @@ async def test_first_listing_is_pinned_and_a_rug_pull_is_recorded_and_denied_unt
     assert sealbox.verify_store(store).ok
 
 
+async def test_a_client_is_told_when_a_blocked_tool_is_reapproved(tmp_path, store):
+    """A re-approval (recorded by another process: the CLI) sent no tools/list_changed, so a client
+    kept the '[blocked…]' description it had listed; now it is told, and lists the tool's own."""
+    got: list[str] = []
+
+    async def note(message):
+        got.append(getattr(getattr(message, "root", message), "method", ""))
+
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg, message_handler=note) as client:
+        await client.call_tool("toy__mutate", {})
+        with anyio.fail_after(10):
+            await gw.upstreams["toy"].wait_until(lambda u: "extra" in u.tools)
+            while "notifications/tools/list_changed" not in got:  # the rug pull itself
+                await anyio.sleep(0.05)
+        blocked = {t.name: t.description for t in (await client.list_tools()).tools}
+        got.clear()
+        assert reapprove(tmp_path / "store", "toy", "echo").exit_code == 0
+        with anyio.fail_after(10):
+            while "notifications/tools/list_changed" not in got:
+                await anyio.sleep(0.05)
+        listed = {t.name: t.description for t in (await client.list_tools()).tools}
+    assert blocked["toy__echo"].startswith("[blocked") and blocked["toy__extra"].startswith("[blocked")
+    assert not listed["toy__echo"].startswith("[blocked") and "ssh" in listed["toy__echo"]
+    assert listed["toy__extra"].startswith("[blocked")  # added, never approved
+
+
 async def test_a_rug_pull_between_runs_is_caught_at_start(tmp_path, store):
     gw = Gateway(toy_config(tmp_path), store=store)
     async with running(gw) as tg, connect(gw, tg) as client:

@@ -100,6 +100,10 @@ class PinState:
             self.cursor = size
             self.apply(events)
 
+    def blocked_tools(self) -> set[tuple[str, str]]:
+        """Every ``(server, tool)`` whose latest definition has not been approved."""
+        return {key for key, digest in self.known.items() if self.approved.get(key) != digest}
+
     def blocked(self, server: str, tool: str) -> bool:
         """True when the tool's latest definition has not been approved."""
         key = (server, tool)

@@ -69,6 +69,8 @@ ENV_RUN_ID = "SEALBOX_RUN_ID"
 CALL_ID_META_KEY = "sealbox/call_id"
 #: ``_meta`` key of a joined ``tools/call``: the step the run's model call assigned to it (``"<n>.<i>"``).
 STEP_META_KEY = "sealbox/step"
+#: How often (seconds) a gateway with a blocked tool looks for its re-approval, to tell clients.
+REAPPROVAL_POLL_S = 1.0
 _MAX_CALL_ID = 256
 #: The longest exposed tool name (the OpenAI tool-name limit; MCP 2025-11-25 says SHOULD be ≤ 128).
 MAX_EXPOSED_NAME = 64
@@ -268,6 +270,7 @@ class Gateway:
         async with anyio.create_task_group() as tg:
             for up in self.upstreams.values():
                 tg.start_soon(up.run)
+            tg.start_soon(self._watch_reapprovals)
             with anyio.move_on_after(self.config.limits.startup_timeout_s + 1):
                 for up in self.upstreams.values():
                     await up.wait_until(lambda u: u.state in ("ready", "down") or u.generation > 0)
@@ -361,7 +364,27 @@ class Gateway:
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         self._watch(_connection(ctx))  # a client holding a listing is told when it changes, call or no call
+        if self.pins.blocked_tools():
+            self.pins.refresh(self.store)  # a re-approval may have been recorded since (sealbox gateway reapprove)
         return types.ListToolsResult(tools=self.exposed_tools())
+
+    async def _watch_reapprovals(self, interval_s: float = REAPPROVAL_POLL_S) -> None:
+        """While a tool is blocked (changed upstream, not re-approved), look for its re-approval every
+        ``interval_s`` seconds: it is recorded by another process (``sealbox gateway reapprove``), and
+        a client holding the listing with the ``[blocked…]`` description is sent
+        ``notifications/tools/list_changed`` when the set of blocked tools shrinks."""
+        while True:
+            await anyio.sleep(interval_s)
+            before = self.pins.blocked_tools()
+            if not before:
+                continue
+            try:
+                self.pins.refresh(self.store)
+            except Exception as exc:  # noqa: BLE001 - a store that cannot be read now is read next time
+                log.debug("could not read re-approvals: %s", exc)
+                continue
+            if self.pins.blocked_tools() < before:
+                await self._notify_tools_changed()
 
     def _watch(self, connection: Any) -> None:
         """Send this client ``notifications/tools/list_changed`` on a change, until it disconnects."""
