@@ -91,6 +91,9 @@ class ModelCallInfo:
         tool_calls: the tool calls the response requests, in response order.
         unreadable_usage: the usage fields left out because the response's value was not a
             token count, with a short ``repr`` of that value (``{"output_tokens": "1e+30"}``).
+        usage_missing: True when a response of a known provider format carries no ``usage`` at
+            all (a stream read without ``stream_options.include_usage``, a proxy that drops it):
+            its ``usage`` then says 0 tokens, which is not known. Never for an error response.
     """
 
     provider: str
@@ -101,6 +104,7 @@ class ModelCallInfo:
     usage: dict[str, int] = field(default_factory=dict)
     tool_calls: tuple[ToolCallRequest, ...] = ()
     unreadable_usage: dict[str, str] = field(default_factory=dict)
+    usage_missing: bool = False
 
 
 #: How deep :func:`to_plain` converts; below that, values are left as they are
@@ -400,5 +404,7 @@ def normalize_model_call(request: Any, response: Any, *, provider: str | None = 
     found_provider = provider or detected_provider
     if isinstance(found_provider, str):
         found_provider = valid_text(found_provider)
+    missing = (fmt in ("openai.chat", "openai.responses", "anthropic.messages") and not _dict(resp).get("usage")
+               and "error" not in _dict(resp))
     return ModelCallInfo(found_provider, valid_text(str(found_model)), fmt, req, resp, usage,
-                         tuple(c for c in calls if c is not None), unread)
+                         tuple(c for c in calls if c is not None), unread, missing)

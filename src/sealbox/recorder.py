@@ -1118,9 +1118,15 @@ class RunContext:
         use.update(given)
         unread = [k for k in info.unreadable_usage if k in ("input_tokens", "output_tokens") and k not in given]
         use = {k: use.get(k, 0) for k in ("input_tokens", "output_tokens") if k not in unread}
-        if unread and self.recorder._needed & {"tokens_run", "tokens_day", "cost_run", "cost_day"}:
+        budgets = bool(self.recorder._needed & {"tokens_run", "tokens_day", "cost_run", "cost_day"})
+        if unread and budgets:
             self._cost_error = (f"a model call's usage ({', '.join(unread)}) could not be read from the response, "
                                 "so the token and cost budgets no longer know what was used")
+        missing = budgets and info.usage_missing and not given
+        if missing:  # counted as 0 tokens, the budgets would fail open: fail closed, as for unreadable usage
+            self._cost_error = ("a model call's response carries no usage (a stream read without "
+                                "stream_options.include_usage?), so the token and cost budgets no longer know what "
+                                "was used; pass usage= to model_call")
         try:
             cost = cost_of(self.policy, f"{info.provider}/{info.model}", use.get("input_tokens", 0),
                            use.get("output_tokens", 0))
@@ -1143,6 +1149,11 @@ class RunContext:
             drafts.append(self._draft("anomaly", {"what": "model.call usage unreadable", "detail": {
                 "fields": unread, "values": {k: info.unreadable_usage[k] for k in unread},
                 "why": f"not a whole number of tokens from 0 to {MAX_COUNT}; left out of the usage"}}, step))
+        if missing:
+            drafts.append(self._draft("anomaly", {"what": "model.call usage missing", "detail": {
+                "format": info.format,
+                "why": "the response carries no usage and none was given: the policy's token and cost budgets "
+                       "cannot count this call, so later tool calls are denied (fail closed)"}}, step))
         if repeated or used:
             drafts.append(self._draft("anomaly", {"what": "model.call tool call ids not unique", "detail": {
                 "repeated": repeated, "already_used": used,

@@ -315,6 +315,33 @@ def test_an_unreadable_usage_under_a_token_budget_fails_closed(store):
             run.call_tool("s", "t", None, lambda: 1)
 
 
+def test_a_response_without_usage_under_a_token_budget_fails_closed(store):
+    """A response that carries no usage at all (a stream read without include_usage) counted as 0
+    tokens, so a token budget failed open; now the budget fails closed as for unreadable usage, with
+    an anomaly saying why. Usage given by the caller, an error response, or a policy without token or
+    cost budgets are unaffected."""
+    budget = sealbox.Policy.from_text("version: 1\nname: budget\nrules:\n  - id: all\n    effect: allow\n"
+                                      "limits:\n  tokens: {per_run: 1000}\n")
+    no_usage = {"object": "chat.completion", "model": "gpt-4o", "choices": []}
+    with Recorder(store, policy=budget).run(agent="bot") as run:
+        run.model_call({"model": "gpt-4o"}, no_usage)
+        with pytest.raises(sealbox.recorder.ToolDenied, match="carries no usage"):
+            run.call_tool("s", "t", None, lambda: 1)
+    anomalies = [e for e in store.read_run(run.run_id) if e.kind == "anomaly"]
+    assert [(a.payload["what"], store.resolve(a.payload["detail"])["format"]) for a in anomalies] == [
+        ("model.call usage missing", "openai.chat")]
+    with Recorder(store, policy=budget).run(agent="bot") as given:
+        given.model_call({"model": "gpt-4o"}, no_usage, usage={"input_tokens": 5, "output_tokens": 2})
+        given.model_call({"model": "gpt-4o"}, {"object": "chat.completion", "model": "gpt-4o",
+                                               "error": {"message": "overloaded"}})
+        assert given.call_tool("s", "t", None, lambda: 1) == 1
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as free:
+        free.model_call({"model": "gpt-4o"}, no_usage)
+        assert free.call_tool("s", "t", None, lambda: 1) == 1
+    assert [k for k in kinds(store, free.run_id) if k == "anomaly"] == []
+    assert_verified(store)
+
+
 @pytest.mark.parametrize("grant", [123, "", b"g"])
 def test_a_grant_that_is_not_a_non_empty_string_is_a_config_error(store, grant):
     with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
