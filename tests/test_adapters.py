@@ -382,3 +382,146 @@ def test_tool_arguments_nested_too_deep_for_json_keep_the_calls_links_and_the_us
     assert events[-1].payload["usage"]["input_tokens"] == 7
     assert sealbox.verify_store(store).ok
     store.close()
+
+
+# ---------------------------------------------------------------- streams
+
+def _chat_chunks() -> list[dict]:
+    base = {"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1764000000, "model": "gpt-4o-2024-08-06"}
+
+    def chunk(delta, finish=None, usage=None, choices=True):
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if choices else [],
+                "usage": usage}
+
+    return [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"content": "Checking "}),
+        chunk({"content": "both."}),
+        chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
+                               "function": {"name": "get_weather", "arguments": ""}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
+        chunk({"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
+                               "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+        chunk({}, finish="tool_calls"),
+        chunk(None, usage={"prompt_tokens": 40, "completion_tokens": 12, "total_tokens": 52}, choices=False),
+    ]
+
+
+def test_openai_chat_stream_chunks_are_assembled_into_the_completion():
+    """A response given as its stream chunks (the SDK's ChatCompletionChunk objects) was recorded as
+    format 'unknown' with no usage and no tool calls: the calls it requested were never linked."""
+    from openai.types.chat import ChatCompletionChunk
+
+    raw = _chat_chunks()
+    raw[-1]["choices"] = []
+    chunks = [ChatCompletionChunk.model_validate(c) for c in raw]
+    info = normalize_model_call(CHAT_REQUEST, chunks)
+    assert (info.format, info.provider, info.model, info.stream_chunks) == ("openai.chat", "openai",
+                                                                            "gpt-4o-2024-08-06", 9)
+    assert [(c.id, c.name, c.arguments) for c in info.tool_calls] == [
+        ("call_a", "get_weather", {"city": "Paris"}), ("call_b", "get_weather", {"city": "Oslo"})]
+    assert info.usage == {"input_tokens": 40, "output_tokens": 12, "total_tokens": 52}
+    [choice] = info.response["choices"]
+    assert choice["message"]["content"] == "Checking both." and choice["finish_reason"] == "tool_calls"
+    assert [tc["function"]["arguments"] for tc in choice["message"]["tool_calls"]] == ['{"city": "Paris"}',
+                                                                                     '{"city": "Oslo"}']
+    assert info.response["object"] == "chat.completion" and info.response["id"] == "chatcmpl-9"
+    # the same chunks as plain dicts, as a tuple, give the same message (the SDK's dump adds null fields)
+    plain = normalize_model_call(CHAT_REQUEST, tuple(raw))
+    assert plain.response["choices"] == info.response["choices"] and plain.tool_calls == info.tool_calls
+
+
+def test_a_chat_stream_without_include_usage_has_no_usage():
+    info = normalize_model_call(CHAT_REQUEST, _chat_chunks()[:-1])
+    assert info.usage_missing is True and info.usage == {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    assert len(info.tool_calls) == 2
+
+
+def _anthropic_events() -> list[dict]:
+    return [
+        {"type": "message_start", "message": {
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [],
+            "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 300, "output_tokens": 1, "cache_read_input_tokens": 20}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let me "}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "look."}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {
+            "type": "tool_use", "id": "toolu_9", "name": "get_weather", "input": {}}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"ci'}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": 'ty": "Lima"}'}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "content_block_start", "index": 2, "content_block": {
+            "type": "tool_use", "id": "toolu_10", "name": "now", "input": {}}},
+        {"type": "content_block_stop", "index": 2},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+         "usage": {"output_tokens": 57}},
+        {"type": "message_stop"},
+    ]
+
+
+def test_anthropic_stream_events_are_assembled_into_the_message():
+    from anthropic.types import RawMessageStreamEvent
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(RawMessageStreamEvent)
+    events = [adapter.validate_python(e) for e in _anthropic_events()]
+    info = normalize_model_call(ANTHROPIC_REQUEST, events)
+    assert (info.format, info.provider, info.model, info.stream_chunks) == ("anthropic.messages", "anthropic",
+                                                                            "claude-sonnet-4-5", 13)
+    assert [(c.id, c.name, c.arguments) for c in info.tool_calls] == [("toolu_9", "get_weather", {"city": "Lima"}),
+                                                                      ("toolu_10", "now", {})]
+    assert info.usage["input_tokens"] == 320 and info.usage["output_tokens"] == 57  # cache reads count as input
+    assert [(b["type"], b.get("text"), b.get("input")) for b in info.response["content"]] == [
+        ("text", "Let me look.", None), ("tool_use", None, {"city": "Lima"}), ("tool_use", None, {})]
+    assert info.response["stop_reason"] == "tool_use" and info.usage_missing is False
+
+
+def test_openai_responses_stream_events_give_the_completed_response():
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    done = {"id": "resp_1", "object": "response", "created_at": 1764000000, "model": "gpt-4.1", "status": "completed",
+            "output": [{"type": "function_call", "id": "fc_1", "call_id": "call_r1", "name": "get_weather",
+                        "arguments": '{"city": "Rome"}', "status": "completed"}],
+            "usage": {"input_tokens": 33, "output_tokens": 9, "total_tokens": 42,
+                      "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}},
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+    started = {**done, "status": "in_progress", "output": [], "usage": None}
+    raw = [{"type": "response.created", "sequence_number": 0, "response": started},
+           {"type": "response.function_call_arguments.delta", "sequence_number": 1, "item_id": "fc_1",
+            "output_index": 0, "delta": '{"city": "Rome"}'},
+           {"type": "response.completed", "sequence_number": 2, "response": done}]
+    adapter = TypeAdapter(ResponseStreamEvent)
+    info = normalize_model_call({"model": "gpt-4.1"}, [adapter.validate_python(e) for e in raw])
+    assert (info.format, info.stream_chunks, info.response["status"]) == ("openai.responses", 3, "completed")
+    assert [(c.id, c.arguments) for c in info.tool_calls] == [("call_r1", {"city": "Rome"})]
+    assert info.usage == {"input_tokens": 33, "output_tokens": 9, "total_tokens": 42}
+
+
+def test_a_list_that_is_no_stream_is_recorded_as_given():
+    for value in ([], [1, 2], [{"a": 1}], [{"object": "chat.completion"}]):
+        info = normalize_model_call({}, value)
+        assert (info.format, info.stream_chunks, info.response) == ("unknown", 0, value)
+
+
+def test_a_streamed_model_call_is_recorded_assembled_and_its_tool_calls_linked(tmp_path):
+    import sealbox
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    store = sealbox.init_store(tmp_path / "store")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="weather") as run:
+        rec = run.model_call(CHAT_REQUEST, _chat_chunks())
+        for call in rec.tool_calls:
+            run.call_tool("weather", call.name, call.arguments, lambda city: city.upper(), call_id=call.id)
+    events = store.read_run(run.run_id)
+    [model] = [store.resolve(e.payload) for e in events if e.kind == "model.call"]
+    assert (model["format"], model["stream"], model["tool_call_ids"]) == ("openai.chat", {"chunks": 9},
+                                                                          ["call_a", "call_b"])
+    assert model["usage"] == {"input_tokens": 40, "output_tokens": 12}
+    assert model["response"]["choices"][0]["message"]["content"] == "Checking both."
+    assert [e.step for e in events if e.kind == "tool.call"] == ["2.1", "2.2"]
+    assert sealbox.verify_store(store).ok

@@ -42,6 +42,13 @@ valid Unicode: a lone surrogate there is written as the visible text ``\udXXX``
 ``udc00``); the id the response held is still in the recorded response. A tool call is linked by
 that same text: pass :attr:`ToolCallRequest.id` (or ``valid_text(id)``) as the ``call_id``.
 
+Streams. A response given as the list of its stream chunks or events (OpenAI chat
+``chat.completion.chunk`` objects, Anthropic Messages stream events from ``message_start`` to
+``message_stop``, OpenAI Responses stream events) is assembled into the one response it adds up
+to, recorded in that format with ``stream: {"chunks": N}`` beside it: texts joined, tool calls
+merged by index (their ``arguments`` / ``input_json_delta`` fragments joined), the usage of the
+chunk that carries it (OpenAI chat: only with ``stream_options.include_usage``).
+
 Tool calls the provider runs itself (OpenAI hosted ``mcp_call`` / ``web_search_call``,
 Anthropic ``server_tool_use``) are not returned: no client-side ``tool.call`` will
 carry them out. A tool call without an id is not returned either (it cannot be
@@ -94,6 +101,10 @@ class ModelCallInfo:
         usage_missing: True when a response of a known provider format carries no ``usage`` at
             all (a stream read without ``stream_options.include_usage``, a proxy that drops it):
             its ``usage`` then says 0 tokens, which is not known. Never for an error response.
+        stream_chunks: the number of stream chunks or events the response was given as (a list:
+            OpenAI chat ``chat.completion.chunk`` objects, Anthropic Messages stream events, OpenAI
+            Responses stream events), assembled into the one response recorded; 0 when it was
+            given whole.
     """
 
     provider: str
@@ -105,6 +116,7 @@ class ModelCallInfo:
     tool_calls: tuple[ToolCallRequest, ...] = ()
     unreadable_usage: dict[str, str] = field(default_factory=dict)
     usage_missing: bool = False
+    stream_chunks: int = 0
 
 
 #: How deep :func:`to_plain` converts; below that, values are left as they are
@@ -369,6 +381,131 @@ def _detect(resp: Any) -> tuple[str, str]:
     return "unknown", "unknown"
 
 
+def _text_of(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _chat_stream(chunks: list[dict]) -> dict:
+    """OpenAI chat-completion chunks (``object: chat.completion.chunk``) as the ``chat.completion``
+    they add up to: each choice's ``delta`` texts joined, its tool calls merged by ``index`` (the id,
+    type and name from the chunk that gave them, the ``arguments`` fragments joined), the last
+    ``finish_reason``, and the ``usage`` of the chunk that carries one (``include_usage``)."""
+    out: dict[str, Any] = {"object": "chat.completion"}
+    choices: dict[int, dict[str, Any]] = {}
+    for chunk in chunks:
+        for key in ("id", "created", "model", "system_fingerprint", "service_tier"):
+            if chunk.get(key) is not None:
+                out[key] = chunk[key]
+        if chunk.get("usage"):
+            out["usage"] = chunk["usage"]
+        for choice in _list(chunk.get("choices")):
+            choice = _dict(choice)
+            index = choice.get("index") if type(choice.get("index")) is int else 0
+            slot = choices.setdefault(index, {"index": index, "message": {"role": "assistant", "content": None},
+                                              "finish_reason": None, "_calls": {}})
+            delta = _dict(choice.get("delta"))
+            message = slot["message"]
+            if isinstance(delta.get("role"), str):
+                message["role"] = delta["role"]
+            for key in ("content", "refusal"):
+                if isinstance(delta.get(key), str):
+                    message[key] = (message.get(key) or "") + delta[key]
+            for tc in _list(delta.get("tool_calls")):
+                tc = _dict(tc)
+                at = tc.get("index") if type(tc.get("index")) is int else len(slot["_calls"])
+                call = slot["_calls"].setdefault(at, {"id": None, "type": "function",
+                                                      "function": {"name": "", "arguments": ""}})
+                if isinstance(tc.get("id"), str) and tc["id"]:
+                    call["id"] = tc["id"]
+                if isinstance(tc.get("type"), str):
+                    call["type"] = tc["type"]
+                fn = _dict(tc.get("function"))
+                call["function"]["name"] += _text_of(fn.get("name"))
+                call["function"]["arguments"] += _text_of(fn.get("arguments"))
+            if choice.get("finish_reason") is not None:
+                slot["finish_reason"] = choice["finish_reason"]
+    out["choices"] = []
+    for index in sorted(choices):
+        slot = choices[index]
+        calls = slot.pop("_calls")
+        if calls:
+            slot["message"]["tool_calls"] = [calls[i] for i in sorted(calls)]
+        out["choices"].append(slot)
+    return out
+
+
+def _anthropic_stream(events: list[dict]) -> dict:
+    """Anthropic Messages stream events as the ``message`` they add up to: ``message_start``'s
+    message, each content block from ``content_block_start`` with its ``text_delta`` /
+    ``thinking_delta`` texts joined and a ``tool_use`` block's ``input_json_delta`` fragments
+    parsed as its ``input`` (kept as the joined text where it is not JSON), and ``message_delta``'s
+    ``stop_reason`` and usage (its counts are cumulative: they replace ``message_start``'s)."""
+    message: dict[str, Any] = {"type": "message", "role": "assistant", "content": []}
+    blocks: dict[int, dict[str, Any]] = {}
+    partial: dict[int, str] = {}
+    for event in events:
+        kind = event.get("type")
+        if kind == "message_start":
+            start = _dict(event.get("message"))
+            message.update({k: v for k, v in start.items() if k != "content"})
+            message["type"] = "message"
+        elif kind == "content_block_start" and type(event.get("index")) is int:
+            blocks[event["index"]] = dict(_dict(event.get("content_block")))
+        elif kind == "content_block_delta" and type(event.get("index")) is int:
+            block = blocks.setdefault(event["index"], {"type": "text", "text": ""})
+            delta = _dict(event.get("delta"))
+            if delta.get("type") == "input_json_delta":
+                partial[event["index"]] = partial.get(event["index"], "") + _text_of(delta.get("partial_json"))
+            else:
+                for key in ("text", "thinking", "signature", "citation"):
+                    if isinstance(delta.get(key), str):
+                        block[key] = _text_of(block.get(key)) + delta[key]
+        elif kind == "message_delta":
+            delta = _dict(event.get("delta"))
+            message.update({k: v for k, v in delta.items() if k in ("stop_reason", "stop_sequence")})
+            if isinstance(event.get("usage"), dict):
+                message["usage"] = {**_dict(message.get("usage")),
+                                    **{k: v for k, v in event["usage"].items() if v is not None}}
+    for index, text in partial.items():
+        if index in blocks:
+            try:
+                blocks[index]["input"] = json.loads(text) if text.strip() else _dict(blocks[index].get("input"))
+            except (ValueError, RecursionError):
+                blocks[index]["input"] = text
+    message["content"] = [blocks[i] for i in sorted(blocks)]
+    return message
+
+
+def _responses_stream(events: list[dict]) -> dict:
+    """OpenAI Responses stream events as the response they end with: the ``response`` of the last
+    ``response.completed`` / ``response.incomplete`` / ``response.failed`` event, else the newest
+    ``response`` any event carried (a stream closed early)."""
+    final = latest = None
+    for event in events:
+        if isinstance(event.get("response"), dict):
+            latest = event["response"]
+            if event.get("type") in ("response.completed", "response.incomplete", "response.failed"):
+                final = latest
+    return dict(final or latest or {"object": "response", "output": []})
+
+
+def _assembled_stream(resp: Any) -> tuple[Any, int]:
+    """``(response, chunks)``: a list of stream chunks or events of a known format (OpenAI chat
+    chunks, Anthropic Messages events, OpenAI Responses events) as the one response it adds up to,
+    with the number of chunks; anything else as it is, with 0."""
+    if not isinstance(resp, list) or not resp or not all(isinstance(item, dict) for item in resp):
+        return resp, 0
+    if any(item.get("object") == "chat.completion.chunk" for item in resp):
+        return _chat_stream(resp), len(resp)
+    types = {item.get("type") for item in resp}
+    if "message_start" in types or "content_block_delta" in types:
+        return _anthropic_stream(resp), len(resp)
+    if any(isinstance(t, str) and t.startswith("response.") for t in types) and any(
+            isinstance(item.get("response"), dict) for item in resp):
+        return _responses_stream(resp), len(resp)
+    return resp, 0
+
+
 _PARSERS = {"openai.chat": _openai_chat, "openai.responses": _openai_responses, "anthropic.messages": _anthropic,
             "langchain": _langchain}
 
@@ -389,6 +526,7 @@ def normalize_model_call(request: Any, response: Any, *, provider: str | None = 
         usage and no tool calls. Never raises on malformed content.
     """
     req, resp = to_plain(request), to_plain(response)
+    resp, chunks = _assembled_stream(list(resp) if isinstance(resp, tuple) else resp)
     fmt, detected_provider = _detect(resp)
     usage: dict[str, Any] = {}
     calls: list[ToolCallRequest | None] = []
@@ -407,4 +545,4 @@ def normalize_model_call(request: Any, response: Any, *, provider: str | None = 
     missing = (fmt in ("openai.chat", "openai.responses", "anthropic.messages") and not _dict(resp).get("usage")
                and "error" not in _dict(resp))
     return ModelCallInfo(found_provider, valid_text(str(found_model)), fmt, req, resp, usage,
-                         tuple(c for c in calls if c is not None), unread, missing)
+                         tuple(c for c in calls if c is not None), unread, missing, chunks)

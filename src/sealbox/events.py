@@ -85,7 +85,7 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "model.call": _obj(
         {"provider": _STR, "model": _STR, "request": _ANY, "response": _ANY, "usage": _USAGE, "latency_us": _INT},
-        {"call_id": _STR, "format": _STR, "tool_call_ids": _STRS},
+        {"call_id": _STR, "format": _STR, "tool_call_ids": _STRS, "stream": _obj({"chunks": _INT})},
     ),
     "tool.call": _obj(
         {"call_id": _STR, "server": _STR, "tool": _STR, "exposed": _STR, "arguments": _ANY, "grant": _STR},

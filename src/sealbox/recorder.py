@@ -1144,6 +1144,8 @@ class RunContext:
                     self._links[tc_id] = f"{step}.{i}"
         payload = {"provider": info.provider, "model": info.model, "format": info.format, "request": info.request,
                    "response": info.response, "usage": use, "latency_us": latency_us, "tool_call_ids": ids}
+        if info.stream_chunks:
+            payload["stream"] = {"chunks": info.stream_chunks}
         drafts = [self._draft("model.call", payload, step)]
         if unread:
             drafts.append(self._draft("anomaly", {"what": "model.call usage unreadable", "detail": {
