@@ -748,7 +748,9 @@ class RunContext:
         ``fn`` must return its result: a coroutine function (use :meth:`acall_tool`) or a
         generator function (return a list) is refused before anything is recorded, and
         a coroutine or generator returned all the same is closed unrun and recorded as
-        an error (docs/integrations.md).
+        an error, as is any other iterator it returns (``map``, ``filter``, ``zip``,
+        ``iter(list)``, a ``sqlite3.Cursor``, an async iterator), left unconsumed
+        (docs/integrations.md).
 
         ``failure``: for tools that report their own failure in what they return (an MCP
         result with ``isError: true``): called with the result, it returns the failure's
@@ -768,7 +770,10 @@ class RunContext:
         Raises:
             ConfigError: a bad server, tool, call id or grant (an ``implicit:`` grant other than
                 this run's own ``implicit:<principal>`` included), a call id this run used already,
-                or ``fn`` is (or returned) a coroutine or generator; nothing ran.
+                or ``fn`` is a coroutine or generator function; nothing ran. Also when ``fn``
+                returned a coroutine, a generator or any other iterator (``map(...)``,
+                ``iter(...)``, a cursor, an async iterator): the call is recorded ``ok: false``
+                with this error, the object is not consumed (a coroutine or generator is closed).
             RecordingError: the call could not be recorded; ``fn`` did not run. Also when ``fn``
                 returned but its ``tool.result`` could not be recorded: the tool ran and the record
                 lacks its outcome, which the caller must not mistake for a complete record.
@@ -1391,8 +1396,11 @@ def _generator_refusal(server: str, tool: str, kind: str) -> str:
 
 
 def _unrecordable(result: Any, server: str, tool: str, *, awaited: bool) -> ConfigError | None:
-    """A ConfigError when a tool returned a coroutine (from the sync ``call_tool``) or a generator,
-    whose body would run (or not) after the record says ok; the object is closed unrun."""
+    """A ConfigError when a tool returned a coroutine (from the sync ``call_tool``), a generator or
+    any other iterator (sync or async: ``map``, ``filter``, ``zip``, ``iter(list)``, a
+    ``sqlite3.Cursor``, an object with ``__next__`` or ``__anext__``), whose work would run (or not)
+    after the record says ok, and whose items the record could not hold. A coroutine or generator
+    is closed unrun; another iterator is left unconsumed (not closed: it may not be the tool's own)."""
     if type(result) in _PLAIN_RESULTS:
         return None
     if inspect.iscoroutine(result) or inspect.isgenerator(result):
@@ -1408,6 +1416,14 @@ def _unrecordable(result: Any, server: str, tool: str, *, awaited: bool) -> Conf
         return ConfigError(f"{server}/{tool}: the tool returned an awaitable ({type(result).__qualname__}) "
                            "that was not awaited, so what it does is not recorded: use acall_tool; "
                            "the call is recorded as this error")
+    cls = type(result)
+    if hasattr(cls, "__next__") or hasattr(cls, "__anext__"):  # looked up on the type, as iteration does
+        what, collect = (("an iterator", "list(...)") if hasattr(cls, "__next__")
+                         else ("an async iterator", "[x async for x in ...]"))
+        return ConfigError(f"{server}/{tool}: the tool returned {what} ({cls.__qualname__}), which was not "
+                           "consumed: its items would be produced only after the record said ok, and lost "
+                           f"to it; return a list or another value instead, e.g. {collect} of it; the call "
+                           "is recorded as this error")
     return None
 
 
