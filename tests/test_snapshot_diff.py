@@ -109,7 +109,7 @@ def test_duplicate_tool_order_does_not_change_the_fingerprint():
 
 
 def test_knowledge_order_is_not_significant(store, tmp_path):
-    ka, kb = Knowledge("a", "sha256:aa", 1), Knowledge("b", "sha256:bb", 1)
+    ka, kb = Knowledge("a", "sha256:" + "aa" * 32, 1), Knowledge("b", "sha256:" + "bb" * 32, 1)  # recorded: real hashes
     first, second = Snapshot(knowledge=(ka, kb)), Snapshot(knowledge=(kb, ka))
     fa, fb = record(store, first, second)
     assert fa == fb == first.fingerprint

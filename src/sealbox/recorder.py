@@ -210,8 +210,11 @@ class Recorder:
                 system run or the run itself, or (when the run starts, before anything is written)
                 names no run of the store; ``snapshot`` is none of the above, names a policy other
                 than this recorder's, is a Snapshot that cannot be stored (a dict among its ``tools``
-                or a string among its ``knowledge``, a lone surrogate in its ``system_prompt``), or
-                (when the run starts) is a fingerprint not stored.
+                or a string among its ``knowledge``, a lone surrogate in its ``system_prompt``), has
+                a ``ToolSpec`` whose ``server`` or ``name`` is not a non-empty string, or a
+                ``Knowledge`` whose ``uri`` is not a non-empty string, ``content_hash`` not
+                ``sha256:`` and 64 lowercase hex digits, or ``size`` not a whole number of bytes
+                (0 or more), or (when the run starts) is a fingerprint not stored.
         """
         if run_id is not None:
             _check_joinable(run_id)
@@ -236,11 +239,13 @@ class Recorder:
         if isinstance(snapshot, dict):  # a Snapshot's to_dict() form (fields left out allowed), stored as given
             unknown = sorted(map(repr, set(snapshot) - {f.name for f in dataclasses.fields(Snapshot)}))
             try:
-                Snapshot.from_dict(snapshot)
+                as_snapshot = Snapshot.from_dict(snapshot)
                 readable = not unknown
             except Exception:  # noqa: BLE001 - not a snapshot's form
                 readable = False
-            if not readable:
+            if readable:
+                _check_snapshot_items(as_snapshot)
+            else:
                 raise ConfigError("snapshot must be a sealbox Snapshot (or its to_dict() form) or the sha256: "
                                   "fingerprint of a snapshot stored in this store, got a dict that is no "
                                   f"snapshot's form{' (unknown fields ' + ', '.join(unknown) + ')' if unknown else ''}"
@@ -259,6 +264,7 @@ class Recorder:
                 raise ConfigError(f"the snapshot names policy {snapshot.policy!r}, but this recorder's policy "
                                   f"{self.policy.name!r} is {mine}: leave the snapshot's policy out "
                                   "or record under the policy it names; nothing was recorded")
+            _check_snapshot_items(snapshot)
             try:  # its fields as a run would store them, before anything is written
                 snapshot.fingerprint
             except Exception as exc:  # noqa: BLE001 - a dict in tools, a lone surrogate in the prompt…
@@ -410,6 +416,41 @@ def _check_joinable(run_id: Any) -> None:
 
 
 _FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+#: the largest size a Knowledge can give: the record's integers are exact up to 2**53 - 1 (I-JSON)
+_MAX_SIZE = 2**53 - 1
+
+
+def _check_snapshot_items(snapshot: Any) -> None:
+    """The ``ToolSpec`` and ``Knowledge`` items of a Snapshot about to be pinned: a tool names its
+    server and name, a document its URI, content hash and size, else ConfigError naming the field
+    (``snapshot.tools[0].server``, by position as given). Items of another type are left to the
+    fingerprint's check (:meth:`Recorder._pinned_snapshot`), which says what they are."""
+    from sealbox.snapshot import Knowledge, ToolSpec
+
+    def refuse(field: str, value: Any, want: str) -> None:
+        raise ConfigError(f"snapshot.{field} must be {want}, got {_short_repr(value)}; nothing was recorded")
+
+    tools = snapshot.tools if isinstance(snapshot.tools, (list, tuple)) else ()
+    for i, t in enumerate(tools):
+        if not isinstance(t, ToolSpec):
+            continue
+        for what in ("server", "name"):
+            value = getattr(t, what)
+            if not isinstance(value, str) or not value:
+                refuse(f"tools[{i}].{what}", value, "a non-empty string")
+    knowledge = snapshot.knowledge if isinstance(snapshot.knowledge, (list, tuple)) else ()
+    for i, k in enumerate(knowledge):
+        if not isinstance(k, Knowledge):
+            continue
+        if not isinstance(k.uri, str) or not k.uri:
+            refuse(f"knowledge[{i}].uri", k.uri, "a non-empty string")
+        if not isinstance(k.content_hash, str) or not _FINGERPRINT.fullmatch(k.content_hash):
+            refuse(f"knowledge[{i}].content_hash", k.content_hash,
+                   "'sha256:' and 64 lowercase hex digits (Knowledge.from_file or from_bytes computes it)")
+        if not isinstance(k.size, int) or isinstance(k.size, bool) or not 0 <= k.size <= _MAX_SIZE:
+            refuse(f"knowledge[{i}].size", k.size, "a whole number of bytes, 0 or more (an int)")
 
 
 def _short_repr(value: Any) -> str:

@@ -3,6 +3,8 @@ fingerprint of a snapshot already stored; anything else is refused before anythi
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import sealbox
@@ -11,7 +13,7 @@ from sealbox.errors import StoreError
 from sealbox.policies import ALLOW_ALL
 from sealbox.policy import Policy
 from sealbox.recorder import Recorder
-from sealbox.snapshot import Snapshot
+from sealbox.snapshot import Knowledge, Snapshot, ToolSpec
 
 OTHER = Policy.from_text("version: 1\nname: other\nrules:\n  - id: all\n    match: {tool: '*'}\n    effect: allow\n")
 
@@ -123,3 +125,52 @@ def test_a_snapshot_that_cannot_be_stored_is_refused_by_run_not_raised_from_with
     assert found in str(caught.value) and "nothing was recorded" in str(caught.value)
     assert _run_ids(store) == before
     assert sealbox.verify_store(store).ok
+
+
+GOOD_HASH = "sha256:" + "0f" * 32
+
+
+@pytest.mark.parametrize("snap, field, got", [
+    (Snapshot(tools=(ToolSpec(None, None),)), "tools[0].server", "None"),
+    (Snapshot(tools=(ToolSpec("db", "q"), ToolSpec("db", ""))), "tools[1].name", "''"),
+    (Snapshot(tools=(ToolSpec(5, "q"),)), "tools[0].server", "5"),
+    (Snapshot(knowledge=(Knowledge("doc.md", GOOD_HASH, -1),)), "knowledge[0].size", "-1"),
+    (Snapshot(knowledge=(Knowledge("doc.md", GOOD_HASH, "12"),)), "knowledge[0].size", "'12'"),
+    (Snapshot(knowledge=(Knowledge("doc.md", GOOD_HASH, 1.5),)), "knowledge[0].size", "1.5"),
+    (Snapshot(knowledge=(Knowledge("doc.md", GOOD_HASH, True),)), "knowledge[0].size", "True"),
+    (Snapshot(knowledge=(Knowledge("doc.md", GOOD_HASH, 1), Knowledge("b.md", "sha256:abc", 3))),
+     "knowledge[1].content_hash", "'sha256:abc'"),
+    (Snapshot(knowledge=(Knowledge("doc.md", "md5:" + "0" * 32, 1),)), "knowledge[0].content_hash", "'md5:"),
+    (Snapshot(knowledge=(Knowledge("doc.md", "sha256:" + "0F" * 32, 1),)), "knowledge[0].content_hash", "'sha256:0F"),
+    (Snapshot(knowledge=(Knowledge("", GOOD_HASH, 1),)), "knowledge[0].uri", "''"),
+    (Snapshot(knowledge=(Knowledge(None, GOOD_HASH, 1),)), "knowledge[0].uri", "None"),
+], ids=["tool-none", "tool-empty-name", "tool-int-server", "size-negative", "size-str", "size-float",
+        "size-bool", "hash-short", "hash-md5", "hash-uppercase", "uri-empty", "uri-none"])
+def test_a_snapshot_with_a_bad_tool_or_document_is_refused_by_run_naming_the_field(store, snap, field, got):
+    """ToolSpec(None, None) and a Knowledge of size -1 (or '12', or a hash 'sha256:abc') were stored and
+    pinned as they were."""
+    before = _run_ids(store)
+    with pytest.raises(ConfigError) as caught:
+        Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap)
+    message = str(caught.value)
+    assert message.startswith(f"snapshot.{field} must be ") and f"got {got}" in message
+    assert message.endswith("nothing was recorded")
+    assert _run_ids(store) == before
+    with pytest.raises(StoreError, match="no snapshot"):
+        store.get_snapshot(snap.fingerprint)
+    items, attr = re.fullmatch(r"(\w+)\[\d+\]\.(\w+)", field).groups()  # to_dict() sorts tools and knowledge
+    with pytest.raises(ConfigError, match=rf"^snapshot\.{items}\[\d+\]\.{attr} must be"):  # its to_dict() form too
+        Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap.to_dict())
+    assert _run_ids(store) == before
+
+
+def test_good_tools_and_documents_are_pinned(store, tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_bytes(b"")
+    snap = Snapshot(tools=(ToolSpec("db", "q", version="1"),),
+                    knowledge=(Knowledge.from_file(doc), Knowledge.from_bytes("https://x/y", b"hello")))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap) as run:
+        pass
+    stored = store.get_snapshot(_pinned(store, run))
+    assert [(k["uri"], k["size"]) for k in stored["knowledge"]] == [(str(doc), 0), ("https://x/y", 5)]
+    assert [(t["server"], t["name"]) for t in stored["tools"]] == [("db", "q")]
