@@ -481,3 +481,74 @@ async def test_an_agent_used_as_a_tool_is_governed_when_made_from_the_instrument
     assert decisions == {"call_top": "allow", "call_sub": "deny"}
     assert [p["request"]["agent"] for k, _, p in events if k == "model.call"] == ["top", "expert", "expert", "top"]
     assert sealbox.verify_store(store).ok
+
+
+@sync
+async def test_an_agent_instrumented_into_another_run_is_refused_and_the_original_records_once(store):
+    """instrument(run2, instrument(run1, agent)) wrapped the copy again: every model call and tool
+    call of run2 was recorded into run1 as well. It is refused; the original instrumented for
+    each run records each call into that run only."""
+    from sealbox.errors import ConfigError
+
+    weather = Weather()
+    model = ScriptedModel([response([call("call_w", "get_weather", '{"city": "Rome"}')], 10, 2, "r1"),
+                           response([text("Sunny in Rome.")], 12, 3, "r2")])
+    agent = Agent(name="weather-bot", model=model, tools=weather.tools[:1])
+    rec = Recorder(store, policy=ALLOW_ALL)
+    async with rec.run(agent="first") as run1:
+        first = instrument(run1, agent)
+        assert instrument(run1, first) is first  # the same run: as it is
+        async with rec.run(agent="second") as run2:
+            with pytest.raises(ConfigError) as refused:
+                instrument(run2, first)
+            assert str(refused.value) == (
+                f"agent 'weather-bot' is already instrumented into run {run1.run_id} (its model is a SealboxModel "
+                f"of that run): instrumented again into run {run2.run_id}, its model calls and tool calls would be "
+                "recorded into both runs: instrument the original agent, instrument(run, agent), for each run "
+                "(not the copy instrument returned)")
+            result = await Runner.run(instrument(run2, agent), "Weather in Rome?")
+    assert result.final_output == "Sunny in Rome." and weather.invoked == [("get_weather", "Rome")]
+    assert [k for k, _, _ in events_of(store, run1.run_id)] == ["run.started", "run.ended"]
+    events = events_of(store, run2.run_id)
+    assert [k for k, _, _ in events] == ["run.started", "model.call", "tool.call", "policy.decision",
+                                         "tool.result", "model.call", "run.ended"]
+    assert [p["call_id"] for k, _, p in events if k == "tool.call"] == ["call_w"]
+    assert sealbox.verify_store(store).ok
+
+
+@sync
+async def test_a_handoff_target_or_tool_instrumented_into_another_run_is_refused(store):
+    from sealbox.errors import ConfigError
+
+    weather = Weather()
+    rec = Recorder(store, policy=ALLOW_ALL)
+    specialist = Agent(name="specialist", model=ScriptedModel([]))
+    async with rec.run(agent="first") as run1:
+        async with rec.run(agent="second") as run2:
+            triage = Agent(name="triage", model=ScriptedModel([]), handoffs=[instrument(run1, specialist)])
+            with pytest.raises(ConfigError, match=rf"^agent 'specialist' is already instrumented into run "
+                                                  rf"{run1.run_id} .* into run {run2.run_id}"):
+                instrument(run2, triage)
+            tool = governed_tool(run1, weather.tools[0])
+            with pytest.raises(ConfigError) as refused:
+                instrument(run2, Agent(name="bot", model=ScriptedModel([]), tools=[tool]))
+            assert str(refused.value) == (
+                f"tool 'get_weather' is already governed by run {run1.run_id} (governed_tool or instrument made "
+                f"it): governed again by run {run2.run_id}, each call would be recorded into both runs: govern "
+                "the original tool, governed_tool(run, tool), once per run")
+    for run in (run1, run2):
+        assert [k for k, _, _ in events_of(store, run.run_id)] == ["run.started", "run.ended"]
+
+
+@sync
+async def test_a_tool_already_governed_by_the_run_is_recorded_once(store):
+    weather = Weather()
+    model = ScriptedModel([response([call("call_w", "get_weather", '{"city": "Oslo"}')], 1, 1, "r1"),
+                           response([text("ok")], 1, 1, "r2")])
+    async with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        tool = governed_tool(run, weather.tools[0], server="wx", grant=None)
+        assert governed_tool(run, tool) is tool
+        await Runner.run(instrument(run, Agent(name="bot", model=model, tools=[tool])), "go")
+    assert weather.invoked == [("get_weather", "Oslo")]
+    calls = [p for k, _, p in events_of(store, run.run_id) if k == "tool.call"]
+    assert [(p["call_id"], p["server"], p["tool"]) for p in calls] == [("call_w", "wx", "get_weather")]

@@ -217,6 +217,12 @@ def _check_agent_tool(tool: FunctionTool) -> None:
                       f"from the instrumented agent, instrument(run, agent).as_tool(...), for {nested.name!r}")
 
 
+def _governing_run(tool: FunctionTool) -> RunContext | None:
+    """The run a :func:`governed_tool` copy records into, or None for a tool not governed."""
+    invoke = tool.on_invoke_tool
+    return getattr(getattr(invoke, "_invoke_tool_impl", invoke), "_sealbox_run", None)
+
+
 def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_SERVER, grant: str | None = None,
                   deny_message: DenyMessage | None = None) -> FunctionTool:
     """A copy of ``tool`` whose every invocation is recorded and decided by the run's policy.
@@ -241,18 +247,29 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
         deny_message: builds the message the model receives for a denied call.
 
     Returns:
-        A new ``FunctionTool`` with the same name, description and schema.
+        A new ``FunctionTool`` with the same name, description and schema; ``tool`` itself when it
+        is already governed by ``run`` (it keeps its own ``server`` and ``grant``: its calls are
+        recorded once).
 
     Raises:
         TypeError: ``tool`` is not a ``FunctionTool``.
         ConfigError: ``grant`` is one no call of this run may name
             (:meth:`~sealbox.recorder.RunContext.check_grant_id`: another principal's ``implicit:``);
             ``tool`` was made by ``Agent.as_tool()`` from an agent that is not instrumented (its
-            tools would run ungoverned): make it with ``instrument(run, agent).as_tool(...)``.
+            tools would run ungoverned): make it with ``instrument(run, agent).as_tool(...)``;
+            ``tool`` is already governed by another run (each call would be recorded into both):
+            govern the original tool.
     """
     run.check_grant_id(grant)
     if not isinstance(tool, FunctionTool):
         raise TypeError(f"governed_tool needs a FunctionTool, got {type(tool).__name__}")
+    governing = _governing_run(tool)
+    if governing is run:
+        return tool
+    if governing is not None:
+        raise ConfigError(f"tool {tool.name!r} is already governed by run {governing.run_id} (governed_tool or "
+                          f"instrument made it): governed again by run {run.run_id}, each call would be recorded "
+                          "into both runs: govern the original tool, governed_tool(run, tool), once per run")
     _check_agent_tool(tool)
     upstream_server, upstream_tool = _tool_identity(tool, server)
     exposed = tool.name
@@ -281,6 +298,7 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
 
         for name in ("__agents_prepare_arguments__", "__agents_function_tool_wrapped_callable__"):
             _copy_attr(impl, recorded_impl, name)
+        recorded_impl._sealbox_run = run  # type: ignore[attr-defined]
         invoker = _GovernedInvoker(recorded_impl, inner._on_handled_error, function_tool=new)
         _copy_attr(inner, invoker, "__agents_sync_function_tool__")
         new.on_invoke_tool = invoker
@@ -288,6 +306,7 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
         async def on_invoke_tool(ctx: ToolContext[Any], input: str) -> Any:
             return await governed(ctx, input, lambda: inner(ctx, input))
 
+        on_invoke_tool._sealbox_run = run  # type: ignore[attr-defined]
         new.on_invoke_tool = on_invoke_tool
     return new
 
@@ -558,19 +577,30 @@ def instrument(run: RunContext, agent: Agent, *, server: str = DEFAULT_SERVER, g
         model_provider: resolves model names (default: the SDK's ``MultiProvider``).
         provider: the provider recorded for every model call (default: detected).
 
+    An agent already instrumented into ``run`` (its model a :class:`SealboxModel` of ``run``) is
+    returned as it is. One instrumented into another run (``instrument(run2, instrument(run1,
+    agent))``, also as a handoff target) is refused: its model calls and tool calls would be
+    recorded into both runs. Instrument the original agent for each run.
+
     Returns:
         The instrumented copy of ``agent``.
 
     Raises:
-        ConfigError: as for :func:`governed_tool`.
+        ConfigError: as for :func:`governed_tool`; ``agent``, or an agent reachable from it by
+            handoff, is instrumented into another run (its model a ``SealboxModel`` of that run).
     """
     run.check_grant_id(grant)
     return _instrument(agent, _Options(run, server, grant, deny_message, model_provider, provider, {}))
 
 
 def _instrument(agent: Agent, opts: _Options) -> Agent:
-    if isinstance(agent.model, SealboxModel) and agent.model.run is opts.run:
-        return agent
+    if isinstance(agent.model, SealboxModel):
+        if agent.model.run is opts.run:
+            return agent
+        raise ConfigError(f"agent {agent.name!r} is already instrumented into run {agent.model.run.run_id} (its "
+                          f"model is a SealboxModel of that run): instrumented again into run {opts.run.run_id}, "
+                          "its model calls and tool calls would be recorded into both runs: instrument the "
+                          "original agent, instrument(run, agent), for each run (not the copy instrument returned)")
     if id(agent) in opts.done:
         return opts.done[id(agent)]
     changes: dict[str, Any] = {"tools": governed_tools(opts.run, list(agent.tools), server=opts.server,
