@@ -419,7 +419,8 @@ class Gateway:
     def snapshot(self) -> Snapshot:
         """The configuration a new run starts under: every upstream tool, the policy, the gateway."""
         tools = tuple(ToolSpec(sid, t.name, t.description or "", t.input_schema or {})
-                      for sid, up in sorted(self.upstreams.items()) for t in up.tools.values())
+                      for sid, up in sorted(self.upstreams.items()) for t in up.tools.values()
+                      if t.name)  # a tool with an empty name is not exposed (exposed_tools): not pinned to runs
         extra = {"gateway": {"name": self.config.name, "separator": self.config.separator,
                              "upstreams": {sid: {"transport": up.spec.kind, "protocol_version": up.protocol_version}
                                            for sid, up in sorted(self.upstreams.items())}}}
