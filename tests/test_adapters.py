@@ -507,6 +507,19 @@ def test_a_list_that_is_no_stream_is_recorded_as_given():
         assert (info.format, info.stream_chunks, info.response) == ("unknown", 0, value)
 
 
+def test_a_list_of_dicts_whose_type_is_not_a_string_is_recorded_as_given():
+    """A list of JSON schemas ({"type": ["string", "null"]}) raised TypeError: unhashable type: 'list'
+    (normalize_model_call never raises on malformed content)."""
+    for value in ([{"type": ["string", "null"]}, {"type": "object"}], [{"type": {"a": 1}}]):
+        info = normalize_model_call({}, value)
+        assert (info.format, info.stream_chunks, info.response, info.usage_missing) == ("unknown", 0, value, False)
+    # a stream with such an item is still read as the stream it is
+    info = normalize_model_call({}, [{"type": ["x"]}, {"type": "message_start", "message": {
+        "model": "claude-sonnet-4-5", "usage": {"input_tokens": 3, "output_tokens": 1}}}])
+    assert (info.format, info.stream_chunks, info.usage) == ("anthropic.messages", 2, {
+        "input_tokens": 3, "output_tokens": 1, "total_tokens": 4})
+
+
 def test_a_streamed_model_call_is_recorded_assembled_and_its_tool_calls_linked(tmp_path):
     import sealbox
     from sealbox.policies import ALLOW_ALL

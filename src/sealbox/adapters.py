@@ -495,14 +495,17 @@ def _assembled_stream(resp: Any) -> tuple[Any, int]:
     with the number of chunks; anything else as it is, with 0."""
     if not isinstance(resp, list) or not resp or not all(isinstance(item, dict) for item in resp):
         return resp, 0
-    if any(item.get("object") == "chat.completion.chunk" for item in resp):
-        return _chat_stream(resp), len(resp)
-    types = {item.get("type") for item in resp}
-    if "message_start" in types or "content_block_delta" in types:
-        return _anthropic_stream(resp), len(resp)
-    if any(isinstance(t, str) and t.startswith("response.") for t in types) and any(
-            isinstance(item.get("response"), dict) for item in resp):
-        return _responses_stream(resp), len(resp)
+    try:  # never raises: a list that cannot be assembled is recorded as given
+        if any(item.get("object") == "chat.completion.chunk" for item in resp):
+            return _chat_stream(resp), len(resp)
+        types = {t for t in (item.get("type") for item in resp) if isinstance(t, str)}  # ["string", "null"]
+        if "message_start" in types or "content_block_delta" in types:
+            return _anthropic_stream(resp), len(resp)
+        if any(t.startswith("response.") for t in types) and any(
+                isinstance(item.get("response"), dict) for item in resp):
+            return _responses_stream(resp), len(resp)
+    except Exception:  # noqa: BLE001 - a malformed response must not crash the agent
+        pass
     return resp, 0
 
 
@@ -543,6 +546,6 @@ def normalize_model_call(request: Any, response: Any, *, provider: str | None = 
     if isinstance(found_provider, str):
         found_provider = valid_text(found_provider)
     missing = (fmt in ("openai.chat", "openai.responses", "anthropic.messages") and not _dict(resp).get("usage")
-               and "error" not in _dict(resp))
+               and not _dict(resp).get("error"))  # a Responses object always holds "error": null
     return ModelCallInfo(found_provider, valid_text(str(found_model)), fmt, req, resp, usage,
                          tuple(c for c in calls if c is not None), unread, missing, chunks)

@@ -342,6 +342,32 @@ def test_a_response_without_usage_under_a_token_budget_fails_closed(store):
     assert_verified(store)
 
 
+def test_a_responses_object_without_usage_under_a_token_budget_fails_closed(store):
+    """The OpenAI SDK's Response always holds "error": null, which was read as an error response:
+    one without usage (here a Responses stream closed before response.completed) counted as 0
+    tokens and the token budget failed open."""
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    budget = sealbox.Policy.from_text("version: 1\nname: budget\nrules:\n  - id: all\n    effect: allow\n"
+                                      "limits:\n  tokens: {per_run: 1000}\n")
+    started = {"id": "resp_1", "object": "response", "created_at": 1764000000, "model": "gpt-4.1",
+               "status": "in_progress", "output": [], "usage": None, "parallel_tool_calls": True,
+               "tool_choice": "auto", "tools": []}
+    adapter = TypeAdapter(ResponseStreamEvent)
+    events = [adapter.validate_python({"type": "response.created", "sequence_number": 0, "response": started}),
+              adapter.validate_python({"type": "response.output_text.delta", "sequence_number": 1, "item_id": "msg_1",
+                                       "output_index": 0, "content_index": 0, "delta": "Hel", "logprobs": []})]
+    with Recorder(store, policy=budget).run(agent="bot") as run:
+        run.model_call({"model": "gpt-4.1"}, events)
+        with pytest.raises(sealbox.recorder.ToolDenied, match="carries no usage"):
+            run.call_tool("s", "t", None, lambda: 1)
+    anomalies = [e for e in store.read_run(run.run_id) if e.kind == "anomaly"]
+    assert [(a.payload["what"], store.resolve(a.payload["detail"])["format"]) for a in anomalies] == [
+        ("model.call usage missing", "openai.responses")]
+    assert_verified(store)
+
+
 @pytest.mark.parametrize("grant", [123, "", b"g"])
 def test_a_grant_that_is_not_a_non_empty_string_is_a_config_error(store, grant):
     with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
