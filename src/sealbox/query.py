@@ -176,7 +176,7 @@ def _values_at(value: Any, path: Sequence[str]) -> Iterable[Any]:
     if _GLOB_MAGIC.search(key) is not None:
         if isinstance(value, dict):
             for k, v in value.items():
-                if fnmatchcase(k, key):
+                if k == key or fnmatchcase(k, key):  # a key holding '[' or '?' itself: filter[status]
                     yield from _values_at(v, rest)
         elif isinstance(value, list):
             for i, v in enumerate(value):

@@ -331,3 +331,22 @@ def test_decision_and_result_columns_are_stored_and_rows_without_them_read_the_p
     with open_store(typed, readonly=True) as s:
         assert s.query_calls() == before
         assert {p.code for p in verify_store(s).problems} == {"index_mismatch"}
+
+
+def test_a_match_path_names_a_key_holding_glob_characters_itself(tmp_path):
+    """An argument named like a query-string parameter (filter[status], q?) was found by its exact
+    name until a glob segment was read as a pattern only: 'filter[status]' then matched the key
+    'filters' and never 'filter[status]' itself."""
+    from sealbox import init_store
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    store = init_store(tmp_path / "s")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="api") as run:
+        run.call_tool("http", "list_orders", {"filter[status]": "open", "q?": "x"}, lambda **_: [1], call_id="c1")
+        run.call_tool("http", "list_orders", {"filters": "open"}, lambda **_: [2], call_id="c2")
+    # the key itself, and (still a glob) every key the pattern matches: 'filters'
+    assert ids(store.query_calls(match=["arguments.filter[status]~^open$"])) == ["c1", "c2"]
+    assert ids(store.query_calls(match=["arguments.q?~^x$"])) == ["c1"]
+    assert ids(store.query_calls(match=["arguments.filter[[]status]~^open$"])) == ["c1"]  # escaped: only the key
+    store.close()
