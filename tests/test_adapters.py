@@ -479,6 +479,42 @@ def test_anthropic_stream_events_are_assembled_into_the_message():
     assert info.response["stop_reason"] == "tool_use" and info.usage_missing is False
 
 
+def test_anthropic_stream_citations_thinking_and_server_tools_are_kept():
+    """A text block's citations_delta events were dropped (the block was recorded "citations": null);
+    thinking and signature deltas are joined, a server_tool_use block gets its input but is no
+    client-side tool call."""
+    from anthropic.types import RawMessageStreamEvent
+    from pydantic import TypeAdapter
+
+    cite = {"type": "web_search_result_location", "cited_text": "Lima: 19 C", "url": "https://w.example/lima",
+            "title": "Lima", "encrypted_index": "ix1"}
+    raw = [
+        {"type": "message_start", "message": {
+            "id": "msg_2", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Search "}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "first."}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "EqQBCk"}},
+        {"type": "content_block_start", "index": 1, "content_block": {
+            "type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"query": "lima"}'}},
+        {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": "", "citations": None}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "citations_delta", "citation": cite}},
+        {"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "It is 19 C."}},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+         "usage": {"output_tokens": 40}},
+        {"type": "message_stop"},
+    ]
+    adapter = TypeAdapter(RawMessageStreamEvent)
+    info = normalize_model_call(ANTHROPIC_REQUEST, [adapter.validate_python(e) for e in raw])
+    thinking, server, text = info.response["content"]
+    assert (thinking["thinking"], thinking["signature"]) == ("Search first.", "EqQBCk")
+    assert (server["type"], server["input"]) == ("server_tool_use", {"query": "lima"})
+    assert (text["text"], text["citations"]) == ("It is 19 C.", [cite])
+    assert (info.tool_calls, info.usage) == ((), {"input_tokens": 10, "output_tokens": 40, "total_tokens": 50})
+
+
 def test_openai_responses_stream_events_give_the_completed_response():
     from openai.types.responses import ResponseStreamEvent
     from pydantic import TypeAdapter

@@ -437,7 +437,8 @@ def _chat_stream(chunks: list[dict]) -> dict:
 def _anthropic_stream(events: list[dict]) -> dict:
     """Anthropic Messages stream events as the ``message`` they add up to: ``message_start``'s
     message, each content block from ``content_block_start`` with its ``text_delta`` /
-    ``thinking_delta`` texts joined and a ``tool_use`` block's ``input_json_delta`` fragments
+    ``thinking_delta`` / ``signature_delta`` texts joined, its ``citations_delta`` citations listed in
+    ``citations``, and a ``tool_use`` block's ``input_json_delta`` fragments
     parsed as its ``input`` (kept as the joined text where it is not JSON), and ``message_delta``'s
     ``stop_reason`` and usage (its counts are cumulative: they replace ``message_start``'s)."""
     message: dict[str, Any] = {"type": "message", "role": "assistant", "content": []}
@@ -456,8 +457,12 @@ def _anthropic_stream(events: list[dict]) -> dict:
             delta = _dict(event.get("delta"))
             if delta.get("type") == "input_json_delta":
                 partial[event["index"]] = partial.get(event["index"], "") + _text_of(delta.get("partial_json"))
+            elif delta.get("type") == "citations_delta":
+                if not isinstance(block.get("citations"), list):
+                    block["citations"] = []
+                block["citations"].append(delta.get("citation"))
             else:
-                for key in ("text", "thinking", "signature", "citation"):
+                for key in ("text", "thinking", "signature"):
                     if isinstance(delta.get(key), str):
                         block[key] = _text_of(block.get(key)) + delta[key]
         elif kind == "message_delta":
