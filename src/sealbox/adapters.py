@@ -392,6 +392,7 @@ def _chat_stream(chunks: list[dict]) -> dict:
     ``finish_reason``, and the ``usage`` of the chunk that carries one (``include_usage``)."""
     out: dict[str, Any] = {"object": "chat.completion"}
     choices: dict[int, dict[str, Any]] = {}
+    parts: dict[tuple, list[str]] = {}  # the fragments of each text, joined once at the end (not quadratic)
     for chunk in chunks:
         for key in ("id", "created", "model", "system_fingerprint", "service_tier"):
             if chunk.get(key) is not None:
@@ -409,7 +410,7 @@ def _chat_stream(chunks: list[dict]) -> dict:
                 message["role"] = delta["role"]
             for key in ("content", "refusal"):
                 if isinstance(delta.get(key), str):
-                    message[key] = (message.get(key) or "") + delta[key]
+                    parts.setdefault((index, key), []).append(delta[key])
             for tc in _list(delta.get("tool_calls")):
                 tc = _dict(tc)
                 at = tc.get("index") if type(tc.get("index")) is int else len(slot["_calls"])
@@ -420,14 +421,21 @@ def _chat_stream(chunks: list[dict]) -> dict:
                 if isinstance(tc.get("type"), str):
                     call["type"] = tc["type"]
                 fn = _dict(tc.get("function"))
-                call["function"]["name"] += _text_of(fn.get("name"))
-                call["function"]["arguments"] += _text_of(fn.get("arguments"))
+                for key in ("name", "arguments"):
+                    if isinstance(fn.get(key), str):
+                        parts.setdefault((index, at, key), []).append(fn[key])
             if choice.get("finish_reason") is not None:
                 slot["finish_reason"] = choice["finish_reason"]
     out["choices"] = []
     for index in sorted(choices):
         slot = choices[index]
         calls = slot.pop("_calls")
+        for key in ("content", "refusal"):
+            if (index, key) in parts:
+                slot["message"][key] = "".join(parts[(index, key)])
+        for at, call in calls.items():
+            for key in ("name", "arguments"):
+                call["function"][key] = "".join(parts.get((index, at, key), ()))
         if calls:
             slot["message"]["tool_calls"] = [calls[i] for i in sorted(calls)]
         out["choices"].append(slot)
@@ -443,7 +451,8 @@ def _anthropic_stream(events: list[dict]) -> dict:
     ``stop_reason`` and usage (its counts are cumulative: they replace ``message_start``'s)."""
     message: dict[str, Any] = {"type": "message", "role": "assistant", "content": []}
     blocks: dict[int, dict[str, Any]] = {}
-    partial: dict[int, str] = {}
+    partial: dict[int, list[str]] = {}
+    parts: dict[tuple[int, str], list[str]] = {}  # the fragments of each text, joined once at the end
     for event in events:
         kind = event.get("type")
         if kind == "message_start":
@@ -452,11 +461,13 @@ def _anthropic_stream(events: list[dict]) -> dict:
             message["type"] = "message"
         elif kind == "content_block_start" and type(event.get("index")) is int:
             blocks[event["index"]] = dict(_dict(event.get("content_block")))
+            for key in ("text", "thinking", "signature"):
+                parts.pop((event["index"], key), None)
         elif kind == "content_block_delta" and type(event.get("index")) is int:
             block = blocks.setdefault(event["index"], {"type": "text", "text": ""})
             delta = _dict(event.get("delta"))
             if delta.get("type") == "input_json_delta":
-                partial[event["index"]] = partial.get(event["index"], "") + _text_of(delta.get("partial_json"))
+                partial.setdefault(event["index"], []).append(_text_of(delta.get("partial_json")))
             elif delta.get("type") == "citations_delta":
                 if not isinstance(block.get("citations"), list):
                     block["citations"] = []
@@ -464,15 +475,18 @@ def _anthropic_stream(events: list[dict]) -> dict:
             else:
                 for key in ("text", "thinking", "signature"):
                     if isinstance(delta.get(key), str):
-                        block[key] = _text_of(block.get(key)) + delta[key]
+                        parts.setdefault((event["index"], key), [_text_of(block.get(key))]).append(delta[key])
         elif kind == "message_delta":
             delta = _dict(event.get("delta"))
             message.update({k: v for k, v in delta.items() if k in ("stop_reason", "stop_sequence")})
             if isinstance(event.get("usage"), dict):
                 message["usage"] = {**_dict(message.get("usage")),
                                     **{k: v for k, v in event["usage"].items() if v is not None}}
-    for index, text in partial.items():
+    for (index, key), texts in parts.items():
+        blocks[index][key] = "".join(texts)
+    for index, fragments in partial.items():
         if index in blocks:
+            text = "".join(fragments)
             try:
                 blocks[index]["input"] = json.loads(text) if text.strip() else _dict(blocks[index].get("input"))
             except (ValueError, RecursionError):
