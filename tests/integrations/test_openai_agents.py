@@ -167,6 +167,34 @@ async def test_two_parallel_tool_calls_are_recorded_in_order_and_linked(store):
     assert sealbox.verify_store(store).ok
 
 
+@sync
+async def test_a_response_without_usage_fails_a_token_budget_closed(store):
+    """A model that sends no usage (the SDK then gives Usage(requests=1): 0 tokens) was recorded as 0
+    tokens used: a token budget failed open. It is recorded as usage missing, so the budget fails
+    closed: both tool calls are denied, with the anomaly saying why."""
+    weather = Weather()
+    model = ScriptedModel([
+        ModelResponse(output=[call("call_w", "get_weather", '{"city": "Paris"}'),
+                              call("call_t", "get_time", '{"city": "Oslo"}')], usage=Usage(requests=1),
+                      response_id="resp_1"),
+        response([text("No tools.")], 150, 12, "resp_2"),
+    ])
+    agent = Agent(name="weather-bot", instructions="Answer about weather.", model=model, tools=weather.tools)
+    budget = Policy.from_text("version: 1\nname: budget\nrules:\n  - id: all\n    effect: allow\n"
+                              "limits:\n  tokens: {per_run: 100000}\n")
+    async with Recorder(store, policy=budget).run(agent="weather-bot") as run:
+        result = await Runner.run(instrument(run, agent), "Weather in Paris and time in Oslo?")
+    assert result.final_output == "No tools." and weather.invoked == []
+    events = events_of(store, run.run_id)
+    assert [(p["what"], p["detail"]["format"]) for k, _, p in events if k == "anomaly"] == [
+        ("model.call usage missing", "openai.responses")]
+    assert [(p["call_id"], p["effect"]) for k, _, p in events if k == "policy.decision"] == [
+        ("call_w", "deny"), ("call_t", "deny")]
+    assert [p["response"]["usage"] for k, _, p in events if k == "model.call"] == [
+        None, {"input_tokens": 150, "output_tokens": 12, "total_tokens": 162, "requests": 1}]
+    assert sealbox.verify_store(store).ok
+
+
 DENY_WEATHER = """
 version: 1
 rules:

@@ -428,7 +428,11 @@ class SealboxModel(Model):
         return request
 
     def _record(self, request: dict[str, Any], response: ModelResponse, latency: float) -> None:
-        usage = _usage(response.usage)
+        usage: dict[str, int] | None = _usage(response.usage)
+        if not (usage["input_tokens"] or usage["output_tokens"] or usage["total_tokens"]):
+            # the SDK's Usage(requests=1) when the provider sent no usage: not known to be 0 tokens, so
+            # recorded as missing (a token or cost budget then fails closed, docs/policy.md)
+            usage = None
         recorded = {"object": "response", "id": response.response_id, "model": self.model_name,
                     "output": to_plain(list(response.output)), "usage": usage}
         if response.request_id:
