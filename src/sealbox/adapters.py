@@ -99,7 +99,8 @@ class ModelCallInfo:
         unreadable_usage: the usage fields left out because the response's value was not a
             token count, with a short ``repr`` of that value (``{"output_tokens": "1e+30"}``).
         usage_missing: True when a response of a known provider format carries no ``usage`` at
-            all (a stream read without ``stream_options.include_usage``, a proxy that drops it):
+            all (a stream read without ``stream_options.include_usage``, a proxy that drops it; a
+            LangChain result with no ``usage_metadata`` and no ``llm_output`` token usage):
             its ``usage`` then says 0 tokens, which is not known. Never for an error response.
         stream_chunks: the number of stream chunks or events the response was given as (a list:
             OpenAI chat ``chat.completion.chunk`` objects, Anthropic Messages stream events, OpenAI
@@ -566,5 +567,9 @@ def normalize_model_call(request: Any, response: Any, *, provider: str | None = 
         found_provider = valid_text(found_provider)
     missing = (fmt in ("openai.chat", "openai.responses", "anthropic.messages") and not _dict(resp).get("usage")
                and not _dict(resp).get("error"))  # a Responses object always holds "error": null
+    if fmt == "langchain":  # no usage_metadata on any message, no token usage in llm_output
+        llm_output = _dict(_dict(resp).get("llm_output"))
+        missing = not (any(_dict(m).get("usage_metadata") for m in _lc_messages(resp))
+                       or llm_output.get("token_usage") or llm_output.get("usage"))
     return ModelCallInfo(found_provider, valid_text(str(found_model)), fmt, req, resp, usage,
                          tuple(c for c in calls if c is not None), unread, missing, chunks)

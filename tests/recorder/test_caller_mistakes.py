@@ -342,6 +342,30 @@ def test_a_response_without_usage_under_a_token_budget_fails_closed(store):
     assert_verified(store)
 
 
+def test_a_langchain_result_without_usage_under_a_token_budget_fails_closed(store):
+    """A LangChain LLMResult (what the LangGraph integration records) whose AIMessage has no
+    usage_metadata and whose llm_output has no token usage (a chat model streamed without
+    stream_usage) counted as 0 tokens: the token budget failed open."""
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, LLMResult
+
+    budget = sealbox.Policy.from_text("version: 1\nname: budget\nrules:\n  - id: all\n    effect: allow\n"
+                                      "limits:\n  tokens: {per_run: 1000}\n")
+    bare = LLMResult(generations=[[ChatGeneration(message=AIMessage(content="hi"))]], llm_output={})
+    counted = LLMResult(generations=[[ChatGeneration(message=AIMessage(
+        content="hi", usage_metadata={"input_tokens": 5, "output_tokens": 2, "total_tokens": 7}))]])
+    with Recorder(store, policy=budget).run(agent="bot") as run:
+        run.model_call({"model": "gpt-4o"}, counted)
+        assert run.call_tool("s", "t", None, lambda: 1) == 1
+        run.model_call({"model": "gpt-4o"}, bare)
+        with pytest.raises(sealbox.recorder.ToolDenied, match="carries no usage"):
+            run.call_tool("s", "t", None, lambda: 1)
+    anomalies = [e for e in store.read_run(run.run_id) if e.kind == "anomaly"]
+    assert [(a.payload["what"], store.resolve(a.payload["detail"])["format"]) for a in anomalies] == [
+        ("model.call usage missing", "langchain")]
+    assert_verified(store)
+
+
 def test_a_responses_object_without_usage_under_a_token_budget_fails_closed(store):
     """The OpenAI SDK's Response always holds "error": null, which was read as an error response:
     one without usage (here a Responses stream closed before response.completed) counted as 0
