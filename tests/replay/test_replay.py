@@ -353,3 +353,74 @@ def test_areplay_inside_a_running_loop_and_replay_refuses_an_async_agent_there(s
         return await Replayer(store).areplay(run_id, agent)
 
     assert asyncio.run(main()).reproduced
+
+
+def _read_chat(chunks) -> tuple[str, list]:
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    calls: dict[int, dict] = {}
+    for c in chunks:
+        for tc in (c["choices"][0]["delta"].get("tool_calls") or []) if c["choices"] else []:
+            call = calls.setdefault(tc["index"], {"id": None, "arguments": ""})
+            call["id"] = tc.get("id") or call["id"]
+            call["arguments"] += (tc.get("function") or {}).get("arguments") or ""
+    return text, [calls[i] for i in sorted(calls)]
+
+
+def _read_anthropic(events) -> str:
+    return "".join(e["delta"].get("text") or e["delta"].get("partial_json") or ""
+                   for e in events if e["type"] == "content_block_delta")
+
+
+def test_a_model_response_given_as_stream_chunks_is_served_as_chunks_in_a_replay(store):
+    """complete() returning a list of stream chunks is recorded assembled (stream: {chunks: N}); its
+    replay served the assembled response, a dict, to an agent that reads a list of chunks (TypeError:
+    string indices must be integers): no such run could be replayed. It is served as chunks of its
+    format that add up to the recorded response."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1764000000, "model": "gpt-4o"}
+    chat = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Chec"}, "finish_reason": None}]},
+            {**head, "choices": [{"index": 0, "delta": {"content": "king.", "tool_calls": [
+                {"index": 0, "id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": '{"ci'}}]},
+                "finish_reason": None}]},
+            {**head, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": 'ty": "Oslo"}'}}]},
+                                  "finish_reason": "tool_calls"}]},
+            {**head, "choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}}]
+    anthropic = [
+        {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                                              "content": [], "usage": {"input_tokens": 30, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Lo"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "oking. "}},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "now", "input": {}}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"tz": "UTC"}'}},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 20}},
+        {"type": "message_stop"}]
+    responses = [{"type": "response.created", "sequence_number": 0, "response": {"object": "response", "output": []}},
+                 {"type": "response.completed", "sequence_number": 1, "response": {
+                     "id": "resp_1", "object": "response", "model": "gpt-4.1", "status": "completed",
+                     "output": [{"type": "message", "content": [{"type": "output_text", "text": "Done."}]}],
+                     "usage": {"input_tokens": 5, "output_tokens": 2, "total_tokens": 7}}}]
+
+    def agent(run):
+        text, calls = _read_chat(run.complete({"model": "gpt-4o", "messages": []}, lambda r: chat))
+        run.note(text, about=calls)
+        run.note(_read_anthropic(run.complete({"model": "claude-sonnet-4-5", "messages": []}, lambda r: anthropic)))
+        done = [e for e in run.complete({"model": "gpt-4.1", "input": "x"}, lambda r: responses)
+                if e["type"] == "response.completed"]
+        run.note(done[0]["response"]["output"][0]["content"][0]["text"])
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="streamer") as run:
+        agent(run)
+    result = Replayer(store).replay(run.run_id, agent)
+    assert (result.reproduced, result.agent_error, result.divergence) == (True, None, None)
+    notes = [store.resolve(e.payload) for e in store.read_run(result.new_run_id) if e.kind == "note"]
+    assert [(n["text"], n.get("about")) for n in notes] == [
+        ("Checking.", [{"id": "call_a", "arguments": '{"city": "Oslo"}'}]), ('Looking. {"tz": "UTC"}', None),
+        ("Done.", None)]
+    calls = [store.resolve(e.payload) for e in store.read_run(result.new_run_id) if e.kind == "model.call"]
+    assert [(c["format"], c["usage"], c["tool_call_ids"]) for c in calls] == [
+        ("openai.chat", {"input_tokens": 9, "output_tokens": 4}, ["call_a"]),
+        ("anthropic.messages", {"input_tokens": 30, "output_tokens": 20}, ["toolu_1"]),
+        ("openai.responses", {"input_tokens": 5, "output_tokens": 2}, [])]

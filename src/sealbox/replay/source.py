@@ -211,10 +211,13 @@ class ReplaySource:
         Raises:
             ReplayedError: the recorded call failed (``response = {"error": …}``).
         """
+        rec = self.recorded.steps.get(str(run._next_step))
         response = self.model_response(run)
         run.model_call(request, response, provider=provider, model=model)
         if isinstance(response, dict) and set(response) == {"error"} and isinstance(response["error"], dict):
             raise rebuild_error(response["error"])
+        if rec is not None and rec.key.kind == "model.call" and rec.payload.get("stream") and isinstance(response, dict):
+            return as_stream(response, rec.payload.get("format"))
         return response
 
     # ----------------------------------------------------------------- tools
@@ -306,3 +309,55 @@ def _decoded(stored: Any) -> Any:
     from sealbox.canonical import decode
 
     return decode(stored)
+
+
+def as_stream(response: dict, fmt: Any) -> Any:
+    """A response recorded from stream chunks (``stream: {"chunks": N}``, assembled by the adapters)
+    as a list of chunks or events of its format that adds up to it, for ``complete`` in a replay: the
+    agent was given a list of chunks, and reads one. Not the recorded chunk boundaries (one chunk
+    per choice, one delta per content block), the same texts, tool calls, stop reasons and usage."""
+    import json
+
+    if fmt == "openai.chat":
+        head = {k: response[k] for k in ("id", "created", "model", "system_fingerprint", "service_tier")
+                if k in response}
+        chunks = []
+        for choice in response.get("choices") or []:
+            message = dict(choice.get("message") or {})
+            calls = message.pop("tool_calls", None)
+            delta = {k: v for k, v in message.items() if v is not None}
+            if calls:
+                delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(calls)]
+            chunks.append({**head, "object": "chat.completion.chunk", "choices": [
+                {"index": choice.get("index", 0), "delta": delta, "finish_reason": choice.get("finish_reason")}]})
+        if response.get("usage"):
+            chunks.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": response["usage"]})
+        return chunks
+    if fmt == "anthropic.messages":
+        start = {k: v for k, v in response.items() if k not in ("content", "stop_reason", "stop_sequence")}
+        events: list[dict[str, Any]] = [{"type": "message_start", "message": {
+            **start, "content": [], "stop_reason": None, "stop_sequence": None}}]
+        for i, block in enumerate(response.get("content") or []):
+            block = dict(block) if isinstance(block, dict) else {}
+            deltas = []
+            for key, kind in (("thinking", "thinking_delta"), ("text", "text_delta"), ("signature", "signature_delta")):
+                if isinstance(block.get(key), str) and block[key]:
+                    deltas.append({"type": kind, key: block[key]})
+                    block[key] = ""
+            if block.get("type") in ("tool_use", "server_tool_use") and "input" in block:
+                text = block["input"] if isinstance(block["input"], str) else json.dumps(block["input"])
+                deltas.append({"type": "input_json_delta", "partial_json": text})
+                block["input"] = {}
+            events.append({"type": "content_block_start", "index": i, "content_block": block})
+            events += [{"type": "content_block_delta", "index": i, "delta": d} for d in deltas]
+            events.append({"type": "content_block_stop", "index": i})
+        events.append({"type": "message_delta", "delta": {"stop_reason": response.get("stop_reason"),
+                                                          "stop_sequence": response.get("stop_sequence")},
+                       "usage": response.get("usage")})
+        events.append({"type": "message_stop"})
+        return events
+    if fmt == "openai.responses":
+        kind = {"incomplete": "response.incomplete", "failed": "response.failed"}.get(response.get("status"),
+                                                                                      "response.completed")
+        return [{"type": kind, "sequence_number": 0, "response": response}]
+    return response
