@@ -216,7 +216,8 @@ class ReplaySource:
         run.model_call(request, response, provider=provider, model=model)
         if isinstance(response, dict) and set(response) == {"error"} and isinstance(response["error"], dict):
             raise rebuild_error(response["error"])
-        if rec is not None and rec.key.kind == "model.call" and rec.payload.get("stream") and isinstance(response, dict):
+        streamed = rec is not None and rec.key.kind == "model.call" and rec.payload.get("stream")
+        if streamed and isinstance(response, dict):  # the agent was given stream chunks: it reads a list of them
             return as_stream(response, rec.payload.get("format"))
         return response
 
