@@ -438,23 +438,19 @@ def test_a_chat_stream_without_include_usage_has_no_usage():
     assert len(info.tool_calls) == 2
 
 
-def test_a_long_chat_stream_is_assembled_in_linear_time():
-    """Each fragment was added to the text so far (a new string per chunk): 2,000 chunks of 10,000
-    characters (20 MB, a long answer streamed with its tool call's arguments) took about 25 s."""
-    import time
-
+def test_a_long_chat_stream_is_assembled_whole():
+    """2,000 chunks of 10,000 characters (20 MB, a long answer streamed with its tool call's
+    arguments) assemble to the whole texts. (Each fragment used to be added to the text so far,
+    quadratic: about 25 s; timing is measured in bench/, not asserted here.)"""
     piece = "x" * 10_000
     chunks = [{"object": "chat.completion.chunk", "model": "gpt-4o", "choices": [{"index": 0, "delta": {
         "content": piece, "tool_calls": [{"index": 0, "id": "call_1" if i == 0 else None,
                                           "function": {"name": "write" if i == 0 else None, "arguments": piece}}]}}]}
               for i in range(2000)]
-    started = time.perf_counter()
     info = normalize_model_call(CHAT_REQUEST, chunks)
-    elapsed = time.perf_counter() - started
     message = info.response["choices"][0]["message"]
     assert (len(message["content"]), len(message["tool_calls"][0]["function"]["arguments"])) == (20_000_000, 20_000_000)
-    assert [(c.id, c.name) for c in info.tool_calls] == [("call_1", "write")]
-    assert elapsed < 5, elapsed
+    assert [(c.id, c.name) for c in info.tool_calls] == [("call_1", "write")] and info.stream_chunks == 2000
 
 
 def _anthropic_events() -> list[dict]:

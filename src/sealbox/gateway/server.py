@@ -364,18 +364,27 @@ class Gateway:
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         self._watch(_connection(ctx))  # a client holding a listing is told when it changes, call or no call
-        if self.pins.blocked_tools():
-            self.pins.refresh(self.store)  # a re-approval may have been recorded since (sealbox gateway reapprove)
+        if self._blocked_here():
+            try:
+                self.pins.refresh(self.store)  # a re-approval may have been recorded since (sealbox gateway reapprove)
+            except Exception as exc:  # noqa: BLE001 - listed as last known: calls read re-approvals again
+                log.warning("could not read re-approvals before listing tools: %s", exc)
         return types.ListToolsResult(tools=self.exposed_tools())
 
+    def _blocked_here(self) -> set[tuple[str, str]]:
+        """The blocked tools this gateway lists: of its upstreams, present there now, with a name
+        (the store's pin state also covers servers of other gateways sharing it)."""
+        return {(sid, name) for sid, name in self.pins.blocked_tools()
+                if name and sid in self.upstreams and name in self.upstreams[sid].tools}
+
     async def _watch_reapprovals(self, interval_s: float = REAPPROVAL_POLL_S) -> None:
-        """While a tool is blocked (changed upstream, not re-approved), look for its re-approval every
+        """While a tool this gateway lists is blocked (changed upstream, not re-approved), look for its re-approval every
         ``interval_s`` seconds: it is recorded by another process (``sealbox gateway reapprove``), and
         a client holding the listing with the ``[blocked…]`` description is sent
         ``notifications/tools/list_changed`` when the set of blocked tools shrinks."""
         while True:
             await anyio.sleep(interval_s)
-            before = self.pins.blocked_tools()
+            before = self._blocked_here()
             if not before:
                 continue
             try:
@@ -383,7 +392,7 @@ class Gateway:
             except Exception as exc:  # noqa: BLE001 - a store that cannot be read now is read next time
                 log.debug("could not read re-approvals: %s", exc)
                 continue
-            if self.pins.blocked_tools() < before:
+            if self._blocked_here() < before:
                 await self._notify_tools_changed()
 
     def _watch(self, connection: Any) -> None:
