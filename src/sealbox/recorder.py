@@ -39,7 +39,7 @@ from sealbox.policy.breaker import BreakerChange, CircuitBreaker, breaker_open_d
 from sealbox.policy.limits import LIMIT_COUNTERS, cost_of
 from sealbox.policy.model import CallContext, Decision
 
-__all__ = ["Recorder", "RunContext", "ToolDenied", "current_run", "is_call_step"]
+__all__ = ["Recorder", "RecordedStream", "RunContext", "StreamClosedEarly", "ToolDenied", "current_run", "is_call_step"]
 
 _NO_ARGUMENTS: Any = object()  # _record_result without the call's arguments (nothing to scrub by value)
 _CURRENT: contextvars.ContextVar["RunContext | None"] = contextvars.ContextVar("sealbox_run", default=None)
@@ -1222,7 +1222,10 @@ class RunContext:
         plain data (a dict), and ``call`` is not called.
 
         Returns:
-            What ``call`` returned (in a replay: the recorded response).
+            What ``call`` returned (in a replay: the recorded response). A stream (an iterator of
+            chunks, e.g. the ``Stream`` of ``create(..., stream=True)``) is returned wrapped in a
+            :class:`RecordedStream`: its chunks pass through as they come, and the call is recorded
+            when the stream ends (assembled from its chunks; see :mod:`sealbox.adapters`).
 
         Raises:
             BaseException: whatever ``call`` raised, after it is recorded with ``response = {"error": …}``
@@ -1239,6 +1242,8 @@ class RunContext:
         except BaseException as exc:
             self.model_error(request, exc, latency=time.perf_counter() - started, provider=provider, model=model)
             raise
+        if _is_stream(response):  # read by the agent after this returns: recorded when it ends
+            return RecordedStream(self, request, response, started, provider=provider, model=model)
         self.model_call(request, response, latency=time.perf_counter() - started, provider=provider, model=model)
         return response
 
@@ -1296,6 +1301,98 @@ class RunContext:
         if about is not None:
             payload["about"] = about
         self._append([self._draft("note", payload, self._take_step())])
+
+
+def _is_stream(value: Any) -> bool:
+    """Whether a model call's return value is a stream still to be read: an iterator (it has
+    ``__next__``) that is no plain data."""
+    return hasattr(type(value), "__next__") and not isinstance(value, (dict, list, tuple, str, bytes, bytearray))
+
+
+class StreamClosedEarly(Exception):
+    """What a :class:`RecordedStream` records when it is closed before its last chunk."""
+
+
+class RecordedStream:
+    """A model's stream returned by :meth:`RunContext.complete`: each chunk is handed to the agent
+    as it comes, and the call is recorded once, when the stream ends.
+
+    * read to its end: a ``model.call`` of the chunks (assembled by :mod:`sealbox.adapters` for
+      OpenAI chat, Anthropic Messages and OpenAI Responses streams: usage, tool calls, links);
+    * raising while read: a ``model.call`` with ``response.error`` (that exception);
+    * closed (``close()``, or leaving ``with``) before its end: ``response.error``
+      :class:`StreamClosedEarly`, naming how many chunks came.
+
+    A stream that is neither read to its end nor closed is not recorded. Every other attribute is
+    the wrapped stream's (``response``, ``_iterator``…), and ``with`` enters and leaves it too.
+    """
+
+    def __init__(self, run: "RunContext", request: Any, stream: Any, started: float, *,
+                 provider: str | None = None, model: str | None = None) -> None:
+        self._run, self._request, self._stream, self._started = run, request, stream, started
+        self._provider, self._model = provider, model
+        self._chunks: list[Any] = []
+        self._done = False
+
+    def __iter__(self) -> "RecordedStream":
+        return self
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        try:
+            chunk = next(self._stream)
+        except StopIteration:
+            self._finish(None)
+            raise
+        except BaseException as exc:
+            self._finish(exc)
+            raise
+        self._chunks.append(chunk)
+        return chunk
+
+    def close(self) -> None:
+        """Close the wrapped stream; recorded as closed early unless it had ended."""
+        try:
+            close = getattr(self._stream, "close", None)
+            if callable(close):
+                close()
+        finally:
+            self._finish_early()
+
+    def __enter__(self) -> "RecordedStream":
+        enter = getattr(self._stream, "__enter__", None)
+        if callable(enter):
+            enter()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> Any:
+        try:
+            leave = getattr(self._stream, "__exit__", None)
+            return leave(*exc_info) if callable(leave) else None
+        finally:
+            if exc_info[1] is not None and not self._done:
+                self._finish(exc_info[1])
+            self._finish_early()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_stream"], name)
+
+    def _finish_early(self) -> None:
+        if not self._done:
+            self._finish(StreamClosedEarly(f"the stream was closed after {len(self._chunks)} chunk(s), "
+                                           "before it completed"))
+
+    def _finish(self, error: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        latency = time.perf_counter() - self._started
+        if error is None:
+            self._run.model_call(self._request, self._chunks, latency=latency, provider=self._provider,
+                                 model=self._model)
+        else:
+            self._run.model_error(self._request, error, latency=latency, provider=self._provider, model=self._model)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,103 @@
+"""RunContext.complete with a streaming call: the agent reads the provider SDK's own stream
+(openai 2.x ``Stream`` over server-sent events, served in-process by an httpx transport: no model
+service is reachable here) chunk by chunk, and the call is recorded when the stream ends."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+import sealbox
+from sealbox.recorder import RecordedStream, Recorder
+
+BUDGET = sealbox.Policy.from_text("version: 1\nname: budget\nrules:\n  - id: all\n    effect: allow\n"
+                                  "limits:\n  tokens: {per_run: 1000}\n")
+BASE = {"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1764000000, "model": "gpt-4o-2024-08-06"}
+CHUNKS = [
+    {**BASE, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "finish_reason": None}]},
+    {**BASE, "choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": None}]},
+    {**BASE, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_s1", "type": "function",
+                                                                "function": {"name": "lookup", "arguments": "{\"q\":"}}]},
+                          "finish_reason": None}]},
+    {**BASE, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": " \"x\"}"}}]},
+                          "finish_reason": "tool_calls"}]},
+    {**BASE, "choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": 8, "total_tokens": 38}},
+]
+
+
+def client(chunks=CHUNKS):
+    import openai
+
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body.encode())
+
+    return openai.OpenAI(api_key="test", base_url="http://127.0.0.1:9/v1",
+                         http_client=httpx.Client(transport=httpx.MockTransport(answer)), max_retries=0)
+
+
+REQUEST = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+           "stream_options": {"include_usage": True}}
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = sealbox.init_store(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def model_calls(store, run_id):
+    return [store.resolve(e.payload) for e in store.read_run(run_id) if e.kind == "model.call"]
+
+
+def test_a_stream_read_to_its_end_is_recorded_assembled_and_its_tool_calls_link(store):
+    """complete() recorded the SDK's Stream object before the agent read it: a placeholder of
+    format 'unknown', no usage (a token budget failed open), no links."""
+    api = client()
+    with Recorder(store, policy=BUDGET).run(agent="bot") as run:
+        stream = run.complete(REQUEST, lambda r: api.chat.completions.create(**r))
+        assert isinstance(stream, RecordedStream) and model_calls(store, run.run_id) == []  # not read yet
+        text, ids = "", []
+        for chunk in stream:  # the SDK's own ChatCompletionChunk objects, as they come
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+                ids += [tc.id for tc in choice.delta.tool_calls or () if tc.id]
+        assert stream.response.status_code == 200  # the wrapped stream's attributes
+        assert run.call_tool("kb", "lookup", {"q": "x"}, lambda q: q.upper(), call_id=ids[0]) == "X"
+    assert text == "Hello" and ids == ["call_s1"]
+    [call] = model_calls(store, run.run_id)
+    assert (call["format"], call["stream"], call["usage"], call["tool_call_ids"]) == (
+        "openai.chat", {"chunks": 5}, {"input_tokens": 30, "output_tokens": 8}, ["call_s1"])
+    assert call["response"]["choices"][0]["message"]["content"] == "Hello"
+    assert [e.step for e in store.read_run(run.run_id) if e.kind == "tool.call"] == ["2.1"]
+    assert sealbox.verify_store(store).ok
+
+
+def test_a_stream_closed_early_is_recorded_as_an_error(store):
+    api = client()
+    with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+        with run.complete(REQUEST, lambda r: api.chat.completions.create(**r)) as stream:
+            first = next(stream)
+        assert first.choices[0].delta.content == "Hel"
+        next_try = list(stream)  # ended: nothing more, recorded once
+    assert next_try == []
+    [call] = model_calls(store, run.run_id)
+    assert call["response"] == {"error": {"type": "StreamClosedEarly",
+                                          "message": "the stream was closed after 1 chunk(s), before it completed"}}
+
+
+def test_a_stream_that_fails_while_read_is_recorded_with_its_error(store):
+    def failing(_request):
+        yield {"object": "chat.completion.chunk", "model": "m", "choices": []}
+        raise ConnectionError("peer closed the connection")
+
+    with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+        stream = run.complete(REQUEST, failing)
+        with pytest.raises(ConnectionError, match="peer closed"):
+            list(stream)
+    [call] = model_calls(store, run.run_id)
+    assert call["response"] == {"error": {"type": "ConnectionError", "message": "peer closed the connection"}}
