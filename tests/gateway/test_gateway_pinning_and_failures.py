@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import anyio
 import pytest
 from click.testing import CliRunner
@@ -146,7 +148,10 @@ async def test_calls_while_the_breaker_is_open_are_denied_without_forwarding(tmp
         with anyio.fail_after(15):
             await gw.upstreams["toy"].wait_until(lambda u: u.generation >= 2 and u.state == "ready")
         denied = await client.call_tool("toy__echo", {"text": "x"})
-    assert denied.is_error is True and "breaker_open" in text_of(denied)
+    assert denied.is_error is True
+    # no rule denied it: the text says what did (it said "denied by no rule")
+    assert re.fullmatch(r"denied \(breaker_open\): circuit breaker for toy/echo is open; next probe in \d+\.\d s "
+                        r"\[call call_[0-9a-f]{24}\]", text_of(denied)), text_of(denied)
     assert [e for e in toy_log(tmp_path) if e["tool"] == "echo"] == []
 
 

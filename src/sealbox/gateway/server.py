@@ -1082,8 +1082,8 @@ def _failure(exc: BaseException) -> types.CallToolResult:
     """The ``isError`` result of a call that was denied, not recorded, or failed upstream; else re-raise."""
     if isinstance(exc, ToolDenied):
         d = exc.decision
-        rule = f"rule {d.rule}" if d.rule else "no rule"
-        return _error_result(f"denied by {rule} ({d.reason_code}): {d.reason} [call {exc.call_id}]",
+        by = f" by rule {d.rule}" if d.rule else ""  # no rule: the reason code names what denied it
+        return _error_result(f"denied{by} ({d.reason_code}): {d.reason} [call {exc.call_id}]",
                              {"sealbox/decision": {"rule": d.rule, "reason_code": d.reason_code,
                                                    "call_id": exc.call_id}})
     if isinstance(exc, InvalidArguments):
