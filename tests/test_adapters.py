@@ -189,6 +189,82 @@ def test_responses_arguments_variants_and_hosted_calls_are_not_linked():
         ("call_cu", "raw text")]
 
 
+def _client_tool_items() -> list[dict]:
+    """Output items of the Responses API's built-in tools that the client carries out."""
+    return [
+        {"type": "computer_call", "id": "cu_1", "call_id": "call_cu1", "status": "completed",
+         "pending_safety_checks": [], "action": {"type": "click", "button": "left", "x": 10, "y": 20}},
+        {"type": "computer_call", "id": "cu_2", "call_id": "call_cu2", "status": "completed",
+         "pending_safety_checks": [], "actions": [{"type": "keypress", "keys": ["CTRL", "S"]}]},
+        {"type": "local_shell_call", "id": "ls_1", "call_id": "call_ls", "status": "completed",
+         "action": {"type": "exec", "command": ["ls", "-l"], "env": {}}},
+        {"type": "shell_call", "id": "sh_1", "call_id": "call_sh", "status": "completed",
+         "action": {"commands": ["pwd"], "timeout_ms": 1000, "max_output_length": None}},
+        {"type": "apply_patch_call", "id": "ap_1", "call_id": "call_ap", "status": "completed",
+         "operation": {"type": "delete_file", "path": "old.txt"}},
+        {"type": "tool_search_call", "id": "ts_1", "call_id": "call_ts", "status": "completed",
+         "execution": "client", "arguments": {"query": "weather"}},
+        {"type": "tool_search_call", "id": "ts_2", "call_id": "call_ts_server", "status": "completed",
+         "execution": "server", "arguments": {"query": "maps"}},
+    ]
+
+
+CLIENT_TOOL_CALLS = [
+    ("call_cu1", "computer", {"type": "click", "button": "left", "x": 10, "y": 20}),
+    ("call_cu2", "computer", [{"type": "keypress", "keys": ["CTRL", "S"]}]),
+    ("call_ls", "local_shell", {"type": "exec", "command": ["ls", "-l"], "env": {}}),
+    ("call_sh", "shell", {"commands": ["pwd"], "timeout_ms": 1000, "max_output_length": None}),
+    ("call_ap", "apply_patch", {"type": "delete_file", "path": "old.txt"}),
+    ("call_ts", "tool_search", {"query": "weather"}),
+]
+
+
+@pytest.mark.parametrize("as_sdk_object", [False, True])
+def test_responses_built_in_tools_the_client_runs_are_linked(as_sdk_object):
+    """computer_call, local_shell_call, shell_call, apply_patch_call and a client-executed
+    tool_search_call carry a call_id the client's own tool run answers: they were not
+    returned, so the client's tool.call records were not linked to the model call. A
+    tool_search_call the provider executed is not."""
+    from openai.types.responses import Response
+
+    resp = responses_response(['{"city": "Paris"}'])
+    resp["output"] += _client_tool_items()
+    given = Response.model_validate(resp) if as_sdk_object else resp
+    info = normalize_model_call(RESPONSES_REQUEST, given)
+    assert [(c.id, c.name) for c in info.tool_calls] == [
+        ("call_r1", "get_weather"), *[(i, n) for i, n, _ in CLIENT_TOOL_CALLS]]
+    if as_sdk_object:  # the SDK's dump fills the action models' optional fields with None
+        items = given.output[1:7]
+        what = [i.action if i.type != "apply_patch_call" and (i.type != "computer_call" or i.action)
+                else (i.operation if i.type == "apply_patch_call" else i.actions) for i in items[:5]]
+        expected = [to_plain(w) for w in what] + [{"query": "weather"}]
+        assert expected[0] == {"type": "click", "button": "left", "x": 10, "y": 20, "keys": None}
+    else:
+        expected = [a for _, _, a in CLIENT_TOOL_CALLS]
+    assert [c.arguments for c in info.tool_calls[1:]] == expected
+
+
+def test_a_computer_call_links_the_clients_tool_call_to_its_model_call(tmp_path):
+    import sealbox
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    resp = responses_response([])
+    resp["output"] += _client_tool_items()[:1] + _client_tool_items()[2:3]
+    store = sealbox.init_store(tmp_path / "store")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="operator") as run:
+        rec = run.model_call(RESPONSES_REQUEST, resp)
+        for call in rec.tool_calls:
+            run.call_tool("desktop", call.name, call.arguments, lambda **action: action["type"], call_id=call.id)
+    events = store.read_run(run.run_id)
+    [model] = [e for e in events if e.kind == "model.call"]
+    assert (model.step, model.payload["tool_call_ids"]) == ("2", ["call_cu1", "call_ls"])  # step 1: run.started
+    calls = [(store.resolve(e.payload)["call_id"], store.resolve(e.payload)["tool"], e.step)
+             for e in events if e.kind == "tool.call"]
+    assert calls == [("call_cu1", "computer", "2.1"), ("call_ls", "local_shell", "2.2")]
+    assert sealbox.verify_store(store).ok
+
+
 def test_responses_detected_without_object_field_and_model_from_request():
     resp = {"output": [{"type": "function_call", "call_id": "c1", "name": "f", "arguments": {"a": 1}}],
             "usage": {"input_tokens": 3, "output_tokens": 2}}

@@ -24,7 +24,14 @@ format                 tool calls                       call id                 
                        (``function`` and ``custom``)                                    ``completion_tokens``
 ``openai.responses``   ``output[]`` of type              ``call_id`` (else ``id``)       ``input_tokens`` /
                        ``function_call``,                                               ``output_tokens``
-                       ``custom_tool_call``
+                       ``custom_tool_call``; the
+                       built-in tools the client runs:
+                       ``computer_call``,
+                       ``local_shell_call``,
+                       ``shell_call``,
+                       ``apply_patch_call``, a
+                       ``tool_search_call`` with
+                       ``execution: client``
 ``anthropic.messages`` ``content[]`` of type             ``id``                          ``input_tokens`` (+ cache
                        ``tool_use``                                                     tokens) / ``output_tokens``
 ``langchain``          ``generations[][].message``       ``tool_calls[].id``             ``usage_metadata``, else
@@ -49,8 +56,11 @@ to, recorded in that format with ``stream: {"chunks": N}`` beside it: texts join
 merged by index (their ``arguments`` / ``input_json_delta`` fragments joined), the usage of the
 chunk that carries it (OpenAI chat: only with ``stream_options.include_usage``).
 
-Tool calls the provider runs itself (OpenAI hosted ``mcp_call`` / ``web_search_call``,
-Anthropic ``server_tool_use``) are not returned: no client-side ``tool.call`` will
+The built-in tools a client runs are returned with the tool's name (``computer``,
+``local_shell``, ``shell``, ``apply_patch``, ``tool_search``) and, as arguments, the item's
+``action`` (a ``computer_call``'s ``actions`` where it has no ``action``), ``operation`` or
+``arguments``. Tool calls the provider runs itself (OpenAI hosted ``mcp_call`` / ``web_search_call``,
+a ``tool_search_call`` with ``execution: server``, Anthropic ``server_tool_use``) are not returned: no client-side ``tool.call`` will
 carry them out. A tool call without an id is not returned either (it cannot be
 linked); it stays in the recorded response.
 """
@@ -315,7 +325,27 @@ def _openai_responses(resp: dict) -> tuple[dict[str, int], list[ToolCallRequest 
             calls.append(_call(item.get("call_id") or item.get("id"), item.get("name"), item.get("arguments")))
         elif item.get("type") == "custom_tool_call":
             calls.append(_call(item.get("call_id") or item.get("id"), item.get("name"), item.get("input")))
+        elif item.get("type") in _RESPONSES_CLIENT_TOOLS:
+            name, field_name = _RESPONSES_CLIENT_TOOLS[item["type"]]
+            if item["type"] == "tool_search_call" and item.get("execution") != "client":
+                continue  # the provider ran it
+            arguments = item.get(field_name)
+            if arguments is None and item["type"] == "computer_call":
+                arguments = item.get("actions")  # a batch of actions instead of one
+            calls.append(_call(item.get("call_id"), name, arguments))
     return _usage(resp.get("usage"), "input_tokens", "output_tokens"), calls
+
+
+#: Responses output items of built-in tools the client carries out (OpenAI Responses API), by
+#: type: (the tool's name, the field holding what to do). They are linked by ``call_id`` like
+#: ``function_call``; a ``tool_search_call`` only when its ``execution`` is ``client``.
+_RESPONSES_CLIENT_TOOLS: dict[str, tuple[str, str]] = {
+    "computer_call": ("computer", "action"),
+    "local_shell_call": ("local_shell", "action"),
+    "shell_call": ("shell", "action"),
+    "apply_patch_call": ("apply_patch", "operation"),
+    "tool_search_call": ("tool_search", "arguments"),
+}
 
 
 def _anthropic(resp: dict) -> tuple[dict[str, int], list[ToolCallRequest | None]]:
