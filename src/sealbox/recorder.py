@@ -1142,7 +1142,8 @@ class RunContext:
             request, response: plain dicts or SDK objects in the OpenAI
                 chat-completions, OpenAI Responses or Anthropic Messages format
                 (detected), or any other value (recorded as given).
-            usage: ``{"input_tokens", "output_tokens"}``; default: read from the response.
+            usage: ``{"input_tokens", "output_tokens"}`` (either may be left out; other keys are
+                ignored; a non-empty dict with neither is a ConfigError); default: read from the response.
             latency: seconds (float) or microseconds (int) the call took.
             provider, model: override what the adapter detects.
 
@@ -1426,6 +1427,12 @@ def _caller_usage(usage: Any) -> dict[str, int]:
         return {}
     if not isinstance(usage, dict):
         raise ConfigError(f"usage must be a dict of token counts, got {type(usage).__name__}")
+    if usage and "input_tokens" not in usage and "output_tokens" not in usage:
+        # e.g. OpenAI chat's own names: ignored, the call counted 0 tokens and a budget failed open
+        keys = ", ".join(sorted(repr(k) for k in usage)[:5])
+        raise ConfigError(f"usage names no token count this recorder reads (it has {keys}): give input_tokens "
+                          "and output_tokens (OpenAI chat's prompt_tokens / completion_tokens are input_tokens / "
+                          "output_tokens); nothing was recorded")
     out: dict[str, int] = {}
     for key in ("input_tokens", "output_tokens"):
         value = usage.get(key)

@@ -266,6 +266,20 @@ def test_a_bad_usage_is_a_config_error_before_anything_is_recorded(store, usage,
     assert kinds(store, run.run_id) == ["run.started", "run.ended"]
 
 
+@pytest.mark.parametrize("usage", [{"prompt_tokens": 900, "completion_tokens": 40, "total_tokens": 940},
+                                   {"tokens": 5}])
+def test_a_usage_with_no_key_the_recorder_reads_is_a_config_error(store, usage):
+    """OpenAI chat's own names were ignored: a model call given usage={"prompt_tokens": 900, ...}
+    with a response of no known format counted 0 tokens, and a token budget failed open."""
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        with pytest.raises(ConfigError, match=r"usage names no token count this recorder reads \(it has '"
+                                              r".*give input_tokens and output_tokens \(OpenAI chat's prompt_tokens"):
+            run.model_call({}, "plain text answer", usage=usage)
+        run.model_call({}, "plain text answer", usage={"input_tokens": 900, "total_tokens": 940})  # others ignored
+    assert kinds(store, run.run_id) == ["run.started", "model.call", "run.ended"]
+    assert payload(store, run.run_id, "model.call")["usage"] == {"input_tokens": 900, "output_tokens": 0}
+
+
 @pytest.mark.parametrize("provider", [5, b"openai", ["openai"]])
 def test_a_provider_that_is_not_a_string_is_a_config_error_before_anything_is_recorded(store, provider):
     """It was RecordingError 'could not record: model.call: data.provider must be string', which reads
