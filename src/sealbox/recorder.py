@@ -39,7 +39,8 @@ from sealbox.policy.breaker import BreakerChange, CircuitBreaker, breaker_open_d
 from sealbox.policy.limits import LIMIT_COUNTERS, cost_of
 from sealbox.policy.model import CallContext, Decision
 
-__all__ = ["Recorder", "RecordedStream", "RunContext", "StreamClosedEarly", "ToolDenied", "current_run", "is_call_step"]
+__all__ = ["AsyncRecordedStream", "Recorder", "RecordedStream", "RunContext", "StreamClosedEarly", "ToolDenied",
+           "current_run", "is_call_step"]
 
 _NO_ARGUMENTS: Any = object()  # _record_result without the call's arguments (nothing to scrub by value)
 _CURRENT: contextvars.ContextVar["RunContext | None"] = contextvars.ContextVar("sealbox_run", default=None)
@@ -1226,9 +1227,13 @@ class RunContext:
             What ``call`` returned (in a replay: the recorded response). A stream (an iterator of
             chunks, e.g. the ``Stream`` of ``create(..., stream=True)``) is returned wrapped in a
             :class:`RecordedStream`: its chunks pass through as they come, and the call is recorded
-            when the stream ends (assembled from its chunks; see :mod:`sealbox.adapters`).
+            when the stream ends (assembled from its chunks; see :mod:`sealbox.adapters`); an async
+            stream (``__anext__``: an async generator) in an :class:`AsyncRecordedStream`.
 
         Raises:
+            ConfigError: ``call`` returned an awaitable (an ``async def`` call, ``AsyncOpenAI``): it is
+                closed unawaited, so the model was not called, and nothing is recorded; use
+                :meth:`acomplete`.
             BaseException: whatever ``call`` raised, after it is recorded with ``response = {"error": …}``
                 (a KeyboardInterrupt or a task's cancellation too: the call was made). When that record
                 cannot be written, an Exception is replaced by the RecordingError; a KeyboardInterrupt
@@ -1243,6 +1248,49 @@ class RunContext:
         except BaseException as exc:
             self.model_error(request, exc, latency=time.perf_counter() - started, provider=provider, model=model)
             raise
+        if inspect.isawaitable(response):  # an async call, not yet run: nothing was asked of the model
+            if inspect.iscoroutine(response):
+                response.close()
+            raise ConfigError(f"complete(): call returned an awaitable ({type(response).__qualname__}), which was "
+                              "not awaited, so the model was not called: use await run.acomplete(request, call) "
+                              "for an async call; nothing was recorded")
+        return self._record_returned(request, response, started, provider, model)
+
+    async def acomplete(self, request: Any, call: Callable[[Any], Any], *, provider: str | None = None,
+                        model: str | None = None) -> Any:
+        """Async form of :meth:`complete`: ``call(request)`` may return an awaitable (``async def``,
+        ``AsyncOpenAI().chat.completions.create``), which is awaited.
+
+        Returns:
+            What ``call`` returned, awaited (in a replay: the recorded response; one recorded from
+            stream chunks as an async iterator of chunks). An async stream (an object with
+            ``__anext__``: the ``AsyncStream`` of ``await create(..., stream=True)``, an async
+            generator) is returned wrapped in an :class:`AsyncRecordedStream` (``async for``), a
+            sync one in a :class:`RecordedStream`: recorded when it ends, as for :meth:`complete`.
+
+        Raises:
+            BaseException: whatever ``call`` or its awaitable raised, after it is recorded with
+                ``response = {"error": …}``, as :meth:`complete` does.
+        """
+        _check_provider(provider)
+        if self.replay is not None and self.replay.serves_models:
+            return self.replay.answer_model(self, request, provider=provider, model=model, asynchronous=True)
+        started = time.perf_counter()
+        try:
+            response = call(request)
+            if inspect.isawaitable(response):
+                response = await response
+        except BaseException as exc:
+            self.model_error(request, exc, latency=time.perf_counter() - started, provider=provider, model=model)
+            raise
+        return self._record_returned(request, response, started, provider, model)
+
+    def _record_returned(self, request: Any, response: Any, started: float, provider: str | None,
+                         model: str | None) -> Any:
+        """What :meth:`complete` and :meth:`acomplete` do with what the call returned: a stream is
+        wrapped, to be recorded when it ends; anything else is recorded now."""
+        if _is_async_stream(response):
+            return AsyncRecordedStream(self, request, response, started, provider=provider, model=model)
         if _is_stream(response):  # read by the agent after this returns: recorded when it ends
             return RecordedStream(self, request, response, started, provider=provider, model=model)
         self.model_call(request, response, latency=time.perf_counter() - started, provider=provider, model=model)
@@ -1310,8 +1358,41 @@ def _is_stream(value: Any) -> bool:
     return hasattr(type(value), "__next__") and not isinstance(value, (dict, list, tuple, str, bytes, bytearray))
 
 
+def _is_async_stream(value: Any) -> bool:
+    """Whether a model call's return value is an async stream still to be read (it has ``__anext__``)."""
+    return hasattr(type(value), "__anext__")
+
+
 class StreamClosedEarly(Exception):
-    """What a :class:`RecordedStream` records when it is closed before its last chunk."""
+    """What a :class:`RecordedStream` or :class:`AsyncRecordedStream` records when it is closed
+    before its last chunk."""
+
+
+class _StreamRecord:
+    """The record of one streamed model call, shared by the stream wrappers: the chunks that
+    came, and the ``model.call`` written once, when the stream ends."""
+
+    def __init__(self, run: "RunContext", request: Any, started: float, provider: str | None,
+                 model: str | None) -> None:
+        self.run, self.request, self.started = run, request, started
+        self.provider, self.model = provider, model
+        self.chunks: list[Any] = []
+        self.done = False
+
+    def finish_early(self) -> None:
+        if not self.done:
+            self.finish(StreamClosedEarly(f"the stream was closed after {len(self.chunks)} chunk(s), "
+                                          "before it completed"))
+
+    def finish(self, error: BaseException | None) -> None:
+        if self.done:
+            return
+        self.done = True
+        latency = time.perf_counter() - self.started
+        if error is None:
+            self.run.model_call(self.request, self.chunks, latency=latency, provider=self.provider, model=self.model)
+        else:
+            self.run.model_error(self.request, error, latency=latency, provider=self.provider, model=self.model)
 
 
 class RecordedStream:
@@ -1330,26 +1411,25 @@ class RecordedStream:
 
     def __init__(self, run: "RunContext", request: Any, stream: Any, started: float, *,
                  provider: str | None = None, model: str | None = None) -> None:
-        self._run, self._request, self._stream, self._started = run, request, stream, started
-        self._provider, self._model = provider, model
-        self._chunks: list[Any] = []
-        self._done = False
+        self._stream = stream
+        self._record = _StreamRecord(run, request, started, provider, model)
 
     def __iter__(self) -> "RecordedStream":
         return self
 
     def __next__(self) -> Any:
-        if self._done:
+        record = self._record
+        if record.done:
             raise StopIteration
         try:
             chunk = next(self._stream)
         except StopIteration:
-            self._finish(None)
+            record.finish(None)
             raise
         except BaseException as exc:
-            self._finish(exc)
+            record.finish(exc)
             raise
-        self._chunks.append(chunk)
+        record.chunks.append(chunk)
         return chunk
 
     def close(self) -> None:
@@ -1359,7 +1439,7 @@ class RecordedStream:
             if callable(close):
                 close()
         finally:
-            self._finish_early()
+            self._record.finish_early()
 
     def __enter__(self) -> "RecordedStream":
         enter = getattr(self._stream, "__enter__", None)
@@ -1372,28 +1452,92 @@ class RecordedStream:
             leave = getattr(self._stream, "__exit__", None)
             return leave(*exc_info) if callable(leave) else None
         finally:
-            if exc_info[1] is not None and not self._done:
-                self._finish(exc_info[1])
-            self._finish_early()
+            if exc_info[1] is not None:
+                self._record.finish(exc_info[1])
+            self._record.finish_early()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["_stream"], name)
 
-    def _finish_early(self) -> None:
-        if not self._done:
-            self._finish(StreamClosedEarly(f"the stream was closed after {len(self._chunks)} chunk(s), "
-                                           "before it completed"))
 
-    def _finish(self, error: BaseException | None) -> None:
-        if self._done:
-            return
-        self._done = True
-        latency = time.perf_counter() - self._started
-        if error is None:
-            self._run.model_call(self._request, self._chunks, latency=latency, provider=self._provider,
-                                 model=self._model)
-        else:
-            self._run.model_error(self._request, error, latency=latency, provider=self._provider, model=self._model)
+class AsyncRecordedStream:
+    """An async model stream returned by :meth:`RunContext.acomplete` (or :meth:`RunContext.complete`
+    when ``call`` returns one): ``async for`` hands each chunk to the agent as it comes, and the call
+    is recorded once, when the stream ends, as :class:`RecordedStream` records it:
+
+    * read to its end: a ``model.call`` of the chunks, assembled;
+    * raising while read (a task's cancellation too): ``response.error``, that exception;
+    * closed (``await close()`` / ``await aclose()``, or leaving ``async with``) before its end:
+      ``response.error`` :class:`StreamClosedEarly`, naming how many chunks came.
+
+    Every other attribute is the wrapped stream's (``response``…), and ``async with`` enters and
+    leaves it too.
+    """
+
+    def __init__(self, run: "RunContext", request: Any, stream: Any, started: float, *,
+                 provider: str | None = None, model: str | None = None) -> None:
+        self._stream = stream
+        self._record = _StreamRecord(run, request, started, provider, model)
+
+    def __aiter__(self) -> "AsyncRecordedStream":
+        return self
+
+    async def __anext__(self) -> Any:
+        record = self._record
+        if record.done:
+            raise StopAsyncIteration
+        try:
+            chunk = await self._stream.__anext__()
+        except StopAsyncIteration:
+            record.finish(None)
+            raise
+        except BaseException as exc:
+            record.finish(exc)
+            raise
+        record.chunks.append(chunk)
+        return chunk
+
+    async def aclose(self) -> None:
+        """Close the wrapped stream (its ``aclose()`` or ``close()``, awaited when it returns an
+        awaitable); recorded as closed early unless it had ended."""
+        try:
+            await self._close_wrapped()
+        finally:
+            self._record.finish_early()
+
+    async def _close_wrapped(self) -> None:
+        close = getattr(self._stream, "aclose", None)
+        if not callable(close):
+            close = getattr(self._stream, "close", None)
+        if callable(close):
+            closing = close()
+            if inspect.isawaitable(closing):
+                await closing
+
+    async def close(self) -> None:
+        """The same as :meth:`aclose` (the OpenAI SDK's ``AsyncStream`` is closed with ``await close()``)."""
+        await self.aclose()
+
+    async def __aenter__(self) -> "AsyncRecordedStream":
+        enter = getattr(self._stream, "__aenter__", None)
+        if callable(enter):
+            await enter()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        try:
+            leave = getattr(self._stream, "__aexit__", None)
+            if callable(leave):
+                return await leave(*exc_info)
+            await self._close_wrapped()
+            return None
+        finally:
+            if exc_info[1] is not None:
+                self._record.finish(exc_info[1])
+            self._record.finish_early()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["_stream"], name)
 
 
 @dataclass(frozen=True)

@@ -101,3 +101,146 @@ def test_a_stream_that_fails_while_read_is_recorded_with_its_error(store):
             list(stream)
     [call] = model_calls(store, run.run_id)
     assert call["response"] == {"error": {"type": "ConnectionError", "message": "peer closed the connection"}}
+
+
+# ----------------------------------------------------------------- async streams (acomplete)
+
+def async_client(chunks=CHUNKS, completion=None):
+    import openai
+
+    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        if completion is not None:
+            return httpx.Response(200, json=completion)
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body.encode())
+
+    return openai.AsyncOpenAI(api_key="test", base_url="http://127.0.0.1:9/v1",
+                              http_client=httpx.AsyncClient(transport=httpx.MockTransport(answer)), max_retries=0)
+
+
+def test_an_async_stream_read_to_its_end_is_recorded_assembled_and_its_tool_calls_link(store):
+    """There was no async form of complete(): an AsyncOpenAI stream (await create(stream=True))
+    could not be recorded as a streamed call at all. acomplete() awaits the call and wraps the
+    SDK's own AsyncStream: the chunks pass through, the call is recorded assembled at its end."""
+    import asyncio
+
+    from sealbox.recorder import AsyncRecordedStream
+
+    api = async_client()
+
+    async def agent():
+        async with Recorder(store, policy=BUDGET).run(agent="bot") as run:
+            stream = await run.acomplete(REQUEST, lambda r: api.chat.completions.create(**r))
+            assert isinstance(stream, AsyncRecordedStream) and model_calls(store, run.run_id) == []
+            text, ids = "", []
+            async for chunk in stream:  # the SDK's own ChatCompletionChunk objects
+                for choice in chunk.choices:
+                    text += choice.delta.content or ""
+                    ids += [tc.id for tc in choice.delta.tool_calls or () if tc.id]
+            assert stream.response.status_code == 200  # the wrapped AsyncStream's attributes
+            assert [c async for c in stream] == []  # ended: nothing more, recorded once
+            assert await run.acall_tool("kb", "lookup", {"q": "x"}, lambda q: q.upper(), call_id=ids[0]) == "X"
+        return run, text, ids
+
+    run, text, ids = asyncio.run(agent())
+    assert text == "Hello" and ids == ["call_s1"]
+    [call] = model_calls(store, run.run_id)
+    assert (call["format"], call["stream"], call["usage"], call["tool_call_ids"]) == (
+        "openai.chat", {"chunks": 5}, {"input_tokens": 30, "output_tokens": 8}, ["call_s1"])
+    assert call["response"]["choices"][0]["message"]["content"] == "Hello"
+    assert call["response"]["choices"][0]["message"]["tool_calls"][0]["function"] == {
+        "name": "lookup", "arguments": "{\"q\": \"x\"}"}
+    assert [e.step for e in store.read_run(run.run_id) if e.kind == "tool.call"] == ["2.1"]
+    assert sealbox.verify_store(store).ok
+
+
+def test_an_async_stream_closed_early_is_recorded_as_an_error(store):
+    import asyncio
+
+    api = async_client()
+
+    async def agent():
+        with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+            async with await run.acomplete(REQUEST, lambda r: api.chat.completions.create(**r)) as stream:
+                first = await stream.__anext__()
+            second = await run.acomplete(REQUEST, lambda r: api.chat.completions.create(**r))
+            await second.__anext__()
+            await second.__anext__()
+            await second.close()  # the SDK's AsyncStream is closed with await close()
+            assert [c async for c in second] == []
+        return run, first
+
+    run, first = asyncio.run(agent())
+    assert first.choices[0].delta.content == "Hel"
+    assert [c["response"] for c in model_calls(store, run.run_id)] == [
+        {"error": {"type": "StreamClosedEarly", "message": "the stream was closed after 1 chunk(s), before it completed"}},
+        {"error": {"type": "StreamClosedEarly", "message": "the stream was closed after 2 chunk(s), before it completed"}}]
+
+
+def test_an_async_stream_that_fails_while_read_is_recorded_with_its_error(store):
+    import asyncio
+
+    async def failing(_request):
+        yield {"object": "chat.completion.chunk", "model": "m", "choices": []}
+        raise ConnectionError("peer closed the connection")
+
+    async def agent():
+        with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+            stream = await run.acomplete(REQUEST, failing)  # an async generator function: not awaitable
+            with pytest.raises(ConnectionError, match="peer closed"):
+                [c async for c in stream]
+        return run
+
+    run = asyncio.run(agent())
+    [call] = model_calls(store, run.run_id)
+    assert call["response"] == {"error": {"type": "ConnectionError", "message": "peer closed the connection"}}
+
+
+def test_acomplete_records_an_awaited_response_and_a_raised_error(store):
+    import asyncio
+
+    completion = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1764000000, "model": "gpt-4o",
+                  "choices": [{"index": 0, "finish_reason": "stop",
+                               "message": {"role": "assistant", "content": "Hi there"}}],
+                  "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+    api = async_client(completion=completion)
+
+    async def down(_request):
+        raise TimeoutError("the model did not answer")
+
+    async def agent():
+        with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+            answer = await run.acomplete({"model": "gpt-4o", "messages": []},
+                                         lambda r: api.chat.completions.create(**r))
+            with pytest.raises(TimeoutError):
+                await run.acomplete({"model": "gpt-4o", "messages": []}, down)
+        return run, answer
+
+    run, answer = asyncio.run(agent())
+    assert answer.choices[0].message.content == "Hi there"
+    first, second = model_calls(store, run.run_id)
+    assert (first["format"], first["usage"], first["response"]["choices"][0]["message"]["content"]) == (
+        "openai.chat", {"input_tokens": 3, "output_tokens": 2}, "Hi there")
+    assert second["response"] == {"error": {"type": "TimeoutError", "message": "the model did not answer"}}
+
+
+def test_complete_refuses_an_async_call_unawaited_and_records_nothing(store):
+    """complete() with an async call recorded the coroutine object as the response (a placeholder)
+    and handed it back; the model's answer was never recorded."""
+    import warnings
+
+    from sealbox.errors import ConfigError
+
+    async def ask(_request):
+        raise AssertionError("never run")
+
+    with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the coroutine is closed: no "never awaited" warning
+            with pytest.raises(ConfigError) as refused:
+                run.complete({"model": "m"}, ask)
+    assert str(refused.value) == (
+        "complete(): call returned an awaitable (coroutine), which was not awaited, so the model was not "
+        "called: use await run.acomplete(request, call) for an async call; nothing was recorded")
+    assert [e.kind for e in store.read_run(run.run_id)] == ["run.started", "run.ended"]

@@ -424,3 +424,37 @@ def test_a_model_response_given_as_stream_chunks_is_served_as_chunks_in_a_replay
         ("openai.chat", {"input_tokens": 9, "output_tokens": 4}, ["call_a"]),
         ("anthropic.messages", {"input_tokens": 30, "output_tokens": 20}, ["toolu_1"]),
         ("openai.responses", {"input_tokens": 5, "output_tokens": 2}, [])]
+
+
+def test_an_async_stream_is_served_as_an_async_iterator_of_chunks_in_a_replay(store):
+    """acomplete() of a call that returned an async stream: in the replay the agent reads the
+    served chunks with async for, as it read the recorded stream."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1764000000, "model": "gpt-4o"}
+    chat = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Chec"}, "finish_reason": None}]},
+            {**head, "choices": [{"index": 0, "delta": {"content": "king."}, "finish_reason": "stop"}]}]
+
+    async def live(_request):
+        for chunk in chat:
+            yield chunk
+
+    async def agent(run):
+        text = ""
+        async for chunk in await run.acomplete({"model": "gpt-4o", "messages": []}, live):
+            text += "".join(c["delta"].get("content") or "" for c in chunk["choices"])
+        run.note(text)
+
+    async def record():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="streamer") as run:
+            await agent(run)
+        return run
+
+    run = asyncio.run(record())
+    result = Replayer(store).replay(run.run_id, agent)
+    assert (result.reproduced, result.agent_error, result.divergence) == (True, None, None)
+    notes = [store.resolve(e.payload)["text"] for e in store.read_run(result.new_run_id) if e.kind == "note"]
+    assert notes == ["Checking."]
+    [call] = [store.resolve(e.payload) for e in store.read_run(result.new_run_id) if e.kind == "model.call"]
+    assert (call["format"], call["response"]["choices"][0]["message"]["content"]) == ("openai.chat", "Checking.")

@@ -9,7 +9,7 @@ Usage::
 The agent callable receives a :class:`~sealbox.recorder.RunContext` in replay
 mode and runs as it does in production:
 
-- model calls made with ``run.complete(request, call)`` — or through the OpenAI
+- model calls made with ``run.complete(request, call)`` / ``await run.acomplete(...)`` — or through the OpenAI
   Agents SDK's :class:`~sealbox.integrations.openai_agents.SealboxModel` or a
   LangChain chat model (served through LangChain's cache hook while the replay
   runs) — are answered from the recorded ``model.call``;

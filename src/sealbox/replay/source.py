@@ -205,8 +205,10 @@ class ReplaySource:
             return {}
         return rebuild(run.store.resolve(rec.payload.get("response")))
 
-    def answer_model(self, run: Any, request: Any, *, provider: str | None = None, model: str | None = None) -> Any:
-        """``RunContext.complete`` in replay: record the call with the recorded response and return it.
+    def answer_model(self, run: Any, request: Any, *, provider: str | None = None, model: str | None = None,
+                     asynchronous: bool = False) -> Any:
+        """``RunContext.complete`` in replay: record the call with the recorded response and return it
+        (``asynchronous``, for ``RunContext.acomplete``: a streamed call's chunks as an async iterator).
 
         Raises:
             ReplayedError: the recorded call failed (``response = {"error": …}``).
@@ -218,7 +220,8 @@ class ReplaySource:
             raise rebuild_error(response["error"])
         streamed = rec is not None and rec.key.kind == "model.call" and rec.payload.get("stream")
         if streamed and isinstance(response, dict):  # the agent was given stream chunks: it reads a list of them
-            return as_stream(response, rec.payload.get("format"))
+            chunks = as_stream(response, rec.payload.get("format"))
+            return _AsyncChunks(chunks) if asynchronous else chunks
         return response
 
     # ----------------------------------------------------------------- tools
@@ -310,6 +313,28 @@ def _decoded(stored: Any) -> Any:
     from sealbox.canonical import decode
 
     return decode(stored)
+
+
+class _AsyncChunks:
+    """A replayed stream's chunks for ``RunContext.acomplete``: ``async for`` reads them as the
+    recorded run read its async stream; ``close()`` / ``aclose()`` end it."""
+
+    def __init__(self, chunks: list) -> None:
+        self._chunks = iter(chunks)
+
+    def __aiter__(self) -> "_AsyncChunks":
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self._chunks = iter(())
+
+    close = aclose
 
 
 def as_stream(response: dict, fmt: Any) -> Any:
