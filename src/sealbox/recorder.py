@@ -28,6 +28,7 @@ import threading
 import time
 import traceback
 import types
+import weakref
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
@@ -596,6 +597,7 @@ class RunContext:
         self._attached = False
         self.resumed_calls: list[Any] = []  # filled by Recorder.resume
         self.replay: Any = None  # a sealbox.replay ReplaySource while this run replays another (docs/replay.md)
+        self._open_streams: set[_StreamRecord] = set()  # streamed model calls not recorded yet (RecordedStream)
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -656,6 +658,8 @@ class RunContext:
         """Write ``run.ended`` with ``status`` ok / error / cancelled (and a replay's ``verdict``)."""
         if self.ended:
             return
+        if self._open_streams:
+            self._record_open_streams(ending=True)
         payload: dict[str, Any] = {"status": status, "usage": dict(self.usage)}
         if error is not None:
             payload["error"] = self._error_dict(error, sorted(self._error_secrets, key=lambda v: (-len(v), v)))
@@ -699,7 +703,25 @@ class RunContext:
         return self.__enter__()
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        for record in [r for r in list(self._open_streams) if r.is_async and not r.done]:
+            await record.close_async_stream()  # recorded by end(), with the streams left open
         self.__exit__(exc_type, exc, tb)
+
+    def _record_open_streams(self, *, ending: bool) -> None:
+        """Record the streamed model calls that will not end by themselves: the streams the agent
+        dropped (garbage-collected) unfinished, and, when the run ends, every one still open (a sync
+        one is closed)."""
+        for record in sorted(self._open_streams, key=lambda r: r.started):
+            if record.done or not (ending or record.dropped):
+                continue
+            n = len(record.chunks)
+            if record.dropped:
+                why = f"the stream was dropped (garbage-collected) after {n} chunk(s), before it completed"
+            else:
+                why = f"run {self.run_id} ended while the stream was open, after {n} chunk(s), before it completed"
+                record.ended_by_run = why
+                record.close_sync_stream()
+            record.finish(StreamClosedEarly(why))
 
     # ----------------------------------------------------------------- helpers
 
@@ -1158,6 +1180,8 @@ class RunContext:
         """
         from sealbox.adapters import normalize_model_call
 
+        if self._open_streams:
+            self._record_open_streams(ending=False)  # streams dropped unfinished: recorded before this call
         _check_provider(provider)
         given = _caller_usage(usage)
         latency_us = _latency_us(latency)
@@ -1227,8 +1251,9 @@ class RunContext:
             What ``call`` returned (in a replay: the recorded response). A stream (an iterator of
             chunks, e.g. the ``Stream`` of ``create(..., stream=True)``) is returned wrapped in a
             :class:`RecordedStream`: its chunks pass through as they come, and the call is recorded
-            when the stream ends (assembled from its chunks; see :mod:`sealbox.adapters`); an async
-            stream (``__anext__``: an async generator) in an :class:`AsyncRecordedStream`.
+            when the stream ends (assembled from its chunks; see :mod:`sealbox.adapters`), is closed,
+            is dropped, or the run ends while it is open; an async stream (``__anext__``: an async
+            generator) in an :class:`AsyncRecordedStream`.
 
         Raises:
             ConfigError: ``call`` returned an awaitable (an ``async def`` call, ``AsyncOpenAI``): it is
@@ -1370,14 +1395,54 @@ class StreamClosedEarly(Exception):
 
 class _StreamRecord:
     """The record of one streamed model call, shared by the stream wrappers: the chunks that
-    came, and the ``model.call`` written once, when the stream ends."""
+    came, and the ``model.call`` written once, when the stream ends. Until then the run holds it
+    (``RunContext._open_streams``), not the wrapper, so that a wrapper the agent drops is
+    garbage-collected: :meth:`dropped_by` marks it, and the run records it at its next model
+    call or when it ends."""
 
-    def __init__(self, run: "RunContext", request: Any, started: float, provider: str | None,
-                 model: str | None) -> None:
-        self.run, self.request, self.started = run, request, started
-        self.provider, self.model = provider, model
+    def __init__(self, run: "RunContext", request: Any, stream: Any, started: float, provider: str | None,
+                 model: str | None, *, is_async: bool) -> None:
+        self.run, self.request, self.stream, self.started = run, request, stream, started
+        self.provider, self.model, self.is_async = provider, model, is_async
         self.chunks: list[Any] = []
         self.done = False
+        self.dropped = False  # the wrapper was garbage-collected before the stream ended
+        self.ended_by_run: str | None = None  # why, when the run ended while the stream was open
+        run._open_streams.add(self)
+
+    def watch(self, wrapper: Any) -> None:
+        """Mark this record dropped when ``wrapper`` is garbage-collected unfinished (only a flag
+        is set then: a finalizer may run in the middle of another write to the store)."""
+        weakref.finalize(wrapper, _StreamRecord._mark_dropped, self).atexit = False
+
+    @staticmethod
+    def _mark_dropped(record: "_StreamRecord") -> None:
+        record.dropped = not record.done
+
+    def close_sync_stream(self) -> None:
+        close = None if self.is_async else getattr(self.stream, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - best effort: the run is ending, the stream is recorded anyway
+                pass
+
+    async def close_async_stream(self) -> None:
+        close = getattr(self.stream, "aclose", None)
+        if not callable(close):
+            close = getattr(self.stream, "close", None)
+        if callable(close):
+            try:
+                closing = close()
+                if inspect.isawaitable(closing):
+                    await closing
+            except Exception:  # noqa: BLE001 - best effort, as close_sync_stream
+                pass
+
+    def read_after_end(self) -> None:
+        """Raise for a read of a stream whose run ended while it was open (it was closed then)."""
+        if self.ended_by_run is not None:
+            raise StreamClosedEarly(f"{self.ended_by_run}; it was recorded so and closed, and cannot be read further")
 
     def finish_early(self) -> None:
         if not self.done:
@@ -1388,6 +1453,7 @@ class _StreamRecord:
         if self.done:
             return
         self.done = True
+        self.run._open_streams.discard(self)
         latency = time.perf_counter() - self.started
         if error is None:
             self.run.model_call(self.request, self.chunks, latency=latency, provider=self.provider, model=self.model)
@@ -1405,14 +1471,18 @@ class RecordedStream:
     * closed (``close()``, or leaving ``with``) before its end: ``response.error``
       :class:`StreamClosedEarly`, naming how many chunks came.
 
-    A stream that is neither read to its end nor closed is not recorded. Every other attribute is
-    the wrapped stream's (``response``, ``_iterator``…), and ``with`` enters and leaves it too.
+    A stream neither read to its end nor closed is recorded as closed early too (``response.error``
+    :class:`StreamClosedEarly`): when the agent drops it (once it is garbage-collected, at the run's
+    next model call), or else when the run ends (it is closed then, and reading it further raises
+    :class:`StreamClosedEarly`). Every other attribute is the wrapped stream's (``response``,
+    ``_iterator``…), and ``with`` enters and leaves it too.
     """
 
     def __init__(self, run: "RunContext", request: Any, stream: Any, started: float, *,
                  provider: str | None = None, model: str | None = None) -> None:
         self._stream = stream
-        self._record = _StreamRecord(run, request, started, provider, model)
+        self._record = _StreamRecord(run, request, stream, started, provider, model, is_async=False)
+        self._record.watch(self)
 
     def __iter__(self) -> "RecordedStream":
         return self
@@ -1420,6 +1490,7 @@ class RecordedStream:
     def __next__(self) -> Any:
         record = self._record
         if record.done:
+            record.read_after_end()
             raise StopIteration
         try:
             chunk = next(self._stream)
@@ -1468,7 +1539,9 @@ class AsyncRecordedStream:
     * read to its end: a ``model.call`` of the chunks, assembled;
     * raising while read (a task's cancellation too): ``response.error``, that exception;
     * closed (``await close()`` / ``await aclose()``, or leaving ``async with``) before its end:
-      ``response.error`` :class:`StreamClosedEarly`, naming how many chunks came.
+      ``response.error`` :class:`StreamClosedEarly`, naming how many chunks came;
+    * neither: recorded as closed early when the agent drops it, or when the run ends (leaving
+      ``async with`` closes it first; a run left with a sync ``with`` records it without closing it).
 
     Every other attribute is the wrapped stream's (``response``…), and ``async with`` enters and
     leaves it too.
@@ -1477,7 +1550,8 @@ class AsyncRecordedStream:
     def __init__(self, run: "RunContext", request: Any, stream: Any, started: float, *,
                  provider: str | None = None, model: str | None = None) -> None:
         self._stream = stream
-        self._record = _StreamRecord(run, request, started, provider, model)
+        self._record = _StreamRecord(run, request, stream, started, provider, model, is_async=True)
+        self._record.watch(self)
 
     def __aiter__(self) -> "AsyncRecordedStream":
         return self
@@ -1485,6 +1559,7 @@ class AsyncRecordedStream:
     async def __anext__(self) -> Any:
         record = self._record
         if record.done:
+            record.read_after_end()
             raise StopAsyncIteration
         try:
             chunk = await self._stream.__anext__()

@@ -244,3 +244,69 @@ def test_complete_refuses_an_async_call_unawaited_and_records_nothing(store):
         "complete(): call returned an awaitable (coroutine), which was not awaited, so the model was not "
         "called: use await run.acomplete(request, call) for an async call; nothing was recorded")
     assert [e.kind for e in store.read_run(run.run_id)] == ["run.started", "run.ended"]
+
+
+# ----------------------------------------------------------------- streams never finished
+
+def test_a_stream_still_open_when_the_run_ends_is_recorded_before_run_ended_and_closed(store):
+    """A stream neither read to its end nor closed left no model.call at all: the model was called
+    and the record did not say so."""
+    from sealbox.recorder import StreamClosedEarly
+
+    api = client()
+    with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+        stream = run.complete(REQUEST, lambda r: api.chat.completions.create(**r))
+        next(stream)
+        next(stream)
+        unread = run.complete(REQUEST, lambda r: api.chat.completions.create(**r))
+    assert [(e.kind, e.step) for e in store.read_run(run.run_id)] == [
+        ("run.started", "1"), ("model.call", "2"), ("model.call", "3"), ("run.ended", "4")]
+    assert [c["response"] for c in model_calls(store, run.run_id)] == [
+        {"error": {"type": "StreamClosedEarly", "message": f"run {run.run_id} ended while the stream was open, "
+                                                           "after 2 chunk(s), before it completed"}},
+        {"error": {"type": "StreamClosedEarly", "message": f"run {run.run_id} ended while the stream was open, "
+                                                           "after 0 chunk(s), before it completed"}}]
+    assert stream.response.is_closed and unread.response.is_closed  # the SDK streams were closed
+    with pytest.raises(StreamClosedEarly) as late:
+        next(stream)
+    assert str(late.value) == (f"run {run.run_id} ended while the stream was open, after 2 chunk(s), before it "
+                               "completed; it was recorded so and closed, and cannot be read further")
+    assert len(model_calls(store, run.run_id)) == 2  # recorded once
+
+
+def test_a_stream_dropped_unfinished_is_recorded_at_the_next_model_call(store):
+    import gc
+
+    api = client()
+    with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+        stream = run.complete(REQUEST, lambda r: api.chat.completions.create(**r))
+        next(stream)
+        del stream
+        gc.collect()
+        assert model_calls(store, run.run_id) == []  # marked only: recorded at the next write of a model call
+        run.model_call({"model": "gpt-4o", "messages": []}, {"object": "chat.completion", "model": "gpt-4o",
+                                                             "choices": [], "usage": {"prompt_tokens": 1,
+                                                                                      "completion_tokens": 1}})
+    calls = [(e.step, store.resolve(e.payload)["response"]) for e in store.read_run(run.run_id) if e.kind == "model.call"]
+    assert calls[0] == ("2", {"error": {"type": "StreamClosedEarly", "message": "the stream was dropped "
+                                        "(garbage-collected) after 1 chunk(s), before it completed"}})
+    assert calls[1][0] == "3" and calls[1][1]["choices"] == [] and len(calls) == 2
+
+
+def test_an_async_stream_still_open_when_the_async_run_ends_is_closed_and_recorded(store):
+    import asyncio
+
+    api = async_client()
+
+    async def agent():
+        async with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+            stream = await run.acomplete(REQUEST, lambda r: api.chat.completions.create(**r))
+            await stream.__anext__()
+        return run, stream
+
+    run, stream = asyncio.run(agent())
+    assert stream.response.is_closed
+    [call] = model_calls(store, run.run_id)
+    assert call["response"] == {"error": {"type": "StreamClosedEarly", "message": f"run {run.run_id} ended while "
+                                          "the stream was open, after 1 chunk(s), before it completed"}}
+    assert [e.kind for e in store.read_run(run.run_id)][-2:] == ["model.call", "run.ended"]
