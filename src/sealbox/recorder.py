@@ -22,6 +22,7 @@ import contextvars
 import dataclasses
 import functools
 import inspect
+import io
 import os
 import re
 import threading
@@ -1763,8 +1764,11 @@ def _unrecordable(result: Any, server: str, tool: str, *, awaited: bool) -> Conf
     """A ConfigError when a tool returned a coroutine (from the sync ``call_tool``), a generator or
     any other iterator (sync or async: ``map``, ``filter``, ``zip``, ``iter(list)``, a
     ``sqlite3.Cursor``, an object with ``__next__`` or ``__anext__``), whose work would run (or not)
-    after the record says ok, and whose items the record could not hold. A coroutine or generator
-    is closed unrun; another iterator is left unconsumed (not closed: it may not be the tool's own)."""
+    after the record says ok, and whose items the record could not hold; a file object (``open(...)``,
+    ``io.StringIO``: an iterator of lines) is refused for the same reason, with its own message. A
+    coroutine, generator or async generator is closed unrun (an async generator the tool had already
+    started is left to its event loop); another iterator or a file is left unconsumed (not closed: it
+    may not be the tool's own)."""
     if type(result) in _PLAIN_RESULTS:
         return None
     if inspect.iscoroutine(result) or inspect.isgenerator(result):
@@ -1774,13 +1778,23 @@ def _unrecordable(result: Any, server: str, tool: str, *, awaited: bool) -> Conf
         return ConfigError(f"{server}/{tool}: the tool returned {what}, which was closed without running: "
                            f"{hint}; the call is recorded as this error")
     if inspect.isasyncgen(result):
-        return ConfigError(f"{server}/{tool}: the tool returned an async generator, which was not run: "
-                           "return a list or another value; the call is recorded as this error")
+        if _close_unstarted_async_generator(result):
+            return ConfigError(f"{server}/{tool}: the tool returned an async generator, which was closed without "
+                               "running: return a list or another value; the call is recorded as this error")
+        return ConfigError(f"{server}/{tool}: the tool returned an async generator it had started, which was not "
+                           "run further (its event loop closes it): return a list or another value; the call is "
+                           "recorded as this error")
     if not awaited and inspect.isawaitable(result):
         return ConfigError(f"{server}/{tool}: the tool returned an awaitable ({type(result).__qualname__}) "
                            "that was not awaited, so what it does is not recorded: use acall_tool; "
                            "the call is recorded as this error")
     cls = type(result)
+    if isinstance(result, io.IOBase):  # iterates lines, but it is a handle: what it holds is the result
+        read = "its getvalue()" if isinstance(result, (io.StringIO, io.BytesIO)) else "f.read()"
+        return ConfigError(f"{server}/{tool}: the tool returned a file object ({cls.__qualname__}), not its "
+                           "content: the record would hold a placeholder, and what is read from it after the "
+                           f"record said ok would be lost to it; return its content instead, e.g. {read}; it was "
+                           "left as it is (not read, not closed); the call is recorded as this error")
     if hasattr(cls, "__next__") or hasattr(cls, "__anext__"):  # looked up on the type, as iteration does
         what, collect = (("an iterator", "list(...)") if hasattr(cls, "__next__")
                          else ("an async iterator", "[x async for x in ...]"))
@@ -1789,6 +1803,34 @@ def _unrecordable(result: Any, server: str, tool: str, *, awaited: bool) -> Conf
                            f"to it; return a list or another value instead, e.g. {collect} of it; the call "
                            "is recorded as this error")
     return None
+
+
+def _close_unstarted_async_generator(agen: Any) -> bool:
+    """Close an async generator that never ran (what an ``async def`` with ``yield`` returns), without an
+    event loop: its ``aclose()`` then finishes at its first step, running nothing. True when it is closed
+    (or already was); False for one that has started, left to its event loop, which closes it when it is
+    collected (driving its ``finally`` here could stop at an ``await`` with no loop to finish it)."""
+    if agen.ag_frame is None:
+        return True
+    state = getattr(inspect, "getasyncgenstate", None)  # Python 3.12+
+    if state is not None:
+        unstarted = state(agen) == inspect.AGEN_CREATED  # type: ignore[attr-defined]
+    else:  # 3.11: a generator that never ran stands before its code's first RESUME (after RETURN_GENERATOR)
+        import dis
+
+        resume = next((i.offset for i in dis.get_instructions(agen.ag_code) if i.opname == "RESUME"), None)
+        unstarted = not agen.ag_running and resume is not None and agen.ag_frame.f_lasti < resume
+    if not unstarted:
+        return False
+    closing = agen.aclose()
+    try:
+        closing.send(None)
+    except StopIteration:
+        return True
+    except BaseException:  # noqa: BLE001 - not expected of a generator that never ran; reported as not closed
+        return False
+    closing.close()  # pragma: no cover - an unstarted generator does not stop at an await
+    return False
 
 
 _CALL_STEP = re.compile(r"[1-9][0-9]{0,17}(\.[1-9][0-9]{0,17})+")

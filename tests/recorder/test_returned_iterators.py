@@ -160,3 +160,89 @@ def test_iterables_that_are_not_iterators_are_still_recorded_ok(store):
         assert run.call_tool("s", "t", None, lambda: [1, 2]) == [1, 2]
         assert run.call_tool("s", "t", None, lambda: {"a": (1, 2)}) == {"a": (1, 2)}
     assert [(r["ok"], r["result"]) for r in results(store, run.run_id)] == [(True, [1, 2]), (True, {"a": [1, 2]})]
+
+
+ASYNC_GEN_REFUSAL = ("s/t: the tool returned an async generator, which was closed without running: return a list "
+                     "or another value; the call is recorded as this error")
+
+
+@pytest.mark.parametrize("via", ["call_tool", "acall_tool"])
+def test_a_returned_async_generator_is_closed_unrun_as_a_generator_is(store, via):
+    """A returned sync generator was closed; an async one was left open (its message said 'not
+    run'), so whoever held it could still run its body after the record said it failed."""
+    ran, returned = [], []
+
+    async def rows():
+        ran.append("body")
+        yield 1
+
+    def tool():
+        returned.append(rows())
+        return returned[0]
+
+    async def drain(agen):
+        return [x async for x in agen]
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        with pytest.raises(ConfigError) as raised:
+            if via == "call_tool":
+                run.call_tool("s", "t", None, tool)
+            else:
+                asyncio.run(run.acall_tool("s", "t", None, tool))
+    assert str(raised.value) == ASYNC_GEN_REFUSAL
+    assert returned[0].ag_frame is None  # closed: iterating it now yields nothing and runs nothing
+    assert asyncio.run(drain(returned[0])) == [] and ran == []
+    [result] = results(store, run.run_id)
+    assert (result["ok"], result["error"]["type"], result["error"]["message"]) == (False, "ConfigError",
+                                                                                    ASYNC_GEN_REFUSAL)
+
+
+def test_a_returned_file_object_is_refused_with_a_message_about_files(store, tmp_path):
+    """A file or StringIO is an iterator of lines, and was refused as 'an iterator ... e.g. list(...)
+    of it': the advice for a file is to return its content."""
+    path = tmp_path / "report.txt"
+    path.write_text("line 1\nline 2\n")
+    handle = open(path)
+    buffer = __import__("io").StringIO("a,b\n1,2\n")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        with pytest.raises(ConfigError) as from_file:
+            run.call_tool("fs", "read", None, lambda: handle)
+        with pytest.raises(ConfigError) as from_buffer:
+            run.call_tool("fs", "csv", None, lambda: buffer)
+    tail = ("not its content: the record would hold a placeholder, and what is read from it after the record said "
+            "ok would be lost to it; return its content instead, e.g. {}; it was left as it is (not read, not "
+            "closed); the call is recorded as this error")
+    assert str(from_file.value) == "fs/read: the tool returned a file object (TextIOWrapper), " + tail.format("f.read()")
+    assert str(from_buffer.value) == "fs/csv: the tool returned a file object (StringIO), " + tail.format("its getvalue()")
+    assert [r["error"]["message"] for r in results(store, run.run_id)] == [str(from_file.value), str(from_buffer.value)]
+    assert handle.read() == "line 1\nline 2\n" and buffer.getvalue() == "a,b\n1,2\n"  # left as they were
+    handle.close()
+
+
+def test_an_async_generator_the_tool_had_started_is_refused_and_left_to_its_loop(store):
+    closed = []
+
+    async def rows():
+        try:
+            yield 1
+            yield 2
+        finally:
+            closed.append("finally")
+
+    async def tool():
+        agen = rows()
+        await agen.__anext__()
+        return agen
+
+    async def go(run):
+        with pytest.raises(ConfigError) as raised:
+            await run.acall_tool("s", "t", None, tool)
+        return str(raised.value)
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        message = asyncio.run(go(run))
+    assert message == ("s/t: the tool returned an async generator it had started, which was not run further (its "
+                       "event loop closes it): return a list or another value; the call is recorded as this error")
+    assert closed == ["finally"]  # asyncio.run closed it at the loop's end, in the loop
+    [result] = results(store, run.run_id)
+    assert result["error"]["message"] == message
