@@ -665,3 +665,30 @@ def test_a_streamed_model_call_is_recorded_assembled_and_its_tool_calls_linked(t
     assert model["response"]["choices"][0]["message"]["content"] == "Checking both."
     assert [e.step for e in events if e.kind == "tool.call"] == ["2.1", "2.2"]
     assert sealbox.verify_store(store).ok
+
+
+def test_chat_stream_tool_call_fragments_without_index_are_assembled_by_id():
+    """Some OpenAI-compatible servers leave ``index`` out of tool call fragments: each fragment
+    became a call of its own (three calls for one, with an id of None and arguments cut in pieces).
+    A fragment with an id starts a call (or continues the call with that id), one without continues
+    the last call."""
+    base = {"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1764000000, "model": "local-llm"}
+
+    def chunk(tool_calls, finish=None):
+        return {**base, "choices": [{"index": 0, "delta": {"tool_calls": tool_calls}, "finish_reason": finish}]}
+
+    chunks = [
+        chunk([{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"ci'}}]),
+        chunk([{"function": {"arguments": 'ty": "Paris"}'}}]),
+        chunk([{"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": ""}}]),
+        chunk([{"function": {"arguments": '{"tz": '}}]),
+        chunk([{"id": "call_2", "function": {"arguments": '"UTC"}'}}], finish="tool_calls"),  # the id repeated
+    ]
+    info = normalize_model_call(CHAT_REQUEST, chunks)
+    assert [(c.id, c.name, c.arguments) for c in info.tool_calls] == [
+        ("call_1", "get_weather", {"city": "Paris"}), ("call_2", "get_time", {"tz": "UTC"})]
+    [choice] = info.response["choices"]
+    assert choice["message"]["tool_calls"] == [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+        {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "UTC"}'}}]
+    assert set(choice) == {"index", "message", "finish_reason"}  # nothing of the assembly left in the record

@@ -53,8 +53,10 @@ Streams. A response given as the list of its stream chunks or events (OpenAI cha
 ``chat.completion.chunk`` objects, Anthropic Messages stream events from ``message_start`` to
 ``message_stop``, OpenAI Responses stream events) is assembled into the one response it adds up
 to, recorded in that format with ``stream: {"chunks": N}`` beside it: texts joined, tool calls
-merged by index (their ``arguments`` / ``input_json_delta`` fragments joined), the usage of the
-chunk that carries it (OpenAI chat: only with ``stream_options.include_usage``).
+merged by index (their ``arguments`` / ``input_json_delta`` fragments joined; an OpenAI chat
+fragment without ``index``, as some OpenAI-compatible servers send, starts a call when it has an
+``id`` and continues the last call when it has none), the usage of the chunk that carries it
+(OpenAI chat: only with ``stream_options.include_usage``).
 
 The built-in tools a client runs are returned with the tool's name (``computer``,
 ``local_shell``, ``shell``, ``apply_patch``, ``tool_search``) and, as arguments, the item's
@@ -420,7 +422,9 @@ def _chat_stream(chunks: list[dict]) -> dict:
     """OpenAI chat-completion chunks (``object: chat.completion.chunk``) as the ``chat.completion``
     they add up to: each choice's ``delta`` texts joined, its tool calls merged by ``index`` (the id,
     type and name from the chunk that gave them, the ``arguments`` fragments joined), the last
-    ``finish_reason``, and the ``usage`` of the chunk that carries one (``include_usage``)."""
+    ``finish_reason``, and the ``usage`` of the chunk that carries one (``include_usage``). A
+    tool call fragment without an ``index`` (some OpenAI-compatible servers leave it out) is placed
+    by :func:`_unindexed_call`."""
     out: dict[str, Any] = {"object": "chat.completion"}
     choices: dict[int, dict[str, Any]] = {}
     parts: dict[tuple, list[str]] = {}  # the fragments of each text, joined once at the end (not quadratic)
@@ -444,7 +448,8 @@ def _chat_stream(chunks: list[dict]) -> dict:
                     parts.setdefault((index, key), []).append(delta[key])
             for tc in _list(delta.get("tool_calls")):
                 tc = _dict(tc)
-                at = tc.get("index") if type(tc.get("index")) is int else len(slot["_calls"])
+                at = tc.get("index") if type(tc.get("index")) is int else _unindexed_call(slot, tc)
+                slot["_last"] = at
                 call = slot["_calls"].setdefault(at, {"id": None, "type": "function",
                                                       "function": {"name": "", "arguments": ""}})
                 if isinstance(tc.get("id"), str) and tc["id"]:
@@ -461,6 +466,7 @@ def _chat_stream(chunks: list[dict]) -> dict:
     for index in sorted(choices):
         slot = choices[index]
         calls = slot.pop("_calls")
+        slot.pop("_last", None)
         for key in ("content", "refusal"):
             if (index, key) in parts:
                 slot["message"][key] = "".join(parts[(index, key)])
@@ -471,6 +477,22 @@ def _chat_stream(chunks: list[dict]) -> dict:
             slot["message"]["tool_calls"] = [calls[i] for i in sorted(calls)]
         out["choices"].append(slot)
     return out
+
+
+def _unindexed_call(slot: dict[str, Any], tc: dict[str, Any]) -> int:
+    """Where a chat stream's tool call fragment without an ``index`` belongs, in a choice's calls
+    (keyed by index): one with an ``id`` starts a new call (or continues the call that has that id:
+    a server that repeats the id on every fragment), one without continues the last call a fragment
+    went to (or starts the first)."""
+    calls: dict[int, dict[str, Any]] = slot["_calls"]
+    call_id = tc.get("id")
+    if isinstance(call_id, str) and call_id:
+        for at, call in calls.items():
+            if call["id"] == call_id:
+                return at
+    elif slot.get("_last") is not None:
+        return slot["_last"]
+    return max(calls, default=-1) + 1
 
 
 def _anthropic_stream(events: list[dict]) -> dict:

@@ -310,3 +310,26 @@ def test_an_async_stream_still_open_when_the_async_run_ends_is_closed_and_record
     assert call["response"] == {"error": {"type": "StreamClosedEarly", "message": f"run {run.run_id} ended while "
                                           "the stream was open, after 1 chunk(s), before it completed"}}
     assert [e.kind for e in store.read_run(run.run_id)][-2:] == ["model.call", "run.ended"]
+
+
+def test_a_stream_from_a_server_that_leaves_out_tool_call_indexes_is_assembled(store):
+    """The openai SDK's own chunks from an OpenAI-compatible server whose tool call fragments carry
+    no ``index``: one call, its arguments joined, linked to the tool call that follows."""
+    chunks = [
+        {**BASE, "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+            {"id": "call_n1", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\":"}}]},
+            "finish_reason": None}]},
+        {**BASE, "choices": [{"index": 0, "delta": {"tool_calls": [{"function": {"arguments": " \"x\"}"}}]},
+                              "finish_reason": "tool_calls"}]},
+        {**BASE, "choices": [], "usage": {"prompt_tokens": 30, "completion_tokens": 8, "total_tokens": 38}},
+    ]
+    api = client(chunks)
+    with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+        for _chunk in run.complete(REQUEST, lambda r: api.chat.completions.create(**r)):
+            pass
+        run.call_tool("kb", "lookup", {"q": "x"}, lambda q: q.upper(), call_id="call_n1")
+    [call] = model_calls(store, run.run_id)
+    assert call["tool_call_ids"] == ["call_n1"]
+    assert call["response"]["choices"][0]["message"]["tool_calls"] == [
+        {"id": "call_n1", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\": \"x\"}"}}]
+    assert [e.step for e in store.read_run(run.run_id) if e.kind == "tool.call"] == ["2.1"]
