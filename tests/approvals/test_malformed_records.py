@@ -165,7 +165,7 @@ def test_approvals_list_show_runs_show_and_report_read_a_malformed_request(store
 
     runs = cli("runs", "show", run_id, "--json", "-s", str(folder))
     assert runs.returncode == 0, runs.stderr
-    details = {r["kind"]: r["detail"] for r in json.loads(runs.stdout)}
+    details = {r["kind"]: r["detail"] for r in json.loads(runs.stdout)["events"]}
     assert details["approval.requested"] == f"approval {aid}: malformed ({reason})"
 
     out = tmp_path / "r.md"
@@ -276,7 +276,7 @@ def test_a_malformed_answer_is_marked_on_the_report_timeline_and_in_runs_show(st
     store.close()
     runs = cli("runs", "show", run_id, "--json", "-s", str(folder))
     assert runs.returncode == 0, runs.stderr
-    details = {r["kind"]: r["detail"] for r in json.loads(runs.stdout)}
+    details = {r["kind"]: r["detail"] for r in json.loads(runs.stdout)["events"]}
     assert details["approval.answered"] == "approve by alice (does not count: malformed)"
     assert details["approval.requested"] == f"approval {aid}: pending"
 

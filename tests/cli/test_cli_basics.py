@@ -109,7 +109,7 @@ def test_demo_records_prints_and_verifies(tmp_path):
     runs = json.loads(run("runs", "list", "--json", "-s", str(tmp_path / "ws" / "store")).stdout)
     agent_run = next(r for r in runs if r["agent"] == "support-bot")
     assert agent_run["status"] == "ended" and agent_run["events"] == 7
-    shown = json.loads(run("runs", "show", agent_run["run_id"], "--json", "-s", str(tmp_path / "ws" / "store")).stdout)
+    shown = json.loads(run("runs", "show", agent_run["run_id"], "--json", "-s", str(tmp_path / "ws" / "store")).stdout)["events"]
     assert [r["kind"] for r in shown] == ["run.started", "model.call", "tool.call", "policy.decision",
                                           "tool.result", "state.saved", "run.ended"]
     csv_out = run("runs", "show", agent_run["run_id"], "--csv", "-s", str(tmp_path / "ws" / "store")).stdout
@@ -336,7 +336,7 @@ def test_runs_show_says_no_rule_for_a_decision_without_one(tmp_path):
             run.call_tool("x", "y", {}, lambda: 1)
     store.close()
     res = _sb("runs", "show", run.run_id, "-s", str(tmp_path / "s"), "--json")
-    details = {r["kind"]: r["detail"] for r in json.loads(res.stdout)}
+    details = {r["kind"]: r["detail"] for r in json.loads(res.stdout)["events"]}
     assert details["policy.decision"] == "deny, no rule (limit_exceeded)"
 
 

@@ -61,7 +61,7 @@ def test_a_unique_run_prefix_names_the_run(sample) -> None:
     full = sb("runs", "show", "run-beta", "-s", path, "--json")
     short = sb("runs", "show", "run-b", "-s", path, "--json")
     assert full.returncode == short.returncode == 0, short.stderr
-    assert short.stdout == full.stdout and [r["kind"] for r in json.loads(short.stdout)] == ["run.started", "run.ended"]
+    assert short.stdout == full.stdout and [r["kind"] for r in json.loads(short.stdout)["events"]] == ["run.started", "run.ended"]
     assert sb("report", "run-b", "-s", path, "--no-verify").stdout.startswith("# Sealbox incident report: run `run-beta`\n")
 
 

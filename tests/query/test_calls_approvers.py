@@ -191,7 +191,7 @@ def test_runs_show_and_the_report_mark_an_uncounted_answer_with_its_problem(stor
     proc = subprocess.run([str(SEALBOX), "runs", "show", run_id, "--json", "-s", str(tmp_path / "store")],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert [r["detail"] for r in json.loads(proc.stdout) if r["kind"].startswith("approval.")] == [
+    assert [r["detail"] for r in json.loads(proc.stdout)["events"] if r["kind"].startswith("approval.")] == [
         f"approval {aid}: pending", "approve by alice (counts)",
         "approve by mallory (does not count: unknown_identity)"]
 

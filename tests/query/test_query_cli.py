@@ -302,8 +302,27 @@ def test_runs_show_lists_parent_children_and_one_line_per_event(recorded):
     assert child[1] == f"parent   {recorded.runs['A']}" and child[2] == "children (none)"
 
 
+def test_runs_show_json_has_the_parent_and_children_the_table_shows(recorded):
+    """--json printed the events only: the parent and children the table's header names were not
+    in it. It is {"run": the run's row plus its children's rows, "events": [...]}."""
+    s = str(recorded.path)
+    parent = ok_json("runs", "show", recorded.runs["A"], "-s", s, "--json")
+    child = ok_json("runs", "show", recorded.runs["B"], "-s", s, "--json")
+    listed = {r["run_id"]: r for r in ok_json("runs", "list", "-s", s, "--json")}
+    assert set(parent) == {"run", "events"}
+    assert parent["run"] == {**listed[recorded.runs["A"]], "children": [listed[recorded.runs["B"]]]}
+    assert (parent["run"]["parent_run_id"], [c["run_id"] for c in parent["run"]["children"]]) == (
+        None, [recorded.runs["B"]])
+    assert (child["run"]["run_id"], child["run"]["agent"], child["run"]["parent_run_id"], child["run"]["children"]) == (
+        recorded.runs["B"], "billing-bot", recorded.runs["A"], [])
+    assert [e["kind"] for e in parent["events"]][0] == "run.started" and parent["events"][-1]["kind"] == "run.ended"
+    # --csv stays one row per event (the parent is a column of `runs list --csv`)
+    header = sealbox("runs", "show", recorded.runs["B"], "-s", s, "--csv").stdout.splitlines()[0]
+    assert header == "run_seq,step,ts,kind,principal,tool,decision,duration_us,detail"
+
+
 def test_runs_show_json_has_tool_decision_and_duration(recorded):
-    rows = ok_json("runs", "show", recorded.runs["A"], "-s", str(recorded.path), "--json")
+    rows = ok_json("runs", "show", recorded.runs["A"], "-s", str(recorded.path), "--json")["events"]
     assert [r["kind"] for r in rows][:4] == ["run.started", "tool.call", "policy.decision", "tool.result"]
     decisions = [(r["tool"], r["decision"]) for r in rows if r["kind"] == "policy.decision"]
     assert decisions == [("db/read_query", "allow"), ("db/read_query", "allow"), ("db/write_query", "deny"),
@@ -375,7 +394,7 @@ def test_snapshot_prefixes_are_case_insensitive_and_runs_list_asks_the_same_mini
 def test_runs_show_detail_shows_an_argument_kept_as_a_blob_as_calls_does(recorded):
     # Regression (input: a tool argument above the inline size): the timeline showed
     # args={"query": ..., "text": {"$blob": "sha256:…"}} where `sealbox calls` showed the text
-    rows = ok_json("runs", "show", recorded.runs["B"], "-s", str(recorded.path), "--json")
+    rows = ok_json("runs", "show", recorded.runs["B"], "-s", str(recorded.path), "--json")["events"]
     (b4,) = [r for r in rows if r["kind"] == "tool.call" and r["payload"]["call_id"] == "b4"]
     assert b4["detail"] == 'db/read_query call b4 args={"query": "SELECT note FROM notes", "text": "lorem ipsum lo…'
     assert set(b4["payload"]["arguments"]["text"]) == {"$blob"}  # --json keeps the event's payload as recorded

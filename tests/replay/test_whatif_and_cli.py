@@ -210,7 +210,7 @@ def test_cli_replay_and_runs_show_report_the_agents_exception(tmp_path, monkeypa
     assert out.exit_code == 0, out.output
     assert "error    RuntimeError: my agent is broken" in out.output.splitlines()
     out = invoke("runs", "show", replay_run, "-s", str(tmp_path / "s"), "--json")
-    [row] = [r for r in json.loads(out.output) if r["kind"] == "run.ended"]
+    [row] = [r for r in json.loads(out.output)["events"] if r["kind"] == "run.ended"]
     assert row["detail"] == "error RuntimeError: my agent is broken"
 
 

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from sealbox.cli.common import (BadInput, emit_rows, format_options, open_for_reading, resolve_id, snapshot_ref,
+from sealbox.cli.common import (BadInput, echo_json, emit_rows, format_options, open_for_reading, resolve_id, snapshot_ref,
                                 store_option, visible)
 
 _STATUSES = ("running", "suspended", "ended", "ok", "error", "cancelled")  # sealbox.query.RUN_STATUSES
@@ -72,7 +72,11 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
 @store_option
 @format_options
 def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
-    """Show one run's events (time, kind, tool, decision, duration), with its parent and children."""
+    """Show one run's events (time, kind, tool, decision, duration), with its parent and children.
+
+    --json prints {"run": the run as `runs list --json` gives it plus "children" (those runs' rows),
+    "events": [...]}; --csv the events only.
+    """
     from sealbox.replay.divergence import verdict_text
 
     store = open_for_reading(store_path)
@@ -87,9 +91,12 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
     if run is None and not events:
         raise BadInput(f"no run {run_id!r} in this store")
     rows = [_event_row(e, verdicts, shown_args.get(e.leaf_index)) for e in events]
-    if as_json or as_csv:
+    if as_json:  # the run's header (parent, children) as the table shows it, and its events
+        echo_json({"run": run, "events": rows})
+        return
+    if as_csv:  # one row per event: the run's parent is a column of `runs list --csv`
         emit_rows(rows, ["run_seq", "step", "ts", "kind", "principal", "tool", "decision", "duration_us", "detail"],
-                  as_json=as_json, as_csv=as_csv)
+                  as_json=False, as_csv=True)
         return
     for line in _family(run_id, run):
         click.echo(visible(line))
