@@ -302,7 +302,7 @@ def test_the_config_chooses_the_store_durability(tmp_path):
         gateway.store.close()
     with pytest.raises(ConfigError) as info:
         parse_config(text.format(store=tmp_path / "s", extra="durability: sometimes\n"), source="gw.yaml")
-    assert str(info.value).startswith("gw.yaml:4: durability: 'sometimes' is not one of ['full', 'fast']")
+    assert str(info.value).startswith("gw.yaml:4: durability: 'sometimes' is not one of full, fast")
 
 
 async def test_an_upstream_echoing_a_redacted_argument_is_recorded_with_its_marker(tmp_path):

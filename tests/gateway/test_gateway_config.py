@@ -204,3 +204,33 @@ def test_a_principal_or_identity_holding_a_lone_surrogate_is_refused():
     assert str(caught.value) == (
         "gw.yaml:4: principal: 'agent:\\ud800x' holds a lone surrogate, which a name in the record cannot hold; "
         "gw.yaml:7: http.tokens.0.identity: 'b\\udc80t' holds a lone surrogate, which a name in the record cannot hold")
+
+
+@pytest.mark.parametrize("lines, problem", [
+    ("upstreams:\n  - id: db\n    command: [uvx, mcp-server-sqlite]\n",
+     'gw.yaml:6: upstreams.0.command: must be a string, not ["uvx", "mcp-server-sqlite"]'),
+    ("principal: null\nupstreams:\n  - id: db\n    command: uvx\n", "gw.yaml:4: principal: must be a string, not null"),
+    ("upstreams:\n  - id: db\n    command: uvx\n    args: [--ro, true]\n",
+     "gw.yaml:7: upstreams.0.args.1: must be a string, not true"),
+    ("upstreams:\n  - id: db\n    command: uvx\n    env: {DEBUG: 1}\n",
+     "gw.yaml:7: upstreams.0.env.DEBUG: must be a string, not 1"),
+    ("durability: {mode: full}\nupstreams:\n  - id: db\n    command: uvx\n",
+     'gw.yaml:4: durability: {"mode": "full"} is not one of full, fast'),
+    ("limits: {max_request_bytes: 2048.5}\nupstreams:\n  - id: db\n    command: uvx\n",
+     "gw.yaml:4: limits.max_request_bytes: must be a whole number, not 2048.5"),
+    ("upstreams: []\n", "gw.yaml:4: upstreams: must not be empty"),
+])
+def test_a_config_value_of_the_wrong_type_is_quoted_as_written(lines, problem):
+    """jsonschema's messages quoted the value as Python writes it: None is not of type 'string',
+    True, ['uvx', 'mcp-server-sqlite'], {'mode': 'full'} is not one of ['full', 'fast'], [] should be
+    non-empty."""
+    with pytest.raises(ConfigError) as err:
+        parse_config("version: 1\nstore: ./s\npolicy: ALLOW_ALL\n" + lines, source="gw.yaml")
+    assert str(err.value) == problem
+
+
+def test_a_config_of_another_version_says_which_it_must_be():
+    with pytest.raises(ConfigError) as err:
+        parse_config("version: 2\nstore: ./s\npolicy: ALLOW_ALL\nupstreams:\n  - id: db\n    command: uvx\n",
+                     source="gw.yaml")
+    assert str(err.value) == "gw.yaml:1: version: must be 1, not 2"

@@ -174,9 +174,22 @@ def test_subprocess_bad_expect_is_a_bad_cases_file_exit_2(tmp_path, expect, mess
     assert proc.stderr.startswith(f"error: {cases}:10: {message}") and len(proc.stderr.splitlines()) == 1
 
 
+@pytest.mark.parametrize("expect, message", [
+    ("{effect: true}", "'expect.effect' true is not one of allow, deny, require_approval"),
+    ("{effect: null}", "'expect.effect' null is not one of allow, deny, require_approval"),
+    ("{effect: [allow]}", "'expect.effect' [\"allow\"] is not one of allow, deny, require_approval"),
+])
+def test_an_expected_effect_that_is_no_string_is_quoted_as_written(tmp_path, expect, message):
+    """It was quoted as Python writes it: 'expect.effect' True / None / ['allow'] is not one of ..."""
+    cases = write(tmp_path, CASES + f"- name: bad\n  call: {{tool: t}}\n  expect: {expect}\n", "cases.yaml")
+    proc = sealbox_main("policy", "test", str(write(tmp_path, POLICY)), str(cases))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == f"error: {cases}:10: {message}\n"
+
+
 @pytest.mark.parametrize("now, message", [
     ("notatime", "'call.now' 'notatime' is not an RFC 3339 time (e.g. 2026-01-31T09:00:00Z)"),
-    ("5", "'call.now' must be an RFC 3339 time as a string, not int"),
+    ("5", "'call.now' must be an RFC 3339 time as a string, not the number 5"),
 ])
 def test_subprocess_bad_now_names_the_case_exit_2(tmp_path, now, message):
     cases = write(tmp_path, CASES + f"- name: bad\n  call: {{tool: t, now: {now}}}\n  expect: {{effect: deny}}\n",
@@ -187,15 +200,15 @@ def test_subprocess_bad_now_names_the_case_exit_2(tmp_path, now, message):
 
 
 @pytest.mark.parametrize("call, message", [
-    ("{tool: 5}", "'call.tool' must be a non-empty string, not int 5"),
-    ("{tool: null}", "'call.tool' must be a non-empty string, not NoneType null"),
-    ('{tool: ""}', "'call.tool' must be a non-empty string, not str \"\""),
-    ("{tool: t, server: [db]}", "'call.server' must be a string, not list [\"db\"]"),
-    ("{tool: t, principal: []}", "'call.principal' must be an id (a string) or a mapping, not list []"),
-    ("{tool: t, principal: 7}", "'call.principal' must be an id (a string) or a mapping, not int 7"),
-    ("{tool: t, usage: [1, 2]}", "'call.usage' must be a mapping, not list [1, 2]"),
-    ("{tool: t, run: x}", "'call.run' must be a mapping, not str \"x\""),
-    ("{tool: t, redacted: 'no'}", "'call.redacted' must be true or false, not str \"no\""),
+    ("{tool: 5}", "'call.tool' must be a non-empty string, not the number 5"),
+    ("{tool: null}", "'call.tool' must be a non-empty string, not null"),
+    ('{tool: ""}', "'call.tool' must be a non-empty string, not the string \"\""),
+    ("{tool: t, server: [db]}", "'call.server' must be a string, not a list [\"db\"]"),
+    ("{tool: t, principal: []}", "'call.principal' must be an id (a string) or a mapping, not a list []"),
+    ("{tool: t, principal: 7}", "'call.principal' must be an id (a string) or a mapping, not the number 7"),
+    ("{tool: t, usage: [1, 2]}", "'call.usage' must be a mapping, not a list [1, 2]"),
+    ("{tool: t, run: x}", "'call.run' must be a mapping, not the string \"x\""),
+    ("{tool: t, redacted: 'no'}", "'call.redacted' must be true or false, not the string \"no\""),
 ])
 def test_subprocess_wrongly_typed_call_fields_name_the_case_exit_2(tmp_path, call, message):
     """A call field of the wrong type used to be coerced (tool 5 tested as "5", principal [] as
@@ -328,8 +341,8 @@ def test_explain_a_valid_principal_mapping_still_matches(tmp_path, capsys):
     assert (code, out.splitlines()[-1]) == (0, "decision: allow (policy_allow) rule=o: rule 'o' allows the call")
 
 
-@pytest.mark.parametrize(("args", "shown"), [("[1]", "list [1]"), ('"s"', 'str "s"'), ("null", "NoneType null"),
-                                             ("5", "int 5")])  # fmt: skip
+@pytest.mark.parametrize(("args", "shown"), [("[1]", "a list [1]"), ('"s"', 'the string "s"'), ("null", "null"),
+                                             ("5", "the number 5")])  # fmt: skip
 def test_explain_args_must_be_a_json_object(tmp_path, capsys, args, shown):
     path = write(tmp_path, GROUPS)
     assert run_main(capsys, "policy", "explain", str(path), "--tool", "t", "--args", args) == (
@@ -349,9 +362,9 @@ def test_explain_empty_tool_is_refused(tmp_path, capsys):
     ("{tool: t, principal: {id: a, attributes: x}}", "principal a: attributes must be a dict, got str"),
     ("{tool: t, principal: {id: a, grups: [o]}}",
      "unknown field 'call.principal.grups' (a principal has id, role, groups, attributes)"),
-    ("{tool: t, arguments: [1, 2]}", "'call.arguments' must be a mapping, not list [1, 2]"),
-    ("{tool: t, arguments: x}", "'call.arguments' must be a mapping, not str \"x\""),
-    ("{tool: t, arguments: null}", "'call.arguments' must be a mapping, not NoneType null"),
+    ("{tool: t, arguments: [1, 2]}", "'call.arguments' must be a mapping, not a list [1, 2]"),
+    ("{tool: t, arguments: x}", "'call.arguments' must be a mapping, not the string \"x\""),
+    ("{tool: t, arguments: null}", "'call.arguments' must be a mapping, not null"),
 ])  # fmt: skip
 def test_case_principal_and_arguments_are_checked(tmp_path, capsys, call, message):
     cases = write(tmp_path, CASES + f"- name: bad\n  call: {call}\n  expect: {{effect: deny}}\n", "cases.yaml")
@@ -367,19 +380,19 @@ def test_case_principal_mapping_with_null_role_matches_its_groups(tmp_path, caps
 
 
 @pytest.mark.parametrize("call, message", [
-    ("{tool: t, run: {labels: 5}}", "'call.run.labels' must be a mapping of strings, not int 5"),
-    ("{tool: t, run: {labels: {env: 1}}}", "'call.run.labels' must be a mapping of strings, not dict {\"env\": 1}"),
-    ("{tool: t, run: {elapsed_s: abc}}", "'call.run.elapsed_s' must be a number of seconds (0 or more), not str \"abc\""),
-    ("{tool: t, run: {elapsed_s: -1}}", "'call.run.elapsed_s' must be a number of seconds (0 or more), not int -1"),
-    ("{tool: t, run: {elapsed_s: .nan}}", "'call.run.elapsed_s' must be a number of seconds (0 or more), not float NaN"),
+    ("{tool: t, run: {labels: 5}}", "'call.run.labels' must be a mapping of strings, not the number 5"),
+    ("{tool: t, run: {labels: {env: 1}}}", "'call.run.labels' must be a mapping of strings, not a mapping {\"env\": 1}"),
+    ("{tool: t, run: {elapsed_s: abc}}", "'call.run.elapsed_s' must be a number of seconds (0 or more), not the string \"abc\""),
+    ("{tool: t, run: {elapsed_s: -1}}", "'call.run.elapsed_s' must be a number of seconds (0 or more), not the number -1"),
+    ("{tool: t, run: {elapsed_s: .nan}}", "'call.run.elapsed_s' must be a number of seconds (0 or more), not the number .nan"),
     ("{tool: t, run: {started_at: yesterday}}",
-     "'call.run.started_at' must be an RFC 3339 time as a string, not str \"yesterday\""),
+     "'call.run.started_at' must be an RFC 3339 time as a string, not the string \"yesterday\""),
     ("{tool: t, run: {lables: {}}}", "unknown field 'call.run.lables' (it has id, labels, started_at, elapsed_s)"),
-    ("{tool: t, agent: {name: 5}}", "'call.agent.name' must be a string, not int 5"),
-    ("{tool: t, agent: {attributes: [x]}}", "'call.agent.attributes' must be a mapping, not list [\"x\"]"),
+    ("{tool: t, agent: {name: 5}}", "'call.agent.name' must be a string, not the number 5"),
+    ("{tool: t, agent: {attributes: [x]}}", "'call.agent.attributes' must be a mapping, not a list [\"x\"]"),
     ("{tool: t, agent: {nmae: bot}}", "unknown field 'call.agent.nmae' (it has name, attributes)"),
-    ("{tool: t, usage: {tokens_run: lots}}", "'call.usage.tokens_run' must be a number (0 or more), not str \"lots\""),
-    ("{tool: t, usage: {tokens_run: true}}", "'call.usage.tokens_run' must be a number (0 or more), not bool true"),
+    ("{tool: t, usage: {tokens_run: lots}}", "'call.usage.tokens_run' must be a number (0 or more), not the string \"lots\""),
+    ("{tool: t, usage: {tokens_run: true}}", "'call.usage.tokens_run' must be a number (0 or more), not true"),
     ("{tool: t, usage: {tokens: 5}}", "unknown usage counter 'call.usage.tokens' (counters: tool_calls_run, "
                                       "calls_minute_agent, calls_minute_tool, tokens_run, tokens_day, cost_run, cost_day)"),
 ])  # fmt: skip
@@ -438,9 +451,9 @@ def test_policy_test_cases_give_the_calls_grant(tmp_path, capsys):
 
 @pytest.mark.parametrize(("call", "message"), [
     ("{tool: t, principal: a, grant: 5}",
-     "'call.grant' must be a grant id or 'implicit:<principal id>' (a non-empty string), not int 5"),
+     "'call.grant' must be a grant id or 'implicit:<principal id>' (a non-empty string), not the number 5"),
     ("{tool: t, principal: a, grant: ''}",
-     "'call.grant' must be a grant id or 'implicit:<principal id>' (a non-empty string), not str \"\""),
+     "'call.grant' must be a grant id or 'implicit:<principal id>' (a non-empty string), not the string \"\""),
     ("{tool: t, principal: a, grant: 'implicit:b'}",
      "'call.grant' 'implicit:b' is not this call's implicit grant: it may name only 'implicit:a', or an access grant id"),
     ("{tool: t, grant: 'implicit:b'}",

@@ -74,7 +74,7 @@ def _call_from(spec: dict[str, Any], where: str) -> Any:
     now = spec.get("now")
     if now is not None:
         if not isinstance(now, str):
-            raise BadInput(f"{where}: 'call.now' must be an RFC 3339 time as a string, not {type(now).__name__}")
+            raise BadInput(f"{where}: 'call.now' must be an RFC 3339 time as a string, not {_shown(now)}")
         try:
             now = _dt.datetime.fromisoformat(now.replace("Z", "+00:00"))
         except ValueError:
@@ -183,9 +183,24 @@ def _principal(value: Any, where: str, name: str) -> dict[str, Any]:
 
 
 def _shown(value: Any) -> str:
-    """A wrongly typed value for an error line: its type, and the value when short."""
-    text = json.dumps(value, default=str)
-    return f"{type(value).__name__} {text}" if len(text) <= 40 else type(value).__name__
+    """A wrongly typed value for an error line, in the terms of the YAML or JSON it was written in:
+    ``null``, ``true``, ``the number 5``, ``the string "x"``, ``a list [1, 2]``, ``a mapping {...}``
+    (the value left out when it is long)."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, float) and not math.isfinite(value):  # YAML's spelling (.nan, .inf, -.inf)
+        return "the number " + (".nan" if value != value else ".inf" if value > 0 else "-.inf")
+    kind = ("the number" if isinstance(value, (int, float)) else "the string" if isinstance(value, str)
+            else "a list" if isinstance(value, (list, tuple)) else "a mapping" if isinstance(value, dict)
+            else "a value")
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return f"{kind} {text}" if len(text) <= 40 else kind
+
+
+def _written(value: Any) -> str:
+    """A value quoted in an error line as the author wrote it: a string in quotes (``'maybe'``),
+    anything else as YAML/JSON spells it (``true``, ``null``, ``["allow"]``), not as Python does."""
+    return repr(value) if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
 _EXPECT_KEYS = ("effect", "rule", "reason_code")
@@ -204,9 +219,9 @@ def _check_expect(expect: Any, where: str) -> dict[str, Any]:
     if not expect:
         raise BadInput(f"{where}: 'expect' is empty: give effect, rule and/or reason_code")
     if "effect" in expect and expect["effect"] not in EFFECTS:
-        raise BadInput(f"{where}: 'expect.effect' {expect['effect']!r} is not one of {', '.join(EFFECTS)}")
+        raise BadInput(f"{where}: 'expect.effect' {_written(expect['effect'])} is not one of {', '.join(EFFECTS)}")
     if "reason_code" in expect and expect["reason_code"] not in REASON_CODES:
-        raise BadInput(f"{where}: 'expect.reason_code' {expect['reason_code']!r} is not one of "
+        raise BadInput(f"{where}: 'expect.reason_code' {_written(expect['reason_code'])} is not one of "
                        f"{', '.join(REASON_CODES)}")  # fmt: skip
     if "rule" in expect and expect["rule"] is not None and not isinstance(expect["rule"], str):
         raise BadInput(f"{where}: 'expect.rule' must be a rule id (a string) or null")

@@ -32,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -317,11 +318,34 @@ def _message(err: jsonschema.ValidationError, path: tuple) -> str:
         return f"{where}: must be a string of at least 16 characters (the value is not shown)"
     if err.validator == "required":
         return f"{where}: {err.message}"
+    # jsonschema's own messages quote the value as Python writes it (None, True, ['uvx', 'x'], {'a': 1}):
+    # these say it as the YAML author wrote it (null, true, ["uvx", "x"], {"a": 1})
+    if err.validator == "type":
+        wanted = [err.validator_value] if isinstance(err.validator_value, str) else list(err.validator_value)
+        return f"{where}: must be {' or '.join(_TYPE_WORDS.get(t, t) for t in wanted)}, not {_written(err.instance)}"
+    if err.validator == "enum":
+        return f"{where}: {_written(err.instance)} is not one of {', '.join(map(str, err.validator_value))}"
+    if err.validator == "const":
+        return f"{where}: must be {_written(err.validator_value)}, not {_written(err.instance)}"
+    if err.validator in ("minItems", "minLength") and err.validator_value == 1:
+        return f"{where}: must not be empty"
     if err.validator == "pattern" and path and path[-1] == "separator":
         return "separator: must be 1-3 characters from '_', '-', '.' (so exposed names stay valid MCP tool names)"
     if err.validator == "pattern" and path and path[-1] in ("id", "name"):
         return f"{where}: {err.instance!r} must be 1-48 characters [A-Za-z0-9_-], starting with a letter or digit"
     return f"{where}: {err.message}"
+
+
+_TYPE_WORDS = {"string": "a string", "integer": "a whole number", "number": "a number", "array": "a list",
+               "object": "a mapping", "boolean": "true or false", "null": "null"}
+
+
+def _written(value: Any) -> str:
+    """A config value quoted in an error as YAML spells it: a string in quotes (``'sometimes'``),
+    ``null``, ``true``, ``3``, a list or mapping in flow style (``["uvx", "x"]``, ``{"a": 1}``)."""
+    if isinstance(value, str):
+        return repr(value)
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:
