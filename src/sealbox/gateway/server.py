@@ -436,17 +436,15 @@ class Gateway:
         return Snapshot(tools=tools, policy=self.policy.fingerprint, extra=extra)
 
     def _run_for(self, ctx: Any, meta: Any, principal: str) -> RunContext:
-        from mcp.shared.exceptions import MCPError
-
         run_id = _meta_get(meta, RUN_ID_META_KEY) or self.default_run_id
         if run_id is not None:
             if not isinstance(run_id, str):
-                raise MCPError(codes.UNKNOWN_RUN, f"_meta[{RUN_ID_META_KEY!r}] must be a string")
+                raise _mcp_error()(codes.UNKNOWN_RUN, f"_meta[{RUN_ID_META_KEY!r}] must be a string")
             live = self._session_runs.get(run_id)
             if live is None:
                 return self._join(run_id, principal)
             if _connection(ctx).state.get(_RUN_STATE) is not live:
-                raise MCPError(codes.RUN_IN_USE, f"run {run_id} is the run of another MCP session of this gateway "
+                raise _mcp_error()(codes.RUN_IN_USE, f"run {run_id} is the run of another MCP session of this gateway "
                                "that is still connected; only that session records into it")
             if live.principal.id != principal:  # its own session, another identity: recorded as that identity
                 return self._join(run_id, principal)
@@ -456,7 +454,7 @@ class Gateway:
         if run is None:
             run = self._start_run(ctx, connection, principal)
         elif run.principal.id != principal:
-            raise MCPError(codes.UNAUTHORIZED, "this session's run belongs to another identity")
+            raise _mcp_error()(codes.UNAUTHORIZED, "this session's run belongs to another identity")
         return run
 
     def _join(self, run_id: str, principal: str) -> RunContext:
@@ -613,11 +611,9 @@ class Gateway:
             self._calls -= 1
 
     async def _answer_call(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
-        from mcp.shared.exceptions import MCPError
-
         target = self.split_name(params.name)
         if target is None or target[1] not in self.upstreams[target[0]].tools:
-            raise MCPError(codes.UNKNOWN_TOOL, f"unknown tool {params.name!r}", data=params.name)
+            raise _mcp_error()(codes.UNKNOWN_TOOL, f"unknown tool {params.name!r}", data=params.name)
         server, tool = target
         upstream = self.upstreams[server]
         arguments = dict(params.arguments or {})
@@ -629,7 +625,7 @@ class Gateway:
             try:
                 claims = open_state(self._state_key, params.request_state, binding=binding, principal=principal)
             except StateError as exc:
-                raise MCPError(codes.INVALID_REQUEST_STATE, str(exc)) from exc
+                raise _mcp_error()(codes.INVALID_REQUEST_STATE, str(exc)) from exc
             kept = self._undelivered.find(claims["run"], binding, principal)
             if kept is not None and kept.approval_id == claims["aid"]:  # settled for a call that did not get it
                 return await self._hand_over(ctx, kept, served=True)  # before joining: its own run may have ended
@@ -660,7 +656,7 @@ class Gateway:
 
         returned: list[types.CallToolResult] = []
 
-        async def forward(**_: Any) -> dict[str, Any]:
+        async def forwarded() -> dict[str, Any]:
             if self.pins.blocked(server, tool):  # changed since the call was decided (e.g. while it was held)
                 self.pins.refresh(self.store)  # a re-approval may have been recorded since
                 if self.pins.blocked(server, tool):
@@ -679,6 +675,9 @@ class Gateway:
                 self._inflight[server].pop(key, None)
             returned.append(result)
             return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+        def forward(**_: Any) -> Any:  # not itself a coroutine function: the recorder's check of fn takes its quick path
+            return forwarded()
 
         _busy(run, +1)
         try:
@@ -883,13 +882,15 @@ class Gateway:
         The schema comes from the upstream: its ``$ref`` are resolved within the schema only, never
         fetched (no ``http://``, no ``file://``). A schema that is invalid, or has a reference that
         cannot be resolved locally, is left to the upstream to apply (the call is forwarded)."""
-        import jsonschema
-
         spec = self.upstreams[server].tools.get(tool)
-        schema = (spec.input_schema if spec is not None else None) or {}
         cached = self._validators.get((server, tool))
         validator, quick = (cached[1], cached[2]) if cached is not None and cached[0] is spec else (None, None)
+        if quick is not None and quick(arguments):  # the common case: surely valid (validator is not False)
+            return None
+        import jsonschema
+
         if validator is None:  # a new listing: new Tool
+            schema = (spec.input_schema if spec is not None else None) or {}
             try:
                 cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
                 cls.check_schema(schema)
@@ -898,10 +899,11 @@ class Gateway:
             except Exception:  # noqa: BLE001 - SchemaError, or a schema jsonschema cannot even read
                 validator = False  # an upstream with a broken schema: the upstream validates
             self._validators[(server, tool)] = (spec, validator, quick)
+            if validator is not False and quick is not None and quick(arguments):  # surely valid
+                return None
         if validator is False:
             return None
-        if quick is not None and quick(arguments):  # surely valid; anything else: jsonschema decides
-            return None
+        # not surely valid by the quick check: jsonschema decides (and gives the message)
         try:
             if validator.is_valid(arguments):
                 return None
@@ -1018,27 +1020,44 @@ def check_request(ctx: Any, max_request_bytes: int | None) -> None:
             no limit), ``MALFORMED_REQUEST`` (a ``tools/call`` without a string ``name``, or
             with ``arguments`` that are not an object or hold NaN or Infinity).
     """
-    from mcp.shared.exceptions import MCPError
-
+    dumped: bytes | None = None  # orjson's bytes of the params, when the size check made them
     if max_request_bytes is not None and ctx.request_id is not None and ctx.params is not None:
         try:  # compact UTF-8 JSON, as the json module writes it below; orjson is ~10x faster
-            size = len(orjson.dumps(ctx.params, default=str))
+            dumped = orjson.dumps(ctx.params, default=str)
+            size = len(dumped)
         except (TypeError, orjson.JSONEncodeError):  # an integer beyond 64 bits, a non-str key
             size = len(json.dumps(ctx.params, ensure_ascii=False, separators=(",", ":"), default=str).encode())
         if size > max_request_bytes:
-            raise MCPError(codes.REQUEST_TOO_LARGE, f"request params are {size} bytes; the limit is "
-                           f"{max_request_bytes}")
+            raise _mcp_error()(codes.REQUEST_TOO_LARGE, f"request params are {size} bytes; the limit is "
+                               f"{max_request_bytes}")
     if ctx.method == "tools/call" and ctx.request_id is not None:
         p = ctx.params
         if not isinstance(p, dict) or not isinstance(p.get("name"), str):
-            raise MCPError(codes.MALFORMED_REQUEST, "tools/call needs params.name (a string)")
-        if p.get("arguments") is not None and not isinstance(p["arguments"], dict):
-            raise MCPError(codes.MALFORMED_REQUEST, "tools/call params.arguments must be an object")
-        if p.get("arguments") and (where := _non_finite(p["arguments"])) is not None:
+            raise _mcp_error()(codes.MALFORMED_REQUEST, "tools/call needs params.name (a string)")
+        arguments = p.get("arguments")
+        if arguments is not None and not isinstance(arguments, dict):
+            raise _mcp_error()(codes.MALFORMED_REQUEST, "tools/call params.arguments must be an object")
+        # orjson writes NaN and ±Infinity as null: params whose bytes hold no "null" hold neither (the walk
+        # below is needed only when they do, or when they were not written by orjson)
+        if arguments and (dumped is None or b"null" in dumped) and (where := _non_finite(arguments)) is not None:
             # the SDK's JSON reader takes NaN / Infinity, its writer sends them as null: the call would be
             # decided and recorded with one value and forwarded with another
-            raise MCPError(codes.MALFORMED_REQUEST, f"tools/call params.arguments{where}: NaN and Infinity are not "
-                           "JSON numbers")
+            raise _mcp_error()(codes.MALFORMED_REQUEST, f"tools/call params.arguments{where}: NaN and Infinity are "
+                               "not JSON numbers")
+
+
+def _mcp_error() -> Any:
+    """The SDK's ``MCPError`` (imported on first use: importing ``mcp`` takes about half a second,
+    and the gateway's modules are imported by commands that never serve)."""
+    global _MCP_ERROR
+    if _MCP_ERROR is None:
+        from mcp.shared.exceptions import MCPError
+
+        _MCP_ERROR = MCPError
+    return _MCP_ERROR
+
+
+_MCP_ERROR: Any = None
 
 
 def _non_finite(value: Any) -> str | None:

@@ -282,8 +282,6 @@ class Upstream:
             UpstreamTimeout: no answer within ``limits.call_timeout_s``.
             UpstreamProtocolError: a malformed answer, or a JSON-RPC error.
         """
-        from mcp.shared.exceptions import MCPError
-
         session = self._session
         if session is None or self.state != "ready":
             raise UpstreamUnavailable(f"upstream {self.spec.id} is {self.state}"
@@ -291,7 +289,7 @@ class Upstream:
         try:
             result = await session.call_tool(tool, arguments, read_timeout_seconds=self.limits.call_timeout_s,
                                              progress_callback=progress, meta=meta)
-        except MCPError as exc:
+        except _mcp_error() as exc:  # looked up only when the call raised
             code = exc.error.code if getattr(exc, "error", None) else None
             if code == types.CONNECTION_CLOSED and self._connection_closed(session, exc):
                 raise UpstreamUnavailable(f"upstream {self.spec.id} closed the connection during the call") from exc
@@ -322,6 +320,13 @@ class Upstream:
         if self._disconnect is not None and self._disconnect.is_set():
             return True
         return isinstance(exc.__context__, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream))
+
+
+def _mcp_error() -> type[Exception]:
+    """The SDK's ``MCPError`` (``mcp`` is imported on first use: importing it takes about half a second)."""
+    from mcp.shared.exceptions import MCPError
+
+    return MCPError
 
 
 def _install_line_reader() -> None:
