@@ -19,8 +19,14 @@ measured interleaved, in rounds of a few dozen calls each, so that load from oth
 processes on the machine falls on all of them alike. Each figure is the median of
 every sample of that configuration.
 
+With ``--split``, a fifth session is measured with them: the gateway (fast) with its recorder's
+call replaced by a plain ``await`` of the forwarding (nothing decided or recorded; not a
+configuration anyone can run, a diagnostic): what it adds over the null proxy is the gateway's
+own work (protocol checks, run lookup, schema check, shielding, bookkeeping), and the rest of
+the gateway's added time is the recording.
+
 Target (issue 6): gateway ≤ 1.2× the null proxy. Figures are printed, never asserted.
-Usage: ``python bench/bench_gateway.py [--quick] [--concurrent K] [--rounds R]`` (K calls
+Usage: ``python bench/bench_gateway.py [--quick] [--concurrent K] [--rounds R] [--split]`` (K calls
 in flight at once on one session; default 1, sequential; R rounds, default 10).
 """
 
@@ -47,6 +53,7 @@ TOY = str(HERE.parent / "tests" / "gateway" / "servers" / "toy_server.py")
 
 CONCURRENCY = 1  # calls in flight at once on the session (``--concurrent K``)
 ROUNDS = 10  # interleaved rounds (``--rounds R``)
+SPLIT = False  # also measure the gateway without its recording (``--split``)
 
 
 async def _timed_calls(session: Any, name: str, n: int) -> list[float]:
@@ -137,13 +144,31 @@ async def null_proxy(tmp: Path) -> AsyncIterator[tuple[Any, str]]:
         yield target
 
 
+def _without_recording(gw: Any) -> None:
+    """``--split``: every run this gateway starts answers ``acall_tool`` by awaiting the forwarding
+    itself (no decision, no ``tool.call`` / ``tool.result``); the rest of the gateway is unchanged."""
+    start = gw.recorder.run
+
+    async def passthrough(server: str, tool: str, arguments: Any, fn: Any, **_: Any) -> Any:
+        return await fn(**arguments)
+
+    def run(**kwargs: Any) -> Any:
+        ctx = start(**kwargs)
+        ctx.acall_tool = passthrough  # this run only: the other gateways of the bench record as usual
+        return ctx
+
+    gw.recorder.run = run
+
+
 @contextlib.asynccontextmanager
-async def gateway(tmp: Path, durability: str) -> AsyncIterator[tuple[Any, str]]:
+async def gateway(tmp: Path, durability: str, record: bool = True) -> AsyncIterator[tuple[Any, str]]:
     import sealbox
     from sealbox.gateway import Gateway
 
     sealbox.init_store(tmp / "store").close()
     gw = Gateway(_config(tmp, durability))  # opens the store with the config's durability
+    if not record:
+        _without_recording(gw)
     try:
         assert gw.store.durability == durability
         async with _through(gw.server, gw.initialization_options(), gw.run_upstreams) as target:
@@ -156,12 +181,12 @@ async def main(quick: bool) -> None:
     n = 200 if quick else 1000
     rounds = min(ROUNDS, n)
     per_round = -(-n // rounds)
-    names = ["direct", "null proxy", "gateway (fast)", "gateway (full)"]
+    names = ["direct", "null proxy", "gateway (fast)", "gateway (full)"] + (["no recording"] if SPLIT else [])
     samples: dict[str, list[float]] = {k: [] for k in names}
     by_round: dict[str, list[float]] = {k: [] for k in names}
     async with contextlib.AsyncExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        for sub in ("proxy", "fast", "full"):
+        for sub in ("proxy", "fast", "full", "bare"):
             (tmp / sub).mkdir()
         targets = {
             "direct": await stack.enter_async_context(direct()),
@@ -169,6 +194,8 @@ async def main(quick: bool) -> None:
             "gateway (fast)": await stack.enter_async_context(gateway(tmp / "fast", "fast")),
             "gateway (full)": await stack.enter_async_context(gateway(tmp / "full", "full")),
         }
+        if SPLIT:
+            targets["no recording"] = await stack.enter_async_context(gateway(tmp / "bare", "fast", record=False))
         for name, (session, tool) in targets.items():  # warm up: imports, caches, the run's first call
             await _timed_calls(session, tool, 30)
         for r in range(rounds):
@@ -178,7 +205,7 @@ async def main(quick: bool) -> None:
                 got = await _timed_calls(session, tool, per_round)
                 samples[name] += got
                 by_round[name].append(statistics.median(got))
-    md, mp, mf, mF = (statistics.median(samples[k]) for k in names)
+    md, mp, mf, mF = (statistics.median(samples[k]) for k in names[:4])
     total = len(samples["direct"])
     if CONCURRENCY > 1:
         print(f"{CONCURRENCY} calls in flight at once on one session")
@@ -186,6 +213,10 @@ async def main(quick: bool) -> None:
     print(f"  direct {md:.3f} ms, null proxy {mp:.3f} ms, gateway (fast) {mf:.3f} ms, gateway (full) {mF:.3f} ms")
     for label, mg in (("fast", mf), ("full", mF)):
         print(f"  gateway ({label}) adds {mg - mp:.3f} ms over the null proxy and {mg - md:.3f} ms over a direct call")
+    if SPLIT:
+        mb = statistics.median(samples["no recording"])
+        print(f"  gateway without its recording (--split) {mb:.3f} ms: its own work adds {mb - mp:.3f} ms over the "
+              f"null proxy; the recording adds {mf - mb:.3f} ms (fast) and {mF - mb:.3f} ms (full) on top")
     print("  per-round medians (ms):")
     for name in names:
         print(f"    {name:<15} " + " ".join(f"{x:.2f}" for x in by_round[name]))
@@ -198,6 +229,9 @@ async def main(quick: bool) -> None:
     report("gateway (fast) vs direct (tools/call)", samples["gateway (fast)"], samples["direct"], "ms", None)
     report("gateway (full) vs direct (tools/call)", samples["gateway (full)"], samples["direct"], "ms", None)
     report("null proxy vs direct (tools/call)", samples["null proxy"], samples["direct"], "ms", None)
+    if SPLIT:
+        report("gateway without recording vs null proxy (--split, diagnostic)", samples["no recording"],
+               samples["null proxy"], "ms", None, "the recorder's call replaced by the forwarding alone: the gateway's own work")
 
 
 if __name__ == "__main__":
@@ -205,6 +239,7 @@ if __name__ == "__main__":
         CONCURRENCY = int(sys.argv[sys.argv.index("--concurrent") + 1])
     if "--rounds" in sys.argv:
         ROUNDS = int(sys.argv[sys.argv.index("--rounds") + 1])
+    SPLIT = "--split" in sys.argv
     print_machine_once()
     anyio.run(main, "--quick" in sys.argv)
     print_table("Gateway")
