@@ -25,9 +25,15 @@ configuration anyone can run, a diagnostic): what it adds over the null proxy is
 own work (protocol checks, run lookup, schema check, shielding, bookkeeping), and the rest of
 the gateway's added time is the recording.
 
+``--handler`` measures instead, in one process and without any transport, the gateway's
+``tools/call`` handler and its protocol checks (:func:`sealbox.gateway.server.check_request`)
+against an upstream that answers at once: without its recording, with it (``fast``), and the null
+proxy's handler. Steadier than the end-to-end figures: it is the gateway's own Python work per
+call and the recorded call's, without the SDK, the pipes or the upstream process.
+
 Target (issue 6): gateway ≤ 1.2× the null proxy. Figures are printed, never asserted.
-Usage: ``python bench/bench_gateway.py [--quick] [--concurrent K] [--rounds R] [--split]`` (K calls
-in flight at once on one session; default 1, sequential; R rounds, default 10).
+Usage: ``python bench/bench_gateway.py [--quick] [--concurrent K] [--rounds R] [--split] [--handler]``
+(K calls in flight at once on one session; default 1, sequential; R rounds, default 10).
 """
 
 from __future__ import annotations
@@ -234,7 +240,85 @@ async def main(quick: bool) -> None:
                samples["null proxy"], "ms", None, "the recorder's call replaced by the forwarding alone: the gateway's own work")
 
 
+async def handler_only(quick: bool) -> None:
+    """``--handler``: the gateway's tools/call handler in-process (see the module's docstring)."""
+    import mcp_types as types
+
+    import sealbox
+    from sealbox.gateway import Gateway
+    from sealbox.gateway.server import check_request
+
+    class Connection:  # what the handler reads of the SDK's per-client Connection
+        def __init__(self) -> None:
+            self.state: dict[str, Any] = {}
+            self.exit_stack = contextlib.AsyncExitStack()
+            self.client_params = None
+            self.protocol_version = "2025-11-25"
+            self.has_standalone_channel = False
+
+    class Session:
+        def __init__(self) -> None:
+            self._connection = Connection()
+
+    class Context:  # what the handler and check_request read of the SDK's request context
+        method = "tools/call"
+        meta = None
+        request = None
+        protocol_version = "2025-11-25"
+
+        def __init__(self, session: Any, request_id: int, params: dict[str, Any]) -> None:
+            self.session, self.request_id, self.params = session, request_id, params
+
+    answer = types.CallToolResult(content=[types.TextContent(type="text", text="hello")])
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+
+    async def upstream_call(tool: str, arguments: Any, *, progress: Any = None, meta: Any = None) -> Any:
+        return answer
+
+    n, reps = (500, 3) if quick else (2000, 5)
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as d:
+        for label, record in (("no recording", False), ("recorded (fast)", True), ("null proxy", None)):
+            tmp = Path(d) / label.split()[0]
+            tmp.mkdir()
+            sealbox.init_store(tmp / "store").close()
+            gw = Gateway(_config(tmp, "fast"))
+            if record is False:
+                _without_recording(gw)
+            up = gw.upstreams["toy"]
+            up.tools = {"echo": types.Tool(name="echo", description="echo", input_schema=schema)}
+            up.state = "ready"
+            up.call = upstream_call  # type: ignore[method-assign]
+            session, limit = Session(), gw.config.limits.max_request_bytes
+
+            async def one(i: int) -> float:
+                raw = {"name": "toy__echo", "arguments": {"text": f"hello {i}"}}
+                ctx = Context(session, i, raw)
+                params = types.CallToolRequestParams(name="toy__echo", arguments=raw["arguments"])  # the SDK's work
+                t0 = time.perf_counter_ns()
+                if record is None:  # the null proxy's handler
+                    await up.call(params.name.partition("__")[2], params.arguments)
+                else:
+                    check_request(ctx, limit)
+                    await gw._call_tool(ctx, params)
+                return (time.perf_counter_ns() - t0) / 1000
+
+            for i in range(200):
+                await one(i)
+            medians = [statistics.median([await one(i) for i in range(n)]) for _ in range(reps)]
+            results[label] = statistics.median(medians)
+            gw.store.close()
+    bare, rec, proxy = results["no recording"], results["recorded (fast)"], results["null proxy"]
+    print(f"tools/call handler in-process, an upstream that answers at once (median of {reps} medians of {n} calls):")
+    print(f"  null proxy {proxy:.1f} us, gateway without its recording {bare:.1f} us, gateway recorded (fast) "
+          f"{rec:.1f} us: the gateway's own work {bare - proxy:.1f} us, the recording {rec - bare:.1f} us a call")
+
+
 if __name__ == "__main__":
+    if "--handler" in sys.argv:
+        print_machine_once()
+        anyio.run(handler_only, "--quick" in sys.argv)
+        sys.exit(0)
     if "--concurrent" in sys.argv:
         CONCURRENCY = int(sys.argv[sys.argv.index("--concurrent") + 1])
     if "--rounds" in sys.argv:
