@@ -26,6 +26,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import hmac
+import json
 import os
 import re
 import struct
@@ -470,9 +471,35 @@ class Redactor:
                 changed[0] = True
                 return [self._walk(value[0], path + ["0"], changed), self.marker(value[1])]
             return [self._walk(v, path + [str(i)], changed) for i, v in enumerate(value)]
-        if type(value) is str and self._patterns:
-            return self._scrub(value, changed)
+        if type(value) is str:
+            if value[:1] in _JSON_OPENERS or value.lstrip()[:1] in _JSON_OPENERS:
+                value = self._walk_json_text(value, path, changed)
+            if self._patterns:
+                return self._scrub(value, changed)
         return value
+
+    def _walk_json_text(self, text: str, path: list[str], changed: list[bool]) -> str:
+        """A string holding a JSON object or array (a model's function-call ``arguments``, a tool
+        returning ``json.dumps(...)``), redacted as the value it holds: when the walk of the parsed
+        value redacts something (a sensitive key name, a pair, a path continuing into it), the text
+        becomes that value's JSON with each redacted part as its in-string marker
+        ``"⟦redacted:hmac-sha256:<hex>⟧"``; otherwise ``text`` itself. Text that does not parse
+        (or nests too deep to walk) is left to the patterns."""
+        try:
+            parsed = json.loads(text)
+        except (ValueError, RecursionError):
+            return text
+        if type(parsed) not in (dict, list):
+            return text
+        inner = [False]
+        try:
+            out = self._walk(parsed, path, inner)
+        except RecursionError:
+            return text
+        if not inner[0]:
+            return text
+        changed[0] = True
+        return json.dumps(_markers_as_text(out), ensure_ascii=False, allow_nan=True)
 
     def _member(self, key: str, value: Any, path: list[str], changed: list[bool]) -> Any:
         if _norm_key(key) in self._keys and value is not None:
@@ -544,10 +571,31 @@ class Redactor:
         return text
 
 
+_JSON_OPENERS = ("{", "[")
+
+
+def _markers_as_text(value: Any) -> Any:
+    """``value`` (a walked JSON value) with every ``{"$redacted": m}`` marker as the in-string marker ``⟦redacted:m⟧``."""
+    if type(value) is dict:
+        if len(value) == 1 and type(value.get(MARKER_TAG)) is str:
+            return f"⟦redacted:{value[MARKER_TAG]}⟧"
+        return {k: _markers_as_text(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_markers_as_text(v) for v in value]
+    return value
+
+
 def _removed(before: Any, after: Any, found: set[str]) -> None:
     """Collect into ``found`` the strings of ``before`` that :meth:`Redactor._walk` turned into
-    markers in ``after`` (the walk keeps the shape, so the two are compared by position)."""
+    markers in ``after`` (the walk keeps the shape, so the two are compared by position; a string
+    holding JSON that the walk rewrote is compared as the values the two texts hold)."""
     if before is after:
+        return
+    if type(before) is str and type(after) is str:
+        try:
+            _removed(json.loads(before), _unmark(json.loads(after)), found)
+        except (ValueError, RecursionError):
+            pass
         return
     if type(after) is dict and len(after) == 1 and MARKER_TAG in after and after != before:
         _strings(before, found)
@@ -557,6 +605,21 @@ def _removed(before: Any, after: Any, found: set[str]) -> None:
     elif type(before) is list and type(after) is list and len(before) == len(after):
         for b, a in zip(before, after):
             _removed(b, a, found)
+
+
+_WHOLE_MARKER = re.compile("⟦redacted:(hmac-sha256:[0-9a-f]{64})⟧")
+
+
+def _unmark(value: Any) -> Any:
+    """The inverse of :func:`_markers_as_text` for whole-string markers (for :func:`_removed`)."""
+    if type(value) is str:
+        m = _WHOLE_MARKER.fullmatch(value)
+        return {MARKER_TAG: m.group(1)} if m else value
+    if type(value) is dict:
+        return {k: _unmark(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_unmark(v) for v in value]
+    return value
 
 
 def _strings(value: Any, found: set[str]) -> None:

@@ -580,3 +580,34 @@ async def test_a_tool_already_governed_by_the_run_is_recorded_once(store):
     assert weather.invoked == [("get_weather", "Oslo")]
     calls = [p for k, _, p in events_of(store, run.run_id) if k == "tool.call"]
     assert [(p["call_id"], p["server"], p["tool"]) for p in calls] == [("call_w", "wx", "get_weather")]
+
+
+@sync
+async def test_a_password_the_model_passes_to_a_tool_is_redacted_in_the_model_calls_too(tmp_path):
+    """The model's function_call carries its arguments as JSON text, in the response and again in the
+    next request's input: in a ``redacted`` store (the default) the password is a marker there too,
+    the same as in the tool.call; the tool gets the real value."""
+    secret = "Hunter2-Super-Secret-Pw"
+    store = sealbox.init_store(tmp_path / "store")
+    got = []
+
+    @function_tool
+    def login(user: str, password: str) -> str:
+        """Log in."""
+        got.append(password)
+        return f"welcome {user}"
+
+    model = ScriptedModel([response([call("c1", "login", json.dumps({"user": "bob", "password": secret}))], 10, 5, "r1"),
+                           response([text("logged in")], 20, 5, "r2")])
+    agent = Agent(name="a", model=model, tools=[login])
+    async with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        await Runner.run(instrument(run, agent), "log in as bob")
+    assert got == [secret]
+    events = events_of(store, run.run_id)
+    marker = next(p for k, _, p in events if k == "tool.call")["arguments"]["password"]["$redacted"]
+    first, second = [p for k, _, p in events if k == "model.call"]
+    assert json.loads(first["response"]["output"][0]["arguments"]) == {"user": "bob", "password": f"⟦redacted:{marker}⟧"}
+    sent = [i for i in second["request"]["input"] if i.get("type") == "function_call"]
+    assert json.loads(sent[0]["arguments"]) == {"user": "bob", "password": f"⟦redacted:{marker}⟧"}
+    store.close()
+    assert secret.encode() not in (tmp_path / "store" / "sealbox.db").read_bytes()

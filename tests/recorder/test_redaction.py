@@ -831,3 +831,78 @@ def test_only_the_kelvin_sign_lower_cases_to_one_ascii_letter():
     redactor._scan = False
     out, changed = redactor.apply("arguments", encode({"h": [["CO-O\u212aIE", "v"], ["Accept", "j"]]}))
     assert changed and is_marker(out["h"][0][1]) and out["h"][1] == ["Accept", "j"]
+
+
+# --------------------------------------------------------------------------- JSON held in a string
+
+
+def test_a_secret_in_a_models_json_string_arguments_never_reaches_the_store(tmp_path):
+    """OpenAI chat and Responses send a function call's arguments as a JSON *string*; the tool.call
+    decodes it (its password becomes a marker) but the model.call kept the text, secret and all.
+    Now the text holds the in-string marker of the same HMAC, in the response and in the next request."""
+    store = new_store(tmp_path)
+    rec = Recorder(store, policy=ALLOW_ALL)
+    chat_args = json.dumps({"user": "bob", "password": PASSWORD}, separators=(",", ":"))
+    chat = {"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": None,
+                "tool_calls": [{"id": "call_1", "type": "function",
+                                "function": {"name": "login", "arguments": chat_args}}]}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10}}
+    responses = {"id": "resp_1", "object": "response", "model": "gpt-4o",
+                 "output": [{"type": "function_call", "id": "fc_1", "call_id": "c_r", "name": "login",
+                             "arguments": json.dumps({"api_key": API_KEY}), "status": "completed"}],
+                 "usage": {"input_tokens": 1, "output_tokens": 1}}
+    with rec.run(agent="redaction") as run:
+        m = run.model_call({"model": "gpt-4o", "messages": [{"role": "user", "content": "log in"}]}, chat)
+        assert m.tool_calls[0].arguments == {"user": "bob", "password": PASSWORD}  # the agent gets the real ones
+        run.call_tool("api", "login", m.tool_calls[0].arguments, lambda user, password: "ok", call_id="call_1")
+        follow_up = [{"role": "user", "content": "log in"}, chat["choices"][0]["message"],
+                     {"role": "tool", "tool_call_id": "call_1", "content": "ok"}]
+        run.model_call({"model": "gpt-4o", "messages": follow_up}, responses)
+    calls = events_of(store, run.run_id, "model.call")
+    mark = f"⟦redacted:hmac-sha256:{_marker_hex(events_of(store, run.run_id, 'tool.call')[0].payload['arguments']['password'])}⟧"
+    first = store.resolve(calls[0].payload)
+    stored = first["response"]["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(stored) == {"user": "bob", "password": mark}
+    second = store.resolve(calls[1].payload)
+    assert json.loads(second["request"]["messages"][1]["tool_calls"][0]["function"]["arguments"]) == \
+        {"user": "bob", "password": mark}
+    api_key = json.loads(second["response"]["output"][0]["arguments"])["api_key"]
+    assert IN_STRING.fullmatch(api_key)
+    assert first["tool_call_ids"] == ["call_1"] and second["tool_call_ids"] == ["c_r"]
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", [PASSWORD, API_KEY])
+
+
+def test_json_text_is_kept_as_it_is_when_nothing_in_it_is_redacted(tmp_path):
+    """Only a JSON text that loses something is rewritten: other texts, JSON or not, are stored exactly."""
+    store = new_store(tmp_path)
+    texts = ['{"city":"Paris",  "n": 1}', "[1, 2,3]", "{not json", '{"max_tokens": 5}', "[", " {}"]
+    _, _, call, _, result = one_call(store, {"t": texts}, lambda t: t)
+    assert store.resolve(call.payload)["arguments"] == {"t": texts}
+    assert store.resolve(result.payload)["result"] == texts
+
+
+def test_json_text_secrets_are_scrubbed_from_errors_and_echoing_results(tmp_path):
+    """A value redacted from JSON text in the arguments counts as redacted from the arguments: the
+    tool's error message and a result that repeats it get its in-string marker too."""
+    store = new_store(tmp_path)
+
+    def post(body: str) -> str:
+        raise RuntimeError(f"rejected {json.loads(body)['token']}")
+
+    rec = Recorder(store, policy=ALLOW_ALL)
+    body = json.dumps({"token": ACCESS, "to": "x"})
+    with pytest.raises(RuntimeError, match=re.escape(ACCESS)):  # the caller's exception is unchanged
+        with rec.run(agent="redaction") as run:
+            run.call_tool("api", "post", {"body": body}, post)
+    _, _, _, _, echoed = one_call(store, {"body": body}, lambda body: f"sent {json.loads(body)['token']}")
+    mark = f"⟦redacted:hmac-sha256:{Redactor(store.redactor.secret).marker(ACCESS)['$redacted'][12:]}⟧"
+    stored_call = store.resolve(events_of(store, run.run_id, "tool.call")[0].payload)["arguments"]
+    assert json.loads(stored_call["body"]) == {"token": mark, "to": "x"}
+    error = store.resolve(events_of(store, run.run_id, "tool.result")[0].payload)["error"]
+    assert error["message"] == f"rejected {mark}"
+    assert store.resolve(echoed.payload)["result"] == f"sent {mark}"
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", [ACCESS])
