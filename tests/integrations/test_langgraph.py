@@ -412,3 +412,43 @@ def test_interrupts_for_a_human_do_not_open_the_circuit_breaker(store):
     assert sorted(p["reason_code"] for k, _, p in events if k == "policy.decision") == ["policy_allow"] * 10
     assert sum(1 for k, _, p in events if k == "tool.result" and p["ok"]) == 5
     assert sealbox.verify_store(store).ok
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_graph_stopped_by_interrupt_saves_its_state_as_interrupted_not_final(store, use_async):
+    """A graph that stops in interrupt() ends its outermost chain normally, so its state was saved
+    with label "final" (the last message a tool call still waiting for a human) and the docs said
+    nothing was saved. Now it is "interrupted"; once resumed (here in another Sealbox run, as a
+    later process would), the completed graph's state is "final"."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command, interrupt
+
+    @tool
+    def transfer(amount: int) -> str:
+        """Transfer money once a human approves."""
+        return f"transferred {amount}" if interrupt({"approve": amount}) else "refused"
+
+    model = ScriptedChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "transfer", "args": {"amount": 3}, "id": "t1"}]),
+        AIMessage(content="all done")]))
+    saver = InMemorySaver()
+    recorder = Recorder(store, policy=ALLOW_ALL)
+
+    def invoke(run, value):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            graph = create_react_agent(model, governed_tools(run, [transfer]), checkpointer=saver)
+        config = {"configurable": {"thread_id": "1"}, "callbacks": [SealboxCallbackHandler(run)]}
+        return asyncio.run(graph.ainvoke(value, config=config)) if use_async else graph.invoke(value, config=config)
+
+    with recorder.run(agent="hitl") as first:
+        state = invoke(first, {"messages": [("user", "pay")]})
+    assert "__interrupt__" in state
+    with recorder.run(agent="hitl") as second:
+        state = invoke(second, Command(resume=True))
+    assert state["messages"][-1].content == "all done"
+
+    saved = [[(s, p["label"], [m["$pydantic"]["fields"]["type"] for m in p["state"]["messages"]])
+              for k, s, p in events_of(store, r.run_id) if k == "state.saved"] for r in (first, second)]
+    assert saved == [[("3", "interrupted", ["human", "ai"])], [("4", "final", ["human", "ai", "tool", "ai"])]]
+    assert sealbox.verify_store(store).ok

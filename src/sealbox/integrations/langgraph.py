@@ -61,10 +61,14 @@ def _default_deny_message(denied: ToolDenied) -> str:
 #: human: the tool runs again once answered), ``Command(graph=PARENT)``. Recorded in ``tool.result``,
 #: never counted by the circuit breaker (five interrupts opened it; the answered calls were denied).
 _CONTROL_FLOW: tuple[type[BaseException], ...] = ()
+#: What a node raises when the graph stops to wait for a human (``interrupt()``); the graph's own
+#: chain then ends normally, with the state it is waiting in.
+_INTERRUPT: tuple[type[BaseException], ...] = ()
 try:
-    from langgraph.errors import GraphBubbleUp
+    from langgraph.errors import GraphBubbleUp, GraphInterrupt
 
     _CONTROL_FLOW = (GraphBubbleUp,)
+    _INTERRUPT = (GraphInterrupt,)
 except ImportError:  # pragma: no cover - langchain without langgraph
     pass
 
@@ -250,7 +254,8 @@ class SealboxCallbackHandler(BaseCallbackHandler):
       ``on_llm_error`` records the call with ``response = {"error": …}``; so does ``on_chain_error``
       of the chain that called it, for a call cut short (cancelled) without an ``on_llm_error``.
     - ``on_chain_end`` of the outermost chain (the graph) → ``state.saved``
-      with the final state (``label="final"``).
+      with the final state (``label="final"``), or the state it waits in when a node called
+      ``interrupt()`` (``label="interrupted"``).
     - ``on_tool_start`` of a tool that is not a :class:`GovernedTool` → a ``note``
       (the tool ran without a record before it ran).
 
@@ -273,6 +278,8 @@ class SealboxCallbackHandler(BaseCallbackHandler):
         self.save_state = save_state
         self._pending: dict[uuid.UUID, tuple[dict[str, Any], str | None, str | None, float]] = {}
         self._parent_of: dict[uuid.UUID, uuid.UUID | None] = {}  # pending model call -> the chain calling it
+        self._chain_parent: dict[uuid.UUID, uuid.UUID | None] = {}  # running chain -> its parent chain
+        self._interrupted: set[uuid.UUID] = set()  # outermost chains a node of which called interrupt()
 
     def _start(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None, serialized: Any, key: str, value: Any,
                metadata: Any, kwargs: dict[str, Any]) -> None:
@@ -319,18 +326,40 @@ class SealboxCallbackHandler(BaseCallbackHandler):
         self.run.model_error(request, error, latency=time.perf_counter() - started, provider=provider or "unknown",
                              model=model or None)
 
+    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: uuid.UUID,
+                       parent_run_id: uuid.UUID | None = None, **kwargs: Any) -> None:
+        """Remember which chain runs inside which (to tell the graph that a node interrupted)."""
+        self._chain_parent[run_id] = parent_run_id
+
+    def _root(self, run_id: uuid.UUID) -> uuid.UUID:
+        seen = 0
+        while (parent := self._chain_parent.get(run_id)) is not None and seen < 10_000:
+            run_id, seen = parent, seen + 1
+        return run_id
+
     def on_chain_error(self, error: BaseException, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
                        **kwargs: Any) -> None:
         """Record the model calls this chain was waiting for as failed with its error: a chat model
-        cancelled in flight (a timeout, the task cancelled) gets no ``on_llm_error`` of its own."""
+        cancelled in flight (a timeout, the task cancelled) gets no ``on_llm_error`` of its own.
+        A node stopped by ``interrupt()`` marks its graph as interrupted (see :meth:`on_chain_end`)."""
         for model_run in [r for r, parent in self._parent_of.items() if parent == run_id]:
             self.on_llm_error(error, run_id=model_run)
+        if _INTERRUPT and isinstance(error, _INTERRUPT) and parent_run_id is not None:
+            self._interrupted.add(self._root(run_id))
+        self._chain_parent.pop(run_id, None)
+        if parent_run_id is None:
+            self._interrupted.discard(run_id)
 
     def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
                      **kwargs: Any) -> None:
-        """Record the final state when the outermost chain (the graph) ends."""
-        if self.save_state and parent_run_id is None:
-            self.run.save_state(outputs, label="final")
+        """Record the state when the outermost chain (the graph) ends: ``label="final"``, or
+        ``"interrupted"`` when a node stopped it with ``interrupt()`` (the state it waits in)."""
+        self._chain_parent.pop(run_id, None)
+        if parent_run_id is None:
+            interrupted = run_id in self._interrupted
+            self._interrupted.discard(run_id)
+            if self.save_state:
+                self.run.save_state(outputs, label="interrupted" if interrupted else "final")
 
     def on_tool_start(self, serialized: dict[str, Any], input_str: str, *, run_id: uuid.UUID,
                       parent_run_id: uuid.UUID | None = None, tags: list[str] | None = None,
