@@ -517,6 +517,11 @@ class Redactor:
             return value
         if tag == "$esc" and type(inner) is dict:  # a user's dict with "$" keys: walk it as that dict
             return {tag: {self._scrub_key(k, changed): self._member(k, v, path, changed) for k, v in inner.items()}}
+        if tag in _OBJECT_TAGS and type(inner) is dict and type(inner.get("fields")) is dict:
+            # an object (a LangChain message, a dataclass) is its fields for paths, as a dict is:
+            # result.content, request.messages.*.content, state.messages.*.content
+            return {tag: {k: self._walk(v, path, changed) if k == "fields" else self._member(k, v, path + [tag], changed)
+                          for k, v in inner.items()}}
         if tag == "$map" and type(inner) is list:
             pairs = []
             for pair in inner:
@@ -572,6 +577,8 @@ class Redactor:
 
 
 _JSON_OPENERS = ("{", "[")
+#: Tags of objects encoded as their fields (docs/canonical.md): transparent to redaction paths.
+_OBJECT_TAGS = ("$pydantic", "$dataclass")
 
 
 def _markers_as_text(value: Any) -> Any:

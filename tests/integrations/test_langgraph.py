@@ -452,3 +452,35 @@ def test_a_graph_stopped_by_interrupt_saves_its_state_as_interrupted_not_final(s
               for k, s, p in events_of(store, r.run_id) if k == "state.saved"] for r in (first, second)]
     assert saved == [[("3", "interrupted", ["human", "ai"])], [("4", "final", ["human", "ai", "tool", "ai"])]]
     assert sealbox.verify_store(store).ok
+
+
+def test_configured_paths_redact_langchain_messages_in_requests_results_and_state(tmp_path):
+    """docs/content-modes.md's example path request.messages.*.content, and result.content and
+    state.messages.*.content, did not reach LangChain messages (stored as $pydantic objects): the
+    user's text, the tool's answer and the final state were stored in clear."""
+    from sealbox.redaction import ContentPolicy
+
+    store = sealbox.init_store(tmp_path / "store", content=ContentPolicy(
+        paths=("request.messages.*.content", "result.content", "state.messages.*.content")))
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look up a record."""
+        return "PRIVATE-RECORD-" + q
+
+    model = ScriptedChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"q": "7"}, "id": "t1"}]),
+        AIMessage(content="done")]))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="private") as run:
+        state = react_agent(model, governed_tools(run, [lookup])).invoke(
+            {"messages": [("user", "PRIVATE-QUESTION")]}, config={"callbacks": [SealboxCallbackHandler(run)]})
+    assert state["messages"][2].content == "PRIVATE-RECORD-7"
+    events = events_of(store, run.run_id)
+    result = next(p for k, _, p in events if k == "tool.result")["result"]["$pydantic"]["fields"]
+    assert result["tool_call_id"] == "t1" and list(result["content"]) == ["$redacted"]
+    final = next(p for k, _, p in events if k == "state.saved")["state"]["messages"]
+    assert [list(m["$pydantic"]["fields"]["content"]) for m in final] == [["$redacted"]] * 4
+    assert sealbox.verify_store(store).ok
+    store.close()
+    data = (tmp_path / "store" / "sealbox.db").read_bytes()
+    assert b"PRIVATE-QUESTION" not in data and b"PRIVATE-RECORD-7" not in data

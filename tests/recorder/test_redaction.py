@@ -906,3 +906,42 @@ def test_json_text_secrets_are_scrubbed_from_errors_and_echoing_results(tmp_path
     assert store.resolve(echoed.payload)["result"] == f"sent {mark}"
     assert_verified(store)
     assert_nowhere(store, tmp_path / "store", [ACCESS])
+
+
+# --------------------------------------------------------------------------- paths through objects
+
+
+def test_configured_paths_reach_into_pydantic_models_and_dataclasses(tmp_path):
+    """An object is encoded as {"$pydantic"|"$dataclass": {"type", "fields"}}, so a path such as
+    result.content or state.messages.*.content (a LangChain ToolMessage, a list of messages) never
+    matched: the text was stored. Now the object is its fields for paths, as a dict is."""
+    import dataclasses
+
+    import pydantic
+
+    class Message(pydantic.BaseModel):
+        role: str
+        content: str
+
+    @dataclasses.dataclass
+    class Reply:
+        content: str
+        status: str
+
+    store = new_store(tmp_path, paths=("result.content", "state.messages.*.content", "request.messages.*.content"))
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="paths") as run:
+        got = run.call_tool("api", "ask", {"q": "x"}, lambda q: Reply(content="PRIVATE-RESULT-1", status="ok"))
+        run.save_state({"messages": [Message(role="user", content="PRIVATE-STATE-1"), {"role": "ai", "content": "PRIVATE-STATE-2"}]})
+        run.model_call({"model": "m", "messages": [Message(role="user", content="PRIVATE-REQUEST-1")]}, {"text": "ok"})
+    assert got.content == "PRIVATE-RESULT-1"
+    result = store.resolve(events_of(store, run.run_id, "tool.result")[0].payload)["result"]
+    assert result["$dataclass"]["fields"]["status"] == "ok" and is_marker(result["$dataclass"]["fields"]["content"])
+    assert result["$dataclass"]["type"].endswith("Reply")
+    state = store.resolve(events_of(store, run.run_id, "state.saved")[0].payload)["state"]
+    assert state["messages"][0]["$pydantic"]["fields"]["role"] == "user"
+    assert is_marker(state["messages"][0]["$pydantic"]["fields"]["content"]) and is_marker(state["messages"][1]["content"])
+    request = store.resolve(events_of(store, run.run_id, "model.call")[0].payload)["request"]
+    assert request["messages"][0]["role"] == "user" and is_marker(request["messages"][0]["content"])  # made plain
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", ["PRIVATE-RESULT-1", "PRIVATE-STATE-1", "PRIVATE-STATE-2", "PRIVATE-REQUEST-1"])
