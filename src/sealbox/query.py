@@ -164,6 +164,19 @@ class Match:
 _MISSING = object()
 
 
+def _fields_of(value: Any, key: str) -> Any:
+    """``value``, or what a path goes on into when ``value`` is a stored object and ``key`` is not
+    its tag: the fields of a ``$pydantic`` / ``$dataclass`` (a LangChain ``ToolMessage``:
+    ``result.content``), the dict inside ``$esc`` (a dict with ``$`` keys), as redaction paths see them."""
+    if isinstance(value, dict) and len(value) == 1 and key not in value:
+        (tag, inner), = value.items()
+        if tag in ("$pydantic", "$dataclass") and isinstance(inner, dict) and isinstance(inner.get("fields"), dict):
+            return inner["fields"]
+        if tag == "$esc" and isinstance(inner, dict):
+            return inner
+    return value
+
+
 def _values_at(value: Any, path: Sequence[str]) -> Iterable[Any]:
     """Every value reached by ``path``; a key applied to a list fans out over its items. A segment
     holding a glob character (``*``, ``?``, ``[``) matches every key of an object, or every index of
@@ -173,6 +186,7 @@ def _values_at(value: Any, path: Sequence[str]) -> Iterable[Any]:
         yield value
         return
     key, rest = path[0], path[1:]
+    value = _fields_of(value, key)
     if _GLOB_MAGIC.search(key) is not None:
         if isinstance(value, dict):
             for k, v in value.items():

@@ -350,3 +350,41 @@ def test_a_match_path_names_a_key_holding_glob_characters_itself(tmp_path):
     assert ids(store.query_calls(match=["arguments.q?~^x$"])) == ["c1"]
     assert ids(store.query_calls(match=["arguments.filter[[]status]~^open$"])) == ["c1"]  # escaped: only the key
     store.close()
+
+
+def test_a_match_path_goes_through_objects_a_tool_returned(tmp_path):
+    """A tool returning an object (a LangChain ToolMessage, a dataclass) is stored as
+    {"$pydantic": {"type", "fields"}}, and a dict with "$" keys as {"$esc": {...}}: 'result.content'
+    and 'arguments.$filter' never matched (only 'result.$pydantic.fields.content' did). They are
+    now seen through, as redaction paths see them; the spelled-out path still matches."""
+    import dataclasses
+
+    import pydantic
+
+    from sealbox import init_store
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    class ToolMessage(pydantic.BaseModel):
+        content: str
+        status: str
+
+    @dataclasses.dataclass
+    class Page:
+        url: str
+        items: list
+
+    store = init_store(tmp_path / "s")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="api") as run:
+        run.call_tool("kb", "lookup", {"q": "a"}, lambda q: ToolMessage(content="found 3 orders", status="success"),
+                      call_id="c1")
+        run.call_tool("web", "fetch", {"$filter": "open"}, lambda **_: Page(url="https://x", items=[{"id": 7}]),
+                      call_id="c2")
+        run.call_tool("kb", "lookup", {"q": "b"}, lambda q: {"content": "none"}, call_id="c3")
+    assert ids(store.query_calls(match=["result.content~orders"])) == ["c1"]
+    assert ids(store.query_calls(match=["result.$pydantic.fields.content~orders"])) == ["c1"]
+    assert ids(store.query_calls(match=["result.content~."])) == ["c1", "c3"]
+    assert ids(store.query_calls(match=["result.items.id~^7$"])) == ["c2"]
+    assert ids(store.query_calls(match=["result.*~https"])) == ["c2"]
+    assert ids(store.query_calls(match=["arguments.$filter~^open$"])) == ["c2"]
+    store.close()
