@@ -611,3 +611,82 @@ async def test_a_password_the_model_passes_to_a_tool_is_redacted_in_the_model_ca
     assert json.loads(sent[0]["arguments"]) == {"user": "bob", "password": f"⟦redacted:{marker}⟧"}
     store.close()
     assert secret.encode() not in (tmp_path / "store" / "sealbox.db").read_bytes()
+
+
+APPROVAL_POLICY = """
+version: 1
+name: pay-needs-ops
+rules:
+  - id: pay-needs-ops
+    match: {tool: pay}
+    effect: require_approval
+    approval: {groups: [ops]}
+  - id: rest
+    effect: allow
+"""
+
+
+@pytest.mark.parametrize("mode", ["suspend", "block"])
+@sync
+async def test_a_call_waiting_for_an_approval_suspends_the_run_instead_of_telling_the_model_it_failed(
+        tmp_path, mode):
+    """With approvals="suspend" (or a blocking wait that times out) the recorder raises ApprovalPending;
+    the SDK's failure handler turned it into "An error occurred while running the tool" for the model,
+    which answered as if done, and the run ended (run.ended after run.suspended). Now Runner.run
+    raises the ApprovalPending and the run stays suspended, to be resumed once answered."""
+    from sealbox.approvals import ApprovalPending
+
+    store = sealbox.init_store(tmp_path / "store")
+    (tmp_path / "policy.yaml").write_text(APPROVAL_POLICY)
+    paid = []
+
+    @function_tool
+    def pay(amount: int) -> str:
+        """Pay an amount."""
+        paid.append(amount)
+        return "paid"
+
+    model = ScriptedModel([response([call("c1", "pay", '{"amount": 5}')], 10, 5, "r1"),
+                           response([text("I paid.")], 10, 5, "r2")])
+    recorder = Recorder(store, policy=Policy.load(tmp_path / "policy.yaml"), approvals=mode, approval_timeout=0.2,
+                        approval_poll=0.05)
+    with pytest.raises(ApprovalPending) as raised:
+        async with recorder.run(agent="payer") as run:
+            await Runner.run(instrument(run, Agent(name="payer", model=model, tools=[pay])), "pay 5")
+    assert (raised.value.run_id, raised.value.call_id) == (run.run_id, "c1")
+    assert raised.value.approval_id.startswith("apr_")
+    assert paid == [] and len(model.responses) == 1  # the tool did not run, the model was not called again
+    assert [(k, s) for k, s, _ in events_of(store, run.run_id)] == [
+        ("run.started", "1"), ("model.call", "2"), ("tool.call", "2.1"), ("policy.decision", "2.1"),
+        ("approval.requested", "2.1"), ("run.suspended", "2.1")]
+    assert store.get_run(run.run_id)["status"] == "suspended"
+    assert sealbox.verify_store(store).ok
+    store.close()
+
+
+@sync
+async def test_a_tool_call_that_cannot_be_recorded_fails_the_run_with_recording_error_not_user_error(store):
+    """The SDK wraps a tool's exception in UserError("Error running tool …"), so a RecordingError at
+    the tool's gate reached the caller, and the run's error, as a UserError."""
+    weather = Weather()
+    agent = Agent(name="a", model=two_call_script(), tools=weather.tools)
+    original = store.append_with
+
+    def failing(build, **kwargs):
+        def checked(reader):
+            drafts = build(reader)
+            if any(d.kind == "tool.call" for d in drafts):
+                raise OSError("disk full")
+            return drafts
+        return original(checked, **kwargs)
+
+    with pytest.raises(RecordingError, match="disk full") as raised:
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            store.append_with = failing
+            await Runner.run(instrument(run, agent), "go")
+    store.append_with = original
+    assert isinstance(raised.value.__cause__, OSError)
+    assert weather.invoked == []
+    ended = events_of(store, run.run_id)[-1]
+    assert ended[0] == "run.ended" and ended[2]["error"] == {"type": "RecordingError",
+                                                            "message": "could not record: disk full"}

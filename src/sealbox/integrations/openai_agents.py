@@ -39,10 +39,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from agents import Agent, FunctionTool, Handoff, Model, ModelResponse, handoff
+from agents.exceptions import AgentsException
 from agents.models import get_default_model, get_default_model_settings
 from agents.tool_context import ToolContext
 
 from sealbox.adapters import parse_arguments, to_plain
+from sealbox.approvals import ApprovalPending
 from sealbox.errors import ConfigError, RecordingError
 from sealbox.recorder import RunContext, ToolDenied, unused_call_id
 
@@ -164,11 +166,12 @@ def mcp_meta_resolver(run: RunContext) -> Callable[[Any], dict[str, str]]:
 
 
 class _RecordingAbort(BaseException):
-    """Carries a RecordingError past the SDK's tool-failure handler (which would
-    turn it into a message for the model): a call that cannot be recorded fails
-    the run loudly."""
+    """Carries a RecordingError or an ApprovalPending past the SDK's tool-failure handler (which
+    would turn it into a message for the model): a call that cannot be recorded fails the run
+    loudly, and a call waiting for an approval (``approvals="suspend"``, or a blocking wait that
+    timed out) suspends it, as the recorder documents, instead of the run going on and ending."""
 
-    def __init__(self, error: RecordingError) -> None:
+    def __init__(self, error: RecordingError | ApprovalPending) -> None:
         super().__init__(str(error))
         self.error = error
 
@@ -188,7 +191,29 @@ if _SdkInvoker is not None:
             try:
                 return await super().__call__(ctx, input)
             except _RecordingAbort as abort:
-                raise abort.error from None
+                raise _passing_the_sdk(abort.error) from abort.error.__cause__
+
+
+#: RecordingError / ApprovalPending subclasses that are also the SDK's AgentsException (see below).
+_PASSING: dict[type, type] = {}
+
+
+def _passing_the_sdk(error: Exception) -> Exception:
+    """``error`` as an instance of a subclass of its own type that is also the SDK's
+    ``AgentsException``: the SDK's tool runner re-raises those as they are, and wraps any other
+    exception in ``UserError("Error running tool …")``, which the run context would record as the
+    run's error (an ApprovalPending would end the run instead of suspending it). The caller of
+    ``Runner.run`` gets an ``ApprovalPending`` / ``RecordingError`` with the same attributes."""
+    base = type(error)
+    cls = _PASSING.get(base)
+    if cls is None:
+        cls = _PASSING[base] = type(base.__name__, (base, AgentsException),
+                                    {"__module__": base.__module__, "__qualname__": base.__qualname__})
+    out = cls.__new__(cls, *error.args)
+    out.__dict__.update(error.__dict__)
+    out.args = error.args
+    out.run_data = None
+    return out
 
 
 def _copy_attr(src: Any, dst: Any, name: str) -> None:
@@ -293,7 +318,7 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
         async def recorded_impl(ctx: ToolContext[Any], input: str) -> Any:
             try:
                 return await governed(ctx, input, lambda: impl(ctx, input))
-            except RecordingError as exc:
+            except (RecordingError, ApprovalPending) as exc:
                 raise _RecordingAbort(exc) from exc
 
         for name in ("__agents_prepare_arguments__", "__agents_function_tool_wrapped_callable__"):
