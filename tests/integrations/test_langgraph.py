@@ -484,3 +484,88 @@ def test_configured_paths_redact_langchain_messages_in_requests_results_and_stat
     store.close()
     data = (tmp_path / "store" / "sealbox.db").read_bytes()
     assert b"PRIVATE-QUESTION" not in data and b"PRIVATE-RECORD-7" not in data
+
+
+APPROVAL_POLICY = """
+version: 1
+name: pay-needs-ops
+rules:
+  - id: pay-needs-ops
+    match: {tool: pay}
+    effect: require_approval
+    approval: {groups: [ops]}
+  - id: rest
+    effect: allow
+"""
+
+
+def _pay_tool(paid: list):
+    @tool
+    def pay(amount: int) -> str:
+        """Pay an amount."""
+        paid.append(amount)
+        return "paid"
+    return pay
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_call_waiting_for_an_approval_suspends_the_run_even_when_the_tool_node_handles_errors(
+        store, tmp_path, use_async):
+    """ToolNode(handle_tool_errors=True) turned the recorder's ApprovalPending into an error
+    ToolMessage: the model answered, the graph finished and the run ended after run.suspended.
+    Now the ApprovalPending reaches the caller of invoke and the run stays suspended."""
+    from langgraph.prebuilt import ToolNode
+
+    from sealbox.approvals import ApprovalPending
+
+    (tmp_path / "policy.yaml").write_text(APPROVAL_POLICY)
+    paid: list = []
+    model = ScriptedChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "pay", "args": {"amount": 5}, "id": "t1"}]),
+        AIMessage(content="I paid.")]))
+    recorder = Recorder(store, policy=Policy.load(tmp_path / "policy.yaml"), approvals="suspend")
+    with pytest.raises(ApprovalPending) as raised:
+        with recorder.run(agent="payer") as run:
+            graph = react_agent(model, ToolNode(governed_tools(run, [_pay_tool(paid)]), handle_tool_errors=True))
+            value, config = {"messages": [("user", "pay 5")]}, {"callbacks": [SealboxCallbackHandler(run)]}
+            asyncio.run(graph.ainvoke(value, config=config)) if use_async else graph.invoke(value, config=config)
+    assert (raised.value.run_id, raised.value.call_id) == (run.run_id, "t1") and paid == []
+    assert [(k, s) for k, s, _ in events_of(store, run.run_id)] == [
+        ("run.started", "1"), ("model.call", "2"), ("tool.call", "2.1"), ("policy.decision", "2.1"),
+        ("approval.requested", "2.1"), ("run.suspended", "2.1")]
+    assert store.get_run(run.run_id)["status"] == "suspended"
+
+
+def test_a_call_that_cannot_be_recorded_fails_the_graph_even_when_the_tool_node_handles_errors(store):
+    """With handle_tool_errors=True a RecordingError became "Error: RecordingError(...)" for the
+    model and the run ended ok, though the docs say the run fails with RecordingError."""
+    from langgraph.prebuilt import ToolNode
+
+    from sealbox.errors import RecordingError
+
+    paid: list = []
+    model = ScriptedChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "pay", "args": {"amount": 5}, "id": "t1"}]),
+        AIMessage(content="I paid.")]))
+    original = store.append_with
+
+    def failing(build, **kwargs):
+        def checked(reader):
+            drafts = build(reader)
+            if any(d.kind == "tool.call" for d in drafts):
+                raise OSError("disk full")
+            return drafts
+        return original(checked, **kwargs)
+
+    with pytest.raises(RecordingError, match="disk full"):
+        with Recorder(store, policy=ALLOW_ALL).run(agent="payer") as run:
+            graph = react_agent(model, ToolNode(governed_tools(run, [_pay_tool(paid)]), handle_tool_errors=True))
+            store.append_with = failing
+            try:
+                graph.invoke({"messages": [("user", "pay 5")]}, config={"callbacks": [SealboxCallbackHandler(run)]})
+            finally:
+                store.append_with = original
+    assert paid == []
+    events = events_of(store, run.run_id)
+    assert [k for k, _, _ in events] == ["run.started", "model.call", "run.ended"]
+    assert events[-1][2]["error"] == {"type": "RecordingError", "message": "could not record: disk full"}

@@ -40,6 +40,8 @@ from langchain_core.tools import BaseTool
 from pydantic import PrivateAttr
 
 from sealbox.adapters import to_plain
+from sealbox.approvals import ApprovalPending
+from sealbox.errors import RecordingError
 from sealbox.recorder import RunContext, ToolDenied, unused_call_id
 
 __all__ = ["DEFAULT_SERVER", "GovernedTool", "SealboxCallbackHandler", "governed_tool", "governed_tools"]
@@ -61,6 +63,7 @@ def _default_deny_message(denied: ToolDenied) -> str:
 #: human: the tool runs again once answered), ``Command(graph=PARENT)``. Recorded in ``tool.result``,
 #: never counted by the circuit breaker (five interrupts opened it; the answered calls were denied).
 _CONTROL_FLOW: tuple[type[BaseException], ...] = ()
+_BUBBLE_UP: type[BaseException] | None = None
 #: What a node raises when the graph stops to wait for a human (``interrupt()``); the graph's own
 #: chain then ends normally, with the state it is waiting in.
 _INTERRUPT: tuple[type[BaseException], ...] = ()
@@ -69,8 +72,31 @@ try:
 
     _CONTROL_FLOW = (GraphBubbleUp,)
     _INTERRUPT = (GraphInterrupt,)
+    _BUBBLE_UP = GraphBubbleUp
 except ImportError:  # pragma: no cover - langchain without langgraph
     pass
+
+#: RecordingError / ApprovalPending subclasses that are also LangGraph's GraphBubbleUp (see below).
+_PASSING: dict[type, type] = {}
+
+
+def _passing_the_graph(error: Exception) -> Exception:
+    """``error`` as an instance of a subclass of its own type that is also LangGraph's
+    ``GraphBubbleUp``, which ``ToolNode`` (whatever its ``handle_tool_errors``) and retry policies
+    let through to the caller of ``invoke``: a call that cannot be recorded fails the graph, and a
+    call waiting for an approval suspends the run, instead of the model being told "Error: …" and
+    the graph going on (``error`` itself without LangGraph)."""
+    if _BUBBLE_UP is None:
+        return error
+    base = type(error)
+    cls = _PASSING.get(base)
+    if cls is None:
+        cls = _PASSING[base] = type(base.__name__, (base, _BUBBLE_UP),
+                                    {"__module__": base.__module__, "__qualname__": base.__qualname__})
+    out = cls.__new__(cls, *error.args)
+    out.__dict__.update(error.__dict__)
+    out.args = error.args
+    return out
 
 
 def _tool_message_failure(result: Any) -> str | None:
@@ -164,6 +190,8 @@ class GovernedTool(BaseTool):
                 failure=_tool_message_failure, control_flow=_CONTROL_FLOW)
         except ToolDenied as denied:
             return self._denied(denied, call_id)
+        except (RecordingError, ApprovalPending) as stop:
+            raise _passing_the_graph(stop) from stop.__cause__
         finally:
             _GOVERNED.reset(token)
 
@@ -179,6 +207,8 @@ class GovernedTool(BaseTool):
                 failure=_tool_message_failure, control_flow=_CONTROL_FLOW)
         except ToolDenied as denied:
             return self._denied(denied, call_id)
+        except (RecordingError, ApprovalPending) as stop:
+            raise _passing_the_graph(stop) from stop.__cause__
         finally:
             _GOVERNED.reset(token)
 
