@@ -486,6 +486,9 @@ def _check_labels(labels: Any) -> None:
     for key, value in labels.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise ConfigError(f"labels must map strings to strings, got {key!r}: {value!r}; nothing was recorded")
+        if not key or "=" in key or key != key.strip():
+            raise ConfigError(f"label name {key!r} is empty, holds '=' or starts or ends with a space: "
+                              "`sealbox runs list --label KEY=VALUE` could never select it; nothing was recorded")
         for what, text in (("name", key), ("value", value)):
             if _lone_surrogate(text):
                 raise ConfigError(f"label {key!r}: its {what} {text!r} contains a lone surrogate, which a label "

@@ -107,6 +107,25 @@ def test_a_label_with_a_lone_surrogate_is_refused_naming_it(store):
         Recorder(store, policy=ALLOW_ALL).run(agent="lab", labels={"s": "a\udcff"})
 
 
+@pytest.mark.parametrize("name", ["", "a=b", " env", "env "])
+def test_a_label_name_runs_list_could_never_select_is_refused(store, name):
+    """`runs list --label KEY=VALUE` splits at the first '=' and strips the key: a run labelled
+    {"a=b": "c"}, {"": "x"} or {" env": "x"} was recorded but no --label could ever select it."""
+    before = _run_ids(store)
+    with pytest.raises(ConfigError) as raised:
+        Recorder(store, policy=ALLOW_ALL).run(agent="lab", labels={"ok": "1", name: "x"})
+    assert str(raised.value) == (f"label name {name!r} is empty, holds '=' or starts or ends with a space: "
+                                 "`sealbox runs list --label KEY=VALUE` could never select it; nothing was recorded")
+    assert _run_ids(store) == before
+
+
+def test_label_values_may_hold_what_names_may_not(store):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="lab", labels={"q": "a=b", "s": " x "}) as run:
+        pass
+    assert [r["run_id"] for r in store.query_runs(labels=["q=a=b"])] == [run.run_id]
+    assert [r["run_id"] for r in store.query_runs(labels=["s= x "])] == [run.run_id]
+
+
 def test_string_labels_are_recorded(store):
     with Recorder(store, policy=ALLOW_ALL).run(agent="lab", labels={"env": "prod", "team": ""}) as run:
         pass
