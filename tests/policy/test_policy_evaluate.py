@@ -267,3 +267,34 @@ def test_candidates_are_only_rules_whose_server_and_tool_match(tmp_path):
     policy = load(tmp_path, "version: 1\nrules:\n" + rules + "  - id: any-db\n    match: {server: 's5*'}\n    effect: deny\n")
     assert [r.id for r in policy.candidates("s50", "t50")] == ["r50", "any-db"]
     assert [r.id for r in policy.candidates("s1", "t50")] == []
+
+
+@pytest.mark.parametrize("expensive", [False, True])
+def test_a_condition_error_never_quotes_an_arguments_value_in_the_reason(tmp_path, expensive):
+    """CEL's matches() quotes the regex it could not compile; a rule matching a value against a
+    pattern taken from the arguments put that value in the decision's reason, which is stored in
+    clear in every content mode (the arguments themselves redacted, or markers in hashes-only)."""
+    secret = "(sk-prefix-of-a-Secret-91"
+    policy = guarded(tmp_path, "call.arguments.name.matches(call.arguments.pattern)", timeout=5000, expensive=expensive)
+    d = policy.evaluate(call(arguments={"name": "alice", "pattern": secret, "other": ["abc", {"k": "Secret"}]}))
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "guardrail_error", "guard")
+    assert secret not in d.reason and "sk-prefix" not in d.reason
+    assert d.reason.startswith("rule 'guard': condition raised ")
+    assert "'<an argument's value>' not a valid regex" in d.reason
+
+
+def test_a_condition_error_quoting_an_argument_is_stored_without_it_in_a_hashes_only_store(tmp_path):
+    from sealbox import init_store
+    from sealbox.recorder import Recorder, ToolDenied
+    from sealbox.redaction import ContentPolicy
+
+    store = init_store(tmp_path / "store", content=ContentPolicy(mode="hashes-only"))
+    policy = guarded(tmp_path, "call.arguments.name.matches(call.arguments.pattern)")
+    with Recorder(store, policy=policy).run(agent="a") as run:
+        with pytest.raises(ToolDenied):
+            run.call_tool("db", "lookup", {"name": "x", "pattern": "[Private-Pattern-77"}, lambda **_: 1)
+    decision = [e for e in store.read_run(run.run_id) if e.kind == "policy.decision"][0]
+    assert decision.payload["reason"].startswith("rule 'guard': condition raised RuntimeError: Function 'matches' "
+                                                 "error: '<an argument's value>' not a valid regex")
+    store.close()
+    assert b"Private-Pattern-77" not in (tmp_path / "store" / "sealbox.db").read_bytes()

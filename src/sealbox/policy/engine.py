@@ -229,7 +229,8 @@ class Policy:
                     if not self.run_condition(rule.condition, state):
                         continue
                 except _Failure as exc:
-                    return "deny", "guardrail_error", rule.id, f"rule {rule.id!r}: {exc}", None, None
+                    why = _without_argument_values(str(exc), call.arguments)
+                    return "deny", "guardrail_error", rule.id, f"rule {rule.id!r}: {why}", None, None
             if rule.require_grant:
                 refusal = _grant_refusal(rule, call.grant)
                 if refusal is not None:
@@ -263,7 +264,8 @@ class Policy:
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # noqa: BLE001 - CEL errors, incl. PyO3 panics
-            raise _Failure(f"condition raised {type(exc).__name__}: {_short(exc)}") from exc
+            why = _short(_without_argument_values(str(exc), state.call.arguments))  # before it is cut
+            raise _Failure(f"condition raised {type(exc).__name__}: {why}") from exc
         elapsed_ms = (time.perf_counter() - t0) * 1000
         if elapsed_ms > self.timeout_ms:
             raise _Failure(f"condition took {elapsed_ms:.1f} ms, above the time limit of {self.timeout_ms} ms")
@@ -290,7 +292,9 @@ class Policy:
         if status == "timeout":
             raise _Failure(f"expensive condition exceeded the time limit of {self.timeout_ms} ms; worker killed")
         if status == "error":
-            raise _Failure(f"condition raised {_short(value)}")
+            call = variables.get("call")
+            arguments = call.get("arguments") if isinstance(call, dict) else None
+            raise _Failure(f"condition raised {_short(_without_argument_values(str(value), arguments))}")
         if status == "nonbool":
             raise _Failure(f"condition returned {value}, not a bool")
         return bool(value)
@@ -311,6 +315,33 @@ def _grant_refusal(rule: Rule, grant: Any) -> tuple[str, str] | None:
         return "guardrail_error", (f"rule {rule.id!r} requires an explicit grant, and the call's grant is "
                                    "not known (none given, as in inputs recorded before call.grant)")
     return "guardrail_error", f"rule {rule.id!r} requires an explicit grant, and the call's grant {grant!r} is not a grant id"
+
+
+#: What an argument's value quoted by a condition's error becomes in the decision's reason.
+ARGUMENT_VALUE = "<an argument's value>"
+
+
+def _without_argument_values(text: str, arguments: Any, minimum: int = 4) -> str:
+    """``text`` (a condition's error, which may quote the value it failed on: CEL's ``matches``
+    quotes the regex) with every string of the call's arguments of at least ``minimum`` characters
+    replaced by :data:`ARGUMENT_VALUE`. A decision's reason is stored in clear in every content
+    mode, while the arguments themselves are redacted (a password) or kept only as a marker
+    (``hashes-only``)."""
+    found: set[str] = set()
+    stack, budget = [arguments], 100_000
+    while stack and budget > 0:
+        budget -= 1
+        value = stack.pop()
+        if isinstance(value, str):
+            if len(value) >= minimum and value in text:
+                found.add(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+    for value in sorted(found, key=len, reverse=True):
+        text = text.replace(value, ARGUMENT_VALUE)
+    return text
 
 
 def _short(exc: Any) -> str:
