@@ -593,7 +593,7 @@ class RunContext:
         self._links: dict[str, str] = {}  # tool call id from a model response -> its step
         self._call_ids: set[str] = set()  # call ids of this run's tool.call events (recorded or being recorded)
         self._clean_calls: set[str] = set()  # gated here, nothing redacted from the arguments, no result yet
-        self._error_secrets: set[str] = set()  # redacted argument values of calls that raised (docs/content-modes.md)
+        self._error_secrets: set[str] = set()  # redacted argument values of the run's calls (docs/content-modes.md)
         self._token: contextvars.Token | None = None
         self.suspended = False
         self.ended = False
@@ -1144,6 +1144,21 @@ class RunContext:
                     self._error_secrets.update(values)
         return values
 
+    def _without_echoed_secrets(self, value: Any) -> Any:
+        """``value`` (a model call's request or response, a saved state) with every string redaction
+        took out of this run's tool-call arguments so far (:meth:`_redacted_values`) replaced by its
+        in-string marker, as in a result that echoes it: a tool's output repeating a password goes
+        back to the model in the next request, and into a saved conversation. ``value`` itself (no
+        cost) when the run's arguments lost nothing to redaction, or outside ``redacted`` mode."""
+        with self._lock:
+            if not self._error_secrets:
+                return value
+            secrets = sorted(self._error_secrets, key=lambda v: (-len(v), v))
+        from sealbox.canonical import MAX_DEPTH, encode, pre_encoded
+
+        scrubbed, changed = self.store.redactor.scrub_values_in(encode(value, max_depth=MAX_DEPTH - 3), secrets)
+        return pre_encoded(scrubbed) if changed else value
+
     def _error_dict(self, error: BaseException, secrets: list[str], traceback: bool = False) -> dict[str, str]:
         """``{"type", "message"[, "traceback"]}`` of an exception, as valid Unicode (a lone surrogate
         becomes the text ``\\udcff``) with ``secrets`` replaced by in-string markers (docs/content-modes.md).
@@ -1218,8 +1233,10 @@ class RunContext:
             for i, tc_id in reversed(list(enumerate(ids, start=1))):  # a repeated id links its first position
                 if tc_id not in self._call_ids:
                     self._links[tc_id] = f"{step}.{i}"
-        payload = {"provider": info.provider, "model": info.model, "format": info.format, "request": info.request,
-                   "response": info.response, "usage": use, "latency_us": latency_us, "tool_call_ids": ids}
+        payload = {"provider": info.provider, "model": info.model, "format": info.format,
+                   "request": self._without_echoed_secrets(info.request),
+                   "response": self._without_echoed_secrets(info.response), "usage": use, "latency_us": latency_us,
+                   "tool_call_ids": ids}
         if info.stream_chunks:
             payload["stream"] = {"chunks": info.stream_chunks}
         drafts = [self._draft("model.call", payload, step)]
@@ -1359,7 +1376,7 @@ class RunContext:
                                   "nothing was recorded")
             if label and _lone_surrogate(label):
                 _check_name("state label", label)
-        payload: dict[str, Any] = {"state": state}
+        payload: dict[str, Any] = {"state": self._without_echoed_secrets(state)}
         if label:
             payload["label"] = label
         self._append([self._draft("state.saved", payload, self._take_step())])

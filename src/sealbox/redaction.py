@@ -503,6 +503,8 @@ class Redactor:
 
     def _member(self, key: str, value: Any, path: list[str], changed: list[bool]) -> Any:
         if _norm_key(key) in self._keys and value is not None:
+            if type(value) is str and _WHOLE_MARKER.fullmatch(value):
+                return value  # an in-string marker already (a value scrubbed before): marked again, it would not match
             changed[0] = True
             return self.marker(value)
         return self._walk(value, path + [key], changed)

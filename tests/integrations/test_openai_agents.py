@@ -690,3 +690,29 @@ async def test_a_tool_call_that_cannot_be_recorded_fails_the_run_with_recording_
     ended = events_of(store, run.run_id)[-1]
     assert ended[0] == "run.ended" and ended[2]["error"] == {"type": "RecordingError",
                                                             "message": "could not record: disk full"}
+
+
+@sync
+async def test_a_tool_output_echoing_the_password_is_redacted_in_the_next_model_request(tmp_path):
+    """The tool.result stored the marker of a password the tool's output repeated, but the SDK sends
+    that output back to the model (a function_call_output item): the next model.call held it in clear."""
+    secret = "Echoed-Secret-Pw-77"
+    store = sealbox.init_store(tmp_path / "store")
+
+    @function_tool
+    def login(user: str, password: str) -> str:
+        """Log in."""
+        return f"logged in {user} with {password}"
+
+    model = ScriptedModel([response([call("c1", "login", json.dumps({"user": "bob", "password": secret}))], 10, 5, "r1"),
+                           response([text("ok")], 20, 5, "r2")])
+    async with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        await Runner.run(instrument(run, Agent(name="a", model=model, tools=[login])), "log in")
+    assert model.inputs[1][-1]["output"] == f"logged in bob with {secret}"  # the model got the real output
+    events = events_of(store, run.run_id)
+    marker = next(p for k, _, p in events if k == "tool.call")["arguments"]["password"]["$redacted"]
+    second = [p for k, _, p in events if k == "model.call"][1]
+    sent = [i for i in second["request"]["input"] if i.get("type") == "function_call_output"]
+    assert sent == [{"call_id": "c1", "output": f"logged in bob with ⟦redacted:{marker}⟧", "type": "function_call_output"}]
+    store.close()
+    assert secret.encode() not in (tmp_path / "store" / "sealbox.db").read_bytes()

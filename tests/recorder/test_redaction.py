@@ -945,3 +945,47 @@ def test_configured_paths_reach_into_pydantic_models_and_dataclasses(tmp_path):
     assert request["messages"][0]["role"] == "user" and is_marker(request["messages"][0]["content"])  # made plain
     assert_verified(store)
     assert_nowhere(store, tmp_path / "store", ["PRIVATE-RESULT-1", "PRIVATE-STATE-1", "PRIVATE-STATE-2", "PRIVATE-REQUEST-1"])
+
+
+def test_a_tool_output_echoing_a_secret_is_scrubbed_from_the_next_model_request_and_the_saved_state(tmp_path):
+    """The tool.result of a login tool that says "logged in with <password>" stores the marker, but
+    the agent sends that output back to the model: the next model.call's request, and a saved
+    conversation, held the password in clear. They now hold the same in-string marker."""
+    store = new_store(tmp_path)
+    rec = Recorder(store, policy=ALLOW_ALL)
+    first = {"id": "c1", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0, "message": {
+        "role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "login", "arguments": json.dumps({"user": "bob", "password": PASSWORD})}}]}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 5}}
+    with rec.run(agent="redaction") as run:
+        m = run.model_call({"model": "gpt-4o", "messages": [{"role": "user", "content": "log in"}]}, first)
+        tc = m.tool_calls[0]
+        output = run.call_tool("api", "login", tc.arguments, lambda user, password: f"logged in {user} with {password}",
+                               call_id=tc.id)
+        messages = [{"role": "user", "content": "log in"}, first["choices"][0]["message"],
+                    {"role": "tool", "tool_call_id": "call_1", "content": output}]
+        run.model_call({"model": "gpt-4o", "messages": messages},
+                       {"id": "c2", "object": "chat.completion", "model": "gpt-4o", "choices": [{"index": 0, "message": {
+                           "role": "assistant", "content": f"Done: {output}"}}],
+                        "usage": {"prompt_tokens": 9, "completion_tokens": 3}})
+        run.save_state({"messages": messages})
+    assert output == f"logged in bob with {PASSWORD}"  # the agent is not affected
+    mark = f"⟦redacted:hmac-sha256:{_marker_hex(events_of(store, run.run_id, 'tool.call')[0].payload['arguments']['password'])}⟧"
+    second = store.resolve(events_of(store, run.run_id, "model.call")[1].payload)
+    assert second["request"]["messages"][2] == {"role": "tool", "tool_call_id": "call_1", "content": f"logged in bob with {mark}"}
+    assert second["response"]["choices"][0]["message"]["content"] == f"Done: logged in bob with {mark}"
+    state = store.resolve(events_of(store, run.run_id, "state.saved")[0].payload)["state"]
+    assert state["messages"][2]["content"] == f"logged in bob with {mark}"
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", [PASSWORD])
+
+
+def test_model_calls_and_state_are_stored_as_given_when_no_argument_lost_anything(tmp_path):
+    store = new_store(tmp_path)
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="redaction") as run:
+        run.call_tool("api", "echo", {"text": PASSWORD}, lambda text: text)  # not under a sensitive name: kept
+        run.model_call({"model": "m", "messages": [{"role": "tool", "content": PASSWORD}]}, {"text": PASSWORD})
+        run.save_state({"last": PASSWORD})
+    assert store.resolve(events_of(store, run.run_id, "model.call")[0].payload)["request"]["messages"][0]["content"] == PASSWORD
+    assert store.resolve(events_of(store, run.run_id, "state.saved")[0].payload)["state"] == {"last": PASSWORD}
