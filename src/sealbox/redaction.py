@@ -211,6 +211,9 @@ class Redactor:
         self._any_relaxed = _compile_any(relaxed)
         self._scan = _c_scan_text is not None and self._quick and self._scan_plan()
         self._pair_rx = _pair_regex(self._keys) if self._quick and self._keys else None
+        # JSON held in a string is parsed only when a sensitive name may be in it (a quoted key or pair name)
+        self._json_gate = re.compile('"(?:' + "|".join(re.escape(k) for k in sorted(self._keys, key=len, reverse=True))
+                                     + ')"') if self._keys else None
 
     def marker(self, value: Any) -> dict[str, str]:
         """``{"$redacted": "hmac-sha256:<hex>"}`` for a strict JSON value."""
@@ -484,7 +487,12 @@ class Redactor:
         value redacts something (a sensitive key name, a pair, a path continuing into it), the text
         becomes that value's JSON with each redacted part as its in-string marker
         ``"⟦redacted:hmac-sha256:<hex>⟧"``; otherwise ``text`` itself. Text that does not parse
-        (or nests too deep to walk) is left to the patterns."""
+        (or nests too deep to walk) is left to the patterns; so is, when no path is configured, one
+        that names no sensitive key as a quoted string and holds no ``\\u`` escape (it cannot lose
+        anything, and is not parsed)."""
+        if not self._paths and "\\u" not in text and (
+                self._json_gate is None or self._json_gate.search(_norm_key(text)) is None):
+            return text
         try:
             parsed = json.loads(text)
         except (ValueError, RecursionError):

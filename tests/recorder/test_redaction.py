@@ -989,3 +989,21 @@ def test_model_calls_and_state_are_stored_as_given_when_no_argument_lost_anythin
         run.save_state({"last": PASSWORD})
     assert store.resolve(events_of(store, run.run_id, "model.call")[0].payload)["request"]["messages"][0]["content"] == PASSWORD
     assert store.resolve(events_of(store, run.run_id, "state.saved")[0].payload)["state"] == {"last": PASSWORD}
+
+
+@pytest.mark.parametrize("text, redacted", [
+    ('{"Pass-Word" : "xyz-secret-1"}', True),           # a sensitive name however spelled and spaced
+    ('{"pass\\u0077ord": "xyz-secret-1"}', True),        # or written with a \u escape
+    ('[ "Cookie" , "session=1" ]', True),                # a [name, value] pair
+    ('{"city": "Paris", "tokens": 3}', False),           # no sensitive name: not rewritten (nor parsed)
+    ('{"note": "the password is in the vault"}', False),  # the word in a value is no key
+])
+def test_json_text_is_redacted_when_it_names_a_sensitive_key(text, redacted):
+    redactor = Redactor(b"k" * 32)
+    out, changed = redactor.apply("arguments", {"body": text})
+    assert changed is redacted
+    if redacted:
+        assert "xyz-secret-1" not in out["body"] and "session=1" not in out["body"]
+        assert IN_STRING.search(out["body"])
+    else:
+        assert out == {"body": text}
