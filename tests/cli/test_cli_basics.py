@@ -375,3 +375,22 @@ def test_verify_canonical_with_a_bundle_is_refused_in_one_line(tmp_path):
     # without it the bundle verifies; with it the store does
     assert subprocess.run([SEALBOX, "verify", str(bundle)], capture_output=True).returncode == 0
     assert subprocess.run([SEALBOX, "verify", "--canonical", str(store_dir)], capture_output=True).returncode == 0
+
+
+def test_runs_show_names_the_label_of_each_saved_state(tmp_path):
+    """`runs show` printed an empty detail for state.saved, so a LangGraph graph's "interrupted"
+    state could not be told from its "final" one without --json."""
+    from sealbox import init_store
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    store = init_store(tmp_path / "store")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="graph") as r:
+        r.save_state({"messages": []}, label="interrupted")
+        r.save_state({"messages": ["done"]}, label="final")
+        r.save_state({"n": 1})
+    store.close()
+    out = run("runs", "show", r.run_id, "--csv", "-s", str(tmp_path / "store"))
+    assert out.returncode == 0, out.stderr
+    saved = [line.split(",") for line in out.stdout.splitlines() if ",state.saved," in line]
+    assert [(cells[1], cells[-1]) for cells in saved] == [("2", "label interrupted"), ("3", "label final"), ("4", "")]

@@ -178,6 +178,8 @@ def _event_row(event, verdicts: dict[int, str] | None = None, arguments=None) ->
         detail = p.get("status", "") + _ended_error(p)
     elif event.kind == "note":
         detail = p.get("text", "")
+    elif event.kind == "state.saved":
+        detail = f"label {p['label']}" if isinstance(p.get("label"), str) else ""
     elif event.kind == "run.started":
         detail = f"agent {p.get('agent')}"
     elif event.kind == "model.call":
