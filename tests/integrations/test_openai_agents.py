@@ -626,10 +626,31 @@ rules:
 """
 
 
+def _pay_tools(paid: list) -> dict:
+    """The same tool made by @function_tool and built by hand (its on_invoke_tool a plain function)."""
+    from agents import FunctionTool
+
+    @function_tool
+    def pay(amount: int) -> str:
+        """Pay an amount."""
+        paid.append(amount)
+        return "paid"
+
+    async def invoke(ctx, arguments: str) -> str:
+        paid.append(json.loads(arguments)["amount"])
+        return "paid"
+
+    by_hand = FunctionTool(name="pay", description="Pay an amount.", on_invoke_tool=invoke, params_json_schema={
+        "type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"],
+        "additionalProperties": False})
+    return {"decorated": pay, "by_hand": by_hand}
+
+
+@pytest.mark.parametrize("kind", ["decorated", "by_hand"])
 @pytest.mark.parametrize("mode", ["suspend", "block"])
 @sync
 async def test_a_call_waiting_for_an_approval_suspends_the_run_instead_of_telling_the_model_it_failed(
-        tmp_path, mode):
+        tmp_path, mode, kind):
     """With approvals="suspend" (or a blocking wait that times out) the recorder raises ApprovalPending;
     the SDK's failure handler turned it into "An error occurred while running the tool" for the model,
     which answered as if done, and the run ended (run.ended after run.suspended). Now Runner.run
@@ -638,14 +659,8 @@ async def test_a_call_waiting_for_an_approval_suspends_the_run_instead_of_tellin
 
     store = sealbox.init_store(tmp_path / "store")
     (tmp_path / "policy.yaml").write_text(APPROVAL_POLICY)
-    paid = []
-
-    @function_tool
-    def pay(amount: int) -> str:
-        """Pay an amount."""
-        paid.append(amount)
-        return "paid"
-
+    paid: list = []
+    pay = _pay_tools(paid)[kind]
     model = ScriptedModel([response([call("c1", "pay", '{"amount": 5}')], 10, 5, "r1"),
                            response([text("I paid.")], 10, 5, "r2")])
     recorder = Recorder(store, policy=Policy.load(tmp_path / "policy.yaml"), approvals=mode, approval_timeout=0.2,

@@ -329,7 +329,10 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
         new.on_invoke_tool = invoker
     else:
         async def on_invoke_tool(ctx: ToolContext[Any], input: str) -> Any:
-            return await governed(ctx, input, lambda: inner(ctx, input))
+            try:
+                return await governed(ctx, input, lambda: inner(ctx, input))
+            except (RecordingError, ApprovalPending) as stop:  # a FunctionTool built by hand: as above
+                raise _passing_the_sdk(stop) from stop.__cause__
 
         on_invoke_tool._sealbox_run = run  # type: ignore[attr-defined]
         new.on_invoke_tool = on_invoke_tool
