@@ -469,7 +469,7 @@ def test_case_grant_is_checked_as_the_recorder_checks_it(tmp_path, capsys, call,
 def test_check_refuses_a_wrongly_typed_require_grant_with_one_line(tmp_path, capsys):
     path = write(tmp_path, GRANTED.replace("require_grant: true", "require_grant: 'yes'"))
     assert run_main(capsys, "policy", "check", str(path)) == (
-        2, "", f"error: {path}:5: rules[0].require_grant: 'yes' is not of type 'boolean'\n")
+        2, "", f"error: {path}:5: rules[0].require_grant must be true or false, not 'yes'\n")
 
 
 def test_explain_takes_the_calls_grant(tmp_path, capsys):

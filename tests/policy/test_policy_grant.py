@@ -175,8 +175,8 @@ def test_require_grant_must_be_a_boolean_one_error_naming_the_line(tmp_path):
     with pytest.raises(PolicyLoadError) as info:
         load(tmp_path, GITHUB.replace("require_grant: true\n    effect: allow", "require_grant: yes\n    effect: allow"))
     err = info.value
-    assert (err.line, err.problem) == (6, "rules[0].require_grant: 'yes' is not of type 'boolean'")
-    assert str(err) == f"{tmp_path / 'policy.yaml'}:6: rules[0].require_grant: 'yes' is not of type 'boolean'"
+    assert (err.line, err.problem) == (6, "rules[0].require_grant must be true or false, not 'yes'")
+    assert str(err) == f"{tmp_path / 'policy.yaml'}:6: rules[0].require_grant must be true or false, not 'yes'"
 
 
 def test_require_grant_on_a_deny_rule_is_refused(tmp_path):

@@ -61,7 +61,7 @@ def test_yaml_11_directive_turning_no_into_false_is_rejected_by_the_schema(tmp_p
             effect: allow
     """)
     assert err.line == 6
-    assert err.problem == "rules[0].match.tool: False is not a string or a list"
+    assert err.problem == "rules[0].match.tool: false is not a string or a list"
 
 
 def test_unknown_field_is_an_error_naming_its_line(tmp_path):
@@ -274,8 +274,8 @@ def test_non_finite_match_values_are_refused(tmp_path):
 def test_integer_limits_refuse_the_same_values(tmp_path, value):
     err = load_error(tmp_path, BASE + f"limits: {{tokens: {{per_run: {value}}}}}\n")
     shown = {".nan": "nan", ".inf": "inf", "-.inf": "-inf"}.get(value)
-    expected = f"{shown} is not of type 'integer', 'null'" if shown else "-1 is less than the minimum of 0"
-    assert (err.line, err.problem) == (7, f"limits.tokens.per_run: {expected}")
+    expected = f" must be a whole number or null, not {shown}" if shown else ": -1 is less than the minimum of 0"
+    assert (err.line, err.problem) == (7, f"limits.tokens.per_run{expected}")
 
 
 def test_zero_limits_are_accepted_and_allow_nothing(tmp_path):
@@ -367,3 +367,19 @@ def test_allow_all_is_explicit_and_fingerprinted():
     assert ALLOW_ALL.fingerprint == Policy.from_dict(ALLOW_ALL.to_dict()).fingerprint
     d = ALLOW_ALL.evaluate(call(tool="anything", server="anywhere"))
     assert (d.effect, d.reason_code, d.rule) == ("allow", "policy_allow", "allow-all")
+
+
+@pytest.mark.parametrize(("replacement", "problem"), [
+    ("id: null", "rules[0].id must be a string, not null"),
+    ("id: [a, 1]", 'rules[0].id must be a string, not ["a", 1]'),
+    ("id: {x: true}", 'rules[0].id must be a string, not {"x": true}'),
+    ("effect: [allow]", 'rules[0].effect: ["allow"] is not one of allow, deny, require_approval'),
+])
+def test_a_wrongly_typed_value_is_quoted_as_the_yaml_spells_it(tmp_path, replacement, problem):
+    """jsonschema's own wording quoted it as Python writes it: "None is not of type 'string'",
+    "['a', 1] is not of type 'string'", "['allow'] is not one of ..."."""
+    field = replacement.split(":")[0]
+    line = {"id": "  - id: reads-ok", "effect": "    effect: allow"}[field]
+    indent = line[:len(line) - len(line.lstrip(" -"))]
+    err = load_error(tmp_path, BASE.replace(line, indent + replacement))
+    assert err.problem == problem

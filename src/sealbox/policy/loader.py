@@ -11,6 +11,7 @@ fingerprint covers.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import re
 from pathlib import Path
@@ -180,21 +181,30 @@ def _message(err: jsonschema.ValidationError) -> str:
         shapes = {"string": "a string", "array": "a list"}
         kinds = [t for t in ("string", "array") if any(f"of type '{t}'" in s for s in subs)]
         if kinds:
-            return f"{err.instance!r} is not " + " or ".join(shapes[k] for k in kinds)
+            return f"{_shown(err.instance)} is not " + " or ".join(shapes[k] for k in kinds)
         if any("pattern" in s for s in subs) or isinstance(err.instance, str):
-            return f"{err.instance!r} is not a duration (seconds, or a number followed by s, m, h or d)"
-        return f"{err.instance!r} is not valid here"
+            return f"{_shown(err.instance)} is not a duration (seconds, or a number followed by s, m, h or d)"
+        return f"{_shown(err.instance)} is not valid here"
     if err.validator == "enum":
-        return f"{err.instance!r} is not one of {', '.join(map(str, err.validator_value))}"
+        return f"{_shown(err.instance)} is not one of {', '.join(map(str, err.validator_value))}"
     if err.validator == "required":
         return err.message.replace("is a required property", "is required")
+    if err.validator == "type":  # jsonschema's own: "None is not of type 'string'", the value as Python writes it
+        wanted = [err.validator_value] if isinstance(err.validator_value, str) else list(err.validator_value)
+        return f"must be {' or '.join(_TYPE_WORDS.get(t, t) for t in wanted)}, not {_shown(err.instance)}"
     return err.message
+
+
+_TYPE_WORDS = {"string": "a string", "integer": "a whole number", "number": "a number", "array": "a list",
+               "object": "a mapping", "boolean": "true or false", "null": "null"}
 
 
 def _shown(value: Any) -> str:
     """A refused value as the policy author wrote it (YAML spelling for null and booleans)."""
     if value is None or isinstance(value, bool):
         return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, (list, dict)):  # flow style, as YAML writes it: ["a", 1], {"k": null}
+        return json.dumps(value, ensure_ascii=False, default=str)
     return repr(value) if isinstance(value, str) else str(value)
 
 
