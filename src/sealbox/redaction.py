@@ -211,9 +211,10 @@ class Redactor:
         self._any_relaxed = _compile_any(relaxed)
         self._scan = _c_scan_text is not None and self._quick and self._scan_plan()
         self._pair_rx = _pair_regex(self._keys) if self._quick and self._keys else None
-        # JSON held in a string is parsed only when a sensitive name may be in it (a quoted key or pair name)
+        # JSON held in a string is parsed only when a sensitive name may be in it (a quoted key or pair name,
+        # its closing quote escaped when the JSON text is itself inside a JSON string held in the text)
         self._json_gate = re.compile('"(?:' + "|".join(re.escape(k) for k in sorted(self._keys, key=len, reverse=True))
-                                     + ')"') if self._keys else None
+                                     + r')\\*"') if self._keys else None
 
     def marker(self, value: Any) -> dict[str, str]:
         """``{"$redacted": "hmac-sha256:<hex>"}`` for a strict JSON value."""

@@ -995,6 +995,8 @@ def test_model_calls_and_state_are_stored_as_given_when_no_argument_lost_anythin
     ('{"Pass-Word" : "xyz-secret-1"}', True),           # a sensitive name however spelled and spaced
     ('{"pass\\u0077ord": "xyz-secret-1"}', True),        # or written with a \u escape
     ('[ "Cookie" , "session=1" ]', True),                # a [name, value] pair
+    ('{"body": "{\\"password\\": \\"xyz-secret-1\\"}"}', True),  # JSON text inside JSON text (its quotes escaped)
+    ('["{\\"api_key\\": \\"xyz-secret-1\\"}"]', True),
     ('{"city": "Paris", "tokens": 3}', False),           # no sensitive name: not rewritten (nor parsed)
     ('{"note": "the password is in the vault"}', False),  # the word in a value is no key
 ])
