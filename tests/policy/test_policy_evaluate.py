@@ -283,6 +283,17 @@ def test_a_condition_error_never_quotes_an_arguments_value_in_the_reason(tmp_pat
     assert "'<an argument's value>' not a valid regex" in d.reason
 
 
+@pytest.mark.parametrize("expensive", [False, True])
+def test_a_condition_error_never_quotes_the_lines_of_a_multi_line_argument(tmp_path, expensive):
+    # the regex crate's error shows a pattern of several lines as numbered lines: "1: (sk-first-line-31 ^ 2: …"
+    secret = "(sk-first-line-31\nsecond-line-of-it-47"
+    policy = guarded(tmp_path, "call.arguments.name.matches(call.arguments.pattern)", timeout=5000, expensive=expensive)
+    d = policy.evaluate(call(arguments={"name": "alice", "pattern": secret}))
+    assert (d.effect, d.reason_code, d.rule) == ("deny", "guardrail_error", "guard")
+    assert "first-line" not in d.reason and "second-line" not in d.reason
+    assert "'<an argument's value>' not a valid regex" in d.reason
+
+
 def test_a_condition_error_quoting_an_argument_is_stored_without_it_in_a_hashes_only_store(tmp_path):
     from sealbox import init_store
     from sealbox.recorder import Recorder, ToolDenied

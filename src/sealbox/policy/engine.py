@@ -333,8 +333,10 @@ def _without_argument_values(text: str, arguments: Any, minimum: int = 4) -> str
         budget -= 1
         value = stack.pop()
         if isinstance(value, str):
-            if len(value) >= minimum and value in text:
-                found.add(value)
+            # a multi-line value is quoted line by line (the regex crate numbers a pattern's lines)
+            for part in (value, *value.splitlines()) if "\n" in value or "\r" in value else (value,):
+                if len(part) >= minimum and part in text:
+                    found.add(part)
         elif isinstance(value, dict):
             stack.extend(value.values())
         elif isinstance(value, (list, tuple)):
