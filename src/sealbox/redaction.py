@@ -201,6 +201,10 @@ class Redactor:
         self._any = _combined(self.policy.patterns)
         self._quick = _quick_ok(self.policy, self._any)
         self._seen: dict[bytes, bool] = {}  # canonical text -> _clean's verdict (a few, small)
+        # string -> (what the walk makes of it, whether it changed): a conversation resent every turn is
+        # walked again each time (its JSON texts decline the quick check), its strings are not searched again
+        self._texts: dict[str, tuple[str, bool]] = {}
+        self._texts_size = 0
         self._prefilters = _prefilters(self.policy.patterns) if self._quick else ()
         self._key_marks = tuple(f'"{k}":' for k in self._keys)
         # the same tests, one C-speed search each: any key mark; any relaxed (regex) prefilter
@@ -476,10 +480,26 @@ class Redactor:
                 return [self._walk(value[0], path + ["0"], changed), self.marker(value[1])]
             return [self._walk(v, path + [str(i)], changed) for i, v in enumerate(value)]
         if type(value) is str:
+            memo = self._texts if not self._paths else None  # without paths a string's redaction ignores where it is
+            if memo is not None:
+                known = memo.get(value)
+                if known is not None:
+                    if known[1]:
+                        changed[0] = True
+                    return known[0]
+            before, inner = value, [False]
             if value[:1] in _JSON_OPENERS or value.lstrip()[:1] in _JSON_OPENERS:
-                value = self._walk_json_text(value, path, changed)
+                value = self._walk_json_text(value, path, inner)
             if self._patterns:
-                return self._scrub(value, changed)
+                value = self._scrub(value, inner)
+            if inner[0]:
+                changed[0] = True
+            if memo is not None and len(before) >= 64:
+                if self._texts_size > _TEXTS_BUDGET:
+                    memo.clear()
+                    self._texts_size = 0
+                memo[before] = (value, inner[0])
+                self._texts_size += len(before) + len(value)
         return value
 
     def _walk_json_text(self, text: str, path: list[str], changed: list[bool]) -> str:
@@ -588,6 +608,7 @@ class Redactor:
 
 
 _JSON_OPENERS = ("{", "[")
+_TEXTS_BUDGET = 8 << 20  # characters of the strings Redactor._texts keeps (it is emptied beyond)
 #: Tags of objects encoded as their fields (docs/canonical.md): transparent to redaction paths.
 _OBJECT_TAGS = ("$pydantic", "$dataclass")
 

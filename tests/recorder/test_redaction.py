@@ -1009,3 +1009,30 @@ def test_json_text_is_redacted_when_it_names_a_sensitive_key(text, redacted):
         assert IN_STRING.search(out["body"])
     else:
         assert out == {"body": text}
+
+
+def test_a_conversation_resent_each_turn_is_not_searched_again(tmp_path, monkeypatch):
+    """A conversation holding JSON text (tool outputs, function-call arguments) declines the quick
+    check, so every turn walks it whole; its strings' verdicts are kept, so that a 200-turn
+    conversation does not run the patterns over every earlier message again each turn. A kept
+    verdict says the same: the text's markers, and that the value changed."""
+    from sealbox.redaction import Redactor
+
+    redactor = Redactor(b"k" * 32)
+    searched: list[str] = []
+    scrub = Redactor._scrub
+    monkeypatch.setattr(Redactor, "_scrub", lambda self, text, changed: (searched.append(text), scrub(self, text, changed))[1])
+    leak = "key sk-" + "A" * 40 + " in a long enough message to be kept " + "x" * 30
+    messages = [{"role": "tool", "content": json.dumps({"rows": ["r" * 80, i]})} for i in range(50)]
+    first, changed1 = redactor.apply("request", {"messages": messages + [{"role": "user", "content": leak}]})
+    assert changed1 and "sk-AAAA" not in json.dumps(first) and len([t for t in searched if len(t) >= 64]) == 51
+    searched.clear()
+    messages.append({"role": "user", "content": "one more " * 10})
+    again, changed2 = redactor.apply("request", {"messages": messages + [{"role": "user", "content": leak}]})
+    assert changed2 and again["messages"][-1] == first["messages"][-1] and IN_STRING.search(again["messages"][-1]["content"])
+    assert again["messages"][:50] == first["messages"][:50]
+    assert [t for t in searched if len(t) >= 64] == ["one more " * 10]  # of the long texts, only the new one was searched
+    # with a configured path a string's redaction depends on where it is: nothing is kept
+    by_path = Redactor(b"k" * 32, ContentPolicy(paths=("request.messages.*.content",)))
+    out, changed = by_path.apply("request", {"messages": [{"content": "m" * 80}], "note": "m" * 80})
+    assert changed and out["note"] == "m" * 80 and out["messages"][0]["content"] != "m" * 80
