@@ -551,8 +551,10 @@ class Redactor:
         if tag in _OBJECT_TAGS and type(inner) is dict and type(inner.get("fields")) is dict:
             # an object (a LangChain message, a dataclass) is its fields for paths, as a dict is:
             # result.content, request.messages.*.content, state.messages.*.content
-            return {tag: {k: self._walk(v, path, changed) if k == "fields" else self._member(k, v, path + [tag], changed)
-                          for k, v in inner.items()}}
+            # (the spelled-out path, result.$pydantic.fields.content, still matches: a store configured
+            # with it before kept redacting that text; the two segments are optional in _path_hit)
+            return {tag: {k: self._walk(v, path + [(tag, k)], changed) if k == "fields"
+                          else self._member(k, v, path + [tag], changed) for k, v in inner.items()}}
         if tag == "$map" and type(inner) is list:
             pairs = []
             for pair in inner:
@@ -591,10 +593,13 @@ class Redactor:
                 texts += [v for v in (inner.get("name"), inner.get("value")) if type(v) is str]
         return any(_norm_key(t) in self._keys for t in texts)
 
-    def _path_hit(self, path: list[str]) -> bool:
-        for pattern in self._paths:
-            if len(pattern) == len(path) and all(fnmatch.fnmatchcase(p, q) for p, q in zip(path, pattern)):
-                return True
+    def _path_hit(self, path: list) -> bool:
+        if not self._paths:
+            return False
+        for variant in _path_variants(path):
+            for pattern in self._paths:
+                if len(pattern) == len(variant) and all(fnmatch.fnmatchcase(p, q) for p, q in zip(variant, pattern)):
+                    return True
         return False
 
     def _scrub(self, text: str, changed: list[bool]) -> str:
@@ -605,6 +610,20 @@ class Redactor:
                 changed[0] = True
                 text = pattern.sub(lambda m: f"⟦redacted:{self.marker(m.group(0))[MARKER_TAG]}⟧", text)
         return text
+
+
+def _path_variants(path: list) -> list[list[str]]:
+    """The spellings of a walked path: an object's ``(tag, "fields")`` segment is left out (the object
+    is its fields, ``result.content``) or written out (``result.$pydantic.fields.content``)."""
+    variants: list[list[str]] = [[]]
+    for segment in path:
+        if type(segment) is tuple:
+            if len(variants) < 64:
+                variants += [v + list(segment) for v in variants]
+        else:
+            for v in variants:
+                v.append(segment)
+    return variants
 
 
 _JSON_OPENERS = ("{", "[")

@@ -1036,3 +1036,23 @@ def test_a_conversation_resent_each_turn_is_not_searched_again(tmp_path, monkeyp
     by_path = Redactor(b"k" * 32, ContentPolicy(paths=("request.messages.*.content",)))
     out, changed = by_path.apply("request", {"messages": [{"content": "m" * 80}], "note": "m" * 80})
     assert changed and out["note"] == "m" * 80 and out["messages"][0]["content"] != "m" * 80
+
+
+@pytest.mark.parametrize("path", ["result.$pydantic.fields.content", "result.*.fields.content", "result.content"])
+def test_a_spelled_out_path_into_an_object_still_redacts_it(tmp_path, path):
+    """Before objects became their fields for paths, the spelled-out path (result.$pydantic.fields.content,
+    or result.*.fields.content) was the one that redacted a pydantic model's field; a store's paths are
+    fixed for its life, so it must go on matching, beside the plain result.content."""
+    import pydantic
+
+    class Message(pydantic.BaseModel):
+        role: str
+        content: str
+
+    store = new_store(tmp_path, paths=(path,))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="paths") as run:
+        run.call_tool("api", "ask", {}, lambda: Message(role="tool", content="PRIVATE-SPELLED-1"))
+    result = store.resolve(events_of(store, run.run_id, "tool.result")[0].payload)["result"]
+    assert result["$pydantic"]["fields"]["role"] == "tool" and is_marker(result["$pydantic"]["fields"]["content"])
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", ["PRIVATE-SPELLED-1"])
