@@ -458,3 +458,37 @@ def test_an_async_stream_is_served_as_an_async_iterator_of_chunks_in_a_replay(st
     assert notes == ["Checking."]
     [call] = [store.resolve(e.payload) for e in store.read_run(result.new_run_id) if e.kind == "model.call"]
     assert (call["format"], call["response"]["choices"][0]["message"]["content"]) == ("openai.chat", "Checking.")
+
+
+def test_an_async_stream_read_in_async_with_is_served_in_a_replay(store):
+    """The OpenAI SDK's idiom is `async with await client...create(stream=True) as stream`; an
+    AsyncRecordedStream supports it live, so the replayed chunks must too (an agent that works live
+    must not fail in its replay with a TypeError about the context manager protocol)."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1764000000, "model": "gpt-4o"}
+    chat = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Chec"}, "finish_reason": None}]},
+            {**head, "choices": [{"index": 0, "delta": {"content": "king."}, "finish_reason": "stop"}]}]
+
+    async def live(_request):
+        for chunk in chat:
+            yield chunk
+
+    async def agent(run):
+        text = ""
+        async with await run.acomplete({"model": "gpt-4o", "messages": []}, live) as stream:
+            async for chunk in stream:
+                text += "".join(c["delta"].get("content") or "" for c in chunk["choices"])
+        run.note(text)
+
+    async def record():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="streamer") as run:
+            await agent(run)
+        return run
+
+    run = asyncio.run(record())
+    result = Replayer(store).replay(run.run_id, agent)
+    assert (result.reproduced, result.agent_error, result.divergence) == (True, None, None)
+    notes = [store.resolve(e.payload)["text"] for e in store.read_run(result.new_run_id) if e.kind == "note"]
+    assert notes == ["Checking."]

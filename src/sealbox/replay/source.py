@@ -317,7 +317,7 @@ def _decoded(stored: Any) -> Any:
 
 class _AsyncChunks:
     """A replayed stream's chunks for ``RunContext.acomplete``: ``async for`` reads them as the
-    recorded run read its async stream; ``close()`` / ``aclose()`` end it."""
+    recorded run read its async stream (also inside ``async with``); ``close()`` / ``aclose()`` end it."""
 
     def __init__(self, chunks: list) -> None:
         self._chunks = iter(chunks)
@@ -335,6 +335,12 @@ class _AsyncChunks:
         self._chunks = iter(())
 
     close = aclose
+
+    async def __aenter__(self) -> "_AsyncChunks":  # `async with await run.acomplete(...) as stream`, as live
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
 
 
 def as_stream(response: dict, fmt: Any) -> Any:
