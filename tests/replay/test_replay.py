@@ -492,3 +492,26 @@ def test_an_async_stream_read_in_async_with_is_served_in_a_replay(store):
     assert (result.reproduced, result.agent_error, result.divergence) == (True, None, None)
     notes = [store.resolve(e.payload)["text"] for e in store.read_run(result.new_run_id) if e.kind == "note"]
     assert notes == ["Checking."]
+
+
+def test_a_stream_read_in_with_is_served_in_a_replay(store):
+    """`with client.chat.completions.create(stream=True) as stream` is the SDK's idiom and a
+    RecordedStream supports it live; the replayed chunks (a list) must support it too."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1764000000, "model": "gpt-4o"}
+    chat = [{**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Chec"}, "finish_reason": None}]},
+            {**head, "choices": [{"index": 0, "delta": {"content": "king."}, "finish_reason": "stop"}]}]
+
+    def agent(run):
+        with run.complete({"model": "gpt-4o", "messages": []}, lambda r: iter(chat)) as stream:
+            text = "".join(c["delta"].get("content") or "" for chunk in stream for c in chunk["choices"])
+        run.note(text)
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="streamer") as run:
+        agent(run)
+    result = Replayer(store).replay(run.run_id, agent)
+    assert (result.reproduced, result.agent_error, result.divergence) == (True, None, None)
+    notes = [store.resolve(e.payload)["text"] for e in store.read_run(result.new_run_id) if e.kind == "note"]
+    assert notes == ["Checking."]

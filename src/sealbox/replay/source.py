@@ -221,7 +221,7 @@ class ReplaySource:
         streamed = rec is not None and rec.key.kind == "model.call" and rec.payload.get("stream")
         if streamed and isinstance(response, dict):  # the agent was given stream chunks: it reads a list of them
             chunks = as_stream(response, rec.payload.get("format"))
-            return _AsyncChunks(chunks) if asynchronous else chunks
+            return _AsyncChunks(chunks) if asynchronous else _Chunks(chunks)
         return response
 
     # ----------------------------------------------------------------- tools
@@ -313,6 +313,21 @@ def _decoded(stored: Any) -> Any:
     from sealbox.canonical import decode
 
     return decode(stored)
+
+
+class _Chunks(list):
+    """A replayed stream's chunks for ``RunContext.complete``: a list, which can also be read inside
+    ``with`` and closed, as the :class:`~sealbox.recorder.RecordedStream` the recorded run was given
+    (``with client.chat.completions.create(..., stream=True) as stream``)."""
+
+    def __enter__(self) -> "_Chunks":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
 
 
 class _AsyncChunks:
