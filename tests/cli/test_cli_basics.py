@@ -169,8 +169,8 @@ def test_gateway_check_looks_at_what_the_config_names(tmp_path):
         f"store: {tmp_path / 'nope'}\npolicy: ALLOW_ALL": f"store: {tmp_path / 'nope'} does not exist",
         f"store: {store}\npolicy: {tmp_path / 'bad.yaml'}": "policy: ",
         f"store: {store}\npolicy: {tmp_path / 'missing.yaml'}": "policy: ",
-        f"store: {store}\npolicy: ALLOW_ALL\nlimits: {{call_timeout_s: .nan}}": "gw.yaml:4: limits.call_timeout_s: must be a finite number, not nan",
-        f"store: {store}\npolicy: ALLOW_ALL\nbreaker: {{cooldown_s: .inf}}": "breaker.cooldown_s: must be a finite number, not inf",
+        f"store: {store}\npolicy: ALLOW_ALL\nlimits: {{call_timeout_s: .nan}}": "gw.yaml:4: limits.call_timeout_s: must be a finite number, not .nan",
+        f"store: {store}\npolicy: ALLOW_ALL\nbreaker: {{cooldown_s: .inf}}": "breaker.cooldown_s: must be a finite number, not .inf",
         f"store: {store}\npolicy: ALLOW_ALL\nhttp:\n  tokens:\n    - {{token_env: SEALBOX_T_UNSET, identity: ci}}":
             "environment variable SEALBOX_T_UNSET (token of ci) is unset",
         f"store: {store}\npolicy: ALLOW_ALL\nhttp:\n  tokens:\n    - {{token: aaaaaaaaaaaaaaaaaaaa, identity: a}}\n"
@@ -198,7 +198,7 @@ def test_gateway_check_lists_every_schema_problem_and_hints_at_allow_all(tmp_pat
     r = run("gateway", "check", "-c", str(gw))
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr == (f"error: {gw}:5: limits.call_timeout_s: -5 is less than or equal to the minimum of 0; "
-                        f"{gw}:6: limits.approval_hold_s: must be a finite number, not inf\n")
+                        f"{gw}:6: limits.approval_hold_s: must be a finite number, not .inf\n")
 
     gw.write_text(f"version: 1\nstore: {store}\npolicy: allow_all\nupstreams:\n  - {{id: t, command: {sys.executable}}}\n")
     hint = "(the built-in allow-all policy is written exactly `policy: ALLOW_ALL`, in capitals; docs/gateway.md)"

@@ -219,6 +219,11 @@ def test_a_principal_or_identity_holding_a_lone_surrogate_is_refused():
     ("limits: {max_request_bytes: 2048.5}\nupstreams:\n  - id: db\n    command: uvx\n",
      "gw.yaml:4: limits.max_request_bytes: must be a whole number, not 2048.5"),
     ("upstreams: []\n", "gw.yaml:4: upstreams: must not be empty"),
+    # YAML's .nan / .inf where no number belongs: what does belong, the value as written
+    ("principal: .nan\nupstreams:\n  - id: db\n    command: uvx\n", "gw.yaml:4: principal: must be a string, not .nan"),
+    ("durability: -.inf\nupstreams:\n  - id: db\n    command: uvx\n", "gw.yaml:4: durability: -.inf is not one of full, fast"),
+    ("limits: {max_request_bytes: .inf}\nupstreams:\n  - id: db\n    command: uvx\n",
+     "gw.yaml:4: limits.max_request_bytes: must be a whole number, not .inf"),
 ])
 def test_a_config_value_of_the_wrong_type_is_quoted_as_written(lines, problem):
     """jsonschema's messages quoted the value as Python writes it: None is not of type 'string',

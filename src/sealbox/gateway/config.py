@@ -264,9 +264,13 @@ def parse_config(text: str, *, source: str = "<string>", base: str | os.PathLike
     # every problem, in file order, in one error: a non-finite number is said once as such (not also as
     # "inf is greater than the maximum")
     infinite = {path: number for path, number in _numbers(doc, ()) if not math.isfinite(number)}
-    problems = [(loader.line_of(lines, path), _message(err, path)) for err in _VALIDATOR.iter_errors(doc)
-                if (path := tuple(err.absolute_path)) not in infinite]
-    problems += [(loader.line_of(lines, path), f"{'.'.join(map(str, path))}: must be a finite number, not {number}")
+    errors = [(tuple(err.absolute_path), err) for err in _VALIDATOR.iter_errors(doc)]
+    said = ("type", "enum", "const")  # where no such number belongs (principal: .nan), the schema says what does
+    typed = {path for path, err in errors if path in infinite and err.validator in said}
+    problems = [(loader.line_of(lines, path), _message(err, path)) for path, err in errors
+                if path not in infinite or (path in typed and err.validator in said)]
+    infinite = {path: number for path, number in infinite.items() if path not in typed}
+    problems += [(loader.line_of(lines, path), f"{'.'.join(map(str, path))}: must be a finite number, not {_written(number)}")
                  for path, number in infinite.items()]
     _raise_all(source, problems)
     cfg = _build(doc, Path(base) if base is not None else Path.cwd(), source)
@@ -345,6 +349,8 @@ def _written(value: Any) -> str:
     ``null``, ``true``, ``3``, a list or mapping in flow style (``["uvx", "x"]``, ``{"a": 1}``)."""
     if isinstance(value, str):
         return repr(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if value != value else (".inf" if value > 0 else "-.inf")
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
