@@ -327,10 +327,12 @@ def _recorded_arguments(store: Any, call: Any, overrides: dict[str, Any]) -> Any
     if cid in overrides:
         return overrides[cid]
     stored = store.resolve(call.payload["arguments"])
-    if "$redacted" in str(stored):
+    value = decode(stored)
+    # a {"$redacted": …} marker, or an in-string one (a value redacted earlier in the run), also in bytes
+    if "$redacted" in str(stored) or "redacted:hmac-sha256:" in str(value):
         raise ApprovalError("arguments_redacted", f"the recorded arguments of call {cid} were redacted; "
                             f"pass arguments={{{cid!r}: ...}} to re-run it")
-    return decode(stored)
+    return value
 
 
 def _unknown_calls(events: list, states: list[ApprovalState], skip: set[str]) -> list:

@@ -666,7 +666,7 @@ class RunContext:
             self._record_open_streams(ending=True)
         payload: dict[str, Any] = {"status": status, "usage": dict(self.usage)}
         if error is not None:
-            payload["error"] = self._error_dict(error, sorted(self._error_secrets, key=lambda v: (-len(v), v)))
+            payload["error"] = self._error_dict(error, self._run_secrets())
         if verdict is not None:
             payload["verdict"] = verdict
         self._append([self._draft("run.ended", payload, self._take_step())])
@@ -937,6 +937,9 @@ class RunContext:
         def build(reader: Any) -> list[EventDraft]:
             decision, inputs = self._evaluate(reader, server, tool, arguments, grant=grant)
             clean_box[:] = [inputs.get("redacted") is False]  # unknown (a guard error): the result is checked
+            # what the record holds: the arguments with this run's redacted values scrubbed (the same
+            # object when there is nothing to scrub); the policy decided, and the tool gets, the real ones
+            recorded = inputs["arguments"] if "arguments" in inputs else self._arguments_for_record(arguments)
             if decision.effect != "deny" and not grant.startswith("implicit:"):
                 decision = self._check_grant(reader, grant, server, tool, decision)
             if decision.allowed:
@@ -946,7 +949,7 @@ class RunContext:
             decision_box.append(decision)
             drafts = [
                 self._draft("tool.call", {"call_id": call_id, "server": server, "tool": tool,
-                                          "exposed": exposed or f"{server}.{tool}", "arguments": arguments,
+                                          "exposed": exposed or f"{server}.{tool}", "arguments": recorded,
                                           "grant": grant}, step),
                 self._draft("policy.decision", {"call_id": call_id, "server": server, "tool": tool,
                                                 **decision.to_payload(), "inputs": inputs}, step),
@@ -954,7 +957,8 @@ class RunContext:
             if decision.limit is not None:
                 drafts.append(self._draft("guardrail.tripped", {"call_id": call_id, **decision.limit.to_dict()}, step))
             if decision.effect == "require_approval":
-                drafts += self._approval_drafts(decision, call_id, step, server, tool, arguments, request_box)
+                drafts += self._approval_drafts(decision, call_id, step, server, tool, arguments, request_box,
+                                                recorded)
             if self.replay is not None:
                 self.replay.check(self, drafts)
             return drafts + self.recorder.take_breaker_events()
@@ -980,12 +984,14 @@ class RunContext:
         return call_id, step
 
     def _approval_drafts(self, decision: Decision, call_id: str, step: str, server: str, tool: str, arguments: Any,
-                         box: list[dict[str, Any]]) -> list[EventDraft]:
-        """``approval.requested`` and ``run.suspended``, written with the call (sealbox.approvals)."""
+                         box: list[dict[str, Any]], recorded: Any) -> list[EventDraft]:
+        """``approval.requested`` and ``run.suspended``, written with the call (sealbox.approvals). The
+        request holds the arguments as the ``tool.call`` records them (``recorded``), its binding is
+        the hash of the real ``arguments``, as the call's retry and its resumption compute it."""
         from sealbox.approvals import new_approval_id, request_payload
 
         request = request_payload(approval_id=new_approval_id(), call_id=call_id, server=server, tool=tool,
-                                  arguments=arguments, encoded_arguments=_policy_view(arguments), decision=decision,
+                                  arguments=recorded, encoded_arguments=_policy_view(arguments), decision=decision,
                                   requested_by=self.principal.id, now=datetime.now(timezone.utc))
         box.append(request)
         return [self._draft("approval.requested", request, step),
@@ -1028,9 +1034,11 @@ class RunContext:
         now = datetime.now(timezone.utc)
         view = _policy_view(arguments)
         redactor = getattr(self.store, "redactor", None)
+        redacted = bool(redactor and redactor.would_redact("arguments", view))
+        recorded = self._arguments_for_record(arguments, redacted=redacted)
         ctx = CallContext(
-            server=server, tool=tool, arguments=view,
-            redacted=bool(redactor and redactor.would_redact("arguments", view)),
+            server=server, tool=tool, arguments=view,  # the real arguments decide
+            redacted=redacted or recorded is not arguments,  # a condition reading them is not re-evaluable
             principal=self.principal.to_dict(), agent={"name": self.agent, "attributes": {}},
             run={"id": self.run_id, "labels": self.labels, "started_at": self._started_text(now),
                  "elapsed_s": (now - (self.started_at or now)).total_seconds()},
@@ -1044,7 +1052,7 @@ class RunContext:
             decision = decision.denied_as(
                 "approval_unavailable", f"rule {decision.rule} requires approval, and approvals are not available here")
         inputs = ctx.to_inputs()
-        inputs["arguments"] = arguments  # raw: the store encodes it once, as it does the call's arguments
+        inputs["arguments"] = recorded  # raw (or scrubbed): the store encodes it once, as it does the call's arguments
         return decision, inputs
 
     def _started_text(self, now: datetime) -> str:
@@ -1089,7 +1097,8 @@ class RunContext:
         if error is None:
             payload["result"] = self._result_for_record(call_id, result, arguments)
             if failure is not None:
-                secrets = self._redacted_values(arguments)
+                self._redacted_values(arguments)
+                secrets = self._run_secrets()
                 redactor = getattr(self.store, "redactor", None)
                 message = _valid_text(failure)
                 if secrets and redactor is not None:
@@ -1097,8 +1106,8 @@ class RunContext:
                 payload["error"] = {"type": "ToolError", "message": message}
             self.recorder.breaker.record_success(server, tool)  # the tool answered, even with its own failure
         else:
-            secrets = self._redacted_values(arguments)
-            payload["error"] = self._error_dict(error, secrets, traceback=True)
+            self._redacted_values(arguments)
+            payload["error"] = self._error_dict(error, self._run_secrets(), traceback=True)
             if not count:
                 pass
             elif isinstance(error, ConnectionError):  # the server is down: open every breaker of it
@@ -1110,19 +1119,20 @@ class RunContext:
 
     def _result_for_record(self, call_id: str, result: Any, arguments: Any) -> Any:
         """A tool's result as it is recorded: in ``redacted`` mode, every string that redaction
-        took out of the call's arguments (by a sensitive key name or a configured path, at
-        least 4 characters: :meth:`_redacted_values`) is replaced wherever the result repeats
-        it by its in-string marker (``Redactor.scrub_values_in``), so that a tool echoing a
-        password under an ordinary key does not store it. Skipped (no cost) for a call this
-        run gated and whose arguments nothing was redacted from; done from ``arguments`` for
-        a call gated elsewhere (an approval resumed later). ``result`` itself when nothing
-        changes. The store's redaction (keys, paths, patterns) applies on top."""
+        took out of the call's arguments or out of the arguments of the run's calls before it
+        (by a sensitive key name or a configured path, at least 4 characters:
+        :meth:`_redacted_values`) is replaced wherever the result repeats it by its in-string
+        marker (``Redactor.scrub_values_in``), so that a tool echoing a password under an
+        ordinary key does not store it. Skipped (no cost) while nothing of the run was redacted;
+        the call's own values are found from ``arguments`` for a call gated elsewhere (an
+        approval resumed later). ``result`` itself when nothing changes. The store's redaction
+        (keys, paths, patterns) applies on top."""
         with self._lock:
             clean = call_id in self._clean_calls
             self._clean_calls.discard(call_id)
-        if clean or arguments is _NO_ARGUMENTS:
-            return result
-        secrets = self._redacted_values(arguments)
+        if not clean and arguments is not _NO_ARGUMENTS:
+            self._redacted_values(arguments)
+        secrets = self._run_secrets()
         if not secrets:
             return result
         from sealbox.canonical import MAX_DEPTH, encode, pre_encoded
@@ -1133,16 +1143,57 @@ class RunContext:
 
     def _redacted_values(self, arguments: Any) -> list[str]:
         """The strings the store's redaction removes from these arguments (sensitive keys, paths),
-        longest first, remembered for the run's ``run.ended`` error; [] outside ``redacted`` mode."""
+        longest first, remembered as the run's redacted values (:meth:`_run_secrets`); [] outside
+        ``redacted`` mode."""
         redactor = getattr(self.store, "redactor", None)
         if arguments is _NO_ARGUMENTS or redactor is None or getattr(redactor.policy, "mode", None) != "redacted":
             return []
         values = redactor.removed_strings("arguments", _policy_view(arguments))
+        self._remember_secrets(values)
+        return values
+
+    def _remember_secrets(self, values: list[str]) -> None:
         if values:
             with self._lock:
                 if len(self._error_secrets) < 10_000:
                     self._error_secrets.update(values)
-        return values
+
+    def _run_secrets(self) -> list[str]:
+        """The values redaction took out of this run's tool-call arguments so far (at least 4
+        characters; this process's calls of the run), longest first: scrubbed from every later
+        content field, error text and note of the run (docs/content-modes.md)."""
+        with self._lock:
+            if not self._error_secrets:
+                return []
+            return sorted(self._error_secrets, key=lambda v: (-len(v), v))
+
+    def _arguments_for_record(self, arguments: Any, *, redacted: bool | None = None) -> Any:
+        """A tool call's ``arguments`` as the run records them (``tool.call``, its decision's
+        ``inputs``, an ``approval.requested``): in ``redacted`` mode, every value this run has
+        redacted so far (:meth:`_run_secrets`), and every value redacted from these arguments
+        themselves, is replaced by its in-string marker wherever the store would keep it in
+        clear (an ordinary key: ``{"sql": "... 'hunter2'"}``); the parts the store redacts are
+        left to it. The values redacted from these arguments join the run's. ``arguments``
+        itself (no cost) while nothing of the run was redacted and ``redacted`` (whether the
+        store redacts anything of them, when known) is False, or when nothing changes; else
+        the encoded, scrubbed value (``pre_encoded``). The policy decides, and the tool gets,
+        the real arguments: only the record is scrubbed."""
+        redactor = getattr(self.store, "redactor", None)
+        if redactor is None or getattr(redactor.policy, "mode", None) != "redacted":
+            return arguments
+        with self._lock:
+            known = list(self._error_secrets)
+        if not known and redacted is False:
+            return arguments
+        from sealbox.canonical import MAX_DEPTH, encode, pre_encoded
+
+        # the depth the store gives the deepest place they are written: a decision's inputs.arguments
+        view = encode(arguments, max_depth=MAX_DEPTH - 4)
+        if not known and redactor.surely_clean(view):
+            return arguments
+        own, scrubbed, changed = redactor.scrub_echoes("arguments", view, known)
+        self._remember_secrets(own)
+        return pre_encoded(scrubbed) if changed else arguments
 
     def _without_echoed_secrets(self, value: Any) -> Any:
         """``value`` (a model call's request or response, a saved state) with every string redaction
@@ -1150,10 +1201,9 @@ class RunContext:
         in-string marker, as in a result that echoes it: a tool's output repeating a password goes
         back to the model in the next request, and into a saved conversation. ``value`` itself (no
         cost) when the run's arguments lost nothing to redaction, or outside ``redacted`` mode."""
-        with self._lock:
-            if not self._error_secrets:
-                return value
-            secrets = sorted(self._error_secrets, key=lambda v: (-len(v), v))
+        secrets = self._run_secrets()
+        if not secrets:
+            return value
         from sealbox.canonical import MAX_DEPTH, encode, pre_encoded
 
         scrubbed, changed = self.store.redactor.scrub_values_in(encode(value, max_depth=MAX_DEPTH - 3), secrets)
@@ -1392,9 +1442,13 @@ class RunContext:
         """
         if not isinstance(text, str):
             raise ConfigError(f"a note's text must be a string, got {type(text).__name__}; nothing was recorded")
-        payload: dict[str, Any] = {"text": _valid_text(text)}
+        text = _valid_text(text)
+        secrets = self._run_secrets()  # values redacted earlier in the run: scrubbed, as from content
+        if secrets:
+            text = self.store.redactor.scrub_values(text, secrets)
+        payload: dict[str, Any] = {"text": text}
         if about is not None:
-            payload["about"] = about
+            payload["about"] = self._without_echoed_secrets(about)
         self._append([self._draft("note", payload, self._take_step())])
 
 

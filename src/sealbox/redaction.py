@@ -373,11 +373,34 @@ class Redactor:
         if self.policy.mode != "redacted":
             return []
         out, changed = self.apply(name, value)
-        if not changed:
-            return []
-        found: set[str] = set()
-        _removed(value, out, found)
-        return sorted((s for s in found if len(s) >= minimum), key=lambda s: (-len(s), s))
+        return _removed_from(value, out, minimum) if changed else []
+
+    def scrub_echoes(self, name: str, value: Any, known: "list[str] | tuple[str, ...] | set[str]",
+                     minimum: int = 4) -> tuple[list[str], Any, bool]:
+        """A content field's (encoded) value as a run records it in ``redacted`` mode once values
+        have been redacted: what the store would keep in clear is scrubbed of ``known`` (the values
+        redacted earlier in the run) and of the values :meth:`removed_strings` takes out of
+        ``value`` itself, each occurrence becoming the in-string marker of that string (as
+        :meth:`scrub_values_in` does); the parts the store redacts (by key name, path or pattern)
+        are left as they are, so the store still makes them its markers as before.
+
+        Returns:
+            (the strings redacted from ``value`` itself, longest first (:meth:`removed_strings`),
+            the value to record, whether it differs from ``value``); the value is ``value`` itself
+            when nothing was scrubbed. Outside ``redacted`` mode: ``([], value, False)``.
+        """
+        if self.policy.mode != "redacted":
+            return [], value, False
+        out, redacted = self.apply(name, value)
+        own = _removed_from(value, out, minimum) if redacted else []
+        wanted = set(known)
+        wanted.update(own)
+        if not wanted:
+            return own, value, False
+        scrubbed, changed = self.scrub_values_in(out, sorted(wanted))
+        if not changed:  # nothing the store keeps in clear holds a value: recorded as given
+            return own, value, False
+        return own, _kept_parts(value, out, scrubbed) if redacted else scrubbed, True
 
     def scrub_values(self, text: str, values: "list[str] | tuple[str, ...]") -> str:
         """``text`` with every occurrence of each of ``values`` replaced by its in-string marker
@@ -641,6 +664,31 @@ def _markers_as_text(value: Any) -> Any:
     if type(value) is list:
         return [_markers_as_text(v) for v in value]
     return value
+
+
+def _removed_from(before: Any, after: Any, minimum: int) -> list[str]:
+    """:func:`_removed` as a list: the strings of at least ``minimum`` characters, longest first."""
+    found: set[str] = set()
+    _removed(before, after, found)
+    return sorted((s for s in found if len(s) >= minimum), key=lambda s: (-len(s), s))
+
+
+def _kept_parts(before: Any, redacted: Any, scrubbed: Any) -> Any:
+    """``scrubbed`` (``redacted``, the walk of ``before``, with values scrubbed from it) with
+    ``before``'s own part wherever the walk put a ``{"$redacted": …}`` marker: a value given to the
+    store again holds no marker (the store would keep one as the caller's data), and the store
+    redacts those parts again, to the same markers. The walk keeps the shape; where it did not (it
+    never should), the markers are written as in-string markers instead, so nothing is kept in clear."""
+    if type(redacted) is dict and len(redacted) == 1 and type(redacted.get(MARKER_TAG)) is str:
+        return before if before != redacted else scrubbed
+    if type(redacted) is dict and type(before) is dict and type(scrubbed) is dict \
+            and len(before) == len(redacted) == len(scrubbed):
+        return {k: _kept_parts(b, r, s)
+                for (k, s), b, r in zip(scrubbed.items(), before.values(), redacted.values())}
+    if type(redacted) is list and type(before) is list and type(scrubbed) is list \
+            and len(before) == len(redacted) == len(scrubbed):
+        return [_kept_parts(b, r, s) for b, r, s in zip(before, redacted, scrubbed)]
+    return _markers_as_text(scrubbed)
 
 
 def _removed(before: Any, after: Any, found: set[str]) -> None:

@@ -240,8 +240,9 @@ class ReplaySource:
 
         call_id = call_id or "call_" + uuid.uuid4().hex[:24]
         step = run._step_for_call(call_id)
+        # recorded as a live call records them (the run's redacted values scrubbed), so that the two compare
         call = {"call_id": call_id, "server": server, "tool": tool, "exposed": exposed or f"{server}.{tool}",
-                "arguments": arguments, "grant": grant or f"implicit:{run.principal.id}"}
+                "arguments": run._arguments_for_record(arguments), "grant": grant or f"implicit:{run.principal.id}"}
         rec = self.compare(run, step, "tool.call", call)
         stop = self._not_servable(rec, live=False)
         if stop is not None:
