@@ -420,3 +420,69 @@ async def test_a_call_held_when_the_gateway_shuts_down_is_answered_pending(tmp_p
                                       "same arguments once it is back (it is decided by ")
     assert result.meta["sealbox/approval"]["gateway"] == "shutting_down"
     assert get_approval(store, aid).status == "pending" and toy_log(tmp_path) == []
+
+
+PASS_ON = """
+version: 1
+rules:
+  - id: header-needs-ops
+    match: {server: toy, tool: header}
+    effect: require_approval
+    approval: {groups: [ops], quorum: 1, expires: 1h}
+  - id: rest-ok
+    effect: allow
+"""
+
+
+async def test_a_secret_passed_on_to_a_held_call_is_recorded_as_its_marker_and_its_retry_still_binds(tmp_path):
+    """The store redacts echo's `text` (a configured path); the client then passes that value on to
+    another tool under an ordinary key, a call held for approval. Its tool.call, decision inputs and
+    approval.requested hold the value's in-string marker, never the value (raw sealbox.db and -wal
+    bytes); the binding is the hash of the real arguments, so a retry with them gets the outcome of
+    the same request, and the upstream gets the real value."""
+    from sealbox.approvals import binding_hash
+    from sealbox.canonical import encode
+    from sealbox.redaction import ContentPolicy
+
+    secret = "tok-3f9a-passed-on-7c21"
+    folder = tmp_path / "redacting"
+    store = sealbox.init_store(folder, content=ContentPolicy(paths=("arguments.text",)))
+    add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice2.key",
+                 admin_key=admin_key(store, tmp_path))
+    policy = Policy.from_text(PASS_ON)
+    gw = Gateway(toy_config(tmp_path, extra="limits: {approval_hold_s: 0.2}"), store=store, policy=policy)
+    gw.approval_poll = 0.05
+    held = {"name": f"X-{secret}"}
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            echoed = await client.call_tool("toy__echo", {"text": secret})
+            first = await client.call_tool("toy__header", held)
+            assert first.is_error is True
+            aid = approval_of(first)
+            again = await client.call_tool("toy__header", held)  # a retry: the same request
+            assert approval_of(again) == aid
+            await anyio.to_thread.run_sync(lambda: answer(store, aid, "approve", "ok", tmp_path / "alice2.key"))
+            result = await client.call_tool("toy__header", held)
+            assert (result.is_error, text_of(result)) == (False, "null")
+        [run_id] = gateway_runs(store)
+    assert text_of(echoed) == secret  # the client gets what the upstream said
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": secret}},
+                                 {"tool": "header", "arguments": held}]  # the upstream got the real value
+    events = store.read_run(run_id)
+    call_echo, call_header = (store.resolve(e.payload) for e in events if e.kind == "tool.call")
+    mark = f"⟦redacted:{call_echo['arguments']['text']['$redacted']}⟧"
+    assert call_header["arguments"] == {"name": f"X-{mark}"}
+    decision = store.resolve(next(e.payload for e in events if e.kind == "policy.decision"
+                                  and e.payload["call_id"] == call_header["call_id"]))
+    assert decision["inputs"]["arguments"] == {"name": f"X-{mark}"}
+    [request] = [store.resolve(e.payload) for e in events if e.kind == "approval.requested"]
+    assert request["arguments"] == {"name": f"X-{mark}"}
+    assert request["binding"] == binding_hash("toy", "header", encode(held), policy.fingerprint)
+    assert get_approval(store, aid).outcome == "approved"
+    assert sealbox.verify_store(store).ok
+    assert any(p.name == "sealbox.db-wal" for p in folder.iterdir())
+    for stage in ("open", "closed"):
+        if stage == "closed":
+            store.close()
+        data = b"".join(p.read_bytes() for p in folder.iterdir() if p.name.startswith("sealbox.db"))
+        assert secret.encode() not in data, stage
