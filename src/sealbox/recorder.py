@@ -776,7 +776,20 @@ class RunContext:
         if self.replay is not None:  # compared with the record before anything is written
             self.replay.check(self, drafts)
             drafts = self.replay.take_unwritten() + drafts  # served calls' events, in order, same commit
-        return self._guard(lambda: self.store.append(drafts, sync=sync))
+        return self._learning(lambda: self.store.append(drafts, sync=sync))
+
+    def _learning(self, write: Callable[[], Any]) -> Any:
+        """``write()`` (a store append, guarded as :meth:`_guard` does), the strings the store's
+        redaction took out of what it wrote (by key name or path: results, model calls, state,
+        notes…) joining the run's redacted values (:meth:`_run_secrets`)."""
+        from sealbox.store.base import noting_redacted
+
+        found: set[str] = set()
+        with noting_redacted(found):
+            out = self._guard(write)
+        if found:
+            self._remember_secrets(sorted(found))
+        return out
 
     @staticmethod
     def _guard(fn: Callable[[], Any]) -> Any:
@@ -964,7 +977,7 @@ class RunContext:
             return drafts + self.recorder.take_breaker_events()
 
         try:
-            self._guard(lambda: self.store.append_with(build))
+            self._learning(lambda: self.store.append_with(build))
         except BaseException:
             self.recorder.take_breaker_events()  # the probe was not recorded; nothing ran
             with self._lock:  # no tool.call was written: the id is free again
@@ -1152,16 +1165,17 @@ class RunContext:
         self._remember_secrets(values)
         return values
 
-    def _remember_secrets(self, values: list[str]) -> None:
+    def _remember_secrets(self, values: "list[str]") -> None:
         if values:
             with self._lock:
                 if len(self._error_secrets) < 10_000:
                     self._error_secrets.update(values)
 
     def _run_secrets(self) -> list[str]:
-        """The values redaction took out of this run's tool-call arguments so far (at least 4
-        characters; this process's calls of the run), longest first: scrubbed from every later
-        content field, error text and note of the run (docs/content-modes.md)."""
+        """The strings redaction (a sensitive key name or a configured path) took out of what this
+        run recorded so far in this process (tool-call arguments, results, model calls, state, notes'
+        ``about``; at least 4 characters), longest first: scrubbed from every later content field,
+        error text and note of the run (docs/content-modes.md, "Values redacted earlier in the run")."""
         with self._lock:
             if not self._error_secrets:
                 return []
@@ -1196,11 +1210,11 @@ class RunContext:
         return pre_encoded(scrubbed) if changed else arguments
 
     def _without_echoed_secrets(self, value: Any) -> Any:
-        """``value`` (a model call's request or response, a saved state) with every string redaction
-        took out of this run's tool-call arguments so far (:meth:`_redacted_values`) replaced by its
-        in-string marker, as in a result that echoes it: a tool's output repeating a password goes
-        back to the model in the next request, and into a saved conversation. ``value`` itself (no
-        cost) when the run's arguments lost nothing to redaction, or outside ``redacted`` mode."""
+        """``value`` (a model call's request or response, a saved state, a note's ``about``) with every
+        string redaction took out of this run so far (:meth:`_run_secrets`) replaced by its in-string
+        marker, as in a result that echoes it: a tool's output repeating a password goes back to the
+        model in the next request, and into a saved conversation. ``value`` itself (no cost) while
+        nothing of the run was redacted, or outside ``redacted`` mode."""
         secrets = self._run_secrets()
         if not secrets:
             return value

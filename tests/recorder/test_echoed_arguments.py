@@ -230,3 +230,78 @@ def test_a_replay_of_such_a_run_reproduces_and_stores_no_secret(tmp_path, tools)
     assert payloads(store, result.new_run_id, "note") == payloads(store, run.run_id, "note")
     assert sealbox.verify_store(store).ok
     assert_absent(store, tmp_path / "store")
+
+
+# --------------------------------------------------------------------------- values redacted from other content
+
+
+KEY = "ak-live-55e1-0c9d-secret"
+
+
+def test_a_value_redacted_from_a_result_is_scrubbed_from_everything_recorded_after_it(tmp_path):
+    """A tool answers {"api_key": ...}: the store redacts it there (a sensitive key); the model reads
+    it and passes it to another tool under an ordinary key, puts it in its next request, and the
+    agent saves it and notes it. Every one of those holds the in-string marker of the result's marker."""
+    store = sealbox.init_store(tmp_path / "store")
+    seen: list[str] = []
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        creds = run.call_tool("vault", "read", {"name": "billing"}, lambda name: {"api_key": KEY, "name": name})
+        key = creds["api_key"]
+        run.call_tool("http", "get", {"url": "https://billing.example/v1", "header": f"Key {key}"},
+                      lambda url, header: seen.append(header) or 200)
+        run.model_call({"model": "m", "messages": [{"role": "tool", "content": f"key is {key}"}]},
+                       {"text": f"I used {key}"})
+        run.save_state({"last_key": key})
+        run.note(f"used {key}")
+    assert seen == [f"Key {KEY}"]  # the tool got the real value
+    result = payloads(store, run.run_id, "tool.result")[0]["result"]
+    mark = f"⟦redacted:{result['api_key']['$redacted']}⟧"
+    assert payloads(store, run.run_id, "tool.call")[1]["arguments"]["header"] == f"Key {mark}"
+    assert payloads(store, run.run_id, "policy.decision")[1]["inputs"]["arguments"]["header"] == f"Key {mark}"
+    model = payloads(store, run.run_id, "model.call")[0]
+    assert (model["request"]["messages"][0]["content"], model["response"]["text"]) == (f"key is {mark}", f"I used {mark}")
+    assert payloads(store, run.run_id, "state.saved")[0]["state"] == {"last_key": mark}
+    assert payloads(store, run.run_id, "note")[0]["text"] == f"used {mark}"
+    assert_absent(store, tmp_path / "store", KEY)
+
+
+def test_a_value_redacted_from_a_note_or_a_model_request_is_scrubbed_later(tmp_path):
+    store = sealbox.init_store(tmp_path / "store")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        run.note("connecting", about={"token": KEY})
+        run.model_call({"model": "m", "headers": [["Authorization", SECRET]], "messages": []}, {"text": "ok"})
+        run.call_tool("db", "query", {"sql": f"-- {KEY} {SECRET}"}, lambda sql: "ok")
+    note = payloads(store, run.run_id, "note")[0]
+    header = payloads(store, run.run_id, "model.call")[0]["request"]["headers"][0][1]
+    first, second = (f"⟦redacted:{m['$redacted']}⟧" for m in (note["about"]["token"], header))
+    assert payloads(store, run.run_id, "tool.call")[0]["arguments"] == {"sql": f"-- {first} {second}"}
+    assert_absent(store, tmp_path / "store", KEY)
+
+
+@pytest.mark.parametrize("mode", ["full", "hashes-only"])
+def test_other_modes_learn_nothing(tmp_path, mode):
+    store = sealbox.init_store(tmp_path / "store", content=sealbox.ContentPolicy(mode=mode))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        run.call_tool("vault", "read", {"name": "billing"}, lambda name: {"api_key": KEY})
+        run.note(f"used {KEY}")
+        assert run._run_secrets() == []
+    text = payloads(store, run.run_id, "note")[0]["text"]
+    assert text == (f"used {KEY}" if mode == "full" else text) and (mode == "full" or KEY not in str(text))
+
+
+def _vault_agent(run) -> None:
+    creds = run.call_tool("vault", "read", {"name": "billing"}, lambda name: {"api_key": KEY})
+    run.call_tool("http", "get", {"header": f"Key {creds['api_key']}"}, lambda header: 200)
+
+
+def test_a_live_replay_of_a_run_that_passed_on_a_result_value_reproduces(tmp_path):
+    """Served from the record, the vault's result holds a marker (not replayable, as before); with live
+    tools the replay learns the value from the result as the recorded run did, and compares equal."""
+    store = sealbox.init_store(tmp_path / "store")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        _vault_agent(run)
+    result = Replayer(store, policy=ALLOW_ALL).replay(run.run_id, _vault_agent, tools="live", side_effects=True)
+    assert result.reproduced and result.steps_compared == 2
+    assert payloads(store, result.new_run_id, "tool.call")[1]["arguments"] == \
+        payloads(store, run.run_id, "tool.call")[1]["arguments"]
+    assert_absent(store, tmp_path / "store", KEY)

@@ -11,6 +11,7 @@ transaction) and the read methods.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import os
 import secrets as _secrets
@@ -247,6 +248,8 @@ class EventBuilder:
                         except CanonicalizationError as exc:
                             raise InvalidEventError(f"{draft.kind}: {exc}") from exc
                 redacted = self._redact(name, value, data)
+                if redacted is not value:
+                    _note_redacted(self.redactor, value, redacted)
                 if name in ALWAYS_BLOB and redacted is value and len(data) <= self._limit:
                     payload[name] = {"$blob": put(data)}  # what the two steps below give, its bytes written once
                     continue
@@ -356,8 +359,38 @@ def redact_note(redactor: Any, payload: dict[str, Any]) -> dict[str, Any]:
     if type(payload.get("text")) is str:
         out["text"] = redactor.apply_error({"message": payload["text"]})["message"]
     if "about" in payload:  # a store-only tag in it is the caller's data: escaped, as the store does
-        out["about"] = redactor.apply("about", _store_tags_escaped(payload["about"]))[0]
+        about = _store_tags_escaped(payload["about"])
+        out["about"], changed = redactor.apply("about", about)
+        if changed:
+            _note_redacted(redactor, about, out["about"])
     return out
+
+
+#: Where the strings redaction takes out of content go while :func:`noting_redacted` is in force.
+_REDACTED_INTO: contextvars.ContextVar["set[str] | None"] = contextvars.ContextVar("sealbox_redacted_into",
+                                                                                    default=None)
+
+
+@contextlib.contextmanager
+def noting_redacted(sink: "set[str]") -> Iterator["set[str]"]:
+    """While in force (in this thread or task), every string that the store's ``redacted`` mode takes
+    out of a content field or a note's ``about`` by a sensitive key name or a configured path (at
+    least 4 characters, as ``Redactor.removed_strings`` lists them) is added to ``sink``: the
+    recorder learns what a run has redacted (from results, model calls, state…) without a walk of
+    its own; nothing is done, at no cost, for content nothing was redacted from."""
+    token = _REDACTED_INTO.set(sink)
+    try:
+        yield sink
+    finally:
+        _REDACTED_INTO.reset(token)
+
+
+def _note_redacted(redactor: Any, before: Any, after: Any) -> None:
+    sink = _REDACTED_INTO.get()
+    if sink is not None and redactor.policy.mode == "redacted":
+        from sealbox.redaction import _removed_from
+
+        sink.update(_removed_from(before, after, 4))
 
 
 def _new_event(**fields: Any) -> Event:
