@@ -27,6 +27,7 @@ from sealbox.interop.importers.common import (
     ImportSummary,
     Progress,
     load_json_bytes,
+    without_passed_on_secrets,
 )
 from sealbox.interop.importers.detect import FORMATS, detect_format, module_for
 
@@ -139,6 +140,7 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
             raise
         except _MALFORMED as exc:  # nothing is written yet: the events go to the store below, in one append
             raise _malformed(Path(path).name, fmt, exc) from exc
+    drafts = without_passed_on_secrets(store, drafts)  # a value redacted in one event, in clear in another
     if progress:
         progress("write", 0, len(drafts))
     events = store.append(drafts)

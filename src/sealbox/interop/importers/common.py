@@ -639,3 +639,58 @@ class ImportContext:
                 labels: dict[str, str] | None = None) -> RunBuilder:
         return RunBuilder(fmt=fmt, source_file=self.name, source_sha256=self.source_sha256,
                           agent=agent or "imported", original_ids=dict(original_ids or {}), labels=dict(labels or {}))
+
+
+def without_passed_on_secrets(store: Any, drafts: list[EventDraft]) -> list[EventDraft]:
+    """``drafts`` (whole imported runs) as a ``redacted`` store must keep them: every string the
+    store's redaction takes out of any content field of a run (or a note's ``about``) by a sensitive
+    key name or a configured path (``Redactor.removed_strings``: at least 4 characters) is replaced
+    by its in-string marker wherever else the run holds it in clear — another call's arguments, a
+    result, a model request, a note's text, an error's message and traceback — as the recorder does
+    for a live run (docs/content-modes.md, "Values redacted earlier in the run"; an import knows the
+    whole run, so an earlier event is scrubbed of a value a later one had redacted too). The parts
+    the store redacts itself are left to it. ``drafts`` itself outside ``redacted`` mode or when
+    no run lost anything to redaction."""
+    import dataclasses
+
+    from sealbox.canonical import MAX_DEPTH, encode, pre_encoded
+    from sealbox.events import CONTENT_FIELDS
+
+    redactor = getattr(store, "redactor", None)
+    if redactor is None or getattr(redactor.policy, "mode", None) != "redacted":
+        return drafts
+
+    def fields(draft: EventDraft) -> tuple[str, ...]:
+        return CONTENT_FIELDS.get(draft.kind, ()) + (("about",) if draft.kind == "note" else ())
+
+    found: dict[str, set[str]] = {}
+    for draft in drafts:
+        for name in fields(draft):
+            if name in draft.payload:
+                view = encode(draft.payload[name], max_depth=MAX_DEPTH - 3)
+                if not redactor.surely_clean(view):
+                    found.setdefault(draft.run_id, set()).update(redactor.removed_strings(name, view))
+    runs = {run_id: sorted(values, key=lambda v: (-len(v), v)) for run_id, values in found.items() if values}
+    if not runs:
+        return drafts
+    out = []
+    for draft in drafts:
+        values = runs.get(draft.run_id)
+        if not values:
+            out.append(draft)
+            continue
+        payload = dict(draft.payload)
+        for name in fields(draft):
+            if name in payload:
+                _, scrubbed, changed = redactor.scrub_echoes(name, encode(payload[name], max_depth=MAX_DEPTH - 3),
+                                                             values)
+                if changed:
+                    payload[name] = pre_encoded(scrubbed)
+        if draft.kind == "note" and isinstance(payload.get("text"), str):
+            payload["text"] = redactor.scrub_values(payload["text"], values)
+        error = payload.get("error")
+        if isinstance(error, dict):
+            payload["error"] = {k: redactor.scrub_values(v, values) if isinstance(v, str) else v
+                                for k, v in error.items()}
+        out.append(dataclasses.replace(draft, payload=payload))
+    return out
