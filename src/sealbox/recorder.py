@@ -1132,9 +1132,9 @@ class RunContext:
 
     def _result_for_record(self, call_id: str, result: Any, arguments: Any) -> Any:
         """A tool's result as it is recorded: in ``redacted`` mode, every string that redaction
-        took out of the call's arguments or out of the arguments of the run's calls before it
-        (by a sensitive key name or a configured path, at least 4 characters:
-        :meth:`_redacted_values`) is replaced wherever the result repeats it by its in-string
+        took out of the call's arguments or out of anything the run recorded before it (by a
+        sensitive key name or a configured path, at least 4 characters: :meth:`_redacted_values`,
+        :meth:`_run_secrets`) is replaced wherever the result repeats it by its in-string
         marker (``Redactor.scrub_values_in``), so that a tool echoing a password under an
         ordinary key does not store it. Skipped (no cost) while nothing of the run was redacted;
         the call's own values are found from ``arguments`` for a call gated elsewhere (an
