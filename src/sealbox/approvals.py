@@ -5,7 +5,8 @@ A ``require_approval`` decision is recorded with an ``approval.requested`` event
 ``{server, tool, arguments, policy_fingerprint}`` — who is asked, the quorum, the
 expiry) and ``run.suspended``. Answers are ``approval.answered`` events in the
 same run, signed with the answering identity's Ed25519 key over the canonical
-bytes of ``{approval_id, binding, decision, identity, answered_at, reason}``.
+bytes of ``{approval_id, binding, decision, identity, answered_at, reason, run_id}``
+(``run_id``, the request's run, is absent from answers written before 2026-12-03).
 
 What counts is decided from the log alone by :func:`evaluate` (used by
 :func:`answer`, by the recorder when it resumes, by listings and by ``verify``),
@@ -87,6 +88,7 @@ _RELATED = ("approval.answered", "approval.expired", "run.resumed", "run.ended")
 
 _MESSAGES = {
     "binding_mismatch": "the answer's binding does not match the request's (it approves another call)",
+    "wrong_run": "the answer was signed for a request of another run (a signed answer copied into this run)",
     "unknown_identity": "no identity of that name is known to the store",
     "disabled": "the identity is disabled",
     "bad_signature": "the signature does not verify with the identity's key as the log held it",
@@ -107,7 +109,7 @@ class ApprovalError(SealboxError):
     Attributes:
         code: ``unknown_approval``, ``run_ended``, ``already_decided``, ``expired``,
             ``already_resumed``, ``wrong_key``, ``arguments_redacted``, or a rule code
-            (``binding_mismatch``, ``unknown_identity``, ``disabled``, ``bad_signature``,
+            (``binding_mismatch``, ``wrong_run``, ``unknown_identity``, ``disabled``, ``bad_signature``,
             ``role``, ``requester``, ``not_asked``, ``duplicate``, ``bad_decision``).
     """
 
@@ -301,8 +303,17 @@ def request_payload(*, approval_id: str, call_id: str, server: str, tool: str, a
 
 
 def signed_fields(payload: dict[str, Any]) -> dict[str, Any]:
-    """The fields of an ``approval.answered`` payload that its signature covers."""
-    return {k: payload.get(k) for k in ("approval_id", "binding", "decision", "identity", "answered_at", "reason")}
+    """The fields of an ``approval.answered`` payload that its signature covers.
+
+    ``run_id`` (the request's run, written by :func:`answer` since 2026-12-03) is covered when the
+    payload carries it: an answer signed for one run's request then cannot be copied into another
+    run that requests the same approval id and binding. Answers written before carry none and are
+    checked over the six other fields, as they were signed; removing ``run_id`` from a newer answer
+    breaks its signature."""
+    fields = {k: payload.get(k) for k in ("approval_id", "binding", "decision", "identity", "answered_at", "reason")}
+    if "run_id" in payload:
+        fields["run_id"] = payload["run_id"]
+    return fields
 
 
 def local_client(user_agent: str | None = None, remote_addr: str | None = None) -> dict[str, Any]:
@@ -323,7 +334,7 @@ def local_client(user_agent: str | None = None, remote_addr: str | None = None) 
 
 
 def check_answer(request: dict[str, Any], answer_payload: dict[str, Any], leaf_index: int, book: IdentityBook,
-                 counted: Iterable[Answer] = ()) -> str | None:
+                 counted: Iterable[Answer] = (), *, run_id: str | None = None) -> str | None:
     """The first rule an answer breaks (a code of :class:`ApprovalError`), or None.
 
     Args:
@@ -332,12 +343,16 @@ def check_answer(request: dict[str, Any], answer_payload: dict[str, Any], leaf_i
         leaf_index: where the answer is (or will be) in the log: the identity is taken as it was before it.
         book: the store's identities.
         counted: answers to the same request that already count.
+        run_id: the run the answer is recorded in: an answer whose signed ``run_id`` names
+            another run is ``wrong_run`` (a signed answer replayed into another run).
     """
     p = answer_payload
     if p.get("decision") not in ("approve", "deny"):
         return "bad_decision"
     if p.get("binding") != request.get("binding"):
         return "binding_mismatch"
+    if "run_id" in p and p["run_id"] != run_id:
+        return "wrong_run"
     who: Identity | None = book.get(p.get("identity"), leaf_index)
     if who is None:
         return "unknown_identity"
@@ -439,7 +454,8 @@ def _count_answer(req: dict, ev: Any, book: IdentityBook, st: dict, approvers: l
     elif not _valid("approval.answered", p):
         problem = "malformed"
     else:
-        problem = check_answer(req, p, ev.leaf_index, book, [a for a in st["answers"] if a.problem is None])
+        problem = check_answer(req, p, ev.leaf_index, book, [a for a in st["answers"] if a.problem is None],
+                               run_id=ev.run_id)
         if problem is None and (st["status"] != "pending" or _late(p, expires)):
             problem = "late"
     client, flags = p.get("client"), p.get("flags")
@@ -598,11 +614,12 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
             raise ApprovalError("binding_mismatch", f"refused: binding {binding} is not the binding of {approval_id} "
                                 f"({request.payload['binding']}): the call changed or another call is meant")
         payload = {"approval_id": approval_id, "binding": request.payload["binding"], "decision": decision,
-                   "identity": who.name, "reason": reason, "answered_at": _utc(now), "client": client}
+                   "identity": who.name, "reason": reason, "answered_at": _utc(now), "client": client,
+                   "run_id": request.run_id}
         payload["signature"] = sign_fields(signer, signed_fields(payload))
         payload["key_id"] = who.key_id
         problem = check_answer(request.payload, payload, reader.size(), book,
-                               [a for a in state.answers if a.problem is None])
+                               [a for a in state.answers if a.problem is None], run_id=request.run_id)
         if problem is not None:
             raise ApprovalError(problem, f"answer refused: {_MESSAGES[problem]} ({who.name} on {approval_id})")
         payload["flags"] = shared_account_flags(reader, who, client, now, shared_window_s, approval_id)

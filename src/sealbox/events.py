@@ -134,7 +134,7 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
             "answered_at": _TS,
             "client": _OBJ,
         },
-        {"flags": {"type": "array", "items": _OBJ}, "key_id": _STR},
+        {"flags": {"type": "array", "items": _OBJ}, "key_id": _STR, "run_id": _STR},
     ),
     "approval.expired": _obj({"approval_id": _STR, "expired_at": _TS}),
     "state.saved": _obj({"state": _ANY}, {"label": _STR}),

@@ -998,6 +998,8 @@ _ANSWER_PROBLEMS = {
     "bad_signature": ("approval_signature", "the answer's signature does not verify with the identity's key as the "
                       "log held it then (the answer was forged or altered)"),
     "binding_mismatch": ("approval_binding", "the answer's binding differs from its request's (it approves another call)"),
+    "wrong_run": ("approval_run", "the answer was signed for a request of another run: a signed answer copied "
+                  "(replayed) into this run, which its approver never answered"),
     "unknown_identity": ("approval_identity", "the answer names an identity the log did not know at that moment"),
     "disabled": ("approval_identity", "the answer is by an identity that was disabled at that moment"),
 }
@@ -1039,7 +1041,7 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
         if request is None or request[0] > leaf:
             problems.append(Problem("approval_unknown", f"an answer to {key[1]!r}, which this run never requested", *where))
             continue
-        code = check_answer(request[1], p, leaf, book, counted.get(key, ()))
+        code = check_answer(request[1], p, leaf, book, counted.get(key, ()), run_id=env["run_id"])
         if code is None and env.get("principal") != p.get("identity"):
             code = "principal"
         if code is None:

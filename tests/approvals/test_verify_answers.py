@@ -99,3 +99,58 @@ def test_the_flags_of_an_answer_that_does_not_count_are_not_the_requests(store, 
     assert state.flags == [] and state.status == "pending"
     from sealbox.approvals import list_approvals
     assert list_approvals(store, flagged=True) == []
+
+
+def _replayed_into_another_run(store, keys, *, strip_run_id=False):
+    """Run A's call is approved by alice; whoever can write the store starts run B, requests
+    the same approval id and binding in it (the same call under the same policy) and pastes
+    alice's signed answer there."""
+    run_a, aid = suspended(store)
+    answer(store, aid, "approve", "a harmless select", keys["alice"])
+    genuine = [e for e in store.read_run(run_a) if e.kind == "approval.answered"][0]
+    run_b, _ = suspended(store)
+    req_b = [e for e in store.read_run(run_b) if e.kind == "approval.requested"][0]
+    store.append(EventDraft("approval.requested", dict(request_of(store, run_a)), run_id=run_b,
+                            principal=req_b.principal, step=req_b.step))
+    copied = {k: v for k, v in genuine.payload.items() if not (strip_run_id and k == "run_id")}
+    event = store.append(EventDraft("approval.answered", copied, run_id=run_b, principal="alice", step=req_b.step))[0]
+    return run_a, run_b, aid, genuine, event
+
+
+def test_an_answer_signs_the_run_of_its_request(store, keys):
+    run_id, aid = suspended(store)
+    answer(store, aid, "approve", "fine", keys["alice"])
+    payload = [e for e in store.read_run(run_id) if e.kind == "approval.answered"][0].payload
+    assert payload["run_id"] == run_id
+    assert signed_fields(payload) == {k: payload[k] for k in ("approval_id", "binding", "decision", "identity",
+                                                              "answered_at", "reason", "run_id")}
+
+
+def test_a_signed_answer_copied_into_another_run_is_reported_and_does_not_count(store, keys):
+    """Before answers signed their run, verify passed such a copy and `approvals list` showed run B's
+    call as approved by alice, who never saw run B."""
+    from sealbox.approvals import list_approvals
+
+    run_a, run_b, aid, _, event = _replayed_into_another_run(store, keys)
+    problems = verify_store(store).problems
+    assert [(p.code, p.run_id, p.leaf_index) for p in problems] == [("approval_run", run_b, event.leaf_index)]
+    states = {(s.run_id, s.approval_id): s for s in list_approvals(store)}
+    assert states[(run_a, aid)].status == "approved" and states[(run_a, aid)].decided_by == ("alice",)
+    assert states[(run_b, aid)].status == "pending" and states[(run_b, aid)].decided_by == ()
+    assert [a.problem for a in states[(run_b, aid)].answers] == ["wrong_run"]
+
+
+def test_a_copied_answer_with_its_run_id_removed_no_longer_verifies(store, keys):
+    _, run_b, _, _, event = _replayed_into_another_run(store, keys, strip_run_id=True)
+    assert [(p.code, p.run_id, p.leaf_index) for p in verify_store(store).problems] == \
+        [("approval_signature", run_b, event.leaf_index)]
+
+
+def test_a_bundle_of_the_run_an_answer_was_copied_into_does_not_verify(store, keys, tmp_path):
+    from sealbox.interop.bundle import export_bundle
+    from sealbox.interop.bundle_verify import verify_bundle
+
+    _, run_b, _, _, event = _replayed_into_another_run(store, keys)
+    export_bundle(store, [run_b], tmp_path / "b.sbx")
+    report = verify_bundle(tmp_path / "b.sbx")
+    assert [(p.code, p.run_id, p.leaf_index) for p in report.problems] == [("approval_run", run_b, event.leaf_index)]
