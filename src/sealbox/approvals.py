@@ -65,6 +65,7 @@ __all__ = [
     "request_payload",
     "signed_fields",
     "check_answer",
+    "missing_shared_flag",
     "request_problem",
     "evaluate",
     "answer",
@@ -459,11 +460,12 @@ def _count_answer(req: dict, ev: Any, book: IdentityBook, st: dict, approvers: l
         if problem is None and (st["status"] != "pending" or _late(p, expires)):
             problem = "late"
     client, flags = p.get("client"), p.get("flags")
+    flags = [f for f in flags if isinstance(f, dict)] if isinstance(flags, list) else []
+    if problem is None:
+        flags += missing_shared_flag(p, ev.leaf_index, book)
     st["answers"].append(Answer(str(p.get("identity")), str(p.get("decision")), str(p.get("reason", "")),
                                 str(p.get("answered_at")), ev.leaf_index,
-                                dict(client) if isinstance(client, dict) else {},
-                                tuple(f for f in flags if isinstance(f, dict)) if isinstance(flags, list) else (),
-                                problem))
+                                dict(client) if isinstance(client, dict) else {}, tuple(flags), problem))
     if problem is not None:
         return
     if p["decision"] == "deny":
@@ -472,6 +474,22 @@ def _count_answer(req: dict, ev: Any, book: IdentityBook, st: dict, approvers: l
     approvers.append(p["identity"])
     if len(approvers) >= int(req.get("quorum", 1)):
         st.update(status="approved", decided_by=tuple(approvers), decided_at=p["answered_at"])
+
+
+def missing_shared_flag(payload: dict, leaf_index: int, book: IdentityBook) -> list[dict[str, Any]]:
+    """The ``shared_identity`` flag an answer should carry and does not: its identity was marked
+    shared when it answered (as the log held it at ``leaf_index``). :func:`answer` always writes
+    the flag, but the flags are the answerer's own words, not signed: an answer written around
+    it by whoever holds a shared account's key could leave the flag out, and the account would
+    vanish from ``approvals list --flagged``. Readers add it back from the log (and ``verify``
+    reports the omission as ``approval_flag_missing``)."""
+    who = book.get(payload.get("identity"), leaf_index)
+    flags = payload.get("flags")
+    if who is None or not who.shared or (isinstance(flags, list) and any(
+            isinstance(f, dict) and f.get("code") == "shared_identity" for f in flags)):
+        return []
+    return [{"code": "shared_identity", "evidence": {"identity": who.name, "marked_shared": True,
+                                                     "identity_leaf": who.since_leaf}}]
 
 
 def _late(payload: dict, expires: datetime | None) -> bool:

@@ -1014,7 +1014,7 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
     approval rule (role, requester, not asked, duplicate) was not written through
     ``sealbox.approvals.answer``: it is reported, and it never counts.
     """
-    from sealbox.approvals import Answer, check_answer
+    from sealbox.approvals import Answer, check_answer, missing_shared_flag
     from sealbox.identities import IdentityBook
 
     changes = [(leaf, env) for leaf, env in by_kind.get("identity.changed", []) if env.get("run_id") == SYSTEM_RUN_ID]
@@ -1046,6 +1046,11 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
             code = "principal"
         if code is None:
             counted.setdefault(key, []).append(Answer(p["identity"], p["decision"], "", "", leaf, {}, (), None))
+            if missing_shared_flag(p, leaf, book):
+                problems.append(Problem(
+                    "approval_flag_missing", f"the answer by {p['identity']!r} on {key[1]} carries no shared_identity "
+                    "flag, though the log marked that identity shared when it answered: it was not written through "
+                    "answer() (readers flag it from the log)", *where))
             continue
         pcode, text = _ANSWER_PROBLEMS.get(code, ("approval_rule", f"the answer breaks an approval rule ({code}); "
                                                    "it was not written through answer() and does not count"))

@@ -139,3 +139,28 @@ def test_a_real_match_after_many_look_alikes_is_still_flagged(store, keys):
     (flag,) = state.answers[0].flags
     assert (flag["code"], flag["evidence"]["principal"], flag["evidence"]["run_id"]) == (
         "acts_as_agent", "svc:bob", run.run_id)
+
+
+def test_a_shared_accounts_answer_written_without_its_flag_is_still_flagged_and_verify_says_so(store, tmp_path):
+    """The flags are the answerer's words, not signed: whoever holds a shared account's key and can
+    write the store signed a valid answer with no flags, and the account disappeared from
+    `approvals list --flagged` while verify passed."""
+    from sealbox import EventDraft, verify_store
+    from sealbox.approvals import get_approval, signed_fields
+    from sealbox.identities import load_key, sign_fields
+
+    new = add_identity(store, "oncall", "approver", ["ops"], shared=True, key_path=tmp_path / "oncall.key",
+                       admin_key=admin_key(store, tmp_path))
+    aid = request(store)
+    req = next(e for e in store.reader().events(["approval.requested"]) if e.payload["approval_id"] == aid)
+    payload = {"approval_id": aid, "binding": req.payload["binding"], "decision": "approve", "identity": "oncall",
+               "reason": "quietly", "answered_at": "2026-12-03T00:00:00.000000Z", "client": LAPTOP, "run_id": req.run_id}
+    payload["signature"] = sign_fields(load_key(new.key_path), signed_fields(payload))
+    event = store.append(EventDraft("approval.answered", payload, run_id=req.run_id, principal="oncall",
+                                    step=req.step))[0]
+    state = get_approval(store, aid)
+    assert state.status == "approved" and state.answers[0].problem is None
+    assert state.flags == [{"identity": "oncall", "code": "shared_identity", "evidence": {
+        "identity": "oncall", "marked_shared": True, "identity_leaf": new.identity.since_leaf}}]
+    assert [s.approval_id for s in list_approvals(store, flagged=True)] == [aid]
+    assert [(p.code, p.leaf_index) for p in verify_store(store).problems] == [("approval_flag_missing", event.leaf_index)]
