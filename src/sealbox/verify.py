@@ -1031,8 +1031,24 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
             "identity_unauthorized", f"the identity change {change!r} of {name!r} is not signed by an admin identity "
             f"of the log at that point ({why}): it was not written through sealbox.identities, and it is ignored "
             "(answers by an identity it added do not count)", env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf))
-    requests = {(env["run_id"], env["payload"].get("approval_id")): (leaf, env["payload"])
-                for leaf, env in by_kind.get("approval.requested", [])}
+    requests: dict[tuple, tuple[int, dict]] = {}
+    first_of: dict[Any, tuple[int, str]] = {}  # approval id -> (leaf, run) of its first request
+    for leaf, env in by_kind.get("approval.requested", []):
+        aid = env["payload"].get("approval_id")
+        if isinstance(aid, str) and aid in first_of:
+            # approval ids are random (apr_ + 128 bits): a second request with one is a copy, made so that
+            # an answer to the first reads as an answer to it (answers written before 2026-12-03 sign the id
+            # and the binding, not the run)
+            problems.append(Problem(
+                "approval_duplicate", f"a second request with approval id {aid!r}, first requested at leaf "
+                f"{first_of[aid][0]} in run {first_of[aid][1]}: approval ids are unique, so it was not written by "
+                "Sealbox (an answer to the first may have been copied to it)", env["run_id"], env.get("run_seq"),
+                env.get("kind"), leaf))
+            requests.setdefault((env["run_id"], aid), (leaf, env["payload"]))
+            continue
+        if isinstance(aid, str):
+            first_of[aid] = (leaf, env["run_id"])
+        requests[(env["run_id"], aid)] = (leaf, env["payload"])
     counted: dict[tuple, list[Answer]] = {}
     for leaf, env in by_kind.get("approval.answered", []):
         p, key = env["payload"], (env["run_id"], env["payload"].get("approval_id"))

@@ -133,7 +133,8 @@ def test_a_signed_answer_copied_into_another_run_is_reported_and_does_not_count(
 
     run_a, run_b, aid, _, event = _replayed_into_another_run(store, keys)
     problems = verify_store(store).problems
-    assert [(p.code, p.run_id, p.leaf_index) for p in problems] == [("approval_run", run_b, event.leaf_index)]
+    assert [(p.code, p.run_id, p.leaf_index) for p in problems] == [
+        ("approval_duplicate", run_b, event.leaf_index - 1), ("approval_run", run_b, event.leaf_index)]
     states = {(s.run_id, s.approval_id): s for s in list_approvals(store)}
     assert states[(run_a, aid)].status == "approved" and states[(run_a, aid)].decided_by == ("alice",)
     assert states[(run_b, aid)].status == "pending" and states[(run_b, aid)].decided_by == ()
@@ -143,7 +144,7 @@ def test_a_signed_answer_copied_into_another_run_is_reported_and_does_not_count(
 def test_a_copied_answer_with_its_run_id_removed_no_longer_verifies(store, keys):
     _, run_b, _, _, event = _replayed_into_another_run(store, keys, strip_run_id=True)
     assert [(p.code, p.run_id, p.leaf_index) for p in verify_store(store).problems] == \
-        [("approval_signature", run_b, event.leaf_index)]
+        [("approval_duplicate", run_b, event.leaf_index - 1), ("approval_signature", run_b, event.leaf_index)]
 
 
 def test_a_bundle_of_the_run_an_answer_was_copied_into_does_not_verify(store, keys, tmp_path):
@@ -154,3 +155,43 @@ def test_a_bundle_of_the_run_an_answer_was_copied_into_does_not_verify(store, ke
     export_bundle(store, [run_b], tmp_path / "b.sbx")
     report = verify_bundle(tmp_path / "b.sbx")
     assert [(p.code, p.run_id, p.leaf_index) for p in report.problems] == [("approval_run", run_b, event.leaf_index)]
+
+
+def _legacy_answer(store, run_id, aid, key_file):
+    """An answer as answer() wrote it before answers signed their run (no run_id)."""
+    from sealbox.identities import load_key
+
+    req = request_of(store, run_id)
+    payload = {"approval_id": aid, "binding": req["binding"], "decision": "approve", "identity": "alice",
+               "reason": "ok", "answered_at": "2026-12-01T00:00:00.000000Z", "client": {"hostname": "laptop"}}
+    payload["signature"] = sign_fields(load_key(key_file), signed_fields(payload))
+    step = [e for e in store.read_run(run_id) if e.kind == "approval.requested"][0].step
+    return payload, store.append(EventDraft("approval.answered", payload, run_id=run_id, principal="alice",
+                                            step=step))[0]
+
+
+def test_a_second_request_with_an_approval_id_already_requested_is_reported(store, keys):
+    """An answer written before answers signed their run carries no run_id: copying it into another
+    run that requests the same approval id and binding passed verify. Approval ids are random, so a
+    second request with one is reported."""
+    run_a, aid = suspended(store)
+    payload, _ = _legacy_answer(store, run_a, aid, keys["alice"])
+    run_b, _ = suspended(store)
+    req_b = [e for e in store.read_run(run_b) if e.kind == "approval.requested"][0]
+    dup = store.append(EventDraft("approval.requested", dict(request_of(store, run_a)), run_id=run_b,
+                                  principal=req_b.principal, step=req_b.step))[0]
+    copy = store.append(EventDraft("approval.answered", dict(payload), run_id=run_b, principal="alice",
+                                   step=req_b.step))[0]
+    assert copy.leaf_index == dup.leaf_index + 1
+    assert [(p.code, p.run_id, p.leaf_index) for p in verify_store(store).problems] == [
+        ("approval_duplicate", run_b, dup.leaf_index)]
+
+
+def test_a_repeated_request_in_the_same_run_is_reported_and_the_answers_to_the_first_still_count(store, keys):
+    run_id, aid = suspended(store)
+    answer(store, aid, "approve", "fine", keys["alice"])
+    req = [e for e in store.read_run(run_id) if e.kind == "approval.requested"][0]
+    dup = store.append(EventDraft("approval.requested", dict(req.payload), run_id=run_id, principal=req.principal,
+                                  step=req.step))[0]
+    assert [(p.code, p.run_id, p.leaf_index) for p in verify_store(store).problems] == [
+        ("approval_duplicate", run_id, dup.leaf_index)]
