@@ -1002,6 +1002,8 @@ _ANSWER_PROBLEMS = {
                   "(replayed) into this run, which its approver never answered"),
     "unknown_identity": ("approval_identity", "the answer names an identity the log did not know at that moment"),
     "disabled": ("approval_identity", "the answer is by an identity that was disabled at that moment"),
+    "late": ("approval_rule", "the answer came after its request was decided or expired (answer() refuses it; it "
+             "was not written through answer() and does not count)"),
 }
 
 
@@ -1011,7 +1013,7 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
     Identities are replayed from the system run's ``identity.changed`` events up to
     each answer's leaf. An answer that does not verify, names an unknown or disabled
     identity, has another binding than its request, has no request, or breaks an
-    approval rule (role, requester, not asked, duplicate) was not written through
+    approval rule (role, requester, not asked, duplicate, after the decision or the expiry) was not written through
     ``sealbox.approvals.answer``: it is reported, and it never counts.
     """
     from sealbox.approvals import Answer, check_answer, missing_shared_flag
@@ -1050,6 +1052,12 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
             first_of[aid] = (leaf, env["run_id"])
         requests[(env["run_id"], aid)] = (leaf, env["payload"])
     counted: dict[tuple, list[Answer]] = {}
+    decided: set[tuple] = set()  # requests an earlier counted answer decided (a deny, or the quorum)
+    expired: dict[tuple, int] = {}  # request -> leaf of its first approval.expired
+    for leaf, env in by_kind.get("approval.expired", []):
+        key = (env["run_id"], env["payload"].get("approval_id"))
+        if key in requests and requests[key][0] < leaf:
+            expired.setdefault(key, leaf)
     for leaf, env in by_kind.get("approval.answered", []):
         p, key = env["payload"], (env["run_id"], env["payload"].get("approval_id"))
         where = (env["run_id"], env["run_seq"], env["kind"], leaf)
@@ -1060,8 +1068,12 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
         code = check_answer(request[1], p, leaf, book, counted.get(key, ()), run_id=env["run_id"])
         if code is None and env.get("principal") != p.get("identity"):
             code = "principal"
+        if code is None and (key in decided or expired.get(key, leaf) < leaf or _late_answer(request[1], p)):
+            code = "late"  # after a decision or the expiry: answer() refuses it, evaluate() does not count it
         if code is None:
             counted.setdefault(key, []).append(Answer(p["identity"], p["decision"], "", "", leaf, {}, (), None))
+            if p["decision"] == "deny" or len(counted[key]) >= _quorum(request[1]):
+                decided.add(key)
             if missing_shared_flag(p, leaf, book):
                 problems.append(Problem(
                     "approval_flag_missing", f"the answer by {p['identity']!r} on {key[1]} carries no shared_identity "
@@ -1074,6 +1086,22 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
                                 expected=request[1].get("binding") if code == "binding_mismatch" else None,
                                 found=p.get("binding") if code == "binding_mismatch" else None))
     return problems
+
+
+def _late_answer(request: dict, answer: dict) -> bool:
+    """Whether an answer's own time is at or after its request's ``expires_at`` (as evaluate() counts it)."""
+    from sealbox.approvals import _late, _parse
+
+    try:
+        expires = _parse(request["expires_at"]) if request.get("expires_at") else None
+    except (TypeError, ValueError, AttributeError):
+        return False  # a malformed request: reported by its schema check, never approved
+    return _late(answer, expires)
+
+
+def _quorum(request: dict) -> int:
+    q = request.get("quorum", 1)
+    return q if isinstance(q, int) and not isinstance(q, bool) else 1
 
 
 def check_run_rows(rows: Iterable[tuple], starts: list[tuple[int, dict]]) -> list[Problem]:

@@ -195,3 +195,51 @@ def test_a_repeated_request_in_the_same_run_is_reported_and_the_answers_to_the_f
                                   step=req.step))[0]
     assert [(p.code, p.run_id, p.leaf_index) for p in verify_store(store).problems] == [
         ("approval_duplicate", run_id, dup.leaf_index)]
+
+
+def _signed_direct(store, run_id, aid, identity, key_file, answered_at, decision="approve"):
+    from sealbox.identities import load_key
+
+    req = request_of(store, run_id)
+    payload = {"approval_id": aid, "binding": req["binding"], "decision": decision, "identity": identity,
+               "reason": "around answer()", "answered_at": answered_at, "client": {"hostname": "h"}, "run_id": run_id}
+    payload["signature"] = sign_fields(load_key(key_file), signed_fields(payload))
+    step = [e for e in store.read_run(run_id) if e.kind == "approval.requested"][0].step
+    return store.append(EventDraft("approval.answered", payload, run_id=run_id, principal=identity, step=step))[0]
+
+
+def test_a_validly_signed_answer_after_the_decision_is_reported(store, keys):
+    """answer() refuses an answer once a request is decided and evaluate() does not count one, but verify
+    passed it: the run's record showed bob approving a call that was already decided."""
+    run_id, aid = suspended(store)
+    answer(store, aid, "deny", "no", keys["alice"])
+    event = _signed_direct(store, run_id, aid, "bob", keys["bob"], "2026-12-03T00:00:00.000000Z")
+    assert get_approval(store, aid).status == "denied"
+    assert [(p.code, p.leaf_index) for p in verify_store(store).problems] == [("approval_rule", event.leaf_index)]
+    assert "after its request was decided or expired" in verify_store(store).problems[0].message
+
+
+def test_a_validly_signed_answer_after_the_expiry_is_reported(store, keys):
+    run_id, aid = suspended(store)
+    expires = request_of(store, run_id)["expires_at"]
+    event = _signed_direct(store, run_id, aid, "bob", keys["bob"], expires)  # at expires_at: too late
+    assert get_approval(store, aid).answers[0].problem == "late"
+    assert [(p.code, p.leaf_index) for p in verify_store(store).problems] == [("approval_rule", event.leaf_index)]
+
+
+def test_a_backdated_answer_after_a_recorded_expiry_is_reported(store, keys):
+    """Its own answered_at is before the expiry, but the log recorded the expiry before it."""
+    import time
+
+    from sealbox.approvals import record_expiry
+
+    rec = Recorder(store, policy=policy(), approvals="suspend")
+    with pytest.raises(ApprovalPending) as info:
+        with rec.run(agent="bot") as run:
+            run.call_tool("db", "quick", {"sql": "x"}, lambda **_: "ran")  # expires after 1 s
+    aid = info.value.approval_id
+    time.sleep(1.1)
+    assert record_expiry(store, aid)
+    event = _signed_direct(store, run.run_id, aid, "bob", keys["bob"], "2026-01-01T00:00:00.000000Z")
+    assert get_approval(store, aid).status == "expired"
+    assert [(p.code, p.leaf_index) for p in verify_store(store).problems] == [("approval_rule", event.leaf_index)]
