@@ -29,7 +29,10 @@ counted satisfy the new rule's ``ask`` and quorum, else the call is denied
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
+import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -52,7 +55,7 @@ from sealbox.errors import BlobNotFoundError, ConfigError, RecordingError
 from sealbox.identities import identity_book
 from sealbox.policy.model import Decision
 
-__all__ = ["ResumedCall", "await_approval", "claim", "resume_run"]
+__all__ = ["LEASE_FILE", "ResumedCall", "RunLease", "await_approval", "claim", "resume_run", "take_lease"]
 
 APPROVAL_MODES = ("block", "suspend")
 
@@ -236,11 +239,83 @@ def await_approval(run: Any, request: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- resume
 
 
+#: The file in a store's folder whose byte ranges mark the runs a live process has resumed.
+LEASE_FILE = "resume.lock"
+_lease_fds: dict[str, int] = {}  # one descriptor per lock file and process: closing any would drop its locks
+_lease_mutex = threading.Lock()
+
+
+class RunLease:
+    """A live process's claim on a run it resumed: an advisory lock on one byte of the store
+    folder's ``resume.lock`` (POSIX ``lockf``), chosen by the run id. The OS drops it when the
+    process exits, however it exits, so another process can tell "resumed and still running"
+    from "resumed, then the process died". Held from :func:`resume_run` until the run ends or
+    its ``with`` block is left; locks of one process do not exclude each other (threads share them)."""
+
+    def __init__(self, fd: int, offset: int) -> None:
+        self.fd, self.offset, self.held = fd, offset, True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            try:
+                import fcntl
+
+                fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, self.offset)
+            except OSError:  # pragma: no cover - the descriptor stays open for the process's life
+                pass
+
+
+def take_lease(store: Any, run_id: str) -> RunLease | None:
+    """Lock ``run_id``'s byte of the store's ``resume.lock``; None where there is no such file
+    (a store without a folder, a platform without ``fcntl``, a read-only folder).
+
+    Raises:
+        ApprovalError: ``already_resumed`` while another live process holds the run.
+    """
+    folder = getattr(store, "path", None)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    if folder is None:
+        return None
+    path = os.path.join(os.fspath(folder), LEASE_FILE)
+    offset = int.from_bytes(hashlib.sha256(run_id.encode("utf-8")).digest()[:6], "big")
+    with _lease_mutex:
+        fd = _lease_fds.get(path)
+        if fd is None:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                             0o600)
+            except OSError:
+                return None
+            _lease_fds[path] = fd
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset)
+    except OSError as exc:
+        raise ApprovalError("already_resumed", f"run {run_id} was resumed by another process that is still running "
+                            "it: nothing was resumed or written here (resume it once that process has ended)") from exc
+    return RunLease(fd, offset)
+
+
 def resume_run(recorder: Any, run_id: str, tools: dict[tuple[str, str], Callable] | None = None, *,
                rerun_unknown: bool = False, wait: float = 0.0,
                arguments: dict[str, Any] | None = None) -> Any:
     """Continue a suspended run: see :meth:`sealbox.recorder.Recorder.resume`."""
     run = recorder.continue_run(run_id)
+    lease = take_lease(run.store, run_id)
+    try:
+        return _resume(recorder, run, run_id, tools, rerun_unknown, wait, arguments, lease)
+    except BaseException:
+        if lease is not None:
+            lease.release()
+        raise
+
+
+def _resume(recorder: Any, run: Any, run_id: str, tools: dict[tuple[str, str], Callable] | None,
+            rerun_unknown: bool, wait: float, arguments: dict[str, Any] | None, lease: RunLease | None) -> Any:
+    run._lease = lease
     registry = {**recorder.tools, **(tools or {})}
     overrides = dict(arguments or {})
     deadline = time.monotonic() + max(0.0, wait)

@@ -600,6 +600,7 @@ class RunContext:
         self._cost_error: str | None = None
         self._attached = False
         self.resumed_calls: list[Any] = []  # filled by Recorder.resume
+        self._lease: Any = None  # a sealbox.pause.RunLease while this process runs a run it resumed
         self.replay: Any = None  # a sealbox.replay ReplaySource while this run replays another (docs/replay.md)
         self._open_streams: set[_StreamRecord] = set()  # streamed model calls not recorded yet (RecordedStream)
 
@@ -671,6 +672,12 @@ class RunContext:
             payload["verdict"] = verdict
         self._append([self._draft("run.ended", payload, self._take_step())])
         self.ended = True
+        self._release_lease()
+
+    def _release_lease(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
 
     def __enter__(self) -> "RunContext":
         if not self._attached:
@@ -679,6 +686,12 @@ class RunContext:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        try:
+            self._exit(exc)
+        finally:
+            self._release_lease()  # the run ended, or is suspended again: another process may resume it
+
+    def _exit(self, exc: BaseException | None) -> None:
         if self._token is not None:
             try:
                 _CURRENT.reset(self._token)

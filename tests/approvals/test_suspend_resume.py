@@ -273,3 +273,95 @@ def test_a_suspended_run_stays_suspended_when_its_approval_is_answered_until_it_
         assert [r["run_id"] for r in store.query_runs(status="running")] == [run.run_id, "system"]
         del resumed
     assert status() == ("ended", [])
+
+
+SLOW_RESUMER = """
+import os, sys, time
+import sealbox
+from sealbox.approvals import ApprovalError
+from sealbox.recorder import Recorder
+from approval_helpers import policy
+
+store_path, run_id, started, release = sys.argv[1:5]
+store = sealbox.open_store(store_path)
+rec = Recorder(store, policy=policy())
+
+def write_query(sql):
+    open(started, "w").close()  # the tool is running: tell the test
+    while not os.path.exists(release):
+        time.sleep(0.02)
+    return "deleted 3 rows"
+
+try:
+    with rec.resume(run_id, {("db", "write_query"): write_query}) as run:
+        print(*[(c.outcome, c.ran) for c in run.resumed_calls])
+except ApprovalError as exc:
+    print("refused", exc.code)
+store.close()
+"""
+
+
+def _slow_resumer(tmp_path, store_path, run_id):
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_RESUMER)
+    started, release = tmp_path / "started", tmp_path / "release"
+    here = str(__import__("pathlib").Path(__file__).parent)
+    proc = subprocess.Popen([sys.executable, str(script), store_path, run_id, str(started), str(release)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**__import__("os").environ, "PYTHONPATH": here})
+    import time
+
+    deadline = time.monotonic() + 60
+    while not started.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return proc, release
+
+
+def test_a_second_process_cannot_resume_a_run_another_live_process_is_running(tmp_path, keys, store):
+    """The loser of two resumers found nothing open, attached to the run as it was, and ended it on
+    leaving its `with` block while the winner's tool still ran: the winner's tool.result was refused
+    ('run has ended'), so the record said outcome unknown for a DELETE that had run."""
+    rec = Recorder(store, policy=policy(), approvals="suspend")
+    run_id, aid = suspend(store, rec)
+    answer(store, aid, "approve", "ok", keys["alice"])
+    path = str(store.path)
+    store.close()
+    proc, release = _slow_resumer(tmp_path, path, run_id)
+    try:
+        other = sealbox.open_store(path)
+        with pytest.raises(ApprovalError) as info:
+            with Recorder(other, policy=policy()).resume(run_id, {("db", "write_query"): lambda **_: "twice"}):
+                pass
+        assert info.value.code == "already_resumed" and "still running" in str(info.value)
+        other.close()
+    finally:
+        release.touch()
+        out, err = proc.communicate(timeout=60)
+    assert out == "('approved', True)\n", err
+    again = sealbox.open_store(path)
+    events = again.read_run(run_id)
+    assert [e.kind for e in events][-4:] == ["approval.answered", "run.resumed", "tool.result", "run.ended"]
+    assert [e.payload["ok"] for e in events if e.kind == "tool.result"] == [True]
+    again.close()
+
+
+def test_a_run_whose_resuming_process_died_can_be_resumed_and_reports_the_call_unknown(tmp_path, keys, store):
+    import signal
+
+    rec = Recorder(store, policy=policy(), approvals="suspend")
+    run_id, aid = suspend(store, rec)
+    answer(store, aid, "approve", "ok", keys["alice"])
+    path = str(store.path)
+    store.close()
+    proc, _ = _slow_resumer(tmp_path, path, run_id)
+    proc.send_signal(signal.SIGKILL)  # dies while its tool runs: the OS drops its lock
+    proc.communicate(timeout=60)
+    again = sealbox.open_store(path)
+    tool = Tool()
+    run = Recorder(again, policy=policy()).resume(run_id, {("db", "write_query"): tool})
+    assert [(c.outcome, c.ran) for c in run.resumed_calls] == [("unknown", False)] and tool.calls == []
+    run.end()
+    assert kinds(again, run_id)[-2:] == ["run.resumed", "run.ended"]
+    again.close()

@@ -428,7 +428,8 @@ def test_a_malformed_bundle_key_says_no_key_was_used(case, tmp_path):
 
 STORE_FILES = {"sealbox.db": "database", "sealbox.db-wal": "write-ahead log",
                "sealbox.db-shm": "shared-memory index", "sealbox.db-journal": "rollback journal",
-               "log.key": "signing key", "log.vkey": "pinned verifier key", "checkpoint": "checkpoint file"}
+               "log.key": "signing key", "log.vkey": "pinned verifier key", "checkpoint": "checkpoint file",
+               "resume.lock": "resume lock file"}
 
 
 def _one_run_store(path):

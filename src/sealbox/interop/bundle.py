@@ -467,7 +467,8 @@ def _store_files() -> dict[str, str]:
 
     return {DB_NAME: "database", f"{DB_NAME}-wal": "write-ahead log",
             f"{DB_NAME}-shm": "shared-memory index", f"{DB_NAME}-journal": "rollback journal",
-            KEY_NAME: "signing key", VKEY_NAME: "pinned verifier key", CHECKPOINT_NAME: "checkpoint file"}
+            KEY_NAME: "signing key", VKEY_NAME: "pinned verifier key", CHECKPOINT_NAME: "checkpoint file",
+            "resume.lock": "resume lock file"}
 
 
 def _own_store_file(path: Path, store_dir: str | os.PathLike) -> str | None:
