@@ -131,6 +131,38 @@ def test_cli_verify_a_missing_folder(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+URL_ERROR = ("error: postgresql://… is a URL, not a folder: a Sealbox store is a SQLite folder for now (there is no "
+             "PostgreSQL or other server backend yet); give the store's folder")
+
+
+@pytest.mark.parametrize("args", [
+    ["init", "postgresql://postgres@127.0.0.1:5432/test"],
+    ["runs", "list", "-s", "postgresql://postgres@127.0.0.1:5432/test"],
+    ["verify", "-s", "postgresql://postgres@127.0.0.1:5432/test"],
+    ["verify", "postgresql://postgres@127.0.0.1:5432/test"],
+    ["export", "-s", "postgresql://postgres@127.0.0.1:5432/test", "-o", "case.sbx"],
+    ["approvals", "list", "-s", "postgresql://postgres@127.0.0.1:5432/test"],
+    ["log", "checkpoint", "-s", "postgresql://postgres@127.0.0.1:5432/test"],
+])
+def test_cli_a_postgresql_url_is_refused_and_nothing_is_created(tmp_path: Path, args: list[str]) -> None:
+    """`sealbox init postgresql://…` created a SQLite store in a folder named `postgresql:` and printed
+    "Created a Sealbox store in postgresql://…"; the other commands said the URL (with one slash) did
+    not exist and to `sealbox init` it."""
+    res = cli(*args, cwd=tmp_path)
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", URL_ERROR + "\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_open_and_init_store_refuse_a_url_with_a_typed_error(tmp_path: Path, monkeypatch) -> None:
+    from sealbox.store import StoreConfigError, init_store, open_store
+
+    monkeypatch.chdir(tmp_path)
+    for fn in (init_store, open_store):
+        with pytest.raises(StoreConfigError, match=r"^postgres://… is a URL, not a folder"):
+            fn("postgres://u:secret@db.example/sealbox")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_verify_random_bytes(tmp_path: Path) -> None:
     folder = random_db(tmp_path / "s")
     before = snapshot_dir(folder)

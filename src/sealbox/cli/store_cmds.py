@@ -117,6 +117,9 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path
 
     vkey = _read_key(vkey)
     if target is not None and not os.path.exists(target):
+        from sealbox.store import _refuse_url
+
+        _refuse_url(target)  # postgresql://…: one line saying stores are folders
         raise BadInput(f"{target} does not exist (give a store's folder or a bundle file)")
     if target is not None and os.path.isfile(target):
         if canonical:  # was ignored silently: a bundle is verified from its own bytes, without that check
