@@ -221,6 +221,10 @@ def await_approval(run: Any, request: dict[str, Any]) -> None:
     if rec.approvals == "suspend":
         run.suspended = True
         raise ApprovalPending(aid, run.run_id, call_id)
+    if getattr(run, "_lease", None) is None:
+        # this process waits and will run the call itself: a resume elsewhere meanwhile would claim the
+        # approval and run the tool while this run goes on here (and ends it under that tool)
+        run._lease = take_lease(run.store, run.run_id)
     deadline = None if rec.approval_timeout is None else time.monotonic() + rec.approval_timeout
     while True:
         if get_approval(run.store, aid).status != "pending":
@@ -249,8 +253,9 @@ class RunLease:
     """A live process's claim on a run it resumed: an advisory lock on one byte of the store
     folder's ``resume.lock`` (POSIX ``lockf``), chosen by the run id. The OS drops it when the
     process exits, however it exits, so another process can tell "resumed and still running"
-    from "resumed, then the process died". Held from :func:`resume_run` until the run ends or
-    its ``with`` block is left; locks of one process do not exclude each other (threads share them)."""
+    from "resumed, then the process died". Held from :func:`resume_run` (or from the first blocking
+    wait for an answer, :func:`await_approval`) until the run ends or its ``with`` block is left;
+    locks of one process do not exclude each other (threads share them)."""
 
     def __init__(self, fd: int, offset: int) -> None:
         self.fd, self.offset, self.held = fd, offset, True

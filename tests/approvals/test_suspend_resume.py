@@ -365,3 +365,55 @@ def test_a_run_whose_resuming_process_died_can_be_resumed_and_reports_the_call_u
     run.end()
     assert kinds(again, run_id)[-2:] == ["run.resumed", "run.ended"]
     again.close()
+
+
+BLOCKING_AGENT = """
+import os, sys, time
+import sealbox
+from sealbox.recorder import Recorder
+from approval_helpers import policy
+
+store_path, started, release = sys.argv[1:4]
+store = sealbox.open_store(store_path)
+rec = Recorder(store, policy=policy(), approvals="block", approval_timeout=60, approval_poll=1.5)
+
+def write_query(sql):
+    open(started, "w").close()
+    while not os.path.exists(release):
+        time.sleep(0.02)
+    return "deleted 3 rows"
+
+with rec.run(agent="bot") as run:
+    print(run.call_tool("db", "write_query", {"sql": "DELETE"}, write_query), flush=True)
+store.close()
+"""
+
+
+def test_a_resume_in_another_process_is_refused_while_a_blocking_agent_waits_for_the_answer(tmp_path, keys, store):
+    """The blocking agent's wait and a resume elsewhere both claimed the answer: the resumer won, ran
+    the tool, and the waiting agent failed with already_resumed and ended the run under it."""
+    import time
+
+    path = str(store.path)
+    script = tmp_path / "blocking.py"
+    script.write_text(BLOCKING_AGENT)
+    started, release = tmp_path / "started", tmp_path / "release"
+    here = str(__import__("pathlib").Path(__file__).parent)
+    proc = subprocess.Popen([sys.executable, str(script), path, str(started), str(release)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**__import__("os").environ, "PYTHONPATH": here})
+    try:
+        deadline = time.monotonic() + 60
+        while not [e for e in store.reader().events(["approval.requested"])]:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        [req] = store.reader().events(["approval.requested"])
+        answer(store, req.payload["approval_id"], "approve", "ok", keys["alice"])
+        tool = Tool()
+        with pytest.raises(ApprovalError) as info:  # before the agent's next poll
+            Recorder(store, policy=policy()).resume(req.run_id, {("db", "write_query"): tool})
+        assert info.value.code == "already_resumed" and tool.calls == []
+    finally:
+        release.touch()
+        out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (0, "deleted 3 rows\n"), err
+    assert kinds(store, req.run_id)[-4:] == ["approval.answered", "run.resumed", "tool.result", "run.ended"]
