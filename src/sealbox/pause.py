@@ -224,7 +224,10 @@ def await_approval(run: Any, request: dict[str, Any]) -> None:
     if getattr(run, "_lease", None) is None:
         # this process waits and will run the call itself: a resume elsewhere meanwhile would claim the
         # approval and run the tool while this run goes on here (and ends it under that tool)
-        run._lease = take_lease(run.store, run.run_id)
+        try:
+            run._lease = take_lease(run.store, run.run_id)
+        except ApprovalError:  # another live process holds the run (it attached to it too): wait as before
+            pass
     deadline = None if rec.approval_timeout is None else time.monotonic() + rec.approval_timeout
     while True:
         if get_approval(run.store, aid).status != "pending":
