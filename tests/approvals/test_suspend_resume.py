@@ -417,3 +417,25 @@ def test_a_resume_in_another_process_is_refused_while_a_blocking_agent_waits_for
         out, err = proc.communicate(timeout=60)
     assert (proc.returncode, out) == (0, "deleted 3 rows\n"), err
     assert kinds(store, req.run_id)[-4:] == ["approval.answered", "run.resumed", "tool.result", "run.ended"]
+
+
+def test_a_blocking_call_in_a_run_another_live_process_holds_waits_as_before(tmp_path, keys, store):
+    """Two processes attached to one run: the one that blocks for an answer cannot take the run's
+    lock (the other holds it) and waits without it, instead of failing with already_resumed."""
+    rec = Recorder(store, policy=policy(), approvals="suspend")
+    run_id, aid = suspend(store, rec)
+    answer(store, aid, "approve", "ok", keys["alice"])
+    path = str(store.path)
+    store.close()
+    proc, release = _slow_resumer(tmp_path, path, run_id)  # holds the run while its tool runs
+    try:
+        other = sealbox.open_store(path)
+        run = Recorder(other, policy=policy(), approvals="block", approval_timeout=0.2,
+                       approval_poll=0.05).continue_run(run_id)
+        with pytest.raises(ApprovalPending):
+            run.call_tool("db", "deploy", {"sql": "x"}, lambda **_: pytest.fail("ran unapproved"))
+        other.close()
+    finally:
+        release.touch()
+        out, err = proc.communicate(timeout=60)
+    assert out == "('approved', True)\n", err
