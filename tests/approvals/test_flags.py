@@ -164,3 +164,8 @@ def test_a_shared_accounts_answer_written_without_its_flag_is_still_flagged_and_
         "identity": "oncall", "marked_shared": True, "identity_leaf": new.identity.since_leaf}}]
     assert [s.approval_id for s in list_approvals(store, flagged=True)] == [aid]
     assert [(p.code, p.leaf_index) for p in verify_store(store).problems] == [("approval_flag_missing", event.leaf_index)]
+    from sealbox.interop.otlp import build_otlp
+
+    [log] = [r.log_record for r in build_otlp(store, [req.run_id]).logs
+             if r.log_record.attributes["event.name"] == "sealbox.approval.answered"]
+    assert (log.attributes["sealbox.approval.flags"], log.severity_number.name) == (("shared_identity",), "WARN")

@@ -243,3 +243,21 @@ def test_a_backdated_answer_after_a_recorded_expiry_is_reported(store, keys):
     event = _signed_direct(store, run.run_id, aid, "bob", keys["bob"], "2026-01-01T00:00:00.000000Z")
     assert get_approval(store, aid).status == "expired"
     assert [(p.code, p.leaf_index) for p in verify_store(store).problems] == [("approval_rule", event.leaf_index)]
+
+
+def test_otlp_says_whether_an_answer_counts(store, keys):
+    """The OTLP export sent every approval.answered as '<identity> answered approve', an unsigned
+    forgery included, with nothing to say it does not count."""
+    from sealbox.interop.otlp import build_otlp
+
+    run_id, aid = suspended(store)
+    fake = forged(store, run_id, aid)  # a zero signature
+    answer(store, aid, "approve", "fine", keys["bob"])
+    logs = [r.log_record for r in build_otlp(store, [run_id]).logs
+            if r.log_record.attributes["event.name"] == "sealbox.approval.answered"]
+    got = [(r.attributes["sealbox.event.leaf_index"], r.attributes["sealbox.approval.identity"],
+            r.attributes["sealbox.approval.counted"], r.attributes.get("sealbox.approval.problem"),
+            r.severity_number.name, r.body) for r in logs]
+    assert got == [(fake.leaf_index, "alice", False, "bad_signature", "WARN",
+                    f"alice answered approve to approval {aid} (does not count: bad_signature)"),
+                   (fake.leaf_index + 1, "bob", True, None, "INFO", f"bob answered approve to approval {aid}")]

@@ -250,6 +250,7 @@ class _RunBuilder:
                  content: bool, resource: Resource, scope: InstrumentationScope, batch: OtlpBatch) -> None:
         self.store, self.run_id, self.events, self.trace_id = store, run_id, events, trace_id
         self.parent, self.content, self.resource, self.scope, self.batch = parent, content, resource, scope, batch
+        self.verdicts: dict[int, Any] = {}  # approval.answered leaf -> its Answer, set by build()
         self.run_ctx = _ctx(trace_id, span_id_for("run", run_id))
 
     # -- helpers
@@ -281,7 +282,22 @@ class _RunBuilder:
 
     # -- the run
 
+    def _answer_verdicts(self) -> dict[int, Any]:
+        """Each ``approval.answered``'s verdict, by leaf index, as every reader takes it
+        (:func:`sealbox.approvals.evaluate`): whether it counts, why not, its flags (with the
+        ``shared_identity`` flag the log implies)."""
+        if not any(e.kind == "approval.answered" for e in self.events):
+            return {}
+        from sealbox.approvals import _RELATED, evaluate
+        from sealbox.identities import identity_book
+
+        book = identity_book(self.store)
+        related = [e for e in self.events if e.kind in _RELATED]
+        return {a.leaf_index: a for e in self.events if e.kind == "approval.requested"
+                for a in evaluate(e, related, book).answers}
+
     def build(self) -> None:
+        self.verdicts = self._answer_verdicts()
         events = self.events
         started = events[0]
         info = started.payload
@@ -528,15 +544,21 @@ class _RunBuilder:
             severity = SeverityNumber.INFO
             body = f"approval {p.get('approval_id')} requested for {p.get('server')}/{p.get('tool')}"
         elif ev.kind == "approval.answered":
-            flags = tuple(str(f.get("code")) for f in p.get("flags") or () if isinstance(f, dict))
+            verdict = self.verdicts.get(ev.leaf_index)
+            raw = verdict.flags if verdict is not None else p.get("flags") or ()
+            flags = tuple(dict.fromkeys(str(f.get("code")) for f in raw if isinstance(f, dict)))
+            problem = "unknown_approval" if verdict is None else verdict.problem
             attrs = _attrs(sealbox__approval__id=p.get("approval_id"), sealbox__approval__decision=p.get("decision"),
                            sealbox__approval__identity=_str(p.get("identity")),
                            sealbox__approval__answered_at=_str(p.get("answered_at")),
                            sealbox__approval__reason=_str(p.get("reason")),
                            sealbox__approval__binding=_str(p.get("binding")),
-                           sealbox__approval__key_id=_str(p.get("key_id")), sealbox__approval__flags=flags or None)
-            severity = SeverityNumber.WARN if p.get("decision") == "deny" or flags else SeverityNumber.INFO
+                           sealbox__approval__key_id=_str(p.get("key_id")), sealbox__approval__flags=flags or None,
+                           sealbox__approval__counted=problem is None, sealbox__approval__problem=problem)
+            severity = SeverityNumber.WARN if p.get("decision") == "deny" or flags or problem else SeverityNumber.INFO
             body = f"{p.get('identity')} answered {p.get('decision')} to approval {p.get('approval_id')}"
+            if problem is not None:
+                body += f" (does not count: {problem})"
         else:  # approval.expired
             attrs = _attrs(sealbox__approval__id=p.get("approval_id"),
                            sealbox__approval__expired_at=_str(p.get("expired_at")))
