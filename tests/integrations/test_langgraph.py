@@ -454,6 +454,50 @@ def test_a_graph_stopped_by_interrupt_saves_its_state_as_interrupted_not_final(s
     assert sealbox.verify_store(store).ok
 
 
+@pytest.mark.parametrize("use_async", [False, True])
+@pytest.mark.parametrize(("breakpoint", "stopped_with"), [
+    ("interrupt_before", ["human", "ai"]), ("interrupt_after", ["human", "ai", "tool"])])
+def test_a_graph_stopped_by_a_static_breakpoint_saves_its_state_as_interrupted(store, breakpoint, stopped_with,
+                                                                                use_async):
+    """A graph compiled with interrupt_before / interrupt_after stops at its breakpoint without any
+    node raising (LangGraph's loop stops itself), so no chain error marked it and its state was saved
+    with label "final", though the graph had not finished and was resumed later. Now it is
+    "interrupted"; resumed (invoke(None)) and finished, the state is "final"."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    paid: list[int] = []
+
+    @tool
+    def transfer(amount: int) -> str:
+        """Transfer money."""
+        paid.append(amount)
+        return f"transferred {amount}"
+
+    model = ScriptedChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "transfer", "args": {"amount": 3}, "id": "t1"}]),
+        AIMessage(content="all done")]))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="breakpoint") as run:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            graph = create_react_agent(model, governed_tools(run, [transfer]), checkpointer=InMemorySaver(),
+                                       **{breakpoint: ["tools"]})
+        config = {"configurable": {"thread_id": "1"}, "callbacks": [SealboxCallbackHandler(run)]}
+
+        def invoke(value):
+            return asyncio.run(graph.ainvoke(value, config=config)) if use_async else graph.invoke(value, config=config)
+
+        state = invoke({"messages": [("user", "pay")]})
+        assert [m.type for m in state["messages"]] == stopped_with
+        assert graph.get_state(config).next == (("tools",) if breakpoint == "interrupt_before" else ("agent",))
+        state = invoke(None)
+    assert state["messages"][-1].content == "all done" and paid == [3]
+
+    saved = [(p["label"], [m["$pydantic"]["fields"]["type"] for m in p["state"]["messages"]])
+             for k, _, p in events_of(store, run.run_id) if k == "state.saved"]
+    assert saved == [("interrupted", stopped_with), ("final", ["human", "ai", "tool", "ai"])]
+    assert sealbox.verify_store(store).ok
+
+
 def test_configured_paths_redact_langchain_messages_in_requests_results_and_state(tmp_path):
     """docs/content-modes.md's example path request.messages.*.content, and result.content and
     state.messages.*.content, did not reach LangChain messages (stored as $pydantic objects): the

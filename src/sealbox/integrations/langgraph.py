@@ -76,6 +76,15 @@ try:
 except ImportError:  # pragma: no cover - langchain without langgraph
     pass
 
+#: The handler base LangGraph calls ``on_interrupt`` on (only instances of it get graph lifecycle events):
+#: how a graph stopped by a static breakpoint (``interrupt_before`` / ``interrupt_after``) is told apart
+#: from a finished one, as no node raised there.
+_HandlerBase: type[BaseCallbackHandler] = BaseCallbackHandler
+try:
+    from langgraph.callbacks import GraphCallbackHandler as _HandlerBase  # type: ignore[no-redef]
+except ImportError:  # pragma: no cover - langchain without langgraph
+    pass
+
 #: RecordingError / ApprovalPending subclasses that are also LangGraph's GraphBubbleUp (see below).
 _PASSING: dict[type, type] = {}
 
@@ -274,7 +283,7 @@ _LS_KEYS = ("ls_provider", "ls_model_name", "ls_model_type", "ls_temperature", "
             "langgraph_node", "langgraph_step")
 
 
-class SealboxCallbackHandler(BaseCallbackHandler):
+class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
     """A LangChain callback handler recording model calls and the final state into a run.
 
     - ``on_chat_model_start`` / ``on_llm_start`` → ``on_llm_end``: one
@@ -285,7 +294,8 @@ class SealboxCallbackHandler(BaseCallbackHandler):
       of the chain that called it, for a call cut short (cancelled) without an ``on_llm_error``.
     - ``on_chain_end`` of the outermost chain (the graph) → ``state.saved``
       with the final state (``label="final"``), or the state it waits in when a node called
-      ``interrupt()`` (``label="interrupted"``).
+      ``interrupt()`` or the graph stopped at a static breakpoint (``interrupt_before`` /
+      ``interrupt_after``) (``label="interrupted"``).
     - ``on_tool_start`` of a tool that is not a :class:`GovernedTool` → a ``note``
       (the tool ran without a record before it ran).
 
@@ -380,10 +390,20 @@ class SealboxCallbackHandler(BaseCallbackHandler):
         if parent_run_id is None:
             self._interrupted.discard(run_id)
 
+    def on_interrupt(self, event: Any) -> None:
+        """LangGraph's lifecycle event for a graph that stops to be resumed later, emitted before its
+        chain ends: by ``interrupt()`` in a node, or at a static breakpoint (``interrupt_before`` /
+        ``interrupt_after``), where no node raised and :meth:`on_chain_error` saw nothing. Marks the
+        outermost chain as interrupted (see :meth:`on_chain_end`)."""
+        run_id = getattr(event, "run_id", None)
+        if isinstance(run_id, uuid.UUID):
+            self._interrupted.add(self._root(run_id))
+
     def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
                      **kwargs: Any) -> None:
         """Record the state when the outermost chain (the graph) ends: ``label="final"``, or
-        ``"interrupted"`` when a node stopped it with ``interrupt()`` (the state it waits in)."""
+        ``"interrupted"`` when it stopped to be resumed, by ``interrupt()`` in a node or at a static
+        breakpoint (the state it waits in)."""
         self._chain_parent.pop(run_id, None)
         if parent_run_id is None:
             interrupted = run_id in self._interrupted
