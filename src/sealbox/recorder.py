@@ -18,6 +18,7 @@ fail-open mode.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import dataclasses
 import functools
@@ -1356,13 +1357,17 @@ class RunContext:
         Raises:
             ConfigError: ``call`` returned an awaitable (an ``async def`` call, ``AsyncOpenAI``): it is
                 closed unawaited, so the model was not called, and nothing is recorded; use
-                :meth:`acomplete`.
+                :meth:`acomplete`. ``call`` returned an asyncio Task or Future (or a
+                ``concurrent.futures`` Future): already under way, it is left running, its answer
+                unrecorded, and nothing is recorded. ``call`` is not a function (a Task or Future, a
+                coroutine, which is closed unrun): refused before anything is called or recorded.
             BaseException: whatever ``call`` raised, after it is recorded with ``response = {"error": …}``
                 (a KeyboardInterrupt or a task's cancellation too: the call was made). When that record
                 cannot be written, an Exception is replaced by the RecordingError; a KeyboardInterrupt
                 or CancelledError goes on, the failure attached as a note (``exc.__notes__``).
         """
         _check_provider(provider)  # before the model is called: its call could not be recorded
+        _check_model_call("complete", call)
         if self.replay is not None and self.replay.serves_models:
             return self.replay.answer_model(self, request, provider=provider, model=model)
         started = time.perf_counter()
@@ -1371,6 +1376,12 @@ class RunContext:
         except BaseException as exc:
             self.model_error(request, exc, latency=time.perf_counter() - started, provider=provider, model=model)
             raise
+        kind = _future_kind(response)
+        if kind is not None:  # already under way: it calls the model whatever is done here
+            raise ConfigError(f"complete(): call returned {kind}, already scheduled: it calls the model whether or "
+                              "not it is awaited, and complete() cannot wait for it, so its answer would not be "
+                              "recorded; it was left running (not cancelled): use await run.acomplete(request, "
+                              "call) for an async call; nothing was recorded")
         if inspect.isawaitable(response):  # an async call, not yet run: nothing was asked of the model
             if inspect.iscoroutine(response):
                 response.close()
@@ -1392,10 +1403,13 @@ class RunContext:
             sync one in a :class:`RecordedStream`: recorded when it ends, as for :meth:`complete`.
 
         Raises:
+            ConfigError: ``call`` is not a function (an asyncio Task or Future, a coroutine), as for
+                :meth:`complete`; nothing is recorded.
             BaseException: whatever ``call`` or its awaitable raised, after it is recorded with
                 ``response = {"error": …}``, as :meth:`complete` does.
         """
         _check_provider(provider)
+        _check_model_call("acomplete", call)
         if self.replay is not None and self.replay.serves_models:
             return self.replay.answer_model(self, request, provider=provider, model=model, asynchronous=True)
         started = time.perf_counter()
@@ -1765,6 +1779,45 @@ def _caller_usage(usage: Any) -> dict[str, int]:
                               f"(an int, or a float with an integral value), got {value!r}; nothing was recorded")
         out[key] = n
     return out
+
+
+_MODEL_CALL_HINT = "lambda r: client.chat.completions.create(**r)"
+
+
+def _future_kind(value: Any) -> str | None:
+    """What a value already under way is called in messages: an asyncio Task or Future, a
+    ``concurrent.futures`` Future; None for anything else."""
+    if isinstance(value, asyncio.Task):
+        return "an asyncio Task"
+    if asyncio.isfuture(value):
+        return "an asyncio Future"
+    if isinstance(value, concurrent.futures.Future):
+        return "a concurrent.futures Future"
+    return None
+
+
+def _check_model_call(method: str, call: Any) -> None:
+    """ConfigError, before anything is called or recorded, when ``call`` of :meth:`RunContext.complete` /
+    :meth:`RunContext.acomplete` is not a function: a Task or Future (the call already under way: it
+    goes on, not cancelled, its answer unrecorded), a coroutine (closed unrun), anything else."""
+    if callable(call):
+        return
+    hint = f"{'await run.acomplete' if method == 'acomplete' else 'run.complete'}(request, {_MODEL_CALL_HINT})"
+    kind = _future_kind(call)
+    if kind is not None:
+        raise ConfigError(f"{method}(): call is {kind}, already scheduled, not a function: it calls the model "
+                          "whether or not it is recorded, and its answer cannot be recorded from here; it was left "
+                          f"running (not cancelled); pass the function that makes the call, e.g. {hint}, not its "
+                          f"{kind.rsplit(' ', 1)[-1].lower()}; nothing was recorded")
+    if inspect.iscoroutine(call):
+        name = getattr(call, "__name__", None) or "ask"
+        call.close()
+        raise ConfigError(f"{method}(): call is a coroutine (what calling an async function returns), not a "
+                          "function: it was closed unrun, so the model was not called; pass the async function "
+                          f"itself, e.g. await run.acomplete(request, {name}), not {name}(request); nothing was "
+                          "recorded")
+    raise ConfigError(f"{method}(): call must be a function called as call(request), got {type(call).__name__}; "
+                      "nothing was recorded")
 
 
 def _check_provider(provider: Any) -> None:

@@ -4,7 +4,9 @@ service is reachable here) chunk by chunk, and the call is recorded when the str
 
 from __future__ import annotations
 
+import asyncio
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -333,3 +335,78 @@ def test_a_stream_from_a_server_that_leaves_out_tool_call_indexes_is_assembled(s
     assert call["response"]["choices"][0]["message"]["tool_calls"] == [
         {"id": "call_n1", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\": \"x\"}"}}]
     assert [e.step for e in store.read_run(run.run_id) if e.kind == "tool.call"] == ["2.1"]
+
+
+def test_complete_refuses_a_task_or_future_for_what_it_is_and_records_nothing(store):
+    """complete() / acomplete() given an already-scheduled asyncio Task (or Future) as call called
+    it, failed with "'_asyncio.Task' object is not callable" and recorded that TypeError as a
+    model.call that failed (the model was in fact being called by the task, its answer unrecorded);
+    a call returning a Task was refused with "not awaited, so the model was not called", untrue of a
+    task that runs whether awaited or not. Now a ConfigError says what was given and what to pass,
+    before anything is recorded; the task is left running (not cancelled)."""
+    import concurrent.futures
+
+    from sealbox.errors import ConfigError
+
+    asked: list[Any] = []
+
+    async def ask(request):
+        asked.append(request)
+        return {"choices": []}
+
+    refusals: list[str] = []
+
+    async def agent():
+        with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+            task = asyncio.ensure_future(ask({"n": 1}))
+            future = asyncio.get_running_loop().create_future()
+            for call in (task, future):
+                with pytest.raises(ConfigError) as refused:
+                    run.complete({"model": "m"}, call)
+                refusals.append(str(refused.value))
+                with pytest.raises(ConfigError) as refused:
+                    await run.acomplete({"model": "m"}, call)
+                refusals.append(str(refused.value))
+            later = asyncio.ensure_future(ask({"n": 2}))
+            with pytest.raises(ConfigError) as refused:
+                run.complete({"model": "m"}, lambda _request: later)
+            refusals.append(str(refused.value))
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                submitted = pool.submit(lambda: {"choices": []})
+                with pytest.raises(ConfigError) as refused:
+                    run.complete({"model": "m"}, submitted)
+                refusals.append(str(refused.value))
+            coroutine = ask({"n": 3})
+            with pytest.raises(ConfigError) as refused:
+                await run.acomplete({"model": "m"}, coroutine)
+            refusals.append(str(refused.value))
+            with pytest.raises(ConfigError) as refused:
+                run.complete({"model": "m"}, {"not": "callable"})
+            refusals.append(str(refused.value))
+            assert not task.cancelled() and not later.cancelled()
+            assert await task == {"choices": []} and await later == {"choices": []}
+            future.cancel()
+        return run
+
+    run = asyncio.run(agent())
+    assert asked == [{"n": 1}, {"n": 2}]  # the tasks ran (not cancelled); the coroutine was closed unrun
+    given_task = ("{}(): call is an asyncio Task, already scheduled, not a function: it calls the model whether or not "
+                  "it is recorded, and its answer cannot be recorded from here; it was left running (not cancelled); "
+                  "pass the function that makes the call, e.g. {}, not its task; nothing was recorded")
+    given_future = given_task.replace("an asyncio Task", "an asyncio Future").replace("its task", "its future")
+    sync_hint, async_hint = ("run.complete(request, lambda r: client.chat.completions.create(**r))",
+                             "await run.acomplete(request, lambda r: client.chat.completions.create(**r))")
+    assert refusals == [
+        given_task.format("complete", sync_hint), given_task.format("acomplete", async_hint),
+        given_future.format("complete", sync_hint), given_future.format("acomplete", async_hint),
+        "complete(): call returned an asyncio Task, already scheduled: it calls the model whether or not it is "
+        "awaited, and complete() cannot wait for it, so its answer would not be recorded; it was left running "
+        "(not cancelled): use await run.acomplete(request, call) for an async call; nothing was recorded",
+        given_future.replace("an asyncio Future", "a concurrent.futures Future").format("complete", sync_hint),
+        "acomplete(): call is a coroutine (what calling an async function returns), not a function: it was closed "
+        "unrun, so the model was not called; pass the async function itself, e.g. "
+        "await run.acomplete(request, ask), not ask(request); nothing was recorded",
+        "complete(): call must be a function called as call(request), got dict; nothing was recorded",
+    ]
+    assert [e.kind for e in store.read_run(run.run_id)] == ["run.started", "run.ended"]
+    assert sealbox.verify_store(store).ok
