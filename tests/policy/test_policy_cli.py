@@ -187,6 +187,36 @@ def test_an_expected_effect_that_is_no_string_is_quoted_as_written(tmp_path, exp
     assert proc.stderr == f"error: {cases}:10: {message}\n"
 
 
+@pytest.mark.parametrize("case, message", [
+    ("call: {tool: t}\n  expect: {effect: .nan}", "'expect.effect' .nan is not one of allow, deny, require_approval"),
+    ("call: {tool: t}\n  expect: {effect: [.inf, -.inf]}",
+     "'expect.effect' [.inf, -.inf] is not one of allow, deny, require_approval"),
+    ("call: {tool: t}\n  expect: {effect: {a: .nan}}",
+     "'expect.effect' {\"a\": .nan} is not one of allow, deny, require_approval"),
+    ("call: {tool: t}\n  expect: {reason_code: -.inf}", "'expect.reason_code' -.inf is not one of policy_allow"),
+    ("call: {tool: t, principal: [.inf]}\n  expect: {effect: deny}",
+     "'call.principal' must be an id (a string) or a mapping, not a list [.inf]"),
+    ("call: {tool: t, usage: {tokens_run: [.nan]}}\n  expect: {effect: deny}",
+     "'call.usage.tokens_run' must be a number (0 or more), not a list [.nan]"),
+])  # fmt: skip
+def test_nan_and_infinity_in_a_case_are_quoted_as_yaml_writes_them(tmp_path, capsys, case, message):
+    """They were quoted as JSON writes them: 'expect.effect' NaN / [Infinity, -Infinity] is not one of ..."""
+    cases = write(tmp_path, CASES + f"- name: bad\n  {case}\n", "cases.yaml")
+    code, out, err = run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases))
+    assert (code, out) == (2, "") and err.startswith(f"error: {cases}:10: {message}") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("effect, message", [
+    (".inf", "rules[0].effect: .inf is not one of allow, deny, require_approval"),
+    ("[.nan]", "rules[0].effect: [.nan] is not one of allow, deny, require_approval"),
+])
+def test_nan_and_infinity_in_the_policy_are_quoted_as_yaml_writes_them(tmp_path, capsys, effect, message):
+    """The policy's own errors said inf and [NaN]."""
+    policy = write(tmp_path, f"version: 1\nrules:\n  - id: r\n    effect: {effect}\n")
+    cases = write(tmp_path, CASES, "cases.yaml")
+    assert run_main(capsys, "policy", "test", str(policy), str(cases)) == (2, "", f"error: {policy}:4: {message}\n")
+
+
 @pytest.mark.parametrize("now, message", [
     ("notatime", "'call.now' 'notatime' is not an RFC 3339 time (e.g. 2026-01-31T09:00:00Z)"),
     ("5", "'call.now' must be an RFC 3339 time as a string, not the number 5"),
@@ -269,8 +299,8 @@ FLOAT_LIMITS = [("limits: {cost: {per_run: V}}", "limits.cost.per_run"),
 
 
 @pytest.mark.parametrize(("line", "field"), FLOAT_LIMITS)
-@pytest.mark.parametrize(("value", "problem"), [(".nan", "nan is not a finite number"), (".inf", "inf is not a finite number"),
-                                                ("-.inf", "-inf is not a finite number"),
+@pytest.mark.parametrize(("value", "problem"), [(".nan", ".nan is not a finite number"), (".inf", ".inf is not a finite number"),
+                                                ("-.inf", "-.inf is not a finite number"),
                                                 ("-1", "-1 is less than the minimum of 0")])  # fmt: skip
 def test_check_refuses_a_non_finite_or_negative_float_limit(tmp_path, capsys, line, field, value, problem):
     path = write(tmp_path, "version: 1\n" + line.replace("V", value) + "\nrules: [{id: a, effect: allow}]\n")
@@ -282,11 +312,11 @@ def test_subprocess_nan_limits_no_longer_fail_open(tmp_path):
     policy = write(tmp_path, "version: 1\nlimits: {cost: {per_run: .nan}, max_run_seconds: .nan}\n"
                              "rules: [{id: a, effect: allow}]\n")  # fmt: skip
     proc = sealbox_main("policy", "check", str(policy))
-    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {policy}:2: limits.cost.per_run: nan is not a finite number\n")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", f"error: {policy}:2: limits.cost.per_run: .nan is not a finite number\n")
     cases = write(tmp_path, "- call: {tool: t, usage: {cost_run: 1000000}}\n  expect: {effect: deny}\n", "cases.yaml")
     proc = sealbox_main("policy", "test", str(policy), str(cases))
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert proc.stderr == f"error: {policy}:2: limits.cost.per_run: nan is not a finite number\n"
+    assert proc.stderr == f"error: {policy}:2: limits.cost.per_run: .nan is not a finite number\n"
 
 
 def test_check_zero_limits_are_ok(tmp_path, capsys):

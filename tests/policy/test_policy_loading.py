@@ -157,7 +157,7 @@ def approval_policy(expires: str) -> str:
 
 @pytest.mark.parametrize(("expires", "shown"), [
     ("1w", "'1w'"), ("-5", "-5"), ("0", "0"), ("1.5", "1.5"), ("0s", "'0s'"), ("'1'", "'1'"), ("true", "true"),
-    ("null", "null"), (".inf", "inf"), ("[60]", "[60]"),
+    ("null", "null"), (".inf", ".inf"), ("[.nan]", "[.nan]"), ("[60]", "[60]"),
 ])  # fmt: skip
 def test_bad_duration_says_what_is_accepted(tmp_path, expires, shown):
     """-5, 0 and 1.5 used to be refused with "... is not a string", though whole seconds are accepted."""
@@ -236,8 +236,8 @@ FLOAT_FIELDS = [
     ('prices: {"openai/gpt-4o": {input: V, output: 1}}', "prices.openai/gpt-4o.input"),
     ('prices: {"openai/gpt-4o": {input: 1, output: V}}', "prices.openai/gpt-4o.output"),
 ]
-BAD_NUMBERS = [(".nan", "nan is not a finite number"), (".inf", "inf is not a finite number"),
-               ("-.inf", "-inf is not a finite number"), ("-2.5", "-2.5 is less than the minimum of 0")]  # fmt: skip
+BAD_NUMBERS = [(".nan", ".nan is not a finite number"), (".inf", ".inf is not a finite number"),
+               ("-.inf", "-.inf is not a finite number"), ("-2.5", "-2.5 is less than the minimum of 0")]  # fmt: skip
 
 
 @pytest.mark.parametrize(("line", "field"), FLOAT_FIELDS)
@@ -248,9 +248,9 @@ def test_non_finite_or_negative_float_fields_are_refused(tmp_path, line, field, 
 
 
 @pytest.mark.parametrize(("line", "field"), FLOAT_FIELDS)
-@pytest.mark.parametrize(("value", "problem"), [(float("nan"), "nan is not a finite number"),
-                                                (float("inf"), "inf is not a finite number"),
-                                                (float("-inf"), "-inf is not a finite number"),
+@pytest.mark.parametrize(("value", "problem"), [(float("nan"), ".nan is not a finite number"),
+                                                (float("inf"), ".inf is not a finite number"),
+                                                (float("-inf"), "-.inf is not a finite number"),
                                                 (-0.5, "-0.5 is less than the minimum of 0")])  # fmt: skip
 def test_non_finite_or_negative_float_fields_are_refused_by_from_dict(line, field, value, problem):
     doc = {"version": 1, "rules": [{"id": "a", "effect": "allow"}]}
@@ -267,13 +267,13 @@ def test_non_finite_or_negative_float_fields_are_refused_by_from_dict(line, fiel
 
 def test_non_finite_match_values_are_refused(tmp_path):
     err = load_error(tmp_path, BASE.replace("tool: \"read_*\"}", "tool: \"read_*\", labels: {score: .nan}}"))
-    assert (err.line, err.problem) == (5, "rules[0].match.labels.score: nan is not a finite number")
+    assert (err.line, err.problem) == (5, "rules[0].match.labels.score: .nan is not a finite number")
 
 
 @pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "-1"])
 def test_integer_limits_refuse_the_same_values(tmp_path, value):
     err = load_error(tmp_path, BASE + f"limits: {{tokens: {{per_run: {value}}}}}\n")
-    shown = {".nan": "nan", ".inf": "inf", "-.inf": "-inf"}.get(value)
+    shown = {".nan": ".nan", ".inf": ".inf", "-.inf": "-.inf"}.get(value)
     expected = f" must be a whole number or null, not {shown}" if shown else ": -1 is less than the minimum of 0"
     assert (err.line, err.problem) == (7, f"limits.tokens.per_run{expected}")
 

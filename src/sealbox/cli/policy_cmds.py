@@ -11,6 +11,7 @@ import click
 
 from sealbox.cli.common import BadInput
 from sealbox.errors import PolicyLoadError
+from sealbox.yaml_text import written as _written
 
 __all__ = ["policy_group"]
 
@@ -188,19 +189,11 @@ def _shown(value: Any) -> str:
     (the value left out when it is long)."""
     if value is None or isinstance(value, bool):
         return json.dumps(value)
-    if isinstance(value, float) and not math.isfinite(value):  # YAML's spelling (.nan, .inf, -.inf)
-        return "the number " + (".nan" if value != value else ".inf" if value > 0 else "-.inf")
     kind = ("the number" if isinstance(value, (int, float)) else "the string" if isinstance(value, str)
             else "a list" if isinstance(value, (list, tuple)) else "a mapping" if isinstance(value, dict)
             else "a value")
-    text = json.dumps(value, ensure_ascii=False, default=str)
+    text = json.dumps(value, ensure_ascii=False) if isinstance(value, str) else _written(value)  # .nan, [.inf]
     return f"{kind} {text}" if len(text) <= 40 else kind
-
-
-def _written(value: Any) -> str:
-    """A value quoted in an error line as the author wrote it: a string in quotes (``'maybe'``),
-    anything else as YAML/JSON spells it (``true``, ``null``, ``["allow"]``), not as Python does."""
-    return repr(value) if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
 _EXPECT_KEYS = ("effect", "rule", "reason_code")

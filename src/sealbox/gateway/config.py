@@ -32,7 +32,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -43,6 +42,7 @@ from typing import Any
 import jsonschema
 
 from sealbox.errors import ConfigError, PolicyLoadError
+from sealbox.yaml_text import written as _written
 
 __all__ = ["GatewayConfig", "UpstreamSpec", "TokenSpec", "Limits", "load_config", "parse_config", "DEFAULT_SEPARATOR"]
 
@@ -342,16 +342,6 @@ def _message(err: jsonschema.ValidationError, path: tuple) -> str:
 
 _TYPE_WORDS = {"string": "a string", "integer": "a whole number", "number": "a number", "array": "a list",
                "object": "a mapping", "boolean": "true or false", "null": "null"}
-
-
-def _written(value: Any) -> str:
-    """A config value quoted in an error as YAML spells it: a string in quotes (``'sometimes'``),
-    ``null``, ``true``, ``3``, a list or mapping in flow style (``["uvx", "x"]``, ``{"a": 1}``)."""
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return ".nan" if value != value else (".inf" if value > 0 else "-.inf")
-    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:

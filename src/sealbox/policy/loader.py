@@ -11,7 +11,6 @@ fingerprint covers.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import re
 from pathlib import Path
@@ -23,6 +22,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from sealbox.errors import PolicyLoadError
+from sealbox.yaml_text import written
 from sealbox.policy.schema import DURATION_PATTERN, POLICY_SCHEMA
 
 __all__ = ["MAX_FILE_BYTES", "MAX_NODES", "LineMap", "read_text", "validate", "normalize", "parse_duration"]
@@ -36,7 +36,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 def _finite(validator: Any, wanted: bool, instance: Any, schema: dict[str, Any]) -> Any:
     """The schema's ``finite`` keyword: NaN and ±Infinity are refused (a NaN bound never trips)."""
     if wanted and isinstance(instance, float) and not math.isfinite(instance):
-        yield jsonschema.ValidationError(f"{instance!r} is not a finite number")
+        yield jsonschema.ValidationError(f"{written(instance)} is not a finite number")  # .nan, .inf, -.inf
 
 
 def _max_seconds(validator: Any, bound: int, instance: Any, schema: dict[str, Any]) -> Any:
@@ -200,12 +200,11 @@ _TYPE_WORDS = {"string": "a string", "integer": "a whole number", "number": "a n
 
 
 def _shown(value: Any) -> str:
-    """A refused value as the policy author wrote it (YAML spelling for null and booleans)."""
-    if value is None or isinstance(value, bool):
-        return {None: "null", True: "true", False: "false"}[value]
-    if isinstance(value, (list, dict)):  # flow style, as YAML writes it: ["a", 1], {"k": null}
-        return json.dumps(value, ensure_ascii=False, default=str)
-    return repr(value) if isinstance(value, str) else str(value)
+    """A refused value as the policy author wrote it (YAML spelling for null, booleans, .nan, .inf;
+    lists and mappings in flow style: ["a", 1], {"k": null}, [.nan])."""
+    if value is None or isinstance(value, (str, bool, float, list, dict)):
+        return written(value)
+    return str(value)
 
 
 def parse_duration(value: int | float | str) -> int:
