@@ -65,6 +65,12 @@ async def running(gateway: Gateway):
         tg.cancel_scope.cancel()
 
 
+#: The warning pydantic gives when a test sends params that are no CallToolRequestParams on purpose
+#: (a malformed tools/call): expected there, with pytest.warns, and nowhere else.
+MALFORMED_PARAMS_WARNING = (r"Expected `CallToolRequestParams` - serialized value may not be as expected "
+                            r"\[field_name='params'")
+
+
 @asynccontextmanager
 async def connect(gateway: Gateway, tg: Any, **client_kwargs: Any):
     """An MCP client session (official SDK) to the gateway over in-memory streams.

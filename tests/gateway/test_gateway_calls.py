@@ -11,7 +11,7 @@ import sealbox
 from sealbox.gateway import MALFORMED_REQUEST, REQUEST_TOO_LARGE, UNKNOWN_RUN, UNKNOWN_TOOL, Gateway
 from sealbox.policy import Policy
 
-from .conftest import connect, gateway_runs, kinds, running, text_of, toy_config, toy_log
+from .conftest import MALFORMED_PARAMS_WARNING, connect, gateway_runs, kinds, running, text_of, toy_config, toy_log
 
 pytestmark = pytest.mark.anyio
 
@@ -95,7 +95,8 @@ async def test_a_request_above_the_size_limit_is_a_jsonrpc_error_and_not_recorde
 async def test_a_malformed_tools_call_is_a_jsonrpc_error(tmp_path, store):
     gw = Gateway(toy_config(tmp_path), store=store)
     async with running(gw) as tg, connect(gw, tg) as client:
-        with pytest.raises(MCPError) as err:
+        # sent as a dict on purpose (no name): pydantic warns as it serializes it
+        with pytest.warns(UserWarning, match=MALFORMED_PARAMS_WARNING), pytest.raises(MCPError) as err:
             await client.send_request(types.CallToolRequest(params=types.CallToolRequestParams(name="toy__echo",
                                                                                                arguments=None)).model_copy(
                 update={"params": {"arguments": {"text": "no name"}}}), types.CallToolResult)

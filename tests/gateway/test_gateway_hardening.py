@@ -447,6 +447,9 @@ upstreams:
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(timeout=10)
+        for f in (proc.stdin, proc.stdout, proc.stderr):
+            f.close()
     assert reply["result"]["content"] == [{"type": "text", "text": "slow done"}]
     store = sealbox.open_store(tmp_path / "store", readonly=True)
     try:
@@ -483,6 +486,9 @@ async def test_sigterm_over_http_with_a_call_in_flight_answers_it_before_closing
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait(timeout=10)
+        proc.stdout.close()
+        proc.stderr.close()
     assert (result.is_error, text_of(result)) == (False, "slow done")
     store = sealbox.open_store(tmp_path / "store", readonly=True)
     try:

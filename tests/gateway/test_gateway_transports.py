@@ -30,6 +30,30 @@ async def _serve(gw, tg):
     return await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
 
 
+@pytest.mark.parametrize("given", [False, True])
+async def test_a_cancelled_http_gateway_closes_its_listening_socket(tmp_path, store, given):
+    """Cancelled (how a test or an embedding application stops it), serve_http left its listening
+    socket open: the port still took connections (into a backlog nobody read) until the socket was
+    garbage-collected, with a ResourceWarning in whichever test ran then. uvicorn closes it only in
+    its own shutdown, which a cancellation skips. Now it is closed, whether serve_http bound it or
+    was given it."""
+    import socket
+
+    from sealbox.gateway.transports import bind
+
+    sock = bind(0) if given else None
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, sock=sock, task_status=task_status))
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # it listens
+        tg.cancel_scope.cancel()
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+    if given:
+        assert sock.fileno() == -1
+
+
 async def test_http_rejects_a_foreign_origin_and_a_missing_token(tmp_path, store):
     gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
     async with anyio.create_task_group() as tg:
@@ -153,7 +177,9 @@ policy: ALLOW_ALL
         if not line and proc.poll() is not None:
             break
     proc.kill()
-    raise AssertionError(f"the gateway did not start: {line!r} {proc.stderr.read()!r}")
+    proc.wait(timeout=10)
+    with proc.stdout, proc.stderr:
+        raise AssertionError(f"the gateway did not start: {line!r} {proc.stderr.read()!r}")
 
 
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
@@ -527,7 +553,11 @@ def test_a_client_that_stops_reading_ends_the_session_cleanly(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    stderr = proc.stderr.read().decode()
+            proc.wait(timeout=10)
+        proc.stdin.close()
+        proc.stdout.close()
+    with proc.stderr:
+        stderr = proc.stderr.read().decode()
     assert (code, "internal error" in stderr) == (0, False), stderr
     kinds_, oks = _ended_calls(tmp_path)
     assert kinds_[-1] == "run.ended" and oks == [True, True]

@@ -389,10 +389,17 @@ def _server(config: Any, gateway: Gateway | None = None) -> Any:
 async def serve_http(gateway: Gateway, port: int, *, sock: socket.socket | None = None,
                      task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
     """Serve streamable HTTP on 127.0.0.1 until cancelled, or until SIGINT / SIGTERM (a clean return
-    once uvicorn has shut down: sessions closed, their runs ended); ``started`` with the bound port."""
+    once uvicorn has shut down: sessions closed, their runs ended); ``started`` with the bound port.
+    The listening socket (``sock``, or the one bound here) is closed when this returns or is
+    cancelled: uvicorn closes it only on its own shutdown, which a cancellation skips."""
+    sock = sock or bind(port)
+    with sock:
+        await _serve_http(gateway, sock, task_status)
+
+
+async def _serve_http(gateway: Gateway, sock: socket.socket, task_status: Any) -> None:
     import uvicorn
 
-    sock = sock or bind(port)
     port = sock.getsockname()[1]
     app = http_app(gateway, port)
     server = _server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"), gateway)
@@ -402,20 +409,24 @@ async def serve_http(gateway: Gateway, port: int, *, sock: socket.socket | None 
         server.sealbox_loop = asyncio.get_running_loop()
     except RuntimeError:  # not asyncio: a signal stops at once, without waiting for calls in flight
         pass
-    async with anyio.create_task_group() as tg:
-        await tg.start(gateway.run_upstreams)
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(gateway.run_upstreams)
 
-        async def serve() -> None:
+            async def serve() -> None:
+                try:
+                    await server.serve([sock])
+                finally:
+                    tg.cancel_scope.cancel()  # shut down on a signal (or failed to start): stop the upstreams
+
+            tg.start_soon(serve)
+            while not server.started:
+                await anyio.sleep(0.01)  # uvicorn exposes no started event
+            task_status.started(port)
             try:
-                await server.serve([sock])
+                await anyio.sleep_forever()
             finally:
-                tg.cancel_scope.cancel()  # shut down on a signal (or failed to start): stop the upstreams
-
-        tg.start_soon(serve)
-        while not server.started:
-            await anyio.sleep(0.01)  # uvicorn exposes no started event
-        task_status.started(port)
-        try:
-            await anyio.sleep_forever()
-        finally:
-            server.should_exit = True
+                server.should_exit = True
+    finally:
+        for listening in getattr(server, "servers", ()):  # uvicorn's shutdown closes them; a cancellation skips it
+            listening.close()
