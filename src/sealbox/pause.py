@@ -143,7 +143,7 @@ def _reevaluate(run: Any, reader: Any, state: ApprovalState, book: Any, argument
     """Decide an approved call again under the current policy (the stricter wins)."""
     req = state.request
     decision, inputs = run._evaluate(reader, req["server"], req["tool"], arguments, keep_approval=True,
-                                     grant=_call_grant(reader, state) or None)
+                                     grant=_call_grant(reader, state) or None, agent=_call_agent(run, reader, state))
     if decision.effect == "deny":
         outcome = "policy_denied"
     elif decision.effect == "allow":
@@ -161,6 +161,21 @@ def _reevaluate(run: Any, reader: Any, state: ApprovalState, book: Any, argument
     payload = {"call_id": req["call_id"], "server": req["server"], "tool": req["tool"], **decision.to_payload(),
                "inputs": inputs, "reevaluated": True}
     return outcome, decision, payload
+
+
+def _call_agent(run: Any, reader: Any, state: ApprovalState) -> str | None:
+    """The agent the suspended call was decided for (``agent=`` of ``call_tool``: an agent handed off
+    to, recorded in its first ``policy.decision`` inputs), or None (the run's agent) when it is not
+    found (inputs erased)."""
+    decisions = reader.events(["policy.decision"], run_id=state.run_id, field=("call_id", state.request["call_id"]),
+                              limit=1)
+    try:
+        inputs = run.store.resolve(decisions[0].payload.get("inputs")) if decisions else None
+    except BlobNotFoundError:
+        inputs = None
+    agent = inputs.get("agent") if isinstance(inputs, dict) else None
+    name = agent.get("name") if isinstance(agent, dict) else None
+    return name if isinstance(name, str) and name else None
 
 
 def _call_grant(reader: Any, state: ApprovalState) -> str:

@@ -834,7 +834,7 @@ class RunContext:
     def call_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *, grant: str | None = None,
                   call_id: str | None = None, exposed: str | None = None,
                   failure: Callable[[Any], str | None] | None = None,
-                  control_flow: tuple[type[BaseException], ...] = ()) -> Any:
+                  control_flow: tuple[type[BaseException], ...] = (), agent: str | None = None) -> Any:
         """Record a tool call, decide it, run ``fn`` if allowed, record the result.
 
         ``fn`` is called as ``fn(**arguments)`` when ``arguments`` is a dict,
@@ -859,11 +859,16 @@ class RunContext:
         exception, and not counted by the circuit breaker (five of them would open it, and the
         calls made once the human answered were denied ``breaker_open``).
 
+        ``agent``: the name of the agent making the call when it is not the run's own (an agent
+        handed off to inside the run): what the policy sees as ``agent.name`` for this call, and
+        what its ``policy.decision`` inputs record (None: the run's ``agent``). Usage counters
+        (``calls_minute_agent``) still count the run's calls.
+
         Returns:
             What ``fn`` returned.
 
         Raises:
-            ConfigError: a bad server, tool, call id or grant (an ``implicit:`` grant other than
+            ConfigError: a bad server, tool, call id, grant or agent (an ``implicit:`` grant other than
                 this run's own ``implicit:<principal>`` included), a call id this run used already,
                 or ``fn`` is a coroutine or generator function; nothing ran. Also when ``fn``
                 returned a coroutine, a generator or any other iterator (``map(...)``,
@@ -879,6 +884,7 @@ class RunContext:
         """
         call_id = _provider_call_id(call_id)
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
+        _check_agent(server, tool, agent)
         if failure is not None and not callable(failure):
             raise ConfigError(f"{server}/{tool}: failure must be a callable or None, got {failure!r}; nothing was recorded")
         _check_control_flow(server, tool, control_flow)
@@ -890,7 +896,7 @@ class RunContext:
             raise ConfigError(_generator_refusal(server, tool, kind))
         if self.replay is not None and self.replay.serves_tools:  # answered from the record; fn never runs
             return self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
-        call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed)
+        call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent)
         started = time.perf_counter_ns()
         try:
             result = _invoke(fn, arguments)
@@ -909,13 +915,14 @@ class RunContext:
     async def acall_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *,
                          grant: str | None = None, call_id: str | None = None, exposed: str | None = None,
                          failure: Callable[[Any], str | None] | None = None,
-                         control_flow: tuple[type[BaseException], ...] = ()) -> Any:
+                         control_flow: tuple[type[BaseException], ...] = (), agent: str | None = None) -> Any:
         """Async form of :meth:`call_tool`; ``fn`` may be sync or async (not a generator function,
         sync or async: refused like in :meth:`call_tool`). Raises as :meth:`call_tool` does: the
         tool's own exception even when its ``tool.result`` cannot be recorded (the failure
         attached as a note), RecordingError when a tool that returned cannot have its result recorded."""
         call_id = _provider_call_id(call_id)
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
+        _check_agent(server, tool, agent)
         if failure is not None and not callable(failure):
             raise ConfigError(f"{server}/{tool}: failure must be a callable or None, got {failure!r}; nothing was recorded")
         _check_control_flow(server, tool, control_flow)
@@ -924,7 +931,7 @@ class RunContext:
             raise ConfigError(_generator_refusal(server, tool, kind))
         if self.replay is not None and self.replay.serves_tools:
             return self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
-        call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed)
+        call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent)
         started = time.perf_counter_ns()
         try:
             result = _invoke(fn, arguments)
@@ -943,7 +950,7 @@ class RunContext:
         return result
 
     def _decide_and_record(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str | None,
-                           exposed: str | None) -> tuple[str, str]:
+                           exposed: str | None, agent: str | None = None) -> tuple[str, str]:
         """The gate of :meth:`call_tool` and :meth:`acall_tool`, which have checked the names (``_check_call``)."""
         call_id = call_id or "call_" + os.urandom(12).hex()  # 96 random bits, as many characters as before
         with self._lock:  # reserved before anything is written: two threads cannot both record it
@@ -951,10 +958,10 @@ class RunContext:
                 raise ConfigError(f"{server}/{tool}: call_id {call_id!r} was already used by a tool call of run "
                                   f"{self.run_id}; every tool call of a run needs its own id")
             self._call_ids.add(call_id)
-        return self._decide_and_record_id(server, tool, arguments, grant, call_id, exposed)
+        return self._decide_and_record_id(server, tool, arguments, grant, call_id, exposed, agent)
 
     def _decide_and_record_id(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str,
-                              exposed: str | None) -> tuple[str, str]:
+                              exposed: str | None, agent: str | None = None) -> tuple[str, str]:
         step = self._step_for_call(call_id)
         grant = grant or f"implicit:{self.principal.id}"
         decision_box: list[Decision] = []
@@ -962,7 +969,7 @@ class RunContext:
         clean_box: list[bool] = []
 
         def build(reader: Any) -> list[EventDraft]:
-            decision, inputs = self._evaluate(reader, server, tool, arguments, grant=grant)
+            decision, inputs = self._evaluate(reader, server, tool, arguments, grant=grant, agent=agent)
             clean_box[:] = [inputs.get("redacted") is False]  # unknown (a guard error): the result is checked
             # what the record holds: the arguments with this run's redacted values scrubbed (the same
             # object when there is nothing to scrub); the policy decided, and the tool gets, the real ones
@@ -1042,20 +1049,22 @@ class RunContext:
                                    limit=None, reason=why)
 
     def _evaluate(self, reader: Any, server: str, tool: str, arguments: Any,
-                  keep_approval: bool = False, grant: str | None = None) -> tuple[Decision, dict[str, Any]]:
+                  keep_approval: bool = False, grant: str | None = None,
+                  agent: str | None = None) -> tuple[Decision, dict[str, Any]]:
         """Decide the call inside the recording transaction. Never raises: any
         failure is a ``guardrail_error`` deny ("no guardrail, no answer").
         ``keep_approval``: return ``require_approval`` even if this recorder has no approvals mode.
-        ``grant``: the grant the call names (``call.grant``; None: not known, which fails closed)."""
+        ``grant``: the grant the call names (``call.grant``; None: not known, which fails closed).
+        ``agent``: the agent making the call, as ``agent.name`` (None: the run's)."""
         try:
-            return self._evaluate_unguarded(reader, server, tool, arguments, keep_approval, grant)
+            return self._evaluate_unguarded(reader, server, tool, arguments, keep_approval, grant, agent)
         except Exception as exc:  # noqa: BLE001 - fail closed
             text = f"{type(exc).__name__}: {exception_message(exc)}"
             decision = Decision("deny", "guardrail_error", None, f"the guardrail failed: {text}", self.policy.fingerprint)
             return decision, {"server": server, "tool": tool, "error": text}
 
-    def _evaluate_unguarded(self, reader: Any, server: str, tool: str, arguments: Any,
-                            keep_approval: bool = False, grant: str | None = None) -> tuple[Decision, dict[str, Any]]:
+    def _evaluate_unguarded(self, reader: Any, server: str, tool: str, arguments: Any, keep_approval: bool = False,
+                            grant: str | None = None, agent: str | None = None) -> tuple[Decision, dict[str, Any]]:
         if self._cost_error:
             raise PolicyError(f"the run's budgets cannot be enforced: {self._cost_error}")
         now = datetime.now(timezone.utc)
@@ -1066,7 +1075,7 @@ class RunContext:
         ctx = CallContext(
             server=server, tool=tool, arguments=view,  # the real arguments decide
             redacted=redacted or recorded is not arguments,  # a condition reading them is not re-evaluable
-            principal=self.principal.to_dict(), agent={"name": self.agent, "attributes": {}},
+            principal=self.principal.to_dict(), agent={"name": agent or self.agent, "attributes": {}},
             run={"id": self.run_id, "labels": self.labels, "started_at": self._started_text(now),
                  "elapsed_s": (now - (self.started_at or now)).total_seconds()},
             usage=self._usage(reader, server, tool, now), now=now, grant=grant,
@@ -1835,6 +1844,13 @@ def _latency_us(latency: Any) -> int:
     if not (0 <= us <= MAX_COUNT):  # also NaN
         raise ConfigError(f"latency must be a non-negative duration of at most {MAX_COUNT} µs, got {latency!r}")
     return int(us)
+
+
+def _check_agent(server: str, tool: str, agent: Any) -> None:
+    """``agent=`` of a tool call: None (the run's agent) or an agent's name."""
+    if agent is not None and not (isinstance(agent, str) and agent and not _lone_surrogate(agent)):
+        raise ConfigError(f"{server}/{tool}: agent must be an agent's name (a non-empty string) or None, got "
+                          f"{agent!r}; nothing was recorded")
 
 
 def _check_call(server: Any, tool: Any, grant: Any, call_id: Any, exposed: Any, principal: str) -> None:

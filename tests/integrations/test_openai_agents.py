@@ -320,6 +320,55 @@ async def test_handoffs_are_notes_and_the_target_is_recorded_too(store):
     assert sealbox.verify_store(store).ok
 
 
+BY_AGENT = """
+version: 1
+name: by-agent
+rules:
+  - id: specialist-no-weather
+    match: {agent: {name: specialist}, tool: get_weather}
+    effect: deny
+  - id: triage-weather
+    match: {agent: {name: triage}, tool: get_weather}
+    effect: allow
+"""
+
+
+@sync
+async def test_after_a_handoff_the_policy_sees_the_agent_handed_off_to(store):
+    """The policy decided every tool call as the run's agent: a rule for agent 'specialist' never
+    matched the calls specialist made after triage handed off to it, and the rule for 'triage' did
+    (the call ran). Now agent.name is the acting agent (the SDK's ToolContext.agent); triage's own
+    call is still decided as triage."""
+    weather = Weather()
+    specialist_model = ScriptedModel([
+        response([call("call_s", "get_weather", '{"city": "Lima"}')], 30, 3, "s1"),
+        response([text("No weather for you.")], 40, 4, "s2"),
+    ])
+    specialist = Agent(name="specialist", model=specialist_model, tools=weather.tools[:1])
+    triage_model = ScriptedModel([
+        response([call("call_t", "get_weather", '{"city": "Oslo"}')], 10, 1, "t1"),
+        response([call("call_h", "transfer_to_specialist", "{}")], 10, 1, "t2"),
+    ])
+    triage = Agent(name="triage", model=triage_model, tools=weather.tools[:1], handoffs=[specialist])
+
+    async with Recorder(store, policy=Policy.from_text(BY_AGENT)).run(agent="triage") as run:
+        result = await Runner.run(instrument(run, triage), "Weather in Oslo and Lima?")
+    assert result.final_output == "No weather for you."
+    assert weather.invoked == [("get_weather", "Oslo")]  # specialist's call was denied and never ran
+
+    events = events_of(store, run.run_id)
+    decisions = [(p["call_id"], p["inputs"]["agent"], p["effect"], p["rule"])
+                 for k, _, p in events if k == "policy.decision"]
+    assert decisions == [
+        ("call_t", {"name": "triage", "attributes": {}}, "allow", "triage-weather"),
+        ("call_s", {"name": "specialist", "attributes": {}}, "deny", "specialist-no-weather"),
+    ]
+    outputs = {i["call_id"]: i["output"] for i in specialist_model.inputs[1] if isinstance(i, dict)
+               and i.get("type") == "function_call_output"}
+    assert outputs["call_s"].startswith("Error: this tool call was not allowed and did not run.")
+    assert sealbox.verify_store(store).ok
+
+
 @sync
 async def test_governed_tool_with_a_custom_function_tool_and_an_instrumented_model(store):
     from agents import FunctionTool

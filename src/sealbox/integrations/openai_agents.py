@@ -242,6 +242,14 @@ def _check_agent_tool(tool: FunctionTool) -> None:
                       f"from the instrumented agent, instrument(run, agent).as_tool(...), for {nested.name!r}")
 
 
+def _acting_agent(ctx: Any) -> str | None:
+    """The name of the agent making a tool call (the SDK's ``ToolContext.agent``: after a handoff, the
+    agent handed off to), which the policy sees as ``agent.name``; None when the SDK does not say
+    (the run's agent then)."""
+    name = getattr(getattr(ctx, "agent", None), "name", None)
+    return name if isinstance(name, str) and name else None
+
+
 def _governing_run(tool: FunctionTool) -> RunContext | None:
     """The run a :func:`governed_tool` copy records into, or None for a tool not governed."""
     invoke = tool.on_invoke_tool
@@ -306,7 +314,7 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
             return await run.acall_tool(upstream_server, upstream_tool, parse_arguments(input),
                                         lambda *_a, **_k: invoke(), grant=grant,
                                         call_id=unused_call_id(run, call_id),
-                                        exposed=exposed)
+                                        exposed=exposed, agent=_acting_agent(ctx))
         except ToolDenied as denied:
             return on_deny(denied)
 
