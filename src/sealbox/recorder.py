@@ -1402,7 +1402,8 @@ class RunContext:
     async def acomplete(self, request: Any, call: Callable[[Any], Any], *, provider: str | None = None,
                         model: str | None = None) -> Any:
         """Async form of :meth:`complete`: ``call(request)`` may return an awaitable (``async def``,
-        ``AsyncOpenAI().chat.completions.create``), which is awaited.
+        ``AsyncOpenAI().chat.completions.create``, an asyncio Task) or a ``concurrent.futures`` Future
+        (``executor.submit(...)``), which is awaited.
 
         Returns:
             What ``call`` returned, awaited (in a replay: the recorded response; one recorded from
@@ -1424,6 +1425,8 @@ class RunContext:
         started = time.perf_counter()
         try:
             response = call(request)
+            if isinstance(response, concurrent.futures.Future):  # a thread's call (executor.submit): awaited too
+                response = asyncio.wrap_future(response)
             if inspect.isawaitable(response):
                 response = await response
         except BaseException as exc:

@@ -410,3 +410,26 @@ def test_complete_refuses_a_task_or_future_for_what_it_is_and_records_nothing(st
     ]
     assert [e.kind for e in store.read_run(run.run_id)] == ["run.started", "run.ended"]
     assert sealbox.verify_store(store).ok
+
+
+def test_acomplete_awaits_a_thread_future_the_call_returns_and_records_its_answer(store):
+    """A call returning a concurrent.futures Future (executor.submit) was recorded as a lossy
+    placeholder ('<Future state=finished returned dict>') and the Future handed back: the answer was
+    never in the record. acomplete now awaits it as it awaits a Task; a failure is recorded too."""
+    import concurrent.futures
+
+    def fail():
+        raise ConnectionError("model service unreachable")
+
+    async def agent():
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            async with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+                answer = await run.acomplete({"model": "m"}, lambda _r: pool.submit(lambda: {"answer": 42}))
+                with pytest.raises(ConnectionError):
+                    await run.acomplete({"model": "m"}, lambda _r: pool.submit(fail))
+        return run, answer
+
+    run, answer = asyncio.run(agent())
+    assert answer == {"answer": 42}
+    assert [store.resolve(e.payload)["response"] for e in store.read_run(run.run_id) if e.kind == "model.call"] == [
+        {"answer": 42}, {"error": {"type": "ConnectionError", "message": "model service unreachable"}}]
