@@ -84,6 +84,15 @@ def test_table_tests_pass(tmp_path):
     assert result.stdout.splitlines()[0].startswith("PASS select is allowed (")
 
 
+def test_an_expected_or_decided_null_rule_is_written_null_in_a_failure(tmp_path, capsys):
+    """A failed case said "rule: expected None, got 'reads-ok'" (Python's spelling of YAML's null)."""
+    cases = write(tmp_path, "- call: {server: db, tool: read_rows, arguments: {query: SELECT 1}}\n"
+                            "  expect: {rule: null}\n- call: {tool: other}\n  expect: {rule: reads-ok}\n", "cases.yaml")
+    assert run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases)) == (1, (
+        f"FAIL case 1 ({cases}:1)\n  rule: expected null, got 'reads-ok'\n"
+        f"FAIL case 2 ({cases}:3)\n  rule: expected 'reads-ok', got null\n0 passed, 2 failed\n"), "")
+
+
 def test_table_tests_fail_with_exit_1(tmp_path):
     cases = write(tmp_path, CASES.replace("expect: {effect: allow, rule: reads-ok}", "expect: {effect: deny}"), "cases.yaml")
     result = invoke("policy", "test", str(write(tmp_path, POLICY)), str(cases))

@@ -260,7 +260,7 @@ def test_cmd(file: str, cases: str, as_json: bool) -> None:
             raise BadInput(f"{where}: unknown field {str(unknown[0])!r} (a case has {', '.join(_CASE_KEYS)})")
         expect = _check_expect(case["expect"], where)
         decision = policy.evaluate(_call_from(case["call"], where))
-        problems = [f"{k}: expected {expect[k]!r}, got {getattr(decision, k)!r}"
+        problems = [f"{k}: expected {_written(expect[k])}, got {_written(getattr(decision, k))}"
                     for k in ("effect", "rule", "reason_code") if k in expect and expect[k] != getattr(decision, k)]  # fmt: skip
         failed += bool(problems)
         name = case.get("name") or f"case {i + 1}"
