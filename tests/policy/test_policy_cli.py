@@ -84,6 +84,18 @@ def test_table_tests_pass(tmp_path):
     assert result.stdout.splitlines()[0].startswith("PASS select is allowed (")
 
 
+@pytest.mark.parametrize("text, message", [
+    ("- call: {tool: x}\n  call: {tool: .inf}\n  expect: {effect: allow}\n", '2: invalid YAML: found duplicate key "call"'),
+    ("- call: {tool: x\n", "2: invalid YAML: expected ',' or '}', but got '<stream end>'"),
+])
+def test_a_cases_file_that_is_not_yaml_is_one_error_line_at_its_line(tmp_path, capsys, text, message):
+    """It was ruamel's whole report: several lines, no line number in the error line, the value as
+    Python writes it ({'tool': inf}) and a link 'To suppress this check see ...'."""
+    cases = write(tmp_path, text, "cases.yaml")
+    assert run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases)) == (
+        2, "", f"error: {cases}:{message}\n")
+
+
 def test_an_expected_or_decided_null_rule_is_written_null_in_a_failure(tmp_path, capsys):
     """A failed case said "rule: expected None, got 'reads-ok'" (Python's spelling of YAML's null)."""
     cases = write(tmp_path, "- call: {server: db, tool: read_rows, arguments: {query: SELECT 1}}\n"

@@ -222,16 +222,9 @@ def _check_expect(expect: Any, where: str) -> dict[str, Any]:
 
 
 def _read_yaml_list(path: str) -> tuple[list[Any], dict[tuple, int]]:
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
-
     from sealbox.policy import loader
 
-    text = loader.read_file(path)
-    try:
-        tree = YAML(typ="rt", pure=True).load(text)
-    except YAMLError as exc:
-        raise PolicyLoadError(path, None, f"invalid YAML: {exc}") from exc
+    tree = loader.load_tree(loader.read_file(path), path)  # not YAML: one line, at its line
     if isinstance(tree, dict) and "cases" in tree:
         tree = tree["cases"]
     if not isinstance(tree, list):

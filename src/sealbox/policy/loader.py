@@ -73,6 +73,20 @@ def read_text(text: str, source: str) -> tuple[Any, LineMap]:
     Raises:
         PolicyLoadError: not YAML, duplicate keys, too large, or not a mapping.
     """
+    tree = load_tree(text, source)
+    if not isinstance(tree, CommentedMap):
+        raise PolicyLoadError(source, 1, "a policy file must be a YAML mapping (version, rules, ...)")
+    lines: LineMap = {(): 1}
+    counter = [0]
+    return _plain(tree, (), lines, counter, source), lines
+
+
+def load_tree(text: str, source: str) -> Any:
+    """Parse YAML 1.2 text into ruamel's round-trip tree (lines kept), for a policy or a cases file.
+
+    Raises:
+        PolicyLoadError: not YAML or duplicate keys (one line, with the line it is at), too large.
+    """
     if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
         raise PolicyLoadError(source, None, f"file is larger than {MAX_FILE_BYTES} bytes")
     try:
@@ -85,11 +99,7 @@ def read_text(text: str, source: str) -> tuple[Any, LineMap]:
         raise PolicyLoadError(source, mark.line + 1 if mark else None, f"invalid YAML: {problem}") from exc
     except YAMLError as exc:
         raise PolicyLoadError(source, None, f"invalid YAML: {exc}") from exc
-    if not isinstance(tree, CommentedMap):
-        raise PolicyLoadError(source, 1, "a policy file must be a YAML mapping (version, rules, ...)")
-    lines: LineMap = {(): 1}
-    counter = [0]
-    return _plain(tree, (), lines, counter, source), lines
+    return tree
 
 
 def _plain(node: Any, path: tuple, lines: LineMap, counter: list[int], source: str) -> Any:
