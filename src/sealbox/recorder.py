@@ -590,7 +590,7 @@ class RunContext:
         self.started_at: datetime | None = None
         self._started_cache: tuple[datetime, str] | None = None
         self._lock = threading.Lock()
-        self._next_step = 1
+        self._steps = [1]  # the next top-level step; one list shared by the contexts of one run (share_steps)
         self._links: dict[str, str] = {}  # tool call id from a model response -> its step
         self._call_ids: set[str] = set()  # call ids of this run's tool.call events (recorded or being recorded)
         self._clean_calls: set[str] = set()  # gated here, nothing redacted from the arguments, no result yet
@@ -743,10 +743,32 @@ class RunContext:
 
     # ----------------------------------------------------------------- helpers
 
+    @property
+    def _next_step(self) -> int:
+        return self._steps[0]
+
+    @_next_step.setter
+    def _next_step(self, value: int) -> None:
+        self._steps[0] = value
+
+    def share_steps(self, other: "RunContext") -> None:
+        """Number steps with ``other``, a context of the same run in this process (the gateway joins a run
+        once per identity): one step counter, one set of call ids, one table of linked calls, so that
+        calls recorded through either never get the same step."""
+        if other.run_id != self.run_id:
+            raise ValueError(f"run {self.run_id} cannot share the steps of run {other.run_id}")
+        with other._lock:
+            other._steps[0] = max(other._steps[0], self._steps[0])
+            other._call_ids.update(self._call_ids)
+            for call_id, step in self._links.items():
+                other._links.setdefault(call_id, step)
+        self._lock, self._steps, self._call_ids, self._links = other._lock, other._steps, other._call_ids, other._links
+
     def _take_step(self) -> str:
         with self._lock:
-            step = str(self._next_step)
-            self._next_step += 1
+            steps = self._steps
+            step = str(steps[0])
+            steps[0] += 1
             return step
 
     def _step_for_call(self, call_id: str | None) -> str:

@@ -562,3 +562,45 @@ def test_a_client_that_stops_reading_ends_the_session_cleanly(tmp_path):
     kinds_, oks = _ended_calls(tmp_path)
     assert kinds_[-1] == "run.ended" and oks == [True, True]
     assert [e["arguments"]["seconds"] for e in toy_log(tmp_path)] == [1.5, 0.3]
+
+
+async def test_two_identities_joining_one_run_share_its_step_numbers(tmp_path, store):
+    """Each (run, identity) joined had its own step counter, read from the run when that identity
+    joined: alice-bot and bob-bot joining one run and calling in turn recorded bob-bot's calls at the
+    steps of alice-bot's (steps 2 and 3 twice), which breaks replay's step keys. One counter per run now."""
+    from contextlib import AsyncExitStack
+
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    agent_run = Recorder(store, ALLOW_ALL).run(agent="sdk-agent", principal="agent:sdk")
+    agent_run.start()
+    other = "other-t0ken-0123456789"
+    two = HTTP.replace("ci-bot", "alice-bot") + f"    - {{token: {other}, identity: bob-bot}}\n"
+    gw = Gateway(toy_config(tmp_path, extra=two), store=store)
+    async with anyio.create_task_group() as tg:
+        port = await _serve(gw, tg)
+        async with AsyncExitStack() as stack:
+            clients = []
+            for token in (TOKEN, other):
+                http = await stack.enter_async_context(httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}))
+                r, w = await stack.enter_async_context(streamable_http_client(f"http://127.0.0.1:{port}/mcp",
+                                                                              http_client=http))
+                client = await stack.enter_async_context(ClientSession(r, w))
+                with anyio.fail_after(20):
+                    await client.initialize()
+                clients.append(client)
+            alice, bob = clients
+            with anyio.fail_after(30):
+                for client, text in ((alice, "A1"), (bob, "B1"), (alice, "A2"), (bob, "B2")):
+                    result = await client.call_tool("toy__echo", {"text": text}, meta={"sealbox/run_id": agent_run.run_id})
+                    assert text_of(result) == text
+        tg.cancel_scope.cancel()
+    calls = [(e.step, e.principal, e.payload["arguments"]["text"]) for e in store.read_run(agent_run.run_id)
+             if e.kind == "tool.call"]
+    assert calls == [("2", "alice-bot", "A1"), ("3", "bob-bot", "B1"), ("4", "alice-bot", "A2"), ("5", "bob-bot", "B2")]
+    results = [e.step for e in store.read_run(agent_run.run_id) if e.kind == "tool.result"]
+    assert results == ["2", "3", "4", "5"]

@@ -481,6 +481,12 @@ class Gateway:
                 from sealbox.recorder import Principal
 
                 run.principal = Principal(principal)
+            # the run is joined once per identity: contexts of one run in this gateway number its steps
+            # together (each read the run's next step when it joined, so two identities took the same steps)
+            sibling = self._session_runs.get(run_id) or next(
+                (other for (rid, _), other in self._joined.items() if rid == run_id), None)
+            if sibling is not None:
+                run.share_steps(sibling)
             self._joined[key] = run
             self._load_pending(run_id)
         return run
