@@ -174,3 +174,81 @@ async def test_an_idle_http_upstream_still_delivers_tools_list_changed(tmp_path,
             denied = await client.call_tool("web__echo", {"text": "after the rug pull"})
     assert text_of(mutated) == "mutated"
     assert denied.is_error is True and "changed upstream" in text_of(denied)
+
+
+@contextmanager
+def garbled_http_upstream():
+    """A minimal streamable HTTP upstream on 127.0.0.1 (a thread): initialize and tools/list are answered,
+    every tools/call gets HTTP 200 ``application/json`` whose body is not JSON (``{nope``)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            msg = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
+            if "id" not in msg:
+                self.send_response(202)
+                self.end_headers()
+                return
+            if msg["method"] == "initialize":
+                body = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "garbled", "version": "1"}}
+            elif msg["method"] == "tools/list":
+                body = {"tools": [{"name": "bad", "inputSchema": {"type": "object"}}]}
+            else:
+                body = None
+            data = b"{nope" if body is None else json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": body}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self.send_response(405)
+            self.end_headers()
+
+        def do_DELETE(self) -> None:  # noqa: N802
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_a_malformed_http_answer_is_one_line_and_not_called_a_json_rpc_error(tmp_path, store, caplog):
+    """An HTTP upstream answering a call with a body that is not JSON: the SDK turns it into a JSON-RPC
+    error -32700 of its own whose text is pydantic's (several lines, a URL), and logs the whole traceback.
+    The call's result and record said "upstream web answered with JSON-RPC error -32700: Failed to parse JSON
+    response: 1 validation error for union[…]\\n  Invalid JSON: …\\n    For further information visit …"
+    (it sent no JSON-RPC error), stderr had a traceback for each such answer, and it was not counted as
+    malformed. Now: one line, "sent a malformed response", counted, no traceback."""
+    import logging
+
+    with garbled_http_upstream() as port:
+        gw = Gateway(toy_config(tmp_path, upstreams=http_upstream(port, header=False)), store=store)
+        with caplog.at_level(logging.DEBUG):
+            async with running(gw) as tg, connect(gw, tg) as client:
+                result = await client.call_tool("web__bad", {})
+        [run_id] = gateway_runs(store)
+    text = text_of(result)
+    assert result.is_error is True
+    assert text == ("upstream error: upstream web sent a malformed response: Failed to parse JSON response: "
+                    "Invalid JSON: key must be a string at line 1 column 2 "
+                    "[type=json_invalid, input_value=b'{nope', input_type=bytes]")
+    [res] = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert (res["error"]["type"], res["error"]["message"]) == ("UpstreamProtocolError", text.removeprefix("upstream error: "))
+    assert gw.upstreams["web"].malformed == 1
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert lines == ["upstream web sent a malformed message: Failed to parse JSON response: Invalid JSON: key must be "
+                     "a string at line 1 column 2 [type=json_invalid, input_value=b'{nope', input_type=bytes]"]

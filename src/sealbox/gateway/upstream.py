@@ -295,6 +295,13 @@ class Upstream:
                 raise UpstreamUnavailable(f"upstream {self.spec.id} closed the connection during the call") from exc
             if code == types.REQUEST_TIMEOUT:
                 raise UpstreamTimeout(f"upstream {self.spec.id} did not answer within {self.limits.call_timeout_s:g} s") from exc
+            message = str(getattr(getattr(exc, "error", None), "message", "") or "")
+            if self.spec.kind == "http" and message.startswith(_SDK_HTTP_MALFORMED):
+                # the SDK's own error for an HTTP answer it could not read (no JSON-RPC error was sent)
+                self.malformed += 1
+                what = _one_line(message)
+                log.warning("upstream %s sent a malformed message: %s", self.spec.id, what)
+                raise UpstreamProtocolError(f"upstream {self.spec.id} sent a malformed response: {what}") from exc
             raise UpstreamProtocolError(f"upstream {self.spec.id} answered with JSON-RPC error {code}: {exc}") from exc
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             raise UpstreamUnavailable(f"upstream {self.spec.id} connection is closed") from exc
@@ -419,6 +426,38 @@ _SDK_STDIO_LOGGER = "mcp.client.stdio"
 if not any(isinstance(f, _QuietSdkParseErrors) for f in logging.getLogger(_SDK_STDIO_LOGGER).filters):
     logging.getLogger(_SDK_STDIO_LOGGER).addFilter(_QuietSdkParseErrors())
 
+#: How the SDK's streamable HTTP client words the JSON-RPC error it makes up for an answer it could not
+#: read (a body that is not JSON, an SSE event that is not a message, a content type that is neither).
+_SDK_HTTP_MALFORMED = ("Failed to parse JSON response: ", "Failed to parse SSE message: ", "Unexpected content type: ")
+
+
+class _QuietSdkHttpParseErrors(logging.Filter):
+    """Drops the streamable HTTP client's own records for an answer it could not read ("Error parsing JSON
+    response" and "Error parsing SSE message", each with a pydantic traceback; "Unexpected content type"):
+    the SDK also answers the request with a JSON-RPC error, which the gateway reports on one line
+    (:meth:`Upstream.call`, or the upstream's failure to start); a malformed message on the standalone
+    stream reaches :meth:`Upstream._relay`, which reports it. Every other record of that logger passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(("Error parsing JSON response", "Error parsing SSE message",
+                                               "Unexpected content type"))
+
+
+_SDK_HTTP_LOGGER = "mcp.client.streamable_http"
+if not any(isinstance(f, _QuietSdkHttpParseErrors) for f in logging.getLogger(_SDK_HTTP_LOGGER).filters):
+    logging.getLogger(_SDK_HTTP_LOGGER).addFilter(_QuietSdkHttpParseErrors())
+
+
+def _one_line(text: str) -> str:
+    """A pydantic error text on one line: without its "N validation error(s) for …" heading and its
+    "For further information visit …" links, whitespace collapsed."""
+    import re
+
+    kept = [line for line in text.splitlines()
+            if not line.strip().startswith("For further information visit")]
+    joined = " ".join(" ".join(kept).split())
+    return re.sub(r"\d+ validation errors? for \S+ ", "", joined)
+
 
 def _malformed(exc: BaseException) -> str:
     """One line about a message that could not be parsed (pydantic's text spans several lines)."""
@@ -447,7 +486,7 @@ def _describe(exc: BaseException) -> str:
             leaves.append(e)
 
     walk(exc)
-    return "; ".join(f"{type(e).__name__}: {e}" for e in leaves) or f"{type(exc).__name__}: {exc}"
+    return "; ".join(f"{type(e).__name__}: {_one_line(str(e))}" for e in leaves) or f"{type(exc).__name__}: {exc}"
 
 
 def _version() -> str:
