@@ -604,3 +604,44 @@ async def test_two_identities_joining_one_run_share_its_step_numbers(tmp_path, s
     assert calls == [("2", "alice-bot", "A1"), ("3", "bob-bot", "B1"), ("4", "alice-bot", "A2"), ("5", "bob-bot", "B2")]
     results = [e.step for e in store.read_run(agent_run.run_id) if e.kind == "tool.result"]
     assert results == ["2", "3", "4", "5"]
+
+
+async def test_the_owner_of_a_session_that_timed_out_is_forgotten(tmp_path, store):
+    """BearerAuth kept each session's owning identity until a DELETE or a 404 on that id: a session that
+    ended by its idle timeout (a client that went away without DELETE, the common case) stayed in
+    ``owners`` for the life of the process, one entry per session ever opened. It is now dropped when
+    the next session opens."""
+    from sealbox.gateway import transports
+
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    make = gw.server.streamable_http_app
+    gw.server.streamable_http_app = lambda **kw: make(**kw, session_idle_timeout=0.5)
+    apps = []
+    real = transports.http_app
+
+    def keep(g, port):
+        apps.append(real(g, port))
+        return apps[-1]
+
+    transports.http_app = keep
+    try:
+        async with anyio.create_task_group() as tg:
+            port = await _serve(gw, tg)
+            url = f"http://127.0.0.1:{port}/mcp"
+            auth = {**HEADERS, "authorization": f"Bearer {TOKEN}"}
+            async with httpx2.AsyncClient() as http:
+                opened = []
+                for _ in range(3):
+                    r = await http.post(url, json=INIT, headers=auth)
+                    opened.append(r.headers["mcp-session-id"])
+                assert set(apps[0].owners) == set(opened)
+                for _ in range(100):  # each ends by its idle timeout
+                    if not gw.server.session_manager._server_instances:
+                        break
+                    await anyio.sleep(0.05)
+                r = await http.post(url, json=INIT, headers=auth)
+                latest = r.headers["mcp-session-id"]
+            tg.cancel_scope.cancel()
+    finally:
+        transports.http_app = real
+    assert apps[0].owners == {latest: "ci-bot"}

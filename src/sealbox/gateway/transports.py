@@ -215,10 +215,13 @@ class BearerAuth:
     marked gone when the ASGI server reports ``http.disconnect``: a held call's outcome settled after its
     client disconnected is kept for the retry instead of counting as delivered."""
 
-    def __init__(self, app: Any, tokens: dict[str, str]) -> None:
+    def __init__(self, app: Any, tokens: dict[str, str], sessions: Callable[[], Any] | None = None) -> None:
         self.app, self.tokens = app, dict(tokens)
         #: ``mcp-session-id`` -> the identity whose request created the session
         self.owners: dict[str, str] = {}
+        #: the ids of the sessions still open (the SDK's), or None when they cannot be known: a session that
+        #: ends without a DELETE (its idle timeout; the client went away) is forgotten here when the next opens
+        self.sessions = sessions
 
     def identity(self, header: str | None) -> str | None:
         if not header or not header.lower().startswith("bearer "):
@@ -272,12 +275,22 @@ class BearerAuth:
                 if session_id is None and status < 400:
                     for k, v in message.get("headers") or []:
                         if k.decode("latin-1").lower() == "mcp-session-id":
+                            self._forget_ended()
                             self.owners[v.decode("latin-1")] = identity
                 elif session_id is not None and (status == 404 or (method == "DELETE" and status < 300)):
                     self.owners.pop(session_id, None)  # ended, or unknown to the SDK (expired)
             await send(message)
 
         await self.app(scope, receive_noting_disconnect, send_noting_sessions)
+
+
+    def _forget_ended(self) -> None:
+        """Drop the owners of sessions that have ended without a DELETE (else kept for the process's life)."""
+        live = self.sessions() if self.sessions is not None else None
+        if live is None:
+            return
+        for sid in [sid for sid in self.owners if sid not in live]:
+            del self.owners[sid]
 
 
 def token_identities(cfg: Any) -> dict[str, str]:
@@ -316,7 +329,12 @@ def http_app(gateway: Gateway, port: int) -> Any:
     )
     app = gateway.server.streamable_http_app(streamable_http_path="/mcp", transport_security=security,
                                              max_request_body_size=4 * cfg.limits.max_request_bytes, host="127.0.0.1")
-    return BearerAuth(app, tokens)
+    manager = getattr(gateway.server, "_session_manager", None)
+
+    def sessions() -> Any:  # the SDK's open sessions (a private attribute: None if it is gone)
+        return getattr(manager, "_server_instances", None)
+
+    return BearerAuth(app, tokens, sessions)
 
 
 def bind(port: int) -> socket.socket:
