@@ -378,3 +378,26 @@ async def test_a_client_with_an_empty_name_can_call_tools(tmp_path, store):
     assert (run["agent"], started.payload["labels"]["mcp.client.name"]) == ("mcp-client", "")
     assert [k for _, k in kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision", "tool.result",
                                                     "run.ended"]
+
+
+async def test_the_context_of_a_joined_run_that_ended_is_forgotten(tmp_path, store):
+    """The gateway kept the context of every run it joined until a call to that run found it ended, so a
+    long-lived gateway that each agent run joins (sealbox/run_id) kept one context, with its call ids and
+    linked steps, per run ever joined. Runs that have ended are now forgotten when another run is joined."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    recorder = Recorder(store, ALLOW_ALL)
+    first, second = (recorder.run(agent="sdk-agent", principal="agent:sdk") for _ in range(2))
+    first.start()
+    second.start()
+    gw = Gateway(toy_config(tmp_path), store=store)
+    gw.joined_prune_s = 0
+    async with running(gw) as tg, connect(gw, tg) as client:
+        await client.call_tool("toy__echo", {"text": "one"}, meta={"sealbox/run_id": first.run_id,
+                                                                     "sealbox/step": "2.1"})
+        assert set(gw._joined) == {(first.run_id, "agent:test-client")} and set(gw._linked_steps) == {first.run_id}
+        first.end("ok")
+        await client.call_tool("toy__echo", {"text": "two"}, meta={"sealbox/run_id": second.run_id})
+        assert set(gw._joined) == {(second.run_id, "agent:test-client")}
+        assert set(gw._linked_steps) == set()

@@ -231,6 +231,9 @@ class Gateway:
         self._joined: dict[tuple[str, str], RunContext] = {}
         self._session_runs: dict[str, RunContext] = {}  # the runs of connected sessions, by run id
         self._linked_steps: dict[str, set[str]] = {}  # joined run id -> steps given by sealbox/step so far
+        #: seconds between looks for joined runs that have ended since (their contexts are then forgotten)
+        self.joined_prune_s = 30.0
+        self._joined_pruned = time.monotonic()
         self._inflight: dict[str, dict[int, _InFlight]] = {u: {} for u in self.upstreams}
         self._connections: dict[int, Any] = {}
         self._validators: dict[tuple[str, str], tuple[Any, Any, Any]] = {}  # (Tool, validator, quick check)
@@ -477,6 +480,7 @@ class Gateway:
                 run = self.recorder.continue_run(run_id)
             except RecordingError as exc:
                 raise MCPError(codes.UNKNOWN_RUN, str(exc)) from exc
+            self._forget_ended_joins()
             if principal != run.principal.id:
                 from sealbox.recorder import Principal
 
@@ -490,6 +494,23 @@ class Gateway:
             self._joined[key] = run
             self._load_pending(run_id)
         return run
+
+    def _forget_ended_joins(self) -> None:
+        """Forget the contexts (and linked steps) of joined runs that have ended since they were joined.
+
+        A joined run is ended by the process that drives it; the gateway noticed only on a later call to
+        it, which never comes, so an HTTP gateway that each agent run joins kept one context per run ever
+        joined. Looked for when a run is joined, at most every :attr:`joined_prune_s` seconds."""
+        now = time.monotonic()
+        if now - self._joined_pruned < self.joined_prune_s:
+            return
+        self._joined_pruned = now
+        for run_id in {rid for rid, _ in self._joined}:
+            row = self.store.get_run(run_id)
+            if row is None or row["status"] == "ended":
+                for key in [k for k in self._joined if k[0] == run_id]:
+                    del self._joined[key]
+                self._linked_steps.pop(run_id, None)
 
     def _load_pending(self, run_id: str) -> None:
         """Requests of a joined run still waiting to be resumed (a retry after a gateway restart finds them)."""
