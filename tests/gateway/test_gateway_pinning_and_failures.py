@@ -177,6 +177,30 @@ async def test_a_malformed_line_from_the_upstream_does_not_take_the_gateway_down
     assert gw.upstreams["toy"].malformed == 1
 
 
+@pytest.mark.parametrize("reply", ["surrogate", "deep"])
+async def test_an_answer_the_sdk_cannot_read_fails_its_call_at_once_as_malformed(tmp_path, store, reply):
+    """The upstream answers a call with a line the SDK cannot parse (a lone surrogate escape, or nesting
+    3000 deep) but whose id can be read: the call waited for the whole call timeout and was recorded as
+    UpstreamTimeout (a breaker timeout), though the upstream had answered. It now fails at once,
+    recorded as UpstreamProtocolError "sent a malformed response", and the upstream stays up."""
+    gw = Gateway(toy_config(tmp_path, extra="limits: {call_timeout_s: 20}"), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        started = anyio.current_time()
+        answer = await client.call_tool("toy__garbage", {"reply": reply})
+        took = anyio.current_time() - started
+        after = await client.call_tool("toy__echo", {"text": "fine"})
+    [run_id] = gateway_runs(store)
+    assert took < 5
+    assert answer.is_error is True and answer.meta == {"sealbox/upstream_error": "UpstreamProtocolError"}
+    assert text_of(answer).startswith("upstream error: upstream toy sent a malformed response: ")
+    assert "\n" not in text_of(answer)
+    assert text_of(after) == "fine" and gw.upstreams["toy"].state == "ready"
+    assert gw.upstreams["toy"].malformed == 1
+    [first, _] = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert (first["ok"], first["error"]["type"]) == (False, "UpstreamProtocolError")
+    assert first["error"]["message"] == text_of(answer).removeprefix("upstream error: ")
+
+
 async def test_lines_that_are_not_utf8_are_malformed_messages_and_the_upstream_reads_on(tmp_path, store, caplog):
     """A line that is not UTF-8 (MCP's stdio transport is UTF-8) is one malformed message, never
     decoded with replacement characters into a message the upstream did not send; the SDK's own

@@ -25,6 +25,7 @@ leave this module.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -223,7 +224,16 @@ class Upstream:
                 async for item in read:
                     if isinstance(item, Exception):
                         self.malformed += 1
-                        log.warning("upstream %s sent a malformed message: %s", self.spec.id, _malformed(item))
+                        what = _malformed(item)
+                        log.warning("upstream %s sent a malformed message: %s", self.spec.id, what)
+                        answered = _answered_id(item)
+                        if answered is not None:
+                            from mcp.shared.message import SessionMessage
+
+                            # an answer the SDK cannot read, to a request whose id can be read: that request
+                            # fails now, as malformed, instead of waiting for the call timeout
+                            item = SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=answered, error=types.ErrorData(
+                                code=types.PARSE_ERROR, message=_UNREADABLE_ANSWER + what)))
                     await send.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
             pass
@@ -296,6 +306,9 @@ class Upstream:
             if code == types.REQUEST_TIMEOUT:
                 raise UpstreamTimeout(f"upstream {self.spec.id} did not answer within {self.limits.call_timeout_s:g} s") from exc
             message = str(getattr(getattr(exc, "error", None), "message", "") or "")
+            if code == types.PARSE_ERROR and message.startswith(_UNREADABLE_ANSWER):  # counted and logged by _relay
+                raise UpstreamProtocolError(f"upstream {self.spec.id} sent a malformed response: "
+                                            f"{message[len(_UNREADABLE_ANSWER):]}") from exc
             if self.spec.kind == "http" and message.startswith(_SDK_HTTP_MALFORMED):
                 # the SDK's own error for an HTTP answer it could not read (no JSON-RPC error was sent)
                 self.malformed += 1
@@ -306,7 +319,7 @@ class Upstream:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             raise UpstreamUnavailable(f"upstream {self.spec.id} connection is closed") from exc
         except (ValidationError, RuntimeError) as exc:
-            raise UpstreamProtocolError(f"upstream {self.spec.id} sent an invalid result: {exc}") from exc
+            raise UpstreamProtocolError(f"upstream {self.spec.id} sent an invalid result: {_one_line(str(exc))}") from exc
         if not isinstance(result, types.CallToolResult):
             raise UpstreamProtocolError(f"upstream {self.spec.id} sent a {type(result).__name__}, not a CallToolResult")
         return result
@@ -446,6 +459,45 @@ class _QuietSdkHttpParseErrors(logging.Filter):
 _SDK_HTTP_LOGGER = "mcp.client.streamable_http"
 if not any(isinstance(f, _QuietSdkHttpParseErrors) for f in logging.getLogger(_SDK_HTTP_LOGGER).filters):
     logging.getLogger(_SDK_HTTP_LOGGER).addFilter(_QuietSdkHttpParseErrors())
+
+
+#: The text of the error that stands for an answer the SDK could not read (:meth:`Upstream._relay`).
+_UNREADABLE_ANSWER = "sealbox: the answer could not be read: "
+
+_ANSWER_PREFIX = re.compile(r'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*,'
+                            r'\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"(?:result|error)"\s*:')
+
+
+def _answered_id(exc: BaseException) -> int | str | None:
+    """The id of the response a line the SDK could not read answers, or None (not a response, or no id).
+
+    Python's parser reads some lines the SDK's does not (a lone surrogate escape); a line neither reads
+    (nesting too deep) counts only when it starts like a response, ``{"jsonrpc": "2.0", "id": …,
+    "result"|"error": …``: a request or notification of the upstream must not be taken for one (its id
+    is in the upstream's numbering, not the gateway's)."""
+    import json
+
+    errors = getattr(exc, "errors", None)
+    if not isinstance(exc, ValidationError) or not callable(errors):
+        return None
+    first = (errors() or [{}])[0]
+    line = first.get("input")
+    if first.get("type") != "json_invalid" or not isinstance(line, str) or line == NOT_TEXT_LINE:
+        return None
+    try:
+        doc = json.loads(line)
+    except (ValueError, RecursionError):
+        match = _ANSWER_PREFIX.match(line)
+        if match is None:
+            return None
+        try:
+            return json.loads(match.group(1))
+        except ValueError:
+            return None
+    if not isinstance(doc, dict) or "method" in doc or not ("result" in doc or "error" in doc):
+        return None
+    answered = doc.get("id")
+    return answered if type(answered) in (int, str) else None
 
 
 def _one_line(text: str) -> str:

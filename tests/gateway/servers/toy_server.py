@@ -8,7 +8,9 @@ Tools:
   crash()             the process exits at once (no answer)
   hang()              never answers
   garbage(bytes?)     writes a non-JSON line on stdout (with bytes=true: a line that is not UTF-8,
-                      one holding a JSON message with a bad byte inside a string), then answers normally
+                      one holding a JSON message with a bad byte inside a string), then answers normally;
+                      with reply="surrogate" or "deep", its answer is a line the SDK cannot read (a lone
+                      surrogate escape, nesting 3000 deep) and nothing else is sent
   slow(seconds)       answers after a delay
   sample(prompt)      asks the client for sampling/createMessage; returns the reply as JSON
   roots()             asks the client for roots/list; returns the roots as JSON
@@ -106,6 +108,13 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     if name == "hang":
         await anyio.sleep_forever()
     if name == "garbage":
+        if args.get("reply"):  # this call's answer itself is unreadable to the SDK; no other answer follows
+            rid = json.dumps(ctx.request_id)
+            value = '"\\ud800"' if args["reply"] == "surrogate" else "[" * 3000 + "]" * 3000
+            await OUT["stdout"].write('{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"x"}],'
+                                      '"structuredContent":{"v":%s}}}\n' % (rid, value))
+            await OUT["stdout"].flush()
+            await anyio.sleep_forever()
         if args.get("bytes"):
             await OUT["stdout"].flush()
             raw = OUT["stdout"].wrapped.buffer
