@@ -452,7 +452,9 @@ async def test_arguments_holding_nan_or_infinity_are_refused_not_forwarded_as_nu
 def test_a_stdio_line_the_gateway_cannot_read_is_answered_not_dropped(tmp_path):
     """The SDK's stdio server dropped a line it could not parse without a word: a request with a
     lone surrogate (valid for Python's JSON reader, not for the SDK's), bad JSON, or an object that
-    is no JSON-RPC message was never answered and its client waited until its own timeout."""
+    is no JSON-RPC message was never answered and its client waited until its own timeout. So were a
+    request nested too deep for Python's reader too (answered with a null id), and a request whose id
+    is null or a fraction (read by the SDK as a notification)."""
     import subprocess
 
     sealbox.init_store(tmp_path / "store").close()
@@ -470,6 +472,12 @@ def test_a_stdio_line_the_gateway_cannot_read_is_answered_not_dropped(tmp_path):
         '{"jsonrpc":"2.0","id":"s","method":5}',
         '[{"jsonrpc":"2.0","id":3,"method":"ping"}]',
         '{"jsonrpc":"2.0","method":"notifications/x","params":"\\ud800"}',  # a notification: not answered
+        '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"toy__echo","arguments":'
+        + '{"a":' * 5000 + '1' + '}' * 5000 + '}}',  # too deep for both parsers: the id is read from the start
+        '{"jsonrpc":"2.0","method":"ping","id":"m","params":' + '[' * 5000 + ']' * 5000 + '}',
+        '{"jsonrpc":"2.0","id":7,"result":' + '[' * 5000 + ']' * 5000 + '}',  # a response: not answered
+        '{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"toy__echo","arguments":{"text":"n"}}}',
+        '{"jsonrpc":"2.0","id":1.5,"method":"ping"}',  # the SDK read these two as notifications and dropped them
         '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"toy__echo","arguments":{"text":"ok"}}}',
     ]
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
@@ -478,8 +486,12 @@ def test_a_stdio_line_the_gateway_cannot_read_is_answered_not_dropped(tmp_path):
     answers = [json.loads(line) for line in proc.stdout.splitlines()]
     assert proc.returncode == 0, proc.stderr
     assert [(a["id"], a.get("error", {}).get("code")) for a in answers] == [
-        (1, None), (2, -32700), (None, -32700), ("s", -32600), (None, -32600), (4, None)]
+        (1, None), (2, -32700), (None, -32700), ("s", -32600), (None, -32600), (5, -32700), ("m", -32700),
+        (None, -32600), (None, -32600), (4, None)]
     assert answers[1]["error"]["message"].startswith("Parse error: Invalid JSON: ")
+    assert answers[5]["error"]["message"].startswith("Parse error: Invalid JSON: recursion limit exceeded")
+    assert answers[7]["error"]["message"] == ("Invalid request: a request's id must be a string or an integer "
+                                              "(method 'tools/call')")
     assert answers[-1]["result"]["content"][0]["text"] == "ok"
     assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "ok"}}]
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 import socket
 from typing import Any, Callable
 
@@ -120,6 +121,16 @@ class _StdioRelay:
                             return
                     continue
                 message = item.message
+                if isinstance(message, types.JSONRPCNotification) and not message.method.startswith("notifications/"):
+                    # a request whose id is null, a fraction, a boolean or an object, or missing: the SDK reads it
+                    # as a notification and drops it, so its client waited for good; every MCP notification's
+                    # method starts with notifications/
+                    try:
+                        await write.send(_invalid_request(f"a request's id must be a string or an integer "
+                                                          f"(method {message.method!r})"))
+                    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        return
+                    continue
                 if isinstance(message, types.JSONRPCRequest):
                     self.open.add(message.id)
                 elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
@@ -148,6 +159,23 @@ class _StdioRelay:
             self._answered = anyio.Event()
 
 
+_ID = r'(-?\d+|"(?:[^"\\]|\\.)*")'
+_VERSION = r'(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?'
+#: the start of a request too deeply nested for either parser: its id, before or after its method
+_REQUEST_PREFIX = re.compile(rf'\s*\{{\s*{_VERSION}(?:"id"\s*:\s*{_ID}\s*,\s*{_VERSION}"method"\s*:'
+                             rf'|"method"\s*:\s*"(?:[^"\\]|\\.)*"\s*,\s*{_VERSION}"id"\s*:\s*{_ID})')
+
+_RESPONSE_PREFIX = re.compile(rf'\s*\{{\s*{_VERSION}"id"\s*:\s*{_ID}\s*,\s*{_VERSION}"(?:result|error)"\s*:')
+
+
+def _invalid_request(detail: str) -> Any:
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    error = types.ErrorData(code=types.INVALID_REQUEST, message=f"Invalid request: {detail}")
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=error))
+
+
 def _unreadable_answer(exc: Exception) -> Any:
     """The JSON-RPC error answering a line the SDK could not read (``exc``), or None (not to be answered)."""
     import mcp_types as types
@@ -163,6 +191,14 @@ def _unreadable_answer(exc: Exception) -> Any:
             doc = json.loads(line) if isinstance(line, (str, bytes)) else None
         except (ValueError, RecursionError):
             doc = None
+            if isinstance(line, str) and _RESPONSE_PREFIX.match(line):
+                return None  # a response to the gateway's own request, nested too deep: not answered
+            match = _REQUEST_PREFIX.match(line) if isinstance(line, str) else None
+            if match is not None:  # nested too deep for both: a request's id read from its start
+                try:
+                    doc = {"method": "", "id": json.loads(match.group(1) or match.group(2))}
+                except ValueError:
+                    doc = None
         code, what = types.PARSE_ERROR, "Parse error"
     else:  # JSON, but no JSON-RPC message: the inputs of the errors are the parts that did not fit
         objects = [e.get("input") for e in errors if isinstance(e.get("input"), dict)]
