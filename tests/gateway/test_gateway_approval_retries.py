@@ -359,3 +359,30 @@ async def test_a_stateless_client_cancelled_while_its_approved_tool_runs_gets_th
     assert served(retry) == {"approval_id": aid, "status": DELIVERED_ON_RETRY, "run_id": run_id, "call_id": ran}
     assert toy_log(tmp_path) == [{"tool": "slow", "arguments": {"seconds": 1.0}}]
     assert counts(store, run_id) == {"tool.call": 1, "approval.requested": 1, "run.resumed": 1, "tool.result": 1}
+
+
+async def test_a_stateless_retry_after_its_outcome_was_delivered_is_told_so_not_an_unknown_run(tmp_path, store, alice):
+    """A stateless call's own run ends once its outcome is settled; a further retry with the same
+    requestState (after the outcome was delivered) got the JSON-RPC error UNKNOWN_RUN "run … has ended;
+    it cannot be continued", an exception in the client, instead of the isError result saying the approval
+    is no longer pending and to call again without requestState."""
+    import mcp_types as types
+    from mcp.client import Client
+
+    gw = gateway(tmp_path, store, hold=0.3)
+    async with running(gw):
+        async with Client(gw.server, mode="2026-07-28") as client:
+            first = await client.session.call_tool("toy__echo", {"text": "x"}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            aid = first.meta["sealbox/approval"]["approval_id"]
+            await anyio.to_thread.run_sync(answer, store, aid, "approve", "fine", alice)
+            done = await client.session.call_tool("toy__echo", {"text": "x"}, request_state=first.request_state,
+                                                  allow_input_required=True)
+            again = await client.session.call_tool("toy__echo", {"text": "x"}, request_state=first.request_state,
+                                                   allow_input_required=True)
+    assert (done.is_error, text_of(done)) == (False, "x")
+    assert again.is_error is True
+    assert text_of(again) == (f"approval {aid} is no longer pending here (its outcome was delivered to an earlier "
+                              "call); call again without requestState to ask anew")
+    assert again.meta["sealbox/approval"] == {"approval_id": aid, "status": "delivered"}
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "x"}}]

@@ -656,9 +656,14 @@ class Gateway:
             kept = self._undelivered.find(claims["run"], binding, principal)
             if kept is not None and kept.approval_id == claims["aid"]:  # settled for a call that did not get it
                 return await self._hand_over(ctx, kept, served=True)  # before joining: its own run may have ended
-            run = self._join(claims["run"], principal)
             own_run = bool(claims.get("own"))
-            pending = self._pending.get(run.run_id, {}).get((binding, principal))
+            try:
+                run = self._join(claims["run"], principal)
+            except _mcp_error() as exc:
+                if not (own_run and exc.error.code == codes.UNKNOWN_RUN):
+                    raise
+                run = None  # the call's own run ends once its outcome is settled: that outcome was handed over
+            pending = self._pending.get(run.run_id, {}).get((binding, principal)) if run is not None else None
             if pending is None or pending.approval_id != claims["aid"]:
                 return _error_result(f"approval {claims['aid']} is no longer pending here (its outcome was "
                                      "delivered to an earlier call); call again without requestState to ask anew",
