@@ -239,3 +239,31 @@ def test_a_config_of_another_version_says_which_it_must_be():
         parse_config("version: 2\nstore: ./s\npolicy: ALLOW_ALL\nupstreams:\n  - id: db\n    command: uvx\n",
                      source="gw.yaml")
     assert str(err.value) == "gw.yaml:1: version: must be 1, not 2"
+
+
+def test_a_relative_command_path_is_relative_to_the_config_file_or_its_cwd(tmp_path):
+    """'Relative paths are relative to the file' held for store, policy and cwd, not for a command
+    written as a path (./server.py): it was resolved against the gateway's working directory, so a
+    gateway launched by an MCP client from another folder (Claude Desktop starts it in /) could not
+    start it, and `gateway check` run elsewhere said 'not found or not executable'. A command holding a
+    slash is now relative to the upstream's cwd when one is given, else to the config file's folder;
+    a bare name is still looked up in PATH."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "work" / "bin").mkdir(parents=True)
+    for where in (tmp_path / "bin" / "server", tmp_path / "work" / "bin" / "server"):
+        where.write_text("#!/bin/sh\nexit 0\n")
+        where.chmod(0o755)
+    sealbox.init_store(tmp_path / "st").close()
+    text = ("version: 1\nstore: ./st\npolicy: ALLOW_ALL\nupstreams:\n"
+            "  - {id: here, command: ./bin/server}\n"
+            "  - {id: there, command: bin/server, cwd: work}\n"
+            "  - {id: named, command: python3}\n"
+            "  - {id: absolute, command: /bin/sh}\n")
+    ups = parse_config(text, source="gw.yaml", base=tmp_path).upstreams
+    assert [u.command for u in ups] == [str(tmp_path / "bin" / "server"), str(tmp_path / "work" / "bin" / "server"),
+                                        "python3", "/bin/sh"]
+    (tmp_path / "gw.yaml").write_text(text)
+    env = {k: v for k, v in os.environ.items() if k != "SEALBOX_DEBUG"}
+    proc = subprocess.run([SEALBOX, "gateway", "check", "-c", str(tmp_path / "gw.yaml")], capture_output=True,
+                          text=True, env=env, cwd="/")
+    assert (proc.returncode, proc.stderr) == (0, "")

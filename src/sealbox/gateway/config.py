@@ -2,7 +2,8 @@
 
 The problems are one :class:`~sealbox.errors.ConfigError` whose message lists each
 as ``FILE:LINE: problem``, joined by ``; `` (the CLI prints it as one line). Relative paths (store,
-policy, an upstream's ``cwd``) are relative to the config file's folder.
+policy, an upstream's ``cwd``) are relative to the config file's folder; an upstream ``command`` written
+as a relative path (``./server.py``) is relative to its ``cwd`` if given, else to that folder.
 
 Example::
 
@@ -348,8 +349,17 @@ def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:
     def rel(value: str) -> str:
         return value if value == "ALLOW_ALL" or os.path.isabs(value) else str(base / value)
 
+    def command(u: dict[str, Any]) -> str | None:
+        # a command written as a path (./server.py, bin/server) is relative to the upstream's cwd, or to the
+        # file's folder: not to the gateway's working directory (an MCP client may start it anywhere); a bare
+        # name is looked up in PATH
+        value = u.get("command")
+        if not isinstance(value, str) or "/" not in value or os.path.isabs(value):
+            return value
+        return str(Path(rel(u["cwd"]) if u.get("cwd") else base) / value)
+
     ups = tuple(
-        UpstreamSpec(id=u["id"], command=u.get("command"), args=tuple(u.get("args") or ()), env=dict(u.get("env") or {}),
+        UpstreamSpec(id=u["id"], command=command(u), args=tuple(u.get("args") or ()), env=dict(u.get("env") or {}),
                      cwd=rel(u["cwd"]) if u.get("cwd") else None, url=u.get("url"), headers=dict(u.get("headers") or {}))
         for u in doc["upstreams"]
     )
