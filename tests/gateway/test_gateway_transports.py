@@ -657,3 +657,31 @@ async def test_the_owner_of_a_session_that_timed_out_is_forgotten(tmp_path, stor
     finally:
         transports.http_app = real
     assert apps[0].owners == {latest: "ci-bot"}
+
+
+async def test_an_http_request_with_an_unusable_id_is_answered_not_taken_for_a_notification(tmp_path, store):
+    """The SDK reads a request whose id is null, a fraction or a boolean as a notification and answers
+    HTTP 202: the client waited for an answer that never came (the call was not made). It is now HTTP 400
+    with the JSON-RPC error -32600; real notifications still get 202."""
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    async with anyio.create_task_group() as tg:
+        port = await _serve(gw, tg)
+        url = f"http://127.0.0.1:{port}/mcp"
+        auth = {**HEADERS, "authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient() as http:
+            r = await http.post(url, json=INIT, headers=auth)
+            session = {**auth, "mcp-session-id": r.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            note = await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            answers = []
+            for rid in (None, 1.5, True):
+                answers.append(await http.post(url, headers=session, json={
+                    "jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                    "params": {"name": "toy__echo", "arguments": {"text": "x"}}}))
+            ok = await http.post(url, headers=session, json={"jsonrpc": "2.0", "id": 7, "method": "ping"})
+        tg.cancel_scope.cancel()
+    assert note.status_code == 202
+    assert [(a.status_code, a.json()) for a in answers] == [(400, {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32600, "message": "Invalid request: a request's id must be a string or an integer "
+                                   "(method 'tools/call')"}})] * 3
+    assert ok.status_code == 200 and '"id":7' in ok.text
+    assert toy_log(tmp_path) == []

@@ -298,16 +298,34 @@ class BearerAuth:
         # whether this request's client is still there: a held call's outcome is delivered only to one that is
         wire = state[WIRE_STATE_KEY] = Wire()
         method = scope.get("method")
+        body: list[bytes] | None = [] if method == "POST" else None  # its chunks (references, not copies)
+        refused = False
 
         async def receive_noting_disconnect() -> Any:
             message = await receive()
             if message.get("type") == "http.disconnect":
                 wire.gone = True
+            elif body is not None and message.get("type") == "http.request":
+                body.append(message.get("body") or b"")
             return message
 
         async def send_noting_sessions(message: Any) -> None:
+            nonlocal refused
+            if refused:
+                return  # the SDK's 202 for a request it took for a notification: replaced by an error
             if message["type"] == "http.response.start":
                 status = int(message.get("status", 500))
+                problem = _request_without_id(b"".join(body)) if status == 202 and body else None
+                if problem is not None:
+                    # a request whose id is null, a fraction, a boolean or an object: the SDK reads it as a
+                    # notification and answers 202, so its client waits for an answer that never comes
+                    refused = True
+                    error = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                        "code": -32600, "message": f"Invalid request: {problem}"}}).encode()
+                    await send({"type": "http.response.start", "status": 400, "headers": [
+                        (b"content-type", b"application/json")]})
+                    await send({"type": "http.response.body", "body": error})
+                    return
                 if session_id is None and status < 400:
                     for k, v in message.get("headers") or []:
                         if k.decode("latin-1").lower() == "mcp-session-id":
@@ -327,6 +345,20 @@ class BearerAuth:
             return
         for sid in [sid for sid in self.owners if sid not in live]:
             del self.owners[sid]
+
+
+def _request_without_id(data: bytes) -> str | None:
+    """Why a POST body the SDK accepted as a notification is a request with an unusable id, or None.
+
+    Every MCP notification's method starts with ``notifications/``; any other method sent without a
+    string or integer id is a request its client waits an answer for."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("method"), str) or doc["method"].startswith("notifications/"):
+        return None
+    return f"a request's id must be a string or an integer (method {doc['method']!r})"
 
 
 def token_identities(cfg: Any) -> dict[str, str]:
