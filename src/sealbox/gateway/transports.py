@@ -316,6 +316,8 @@ class BearerAuth:
             if message["type"] == "http.response.start":
                 status = int(message.get("status", 500))
                 problem = _request_without_id(b"".join(body)) if status == 202 and body else None
+                if body:
+                    body.clear()  # not kept while the answer streams (a call may take minutes)
                 if problem is not None:
                     # a request whose id is null, a fraction, a boolean or an object: the SDK reads it as a
                     # notification and answers 202, so its client waits for an answer that never comes
