@@ -536,6 +536,22 @@ def test_requests_written_before_stdin_closes_are_answered(tmp_path):
     assert kinds_[-1] == "run.ended" and oks == [True, True]
 
 
+def test_two_requests_with_one_id_written_before_stdin_closes_are_both_answered(tmp_path):
+    """The stdio relay counted the requests still unanswered as a set of ids: a client that reused an id
+    for a second request while the first was in flight (against JSON-RPC, but the SDK serves both) had
+    the EOF passed on at the first answer, and the other request's reply was never written."""
+    import subprocess
+
+    argv, env = _stdio_gateway(tmp_path)
+    lines = [json.dumps(INIT), '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+             '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"toy__slow","arguments":{"seconds":1}}}',
+             '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"toy__echo","arguments":{"text":"e"}}}']
+    proc = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    texts = sorted(a["result"]["content"][0]["text"] for a in map(json.loads, proc.stdout.splitlines()) if a["id"] == 7)
+    assert texts == ["e", "slow done"]
+
+
 def test_a_client_that_stops_reading_ends_the_session_cleanly(tmp_path):
     """A client that exits closes the pipe the gateway writes to: writing a reply raised
     BrokenPipeError out of the SDK's stdout writer and the gateway ended with 'internal error' (exit

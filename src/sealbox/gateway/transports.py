@@ -26,6 +26,7 @@ import json
 import logging
 import re
 import socket
+from collections import Counter
 from typing import Any, Callable
 
 import anyio
@@ -104,7 +105,8 @@ class _StdioRelay:
     def __init__(self, gateway: Any) -> None:
         limits = getattr(getattr(gateway, "config", None), "limits", None)
         self.wait_s = (limits.approval_hold_s + limits.call_timeout_s + 1) if limits is not None else 5.0
-        self.open: set[Any] = set()  # ids of the client's requests not yet answered
+        # ids of the client's requests not yet answered, each with how many (a client may reuse an id in flight)
+        self.open: Counter[Any] = Counter()
         self._answered = anyio.Event()
 
     async def inbound(self, read: Any, to_server: Any, write: Any) -> None:
@@ -132,7 +134,7 @@ class _StdioRelay:
                         return
                     continue
                 if isinstance(message, types.JSONRPCRequest):
-                    self.open.add(message.id)
+                    self.open[message.id] += 1
                 elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
                     self._done((message.params or {}).get("requestId"))
                 await to_server.send(item)
@@ -154,7 +156,9 @@ class _StdioRelay:
 
     def _done(self, request_id: Any) -> None:
         if request_id in self.open:
-            self.open.discard(request_id)
+            self.open[request_id] -= 1
+            if self.open[request_id] <= 0:
+                del self.open[request_id]
             self._answered.set()
             self._answered = anyio.Event()
 
