@@ -818,11 +818,14 @@ class RunContext:
         """``write()`` (a store append, guarded as :meth:`_guard` does), the strings the store's
         redaction took out of what it wrote (by key name or path: results, model calls, state,
         notes…) joining the run's redacted values (:meth:`_run_secrets`)."""
-        from sealbox.store.base import noting_redacted
+        from sealbox.store.base import _REDACTED_INTO  # noting_redacted's variable, set directly: no generator per append
 
         found: set[str] = set()
-        with noting_redacted(found):
+        token = _REDACTED_INTO.set(found)
+        try:
             out = self._guard(write)
+        finally:
+            _REDACTED_INTO.reset(token)
         if found:
             self._remember_secrets(sorted(found))
         return out
