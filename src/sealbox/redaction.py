@@ -376,13 +376,16 @@ class Redactor:
         return _removed_from(value, out, minimum) if changed else []
 
     def scrub_echoes(self, name: str, value: Any, known: "list[str] | tuple[str, ...] | set[str]",
-                     minimum: int = 4) -> tuple[list[str], Any, bool]:
+                     minimum: int = 4, direct: bool = False) -> tuple[list[str], Any, bool]:
         """A content field's (encoded) value as a run records it in ``redacted`` mode once values
         have been redacted: what the store would keep in clear is scrubbed of ``known`` (the values
         redacted earlier in the run) and of the values :meth:`removed_strings` takes out of
         ``value`` itself, each occurrence becoming the in-string marker of that string (as
         :meth:`scrub_values_in` does); the parts the store redacts (by key name, path or pattern)
         are left as they are, so the store still makes them its markers as before.
+
+        ``direct``: the strings redacted from ``value`` itself are only those that were a redacted
+        value themselves (:func:`own_values`), not every string inside a redacted list or dict.
 
         Returns:
             (the strings redacted from ``value`` itself, longest first (:meth:`removed_strings`),
@@ -392,7 +395,7 @@ class Redactor:
         if self.policy.mode != "redacted":
             return [], value, False
         out, redacted = self.apply(name, value)
-        own = _removed_from(value, out, minimum) if redacted else []
+        own = (own_values(value, out, minimum) if direct else _removed_from(value, out, minimum)) if redacted else []
         wanted = set(known)
         wanted.update(own)
         if not wanted:
@@ -411,7 +414,7 @@ class Redactor:
             return text
         wanted.sort(key=lambda v: (-len(v), v))
         rx = re.compile("|".join(re.escape(v) for v in wanted))
-        return rx.sub(lambda m: f"⟦redacted:{self.marker(m.group(0))[MARKER_TAG]}⟧", text)
+        return _sub_outside_markers(rx, text, lambda m: f"⟦redacted:{self.marker(m.group(0))[MARKER_TAG]}⟧")
 
     def scrub_values_in(self, value: Any, values: "list[str] | tuple[str, ...]") -> tuple[Any, bool]:
         """An encoded content value with every occurrence of each of ``values`` replaced by its
@@ -442,8 +445,10 @@ class Redactor:
         def text(t: str) -> str:
             if text_rx.search(t) is None:
                 return t
-            changed[0] = True
-            return text_rx.sub(lambda m: f"⟦redacted:{self.marker(m.group(0))[MARKER_TAG]}⟧", t)
+            out = _sub_outside_markers(text_rx, t, lambda m: f"⟦redacted:{self.marker(m.group(0))[MARKER_TAG]}⟧")
+            if out != t:
+                changed[0] = True
+            return out
 
         def b64(tag: str, inner: str) -> str:
             import base64
@@ -666,6 +671,19 @@ def _markers_as_text(value: Any) -> Any:
     return value
 
 
+def own_values(before: Any, after: Any, minimum: int = 4) -> list[str]:
+    """The secret values :meth:`Redactor.apply` took out of ``before`` (giving ``after``) that an event
+    is scrubbed of elsewhere in itself (docs/content-modes.md, "Values redacted earlier in the run"):
+    each string (``$bytes`` / ``$badstr`` decoded) that was itself the redacted value, i.e. that a
+    ``{"$redacted": …}`` marker replaced, of at least ``minimum`` characters, longest first. Unlike
+    :func:`_removed_from`, the strings inside a redacted list or dict are not listed: a header pair
+    ``["Cookie", ["Cookie", None]]`` has its value redacted, and the name ``"Cookie"`` inside it is
+    no secret to take out of the pair's own name."""
+    found: set[str] = set()
+    _removed(before, after, found, direct=True)
+    return sorted((s for s in found if len(s) >= minimum), key=lambda s: (-len(s), s))
+
+
 def _removed_from(before: Any, after: Any, minimum: int) -> list[str]:
     """:func:`_removed` as a list: the strings of at least ``minimum`` characters, longest first."""
     found: set[str] = set()
@@ -691,29 +709,46 @@ def _kept_parts(before: Any, redacted: Any, scrubbed: Any) -> Any:
     return _markers_as_text(scrubbed)
 
 
-def _removed(before: Any, after: Any, found: set[str]) -> None:
+def _removed(before: Any, after: Any, found: set[str], direct: bool = False) -> None:
     """Collect into ``found`` the strings of ``before`` that :meth:`Redactor._walk` turned into
     markers in ``after`` (the walk keeps the shape, so the two are compared by position; a string
-    holding JSON that the walk rewrote is compared as the values the two texts hold)."""
+    holding JSON that the walk rewrote is compared as the values the two texts hold). ``direct``:
+    only a string (or ``$bytes`` / ``$badstr``) that a marker replaced whole (:func:`own_values`)."""
     if before is after:
         return
     if type(before) is str and type(after) is str:
         try:
-            _removed(json.loads(before), _unmark(json.loads(after)), found)
+            _removed(json.loads(before), _unmark(json.loads(after)), found, direct)
         except (ValueError, RecursionError):
             pass
         return
     if type(after) is dict and len(after) == 1 and MARKER_TAG in after and after != before:
-        _strings(before, found)
+        if not direct:
+            _strings(before, found)
+        elif type(before) is str:
+            found.add(before)
+        elif type(before) is dict and len(before) == 1 and (
+                type(before.get("$bytes")) is str or type(before.get("$badstr")) is str):
+            _strings(before, found)
     elif type(before) is dict and type(after) is dict and len(before) == len(after):
         for b, a in zip(before.values(), after.values()):
-            _removed(b, a, found)
+            _removed(b, a, found, direct)
     elif type(before) is list and type(after) is list and len(before) == len(after):
         for b, a in zip(before, after):
-            _removed(b, a, found)
+            _removed(b, a, found, direct)
 
 
 _WHOLE_MARKER = re.compile("⟦redacted:(hmac-sha256:[0-9a-f]{64})⟧")
+_ANY_MARKER = re.compile("(⟦redacted:hmac-sha256:[0-9a-f]{64}⟧)")
+
+
+def _sub_outside_markers(rx: "re.Pattern[str]", text: str, repl: Any) -> str:
+    """``rx.sub(repl, text)`` leaving the in-string markers already in ``text`` as they are (a value
+    of 4 hex digits is no reason to rewrite the digest of another value's marker)."""
+    if "⟦redacted:" not in text:
+        return rx.sub(repl, text)
+    parts = _ANY_MARKER.split(text)
+    return "".join(part if i % 2 else rx.sub(repl, part) for i, part in enumerate(parts))
 
 
 def _unmark(value: Any) -> Any:

@@ -118,7 +118,21 @@ def attempted_view(store: Any, kind: str, payload: dict[str, Any]) -> Any:
     if redactor is None or name is None:
         return encoded
     if name == "request" or name == "arguments" or name == "state":
-        return redactor.apply(name, encoded)[0]
+        out, changed = redactor.apply(name, encoded)
+        if redactor.policy.mode != "redacted":
+            return out
+        # the store scrubs an event of the values redacted from any of its content fields (store.base)
+        from sealbox.events import CONTENT_FIELDS
+        from sealbox.redaction import own_values
+
+        own = own_values(encoded, out) if changed else []
+        for other in CONTENT_FIELDS.get(kind, ()):
+            if other != name and payload.get(other) is not None:
+                before = encode(payload[other])
+                after, redacted = redactor.apply(other, before)
+                if redacted:
+                    own += own_values(before, after)
+        return redactor.scrub_values_in(out, own)[0] if own else out
     return encoded
 
 

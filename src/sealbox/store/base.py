@@ -34,6 +34,7 @@ from sealbox.events import (
     validate_payload,
 )
 from sealbox.ledger import merkle
+from sealbox.redaction import own_values
 
 __all__ = [
     "Store",
@@ -235,6 +236,8 @@ class EventBuilder:
                     bounded = False
         validate_payload(draft.kind, payload)
         put = lambda data: self._put(txn, data)  # noqa: E731
+        fields: list[tuple[str, Any, bytes, Any]] = []  # (name, value, its bytes, as redacted)
+        own: list[str] = []  # the secret values redacted from this event itself
         for name in content:
             if name in payload:
                 value = payload[name]
@@ -250,14 +253,25 @@ class EventBuilder:
                 redacted = self._redact(name, value, data)
                 if redacted is not value:
                     _note_redacted(self.redactor, value, redacted)
-                if name in ALWAYS_BLOB and redacted is value and len(data) <= self._limit:
-                    payload[name] = {"$blob": put(data)}  # what the two steps below give, its bytes written once
-                    continue
-                payload[name] = _blobs.blobify(redacted, put, self._limit, data if redacted is value else None)
-                if name in ALWAYS_BLOB and not _blobs.is_blob_ref(payload[name]):
-                    payload[name] = {"$blob": put(canonical_bytes_encoded(payload[name], floats=floats, finite=True, bounded=bounded))}
+                    if self.redactor.policy.mode == "redacted":
+                        own.extend(own_values(value, redacted))
+                fields.append((name, value, data, redacted))
+        if own:  # the event itself is scrubbed of them, wherever it keeps them in clear
+            own = sorted(set(own), key=lambda v: (-len(v), v))
+            fields = [(name, value, data, self.redactor.scrub_values_in(redacted, own)[0])
+                      for name, value, data, redacted in fields]
+        for name, value, data, redacted in fields:
+            if name in ALWAYS_BLOB and redacted is value and len(data) <= self._limit:
+                payload[name] = {"$blob": put(data)}  # what the two steps below give, its bytes written once
+                continue
+            payload[name] = _blobs.blobify(redacted, put, self._limit, data if redacted is value else None)
+            if name in ALWAYS_BLOB and not _blobs.is_blob_ref(payload[name]):
+                payload[name] = {"$blob": put(canonical_bytes_encoded(payload[name], floats=floats, finite=True, bounded=bounded))}
         if type(payload.get("error")) is dict:  # exception messages can carry secrets too
             payload["error"] = self.redactor.apply_error(payload["error"])
+            if own:
+                payload["error"] = {k: self.redactor.scrub_values(v, own) if type(v) is str and k != "type" else v
+                                    for k, v in payload["error"].items()}
         if draft.kind == "note":  # a note's text and detail are the caller's words: redacted like content
             payload.update(redact_note(self.redactor, payload))
         return payload, floats, bounded  # redaction markers, blob references and $esc add no float
@@ -363,6 +377,11 @@ def redact_note(redactor: Any, payload: dict[str, Any]) -> dict[str, Any]:
         out["about"], changed = redactor.apply("about", about)
         if changed:
             _note_redacted(redactor, about, out["about"])
+            own = own_values(about, out["about"]) if redactor.policy.mode == "redacted" else []
+            if own:  # the note itself is scrubbed of them: "key K" beside {"api_key": K}
+                out["about"] = redactor.scrub_values_in(out["about"], own)[0]
+                if "text" in out:
+                    out["text"] = redactor.scrub_values(out["text"], own)
     return out
 
 

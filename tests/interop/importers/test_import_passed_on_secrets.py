@@ -59,3 +59,34 @@ def test_an_import_with_nothing_redacted_is_stored_as_given(tmp_path):
     calls = [store.resolve(e.payload) for e in store.read_run(run_id) if e.kind == "tool.call"]
     assert calls[1]["arguments"] == {"sql": f"select '{P}'"}  # a value never redacted: kept
     store.close()
+
+
+def test_a_value_redacted_in_an_imported_event_is_scrubbed_from_that_event_and_no_header_name_is(tmp_path):
+    """A tool's output {"api_key": K, "message": "your key is K", "h": [["Cookie", ["Cookie", None]]]}:
+    K is its marker in both places of that result (and in the next model turn that reads it); the
+    header pair's value is redacted, and its name "Cookie" (a string inside no redacted value of its
+    own) is kept in clear, in the result and elsewhere in the run."""
+    key = "ak-live-91f3-77aa-imported"
+    output = json.dumps({"api_key": key, "message": f"your key is {key}", "h": [["Cookie", ["Cookie", None]]]})
+    conv = {"messages": [
+        {"role": "user", "content": "read the vault; Cookie jar"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "vault", "arguments": json.dumps({"name": "b"})}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": output},
+        {"role": "assistant", "content": "done"},
+    ]}
+    store = sealbox.init_store(tmp_path / "store")
+    source = tmp_path / "t.json"
+    source.write_text(json.dumps(conv))
+    (run_id,) = import_file(store, source, "tau-bench").runs
+    events = store.read_run(run_id)
+    (result,) = [json.loads(store.resolve(e.payload)["result"]) for e in events if e.kind == "tool.result"]
+    mark = result["api_key"]
+    assert mark.startswith("⟦redacted:hmac-sha256:") and result["message"] == f"your key is {mark}"
+    assert result["h"][0][0] == "Cookie" and result["h"][0][1].startswith("⟦redacted:hmac-sha256:")
+    first = [store.resolve(e.payload) for e in events if e.kind == "model.call"][0]
+    assert first["request"]["messages"][0]["content"] == "read the vault; Cookie jar"
+    assert sealbox.verify_store(store).ok
+    assert key.encode() not in db_bytes(tmp_path / "store")
+    store.close()
+    assert key.encode() not in db_bytes(tmp_path / "store")

@@ -644,7 +644,9 @@ class ImportContext:
 def without_passed_on_secrets(store: Any, drafts: list[EventDraft]) -> list[EventDraft]:
     """``drafts`` (whole imported runs) as a ``redacted`` store must keep them: every string the
     store's redaction takes out of any content field of a run (or a note's ``about``) by a sensitive
-    key name or a configured path (``Redactor.removed_strings``: at least 4 characters) is replaced
+    key name or a configured path, that was itself the redacted value (``sealbox.redaction.own_values``:
+    at least 4 characters; not the strings inside a redacted list, such as the name in a header pair
+    ``["Cookie", ["Cookie", None]]``) is replaced
     by its in-string marker wherever else the run holds it in clear — another call's arguments, a
     result, a model request, a note's text, an error's message and traceback — as the recorder does
     for a live run (docs/content-modes.md, "Values redacted earlier in the run"; an import knows the
@@ -655,6 +657,7 @@ def without_passed_on_secrets(store: Any, drafts: list[EventDraft]) -> list[Even
 
     from sealbox.canonical import MAX_DEPTH, encode, pre_encoded
     from sealbox.events import CONTENT_FIELDS
+    from sealbox.redaction import own_values
 
     redactor = getattr(store, "redactor", None)
     if redactor is None or getattr(redactor.policy, "mode", None) != "redacted":
@@ -669,7 +672,9 @@ def without_passed_on_secrets(store: Any, drafts: list[EventDraft]) -> list[Even
             if name in draft.payload:
                 view = encode(draft.payload[name], max_depth=MAX_DEPTH - 3)
                 if not redactor.surely_clean(view):
-                    found.setdefault(draft.run_id, set()).update(redactor.removed_strings(name, view))
+                    out, changed = redactor.apply(name, view)
+                    if changed:  # each string that was a redacted value itself (not a header name beside it)
+                        found.setdefault(draft.run_id, set()).update(own_values(view, out))
     runs = {run_id: sorted(values, key=lambda v: (-len(v), v)) for run_id, values in found.items() if values}
     if not runs:
         return drafts
@@ -683,7 +688,7 @@ def without_passed_on_secrets(store: Any, drafts: list[EventDraft]) -> list[Even
         for name in fields(draft):
             if name in payload:
                 _, scrubbed, changed = redactor.scrub_echoes(name, encode(payload[name], max_depth=MAX_DEPTH - 3),
-                                                             values)
+                                                             values, direct=True)
                 if changed:
                     payload[name] = pre_encoded(scrubbed)
         if draft.kind == "note" and isinstance(payload.get("text"), str):
