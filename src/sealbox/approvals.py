@@ -42,7 +42,7 @@ import math
 import re
 import socket
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Sequence
 
@@ -72,6 +72,8 @@ __all__ = [
     "get_approval",
     "list_approvals",
     "record_expiry",
+    "withdrawal_drafts",
+    "WITHDRAWN",
     "local_client",
     "same_actor",
     "actor_key",
@@ -101,7 +103,12 @@ _MESSAGES = {
     "late": "the answer came after the request was decided or expired",
     "malformed": "the answer's event fails the approval.answered schema (it was changed below Sealbox)",
     "malformed_request": "the request's event is malformed: it can never be approved",
+    "identity_disabled": "the approver's identity was disabled after it answered, before the call ran: "
+                         "its approval no longer counts",
 }
+
+#: The problem of an approve answer, valid when given, whose identity was disabled before the call ran.
+WITHDRAWN = "identity_disabled"
 
 
 class ApprovalError(SealboxError):
@@ -169,12 +176,17 @@ class Answer:
     client: dict[str, Any]
     flags: tuple[dict[str, Any], ...]
     problem: str | None
+    disabled_leaf: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"identity": self.identity, "decision": self.decision, "reason": self.reason,
-                "answered_at": self.answered_at, "leaf_index": self.leaf_index, "client": self.client,
-                "flags": list(self.flags), "counted": self.problem is None, "problem": self.problem}
+        """JSON-ready form (``disabled_leaf``: with problem ``identity_disabled``, the leaf of the
+        ``identity.changed`` that disabled the approver after it answered)."""
+        out = {"identity": self.identity, "decision": self.decision, "reason": self.reason,
+               "answered_at": self.answered_at, "leaf_index": self.leaf_index, "client": self.client,
+               "flags": list(self.flags), "counted": self.problem is None, "problem": self.problem}
+        if self.disabled_leaf is not None:
+            out["disabled_leaf"] = self.disabled_leaf
+        return out
 
 
 @dataclass(frozen=True)
@@ -391,6 +403,10 @@ def evaluate(request: Any, related: Iterable[Any], book: IdentityBook, now: date
                           "decided_at": None, "expired_at": None, "expiry_recorded": False, "resumed": False,
                           "run_ended": False, "outcome": None, "malformed": malformed}
     approvers: list[str] = []
+    # the call is acted on at its first run.resumed: until then an approval counts only while its
+    # identity is enabled (an identity disabled after answering, before the call ran, withdraws it)
+    acted = next((ev.leaf_index for ev in related if ev.kind == "run.resumed" and isinstance(aid, str)
+                  and isinstance(ev.payload.get("approval_ids"), list) and aid in ev.payload["approval_ids"]), None)
     for ev in related:
         p = ev.payload
         if ev.kind == "run.ended":
@@ -399,10 +415,14 @@ def evaluate(request: Any, related: Iterable[Any], book: IdentityBook, now: date
             _note_resume(p, aid, st)
         elif p.get("approval_id") != aid or ev.leaf_index < request.leaf_index:
             continue
-        elif ev.kind == "approval.expired" and st["status"] == "pending":
-            st.update(status="expired", expired_at=p.get("expired_at"), expiry_recorded=True)
-        elif ev.kind == "approval.answered":
-            _count_answer(req, ev, book, st, approvers, expires)
+        else:
+            if acted is None or ev.leaf_index < acted:
+                _recount(req, book, st, ev.leaf_index)
+            if ev.kind == "approval.expired" and st["status"] == "pending":
+                st.update(status="expired", expired_at=p.get("expired_at"), expiry_recorded=True)
+            elif ev.kind == "approval.answered":
+                _count_answer(req, ev, book, st, approvers, expires)
+    _recount(req, book, st, acted)  # as of the call's resumption, or now while it waits
     if st["status"] == "pending" and expires is not None and (now or _now()) >= expires:
         st.update(status="expired", expired_at=req["expires_at"])
     if st["status"] == "pending" and st["run_ended"]:
@@ -447,6 +467,39 @@ def _note_resume(payload: dict, aid: Any, st: dict) -> None:
         st["resumed"] = True
 
 
+def _recount(req: dict, book: IdentityBook, st: dict, at: int | None) -> None:
+    """Count the approvals again as of leaf ``at`` (None: now): an approve answer that counted when
+    it was given stops counting (problem :data:`WITHDRAWN`, with the disabling leaf) while its identity
+    is disabled at ``at``, and counts again if it is enabled again. A request approved by answers
+    that no longer make its quorum is pending again (until another approver answers, or it expires).
+    Only a request still ``pending`` or ``approved`` is touched: a counted deny and an expiry stand."""
+    if st["status"] not in ("pending", "approved") or st["malformed"]:
+        return
+    answers: list[Answer] = st["answers"]
+    valid: list[Answer] = []
+    seen: set[str] = set()
+    for i, a in enumerate(answers):
+        if a.decision != "approve" or a.problem not in (None, WITHDRAWN):
+            continue
+        who = book.get(a.identity, at)
+        if who is not None and who.disabled and who.since_leaf > a.leaf_index:
+            if a.problem is None or a.disabled_leaf != who.since_leaf:
+                answers[i] = replace(a, problem=WITHDRAWN, disabled_leaf=who.since_leaf)
+            continue
+        if a.problem is not None:
+            answers[i] = a = replace(a, problem=None, disabled_leaf=None)
+        if a.identity not in seen:
+            seen.add(a.identity)
+            valid.append(a)
+    quorum = req.get("quorum", 1)
+    quorum = max(1, quorum if isinstance(quorum, int) and not isinstance(quorum, bool) else 1)
+    if len(valid) >= quorum:
+        st.update(status="approved", decided_by=tuple(a.identity for a in valid[:quorum]),
+                  decided_at=valid[quorum - 1].answered_at)
+    elif st["status"] == "approved":
+        st.update(status="pending", decided_by=(), decided_at=None)
+
+
 def _count_answer(req: dict, ev: Any, book: IdentityBook, st: dict, approvers: list[str],
                   expires: datetime | None) -> None:
     p = ev.payload
@@ -455,7 +508,8 @@ def _count_answer(req: dict, ev: Any, book: IdentityBook, st: dict, approvers: l
     elif not _valid("approval.answered", p):
         problem = "malformed"
     else:
-        problem = check_answer(req, p, ev.leaf_index, book, [a for a in st["answers"] if a.problem is None],
+        problem = check_answer(req, p, ev.leaf_index, book,
+                               [a for a in st["answers"] if a.problem is None or a.problem == WITHDRAWN],
                                run_id=ev.run_id)
         if problem is None and (st["status"] != "pending" or _late(p, expires)):
             problem = "late"
@@ -471,7 +525,7 @@ def _count_answer(req: dict, ev: Any, book: IdentityBook, st: dict, approvers: l
     if p["decision"] == "deny":
         st.update(status="denied", decided_by=(p["identity"],), decided_at=p["answered_at"])
         return
-    approvers.append(p["identity"])
+    approvers[:] = [a.identity for a in st["answers"] if a.problem is None and a.decision == "approve"]
     if len(approvers) >= int(req.get("quorum", 1)):
         st.update(status="approved", decided_by=tuple(approvers), decided_at=p["answered_at"])
 
@@ -558,6 +612,36 @@ def list_approvals(store: Any, *, pending: bool = False, flagged: bool = False,
 def _expired_draft(state: ApprovalState) -> EventDraft:
     return EventDraft("approval.expired", {"approval_id": state.approval_id, "expired_at": state.expired_at},
                       run_id=state.run_id, principal="sealbox", step=state.step)
+
+
+def withdrawal_drafts(reader: Any, state: ApprovalState) -> list[EventDraft]:
+    """``note`` events (principal ``sealbox``, the request's step) saying which approvals of ``state``
+    stopped counting because their identity was disabled after answering (problem
+    :data:`WITHDRAWN`), each once: ``about`` is ``{"approval_id", "withdrawn": {"identity",
+    "answer_leaf", "disabled_leaf"}}``. Written by whoever is about to run the call (``resume``,
+    the blocking wait, the gateway's retry) when it finds the request no longer approved."""
+    gone = [a for a in state.answers if a.problem == WITHDRAWN and a.disabled_leaf is not None]
+    if not gone:
+        return []
+    noted = set()
+    for ev in reader.events(["note"], run_id=state.run_id):
+        about = ev.payload.get("about")
+        if ev.principal == "sealbox" and isinstance(about, dict) and about.get("approval_id") == state.approval_id:
+            w = about.get("withdrawn")
+            if isinstance(w, dict):
+                noted.add((w.get("identity"), w.get("answer_leaf"), w.get("disabled_leaf")))
+    drafts = []
+    for a in gone:
+        if (a.identity, a.leaf_index, a.disabled_leaf) in noted:
+            continue
+        text = (f"approval {state.approval_id}: the approve answer of {a.identity} (leaf {a.leaf_index}) no longer "
+                f"counts: identity {a.identity} was disabled at leaf {a.disabled_leaf}, before the call ran; the "
+                f"request is {state.status}")
+        drafts.append(EventDraft("note", {"text": text, "about": {
+            "approval_id": state.approval_id, "withdrawn": {"identity": a.identity, "answer_leaf": a.leaf_index,
+                                                            "disabled_leaf": a.disabled_leaf}}},
+            run_id=state.run_id, principal="sealbox", step=state.step))
+    return drafts
 
 
 def record_expiry(store: Any, approval_id: str) -> bool:

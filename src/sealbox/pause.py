@@ -39,6 +39,8 @@ from typing import Any, Callable
 
 from sealbox.approvals import (
     _RELATED,
+    WITHDRAWN,
+    withdrawal_drafts,
     ApprovalError,
     ApprovalPending,
     ApprovalState,
@@ -114,9 +116,12 @@ def claim(run: Any, approval_id: str, arguments: Any = None) -> tuple[ApprovalSt
             raise ApprovalError("already_resumed", f"approval {approval_id} was already resumed (by another process?)")
         if state.run_ended:
             raise ApprovalError("run_ended", f"run {state.run_id} has ended")
+        # an approval withdrawn (its identity disabled before the call ran) is said in the log, once
+        drafts = withdrawal_drafts(reader, state) if not state.run_ended else []
         if state.status == "pending":
-            return []
-        drafts = [_expired_draft(state)] if state.status == "expired" and not state.expiry_recorded else []
+            return drafts
+        if state.status == "expired" and not state.expiry_recorded:
+            drafts.append(_expired_draft(state))
         outcome, decision, reeval = state.status, None, None
         if outcome == "approved" and state.request.get("policy_fingerprint") not in (None, run.policy.fingerprint):
             outcome, decision, reeval = _reevaluate(run, reader, state, book, arguments)
@@ -137,6 +142,24 @@ def claim(run: Any, approval_id: str, arguments: Any = None) -> tuple[ApprovalSt
     except Exception as exc:  # a failure to record is never a silent gap
         raise RecordingError(f"could not record the resumption of {approval_id}: {exc}") from exc
     return box[0] if box else None
+
+
+def note_withdrawals(run: Any, approval_ids: list[str]) -> None:
+    """Record, once each, the approvals of these requests that no longer count because their
+    identity was disabled after answering (:func:`sealbox.approvals.withdrawal_drafts`), checked
+    and written in one transaction."""
+    def build(reader: Any) -> list:
+        drafts = []
+        for aid in approval_ids:
+            state = evaluate(*_load(reader, aid), _now())
+            if not state.resumed and not state.run_ended:
+                drafts += withdrawal_drafts(reader, state)
+        return drafts
+
+    try:
+        run.store.append_with(build)
+    except Exception as exc:  # a failure to record is never a silent gap
+        raise RecordingError(f"could not record the withdrawn approvals of {', '.join(approval_ids)}: {exc}") from exc
 
 
 def _reevaluate(run: Any, reader: Any, state: ApprovalState, book: Any, arguments: Any) -> tuple[str, Decision, dict]:
@@ -244,9 +267,13 @@ def await_approval(run: Any, request: dict[str, Any]) -> None:
         except ApprovalError:  # another live process holds the run (it attached to it too): wait as before
             pass
     deadline = None if rec.approval_timeout is None else time.monotonic() + rec.approval_timeout
+    noted_withdrawal: set = set()
     while True:
-        if get_approval(run.store, aid).status != "pending":
+        state = get_approval(run.store, aid)
+        withdrawn = {(a.identity, a.leaf_index, a.disabled_leaf) for a in state.answers if a.problem == WITHDRAWN}
+        if state.status != "pending" or not withdrawn <= noted_withdrawal:
             claimed = claim(run, aid)
+            noted_withdrawal |= withdrawn  # claim noted these withdrawn approvals in the log (once)
             if claimed is not None:
                 state, outcome, decision = claimed
                 if outcome == "approved":
@@ -352,6 +379,8 @@ def _resume(recorder: Any, run: Any, run_id: str, tools: dict[tuple[str, str], C
         if not waiting:
             break
         if time.monotonic() >= deadline:
+            if any(a.problem == WITHDRAWN for s in waiting for a in s.answers):
+                note_withdrawals(run, [s.approval_id for s in waiting])
             raise ApprovalPending([s.approval_id for s in waiting], run_id, [s.call_id for s in waiting])
         time.sleep(recorder.approval_poll)
     bad = [s for s in open_ if s.status == "malformed"]
@@ -373,7 +402,7 @@ def _resume(recorder: Any, run: Any, run_id: str, tools: dict[tuple[str, str], C
     done: list[ResumedCall] = []
     for s, fn, args in plans:
         claimed = claim(run, s.approval_id, args)
-        if claimed is None:  # pragma: no cover - a decided request stays decided
+        if claimed is None:  # pending again: an approver was disabled since (claim noted it in the log)
             raise ApprovalPending(s.approval_id, run_id, s.call_id)
         state, outcome, decision = claimed
         if outcome == "approved":

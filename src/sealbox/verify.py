@@ -1052,7 +1052,25 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
             first_of[aid] = (leaf, env["run_id"])
         requests[(env["run_id"], aid)] = (leaf, env["payload"])
     counted: dict[tuple, list[Answer]] = {}
-    decided: set[tuple] = set()  # requests an earlier counted answer decided (a deny, or the quorum)
+    decided: set[tuple] = set()  # requests an earlier counted deny decided
+    acted: dict[tuple, int] = {}  # request -> leaf of the first run.resumed naming it (its call was acted on)
+    for leaf, env in by_kind.get("run.resumed", []):
+        payload = env.get("payload")
+        ids = payload.get("approval_ids") if isinstance(payload, dict) else None
+        for aid in ids if isinstance(ids, list) else ():
+            if isinstance(aid, str):
+                acted.setdefault((env["run_id"], aid), leaf)
+
+    def approved_before(key: tuple, leaf: int) -> bool:
+        """Whether the counted approvals made the quorum just before ``leaf``, each counting while its
+        identity is enabled (as of the call's resumption once it was resumed; sealbox.approvals)."""
+        at = min(leaf, acted.get(key, leaf))
+        valid = set()
+        for a in counted.get(key, ()):
+            who = book.get(a.identity, at)
+            if a.decision == "approve" and not (who is not None and who.disabled and who.since_leaf > a.leaf_index):
+                valid.add(a.identity)
+        return bool(valid) and len(valid) >= _quorum(requests[key][1])
     expired: dict[tuple, int] = {}  # request -> leaf of its first approval.expired
     for leaf, env in by_kind.get("approval.expired", []):
         key = (env["run_id"], env["payload"].get("approval_id"))
@@ -1068,11 +1086,12 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
         code = check_answer(request[1], p, leaf, book, counted.get(key, ()), run_id=env["run_id"])
         if code is None and env.get("principal") != p.get("identity"):
             code = "principal"
-        if code is None and (key in decided or expired.get(key, leaf) < leaf or _late_answer(request[1], p)):
+        if code is None and (key in decided or approved_before(key, leaf) or expired.get(key, leaf) < leaf
+                             or _late_answer(request[1], p)):
             code = "late"  # after a decision or the expiry: answer() refuses it, evaluate() does not count it
         if code is None:
             counted.setdefault(key, []).append(Answer(p["identity"], p["decision"], "", "", leaf, {}, (), None))
-            if p["decision"] == "deny" or len(counted[key]) >= _quorum(request[1]):
+            if p["decision"] == "deny":
                 decided.add(key)
             if missing_shared_flag(p, leaf, book):
                 problems.append(Problem(

@@ -41,17 +41,31 @@ def list_cmd(pending: bool, flagged: bool, store_path: str, as_json: bool, as_cs
     finally:
         store.close()
     if as_json or as_csv:
+        for r in rows:  # approvals that stopped counting: their identity was disabled before the call ran
+            r["withdrawn"] = [{"identity": a["identity"], "answer_leaf": a["leaf_index"],
+                               "disabled_leaf": a["disabled_leaf"]}
+                              for a in r["answers"] if a.get("disabled_leaf") is not None and not a["counted"]]
         emit_rows(rows, ["approval_id", "run_id", "call_id", "server", "tool", "status", "quorum", "expires_at",
-                         "decided_by", "flags"], as_json=as_json, as_csv=as_csv)
+                         "decided_by", "flags", "withdrawn"], as_json=as_json, as_csv=as_csv)
         return
     if not rows:
         click.echo("no approval requests match", err=True)
         return
-    shown = [{**r, "tool": f"{r['server']}/{r['tool']}", "answers": len(r["answers"]),
+    shown = [{**r, "tool": f"{r['server']}/{r['tool']}", "answers": len(r["answers"]), "status": _status_text(r),
               "decided_by": ", ".join(r["decided_by"]) or "-",
               "flags": ", ".join(sorted({f"{f['identity']}:{f.get('code')}" for f in r["flags"]}))} for r in rows]
     emit_rows(shown, ["approval_id", "run_id", "tool", "status", "quorum", "answers", "expires_at", "decided_by", "flags"],
               as_json=False, as_csv=False, title="Approvals")
+
+
+def _status_text(row: dict) -> str:
+    """A request's status as the table shows it: with the approvals withdrawn because their identity
+    was disabled before the call ran (``pending (approval by alice withdrawn: disabled at leaf 12)``)."""
+    gone = [a for a in row["answers"] if a.get("disabled_leaf") is not None and not a["counted"]]
+    if not gone:
+        return row["status"]
+    return row["status"] + " (" + "; ".join(f"approval by {a['identity']} withdrawn: disabled at leaf "
+                                            f"{a['disabled_leaf']}" for a in gone) + ")"
 
 
 @approvals_group.command("show")
@@ -75,7 +89,7 @@ def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
     ask = row["ask"]
     asked = (f"groups {ask.get('groups')} identities {ask.get('identities')}" if isinstance(ask, dict)
              else json.dumps(ask, ensure_ascii=False))  # a malformed request's ask, as recorded
-    status = row["status"] + (f" ({row['malformed']}; it can never be approved)" if row["malformed"] else "")
+    status = _status_text(row) + (f" ({row['malformed']}; it can never be approved)" if row["malformed"] else "")
     for label, value in (("approval", row["approval_id"]), ("status", status), ("run", row["run_id"]),
                          ("call", f"{row['call_id']}  {row['server']}/{row['tool']}"),
                          ("arguments", json.dumps(row["arguments"], ensure_ascii=False)), ("binding", row["binding"]),
@@ -85,6 +99,9 @@ def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
         click.echo(visible(f"{label:<10} {value}"))  # what an approver reads: recorded text never drives the terminal
     for a in row["answers"]:
         state_text = "counts" if a["counted"] else f"does not count: {a['problem']}"
+        if a.get("disabled_leaf") is not None:
+            state_text += (f"; {a['identity']} was disabled at leaf {a['disabled_leaf']} after answering, before "
+                           "the call ran: this approval was withdrawn")
         click.echo(visible(f"answer     {a['answered_at']} {a['identity']} {a['decision']} ({state_text}): {a['reason']}"))
         for f in a["flags"]:
             click.echo(visible(f"  flag     {f.get('code')}: {json.dumps(f.get('evidence'), ensure_ascii=False)}"))
