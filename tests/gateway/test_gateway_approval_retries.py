@@ -386,3 +386,35 @@ async def test_a_stateless_retry_after_its_outcome_was_delivered_is_told_so_not_
                               "call); call again without requestState to ask anew")
     assert again.meta["sealbox/approval"] == {"approval_id": aid, "status": "delivered"}
     assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "x"}}]
+
+
+async def test_a_retry_after_the_approver_was_disabled_is_still_pending_and_the_tool_never_runs(
+        tmp_path, store, alice):
+    """alice approves a held call whose client gave up, then an admin disables her before the client
+    retries: her approval no longer counts (docs/approvals.md), the retry is held on the same request,
+    answered "pending", the toy tool never runs, and the log notes which answer stopped counting."""
+    from sealbox.identities import add_identity as add, disable_identity
+
+    bob = add(store, "bob", "approver", ["ops"], key_path=tmp_path / "bob.key",
+              admin_key=admin_key(store, tmp_path)).key_path
+    gw = gateway(tmp_path, store, hold=0.3)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            first = await client.call_tool("toy__echo", {"text": "once"})
+            assert first.is_error is True and served(first)["status"] == "pending"
+            aid = served(first)["approval_id"]
+            await anyio.to_thread.run_sync(answer, store, aid, "approve", "fine", alice)
+            disabled = await anyio.to_thread.run_sync(
+                lambda: disable_identity(store, "alice", "key leaked", admin_key=admin_key(store, tmp_path)))
+            retry = await client.call_tool("toy__echo", {"text": "once"})
+            assert retry.is_error is True and served(retry)["status"] == "pending"
+            assert served(retry)["approval_id"] == aid
+            assert toy_log(tmp_path) == []
+            [run_id] = gateway_runs(store)
+            notes = [e.payload["about"] for e in store.read_run(run_id) if e.kind == "note"]
+            assert [n["withdrawn"]["disabled_leaf"] for n in notes] == [disabled.since_leaf]
+            await anyio.to_thread.run_sync(answer, store, aid, "approve", "checked", bob)
+            done = await client.call_tool("toy__echo", {"text": "once"})
+            assert (done.is_error, text_of(done)) == (False, "once")
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "once"}}]
+    assert counts(store, run_id) == {"tool.call": 1, "approval.requested": 1, "run.resumed": 1, "tool.result": 1}

@@ -744,10 +744,11 @@ class Gateway:
         Every call of the request still held when it is settled gets the same outcome (the tool runs
         once, settled under the request's lock by whichever hold saw the decision first); a call
         that did not settle it itself is marked ``delivered_on_retry`` (:meth:`_hand_over`)."""
-        from sealbox.approvals import get_approval
+        from sealbox.approvals import WITHDRAWN, get_approval
 
         aid = pending.approval_id
         lock = self._hold_locks.setdefault(aid, anyio.Lock())
+        noted: set[tuple[str, int]] = set()  # withdrawn approvals this hold had claim() note in the log
         now = anyio.current_time()
         deadline = now + self.config.limits.approval_hold_s
         next_progress = now
@@ -765,7 +766,10 @@ class Gateway:
                         served = True
                         break
                     state = await anyio.to_thread.run_sync(get_approval, self.store, aid)
-                    if state.status != "pending" or state.resumed or state.run_ended:
+                    # an approval withdrawn (its identity disabled before the call ran): claim notes it, once
+                    withdrawn = {(a.identity, a.leaf_index) for a in state.answers if a.problem == WITHDRAWN}
+                    if state.status != "pending" or state.resumed or state.run_ended or not withdrawn <= noted:
+                        noted |= withdrawn
                         async with lock:
                             # whether its own request was settled, not whether it is still the request a retry
                             # would find: two calls with the same arguments made at once are two requests
