@@ -220,6 +220,11 @@ class Redactor:
         self._json_gate = re.compile('"(?:' + "|".join(re.escape(k) for k in sorted(self._keys, key=len, reverse=True))
                                      + r')\\*"') if self._keys else None
 
+    @property
+    def key_names(self) -> frozenset:
+        """The sensitive key names as compared (normalised: lower case, no ``-`` or ``_``)."""
+        return frozenset(self._keys)
+
     def marker(self, value: Any) -> dict[str, str]:
         """``{"$redacted": "hmac-sha256:<hex>"}`` for a strict JSON value."""
         digest = hmac.new(self.secret, canonical_bytes(value), hashlib.sha256).hexdigest()
@@ -373,7 +378,7 @@ class Redactor:
         if self.policy.mode != "redacted":
             return []
         out, changed = self.apply(name, value)
-        return _removed_from(value, out, minimum) if changed else []
+        return _removed_from(value, out, minimum, self._keys) if changed else []
 
     def scrub_echoes(self, name: str, value: Any, known: "list[str] | tuple[str, ...] | set[str]",
                      minimum: int = 4, direct: bool = False) -> tuple[list[str], Any, bool]:
@@ -395,7 +400,8 @@ class Redactor:
         if self.policy.mode != "redacted":
             return [], value, False
         out, redacted = self.apply(name, value)
-        own = (own_values(value, out, minimum) if direct else _removed_from(value, out, minimum)) if redacted else []
+        own = (own_values(value, out, minimum, self._keys) if direct
+               else _removed_from(value, out, minimum, self._keys)) if redacted else []
         wanted = set(known)
         wanted.update(own)
         if not wanted:
@@ -671,24 +677,28 @@ def _markers_as_text(value: Any) -> Any:
     return value
 
 
-def own_values(before: Any, after: Any, minimum: int = 4) -> list[str]:
+def own_values(before: Any, after: Any, minimum: int = 4, keys: "Any" = ()) -> list[str]:
     """The secret values :meth:`Redactor.apply` took out of ``before`` (giving ``after``) that an event
     is scrubbed of elsewhere in itself (docs/content-modes.md, "Values redacted earlier in the run"):
     each string (``$bytes`` / ``$badstr`` decoded) that was itself the redacted value, i.e. that a
     ``{"$redacted": …}`` marker replaced, of at least ``minimum`` characters, longest first. Unlike
     :func:`_removed_from`, the strings inside a redacted list or dict are not listed: a header pair
     ``["Cookie", ["Cookie", None]]`` has its value redacted, and the name ``"Cookie"`` inside it is
-    no secret to take out of the pair's own name."""
+    no secret to take out of the pair's own name. ``keys``: the sensitive key names (normalised,
+    :attr:`Redactor.key_names`): a string that is one of them is a name, never listed."""
     found: set[str] = set()
     _removed(before, after, found, direct=True)
-    return sorted((s for s in found if len(s) >= minimum), key=lambda s: (-len(s), s))
+    return sorted((s for s in found if len(s) >= minimum and _norm_key(s) not in keys), key=lambda s: (-len(s), s))
 
 
-def _removed_from(before: Any, after: Any, minimum: int) -> list[str]:
-    """:func:`_removed` as a list: the strings of at least ``minimum`` characters, longest first."""
+def _removed_from(before: Any, after: Any, minimum: int, keys: "Any" = ()) -> list[str]:
+    """:func:`_removed` as a list: the strings of at least ``minimum`` characters, longest first,
+    but for a sensitive key name (``keys``, normalised): ``"Cookie"`` inside a redacted pair
+    ``["Cookie", ["Cookie", None]]`` is a header name, and taken out of everything recorded after it
+    it would turn every mention of the header into a marker."""
     found: set[str] = set()
     _removed(before, after, found)
-    return sorted((s for s in found if len(s) >= minimum), key=lambda s: (-len(s), s))
+    return sorted((s for s in found if len(s) >= minimum and _norm_key(s) not in keys), key=lambda s: (-len(s), s))
 
 
 def _kept_parts(before: Any, redacted: Any, scrubbed: Any) -> Any:

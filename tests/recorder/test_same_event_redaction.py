@@ -101,3 +101,19 @@ def test_nothing_redacted_stores_the_event_as_given(tmp_path):
     with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
         run.save_state({"note": f"key {K}"})
     assert payloads(store, run.run_id, "state.saved")[0]["state"] == {"note": f"key {K}"}
+
+
+def test_a_header_name_is_never_scrubbed_from_later_events_and_nested_secrets_still_are(tmp_path):
+    """The values remembered for later events are the strings inside what was redacted, but for a
+    sensitive key name: a pair ["Cookie", ["Cookie", None]] made every later "Cookie" a marker."""
+    store = sealbox.init_store(tmp_path / "store")
+    nested = "nested-secret-4411"
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        run.save_state({"headers": [["Cookie", ["Cookie", None]]], "password": {"value": nested}})
+        run.note(f"send the Cookie header with {nested}")
+    password = payloads(store, run.run_id, "state.saved")[0]["state"]["password"]
+    text = payloads(store, run.run_id, "note")[0]["text"]
+    assert text.startswith("send the Cookie header with ⟦redacted:hmac-sha256:") and nested not in text
+    assert "$redacted" in password
+    store.close()
+    assert nested.encode() not in db_bytes(tmp_path / "store")

@@ -125,13 +125,13 @@ def attempted_view(store: Any, kind: str, payload: dict[str, Any]) -> Any:
         from sealbox.events import CONTENT_FIELDS
         from sealbox.redaction import own_values
 
-        own = own_values(encoded, out) if changed else []
+        own = own_values(encoded, out, keys=redactor.key_names) if changed else []
         for other in CONTENT_FIELDS.get(kind, ()):
             if other != name and payload.get(other) is not None:
                 before = encode(payload[other])
                 after, redacted = redactor.apply(other, before)
                 if redacted:
-                    own += own_values(before, after)
+                    own += own_values(before, after, keys=redactor.key_names)
         return redactor.scrub_values_in(out, own)[0] if own else out
     return encoded
 

@@ -254,7 +254,7 @@ class EventBuilder:
                 if redacted is not value:
                     _note_redacted(self.redactor, value, redacted)
                     if self.redactor.policy.mode == "redacted":
-                        own.extend(own_values(value, redacted))
+                        own.extend(own_values(value, redacted, keys=self.redactor.key_names))
                 fields.append((name, value, data, redacted))
         if own:  # the event itself is scrubbed of them, wherever it keeps them in clear
             own = sorted(set(own), key=lambda v: (-len(v), v))
@@ -377,7 +377,7 @@ def redact_note(redactor: Any, payload: dict[str, Any]) -> dict[str, Any]:
         out["about"], changed = redactor.apply("about", about)
         if changed:
             _note_redacted(redactor, about, out["about"])
-            own = own_values(about, out["about"]) if redactor.policy.mode == "redacted" else []
+            own = own_values(about, out["about"], keys=redactor.key_names) if redactor.policy.mode == "redacted" else []
             if own:  # the note itself is scrubbed of them: "key K" beside {"api_key": K}
                 out["about"] = redactor.scrub_values_in(out["about"], own)[0]
                 if "text" in out:
@@ -409,7 +409,7 @@ def _note_redacted(redactor: Any, before: Any, after: Any) -> None:
     if sink is not None and redactor.policy.mode == "redacted":
         from sealbox.redaction import _removed_from
 
-        sink.update(_removed_from(before, after, 4))
+        sink.update(_removed_from(before, after, 4, redactor.key_names))
 
 
 def _new_event(**fields: Any) -> Event:

@@ -674,7 +674,7 @@ def without_passed_on_secrets(store: Any, drafts: list[EventDraft]) -> list[Even
                 if not redactor.surely_clean(view):
                     out, changed = redactor.apply(name, view)
                     if changed:  # each string that was a redacted value itself (not a header name beside it)
-                        found.setdefault(draft.run_id, set()).update(own_values(view, out))
+                        found.setdefault(draft.run_id, set()).update(own_values(view, out, keys=redactor.key_names))
     runs = {run_id: sorted(values, key=lambda v: (-len(v), v)) for run_id, values in found.items() if values}
     if not runs:
         return drafts
