@@ -180,3 +180,23 @@ def test_approvals_show_and_list_say_the_approval_was_withdrawn(store, keys, tmp
         {"identity": "alice", "answer_leaf": as_json["answers"][0]["leaf_index"], "disabled_leaf": leaf}])
     verified = sb("verify", "-s", path)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_replay_reads_the_call_not_the_withdrawal_note_at_its_step(store, keys, tmp_path):
+    """The note is written at the request's step (as approval.expired is): the replay's reading of
+    the run keeps the tool.call of that step, and its approved outcome."""
+    from sealbox.replay.keys import RecordedRun
+
+    rec, run_id, aid = suspended(store)
+    answer(store, aid, "approve", "ok", keys["alice"])
+    disable_identity(store, "alice", "key leaked", admin_key=admin_key(store, tmp_path))
+    with pytest.raises(ApprovalPending):
+        with rec.resume(run_id, {("db", "write_query"): Tool()}):
+            pass
+    answer(store, aid, "approve", "ok", keys["bob"])
+    with rec.resume(run_id, {("db", "write_query"): Tool()}):
+        pass
+    (note,) = [e for e in store.read_run(run_id) if e.kind == "note"]
+    recorded = RecordedRun.read(store, run_id)
+    call = recorded.steps[note.step]
+    assert (call.key.kind, call.approval_id, call.approval) == ("tool.call", aid, "approved")

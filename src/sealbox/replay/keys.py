@@ -240,6 +240,10 @@ class RecordedRun:
 
     def _add(self, e: Any, by_call: dict[str, RecordedCall], approvals: dict[str, str]) -> None:
         p = e.payload
+        if e.kind == "note" and e.principal == "sealbox" and isinstance(p.get("about"), dict) \
+                and "withdrawn" in p["about"]:
+            return  # Sealbox's own note of a withdrawn approval (sealbox.approvals.withdrawal_drafts), at the
+            # request's step: not a step of the agent's, and it would hide the call recorded at that step
         if e.kind in COMPARED_KINDS:
             stored = self._stored(e.kind, p)
             key = StepKey(e.step, e.kind, key_name(e.kind, p), content_hash(e.kind, stored, p.get("format")))
