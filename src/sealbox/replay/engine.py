@@ -239,6 +239,8 @@ class Replayer:
                 why = f": {type(error).__name__}: {_message(error)}" if error is not None else ""
                 divergence = Divergence("outcome", None, f"every step matched, but the recorded run ended "
                                         f"{recorded or 'without run.ended'} and the replay ended {status}{why}")
+            elif error is not None:
+                divergence = _other_error(run, (source.recorded.ended or {}).get("error"), error)
         agent_error = {"type": type(error).__qualname__, "message": _message(error)} if error is not None else None
         result = ReplayResult(divergence is None, divergence, len(source.compared), run.run_id, drift, unrep,
                               source.recorded.run_id, agent_error, matched_steps(source))
@@ -248,6 +250,24 @@ class Replayer:
         run.replay = None
         run.end(status, error, verdict=result.verdict())
         return result
+
+
+def _other_error(run: Any, recorded: Any, error: BaseException) -> Divergence | None:
+    """An ``outcome`` divergence when the agent raised another exception than the one the recorded run
+    ended with (its type, or its message as the store keeps it: scrubbed and redacted as it was then);
+    None when they are the same."""
+    now = run._error_dict(error, run._run_secrets())
+    redactor = getattr(run.store, "redactor", None)
+    stored = redactor.apply_error(now) if redactor is not None else now
+    then = recorded if isinstance(recorded, dict) else {}
+    if (then.get("type"), then.get("message")) == (stored.get("type"), stored.get("message")):
+        return None
+    fields = ["type"] if then.get("type") != stored.get("type") else []
+    if then.get("message") != stored.get("message"):
+        fields.append("message")
+    return Divergence("outcome", None, "every step matched and both runs ended error, but the recorded run "
+                      f"raised {then.get('type')}: {then.get('message')} and the replay raised "
+                      f"{stored.get('type')}: {stored.get('message')} (differs in {', '.join(fields)})")
 
 
 def matched_steps(source: ReplaySource) -> tuple[str, ...]:
