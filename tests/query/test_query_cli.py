@@ -448,3 +448,27 @@ def test_a_match_on_content_a_hashes_only_store_does_not_keep_is_refused(tmp_pat
     assert ids(ok_json("calls", "-s", str(path), "--match", "tool~write", "--json")) == [ids(ok_json(
         "calls", "-s", str(path), "--json"))[0]]
     assert len(ok_json("calls", "-s", str(path), "--match", "error.type~ValueError", "--json")) == 1
+
+
+def test_calls_tool_accepts_server_slash_tool_as_listings_print_it(recorded, tmp_path):
+    # the tables print db/read_query; --tool db/read_query used to match nothing ("no tool calls match")
+    s = str(recorded.path)
+    assert ids(ok_json("calls", "-s", s, "--tool", "db/read_query", "--json")) == ["a1", "a2", "b4"]
+    assert ids(ok_json("calls", "-s", s, "--tool", "db/*", "--json")) == ["a1", "a2", "a3", "a4", "b4"]
+    assert ids(ok_json("calls", "-s", s, "--tool", "f?/*_file", "--json")) == ["b2", "b3"]
+    assert ids(ok_json("calls", "-s", s, "--tool", "db/read_query", "--limit", "1", "--json")) == ["b4"]
+    assert ok_json("calls", "-s", s, "--tool", "fs/read_query", "--json") == []
+    # a tool whose own name holds a '/' (MCP allows it) is still found by that name, and as server/tool
+    from sealbox import init_store
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    store = init_store(tmp_path / "slash")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a", principal="agent:a") as run:
+        run.call_tool("db", "admin/drop", {}, lambda: 1, call_id="s1")
+        run.call_tool("admin", "drop", {}, lambda: 1, call_id="s2")
+    store.close()
+    t = str(tmp_path / "slash")
+    assert ids(ok_json("calls", "-s", t, "--tool", "admin/drop", "--json")) == ["s1", "s2"]
+    assert ids(ok_json("calls", "-s", t, "--tool", "db/admin/drop", "--json")) == ["s1"]
+    assert ids(ok_json("calls", "-s", t, "--tool", "drop", "--json")) == ["s2"]

@@ -14,7 +14,7 @@ _TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "approvers", "outc
 
 @click.command("calls")
 @store_option
-@click.option("--tool", metavar="GLOB", help="Upstream tool name, glob (e.g. 'read_*', case-sensitive).")
+@click.option("--tool", metavar="GLOB", help="Upstream tool name, glob (e.g. 'read_*', case-sensitive); with a '/', also SERVER/TOOL (e.g. 'db/write_query').")
 @click.option("--server", metavar="GLOB", help="Upstream server id, glob.")
 @click.option("--run", "run_id", metavar="RUN", help="Only calls of this run (its id, or a unique prefix of at least 4 characters).")
 @click.option("--agent", help="Only calls of runs of this agent.")

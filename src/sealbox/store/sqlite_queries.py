@@ -169,7 +169,8 @@ class SqliteQueries:
         (:mod:`sealbox.query`), so their semantics are the same on every backend.
 
         Args:
-            tool, server: glob (:func:`fnmatch.fnmatchcase`) on the upstream tool / server name.
+            tool, server: glob (:func:`fnmatch.fnmatchcase`) on the upstream tool / server name; a ``tool``
+                holding a ``/`` also matches ``server/tool`` as listings print it.
             run_id, agent, principal: exact values (principal of the ``tool.call`` event).
             since, until: RFC 3339, a date, or a duration back from now (``2h``, ``30d``);
                 ``since`` inclusive, ``until`` exclusive.
@@ -217,7 +218,7 @@ class SqliteQueries:
                 row = _call_rows((rec,), self._resolve_quietly)[0]
                 if with_result:
                     row["result"] = self._content(rec[-1])
-                if not (all(glob_match(p, row[c]) for c, p in globs) and all(m.test(row) for m in matches)):
+                if not (all(_glob_ok(row, c, p) for c, p in globs) and all(m.test(row) for m in matches)):
                     continue
                 row.pop("result", None)
                 if late:
@@ -625,11 +626,23 @@ def _call_error(error: Any) -> dict[str, Any]:
     return {"type": None, "message": None if err is None else str(err)}
 
 
+def _glob_ok(row: dict[str, Any], col: str, pattern: str) -> bool:
+    """Whether ``row`` passes the glob ``pattern`` on ``col``; ``server/tool``: a ``--tool`` holding a
+    ``/`` matches the tool's own name (MCP tool names may hold one) or ``server/tool`` as listings print it."""
+    from sealbox.query import glob_match
+
+    if col == "server/tool":
+        return glob_match(pattern, row["tool"]) or glob_match(pattern, f"{row['server']}/{row['tool']}")
+    return glob_match(pattern, row[col])
+
+
 def _glob_terms(col: str, pattern: str, where: list[str], params: list[Any]) -> list[tuple[str, str]]:
     """SQL terms narrowing ``col`` to ``pattern`` (an index range on its literal prefix);
     returns the (column, glob) pairs left to confirm in Python."""
     from sealbox.query import glob_literal_prefix, prefix_upper_bound
 
+    if col == "tool" and "/" in pattern:  # also SERVER/TOOL, as listings print it: confirmed in Python
+        return [("server/tool", pattern)]
     prefix, exact = glob_literal_prefix(pattern)
     if exact:
         where.append(f"c.{col} = ?")
