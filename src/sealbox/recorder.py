@@ -614,8 +614,11 @@ class RunContext:
             ConfigError: ``parent_run_id`` names no run of the store (nothing was written).
             RecordingError: ``run.started`` could not be recorded.
         """
+        outer = _CURRENT.get()
+        if outer is not None and outer is not self and outer.replay is not None and not outer.ended \
+                and self.replay is None and not self.replay_of:
+            outer.replay.refuse_sub_run(outer, self)  # raises ReplayStopped: nothing of it may run for real
         if self.parent_run_id is None:
-            outer = _CURRENT.get()
             if outer is not None and outer is not self and outer.recorder is self.recorder and not outer.ended:
                 self.parent_run_id = outer.run_id  # a run started inside another: a sub-agent's
         else:

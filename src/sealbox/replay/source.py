@@ -185,6 +185,15 @@ class ReplaySource:
             return f"was still waiting for an approval (approval {rec.approval_id}) when the run ended"
         return f"was still waiting for an approval (approval {rec.approval_id})"
 
+    def refuse_sub_run(self, run: Any, sub: Any) -> None:
+        """Stop the replay: the agent started a run of its own (a sub-agent's) while replaying ``run``.
+        Its calls cannot be served from the record, and running them for real would repeat their side
+        effects, so the replay stops before that run is written (an ``unreplayable`` divergence)."""
+        step = str(run._next_step)
+        self.stop(Divergence("unreplayable", step, f"step {step}: the agent started a run of its own (agent "
+                             f"{sub.agent!r}) inside the replay; sub-agent runs are not served from the record, "
+                             "so replay stopped before anything in that run could execute for real"))
+
     # ----------------------------------------------------------------- models
 
     def model_response(self, run: Any) -> Any:
