@@ -373,3 +373,23 @@ def test_runs_show_prints_a_replay_runs_verdict(tmp_path, monkeypatch):
     assert changed.startswith("verdict  diverged at step 2.2 (mismatch): ") and changed.endswith("(2 steps compared)")
     original = invoke("runs", "show", run_id, "-s", str(tmp_path / "s"))
     assert not [line for line in original.output.splitlines() if line.startswith("verdict")]
+
+
+def test_whatif_snapshot_leaves_replays_out_and_says_how_many(tmp_path):
+    """Each replay of a run is stored with the recorded snapshot: `whatif --snapshot` listed every replay
+    as one more run that ran with that model version (3 runs for 1 in production)."""
+    from sealbox.replay import Replayer
+
+    store = sealbox.init_store(tmp_path / "s")
+    old = asyncio.run(ra.record(store, "plain", snapshot=snapshot("2024-05-13")))
+    replays = [Replayer(store).replay(old, ra.plain_agent()).new_run_id for _ in range(2)]
+    assert [r["run_id"] for r in whatif_snapshot(store, "model.version", "2024-05-13")] == [old]
+    assert [r["run_id"] for r in whatif_snapshot(store, "model.version", "2024-05-13", replays=True)] == [
+        replays[1], replays[0], old]
+    store.close()
+
+    out = invoke("whatif", "-s", str(tmp_path / "s"), "--snapshot", "model.version=2024-05-13", "--json")
+    assert out.exit_code == 0
+    assert [r["run_id"] for r in json.loads(out.stdout)] == [old]
+    assert out.stderr == ("(2 replay run(s) with model.version=2024-05-13 left out: they re-ran recorded runs "
+                          "from the record)\n")

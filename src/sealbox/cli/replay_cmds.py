@@ -207,6 +207,10 @@ def _whatif_snapshot(store: Any, query: str, since: str | None, as_json: bool) -
     if not sep or not field:
         raise ConfigError(f"--snapshot wants FIELD=VALUE, got {query!r}")
     rows = whatif_snapshot(store, field.strip(), value.strip(), since=since)
+    replays = len(whatif_snapshot(store, field.strip(), value.strip(), since=since, replays=True)) - len(rows)
+    if replays:
+        click.echo(f"({replays} replay run(s) with {field}={value} left out: they re-ran recorded runs from the "
+                   "record)", err=True)
     if as_json:
         emit_rows(rows, [], as_json=True, as_csv=False)
         return

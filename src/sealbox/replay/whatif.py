@@ -208,7 +208,8 @@ def _matches(found: Any, value: str) -> bool:
         (type(plain) is bool and type(wanted) is bool and plain is wanted)
 
 
-def whatif_snapshot(store: Any, field: str, value: str, since: Any = None) -> list[dict[str, Any]]:
+def whatif_snapshot(store: Any, field: str, value: str, since: Any = None, *,
+                    replays: bool = False) -> list[dict[str, Any]]:
     """The recorded runs whose snapshot has ``field`` equal to ``value``, newest first.
 
     Args:
@@ -216,6 +217,8 @@ def whatif_snapshot(store: Any, field: str, value: str, since: Any = None) -> li
             ``tools.<server>/<name>.version``).
         value: compared as a string, or as JSON for non-string fields (``0.2``, ``true``).
         since: only runs started since then.
+        replays: also list replays (runs with ``replay_of``); left out by default, as in
+            :func:`select_runs`: a replay re-ran a recorded run from the record, it is no run of its own.
 
     Returns:
         ``query_runs`` rows (run_id, agent, started_at, snapshot, status…).
@@ -223,7 +226,7 @@ def whatif_snapshot(store: Any, field: str, value: str, since: Any = None) -> li
     out, cache = [], {}
     for row in store.query_runs(since=since):
         fp = row.get("snapshot")
-        if not fp:
+        if not fp or (row.get("replay_of") and not replays):
             continue
         if fp not in cache:
             found, got = _lookup(store.get_snapshot(fp), field)
