@@ -780,3 +780,49 @@ async def test_a_tool_output_echoing_the_password_is_redacted_in_the_next_model_
     assert sent == [{"call_id": "c1", "output": f"logged in bob with ⟦redacted:{marker}⟧", "type": "function_call_output"}]
     store.close()
     assert secret.encode() not in (tmp_path / "store" / "sealbox.db").read_bytes()
+
+
+def test_a_streamed_model_call_in_a_replay_stops_it_instead_of_calling_the_model_live(store):
+    """stream_response is not served from the record: in a replay it called the wrapped model live (a real
+    model API call in a replay that serves models from the record) and could report "reproduced"."""
+    from agents.testing import ScriptedModel as SdkScriptedModel
+    from agents.testing import assistant_message, function_call
+
+    from sealbox.replay import Replayer
+
+    def script():
+        return [response([function_call("get_weather", {"city": "Paris"}, call_id="call_s")], 7, 3, "r1"),
+                response([assistant_message("Sunny.")], 9, 2, "r2")]
+
+    def streaming_agent(model, weather):
+        async def agent(run):
+            streamed = Runner.run_streamed(
+                instrument(run, Agent(name="streamer", model=model, tools=weather.tools[:1]), provider="scripted"),
+                "Weather in Paris?")
+            async for _ in streamed.stream_events():
+                pass
+        return agent
+
+    async def record():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="streamer") as run:
+            await streaming_agent(SdkScriptedModel(script()), Weather())(run)
+        return run.run_id
+
+    run_id = asyncio.run(record())
+    live = SdkScriptedModel(script())
+    weather = Weather()
+    asked: list = []
+    original = live.stream_response
+
+    def spy(*args, **kwargs):
+        asked.append("stream_response")
+        return original(*args, **kwargs)
+
+    live.stream_response = spy
+    result = Replayer(store).replay(run_id, streaming_agent(live, weather))
+    assert asked == [] and weather.invoked == []
+    assert result.head() == "NOT reproduced: diverged at step 2 (unreplayable); 0 step(s) matched before it"
+    assert result.divergence.message == (
+        "step 2: the agent streamed a model call (SealboxModel.stream_response), which replay does not serve "
+        "from the record yet; it stopped rather than call the model live")
+    assert [e.kind for e in store.read_run(result.new_run_id)] == ["run.started", "run.ended"]

@@ -528,6 +528,9 @@ class SealboxModel(Model):
                               **kwargs: Any) -> AsyncIterator[Any]:
         """Stream from the wrapped model; record the call when its ``response.completed`` event arrives."""
         request = self._request(system_instructions, input, model_settings, tools, output_schema, handoffs, kwargs)
+        replay = getattr(self.run, "replay", None)
+        if replay is not None and replay.serves_models:  # never the live model in a replay served from the record
+            replay.refuse_stream(self.run, "SealboxModel.stream_response")
         started = time.perf_counter()
         completed = None
         try:

@@ -194,6 +194,15 @@ class ReplaySource:
                              f"{sub.agent!r}) inside the replay; sub-agent runs are not served from the record, "
                              "so replay stopped before anything in that run could execute for real"))
 
+    def refuse_stream(self, run: Any, what: str) -> None:
+        """Stop the replay at a streamed model call that cannot be served from the record (``what`` says
+        which), rather than call the model live in a replay that serves models from the record."""
+        step = str(run._next_step)
+        rec = self.recorded.steps.get(step)
+        self.stop(Divergence("unreplayable", step, f"step {step}: the agent streamed a model call ({what}), which "
+                             "replay does not serve from the record yet; it stopped rather than call the model live",
+                             rec.key if rec is not None else None))
+
     # ----------------------------------------------------------------- models
 
     def model_response(self, run: Any) -> Any:
