@@ -350,6 +350,7 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
     def on_llm_end(self, response: Any, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
                    **kwargs: Any) -> None:
         """Record the model call as a ``model.call``."""
+        self._check_served()
         self._parent_of.pop(run_id, None)
         request, provider, model, started = self._pending.pop(run_id, ({}, self.provider, None, time.perf_counter()))
         plain = to_plain(response)
@@ -357,6 +358,19 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
             plain = {k: v for k, v in plain.items() if k in ("generations", "llm_output", "type")}
         self.run.model_call(request, plain, latency=time.perf_counter() - started,
                             provider=provider or "unknown", model=model or None)
+
+    def on_llm_new_token(self, token: str, **kwargs: Any) -> None:
+        """In a replay, the first chunk of a stream the record did not answer stops it (see :meth:`_check_served`)."""
+        self._check_served()
+
+    def _check_served(self) -> None:
+        """In a replay serving models from the record, a call that did not go through LangChain's cache
+        (``.stream()`` / ``.astream()``, or a model built with ``cache=False``) reached the model for real:
+        stop the replay rather than compare a live answer (docs/replay.md)."""
+        replay = getattr(self.run, "replay", None)
+        if replay is not None and hasattr(replay, "check_model_served"):
+            replay.check_model_served(self.run, "a LangChain .stream() / .astream() call, or a chat model "
+                                                "built with cache=False, bypasses the replay's LLM cache")
 
     def on_llm_error(self, error: BaseException, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
                      **kwargs: Any) -> None:

@@ -8,7 +8,8 @@ recorded ``AIMessage`` of the next model step, and
 :class:`~sealbox.integrations.langgraph.SealboxCallbackHandler` records the call
 as usual — where its request is compared with the recorded one.
 
-A model built with ``cache=False`` bypasses the cache and would be called for real.
+A model built with ``cache=False``, or a ``.stream()`` / ``.astream()`` call, bypasses the cache and
+reaches the model for real: the handler then stops the replay (``ReplaySource.check_model_served``).
 """
 
 from __future__ import annotations

@@ -67,6 +67,7 @@ class ReplaySource:
         self._lock = threading.RLock()
         self._served_pending: dict[str, str] = {}  # step -> why its served answer cannot be trusted
         self._unwritten: list[EventDraft] = []  # served tool calls, written with the run's next write
+        self.asked_models: set[str] = set()  # steps whose model answer was asked of the record (model_response)
 
     # ----------------------------------------------------------------- comparing
 
@@ -203,6 +204,16 @@ class ReplaySource:
                              "replay does not serve from the record yet; it stopped rather than call the model live",
                              rec.key if rec is not None else None))
 
+    def check_model_served(self, run: Any, what: str) -> None:
+        """Stop the replay when a model call about to be recorded was not answered from the record
+        (``what`` says how it got past it), when models are served from the record."""
+        step = str(run._next_step)
+        if self.serves_models and step not in self.asked_models:
+            rec = self.recorded.steps.get(step)
+            self.stop(Divergence("unreplayable", step, f"step {step}: the model was called for real, not answered "
+                                 f"from the record ({what}); replay stopped",
+                                 rec.key if rec is not None else None))
+
     # ----------------------------------------------------------------- models
 
     def model_response(self, run: Any) -> Any:
@@ -215,6 +226,7 @@ class ReplaySource:
         if self.divergence is not None:
             raise ReplayStopped(self.divergence)
         step = str(run._next_step)
+        self.asked_models.add(step)
         rec = self.recorded.steps.get(step)
         if rec is None or rec.key.kind != "model.call":
             return {}

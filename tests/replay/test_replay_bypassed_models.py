@@ -1,0 +1,70 @@
+"""A LangChain chat model that gets past the replay's LLM cache (``.stream()``, ``cache=False``) reached the
+model for real, and the replay compared that live answer: "reproduced" when it happened to be the same."""
+
+from __future__ import annotations
+
+import pytest
+
+import sealbox
+from sealbox.integrations.langgraph import SealboxCallbackHandler
+from sealbox.policies import ALLOW_ALL
+from sealbox.recorder import Recorder
+from sealbox.replay import Replayer
+
+pytest.importorskip("langchain_core")
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
+
+EXPECTED = ("step 2: the model was called for real, not answered from the record (a LangChain .stream() / "
+            ".astream() call, or a chat model built with cache=False, bypasses the replay's LLM cache); replay stopped")
+
+
+def _model(live: list, **kwargs):
+    class Model(GenericFakeChatModel):
+        def _stream(self, *args, **kw):
+            live.append("_stream")
+            yield from super()._stream(*args, **kw)
+
+        def _generate(self, *args, **kw):
+            live.append("_generate")
+            return super()._generate(*args, **kw)
+
+    return Model(messages=iter([AIMessage(content="hello world")]), **kwargs)
+
+
+def _agent(model, how):
+    def agent(run):
+        config = {"callbacks": [SealboxCallbackHandler(run)]}
+        if how == "stream":
+            text = "".join(c.content for c in model.stream([HumanMessage(content="hi")], config=config))
+        else:
+            text = model.invoke([HumanMessage(content="hi")], config=config).content
+        run.note(text)
+    return agent
+
+
+@pytest.mark.parametrize("how,kwargs", [("stream", {}), ("invoke", {"cache": False})])
+def test_a_chat_model_call_past_the_replay_cache_stops_the_replay(tmp_path, how, kwargs):
+    store = sealbox.init_store(tmp_path / "s")
+    live: list = []
+    with Recorder(store, policy=ALLOW_ALL).run(agent="lc") as run:
+        _agent(_model(live, **kwargs), how)(run)
+    assert [e.kind for e in store.read_run(run.run_id)] == ["run.started", "model.call", "note", "run.ended"]
+
+    result = Replayer(store).replay(run.run_id, _agent(_model([], **kwargs), how))
+
+    assert result.head() == "NOT reproduced: diverged at step 2 (unreplayable); 0 step(s) matched before it"
+    assert result.divergence.message == EXPECTED
+    assert [e.kind for e in store.read_run(result.new_run_id)] == ["run.started", "run.ended"]
+    store.close()
+
+
+def test_an_invoke_through_the_cache_still_reproduces(tmp_path):
+    store = sealbox.init_store(tmp_path / "s")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="lc") as run:
+        _agent(_model([]), "invoke")(run)
+    live: list = []
+    result = Replayer(store).replay(run.run_id, _agent(_model(live), "invoke"))
+    assert result.head() == "reproduced: 2 step(s) matched" and live == []
+    store.close()
