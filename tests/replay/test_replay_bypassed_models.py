@@ -68,3 +68,30 @@ def test_an_invoke_through_the_cache_still_reproduces(tmp_path):
     result = Replayer(store).replay(run.run_id, _agent(_model(live), "invoke"))
     assert result.head() == "reproduced: 2 step(s) matched" and live == []
     store.close()
+
+
+def test_a_model_call_the_agent_made_itself_stops_the_replay(tmp_path):
+    """run.model_call(request, response) with a response the agent got from its model itself: in a replay
+    that serves models from the record the model was called live and the replay said "reproduced"."""
+    store = sealbox.init_store(tmp_path / "s")
+    asked: list = []
+
+    def agent(run):
+        request = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        asked.append("model")
+        response = {"id": "r", "object": "chat.completion", "model": "m", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]}
+        run.model_call(request, response)
+        run.note("answered")
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="plain") as run:
+        agent(run)
+    result = Replayer(store).replay(run.run_id, agent)
+    assert result.head() == "NOT reproduced: diverged at step 2 (unreplayable); 0 step(s) matched before it"
+    assert result.divergence.message == (
+        "step 2: the model was called for real, not answered from the record (the agent called its model itself "
+        "and recorded the answer with run.model_call; use run.complete / acomplete or an integration, which a "
+        "replay answers from the record); replay stopped")
+    live = Replayer(store).replay(run.run_id, agent, model="live")  # a live model is what --model live is for
+    assert live.head() == "reproduced: 2 step(s) matched"
+    store.close()

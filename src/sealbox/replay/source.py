@@ -83,6 +83,10 @@ class ReplaySource:
         if self.divergence is not None:
             raise ReplayStopped(self.divergence)
         for draft in drafts:
+            if draft.kind == "model.call" and self.serves_models and draft.step not in self.asked_models:
+                self.check_model_served(run, "the agent called its model itself and recorded the answer with "
+                                             "run.model_call; use run.complete / acomplete or an integration, "
+                                             "which a replay answers from the record", draft.step)
             if draft.kind in COMPARED_KINDS and draft.step is not None:
                 rec = self.compare(run, draft.step, draft.kind, dict(draft.payload))
                 if draft.kind == "tool.call" and rec is not None:
@@ -204,10 +208,11 @@ class ReplaySource:
                              "replay does not serve from the record yet; it stopped rather than call the model live",
                              rec.key if rec is not None else None))
 
-    def check_model_served(self, run: Any, what: str) -> None:
-        """Stop the replay when a model call about to be recorded was not answered from the record
-        (``what`` says how it got past it), when models are served from the record."""
-        step = str(run._next_step)
+    def check_model_served(self, run: Any, what: str, step: str | None = None) -> None:
+        """Stop the replay when a model call about to be recorded (at ``step``, default the run's next)
+        was not answered from the record (``what`` says how it got past it), when models are served
+        from the record."""
+        step = str(run._next_step) if step is None else step
         if self.serves_models and step not in self.asked_models:
             rec = self.recorded.steps.get(step)
             self.stop(Divergence("unreplayable", step, f"step {step}: the model was called for real, not answered "
