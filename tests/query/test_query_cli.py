@@ -472,3 +472,31 @@ def test_calls_tool_accepts_server_slash_tool_as_listings_print_it(recorded, tmp
     assert ids(ok_json("calls", "-s", t, "--tool", "admin/drop", "--json")) == ["s1", "s2"]
     assert ids(ok_json("calls", "-s", t, "--tool", "db/admin/drop", "--json")) == ["s1"]
     assert ids(ok_json("calls", "-s", t, "--tool", "drop", "--json")) == ["s2"]
+
+
+def test_calls_match_in_a_redacted_store_says_how_many_calls_it_could_not_search(tmp_path):
+    """--match on a redacted value answered "no tool calls match", which reads as "no call did that"."""
+    from sealbox import init_store
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+    from sealbox.redaction import ContentPolicy
+
+    store = init_store(tmp_path / "r", content=ContentPolicy(mode="redacted"))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a", principal="agent:a") as run:
+        run.call_tool("vault", "login", {"user": "bob", "password": "hunter2hunter2"}, lambda user, password: 1,
+                      call_id="r1")
+        run.call_tool("db", "q", {"query": "select 'hunter2hunter2'"}, lambda query: 1, call_id="r2")
+        run.call_tool("db", "q", {"query": "select 1"}, lambda query: 1, call_id="r3")
+    store.close()
+    r = str(tmp_path / "r")
+    proc = sealbox("calls", "-s", r, "--match", "arguments.password~hunter2")
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert proc.stderr == ("note: 1 other call(s) hold redacted values where --match looked "
+                           "(arguments.password), which it cannot search: they are not listed "
+                           "(docs/content-modes.md)\nno tool calls match\n")
+    proc = sealbox("calls", "-s", r, "--match", "arguments.*~hunter2|select 1", "--json")
+    assert ids(json.loads(proc.stdout)) == ["r3"]
+    assert proc.stderr == ("note: 2 other call(s) hold redacted values where --match looked (arguments.*), which it "
+                           "cannot search: they are not listed (docs/content-modes.md)\n")
+    proc = sealbox("calls", "-s", r, "--match", "arguments.user~bob", "--json")  # nothing hidden: no note
+    assert ids(json.loads(proc.stdout)) == ["r1"] and proc.stderr == ""

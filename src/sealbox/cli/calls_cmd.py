@@ -46,8 +46,15 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
                 raise BadInput(f"no run {run_id!r} in this store")
         rows = store.query_calls(tool=tool, server=server, run_id=run_id, agent=agent, principal=principal,
                                  since=since, until=until, decision=decision, error=error, match=compiled, limit=limit)
+        hidden = _redacted_misses(store, rows, compiled, dict(
+            tool=tool, server=server, run_id=run_id, agent=agent, principal=principal, since=since, until=until,
+            decision=decision, error=error))
     finally:
         store.close()
+    if hidden:
+        click.echo(f"note: {hidden} other call(s) hold redacted values where --match looked ("
+                   f"{', '.join(m.text.split('~', 1)[0] for m in compiled if m.root in _REDACTABLE)}), which it "
+                   "cannot search: they are not listed (docs/content-modes.md)", err=True)
     if as_json or as_csv:
         emit_rows(rows, CALL_COLUMNS, as_json=as_json, as_csv=as_csv)
         return
@@ -55,6 +62,32 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
         click.echo("no tool calls match", err=True)
         return
     emit_rows([_display(r) for r in rows], _TABLE, as_json=False, as_csv=False, title=f"Tool calls ({len(rows)})")
+
+
+#: ``--match`` roots whose values a ``redacted`` store may hold as markers (``result`` is not in the rows).
+_REDACTABLE = ("arguments", "error")
+
+
+def _redacted_misses(store, rows: list, compiled: list, filters: dict) -> int:
+    """In a ``redacted`` store, how many calls passing every filter but ``--match`` were not matched and
+    hold a redaction marker at a matched path: "no tool calls match" must not read as "no call did that"."""
+    from sealbox.query import _values_at
+
+    paths = [m.path for m in compiled if m.root in _REDACTABLE]
+    if not paths or getattr(getattr(store, "content", None), "mode", None) != "redacted":
+        return 0
+    found = {(r["run_id"], r["call_id"]) for r in rows}
+    count = 0
+    for row in store.query_calls(**filters):
+        if (row["run_id"], row["call_id"]) not in found and any(
+                _marked(v) for path in paths for v in _values_at(row, path)):
+            count += 1
+    return count
+
+
+def _marked(value) -> bool:
+    text = json.dumps(value, ensure_ascii=False)
+    return '"$redacted"' in text or "⟦redacted:" in text
 
 
 def _display(row: dict) -> dict:
