@@ -393,3 +393,25 @@ def test_whatif_snapshot_leaves_replays_out_and_says_how_many(tmp_path):
     assert [r["run_id"] for r in json.loads(out.stdout)] == [old]
     assert out.stderr == ("(2 replay run(s) with model.version=2024-05-13 left out: they re-ran recorded runs "
                           "from the record)\n")
+
+
+def test_calls_leaves_the_calls_of_replay_runs_out_unless_asked(tmp_path):
+    """After a replay, `sealbox calls --tool get_time` listed each served call as one more call that ran
+    (outcome ok, no approver): three calls to a tool that was called once."""
+    from sealbox.replay import Replayer
+
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    replays = [Replayer(store).replay(run_id, ra.plain_agent()).new_run_id for _ in range(2)]
+    store.close()
+    s = str(tmp_path / "s")
+
+    out = invoke("calls", "-s", s, "--tool", "get_time", "--json")
+    assert [r["run_id"] for r in json.loads(out.stdout)] == [run_id]
+    assert out.stderr == "note: 2 call(s) of replay runs left out (served from the record, nothing ran); " \
+                         "--replays lists them\n"
+    out = invoke("calls", "-s", s, "--tool", "get_time", "--replays", "--json")
+    assert [r["run_id"] for r in json.loads(out.stdout)] == [run_id] + replays and out.stderr == ""
+    out = invoke("calls", "-s", s, "--run", replays[0], "--json")  # a replay run named: its calls
+    assert [r["tool"] for r in json.loads(out.stdout)] == ["get_weather", "get_time", "get_weather"]
+    assert out.stderr == ""

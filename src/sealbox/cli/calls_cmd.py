@@ -27,10 +27,14 @@ _TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "approvers", "outc
 @click.option("--match", "matches", multiple=True, metavar="FIELD~REGEX",
               help="Python regex searched in a field, e.g. 'arguments.query~(?i)delete', 'arguments.*~x' (any argument) or 'result~secret'. Repeatable; all must match.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many calls: the newest (shown oldest first).")
+@click.option("--replays", is_flag=True,
+              help="Also list the calls of replay runs (served from the record: nothing ran); left out unless "
+                   "--run names one.")
 @format_options
 def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str | None, agent: str | None,
               principal: str | None, since: str | None, until: str | None, decision: str | None,
-              error: bool | None, matches: tuple[str, ...], limit: int | None, as_json: bool, as_csv: bool) -> None:
+              error: bool | None, matches: tuple[str, ...], limit: int | None, replays: bool, as_json: bool,
+              as_csv: bool) -> None:
     """Every tool call across runs, oldest first: who called what, the decision, the outcome."""
     from sealbox.query import CALL_COLUMNS, compile_matches, parse_time
 
@@ -44,13 +48,21 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
             run_id = resolve_id(store, "run", run_id)
             if run_id not in store.ids_with_prefix("run", run_id, limit=1):
                 raise BadInput(f"no run {run_id!r} in this store")
+        replays = replays or run_id is not None
         rows = store.query_calls(tool=tool, server=server, run_id=run_id, agent=agent, principal=principal,
-                                 since=since, until=until, decision=decision, error=error, match=compiled, limit=limit)
+                                 since=since, until=until, decision=decision, error=error, match=compiled, limit=limit,
+                                 replays=replays)
         hidden = _redacted_misses(store, rows, compiled, dict(
             tool=tool, server=server, run_id=run_id, agent=agent, principal=principal, since=since, until=until,
-            decision=decision, error=error))
+            decision=decision, error=error, replays=replays))
+        left_out = 0 if replays else len(store.query_calls(
+            tool=tool, server=server, agent=agent, principal=principal, since=since, until=until,
+            decision=decision, error=error, match=compiled, limit=limit)) - len(rows)
     finally:
         store.close()
+    if left_out > 0:
+        click.echo(f"note: {left_out} call(s) of replay runs left out (served from the record, nothing ran); "
+                   "--replays lists them", err=True)
     if hidden:
         click.echo(f"note: {hidden} other call(s) hold redacted values where --match looked ("
                    f"{', '.join(m.text.split('~', 1)[0] for m in compiled if m.root in _REDACTABLE)}), which it "

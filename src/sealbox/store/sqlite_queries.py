@@ -160,7 +160,7 @@ class SqliteQueries:
     def query_calls(self, *, tool: str | None = None, server: str | None = None, run_id: str | None = None,
                     agent: str | None = None, principal: str | None = None, since: Any = None, until: Any = None,
                     decision: str | None = None, error: bool | None = None, match: Any = None,
-                    limit: int | None = None) -> list[dict[str, Any]]:
+                    limit: int | None = None, replays: bool = True) -> list[dict[str, Any]]:
         """Every tool call across runs that passes all the filters given, one row per call, oldest
         first (log order: ``ts`` is taken inside the write transaction, so it ascends with it).
 
@@ -180,6 +180,8 @@ class SqliteQueries:
             match: ``field.path~regex`` strings or ``(field_path, regex)`` pairs, all of which
                 must match (Python :mod:`re`, searched in the resolved value; see :func:`sealbox.query.parse_match`).
             limit: at most this many rows (a whole number, 1 or more, of any size): the newest ones (still returned oldest first).
+            replays: False leaves out the calls of replay runs (runs with ``replay_of``: served from the
+                record, nothing ran).
 
         Returns:
             Dicts with the keys of :data:`sealbox.query.CALL_COLUMNS` (arguments resolved from blobs).
@@ -192,7 +194,7 @@ class SqliteQueries:
         limit = check_limit(limit)
         sql, params, globs, matches = _calls_query(tool=tool, server=server, run_id=run_id, agent=agent,
                                                    principal=principal, since=since, until=until, decision=decision,
-                                                   error=error, match=match)
+                                                   error=error, match=match, replays=replays)
         _refuse_hidden_matches(matches, getattr(getattr(self, "content", None), "mode", None))
         with_result = any(m.root == "result" for m in matches)
         # approvers and flags are only known once the run's approval events were evaluated
@@ -543,7 +545,8 @@ ORDER BY r.started_at DESC, r.leaf_index DESC
 
 def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: str | None = None,
                  agent: str | None = None, principal: str | None = None, since: Any = None, until: Any = None,
-                 decision: str | None = None, error: bool | None = None, match: Any = None) -> tuple:
+                 decision: str | None = None, error: bool | None = None, match: Any = None,
+                 replays: bool = True) -> tuple:
     """(sql, params, globs left to confirm, compiled matches) for :meth:`SqliteStore.query_calls`."""
     from sealbox import query as q
 
@@ -562,6 +565,8 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
         if value is not None:
             where.append(sql)
             params.append(q.parse_time(value, name=name))
+    if not replays:
+        where.append("r.replay_of IS NULL")
     if error is not None:
         where.append("x.ok = ?")
         params.append(0 if error else 1)
