@@ -415,3 +415,22 @@ def test_calls_leaves_the_calls_of_replay_runs_out_unless_asked(tmp_path):
     out = invoke("calls", "-s", s, "--run", replays[0], "--json")  # a replay run named: its calls
     assert [r["tool"] for r in json.loads(out.stdout)] == ["get_weather", "get_time", "get_weather"]
     assert out.stderr == ""
+
+
+def test_runs_list_says_which_runs_are_replays(tmp_path):
+    """`runs list` (table and CSV) showed a replay as one more run of the agent: nothing told them apart."""
+    import csv
+    import io
+
+    from sealbox.replay import Replayer
+
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    replay = Replayer(store).replay(run_id, ra.plain_agent()).new_run_id
+    store.close()
+    out = invoke("runs", "list", "-s", str(tmp_path / "s"), "--agent", "plain", "--csv")
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert [(r["run_id"], r["replay_of"]) for r in rows] == [(replay, run_id), (run_id, "")]
+    assert list(rows[0])[7:9] == ["parent_run_id", "replay_of"]
+    out = invoke("runs", "list", "-s", str(tmp_path / "s"), "--agent", "plain")
+    assert "replay of" in out.stdout and run_id[:13] + "…" in out.stdout

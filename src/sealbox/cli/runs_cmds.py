@@ -50,7 +50,7 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
     more = len(rows) > limit  # one more asked for: say that the listing is cut, not silently
     rows = rows[:limit]
     columns = ["run_id", "agent", "principal", "status", "ending", "events", "started_at", "parent_run_id",
-               "snapshot", "labels"]
+               "replay_of", "snapshot", "labels"]
     if as_json or as_csv:
         emit_rows(rows, columns, as_json=as_json, as_csv=as_csv)
         return
@@ -60,8 +60,9 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
     shown = [{**r, "status": f"{r['status']} ({r['ending']})" if r["ending"] else r["status"],
               "started": r["started_at"][:19].replace("T", " "),
               "parent": (r["parent_run_id"] or "")[:13] + ("…" if r["parent_run_id"] else ""),
+              "replay of": (r["replay_of"] or "")[:13] + ("…" if r["replay_of"] else ""),
               "labels": ", ".join(f"{k}={label_text(v)}" for k, v in sorted(r["labels"].items()))} for r in rows]
-    emit_rows(shown, ["run_id", "agent", "status", "events", "started", "parent", "labels"],
+    emit_rows(shown, ["run_id", "agent", "status", "events", "started", "parent", "replay of", "labels"],
               as_json=False, as_csv=False, title="Runs")
     if more:
         click.echo(f"the newest {limit} runs shown; more match (--limit N to see more)", err=True)
