@@ -100,3 +100,19 @@ def test_approvals_by_prefix(sample) -> None:
     done = sb("approvals", "deny", second[:n + 1], "--reason", "no", "--key-file", key, "-s", path)
     assert done.stdout == f"alice denied {second}; request is now denied\n", done.stderr
     assert sb("verify", path).returncode == 0
+
+
+def test_a_pasted_id_in_upper_case_or_with_a_newline_names_the_run(tmp_path) -> None:
+    """`runs show 01A2…` (an id upper-cased by a GUID tool) or an id pasted with its newline said
+    "no run … in this store" although the run was there."""
+    store = sealbox.init_store(tmp_path / "s")
+    with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+        run.note("hello")
+    store.close()
+    rid = run.run_id
+    for given in (rid.upper(), rid[:13].upper(), rid + "\n", " " + rid[:8]):
+        proc = sb("runs", "show", given, "-s", tmp_path / "s", "--json")
+        assert proc.returncode == 0, (given, proc.stderr)
+        assert json.loads(proc.stdout)["run"]["run_id"] == rid
+    proc = sb("runs", "show", "FFFF" + rid.upper()[4:], "-s", tmp_path / "s")
+    assert (proc.returncode, proc.stderr) == (2, f"error: no run {'FFFF' + rid.upper()[4:]!r} in this store\n")

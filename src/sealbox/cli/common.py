@@ -47,6 +47,10 @@ def open_for_writing(path: str):
 MIN_ID_PREFIX = 4
 
 
+#: An id as Sealbox generates them (a UUID, an approval's ``apr_<hex>``), or a prefix of one.
+_GENERATED_ID = re.compile(r"[0-9a-f][0-9a-f-]*|apr_[0-9a-f]*")
+
+
 def resolve_id(store: Any, what: str, text: str) -> str:
     """The run or approval request id that ``text`` names: the id itself, or a prefix of exactly
     one id (at least :data:`MIN_ID_PREFIX` characters, as ``git`` takes commit ids). A text that
@@ -56,6 +60,13 @@ def resolve_id(store: Any, what: str, text: str) -> str:
         BadInput: ``text`` starts several ids (they are listed), or is a too short prefix.
     """
     found = store.ids_with_prefix(what, text)
+    folded = text.strip().lower()
+    if not found and folded != text and _GENERATED_ID.fullmatch(folded):
+        # an id as it was pasted: upper case (a GUID tool), or with the newline of a copied line; the
+        # ids Sealbox makes (UUIDs, apr_<hex>) are lower case
+        found = store.ids_with_prefix(what, folded)
+        if found:
+            text = folded
     if not found or found[0] == text:
         return text
     if len(text) < MIN_ID_PREFIX:
