@@ -39,6 +39,7 @@ __all__ = [
     "MATCH_ROOTS",
     "Match",
     "parse_time",
+    "check_window",
     "parse_match",
     "compile_matches",
     "parse_labels",
@@ -128,6 +129,22 @@ def parse_time(value: str | datetime, *, now: datetime | None = None, name: str 
         return _utc_text(moment)
     except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
         raise _out_of_range(name, value) from None
+
+
+def check_window(since: str | None, until: str | None) -> None:
+    """Parse ``--since`` and ``--until`` (either may be None) and refuse a window no time is in:
+    ``until`` (exclusive) not after ``since`` (inclusive), which would answer "nothing matches".
+
+    Raises:
+        ConfigError: a bad time (see :func:`parse_time`), or an empty window.
+    """
+    now = datetime.now(timezone.utc)
+    start = parse_time(since, now=now, name="--since") if since is not None else None
+    end = parse_time(until, now=now, name="--until") if until is not None else None
+    if start is not None and end is not None and end <= start:
+        raise ConfigError(f"--until {until!r} ({end}) is not after --since {since!r} ({start}): no time is in "
+                          "that window (--since is inclusive, --until exclusive: for the whole of one day, give "
+                          "--until the next day)")
 
 
 @dataclass(frozen=True)

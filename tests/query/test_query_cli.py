@@ -500,3 +500,17 @@ def test_calls_match_in_a_redacted_store_says_how_many_calls_it_could_not_search
                            "cannot search: they are not listed (docs/content-modes.md)\n")
     proc = sealbox("calls", "-s", r, "--match", "arguments.user~bob", "--json")  # nothing hidden: no note
     assert ids(json.loads(proc.stdout)) == ["r1"] and proc.stderr == ""
+
+
+def test_an_empty_time_window_is_one_error_line_not_no_calls_match(recorded):
+    """`--since 2026-12-03 --until 2026-12-03` (meaning that day) answered "no tool calls match"."""
+    s = str(recorded.path)
+    proc = sealbox("calls", "-s", s, "--since", "2026-12-03", "--until", "2026-12-03")
+    assert_one_error_line(proc, "error: --until '2026-12-03' (2026-12-03T00:00:00.000000Z) is not after --since "
+                                "'2026-12-03' (2026-12-03T00:00:00.000000Z): no time is in that window (--since is "
+                                "inclusive, --until exclusive: for the whole of one day, give --until the next day)")
+    assert proc.returncode == 2
+    proc = sealbox("runs", "list", "-s", s, "--since", "1h", "--until", "2h")
+    assert_one_error_line(proc, "is not after --since '1h'")
+    assert ids(ok_json("calls", "-s", s, "--since", recorded.ts["b1"], "--until", recorded.ts["b3"], "--json")) == [
+        "b1", "b2"]

@@ -36,12 +36,10 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
               error: bool | None, matches: tuple[str, ...], limit: int | None, replays: bool, as_json: bool,
               as_csv: bool) -> None:
     """Every tool call across runs, oldest first: who called what, the decision, the outcome."""
-    from sealbox.query import CALL_COLUMNS, compile_matches, parse_time
+    from sealbox.query import CALL_COLUMNS, check_window, compile_matches
 
     compiled = compile_matches(matches)  # a bad regex or time fails before the store is opened
-    for name, value in (("since", since), ("until", until)):
-        if value is not None:
-            parse_time(value, name=f"--{name}")
+    check_window(since, until)
     store = open_for_reading(store_path)
     try:
         if run_id is not None:

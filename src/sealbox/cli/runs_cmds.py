@@ -33,14 +33,12 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
              until: str | None, snapshot: str | None, labels: tuple[str, ...], limit: int, as_json: bool,
              as_csv: bool) -> None:
     """List runs, newest first."""
-    from sealbox.query import label_text, parse_labels, parse_time
+    from sealbox.query import check_window, label_text, parse_labels
 
     wanted = parse_labels(labels)  # user mistakes fail before the store is opened
     if snapshot is not None:
         snapshot = snapshot_ref(snapshot, "--snapshot")
-    for name, value in (("since", since), ("until", until)):
-        if value is not None:
-            parse_time(value, name=f"--{name}")
+    check_window(since, until)
     store = open_for_reading(store_path)
     try:
         rows = store.query_runs(agent=agent, principal=principal, status=status, since=since, until=until,
