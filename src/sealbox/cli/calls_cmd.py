@@ -53,7 +53,7 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
         hidden = _redacted_misses(store, rows, compiled, dict(
             tool=tool, server=server, run_id=run_id, agent=agent, principal=principal, since=since, until=until,
             decision=decision, error=error, replays=replays))
-        left_out = 0 if replays else len(store.query_calls(
+        left_out = 0 if replays or not _has_replays(store) else len(store.query_calls(
             tool=tool, server=server, agent=agent, principal=principal, since=since, until=until,
             decision=decision, error=error, match=compiled, limit=limit)) - len(rows)
     finally:
@@ -72,6 +72,11 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
         click.echo("no tool calls match", err=True)
         return
     emit_rows([_display(r) for r in rows], _TABLE, as_json=False, as_csv=False, title=f"Tool calls ({len(rows)})")
+
+
+def _has_replays(store) -> bool:
+    has = getattr(store, "has_replays", None)
+    return True if has is None else has()
 
 
 #: ``--match`` roots whose values a ``redacted`` store may hold as markers (``result`` is not in the rows).

@@ -154,6 +154,10 @@ class SqliteQueries:
         keys = ("run_id", "agent", "principal", "parent_run_id", "replay_of", "snapshot", "started_at", "last_kind", "events")
         return [dict(zip(keys, row)) for row in self._conn().execute(sql)]
 
+    def has_replays(self) -> bool:
+        """Whether any run of the store is a replay (has ``replay_of``)."""
+        return self._conn().execute("SELECT 1 FROM runs WHERE replay_of IS NOT NULL LIMIT 1").fetchone() is not None
+
     # ----------------------------------------------------------------- queries
 
     @_json_guarded
