@@ -47,6 +47,9 @@ __all__ = ["AsyncRecordedStream", "Recorder", "RecordedStream", "RunContext", "S
 
 _NO_ARGUMENTS: Any = object()  # _record_result without the call's arguments (nothing to scrub by value)
 _CURRENT: contextvars.ContextVar["RunContext | None"] = contextvars.ContextVar("sealbox_run", default=None)
+#: Runs replaying another in this process, by run id (sealbox.replay.engine registers them): a run started
+#: naming one as its parent, from any thread, is a sub-agent's run inside a replay.
+REPLAYING: dict[str, "RunContext"] = {}
 
 
 def __getattr__(name: str) -> Any:
@@ -615,9 +618,12 @@ class RunContext:
             RecordingError: ``run.started`` could not be recorded.
         """
         outer = _CURRENT.get()
-        if outer is not None and outer is not self and outer.replay is not None and not outer.ended \
+        replaying = REPLAYING.get(self.parent_run_id) if isinstance(self.parent_run_id, str) else None
+        if replaying is None and outer is not None and outer.replay is not None:
+            replaying = outer
+        if replaying is not None and replaying is not self and replaying.replay is not None and not replaying.ended \
                 and self.replay is None and not self.replay_of:
-            outer.replay.refuse_sub_run(outer, self)  # raises ReplayStopped: nothing of it may run for real
+            replaying.replay.refuse_sub_run(replaying, self)  # raises ReplayStopped: nothing of it may run for real
         if self.parent_run_id is None:
             if outer is not None and outer is not self and outer.recorder is self.recorder and not outer.ended:
                 self.parent_run_id = outer.run_id  # a run started inside another: a sub-agent's

@@ -44,3 +44,38 @@ def test_a_sub_agent_run_inside_a_replay_stops_it_before_anything_runs_for_real(
     assert (end.kind, end.payload["status"], end.payload["verdict"]["reproduced"]) == ("run.ended", "cancelled", False)
     assert sealbox.verify_store(store).ok
     store.close()
+
+
+def test_a_sub_agent_run_started_in_a_thread_naming_the_replay_run_as_parent_stops_it(tmp_path):
+    import threading
+
+    store = sealbox.init_store(tmp_path / "s")
+    sent: list[str] = []
+
+    def agent(run):
+        errors: list[BaseException] = []
+
+        def worker():
+            try:
+                with run.recorder.run(agent="mailer", principal="agent:mailer", parent_run_id=run.run_id) as sub:
+                    sub.call_tool("mail", "send", {"to": "ceo@example.com"}, lambda to: sent.append(to))
+            except BaseException as exc:  # noqa: BLE001 - the thread's ReplayStopped, kept for the check below
+                errors.append(exc)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+        run.note("done")
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="boss", principal="agent:boss") as run:
+        run_id = run.run_id
+        agent(run)
+    assert sent == ["ceo@example.com"]
+
+    result = Replayer(store).replay(run_id, agent)
+
+    assert sent == ["ceo@example.com"]
+    assert result.head() == "NOT reproduced: diverged at step 2 (unreplayable); 0 step(s) matched before it"
+    assert result.divergence.message.startswith("step 2: the agent started a run of its own (agent 'mailer')")
+    assert [r["run_id"] for r in store.query_runs(agent="mailer")] != [] and len(store.query_runs(agent="mailer")) == 1
+    store.close()

@@ -185,7 +185,7 @@ class Replayer:
     def _prepared(self, run_id: str, model: str, tools: str, side_effects: bool, allow_drift: bool,
                   snapshot: Any) -> Iterator[Any]:
         from sealbox.policies import ALLOW_ALL
-        from sealbox.recorder import Recorder
+        from sealbox.recorder import REPLAYING, Recorder
 
         if model not in _MODES or tools not in _MODES:
             raise ConfigError(f"model and tools must be 'record' or 'live', not {model!r} / {tools!r}")
@@ -210,6 +210,7 @@ class Replayer:
         source = ReplaySource(recorded, model=model, tools=tools)
         run.replay = source
         run.__enter__()
+        REPLAYING[run.run_id] = run  # a sub-agent's run naming it as parent, from any thread, stops the replay
         try:
             with _langchain_cache(source, run, model == "record"):
                 yield run, source, drift, unrep
@@ -218,6 +219,8 @@ class Replayer:
             raise
         else:
             run.__exit__(None, None, None)  # already ended by _finish; resets the current run
+        finally:
+            REPLAYING.pop(run.run_id, None)
 
     def _conditions(self, recorded: RecordedRun, snapshot: Any) -> tuple[Any, tuple[FieldDiff, ...]]:
         fp = recorded.started.get("snapshot")
