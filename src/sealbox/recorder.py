@@ -1375,7 +1375,10 @@ class RunContext:
                 "repeated": repeated, "already_used": used,
                 "why": "a repeated id is linked to its first position only; an id a tool.call of this run used "
                        "already is not linked (call_tool refuses it)"}}, step))
-        self._append(drafts)
+        # a replay's model call (and the served calls written with it) is not fsync'd on its own: nothing
+        # outside depends on it; it is durable with the replay's next fsync'd commit (a live tool's gate,
+        # run.ended, a checkpoint), and a power cut before that leaves a shorter replay run, never a false one
+        self._append(drafts, sync=self.replay is None)
         with self._lock:
             self.usage["input_tokens"] += use.get("input_tokens", 0)
             self.usage["output_tokens"] += use.get("output_tokens", 0)
