@@ -122,18 +122,63 @@ def attempted_view(store: Any, kind: str, payload: dict[str, Any]) -> Any:
         if redactor.policy.mode != "redacted":
             return out
         # the store scrubs an event of the values redacted from any of its content fields (store.base)
-        from sealbox.events import CONTENT_FIELDS
         from sealbox.redaction import own_values
 
         own = own_values(encoded, out, keys=redactor.key_names) if changed else []
-        for other in CONTENT_FIELDS.get(kind, ()):
-            if other != name and payload.get(other) is not None:
-                before = encode(payload[other])
-                after, redacted = redactor.apply(other, before)
-                if redacted:
-                    own += own_values(before, after, keys=redactor.key_names)
+        own += _own_values_elsewhere(redactor, kind, name, payload)
         return redactor.scrub_values_in(out, own)[0] if own else out
     return encoded
+
+
+def _own_values_elsewhere(redactor: Any, kind: str, name: str | None, payload: dict[str, Any]) -> list[str]:
+    """The strings that were themselves a redacted value in ``payload``'s content fields other than
+    ``name`` (:func:`sealbox.redaction.own_values`), which the store scrubs from the rest of the event."""
+    from sealbox.events import CONTENT_FIELDS
+    from sealbox.redaction import own_values
+
+    own: list[str] = []
+    for other in CONTENT_FIELDS.get(kind, ()):
+        if other != name and payload.get(other) is not None:
+            before = encode(payload[other])
+            after, redacted = redactor.apply(other, before)
+            if redacted:
+                own += own_values(before, after, keys=redactor.key_names)
+    return own
+
+
+def scrubbed_record(store: Any, kind: str, payload: dict[str, Any], recorded: Any, known: list[str]) -> Any:
+    """A recorded step's content with what a run records since 2026-12-03 scrubbed from it, for a
+    record written before (docs/content-modes.md, "Values redacted earlier in the run"): each of
+    ``known`` (the values the replay run redacted so far) and of the values redacted from the
+    attempted ``payload`` itself, where the record holds it in clear, becomes its in-string marker.
+    A record written since holds those markers already, and one written before holds the real value
+    in clear where the replay's view holds its marker (the same HMAC of the same string): scrubbed,
+    the two compare equal exactly when the values were equal. None when nothing would change
+    (another mode, nothing known, or nothing of it in the record)."""
+    redactor = getattr(store, "redactor", None)
+    if redactor is None or redactor.policy.mode != "redacted" or kind not in _CONTENT:
+        return None
+    name = _CONTENT[kind]
+    wanted = set(known)
+    if name is None:
+        value = encode({"text": payload.get("text"), "about": payload.get("about")})
+        out, changed = redactor.apply("about", value.get("about"))
+        if changed:
+            from sealbox.redaction import own_values
+
+            wanted.update(own_values(value.get("about"), out, keys=redactor.key_names))
+    else:
+        value = encode(payload.get(name))
+        out, changed = redactor.apply(name, value)
+        if changed:
+            from sealbox.redaction import own_values
+
+            wanted.update(own_values(value, out, keys=redactor.key_names))
+        wanted.update(_own_values_elsewhere(redactor, kind, name, payload))
+    if not wanted:
+        return None
+    scrubbed, changed = redactor.scrub_values_in(recorded, sorted(wanted, key=lambda v: (-len(v), v)))
+    return scrubbed if changed else None
 
 
 def key_name(kind: str, payload: dict[str, Any]) -> str:
