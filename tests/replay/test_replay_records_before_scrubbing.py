@@ -71,3 +71,28 @@ def test_another_value_in_place_of_the_secret_still_diverges(tmp_path, monkeypat
 
     result = Replayer(store, policy=ALLOW_ALL).replay(run_id, other, tools="record")
     assert not result.reproduced and result.divergence.kind == "mismatch" and result.divergence.step == "3"
+
+
+def test_an_error_message_recorded_before_scrubbing_is_the_same_outcome(tmp_path, monkeypatch):
+    """The agent raises an error naming the vault's key: the old record's run.ended holds it in clear,
+    the replay's its marker; the same exception, so no outcome divergence."""
+    ids: list[str] = []
+
+    def agent(run) -> None:
+        ids.append(run.run_id)
+        _vault_agent(run)
+        raise RuntimeError(f"key {KEY} refused")
+
+    store = sealbox.init_store(tmp_path / "store")
+    with pytest.raises(RuntimeError):
+        _record_as_before(store, agent, monkeypatch)
+    run_id = ids[0]
+    ended = [e for e in store.read_run(run_id) if e.kind == "run.ended"][0]
+    assert store.resolve(ended.payload)["error"]["message"] == f"key {KEY} refused"
+    result = Replayer(store, policy=ALLOW_ALL).replay(run_id, agent, tools="live", side_effects=True)
+    assert (result.reproduced, result.divergence, result.steps_compared) == (True, None, 2)
+    assert result.agent_error["message"] == f"key {KEY} refused"
+    other = Replayer(store, policy=ALLOW_ALL).replay(
+        run_id, lambda run: (_vault_agent(run), (_ for _ in ()).throw(RuntimeError("key other refused"))),
+        tools="live", side_effects=True)
+    assert not other.reproduced and other.divergence.kind == "outcome"
