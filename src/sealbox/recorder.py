@@ -763,7 +763,9 @@ class RunContext:
     def share_steps(self, other: "RunContext") -> None:
         """Number steps with ``other``, a context of the same run in this process (the gateway joins a run
         once per identity): one step counter, one set of call ids, one table of linked calls, so that
-        calls recorded through either never get the same step."""
+        calls recorded through either never get the same step; and one memory of the values the run
+        redacted (:meth:`_run_secrets`), so that a value redacted from what one identity's call recorded
+        is scrubbed from what the other's records after it, as in one context (docs/content-modes.md)."""
         if other.run_id != self.run_id:
             raise ValueError(f"run {self.run_id} cannot share the steps of run {other.run_id}")
         with other._lock:
@@ -771,7 +773,9 @@ class RunContext:
             other._call_ids.update(self._call_ids)
             for call_id, step in self._links.items():
                 other._links.setdefault(call_id, step)
+            other._error_secrets.update(self._error_secrets)
         self._lock, self._steps, self._call_ids, self._links = other._lock, other._steps, other._call_ids, other._links
+        self._error_secrets = other._error_secrets
 
     def _take_step(self) -> str:
         with self._lock:

@@ -634,6 +634,51 @@ async def test_two_identities_joining_one_run_share_its_step_numbers(tmp_path, s
     assert results == ["2", "3", "4", "5"]
 
 
+async def test_a_value_one_identity_redacted_is_scrubbed_from_the_other_identitys_calls(tmp_path, store):
+    """alice-bot's call holds an api_key (JSON in its text: redacted by key name, so the run remembers
+    it); bob-bot, joining the same run, passes that key on in plain text. The two contexts share the
+    run's steps (5f38a19) and now its redacted values too: bob-bot's tool.call, decision inputs and
+    result hold the key's in-string marker, not the key (raw sealbox.db and -wal bytes)."""
+    from contextlib import AsyncExitStack
+
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    key = "ak-live-7d1e-shared-run-key"
+    agent_run = Recorder(store, ALLOW_ALL).run(agent="sdk-agent", principal="agent:sdk")
+    agent_run.start()
+    other = "other-t0ken-0123456789"
+    two = HTTP.replace("ci-bot", "alice-bot") + f"    - {{token: {other}, identity: bob-bot}}\n"
+    gw = Gateway(toy_config(tmp_path, extra=two), store=store)
+    async with anyio.create_task_group() as tg:
+        port = await _serve(gw, tg)
+        async with AsyncExitStack() as stack:
+            clients = []
+            for token in (TOKEN, other):
+                http = await stack.enter_async_context(httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}))
+                r, w = await stack.enter_async_context(streamable_http_client(f"http://127.0.0.1:{port}/mcp",
+                                                                              http_client=http))
+                client = await stack.enter_async_context(ClientSession(r, w))
+                with anyio.fail_after(20):
+                    await client.initialize()
+                clients.append(client)
+            alice, bob = clients
+            with anyio.fail_after(30):
+                for client, text in ((alice, json.dumps({"api_key": key})), (bob, f"use {key}")):
+                    result = await client.call_tool("toy__echo", {"text": text}, meta={"sealbox/run_id": agent_run.run_id})
+                    assert text_of(result) == text  # the upstream and the client see the real value
+        tg.cancel_scope.cancel()
+    agent_run.end()
+    calls = [(e.principal, e.payload["arguments"]["text"]) for e in store.read_run(agent_run.run_id) if e.kind == "tool.call"]
+    assert [p for p, _ in calls] == ["alice-bot", "bob-bot"]
+    assert calls[1][1].startswith("use \u27e6redacted:hmac-sha256:") and key not in calls[1][1]
+    folder = Path(store.path)
+    assert key.encode() not in b"".join(p.read_bytes() for p in folder.iterdir() if p.name.startswith("sealbox.db"))
+
+
 async def test_the_owner_of_a_session_that_timed_out_is_forgotten(tmp_path, store):
     """BearerAuth kept each session's owning identity until a DELETE or a 404 on that id: a session that
     ended by its idle timeout (a client that went away without DELETE, the common case) stayed in
