@@ -408,13 +408,39 @@ def test_calls_leaves_the_calls_of_replay_runs_out_unless_asked(tmp_path):
 
     out = invoke("calls", "-s", s, "--tool", "get_time", "--json")
     assert [r["run_id"] for r in json.loads(out.stdout)] == [run_id]
-    assert out.stderr == "note: 2 call(s) of replay runs left out (served from the record, nothing ran); " \
-                         "--replays lists them\n"
+    assert out.stderr == "note: 2 call(s) of replay runs left out (served from the record, or run again for real " \
+                         "by a replay with --tools live); --replays lists them\n"
     out = invoke("calls", "-s", s, "--tool", "get_time", "--replays", "--json")
     assert [r["run_id"] for r in json.loads(out.stdout)] == [run_id] + replays and out.stderr == ""
     out = invoke("calls", "-s", s, "--run", replays[0], "--json")  # a replay run named: its calls
     assert [r["tool"] for r in json.loads(out.stdout)] == ["get_weather", "get_time", "get_weather"]
     assert out.stderr == ""
+
+
+def test_calls_does_not_say_nothing_ran_of_a_live_replays_calls(tmp_path):
+    """A replay with live tools (side_effects=True) runs the tool again for real: its call is left out
+    like a served one (the record does not tell them apart), but the note no longer says nothing ran."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+    from sealbox.replay import Replayer
+
+    deleted: list[int] = []
+
+    def agent(run) -> None:
+        run.call_tool("db", "delete", {"id": 1}, lambda id: deleted.append(id) or "deleted")
+
+    store = sealbox.init_store(tmp_path / "s")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        agent(run)
+    live = Replayer(store, policy=ALLOW_ALL).replay(run.run_id, agent, tools="live", side_effects=True)
+    store.close()
+    assert live.reproduced and deleted == [1, 1]  # the delete ran twice
+    out = invoke("calls", "-s", str(tmp_path / "s"), "--json")
+    assert [r["run_id"] for r in json.loads(out.stdout)] == [run.run_id]
+    assert out.stderr == ("note: 1 call(s) of replay runs left out (served from the record, or run again for real "
+                          "by a replay with --tools live); --replays lists them\n")
+    out = invoke("calls", "-s", str(tmp_path / "s"), "--replays", "--json")
+    assert [r["run_id"] for r in json.loads(out.stdout)] == [run.run_id, live.new_run_id]
 
 
 def test_runs_list_says_which_runs_are_replays(tmp_path):

@@ -28,8 +28,8 @@ _TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "approvers", "outc
               help="Python regex searched in a field, e.g. 'arguments.query~(?i)delete', 'arguments.*~x' (any argument) or 'result~secret'. Repeatable; all must match.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many calls: the newest (shown oldest first).")
 @click.option("--replays", is_flag=True,
-              help="Also list the calls of replay runs (served from the record: nothing ran); left out unless "
-                   "--run names one.")
+              help="Also list the calls of replay runs (served from the record, or run again for real by a "
+                   "replay with --tools live); left out unless --run names one.")
 @format_options
 def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str | None, agent: str | None,
               principal: str | None, since: str | None, until: str | None, decision: str | None,
@@ -59,8 +59,8 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
     finally:
         store.close()
     if left_out > 0:
-        click.echo(f"note: {left_out} call(s) of replay runs left out (served from the record, nothing ran); "
-                   "--replays lists them", err=True)
+        click.echo(f"note: {left_out} call(s) of replay runs left out (served from the record, or run again for "
+                   "real by a replay with --tools live); --replays lists them", err=True)
     if hidden:
         click.echo(f"note: {hidden} other call(s) hold redacted values where --match looked ("
                    f"{', '.join(m.text.split('~', 1)[0] for m in compiled if m.root in _REDACTABLE)}), which it "

@@ -185,7 +185,7 @@ class SqliteQueries:
                 must match (Python :mod:`re`, searched in the resolved value; see :func:`sealbox.query.parse_match`).
             limit: at most this many rows (a whole number, 1 or more, of any size): the newest ones (still returned oldest first).
             replays: False leaves out the calls of replay runs (runs with ``replay_of``: served from the
-                record, nothing ran).
+                record, or run again for real by a replay with live tools).
 
         Returns:
             Dicts with the keys of :data:`sealbox.query.CALL_COLUMNS` (arguments resolved from blobs).
