@@ -443,6 +443,25 @@ def test_calls_does_not_say_nothing_ran_of_a_live_replays_calls(tmp_path):
     assert [r["run_id"] for r in json.loads(out.stdout)] == [run.run_id, live.new_run_id]
 
 
+def test_calls_with_a_limit_still_says_how_many_replay_calls_it_left_out(tmp_path):
+    """`calls --limit 1` after two replays listed the recorded call with no note: the count of left-out
+    calls was (calls with the limit) - (calls listed), 1 - 1, though the two newest calls were the replays'."""
+    from sealbox.replay import Replayer
+
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    for _ in range(2):
+        Replayer(store).replay(run_id, ra.plain_agent())
+    store.close()
+    out = invoke("calls", "-s", str(tmp_path / "s"), "--tool", "get_time", "--limit", "1", "--json")
+    assert [r["run_id"] for r in json.loads(out.stdout)] == [run_id]
+    assert out.stderr == ("note: 1 call(s) of replay runs left out (served from the record, or run again for real "
+                          "by a replay with --tools live); --replays lists them\n")
+    out = invoke("calls", "-s", str(tmp_path / "s"), "--tool", "get_time", "--limit", "3", "--json")
+    assert [r["run_id"] for r in json.loads(out.stdout)] == [run_id]
+    assert out.stderr.startswith("note: 2 call(s) of replay runs left out")
+
+
 def test_runs_list_says_which_runs_are_replays(tmp_path):
     """`runs list` (table and CSV) showed a replay as one more run of the agent: nothing told them apart."""
     import csv

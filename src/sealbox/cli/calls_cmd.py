@@ -53,9 +53,13 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
         hidden = _redacted_misses(store, rows, compiled, dict(
             tool=tool, server=server, run_id=run_id, agent=agent, principal=principal, since=since, until=until,
             decision=decision, error=error, replays=replays))
-        left_out = 0 if replays or not _has_replays(store) else len(store.query_calls(
-            tool=tool, server=server, agent=agent, principal=principal, since=since, until=until,
-            decision=decision, error=error, match=compiled, limit=limit)) - len(rows)
+        # the calls of replay runs that --replays would have listed: with --limit, those among the newest
+        # calls (a count of all calls minus the listed ones said 0 once the listing reached the limit)
+        listed = {(r["run_id"], r["call_id"]) for r in rows}
+        left_out = 0 if replays or not _has_replays(store) else sum(
+            (r["run_id"], r["call_id"]) not in listed for r in store.query_calls(
+                tool=tool, server=server, agent=agent, principal=principal, since=since, until=until,
+                decision=decision, error=error, match=compiled, limit=limit))
     finally:
         store.close()
     if left_out > 0:
