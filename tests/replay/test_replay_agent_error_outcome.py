@@ -61,3 +61,23 @@ def test_the_same_type_with_another_message_is_an_outcome_divergence(tmp_path, m
         assert "recorded run raised RuntimeError: disk full on /var and the replay raised RuntimeError: " \
                "disk full on /tmp" in result.divergence.message
     store.close()
+
+
+class _Handle:
+    pass
+
+
+def test_a_message_that_differs_only_in_an_objects_address_reproduces(tmp_path):
+    """A message holding a repr (<…_Handle object at 0x7f…>) differs in every run only by the address."""
+    store = sealbox.init_store(tmp_path / "s")
+    with pytest.raises(RuntimeError):
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a", principal="agent:a") as run:
+            run_id = run.run_id
+            _agent(RuntimeError(f"cannot use {_Handle()}"))(run)
+    replayed = RuntimeError(f"cannot use {_Handle()}")
+    assert str(replayed) != store.read_run(run_id)[-1].payload["error"]["message"]  # the addresses differ
+    result = Replayer(store).replay(run_id, _agent(replayed))
+    assert result.head() == "reproduced: 1 step(s) matched"
+    other = Replayer(store).replay(run_id, _agent(RuntimeError(f"cannot open {_Handle()}")))
+    assert not other.reproduced and other.divergence.message.endswith("(differs in message)")
+    store.close()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -255,6 +256,10 @@ class Replayer:
         return result
 
 
+#: A memory address as CPython prints it in a repr (``at 0x7f3a…``): never the same in two runs.
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,16}\b")
+
+
 def _other_error(run: Any, recorded: Any, error: BaseException) -> Divergence | None:
     """An ``outcome`` divergence when the agent raised another exception than the one the recorded run
     ended with (its type, or its message as the store keeps it: scrubbed and redacted as it was then);
@@ -271,6 +276,10 @@ def _other_error(run: Any, recorded: Any, error: BaseException) -> Divergence | 
         then = {**then, "message": redactor.scrub_values(then["message"], secrets)}
     if (then.get("type"), then.get("message")) == (stored.get("type"), stored.get("message")):
         return None
+    if then.get("type") == stored.get("type") and isinstance(then.get("message"), str) \
+            and isinstance(stored.get("message"), str) \
+            and _ADDRESS.sub("0x…", then["message"]) == _ADDRESS.sub("0x…", stored["message"]):
+        return None  # the same message but for an object's address (repr: <Foo object at 0x7f…>), new each run
     fields = ["type"] if then.get("type") != stored.get("type") else []
     if then.get("message") != stored.get("message"):
         fields.append("message")
