@@ -230,7 +230,7 @@ class Recorder:
             _check_labels(labels)
         if parent_run_id is not None:
             _check_parent(parent_run_id, run_id)
-        snapshot = self._pinned_snapshot(snapshot, replay=replay_of is not None)
+        snapshot = self._pinned_snapshot(snapshot, replay=replay_of is not None or _replaying(parent_run_id) is not None)
         return RunContext(self, agent=agent, principal=Principal.of(principal, agent), snapshot=snapshot,
                           labels=dict(labels or {}), parent_run_id=parent_run_id, run_id=run_id, replay_of=replay_of)
 
@@ -499,6 +499,16 @@ def _check_labels(labels: Any) -> None:
                                   "(matched by policies as text) cannot hold; nothing was recorded")
 
 
+def _replaying(parent_run_id: Any) -> "RunContext | None":
+    """The run in replay mode that a run started now is a sub-agent's run of: the run named by
+    ``parent_run_id`` when it is replaying (from any thread), else the current run when it is."""
+    run = REPLAYING.get(parent_run_id) if isinstance(parent_run_id, str) else None
+    if run is None:
+        outer = _CURRENT.get()
+        run = outer if outer is not None and outer.replay is not None else None
+    return run if run is not None and run.replay is not None else None
+
+
 def _check_parent(parent_run_id: Any, run_id: str | None) -> None:
     """``parent_run_id``'s shape (its existence is checked when the run starts: :meth:`RunContext.start`)."""
     if not isinstance(parent_run_id, str) or not parent_run_id:
@@ -618,12 +628,12 @@ class RunContext:
             RecordingError: ``run.started`` could not be recorded.
         """
         outer = _CURRENT.get()
-        replaying = REPLAYING.get(self.parent_run_id) if isinstance(self.parent_run_id, str) else None
-        if replaying is None and outer is not None and outer.replay is not None:
-            replaying = outer
-        if replaying is not None and replaying is not self and replaying.replay is not None and not replaying.ended \
+        replaying = _replaying(self.parent_run_id)
+        if replaying is not None and replaying is not self and not replaying.ended \
                 and self.replay is None and not self.replay_of:
-            replaying.replay.refuse_sub_run(replaying, self)  # raises ReplayStopped: nothing of it may run for real
+            # a sub-agent's run inside a replay: served from the record's (docs/replay.md, "Sub-agent runs");
+            # ReplayStopped when the record has none like it: nothing of it may run for real
+            replaying.replay.adopt_sub_run(replaying, self)
         if self.parent_run_id is None:
             if outer is not None and outer is not self and outer.recorder is self.recorder and not outer.ended:
                 self.parent_run_id = outer.run_id  # a run started inside another: a sub-agent's
@@ -642,8 +652,12 @@ class RunContext:
         }
         if self.replay_of:
             payload["replay_of"] = self.replay_of
+        if self.replay is not None and self.replay.parent is not None:
+            self.replay.check_sub_snapshot(self, fp)  # ReplayStopped (config_drift) before anything is written
         self.started_at = datetime.now(timezone.utc)
         self._append([self._draft("run.started", payload, self._take_step())])
+        if self.replay is not None and self.replay.parent is not None:
+            REPLAYING[self.run_id] = self  # its own sub-agent runs, from any thread, are served in turn
         return self
 
     def _check_stored_snapshot(self, fp: str) -> None:
@@ -675,6 +689,14 @@ class RunContext:
             return
         if self._open_streams:
             self._record_open_streams(ending=True)
+        source = self.replay
+        if source is not None and source.parent is not None and verdict is None:  # a sub-agent run in a replay
+            status, verdict = source.finish_sub_run(self, status, error)
+            if status == "cancelled":
+                error = None
+            source.flush(self)
+            self.replay = None
+            REPLAYING.pop(self.run_id, None)
         payload: dict[str, Any] = {"status": status, "usage": dict(self.usage)}
         if error is not None:
             payload["error"] = self._error_dict(error, self._run_secrets())

@@ -328,3 +328,15 @@ def unprintable(run: Any) -> Any:
 def verbose(run: Any) -> Any:
     """An agent whose exception message is 5,000 characters long."""
     raise RuntimeError("x" * 5000)
+
+
+def delegating(run: Any, to: str = "ceo@example.com") -> Any:
+    """An agent that hands its e-mail to a sub-agent's run (``mailer``), then notes it is done."""
+    with run.recorder.run(agent="mailer", principal="agent:mailer") as sub:
+        sub.call_tool("mail", "send", {"to": to}, lambda to: f"sent to {to}")
+    run.note("done")
+
+
+def delegating_changed(run: Any) -> Any:
+    """``delegating`` whose sub-agent e-mails someone else."""
+    delegating(run, to="everyone@example.com")

@@ -144,6 +144,10 @@ def _shown(message: str) -> str:
 def _print_result(result: Any, render: Callable[[Any], str]) -> None:
     echo = lambda text: click.echo(visible(text))  # noqa: E731 - recorded and agent text never drives the terminal
     echo(f"{result.head()}; replay run {result.new_run_id or '(not started)'}")
+    for sub in result.sub_runs:
+        state = "reproduced" if sub["reproduced"] else "NOT reproduced"
+        echo(f"  sub-agent run {sub['agent']} (recorded {sub['replay_of']}): {state}, {sub['steps_compared']} "
+             f"step(s) matched; replay run {sub['new_run_id'] or '(not started)'}")
     if result.agent_error:
         echo(f"the agent raised {result.agent_error['type']}: {_shown(result.agent_error['message'])}")
     if result.config_drift:

@@ -50,6 +50,8 @@ class Divergence:
         recorded_content, attempted_content: the contents compared (stored form).
         diff: field-level differences of the contents (paths from the content's root).
         mismatched: which key fields differ: a subset of ``("step", "kind", "name", "hash")``.
+        sub_run: where the divergence is in a sub-agent run: the recorded run ids from the replayed
+            run's child down to the run whose ``step`` it is; empty when it is the replayed run's own.
     """
 
     kind: str
@@ -61,6 +63,7 @@ class Divergence:
     attempted_content: Any = None
     diff: tuple[FieldDiff, ...] = ()
     mismatched: tuple[str, ...] = field(default=())
+    sub_run: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (what ``--json`` prints)."""
@@ -70,6 +73,7 @@ class Divergence:
             "attempted": self.attempted.to_dict() if self.attempted else None,
             "mismatched": list(self.mismatched), "diff": [d.to_dict() for d in self.diff],
             "recorded_content": self.recorded_content, "attempted_content": self.attempted_content,
+            **({"sub_run": list(self.sub_run)} if self.sub_run else {}),
         }
 
     def summary(self) -> dict[str, Any]:
@@ -77,7 +81,8 @@ class Divergence:
         return {"kind": self.kind, "step": self.step, "message": self.message,
                 "recorded": self.recorded.to_dict() if self.recorded else None,
                 "attempted": self.attempted.to_dict() if self.attempted else None,
-                "fields": [d.path for d in self.diff][:50]}
+                "fields": [d.path for d in self.diff][:50],
+                **({"sub_run": list(self.sub_run)} if self.sub_run else {})}
 
 
 def _short(value: Any, width: int = 70) -> str:
@@ -93,7 +98,9 @@ def _key_line(key: StepKey | None) -> str:
 
 def render_divergence(d: Divergence, limit: int = 20) -> str:
     """The readable form printed by ``sealbox replay``: step, both sides, the diff."""
-    lines = [f"diverged at step {d.step}: {d.kind}" if d.step else f"diverged: {d.kind}", f"  {d.message}"]
+    where = f" {'of' if d.step else 'in'} sub-agent run {d.sub_run[-1]}" if d.sub_run else ""
+    lines = [f"diverged at step {d.step}{where}: {d.kind}" if d.step else f"diverged{where}: {d.kind}",
+             f"  {d.message}"]
     if d.recorded or d.attempted:
         lines.append(f"  recorded : {_key_line(d.recorded)}")
         lines.append(f"  attempted: {_key_line(d.attempted)}")
@@ -124,6 +131,10 @@ def divergence_head(d: Divergence, matched: Iterable[str], *, unit: str = "step"
     name the step another way (the gateway's ``call`` 3 is step 4).
     """
     steps = set(matched)
+    if d.sub_run:  # its step is the sub-agent run's: the replayed run's own steps do not order with it
+        at = f" at step {d.step}" if d.step else ""
+        return (f"diverged{at} {'of' if d.step else 'in'} sub-agent run {d.sub_run[-1]} ({d.kind}); "
+                f"{len(steps)} {unit}(s) of the run matched")
     if d.step is None:
         return f"diverged ({d.kind}); {len(steps)} {unit}(s) matched"
     at = number(d.step) if number is not None else d.step
@@ -153,5 +164,8 @@ def verdict_text(verdict: Any) -> str:
     d = verdict.get("divergence")
     if isinstance(d, dict):
         where = f" at step {d.get('step')}" if d.get("step") else ""
+        sub = d.get("sub_run")
+        if isinstance(sub, list) and sub and isinstance(sub[-1], str):
+            where += f" {'of' if d.get('step') else 'in'} sub-agent run {sub[-1]}"
         return f"diverged{where} ({d.get('kind')}): {d.get('message')}{counted}"
     return f"not reproduced{counted}"

@@ -74,6 +74,10 @@ class ReplayResult:
         matched_steps: the steps counted in ``steps_compared``, in step order. A divergent
             ``outcome_unknown``, ``pending_approval`` or ``unreplayable`` step is among them (its key
             matched; its answer cannot be served): :meth:`head` counts the steps before it.
+        sub_runs: the sub-agent runs the agent started, each served from the recorded run's
+            sub-agent run of the same agent (docs/replay.md, "Sub-agent runs"), depth first in start
+            order: ``{replay_of, parent, agent, new_run_id, steps_compared, reproduced}``
+            (``parent``: the recorded run it is a sub-agent run of).
     """
 
     reproduced: bool
@@ -85,19 +89,25 @@ class ReplayResult:
     replay_of: str = ""
     agent_error: dict[str, str] | None = None
     matched_steps: tuple[str, ...] = ()
+    sub_runs: tuple[dict[str, Any], ...] = ()
 
     def head(self) -> str:
-        """The first line ``sealbox replay`` prints: ``reproduced: 5 step(s) matched``, or
-        ``NOT reproduced: diverged at step 2.2 (mismatch); 2 step(s) matched before it``."""
+        """The first line ``sealbox replay`` prints: ``reproduced: 5 step(s) matched`` (``…, and 4 in 1
+        sub-agent run(s)``), or ``NOT reproduced: diverged at step 2.2 (mismatch); 2 step(s) matched
+        before it``."""
         if self.divergence is None:
-            return f"reproduced: {self.steps_compared} step(s) matched"
+            subs = (f", and {sum(r['steps_compared'] for r in self.sub_runs)} in {len(self.sub_runs)} "
+                    "sub-agent run(s)") if self.sub_runs else ""
+            return f"reproduced: {self.steps_compared} step(s) matched{subs}"
         return f"NOT reproduced: {divergence_head(self.divergence, self.matched_steps)}"
 
     def verdict(self) -> dict[str, Any]:
         """The ``verdict`` written in the replay run's ``run.ended``."""
         return {"reproduced": self.reproduced, "replay_of": self.replay_of, "steps_compared": self.steps_compared,
                 "divergence": self.divergence.summary() if self.divergence else None,
-                "config_drift": [d.path for d in self.config_drift]}
+                "config_drift": [d.path for d in self.config_drift],
+                **({"sub_runs": [{k: r[k] for k in ("replay_of", "new_run_id", "reproduced", "steps_compared")}
+                                 for r in self.sub_runs]} if self.sub_runs else {})}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (``sealbox replay --json``)."""
@@ -106,7 +116,8 @@ class ReplayResult:
                 "divergence": self.divergence.to_dict() if self.divergence else None,
                 "config_drift": [d.to_dict() for d in self.config_drift],
                 "unreplayable": [u.to_dict() for u in self.unreplayable],
-                "agent_error": dict(self.agent_error) if self.agent_error else None}
+                "agent_error": dict(self.agent_error) if self.agent_error else None,
+                "sub_runs": [dict(r) for r in self.sub_runs]}
 
 
 class Replayer:
@@ -209,9 +220,10 @@ class Replayer:
         run = recorder.run(agent=started["agent"], principal=recorded.principal, snapshot=current, labels=labels,
                            replay_of=run_id)
         source = ReplaySource(recorded, model=model, tools=tools)
+        source.allow_drift, source.replay_run_id = allow_drift, run.run_id
         run.replay = source
         run.__enter__()
-        REPLAYING[run.run_id] = run  # a sub-agent's run naming it as parent, from any thread, stops the replay
+        REPLAYING[run.run_id] = run  # a sub-agent's run naming it as parent, from any thread, is served too
         try:
             with _langchain_cache(source, run, model == "record"):
                 yield run, source, drift, unrep
@@ -247,7 +259,8 @@ class Replayer:
                 divergence = _other_error(run, (source.recorded.ended or {}).get("error"), error)
         agent_error = {"type": type(error).__qualname__, "message": _message(error)} if error is not None else None
         result = ReplayResult(divergence is None, divergence, len(source.compared), run.run_id, drift, unrep,
-                              source.recorded.run_id, agent_error, matched_steps(source))
+                              source.recorded.run_id, agent_error, matched_steps(source),
+                              tuple(source.sub_run_results()))
         if source.divergence is not None:
             status, error = "cancelled", None  # stopped by replay, not by the agent
         source.flush(run)

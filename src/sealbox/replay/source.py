@@ -19,6 +19,7 @@ framework's ``except Exception`` (tool error handlers) cannot swallow it.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from typing import Any
@@ -68,15 +69,36 @@ class ReplaySource:
         self._served_pending: dict[str, str] = {}  # step -> why its served answer cannot be trusted
         self._unwritten: list[EventDraft] = []  # served tool calls, written with the run's next write
         self.asked_models: set[str] = set()  # steps whose model answer was asked of the record (model_response)
+        self.parent: ReplaySource | None = None  # the source of the run whose sub-agent run this one replays
+        self.allow_drift = False  # a sub-agent run whose snapshot differs from the recorded one proceeds
+        self.sub_sources: list[ReplaySource] = []  # the sub-agent runs served from the record, in start order
+        self.replay_run_id: str | None = None  # the replay's own run (set when it starts)
+        self.ended_status: str | None = None  # how this (sub-agent) replay run ended
+        self._children: list[dict[str, Any]] | None = None  # the recorded run's sub-agent runs (read once)
+        self._claimed: set[str] = set()  # those already served to a sub-agent run of the replay
 
     # ----------------------------------------------------------------- comparing
 
     def stop(self, divergence: Divergence) -> None:
-        """Record the first divergence and raise :class:`ReplayStopped`."""
+        """Record the first divergence and raise :class:`ReplayStopped`. In a sub-agent run's source,
+        the divergence is also the divergence of every run above it (the whole replay stops)."""
+        self._diverged(divergence)
+        raise ReplayStopped(self.divergence)  # type: ignore[arg-type]
+
+    def _diverged(self, divergence: Divergence) -> None:
         with self._lock:
-            if self.divergence is None:
+            first = self.divergence is None
+            if first:
                 self.divergence = divergence
-            raise ReplayStopped(self.divergence)
+        if first and self.parent is not None:
+            self.parent._diverged(self._as_parents(divergence))
+
+    def _as_parents(self, divergence: Divergence) -> Divergence:
+        """``divergence`` (of this sub-agent run) as the run above sees it: the same, inside this run."""
+        agent = self.recorded.started.get("agent")
+        return dataclasses.replace(divergence, sub_run=(self.recorded.run_id, *divergence.sub_run),
+                                   message=f"in sub-agent run {self.recorded.run_id} (agent {agent!r}): "
+                                           f"{divergence.message}")
 
     def check(self, run: Any, drafts: list[EventDraft]) -> None:
         """Compare the comparable drafts about to be written against the record."""
@@ -203,14 +225,118 @@ class ReplaySource:
             return f"was still waiting for an approval (approval {rec.approval_id}) when the run ended"
         return f"was still waiting for an approval (approval {rec.approval_id})"
 
-    def refuse_sub_run(self, run: Any, sub: Any) -> None:
-        """Stop the replay: the agent started a run of its own (a sub-agent's) while replaying ``run``.
-        Its calls cannot be served from the record, and running them for real would repeat their side
-        effects, so the replay stops before that run is written (an ``unreplayable`` divergence)."""
+    # ----------------------------------------------------------------- sub-agent runs
+
+    def recorded_children(self) -> list[dict[str, Any]]:
+        """The recorded run's sub-agent runs (runs naming it as parent, replays left out), in start order."""
+        with self._lock:
+            if self._children is None:
+                row = self.recorded.store.get_run(self.recorded.run_id) or {}
+                kids = [c for c in row.get("children") or [] if not c.get("replay_of")]
+                self._children = kids  # get_run lists them oldest first
+            return list(self._children)
+
+    def adopt_sub_run(self, run: Any, sub: Any) -> None:
+        """Serve ``sub``, a run the agent started while replaying ``run`` (a sub-agent's), from the
+        record: from the recorded run's first sub-agent run of the same agent and principal not yet
+        served. ``sub`` becomes a replay of it (``replay_of``, its own :class:`ReplaySource`, the same
+        modes), compared step by step; a divergence in it stops the whole replay. Nothing is written
+        here; an agent the record has no (further) sub-agent run of stops the replay before that run
+        is written: ``extra``, or ``mismatch`` when its principal differs from the recorded run's.
+
+        Raises:
+            ReplayStopped: as described (or the replay had stopped already).
+        """
+        if self.divergence is not None:
+            raise ReplayStopped(self.divergence)
         step = str(run._next_step)
-        self.stop(Divergence("unreplayable", step, f"step {step}: the agent started a run of its own (agent "
-                             f"{sub.agent!r}) inside the replay; sub-agent runs are not served from the record, "
-                             "so replay stopped before anything in that run could execute for real"))
+        with self._lock:
+            children = self.recorded_children()
+            same = [c for c in children if c["run_id"] not in self._claimed and c.get("agent") == sub.agent]
+            match = next((c for c in same if c.get("principal") == sub.principal.id), None)
+            if match is None:
+                if same:
+                    other = same[0]
+                    self.stop(Divergence(
+                        "mismatch", step, f"at step {step} the agent started a sub-agent run (agent {sub.agent!r}) "
+                        f"as principal {sub.principal.id!r}; the record's sub-agent run {other['run_id']} of that "
+                        f"agent ran as {other.get('principal')!r}; replay stopped before anything in that run "
+                        "could execute", mismatched=("name",)))
+                served = len([c for c in children if c["run_id"] in self._claimed and c.get("agent") == sub.agent])
+                self.stop(Divergence(
+                    "extra", step, f"at step {step} the agent started a sub-agent run (agent {sub.agent!r}) that the "
+                    f"record does not have (the recorded run has {served} of that agent, all served already); "
+                    "replay stopped before anything in that run could execute", mismatched=("step",)))
+            assert match is not None
+            self._claimed.add(match["run_id"])
+        child = ReplaySource(RecordedRun.read(self.recorded.store, match["run_id"]),
+                             model="record" if self.serves_models else "live",
+                             tools="record" if self.serves_tools else "live")
+        child.parent, child.allow_drift, child.replay_run_id = self, self.allow_drift, sub.run_id
+        with self._lock:
+            self.sub_sources.append(child)
+        sub.replay, sub.replay_of = child, match["run_id"]
+        if sub.parent_run_id is None:
+            sub.parent_run_id = run.run_id
+
+    def check_sub_snapshot(self, sub: Any, fingerprint: str | None) -> None:
+        """Before a sub-agent run's ``run.started`` is written: stop the replay (``config_drift``) when
+        its snapshot is not the recorded sub-agent run's, unless drift is allowed."""
+        from sealbox.snapshot import diff_snapshots
+
+        then = self.recorded.started.get("snapshot")
+        if fingerprint == then or self.allow_drift:
+            return
+        store = self.recorded.store
+        old = store.get_snapshot(then) if then else None
+        new = store.get_snapshot(fingerprint) if fingerprint else None
+        drift = diff_snapshots(old or {}, new or {})
+        fields = ", ".join(d.path for d in drift[:8]) + (" …" if len(drift) > 8 else "")
+        self.stop(Divergence("config_drift", None, f"its configuration differs from the recorded snapshot in "
+                             f"{len(drift)} field(s): {fields or 'snapshot'}; the sub-agent run did not start "
+                             "(allow_config_drift to proceed)", diff=tuple(drift)))
+
+    def finish_sub_run(self, sub: Any, status: str, error: BaseException | None) -> tuple[str, dict[str, Any]]:
+        """When a sub-agent run served from the record ends: its divergence, if any (a step it never
+        reached, an outcome other than the recorded one), is the whole replay's. Returns the status to
+        record (``cancelled`` once the replay stopped) and the ``verdict`` of its ``run.ended``."""
+        from sealbox.replay.engine import _other_error
+
+        stopped = self.divergence is not None or isinstance(error, ReplayStopped)
+        if stopped:
+            status = "cancelled"  # stopped by the replay, not by the agent
+        else:
+            d = self.missing()
+            if d is None:
+                recorded = (self.recorded.ended or {}).get("status")
+                if recorded != status:
+                    why = f": {type(error).__name__}: {str(error)}" if error is not None else ""
+                    d = Divergence("outcome", None, f"every step matched, but the recorded run ended "
+                                   f"{recorded or 'without run.ended'} and the replay ended {status}{why}")
+                elif error is not None:
+                    d = _other_error(sub, (self.recorded.ended or {}).get("error"), error)
+            if d is not None:
+                self._diverged(d)
+        self.ended_status = status
+        divergence = self.divergence
+        verdict = {"reproduced": divergence is None, "replay_of": self.recorded.run_id,
+                   "steps_compared": len(self.compared),
+                   "divergence": divergence.summary() if divergence else None, "config_drift": []}
+        return status, verdict
+
+    def sub_run_results(self) -> list[dict[str, Any]]:
+        """Every sub-agent run served from the record under this one, depth first in start order:
+        ``{replay_of, parent, agent, new_run_id, steps_compared, reproduced}``."""
+        out: list[dict[str, Any]] = []
+        with self._lock:
+            subs = list(self.sub_sources)
+        for child in subs:
+            out.append({"replay_of": child.recorded.run_id, "parent": self.recorded.run_id,
+                        "agent": child.recorded.started.get("agent"), "new_run_id": child.replay_run_id,
+                        "steps_compared": len(child.compared),
+                        "reproduced": child.divergence is None and child.ended_status is not None})
+            out += child.sub_run_results()
+        return out
 
     def refuse_stream(self, run: Any, what: str) -> None:
         """Stop the replay at a streamed model call that cannot be served from the record (``what`` says
@@ -350,11 +476,24 @@ class ReplaySource:
     # ----------------------------------------------------------------- the end
 
     def missing(self) -> Divergence | None:
-        """The first recorded step the replay never reached, as a ``missing`` divergence."""
+        """The first recorded step the replay never reached, as a ``missing`` divergence; else the
+        first recorded sub-agent run it never started, or started and never ended."""
         for rec in self.recorded.ordered():
             if rec.key.step not in self.compared:
                 return Divergence("missing", rec.key.step, f"the replay ended before step {rec.key.step} "
                                   f"({rec.key.kind} {rec.key.name}) of the record", rec.key, None, rec.content)
+        if getattr(self.recorded.store, "get_run", None) is None:
+            return None
+        with self._lock:
+            claimed, subs = set(self._claimed), list(self.sub_sources)
+        for child in self.recorded_children():
+            if child["run_id"] not in claimed:
+                return Divergence("missing", None, f"the replay ended without starting the recorded sub-agent "
+                                  f"run {child['run_id']} (agent {child.get('agent')!r})")
+        for sub in subs:
+            if sub.ended_status is None and sub.divergence is None:
+                return Divergence("missing", None, f"the sub-agent run replaying {sub.recorded.run_id} (agent "
+                                  f"{sub.recorded.started.get('agent')!r}) had not ended when the replay ended")
         return None
 
 
