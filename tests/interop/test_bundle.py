@@ -141,9 +141,12 @@ def test_export_summary_counts_in_the_right_number(recorded, tmp_path):
     target = tmp_path / "one.sbx"
     code, out, err = cli("export", "-s", store_path, runs[0], "-o", target, cwd=folder)
     assert code == 0, err
-    report = verify_bundle(target)
+    vkey = recorded[3]
+    report = verify_bundle(target, trusted_vkey=vkey)
     assert report.ok and (len(report.runs), report.system_events, report.snapshots) == (1, 2, 1)  # identity.changed of root and alice
     assert report.events > 1 and report.blobs > 1
     assert out.strip() == (f"Wrote {target}: {report.events} events of 1 run, 2 system events, {report.blobs} blobs, "
                            f"1 snapshot, proven against the checkpoint of size {report.checkpoint_size} (signed now). "
-                           "Check it anywhere with `sealbox verify FILE --key KEY`.")
+                           "Check it anywhere with `sealbox verify FILE --key KEY`; send KEY, the log's verifier key, "
+                           "apart from the bundle (publish it where its recipient can check it came from you): "
+                           f"{vkey}")

@@ -66,7 +66,9 @@ MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]],
                                    f"{_n(r['snapshots'], 'snapshot')}, proven against the checkpoint of size "
                                    f"{r['checkpoint_size']}"
                                    + (" (signed now)" if r["checkpoint_issued"] else "")
-                                   + ". Check it anywhere with `sealbox verify FILE --key KEY`.")),
+                                   + ". Check it anywhere with `sealbox verify FILE --key KEY`; send KEY, the log's "
+                                   f"verifier key, apart from the bundle (publish it where its recipient can check it "
+                                   f"came from you): {r['vkey']}")),
     "parquet": (_parquet, lambda r: f"Wrote {r['path']}: {_n(r['rows'], 'tool call')} of {_n(r['runs'], 'run')}."),
     "otlp": (_otlp, lambda r: (f"Sent {_n(r['runs'], 'run')} to {r['traces_url']} and {r['logs_url']}: "
                                f"{_n(r['spans'], 'span')}, {_n(r['logs'], 'log record')} "
@@ -78,7 +80,7 @@ MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]],
 @store_option
 @click.argument("run_ids", nargs=-1, metavar="[RUN]...")
 @click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
-              help="Write an export bundle (.sbx) that `sealbox verify FILE` checks offline.")
+              help="Write an export bundle (.sbx) that `sealbox verify FILE --key KEY` checks offline.")
 @click.option("--parquet", "parquet", type=click.Path(dir_okay=False),
               help="Write one row per tool call to a Parquet file (needs pyarrow).")
 @click.option("--otlp", "otlp", metavar="URL",
@@ -97,7 +99,8 @@ def export_cmd(store_path: str, run_ids: tuple[str, ...], since: str | None, unt
 
     Exactly one output mode: -o FILE (a bundle holding the runs' events, blobs,
     snapshots, a signed checkpoint with an inclusion proof per event and the
-    verifier key), --parquet FILE (one row per tool call, for analysts) or --otlp
+    verifier key; send that key to the recipient apart from the bundle, as it prints it:
+    `sealbox verify FILE --key KEY` trusts only a key given), --parquet FILE (one row per tool call, for analysts) or --otlp
     URL (OpenTelemetry traces and logs over OTLP/HTTP; nothing is sent otherwise).
     """
     chosen = [(name, value) for name, value in modes.items() if value]

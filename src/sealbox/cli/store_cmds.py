@@ -74,6 +74,8 @@ def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_key
     click.echo("")
     click.echo("Keep a copy of this key somewhere the owner of this store cannot rewrite (a ticket, a wiki page,")
     click.echo("another machine): `sealbox verify --key KEY` checks the log against it, so a rewritten store is caught.")
+    click.echo("Whoever receives a bundle of this log (`sealbox export -o FILE`) needs it too, sent apart from the")
+    click.echo("bundle: `sealbox verify FILE --key KEY` (`sealbox log key` prints the key again).")
 
 
 def _check_key(vkey: str, where: str) -> None:
@@ -253,6 +255,9 @@ def _read_key(value: str | None) -> str | None:
         return None
     if not value.strip():
         raise BadInput("--key is empty: give a verifier key, or a file holding one")
+    if os.path.isdir(value):
+        raise BadInput(f"--key {value} is a folder: give the key file in it ({os.path.join(value, 'log.vkey')}, "
+                       "for a store) or the key string `sealbox log key` prints")
     if os.path.isfile(value):
         try:
             with open(value, encoding="utf-8") as fh:
@@ -265,5 +270,6 @@ def _read_key(value: str | None) -> str | None:
         return text
     if ("/" in value or value.endswith(".vkey")) and value.count("+") < 2:
         raise BadInput(f"no such key file: {value}")
+    value = value.strip()  # pasted from `sealbox init`'s indented output
     _check_key(value, "--key")
     return value

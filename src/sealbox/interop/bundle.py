@@ -308,6 +308,7 @@ class ExportSummary:
     checkpoint_size: int
     checkpoint_issued: bool
     bytes: int
+    vkey: str | None = None  # the log's verifier key (the bundle's log.vkey), for the recipient, sent apart from it
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -404,7 +405,7 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -
         data = zip_bytes([("format", FORMAT_TEXT), ("manifest.json", manifest), *body])
         target.commit(data)
     return ExportSummary(str(path), tuple(run_ids), len(events), len(system), len(blob_rows), len(erased),
-                         len(snaps), cp.tree_size, True, len(data))
+                         len(snaps), cp.tree_size, True, len(data), vkey)
 
 
 def _collect_blobs(store: Any, events: Sequence[Any]) -> tuple[dict[str, tuple], set[str]]:
