@@ -174,6 +174,21 @@ def test_export_replay_and_whatif_run_when_they_exist(drill):
     assert failed == {}
 
 
+def test_the_bundle_is_verified_against_the_logs_key(drill):
+    """The drill verifies its bundle with --key (without it, `sealbox verify` exits 3: the bundle's
+    own key proves nothing about who signed it), and says which key it trusted."""
+    from sealbox.cli.main import COMMANDS
+
+    if "export" not in COMMANDS:
+        pytest.skip("`sealbox export` does not exist in this build")
+    result, out = drill
+    vkey = (result.workdir / "store" / "log.vkey").read_text(encoding="utf-8").strip()
+    assert "sealbox verify incident.sbx --key store/log.vkey" in result.commands
+    after = out.split("$ sealbox verify incident.sbx --key store/log.vkey\n", 1)[1].splitlines()
+    assert after[0].startswith("Verified: the bundle is intact. ")
+    assert after[1] == f"Checkpoint signature checked against the key you gave (--key): {vkey}."
+
+
 def test_demo_into_a_folder_holding_a_drill_is_a_usage_error(tmp_path):
     """A --dir that already holds a drill is the user's mistake: one error line, exit 2 (it was 1,
     the status of a drill that ran and failed to verify)."""

@@ -68,7 +68,7 @@ def test_export_does_not_follow_a_symlink_planted_at_the_old_tmp_name(case, tmp_
     assert os.readlink(shared / "case.sbx.tmp") == str(victim / "authorized_keys")  # left alone
     assert sorted(p.name for p in shared.iterdir()) == ["case.sbx", "case.sbx.tmp"]  # no temporary file left
     assert stat.S_ISREG(os.lstat(shared / "case.sbx").st_mode)
-    assert verify_bundle(shared / "case.sbx").ok
+    assert verify_bundle(shared / "case.sbx", trusted_vkey=(store_path / "log.vkey").read_text().strip()).ok
 
 
 def test_export_to_a_fifo_is_refused_before_anything_is_signed(case, tmp_path):
@@ -506,7 +506,8 @@ def test_export_to_another_path_or_a_hard_link_of_a_store_file_is_refused(tmp_pa
                          cwd=tmp_path)
     assert (code, err) == (0, "")
     assert out.startswith(f"Wrote {tmp_path / 'elsewhere' / 'log.key'}: 5 events of 1 run, ")
-    assert verify_bundle(tmp_path / "elsewhere" / "log.key").ok
+    assert verify_bundle(tmp_path / "elsewhere" / "log.key",
+                         trusted_vkey=(tmp_path / "st" / "log.vkey").read_text().strip()).ok
 
 
 def test_parquet_to_the_stores_own_files_is_refused(tmp_path):

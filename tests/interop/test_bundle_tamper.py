@@ -133,7 +133,8 @@ def test_a_checkpoint_re_signed_with_another_key_fails_against_the_real_key(case
     m["checkpoint"] = sign_checkpoint(cp, Signer.from_key(skey)).encode()
     rebuild_manifest(m)
     rezip(tmp_path / "k.sbx", m)
-    assert verify_bundle(tmp_path / "k.sbx").ok  # self-consistent: that is all a bundle's own key proves
+    report = verify_bundle(tmp_path / "k.sbx")  # self-consistent: that is all a bundle's own key proves
+    assert report.consistent and not report.ok and report.status == "untrusted_key"
     code, out, _ = cli("verify", tmp_path / "k.sbx", "--key", real_vkey, cwd=tmp_path)
     assert code == 1
     assert "bundle_key_mismatch [log.vkey]" in out and "checkpoint_signature [checkpoint]" in out

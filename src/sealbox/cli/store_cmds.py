@@ -94,8 +94,12 @@ def _check_key(vkey: str, where: str) -> None:
 @click.option("-s", "--store", "store_path", envvar="SEALBOX_STORE", default=DEFAULT_STORE, show_default=True,
               help="The store's data folder (when TARGET is not given).")
 @click.option("--key", "vkey", default=None,
-              help="Trusted verifier key (vkey string or a file holding it). Default: the key pinned at init "
-                   "(a store) or the bundle's own key (which proves only self-consistency).")
+              help="Trusted verifier key: the key string `sealbox init` and `sealbox log key` print, or a file "
+                   "holding it (a store's log.vkey). Default for a store: the key pinned at init. A bundle needs it "
+                   "(without it: exit 3, NO TRUSTED KEY), or --trust-bundle-key.")
+@click.option("--trust-bundle-key", "trust_bundle_key", is_flag=True,
+              help="Bundles only, instead of --key: accept the key inside the bundle, an integrity check only "
+                   "(exit 0 with a WARNING: whoever rewrites a bundle can sign it again with a key of their own).")
 @click.option("--consistency", "proof_path", type=click.Path(dir_okay=False), default=None,
               help="Bundles only: a `sealbox log prove --from-size N` JSON file proving the log grew from the "
                    "bundle's checkpoint to a newer signed one.")
@@ -106,17 +110,22 @@ def _check_key(vkey: str, where: str) -> None:
               help="Stores: a signed checkpoint kept outside the store (what `sealbox log checkpoint` printed, "
                    "or its --json); the events must reproduce its root. Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path: str | None, canonical: bool,
-               checkpoint_files: tuple[str, ...], as_json: bool) -> None:
+def verify_cmd(target: str | None, store_path: str, vkey: str | None, trust_bundle_key: bool, proof_path: str | None,
+               canonical: bool, checkpoint_files: tuple[str, ...], as_json: bool) -> None:
     """Verify a store (a folder), or an export bundle (a file) with no store at all.
 
     Checks every hash, chain, checkpoint signature, inclusion proof, blob commitment,
-    snapshot and approval signature. Exit status: 0 when clean, 1 when any problem
-    was found (each names where: run, run_seq, kind, bundle member and line), 2 on
-    bad input.
+    snapshot and approval signature. A bundle is checked against the log's key given
+    with --key (from the log's owner, not from the bundle). Exit status: 0 when
+    verified, 1 when any problem was found (each names where: run, run_seq, kind,
+    bundle member and line), 2 on bad input, 3 when a bundle is consistent but no
+    trusted key was given (neither --key nor --trust-bundle-key).
     """
     import os
 
+    if vkey is not None and trust_bundle_key:
+        raise BadInput("--key and --trust-bundle-key exclude each other: give the log's key with --key, or accept "
+                       "the bundle's own key with --trust-bundle-key (an integrity check only)")
     vkey = _read_key(vkey)
     if target is not None and not os.path.exists(target):
         from sealbox.store import _refuse_url
@@ -129,8 +138,11 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path
                            "hashes and proofs: verify the store it came from with --canonical")
         if checkpoint_files:
             raise click.UsageError("--checkpoint applies to a store (for a bundle, prove its growth with --consistency)")
-        _verify_bundle(target, vkey, proof_path, as_json)
+        _verify_bundle(target, vkey, trust_bundle_key, proof_path, as_json)
         return
+    if trust_bundle_key:
+        raise BadInput("--trust-bundle-key applies to a bundle (a file); a store is checked against the key pinned "
+                       "at init, or --key")
     external = [(f"the checkpoint given in {path}", _read_checkpoint(path)) for path in checkpoint_files]
     if proof_path is not None:
         raise click.UsageError("--consistency applies to a bundle file (verify a store's growth with `sealbox verify`)")
@@ -167,7 +179,13 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, proof_path
     _print(dataclasses.replace(report, notes=report.notes + notes), as_json, notes=True)
 
 
-def _verify_bundle(path: str, vkey: str | None, proof_path: str | None, as_json: bool) -> None:
+#: ``sealbox verify``'s exit status for a bundle that is consistent but was checked against no
+#: trusted key (no --key, no --trust-bundle-key). 1 is "problems found", 2 bad input.
+EXIT_UNTRUSTED_KEY = 3
+
+
+def _verify_bundle(path: str, vkey: str | None, trust_bundle_key: bool, proof_path: str | None,
+                   as_json: bool) -> None:
     import json
 
     from sealbox.errors import ConfigError
@@ -183,10 +201,12 @@ def _verify_bundle(path: str, vkey: str | None, proof_path: str | None, as_json:
         except RecursionError:
             raise ConfigError(f"cannot read the consistency proof {proof_path}: its JSON is nested too deeply "
                               "(`sealbox log prove` writes a flat object)") from None
-    _print(verify_bundle(path, trusted_vkey=vkey, consistency=proof), as_json, notes=True)
+    report = verify_bundle(path, trusted_vkey=vkey, consistency=proof, trust_bundle_key=trust_bundle_key)
+    _print(report, as_json, notes=True,
+           code=0 if report.ok else 1 if report.problems else EXIT_UNTRUSTED_KEY)
 
 
-def _print(report, as_json: bool, notes: bool = False) -> None:
+def _print(report, as_json: bool, notes: bool = False, code: int | None = None) -> None:
     if as_json:
         echo_json(report.to_dict())
     else:
@@ -195,7 +215,7 @@ def _print(report, as_json: bool, notes: bool = False) -> None:
         for note in report.notes if notes else ():
             click.echo(f"note: {note}")
         click.echo(report.summary())
-    sys.exit(0 if report.ok else 1)
+    sys.exit((0 if report.ok else 1) if code is None else code)
 
 
 def _read_checkpoint(path: str) -> str:

@@ -555,7 +555,7 @@ def _investigate(ws: Path, result: DrillResult, echo: Callable[[str], None]) -> 
         ("report", ["report", run, "-o", "incident.html"]),
         ("report", ["report", run, "-o", "incident.md"]),
         ("export", ["export", run, "-o", "incident.sbx"]),
-        ("export", ["verify", "incident.sbx"]),
+        ("export", ["verify", "incident.sbx", "--key", "store/log.vkey"]),  # the log's key, never the bundle's own
         ("replay", ["replay", run, "--agent", "sealbox.demo.drill:replay_agent"]),
         ("whatif", ["whatif", "--policy", "fixed.yaml", run]),
     ]

@@ -11,6 +11,12 @@ extension line: removing events or runs consistently is detected). Optionally it
 RFC 9162 consistency proof from the bundle's checkpoint to a newer one. Store and
 bundle are checked by the same code (:mod:`sealbox.verify`). Tampering is
 reported, each problem naming its member, line, event or blob; it never raises.
+
+The signature is checked against the log's key the caller gives (``trusted_vkey``,
+obtained from the log's owner apart from the bundle). Without one, the bundle's own
+key is used, which anyone who rewrites a bundle can replace with a key of their own:
+the report is then consistent at best, never ``ok``, unless the caller accepts that
+key explicitly (``trust_bundle_key``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import dataclasses
 import hashlib
 import json
 import re
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,15 +73,25 @@ _EXPORT_LINE = re.compile(re.escape(EXPORT_EXTENSION) + r" sha256:([0-9a-f]{64})
 
 @dataclass(frozen=True)
 class BundleReport:
-    """Result of :func:`verify_bundle`; ``ok`` when ``problems`` is empty.
+    """Result of :func:`verify_bundle`.
+
+    ``ok`` (the bundle verified) needs both: nothing found wrong (``consistent``) and a
+    trusted key (``key_trusted``): one the caller gave, or the bundle's own key accepted
+    explicitly (``trust_bundle_key=True``). The bundle's own key alone proves only that the
+    bundle is consistent with itself: whoever rewrites a bundle can sign it again with a key
+    of their own and put that key in it.
 
     Attributes:
         runs: per run ``{run_id, agent, events, status}`` (status: the last event's kind,
             ``run.ended`` meaning the run is provably complete).
-        key_source: ``"given"`` (``--key``) or ``"bundle"`` (the bundle's own key:
-            self-consistency only; ``trusted_key`` is None when that key is malformed, and
-            then no signature was checked).
+        trusted_key: the key the checkpoint's signature was checked against (C2SP vkey), or
+            None when there was none (no key given and the bundle's own key is malformed).
+        key_source: ``"given"`` (``trusted_vkey``, ``--key``) or ``"bundle"`` (the bundle's own key).
         consistency: ``{size1, size2, root2}`` when a consistency proof verified.
+        bundle_key: the bundle's own ``log.vkey`` (C2SP vkey), or None when it is malformed:
+            what to compare with the log's key obtained from its owner.
+        bundle_key_accepted: the bundle's own key was trusted on request (``trust_bundle_key``).
+        path: the bundle file, as given (for the command printed when no key was given).
     """
 
     problems: tuple[Problem, ...]
@@ -90,29 +107,66 @@ class BundleReport:
     seconds: float
     consistency: dict[str, Any] | None = None
     notes: tuple[str, ...] = field(default=())
+    bundle_key: str | None = None
+    bundle_key_accepted: bool = False
+    path: str | None = None
+
+    @property
+    def consistent(self) -> bool:
+        """True when nothing was found wrong (the bundle is consistent with the key checked against)."""
+        return not self.problems
+
+    @property
+    def key_trusted(self) -> bool:
+        """True when the signature was checked against a trusted key: one given, or the
+        bundle's own key accepted explicitly."""
+        return self.key_source == "given" or (self.bundle_key_accepted and self.trusted_key is not None)
 
     @property
     def ok(self) -> bool:
-        """True when nothing was found wrong."""
-        return not self.problems
+        """True when the bundle verified: nothing found wrong, against a trusted key."""
+        return self.consistent and self.key_trusted
+
+    @property
+    def status(self) -> str:
+        """``"verified"`` (ok), ``"problems"`` (something found wrong) or ``"untrusted_key"``
+        (consistent, but checked only against the key the bundle carries, not accepted)."""
+        if self.problems:
+            return "problems"
+        return "verified" if self.key_trusted else "untrusted_key"
 
     def trust(self) -> str:
-        """Which key was trusted, and what that proves."""
+        """Which key was trusted, and what that proves: one line."""
         if self.key_source == "given":
             return f"Checkpoint signature checked against the key you gave (--key): {self.trusted_key}."
         if self.trusted_key is None:
             return ("No key was used: the bundle's own verifier key (log.vkey) is malformed, so nothing was checked "
                     "against it. Pass the log's key with --key.")
-        return (f"Checkpoint signature checked against the key inside the bundle ({self.trusted_key}): this proves "
-                "only that the bundle is consistent with itself. Compare that key with a copy kept where the store's "
-                "owner cannot rewrite it, or pass --key.")
+        if self.bundle_key_accepted:
+            return (f"WARNING: checked only against the key inside the bundle ({self.trusted_key}), accepted because "
+                    "of --trust-bundle-key: this proves that the bundle is consistent with itself, not that the log's "
+                    "owner signed it (whoever rewrites a bundle can sign it again with a key of their own).")
+        verifier = Verifier.from_vkey(self.trusted_key)
+        target = shlex.quote(self.path) if self.path is not None else "FILE"
+        return (f"NO TRUSTED KEY: no --key was given, so nothing shows who signed this bundle (whoever rewrites a "
+                f"bundle can sign it again with a key of their own). The bundle's key is {self.trusted_key} (name "
+                f"{verifier.name}, key ID {verifier.key_id.hex()}): compare it with the log's verifier key obtained "
+                "from the log's owner separately (what `sealbox init` and `sealbox log key` print), then run: "
+                f"sealbox verify {target} --key KEY")
 
     def summary(self) -> str:
-        """A short paragraph for a terminal."""
-        head = "Verified: the bundle is intact." if self.ok else f"NOT VERIFIED: {len(self.problems)} problem(s) found."
+        """A short paragraph for a terminal: the checks' result, then one line on the key (:meth:`trust`)."""
+        if self.problems:
+            head = f"NOT VERIFIED: {len(self.problems)} problem(s) found."
+        elif self.key_source == "given":
+            head = "Verified: the bundle is intact."
+        elif self.bundle_key_accepted:
+            head = "Consistent: the bundle is intact, checked against the key it carries."
+        else:
+            head = "NOT VERIFIED (no trusted key): the bundle is consistent with the key it carries."
         if self.checkpoint_size is None:
             proven = "no checkpoint verified, so no event is proven to be in the log"
-        elif self.ok:
+        elif self.consistent:
             proven = f"each event proven against the checkpoint of size {self.checkpoint_size} (root {self.root})"
         else:
             proven = f"checked against the checkpoint of size {self.checkpoint_size} (root {self.root})"
@@ -125,10 +179,14 @@ class BundleReport:
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {"ok": self.ok, "events": self.events, "system_events": self.system_events, "runs": list(self.runs),
+        """JSON-ready form: ``ok`` as :attr:`ok` (False without a trusted key), with
+        ``status``, ``consistent``, ``key_trusted``, ``key_source``, ``bundle_key`` and
+        ``bundle_key_accepted`` saying why."""
+        return {"ok": self.ok, "status": self.status, "consistent": self.consistent, "key_trusted": self.key_trusted,
+                "events": self.events, "system_events": self.system_events, "runs": list(self.runs),
                 "blobs": self.blobs, "snapshots": self.snapshots, "checkpoint_size": self.checkpoint_size,
                 "root": self.root, "trusted_key": self.trusted_key, "key_source": self.key_source,
+                "bundle_key": self.bundle_key, "bundle_key_accepted": self.bundle_key_accepted,
                 "trust": self.trust(), "consistency": self.consistency, "notes": list(self.notes),
                 "seconds": round(self.seconds, 4), "problems": [p.to_dict() for p in self.problems]}
 
@@ -156,15 +214,20 @@ def parse_consistency(doc: Any) -> tuple[int, int, str, list[bytes]]:
     return size1, size2, note, hashes
 
 
-def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consistency: Any = None) -> BundleReport:
+def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consistency: Any = None,
+                  trust_bundle_key: bool = False) -> BundleReport:
     """Verify the bundle at ``path`` from its bytes alone.
 
     Args:
         path: the bundle file.
-        trusted_vkey: the verifier key to trust (C2SP vkey). Default: the bundle's own
-            key, which proves only self-consistency (the report says so).
+        trusted_vkey: the verifier key to trust (C2SP vkey), obtained from the log's owner
+            separately from the bundle. Without it the checks run against the bundle's own key,
+            which proves only self-consistency: the report is then not ``ok``
+            (``status == "untrusted_key"``) unless ``trust_bundle_key``.
         consistency: a ``sealbox log prove`` document (already parsed JSON) proving
             that a newer signed checkpoint extends the bundle's (RFC 9162 §2.1.4.2).
+        trust_bundle_key: accept the bundle's own key when no ``trusted_vkey`` is given (an
+            integrity check only; :meth:`BundleReport.trust` says so).
 
     Returns:
         A :class:`BundleReport`; tampering is reported, never raised.
@@ -172,13 +235,17 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
     Raises:
         BundleFormatError: the file cannot be read or is not a Sealbox bundle at all.
         NoteError: ``trusted_vkey`` is not a valid verifier key.
-        ConfigError: ``consistency`` is not shaped like ``sealbox log prove`` output.
+        ConfigError: ``consistency`` is not shaped like ``sealbox log prove`` output, or both
+            ``trusted_vkey`` and ``trust_bundle_key`` were given.
     """
     started = time.perf_counter()
+    if trusted_vkey and trust_bundle_key:
+        raise ConfigError("give a trusted key or trust the bundle's own key, not both")
     data = _read(Path(path))
     verifier = Verifier.from_vkey(trusted_vkey) if trusted_vkey else None
     proof_doc = parse_consistency(consistency) if consistency is not None else None
-    return _Check(data, verifier, started).run(proof_doc)
+    report = _Check(data, verifier, started).run(proof_doc)
+    return dataclasses.replace(report, path=str(path), bundle_key_accepted=trust_bundle_key and verifier is None)
 
 
 def _read(path: Path) -> bytes:
@@ -278,6 +345,7 @@ class _Check:
         self.ev = EventVerifier()
         self.envs: list[tuple[int, dict]] = []
         self.leaf_lines: dict[int, str] = {}
+        self.bundle_key: str | None = None
 
     def run(self, proof_doc: tuple | None) -> BundleReport:
         self._container()
@@ -302,7 +370,8 @@ class _Check:
             blobs=len(blobs), snapshots=len(snaps), checkpoint_size=self.cp.size if self.cp else None,
             root="sha256:" + self.cp.root.hex() if self.cp else None,
             trusted_key=self.verifier.vkey if self.verifier else None, key_source=key_source,
-            seconds=time.perf_counter() - self.started, consistency=consistency, notes=notes)
+            seconds=time.perf_counter() - self.started, consistency=consistency, notes=notes,
+            bundle_key=self.bundle_key)
 
     def _problem(self, code: str, message: str, member: str, **kw: Any) -> None:
         self.problems.append(Problem(code, message, member=member, **kw))
@@ -350,6 +419,7 @@ class _Check:
         except (ValueError, NoteError) as exc:
             self._problem("bundle_key", f"the bundle's verifier key is malformed: {exc}", "log.vkey")
             bundle_vkey = None
+        self.bundle_key = bundle_vkey.vkey if bundle_vkey is not None else None
         if self.verifier is not None:
             if bundle_vkey is not None and bundle_vkey != self.verifier:
                 self._problem("bundle_key_mismatch", "the bundle's verifier key is not the key you trust",
