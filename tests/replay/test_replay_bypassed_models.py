@@ -44,7 +44,7 @@ def _agent(model, how):
     return agent
 
 
-@pytest.mark.parametrize("how,kwargs", [("stream", {}), ("invoke", {"cache": False})])
+@pytest.mark.parametrize("how,kwargs", [("invoke", {"cache": False})])
 def test_a_chat_model_call_past_the_replay_cache_stops_the_replay(tmp_path, how, kwargs):
     store = sealbox.init_store(tmp_path / "s")
     live: list = []
@@ -94,4 +94,43 @@ def test_a_model_call_the_agent_made_itself_stops_the_replay(tmp_path):
         "replay answers from the record); replay stopped")
     live = Replayer(store).replay(run.run_id, agent, model="live")  # a live model is what --model live is for
     assert live.head() == "reproduced: 2 step(s) matched"
+    store.close()
+
+
+@pytest.mark.parametrize("how", ["stream", "astream"])
+def test_a_streamed_chat_model_call_is_served_from_the_record_without_calling_the_model(tmp_path, how):
+    """``.stream()`` / ``.astream()`` bypass LangChain's cache: a replay sent one live request before it could
+    stop. While a replay runs they yield ``invoke``'s answer, which the record gives; nothing is called."""
+    import asyncio
+
+    def agent_for(model):
+        def agent(run):
+            config = {"callbacks": [SealboxCallbackHandler(run)]}
+            if how == "stream":
+                chunks = list(model.stream([HumanMessage(content="hi")], config=config))
+            else:
+                async def collect():
+                    return [c async for c in model.astream([HumanMessage(content="hi")], config=config)]
+                chunks = asyncio.run(collect())
+            run.note("".join(c.content for c in chunks))
+        return agent
+
+    store = sealbox.init_store(tmp_path / "s")
+    recorded: list = []
+    with Recorder(store, policy=ALLOW_ALL).run(agent="lc") as run:
+        agent_for(_model(recorded))(run)
+    assert recorded[0] == "_stream"  # it streamed when recorded (the fake model's _stream uses _generate)
+    events = store.read_run(run.run_id)
+    assert [e.kind for e in events] == ["run.started", "model.call", "note", "run.ended"]
+    assert events[2].payload["text"] == "hello world"
+
+    live: list = []
+    result = Replayer(store).replay(run.run_id, agent_for(_model(live)))
+
+    assert live == []  # the model was not called
+    assert result.head() == "reproduced: 2 step(s) matched", result.divergence
+    replayed = store.read_run(result.new_run_id)
+    assert replayed[2].kind == "note" and replayed[2].payload["text"] == "hello world"
+    from langchain_core.language_models.chat_models import BaseChatModel
+    assert BaseChatModel.stream.__name__ == "stream" and BaseChatModel.astream.__name__ == "astream"  # restored
     store.close()

@@ -348,11 +348,12 @@ def _langchain_cache(source: ReplaySource, run: Any, serve: bool) -> Iterator[No
         return
     from langchain_core.globals import get_llm_cache, set_llm_cache
 
-    from sealbox.replay.langchain import RecordCache
+    from sealbox.replay.langchain import RecordCache, served_not_streamed
 
     previous = get_llm_cache()
     set_llm_cache(RecordCache(source, run))
     try:
-        yield
+        with served_not_streamed():
+            yield
     finally:
         set_llm_cache(previous)

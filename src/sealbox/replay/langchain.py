@@ -8,13 +8,19 @@ recorded ``AIMessage`` of the next model step, and
 :class:`~sealbox.integrations.langgraph.SealboxCallbackHandler` records the call
 as usual — where its request is compared with the recorded one.
 
-A model built with ``cache=False``, or a ``.stream()`` / ``.astream()`` call, bypasses the cache and
-reaches the model for real: the handler then stops the replay (``ReplaySource.check_model_served``).
+A ``.stream()`` / ``.astream()`` call does not consult the cache: it calls the model's streaming
+API. While a replay runs, chat models therefore do not stream (:func:`served_not_streamed`): the
+stream yields what ``invoke`` / ``ainvoke`` returns, as LangChain does for a model that cannot stream,
+which the cache answers: the recorded message, whole, as one chunk. A model built with ``cache=False``
+bypasses the cache and reaches the model for real: the handler then stops the replay
+(``ReplaySource.check_model_served``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import threading
+from typing import Any, Iterator
 
 from langchain_core.caches import BaseCache
 from langchain_core.messages import AIMessage
@@ -59,6 +65,48 @@ def generations_from_record(response: Any) -> list[ChatGeneration]:
         gen = gen if isinstance(gen, dict) else {}
         out.append(_ServedGeneration(message=_message(gen.get("message")), generation_info=gen.get("generation_info")))
     return out
+
+
+_PATCH_LOCK = threading.Lock()
+_PATCH_DEPTH = [0]  # replays running now in this process (the patch is the process's, as the LLM cache is)
+_PATCHED = ("stream", "astream")
+
+
+@contextlib.contextmanager
+def served_not_streamed() -> Iterator[None]:
+    """While the block runs, ``BaseChatModel.stream`` / ``astream`` of every chat model of the process
+    yield ``invoke`` / ``ainvoke``'s message, as LangChain does for a model that cannot stream, so that
+    the replay's :class:`RecordCache` answers them instead of the model's streaming API being called
+    for real. Restored when the last replay running in the process ends."""
+    from langchain_core.language_models.chat_models import BaseChatModel
+
+    with _PATCH_LOCK:
+        if _PATCH_DEPTH[0] == 0:
+            _ORIGINAL.update({name: BaseChatModel.__dict__[name] for name in _PATCHED})
+            BaseChatModel.stream = _served_stream  # type: ignore[method-assign,assignment]
+            BaseChatModel.astream = _served_astream  # type: ignore[method-assign,assignment]
+        _PATCH_DEPTH[0] += 1
+    try:
+        yield
+    finally:
+        with _PATCH_LOCK:
+            _PATCH_DEPTH[0] -= 1
+            if _PATCH_DEPTH[0] == 0:
+                for name in _PATCHED:
+                    setattr(BaseChatModel, name, _ORIGINAL.pop(name))
+
+
+_ORIGINAL: dict[str, Any] = {}
+
+
+def _served_stream(self: Any, input: Any, config: Any = None, *, stop: Any = None, **kwargs: Any) -> Iterator[Any]:
+    """``BaseChatModel.stream`` during a replay: the answer of ``invoke``, whole (see :func:`served_not_streamed`)."""
+    yield self.invoke(input, config=config, stop=stop, **kwargs)
+
+
+async def _served_astream(self: Any, input: Any, config: Any = None, *, stop: Any = None, **kwargs: Any) -> Any:
+    """``BaseChatModel.astream`` during a replay: the answer of ``ainvoke``, whole."""
+    yield await self.ainvoke(input, config=config, stop=stop, **kwargs)
 
 
 class RecordCache(BaseCache):
