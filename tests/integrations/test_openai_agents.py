@@ -782,9 +782,9 @@ async def test_a_tool_output_echoing_the_password_is_redacted_in_the_next_model_
     assert secret.encode() not in (tmp_path / "store" / "sealbox.db").read_bytes()
 
 
-def test_a_streamed_model_call_in_a_replay_stops_it_instead_of_calling_the_model_live(store):
-    """stream_response is not served from the record: in a replay it called the wrapped model live (a real
-    model API call in a replay that serves models from the record) and could report "reproduced"."""
+def test_a_streamed_model_call_in_a_replay_is_served_from_the_record_without_the_model(store):
+    """stream_response in a replay that serves models from the record: it called the wrapped model live (a real
+    model API call), then stopped the replay as unreplayable; it now streams the recorded response."""
     from agents.testing import ScriptedModel as SdkScriptedModel
     from agents.testing import assistant_message, function_call
 
@@ -794,13 +794,17 @@ def test_a_streamed_model_call_in_a_replay_stops_it_instead_of_calling_the_model
         return [response([function_call("get_weather", {"city": "Paris"}, call_id="call_s")], 7, 3, "r1"),
                 response([assistant_message("Sunny.")], 9, 2, "r2")]
 
+    seen: list = []
+
     def streaming_agent(model, weather):
         async def agent(run):
             streamed = Runner.run_streamed(
                 instrument(run, Agent(name="streamer", model=model, tools=weather.tools[:1]), provider="scripted"),
                 "Weather in Paris?")
-            async for _ in streamed.stream_events():
-                pass
+            async for event in streamed.stream_events():
+                if event.type == "raw_response_event" and event.data.type == "response.output_text.delta":
+                    seen.append(event.data.delta)
+            seen.append(("final", streamed.final_output))
         return agent
 
     async def record():
@@ -809,6 +813,8 @@ def test_a_streamed_model_call_in_a_replay_stops_it_instead_of_calling_the_model
         return run.run_id
 
     run_id = asyncio.run(record())
+    assert seen[-1] == ("final", "Sunny.")
+    seen.clear()
     live = SdkScriptedModel(script())
     weather = Weather()
     asked: list = []
@@ -820,9 +826,11 @@ def test_a_streamed_model_call_in_a_replay_stops_it_instead_of_calling_the_model
 
     live.stream_response = spy
     result = Replayer(store).replay(run_id, streaming_agent(live, weather))
-    assert asked == [] and weather.invoked == []
-    assert result.head() == "NOT reproduced: diverged at step 2 (unreplayable); 0 step(s) matched before it"
-    assert result.divergence.message == (
-        "step 2: the agent streamed a model call (SealboxModel.stream_response), which replay does not serve "
-        "from the record yet; it stopped rather than call the model live")
-    assert [e.kind for e in store.read_run(result.new_run_id)] == ["run.started", "run.ended"]
+    assert asked == [] and weather.invoked == []  # neither the model nor the tool was called
+    assert result.head() == "reproduced: 3 step(s) matched", result.divergence
+    assert seen == ["Sunny.", ("final", "Sunny.")]
+    recorded = [(e.kind, e.step) for e in store.read_run(run_id)]
+    assert [(e.kind, e.step) for e in store.read_run(result.new_run_id)] == recorded
+    model_calls = [e for e in store.read_run(result.new_run_id) if e.kind == "model.call"]
+    assert [m.payload["usage"] for m in model_calls] == [
+        e.payload["usage"] for e in store.read_run(run_id) if e.kind == "model.call"]

@@ -526,11 +526,18 @@ class SealboxModel(Model):
     async def stream_response(self, system_instructions: str | None, input: Any, model_settings: Any,
                               tools: list[Any], output_schema: Any, handoffs: list[Any], tracing: Any,
                               **kwargs: Any) -> AsyncIterator[Any]:
-        """Stream from the wrapped model; record the call when its ``response.completed`` event arrives."""
+        """Stream from the wrapped model; record the call when its ``response.completed`` event arrives.
+
+        In a replay that serves models from the record (docs/replay.md) the wrapped model is not called:
+        the recorded response is streamed as one ``response.output_text.delta`` per text part of its
+        messages, then ``response.completed`` with the whole response (not the recorded chunk
+        boundaries; the same output, usage and ids)."""
         request = self._request(system_instructions, input, model_settings, tools, output_schema, handoffs, kwargs)
         replay = getattr(self.run, "replay", None)
         if replay is not None and replay.serves_models:  # never the live model in a replay served from the record
-            replay.refuse_stream(self.run, "SealboxModel.stream_response")
+            for event in self._replayed_stream(request, replay.model_response(self.run)):
+                yield event
+            return
         started = time.perf_counter()
         completed = None
         try:
@@ -551,6 +558,34 @@ class SealboxModel(Model):
         else:
             self.run.model_call(request, completed, latency=time.perf_counter() - started,
                                 provider=self.provider, model=self.model_name)
+
+    def _replayed_stream(self, request: dict[str, Any], recorded: Any) -> list[Any]:
+        """The stream events of a recorded streamed call (as :meth:`stream_response` recorded its
+        ``response.completed``), the call recorded again; a recorded failure is raised (recorded too)."""
+        from openai.types.responses import Response, ResponseCompletedEvent, ResponseTextDeltaEvent
+
+        recorded = recorded if isinstance(recorded, dict) else {}
+        if set(recorded) == {"error"}:
+            from sealbox.replay.values import rebuild_error
+
+            error = rebuild_error(recorded["error"])
+            self._record_error(request, error, 0.0)
+            raise error
+        response = Response.model_validate(_set_fields(recorded))
+        events: list[Any] = []
+        for index, item in enumerate(response.output):
+            if getattr(item, "type", None) != "message":
+                continue
+            for part_index, part in enumerate(getattr(item, "content", None) or []):
+                text = getattr(part, "text", None)
+                if getattr(part, "type", None) == "output_text" and isinstance(text, str) and text:
+                    events.append(ResponseTextDeltaEvent(
+                        type="response.output_text.delta", item_id=item.id, output_index=index,
+                        content_index=part_index, delta=text, logprobs=[], sequence_number=len(events)))
+        events.append(ResponseCompletedEvent(type="response.completed", response=response,
+                                             sequence_number=len(events)))
+        self.run.model_call(request, response, latency=0.0, provider=self.provider, model=self.model_name)
+        return events
 
     def _record_completed(self, request: dict[str, Any], completed: Any, latency: float) -> None:
         """The streamed call's ``response.completed``, recorded while the stream is being closed (a

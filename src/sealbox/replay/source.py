@@ -338,15 +338,6 @@ class ReplaySource:
             out += child.sub_run_results()
         return out
 
-    def refuse_stream(self, run: Any, what: str) -> None:
-        """Stop the replay at a streamed model call that cannot be served from the record (``what`` says
-        which), rather than call the model live in a replay that serves models from the record."""
-        step = str(run._next_step)
-        rec = self.recorded.steps.get(step)
-        self.stop(Divergence("unreplayable", step, f"step {step}: the agent streamed a model call ({what}), which "
-                             "replay does not serve from the record yet; it stopped rather than call the model live",
-                             rec.key if rec is not None else None))
-
     def check_model_served(self, run: Any, what: str, step: str | None = None) -> None:
         """Stop the replay when a model call about to be recorded (at ``step``, default the run's next)
         was not answered from the record (``what`` says how it got past it), when models are served
