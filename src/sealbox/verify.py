@@ -29,11 +29,13 @@ from sealbox.events import CONTENT_FIELDS, SYSTEM_RUN_ID, derived_columns, valid
 from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
 
-__all__ = ["Problem", "VerifyReport", "verify_store", "EventVerifier", "KEPT_KINDS", "check_approval_answers"]
+__all__ = ["Problem", "VerifyReport", "verify_store", "EventVerifier", "KEPT_KINDS", "check_approval_answers",
+           "check_reapprovals"]
 
 #: Kinds whose envelopes verification keeps (few per run): what later checks need.
 KEPT_KINDS = frozenset({
     "run.started", "content.erased", "identity.changed", "approval.requested", "approval.answered", "approval.expired",
+    "tools.changed", "tool.reapproved",
 })
 
 
@@ -47,7 +49,8 @@ class Problem:
             ``blob_mismatch``, ``blob_missing``, ``leaf_gap``, ``tree_node_mismatch``,
             ``approval_signature``, ``approval_binding``, ``approval_identity``,
             ``approval_unknown``, ``approval_rule``, ``column_type``, ``schema_migration_missing``,
-            ``identity_unauthorized``, ``store_settings_damaged``.
+            ``identity_unauthorized``, ``store_settings_damaged``, ``reapproval_signature``,
+            ``reapproval_identity``, ``reapproval_binding``, ``reapproval_rule``.
         message: one readable sentence.
         run_id, run_seq, kind, leaf_index: where, when it is tied to an event.
         expected, found: what verification computed and what the store holds.
@@ -987,10 +990,12 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
         problems.append(Problem("trigger_foreign", f"the trigger {name} is not Sealbox's: it can silently change or "
                                 "drop what Sealbox writes (someone changed the store below Sealbox)"))
     problems.extend(check_approval_answers(ev.envelopes_by_kind))
+    reapproval_problems, notes = check_reapprovals(ev.envelopes_by_kind, store.origin or "")
+    problems.extend(reapproval_problems)
     return VerifyReport(
         problems=tuple(problems), events=ev.tree.size, runs=len(ev.heads), checkpoints=len(cps), blobs=nblobs,
         seconds=time.perf_counter() - started, tree_size_signed=signed, root=root,
-        trusted_key=verifier.vkey if verifier else None,
+        trusted_key=verifier.vkey if verifier else None, notes=tuple(notes),
     )
 
 
@@ -1105,6 +1110,60 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
                                 expected=request[1].get("binding") if code == "binding_mismatch" else None,
                                 found=p.get("binding") if code == "binding_mismatch" else None))
     return problems
+
+
+_REAPPROVAL_CODES = {
+    "bad_signature": "reapproval_signature", "unknown_identity": "reapproval_identity", "disabled": "reapproval_identity",
+    "wrong_store": "reapproval_binding", "wrong_definition": "reapproval_binding", "role": "reapproval_rule",
+    "principal": "reapproval_rule",
+}
+
+
+class _Kept:
+    """A kept envelope as :meth:`sealbox.gateway.pinning.PinState.apply` reads an event."""
+
+    __slots__ = ("leaf_index", "kind", "payload", "principal")
+
+    def __init__(self, leaf_index: int, env: dict) -> None:
+        self.leaf_index, self.kind, self.payload, self.principal = leaf_index, env["kind"], env["payload"], env.get("principal")
+
+
+def check_reapprovals(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -> tuple[list[Problem], list[str]]:
+    """Every ``tool.reapproved`` of the system run must be signed as :mod:`sealbox.gateway.pinning` says
+    (by an enabled approver or admin of the log at that moment, for this log's ``origin``, the tool and the
+    definition its ``tools.changed`` recorded); the pin state counts no other.
+
+    Returns:
+        Problems (``reapproval_signature``, ``reapproval_identity``, ``reapproval_binding``,
+        ``reapproval_rule``) for signed re-approvals that do not count, and notes for unsigned ones
+        (written by a Sealbox before 2026-12-03, or by hand): they do not count either, and their
+        tools stay blocked until re-approved with a key. A malformed one is reported as ``event_malformed``.
+    """
+    if not by_kind.get("tool.reapproved"):
+        return [], []
+    from sealbox.gateway.pinning import REAPPROVAL_PROBLEMS, PinState
+
+    kept = sorted((leaf, env) for kind in ("identity.changed", "tools.changed", "tool.reapproved")
+                  for leaf, env in by_kind.get(kind, []) if env.get("run_id") == SYSTEM_RUN_ID)
+    envs = dict(kept)
+    state = PinState(origin=origin)
+    state.apply(_Kept(leaf, env) for leaf, env in kept)
+    problems: list[Problem] = []
+    notes: list[str] = []
+    for r in state.reapprovals:
+        if r.problem is None or r.problem == "malformed":
+            continue
+        what = f"the re-approval of {r.server}/{r.tool} ({r.schema_hash}) by {r.identity!r}"
+        if r.problem == "unsigned":
+            notes.append(f"{what} at leaf {r.leaf_index} is unsigned: it does not count (the tool stays blocked as "
+                         "changed until an approver re-approves it with `sealbox gateway reapprove SERVER TOOL "
+                         "--reason TEXT --key-file KEY`)")
+            continue
+        env = envs[r.leaf_index]
+        problems.append(Problem(_REAPPROVAL_CODES.get(r.problem, "reapproval_rule"),
+                                f"{what} does not count: {REAPPROVAL_PROBLEMS[r.problem]}", env.get("run_id"),
+                                env.get("run_seq"), env.get("kind"), r.leaf_index))
+    return problems, notes
 
 
 def _late_answer(request: dict, answer: dict) -> bool:

@@ -348,7 +348,7 @@ async def test_the_tool_changed_denial_names_the_store_in_its_reapprove_hint(tmp
             await gw.upstreams["toy"].wait_until(lambda u: "extra" in u.tools)
         denied = await client.call_tool("toy__echo", {"text": "after"})
         listed = {t.name: t.description for t in (await client.list_tools()).tools}
-    command = f"sealbox gateway reapprove toy echo --store {tmp_path / 'store'}"
+    command = f"sealbox gateway reapprove toy echo --store {tmp_path / 'store'} --reason TEXT --key-file KEY"
     assert text_of(denied).startswith(
         f"denied by rule sealbox.gateway/tool-changed (policy_deny): tool toy/echo changed upstream and has not "
         f"been re-approved ({command}) [call ")

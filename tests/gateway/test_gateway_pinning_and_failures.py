@@ -3,26 +3,41 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import anyio
 import pytest
 from click.testing import CliRunner
 
 import sealbox
+import sealbox.identities
 from sealbox.cli.main import cli
 from sealbox.gateway import PIN_RULE, Gateway
+from sealbox.gateway.pinning import reapproval_fields
+from sealbox.identities import add_identity
+from identity_testkit import admin_key
 
 from .conftest import connect, gateway_runs, running, system_events, text_of, toy_config, toy_log
 
 pytestmark = pytest.mark.anyio
 
 
-def reapprove(store_path, server, tool, *extra):
+def alice_key(store, tmp_path):
+    """An enabled approver's key file (``alice``), added once."""
+    path = tmp_path / "alice.key"
+    if not path.exists():
+        add_identity(store, "alice", "approver", key_path=path, admin_key=admin_key(store, tmp_path))
+    return path
+
+
+def reapprove(store_path, server, tool, *extra, key=None):
+    key = key if key is not None else Path(store_path).parent / "alice.key"
     return CliRunner().invoke(cli, ["gateway", "reapprove", server, tool, "--store", str(store_path),
-                                    "--identity", "alice", *extra])
+                                    "--reason", "reviewed the new description", "--key-file", str(key), *extra])
 
 
 async def test_first_listing_is_pinned_and_a_rug_pull_is_recorded_and_denied_until_reapproved(tmp_path, store):
+    alice_key(store, tmp_path)
     gw = Gateway(toy_config(tmp_path), store=store)
     async with running(gw) as tg, connect(gw, tg) as client:
         [first] = system_events(store, "tools.changed")
@@ -47,8 +62,13 @@ async def test_first_listing_is_pinned_and_a_rug_pull_is_recorded_and_denied_unt
         assert text_of(await client.call_tool("toy__echo", {"text": "approved"})) == "approved"
         assert (await client.call_tool("toy__extra", {})).is_error is True  # still blocked: added, never approved
     [reapproved] = system_events(store, "tool.reapproved")
-    assert reapproved == {"server": "toy", "tool": "echo", "identity": "alice",
-                          "schema_hash": change["changed"][0]["after"]}
+    [change_event] = [e for e in store.read_run("system") if e.kind == "tools.changed"][1:]
+    alice = sealbox.identities.identity_book(store).get("alice")
+    assert {k: v for k, v in reapproved.items() if k not in ("signature", "reapproved_at")} == {
+        "server": "toy", "tool": "echo", "identity": "alice", "schema_hash": change["changed"][0]["after"],
+        "change_leaf": change_event.leaf_index, "origin": store.origin, "reason": "reviewed the new description",
+        "key_id": alice.key_id}
+    assert sealbox.identities.verify_fields(alice.public_key, reapproval_fields(reapproved), reapproved["signature"])
     assert [e["arguments"].get("text") for e in toy_log(tmp_path) if e["tool"] == "echo"] == ["before", "approved"]
     assert sealbox.verify_store(store).ok
 
@@ -61,6 +81,7 @@ async def test_a_client_is_told_when_a_blocked_tool_is_reapproved(tmp_path, stor
     async def note(message):
         got.append(getattr(getattr(message, "root", message), "method", ""))
 
+    alice_key(store, tmp_path)
     gw = Gateway(toy_config(tmp_path), store=store)
     async with running(gw) as tg, connect(gw, tg, message_handler=note) as client:
         await client.call_tool("toy__mutate", {})
@@ -110,11 +131,13 @@ async def test_whatif_says_a_pinned_tool_deny_was_made_outside_the_policy_not_th
     report = whatif_policy(store, allow, [run_id])
     assert [(n.tool, n.why) for n in report.not_re_evaluable] == [
         ("echo", f"the decision was made outside the policy, by {PIN_RULE}: tool toy/echo changed upstream and "
-                 f"has not been re-approved (sealbox gateway reapprove toy echo --store {tmp_path / 'store'})")]
+                 f"has not been re-approved (sealbox gateway reapprove toy echo --store {tmp_path / 'store'} "
+                 "--reason TEXT --key-file KEY)")]
     assert report.changed == ()
 
 
 async def test_reapprove_refuses_a_tool_with_no_pending_change(tmp_path, store):
+    alice_key(store, tmp_path)
     gw = Gateway(toy_config(tmp_path), store=store)
     async with running(gw):
         pass

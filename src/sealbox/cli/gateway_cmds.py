@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import json
 from typing import Any
 
@@ -288,28 +287,27 @@ def _deep_problems(cfg) -> list[str]:  # noqa: ANN001
 @click.argument("tool")
 @click.option("-s", "--store", "store_path", envvar="SEALBOX_STORE", default=".sealbox", show_default=True,
               type=click.Path(), help="The store's data folder.")
-@click.option("--identity", default=None, help="Who re-approves (default: user:<login name>).")
+@click.option("--reason", required=True, help="Why the new definition is fine (recorded and signed).")
+@click.option("--key-file", required=True, type=click.Path(dir_okay=False),
+              help="Your identity's private key file (an enabled approver or admin).")
+@click.option("--identity", default=None,
+              help="Only a check: refuse unless the key file is this identity's (the key names who re-approves).")
 @click.option("--json", "as_json", is_flag=True, help="Print the recorded event as JSON.")
-def reapprove_cmd(server: str, tool: str, store_path: str, identity: str | None, as_json: bool) -> None:
-    """Approve the current definition of TOOL on SERVER after it changed (records tool.reapproved)."""
-    from sealbox.errors import ConfigError
-    from sealbox.events import SYSTEM_RUN_ID, EventDraft
-    from sealbox.gateway.pinning import PinState
-    from sealbox.store import open_store
+def reapprove_cmd(server: str, tool: str, store_path: str, reason: str, key_file: str, identity: str | None,
+                  as_json: bool) -> None:
+    """Approve the current definition of TOOL on SERVER after it changed: records tool.reapproved,
+    signed with the key of an enabled identity with role approver or admin."""
+    from sealbox.cli.common import open_for_writing
+    from sealbox.gateway.pinning import reapprove
 
-    store = open_store(store_path)
+    if not reason.strip():
+        raise click.UsageError("--reason must not be empty: say why (it is recorded and signed)")
+    store = open_for_writing(store_path)
     try:
-        pins = PinState.load(store)
-        pending = pins.pending(server, tool)
-        if pending is None:
-            state = "is not known" if (server, tool) not in pins.known else "has no unapproved change"
-            raise ConfigError(f"{server}/{tool} {state}; nothing to re-approve")
-        who = identity or f"user:{getpass.getuser()}"
-        payload = {"server": server, "tool": tool, "identity": who, "schema_hash": pending}
-        store.append([EventDraft("tool.reapproved", payload, run_id=SYSTEM_RUN_ID, principal=who)])
+        payload = reapprove(store, server, tool, reason, key_file, identity=identity)
     finally:
         store.close()
     if as_json:
         click.echo(json.dumps(payload, indent=2))
     else:
-        click.echo(f"re-approved {server}/{tool} ({pending}) as {who}")
+        click.echo(f"re-approved {server}/{tool} ({payload['schema_hash']}) as {payload['identity']}")

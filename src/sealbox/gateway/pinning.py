@@ -10,23 +10,42 @@ the store:
 * ``tools.changed``: a later listing differs from the last recorded one
   (``added`` / ``removed`` / ``changed`` entries carry the hashes, and the new
   definitions). An added or changed tool is **blocked**.
-* ``tool.reapproved`` (``schema_hash``): someone approved that exact definition
-  (``sealbox gateway reapprove SERVER TOOL``); the tool is unblocked while its
-  definition keeps that hash.
+* ``tool.reapproved`` (``schema_hash``): an approver approved that exact definition
+  (``sealbox gateway reapprove SERVER TOOL --reason TEXT --key-file KEY``, :func:`reapprove`);
+  the tool is unblocked while its definition keeps that hash.
 
 A blocked tool's calls are recorded and denied by rule :data:`PIN_RULE`.
+
+A re-approval counts only when it is **signed**, like an approval answer
+(:mod:`sealbox.approvals`): by the Ed25519 key of an identity that, as the log held
+it at the re-approval's leaf, existed, was enabled and had role ``approver`` or
+``admin`` (:data:`~sealbox.approvals.ANSWER_ROLES`), over the RFC 8785 bytes of
+:func:`reapproval_fields` — the store's ``origin``, ``server``, ``tool``, the
+approved ``schema_hash``, ``change_leaf`` (the leaf of the ``tools.changed`` that
+recorded that definition), ``identity``, ``reason`` and ``reapproved_at``. So a
+re-approval cannot be moved to another tool, another definition or another store,
+and whoever can write the store cannot claim one. An unsigned ``tool.reapproved``
+(written by Sealbox before 2026-12-03, or forged) and one that breaks a rule are
+kept in :attr:`PinState.reapprovals` with their problem and never unblock a tool;
+``sealbox verify`` reports them (:func:`sealbox.verify.check_reapprovals`). Disabling
+the identity later does not withdraw a re-approval (it was valid when recorded).
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Iterable
 
+from sealbox.approvals import ANSWER_ROLES
 from sealbox.canonical import canonical_bytes, encode
-from sealbox.events import SYSTEM_RUN_ID, EventDraft
+from sealbox.errors import InvalidEventError, SealboxError
+from sealbox.events import SYSTEM_RUN_ID, EventDraft, validate_payload
+from sealbox.identities import IdentityBook, load_key, sign_fields, verify_fields
 
-__all__ = ["PIN_RULE", "PinState", "tool_definition", "definition_hash"]
+__all__ = ["PIN_RULE", "PinState", "Reapproval", "ReapprovalError", "REAPPROVAL_PROBLEMS", "reapprove",
+           "reapproval_fields", "tool_definition", "definition_hash"]
 
 #: The rule id a pinning deny names in ``policy.decision``.
 PIN_RULE = "sealbox.gateway/tool-changed"
@@ -42,6 +61,62 @@ def definition_hash(definition: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical_bytes(definition)).hexdigest()
 
 
+#: Why a recorded ``tool.reapproved`` does not count (:attr:`Reapproval.problem`), in words.
+REAPPROVAL_PROBLEMS = {
+    "malformed": "its event fails the tool.reapproved schema (it was changed below Sealbox)",
+    "unsigned": "it carries no signature (written by a Sealbox before 2026-12-03, or by hand): it does not "
+                "count; re-approve the tool with `sealbox gateway reapprove SERVER TOOL --reason TEXT --key-file KEY`",
+    "wrong_store": "it was signed for another store (its origin is not this log's): a re-approval copied here",
+    "wrong_definition": "the tools.changed at its change_leaf did not record that definition (schema_hash) for that "
+                        "tool: it was copied to another tool or definition",
+    "unknown_identity": "it names an identity the log did not know at that moment",
+    "disabled": "its identity was disabled at that moment",
+    "bad_signature": "its signature does not verify with the identity's key as the log held it (forged or altered)",
+    "role": "its identity's role may not re-approve (only approver or admin)",
+    "principal": "its event's principal is not its identity (it was not written by sealbox gateway reapprove)",
+}
+
+
+class ReapprovalError(SealboxError):
+    """A re-approval is refused (nothing is recorded).
+
+    Attributes:
+        code: ``nothing_pending`` (the tool is unknown or has no unapproved change),
+            ``unknown_identity``, ``wrong_key`` (not the identity's current key),
+            ``identity_mismatch`` (``identity`` does not name the key's identity), ``disabled``,
+            ``role``, ``empty_reason``, or another :data:`REAPPROVAL_PROBLEMS` code.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Reapproval:
+    """One recorded ``tool.reapproved`` and whether it counts.
+
+    Attributes:
+        leaf_index: where it is in the log.
+        server, tool, identity, schema_hash: as its payload says (any type in a malformed one).
+        problem: None when it counts, else a :data:`REAPPROVAL_PROBLEMS` code.
+    """
+
+    leaf_index: int
+    server: Any
+    tool: Any
+    identity: Any
+    schema_hash: Any
+    problem: str | None
+
+
+def reapproval_fields(payload: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a ``tool.reapproved`` payload its signature covers: ``origin``, ``server``,
+    ``tool``, ``schema_hash``, ``change_leaf``, ``identity``, ``reason``, ``reapproved_at``."""
+    return {k: payload.get(k) for k in ("origin", "server", "tool", "schema_hash", "change_leaf", "identity",
+                                        "reason", "reapproved_at")}
+
+
 @dataclass
 class PinState:
     """Known and approved definition hashes per ``(server, tool)``, rebuilt from recorded events.
@@ -51,6 +126,11 @@ class PinState:
         approved: the hash last approved (first seen, or re-approved) for each tool.
         servers: servers with at least one recorded listing.
         cursor: how many log entries have been read (for :meth:`refresh`).
+        origin: the store's log origin (re-approvals signed for another origin do not count).
+        known_leaf: the leaf of the ``tools.changed`` that recorded each tool's latest definition
+            (absent for a change this process observed and has not read back yet).
+        book: the store's identities, replayed from the same events.
+        reapprovals: every ``tool.reapproved`` read, with whether it counts.
     """
 
     known: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -58,39 +138,101 @@ class PinState:
     definitions: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     servers: set[str] = field(default_factory=set)
     cursor: int = 0
+    origin: str = ""
+    known_leaf: dict[tuple[str, str], int] = field(default_factory=dict)
+    book: IdentityBook = field(default_factory=IdentityBook)
+    reapprovals: list[Reapproval] = field(default_factory=list)
+    _recorded: dict[int, dict[tuple[str, str], str]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, store: Any) -> "PinState":
         """Read the pin state from a store's system run."""
-        state = cls()
+        state = cls(origin=getattr(store, "origin", "") or "")
         state.cursor = store.size()
         state.apply(e for e in store.read_run(SYSTEM_RUN_ID) if e.leaf_index < state.cursor)
         return state
 
+    @classmethod
+    def from_reader(cls, reader: Any, origin: str) -> "PinState":
+        """The pin state as a write transaction's reader sees it (``reader.events``)."""
+        state = cls(origin=origin)
+        state.cursor = reader.size()
+        state.apply(reader.events(["identity.changed", "tools.changed", "tool.reapproved"], run_id=SYSTEM_RUN_ID))
+        return state
+
     def apply(self, events: Iterable[Any]) -> None:
-        """Fold ``tools.changed`` and ``tool.reapproved`` events (in log order) into the state."""
+        """Fold ``identity.changed``, ``tools.changed`` and ``tool.reapproved`` events of the system
+        run (in log order; objects with ``kind``, ``payload``, ``leaf_index``, ``principal``) into the
+        state. A re-approval unblocks its tool only when :meth:`check_reapproval` finds no problem."""
         for e in events:
             p = e.payload
             if e.kind == "tool.reapproved":
-                self.approved[(p["server"], p["tool"])] = p.get("schema_hash", "")
+                problem = self.check_reapproval(p, e.leaf_index, e.principal)
+                d = p if isinstance(p, dict) else {}
+                self.reapprovals.append(Reapproval(e.leaf_index, d.get("server"), d.get("tool"), d.get("identity"),
+                                                   d.get("schema_hash"), problem))
+                if problem is None:
+                    self.approved[(p["server"], p["tool"])] = p["schema_hash"]
             elif e.kind == "tools.changed":
-                self._apply_change(p)
+                self._apply_change(p, e.leaf_index)
+            elif e.kind == "identity.changed" and isinstance(p, dict):
+                self.book.apply(e.leaf_index, p)
 
-    def _apply_change(self, p: dict[str, Any]) -> None:
+    def check_reapproval(self, payload: Any, leaf_index: int, principal: Any) -> str | None:
+        """Why a ``tool.reapproved`` payload recorded at ``leaf_index`` does not count (a
+        :data:`REAPPROVAL_PROBLEMS` code), or None; identities and tool changes as folded so far."""
+        try:
+            validate_payload("tool.reapproved", payload)
+        except InvalidEventError:
+            return "malformed"
+        p = payload
+        if "signature" not in p:
+            return "unsigned"
+        if p.get("origin") != self.origin:
+            return "wrong_store"
+        recorded = self._recorded.get(p.get("change_leaf"))  # type: ignore[arg-type]
+        if recorded is None or p["change_leaf"] >= leaf_index or \
+                recorded.get((p["server"], p["tool"])) != p.get("schema_hash"):
+            return "wrong_definition"
+        who = self.book.get(p["identity"], leaf_index)
+        if who is None:
+            return "unknown_identity"
+        if who.disabled:
+            return "disabled"
+        if p.get("key_id") != who.key_id or not verify_fields(who.public_key, reapproval_fields(p), p["signature"]):
+            return "bad_signature"
+        if who.role not in ANSWER_ROLES:
+            return "role"
+        if principal != who.name:
+            return "principal"
+        return None
+
+    def _apply_change(self, p: dict[str, Any], leaf_index: int | None = None) -> None:
+        if not isinstance(p, dict) or not isinstance(p.get("server"), str):
+            return  # malformed (verify reports it): never trusted
         server = p["server"]
         self.servers.add(server)
-        for item in p.get("added") or ():
+        recorded: dict[tuple[str, str], str] = {}
+        for item in _items(p.get("added")):
             key = (server, item["tool"])
-            self.known[key] = item["hash"]
+            self.known[key] = recorded[key] = item["hash"]
             self.definitions[key] = item.get("definition") or {}
             if p.get("first_seen"):
                 self.approved[key] = item["hash"]
-        for item in p.get("changed") or ():
+        for item in _items(p.get("changed"), "after"):
             key = (server, item["tool"])
-            self.known[key] = item["after"]
+            self.known[key] = recorded[key] = item["after"]
             self.definitions[key] = item.get("definition") or {}
-        for item in p.get("removed") or ():
+        for item in _items(p.get("removed")):
             self.known.pop((server, item["tool"]), None)
+            self.known_leaf.pop((server, item["tool"]), None)
+        if leaf_index is not None:
+            self._recorded[leaf_index] = recorded
+            for key in recorded:
+                self.known_leaf[key] = leaf_index
+        else:
+            for key in recorded:
+                self.known_leaf.pop(key, None)
 
     def refresh(self, store: Any) -> None:
         """Read the events appended since the last load or refresh (e.g. a re-approval by the CLI)."""
@@ -136,6 +278,80 @@ class PinState:
     def pending(self, server: str, tool: str) -> str | None:
         """The hash a re-approval of this tool would approve, or None when nothing is blocked."""
         return self.known[(server, tool)] if self.blocked(server, tool) else None
+
+
+def _items(value: Any, digest: str = "hash") -> list[dict[str, Any]]:
+    """The well-formed entries of a ``tools.changed`` list (a tool name and a hash)."""
+    return [i for i in value if isinstance(i, dict) and isinstance(i.get("tool"), str)
+            and isinstance(i.get(digest), str)] if isinstance(value, list) else []
+
+
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def reapprove(store: Any, server: str, tool: str, reason: str, key_file: Any, *,
+              identity: str | None = None) -> dict[str, Any]:
+    """Re-approve the current definition of a changed tool: sign and record ``tool.reapproved``.
+
+    Checked and written in one transaction (the definition approved is the one pending then).
+
+    Args:
+        store: an open, writable store.
+        server, tool: the upstream's id and the tool's name as the upstream lists it.
+        reason: why (recorded and signed); must not be blank.
+        key_file: the private key file of an enabled identity with role ``approver`` or ``admin``
+            (its name is the identity recorded), or a :class:`~sealbox.ledger.checkpoint.Signer`.
+        identity: if given, the identity the key must belong to (a check; nothing else).
+
+    Returns:
+        The recorded payload (``server``, ``tool``, ``schema_hash``, ``change_leaf``, ``origin``,
+        ``identity``, ``reason``, ``reapproved_at``, ``signature``, ``key_id``).
+
+    Raises:
+        ReapprovalError: see its ``code``; nothing is recorded.
+        IdentityError: the key file is missing, unreadable, too open or not a key.
+    """
+    if not isinstance(reason, str) or not reason.strip():
+        raise ReapprovalError("empty_reason", "a re-approval needs a reason (--reason TEXT): it is recorded and signed")
+    signer = key_file if hasattr(key_file, "verifier") else load_key(key_file)
+    if identity is not None and identity != signer.name:
+        raise ReapprovalError("identity_mismatch", f"the key file is identity {signer.name!r}'s, not {identity!r}")
+    origin = getattr(store, "origin", "") or ""
+    box: list[dict[str, Any]] = []
+
+    def build(reader: Any) -> list[EventDraft]:
+        pins = PinState.from_reader(reader, origin)
+        pending = pins.pending(server, tool)
+        change_leaf = pins.known_leaf.get((server, tool))
+        if pending is None or change_leaf is None:
+            state = "is not known" if (server, tool) not in pins.known else "has no unapproved change"
+            raise ReapprovalError("nothing_pending", f"{server}/{tool} {state}; nothing to re-approve")
+        who = pins.book.get(signer.name)
+        if who is None:
+            raise ReapprovalError("unknown_identity",
+                                  f"the key file names identity {signer.name!r}, which this store does not know")
+        if who.public_key != signer.verifier.vkey:
+            raise ReapprovalError("wrong_key", f"this key is not {who.name}'s current key (it was rotated, or is not theirs)")
+        if who.disabled:
+            raise ReapprovalError("disabled", f"identity {who.name!r} is disabled: it cannot re-approve a tool")
+        if who.role not in ANSWER_ROLES:
+            raise ReapprovalError("role", f"identity {who.name!r} has role {who.role}: only an approver or an admin "
+                                  "may re-approve a tool")
+        payload = {"server": server, "tool": tool, "schema_hash": pending, "change_leaf": change_leaf,
+                   "origin": origin, "identity": who.name, "reason": reason, "reapproved_at": _utc_now()}
+        payload["signature"] = sign_fields(signer, reapproval_fields(payload))
+        payload["key_id"] = who.key_id
+        problem = pins.check_reapproval(payload, reader.size(), who.name)
+        if problem is not None:  # pragma: no cover - every rule is checked above
+            raise ReapprovalError(problem, f"re-approval refused: {REAPPROVAL_PROBLEMS[problem]}")
+        box.append(payload)
+        return [EventDraft("tool.reapproved", payload, run_id=SYSTEM_RUN_ID, principal=who.name)]
+
+    store.append_with(build)
+    return box[-1]
 
 
 def _fields(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:

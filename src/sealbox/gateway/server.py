@@ -154,11 +154,12 @@ def exposed_tool_name(server: str, tool: str, separator: str) -> str:
 
 
 def reapprove_command(store_path: str, server: str, tool: str) -> str:
-    """The command that re-approves a changed tool, naming the gateway's store (it works from any folder)."""
+    """The command that re-approves a changed tool, naming the gateway's store (it works from any folder);
+    ``TEXT`` and ``KEY`` are left for the approver (a reason, and their identity's key file)."""
     import shlex
 
     return (f"sealbox gateway reapprove {shlex.quote(server)} {shlex.quote(tool)} "
-            f"--store {shlex.quote(os.path.abspath(store_path))}")
+            f"--store {shlex.quote(os.path.abspath(store_path))} --reason TEXT --key-file KEY")
 
 
 def _pinned(policy: Policy, pins: PinState, store_path: str) -> Policy:
@@ -415,7 +416,9 @@ class Gateway:
             self.store.append([draft])
         except Exception as exc:  # noqa: BLE001 - unrecorded change: keep the tools blocked, say so
             log.error("could not record tools.changed for %s: %s", upstream.spec.id, exc)
-        self.pins.cursor = max(self.pins.cursor, self.store.size())
+            self.pins.cursor = max(self.pins.cursor, self.store.size())
+        else:  # read it back with its leaf (a signed re-approval names it); applying it again changes nothing
+            self.pins.refresh(self.store)
         if not draft.payload.get("first_seen"):
             await self._notify_tools_changed()
 
