@@ -185,3 +185,32 @@ def test_a_rotated_key_is_refused(tmp_path, store, keys):
     assert exc.value.code == "wrong_key"
     reapprove(store, "toy", "echo", "ok", tmp_path / "alice2.key")
     assert not PinState.load(store).blocked("toy", "echo") and sealbox.verify_store(store).ok
+
+
+def test_sealbox_verify_notes_an_unsigned_reapproval_and_fails_on_a_forged_one(tmp_path, store, keys, capsys):
+    """An unsigned re-approval (as Sealbox wrote them before) is a note (exit 0); one whose signature
+    does not verify is a problem (exit 1). Neither unblocks the tool."""
+    changed_store(store)
+    pins = PinState.load(store)
+    echo_hash, leaf = pins.known[("toy", "echo")], pins.known_leaf[("toy", "echo")]
+    put(store, {"server": "toy", "tool": "echo", "identity": "alice", "schema_hash": echo_hash})
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", str(tmp_path / "store")])
+    out = capsys.readouterr().out.splitlines()
+    assert exc.value.code == 0
+    assert out[0] == (f"note: the re-approval of toy/echo ({echo_hash}) by 'alice' at leaf {leaf + 1} is unsigned: "
+                      "it does not count (the tool stays blocked as changed until an approver re-approves it with "
+                      "`sealbox gateway reapprove SERVER TOOL --reason TEXT --key-file KEY`)")
+    assert out[1].startswith("Verified: the log is intact.")
+
+    put(store, {**signed(store, keys["alice"], server="toy", tool="echo", schema_hash=echo_hash, change_leaf=leaf),
+                "identity": "carol"}, principal="carol")  # alice's signature, claimed as carol's
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", str(tmp_path / "store")])
+    out = capsys.readouterr().out.splitlines()
+    assert exc.value.code == 1
+    assert out[0] == (f"reapproval_signature [run system, run_seq {store.read_run(SYSTEM_RUN_ID)[-1].run_seq}, "
+                      f"tool.reapproved, leaf {leaf + 2}]: the re-approval of toy/echo ({echo_hash}) by 'carol' does "
+                      "not count: its signature does not verify with the identity's key as the log held it (forged or "
+                      "altered)")
+    assert PinState.load(store).blocked("toy", "echo")
