@@ -214,3 +214,18 @@ def test_sealbox_verify_notes_an_unsigned_reapproval_and_fails_on_a_forged_one(t
                       "not count: its signature does not verify with the identity's key as the log held it (forged or "
                       "altered)")
     assert PinState.load(store).blocked("toy", "echo")
+
+
+def test_a_tools_changed_with_malformed_entries_does_not_stop_the_pin_state_from_loading(store):
+    """tools.changed's lists are free-form in its schema, so any writer of the store could append
+    ``added: 5``; PinState.load raised TypeError on it, and no gateway on that store could start.
+    Malformed entries are skipped; well-formed ones still count."""
+    changed_store(store)
+    store.append([EventDraft("tools.changed", {"server": "toy", "added": 5, "removed": [{"x": 1}],
+                                               "changed": [{"tool": "echo"}, "junk"]},
+                             run_id=SYSTEM_RUN_ID, principal="someone")])
+    store.append([EventDraft("tools.changed", {"server": "toy", "added": [{"tool": "new", "hash": "sha256:" + "1" * 64}],
+                                               "removed": [], "changed": []}, run_id=SYSTEM_RUN_ID, principal="x")])
+    pins = PinState.load(store)
+    assert sorted(pins.known) == [("toy", "echo"), ("toy", "new")]
+    assert pins.blocked_tools() == {("toy", "echo"), ("toy", "new")}
