@@ -229,3 +229,35 @@ def test_a_tools_changed_with_malformed_entries_does_not_stop_the_pin_state_from
     pins = PinState.load(store)
     assert sorted(pins.known) == [("toy", "echo"), ("toy", "new")]
     assert pins.blocked_tools() == {("toy", "echo"), ("toy", "new")}
+
+
+async def test_a_forged_tools_changed_does_not_unblock_a_changed_tool(tmp_path, store, keys):
+    """Without a re-approval, a tools.changed appended by another writer of the store that records
+    the old definition again, removes the tool, or claims a second first listing (trusted on first
+    use) unblocked it: the gateway forwarded calls to the changed tool. Now what the gateway itself
+    last saw the upstream list must be approved too, and only a server's first listing is trusted."""
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        await client.call_tool("toy__mutate", {})
+        with anyio.fail_after(10):
+            await gw.upstreams["toy"].wait_until(lambda u: "extra" in u.tools)
+        [first, change] = [e.payload for e in store.read_run(SYSTEM_RUN_ID) if e.kind == "tools.changed"]
+        old = next(a["hash"] for a in first["added"] if a["tool"] == "echo")
+        new = change["changed"][0]["after"]
+        extra = change["added"][0]["hash"]
+        forged = [
+            {"server": "toy", "added": [], "removed": [],
+             "changed": [{"tool": "echo", "before": new, "after": old, "fields": ["description"], "definition": {}}]},
+            {"server": "toy", "added": [], "removed": [{"tool": "echo", "hash": new}], "changed": []},
+            {"server": "toy", "first_seen": True, "added": [{"tool": "echo", "hash": new, "definition": {}},
+                                                            {"tool": "extra", "hash": extra, "definition": {}}],
+             "removed": [], "changed": []},
+        ]
+        for payload in forged:
+            store.append([EventDraft("tools.changed", payload, run_id=SYSTEM_RUN_ID, principal="sealbox")])
+            for tool in ("echo", "extra"):
+                denied = await client.call_tool(f"toy__{tool}", {"text": "forged"} if tool == "echo" else {})
+                assert denied.is_error is True and PIN_RULE in text_of(denied), (payload, tool)
+        await anyio.to_thread.run_sync(lambda: reapprove(store, "toy", "echo", "reviewed", keys["alice"]))
+        assert text_of(await client.call_tool("toy__echo", {"text": "approved"})) == "approved"
+    assert [e["arguments"].get("text") for e in toy_log(tmp_path) if e["tool"] == "echo"] == ["approved"]

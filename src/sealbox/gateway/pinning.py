@@ -6,7 +6,8 @@ store's system run, so it survives restarts and is shared by every gateway on
 the store:
 
 * ``tools.changed`` (``first_seen: true``): the first listing of a server ever
-  recorded; its tools are trusted on first use (approved).
+  recorded; its tools are trusted on first use (approved). A later ``first_seen`` one for
+  the same server approves nothing.
 * ``tools.changed``: a later listing differs from the last recorded one
   (``added`` / ``removed`` / ``changed`` entries carry the hashes, and the new
   definitions). An added or changed tool is **blocked**.
@@ -131,6 +132,8 @@ class PinState:
             (absent for a change this process observed and has not read back yet).
         book: the store's identities, replayed from the same events.
         reapprovals: every ``tool.reapproved`` read, with whether it counts.
+        live: the hash of each tool as this process last saw its upstream list it (:meth:`observe`;
+            empty outside a gateway).
     """
 
     known: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -142,6 +145,7 @@ class PinState:
     known_leaf: dict[tuple[str, str], int] = field(default_factory=dict)
     book: IdentityBook = field(default_factory=IdentityBook)
     reapprovals: list[Reapproval] = field(default_factory=list)
+    live: dict[tuple[str, str], str] = field(default_factory=dict)
     _recorded: dict[int, dict[tuple[str, str], str]] = field(default_factory=dict)
 
     @classmethod
@@ -211,13 +215,16 @@ class PinState:
         if not isinstance(p, dict) or not isinstance(p.get("server"), str):
             return  # malformed (verify reports it): never trusted
         server = p["server"]
+        # trusted on first use: only the first listing of a server ever recorded (a later
+        # ``first_seen`` one, appended by another writer, would approve changed tools)
+        first_seen = bool(p.get("first_seen")) and server not in self.servers
         self.servers.add(server)
         recorded: dict[tuple[str, str], str] = {}
         for item in _items(p.get("added")):
             key = (server, item["tool"])
             self.known[key] = recorded[key] = item["hash"]
             self.definitions[key] = item.get("definition") or {}
-            if p.get("first_seen"):
+            if first_seen:
                 self.approved[key] = item["hash"]
         for item in _items(p.get("changed"), "after"):
             key = (server, item["tool"])
@@ -243,13 +250,22 @@ class PinState:
             self.apply(events)
 
     def blocked_tools(self) -> set[tuple[str, str]]:
-        """Every ``(server, tool)`` whose latest definition has not been approved."""
-        return {key for key, digest in self.known.items() if self.approved.get(key) != digest}
+        """Every ``(server, tool)`` whose latest recorded definition, or the definition this process
+        last saw its upstream list (:attr:`live`), has not been approved."""
+        return {key for table in (self.known, self.live) for key, digest in table.items()
+                if self.approved.get(key) != digest}
 
     def blocked(self, server: str, tool: str) -> bool:
-        """True when the tool's latest definition has not been approved."""
+        """True when the tool's latest recorded definition has not been approved, or the definition
+        this process last saw the upstream list (:meth:`observe`) has not: a ``tools.changed``
+        appended by another writer that records the old definition again, or removes the tool,
+        does not unblock what this gateway sees changed."""
         key = (server, tool)
-        return key in self.known and self.approved.get(key) != self.known[key]
+        approved = self.approved.get(key)
+        if key in self.known and approved != self.known[key]:
+            return True
+        live = self.live.get(key)
+        return live is not None and approved != live
 
     def observe(self, server: str, tools: dict[str, dict[str, Any]]) -> EventDraft | None:
         """Compare a listing (``{name: tool_definition}``) with the recorded state.
@@ -259,6 +275,8 @@ class PinState:
             The state is updated as if it were recorded.
         """
         hashes = {name: definition_hash(d) for name, d in tools.items()}
+        self.live = {k: v for k, v in self.live.items() if k[0] != server}
+        self.live.update({(server, name): digest for name, digest in hashes.items()})
         if server not in self.servers:
             payload = {"server": server, "first_seen": True, "removed": [], "changed": [],
                        "added": [{"tool": n, "hash": hashes[n], "definition": tools[n]} for n in sorted(tools)]}
@@ -276,8 +294,10 @@ class PinState:
         return EventDraft("tools.changed", payload, run_id=SYSTEM_RUN_ID, principal="sealbox")
 
     def pending(self, server: str, tool: str) -> str | None:
-        """The hash a re-approval of this tool would approve, or None when nothing is blocked."""
-        return self.known[(server, tool)] if self.blocked(server, tool) else None
+        """The hash a re-approval of this tool would approve (its latest recorded definition), or
+        None when that definition is approved or the tool is unknown."""
+        key = (server, tool)
+        return self.known[key] if key in self.known and self.approved.get(key) != self.known[key] else None
 
 
 def _items(value: Any, digest: str = "hash") -> list[dict[str, Any]]:
