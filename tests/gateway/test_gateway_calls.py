@@ -401,3 +401,27 @@ async def test_the_context_of_a_joined_run_that_ended_is_forgotten(tmp_path, sto
         await client.call_tool("toy__echo", {"text": "two"}, meta={"sealbox/run_id": second.run_id})
         assert set(gw._joined) == {(second.run_id, "agent:test-client")}
         assert set(gw._linked_steps) == set()
+
+
+async def test_a_replay_run_cannot_be_joined_so_its_calls_never_reach_an_upstream(tmp_path, store):
+    """An agent replayed in-process (``sealbox replay``) passes its run id to the MCP servers it talks to, as
+    it did when recorded. A live gateway joined that replay run and forwarded its calls to the real upstream:
+    tools ran for real in a replay that serves tools from the record. Joining a replay run is refused."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    recorded = Recorder(store, ALLOW_ALL).run(agent="sdk-agent", principal="agent:sdk")
+    with recorded:
+        pass
+    replay = Recorder(store, ALLOW_ALL).run(agent="sdk-agent", principal="agent:sdk", replay_of=recorded.run_id)
+    replay.start()
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("toy__echo", {"text": "again"}, meta={"sealbox/run_id": replay.run_id})
+    assert (err.value.code, str(err.value)) == (UNKNOWN_RUN, (
+        f"run {replay.run_id} is a replay of run {recorded.run_id}: a live gateway does not join it (its calls "
+        "would run for real); serve the recorded calls with `sealbox gateway replay`, or replay with tools from "
+        "the record in-process"))
+    assert toy_log(tmp_path) == []  # the upstream never saw the call
+    assert [k for _, k in kinds(store, replay.run_id)] == ["run.started"]

@@ -483,6 +483,10 @@ class Gateway:
                 run = self.recorder.continue_run(run_id)
             except RecordingError as exc:
                 raise MCPError(codes.UNKNOWN_RUN, str(exc)) from exc
+            if run.replay_of:  # an agent replayed in-process names its replay run as it named the recorded one
+                raise MCPError(codes.UNKNOWN_RUN, f"run {run_id} is a replay of run {run.replay_of}: a live gateway "
+                               "does not join it (its calls would run for real); serve the recorded calls with "
+                               "`sealbox gateway replay`, or replay with tools from the record in-process")
             self._forget_ended_joins()
             if principal != run.principal.id:
                 from sealbox.recorder import Principal
