@@ -613,3 +613,73 @@ def test_a_call_that_cannot_be_recorded_fails_the_graph_even_when_the_tool_node_
     events = events_of(store, run.run_id)
     assert [k for k, _, _ in events] == ["run.started", "model.call", "run.ended"]
     assert events[-1][2]["error"] == {"type": "RecordingError", "message": "could not record: disk full"}
+
+
+# --------------------------------------------------------------------------- replay of failures
+
+
+def _replay(store, run_id, agent):
+    from sealbox.replay import Replayer
+
+    return Replayer(store).replay(run_id, agent)
+
+
+def test_a_run_whose_model_call_failed_replays_reproduced(store):
+    """A failed chat-model call is recorded with format "unknown" (its response is only the error), so
+    the message ids LangGraph makes fresh on every run (uuid4) were hashed into its step key: the
+    replay of any run whose model call failed (unreachable, rate-limited) diverged at that call."""
+    def agent(run):
+        graph = react_agent(FailingChatModel(messages=iter([])), governed_tools(run, [Tools().get_weather_sync]))
+        graph.invoke({"messages": [("user", "go")]}, config={"callbacks": [SealboxCallbackHandler(run)]})
+
+    with pytest.raises(ConnectionError):
+        with Recorder(store, policy=ALLOW_ALL).run(agent="react") as run:
+            agent(run)
+    result = _replay(store, run.run_id, agent)
+    assert result.head().startswith("reproduced: 1 step(s) matched")
+    assert result.agent_error == {"type": "ConnectionError", "message": "model service unreachable"}
+    assert sealbox.verify_store(store).ok
+
+
+def test_a_tool_exception_replays_with_its_recorded_type(store):
+    """A recorded tool error of a non-builtin type (LangChain's ToolException) was raised on replay as
+    a ReplayedError: ToolNode(handle_tool_errors=True) tells the model repr(error), so the next model
+    request said "Error: ReplayedError('bad n 1')" where the record said "Error: ToolException('bad n
+    1')" (diverged); without error handling the run's error was ReplayedError, not ToolException
+    (an outcome divergence)."""
+    from langchain_core.tools import ToolException
+    from langgraph.prebuilt import ToolNode
+
+    ran: list = []
+
+    @tool
+    def strict(n: int) -> str:
+        """Refuses every n."""
+        ran.append(n)
+        raise ToolException(f"bad n {n}")
+
+    def agent(handle):
+        def run_agent(run):
+            model = ScriptedChatModel(messages=iter([
+                AIMessage(content="", tool_calls=[{"name": "strict", "args": {"n": 1}, "id": "s1"}]),
+                AIMessage(content="gave up")]))
+            node = ToolNode(governed_tools(run, [strict]), handle_tool_errors=handle)
+            state = react_agent(model, node).invoke({"messages": [("user", "go")]},
+                                                    config={"callbacks": [SealboxCallbackHandler(run)]})
+            return state["messages"][2].content
+        return run_agent
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="strict") as handled:
+        assert agent(True)(handled) == "Error: ToolException('bad n 1')\n Please fix your mistakes."
+    with pytest.raises(ToolException):
+        with Recorder(store, policy=ALLOW_ALL).run(agent="strict") as unhandled:
+            agent(False)(unhandled)
+    assert ran == [1, 1]
+
+    result = _replay(store, handled.run_id, agent(True))
+    assert result.head().startswith("reproduced: 4 step(s) matched"), result.head()
+    result = _replay(store, unhandled.run_id, agent(False))
+    assert result.head().startswith("reproduced: 2 step(s) matched"), result.head()
+    assert result.agent_error == {"type": "ToolException", "message": "bad n 1"}
+    assert ran == [1, 1]  # served from the record, never run again
+    assert sealbox.verify_store(store).ok

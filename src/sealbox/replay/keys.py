@@ -21,7 +21,9 @@ content mode. A replay recorded into the same store is redacted the same way
 One normalisation is applied before hashing: LangChain message ``id`` fields
 are left out (LangGraph gives every message without an id a fresh ``uuid4``, so
 they differ on every run of the same code). It applies to ``langchain`` model
-requests and to saved state.
+requests (also of a failed call, recorded with format ``unknown``: its response is only the
+error, but its request is the LangChain callback handler's ``{messages | prompts,
+invocation_params, …}``) and to saved state.
 
 ``step`` is the logical step (``"4"``, ``"4.2"``): the second of the tool calls
 requested by model step 4 is ``4.2`` whatever order the calls completed in.
@@ -88,11 +90,18 @@ def _strip_message_ids(value: Any, langchain: bool) -> Any:
     return {k: _strip_message_ids(v, langchain) for k, v in value.items() if not (is_message and k == "id")}
 
 
+def _langchain_request(stored: Any) -> bool:
+    """Whether a model request is the one ``SealboxCallbackHandler`` records (a failed call's format
+    is ``unknown``: its response holds only the error)."""
+    return isinstance(stored, dict) and "invocation_params" in stored and (
+        isinstance(stored.get("messages"), list) or isinstance(stored.get("prompts"), list))
+
+
 def normalised(kind: str, fmt: str | None, stored: Any) -> Any:
     """A step's stored content as its key hashes it (LangChain message ids left out)."""
     if kind == "state.saved":
         return _strip_message_ids(stored, True)
-    if kind == "model.call" and fmt == "langchain":
+    if kind == "model.call" and (fmt == "langchain" or (fmt in (None, "unknown") and _langchain_request(stored))):
         return _strip_message_ids(stored, True)
     return stored
 

@@ -7,8 +7,11 @@ is **already imported** (the agent's own code imported it), rebuilds the object
 It never imports a module: reading a log must not run code.
 
 A recorded exception comes back as the builtin exception of the same name when
-there is one (``ValueError``, ``TimeoutError``…), else as :class:`ReplayedError`;
-its message is the recorded one, so what the model sees is unchanged.
+there is one (``ValueError``, ``TimeoutError``…), else as a subclass of
+:class:`ReplayedError` named like the recorded type (``ToolException``); its message is the
+recorded one, so what the model sees is unchanged: ``str()``, ``repr()`` (LangGraph's
+``ToolNode(handle_tool_errors=True)`` tells the model ``repr(error)``) and
+``type(error).__name__`` read as they did when recorded.
 """
 
 from __future__ import annotations
@@ -32,6 +35,27 @@ class ReplayedError(Exception):
     def __init__(self, type_name: str, message: str) -> None:
         super().__init__(message)
         self.type = type_name
+
+
+#: The ReplayedError subclass made for each recorded type name (see :func:`rebuild_error`).
+_NAMED: dict[str, type[ReplayedError]] = {}
+
+
+def _named(type_name: str) -> type[ReplayedError]:
+    """A subclass of ReplayedError whose ``__name__`` / ``__qualname__`` are the recorded type's, so the
+    replayed exception reads as the recorded one (its repr, a handler's ``type(e).__name__``, the
+    replay run's ``run.ended`` error type); it is still caught as ``ReplayedError``, never as the
+    recorded class (replay never imports a module named by the log)."""
+    cls = _NAMED.get(type_name)
+    if cls is None:
+        try:
+            cls = type(type_name.rpartition(".")[2] or "ReplayedError", (ReplayedError,),
+                       {"__qualname__": type_name, "__module__": __name__})
+        except (TypeError, ValueError):  # pragma: no cover - a name type() refuses (a NUL)
+            cls = ReplayedError
+        if len(_NAMED) < 10_000:
+            _NAMED[type_name] = cls
+    return cls
 
 
 def _find_class(name: Any) -> type | None:
@@ -86,4 +110,4 @@ def rebuild_error(error: Any) -> BaseException:
             return cls(message)
         except Exception:  # noqa: BLE001
             pass
-    return ReplayedError(type_name, message)
+    return _named(type_name)(type_name, message)
