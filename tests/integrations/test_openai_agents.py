@@ -834,3 +834,105 @@ def test_a_streamed_model_call_in_a_replay_is_served_from_the_record_without_the
     model_calls = [e for e in store.read_run(result.new_run_id) if e.kind == "model.call"]
     assert [m.payload["usage"] for m in model_calls] == [
         e.payload["usage"] for e in store.read_run(run_id) if e.kind == "model.call"]
+
+
+# --------------------------------------------------------------------------- replay of failed tools
+
+
+def _replay(store, run_id, agent):
+    from sealbox.replay import Replayer
+
+    return Replayer(store).replay(run_id, agent)
+
+
+def test_a_tool_that_raised_key_error_replays_reproduced(store):
+    """A KeyError's str() is the repr of its argument ("'sku-9'"); the replay raised KeyError(<that
+    str>), whose str() quoted it again ("\\"'sku-9'\\""): a failure function telling the model the
+    error sent another text (the next model.call diverged), and a run failed by it ended with another
+    message (an outcome divergence)."""
+    looked_up: list = []
+
+    def tell_the_model(ctx, error):
+        return f"lookup failed: {error}"
+
+    @function_tool(failure_error_function=tell_the_model)
+    def stock(sku: str) -> int:
+        """Units in stock."""
+        looked_up.append(sku)
+        return {"sku-1": 3}[sku]
+
+    @function_tool(failure_error_function=None)
+    def stock_raw(sku: str) -> int:
+        """Units in stock (errors fail the run)."""
+        looked_up.append(sku)
+        return {"sku-1": 3}[sku]
+
+    def agent(tool, sent):
+        async def run_agent(run):
+            model = ScriptedModel([response([call("k1", tool.name, '{"sku": "sku-9"}')], 5, 1, "r1"),
+                                   response([text("Unknown SKU.")], 6, 1, "r2")])
+            try:
+                await Runner.run(instrument(run, Agent(name="shop", model=model, tools=[tool])), "sku-9?")
+            finally:
+                sent.extend(model.inputs)
+        return run_agent
+
+    sent: list = []
+    handled = Recorder(store, policy=ALLOW_ALL).run(agent="shop")
+
+    async def record(run, tool):
+        async with run:
+            await agent(tool, sent)(run)
+
+    asyncio.run(record(handled, stock))
+    assert sent[1][-1]["output"] == "lookup failed: 'sku-9'"
+    unhandled = Recorder(store, policy=ALLOW_ALL).run(agent="shop")
+    with pytest.raises(Exception) as failed:
+        asyncio.run(record(unhandled, stock_raw))
+    assert str(failed.value) == "Error running tool stock_raw: 'sku-9'"
+    assert looked_up == ["sku-9", "sku-9"]
+
+    sent.clear()
+    result = _replay(store, handled.run_id, agent(stock, sent))
+    assert result.head().startswith("reproduced: 3 step(s) matched"), result.head()
+    assert sent == []  # the model is served from the record
+    result = _replay(store, unhandled.run_id, agent(stock_raw, []))
+    assert result.head().startswith("reproduced: 2 step(s) matched"), result.head()
+    assert result.agent_error == {"type": "UserError", "message": "Error running tool stock_raw: 'sku-9'"}
+    assert looked_up == ["sku-9", "sku-9"]
+    assert sealbox.verify_store(store).ok
+
+
+def test_a_tool_the_sdk_timed_out_replays_as_the_same_timeout(store):
+    """A function tool with timeout= that the SDK cut short is recorded as cancelled (CancelledError);
+    the replay raised that error at once, so the SDK told the model "An error occurred while running
+    the tool" instead of "Tool 'slow_search' timed out after 0.05 seconds." (diverged). The served call
+    now waits, so the SDK times it out again as it did."""
+    started: list = []
+
+    @function_tool(timeout=0.05)
+    async def slow_search(q: str) -> str:
+        """Searches slowly."""
+        started.append(q)
+        await asyncio.sleep(5)
+        return "late"
+
+    async def agent(run):
+        model = ScriptedModel([response([call("s1", "slow_search", '{"q": "x"}')], 5, 1, "r1"),
+                               response([text("It timed out.")], 6, 1, "r2")])
+        await Runner.run(instrument(run, Agent(name="searcher", model=model, tools=[slow_search])), "find x")
+        return model.inputs
+
+    async def record():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="searcher") as run:
+            sent = await agent(run)
+        return run, sent
+
+    run, sent = asyncio.run(record())
+    assert sent[1][-1]["output"] == "Tool 'slow_search' timed out after 0.05 seconds."
+    result_payload = [p for k, _, p in events_of(store, run.run_id) if k == "tool.result"][0]
+    assert (result_payload["ok"], result_payload["error"]["type"]) == (False, "CancelledError")
+    result = _replay(store, run.run_id, agent)
+    assert result.head().startswith("reproduced: 3 step(s) matched"), result.head()
+    assert started == ["x"]
+    assert sealbox.verify_store(store).ok

@@ -31,6 +31,7 @@ Sealbox gateway, which joins the same run through :func:`mcp_env` (stdio) or
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import time
@@ -47,6 +48,7 @@ from sealbox.adapters import parse_arguments, to_plain
 from sealbox.approvals import ApprovalPending
 from sealbox.errors import ConfigError, RecordingError
 from sealbox.recorder import RunContext, ToolDenied, unused_call_id
+from sealbox.replay.values import ReplayedError
 
 try:  # private in openai-agents 0.24: keeps the SDK's failure handling and argument preparation
     from agents.tool import _FailureHandlingFunctionToolInvoker as _SdkInvoker
@@ -317,6 +319,13 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
                                         exposed=exposed, agent=_acting_agent(ctx))
         except ToolDenied as denied:
             return on_deny(denied)
+        except ReplayedError as served:
+            if served.type == "CancelledError" and getattr(run, "replay", None) is not None \
+                    and getattr(tool, "timeout_seconds", None):
+                # recorded cut short by the SDK's timeout= (it cancels on_invoke_tool): served from the
+                # record, wait to be cut short again, so the SDK's timeout handling runs as it did
+                await asyncio.Event().wait()
+            raise
 
     new = copy.copy(tool)
     inner = tool.on_invoke_tool

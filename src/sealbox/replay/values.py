@@ -100,6 +100,16 @@ def rebuild(stored: Any) -> Any:
     return _rebuild(decode(stored))
 
 
+def _literal(text: str) -> Any:
+    """The Python literal ``text`` spells (a KeyError's message is the repr of its key), else ``text``."""
+    import ast
+
+    try:
+        return ast.literal_eval(text) if len(text) <= 10_000 else text
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
 def rebuild_error(error: Any) -> BaseException:
     """The exception to raise for a recorded ``{"type", "message"}`` error."""
     error = error if isinstance(error, dict) else {}
@@ -107,6 +117,10 @@ def rebuild_error(error: Any) -> BaseException:
     cls = getattr(builtins, type_name, None)
     if isinstance(cls, type) and issubclass(cls, Exception):
         try:
+            if issubclass(cls, KeyError):  # str(KeyError(k)) is repr(k): give back k, so str() is the message
+                error_obj = cls(_literal(message))
+                if str(error_obj) == message:
+                    return error_obj
             return cls(message)
         except Exception:  # noqa: BLE001
             pass
