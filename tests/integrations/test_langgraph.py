@@ -683,3 +683,49 @@ def test_a_tool_exception_replays_with_its_recorded_type(store):
     assert result.agent_error == {"type": "ToolException", "message": "bad n 1"}
     assert ran == [1, 1]  # served from the record, never run again
     assert sealbox.verify_store(store).ok
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_tool_that_called_interrupt_replays_and_resumes_as_recorded(store, use_async):
+    """A governed tool that called interrupt() is recorded with a GraphInterrupt error; the replay
+    raised it as a ReplayedError, which LangGraph does not take for an interrupt: the graph failed
+    instead of stopping to wait, and the replay diverged (missing the "interrupted" state). It is
+    raised again as a GraphInterrupt with the recorded interrupt values, so the agent sees the same
+    __interrupt__ and its Command(resume=...) goes on as recorded."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command, interrupt
+
+    ran: list = []
+
+    @tool
+    def transfer(amount: int) -> str:
+        """Transfer money once a human approves."""
+        ran.append(amount)
+        return f"transferred {amount}" if interrupt({"approve": amount, "to": "acct-7"}) else "refused"
+
+    asked: list = []
+
+    def agent(run):
+        model = ScriptedChatModel(messages=iter([
+            AIMessage(content="", tool_calls=[{"name": "transfer", "args": {"amount": 3}, "id": "t1"}]),
+            AIMessage(content="all done")]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            graph = create_react_agent(model, governed_tools(run, [transfer]), checkpointer=InMemorySaver())
+        config = {"configurable": {"thread_id": "1"}, "callbacks": [SealboxCallbackHandler(run)]}
+
+        def invoke(value):
+            return asyncio.run(graph.ainvoke(value, config=config)) if use_async else graph.invoke(value, config=config)
+
+        first = invoke({"messages": [("user", "pay")]})
+        asked.append(first["__interrupt__"][0].value)
+        return invoke(Command(resume=True))["messages"][-1].content
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="hitl") as run:
+        assert agent(run) == "all done"
+    assert ran == [3, 3] and asked == [{"approve": 3, "to": "acct-7"}]
+
+    result = _replay(store, run.run_id, agent)
+    assert result.head().startswith("reproduced: 6 step(s) matched"), result.head()
+    assert ran == [3, 3] and asked == [{"approve": 3, "to": "acct-7"}] * 2
+    assert sealbox.verify_store(store).ok

@@ -43,6 +43,7 @@ from sealbox.adapters import to_plain
 from sealbox.approvals import ApprovalPending
 from sealbox.errors import RecordingError
 from sealbox.recorder import RunContext, ToolDenied, unused_call_id
+from sealbox.replay.values import ReplayedError
 
 __all__ = ["DEFAULT_SERVER", "GovernedTool", "SealboxCallbackHandler", "governed_tool", "governed_tools"]
 
@@ -75,6 +76,41 @@ try:
     _BUBBLE_UP = GraphBubbleUp
 except ImportError:  # pragma: no cover - langchain without langgraph
     pass
+
+
+def _interrupts_from(text: str) -> tuple[Any, ...] | None:
+    """The ``Interrupt`` objects a recorded ``GraphInterrupt`` message spells (its ``str()``: the repr of a
+    tuple of ``Interrupt(value=..., id=...)``), read with ``ast.literal_eval`` for each field (never
+    evaluated as code); None when it does not parse that way (a value that is not a literal, a
+    message cut short or redacted)."""
+    import ast
+
+    try:
+        from langgraph.types import Interrupt
+
+        node = ast.parse(text, mode="eval").body if len(text) <= 1_000_000 else None
+    except (ImportError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List)) else [node]
+    out = []
+    for item in items:
+        if not (isinstance(item, ast.Call) and isinstance(item.func, ast.Name) and item.func.id == "Interrupt"
+                and not item.args and all(k.arg for k in item.keywords)):
+            return None
+        try:
+            out.append(Interrupt(**{str(k.arg): ast.literal_eval(k.value) for k in item.keywords}))
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            return None
+    return tuple(out) or None
+
+
+def _replayed_interrupt(run: Any, served: ReplayedError) -> BaseException | None:
+    """In a replay, the served error of a call that stopped in ``interrupt()`` as the ``GraphInterrupt``
+    LangGraph needs to stop the graph again (with the recorded interrupt values), or None."""
+    if not _INTERRUPT or getattr(run, "replay", None) is None or served.type.rpartition(".")[2] != "GraphInterrupt":
+        return None
+    interrupts = _interrupts_from(str(served))
+    return _INTERRUPT[0](interrupts) if interrupts is not None else None
 
 #: The handler base LangGraph calls ``on_interrupt`` on (only instances of it get graph lifecycle events):
 #: how a graph stopped by a static breakpoint (``interrupt_before`` / ``interrupt_after``) is told apart
@@ -199,6 +235,11 @@ class GovernedTool(BaseTool):
                 failure=_tool_message_failure, control_flow=_CONTROL_FLOW)
         except ToolDenied as denied:
             return self._denied(denied, call_id)
+        except ReplayedError as served:  # a replay: a call that stopped in interrupt() stops the graph again
+            interrupted = _replayed_interrupt(self._sealbox_run, served)
+            if interrupted is None:
+                raise
+            raise interrupted from None
         except (RecordingError, ApprovalPending) as stop:
             raise _passing_the_graph(stop) from stop.__cause__
         finally:
@@ -216,6 +257,11 @@ class GovernedTool(BaseTool):
                 failure=_tool_message_failure, control_flow=_CONTROL_FLOW)
         except ToolDenied as denied:
             return self._denied(denied, call_id)
+        except ReplayedError as served:  # a replay: a call that stopped in interrupt() stops the graph again
+            interrupted = _replayed_interrupt(self._sealbox_run, served)
+            if interrupted is None:
+                raise
+            raise interrupted from None
         except (RecordingError, ApprovalPending) as stop:
             raise _passing_the_graph(stop) from stop.__cause__
         finally:
