@@ -729,3 +729,32 @@ def test_a_tool_that_called_interrupt_replays_and_resumes_as_recorded(store, use
     assert result.head().startswith("reproduced: 6 step(s) matched"), result.head()
     assert ran == [3, 3] and asked == [{"approve": 3, "to": "acct-7"}] * 2
     assert sealbox.verify_store(store).ok
+
+
+def test_a_call_with_arguments_the_tool_refused_replays_with_the_same_validation_error(store):
+    """The model sent arguments the tool's schema refuses: the tool raised pydantic's ValidationError,
+    which ToolNode turns into a message for the model. On replay the recorded error was a
+    ReplayedError, which ToolNode does not take for a validation error: the graph failed instead of
+    telling the model, and the replay diverged. The recorded arguments are validated again against
+    the tool's schema (the tool does not run), giving the same ValidationError."""
+    tools = Tools()
+
+    def agent(run):
+        model = ScriptedChatModel(messages=iter([
+            AIMessage(content="", tool_calls=[{"name": "get_time", "args": {"city": "Oslo", "utc_offset": "one"},
+                                               "id": "v1"}]),
+            AIMessage(content="sorry")]))
+        state = react_agent(model, governed_tools(run, [tools.get_time])).invoke(
+            {"messages": [("user", "time in Oslo?")]}, config={"callbacks": [SealboxCallbackHandler(run)]})
+        return state["messages"][2].content
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="clock") as run:
+        told = agent(run)
+    assert told.startswith("Error invoking tool 'get_time' with kwargs {'city': 'Oslo', 'utc_offset': 'one'}")
+    results = [p for k, _, p in events_of(store, run.run_id) if k == "tool.result"]
+    assert [(p["ok"], p["error"]["type"]) for p in results] == [(False, "ValidationError")]
+
+    result = _replay(store, run.run_id, agent)
+    assert result.head().startswith("reproduced: 4 step(s) matched"), result.head()
+    assert tools.invoked == []
+    assert sealbox.verify_store(store).ok

@@ -223,6 +223,27 @@ class GovernedTool(BaseTool):
             return message
         return ToolMessage(content=message, tool_call_id=call_id, name=self.name, status="error")
 
+    def _served_error(self, served: ReplayedError, tool_input: Any, call_id: str | None) -> BaseException:
+        """The exception to raise for a recorded error served by a replay, as LangGraph needs it: a call
+        that stopped in ``interrupt()`` stops the graph again (``GraphInterrupt`` with the recorded
+        values); a call whose arguments the tool's schema refused gets the same pydantic
+        ``ValidationError`` again, from validating the recorded arguments (the tool does not run), which
+        ``ToolNode`` turns into the same message for the model. Else ``served`` itself."""
+        run = self._sealbox_run
+        interrupted = _replayed_interrupt(run, served)
+        if interrupted is not None:
+            return interrupted
+        if getattr(run, "replay", None) is not None and served.type.rpartition(".")[2] == "ValidationError":
+            from pydantic import ValidationError
+
+            try:
+                self.inner._parse_input(tool_input, call_id)
+            except ValidationError as refused:
+                return refused
+            except Exception:  # noqa: BLE001 - validation fails otherwise now: report what the record says
+                pass
+        return served
+
     def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
         """Record and decide the call, run the wrapped tool if allowed, record its result."""
         call_id = kwargs.get("tool_call_id")
@@ -235,11 +256,8 @@ class GovernedTool(BaseTool):
                 failure=_tool_message_failure, control_flow=_CONTROL_FLOW)
         except ToolDenied as denied:
             return self._denied(denied, call_id)
-        except ReplayedError as served:  # a replay: a call that stopped in interrupt() stops the graph again
-            interrupted = _replayed_interrupt(self._sealbox_run, served)
-            if interrupted is None:
-                raise
-            raise interrupted from None
+        except ReplayedError as served:  # a replay: see _served_error
+            raise self._served_error(served, tool_input, call_id) from None
         except (RecordingError, ApprovalPending) as stop:
             raise _passing_the_graph(stop) from stop.__cause__
         finally:
@@ -257,11 +275,8 @@ class GovernedTool(BaseTool):
                 failure=_tool_message_failure, control_flow=_CONTROL_FLOW)
         except ToolDenied as denied:
             return self._denied(denied, call_id)
-        except ReplayedError as served:  # a replay: a call that stopped in interrupt() stops the graph again
-            interrupted = _replayed_interrupt(self._sealbox_run, served)
-            if interrupted is None:
-                raise
-            raise interrupted from None
+        except ReplayedError as served:  # a replay: see _served_error
+            raise self._served_error(served, tool_input, call_id) from None
         except (RecordingError, ApprovalPending) as stop:
             raise _passing_the_graph(stop) from stop.__cause__
         finally:
