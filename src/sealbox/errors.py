@@ -49,6 +49,7 @@ __all__ = [
     "StoreUpgradeNeededError",
     "StoreReadOnlyError",
     "StoreRolledBackError",
+    "StoreBusyError",
     "BlobNotFoundError",
     "RecordingError",
     "PolicyError",
@@ -109,6 +110,13 @@ class StoreReadOnlyError(StoreError):
 
 class StoreRolledBackError(StoreError):
     """The store holds fewer events than its newest signed checkpoint; appending would fork the log."""
+
+
+class StoreBusyError(StoreError):
+    """A write made under :meth:`SqliteStore.no_wait() <sealbox.store.sqlite.SqliteStore.no_wait>` found
+    the store's write lock held by another connection (another process, or another thread of this
+    one): nothing was written, and it did not wait. Only raised inside ``no_wait()``; elsewhere a
+    writer waits for the lock (up to the store's ``lock_timeout``)."""
 
 
 class BlobNotFoundError(StoreError, KeyError):

@@ -57,6 +57,7 @@ from sealbox.errors import (
     ProofError,
     SchemaVersionError,
     SealboxError,
+    StoreBusyError,
     StoreError,
     StoreReadOnlyError,
     StoreRolledBackError,
@@ -749,6 +750,24 @@ class _ThreadState(threading.local):
     ops = 0  # this thread's nesting of store operations
     txn_cache: "tuple[int, _Txn] | None" = None
     lock_timeout: float | None = None  # overrides the store's lock_timeout while set
+    no_wait = False  # within SqliteStore.no_wait(): a write finding the lock taken raises StoreBusyError
+
+
+class _NoWait:
+    """:meth:`SqliteStore.no_wait`'s context manager (a class: no generator on the gateway's per-call path)."""
+
+    __slots__ = ("_local", "_before")
+
+    def __init__(self, local: _ThreadState) -> None:
+        self._local = local
+        self._before = False
+
+    def __enter__(self) -> None:
+        self._before = self._local.no_wait
+        self._local.no_wait = True
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._local.no_wait = self._before
 
 class SqliteStore(SqliteQueries):
     """The embedded SQLite store. Open with :meth:`init` (new) or :meth:`open` (existing).
@@ -791,6 +810,7 @@ class SqliteStore(SqliteQueries):
         self.lock_timeout = lock_timeout
         #: SQLite's own wait for a lock on this store's connections (ms): 5 s, or lock_timeout if shorter
         self._busy_ms = min(BUSY_TIMEOUT_MS, int(lock_timeout * 1000))
+        self._busy_pragma = f"PRAGMA busy_timeout = {self._busy_ms}"
         self._ckpt_timer: _CheckpointTimer | None = None
         self._local = _ThreadState()
         self._conns: list[sqlite3.Connection] = []
@@ -1232,7 +1252,34 @@ class SqliteStore(SqliteQueries):
                     conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
 
     def _begin(self, conn: sqlite3.Connection) -> None:
+        if self._local.no_wait:
+            self._begin_no_wait(conn)
+            return
         self._retrying(conn, "BEGIN IMMEDIATE")
+
+    def _begin_no_wait(self, conn: sqlite3.Connection) -> None:
+        """``BEGIN IMMEDIATE`` once, without SQLite's busy wait: StoreBusyError when the lock is taken."""
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                raise StoreBusyError(f"{self.db_path} is locked by another writer") from None
+            raise _translate_write_error(self.path, exc) from exc
+        finally:
+            conn.execute(self._busy_pragma)
+
+    def no_wait(self) -> Any:
+        """A context manager: within it, in this thread, a write (:meth:`append`, :meth:`append_with`,
+        :meth:`put_snapshot`…) that finds the write lock held by another connection — another
+        process's long transaction, another thread's write — raises
+        :class:`~sealbox.errors.StoreBusyError` at once, with nothing written (its ``build`` is not
+        called), instead of waiting up to ``lock_timeout``. A write that gets the lock is made as
+        usual. For an event loop that must not block: try the write here, and on StoreBusyError make
+        it again from a worker thread (the gateway does). A checkpoint falling due after such a write
+        is not signed while the lock is taken (a later append, the checkpoint timer or :meth:`close`
+        signs it). Costs two ``PRAGMA busy_timeout`` statements per write."""
+        return _NoWait(self._local)
 
     def _commit(self, conn: sqlite3.Connection) -> None:
         self._retrying(conn, "COMMIT")
@@ -1277,6 +1324,8 @@ class SqliteStore(SqliteQueries):
                 self._appended_size = size
             try:
                 self._maybe_checkpoint(size)
+            except StoreBusyError:
+                pass  # no_wait(): the events are committed; a later append, the timer or close() signs them
             except _ChangedBelowError as exc:
                 # committed already, so this append succeeded; the signer found the store changed
                 # below Sealbox: later appends are refused before they write anything

@@ -1,0 +1,98 @@
+"""store.no_wait(): a write finding the lock taken raises StoreBusyError at once, having written nothing
+(real SQLite files; the write lock is held by a plain sqlite3 connection)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import sealbox
+from sealbox import CheckpointPolicy, EventDraft, open_store
+from sealbox.errors import StoreBusyError
+from sealbox.policies import ALLOW_ALL
+
+
+def _hold(path: Path) -> sqlite3.Connection:
+    hold = sqlite3.connect(path / "sealbox.db", isolation_level=None)
+    hold.execute("BEGIN IMMEDIATE")
+    return hold
+
+
+def test_a_write_under_no_wait_fails_at_once_when_locked_and_writes_as_usual_when_free(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    sealbox.init_store(path).close()
+    store = open_store(path)  # lock_timeout 300 s: without no_wait() the append would wait
+    try:
+        size = store.size()
+        hold = _hold(path)
+        built = []
+        started = time.monotonic()
+        with pytest.raises(StoreBusyError, match="locked by another writer"):
+            with store.no_wait():
+                store.append_with(lambda reader: built.append(1) or [EventDraft("note", {"text": "busy"})])
+        assert time.monotonic() - started < 0.5
+        assert built == []  # the callback never ran
+        assert store._conn().execute("PRAGMA busy_timeout").fetchone()[0] == 5000  # restored
+        # another thread writes as usual: it waits for the lock
+        done = []
+        writer = threading.Thread(target=lambda: done.append(store.append(EventDraft("note", {"text": "waited"}))))
+        writer.start()
+        time.sleep(0.3)
+        assert done == []
+        hold.execute("COMMIT")
+        hold.close()
+        writer.join(10)
+        with store.no_wait():  # free: written on the spot
+            store.append(EventDraft("note", {"text": "free"}))
+        assert [e.payload["text"] for e in store.read_range(size, store.size())] == ["waited", "free"]
+        assert sealbox.verify_store(store).ok
+    finally:
+        store.close()
+
+
+def test_a_checkpoint_due_under_no_wait_while_locked_is_left_to_a_later_append(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    sealbox.init_store(path).close()
+    store = open_store(path, checkpoint_policy=CheckpointPolicy(every_events=1, every_seconds=None))
+    try:
+        signed = store.latest_checkpoint().tree_size
+        real = store.issue_checkpoint
+        holds: list[sqlite3.Connection] = []
+
+        def lock_then_sign(*args, **kwargs):  # another process takes the lock right after the append commits
+            if not holds:
+                holds.append(_hold(path))
+            return real(*args, **kwargs)
+
+        store.issue_checkpoint = lock_then_sign
+        with store.no_wait():
+            [event] = store.append(EventDraft("note", {"text": "committed"}))  # returns: no error, no wait
+        assert store.latest_checkpoint().tree_size == signed  # not signed while locked
+        holds[0].execute("COMMIT")
+        holds[0].close()
+        store.append(EventDraft("note", {"text": "next"}))
+        assert store.latest_checkpoint().tree_size == event.leaf_index + 2
+    finally:
+        store.close()
+
+
+def test_a_run_start_refused_busy_gives_its_step_back(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    sealbox.init_store(path).close()
+    store = open_store(path)
+    try:
+        run = sealbox.Recorder(store, ALLOW_ALL).run(agent="a")
+        hold = _hold(path)
+        with pytest.raises(StoreBusyError), store.no_wait():
+            run.start()
+        hold.execute("COMMIT")
+        hold.close()
+        run.start()
+        run.end("ok")
+        assert [(e.step, e.kind) for e in store.read_run(run.run_id)] == [("1", "run.started"), ("2", "run.ended")]
+    finally:
+        store.close()
