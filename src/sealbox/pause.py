@@ -53,7 +53,7 @@ from sealbox.approvals import (
     get_approval,
 )
 from sealbox.canonical import decode, encode
-from sealbox.errors import BlobNotFoundError, ConfigError, RecordingError
+from sealbox.errors import BlobNotFoundError, ConfigError, RecordingError, StoreBusyError
 from sealbox.identities import identity_book
 from sealbox.policy.model import Decision
 
@@ -137,7 +137,7 @@ def claim(run: Any, approval_id: str, arguments: Any = None) -> tuple[ApprovalSt
 
     try:
         run.store.append_with(build)
-    except (ApprovalError, RecordingError):
+    except (ApprovalError, RecordingError, StoreBusyError):  # StoreBusyError: under store.no_wait(), nothing written
         raise
     except Exception as exc:  # a failure to record is never a silent gap
         raise RecordingError(f"could not record the resumption of {approval_id}: {exc}") from exc

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
-from sealbox.errors import ConfigError, PolicyError, RecordingError, SealboxError
+from sealbox.errors import ConfigError, PolicyError, RecordingError, SealboxError, StoreBusyError
 from sealbox.events import SYSTEM_RUN_ID, EventDraft
 from sealbox.policy import Policy
 from sealbox.policy.breaker import BreakerChange, CircuitBreaker, breaker_open_decision
@@ -174,6 +174,12 @@ class Recorder:
         self.breaker.on_change = self._on_breaker_change
         self.approvals, self.approval_timeout, self.approval_poll = approvals, approval_timeout, approval_poll
         self.tools: dict[tuple[str, str], Callable[..., Any]] = {}  # (server, tool) -> function, for resume
+        #: None, or an async function ``writer(write)`` that :meth:`RunContext.acall_tool` awaits for its
+        #: two store writes (the gate, the ``tool.result``) instead of calling ``write()`` itself: it must
+        #: run ``write`` exactly once (on the event loop, or in a worker thread) and return or raise what it
+        #: did. The gateway's runs the write on the loop when the store's lock is free and in a worker
+        #: thread when another process holds it, so that the loop is never stalled (sealbox.gateway.server).
+        self.async_writer: Callable[[Callable[[], Any]], Any] | None = None
 
     def _on_breaker_change(self, change: BreakerChange) -> None:
         pending = getattr(self._changes, "items", None)
@@ -655,10 +661,23 @@ class RunContext:
         if self.replay is not None and self.replay.parent is not None:
             self.replay.check_sub_snapshot(self, fp)  # ReplayStopped (config_drift) before anything is written
         self.started_at = datetime.now(timezone.utc)
-        self._append([self._draft("run.started", payload, self._take_step())])
+        self._append_step("run.started", payload)
         if self.replay is not None and self.replay.parent is not None:
             REPLAYING[self.run_id] = self  # its own sub-agent runs, from any thread, are served in turn
         return self
+
+    def _append_step(self, kind: str, payload: dict[str, Any]) -> None:
+        """Append one event at the next top-level step. A write refused with StoreBusyError (only under
+        ``store.no_wait()``: nothing written) gives the step back, so that the caller can make it again
+        (from a worker thread) at the same step."""
+        step = self._take_step()
+        try:
+            self._append([self._draft(kind, payload, step)])
+        except StoreBusyError:
+            with self._lock:
+                if self._steps[0] == int(step) + 1:  # no later step was taken meanwhile
+                    self._steps[0] -= 1
+            raise
 
     def _check_stored_snapshot(self, fp: str) -> None:
         from sealbox.errors import StoreError
@@ -702,7 +721,7 @@ class RunContext:
             payload["error"] = self._error_dict(error, self._run_secrets())
         if verdict is not None:
             payload["verdict"] = verdict
-        self._append([self._draft("run.ended", payload, self._take_step())])
+        self._append_step("run.ended", payload)
         self.ended = True
         self._release_lease()
 
@@ -869,7 +888,7 @@ class RunContext:
     def _guard(fn: Callable[[], Any]) -> Any:
         try:
             return fn()
-        except RecordingError:
+        except (RecordingError, StoreBusyError):  # StoreBusyError: only under store.no_wait(), nothing written
             raise
         except Exception as exc:  # any failure to record is a RecordingError, never a silent gap
             raise RecordingError(f"could not record: {exc}") from exc
@@ -991,37 +1010,89 @@ class RunContext:
             raise ConfigError(_generator_refusal(server, tool, kind))
         if self.replay is not None and self.replay.serves_tools:
             return self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
-        call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent)
+        writer = self.recorder.async_writer
+        if writer is None:
+            call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent)
+        else:
+            call_id, step = await self._adecide_and_record(writer, server, tool, arguments, grant, call_id, exposed,
+                                                           agent)
         started = time.perf_counter_ns()
         try:
             result = _invoke(fn, arguments)
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as exc:
-            self._record_raised(server, tool, call_id, step, started, exc, arguments,
-                                count=not isinstance(exc, control_flow))
+            if writer is None:
+                self._record_raised(server, tool, call_id, step, started, exc, arguments,
+                                    count=not isinstance(exc, control_flow))
+            else:
+                await self._arecord_raised(writer, server, tool, call_id, step, started, exc, arguments,
+                                           count=not isinstance(exc, control_flow))
             raise
         refusal = _unrecordable(result, server, tool, awaited=True)
         if refusal is not None:
-            self._record_result(server, tool, call_id, step, started, error=refusal, arguments=arguments, count=False)
+            await self.arecord_result(server, tool, call_id, step, started, error=refusal, arguments=arguments,
+                                      count=False)
             raise refusal
-        self._record_result(server, tool, call_id, step, started, result=result, arguments=arguments,
-                            failure=_failure_message(failure, result))
+        await self.arecord_result(server, tool, call_id, step, started, result=result, arguments=arguments,
+                                  failure=_failure_message(failure, result))
         return result
 
-    def _decide_and_record(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str | None,
-                           exposed: str | None, agent: str | None = None) -> tuple[str, str]:
-        """The gate of :meth:`call_tool` and :meth:`acall_tool`, which have checked the names (``_check_call``)."""
+    def _reserve_call_id(self, server: str, tool: str, call_id: str | None) -> str:
         call_id = call_id or "call_" + os.urandom(12).hex()  # 96 random bits, as many characters as before
         with self._lock:  # reserved before anything is written: two threads cannot both record it
             if call_id in self._call_ids:
                 raise ConfigError(f"{server}/{tool}: call_id {call_id!r} was already used by a tool call of run "
                                   f"{self.run_id}; every tool call of a run needs its own id")
             self._call_ids.add(call_id)
+        return call_id
+
+    def _decide_and_record(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str | None,
+                           exposed: str | None, agent: str | None = None) -> tuple[str, str]:
+        """The gate of :meth:`call_tool` and :meth:`acall_tool`, which have checked the names (``_check_call``)."""
+        call_id = self._reserve_call_id(server, tool, call_id)
         return self._decide_and_record_id(server, tool, arguments, grant, call_id, exposed, agent)
+
+    async def _adecide_and_record(self, writer: Callable[[Callable[[], Any]], Any], server: str, tool: str,
+                                  arguments: Any, grant: str | None, call_id: str | None, exposed: str | None,
+                                  agent: str | None = None) -> tuple[str, str]:
+        """:meth:`_decide_and_record`, its write made by ``await writer(write)`` (:attr:`Recorder.async_writer`)."""
+        call_id = self._reserve_call_id(server, tool, call_id)
+        step, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent)
+
+        def guarded() -> Any:  # in the thread that writes: a failed write's breaker changes are dropped there
+            try:
+                return self._learning(write)
+            except StoreBusyError:
+                raise  # build() did not run: nothing to drop; the writer makes it again
+            except BaseException:
+                self.recorder.take_breaker_events()  # the probe was not recorded; nothing ran
+                raise
+
+        try:
+            await writer(guarded)
+        except BaseException:
+            with self._lock:  # no tool.call was written: the id is free again
+                self._call_ids.discard(call_id)
+            raise
+        return self._gated(call_id, step, server, tool, *boxes)
 
     def _decide_and_record_id(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str,
                               exposed: str | None, agent: str | None = None) -> tuple[str, str]:
+        step, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent)
+        try:
+            self._learning(write)
+        except BaseException:
+            self.recorder.take_breaker_events()  # the probe was not recorded; nothing ran
+            with self._lock:  # no tool.call was written: the id is free again
+                self._call_ids.discard(call_id)
+            raise
+        return self._gated(call_id, step, server, tool, *boxes)
+
+    def _gate(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str, exposed: str | None,
+              agent: str | None) -> tuple[str, Callable[[], Any], tuple[list, list, list]]:
+        """The call's step, the write of its ``tool.call`` + ``policy.decision`` (+ approval request), and the
+        boxes that write fills (decision, approval request, whether nothing was redacted from the arguments)."""
         step = self._step_for_call(call_id)
         grant = grant or f"implicit:{self.principal.id}"
         decision_box: list[Decision] = []
@@ -1057,13 +1128,11 @@ class RunContext:
                 self.replay.check(self, drafts)
             return drafts + self.recorder.take_breaker_events()
 
-        try:
-            self._learning(lambda: self.store.append_with(build))
-        except BaseException:
-            self.recorder.take_breaker_events()  # the probe was not recorded; nothing ran
-            with self._lock:  # no tool.call was written: the id is free again
-                self._call_ids.discard(call_id)
-            raise
+        return step, lambda: self.store.append_with(build), (decision_box, request_box, clean_box)
+
+    def _gated(self, call_id: str, step: str, server: str, tool: str, decision_box: list[Decision],
+               request_box: list[dict[str, Any]], clean_box: list[bool]) -> tuple[str, str]:
+        """After the gate's write: go on (returns ``(call_id, step)``), or raise ToolDenied / ApprovalPending."""
         decision = decision_box[-1]
         if decision.effect != "deny" and clean_box and clean_box[-1]:
             with self._lock:  # nothing to look for in the result (see _result_for_record)
@@ -1180,10 +1249,41 @@ class RunContext:
             _attach_note(exc, f"sealbox: the tool.result of {server}/{tool} (call {call_id}, run {self.run_id}) "
                               f"could not be recorded: {type(failed).__name__}: {exception_message(failed)}")
 
+    async def _arecord_raised(self, writer: Callable[[Callable[[], Any]], Any], server: str, tool: str, call_id: str,
+                              step: str, started_ns: int, exc: BaseException, arguments: Any, count: bool = True) -> None:
+        """:meth:`_record_raised` with its write made by ``writer`` (:attr:`Recorder.async_writer`)."""
+        try:
+            await self.arecord_result(server, tool, call_id, step, started_ns, error=exc, arguments=arguments,
+                                      count=count)
+        except Exception as failed:  # noqa: BLE001 - the tool's exception goes on, carrying this
+            _attach_note(exc, f"sealbox: the tool.result of {server}/{tool} (call {call_id}, run {self.run_id}) "
+                              f"could not be recorded: {type(failed).__name__}: {exception_message(failed)}")
+
+    async def arecord_result(self, server: str, tool: str, call_id: str, step: str, started_ns: int, *,
+                             result: Any = None, error: BaseException | None = None, arguments: Any = _NO_ARGUMENTS,
+                             count: bool = True, failure: str | None = None) -> None:
+        """:meth:`_record_result`, its write made by ``await recorder.async_writer(write)`` when the
+        recorder has one (:attr:`Recorder.async_writer`), else on the spot. Raises as it does."""
+        drafts = self._result_drafts(server, tool, call_id, step, started_ns, result=result, error=error,
+                                     arguments=arguments, count=count, failure=failure)
+        writer = self.recorder.async_writer
+        if writer is None:
+            self._append(drafts, sync=False)
+        else:
+            await writer(lambda: self._append(drafts, sync=False))
+
     def _record_result(self, server: str, tool: str, call_id: str, step: str, started_ns: int, *, result: Any = None,
                        error: BaseException | None = None, arguments: Any = _NO_ARGUMENTS, count: bool = True,
                        failure: str | None = None) -> None:
-        """``tool.result``. With an ``error``, the call's ``arguments`` (when given) say which
+        """``tool.result``. Raises RecordingError (not recorded)."""
+        # not fsync'd on its own: durable with the next fsync'd commit; a power cut before leaves "outcome unknown"
+        self._append(self._result_drafts(server, tool, call_id, step, started_ns, result=result, error=error,
+                                         arguments=arguments, count=count, failure=failure), sync=False)
+
+    def _result_drafts(self, server: str, tool: str, call_id: str, step: str, started_ns: int, *, result: Any = None,
+                       error: BaseException | None = None, arguments: Any = _NO_ARGUMENTS, count: bool = True,
+                       failure: str | None = None) -> list[EventDraft]:
+        """The drafts of a ``tool.result`` (and the breaker changes it caused). With an ``error``, the call's ``arguments`` (when given) say which
         redacted values to scrub from its message and traceback; ``count=False``: a caller's
         mistake (a refused return value), not a failure of the tool, so the breaker is left alone.
         ``failure``: the tool answered ``result`` but reports a failure in it (MCP ``isError``):
@@ -1210,8 +1310,7 @@ class RunContext:
                 self.recorder.breaker.server_down(server)
             elif isinstance(error, Exception):
                 self.recorder.breaker.record_failure(server, tool, "timeout" if isinstance(error, TimeoutError) else "error")
-        # not fsync'd on its own: durable with the next fsync'd commit; a power cut before leaves "outcome unknown"
-        self._append([self._draft("tool.result", payload, step), *self.recorder.take_breaker_events()], sync=False)
+        return [self._draft("tool.result", payload, step), *self.recorder.take_breaker_events()]
 
     def _result_for_record(self, call_id: str, result: Any, arguments: Any) -> Any:
         """A tool's result as it is recorded: in ``redacted`` mode, every string that redaction

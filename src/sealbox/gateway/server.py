@@ -46,7 +46,7 @@ import orjson
 import mcp_types as types
 
 from sealbox.approvals import ApprovalError, ApprovalPending
-from sealbox.errors import RecordingError
+from sealbox.errors import RecordingError, StoreBusyError
 from sealbox.gateway import codes
 from sealbox.gateway.config import GatewayConfig
 from sealbox.gateway.holds import (DELIVERED_ON_RETRY, WIRE_STATE_KEY, Pending, StateError, Undelivered, open_state,
@@ -212,6 +212,11 @@ class Gateway:
         # gateway holds the call itself, off the event loop (sealbox.gateway.holds)
         self.recorder = Recorder(self.store, self.policy, approvals="suspend",
                                  breaker=_GatewayBreaker(config.breaker_threshold, config.breaker_cooldown_s))
+        # the recorder's two writes of a call (gate, tool.result) go through _write: never a stalled event loop
+        self.recorder.async_writer = self._write
+        self._no_wait = getattr(self.store, "no_wait", None)
+        self._queued_writes = 0  # writes waiting for, or being made by, a worker thread (_write)
+        self._write_order: anyio.Lock | None = None  # made on first use (in the event loop)
         #: seconds between polls of the store while a call is held for an approval
         self.approval_poll = 0.1
         #: seconds between progress notifications while a call is held (first one at once)
@@ -310,6 +315,40 @@ class Gateway:
 
         server.create_initialization_options = options  # type: ignore[method-assign]
         return server
+
+    # ------------------------------------------------------------------ store writes
+
+    async def _write(self, write: Any) -> Any:
+        """Make the store write ``write()`` once and return what it returned (or raise what it raised),
+        without ever stalling the event loop on the store's write lock.
+
+        The common case costs no thread hop: the lock is free and no write is queued, so ``write()``
+        runs here, on the loop, under ``store.no_wait()``. When another connection holds the lock (a
+        ``sealbox`` command or an SDK process in a long transaction, a ``sqlite3`` shell's ``BEGIN
+        IMMEDIATE``) the write raises StoreBusyError before anything is written, and is made again
+        from a worker thread, which waits for the lock (up to the store's ``lock_timeout``; then it
+        fails as any write does: RecordingError, a call is not forwarded) while the loop serves the
+        other sessions. Writes made from threads go one at a time, in the order they came (a fair
+        lock), and while one is queued every later write joins the queue, so the gateway's writes
+        are committed in the order it made them (steps of a run stay in order). Shielded: a write
+        once queued is made even if its caller is cancelled (no event lost, none made twice)."""
+        if not self._queued_writes:
+            if self._no_wait is None:
+                return write()
+            try:
+                with self._no_wait():
+                    return write()
+            except StoreBusyError:
+                pass  # nothing was written: made again below, off the loop
+        self._queued_writes += 1
+        try:
+            with anyio.CancelScope(shield=True):
+                if self._write_order is None:
+                    self._write_order = anyio.Lock()
+                async with self._write_order:
+                    return await anyio.to_thread.run_sync(write)
+        finally:
+            self._queued_writes -= 1
 
     # ------------------------------------------------------------------ protocol checks
 
@@ -413,7 +452,7 @@ class Gateway:
         if draft is None:
             return
         try:
-            self.store.append([draft])
+            await self._write(lambda: self.store.append([draft]))
         except Exception as exc:  # noqa: BLE001 - unrecorded change: keep the tools blocked, say so
             log.error("could not record tools.changed for %s: %s", upstream.spec.id, exc)
             self.pins.cursor = max(self.pins.cursor, self.store.size())
@@ -441,7 +480,7 @@ class Gateway:
                                            for sid, up in sorted(self.upstreams.items())}}}
         return Snapshot(tools=tools, policy=self.policy.fingerprint, extra=extra)
 
-    def _run_for(self, ctx: Any, meta: Any, principal: str) -> RunContext:
+    async def _run_for(self, ctx: Any, meta: Any, principal: str) -> RunContext:
         run_id = _meta_get(meta, RUN_ID_META_KEY) or self.default_run_id
         if run_id is not None:
             if not isinstance(run_id, str):
@@ -457,8 +496,11 @@ class Gateway:
             return live  # its own run, named: one step counter
         connection = _connection(ctx)
         run = connection.state.get(_RUN_STATE)
+        while run is not None and run._gateway_starting is not None:  # type: ignore[attr-defined]
+            await run._gateway_starting.wait()  # type: ignore[attr-defined]  # another call of the session starts it
+            run = connection.state.get(_RUN_STATE)  # None: its run.started could not be written
         if run is None:
-            run = self._start_run(ctx, connection, principal)
+            run = await self._start_run(ctx, connection, principal)
         elif run.principal.id != principal:
             raise _mcp_error()(codes.UNAUTHORIZED, "this session's run belongs to another identity")
         return run
@@ -588,7 +630,7 @@ class Gateway:
         run.link_call(call_id, step)
         return call_id
 
-    def _start_run(self, ctx: Any, connection: Any, principal: str) -> RunContext:
+    async def _start_run(self, ctx: Any, connection: Any, principal: str) -> RunContext:
         info = getattr(connection.client_params, "client_info", None)
         labels = {"sealbox.gateway": self.config.name, "mcp.protocol_version": str(connection.protocol_version)}
         if info is not None:
@@ -597,10 +639,20 @@ class Gateway:
         # an empty clientInfo.name is valid MCP, but no agent name: every call failed (code 0, nothing recorded)
         agent = (info.name if info is not None else "") or "mcp-client"
         run = self.recorder.run(agent=agent, principal=principal, snapshot=self.snapshot(), labels=labels)
-        run.start()
         run._gateway_inflight = 0  # type: ignore[attr-defined]
         run._gateway_idle = None  # type: ignore[attr-defined]  # an Event only while someone waits (_end_run)
+        # the session's other calls wait for run.started (written off the loop when the store is busy)
+        starting = run._gateway_starting = anyio.Event()  # type: ignore[attr-defined]
         connection.state[_RUN_STATE] = run
+        try:
+            await self._write(run.start)
+        except BaseException:
+            if connection.state.get(_RUN_STATE) is run:
+                del connection.state[_RUN_STATE]
+            raise
+        finally:
+            run._gateway_starting = None  # type: ignore[attr-defined]
+            starting.set()
         self._session_runs[run.run_id] = run
         self._watch(connection)
         connection.exit_stack.push_async_callback(self._end_run, connection, run)
@@ -626,7 +678,7 @@ class Gateway:
             # ends with its one request; its retry, carrying requestState, is answered before joining)
             self._undelivered.discard_run(run.run_id)
         try:
-            run.end("ok")
+            await self._write(lambda: run.end("ok"))
         except RecordingError as exc:
             log.error("could not record the end of run %s: %s", run.run_id, exc)
 
@@ -676,7 +728,7 @@ class Gateway:
                                      "delivered to an earlier call); call again without requestState to ask anew",
                                      {"sealbox/approval": {"approval_id": claims["aid"], "status": "delivered"}})
         else:
-            run = self._run_for(ctx, params.meta, principal)
+            run = await self._run_for(ctx, params.meta, principal)
             own_run = modern and getattr(run, "_gateway_inflight", None) is not None
             if self._undelivered.has_run(run.run_id) or run.run_id in self._pending:
                 binding = self._binding(server, tool, arguments)
@@ -835,7 +887,7 @@ class Gateway:
         aid = pending.approval_id
         with anyio.CancelScope(shield=True):  # a client that goes away still leaves the outcome, kept for its retry
             try:
-                claimed = claim(run, aid, arguments)
+                claimed = await self._write(lambda: claim(run, aid, arguments))
             except ApprovalError as exc:
                 return self._settled(pending, _error_result(
                     f"approval {aid}: {exc}", {"sealbox/approval": {"approval_id": aid, "error": exc.code}}))
@@ -852,12 +904,12 @@ class Gateway:
                 try:
                     out = await forward()
                 except Exception as exc:  # noqa: BLE001 - recorded, then mapped to an isError result
-                    run._record_result(pending.server, pending.tool, pending.call_id, pending.step, started, error=exc,
-                                       arguments=arguments)
+                    await run.arecord_result(pending.server, pending.tool, pending.call_id, pending.step, started,
+                                             error=exc, arguments=arguments)
                     result = _failure(exc)
                 else:
-                    run._record_result(pending.server, pending.tool, pending.call_id, pending.step, started,
-                                       result=out, arguments=arguments, failure=tool_error_text(out))
+                    await run.arecord_result(pending.server, pending.tool, pending.call_id, pending.step, started,
+                                             result=out, arguments=arguments, failure=tool_error_text(out))
                     result = types.CallToolResult.model_validate(out, by_name=False)
             self._settled(pending, result)
             if not self._pending.get(run.run_id):
@@ -866,7 +918,7 @@ class Gateway:
                     # a stateless client's own run (one call): it ends once the call's outcome is settled (a
                     # retry of a call that did not get it is answered from what was kept, without the run)
                     try:
-                        run.end("ok")
+                        await self._write(lambda: run.end("ok"))
                     except RecordingError as exc:
                         log.error("could not record the end of run %s: %s", run.run_id, exc)
             return result

@@ -1,0 +1,120 @@
+"""The store's write lock held by another process does not stall the gateway's other sessions.
+
+A real second process holds ``BEGIN IMMEDIATE`` on the store's database; meanwhile the gateway's
+calls that must write wait for the lock off the event loop, and its other sessions are answered."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import anyio
+import pytest
+
+import sealbox
+from sealbox.gateway import Gateway
+
+from .conftest import connect, gateway_runs, kinds, running, text_of, toy_config, toy_log
+
+pytestmark = pytest.mark.anyio
+
+HOLD_S = 2.0
+
+LOCKER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("COMMIT")
+print("released", flush=True)
+"""
+
+
+async def _hold_lock(db: str, seconds: float) -> subprocess.Popen:
+    """Start a process holding the database's write lock for ``seconds``; return once it holds it."""
+    proc = subprocess.Popen([sys.executable, "-c", LOCKER, db, str(seconds)], stdout=subprocess.PIPE, text=True)
+    line = await anyio.to_thread.run_sync(proc.stdout.readline)
+    assert line.strip() == "locked"
+    return proc
+
+
+async def test_a_write_lock_held_by_another_process_does_not_stall_other_sessions(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    results: dict[str, object] = {}
+    done_at: dict[str, float] = {}
+    async with running(gw) as tg:
+        async with connect(gw, tg) as first, connect(gw, tg) as second, connect(gw, tg) as third:
+            assert text_of(await first.call_tool("toy__add", {"a": 1, "b": 1})) == "2"  # its run has started
+            proc = await _hold_lock(str(store.db_path), HOLD_S)
+            locked_at = time.monotonic()
+
+            async def call(name: str, client, arguments) -> None:
+                results[name] = await client.call_tool("toy__add", arguments)
+                done_at[name] = time.monotonic()
+
+            async with anyio.create_task_group() as calls:
+                calls.start_soon(call, "gate", first, {"a": 2, "b": 40})  # tool.call + policy.decision wait
+                calls.start_soon(call, "start", third, {"a": 3, "b": 4})  # run.started waits
+                await anyio.sleep(0.3)  # both are waiting for the lock now
+                t0 = time.monotonic()
+                with anyio.fail_after(HOLD_S):
+                    tools = (await second.list_tools()).tools
+                    await second.send_ping()
+                answered = time.monotonic() - t0
+                still_held = proc.poll() is None
+            proc.wait(5)
+        run1, run3 = gateway_runs(store)  # second's session made no call: no run
+    assert "toy__add" in [t.name for t in tools]
+    assert still_held, "tools/list and ping were answered only once the lock was released"
+    assert answered < 0.5, answered
+    assert text_of(results["gate"]) == "42" and not results["gate"].is_error
+    assert text_of(results["start"]) == "7" and not results["start"].is_error
+    assert min(done_at.values()) - locked_at >= HOLD_S - 0.3  # they did wait for the lock
+    assert kinds(store, run1) == [("1", "run.started"), ("2", "tool.call"), ("2", "policy.decision"),
+                                  ("2", "tool.result"), ("3", "tool.call"), ("3", "policy.decision"),
+                                  ("3", "tool.result"), ("4", "run.ended")]
+    assert kinds(store, run3) == [("1", "run.started"), ("2", "tool.call"), ("2", "policy.decision"),
+                                  ("2", "tool.result"), ("3", "run.ended")]
+    assert [e.payload["arguments"] for e in store.read_run(run1) if e.kind == "tool.call"] == [
+        {"a": 1, "b": 1}, {"a": 2, "b": 40}]
+    assert [c["arguments"] for c in toy_log(tmp_path)] == [{"a": 1, "b": 1}, {"a": 2, "b": 40}, {"a": 3, "b": 4}] \
+        or [c["arguments"] for c in toy_log(tmp_path)] == [{"a": 1, "b": 1}, {"a": 3, "b": 4}, {"a": 2, "b": 40}]
+    assert sealbox.verify_store(store).ok
+
+
+async def test_a_call_whose_record_waits_past_the_lock_timeout_is_not_forwarded(tmp_path):
+    sealbox.init_store(tmp_path / "store").close()
+    store = sealbox.open_store(tmp_path / "store", lock_timeout=1.0)
+    try:
+        gw = Gateway(toy_config(tmp_path), store=store)
+        async with running(gw) as tg:
+            async with connect(gw, tg) as first, connect(gw, tg) as second:
+                assert text_of(await first.call_tool("toy__add", {"a": 1, "b": 1})) == "2"
+                proc = await _hold_lock(str(store.db_path), HOLD_S)
+                async with anyio.create_task_group() as calls:
+                    box = []
+
+                    async def blocked() -> None:
+                        box.append(await first.call_tool("toy__add", {"a": 2, "b": 40}))
+
+                    t0 = time.monotonic()  # the client shares the gateway's event loop: a stalled loop stalls it too
+                    calls.start_soon(blocked)
+                    await anyio.sleep(0.1)
+                    await second.send_ping()
+                    answered = time.monotonic() - t0
+                still_held = proc.poll() is None
+                proc.wait(5)
+                assert text_of(await first.call_tool("toy__add", {"a": 5, "b": 5})) == "10"
+            [run1] = gateway_runs(store)
+        [result] = box
+        assert answered < 0.6 and still_held, answered
+        assert result.is_error and text_of(result).startswith("not forwarded: the call could not be recorded")
+        assert result.meta == {"sealbox/not_forwarded": "recording_failed"}
+        assert [c["arguments"] for c in toy_log(tmp_path)] == [{"a": 1, "b": 1}, {"a": 5, "b": 5}]
+        assert kinds(store, run1) == [("1", "run.started"), ("2", "tool.call"), ("2", "policy.decision"),
+                                      ("2", "tool.result"), ("4", "tool.call"), ("4", "policy.decision"),
+                                      ("4", "tool.result"), ("5", "run.ended")]
+    finally:
+        store.close()
