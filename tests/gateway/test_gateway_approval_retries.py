@@ -418,3 +418,51 @@ async def test_a_retry_after_the_approver_was_disabled_is_still_pending_and_the_
             assert (done.is_error, text_of(done)) == (False, "once")
     assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "once"}}]
     assert counts(store, run_id) == {"tool.call": 1, "approval.requested": 1, "run.resumed": 1, "tool.result": 1}
+
+
+async def test_a_decided_request_no_client_retries_is_forgotten_and_a_later_retry_still_gets_its_outcome(
+        tmp_path, store, alice):
+    gw = gateway(tmp_path, store, hold=0.3, limits=", undelivered_keep_s: 1")
+    gw.pending_prune_s = 0.05
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            first = await client.call_tool("toy__echo", {"text": "deploy"})
+            assert first.is_error is True and served(first)["status"] == "pending"
+            [run_id] = gateway_runs(store)
+            [aid] = pending_ids(store)
+            assert list(gw._pending) == [run_id]
+            await anyio.sleep(1.3)  # longer than undelivered_keep_s: undecided, so it stays
+            assert [p.approval_id for p in gw._pending[run_id].values()] == [aid]
+            await anyio.to_thread.run_sync(answer, store, aid, "approve", "fine", alice)
+            await anyio.sleep(0.5)
+            assert [p.approval_id for p in gw._pending[run_id].values()] == [aid]  # decided < keep_s ago: kept
+            await until(lambda: not gw._pending)  # then forgotten: nothing of it left in memory
+            assert gw._hold_locks == {} and toy_log(tmp_path) == []
+            retry = await client.call_tool("toy__echo", {"text": "deploy"})
+            assert not gw._pending
+        ended = [e.kind for e in store.read_run(run_id)][-1]
+    assert retry.is_error is False and text_of(retry) == "deploy"
+    assert [c["arguments"] for c in toy_log(tmp_path)] == [{"text": "deploy"}]  # ran once, for that request
+    assert counts(store, run_id) == {"tool.call": 1, "approval.requested": 1, "run.resumed": 1, "tool.result": 1}
+    assert [e.payload["approval_ids"] for e in store.read_run(run_id) if e.kind == "run.resumed"] == [[aid]]
+    assert ended == "run.ended"
+
+
+async def test_a_forgotten_request_keeps_the_closed_sessions_run_suspended_and_a_joined_retry_gets_the_denial(
+        tmp_path, store, alice):
+    gw = gateway(tmp_path, store, hold=0.3, limits=", undelivered_keep_s: 0")
+    gw.pending_prune_s = 0.05
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            first = await client.call_tool("toy__echo", {"text": "deploy"})
+            [run_id] = gateway_runs(store)
+            [aid] = pending_ids(store)
+            await anyio.to_thread.run_sync(answer, store, aid, "deny", "not today", alice)
+            await until(lambda: not gw._pending)
+        assert store.get_run(run_id)["status"] != "ended"  # left suspended: the request is still to be delivered
+        async with connect(gw, tg) as other:
+            retry = await other.call_tool("toy__echo", {"text": "deploy"}, meta={"sealbox/run_id": run_id})
+    assert served(first)["status"] == "pending"
+    assert retry.is_error is True and "approval_denied" in text_of(retry) and "not today" in text_of(retry)
+    assert toy_log(tmp_path) == []
+    assert counts(store, run_id) == {"tool.call": 1, "approval.requested": 1, "run.resumed": 1, "tool.result": 0}

@@ -195,7 +195,8 @@ class Limits:
     """Gateway limits. ``max_request_bytes``: a request's JSON params above this are refused
     (``REQUEST_TOO_LARGE``); ``approval_hold_s``: how long a call waiting for an approval is held;
     ``undelivered_keep_s``: how long the outcome of a held call that could not be delivered (its client
-    cancelled, timed out or disconnected) is kept for a retry with the same arguments (0: not kept);
+    cancelled, timed out or disconnected) is kept for a retry with the same arguments (0: not kept), and
+    how long a request decided or expired that no call retries stays in memory (then read from the store);
     ``call_timeout_s``: an upstream call longer than this is a recorded timeout;
     ``startup_timeout_s``: an upstream that does not answer ``initialize`` + ``tools/list`` within this is down."""
 

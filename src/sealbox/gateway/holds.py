@@ -98,6 +98,8 @@ class Pending:
     outcome: Any = None  # once settled: the CallToolResult every call of this request is answered
     kept_at: float | None = None  # monotonic time it was kept as undelivered (None: not kept)
     kept_bytes: int = 0
+    holds: int = 0  # calls holding it now (Gateway._hold): never forgotten while one does
+    decided_at: float | None = None  # monotonic time the gateway first saw it decided or expired, unsettled
 
     @property
     def key(self) -> tuple[str, str, str | None]:

@@ -37,6 +37,7 @@ import math
 import os
 import time
 import uuid
+import weakref
 from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Any
@@ -224,6 +225,10 @@ class Gateway:
         # run id -> (binding, principal) -> the request a call of that run waits for
         self._pending: dict[str, dict[tuple[str, str | None], Pending]] = {}
         self._hold_locks: dict[str, anyio.Lock] = {}
+        #: seconds between looks for pending requests decided or expired that no call holds (_prune_pending)
+        self.pending_prune_s = 30.0
+        # the live run contexts some of whose pending requests were forgotten (still in the store, reloaded on a retry)
+        self._pruned: weakref.WeakSet[RunContext] = weakref.WeakSet()
         # settled outcomes not yet handed to a live request, for a retry of the same call (holds.Undelivered)
         self._undelivered = Undelivered(config.limits.undelivered_keep_s)
         self._state_key = state_key(self.store._secret)
@@ -280,6 +285,7 @@ class Gateway:
             for up in self.upstreams.values():
                 tg.start_soon(up.run)
             tg.start_soon(self._watch_reapprovals)
+            tg.start_soon(self._prune_pending_loop)
             with anyio.move_on_after(self.config.limits.startup_timeout_s + 1):
                 for up in self.upstreams.values():
                     await up.wait_until(lambda u: u.state in ("ready", "down") or u.generation > 0)
@@ -563,8 +569,14 @@ class Gateway:
 
     def _load_pending(self, run_id: str) -> None:
         """Requests of a joined run still waiting to be resumed (a retry after a gateway restart finds them)."""
+        for state in self._unresumed(run_id):
+            self._add_pending(state)
+
+    def _unresumed(self, run_id: str) -> list[Any]:
+        """The approval states of the run's requests not yet resumed (store reads only: safe in a worker thread)."""
         from sealbox.approvals import get_approval
 
+        out = []
         for ev in self.store.read_run(run_id):
             if ev.kind != "approval.requested":
                 continue
@@ -573,7 +585,81 @@ class Gateway:
             except ApprovalError:
                 continue
             if not state.resumed and not state.run_ended and state.malformed is None:  # malformed: never approvable
+                out.append(state)
+        return out
+
+    async def _find_pending(self, run: RunContext, binding: str, principal: str) -> Pending | None:
+        """The request a call of ``run`` with this binding and principal continues, or None (a new call).
+
+        From memory; for a run some of whose requests were forgotten (:meth:`_prune_pending`), from the
+        store when memory has none: its requests not yet resumed are read again (off the loop), so that
+        a retry of a decided request still gets that request's outcome."""
+        pending = self._pending.get(run.run_id, {}).get((binding, principal))
+        if pending is not None or run not in self._pruned:
+            return pending
+        states = await anyio.to_thread.run_sync(self._unresumed, run.run_id)
+        waiting = self._pending.get(run.run_id, {})
+        for state in states:
+            if (state.request["binding"], state.request.get("requested_by")) not in waiting:  # a live one stays
                 self._add_pending(state)
+        for ctx in [c for c in self._pruned if c.run_id == run.run_id]:  # every request is in memory again
+            self._pruned.discard(ctx)
+        return self._pending.get(run.run_id, {}).get((binding, principal))
+
+    async def _prune_pending_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.pending_prune_s)
+            if self._pending:
+                try:
+                    await self._prune_pending()
+                except Exception as exc:  # noqa: BLE001 - a store that cannot be read now is read next time
+                    log.debug("could not look for decided approval requests: %s", exc)
+
+    async def _prune_pending(self) -> None:
+        """Forget the pending requests decided (approved, denied) or expired that no call holds, once
+        ``limits.undelivered_keep_s`` has passed since the gateway first saw them so.
+
+        Such a request stays in the store, unresumed; a client that never calls again (gone for good)
+        no longer keeps it in memory for the life of the process. A retry after that (same run,
+        principal and binding) reads the run's requests from the store again (:meth:`_find_pending`),
+        so it still continues that request and gets its outcome; the run stays suspended, as it would
+        have with the request in memory."""
+        from sealbox.approvals import get_approval
+
+        unseen = [p for waiting in self._pending.values() for p in waiting.values()
+                  if p.decided_at is None and not p.holds]
+
+        def decided() -> set[str]:
+            out = set()
+            for p in unseen:
+                try:
+                    state = get_approval(self.store, p.approval_id)
+                except ApprovalError:
+                    continue
+                if state.status != "pending" or state.resumed or state.run_ended:
+                    out.add(p.approval_id)
+            return out
+
+        now = time.monotonic()
+        for aid in await anyio.to_thread.run_sync(decided) if unseen else ():
+            for p in unseen:
+                if p.approval_id == aid and p.decided_at is None:
+                    p.decided_at = now
+        keep = self.config.limits.undelivered_keep_s
+        for run_id, waiting in list(self._pending.items()):
+            for key, p in list(waiting.items()):
+                if p.decided_at is None or p.holds or p.settled or now - p.decided_at < keep:
+                    continue
+                del waiting[key]
+                self._hold_locks.pop(p.approval_id, None)
+                log.info("approval %s of run %s: decided, no call retried it for %g s; forgotten here (a retry "
+                         "finds it in the store)", p.approval_id, run_id, keep)
+                for ctx in [self._session_runs.get(run_id), *(c for (rid, _), c in self._joined.items()
+                                                             if rid == run_id)]:
+                    if ctx is not None:
+                        self._pruned.add(ctx)
+            if not waiting:
+                self._pending.pop(run_id, None)
 
     def _add_pending(self, state: Any) -> Pending:
         r = state.request
@@ -667,11 +753,11 @@ class Gateway:
                 if run._gateway_idle is None:  # type: ignore[attr-defined]
                     run._gateway_idle = anyio.Event()  # type: ignore[attr-defined]
                 await run._gateway_idle.wait()  # type: ignore[attr-defined]
-        if self._pending.get(run.run_id):
+        if self._pending.get(run.run_id) or run in self._pruned:
             # a call waits for an approval: the run stays suspended (no run.ended), so the request can still
             # be answered; a client joining this run (sealbox/run_id) and retrying gets the outcome
             log.info("run %s stays suspended: approvals pending (%s)", run.run_id,
-                     ", ".join(p.approval_id for p in self._pending[run.run_id].values()))
+                     ", ".join(p.approval_id for p in self._pending.get(run.run_id, {}).values()) or "in the store")
             return
         if not _modern_version(connection.protocol_version):
             # the session's run ends: no retry can reach its kept outcomes (a stateless client's own run
@@ -722,7 +808,7 @@ class Gateway:
                 if not (own_run and exc.error.code == codes.UNKNOWN_RUN):
                     raise
                 run = None  # the call's own run ends once its outcome is settled: that outcome was handed over
-            pending = self._pending.get(run.run_id, {}).get((binding, principal)) if run is not None else None
+            pending = await self._find_pending(run, binding, principal) if run is not None else None
             if pending is None or pending.approval_id != claims["aid"]:
                 return _error_result(f"approval {claims['aid']} is no longer pending here (its outcome was "
                                      "delivered to an earlier call); call again without requestState to ask anew",
@@ -730,13 +816,14 @@ class Gateway:
         else:
             run = await self._run_for(ctx, params.meta, principal)
             own_run = modern and getattr(run, "_gateway_inflight", None) is not None
-            if self._undelivered.has_run(run.run_id) or run.run_id in self._pending:
+            if (self._undelivered.has_run(run.run_id) or run.run_id in self._pending
+                    or (self._pruned and run in self._pruned)):
                 binding = self._binding(server, tool, arguments)
                 kept = self._undelivered.find(run.run_id, binding, principal)
                 if kept is not None:  # a retry of a held call whose earlier call never got the outcome: that outcome
                     return await self._hand_over(ctx, kept, served=True)
                 # a retry of a held call: same run, binding and principal
-                pending = self._pending.get(run.run_id, {}).get((binding, principal))
+                pending = await self._find_pending(run, binding, principal)
         call_id: str | None = None
         if pending is None and getattr(run, "_gateway_inflight", None) is None:  # a joined run
             call_id = self._link(run, params.meta)
@@ -815,6 +902,7 @@ class Gateway:
         answer: types.CallToolResult | None = None  # not the request's outcome: the resumption was not recorded
         served = False  # the outcome was settled by another call of this request
         self._holding += 1
+        pending.holds += 1
         async with anyio.create_task_group() as tg:
             if not modern and not pending.informed and _can_elicit(ctx):
                 pending.informed = True
@@ -853,6 +941,7 @@ class Gateway:
                     await anyio.sleep(min(self.approval_poll, max(0.0, deadline - now)))
             finally:
                 self._holding -= 1
+                pending.holds -= 1
                 tg.cancel_scope.cancel()
         if pending.settled:
             return await self._hand_over(ctx, pending, served=served)
@@ -912,7 +1001,7 @@ class Gateway:
                                              result=out, arguments=arguments, failure=tool_error_text(out))
                     result = types.CallToolResult.model_validate(out, by_name=False)
             self._settled(pending, result)
-            if not self._pending.get(run.run_id):
+            if not self._pending.get(run.run_id) and run not in self._pruned:
                 run.suspended = False
                 if own_run and getattr(run, "_gateway_inflight", None) is None:
                     # a stateless client's own run (one call): it ends once the call's outcome is settled (a
