@@ -346,14 +346,7 @@ def _langchain_cache(source: ReplaySource, run: Any, serve: bool) -> Iterator[No
     if not serve or ("langchain_core" not in sys.modules and importlib.util.find_spec("langchain_core") is None):
         yield
         return
-    from langchain_core.globals import get_llm_cache, set_llm_cache
+    from sealbox.replay.langchain import serving_from_record
 
-    from sealbox.replay.langchain import RecordCache, served_not_streamed
-
-    previous = get_llm_cache()
-    set_llm_cache(RecordCache(source, run))
-    try:
-        with served_not_streamed():
-            yield
-    finally:
-        set_llm_cache(previous)
+    with serving_from_record(source, run):
+        yield

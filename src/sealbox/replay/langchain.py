@@ -26,7 +26,7 @@ from langchain_core.caches import BaseCache
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration
 
-__all__ = ["RecordCache", "generations_from_record"]
+__all__ = ["RecordCache", "generations_from_record", "serving_from_record"]
 
 
 def _message(data: Any) -> AIMessage:
@@ -67,7 +67,7 @@ def generations_from_record(response: Any) -> list[ChatGeneration]:
     return out
 
 
-_PATCH_LOCK = threading.Lock()
+_PATCH_LOCK = threading.RLock()
 _PATCH_DEPTH = [0]  # replays running now in this process (the patch is the process's, as the LLM cache is)
 _PATCHED = ("stream", "astream")
 
@@ -96,6 +96,36 @@ def served_not_streamed() -> Iterator[None]:
                     setattr(BaseChatModel, name, _ORIGINAL.pop(name))
 
 
+_ACTIVE: list[tuple[Any, Any]] = []  # (source, run) of every replay serving LangChain models now
+_PREVIOUS: list[Any] = []  # the process's LLM cache before the first of them started
+
+
+@contextlib.contextmanager
+def serving_from_record(source: Any, run: Any) -> Iterator[None]:
+    """While the block runs, LangChain chat models are answered from the record: a :class:`RecordCache`
+    is the process's LLM cache (each lookup answered from the asking run's record) and models do not
+    stream (:func:`served_not_streamed`). Replays running at once share them; the process's own cache
+    is put back when the last of them ends, whatever order they end in."""
+    from langchain_core.globals import get_llm_cache, set_llm_cache
+
+    with _PATCH_LOCK:
+        if not _ACTIVE:
+            _PREVIOUS[:] = [get_llm_cache()]
+            set_llm_cache(RecordCache())
+        _ACTIVE.append((source, run))
+    try:
+        with served_not_streamed():
+            yield
+    finally:
+        with _PATCH_LOCK:
+            for i, (_, r) in enumerate(_ACTIVE):
+                if r is run:
+                    del _ACTIVE[i]
+                    break
+            if not _ACTIVE:
+                set_llm_cache(_PREVIOUS.pop() if _PREVIOUS else None)
+
+
 _ORIGINAL: dict[str, Any] = {}
 
 
@@ -110,14 +140,41 @@ async def _served_astream(self: Any, input: Any, config: Any = None, *, stop: An
 
 
 class RecordCache(BaseCache):
-    """An LLM cache whose every lookup is the recorded answer of the run's next model step."""
+    """An LLM cache whose every lookup is the recorded answer of the asking run's next model step.
 
-    def __init__(self, source: Any, run: Any) -> None:
+    The asking run is the current run (``sealbox.recorder``'s context): a replay run, or a sub-agent
+    run served from the record inside one, is answered from its own record; a run that is not a
+    replay gets a cache miss (its model answers). With no current run, the lookup goes to ``run``
+    (``source``) when given, else to the one replay running in the process; with several, a miss.
+    """
+
+    def __init__(self, source: Any = None, run: Any = None) -> None:
         self.source, self.run = source, run
 
+    def _asking(self) -> tuple[Any, Any] | None:
+        """``(source, run)`` whose record answers the lookup made now, or None (a cache miss)."""
+        from sealbox.recorder import _CURRENT
+
+        current = _CURRENT.get()
+        if current is not None and not current.ended:
+            source = getattr(current, "replay", None)
+            if source is not None:
+                return (source, current) if source.serves_models else None
+            if current is not self.run:
+                return None  # a run that is not a replay (another thread's, or started apart): live
+        if self.run is not None:
+            return self.source, self.run
+        with _PATCH_LOCK:
+            return _ACTIVE[0] if len(_ACTIVE) == 1 else None
+
     def lookup(self, prompt: str, llm_string: str) -> Any:
-        """The recorded generations of the next model step (compared when the call is recorded)."""
-        return generations_from_record(self.source.model_response(self.run))
+        """The recorded generations of the asking run's next model step (compared when the call is
+        recorded), or None when no replay run asks (the model is called)."""
+        asking = self._asking()
+        if asking is None:
+            return None
+        source, run = asking
+        return generations_from_record(source.model_response(run))
 
     def update(self, prompt: str, llm_string: str, return_val: Any) -> None:
         """Nothing: a replay never stores answers."""
