@@ -228,11 +228,13 @@ class ReplaySource:
     # ----------------------------------------------------------------- sub-agent runs
 
     def recorded_children(self) -> list[dict[str, Any]]:
-        """The recorded run's sub-agent runs (runs naming it as parent, replays left out), in start order."""
+        """The recorded run's sub-agent runs (runs naming it as parent, replays left out unless the
+        recorded run is a replay itself, whose sub-agent runs are replays), in start order."""
         with self._lock:
             if self._children is None:
                 row = self.recorded.store.get_run(self.recorded.run_id) or {}
-                kids = [c for c in row.get("children") or [] if not c.get("replay_of")]
+                a_replay = bool(self.recorded.started.get("replay_of"))
+                kids = [c for c in row.get("children") or [] if a_replay or not c.get("replay_of")]
                 self._children = kids  # get_run lists them oldest first
             return list(self._children)
 
