@@ -580,7 +580,7 @@ class SealboxModel(Model):
             error = rebuild_error(recorded["error"])
             self._record_error(request, error, 0.0)
             raise error
-        response = Response.model_validate(_set_fields(recorded))
+        response = Response.model_validate(_as_response(_set_fields(recorded)))
         events: list[Any] = []
         for index, item in enumerate(response.output):
             if getattr(item, "type", None) != "message":
@@ -616,6 +616,27 @@ class SealboxModel(Model):
     async def _cleanup_on_run_end(self, owner: object) -> None:
         if self._inner is not None:
             await self._inner._cleanup_on_run_end(owner)
+
+
+def _as_response(recorded: dict[str, Any]) -> dict[str, Any]:
+    """A recorded response as the fields an OpenAI ``Response`` requires: one recorded by
+    ``get_response`` (``Runner.run``: ``object, id, model, output, usage``) or the empty one given for a
+    step the record has no model call at lacks some; they get neutral values (the call is compared,
+    and so stops the replay, when it is recorded again)."""
+    data = {"id": "", "object": "response", "created_at": 0, "model": "", "output": [],
+            "parallel_tool_calls": False, "tool_choice": "auto", "tools": [], **recorded}
+    usage = data.get("usage")
+    if isinstance(usage, dict):
+        from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+        def zeros(model: Any, given: Any) -> dict[str, Any]:
+            required = {name: 0 for name, f in model.model_fields.items() if f.is_required()}
+            return {**required, **(given if isinstance(given, dict) else {})}
+
+        data["usage"] = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, **usage,
+                         "input_tokens_details": zeros(InputTokensDetails, usage.get("input_tokens_details")),
+                         "output_tokens_details": zeros(OutputTokensDetails, usage.get("output_tokens_details"))}
+    return data
 
 
 def _set_fields(value: Any) -> Any:
