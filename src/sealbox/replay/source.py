@@ -74,6 +74,7 @@ class ReplaySource:
         self.sub_sources: list[ReplaySource] = []  # the sub-agent runs served from the record, in start order
         self.replay_run_id: str | None = None  # the replay's own run (set when it starts)
         self.ended_status: str | None = None  # how this (sub-agent) replay run ended
+        self.reproduced: bool | None = None  # its verdict, once it ended (a sub-agent run)
         self._children: list[dict[str, Any]] | None = None  # the recorded run's sub-agent runs (read once)
         self._claimed: set[str] = set()  # those already served to a sub-agent run of the replay
 
@@ -84,6 +85,21 @@ class ReplaySource:
         the divergence is also the divergence of every run above it (the whole replay stops)."""
         self._diverged(divergence)
         raise ReplayStopped(self.divergence)  # type: ignore[arg-type]
+
+    def halted(self) -> Divergence | None:
+        """The divergence that stopped this replay: its own, else that of a run above it (a sibling
+        sub-agent run's, in another thread, stops the whole replay and so this run too)."""
+        source: ReplaySource | None = self
+        while source is not None:
+            if source.divergence is not None:
+                return source.divergence
+            source = source.parent
+        return None
+
+    def _raise_if_halted(self) -> None:
+        halted = self.halted()
+        if halted is not None:
+            raise ReplayStopped(halted)
 
     def _diverged(self, divergence: Divergence) -> None:
         with self._lock:
@@ -102,8 +118,7 @@ class ReplaySource:
 
     def check(self, run: Any, drafts: list[EventDraft]) -> None:
         """Compare the comparable drafts about to be written against the record."""
-        if self.divergence is not None:
-            raise ReplayStopped(self.divergence)
+        self._raise_if_halted()
         for draft in drafts:
             if draft.kind == "model.call" and self.serves_models and draft.step not in self.asked_models:
                 self.check_model_served(run, "the agent called its model itself and recorded the answer with "
@@ -116,8 +131,7 @@ class ReplaySource:
 
     def compare(self, run: Any, step: str, kind: str, payload: dict[str, Any]) -> RecordedCall:
         """Compare one attempted step with the recorded one; stop on any difference (or once stopped)."""
-        if self.divergence is not None:
-            raise ReplayStopped(self.divergence)
+        self._raise_if_halted()
         view = attempted_view(run.store, kind, payload)
         attempted = StepKey(step, kind, key_name(kind, payload), content_hash(kind, view, payload.get("format")))
         with self._lock:
@@ -249,8 +263,7 @@ class ReplaySource:
         Raises:
             ReplayStopped: as described (or the replay had stopped already).
         """
-        if self.divergence is not None:
-            raise ReplayStopped(self.divergence)
+        self._raise_if_halted()
         step = str(run._next_step)
         with self._lock:
             children = self.recorded_children()
@@ -304,7 +317,7 @@ class ReplaySource:
         record (``cancelled`` once the replay stopped) and the ``verdict`` of its ``run.ended``."""
         from sealbox.replay.engine import _other_error
 
-        stopped = self.divergence is not None or isinstance(error, ReplayStopped)
+        stopped = self.halted() is not None or isinstance(error, ReplayStopped)
         if stopped:
             status = "cancelled"  # stopped by the replay, not by the agent
         else:
@@ -320,7 +333,8 @@ class ReplaySource:
             if d is not None:
                 self._diverged(d)
         self.ended_status = status
-        divergence = self.divergence
+        divergence = self.divergence or self.halted()
+        self.reproduced = divergence is None
         verdict = {"reproduced": divergence is None, "replay_of": self.recorded.run_id,
                    "steps_compared": len(self.compared),
                    "divergence": divergence.summary() if divergence else None, "config_drift": []}
@@ -336,7 +350,7 @@ class ReplaySource:
             out.append({"replay_of": child.recorded.run_id, "parent": self.recorded.run_id,
                         "agent": child.recorded.started.get("agent"), "new_run_id": child.replay_run_id,
                         "steps_compared": len(child.compared),
-                        "reproduced": child.divergence is None and child.ended_status is not None})
+                        "reproduced": child.reproduced is True})
             out += child.sub_run_results()
         return out
 
@@ -360,8 +374,7 @@ class ReplaySource:
         model call at this step, an empty response is returned and the comparison
         then stops the replay.
         """
-        if self.divergence is not None:
-            raise ReplayStopped(self.divergence)
+        self._raise_if_halted()
         step = str(run._next_step)
         self.asked_models.add(step)
         rec = self.recorded.steps.get(step)
