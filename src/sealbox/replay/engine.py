@@ -228,6 +228,9 @@ class Replayer:
             with _langchain_cache(source, run, model == "record"):
                 yield run, source, drift, unrep
         except BaseException as exc:  # the agent's SystemExit / KeyboardInterrupt (_finish did not run): say so
+            if run.replay is not None:  # its run.ended is not a step: never compared (nor stopped by a divergence)
+                source.flush(run)
+                run.replay = None
             run.__exit__(type(exc), exc, exc.__traceback__)
             raise
         else:
