@@ -258,13 +258,20 @@ class ReplaySource:
         served. ``sub`` becomes a replay of it (``replay_of``, its own :class:`ReplaySource`, the same
         modes), compared step by step; a divergence in it stops the whole replay. Nothing is written
         here; an agent the record has no (further) sub-agent run of stops the replay before that run
-        is written: ``extra``, or ``mismatch`` when its principal differs from the recorded run's.
+        is written: ``extra``, or ``mismatch`` when its principal differs from the recorded run's;
+        ``unreplayable`` when ``sub`` is a run of another store (another log origin).
 
         Raises:
             ReplayStopped: as described (or the replay had stopped already).
         """
         self._raise_if_halted()
         step = str(run._next_step)
+        elsewhere = getattr(getattr(sub, "store", None), "origin", None)
+        if elsewhere != getattr(self.recorded.store, "origin", None):
+            self.stop(Divergence(
+                "unreplayable", step, f"at step {step} the agent started a run (agent {sub.agent!r}) of another store "
+                f"({elsewhere}), which the replayed store's record cannot serve; replay stopped before anything in "
+                "that run could execute"))
         with self._lock:
             children = self.recorded_children()
             same = [c for c in children if c["run_id"] not in self._claimed and c.get("agent") == sub.agent]
