@@ -296,3 +296,45 @@ def test_cli_replay_prints_each_sub_agent_run(tmp_path, monkeypatch):
     assert doc["divergence"]["diff"] == [{"path": "to", "change": "changed", "a": "ceo@example.com",
                                           "b": "everyone@example.com"}]
     assert [(s["agent"], s["reproduced"]) for s in doc["sub_runs"]] == [("mailer", False)]
+
+
+def test_sub_agent_runs_of_one_agent_started_at_once_are_told_apart_by_their_labels(tmp_path):
+    """Two sub-agent runs of the same agent started in threads start in either order; matched by start order
+    alone, a replay whose threads started the other way round diverged. Their labels tell them apart."""
+    store = sealbox.init_store(tmp_path / "s")
+    ran: list[str] = []
+
+    def agent_with(order):
+        def agent(run):
+            def worker(city, wait):
+                wait.wait(5)
+                with run.recorder.run(agent="weather", parent_run_id=run.run_id, labels={"city": city}) as sub:
+                    sub.call_tool("w", "forecast", {"city": city}, lambda city: ran.append(city) or f"sun in {city}")
+            gates = {c: threading.Event() for c in order}
+            threads = [threading.Thread(target=worker, args=(c, gates[c])) for c in order]
+            for t in threads:
+                t.start()
+            for c in order:  # start them in this order, one after the other
+                gates[c].set()
+                for _ in range(200):
+                    if any(r.get("labels") == {"city": c} for r in store.query_runs(agent="weather")
+                           if r["run_id"] not in before_ids):
+                        break
+                    threading.Event().wait(0.01)
+            for t in threads:
+                t.join()
+        return agent
+
+    before_ids: set = set()
+    run_id = _record(store, agent_with(["Paris", "Oslo"]))
+    assert ran == ["Paris", "Oslo"]
+    before_ids = {r["run_id"] for r in store.query_runs()}
+
+    result = Replayer(store).replay(run_id, agent_with(["Oslo", "Paris"]))  # the other order
+
+    assert ran == ["Paris", "Oslo"]
+    assert result.reproduced, result.divergence
+    runs = _runs(store)
+    for sub in result.sub_runs:
+        assert runs[sub["new_run_id"]]["labels"] == runs[sub["replay_of"]]["labels"]
+    store.close()

@@ -255,7 +255,7 @@ class ReplaySource:
     def adopt_sub_run(self, run: Any, sub: Any) -> None:
         """Serve ``sub``, a run the agent started while replaying ``run`` (a sub-agent's), from the
         record: from the recorded run's first sub-agent run of the same agent and principal not yet
-        served. ``sub`` becomes a replay of it (``replay_of``, its own :class:`ReplaySource`, the same
+        served, one with the same labels first. ``sub`` becomes a replay of it (``replay_of``, its own :class:`ReplaySource`, the same
         modes), compared step by step; a divergence in it stops the whole replay. Nothing is written
         here; an agent the record has no (further) sub-agent run of stops the replay before that run
         is written: ``extra``, or ``mismatch`` when its principal differs from the recorded run's;
@@ -275,7 +275,10 @@ class ReplaySource:
         with self._lock:
             children = self.recorded_children()
             same = [c for c in children if c["run_id"] not in self._claimed and c.get("agent") == sub.agent]
-            match = next((c for c in same if c.get("principal") == sub.principal.id), None)
+            mine = [c for c in same if c.get("principal") == sub.principal.id]
+            # the first with the same labels, else the first: sub-agent runs of one agent started at once
+            # (threads) are told apart by their labels (``labels={"task": "a"}``), else by start order
+            match = next((c for c in mine if c.get("labels") == sub.labels), mine[0] if mine else None)
             if match is None:
                 if same:
                     other = same[0]
