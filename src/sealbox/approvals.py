@@ -66,6 +66,7 @@ __all__ = [
     "signed_fields",
     "check_answer",
     "missing_shared_flag",
+    "log_flags",
     "request_problem",
     "evaluate",
     "answer",
@@ -517,6 +518,7 @@ def _count_answer(req: dict, ev: Any, book: IdentityBook, st: dict, approvers: l
     flags = [f for f in flags if isinstance(f, dict)] if isinstance(flags, list) else []
     if problem is None:
         flags += missing_shared_flag(p, ev.leaf_index, book)
+        flags += log_flags(p, ev, book, flags)
     st["answers"].append(Answer(str(p.get("identity")), str(p.get("decision")), str(p.get("reason", "")),
                                 str(p.get("answered_at")), ev.leaf_index,
                                 dict(client) if isinstance(client, dict) else {}, tuple(flags), problem))
@@ -544,6 +546,96 @@ def missing_shared_flag(payload: dict, leaf_index: int, book: IdentityBook) -> l
         return []
     return [{"code": "shared_identity", "evidence": {"identity": who.name, "marked_shared": True,
                                                      "identity_leaf": who.since_leaf}}]
+
+
+class _LogEvidence:
+    """What the log says about identities as answerers and as agents, read once per book."""
+
+    def __init__(self, log: Any) -> None:
+        self.reader = log if hasattr(log, "events") else log.reader()
+        self._answers: dict[str, list[Any]] | None = None
+        self._agent: dict[str, Any] = {}
+
+    def answers_of(self, name: str, book: IdentityBook) -> list[Any]:
+        """``approval.answered`` events naming ``name`` whose signature verifies under its key at
+        that point (an unsigned answer is no evidence of where the key was used), in log order."""
+        if self._answers is None:
+            self._answers = {}
+            for ev in self.reader.events(["approval.answered"]):
+                p = ev.payload
+                ident = p.get("identity")
+                who = book.get(ident, ev.leaf_index) if isinstance(ident, str) else None
+                if who is not None and verify_fields(who.public_key, signed_fields(p), p.get("signature")):
+                    self._answers.setdefault(ident, []).append(ev)
+        return self._answers.get(name, [])
+
+    def first_agent_event(self, name: str) -> Any:
+        """The first ``run.started`` or ``tool.call`` whose principal names the same actor, or None."""
+        if name not in self._agent:
+            kinds, key = ["run.started", "tool.call"], actor_key(name)
+            first = self.reader.events(kinds, principal_actor=key, limit=16)
+            candidates = first if len(first) < 16 or any(same_actor(name, e.principal) for e in first) else \
+                self.reader.events(kinds, principal_actor=key)
+            self._agent[name] = next((e for e in candidates if same_actor(name, e.principal)), None)
+        return self._agent[name]
+
+
+def log_flags(payload: dict, ev: Any, book: IdentityBook, flags: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """The ``multiple_clients`` and ``acts_as_agent`` flags a counted answer should carry and does
+    not (``flags``: those it carries), computed from the log the book was read from
+    (:attr:`IdentityBook.log`; none when the book was built from events alone).
+
+    :func:`answer` writes both, but the flags are not signed: an answer appended around it by
+    whoever holds the key could leave them out. Computed here as :func:`answer` computes them,
+    except that the window is the default one (:data:`DEFAULT_SHARED_WINDOW_S`) and is measured
+    on the events' ``ts`` (the store's clock), not on the answerer's ``answered_at``:
+
+    * ``multiple_clients``: a validly signed answer by the same identity earlier in the log,
+      within the window before this one, from a distinct client (clients are self-reported);
+    * ``acts_as_agent``: a ``run.started`` or ``tool.call`` before this answer whose principal
+      names the same actor.
+    """
+    if book.log is None or not isinstance(payload.get("identity"), str):
+        return []
+    evidence = getattr(book, "_log_evidence", None)
+    if evidence is None:
+        if not hasattr(book.log, "events") and not hasattr(book.log, "reader"):
+            return []
+        evidence = book._log_evidence = _LogEvidence(book.log)  # type: ignore[attr-defined]
+    name, have = payload["identity"], {f.get("code") for f in flags if isinstance(f, dict)}
+    out: list[dict[str, Any]] = []
+    if "multiple_clients" not in have:
+        try:
+            at = _parse(ev.ts)
+        except (TypeError, ValueError):
+            at = None
+        client = payload.get("client") if isinstance(payload.get("client"), dict) else {}
+        seen = [{"approval_id": payload.get("approval_id"), "answered_at": payload.get("answered_at"),
+                 "leaf_index": ev.leaf_index, **_client_fields(client)}]
+        for other in evidence.answers_of(name, book) if at is not None else ():
+            if other.leaf_index >= ev.leaf_index:
+                break
+            try:
+                when = _parse(other.ts)
+            except (TypeError, ValueError):
+                continue
+            if at - timedelta(seconds=DEFAULT_SHARED_WINDOW_S) <= when <= at:
+                o = other.payload
+                seen.append({"approval_id": o.get("approval_id"), "answered_at": o.get("answered_at"),
+                             "leaf_index": other.leaf_index,
+                             **_client_fields(o["client"] if isinstance(o.get("client"), dict) else {})})
+        if any(_distinct(seen[0], other) for other in seen[1:]):
+            distinct = sorted({_client_key(c) for c in seen}, key=repr)
+            out.append({"code": "multiple_clients", "evidence": {
+                "identity": name, "window_s": DEFAULT_SHARED_WINDOW_S, "answers": seen,
+                "clients": [{"hostname": h, "os_user": u, "user_agent": a} for h, u, a in distinct]}})
+    if "acts_as_agent" not in have:
+        first = evidence.first_agent_event(name)
+        if first is not None and first.leaf_index < ev.leaf_index:
+            out.append({"code": "acts_as_agent", "evidence": {"identity": name, "principal": first.principal,
+                                                              "run_id": first.run_id, "kind": first.kind,
+                                                              "leaf_index": first.leaf_index}})
+    return out
 
 
 def _late(payload: dict, expires: datetime | None) -> bool:
@@ -724,7 +816,7 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
                                [a for a in state.answers if a.problem is None], run_id=request.run_id)
         if problem is not None:
             raise ApprovalError(problem, f"answer refused: {_MESSAGES[problem]} ({who.name} on {approval_id})")
-        payload["flags"] = shared_account_flags(reader, who, client, now, shared_window_s, approval_id)
+        payload["flags"] = shared_account_flags(reader, who, client, now, shared_window_s, approval_id, book=book)
         return [EventDraft("approval.answered", payload, run_id=request.run_id, principal=who.name, step=request.step)]
 
     store.append_with(build)
@@ -773,12 +865,15 @@ def _distinct(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now: datetime, window_s: float,
-                         approval_id: str) -> list[dict[str, Any]]:
+                         approval_id: str, *, book: IdentityBook | None = None) -> list[dict[str, Any]]:
     """Flags, with evidence, that ``who`` may be an account several people or an agent use.
 
     * ``shared_identity``: the identity is marked shared;
     * ``multiple_clients``: it answered from two or more distinct clients within ``window_s``;
     * ``acts_as_agent``: it is the principal of a run or a tool call in the store.
+
+    With ``book``, only earlier answers whose signature verifies under the identity's key at
+    that point count as another client (an unsigned answer naming ``who`` proves nothing).
     """
     flags: list[dict[str, Any]] = []
     if who.shared:
@@ -793,6 +888,10 @@ def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now
         except (KeyError, TypeError, ValueError):
             continue
         if p.get("identity") == who.name and since <= when <= now:
+            if book is not None:
+                then = book.get(who.name, ev.leaf_index)
+                if then is None or not verify_fields(then.public_key, signed_fields(p), p.get("signature")):
+                    continue
             seen.append({"approval_id": p.get("approval_id"), "answered_at": p["answered_at"], "leaf_index": ev.leaf_index,
                          **_client_fields(p.get("client") or {})})
     if any(_distinct(seen[0], other) for other in seen[1:]):

@@ -123,6 +123,10 @@ class IdentityBook:
         self._history: dict[str, list[Identity]] = {}
         self._had_admin = False
         self.unauthorized: list[tuple[int, Any, Any, str]] = []
+        #: The store or reader the book was read from (:func:`identity_book`), or None (built from
+        #: events alone). Readers of approvals use it to compute the shared-account flags an answer
+        #: should carry from the log (:func:`sealbox.approvals.log_flags`).
+        self.log: Any = None
 
     @classmethod
     def from_events(cls, events: Iterable[Any]) -> "IdentityBook":
@@ -240,7 +244,9 @@ def identity_book(store_or_reader: Any) -> IdentityBook:
         events = store_or_reader.events(["identity.changed"], run_id=SYSTEM_RUN_ID)
     else:
         events = store_or_reader.read_run(SYSTEM_RUN_ID)
-    return IdentityBook.from_events(events)
+    book = IdentityBook.from_events(events)
+    book.log = store_or_reader
+    return book
 
 
 def _check_name(name: str) -> None:

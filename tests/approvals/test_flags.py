@@ -169,3 +169,78 @@ def test_a_shared_accounts_answer_written_without_its_flag_is_still_flagged_and_
     [log] = [r.log_record for r in build_otlp(store, [req.run_id]).logs
              if r.log_record.attributes["event.name"] == "sealbox.approval.answered"]
     assert (log.attributes["sealbox.approval.flags"], log.severity_number.name) == (("shared_identity",), "WARN")
+
+
+def _forged_answer(store, aid, key_path, identity, client):
+    """A validly signed answer appended below `answer()`, with no `flags` at all (what whoever
+    holds the key and can write the store may do)."""
+    from sealbox import EventDraft
+    from sealbox.approvals import signed_fields
+    from sealbox.identities import load_key, sign_fields
+
+    req = next(e for e in store.reader().events(["approval.requested"]) if e.payload["approval_id"] == aid)
+    payload = {"approval_id": aid, "binding": req.payload["binding"], "decision": "approve", "identity": identity,
+               "reason": "quietly", "answered_at": "2026-12-03T00:00:00.000000Z", "client": client,
+               "run_id": req.run_id}
+    payload["signature"] = sign_fields(load_key(key_path), signed_fields(payload))
+    return store.append(EventDraft("approval.answered", payload, run_id=req.run_id, principal=identity,
+                                   step=req.step))[0]
+
+
+def test_an_answer_written_without_flags_by_an_approver_acting_as_an_agent_is_still_flagged(store, keys):
+    """acts_as_agent is a fact of the log (bob is a run's principal), not the answerer's word: an
+    answer appended without `flags` used to hide it from `approvals list --flagged`."""
+    from sealbox.approvals import get_approval
+
+    with Recorder(store, policy=policy()).run(agent="helper", principal="svc:bob") as run:
+        pass
+    started = store.read_run(run.run_id)[0].leaf_index
+    aid = request(store)
+    _forged_answer(store, aid, keys["bob"], "bob", LAPTOP)
+    state = get_approval(store, aid)
+    assert state.status == "approved" and state.answers[0].problem is None
+    assert state.flags == [{"identity": "bob", "code": "acts_as_agent", "evidence": {
+        "identity": "bob", "principal": "svc:bob", "run_id": run.run_id, "kind": "run.started",
+        "leaf_index": started}}]
+    assert [s.approval_id for s in list_approvals(store, flagged=True)] == [aid]
+
+
+def test_an_answer_written_without_flags_from_a_second_client_is_still_flagged(store, keys):
+    """multiple_clients: bob answered from the laptop, then an answer from another host was
+    appended with no flags; readers find the two clients in the log."""
+    from sealbox.approvals import get_approval
+
+    first = request(store)
+    answer(store, first, "approve", "ok", keys["bob"], client=LAPTOP)
+    second = request(store)
+    forged = _forged_answer(store, second, keys["bob"], "bob", {"hostname": "desk-2", "os_user": "bob"})
+    state = get_approval(store, second)
+    assert state.status == "approved"
+    [flag] = state.flags
+    assert flag["code"] == "multiple_clients" and flag["identity"] == "bob"
+    assert flag["evidence"]["clients"] == [{"hostname": "desk-2", "os_user": "bob", "user_agent": None},
+                                           {"hostname": "laptop", "os_user": "alice", "user_agent": None}]
+    assert [a["leaf_index"] for a in flag["evidence"]["answers"]] == [
+        forged.leaf_index, next(e.leaf_index for e in store.reader().events(["approval.answered"])
+                                if e.payload["approval_id"] == first)]
+    assert [s.approval_id for s in list_approvals(store, flagged=True)] == [second]
+    # the first answer (from one client, before the second) is not flagged
+    assert get_approval(store, first).flags == []
+
+
+def test_an_unsigned_answer_from_another_client_does_not_flag_a_real_one(store, keys):
+    """Only answers whose signature verifies are evidence: a forged, unsigned answer naming bob
+    from another host does not put a multiple_clients flag on bob's real answer."""
+    from sealbox import EventDraft
+    from sealbox.approvals import get_approval
+
+    other = request(store)
+    req = next(e for e in store.reader().events(["approval.requested"]) if e.payload["approval_id"] == other)
+    store.append(EventDraft("approval.answered", {
+        "approval_id": other, "binding": req.payload["binding"], "decision": "approve", "identity": "bob",
+        "reason": "x", "answered_at": "2026-12-03T00:00:00.000000Z", "client": {"hostname": "evil", "os_user": "x"},
+        "run_id": req.run_id, "signature": "AAAA", "key_id": "00000000"}, run_id=req.run_id, principal="bob",
+        step=req.step))
+    aid = request(store)
+    answer(store, aid, "approve", "ok", keys["bob"], client=LAPTOP)
+    assert get_approval(store, aid).flags == []
