@@ -64,7 +64,7 @@ ROLES = ("approver", "agent", "auditor", "admin")
 #: Changes an identity may sign for itself with its current key (any other needs an admin).
 SELF_CHANGES = ("disabled", "key_changed")
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}")
 
 
 class IdentityError(SealboxError):
@@ -250,7 +250,7 @@ def identity_book(store_or_reader: Any) -> IdentityBook:
 
 
 def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise IdentityError(f"invalid identity name {name!r}: use letters, digits and . _ @ : - (at most 128)")
 
 

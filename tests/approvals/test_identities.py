@@ -270,3 +270,14 @@ def test_an_identity_change_outside_the_system_run_is_reported(store, tmp_path):
         f"an identity change of 'mallory' recorded in run {run.run_id}, not in the store's system run, where "
         "sealbox.identities writes them: it is ignored")]
     assert identity_book(store).get("mallory") is None
+
+
+@pytest.mark.parametrize("name", ["bob\n", "bob\u202e", "b\u00f6b", "bob\x00", "\u0431ob", "x" * 129])
+def test_a_name_with_a_control_or_non_ascii_character_is_an_identity_error(store, tmp_path, name):
+    """`$` in the name pattern also matched before a final newline, so "bob\\n" got past the
+    name check and failed later with the key library's NoteError, not IdentityError."""
+    root = admin_key(store, tmp_path)
+    size = store.size()
+    with pytest.raises(IdentityError, match="invalid identity name"):
+        add_identity(store, name, "approver", key_path=tmp_path / "n.key", admin_key=root)
+    assert not (tmp_path / "n.key").exists() and store.size() == size
