@@ -10,9 +10,10 @@ credentials Sealbox uses to call them.
 * :func:`grant_access` records ``access.granted`` in the system run. The credential
   is stored **encrypted outside the log** (table ``credentials``: AES-256-GCM under
   a key derived with HKDF-SHA256 from the store secret, the grant id as associated
-  data), in the same transaction. No token, client secret or endpoint of a
-  credential ever enters the hashed bytes of an event, a blob or an export; the
-  event says only that the grant has one (``"credential": true``).
+  data), in the same transaction. No token or client secret of a credential ever
+  enters the hashed bytes of an event, a blob or an export; ``access.granted`` says
+  only that the grant has one (``"credential": true``), and a revocation step names
+  the endpoint it called without its user name, password, query or fragment.
 * :func:`grant_status` decides whether a call may use a grant. The recorder calls it
   inside the transaction that records the call's decision, so a revocation that
   committed before is always seen. Unknown grant, wrong principal, tool not
@@ -53,7 +54,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from fnmatch import fnmatchcase
 from typing import Any, Callable, Iterable, Protocol
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 from sealbox.errors import SealboxError
 from sealbox.events import SYSTEM_RUN_ID, EventDraft
@@ -223,16 +224,25 @@ class ProviderCredential:
 
     def secrets(self) -> list[str]:
         """Every secret string in the credential (never to be written to the log): the
-        tokens, the client secret, and the password of an endpoint URL stored before such
-        URLs were refused (as written and percent-decoded)."""
+        tokens, the client secret, the password of an endpoint URL stored before such
+        URLs were refused, and the value of each query parameter and the fragment of an
+        endpoint URL (a provider may take an API key there), each as written and
+        percent-decoded."""
         out = [s for s in (self.access_token, self.refresh_token, self.client_secret) if s]
         for url in (self.revocation_endpoint, self.introspection_endpoint):
             try:
-                password = urlsplit(url).password if url else None
+                parts = urlsplit(url) if url else None
+                password = parts.password if parts else None
             except ValueError:
-                password = None
-            if password:
-                out.extend(dict.fromkeys((password, unquote(password))))
+                parts = password = None
+            found = [password] if password else []
+            if parts is not None:
+                found += [pair.partition("=")[2] for pair in re.split("[&;]", parts.query)]
+                found.append(parts.fragment)
+            for value in found:
+                if value:
+                    out.extend(v for v in dict.fromkeys((value, unquote(value), unquote_plus(value)))
+                               if v and v not in out)
         return out
 
 
@@ -299,16 +309,15 @@ def _valid_host(host: str, *, bracketed: bool) -> bool:
 
 def _loggable(url: str | None) -> str | None:
     """An endpoint as it may be recorded: without a user name or password (only a credential
-    stored before those were refused has one)."""
+    stored before those were refused has one), a query or a fragment (RFC 6749 §3.1 allows
+    an endpoint a query, and a provider may take an API key there)."""
     if not url:
         return url
     try:
         parts = urlsplit(url)
     except ValueError:
-        return url
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        return url.split("?", 1)[0].split("#", 1)[0]
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment=""))
 
 
 def _cipher(secret: bytes) -> Any:

@@ -367,3 +367,45 @@ def test_grant_mistakes_are_one_error_line_exit_2(tmp_path, cred, extra, line):
         args += ["--credential-file", str(path)]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line + "\n")
+
+
+# --------------------------------------------------------------------------- endpoint query strings
+
+
+def test_an_endpoints_query_string_is_never_recorded(store, no_sleep):
+    """RFC 6749 §3.1 lets an endpoint URL carry a query (some providers put an API key or a
+    tenant secret there); it was recorded in the `sent`/`confirmed`/`failed` steps' `endpoint`
+    in the clear, in hashed bytes no one can ever erase."""
+    from access_provider import OAuthProvider
+
+    provider = OAuthProvider().start()
+    try:
+        tokens = provider.issue()
+        cred = provider.credential(tokens)
+        cred["revocation_endpoint"] += "?api_key=QuerySecret-rev-0123#frag-secret-0123"
+        cred["introspection_endpoint"] += "?api_key=QuerySecret-int-0123"
+        gid = grant_access(store, AGENT, "github", "*", None, credential=cred)
+        assert revoke(store, gid, "x", backoff=0.01, sleep=no_sleep.append) == "revoked (confirmed at provider)"
+        details = revoked_details(store, gid)
+        assert [(s, d.get("endpoint")) for s, d in details] == [
+            ("requested", None), ("sent", f"{provider.base}/revoke"), ("confirmed", f"{provider.base}/introspect")]
+        provider.stop()  # and when the provider is down, the failure names no query either
+        gid2 = grant_access(store, AGENT, "github", "*", None, credential=cred)
+        assert revoke(store, gid2, "x", retries=1, backoff=0.01, sleep=no_sleep.append) == STATUS_PENDING
+        assert revoked_details(store, gid2)[1][1]["endpoint"] == f"{provider.base}/revoke"
+    finally:
+        provider.stop()
+    raw = all_raw(store)
+    for secret in (b"QuerySecret-rev-0123", b"QuerySecret-int-0123", b"frag-secret-0123", b"api_key"):
+        assert secret not in raw
+    store.issue_checkpoint()
+    for f in store.path.iterdir():
+        assert b"QuerySecret" not in f.read_bytes(), f.name
+
+
+def test_a_query_secret_echoed_in_an_error_is_scrubbed():
+    cred = ProviderCredential.from_dict({**BASE, "revocation_endpoint":
+                                         "https://auth.example/revoke?key=QuerySecret-0123&t=ab%2Bcd-long-value"})
+    assert "QuerySecret-0123" in cred.secrets() and "ab+cd-long-value" in cred.secrets()
+    assert _scrub("HTTPSConnectionPool: url: /revoke?key=QuerySecret-0123&t=ab%2Bcd-long-value (SSLError)",
+                  cred.secrets()) == "HTTPSConnectionPool: url: /revoke?key=[secret]&t=[secret] (SSLError)"
