@@ -86,6 +86,7 @@ __all__ = [
     "load_credential",
     "delete_credential",
     "parse_expiry",
+    "MAX_BACKOFF_S",
 ]
 
 STATUS_ACTIVE = "active"
@@ -95,6 +96,9 @@ STATUS_CONFIRMED = "revoked (confirmed at provider)"
 STATUS_LOCAL = "revoked (local only: no provider)"
 #: Sent to a provider that offers no introspection endpoint: nothing can confirm it.
 STATUS_UNCONFIRMED = "revoked (sent to provider, unconfirmed: no introspection endpoint)"
+
+#: The longest wait between two attempts at the provider, in seconds (the backoff doubles up to it).
+MAX_BACKOFF_S = 30.0
 
 #: Tool calls that name no grant are recorded with ``implicit:<principal>``; they are not checked here.
 IMPLICIT_PREFIX = "implicit:"
@@ -828,7 +832,7 @@ class _Attempts:
                 oauth = _oauth_error(answer, self.secrets)
                 error = f"HTTP {answer.status}" + (f" {oauth}" if oauth else "")
             if attempt < self.retries:
-                self.sleep(self.backoff * (2 ** (attempt - 1)))
+                self.sleep(min(MAX_BACKOFF_S, self.backoff * (2 ** min(attempt - 1, 64))))
         return None, error
 
 
@@ -953,7 +957,8 @@ def revoke(store: Any, grant_id: str, reason: str, provider_client: ProviderClie
     2. If the grant has a provider credential: both tokens are revoked (RFC 7009),
        ``sent``; then introspected (RFC 7662), ``confirmed`` when both are inactive.
        Unreachable / 5xx / 429 answers are retried ``retries`` times with exponential
-       backoff (``backoff`` seconds, doubled each time); what could not be done is a
+       backoff (``backoff`` seconds, doubled each time, at most :data:`MAX_BACKOFF_S`
+       seconds apart); what could not be done is a
        ``failed`` step and the grant stays :data:`STATUS_PENDING` (see :func:`retry`).
        Redirects are not followed: a 3xx answer is a ``failed`` step naming its status,
        never ``sent`` or ``confirmed``.

@@ -486,3 +486,16 @@ def test_an_existing_store_gets_the_credentials_table_on_open(tmp_path):
         assert access_status(s, gid) == STATUS_ACTIVE and verify_store(s).ok
     finally:
         s.close()
+
+
+def test_the_backoff_between_attempts_is_capped(store, provider, no_sleep):
+    """`--retries 20` (the CLI's maximum) against a provider that is down slept 0.5 s doubled
+    each time with no cap: 0.5 * 2**18 s (36 h) before the last attempt, about 3 days per token
+    in all, while `sealbox access revoke` hung. Each wait is now at most MAX_BACKOFF_S."""
+    from sealbox.access import MAX_BACKOFF_S
+
+    gid, _ = github_grant(store, provider)
+    provider.stop()
+    assert revoke(store, gid, "x", retries=20, sleep=no_sleep.append) == STATUS_PENDING
+    one_token = [0.5, 1.0, 2.0, 4.0, 8.0, 16.0] + [MAX_BACKOFF_S] * 13
+    assert MAX_BACKOFF_S == 30.0 and no_sleep == one_token * 2
