@@ -553,21 +553,15 @@ class _LogEvidence:
 
     def __init__(self, log: Any) -> None:
         self.reader = log if hasattr(log, "events") else log.reader()
-        self._answers: dict[str, list[Any]] | None = None
+        self._answers: dict[str, list[Any]] = {}
         self._agent: dict[str, Any] = {}
 
-    def answers_of(self, name: str, book: IdentityBook) -> list[Any]:
-        """``approval.answered`` events naming ``name`` whose signature verifies under its key at
-        that point (an unsigned answer is no evidence of where the key was used), in log order."""
-        if self._answers is None:
-            self._answers = {}
-            for ev in self.reader.events(["approval.answered"]):
-                p = ev.payload
-                ident = p.get("identity")
-                who = book.get(ident, ev.leaf_index) if isinstance(ident, str) else None
-                if who is not None and verify_fields(who.public_key, signed_fields(p), p.get("signature")):
-                    self._answers.setdefault(ident, []).append(ev)
-        return self._answers.get(name, [])
+    def answers_of(self, name: str) -> list[Any]:
+        """``approval.answered`` events whose payload names ``name`` (whatever their principal),
+        in log order; their signatures are not checked here."""
+        if name not in self._answers:
+            self._answers[name] = self.reader.events(["approval.answered"], field=("identity", name))
+        return self._answers[name]
 
     def first_agent_event(self, name: str) -> Any:
         """The first ``run.started`` or ``tool.call`` whose principal names the same actor, or None."""
@@ -612,15 +606,17 @@ def log_flags(payload: dict, ev: Any, book: IdentityBook, flags: Sequence[dict[s
         client = payload.get("client") if isinstance(payload.get("client"), dict) else {}
         seen = [{"approval_id": payload.get("approval_id"), "answered_at": payload.get("answered_at"),
                  "leaf_index": ev.leaf_index, **_client_fields(client)}]
-        for other in evidence.answers_of(name, book) if at is not None else ():
+        for other in evidence.answers_of(name) if at is not None else ():
             if other.leaf_index >= ev.leaf_index:
                 break
             try:
                 when = _parse(other.ts)
             except (TypeError, ValueError):
                 continue
-            if at - timedelta(seconds=DEFAULT_SHARED_WINDOW_S) <= when <= at:
-                o = other.payload
+            o = other.payload
+            then = book.get(name, other.leaf_index)  # only a validly signed answer shows where the key was used
+            if at - timedelta(seconds=DEFAULT_SHARED_WINDOW_S) <= when <= at and then is not None and \
+                    verify_fields(then.public_key, signed_fields(o), o.get("signature")):
                 seen.append({"approval_id": o.get("approval_id"), "answered_at": o.get("answered_at"),
                              "leaf_index": other.leaf_index,
                              **_client_fields(o["client"] if isinstance(o.get("client"), dict) else {})})
