@@ -749,6 +749,17 @@ def _describe_exc(exc: BaseException, secrets: Iterable[str] = ()) -> str:
     return f"{type(exc).__name__}: {_clip(text, 200, secrets)}"
 
 
+def _no_active(answer: ProviderAnswer) -> str:
+    """What an introspection answer lacks to confirm anything (RFC 7662 §2.2: a JSON object
+    with a boolean ``active``)."""
+    if answer.body is None:
+        return "without a JSON object body"
+    if "active" not in answer.body:
+        return "without an 'active' field"
+    value = answer.body["active"]
+    return f"with 'active' not a boolean ({'null' if value is None else type(value).__name__})"
+
+
 def _transient(answer: ProviderAnswer) -> bool:
     return answer.status >= 500 or answer.status == 429
 
@@ -926,7 +937,7 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
         if answer.status != 200 or not isinstance(active, bool):
             results.append({"token_type_hint": hint, "http_status": answer.status,
                             "error": _oauth_error(answer, secrets)})
-            problems.append(f"{hint}: introspection answered HTTP {answer.status} without an 'active' field")
+            problems.append(f"{hint}: introspection answered HTTP {answer.status} {_no_active(answer)}")
             continue
         entry = {"token_type_hint": hint, "active": active}
         if active:

@@ -409,3 +409,23 @@ def test_a_query_secret_echoed_in_an_error_is_scrubbed():
     assert "QuerySecret-0123" in cred.secrets() and "ab+cd-long-value" in cred.secrets()
     assert _scrub("HTTPSConnectionPool: url: /revoke?key=QuerySecret-0123&t=ab%2Bcd-long-value (SSLError)",
                   cred.secrets()) == "HTTPSConnectionPool: url: /revoke?key=[secret]&t=[secret] (SSLError)"
+
+
+@pytest.mark.parametrize("body, why", [
+    ({"active": 0}, "with 'active' not a boolean (int)"),
+    ({"active": "false"}, "with 'active' not a boolean (str)"),
+    ({"active": None}, "with 'active' not a boolean (null)"),
+    ({"exp": 1}, "without an 'active' field"),
+    (b"<html>ok</html>", "without a JSON object body"),
+])
+def test_an_introspection_answer_without_a_boolean_active_never_confirms_and_says_why(store, servers, no_sleep,
+                                                                                      body, why):
+    """`{"active": 0}` or `"false"` is not RFC 7662's boolean: never confirmed, and the failure
+    said the answer had no 'active' field when it had one."""
+    srv = servers(lambda method, path, form: (200, {}, body) if path == "/introspect" else (200, {}, b""))
+    gid = grant_access(store, AGENT, "db", "*", None, credential=cred_for(srv.base, introspection=True))
+    assert revoke(store, gid, "x", retries=1, backoff=0.01, sleep=no_sleep.append) == STATUS_PENDING
+    step, detail = revoked_details(store, gid)[-1]
+    assert step == "failed" and detail["stage"] == "introspection"
+    assert detail["error"] == (f"refresh_token: introspection answered HTTP 200 {why}; "
+                               f"access_token: introspection answered HTTP 200 {why}")
