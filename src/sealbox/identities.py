@@ -351,7 +351,9 @@ def add_identity(store: Any, name: str, role: str, groups: Sequence[str] = (), s
         store: an open, writable store.
         name: unique name (letters, digits, ``. _ @ : -``).
         role: one of :data:`ROLES`.
-        groups: groups it belongs to (matched by approval rules).
+        groups: groups it belongs to (matched by approval rules, exactly): each 1-128
+            printable characters (no control or invisible format characters such as
+            U+200B or U+202E), without a space at either end.
         shared: mark it as a shared account (its answers are flagged).
         key_path: where to write the private key (default ``./<name>.key``); the file
             must not exist. It is created with mode 0600.
@@ -363,16 +365,17 @@ def add_identity(store: Any, name: str, role: str, groups: Sequence[str] = (), s
         The identity as recorded and the key file's path.
 
     Raises:
-        IdentityError: bad name or role, the name exists, no admin key (or one that is not
+        IdentityError: bad name, role or group, the name exists, no admin key (or one that is not
             an enabled admin's current key), or the key file exists or cannot be written
             (nothing is recorded then).
     """
     _check_name(name)
     _check_role(role)
-    groups = tuple(sorted(set(groups)))
     for g in groups:
-        if not isinstance(g, str) or not g:
-            raise IdentityError(f"invalid group {g!r}")
+        if not isinstance(g, str) or not 0 < len(g) <= 128 or g != g.strip() or not g.isprintable():
+            raise IdentityError(f"invalid group {g!r}: 1-128 printable characters, no control or invisible "
+                                "characters, no space at either end")
+    groups = tuple(sorted(set(groups)))
     book = identity_book(store)
     if book.get(name) is not None:
         raise IdentityError(f"identity {name!r} already exists")

@@ -281,3 +281,20 @@ def test_a_name_with_a_control_or_non_ascii_character_is_an_identity_error(store
     with pytest.raises(IdentityError, match="invalid identity name"):
         add_identity(store, name, "approver", key_path=tmp_path / "n.key", admin_key=root)
     assert not (tmp_path / "n.key").exists() and store.size() == size
+
+
+@pytest.mark.parametrize("group", ["ops\n", "ops\x1b[31m", "o\u200bps", "ops\u202e", " ops", "ops ", "", "g" * 129])
+def test_a_group_with_control_or_invisible_characters_is_refused(store, tmp_path, group):
+    """A group is matched by exact string against the policy's `approval.groups`: `ops\\u200b` or
+    `ops ` shows as `ops` in a listing but is never asked. Such groups were recorded."""
+    root = admin_key(store, tmp_path)
+    size = store.size()
+    with pytest.raises(IdentityError, match="invalid group"):
+        add_identity(store, "gina", "approver", ["ops", group], key_path=tmp_path / "g.key", admin_key=root)
+    assert not (tmp_path / "g.key").exists() and store.size() == size
+
+
+def test_a_group_with_spaces_inside_or_non_ascii_letters_is_kept(store, tmp_path):
+    new = add_identity(store, "gina", "approver", ["Ops Team", "équipe"], key_path=tmp_path / "g.key",
+                       admin_key=admin_key(store, tmp_path))
+    assert new.identity.groups == ("Ops Team", "équipe")
