@@ -87,6 +87,7 @@ __all__ = [
     "delete_credential",
     "parse_expiry",
     "MAX_BACKOFF_S",
+    "MAX_ANSWER_BYTES",
 ]
 
 STATUS_ACTIVE = "active"
@@ -689,6 +690,11 @@ class ProviderClient(Protocol):
         """POST the token to the introspection endpoint (RFC 7662 §2.1)."""
 
 
+#: The most of a provider's answer that is read (RFC 7009 and RFC 7662 answers are small); the
+#: rest is left unread, and an answer cut there is not JSON.
+MAX_ANSWER_BYTES = 1 << 20
+
+
 class AuthlibProviderClient:
     """:class:`ProviderClient` over authlib's ``requests`` OAuth 2.0 client.
 
@@ -697,12 +703,20 @@ class AuthlibProviderClient:
     client secret to wherever the ``Location`` points). :func:`revoke` records it as a
     failure.
 
+    ``timeout`` bounds each socket operation, so a provider sending its answer a byte at a
+    time could hold a request for ever: ``deadline`` bounds the whole request (connect,
+    headers, body). Past it the request is abandoned (its thread is left to end with the
+    connection) and :class:`ProviderUnavailable` is raised. At most :data:`MAX_ANSWER_BYTES`
+    of an answer are read.
+
     Args:
-        timeout: seconds for each HTTP request.
+        timeout: seconds for each socket operation of an HTTP request.
+        deadline: seconds for a whole HTTP request (default: three times ``timeout``).
     """
 
-    def __init__(self, timeout: float = 10.0) -> None:
+    def __init__(self, timeout: float = 10.0, deadline: float | None = None) -> None:
         self.timeout = timeout
+        self.deadline = deadline if deadline is not None else 3 * timeout
 
     def _session(self, cred: ProviderCredential) -> Any:
         from authlib.integrations.requests_client import OAuth2Session
@@ -712,23 +726,47 @@ class AuthlibProviderClient:
                              revocation_endpoint_auth_method=cred.auth_method)
 
     def _post(self, cred: ProviderCredential, call: Callable[[], Any]) -> ProviderAnswer:
+        import threading
+
         import requests
 
-        try:
-            resp = call()
-        except requests.RequestException as exc:
+        box: dict[str, Any] = {}
+
+        def work() -> None:
+            try:
+                resp = call()
+                try:
+                    data = resp.raw.read(MAX_ANSWER_BYTES + 1, decode_content=True) or b""
+                finally:
+                    resp.close()
+                box["answer"] = (resp.status_code, data)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                box["error"] = exc
+
+        worker = threading.Thread(target=work, name="sealbox-provider-request", daemon=True)
+        worker.start()
+        worker.join(self.deadline)
+        if worker.is_alive():
+            raise ProviderUnavailable(f"ProviderUnavailable: no complete answer within {self.deadline:g} s")
+        exc = box.get("error")
+        if isinstance(exc, (requests.RequestException, OSError)) or type(exc).__module__.startswith("urllib3"):
             raise ProviderUnavailable(_describe_exc(exc, cred.secrets())) from None
-        try:
-            body = resp.json()
-        except ValueError:
-            body = None
-        return ProviderAnswer(resp.status_code, body if isinstance(body, dict) else None)
+        if exc is not None:
+            raise exc
+        status, data = box["answer"]
+        body = None
+        if len(data) <= MAX_ANSWER_BYTES:
+            try:
+                body = json.loads(data)
+            except ValueError:
+                body = None
+        return ProviderAnswer(status, body if isinstance(body, dict) else None)
 
     def revoke(self, cred: ProviderCredential, token: str, token_type_hint: str) -> ProviderAnswer:
         with self._session(cred) as sess:
             return self._post(cred, lambda: sess.revoke_token(
                 cred.revocation_endpoint, token=token, token_type_hint=token_type_hint, timeout=self.timeout,
-                allow_redirects=False))
+                allow_redirects=False, stream=True))
 
     def introspect(self, cred: ProviderCredential, token: str, token_type_hint: str) -> ProviderAnswer:
         if not cred.introspection_endpoint:
@@ -736,7 +774,7 @@ class AuthlibProviderClient:
         with self._session(cred) as sess:
             return self._post(cred, lambda: sess.introspect_token(
                 cred.introspection_endpoint, token=token, token_type_hint=token_type_hint, timeout=self.timeout,
-                allow_redirects=False))
+                allow_redirects=False, stream=True))
 
 
 def _describe_exc(exc: BaseException, secrets: Iterable[str] = ()) -> str:

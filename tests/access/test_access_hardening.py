@@ -429,3 +429,102 @@ def test_an_introspection_answer_without_a_boolean_active_never_confirms_and_say
     assert step == "failed" and detail["stage"] == "introspection"
     assert detail["error"] == (f"refresh_token: introspection answered HTTP 200 {why}; "
                                f"access_token: introspection answered HTTP 200 {why}")
+
+
+# --------------------------------------------------------------------------- a provider that never finishes
+
+
+class _Trickler:
+    """A raw TCP server on 127.0.0.1 that answers every connection with a status line, then one
+    header byte every `every` seconds, forever (or a `body` of any size after valid headers)."""
+
+    def __init__(self, every=0.2, body=None):
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.every, self.body, self.stopped = every, body, False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import threading
+
+        while not self.stopped:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        import time
+
+        try:
+            conn.recv(65536)
+            if self.body is not None:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                             + str(len(self.body)).encode() + b"\r\n\r\n" + self.body)
+                return
+            conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            while not self.stopped:
+                conn.sendall(b"a")
+                time.sleep(self.every)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    @property
+    def base(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.stopped = True
+        self.sock.close()
+
+
+def test_a_provider_that_trickles_its_answer_cannot_hold_the_revocation_forever(store):
+    """The HTTP timeout is per socket read: a provider sending one byte every 0.2 s (under the
+    1 s timeout) held `revoke` for as long as it liked, with nothing recorded after `requested`.
+    Each request now has a total deadline; past it the provider counts as unavailable."""
+    import threading
+    import time
+
+    from sealbox.access import AuthlibProviderClient
+
+    srv = _Trickler()
+    try:
+        gid = grant_access(store, AGENT, "db", "*", None, credential=cred_for(srv.base, introspection=True))
+        out: list = []
+        started = time.monotonic()
+        worker = threading.Thread(target=lambda: out.append(revoke(
+            store, gid, "x", AuthlibProviderClient(timeout=1, deadline=1.5), retries=1, sleep=lambda s: None)),
+            daemon=True)
+        worker.start()
+        worker.join(20)
+        assert not worker.is_alive(), "revoke still waiting on a provider that never finishes its answer"
+        assert out == [STATUS_PENDING] and time.monotonic() - started < 10
+        step, detail = revoked_details(store, gid)[-1]
+        assert (step, detail["stage"]) == ("failed", "revocation")
+        assert [u["error"] for u in detail["unanswered"]] == [
+            "ProviderUnavailable: no complete answer within 1.5 s"] * 2
+    finally:
+        srv.stop()
+
+
+def test_an_oversized_provider_answer_is_not_read_whole(store):
+    """A 64 MiB introspection answer was read into memory whole; answers over 1 MiB are now
+    cut there and count as no JSON object (never confirmed)."""
+    from sealbox.access import MAX_ANSWER_BYTES, AuthlibProviderClient, ProviderCredential
+
+    big = b'{"active": false, "pad": "' + b"x" * (64 << 20) + b'"}'
+    srv = _Trickler(body=big)
+    try:
+        cred = ProviderCredential.from_dict(cred_for(srv.base, introspection=True))
+        client = AuthlibProviderClient(timeout=5)
+        answer = client.introspect(cred, cred.access_token, "access_token")
+        assert MAX_ANSWER_BYTES == 1 << 20 and answer.status == 200 and answer.body is None
+    finally:
+        srv.stop()
