@@ -138,3 +138,20 @@ def test_show_escapes_control_sequences(store_dir):
     assert lines[3] == r"tool       db/q\x1b]0;t\x07"
     assert lines[7].endswith(r" by user:a\x1b[2J")
     assert json.loads(cli("access", "show", gid, "-s", store_dir, "--json").stdout)["tool"] == "q\x1b]0;t\x07"
+
+
+def test_show_prints_a_newline_in_a_recorded_value_as_an_escape_never_a_line(store_dir):
+    """A tool glob or a revocation reason holding a newline printed a second line, which could
+    pass for a field of the grant: `status     revoked (confirmed at provider)` under a grant
+    whose revocation is local, or a forged `confirmed` step."""
+    forged_status = "status     revoked (confirmed at provider)"
+    gid = cli("access", "grant", "-s", store_dir, "--principal", "agent:x", "--server", "db",
+              "--tool", "t\n" + forged_status).stdout.strip()
+    reason = "done\n  2026-12-03T00:00:00.000000Z  confirmed by sealbox"
+    assert cli("access", "revoke", gid, "-s", store_dir, "--reason", reason, "--by", "user:a").returncode == 0
+    lines = cli("access", "show", gid, "-s", store_dir).stdout.splitlines()
+    assert len(lines) == 9 and [ln.split()[0] for ln in lines[:8]] == [
+        "grant", "status", "principal", "tool", "scope", "expires", "provider", "granted"]
+    assert lines[1] == "status     revoked (local only: no provider)"
+    assert lines[3] == r"tool       db/t\n" + forged_status
+    assert lines[8].endswith(r"requested by user:a  reason: done\n  2026-12-03T00:00:00.000000Z  confirmed by sealbox")

@@ -117,7 +117,9 @@ def list_cmd(store_path: str, as_json: bool, as_csv: bool) -> None:
 
 
 def _print_show(row: dict[str, Any]) -> None:
-    echo = lambda text: click.echo(visible(text))  # noqa: E731 - a provider's error text never drives the terminal
+    # a provider's error text never drives the terminal, and a newline in a recorded value (a tool
+    # glob, a reason) is printed as \n: each line of the listing is one field
+    echo = lambda text: click.echo(visible(text).replace("\n", "\\n"))  # noqa: E731
     echo(f"grant      {row['grant_id']}")
     echo(f"status     {row['status']}")
     echo(f"principal  {row['principal']}")
