@@ -64,6 +64,9 @@ ROLES = ("approver", "agent", "auditor", "admin")
 #: Changes an identity may sign for itself with its current key (any other needs an admin).
 SELF_CHANGES = ("disabled", "key_changed")
 
+#: The largest key file read (a signer key string is about 100 bytes).
+_MAX_KEY_FILE = 4096
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}")
 
 
@@ -469,12 +472,23 @@ def load_key(key_file: str | os.PathLike) -> Signer:
     """Read a private key file written by :func:`add_identity` or :func:`rotate_key`.
 
     Raises:
-        IdentityError: missing, unreadable, readable by group or others (POSIX), or malformed.
+        IdentityError: missing, not a regular file, over 4 KiB, unreadable, readable by group
+            or others (POSIX), or malformed.
     """
     path = Path(key_file)
     try:
-        mode = path.stat().st_mode
-        text = path.read_text(encoding="ascii").strip()
+        # opened without blocking (a FIFO would wait for a writer), then checked on what was opened
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):  # a FIFO, a device (/dev/zero never ends), a folder
+                raise IdentityError(f"key file {path} is not a regular file")
+            data = os.read(fd, _MAX_KEY_FILE + 1)
+        finally:
+            os.close(fd)
+        if len(data) > _MAX_KEY_FILE:
+            raise IdentityError(f"key file {path} is larger than {_MAX_KEY_FILE} bytes: not a Sealbox identity key")
+        text = data.decode("ascii").strip()
     except FileNotFoundError as exc:
         raise IdentityError(f"key file {path} does not exist") from exc
     except (OSError, UnicodeDecodeError) as exc:

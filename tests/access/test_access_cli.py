@@ -155,3 +155,18 @@ def test_show_prints_a_newline_in_a_recorded_value_as_an_escape_never_a_line(sto
     assert lines[1] == "status     revoked (local only: no provider)"
     assert lines[3] == r"tool       db/t\n" + forged_status
     assert lines[8].endswith(r"requested by user:a  reason: done\n  2026-12-03T00:00:00.000000Z  confirmed by sealbox")
+
+
+def test_a_credential_file_that_is_not_a_regular_file_is_one_error_line(store_dir, tmp_path):
+    """`--credential-file /dev/zero` was read without end (memory) and a FIFO blocked for ever."""
+    fifo = tmp_path / "cred.fifo"
+    os.mkfifo(fifo, 0o600)
+    for path in (str(fifo), "/dev/zero"):
+        proc = subprocess.run([str(Path(sys.executable).parent / "sealbox"), "access", "grant", "-s", store_dir,
+                               "--principal", "agent:x", "--server", "db", "--tool", "*", "--credential-file", path],
+                              capture_output=True, text=True, timeout=30)
+        one_error_line(proc, f"credential file {path} is not a regular file")
+    big = tmp_path / "big.json"
+    big.write_text('{"client_id": "' + "x" * (2 << 20) + '"}')
+    one_error_line(cli("access", "grant", "-s", store_dir, "--principal", "agent:x", "--server", "db", "--tool", "*",
+                       "--credential-file", str(big)), f"credential file {big} is larger than 1 MiB")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -298,3 +299,31 @@ def test_a_group_with_spaces_inside_or_non_ascii_letters_is_kept(store, tmp_path
     new = add_identity(store, "gina", "approver", ["Ops Team", "équipe"], key_path=tmp_path / "g.key",
                        admin_key=admin_key(store, tmp_path))
     assert new.identity.groups == ("Ops Team", "équipe")
+
+
+def test_a_key_file_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path):
+    """`--key-file /dev/zero` read without end (memory), a FIFO blocked for ever: a key file must
+    be a regular file, and at most 4 KiB of it is read."""
+    import threading
+
+    fifo = tmp_path / "k.fifo"
+    os.mkfifo(fifo, 0o600)
+    out: list = []
+
+    def load(path):
+        try:
+            load_key(path)
+        except IdentityError as exc:
+            out.append(str(exc))
+
+    for path in (fifo, Path("/dev/zero"), tmp_path):
+        worker = threading.Thread(target=load, args=(path,), daemon=True)
+        worker.start()
+        worker.join(5)
+        assert not worker.is_alive(), f"load_key({path}) still reading"
+        assert out[-1] == f"key file {path} is not a regular file"
+    big = tmp_path / "big.key"
+    big.write_bytes(b"A" * 10_000)
+    os.chmod(big, 0o600)
+    with pytest.raises(IdentityError, match="is larger than 4096 bytes: not a Sealbox identity key"):
+        load_key(big)

@@ -16,6 +16,9 @@ import click
 from sealbox.cli.common import (echo_json, emit_rows, format_options, open_for_reading, open_for_writing, store_option,
                                 visible)
 
+#: The largest credential file read, in bytes.
+_MAX_CREDENTIAL_FILE = 1 << 20
+
 #: Exit code of ``revoke`` / ``retry`` when the grant is revoked locally but not confirmed at its provider.
 EXIT_PENDING = 3
 
@@ -39,11 +42,28 @@ def _who(by: str | None) -> str:
 def _read_credential(path: str) -> dict[str, Any]:
     from sealbox.access import AccessError
 
+    import stat
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        # opened without blocking (a FIFO would wait for a writer), then checked on what was opened
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a device (/dev/zero never ends)
+                raise AccessError(f"credential file {path} is not a regular file")
+            raw = b""
+            while len(raw) <= _MAX_CREDENTIAL_FILE:
+                chunk = os.read(fd, _MAX_CREDENTIAL_FILE + 1 - len(raw))
+                if not chunk:
+                    break
+                raw += chunk
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise AccessError(f"cannot read credential file {path}: {exc.strerror or exc}") from None
+    if len(raw) > _MAX_CREDENTIAL_FILE:
+        raise AccessError(f"credential file {path} is larger than 1 MiB: not a credential")
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except ValueError as exc:  # never echo the file's content
         raise AccessError(f"credential file {path} is not valid JSON (line {getattr(exc, 'lineno', '?')})") from None
     return data
