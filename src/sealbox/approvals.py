@@ -585,7 +585,8 @@ def log_flags(payload: dict, ev: Any, book: IdentityBook, flags: Sequence[dict[s
     on the events' ``ts`` (the store's clock), not on the answerer's ``answered_at``:
 
     * ``multiple_clients``: a validly signed answer by the same identity earlier in the log,
-      within the window before this one, from a distinct client (clients are self-reported);
+      whose ``ts`` is at most the window before this one's, from a distinct client (clients
+      are self-reported);
     * ``acts_as_agent``: a ``run.started`` or ``tool.call`` before this answer whose principal
       names the same actor.
     """
@@ -615,7 +616,9 @@ def log_flags(payload: dict, ev: Any, book: IdentityBook, flags: Sequence[dict[s
                 continue
             o = other.payload
             then = book.get(name, other.leaf_index)  # only a validly signed answer shows where the key was used
-            if at - timedelta(seconds=DEFAULT_SHARED_WINDOW_S) <= when <= at and then is not None and \
+            # earlier in the log is what counts: no upper bound, so a clock running ahead in the
+            # earlier answerer's process (a later ts) does not hide it
+            if at - timedelta(seconds=DEFAULT_SHARED_WINDOW_S) <= when and then is not None and \
                     verify_fields(then.public_key, signed_fields(o), o.get("signature")):
                 seen.append({"approval_id": o.get("approval_id"), "answered_at": o.get("answered_at"),
                              "leaf_index": other.leaf_index,

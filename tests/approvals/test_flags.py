@@ -196,7 +196,7 @@ def test_an_answer_written_without_flags_by_an_approver_acting_as_an_agent_is_st
         pass
     started = store.read_run(run.run_id)[0].leaf_index
     aid = request(store)
-    _forged_answer(store, aid, keys["bob"], "bob", LAPTOP)
+    forged = _forged_answer(store, aid, keys["bob"], "bob", LAPTOP)
     state = get_approval(store, aid)
     assert state.status == "approved" and state.answers[0].problem is None
     assert state.flags == [{"identity": "bob", "code": "acts_as_agent", "evidence": {
@@ -244,3 +244,23 @@ def test_an_unsigned_answer_from_another_client_does_not_flag_a_real_one(store, 
     aid = request(store)
     answer(store, aid, "approve", "ok", keys["bob"], client=LAPTOP)
     assert get_approval(store, aid).flags == []
+
+
+def test_a_clock_running_ahead_in_the_first_answerers_process_does_not_hide_the_second_client(store, keys,
+                                                                                                monkeypatch):
+    """Events get their ts from the appending process's clock: bob's first answer, from a host
+    whose clock runs 10 minutes ahead, has a later ts than his forged second one. Readers
+    looked only at answers whose ts was at or before this one's, and missed it."""
+    from datetime import datetime, timedelta, timezone
+
+    import sealbox.store.base as base
+    from sealbox.approvals import get_approval
+
+    first = request(store)
+    ahead = lambda: (datetime.now(timezone.utc) + timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # noqa: E731
+    monkeypatch.setattr(base, "utc_now", ahead)
+    answer(store, first, "approve", "ok", keys["bob"], client=LAPTOP)
+    monkeypatch.undo()
+    second = request(store)
+    _forged_answer(store, second, keys["bob"], "bob", {"hostname": "desk-2", "os_user": "bob"})
+    assert [f["code"] for f in get_approval(store, second).flags] == ["multiple_clients"]
