@@ -901,7 +901,13 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
     step is ``failed`` (no ``sent``), for introspection the token is not confirmed.
     """
     gid = grant.grant_id
-    cred = load_credential(store, gid)
+    try:
+        cred = load_credential(store, gid)
+    except AccessError as exc:  # altered or moved: recorded, as a deleted one is (the local deny stands)
+        _record_step(store, gid, "failed", by, {
+            "stage": "credential", "pending": True,
+            "error": f"{exc}: its tokens cannot be revoked at the provider through Sealbox"}, [])
+        return
     if cred is None:
         _record_step(store, gid, "failed", by, {
             "stage": "credential", "pending": True,

@@ -499,3 +499,25 @@ def test_the_backoff_between_attempts_is_capped(store, provider, no_sleep):
     assert revoke(store, gid, "x", retries=20, sleep=no_sleep.append) == STATUS_PENDING
     one_token = [0.5, 1.0, 2.0, 4.0, 8.0, 16.0] + [MAX_BACKOFF_S] * 13
     assert MAX_BACKOFF_S == 30.0 and no_sleep == one_token * 2
+
+
+def test_a_credential_that_does_not_decrypt_is_a_recorded_failure_not_an_error_after_the_local_deny(
+        store, provider, no_sleep):
+    """`requested` was committed (calls denied), then load_credential raised AccessError: `revoke`
+    raised as though nothing had happened (the CLI said `error:` and exit 2), and the log held no
+    `failed` step saying why the provider part never ran."""
+    a, _ = github_grant(store, provider)
+    b, _ = github_grant(store, provider)
+    db = sqlite3.connect(store.db_path)
+    db.execute("DROP TRIGGER credentials_no_update")
+    db.execute("UPDATE credentials SET (nonce, ciphertext) = (SELECT nonce, ciphertext FROM credentials WHERE grant_id = ?)"
+               " WHERE grant_id = ?", (a, b))
+    db.commit()
+    db.close()
+    assert revoke(store, b, "x", **fast(no_sleep)) == STATUS_PENDING
+    assert steps(store, b) == ["requested", "failed"]
+    detail = revoked_events(store, b)[-1].payload["detail"]
+    assert detail == {"stage": "credential", "pending": True,
+                      "error": f"the credential of grant {b} cannot be decrypted (altered, or moved from another grant "
+                               "or store): its tokens cannot be revoked at the provider through Sealbox"}
+    assert provider.requests == []
