@@ -67,8 +67,9 @@ class ResumedCall:
     """What :func:`resume_run` did with one waiting (or outcome-unknown) call.
 
     Attributes:
-        outcome: ``approved``, ``denied``, ``expired``, ``policy_denied``,
-            ``approval_insufficient``, ``unknown`` (not re-run) or ``rerun``.
+        outcome: ``approved``, ``denied``, ``expired``, ``policy_denied``, ``grant_invalid``,
+            ``approval_insufficient``, ``unknown`` (not re-run) or ``rerun`` (``grant_invalid``
+            too for an outcome-unknown call whose grant is no longer valid: not re-run).
         ran: whether the tool function was called now.
         result: what it returned.
         error: what it raised, or the :class:`~sealbox.recorder.ToolDenied` for a call not run.
@@ -412,8 +413,14 @@ def _resume(recorder: Any, run: Any, run_id: str, tools: dict[tuple[str, str], C
             done.append(ResumedCall(s.approval_id, s.call_id, req["server"], req["tool"], outcome, False,
                                     error=_denial(run, state, outcome, decision)))
     for call, fn, args in reruns:
-        run.note(f"re-running call {call.payload['call_id']}, whose outcome was unknown (rerun_unknown=True)",
-                 about={"call_id": call.payload["call_id"], "tool_call_leaf": call.leaf_index})
+        denied = _rerun_or_deny(run, call)
+        if denied is not None:  # its grant is no longer valid: never run again under it
+            from sealbox.recorder import ToolDenied
+
+            p = call.payload
+            done.append(ResumedCall(None, p["call_id"], p["server"], p["tool"], "grant_invalid", False,
+                                    error=ToolDenied(denied, p["call_id"], p["server"], p["tool"])))
+            continue
         done.append(_execute(run, call, fn, args, None, "rerun"))
     if not rerun_unknown:
         done += [ResumedCall(None, c.payload["call_id"], c.payload["server"], c.payload["tool"], "unknown", False)
@@ -460,6 +467,41 @@ def _recorded_arguments(store: Any, call: Any, overrides: dict[str, Any]) -> Any
         raise ApprovalError("arguments_redacted", f"the recorded arguments of call {cid} were redacted; "
                             f"pass arguments={{{cid!r}: ...}} to re-run it")
     return value
+
+
+def _rerun_or_deny(run: Any, call: Any) -> Decision | None:
+    """Before an outcome-unknown call runs again: in one transaction, check the explicit grant it
+    named (sealbox.access) and record either the ``note`` saying it is re-run, or, when the grant
+    is no longer valid (revoked, expired…), a re-evaluated ``grant_invalid`` deny, returned. A
+    revocation committed before this transaction is always seen."""
+    from sealbox.access import grant_status, is_implicit
+
+    p = call.payload
+    grant = p.get("grant") if isinstance(p.get("grant"), str) else None
+    step = run._take_step()
+    box: list[Decision] = []
+
+    def build(reader: Any) -> list:
+        box.clear()
+        if not is_implicit(grant):
+            ok, why = grant_status(reader, grant, run.principal.id, p["server"], p["tool"], _now())
+            if not ok:
+                decision = Decision("deny", "grant_invalid", None, why, run.policy.fingerprint)
+                box.append(decision)
+                return [run._draft("policy.decision", {"call_id": p["call_id"], "server": p["server"],
+                                                       "tool": p["tool"], **decision.to_payload(),
+                                                       "reevaluated": True}, call.step)]
+        return [run._draft("note", {"text": f"re-running call {p['call_id']}, whose outcome was unknown "
+                                            "(rerun_unknown=True)",
+                                    "about": {"call_id": p["call_id"], "tool_call_leaf": call.leaf_index}}, step)]
+
+    try:
+        run._learning(lambda: run.store.append_with(build))
+    except RecordingError:
+        raise
+    except Exception as exc:  # a failure to record is never a silent gap
+        raise RecordingError(f"could not record the re-run of call {p['call_id']}: {exc}") from exc
+    return box[0] if box else None
 
 
 def _unknown_calls(events: list, states: list[ApprovalState], skip: set[str]) -> list:

@@ -82,3 +82,43 @@ def test_a_policy_that_came_to_require_a_grant_reevaluates_with_the_calls_grant(
             call.value()
         assert (denied.value.decision.reason_code, denied.value.decision.rule) == ("grant_required", "writes-need-ops")
     assert verify_store(store).ok
+
+
+def test_an_outcome_unknown_call_is_not_rerun_under_a_grant_revoked_since(store, keys):
+    """`resume(..., rerun_unknown=True)` ran the tool again without looking at the call's grant:
+    a grant revoked after the call was allowed (its process died before the result) ran the tool
+    again under the revoked grant, after `access.revoked requested` was in the log."""
+    from sealbox.pause import claim
+
+    grant = grant_access(store, "agent:bot", "db", "write_query", scope="write")
+    rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
+    run_id, aid = suspended_call(store, rec, grant)
+    answer(store, aid, "approve", "ok", keys["alice"])
+    assert claim(rec.continue_run(run_id), aid)[1] == "approved"  # resumed, then "the process died"
+    revoke(store, grant, "key leaked", by="user:security")
+    run = rec.resume(run_id, {("db", "write_query"): tool}, rerun_unknown=True)
+    (call,) = run.resumed_calls
+    assert (call.outcome, call.ran, tool.calls) == ("grant_invalid", False, [])
+    with pytest.raises(ToolDenied) as denied:
+        call.value()
+    assert denied.value.decision.reason_code == "grant_invalid" and "revoked" in denied.value.decision.reason
+    last = [e for e in store.read_run(run_id) if e.kind == "policy.decision"][-1].payload
+    assert (last["effect"], last["reason_code"], last["rule"], last["reevaluated"]) == (
+        "deny", "grant_invalid", None, True)
+    assert "tool.result" not in kinds(store, run_id)
+    # denied for good: a later resume has nothing left to re-run
+    assert rec.resume(run_id, {("db", "write_query"): tool}, rerun_unknown=True).resumed_calls == []
+    assert verify_store(store).ok
+
+
+def test_an_outcome_unknown_call_under_a_valid_grant_is_rerun(store, keys):
+    from sealbox.pause import claim
+
+    grant = grant_access(store, "agent:bot", "db", "write_query", scope="write")
+    rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
+    run_id, aid = suspended_call(store, rec, grant)
+    answer(store, aid, "approve", "ok", keys["alice"])
+    assert claim(rec.continue_run(run_id), aid)[1] == "approved"
+    run = rec.resume(run_id, {("db", "write_query"): tool}, rerun_unknown=True)
+    assert [(c.outcome, c.ran) for c in run.resumed_calls] == [("rerun", True)] and tool.calls == ["DELETE FROM t"]
+    assert kinds(store, run_id)[-2:] == ["note", "tool.result"]
