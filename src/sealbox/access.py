@@ -457,8 +457,15 @@ class Grant:
         return fnmatchcase(server, self.server) and fnmatchcase(tool, self.tool)
 
     def expired(self, now: datetime) -> bool:
-        """Whether the grant's expiry is at or before ``now``."""
-        return self.expires_at is not None and _parse_time(self.expires_at, "expires_at") <= now
+        """Whether the grant's expiry is at or before ``now``. An expiry that is no time (one
+        written below :func:`grant_access`, e.g. ``2026-13-45T00:00:00Z``) counts as passed:
+        the grant is expired, never valid for ever."""
+        if self.expires_at is None:
+            return False
+        try:
+            return _parse_time(self.expires_at, "expires_at") <= now
+        except (AccessError, TypeError, AttributeError):
+            return True
 
 
 @dataclass

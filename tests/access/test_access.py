@@ -521,3 +521,22 @@ def test_a_credential_that_does_not_decrypt_is_a_recorded_failure_not_an_error_a
                       "error": f"the credential of grant {b} cannot be decrypted (altered, or moved from another grant "
                                "or store): its tokens cannot be revoked at the provider through Sealbox"}
     assert provider.requests == []
+
+
+def test_a_grant_recorded_with_an_impossible_expiry_is_expired_and_does_not_break_listings(store):
+    """`2026-13-45T00:00:00Z` has the schema's form, so the store takes it; parsing it raised
+    AccessError in every listing (`access list` failed for all grants) and in `access show`."""
+    from sealbox import EventDraft
+
+    good = grant_access(store, AGENT, "github", "*", None)
+    store.append(EventDraft("access.granted", {
+        "grant_id": "g_bad", "principal": AGENT, "server": "github", "tool": "*", "scope": None,
+        "expires_at": "2026-13-45T00:00:00Z", "provider": None, "credential": False},
+        run_id=SYSTEM_RUN_ID, principal="user:x"))
+    assert [(r["grant_id"], r["status"]) for r in list_grants(store)] == [(good, STATUS_ACTIVE), ("g_bad", STATUS_EXPIRED)]
+    assert show_grant(store, "g_bad")["status"] == STATUS_EXPIRED == access_status(store, "g_bad")
+    assert grant_status(store, "g_bad", AGENT, "github", "create_issue") == (
+        False, "grant g_bad expired at 2026-13-45T00:00:00Z")
+    ran = []
+    denied, run_id = call(store, "g_bad", lambda title: ran.append(title))
+    assert isinstance(denied, ToolDenied) and ran == [] and decision_of(store, run_id)["reason_code"] == "grant_invalid"
