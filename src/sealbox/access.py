@@ -620,8 +620,9 @@ def _status_of(hist: _History, now: datetime) -> str:
     if not grant.credential:
         return STATUS_LOCAL
     last = hist.steps[-1]
-    if last["step"] == "sent" and isinstance(last["detail"], dict) and last["detail"].get("introspection") is False \
-            and all(t.get("http_status") == 200 for t in last["detail"].get("tokens", [])):
+    tokens = last["detail"].get("tokens", []) if isinstance(last["detail"], dict) else None
+    if last["step"] == "sent" and isinstance(tokens, list) and last["detail"].get("introspection") is False \
+            and all(isinstance(t, dict) and t.get("http_status") == 200 for t in tokens):
         return STATUS_UNCONFIRMED
     return STATUS_PENDING
 

@@ -170,3 +170,35 @@ def test_a_credential_file_that_is_not_a_regular_file_is_one_error_line(store_di
     big.write_text('{"client_id": "' + "x" * (2 << 20) + '"}')
     one_error_line(cli("access", "grant", "-s", store_dir, "--principal", "agent:x", "--server", "db", "--tool", "*",
                        "--credential-file", str(big)), f"credential file {big} is larger than 1 MiB")
+
+
+def test_a_revocation_step_with_odd_detail_is_shown_not_a_crash(store_dir):
+    """Steps appended below revoke() may hold any JSON in `detail` (the schema leaves it open):
+    a token entry that is not an object made `access show` exit 70 (internal error), and, as
+    the last step, `access list` too."""
+    from sealbox.events import SYSTEM_RUN_ID, EventDraft
+
+    s = sealbox.open_store(store_dir)
+    try:
+        gid = grant_access_cred(s)
+        for payload in ({"grant_id": gid, "step": "requested", "reason": "x", "detail": {"at_provider": True}},
+                        {"grant_id": gid, "step": "failed", "detail": {"tokens": [1, {"token_type_hint": 5}], "error": 7}},
+                        {"grant_id": gid, "step": "sent", "detail": {"introspection": False, "tokens": [1, "x"]}}):
+            s.append(EventDraft("access.revoked", payload, run_id=SYSTEM_RUN_ID, principal="user:x"))
+    finally:
+        s.close()
+    listed = cli("access", "list", "-s", store_dir, "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [r["status"] for r in json.loads(listed.stdout)] == ["revoked (pending at provider)"]
+    shown = cli("access", "show", gid, "-s", store_dir)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[9].endswith("failed    by user:x  1, 5: None  error: 7")
+    assert lines[10].endswith("sent      by user:x  1, x")
+
+
+def grant_access_cred(store):
+    from sealbox.access import grant_access
+
+    return grant_access(store, "agent:x", "db", "*", None, credential={
+        "revocation_endpoint": "https://auth.example/revoke", "client_id": "c", "access_token": "tok-0123456789"})

@@ -155,15 +155,22 @@ def _print_show(row: dict[str, Any]) -> None:
         detail = s.get("detail") or {}
         if isinstance(detail, dict):
             if detail.get("tokens"):
-                line += "  " + ", ".join(
-                    f"{t.get('token_type_hint')}: " + (
-                        f"active={str(t['active']).lower()}" if "active" in t else
-                        f"HTTP {t['http_status']}" + (f" {t['error']}" if t.get("error") else "")
-                        if "http_status" in t else str(t.get("error")))
-                    for t in detail["tokens"])
+                tokens = detail["tokens"] if isinstance(detail["tokens"], list) else [detail["tokens"]]
+                line += "  " + ", ".join(_token_text(t) for t in tokens)
             if detail.get("error"):
                 line += f"  error: {detail['error']}"
         echo(line)
+
+
+def _token_text(t: Any) -> str:
+    """One token of a step's ``detail.tokens`` (anything else than an object, as written below
+    revoke(), is shown as it is)."""
+    if not isinstance(t, dict):
+        return str(t)
+    return f"{t.get('token_type_hint')}: " + (
+        f"active={str(t['active']).lower()}" if "active" in t else
+        f"HTTP {t['http_status']}" + (f" {t['error']}" if t.get("error") else "")
+        if "http_status" in t else str(t.get("error")))
 
 
 @access_group.command("show")
