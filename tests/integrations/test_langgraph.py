@@ -758,3 +758,73 @@ def test_a_call_with_arguments_the_tool_refused_replays_with_the_same_validation
     assert result.head().startswith("reproduced: 4 step(s) matched"), result.head()
     assert tools.invoked == []
     assert sealbox.verify_store(store).ok
+
+
+def test_a_dict_a_tool_node_turned_into_text_replays_and_a_changed_value_diverges(store):
+    """Through ToolNode the tool's ToolMessage is recorded as its result, its content already
+    json.dumps(result) with the keys as the tool gave them: the replay serves that same string.
+    Replayed with live tools whose new code returns the keys in another order and another value,
+    the model call after it diverges, naming that one field."""
+    ran: list = []
+
+    def weather_tool(temp):
+        @tool
+        def weather(city: str) -> dict:
+            """Current weather."""
+            ran.append(city)
+            return {"temp": temp, "city": city} if temp == 20 else {"city": city, "temp": temp}
+        return weather
+
+    def agent(temp):
+        def run_agent(run):
+            model = ScriptedChatModel(messages=iter([
+                AIMessage(content="", tool_calls=[{"name": "weather", "args": {"city": "Paris"}, "id": "w1"}]),
+                AIMessage(content="20 degrees.")]))
+            state = react_agent(model, governed_tools(run, [weather_tool(temp)])).invoke(
+                {"messages": [("user", "Weather in Paris?")]}, config={"callbacks": [SealboxCallbackHandler(run)]})
+            return state["messages"][2].content
+        return run_agent
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="weather") as run:
+        assert agent(20)(run) == '{"temp": 20, "city": "Paris"}'
+    result = _replay(store, run.run_id, agent(20))
+    assert result.head() == "reproduced: 4 step(s) matched", result.divergence
+    assert ran == ["Paris"]  # served from the record
+
+    from sealbox.replay import Replayer
+
+    warmer = Replayer(store, policy=ALLOW_ALL).replay(run.run_id, agent(21), tools="live", side_effects=True)
+    assert warmer.reproduced is False and warmer.divergence.step == "3"
+    assert [(d.path, d.a, d.b) for d in warmer.divergence.diff] == [
+        ("messages[2].content", '{"temp": 20, "city": "Paris"}', '{"city": "Paris", "temp": 21}')]
+
+
+def test_a_dict_a_governed_tool_returned_sent_to_the_model_as_json_replays_reproduced(store):
+    """A governed tool invoked by the agent's own code (not through ToolNode) returns the tool's dict;
+    the record keeps it with its keys sorted, so the agent's json.dumps(result) in the next chat-model
+    request differed from the recorded one in key order only, and the replay diverged there (step 3).
+    It now reproduces."""
+    import json
+
+    ran: list = []
+
+    @tool
+    def weather(city: str) -> dict:
+        """Current weather."""
+        ran.append(city)
+        return {"temp": 20, "city": city}
+
+    def agent(run):
+        [governed] = governed_tools(run, [weather])
+        result = governed.invoke({"city": "Paris"})
+        model = ScriptedChatModel(messages=iter([AIMessage(content="20 degrees.")]))
+        return model.invoke([("user", "Weather in Paris?"), ("user", json.dumps(result))],
+                            config={"callbacks": [SealboxCallbackHandler(run)]}).content
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="weather") as run:
+        assert agent(run) == "20 degrees."
+    sent = [store.resolve(e.payload)["request"] for e in store.read_run(run.run_id) if e.kind == "model.call"]
+    assert sent[0]["messages"][1]["content"] == '{"temp": 20, "city": "Paris"}'
+    result = _replay(store, run.run_id, agent)
+    assert result.head() == "reproduced: 2 step(s) matched", result.divergence
+    assert ran == ["Paris"]  # served from the record

@@ -936,3 +936,100 @@ def test_a_tool_the_sdk_timed_out_replays_as_the_same_timeout(store):
     assert result.head().startswith("reproduced: 3 step(s) matched"), result.head()
     assert started == ["x"]
     assert sealbox.verify_store(store).ok
+
+
+# --------------------------------------------------------------------------- replay of tools returning dicts
+
+
+def _weather_agent(tool, sent):
+    async def run_agent(run):
+        model = ScriptedModel([response([call("w1", tool.name, '{"city": "Paris"}')], 5, 1, "r1"),
+                               response([text("20 degrees in Paris.")], 6, 1, "r2")])
+        await Runner.run(instrument(run, Agent(name="weather", model=model, tools=[tool])), "Weather in Paris?")
+        for request in model.inputs[1:]:  # the outputs of the tool calls the model was sent (none in a replay)
+            sent.extend(item["output"] for item in request if item.get("type") == "function_call_output")
+    return run_agent
+
+
+def _record_weather(store, tool):
+    sent: list = []
+
+    async def record():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="weather") as run:
+            await _weather_agent(tool, sent)(run)
+        return run.run_id
+
+    return asyncio.run(record()), sent
+
+
+def test_a_tool_returning_a_dict_with_unsorted_keys_replays_reproduced(store):
+    """The SDK sends the model str(result); the record keeps the result with its keys sorted, so the
+    served dict's str() differed from the recorded one in key order only, and the replay diverged at
+    the next model call (input[2].output). It now reproduces."""
+    invoked: list = []
+
+    @function_tool
+    def weather(city: str) -> dict:
+        """Current weather."""
+        invoked.append(city)
+        return {"temp": 20, "city": city}
+
+    run_id, sent = _record_weather(store, weather)
+    assert sent == ["{'temp': 20, 'city': 'Paris'}"]
+    result = _replay(store, run_id, _weather_agent(weather, []))
+    assert result.head() == "reproduced: 3 step(s) matched", result.divergence
+    assert invoked == ["Paris"]  # served from the record
+    requests = [store.resolve(e.payload)["request"] for e in store.read_run(result.new_run_id)
+                if e.kind == "model.call"]
+    assert requests[1]["input"][2]["output"] == "{'city': 'Paris', 'temp': 20}"
+
+
+def test_a_tool_with_an_output_schema_returning_unsorted_keys_replays_reproduced(store):
+    """A tool with an output schema: the SDK sends json.dumps(result) (compact, keys as given)."""
+    schema = {"type": "object", "properties": {"temp": {"type": "integer"}, "city": {"type": "string"}},
+              "required": ["temp", "city"], "additionalProperties": False}
+
+    @function_tool(output_json_schema=schema)
+    def weather(city: str) -> dict:
+        """Current weather."""
+        return {"temp": 20, "city": city}
+
+    run_id, sent = _record_weather(store, weather)
+    assert sent == ['{"temp":20,"city":"Paris"}']
+    result = _replay(store, run_id, _weather_agent(weather, []))
+    assert result.head() == "reproduced: 3 step(s) matched", result.divergence
+
+
+def test_a_changed_value_in_a_dict_a_tool_returned_still_diverges_with_that_field(store):
+    """Replayed with live tools, the tool's new code returns its keys in another order (that alone
+    reproduces) and then another temperature (that diverges, the one field named in the diff)."""
+    from sealbox.replay import Replayer, render_divergence
+
+    @function_tool
+    def weather(city: str) -> dict:
+        """Current weather."""
+        return {"temp": 20, "city": city}
+
+    def reordered(temp):
+        @function_tool(name_override="weather")
+        def weather(city: str) -> dict:
+            """Current weather."""
+            return {"city": city, "temp": temp}
+        return weather
+
+    run_id, _ = _record_weather(store, weather)
+    replayer = Replayer(store, policy=ALLOW_ALL)
+    same = replayer.replay(run_id, _weather_agent(reordered(20), []), tools="live", side_effects=True)
+    assert same.head() == "reproduced: 3 step(s) matched", same.divergence
+    warmer = replayer.replay(run_id, _weather_agent(reordered(21), []), tools="live", side_effects=True)
+    assert warmer.reproduced is False
+    assert [(d.path, d.a, d.b) for d in warmer.divergence.diff] == [
+        ("input[2].output", "{'temp': 20, 'city': 'Paris'}", "{'city': 'Paris', 'temp': 21}")]
+    assert render_divergence(warmer.divergence).splitlines() == [
+        "diverged at step 3: mismatch",
+        "  step 3: the replay made model.call ScriptedModel with different content (1 field(s) differ)",
+        f"  recorded : model.call ScriptedModel  {warmer.divergence.recorded.hash[:19]}…",
+        f"  attempted: model.call ScriptedModel  {warmer.divergence.attempted.hash[:19]}…",
+        "  differs in: hash",
+        "    ~ input[2].output: \"{'temp': 20, 'city': 'Paris'}\" -> \"{'city': 'Paris', 'temp': 21}\"",
+    ]

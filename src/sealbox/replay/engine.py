@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator
 from sealbox.errors import ConfigError
 from sealbox.replay.divergence import Divergence, divergence_head
 from sealbox.replay.keys import RecordedRun, step_order
+from sealbox.replay.serialized import reordered_text
 from sealbox.replay.source import ReplaySource, ReplayStopped
 from sealbox.snapshot import FieldDiff, diff_snapshots
 
@@ -296,6 +297,9 @@ def _other_error(run: Any, recorded: Any, error: BaseException) -> Divergence | 
             and isinstance(stored.get("message"), str) \
             and _ADDRESS.sub("0x…", then["message"]) == _ADDRESS.sub("0x…", stored["message"]):
         return None  # the same message but for an object's address (repr: <Foo object at 0x7f…>), new each run
+    if then.get("type") == stored.get("type") and isinstance(then.get("message"), str) \
+            and isinstance(stored.get("message"), str) and reordered_text(then["message"], stored["message"]):
+        return None  # str() of a dict served from the record, its keys sorted (docs/replay.md, "Serialized dicts")
     fields = ["type"] if then.get("type") != stored.get("type") else []
     if then.get("message") != stored.get("message"):
         fields.append("message")

@@ -28,7 +28,9 @@ from sealbox.events import EventDraft
 from sealbox.replay.divergence import Divergence, diff_values
 from sealbox.replay.keys import (COMPARED_KINDS, RecordedCall, RecordedRun, StepKey, attempted_view, content_hash,
                                  key_name, normalised, scrubbed_record)
+from sealbox.replay.serialized import reordered_text, same_but_for_key_order
 from sealbox.replay.values import rebuild, rebuild_error
+from sealbox.snapshot import FieldDiff
 
 __all__ = ["ReplaySource", "ReplayStopped"]
 
@@ -144,11 +146,12 @@ class ReplaySource:
                 self.stop(Divergence("extra", step, f"the replay made a second {kind} at step {step}",
                                      rec.key, attempted, rec.content, view, mismatched=("step",)))
             fields = tuple(f for f in ("kind", "name", "hash") if getattr(rec.key, f) != getattr(attempted, f))
-            if fields == ("hash",) and self._same_but_for_scrubbing(run, kind, payload, rec, attempted):
+            if fields == ("hash",) and self._same_but_for_normalising(run, kind, payload, rec, attempted, view):
                 fields = ()
             if fields:
                 fmt = payload.get("format")
-                diff = diff_values(normalised(kind, fmt, rec.content), normalised(kind, fmt, view)) \
+                diff = _real_differences(diff_values(normalised(kind, fmt, rec.content),
+                                                     normalised(kind, fmt, view))) \
                     if "hash" in fields and rec.key.kind == kind else ()
                 what = {"kind": f"a {kind} where the record has a {rec.key.kind}",
                         "name": f"{kind} {attempted.name!r} where the record has {rec.key.name!r}",
@@ -163,15 +166,29 @@ class ReplaySource:
         return rec
 
     @staticmethod
-    def _same_but_for_scrubbing(run: Any, kind: str, payload: dict[str, Any], rec: RecordedCall,
-                                attempted: StepKey) -> bool:
-        """Whether the recorded content equals the attempted view once scrubbed as the run records it
-        now: a record written before a run scrubbed the values it redacted earlier (2026-12-03) holds
-        such a value in clear where the replay's view holds its marker, the same HMAC of the same
-        string (docs/content-modes.md, "Values redacted earlier in the run")."""
+    def _same_but_for_normalising(run: Any, kind: str, payload: dict[str, Any], rec: RecordedCall,
+                                  attempted: StepKey, view: Any) -> bool:
+        """Whether a step whose content hash differs from the record's is the recorded step all the same
+        (only asked then, so the normal path pays nothing):
+
+        - the recorded content equals the attempted view once scrubbed as the run records it now: a
+          record written before a run scrubbed the values it redacted earlier (2026-12-03) holds such a
+          value in clear where the replay's view holds its marker, the same HMAC of the same string
+          (docs/content-modes.md, "Values redacted earlier in the run");
+        - or the two are equal but for strings holding the same serialized dict with its keys in
+          another order (:func:`~sealbox.replay.serialized.same_but_for_key_order`): the record keeps a
+          tool's result with its keys sorted, and an agent that sends its model ``str(result)`` or
+          ``json.dumps(result)`` sends them sorted in a replay. The recorded content, else (a record
+          written before scrubbing) the scrubbed one, is compared so with the view.
+        """
+        fmt = payload.get("format")
         secrets = getattr(run, "_run_secrets", None)
         scrubbed = scrubbed_record(run.store, kind, payload, rec.content, secrets() if secrets else [])
-        return scrubbed is not None and content_hash(kind, scrubbed, payload.get("format")) == attempted.hash
+        if scrubbed is not None and content_hash(kind, scrubbed, fmt) == attempted.hash:
+            return True
+        attempted_content = normalised(kind, fmt, view)
+        return any(same_but_for_key_order(normalised(kind, fmt, recorded), attempted_content)
+                   for recorded in (rec.content, scrubbed) if recorded is not None)
 
     def _check_live_outcome(self, rec: RecordedCall) -> None:
         why = self._not_servable(rec, live=True)
@@ -511,6 +528,15 @@ class ReplaySource:
                 return Divergence("missing", None, f"the sub-agent run replaying {sub.recorded.run_id} (agent "
                                   f"{sub.recorded.started.get('agent')!r}) had not ended when the replay ended")
         return None
+
+
+def _real_differences(diff: tuple[FieldDiff, ...]) -> tuple[FieldDiff, ...]:
+    """A divergent step's field differences without the strings that differ only in the order of a
+    serialized dict's keys (:func:`~sealbox.replay.serialized.reordered_text`), which are not why it
+    diverged: the field that did change is the one shown. All of them if none is left."""
+    real = tuple(d for d in diff if not (d.change == "changed" and isinstance(d.a, str) and isinstance(d.b, str)
+                                         and reordered_text(d.a, d.b)))
+    return real or diff
 
 
 def _decoded(stored: Any) -> Any:

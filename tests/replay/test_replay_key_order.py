@@ -1,0 +1,207 @@
+"""A tool result served from the record has its keys sorted (the record keeps it canonically), so an
+agent that sends its model ``str(result)`` or ``json.dumps(result)`` sent a string that differed from
+the recorded one only in key order, and the replay reported a divergence at that model call
+(docs/replay.md, "Serialized dicts"). Such strings now compare equal; any other difference in them
+still diverges, and the divergence's diff shows only the fields that really changed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import sealbox
+from sealbox.policies import ALLOW_ALL
+from sealbox.recorder import Recorder, RunContext
+from sealbox.replay import Replayer, render_divergence
+from sealbox.replay.serialized import MAX_LITERAL_CHARS, reordered_text, same_but_for_key_order
+
+SECRET = "hunter2-very-secret"
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = sealbox.init_store(tmp_path / "store")
+    yield s
+    s.close()
+
+
+def answer(text: str) -> dict:
+    return {"id": "c1", "object": "chat.completion", "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]}
+
+
+def requests(store, run_id: str) -> list:
+    return [store.resolve(e.payload)["request"] for e in store.read_run(run_id) if e.kind == "model.call"]
+
+
+def agent_sending(serialize, weather=None):
+    """An agent that calls a weather tool (an unsorted dict) and sends the model ``serialize(result)``."""
+    def agent(run):
+        result = run.call_tool("local", "weather", {"city": "Paris"},
+                               weather or (lambda city: {"temp": 20, "city": city, "wind": {"speed": 3, "dir": "N"}}))
+        run.complete({"model": "m", "messages": [{"role": "tool", "content": serialize(result)}]},
+                     lambda request: answer("ok"))
+    return agent
+
+
+@pytest.mark.parametrize("serialize, sent", [
+    (str, "{'temp': 20, 'city': 'Paris', 'wind': {'speed': 3, 'dir': 'N'}}"),
+    (json.dumps, '{"temp": 20, "city": "Paris", "wind": {"speed": 3, "dir": "N"}}'),
+    (lambda r: json.dumps(r, indent=2), json.dumps({"temp": 20, "city": "Paris", "wind": {"speed": 3, "dir": "N"}},
+                                                    indent=2)),
+])
+def test_a_served_dict_sent_to_the_model_as_text_replays_reproduced(store, serialize, sent):
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        agent_sending(serialize)(run)
+    assert requests(store, run.run_id)[0]["messages"][0]["content"] == sent
+    result = Replayer(store).replay(run.run_id, agent_sending(serialize))
+    assert (result.reproduced, result.divergence, result.steps_compared) == (True, None, 2), result.divergence
+    replayed = requests(store, result.new_run_id)[0]["messages"][0]["content"]
+    assert replayed == serialize({"city": "Paris", "temp": 20, "wind": {"dir": "N", "speed": 3}}) != sent
+
+
+def test_a_changed_value_inside_the_serialized_dict_still_diverges_at_that_field(store):
+    """The agent's new code builds the dict in another order and with another wind speed: the string
+    differs in a value, not only in key order, so the replay diverges there."""
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        agent_sending(str)(run)
+    changed = agent_sending(str, lambda city: {"wind": {"dir": "N", "speed": 4}, "city": city, "temp": 20})
+    result = Replayer(store, policy=ALLOW_ALL).replay(run.run_id, changed, tools="live", side_effects=True)
+    assert result.reproduced is False and result.steps_compared == 1
+    d = result.divergence
+    assert (d.kind, d.step, d.mismatched) == ("mismatch", "3", ("hash",))
+    assert [(f.path, f.change, f.a, f.b) for f in d.diff] == [
+        ("messages[0].content", "changed", "{'temp': 20, 'city': 'Paris', 'wind': {'speed': 3, 'dir': 'N'}}",
+         "{'wind': {'dir': 'N', 'speed': 4}, 'city': 'Paris', 'temp': 20}")]
+    assert render_divergence(d).splitlines()[1:2] == [
+        "  step 3: the replay made model.call m with different content (1 field(s) differ)"]
+
+
+def test_the_diff_leaves_out_the_strings_that_differ_only_in_key_order(store):
+    """Two serialized results in one request: the first reordered only, the second with another value.
+    The divergence names the second alone."""
+    def agent(n):
+        def run_agent(run):
+            a = run.call_tool("local", "weather", {"city": "Paris"}, lambda city: {"temp": 20, "city": city})
+            b = run.call_tool("local", "weather", {"city": "Oslo"}, lambda city: {"temp": n, "city": city})
+            run.complete({"model": "m", "messages": [{"role": "tool", "content": str(a)},
+                                                     {"role": "tool", "content": str(b)}]},
+                         lambda request: answer("ok"))
+        return run_agent
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        agent(5)(run)
+    result = Replayer(store).replay(run.run_id, agent(5))
+    assert result.reproduced is True, result.divergence
+
+    # a recorded result served to an agent whose code now changes the second one
+    def changed(run):
+        a = run.call_tool("local", "weather", {"city": "Paris"}, lambda city: None)
+        b = run.call_tool("local", "weather", {"city": "Oslo"}, lambda city: None)
+        b["temp"] = 6
+        run.complete({"model": "m", "messages": [{"role": "tool", "content": str(a)},
+                                                 {"role": "tool", "content": str(b)}]},
+                     lambda request: answer("ok"))
+
+    result = Replayer(store).replay(run.run_id, changed)
+    assert [(f.path, f.a, f.b) for f in result.divergence.diff] == [
+        ("messages[1].content", "{'temp': 5, 'city': 'Oslo'}", "{'city': 'Oslo', 'temp': 6}")]
+    assert "~ messages[1].content: \"{'temp': 5, 'city': 'Oslo'}\" -> \"{'city': 'Oslo', 'temp': 6}\"" in \
+        render_divergence(result.divergence)
+
+
+def test_a_record_written_before_scrubbing_and_a_reordered_dict_in_one_step_reproduce(store, monkeypatch):
+    """Both normalisations at one step: the record (written before runs scrubbed the values they
+    redacted earlier) holds a password in clear where the replay's view holds its marker, and the
+    served dict's keys come sorted."""
+    def agent(run):
+        run.call_tool("auth", "login", {"user": "bob", "password": SECRET}, lambda user, password: "ok")
+        result = run.call_tool("local", "weather", {"city": "Paris"}, lambda city: {"temp": 20, "city": city})
+        run.call_tool("db", "save", {"sql": f"insert ... '{SECRET}'", "data": str(result)}, lambda sql, data: 1)
+
+    with monkeypatch.context() as m:
+        m.setattr(RunContext, "_remember_secrets", lambda self, values: None)
+        with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+            agent(run)
+    saved = [store.resolve(e.payload)["arguments"] for e in store.read_run(run.run_id) if e.kind == "tool.call"][2]
+    assert saved == {"sql": f"insert ... '{SECRET}'", "data": "{'temp': 20, 'city': 'Paris'}"}
+    result = Replayer(store).replay(run.run_id, agent)
+    assert (result.reproduced, result.divergence, result.steps_compared) == (True, None, 3)
+
+
+def test_an_error_whose_message_is_a_served_dict_replays_with_the_same_outcome(store):
+    """The run ended with ValueError(result), its message str() of the tool's dict: the replay's
+    message had the keys sorted, an outcome divergence. Another value there still diverges."""
+    def agent(temp):
+        def run_agent(run):
+            result = run.call_tool("local", "weather", {"city": "Paris"}, lambda city: {"temp": 20, "city": city})
+            result["temp"] = temp
+            raise ValueError(result)
+        return run_agent
+
+    with pytest.raises(ValueError):
+        with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+            agent(20)(run)
+    result = Replayer(store).replay(run.run_id, agent(20))
+    assert (result.reproduced, result.divergence) == (True, None)
+    assert result.agent_error == {"type": "ValueError", "message": "{'city': 'Paris', 'temp': 20}"}
+    result = Replayer(store).replay(run.run_id, agent(21))
+    assert result.divergence.kind == "outcome"
+    assert result.divergence.message == (
+        "every step matched and both runs ended error, but the recorded run raised ValueError: "
+        "{'temp': 20, 'city': 'Paris'} and the replay raised ValueError: {'city': 'Paris', 'temp': 21} "
+        "(differs in message)")
+
+
+# --------------------------------------------------------------------------- the rule itself
+
+
+@pytest.mark.parametrize("a, b", [
+    ("{'b': 1, 'a': 2}", "{'a': 2, 'b': 1}"),
+    ('{"b":1,"a":[{"y":null,"x":true}]}', '{"a":[{"x":true,"y":null}],"b":1}'),
+    ("[{'b': 1, 'a': 2}]", "[{'a': 2, 'b': 1}]"),
+    ("{'s', 't'}", "{'t', 's'}"),  # a set's members, in another order
+    # a serialized dict holding a JSON string whose keys are in another order
+    ("{'q': '{\"b\": 1, \"a\": 2}', 'p': 0}", "{'p': 0, 'q': '{\"a\": 2, \"b\": 1}'}"),
+    ("{'k': '⟦redacted:hmac-sha256:ab⟧', 'c': 1}", "{'c': 1, 'k': '⟦redacted:hmac-sha256:ab⟧'}"),
+])
+def test_strings_holding_the_same_value_with_keys_in_another_order_are_equal(a, b):
+    assert reordered_text(a, b) is True
+    assert same_but_for_key_order({"x": [a, 1]}, {"x": [b, 1.0]}) is True
+
+
+@pytest.mark.parametrize("a, b", [
+    ("{'temp': 12, 'hum': 21}", "{'hum': 12, 'temp': 21}"),  # the same characters, other values
+    ('{"a": 1.0}', '{"a": 1.00}'),  # the same value, other characters
+    ("[16, 1]", "[0x10, 1]"),
+    ("{'a': 1, 'b': True}", "{'b': 1, 'a': True}"),
+    ("{'a': 1}", "{'a': True}"),
+    ("(1, 2)", "(2, 1)"),  # a tuple's order is its value
+    ("[1, 2]", "[2, 1]"),
+    ("1.50", "1.05"),  # no container: never parsed
+    ('{"a": NaN, "b": 1}', '{"b": 1, "a": NaN}'),  # NaN equals nothing
+    ("{'b': 1, 'a': 2", "{'a': 2, 'b': 1"),  # not parseable
+    ("{'b': __import__('os'), 'a': 2}", "{'a': 2, 'b': __import__('os')}"),  # never evaluated
+])
+def test_any_other_difference_in_a_string_still_differs(a, b):
+    assert reordered_text(a, b) is False
+    assert same_but_for_key_order({"x": a}, {"x": b}) is False
+
+
+def test_contents_of_another_shape_differ():
+    assert same_but_for_key_order({"a": "{'b': 1, 'c': 2}"}, {"a": "{'c': 2, 'b': 1}", "d": 1}) is False
+    assert same_but_for_key_order(["{'b': 1, 'c': 2}"], ["{'c': 2, 'b': 1}", 1]) is False
+    assert same_but_for_key_order({"a": 1}, {"a": "1"}) is False
+    assert same_but_for_key_order({"a": None}, {"a": False}) is False
+    assert same_but_for_key_order({"a": 1}, {"a": True}) is False
+
+
+def test_a_string_too_long_to_parse_as_a_literal_differs():
+    body = ", ".join(f"'k{i}': {i}" for i in range(MAX_LITERAL_CHARS // 10))
+    a, b = "{" + body + ", 'z': 1}", "{'z': 1, " + body + "}"
+    assert len(a) > MAX_LITERAL_CHARS and reordered_text(a, b) is False
+    # the same as JSON is parsed (JSON's limit is higher)
+    ja = json.dumps(dict([*((f"k{i}", i) for i in range(MAX_LITERAL_CHARS // 10)), ("z", 1)]))
+    jb = json.dumps(dict([("z", 1), *((f"k{i}", i) for i in range(MAX_LITERAL_CHARS // 10))]))
+    assert len(ja) > MAX_LITERAL_CHARS and reordered_text(ja, jb) is True
