@@ -61,6 +61,21 @@ def test_a_served_dict_sent_to_the_model_as_text_replays_reproduced(store, seria
     assert replayed == serialize({"city": "Paris", "temp": 20, "wind": {"dir": "N", "speed": 3}}) != sent
 
 
+def test_a_serialized_dict_holding_a_redacted_value_replays_reproduced(store):
+    """The store (content mode redacted) keeps the token inside the string as its marker, the same
+    HMAC in the record and in the replay's view: the strings still differ only in key order."""
+    token = "Bearer abcdefghijklmnop1234"
+    agent = agent_sending(lambda r: json.dumps({**r, "auth": token}))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        agent(run)
+    sent = requests(store, run.run_id)[0]["messages"][0]["content"]
+    assert sent.startswith('{"temp": 20, "city": "Paris", "wind": {"speed": 3, "dir": "N"}, "auth": "⟦redacted:hmac')
+    result = Replayer(store).replay(run.run_id, agent)
+    assert (result.reproduced, result.divergence, result.steps_compared) == (True, None, 2)
+    replayed = requests(store, result.new_run_id)[0]["messages"][0]["content"]
+    assert replayed.startswith('{"city": "Paris", "temp": 20,') and replayed.endswith(sent[-80:])
+
+
 def test_a_changed_value_inside_the_serialized_dict_still_diverges_at_that_field(store):
     """The agent's new code builds the dict in another order and with another wind speed: the string
     differs in a value, not only in key order, so the replay diverges there."""
