@@ -39,8 +39,8 @@ __all__ = ["BUDGET_CHARS", "MAX_JSON_CHARS", "MAX_LITERAL_CHARS", "same_but_for_
 
 #: The longest string parsed as JSON (characters).
 MAX_JSON_CHARS = 4 * 1024 * 1024
-#: The longest string parsed as a Python literal (characters): ``ast`` needs far more memory per character.
-MAX_LITERAL_CHARS = 512 * 1024
+#: The longest string parsed as a Python literal (characters): ``ast`` needs ~200 bytes per character.
+MAX_LITERAL_CHARS = 256 * 1024
 #: The most characters parsed in all while comparing two contents.
 BUDGET_CHARS = 16 * 1024 * 1024
 #: The deepest strings-inside-strings are followed (a serialized dict holding a serialized dict ...).
