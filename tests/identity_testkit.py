@@ -20,3 +20,35 @@ def admin_key(store: Any, folder: Path) -> Path:
     if identity_book(store).get(ROOT) is None:
         add_identity(store, ROOT, "admin", key_path=path)
     return path
+
+
+def grant_key(store: Any) -> Path:
+    """The key file of an admin that may sign grants for ``store`` (sealbox.access): ``root``,
+    added next to the store's folder (``<store folder>/../root.key``) on first use."""
+    return admin_key(store, Path(store.path).parent)
+
+
+def signed_grant(store: Any, *args: Any, **kwargs: Any) -> str:
+    """:func:`sealbox.access.grant_access` signed with :func:`grant_key` (or ``key_file=`` if given)."""
+    from sealbox.access import grant_access
+
+    if kwargs.get("key_file") is None:
+        kwargs["key_file"] = grant_key(store)
+    return grant_access(store, *args, **kwargs)
+
+
+def sign_grant_payload(store: Any, payload: dict, key_file: Any = None, **fields: Any) -> dict:
+    """``payload`` (an ``access.granted`` payload, as written below grant_access) signed as
+    grant_access signs it, by the key's identity (default: :func:`grant_key`); ``fields``
+    (e.g. ``origin``, ``identity``, ``granted_at``) override what is signed."""
+    from datetime import datetime, timezone
+
+    from sealbox.access import grant_fields
+    from sealbox.identities import load_key, sign_fields
+
+    signer = load_key(key_file or grant_key(store))
+    p = {**payload, "origin": store.origin, "identity": signer.name,
+         "granted_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), **fields}
+    p["signature"] = sign_fields(signer, grant_fields(p))
+    p["key_id"] = signer.verifier.vkey.split("+")[1]
+    return p

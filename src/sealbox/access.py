@@ -7,7 +7,13 @@ token issued by an external provider, with the provider's RFC 7009 revocation
 endpoint, its RFC 7662 introspection endpoint (if it has one) and the client
 credentials Sealbox uses to call them.
 
-* :func:`grant_access` records ``access.granted`` in the system run. The credential
+* :func:`grant_access` records ``access.granted`` in the system run, **signed** with
+  the Ed25519 key of an enabled ``admin`` identity (:data:`GRANT_ROLES`) over
+  :func:`grant_fields` — the store's origin, the grant id, principal, server, tool,
+  scope, expiry, provider name, whether a credential is held, the identity and the
+  time. A grant counts only when :func:`grant_problem` finds nothing wrong with it:
+  unsigned (older) or forged, altered or copied grants deny every call naming them
+  (``grant_invalid``), and ``sealbox verify`` reports them. The credential
   is stored **encrypted outside the log** (table ``credentials``: AES-256-GCM under
   a key derived with HKDF-SHA256 from the store secret, the grant id as associated
   data), in the same transaction. No token or client secret of a credential ever
@@ -44,6 +50,7 @@ back is scrubbed of the credential's secrets before it is clipped and recorded.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import os
@@ -56,8 +63,8 @@ from fnmatch import fnmatchcase
 from typing import Any, Callable, Iterable, Protocol
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
-from sealbox.errors import SealboxError
-from sealbox.events import SYSTEM_RUN_ID, EventDraft
+from sealbox.errors import InvalidEventError, SealboxError
+from sealbox.events import SYSTEM_RUN_ID, EventDraft, validate_payload
 
 __all__ = [
     "AccessError",
@@ -67,6 +74,11 @@ __all__ = [
     "ProviderClient",
     "AuthlibProviderClient",
     "Grant",
+    "GRANT_ROLES",
+    "GRANT_PROBLEMS",
+    "grant_fields",
+    "grant_problem",
+    "check_grant_payload",
     "STATUS_ACTIVE",
     "STATUS_EXPIRED",
     "STATUS_PENDING",
@@ -123,7 +135,38 @@ _REDIRECT = "the provider answered a redirect (HTTP {status}); redirects are not
 
 
 class AccessError(SealboxError):
-    """A grant operation cannot be done (unknown grant, bad credential, wrong state)."""
+    """A grant operation cannot be done (unknown grant, bad credential, wrong state).
+
+    Attributes:
+        code: for a grant refused because of its signer, ``unknown_identity``, ``wrong_key``
+            (not the identity's current key), ``identity_mismatch``, ``disabled`` or ``role``;
+            otherwise None.
+    """
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+#: The roles whose identities may grant (sign ``access.granted``). Only ``admin``: a grant is a
+#: standing permission for any number of calls until it expires, like the identities an admin
+#: signs; an approver's signature covers one call's arguments (docs/access.md, *Who may grant*).
+GRANT_ROLES = ("admin",)
+
+#: Why a recorded ``access.granted`` does not count (:func:`grant_problem`), in words.
+GRANT_PROBLEMS = {
+    "malformed": "its event fails the access.granted schema (it was changed below Sealbox)",
+    "unsigned": "it carries no signature (written by a Sealbox before 2026-12-03, or by hand): it authorizes no "
+                "call; grant again with `sealbox access grant ... --key-file KEY` (an admin's key)",
+    "wrong_store": "it was signed for another store (its origin is not this log's): a grant copied here",
+    "unknown_identity": "it names an identity the log did not know at that moment",
+    "disabled": "its identity was disabled at that moment",
+    "bad_signature": "its signature does not verify with the identity's key as the log held it (forged, altered, "
+                     "or copied to another grant id, principal, tool or expiry)",
+    "role": "its identity's role may not grant (only admin)",
+    "principal": "its event's principal is not its identity (it was not written by sealbox access grant)",
+    "duplicate": "its grant id was granted earlier in this log: only the first grant of an id counts",
+}
 
 
 class ProviderUnavailable(Exception):
@@ -472,6 +515,98 @@ class Grant:
 class _History:
     grant: Grant | None
     steps: list[dict[str, Any]] = field(default_factory=list)
+    env: dict[str, Any] | None = None  # the first access.granted envelope
+    raw: bytes = b""  # its stored bytes
+
+
+def grant_fields(payload: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an ``access.granted`` payload its signature covers: ``origin``, ``grant_id``,
+    ``principal``, ``server``, ``tool``, ``scope``, ``expires_at``, ``provider``, ``credential``
+    (whether one is held: never the credential itself), ``identity``, ``granted_at``, and the
+    constant ``signed: "access.granted"`` (so no other signed Sealbox message can pass for a grant)."""
+    out = {k: payload.get(k) for k in ("origin", "grant_id", "principal", "server", "tool", "scope", "expires_at",
+                                       "provider", "credential", "identity", "granted_at")}
+    out["signed"] = "access.granted"
+    return out
+
+
+def check_grant_payload(payload: Any, leaf_index: int, principal: Any, book: Any, origin: str) -> str | None:
+    """Why an ``access.granted`` payload recorded at ``leaf_index`` (by the event principal
+    ``principal``) does not count, as a :data:`GRANT_PROBLEMS` code, or None.
+
+    Args:
+        book: a :class:`~sealbox.identities.IdentityBook` holding (at least) the identity changes
+            before ``leaf_index``: the signer is taken as the log held it then.
+        origin: this log's origin.
+    """
+    from sealbox.identities import verify_fields
+
+    try:
+        validate_payload("access.granted", payload)
+    except InvalidEventError:
+        return "malformed"
+    p = payload
+    if "signature" not in p:
+        return "unsigned"
+    if p.get("origin") != origin:
+        return "wrong_store"
+    who = book.get(p.get("identity"), leaf_index)
+    if who is None:
+        return "unknown_identity"
+    if who.disabled:
+        return "disabled"
+    if p.get("key_id") != who.key_id or not verify_fields(who.public_key, grant_fields(p), p["signature"]):
+        return "bad_signature"
+    if who.role not in GRANT_ROLES:
+        return "role"
+    if principal != who.name:
+        return "principal"
+    return None
+
+
+_ORIGIN_SQL = "SELECT value FROM store_meta WHERE key = 'origin'"
+_IDENTITY_ROWS_SQL = ("SELECT leaf_index, raw FROM events WHERE kind = 'identity.changed' AND run_id = ?"
+                      " AND leaf_index < ? ORDER BY leaf_index")
+#: (origin, grant leaf, digest of the grant's bytes, digest of the identity changes before it) -> problem.
+#: What came before a leaf never changes in a log, so a grant's validity is computed once per process.
+_PROBLEM_CACHE: dict[tuple[str, int, bytes, bytes], str | None] = {}
+_PROBLEM_CACHE_MAX = 4096
+
+
+def _grant_problem(conn: Any, hist: _History) -> str | None:
+    assert hist.grant is not None and hist.env is not None
+    leaf = hist.grant.leaf_index
+    row = conn.execute(_ORIGIN_SQL).fetchone()
+    origin = row[0] if row and isinstance(row[0], str) else ""
+    rows = conn.execute(_IDENTITY_ROWS_SQL, (SYSTEM_RUN_ID, leaf)).fetchall()
+    digest = hashlib.sha256()
+    for leaf_index, raw in rows:
+        digest.update(b"%d:%d:" % (leaf_index, len(raw)) + bytes(raw))
+    key = (origin, leaf, hashlib.sha256(hist.raw).digest(), digest.digest())
+    if key in _PROBLEM_CACHE:
+        return _PROBLEM_CACHE[key]
+    from sealbox.identities import IdentityBook
+
+    book = IdentityBook.from_events((leaf_index, json.loads(bytes(raw))) for leaf_index, raw in rows)
+    problem = check_grant_payload(hist.env["payload"], leaf, hist.env.get("principal"), book, origin)
+    if len(_PROBLEM_CACHE) >= _PROBLEM_CACHE_MAX:
+        _PROBLEM_CACHE.clear()
+    _PROBLEM_CACHE[key] = problem
+    return problem
+
+
+def grant_problem(reader_or_store: Any, grant_id: str) -> str | None:
+    """Why the recorded grant ``grant_id`` does not count (a :data:`GRANT_PROBLEMS` code), or
+    None when it is validly signed: by an identity that, as the log held it at the grant's leaf,
+    existed, was enabled and had a role in :data:`GRANT_ROLES`, with that identity's key then,
+    over :func:`grant_fields` for this log's origin.
+
+    Raises:
+        AccessError: no such grant.
+    """
+    hist = _history(reader_or_store, grant_id)
+    _known(hist, grant_id)
+    return _grant_problem(_conn(reader_or_store), hist)
 
 
 def _history_from_rows(rows: Iterable[tuple[int, Any]], grant_id: str | None = None) -> dict[str, _History]:
@@ -485,6 +620,7 @@ def _history_from_rows(rows: Iterable[tuple[int, Any]], grant_id: str | None = N
         hist = out.setdefault(gid, _History(None))
         if env["kind"] == "access.granted":
             if hist.grant is None:  # the first grant of an id decides; grant_access never writes a second
+                hist.env, hist.raw = env, bytes(raw)
                 hist.grant = Grant(
                     grant_id=gid, principal=payload["principal"], server=payload["server"], tool=payload["tool"],
                     scope=payload.get("scope"), expires_at=payload.get("expires_at"), provider=payload.get("provider"),
@@ -522,27 +658,40 @@ def is_implicit(grant_id: str | None) -> bool:
 
 def grant_access(store: Any, principal: str, server: str, tool: str, scope: Any = None, expires_at: Any = None,
                  credential: "ProviderCredential | dict | None" = None, provider: str | None = None, *,
-                 by: str = "sealbox", grant_id: str | None = None) -> str:
-    """Give ``principal`` a grant for ``server``/``tool`` (globs); record ``access.granted``.
+                 key_file: Any, identity: str | None = None, grant_id: str | None = None) -> str:
+    """Give ``principal`` a grant for ``server``/``tool`` (globs); record ``access.granted``,
+    signed with the key of an enabled identity with role ``admin`` (:data:`GRANT_ROLES`).
+
+    The payload carries ``origin`` (this log's), ``identity`` (the signer, also the event's
+    principal), ``granted_at`` (RFC 3339 UTC), ``key_id`` and ``signature``: Ed25519 over the
+    RFC 8785 bytes of :func:`grant_fields`. The signer is checked and the event written in one
+    transaction.
 
     Args:
         scope: a string or a list of strings (e.g. OAuth scopes), recorded as given.
         expires_at: a timezone-aware datetime, RFC 3339 text, a date, or a duration from
             now (``30d``, ``12h``); None: no expiry. Must be in the future.
         credential: a :class:`ProviderCredential` (or its dict form), stored encrypted
-            outside the log in the same transaction as the event.
+            outside the log in the same transaction as the event (never signed or hashed).
         provider: the provider's name (default: the revocation endpoint's host name,
             without port, when a credential is given).
-        by: who grants (the event's principal).
+        key_file: the private key file of the granting identity (an enabled admin), or a
+            :class:`~sealbox.ledger.checkpoint.Signer`.
+        identity: if given, the identity the key must belong to (a check; nothing else).
         grant_id: an id to use (default: a new ``grant_<hex>``).
 
     Returns:
         The grant id.
 
     Raises:
-        AccessError: a bad argument, or the grant id is taken.
+        AccessError: a bad argument, the grant id is taken, or the signer may not grant
+            (``code``: ``unknown_identity``, ``wrong_key``, ``identity_mismatch``, ``disabled``,
+            ``role``); nothing is recorded.
+        IdentityError: the key file is missing, unreadable, too open or not a key.
     """
-    for name, value in (("principal", principal), ("server", server), ("tool", tool), ("by", by)):
+    from sealbox.identities import identity_book, load_key, sign_fields
+
+    for name, value in (("principal", principal), ("server", server), ("tool", tool)):
         if not isinstance(value, str) or not value:
             raise AccessError(f"{name} must be a non-empty string")
     if scope is not None and not isinstance(scope, str) and not (
@@ -557,21 +706,39 @@ def grant_access(store: Any, principal: str, server: str, tool: str, scope: Any 
     gid = grant_id or "grant_" + uuid.uuid4().hex[:24]
     if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,128}", gid) or is_implicit(gid):
         raise AccessError(f"grant id {gid!r} must be 1-128 of A-Z a-z 0-9 _ . : - and not start with {IMPLICIT_PREFIX!r}")
+    signer = key_file if hasattr(key_file, "verifier") else load_key(key_file)
+    if identity is not None and identity != signer.name:
+        raise AccessError(f"the key file is identity {signer.name!r}'s, not {identity!r}", "identity_mismatch")
+    origin = getattr(store, "origin", "") or ""
     payload: dict[str, Any] = {"grant_id": gid, "principal": principal, "server": server, "tool": tool,
                                "scope": list(scope) if isinstance(scope, tuple) else scope, "expires_at": expires,
                                "provider": provider, "credential": cred is not None}
     secret = _secret_of(store) if cred is not None else b""
 
-    def work(conn: Any) -> list[EventDraft]:
+    def build(reader: Any) -> list[EventDraft]:
+        conn = _conn(reader)
         if _history(_Wrap(conn), gid).grant is not None:
             raise AccessError(f"grant {gid!r} already exists")
+        who = identity_book(reader).get(signer.name)
+        if who is None:
+            raise AccessError(f"the key file names identity {signer.name!r}, which this store does not know",
+                              "unknown_identity")
+        if who.public_key != signer.verifier.vkey:
+            raise AccessError(f"this key is not {who.name}'s current key (it was rotated, or is not theirs)", "wrong_key")
+        if who.disabled:
+            raise AccessError(f"identity {who.name!r} is disabled: it cannot grant", "disabled")
+        if who.role not in GRANT_ROLES:
+            raise AccessError(f"identity {who.name!r} has role {who.role}: only an admin may grant", "role")
+        payload.update(origin=origin, identity=who.name, granted_at=_rfc3339(datetime.now(timezone.utc)))
+        payload["signature"] = sign_fields(signer, grant_fields(payload))
+        payload["key_id"] = who.key_id
         if cred is not None:
             nonce, ciphertext = _seal(secret, gid, cred)
             conn.execute("INSERT INTO credentials (grant_id, nonce, ciphertext, created_at) VALUES (?, ?, ?, ?)",
                          (gid, nonce, ciphertext, _rfc3339(datetime.now(timezone.utc))))
-        return [EventDraft("access.granted", payload, run_id=SYSTEM_RUN_ID, principal=by)]
+        return [EventDraft("access.granted", payload, run_id=SYSTEM_RUN_ID, principal=who.name)]
 
-    _in_write_txn(store, work)
+    store.append_with(build)
     return gid
 
 
@@ -588,14 +755,19 @@ def grant_status(reader_or_store: Any, grant_id: str, principal: str, server: st
     that the answer and the decision it leads to are consistent.
 
     Returns:
-        ``(True, why)``, or ``(False, why)`` for an unknown grant, a grant revoked (any
-        ``access.revoked`` step: denial starts at ``requested``), held by another
+        ``(True, why)``, or ``(False, why)`` for an unknown grant, a grant that does not
+        count (unsigned, forged, altered, copied, or signed by an identity that was not an
+        enabled admin then: :func:`grant_problem`; ``why`` names the reason), a grant revoked
+        (any ``access.revoked`` step: denial starts at ``requested``), held by another
         principal, not covering the tool, or expired.
     """
     hist = _history(reader_or_store, grant_id)
     grant = hist.grant
     if grant is None:
         return False, f"no grant {grant_id!r} in this store"
+    problem = _grant_problem(_conn(reader_or_store), hist)
+    if problem is not None:
+        return False, f"grant {grant_id} does not count: {GRANT_PROBLEMS[problem]}"
     if hist.steps:
         first = hist.steps[0]
         why = f": {first['reason']}" if first.get("reason") else ""
@@ -639,24 +811,28 @@ def access_status(store: Any, grant_id: str, now: Any = None) -> str:
     return _status_of(hist, _now(now))
 
 
-def _grant_row(hist: _History, held: bool, now: datetime) -> dict[str, Any]:
+def _grant_row(conn: Any, hist: _History, held: bool, now: datetime) -> dict[str, Any]:
     g = hist.grant
     assert g is not None
     return {"grant_id": g.grant_id, "principal": g.principal, "server": g.server, "tool": g.tool, "scope": g.scope,
             "expires_at": g.expires_at, "provider": g.provider,
             "credential": ("held" if held else "deleted") if g.credential else "none",
-            "status": _status_of(hist, now), "granted_at": g.granted_at, "granted_by": g.granted_by}
+            "status": _status_of(hist, now), "granted_at": g.granted_at, "granted_by": g.granted_by,
+            "signature": _grant_problem(conn, hist) or "valid"}
 
 
 def list_grants(store: Any, now: Any = None) -> list[dict[str, Any]]:
     """Every grant, oldest first: grant_id, principal, server, tool, scope, expires_at,
-    provider, credential (``held`` / ``deleted`` / ``none``), status, granted_at, granted_by."""
+    provider, credential (``held`` / ``deleted`` / ``none``), status, granted_at, granted_by,
+    signature (``valid``, or the :data:`GRANT_PROBLEMS` code that keeps the grant from
+    authorizing any call, e.g. ``unsigned``). ``status`` says only whether it expired or was
+    revoked: a grant whose signature is not ``valid`` denies every call whatever its status."""
     conn = _conn(store)
     rows = conn.execute(f"SELECT leaf_index, raw FROM events WHERE run_id = ? AND kind IN {_ACCESS_KINDS}"
                         " ORDER BY leaf_index", (SYSTEM_RUN_ID,)).fetchall()
     held = {r[0] for r in conn.execute("SELECT grant_id FROM credentials")}
     when = _now(now)
-    return [_grant_row(h, gid in held, when) for gid, h in _history_from_rows(rows).items() if h.grant is not None]
+    return [_grant_row(conn, h, gid in held, when) for gid, h in _history_from_rows(rows).items() if h.grant is not None]
 
 
 def show_grant(store: Any, grant_id: str, now: Any = None) -> dict[str, Any]:
@@ -669,7 +845,7 @@ def show_grant(store: Any, grant_id: str, now: Any = None) -> dict[str, Any]:
     hist = _history(store, grant_id)
     _known(hist, grant_id)
     held = _conn(store).execute("SELECT 1 FROM credentials WHERE grant_id = ?", (grant_id,)).fetchone() is not None
-    row = _grant_row(hist, held, _now(now))
+    row = _grant_row(_conn(store), hist, held, _now(now))
     row["steps"] = hist.steps
     return row
 

@@ -151,7 +151,8 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "access.granted": _obj(
         {"grant_id": _STR, "principal": _STR, "server": _STR, "tool": _STR, "scope": _ANY},
-        {"expires_at": _NTS, "provider": _NSTR, "credential": _BOOL},
+        {"expires_at": _NTS, "provider": _NSTR, "credential": _BOOL, "origin": _STR, "identity": _STR,
+         "granted_at": _TS, "signature": _STR, "key_id": _STR},
     ),
     "access.revoked": _obj(
         {"grant_id": _STR, "step": {"enum": ["requested", "sent", "confirmed", "failed"]}},

@@ -30,12 +30,12 @@ from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
 
 __all__ = ["Problem", "VerifyReport", "verify_store", "EventVerifier", "KEPT_KINDS", "check_approval_answers",
-           "check_reapprovals"]
+           "check_reapprovals", "check_grants"]
 
 #: Kinds whose envelopes verification keeps (few per run): what later checks need.
 KEPT_KINDS = frozenset({
     "run.started", "content.erased", "identity.changed", "approval.requested", "approval.answered", "approval.expired",
-    "tools.changed", "tool.reapproved",
+    "tools.changed", "tool.reapproved", "access.granted",
 })
 
 
@@ -50,7 +50,8 @@ class Problem:
             ``approval_signature``, ``approval_binding``, ``approval_identity``,
             ``approval_unknown``, ``approval_rule``, ``column_type``, ``schema_migration_missing``,
             ``identity_unauthorized``, ``store_settings_damaged``, ``reapproval_signature``,
-            ``reapproval_identity``, ``reapproval_binding``, ``reapproval_rule``.
+            ``reapproval_identity``, ``reapproval_binding``, ``reapproval_rule``, ``grant_signature``,
+            ``grant_identity``, ``grant_binding``, ``grant_rule``.
         message: one readable sentence.
         run_id, run_seq, kind, leaf_index: where, when it is tied to an event.
         expected, found: what verification computed and what the store holds.
@@ -992,6 +993,9 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     problems.extend(check_approval_answers(ev.envelopes_by_kind))
     reapproval_problems, notes = check_reapprovals(ev.envelopes_by_kind, store.origin or "")
     problems.extend(reapproval_problems)
+    grant_problems, grant_notes = check_grants(ev.envelopes_by_kind, store.origin or "")
+    problems.extend(grant_problems)
+    notes.extend(grant_notes)
     return VerifyReport(
         problems=tuple(problems), events=ev.tree.size, runs=len(ev.heads), checkpoints=len(cps), blobs=nblobs,
         seconds=time.perf_counter() - started, tree_size_signed=signed, root=root,
@@ -1163,6 +1167,62 @@ def check_reapprovals(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -
         problems.append(Problem(_REAPPROVAL_CODES.get(r.problem, "reapproval_rule"),
                                 f"{what} does not count: {REAPPROVAL_PROBLEMS[r.problem]}", env.get("run_id"),
                                 env.get("run_seq"), env.get("kind"), r.leaf_index))
+    return problems, notes
+
+
+_GRANT_CODES = {
+    "bad_signature": "grant_signature", "unknown_identity": "grant_identity", "disabled": "grant_identity",
+    "wrong_store": "grant_binding", "duplicate": "grant_binding", "role": "grant_rule", "principal": "grant_rule",
+}
+
+
+def check_grants(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -> tuple[list[Problem], list[str]]:
+    """Every ``access.granted`` of the system run must be signed as :mod:`sealbox.access` says (by an
+    identity that was an enabled admin of the log at that moment, with its key then, over
+    :func:`sealbox.access.grant_fields` for this log's ``origin``); calls naming any other are denied.
+
+    Returns:
+        Problems (``grant_signature``: forged, altered, or copied to another grant id or principal;
+        ``grant_identity``: unknown or disabled signer; ``grant_binding``: signed for another store, or
+        a second grant of an id; ``grant_rule``: a signer of another role, or another event principal)
+        and notes for unsigned grants (written by a Sealbox before 2026-12-03, or by hand): they authorize
+        no call until granted again with a key. A malformed one is reported as ``event_malformed``.
+    """
+    if not by_kind.get("access.granted"):
+        return [], []
+    from sealbox.access import GRANT_PROBLEMS, check_grant_payload
+    from sealbox.identities import IdentityBook
+
+    kept = sorted((leaf, env) for kind in ("identity.changed", "access.granted")
+                  for leaf, env in by_kind.get(kind, []) if env.get("run_id") == SYSTEM_RUN_ID)
+    book = IdentityBook()
+    seen: set[Any] = set()
+    problems: list[Problem] = []
+    notes: list[str] = []
+    for leaf, env in kept:
+        p = env.get("payload")
+        if env.get("kind") == "identity.changed":
+            if isinstance(p, dict):
+                book.apply(leaf, p)
+            continue
+        problem = check_grant_payload(p, leaf, env.get("principal"), book, origin)
+        d = p if isinstance(p, dict) else {}
+        gid = d.get("grant_id")
+        if problem is None and isinstance(gid, str) and gid in seen:
+            problem = "duplicate"
+        if isinstance(gid, str):
+            seen.add(gid)
+        if problem is None or problem == "malformed":
+            continue
+        what = (f"the grant {gid} of {d.get('server')}/{d.get('tool')} to {d.get('principal')!r} "
+                f"by {d.get('identity', env.get('principal'))!r}")
+        if problem == "unsigned":
+            notes.append(f"{what} at leaf {leaf} is unsigned: it authorizes no call (calls naming it are denied "
+                         "grant_invalid until an admin grants again with `sealbox access grant ... --key-file KEY`)")
+            continue
+        problems.append(Problem(_GRANT_CODES.get(problem, "grant_rule"), f"{what} does not count: "
+                                f"{GRANT_PROBLEMS[problem]}", env.get("run_id"), env.get("run_seq"), env.get("kind"),
+                                leaf))
     return problems, notes
 
 

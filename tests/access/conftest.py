@@ -11,11 +11,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import sealbox  # noqa: E402
 from access_provider import OAuthProvider  # noqa: E402
+from identity_testkit import grant_key  # noqa: E402
 
 
 @pytest.fixture
 def store(tmp_path):
     s = sealbox.init_store(tmp_path / "store")
+    grant_key(s)  # the admin whose key signs grants (tmp_path / "root.key"): added before any test counts events
     yield s
     s.close()
 

@@ -35,6 +35,7 @@ from sealbox.access import (
 from sealbox.events import SYSTEM_RUN_ID
 from sealbox.policies import ALLOW_ALL
 from sealbox.recorder import Recorder, ToolDenied
+from identity_testkit import sign_grant_payload, signed_grant  # noqa: E402
 
 AGENT = "agent:deploy-bot"
 
@@ -69,7 +70,7 @@ def fast(delays):
 
 def github_grant(store, provider, **kw):
     tokens = provider.issue()
-    gid = grant_access(store, AGENT, "github", "create_*", "repo:write",
+    gid = signed_grant(store, AGENT, "github", "create_*", "repo:write",
                        credential=provider.credential(tokens, **kw), provider="test-provider")
     return gid, tokens
 
@@ -87,9 +88,11 @@ def test_grant_and_use(store, provider):
     tc = next(e.payload for e in store.read_run(run_id) if e.kind == "tool.call")
     assert tc["grant"] == gid
     granted = next(e for e in store.read_run(SYSTEM_RUN_ID) if e.kind == "access.granted")
+    signature = {k: granted.payload.pop(k) for k in ("origin", "identity", "granted_at", "signature", "key_id")}
     assert granted.payload == {"grant_id": gid, "principal": AGENT, "server": "github", "tool": "create_*",
                                "scope": "repo:write", "expires_at": None, "provider": "test-provider",
                                "credential": True}
+    assert (signature["origin"], signature["identity"], granted.principal) == (store.origin, "root", "root")
     assert access_status(store, gid) == STATUS_ACTIVE
     assert verify_store(store).ok
 
@@ -100,7 +103,7 @@ def test_grant_and_use(store, provider):
     (AGENT, "gitlab", "create_issue", "not gitlab/create_issue"),
 ])
 def test_a_grant_only_covers_its_principal_and_tools(store, principal, server, tool, words):
-    gid = grant_access(store, AGENT, "github", "create_*", None)
+    gid = signed_grant(store, AGENT, "github", "create_*", None)
     ran = []
     denied, run_id = call(store, gid, ran.append, principal=principal, server=server, tool=tool)
     assert isinstance(denied, ToolDenied) and ran == []
@@ -113,7 +116,7 @@ def test_a_grant_only_covers_its_principal_and_tools(store, principal, server, t
 def test_unknown_and_expired_grants_are_denied_implicit_ones_are_not_checked(store):
     denied, run_id = call(store, "grant_nope", lambda title: 1)
     assert isinstance(denied, ToolDenied) and decision_of(store, run_id)["reason_code"] == "grant_invalid"
-    gid = grant_access(store, AGENT, "github", "*", None, expires_at="2h")
+    gid = signed_grant(store, AGENT, "github", "*", None, expires_at="2h")
     later = datetime.now(timezone.utc) + timedelta(hours=3)
     assert grant_status(store, gid, AGENT, "github", "x")[0] is True
     ok, why = grant_status(store, gid, AGENT, "github", "x", later)
@@ -122,7 +125,7 @@ def test_unknown_and_expired_grants_are_denied_implicit_ones_are_not_checked(sto
     result, _ = call(store, None, lambda title: "ran")  # recorded as implicit:<principal>
     assert result == "ran"
     with pytest.raises(AccessError, match="in the past"):
-        grant_access(store, AGENT, "github", "*", None, expires_at="2020-01-01T00:00:00Z")
+        signed_grant(store, AGENT, "github", "*", None, expires_at="2020-01-01T00:00:00Z")
 
 
 def test_a_policy_deny_is_kept_when_the_grant_is_invalid(store):
@@ -252,7 +255,7 @@ def test_a_self_contained_access_token_stays_pending(store, provider, no_sleep):
 def test_wrong_client_secret_is_refused_not_confirmed(store, provider, no_sleep):
     tokens = provider.issue()
     cred = {**provider.credential(tokens), "client_secret": "wrong"}
-    gid = grant_access(store, AGENT, "github", "*", None, credential=cred)
+    gid = signed_grant(store, AGENT, "github", "*", None, credential=cred)
     assert revoke(store, gid, "x", **fast(no_sleep)) == STATUS_PENDING
     assert steps(store, gid) == ["requested", "sent", "failed"]
     assert no_sleep == []  # a 401 is an answer: not retried
@@ -267,7 +270,7 @@ def test_without_introspection_it_is_sent_but_never_confirmed(store, provider, n
 
 
 def test_a_grant_without_provider_is_revoked_locally(store):
-    gid = grant_access(store, AGENT, "db", "*", "read")
+    gid = signed_grant(store, AGENT, "db", "*", "read")
     assert revoke(store, gid, "not needed") == STATUS_LOCAL
     assert steps(store, gid) == ["requested"]
     assert grant_status(store, gid, AGENT, "db", "q")[0] is False
@@ -276,13 +279,13 @@ def test_a_grant_without_provider_is_revoked_locally(store):
 def test_revoke_unknown_grant_and_empty_reason(store):
     with pytest.raises(AccessError, match="no grant 'grant_x'"):
         revoke(store, "grant_x", "why")
-    gid = grant_access(store, AGENT, "db", "*", None)
+    gid = signed_grant(store, AGENT, "db", "*", None)
     with pytest.raises(AccessError, match="needs a reason"):
         revoke(store, gid, "  ")
     with pytest.raises(AccessError, match="nothing to retry \\(revoke it first\\)"):
         retry(store, gid)
     with pytest.raises(AccessError, match="already exists"):
-        grant_access(store, AGENT, "db", "*", None, grant_id=gid)
+        signed_grant(store, AGENT, "db", "*", None, grant_id=gid)
 
 
 def test_the_requested_step_is_committed_before_the_provider_is_called(store, provider):
@@ -385,7 +388,7 @@ def test_forced_deletion_leaves_the_revocation_pending(store, provider, no_sleep
 
 def test_list_and_show(store, provider, no_sleep):
     g1, _ = github_grant(store, provider)
-    g2 = grant_access(store, "agent:other", "db", "read_*", ["db:read"], expires_at="30d")
+    g2 = signed_grant(store, "agent:other", "db", "read_*", ["db:read"], expires_at="30d")
     revoke(store, g2, "unused")
     rows = {r["grant_id"]: r for r in list_grants(store)}
     assert rows[g1]["status"] == STATUS_ACTIVE and rows[g1]["credential"] == "held"
@@ -482,7 +485,7 @@ def test_an_existing_store_gets_the_credentials_table_on_open(tmp_path):
         sealbox.open_store(path, readonly=True)
     s = sealbox.open_store(path)
     try:
-        gid = grant_access(s, AGENT, "db", "*", None)
+        gid = signed_grant(s, AGENT, "db", "*", None)
         assert access_status(s, gid) == STATUS_ACTIVE and verify_store(s).ok
     finally:
         s.close()
@@ -528,11 +531,11 @@ def test_a_grant_recorded_with_an_impossible_expiry_is_expired_and_does_not_brea
     AccessError in every listing (`access list` failed for all grants) and in `access show`."""
     from sealbox import EventDraft
 
-    good = grant_access(store, AGENT, "github", "*", None)
-    store.append(EventDraft("access.granted", {
+    good = signed_grant(store, AGENT, "github", "*", None)
+    store.append(EventDraft("access.granted", sign_grant_payload(store, {
         "grant_id": "g_bad", "principal": AGENT, "server": "github", "tool": "*", "scope": None,
-        "expires_at": "2026-13-45T00:00:00Z", "provider": None, "credential": False},
-        run_id=SYSTEM_RUN_ID, principal="user:x"))
+        "expires_at": "2026-13-45T00:00:00Z", "provider": None, "credential": False}),
+        run_id=SYSTEM_RUN_ID, principal="root"))
     assert [(r["grant_id"], r["status"]) for r in list_grants(store)] == [(good, STATUS_ACTIVE), ("g_bad", STATUS_EXPIRED)]
     assert show_grant(store, "g_bad")["status"] == STATUS_EXPIRED == access_status(store, "g_bad")
     assert grant_status(store, "g_bad", AGENT, "github", "create_issue") == (

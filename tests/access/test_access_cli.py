@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 import sealbox
+from identity_testkit import signed_grant  # noqa: E402
+from sealbox.identities import add_identity
 
 SEALBOX = str(Path(sys.executable).parent / "sealbox")
 
@@ -30,8 +32,14 @@ def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
 
 @pytest.fixture
 def store_dir(tmp_path):
-    sealbox.init_store(tmp_path / "s").close()
+    s = sealbox.init_store(tmp_path / "s")
+    add_identity(s, "user:alice", "admin", key_path=tmp_path / "alice.key")  # signs the grants (--key-file)
+    s.close()
     return str(tmp_path / "s")
+
+
+def alice_key(store_dir: str) -> str:
+    return str(Path(store_dir).parent / "alice.key")
 
 
 def cred_file(tmp_path, provider, tokens, **kw) -> str:
@@ -43,7 +51,7 @@ def cred_file(tmp_path, provider, tokens, **kw) -> str:
 
 def grant(store_dir, *extra) -> str:
     proc = cli("access", "grant", "-s", store_dir, "--principal", "agent:bot", "--server", "github",
-               "--tool", "create_*", "--scope", "repo", "--by", "user:alice", *extra)
+               "--tool", "create_*", "--scope", "repo", "--key-file", alice_key(store_dir), *extra)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
@@ -107,36 +115,37 @@ def test_local_grant_and_errors(store_dir, tmp_path):
     one_error_line(cli("access", "show", "grant_nope", "-s", store_dir), "no grant 'grant_nope'")
     one_error_line(cli("access", "revoke", "grant_nope", "-s", store_dir, "--reason", "x"), "no grant")
     one_error_line(cli("access", "revoke", gid, "-s", store_dir), "--reason")
-    one_error_line(cli("access", "grant", "-s", store_dir, "--principal", "p", "--server", "s", "--tool", "t",
+    one_error_line(cli("access", "grant", "-s", store_dir, "--principal", "p", "--server", "s", "--tool", "t", "--key-file", alice_key(store_dir),
                        "--credential-file", str(tmp_path / "missing.json")), "cannot read credential file")
     bad = tmp_path / "bad.json"
     bad.write_text('{"access_token": "SECRET-TOKEN-VALUE", ')
-    proc = cli("access", "grant", "-s", store_dir, "--principal", "p", "--server", "s", "--tool", "t",
+    proc = cli("access", "grant", "-s", store_dir, "--principal", "p", "--server", "s", "--tool", "t", "--key-file", alice_key(store_dir),
                "--credential-file", str(bad))
     one_error_line(proc, "not valid JSON")
     assert "SECRET-TOKEN-VALUE" not in proc.stderr
     incomplete = tmp_path / "incomplete.json"
     incomplete.write_text(json.dumps({"access_token": "SECRET-TOKEN-VALUE", "client_id": "c"}))
-    proc = cli("access", "grant", "-s", store_dir, "--principal", "p", "--server", "s", "--tool", "t",
+    proc = cli("access", "grant", "-s", store_dir, "--principal", "p", "--server", "s", "--tool", "t", "--key-file", alice_key(store_dir),
                "--credential-file", str(incomplete))
     one_error_line(proc, "revocation_endpoint")
     assert "SECRET-TOKEN-VALUE" not in proc.stderr
-    one_error_line(cli("access", "grant", "-s", store_dir, "--principal", "p", "--server", "s", "--tool", "t",
+    one_error_line(cli("access", "grant", "-s", store_dir, "--principal", "p", "--server", "s", "--tool", "t", "--key-file", alice_key(store_dir),
                        "--expires", "yesterday-ish"), "expires_at")
     one_error_line(cli("access", "list", "-s", str(tmp_path / "nostore")), "does not exist")
     assert cli("access", "--help").returncode == 0
 
 
 def test_show_escapes_control_sequences(store_dir):
-    # Regression (input: a tool glob and a --by holding ESC/BEL sequences): access show printed them raw
+    # Regression (input: a tool glob holding ESC/BEL sequences): access show printed them raw (who
+    # grants is now the signing identity, whose name holds no control character)
     gid = cli("access", "grant", "-s", store_dir, "--principal", "agent:x", "--server", "db",
-              "--tool", "q\x1b]0;t\x07", "--by", "user:a\x1b[2J").stdout.strip()
+              "--tool", "q\x1b]0;t\x07", "--key-file", alice_key(store_dir)).stdout.strip()
     proc = cli("access", "show", gid, "-s", store_dir)
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
     lines = proc.stdout.splitlines()
     assert lines[3] == r"tool       db/q\x1b]0;t\x07"
-    assert lines[7].endswith(r" by user:a\x1b[2J")
+    assert lines[7].endswith(" by user:alice") and lines[8] == "signature  valid"
     assert json.loads(cli("access", "show", gid, "-s", store_dir, "--json").stdout)["tool"] == "q\x1b]0;t\x07"
 
 
@@ -146,15 +155,15 @@ def test_show_prints_a_newline_in_a_recorded_value_as_an_escape_never_a_line(sto
     whose revocation is local, or a forged `confirmed` step."""
     forged_status = "status     revoked (confirmed at provider)"
     gid = cli("access", "grant", "-s", store_dir, "--principal", "agent:x", "--server", "db",
-              "--tool", "t\n" + forged_status).stdout.strip()
+              "--tool", "t\n" + forged_status, "--key-file", alice_key(store_dir)).stdout.strip()
     reason = "done\n  2026-12-03T00:00:00.000000Z  confirmed by sealbox"
     assert cli("access", "revoke", gid, "-s", store_dir, "--reason", reason, "--by", "user:a").returncode == 0
     lines = cli("access", "show", gid, "-s", store_dir).stdout.splitlines()
-    assert len(lines) == 9 and [ln.split()[0] for ln in lines[:8]] == [
-        "grant", "status", "principal", "tool", "scope", "expires", "provider", "granted"]
+    assert len(lines) == 10 and [ln.split()[0] for ln in lines[:9]] == [
+        "grant", "status", "principal", "tool", "scope", "expires", "provider", "granted", "signature"]
     assert lines[1] == "status     revoked (local only: no provider)"
     assert lines[3] == r"tool       db/t\n" + forged_status
-    assert lines[8].endswith(r"requested by user:a  reason: done\n  2026-12-03T00:00:00.000000Z  confirmed by sealbox")
+    assert lines[9].endswith(r"requested by user:a  reason: done\n  2026-12-03T00:00:00.000000Z  confirmed by sealbox")
 
 
 def test_a_credential_file_that_is_not_a_regular_file_is_one_error_line(store_dir, tmp_path):
@@ -163,13 +172,14 @@ def test_a_credential_file_that_is_not_a_regular_file_is_one_error_line(store_di
     os.mkfifo(fifo, 0o600)
     for path in (str(fifo), "/dev/zero"):
         proc = subprocess.run([str(Path(sys.executable).parent / "sealbox"), "access", "grant", "-s", store_dir,
-                               "--principal", "agent:x", "--server", "db", "--tool", "*", "--credential-file", path],
+                               "--principal", "agent:x", "--server", "db", "--tool", "*", "--credential-file", path,
+                               "--key-file", alice_key(store_dir)],
                               capture_output=True, text=True, timeout=30)
         one_error_line(proc, f"credential file {path} is not a regular file")
     big = tmp_path / "big.json"
     big.write_text('{"client_id": "' + "x" * (2 << 20) + '"}')
     one_error_line(cli("access", "grant", "-s", store_dir, "--principal", "agent:x", "--server", "db", "--tool", "*",
-                       "--credential-file", str(big)), f"credential file {big} is larger than 1 MiB")
+                       "--key-file", alice_key(store_dir), "--credential-file", str(big)), f"credential file {big} is larger than 1 MiB")
 
 
 def test_a_revocation_step_with_odd_detail_is_shown_not_a_crash(store_dir):
@@ -180,7 +190,7 @@ def test_a_revocation_step_with_odd_detail_is_shown_not_a_crash(store_dir):
 
     s = sealbox.open_store(store_dir)
     try:
-        gid = grant_access_cred(s)
+        gid = grant_access_cred(s, alice_key(store_dir))
         for payload in ({"grant_id": gid, "step": "requested", "reason": "x", "detail": {"at_provider": True}},
                         {"grant_id": gid, "step": "failed", "detail": {"tokens": [1, {"token_type_hint": 5}], "error": 7}},
                         {"grant_id": gid, "step": "sent", "detail": {"introspection": False, "tokens": [1, "x"]}}):
@@ -193,12 +203,10 @@ def test_a_revocation_step_with_odd_detail_is_shown_not_a_crash(store_dir):
     shown = cli("access", "show", gid, "-s", store_dir)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert lines[9].endswith("failed    by user:x  1, 5: None  error: 7")
-    assert lines[10].endswith("sent      by user:x  1, x")
+    assert lines[10].endswith("failed    by user:x  1, 5: None  error: 7")
+    assert lines[11].endswith("sent      by user:x  1, x")
 
 
-def grant_access_cred(store):
-    from sealbox.access import grant_access
-
-    return grant_access(store, "agent:x", "db", "*", None, credential={
+def grant_access_cred(store, key_file):
+    return signed_grant(store, "agent:x", "db", "*", None, key_file=key_file, credential={
         "revocation_endpoint": "https://auth.example/revoke", "client_id": "c", "access_token": "tok-0123456789"})

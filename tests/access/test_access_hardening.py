@@ -31,6 +31,7 @@ from sealbox.access import (
     revoke,
 )
 from sealbox.events import SYSTEM_RUN_ID, EventDraft
+from identity_testkit import grant_key, signed_grant  # noqa: E402
 
 AGENT = "agent:deploy-bot"
 SEALBOX = str(Path(sys.executable).parent / "sealbox")
@@ -105,7 +106,7 @@ def test_an_endpoint_sealbox_cannot_call_is_refused_without_echoing_it(store, ur
     # nothing is written: no event, no credential row
     size = store.size()
     with pytest.raises(AccessError):
-        grant_access(store, AGENT, "db", "*", None, credential=cred)
+        signed_grant(store, AGENT, "db", "*", None, credential=cred)
     assert store.size() == size
     assert store._conn().execute("SELECT count(*) FROM credentials").fetchone() == (0,)
 
@@ -114,7 +115,7 @@ def test_a_credential_built_directly_is_checked_too(store):
     cred = ProviderCredential(revocation_endpoint="https://svc:BasicAuthPassw0rd@auth.example/oauth/revoke",
                               client_id="c", refresh_token="r")
     with pytest.raises(AccessError, match="must not carry a user name or password"):
-        grant_access(store, AGENT, "db", "*", None, credential=cred)
+        signed_grant(store, AGENT, "db", "*", None, credential=cred)
     assert b"BasicAuthPassw0rd" not in all_raw(store)
 
 
@@ -135,10 +136,12 @@ def test_an_endpoint_that_passes_is_one_requests_can_send_to(url):
     ("http://[::1]:8080/revoke", "::1"),
 ])
 def test_the_default_provider_name_is_the_host_name(store, endpoint, provider):
-    gid = grant_access(store, AGENT, "db", "*", None, credential={**BASE, "revocation_endpoint": endpoint})
+    gid = signed_grant(store, AGENT, "db", "*", None, credential={**BASE, "revocation_endpoint": endpoint})
     granted = next(e for e in store.read_run(SYSTEM_RUN_ID) if e.kind == "access.granted")
-    assert granted.payload == {"grant_id": gid, "principal": AGENT, "server": "db", "tool": "*", "scope": None,
-                               "expires_at": None, "provider": provider, "credential": True}
+    assert {k: v for k, v in granted.payload.items() if k not in ("origin", "identity", "granted_at", "signature",
+                                                                   "key_id")} == {
+        "grant_id": gid, "principal": AGENT, "server": "db", "tool": "*", "scope": None, "expires_at": None,
+        "provider": provider, "credential": True}
 
 
 def _store_old_credential(store, gid, cred: ProviderCredential) -> None:
@@ -187,7 +190,7 @@ def test_an_old_credential_with_an_unusable_endpoint_fails_at_once_and_says_why(
 def test_a_redirected_revocation_is_a_failure_and_is_not_followed(store, servers, no_sleep, status):
     elsewhere = servers(lambda method, path, form: (200, {}, b"login"))
     srv = servers(lambda method, path, form: (status, {"Location": f"{elsewhere.base}/collect"}, b""))
-    gid = grant_access(store, AGENT, "db", "*", None, credential=cred_for(srv.base, introspection=True))
+    gid = signed_grant(store, AGENT, "db", "*", None, credential=cred_for(srv.base, introspection=True))
     assert revoke(store, gid, "x", backoff=0.01, sleep=no_sleep.append) == STATUS_PENDING
     assert access_status(store, gid) == STATUS_PENDING
     assert revoked_details(store, gid)[1:] == [("failed", {
@@ -210,7 +213,7 @@ def test_a_redirected_introspection_never_confirms(store, servers, no_sleep):
         return 307, {"Location": f"{elsewhere.base}/introspect"}, b""
 
     srv = servers(answer)
-    gid = grant_access(store, AGENT, "db", "*", None, credential=cred_for(srv.base, introspection=True))
+    gid = signed_grant(store, AGENT, "db", "*", None, credential=cred_for(srv.base, introspection=True))
     assert revoke(store, gid, "x", backoff=0.01, sleep=no_sleep.append) == STATUS_PENDING
     why = "introspection: the provider answered a redirect (HTTP 307); redirects are not followed"
     assert revoked_details(store, gid)[2] == ("failed", {
@@ -226,7 +229,7 @@ def test_a_redirected_introspection_never_confirms(store, servers, no_sleep):
 def test_an_exp_no_datetime_can_hold_is_left_out(store, servers, no_sleep):
     srv = servers(lambda method, path, form: (200, {}, {"active": True, "exp": 10 ** 20} if path == "/introspect"
                                                    else b""))
-    gid = grant_access(store, AGENT, "db", "*", None, credential=cred_for(srv.base, introspection=True))
+    gid = signed_grant(store, AGENT, "db", "*", None, credential=cred_for(srv.base, introspection=True))
     assert revoke(store, gid, "x", backoff=0.01, sleep=no_sleep.append) == STATUS_PENDING
     step, detail = revoked_details(store, gid)[2]
     assert step == "failed" and detail["tokens"] == [{"token_type_hint": "refresh_token", "active": True},
@@ -253,7 +256,7 @@ TOKEN = "gho_SECRETSECRETSECRETSECRETSECRETSECRETSECRETSECRETSECRETSECRET0123456
 ])
 def test_an_echoed_token_is_scrubbed_before_it_is_clipped(store, servers, no_sleep, echo, recorded):
     srv = servers(lambda method, path, form: (400, {}, {"error": echo(form["token"])}))
-    gid = grant_access(store, AGENT, "db", "*", None, credential={
+    gid = signed_grant(store, AGENT, "db", "*", None, credential={
         "revocation_endpoint": f"{srv.base}/revoke", "client_id": "c", "client_secret": "cs-0123456789",
         "access_token": TOKEN})
     assert revoke(store, gid, "x", backoff=0.01, sleep=no_sleep.append) == STATUS_PENDING
@@ -267,7 +270,7 @@ def test_an_echoed_token_is_scrubbed_before_it_is_clipped(store, servers, no_sle
 
 def test_a_5xx_error_text_is_scrubbed_before_it_is_clipped(store, servers, no_sleep):
     srv = servers(lambda method, path, form: (503, {}, {"error": f"temporarily_unavailable for {form['token']}!"}))
-    gid = grant_access(store, AGENT, "db", "*", None, credential={
+    gid = signed_grant(store, AGENT, "db", "*", None, credential={
         "revocation_endpoint": f"{srv.base}/revoke", "client_id": "c", "access_token": TOKEN})
     assert revoke(store, gid, "x", retries=2, backoff=0.01, sleep=no_sleep.append) == STATUS_PENDING
     detail = revoked_details(store, gid)[1][1]
@@ -279,7 +282,7 @@ def test_a_5xx_error_text_is_scrubbed_before_it_is_clipped(store, servers, no_sl
 def test_short_secrets_are_scrubbed_only_as_whole_tokens(store, servers, no_sleep):
     srv = servers(lambda method, path, form: (
         400, {}, {"error": f"invalid_request: token {form['token']} unknown ({form['token']}); client e rejected"}))
-    gid = grant_access(store, AGENT, "db", "*", None, credential={
+    gid = signed_grant(store, AGENT, "db", "*", None, credential={
         "revocation_endpoint": f"{srv.base}/revoke", "client_id": "c", "client_secret": "e", "access_token": "t"})
     assert revoke(store, gid, "x", backoff=0.01, sleep=no_sleep.append) == STATUS_PENDING
     details = revoked_details(store, gid)
@@ -295,7 +298,7 @@ def test_a_short_secret_does_not_garble_an_outage_record(store, no_sleep):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    gid = grant_access(store, AGENT, "db", "*", None, credential={
+    gid = signed_grant(store, AGENT, "db", "*", None, credential={
         "revocation_endpoint": f"http://127.0.0.1:{port}/revoke", "client_id": "c", "client_secret": "e",
         "access_token": "t"})
     assert revoke(store, gid, "x", retries=1, backoff=0.01, sleep=no_sleep.append) == STATUS_PENDING
@@ -357,9 +360,11 @@ def test_a_bad_access_token_expiry_names_the_key_never_the_value():
 def test_grant_mistakes_are_one_error_line_exit_2(tmp_path, cred, extra, line):
     import sealbox
 
-    sealbox.init_store(tmp_path / "s").close()
+    s = sealbox.init_store(tmp_path / "s")
+    grant_key(s)
+    s.close()
     args = [SEALBOX, "access", "grant", "-s", str(tmp_path / "s"), "--principal", "p", "--server", "s", "--tool", "t",
-            *extra]
+            "--key-file", str(tmp_path / "root.key"), *extra]
     if cred is not None:
         path = tmp_path / "cred.json"
         path.write_text(json.dumps({"access_token": "t", "client_id": "c", **cred}))
@@ -384,13 +389,13 @@ def test_an_endpoints_query_string_is_never_recorded(store, no_sleep):
         cred = provider.credential(tokens)
         cred["revocation_endpoint"] += "?api_key=QuerySecret-rev-0123#frag-secret-0123"
         cred["introspection_endpoint"] += "?api_key=QuerySecret-int-0123"
-        gid = grant_access(store, AGENT, "github", "*", None, credential=cred)
+        gid = signed_grant(store, AGENT, "github", "*", None, credential=cred)
         assert revoke(store, gid, "x", backoff=0.01, sleep=no_sleep.append) == "revoked (confirmed at provider)"
         details = revoked_details(store, gid)
         assert [(s, d.get("endpoint")) for s, d in details] == [
             ("requested", None), ("sent", f"{provider.base}/revoke"), ("confirmed", f"{provider.base}/introspect")]
         provider.stop()  # and when the provider is down, the failure names no query either
-        gid2 = grant_access(store, AGENT, "github", "*", None, credential=cred)
+        gid2 = signed_grant(store, AGENT, "github", "*", None, credential=cred)
         assert revoke(store, gid2, "x", retries=1, backoff=0.01, sleep=no_sleep.append) == STATUS_PENDING
         assert revoked_details(store, gid2)[1][1]["endpoint"] == f"{provider.base}/revoke"
     finally:
@@ -423,7 +428,7 @@ def test_an_introspection_answer_without_a_boolean_active_never_confirms_and_say
     """`{"active": 0}` or `"false"` is not RFC 7662's boolean: never confirmed, and the failure
     said the answer had no 'active' field when it had one."""
     srv = servers(lambda method, path, form: (200, {}, body) if path == "/introspect" else (200, {}, b""))
-    gid = grant_access(store, AGENT, "db", "*", None, credential=cred_for(srv.base, introspection=True))
+    gid = signed_grant(store, AGENT, "db", "*", None, credential=cred_for(srv.base, introspection=True))
     assert revoke(store, gid, "x", retries=1, backoff=0.01, sleep=no_sleep.append) == STATUS_PENDING
     step, detail = revoked_details(store, gid)[-1]
     assert step == "failed" and detail["stage"] == "introspection"
@@ -496,7 +501,7 @@ def test_a_provider_that_trickles_its_answer_cannot_hold_the_revocation_forever(
 
     srv = _Trickler()
     try:
-        gid = grant_access(store, AGENT, "db", "*", None, credential=cred_for(srv.base, introspection=True))
+        gid = signed_grant(store, AGENT, "db", "*", None, credential=cred_for(srv.base, introspection=True))
         out: list = []
         started = time.monotonic()
         worker = threading.Thread(target=lambda: out.append(revoke(

@@ -15,6 +15,7 @@ from sealbox.policy import Policy
 from sealbox.policy.audit import reevaluate, reevaluate_run
 from sealbox.recorder import Recorder, ToolDenied
 from sealbox.replay.whatif import whatif_policy
+from identity_testkit import signed_grant  # noqa: E402
 
 AGENT = "agent:deploy-bot"
 IMPLICIT = f"implicit:{AGENT}"
@@ -64,7 +65,7 @@ def view(payload):
 
 
 def test_an_implicit_grant_is_denied_and_an_explicit_one_allowed(store):
-    gid = grant_access(store, AGENT, "github", "create_*", "repo:write")
+    gid = signed_grant(store, AGENT, "github", "create_*", "repo:write")
     tool = Tool()
     outcomes, run_id = calls_in_one_run(store, REQUIRE, [None, gid], tool)
     assert outcomes == ["grant_required", "created"] and tool.calls == ["x"]
@@ -89,7 +90,7 @@ def test_an_implicit_grant_is_denied_and_an_explicit_one_allowed(store):
 
 
 def test_a_revoked_explicit_grant_is_still_grant_invalid_with_no_rule(store):
-    gid = grant_access(store, AGENT, "github", "create_*", "repo:write")
+    gid = signed_grant(store, AGENT, "github", "create_*", "repo:write")
     revoke(store, gid, "incident 42", by="user:security")
     tool = Tool()
     outcomes, run_id = calls_in_one_run(store, REQUIRE, [gid], tool)
@@ -103,7 +104,7 @@ def test_a_revoked_explicit_grant_is_still_grant_invalid_with_no_rule(store):
 def test_after_a_revocation_naming_no_grant_no_longer_gets_through(store):
     """The gap: a revoked grant stops only the calls that name it. Without a require_grant rule the
     agent keeps calling by naming no grant; with one, that call is denied with grant_required."""
-    gid = grant_access(store, AGENT, "github", "create_*", "repo:write")
+    gid = signed_grant(store, AGENT, "github", "create_*", "repo:write")
     tool = Tool()
     before, _ = calls_in_one_run(store, REQUIRE, [gid], tool)
     revoke(store, gid, "the agent misbehaved", by="user:security")
@@ -120,7 +121,7 @@ def test_after_a_revocation_naming_no_grant_no_longer_gets_through(store):
 
 
 def test_re_evaluating_the_stored_inputs_gives_the_recorded_decision(store):
-    gid = grant_access(store, AGENT, "github", "create_*", "repo:write")
+    gid = signed_grant(store, AGENT, "github", "create_*", "repo:write")
     _, run_id = calls_in_one_run(store, REQUIRE, [None, gid, f"implicit:{AGENT}"], Tool())
     again = list(reevaluate_run(store, REQUIRE, run_id))
     assert [(r.same, r.decision.effect, r.decision.reason_code, r.decision.rule) for r in again] == [
@@ -132,7 +133,7 @@ def test_re_evaluating_the_stored_inputs_gives_the_recorded_decision(store):
 
 
 def test_whatif_a_require_grant_policy_over_runs_recorded_without_one(store):
-    gid = grant_access(store, AGENT, "github", "create_*", "repo:write")
+    gid = signed_grant(store, AGENT, "github", "create_*", "repo:write")
     _, run_id = calls_in_one_run(store, ALLOW_ALL, [None, gid], Tool())
     report = whatif_policy(store, REQUIRE, [run_id])
     assert (report.evaluated, report.not_re_evaluable) == (2, ())
@@ -159,7 +160,7 @@ def test_a_decision_recorded_before_call_grant_fails_closed_under_a_require_gran
 
 @pytest.mark.parametrize("grant", [None, "explicit"])
 def test_the_reason_code_is_kept_by_tool_denied(store, grant):
-    gid = grant_access(store, AGENT, "github", "create_*", "repo:write")
+    gid = signed_grant(store, AGENT, "github", "create_*", "repo:write")
     with Recorder(store, REQUIRE).run(agent="deploy-bot", principal=AGENT) as run:
         if grant is None:
             with pytest.raises(ToolDenied) as info:
@@ -175,7 +176,7 @@ def test_a_grant_invalid_decision_re_evaluates_as_grant_invalid_not_allow(store,
     """The grant check is the recorder's, applied on top of the policy: re-running a grant_invalid
     decision from its inputs gave the policy's bare answer ("allow"), so an audit under the same
     policy reported it as different and a what-if listed it as deny -> allow."""
-    gid = grant_access(store, AGENT, "github", "create_*", "repo:write")
+    gid = signed_grant(store, AGENT, "github", "create_*", "repo:write")
     revoke(store, gid, "key leaked", by="user:security")
     outcomes, run_id = calls_in_one_run(store, ALLOW_ALL, [gid], Tool())
     assert outcomes == ["grant_invalid"]

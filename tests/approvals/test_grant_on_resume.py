@@ -9,6 +9,7 @@ from sealbox import verify_store
 from sealbox.access import grant_access, revoke
 from sealbox.approvals import ApprovalPending, answer
 from sealbox.recorder import Recorder, ToolDenied
+from identity_testkit import signed_grant  # noqa: E402
 
 
 class Tool:
@@ -30,7 +31,7 @@ def suspended_call(store, rec, grant):
 
 @pytest.mark.parametrize("revoked", [False, True])
 def test_the_grant_is_checked_again_when_the_run_resumes(store, keys, revoked):
-    grant = grant_access(store, "agent:bot", "db", "write_query", scope="write")
+    grant = signed_grant(store, "agent:bot", "db", "write_query", scope="write")
     rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
     run_id, aid = suspended_call(store, rec, grant)
     answer(store, aid, "approve", "looks fine", keys["alice"])
@@ -62,7 +63,7 @@ REQUIRE_GRANT = POLICY.replace("    effect: require_approval\n    approval: {gro
 def test_a_policy_that_came_to_require_a_grant_reevaluates_with_the_calls_grant(store, keys, explicit):
     """The call is decided again under the new policy on resume, with the grant its tool.call named."""
     assert REQUIRE_GRANT != POLICY
-    grant = grant_access(store, "agent:bot", "db", "write_query", scope="write") if explicit else None
+    grant = signed_grant(store, "agent:bot", "db", "write_query", scope="write") if explicit else None
     run_id, aid = suspended_call(store, Recorder(store, policy=policy(), approvals="suspend"), grant)
     answer(store, aid, "approve", "looks fine", keys["alice"])
     tool = Tool()
@@ -90,7 +91,7 @@ def test_an_outcome_unknown_call_is_not_rerun_under_a_grant_revoked_since(store,
     again under the revoked grant, after `access.revoked requested` was in the log."""
     from sealbox.pause import claim
 
-    grant = grant_access(store, "agent:bot", "db", "write_query", scope="write")
+    grant = signed_grant(store, "agent:bot", "db", "write_query", scope="write")
     rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
     run_id, aid = suspended_call(store, rec, grant)
     answer(store, aid, "approve", "ok", keys["alice"])
@@ -114,7 +115,7 @@ def test_an_outcome_unknown_call_is_not_rerun_under_a_grant_revoked_since(store,
 def test_an_outcome_unknown_call_under_a_valid_grant_is_rerun(store, keys):
     from sealbox.pause import claim
 
-    grant = grant_access(store, "agent:bot", "db", "write_query", scope="write")
+    grant = signed_grant(store, "agent:bot", "db", "write_query", scope="write")
     rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
     run_id, aid = suspended_call(store, rec, grant)
     answer(store, aid, "approve", "ok", keys["alice"])

@@ -19,6 +19,7 @@ from sealbox.policies import ALLOW_ALL
 from sealbox.policy import Policy
 from sealbox.policy.breaker import CircuitBreaker
 from sealbox.recorder import Recorder, ToolDenied
+from identity_testkit import signed_grant  # noqa: E402
 
 
 @pytest.fixture
@@ -84,7 +85,7 @@ def test_the_call_and_its_decision_are_durable_before_the_tool_runs(store):
 def test_an_explicit_grant_is_recorded(store):
     from sealbox.access import grant_access
 
-    grant_access(store, "agent:bot", "crm", "lookup", None, grant_id="grant-42")  # an unknown grant is denied
+    signed_grant(store, "agent:bot", "crm", "lookup", None, grant_id="grant-42")  # an unknown grant is denied
     with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
         run.call_tool("crm", "lookup", {"id": 7}, lambda id: id, grant="grant-42")
     assert payloads(store, run.run_id, "tool.call")[0]["grant"] == "grant-42"

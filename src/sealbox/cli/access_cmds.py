@@ -96,10 +96,14 @@ def access_group() -> None:
 @click.option("--credential-file", type=click.Path(dir_okay=False),
               help="JSON file with the provider credential (tokens, client, endpoints).")
 @click.option("--id", "grant_id", help="A grant id to use (default: a new one).")
-@_by_option
+@click.option("--key-file", required=True, type=click.Path(dir_okay=False),
+              help="Your identity's private key file (an enabled admin): the grant is signed with it.")
+@click.option("--identity", default=None,
+              help="Only a check: refuse unless the key file is this identity's (the key names who grants).")
 def grant_cmd(store_path: str, principal: str, server: str, tool: str, scopes: tuple[str, ...], expires: str | None,
-              provider: str | None, credential_file: str | None, grant_id: str | None, by: str | None) -> None:
-    """Give a principal a grant for a tool; print its id."""
+              provider: str | None, credential_file: str | None, grant_id: str | None, key_file: str,
+              identity: str | None) -> None:
+    """Give a principal a grant for a tool, signed with an admin's key; print its id."""
     from sealbox.access import grant_access, parse_expiry
 
     expires_at = parse_expiry(expires) if expires else None
@@ -108,7 +112,7 @@ def grant_cmd(store_path: str, principal: str, server: str, tool: str, scopes: t
     store = open_for_writing(store_path)
     try:
         gid = grant_access(store, principal, server, tool, scope, expires_at=expires_at, credential=credential,
-                           provider=provider, by=_who(by), grant_id=grant_id)
+                           provider=provider, key_file=key_file, identity=identity, grant_id=grant_id)
     finally:
         store.close()
     if credential_file:
@@ -129,7 +133,7 @@ def list_cmd(store_path: str, as_json: bool, as_csv: bool) -> None:
     finally:
         store.close()
     columns = ["grant_id", "principal", "server", "tool", "scope", "expires_at", "provider", "credential", "status",
-               "granted_at", "granted_by"]
+               "signature", "granted_at", "granted_by"]
     if not rows and not (as_json or as_csv):
         click.echo("no grants", err=True)
         return
@@ -148,6 +152,13 @@ def _print_show(row: dict[str, Any]) -> None:
     echo(f"expires    {row['expires_at'] or '(never)'}")
     echo(f"provider   {row['provider'] or '(none)'}  credential {row['credential']}")
     echo(f"granted    {row['granted_at']} by {row['granted_by']}")
+    if row.get("signature") != "valid":
+        from sealbox.access import GRANT_PROBLEMS
+
+        echo(f"signature  {row.get('signature')}: {GRANT_PROBLEMS.get(row.get('signature'), '')}; "
+             "calls naming this grant are denied")
+    else:
+        echo("signature  valid")
     for s in row["steps"]:
         line = f"  {s['ts']}  {s['step']:<9} by {s['by']}"
         if s.get("reason"):
