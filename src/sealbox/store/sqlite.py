@@ -42,6 +42,7 @@ import logging
 import operator
 import os
 import random
+import re
 import sqlite3
 import threading
 import time
@@ -801,6 +802,7 @@ class SqliteStore(SqliteQueries):
         self.db_path = self.path / DB_NAME
         self.durability = durability
         self.readonly = readonly
+        self._create = _create
         if checkpoint_policy is not None and not isinstance(checkpoint_policy, CheckpointPolicy):
             raise StoreConfigError(f"checkpoint_policy must be a CheckpointPolicy, not {type(checkpoint_policy).__name__}")
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) \
@@ -1069,6 +1071,10 @@ class SqliteStore(SqliteQueries):
             raise _translate_open_error(self.path, exc) from exc
         if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
             raise NotAStoreError(f"{self.db_path} is not a Sealbox store (it is some other SQLite database)")
+        if not tables and not self._create:
+            # an empty (or zero-byte) sealbox.db beside a store's keys and checkpoint: a lost database,
+            # never migrated into a fresh one here (that wrote a new, empty store in its place)
+            raise NotAStoreError(f"{self.db_path} is not a Sealbox store (an empty database)")
         if not self.readonly:  # only once it is known to be ours: WAL is persistent in the file
             try:
                 conn.execute("PRAGMA journal_mode = WAL")
@@ -1096,6 +1102,13 @@ class SqliteStore(SqliteQueries):
                 versions)
         for mig in pending:
             _apply_migration(conn, mig, str(self.path))
+        if pending:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = sorted(_required_tables() - tables)
+        if missing:
+            raise StoreError(f"{self.db_path} is damaged: table {', '.join(missing)} "
+                             f"{'is' if len(missing) == 1 else 'are'} missing (changed below Sealbox; "
+                             "restore the store from a backup)")
 
     def _write_meta(self, values: dict[str, str]) -> None:
         def put(txn: _Txn) -> None:
@@ -2181,6 +2194,16 @@ def _write_private(path: Path, text: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@functools.lru_cache(maxsize=None)
+def _required_tables() -> frozenset[str]:
+    """The tables the SQLite migrations create: a store missing one was changed below Sealbox."""
+    created: set[str] = set()
+    for mig in migrate.load_migrations("sqlite"):
+        created |= set(re.findall(r"(?i)\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?\"?(\w+)", mig.sql))
+        created -= set(re.findall(r"(?i)\bDROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?\"?(\w+)", mig.sql))
+    return frozenset(created)
 
 
 def _translate_open_error(path: Path, exc: sqlite3.DatabaseError) -> Exception:

@@ -1,0 +1,119 @@
+"""Bad input to the ``sealbox`` command, as a user in a hurry gives it: one ``error:`` line on
+stderr, a non-zero exit, never a traceback or an "internal error", and a store that a failed
+command leaves byte-identical (same files, same event count)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SEALBOX = str(Path(sys.executable).parent / "sealbox")
+
+
+def sb(*args: object, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([SEALBOX, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "200"}, **kw)
+
+
+def one_error(proc: subprocess.CompletedProcess) -> str:
+    """The single stderr line of a failed command (asserting there is exactly one, and no traceback)."""
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def state(store: Path) -> tuple:
+    """The store's files (but SQLite's -wal/-shm) by hash, and its event count if it can be read."""
+    files = tuple((p.name, hashlib.sha256(p.read_bytes()).hexdigest()) for p in sorted(store.iterdir())
+                  if p.is_file() and not p.name.endswith(("-wal", "-shm")))
+    try:
+        conn = sqlite3.connect(f"file:{store / 'sealbox.db'}?mode=ro", uri=True)
+        try:
+            count = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        count = str(exc)
+    return files, count
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> tuple[Path, str]:
+    """A store holding the sample run (``sealbox demo --sample``): its folder and the run id."""
+    from sealbox.demo_sample import record_sample_run
+    from sealbox.store import init_store
+
+    path = tmp_path_factory.mktemp("sweep") / "store"
+    store = init_store(path)
+    run_id = record_sample_run(store)
+    store.close()
+    return path, run_id
+
+
+@pytest.fixture
+def copy(sample, tmp_path) -> tuple[Path, str]:
+    path, run_id = sample
+    target = tmp_path / "store"
+    shutil.copytree(path, target)
+    return target, run_id
+
+
+# Every command that opens the store, as a user would type it (RUN is the sample run).
+STORE_COMMANDS = [
+    ["runs", "list"], ["runs", "show", "RUN"], ["calls"], ["calls", "--json"], ["approvals", "list"],
+    ["access", "list"], ["identities", "list"], ["log", "checkpoint"], ["log", "key"],
+    ["export", "RUN", "-o", "OUT"], ["report", "RUN", "-o", "OUT.html"],
+    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x"],
+    ["identities", "add", "bob", "--role", "admin", "--key-out", "OUT"],
+    ["gateway", "reapprove", "db", "read_query"],
+]
+
+
+def _argv(cmd: list[str], store: Path, run_id: str, out: Path) -> list[str]:
+    return [run_id if a == "RUN" else str(out) if a == "OUT" else str(out) + ".html" if a == "OUT.html" else a for a in cmd] + ["-s", str(store)]
+
+
+@pytest.mark.parametrize("table", ["events", "runs", "store_meta", "blobs", "credentials"])
+@pytest.mark.parametrize("cmd", STORE_COMMANDS, ids=" ".join)
+def test_a_store_missing_a_table_is_one_error_line_and_is_not_written(copy, tmp_path, table, cmd):
+    # was: "internal error: OperationalError: no such table: events" (exit 70) for most commands, and
+    # with `runs` dropped `access grant` / `identities add` recorded into the damaged store (exit 0)
+    store, run_id = copy
+    conn = sqlite3.connect(store / "sealbox.db")
+    conn.execute(f"DROP TABLE {table}")
+    conn.commit()
+    conn.close()
+    before = state(store)
+    proc = sb(*_argv(cmd, store, run_id, tmp_path / "out"))
+    assert proc.returncode == 2
+    assert one_error(proc) == (f"error: {store / 'sealbox.db'} is damaged: table {table} is missing "
+                               "(changed below Sealbox; restore the store from a backup)")
+    assert state(store) == before
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.html").exists()
+
+
+@pytest.mark.parametrize("cmd", STORE_COMMANDS + [["approvals", "approve", "apr_x", "--reason", "r", "--key-file", "KEY"]],
+                         ids=" ".join)
+def test_a_zero_byte_database_is_not_a_store_and_is_never_migrated(copy, tmp_path, cmd):
+    # was: a writer took the empty sealbox.db for a new database and created the schema in it, beside
+    # the store's key and checkpoint (`approvals list` then listed nothing, exit 0)
+    store, run_id = copy
+    (store / "sealbox.db").write_bytes(b"")
+    (tmp_path / "k.key").write_text("x")
+    (tmp_path / "k.key").chmod(0o600)
+    before = state(store)
+    proc = sb(*[str(tmp_path / "k.key") if a == "KEY" else a for a in _argv(cmd, store, run_id, tmp_path / "out")])
+    assert proc.returncode == 2
+    assert one_error(proc) == f"error: {store / 'sealbox.db'} is not a Sealbox store (an empty database)"
+    assert state(store) == before
+    assert (store / "sealbox.db").stat().st_size == 0
