@@ -117,3 +117,59 @@ def test_a_zero_byte_database_is_not_a_store_and_is_never_migrated(copy, tmp_pat
     assert one_error(proc) == f"error: {store / 'sealbox.db'} is not a Sealbox store (an empty database)"
     assert state(store) == before
     assert (store / "sealbox.db").stat().st_size == 0
+
+
+@pytest.fixture
+def locked(copy):
+    """The copied store, with another connection holding its write lock (BEGIN IMMEDIATE)."""
+    store, run_id = copy
+    holder = sqlite3.connect(store / "sealbox.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    yield store, run_id
+    holder.execute("ROLLBACK")
+    holder.close()
+
+
+@pytest.mark.parametrize("cmd", [
+    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x"],
+    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "y", "--id", "g-2"],
+], ids=" ".join)
+def test_a_write_to_a_locked_store_fails_after_the_cli_lock_timeout(locked, tmp_path, cmd):
+    # was: the command waited silently for the store's lock_timeout (300 s), looking hung
+    store, run_id = locked
+    before = state(store)
+    started = time.monotonic()
+    proc = subprocess.run([SEALBOX, *_argv(cmd, store, run_id, tmp_path / "out")], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "SEALBOX_LOCK_TIMEOUT": "1"})
+    assert time.monotonic() - started < 20
+    assert proc.returncode == 2
+    assert one_error(proc) == f"error: {store / 'sealbox.db'} stayed busy for too long: another writer holds it"
+    assert state(store) == before
+
+
+def test_reading_a_locked_store_does_not_wait(locked):
+    store, run_id = locked
+    proc = sb("runs", "show", run_id, "--json", "-s", store)
+    assert proc.returncode == 0, proc.stderr
+    assert f'"run_id": "{run_id}"' in proc.stdout
+
+
+@pytest.mark.parametrize("value", ["x", "-1", "inf", "nan"])
+def test_a_bad_sealbox_lock_timeout_is_one_error_line(copy, value):
+    store, _ = copy
+    before = state(store)
+    proc = subprocess.run([SEALBOX, "access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "-s",
+                           str(store)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "SEALBOX_LOCK_TIMEOUT": value})
+    assert proc.returncode == 2
+    assert one_error(proc) == f"error: SEALBOX_LOCK_TIMEOUT must be a number of seconds >= 0, not {value!r}"
+    assert state(store) == before
+
+
+def test_the_cli_lock_timeout_defaults_to_15_seconds(monkeypatch):
+    from sealbox.cli.common import cli_lock_timeout
+
+    monkeypatch.delenv("SEALBOX_LOCK_TIMEOUT", raising=False)
+    assert cli_lock_timeout() == 15.0
+    monkeypatch.setenv("SEALBOX_LOCK_TIMEOUT", "2.5")
+    assert cli_lock_timeout() == 2.5

@@ -36,11 +36,36 @@ def open_for_reading(path: str):
     return open_store(path, readonly=True)
 
 
+#: How long a command waits for the store's write lock (seconds) when another process holds it,
+#: before it fails with one error line; ``SEALBOX_LOCK_TIMEOUT`` overrides it. (A recorder or
+#: gateway opening the store through the API waits ``lock_timeout``, 300 s by default.)
+CLI_LOCK_TIMEOUT = 15.0
+
+
+def cli_lock_timeout() -> float:
+    """:data:`CLI_LOCK_TIMEOUT`, or ``$SEALBOX_LOCK_TIMEOUT`` (seconds, finite, >= 0).
+
+    Raises:
+        BadInput: the variable is not such a number.
+    """
+    text = os.environ.get("SEALBOX_LOCK_TIMEOUT")
+    if text is None or not text.strip():
+        return CLI_LOCK_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise BadInput(f"SEALBOX_LOCK_TIMEOUT must be a number of seconds >= 0, not {text!r}")
+    return value
+
+
 def open_for_writing(path: str):
-    """Open a store for appending."""
+    """Open a store for appending; a write waits at most :func:`cli_lock_timeout` seconds for the
+    lock another process holds (then StoreError "... stayed busy for too long")."""
     from sealbox.store import open_store
 
-    return open_store(path)
+    return open_store(path, lock_timeout=cli_lock_timeout())
 
 
 #: The shortest prefix of an id that the commands taking a run or approval id accept.
