@@ -173,3 +173,37 @@ def test_the_cli_lock_timeout_defaults_to_15_seconds(monkeypatch):
     assert cli_lock_timeout() == 15.0
     monkeypatch.setenv("SEALBOX_LOCK_TIMEOUT", "2.5")
     assert cli_lock_timeout() == 2.5
+
+
+POLICY = "version: 1\nrules:\n  - id: reads-ok\n    match: {tool: read_query}\n    effect: allow\n"
+
+
+@pytest.mark.parametrize("option, value, message", [
+    # was: "internal error: RecursionError: maximum recursion depth exceeded ..." (exit 70)
+    ("--args", "[" * 100_000, "error: --args is nested too deeply (arrays or objects hundreds of levels deep)"),
+    ("--args", '{"a": ' + "[" * 5000 + "]" * 5000 + "}",
+     "error: --args is nested too deeply (arrays or objects hundreds of levels deep)"),
+    # was: accepted, though NaN and Infinity are not JSON
+    ("--args", '{"a": NaN}', "error: --args is not JSON: NaN is not a JSON value"),
+    ("--args", '{"a": -Infinity}', "error: --args is not JSON: -Infinity is not a JSON value"),
+    ("--args", "{", "error: --args is not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
+    ("--args", "[1]", "error: --args must be a JSON object, not a list [1]"),
+    ("--principal", "{" + "[" * 100_000, "error: --principal is not JSON: Expecting property name enclosed in double "
+                                         "quotes: line 1 column 2 (char 1)"),
+    ("--principal", '{"id": "a", "n": Infinity}', "error: --principal is not JSON: Infinity is not a JSON value"),
+])
+def test_policy_explain_bad_json_is_one_error_line(tmp_path, option, value, message):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    proc = sb("policy", "explain", policy, "--tool", "read_query", option, value)
+    assert proc.returncode == 2
+    assert one_error(proc) == message
+    assert proc.stdout == ""
+
+
+def test_policy_explain_takes_deep_but_parseable_arguments(tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    proc = sb("policy", "explain", policy, "--tool", "read_query", "--args", '{"a": ' + "[" * 200 + "]" * 200 + "}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "decision: allow (policy_allow) rule=reads-ok: rule 'reads-ok' allows the call"

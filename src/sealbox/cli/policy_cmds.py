@@ -270,6 +270,25 @@ def test_cmd(file: str, cases: str, as_json: bool) -> None:
         raise click.exceptions.Exit(1)
 
 
+def _json_option(text: str, option: str) -> Any:
+    """The JSON value of an option (RFC 8259: no NaN or Infinity).
+
+    Raises:
+        BadInput: not JSON, a NaN/Infinity constant, or nested too deeply for the parser.
+    """
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON value")
+
+    try:
+        return json.loads(text, parse_constant=no_constant)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{option} is not JSON: {exc}") from None
+    except ValueError as exc:
+        raise BadInput(f"{option} is not JSON: {exc}") from None
+    except RecursionError:
+        raise BadInput(f"{option} is nested too deeply (arrays or objects hundreds of levels deep)") from None
+
+
 @policy_group.command("explain")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--tool", "-t", required=True, help="Upstream tool name.")
@@ -288,18 +307,12 @@ def explain_cmd(file: str, tool: str, args_json: str, server: str, principal: st
     policy = _load(file)
     if not tool:
         raise BadInput("--tool must be a non-empty tool name")
-    try:
-        arguments = json.loads(args_json)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"--args is not JSON: {exc}") from exc
+    arguments = _json_option(args_json, "--args")
     if not isinstance(arguments, dict):
         raise BadInput(f"--args must be a JSON object, not {_shown(arguments)}")
     who: Any = None
     if principal is not None:
-        try:
-            who = json.loads(principal) if principal.lstrip().startswith("{") else principal
-        except json.JSONDecodeError as exc:
-            raise BadInput(f"--principal is not JSON: {exc}") from exc
+        who = _json_option(principal, "--principal") if principal.lstrip().startswith("{") else principal
     who = _principal(who, "--principal", "principal") or None
     spec = {"server": server, "tool": tool, "arguments": arguments, "principal": who}
     if grant is not None:
