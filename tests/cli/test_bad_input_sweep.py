@@ -207,3 +207,60 @@ def test_policy_explain_takes_deep_but_parseable_arguments(tmp_path):
     proc = sb("policy", "explain", policy, "--tool", "read_query", "--args", '{"a": ' + "[" * 200 + "]" * 200 + "}")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "decision: allow (policy_allow) rule=reads-ok: rule 'reads-ok' allows the call"
+
+
+@pytest.fixture
+def readonly(copy):
+    """The copied store in a folder that cannot be written (chmod for a user; root needs chattr +i)."""
+    store, run_id = copy
+    if os.geteuid() != 0:
+        store.chmod(0o555)
+        yield store, run_id
+        store.chmod(0o755)
+        return
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(store)], capture_output=True).returncode:
+        pytest.skip("running as root, and chattr +i does not work here: no way to make a read-only folder")
+    try:
+        yield store, run_id
+    finally:
+        subprocess.run(["chattr", "-i", str(store)], check=True)
+
+
+READ_ONLY_WRITES = [
+    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x"],
+    ["gateway", "reapprove", "db", "read_query"],
+    ["import", "OUT"],
+]
+
+
+@pytest.mark.parametrize("cmd", READ_ONLY_WRITES, ids=" ".join)
+def test_a_write_to_a_read_only_store_is_one_error_line(readonly, tmp_path, cmd):
+    store, run_id = readonly
+    before = state(store)
+    proc = sb(*_argv(cmd, store, run_id, tmp_path / "out"))
+    assert proc.returncode == 2
+    assert one_error(proc).startswith(f"error: cannot write to {store}: ")
+    assert state(store) == before
+
+
+def test_export_of_a_read_only_store_says_why_it_must_write(readonly, tmp_path):
+    # was: only "cannot write to STORE: ...", for a command that reads as far as a user knows
+    store, run_id = readonly
+    before = state(store)
+    proc = sb("export", run_id, "-o", tmp_path / "x.sbx", "-s", store)
+    assert proc.returncode == 2
+    line = one_error(proc)
+    assert line.startswith(f"error: cannot write to {store}: ")
+    assert line.endswith(" (a bundle export signs a checkpoint into the store: export from a writable copy of the "
+                         "store folder)")
+    assert state(store) == before and not (tmp_path / "x.sbx").exists()
+
+
+@pytest.mark.parametrize("cmd", [["runs", "list"], ["runs", "show", "RUN"], ["calls", "--json"], ["approvals", "list"],
+                                 ["log", "checkpoint"], ["report", "RUN", "-o", "OUT.html"]], ids=" ".join)
+def test_reading_a_read_only_store_works(readonly, tmp_path, cmd):
+    store, run_id = readonly
+    before = state(store)
+    proc = sb(*_argv(cmd, store, run_id, tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    assert state(store) == before

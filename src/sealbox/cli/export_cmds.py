@@ -18,8 +18,14 @@ def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dic
     """Write a bundle; the store is opened for writing, as every export signs a checkpoint committing to it."""
     from sealbox.interop.bundle import check_target, export_bundle, select_runs
 
+    from sealbox.errors import StoreReadOnlyError
+
     check_target(target, store_dir=store_path)  # one of the store's own files is refused before the store is opened
-    store = open_for_writing(store_path)
+    try:
+        store = open_for_writing(store_path)
+    except StoreReadOnlyError as exc:  # read-only media, another user's store: say why a reader cannot export
+        raise StoreReadOnlyError(f"{exc} (a bundle export signs a checkpoint into the store: export from a "
+                                 "writable copy of the store folder)") from exc
     try:
         runs = select_runs(store, [resolve_id(store, "run", r) for r in run_ids], **filters)
         return export_bundle(store, runs, target).to_dict()
