@@ -264,3 +264,29 @@ def test_reading_a_read_only_store_works(readonly, tmp_path, cmd):
     proc = sb(*_argv(cmd, store, run_id, tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
     assert state(store) == before
+
+
+@pytest.mark.parametrize("cmd", [
+    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--by"],
+    ["access", "revoke", "GRANT", "--reason", "r", "--by"],
+    ["access", "retry", "GRANT", "--by"],
+    ["gateway", "reapprove", "db", "read_query", "--identity"],
+], ids=lambda c: " ".join(c[:2]))
+@pytest.mark.parametrize("value, problem", [
+    # was: an empty --by (an unset shell variable) silently recorded user:<OS user>, and one
+    # holding an escape sequence was recorded as the event's principal
+    ("", "is empty: give who does this (e.g. user:alice), or leave it out for user:<OS user>"),
+    ("  ", "is empty: give who does this (e.g. user:alice), or leave it out for user:<OS user>"),
+    ("user:a\x1b[2Jb", "holds control characters: give a principal id such as user:alice"),
+], ids=["empty", "blank", "escape"])
+def test_an_empty_or_unprintable_acting_principal_is_one_error_line(copy, cmd, value, problem):
+    store, _ = copy
+    grant = "g-1"
+    assert sb("access", "grant", "--principal", "agent:x", "--server", "db", "--tool", "read_*", "--id", grant,
+              "-s", store).returncode == 0
+    before = state(store)
+    proc = sb(*[grant if a == "GRANT" else a for a in cmd], value, "-s", store)
+    assert proc.returncode == 2
+    shown = repr(value) + " " if problem.startswith("holds") else ""
+    assert one_error(proc) == f"error: {cmd[-1]} {shown}{problem}"
+    assert state(store) == before

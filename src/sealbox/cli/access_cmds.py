@@ -29,7 +29,14 @@ def _by_option(fn: Any) -> Any:
 
 
 def _who(by: str | None) -> str:
-    if by:
+    """The event's principal: ``--by`` as given, else ``user:<OS user>``.
+
+    Raises:
+        BadInput: ``--by`` given but empty (an unset shell variable), or holding control characters.
+    """
+    from sealbox.cli.common import given_principal
+
+    if given_principal(by, "--by") is not None:
         return by
     try:
         import getpass
