@@ -491,8 +491,10 @@ def load_key(key_file: str | os.PathLike) -> Signer:
         text = data.decode("ascii").strip()
     except FileNotFoundError as exc:
         raise IdentityError(f"key file {path} does not exist") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise IdentityError(f"cannot read key file {path}: {exc}") from exc
+    except UnicodeDecodeError as exc:  # a binary file, another kind of key: say so, never echo its bytes
+        raise IdentityError(f"{path} is not a Sealbox identity key: not ASCII text (byte {exc.start})") from None
+    except OSError as exc:
+        raise IdentityError(f"cannot read key file {path}: {exc.strerror or exc}") from exc
     if os.name == "posix" and mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise IdentityError(f"key file {path} is readable by others (mode {stat.S_IMODE(mode):o}); chmod 600 it")
     try:

@@ -290,3 +290,49 @@ def test_an_empty_or_unprintable_acting_principal_is_one_error_line(copy, cmd, v
     shown = repr(value) + " " if problem.startswith("holds") else ""
     assert one_error(proc) == f"error: {cmd[-1]} {shown}{problem}"
     assert state(store) == before
+
+
+@pytest.fixture
+def key_files(tmp_path) -> dict[str, Path]:
+    files = {"binary": tmp_path / "binary.key", "empty": tmp_path / "empty.key", "folder": tmp_path / "keys"}
+    files["binary"].write_bytes(b"\xff\xfe\x00bad")
+    files["empty"].write_bytes(b"")
+    files["folder"].mkdir()
+    for path in (files["binary"], files["empty"]):
+        path.chmod(0o600)
+    return files
+
+
+KEY_CASES = [
+    # was: "cannot read key file F: 'ascii' codec can't decode byte 0xff in position 0: ordinal not in range(128)"
+    ("binary", "error: {path} is not a Sealbox identity key: not ASCII text (byte 0)"),
+    ("empty", "error: {path} is not a Sealbox identity key: malformed signer key"),
+    ("missing", "error: key file {path} does not exist"),
+    ("folder", "error: Invalid value for '{option}': File '{path}' is a directory."),
+]
+
+
+@pytest.mark.parametrize("which, message", KEY_CASES, ids=[c[0] for c in KEY_CASES])
+@pytest.mark.parametrize("cmd, option", [
+    (["approvals", "approve", "apr_0000", "--reason", "r", "--key-file"], "--key-file"),
+    (["identities", "add", "bob", "--role", "admin", "--key-out", "OUT", "--admin-key"], "--admin-key"),
+], ids=["approvals approve", "identities add"])
+def test_a_bad_key_file_is_one_error_line(copy, tmp_path, key_files, cmd, option, which, message):
+    store, run_id = copy
+    path = key_files.get(which, tmp_path / "missing.key")
+    before = state(store)
+    proc = sb(*[str(tmp_path / "out") if a == "OUT" else a for a in cmd], path, "-s", store)
+    assert proc.returncode == 2
+    assert one_error(proc) == message.format(path=path, option=option)
+    assert state(store) == before and not (tmp_path / "out").exists()
+
+
+def test_a_credential_file_that_is_not_text_is_one_error_line(copy, key_files):
+    # was: "... is not valid JSON (line ?)"
+    store, _ = copy
+    before = state(store)
+    proc = sb("access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--credential-file",
+              key_files["binary"], "-s", store)
+    assert proc.returncode == 2
+    assert one_error(proc) == f"error: credential file {key_files['binary']} is not valid JSON: not UTF-8 text (byte 0)"
+    assert state(store) == before

@@ -71,6 +71,8 @@ def _read_credential(path: str) -> dict[str, Any]:
         raise AccessError(f"credential file {path} is larger than 1 MiB: not a credential")
     try:
         data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:  # never echo the file's content
+        raise AccessError(f"credential file {path} is not valid JSON: not UTF-8 text (byte {exc.start})") from None
     except ValueError as exc:  # never echo the file's content
         raise AccessError(f"credential file {path} is not valid JSON (line {getattr(exc, 'lineno', '?')})") from None
     return data

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from sealbox.cli.common import (echo_json, emit_rows, format_options, open_for_reading, open_for_writing, resolve_id,
+from sealbox.cli.common import (check_key_file, echo_json, emit_rows, format_options, open_for_reading, open_for_writing, resolve_id,
                                 store_option, visible)
 
 
@@ -112,6 +112,7 @@ def _answer(decision: str, approval_id: str, reason: str, key_file: str, binding
     from sealbox import __version__
     from sealbox.approvals import answer, local_client
 
+    check_key_file(key_file)
     store = open_for_writing(store_path)
     try:
         approval_id = resolve_id(store, "approval", approval_id)

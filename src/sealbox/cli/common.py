@@ -68,6 +68,19 @@ def open_for_writing(path: str):
     return open_store(path, lock_timeout=cli_lock_timeout())
 
 
+def check_key_file(path: str | None) -> None:
+    """Read an identity key file (``--key-file``, ``--admin-key``) before the store is opened, so
+    that a wrong one fails with nothing opened or touched (closing a writer refreshes statistics).
+
+    Raises:
+        IdentityError: missing, unreadable, readable by others, or not a Sealbox identity key.
+    """
+    if path is not None:
+        from sealbox.identities import load_key
+
+        load_key(path)
+
+
 def given_principal(value: str | None, option: str) -> str | None:
     """A principal given on the command line (``--by``, ``--identity``), or None when not given.
 

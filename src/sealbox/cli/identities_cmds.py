@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sealbox.cli.common import emit_rows, format_options, open_for_reading, open_for_writing, store_option
+from sealbox.cli.common import check_key_file, emit_rows, format_options, open_for_reading, open_for_writing, store_option
 
 _ROLES = ("approver", "agent", "auditor", "admin")  # sealbox.identities.ROLES
 
@@ -39,6 +39,7 @@ def add_cmd(name: str, role: str, groups: tuple[str, ...], shared: bool, key_out
     admin's key (--admin-key), so that a process that can write the store cannot add an approver."""
     from sealbox.identities import add_identity, identity_book
 
+    check_key_file(admin_key)
     store = open_for_writing(store_path)
     try:
         root = admin_key is None and role == "admin" and not identity_book(store).has_admin()
@@ -80,6 +81,7 @@ def disable_cmd(name: str, reason: str, admin_key: str, store_path: str) -> None
     """Disable an identity: it can no longer answer approvals."""
     from sealbox.identities import disable_identity
 
+    check_key_file(admin_key)
     store = open_for_writing(store_path)
     try:
         disable_identity(store, name, reason, admin_key=admin_key)
@@ -97,6 +99,7 @@ def enable_cmd(name: str, reason: str, admin_key: str, store_path: str) -> None:
     """Re-enable a disabled identity (recorded like every change)."""
     from sealbox.identities import enable_identity
 
+    check_key_file(admin_key)
     store = open_for_writing(store_path)
     try:
         enable_identity(store, name, reason, admin_key=admin_key)
@@ -115,6 +118,7 @@ def rotate_cmd(name: str, key_out: str, reason: str, admin_key: str, store_path:
     """Give an identity a new key; the old one stops being accepted."""
     from sealbox.identities import rotate_key
 
+    check_key_file(admin_key)
     store = open_for_writing(store_path)
     try:
         new = rotate_key(store, name, key_out, reason, admin_key=admin_key)
