@@ -336,3 +336,49 @@ def test_a_credential_file_that_is_not_text_is_one_error_line(copy, key_files):
     assert proc.returncode == 2
     assert one_error(proc) == f"error: credential file {key_files['binary']} is not valid JSON: not UTF-8 text (byte 0)"
     assert state(store) == before
+
+
+@pytest.fixture(scope="module")
+def big_store(tmp_path_factory) -> Path:
+    """A store of 1500 sample runs (about 10 000 events): long enough an export to interrupt."""
+    from sealbox.demo_sample import record_sample_run
+    from sealbox.store import init_store
+
+    path = tmp_path_factory.mktemp("big") / "store"
+    store = init_store(path, durability="fast")
+    for _ in range(1500):
+        record_sample_run(store)
+    store.close()
+    return path
+
+
+def test_ctrl_c_during_an_export_is_one_line_exit_130_and_leaves_no_file(big_store, tmp_path):
+    out = tmp_path / "out" / "x.sbx"
+    out.parent.mkdir()
+    proc = subprocess.Popen([SEALBOX, "export", "--since", "30d", "-o", str(out), "-s", str(big_store)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not any(out.parent.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)  # the bundle's temporary file appears once the export has begun
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the export finished before the interrupt arrived")
+    assert proc.returncode == 130
+    assert [line for line in stderr.splitlines() if line.strip()] == ["error: aborted"], stderr
+    assert stdout == ""
+    assert list(out.parent.iterdir()) == []  # neither the bundle nor its temporary file
+    assert sb("verify", big_store).returncode == 0
+
+
+@pytest.mark.parametrize("cmd", [["calls", "--json"], ["runs", "list"], ["runs", "list", "--json"], ["calls", "--csv"]],
+                         ids=" ".join)
+def test_output_closed_early_is_no_traceback(big_store, cmd):
+    # `sealbox calls --json | head -1`
+    proc = subprocess.Popen([SEALBOX, *cmd, "--limit", "100000", "-s", str(big_store)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline()
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode() if proc.stderr else ""
+    assert proc.wait(timeout=60) == 0
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
