@@ -382,3 +382,37 @@ def test_output_closed_early_is_no_traceback(big_store, cmd):
     stderr = proc.stderr.read().decode() if proc.stderr else ""
     assert proc.wait(timeout=60) == 0
     assert "Traceback" not in stderr and "Error" not in stderr, stderr
+
+
+DEEP_JSON = '{"a": ' + "[" * 20_000 + "]" * 20_000 + "}"
+DEEP_POLICY = ("version: 1\nrules:\n  - id: x\n    match: {tool: x, arguments: " + "{a: " * 100 + "1" + "}" * 100
+               + "}\n    effect: allow\n")
+NESTED = "lists or mappings nested more than 64 levels deep"
+
+
+@pytest.mark.parametrize("cmd, content, message", [
+    # was: "internal error: RecursionError: maximum recursion depth exceeded" (exit 70), each of them
+    (["policy", "check", "F"], DEEP_JSON, "error: {f}: " + NESTED),
+    (["policy", "check", "F"], DEEP_POLICY, "error: {f}:4: " + NESTED),
+    (["policy", "explain", "F", "--tool", "x"], DEEP_JSON, "error: {f}: " + NESTED),
+    (["policy", "test", "POLICY", "F"], DEEP_JSON, "error: {f}: " + NESTED),
+    (["policy", "test", "POLICY", "F"], "- " * 100 + "x\n", "error: {f}:1: " + NESTED),
+    (["gateway", "check", "-c", "F"], DEEP_JSON, "error: {f}: " + NESTED),
+    (["whatif", "--policy", "F", "RUN", "-s", "STORE"], DEEP_JSON, "error: {f}: " + NESTED),
+    (["replay", "RUN", "--agent", "os:getcwd", "--snapshot", "F", "-s", "STORE"], DEEP_JSON,
+     "error: cannot read the snapshot {f}: its JSON is nested too deeply"),
+    (["access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--credential-file", "F", "-s", "STORE"],
+     DEEP_JSON, "error: credential file {f} is not a credential: its JSON is nested too deeply"),
+], ids=lambda v: " ".join(v[:2]) if isinstance(v, list) else None)
+def test_a_file_nested_too_deeply_is_one_error_line(copy, tmp_path, cmd, content, message):
+    store, run_id = copy
+    path = tmp_path / "deep.yaml"
+    path.write_text(content)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    subst = {"F": str(path), "POLICY": str(policy), "RUN": run_id, "STORE": str(store)}
+    before = state(store)
+    proc = sb(*[subst.get(a, a) for a in cmd])
+    assert proc.returncode == 2
+    assert one_error(proc) == message.format(f=path)
+    assert state(store) == before

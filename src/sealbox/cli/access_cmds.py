@@ -75,6 +75,8 @@ def _read_credential(path: str) -> dict[str, Any]:
         raise AccessError(f"credential file {path} is not valid JSON: not UTF-8 text (byte {exc.start})") from None
     except ValueError as exc:  # never echo the file's content
         raise AccessError(f"credential file {path} is not valid JSON (line {getattr(exc, 'lineno', '?')})") from None
+    except RecursionError:
+        raise AccessError(f"credential file {path} is not a credential: its JSON is nested too deeply") from None
     return data
 
 

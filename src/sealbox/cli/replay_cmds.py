@@ -67,6 +67,8 @@ def _load_snapshot(path: str | None) -> Any:
             data = json.load(fh)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot read the snapshot {path}: {exc}") from exc
+    except RecursionError:
+        raise ConfigError(f"cannot read the snapshot {path}: its JSON is nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a snapshot is a JSON object")
     return data

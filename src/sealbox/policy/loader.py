@@ -29,6 +29,9 @@ __all__ = ["MAX_FILE_BYTES", "MAX_NODES", "LineMap", "read_text", "validate", "n
 
 MAX_FILE_BYTES = 1024 * 1024
 MAX_NODES = 100_000
+#: How deep lists and mappings may nest in a policy, cases or gateway config file (a real one
+#: nests a handful of levels; deeper text ran Python out of recursion: an "internal error").
+MAX_DEPTH = 64
 EVALUATION_DEFAULTS = {"timeout_ms": 50, "max_input_bytes": 65536}
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -99,6 +102,8 @@ def load_tree(text: str, source: str) -> Any:
         raise PolicyLoadError(source, mark.line + 1 if mark else None, f"invalid YAML: {problem}") from exc
     except YAMLError as exc:
         raise PolicyLoadError(source, None, f"invalid YAML: {exc}") from exc
+    except RecursionError:
+        raise PolicyLoadError(source, None, f"lists or mappings nested more than {MAX_DEPTH} levels deep") from None
     return tree
 
 
@@ -106,6 +111,9 @@ def _plain(node: Any, path: tuple, lines: LineMap, counter: list[int], source: s
     counter[0] += 1
     if counter[0] > MAX_NODES:
         raise PolicyLoadError(source, None, f"document has more than {MAX_NODES} nodes (alias expansion?)")
+    if len(path) > MAX_DEPTH and isinstance(node, (CommentedMap, CommentedSeq)):
+        raise PolicyLoadError(source, line_of(lines, path),
+                              f"lists or mappings nested more than {MAX_DEPTH} levels deep")
     if isinstance(node, CommentedMap):
         out = {}
         for key in node:
