@@ -416,3 +416,24 @@ def test_a_file_nested_too_deeply_is_one_error_line(copy, tmp_path, cmd, content
     assert proc.returncode == 2
     assert one_error(proc) == message.format(f=path)
     assert state(store) == before
+
+
+@pytest.mark.parametrize("cmd, message", [
+    # was: "error: . is not a Sealbox store ...", "error:  does not exist ...", "give exactly one output
+    # mode (-o, --parquet, --otlp)" and "cannot write .: it exists and is a directory": a quoted, unset
+    # shell variable read as the current folder, or as no option at all
+    (["runs", "list", "-s", ""], "error: --store is empty: give a path"),
+    (["calls", "--store", " "], "error: --store is empty: give a path"),
+    (["verify", ""], "error: TARGET is empty: give a path"),
+    (["verify", "-s", ""], "error: --store is empty: give a path"),
+    (["export", "RUN", "-o", "", "-s", "STORE"], "error: --output is empty: give a path"),
+    (["export", "RUN", "--parquet", "", "-s", "STORE"], "error: --parquet is empty: give a path"),
+    (["report", "RUN", "-o", "", "-s", "STORE"], "error: --output is empty: give a path"),
+], ids=lambda v: " ".join(v[:2]) if isinstance(v, list) else None)
+def test_an_empty_path_is_one_error_line(copy, tmp_path, cmd, message):
+    store, run_id = copy
+    before = state(store)
+    proc = sb(*[{"RUN": run_id, "STORE": str(store)}.get(a, a) for a in cmd], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert one_error(proc) == message
+    assert state(store) == before and list(tmp_path.iterdir()) == [store]

@@ -21,11 +21,20 @@ class BadInput(click.ClickException):
     exit_code = 2
 
 
+def not_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A click callback: a path given as ``""`` (a quoted, unset shell variable) is a
+    :class:`BadInput` naming the option, not the current folder or a puzzling later error."""
+    if isinstance(value, str) and not value.strip():
+        name = param.opts[-1] if isinstance(param, click.Option) else (param.human_readable_name or "").upper()
+        raise BadInput(f"{name} is empty: give a path")
+    return value
+
+
 def store_option(fn: Callable) -> Callable:
-    """``-s/--store DIR`` (env ``SEALBOX_STORE``, default ``./.sealbox``)."""
+    """``-s/--store DIR`` (env ``SEALBOX_STORE``, default ``./.sealbox``); empty is a :class:`BadInput`."""
     return click.option(
         "-s", "--store", "store_path", envvar="SEALBOX_STORE", default=DEFAULT_STORE, show_default=True,
-        type=click.Path(file_okay=True, dir_okay=True), help="The store's data folder.",
+        type=click.Path(file_okay=True, dir_okay=True), help="The store's data folder.", callback=not_empty,
     )(fn)
 
 

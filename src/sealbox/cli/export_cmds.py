@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import click
 
-from sealbox.cli.common import echo_json, open_for_reading, open_for_writing, store_option, resolve_id
+from sealbox.cli.common import echo_json, not_empty, open_for_reading, open_for_writing, store_option, resolve_id
 
 
 def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any]) -> dict[str, Any]:
@@ -85,9 +85,9 @@ MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]],
 @click.command("export")
 @store_option
 @click.argument("run_ids", nargs=-1, metavar="[RUN]...")
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False), callback=not_empty,
               help="Write an export bundle (.sbx) that `sealbox verify FILE --key KEY` checks offline.")
-@click.option("--parquet", "parquet", type=click.Path(dir_okay=False),
+@click.option("--parquet", "parquet", type=click.Path(dir_okay=False), callback=not_empty,
               help="Write one row per tool call to a Parquet file (needs pyarrow).")
 @click.option("--otlp", "otlp", metavar="URL",
               help="Send the runs as OpenTelemetry traces and logs to this OTLP/HTTP endpoint (e.g. http://localhost:4318).")

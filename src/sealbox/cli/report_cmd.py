@@ -6,14 +6,14 @@ import os
 
 import click
 
-from sealbox.cli.common import BadInput, open_for_reading, store_option, resolve_id
+from sealbox.cli.common import BadInput, not_empty, open_for_reading, store_option, resolve_id
 
 _BY_EXTENSION = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
 
 
 @click.command("report")
 @click.argument("run_id")
-@click.option("-o", "--output", type=click.Path(dir_okay=False),
+@click.option("-o", "--output", type=click.Path(dir_okay=False), callback=not_empty,
               help="Write here, replacing the file atomically (format from the extension: .html, .md). "
                    "Default: Markdown on stdout.")
 @click.option("--format", "fmt", type=click.Choice(["html", "md"]), help="Output format (overrides the extension).")

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from sealbox.cli.common import DEFAULT_STORE, BadInput, echo_json, open_for_reading
+from sealbox.cli.common import DEFAULT_STORE, BadInput, echo_json, not_empty, open_for_reading
 
 
 @click.command("init")
@@ -90,9 +90,9 @@ def _check_key(vkey: str, where: str) -> None:
 
 
 @click.command("verify")
-@click.argument("target", required=False, default=None, type=click.Path())
+@click.argument("target", required=False, default=None, type=click.Path(), callback=not_empty)
 @click.option("-s", "--store", "store_path", envvar="SEALBOX_STORE", default=DEFAULT_STORE, show_default=True,
-              help="The store's data folder (when TARGET is not given).")
+              callback=not_empty, help="The store's data folder (when TARGET is not given).")
 @click.option("--key", "vkey", default=None,
               help="Trusted verifier key: the key string `sealbox init` and `sealbox log key` print, or a file "
                    "holding it (a store's log.vkey). Default for a store: the key pinned at init. A bundle needs it "
