@@ -102,17 +102,22 @@ def test_a_store_missing_a_table_is_one_error_line_and_is_not_written(copy, tmp_
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.html").exists()
 
 
-@pytest.mark.parametrize("cmd", STORE_COMMANDS + [["approvals", "approve", "apr_x", "--reason", "r", "--key-file", "KEY"]],
-                         ids=" ".join)
+@pytest.mark.parametrize("cmd", STORE_COMMANDS + [["approvals", "deny", "apr_x", "--reason", "r"]], ids=" ".join)
 def test_a_zero_byte_database_is_not_a_store_and_is_never_migrated(copy, tmp_path, cmd):
     # was: a writer took the empty sealbox.db for a new database and created the schema in it, beside
     # the store's key and checkpoint (`approvals list` then listed nothing, exit 0)
     store, run_id = copy
     (store / "sealbox.db").write_bytes(b"")
-    (tmp_path / "k.key").write_text("x")
-    (tmp_path / "k.key").chmod(0o600)
     before = state(store)
-    proc = sb(*[str(tmp_path / "k.key") if a == "KEY" else a for a in _argv(cmd, store, run_id, tmp_path / "out")])
+    argv = _argv(cmd, store, run_id, tmp_path / "out")
+    if cmd[:2] == ["approvals", "deny"]:  # a real identity key: the key file is read before the store is opened
+        from sealbox.identities import add_identity
+        from sealbox.store import init_store
+
+        with init_store(tmp_path / "other") as other:
+            add_identity(other, "alice", "admin", [], False, str(tmp_path / "k.key"))
+        argv += ["--key-file", str(tmp_path / "k.key")]
+    proc = sb(*argv)
     assert proc.returncode == 2
     assert one_error(proc) == f"error: {store / 'sealbox.db'} is not a Sealbox store (an empty database)"
     assert state(store) == before
