@@ -442,3 +442,19 @@ def test_an_empty_path_is_one_error_line(copy, tmp_path, cmd, message):
     assert proc.returncode == 2
     assert one_error(proc) == message
     assert state(store) == before and list(tmp_path.iterdir()) == [store]
+
+
+@pytest.mark.parametrize("option, message", [
+    # was: an empty --expires made a grant that never expires, an empty --id a grant with a new id (exit 0)
+    ("--expires", "error: --expires is empty: give a time (RFC 3339, a date, or 12h, 30d), or leave it out for no "
+                  "expiry"),
+    ("--id", "error: --id is empty: give a grant id, or leave it out for a new one"),
+])
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_grant_option_is_one_error_line(copy, option, message, value):
+    store, _ = copy
+    before = state(store)
+    proc = sb("access", "grant", "--principal", "p", "--server", "db", "--tool", "x", option, value, "-s", store)
+    assert proc.returncode == 2
+    assert one_error(proc) == message
+    assert state(store) == before

@@ -117,6 +117,13 @@ def grant_cmd(store_path: str, principal: str, server: str, tool: str, scopes: t
     """Give a principal a grant for a tool, signed with an admin's key; print its id."""
     from sealbox.access import grant_access, parse_expiry
 
+    from sealbox.cli.common import BadInput
+
+    # a quoted, unset shell variable: never read as "no expiry" (a grant for ever) or "a new id"
+    if expires is not None and not expires.strip():
+        raise BadInput("--expires is empty: give a time (RFC 3339, a date, or 12h, 30d), or leave it out for no expiry")
+    if grant_id is not None and not grant_id.strip():
+        raise BadInput("--id is empty: give a grant id, or leave it out for a new one")
     expires_at = parse_expiry(expires) if expires else None
     credential = _read_credential(credential_file) if credential_file else None
     scope: Any = None if not scopes else (scopes[0] if len(scopes) == 1 else list(scopes))
