@@ -73,14 +73,15 @@ STORE_COMMANDS = [
     ["runs", "list"], ["runs", "show", "RUN"], ["calls"], ["calls", "--json"], ["approvals", "list"],
     ["access", "list"], ["identities", "list"], ["log", "checkpoint"], ["log", "key"],
     ["export", "RUN", "-o", "OUT"], ["report", "RUN", "-o", "OUT.html"],
-    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x"],
+    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--key-file", "KEY"],
     ["identities", "add", "bob", "--role", "admin", "--key-out", "OUT"],
-    ["gateway", "reapprove", "db", "read_query"],
+    ["gateway", "reapprove", "db", "read_query", "--reason", "r", "--key-file", "KEY"],
 ]
 
 
 def _argv(cmd: list[str], store: Path, run_id: str, out: Path) -> list[str]:
-    return [run_id if a == "RUN" else str(out) if a == "OUT" else str(out) + ".html" if a == "OUT.html" else a for a in cmd] + ["-s", str(store)]
+    named = {"RUN": run_id, "OUT": str(out), "OUT.html": str(out) + ".html", "KEY": str(out) + ".key"}
+    return [named.get(a, a) for a in cmd] + ["-s", str(store)]
 
 
 @pytest.mark.parametrize("table", ["events", "runs", "store_meta", "blobs", "credentials"])
@@ -136,20 +137,34 @@ def locked(copy):
 
 
 @pytest.mark.parametrize("cmd", [
-    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x"],
-    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "y", "--id", "g-2"],
+    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--key-file", "ADMIN"],
+    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "y", "--id", "g-2", "--key-file", "ADMIN"],
 ], ids=" ".join)
-def test_a_write_to_a_locked_store_fails_after_the_cli_lock_timeout(locked, tmp_path, cmd):
+def test_a_write_to_a_locked_store_fails_after_the_cli_lock_timeout(copy, tmp_path, cmd):
     # was: the command waited silently for the store's lock_timeout (300 s), looking hung
-    store, run_id = locked
-    before = state(store)
-    started = time.monotonic()
-    proc = subprocess.run([SEALBOX, *_argv(cmd, store, run_id, tmp_path / "out")], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "SEALBOX_LOCK_TIMEOUT": "1"})
-    assert time.monotonic() - started < 20
-    assert proc.returncode == 2
-    assert one_error(proc) == f"error: {store / 'sealbox.db'} stayed busy for too long: another writer holds it"
-    assert state(store) == before
+    import sealbox
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from identity_testkit import grant_key
+
+    store, run_id = copy
+    with sealbox.open_store(store) as opened:  # an admin's key: granting is signed
+        admin = str(grant_key(opened))
+    cmd = [admin if a == "ADMIN" else a for a in cmd]
+    holder = sqlite3.connect(store / "sealbox.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        before = state(store)
+        started = time.monotonic()
+        proc = subprocess.run([SEALBOX, *_argv(cmd, store, run_id, tmp_path / "out")], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "SEALBOX_LOCK_TIMEOUT": "1"})
+        assert time.monotonic() - started < 20
+        assert proc.returncode == 2
+        assert one_error(proc) == f"error: {store / 'sealbox.db'} stayed busy for too long: another writer holds it"
+        assert state(store) == before
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
 
 
 def test_reading_a_locked_store_does_not_wait(locked):
@@ -163,8 +178,9 @@ def test_reading_a_locked_store_does_not_wait(locked):
 def test_a_bad_sealbox_lock_timeout_is_one_error_line(copy, value):
     store, _ = copy
     before = state(store)
-    proc = subprocess.run([SEALBOX, "access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "-s",
-                           str(store)], capture_output=True, text=True, timeout=60,
+    proc = subprocess.run([SEALBOX, "access", "grant", "--principal", "p", "--server", "db", "--tool", "x",
+                           "--key-file", str(store) + ".key", "-s", str(store)], capture_output=True, text=True,
+                          timeout=60,
                           env={**os.environ, "SEALBOX_LOCK_TIMEOUT": value})
     assert proc.returncode == 2
     assert one_error(proc) == f"error: SEALBOX_LOCK_TIMEOUT must be a number of seconds >= 0, not {value!r}"
@@ -232,8 +248,8 @@ def readonly(copy):
 
 
 READ_ONLY_WRITES = [
-    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x"],
-    ["gateway", "reapprove", "db", "read_query"],
+    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--key-file", "KEY"],
+    ["gateway", "reapprove", "db", "read_query", "--reason", "r", "--key-file", "KEY"],
     ["import", "OUT"],
 ]
 
@@ -272,10 +288,8 @@ def test_reading_a_read_only_store_works(readonly, tmp_path, cmd):
 
 
 @pytest.mark.parametrize("cmd", [
-    ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--by"],
     ["access", "revoke", "GRANT", "--reason", "r", "--by"],
     ["access", "retry", "GRANT", "--by"],
-    ["gateway", "reapprove", "db", "read_query", "--identity"],
 ], ids=lambda c: " ".join(c[:2]))
 @pytest.mark.parametrize("value, problem", [
     # was: an empty --by (an unset shell variable) silently recorded user:<OS user>, and one
@@ -286,9 +300,13 @@ def test_reading_a_read_only_store_works(readonly, tmp_path, cmd):
 ], ids=["empty", "blank", "escape"])
 def test_an_empty_or_unprintable_acting_principal_is_one_error_line(copy, cmd, value, problem):
     store, _ = copy
-    grant = "g-1"
-    assert sb("access", "grant", "--principal", "agent:x", "--server", "db", "--tool", "read_*", "--id", grant,
-              "-s", store).returncode == 0
+    import sealbox
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from identity_testkit import signed_grant
+
+    with sealbox.open_store(store) as opened:  # granting takes an admin's key (the sweep's --by cases are gone)
+        grant = signed_grant(opened, "agent:x", "db", "read_*", grant_id="g-1")
     before = state(store)
     proc = sb(*[grant if a == "GRANT" else a for a in cmd], value, "-s", store)
     assert proc.returncode == 2
@@ -336,7 +354,7 @@ def test_a_credential_file_that_is_not_text_is_one_error_line(copy, key_files):
     # was: "... is not valid JSON (line ?)"
     store, _ = copy
     before = state(store)
-    proc = sb("access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--credential-file",
+    proc = sb("access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--key-file", "none.key", "--credential-file",
               key_files["binary"], "-s", store)
     assert proc.returncode == 2
     assert one_error(proc) == f"error: credential file {key_files['binary']} is not valid JSON: not UTF-8 text (byte 0)"
@@ -406,7 +424,7 @@ NESTED = "lists or mappings nested more than 64 levels deep"
     (["whatif", "--policy", "F", "RUN", "-s", "STORE"], DEEP_JSON, "error: {f}: " + NESTED),
     (["replay", "RUN", "--agent", "os:getcwd", "--snapshot", "F", "-s", "STORE"], DEEP_JSON,
      "error: cannot read the snapshot {f}: its JSON is nested too deeply"),
-    (["access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--credential-file", "F", "-s", "STORE"],
+    (["access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--key-file", "none.key", "--credential-file", "F", "-s", "STORE"],
      DEEP_JSON, "error: credential file {f} is not a credential: its JSON is nested too deeply"),
 ], ids=lambda v: " ".join(v[:2]) if isinstance(v, list) else None)
 def test_a_file_nested_too_deeply_is_one_error_line(copy, tmp_path, cmd, content, message):
@@ -454,7 +472,7 @@ def test_an_empty_path_is_one_error_line(copy, tmp_path, cmd, message):
 def test_an_empty_grant_option_is_one_error_line(copy, option, message, value):
     store, _ = copy
     before = state(store)
-    proc = sb("access", "grant", "--principal", "p", "--server", "db", "--tool", "x", option, value, "-s", store)
+    proc = sb("access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--key-file", "none.key", option, value, "-s", store)
     assert proc.returncode == 2
     assert one_error(proc) == message
     assert state(store) == before
