@@ -470,8 +470,14 @@ def test_damaged_store_settings_are_reported_and_refuse_writers(s: Sample, sql: 
     assert str(info.value) == (f"{s.path}: {damage}: the store was changed below Sealbox; refusing to record into it "
                                "(run `sealbox verify`)")
     assert cli("runs", "list", "-s", str(s.path)).returncode == 0  # reading still works
+    from sealbox.identities import add_identity
+    from sealbox.store import init_store
+
+    key = s.path.parent / "other-alice.key"  # a readable key: the key file is read before the store is opened
+    with init_store(s.path.parent / "other") as other:
+        add_identity(other, "alice", "admin", [], False, str(key))
     assert_one_error_line(cli("approvals", "approve", "apr_" + "0" * 32, "--reason", "x", "--key-file",
-                              str(s.path / "none.key"), "-s", str(s.path)), str(info.value))  # a writer
+                              str(key), "-s", str(s.path)), str(info.value))  # a writer
 
 
 @pytest.mark.parametrize("sql", [
