@@ -52,3 +52,38 @@ def sign_grant_payload(store: Any, payload: dict, key_file: Any = None, **fields
     p["signature"] = sign_fields(signer, grant_fields(p))
     p["key_id"] = signer.verifier.vkey.split("+")[1]
     return p
+
+
+def signed_revoke(store: Any, *args: Any, **kwargs: Any) -> str:
+    """:func:`sealbox.access.revoke` signed with :func:`grant_key` (or ``key_file=`` if given)."""
+    from sealbox.access import revoke
+
+    if kwargs.get("key_file") is None:
+        kwargs["key_file"] = grant_key(store)
+    return revoke(store, *args, **kwargs)
+
+
+def signed_retry(store: Any, *args: Any, **kwargs: Any) -> str:
+    """:func:`sealbox.access.retry` signed with :func:`grant_key` (or ``key_file=`` if given)."""
+    from sealbox.access import retry
+
+    if kwargs.get("key_file") is None:
+        kwargs["key_file"] = grant_key(store)
+    return retry(store, *args, **kwargs)
+
+
+def sign_revocation_payload(store: Any, payload: dict, after: int, key_file: Any = None, **fields: Any) -> dict:
+    """``payload`` (an ``access.revoked`` payload, as written below revoke) signed as revoke signs it,
+    chained ``after`` that leaf, by the key's identity (default: :func:`grant_key`); ``fields``
+    (e.g. ``origin``, ``identity``, ``at``) override what is signed."""
+    from datetime import datetime, timezone
+
+    from sealbox.access import revocation_fields
+    from sealbox.identities import load_key, sign_fields
+
+    signer = load_key(key_file or grant_key(store))
+    p = {**payload, "origin": store.origin, "identity": signer.name, "after": after,
+         "at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), **fields}
+    p["signature"] = sign_fields(signer, revocation_fields(p))
+    p["key_id"] = signer.verifier.vkey.split("+")[1]
+    return p

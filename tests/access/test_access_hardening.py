@@ -32,6 +32,7 @@ from sealbox.access import (
 )
 from sealbox.events import SYSTEM_RUN_ID, EventDraft
 from identity_testkit import grant_key, signed_grant  # noqa: E402
+from identity_testkit import signed_retry as retry, signed_revoke as revoke  # noqa: E402,F811
 
 AGENT = "agent:deploy-bot"
 SEALBOX = str(Path(sys.executable).parent / "sealbox")

@@ -16,6 +16,7 @@ from sealbox.policy.audit import reevaluate, reevaluate_run
 from sealbox.recorder import Recorder, ToolDenied
 from sealbox.replay.whatif import whatif_policy
 from identity_testkit import signed_grant  # noqa: E402
+from identity_testkit import signed_retry as retry, signed_revoke as revoke  # noqa: E402,F811
 
 AGENT = "agent:deploy-bot"
 IMPLICIT = f"implicit:{AGENT}"
@@ -91,14 +92,14 @@ def test_an_implicit_grant_is_denied_and_an_explicit_one_allowed(store):
 
 def test_a_revoked_explicit_grant_is_still_grant_invalid_with_no_rule(store):
     gid = signed_grant(store, AGENT, "github", "create_*", "repo:write")
-    revoke(store, gid, "incident 42", by="user:security")
+    revoke(store, gid, "incident 42")
     tool = Tool()
     outcomes, run_id = calls_in_one_run(store, REQUIRE, [gid], tool)
     assert outcomes == ["grant_invalid"] and tool.calls == []
     [d] = decisions(store, run_id)
     assert (d["effect"], d["reason_code"], d["rule"]) == ("deny", "grant_invalid", None)
     assert d["reason"].startswith(f"grant {gid} was revoked at ")
-    assert d["reason"].endswith(" by user:security: incident 42")
+    assert d["reason"].endswith(" by root: incident 42")
 
 
 def test_after_a_revocation_naming_no_grant_no_longer_gets_through(store):
@@ -107,7 +108,7 @@ def test_after_a_revocation_naming_no_grant_no_longer_gets_through(store):
     gid = signed_grant(store, AGENT, "github", "create_*", "repo:write")
     tool = Tool()
     before, _ = calls_in_one_run(store, REQUIRE, [gid], tool)
-    revoke(store, gid, "the agent misbehaved", by="user:security")
+    revoke(store, gid, "the agent misbehaved")
     gap, open_run = calls_in_one_run(store, ALLOW_ALL, [gid, None], tool)
     closed, closed_run = calls_in_one_run(store, REQUIRE, [gid, None], tool)
     assert before == ["created"]
@@ -177,7 +178,7 @@ def test_a_grant_invalid_decision_re_evaluates_as_grant_invalid_not_allow(store,
     decision from its inputs gave the policy's bare answer ("allow"), so an audit under the same
     policy reported it as different and a what-if listed it as deny -> allow."""
     gid = signed_grant(store, AGENT, "github", "create_*", "repo:write")
-    revoke(store, gid, "key leaked", by="user:security")
+    revoke(store, gid, "key leaked")
     outcomes, run_id = calls_in_one_run(store, ALLOW_ALL, [gid], Tool())
     assert outcomes == ["grant_invalid"]
     [again] = reevaluate_run(store, policy, run_id)

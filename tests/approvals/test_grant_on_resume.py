@@ -10,6 +10,7 @@ from sealbox.access import grant_access, revoke
 from sealbox.approvals import ApprovalPending, answer
 from sealbox.recorder import Recorder, ToolDenied
 from identity_testkit import signed_grant  # noqa: E402
+from identity_testkit import signed_retry as retry, signed_revoke as revoke  # noqa: E402,F811
 
 
 class Tool:
@@ -36,7 +37,7 @@ def test_the_grant_is_checked_again_when_the_run_resumes(store, keys, revoked):
     run_id, aid = suspended_call(store, rec, grant)
     answer(store, aid, "approve", "looks fine", keys["alice"])
     if revoked:
-        revoke(store, grant, "key leaked", by="user:security")
+        revoke(store, grant, "key leaked")
     with rec.resume(run_id, {("db", "write_query"): tool}) as run:
         (call,) = run.resumed_calls
     if revoked:
@@ -96,7 +97,7 @@ def test_an_outcome_unknown_call_is_not_rerun_under_a_grant_revoked_since(store,
     run_id, aid = suspended_call(store, rec, grant)
     answer(store, aid, "approve", "ok", keys["alice"])
     assert claim(rec.continue_run(run_id), aid)[1] == "approved"  # resumed, then "the process died"
-    revoke(store, grant, "key leaked", by="user:security")
+    revoke(store, grant, "key leaked")
     run = rec.resume(run_id, {("db", "write_query"): tool}, rerun_unknown=True)
     (call,) = run.resumed_calls
     assert (call.outcome, call.ran, tool.calls) == ("grant_invalid", False, [])

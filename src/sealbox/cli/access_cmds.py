@@ -23,27 +23,12 @@ _MAX_CREDENTIAL_FILE = 1 << 20
 EXIT_PENDING = 3
 
 
-def _by_option(fn: Any) -> Any:
-    return click.option("--by", metavar="PRINCIPAL", default=None,
-                        help="Who does this (the event's principal); default user:<OS user>.")(fn)
-
-
-def _who(by: str | None) -> str:
-    """The event's principal: ``--by`` as given, else ``user:<OS user>``.
-
-    Raises:
-        BadInput: ``--by`` given but empty (an unset shell variable), or holding control characters.
-    """
-    from sealbox.cli.common import given_principal
-
-    if given_principal(by, "--by") is not None:
-        return by
-    try:
-        import getpass
-
-        return "user:" + getpass.getuser()
-    except Exception:  # noqa: BLE001 - no user name on this system
-        return "sealbox"
+def _key_options(fn: Any) -> Any:
+    fn = click.option("--identity", default=None,
+                      help="Only a check: refuse unless the key file is this identity's.")(fn)
+    return click.option("--key-file", required=True, type=click.Path(dir_okay=False),
+                        help="Your identity's private key file (an enabled admin or approver): "
+                             "each step recorded is signed with it.")(fn)
 
 
 def _read_credential(path: str) -> dict[str, Any]:
@@ -179,6 +164,11 @@ def _print_show(row: dict[str, Any]) -> None:
         echo("signature  valid")
     for s in row["steps"]:
         line = f"  {s['ts']}  {s['step']:<9} by {s['by']}"
+        mark = s.get("signature", "valid")
+        if mark != "valid":
+            from sealbox.access import REVOCATION_PROBLEMS
+
+            line += f"  NOT COUNTED ({mark}: {REVOCATION_PROBLEMS.get(mark, '')})"
         if s.get("reason"):
             line += f"  reason: {s['reason']}"
         detail = s.get("detail") or {}
@@ -240,9 +230,10 @@ def _finish(grant_id: str, status: str) -> None:
 @click.option("--reason", required=True, help="Why (recorded).")
 @click.option("--retries", type=click.IntRange(min=1, max=20), default=3, show_default=True,
               help="Attempts per request when the provider is unreachable or answers 5xx/429.")
-@_by_option
-def revoke_cmd(grant_id: str, store_path: str, reason: str, retries: int, by: str | None) -> None:
+@_key_options
+def revoke_cmd(grant_id: str, store_path: str, reason: str, retries: int, key_file: str, identity: str | None) -> None:
     """Revoke a grant: denied here at once, then revoked and confirmed at its provider.
+    Each step is signed with --key-file (an enabled admin or approver).
 
     Exits 3 when the grant is revoked here but not (yet) confirmed at the provider.
     """
@@ -250,7 +241,7 @@ def revoke_cmd(grant_id: str, store_path: str, reason: str, retries: int, by: st
 
     store = open_for_writing(store_path)
     try:
-        status = revoke(store, grant_id, reason, retries=retries, by=_who(by))
+        status = revoke(store, grant_id, reason, retries=retries, key_file=key_file, identity=identity)
     finally:
         store.close()
     _finish(grant_id, status)
@@ -261,14 +252,15 @@ def revoke_cmd(grant_id: str, store_path: str, reason: str, retries: int, by: st
 @store_option
 @click.option("--retries", type=click.IntRange(min=1, max=20), default=3, show_default=True,
               help="Attempts per request when the provider is unreachable or answers 5xx/429.")
-@_by_option
-def retry_cmd(grant_id: str, store_path: str, retries: int, by: str | None) -> None:
-    """Retry a revocation that is pending at its provider. Exits 3 if it is still pending."""
+@_key_options
+def retry_cmd(grant_id: str, store_path: str, retries: int, key_file: str, identity: str | None) -> None:
+    """Retry a revocation that is pending at its provider (each step signed with --key-file).
+    Exits 3 if it is still pending."""
     from sealbox.access import retry
 
     store = open_for_writing(store_path)
     try:
-        status = retry(store, grant_id, retries=retries, by=_who(by))
+        status = retry(store, grant_id, retries=retries, key_file=key_file, identity=identity)
     finally:
         store.close()
     _finish(grant_id, status)
