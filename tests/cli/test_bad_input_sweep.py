@@ -287,34 +287,6 @@ def test_reading_a_read_only_store_works(readonly, tmp_path, cmd):
     assert state(store) == before
 
 
-@pytest.mark.parametrize("cmd", [
-    ["access", "revoke", "GRANT", "--reason", "r", "--by"],
-    ["access", "retry", "GRANT", "--by"],
-], ids=lambda c: " ".join(c[:2]))
-@pytest.mark.parametrize("value, problem", [
-    # was: an empty --by (an unset shell variable) silently recorded user:<OS user>, and one
-    # holding an escape sequence was recorded as the event's principal
-    ("", "is empty: give who does this (e.g. user:alice), or leave it out for user:<OS user>"),
-    ("  ", "is empty: give who does this (e.g. user:alice), or leave it out for user:<OS user>"),
-    ("user:a\x1b[2Jb", "holds control characters: give a principal id such as user:alice"),
-], ids=["empty", "blank", "escape"])
-def test_an_empty_or_unprintable_acting_principal_is_one_error_line(copy, cmd, value, problem):
-    store, _ = copy
-    import sealbox
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from identity_testkit import signed_grant
-
-    with sealbox.open_store(store) as opened:  # granting takes an admin's key (the sweep's --by cases are gone)
-        grant = signed_grant(opened, "agent:x", "db", "read_*", grant_id="g-1")
-    before = state(store)
-    proc = sb(*[grant if a == "GRANT" else a for a in cmd], value, "-s", store)
-    assert proc.returncode == 2
-    shown = repr(value) + " " if problem.startswith("holds") else ""
-    assert one_error(proc) == f"error: {cmd[-1]} {shown}{problem}"
-    assert state(store) == before
-
-
 @pytest.fixture
 def key_files(tmp_path) -> dict[str, Path]:
     files = {"binary": tmp_path / "binary.key", "empty": tmp_path / "empty.key", "folder": tmp_path / "keys"}

@@ -90,21 +90,6 @@ def check_key_file(path: str | None) -> None:
         load_key(path)
 
 
-def given_principal(value: str | None, option: str) -> str | None:
-    """A principal given on the command line (``--by``, ``--identity``), or None when not given.
-
-    Raises:
-        BadInput: given but empty (an unset shell variable), or holding control characters.
-    """
-    if value is None:
-        return None
-    if not value.strip():
-        raise BadInput(f"{option} is empty: give who does this (e.g. user:alice), or leave it out for user:<OS user>")
-    if not value.isprintable():
-        raise BadInput(f"{option} {value!r} holds control characters: give a principal id such as user:alice")
-    return value
-
-
 #: The shortest prefix of an id that the commands taking a run or approval id accept.
 MIN_ID_PREFIX = 4
 
