@@ -118,3 +118,37 @@ async def test_a_call_whose_record_waits_past_the_lock_timeout_is_not_forwarded(
                                       ("4", "tool.result"), ("5", "run.ended")]
     finally:
         store.close()
+
+
+async def test_calls_queued_behind_one_another_each_give_up_within_the_lock_timeout(tmp_path):
+    # three sessions' gates wait for the lock at once: each waits lock_timeout from when it was made,
+    # not lock_timeout after the one before it gave up (1 s, 2 s, 3 s: the last was forwarded late)
+    sealbox.init_store(tmp_path / "store").close()
+    store = sealbox.open_store(tmp_path / "store", lock_timeout=1.0)
+    try:
+        gw = Gateway(toy_config(tmp_path), store=store)
+        took: dict[str, tuple[float, bool]] = {}
+        async with running(gw) as tg:
+            async with connect(gw, tg) as a, connect(gw, tg) as b, connect(gw, tg) as c:
+                for client in (a, b, c):
+                    assert text_of(await client.call_tool("toy__add", {"a": 1, "b": 1})) == "2"
+                proc = await _hold_lock(str(store.db_path), 3.5)
+
+                async def call(name: str, client) -> None:
+                    t0 = time.monotonic()
+                    result = await client.call_tool("toy__add", {"a": 2, "b": 2})
+                    took[name] = (time.monotonic() - t0, result.is_error)
+
+                async with anyio.create_task_group() as calls:
+                    for name, client in (("a", a), ("b", b), ("c", c)):
+                        calls.start_soon(call, name, client)
+                await anyio.to_thread.run_sync(proc.wait, 10)
+        assert sorted(took) == ["a", "b", "c"]
+        assert all(err for _, err in took.values())
+        assert max(t for t, _ in took.values()) < 1.8, took
+        assert [c["arguments"] for c in toy_log(tmp_path)] == [{"a": 1, "b": 1}] * 3  # none forwarded
+        for run in gateway_runs(store):
+            assert [k for _, k in kinds(store, run)] == ["run.started", "tool.call", "policy.decision",
+                                                         "tool.result", "run.ended"]
+    finally:
+        store.close()

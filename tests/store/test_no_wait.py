@@ -96,3 +96,29 @@ def test_a_run_start_refused_busy_gives_its_step_back(tmp_path: Path) -> None:
         assert [(e.step, e.kind) for e in store.read_run(run.run_id)] == [("1", "run.started"), ("2", "run.ended")]
     finally:
         store.close()
+
+
+def test_waiting_until_bounds_a_write_s_wait_for_the_lock_by_its_deadline(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    sealbox.init_store(path).close()
+    store = open_store(path)  # lock_timeout 300 s, SQLite's own first wait 5 s
+    try:
+        size = store.size()
+        hold = sqlite3.connect(path / "sealbox.db", isolation_level=None, check_same_thread=False)
+        hold.execute("BEGIN IMMEDIATE")
+        releaser = threading.Timer(2.0, lambda: (hold.execute("COMMIT"), hold.close()))
+        releaser.start()
+        started = time.monotonic()
+        with pytest.raises(sealbox.errors.StoreError) as info:
+            with store.waiting_until(started + 0.3):
+                store.append(EventDraft("note", {"text": "late"}))
+        waited = time.monotonic() - started
+        assert not isinstance(info.value, StoreBusyError)  # a wait that ran out, not a no_wait() refusal
+        assert 0.3 <= waited < 1.0, waited  # not SQLite's 5 s, not until the lock was released (2 s)
+        assert store._conn().execute("PRAGMA busy_timeout").fetchone()[0] == 5000  # restored
+        assert store._local.lock_timeout is None
+        releaser.join(10)
+        store.append(EventDraft("note", {"text": "free"}))
+        assert store.size() == size + 1  # the refused write left nothing
+    finally:
+        store.close()

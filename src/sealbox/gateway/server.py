@@ -334,8 +334,9 @@ class Gateway:
         IMMEDIATE``) the write raises StoreBusyError before anything is written, and is made again
         from a worker thread, which waits for the lock (up to the store's ``lock_timeout``; then it
         fails as any write does: RecordingError, a call is not forwarded) while the loop serves the
-        other sessions. Writes made from threads go one at a time, in the order they came (a fair
-        lock), and while one is queued every later write joins the queue, so the gateway's writes
+        other sessions; ``lock_timeout`` counts from when the write was asked for, so a write queued
+        behind others that each waited does not wait it again. Writes made from threads go one at a
+        time, in the order they came (a fair lock), and while one is queued every later write joins the queue, so the gateway's writes
         are committed in the order it made them (steps of a run stay in order). Shielded: a write
         once queued is made even if its caller is cancelled (no event lost, none made twice)."""
         if not self._queued_writes:
@@ -347,14 +348,24 @@ class Gateway:
             except StoreBusyError:
                 pass  # nothing was written: made again below, off the loop
         self._queued_writes += 1
+        # its whole wait counts from now: behind other queued writes it must not wait lock_timeout again
+        deadline = time.monotonic() + getattr(self.store, "lock_timeout", 0.0)
         try:
             with anyio.CancelScope(shield=True):
                 if self._write_order is None:
                     self._write_order = anyio.Lock()
                 async with self._write_order:
-                    return await anyio.to_thread.run_sync(write)
+                    return await anyio.to_thread.run_sync(self._write_until, write, deadline)
         finally:
             self._queued_writes -= 1
+
+    def _write_until(self, write: Any, deadline: float) -> Any:
+        """``write()`` in a worker thread, waiting for the store's lock only until ``deadline`` (monotonic s)."""
+        waiting_until = getattr(self.store, "waiting_until", None)
+        if waiting_until is None:  # a store with no such bound (PostgreSQL): its own lock wait
+            return write()
+        with waiting_until(deadline):
+            return write()
 
     # ------------------------------------------------------------------ protocol checks
 

@@ -770,6 +770,23 @@ class _NoWait:
     def __exit__(self, *exc_info: Any) -> None:
         self._local.no_wait = self._before
 
+class _WaitingUntil:
+    """:meth:`SqliteStore.waiting_until`'s context manager."""
+
+    __slots__ = ("_local", "_deadline", "_before")
+
+    def __init__(self, local: _ThreadState, deadline: float) -> None:
+        self._local, self._deadline, self._before = local, deadline, None
+
+    def __enter__(self) -> None:
+        self._before = self._local.lock_timeout
+        left = max(0.0, self._deadline - time.monotonic())
+        self._local.lock_timeout = left if self._before is None else min(left, self._before)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._local.lock_timeout = self._before
+
+
 class SqliteStore(SqliteQueries):
     """The embedded SQLite store. Open with :meth:`init` (new) or :meth:`open` (existing).
 
@@ -1245,6 +1262,9 @@ class SqliteStore(SqliteQueries):
         deadline = time.monotonic() + (self.lock_timeout if timeout is None else timeout)
         delay = 0.001
         capped = False
+        if timeout is not None and timeout * 1000 < self._busy_ms:  # a shorter wait (waiting_until, optimize)
+            conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            capped = True
         try:
             while True:
                 try:
@@ -1293,6 +1313,15 @@ class SqliteStore(SqliteQueries):
         is not signed while the lock is taken (a later append, the checkpoint timer or :meth:`close`
         signs it). Costs two ``PRAGMA busy_timeout`` statements per write."""
         return _NoWait(self._local)
+
+    def waiting_until(self, deadline: float) -> Any:
+        """A context manager: within it, in this thread, a write waits for the write lock only until
+        ``deadline`` (a :func:`time.monotonic` time, seconds), or ``lock_timeout`` if that comes
+        first; past it the write fails as one past ``lock_timeout`` does (a StoreError, nothing
+        written). For a write made later than it was asked for (the gateway's writes queued behind
+        one another while another process holds the lock) whose whole wait must stay within
+        ``lock_timeout`` of when it was asked for."""
+        return _WaitingUntil(self._local, deadline)
 
     def _commit(self, conn: sqlite3.Connection) -> None:
         self._retrying(conn, "COMMIT")
