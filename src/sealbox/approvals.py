@@ -607,6 +607,7 @@ def log_flags(payload: dict, ev: Any, book: IdentityBook, flags: Sequence[dict[s
         client = payload.get("client") if isinstance(payload.get("client"), dict) else {}
         seen = [{"approval_id": payload.get("approval_id"), "answered_at": payload.get("answered_at"),
                  "leaf_index": ev.leaf_index, **_client_fields(client)}]
+        window: list[tuple[Any, dict[str, Any]]] = []  # earlier answers in the window, signatures not checked yet
         for other in evidence.answers_of(name) if at is not None else ():
             if other.leaf_index >= ev.leaf_index:
                 break
@@ -614,15 +615,21 @@ def log_flags(payload: dict, ev: Any, book: IdentityBook, flags: Sequence[dict[s
                 when = _parse(other.ts)
             except (TypeError, ValueError):
                 continue
-            o = other.payload
-            then = book.get(name, other.leaf_index)  # only a validly signed answer shows where the key was used
             # earlier in the log is what counts: no upper bound, so a clock running ahead in the
             # earlier answerer's process (a later ts) does not hide it
-            if at - timedelta(seconds=DEFAULT_SHARED_WINDOW_S) <= when and then is not None and \
-                    verify_fields(then.public_key, signed_fields(o), o.get("signature")):
-                seen.append({"approval_id": o.get("approval_id"), "answered_at": o.get("answered_at"),
-                             "leaf_index": other.leaf_index,
-                             **_client_fields(o["client"] if isinstance(o.get("client"), dict) else {})})
+            if at - timedelta(seconds=DEFAULT_SHARED_WINDOW_S) <= when:
+                o = other.payload
+                window.append((other, {"approval_id": o.get("approval_id"), "answered_at": o.get("answered_at"),
+                                       "leaf_index": other.leaf_index,
+                                       **_client_fields(o["client"] if isinstance(o.get("client"), dict) else {})}))
+        # signatures are checked only when a distinct client could raise the flag (one verify per
+        # answer in the window: an identity answering from one client is never made to pay for them)
+        if any(_distinct(seen[0], entry) for _, entry in window):
+            for other, entry in window:
+                then = book.get(name, other.leaf_index)  # only a validly signed answer shows where the key was used
+                if then is not None and verify_fields(then.public_key, signed_fields(other.payload),
+                                                      other.payload.get("signature")):
+                    seen.append(entry)
         if any(_distinct(seen[0], other) for other in seen[1:]):
             distinct = sorted({_client_key(c) for c in seen}, key=repr)
             out.append({"code": "multiple_clients", "evidence": {

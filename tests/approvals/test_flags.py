@@ -264,3 +264,24 @@ def test_a_clock_running_ahead_in_the_first_answerers_process_does_not_hide_the_
     second = request(store)
     _forged_answer(store, second, keys["bob"], "bob", {"hostname": "desk-2", "os_user": "bob"})
     assert [f["code"] for f in get_approval(store, second).flags] == ["multiple_clients"]
+
+
+def test_reading_an_answer_checks_no_earlier_signatures_when_the_identity_used_one_client(store, keys, monkeypatch):
+    """Every read of an answer (get_approval, polled every 0.1 s by a held gateway call; each row of
+    a listing) computes its multiple_clients flag from the log, and verified the signature of every
+    earlier answer of the identity within 24 h: with 200 answers from one laptop, get_approval took
+    30 ms instead of 2. Signatures are checked only when an earlier answer names another client."""
+    import sealbox.approvals as approvals
+
+    for _ in range(30):
+        last = answer(store, request(store), "approve", "ok", keys["alice"], client=LAPTOP)
+    checked = []
+    real = approvals.verify_fields
+    monkeypatch.setattr(approvals, "verify_fields", lambda *a: checked.append(1) or real(*a))
+    state = approvals.get_approval(store, last.approval_id)
+    assert state.status == "approved" and state.answers[0].flags == ()
+    assert len(checked) <= 1, len(checked)  # the answer's own signature, none of the 29 before it
+    # another client: the flag is raised as before, with every earlier answer of the window
+    other = answer(store, request(store), "approve", "ok", keys["alice"], client={"hostname": "kiosk", "os_user": "ops"})
+    (flag,) = approvals.get_approval(store, other.approval_id).answers[0].flags
+    assert flag["code"] == "multiple_clients" and len(flag["evidence"]["answers"]) == 31
