@@ -122,3 +122,36 @@ def test_waiting_until_bounds_a_write_s_wait_for_the_lock_by_its_deadline(tmp_pa
         assert store.size() == size + 1  # the refused write left nothing
     finally:
         store.close()
+
+
+def test_a_checkpoint_due_under_waiting_until_that_cannot_get_the_lock_in_time_leaves_the_append_made(
+        tmp_path: Path) -> None:
+    # the append's events are committed; a checkpoint then bounded by the same deadline used to raise
+    # StoreError from append(), which the gateway took for a write not made (a recorded call not forwarded)
+    path = tmp_path / "s"
+    sealbox.init_store(path).close()
+    store = open_store(path, checkpoint_policy=CheckpointPolicy(every_events=1, every_seconds=None))
+    try:
+        signed, size = store.latest_checkpoint().tree_size, store.size()
+        real = store.issue_checkpoint
+        holds: list[sqlite3.Connection] = []
+
+        def lock_then_sign(*args, **kwargs):  # another process takes the lock right after the append commits
+            if not holds:
+                holds.append(_hold(path))
+            return real(*args, **kwargs)
+
+        store.issue_checkpoint = lock_then_sign
+        started = time.monotonic()
+        with store.waiting_until(started + 0.3):
+            [event] = store.append(EventDraft("note", {"text": "committed"}))
+        assert time.monotonic() - started < 1.5
+        assert store.size() == size + 1 and event.leaf_index == size
+        assert store.latest_checkpoint().tree_size == signed  # not signed while locked
+        holds[0].close()  # the lock is released
+        store.append(EventDraft("note", {"text": "next"}))
+        assert store.latest_checkpoint().tree_size == event.leaf_index + 2
+    finally:
+        for hold in holds:
+            hold.close()  # released even when the test fails (close() signs; closing twice is a no-op)
+        store.close()

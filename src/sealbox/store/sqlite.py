@@ -1320,7 +1320,9 @@ class SqliteStore(SqliteQueries):
         first; past it the write fails as one past ``lock_timeout`` does (a StoreError, nothing
         written). For a write made later than it was asked for (the gateway's writes queued behind
         one another while another process holds the lock) whose whole wait must stay within
-        ``lock_timeout`` of when it was asked for."""
+        ``lock_timeout`` of when it was asked for. A checkpoint falling due after such a write
+        that cannot get the lock in the time left is not signed then (a later append, the
+        checkpoint timer or :meth:`close` signs it): the write, committed, does not fail."""
         return _WaitingUntil(self._local, deadline)
 
     def _commit(self, conn: sqlite3.Connection) -> None:
@@ -1373,10 +1375,17 @@ class SqliteStore(SqliteQueries):
                 # below Sealbox: later appends are refused before they write anything
                 self._damage = str(exc)
                 _log.error("%s", exc)
-            except StoreError:
+            except StoreError as exc:
                 # a checkpoint that falls due while another thread closes the store is left to
                 # close(), which signs the final one
-                if not (self._closing or self._closed):
+                if self._closing or self._closed:
+                    pass
+                elif self._local.lock_timeout is not None:
+                    # waiting_until(): the events are committed, so the append was made; a checkpoint
+                    # that could not get the lock in the time left is signed by a later append, the
+                    # timer or close()
+                    _log.warning("%s: checkpoint not signed now: %s", self.path, exc)
+                else:
                     raise
         return events
 
