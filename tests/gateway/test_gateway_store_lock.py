@@ -152,3 +152,41 @@ async def test_calls_queued_behind_one_another_each_give_up_within_the_lock_time
                                                          "tool.result", "run.ended"]
     finally:
         store.close()
+
+
+async def test_a_call_waiting_for_its_session_s_run_to_start_gives_up_within_the_lock_timeout(tmp_path):
+    # two calls of a new session: the second waits for the first's run.started; when that write gave up
+    # after lock_timeout, the second used to start the run itself and wait a whole lock_timeout more
+    sealbox.init_store(tmp_path / "store").close()
+    store = sealbox.open_store(tmp_path / "store", lock_timeout=1.0)
+    try:
+        gw = Gateway(toy_config(tmp_path), store=store)
+        took: dict[int, tuple[float, bool]] = {}
+        async with running(gw) as tg:
+            async with connect(gw, tg) as client:
+                proc = await _hold_lock(str(store.db_path), 1.7)
+
+                async def call(n: int) -> None:
+                    from mcp.shared.exceptions import MCPError
+
+                    t0 = time.monotonic()
+                    try:  # a run.started not recorded is a JSON-RPC error (nothing forwarded)
+                        failed = (await client.call_tool("toy__add", {"a": n, "b": 0})).is_error
+                    except MCPError as exc:
+                        failed = "stayed busy for too long" in str(exc)
+                    took[n] = (time.monotonic() - t0, failed)
+
+                async with anyio.create_task_group() as calls:
+                    calls.start_soon(call, 1)
+                    await anyio.sleep(0.05)
+                    calls.start_soon(call, 2)
+                await anyio.to_thread.run_sync(proc.wait, 10)
+                assert text_of(await client.call_tool("toy__add", {"a": 5, "b": 5})) == "10"
+            [run] = gateway_runs(store)
+        assert sorted(took) == [1, 2] and all(err for _, err in took.values()), took
+        assert max(t for t, _ in took.values()) < 1.5, took
+        assert [c["arguments"] for c in toy_log(tmp_path)] == [{"a": 5, "b": 5}]  # neither was forwarded
+        assert [k for _, k in kinds(store, run)] == ["run.started", "tool.call", "policy.decision", "tool.result",
+                                                     "run.ended"]
+    finally:
+        store.close()

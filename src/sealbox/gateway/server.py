@@ -324,7 +324,7 @@ class Gateway:
 
     # ------------------------------------------------------------------ store writes
 
-    async def _write(self, write: Any) -> Any:
+    async def _write(self, write: Any, since: float | None = None) -> Any:
         """Make the store write ``write()`` once and return what it returned (or raise what it raised),
         without ever stalling the event loop on the store's write lock.
 
@@ -338,7 +338,9 @@ class Gateway:
         behind others that each waited does not wait it again. Writes made from threads go one at a
         time, in the order they came (a fair lock), and while one is queued every later write joins the queue, so the gateway's writes
         are committed in the order it made them (steps of a run stay in order). Shielded: a write
-        once queued is made even if its caller is cancelled (no event lost, none made twice)."""
+        once queued is made even if its caller is cancelled (no event lost, none made twice).
+        ``since``: the :func:`time.monotonic` time the caller began waiting for the store, when
+        earlier (a call that waited for another's ``run.started``)."""
         if not self._queued_writes:
             if self._no_wait is None:
                 return write()
@@ -349,7 +351,7 @@ class Gateway:
                 pass  # nothing was written: made again below, off the loop
         self._queued_writes += 1
         # its whole wait counts from now: behind other queued writes it must not wait lock_timeout again
-        deadline = time.monotonic() + getattr(self.store, "lock_timeout", 0.0)
+        deadline = (time.monotonic() if since is None else since) + getattr(self.store, "lock_timeout", 0.0)
         try:
             with anyio.CancelScope(shield=True):
                 if self._write_order is None:
@@ -513,11 +515,13 @@ class Gateway:
             return live  # its own run, named: one step counter
         connection = _connection(ctx)
         run = connection.state.get(_RUN_STATE)
+        since = None  # when this call began waiting for another's run.started: its own wait counts from then
         while run is not None and run._gateway_starting is not None:  # type: ignore[attr-defined]
+            since = time.monotonic() if since is None else since
             await run._gateway_starting.wait()  # type: ignore[attr-defined]  # another call of the session starts it
             run = connection.state.get(_RUN_STATE)  # None: its run.started could not be written
         if run is None:
-            run = await self._start_run(ctx, connection, principal)
+            run = await self._start_run(ctx, connection, principal, since)
         elif run.principal.id != principal:
             raise _mcp_error()(codes.UNAUTHORIZED, "this session's run belongs to another identity")
         return run
@@ -727,7 +731,7 @@ class Gateway:
         run.link_call(call_id, step)
         return call_id
 
-    async def _start_run(self, ctx: Any, connection: Any, principal: str) -> RunContext:
+    async def _start_run(self, ctx: Any, connection: Any, principal: str, since: float | None = None) -> RunContext:
         info = getattr(connection.client_params, "client_info", None)
         labels = {"sealbox.gateway": self.config.name, "mcp.protocol_version": str(connection.protocol_version)}
         if info is not None:
@@ -742,7 +746,7 @@ class Gateway:
         starting = run._gateway_starting = anyio.Event()  # type: ignore[attr-defined]
         connection.state[_RUN_STATE] = run
         try:
-            await self._write(run.start)
+            await self._write(run.start, since)
         except BaseException:
             if connection.state.get(_RUN_STATE) is run:
                 del connection.state[_RUN_STATE]
