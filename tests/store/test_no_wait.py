@@ -155,3 +155,47 @@ def test_a_checkpoint_due_under_waiting_until_that_cannot_get_the_lock_in_time_l
         for hold in holds:
             hold.close()  # released even when the test fails (close() signs; closing twice is a no-op)
         store.close()
+
+
+def test_a_checkpoint_due_after_a_plain_append_that_cannot_get_the_lock_leaves_the_append_made(
+        tmp_path: Path) -> None:
+    # outside waiting_until() too: the append's events are committed, and a checkpoint that then waited
+    # past lock_timeout for a lock another process took made append() raise StoreError, so the recorder
+    # raised RecordingError for a tool.call that is in the log and did not run the tool ("outcome unknown")
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    path = tmp_path / "s"
+    sealbox.init_store(path).close()
+    store = open_store(path, checkpoint_policy=CheckpointPolicy(every_events=1, every_seconds=None), lock_timeout=0.3)
+    try:
+        run = Recorder(store, policy=ALLOW_ALL).run(agent="a").start()
+        signed = store.latest_checkpoint().tree_size
+        real = store.issue_checkpoint
+        holds: list[sqlite3.Connection] = []
+
+        def lock_then_sign(*args, **kwargs):  # another process holds the lock just after the gate commits
+            if holds:
+                return real(*args, **kwargs)
+            holds.append(_hold(path))
+            try:
+                return real(*args, **kwargs)
+            finally:
+                holds[0].close()  # and lets it go once the checkpoint gave up
+
+        store.issue_checkpoint = lock_then_sign
+        ran: list[int] = []
+        started = time.monotonic()
+        assert run.call_tool("db", "q", {"x": 1}, lambda x: ran.append(x) or "ok") == "ok"
+        assert ran == [1]  # the tool ran: its tool.call is in the log
+        assert time.monotonic() - started < 5
+        kinds = [e.kind for e in store.read_run(run.run_id)]
+        assert kinds == ["run.started", "tool.call", "policy.decision", "tool.result"]
+        assert signed < store.latest_checkpoint().tree_size  # the result's append signed what was left
+        store.issue_checkpoint = real
+        run.end("ok")
+        assert store.latest_checkpoint().tree_size == store.size()
+    finally:
+        for hold in holds:
+            hold.close()
+        store.close()

@@ -1378,15 +1378,13 @@ class SqliteStore(SqliteQueries):
             except StoreError as exc:
                 # a checkpoint that falls due while another thread closes the store is left to
                 # close(), which signs the final one
-                if self._closing or self._closed:
-                    pass
-                elif self._local.lock_timeout is not None:
-                    # waiting_until(): the events are committed, so the append was made; a checkpoint
-                    # that could not get the lock in the time left is signed by a later append, the
-                    # timer or close()
+                if not (self._closing or self._closed):
+                    # the events are committed, so the append was made: raising would tell the caller
+                    # it was not (a recorded tool.call whose tool then never runs reads "outcome
+                    # unknown"). A checkpoint that could not be signed now (the lock held by another
+                    # process past lock_timeout, a failed write of the checkpoint file) is signed by a
+                    # later append, the timer or close()
                     _log.warning("%s: checkpoint not signed now: %s", self.path, exc)
-                else:
-                    raise
         return events
 
     def _maybe_checkpoint(self, size: int) -> None:
