@@ -553,15 +553,24 @@ class _LogEvidence:
 
     def __init__(self, log: Any) -> None:
         self.reader = log if hasattr(log, "events") else log.reader()
-        self._answers: dict[str, list[Any]] = {}
         self._agent: dict[str, Any] = {}
 
-    def answers_of(self, name: str) -> list[Any]:
+    def answers_of(self, name: str, before_leaf: int, since: datetime | None) -> list[Any]:
         """``approval.answered`` events whose payload names ``name`` (whatever their principal),
-        in log order; their signatures are not checked here."""
-        if name not in self._answers:
-            self._answers[name] = self.reader.events(["approval.answered"], field=("identity", name))
-        return self._answers[name]
+        below leaf ``before_leaf``, in log order; their signatures are not checked here.
+
+        With ``since`` (an aware datetime), only those whose ``ts`` is ``since`` or later: the
+        store is searched by kind and ``ts`` (``events_kind_ts``), so an identity's answers
+        older than that are not read at all, however many there are. ``since`` None (this
+        answer's own ``ts`` had no offset or no earlier time to go back to) reads them all."""
+        ts_from = None
+        if since is not None:
+            try:
+                ts_from = since.astimezone(timezone.utc).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+            except (OverflowError, ValueError):
+                ts_from = None
+        return self.reader.events(["approval.answered"], field=("identity", name), before_leaf=before_leaf,
+                                  ts_from=ts_from)
 
     def first_agent_event(self, name: str) -> Any:
         """The first ``run.started`` or ``tool.call`` whose principal names the same actor, or None."""
@@ -586,7 +595,9 @@ def log_flags(payload: dict, ev: Any, book: IdentityBook, flags: Sequence[dict[s
 
     * ``multiple_clients``: a validly signed answer by the same identity earlier in the log,
       whose ``ts`` is at most the window before this one's, from a distinct client (clients
-      are self-reported);
+      are self-reported). Only the identity's answers whose ``ts`` column is within the window
+      are read (by kind and ``ts``, through ``events_kind_ts``): the work does not grow with
+      the identity's older answers;
     * ``acts_as_agent``: a ``run.started`` or ``tool.call`` before this answer whose principal
       names the same actor.
     """
@@ -608,9 +619,13 @@ def log_flags(payload: dict, ev: Any, book: IdentityBook, flags: Sequence[dict[s
         seen = [{"approval_id": payload.get("approval_id"), "answered_at": payload.get("answered_at"),
                  "leaf_index": ev.leaf_index, **_client_fields(client)}]
         window: list[tuple[Any, dict[str, Any]]] = []  # earlier answers in the window, signatures not checked yet
-        for other in evidence.answers_of(name) if at is not None else ():
-            if other.leaf_index >= ev.leaf_index:
-                break
+        since = None
+        if at is not None and at.tzinfo is not None:
+            try:
+                since = at - timedelta(seconds=DEFAULT_SHARED_WINDOW_S)
+            except OverflowError:
+                since = None
+        for other in evidence.answers_of(name, ev.leaf_index, since) if at is not None else ():
             try:
                 when = _parse(other.ts)
             except (TypeError, ValueError):

@@ -285,3 +285,69 @@ def test_reading_an_answer_checks_no_earlier_signatures_when_the_identity_used_o
     other = answer(store, request(store), "approve", "ok", keys["alice"], client={"hostname": "kiosk", "os_user": "ops"})
     (flag,) = approvals.get_approval(store, other.approval_id).answers[0].flags
     assert flag["code"] == "multiple_clients" and len(flag["evidence"]["answers"]) == 31
+
+
+def test_reading_an_answer_does_not_read_the_identitys_answers_outside_the_window(store, keys, monkeypatch):
+    """log_flags read every answer the identity ever gave (no time bound) on each read of an
+    approval (get_approval, polled every 0.1 s by a held gateway call; listings; resume): the
+    work grew with the identity's answer count. Only answers within the window are read now:
+    500 answers bob gave 30 days ago, from another client, are neither built into events nor
+    searched by the query (it searches events_kind_ts by ts), and raise no flag."""
+    from datetime import datetime, timedelta, timezone
+
+    import sealbox.store.base as base
+    import sealbox.store.sqlite_queries as queries
+    from sealbox import EventDraft
+    from sealbox.approvals import get_approval, signed_fields
+    from sealbox.identities import load_key, sign_fields
+
+    key = load_key(keys["bob"])
+
+    def answers_from_old_desk(n):  # validly signed answers by bob, from another client than LAPTOP
+        aid = request(store)
+        req = next(e for e in store.reader().events(["approval.requested"]) if e.payload["approval_id"] == aid)
+        out = []
+        for i in range(n):
+            payload = {"approval_id": aid, "binding": req.payload["binding"], "decision": "approve", "identity": "bob",
+                       "reason": f"old {i}", "answered_at": "2026-11-03T00:00:00.000000Z",
+                       "client": {"hostname": "old-desk", "os_user": "bob"}, "run_id": req.run_id}
+            payload["signature"] = sign_fields(key, signed_fields(payload))
+            out.append(EventDraft("approval.answered", payload, run_id=req.run_id, principal="bob", step=req.step))
+        return out
+
+    drafts = answers_from_old_desk(500)
+    month_ago = (datetime.now(timezone.utc) - timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    monkeypatch.setattr(base, "utc_now", lambda: month_ago)
+    old_leaves = {e.leaf_index for e in store.append(drafts)}
+    monkeypatch.undo()
+    assert len(old_leaves) == 500
+    aid = request(store)
+    answer(store, aid, "approve", "ok", keys["bob"], client=LAPTOP)
+
+    built, statements = [], []
+    real = queries.event_from_row
+    monkeypatch.setattr(queries, "event_from_row", lambda leaf, *a: built.append(leaf) or real(leaf, *a))
+    conn = store.reader().conn
+    conn.set_trace_callback(statements.append)
+    try:
+        state = get_approval(store, aid)
+    finally:
+        conn.set_trace_callback(None)
+    assert state.status == "approved" and state.answers[0].flags == ()  # the old desk is outside the window
+    assert built and not old_leaves & set(built), sorted(old_leaves & set(built))[:5]
+    [query] = [s for s in statements if "approval.answered" in s and "ts >=" in s]
+    for stats in ("none", "ANALYZE"):  # with and without planner statistics (close() runs PRAGMA optimize)
+        if stats == "ANALYZE":
+            conn.execute("ANALYZE")
+        plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + query)]
+        assert plan == ["SEARCH events USING INDEX events_kind_ts (kind=? AND ts>?)", "USE TEMP B-TREE FOR ORDER BY"], \
+            (stats, plan)
+    # three such answers within the window are read, and flag the next answer (written without
+    # flags, so that the reader computes it): the evidence is the window's answers, none older
+    recent = [e.leaf_index for e in store.append(answers_from_old_desk(3))]
+    again = request(store)
+    forged = _forged_answer(store, again, keys["bob"], "bob", LAPTOP)
+    (flag,) = get_approval(store, again).answers[0].flags
+    assert flag["code"] == "multiple_clients"
+    assert [(a["leaf_index"], a["hostname"]) for a in flag["evidence"]["answers"]] == [
+        (forged.leaf_index, "laptop"), (state.answers[0].leaf_index, "laptop"), *((n, "old-desk") for n in recent)]

@@ -414,11 +414,16 @@ class Reader:
     @_json_guarded
     def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
                field: tuple[str, str] | None = None, limit: int | None = None,
-               principal_actor: str | None = None) -> list[Event]:
+               principal_actor: str | None = None, ts_from: str | None = None,
+               before_leaf: int | None = None) -> list[Event]:
         """Events of the given kinds, in log order, optionally of one run, one principal, a
         principal that is ``principal_actor`` or ends with ``:`` + ``principal_actor`` (ASCII
         case-insensitive: the candidates for :func:`sealbox.approvals.same_actor`), or
-        whose payload field ``field[0]`` equals the string ``field[1]``.
+        whose payload field ``field[0]`` equals the string ``field[1]``; with ``ts_from`` (RFC
+        3339 text in the store's own form, ``2026-12-03T10:00:00.000000Z``), only events whose
+        ``ts`` column is that text or later (compared as text: the store writes every ``ts`` in
+        that form), read through the ``events_kind_ts`` index so that older events of the kinds
+        are never read; with ``before_leaf``, only events whose leaf index is below it.
 
         Used by approvals and identities to read what they check inside the write
         transaction that records their answer (indexed by kind or by run and kind).
@@ -440,6 +445,12 @@ class Reader:
                 raise ValueError(f"not a payload field name: {field[0]!r}")
             where.append(f"CAST(raw AS TEXT) ->> '$.payload.{field[0]}' = ?")
             params.append(field[1])
+        if ts_from is not None:
+            where.append("ts >= ?")
+            params.append(ts_from)
+        if before_leaf is not None:
+            where.append("+leaf_index < ?")  # a filter, not a range of the rowid: the ts range is the one to search
+            params.append(int(before_leaf))
         sql = f"SELECT {_EVENT_COLS} FROM events WHERE {' AND '.join(where)} ORDER BY leaf_index"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
