@@ -167,13 +167,9 @@ async def test_a_call_waiting_for_its_session_s_run_to_start_gives_up_within_the
                 proc = await _hold_lock(str(store.db_path), 1.7)
 
                 async def call(n: int) -> None:
-                    from mcp.shared.exceptions import MCPError
-
-                    t0 = time.monotonic()
-                    try:  # a run.started not recorded is a JSON-RPC error (nothing forwarded)
-                        failed = (await client.call_tool("toy__add", {"a": n, "b": 0})).is_error
-                    except MCPError as exc:
-                        failed = "stayed busy for too long" in str(exc)
+                    t0 = time.monotonic()  # a run.started not recorded is an isError result (nothing forwarded)
+                    result = await client.call_tool("toy__add", {"a": n, "b": 0})
+                    failed = result.is_error and "stayed busy for too long" in text_of(result)
                     took[n] = (time.monotonic() - t0, failed)
 
                 async with anyio.create_task_group() as calls:
@@ -188,5 +184,50 @@ async def test_a_call_waiting_for_its_session_s_run_to_start_gives_up_within_the
         assert [c["arguments"] for c in toy_log(tmp_path)] == [{"a": 5, "b": 5}]  # neither was forwarded
         assert [k for _, k in kinds(store, run)] == ["run.started", "tool.call", "policy.decision", "tool.result",
                                                      "run.ended"]
+    finally:
+        store.close()
+
+
+async def test_a_first_call_whose_run_started_cannot_be_written_is_not_forwarded_like_a_failed_gate(
+        tmp_path, caplog):
+    # a session's first tools/call writes run.started before its gate; when that write gave up (the
+    # lock held past lock_timeout) the client got a JSON-RPC error ("could not record: …") and the
+    # SDK logged the handler's traceback, where a failed gate write is an isError "not forwarded"
+    # result (docs/gateway.md, tools/call step 3): now both answer the same way
+    import logging
+
+    sealbox.init_store(tmp_path / "store").close()
+    store = sealbox.open_store(tmp_path / "store", lock_timeout=0.5)
+    try:
+        gw = Gateway(toy_config(tmp_path), store=store)
+        caplog.set_level(logging.DEBUG)
+        results = {}
+        async with running(gw) as tg:
+            async with connect(gw, tg) as started, connect(gw, tg) as new:
+                assert text_of(await started.call_tool("toy__add", {"a": 1, "b": 1})) == "2"  # its run has started
+                proc = await _hold_lock(str(store.db_path), 2.0)
+                try:
+                    async def call(name: str, client, arguments) -> None:
+                        results[name] = await client.call_tool("toy__add", arguments)
+
+                    async with anyio.create_task_group() as calls:
+                        calls.start_soon(call, "gate", started, {"a": 2, "b": 2})  # tool.call + policy.decision
+                        calls.start_soon(call, "start", new, {"a": 3, "b": 3})  # run.started, then its gate
+                    held = proc.poll() is None
+                finally:
+                    await anyio.to_thread.run_sync(proc.wait, 10)
+                assert held  # both gave up while the other connection held the lock
+                assert text_of(await new.call_tool("toy__add", {"a": 5, "b": 5})) == "10"  # the session goes on
+            run1, run2 = gateway_runs(store)
+        expected = (f"not forwarded: the call could not be recorded (could not record: {store.db_path} stayed busy "
+                    "for too long: another writer holds it)")
+        for name in ("start", "gate"):
+            assert results[name].is_error and text_of(results[name]) == expected, (name, text_of(results[name]))
+            assert results[name].meta == {"sealbox/not_forwarded": "recording_failed"}
+        assert [c["arguments"] for c in toy_log(tmp_path)] == [{"a": 1, "b": 1}, {"a": 5, "b": 5}]  # none forwarded
+        assert [k for _, k in kinds(store, run2)] == ["run.started", "tool.call", "policy.decision", "tool.result",
+                                                      "run.ended"]
+        assert [e.payload["arguments"] for e in store.read_run(run2) if e.kind == "tool.call"] == [{"a": 5, "b": 5}]
+        assert [(r.name, r.getMessage()) for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []
     finally:
         store.close()

@@ -829,7 +829,10 @@ class Gateway:
                                      "delivered to an earlier call); call again without requestState to ask anew",
                                      {"sealbox/approval": {"approval_id": claims["aid"], "status": "delivered"}})
         else:
-            run = await self._run_for(ctx, params.meta, principal)
+            try:
+                run = await self._run_for(ctx, params.meta, principal)
+            except RecordingError as exc:  # the session's run.started not written: as a gate not written (step 3)
+                return _failure(exc)
             own_run = modern and getattr(run, "_gateway_inflight", None) is not None
             if (self._undelivered.has_run(run.run_id) or run.run_id in self._pending
                     or (self._pruned and run in self._pruned)):
