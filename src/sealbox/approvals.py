@@ -548,29 +548,49 @@ def missing_shared_flag(payload: dict, leaf_index: int, book: IdentityBook) -> l
                                                      "identity_leaf": who.since_leaf}}]
 
 
+_END = 1 << 62  # above every leaf index
+
+
 class _LogEvidence:
     """What the log says about identities as answerers and as agents, read once per book."""
 
     def __init__(self, log: Any) -> None:
         self.reader = log if hasattr(log, "events") else log.reader()
         self._agent: dict[str, Any] = {}
+        #: identity -> (ts_from, before_leaf, its answers with ts >= ts_from below before_leaf)
+        self._answers: dict[str, tuple[str | None, int, list[Any]]] = {}
 
     def answers_of(self, name: str, before_leaf: int, since: datetime | None) -> list[Any]:
         """``approval.answered`` events whose payload names ``name`` (whatever their principal),
         below leaf ``before_leaf``, in log order; their signatures are not checked here.
 
-        With ``since`` (an aware datetime), only those whose ``ts`` is ``since`` or later: the
-        store is searched by kind and ``ts`` (``events_kind_ts``), so an identity's answers
-        older than that are not read at all, however many there are. ``since`` None (this
-        answer's own ``ts`` had no offset or no earlier time to go back to) reads them all."""
+        With ``since`` (an aware datetime), the store is searched by kind and ``ts``
+        (``events_kind_ts``) from ``since`` on, so the identity's answers older than that are not
+        read at all, however many there are; the list returned may still hold older ones read for
+        an earlier answer of the same listing (the caller checks each ``ts``). ``since`` None (this
+        answer's own ``ts`` has no offset) reads them all. The answers read are kept: the answers
+        of a listing come in log order: the second answer of an identity reads the identity's
+        answers from the first one's window to the end of the log, once (as many rows as the
+        listing would read anyway), and the later ones read none."""
         ts_from = None
         if since is not None:
             try:
                 ts_from = since.astimezone(timezone.utc).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
             except (OverflowError, ValueError):
                 ts_from = None
-        return self.reader.events(["approval.answered"], field=("identity", name), before_leaf=before_leaf,
-                                  ts_from=ts_from)
+        kept = self._answers.get(name)
+        if kept is not None and (kept[0] is None or (ts_from is not None and ts_from >= kept[0])):
+            low, high, events = kept
+            if before_leaf > high:  # a later answer of the listing: read the rest of the log's at once
+                events = events + self.reader.events(["approval.answered"], field=("identity", name), ts_from=low,
+                                                     from_leaf=high)
+                self._answers[name] = (low, _END, events)
+            return [e for e in events if e.leaf_index < before_leaf]
+        events = self.reader.events(["approval.answered"], field=("identity", name), before_leaf=before_leaf,
+                                    ts_from=ts_from)
+        if kept is None or before_leaf >= kept[1]:
+            self._answers[name] = (ts_from, before_leaf, events)
+        return events
 
     def first_agent_event(self, name: str) -> Any:
         """The first ``run.started`` or ``tool.call`` whose principal names the same actor, or None."""

@@ -351,3 +351,10 @@ def test_reading_an_answer_does_not_read_the_identitys_answers_outside_the_windo
     assert flag["code"] == "multiple_clients"
     assert [(a["leaf_index"], a["hostname"]) for a in flag["evidence"]["answers"]] == [
         (forged.leaf_index, "laptop"), (state.answers[0].leaf_index, "laptop"), *((n, "old-desk") for n in recent)]
+    # a listing (one book for every row, the answers read kept from row to row) gives the same flags
+    listed = {s.approval_id: s for s in list_approvals(store)}
+    assert listed[again].answers[0].flags == (flag,) and listed[aid].answers[0].flags == ()
+    # (the first of the three answers from the old desk is flagged too: bob's laptop answered before it)
+    [recent_aid] = {e.payload["approval_id"] for e in store.read_range(recent[0], recent[-1] + 1)}
+    assert sorted(s.approval_id for s in list_approvals(store, flagged=True)) == sorted([recent_aid, again])
+    assert [f["evidence"]["answers"][1]["leaf_index"] for f in listed[recent_aid].flags] == [state.answers[0].leaf_index]

@@ -415,7 +415,7 @@ class Reader:
     def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
                field: tuple[str, str] | None = None, limit: int | None = None,
                principal_actor: str | None = None, ts_from: str | None = None,
-               before_leaf: int | None = None) -> list[Event]:
+               from_leaf: int | None = None, before_leaf: int | None = None) -> list[Event]:
         """Events of the given kinds, in log order, optionally of one run, one principal, a
         principal that is ``principal_actor`` or ends with ``:`` + ``principal_actor`` (ASCII
         case-insensitive: the candidates for :func:`sealbox.approvals.same_actor`), or
@@ -423,7 +423,8 @@ class Reader:
         3339 text in the store's own form, ``2026-12-03T10:00:00.000000Z``), only events whose
         ``ts`` column is that text or later (compared as text: the store writes every ``ts`` in
         that form), read through the ``events_kind_ts`` index so that older events of the kinds
-        are never read; with ``before_leaf``, only events whose leaf index is below it.
+        are never read; with ``from_leaf`` / ``before_leaf``, only events whose leaf index is at
+        least / below it (checked on the index's entries before their rows are read).
 
         Used by approvals and identities to read what they check inside the write
         transaction that records their answer (indexed by kind or by run and kind).
@@ -448,8 +449,11 @@ class Reader:
         if ts_from is not None:
             where.append("ts >= ?")
             params.append(ts_from)
+        if from_leaf is not None:
+            where.append("+leaf_index >= ?")  # a filter, not a range of the rowid: the ts range is the one to search
+            params.append(int(from_leaf))
         if before_leaf is not None:
-            where.append("+leaf_index < ?")  # a filter, not a range of the rowid: the ts range is the one to search
+            where.append("+leaf_index < ?")
             params.append(int(before_leaf))
         sql = f"SELECT {_EVENT_COLS} FROM events WHERE {' AND '.join(where)} ORDER BY leaf_index"
         if limit is not None:
