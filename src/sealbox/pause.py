@@ -482,6 +482,7 @@ def _rerun_or_deny(run: Any, call: Any) -> Decision | None:
     box: list[Decision] = []
 
     def build(reader: Any) -> list:
+        nonlocal step
         box.clear()
         if not is_implicit(grant):
             ok, why = grant_status(reader, grant, run.principal.id, p["server"], p["tool"], _now())
@@ -491,12 +492,13 @@ def _rerun_or_deny(run: Any, call: Any) -> Decision | None:
                 return [run._draft("policy.decision", {"call_id": p["call_id"], "server": p["server"],
                                                        "tool": p["tool"], **decision.to_payload(),
                                                        "reevaluated": True}, call.step)]
+        step = run._fresh_step(reader, step)  # past another writer's steps (a gateway joined to the run)
         return [run._draft("note", {"text": f"re-running call {p['call_id']}, whose outcome was unknown "
                                             "(rerun_unknown=True)",
                                     "about": {"call_id": p["call_id"], "tool_call_leaf": call.leaf_index}}, step)]
 
     try:
-        run._learning(lambda: run.store.append_with(build))
+        run._placed(run._learning(lambda: run.store.append_with(build)))
     except RecordingError:
         raise
     except Exception as exc:  # a failure to record is never a silent gap

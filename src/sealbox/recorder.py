@@ -298,7 +298,9 @@ class Recorder:
         and next step are read from the store, so limits and steps carry on. So are its
         token usage (the sum of its ``model.call`` usage: ``run.ended`` counts the calls
         made before too) and the links from its model calls to the requested tool calls not
-        yet carried out (such a call still gets its sibling step ``"<n>.<i>"``).
+        yet carried out (such a call still gets its sibling step ``"<n>.<i>"``). Both contexts
+        may go on writing (the agent's and a gateway joined to its run): a top-level step either
+        takes is moved, inside its write, past the steps the other wrote since its own last event.
 
         Raises:
             ConfigError: ``run_id`` is not a non-empty string, or is the store's system run.
@@ -316,6 +318,7 @@ class Recorder:
                          run_id=run_id, replay_of=first.get("replay_of"))
         run.started_at = datetime.fromisoformat(events[0].ts.replace("Z", "+00:00"))
         run._next_step = 1 + max(int(e.step.split(".")[0]) for e in events)
+        run._steps[1] = events[-1].run_seq
         run._call_ids.update(e.payload["call_id"] for e in events
                              if e.kind == "tool.call" and isinstance(e.payload.get("call_id"), str))
         run.usage = _usage_of(events)
@@ -609,7 +612,12 @@ class RunContext:
         self.started_at: datetime | None = None
         self._started_cache: tuple[datetime, str] | None = None
         self._lock = threading.Lock()
-        self._steps = [1]  # the next top-level step; one list shared by the contexts of one run (share_steps)
+        # [the next top-level step, the run_seq of the newest event written through it (0: none), the run's
+        # highest top-level step when another writer was last seen (0: never)]; one list shared by the
+        # contexts of one run in this process (share_steps). Another writer of the run (a gateway joined
+        # to it, the agent's own process) numbers steps with its own counter: a head the run has that is
+        # not the one written here says so, and _fresh_step moves past its steps
+        self._steps = [1, 0, 0]
         self._links: dict[str, str] = {}  # tool call id from a model response -> its step
         self._call_ids: set[str] = set()  # call ids of this run's tool.call events (recorded or being recorded)
         self._clean_calls: set[str] = set()  # gated here, nothing redacted from the arguments, no result yet
@@ -672,7 +680,7 @@ class RunContext:
         (from a worker thread) at the same step."""
         step = self._take_step()
         try:
-            self._append([self._draft(kind, payload, step)])
+            self._append_fresh([self._draft(kind, payload, step)], step)
         except StoreBusyError:
             with self._lock:
                 if self._steps[0] == int(step) + 1:  # no later step was taken meanwhile
@@ -866,7 +874,73 @@ class RunContext:
         if self.replay is not None:  # compared with the record before anything is written
             self.replay.check(self, drafts)
             drafts = self.replay.take_unwritten() + drafts  # served calls' events, in order, same commit
-        return self._learning(lambda: self.store.append(drafts, sync=sync))
+        return self._placed(self._learning(lambda: self.store.append(drafts, sync=sync)))
+
+    def _append_fresh(self, drafts: list[EventDraft], step: str, sync: bool = True) -> str:
+        """Append ``drafts``, the events of a top-level ``step`` just taken (:meth:`_take_step`); returns
+        the step they were written at: ``step``, or the next free one when another writer of the run
+        (another process) wrote that step meanwhile (:meth:`_fresh_step`)."""
+        if self.replay is not None:  # a replay run is written by its replay only: its steps are the record's
+            self._append(drafts, sync)
+            return step
+        box = [step]
+
+        def build(reader: Any) -> list[EventDraft]:
+            box[0] = self._fresh_step(reader, step)
+            if box[0] == step:
+                return drafts
+            moved = box[0]
+            return [dataclasses.replace(d, step=_moved_step(d.step, step, moved)) for d in drafts]
+
+        self._placed(self._learning(lambda: self.store.append_with(build, sync=sync)))
+        return box[0]
+
+    def _placed(self, events: Any) -> Any:
+        """Note the run_seq of the newest of ``events`` (those just written) of this run: the run's head
+        that this context wrote (see :meth:`_fresh_step`)."""
+        if events:
+            run_id = self.run_id
+            for e in reversed(events):
+                if e.run_id == run_id:
+                    with self._lock:
+                        if e.run_seq > self._steps[1]:
+                            self._steps[1] = e.run_seq
+                    break
+        return events
+
+    def _fresh_step(self, reader: Any, step: str) -> str:
+        """Inside the write transaction of a just-taken top-level ``step``: the step to write it at.
+
+        When the run's newest event is the one this context wrote last, or the run has none (read
+        from the store's cached run head: no query, the common case of a run written by one
+        process), that is ``step``. Otherwise another writer (a gateway joined to the run, the
+        agent's own process, each with its own step counter) wrote since: the run's highest
+        top-level step is read and this context's counter moves past it. A ``step`` not above the
+        highest step seen so written that an event of the run already has is replaced by the next
+        free step (links from a model call to its tool calls, ``"<step>.<i>"``, move with it); one
+        not written yet (taken by another thread of this process before) is kept."""
+        head_seq = getattr(reader, "run_head_seq", None)
+        if head_seq is None:  # a store without a run-head cache: steps as taken
+            return step
+        steps = self._steps
+        head = head_seq(self.run_id)
+        if head is not None and head != steps[1]:
+            top = reader.top_step(self.run_id)
+            with self._lock:
+                if top > steps[2]:
+                    steps[2] = top
+                if steps[0] <= top:
+                    steps[0] = top + 1
+        if int(step) > steps[2] or not reader.step_used(self.run_id, int(step)):
+            return step
+        with self._lock:
+            moved = str(steps[0])
+            steps[0] += 1
+            prefix = step + "."
+            for call_id, linked in list(self._links.items()):
+                if linked.startswith(prefix):
+                    self._links[call_id] = moved + linked[len(step):]
+            return moved
 
     def _learning(self, write: Callable[[], Any]) -> Any:
         """``write()`` (a store append, guarded as :meth:`_guard` does), the strings the store's
@@ -1058,7 +1132,7 @@ class RunContext:
                                   agent: str | None = None) -> tuple[str, str]:
         """:meth:`_decide_and_record`, its write made by ``await writer(write)`` (:attr:`Recorder.async_writer`)."""
         call_id = self._reserve_call_id(server, tool, call_id)
-        step, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent)
+        step_box, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent)
 
         def guarded() -> Any:  # in the thread that writes: a failed write's breaker changes are dropped there
             try:
@@ -1075,11 +1149,11 @@ class RunContext:
             with self._lock:  # no tool.call was written: the id is free again
                 self._call_ids.discard(call_id)
             raise
-        return self._gated(call_id, step, server, tool, *boxes)
+        return self._gated(call_id, step_box[0], server, tool, *boxes)
 
     def _decide_and_record_id(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str,
                               exposed: str | None, agent: str | None = None) -> tuple[str, str]:
-        step, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent)
+        step_box, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent)
         try:
             self._learning(write)
         except BaseException:
@@ -1087,19 +1161,24 @@ class RunContext:
             with self._lock:  # no tool.call was written: the id is free again
                 self._call_ids.discard(call_id)
             raise
-        return self._gated(call_id, step, server, tool, *boxes)
+        return self._gated(call_id, step_box[0], server, tool, *boxes)
 
     def _gate(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str, exposed: str | None,
-              agent: str | None) -> tuple[str, Callable[[], Any], tuple[list, list, list]]:
-        """The call's step, the write of its ``tool.call`` + ``policy.decision`` (+ approval request), and the
-        boxes that write fills (decision, approval request, whether nothing was redacted from the arguments)."""
+              agent: str | None) -> tuple[list[str], Callable[[], Any], tuple[list, list, list]]:
+        """The call's step (a one-item list: the step the write placed it at, moved past another writer's
+        steps by :meth:`_fresh_step`), the write of its ``tool.call`` + ``policy.decision`` (+ approval
+        request), and the boxes that write fills (decision, approval request, whether nothing was redacted
+        from the arguments)."""
         step = self._step_for_call(call_id)
+        step_box = [step]  # the step written: moved past another writer's steps (_fresh_step) when taken here
+        fresh = self.replay is None and "." not in step  # not a sub-step linked to a model call
         grant = grant or f"implicit:{self.principal.id}"
         decision_box: list[Decision] = []
         request_box: list[dict[str, Any]] = []
         clean_box: list[bool] = []
 
         def build(reader: Any) -> list[EventDraft]:
+            step = step_box[0] = self._fresh_step(reader, step_box[0]) if fresh else step_box[0]
             decision, inputs = self._evaluate(reader, server, tool, arguments, grant=grant, agent=agent)
             clean_box[:] = [inputs.get("redacted") is False]  # unknown (a guard error): the result is checked
             # what the record holds: the arguments with this run's redacted values scrubbed (the same
@@ -1128,7 +1207,7 @@ class RunContext:
                 self.replay.check(self, drafts)
             return drafts + self.recorder.take_breaker_events()
 
-        return step, lambda: self.store.append_with(build), (decision_box, request_box, clean_box)
+        return step_box, lambda: self._placed(self.store.append_with(build)), (decision_box, request_box, clean_box)
 
     def _gated(self, call_id: str, step: str, server: str, tool: str, decision_box: list[Decision],
                request_box: list[dict[str, Any]], clean_box: list[bool]) -> tuple[str, str]:
@@ -1503,7 +1582,7 @@ class RunContext:
         # a replay's model call (and the served calls written with it) is not fsync'd on its own: nothing
         # outside depends on it; it is durable with the replay's next fsync'd commit (a live tool's gate,
         # run.ended, a checkpoint), and a power cut before that leaves a shorter replay run, never a false one
-        self._append(drafts, sync=self.replay is None)
+        step = self._append_fresh(drafts, step, sync=self.replay is None)
         with self._lock:
             self.usage["input_tokens"] += use.get("input_tokens", 0)
             self.usage["output_tokens"] += use.get("output_tokens", 0)
@@ -1644,7 +1723,8 @@ class RunContext:
         payload: dict[str, Any] = {"state": self._without_echoed_secrets(state)}
         if label:
             payload["label"] = label
-        self._append([self._draft("state.saved", payload, self._take_step())])
+        step = self._take_step()
+        self._append_fresh([self._draft("state.saved", payload, step)], step)
 
     def note(self, text: str, about: Any = None) -> None:
         """Record an annotation in the run; ``about`` is optional structured detail.
@@ -1664,7 +1744,8 @@ class RunContext:
         payload: dict[str, Any] = {"text": text}
         if about is not None:
             payload["about"] = self._without_echoed_secrets(about)
-        self._append([self._draft("note", payload, self._take_step())])
+        step = self._take_step()
+        self._append_fresh([self._draft("note", payload, step)], step)
 
 
 def _is_stream(value: Any) -> bool:
@@ -2169,6 +2250,15 @@ def _close_unstarted_async_generator(agen: Any) -> bool:
 
 
 _CALL_STEP = re.compile(r"[1-9][0-9]{0,17}(\.[1-9][0-9]{0,17})+")
+
+
+def _moved_step(step: str | None, old: str, new: str) -> str | None:
+    """``step`` with its top-level part ``old`` replaced by ``new`` (``"4"`` -> ``"7"``, ``"4.2"`` -> ``"7.2"``)."""
+    if step == old:
+        return new
+    if step is not None and step.startswith(old + "."):
+        return new + step[len(old):]
+    return step
 
 
 def is_call_step(step: Any) -> bool:

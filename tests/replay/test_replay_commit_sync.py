@@ -3,7 +3,7 @@
 A replay's model calls (and the calls served from the record, written with them) are not
 fsync'd on their own: nothing outside depends on them, and they become durable with the
 replay's next fsync'd commit (its run.ended here). A live run's model calls still are. The
-store is real; only its ``append`` is wrapped to see the ``sync`` each commit asks for.
+store is real; only its ``append_with`` is wrapped to see the ``sync`` each commit asks for.
 """
 
 from __future__ import annotations
@@ -36,13 +36,17 @@ def agent(run) -> None:
 
 def commits(store) -> list:
     seen: list = []
-    append = store.append
+    append_with = store.append_with  # what append writes through, and the recorder's own steps (_append_fresh)
 
-    def spy(drafts, *, sync=True):
-        seen.append(([d.kind for d in (drafts if isinstance(drafts, (list, tuple)) else [drafts])], sync))
-        return append(drafts, sync=sync)
+    def spy(build, *, sync=True):
+        def seeing(reader):
+            drafts = list(build(reader))
+            seen.append(([d.kind for d in drafts], sync))
+            return drafts
 
-    store.append = spy
+        return append_with(seeing, sync=sync)
+
+    store.append_with = spy
     return seen
 
 

@@ -205,7 +205,9 @@ class _Txn:
         ).fetchone()
         if row is None:
             return None
-        return row[0], _hash_value(row[1], f"the leaf hash of run {run_id}'s event {row[0]}"), row[2]
+        head = row[0], _hash_value(row[1], f"the leaf hash of run {run_id}'s event {row[0]}"), row[2]
+        self._heads[run_id] = head  # read once per transaction (Reader.run_head_seq, then place)
+        return head
 
     def tree_size(self) -> int:
         if self._size is None:
@@ -1358,7 +1360,7 @@ class SqliteStore(SqliteQueries):
         def work(txn: _Txn) -> list[Event]:
             if self._damage:
                 raise StoreError(self._damage)
-            drafts = list(build(Reader(txn.conn)))
+            drafts = list(build(Reader(txn.conn, txn)))
             return self._builder.build(drafts, txn, self._floor)
 
         events = self._write(work, sync=sync)

@@ -403,8 +403,31 @@ class SqliteQueries:
 class Reader:
     """Read-only queries inside a write transaction (see :meth:`SqliteStore.append_with`)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, txn: Any = None) -> None:
         self.conn = conn
+        self._txn = txn  # the write transaction's run-head cache (sqlite._Txn), or None
+
+    def run_head_seq(self, run_id: str) -> int | None:
+        """The ``run_seq`` of run ``run_id``'s newest event, or None when it has none.
+
+        Inside a write transaction this is read from the transaction's cache of run heads
+        when it holds the run (no query: the common case of a run written by one connection).
+        """
+        if self._txn is not None:
+            head = self._txn.run_head(run_id)
+            return None if head is None else head[0]
+        row = self.conn.execute("SELECT max(run_seq) FROM events WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def top_step(self, run_id: str) -> int:
+        """The highest top-level step (the ``n`` of ``"n"`` and ``"n.i"``) of run ``run_id``'s events; 0 when none."""
+        row = self.conn.execute("SELECT max(CAST(step AS INTEGER)) FROM events WHERE run_id = ?", (run_id,)).fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
+
+    def step_used(self, run_id: str, step: int) -> bool:
+        """Whether an event of run ``run_id`` has top-level step ``step`` (``"<step>"`` or ``"<step>.<i>"``)."""
+        return self.conn.execute("SELECT 1 FROM events WHERE run_id = ? AND CAST(step AS INTEGER) = ? LIMIT 1",
+                                 (run_id, step)).fetchone() is not None
 
     def count(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run a ``SELECT count(...)``-style query returning one number."""
