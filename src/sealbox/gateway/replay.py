@@ -24,7 +24,10 @@ answered ``isError`` "replay diverged: …". When the client disconnects (or aft
 ``missing`` divergence.
 
 The replay is recorded as a new run (``replay_of`` = the recorded run) whose
-``run.ended`` holds the verdict, like the Replayer's.
+``run.ended`` holds the verdict, like the Replayer's. Its writes go through the live
+gateway's :class:`~sealbox.gateway.server.StoreWriter`: a write lock held on the store by
+another process makes a write wait in a worker thread (at most the store's ``lock_timeout``),
+never on the event loop, so the server's other sessions are answered meanwhile.
 
 Recorded calls are numbered as the replay makes them: call *k* of the session is
 step ``k + 1`` of the replay run (step 1 is ``run.started``), which is also the
@@ -44,6 +47,8 @@ import mcp_types as types
 
 from sealbox.errors import ConfigError
 from sealbox.gateway import codes
+from sealbox.gateway.server import StoreWriter
+from sealbox.replay.source import _BATCH
 
 __all__ = ["GatewayReplay", "DIVERGED_PREFIX"]
 
@@ -102,6 +107,11 @@ class GatewayReplay:
                                                   principal=recorded.principal, snapshot=snapshot, labels=labels,
                                                   replay_of=run_id)
         self.source = ReplaySource(recorded, model="record", tools="record")
+        self.source.batch = None  # the served calls' queued events are written by _flush, off the loop if need be
+        self._writer = StoreWriter(store)
+        self._start_lock: anyio.Lock | None = None
+        self._finish_lock: anyio.Lock | None = None
+        self._ending = False  # the verdict is being written: later calls are answered "ended"
         self.calls = 0  # tools/call requests answered (diverged ones included)
         self.result: Any = None
         #: called with this replay once ``until_calls`` calls were answered and the verdict is final
@@ -148,9 +158,27 @@ class GatewayReplay:
 
     def _start(self) -> None:
         if not self._started:
-            self._started = True
             self.run.start()
+            self._started = True
             self.run.replay = self.source
+
+    async def _astart(self) -> None:
+        """:meth:`_start` with ``run.started`` written through the writer; a second call waits for it."""
+        if self._started:
+            return
+        if self._start_lock is None:
+            self._start_lock = anyio.Lock()
+        async with self._start_lock:
+            if not self._started:
+                await self._writer(self.run.start)
+                self._started = True
+                self.run.replay = self.source
+
+    async def _flush(self) -> None:
+        """Write the served calls' queued events (one commit) through the writer."""
+        drafts = self.source.take_unwritten()
+        if drafts:
+            await self._writer(lambda: self.run._guard(lambda: self.store.append(drafts, sync=False)))
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
         from mcp.shared.exceptions import MCPError
@@ -163,11 +191,13 @@ class GatewayReplay:
         target = self._targets.get(params.name)
         if target is None:  # as the live gateway: a protocol error, nothing recorded
             raise MCPError(codes.UNKNOWN_TOOL, f"unknown tool {params.name!r}", data=params.name)
-        if self.result is not None:
+        if self.result is not None or self._ending:
             return _error_result(DIVERGED_PREFIX + "the replay session has ended", {"sealbox/replay": "ended"})
         server, tool = target
         arguments = dict(params.arguments or {})
-        self._start()
+        await self._astart()
+        if self.result is not None or self._ending:  # ended while run.started waited for the store
+            return _error_result(DIVERGED_PREFIX + "the replay session has ended", {"sealbox/replay": "ended"})
         self.calls += 1
         nxt = self.recorded.steps.get(str(self.run._next_step))
         call_id = nxt.payload.get("call_id") if nxt is not None else None  # a deny's text names the same call
@@ -194,6 +224,8 @@ class GatewayReplay:
                 raise
             return types.CallToolResult.model_validate(out, by_name=False)
         finally:
+            if self.source.pending() >= _BATCH:
+                await self._flush()
             if self.until_calls is not None and self.calls >= self.until_calls:
                 self._stop_soon()
 
@@ -204,7 +236,7 @@ class GatewayReplay:
 
         async def stop() -> None:
             await anyio.sleep(0.3)  # let the answer to the last call reach the client
-            self.finish()
+            await self.afinish()
             if self.on_until_calls is not None:
                 # over stdio the SDK reads stdin in a thread that a cancel cannot interrupt: the
                 # command prints the verdict and exits here rather than wait for the client to close
@@ -227,7 +259,7 @@ class GatewayReplay:
                 read, write = relay_stdio(tg, self, raw_read, raw_write)
                 await self.server.run(read, write, self.initialization_options())
             tg.cancel_scope.cancel()
-        return self.finish()
+        return await self.afinish()
 
     async def serve_streams(self, read: Any, write: Any) -> Any:
         """Serve one client over given streams (in-memory, tests) until it disconnects; the result."""
@@ -235,7 +267,7 @@ class GatewayReplay:
             self._tg, self._scope = tg, tg.cancel_scope
             await self.server.run(read, write, self.initialization_options())
             tg.cancel_scope.cancel()
-        return self.finish()
+        return await self.afinish()
 
     async def serve_http(self, port: int, *, sock: Any = None) -> Any:
         """Serve streamable HTTP on 127.0.0.1 (as ``gateway serve --http``) until ``until_calls`` or cancelled.
@@ -249,30 +281,57 @@ class GatewayReplay:
         async with anyio.create_task_group() as tg:
             self._tg, self._scope = tg, tg.cancel_scope
             await serve_http(self, port, sock=sock)  # type: ignore[arg-type]
-        return self.finish()
+        return await self.afinish()
 
     # ------------------------------------------------------------------ the verdict
 
     def finish(self) -> Any:
-        """End the replay run with its verdict (once) and return the :class:`~sealbox.replay.ReplayResult`."""
-        from sealbox.replay.engine import ReplayResult, _unreplayable, matched_steps
+        """End the replay run with its verdict (once) and return the :class:`~sealbox.replay.ReplayResult`.
 
+        Writes on the calling thread (waiting for the store's lock); in the event loop use :meth:`afinish`."""
         if self.result is not None:
             return self.result
+        self._ending = True
         self._start()
+        result, status, verdict = self._verdict()
+        self.source.flush(self.run)
+        self.run.replay = None
+        self.run.end(status, verdict=verdict)
+        self.result = result
+        return result
+
+    async def afinish(self) -> Any:
+        """:meth:`finish` from the event loop: its writes go through the writer, so a write lock held
+        by another process does not stall the other sessions (it waits at most the store's
+        ``lock_timeout``, then raises RecordingError). Once: a caller arriving while another
+        writes the verdict waits for it and gets the same result."""
+        if self.result is not None:
+            return self.result
+        if self._finish_lock is None:
+            self._finish_lock = anyio.Lock()
+        async with self._finish_lock:
+            if self.result is None:
+                self._ending = True
+                await self._astart()
+                result, status, verdict = self._verdict()
+                await self._flush()
+                self.run.replay = None
+                await self._writer(lambda: self.run.end(status, verdict=verdict))
+                self.result = result
+        return self.result
+
+    def _verdict(self) -> tuple[Any, str, dict[str, Any]]:
+        from sealbox.replay.engine import ReplayResult, _unreplayable, matched_steps
+
         source = self.source
         divergence = source.divergence or source.missing()
         result = ReplayResult(divergence is None, divergence, len(source.compared), self.run.run_id, (),
                               _unreplayable(self.recorded, "record", "record"), self.run_id,
                               matched_steps=matched_steps(source))
         status = "cancelled" if source.divergence is not None else "ok"
-        source.flush(self.run)
-        self.run.replay = None
         verdict = {**result.verdict(), "calls_recorded": len(self.recorded.steps), "calls_made": self.calls,
                    "diverged_at_call": self.call_of(divergence.step) if divergence is not None else None}
-        self.run.end(status, verdict=verdict)
-        self.result = result
-        return result
+        return result, status, verdict
 
     def call_of(self, step: str | None) -> int | None:
         """The 1-based call number of a replay step (``"3"`` is call 2)."""

@@ -179,6 +179,67 @@ class _InFlight:
     connection: Any
 
 
+class StoreWriter:
+    """The gateway's way of writing to its store from the event loop (``gateway serve`` and
+    ``gateway replay``): ``await writer(write)`` makes the store write ``write()`` once (see
+    :meth:`__call__`). One per store and server; made outside the loop, used inside it.
+
+    Args:
+        store: an open store; its ``no_wait()`` and ``waiting_until()`` are used when it has them.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._no_wait = getattr(store, "no_wait", None)
+        self._queued = 0  # writes waiting for, or being made by, a worker thread
+        self._order: anyio.Lock | None = None  # made on first use (in the event loop)
+
+    async def __call__(self, write: Any, since: float | None = None) -> Any:
+        """Make the store write ``write()`` once and return what it returned (or raise what it raised),
+        without ever stalling the event loop on the store's write lock.
+
+        The common case costs no thread hop: the lock is free and no write is queued, so ``write()``
+        runs here, on the loop, under ``store.no_wait()``. When another connection holds the lock (a
+        ``sealbox`` command or an SDK process in a long transaction, a ``sqlite3`` shell's ``BEGIN
+        IMMEDIATE``) the write raises StoreBusyError before anything is written, and is made again
+        from a worker thread, which waits for the lock (up to the store's ``lock_timeout``; then it
+        fails as any write does: RecordingError, a call is not forwarded) while the loop serves the
+        other sessions; ``lock_timeout`` counts from when the write was asked for, so a write queued
+        behind others that each waited does not wait it again. Writes made from threads go one at a
+        time, in the order they came (a fair lock), and while one is queued every later write joins the queue, so the gateway's writes
+        are committed in the order it made them (steps of a run stay in order). Shielded: a write
+        once queued is made even if its caller is cancelled (no event lost, none made twice).
+        ``since``: the :func:`time.monotonic` time the caller began waiting for the store, when
+        earlier (a call that waited for another's ``run.started``)."""
+        if not self._queued:
+            if self._no_wait is None:
+                return write()
+            try:
+                with self._no_wait():
+                    return write()
+            except StoreBusyError:
+                pass  # nothing was written: made again below, off the loop
+        self._queued += 1
+        # its whole wait counts from now: behind other queued writes it must not wait lock_timeout again
+        deadline = (time.monotonic() if since is None else since) + getattr(self.store, "lock_timeout", 0.0)
+        try:
+            with anyio.CancelScope(shield=True):
+                if self._order is None:
+                    self._order = anyio.Lock()
+                async with self._order:
+                    return await anyio.to_thread.run_sync(self._write_until, write, deadline)
+        finally:
+            self._queued -= 1
+
+    def _write_until(self, write: Any, deadline: float) -> Any:
+        """``write()`` in a worker thread, waiting for the store's lock only until ``deadline`` (monotonic s)."""
+        waiting_until = getattr(self.store, "waiting_until", None)
+        if waiting_until is None:  # a store with no such bound (PostgreSQL): its own lock wait
+            return write()
+        with waiting_until(deadline):
+            return write()
+
+
 class Gateway:
     """The gateway's state: upstreams, pins, recorder, runs, and the MCP server that clients talk to.
 
@@ -215,9 +276,7 @@ class Gateway:
                                  breaker=_GatewayBreaker(config.breaker_threshold, config.breaker_cooldown_s))
         # the recorder's two writes of a call (gate, tool.result) go through _write: never a stalled event loop
         self.recorder.async_writer = self._write
-        self._no_wait = getattr(self.store, "no_wait", None)
-        self._queued_writes = 0  # writes waiting for, or being made by, a worker thread (_write)
-        self._write_order: anyio.Lock | None = None  # made on first use (in the event loop)
+        self._writer = StoreWriter(self.store)
         #: seconds between polls of the store while a call is held for an approval
         self.approval_poll = 0.1
         #: seconds between progress notifications while a call is held (first one at once)
@@ -325,49 +384,9 @@ class Gateway:
     # ------------------------------------------------------------------ store writes
 
     async def _write(self, write: Any, since: float | None = None) -> Any:
-        """Make the store write ``write()`` once and return what it returned (or raise what it raised),
-        without ever stalling the event loop on the store's write lock.
-
-        The common case costs no thread hop: the lock is free and no write is queued, so ``write()``
-        runs here, on the loop, under ``store.no_wait()``. When another connection holds the lock (a
-        ``sealbox`` command or an SDK process in a long transaction, a ``sqlite3`` shell's ``BEGIN
-        IMMEDIATE``) the write raises StoreBusyError before anything is written, and is made again
-        from a worker thread, which waits for the lock (up to the store's ``lock_timeout``; then it
-        fails as any write does: RecordingError, a call is not forwarded) while the loop serves the
-        other sessions; ``lock_timeout`` counts from when the write was asked for, so a write queued
-        behind others that each waited does not wait it again. Writes made from threads go one at a
-        time, in the order they came (a fair lock), and while one is queued every later write joins the queue, so the gateway's writes
-        are committed in the order it made them (steps of a run stay in order). Shielded: a write
-        once queued is made even if its caller is cancelled (no event lost, none made twice).
-        ``since``: the :func:`time.monotonic` time the caller began waiting for the store, when
-        earlier (a call that waited for another's ``run.started``)."""
-        if not self._queued_writes:
-            if self._no_wait is None:
-                return write()
-            try:
-                with self._no_wait():
-                    return write()
-            except StoreBusyError:
-                pass  # nothing was written: made again below, off the loop
-        self._queued_writes += 1
-        # its whole wait counts from now: behind other queued writes it must not wait lock_timeout again
-        deadline = (time.monotonic() if since is None else since) + getattr(self.store, "lock_timeout", 0.0)
-        try:
-            with anyio.CancelScope(shield=True):
-                if self._write_order is None:
-                    self._write_order = anyio.Lock()
-                async with self._write_order:
-                    return await anyio.to_thread.run_sync(self._write_until, write, deadline)
-        finally:
-            self._queued_writes -= 1
-
-    def _write_until(self, write: Any, deadline: float) -> Any:
-        """``write()`` in a worker thread, waiting for the store's lock only until ``deadline`` (monotonic s)."""
-        waiting_until = getattr(self.store, "waiting_until", None)
-        if waiting_until is None:  # a store with no such bound (PostgreSQL): its own lock wait
-            return write()
-        with waiting_until(deadline):
-            return write()
+        """Make the store write ``write()`` once, never stalling the event loop on the store's write
+        lock (:class:`StoreWriter`, shared with ``gateway replay``); returns what it returned."""
+        return await self._writer(write, since)
 
     # ------------------------------------------------------------------ protocol checks
 

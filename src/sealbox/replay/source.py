@@ -70,6 +70,9 @@ class ReplaySource:
         self._lock = threading.RLock()
         self._served_pending: dict[str, str] = {}  # step -> why its served answer cannot be trusted
         self._unwritten: list[EventDraft] = []  # served tool calls, written with the run's next write
+        #: queued events are written once this many are queued (None: only with the run's next write
+        #: or :meth:`flush`; ``gateway replay`` writes them itself, off the event loop when it must)
+        self.batch: int | None = _BATCH
         self.asked_models: set[str] = set()  # steps whose model answer was asked of the record (model_response)
         self.parent: ReplaySource | None = None  # the source of the run whose sub-agent run this one replays
         self.allow_drift = False  # a sub-agent run whose snapshot differs from the recorded one proceeds
@@ -490,9 +493,14 @@ class ReplaySource:
         they are written, in order, with the run's next write (:meth:`take_unwritten`)."""
         with self._lock:
             self._unwritten += drafts
-            full = len(self._unwritten) >= _BATCH
+            full = self.batch is not None and len(self._unwritten) >= self.batch
         if full:
             self.flush(run)
+
+    def pending(self) -> int:
+        """How many served calls' events are queued, not yet written."""
+        with self._lock:
+            return len(self._unwritten)
 
     def take_unwritten(self) -> list[EventDraft]:
         """The queued events, to be written before the drafts the run is about to write."""
