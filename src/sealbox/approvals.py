@@ -915,6 +915,10 @@ def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now
 
     With ``book``, only earlier answers whose signature verifies under the identity's key at
     that point count as another client (an unsigned answer naming ``who`` proves nothing).
+    Only the identity's answers recorded since the window began (their ``ts``, searched through
+    ``events_kind_ts``) are read, so the work does not grow with its older answers; an answer
+    whose ``answered_at`` is later than its own ``ts`` (not one :func:`answer` writes) counts
+    only if that ``ts`` is within the window.
     """
     flags: list[dict[str, Any]] = []
     if who.shared:
@@ -922,7 +926,9 @@ def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now
                                                               "identity_leaf": who.since_leaf}})
     since = now - timedelta(seconds=window_s)
     seen = [{"approval_id": approval_id, "answered_at": _utc(now), **_client_fields(client)}]
-    for ev in reader.events(["approval.answered"], principal=who.name):
+    # only answers recorded (``ts``) since the window began are read, by kind and ts (events_kind_ts):
+    # answer() stamps answered_at before the store stamps ts, so none of those left out is in the window
+    for ev in reader.events(["approval.answered"], principal=who.name, ts_from=_utc(since)):
         p = ev.payload
         try:
             when = _parse(p["answered_at"])
