@@ -204,6 +204,55 @@ def test_any_other_difference_in_a_string_still_differs(a, b):
     assert same_but_for_key_order({"x": a}, {"x": b}) is False
 
 
+@pytest.mark.parametrize("a, b", [
+    ("result: {'temp': 20, 'city': 'Paris'}", "result: {'city': 'Paris', 'temp': 20}"),
+    ('Weather: {"temp": 20, "city": "Paris"}. Answer briefly.', 'Weather: {"city": "Paris", "temp": 20}. Answer briefly.'),
+    # two serialized values in one text, with prose (and an apostrophe) between them
+    ("a={'y': 1, 'x': 2}; it's b=[{'q': 0, 'p': 1}] (done)", "a={'x': 2, 'y': 1}; it's b=[{'p': 1, 'q': 0}] (done)"),
+    # the inner dict reordered inside an outer one that is not
+    ("got {'w': {'b': 1, 'a': 2}, 'z': 0}!", "got {'w': {'a': 2, 'b': 1}, 'z': 0}!"),
+    # brackets inside the segment's strings
+    ("x {'k': '}{', 'j': ']'} y", "x {'j': ']', 'k': '}{'} y"),
+])
+def test_a_serialized_value_inside_a_longer_text_with_keys_in_another_order_is_equal(a, b):
+    assert reordered_text(a, b) is True
+    assert same_but_for_key_order({"m": [a]}, {"m": [b]}) is True
+
+
+@pytest.mark.parametrize("a, b", [
+    ("result: {'temp': 20, 'city': 'Paris'}", "result: {'city': 'Paris', 'temp': 21}"),  # another value
+    ("result: {'temp': 20, 'city': 'Paris'}", "Result: {'city': 'Paris', 'temp': 20}"),  # the text around it changed
+    ("ok {'b': 1, 'a': 2} 12", "ok {'a': 2, 'b': 1} 21"),  # a change after the value, outside any value
+    ("sum [1, 2] ok", "sum [2, 1] ok"),  # a list's order is its value
+    ("see (it's {'b': 1, 'a': 2})", "see (it's {'a': 2, 'b': 1)}"),  # brackets moved: no longer parses
+    ("call {'b': __import__('os'), 'a': 2}.", "call {'a': 2, 'b': __import__('os')}."),  # never evaluated
+])
+def test_any_other_difference_inside_a_longer_text_still_differs(a, b):
+    assert reordered_text(a, b) is False
+    assert same_but_for_key_order({"m": a}, {"m": b}) is False
+
+
+def test_a_served_dict_inside_a_longer_text_sent_to_the_model_replays_reproduced(store):
+    """``f"result: {result}"``: the recorded text had the tool's key order, the replayed one has the
+    record's (sorted); the run reproduces, and a changed value inside it still diverges."""
+    serialize = lambda r: f"The tool said: {r}. Reply in one word."  # noqa: E731
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        agent_sending(serialize)(run)
+    assert requests(store, run.run_id)[0]["messages"][0]["content"] == (
+        "The tool said: {'temp': 20, 'city': 'Paris', 'wind': {'speed': 3, 'dir': 'N'}}. Reply in one word.")
+    result = Replayer(store).replay(run.run_id, agent_sending(serialize))
+    assert (result.reproduced, result.divergence, result.steps_compared) == (True, None, 2), result.divergence
+    assert requests(store, result.new_run_id)[0]["messages"][0]["content"] == (
+        "The tool said: {'city': 'Paris', 'temp': 20, 'wind': {'dir': 'N', 'speed': 3}}. Reply in one word.")
+    changed = Replayer(store).replay(run.run_id, agent_sending(lambda r: serialize({**r, "temp": 21})))
+    d = changed.divergence
+    assert (changed.reproduced, d.kind, d.step, d.mismatched) == (False, "mismatch", "3", ("hash",))
+    assert [(f.path, f.a, f.b) for f in d.diff] == [(
+        "messages[0].content",
+        "The tool said: {'temp': 20, 'city': 'Paris', 'wind': {'speed': 3, 'dir': 'N'}}. Reply in one word.",
+        "The tool said: {'city': 'Paris', 'temp': 21, 'wind': {'dir': 'N', 'speed': 3}}. Reply in one word.")]
+
+
 def test_contents_of_another_shape_differ():
     assert same_but_for_key_order({"a": "{'b': 1, 'c': 2}"}, {"a": "{'c': 2, 'b': 1}", "d": 1}) is False
     assert same_but_for_key_order(["{'b': 1, 'c': 2}"], ["{'c': 2, 'b': 1}", 1]) is False

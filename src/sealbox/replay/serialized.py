@@ -21,6 +21,16 @@ value written in another order**: both strings
   whatever their order; sets by member; strings inside them again by this rule; numbers,
   booleans and ``None`` by value and type).
 
+A serialized value may also sit **inside a longer text** (``f"result: {result}"``,
+``"Weather: " + json.dumps(result) + ". Answer briefly."``): two strings of the same length
+are then equal when every difference between them lies inside a pair of segments at the same
+place in both — each starting with ``{``, ``[`` or ``(`` and ending with its closing bracket —
+that hold the same characters and parse to equal values by the rule above, and every
+character outside those segments is the same. Segments are looked for around each difference
+from the innermost opening bracket outwards (at most :data:`MAX_OPENERS` openers and
+:data:`MAX_CLOSERS` closing brackets tried for each), so a difference outside any serialized
+value (a changed word, a changed number in the text) still differs.
+
 Anything else differs. Strings longer than :data:`MAX_JSON_CHARS` (JSON) or
 :data:`MAX_LITERAL_CHARS` (a Python literal) are not parsed, nor more than
 :data:`BUDGET_CHARS` characters in all for one comparison: such strings then differ.
@@ -35,7 +45,8 @@ from typing import Any
 
 from sealbox.canonical import canonical_bytes
 
-__all__ = ["BUDGET_CHARS", "MAX_JSON_CHARS", "MAX_LITERAL_CHARS", "same_but_for_key_order", "reordered_text"]
+__all__ = ["BUDGET_CHARS", "MAX_CLOSERS", "MAX_JSON_CHARS", "MAX_LITERAL_CHARS", "MAX_OPENERS", "same_but_for_key_order",
+           "reordered_text"]
 
 #: The longest string parsed as JSON (characters).
 MAX_JSON_CHARS = 4 * 1024 * 1024
@@ -45,8 +56,13 @@ MAX_LITERAL_CHARS = 256 * 1024
 BUDGET_CHARS = 16 * 1024 * 1024
 #: The deepest strings-inside-strings are followed (a serialized dict holding a serialized dict ...).
 MAX_NESTING = 8
+#: Inside a longer text: the most opening brackets tried as the start of a segment around one difference.
+MAX_OPENERS = 32
+#: Inside a longer text: the most closing brackets tried as the end of a segment from one opening bracket.
+MAX_CLOSERS = 32
 
 _OPENERS = frozenset("{[(")
+_CLOSER = {"{": "}", "[": "]", "(": ")"}
 _NOTHING = object()
 
 
@@ -95,11 +111,69 @@ def _same_leaf(a: Any, b: Any) -> bool:
 def _reordered(a: str, b: str, nesting: int, budget: list[int]) -> bool:
     if nesting >= MAX_NESTING or len(a) != len(b) or len(a) > MAX_JSON_CHARS:
         return False
-    start = a.lstrip()[:1]
-    if start not in _OPENERS or b.lstrip()[:1] != start:
-        return False
     if Counter(a) != Counter(b):  # not a reordering of the same characters
         return False
+    start = a.lstrip()[:1]
+    if start in _OPENERS and b.lstrip()[:1] == start and _parse_equal(a, b, nesting, budget):
+        return True
+    return _segments_equal(a, b, 0, nesting, budget, [MAX_OPENERS * MAX_CLOSERS])
+
+
+def _segments_equal(a: str, b: str, pos: int, nesting: int, budget: list[int], tries: list[int]) -> bool:
+    """Whether ``a[pos:]`` and ``b[pos:]`` (same length) differ only inside pairs of segments at the
+    same place that hold the same serialized value (the module docstring, "inside a longer text")."""
+    i = _first_difference(a, b, pos)
+    if i < 0:
+        return True
+    openers = 0
+    s = i
+    while openers < MAX_OPENERS:
+        s = max(a.rfind(c, pos, s) for c in _OPENERS)  # the next opening bracket before the difference
+        if s < 0:
+            return False
+        openers += 1
+        if b[s] != a[s]:
+            continue
+        closer, e = _CLOSER[a[s]], i
+        for _ in range(MAX_CLOSERS):
+            e = a.find(closer, e)
+            if e < 0:
+                break
+            e += 1
+            if b[e - 1] != closer:
+                continue
+            tries[0] -= 1
+            if tries[0] < 0 or budget[0] < e - s:
+                return False
+            budget[0] -= e - s
+            seg_a, seg_b = a[s:e], b[s:e]
+            if Counter(seg_a) == Counter(seg_b) and _parse_equal(seg_a, seg_b, nesting, budget) \
+                    and _segments_equal(a, b, e, nesting, budget, tries):
+                return True
+    return False
+
+
+def _first_difference(a: str, b: str, pos: int) -> int:
+    """The first index ``>= pos`` where ``a`` and ``b`` (same length) differ, or -1."""
+    n = len(a)
+    if a[pos:] == b[pos:]:
+        return -1
+    lo, hi = pos, n  # a[pos:lo] == b[pos:lo] holds; a difference lies in [lo, hi)
+    while hi - lo > 64:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    for k in range(lo, hi):
+        if a[k] != b[k]:
+            return k
+    return -1  # unreachable: a difference was seen
+
+
+def _parse_equal(a: str, b: str, nesting: int, budget: list[int]) -> bool:
+    """Whether ``a`` and ``b`` both parse (JSON first, else a Python literal) to values equal by
+    :func:`_same` one nesting level down."""
     for parse, limit in ((_json, MAX_JSON_CHARS), (_literal, MAX_LITERAL_CHARS)):
         if len(a) > limit or budget[0] < 2 * len(a):
             return False
