@@ -166,7 +166,7 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "content.erased": _obj({"blob": _FP, "reason": _STR}, {"rule": _NSTR}),
     "anomaly": _obj({"what": _STR}, {"detail": _ANY}),
-    "note": _obj({"text": _STR}, {"about": _ANY}),
+    "note": _obj({"text": _STR}, {"about": _ANY, "next_step": _INT}),
 }
 
 #: The closed set of event kinds.

@@ -1502,7 +1502,7 @@ class RunContext:
 
     def model_call(self, request: Any, response: Any, usage: dict[str, Any] | None = None,
                    latency: float | int | None = None, *, provider: str | None = None,
-                   model: str | None = None) -> "ModelCallRecord":
+                   model: str | None = None, step: str | None = None) -> "ModelCallRecord":
         """Record one model call; tool calls it requests become sibling steps.
 
         Args:
@@ -1513,6 +1513,7 @@ class RunContext:
                 ignored; a non-empty dict with neither is a ConfigError); default: read from the response.
             latency: seconds (float) or microseconds (int) the call took.
             provider, model: override what the adapter detects.
+            step: a step taken with :meth:`reserve_step` when the call started (default: a new one).
 
         Returns:
             A record with the step and the requested tool call ids (in order);
@@ -1550,7 +1551,7 @@ class RunContext:
             cost, self._cost_error = 0.0, str(exc)
         if cost:
             use["cost"] = cost
-        step = self._take_step()
+        step = self._take_step() if step is None else step
         ids = [tc.id for tc in info.tool_calls]
         repeated = sorted({tc_id for tc_id in ids if ids.count(tc_id) > 1})
         with self._lock:
@@ -1687,7 +1688,7 @@ class RunContext:
         return response
 
     def model_error(self, request: Any, error: BaseException, *, latency: float | int | None = None,
-                    provider: str | None = None, model: str | None = None) -> None:
+                    provider: str | None = None, model: str | None = None, step: str | None = None) -> None:
         """Record a model call that raised ``error`` (:meth:`complete`, the integrations): a
         ``model.call`` with ``response = {"error": {"type", "message"}}``.
 
@@ -1699,7 +1700,7 @@ class RunContext:
         try:
             self.model_call(request, {"error": {"type": _valid_text(type(error).__qualname__),
                                                 "message": exception_message(error)}},
-                            latency=latency, provider=provider, model=model)
+                            latency=latency, provider=provider, model=model, step=step)
         except Exception as failed:
             if isinstance(error, Exception):
                 raise
@@ -1726,17 +1727,45 @@ class RunContext:
         step = self._take_step()
         self._append_fresh([self._draft("state.saved", payload, step)], step)
 
-    def note(self, text: str, about: Any = None) -> None:
+    @property
+    def next_step(self) -> int:
+        """The next top-level step the run will take (an int: ``7`` for step ``"7"``)."""
+        return self._steps[0]
+
+    def reserve_step(self) -> str:
+        """A new top-level step (``"7"``) for an event written later, with ``step=`` (:meth:`note`,
+        :meth:`model_call`): work that runs concurrently with other steps (a framework's guardrail
+        running beside a model call) takes its step when it *starts*, so its step does not depend on
+        which of them finishes first (a replay finishes them in another order)."""
+        return self._take_step()
+
+    def note(self, text: str, about: Any = None, *, step: str | None = None,
+             tripped: dict[str, Any] | None = None) -> str:
         """Record an annotation in the run; ``about`` is optional structured detail.
 
         ``text`` is handled like an exception's message (docs/content-modes.md): a lone surrogate
-        in it is recorded as the visible text ``\\udcff``.
+        in it is recorded as the visible text ``\\udcff``. ``about`` is encoded and redacted as
+        content (docs/content-modes.md); a replay compares notes like other steps.
+
+        Args:
+            step: a step taken with :meth:`reserve_step` (default: a new one). The note then also
+                records ``next_step``: the run's next top-level step when it was written (not compared by
+                replay), so that a replay serving it can wait until the run has got as far.
+            tripped: the payload of a ``guardrail.tripped`` written in the same step and
+                transaction (``{limit, current, bound}`` and optional fields, docs/event-format.md).
+
+        Returns:
+            The step the note was written at.
 
         Raises:
-            ConfigError: ``text`` is not a string (nothing was recorded).
+            ConfigError: ``text`` is not a string, or ``step`` is not a top-level step (nothing was recorded).
+            InvalidEventError: ``tripped`` does not match the ``guardrail.tripped`` schema (nothing was recorded).
         """
         if not isinstance(text, str):
             raise ConfigError(f"a note's text must be a string, got {type(text).__name__}; nothing was recorded")
+        if step is not None and not (isinstance(step, str) and step.isascii() and step.isdigit()):
+            raise ConfigError(f"a note's step must be a top-level step from reserve_step(), not {step!r}; "
+                              "nothing was recorded")
         text = _valid_text(text)
         secrets = self._run_secrets()  # values redacted earlier in the run: scrubbed, as from content
         if secrets:
@@ -1744,8 +1773,14 @@ class RunContext:
         payload: dict[str, Any] = {"text": text}
         if about is not None:
             payload["about"] = self._without_echoed_secrets(about)
-        step = self._take_step()
-        self._append_fresh([self._draft("note", payload, step)], step)
+        if step is None:
+            step = self._take_step()
+        else:  # written at a step reserved earlier: how far the run had got (a replay serves it from there)
+            payload["next_step"] = self._next_step
+        drafts = [self._draft("note", payload, step)]
+        if tripped is not None:
+            drafts.append(self._draft("guardrail.tripped", dict(tripped), step))
+        return self._append_fresh(drafts, step)
 
 
 def _is_stream(value: Any) -> bool:

@@ -61,6 +61,9 @@ __all__ = [
     "governed_tool",
     "governed_tools",
     "instrument",
+    "recorded_guardrail",
+    "recorded_guardrails",
+    "GUARDRAIL_KINDS",
     "mcp_env",
     "mcp_meta",
     "mcp_meta_resolver",
@@ -328,6 +331,9 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
             raise
 
     new = copy.copy(tool)
+    for field in ("tool_input_guardrails", "tool_output_guardrails"):
+        if getattr(tool, field, None):
+            setattr(new, field, recorded_guardrails(run, list(getattr(tool, field))))
     inner = tool.on_invoke_tool
     if _SdkInvoker is not None and isinstance(inner, _SdkInvoker):
         impl = inner._invoke_tool_impl
@@ -472,7 +478,7 @@ class SealboxModel(Model):
                 request[key] = kwargs[key]
         return request
 
-    def _record(self, request: dict[str, Any], response: ModelResponse, latency: float) -> None:
+    def _record(self, request: dict[str, Any], response: ModelResponse, latency: float, step: str | None = None) -> None:
         usage: dict[str, int] | None = _usage(response.usage)
         if not (usage["input_tokens"] or usage["output_tokens"] or usage["total_tokens"]):
             # the SDK's Usage(requests=1) when the provider sent no usage: not known to be 0 tokens, so
@@ -483,10 +489,11 @@ class SealboxModel(Model):
         if response.request_id:
             recorded["request_id"] = response.request_id
         self.run.model_call(request, recorded, usage=usage, latency=latency, provider=self.provider,
-                            model=self.model_name)
+                            model=self.model_name, step=step)
 
-    def _record_error(self, request: dict[str, Any], exc: BaseException, latency: float) -> None:
-        self.run.model_error(request, exc, latency=latency, provider=self.provider, model=self.model_name)
+    def _record_error(self, request: dict[str, Any], exc: BaseException, latency: float,
+                      step: str | None = None) -> None:
+        self.run.model_error(request, exc, latency=latency, provider=self.provider, model=self.model_name, step=step)
 
     async def get_response(self, system_instructions: str | None, input: Any, model_settings: Any,
                            tools: list[Any], output_schema: Any, handoffs: list[Any], tracing: Any,
@@ -494,22 +501,40 @@ class SealboxModel(Model):
         """Call the wrapped model and record the call (see the class docstring).
 
         In a replay (``run.replay`` set, docs/replay.md) the recorded response is served
-        and the wrapped model is not called."""
+        and the wrapped model is not called.
+
+        The call's step is taken when it starts, not when it returns: a parallel input guardrail
+        (which takes its step when it starts too) gets the same step in a replay, where the model
+        answers at once."""
         request = self._request(system_instructions, input, model_settings, tools, output_schema, handoffs, kwargs)
+        step = self.run.reserve_step()
         replay = getattr(self.run, "replay", None)
         if replay is not None and replay.serves_models:
-            return self._replayed(request, replay.model_response(self.run))
+            recorded = replay.model_response(self.run, step)
+            if _cut_short(recorded):
+                await self._wait_to_be_cut_short(request, step)
+            return self._replayed(request, recorded, step)
         started = time.perf_counter()
         try:
             response = await self.inner.get_response(system_instructions, input, model_settings, tools,
                                                      output_schema, handoffs, tracing, **kwargs)
         except BaseException as exc:  # a cancelled call (a timeout, the run cancelled) was made too
-            self._record_error(request, exc, time.perf_counter() - started)
+            self._record_error(request, exc, time.perf_counter() - started, step)
             raise
-        self._record(request, response, time.perf_counter() - started)
+        self._record(request, response, time.perf_counter() - started, step)
         return response
 
-    def _replayed(self, request: dict[str, Any], recorded: Any) -> ModelResponse:
+    async def _wait_to_be_cut_short(self, request: dict[str, Any], step: str) -> None:
+        """A call recorded as cancelled (a parallel input guardrail tripped, a timeout): in a replay it
+        waits to be cancelled again, and is recorded so, instead of raising at once (which would end
+        the turn before the guardrail trips)."""
+        try:
+            await asyncio.Event().wait()
+        except BaseException as exc:
+            self._record_error(request, exc, 0.0, step)
+            raise
+
+    def _replayed(self, request: dict[str, Any], recorded: Any, step: str | None = None) -> ModelResponse:
         """A recorded response (as :meth:`_record` wrote it) back as a ``ModelResponse``, recorded again."""
         from openai.types.responses import ResponseOutputItem
         from pydantic import TypeAdapter
@@ -521,7 +546,7 @@ class SealboxModel(Model):
             from sealbox.replay.values import rebuild_error
 
             error = rebuild_error(recorded["error"])
-            self._record_error(request, error, 0.0)
+            self._record_error(request, error, 0.0, step)
             raise error
         adapter = TypeAdapter(ResponseOutputItem)
         usage = {k: int(v or 0) for k, v in (recorded.get("usage") or {}).items()
@@ -529,7 +554,7 @@ class SealboxModel(Model):
         response = ModelResponse(output=[adapter.validate_python(_set_fields(item)) for item in recorded.get("output") or []],
                                  usage=Usage(**usage), response_id=recorded.get("id"),
                                  request_id=recorded.get("request_id"))
-        self._record(request, response, 0.0)
+        self._record(request, response, 0.0, step)
         return response
 
     async def stream_response(self, system_instructions: str | None, input: Any, model_settings: Any,
@@ -542,9 +567,13 @@ class SealboxModel(Model):
         messages, then ``response.completed`` with the whole response (not the recorded chunk
         boundaries; the same output, usage and ids)."""
         request = self._request(system_instructions, input, model_settings, tools, output_schema, handoffs, kwargs)
+        step = self.run.reserve_step()  # taken when the call starts, as for get_response
         replay = getattr(self.run, "replay", None)
         if replay is not None and replay.serves_models:  # never the live model in a replay served from the record
-            for event in self._replayed_stream(request, replay.model_response(self.run)):
+            recorded = replay.model_response(self.run, step)
+            if _cut_short(recorded):
+                await self._wait_to_be_cut_short(request, step)
+            for event in self._replayed_stream(request, recorded, step):
                 yield event
             return
         started = time.perf_counter()
@@ -557,18 +586,18 @@ class SealboxModel(Model):
                 yield event
         except BaseException as exc:  # also cancelled, or the stream closed by its consumer (GeneratorExit)
             if completed is not None and isinstance(exc, GeneratorExit):  # closed after the response came
-                self._record_completed(request, completed, time.perf_counter() - started)
+                self._record_completed(request, completed, time.perf_counter() - started, step)
             else:
-                self._record_error(request, exc, time.perf_counter() - started)
+                self._record_error(request, exc, time.perf_counter() - started, step)
             raise
         if completed is None:
             self._record_error(request, RuntimeError("the stream ended without response.completed"),
-                               time.perf_counter() - started)
+                               time.perf_counter() - started, step)
         else:
             self.run.model_call(request, completed, latency=time.perf_counter() - started,
-                                provider=self.provider, model=self.model_name)
+                                provider=self.provider, model=self.model_name, step=step)
 
-    def _replayed_stream(self, request: dict[str, Any], recorded: Any) -> list[Any]:
+    def _replayed_stream(self, request: dict[str, Any], recorded: Any, step: str | None = None) -> list[Any]:
         """The stream events of a recorded streamed call (as :meth:`stream_response` recorded its
         ``response.completed``), the call recorded again; a recorded failure is raised (recorded too)."""
         from openai.types.responses import Response, ResponseCompletedEvent, ResponseTextDeltaEvent
@@ -578,7 +607,7 @@ class SealboxModel(Model):
             from sealbox.replay.values import rebuild_error
 
             error = rebuild_error(recorded["error"])
-            self._record_error(request, error, 0.0)
+            self._record_error(request, error, 0.0, step)
             raise error
         response = Response.model_validate(_as_response(_set_fields(recorded)))
         events: list[Any] = []
@@ -593,14 +622,16 @@ class SealboxModel(Model):
                         content_index=part_index, delta=text, logprobs=[], sequence_number=len(events)))
         events.append(ResponseCompletedEvent(type="response.completed", response=response,
                                              sequence_number=len(events)))
-        self.run.model_call(request, response, latency=0.0, provider=self.provider, model=self.model_name)
+        self.run.model_call(request, response, latency=0.0, provider=self.provider, model=self.model_name, step=step)
         return events
 
-    def _record_completed(self, request: dict[str, Any], completed: Any, latency: float) -> None:
+    def _record_completed(self, request: dict[str, Any], completed: Any, latency: float,
+                          step: str | None = None) -> None:
         """The streamed call's ``response.completed``, recorded while the stream is being closed (a
         recording failure is then attached to the GeneratorExit, not raised in its place)."""
         try:
-            self.run.model_call(request, completed, latency=latency, provider=self.provider, model=self.model_name)
+            self.run.model_call(request, completed, latency=latency, provider=self.provider, model=self.model_name,
+                                step=step)
         except Exception:  # noqa: BLE001 - as model_error does for an exception that is not an Exception
             pass
 
@@ -616,6 +647,12 @@ class SealboxModel(Model):
     async def _cleanup_on_run_end(self, owner: object) -> None:
         if self._inner is not None:
             await self._inner._cleanup_on_run_end(owner)
+
+
+def _cut_short(recorded: Any) -> bool:
+    """Whether a recorded model response is a call that was cancelled (``{"error": {"type": "CancelledError"}}``)."""
+    error = recorded.get("error") if isinstance(recorded, dict) and set(recorded) == {"error"} else None
+    return isinstance(error, dict) and error.get("type") == "CancelledError"
 
 
 def _as_response(recorded: dict[str, Any]) -> dict[str, Any]:
@@ -647,6 +684,225 @@ def _set_fields(value: Any) -> Any:
     if isinstance(value, list):
         return [_set_fields(v) for v in value]
     return value
+
+
+# --------------------------------------------------------------------------- guardrails
+
+#: The kinds of guardrail the SDK runs, as recorded (``about.guardrail.kind``).
+GUARDRAIL_KINDS = ("input", "output", "tool_input", "tool_output")
+
+
+def _guardrail_kind(guardrail: Any) -> str | None:
+    from agents.guardrail import InputGuardrail, OutputGuardrail
+    from agents.tool_guardrails import ToolInputGuardrail, ToolOutputGuardrail
+
+    for cls, kind in ((InputGuardrail, "input"), (OutputGuardrail, "output"),
+                      (ToolInputGuardrail, "tool_input"), (ToolOutputGuardrail, "tool_output")):
+        if isinstance(guardrail, cls):
+            return kind
+    return None
+
+
+def _guardrail_name(guardrail: Any) -> str:
+    try:
+        name = guardrail.get_name()
+    except Exception:  # noqa: BLE001 - a function without __name__ (a partial): still recorded
+        name = None
+    return name if isinstance(name, str) and name else type(guardrail.guardrail_function).__name__
+
+
+def _error_of(exc: BaseException) -> dict[str, str]:
+    from sealbox.recorder import exception_message
+
+    return {"type": type(exc).__qualname__, "message": exception_message(exc)}
+
+
+def _served_guardrail(run: RunContext, step: str, identity: dict[str, Any]) -> Any:
+    """In a replay serving models from the record: the recorded outcome (``about.guardrail``, decoded and
+    rebuilt) of the guardrail ``identity`` at ``step``, or ``_NOT_RECORDED`` when the record has no such
+    guardrail there. None when the guardrail is to run for real (not a replay, or ``model="live"``)."""
+    replay = getattr(run, "replay", None)
+    if replay is None or not replay.serves_models:
+        return None
+    from sealbox.replay.values import rebuild
+
+    rec = replay.recorded.steps.get(step)
+    about = rec.payload.get("about") if rec is not None and rec.key.kind == "note" else None
+    recorded = about.get("guardrail") if isinstance(about, dict) else None
+    if not isinstance(recorded, dict) or any(recorded.get(k) != v for k, v in identity.items()):
+        return _NOT_RECORDED
+    return rebuild(recorded)
+
+
+#: How long a served guardrail waits for the replay to get as far as the record had when it finished.
+SERVE_WAIT_S = 10.0
+
+
+async def _as_far_as_recorded(run: RunContext, step: str) -> None:
+    """Wait until the replay has got as far as the record had when the guardrail at ``step`` finished:
+    every comparable step written before its note compared again, and the run's step counter at least
+    the recorded ``next_step`` (a model call it cut short had started). A guardrail runs beside the
+    model call and tool calls of the first turn; served at once, it would trip before them, where the
+    recorded one tripped after. Gives up after :data:`SERVE_WAIT_S` (the replay has diverged elsewhere)
+    or once the replay has stopped."""
+    replay = run.replay
+    recorded = replay.recorded
+    rec = recorded.steps.get(step)
+    reached = rec.payload.get("next_step") if rec is not None else None
+    order = recorded.order
+    before = order[:order.index(step)] if step in order else []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SERVE_WAIT_S
+    while replay.halted() is None and loop.time() < deadline:
+        if all(s in replay.compared for s in before) and (not isinstance(reached, int) or run.next_step >= reached):
+            return
+        await asyncio.sleep(0.001)
+
+
+_NOT_RECORDED = object()
+
+
+def _guardrail_text(identity: dict[str, Any], outcome: dict[str, Any]) -> str:
+    what = f"{identity['kind']} guardrail {identity['name']!r} of agent {identity['agent']!r}"
+    if "call_id" in identity:
+        what += f" on tool call {identity['call_id']} ({identity.get('tool')})"
+    if "error" in outcome:
+        return f"{what} raised {outcome['error']['type']}"
+    if "tripped" not in outcome:
+        return f"{what}: no recorded outcome to serve"
+    behavior = outcome.get("behavior")
+    detail = f" ({behavior.get('type')})" if isinstance(behavior, dict) else ""
+    return f"{what}: {'tripped' if outcome['tripped'] else 'passed'}{detail}"
+
+
+def _record_guardrail(run: RunContext, step: str, identity: dict[str, Any], outcome: dict[str, Any]) -> None:
+    """One guardrail run: a ``note`` (``about.guardrail``: identity and outcome, output_info encoded and
+    redacted as content) and, when it tripped, a ``guardrail.tripped`` in the same step and transaction."""
+    about = {"guardrail": {**identity, **outcome}}
+    tripped = None
+    if outcome.get("tripped"):
+        tripped = {"limit": f"{identity['kind']}_guardrail:{identity['name']}", "current": 1, "bound": 0,
+                   "guardrail": {k: identity[k] for k in ("name", "kind", "agent")}}
+        if "call_id" in identity:
+            tripped["call_id"] = identity["call_id"]
+    run.note(_guardrail_text(identity, outcome), about=about, step=step, tripped=tripped)
+
+
+def recorded_guardrail(run: RunContext, guardrail: Any) -> Any:
+    """A copy of an SDK guardrail whose every run is recorded into ``run`` (and served from the
+    record in a replay).
+
+    ``guardrail`` is an ``InputGuardrail`` / ``OutputGuardrail`` (``@input_guardrail``,
+    ``@output_guardrail``) or a ``ToolInputGuardrail`` / ``ToolOutputGuardrail``
+    (``@tool_input_guardrail``, ``@tool_output_guardrail``). :func:`instrument` applies this to the
+    guardrails of every agent and of every function tool; apply it yourself to the guardrails given in
+    ``RunConfig(input_guardrails=…, output_guardrails=…)``, which no agent carries.
+
+    Each run of the guardrail takes a step when it starts (:meth:`RunContext.reserve_step`) and records a
+    ``note`` there: ``about = {"guardrail": {"name", "kind", "agent", "tripped", "output_info"}}`` (tool
+    guardrails add ``"call_id"``, ``"tool"`` and ``"behavior"``; a guardrail that raised has ``"error":
+    {type, message}`` instead of the outcome). One that tripped (``tripwire_triggered``; for a tool
+    guardrail, a behavior other than ``allow``) also records a ``guardrail.tripped`` at that step:
+    ``{"limit": "<kind>_guardrail:<name>", "current": 1, "bound": 0, "guardrail": {name, kind, agent}}``
+    (plus ``call_id`` for a tool guardrail). See docs/integrations.md.
+
+    In a replay serving models from the record (docs/replay.md) the guardrail function is not called:
+    the recorded outcome is served (so a guardrail that calls a model of its own calls none) and
+    recorded again; the record having no such guardrail at that step stops the replay (divergence).
+    With ``model="live"`` it runs for real and its outcome is compared with the record.
+
+    Returns:
+        A copy with the same name (the original is not changed); ``guardrail`` itself when it is
+        already recorded into ``run``.
+
+    Raises:
+        TypeError: ``guardrail`` is none of the four guardrail classes.
+        ConfigError: ``guardrail`` is already recorded into another run.
+    """
+    kind = _guardrail_kind(guardrail)
+    if kind is None:
+        raise TypeError(f"recorded_guardrail needs an SDK guardrail, got {type(guardrail).__name__}")
+    function = guardrail.guardrail_function
+    owner = getattr(function, "_sealbox_run", None)
+    if owner is run:
+        return guardrail
+    if owner is not None:
+        raise ConfigError(f"guardrail {_guardrail_name(guardrail)!r} is already recorded into run {owner.run_id}: "
+                          f"recorded again into run {run.run_id}, each of its runs would be recorded into both")
+    name = _guardrail_name(guardrail)
+
+    async def run_guardrail(*args: Any) -> Any:
+        step = run.reserve_step()  # when it starts: parallel guardrails and model calls keep their steps
+        if kind in ("input", "output"):
+            identity = {"name": name, "kind": kind, "agent": getattr(args[1], "name", None)}
+        else:
+            data = args[0]
+            ctx = getattr(data, "context", None)
+            identity = {"name": name, "kind": kind, "agent": getattr(getattr(data, "agent", None), "name", None),
+                        "call_id": getattr(ctx, "tool_call_id", None), "tool": getattr(ctx, "tool_name", None)}
+        served = _served_guardrail(run, step, identity)
+        if served is _NOT_RECORDED:  # never run for real in a replay: recorded as attempted, which stops it
+            run.note(_guardrail_text(identity, {}), about={"guardrail": identity}, step=step)
+            raise RuntimeError(f"step {step}: the record has no {kind} guardrail {name!r} to serve")
+        if served is not None:
+            await _as_far_as_recorded(run, step)
+            return await _serve_guardrail(run, step, identity, served)
+        try:
+            output = function(*args)
+            if asyncio.iscoroutine(output) or hasattr(output, "__await__"):
+                output = await output
+        except BaseException as exc:
+            _record_guardrail(run, step, identity, {"error": _error_of(exc)})
+            raise
+        _record_guardrail(run, step, identity, _outcome(kind, output))
+        return output
+
+    run_guardrail._sealbox_run = run  # type: ignore[attr-defined]
+    run_guardrail.__name__ = name
+    return dataclasses.replace(guardrail, guardrail_function=run_guardrail, name=name)
+
+
+def _outcome(kind: str, output: Any) -> dict[str, Any]:
+    if kind in ("input", "output"):
+        return {"tripped": bool(getattr(output, "tripwire_triggered", False)),
+                "output_info": getattr(output, "output_info", None)}
+    behavior = dict(getattr(output, "behavior", None) or {"type": "allow"})
+    return {"tripped": behavior.get("type") != "allow", "behavior": behavior,
+            "output_info": getattr(output, "output_info", None)}
+
+
+async def _serve_guardrail(run: RunContext, step: str, identity: dict[str, Any], served: dict[str, Any]) -> Any:
+    from sealbox.replay.values import rebuild_error
+
+    error = served.get("error")
+    if isinstance(error, dict):
+        if error.get("type") == "CancelledError":  # recorded cut short (another guardrail tripped): wait for it
+            try:
+                await asyncio.Event().wait()
+            except BaseException as exc:
+                _record_guardrail(run, step, identity, {"error": _error_of(exc)})
+                raise
+        failure = rebuild_error(error)
+        _record_guardrail(run, step, identity, {"error": _error_of(failure)})
+        raise failure
+    outcome = {k: served.get(k) for k in ("tripped", "output_info")}
+    if identity["kind"] in ("input", "output"):
+        from agents.guardrail import GuardrailFunctionOutput
+
+        output: Any = GuardrailFunctionOutput(output_info=outcome["output_info"],
+                                              tripwire_triggered=bool(outcome["tripped"]))
+    else:
+        from agents.tool_guardrails import ToolGuardrailFunctionOutput
+
+        output = ToolGuardrailFunctionOutput(output_info=outcome["output_info"],
+                                             behavior=served.get("behavior") or {"type": "allow"})
+    _record_guardrail(run, step, identity, _outcome(identity["kind"], output))
+    return output
+
+
+def recorded_guardrails(run: RunContext, guardrails: list[Any] | None) -> list[Any] | None:
+    """:func:`recorded_guardrail` applied to each guardrail of ``guardrails`` (None stays None)."""
+    return None if guardrails is None else [recorded_guardrail(run, g) for g in guardrails]
 
 
 # --------------------------------------------------------------------------- agents
@@ -713,6 +969,8 @@ def _instrument(agent: Agent, opts: _Options) -> Agent:
         return opts.done[id(agent)]
     changes: dict[str, Any] = {"tools": governed_tools(opts.run, list(agent.tools), server=opts.server,
                                                        grant=opts.grant, deny_message=opts.deny_message)}
+    changes["input_guardrails"] = recorded_guardrails(opts.run, list(agent.input_guardrails))
+    changes["output_guardrails"] = recorded_guardrails(opts.run, list(agent.output_guardrails))
     if isinstance(agent.model, Model):
         changes["model"] = SealboxModel(agent.model, opts.run, agent_name=agent.name, provider=opts.provider)
     else:

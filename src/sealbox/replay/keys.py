@@ -269,6 +269,8 @@ class RecordedRun:
     principal: str = ""
     steps: dict[str, RecordedCall] = field(default_factory=dict)
     mode: str = "full"
+    #: the comparable steps in the order they were written (run_seq), not in step order
+    order: list[str] = field(default_factory=list)
 
     @classmethod
     def read(cls, store: Any, run_id: str) -> "RecordedRun":
@@ -303,6 +305,7 @@ class RecordedRun:
             key = StepKey(e.step, e.kind, key_name(e.kind, p), content_hash(e.kind, stored, p.get("format")))
             call = RecordedCall(key, stored, p)
             self.steps[e.step] = call
+            self.order.append(e.step)
             if e.kind == "tool.call":
                 by_call[p["call_id"]] = call
         elif e.kind == "policy.decision" and p.get("call_id") in by_call:

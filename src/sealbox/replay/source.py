@@ -397,15 +397,16 @@ class ReplaySource:
 
     # ----------------------------------------------------------------- models
 
-    def model_response(self, run: Any) -> Any:
-        """The recorded response of the model call about to be recorded (plain data).
+    def model_response(self, run: Any, step: str | None = None) -> Any:
+        """The recorded response of the model call about to be recorded (plain data), at ``step``
+        (default: the run's next step).
 
         The call's request is compared when it is recorded; if the record has no
         model call at this step, an empty response is returned and the comparison
         then stops the replay.
         """
         self._raise_if_halted()
-        step = str(run._next_step)
+        step = str(run._next_step) if step is None else step
         self.asked_models.add(step)
         rec = self.recorded.steps.get(step)
         if rec is None or rec.key.kind != "model.call":
