@@ -64,6 +64,7 @@ __all__ = [
     "recorded_guardrail",
     "recorded_guardrails",
     "GUARDRAIL_KINDS",
+    "HOST_APPROVAL_BY",
     "mcp_env",
     "mcp_meta",
     "mcp_meta_resolver",
@@ -192,6 +193,19 @@ if _SdkInvoker is not None:
             _copy_attr(self, bound, "__agents_sync_function_tool__")
             return bound
 
+        def prepare_arguments(self, input: str, tool_name: str) -> Any:
+            """The SDK's preparation; when it would make the SDK require an approval without asking the
+            tool's ``needs_approval`` (validation changed the arguments: defaults filled in, values
+            coerced), the approval gate is told so and asked all the same, so that the question is
+            recorded (:func:`_host_approval_gate`): it answers "needed" without calling the function."""
+            prepared = super().prepare_arguments(input, tool_name)
+            gate = getattr(self._function_tool, "needs_approval", None)
+            if prepared is not None and not getattr(prepared, "unchanged", True) \
+                    and getattr(gate, "_sealbox_run", None) is not None:
+                gate._sealbox_forced = input
+                return None  # what the SDK keeps in that case too
+            return prepared
+
         async def __call__(self, ctx: ToolContext[Any], input: str) -> Any:
             try:
                 return await super().__call__(ctx, input)
@@ -315,6 +329,7 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
 
     async def governed(ctx: Any, input: str, invoke: Callable[[], Any]) -> Any:
         call_id = getattr(ctx, "tool_call_id", None)
+        _host_answer_from_context(run, ctx)  # a call the SDK asked the host about runs: approved
         try:
             return await run.acall_tool(upstream_server, upstream_tool, parse_arguments(input),
                                         lambda *_a, **_k: invoke(), grant=grant,
@@ -334,6 +349,7 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
     for field in ("tool_input_guardrails", "tool_output_guardrails"):
         if getattr(tool, field, None):
             setattr(new, field, recorded_guardrails(run, list(getattr(tool, field))))
+    new.needs_approval = _host_approval_gate(run, tool, upstream_server, upstream_tool)
     inner = tool.on_invoke_tool
     if _SdkInvoker is not None and isinstance(inner, _SdkInvoker):
         impl = inner._invoke_tool_impl
@@ -384,6 +400,106 @@ def governed_tools(run: RunContext, tools: list[Any], *, server: str = DEFAULT_S
     run.check_grant_id(grant)
     return [governed_tool(run, t, server=server, grant=grant, deny_message=deny_message)
             if isinstance(t, FunctionTool) else t for t in tools]
+
+
+# --------------------------------------------------------------------------- the SDK's own approvals
+
+
+class _HostApprovals:
+    """The SDK's ``needs_approval`` calls of one run seen in this process: ``needed`` (call id -> what
+    was asked: server, tool, arguments), those recorded as asked, and those answered."""
+
+    def __init__(self) -> None:
+        self.needed: dict[str, dict[str, Any]] = {}
+        self.asked: set[str] = set()
+        self.answered: set[str] = set()
+
+
+_HOST_APPROVALS: "weakref.WeakKeyDictionary[RunContext, _HostApprovals]" = weakref.WeakKeyDictionary()
+
+#: Said in every note about the SDK's approvals: they are the host application's, never a Sealbox approval.
+HOST_APPROVAL_BY = "host application (openai-agents needs_approval)"
+
+
+def _approval_status(ctx: Any, tool_name: str, call_id: str) -> bool | None:
+    """The SDK's decision for ``call_id`` in ``ctx`` (True approved, False rejected, None not answered)."""
+    try:
+        status = ctx.is_tool_approved(tool_name, call_id)
+    except Exception:  # noqa: BLE001 - an SDK without it, or an ambiguous lookup: not known
+        return None
+    return status if isinstance(status, bool) else None
+
+
+def _host_approval_gate(run: RunContext, tool: FunctionTool, server: str, tool_name: str) -> Any:
+    """``tool.needs_approval`` (True or a callable) as a callable that also records what the SDK asks the
+    host application (a ``note``, ``about.host_approval.state = "asked"``); False stays False."""
+    setting = tool.needs_approval
+    if setting is False or not (setting is True or callable(setting)):
+        return setting
+
+    async def needs_approval(ctx: Any, params: Any, call_id: Any) -> bool:
+        forced, needs_approval._sealbox_forced = needs_approval._sealbox_forced, None  # type: ignore[attr-defined]
+        if setting is True or (forced is not None and parse_arguments(forced) == params):
+            needed = True  # (forced: the SDK requires an approval without asking the function, see prepare_arguments)
+        else:
+            needed = setting(ctx, params, call_id)
+            if hasattr(needed, "__await__"):
+                needed = await needed
+            needed = bool(needed)
+        if needed and isinstance(call_id, str):
+            host = _HOST_APPROVALS.setdefault(run, _HostApprovals())
+            info = {"call_id": call_id, "server": server, "tool": tool_name, "arguments": params}
+            host.needed.setdefault(call_id, info)
+            if _approval_status(ctx, tool.name, call_id) is None and call_id not in host.asked:
+                host.asked.add(call_id)
+                run.note(f"host approval asked: {server}/{tool_name} call {call_id} (the SDK's needs_approval: "
+                         "the host application answers, not a Sealbox approver)",
+                         about={"host_approval": {"state": "asked", **info, "by": HOST_APPROVAL_BY}})
+        return needed
+
+    needs_approval._sealbox_run = run  # type: ignore[attr-defined]
+    needs_approval._sealbox_forced = None  # type: ignore[attr-defined]
+    return needs_approval
+
+
+def _host_answered(run: RunContext, call_id: Any, decision: str, message: Any = None) -> None:
+    """Record the host application's answer to an SDK approval of ``call_id`` (once), if one was needed."""
+    host = _HOST_APPROVALS.get(run)
+    if host is None or not isinstance(call_id, str) or call_id not in host.needed or call_id in host.answered:
+        return
+    host.answered.add(call_id)
+    info = host.needed[call_id]
+    answer: dict[str, Any] = {"state": "answered", "call_id": call_id, "server": info["server"], "tool": info["tool"],
+                              "decision": decision, "standing": call_id not in host.asked, "by": HOST_APPROVAL_BY}
+    if message is not None:
+        answer["message"] = message
+    run.note(f"host approval answered: {decision} {info['server']}/{info['tool']} call {call_id} (the host "
+             "application's answer through the SDK, not a Sealbox approval)", about={"host_approval": answer})
+
+
+def _host_answer_from_context(run: RunContext, ctx: Any, *, running: bool = True) -> None:
+    """A call the SDK asked about is about to run (``running``: the SDK runs it only once approved) or be
+    checked by a tool input guardrail (which may also run before the question is asked: approved only
+    when the SDK says so): record the host's approval."""
+    host = _HOST_APPROVALS.get(run)
+    call_id = getattr(ctx, "tool_call_id", None)
+    if host is None or call_id not in host.needed or call_id in host.answered:
+        return
+    status = _approval_status(ctx, getattr(ctx, "tool_name", None) or host.needed[call_id]["tool"], call_id)
+    if status is True or (running and status is None):
+        _host_answered(run, call_id, "approve")
+
+
+def _host_rejections(run: RunContext, input: Any) -> None:
+    """Before a model call: an asked call whose output the model is given, though it never ran, was
+    rejected by the host (the output is the SDK's rejection message)."""
+    host = _HOST_APPROVALS.get(run)
+    if host is None or len(host.answered) == len(host.needed) or not isinstance(input, list):
+        return
+    for item in input:
+        get = item.get if isinstance(item, dict) else (lambda k, _i=item: getattr(_i, k, None))
+        if get("type") == "function_call_output" and get("call_id") in host.needed:
+            _host_answered(run, get("call_id"), "reject", to_plain(get("output")))
 
 
 # --------------------------------------------------------------------------- model
@@ -507,6 +623,7 @@ class SealboxModel(Model):
         (which takes its step when it starts too) gets the same step in a replay, where the model
         answers at once."""
         request = self._request(system_instructions, input, model_settings, tools, output_schema, handoffs, kwargs)
+        _host_rejections(self.run, input)
         step = self.run.reserve_step()
         replay = getattr(self.run, "replay", None)
         if replay is not None and replay.serves_models:
@@ -567,6 +684,7 @@ class SealboxModel(Model):
         messages, then ``response.completed`` with the whole response (not the recorded chunk
         boundaries; the same output, usage and ids)."""
         request = self._request(system_instructions, input, model_settings, tools, output_schema, handoffs, kwargs)
+        _host_rejections(self.run, input)
         step = self.run.reserve_step()  # taken when the call starts, as for get_response
         replay = getattr(self.run, "replay", None)
         if replay is not None and replay.serves_models:  # never the live model in a replay served from the record
@@ -832,6 +950,8 @@ def recorded_guardrail(run: RunContext, guardrail: Any) -> Any:
     name = _guardrail_name(guardrail)
 
     async def run_guardrail(*args: Any) -> Any:
+        if kind == "tool_input":  # an approved call is checked before it runs: its answer first
+            _host_answer_from_context(run, getattr(args[0], "context", None), running=False)
         step = run.reserve_step()  # when it starts: parallel guardrails and model calls keep their steps
         if kind in ("input", "output"):
             identity = {"name": name, "kind": kind, "agent": getattr(args[1], "name", None)}
