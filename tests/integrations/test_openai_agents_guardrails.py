@@ -161,6 +161,7 @@ def test_a_tripped_output_guardrail_is_recorded_after_the_model_call(store):
     assert evs[3][2] == {"limit": "output_guardrail:no_secrets", "current": 1, "bound": 0,
                          "guardrail": {"name": "no_secrets", "kind": "output", "agent": "tutor"}}
     assert evs[4][2]["error"]["type"] == "OutputGuardrailTripwireTriggered"
+    assert sealbox.verify_store(store).ok
 
 
 def test_a_tool_input_guardrail_that_rejects_a_call_is_recorded_with_the_call_id(store):
@@ -199,6 +200,40 @@ def test_a_tool_input_guardrail_that_rejects_a_call_is_recorded_with_the_call_id
                                 "output_info": {"city": "Paris"}}}}
     assert evs[3][2] == {"limit": "tool_input_guardrail:no_paris", "current": 1, "bound": 0, "call_id": "call_p",
                          "guardrail": {"name": "no_paris", "kind": "tool_input", "agent": "tutor"}}
+
+    checked: list = []
+    again = ScriptedModel([[function_call("get_weather", {"city": "Paris"}, call_id="call_p")],
+                           [assistant_message("Cannot.")]])
+
+    @tool_input_guardrail(name="no_paris")
+    def spy(data):  # pragma: no cover - served from the record, never called
+        checked.append(data)
+        return ToolGuardrailFunctionOutput.allow()
+
+    @function_tool(tool_input_guardrails=[spy])
+    def get_weather(city: str) -> str:  # noqa: F811 - the same tool, its guardrail now a spy
+        """Weather."""
+        ran.append(city)
+        return "Sunny"
+
+    result = Replayer(store).replay(run_id, lambda run: Runner.run(
+        instrument(run, Agent(name="tutor", model=again, tools=[get_weather]), provider="scripted"),
+        "Weather in Paris?"))
+    assert result.reproduced, result.divergence  # the recorded rejection is served: the tool does not run
+    assert checked == [] and ran == [] and again.calls == ()
+
+
+def test_a_note_at_a_step_that_is_not_a_reserved_top_level_step_is_refused(store):
+    from sealbox.errors import ConfigError
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="tutor") as run:
+        with pytest.raises(ConfigError, match="a note's step must be a top-level step from reserve_step"):
+            run.note("x", step="2.1")
+        step = run.reserve_step()
+        assert run.note("y", step=step) == step == "2"
+    assert [(e.kind, e.step, e.payload) for e in store.read_run(run.run_id)][1:] == [
+        ("note", "2", {"text": "y", "next_step": 3}), ("run.ended", "3", {"status": "ok", "usage": {
+            "input_tokens": 0, "output_tokens": 0, "cost": 0}})]
 
 
 def test_run_config_guardrails_are_recorded_with_recorded_guardrails(store):

@@ -124,6 +124,7 @@ def test_a_rejected_sdk_approval_is_recorded_with_the_message_the_model_got(stor
     outputs = [i for i in evs[4][2]["request"]["input"] if i.get("type") == "function_call_output"]
     assert [(o["call_id"], o["output"]) for o in outputs] == [("call_d", "Not allowed today.")]
     assert not [k for k, _, _ in evs if k.startswith("approval.") or k == "tool.call"]
+    assert sealbox.verify_store(store).ok
 
 
 def replay_with_answer(store, run_id, answer: str):

@@ -23,6 +23,14 @@ are wrapped by :func:`governed_tool`:
   message (the run goes on); then ``tool.result``;
 - every handoff is a ``note`` event (``about = {"handoff": {"from": …, "to": …}}``);
   the handoffs offered to the model are also listed in each ``model.call`` request.
+- every run of a guardrail (the agents' input and output guardrails, the tools' input and
+  output guardrails) is a ``note`` (``about = {"guardrail": {name, kind, agent, tripped,
+  output_info, …}}``), with a ``guardrail.tripped`` beside it when its tripwire triggered; in a
+  replay its recorded outcome is served and the guardrail function is not called
+  (:func:`recorded_guardrail`);
+- the SDK's own approvals (a tool's ``needs_approval``, answered by the host application with
+  ``RunState.approve`` / ``reject``) are ``note`` events (``about = {"host_approval": …}``) for the
+  question and the answer, marked as the host application's: never Sealbox approvals.
 
 MCP servers the agent talks to are not governed here — they are governed by a
 Sealbox gateway, which joins the same run through :func:`mcp_env` (stdio) or
@@ -290,6 +298,11 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
       handles it as it would have (by default, an error message to the model).
     - The call could not be recorded: the function does not run and the run
       fails with :class:`~sealbox.errors.RecordingError` ("no record, no action").
+
+    The tool's ``tool_input_guardrails`` / ``tool_output_guardrails`` are recorded
+    (:func:`recorded_guardrail`), and its ``needs_approval`` (True or a function; its decision
+    unchanged) records the question the SDK asks the host application and the answer (``note``
+    events, ``about.host_approval``; see docs/integrations.md).
 
     Args:
         run: the active run.
