@@ -52,7 +52,9 @@ class Problem:
             ``identity_unauthorized``, ``store_settings_damaged``, ``reapproval_signature``,
             ``reapproval_identity``, ``reapproval_binding``, ``reapproval_rule``, ``grant_signature``,
             ``grant_identity``, ``grant_binding``, ``grant_rule``, ``revocation_signature``,
-            ``revocation_identity``, ``revocation_binding``, ``revocation_rule``.
+            ``revocation_identity``, ``revocation_binding``, ``revocation_rule``; in an export bundle
+            also ``bundle_*`` codes (``bundle_grant_missing``, ``bundle_tool_change_missing``, ...:
+            docs/bundle-format.md).
         message: one readable sentence.
         run_id, run_seq, kind, leaf_index: where, when it is tied to an event.
         expected, found: what verification computed and what the store holds.

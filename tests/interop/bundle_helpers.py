@@ -118,7 +118,7 @@ def rebuild_manifest(m: dict[str, bytes]) -> None:
     import json as _json
 
     from sealbox.events import SYSTEM_RUN_ID
-    from sealbox.interop.bundle import DIGESTED, MEMBERS, export_digest, manifest_bytes, run_entries
+    from sealbox.interop.bundle import DIGESTED, FORMATS, MEMBERS, export_digest, manifest_bytes, run_entries
     from sealbox.ledger.checkpoint import Checkpoint, parse_note
 
     cp = Checkpoint.parse(parse_note(m["checkpoint"].decode()).text)
@@ -128,4 +128,5 @@ def rebuild_manifest(m: dict[str, bytes]) -> None:
         origin=cp.origin, size=cp.size, root=cp.root, runs=run_entries(envs),
         system_events=sum(1 for _, e in envs if e["run_id"] == SYSTEM_RUN_ID), blobs=len(blobs),
         erased=sum(1 for b in blobs if b["content"] is None), snapshots=len(m["snapshots.jsonl"].splitlines()),
-        members=[(n, m[n]) for n in MEMBERS[2:]], digest=export_digest([(n, m[n]) for n in DIGESTED]))
+        members=[(n, m[n]) for n in MEMBERS[2:]], digest=export_digest([(n, m[n]) for n in DIGESTED]),
+        **({"format": m["format"].decode().rstrip("\n")} if m["format"] in FORMATS else {}))

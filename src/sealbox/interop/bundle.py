@@ -43,7 +43,11 @@ from sealbox.events import CONTENT_FIELDS, SYSTEM_RUN_ID
 __all__ = [
     "FORMAT",
     "FORMAT_TEXT",
+    "FORMATS",
     "MEMBERS",
+    "SYSTEM_KINDS",
+    "AUTHORIZATION_KINDS",
+    "authorization_events",
     "DIGESTED",
     "EXPORT_EXTENSION",
     "BundleError",
@@ -67,9 +71,13 @@ __all__ = [
     "write_atomically",
 ]
 
-#: Format identifier (also the first member's text, without its newline).
-FORMAT = "sealbox-bundle/1"
+#: Format identifier (also the first member's text, without its newline). ``sealbox-bundle/2``
+#: bundles carry the authorization evidence of their calls (:data:`AUTHORIZATION_KINDS`).
+FORMAT = "sealbox-bundle/2"
 FORMAT_TEXT = (FORMAT + "\n").encode()
+#: The ``format`` members a verifier reads -> their version: ``sealbox-bundle/1`` bundles were
+#: written before bundles carried grants, revocations, tool changes and re-approvals.
+FORMATS = {b"sealbox-bundle/1\n": 1, FORMAT_TEXT: 2}
 #: The members of a bundle, in their fixed order.
 MEMBERS = ("format", "manifest.json", "checkpoint", "log.vkey", "events.jsonl", "blobs.jsonl", "snapshots.jsonl")
 #: The content members the export digest covers, in this order: every member except
@@ -79,8 +87,11 @@ DIGESTED = ("format", "log.vkey", "events.jsonl", "blobs.jsonl", "snapshots.json
 EXPORT_EXTENSION = "sealbox-export/v1"
 #: Tries at signing the export's checkpoint while other writers keep appending.
 _SIGN_ATTEMPTS = 8
-#: Kinds of the system run a bundle carries (to check approval answers and erasures).
-SYSTEM_KINDS = ("identity.changed", "content.erased")
+#: Kinds of the system run that carry the authorization evidence of calls (:func:`authorization_events`).
+AUTHORIZATION_KINDS = ("access.granted", "access.revoked", "tools.changed", "tool.reapproved")
+#: Kinds of the system run a bundle carries (to check approval answers, erasures, grants, revocations
+#: and re-approvals).
+SYSTEM_KINDS = ("identity.changed", "content.erased", *AUTHORIZATION_KINDS)
 
 _LOCAL_SIG, _CENTRAL_SIG, _END_SIG = 0x04034B50, 0x02014B50, 0x06054B50
 _LOCAL = struct.Struct("<IHHHHHIIIHH")  # 30 bytes
@@ -158,7 +169,7 @@ def export_extension(digest: bytes) -> str:
 
 def manifest_bytes(*, origin: str, size: int, root: bytes, runs: Sequence[dict[str, Any]], system_events: int,
                    blobs: int, erased: int, snapshots: int, members: Sequence[tuple[str, bytes]],
-                   digest: bytes) -> bytes:
+                   digest: bytes, format: str = FORMAT) -> bytes:
     """The manifest: RFC 8785 JSON and a newline, derived entirely from the other members.
 
     Args:
@@ -166,9 +177,10 @@ def manifest_bytes(*, origin: str, size: int, root: bytes, runs: Sequence[dict[s
         members: (name, bytes) of ``checkpoint``, ``log.vkey``, ``events.jsonl``, ``blobs.jsonl``,
             ``snapshots.jsonl``; each is listed with its size and SHA-256.
         digest: the :func:`export_digest` of the content members (also signed in the checkpoint).
+        format: the bundle's format (its ``format`` member without the newline).
     """
     doc = {
-        "format": FORMAT, "origin": origin, "export_digest": "sha256:" + digest.hex(),
+        "format": format, "origin": origin, "export_digest": "sha256:" + digest.hex(),
         "checkpoint": {"size": size, "root": "sha256:" + root.hex()},
         "runs": list(runs), "system_events": system_events,
         "blobs": blobs, "erased_blobs": erased, "snapshots": snapshots,
@@ -342,8 +354,10 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -
     """Write whole runs, everything needed to verify them, into the bundle ``path``.
 
     Writes each run's events, the system run's ``identity.changed`` events (to check
-    approval answers) and the ``content.erased`` events of erased blobs they
-    reference, every referenced blob (following chains inside blobs) with its salt,
+    approval answers, grants and re-approvals), the ``content.erased`` events of erased
+    blobs they reference, the grants their calls name with those grants' revocation steps
+    and the tool changes and re-approvals of what they called (:func:`authorization_events`;
+    all as of the store snapshot the runs are read in), every referenced blob (following chains inside blobs) with its salt,
     the runs' snapshots, a checkpoint of the current log signed for this export
     (it carries the :func:`export_digest` of the content members as a
     ``sealbox-export/v1`` extension line) with an inclusion proof for every event,
@@ -374,7 +388,9 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -
             system = [e for e in store.read_run(SYSTEM_RUN_ID) if e.kind in SYSTEM_KINDS]
             size = store.size()
         blob_rows, erased = _collect_blobs(store, events)
-        system = [e for e in system if e.kind == "identity.changed" or e.payload.get("blob") in erased]
+        authorization = {e.leaf_index for e in authorization_events(events, system)}
+        system = [e for e in system if e.kind == "identity.changed" or e.leaf_index in authorization
+                  or (e.kind == "content.erased" and e.payload.get("blob") in erased)]
         everything = sorted(events + system, key=lambda e: e.leaf_index)
         vkey = store.pinned_vkey()
         if not vkey:
@@ -406,6 +422,50 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -
         target.commit(data)
     return ExportSummary(str(path), tuple(run_ids), len(events), len(system), len(blob_rows), len(erased),
                          len(snaps), cp.tree_size, True, len(data), vkey)
+
+
+def authorization_events(events: Iterable[Any], system: Iterable[Any]) -> list[Any]:
+    """The system-run events that carry the authorization evidence of the calls in ``events``.
+
+    Of ``system`` (events of the store's system run, objects with ``kind`` and ``payload``):
+
+    * every ``access.granted`` of a grant a ``tool.call`` in ``events`` names (its ``grant``, unless
+      ``implicit:...``, which no grant backs), and every ``access.revoked`` step of those grants;
+    * every ``tools.changed`` of a server a call in ``events`` names (a listing is per server, and its
+      first one is what was trusted on first use, so all of that server's are kept), and every
+      ``tool.reapproved`` of a ``(server, tool)`` pair a call names.
+
+    Returns:
+        Those events, in the order of ``system``.
+    """
+    from sealbox.access import is_implicit
+
+    grants: set[str] = set()
+    pairs: set[tuple[str, str]] = set()
+    for e in events:
+        if e.kind != "tool.call" or not isinstance(e.payload, dict):
+            continue
+        grant = e.payload.get("grant")
+        if isinstance(grant, str) and not is_implicit(grant):
+            grants.add(grant)
+        server, tool = e.payload.get("server"), e.payload.get("tool")
+        if isinstance(server, str) and isinstance(tool, str):
+            pairs.add((server, tool))
+    servers = {server for server, _ in pairs}
+    out = []
+    for e in system:
+        p = e.payload if isinstance(e.payload, dict) else {}
+        if e.kind in ("access.granted", "access.revoked"):
+            keep = p.get("grant_id") in grants
+        elif e.kind == "tools.changed":
+            keep = p.get("server") in servers
+        elif e.kind == "tool.reapproved":
+            keep = (p.get("server"), p.get("tool")) in pairs
+        else:
+            keep = False
+        if keep:
+            out.append(e)
+    return out
 
 
 def _collect_blobs(store: Any, events: Sequence[Any]) -> tuple[dict[str, tuple], set[str]]:

@@ -5,7 +5,9 @@ form, every member, every event's leaf hash and inclusion proof against the
 signed checkpoint, each run's chain (the runs are whole), every blob against its
 commitment, every snapshot against its fingerprint, every approval answer's
 signature (with the identities replayed from the included ``identity.changed``
-events), that the manifest is what the content says, and that the content members
+events), every included grant, revocation step and tool re-approval as ``sealbox
+verify`` checks them in a store, that each call that was not denied has its grant
+in the bundle (``sealbox-bundle/2``), that the manifest is what the content says, and that the content members
 are exactly those the export's checkpoint commits to (its ``sealbox-export/v1``
 extension line: removing events or runs consistently is detected). Optionally it checks an
 RFC 9162 consistency proof from the bundle's checkpoint to a newer one. Store and
@@ -40,6 +42,7 @@ from sealbox.interop.bundle import (
     DIGESTED,
     EXPORT_EXTENSION,
     FORMAT_TEXT,
+    FORMATS,
     MEMBERS,
     BundleFormatError,
     blob_line,
@@ -54,7 +57,17 @@ from sealbox.interop.bundle import (
 )
 from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
-from sealbox.verify import EventVerifier, Problem, check_approval_answers, check_blobs, check_snapshots, open_checkpoints
+from sealbox.verify import (
+    EventVerifier,
+    Problem,
+    check_approval_answers,
+    check_blobs,
+    check_grants,
+    check_reapprovals,
+    check_revocations,
+    check_snapshots,
+    open_checkpoints,
+)
 
 __all__ = ["BundleReport", "verify_bundle", "parse_consistency"]
 
@@ -346,24 +359,29 @@ class _Check:
         self.envs: list[tuple[int, dict]] = []
         self.leaf_lines: dict[int, str] = {}
         self.bundle_key: str | None = None
+        self.version: int | None = None  # FORMATS[format member], None when it is no known format
+        self.notes: list[str] = []
 
     def run(self, proof_doc: tuple | None) -> BundleReport:
         self._container()
-        if self.members.get("format") != FORMAT_TEXT:
-            self._problem("bundle_format", "the format member is not `sealbox-bundle/1`", "format")
+        self.version = FORMATS.get(self.members.get("format", b""))
+        if self.version is None:
+            self._problem("bundle_format", "the format member is not `sealbox-bundle/2` (nor the older "
+                          "`sealbox-bundle/1`)", "format")
         key_source = self._key()
         self._checkpoint()
         self._events()
         blobs = self._blobs()
         snaps = self._snapshots()
         self.problems.extend(self._named(check_approval_answers(self.ev.envelopes_by_kind)))
+        self._authorization()
         self._manifest(blobs, snaps)
         self._export_digest()
         consistency = self._consistency(proof_doc) if proof_doc is not None else None
         runs = tuple({"run_id": r["run_id"], "agent": r["agent"], "events": r["events"], "status": r["last_kind"]}
                      for r in run_entries(self.envs))
         notes = tuple(f"run {r['run_id']} has no run.ended: it was open when exported (last event {r['status']}), "
-                      "or its last events were left out" for r in runs if r["status"] != "run.ended")
+                      "or its last events were left out" for r in runs if r["status"] != "run.ended") + tuple(self.notes)
         return BundleReport(
             problems=tuple(self.problems), events=sum(r["events"] for r in runs),
             system_events=sum(1 for _, e in self.envs if e["run_id"] == SYSTEM_RUN_ID), runs=runs,
@@ -372,6 +390,11 @@ class _Check:
             trusted_key=self.verifier.vkey if self.verifier else None, key_source=key_source,
             seconds=time.perf_counter() - self.started, consistency=consistency, notes=notes,
             bundle_key=self.bundle_key)
+
+    def _format_text(self) -> bytes:
+        """The bundle's ``format`` member when it is a known format (:data:`FORMATS`), else the current one."""
+        text = self.members.get("format", b"")
+        return text if text in FORMATS else FORMAT_TEXT
 
     def _problem(self, code: str, message: str, member: str, **kw: Any) -> None:
         self.problems.append(Problem(code, message, member=member, **kw))
@@ -489,6 +512,127 @@ class _Check:
     def _named(self, problems: Iterable[Problem]) -> list[Problem]:
         return [dataclasses.replace(p, member=self.leaf_lines.get(p.leaf_index, "events.jsonl")) for p in problems]
 
+    # -------------------------------------------------------------- authorization evidence
+
+    def _authorization(self) -> None:
+        """The store's checks (:mod:`sealbox.verify`) on the grants, revocation steps, tool changes and
+        re-approvals the bundle carries, in the order ``sealbox verify`` runs them on a store; then what
+        the calls rely on that the bundle lacks."""
+        by_kind = self.ev.envelopes_by_kind
+        origin = self.cp.origin if self.cp is not None else self.verifier.name if self.verifier is not None else ""
+        unproven = self._tool_changes_missing()
+        granted = {env["payload"].get("grant_id") for _, env in by_kind.get("access.granted", [])
+                   if env.get("run_id") == SYSTEM_RUN_ID and isinstance(env.get("payload"), dict)}
+        steps = {leaf: env["payload"].get("grant_id") for leaf, env in by_kind.get("access.revoked", [])
+                 if isinstance(env.get("payload"), dict)}
+        for check in (check_reapprovals, check_grants, check_revocations):
+            problems, notes = check(by_kind, origin)
+            for p in problems:
+                if p.code == "reapproval_binding" and p.leaf_index in unproven:
+                    continue  # reported as bundle_tool_change_missing
+                if p.code == "revocation_binding" and steps.get(p.leaf_index) not in granted:
+                    # an exporter carries the steps of the grants it carries: this step's grant was left out
+                    p = dataclasses.replace(p, code="bundle_grant_missing", message=(
+                        f"the revocation step names grant {steps[p.leaf_index]}, which is not in the bundle: its "
+                        "access.granted was left out"))
+                self.problems.extend(self._named([p]))
+            self.notes.extend(notes)
+        calls, final = self._calls()
+        self._grants_missing(granted, calls, final)
+        if self.version != 1 and by_kind.get("tools.changed"):
+            self._reapprovals_missing(origin, final)
+
+    def _calls(self) -> tuple[list[tuple[int, dict]], dict[tuple, dict]]:
+        """The bundle's ``tool.call`` envelopes (leaf, envelope) and each call's last ``policy.decision``
+        payload by (run, call_id)."""
+        final: dict[tuple, dict] = {}
+        calls: list[tuple[int, dict]] = []
+        for leaf, env in self.envs:
+            if env["run_id"] == SYSTEM_RUN_ID:
+                continue
+            if env["kind"] == "policy.decision":
+                final[(env["run_id"], env["payload"].get("call_id"))] = env["payload"]
+            elif env["kind"] == "tool.call":
+                calls.append((leaf, env))
+        return calls, final
+
+    @staticmethod
+    def _ran(env: dict, final: dict[tuple, dict]) -> bool:
+        """Whether a call was not denied by its last decision and was decided by Sealbox (not imported)."""
+        decision = final.get((env["run_id"], env["payload"].get("call_id")), {})
+        return decision.get("effect") != "deny" and decision.get("reason_code") != "imported"
+
+    def _reapprovals_missing(self, origin: str, final: dict[tuple, dict]) -> None:
+        """Note each call that was not denied although, replaying the bundle's tool changes and
+        re-approvals as the gateway's pin state does (:class:`sealbox.gateway.pinning.PinState`), its
+        tool's latest recorded definition was not approved at the call's leaf. A note, not a problem:
+        calls recorded by the SDK are not pinned, and a gateway decides on the listing it saw."""
+        from sealbox.gateway.pinning import PinState
+        from sealbox.verify import _Kept
+
+        state = PinState(origin=origin)
+        for leaf, env in self.envs:
+            if env["run_id"] == SYSTEM_RUN_ID:
+                if env["kind"] in ("identity.changed", "tools.changed", "tool.reapproved"):
+                    state.apply([_Kept(leaf, env)])
+                continue
+            if env["kind"] != "tool.call" or not self._ran(env, final):
+                continue
+            p = env["payload"]
+            key = (p.get("server"), p.get("tool"))
+            if key not in state.known or state.approved.get(key) == state.known[key]:
+                continue
+            self.notes.append(
+                f"call {p.get('call_id')} of {key[0]}/{key[1]} in run {env['run_id']} (leaf {leaf}) was not denied, "
+                f"though the bundle shows that tool changed (tools.changed at leaf {state.known_leaf.get(key)}) and "
+                "holds no re-approval of its definition that counts before the call: if the call went through a "
+                "Sealbox gateway, the re-approval it relied on is not in the bundle (calls recorded by the SDK are "
+                "not pinned)")
+
+    def _tool_changes_missing(self) -> set[int]:
+        """Leaves of re-approvals whose ``change_leaf`` (the ``tools.changed`` that recorded the approved
+        definition) is not in the bundle, reported as ``bundle_tool_change_missing`` (an exporter carries
+        every ``tools.changed`` of a server its runs called, so a re-approval's change comes with it)."""
+        out: set[int] = set()
+        for leaf, env in self.ev.envelopes_by_kind.get("tool.reapproved", []):
+            p = env.get("payload")
+            change = p.get("change_leaf") if isinstance(p, dict) and env.get("run_id") == SYSTEM_RUN_ID else None
+            if not isinstance(change, int) or isinstance(change, bool) or change >= leaf or change in self.leaf_lines:
+                continue
+            out.add(leaf)
+            self.problems.extend(self._named([Problem(
+                "bundle_tool_change_missing", f"the re-approval of {p.get('server')}/{p.get('tool')} names the "
+                f"tools.changed at leaf {change}, which is not in the bundle: what it approved cannot be checked "
+                "(that event was left out)", env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf)]))
+        return out
+
+    def _grants_missing(self, granted: set, calls: list[tuple[int, dict]], final: dict[tuple, dict]) -> None:
+        """Every call that was not denied and names an explicit grant needs that grant's ``access.granted``
+        in a ``sealbox-bundle/2`` bundle (``bundle_grant_missing``); a ``sealbox-bundle/1`` bundle carries
+        none, which is a note. A denied call (the grant authorized nothing: it may not even exist) and an
+        imported one (decided by no Sealbox policy, reason code ``imported``) need none."""
+        from sealbox.access import is_implicit
+
+        named: dict[str, list[tuple[int, dict]]] = {}
+        for leaf, env in calls:
+            grant = env["payload"].get("grant")
+            if isinstance(grant, str) and not is_implicit(grant) and grant not in granted and self._ran(env, final):
+                named.setdefault(grant, []).append((leaf, env))
+        if self.version == 1:
+            if calls:
+                grants = (f"grant{'s' if len(named) > 1 else ''} {', '.join(sorted(named))} named by its calls, and "
+                          "the tool changes and re-approvals of the tools they called," if named else
+                          "the tool changes and re-approvals of the tools its calls named")
+                self.notes.append("this bundle is sealbox-bundle/1, written before bundles carried the authorization "
+                                  f"evidence of their calls: {grants} could not be checked (verify the store, or "
+                                  "export again with a current Sealbox)")
+            return
+        problems = [Problem("bundle_grant_missing", f"the call names grant {grant}, which is not in the bundle: the "
+                            "bundle does not carry the evidence that authorized it (its access.granted was left out)",
+                            env["run_id"], env["run_seq"], env["kind"], leaf)
+                    for grant, items in named.items() for leaf, env in items]
+        self.problems.extend(self._named(sorted(problems, key=lambda p: p.leaf_index or 0)))
+
     # -------------------------------------------------------------- blobs and snapshots
 
     def _rows(self, member: str, parse: Any) -> tuple[list[tuple], dict[str, str]]:
@@ -570,7 +714,8 @@ class _Check:
                 system_events=sum(1 for _, e in self.envs if e["run_id"] == SYSTEM_RUN_ID), blobs=len(blobs),
                 erased=sum(1 for r in blobs if r[2] is None), snapshots=len(snaps),
                 members=[(n, self.members.get(n, b"")) for n in MEMBERS[2:]],
-                digest=export_digest([(n, self.members.get(n, b"")) for n in DIGESTED]))
+                digest=export_digest([(n, self.members.get(n, b"")) for n in DIGESTED]),
+                format=self._format_text().decode().rstrip("\n"))
         except CanonicalizationError as exc:  # a checkpoint size above 2**53 - 1: no manifest can state it
             self._problem("bundle_manifest", f"no manifest can describe this bundle's checkpoint: {exc}",
                           "manifest.json")
@@ -604,7 +749,7 @@ class _Check:
         actual = export_digest(content)
         if actual == signed:
             return
-        changed = _changed_members(content, signed, self.members.get("manifest.json", b""))
+        changed = _changed_members(content, signed, self.members.get("manifest.json", b""), self._format_text())
         self._problem("export_digest_mismatch", f"{', '.join(changed)} {'does' if len(changed) == 1 else 'do'} not "
                       "match the export digest signed in the checkpoint (content was removed, added or changed "
                       "after the export)", ", ".join(changed),
@@ -637,26 +782,28 @@ class _Check:
         return {"size1": size1, "size2": size2, "root2": "sha256:" + newer.root.hex()}
 
 
-def _changed_members(content: list[tuple[str, bytes]], signed: bytes, manifest: bytes) -> list[str]:
+def _changed_members(content: list[tuple[str, bytes]], signed: bytes, manifest: bytes,
+                     format_text: bytes = FORMAT_TEXT) -> list[str]:
     """The content members that differ from what was signed.
 
     The signed digest covers per-member hashes. If the manifest's member hashes
     (``format`` is fixed text) reproduce it, they are the exported ones and the
     members whose bytes differ are named exactly; otherwise (the manifest was
-    rebuilt too) every member that may have changed is named.
+    rebuilt too) every member that may have changed is named. ``format_text`` is the
+    bundle's own (known) ``format`` member.
     """
     hashes = {n: "sha256:" + hashlib.sha256(d).hexdigest() for n, d in content}
     try:
         if nested_deeper(manifest, _MANIFEST_DEPTH):
             raise ValueError("too deep")  # reported by _manifest
         claimed = {m["name"]: m["sha256"] for m in json.loads(manifest)["members"]}
-        claimed["format"] = "sha256:" + hashlib.sha256(FORMAT_TEXT).hexdigest()
+        claimed["format"] = "sha256:" + hashlib.sha256(format_text).hexdigest()
         text = "".join(f"{claimed[n].removeprefix('sha256:')}  {n}\n" for n, _ in content)
         if hashlib.sha256(text.encode("ascii")).digest() == signed:
             return [n for n, _ in content if hashes[n] != claimed[n]]
     except (ValueError, KeyError, TypeError, AttributeError, UnicodeEncodeError):
         pass
-    return [n for n, d in content if not (n == "format" and d == FORMAT_TEXT)]
+    return [n for n, d in content if not (n == "format" and d == format_text)]
 
 
 def _too_deep(what: str, limit: int) -> str:
