@@ -242,19 +242,58 @@ def test_a_revoked_grant_whose_denied_call_names_it_needs_no_grant_in_the_bundle
 
 def test_a_flipped_grant_signature_in_the_bundle_is_a_grant_signature_problem(case, tmp_path):
     _, _, _, vkey, leaves, path = case
+    _flip_signature(path, leaves["granted g1"], tmp_path / "f.sbx")
+    report = verify_bundle(tmp_path / "f.sbx", trusted_vkey=vkey)
+    assert [(p.code, p.leaf_index) for p in report.problems] == [
+        ("inclusion_proof", leaves["granted g1"]), ("grant_signature", leaves["granted g1"]),
+        ("export_digest_mismatch", None)]
+    assert cli("verify", tmp_path / "f.sbx", "--key", vkey, cwd=tmp_path)[0] == 1
+
+
+def _flip_signature(path, leaf, out):
     m = members(path)
     lines = m["events.jsonl"].splitlines(keepends=True)
-    at = next(i for i, line in enumerate(lines) if json.loads(line)["leaf_index"] == leaves["granted g1"])
+    at = next(i for i, line in enumerate(lines) if json.loads(line)["leaf_index"] == leaf)
     sig = json.loads(lines[at])["event"]["payload"]["signature"]
-    forged = sig[:10] + ("A" if sig[10] != "A" else "B") + sig[11:]
-    lines[at] = lines[at].replace(sig.encode(), forged.encode())
+    lines[at] = lines[at].replace(sig.encode(), (sig[:10] + ("A" if sig[10] != "A" else "B") + sig[11:]).encode())
     m["events.jsonl"] = b"".join(lines)
     rebuild_manifest(m)
-    rezip(tmp_path / "f.sbx", m)
-    report = verify_bundle(tmp_path / "f.sbx", trusted_vkey=vkey)
-    assert sorted((p.code, p.leaf_index) for p in report.problems) == sorted([
-        ("inclusion_proof", leaves["granted g1"]), ("grant_signature", leaves["granted g1"]),
-        ("export_digest_mismatch", None)])
+    rezip(out, m)
+
+
+def test_a_flipped_reapproval_signature_in_the_bundle_is_a_reapproval_signature_problem(case, tmp_path):
+    _, _, _, vkey, leaves, path = case
+    leaf = leaves["reapproved toy/echo"]
+    _flip_signature(path, leaf, tmp_path / "r.sbx")
+    report = verify_bundle(tmp_path / "r.sbx", trusted_vkey=vkey)
+    assert [(p.code, p.leaf_index) for p in report.problems] == [
+        ("inclusion_proof", leaf), ("reapproval_signature", leaf), ("export_digest_mismatch", None)]
+    assert cli("verify", tmp_path / "r.sbx", "--key", vkey, cwd=tmp_path)[0] == 1
+
+
+def test_a_revocation_step_with_a_flipped_signature_is_a_revocation_signature_problem(case, tmp_path):
+    _, _, _, vkey, leaves, path = case
+    leaf = leaves["revoked g2 requested"]
+    _flip_signature(path, leaf, tmp_path / "v.sbx")
+    report = verify_bundle(tmp_path / "v.sbx", trusted_vkey=vkey)
+    assert [(p.code, p.leaf_index) for p in report.problems] == [
+        ("inclusion_proof", leaf), ("revocation_signature", leaf), ("export_digest_mismatch", None)]
+
+
+def test_a_reapproval_whose_tool_change_was_left_out_names_the_missing_change(case, tmp_path):
+    _, store_path, _, vkey, leaves, path = case
+    change, leaf = leaves["tools.changed toy change"], leaves["reapproved toy/echo"]
+
+    def edit(m):
+        m["events.jsonl"] = b"".join(line for line in m["events.jsonl"].splitlines(keepends=True)
+                                     if json.loads(line)["leaf_index"] != change)
+    _resign(store_path, path, tmp_path / "c.sbx", edit)
+    report = verify_bundle(tmp_path / "c.sbx", trusted_vkey=vkey)
+    assert [(p.code, p.kind, p.leaf_index) for p in report.problems] == [
+        ("bundle_tool_change_missing", "tool.reapproved", leaf)]
+    assert report.problems[0].message == (
+        f"the re-approval of toy/echo names the tools.changed at leaf {change}, which is not in the bundle: what it "
+        "approved cannot be checked (that event was left out)")
 
 
 def _forged_store(tmp_path_factory):
