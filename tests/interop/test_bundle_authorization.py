@@ -27,7 +27,7 @@ from sealbox.identities import add_identity
 from sealbox.interop.bundle import DIGESTED, FORMAT_TEXT, export_digest, export_extension
 from sealbox.interop.bundle_verify import verify_bundle
 from sealbox.policies import ALLOW_ALL
-from sealbox.recorder import Recorder, ToolDenied
+from sealbox.recorder import Recorder, RunContext, ToolDenied
 from identity_testkit import admin_key, sign_grant_payload
 
 
@@ -244,9 +244,15 @@ def test_a_flipped_grant_signature_in_the_bundle_is_a_grant_signature_problem(ca
     _, _, _, vkey, leaves, path = case
     _flip_signature(path, leaves["granted g1"], tmp_path / "f.sbx")
     report = verify_bundle(tmp_path / "f.sbx", trusted_vkey=vkey)
+    # and the calls it let run are not authorized by a grant that does not count
+    under_g1 = [d["leaf_index"] for d in map(json.loads, members(path)["events.jsonl"].splitlines())
+                if d["event"]["kind"] == "tool.call" and d["event"]["payload"]["grant"] == "g1"]
+    assert len(under_g1) == 2
     assert [(p.code, p.leaf_index) for p in report.problems] == [
         ("inclusion_proof", leaves["granted g1"]), ("grant_signature", leaves["granted g1"]),
-        ("export_digest_mismatch", None)]
+        *[("call_grant_invalid", leaf) for leaf in under_g1], ("export_digest_mismatch", None)]
+    assert report.problems[2].message.startswith(
+        "the call was not denied, though its grant did not authorize it: grant g1 does not count: its signature")
     assert cli("verify", tmp_path / "f.sbx", "--key", vkey, cwd=tmp_path)[0] == 1
 
 
@@ -402,3 +408,52 @@ def test_a_call_of_a_changed_tool_whose_reapproval_was_left_out_is_noted(case, t
         f"though the bundle shows that tool changed (tools.changed at leaf {leaves['tools.changed toy change']}) and "
         "holds no re-approval of its definition that counts before the call: if the call went through a Sealbox "
         "gateway, the re-approval it relied on is not in the bundle (calls recorded by the SDK are not pinned)",)
+
+
+def test_calls_the_recorder_would_have_denied_under_their_grant_are_problems(tmp_path_factory, monkeypatch):
+    """A recorder whose grant check was cut out (what only someone who controls the writer can do)
+    records calls under a revoked grant and outside a grant's tools as allowed: the bundle, which
+    carries the grant and its revocation, shows that the grant did not authorize them."""
+    folder = tmp_path_factory.mktemp("unchecked")
+
+    def forge(store, keys):
+        # an unsigned grant, as Sealbox wrote them before 2026-12-03, when calls under one were allowed
+        store.append([EventDraft("access.granted", {"grant_id": "g_old", "principal": AGENT, "server": "github",
+                                                    "tool": "*", "scope": "repo", "expires_at": None,
+                                                    "provider": None, "credential": False},
+                                 run_id=SYSTEM_RUN_ID, principal="user:ops")])
+        with monkeypatch.context() as m:
+            m.setattr(RunContext, "_check_grant", lambda self, reader, grant, server, tool, decision: decision)
+            with Recorder(store, ALLOW_ALL).run(agent="deploy-bot", principal=AGENT) as run:
+                run.call_tool("github", "create_issue", {"title": "legacy"}, lambda title: "ok", grant="g_old")
+                run.call_tool("github", "create_issue", {"title": "late"}, lambda title: "ok", grant="g2")
+                run.call_tool("github", "delete_repo", {"name": "x"}, lambda name: "ok", grant="g1")
+            with Recorder(store, ALLOW_ALL).run(agent="other", principal="agent:other") as other:
+                other.call_tool("github", "create_issue", {"title": "borrowed"}, lambda title: "ok", grant="g1")
+        return {"unchecked": run.run_id, "other": other.run_id}
+
+    store_path, runs, vkey, leaves = build(folder, forge)
+    path = folder / "u.sbx"
+    assert cli("export", "-s", store_path, runs["before"], runs["unchecked"], runs["other"], "-o", path,
+               cwd=folder)[0] == 0
+    report = verify_bundle(path, trusted_vkey=vkey)
+    store = sealbox.open_store(store_path, readonly=True)
+    try:
+        calls = [e for r in ("unchecked", "other") for e in store.read_run(runs[r])
+                 if e.kind == "tool.call" and e.payload["grant"] != "g_old"]
+        in_store = sealbox.verify_store(store)
+        assert in_store.ok  # the store's verify does not read calls against their grants
+    finally:
+        store.close()
+    revoked = leaves["revoked g2 requested"]
+    assert [(p.code, p.run_id, p.leaf_index) for p in report.problems] == [
+        ("call_grant_invalid", c.run_id, c.leaf_index) for c in calls]
+    head = "the call was not denied, though its grant did not authorize it: "
+    tail = " (the recorder denies such a call grant_invalid: it was not recorded through Sealbox's grant check)"
+    assert [p.message for p in report.problems] == [
+        head + f"grant g2 was revoked before the call (access.revoked step 'requested' at leaf {revoked})" + tail,
+        head + "grant g1 covers github/create_*, not github/delete_repo" + tail,
+        head + "grant g1 is held by agent:deploy-bot, not agent:other" + tail]
+    assert cli("verify", path, "--key", vkey, cwd=folder)[0] == 1
+    # the legacy call under the unsigned grant is no problem: the grant is noted, as verify of the store notes it
+    assert report.notes == in_store.notes and len(report.notes) == 1 and "g_old" in report.notes[0]

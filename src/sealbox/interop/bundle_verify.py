@@ -539,6 +539,7 @@ class _Check:
             self.notes.extend(notes)
         calls, final = self._calls()
         self._grants_missing(granted, calls, final)
+        self._calls_under_grants(origin, calls, final)
         if self.version != 1 and by_kind.get("tools.changed"):
             self._reapprovals_missing(origin, final)
 
@@ -558,9 +559,69 @@ class _Check:
 
     @staticmethod
     def _ran(env: dict, final: dict[tuple, dict]) -> bool:
-        """Whether a call was not denied by its last decision and was decided by Sealbox (not imported)."""
+        """Whether a call was not denied by its last decision and was decided live by Sealbox: not
+        imported (reason code ``imported``) and not served by a replay (``replayed``, which copies the
+        recorded decision)."""
         decision = final.get((env["run_id"], env["payload"].get("call_id")), {})
-        return decision.get("effect") != "deny" and decision.get("reason_code") != "imported"
+        return (decision.get("effect") != "deny" and decision.get("reason_code") != "imported"
+                and "replayed" not in decision)
+
+    def _calls_under_grants(self, origin: str, calls: list[tuple[int, dict]], final: dict[tuple, dict]) -> None:
+        """``call_grant_invalid`` for each call that was not denied although the grant it names, as the
+        bundle holds it, did not authorize it at the call's leaf: the grant was recorded after the call,
+        does not count (signed, but not validly: its own problem is reported too; an unsigned one is
+        only noted, as Sealbox wrote grants before 2026-12-03), had a revocation step (any, signed or
+        not) before the call, is held by another principal, or does not cover the call's server and
+        tool -- what :func:`sealbox.access.grant_status` denies in the call's own write transaction.
+        Expiry is not checked (the recorder compares it with its clock, not with the event's ``ts``)."""
+        from fnmatch import fnmatchcase
+
+        from sealbox.access import GRANT_PROBLEMS, check_grant_payload, is_implicit
+        from sealbox.identities import IdentityBook
+
+        by_kind = self.ev.envelopes_by_kind
+        system = [(leaf, env) for kind in ("access.granted", "access.revoked") for leaf, env in by_kind.get(kind, [])
+                  if env.get("run_id") == SYSTEM_RUN_ID and isinstance(env.get("payload"), dict)]
+        grants: dict[str, tuple[int, dict]] = {}
+        revoked: dict[str, tuple[int, Any]] = {}
+        for leaf, env in sorted(system, key=lambda x: x[0]):
+            gid = env["payload"].get("grant_id")
+            if env["kind"] == "access.granted":
+                grants.setdefault(gid, (leaf, env))
+            else:
+                revoked.setdefault(gid, (leaf, env["payload"].get("step")))
+        if not grants:
+            return
+        book = IdentityBook.from_events([(leaf, env) for leaf, env in by_kind.get("identity.changed", [])
+                                         if env.get("run_id") == SYSTEM_RUN_ID])
+        for leaf, env in calls:
+            p = env["payload"]
+            gid = p.get("grant")
+            if not isinstance(gid, str) or is_implicit(gid) or gid not in grants or not self._ran(env, final):
+                continue
+            grant_leaf, grant = grants[gid]
+            g = grant["payload"]
+            problem = check_grant_payload(g, grant_leaf, grant.get("principal"), book, origin)
+            if grant_leaf > leaf:
+                why = f"grant {gid} was recorded after the call (leaf {grant_leaf})"
+            elif problem == "unsigned":
+                continue  # noted with the grant: calls under unsigned grants were allowed before 2026-12-03
+            elif problem is not None:
+                why = f"grant {gid} does not count: {GRANT_PROBLEMS.get(problem, problem)}"
+            elif gid in revoked and revoked[gid][0] < leaf:
+                why = (f"grant {gid} was revoked before the call (access.revoked step {revoked[gid][1]!r} at leaf "
+                       f"{revoked[gid][0]})")
+            elif env.get("principal") != g.get("principal"):
+                why = f"grant {gid} is held by {g.get('principal')}, not {env.get('principal')}"
+            elif not (isinstance(p.get("server"), str) and isinstance(p.get("tool"), str)
+                      and fnmatchcase(p["server"], g["server"]) and fnmatchcase(p["tool"], g["tool"])):
+                why = f"grant {gid} covers {g.get('server')}/{g.get('tool')}, not {p.get('server')}/{p.get('tool')}"
+            else:
+                continue
+            self.problems.extend(self._named([Problem(
+                "call_grant_invalid", f"the call was not denied, though its grant did not authorize it: {why} (the "
+                "recorder denies such a call grant_invalid: it was not recorded through Sealbox's grant check)",
+                env["run_id"], env["run_seq"], env["kind"], leaf)]))
 
     def _reapprovals_missing(self, origin: str, final: dict[tuple, dict]) -> None:
         """Note each call that was not denied although, replaying the bundle's tool changes and
