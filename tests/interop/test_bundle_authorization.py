@@ -303,9 +303,9 @@ def test_a_reapproval_whose_tool_change_was_left_out_names_the_missing_change(ca
 
 
 def _forged_store(tmp_path_factory):
-    """The same story, then what only the log's owner can write: a grant signed by boss with its tool
-    widened afterwards and a call under it (written below the recorder's check), and a re-approval of
-    toy/echo whose reason was changed after alice signed it."""
+    """The same story, then what only someone who can write the store below Sealbox can append: a grant
+    signed by boss with its tool widened afterwards, and a copy of alice's re-approval of toy/echo with
+    its reason changed; then a real call naming the forged grant (the recorder denies it)."""
     folder = tmp_path_factory.mktemp("forged")
 
     def forge(store, keys):
