@@ -457,3 +457,21 @@ def test_calls_the_recorder_would_have_denied_under_their_grant_are_problems(tmp
     assert cli("verify", path, "--key", vkey, cwd=folder)[0] == 1
     # the legacy call under the unsigned grant is no problem: the grant is noted, as verify of the store notes it
     assert report.notes == in_store.notes and len(report.notes) == 1 and "g_old" in report.notes[0]
+
+
+def test_events_changed_below_sealbox_with_values_of_another_type_select_nothing_and_never_raise():
+    """authorization_events reads system events as stored: a list where a grant id or server belongs
+    (an event written below Sealbox, which verify reports as event_malformed) is not hashed."""
+    from types import SimpleNamespace
+
+    from sealbox.interop.bundle import authorization_events
+
+    call = SimpleNamespace(kind="tool.call", payload={"grant": "g1", "server": "s", "tool": "t"})
+    system = [SimpleNamespace(kind="access.granted", payload={"grant_id": ["g1"]}),
+              SimpleNamespace(kind="access.revoked", payload=["g1"]),
+              SimpleNamespace(kind="tool.reapproved", payload={"server": ["s"], "tool": "t"}),
+              SimpleNamespace(kind="tools.changed", payload={"server": {"s": 1}}),
+              SimpleNamespace(kind="access.granted", payload={"grant_id": "g1"}),
+              SimpleNamespace(kind="tools.changed", payload={"server": "s"}),
+              SimpleNamespace(kind="tool.reapproved", payload={"server": "s", "tool": "other"})]
+    assert authorization_events([call], system) == [system[4], system[5]]

@@ -357,7 +357,8 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -
     approval answers, grants and re-approvals), the ``content.erased`` events of erased
     blobs they reference, the grants their calls name with those grants' revocation steps
     and the tool changes and re-approvals of what they called (:func:`authorization_events`;
-    all as of the store snapshot the runs are read in), every referenced blob (following chains inside blobs) with its salt,
+    all as of the store snapshot the runs are read in), every referenced blob (following
+    chains inside blobs) with its salt,
     the runs' snapshots, a checkpoint of the current log signed for this export
     (it carries the :func:`export_digest` of the content members as a
     ``sealbox-export/v1`` extension line) with an inclusion proof for every event,
@@ -455,12 +456,15 @@ def authorization_events(events: Iterable[Any], system: Iterable[Any]) -> list[A
     out = []
     for e in system:
         p = e.payload if isinstance(e.payload, dict) else {}
+        gid, server, tool = (v if isinstance(v, str) else None for v in (p.get("grant_id"), p.get("server"),
+                                                                          p.get("tool")))
+        # (a value of another type, in an event changed below Sealbox, selects nothing and is never hashed)
         if e.kind in ("access.granted", "access.revoked"):
-            keep = p.get("grant_id") in grants
+            keep = gid in grants
         elif e.kind == "tools.changed":
-            keep = p.get("server") in servers
+            keep = server in servers
         elif e.kind == "tool.reapproved":
-            keep = (p.get("server"), p.get("tool")) in pairs
+            keep = (server, tool) in pairs
         else:
             keep = False
         if keep:
