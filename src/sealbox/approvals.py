@@ -15,6 +15,9 @@ for another binding — never counts. The rules (docs/approvals.md):
 
 * the answering identity exists, is enabled, has role ``approver`` or ``admin``,
   and its signature verifies with its key as the log held it at that moment;
+* an approve answer is withdrawn for good when its identity is disabled or re-keyed after it
+  answered, before the call is claimed (``run.resumed``): problem ``identity_disabled`` or
+  ``key_rotated`` (:data:`WITHDRAWN_PROBLEMS`); re-enabling the identity does not restore it;
 * it is asked: named in ``ask.identities`` or a member of one of ``ask.groups``;
 * it is not the principal that requested the call (``name`` or ``agent:name``);
 * one answer per identity; a quorum of N needs N distinct approving identities;
@@ -75,6 +78,8 @@ __all__ = [
     "record_expiry",
     "withdrawal_drafts",
     "WITHDRAWN",
+    "WITHDRAWN_ROTATED",
+    "WITHDRAWN_PROBLEMS",
     "local_client",
     "same_actor",
     "actor_key",
@@ -106,10 +111,17 @@ _MESSAGES = {
     "malformed_request": "the request's event is malformed: it can never be approved",
     "identity_disabled": "the approver's identity was disabled after it answered, before the call ran: "
                          "its approval no longer counts",
+    "key_rotated": "the approver's key was rotated after it answered, before the call ran: "
+                   "its approval no longer counts",
 }
 
 #: The problem of an approve answer, valid when given, whose identity was disabled before the call ran.
 WITHDRAWN = "identity_disabled"
+#: The problem of an approve answer, valid when given, whose identity's key was rotated before the call ran.
+WITHDRAWN_ROTATED = "key_rotated"
+#: The problems of a withdrawn approval (:attr:`Answer.withdrawn_by` says which change withdrew it).
+WITHDRAWN_PROBLEMS = (WITHDRAWN, WITHDRAWN_ROTATED)
+_WITHDRAWN_BY = {"disabled": WITHDRAWN, "rotated": WITHDRAWN_ROTATED}
 
 
 class ApprovalError(SealboxError):
@@ -165,8 +177,14 @@ class Answer:
 
     Attributes:
         problem: None when it counts; else the rule it breaks (see :data:`ApprovalError.code`),
-            ``late``, ``malformed`` (its event fails the ``approval.answered`` schema) or
-            ``malformed_request`` (it answers a malformed request).
+            ``late``, ``malformed`` (its event fails the ``approval.answered`` schema),
+            ``malformed_request`` (it answers a malformed request), or one of
+            :data:`WITHDRAWN_PROBLEMS` (an approval withdrawn before the call ran).
+        withdrawn_by: for a withdrawn approval, the change that withdrew it: ``disabled`` (problem
+            ``identity_disabled``) or ``rotated`` (``key_rotated``: the identity's key was changed);
+            else None.
+        withdrawn_leaf: the leaf index of that ``identity.changed`` (the first such change after
+            the answer), or None.
     """
 
     identity: str
@@ -177,16 +195,26 @@ class Answer:
     client: dict[str, Any]
     flags: tuple[dict[str, Any], ...]
     problem: str | None
-    disabled_leaf: int | None = None
+    withdrawn_by: str | None = None
+    withdrawn_leaf: int | None = None
+
+    @property
+    def disabled_leaf(self) -> int | None:
+        """With problem ``identity_disabled``, the leaf of the ``identity.changed`` that disabled the
+        approver after it answered; else None."""
+        return self.withdrawn_leaf if self.withdrawn_by == "disabled" else None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (``disabled_leaf``: with problem ``identity_disabled``, the leaf of the
-        ``identity.changed`` that disabled the approver after it answered)."""
+        """JSON-ready form. A withdrawn approval adds ``withdrawn``: ``{"change": "disabled" |
+        "rotated", "change_leaf"}`` (the ``identity.changed`` that withdrew it), and, when it was a
+        ``disabled``, ``disabled_leaf`` (the same leaf)."""
         out = {"identity": self.identity, "decision": self.decision, "reason": self.reason,
                "answered_at": self.answered_at, "leaf_index": self.leaf_index, "client": self.client,
                "flags": list(self.flags), "counted": self.problem is None, "problem": self.problem}
-        if self.disabled_leaf is not None:
-            out["disabled_leaf"] = self.disabled_leaf
+        if self.withdrawn_by is not None:
+            out["withdrawn"] = {"change": self.withdrawn_by, "change_leaf": self.withdrawn_leaf}
+            if self.disabled_leaf is not None:
+                out["disabled_leaf"] = self.disabled_leaf
         return out
 
 
@@ -404,8 +432,8 @@ def evaluate(request: Any, related: Iterable[Any], book: IdentityBook, now: date
                           "decided_at": None, "expired_at": None, "expiry_recorded": False, "resumed": False,
                           "run_ended": False, "outcome": None, "malformed": malformed}
     approvers: list[str] = []
-    # the call is acted on at its first run.resumed: until then an approval counts only while its
-    # identity is enabled (an identity disabled after answering, before the call ran, withdraws it)
+    # the call is acted on at its first run.resumed: an approval counts only if its identity was neither
+    # disabled nor re-keyed between the answer and then (or now, while it waits); either withdraws it for good
     acted = next((ev.leaf_index for ev in related if ev.kind == "run.resumed" and isinstance(aid, str)
                   and isinstance(ev.payload.get("approval_ids"), list) and aid in ev.payload["approval_ids"]), None)
     for ev in related:
@@ -470,25 +498,25 @@ def _note_resume(payload: dict, aid: Any, st: dict) -> None:
 
 def _recount(req: dict, book: IdentityBook, st: dict, at: int | None) -> None:
     """Count the approvals again as of leaf ``at`` (None: now): an approve answer that counted when
-    it was given stops counting (problem :data:`WITHDRAWN`, with the disabling leaf) while its identity
-    is disabled at ``at``, and counts again if it is enabled again. A request approved by answers
-    that no longer make its quorum is pending again (until another approver answers, or it expires).
-    Only a request still ``pending`` or ``approved`` is touched: a counted deny and an expiry stand."""
+    it was given stops counting for good once its identity was disabled or its key changed after it
+    answered and before ``at`` (problem ``identity_disabled`` or ``key_rotated``, with the first such
+    change and its leaf: :meth:`IdentityBook.withdrawing_change`); re-enabling the identity later does
+    not restore it. A request approved by answers that no longer make its quorum is pending again
+    (until another approver answers, or it expires). Only a request still ``pending`` or ``approved``
+    is touched: a counted deny and an expiry stand. ``at`` never decreases between the calls of one
+    :func:`evaluate`, so a withdrawal found once holds at every later leaf."""
     if st["status"] not in ("pending", "approved") or st["malformed"]:
         return
     answers: list[Answer] = st["answers"]
     valid: list[Answer] = []
     seen: set[str] = set()
     for i, a in enumerate(answers):
-        if a.decision != "approve" or a.problem not in (None, WITHDRAWN):
+        if a.decision != "approve" or a.problem is not None:
+            continue  # a withdrawn approval (WITHDRAWN_PROBLEMS) stays withdrawn
+        change = book.withdrawing_change(a.identity, a.leaf_index, at)
+        if change is not None:
+            answers[i] = replace(a, problem=_WITHDRAWN_BY[change[0]], withdrawn_by=change[0], withdrawn_leaf=change[1])
             continue
-        who = book.get(a.identity, at)
-        if who is not None and who.disabled and who.since_leaf > a.leaf_index:
-            if a.problem is None or a.disabled_leaf != who.since_leaf:
-                answers[i] = replace(a, problem=WITHDRAWN, disabled_leaf=who.since_leaf)
-            continue
-        if a.problem is not None:
-            answers[i] = a = replace(a, problem=None, disabled_leaf=None)
         if a.identity not in seen:
             seen.add(a.identity)
             valid.append(a)
@@ -509,9 +537,7 @@ def _count_answer(req: dict, ev: Any, book: IdentityBook, st: dict, approvers: l
     elif not _valid("approval.answered", p):
         problem = "malformed"
     else:
-        problem = check_answer(req, p, ev.leaf_index, book,
-                               [a for a in st["answers"] if a.problem is None or a.problem == WITHDRAWN],
-                               run_id=ev.run_id)
+        problem = check_answer(req, p, ev.leaf_index, book, _answered(st["answers"]), run_id=ev.run_id)
         if problem is None and (st["status"] != "pending" or _late(p, expires)):
             problem = "late"
     client, flags = p.get("client"), p.get("flags")
@@ -530,6 +556,12 @@ def _count_answer(req: dict, ev: Any, book: IdentityBook, st: dict, approvers: l
     approvers[:] = [a.identity for a in st["answers"] if a.problem is None and a.decision == "approve"]
     if len(approvers) >= int(req.get("quorum", 1)):
         st.update(status="approved", decided_by=tuple(approvers), decided_at=p["answered_at"])
+
+
+def _answered(answers: Iterable[Answer]) -> list[Answer]:
+    """The answers that make a further answer by the same identity a ``duplicate``: those that count,
+    and withdrawn approvals (withdrawn for good: their identity does not answer the request again)."""
+    return [a for a in answers if a.problem is None or a.problem in WITHDRAWN_PROBLEMS]
 
 
 def missing_shared_flag(payload: dict, leaf_index: int, book: IdentityBook) -> list[dict[str, Any]]:
@@ -749,11 +781,13 @@ def _expired_draft(state: ApprovalState) -> EventDraft:
 
 def withdrawal_drafts(reader: Any, state: ApprovalState) -> list[EventDraft]:
     """``note`` events (principal ``sealbox``, the request's step) saying which approvals of ``state``
-    stopped counting because their identity was disabled after answering (problem
-    :data:`WITHDRAWN`), each once: ``about`` is ``{"approval_id", "withdrawn": {"identity",
-    "answer_leaf", "disabled_leaf"}}``. Written by whoever is about to run the call (``resume``,
-    the blocking wait, the gateway's retry) when it finds the request no longer approved."""
-    gone = [a for a in state.answers if a.problem == WITHDRAWN and a.disabled_leaf is not None]
+    were withdrawn because their identity was disabled or re-keyed after answering (problem in
+    :data:`WITHDRAWN_PROBLEMS`), each once: ``about`` is ``{"approval_id", "withdrawn": {"identity",
+    "answer_leaf", "change", "change_leaf"}}`` with ``change`` ``disabled`` or ``rotated``. Written by
+    whoever is about to run the call (``resume``, the blocking wait, the gateway's retry) when it finds
+    the request no longer approved. A note written before rotations withdrew approvals (``about``
+    ``{"identity", "answer_leaf", "disabled_leaf"}``) counts as the note of that ``disabled``."""
+    gone = [a for a in state.answers if a.problem in WITHDRAWN_PROBLEMS and a.withdrawn_by is not None]
     if not gone:
         return []
     noted = set()
@@ -762,17 +796,22 @@ def withdrawal_drafts(reader: Any, state: ApprovalState) -> list[EventDraft]:
         if ev.principal == "sealbox" and isinstance(about, dict) and about.get("approval_id") == state.approval_id:
             w = about.get("withdrawn")
             if isinstance(w, dict):
-                noted.add((w.get("identity"), w.get("answer_leaf"), w.get("disabled_leaf")))
+                if "disabled_leaf" in w and "change" not in w:
+                    noted.add((w.get("identity"), w.get("answer_leaf"), "disabled", w.get("disabled_leaf")))
+                else:
+                    noted.add((w.get("identity"), w.get("answer_leaf"), w.get("change"), w.get("change_leaf")))
     drafts = []
     for a in gone:
-        if (a.identity, a.leaf_index, a.disabled_leaf) in noted:
+        if (a.identity, a.leaf_index, a.withdrawn_by, a.withdrawn_leaf) in noted:
             continue
+        what = (f"identity {a.identity} was disabled" if a.withdrawn_by == "disabled"
+                else f"the key of identity {a.identity} was rotated")
         text = (f"approval {state.approval_id}: the approve answer of {a.identity} (leaf {a.leaf_index}) no longer "
-                f"counts: identity {a.identity} was disabled at leaf {a.disabled_leaf}, before the call ran; the "
-                f"request is {state.status}")
+                f"counts: {what} at leaf {a.withdrawn_leaf}, before the call ran; the request is {state.status}")
         drafts.append(EventDraft("note", {"text": text, "about": {
             "approval_id": state.approval_id, "withdrawn": {"identity": a.identity, "answer_leaf": a.leaf_index,
-                                                            "disabled_leaf": a.disabled_leaf}}},
+                                                            "change": a.withdrawn_by,
+                                                            "change_leaf": a.withdrawn_leaf}}},
             run_id=state.run_id, principal="sealbox", step=state.step))
     return drafts
 
@@ -853,8 +892,8 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
                    "run_id": request.run_id}
         payload["signature"] = sign_fields(signer, signed_fields(payload))
         payload["key_id"] = who.key_id
-        problem = check_answer(request.payload, payload, reader.size(), book,
-                               [a for a in state.answers if a.problem is None], run_id=request.run_id)
+        problem = check_answer(request.payload, payload, reader.size(), book, _answered(state.answers),
+                               run_id=request.run_id)
         if problem is not None:
             raise ApprovalError(problem, f"answer refused: {_MESSAGES[problem]} ({who.name} on {approval_id})")
         payload["flags"] = shared_account_flags(reader, who, client, now, shared_window_s, approval_id, book=book)

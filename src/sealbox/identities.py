@@ -124,6 +124,8 @@ class IdentityBook:
 
     def __init__(self) -> None:
         self._history: dict[str, list[Identity]] = {}
+        #: name -> (leaf, change) of every applied change, in log order (``added``, ``disabled``…)
+        self._changes: dict[str, list[tuple[int, str]]] = {}
         self._had_admin = False
         self.unauthorized: list[tuple[int, Any, Any, str]] = []
         #: The store or reader the book was read from (:func:`identity_book`), or None (built from
@@ -174,12 +176,27 @@ class IdentityBook:
         else:
             return
         self._history.setdefault(name, []).append(new)
+        self._changes.setdefault(name, []).append((leaf_index, change))
         self._had_admin = self._had_admin or new.role == "admin"
 
     def last_leaf(self, name: str) -> int | None:
         """Leaf index of the newest applied change of ``name`` (None: it has none)."""
         versions = self._history.get(name)
         return versions[-1].since_leaf if versions else None
+
+    def withdrawing_change(self, name: Any, after: int, before: int | None = None) -> tuple[str, int] | None:
+        """The first change that withdraws an approval ``name`` gave at leaf ``after``: its first
+        applied ``disabled`` or ``key_changed`` recorded after leaf ``after`` and before leaf
+        ``before`` (default: now), as ``("disabled" | "rotated", leaf index)``; None when there is
+        none. Re-enabling (``enabled``) withdraws nothing, and restores nothing either: the first
+        such change stays the answer however many come after it (docs/approvals.md, "An approver
+        disabled or re-keyed before the call runs"). Reads only ``name``'s own changes."""
+        for leaf, change in self._changes.get(name, ()) if isinstance(name, str) else ():
+            if before is not None and leaf >= before:
+                break
+            if leaf > after and change in ("disabled", "key_changed"):
+                return ("disabled" if change == "disabled" else "rotated"), leaf
+        return None
 
     def has_admin(self) -> bool:
         """Whether an admin was ever added (from then on, no change signs itself in)."""
@@ -405,6 +422,9 @@ def add_identity(store: Any, name: str, role: str, groups: Sequence[str] = (), s
 def disable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any) -> Identity:
     """Disable an identity (it can no longer answer). Recorded as ``identity.changed`` ``disabled``.
 
+    Its approve answers to calls not yet resumed are withdrawn for good (re-enabling it does not
+    restore them; docs/approvals.md, :meth:`IdentityBook.withdrawing_change`).
+
     Args:
         admin_key: key file or Signer of an enabled admin, or of the identity itself.
 
@@ -427,6 +447,8 @@ def disable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any)
 def enable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any) -> Identity:
     """Re-enable a disabled identity, as a recorded ``identity.changed`` ``enabled`` event.
 
+    The approvals its ``disabled`` withdrew stay withdrawn (docs/approvals.md).
+
     Args:
         admin_key: key file or Signer of an enabled admin.
 
@@ -444,7 +466,9 @@ def enable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any) 
 def rotate_key(store: Any, name: str, key_path: str | os.PathLike, reason: str = "", *, admin_key: Any) -> NewKey:
     """Give an identity a new key pair; the old key stops being accepted from this leaf on.
 
-    Answers signed before the rotation still verify against the key the log held then.
+    Answers signed before the rotation still verify against the key the log held then, but its
+    approve answers to calls not yet resumed are withdrawn for good (a leaked old key may have
+    signed them; docs/approvals.md, :meth:`IdentityBook.withdrawing_change`).
 
     Args:
         admin_key: key file or Signer of an enabled admin, or the identity's own current key.

@@ -39,7 +39,6 @@ from typing import Any, Callable
 
 from sealbox.approvals import (
     _RELATED,
-    WITHDRAWN,
     withdrawal_drafts,
     ApprovalError,
     ApprovalPending,
@@ -117,7 +116,7 @@ def claim(run: Any, approval_id: str, arguments: Any = None) -> tuple[ApprovalSt
             raise ApprovalError("already_resumed", f"approval {approval_id} was already resumed (by another process?)")
         if state.run_ended:
             raise ApprovalError("run_ended", f"run {state.run_id} has ended")
-        # an approval withdrawn (its identity disabled before the call ran) is said in the log, once
+        # an approval withdrawn (its identity disabled or re-keyed before the call ran) is said in the log, once
         drafts = withdrawal_drafts(reader, state) if not state.run_ended else []
         if state.status == "pending":
             return drafts
@@ -147,7 +146,7 @@ def claim(run: Any, approval_id: str, arguments: Any = None) -> tuple[ApprovalSt
 
 def note_withdrawals(run: Any, approval_ids: list[str]) -> None:
     """Record, once each, the approvals of these requests that no longer count because their
-    identity was disabled after answering (:func:`sealbox.approvals.withdrawal_drafts`), checked
+    identity was disabled or re-keyed after answering (:func:`sealbox.approvals.withdrawal_drafts`), checked
     and written in one transaction."""
     def build(reader: Any) -> list:
         drafts = []
@@ -271,7 +270,7 @@ def await_approval(run: Any, request: dict[str, Any]) -> None:
     noted_withdrawal: set = set()
     while True:
         state = get_approval(run.store, aid)
-        withdrawn = {(a.identity, a.leaf_index, a.disabled_leaf) for a in state.answers if a.problem == WITHDRAWN}
+        withdrawn = {(a.identity, a.leaf_index) for a in state.answers if a.withdrawn_by is not None}
         if state.status != "pending" or not withdrawn <= noted_withdrawal:
             claimed = claim(run, aid)
             noted_withdrawal |= withdrawn  # claim noted these withdrawn approvals in the log (once)
@@ -380,7 +379,7 @@ def _resume(recorder: Any, run: Any, run_id: str, tools: dict[tuple[str, str], C
         if not waiting:
             break
         if time.monotonic() >= deadline:
-            if any(a.problem == WITHDRAWN for s in waiting for a in s.answers):
+            if any(a.withdrawn_by is not None for s in waiting for a in s.answers):
                 note_withdrawals(run, [s.approval_id for s in waiting])
             raise ApprovalPending([s.approval_id for s in waiting], run_id, [s.call_id for s in waiting])
         time.sleep(recorder.approval_poll)
@@ -403,7 +402,7 @@ def _resume(recorder: Any, run: Any, run_id: str, tools: dict[tuple[str, str], C
     done: list[ResumedCall] = []
     for s, fn, args in plans:
         claimed = claim(run, s.approval_id, args)
-        if claimed is None:  # pending again: an approver was disabled since (claim noted it in the log)
+        if claimed is None:  # pending again: an approver was disabled or re-keyed since (claim noted it in the log)
             raise ApprovalPending(s.approval_id, run_id, s.call_id)
         state, outcome, decision = claimed
         if outcome == "approved":

@@ -1077,13 +1077,13 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
                 acted.setdefault((env["run_id"], aid), leaf)
 
     def approved_before(key: tuple, leaf: int) -> bool:
-        """Whether the counted approvals made the quorum just before ``leaf``, each counting while its
-        identity is enabled (as of the call's resumption once it was resumed; sealbox.approvals)."""
+        """Whether the counted approvals made the quorum just before ``leaf``, each counting unless its
+        identity was disabled or re-keyed after it answered, before ``leaf`` (or the call's resumption
+        once it was resumed): such a change withdraws it for good (sealbox.approvals)."""
         at = min(leaf, acted.get(key, leaf))
         valid = set()
         for a in counted.get(key, ()):
-            who = book.get(a.identity, at)
-            if a.decision == "approve" and not (who is not None and who.disabled and who.since_leaf > a.leaf_index):
+            if a.decision == "approve" and book.withdrawing_change(a.identity, a.leaf_index, at) is None:
                 valid.add(a.identity)
         return bool(valid) and len(valid) >= _quorum(requests[key][1])
     expired: dict[tuple, int] = {}  # request -> leaf of its first approval.expired

@@ -1,6 +1,7 @@
-"""An approval counts toward running the call only while its identity is enabled: an approver
-disabled after answering and before the call runs (``sealbox identities disable alice``) withdraws
-it. The request is pending again (another approver may answer, until it expires); the log says which
+"""An approval counts toward running the call only if its identity was not disabled (nor re-keyed:
+test_withdrawn_approvals.py) between the answer and the call's resumption: an approver disabled after
+answering and before the call runs (``sealbox identities disable alice``) withdraws it, for good
+(re-enabling her does not restore it). The request is pending again (another approver may answer, until it expires); the log says which
 answer stopped counting (a ``note`` with the disabling leaf); ``approvals show/list`` say so; ``verify``
 does not report the answer (it was valid when given). Real stores, real identities and key files."""
 
@@ -19,7 +20,7 @@ from identity_testkit import admin_key
 
 from sealbox import verify_store
 from sealbox.approvals import WITHDRAWN, ApprovalPending, answer, get_approval, list_approvals
-from sealbox.identities import disable_identity, enable_identity
+from sealbox.identities import disable_identity, enable_identity, rotate_key
 from sealbox.recorder import Recorder
 
 
@@ -55,6 +56,7 @@ def test_an_approver_disabled_before_resume_does_not_let_the_call_run(store, key
     (alice,) = state.answers
     assert (alice.identity, alice.problem, alice.disabled_leaf) == ("alice", WITHDRAWN, disabled.since_leaf)
     assert alice.to_dict()["counted"] is False and alice.to_dict()["disabled_leaf"] == disabled.since_leaf
+    assert alice.to_dict()["withdrawn"] == {"change": "disabled", "change_leaf": disabled.since_leaf}
 
     tool = Tool()
     with pytest.raises(ApprovalPending):  # still waiting: for another approver, until it expires
@@ -62,7 +64,8 @@ def test_an_approver_disabled_before_resume_does_not_let_the_call_run(store, key
             pass
     assert tool.calls == []
     assert withdrawal_notes(store, run_id) == [{"approval_id": aid, "withdrawn": {
-        "identity": "alice", "answer_leaf": alice.leaf_index, "disabled_leaf": disabled.since_leaf}}]
+        "identity": "alice", "answer_leaf": alice.leaf_index, "change": "disabled",
+        "change_leaf": disabled.since_leaf}}]
     with pytest.raises(ApprovalPending):  # a second resume does not note it again
         with rec.resume(run_id, {("db", "write_query"): tool}):
             pass
@@ -93,14 +96,23 @@ def test_an_approval_acted_on_stays_as_it_was(store, keys, tmp_path):
     assert tool.calls == ["DELETE FROM t"] and verify_store(store).ok
 
 
-def test_re_enabled_before_the_call_runs_counts_again(store, keys, tmp_path):
+def test_re_enabled_before_the_call_runs_does_not_count_again(store, keys, tmp_path):
+    """Re-enabling alice does not restore her withdrawn approval (it used to: the call then ran on an
+    approval that may have been signed with a leaked key)."""
     rec, run_id, aid = suspended(store)
     answer(store, aid, "approve", "looks fine", keys["alice"])
     admin = admin_key(store, tmp_path)
-    disable_identity(store, "alice", "lost laptop", admin_key=admin)
+    disabled = disable_identity(store, "alice", "lost laptop", admin_key=admin)
     assert get_approval(store, aid).status == "pending"
     enable_identity(store, "alice", "found it", admin_key=admin)
-    assert get_approval(store, aid).status == "approved"
+    state = get_approval(store, aid)
+    assert (state.status, state.answers[0].problem, state.answers[0].withdrawn_leaf) == (
+        "pending", WITHDRAWN, disabled.since_leaf)
+    tool = Tool()
+    with pytest.raises(ApprovalPending):
+        with rec.resume(run_id, {("db", "write_query"): tool}):
+            pass
+    assert tool.calls == [] and "run.resumed" not in kinds(store, run_id)
 
 
 def test_a_quorum_of_two_loses_one_approver(store, keys, tmp_path):
@@ -115,10 +127,11 @@ def test_a_quorum_of_two_loses_one_approver(store, keys, tmp_path):
     assert [s.approval_id for s in list_approvals(store, pending=True)] == [aid]
 
 
-def test_the_blocking_wait_does_not_run_a_withdrawn_approval(store, keys, tmp_path):
-    """approvals="block": alice approves, then is disabled, before the waiting process wakes up (it
-    polls every 2 s; both writes land well inside one sleep). It keeps waiting, notes the withdrawal,
-    and its wait ends pending; the tool never runs."""
+@pytest.mark.parametrize("change", ["disabled", "rotated"])
+def test_the_blocking_wait_does_not_run_a_withdrawn_approval(store, keys, tmp_path, change):
+    """approvals="block": alice approves, then is disabled (or her key is rotated), before the waiting
+    process wakes up (it polls every 2 s; both writes land well inside one sleep). It keeps waiting,
+    notes the withdrawal, and its wait ends pending; the tool never runs."""
     rec = Recorder(store, policy=policy(), approvals="block", approval_timeout=3, approval_poll=2.0)
     tool = Tool()
     admin = admin_key(store, tmp_path)
@@ -143,12 +156,16 @@ def test_the_blocking_wait_does_not_run_a_withdrawn_approval(store, keys, tmp_pa
         time.sleep(0.01)
     (req,) = reqs
     answer(store, req.approval_id, "approve", "ok", keys["alice"])
-    disable_identity(store, "alice", "key leaked", admin_key=admin)
+    if change == "disabled":
+        leaf = disable_identity(store, "alice", "key leaked", admin_key=admin).since_leaf
+    else:
+        leaf = rotate_key(store, "alice", tmp_path / "alice-2.key", "key leaked", admin_key=admin).identity.since_leaf
     thread.join(15)
     assert not thread.is_alive()
     assert isinstance(box.get("pending"), ApprovalPending) and tool.calls == []
     (note,) = withdrawal_notes(store, box["run"].run_id)
-    assert note["withdrawn"]["identity"] == "alice"
+    assert (note["withdrawn"]["identity"], note["withdrawn"]["change"], note["withdrawn"]["change_leaf"]) == (
+        "alice", change, leaf)
 
 
 def sb(*args, env_columns=None):
@@ -172,12 +189,14 @@ def test_approvals_show_and_list_say_the_approval_was_withdrawn(store, keys, tmp
                              "after answering, before the call ran: this approval was withdrawn): looks fine")
                for line in lines), lines
     as_json = json.loads(sb("approvals", "show", aid, "--json", "-s", path).stdout)
-    assert [(a["problem"], a["disabled_leaf"]) for a in as_json["answers"]] == [("identity_disabled", leaf)]
+    assert [(a["problem"], a["disabled_leaf"], a["withdrawn"]) for a in as_json["answers"]] == [
+        ("identity_disabled", leaf, {"change": "disabled", "change_leaf": leaf})]
     listed = sb("approvals", "list", "-s", path, env_columns=400)
     assert listed.returncode == 0 and f"pending (approval by alice withdrawn: disabled at leaf {leaf})" in listed.stdout
     (row,) = json.loads(sb("approvals", "list", "--json", "-s", path).stdout)
     assert (row["status"], row["withdrawn"]) == ("pending", [
-        {"identity": "alice", "answer_leaf": as_json["answers"][0]["leaf_index"], "disabled_leaf": leaf}])
+        {"identity": "alice", "answer_leaf": as_json["answers"][0]["leaf_index"], "change": "disabled",
+         "change_leaf": leaf}])
     verified = sb("verify", "-s", path)
     assert verified.returncode == 0, verified.stdout + verified.stderr
 

@@ -412,12 +412,82 @@ async def test_a_retry_after_the_approver_was_disabled_is_still_pending_and_the_
             assert toy_log(tmp_path) == []
             [run_id] = gateway_runs(store)
             notes = [e.payload["about"] for e in store.read_run(run_id) if e.kind == "note"]
-            assert [n["withdrawn"]["disabled_leaf"] for n in notes] == [disabled.since_leaf]
+            assert [(n["withdrawn"]["change"], n["withdrawn"]["change_leaf"]) for n in notes] == [
+                ("disabled", disabled.since_leaf)]
             await anyio.to_thread.run_sync(answer, store, aid, "approve", "checked", bob)
             done = await client.call_tool("toy__echo", {"text": "once"})
             assert (done.is_error, text_of(done)) == (False, "once")
     assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "once"}}]
     assert counts(store, run_id) == {"tool.call": 1, "approval.requested": 1, "run.resumed": 1, "tool.result": 1}
+
+
+async def test_a_held_call_whose_approver_was_re_keyed_is_not_forwarded_until_another_approves(
+        tmp_path, store, alice):
+    """alice approves a held call, then her key is rotated (no disable) before the gateway's retry
+    claims it: her approval is withdrawn (docs/approvals.md), the retry is held on the same request and
+    answered "pending", the toy tool never runs, the log notes the rotation; bob's approval lets it run."""
+    from sealbox.identities import add_identity as add, rotate_key
+
+    bob = add(store, "bob", "approver", ["ops"], key_path=tmp_path / "bob.key",
+              admin_key=admin_key(store, tmp_path)).key_path
+    gw = gateway(tmp_path, store, hold=0.3)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            first = await client.call_tool("toy__echo", {"text": "once"})
+            assert first.is_error is True and served(first)["status"] == "pending"
+            aid = served(first)["approval_id"]
+            await anyio.to_thread.run_sync(answer, store, aid, "approve", "fine", alice)
+            rotated = await anyio.to_thread.run_sync(
+                lambda: rotate_key(store, "alice", tmp_path / "alice-2.key", "key leaked", admin_key=alice))
+            retry = await client.call_tool("toy__echo", {"text": "once"})
+            assert retry.is_error is True and served(retry)["status"] == "pending"
+            assert served(retry)["approval_id"] == aid
+            assert toy_log(tmp_path) == []
+            [run_id] = gateway_runs(store)
+            [answered] = [e.leaf_index for e in store.read_run(run_id) if e.kind == "approval.answered"]
+            notes = [e.payload["about"] for e in store.read_run(run_id) if e.kind == "note"]
+            assert notes == [{"approval_id": aid, "withdrawn": {"identity": "alice", "answer_leaf": answered,
+                                                                "change": "rotated",
+                                                                "change_leaf": rotated.identity.since_leaf}}]
+            await anyio.to_thread.run_sync(answer, store, aid, "approve", "checked", bob)
+            done = await client.call_tool("toy__echo", {"text": "once"})
+            assert (done.is_error, text_of(done)) == (False, "once")
+    assert toy_log(tmp_path) == [{"tool": "echo", "arguments": {"text": "once"}}]
+    assert counts(store, run_id) == {"tool.call": 1, "approval.requested": 1, "run.resumed": 1, "tool.result": 1}
+
+
+async def test_a_stateless_retry_after_the_approver_was_disabled_and_re_enabled_is_still_pending(
+        tmp_path, store, alice):
+    """The stateless (2026-07-28) path: the retry carries its ``requestState``; alice approved, was
+    disabled and re-enabled meanwhile. Re-enabling does not restore her approval: the retry is answered
+    ``input_required`` again for the same request, the tool never runs."""
+    import mcp_types as types
+    from mcp.client import Client
+
+    from sealbox.identities import disable_identity, enable_identity
+
+    gw = gateway(tmp_path, store, hold=0.3)
+    async with running(gw):
+        async with Client(gw.server, mode="2026-07-28") as client:
+            first = await client.session.call_tool("toy__echo", {"text": "x"}, allow_input_required=True)
+            assert isinstance(first, types.InputRequiredResult)
+            aid = first.meta["sealbox/approval"]["approval_id"]
+            await anyio.to_thread.run_sync(answer, store, aid, "approve", "fine", alice)
+
+            def disable_and_enable():
+                root = admin_key(store, tmp_path)
+                disable_identity(store, "alice", "key leaked", admin_key=root)
+                enable_identity(store, "alice", "false alarm", admin_key=root)
+
+            await anyio.to_thread.run_sync(disable_and_enable)
+            retry = await client.session.call_tool("toy__echo", {"text": "x"}, request_state=first.request_state,
+                                                   allow_input_required=True)
+    assert isinstance(retry, types.InputRequiredResult)
+    assert (retry.meta["sealbox/approval"]["approval_id"], retry.meta["sealbox/approval"]["status"]) == (aid, "pending")
+    assert toy_log(tmp_path) == []
+    [state] = [s for s in list_approvals(store) if s.approval_id == aid]
+    assert (state.status, [(a.identity, a.problem, a.withdrawn_by) for a in state.answers]) == (
+        "pending", [("alice", "identity_disabled", "disabled")])
 
 
 async def test_a_decided_request_no_client_retries_is_forgotten_and_a_later_retry_still_gets_its_outcome(

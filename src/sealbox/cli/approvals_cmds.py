@@ -41,10 +41,9 @@ def list_cmd(pending: bool, flagged: bool, store_path: str, as_json: bool, as_cs
     finally:
         store.close()
     if as_json or as_csv:
-        for r in rows:  # approvals that stopped counting: their identity was disabled before the call ran
-            r["withdrawn"] = [{"identity": a["identity"], "answer_leaf": a["leaf_index"],
-                               "disabled_leaf": a["disabled_leaf"]}
-                              for a in r["answers"] if a.get("disabled_leaf") is not None and not a["counted"]]
+        for r in rows:  # approvals withdrawn: their identity was disabled or re-keyed before the call ran
+            r["withdrawn"] = [{"identity": a["identity"], "answer_leaf": a["leaf_index"], **a["withdrawn"]}
+                              for a in r["answers"] if a.get("withdrawn") is not None and not a["counted"]]
         emit_rows(rows, ["approval_id", "run_id", "call_id", "server", "tool", "status", "quorum", "expires_at",
                          "decided_by", "flags", "withdrawn"], as_json=as_json, as_csv=as_csv)
         return
@@ -58,14 +57,19 @@ def list_cmd(pending: bool, flagged: bool, store_path: str, as_json: bool, as_cs
               as_json=False, as_csv=False, title="Approvals")
 
 
+_CHANGE_WORDS = {"disabled": "disabled", "rotated": "key rotated"}
+
+
 def _status_text(row: dict) -> str:
     """A request's status as the table shows it: with the approvals withdrawn because their identity
-    was disabled before the call ran (``pending (approval by alice withdrawn: disabled at leaf 12)``)."""
-    gone = [a for a in row["answers"] if a.get("disabled_leaf") is not None and not a["counted"]]
+    was disabled or re-keyed before the call ran (``pending (approval by alice withdrawn: disabled at
+    leaf 12)``, ``… withdrawn: key rotated at leaf 17)``)."""
+    gone = [a for a in row["answers"] if a.get("withdrawn") is not None and not a["counted"]]
     if not gone:
         return row["status"]
-    return row["status"] + " (" + "; ".join(f"approval by {a['identity']} withdrawn: disabled at leaf "
-                                            f"{a['disabled_leaf']}" for a in gone) + ")"
+    return row["status"] + " (" + "; ".join(
+        f"approval by {a['identity']} withdrawn: {_CHANGE_WORDS.get(a['withdrawn']['change'])} at leaf "
+        f"{a['withdrawn']['change_leaf']}" for a in gone) + ")"
 
 
 @approvals_group.command("show")
@@ -99,9 +103,11 @@ def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
         click.echo(visible(f"{label:<10} {value}"))  # what an approver reads: recorded text never drives the terminal
     for a in row["answers"]:
         state_text = "counts" if a["counted"] else f"does not count: {a['problem']}"
-        if a.get("disabled_leaf") is not None:
-            state_text += (f"; {a['identity']} was disabled at leaf {a['disabled_leaf']} after answering, before "
-                           "the call ran: this approval was withdrawn")
+        w = a.get("withdrawn")
+        if w is not None:
+            who = f"{a['identity']} was disabled" if w["change"] == "disabled" else f"{a['identity']}'s key was rotated"
+            state_text += (f"; {who} at leaf {w['change_leaf']} after answering, before the call ran: this approval "
+                           "was withdrawn")
         click.echo(visible(f"answer     {a['answered_at']} {a['identity']} {a['decision']} ({state_text}): {a['reason']}"))
         for f in a["flags"]:
             click.echo(visible(f"  flag     {f.get('code')}: {json.dumps(f.get('evidence'), ensure_ascii=False)}"))

@@ -78,7 +78,7 @@ def list_cmd(store_path: str, as_json: bool, as_csv: bool) -> None:
 @admin_key_option(True, "Key file of an enabled admin, or of the identity itself, who signs the change.")
 @store_option
 def disable_cmd(name: str, reason: str, admin_key: str, store_path: str) -> None:
-    """Disable an identity: it can no longer answer approvals."""
+    """Disable an identity: it can no longer answer approvals, and its pending approvals are withdrawn."""
     from sealbox.identities import disable_identity
 
     check_key_file(admin_key)
@@ -115,7 +115,7 @@ def enable_cmd(name: str, reason: str, admin_key: str, store_path: str) -> None:
 @admin_key_option(True, "Key file of an enabled admin, or the identity's own current key, which signs the change.")
 @store_option
 def rotate_cmd(name: str, key_out: str, reason: str, admin_key: str, store_path: str) -> None:
-    """Give an identity a new key; the old one stops being accepted."""
+    """Give an identity a new key; the old one stops being accepted and its pending approvals are withdrawn."""
     from sealbox.identities import rotate_key
 
     check_key_file(admin_key)

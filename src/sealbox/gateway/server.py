@@ -927,7 +927,7 @@ class Gateway:
         Every call of the request still held when it is settled gets the same outcome (the tool runs
         once, settled under the request's lock by whichever hold saw the decision first); a call
         that did not settle it itself is marked ``delivered_on_retry`` (:meth:`_hand_over`)."""
-        from sealbox.approvals import WITHDRAWN, get_approval
+        from sealbox.approvals import get_approval
 
         aid = pending.approval_id
         lock = self._hold_locks.setdefault(aid, anyio.Lock())
@@ -950,8 +950,9 @@ class Gateway:
                         served = True
                         break
                     state = await anyio.to_thread.run_sync(get_approval, self.store, aid)
-                    # an approval withdrawn (its identity disabled before the call ran): claim notes it, once
-                    withdrawn = {(a.identity, a.leaf_index) for a in state.answers if a.problem == WITHDRAWN}
+                    # an approval withdrawn (its identity disabled or re-keyed before the call ran): claim notes
+                    # it, once
+                    withdrawn = {(a.identity, a.leaf_index) for a in state.answers if a.withdrawn_by is not None}
                     if state.status != "pending" or state.resumed or state.run_ended or not withdrawn <= noted:
                         noted |= withdrawn
                         async with lock:
