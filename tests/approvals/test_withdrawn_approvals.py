@@ -8,6 +8,8 @@ changes, answers and listings through the real ``sealbox`` command, a resume in 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import subprocess
@@ -177,9 +179,8 @@ def test_the_leaked_key_incident_flow_disable_rotate_enable_never_runs_the_call(
     (row,) = json.loads(ok("approvals", "list", "--json", "-s", path))
     assert (row["status"], row["withdrawn"]) == ("pending", [
         {"identity": "alice", "answer_leaf": answered, "change": "disabled", "change_leaf": disabled}])
-    csv = ok("approvals", "list", "--csv", "-s", path)
-    assert f'""change"": ""disabled"", ""change_leaf"": {disabled}' in csv or \
-        f'""change"":""disabled"",""change_leaf"":{disabled}' in csv, csv
+    (csv_row,) = csv.DictReader(io.StringIO(ok("approvals", "list", "--csv", "-s", path)))
+    assert (csv_row["status"], json.loads(csv_row["withdrawn"])) == ("pending", row["withdrawn"])
 
     ok("approvals", "approve", aid, "--reason", "checked the query", "--key-file", keys["bob"], "-s", path)
     assert resume_elsewhere(path, run_id) == {"outcomes": ["approved"], "ran": ["DELETE FROM t"]}
