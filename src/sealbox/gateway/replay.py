@@ -50,7 +50,7 @@ from sealbox.gateway import codes
 from sealbox.gateway.server import StoreWriter
 from sealbox.replay.source import _BATCH
 
-__all__ = ["GatewayReplay", "DIVERGED_PREFIX"]
+__all__ = ["GatewayReplay", "DIVERGED_PREFIX", "answer_from_record"]
 
 log = logging.getLogger("sealbox.gateway.replay")
 
@@ -183,10 +183,8 @@ class GatewayReplay:
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
         from mcp.shared.exceptions import MCPError
 
-        from sealbox.gateway.server import _error_result, _failure
-        from sealbox.recorder import ToolDenied
+        from sealbox.gateway.server import _error_result
         from sealbox.replay.source import ReplayStopped
-        from sealbox.replay.values import ReplayedError
 
         target = self._targets.get(params.name)
         if target is None:  # as the live gateway: a protocol error, nothing recorded
@@ -202,27 +200,15 @@ class GatewayReplay:
         nxt = self.recorded.steps.get(str(self.run._next_step))
         call_id = nxt.payload.get("call_id") if nxt is not None else None  # a deny's text names the same call
 
-        def never(**_: Any) -> Any:
-            raise AssertionError("a replayed call is never forwarded")
-
         try:
             try:
-                out = await self.run.acall_tool(server, tool, arguments, never, exposed=params.name, call_id=call_id)
+                return await answer_from_record(self.run, server, tool, arguments, exposed=params.name,
+                                                call_id=call_id)
             except ReplayStopped as stopped:
                 d = stopped.divergence
                 return _error_result(f"{DIVERGED_PREFIX}call {self.calls}: {d.message}",
                                      {"sealbox/replay": {"run_id": self.run.run_id, "replay_of": self.run_id,
                                                          "call": self.calls, **d.summary()}})
-            except ToolDenied as denied:
-                return _failure(denied)
-            except ReplayedError as exc:
-                if exc.type.rpartition(".")[2] in _UPSTREAM_ERRORS:
-                    return _error_result(f"upstream error: {exc}",
-                                         {"sealbox/upstream_error": exc.type.rpartition(".")[2]})
-                if exc.type.rpartition(".")[2] == "InvalidArguments":  # refused by the schema, not forwarded
-                    return _error_result(str(exc), {"sealbox/not_forwarded": "invalid_arguments"})
-                raise
-            return types.CallToolResult.model_validate(out, by_name=False)
         finally:
             if self.source.pending() >= _BATCH:
                 await self._flush()
@@ -363,6 +349,47 @@ class GatewayReplay:
         lines = [f"NOT reproduced: {head}; replay run {result.new_run_id} (replay of {self.run_id})",
                  render_divergence(d)]
         return "\n".join(lines)
+
+
+async def answer_from_record(run: Any, server: str, tool: str, arguments: dict[str, Any], *, exposed: str,
+                             call_id: str | None) -> types.CallToolResult:
+    """A ``tools/call`` of a run in replay mode (``run.replay`` serving tools), answered from the record as
+    the live gateway answered it: the call is compared and served by :meth:`RunContext.acall_tool`
+    (:meth:`~sealbox.replay.source.ReplaySource.serve_tool`), then turned into the ``CallToolResult`` the
+    gateway returned: the recorded result (content, ``isError``, ``structuredContent``); a recorded deny is
+    the same ``isError`` text naming the rule and call id; a recorded upstream error the same
+    ``upstream error: …`` result; arguments the input schema refused the same ``isError`` text.
+
+    Args:
+        run: a :class:`~sealbox.recorder.RunContext` in replay mode, tools from the record.
+        server, tool: the upstream server id and tool name (the record's ``server`` / ``tool``).
+        arguments: the call's arguments.
+        exposed: the name the client called (``server`` + separator + ``tool``).
+        call_id: the call id to record (None: a new one; the step is then the run's next top-level step).
+
+    Raises:
+        ReplayStopped: the call diverged from the record (or cannot be served: outcome unknown,
+            unanswered approval, unreplayable result).
+        Exception: a recorded failure that is none of the above (rebuilt, as the Replayer raises it).
+    """
+    from sealbox.gateway.server import _error_result, _failure
+    from sealbox.recorder import ToolDenied
+    from sealbox.replay.values import ReplayedError
+
+    def never(**_: Any) -> Any:
+        raise AssertionError("a replayed call is never forwarded")
+
+    try:
+        out = await run.acall_tool(server, tool, arguments, never, exposed=exposed, call_id=call_id)
+    except ToolDenied as denied:
+        return _failure(denied)
+    except ReplayedError as exc:
+        if exc.type.rpartition(".")[2] in _UPSTREAM_ERRORS:
+            return _error_result(f"upstream error: {exc}", {"sealbox/upstream_error": exc.type.rpartition(".")[2]})
+        if exc.type.rpartition(".")[2] == "InvalidArguments":  # refused by the schema, not forwarded
+            return _error_result(str(exc), {"sealbox/not_forwarded": "invalid_arguments"})
+        raise
+    return types.CallToolResult.model_validate(out, by_name=False)
 
 
 def _tool_list(recorded: list[dict[str, Any]], separator: str) -> tuple[list[types.Tool], dict[str, tuple[str, str]]]:

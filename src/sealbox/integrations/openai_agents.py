@@ -34,7 +34,9 @@ are wrapped by :func:`governed_tool`:
 
 MCP servers the agent talks to are not governed here — they are governed by a
 Sealbox gateway, which joins the same run through :func:`mcp_env` (stdio) or
-:func:`mcp_meta_resolver` (``_meta`` on each ``tools/call``).
+:func:`mcp_meta_resolver` (``_meta`` on each ``tools/call``). In a replay, such a
+server is never connected: its tool list and its calls are served from the record
+(docs/integrations.md, "In a replay").
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable
@@ -127,6 +130,7 @@ def mcp_env(run: RunContext, base: dict[str, str] | None = None) -> dict[str, st
     env = dict(base or {})
     env[ENV_RUN_ID] = run.run_id
     env[ENV_PARENT_PRINCIPAL] = run.principal.id
+    _note_replay(run)
     return env
 
 
@@ -144,6 +148,7 @@ def mcp_meta(run: RunContext, call_id: str | None = None) -> dict[str, str]:
         (``"<model step>.<i>"``), under which a joined gateway records the call.
     """
     meta = {META_RUN_ID: run.run_id, META_PARENT_PRINCIPAL: run.principal.id}
+    _note_replay(run)
     if call_id:
         meta[META_CALL_ID] = call_id
         step = run.step_of_call(call_id)
@@ -173,7 +178,240 @@ def mcp_meta_resolver(run: RunContext) -> Callable[[Any], dict[str, str]]:
     def resolve(context: Any) -> dict[str, str]:
         call_id = getattr(getattr(context, "run_context", None), "tool_call_id", None)
         return mcp_meta(run, call_id if isinstance(call_id, str) else None)
+    resolve._sealbox_run = run  # type: ignore[attr-defined]  # a server carrying it is joined to run (replay)
+    _note_replay(run)
     return resolve
+
+
+# --------------------------------------------------------------------------- MCP in a replay
+#
+# A live gateway refuses to join a replay run (UNKNOWN_RUN): in a replay, the SDK's MCP servers joined to
+# the replay run (launched with mcp_env(run), or calling with mcp_meta_resolver(run)) are answered here,
+# from the record, and never connected. The SDK's server classes are patched while a replay runs in the
+# process (installed by mcp_env / mcp_meta_resolver for a run in replay mode; put back when the last
+# replay running in the process ends, sealbox.replay.engine): a server not joined to a replay run goes
+# through the SDK's own methods unchanged.
+
+#: run id -> the RunContext of a run in replay mode that mcp_env / mcp_meta_resolver was called for
+_REPLAY_RUNS: "weakref.WeakValueDictionary[str, RunContext]" = weakref.WeakValueDictionary()
+_PATCH_LOCK = threading.Lock()
+_PATCHED: dict[tuple[type, str], Any] = {}  # (class, method name) -> the SDK's own function
+_PATCH_METHODS = ("connect", "cleanup", "list_tools", "call_tool")
+
+
+def _note_replay(run: RunContext) -> None:
+    if getattr(run, "replay", None) is None:
+        return
+    _REPLAY_RUNS[run.run_id] = run
+    _install_mcp_replay()
+
+
+def _install_mcp_replay() -> None:
+    """Patch the SDK's MCP server classes (once) so that servers joined to a replay run are served here."""
+    from agents.mcp import server as sdk
+
+    with _PATCH_LOCK:
+        if _PATCHED:
+            return
+        classes = [getattr(sdk, n) for n in ("_MCPServerWithClientSession", "MCPServerStdio", "MCPServerSse",
+                                             "MCPServerStreamableHttp") if isinstance(getattr(sdk, n, None), type)]
+        for cls in classes:
+            for name in _PATCH_METHODS:
+                if name in cls.__dict__:
+                    _PATCHED[(cls, name)] = cls.__dict__[name]
+                    setattr(cls, name, _REPLAYED[name](cls.__dict__[name]))
+        from mcp.client.session import ClientSession
+
+        if "call_tool" in ClientSession.__dict__:  # a plain session whose calls carry mcp_meta(run)
+            _PATCHED[(ClientSession, "call_tool")] = ClientSession.__dict__["call_tool"]
+            ClientSession.call_tool = _replayed_session_call(ClientSession.__dict__["call_tool"])
+
+
+def release_mcp_replay() -> None:
+    """Put the SDK's MCP server methods back when no replay runs in the process any more (called by
+    the replay engine when a replay ends)."""
+    from sealbox.recorder import REPLAYING
+
+    with _PATCH_LOCK:
+        if REPLAYING or not _PATCHED:
+            return
+        for (cls, name), original in _PATCHED.items():
+            setattr(cls, name, original)
+        _PATCHED.clear()
+
+
+def _replay_run_of(server: Any, meta: Any = None) -> RunContext | None:
+    """The run in replay mode ``server`` (an SDK MCP server) is joined to, or None: the run named by the
+    call's ``_meta`` (``sealbox/run_id``), its ``tool_meta_resolver`` (made by :func:`mcp_meta_resolver`),
+    or its stdio environment (made by :func:`mcp_env`) — the gateway's own order."""
+    named = meta.get(META_RUN_ID) if isinstance(meta, dict) else None
+    run = _REPLAY_RUNS.get(named) if isinstance(named, str) else None
+    if run is None:
+        tagged = getattr(getattr(server, "tool_meta_resolver", None), "_sealbox_run", None)
+        run = tagged if isinstance(tagged, RunContext) else None
+    if run is None:
+        env = getattr(getattr(server, "params", None), "env", None)
+        rid = env.get(ENV_RUN_ID) if isinstance(env, dict) else None
+        run = _REPLAY_RUNS.get(rid) if isinstance(rid, str) else None
+    return run if run is not None and getattr(run, "replay", None) is not None else None
+
+
+def _replayed_connect(original: Any) -> Any:
+    async def connect(self: Any) -> None:
+        if _replay_run_of(self) is None:
+            return await original(self)
+        return None  # the gateway is never launched in a replay: tools and results come from the record
+    return connect
+
+
+def _replayed_cleanup(original: Any) -> Any:
+    async def cleanup(self: Any) -> None:
+        if _replay_run_of(self) is None or getattr(self, "session", None) is not None:
+            return await original(self)
+        return None
+    return cleanup
+
+
+def _replayed_list_tools(original: Any) -> Any:
+    async def list_tools(self: Any, run_context: Any = None, agent: Any = None) -> list[Any]:
+        run = _replay_run_of(self)
+        if run is None:
+            return await original(self, run_context, agent)
+        return _recorded_mcp_tools(run, self, agent)
+    return list_tools
+
+
+def _replayed_call_tool(original: Any) -> Any:
+    async def call_tool(self: Any, tool_name: str, arguments: dict[str, Any] | None,
+                        meta: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        run = _replay_run_of(self, meta)
+        if run is None:
+            if meta is None:
+                return await original(self, tool_name, arguments, **kwargs)
+            return await original(self, tool_name, arguments, meta=meta, **kwargs)
+        return await _replayed_mcp_call(run, tool_name, arguments, meta)
+    return call_tool
+
+
+def _replayed_session_call(original: Any) -> Any:
+    async def call_tool(self: Any, name: str, arguments: dict[str, Any] | None = None, *args: Any,
+                        meta: Any = None, **kwargs: Any) -> Any:
+        named = meta.get(META_RUN_ID) if isinstance(meta, dict) else None
+        run = _REPLAY_RUNS.get(named) if isinstance(named, str) else None
+        if run is None or getattr(run, "replay", None) is None:
+            return await original(self, name, arguments, *args, meta=meta, **kwargs)
+        return await _replayed_mcp_call(run, name, arguments, meta)
+    return call_tool
+
+
+_REPLAYED = {"connect": _replayed_connect, "cleanup": _replayed_cleanup, "list_tools": _replayed_list_tools,
+             "call_tool": _replayed_call_tool}
+
+
+def _gateway_calls(run: RunContext) -> list[dict[str, Any]]:
+    """The recorded gateway ``tool.call`` payloads of the run ``run`` replays (those with an ``exposed`` name)."""
+    recorded = run.replay.recorded  # type: ignore[union-attr]
+    return [c.payload for c in recorded.ordered()
+            if c.key.kind == "tool.call" and isinstance(c.payload.get("exposed"), str)
+            and isinstance(c.payload.get("server"), str) and isinstance(c.payload.get("tool"), str)]
+
+
+def _separator(calls: list[dict[str, Any]]) -> str:
+    """The gateway's separator, as its recorded calls show it (``server + separator + tool``), else ``__``."""
+    for p in calls:
+        exposed, server, tool = p["exposed"], p["server"], p["tool"]
+        if exposed.startswith(server) and exposed.endswith(tool) and len(exposed) > len(server) + len(tool):
+            return exposed[len(server):len(exposed) - len(tool)]
+    return "__"
+
+
+def _target(run: RunContext, exposed: str) -> tuple[str, str] | None:
+    """``(server, tool)`` of a gateway tool's exposed name: as a recorded call named it, else split at the
+    first separator (as the gateway splits it); None when it holds no separator."""
+    calls = _gateway_calls(run)
+    for p in calls:
+        if p["exposed"] == exposed:
+            return p["server"], p["tool"]
+    server, sep, tool = exposed.partition(_separator(calls))
+    return (server, tool) if sep and server and tool else None
+
+
+async def _replayed_mcp_call(run: RunContext, exposed: str, arguments: Any, meta: Any) -> Any:
+    """A ``tools/call`` to a gateway joined to ``run`` (in replay mode), answered as the gateway answered it
+    in the recorded run (:func:`sealbox.gateway.replay.answer_from_record`): compared with the recorded
+    ``tool.call`` at the step the gateway gave it (the ``_meta`` call id's linked step, else the run's next
+    top-level step, as the gateway records it) and served its recorded ``tool.result``."""
+    from mcp.shared.exceptions import MCPError
+
+    from sealbox.gateway import codes
+    from sealbox.gateway.replay import answer_from_record
+
+    source = run.replay
+    assert source is not None
+    target = _target(run, exposed)
+    if target is None:  # the gateway answers an unknown name with a protocol error and records nothing
+        raise MCPError(codes.UNKNOWN_TOOL, f"unknown tool {exposed!r}", data=exposed)
+    server, tool = target
+    named = meta.get(META_CALL_ID) if isinstance(meta, dict) else None
+    call_id = named if isinstance(named, str) and named else None
+    if call_id is None:  # the gateway gave it an id of its own, at the run's next step: the same one (a deny's
+        nxt = source.recorded.steps.get(str(run._next_step))  # text names it, and the model reads that text)
+        if nxt is not None and nxt.key.kind == "tool.call" and isinstance(nxt.payload.get("call_id"), str):
+            call_id = nxt.payload["call_id"]
+    args = dict(arguments or {})
+    if not source.serves_tools:
+        source.refuse_live_tool(run, server, tool, args, call_id=call_id, exposed=exposed,
+                                why=f"{server}/{tool} is a tool of a Sealbox gateway joined to the run (exposed as "
+                                    f"{exposed!r}), which does not join a replay run: it cannot run live; replay "
+                                    "it with tools from the record")
+    return await answer_from_record(run, server, tool, args, exposed=exposed, call_id=call_id)
+
+
+def _recorded_mcp_tools(run: RunContext, server: Any, agent: Any) -> list[Any]:
+    """The tools a gateway joined to ``run`` listed to ``agent`` when the run was recorded, as MCP ``Tool``s.
+
+    The joined run's snapshot holds no gateway tool list (the driving process started the run), but each
+    recorded ``model.call`` request holds the tools the SDK built from it: the function tools of the
+    recorded model call about to be made (else the nearest one before it) that are not the agent's own
+    tools and whose name holds the gateway's separator, each with its recorded name, description and
+    parameters (its input schema). With several servers of one agent joined to the run, the first lists
+    them all."""
+    from mcp_types import Tool
+
+    from sealbox.canonical import decode
+
+    first = next((s for s in getattr(agent, "mcp_servers", None) or [] if _replay_run_of(s) is run), server)
+    if first is not server:
+        return []
+    source = run.replay
+    assert source is not None
+    steps = [c for c in source.recorded.ordered() if c.key.kind == "model.call"]
+    if not steps:
+        return []
+    nxt = str(run._next_step)
+    before = [c for c in steps if _step_key(c.key.step) <= _step_key(nxt)]
+    rec = before[-1] if before else steps[0]
+    request = decode(rec.content) if isinstance(rec.content, dict) else {}
+    own = {getattr(t, "name", None) for t in getattr(agent, "tools", None) or []}
+    sep = _separator(_gateway_calls(run))
+    tools = []
+    for spec in (request.get("tools") if isinstance(request, dict) else None) or []:
+        if not isinstance(spec, dict) or spec.get("type") != "function":
+            continue
+        name = spec.get("name")
+        if not isinstance(name, str) or name in own or sep not in name:
+            continue
+        schema = spec.get("parameters")
+        tools.append(Tool(name=name, description=spec.get("description") or None,
+                          input_schema=schema if isinstance(schema, dict) else {"type": "object"}))
+    return tools
+
+
+def _step_key(step: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in step.split("."))
+    except ValueError:
+        return ()
 
 
 # --------------------------------------------------------------------------- tools

@@ -238,6 +238,7 @@ class Replayer:
             run.__exit__(None, None, None)  # already ended by _finish; resets the current run
         finally:
             REPLAYING.pop(run.run_id, None)
+            _put_back_integrations()
 
     def _conditions(self, recorded: RecordedRun, snapshot: Any) -> tuple[Any, tuple[FieldDiff, ...]]:
         fp = recorded.started.get("snapshot")
@@ -342,6 +343,16 @@ def _unreplayable(recorded: RecordedRun, model: str, tools: str) -> tuple[Unrepl
         if served and rec.unreplayable:
             out.append(UnreplayableStep(rec.key.step, rec.key.kind, rec.key.name, rec.unreplayable))
     return tuple(out)
+
+
+def _put_back_integrations() -> None:
+    """What an integration patched for replays while one ran (the Agents SDK's MCP servers joined to a
+    replay run, docs/integrations.md), put back once no replay runs in the process."""
+    import sys
+
+    agents = sys.modules.get("sealbox.integrations.openai_agents")
+    if agents is not None:
+        agents.release_mcp_replay()
 
 
 @contextlib.contextmanager

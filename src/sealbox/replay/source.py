@@ -489,6 +489,22 @@ class ReplaySource:
             raise served
         return served
 
+    def refuse_live_tool(self, run: Any, server: str, tool: str, arguments: Any, *, call_id: str | None,
+                         exposed: str | None, why: str) -> None:
+        """A tool call that cannot run live in this replay (``tools="live"``): compared with the record like
+        any call (a mismatch, an extra call stop the replay as such), then the replay stops there,
+        ``unreplayable`` (``step S: <why>``). Nothing is written for it and nothing runs.
+
+        Raises:
+            ReplayStopped: always.
+        """
+        call_id = call_id or "call_" + uuid.uuid4().hex[:24]
+        step = run._step_for_call(call_id)
+        call = {"call_id": call_id, "server": server, "tool": tool, "exposed": exposed or f"{server}.{tool}",
+                "arguments": run._arguments_for_record(arguments), "grant": f"implicit:{run.principal.id}"}
+        rec = self.compare(run, step, "tool.call", call)
+        self.stop(Divergence("unreplayable", step, f"step {step}: {why}", rec.key, rec.key))
+
     def _write(self, run: Any, drafts: list[EventDraft], sync: bool = False) -> None:
         """Queue the events of a served call: nothing ran, so they need no commit of their own;
         they are written, in order, with the run's next write (:meth:`take_unwritten`)."""
