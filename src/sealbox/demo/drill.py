@@ -231,11 +231,9 @@ def _quote(arg: str) -> str:
 
 
 async def _run_agent(ws: Path, store: Any, echo: Callable[[str], None], approver_delay_s: float) -> tuple[str, Any]:
-    from agents import Runner, set_tracing_disabled
-    from agents.mcp import MCPServerStdio
+    from agents import set_tracing_disabled
 
-    from sealbox.demo.agent import INSTRUCTIONS, MODEL_NAME, CleanupModel, StateHooks, build_agent
-    from sealbox.integrations.openai_agents import instrument, mcp_env, mcp_meta_resolver
+    from sealbox.demo.agent import INSTRUCTIONS, MODEL_NAME
     from sealbox.policy import Policy
     from sealbox.recorder import Recorder
     from sealbox.snapshot import Snapshot
@@ -252,25 +250,38 @@ async def _run_agent(ws: Path, store: Any, echo: Callable[[str], None], approver
         echo("\n== 4. The approval: the DELETE waits for ops; the on-call person answers from another process "
              f"with the shared {APPROVER} key ==")
         approver.start()
-        params = {"command": sys.executable, "args": ["-m", "sealbox.cli.main", "gateway", "serve", "--config",
-                                                      str(ws / "gateway.yaml")],
-                  "env": mcp_env(run, {"SEALBOX_UPSTREAMS_CACHE": os.environ.get("SEALBOX_UPSTREAMS_CACHE", "")}),
-                  "cwd": str(ws)}
         try:
-            # the resolver sends each call's step and call id (_meta "sealbox/step", "sealbox/call_id"):
-            # the gateway records the call as "<model step>.<i>" of the model call that requested it
-            async with MCPServerStdio(params=params, name="sealbox-gateway", cache_tools_list=True,
-                                      client_session_timeout_seconds=120,
-                                      tool_meta_resolver=mcp_meta_resolver(run)) as gateway:
-                agent = build_agent(CleanupModel(), [gateway])
-                hooks = StateHooks(run)
-                result = await Runner.run(instrument(run, agent, provider="scripted"), TASK, hooks=hooks, max_turns=20)
+            final = await _agent(run, ws / "gateway.yaml", ws)
         finally:
             approver.stop.set()
             approver.join(timeout=70)
         if approver.error:
             echo(f"[approver] error: {approver.error}")
-    return run.run_id, result.final_output
+    return run.run_id, final
+
+
+async def _agent(run: Any, config: Path, cwd: Path | None) -> Any:
+    """The agent's code, the same when recorded and when replayed: the scripted model, its tools
+    reached through ``sealbox gateway serve --config CONFIG`` over stdio, joined to ``run``; its final output."""
+    from agents import Runner
+    from agents.mcp import MCPServerStdio
+
+    from sealbox.demo.agent import CleanupModel, StateHooks, build_agent
+    from sealbox.integrations.openai_agents import instrument, mcp_env, mcp_meta_resolver
+
+    params = {"command": sys.executable, "args": ["-m", "sealbox.cli.main", "gateway", "serve", "--config",
+                                                  str(config)],
+              "env": mcp_env(run, {"SEALBOX_UPSTREAMS_CACHE": os.environ.get("SEALBOX_UPSTREAMS_CACHE", "")}),
+              "cwd": str(cwd) if cwd is not None else None}
+    # the resolver sends each call's step and call id (_meta "sealbox/step", "sealbox/call_id"):
+    # the gateway records the call as "<model step>.<i>" of the model call that requested it
+    async with MCPServerStdio(params=params, name="sealbox-gateway", cache_tools_list=True,
+                              client_session_timeout_seconds=120,
+                              tool_meta_resolver=mcp_meta_resolver(run)) as gateway:
+        agent = build_agent(CleanupModel(), [gateway])
+        result = await Runner.run(instrument(run, agent, provider="scripted"), TASK, hooks=StateHooks(run),
+                                  max_turns=20)
+    return result.final_output
 
 
 # ----------------------------------------------------------------------------- replay
@@ -279,101 +290,24 @@ async def _run_agent(ws: Path, store: Any, echo: Callable[[str], None], approver
 async def replay_agent(run: Any) -> Any:
     """The drill's agent for ``sealbox replay RUN --agent sealbox.demo.drill:replay_agent``.
 
-    The same agent code as :func:`_run_agent` (``CleanupModel``, the same instructions,
-    ``StateHooks``, ``instrument(run, agent)``), with the model answered from the record
-    (``SealboxModel`` in replay mode) and the gateway's MCP tools replaced by function tools of
-    the same exposed names, descriptions and schemas (read from the recorded ``model.call``
-    request, so the model requests hash the same). Their bodies call ``run.acall_tool(server,
-    tool, …)`` with the model's call id, so each call is keyed ``"<model step>.<i>"`` exactly as
-    the gateway recorded it, and its result (or recorded deny) is served from the record: no
-    database, no gateway, no side effects. The served result (the upstream's ``CallToolResult``)
-    is handed to the SDK as its MCP client would have (:func:`_mcp_output`).
+    The very agent code the drill recorded (:func:`_agent`: ``CleanupModel``, the same instructions,
+    ``StateHooks``, ``instrument(run, agent)``, ``MCPServerStdio`` launching the gateway with
+    ``mcp_env(run)`` and ``mcp_meta_resolver(run)``). In a replay the model is answered from the
+    record (``SealboxModel``) and the gateway is never launched: the integration lists its tools and
+    answers each call (or recorded deny) from the record (docs/integrations.md, "In a replay"), so
+    no database, no gateway, no side effects; the gateway config it names need not exist.
 
     Raises:
-        sealbox.errors.ConfigError: ``run`` is not a replay, or the record has no model call.
+        sealbox.errors.ConfigError: ``run`` is not a replay.
     """
-    from agents import Runner, set_tracing_disabled
-
-    from sealbox.demo.agent import CleanupModel, StateHooks, build_agent
-    from sealbox.integrations.openai_agents import instrument
+    from agents import set_tracing_disabled
 
     if getattr(run, "replay", None) is None:
         from sealbox.errors import ConfigError
 
         raise ConfigError("replay_agent re-runs the drill's agent from a record: use it with `sealbox replay`")
     set_tracing_disabled(True)
-    agent = instrument(run, build_agent(CleanupModel(), []), provider="scripted")
-    agent = agent.clone(tools=_recorded_mcp_tools(run))
-    result = await Runner.run(agent, TASK, hooks=StateHooks(run), max_turns=20)
-    return result.final_output
-
-
-def _recorded_mcp_tools(run: Any) -> list[Any]:
-    """Function tools standing in for the gateway's tools, as the first recorded model call listed them."""
-    from sealbox.errors import ConfigError
-
-    recorded = run.replay.recorded
-    calls = [c for c in recorded.ordered() if c.key.kind == "model.call"]
-    if not calls:
-        raise ConfigError(f"run {recorded.run_id} has no model call: nothing to replay")
-    request = recorded.store.resolve(calls[0].payload.get("request"))
-    from sealbox.canonical import decode
-
-    request = decode(request)
-    targets = {c.payload.get("exposed"): (c.payload["server"], c.payload["tool"])
-               for c in recorded.ordered() if c.key.kind == "tool.call"}
-    tools = []
-    for spec in request.get("tools") or []:
-        if spec.get("type") != "function":
-            continue
-        name = spec["name"]
-        server, _, tool = name.partition("__")
-        tools.append(_served_tool(run, spec, *targets.get(name, (server, tool))))
-    return tools
-
-
-def _served_tool(run: Any, spec: dict[str, Any], server: str, tool: str) -> Any:
-    from agents import FunctionTool
-
-    from sealbox.recorder import ToolDenied
-
-    name = spec["name"]
-
-    def not_in_replay(**_: Any) -> Any:
-        raise RuntimeError(f"{name} is served from the record; it has no live implementation here")
-
-    async def invoke(ctx: Any, input: str) -> Any:
-        arguments = json.loads(input) if input else {}
-        call_id = getattr(ctx, "tool_call_id", None)
-        try:
-            served = await run.acall_tool(server, tool, arguments, not_in_replay, exposed=name,
-                                          call_id=call_id if isinstance(call_id, str) and call_id else None)
-        except ToolDenied as denied:  # the gateway answered a deny with an isError result naming the rule
-            from sealbox.gateway.server import _failure
-
-            served = _failure(denied).model_dump(by_alias=True, mode="json", exclude_none=True)
-        return _mcp_output(served)
-
-    return FunctionTool(name=name, description=spec.get("description") or "",
-                        params_json_schema=spec.get("parameters") or {}, on_invoke_tool=invoke,
-                        strict_json_schema=bool(spec.get("strict")))
-
-
-def _mcp_output(result: Any) -> Any:
-    """A ``CallToolResult`` (as the gateway recorded it) as the SDK's MCP client hands it to the model:
-    each content block a text or image output item; one block alone, else the list
-    (``agents.mcp.util.MCPUtil.invoke_mcp_tool``, without structured content)."""
-    if not isinstance(result, dict):
-        return str(result)
-    items: list[dict[str, Any]] = []
-    for block in result.get("content") or []:
-        if isinstance(block, dict) and block.get("type") == "text":
-            items.append({"type": "text", "text": block.get("text", "")})
-        elif isinstance(block, dict) and block.get("type") == "image":
-            items.append({"type": "image", "image_url": f"data:{block.get('mimeType')};base64,{block.get('data')}"})
-        else:
-            items.append({"type": "text", "text": json.dumps(block, separators=(",", ":"))})
-    return items[0] if len(items) == 1 else items
+    return await _agent(run, Path("gateway.yaml"), None)
 
 
 # ----------------------------------------------------------------------------- facts
