@@ -245,10 +245,11 @@ def _replay_run_of(server: Any, meta: Any = None) -> RunContext | None:
     call's ``_meta`` (``sealbox/run_id``), its ``tool_meta_resolver`` (made by :func:`mcp_meta_resolver`),
     or its stdio environment (made by :func:`mcp_env`) — the gateway's own order."""
     named = meta.get(META_RUN_ID) if isinstance(meta, dict) else None
-    run = _REPLAY_RUNS.get(named) if isinstance(named, str) else None
-    if run is None:
-        tagged = getattr(getattr(server, "tool_meta_resolver", None), "_sealbox_run", None)
-        run = tagged if isinstance(tagged, RunContext) else None
+    if isinstance(named, str):  # the run the call names is the one the gateway would join, whatever else
+        run = _REPLAY_RUNS.get(named)
+        return run if run is not None and getattr(run, "replay", None) is not None else None
+    tagged = getattr(getattr(server, "tool_meta_resolver", None), "_sealbox_run", None)
+    run = tagged if isinstance(tagged, RunContext) else None
     if run is None:
         env = getattr(getattr(server, "params", None), "env", None)
         rid = env.get(ENV_RUN_ID) if isinstance(env, dict) else None
