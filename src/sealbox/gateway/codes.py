@@ -18,7 +18,8 @@ __all__ = ["UNKNOWN_TOOL", "REQUEST_TOO_LARGE", "MALFORMED_REQUEST", "UNKNOWN_RU
 UNKNOWN_TOOL = -32003
 #: The request's params, as JSON, are larger than ``limits.max_request_bytes``.
 REQUEST_TOO_LARGE = -32004
-#: The request is well-formed JSON-RPC but not a valid ``tools/call`` (no name, arguments not an object…).
+#: The request is well-formed JSON-RPC but not a valid ``tools/call`` (no name, arguments not an object…),
+#: or (HTTP) it carries ``Authorization`` or ``mcp-session-id`` twice.
 MALFORMED_REQUEST = -32005
 #: ``_meta["sealbox/run_id"]`` (or ``SEALBOX_RUN_ID``) names a run that does not exist or has ended.
 UNKNOWN_RUN = -32006

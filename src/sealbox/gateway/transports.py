@@ -14,6 +14,8 @@ HTTP specifics:
 * a session (``mcp-session-id``) is used only with a token of the identity that
   created it: any other request on it (POST of any method, GET, DELETE) gets HTTP
   403 and ``UNAUTHORIZED``, and the session is left untouched;
+* ``Authorization`` and ``mcp-session-id`` are read once: a request carrying either twice gets
+  HTTP 400 and ``MALFORMED_REQUEST`` (the SDK reads a header's first value);
 * bodies above ``4 × limits.max_request_bytes`` are refused by the SDK with HTTP
   413 before parsing; smaller requests whose params exceed the limit get the
   JSON-RPC error ``REQUEST_TOO_LARGE``.
@@ -248,6 +250,10 @@ async def _stop_upstreams(gateway: Gateway, timeout: float = 5.0) -> None:
             await up.wait_until(lambda u: u.state == "closed")
 
 
+#: headers a request may carry once: a second value is refused (HTTP 400, ``MALFORMED_REQUEST``), not chosen from
+_SINGLE_HEADERS = ("authorization", "mcp-session-id")
+
+
 class BearerAuth:
     """ASGI middleware: maps ``Authorization: Bearer`` tokens to identities (constant-time compare).
 
@@ -277,7 +283,20 @@ class BearerAuth:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        raw = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope.get("headers", [])]
+        headers = dict(raw)
+        for name in _SINGLE_HEADERS:
+            count = sum(1 for k, _ in raw if k == name)
+            if count > 1:
+                # the SDK reads a header's first value, a dict its last: two session ids let one identity
+                # pass the owner check with its own (or an unknown) id and act on another's session
+                body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                    "code": codes.MALFORMED_REQUEST,
+                    "message": f"a request names one {name} (this one names {count})"}}).encode()
+                await send({"type": "http.response.start", "status": 400, "headers": [
+                    (b"content-type", b"application/json")]})
+                await send({"type": "http.response.body", "body": body})
+                return
         identity = self.identity(headers.get("authorization"))
         if identity is None:
             body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {

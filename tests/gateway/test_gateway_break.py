@@ -1,0 +1,56 @@
+"""Found by attacking the gateway as a hostile user: each test is a defect that was fixed."""
+
+from __future__ import annotations
+
+import anyio
+import httpx2
+import pytest
+
+from sealbox.gateway import MALFORMED_REQUEST, Gateway
+from sealbox.gateway.transports import serve_http
+
+from .conftest import gateway_runs, toy_config
+from .test_gateway_hardening import HEADERS, HTTP2, INIT, TOKEN_A, TOKEN_B, _rpc
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_second_session_id_header_does_not_let_another_identity_use_or_end_a_session(tmp_path, store):
+    """The SDK routes a request by its first ``mcp-session-id`` header; the owner check read the last,
+    so bob, naming alice's session first and his own (or any unknown id) last, ended alice's session."""
+    gw = Gateway(toy_config(tmp_path, extra=HTTP2), store=store)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        alice = {**HEADERS, "authorization": f"Bearer {TOKEN_A}"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            sid = (await http.post(url, json=INIT, headers=alice)).headers["mcp-session-id"]
+            alice = {**alice, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=alice)
+            call = await http.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                              "params": {"name": "toy__echo", "arguments": {"text": "hi"}}},
+                                   headers=alice)
+            bob = [(k, v) for k, v in alice.items() if k not in ("authorization", "mcp-session-id")]
+            bob += [("authorization", f"Bearer {TOKEN_B}"), ("mcp-session-id", sid),
+                    ("mcp-session-id", "not-a-session-of-anyone")]
+            listed = await http.post(url, json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, headers=bob)
+            ended = await http.delete(url, headers=bob)
+            # two bearer tokens: which identity acts is not guessed (the last one was taken)
+            both = [(k, v) for k, v in alice.items() if k != "authorization"]
+            both += [("authorization", f"Bearer {TOKEN_A}"), ("authorization", f"Bearer {TOKEN_B}")]
+            tokens = await http.post(url, json={"jsonrpc": "2.0", "id": 5, "method": "tools/list"}, headers=both)
+            [run_id] = gateway_runs(store)
+            kinds_after_bob = [e.kind for e in store.read_run(run_id)]
+            still = await http.post(url, json={"jsonrpc": "2.0", "id": 4, "method": "tools/list"}, headers=alice)
+            await http.delete(url, headers=alice)
+        tg.cancel_scope.cancel()
+    assert _rpc(call)["result"]["content"][0]["text"] == "hi"
+    refused = {"jsonrpc": "2.0", "id": None, "error": {
+        "code": MALFORMED_REQUEST, "message": "a request names one mcp-session-id (this one names 2)"}}
+    for response in (listed, ended):
+        assert (response.status_code, response.json()) == (400, refused)
+    two_tokens = {"jsonrpc": "2.0", "id": None, "error": {
+        "code": MALFORMED_REQUEST, "message": "a request names one authorization (this one names 2)"}}
+    assert (tokens.status_code, tokens.json()) == (400, two_tokens)
+    assert kinds_after_bob == ["run.started", "tool.call", "policy.decision", "tool.result"]
+    assert still.status_code == 200 and len(_rpc(still)["result"]["tools"]) == 11
