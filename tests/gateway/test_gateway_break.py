@@ -54,3 +54,46 @@ async def test_a_second_session_id_header_does_not_let_another_identity_use_or_e
     assert (tokens.status_code, tokens.json()) == (400, two_tokens)
     assert kinds_after_bob == ["run.started", "tool.call", "policy.decision", "tool.result"]
     assert still.status_code == 200 and len(_rpc(still)["result"]["tools"]) == 11
+
+
+def _agent_run_with_two_requested_calls(store):
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    run = Recorder(store, ALLOW_ALL).run(agent="sdk-agent", principal="agent:sdk")
+    run.start()
+    run.model_call({"model": "m", "input": []}, {"object": "response", "id": "r1", "model": "m", "output": [
+        {"type": "function_call", "call_id": "call_a", "name": "toy__echo", "arguments": "{}", "id": "fc_a"},
+        {"type": "function_call", "call_id": "call_b", "name": "toy__echo", "arguments": "{}", "id": "fc_b"}]})
+    return run
+
+
+async def test_a_step_recorded_before_a_gateway_restart_is_not_recorded_again(tmp_path, store):
+    """The steps a joined run's calls were recorded at were remembered in memory only: after a restart
+    (or for a step the driving process recorded a call at), a call naming one was recorded there a
+    second time - two tool.call at step 2.1, which replay's step keys cannot tell apart."""
+    from mcp.shared.exceptions import MCPError
+
+    from sealbox.gateway import MALFORMED_REQUEST
+
+    from .conftest import connect, running, text_of, toy_log
+
+    agent_run = _agent_run_with_two_requested_calls(store)
+    meta = {"sealbox/run_id": agent_run.run_id, "sealbox/call_id": "call_a", "sealbox/step": "2.1"}
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        first = await client.call_tool("toy__echo", {"text": "first"}, meta=meta)
+    restarted = Gateway(toy_config(tmp_path), store=store)
+    async with running(restarted) as tg, connect(restarted, tg) as client:
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("toy__echo", {"text": "again"}, meta={**meta, "sealbox/call_id": "call_b"})
+        second = await client.call_tool("toy__echo", {"text": "second"},
+                                        meta={**meta, "sealbox/call_id": "call_b", "sealbox/step": "2.2"})
+    assert text_of(first) == "first" and text_of(second) == "second"
+    assert (err.value.code, str(err.value)) == (
+        MALFORMED_REQUEST, f"_meta['sealbox/step'] = '2.1': a call of run {agent_run.run_id} was already "
+                           "recorded at that step")
+    assert [(e.step, e.kind, e.payload.get("call_id")) for e in store.read_run(agent_run.run_id)
+            if e.kind == "tool.call"] == [("2.1", "tool.call", "call_a"), ("2.2", "tool.call", "call_b")]
+    assert [c["arguments"]["text"] for c in toy_log(tmp_path)] == ["first", "second"]
+

@@ -581,6 +581,10 @@ class Gateway:
             if sibling is not None:
                 run.share_steps(sibling)
             self._joined[key] = run
+            if sibling is None:  # the steps its calls were recorded at (before a restart, by its driving process)
+                linked = {e.step for e in self.store.reader().events(["tool.call"], run_id=run_id) if "." in e.step}
+                if linked:
+                    self._linked_steps.setdefault(run_id, set()).update(linked)
             self._load_pending(run_id)
         return run
 
