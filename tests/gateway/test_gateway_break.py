@@ -97,3 +97,37 @@ async def test_a_step_recorded_before_a_gateway_restart_is_not_recorded_again(tm
             if e.kind == "tool.call"] == [("2.1", "tool.call", "call_a"), ("2.2", "tool.call", "call_b")]
     assert [c["arguments"]["text"] for c in toy_log(tmp_path)] == ["first", "second"]
 
+
+async def test_a_call_id_already_used_in_the_joined_run_is_malformed_not_an_internal_error(tmp_path, store, caplog):
+    """A joined call naming a ``sealbox/call_id`` the run already has was refused by the recorder with a
+    ConfigError the gateway re-raised: JSON-RPC error code 0 (outside -32003...-32019), the SDK's traceback
+    in the log, and the step it named was taken all the same, so the call could not be made at that step."""
+    import logging
+
+    from mcp.shared.exceptions import MCPError
+
+    from sealbox.gateway import MALFORMED_REQUEST
+
+    from .conftest import connect, running, text_of, toy_log
+
+    agent_run = _agent_run_with_two_requested_calls(store)
+    meta = {"sealbox/run_id": agent_run.run_id, "sealbox/call_id": "call_a", "sealbox/step": "2.1"}
+    gw = Gateway(toy_config(tmp_path), store=store)
+    refused = []
+    with caplog.at_level(logging.DEBUG):
+        async with running(gw) as tg, connect(gw, tg) as client:
+            await client.call_tool("toy__echo", {"text": "first"}, meta=meta)
+            for again in ({**meta, "sealbox/step": "2.2"}, {"sealbox/run_id": agent_run.run_id, "sealbox/call_id": "call_a"}):
+                with pytest.raises(MCPError) as err:
+                    await client.call_tool("toy__echo", {"text": "reused id"}, meta=again)
+                refused.append((err.value.code, str(err.value)))
+            second = await client.call_tool("toy__echo", {"text": "second"},
+                                            meta={**meta, "sealbox/call_id": "call_b", "sealbox/step": "2.2"})
+    message = (f"_meta['sealbox/call_id'] = 'call_a': a call of run {agent_run.run_id} was already recorded "
+               "with that id")
+    assert refused == [(MALFORMED_REQUEST, message)] * 2
+    assert text_of(second) == "second"
+    assert [(e.step, e.payload.get("call_id")) for e in store.read_run(agent_run.run_id) if e.kind == "tool.call"] == [
+        ("2.1", "call_a"), ("2.2", "call_b")]
+    assert [c["arguments"]["text"] for c in toy_log(tmp_path)] == ["first", "second"]
+    assert not [r for r in caplog.records if r.exc_info]  # no traceback

@@ -731,7 +731,7 @@ class Gateway:
         collide with the driving process's own steps).
 
         Raises:
-            MCPError: ``MALFORMED_REQUEST``: a key of the wrong shape, or a step already used in this run.
+            MCPError: ``MALFORMED_REQUEST``: a key of the wrong shape, or a step or call id already used in this run.
         """
         from mcp.shared.exceptions import MCPError
 
@@ -740,6 +740,9 @@ class Gateway:
         if call_id is not None and (not isinstance(call_id, str) or not call_id or len(call_id) > _MAX_CALL_ID):
             raise MCPError(codes.MALFORMED_REQUEST,
                            f"_meta[{CALL_ID_META_KEY!r}] must be a non-empty string of at most {_MAX_CALL_ID} characters")
+        if call_id is not None and call_id in run._call_ids:  # the recorder would refuse it (a ConfigError)
+            raise MCPError(codes.MALFORMED_REQUEST, f"_meta[{CALL_ID_META_KEY!r}] = {call_id!r}: a call of run "
+                           f"{run.run_id} was already recorded with that id")
         if step is None:
             return call_id
         if not is_call_step(step):
