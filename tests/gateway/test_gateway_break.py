@@ -131,3 +131,26 @@ async def test_a_call_id_already_used_in_the_joined_run_is_malformed_not_an_inte
         ("2.1", "call_a"), ("2.2", "call_b")]
     assert [c["arguments"]["text"] for c in toy_log(tmp_path)] == ["first", "second"]
     assert not [r for r in caplog.records if r.exc_info]  # no traceback
+
+
+async def test_a_blocked_tool_is_listed_without_any_of_its_unapproved_text(tmp_path, store):
+    """A changed tool was listed with only its description replaced: the new input schema (a parameter's
+    description is where tool poisoning hides instructions), title, annotations and _meta reached the model
+    before any approver had seen them."""
+    import json
+
+    from .conftest import connect, running
+
+    gw = Gateway(toy_config(tmp_path, env={"TOY_POISON": "1"}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        before = {t.name: t for t in (await client.list_tools()).tools}
+        await client.call_tool("toy__mutate", {})
+        with anyio.fail_after(10):
+            await gw.upstreams["toy"].wait_until(lambda u: "extra" in u.tools)
+        after = {t.name: t for t in (await client.list_tools()).tools}
+    for name in ("toy__echo", "toy__extra"):
+        listed = after[name].model_dump(by_alias=True, mode="json", exclude_none=True)
+        assert "ssh" not in json.dumps(listed)
+        assert listed == {"name": name, "description": listed["description"], "inputSchema": {"type": "object"}}
+        assert listed["description"].startswith("[blocked: this tool changed upstream")
+    assert after["toy__add"] == before["toy__add"]  # an unchanged tool is listed as it is

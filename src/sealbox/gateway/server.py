@@ -435,12 +435,14 @@ class Gateway:
                     log.warning("upstream %s: tools %r share the exposed name %r; neither is listed", sid,
                                 sorted(n for n, e in names.items() if e == names[name]), names[name])
                     continue
-                tool = self.upstreams[sid].tools[name]
-                update: dict[str, Any] = {"name": names[name]}
                 if self.pins.blocked(sid, name):
-                    update["description"] = (f"[blocked: this tool changed upstream; calls are denied until "
-                                             f"`{reapprove_command(self.config.store, sid, name)}`]")
-                out.append(tool.model_copy(update=update))
+                    # nothing of the unapproved definition: a parameter's description in the input schema, the
+                    # title, annotations or _meta carry text to the model as well as the description does
+                    out.append(types.Tool(name=names[name], input_schema={"type": "object"}, description=(
+                        f"[blocked: this tool changed upstream; calls are denied until "
+                        f"`{reapprove_command(self.config.store, sid, name)}`]")))
+                    continue
+                out.append(self.upstreams[sid].tools[name].model_copy(update={"name": names[name]}))
         return out
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
