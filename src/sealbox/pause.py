@@ -497,7 +497,7 @@ def _rerun_or_deny(run: Any, call: Any) -> Decision | None:
                                     "about": {"call_id": p["call_id"], "tool_call_leaf": call.leaf_index}}, step)]
 
     try:
-        run._placed(run._learning(lambda: run.store.append_with(build)))
+        run._placed(run._learning(lambda: run.store.append_with(build)), fresh=True)
     except RecordingError:
         raise
     except Exception as exc:  # a failure to record is never a silent gap

@@ -892,20 +892,30 @@ class RunContext:
             moved = box[0]
             return [dataclasses.replace(d, step=_moved_step(d.step, step, moved)) for d in drafts]
 
-        self._placed(self._learning(lambda: self.store.append_with(build, sync=sync)))
+        self._placed(self._learning(lambda: self.store.append_with(build, sync=sync)), fresh=True)
         return box[0]
 
-    def _placed(self, events: Any) -> Any:
+    def _placed(self, events: Any, fresh: bool = False) -> Any:
         """Note the run_seq of the newest of ``events`` (those just written) of this run: the run's head
-        that this context wrote (see :meth:`_fresh_step`)."""
+        that this context wrote (see :meth:`_fresh_step`).
+
+        ``fresh``: the write took a top-level step and so looked, in its transaction, at what other
+        writers wrote (:meth:`_fresh_step`). Any other write whose first event does not directly follow
+        the head this context wrote before had another writer's events come in between (a step another
+        process took while this context's call ran, before its ``tool.result``): the head is then noted
+        as not this context's (-1) until a fresh write has looked, so that the next step taken is not
+        one the other writer already has."""
         if events:
             run_id = self.run_id
-            for e in reversed(events):
-                if e.run_id == run_id:
-                    with self._lock:
-                        if e.run_seq > self._steps[1]:
-                            self._steps[1] = e.run_seq
-                    break
+            mine = [e.run_seq for e in events if e.run_id == run_id]
+            if mine:
+                with self._lock:
+                    steps = self._steps
+                    if fresh or (steps[1] >= 0 and mine[0] == steps[1] + 1):
+                        if mine[-1] > steps[1]:
+                            steps[1] = mine[-1]
+                    else:
+                        steps[1] = -1
         return events
 
     def _fresh_step(self, reader: Any, step: str) -> str:
@@ -1207,7 +1217,7 @@ class RunContext:
                 self.replay.check(self, drafts)
             return drafts + self.recorder.take_breaker_events()
 
-        return step_box, lambda: self._placed(self.store.append_with(build)), (decision_box, request_box, clean_box)
+        return step_box, lambda: self._placed(self.store.append_with(build), fresh=fresh), (decision_box, request_box, clean_box)
 
     def _gated(self, call_id: str, step: str, server: str, tool: str, decision_box: list[Decision],
                request_box: list[dict[str, Any]], clean_box: list[bool]) -> tuple[str, str]:

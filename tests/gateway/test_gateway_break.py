@@ -6,6 +6,7 @@ import anyio
 import httpx2
 import pytest
 
+import sealbox
 from sealbox.gateway import MALFORMED_REQUEST, Gateway
 from sealbox.gateway.transports import serve_http
 
@@ -154,3 +155,43 @@ async def test_a_blocked_tool_is_listed_without_any_of_its_unapproved_text(tmp_p
         assert listed == {"name": name, "description": listed["description"], "inputSchema": {"type": "object"}}
         assert listed["description"].startswith("[blocked: this tool changed upstream")
     assert after["toy__add"] == before["toy__add"]  # an unchanged tool is listed as it is
+
+
+@pytest.mark.parametrize("own_store", [True, False], ids=["own-connection", "same-store-object"])
+async def test_a_step_another_writer_took_while_a_call_ran_is_not_taken_again(tmp_path, store, own_store):
+    """A writer of a shared run checked for the other writers' steps only when the run's newest event
+    was not its own. The gateway's call at step 2 was in flight while the agent recorded a model call
+    (step 3); the call's tool.result then made the newest event the gateway's own again, and its next
+    call took step 3 too: a model call and a tool call at one step (two gateways on one run did the same)."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    from .conftest import connect, running, text_of
+
+    sdk_store = sealbox.open_store(tmp_path / "store") if own_store else store
+    try:
+        run = Recorder(sdk_store, ALLOW_ALL).run(agent="sdk-agent", principal="agent:sdk")
+        run.start()
+        gw = Gateway(toy_config(tmp_path), store=store)
+        meta = {"sealbox/run_id": run.run_id}
+        async with running(gw) as tg, connect(gw, tg) as client:
+            async with anyio.create_task_group() as calls:
+                async def slow() -> None:
+                    assert text_of(await client.call_tool("toy__slow", {"seconds": 1.0}, meta=meta)) == "slow done"
+
+                calls.start_soon(slow)
+                with anyio.fail_after(10):
+                    while not [e for e in sdk_store.read_run(run.run_id) if e.kind == "policy.decision"]:
+                        await anyio.sleep(0.02)
+                run.model_call({"model": "m", "input": []},
+                               {"object": "response", "id": "r1", "model": "m", "output": []})
+            assert text_of(await client.call_tool("toy__echo", {"text": "next"}, meta=meta)) == "next"
+        run.end()
+        got = [(e.step, e.kind) for e in sdk_store.read_run(run.run_id)]
+    finally:
+        if own_store:
+            sdk_store.close()
+    assert got == [("1", "run.started"), ("2", "tool.call"), ("2", "policy.decision"), ("3", "model.call"),
+                   ("2", "tool.result"), ("4", "tool.call"), ("4", "policy.decision"), ("4", "tool.result"),
+                   ("5", "run.ended")]
+    assert sealbox.verify_store(store).ok
