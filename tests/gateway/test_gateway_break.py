@@ -195,3 +195,31 @@ async def test_a_step_another_writer_took_while_a_call_ran_is_not_taken_again(tm
                    ("2", "tool.result"), ("4", "tool.call"), ("4", "policy.decision"), ("4", "tool.result"),
                    ("5", "run.ended")]
     assert sealbox.verify_store(store).ok
+
+
+async def test_a_linked_call_that_could_not_be_recorded_can_be_made_again_at_its_step(tmp_path):
+    """A joined call at ``sealbox/step`` 2.1 whose record could not be written (the store's write lock held
+    past its lock_timeout by another process) was not forwarded, but its step was noted as used: the
+    client's retry was refused "already recorded at that step" though nothing was ever recorded there."""
+    from .conftest import connect, running, text_of, toy_log
+    from .test_gateway_store_lock import _hold_lock
+
+    sealbox.init_store(tmp_path / "store").close()
+    store = sealbox.open_store(tmp_path / "store", lock_timeout=0.5)
+    try:
+        agent_run = _agent_run_with_two_requested_calls(store)
+        meta = {"sealbox/run_id": agent_run.run_id, "sealbox/call_id": "call_a", "sealbox/step": "2.1"}
+        gw = Gateway(toy_config(tmp_path), store=store)
+        async with running(gw) as tg, connect(gw, tg) as client:
+            proc = await _hold_lock(str(store.db_path), 1.5)
+            unrecorded = await client.call_tool("toy__echo", {"text": "locked out"}, meta=meta)
+            await anyio.to_thread.run_sync(proc.wait, 10)
+            again = await client.call_tool("toy__echo", {"text": "again"}, meta=meta)
+        assert unrecorded.meta == {"sealbox/not_forwarded": "recording_failed"}
+        assert (again.is_error, text_of(again)) == (False, "again")
+        assert [(e.step, e.kind, e.payload.get("call_id")) for e in store.read_run(agent_run.run_id)
+                if e.kind in ("tool.call", "tool.result")] == [("2.1", "tool.call", "call_a"),
+                                                               ("2.1", "tool.result", "call_a")]
+        assert [c["arguments"]["text"] for c in toy_log(tmp_path)] == ["again"]
+    finally:
+        store.close()

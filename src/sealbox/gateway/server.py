@@ -759,6 +759,14 @@ class Gateway:
         run.link_call(call_id, step)
         return call_id
 
+    def _unlink(self, run: RunContext, call_id: str, meta: Any) -> None:
+        """Free the step :meth:`_link` took for a call whose ``tool.call`` was not written (the gate's write
+        failed): a retry of the call at that step is not refused as a step already recorded."""
+        step = _meta_get(meta, STEP_META_KEY)
+        if isinstance(step, str):
+            self._linked_steps.get(run.run_id, set()).discard(step)
+            run._links.pop(call_id, None)
+
     async def _start_run(self, ctx: Any, connection: Any, principal: str, since: float | None = None) -> RunContext:
         info = getattr(connection.client_params, "client_info", None)
         labels = {"sealbox.gateway": self.config.name, "mcp.protocol_version": str(connection.protocol_version)}
@@ -913,6 +921,8 @@ class Gateway:
                 except ApprovalPending as waiting:
                     pending = await self._remember(waiting)
                 except Exception as exc:  # noqa: BLE001 - mapped to isError results; others re-raised
+                    if call_id is not None and call_id not in run._call_ids:  # no tool.call was written (the
+                        self._unlink(run, call_id, params.meta)  # recorder freed the id): its step is free too
                     return _failure(exc)
                 else:  # the upstream's own result object: no second validation of what was just dumped
                     return returned[0] if returned else types.CallToolResult.model_validate(out, by_name=False)
