@@ -223,3 +223,39 @@ async def test_a_linked_call_that_could_not_be_recorded_can_be_made_again_at_its
         assert [c["arguments"]["text"] for c in toy_log(tmp_path)] == ["again"]
     finally:
         store.close()
+
+
+async def test_a_call_whose_result_could_not_be_recorded_is_not_said_to_be_not_forwarded(tmp_path):
+    """The upstream ran the call, then its tool.result could not be written (the store's write lock held
+    past lock_timeout by another process): the client was told "not forwarded: the call could not be
+    recorded", so an agent would make the call again - a second payment, a second deploy."""
+    from .conftest import connect, running, text_of, toy_log
+    from .test_gateway_store_lock import _hold_lock
+
+    sealbox.init_store(tmp_path / "store").close()
+    store = sealbox.open_store(tmp_path / "store", lock_timeout=0.5)
+    try:
+        gw = Gateway(toy_config(tmp_path), store=store)
+        async with running(gw) as tg, connect(gw, tg) as client:
+            box = []
+            async with anyio.create_task_group() as calls:
+                async def call() -> None:
+                    box.append(await client.call_tool("toy__slow", {"seconds": 1.0}))
+
+                calls.start_soon(call)
+                with anyio.fail_after(10):
+                    while not toy_log(tmp_path):  # forwarded: its gate is written
+                        await anyio.sleep(0.02)
+                proc = await _hold_lock(str(store.db_path), 2.5)
+            await anyio.to_thread.run_sync(proc.wait, 10)
+        [run_id] = gateway_runs(store)
+        [result] = box
+        assert result.is_error is True
+        assert text_of(result).startswith("forwarded, but its result could not be recorded: the call ran "
+                                          "(the record shows its outcome as unknown); do not assume it did not")
+        assert result.meta == {"sealbox/not_recorded": "result"}
+        assert [e.kind for e in store.read_run(run_id)] == ["run.started", "tool.call", "policy.decision",
+                                                            "run.ended"]
+        assert toy_log(tmp_path) == [{"tool": "slow", "arguments": {"seconds": 1.0}}]
+    finally:
+        store.close()

@@ -887,6 +887,7 @@ class Gateway:
         key = id(slot)
 
         returned: list[types.CallToolResult] = []
+        sent: list[bool] = []
 
         async def forwarded() -> dict[str, Any]:
             if self.pins.blocked(server, tool):  # changed since the call was decided (e.g. while it was held)
@@ -901,6 +902,7 @@ class Gateway:
                 _NOT_FORWARDED.set(True)  # not the upstream's failure: the breaker does not count it
                 raise InvalidArguments(f"arguments do not match the input schema of {params.name}: {problem}")
             self._inflight[server][key] = slot
+            sent.append(True)  # from here on the upstream may run it: a failure to record is not "not forwarded"
             try:
                 result = await upstream.call(tool, arguments, progress=_progress_forwarder(ctx))
             finally:
@@ -923,6 +925,8 @@ class Gateway:
                 except Exception as exc:  # noqa: BLE001 - mapped to isError results; others re-raised
                     if call_id is not None and call_id not in run._call_ids:  # no tool.call was written (the
                         self._unlink(run, call_id, params.meta)  # recorder freed the id): its step is free too
+                    if sent and isinstance(exc, RecordingError):  # the tool.result, not the gate, was not written
+                        return _unrecorded_result(exc)
                     return _failure(exc)
                 else:  # the upstream's own result object: no second validation of what was just dumped
                     return returned[0] if returned else types.CallToolResult.model_validate(out, by_name=False)
@@ -1050,13 +1054,20 @@ class Gateway:
                 try:
                     out = await forward()
                 except Exception as exc:  # noqa: BLE001 - recorded, then mapped to an isError result
-                    await run.arecord_result(pending.server, pending.tool, pending.call_id, pending.step, started,
-                                             error=exc, arguments=arguments)
+                    try:
+                        await run.arecord_result(pending.server, pending.tool, pending.call_id, pending.step, started,
+                                                 error=exc, arguments=arguments)
+                    except RecordingError as unrecorded:  # the failure is answered all the same
+                        log.error("could not record the result of call %s: %s", pending.call_id, unrecorded)
                     result = _failure(exc)
                 else:
-                    await run.arecord_result(pending.server, pending.tool, pending.call_id, pending.step, started,
-                                             result=out, arguments=arguments, failure=tool_error_text(out))
-                    result = types.CallToolResult.model_validate(out, by_name=False)
+                    try:
+                        await run.arecord_result(pending.server, pending.tool, pending.call_id, pending.step, started,
+                                                 result=out, arguments=arguments, failure=tool_error_text(out))
+                    except RecordingError as unrecorded:  # it ran: never "not forwarded", nor run again on a retry
+                        result = _unrecorded_result(unrecorded)
+                    else:
+                        result = types.CallToolResult.model_validate(out, by_name=False)
             self._settled(pending, result)
             if not self._pending.get(run.run_id) and run not in self._pruned:
                 run.suspended = False
@@ -1356,6 +1367,14 @@ def _failure(exc: BaseException) -> types.CallToolResult:
     if isinstance(exc, (UpstreamUnavailable, UpstreamTimeout, UpstreamProtocolError)):
         return _error_result(f"upstream error: {exc}", {"sealbox/upstream_error": type(exc).__name__})
     raise exc
+
+
+def _unrecorded_result(exc: BaseException) -> types.CallToolResult:
+    """The ``isError`` result of a call that was forwarded (the upstream may have run it) whose
+    ``tool.result`` could not be recorded: the record shows its outcome as unknown (DESIGN.md), and the
+    client is told it ran, so that it does not make the call again thinking it never happened."""
+    return _error_result(f"forwarded, but its result could not be recorded: the call ran (the record shows its "
+                         f"outcome as unknown); do not assume it did not ({exc})", {"sealbox/not_recorded": "result"})
 
 
 def tool_error_text(result: Any) -> str | None:
