@@ -259,3 +259,26 @@ async def test_a_call_whose_result_could_not_be_recorded_is_not_said_to_be_not_f
         assert toy_log(tmp_path) == [{"tool": "slow", "arguments": {"seconds": 1.0}}]
     finally:
         store.close()
+
+
+async def test_clients_are_told_when_an_upstream_that_failed_to_start_comes_up(tmp_path, store):
+    """An upstream whose first start failed was listed with none of its tools; when its restart listed
+    them, clients were sent no notifications/tools/list_changed (only a recorded change was announced),
+    so a client that had listed the tools never saw them."""
+    from .conftest import connect, running, text_of
+
+    got: list[str] = []
+
+    async def note(message):
+        got.append(getattr(getattr(message, "root", message), "method", ""))
+
+    gw = Gateway(toy_config(tmp_path, env={"TOY_FAIL_FIRST": str(tmp_path / "failed-once")}), store=store)
+    gw.upstreams["toy"].restart_initial_s = 1.0  # the client lists the tools before the restart
+    async with running(gw) as tg, connect(gw, tg, message_handler=note) as client:
+        before = [t.name for t in (await client.list_tools()).tools]
+        with anyio.fail_after(20):
+            while "notifications/tools/list_changed" not in got:
+                await anyio.sleep(0.05)
+        after = [t.name for t in (await client.list_tools()).tools]
+        echoed = await client.call_tool("toy__echo", {"text": "up"})
+    assert before == [] and len(after) == 11 and text_of(echoed) == "up"

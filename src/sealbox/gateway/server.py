@@ -306,6 +306,7 @@ class Gateway:
         self._joined_pruned = time.monotonic()
         self._inflight: dict[str, dict[int, _InFlight]] = {u: {} for u in self.upstreams}
         self._connections: dict[int, Any] = {}
+        self._listed_names: dict[str, frozenset[str]] = {}  # upstream id -> the tool names it listed last
         self._validators: dict[tuple[str, str], tuple[Any, Any, Any]] = {}  # (Tool, validator, quick check)
         self._tool_list_version = 0
         #: set by begin_shutdown(): held calls stop waiting and answer "pending" (the request stays)
@@ -487,9 +488,16 @@ class Gateway:
 
     async def _on_tools(self, upstream: Upstream, tools: list[types.Tool]) -> None:
         definitions = {t.name: tool_definition(t.name, t.description, t.input_schema) for t in tools}
+        # the tool names it lists changed (e.g. it failed to start, and now lists its tools): clients that
+        # listed the gateway's tools are told, whether or not a change of definitions is recorded
+        names = frozenset(definitions)
+        renamed = self._listed_names.get(upstream.spec.id, frozenset()) != names
+        self._listed_names[upstream.spec.id] = names
         self.pins.refresh(self.store)
         draft = self.pins.observe(upstream.spec.id, definitions)
         if draft is None:
+            if renamed:
+                await self._notify_tools_changed()
             return
         try:
             await self._write(lambda: self.store.append([draft]))
@@ -498,7 +506,7 @@ class Gateway:
             self.pins.cursor = max(self.pins.cursor, self.store.size())
         else:  # read it back with its leaf (a signed re-approval names it); applying it again changes nothing
             self.pins.refresh(self.store)
-        if not draft.payload.get("first_seen"):
+        if renamed or not draft.payload.get("first_seen"):
             await self._notify_tools_changed()
 
     async def _notify_tools_changed(self) -> None:

@@ -19,6 +19,7 @@ Tools:
 Environment:
   TOY_LOG=path        every tools/call received is appended as one JSON line (what the upstream saw)
   TOY_VARIANT=2       start already mutated (a rug pull between runs)
+  TOY_FAIL_FIRST=path the first start (no file at path yet) creates the file and exits with status 1
   TOY_POISON=1        once mutated, echo's title, annotations, _meta and the description of its `text`
                       parameter (in the input schema) also mention ~/.ssh, and so does extra's title
 
@@ -162,6 +163,10 @@ def _server() -> Server:
 
 
 async def main() -> None:
+    first = os.environ.get("TOY_FAIL_FIRST")
+    if first and not os.path.exists(first):  # the first start fails (the gateway restarts it)
+        open(first, "w").close()
+        sys.exit(1)
     server = _server()
     stdin = anyio.wrap_file(io.TextIOWrapper(os.fdopen(0, "rb", buffering=0), encoding="utf-8"))
     stdout = anyio.wrap_file(io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), encoding="utf-8", write_through=True))
