@@ -282,3 +282,43 @@ async def test_clients_are_told_when_an_upstream_that_failed_to_start_comes_up(t
         after = [t.name for t in (await client.list_tools()).tools]
         echoed = await client.call_tool("toy__echo", {"text": "up"})
     assert before == [] and len(after) == 11 and text_of(echoed) == "up"
+
+
+async def test_a_replay_lists_a_tool_blocked_in_the_live_run_as_the_live_gateway_did(tmp_path, store):
+    """A run started while a tool was blocked (changed, not re-approved) pinned the tool's unapproved
+    definition in its snapshot, and ``gateway replay`` listed that definition: a replayed agent saw a
+    description (a poisoned one) the live agent never saw, and the replay was no replay of that run."""
+    from mcp.client.session import ClientSession
+    from mcp.shared.memory import create_client_server_memory_streams
+
+    from sealbox.gateway.replay import GatewayReplay
+
+    from .conftest import connect, running, text_of
+
+    gw = Gateway(toy_config(tmp_path, env={"TOY_POISON": "1"}), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as first:
+            await first.call_tool("toy__mutate", {})
+            with anyio.fail_after(10):
+                await gw.upstreams["toy"].wait_until(lambda u: "extra" in u.tools)
+        async with connect(gw, tg) as client:
+            live = (await client.list_tools()).tools
+            denied = await client.call_tool("toy__echo", {"text": "x"})
+    run_id = gateway_runs(store)[-1]
+    replay = GatewayReplay(store, run_id)
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg, create_client_server_memory_streams() as (client, srv):
+            tg.start_soon(replay.serve_streams, srv[0], srv[1])
+            async with ClientSession(client[0], client[1]) as session:
+                await session.initialize()
+                replayed = (await session.list_tools()).tools
+                again = await session.call_tool("toy__echo", {"text": "x"})
+            tg.cancel_scope.cancel()
+    def shown(tools):
+        return [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools]
+
+    blocked = [t for t in shown(live) if t["name"] in ("toy__echo", "toy__extra")]
+    assert [t["inputSchema"] for t in blocked] == [{"type": "object"}] * 2
+    assert [t["name"] for t in shown(replayed)] == [t["name"] for t in shown(live)]
+    assert [t for t in shown(replayed) if t["name"] in ("toy__echo", "toy__extra")] == blocked
+    assert (again.is_error, text_of(again)) == (True, text_of(denied))

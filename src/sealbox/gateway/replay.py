@@ -90,7 +90,8 @@ class GatewayReplay:
                               "section (no recorded tool list to serve)")
         self.snapshot = snapshot
         self.separator = str(gateway.get("separator") or "__")
-        self.tools, self._targets = _tool_list(snapshot.get("tools") or [], self.separator)
+        self.tools, self._targets = _tool_list(snapshot.get("tools") or [], self.separator,
+                                               gateway.get("blocked") or [])
         #: recorded calls by replay step; ``original_steps`` maps them back to the recorded steps
         self.original_steps: dict[str, str] = {}
         calls = [c for c in recorded.ordered() if c.key.kind == "tool.call"]
@@ -392,14 +393,26 @@ async def answer_from_record(run: Any, server: str, tool: str, arguments: dict[s
     return types.CallToolResult.model_validate(out, by_name=False)
 
 
-def _tool_list(recorded: list[dict[str, Any]], separator: str) -> tuple[list[types.Tool], dict[str, tuple[str, str]]]:
-    """The recorded tools as the live gateway listed them (sorted by server, then tool), and exposed -> target."""
+def _tool_list(recorded: list[dict[str, Any]], separator: str,
+               blocked: list[dict[str, Any]] = ()) -> tuple[list[types.Tool], dict[str, tuple[str, str]]]:
+    """The recorded tools as the live gateway listed them (sorted by server, then tool), and exposed -> target.
+
+    ``blocked``: the snapshot's ``extra.gateway.blocked`` (``{server, tool, description}``), the tools
+    that were blocked (changed, not re-approved) when the run started: listed, as then, with that
+    notice for description and the input schema ``{"type": "object"}``."""
     from sealbox.canonical import decode
     from sealbox.gateway.server import exposed_tool_name
 
+    notices = {(str(b.get("server")), str(b.get("tool"))): str(b.get("description") or "")
+               for b in blocked if isinstance(b, dict)}
     tools, targets = [], {}
     for t in sorted(recorded, key=lambda t: (str(t.get("server")), str(t.get("name")))):
         exposed = exposed_tool_name(str(t["server"]), str(t["name"]), separator)
+        notice = notices.get((str(t["server"]), str(t["name"])))
+        if notice is not None:
+            tools.append(types.Tool(name=exposed, description=notice, input_schema={"type": "object"}))
+            targets[exposed] = (str(t["server"]), str(t["name"]))
+            continue
         schema = decode(t.get("input_schema")) or {"type": "object"}
         tools.append(types.Tool(name=exposed, description=t.get("description") or None, input_schema=schema))
         targets[exposed] = (str(t["server"]), str(t["name"]))

@@ -439,12 +439,16 @@ class Gateway:
                 if self.pins.blocked(sid, name):
                     # nothing of the unapproved definition: a parameter's description in the input schema, the
                     # title, annotations or _meta carry text to the model as well as the description does
-                    out.append(types.Tool(name=names[name], input_schema={"type": "object"}, description=(
-                        f"[blocked: this tool changed upstream; calls are denied until "
-                        f"`{reapprove_command(self.config.store, sid, name)}`]")))
+                    out.append(types.Tool(name=names[name], input_schema={"type": "object"},
+                                          description=self.blocked_notice(sid, name)))
                     continue
                 out.append(self.upstreams[sid].tools[name].model_copy(update={"name": names[name]}))
         return out
+
+    def blocked_notice(self, server: str, tool: str) -> str:
+        """The description a blocked tool is listed with (its own is not approved)."""
+        return (f"[blocked: this tool changed upstream; calls are denied until "
+                f"`{reapprove_command(self.config.store, server, tool)}`]")
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         self._watch(_connection(ctx))  # a client holding a listing is told when it changes, call or no call
@@ -526,6 +530,10 @@ class Gateway:
         extra = {"gateway": {"name": self.config.name, "separator": self.config.separator,
                              "upstreams": {sid: {"transport": up.spec.kind, "protocol_version": up.protocol_version}
                                            for sid, up in sorted(self.upstreams.items())}}}
+        blocked = [{"server": t.server, "tool": t.name, "description": self.blocked_notice(t.server, t.name)}
+                   for t in tools if self.pins.blocked(t.server, t.name)]
+        if blocked:  # listed then as a notice, not as pinned here (gateway replay lists them the same way)
+            extra["gateway"]["blocked"] = blocked
         return Snapshot(tools=tools, policy=self.policy.fingerprint, extra=extra)
 
     async def _run_for(self, ctx: Any, meta: Any, principal: str) -> RunContext:
