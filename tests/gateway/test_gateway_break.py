@@ -322,3 +322,20 @@ async def test_a_replay_lists_a_tool_blocked_in_the_live_run_as_the_live_gateway
     assert [t["name"] for t in shown(replayed)] == [t["name"] for t in shown(live)]
     assert [t for t in shown(replayed) if t["name"] in ("toy__echo", "toy__extra")] == blocked
     assert (again.is_error, text_of(again)) == (True, text_of(denied))
+
+
+async def test_an_empty_run_id_in_meta_is_an_unknown_run_not_the_sessions_own(tmp_path, store):
+    """``_meta["sealbox/run_id"]: ""`` (a client whose run id was never set) was read as no run id: the
+    call was recorded, and forwarded, in the session's own run instead of the run the client meant."""
+    from mcp.shared.exceptions import MCPError
+
+    from sealbox.gateway import UNKNOWN_RUN
+
+    from .conftest import connect, running, toy_log
+
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("toy__echo", {"text": "where"}, meta={"sealbox/run_id": ""})
+    assert (err.value.code, str(err.value)) == (UNKNOWN_RUN, "_meta['sealbox/run_id'] must be a non-empty string")
+    assert gateway_runs(store) == [] and toy_log(tmp_path) == []

@@ -537,10 +537,13 @@ class Gateway:
         return Snapshot(tools=tools, policy=self.policy.fingerprint, extra=extra)
 
     async def _run_for(self, ctx: Any, meta: Any, principal: str) -> RunContext:
-        run_id = _meta_get(meta, RUN_ID_META_KEY) or self.default_run_id
+        named = _meta_get(meta, RUN_ID_META_KEY)
+        run_id = named if named is not None else self.default_run_id
         if run_id is not None:
             if not isinstance(run_id, str):
                 raise _mcp_error()(codes.UNKNOWN_RUN, f"_meta[{RUN_ID_META_KEY!r}] must be a string")
+            if not run_id:  # not "no run": the client named a run and it is empty (its id was never set)
+                raise _mcp_error()(codes.UNKNOWN_RUN, f"_meta[{RUN_ID_META_KEY!r}] must be a non-empty string")
             live = self._session_runs.get(run_id)
             if live is None:
                 return self._join(run_id, principal)
