@@ -184,3 +184,70 @@ def test_a_call_needs_approval_lets_through_leaves_no_note(store):
     assert [(e.kind, e.step) for e in store.read_run(run_id)] == [
         ("run.started", "1"), ("model.call", "2"), ("tool.call", "2.1"), ("policy.decision", "2.1"),
         ("tool.result", "2.1"), ("model.call", "3"), ("run.ended", "4")]
+
+
+def test_a_call_under_a_standing_always_approve_records_the_host_answer_as_standing(store):
+    """``state.approve(item, always_approve=True)``: the SDK runs the tool's later calls without asking
+    (it never consults ``needs_approval`` again); each is recorded as answered ``standing: true``, before
+    its ``tool.call`` (docs/integrations.md, "The SDK's own approvals")."""
+    ran: list = []
+
+    @function_tool(needs_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return f"deleted {path}"
+
+    model = ScriptedModel([[function_call("delete_file", {"path": "/a"}, call_id="c1")],
+                           [function_call("delete_file", {"path": "/b"}, call_id="c2")],
+                           [assistant_message("Done.")]])
+
+    async def go():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="ops") as run:
+            bot = instrument(run, Agent(name="ops", model=model, tools=[delete_file]), provider="scripted")
+            result = await Runner.run(bot, "Delete both")
+            state = result.to_state()
+            state.approve(result.interruptions[0], always_approve=True)
+            result = await Runner.run(bot, state)
+            assert result.interruptions == []
+        return run.run_id
+
+    run_id = asyncio.run(go())
+    assert ran == ["/a", "/b"]
+    evs = [(e.kind, e.step, store.resolve(e.payload)) for e in store.read_run(run_id)]
+    assert [(k, s) for k, s, _ in evs] == [
+        ("run.started", "1"), ("model.call", "2"), ("note", "3"), ("note", "4"),
+        ("tool.call", "2.1"), ("policy.decision", "2.1"), ("tool.result", "2.1"), ("model.call", "5"),
+        ("note", "6"), ("tool.call", "5.1"), ("policy.decision", "5.1"), ("tool.result", "5.1"),
+        ("model.call", "7"), ("run.ended", "8")]
+    assert evs[8][2] == {
+        "text": "host approval answered: approve local/delete_file call c2 (the host application's answer "
+                "through the SDK, not a Sealbox approval)",
+        "about": {"host_approval": {"state": "answered", "call_id": "c2", "server": "local",
+                                    "tool": "delete_file", "decision": "approve", "standing": True, "by": BY}}}
+
+
+def test_a_run_state_approved_and_resumed_in_another_run_claims_no_standing_answer(store):
+    """A ``RunState`` answered (one call, not ``always_approve``) and resumed in another Sealbox run: the
+    approved call is recorded there as its ``tool.call`` only, never as a standing answer it was not."""
+    from agents import RunState
+
+    ran: list = []
+    agent = build(ran, None)
+
+    async def go():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="ops") as first:
+            result = await Runner.run(instrument(first, agent, provider="scripted"), "Delete /srv/a.txt")
+            saved = result.to_state().to_json()
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="ops") as second:
+            bot = instrument(second, agent, provider="scripted")
+            state = await RunState.from_json(bot, saved)
+            state.approve(state.get_interruptions()[0])
+            await Runner.run(bot, state)
+        return second.run_id
+
+    run_id = asyncio.run(go())
+    assert ran == ["/srv/a.txt"]
+    assert [(e.kind, e.step) for e in store.read_run(run_id)] == [
+        ("run.started", "1"), ("tool.call", "2"), ("policy.decision", "2"), ("tool.result", "2"),
+        ("model.call", "3"), ("run.ended", "4")]

@@ -581,6 +581,7 @@ def governed_tool(run: RunContext, tool: FunctionTool, *, server: str = DEFAULT_
 
     async def governed(ctx: Any, input: str, invoke: Callable[[], Any]) -> Any:
         call_id = getattr(ctx, "tool_call_id", None)
+        await _host_standing_approval(run, ctx, tool, upstream_server, upstream_tool, input)
         _host_answer_from_context(run, ctx)  # a call the SDK asked the host about runs: approved
         try:
             return await run.acall_tool(upstream_server, upstream_tool, parse_arguments(input),
@@ -727,6 +728,42 @@ def _host_answered(run: RunContext, call_id: Any, decision: str, message: Any = 
         answer["message"] = message
     run.note(f"host approval answered: {decision} {info['server']}/{info['tool']} call {call_id} (the host "
              "application's answer through the SDK, not a Sealbox approval)", about={"host_approval": answer})
+
+
+async def _host_standing_approval(run: RunContext, ctx: Any, tool: FunctionTool, server: str, tool_name: str,
+                                  input: str) -> None:
+    """A call about to run that the SDK approved without consulting ``needs_approval`` (an earlier
+    ``always_approve``: the SDK asks nothing once a tool's calls have a standing answer): if the tool's
+    setting needs an approval for it (True, or its function says so; one that raises: needed, as the SDK
+    takes it), it is noted as needed, so that its answer is recorded ``standing: true``."""
+    setting = tool.needs_approval
+    call_id = getattr(ctx, "tool_call_id", None)
+    if setting is False or not (setting is True or callable(setting)) or not isinstance(call_id, str):
+        return
+    host = _HOST_APPROVALS.get(run)
+    if (host is not None and call_id in host.needed) or _approval_status(ctx, tool.name, call_id) is not True \
+            or _approved_by_id(ctx, call_id):
+        return
+    params = parse_arguments(input)
+    if setting is not True:
+        try:
+            needed = setting(ctx, params, call_id)
+            if hasattr(needed, "__await__"):
+                needed = await needed
+        except Exception:  # noqa: BLE001 - the SDK treats a failing needs_approval as needing one
+            needed = True
+        if not needed:
+            return
+    _HOST_APPROVALS.setdefault(run, _HostApprovals()).needed[call_id] = {
+        "call_id": call_id, "server": server, "tool": tool_name, "arguments": params}
+
+
+def _approved_by_id(ctx: Any, call_id: str) -> bool:
+    """Whether the SDK's approvals in ``ctx`` name ``call_id`` itself (``state.approve(item)``: an answer
+    to that call, asked where the run state was made), not a standing ``always_approve``."""
+    records = getattr(ctx, "_approvals", None)
+    values = records.values() if isinstance(records, dict) else ()
+    return any(isinstance(getattr(r, "approved", None), list) and call_id in r.approved for r in values)
 
 
 def _host_answer_from_context(run: RunContext, ctx: Any, *, running: bool = True) -> None:
