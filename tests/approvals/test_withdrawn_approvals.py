@@ -318,3 +318,26 @@ def test_a_note_written_before_rotations_withdrew_approvals_is_not_written_again
         with Recorder(store, policy=policy()).resume(run_id, {("db", "write_query"): Tool()}):
             pass
     assert notes(store, run_id) == [old]
+
+
+def test_a_withdrawn_approval_is_not_listed_as_an_approver_of_the_call_that_ran(store, keys, tmp_path):
+    """alice approves, her key is rotated (withdrawn), bob approves, the call runs: the call's approvers
+    are bob alone; alice's answer is listed apart, as not counted, in ``sealbox calls`` and Parquet."""
+    from sealbox.interop.parquet import call_rows
+
+    path, root = tmp_path / "store", tmp_path / "root.key"
+    run_id, aid = suspended(store)
+    store.close()
+    ok("approvals", "approve", aid, "--reason", "fine", "--key-file", keys["alice"], "-s", path)
+    ok("identities", "rotate", "alice", "--key-out", tmp_path / "alice-2.key", "--admin-key", root, "-s", path)
+    ok("approvals", "approve", aid, "--reason", "fine too", "--key-file", keys["bob"], "-s", path)
+    assert resume_elsewhere(path, run_id) == {"outcomes": ["approved"], "ran": ["DELETE FROM t"]}
+    store = sealbox.open_store(path)
+    try:
+        [prow] = [r for r in call_rows(store, [run_id]) if r["tool"] == "write_query"]
+        assert prow["approver"] == ["bob"]
+    finally:
+        store.close()
+    listed = json.loads(ok("calls", "--run", run_id, "--json", "-s", path))
+    [call] = [c for c in listed if c["tool"] == "write_query"]
+    assert [a["identity"] for a in call["approvers"]] == ["bob"]
