@@ -251,3 +251,42 @@ def test_a_run_state_approved_and_resumed_in_another_run_claims_no_standing_answ
     assert [(e.kind, e.step) for e in store.read_run(run_id)] == [
         ("run.started", "1"), ("tool.call", "2"), ("policy.decision", "2"), ("tool.result", "2"),
         ("model.call", "3"), ("run.ended", "4")]
+
+
+def test_a_replay_of_a_standing_approval_reproduces(store):
+    """The standing answer is recorded in the replay as when recording, and compared (the same steps)."""
+    from sealbox.replay import Replayer
+
+    def build_standing(ran):
+        @function_tool(needs_approval=True)
+        def delete_file(path: str) -> str:
+            """Delete a file."""
+            ran.append(path)
+            return f"deleted {path}"
+
+        return Agent(name="ops", tools=[delete_file], model=ScriptedModel([
+            [function_call("delete_file", {"path": "/a"}, call_id="c1")],
+            [function_call("delete_file", {"path": "/b"}, call_id="c2")], [assistant_message("Done.")]]))
+
+    async def drive(run, agent):
+        bot = instrument(run, agent, provider="scripted")
+        result = await Runner.run(bot, "Delete both")
+        state = result.to_state()
+        state.approve(result.interruptions[0], always_approve=True)
+        await Runner.run(bot, state)
+
+    ran: list = []
+
+    async def go():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="ops") as run:
+            await drive(run, build_standing(ran))
+        return run.run_id
+
+    run_id = asyncio.run(go())
+    again: list = []
+    result = Replayer(store).replay(run_id, lambda run: drive(run, build_standing(again)))
+    assert (result.reproduced, result.divergence, again) == (True, None, [])
+    notes = [store.resolve(e.payload)["about"]["host_approval"] for e in store.read_run(result.new_run_id)
+             if e.kind == "note"]
+    assert [(n["state"], n["call_id"], n.get("standing")) for n in notes] == [
+        ("asked", "c1", None), ("answered", "c1", False), ("answered", "c2", True)]
