@@ -341,3 +341,35 @@ def test_a_model_call_a_tripped_guardrail_cut_short_is_cut_short_again_in_the_re
     replayed = events(store, result.new_run_id)
     assert [(k, s) for k, s, _ in replayed] == [(k, s) for k, s, _ in evs]
     assert replayed[3][2]["response"] == evs[3][2]["response"]
+
+
+def test_a_guardrail_whose_recorded_output_info_is_redacted_is_unreplayable_not_a_false_mismatch(store):
+    """The store keeps ``{"api_key": …}`` of a guardrail's output_info as its marker (docs/integrations.md,
+    "Guardrails"): the record cannot give the guardrail's outcome back as it was (as for a tool result
+    holding redacted content), so the replay stops there ``unreplayable``, without calling the guardrail;
+    it used to serve the marker, record it again under another HMAC and report a ``mismatch``."""
+    calls: list = []
+
+    def agent_with_secret_guardrail():
+        @input_guardrail(run_in_parallel=False)
+        async def key_check(ctx, agent, input):
+            calls.append(input)
+            return GuardrailFunctionOutput(output_info={"api_key": "sk-abcdefghijklmnop1234", "ok": True},
+                                           tripwire_triggered=False)
+
+        return Agent(name="tutor", model=ScriptedModel([[assistant_message("Hello!")]]), input_guardrails=[key_check])
+
+    async def agent(run):
+        await Runner.run(instrument(run, agent_with_secret_guardrail(), provider="scripted"), "Hi there")
+
+    run_id = record(store, agent)
+    [note] = [p for k, _, p in events(store, run_id) if k == "note"]
+    assert list(note["about"]["guardrail"]["output_info"]["api_key"]) == ["$redacted"]
+    assert calls == ["Hi there"]
+    result = Replayer(store).replay(run_id, agent)
+    d = result.divergence
+    assert (result.reproduced, d.kind, d.step) == (False, "unreplayable", "2"), d
+    assert d.message == ("step 2: the recorded input guardrail 'key_check' of agent 'tutor' holds redacted content "
+                         "in its outcome: it cannot be served from the record, and it is not run (it may ask a model "
+                         "of its own)")
+    assert calls == ["Hi there"]  # not run in the replay

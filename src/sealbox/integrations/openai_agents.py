@@ -1138,6 +1138,17 @@ def _served_guardrail(run: RunContext, step: str, identity: dict[str, Any]) -> A
     recorded = about.get("guardrail") if isinstance(about, dict) else None
     if not isinstance(recorded, dict) or any(recorded.get(k) != v for k, v in identity.items()):
         return _NOT_RECORDED
+    from sealbox.replay.keys import has_marker
+
+    if has_marker({k: v for k, v in recorded.items() if k not in identity}):
+        # as a tool result holding redacted content: the outcome cannot be given back as it was (served,
+        # its marker would be recorded again under another HMAC: a false mismatch); nor is it run
+        from sealbox.replay.divergence import Divergence
+
+        what = f"{identity['kind'].replace('_', ' ')} guardrail {identity['name']!r} of agent {identity['agent']!r}"
+        replay.stop(Divergence("unreplayable", step, f"step {step}: the recorded {what} holds redacted content in "
+                               "its outcome: it cannot be served from the record, and it is not run (it may ask a "
+                               "model of its own)", rec.key, None))
     return rebuild(recorded)
 
 
