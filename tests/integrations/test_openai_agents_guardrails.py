@@ -369,7 +369,35 @@ def test_a_guardrail_whose_recorded_output_info_is_redacted_is_unreplayable_not_
     result = Replayer(store).replay(run_id, agent)
     d = result.divergence
     assert (result.reproduced, d.kind, d.step) == (False, "unreplayable", "2"), d
-    assert d.message == ("step 2: the recorded input guardrail 'key_check' of agent 'tutor' holds redacted content "
-                         "in its outcome: it cannot be served from the record, and it is not run (it may ask a model "
-                         "of its own)")
+    assert d.message == ("step 2: the recorded input guardrail 'key_check' of agent 'tutor' holds a redacted value "
+                         "in its output_info: it cannot be served from the record, and it is not run (it may ask a "
+                         "model of its own)")
     assert calls == ["Hi there"]  # not run in the replay
+
+
+def test_a_guardrail_error_whose_message_holds_a_redacted_token_still_replays_reproduced(store):
+    """Text holding a marker (a token redacted inside an error message) is served and recorded again as it
+    was: the replay reproduces (only a value redacted under its key name cannot be served)."""
+    def agent_failing():
+        @input_guardrail(run_in_parallel=False)
+        async def key_check(ctx, agent, input):
+            raise ValueError("token sk-abcdefghijklmnop1234 rejected")
+
+        return Agent(name="tutor", model=ScriptedModel([[assistant_message("Hello!")]]), input_guardrails=[key_check])
+
+    async def agent(run):
+        await Runner.run(instrument(run, agent_failing(), provider="scripted"), "Hi there")
+
+    box: list = []
+
+    async def go():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="tutor") as run:
+            box.append(run.run_id)
+            await agent(run)
+
+    with pytest.raises(ValueError):
+        asyncio.run(go())
+    [note] = [p for k, _, p in events(store, box[0]) if k == "note"]
+    assert note["about"]["guardrail"]["error"]["message"].startswith("token \u27e6redacted:hmac-sha256:")
+    result = Replayer(store).replay(box[0], agent)
+    assert (result.reproduced, result.divergence) == (True, None)

@@ -1138,18 +1138,26 @@ def _served_guardrail(run: RunContext, step: str, identity: dict[str, Any]) -> A
     recorded = about.get("guardrail") if isinstance(about, dict) else None
     if not isinstance(recorded, dict) or any(recorded.get(k) != v for k, v in identity.items()):
         return _NOT_RECORDED
-    from sealbox.replay.keys import has_marker
-
-    if has_marker({k: v for k, v in recorded.items() if k not in identity}):
-        # as a tool result holding redacted content: the outcome cannot be given back as it was (served,
-        # its marker would be recorded again under another HMAC: a false mismatch); nor is it run
+    if _redacted_value(recorded.get("output_info")):
+        # a value redacted under its key name ({"api_key": …}): the outcome cannot be given back as it was
+        # (served, its marker would be redacted again under another HMAC: a false mismatch); nor is it run.
+        # Text holding a marker (a pattern redacted inside a string) is served and recorded as it was.
         from sealbox.replay.divergence import Divergence
 
         what = f"{identity['kind'].replace('_', ' ')} guardrail {identity['name']!r} of agent {identity['agent']!r}"
-        replay.stop(Divergence("unreplayable", step, f"step {step}: the recorded {what} holds redacted content in "
-                               "its outcome: it cannot be served from the record, and it is not run (it may ask a "
+        replay.stop(Divergence("unreplayable", step, f"step {step}: the recorded {what} holds a redacted value in "
+                               "its output_info: it cannot be served from the record, and it is not run (it may ask a "
                                "model of its own)", rec.key, None))
     return rebuild(recorded)
+
+
+def _redacted_value(value: Any) -> bool:
+    """Whether a stored value holds a whole value redacted under its key name (``{"$redacted": …}``)."""
+    from sealbox.redaction import MARKER_TAG
+
+    if isinstance(value, dict):
+        return MARKER_TAG in value or any(_redacted_value(v) for v in value.values())
+    return isinstance(value, list) and any(_redacted_value(v) for v in value)
 
 
 #: How long a served guardrail waits for the replay to get as far as the record had when it finished.
