@@ -401,3 +401,38 @@ def test_a_guardrail_error_whose_message_holds_a_redacted_token_still_replays_re
     assert note["about"]["guardrail"]["error"]["message"].startswith("token \u27e6redacted:hmac-sha256:")
     result = Replayer(store).replay(box[0], agent)
     assert (result.reproduced, result.divergence) == (True, None)
+
+
+def test_a_tripped_tool_output_guardrail_flags_its_call_in_the_parquet_rows(store):
+    """docs/integrations.md, "Guardrails": a tool *output* guardrail's call, recorded before it, is flagged
+    ``guardrail_tripped`` in a Parquet export; the model is given the replacement text."""
+    from agents.tool_guardrails import tool_output_guardrail
+
+    from sealbox.interop.parquet import call_rows
+
+    @tool_output_guardrail
+    def no_secrets(data):
+        if "secret" in str(data.output):
+            return ToolGuardrailFunctionOutput.reject_content("withheld", output_info={"why": "secret"})
+        return ToolGuardrailFunctionOutput.allow()
+
+    @function_tool(tool_output_guardrails=[no_secrets])
+    def read_note(name: str) -> str:
+        """Read a note."""
+        return "the secret plan"
+
+    model = ScriptedModel([[function_call("read_note", {"name": "plan"}, call_id="call_n")],
+                           [assistant_message("Withheld.")]])
+
+    async def agent(run):
+        return await Runner.run(instrument(run, Agent(name="tutor", model=model, tools=[read_note]),
+                                           provider="scripted"), "Read the plan")
+
+    run_id = record(store, agent)
+    assert [(k, s) for k, s, _ in events(store, run_id)] == [
+        ("run.started", "1"), ("model.call", "2"), ("tool.call", "2.1"), ("policy.decision", "2.1"),
+        ("tool.result", "2.1"), ("note", "3"), ("guardrail.tripped", "3"), ("model.call", "4"), ("run.ended", "5")]
+    [row] = call_rows(store, [run_id])
+    assert (row["call_id"], row["flags"]) == ("call_n", ["guardrail_tripped"])
+    request = [p for k, _, p in events(store, run_id) if k == "model.call"][1]["request"]
+    assert [i["output"] for i in request["input"] if i.get("type") == "function_call_output"] == ["withheld"]
