@@ -232,6 +232,27 @@ def test_any_other_difference_inside_a_longer_text_still_differs(a, b):
     assert same_but_for_key_order({"m": a}, {"m": b}) is False
 
 
+RECORDS = [{"id": i, "name": f"n{i}"} for i in range(40)]
+
+
+@pytest.mark.parametrize("recorded", [
+    {"items": RECORDS, "page": 2, "next": "c2"},  # 40 closed brackets between the difference and its "{"
+    {"name": "x", "items": RECORDS},  # 40 closing brackets between the difference and the one closing it
+    {"items": RECORDS, "page": 2, "next": "c2", "more": {"z": RECORDS, "a": 1}},  # both, and again inside
+])
+def test_a_served_dict_holding_a_list_of_records_inside_a_longer_text_is_equal(recorded):
+    """A tool result with a list of 40 records, served sorted, in ``f"result: {result}"``: more brackets
+    than the 32 tried from the difference lie between it and the dict's own brackets; the brackets still
+    open around it are tried first (docs/replay.md, "Serialized dicts")."""
+    served = json.loads(json.dumps(recorded, sort_keys=True))
+    for serialize in (lambda r: f"result: {r}", lambda r: f"Weather: {json.dumps(r)}. Answer briefly."):
+        a, b = serialize(recorded), serialize(served)
+        assert a != b and reordered_text(a, b) is True
+        changed = json.loads(json.dumps(served))
+        changed["items"][39]["name"] = "n38"
+        assert reordered_text(a, serialize(changed)) is False
+
+
 def test_a_served_dict_inside_a_longer_text_sent_to_the_model_replays_reproduced(store):
     """``f"result: {result}"``: the recorded text had the tool's key order, the replayed one has the
     record's (sorted); the run reproduces, and a changed value inside it still diverges."""

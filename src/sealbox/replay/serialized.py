@@ -26,10 +26,11 @@ A serialized value may also sit **inside a longer text** (``f"result: {result}"`
 are then equal when every difference between them lies inside a pair of segments at the same
 place in both — each starting with ``{``, ``[`` or ``(`` and ending with its closing bracket —
 that hold the same characters and parse to equal values by the rule above, and every
-character outside those segments is the same. Segments are looked for around each difference
-from the innermost opening bracket outwards (at most :data:`MAX_OPENERS` openers and
-:data:`MAX_CLOSERS` closing brackets tried for each), so a difference outside any serialized
-value (a changed word, a changed number in the text) still differs.
+character outside those segments is the same. Segments are looked for around each difference:
+first from the brackets still open there (counted by bracket, :class:`_Brackets`), innermost first,
+each to the bracket that closes it; then from the nearest opening brackets outwards (at most
+:data:`MAX_OPENERS` openers and :data:`MAX_CLOSERS` closing brackets tried for each), so a
+difference outside any serialized value (a changed word, a changed number in the text) still differs.
 
 Anything else differs. Strings longer than :data:`MAX_JSON_CHARS` (JSON) or
 :data:`MAX_LITERAL_CHARS` (a Python literal) are not parsed, nor more than
@@ -39,9 +40,11 @@ Anything else differs. Strings longer than :data:`MAX_JSON_CHARS` (JSON) or
 from __future__ import annotations
 
 import ast
+import bisect
 import json
+import re
 from collections import Counter
-from typing import Any
+from typing import Any, Iterator
 
 from sealbox.canonical import canonical_bytes
 
@@ -61,7 +64,12 @@ MAX_OPENERS = 32
 #: Inside a longer text: the most closing brackets tried as the end of a segment from one opening bracket.
 MAX_CLOSERS = 32
 
+#: Inside a longer text: the most opening brackets a text may hold for the brackets still open around a
+#: difference to be found by count (beyond, only the nearest ones are tried).
+MAX_BRACKETS = 200_000
+
 _OPENERS = frozenset("{[(")
+_BRACKET_AT = re.compile(r"[\[\](){}]")
 _CLOSER = {"{": "}", "[": "]", "(": ")"}
 _NOTHING = object()
 
@@ -116,31 +124,87 @@ def _reordered(a: str, b: str, nesting: int, budget: list[int]) -> bool:
     start = a.lstrip()[:1]
     if start in _OPENERS and b.lstrip()[:1] == start and _parse_equal(a, b, nesting, budget):
         return True
-    return _segments_equal(a, b, 0, nesting, budget, [MAX_OPENERS * MAX_CLOSERS])
+    return _segments_equal(a, b, 0, nesting, budget, [MAX_OPENERS * MAX_CLOSERS], _Brackets(a))
 
 
-def _segments_equal(a: str, b: str, pos: int, nesting: int, budget: list[int], tries: list[int]) -> bool:
+class _Brackets:
+    """Where each bracket of a text opens and closes, counted by bracket alone (quotes are not read: a
+    guess, which parsing the segment then checks), so that the brackets still open around a difference
+    are tried first, however many closed ones lie between: a ``{`` around a list of 40 records. Not
+    computed for a text of more than :data:`MAX_BRACKETS` brackets (the nearest ones are tried alone)."""
+
+    def __init__(self, text: str) -> None:
+        self.starts: list[int] = []
+        self.end: dict[int, int] = {}  # opening bracket -> index after its closing bracket
+        self.parent: dict[int, int] = {}  # opening bracket -> the one it lies in
+        if text.count("{") + text.count("[") + text.count("(") > MAX_BRACKETS:
+            return
+        stack: list[int] = []
+        for m in _BRACKET_AT.finditer(text):
+            k = m.start()
+            if text[k] in _OPENERS:
+                if stack:
+                    self.parent[k] = stack[-1]
+                stack.append(k)
+                self.starts.append(k)
+            elif stack:
+                self.end[stack.pop()] = k + 1
+
+    def around(self, pos: int, i: int) -> list[int]:
+        """The opening brackets in ``[pos, i)`` still open at ``i``, innermost first (at most
+        :data:`MAX_OPENERS`)."""
+        k = bisect.bisect_left(self.starts, i) - 1
+        s = self.starts[k] if k >= 0 else -1
+        out: list[int] = []
+        while s >= pos and len(out) < MAX_OPENERS:
+            if self.end.get(s, 1 << 62) > i:  # never closed: still open at i
+                out.append(s)
+            s = self.parent.get(s, -1)
+        return out
+
+
+def _openers(a: str, pos: int, i: int, brackets: _Brackets) -> Iterator[int]:
+    """Where a segment around the difference at ``i`` may start: the brackets still open there,
+    innermost first, then the nearest opening brackets before ``i`` (at most :data:`MAX_OPENERS` each)."""
+    tried = brackets.around(pos, i)
+    yield from tried
+    s = i
+    for _ in range(MAX_OPENERS):
+        s = max(a.rfind(c, pos, s) for c in _OPENERS)  # the next opening bracket before the difference
+        if s < 0:
+            return
+        if s not in tried:
+            yield s
+
+
+def _closers(a: str, s: int, i: int, brackets: _Brackets) -> Iterator[int]:
+    """Where a segment from ``s`` may end (the index after its closing bracket): the bracket that closes
+    ``s`` by count, then the next :data:`MAX_CLOSERS` closing brackets of its kind from ``i``."""
+    closer, end = _CLOSER[a[s]], brackets.end.get(s, -1)
+    if end > i and a[end - 1] == closer:
+        yield end
+    e = i
+    for _ in range(MAX_CLOSERS):
+        e = a.find(closer, e)
+        if e < 0:
+            return
+        e += 1
+        if e != end:
+            yield e
+
+
+def _segments_equal(a: str, b: str, pos: int, nesting: int, budget: list[int], tries: list[int],
+                    brackets: _Brackets) -> bool:
     """Whether ``a[pos:]`` and ``b[pos:]`` (same length) differ only inside pairs of segments at the
     same place that hold the same serialized value (the module docstring, "inside a longer text")."""
     i = _first_difference(a, b, pos)
     if i < 0:
         return True
-    openers = 0
-    s = i
-    while openers < MAX_OPENERS:
-        s = max(a.rfind(c, pos, s) for c in _OPENERS)  # the next opening bracket before the difference
-        if s < 0:
-            return False
-        openers += 1
+    for s in _openers(a, pos, i, brackets):
         if b[s] != a[s]:
             continue
-        closer, e = _CLOSER[a[s]], i
-        for _ in range(MAX_CLOSERS):
-            e = a.find(closer, e)
-            if e < 0:
-                break
-            e += 1
-            if b[e - 1] != closer:
+        for e in _closers(a, s, i, brackets):
+            if b[e - 1] != a[e - 1]:
                 continue
             tries[0] -= 1
             if tries[0] < 0 or budget[0] < e - s:
@@ -148,7 +212,7 @@ def _segments_equal(a: str, b: str, pos: int, nesting: int, budget: list[int], t
             budget[0] -= e - s
             seg_a, seg_b = a[s:e], b[s:e]
             if Counter(seg_a) == Counter(seg_b) and _parse_equal(seg_a, seg_b, nesting, budget) \
-                    and _segments_equal(a, b, e, nesting, budget, tries):
+                    and _segments_equal(a, b, e, nesting, budget, tries, brackets):
                 return True
     return False
 
