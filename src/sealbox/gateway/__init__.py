@@ -22,7 +22,22 @@ from sealbox.gateway.codes import (
 )
 from sealbox.gateway.config import DEFAULT_SEPARATOR, GatewayConfig, load_config, parse_config
 from sealbox.gateway.pinning import PIN_RULE
-from sealbox.gateway.server import ENV_RUN_ID, RUN_ID_META_KEY, Gateway
+
+#: Names given by :mod:`sealbox.gateway.server`, imported when first asked for: the server pulls in the MCP
+#: protocol types (about 0.6 s), which the pin state (``sealbox verify``, bundles included) does not need.
+_FROM_SERVER = ("Gateway", "ENV_RUN_ID", "RUN_ID_META_KEY")
+
+
+def __getattr__(name: str) -> object:
+    if name in _FROM_SERVER:
+        from sealbox.gateway import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_FROM_SERVER))
 
 __all__ = [
     "Gateway",
