@@ -292,14 +292,43 @@ def test_a_string_too_long_to_parse_as_a_literal_differs():
     assert len(ja) > MAX_LITERAL_CHARS and reordered_text(ja, jb) is True
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: the record keeps 20.0 as 20 (RFC 8785), so a served whole-number "
-                   "float prints as 20 where the recorded text said 20.0; not a key-order difference, so it diverges")
 @pytest.mark.parametrize("serialize", [str, json.dumps, lambda r: f"The tool said: {r}."])
 def test_a_served_whole_number_float_sent_to_the_model_as_text_replays_reproduced(store, serialize):
-    """A tool returning ``{"temp": 20.0}`` (a temperature, a price) sent to the model as text: the agent
-    behaved the same, yet the served ``20`` makes the text differ (docs/replay.md, "Serialized dicts")."""
-    weather = lambda city: {"temp": 20.0, "city": city}  # noqa: E731
+    """A tool returning ``{"temp": 20.0}`` (a temperature, a price) sent to the model as text: the record
+    keeps 20.0 as 20 (RFC 8785), so the served dict prints ``20``; the agent behaved the same and the
+    replay reproduces (docs/replay.md, "Serialized dicts"). Another value still diverges."""
+    weather = lambda city: {"temp": 20.0, "city": city, "rain": [0.0, 1.5]}  # noqa: E731
     with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
         agent_sending(serialize, weather)(run)
+    assert "20.0" in requests(store, run.run_id)[0]["messages"][0]["content"]
     result = Replayer(store).replay(run.run_id, agent_sending(serialize, weather))
     assert (result.reproduced, result.divergence) == (True, None)
+    assert requests(store, result.new_run_id)[0]["messages"][0]["content"] == \
+        serialize({"city": "Paris", "rain": [0, 1.5], "temp": 20})  # served: keys sorted, 20.0 and 0.0 as ints
+    changed = Replayer(store).replay(run.run_id, agent_sending(lambda r: serialize({**r, "temp": 21}), weather))
+    assert (changed.reproduced, changed.divergence.kind) == (False, "mismatch")
+
+
+@pytest.mark.parametrize("a, b", [
+    ("{'temp': 20.0, 'city': 'Paris'}", "{'city': 'Paris', 'temp': 20}"),
+    ('{"temp": 20.0}', '{"temp": 20}'),
+    ("said: {'t': 20.0, 'c': 'P'}.", "said: {'c': 'P', 't': 20}."),
+    ("[1.0, 2.0] and {'b': 3.0, 'a': 1} ok", "[1, 2] and {'a': 1, 'b': 3} ok"),
+    ("x {'r': [0.0, 1.5], 'z': 100.0} y", "x {'r': [0, 1.5], 'z': 100} y"),
+])
+def test_a_whole_number_float_printed_without_its_dot_zero_is_equal(a, b):
+    assert reordered_text(a, b) is True
+    assert same_but_for_key_order({"m": a}, {"m": b}) is True
+
+
+@pytest.mark.parametrize("a, b", [
+    ("{'temp': 20.0}", "{'temp': 21}"),  # another value
+    ("{'t': 20}", "{'t': 20.0}"),  # the replay holds a .0 the record does not: not what serving does
+    ("v 3.0 {'a': 1}", "v 3 {'a': 1}"),  # outside any serialized value
+    ("{'t': 20.5}", "{'t': 205}"),  # not a .0 pair
+    ("{'v': '3.0'}", "{'v': '3'}"),  # a string, not a number
+    ("{'a': 1.00}", "{'a': 1}"),  # 1.00 is not how Python prints a float
+])
+def test_other_number_differences_still_differ(a, b):
+    assert reordered_text(a, b) is False
+    assert same_but_for_key_order({"m": a}, {"m": b}) is False

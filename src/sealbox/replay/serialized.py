@@ -15,16 +15,19 @@ value written in another order**: both strings
 
 - start (after white space) with ``{``, ``[`` or ``(`` — a serialized dict, list, set or tuple;
 - hold exactly the same characters, each as many times (so only their order differs:
-  ``"1.0"`` and ``"1.00"``, ``0x10`` and ``16``, or one changed digit never pass);
+  ``"1.0"`` and ``"1.00"``, ``0x10`` and ``16``, or one changed digit never pass) — except that
+  the recorded string may hold ``.0`` pairs more than the replayed one: the record keeps a
+  whole-number float canonically (RFC 8785 writes ``20.0`` as ``20``), so a served ``{"temp":
+  20.0}`` comes back as ``20`` and prints without its ``.0``;
 - parse, both by :func:`json.loads` or else both by :func:`ast.literal_eval` (which
   evaluates nothing: literals only), to values equal under the same rule (dicts by key,
   whatever their order; sets by member; strings inside them again by this rule; numbers,
   booleans and ``None`` by value and type).
 
 A serialized value may also sit **inside a longer text** (``f"result: {result}"``,
-``"Weather: " + json.dumps(result) + ". Answer briefly."``): two strings of the same length
-are then equal when every difference between them lies inside a pair of segments at the same
-place in both — each starting with ``{``, ``[`` or ``(`` and ending with its closing bracket —
+``"Weather: " + json.dumps(result) + ". Answer briefly."``): two strings are then equal when
+every difference between them lies inside a pair of segments at the same place in both (after
+the same text) — each starting with ``{``, ``[`` or ``(`` and ending with its closing bracket —
 that hold the same characters and parse to equal values by the rule above, and every
 character outside those segments is the same. Segments are looked for around each difference:
 first from the brackets still open there (counted by bracket, :class:`_Brackets`), innermost first,
@@ -117,14 +120,31 @@ def _same_leaf(a: Any, b: Any) -> bool:
 
 
 def _reordered(a: str, b: str, nesting: int, budget: list[int]) -> bool:
-    if nesting >= MAX_NESTING or len(a) != len(b) or len(a) > MAX_JSON_CHARS:
+    if nesting >= MAX_NESTING or len(a) > MAX_JSON_CHARS or len(b) > MAX_JSON_CHARS:
         return False
-    if Counter(a) != Counter(b):  # not a reordering of the same characters
+    floats = _float_pairs(a, b)
+    if floats < 0:  # not a reordering of the same characters (but for whole-number floats' ".0")
         return False
     start = a.lstrip()[:1]
     if start in _OPENERS and b.lstrip()[:1] == start and _parse_equal(a, b, nesting, budget):
         return True
-    return _segments_equal(a, b, 0, nesting, budget, [MAX_OPENERS * MAX_CLOSERS], _Brackets(a))
+    return _segments_equal(a, b, 0, 0, floats, nesting, budget, [MAX_OPENERS * MAX_CLOSERS],
+                           (_Brackets(a), _Brackets(b) if floats else None))
+
+
+def _float_pairs(a: str, b: str) -> int:
+    """How many ``.0`` pairs the recorded text ``a`` holds more than the replayed ``b`` when the two
+    hold the same characters otherwise (0: the same characters, each as many times); -1 when they
+    differ in any other character."""
+    if len(a) == len(b):
+        return 0 if Counter(a) == Counter(b) else -1
+    if (len(a) - len(b)) % 2 or len(a) < len(b):
+        return -1
+    ca, cb = Counter(a), Counter(b)
+    more = ca - cb
+    if cb - ca or set(more) - {".", "0"} or more["."] != more["0"]:
+        return -1
+    return more["."]
 
 
 class _Brackets:
@@ -193,46 +213,74 @@ def _closers(a: str, s: int, i: int, brackets: _Brackets) -> Iterator[int]:
             yield e
 
 
-def _segments_equal(a: str, b: str, pos: int, nesting: int, budget: list[int], tries: list[int],
-                    brackets: _Brackets) -> bool:
-    """Whether ``a[pos:]`` and ``b[pos:]`` (same length) differ only inside pairs of segments at the
-    same place that hold the same serialized value (the module docstring, "inside a longer text")."""
-    i = _first_difference(a, b, pos)
+def _segments_equal(a: str, b: str, pa: int, pb: int, floats: int, nesting: int, budget: list[int],
+                    tries: list[int], brackets: tuple[_Brackets, _Brackets | None]) -> bool:
+    """Whether ``a[pa:]`` and ``b[pb:]`` differ only inside pairs of segments at the same place (after
+    the same text) that hold the same serialized value (the module docstring, "inside a longer text");
+    ``floats``: how many ``.0`` pairs ``a`` may still hold more than ``b`` (whole-number floats)."""
+    i = _first_difference(a, b, pa, pb)
     if i < 0:
-        return True
-    for s in _openers(a, pos, i, brackets):
-        if b[s] != a[s]:
+        return len(a) - pa == len(b) - pb
+    j = pb + (i - pa)  # the same place in b
+    for s in _openers(a, pa, i, brackets[0]):
+        sb = pb + (s - pa)
+        if sb >= len(b) or b[sb] != a[s]:
             continue
-        for e in _closers(a, s, i, brackets):
-            if b[e - 1] != a[e - 1]:
-                continue
-            tries[0] -= 1
-            if tries[0] < 0 or budget[0] < e - s:
-                return False
-            budget[0] -= e - s
-            seg_a, seg_b = a[s:e], b[s:e]
-            if Counter(seg_a) == Counter(seg_b) and _parse_equal(seg_a, seg_b, nesting, budget) \
-                    and _segments_equal(a, b, e, nesting, budget, tries, brackets):
-                return True
+        for e in _closers(a, s, i, brackets[0]):
+            for eb in _ends_in_b(b, sb, j, e - s, floats, brackets[1]):
+                tries[0] -= 1
+                if tries[0] < 0 or budget[0] < e - s:
+                    return False
+                budget[0] -= e - s
+                seg_a, seg_b = a[s:e], b[sb:eb]
+                k = _float_pairs(seg_a, seg_b)
+                if 0 <= k <= floats and _parse_equal(seg_a, seg_b, nesting, budget) \
+                        and _segments_equal(a, b, e, eb, floats - k, nesting, budget, tries, brackets):
+                    return True
     return False
 
 
-def _first_difference(a: str, b: str, pos: int) -> int:
-    """The first index ``>= pos`` where ``a`` and ``b`` (same length) differ, or -1."""
-    n = len(a)
-    if a[pos:] == b[pos:]:
+def _ends_in_b(b: str, sb: int, j: int, length: int, floats: int, brackets: _Brackets | None) -> Iterator[int]:
+    """Where the segment of ``b`` from ``sb`` may end, for a segment of ``a`` of ``length`` characters
+    ending with the same bracket: at the same length; where ``a`` may hold whole-number floats' ``.0``
+    that ``b`` does not (``floats`` > 0), also at the bracket that closes ``sb`` and the next closing
+    brackets from ``j`` that leave ``b``'s segment shorter by an even count up to ``2 * floats``."""
+    same = sb + length
+    if same <= len(b) and b[same - 1] == _CLOSER.get(b[sb]):
+        yield same
+    if not floats or brackets is None:
+        return
+    closer, shortest = _CLOSER[b[sb]], same - 2 * floats
+    ends = [brackets.end.get(sb, -1)]
+    e = j
+    for _ in range(MAX_CLOSERS):
+        e = b.find(closer, e)
+        if e < 0 or e + 1 >= same:
+            break
+        e += 1
+        ends.append(e)
+    for e in dict.fromkeys(ends):
+        if shortest <= e < same and (same - e) % 2 == 0 and e > j and b[e - 1] == closer:
+            yield e
+
+
+def _first_difference(a: str, b: str, pa: int, pb: int) -> int:
+    """The first index ``i >= pa`` of ``a`` where ``a[i]`` differs from ``b[pb + i - pa]`` (or one of
+    them has ended while the other goes on), or -1 when ``a[pa:] == b[pb:]``."""
+    if a[pa:] == b[pb:]:
         return -1
-    lo, hi = pos, n  # a[pos:lo] == b[pos:lo] holds; a difference lies in [lo, hi)
+    n = min(len(a) - pa, len(b) - pb)  # compare a[pa:pa+n] with b[pb:pb+n]
+    lo, hi = 0, n  # the first lo characters are equal; a difference lies in [lo, hi) or at n
     while hi - lo > 64:
         mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
+        if a[pa + lo:pa + mid] == b[pb + lo:pb + mid]:
             lo = mid
         else:
             hi = mid
     for k in range(lo, hi):
-        if a[k] != b[k]:
-            return k
-    return -1  # unreachable: a difference was seen
+        if a[pa + k] != b[pb + k]:
+            return pa + k
+    return pa + n  # one is a prefix of the other: they differ where the shorter ends
 
 
 def _parse_equal(a: str, b: str, nesting: int, budget: list[int]) -> bool:
