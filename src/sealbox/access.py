@@ -181,6 +181,8 @@ GRANT_PROBLEMS = {
     "role": "its identity's role may not grant (only admin)",
     "principal": "its event's principal is not its identity (it was not written by sealbox access grant)",
     "duplicate": "its grant id was granted earlier in this log: only the first grant of an id counts",
+    "compromised_key": "it was signed with its identity's key after the point from which that key was declared "
+                       "compromised (`sealbox identities disable|rotate --compromised-since`)",
 }
 
 #: The roles whose identities may sign revocation steps. Revoking only takes permission away and must
@@ -201,6 +203,8 @@ REVOCATION_PROBLEMS = {
     "principal": "its event's principal is not its identity",
     "order": "it does not follow the grant's previous valid step (replayed, reordered, or a step other than "
              "requested before any valid requested)",
+    "compromised_key": "it was signed with its identity's key after the point from which that key was declared "
+                       "compromised (`sealbox identities disable|rotate --compromised-since`)",
 }
 
 
@@ -608,8 +612,9 @@ def check_grant_payload(payload: Any, leaf_index: int, principal: Any, book: Any
 _ORIGIN_SQL = "SELECT value FROM store_meta WHERE key = 'origin'"
 _IDENTITY_ROWS_SQL = ("SELECT leaf_index, raw FROM events WHERE kind = 'identity.changed' AND run_id = ?"
                       " AND leaf_index < ? ORDER BY leaf_index")
-#: (origin, grant leaf, digest of the grant's bytes, digest of the identity changes before it) -> problem.
-#: What came before a leaf never changes in a log, so a grant's validity is computed once per process.
+#: (origin, grant leaf, digest of the grant's bytes, digest of every identity change) -> problem.
+#: The identity changes are the whole of them (a later ``--compromised-since`` record withdraws a grant
+#: signed before it), so a grant's validity is computed once per state of the store's identities.
 _PROBLEM_CACHE: dict[tuple[str, int, bytes, bytes], str | None] = {}
 _PROBLEM_CACHE_MAX = 4096
 
@@ -619,7 +624,9 @@ def _grant_problem(conn: Any, hist: _History) -> str | None:
     leaf = hist.grant.leaf_index
     row = conn.execute(_ORIGIN_SQL).fetchone()
     origin = row[0] if row and isinstance(row[0], str) else ""
-    rows = conn.execute(_IDENTITY_ROWS_SQL, (SYSTEM_RUN_ID, leaf)).fetchall()
+    # every identity change (not only those before the grant): the same few rows as before, plus the
+    # store's identity changes after the grant - O(1) extra per call, no scan of other kinds
+    rows = conn.execute(_IDENTITY_ROWS_SQL, (SYSTEM_RUN_ID, 1 << 62)).fetchall()
     digest = hashlib.sha256()
     for leaf_index, raw in rows:
         digest.update(b"%d:%d:" % (leaf_index, len(raw)) + bytes(raw))
@@ -628,8 +635,15 @@ def _grant_problem(conn: Any, hist: _History) -> str | None:
         return _PROBLEM_CACHE[key]
     from sealbox.identities import IdentityBook
 
-    book = IdentityBook.from_events((leaf_index, json.loads(bytes(raw))) for leaf_index, raw in rows)
+    envs = [(leaf_index, json.loads(bytes(raw))) for leaf_index, raw in rows]
+    book = IdentityBook.from_events((li, env) for li, env in envs if li < leaf)
     problem = check_grant_payload(hist.env["payload"], leaf, hist.env.get("principal"), book, origin)
+    if problem is None:
+        for li, env in envs:
+            if li >= leaf and isinstance(env.get("payload"), dict):
+                book.apply(li, env["payload"])
+        if book.compromised_at(hist.env["payload"].get("identity"), leaf) is not None:
+            problem = "compromised_key"
     if len(_PROBLEM_CACHE) >= _PROBLEM_CACHE_MAX:
         _PROBLEM_CACHE.clear()
     _PROBLEM_CACHE[key] = problem
@@ -699,6 +713,8 @@ def check_revocation_payload(payload: Any, leaf_index: int, principal: Any, book
         return "principal"
     if after is None or p.get("after") != after or requested != (p.get("step") != "requested"):
         return "order"
+    if hasattr(book, "compromised_at") and book.compromised_at(who.name, leaf_index) is not None:
+        return "compromised_key"
     return None
 
 
@@ -707,15 +723,26 @@ def revocation_marks(grant_leaf: int | None, steps: Iterable[tuple[int, dict[str
     """For each ``(leaf, envelope)`` of one grant's ``access.revoked`` steps (in log order), ``valid``
     or the :data:`REVOCATION_PROBLEMS` code that keeps it from counting. The valid steps form a chain:
     each names the leaf of the previous valid one (the grant's for the first), which must be a
-    ``requested`` step."""
+    ``requested`` step. A step marked ``compromised_key`` (signed in a window where its identity's key was
+    declared compromised) does not count, and writers chain after the last valid step; but a step that
+    names a ``compromised_key`` one in ``after`` (written while that one still counted) is in order too."""
     marks: list[str] = []
     prev, requested = grant_leaf, False
+    links: list[int] = []  # steps marked compromised_key since the last valid one: later steps may follow them
     for leaf, env in steps:
         p = env.get("payload")
         problem = check_revocation_payload(p, leaf, env.get("principal"), book, origin, prev, requested)
+        for alt in links if problem == "order" else ():
+            # written while that step still counted (before its key was declared compromised)
+            again = check_revocation_payload(p, leaf, env.get("principal"), book, origin, alt, True)
+            if again != "order":
+                problem = again
+                break
         marks.append(problem or "valid")
         if problem is None:
-            prev, requested = leaf, True
+            prev, requested, links = leaf, True, []
+        elif problem == "compromised_key":
+            links.append(leaf)
     return marks
 
 
@@ -728,10 +755,10 @@ def _mark(conn: Any, hists: Iterable[_History]) -> None:
         return
     from sealbox.identities import IdentityBook
 
-    last = max(s["leaf_index"] for h in todo for s in h.steps)
     row = conn.execute(_ORIGIN_SQL).fetchone()
     origin = row[0] if row and isinstance(row[0], str) else ""
-    rows = conn.execute(_IDENTITY_ROWS_SQL, (SYSTEM_RUN_ID, last)).fetchall()
+    # every identity change: a later --compromised-since record withdraws a step signed before it
+    rows = conn.execute(_IDENTITY_ROWS_SQL, (SYSTEM_RUN_ID, 1 << 62)).fetchall()
     book = IdentityBook.from_events((leaf_index, json.loads(bytes(raw))) for leaf_index, raw in rows)
     for h in todo:
         marks = revocation_marks(h.grant.leaf_index if h.grant else None,

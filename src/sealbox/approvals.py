@@ -113,15 +113,21 @@ _MESSAGES = {
                          "its approval no longer counts",
     "key_rotated": "the approver's key was rotated after it answered, before the call ran: "
                    "its approval no longer counts",
+    "key_compromised": "the approver's key was declared compromised from a point at or before the answer "
+                       "(`sealbox identities disable|rotate --compromised-since`), before the call ran: "
+                       "its approval no longer counts",
 }
 
 #: The problem of an approve answer, valid when given, whose identity was disabled before the call ran.
 WITHDRAWN = "identity_disabled"
 #: The problem of an approve answer, valid when given, whose identity's key was rotated before the call ran.
 WITHDRAWN_ROTATED = "key_rotated"
+#: The problem of an approve answer signed in a window where its identity's key was declared compromised
+#: (``--compromised-since``), the declaration recorded before the call ran.
+WITHDRAWN_COMPROMISED = "key_compromised"
 #: The problems of a withdrawn approval (:attr:`Answer.withdrawn_by` says which change withdrew it).
-WITHDRAWN_PROBLEMS = (WITHDRAWN, WITHDRAWN_ROTATED)
-_WITHDRAWN_BY = {"disabled": WITHDRAWN, "rotated": WITHDRAWN_ROTATED}
+WITHDRAWN_PROBLEMS = (WITHDRAWN, WITHDRAWN_ROTATED, WITHDRAWN_COMPROMISED)
+_WITHDRAWN_BY = {"disabled": WITHDRAWN, "rotated": WITHDRAWN_ROTATED, "compromised": WITHDRAWN_COMPROMISED}
 
 
 class ApprovalError(SealboxError):
@@ -181,8 +187,9 @@ class Answer:
             ``malformed_request`` (it answers a malformed request), or one of
             :data:`WITHDRAWN_PROBLEMS` (an approval withdrawn before the call ran).
         withdrawn_by: for a withdrawn approval, the change that withdrew it: ``disabled`` (problem
-            ``identity_disabled``) or ``rotated`` (``key_rotated``: the identity's key was changed);
-            else None.
+            ``identity_disabled``), ``rotated`` (``key_rotated``: the identity's key was changed) or
+            ``compromised`` (``key_compromised``: the answer was signed at or after the point from which
+            a later ``disable|rotate --compromised-since`` declared its key leaked); else None.
         withdrawn_leaf: the leaf index of that ``identity.changed`` (the first such change after
             the answer), or None.
     """
@@ -197,6 +204,9 @@ class Answer:
     problem: str | None
     withdrawn_by: str | None = None
     withdrawn_leaf: int | None = None
+    #: ``(record leaf, first leaf of the window)`` when the answer was signed in a window where its
+    #: identity's key was declared compromised (``--compromised-since``), whatever it decided; else None
+    compromised: tuple[int, int] | None = None
 
     @property
     def disabled_leaf(self) -> int | None:
@@ -205,12 +215,15 @@ class Answer:
         return self.withdrawn_leaf if self.withdrawn_by == "disabled" else None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form. A withdrawn approval adds ``withdrawn``: ``{"change": "disabled" |
+        """JSON-ready form. An answer signed with a key later declared compromised adds
+        ``compromised``: ``{"change_leaf", "from_leaf"}``. A withdrawn approval adds ``withdrawn``: ``{"change": "disabled" |
         "rotated", "change_leaf"}`` (the ``identity.changed`` that withdrew it), and, when it was a
         ``disabled``, ``disabled_leaf`` (the same leaf)."""
         out = {"identity": self.identity, "decision": self.decision, "reason": self.reason,
                "answered_at": self.answered_at, "leaf_index": self.leaf_index, "client": self.client,
                "flags": list(self.flags), "counted": self.problem is None, "problem": self.problem}
+        if self.compromised is not None:
+            out["compromised"] = {"change_leaf": self.compromised[0], "from_leaf": self.compromised[1]}
         if self.withdrawn_by is not None:
             out["withdrawn"] = {"change": self.withdrawn_by, "change_leaf": self.withdrawn_leaf}
             if self.disabled_leaf is not None:
@@ -457,8 +470,10 @@ def evaluate(request: Any, related: Iterable[Any], book: IdentityBook, now: date
     if st["status"] == "pending" and st["run_ended"]:
         st["status"] = "closed"  # its run ended while it waited: it can no longer be answered
     shown_id = aid if isinstance(aid, str) else str(aid)  # not a string: a malformed request
+    answers = [a if (hit := book.compromised_at(a.identity, a.leaf_index)) is None else replace(a, compromised=hit)
+               for a in st.pop("answers")]  # marked for readers (approvals show); O(answers × its windows)
     return ApprovalState(shown_id, request.run_id, request.step, request.leaf_index, request.ts, req,
-                         answers=tuple(st.pop("answers")), **st)
+                         answers=tuple(answers), **st)
 
 
 def request_problem(payload: Any) -> str | None:
@@ -513,7 +528,7 @@ def _recount(req: dict, book: IdentityBook, st: dict, at: int | None) -> None:
     for i, a in enumerate(answers):
         if a.decision != "approve" or a.problem is not None:
             continue  # a withdrawn approval (WITHDRAWN_PROBLEMS) stays withdrawn
-        change = book.withdrawing_change(a.identity, a.leaf_index, at)
+        change = book.withdrawing(a.identity, a.leaf_index, at)
         if change is not None:
             answers[i] = replace(a, problem=_WITHDRAWN_BY[change[0]], withdrawn_by=change[0], withdrawn_leaf=change[1])
             continue
@@ -805,7 +820,8 @@ def withdrawal_drafts(reader: Any, state: ApprovalState) -> list[EventDraft]:
         if (a.identity, a.leaf_index, a.withdrawn_by, a.withdrawn_leaf) in noted:
             continue
         what = (f"identity {a.identity} was disabled" if a.withdrawn_by == "disabled"
-                else f"the key of identity {a.identity} was rotated")
+                else f"the key of identity {a.identity} was declared compromised from before the answer"
+                if a.withdrawn_by == "compromised" else f"the key of identity {a.identity} was rotated")
         text = (f"approval {state.approval_id}: the approve answer of {a.identity} (leaf {a.leaf_index}) no longer "
                 f"counts: {what} at leaf {a.withdrawn_leaf}, before the call ran; the request is {state.status}")
         drafts.append(EventDraft("note", {"text": text, "about": {

@@ -162,7 +162,9 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
     "identity.changed": _obj(
         {"name": _STR, "change": {"enum": ["added", "disabled", "enabled", "key_changed"]}},
         {"role": _STR, "groups": _STRS, "public_key": _STR, "shared": _BOOL, "reason": _STR,
-         "after": {"type": ["integer", "null"], "minimum": 0}, "authorization": _obj({"by": _STR, "key_id": _STR, "signature": _STR}, {})},
+         "after": {"type": ["integer", "null"], "minimum": 0},
+         "compromised_since": _STR, "compromised_from_leaf": {"type": "integer", "minimum": 0},
+         "authorization": _obj({"by": _STR, "key_id": _STR, "signature": _STR}, {})},
     ),
     "content.erased": _obj({"blob": _FP, "reason": _STR}, {"rule": _NSTR}),
     "anomaly": _obj({"what": _STR}, {"detail": _ANY}),

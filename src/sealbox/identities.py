@@ -56,6 +56,7 @@ __all__ = [
     "verify_fields",
     "change_fields",
     "SELF_CHANGES",
+    "parse_compromised_since",
 ]
 
 #: The roles an identity may have.
@@ -127,6 +128,10 @@ class IdentityBook:
         #: name -> (leaf, change) of every applied change, in log order (``added``, ``disabled``…)
         self._changes: dict[str, list[tuple[int, str]]] = {}
         self._had_admin = False
+        #: name -> [from_leaf, to_leaf | None, record_leaf]: windows in which the identity's key is
+        #: declared compromised (``compromised_from_leaf`` of a ``disabled`` or ``key_changed``), open
+        #: until the identity's next ``key_changed`` after the record (a rotation closes its own window)
+        self._compromised: dict[str, list[list[Any]]] = {}
         self.unauthorized: list[tuple[int, Any, Any, str]] = []
         #: The store or reader the book was read from (:func:`identity_book`), or None (built from
         #: events alone). Readers of approvals use it to compute the shared-account flags an answer
@@ -177,6 +182,16 @@ class IdentityBook:
             return
         self._history.setdefault(name, []).append(new)
         self._changes.setdefault(name, []).append((leaf_index, change))
+        windows = self._compromised.get(name)
+        if change == "key_changed" and windows:
+            for w in windows:  # the leaked key is no longer the identity's key from here on
+                if w[1] is None:
+                    w[1] = leaf_index
+        since = payload.get("compromised_from_leaf")
+        if change in ("disabled", "key_changed") and isinstance(since, int) and not isinstance(since, bool) \
+                and 0 <= since <= leaf_index:
+            self._compromised.setdefault(name, []).append(
+                [since, leaf_index if change == "key_changed" else None, leaf_index])
         self._had_admin = self._had_admin or new.role == "admin"
 
     def last_leaf(self, name: str) -> int | None:
@@ -197,6 +212,33 @@ class IdentityBook:
             if leaf > after and change in ("disabled", "key_changed"):
                 return ("disabled" if change == "disabled" else "rotated"), leaf
         return None
+
+    def compromised_at(self, name: Any, leaf: int) -> tuple[int, int] | None:
+        """Whether what ``name`` signed in the event at leaf ``leaf`` falls in a window where its key
+        was declared compromised (``sealbox identities disable|rotate --compromised-since``):
+        ``(record_leaf, from_leaf)`` of the first such ``identity.changed`` (its leaf, and the first
+        leaf of the window), else None. A window runs from ``compromised_from_leaf`` up to (not
+        including) the leaf of the identity's next key change after the record - for a rotation, the
+        rotation itself - or for ever. Only changes this book applied count (a validly signed record).
+        Reads only ``name``'s own windows: O(number of its compromise records)."""
+        for since, until, record in self._compromised.get(name, ()) if isinstance(name, str) else ():
+            if leaf >= since and (until is None or leaf < until):
+                return record, since
+        return None
+
+    def withdrawing(self, name: Any, after: int, before: int | None = None) -> tuple[str, int] | None:
+        """What withdraws an approve answer ``name`` signed at leaf ``after`` for a call not yet run at
+        leaf ``before`` (default: now): ``("compromised", record leaf)`` when the answer falls in a
+        compromised-key window recorded before ``before`` (:meth:`compromised_at`), else
+        :meth:`withdrawing_change`."""
+        hit = self.compromised_at(name, after)
+        if hit is not None and (before is None or hit[0] < before):
+            return "compromised", hit[0]
+        return self.withdrawing_change(name, after, before)
+
+    def compromise_records(self) -> dict[str, list[tuple[int, int, int | None]]]:
+        """Every window: name -> ``[(record_leaf, from_leaf, to_leaf or None)]``, in log order."""
+        return {n: [(w[2], w[0], w[1]) for w in ws] for n, ws in self._compromised.items()}
 
     def has_admin(self) -> bool:
         """Whether an admin was ever added (from then on, no change signs itself in)."""
@@ -338,11 +380,11 @@ def _authorizer(book: IdentityBook, change: dict[str, Any], admin: Signer | None
 
 
 def _record(store: Any, name: str, admin: Signer | None, check: Any, payload: Any,
-            new_signer: Signer | None = None) -> Identity:
+            new_signer: Signer | None = None, compromised: tuple[str, Any] | None = None) -> Identity:
     """Append one signed ``identity.changed`` event after ``check(book)`` passes, in one transaction."""
     def build(reader: Any) -> list[EventDraft]:
         book = identity_book(reader)
-        p = {**payload(book), "after": book.last_leaf(name)}
+        p = {**payload(book), **_compromise_fields(reader, compromised), "after": book.last_leaf(name)}
         signer = _authorizer(book, p, admin, new_signer)  # who may sign comes first, then what the change needs
         check(book)
         p["authorization"] = {"by": signer.name, "key_id": _key_id(signer.verifier.vkey),
@@ -354,6 +396,81 @@ def _record(store: Any, name: str, admin: Signer | None, check: Any, payload: An
     if found is None:  # pragma: no cover - the event was just written
         raise IdentityError(f"identity {name!r} was not recorded")
     return found
+
+
+_LEAF_WHEN = re.compile(r"leaf:([0-9]{1,18})")
+
+
+def parse_compromised_since(when: Any) -> tuple[str, Any]:
+    """``--compromised-since WHEN`` as ``("leaf", N)`` or ``("time", aware UTC datetime)``.
+
+    Args:
+        when: ``leaf:N`` (a leaf index of the log, decimal), an RFC 3339 time with a UTC offset
+            (``2026-12-03T09:00:00Z``), or an aware :class:`~datetime.datetime`.
+
+    Raises:
+        IdentityError: anything else (one line; nothing is recorded).
+    """
+    from datetime import datetime, timezone
+
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            raise IdentityError("compromised-since must be timezone-aware")
+        return "time", when.astimezone(timezone.utc)
+    text = str(when).strip() if isinstance(when, str) else None
+    if not text:
+        raise IdentityError("compromised-since must be leaf:N or an RFC 3339 time such as 2026-12-03T09:00:00Z")
+    m = _LEAF_WHEN.fullmatch(text)
+    if m:
+        return "leaf", int(m.group(1))
+    if text.startswith("leaf:"):
+        raise IdentityError(f"compromised-since {text!r}: a leaf index is leaf:N with N a non-negative integer")
+    if len(text) < 16 or text[10] not in "Tt ":  # a date alone, or no time of day: too vague for a key leak
+        raise IdentityError(f"compromised-since {text!r} is not leaf:N or an RFC 3339 date-time "
+                            "(e.g. 2026-12-03T09:00:00Z)")
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise IdentityError(f"compromised-since {text!r} is not leaf:N or an RFC 3339 date-time "
+                            "(e.g. 2026-12-03T09:00:00Z)") from None
+    if dt.tzinfo is None:
+        raise IdentityError(f"compromised-since {text!r} has no UTC offset (add Z or +hh:mm)")
+    try:
+        return "time", dt.astimezone(timezone.utc)
+    except OverflowError:
+        raise IdentityError(f"compromised-since {text!r} is out of range in UTC") from None
+
+
+def _compromise_fields(reader: Any, parsed: tuple[str, Any] | None) -> dict[str, Any]:
+    """The payload fields recording a compromise: ``compromised_since`` (``leaf:N``, or the time as
+    RFC 3339 UTC with microseconds) and ``compromised_from_leaf`` - the first leaf of the log whose
+    signatures by the identity no longer count: N, or the first leaf whose event ``ts`` is at or after
+    the time (the change's own leaf when none is). Resolved here, inside the change's write
+    transaction, and signed with it, so that every later check is a comparison of leaf indices.
+
+    Raises:
+        IdentityError: the point is after the change itself (a leaf beyond the log, a time in the future).
+    """
+    if parsed is None:
+        return {}
+    from datetime import datetime, timezone
+
+    size = reader.size()
+    kind, value = parsed
+    if kind == "leaf":
+        if value > size:
+            raise IdentityError(f"compromised-since leaf:{value} is after this change (it is recorded at leaf "
+                                f"{size}): a key cannot be known to be compromised from a point not yet in the log")
+        return {"compromised_since": f"leaf:{value}", "compromised_from_leaf": value}
+    now = datetime.now(timezone.utc)
+    if value > now:
+        raise IdentityError(f"compromised-since {value.strftime('%Y-%m-%dT%H:%M:%S.%fZ')} is after this change "
+                            f"(now is {now.strftime('%Y-%m-%dT%H:%M:%S.%fZ')})")
+    text = value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    conn = reader.conn if hasattr(reader, "conn") else reader._conn()
+    row = conn.execute("SELECT MIN(leaf_index) FROM events WHERE ts >= ? AND leaf_index < ?", (text, size)).fetchone()
+    first = row[0] if row and row[0] is not None else size
+    return {"compromised_since": text, "compromised_from_leaf": int(first)}
 
 
 def _existing(book: IdentityBook, name: str) -> Identity:
@@ -419,7 +536,8 @@ def add_identity(store: Any, name: str, role: str, groups: Sequence[str] = (), s
     return NewKey(identity, path)
 
 
-def disable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any) -> Identity:
+def disable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any,
+                     compromised_since: Any = None) -> Identity:
     """Disable an identity (it can no longer answer). Recorded as ``identity.changed`` ``disabled``.
 
     Its approve answers to calls not yet resumed are withdrawn for good (re-enabling it does not
@@ -427,10 +545,16 @@ def disable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any)
 
     Args:
         admin_key: key file or Signer of an enabled admin, or of the identity itself.
+        compromised_since: ``leaf:N``, an RFC 3339 time, or an aware datetime: the identity's key is
+            declared leaked from then on (:func:`parse_compromised_since`, :func:`_compromise_fields`):
+            everything it signed from that leaf on - grants, revocation steps, tool re-approvals,
+            approval answers - stops counting (docs/approvals.md, "A leaked key").
 
     Raises:
-        IdentityError: unknown, already disabled, or a key that may not sign the change.
+        IdentityError: unknown, already disabled, a key that may not sign the change, or a
+            ``compromised_since`` that is malformed or after the change (nothing is recorded).
     """
+    parsed = None if compromised_since is None else parse_compromised_since(compromised_since)
     def check(book: IdentityBook) -> None:
         who = _existing(book, name)
         if who.disabled:
@@ -441,7 +565,7 @@ def disable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any)
                                 f"admin --key-out FILE --admin-key …`), then disable {name!r} with that admin's key")
 
     payload = {"name": name, "change": "disabled", **({"reason": reason} if reason else {})}
-    return _record(store, name, _admin_signer(admin_key), check, lambda _book: payload)
+    return _record(store, name, _admin_signer(admin_key), check, lambda _book: payload, compromised=parsed)
 
 
 def enable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any) -> Identity:
@@ -463,7 +587,8 @@ def enable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any) 
     return _record(store, name, _admin_signer(admin_key), check, lambda _book: payload)
 
 
-def rotate_key(store: Any, name: str, key_path: str | os.PathLike, reason: str = "", *, admin_key: Any) -> NewKey:
+def rotate_key(store: Any, name: str, key_path: str | os.PathLike, reason: str = "", *, admin_key: Any,
+               compromised_since: Any = None) -> NewKey:
     """Give an identity a new key pair; the old key stops being accepted from this leaf on.
 
     Answers signed before the rotation still verify against the key the log held then, but its
@@ -472,10 +597,14 @@ def rotate_key(store: Any, name: str, key_path: str | os.PathLike, reason: str =
 
     Args:
         admin_key: key file or Signer of an enabled admin, or the identity's own current key.
+        compromised_since: as for :func:`disable_identity`: the old key is declared leaked from then
+            until this rotation.
 
     Raises:
-        IdentityError: unknown identity, a key that may not sign the change, or the key file exists.
+        IdentityError: unknown identity, a key that may not sign the change, the key file exists, or a
+            ``compromised_since`` that is malformed or after the change (nothing is recorded).
     """
+    parsed = None if compromised_since is None else parse_compromised_since(compromised_since)
     book = identity_book(store)
     _existing(book, name)
     admin = _admin_signer(admin_key)
@@ -485,7 +614,8 @@ def rotate_key(store: Any, name: str, key_path: str | os.PathLike, reason: str =
     _write_key_file(path, skey)
     payload = {"name": name, "change": "key_changed", "public_key": vkey, **({"reason": reason} if reason else {})}
     try:
-        identity = _record(store, name, admin, lambda book: _existing(book, name), lambda _book: payload)
+        identity = _record(store, name, admin, lambda book: _existing(book, name), lambda _book: payload,
+                           compromised=parsed)
     except BaseException:
         path.unlink(missing_ok=True)
         raise

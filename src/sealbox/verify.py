@@ -36,6 +36,7 @@ __all__ = ["Problem", "VerifyReport", "verify_store", "EventVerifier", "KEPT_KIN
 KEPT_KINDS = frozenset({
     "run.started", "content.erased", "identity.changed", "approval.requested", "approval.answered", "approval.expired",
     "tools.changed", "tool.reapproved", "access.granted", "access.revoked",
+    "run.resumed",  # which approvals a call was acted on (check_approval_answers, compromised_answer_notes)
 })
 
 
@@ -999,6 +1000,10 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     grant_problems, grant_notes = check_grants(ev.envelopes_by_kind, store.origin or "")
     problems.extend(grant_problems)
     notes.extend(grant_notes)
+    compromised = compromised_grants(ev.envelopes_by_kind, store.origin or "")
+    if compromised:
+        notes.extend(compromised_call_notes(_store_calls(store, compromised), compromised))
+    notes.extend(compromised_answer_notes(ev.envelopes_by_kind))
     revocation_problems, revocation_notes = check_revocations(ev.envelopes_by_kind, store.origin or "")
     problems.extend(revocation_problems)
     notes.extend(revocation_notes)
@@ -1036,6 +1041,7 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
 
     changes = [(leaf, env) for leaf, env in by_kind.get("identity.changed", []) if env.get("run_id") == SYSTEM_RUN_ID]
     book = IdentityBook.from_events(changes)
+    full = book  # every change of the log: withdrawals and compromise windows recorded after an answer
     envs = dict(changes)
     problems = [Problem(
         "identity_unauthorized", f"an identity change of {env['payload'].get('name')!r} recorded in run "
@@ -1083,7 +1089,7 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
         at = min(leaf, acted.get(key, leaf))
         valid = set()
         for a in counted.get(key, ()):
-            if a.decision == "approve" and book.withdrawing_change(a.identity, a.leaf_index, at) is None:
+            if a.decision == "approve" and full.withdrawing(a.identity, a.leaf_index, at) is None:
                 valid.add(a.identity)
         return bool(valid) and len(valid) >= _quorum(requests[key][1])
     expired: dict[tuple, int] = {}  # request -> leaf of its first approval.expired
@@ -1169,6 +1175,10 @@ def check_reapprovals(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -
                          "changed until an approver re-approves it with `sealbox gateway reapprove SERVER TOOL "
                          "--reason TEXT --key-file KEY`)")
             continue
+        if r.problem == "compromised_key":
+            notes.append(f"{what} at leaf {r.leaf_index} was signed with a key declared compromised at that point: "
+                         "it no longer counts (the tool is blocked again until re-approved with another key)")
+            continue
         env = envs[r.leaf_index]
         problems.append(Problem(_REAPPROVAL_CODES.get(r.problem, "reapproval_rule"),
                                 f"{what} does not count: {REAPPROVAL_PROBLEMS[r.problem]}", env.get("run_id"),
@@ -1201,6 +1211,7 @@ def check_grants(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -> tup
 
     kept = sorted((leaf, env) for kind in ("identity.changed", "access.granted")
                   for leaf, env in by_kind.get(kind, []) if env.get("run_id") == SYSTEM_RUN_ID)
+    full = IdentityBook.from_events((leaf, env) for leaf, env in kept if env.get("kind") == "identity.changed")
     book = IdentityBook()
     seen: set[Any] = set()
     problems: list[Problem] = []
@@ -1218,10 +1229,16 @@ def check_grants(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -> tup
             problem = "duplicate"
         if isinstance(gid, str):
             seen.add(gid)
-        if problem is None or problem == "malformed":
-            continue
         what = (f"the grant {gid} of {d.get('server')}/{d.get('tool')} to {d.get('principal')!r} "
                 f"by {d.get('identity', env.get('principal'))!r}")
+        hit = full.compromised_at(d.get("identity"), leaf) if problem is None else None
+        if hit is not None:
+            notes.append(f"{what} at leaf {leaf} was signed with a key declared compromised from leaf {hit[1]} "
+                         f"(identity.changed at leaf {hit[0]}): it authorizes no call from then on (calls naming it "
+                         "are denied grant_invalid)")
+            continue
+        if problem is None or problem == "malformed":
+            continue
         if problem == "unsigned":
             notes.append(f"{what} at leaf {leaf} is unsigned: it authorizes no call (calls naming it are denied "
                          "grant_invalid until an admin grants again with `sealbox access grant ... --key-file KEY`)")
@@ -1230,6 +1247,109 @@ def check_grants(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -> tup
                                 f"{GRANT_PROBLEMS[problem]}", env.get("run_id"), env.get("run_seq"), env.get("kind"),
                                 leaf))
     return problems, notes
+
+
+def compromised_grants(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -> dict[str, dict[str, Any]]:
+    """The grants that were valid when recorded but were signed in a window where their identity's key
+    was declared compromised (``sealbox identities disable|rotate --compromised-since``):
+    ``grant_id -> {"leaf", "identity", "record_leaf", "from_leaf"}`` (the grant's leaf, its signer,
+    the ``identity.changed`` that recorded the compromise and the window's first leaf)."""
+    if not by_kind.get("access.granted"):
+        return {}
+    from sealbox.access import check_grant_payload
+    from sealbox.identities import IdentityBook
+
+    changes = sorted((leaf, env) for leaf, env in by_kind.get("identity.changed", []) if env.get("run_id") == SYSTEM_RUN_ID)
+    full = IdentityBook.from_events(changes)
+    if not full.compromise_records():
+        return {}
+    kept = sorted(changes + [(leaf, env) for leaf, env in by_kind.get("access.granted", [])
+                             if env.get("run_id") == SYSTEM_RUN_ID])
+    book, seen, out = IdentityBook(), set(), {}
+    for leaf, env in kept:
+        p = env.get("payload")
+        if env.get("kind") == "identity.changed":
+            if isinstance(p, dict):
+                book.apply(leaf, p)
+            continue
+        gid = p.get("grant_id") if isinstance(p, dict) else None
+        if not isinstance(gid, str) or gid in seen:
+            continue
+        seen.add(gid)
+        if check_grant_payload(p, leaf, env.get("principal"), book, origin) is None:
+            hit = full.compromised_at(p.get("identity"), leaf)
+            if hit is not None:
+                out[gid] = {"leaf": leaf, "identity": p.get("identity"), "record_leaf": hit[0], "from_leaf": hit[1]}
+    return out
+
+
+def compromised_call_notes(calls: Iterable[tuple[int, str, Any, str, Any]], compromised: dict[str, dict[str, Any]]) -> list[str]:
+    """``relied_on_compromised_key`` notes: one for each call that ran (its last decision was not a deny)
+    under a grant of :func:`compromised_grants`, before the compromise was recorded (from then on such
+    calls are denied ``grant_invalid``). The log is intact - these calls are what it recorded - so they are
+    notes for an investigator, not problems.
+
+    Args:
+        calls: ``(leaf, run_id, call_id, grant_id, effect of the call's last decision or None)``.
+    """
+    notes = []
+    for leaf, run_id, call_id, gid, effect in sorted(calls, key=lambda c: c[0]):
+        g = compromised.get(gid)
+        if g is None or leaf >= g["record_leaf"] or effect == "deny":
+            continue
+        notes.append(f"relied_on_compromised_key: call {call_id} in run {run_id} (leaf {leaf}) ran under grant {gid}, "
+                     f"signed by {g['identity']!r} at leaf {g['leaf']} with a key declared compromised from leaf "
+                     f"{g['from_leaf']} (identity.changed at leaf {g['record_leaf']})")
+    return notes
+
+
+def compromised_answer_notes(by_kind: dict[str, list[tuple[int, dict]]]) -> list[str]:
+    """``relied_on_compromised_key`` notes for approvals acted on: each ``approve`` answer signed in a
+    window where its identity's key was declared compromised, whose call was resumed (``run.resumed``
+    naming its approval) before that declaration was recorded - a call that ran on an approval the
+    leaked key may have given. Answers to calls not yet resumed then are withdrawn (sealbox.approvals)
+    and need no note. Bounded: one pass over the kept answers and resumptions."""
+    from sealbox.identities import IdentityBook
+
+    changes = sorted((leaf, env) for leaf, env in by_kind.get("identity.changed", []) if env.get("run_id") == SYSTEM_RUN_ID)
+    book = IdentityBook.from_events(changes)
+    if not book.compromise_records() or not by_kind.get("approval.answered"):
+        return []
+    acted: dict[tuple, int] = {}
+    for leaf, env in by_kind.get("run.resumed", []):
+        ids = env["payload"].get("approval_ids") if isinstance(env.get("payload"), dict) else None
+        for aid in ids if isinstance(ids, list) else ():
+            if isinstance(aid, str):
+                acted.setdefault((env["run_id"], aid), leaf)
+    notes = []
+    for leaf, env in by_kind.get("approval.answered", []):
+        p = env.get("payload") if isinstance(env.get("payload"), dict) else {}
+        if p.get("decision") != "approve":
+            continue
+        hit = book.compromised_at(p.get("identity"), leaf)
+        resumed = acted.get((env.get("run_id"), p.get("approval_id")))
+        if hit is None or resumed is None or resumed < leaf or resumed >= hit[0]:
+            continue
+        notes.append(f"relied_on_compromised_key: approval {p.get('approval_id')} in run {env.get('run_id')} was "
+                     f"approved by {p.get('identity')!r} at leaf {leaf} with a key declared compromised from leaf "
+                     f"{hit[1]} (identity.changed at leaf {hit[0]}); its call resumed at leaf {resumed}")
+    return notes
+
+
+def _store_calls(store: Any, compromised: dict[str, dict[str, Any]]) -> list[tuple[int, str, Any, str, Any]]:
+    """The ``tool.call`` events naming one of these grants, with their last decision's effect; read only
+    when some grant was signed with a compromised key (rare), so verify pays nothing otherwise."""
+    conn = store._conn()
+    marks = ", ".join("?" * len(compromised))
+    rows = conn.execute(
+        "SELECT leaf_index, run_id, call_id, CAST(raw AS TEXT) ->> '$.payload.grant' FROM events WHERE kind = 'tool.call'"
+        f" AND (CAST(raw AS TEXT) ->> '$.payload.grant') IN ({marks}) ORDER BY leaf_index", tuple(compromised)).fetchall()
+    out = []
+    for leaf, run_id, call_id, gid in rows:
+        row = conn.execute("SELECT effect FROM events WHERE kind = 'policy.decision' AND run_id = ? AND call_id = ?"
+                           " ORDER BY leaf_index DESC LIMIT 1", (run_id, call_id)).fetchone()
+        out.append((leaf, run_id, call_id, gid, row[0] if row else None))
+    return out
 
 
 _REVOCATION_CODES = {
@@ -1286,6 +1406,10 @@ def check_revocations(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -
             if mark == "unsigned":
                 notes.append(f"{what} is unsigned: access show/list ignore it (a requested step still denies "
                              "calls); revoke again with `sealbox access revoke ... --key-file KEY`")
+                continue
+            if mark == "compromised_key":
+                notes.append(f"{what} was signed with a key declared compromised at that point: access show/list "
+                             "do not count it (a requested step still denies calls)")
                 continue
             why = REVOCATION_PROBLEMS[mark] if gid in granted else "its grant is not in this log"
             problems.append(Problem(_REVOCATION_CODES.get(mark, "revocation_rule"), f"{what} does not count: {why}",

@@ -57,7 +57,7 @@ def list_cmd(pending: bool, flagged: bool, store_path: str, as_json: bool, as_cs
               as_json=False, as_csv=False, title="Approvals")
 
 
-_CHANGE_WORDS = {"disabled": "disabled", "rotated": "key rotated"}
+_CHANGE_WORDS = {"disabled": "disabled", "rotated": "key rotated", "compromised": "key compromised"}
 
 
 def _status_text(row: dict) -> str:
@@ -105,9 +105,15 @@ def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
         state_text = "counts" if a["counted"] else f"does not count: {a['problem']}"
         w = a.get("withdrawn")
         if w is not None:
-            who = f"{a['identity']} was disabled" if w["change"] == "disabled" else f"{a['identity']}'s key was rotated"
+            who = (f"{a['identity']} was disabled" if w["change"] == "disabled"
+                   else f"{a['identity']}'s key was declared compromised (from before this answer)"
+                   if w["change"] == "compromised" else f"{a['identity']}'s key was rotated")
             state_text += (f"; {who} at leaf {w['change_leaf']} after answering, before the call ran: this approval "
                            "was withdrawn")
+        c = a.get("compromised")
+        if c is not None and w is None:
+            state_text += (f"; signed with a key declared compromised from leaf {c['from_leaf']} (identity.changed at "
+                           f"leaf {c['change_leaf']})")
         click.echo(visible(f"answer     {a['answered_at']} {a['identity']} {a['decision']} ({state_text}): {a['reason']}"))
         for f in a["flags"]:
             click.echo(visible(f"  flag     {f.get('code')}: {json.dumps(f.get('evidence'), ensure_ascii=False)}"))

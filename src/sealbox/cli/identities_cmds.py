@@ -18,6 +18,15 @@ def admin_key_option(required: bool, help_text: str = _ADMIN_HELP):  # noqa: ANN
                         metavar="FILE", help=help_text)
 
 
+_COMPROMISED_HELP = ("The key leaked at WHEN: an RFC 3339 time (2026-12-03T09:00:00Z) or a leaf index (leaf:N). "
+                     "Everything the identity signed from the first leaf at or after it no longer counts: grants, "
+                     "revocation steps, tool re-approvals, approval answers (docs/approvals.md, \"A leaked key\").")
+
+
+def compromised_option(help_text: str = _COMPROMISED_HELP):  # noqa: ANN201 - a click decorator
+    return click.option("--compromised-since", "compromised_since", default=None, metavar="WHEN", help=help_text)
+
+
 @click.group("identities")
 def identities_group() -> None:
     """People and services known to the store: roles, groups, Ed25519 keys."""
@@ -76,18 +85,24 @@ def list_cmd(store_path: str, as_json: bool, as_csv: bool) -> None:
 @click.argument("name")
 @click.option("--reason", default="", help="Why (recorded).")
 @admin_key_option(True, "Key file of an enabled admin, or of the identity itself, who signs the change.")
+@compromised_option()
 @store_option
-def disable_cmd(name: str, reason: str, admin_key: str, store_path: str) -> None:
-    """Disable an identity: it can no longer answer approvals, and its pending approvals are withdrawn."""
-    from sealbox.identities import disable_identity
+def disable_cmd(name: str, reason: str, admin_key: str, compromised_since: str | None, store_path: str) -> None:
+    """Disable an identity: it can no longer answer approvals, and its pending approvals are withdrawn.
 
+    With --compromised-since WHEN, everything it signed from WHEN on stops counting too."""
+    from sealbox.identities import disable_identity, identity_book, parse_compromised_since
+
+    if compromised_since is not None:
+        parse_compromised_since(compromised_since)  # a bad WHEN: one line, before the store is opened
     check_key_file(admin_key)
     store = open_for_writing(store_path)
     try:
-        disable_identity(store, name, reason, admin_key=admin_key)
+        disable_identity(store, name, reason, admin_key=admin_key, compromised_since=compromised_since)
+        since = _since_text(identity_book(store), name) if compromised_since is not None else ""
     finally:
         store.close()
-    click.echo(f"identity {name} disabled")
+    click.echo(f"identity {name} disabled{since}")
 
 
 @identities_group.command("enable")
@@ -113,16 +128,33 @@ def enable_cmd(name: str, reason: str, admin_key: str, store_path: str) -> None:
 @click.option("--key-out", required=True, type=click.Path(dir_okay=False), help="Where to write the new private key.")
 @click.option("--reason", default="", help="Why (recorded).")
 @admin_key_option(True, "Key file of an enabled admin, or the identity's own current key, which signs the change.")
+@compromised_option()
 @store_option
-def rotate_cmd(name: str, key_out: str, reason: str, admin_key: str, store_path: str) -> None:
-    """Give an identity a new key; the old one stops being accepted and its pending approvals are withdrawn."""
-    from sealbox.identities import rotate_key
+def rotate_cmd(name: str, key_out: str, reason: str, admin_key: str, compromised_since: str | None,
+               store_path: str) -> None:
+    """Give an identity a new key; the old one stops being accepted and its pending approvals are withdrawn.
 
+    With --compromised-since WHEN, everything the old key signed from WHEN on stops counting too."""
+    from sealbox.identities import identity_book, parse_compromised_since, rotate_key
+
+    if compromised_since is not None:
+        parse_compromised_since(compromised_since)
     check_key_file(admin_key)
     store = open_for_writing(store_path)
     try:
-        new = rotate_key(store, name, key_out, reason, admin_key=admin_key)
+        new = rotate_key(store, name, key_out, reason, admin_key=admin_key, compromised_since=compromised_since)
+        since = _since_text(identity_book(store), name, "old key") if compromised_since is not None else ""
     finally:
         store.close()
-    click.echo(f"identity {name} has a new key {new.identity.key_id}")
+    click.echo(f"identity {name} has a new key {new.identity.key_id}{since}")
     click.echo(f"private key written to {new.key_path} (mode 0600); Sealbox keeps no copy")
+
+
+def _since_text(book, name: str, what: str = "key") -> str:  # noqa: ANN001
+    """``; its key counts as compromised from leaf N (recorded at leaf M)`` for the newest record."""
+    records = book.compromise_records().get(name)
+    if not records:
+        return ""
+    record, since, _until = records[-1]
+    return (f"; everything its {what} signed from leaf {since} on no longer counts (compromise recorded at leaf "
+            f"{record})")

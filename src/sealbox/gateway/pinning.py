@@ -29,13 +29,17 @@ and whoever can write the store cannot claim one. An unsigned ``tool.reapproved`
 (written by Sealbox before 2026-12-03, or forged) and one that breaks a rule are
 kept in :attr:`PinState.reapprovals` with their problem and never unblock a tool;
 ``sealbox verify`` reports them (:func:`sealbox.verify.check_reapprovals`). Disabling
-the identity later does not withdraw a re-approval (it was valid when recorded).
+the identity later does not withdraw a re-approval (it was valid when recorded), unless the
+disable or a key rotation declares the key compromised from a point at or before the
+re-approval's leaf (``sealbox identities disable|rotate --compromised-since WHEN``): that
+re-approval then stops counting (problem ``compromised_key``) and the tool falls back to the
+definition approved before it - blocked, where that is not its current one.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
@@ -75,6 +79,9 @@ REAPPROVAL_PROBLEMS = {
     "bad_signature": "its signature does not verify with the identity's key as the log held it (forged or altered)",
     "role": "its identity's role may not re-approve (only approver or admin)",
     "principal": "its event's principal is not its identity (it was not written by sealbox gateway reapprove)",
+    "compromised_key": "it was signed with its identity's key after the point from which that key was declared "
+                       "compromised (`sealbox identities disable|rotate --compromised-since`): the tool is blocked "
+                       "again until re-approved by another key",
 }
 
 
@@ -147,6 +154,9 @@ class PinState:
     reapprovals: list[Reapproval] = field(default_factory=list)
     live: dict[tuple[str, str], str] = field(default_factory=dict)
     _recorded: dict[int, dict[tuple[str, str], str]] = field(default_factory=dict)
+    #: (server, tool) -> [(hash, index in reapprovals or None for a first listing)], in log order: what
+    #: approved it, so that a re-approval withdrawn by a later compromise record falls back to the one before
+    _sources: dict[tuple[str, str], list[tuple[str, int | None]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, store: Any) -> "PinState":
@@ -176,11 +186,32 @@ class PinState:
                 self.reapprovals.append(Reapproval(e.leaf_index, d.get("server"), d.get("tool"), d.get("identity"),
                                                    d.get("schema_hash"), problem))
                 if problem is None:
-                    self.approved[(p["server"], p["tool"])] = p["schema_hash"]
+                    key = (p["server"], p["tool"])
+                    self.approved[key] = p["schema_hash"]
+                    self._sources.setdefault(key, []).append((p["schema_hash"], len(self.reapprovals) - 1))
             elif e.kind == "tools.changed":
                 self._apply_change(p, e.leaf_index)
             elif e.kind == "identity.changed" and isinstance(p, dict):
+                name = p.get("name")
+                before = len(self.book.compromise_records().get(name, ())) if isinstance(name, str) else 0
                 self.book.apply(e.leaf_index, p)
+                if isinstance(name, str) and len(self.book.compromise_records().get(name, ())) > before:
+                    self._withdraw_compromised(name)
+
+    def _withdraw_compromised(self, name: str) -> None:
+        """Re-check the counted re-approvals by ``name`` after a compromise record: those signed in the
+        window get problem ``compromised_key`` and their tools fall back to the previous approval."""
+        touched = set()
+        for i, r in enumerate(self.reapprovals):
+            if r.problem is None and r.identity == name and self.book.compromised_at(name, r.leaf_index) is not None:
+                self.reapprovals[i] = replace(r, problem="compromised_key")
+                touched.add((r.server, r.tool))
+        for key in touched:
+            valid = [h for h, i in self._sources.get(key, ()) if i is None or self.reapprovals[i].problem is None]
+            if valid:
+                self.approved[key] = valid[-1]
+            else:
+                self.approved.pop(key, None)
 
     def check_reapproval(self, payload: Any, leaf_index: int, principal: Any) -> str | None:
         """Why a ``tool.reapproved`` payload recorded at ``leaf_index`` does not count (a
@@ -209,6 +240,8 @@ class PinState:
             return "role"
         if principal != who.name:
             return "principal"
+        if self.book.compromised_at(who.name, leaf_index) is not None:
+            return "compromised_key"
         return None
 
     def _apply_change(self, p: dict[str, Any], leaf_index: int | None = None) -> None:
@@ -226,6 +259,7 @@ class PinState:
             self.definitions[key] = item.get("definition") or {}
             if first_seen:
                 self.approved[key] = item["hash"]
+                self._sources.setdefault(key, []).append((item["hash"], None))
         for item in _items(p.get("changed"), "after"):
             key = (server, item["tool"])
             self.known[key] = recorded[key] = item["after"]
@@ -254,6 +288,23 @@ class PinState:
         last saw its upstream list (:attr:`live`), has not been approved."""
         return {key for table in (self.known, self.live) for key, digest in table.items()
                 if self.approved.get(key) != digest}
+
+    def compromised_reapproval(self, server: str, tool: str) -> Reapproval | None:
+        """The newest re-approval of the tool's pending definition that stopped counting because its key
+        was declared compromised (problem ``compromised_key``), or None: what a blocked tool's denial
+        and listing name so that an operator sees why a tool that ran is blocked again."""
+        pending = self.pending(server, tool)
+        for r in reversed(self.reapprovals):
+            if (r.server, r.tool) == (server, tool) and r.problem == "compromised_key" and r.schema_hash == pending:
+                return r
+        return None
+
+    def rests_on_reapproval(self, server: str, tool: str) -> bool:
+        """Whether the tool is unblocked by a re-approval (not its first listing): the only case a
+        later compromise record (``--compromised-since``) can block it again, so the gateway reads
+        the log's new events before such a call (a tool approved on first use needs no read)."""
+        sources = self._sources.get((server, tool))
+        return bool(sources) and sources[-1][1] is not None and not self.blocked(server, tool)
 
     def blocked(self, server: str, tool: str) -> bool:
         """True when the tool's latest recorded definition has not been approved, or the definition

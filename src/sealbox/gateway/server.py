@@ -121,7 +121,8 @@ class _PinnedPolicy(Policy):
     def evaluate(self, call: Any) -> Decision:  # type: ignore[override]
         if self._pins.blocked(call.server, call.tool):  # type: ignore[attr-defined]
             return Decision("deny", "policy_deny", PIN_RULE,
-                            f"tool {call.server}/{call.tool} changed upstream and has not been re-approved "
+                            f"tool {call.server}/{call.tool} changed upstream and has not been re-approved"
+                            f"{_compromised_text(self._pins, call.server, call.tool)} "  # type: ignore[attr-defined]
                             f"({reapprove_command(self._store_path, call.server, call.tool)})",  # type: ignore[attr-defined]
                             self.fingerprint, 0, re_evaluable=False)
         return super().evaluate(call)
@@ -152,6 +153,14 @@ def exposed_tool_name(server: str, tool: str, separator: str) -> str:
     digest = hashlib.sha256(tool.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     keep = max(0, MAX_EXPOSED_NAME - len(server) - len(separator) - 1 - len(digest))
     return f"{server}{separator}{tool[:keep]}-{digest}"
+
+
+def _compromised_text(pins: Any, server: str, tool: str) -> str:
+    """``: its re-approval by alice at leaf 9 was signed with a key declared compromised`` where a
+    re-approval stopped counting that way (``--compromised-since``), else empty."""
+    r = pins.compromised_reapproval(server, tool)
+    return "" if r is None else (f": its re-approval by {r.identity} at leaf {r.leaf_index} was signed with a key "
+                                 "declared compromised")
 
 
 def reapprove_command(store_path: str, server: str, tool: str) -> str:
@@ -447,8 +456,8 @@ class Gateway:
 
     def blocked_notice(self, server: str, tool: str) -> str:
         """The description a blocked tool is listed with (its own is not approved)."""
-        return (f"[blocked: this tool changed upstream; calls are denied until "
-                f"`{reapprove_command(self.config.store, server, tool)}`]")
+        return (f"[blocked: this tool changed upstream{_compromised_text(self.pins, server, tool)}; calls are "
+                f"denied until `{reapprove_command(self.config.store, server, tool)}`]")
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         self._watch(_connection(ctx))  # a client holding a listing is told when it changes, call or no call
@@ -900,8 +909,10 @@ class Gateway:
         call_id: str | None = None
         if pending is None and getattr(run, "_gateway_inflight", None) is None:  # a joined run
             call_id = self._link(run, params.meta)
-        if self.pins.blocked(server, tool):
-            self.pins.refresh(self.store)  # a re-approval may have been recorded since
+        if self.pins.blocked(server, tool) or self.pins.rests_on_reapproval(server, tool):
+            # a re-approval may have been recorded since, or the key that signed this tool's
+            # re-approval declared compromised (only re-approved tools pay for this read)
+            self.pins.refresh(self.store)
         slot = _InFlight(ctx.session, ctx.request_id, _connection(ctx))
         key = id(slot)
 

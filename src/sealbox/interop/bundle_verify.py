@@ -63,6 +63,9 @@ from sealbox.verify import (
     check_approval_answers,
     check_blobs,
     check_grants,
+    compromised_answer_notes,
+    compromised_call_notes,
+    compromised_grants,
     check_reapprovals,
     check_revocations,
     check_snapshots,
@@ -538,6 +541,13 @@ class _Check:
                 self.problems.extend(self._named([p]))
             self.notes.extend(notes)
         calls, final = self._calls()
+        compromised = compromised_grants(by_kind, origin)
+        if compromised:
+            self.notes.extend(compromised_call_notes(
+                [(leaf, env["run_id"], env["payload"].get("call_id"), env["payload"].get("grant"),
+                  final.get((env["run_id"], env["payload"].get("call_id")), {}).get("effect"))
+                 for leaf, env in calls], compromised))
+        self.notes.extend(compromised_answer_notes(by_kind))
         self._grants_missing(granted, calls, final)
         self._calls_under_grants(origin, calls, final)
         if self.version != 1 and by_kind.get("tools.changed"):

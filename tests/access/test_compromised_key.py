@@ -1,0 +1,210 @@
+"""A leaked identity key, answered in one command: ``sealbox identities disable|rotate NAME
+--compromised-since WHEN``. Everything the identity signed from the first leaf at or after WHEN stops
+counting: grants deny (``grant_invalid``), revocation steps are not shown, and ``sealbox verify`` notes
+each call that already ran under such a grant (``relied_on_compromised_key``)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from sealbox import verify_store
+from sealbox.access import grant_access, grant_status, list_grants, retry, revoke, show_grant
+from sealbox.cli.main import main
+from sealbox.events import SYSTEM_RUN_ID
+from sealbox.interop.bundle_verify import verify_bundle
+from sealbox.identities import IdentityError, add_identity, disable_identity, identity_book, rotate_key
+from identity_testkit import grant_key  # noqa: E402
+
+from test_access_signed_grants import AGENT, call, decision_of  # noqa: E402
+
+
+@pytest.fixture
+def keys(store, tmp_path):
+    root = grant_key(store)
+    out = {"root": root}
+    for name, role in (("alice", "admin"), ("bob", "approver")):
+        out[name] = add_identity(store, name, role, key_path=tmp_path / f"{name}.key", admin_key=root).key_path
+    return out
+
+
+def cli(capsys, *args):
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_grant_signed_before_the_point_keeps_working_one_signed_after_is_denied(store, keys, capsys, tmp_path):
+    before = grant_access(store, AGENT, "github", "create_*", key_file=keys["alice"], grant_id="g-before")
+    since = store.size()  # the key leaked here: the attacker's grant comes next
+    after = grant_access(store, AGENT, "github", "create_*", key_file=keys["alice"], grant_id="g-after")
+    result, run_id, ran = call(store, after)  # the attacker's grant authorized a call before anyone noticed
+    assert (result, ran) == ("ok", ["x"])
+    call_leaf = next(e.leaf_index for e in store.read_run(run_id) if e.kind == "tool.call")
+    call_id = next(e.payload["call_id"] for e in store.read_run(run_id) if e.kind == "tool.call")
+
+    code, out, err = cli(capsys, "identities", "disable", "alice", "--compromised-since", f"leaf:{since}",
+                         "--reason", "key leaked", "--admin-key", str(keys["root"]), "--store", str(tmp_path / "store"))
+    assert (code, err) == (0, "")
+    record = [e for e in store.read_run(SYSTEM_RUN_ID) if e.kind == "identity.changed"][-1]
+    assert out == (f"identity alice disabled; everything its key signed from leaf {since} on no longer counts "
+                   f"(compromise recorded at leaf {record.leaf_index})\n")
+    assert {k: record.payload[k] for k in ("change", "compromised_since", "compromised_from_leaf", "reason")} == {
+        "change": "disabled", "compromised_since": f"leaf:{since}", "compromised_from_leaf": since,
+        "reason": "key leaked"}
+
+    assert call(store, before)[0] == "ok"  # signed before the leak: still authorizes
+    denied, run2, ran2 = call(store, after)
+    assert ran2 == []
+    d = decision_of(store, run2)
+    assert (d["effect"], d["reason_code"]) == ("deny", "grant_invalid")
+    assert d["reason"] == ("grant g-after does not count: it was signed with its identity's key after the point from "
+                           "which that key was declared compromised (`sealbox identities disable|rotate "
+                           "--compromised-since`)")
+    assert grant_status(store, before, AGENT, "github", "create_issue")[0] is True
+    assert [(r["grant_id"], r["signature"]) for r in list_grants(store)] == [
+        ("g-before", "valid"), ("g-after", "compromised_key")]
+
+    report = verify_store(store)
+    assert report.ok
+    assert report.notes == (
+        f"the grant g-after of github/create_* to {AGENT!r} by 'alice' at leaf {since} was signed with a key declared "
+        f"compromised from leaf {since} (identity.changed at leaf {record.leaf_index}): it authorizes no call from "
+        "then on (calls naming it are denied grant_invalid)",
+        f"relied_on_compromised_key: call {call_id} in run {run_id} (leaf {call_leaf}) ran under grant g-after, "
+        f"signed by 'alice' at leaf {since} with a key declared compromised from leaf {since} (identity.changed at "
+        f"leaf {record.leaf_index})",
+    )
+    code, out, _ = cli(capsys, "verify", "--store", str(tmp_path / "store"), "--json")
+    assert code == 0 and json.loads(out)["notes"] == list(report.notes)
+    code, out, _ = cli(capsys, "access", "show", "g-after", "--store", str(tmp_path / "store"), "--json")
+    assert json.loads(out)["signature"] == "compromised_key"
+
+    # the same notes, offline, from an export bundle of the run that relied on the grant
+    bundle = tmp_path / "run.sbx"
+    code, _, err = cli(capsys, "export", "--store", str(tmp_path / "store"), run_id, "-o", str(bundle))
+    assert code == 0, err
+    vkey = (tmp_path / "store" / "log.vkey").read_text().strip()
+    breport = verify_bundle(bundle, trusted_vkey=vkey)
+    assert breport.ok and breport.notes == report.notes
+
+
+def test_a_time_resolves_to_the_first_leaf_at_or_after_it_and_rotation_closes_the_window(store, keys):
+    before = grant_access(store, AGENT, "github", "create_*", key_file=keys["alice"], grant_id="g-before")
+    stamp = datetime.now(timezone.utc)
+    after = grant_access(store, AGENT, "github", "create_*", key_file=keys["alice"], grant_id="g-after")
+    after_leaf = store.size() - 1
+    new = rotate_key(store, "alice", store.path.parent / "alice2.key" if hasattr(store, "path") else keys["alice"].parent / "alice2.key",
+                     admin_key=keys["root"], compromised_since=stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    record = [e for e in store.read_run(SYSTEM_RUN_ID) if e.kind == "identity.changed"][-1]
+    assert record.payload["compromised_from_leaf"] == after_leaf
+    assert record.payload["compromised_since"] == stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    fresh = grant_access(store, AGENT, "github", "create_*", key_file=new.key_path, grant_id="g-new-key")
+    assert [grant_status(store, g, AGENT, "github", "create_issue")[0] for g in (before, after, fresh)] == [
+        True, False, True]
+    assert identity_book(store).compromise_records() == {"alice": [(record.leaf_index, after_leaf, record.leaf_index)]}
+
+
+def test_a_revocation_step_signed_in_the_window_is_not_shown(store, keys):
+    gid = grant_access(store, AGENT, "github", "create_*", key_file=keys["root"], grant_id="g1")
+    since = store.size()
+    revoke(store, gid, "done", key_file=keys["bob"])  # a local grant: requested only, signed by bob
+    assert show_grant(store, gid)["status"] == "revoked (local only: no provider)"
+    disable_identity(store, "bob", admin_key=keys["root"], compromised_since=f"leaf:{since}")
+    row = show_grant(store, gid)
+    assert [s["signature"] for s in row["steps"]] == ["compromised_key"]
+    assert row["status"] == "revoked (unsigned request only: denied here; revoke again with a key)"
+    assert grant_status(store, gid, AGENT, "github", "create_issue")[0] is False  # a request still denies
+
+
+@pytest.mark.parametrize("when, message", [
+    ("yesterday", "error: compromised-since 'yesterday' is not leaf:N or an RFC 3339 date-time (e.g. 2026-12-03T09:00:00Z)"),
+    ("leaf:-1", "error: compromised-since 'leaf:-1': a leaf index is leaf:N with N a non-negative integer"),
+    ("2026-12-03", "error: compromised-since '2026-12-03' is not leaf:N or an RFC 3339 date-time (e.g. 2026-12-03T09:00:00Z)"),
+    ("2026-12-03T09:00:00", "error: compromised-since '2026-12-03T09:00:00' has no UTC offset (add Z or +hh:mm)"),
+    ("leaf:999999", "error: compromised-since leaf:999999 is after this change (it is recorded at leaf {size}): a key "
+                    "cannot be known to be compromised from a point not yet in the log"),
+])
+def test_a_bad_or_future_point_is_one_error_line_exit_2_nothing_written(store, keys, capsys, tmp_path, when, message):
+    size = store.size()
+    code, out, err = cli(capsys, "identities", "disable", "alice", "--compromised-since", when,
+                         "--admin-key", str(keys["root"]), "--store", str(tmp_path / "store"))
+    assert (code, out, err) == (2, "", message.format(size=size) + "\n")
+    assert store.size() == size and not identity_book(store).get("alice").disabled
+
+
+def test_a_time_after_the_change_is_refused(store, keys, tmp_path):
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    with pytest.raises(IdentityError, match=r"^compromised-since .* is after this change \(now is "):
+        disable_identity(store, "alice", admin_key=keys["root"], compromised_since=later)
+    with pytest.raises(IdentityError, match="is after this change"):
+        rotate_key(store, "alice", tmp_path / "new.key", admin_key=keys["root"], compromised_since=later)
+    assert not (tmp_path / "new.key").exists() and not identity_book(store).get("alice").disabled
+
+
+
+def _github_grant(store, provider, key):
+    tokens = provider.issue()
+    return grant_access(store, AGENT, "github", "create_*", "repo", credential=provider.credential(tokens),
+                        key_file=key), tokens
+
+
+def test_a_confirmed_signed_with_the_leaked_key_is_not_shown_and_a_new_revocation_can_follow(store, keys, provider):
+    gid, tokens = _github_grant(store, provider, keys["root"])
+    since = store.size()
+    assert revoke(store, gid, "leak", key_file=keys["bob"], backoff=0.01, sleep=lambda s: None) == \
+        "revoked (confirmed at provider)"
+    disable_identity(store, "bob", admin_key=keys["root"], compromised_since=f"leaf:{since}")
+    row = show_grant(store, gid)
+    assert [(s["step"], s["signature"]) for s in row["steps"]] == [
+        ("requested", "compromised_key"), ("sent", "compromised_key"), ("confirmed", "compromised_key")]
+    assert row["status"] == "revoked (unsigned request only: denied here; revoke again with a key)"
+    # an admin revokes again: a new chain from the grant, confirmed by introspection
+    assert revoke(store, gid, "again", key_file=keys["root"], backoff=0.01, sleep=lambda s: None) == \
+        "revoked (confirmed at provider)"
+    assert [(s["step"], s["signature"]) for s in show_grant(store, gid)["steps"]][3:] == [
+        ("requested", "valid"), ("sent", "valid"), ("confirmed", "valid")]
+    report = verify_store(store)
+    assert report.ok and len(report.notes) == 3 and all("signed with a key declared compromised" in n
+                                                         for n in report.notes)
+
+
+def test_steps_chained_after_a_compromised_step_while_it_counted_still_count(store, keys, provider):
+    gid, tokens = _github_grant(store, provider, keys["root"])
+    since = store.size()
+    provider.stop()
+    assert revoke(store, gid, "leak", retries=1, key_file=keys["bob"], backoff=0.01, sleep=lambda s: None) == \
+        "revoked (pending at provider)"
+    provider.start()
+    assert retry(store, gid, key_file=keys["root"], backoff=0.01, sleep=lambda s: None) == \
+        "revoked (confirmed at provider)"
+    disable_identity(store, "bob", admin_key=keys["root"], compromised_since=f"leaf:{since}")
+    row = show_grant(store, gid)
+    assert [(s["step"], s["identity"], s["signature"]) for s in row["steps"]] == [
+        ("requested", "bob", "compromised_key"), ("failed", "bob", "compromised_key"), ("sent", "root", "valid"),
+        ("confirmed", "root", "valid")]
+    assert row["status"] == "revoked (confirmed at provider)"
+    assert verify_store(store).ok
+
+
+def test_rotate_from_the_command_line_records_the_point_and_a_bad_one_writes_no_key(store, keys, capsys, tmp_path):
+    path = str(tmp_path / "store")
+    size = store.size()
+    code, out, err = cli(capsys, "identities", "rotate", "alice", "--key-out", str(tmp_path / "bad.key"),
+                         "--compromised-since", "leaf:x", "--admin-key", str(keys["root"]), "--store", path)
+    assert (code, out, err) == (2, "", "error: compromised-since 'leaf:x': a leaf index is leaf:N with N a "
+                                      "non-negative integer\n")
+    assert store.size() == size and not (tmp_path / "bad.key").exists()
+    code, out, err = cli(capsys, "identities", "rotate", "alice", "--key-out", str(tmp_path / "alice2.key"),
+                         "--compromised-since", "leaf:0", "--admin-key", str(keys["root"]), "--store", path)
+    new = identity_book(store).get("alice")
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == (f"identity alice has a new key {new.key_id}; everything its old key signed from leaf 0 "
+                                   f"on no longer counts (compromise recorded at leaf {size})")
+    assert identity_book(store).compromise_records() == {"alice": [(size, 0, size)]}
