@@ -612,10 +612,17 @@ def check_grant_payload(payload: Any, leaf_index: int, principal: Any, book: Any
 _ORIGIN_SQL = "SELECT value FROM store_meta WHERE key = 'origin'"
 _IDENTITY_ROWS_SQL = ("SELECT leaf_index, raw FROM events WHERE kind = 'identity.changed' AND run_id = ?"
                       " AND leaf_index < ? ORDER BY leaf_index")
-#: (origin, grant leaf, digest of the grant's bytes, digest of every identity change) -> problem.
-#: The identity changes are the whole of them (a later ``--compromised-since`` record withdraws a grant
-#: signed before it), so a grant's validity is computed once per state of the store's identities.
+#: The newest identity change: what the names with a compromise record (below) are cached under. One
+#: lookup in the covering index ``events_run_kind``: the per-call grant check hands no extra row to Python.
+_MAX_IDENTITY_SQL = "SELECT max(leaf_index) FROM events WHERE run_id = ? AND kind = 'identity.changed'"
+#: (origin, leaf of the newest identity change) -> names some change declared compromised
+#: (``compromised_from_leaf`` in its payload, validly signed or not: :func:`_compromised` checks).
+_COMPROMISED_NAMES: dict[tuple[str, Any], frozenset[str]] = {}
+#: (origin, grant leaf, digest of the grant's bytes, digest of the identity changes before it) -> problem.
+#: What came before a leaf never changes in a log, so a grant's validity is computed once per process.
 _PROBLEM_CACHE: dict[tuple[str, int, bytes, bytes], str | None] = {}
+#: The same key, the digest over every identity change -> whether a compromise record voids the grant.
+_COMPROMISE_CACHE: dict[tuple[str, int, bytes, bytes], bool] = {}
 _PROBLEM_CACHE_MAX = 4096
 
 
@@ -624,30 +631,62 @@ def _grant_problem(conn: Any, hist: _History) -> str | None:
     leaf = hist.grant.leaf_index
     row = conn.execute(_ORIGIN_SQL).fetchone()
     origin = row[0] if row and isinstance(row[0], str) else ""
-    # every identity change (not only those before the grant): the same few rows as before, plus the
-    # store's identity changes after the grant - O(1) extra per call, no scan of other kinds
+    rows = conn.execute(_IDENTITY_ROWS_SQL, (SYSTEM_RUN_ID, leaf)).fetchall()
+    digest = hashlib.sha256()
+    for leaf_index, raw in rows:
+        digest.update(b"%d:%d:" % (leaf_index, len(raw)) + bytes(raw))
+    grant_digest = hashlib.sha256(hist.raw).digest()
+    key = (origin, leaf, grant_digest, digest.digest())
+    if key in _PROBLEM_CACHE:
+        problem = _PROBLEM_CACHE[key]
+    else:
+        from sealbox.identities import IdentityBook
+
+        book = IdentityBook.from_events((leaf_index, json.loads(bytes(raw))) for leaf_index, raw in rows)
+        problem = check_grant_payload(hist.env["payload"], leaf, hist.env.get("principal"), book, origin)
+        if len(_PROBLEM_CACHE) >= _PROBLEM_CACHE_MAX:
+            _PROBLEM_CACHE.clear()
+        _PROBLEM_CACHE[key] = problem
+    if problem is None and _compromised(conn, origin, leaf, grant_digest, hist.env["payload"].get("identity")):
+        return "compromised_key"
+    return problem
+
+
+def _compromised(conn: Any, origin: str, leaf: int, grant_digest: bytes, identity: Any) -> bool:
+    """Whether the grant at ``leaf``, signed by ``identity``, falls in a window where that identity's key
+    was declared compromised (:meth:`~sealbox.identities.IdentityBook.compromised_at`). One index lookup
+    (the newest identity change) when no change ever recorded a compromise of ``identity`` - the usual
+    case; otherwise every identity change is read and replayed (a record counts only if validly signed),
+    the answer cached per state of the identities."""
+    if not isinstance(identity, str):
+        return False
+    newest = conn.execute(_MAX_IDENTITY_SQL, (SYSTEM_RUN_ID,)).fetchone()
+    names_key = (origin, newest[0] if newest else None)
+    names = _COMPROMISED_NAMES.get(names_key)
+    if names is None:  # once per new identity change in this process
+        found = set()
+        for _leaf, raw in conn.execute(_IDENTITY_ROWS_SQL, (SYSTEM_RUN_ID, 1 << 62)):
+            p = json.loads(bytes(raw)).get("payload")
+            if isinstance(p, dict) and "compromised_from_leaf" in p and isinstance(p.get("name"), str):
+                found.add(p["name"])
+        if len(_COMPROMISED_NAMES) >= _PROBLEM_CACHE_MAX:
+            _COMPROMISED_NAMES.clear()
+        names = _COMPROMISED_NAMES[names_key] = frozenset(found)
+    if identity not in names:
+        return False
     rows = conn.execute(_IDENTITY_ROWS_SQL, (SYSTEM_RUN_ID, 1 << 62)).fetchall()
     digest = hashlib.sha256()
     for leaf_index, raw in rows:
         digest.update(b"%d:%d:" % (leaf_index, len(raw)) + bytes(raw))
-    key = (origin, leaf, hashlib.sha256(hist.raw).digest(), digest.digest())
-    if key in _PROBLEM_CACHE:
-        return _PROBLEM_CACHE[key]
-    from sealbox.identities import IdentityBook
+    key = (origin, leaf, grant_digest, digest.digest())
+    if key not in _COMPROMISE_CACHE:
+        from sealbox.identities import IdentityBook
 
-    envs = [(leaf_index, json.loads(bytes(raw))) for leaf_index, raw in rows]
-    book = IdentityBook.from_events((li, env) for li, env in envs if li < leaf)
-    problem = check_grant_payload(hist.env["payload"], leaf, hist.env.get("principal"), book, origin)
-    if problem is None:
-        for li, env in envs:
-            if li >= leaf and isinstance(env.get("payload"), dict):
-                book.apply(li, env["payload"])
-        if book.compromised_at(hist.env["payload"].get("identity"), leaf) is not None:
-            problem = "compromised_key"
-    if len(_PROBLEM_CACHE) >= _PROBLEM_CACHE_MAX:
-        _PROBLEM_CACHE.clear()
-    _PROBLEM_CACHE[key] = problem
-    return problem
+        book = IdentityBook.from_events((leaf_index, json.loads(bytes(raw))) for leaf_index, raw in rows)
+        if len(_COMPROMISE_CACHE) >= _PROBLEM_CACHE_MAX:
+            _COMPROMISE_CACHE.clear()
+        _COMPROMISE_CACHE[key] = book.compromised_at(identity, leaf) is not None
+    return _COMPROMISE_CACHE[key]
 
 
 def grant_problem(reader_or_store: Any, grant_id: str) -> str | None:
