@@ -85,6 +85,12 @@ def test_a_grant_signed_before_the_point_keeps_working_one_signed_after_is_denie
     assert code == 0 and json.loads(out)["notes"] == list(report.notes)
     code, out, _ = cli(capsys, "access", "show", "g-after", "--store", str(tmp_path / "store"), "--json")
     assert json.loads(out)["signature"] == "compromised_key"
+    code, out, _ = cli(capsys, "identities", "list", "--store", str(tmp_path / "store"), "--json")
+    assert [(i["name"], i["disabled"], i["compromised"]) for i in json.loads(out)] == [
+        ("alice", True, [{"from_leaf": since, "until_leaf": None, "change_leaf": record.leaf_index}]),
+        ("bob", False, []), ("root", False, [])]
+    code, out, _ = cli(capsys, "identities", "list", "--store", str(tmp_path / "store"))
+    assert code == 0 and f"leaves {since}.." in out
 
     # the same notes, offline, from an export bundle of the run that relied on the grant
     bundle = tmp_path / "run.sbx"

@@ -66,19 +66,30 @@ def add_cmd(name: str, role: str, groups: tuple[str, ...], shared: bool, key_out
 @store_option
 @format_options
 def list_cmd(store_path: str, as_json: bool, as_csv: bool) -> None:
-    """List identities as the log says they are now."""
+    """List identities as the log says they are now.
+
+    ``compromised``: the leaves whose signatures by the identity no longer count (``disable|rotate
+    --compromised-since``); ``--json`` gives ``[{from_leaf, until_leaf, change_leaf}]``, ``until_leaf``
+    null while the leaked key is still the identity's."""
     from sealbox.identities import identity_book
 
     store = open_for_reading(store_path)
     try:
-        rows = [i.to_dict() for i in identity_book(store).all()]
+        book = identity_book(store)
+        windows = book.compromise_records()
+        rows = [{**i.to_dict(), "compromised": [{"from_leaf": f, "until_leaf": u, "change_leaf": r}
+                                                for r, f, u in windows.get(i.name, ())]} for i in book.all()]
     finally:
         store.close()
     if not rows and not (as_json or as_csv):
         click.echo("no identities", err=True)
         return
-    emit_rows(rows, ["name", "role", "groups", "shared", "disabled", "key_id", "public_key"], as_json=as_json,
-              as_csv=as_csv, title="Identities")
+    if not (as_json or as_csv):  # a window as the table shows it: leaves F..U (or F.. while the key is unchanged)
+        for r in rows:
+            r["compromised"] = ", ".join(f"leaves {w['from_leaf']}..{'' if w['until_leaf'] is None else w['until_leaf'] - 1}"
+                                         for w in r["compromised"]) or "-"
+    emit_rows(rows, ["name", "role", "groups", "shared", "disabled", "key_id", "compromised", "public_key"],
+              as_json=as_json, as_csv=as_csv, title="Identities")
 
 
 @identities_group.command("disable")
