@@ -577,11 +577,18 @@ def enable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any) 
         admin_key: key file or Signer of an enabled admin.
 
     Raises:
-        IdentityError: unknown, not disabled, or a key that may not sign the change.
+        IdentityError: unknown, not disabled, a key that may not sign the change, or its current key was
+            declared compromised (``--compromised-since``) and not rotated since.
     """
     def check(book: IdentityBook) -> None:
         if not _existing(book, name).disabled:
             raise IdentityError(f"identity {name!r} is not disabled")
+        open_windows = [(r, f) for r, f, u in book.compromise_records().get(name, ()) if u is None]
+        if open_windows:
+            record, since = open_windows[-1]
+            raise IdentityError(f"identity {name!r} has the key declared compromised at leaf {record} (from leaf "
+                                f"{since}): give it a new key first (`sealbox identities rotate {name} --key-out FILE "
+                                "--admin-key …`), then enable it")
 
     payload = {"name": name, "change": "enabled", **({"reason": reason} if reason else {})}
     return _record(store, name, _admin_signer(admin_key), check, lambda _book: payload)

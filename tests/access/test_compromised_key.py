@@ -214,3 +214,18 @@ def test_rotate_from_the_command_line_records_the_point_and_a_bad_one_writes_no_
     assert out.splitlines()[0] == (f"identity alice has a new key {new.key_id}; everything its old key signed from leaf 0 "
                                    f"on no longer counts (compromise recorded at leaf {size})")
     assert identity_book(store).compromise_records() == {"alice": [(size, 0, size)]}
+
+
+def test_an_identity_whose_key_leaked_is_enabled_only_after_a_rotation(store, keys, capsys, tmp_path):
+    path = str(tmp_path / "store")
+    disable_identity(store, "bob", admin_key=keys["root"], compromised_since="leaf:0")
+    record = store.size() - 1
+    size = store.size()
+    code, out, err = cli(capsys, "identities", "enable", "bob", "--admin-key", str(keys["root"]), "--store", path)
+    assert (code, out, err) == (2, "", f"error: identity 'bob' has the key declared compromised at leaf {record} "
+                                      "(from leaf 0): give it a new key first (`sealbox identities rotate bob --key-out "
+                                      "FILE --admin-key …`), then enable it\n")
+    assert store.size() == size
+    rotate_key(store, "bob", tmp_path / "bob2.key", admin_key=keys["root"])
+    code, out, err = cli(capsys, "identities", "enable", "bob", "--admin-key", str(keys["root"]), "--store", path)
+    assert (code, out, err) == (0, "identity bob enabled\n", "")
