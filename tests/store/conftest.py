@@ -32,7 +32,7 @@ def started(run_id: str, agent: str = "test-agent") -> EventDraft:
 def tool_call(run_id: str, call_id: str, arguments: Any = None) -> EventDraft:
     return EventDraft("tool.call", {
         "call_id": call_id, "server": "db", "tool": "read_query", "exposed": "db__read_query",
-        "arguments": arguments if arguments is not None else {"q": call_id}, "grant": "implicit",
+        "arguments": arguments if arguments is not None else {"q": call_id}, "grant": "implicit:agent:test-agent",
     }, run_id=run_id, principal="agent:test-agent")
 
 

@@ -43,7 +43,7 @@ while n < count:
         c = f"c{n}"
         store.append([
             EventDraft("tool.call", {"call_id": c, "server": "s", "tool": "t", "exposed": "s__t",
-                                     "arguments": {"n": n, "pad": name * 200}, "grant": "g"}, run_id=run, principal=who),
+                                     "arguments": {"n": n, "pad": name * 200}, "grant": f"implicit:{who}"}, run_id=run, principal=who),
             EventDraft("policy.decision", {"call_id": c, "effect": "allow", "reason_code": "ok", "rule": None,
                                            "reason": "ok", "policy_fingerprint": FP, "eval_us": 1},
                        run_id=run, principal=who),

@@ -57,7 +57,7 @@ while True:
         args = {"blob": os.urandom(400).hex()} if rng.random() < 0.5 else {"i": i}
         drafts = [
             EventDraft("tool.call", {"call_id": call, "server": "s", "tool": "t", "exposed": "s__t",
-                                     "arguments": args, "grant": "g"}, run_id=run, principal=who),
+                                     "arguments": args, "grant": f"implicit:{who}"}, run_id=run, principal=who),
             EventDraft("policy.decision", {"call_id": call, "effect": "allow", "reason_code": "ok", "rule": None,
                                            "reason": "ok", "policy_fingerprint": FP, "eval_us": 1},
                        run_id=run, principal=who),
