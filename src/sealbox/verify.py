@@ -4,7 +4,9 @@
 (RFC 9162 §2.1.1), every run's hash chain, the Merkle root at every checkpoint,
 each checkpoint's signature against a trusted verifier key (C2SP signed note),
 the consistency of successive checkpoints (RFC 9162 §2.1.4), the stored tree
-nodes, and every blob against its commitment. It returns a
+nodes, every blob against its commitment, the signed authorization evidence
+(approval answers, re-approvals, grants, revocation steps), and every call that
+ran against the grant it names (:class:`CallGrantCheck`, streamed). It returns a
 :class:`VerifyReport`; it never raises because data was changed.
 """
 
@@ -18,6 +20,8 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
+from fnmatch import translate as _translate
 from itertools import islice
 from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -30,7 +34,8 @@ from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
 
 __all__ = ["Problem", "VerifyReport", "verify_store", "EventVerifier", "KEPT_KINDS", "check_approval_answers",
-           "check_reapprovals", "check_grants", "check_revocations"]
+           "check_reapprovals", "check_grants", "check_revocations", "CallGrantCheck", "CALL_GRANT_KINDS",
+           "CALL_EXPIRY_TOLERANCE_S", "lets_through"]
 
 #: Kinds whose envelopes verification keeps (few per run): what later checks need.
 KEPT_KINDS = frozenset({
@@ -53,7 +58,8 @@ class Problem:
             ``identity_unauthorized``, ``store_settings_damaged``, ``reapproval_signature``,
             ``reapproval_identity``, ``reapproval_binding``, ``reapproval_rule``, ``grant_signature``,
             ``grant_identity``, ``grant_binding``, ``grant_rule``, ``revocation_signature``,
-            ``revocation_identity``, ``revocation_binding``, ``revocation_rule``; in an export bundle
+            ``revocation_identity``, ``revocation_binding``, ``revocation_rule``, ``call_grant_invalid``
+            (:class:`CallGrantCheck`); in an export bundle
             also ``bundle_*`` codes (``bundle_grant_missing``, ``bundle_tool_change_missing``, ...:
             docs/bundle-format.md).
         message: one readable sentence.
@@ -331,9 +337,13 @@ class EventVerifier:
         root_sizes: tree sizes at which to record the recomputed root (checkpoint sizes).
         on_nodes: called with the (level, index, hash) of each full subtree as it completes
             (:meth:`add_rows` calls its ``check_levels`` instead, when it has one).
+        on_event: called with ``(leaf_index, envelope)`` of each readable event whose kind is in
+            ``event_kinds``, in the order the events are checked (a streaming check such as
+            :class:`CallGrantCheck`; it must not raise on any validated envelope).
     """
 
-    def __init__(self, root_sizes: Iterable[int] = (), on_nodes: Any = None) -> None:
+    def __init__(self, root_sizes: Iterable[int] = (), on_nodes: Any = None, on_event: Any = None,
+                 event_kinds: frozenset[str] = frozenset()) -> None:
         self.problems: list[Problem] = []
         self.tree = _BatchTree()
         self.heads: dict[str, tuple[int, str, str]] = {}  # run_id -> (run_seq, leaf hash tag, kind)
@@ -342,6 +352,7 @@ class EventVerifier:
         self._root_sizes = set(root_sizes)
         self.roots: dict[int, bytes] = {0: merkle.EMPTY_ROOT}
         self._on_nodes = on_nodes
+        self._on_event, self._event_kinds = on_event, (event_kinds if on_event is not None else frozenset())
         self._next_index = 0
         self._last_ts: str | None = None  # the last ts that matched the envelope's pattern
 
@@ -424,6 +435,7 @@ class EventVerifier:
         next_index, last_ts = self._next_index, self._last_ts
         scan, keys, kinds, kept_kinds, content_kinds = _SCAN, _CANONICAL_KEYS, _KINDS, KEPT_KINDS, _CONTENT_KINDS
         step_match, ts_match, fast_payload, deriving = _STEP_MATCH, _TS_MATCH, _FAST_PAYLOAD, _DERIVING_KINDS
+        watched, on_event = self._event_kinds, self._on_event
         env = None
         try:
             for (leaf_index, raw, stored_hash, columns), leaf in zip(rows, leaves):
@@ -512,6 +524,8 @@ class EventVerifier:
                         heads[run_id] = (run_seq, "sha256:" + leaf.hex(), kind)
                     if kind in kept_kinds:
                         kept.setdefault(kind, []).append((leaf_index, found))
+                    if kind in watched:
+                        on_event(leaf_index, found)
                     env = found
                     break
                 if env is None:
@@ -554,6 +568,8 @@ class EventVerifier:
                 )))
             if kind in KEPT_KINDS:
                 self.envelopes_by_kind.setdefault(kind, []).append((leaf_index, env))
+            if kind in self._event_kinds:
+                self._on_event(leaf_index, env)
         return env
 
     def _parse(self, leaf_index: int, raw: bytes, columns: tuple | None) -> dict | None:
@@ -954,7 +970,9 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     notes.extend(external)
     note_problems, signed_cps = open_checkpoints(notes, verifier, store.origin or None)
     nodes = _NodeChecker(store)
-    ev = EventVerifier(root_sizes={cp.size for _, cp in signed_cps}, on_nodes=nodes)  # nodes.check_levels per chunk
+    calls = CallGrantCheck(store.origin or "")  # streamed: the calls are not kept
+    ev = EventVerifier(root_sizes={cp.size for _, cp in signed_cps}, on_nodes=nodes,  # nodes.check_levels per chunk
+                       on_event=calls.add, event_kinds=CALL_GRANT_KINDS)
     ev.add_rows(store.iter_rows())
     problems = list(ev.problems)
     if SYSTEM_RUN_ID not in ev.heads and ev.tree.size:
@@ -1007,6 +1025,7 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     revocation_problems, revocation_notes = check_revocations(ev.envelopes_by_kind, store.origin or "")
     problems.extend(revocation_problems)
     notes.extend(revocation_notes)
+    problems.extend(calls.finish())
     return VerifyReport(
         problems=tuple(problems), events=ev.tree.size, runs=len(ev.heads), checkpoints=len(cps), blobs=nblobs,
         seconds=time.perf_counter() - started, tree_size_signed=signed, root=root,
@@ -1415,6 +1434,207 @@ def check_revocations(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -
             problems.append(Problem(_REVOCATION_CODES.get(mark, "revocation_rule"), f"{what} does not count: {why}",
                                     env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf))
     return problems, notes
+
+
+#: How many seconds a call's ``ts`` must lie past its grant's ``expires_at`` for verify to report the call
+#: (:class:`CallGrantCheck`). The recorder compares the expiry with its clock (``datetime.now``) inside the
+#: call's write transaction; the store takes the event's ``ts`` from the same clock of the same process a
+#: little later in that transaction, once the rest of the call's drafts are built (for an approval request,
+#: the hash of its arguments). So a call the recorder rightly let through just before the expiry can carry a
+#: ``ts`` just after it; this bounds that gap (and a forward step of the clock within it) with a wide margin.
+#: A call that ran under a forged gate less than this long after the expiry is not reported.
+CALL_EXPIRY_TOLERANCE_S = 60
+
+#: The kinds :class:`CallGrantCheck` reads.
+CALL_GRANT_KINDS = frozenset({"identity.changed", "access.granted", "access.revoked", "tool.call", "policy.decision"})
+
+_CALL_GRANT_INVALID = ("the call was not denied, though its grant did not authorize it: {why} (the recorder denies "
+                       "such a call grant_invalid: it was not recorded through Sealbox's grant check)")
+
+
+def lets_through(decision: Any) -> bool:
+    """Whether a ``policy.decision`` payload leaves its call among those that ran under a live Sealbox
+    decision: not a deny, not an imported decision (reason code ``imported``: no Sealbox policy or grant
+    check decided it) and not one served by a replay (``replayed``: it copies the recorded decision). A
+    call ran when every decision recorded for it lets it through: its gate's (the ``policy.decision``
+    written with its ``tool.call``) and any later re-evaluation's (on resumption, or before an
+    outcome-unknown call is run again), which only ever deny."""
+    return (type(decision) is dict and decision.get("effect") != "deny" and decision.get("reason_code") != "imported"
+            and "replayed" not in decision)
+
+
+class CallGrantCheck:
+    """``call_grant_invalid`` for each call that ran although the explicit grant it names did not
+    authorize it at the call's leaf, as the recorder's grant check decides in the call's own write
+    transaction (:func:`sealbox.access.grant_status`). Shared by ``sealbox verify`` of a store and of
+    an export bundle (docs/access.md, *Verify: calls against their grants*).
+
+    Feed every envelope of :data:`CALL_GRANT_KINDS` in leaf order (:meth:`add`), then read
+    :meth:`finish`. A ``tool.call`` outside the system run naming a grant (not ``implicit:…``) is
+    checked against what came before its leaf: the grant's first ``access.granted`` of the system run
+    (recorded before the call; counting as :func:`sealbox.access.check_grant_payload` says, the
+    identities as the log held them then: a call under an *unsigned* grant is left to that grant's
+    note, as Sealbox wrote grants before 2026-12-03), no ``access.revoked`` step of the grant id in the
+    system run at an earlier leaf (any step, signed or not: the recorder denies from the first, which
+    is ``requested``), held by the call's principal, covering its ``server`` and ``tool``
+    (``fnmatchcase`` globs), and not expired at the call's ``ts`` (RFC 3339; reported only
+    :data:`CALL_EXPIRY_TOLERANCE_S` or more after ``expires_at``; an ``expires_at`` that is no time
+    counts as passed). Such a call is reported unless a ``policy.decision`` of it (same run and
+    ``call_id``, at a later leaf) does not :func:`let it through <lets_through>`.
+
+    Memory: the grants (one tuple each), the first revocation step of each revoked grant id, the
+    identities, and one entry per call it is going to report: a call is held from its ``tool.call``
+    only when its grant did not authorize it, until a decision of it denies it (in a Sealbox log, the
+    next event). Nothing is kept for a call its grant authorized, so a log of millions of calls costs
+    no more than its grants.
+
+    Args:
+        origin: the log's origin (grants are signed for it).
+        absent: report a call naming a grant that is nowhere in the events given (a store: ``there is
+            no grant … in the log``); False for a bundle, which reports ``bundle_grant_missing`` instead.
+    """
+
+    def __init__(self, origin: str, *, absent: bool = True) -> None:
+        from sealbox.identities import IdentityBook
+
+        self.origin, self.absent = origin, absent
+        self._book = IdentityBook()
+        #: grant id -> (leaf, principal, server, tool, expires_at, expiry, problem, covers); expiry: None (no
+        #: expiry), False (an expires_at that is no time), or (expires_at + the tolerance, as a datetime and
+        #: as ``ts`` text): a call at or after it is reported; covers: the server and tool globs' matchers
+        self._grants: dict[str, tuple] = {}
+        self._revoked: dict[str, tuple[int, Any]] = {}  # grant id -> (leaf, step) of its first access.revoked
+        #: (run_id, call_id) -> [(leaf, run_id, run_seq, grant id, why or None: no grant at the call's leaf)]
+        self._held: dict[tuple[str, Any], list[tuple]] = {}
+        self._tolerance = timedelta(seconds=CALL_EXPIRY_TOLERANCE_S)
+
+    @property
+    def pending(self) -> int:
+        """How many calls it holds (each one it will report unless a later decision denies it)."""
+        return sum(map(len, self._held.values()))
+
+    def add(self, leaf_index: int, env: dict) -> None:
+        """Read one envelope (validated: :func:`sealbox.events.validate_envelope`) at ``leaf_index``;
+        other kinds than :data:`CALL_GRANT_KINDS` are ignored."""
+        kind = env["kind"]
+        if kind == "tool.call":  # the most frequent: most name no grant (implicit:...), and cost one test
+            gid = env["payload"].get("grant")
+            if type(gid) is str and gid and not gid.startswith("implicit:") and env["run_id"] != SYSTEM_RUN_ID:
+                self._call(leaf_index, env, gid)
+            return
+        if kind == "policy.decision":
+            if self._held and env["run_id"] != SYSTEM_RUN_ID:
+                p = env["payload"]
+                key = (env["run_id"], p.get("call_id"))
+                if key in self._held and not lets_through(p):
+                    del self._held[key]
+            return
+        p = env.get("payload")
+        if env["run_id"] != SYSTEM_RUN_ID or type(p) is not dict:
+            return
+        if kind == "identity.changed":
+            self._book.apply(leaf_index, p)
+        elif kind == "access.granted":
+            gid = p.get("grant_id")
+            if type(gid) is str and gid not in self._grants:
+                self._grants[gid] = self._grant(leaf_index, env, p)
+        elif kind == "access.revoked":
+            gid = p.get("grant_id")
+            if type(gid) is str and gid not in self._revoked:
+                self._revoked[gid] = (leaf_index, p.get("step"))
+
+    def _grant(self, leaf_index: int, env: dict, p: dict) -> tuple:
+        from sealbox.access import AccessError, _parse_time, check_grant_payload
+
+        problem = check_grant_payload(p, leaf_index, env.get("principal"), self._book, self.origin)
+        text = p.get("expires_at")
+        expiry: Any = None  # see self._grants
+        if text is not None:
+            try:
+                expires = _parse_time(text, "expires_at")
+            except (AccessError, TypeError, AttributeError):
+                expiry = False  # as Grant.expired: a time that is no time has passed
+            else:
+                try:
+                    at = expires + self._tolerance
+                except OverflowError:  # within the tolerance of the year 9999's end: no ts comes after it
+                    at = None
+                if at is not None:
+                    expiry = (at, f"{at.year:04d}-{at.month:02d}-{at.day:02d}T{at.hour:02d}:{at.minute:02d}:"
+                                  f"{at.second:02d}.{at.microsecond:06d}Z")
+        server, tool = p.get("server"), p.get("tool")
+        covers = None  # matchers of the globs, compiled once (as fnmatchcase compiles them)
+        if type(server) is str and type(tool) is str:
+            covers = (re.compile(_translate(server)).match, re.compile(_translate(tool)).match)
+        return (leaf_index, p.get("principal"), server, tool, text, expiry, problem, covers)
+
+    def _call(self, leaf_index: int, env: dict, gid: str) -> None:
+        p = env["payload"]
+        grant = self._grants.get(gid)
+        why = None if grant is None else self._why(gid, grant, env, p)
+        if grant is not None and why is None:
+            return
+        self._held.setdefault((env["run_id"], p.get("call_id")), []).append(
+            (leaf_index, env["run_id"], env.get("run_seq"), gid, why))
+
+    def _why(self, gid: str, grant: tuple, env: dict, p: dict) -> str | None:
+        """Why ``grant`` did not authorize this call at its leaf, or None (it did, or it is unsigned)."""
+        _, principal, server, tool, text, expiry, problem, covers = grant
+        if problem == "unsigned":
+            return None  # noted with the grant: calls under unsigned grants were allowed before 2026-12-03
+        if problem is not None:
+            from sealbox.access import GRANT_PROBLEMS
+
+            return f"grant {gid} does not count: {GRANT_PROBLEMS.get(problem, problem)}"
+        revoked = self._revoked.get(gid)
+        if revoked is not None:
+            return f"grant {gid} was revoked before the call (access.revoked step {revoked[1]!r} at leaf {revoked[0]})"
+        if env.get("principal") != principal:
+            return f"grant {gid} is held by {principal}, not {env.get('principal')}"
+        call_server, call_tool = p.get("server"), p.get("tool")
+        if not (covers is not None and type(call_server) is str and type(call_tool) is str
+                and covers[0](call_server) is not None and covers[1](call_tool) is not None):
+            return f"grant {gid} covers {server}/{tool}, not {call_server}/{call_tool}"
+        if expiry is False:
+            return f"grant {gid} expires at {text}, which is no time: it counts as passed"
+        if expiry is not None:
+            ts = env.get("ts")
+            # as Sealbox writes it (fixed width, UTC): compared as text with the expiry plus the tolerance
+            late = (ts >= expiry[1] if type(ts) is str and len(ts) == 27 and _CANONICAL_TS(ts) is not None
+                    else (at := _call_time(ts)) is not None and at >= expiry[0])
+            if late:
+                return f"grant {gid} expired at {text}, {CALL_EXPIRY_TOLERANCE_S} s or more before the call ({ts})"
+        return None
+
+    def finish(self) -> list[Problem]:
+        """The ``call_grant_invalid`` problems, in leaf order."""
+        out = []
+        for held in self._held.values():
+            for leaf_index, run_id, run_seq, gid, why in held:
+                if why is None:
+                    grant = self._grants.get(gid)
+                    if grant is not None:
+                        why = f"grant {gid} was recorded after the call (leaf {grant[0]})"
+                    elif self.absent:
+                        why = f"there is no grant {gid} in the log"
+                    else:
+                        continue  # a bundle reports it as bundle_grant_missing
+                out.append(Problem("call_grant_invalid", _CALL_GRANT_INVALID.format(why=why), run_id, run_seq,
+                                   "tool.call", leaf_index))
+        return sorted(out, key=lambda p: p.leaf_index or 0)
+
+
+_CANONICAL_TS = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z").fullmatch
+
+
+def _call_time(ts: Any) -> Any:
+    """An event's ``ts`` as an aware datetime, or None when it is no time (then no expiry is claimed)."""
+    from sealbox.access import AccessError, _parse_time
+
+    try:
+        return _parse_time(ts, "ts")
+    except (AccessError, TypeError, AttributeError):
+        return None
 
 
 def _late_answer(request: dict, answer: dict) -> bool:

@@ -10,6 +10,7 @@ bundle verifier must run the store's grant, revocation and re-approval checks on
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -412,11 +413,19 @@ def test_a_call_of_a_changed_tool_whose_reapproval_was_left_out_is_noted(case, t
 
 def test_calls_the_recorder_would_have_denied_under_their_grant_are_problems(tmp_path_factory, monkeypatch):
     """A recorder whose grant check was cut out (what only someone who controls the writer can do)
-    records calls under a revoked grant and outside a grant's tools as allowed: the bundle, which
-    carries the grant and its revocation, shows that the grant did not authorize them."""
+    records calls under a revoked grant, outside a grant's tools, under another principal's grant and
+    after a grant's expiry as allowed: the bundle, which carries the grants and the revocation, shows
+    that the grants did not authorize them, and ``sealbox verify`` of the store reports the same."""
+    import sealbox.store.base as base
+
     folder = tmp_path_factory.mktemp("unchecked")
+    expiry: list[str] = []
 
     def forge(store, keys):
+        grant_access(store, AGENT, "github", "create_*", "repo", expires_at="1h", key_file=keys["boss"],
+                     grant_id="g_short")
+        expiry.append(next(e.payload["expires_at"] for e in store.read_run(SYSTEM_RUN_ID)
+                           if e.kind == "access.granted" and e.payload["grant_id"] == "g_short"))
         # an unsigned grant, as Sealbox wrote them before 2026-12-03, when calls under one were allowed
         store.append([EventDraft("access.granted", {"grant_id": "g_old", "principal": AGENT, "server": "github",
                                                     "tool": "*", "scope": "repo", "expires_at": None,
@@ -430,19 +439,22 @@ def test_calls_the_recorder_would_have_denied_under_their_grant_are_problems(tmp
                 run.call_tool("github", "delete_repo", {"name": "x"}, lambda name: "ok", grant="g1")
             with Recorder(store, ALLOW_ALL).run(agent="other", principal="agent:other") as other:
                 other.call_tool("github", "create_issue", {"title": "borrowed"}, lambda title: "ok", grant="g1")
-        return {"unchecked": run.run_id, "other": other.run_id}
+            # two hours on by the store's clock (no test waits that long): g_short expired an hour before
+            m.setattr(base, "utc_now", lambda: "2099-01-01T00:00:00.000000Z")
+            with Recorder(store, ALLOW_ALL).run(agent="deploy-bot", principal=AGENT) as late:
+                late.call_tool("github", "create_issue", {"title": "expired"}, lambda title: "ok", grant="g_short")
+        return {"unchecked": run.run_id, "other": other.run_id, "late": late.run_id}
 
     store_path, runs, vkey, leaves = build(folder, forge)
     path = folder / "u.sbx"
-    assert cli("export", "-s", store_path, runs["before"], runs["unchecked"], runs["other"], "-o", path,
+    assert cli("export", "-s", store_path, runs["before"], runs["unchecked"], runs["other"], runs["late"], "-o", path,
                cwd=folder)[0] == 0
     report = verify_bundle(path, trusted_vkey=vkey)
     store = sealbox.open_store(store_path, readonly=True)
     try:
-        calls = [e for r in ("unchecked", "other") for e in store.read_run(runs[r])
+        calls = [e for r in ("unchecked", "other", "late") for e in store.read_run(runs[r])
                  if e.kind == "tool.call" and e.payload["grant"] != "g_old"]
         in_store = sealbox.verify_store(store)
-        assert in_store.ok  # the store's verify does not read calls against their grants
     finally:
         store.close()
     revoked = leaves["revoked g2 requested"]
@@ -453,8 +465,14 @@ def test_calls_the_recorder_would_have_denied_under_their_grant_are_problems(tmp
     assert [p.message for p in report.problems] == [
         head + f"grant g2 was revoked before the call (access.revoked step 'requested' at leaf {revoked})" + tail,
         head + "grant g1 covers github/create_*, not github/delete_repo" + tail,
-        head + "grant g1 is held by agent:deploy-bot, not agent:other" + tail]
+        head + "grant g1 is held by agent:deploy-bot, not agent:other" + tail,
+        head + f"grant g_short expired at {expiry[0]}, 60 s or more before the call (2099-01-01T00:00:00.000000Z)"
+        + tail]
     assert cli("verify", path, "--key", vkey, cwd=folder)[0] == 1
+    # the store's own verify reports the same calls, with the same words (only the bundle member differs)
+    assert [dataclasses.replace(p, member=None) for p in report.problems] == list(in_store.problems)
+    code, text, _ = cli("verify", store_path, cwd=folder)
+    assert code == 1 and text.splitlines()[:4] == [p.line() for p in in_store.problems]
     # the legacy call under the unsigned grant is no problem: the grant is noted, as verify of the store notes it
     assert report.notes == in_store.notes and len(report.notes) == 1 and "g_old" in report.notes[0]
 

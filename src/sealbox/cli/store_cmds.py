@@ -115,7 +115,8 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, trust_bund
     """Verify a store (a folder), or an export bundle (a file) with no store at all.
 
     Checks every hash, chain, checkpoint signature, inclusion proof, blob commitment,
-    snapshot and approval signature. A bundle is checked against the log's key given
+    snapshot, approval, grant and revocation signature, and each call that ran against
+    the grant it names (call_grant_invalid). A bundle is checked against the log's key given
     with --key (from the log's owner, not from the bundle). Exit status: 0 when
     verified, 1 when any problem was found (each names where: run, run_seq, kind,
     bundle member and line), 2 on bad input, 3 when a bundle is consistent but no

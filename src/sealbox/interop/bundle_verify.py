@@ -58,6 +58,8 @@ from sealbox.interop.bundle import (
 from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
 from sealbox.verify import (
+    CALL_GRANT_KINDS,
+    CallGrantCheck,
     EventVerifier,
     Problem,
     check_approval_answers,
@@ -69,6 +71,7 @@ from sealbox.verify import (
     check_reapprovals,
     check_revocations,
     check_snapshots,
+    lets_through,
     open_checkpoints,
 )
 
@@ -540,100 +543,52 @@ class _Check:
                         "access.granted was left out"))
                 self.problems.extend(self._named([p]))
             self.notes.extend(notes)
-        calls, final = self._calls()
+        calls, stopped = self._calls()
         compromised = compromised_grants(by_kind, origin)
         if compromised:
             self.notes.extend(compromised_call_notes(
                 [(leaf, env["run_id"], env["payload"].get("call_id"), env["payload"].get("grant"),
-                  final.get((env["run_id"], env["payload"].get("call_id")), {}).get("effect"))
+                  "deny" if (env["run_id"], env["payload"].get("call_id")) in stopped else None)
                  for leaf, env in calls], compromised))
         self.notes.extend(compromised_answer_notes(by_kind))
-        self._grants_missing(granted, calls, final)
-        self._calls_under_grants(origin, calls, final)
+        self._grants_missing(granted, calls, stopped)
+        self._calls_under_grants(origin)
         if self.version != 1 and by_kind.get("tools.changed"):
-            self._reapprovals_missing(origin, final)
+            self._reapprovals_missing(origin, stopped)
 
-    def _calls(self) -> tuple[list[tuple[int, dict]], dict[tuple, dict]]:
-        """The bundle's ``tool.call`` envelopes (leaf, envelope) and each call's last ``policy.decision``
-        payload by (run, call_id)."""
-        final: dict[tuple, dict] = {}
+    def _calls(self) -> tuple[list[tuple[int, dict]], set[tuple]]:
+        """The bundle's ``tool.call`` envelopes (leaf, envelope), and the (run, call_id) of the calls a
+        ``policy.decision`` of which does not let through (:func:`sealbox.verify.lets_through`)."""
+        stopped: set[tuple] = set()
         calls: list[tuple[int, dict]] = []
         for leaf, env in self.envs:
             if env["run_id"] == SYSTEM_RUN_ID:
                 continue
             if env["kind"] == "policy.decision":
-                final[(env["run_id"], env["payload"].get("call_id"))] = env["payload"]
+                if not lets_through(env["payload"]):
+                    stopped.add((env["run_id"], env["payload"].get("call_id")))
             elif env["kind"] == "tool.call":
                 calls.append((leaf, env))
-        return calls, final
+        return calls, stopped
 
     @staticmethod
-    def _ran(env: dict, final: dict[tuple, dict]) -> bool:
-        """Whether a call was not denied by its last decision and was decided live by Sealbox: not
-        imported (reason code ``imported``) and not served by a replay (``replayed``, which copies the
-        recorded decision)."""
-        decision = final.get((env["run_id"], env["payload"].get("call_id")), {})
-        return (decision.get("effect") != "deny" and decision.get("reason_code") != "imported"
-                and "replayed" not in decision)
+    def _ran(env: dict, stopped: set[tuple]) -> bool:
+        """Whether a call ran under a live Sealbox decision: every decision recorded for it lets it
+        through (:func:`sealbox.verify.lets_through`: not denied, not imported, not served by a replay)."""
+        return (env["run_id"], env["payload"].get("call_id")) not in stopped
 
-    def _calls_under_grants(self, origin: str, calls: list[tuple[int, dict]], final: dict[tuple, dict]) -> None:
-        """``call_grant_invalid`` for each call that was not denied although the grant it names, as the
-        bundle holds it, did not authorize it at the call's leaf: the grant was recorded after the call,
-        does not count (signed, but not validly: its own problem is reported too; an unsigned one is
-        only noted, as Sealbox wrote grants before 2026-12-03), had a revocation step (any, signed or
-        not) before the call, is held by another principal, or does not cover the call's server and
-        tool -- what :func:`sealbox.access.grant_status` denies in the call's own write transaction.
-        Expiry is not checked (the recorder compares it with its clock, not with the event's ``ts``)."""
-        from fnmatch import fnmatchcase
+    def _calls_under_grants(self, origin: str) -> None:
+        """``call_grant_invalid`` for each call that ran although the grant it names, as the bundle holds
+        it, did not authorize it at the call's leaf: the check ``sealbox verify`` runs on a store
+        (:class:`sealbox.verify.CallGrantCheck`, fed the bundle's events in leaf order). A call whose grant
+        the bundle lacks is left to :meth:`_grants_missing` (``bundle_grant_missing``)."""
+        check = CallGrantCheck(origin, absent=False)
+        for leaf, env in sorted(self.envs, key=lambda item: item[0]):
+            if env["kind"] in CALL_GRANT_KINDS:
+                check.add(leaf, env)
+        self.problems.extend(self._named(check.finish()))
 
-        from sealbox.access import GRANT_PROBLEMS, check_grant_payload, is_implicit
-        from sealbox.identities import IdentityBook
-
-        by_kind = self.ev.envelopes_by_kind
-        system = [(leaf, env) for kind in ("access.granted", "access.revoked") for leaf, env in by_kind.get(kind, [])
-                  if env.get("run_id") == SYSTEM_RUN_ID and isinstance(env.get("payload"), dict)]
-        grants: dict[str, tuple[int, dict]] = {}
-        revoked: dict[str, tuple[int, Any]] = {}
-        for leaf, env in sorted(system, key=lambda x: x[0]):
-            gid = env["payload"].get("grant_id")
-            if env["kind"] == "access.granted":
-                grants.setdefault(gid, (leaf, env))
-            else:
-                revoked.setdefault(gid, (leaf, env["payload"].get("step")))
-        if not grants:
-            return
-        book = IdentityBook.from_events([(leaf, env) for leaf, env in by_kind.get("identity.changed", [])
-                                         if env.get("run_id") == SYSTEM_RUN_ID])
-        for leaf, env in calls:
-            p = env["payload"]
-            gid = p.get("grant")
-            if not isinstance(gid, str) or is_implicit(gid) or gid not in grants or not self._ran(env, final):
-                continue
-            grant_leaf, grant = grants[gid]
-            g = grant["payload"]
-            problem = check_grant_payload(g, grant_leaf, grant.get("principal"), book, origin)
-            if grant_leaf > leaf:
-                why = f"grant {gid} was recorded after the call (leaf {grant_leaf})"
-            elif problem == "unsigned":
-                continue  # noted with the grant: calls under unsigned grants were allowed before 2026-12-03
-            elif problem is not None:
-                why = f"grant {gid} does not count: {GRANT_PROBLEMS.get(problem, problem)}"
-            elif gid in revoked and revoked[gid][0] < leaf:
-                why = (f"grant {gid} was revoked before the call (access.revoked step {revoked[gid][1]!r} at leaf "
-                       f"{revoked[gid][0]})")
-            elif env.get("principal") != g.get("principal"):
-                why = f"grant {gid} is held by {g.get('principal')}, not {env.get('principal')}"
-            elif not (isinstance(p.get("server"), str) and isinstance(p.get("tool"), str)
-                      and fnmatchcase(p["server"], g["server"]) and fnmatchcase(p["tool"], g["tool"])):
-                why = f"grant {gid} covers {g.get('server')}/{g.get('tool')}, not {p.get('server')}/{p.get('tool')}"
-            else:
-                continue
-            self.problems.extend(self._named([Problem(
-                "call_grant_invalid", f"the call was not denied, though its grant did not authorize it: {why} (the "
-                "recorder denies such a call grant_invalid: it was not recorded through Sealbox's grant check)",
-                env["run_id"], env["run_seq"], env["kind"], leaf)]))
-
-    def _reapprovals_missing(self, origin: str, final: dict[tuple, dict]) -> None:
+    def _reapprovals_missing(self, origin: str, stopped: set[tuple]) -> None:
         """Note each call that was not denied although, replaying the bundle's tool changes and
         re-approvals as the gateway's pin state does (:class:`sealbox.gateway.pinning.PinState`), its
         tool's latest recorded definition was not approved at the call's leaf. A note, not a problem:
@@ -647,7 +602,7 @@ class _Check:
                 if env["kind"] in ("identity.changed", "tools.changed", "tool.reapproved"):
                     state.apply([_Kept(leaf, env)])
                 continue
-            if env["kind"] != "tool.call" or not self._ran(env, final):
+            if env["kind"] != "tool.call" or not self._ran(env, stopped):
                 continue
             p = env["payload"]
             key = (p.get("server"), p.get("tool"))
@@ -677,7 +632,7 @@ class _Check:
                 "(that event was left out)", env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf)]))
         return out
 
-    def _grants_missing(self, granted: set, calls: list[tuple[int, dict]], final: dict[tuple, dict]) -> None:
+    def _grants_missing(self, granted: set, calls: list[tuple[int, dict]], stopped: set[tuple]) -> None:
         """Every call that was not denied and names an explicit grant needs that grant's ``access.granted``
         in a ``sealbox-bundle/2`` bundle (``bundle_grant_missing``); a ``sealbox-bundle/1`` bundle carries
         none, which is a note. A denied call (the grant authorized nothing: it may not even exist) and an
@@ -687,7 +642,7 @@ class _Check:
         named: dict[str, list[tuple[int, dict]]] = {}
         for leaf, env in calls:
             grant = env["payload"].get("grant")
-            if isinstance(grant, str) and not is_implicit(grant) and grant not in granted and self._ran(env, final):
+            if isinstance(grant, str) and not is_implicit(grant) and grant not in granted and self._ran(env, stopped):
                 named.setdefault(grant, []).append((leaf, env))
         if self.version == 1:
             if calls:
