@@ -124,3 +124,28 @@ def test_an_outcome_unknown_call_under_a_valid_grant_is_rerun(store, keys):
     run = rec.resume(run_id, {("db", "write_query"): tool}, rerun_unknown=True)
     assert [(c.outcome, c.ran) for c in run.resumed_calls] == [("rerun", True)] and tool.calls == ["DELETE FROM t"]
     assert kinds(store, run_id)[-2:] == ["note", "tool.result"]
+
+
+def test_verify_leaves_out_a_call_its_resumption_denied_though_a_forged_gate_let_it_wait(store, keys, monkeypatch):
+    """A gate with its grant check cut out lets a call under a revoked grant wait for approval: verify
+    reports it (its only decision, require_approval, did not deny it). The honest resumption checks the
+    grant again and records a grant_invalid deny: the call never ran, and verify no longer reports it."""
+    from sealbox.recorder import RunContext
+
+    grant = signed_grant(store, "agent:bot", "db", "write_query", scope="write")
+    revoke(store, grant, "key leaked")
+    rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
+    with monkeypatch.context() as m:
+        m.setattr(RunContext, "_check_grant", lambda self, reader, grant, server, tool, decision: decision)
+        run_id, aid = suspended_call(store, rec, grant)
+    call = next(e for e in store.read_run(run_id) if e.kind == "tool.call")
+    requested = next(e.leaf_index for e in store.read_run("system") if e.kind == "access.revoked")
+    assert [(p.code, p.leaf_index, p.message) for p in verify_store(store).problems] == [
+        ("call_grant_invalid", call.leaf_index, "the call was not denied, though its grant did not authorize it: "
+         f"grant {grant} was revoked before the call (access.revoked step 'requested' at leaf {requested}) (the "
+         "recorder denies such a call grant_invalid: it was not recorded through Sealbox's grant check)")]
+    answer(store, aid, "approve", "looks fine", keys["alice"])
+    with rec.resume(run_id, {("db", "write_query"): tool}) as run:
+        (resumed,) = run.resumed_calls
+    assert (resumed.outcome, resumed.ran, tool.calls) == ("grant_invalid", False, [])
+    assert verify_store(store).ok
