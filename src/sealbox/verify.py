@@ -1303,13 +1303,13 @@ def compromised_grants(by_kind: dict[str, list[tuple[int, dict]]], origin: str) 
 
 
 def compromised_call_notes(calls: Iterable[tuple[int, str, Any, str, Any]], compromised: dict[str, dict[str, Any]]) -> list[str]:
-    """``relied_on_compromised_key`` notes: one for each call that ran (its last decision was not a deny)
+    """``relied_on_compromised_key`` notes: one for each call that ran (every decision of it lets it through: :func:`lets_through`)
     under a grant of :func:`compromised_grants`, before the compromise was recorded (from then on such
     calls are denied ``grant_invalid``). The log is intact - these calls are what it recorded - so they are
     notes for an investigator, not problems.
 
     Args:
-        calls: ``(leaf, run_id, call_id, grant_id, effect of the call's last decision or None)``.
+        calls: ``(leaf, run_id, call_id, grant_id, "deny" when a decision of it does not let it through, else None)``.
     """
     notes = []
     for leaf, run_id, call_id, gid, effect in sorted(calls, key=lambda c: c[0]):
@@ -1356,8 +1356,10 @@ def compromised_answer_notes(by_kind: dict[str, list[tuple[int, dict]]]) -> list
 
 
 def _store_calls(store: Any, compromised: dict[str, dict[str, Any]]) -> list[tuple[int, str, Any, str, Any]]:
-    """The ``tool.call`` events naming one of these grants, with their last decision's effect; read only
-    when some grant was signed with a compromised key (rare), so verify pays nothing otherwise."""
+    """The ``tool.call`` events naming one of these grants, each with ``"deny"`` when a decision of it does
+    not :func:`let it through <lets_through>` (denied, imported, or served by a replay: it did not run under
+    the grant, as a bundle reads it), else None; read only when some grant was signed with a compromised
+    key (rare), so verify pays nothing otherwise."""
     conn = store._conn()
     marks = ", ".join("?" * len(compromised))
     rows = conn.execute(
@@ -1365,9 +1367,12 @@ def _store_calls(store: Any, compromised: dict[str, dict[str, Any]]) -> list[tup
         f" AND (CAST(raw AS TEXT) ->> '$.payload.grant') IN ({marks}) ORDER BY leaf_index", tuple(compromised)).fetchall()
     out = []
     for leaf, run_id, call_id, gid in rows:
-        row = conn.execute("SELECT effect FROM events WHERE kind = 'policy.decision' AND run_id = ? AND call_id = ?"
-                           " ORDER BY leaf_index DESC LIMIT 1", (run_id, call_id)).fetchone()
-        out.append((leaf, run_id, call_id, gid, row[0] if row else None))
+        # as a bundle reads them (lets_through): a call a decision denies, or that was imported or served by
+        # a replay, did not run under the grant
+        decisions = conn.execute("SELECT CAST(raw AS TEXT) ->> '$.payload' FROM events WHERE kind = 'policy.decision'"
+                                 " AND run_id = ? AND call_id = ?", (run_id, call_id)).fetchall()
+        ran = all(lets_through(json.loads(d)) for (d,) in decisions if d is not None)
+        out.append((leaf, run_id, call_id, gid, None if ran else "deny"))
     return out
 
 

@@ -229,3 +229,30 @@ def test_an_identity_whose_key_leaked_is_enabled_only_after_a_rotation(store, ke
     rotate_key(store, "bob", tmp_path / "bob2.key", admin_key=keys["root"])
     code, out, err = cli(capsys, "identities", "enable", "bob", "--admin-key", str(keys["root"]), "--store", path)
     assert (code, out, err) == (0, "identity bob enabled\n", "")
+
+
+def test_a_replay_served_from_the_record_is_not_noted_as_a_call_that_ran_under_the_grant(store, keys):
+    """A replay records the call it serves (policy.decision ``replayed``) but runs nothing: only the
+    recorded call relied on the compromised grant, as an export bundle of the store reads it too."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+    from sealbox.replay import Replayer
+
+    def agent(run):
+        return run.call_tool("github", "create_issue", {"title": "x"}, lambda title: "ok", grant="g-leaked")
+
+    since = store.size()
+    grant_access(store, AGENT, "github", "create_*", key_file=keys["alice"], grant_id="g-leaked")
+    with Recorder(store, ALLOW_ALL).run(agent="deploy-bot", principal=AGENT) as run:
+        agent(run)
+    replayed = Replayer(store).replay(run.run_id, agent)
+    assert replayed.reproduced
+    replay_calls = [e for e in store.read_run(replayed.new_run_id) if e.kind == "tool.call"]
+    assert [e.payload["grant"] for e in replay_calls] == ["g-leaked"]  # the replay recorded it, naming the grant
+    disable_identity(store, "alice", "leak", admin_key=keys["root"], compromised_since=f"leaf:{since}")
+
+    report = verify_store(store)
+    assert report.ok
+    call_event = next(e for e in store.read_run(run.run_id) if e.kind == "tool.call")
+    assert [n.split(" ran under")[0] for n in report.notes if n.startswith("relied_on_compromised_key")] == [
+        f"relied_on_compromised_key: call {call_event.payload['call_id']} in run {run.run_id} (leaf {call_event.leaf_index})"]
