@@ -613,11 +613,13 @@ _ORIGIN_SQL = "SELECT value FROM store_meta WHERE key = 'origin'"
 _IDENTITY_ROWS_SQL = ("SELECT leaf_index, raw FROM events WHERE kind = 'identity.changed' AND run_id = ?"
                       " AND leaf_index < ? ORDER BY leaf_index")
 #: The newest identity change: what the names with a compromise record (below) are cached under. One
-#: lookup in the covering index ``events_run_kind``: the per-call grant check hands no extra row to Python.
-_MAX_IDENTITY_SQL = "SELECT max(leaf_index) FROM events WHERE run_id = ? AND kind = 'identity.changed'"
-#: (origin, leaf of the newest identity change) -> names some change declared compromised
+#: lookup in the index ``events_run_kind`` (newest first) and its row's ``leaf_hash``: its leaf alone is
+#: not enough, since a copy of the store (same origin) may hold another change at that leaf.
+_MAX_IDENTITY_SQL = ("SELECT leaf_index, leaf_hash FROM events WHERE run_id = ? AND kind = 'identity.changed'"
+                     " ORDER BY leaf_index DESC LIMIT 1")
+#: (origin, leaf of the newest identity change, its leaf hash) -> names some change declared compromised
 #: (``compromised_from_leaf`` in its payload, validly signed or not: :func:`_compromised` checks).
-_COMPROMISED_NAMES: dict[tuple[str, Any], frozenset[str]] = {}
+_COMPROMISED_NAMES: dict[tuple[str, Any, Any], frozenset[str]] = {}
 #: (origin, grant leaf, digest of the grant's bytes, digest of the identity changes before it) -> problem.
 #: What came before a leaf never changes in a log, so a grant's validity is computed once per process.
 _PROBLEM_CACHE: dict[tuple[str, int, bytes, bytes], str | None] = {}
@@ -655,13 +657,13 @@ def _grant_problem(conn: Any, hist: _History) -> str | None:
 def _compromised(conn: Any, origin: str, leaf: int, grant_digest: bytes, identity: Any) -> bool:
     """Whether the grant at ``leaf``, signed by ``identity``, falls in a window where that identity's key
     was declared compromised (:meth:`~sealbox.identities.IdentityBook.compromised_at`). One index lookup
-    (the newest identity change) when no change ever recorded a compromise of ``identity`` - the usual
+    (the newest identity change's leaf and leaf hash) when no change ever recorded a compromise of ``identity`` - the usual
     case; otherwise every identity change is read and replayed (a record counts only if validly signed),
     the answer cached per state of the identities."""
     if not isinstance(identity, str):
         return False
     newest = conn.execute(_MAX_IDENTITY_SQL, (SYSTEM_RUN_ID,)).fetchone()
-    names_key = (origin, newest[0] if newest else None)
+    names_key = (origin, newest[0], bytes(newest[1])) if newest else (origin, None, None)
     names = _COMPROMISED_NAMES.get(names_key)
     if names is None:  # once per new identity change in this process
         found = set()

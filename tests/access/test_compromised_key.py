@@ -256,3 +256,26 @@ def test_a_replay_served_from_the_record_is_not_noted_as_a_call_that_ran_under_t
     call_event = next(e for e in store.read_run(run.run_id) if e.kind == "tool.call")
     assert [n.split(" ran under")[0] for n in report.notes if n.startswith("relied_on_compromised_key")] == [
         f"relied_on_compromised_key: call {call_event.payload['call_id']} in run {run.run_id} (leaf {call_event.leaf_index})"]
+
+
+def test_a_copy_of_the_store_checked_first_in_the_same_process_does_not_hide_the_compromise(store, keys, tmp_path):
+    """The names with a compromise record were cached under (origin, leaf of the newest identity change):
+    a copy of the store (same origin) whose newest change at that leaf was another one, checked first in
+    the same process, left a compromised grant authorizing calls in the original."""
+    import shutil
+
+    import sealbox
+
+    since = store.size()
+    grant_access(store, AGENT, "github", "create_*", key_file=keys["alice"], grant_id="g-leaked")
+    shutil.copytree(tmp_path / "store", tmp_path / "copy" / "store")
+    copy = sealbox.open_store(tmp_path / "copy" / "store")
+    try:
+        add_identity(copy, "carol", "approver", key_path=tmp_path / "carol.key", admin_key=keys["root"])
+        disable_identity(store, "alice", "leak", admin_key=keys["root"], compromised_since=f"leaf:{since}")
+        assert copy.size() == store.size()  # the two newest identity changes are at the same leaf
+        assert grant_status(copy, "g-leaked", AGENT, "github", "create_issue")[0] is True  # not compromised there
+    finally:
+        copy.close()
+    ok, why = grant_status(store, "g-leaked", AGENT, "github", "create_issue")
+    assert (ok, why.split(":")[0]) == (False, "grant g-leaked does not count")
