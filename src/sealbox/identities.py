@@ -399,14 +399,19 @@ def _record(store: Any, name: str, admin: Signer | None, check: Any, payload: An
 
 
 _LEAF_WHEN = re.compile(r"leaf:([0-9]{1,18})")
+#: RFC 3339 §5.6 ``date-time``: full-date, "T" (or "t", or a space, §5.6 NOTE), partial-time with
+#: seconds, then the offset (captured as None when missing, for a clearer error).
+_RFC3339_DATE_TIME = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(?P<fraction>\.[0-9]+)?(?P<offset>[Zz]|[+-][0-9]{2}:[0-9]{2})?")
 
 
 def parse_compromised_since(when: Any) -> tuple[str, Any]:
     """``--compromised-since WHEN`` as ``("leaf", N)`` or ``("time", aware UTC datetime)``.
 
     Args:
-        when: ``leaf:N`` (a leaf index of the log, decimal), an RFC 3339 time with a UTC offset
-            (``2026-12-03T09:00:00Z``), or an aware :class:`~datetime.datetime`.
+        when: ``leaf:N`` (a leaf index of the log, decimal), an RFC 3339 §5.6 date-time with seconds
+            and a UTC offset (``2026-12-03T09:00:00Z``; digits past the microsecond are dropped, which
+            moves the point earlier), or an aware :class:`~datetime.datetime`.
 
     Raises:
         IdentityError: anything else (one line; nothing is recorded).
@@ -425,9 +430,13 @@ def parse_compromised_since(when: Any) -> tuple[str, Any]:
         return "leaf", int(m.group(1))
     if text.startswith("leaf:"):
         raise IdentityError(f"compromised-since {text!r}: a leaf index is leaf:N with N a non-negative integer")
-    if len(text) < 16 or text[10] not in "Tt ":  # a date alone, or no time of day: too vague for a key leak
+    shape = _RFC3339_DATE_TIME.fullmatch(text)
+    if shape is None:  # a date alone, no seconds, an ISO week date...: RFC 3339 §5.6 date-time only
         raise IdentityError(f"compromised-since {text!r} is not leaf:N or an RFC 3339 date-time "
                             "(e.g. 2026-12-03T09:00:00Z)")
+    if shape.group("offset") is None:
+        raise IdentityError(f"compromised-since {text!r} has no UTC offset (add Z or +hh:mm)")
+    # digits past the microsecond are dropped (the log's times have six): the point moves earlier, never later
     try:
         dt = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
@@ -558,7 +567,9 @@ def disable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any,
     def check(book: IdentityBook) -> None:
         who = _existing(book, name)
         if who.disabled:
-            raise IdentityError(f"identity {name!r} is already disabled")
+            hint = ("; to declare its key compromised now, rotate it: `sealbox identities rotate "
+                    f"{name} --key-out NEW.key --compromised-since WHEN`" if parsed is not None else "")
+            raise IdentityError(f"identity {name!r} is already disabled{hint}")
         if who.role == "admin" and not any(i.role == "admin" and not i.disabled and i.name != name for i in book.all()):
             raise IdentityError(f"identity {name!r} is the only enabled admin: disabled, no one could change identities "
                                 "again (nor re-enable it); add another admin first (`sealbox identities add NAME --role "

@@ -134,6 +134,11 @@ def test_a_revocation_step_signed_in_the_window_is_not_shown(store, keys):
     ("leaf:-1", "error: compromised-since 'leaf:-1': a leaf index is leaf:N with N a non-negative integer"),
     ("2026-12-03", "error: compromised-since '2026-12-03' is not leaf:N or an RFC 3339 date-time (e.g. 2026-12-03T09:00:00Z)"),
     ("2026-12-03T09:00:00", "error: compromised-since '2026-12-03T09:00:00' has no UTC offset (add Z or +hh:mm)"),
+    # not RFC 3339 §5.6 date-times, although datetime.fromisoformat reads them
+    ("2026-12-03T09:00Z", "error: compromised-since '2026-12-03T09:00Z' is not leaf:N or an RFC 3339 date-time (e.g. 2026-12-03T09:00:00Z)"),
+    ("2026-W49-4T09:00:00Z", "error: compromised-since '2026-W49-4T09:00:00Z' is not leaf:N or an RFC 3339 date-time (e.g. 2026-12-03T09:00:00Z)"),
+    ("20261203T090000Z", "error: compromised-since '20261203T090000Z' is not leaf:N or an RFC 3339 date-time (e.g. 2026-12-03T09:00:00Z)"),
+    ("2026-12-03T09:00:00+0000", "error: compromised-since '2026-12-03T09:00:00+0000' is not leaf:N or an RFC 3339 date-time (e.g. 2026-12-03T09:00:00Z)"),
     ("leaf:999999", "error: compromised-since leaf:999999 is after this change (it is recorded at leaf {size}): a key "
                     "cannot be known to be compromised from a point not yet in the log"),
 ])
@@ -143,6 +148,37 @@ def test_a_bad_or_future_point_is_one_error_line_exit_2_nothing_written(store, k
                          "--admin-key", str(keys["root"]), "--store", str(tmp_path / "store"))
     assert (code, out, err) == (2, "", message.format(size=size) + "\n")
     assert store.size() == size and not identity_book(store).get("alice").disabled
+
+
+@pytest.mark.parametrize("when, expected", [
+    ("2026-12-03t09:00:00z", datetime(2026, 12, 3, 9, tzinfo=timezone.utc)),  # RFC 3339 §5.6 NOTE: lowercase
+    ("2026-12-03 10:30:00+01:30", datetime(2026, 12, 3, 9, tzinfo=timezone.utc)),
+    ("2026-12-03T09:00:00.123456789Z", datetime(2026, 12, 3, 9, 0, 0, 123456, tzinfo=timezone.utc)),  # earlier, never later
+])
+def test_rfc3339_date_times_are_read_in_utc(when, expected):
+    from sealbox.identities import parse_compromised_since
+
+    assert parse_compromised_since(when) == ("time", expected)
+
+
+def test_disabling_a_disabled_identity_with_compromised_since_points_to_rotate(store, keys, capsys, tmp_path):
+    disable_identity(store, "bob", admin_key=keys["root"])
+    size = store.size()
+    code, out, err = cli(capsys, "identities", "disable", "bob", "--compromised-since", "leaf:1",
+                         "--admin-key", str(keys["root"]), "--store", str(tmp_path / "store"))
+    assert (code, out, err) == (2, "", "error: identity 'bob' is already disabled; to declare its key compromised now, "
+                                       "rotate it: `sealbox identities rotate bob --key-out NEW.key --compromised-since "
+                                       "WHEN`\n")
+    assert store.size() == size
+    code, out, err = cli(capsys, "identities", "disable", "bob",
+                         "--admin-key", str(keys["root"]), "--store", str(tmp_path / "store"))
+    assert (code, out, err) == (2, "", "error: identity 'bob' is already disabled\n")
+    code, out, err = cli(capsys, "identities", "rotate", "bob", "--key-out", str(tmp_path / "bob-2.key"),
+                         "--compromised-since", "leaf:1", "--admin-key", str(keys["root"]),
+                         "--store", str(tmp_path / "store"))
+    assert (code, err) == (0, "") and "no longer counts" in out
+    record = store.size() - 1  # the rotation
+    assert store.size() == size + 1 and identity_book(store).compromised_at("bob", 1) == (record, 1)
 
 
 def test_a_time_after_the_change_is_refused(store, keys, tmp_path):
