@@ -1524,8 +1524,15 @@ class CallGrantCheck:
         kind = env["kind"]
         if kind == "tool.call":  # the most frequent: most name no grant (implicit:...), and cost one test
             gid = env["payload"].get("grant")
-            if type(gid) is str and gid and not gid.startswith("implicit:") and env["run_id"] != SYSTEM_RUN_ID:
-                self._call(leaf_index, env, gid)
+            if type(gid) is str and gid and env["run_id"] != SYSTEM_RUN_ID:
+                if not gid.startswith("implicit:"):
+                    self._call(leaf_index, env, gid)
+                elif gid[9:] != env["principal"]:  # a principal holds only its own implicit grant
+                    p = env["payload"]
+                    self._held.setdefault((env["run_id"], p.get("call_id")), []).append(
+                        (leaf_index, env["run_id"], env.get("run_seq"), gid,
+                         f"{gid} is the implicit grant of {gid[9:]!r}, not of the call's principal "
+                         f"{env['principal']!r}: a principal may name only its own"))
             return
         if kind == "policy.decision":
             if self._held and env["run_id"] != SYSTEM_RUN_ID:

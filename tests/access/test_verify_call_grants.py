@@ -223,3 +223,24 @@ def test_a_forged_gate_over_a_store_of_many_calls_keeps_state_only_for_calls_it_
                                  "principal": e.principal, "payload": e.payload})
         sizes.append(check.pending)
     assert max(sizes) == 1 and sizes[-1] == 0 and check.finish() == []
+
+
+def test_a_call_naming_another_principals_implicit_grant_is_call_grant_invalid(store, keys, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """``implicit:<principal>`` is the grant a principal holds by itself: the recorder refuses a call
+    naming another's (ConfigError, nothing recorded). A writer without that check (forged here by cutting
+    it out) recorded agent:deploy-bot's call under ``implicit:agent:admin-bot``; verify reports it."""
+    import sealbox.recorder as recorder_module
+
+    with pytest.raises(sealbox.ConfigError, match="is not this run's implicit grant"):
+        call(store, "implicit:agent:admin-bot")
+    assert verify_store(store).ok
+    with monkeypatch.context() as m:
+        m.setattr(recorder_module, "_check_implicit_grant", lambda where, grant, principal: None)
+        outcome, _, event = call(store, "implicit:agent:admin-bot")
+    assert (outcome, event.payload["grant"], event.principal) == ("ok", "implicit:agent:admin-bot", AGENT)
+    assert problems(store) == [invalid(event, "implicit:agent:admin-bot is the implicit grant of 'agent:admin-bot', "
+                                              "not of the call's principal 'agent:deploy-bot': a principal may name "
+                                              "only its own")]
+    code, out = cli_verify(tmp_path, capsys)
+    assert code == 1 and any("call_grant_invalid" in line for line in out)
