@@ -143,7 +143,8 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
         {"server": _STR, "tool": _NSTR, "from": _STR, "to": _STR, "reason": _STR},
         {"failures": _INT},
     ),
-    "tools.changed": _obj({"server": _STR, "added": _ANY, "removed": _ANY, "changed": _ANY}, {"first_seen": _BOOL}),
+    "tools.changed": _obj({"server": _STR, "added": _ANY, "removed": _ANY, "changed": _ANY},
+                          {"first_seen": _BOOL, "pin_version": _INT, "upgraded": _ANY}),
     "tool.reapproved": _obj(
         {"server": _STR, "tool": _STR, "identity": _STR},
         {"schema_hash": _FP, "change_leaf": {"type": "integer", "minimum": 0}, "origin": _STR, "reason": _STR,

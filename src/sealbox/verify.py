@@ -59,7 +59,7 @@ class Problem:
             ``reapproval_identity``, ``reapproval_binding``, ``reapproval_rule``, ``grant_signature``,
             ``grant_identity``, ``grant_binding``, ``grant_rule``, ``revocation_signature``,
             ``revocation_identity``, ``revocation_binding``, ``revocation_rule``, ``call_grant_invalid``
-            (:class:`CallGrantCheck`); in an export bundle
+            (:class:`CallGrantCheck`), ``pin_upgrade_forged`` (:func:`check_reapprovals`); in an export bundle
             also ``bundle_*`` codes (``bundle_grant_missing``, ``bundle_tool_change_missing``, ...:
             docs/bundle-format.md).
         message: one readable sentence.
@@ -1166,17 +1166,23 @@ class _Kept:
 def check_reapprovals(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -> tuple[list[Problem], list[str]]:
     """Every ``tool.reapproved`` of the system run must be signed as :mod:`sealbox.gateway.pinning` says
     (by an enabled approver or admin of the log at that moment, for this log's ``origin``, the tool and the
-    definition its ``tools.changed`` recorded); the pin state counts no other.
+    definition its ``tools.changed`` recorded); the pin state counts no other. Every ``upgraded`` entry of
+    a ``tools.changed`` (a version 1 pin carried to version 2) must upgrade the tool's last recorded
+    definition: the state counts no other (it blocks the tool as changed).
 
     Returns:
         Problems (``reapproval_signature``, ``reapproval_identity``, ``reapproval_binding``,
-        ``reapproval_rule``) for signed re-approvals that do not count, and notes for unsigned ones
-        (written by a Sealbox before 2026-12-03, or by hand): they do not count either, and their
-        tools stay blocked until re-approved with a key. A malformed one is reported as ``event_malformed``.
+        ``reapproval_rule``) for signed re-approvals that do not count, ``pin_upgrade_forged`` for
+        upgrades that do not count (:data:`sealbox.gateway.pinning.UPGRADE_PROBLEMS`), and notes for
+        unsigned re-approvals (written by a Sealbox before 2026-12-03, or by hand): they do not count
+        either, and their tools stay blocked until re-approved with a key. A malformed one is reported
+        as ``event_malformed``.
     """
-    if not by_kind.get("tool.reapproved"):
+    if not by_kind.get("tool.reapproved") and not any(
+            isinstance(env.get("payload"), dict) and "upgraded" in env["payload"]
+            for _, env in by_kind.get("tools.changed", [])):
         return [], []
-    from sealbox.gateway.pinning import REAPPROVAL_PROBLEMS, PinState
+    from sealbox.gateway.pinning import REAPPROVAL_PROBLEMS, UPGRADE_PROBLEMS, PinState
 
     kept = sorted((leaf, env) for kind in ("identity.changed", "tools.changed", "tool.reapproved")
                   for leaf, env in by_kind.get(kind, []) if env.get("run_id") == SYSTEM_RUN_ID)
@@ -1185,6 +1191,11 @@ def check_reapprovals(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -
     state.apply(_Kept(leaf, env) for leaf, env in kept)
     problems: list[Problem] = []
     notes: list[str] = []
+    for leaf, server, tool, problem in state.upgrade_problems:
+        env = envs[leaf]
+        problems.append(Problem("pin_upgrade_forged", f"the pin upgrade of {server}/{tool} does not count: "
+                                f"{UPGRADE_PROBLEMS[problem]} (the tool is blocked as changed until re-approved)",
+                                env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf))
     for r in state.reapprovals:
         if r.problem is None or r.problem == "malformed":
             continue

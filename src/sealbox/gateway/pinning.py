@@ -1,9 +1,13 @@
 """Tool pinning: notice when an upstream's tools change, and deny changed tools until re-approved.
 
-Each tool is pinned by the hash of its definition: ``sha256:`` of the RFC 8785
-bytes of ``{"name", "description", "input_schema"}``. The pin state lives in the
-store's system run, so it survives restarts and is shared by every gateway on
-the store:
+Each tool is pinned by the hash of its definition (:func:`tool_definition`, pin version 2):
+``sha256:`` of the RFC 8785 bytes of everything a client or its model acts on: ``name``,
+``title``, ``description``, ``input_schema``, ``output_schema``, ``annotations`` (the
+``readOnlyHint``/``destructiveHint``/… hints), ``execution`` (``taskSupport``) and ``icons``,
+each present only when the upstream lists it, and ``pin_version: 2``. Before 2026-12-04 a pin
+covered only ``{"name", "description", "input_schema"}`` (version 1, :func:`tool_definition_v1`),
+so a change of annotations, title or output schema alone went unnoticed. The pin state lives in
+the store's system run, so it survives restarts and is shared by every gateway on the store:
 
 * ``tools.changed`` (``first_seen: true``): the first listing of a server ever
   recorded; its tools are trusted on first use (approved). A later ``first_seen`` one for
@@ -16,6 +20,19 @@ the store:
   the tool is unblocked while its definition keeps that hash.
 
 A blocked tool's calls are recorded and denied by rule :data:`PIN_RULE`.
+
+**Upgrading version 1 pins.** A ``tools.changed`` written by this Sealbox says ``pin_version: 2``;
+one without it recorded version 1 hashes. When a server's tool was last recorded with a version 1
+hash, the next listing is compared on both: if the version 1 hash of what the upstream lists now
+equals the recorded one, the tool goes in the event's ``upgraded`` list (``before``: the recorded
+version 1 hash, ``after``: the version 2 hash, ``definition``), which is not a change: the tool keeps
+its approval (first listing or re-approval of the version 1 definition), carried to the version 2
+hash by that entry alone. Otherwise it is an ordinary ``changed`` entry (``before`` version 1,
+``after`` version 2) and the tool is blocked. An ``upgraded`` entry counts only when the event says
+``pin_version: 2``, the tool's last recorded definition was version 1 with hash ``before``, and its
+``definition`` hashes to ``after`` (version 2) and to ``before`` (version 1, :func:`v1_of`); any
+other is kept in :attr:`PinState.upgrade_problems` (``sealbox verify``: ``pin_upgrade_forged``) and
+counts as a change: the tool is blocked until re-approved.
 
 A re-approval counts only when it is **signed**, like an approval answer
 (:mod:`sealbox.approvals`): by the Ed25519 key of an identity that, as the log held
@@ -49,16 +66,67 @@ from sealbox.errors import InvalidEventError, SealboxError
 from sealbox.events import SYSTEM_RUN_ID, EventDraft, validate_payload
 from sealbox.identities import IdentityBook, load_key, sign_fields, verify_fields
 
-__all__ = ["PIN_RULE", "PinState", "Reapproval", "ReapprovalError", "REAPPROVAL_PROBLEMS", "reapprove",
-           "reapproval_fields", "tool_definition", "definition_hash"]
+__all__ = ["PIN_RULE", "PIN_VERSION", "PinState", "Reapproval", "ReapprovalError", "REAPPROVAL_PROBLEMS",
+           "UPGRADE_PROBLEMS", "reapprove", "reapproval_fields", "tool_definition", "tool_definition_v1",
+           "definition_of", "v1_of", "definition_hash"]
 
 #: The rule id a pinning deny names in ``policy.decision``.
 PIN_RULE = "sealbox.gateway/tool-changed"
 
 
-def tool_definition(name: str, description: str | None, input_schema: Any) -> dict[str, Any]:
-    """The pinned part of a tool, as strict JSON."""
+#: The version of the pinned definition this Sealbox records (``pin_version`` of ``tools.changed``).
+PIN_VERSION = 2
+
+
+def _wire(value: Any) -> Any:
+    """An SDK model (ToolAnnotations, ToolExecution, Icon) or a list of them as the wire's JSON
+    (camelCase keys, unset fields left out); anything else as strict JSON."""
+    if isinstance(value, list):
+        return [_wire(v) for v in value]
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return encode(value)
+
+
+def tool_definition(name: str, description: str | None = None, input_schema: Any = None, *,
+                    title: str | None = None, output_schema: Any = None, annotations: Any = None,
+                    execution: Any = None, icons: Any = None) -> dict[str, Any]:
+    """The pinned part of a tool (pin version 2), as strict JSON.
+
+    ``{"pin_version": 2, "name", "input_schema"}`` plus each of ``title``, ``description``,
+    ``output_schema``, ``annotations``, ``execution`` and ``icons`` the tool has (not None): an
+    absent field is left out, so absent and present (even empty: ``""``, ``{}``) hash differently.
+    ``annotations``, ``execution`` and ``icons`` are SDK models (``mcp_types.ToolAnnotations``, …)
+    or their wire JSON (camelCase keys: ``{"readOnlyHint": true}``). ``_meta`` is not pinned
+    (docs/gateway.md, *Tool pinning*: what is pinned).
+    """
+    out: dict[str, Any] = {"pin_version": PIN_VERSION, "name": name, "input_schema": encode(input_schema or {})}
+    for key, value in (("title", title), ("description", description), ("output_schema", output_schema),
+                       ("annotations", annotations), ("execution", execution), ("icons", icons)):
+        if value is not None:
+            out[key] = _wire(value)
+    return out
+
+
+def definition_of(tool: Any) -> dict[str, Any]:
+    """:func:`tool_definition` of an MCP ``Tool`` (``mcp_types.Tool``) as an upstream listed it."""
+    return tool_definition(tool.name, tool.description, tool.input_schema, title=getattr(tool, "title", None),
+                           output_schema=getattr(tool, "output_schema", None),
+                           annotations=getattr(tool, "annotations", None),
+                           execution=getattr(tool, "execution", None), icons=getattr(tool, "icons", None))
+
+
+def tool_definition_v1(name: str, description: str | None, input_schema: Any) -> dict[str, Any]:
+    """The pinned part of a tool as Sealbox recorded it before 2026-12-04 (pin version 1):
+    ``{"name", "description" ("" when absent), "input_schema"}``. Kept to upgrade version 1 pins."""
     return {"name": name, "description": description or "", "input_schema": encode(input_schema or {})}
+
+
+def v1_of(definition: dict[str, Any]) -> dict[str, Any]:
+    """The version 1 definition of a version 2 one (:func:`tool_definition`): what a Sealbox before
+    2026-12-04 pinned of the same tool listing."""
+    return tool_definition_v1(definition.get("name"), definition.get("description"),  # type: ignore[arg-type]
+                              definition.get("input_schema"))
 
 
 def definition_hash(definition: dict[str, Any]) -> str:
@@ -82,6 +150,16 @@ REAPPROVAL_PROBLEMS = {
     "compromised_key": "it was signed with its identity's key after the point from which that key was declared "
                        "compromised (`sealbox identities disable|rotate --compromised-since`): the tool is blocked "
                        "again until re-approved by another key",
+}
+
+
+#: Why an ``upgraded`` entry of a ``tools.changed`` does not count (:attr:`PinState.upgrade_problems`).
+UPGRADE_PROBLEMS = {
+    "not_version_2": "its tools.changed does not say pin_version 2",
+    "unknown_tool": "the tool has no recorded definition to upgrade",
+    "not_version_1": "the tool's last recorded definition is not a version 1 pin",
+    "before_mismatch": "its before hash is not the hash of the tool's last recorded definition",
+    "hash_mismatch": "its definition does not hash to its after hash (version 2) and its before hash (version 1)",
 }
 
 
@@ -141,6 +219,9 @@ class PinState:
         reapprovals: every ``tool.reapproved`` read, with whether it counts.
         live: the hash of each tool as this process last saw its upstream list it (:meth:`observe`;
             empty outside a gateway).
+        versions: the pin version (1 or 2) of each tool's latest recorded definition.
+        upgrade_problems: ``(leaf_index, server, tool, problem)`` for each ``upgraded`` entry that does
+            not count (an :data:`UPGRADE_PROBLEMS` code); it was applied as a change.
     """
 
     known: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -153,6 +234,8 @@ class PinState:
     book: IdentityBook = field(default_factory=IdentityBook)
     reapprovals: list[Reapproval] = field(default_factory=list)
     live: dict[tuple[str, str], str] = field(default_factory=dict)
+    versions: dict[tuple[str, str], int] = field(default_factory=dict)
+    upgrade_problems: list[tuple[int | None, str, str, str]] = field(default_factory=list)
     _recorded: dict[int, dict[tuple[str, str], str]] = field(default_factory=dict)
     #: (server, tool) -> [(hash, index in reapprovals or None for a first listing)], in log order: what
     #: approved it, so that a re-approval withdrawn by a later compromise record falls back to the one before
@@ -248,6 +331,7 @@ class PinState:
         if not isinstance(p, dict) or not isinstance(p.get("server"), str):
             return  # malformed (verify reports it): never trusted
         server = p["server"]
+        version = p["pin_version"] if type(p.get("pin_version")) is int else 1
         # trusted on first use: only the first listing of a server ever recorded (a later
         # ``first_seen`` one, appended by another writer, would approve changed tools)
         first_seen = bool(p.get("first_seen")) and server not in self.servers
@@ -256,6 +340,7 @@ class PinState:
         for item in _items(p.get("added")):
             key = (server, item["tool"])
             self.known[key] = recorded[key] = item["hash"]
+            self.versions[key] = version
             self.definitions[key] = item.get("definition") or {}
             if first_seen:
                 self.approved[key] = item["hash"]
@@ -263,10 +348,28 @@ class PinState:
         for item in _items(p.get("changed"), "after"):
             key = (server, item["tool"])
             self.known[key] = recorded[key] = item["after"]
+            self.versions[key] = version
             self.definitions[key] = item.get("definition") or {}
+        for item in _items(p.get("upgraded"), "after"):
+            key = (server, item["tool"])
+            if self.known.get(key) == item["after"] and self.versions.get(key) == version == PIN_VERSION:
+                recorded[key] = item["after"]  # applied already (read back after observe): nothing changes
+                continue
+            problem = self._upgrade_problem(key, item, version)
+            if problem is None:
+                before, after = item["before"], item["after"]
+                if self.approved.get(key) == before:
+                    self.approved[key] = after  # carried by this entry alone
+                self._sources[key] = [(after if h == before else h, i) for h, i in self._sources.get(key, ())]
+            else:
+                self.upgrade_problems.append((leaf_index, server, item["tool"], problem))
+            self.known[key] = recorded[key] = item["after"]
+            self.versions[key] = version
+            self.definitions[key] = item.get("definition") if isinstance(item.get("definition"), dict) else {}
         for item in _items(p.get("removed")):
             self.known.pop((server, item["tool"]), None)
             self.known_leaf.pop((server, item["tool"]), None)
+            self.versions.pop((server, item["tool"]), None)
         if leaf_index is not None:
             self._recorded[leaf_index] = recorded
             for key in recorded:
@@ -274,6 +377,24 @@ class PinState:
         else:
             for key in recorded:
                 self.known_leaf.pop(key, None)
+
+    def _upgrade_problem(self, key: tuple[str, str], item: dict[str, Any], version: int) -> str | None:
+        """Why an ``upgraded`` entry does not count (an :data:`UPGRADE_PROBLEMS` code), or None."""
+        if version != PIN_VERSION:
+            return "not_version_2"
+        if key not in self.known:
+            return "unknown_tool"
+        if self.versions.get(key) != 1:
+            return "not_version_1"
+        if item.get("before") != self.known[key]:
+            return "before_mismatch"
+        d = item.get("definition")
+        try:
+            ok = isinstance(d, dict) and d.get("pin_version") == PIN_VERSION and isinstance(d.get("name"), str) \
+                and definition_hash(d) == item["after"] and definition_hash(v1_of(d)) == item["before"]
+        except Exception:  # noqa: BLE001 - a definition that cannot be encoded is no definition
+            ok = False
+        return None if ok else "hash_mismatch"
 
     def refresh(self, store: Any) -> None:
         """Read the events appended since the last load or refresh (e.g. a re-approval by the CLI)."""
@@ -319,28 +440,44 @@ class PinState:
         return live is not None and approved != live
 
     def observe(self, server: str, tools: dict[str, dict[str, Any]]) -> EventDraft | None:
-        """Compare a listing (``{name: tool_definition}``) with the recorded state.
+        """Compare a listing (``{name: tool_definition}``, version 2 definitions) with the recorded state.
+
+        A tool last recorded with a version 1 pin whose version 1 hash is unchanged goes in
+        ``upgraded`` (not a change); one whose version 1 hash differs in ``changed``.
 
         Returns:
-            The ``tools.changed`` draft to record (system run), or None when nothing changed.
-            The state is updated as if it were recorded.
+            The ``tools.changed`` draft to record (system run, ``pin_version: 2``), or None when
+            nothing changed and nothing was upgraded. The state is updated as if it were recorded.
         """
         hashes = {name: definition_hash(d) for name, d in tools.items()}
         self.live = {k: v for k, v in self.live.items() if k[0] != server}
         self.live.update({(server, name): digest for name, digest in hashes.items()})
         if server not in self.servers:
-            payload = {"server": server, "first_seen": True, "removed": [], "changed": [],
+            payload = {"server": server, "pin_version": PIN_VERSION, "first_seen": True, "removed": [], "changed": [],
                        "added": [{"tool": n, "hash": hashes[n], "definition": tools[n]} for n in sorted(tools)]}
         else:
             before = {t: h for (s, t), h in self.known.items() if s == server}
             added = [{"tool": n, "hash": hashes[n], "definition": tools[n]} for n in sorted(set(hashes) - set(before))]
             removed = [{"tool": n, "hash": before[n]} for n in sorted(set(before) - set(hashes))]
-            changed = [{"tool": n, "before": before[n], "after": hashes[n], "fields": _fields(self.definitions.get((server, n)), tools[n]),
-                        "definition": tools[n]}
-                       for n in sorted(set(before) & set(hashes)) if before[n] != hashes[n]]
-            if not (added or removed or changed):
+            changed, upgraded = [], []
+            for n in sorted(set(before) & set(hashes)):
+                old = self.definitions.get((server, n))
+                if self.versions.get((server, n)) == 1:
+                    v1 = v1_of(tools[n])
+                    if before[n] == definition_hash(v1):
+                        upgraded.append({"tool": n, "before": before[n], "after": hashes[n], "definition": tools[n]})
+                    else:
+                        changed.append({"tool": n, "before": before[n], "after": hashes[n], "fields": _fields(old, v1),
+                                        "definition": tools[n]})
+                elif before[n] != hashes[n]:
+                    changed.append({"tool": n, "before": before[n], "after": hashes[n], "fields": _fields(old, tools[n]),
+                                    "definition": tools[n]})
+            if not (added or removed or changed or upgraded):
                 return None
-            payload = {"server": server, "added": added, "removed": removed, "changed": changed}
+            payload = {"server": server, "pin_version": PIN_VERSION, "added": added, "removed": removed,
+                       "changed": changed}
+            if upgraded:
+                payload["upgraded"] = upgraded
         self._apply_change(payload)
         return EventDraft("tools.changed", payload, run_id=SYSTEM_RUN_ID, principal="sealbox")
 

@@ -52,7 +52,7 @@ from sealbox.gateway import codes
 from sealbox.gateway.config import GatewayConfig
 from sealbox.gateway.holds import (DELIVERED_ON_RETRY, WIRE_STATE_KEY, Pending, StateError, Undelivered, open_state,
                                    seal_state, state_key)
-from sealbox.gateway.pinning import PIN_RULE, PinState, tool_definition
+from sealbox.gateway.pinning import PIN_RULE, PinState, definition_of
 from sealbox.gateway.upstream import Upstream, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from sealbox.policy import CircuitBreaker, Decision, Policy
 from sealbox.recorder import Recorder, RunContext, ToolDenied, is_call_step
@@ -500,7 +500,7 @@ class Gateway:
         connection.exit_stack.callback(self._connections.pop, id(connection), None)
 
     async def _on_tools(self, upstream: Upstream, tools: list[types.Tool]) -> None:
-        definitions = {t.name: tool_definition(t.name, t.description, t.input_schema) for t in tools}
+        definitions = {t.name: definition_of(t) for t in tools}
         # the tool names it lists changed (e.g. it failed to start, and now lists its tools): clients that
         # listed the gateway's tools are told, whether or not a change of definitions is recorded
         names = frozenset(definitions)

@@ -1,0 +1,273 @@
+"""Tool pins cover everything a client or its model acts on (pin version 2), and version 1 pins upgrade.
+
+A rug pull that changes only a tool's annotations, title or output schema is a change: the tool is
+denied until re-approved. A store whose pins were written by a Sealbox before 2026-12-04 (version 1:
+name, description, input schema) is built here as that Sealbox wrote it (its event payloads, hashed
+with :func:`tool_definition_v1`, from the toy upstream's real listing): the gateway upgrades each tool
+whose version 1 hash is unchanged (``upgraded``, keeping its approval) and blocks one that changed;
+``sealbox verify`` and the offline bundle verifier accept old, upgraded and new stores and report a
+forged upgrade (``pin_upgrade_forged``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+import sealbox
+from sealbox.canonical import canonical_bytes
+from sealbox.cli.main import cli
+from sealbox.events import SYSTEM_RUN_ID, EventDraft
+from sealbox.gateway import PIN_RULE, Gateway
+from sealbox.gateway.pinning import (UPGRADE_PROBLEMS, PinState, definition_hash, definition_of, reapprove,
+                                     tool_definition, tool_definition_v1, v1_of)
+from sealbox.identities import add_identity
+from sealbox.interop.bundle import export_bundle
+from sealbox.interop.bundle_verify import verify_bundle
+from identity_testkit import admin_key
+
+from .conftest import connect, gateway_runs, running, system_events, text_of, toy_config, toy_log
+
+pytestmark = pytest.mark.anyio
+
+OBJ = {"type": "object"}
+ADD_INPUT = {**OBJ, "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+ADD_OUTPUT = {**OBJ, "properties": {"sum": {"type": "integer"}}, "required": ["sum"]}
+
+
+def alice_key(store, tmp_path):
+    path = tmp_path / "alice.key"
+    if not path.exists():
+        add_identity(store, "alice", "approver", key_path=path, admin_key=admin_key(store, tmp_path))
+    return path
+
+
+def reapprove_cli(store_path, server, tool):
+    return CliRunner().invoke(cli, ["gateway", "reapprove", server, tool, "--store", str(store_path), "--reason",
+                                    "reviewed", "--key-file", str(Path(store_path).parent / "alice.key")])
+
+
+def test_the_pinned_definition_keeps_absent_and_present_apart_and_covers_what_a_client_acts_on():
+    d = tool_definition("t", "d", OBJ, annotations={"readOnlyHint": True}, title="T", output_schema=OBJ)
+    assert canonical_bytes(d) == (b'{"annotations":{"readOnlyHint":true},"description":"d","input_schema":'
+                                  b'{"type":"object"},"name":"t","output_schema":{"type":"object"},'
+                                  b'"pin_version":2,"title":"T"}')
+    bare = tool_definition("t", None, OBJ)
+    assert canonical_bytes(bare) == b'{"input_schema":{"type":"object"},"name":"t","pin_version":2}'
+    hashes = {definition_hash(x) for x in (
+        bare, tool_definition("t", "", OBJ), tool_definition("t", None, OBJ, annotations={}),
+        tool_definition("t", None, OBJ, title=""), tool_definition("t", None, OBJ, output_schema={}),
+        tool_definition("t", None, OBJ, annotations={"readOnlyHint": False}),
+        tool_definition("t", None, OBJ, annotations={"destructiveHint": True}),
+        tool_definition("t", None, OBJ, execution={"taskSupport": "required"}),
+        tool_definition("t", None, OBJ, icons=[{"src": "https://example.com/i.png"}]),
+        tool_definition_v1("t", None, OBJ))}
+    assert len(hashes) == 10  # and a version 1 hash is never a version 2 one
+    assert v1_of(d) == tool_definition_v1("t", "d", OBJ) == {"name": "t", "description": "d", "input_schema": OBJ}
+
+
+@pytest.mark.parametrize("rug", ["annotations", "title", "output_schema"])
+async def test_a_rug_pull_of_annotations_title_or_output_schema_alone_is_denied_until_reapproved(tmp_path, store, rug):
+    alice_key(store, tmp_path)
+    gw = Gateway(toy_config(tmp_path, env={"TOY_RUG": rug}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        [first] = system_events(store, "tools.changed")
+        assert first["pin_version"] == 2 and first["first_seen"] is True
+        assert next(a["definition"] for a in first["added"] if a["tool"] == "add") == {
+            "pin_version": 2, "name": "add", "title": "Add", "description": "Add two integers.",
+            "input_schema": ADD_INPUT, "output_schema": ADD_OUTPUT, "annotations": {"readOnlyHint": True}}
+        assert text_of(await client.call_tool("toy__add", {"a": 1, "b": 2})) == "3"
+
+        await client.call_tool("toy__mutate", {})
+        with anyio.fail_after(10):
+            while len(system_events(store, "tools.changed")) < 2:
+                await anyio.sleep(0.05)
+        [_, change] = system_events(store, "tools.changed")
+        assert change["added"] == change["removed"] == [] and "upgraded" not in change
+        [entry] = change["changed"]
+        assert (entry["tool"], entry["fields"], entry["before"]) == ("add", [rug], first["added"][0]["hash"])
+        assert entry["after"] == definition_hash(entry["definition"]) == definition_hash(
+            definition_of(gw.upstreams["toy"].tools["add"]))
+
+        denied = await client.call_tool("toy__add", {"a": 1, "b": 2})
+        assert denied.is_error is True and PIN_RULE in text_of(denied)
+        assert (await client.call_tool("toy__echo", {"text": "x"})).is_error is False  # unchanged
+        out = reapprove_cli(tmp_path / "store", "toy", "add")
+        assert out.exit_code == 0, out.output
+        assert text_of(await client.call_tool("toy__add", {"a": 2, "b": 2})) == "4"
+    assert [e["arguments"] for e in toy_log(tmp_path) if e["tool"] == "add"] == [{"a": 1, "b": 2}, {"a": 2, "b": 2}]
+    [r] = system_events(store, "tool.reapproved")
+    assert r["schema_hash"] == entry["after"]
+    report = sealbox.verify_store(store)
+    assert report.ok and report.problems == ()
+
+
+# ---------------------------------------------------------------- stores written with version 1 pins
+
+async def toy_tools(tmp_path, name, **env):
+    """The toy upstream's real listing ({name: mcp Tool}), read through a gateway on a scratch store."""
+    scratch = sealbox.init_store(tmp_path / name)
+    try:
+        gw = Gateway(toy_config(tmp_path, env=env), store=scratch)
+        async with running(gw):
+            return dict(gw.upstreams["toy"].tools)
+    finally:
+        scratch.close()
+
+
+def v1_defs(tools):
+    return {n: tool_definition_v1(t.name, t.description, t.input_schema) for n, t in tools.items()}
+
+
+def write_v1_listing(store, tools, before=None):
+    """A tools.changed exactly as a Sealbox before 2026-12-04 recorded a listing (version 1 hashes, no
+    pin_version): the first one (``before`` None), or the change from the ``before`` listing."""
+    new = v1_defs(tools)
+    h = {n: definition_hash(d) for n, d in new.items()}
+    if before is None:
+        payload = {"server": "toy", "first_seen": True, "removed": [], "changed": [],
+                   "added": [{"tool": n, "hash": h[n], "definition": new[n]} for n in sorted(new)]}
+    else:
+        old = v1_defs(before)
+        oh = {n: definition_hash(d) for n, d in old.items()}
+        payload = {"server": "toy", "removed": [{"tool": n, "hash": oh[n]} for n in sorted(set(old) - set(new))],
+                   "added": [{"tool": n, "hash": h[n], "definition": new[n]} for n in sorted(set(new) - set(old))],
+                   "changed": [{"tool": n, "before": oh[n], "after": h[n],
+                                "fields": sorted(k for k in new[n] if new[n][k] != old[n][k]), "definition": new[n]}
+                               for n in sorted(set(new) & set(old)) if h[n] != oh[n]]}
+    [e] = store.append([EventDraft("tools.changed", payload, run_id=SYSTEM_RUN_ID, principal="sealbox")])
+    return e.leaf_index
+
+
+def upgrade_of(tool):
+    d = definition_of(tool)
+    return {"tool": tool.name, "before": definition_hash(v1_of(d)), "after": definition_hash(d), "definition": d}
+
+
+def bundle_problems(store, tmp_path, name):
+    path = tmp_path / f"{name}.sbx"
+    export_bundle(store, [gateway_runs(store)[-1]], path)
+    report = verify_bundle(path, trusted_vkey=(tmp_path / "store" / "log.vkey").read_text().strip())
+    return [(p.code, p.leaf_index) for p in report.problems]
+
+
+async def test_a_version_1_store_upgrades_without_blocking_and_a_restart_records_nothing_more(tmp_path, store):
+    tools = await toy_tools(tmp_path, "scratch")
+    write_v1_listing(store, tools)
+    assert sealbox.verify_store(store).problems == ()  # the old store verifies
+    assert not PinState.load(store).blocked_tools()
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        [_, up] = system_events(store, "tools.changed")
+        assert up == {"server": "toy", "pin_version": 2, "added": [], "removed": [], "changed": [],
+                      "upgraded": [upgrade_of(tools[n]) for n in sorted(tools)]}
+        assert text_of(await client.call_tool("toy__echo", {"text": "hi"})) == "hi"
+        assert not any(t.description.startswith("[blocked") for t in (await client.list_tools()).tools)
+    gw2 = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw2) as tg, connect(gw2, tg) as client:
+        assert text_of(await client.call_tool("toy__add", {"a": 1, "b": 1})) == "2"
+    assert len(system_events(store, "tools.changed")) == 2
+    assert sealbox.verify_store(store).problems == ()
+    assert bundle_problems(store, tmp_path, "up") == []
+
+
+async def test_a_version_1_reapproval_carries_over_the_upgrade_and_an_unapproved_tool_stays_blocked(tmp_path, store):
+    key = alice_key(store, tmp_path)
+    base, pulled = await toy_tools(tmp_path, "s1"), await toy_tools(tmp_path, "s2", TOY_VARIANT="2")
+    write_v1_listing(store, base)
+    change_leaf = write_v1_listing(store, pulled, before=base)  # echo changed, extra added
+    signed = reapprove(store, "toy", "echo", "reviewed", key)  # a re-approval of the version 1 definition
+    assert (signed["schema_hash"], signed["change_leaf"]) == (definition_hash(v1_defs(pulled)["echo"]), change_leaf)
+    gw = Gateway(toy_config(tmp_path, env={"TOY_VARIANT": "2"}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        [_, _, up] = system_events(store, "tools.changed")
+        assert up["changed"] == up["added"] == [] and [u["tool"] for u in up["upgraded"]] == sorted(pulled)
+        assert text_of(await client.call_tool("toy__echo", {"text": "approved"})) == "approved"
+        denied = await client.call_tool("toy__extra", {})  # added in version 1, never approved
+        assert denied.is_error is True and PIN_RULE in text_of(denied)
+        out = reapprove_cli(tmp_path / "store", "toy", "extra")
+        assert out.exit_code == 0, out.output
+        assert text_of(await client.call_tool("toy__extra", {})) == "no tool extra"  # forwarded: the toy answered
+    [_, extra] = system_events(store, "tool.reapproved")
+    upgrade_leaf = [e.leaf_index for e in store.read_run(SYSTEM_RUN_ID) if e.kind == "tools.changed"][-1]
+    assert (extra["schema_hash"], extra["change_leaf"]) == (upgrade_of(pulled["extra"])["after"], upgrade_leaf)
+    assert sealbox.verify_store(store).problems == ()
+    assert bundle_problems(store, tmp_path, "carried") == []
+
+
+async def test_a_tool_whose_version_1_definition_changed_is_a_change_at_the_upgrade(tmp_path, store):
+    alice_key(store, tmp_path)
+    base, pulled = await toy_tools(tmp_path, "s1"), await toy_tools(tmp_path, "s2", TOY_VARIANT="2")
+    write_v1_listing(store, base)
+    gw = Gateway(toy_config(tmp_path, env={"TOY_VARIANT": "2"}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        [first, up] = system_events(store, "tools.changed")
+        v1_echo = next(a["hash"] for a in first["added"] if a["tool"] == "echo")
+        echo = definition_of(pulled["echo"])
+        assert up["changed"] == [{"tool": "echo", "before": v1_echo, "after": definition_hash(echo),
+                                  "fields": ["description"], "definition": echo}]
+        assert [a["tool"] for a in up["added"]] == ["extra"] and up["removed"] == []
+        assert [u["tool"] for u in up["upgraded"]] == sorted(set(base) - {"echo"})
+        denied = await client.call_tool("toy__echo", {"text": "pulled"})
+        assert denied.is_error is True and PIN_RULE in text_of(denied)
+        assert text_of(await client.call_tool("toy__add", {"a": 1, "b": 1})) == "2"  # upgraded, approved
+        assert reapprove_cli(tmp_path / "store", "toy", "echo").exit_code == 0
+        assert text_of(await client.call_tool("toy__echo", {"text": "now"})) == "now"
+    assert [e["arguments"]["text"] for e in toy_log(tmp_path) if e["tool"] == "echo"] == ["now"]
+    assert sealbox.verify_store(store).problems == ()
+
+
+@pytest.mark.parametrize("forgery", ["hash_mismatch", "before_mismatch"])
+async def test_a_forged_upgrade_is_a_change_and_verify_and_the_bundle_report_it(tmp_path, store, forgery):
+    """hash_mismatch: the upgrade claims the changed echo's version 1 hash is the recorded one;
+    before_mismatch: it names the changed echo's own version 1 hash, which is not the recorded one."""
+    base, pulled = await toy_tools(tmp_path, "s1"), await toy_tools(tmp_path, "s2", TOY_VARIANT="2")
+    write_v1_listing(store, base)
+    forged = upgrade_of(pulled["echo"])
+    if forgery == "hash_mismatch":
+        forged["before"] = upgrade_of(base["echo"])["before"]
+    [e] = store.append([EventDraft("tools.changed", {"server": "toy", "pin_version": 2, "added": [], "removed": [],
+                                                     "changed": [], "upgraded": [forged]},
+                                   run_id=SYSTEM_RUN_ID, principal="sealbox")])
+    problems = [(p.code, p.leaf_index, p.message) for p in sealbox.verify_store(store).problems]
+    assert problems == [("pin_upgrade_forged", e.leaf_index, "the pin upgrade of toy/echo does not count: "
+                         f"{UPGRADE_PROBLEMS[forgery]} (the tool is blocked as changed until re-approved)")]
+    pins = PinState.load(store)
+    assert pins.blocked_tools() == {("toy", "echo")} and pins.pending("toy", "echo") == forged["after"]
+    gw = Gateway(toy_config(tmp_path, env={"TOY_VARIANT": "2"}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        denied = await client.call_tool("toy__echo", {"text": "pulled"})
+        assert denied.is_error is True and PIN_RULE in text_of(denied)
+        assert text_of(await client.call_tool("toy__add", {"a": 1, "b": 1})) == "2"
+    assert [e["tool"] for e in toy_log(tmp_path)] == ["add"]
+    assert bundle_problems(store, tmp_path, "forged") == [("pin_upgrade_forged", e.leaf_index)]
+
+
+async def test_a_carried_version_1_reapproval_signed_with_a_leaked_key_blocks_the_tool_again(tmp_path, store):
+    """The upgrade carries the re-approval, not a fresh approval: when its key is declared compromised
+    from before it, the tool falls back to its first listing's approval, which is not its definition."""
+    from sealbox.identities import disable_identity
+
+    key = alice_key(store, tmp_path)
+    base, pulled = await toy_tools(tmp_path, "s1"), await toy_tools(tmp_path, "s2", TOY_VARIANT="2")
+    write_v1_listing(store, base)
+    write_v1_listing(store, pulled, before=base)
+    since = store.size()
+    signed = reapprove(store, "toy", "echo", "reviewed", key)
+    pins = PinState.load(store)
+    store.append([pins.observe("toy", {n: definition_of(t) for n, t in pulled.items()})])  # as the gateway does
+    pins = PinState.load(store)
+    echo = upgrade_of(pulled["echo"])
+    assert (echo["before"], pins.known[("toy", "echo")]) == (signed["schema_hash"], echo["after"])
+    assert pins.blocked_tools() == {("toy", "extra")}
+    disable_identity(store, "alice", "key leaked", admin_key=admin_key(store, tmp_path),
+                     compromised_since=f"leaf:{since}")
+    pins = PinState.load(store)
+    assert pins.blocked_tools() == {("toy", "echo"), ("toy", "extra")}
+    # the first listing's approval: of the version 1 definition echo had then (never upgraded: it had changed)
+    assert pins.approved[("toy", "echo")] == upgrade_of(base["echo"])["before"]
+    assert [r.problem for r in pins.reapprovals] == ["compromised_key"]
+    assert sealbox.verify_store(store).problems == ()
