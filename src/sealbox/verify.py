@@ -1462,7 +1462,8 @@ def check_revocations(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -
 CALL_EXPIRY_TOLERANCE_S = 60
 
 #: The kinds :class:`CallGrantCheck` reads.
-CALL_GRANT_KINDS = frozenset({"identity.changed", "access.granted", "access.revoked", "tool.call", "policy.decision"})
+CALL_GRANT_KINDS = frozenset({"identity.changed", "access.granted", "access.revoked", "tool.call", "policy.decision",
+                              "approval.requested", "run.resumed"})
 
 _CALL_GRANT_INVALID = ("the call was not denied, though its grant did not authorize it: {why} (the recorder denies "
                        "such a call grant_invalid: it was not recorded through Sealbox's grant check)")
@@ -1523,6 +1524,12 @@ class CallGrantCheck:
         #: (run_id, call_id) -> [(leaf, run_id, run_seq, grant id, why or None: no grant at the call's leaf)]
         self._held: dict[tuple[str, Any], list[tuple]] = {}
         self._tolerance = timedelta(seconds=CALL_EXPIRY_TOLERANCE_S)
+        #: the last tool.call naming an explicit grant: (key, leaf, run_seq, grant id, principal, server, tool)
+        self._last_call: tuple | None = None
+        #: (run_id, call_id) -> that tuple, for each such call its gate left waiting for approval: the
+        #: recorder checks its grant again when it resumes (sealbox.pause), and so does this
+        self._waiting: dict[tuple[str, Any], tuple] = {}
+        self._approval_of: dict[str, tuple[str, Any]] = {}  # approval id -> the waiting call's key
 
     @property
     def pending(self) -> int:
@@ -1538,6 +1545,9 @@ class CallGrantCheck:
             if type(gid) is str and gid and env["run_id"] != SYSTEM_RUN_ID:
                 if not gid.startswith("implicit:"):
                     self._call(leaf_index, env, gid)
+                    p = env["payload"]
+                    self._last_call = ((env["run_id"], p.get("call_id")), leaf_index, env.get("run_seq"), gid,
+                                       env.get("principal"), p.get("server"), p.get("tool"))
                 elif gid[9:] != env["principal"]:  # a principal holds only its own implicit grant
                     p = env["payload"]
                     self._held.setdefault((env["run_id"], p.get("call_id")), []).append(
@@ -1546,11 +1556,29 @@ class CallGrantCheck:
                          f"{env['principal']!r}: a principal may name only its own"))
             return
         if kind == "policy.decision":
-            if self._held and env["run_id"] != SYSTEM_RUN_ID:
+            if (self._held or self._last_call or self._waiting) and env["run_id"] != SYSTEM_RUN_ID:
                 p = env["payload"]
                 key = (env["run_id"], p.get("call_id"))
                 if key in self._held and not lets_through(p):
                     del self._held[key]
+                last, self._last_call = self._last_call, None
+                if last is not None and last[0] == key and p.get("effect") == "require_approval":
+                    self._waiting[key] = last  # its grant is checked again when it resumes
+            return
+        if kind == "approval.requested" or kind == "run.resumed":
+            p = env["payload"]
+            if not self._waiting or env["run_id"] == SYSTEM_RUN_ID or type(p) is not dict:
+                return
+            if kind == "approval.requested":
+                key = (env["run_id"], p.get("call_id"))
+                if key in self._waiting and type(p.get("approval_id")) is str:
+                    self._approval_of[p["approval_id"]] = key
+                return
+            outcomes = p.get("outcomes")
+            for aid, outcome in outcomes.items() if type(outcomes) is dict else ():
+                key = self._approval_of.get(aid)
+                if outcome == "approved" and key is not None and key[0] == env["run_id"]:
+                    self._resumed(leaf_index, env, self._waiting[key])
             return
         p = env.get("payload")
         if env["run_id"] != SYSTEM_RUN_ID or type(p) is not dict:
@@ -1599,6 +1627,20 @@ class CallGrantCheck:
             return
         self._held.setdefault((env["run_id"], p.get("call_id")), []).append(
             (leaf_index, env["run_id"], env.get("run_seq"), gid, why))
+
+    def _resumed(self, leaf_index: int, env: dict, call: tuple) -> None:
+        """The ``run.resumed`` at ``leaf_index`` let a call its gate left waiting run (outcome
+        ``approved``): its grant must still authorize it there, as the recorder checks in the same
+        transaction (``sealbox.pause``)."""
+        key, call_leaf, run_seq, gid, principal, server, tool = call
+        grant = self._grants.get(gid)
+        if grant is None or key in self._held:  # absent, or already reported at its tool.call
+            return
+        why = self._why(gid, grant, {"principal": principal, "ts": env.get("ts")}, {"server": server, "tool": tool})
+        if why is not None:
+            self._held.setdefault(key, []).append(
+                (call_leaf, key[0], run_seq, gid, f"{why}, checked again when the call resumed (run.resumed at leaf "
+                                                  f"{leaf_index})"))
 
     def _why(self, gid: str, grant: tuple, env: dict, p: dict) -> str | None:
         """Why ``grant`` did not authorize this call at its leaf, or None (it did, or it is unsigned)."""

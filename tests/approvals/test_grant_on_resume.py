@@ -149,3 +149,53 @@ def test_verify_leaves_out_a_call_its_resumption_denied_though_a_forged_gate_let
         (resumed,) = run.resumed_calls
     assert (resumed.outcome, resumed.ran, tool.calls) == ("grant_invalid", False, [])
     assert verify_store(store).ok
+
+
+def test_verify_reports_a_call_that_resumed_under_a_grant_revoked_while_it_waited(store, keys, monkeypatch, tmp_path):
+    """The grant was valid at the gate; it was revoked while the call waited for approval. The honest
+    resumption denies it grant_invalid (above). A writer whose resumption skips that check (forged here
+    by cutting sealbox.pause._check_grant_on_resume out) ran it: verify judges the grant again at the
+    call's re-evaluated decision, as the recorder does, and reports it; the same in the run's bundle."""
+    import sealbox.pause as pause
+
+    grant = signed_grant(store, "agent:bot", "db", "write_query", scope="write")
+    rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
+    run_id, aid = suspended_call(store, rec, grant)
+    answer(store, aid, "approve", "looks fine", keys["alice"])
+    assert verify_store(store).ok  # waiting under a valid grant
+    revoke(store, grant, "key leaked")
+    requested = next(e.leaf_index for e in store.read_run("system") if e.kind == "access.revoked")
+    with monkeypatch.context() as m:
+        m.setattr(pause, "_check_grant_on_resume", lambda run, reader, state, now, current: current)
+        with rec.resume(run_id, {("db", "write_query"): tool}) as run:
+            (resumed,) = run.resumed_calls
+    assert (resumed.outcome, resumed.ran, tool.calls) == ("approved", True, ["DELETE FROM t"])
+    call = next(e for e in store.read_run(run_id) if e.kind == "tool.call")
+    again = next(e for e in store.read_run(run_id) if e.kind == "run.resumed")
+    assert again.payload["outcomes"] == {aid: "approved"}
+    assert [(p.code, p.leaf_index, p.message) for p in verify_store(store).problems] == [
+        ("call_grant_invalid", call.leaf_index, "the call was not denied, though its grant did not authorize it: "
+         f"grant {grant} was revoked before the call (access.revoked step 'requested' at leaf {requested}), checked "
+         f"again when the call resumed (run.resumed at leaf {again.leaf_index}) (the recorder "
+         "denies such a call grant_invalid: it was not recorded through Sealbox's grant check)")]
+    from sealbox.interop.bundle import export_bundle
+    from sealbox.interop.bundle_verify import verify_bundle
+
+    bundle = tmp_path / "run.sbx"
+    export_bundle(store, [run_id], bundle)
+    offline = verify_bundle(bundle, trusted_vkey=(tmp_path / "store" / "log.vkey").read_text().strip())
+    assert [(p.code, p.leaf_index, p.message) for p in offline.problems] == [
+        (p.code, p.leaf_index, p.message) for p in verify_store(store).problems]
+
+
+def test_verify_is_clean_when_the_grant_is_revoked_only_after_the_call_resumed(store, keys):
+    grant = signed_grant(store, "agent:bot", "db", "write_query", scope="write")
+    rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
+    run_id, aid = suspended_call(store, rec, grant)
+    answer(store, aid, "approve", "looks fine", keys["alice"])
+    with rec.resume(run_id, {("db", "write_query"): tool}) as run:
+        (resumed,) = run.resumed_calls
+    assert (resumed.outcome, resumed.ran) == ("approved", True)
+    revoke(store, grant, "done with it")
+    report = verify_store(store)
+    assert report.ok and report.problems == ()
