@@ -26,6 +26,7 @@ __all__ = [
     "SYSTEM_RUN_ID",
     "KINDS",
     "CONTENT_FIELDS",
+    "client_request_text",
     "PAYLOAD_SCHEMAS",
     "ENVELOPE_SCHEMA",
     "EventDraft",
@@ -169,7 +170,7 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "content.erased": _obj({"blob": _FP, "reason": _STR}, {"rule": _NSTR}),
     "anomaly": _obj({"what": _STR}, {"detail": _ANY}),
-    "note": _obj({"text": _STR}, {"about": _ANY, "next_step": _INT}),
+    "note": _obj({"text": _STR}, {"about": _ANY, "next_step": _INT, "client_request": _OBJ}),
 }
 
 #: The closed set of event kinds.
@@ -507,3 +508,37 @@ def schema_markdown() -> str:
         out += ["```json", json.dumps(PAYLOAD_SCHEMAS[kind], indent=2, sort_keys=True), "```", ""]
     out.append("<!-- end of generated schemas -->")
     return "\n".join(out) + "\n"
+
+
+def client_request_text(payload: dict[str, Any]) -> str:
+    """One line for the gateway's record of a request an upstream made of the client during a call
+    (a ``note`` with ``client_request``; docs/gateway.md, "Requests an upstream makes of the client"),
+    as ``sealbox runs show`` and incident reports show it: from ``client_request`` (never redacted),
+    plus an elicitation's message and answer content, or an error's message, where the content mode
+    kept them (``about``)."""
+    cr = payload.get("client_request") if isinstance(payload.get("client_request"), dict) else {}
+    about = payload.get("about") if isinstance(payload.get("about"), dict) else {}
+    call = f" during call {cr.get('call_id')}" if cr.get("call_id") else " (call not known)"
+    head = f"{cr.get('method')} from upstream {cr.get('upstream')}{call} [{cr.get('id')}]"
+    if cr.get("state") == "asked":
+        params = about.get("params") if isinstance(about.get("params"), dict) else {}
+        message = params.get("message")
+        return f"asked: {head}" + (f" message={_short_json(message)}" if isinstance(message, str) else "")
+    waited = cr.get("waited_us")
+    line = f"answered {cr.get('outcome')}: {head}"
+    if type(waited) is int:
+        line += f" after {waited / 1000:.1f} ms" if waited < 1_000_000 else f" after {waited / 1_000_000:.2f} s"
+    result = about.get("result") if isinstance(about.get("result"), dict) else {}
+    if "content" in result and cr.get("method") == "elicitation/create":
+        line += f" content={_short_json(result['content'])}"
+    elif isinstance(about.get("error"), dict):
+        line += f" error={_short_json(about['error'].get('message'))}"
+    return line + " (not a Sealbox approval)"
+
+
+def _short_json(value: Any, limit: int = 60) -> str:
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+

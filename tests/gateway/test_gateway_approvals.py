@@ -486,3 +486,54 @@ async def test_a_secret_passed_on_to_a_held_call_is_recorded_as_its_marker_and_i
             store.close()
         data = b"".join(p.read_bytes() for p in folder.iterdir() if p.name.startswith("sealbox.db"))
         assert secret.encode() not in data, stage
+
+
+ASK_NEEDS_OPS = """
+version: 1
+rules:
+  - id: ask-needs-ops
+    match: {server: toy, tool: ask}
+    effect: require_approval
+    approval: {groups: [ops], quorum: 1, expires: 1h}
+  - id: rest-ok
+    effect: allow
+"""
+
+
+async def test_an_upstreams_elicitation_during_an_approved_call_is_recorded_at_that_call_and_approves_nothing(
+        tmp_path, store, keys):
+    """The client is told of the approval (the gateway's own elicitation, answered "accept": ignored), the
+    approver approves, the call is forwarded, the upstream asks the client: that request and its answer are
+    recorded at the held call's step, after run.resumed, and are not approvals."""
+    gw = Gateway(toy_config(tmp_path, extra="limits: {approval_hold_s: 8}"), store=store,
+                 policy=Policy.from_text(ASK_NEEDS_OPS))
+    gw.approval_poll = 0.05
+    messages: list[str] = []
+
+    async def on_elicit(ctx, params):
+        messages.append(params.message)
+        return types.ElicitResult(action="accept", content={"answer": "blue"})
+
+    async with running(gw) as tg:
+        async with connect(gw, tg, elicitation_callback=on_elicit) as client:
+            t = answer_later(store, "approve", "fine", keys["alice"], delay=0.3)
+            result = await client.call_tool("toy__ask", {"question": "favourite colour?"})
+            t.join(5)
+        [run_id] = gateway_runs(store)
+    assert (result.is_error, text_of(result)) == (False, "accept:blue")
+    assert len(messages) == 2 and messages[0].startswith("Sealbox: the call toy/ask needs approval")
+    assert messages[1] == "favourite colour?"
+    events = store.read_run(run_id)
+    [call] = [e for e in events if e.kind == "tool.call"]
+    assert [(e.step, e.kind) for e in events] == [
+        ("1", "run.started"), ("2", "tool.call"), ("2", "policy.decision"), ("2", "approval.requested"),
+        ("2", "run.suspended"), ("2", "approval.answered"), ("2", "run.resumed"), ("2", "note"), ("2", "note"),
+        ("2", "tool.result"), ("3", "run.ended")]
+    asked, answered = (e for e in events if e.kind == "note")
+    assert [(n.principal, n.payload["client_request"]["state"], n.payload["client_request"]["call_id"])
+            for n in (asked, answered)] == [("sealbox", "asked", call.payload["call_id"]),
+                                            ("sealbox", "answered", call.payload["call_id"])]
+    assert "is not a Sealbox approval" in answered.payload["text"]
+    [answer_event] = [e for e in events if e.kind == "approval.answered"]
+    assert answer_event.payload["identity"] == "alice"  # the only answer the approval rules count
+    assert sealbox.verify_store(store).ok

@@ -53,8 +53,9 @@ async def test_sampling_request_reaches_the_client_and_its_answer_the_upstream_a
     expected = json.dumps({"model": "model-x-7", "role": "assistant", "stop_reason": "endTurn",
                            "text": "the sampled answer"}, sort_keys=True)
     assert (result.is_error, text_of(result)) == (False, expected)
-    assert [k for _, k in kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision", "tool.result",
-                                                    "run.ended"]
+    # the request and its answer are recorded at the call's step (test_gateway_client_request_records.py)
+    assert [k for _, k in kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision", "note", "note",
+                                                    "tool.result", "run.ended"]
     [res] = results(store, run_id)
     assert res["ok"] is True and res["result"]["content"] == [{"type": "text", "text": expected}]
     assert toy_log(tmp_path) == [{"tool": "sample", "arguments": {"prompt": "what is 6*7?"}}]

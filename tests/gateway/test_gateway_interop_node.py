@@ -130,3 +130,14 @@ async def test_server_everything_elicitation_reaches_the_client_and_the_answer_c
         "name": "Ada Lovelace", "check": True, "integer": 7}}
     [res] = [p for k, p in recorded(store) if k == "tool.result"]
     assert res["ok"] is True and [c["text"] for c in res["result"]["content"]] == texts
+    # the request and the answer are recorded at the call, before the tool.result (docs/gateway.md)
+    assert [k for k, _ in recorded(store)] == ["run.started", "tool.call", "policy.decision", "note", "note",
+                                               "tool.result", "run.ended"]
+    asked, answered = (p for k, p in recorded(store) if k == "note")
+    assert [(n["client_request"]["state"], n["client_request"]["upstream"], n["client_request"]["method"])
+            for n in (asked, answered)] == [("asked", "ev", "elicitation/create"),
+                                            ("answered", "ev", "elicitation/create")]
+    assert answered["client_request"]["outcome"] == "accept"
+    assert asked["about"]["params"]["message"] == "Please provide inputs for the following fields:"
+    assert answered["about"] == {"result": {"action": "accept", "content": {
+        "name": "Ada Lovelace", "check": True, "integer": 7}}}

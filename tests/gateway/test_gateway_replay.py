@@ -39,12 +39,13 @@ rules:
 CALLS = [("toy__add", {"a": 2, "b": 40}), ("toy__echo", {"text": "hello"})]
 
 
-async def _record(tmp_path: Path, calls: list[tuple[str, dict[str, Any]]], policy: str | None = None):
+async def _record(tmp_path: Path, calls: list[tuple[str, dict[str, Any]]], policy: str | None = None,
+                  **client_kwargs: Any):
     store = sealbox.init_store(tmp_path / "store")
     try:
         gw = Gateway(toy_config(tmp_path), store=store, policy=Policy.from_text(policy) if policy else None)
         async with running(gw) as tg:
-            async with connect(gw, tg) as client:
+            async with connect(gw, tg, **client_kwargs) as client:
                 tools = (await client.list_tools()).tools
                 results = [await client.call_tool(name, args) for name, args in calls]
         [run_id] = gateway_runs(store)
@@ -114,6 +115,30 @@ async def test_the_same_calls_reproduce_from_the_record_without_any_upstream(tmp
     ended = replay[-1].payload
     assert ended["status"] == "ok" and ended["verdict"]["reproduced"] is True
     assert ended["verdict"]["replay_of"] == run_id
+
+
+async def test_a_session_whose_upstream_asked_the_client_replays_without_asking_anyone(tmp_path):
+    """The records of an elicitation made during a call (notes of principal sealbox at the call's step)
+    are not steps of the agent's: the replay serves the call from the record and compares the rest."""
+    import mcp_types as types
+
+    async def elicit(context, params):
+        return types.ElicitResult(action="accept", content={"answer": "blue"})
+
+    calls = [("toy__ask", {"question": "colour?"}), ("toy__echo", {"text": "hello"})]
+    run_id, _, recorded = await _record(tmp_path, calls, elicitation_callback=elicit)
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        assert [e.kind for e in store.read_run(run_id)].count("note") == 2
+    finally:
+        store.close()
+    _, results, verdict = await _replay(tmp_path, run_id, calls)  # this client declares no elicitation
+    assert [(r.is_error, text_of(r)) for r in results] == [(r.is_error, text_of(r)) for r in recorded] == \
+        [(False, "accept:blue"), (False, "hello")]
+    assert (verdict["reproduced"], verdict["divergence"], verdict["steps_compared"]) == (True, None, 2)
+    [replay] = _replay_runs(tmp_path, run_id)
+    assert [e.kind for e in replay] == ["run.started"] + ["tool.call", "policy.decision", "tool.result"] * 2 + \
+        ["run.ended"]
 
 
 async def test_a_changed_argument_diverges_at_that_call_with_the_field_diff(tmp_path):

@@ -163,6 +163,9 @@ def _event_row(event, verdicts: dict[int, str] | None = None, arguments=None) ->
     decision = p.get("effect", "") if event.kind == "policy.decision" else ""
     duration_us = {"tool.result": p.get("duration_us"), "model.call": p.get("latency_us"),
                    "run.resumed": p.get("waited_us")}.get(event.kind)
+    if event.kind == "note" and isinstance(p.get("client_request"), dict):  # how long the client took to answer
+        waited = p["client_request"].get("waited_us")
+        duration_us = waited if type(waited) is int else None
     detail = ""
     if event.kind == "tool.call":
         args = p.get("arguments") if arguments is None else arguments
@@ -175,6 +178,10 @@ def _event_row(event, verdicts: dict[int, str] | None = None, arguments=None) ->
         detail = "ok" if p.get("ok") else f"error {err.get('type')}: {err.get('message')}"
     elif event.kind == "run.ended":
         detail = p.get("status", "") + _ended_error(p)
+    elif event.kind == "note" and isinstance(p.get("client_request"), dict):
+        from sealbox.events import client_request_text
+
+        detail = client_request_text(p)
     elif event.kind == "note":
         detail = p.get("text", "")
     elif event.kind == "state.saved":

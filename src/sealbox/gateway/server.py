@@ -26,6 +26,11 @@ A ``tools/call`` goes, in order:
    continued by a retry with the same binding hash (:mod:`sealbox.gateway.holds`); an outcome
    settled for a call whose client had gone (cancelled, disconnected) is kept and answered to its
    retry (``_meta["sealbox/approval"].status = "delivered_on_retry"``), never run twice.
+
+A request an upstream makes of the client during a call (elicitation, sampling, roots) is
+forwarded to that call's client and recorded in the call's run (:meth:`Gateway._route`): the
+request before it is forwarded, the answer before it goes back (not recorded: not forwarded /
+not returned). The client's answer is never an approval.
 """
 
 from __future__ import annotations
@@ -186,6 +191,8 @@ class _InFlight:
     session: Any
     request_id: Any
     connection: Any
+    run: Any = None  # the RunContext the call is recorded in
+    call_id: str | None = None  # its tool.call's call_id
 
 
 class StoreWriter:
@@ -913,7 +920,10 @@ class Gateway:
             # a re-approval may have been recorded since, or the key that signed this tool's
             # re-approval declared compromised (only re-approved tools pay for this read)
             self.pins.refresh(self.store)
-        slot = _InFlight(ctx.session, ctx.request_id, _connection(ctx))
+        # the id its tool.call will have (the recorder would draw the same kind): a request the upstream makes of
+        # the client during the call is recorded under it (_route)
+        record_id = call_id if call_id is not None else "call_" + os.urandom(12).hex()
+        slot = _InFlight(ctx.session, ctx.request_id, _connection(ctx), run, record_id)
         key = id(slot)
 
         returned: list[types.CallToolResult] = []
@@ -949,7 +959,7 @@ class Gateway:
                 try:
                     with anyio.CancelScope(shield=True):  # a client that goes away still leaves the outcome
                         out = await run.acall_tool(server, tool, arguments, forward, exposed=params.name,
-                                                   call_id=call_id, failure=tool_error_text)
+                                                   call_id=record_id, failure=tool_error_text)
                 except ApprovalPending as waiting:
                     pending = await self._remember(waiting)
                 except Exception as exc:  # noqa: BLE001 - mapped to isError results; others re-raised
@@ -960,6 +970,7 @@ class Gateway:
                     return _failure(exc)
                 else:  # the upstream's own result object: no second validation of what was just dumped
                     return returned[0] if returned else types.CallToolResult.model_validate(out, by_name=False)
+            slot.call_id = pending.call_id  # forwarded (if ever) as the held call
             return await self._hold(ctx, run, pending, arguments, forward, modern=modern, principal=principal,
                                     own_run=own_run)
         finally:
@@ -1203,10 +1214,13 @@ class Gateway:
     # ------------------------------------------------------------------ upstream -> client requests
 
     async def _route(self, upstream: Upstream, method: str, params: Any) -> Any:
-        """Forward an upstream's request to the client whose call is in flight on that upstream."""
-        from mcp.shared.exceptions import MCPError
-        from mcp.shared.message import ServerMessageMetadata
+        """Forward an upstream's request to the client whose call is in flight on that upstream,
+        recording it in that call's run (:class:`_ClientRequestRecord`): the request before it is
+        forwarded (not recorded: not forwarded, the upstream gets an ``INTERNAL_ERROR``), the answer
+        before it is returned (not recorded: the upstream gets an ``INTERNAL_ERROR`` instead of it).
 
+        A request that cannot be routed (no call, or calls of several clients, in flight) is not
+        forwarded and not recorded (no run it belongs to); ``roots/list`` then answers no roots."""
         slots = list(self._inflight.get(upstream.spec.id, {}).values())
         by_conn = {id(s.connection): s for s in slots}
         if len(by_conn) != 1:
@@ -1216,15 +1230,177 @@ class Gateway:
             return types.ErrorData(code=types.INVALID_REQUEST,
                                    message=f"{method} from {upstream.spec.id} cannot be routed: {why}")
         slot = next(iter(by_conn.values()))
+        record = _ClientRequestRecord(self, upstream.spec.id, method, slots)
+        asked = params.model_dump(by_alias=True, mode="json", exclude_none=True) if params is not None else None
+        try:
+            await record.asked(asked)
+        except RecordingError as exc:
+            log.error("%s from upstream %s not forwarded: it could not be recorded: %s", method, upstream.spec.id, exc)
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"{method} was not forwarded to the client: "
+                                   "the gateway could not record it")
+        started = time.perf_counter_ns()
+        try:
+            answer, outcome = await self._ask_client(slot, method, params)
+        except BaseException:
+            with anyio.CancelScope(shield=True):  # the upstream's request ended before the client answered
+                try:
+                    await record.answered(None, started, outcome="cancelled")
+                except RecordingError as exc:
+                    log.error("the end of %s from upstream %s could not be recorded: %s", method, upstream.spec.id, exc)
+            raise
+        try:
+            await record.answered(answer, started, outcome=outcome)
+        except RecordingError as exc:
+            log.error("the answer to %s from upstream %s not returned: it could not be recorded: %s", method,
+                      upstream.spec.id, exc)
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"the client's answer to {method} was not "
+                                   "returned: the gateway could not record it")
+        return answer
+
+    async def _ask_client(self, slot: _InFlight, method: str, params: Any) -> tuple[Any, str | None]:
+        """``(answer, outcome)``: the client's answer to ``method`` (a result model, or the ``ErrorData`` it
+        answered: outcome None, read from the answer), or the gateway's ``ErrorData`` with outcome
+        ``not_forwarded`` (the client did not declare the capability), ``timeout`` (``REQUEST_TIMEOUT`` after
+        ``limits.call_timeout_s`` plus :data:`CLIENT_REQUEST_GRACE_S`: the call it was asked in has timed out by
+        then, and an upstream that did not cancel its request is answered so that nothing waits for ever) or
+        ``error`` (the client could not be asked)."""
+        from mcp.shared.exceptions import MCPError
+        from mcp.shared.message import ServerMessageMetadata
+
+        if not _client_can(slot.session, method):
+            return types.ErrorData(code=types.INVALID_REQUEST, message=f"{method} was not forwarded: the client did "
+                                   f"not declare the {_CAPABILITY[method]} capability"), "not_forwarded"
         request, result_type = _SERVER_REQUESTS[method]
+        limit = self.config.limits.call_timeout_s + CLIENT_REQUEST_GRACE_S
         try:
             req = request(params=params) if params is not None else request()
-            return await slot.session.send_request(req, result_type,
-                                                   metadata=ServerMessageMetadata(related_request_id=slot.request_id))
+            with anyio.fail_after(limit):
+                return await slot.session.send_request(
+                    req, result_type, metadata=ServerMessageMetadata(related_request_id=slot.request_id)), None
         except MCPError as exc:
-            return exc.error
+            return exc.error, None
+        except TimeoutError:
+            return types.ErrorData(code=types.REQUEST_TIMEOUT, message=f"{method}: the client did not answer within "
+                                   f"{limit:g} s (limits.call_timeout_s + {CLIENT_REQUEST_GRACE_S:g} s)"), "timeout"
         except Exception as exc:  # noqa: BLE001 - a client that cannot answer is an error to the upstream, not a crash
-            return types.ErrorData(code=types.INTERNAL_ERROR, message=f"{method}: the client could not answer: {exc}")
+            return types.ErrorData(code=types.INTERNAL_ERROR,
+                                   message=f"{method}: the client could not answer: {exc}"), "error"
+
+
+#: Seconds past ``limits.call_timeout_s`` the gateway waits for the client's answer to an upstream's request.
+CLIENT_REQUEST_GRACE_S = 5.0
+#: ``note`` principal of the records of requests an upstream made of the client (Sealbox wrote them).
+CLIENT_REQUEST_PRINCIPAL = "sealbox"
+#: The client capability each forwarded method needs (MCP: a server must not send a request the client did not declare).
+_CAPABILITY = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling", "roots/list": "roots"}
+#: What the records of a forwarded request say of the client's answer.
+NOT_AN_APPROVAL = ("the client's answer is not a Sealbox approval: approvals come only from approver identities, "
+                   "signed with their keys")
+
+
+class _ClientRequestRecord:
+    """The ``note`` events recording one request an upstream made of the client during a call
+    (docs/gateway.md, "Requests an upstream makes of the client"): ``asked`` before it is
+    forwarded, ``answered`` before the answer goes back, in the run of each call in flight (one
+    run nearly always), at the step of the call's ``tool.call``, principal ``sealbox``.
+
+    ``payload.client_request`` (never redacted: ids, names, outcome, timing) is ``{id, state:
+    "asked" | "answered", upstream, method, call_id}`` (``call_id`` null when several calls of
+    the client were in flight on that upstream; ``calls`` then lists them) and, answered,
+    ``outcome`` (``accept`` / ``decline`` / ``cancel`` for an elicitation; ``result``; ``error``;
+    ``timeout``; ``not_forwarded`` (no such client capability); ``cancelled`` (the upstream's
+    request ended first)), ``waited_us`` and, for an error, ``error_code``. ``about`` holds the
+    content, redacted like every content field (docs/content-modes.md): ``{"params": …}`` (the
+    request's params as sent; absent for ``roots/list``), ``{"result": …}`` or ``{"error":
+    {code, message}}``."""
+
+    def __init__(self, gateway: "Gateway", upstream: str, method: str, slots: list[_InFlight]) -> None:
+        self.gateway, self.upstream, self.method = gateway, upstream, method
+        self.id = "creq_" + os.urandom(8).hex()
+        runs: dict[int, tuple[Any, list[str]]] = {}
+        for s in slots:
+            if s.run is not None:
+                runs.setdefault(id(s.run), (s.run, []))[1].append(s.call_id)
+        self.runs = list(runs.values())
+
+    def _meta(self, state: str, call_ids: list[str]) -> dict[str, Any]:
+        meta: dict[str, Any] = {"id": self.id, "state": state, "upstream": self.upstream, "method": self.method,
+                                "call_id": call_ids[0] if len(call_ids) == 1 else None}
+        if len(call_ids) > 1:
+            meta["calls"] = sorted(c for c in call_ids if c is not None)
+        return meta
+
+    async def _write(self, text: str, meta: dict[str, Any], about: Any) -> None:
+        if not self.runs:  # every call in flight has its run: never in practice
+            raise RecordingError(f"{self.method} from upstream {self.upstream}: no run to record it in")
+        for run, call_ids in self.runs:
+            described = self._meta(meta["state"], call_ids)
+            described.update((k, v) for k, v in meta.items() if k != "state")
+            payload: dict[str, Any] = {"text": text, "client_request": described}
+            if about is not None:
+                payload["about"] = run._without_echoed_secrets(about)
+            first = next((c for c in call_ids if c is not None), None)
+
+            def build(reader: Any, run: Any = run, payload: dict[str, Any] = payload, first: Any = first) -> list[Any]:
+                from sealbox.events import EventDraft
+
+                step = _call_step(reader, run.run_id, first)
+                return [EventDraft("note", payload, run_id=run.run_id, principal=CLIENT_REQUEST_PRINCIPAL, step=step)]
+
+            def write(run: Any = run, build: Any = build) -> Any:
+                return run._placed(run._learning(lambda: self.gateway.store.append_with(build)))
+
+            await self.gateway._write(write)
+
+    async def asked(self, params: Any) -> None:
+        """Record the request (before it is forwarded). Raises RecordingError."""
+        text = (f"upstream {self.upstream} asks the client: {self.method} (recorded before it is forwarded; "
+                f"{NOT_AN_APPROVAL})")
+        await self._write(text, {"state": "asked"}, None if params is None else {"params": params})
+
+    async def answered(self, answer: Any, started_ns: int, *, outcome: str | None = None) -> None:
+        """Record the answer: a result model or an ``ErrorData`` (the client's: ``outcome`` None; or the
+        gateway's, with its ``outcome``), or None with ``outcome`` ``cancelled``. Raises RecordingError."""
+        waited_us = (time.perf_counter_ns() - started_ns) // 1000
+        about: Any = None
+        meta: dict[str, Any] = {"state": "answered"}
+        if isinstance(answer, types.ErrorData):
+            outcome = outcome or "error"
+            meta["error_code"] = answer.code
+            about = {"error": {"code": answer.code, "message": answer.message}}
+        elif answer is not None:
+            dumped = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+            outcome = dumped.get("action", "result") if self.method == "elicitation/create" else "result"
+            about = {"result": dumped}
+        meta.update({"outcome": outcome, "waited_us": waited_us})
+        said = {"accept": "accepted", "decline": "declined", "cancel": "cancelled", "result": "answered",
+                "error": "answered with an error", "timeout": "did not answer in time",
+                "not_forwarded": "was not asked (it lacks the capability)",
+                "cancelled": "did not answer (the upstream's request ended first)"}.get(outcome, outcome)
+        text = f"the client {said}: {self.method} of upstream {self.upstream} ({NOT_AN_APPROVAL})"
+        await self._write(text, meta, about)
+
+
+def _call_step(reader: Any, run_id: str, call_id: str | None) -> str:
+    """The step of the ``tool.call`` ``call_id`` of ``run_id`` (read in the write transaction); else the run's
+    newest event's step (a call id not recorded: never in practice)."""
+    if call_id is not None:
+        found = reader.events(["tool.call"], run_id=run_id, field=("call_id", call_id), limit=1)
+        if found:
+            return found[0].step
+    newest = reader.events(["tool.call", "run.started"], run_id=run_id)
+    return newest[-1].step if newest else "0"
+
+
+def _client_can(session: Any, method: str) -> bool:
+    """Whether the client declared the capability ``method`` needs (unknown: True, the client answers)."""
+    capability = {"elicitation/create": types.ClientCapabilities(elicitation=types.ElicitationCapability()),
+                  "sampling/createMessage": types.ClientCapabilities(sampling=types.SamplingCapability()),
+                  "roots/list": types.ClientCapabilities(roots=types.RootsCapability())}[method]
+    try:
+        return bool(session.check_client_capability(capability))
+    except Exception:  # noqa: BLE001 - the session cannot say: forwarded, as before
+        return True
 
 
 #: Keywords of a property's schema that :func:`quick_schema_check` understands (the others are

@@ -300,6 +300,9 @@ class RecordedRun:
                 and "withdrawn" in p["about"]:
             return  # Sealbox's own note of a withdrawn approval (sealbox.approvals.withdrawal_drafts), at the
             # request's step: not a step of the agent's, and it would hide the call recorded at that step
+        if e.kind == "note" and e.principal == "sealbox" and isinstance(p.get("client_request"), dict):
+            return  # the gateway's record of a request an upstream made of the client during a call, at the call's
+            # step: not a step of the agent's (a replay serving the call from the record asks nobody)
         if e.kind in COMPARED_KINDS:
             stored = self._stored(e.kind, p)
             key = StepKey(e.step, e.kind, key_name(e.kind, p), content_hash(e.kind, stored, p.get("format")))

@@ -321,6 +321,10 @@ def _summary(kind: str, p: dict[str, Any]) -> str:
         return f"after {int(p.get('waited_us') or 0) / 1e6:.2f} s"
     if kind == "run.suspended":
         return str(p.get("reason", ""))
+    if kind == "note" and isinstance(p.get("client_request"), dict):  # an upstream asked the client (gateway)
+        from sealbox.events import client_request_text
+
+        return client_request_text(p)
     if kind == "note":
         return str(p.get("text", ""))
     if kind == "guardrail.tripped":

@@ -3,7 +3,8 @@
 Tools:
   echo(text)          returns the text; "!error REST" returns REST as a result with isError (a tool error)
   add(a, b)           integers, returns the sum
-  ask(question)       asks the client for elicitation and returns the answer
+  ask(question, field?) asks the client for elicitation (one string property, `field`, default
+                      "answer") and returns `action:value`
   mutate()            changes echo's description and adds `extra` (a rug pull), sends tools/list_changed
   crash()             the process exits at once (no answer)
   hang()              never answers
@@ -119,12 +120,13 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     if name == "add":
         return types.CallToolResult(content=[types.TextContent(type="text", text=str(args["a"] + args["b"]))],
                                     structured_content={"sum": args["a"] + args["b"]})
-    if name == "ask":
+    if name == "ask":  # an extra argument `field` names the requested property (default "answer")
+        field = args.get("field", "answer")
         answer = await ctx.session.elicit_form(
             args.get("question", "?"),
-            {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+            {"type": "object", "properties": {field: {"type": "string"}}, "required": [field]},
             related_request_id=ctx.request_id)
-        return _text(f"{answer.action}:{(answer.content or {}).get('answer')}")
+        return _text(f"{answer.action}:{(answer.content or {}).get(field)}")
     if name == "mutate":
         STATE["mutated"] = True
         await ctx.session.send_tool_list_changed()

@@ -1,0 +1,347 @@
+"""The record of the requests an upstream makes of the client during a call (elicitation, sampling, roots).
+
+The toy upstream (a real stdio process) asks the client from inside a tool call; a real ``mcp``
+ClientSession answers with its callbacks. Each forwarded request is recorded in the call's run as
+two ``note`` events (principal ``sealbox``, at the call's step, ``payload.client_request`` never
+redacted, the content in ``about``): the request before it is forwarded, the answer before it goes
+back to the upstream (docs/gateway.md, "Requests an upstream makes of the client").
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sqlite3
+
+import mcp_types as types
+import pytest
+from click.testing import CliRunner
+
+import sealbox
+from sealbox.gateway import Gateway
+
+from .conftest import connect, gateway_runs, running, text_of, toy_config
+
+pytestmark = pytest.mark.anyio
+
+ASKED_TEXT = ("upstream toy asks the client: {m} (recorded before it is forwarded; the client's answer is not a "
+              "Sealbox approval: approvals come only from approver identities, signed with their keys)")
+ANSWERED_TEXT = ("the client {said}: {m} of upstream toy (the client's answer is not a Sealbox approval: approvals "
+                 "come only from approver identities, signed with their keys)")
+ELICIT = "elicitation/create"
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+
+
+def events(store, run_id):
+    return store.read_run(run_id)
+
+
+def notes(store, run_id):
+    return [e for e in events(store, run_id) if e.kind == "note"]
+
+
+def call_of(store, run_id):
+    [call] = [e for e in events(store, run_id) if e.kind == "tool.call"]
+    return call
+
+
+def check_ids_and_timing(asked, answered):
+    """The request id pairs the two notes; waited_us is a real duration. Returns the payloads without them."""
+    a, b = dict(asked.payload["client_request"]), dict(answered.payload["client_request"])
+    assert a["id"].startswith("creq_") and len(a["id"]) == 21 and a.pop("id") == b.pop("id")
+    waited = b.pop("waited_us")
+    assert type(waited) is int and 0 <= waited < 30_000_000
+    return a, b
+
+
+async def ask(tmp_path, store, arguments, **client):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg, **client) as session:
+            result = await session.call_tool("toy__ask", arguments)
+        [run_id] = gateway_runs(store)
+    return result, run_id
+
+
+async def test_an_accepted_elicitation_is_recorded_before_forwarding_and_its_answer_before_returning(tmp_path, store):
+    seen: list[tuple[str, int]] = []
+
+    async def elicit(context, params):
+        # the request is in the record before the client is asked
+        seen.append((params.message, sum(1 for e in notes(store, gateway_runs(store)[0]))))
+        return types.ElicitResult(action="accept", content={"answer": "blue"})
+
+    result, run_id = await ask(tmp_path, store, {"question": "favourite colour?"}, elicitation_callback=elicit)
+    assert (result.is_error, text_of(result)) == (False, "accept:blue")
+    assert seen == [("favourite colour?", 1)]
+    call = call_of(store, run_id)
+    cid = call.payload["call_id"]
+    # order: the call is decided and recorded, the request, the answer, then the call's result; all at its step
+    assert [(e.step, e.kind, e.principal) for e in events(store, run_id)] == [
+        ("1", "run.started", "agent:test-client"), ("2", "tool.call", "agent:test-client"),
+        ("2", "policy.decision", "agent:test-client"), ("2", "note", "sealbox"), ("2", "note", "sealbox"),
+        ("2", "tool.result", "agent:test-client"), ("3", "run.ended", "agent:test-client")]
+    asked, answered = notes(store, run_id)
+    a, b = check_ids_and_timing(asked, answered)
+    assert a == {"state": "asked", "upstream": "toy", "method": ELICIT, "call_id": cid}
+    assert b == {"state": "answered", "upstream": "toy", "method": ELICIT, "call_id": cid, "outcome": "accept"}
+    assert asked.payload["text"] == ASKED_TEXT.format(m=ELICIT)
+    assert asked.payload["about"] == {"params": {"mode": "form", "message": "favourite colour?",
+                                                 "requestedSchema": SCHEMA}}
+    assert answered.payload["text"] == ANSWERED_TEXT.format(said="accepted", m=ELICIT)
+    assert answered.payload["about"] == {"result": {"action": "accept", "content": {"answer": "blue"}}}
+    assert sealbox.verify_store(store).ok
+    # and offline: an exported bundle of the run verifies
+    from sealbox.interop.bundle import export_bundle
+    from sealbox.interop.bundle_verify import verify_bundle
+
+    export_bundle(store, [run_id], tmp_path / "run.sbx")
+    report = verify_bundle(tmp_path / "run.sbx", trusted_vkey=(tmp_path / "store" / "log.vkey").read_text().strip())
+    assert report.ok, report
+
+    from sealbox.cli.main import cli
+
+    shown = CliRunner().invoke(cli, ["runs", "show", run_id, "--csv", "-s", str(tmp_path / "store")])
+    assert shown.exit_code == 0, shown.output
+    rows = [r for r in csv.DictReader(io.StringIO(shown.output)) if r["kind"] == "note"]
+    waited = answered.payload["client_request"]["waited_us"]
+    assert [(r["step"], r["principal"], r["duration_us"], r["detail"]) for r in rows] == [
+        ("2", "sealbox", "", f'asked: {ELICIT} from upstream toy during call {cid} [{a_id(asked)}] '
+                             'message="favourite colour?"'),
+        ("2", "sealbox", str(waited), f'answered accept: {ELICIT} from upstream toy during call {cid} '
+                                      f'[{a_id(asked)}] after {after(waited)} content={{"answer": "blue"}} '
+                                      '(not a Sealbox approval)')]
+    # the incident report's timeline shows the same line (Markdown-escaped)
+    from sealbox.report import build_report, render_markdown
+    from sealbox.report.markdown import md
+
+    report = render_markdown(build_report(store, run_id, now="2026-12-04T00:00:00.000000Z"))
+    assert md(rows[1]["detail"]) in report
+
+
+def after(us: int) -> str:
+    return f"{us / 1000:.1f} ms" if us < 1_000_000 else f"{us / 1_000_000:.2f} s"
+
+
+def a_id(event):
+    return event.payload["client_request"]["id"]
+
+
+async def test_a_declined_elicitation_is_recorded_as_declined(tmp_path, store):
+    async def elicit(context, params):
+        return types.ElicitResult(action="decline")
+
+    result, run_id = await ask(tmp_path, store, {"question": "may I?"}, elicitation_callback=elicit)
+    assert (result.is_error, text_of(result)) == (False, "decline:None")
+    asked, answered = notes(store, run_id)
+    a, b = check_ids_and_timing(asked, answered)
+    assert b == {"state": "answered", "upstream": "toy", "method": ELICIT, "call_id": call_of(store, run_id).payload[
+        "call_id"], "outcome": "decline"}
+    assert answered.payload["text"] == ANSWERED_TEXT.format(said="declined", m=ELICIT)
+    assert answered.payload["about"] == {"result": {"action": "decline"}}
+    assert sealbox.verify_store(store).ok
+
+
+async def test_a_client_without_elicitation_is_not_asked_and_the_record_says_so(tmp_path, store):
+    result, run_id = await ask(tmp_path, store, {"question": "anyone?"})  # no elicitation_callback: not declared
+    assert result.is_error is True  # the toy's elicitation failed; its call answered an error
+    message = "elicitation/create was not forwarded: the client did not declare the elicitation capability"
+    assert message in text_of(result)
+    assert [e.kind for e in events(store, run_id)] == ["run.started", "tool.call", "policy.decision", "note", "note",
+                                                       "tool.result", "run.ended"]
+    asked, answered = notes(store, run_id)
+    a, b = check_ids_and_timing(asked, answered)
+    assert b == {"state": "answered", "upstream": "toy", "method": ELICIT, "call_id": call_of(store, run_id).payload[
+        "call_id"], "outcome": "not_forwarded", "error_code": types.INVALID_REQUEST}
+    assert answered.payload["about"] == {"error": {"code": types.INVALID_REQUEST, "message": message}}
+    assert answered.payload["text"] == ANSWERED_TEXT.format(said="was not asked (it lacks the capability)", m=ELICIT)
+    assert sealbox.verify_store(store).ok
+
+
+async def test_a_secret_in_the_elicitation_answer_is_redacted_in_the_record_and_in_the_call_result(tmp_path):
+    secret = "hunter2-is-my-api-key"
+    store = sealbox.init_store(tmp_path / "store")  # content mode "redacted" (the default): api_key is a sensitive key
+
+    async def elicit(context, params):
+        return types.ElicitResult(action="accept", content={"api_key": secret})
+
+    try:
+        result, run_id = await ask(tmp_path, store, {"question": "your key?", "field": "api_key"},
+                                   elicitation_callback=elicit)
+        assert (result.is_error, text_of(result)) == (False, f"accept:{secret}")  # the upstream got the answer
+        asked, answered = notes(store, run_id)
+        # the store's key rule applies to the request too: the schema of a property named api_key is redacted
+        schema = asked.payload["about"]["params"]["requestedSchema"]["properties"]["api_key"]
+        assert list(schema) == ["$redacted"]
+        content = answered.payload["about"]["result"]["content"]
+        assert list(content) == ["api_key"] and list(content["api_key"]) == ["$redacted"]
+        marker = content["api_key"]["$redacted"]
+        assert marker.startswith("hmac-sha256:")
+        # the tool's result repeats the answer: the record holds its marker there too
+        [res] = [e.payload for e in events(store, run_id) if e.kind == "tool.result"]
+        assert store.resolve(res)["result"]["content"] == [{"type": "text", "text": f"accept:⟦redacted:{marker}⟧"}]
+        assert sealbox.verify_store(store).ok
+    finally:
+        store.close()
+    assert not any(secret.encode() in p.read_bytes() for p in (tmp_path / "store").iterdir() if p.is_file())
+
+
+async def test_a_sampling_request_and_the_models_result_are_recorded(tmp_path, store):
+    async def sample(context, params):
+        return types.CreateMessageResult(role="assistant", model="model-x-7", stop_reason="endTurn",
+                                         content=types.TextContent(type="text", text="42"))
+
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg, sampling_callback=sample) as session:
+            result = await session.call_tool("toy__sample", {"prompt": "what is 6*7?"})
+        [run_id] = gateway_runs(store)
+    assert result.is_error is False
+    assert [e.kind for e in events(store, run_id)] == ["run.started", "tool.call", "policy.decision", "note", "note",
+                                                       "tool.result", "run.ended"]
+    asked, answered = notes(store, run_id)
+    a, b = check_ids_and_timing(asked, answered)
+    cid = call_of(store, run_id).payload["call_id"]
+    assert a == {"state": "asked", "upstream": "toy", "method": "sampling/createMessage", "call_id": cid}
+    assert b == {"state": "answered", "upstream": "toy", "method": "sampling/createMessage", "call_id": cid,
+                 "outcome": "result"}
+    assert asked.payload["about"] == {"params": {
+        "messages": [{"role": "user", "content": {"type": "text", "text": "what is 6*7?"}}],
+        "systemPrompt": "toy system prompt", "maxTokens": 50}}
+    assert answered.payload["about"] == {"result": {"role": "assistant", "content": {"type": "text", "text": "42"},
+                                                    "model": "model-x-7", "stopReason": "endTurn"}}
+    assert answered.payload["text"] == ANSWERED_TEXT.format(said="answered", m="sampling/createMessage")
+    assert sealbox.verify_store(store).ok
+
+
+def refuse_notes(tmp_path, when: str) -> None:
+    """A real write failure of the store (a SQLite trigger) for the notes matching ``when``."""
+    db = sqlite3.connect(tmp_path / "store" / "sealbox.db")
+    db.execute(f"CREATE TRIGGER refuse_note BEFORE INSERT ON events WHEN NEW.kind = 'note' AND ({when}) "
+               "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+    db.commit()
+    db.close()
+
+
+def allow_notes(tmp_path) -> None:
+    db = sqlite3.connect(tmp_path / "store" / "sealbox.db")
+    db.execute("DROP TRIGGER refuse_note")
+    db.commit()
+    db.close()
+
+
+async def test_a_request_that_cannot_be_recorded_is_not_forwarded(tmp_path, store):
+    asked: list[str] = []
+
+    async def elicit(context, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"answer": "blue"})
+
+    refuse_notes(tmp_path, "1")
+    result, run_id = await ask(tmp_path, store, {"question": "favourite colour?"}, elicitation_callback=elicit)
+    allow_notes(tmp_path)
+    assert asked == []  # the client was never asked
+    assert result.is_error is True
+    assert "elicitation/create was not forwarded to the client: the gateway could not record it" in text_of(result)
+    assert [e.kind for e in events(store, run_id)] == ["run.started", "tool.call", "policy.decision", "tool.result",
+                                                       "run.ended"]
+    assert sealbox.verify_store(store).ok
+
+
+async def test_an_answer_that_cannot_be_recorded_is_not_returned_to_the_upstream(tmp_path, store):
+    async def elicit(context, params):
+        return types.ElicitResult(action="accept", content={"answer": "blue"})
+
+    refuse_notes(tmp_path, "CAST(NEW.raw AS TEXT) ->> '$.payload.client_request.state' = 'answered'")
+    result, run_id = await ask(tmp_path, store, {"question": "favourite colour?"}, elicitation_callback=elicit)
+    allow_notes(tmp_path)
+    assert result.is_error is True
+    assert "blue" not in text_of(result)
+    assert "the client's answer to elicitation/create was not returned: the gateway could not record it" in text_of(result)
+    [asked] = notes(store, run_id)  # the request was recorded; the answer was not, and the upstream never got it
+    assert asked.payload["client_request"]["state"] == "asked"
+    assert [e.kind for e in events(store, run_id)] == ["run.started", "tool.call", "policy.decision", "note",
+                                                       "tool.result", "run.ended"]
+    assert sealbox.verify_store(store).ok
+
+
+async def test_in_hashes_only_mode_the_record_keeps_who_asked_and_the_outcome_but_no_content(tmp_path):
+    from sealbox.events import client_request_text
+    from sealbox.redaction import ContentPolicy
+
+    store = sealbox.init_store(tmp_path / "store", content=ContentPolicy(mode="hashes-only"))
+
+    async def elicit(context, params):
+        return types.ElicitResult(action="accept", content={"answer": "blue"})
+
+    try:
+        result, run_id = await ask(tmp_path, store, {"question": "favourite colour?"}, elicitation_callback=elicit)
+        assert text_of(result) == "accept:blue"
+        asked, answered = notes(store, run_id)
+        a, b = check_ids_and_timing(asked, answered)
+        cid = call_of(store, run_id).payload["call_id"]
+        assert b == {"state": "answered", "upstream": "toy", "method": ELICIT, "call_id": cid, "outcome": "accept"}
+        for note in (asked, answered):  # the text and the content are HMAC markers
+            assert list(note.payload["about"]) == ["$redacted"]
+            assert note.payload["text"].startswith("hmac-sha256:")
+        assert client_request_text(answered.payload) == (
+            f"answered accept: {ELICIT} from upstream toy during call {cid} [{a_id(asked)}] after "
+            f"{after(answered.payload['client_request']['waited_us'])} (not a Sealbox approval)")
+        assert sealbox.verify_store(store).ok
+    finally:
+        store.close()
+
+
+async def test_a_client_too_slow_to_answer_leaves_the_request_recorded_with_its_end(tmp_path, store):
+    """The call times out (limits.call_timeout_s); the upstream withdraws its question (the SDK's courtesy
+    notifications/cancelled): the record says the client did not answer, the upstream's request ended first."""
+    import anyio
+
+    answered_late: list[str] = []
+
+    async def elicit(context, params):
+        await anyio.sleep(30)  # a person who never answers
+        answered_late.append("late")
+        return types.ElicitResult(action="cancel")
+
+    gw = Gateway(toy_config(tmp_path, extra="limits: {call_timeout_s: 1}"), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg, elicitation_callback=elicit) as session:
+            result = await session.call_tool("toy__ask", {"question": "still there?"})
+            [run_id] = gateway_runs(store)
+            with anyio.fail_after(10):  # the end of the request is recorded when the upstream withdraws it
+                while len(notes(store, run_id)) < 2:
+                    await anyio.sleep(0.05)
+    assert result.is_error is True and text_of(result) == "upstream error: upstream toy did not answer within 1 s"
+    assert answered_late == []
+    kinds = [e.kind for e in events(store, run_id)]
+    assert kinds[:4] == ["run.started", "tool.call", "policy.decision", "note"]  # asked, then the call timed out
+    assert sorted(kinds[4:6]) == ["note", "tool.result"] and kinds[6:] == ["run.ended"]
+    asked, answered = notes(store, run_id)
+    a, b = check_ids_and_timing(asked, answered)
+    assert b == {"state": "answered", "upstream": "toy", "method": ELICIT, "call_id": call_of(store, run_id).payload[
+        "call_id"], "outcome": "cancelled"}
+    assert "about" not in answered.payload
+    assert answered.payload["text"] == ANSWERED_TEXT.format(said="did not answer (the upstream's request ended "
+                                                                 "first)", m=ELICIT)
+    assert 1_000_000 <= answered.payload["client_request"]["waited_us"] < 6_000_000
+    assert sealbox.verify_store(store).ok
+
+
+async def test_a_client_answering_with_an_error_is_recorded_with_that_error(tmp_path, store):
+    async def sample(context, params):
+        return types.ErrorData(code=-1, message="the user refused to sample")
+
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg, sampling_callback=sample) as session:
+            result = await session.call_tool("toy__sample", {"prompt": "what is 6*7?"})
+        [run_id] = gateway_runs(store)
+    assert result.is_error is True and "the user refused to sample" in text_of(result)
+    asked, answered = notes(store, run_id)
+    a, b = check_ids_and_timing(asked, answered)
+    assert b == {"state": "answered", "upstream": "toy", "method": "sampling/createMessage",
+                 "call_id": call_of(store, run_id).payload["call_id"], "outcome": "error", "error_code": -1}
+    assert answered.payload["about"] == {"error": {"code": -1, "message": "the user refused to sample"}}
+    assert answered.payload["text"] == ANSWERED_TEXT.format(said="answered with an error", m="sampling/createMessage")
+    assert sealbox.verify_store(store).ok
