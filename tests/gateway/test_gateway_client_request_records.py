@@ -345,3 +345,31 @@ async def test_a_client_answering_with_an_error_is_recorded_with_that_error(tmp_
     assert answered.payload["about"] == {"error": {"code": -1, "message": "the user refused to sample"}}
     assert answered.payload["text"] == ANSWERED_TEXT.format(said="answered with an error", m="sampling/createMessage")
     assert sealbox.verify_store(store).ok
+
+
+async def test_the_schema_of_a_secret_looking_field_is_not_taken_for_a_secret_of_the_run(tmp_path):
+    """Asking for an `api_key` redacts the requested schema under that name (the store's key rule), but its
+    words ("string") are no value the run learns as a secret: a later call's "a string value" stays as is,
+    while the key the person typed is scrubbed wherever it comes back."""
+    secret = "hunter2-is-my-api-key"
+    store = sealbox.init_store(tmp_path / "store")
+
+    async def elicit(context, params):
+        return types.ElicitResult(action="accept", content={"api_key": secret})
+
+    gw = Gateway(toy_config(tmp_path), store=store)
+    try:
+        async with running(gw) as tg:
+            async with connect(gw, tg, elicitation_callback=elicit) as session:
+                await session.call_tool("toy__ask", {"question": "your key?", "field": "api_key"})
+                await session.call_tool("toy__echo", {"text": "a string value"})
+                await session.call_tool("toy__echo", {"text": f"again {secret}"})
+            [run_id] = gateway_runs(store)
+        calls = [store.resolve(e.payload)["arguments"]["text"] for e in events(store, run_id)
+                 if e.kind == "tool.call" and e.payload["tool"] == "echo"]
+        [marker] = [n.payload["about"]["result"]["content"]["api_key"]["$redacted"] for n in notes(store, run_id)
+                    if n.payload["client_request"]["state"] == "answered"]
+        assert calls == ["a string value", f"again ⟦redacted:{marker}⟧"]
+        assert sealbox.verify_store(store).ok
+    finally:
+        store.close()

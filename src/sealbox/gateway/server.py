@@ -1330,7 +1330,12 @@ class _ClientRequestRecord:
             meta["calls"] = sorted(c for c in call_ids if c is not None)
         return meta
 
-    async def _write(self, text: str, meta: dict[str, Any], about: Any) -> None:
+    async def _write(self, text: str, meta: dict[str, Any], about: Any, not_values: frozenset[str] = frozenset()) -> None:
+        """One note in each run. The strings the store redacts from ``about`` by a key name or path join the run's
+        redacted values (scrubbed from what it records later), but for ``not_values``: the words of a requested
+        schema (``"string"`` under a property named ``password``) are no one's secret."""
+        from sealbox.store.base import noting_redacted
+
         if not self.runs:  # every call in flight has its run: never in practice
             raise RecordingError(f"{self.method} from upstream {self.upstream}: no run to record it in")
         for run, call_ids in self.runs:
@@ -1348,7 +1353,11 @@ class _ClientRequestRecord:
                 return [EventDraft("note", payload, run_id=run.run_id, principal=CLIENT_REQUEST_PRINCIPAL, step=step)]
 
             def write(run: Any = run, build: Any = build) -> Any:
-                return run._placed(run._learning(lambda: self.gateway.store.append_with(build)))
+                found: set[str] = set()
+                with noting_redacted(found):
+                    written = run._guard(lambda: self.gateway.store.append_with(build))
+                run._remember_secrets(sorted(found - not_values))
+                return run._placed(written)
 
             await self.gateway._write(write)
 
@@ -1356,7 +1365,9 @@ class _ClientRequestRecord:
         """Record the request (before it is forwarded). Raises RecordingError."""
         text = (f"upstream {self.upstream} asks the client: {self.method} (recorded before it is forwarded; "
                 f"{NOT_AN_APPROVAL})")
-        await self._write(text, {"state": "asked"}, None if params is None else {"params": params})
+        schema = params.get("requestedSchema") if isinstance(params, dict) else None
+        await self._write(text, {"state": "asked"}, None if params is None else {"params": params},
+                          frozenset(_strings_in(schema)))
 
     async def answered(self, answer: Any, started_ns: int, *, outcome: str | None = None) -> None:
         """Record the answer: a result model or an ``ErrorData`` (the client's: ``outcome`` None; or the
@@ -1379,6 +1390,21 @@ class _ClientRequestRecord:
                 "cancelled": "did not answer (the upstream's request ended first)"}.get(outcome, outcome)
         text = f"the client {said}: {self.method} of upstream {self.upstream} ({NOT_AN_APPROVAL})"
         await self._write(text, meta, about)
+
+
+def _strings_in(value: Any) -> list[str]:
+    """Every string value inside ``value`` (dict keys aside; iterative: any depth)."""
+    out: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return out
 
 
 def _call_step(reader: Any, run_id: str, call_id: str | None) -> str:
