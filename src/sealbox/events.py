@@ -518,7 +518,9 @@ def client_request_text(payload: dict[str, Any]) -> str:
     kept them (``about``)."""
     cr = payload.get("client_request") if isinstance(payload.get("client_request"), dict) else {}
     about = payload.get("about") if isinstance(payload.get("about"), dict) else {}
-    call = f" during call {cr.get('call_id')}" if cr.get("call_id") else " (call not known)"
+    calls = cr.get("calls") if isinstance(cr.get("calls"), list) else []
+    call = (f" during call {cr.get('call_id')}" if cr.get("call_id")
+            else f" during one of calls {', '.join(map(str, calls))}" if calls else " (call not known)")
     head = f"{cr.get('method')} from upstream {cr.get('upstream')}{call} [{cr.get('id')}]"
     if cr.get("state") == "asked":
         params = about.get("params") if isinstance(about.get("params"), dict) else {}

@@ -373,3 +373,41 @@ async def test_the_schema_of_a_secret_looking_field_is_not_taken_for_a_secret_of
         assert sealbox.verify_store(store).ok
     finally:
         store.close()
+
+
+async def test_with_two_calls_of_the_client_in_flight_the_record_names_both_and_no_single_call(tmp_path, store):
+    import anyio
+
+    from .conftest import toy_log
+
+    async def elicit(context, params):
+        return types.ElicitResult(action="accept", content={"answer": "blue"})
+
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg, elicitation_callback=elicit) as session:
+            out = {}
+
+            async def slow() -> None:
+                out["slow"] = await session.call_tool("toy__slow", {"seconds": 1.5})
+
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as calls:
+                    calls.start_soon(slow)
+                    while not toy_log(tmp_path):  # the slow call has reached the upstream
+                        await anyio.sleep(0.01)
+                    out["ask"] = await session.call_tool("toy__ask", {"question": "which?"})
+        [run_id] = gateway_runs(store)
+    assert text_of(out["ask"]) == "accept:blue" and text_of(out["slow"]) == "slow done"
+    ids = {e.payload["tool"]: (e.payload["call_id"], e.step) for e in events(store, run_id) if e.kind == "tool.call"}
+    asked, answered = notes(store, run_id)
+    a, b = check_ids_and_timing(asked, answered)
+    assert a == {"state": "asked", "upstream": "toy", "method": ELICIT, "call_id": None,
+                 "calls": sorted([ids["slow"][0], ids["ask"][0]])}
+    assert b["call_id"] is None and b["calls"] == a["calls"] and b["outcome"] == "accept"
+    assert asked.step == answered.step == ids["slow"][1]  # the step of the first call in flight
+    from sealbox.events import client_request_text
+
+    assert client_request_text(asked.payload).startswith(
+        f"asked: {ELICIT} from upstream toy during one of calls {', '.join(a['calls'])} [")
+    assert sealbox.verify_store(store).ok
