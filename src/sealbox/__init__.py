@@ -12,6 +12,7 @@ from sealbox.errors import (
     BlobNotFoundError,
     CanonicalizationError,
     ConfigError,
+    StepTakenError,
     InvalidEventError,
     NotAStoreError,
     NoteError,
@@ -119,4 +120,5 @@ __all__ = [
     "PolicyError",
     "PolicyLoadError",
     "ConfigError",
+    "StepTakenError",
 ]

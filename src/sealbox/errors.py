@@ -26,6 +26,7 @@ The hierarchy::
     ├── PolicyError               a policy cannot be loaded or evaluated
     │   └── PolicyLoadError       the policy file is missing or invalid (names file, line, problem)
     ├── ConfigError               a configuration file or option is invalid
+    │   └── StepTakenError        another writer of the run recorded a call at that step / with that call id
     │
     │   defined beside the code that raises them (all exported by ``sealbox``):
     ├── ToolDenied                sealbox.recorder: the call was not allowed; it did not run
@@ -55,6 +56,7 @@ __all__ = [
     "PolicyError",
     "PolicyLoadError",
     "ConfigError",
+    "StepTakenError",
 ]
 
 
@@ -151,3 +153,27 @@ class PolicyLoadError(PolicyError):
 
 class ConfigError(SealboxError):
     """A configuration file or command-line option is invalid."""
+
+
+class StepTakenError(ConfigError):
+    """A tool call cannot be recorded: its run already has a tool call at the step it was to be
+    recorded at, or with its call id, written by another writer of the run (another process: a
+    gateway joined to the run, the agent that drives it). Found inside the write transaction that
+    would have recorded the call's ``tool.call`` (docs/gateway.md, *Steps of a joined call*):
+    nothing was recorded and the tool did not run.
+
+    Attributes:
+        run_id: the run.
+        step: the step the call was to be recorded at.
+        call_id: the call's id.
+        conflict: ``"step"`` (another call has ``step``) or ``"call_id"`` (another call has ``call_id``).
+        other: the other call's call id (``conflict == "step"``) or step (``"call_id"``).
+    """
+
+    def __init__(self, run_id: str, step: str, call_id: str, conflict: str, other: str | None) -> None:
+        self.run_id, self.step, self.call_id, self.conflict, self.other = run_id, step, call_id, conflict, other
+        if conflict == "step":
+            what = f"a tool call at step {step!r} (call {other!r})"
+        else:
+            what = f"a tool call with call id {call_id!r} (at step {other!r})"
+        super().__init__(f"run {run_id} already has {what}; call {call_id!r} was not recorded or run")

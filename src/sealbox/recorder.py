@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
-from sealbox.errors import ConfigError, PolicyError, RecordingError, SealboxError, StoreBusyError
+from sealbox.errors import ConfigError, PolicyError, RecordingError, SealboxError, StepTakenError, StoreBusyError
 from sealbox.events import SYSTEM_RUN_ID, EventDraft
 from sealbox.policy import Policy
 from sealbox.policy.breaker import BreakerChange, CircuitBreaker, breaker_open_decision
@@ -318,9 +318,11 @@ class Recorder:
                          run_id=run_id, replay_of=first.get("replay_of"))
         run.started_at = datetime.fromisoformat(events[0].ts.replace("Z", "+00:00"))
         run._next_step = 1 + max(int(e.step.split(".")[0]) for e in events)
-        run._steps[1] = events[-1].run_seq
+        run._steps[1] = run._steps[3] = events[-1].run_seq
         run._call_ids.update(e.payload["call_id"] for e in events
                              if e.kind == "tool.call" and isinstance(e.payload.get("call_id"), str))
+        run._taken_steps.update((e.step, e.payload.get("call_id")) for e in events
+                                if e.kind == "tool.call" and "." in e.step)
         run.usage = _usage_of(events)
         run._links = _links_of(events)
         run._attached = True
@@ -616,8 +618,13 @@ class RunContext:
         # highest top-level step when another writer was last seen (0: never)]; one list shared by the
         # contexts of one run in this process (share_steps). Another writer of the run (a gateway joined
         # to it, the agent's own process) numbers steps with its own counter: a head the run has that is
-        # not the one written here says so, and _fresh_step moves past its steps
-        self._steps = [1, 0, 0]
+        # not the one written here says so, and _fresh_step moves past its steps. Fourth: the run_seq up to
+        # which every tool.call of the run is known here (its call id in _call_ids, its sub-step in
+        # _taken_steps): a linked call looks in the store only at the calls after it (_check_call_free)
+        self._steps = [1, 0, 0, 0]
+        #: sub-steps ("n.i") of the run's tool.call events known here (-> their call ids): written through
+        #: this context, or by another writer of the run and seen by _check_call_free (or continue_run)
+        self._taken_steps: dict[str, str] = {}
         self._links: dict[str, str] = {}  # tool call id from a model response -> its step
         self._call_ids: set[str] = set()  # call ids of this run's tool.call events (recorded or being recorded)
         self._clean_calls: set[str] = set()  # gated here, nothing redacted from the arguments, no result yet
@@ -823,7 +830,11 @@ class RunContext:
             for call_id, step in self._links.items():
                 other._links.setdefault(call_id, step)
             other._error_secrets.update(self._error_secrets)
+            for step, call_id in self._taken_steps.items():
+                other._taken_steps.setdefault(step, call_id)
+            other._steps[3] = min(other._steps[3], self._steps[3])  # known up to where both know
         self._lock, self._steps, self._call_ids, self._links = other._lock, other._steps, other._call_ids, other._links
+        self._taken_steps = other._taken_steps
         self._error_secrets = other._error_secrets
 
     def _take_step(self) -> str:
@@ -911,6 +922,8 @@ class RunContext:
             if mine:
                 with self._lock:
                     steps = self._steps
+                    if steps[3] == mine[0] - 1:  # nothing another writer wrote since the calls known here
+                        steps[3] = mine[-1]
                     if fresh or (steps[1] >= 0 and mine[0] == steps[1] + 1):
                         if mine[-1] > steps[1]:
                             steps[1] = mine[-1]
@@ -972,8 +985,8 @@ class RunContext:
     def _guard(fn: Callable[[], Any]) -> Any:
         try:
             return fn()
-        except (RecordingError, StoreBusyError):  # StoreBusyError: only under store.no_wait(), nothing written
-            raise
+        except (RecordingError, StoreBusyError, StepTakenError):  # StoreBusyError: only under store.no_wait(),
+            raise  # nothing written; StepTakenError: another writer recorded the call's step or id (_check_call_free)
         except Exception as exc:  # any failure to record is a RecordingError, never a silent gap
             raise RecordingError(f"could not record: {exc}") from exc
 
@@ -1182,6 +1195,10 @@ class RunContext:
         step = self._step_for_call(call_id)
         step_box = [step]  # the step written: moved past another writer's steps (_fresh_step) when taken here
         fresh = self.replay is None and "." not in step  # not a sub-step linked to a model call
+        linked = not fresh and self.replay is None  # a sub-step another writer of the run may have taken too
+        # a sub-step, or any call of a run joined here (continue_run: another process drives it): its step
+        # and call id are checked against the calls other writers recorded (a run of one writer: no check)
+        checked = linked or (self._attached and self.replay is None)
         grant = grant or f"implicit:{self.principal.id}"
         decision_box: list[Decision] = []
         request_box: list[dict[str, Any]] = []
@@ -1189,6 +1206,8 @@ class RunContext:
 
         def build(reader: Any) -> list[EventDraft]:
             step = step_box[0] = self._fresh_step(reader, step_box[0]) if fresh else step_box[0]
+            if checked:
+                self._check_call_free(reader, step, call_id)
             decision, inputs = self._evaluate(reader, server, tool, arguments, grant=grant, agent=agent)
             clean_box[:] = [inputs.get("redacted") is False]  # unknown (a guard error): the result is checked
             # what the record holds: the arguments with this run's redacted values scrubbed (the same
@@ -1217,7 +1236,60 @@ class RunContext:
                 self.replay.check(self, drafts)
             return drafts + self.recorder.take_breaker_events()
 
-        return step_box, lambda: self._placed(self.store.append_with(build), fresh=fresh), (decision_box, request_box, clean_box)
+        boxes = (decision_box, request_box, clean_box)
+        if not linked:
+            return step_box, lambda: self._placed(self.store.append_with(build), fresh=fresh), boxes
+
+        def write_linked() -> Any:
+            events = self._placed(self.store.append_with(build))
+            with self._lock:  # written: the sub-step is this call's
+                self._taken_steps[step] = call_id
+            return events
+
+        return step_box, write_linked, boxes
+
+    def _check_call_free(self, reader: Any, step: str, call_id: str) -> None:
+        """Inside the write transaction of a tool call linked to sub-step ``step`` (``"<n>.<i>"``), or of any
+        tool call of a run this context joined (:meth:`Recorder.continue_run`; its top-level ``step`` was
+        moved past other writers' by :meth:`_fresh_step`): refuse it when the run already has a tool call
+        at ``step`` or with ``call_id``.
+
+        The calls known here (:attr:`_taken_steps`, :attr:`_call_ids`) are those up to the run's event
+        ``_steps[3]``. When the run's newest event (the store's cached run head: no query) is that one,
+        nothing was written since and nothing is read; otherwise another writer of the run (another
+        process) has written: its ``tool.call`` events after that one are read (one query, through the
+        ``(run_id, run_seq)`` index: as many rows as events written since) and become known. Because this
+        runs under the store's write lock, two writers of one run (two gateway processes given the same
+        ``sealbox/step``, a gateway and the driving process) cannot both record a call at one step.
+
+        Raises:
+            StepTakenError: the run has a tool call at ``step`` or with ``call_id``; nothing is written.
+        """
+        head_seq = getattr(reader, "run_head_seq", None)
+        steps = self._steps
+        if head_seq is not None:
+            head = head_seq(self.run_id)
+            if head is not None and head != steps[3]:
+                rows = reader.calls_after(self.run_id, steps[3])
+                with self._lock:
+                    taken, ids = self._taken_steps, self._call_ids
+                    for other_step, other_id in rows:
+                        if other_id == call_id:
+                            clash = StepTakenError(self.run_id, step, call_id, "call_id", other_step)
+                            break
+                        if "." in other_step:
+                            taken.setdefault(other_step, other_id)
+                        if isinstance(other_id, str):
+                            ids.add(other_id)
+                    else:
+                        clash = None
+                    if clash is None:
+                        steps[3] = head  # known: every call up to the head
+                if clash is not None:  # the rest is read again next time (steps[3] not moved)
+                    raise clash
+        other = self._taken_steps.get(step)
+        if other is not None:
+            raise StepTakenError(self.run_id, step, call_id, "step", other)
 
     def _gated(self, call_id: str, step: str, server: str, tool: str, decision_box: list[Decision],
                request_box: list[dict[str, Any]], clean_box: list[bool]) -> tuple[str, str]:

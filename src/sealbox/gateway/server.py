@@ -15,7 +15,10 @@ A ``tools/call`` goes, in order:
 3. :meth:`sealbox.recorder.RunContext.acall_tool`: ``tool.call`` and
    ``policy.decision`` are committed (fsync'd) **before** anything is forwarded;
    a deny (policy, limit, breaker, changed tool) is an ``isError`` result naming
-   the rule; if the record cannot be written nothing is forwarded;
+   the rule; if the record cannot be written nothing is forwarded; a joined call whose step or
+   call id another writer of its run (another gateway process, the driving process) recorded first
+   is found in that same write and refused ``MALFORMED_REQUEST`` (:class:`sealbox.errors.StepTakenError`),
+   nothing recorded or forwarded;
 4. inside the recorded call: the arguments are checked against the tool's input
    schema (a mismatch is an ``isError`` result, not forwarded, recorded as the call's
    error ``InvalidArguments``; the schema's ``$ref`` are never fetched), then the call is
@@ -52,7 +55,7 @@ import orjson
 import mcp_types as types
 
 from sealbox.approvals import ApprovalError, ApprovalPending
-from sealbox.errors import RecordingError, StoreBusyError
+from sealbox.errors import RecordingError, StepTakenError, StoreBusyError
 from sealbox.gateway import codes
 from sealbox.gateway.config import GatewayConfig
 from sealbox.gateway.holds import (DELIVERED_ON_RETRY, WIRE_STATE_KEY, Pending, StateError, Undelivered, open_state,
@@ -768,7 +771,9 @@ class Gateway:
         collide with the driving process's own steps).
 
         Raises:
-            MCPError: ``MALFORMED_REQUEST``: a key of the wrong shape, or a step or call id already used in this run.
+            MCPError: ``MALFORMED_REQUEST``: a key of the wrong shape, or a step or call id already used in this
+                run as far as this gateway knows (one another writer of the run recorded since it last looked
+                is found in the write of the call: :meth:`RunContext._check_call_free`, the same error).
         """
         from mcp.shared.exceptions import MCPError
 
@@ -963,6 +968,9 @@ class Gateway:
                 except ApprovalPending as waiting:
                     pending = await self._remember(waiting)
                 except Exception as exc:  # noqa: BLE001 - mapped to isError results; others re-raised
+                    if isinstance(exc, StepTakenError):  # another writer of the run took its step or id first
+                        self._unlink(run, call_id or exc.call_id, params.meta)  # the recorder remembers what it saw
+                        raise _taken_error(exc) from None
                     if call_id is not None and call_id not in run._call_ids:  # no tool.call was written (the
                         self._unlink(run, call_id, params.meta)  # recorder freed the id): its step is free too
                     if sent and isinstance(exc, RecordingError):  # the tool.result, not the gate, was not written
@@ -1579,6 +1587,18 @@ _SERVER_REQUESTS: dict[str, tuple[Any, Any]] = {
     "sampling/createMessage": (types.CreateMessageRequest, types.CreateMessageResult),
     "roots/list": (types.ListRootsRequest, types.ListRootsResult),
 }
+
+
+def _taken_error(exc: StepTakenError) -> Exception:
+    """The JSON-RPC error of a joined call whose step or call id another writer of its run recorded first
+    (found in the write that was to record it): as for one this gateway recorded (:meth:`Gateway._link`)."""
+    from mcp.shared.exceptions import MCPError
+
+    if exc.conflict == "step":
+        return MCPError(codes.MALFORMED_REQUEST, f"_meta[{STEP_META_KEY!r}] = {exc.step!r}: a call of run "
+                        f"{exc.run_id} was already recorded at that step")
+    return MCPError(codes.MALFORMED_REQUEST, f"_meta[{CALL_ID_META_KEY!r}] = {exc.call_id!r}: a call of run "
+                    f"{exc.run_id} was already recorded with that id")
 
 
 def _failure(exc: BaseException) -> types.CallToolResult:

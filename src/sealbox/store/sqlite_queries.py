@@ -429,6 +429,15 @@ class Reader:
         return self.conn.execute("SELECT 1 FROM events WHERE run_id = ? AND CAST(step AS INTEGER) = ? LIMIT 1",
                                  (run_id, step)).fetchone() is not None
 
+    def calls_after(self, run_id: str, run_seq: int) -> list[tuple[str, Any]]:
+        """``(step, call_id)`` of run ``run_id``'s ``tool.call`` events after its event ``run_seq``, in order.
+
+        Read through the ``events_run`` index (run_id, run_seq): as many rows as the run has events after
+        ``run_seq``, not as many as it has calls (``events_run_kind`` would read every call of the run)."""
+        return self.conn.execute("SELECT step, call_id FROM events INDEXED BY events_run WHERE run_id = ? "
+                                 "AND run_seq > ? AND kind = 'tool.call' ORDER BY run_seq",
+                                 (run_id, run_seq)).fetchall()
+
     def count(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run a ``SELECT count(...)``-style query returning one number."""
         row = self.conn.execute(sql, tuple(params)).fetchone()
