@@ -12,7 +12,6 @@ from sealbox.errors import (
     BlobNotFoundError,
     CanonicalizationError,
     ConfigError,
-    StepTakenError,
     InvalidEventError,
     NotAStoreError,
     NoteError,
@@ -120,5 +119,4 @@ __all__ = [
     "PolicyError",
     "PolicyLoadError",
     "ConfigError",
-    "StepTakenError",
 ]

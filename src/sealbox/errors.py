@@ -26,7 +26,7 @@ The hierarchy::
     ├── PolicyError               a policy cannot be loaded or evaluated
     │   └── PolicyLoadError       the policy file is missing or invalid (names file, line, problem)
     ├── ConfigError               a configuration file or option is invalid
-    │   └── StepTakenError        another writer of the run recorded a call at that step / with that call id
+    │   └── StepTakenError        another writer of the run recorded a call at that step / with that id (not in ``sealbox``)
     │
     │   defined beside the code that raises them (all exported by ``sealbox``):
     ├── ToolDenied                sealbox.recorder: the call was not allowed; it did not run
