@@ -6,7 +6,8 @@ each checkpoint's signature against a trusted verifier key (C2SP signed note),
 the consistency of successive checkpoints (RFC 9162 §2.1.4), the stored tree
 nodes, every blob against its commitment, the signed authorization evidence
 (approval answers, re-approvals, grants, revocation steps), and every call that
-ran against the grant it names (:class:`CallGrantCheck`, streamed). It returns a
+ran against the grant it names (:class:`CallGrantCheck`, streamed), and that no run has two tool
+calls at one step (:class:`CallStepCheck`, streamed). It returns a
 :class:`VerifyReport`; it never raises because data was changed.
 """
 
@@ -35,7 +36,7 @@ from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
 
 __all__ = ["Problem", "VerifyReport", "verify_store", "EventVerifier", "KEPT_KINDS", "check_approval_answers",
            "check_reapprovals", "check_grants", "check_revocations", "CallGrantCheck", "CALL_GRANT_KINDS",
-           "CALL_EXPIRY_TOLERANCE_S", "lets_through"]
+           "CallStepCheck", "CALL_STEP_KINDS", "CALL_EXPIRY_TOLERANCE_S", "lets_through"]
 
 #: Kinds whose envelopes verification keeps (few per run): what later checks need.
 KEPT_KINDS = frozenset({
@@ -59,7 +60,8 @@ class Problem:
             ``reapproval_identity``, ``reapproval_binding``, ``reapproval_rule``, ``grant_signature``,
             ``grant_identity``, ``grant_binding``, ``grant_rule``, ``revocation_signature``,
             ``revocation_identity``, ``revocation_binding``, ``revocation_rule``, ``call_grant_invalid``
-            (:class:`CallGrantCheck`), ``pin_upgrade_forged`` (:func:`check_reapprovals`); in an export bundle
+            (:class:`CallGrantCheck`), ``pin_upgrade_forged`` (:func:`check_reapprovals`), ``call_step_duplicate``
+            (:class:`CallStepCheck`); in an export bundle
             also ``bundle_*`` codes (``bundle_grant_missing``, ``bundle_tool_change_missing``, ...:
             docs/bundle-format.md).
         message: one readable sentence.
@@ -971,8 +973,15 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     note_problems, signed_cps = open_checkpoints(notes, verifier, store.origin or None)
     nodes = _NodeChecker(store)
     calls = CallGrantCheck(store.origin or "")  # streamed: the calls are not kept
+    call_steps = CallStepCheck()  # streamed: the steps of the calls of runs not ended yet
+
+    def on_event(leaf_index: int, env: dict) -> None:
+        if env["kind"] in CALL_GRANT_KINDS:
+            calls.add(leaf_index, env)
+        call_steps.add(leaf_index, env)
+
     ev = EventVerifier(root_sizes={cp.size for _, cp in signed_cps}, on_nodes=nodes,  # nodes.check_levels per chunk
-                       on_event=calls.add, event_kinds=CALL_GRANT_KINDS)
+                       on_event=on_event, event_kinds=CALL_GRANT_KINDS | CALL_STEP_KINDS)
     ev.add_rows(store.iter_rows())
     problems = list(ev.problems)
     if SYSTEM_RUN_ID not in ev.heads and ev.tree.size:
@@ -1026,6 +1035,7 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     problems.extend(revocation_problems)
     notes.extend(revocation_notes)
     problems.extend(calls.finish())
+    problems.extend(call_steps.problems)
     return VerifyReport(
         problems=tuple(problems), events=ev.tree.size, runs=len(ev.heads), checkpoints=len(cps), blobs=nblobs,
         seconds=time.perf_counter() - started, tree_size_signed=signed, root=root,
@@ -1478,6 +1488,51 @@ def lets_through(decision: Any) -> bool:
     outcome-unknown call is run again), which only ever deny."""
     return (type(decision) is dict and decision.get("effect") != "deny" and decision.get("reason_code") != "imported"
             and "replayed" not in decision)
+
+
+#: The kinds :class:`CallStepCheck` reads.
+CALL_STEP_KINDS = frozenset({"tool.call", "run.ended"})
+
+
+class CallStepCheck:
+    """``call_step_duplicate`` for each ``tool.call`` of a run that already has a ``tool.call`` at the same
+    ``step``: replay keys each call by its step (docs/replay.md), so two calls at one step cannot be told
+    apart, and the recorder and the gateway never write one (docs/gateway.md, *Steps of a joined call*:
+    the step is taken in the write that records the call, by whichever writer of the run). A store
+    that has one was written by a Sealbox before that check (two gateway processes, or a gateway
+    and the driving process, given the same ``sealbox/step``), or changed below Sealbox. Shared by
+    ``sealbox verify`` of a store and of an export bundle.
+
+    Feed every envelope of :data:`CALL_STEP_KINDS` in leaf order (:meth:`add`), then read
+    :attr:`problems`. Memory: the steps of the calls of each run until its ``run.ended`` (an event
+    after it is ``chain_broken`` already).
+    """
+
+    def __init__(self) -> None:
+        self._runs: dict[str, dict[str, tuple[int, Any, Any]]] = {}  # run -> step -> (leaf, run_seq, call_id)
+        self.problems: list[Problem] = []
+
+    def add(self, leaf_index: int, env: dict) -> None:
+        """Read one validated envelope at ``leaf_index``; kinds other than :data:`CALL_STEP_KINDS` are ignored."""
+        kind = env["kind"]
+        if kind == "tool.call":
+            steps = self._runs.get(env["run_id"])
+            if steps is None:
+                steps = self._runs[env["run_id"]] = {}
+            step = env["step"]
+            call_id = env["payload"].get("call_id")
+            first = steps.get(step)
+            if first is None:
+                steps[step] = (leaf_index, env["run_seq"], call_id)
+                return
+            self.problems.append(Problem(
+                "call_step_duplicate", f"a second tool call at step {step!r} of run {env['run_id']} (call "
+                f"{call_id!r}; the first, call {first[2]!r}, is run_seq {first[1]} at leaf {first[0]}): replay "
+                "cannot tell the two apart (two writers of the run took the same step: a Sealbox before "
+                "2026-12-04, or a change below Sealbox)", env["run_id"], env["run_seq"], kind, leaf_index,
+                expected=f"one tool.call at step {step!r}", found=f"tool.call at leaves {first[0]} and {leaf_index}"))
+        elif kind == "run.ended":
+            self._runs.pop(env["run_id"], None)
 
 
 class CallGrantCheck:

@@ -59,7 +59,9 @@ from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
 from sealbox.verify import (
     CALL_GRANT_KINDS,
+    CALL_STEP_KINDS,
     CallGrantCheck,
+    CallStepCheck,
     EventVerifier,
     Problem,
     check_approval_answers,
@@ -553,6 +555,7 @@ class _Check:
         self.notes.extend(compromised_answer_notes(by_kind))
         self._grants_missing(granted, calls, stopped)
         self._calls_under_grants(origin)
+        self._call_steps()
         if self.version != 1 and by_kind.get("tools.changed"):
             self._reapprovals_missing(origin, stopped)
 
@@ -576,6 +579,15 @@ class _Check:
         """Whether a call ran under a live Sealbox decision: every decision recorded for it lets it
         through (:func:`sealbox.verify.lets_through`: not denied, not imported, not served by a replay)."""
         return (env["run_id"], env["payload"].get("call_id")) not in stopped
+
+    def _call_steps(self) -> None:
+        """``call_step_duplicate`` for each ``tool.call`` of a run that has one at its step already: the check
+        ``sealbox verify`` runs on a store (:class:`sealbox.verify.CallStepCheck`)."""
+        check = CallStepCheck()
+        for leaf, env in sorted(self.envs, key=lambda item: item[0]):
+            if env["kind"] in CALL_STEP_KINDS:
+                check.add(leaf, env)
+        self.problems.extend(self._named(check.problems))
 
     def _calls_under_grants(self, origin: str) -> None:
         """``call_grant_invalid`` for each call that ran although the grant it names, as the bundle holds
