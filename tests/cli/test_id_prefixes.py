@@ -92,11 +92,12 @@ def test_approvals_by_prefix(sample) -> None:
     path, (first, second), key = sample
     assert first[:4] == second[:4] == "apr_"
     n = next(i for i in range(4, len(first)) if first[:i] != second[:i])  # the shortest unique prefix
+    n = max(n, 7)  # and 4 characters after apr_
     shown = sb("approvals", "show", first[:n + 1], "-s", path)
     assert shown.returncode == 0 and f"approval   {first}" in shown.stdout
     res = sb("approvals", "show", "apr_", "-s", path)
-    assert res.returncode == 2 and res.stderr.startswith("error: approval id prefix 'apr_' is ambiguous: it starts ")
-    assert first in res.stderr and second in res.stderr
+    assert (res.returncode, res.stderr) == (
+        2, "error: no approval 'apr_'; an approval id prefix needs at least 4 characters after apr_\n")
     done = sb("approvals", "deny", second[:n + 1], "--reason", "no", "--key-file", key, "-s", path)
     assert done.stdout == f"alice denied {second}; request is now denied\n", done.stderr
     assert sb("verify", path).returncode == 0
@@ -116,3 +117,27 @@ def test_a_pasted_id_in_upper_case_or_with_a_newline_names_the_run(tmp_path) -> 
         assert json.loads(proc.stdout)["run"]["run_id"] == rid
     proc = sb("runs", "show", "FFFF" + rid.upper()[4:], "-s", tmp_path / "s")
     assert (proc.returncode, proc.stderr) == (2, f"error: no run {'FFFF' + rid.upper()[4:]!r} in this store\n")
+
+
+def test_apr_alone_names_no_approval_request(tmp_path) -> None:
+    """`approvals approve apr_` (every approval id starts so: no character of the id itself) signed an
+    approval of whichever request was the store's only one; 4 characters after `apr_` are needed."""
+    path = tmp_path / "store"
+    assert sb("init", path).returncode == 0
+    assert sb("identities", "add", "root", "--role", "admin", "--key-out", tmp_path / "root.key", "-s", path).returncode == 0
+    assert sb("identities", "add", "alice", "--role", "approver", "--group", "ops", "--key-out", tmp_path / "a.key",
+              "--admin-key", tmp_path / "root.key", "-s", path).returncode == 0
+    store = sealbox.open_store(path)
+    with pytest.raises(ApprovalPending) as info:
+        with Recorder(store, policy=Policy.from_text(POLICY), approvals="suspend").run(agent="bot") as run:
+            run.call_tool("db", "write_query", {"sql": "DELETE"}, lambda sql: "ran")
+    store.close()
+    aid = info.value.approval_id
+    for given in ("apr_", "APR_", "apr_" + aid[4:7]):
+        res = sb("approvals", "approve", given, "--reason", "ok", "--key-file", tmp_path / "a.key", "-s", path)
+        assert (res.returncode, res.stdout, res.stderr) == (
+            2, "", f"error: no approval {given.lower()!r}; an approval id prefix needs at least 4 characters after apr_\n")
+    listed = json.loads(sb("approvals", "list", "--json", "-s", path).stdout)
+    assert [(r["approval_id"], r["status"], r["decided_by"]) for r in listed] == [(aid, "pending", [])]
+    done = sb("approvals", "approve", aid[:8], "--reason", "ok", "--key-file", tmp_path / "a.key", "-s", path)
+    assert done.stdout == f"alice approved {aid}; request is now approved\n", done.stderr

@@ -94,13 +94,17 @@ def check_key_file(path: str | None) -> None:
 MIN_ID_PREFIX = 4
 
 
+#: What every approval request id starts with; a prefix counts the characters after it.
+_APPROVAL_TAG = "apr_"
+
 #: An id as Sealbox generates them (a UUID, an approval's ``apr_<hex>``), or a prefix of one.
 _GENERATED_ID = re.compile(r"[0-9a-f][0-9a-f-]*|apr_[0-9a-f]*")
 
 
 def resolve_id(store: Any, what: str, text: str) -> str:
     """The run or approval request id that ``text`` names: the id itself, or a prefix of exactly
-    one id (at least :data:`MIN_ID_PREFIX` characters, as ``git`` takes commit ids). A text that
+    one id (at least :data:`MIN_ID_PREFIX` characters, as ``git`` takes commit ids; for an approval id,
+    that many after its ``apr_``). A text that
     starts no id is returned as given, for the command to report as unknown.
 
     Raises:
@@ -118,6 +122,11 @@ def resolve_id(store: Any, what: str, text: str) -> str:
         return text
     if len(text) < MIN_ID_PREFIX:
         raise BadInput(f"no {what} {text!r}; an id prefix needs at least {MIN_ID_PREFIX} characters")
+    if what == "approval" and text.startswith(_APPROVAL_TAG) and len(text) < len(_APPROVAL_TAG) + MIN_ID_PREFIX:
+        # every approval id starts `apr_`: `apr_` alone, or with fewer characters of the id, named whichever
+        # request was the only one, and `approvals approve apr_` signed an approval of it
+        raise BadInput(f"no {what} {text!r}; an approval id prefix needs at least {MIN_ID_PREFIX} characters "
+                       f"after {_APPROVAL_TAG}")
     if len(found) > 1:
         shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
         raise BadInput(f"{what} id prefix {text!r} is ambiguous: it starts {shown} (give more characters)")
