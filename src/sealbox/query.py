@@ -69,6 +69,8 @@ MATCH_ROOTS = tuple(sorted(set(CALL_COLUMNS) | {"result"}))
 _RELATIVE = re.compile(r"^\s*(\d+)\s*(s|m|h|d|w)\s*$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 _GLOB_MAGIC = re.compile(r"[*?\[]")
+#: A time's fraction of a second (RFC 3339 takes any number of digits; ISO 8601 a comma too).
+_FRACTION = re.compile(r"\d:\d\d[.,](\d+)")
 
 
 def _utc_text(moment: datetime) -> str:
@@ -92,7 +94,9 @@ def parse_time(value: str | datetime, *, now: datetime | None = None, name: str 
         name: the option's name, for the error message.
 
     Returns:
-        e.g. ``"2026-11-29T12:00:00.000000Z"`` (compares as text with stored ``ts``).
+        e.g. ``"2026-11-29T12:00:00.000000Z"`` (compares as text with stored ``ts``). A time with
+        digits past the microsecond is rounded up to the next one (stored times have microseconds,
+        so an inclusive ``since`` and an exclusive ``until`` select what they would exactly).
 
     Raises:
         ConfigError: anything else, including a time with no offset.
@@ -126,6 +130,11 @@ def parse_time(value: str | datetime, *, now: datetime | None = None, name: str 
     if moment.tzinfo is None:
         raise ConfigError(f"{name}: {value!r} has no timezone; add Z or an offset such as +01:00")
     try:
+        fraction = _FRACTION.search(text)
+        if fraction and fraction.group(1)[6:].strip("0"):
+            # fromisoformat cuts digits past the microsecond, stored times' precision: a bound between two
+            # microseconds is rounded up, so that `ts >= since` and `ts < until` hold as for the exact bound
+            moment += timedelta(microseconds=1)
         return _utc_text(moment)
     except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
         raise _out_of_range(name, value) from None

@@ -178,3 +178,24 @@ def test_a_label_key_given_twice_with_two_values_is_refused_not_half_applied(tmp
     assert result.stderr.strip().splitlines() == [
         "error: label: 'env' is given twice, as 'prod' and 'dev'; all labels must match and a run has one "
         "value per label, so no run could match"]
+
+
+def test_a_bound_finer_than_a_microsecond_is_not_truncated_onto_an_earlier_call(tmp_path):
+    """Stored times have microseconds; `--since …52.2220861Z` was cut to `…52.222086Z`, so a call
+    made at .222086 (before the bound) was listed, and `--until …52.2220861Z` (exclusive) left it out."""
+    assert parse_time("2026-12-04T02:35:52.2220861Z") == "2026-12-04T02:35:52.222087Z"
+    assert parse_time("2026-12-04T02:35:52.999999999Z") == "2026-12-04T02:35:53.000000Z"
+    assert parse_time("2026-12-04T02:35:52.222086000Z") == "2026-12-04T02:35:52.222086Z"
+    assert parse_time("2026-12-04T03:35:52.2220861+01:00") == "2026-12-04T02:35:52.222087Z"
+    with pytest.raises(ConfigError, match="out of range"):
+        parse_time("9999-12-31T23:59:59.9999999Z", name="--since")
+    store = sealbox.init_store(tmp_path / "s")
+    with sealbox.Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+        run.call_tool("db", "read", {"q": 1}, lambda q: q)
+    ts = store.query_calls()[0]["ts"]
+    assert len(ts) == 27 and ts.endswith("Z")
+    finer = ts[:-1] + "1Z"
+    assert store.query_calls(since=finer) == []
+    assert [c["ts"] for c in store.query_calls(until=finer)] == [ts]
+    assert [c["ts"] for c in store.query_calls(since=ts[:-1] + "0Z")] == [ts]
+    store.close()
