@@ -199,3 +199,22 @@ def test_a_permuted_stored_list_is_never_an_empty_diff(a, rnd):
         _check(raw, {**raw, "tools": raw["tools"] + raw["tools"][:1]})
     if raw["knowledge"]:
         _check(raw, {**raw, "knowledge": raw["knowledge"][:1] + raw["knowledge"]})
+
+
+def test_a_whole_tools_or_knowledge_list_removed_or_changed_shows_the_list_it_was():
+    """A snapshot without `tools`/`knowledge` (a replay's `--snapshot FILE`, `{}`) against one with
+    them was shown with the diff's internal keyed form: `tools: {"db/q": {…}}`, `knowledge: {}` where
+    the snapshot held `[{…}]` and `[]` (the replay's config-drift lines printed it so)."""
+    tool = {"server": "db", "name": "q"}
+    a = {"tools": [tool], "knowledge": []}
+    assert [d.to_dict() for d in diff_snapshots(a, {})] == [
+        {"path": "knowledge", "change": "removed", "a": [], "b": None},
+        {"path": "tools", "change": "removed", "a": [tool], "b": None},
+    ]
+    assert [d.to_dict() for d in diff_snapshots({"tools": None}, a)] == [
+        {"path": "knowledge", "change": "added", "a": None, "b": []},
+        {"path": "tools", "change": "changed", "a": None, "b": [tool]},
+    ]
+    assert [d.to_dict() for d in diff_snapshots(a, {"tools": [], "knowledge": []})] == [
+        {"path": "tools.db/q", "change": "removed", "a": tool, "b": None},
+    ]

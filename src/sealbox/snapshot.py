@@ -187,6 +187,8 @@ def diff_snapshots(a: dict[str, Any], b: dict[str, Any]) -> list[FieldDiff]:
     out: list[FieldDiff] = []
     _diff(keyed_a, keyed_b, "", out)
     if isinstance(a, dict) and isinstance(b, dict):
+        # a whole list added, removed or changed is shown as the snapshot held it, not keyed by identity
+        out = [FieldDiff(d.path, d.change, a.get(d.path), b.get(d.path)) if d.path in _IDENTITY else d for d in out]
         for name in _IDENTITY:
             if name in a and name in b and keyed_a.get(name) is not a.get(name) \
                     and _same(keyed_a[name], keyed_b[name]) and not _same(a[name], b[name]):
