@@ -52,6 +52,8 @@ __all__ = [
     "run_status",
     "status_matches",
     "check_choice",
+    "check_text",
+    "check_flag",
 ]
 
 #: Values of ``decision=`` (a policy decision's effect).
@@ -285,20 +287,49 @@ def _brief(text: str, limit: int = 80) -> str:
     return repr(text) if len(text) <= limit else repr(text[: limit - 1]) + "…"
 
 
-def compile_matches(items: Iterable[str | tuple[str, str] | Match] | None) -> list[Match]:
-    """Parse every match expression (see :func:`parse_match`); None gives ``[]``."""
+def compile_matches(items: Iterable[str | tuple[str, str] | Match] | str | tuple[str, str] | Match | None) -> list[Match]:
+    """Parse every match expression (see :func:`parse_match`); None gives ``[]``, and one expression
+    (a ``FIELD~REGEX`` string, a ``(field, regex)`` pair) is a list of one.
+
+    Raises:
+        ConfigError: a bad expression, or ``items`` of another type.
+    """
+    if isinstance(items, (str, Match)) or (isinstance(items, tuple) and len(items) == 2 and all(
+            isinstance(x, str) for x in items) and "~" not in items[0]):  # a field path holds no `~`: not two expressions
+        items = [items]
+    if items is not None and not isinstance(items, (list, tuple)):
+        raise ConfigError(f"match: {items!r} is not a FIELD~REGEX string, a (field, regex) pair or a list of them")
     return [parse_match(item) for item in (items or ())]
 
 
+def check_text(name: str, value: Any) -> str | None:
+    """``value`` if it is None or a string; else :class:`ConfigError` (a query filter given a number or a list)."""
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{name}: {value!r} is not a string")
+    return value
+
+
+def check_flag(name: str, value: Any, *, optional: bool = False) -> bool | None:
+    """``value`` if it is True or False (or None when ``optional``); else :class:`ConfigError`:
+    ``error="no"`` would otherwise be taken as true."""
+    if not (isinstance(value, bool) or (optional and value is None)):
+        raise ConfigError(f"{name}: {value!r} is not {'True, False or None' if optional else 'True or False'}")
+    return value
+
+
 def parse_labels(items: Iterable[str] | dict[str, str] | None) -> dict[str, str]:
-    """``["env=prod", "team=a"]`` → ``{"env": "prod", "team": "a"}``.
+    """``["env=prod", "team=a"]`` → ``{"env": "prod", "team": "a"}``; one ``"env=prod"`` is a list of one.
 
     Raises:
-        ConfigError: an item without ``=`` or with an empty key; one key given twice with two
+        ConfigError: neither a dict, a list nor a string; an item without ``=`` or with an empty key; one key given twice with two
             values (all must match, and a run has one value per label: the first was dropped).
     """
     if isinstance(items, dict):
         return {str(k): str(v) for k, v in items.items()}
+    if isinstance(items, str):  # one KEY=VALUE, not its characters
+        items = [items]
+    if items is not None and not isinstance(items, (list, tuple)):
+        raise ConfigError(f"labels: {items!r} is not a dict of KEY: VALUE or a list of 'KEY=VALUE'")
     out: dict[str, str] = {}
     for item in items or ():
         key, sep, val = item.partition("=")

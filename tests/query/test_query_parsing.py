@@ -199,3 +199,39 @@ def test_a_bound_finer_than_a_microsecond_is_not_truncated_onto_an_earlier_call(
     assert [c["ts"] for c in store.query_calls(until=finer)] == [ts]
     assert [c["ts"] for c in store.query_calls(since=ts[:-1] + "0Z")] == [ts]
     store.close()
+
+
+def test_python_queries_take_one_expression_as_a_string_and_refuse_wrong_types(tmp_path):
+    """`store.query_calls(match="arguments.q~SELECT")` was read character by character
+    ("match: 'a' is not FIELD~REGEX"), `query_runs(labels="env=prod")` likewise ("label: 'e' …");
+    `tool=5` / `server=["db"]` raised TypeError, `error="yes"` / `replays="no"` were taken as true,
+    and `get_snapshot(None)` raised AttributeError: bad input is a ConfigError (docs/recording.md)."""
+    store = sealbox.init_store(tmp_path / "s")
+    rec = sealbox.Recorder(store, policy=sealbox.policies.ALLOW_ALL)
+    with rec.run(agent="bot", labels={"env": "prod"}) as run:
+        run.call_tool("db", "read", {"q": "SELECT 1"}, lambda q: q)
+        run.call_tool("db", "read", {"q": "DELETE"}, lambda q: q)
+    assert [c["arguments"] for c in store.query_calls(match="arguments.q~SELECT")] == [{"q": "SELECT 1"}]
+    assert [c["arguments"] for c in store.query_calls(match=("arguments.q", "DEL"))] == [{"q": "DELETE"}]
+    assert [c["arguments"] for c in store.query_calls(match=("arguments.q~E", "arguments.q~DEL"))] == [{"q": "DELETE"}]
+    assert store.query_calls(match=("arguments.q~SELECT", "arguments.q~DEL")) == []
+    assert [r["run_id"] for r in store.query_runs(labels="env=prod")] == [run.run_id]
+    assert store.query_runs(labels="env=dev") == []
+    for call, message in [
+        (lambda: store.query_calls(tool=5), "tool: 5 is not a string"),
+        (lambda: store.query_calls(server=["db"]), "server: ['db'] is not a string"),
+        (lambda: store.query_calls(run_id=1), "run_id: 1 is not a string"),
+        (lambda: store.query_calls(agent=b"bot"), "agent: b'bot' is not a string"),
+        (lambda: store.query_calls(principal=3), "principal: 3 is not a string"),
+        (lambda: store.query_calls(error="yes"), "error: 'yes' is not True, False or None"),
+        (lambda: store.query_calls(replays="no"), "replays: 'no' is not True or False"),
+        (lambda: store.query_calls(match=5), "match: 5 is not a FIELD~REGEX string, a (field, regex) pair or a list of them"),
+        (lambda: store.query_runs(agent=5), "agent: 5 is not a string"),
+        (lambda: store.query_runs(snapshot=5), "snapshot: 5 is not a string"),
+        (lambda: store.query_runs(labels=5), "labels: 5 is not a dict of KEY: VALUE or a list of 'KEY=VALUE'"),
+        (lambda: store.get_snapshot(None), "fingerprint: None is not a string"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            call()
+        assert str(info.value) == message
+    store.close()

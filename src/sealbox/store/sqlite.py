@@ -53,6 +53,7 @@ from typing import Any, Callable, Iterator, Sequence
 from sealbox import blobs as _blobs
 from sealbox.errors import (
     BlobNotFoundError,
+    ConfigError,
     NoteError,
     NotAStoreError,
     ProofError,
@@ -1860,7 +1861,10 @@ class SqliteStore(SqliteQueries):
 
         Raises:
             StoreError: no snapshot with that fingerprint (a unique prefix of at least 8 hex digits is accepted).
+            ConfigError: ``fingerprint`` is not a string.
         """
+        if not isinstance(fingerprint, str):
+            raise ConfigError(f"fingerprint: {fingerprint!r} is not a string")
         fp = fingerprint if fingerprint.startswith("sha256:") else "sha256:" + fingerprint
         rows = self._conn().execute(
             "SELECT fingerprint, content FROM snapshots WHERE fingerprint >= ? AND fingerprint < ? LIMIT 2",

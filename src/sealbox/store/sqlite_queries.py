@@ -181,7 +181,7 @@ class SqliteQueries:
             decision: ``allow``, ``deny`` or ``require_approval`` (the call's policy decision).
             error: True: only calls whose ``tool.result`` has ok false; False: only calls
                 that ran and succeeded (calls without a result pass neither).
-            match: ``field.path~regex`` strings or ``(field_path, regex)`` pairs, all of which
+            match: ``field.path~regex`` strings or ``(field_path, regex)`` pairs (or one of them), all of which
                 must match (Python :mod:`re`, searched in the resolved value; see :func:`sealbox.query.parse_match`).
             limit: at most this many rows (a whole number, 1 or more, of any size): the newest ones (still returned oldest first).
             replays: False leaves out the calls of replay runs (runs with ``replay_of``: served from the
@@ -191,7 +191,8 @@ class SqliteQueries:
             Dicts with the keys of :data:`sealbox.query.CALL_COLUMNS` (arguments resolved from blobs).
 
         Raises:
-            ConfigError: a bad time, decision, match expression or limit.
+            ConfigError: a bad time, decision, match expression or limit; a filter of the wrong type
+                (``tool=5``, ``error="yes"``).
         """
         from sealbox.query import check_limit, glob_match
 
@@ -322,7 +323,7 @@ class SqliteQueries:
             status: ``running``, ``suspended``, ``ended``, or how it ended: ``ok``, ``error``, ``cancelled``.
             since, until: bounds on ``started_at`` (as in :meth:`query_calls`).
             snapshot: a snapshot fingerprint or a prefix of it (``sha256:`` optional).
-            labels: ``{"k": "v"}`` or ``["k=v", ...]``; every label must be present with that value (a
+            labels: ``{"k": "v"}``, ``["k=v", ...]`` or one ``"k=v"``; every label must be present with that value (a
                 label recorded as a number or a boolean compares as its JSON text: ``n=1``, ``ok=true``).
             limit: at most this many runs (a whole number, 1 or more, of any size): the newest.
 
@@ -331,11 +332,13 @@ class SqliteQueries:
             labels, status, ending (ok / error / cancelled, or None), ended_at, last_kind, events.
 
         Raises:
-            ConfigError: a bad status, time, label or limit.
+            ConfigError: a bad status, time, label or limit; a filter of the wrong type (``agent=5``).
         """
         from sealbox import query as q
 
         q.check_choice("status", status, q.RUN_STATUSES)
+        for name, value in (("agent", agent), ("principal", principal), ("snapshot", snapshot)):
+            q.check_text(name, value)
         limit = q.check_limit(limit)
         wanted = q.parse_labels(labels)
         where, params = ["1"], []
@@ -602,6 +605,10 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
     from sealbox import query as q
 
     q.check_choice("decision", decision, q.DECISIONS)
+    for name, value in (("tool", tool), ("server", server), ("run_id", run_id), ("agent", agent), ("principal", principal)):
+        q.check_text(name, value)
+    q.check_flag("error", error, optional=True)
+    q.check_flag("replays", replays)
     matches = q.compile_matches(match)
     where, params, globs = ["c.kind = 'tool.call'"], [], []
     for col, pattern in (("tool", tool), ("server", server)):
