@@ -47,3 +47,30 @@ def test_parquet_export_of_named_runs_only(recorded, tmp_path):
     code, _, err = cli("export", "-s", store_path, runs[2], "--parquet", tmp_path / "one.parquet", cwd=tmp_path)
     assert code == 0, err
     assert pq.read_table(tmp_path / "one.parquet").column("run_id").to_pylist() == [runs[2]]
+
+
+def test_calls_of_a_replay_run_are_flagged_replayed(tmp_path):
+    """A replay serves its tool calls from the record: in the Parquet export they were rows like any
+    other (a `write_query` that required an approval, no approval, outcome `ok`), nothing telling an
+    analyst that they never ran (`sealbox calls` leaves them out unless --replays)."""
+    import sealbox
+    from sealbox.replay.engine import Replayer
+
+    store = sealbox.init_store(tmp_path / "s")
+    rec = sealbox.Recorder(store, policy=sealbox.policies.ALLOW_ALL)
+
+    def agent(run):
+        run.call_tool("db", "write_query", {"sql": "DELETE FROM t"}, lambda sql: 3)
+
+    with rec.run(agent="dba") as run:
+        agent(run)
+    result = Replayer(store).replay(run.run_id, agent)
+    assert result.reproduced
+    store.close()
+    code, _, err = cli("export", "-s", tmp_path / "s", "--parquet", tmp_path / "c.parquet", cwd=tmp_path)
+    assert code == 0, err
+    rows = pq.read_table(tmp_path / "c.parquet").to_pylist()
+    assert [(r["run_id"], r["tool"], r["outcome"], r["flags"]) for r in rows] == [
+        (run.run_id, "write_query", "ok", []),
+        (result.new_run_id, "write_query", "ok", ["replayed"]),
+    ]

@@ -35,7 +35,9 @@ def call_rows(store: Any, run_ids: Sequence[str]) -> list[dict[str, Any]]:
     ``approval`` is ``approved``/``denied``/``expired``/``pending`` or None; ``approver``
     the identities whose answers decided it; ``flags`` sorted markers: the approval's
     flag codes (``shared_identity``, ``multiple_clients``, ``acts_as_agent``),
-    ``guardrail_tripped``, ``outcome_unknown``, ``imported``. ``outcome`` is ``ok``,
+    ``guardrail_tripped``, ``outcome_unknown``, ``imported``, ``replayed`` (a call of a replay run:
+    served from the record, or run again for real by a replay with live tools; ``sealbox calls``
+    leaves these out unless ``--replays``). ``outcome`` is ``ok``,
     ``error``, ``denied``, ``held`` or ``unknown`` (allowed, no result).
     """
     rows: list[tuple[int, dict[str, Any]]] = []
@@ -51,6 +53,7 @@ def _run_rows(store: Any, run_id: str) -> list[tuple[int, dict[str, Any]]]:
     start = next((e for e in events if e.kind == "run.started"), None)
     agent = start.payload.get("agent") if start else None
     imported = bool(start and start.payload.get("imported"))
+    replayed = bool(start and start.payload.get("replay_of"))
     calls: dict[str, dict[str, Any]] = {}
     order: list[tuple[int, str]] = []
     for e in events:
@@ -72,11 +75,12 @@ def _run_rows(store: Any, run_id: str) -> list[tuple[int, dict[str, Any]]]:
     for leaf, cid in order:
         slot = calls[cid]
         state = get_approval(store, slot["approval"]) if slot["approval"] else None
-        out.append((leaf, _row(store, run_id, agent, imported, slot, state)))
+        out.append((leaf, _row(store, run_id, agent, imported, replayed, slot, state)))
     return out
 
 
-def _row(store: Any, run_id: str, agent: str | None, imported: bool, slot: dict, state: Any) -> dict[str, Any]:
+def _row(store: Any, run_id: str, agent: str | None, imported: bool, replayed: bool, slot: dict,
+         state: Any) -> dict[str, Any]:
     call, first = slot["call"], (slot["decisions"][0] if slot["decisions"] else {})
     last, result = (slot["decisions"][-1] if slot["decisions"] else {}), slot["result"]
     p = call.payload
@@ -86,6 +90,7 @@ def _row(store: Any, run_id: str, agent: str | None, imported: bool, slot: dict,
     flags |= {"guardrail_tripped"} if slot["guard"] else set()
     flags |= {"outcome_unknown"} if outcome == "unknown" else set()
     flags |= {"imported"} if imported else set()
+    flags |= {"replayed"} if replayed else set()  # a replay run's call: served from the record, or run again
     return {
         "run_id": run_id, "agent": agent, "principal": call.principal, "ts": call.ts, "step": call.step,
         "call_id": p["call_id"], "server": p["server"], "tool": p["tool"], "exposed": p.get("exposed"),
