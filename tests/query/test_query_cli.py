@@ -514,3 +514,25 @@ def test_an_empty_time_window_is_one_error_line_not_no_calls_match(recorded):
     assert_one_error_line(proc, "is not after --since '1h'")
     assert ids(ok_json("calls", "-s", s, "--since", recorded.ts["b1"], "--until", recorded.ts["b3"], "--json")) == [
         "b1", "b2"]
+
+
+def test_runs_show_csv_and_json_keep_a_call_s_whole_arguments(tmp_path):
+    """`runs show --csv` cut a call's arguments to 60 characters (`DELETE FROM customers WHERE email
+    LIKE '%te…`): a spreadsheet got a query that was never run, and no other column holds them. The
+    table and --json's detail still shorten them (--json has the payload)."""
+    import sealbox as sb
+
+    store = sb.init_store(tmp_path / "s")
+    query = "DELETE FROM customers WHERE email LIKE '%test%' AND created_at < '2026-01-01' AND id > 100"
+    with sb.Recorder(store, policy=sb.policies.ALLOW_ALL).run(agent="bot") as run:
+        run.call_tool("db", "write_query", {"query": query}, lambda query: 17)
+    store.close()
+    proc = sealbox("runs", "show", run.run_id, "-s", str(tmp_path / "s"), "--csv")
+    assert proc.returncode == 0, proc.stderr
+    rows = [r for r in csv.DictReader(io.StringIO(proc.stdout)) if r["kind"] == "tool.call"]
+    full = f"db/write_query call {rows[0]['detail'].split()[2]} args=" + json.dumps({"query": query})
+    assert [r["detail"] for r in rows] == [full]
+    events = ok_json("runs", "show", run.run_id, "-s", str(tmp_path / "s"), "--json")["events"]
+    assert [e["payload"]["arguments"] for e in events if e["kind"] == "tool.call"] == [{"query": query}]
+    table = sealbox("runs", "show", run.run_id, "-s", str(tmp_path / "s"))
+    assert query not in table.stdout

@@ -89,7 +89,9 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
         store.close()
     if run is None and not events:
         raise BadInput(f"no run {run_id!r} in this store")
-    rows = [_event_row(e, verdicts, shown_args.get(e.leaf_index)) for e in events]
+    # --csv keeps a call's whole arguments, its only copy of them (a cut query is one that was never run); the
+    # table and --json's detail shorten them (--json has the event's payload)
+    rows = [_event_row(e, verdicts, shown_args.get(e.leaf_index), whole=as_csv) for e in events]
     if as_json:  # the run's header (parent, children) as the table shows it, and its events
         echo_json({"run": run, "events": rows})
         return
@@ -156,7 +158,7 @@ def _resolved(store, value):
         return value
 
 
-def _event_row(event, verdicts: dict[int, str] | None = None, arguments=None) -> dict:
+def _event_row(event, verdicts: dict[int, str] | None = None, arguments=None, *, whole: bool = False) -> dict:
     verdict = (verdicts or {}).get(event.leaf_index)
     p = event.payload
     tool = f"{p.get('server')}/{p.get('tool')}" if isinstance(p.get("tool"), str) else ""
@@ -169,7 +171,7 @@ def _event_row(event, verdicts: dict[int, str] | None = None, arguments=None) ->
     detail = ""
     if event.kind == "tool.call":
         args = p.get("arguments") if arguments is None else arguments
-        detail = f"{p.get('server')}/{p.get('tool')} call {p.get('call_id')} args={_short(args)}"
+        detail = f"{p.get('server')}/{p.get('tool')} call {p.get('call_id')} args={_short(args, None if whole else 60)}"
     elif event.kind == "policy.decision":
         detail = (f"{p.get('effect')} by rule {p.get('rule')} ({p.get('reason_code')})" if p.get("rule") is not None
                   else f"{p.get('effect')}, no rule ({p.get('reason_code')})")  # e.g. the breaker, a limit
@@ -217,6 +219,6 @@ def _duration(us: int | None) -> str:
     return f"{us / 1_000_000:.2f} s"
 
 
-def _short(value, limit: int = 60) -> str:
+def _short(value, limit: int | None = 60) -> str:
     text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
