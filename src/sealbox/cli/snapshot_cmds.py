@@ -18,7 +18,8 @@ def snapshot_group() -> None:
 @click.argument("fingerprint")
 @store_option
 @click.option("--json", "as_json", is_flag=True,
-              help="Print the exact RFC 8785 canonical bytes (one line; their SHA-256 is the fingerprint).")
+              help="Print the exact RFC 8785 canonical bytes as one line (their SHA-256, without the line's "
+                   "newline, is the fingerprint).")
 def show_cmd(fingerprint: str, store_path: str, as_json: bool) -> None:
     """Print a snapshot (FINGERPRINT, or a unique prefix of at least 8 hex digits) as indented JSON."""
     fingerprint = snapshot_ref(fingerprint)
