@@ -42,6 +42,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 import math
+import os
 import re
 import socket
 import uuid
@@ -864,7 +865,7 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
         store: an open, writable store.
         approval_id: the request's id (``apr_…``).
         decision: ``"approve"`` or ``"deny"``.
-        reason: why (kept in the record and covered by the signature).
+        reason: why (kept in the record and covered by the signature): a non-empty string.
         key_file: the answering identity's private key file (its name is the identity).
         client: the client that answers (self-reported); default :func:`local_client`.
         binding: the binding the answerer saw; refused if it is not the request's.
@@ -878,10 +879,17 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
     Raises:
         ApprovalError: unknown id, the run ended, already decided, expired (the expiry
             is then recorded), a key that is not the identity's current one, a rule
-            broken (the code says which), or ``bad_window``.
+            broken (the code says which), ``bad_window``, ``bad_decision``, ``bad_reason`` (empty
+            or blank) or ``bad_key_file`` (not a path).
     """
     if decision not in ("approve", "deny"):
         raise ApprovalError("bad_decision", f"decision must be 'approve' or 'deny', not {decision!r}")
+    if not isinstance(reason, str) or not reason.strip():  # as `sealbox approvals approve --reason ''` is refused
+        raise ApprovalError("bad_reason", f"reason must be a non-empty string: say why (it is recorded and signed), "
+                                          f"not {reason!r}")
+    if not isinstance(key_file, (str, os.PathLike)):
+        raise ApprovalError("bad_key_file", f"key_file must be the path of the answering identity's key file, "
+                                            f"not {key_file!r}")
     check_shared_window(shared_window_s)
     signer = load_key(key_file)
     client = dict(client if client is not None else local_client())

@@ -234,3 +234,22 @@ def test_approval_pending_is_importable_beside_tool_denied():
     assert FromRecorder is sealbox.ApprovalPending is sealbox.approvals.ApprovalPending is ApprovalPending
     with pytest.raises(ImportError):
         from sealbox.recorder import NoSuchThing  # noqa: F401
+
+
+@pytest.mark.parametrize("reason, message", [
+    ("", "reason must be a non-empty string: say why (it is recorded and signed), not ''"),
+    ("   ", "reason must be a non-empty string: say why (it is recorded and signed), not '   '"),
+    (None, "reason must be a non-empty string: say why (it is recorded and signed), not None"),
+])
+def test_an_answer_without_a_reason_is_refused_as_the_cli_refuses_it(store, keys, reason, message):
+    """`sealbox approvals approve --reason ''` is refused, but `answer(store, id, "approve", "  ", key)`
+    approved the request with a blank reason (and None raised InvalidEventError from the schema)."""
+    _, aid = suspended(store)
+    assert refused(store, "bad_reason", aid, "approve", reason, keys["alice"]) == message
+    assert get_approval(store, aid).status == "pending"
+
+
+def test_an_answer_without_a_key_file_is_an_approval_error(store, keys):
+    _, aid = suspended(store)
+    assert refused(store, "bad_key_file", aid, "approve", "ok", None) == (
+        "key_file must be the path of the answering identity's key file, not None")
