@@ -455,6 +455,11 @@ def test_a_migration_another_writer_applied_meanwhile_is_not_applied_again(tmp_p
      "the store secret (store_secret, the HMAC key of redaction markers) is not 32 bytes (bytes)"),
     ("UPDATE store_meta SET value = CAST(x'ff' AS TEXT) WHERE key = 'origin'",
      "the log's origin in store_meta is not printable UTF-8 text ('\\udcff')"),
+    # verify said "Verified" and a writer recorded, then failed to sign at close (NoteError: invalid
+    # checkpoint origin ''), leaving its events unsigned
+    ("DELETE FROM store_meta WHERE key = 'origin'", "the log's origin in store_meta is missing"),
+    ("DELETE FROM store_meta", "the log's origin in store_meta is missing"),
+    ("UPDATE store_meta SET value = '' WHERE key = 'origin'", "the log's origin in store_meta is missing"),
 ])
 def test_damaged_store_settings_are_reported_and_refuse_writers(s: Sample, sql: str, damage: str) -> None:
     """Every command, verify included, used to stop at open with an internal error (TypeError:

@@ -855,12 +855,12 @@ class SqliteStore(SqliteQueries):
         _refuse_if_open_at_fork(self.db_path)
         self._check_location(_create)
         try:
-            self._open_checked()
+            self._open_checked(creating=bool(_create))
         except BaseException:
             self._close_connections()  # never leave a half-open store (or its -wal/-shm) behind
             raise
 
-    def _open_checked(self) -> None:
+    def _open_checked(self, *, creating: bool = False) -> None:
         self._migrate_and_check()
         with self.verify_reads():  # a value changed below Sealbox is reported (verify), never a read error
             meta = dict(self._conn().execute("SELECT key, value FROM store_meta").fetchall())
@@ -869,7 +869,9 @@ class SqliteStore(SqliteQueries):
         #: what is wrong with the store's own settings (a read-only open goes on, verify reports them)
         self.open_damage: list[str] = []
         origin, store_id = meta.get("origin", ""), meta.get("store_id", "")
-        if not (isinstance(origin, str) and origin.isprintable() and _utf8(origin)):
+        if origin == "" and not creating:  # deleted below Sealbox: nothing could be signed (a writer recorded, then failed)
+            self.open_damage.append("the log's origin in store_meta is missing")
+        elif not (isinstance(origin, str) and origin.isprintable() and _utf8(origin)):
             self.open_damage.append(f"the log's origin in store_meta is not printable UTF-8 text ({origin!r})")
             origin = origin if isinstance(origin, str) else repr(origin)
         self.origin: str = origin
