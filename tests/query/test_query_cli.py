@@ -536,3 +536,10 @@ def test_runs_show_csv_and_json_keep_a_call_s_whole_arguments(tmp_path):
     assert [e["payload"]["arguments"] for e in events if e["kind"] == "tool.call"] == [{"query": query}]
     table = sealbox("runs", "show", run.run_id, "-s", str(tmp_path / "s"))
     assert query not in table.stdout
+
+
+def test_two_match_options_are_two_expressions_never_one_pair(recorded):
+    """`--match arguments.query --match 'tool~read'` (the first missing its `~REGEX`) must be refused, not
+    read as the Python API's (field, regex) pair: arguments.query searched for the regex 'tool~read'."""
+    proc = sealbox("calls", "-s", str(recorded.path), "--match", "arguments.query", "--match", "tool~read", "--json")
+    assert_one_error_line(proc, "error: match: 'arguments.query' is not FIELD~REGEX")

@@ -38,7 +38,8 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
     """Every tool call across runs, oldest first: who called what, the decision, the outcome."""
     from sealbox.query import CALL_COLUMNS, check_window, compile_matches
 
-    compiled = compile_matches(matches)  # a bad regex or time fails before the store is opened
+    compiled = compile_matches(list(matches))  # a bad regex or time fails before the store is opened; a list: two
+    # --match are two expressions, never one (field, regex) pair
     check_window(since, until)
     store = open_for_reading(store_path)
     try:
