@@ -154,7 +154,9 @@ class Recorder:
         approval_poll: seconds between polls of the store while waiting.
 
     Raises:
-        ConfigError: no policy was given, or an unknown approvals mode.
+        ConfigError: no policy was given, an unknown approvals mode, an ``approval_timeout`` that is
+            not a finite number of seconds, 0 or more (or None), an ``approval_poll`` that is not one
+            above 0, or a ``breaker`` that is not a :class:`CircuitBreaker`.
     """
 
     def __init__(self, store: Any, policy: Policy | None = None, *, breaker: CircuitBreaker | None = None,
@@ -166,6 +168,14 @@ class Recorder:
             raise ConfigError("a policy is required: pass sealbox.policies.ALLOW_ALL to allow every call explicitly")
         if not isinstance(policy, Policy):
             raise ConfigError(f"policy must be a sealbox Policy, got {type(policy).__name__}")
+        # checked here: a bad value failed only once a call was recorded and held (time.monotonic() + "5",
+        # time.sleep(-1)), or polled the store in a busy loop (0)
+        if approval_timeout is not None and not (_seconds(approval_timeout) and approval_timeout >= 0):
+            raise ConfigError(f"approval_timeout must be a number of seconds, 0 or more, or None, not {approval_timeout!r}")
+        if not (_seconds(approval_poll) and approval_poll > 0):
+            raise ConfigError(f"approval_poll must be a number of seconds above 0, not {approval_poll!r}")
+        if breaker is not None and not isinstance(breaker, CircuitBreaker):
+            raise ConfigError(f"breaker must be a sealbox CircuitBreaker, got {type(breaker).__name__}")
         self.store = store
         self.policy = policy
         self._needed = {LIMIT_COUNTERS[name][0] for name, _ in policy.limit_bounds} - {"elapsed_s"}
@@ -423,6 +433,11 @@ class Recorder:
                 return run.call_tool(server, tool_name, arguments(args, kwargs), lambda **_: fn(*args, **kwargs), grant=grant)
             return wrapper
         return wrap
+
+
+def _seconds(value: Any) -> bool:
+    """Whether ``value`` is a finite int or float (not a bool): a number of seconds."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf")
 
 
 def _check_joinable(run_id: Any) -> None:

@@ -118,3 +118,25 @@ def test_calls_listing_names_the_approver_and_the_flags(store, keys, tmp_path):
     assert [(a["identity"], a["decision"]) for a in rows["w1"]["approvers"]] == [("ops-oncall", "approve")]
     assert rows["w1"]["flags"] == ["shared_identity"] and rows["w1"]["outcome"] == "ok"
     assert (rows["r1"]["approvers"], rows["r1"]["flags"]) == ([], [])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"approval_timeout": "5"}, "approval_timeout must be a number of seconds, 0 or more, or None, not '5'"),
+    ({"approval_timeout": -1}, "approval_timeout must be a number of seconds, 0 or more, or None, not -1"),
+    ({"approval_timeout": float("nan")}, "approval_timeout must be a number of seconds, 0 or more, or None, not nan"),
+    ({"approval_poll": 0}, "approval_poll must be a number of seconds above 0, not 0"),
+    ({"approval_poll": -1}, "approval_poll must be a number of seconds above 0, not -1"),
+    ({"approval_poll": None}, "approval_poll must be a number of seconds above 0, not None"),
+    ({"breaker": "x"}, "breaker must be a sealbox CircuitBreaker, got str"),
+])
+def test_bad_wait_settings_are_refused_before_a_request_is_recorded(store, kwargs, message):
+    """`approval_timeout="5"` failed with TypeError once a call had been recorded and held (time.monotonic()
+    + "5"), `approval_poll=-1` with ValueError from time.sleep mid-wait, `approval_poll=0` polled the store
+    in a busy loop, and `breaker="x"` raised AttributeError: ConfigError at construction instead."""
+    from sealbox.errors import ConfigError
+
+    before = store.size()
+    with pytest.raises(ConfigError) as info:
+        Recorder(store, policy=policy(), approvals="block", **kwargs)
+    assert str(info.value) == message
+    assert store.size() == before
