@@ -128,3 +128,28 @@ def test_report_into_a_folder_where_no_file_can_be_created_fails_before_any_work
     # the run does not exist either: the target is refused first, when its temporary file is created
     code, out, err = _cli("report", "no-such-run", "-s", "st", "-o", "/proc/self/r.md", cwd=tmp_path)
     assert (code, out, err) == (2, "", "error: cannot write /proc/self/r.md: No such file or directory\n")
+
+
+@pytest.mark.parametrize("fmt, start", [([], "# Sealbox incident report: run"), (["--format", "html"], "<!DOCTYPE html>")])
+def test_report_to_dash_is_stdout_not_a_file_named_dash(failed_run, tmp_path, fmt, start):
+    store, run_id = failed_run
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "sealbox"), "report", run_id, "-o", "-",
+                           *fmt, "--no-verify", "-s", str(tmp_path / "store")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith(start) and run_id in proc.stdout
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("-o", "error: -o -: an export is written to a file (a bundle is a ZIP checked as a whole, Parquet needs a "
+           "seekable file), not to stdout: give a path"),
+    ("--parquet", "error: --parquet -: an export is written to a file (a bundle is a ZIP checked as a whole, "
+                  "Parquet needs a seekable file), not to stdout: give a path"),
+])
+def test_export_to_dash_is_one_error_line_and_no_file_named_dash(failed_run, tmp_path, flag, message):
+    store, run_id = failed_run
+    proc = subprocess.run([os.path.join(os.path.dirname(sys.executable), "sealbox"), "export", run_id, flag, "-",
+                           "-s", str(tmp_path / "store")], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", message + "\n")
+    assert not (tmp_path / "-").exists()

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import click
 
-from sealbox.cli.common import echo_json, not_empty, open_for_reading, open_for_writing, store_option, resolve_id
+from sealbox.cli.common import BadInput, echo_json, not_empty, open_for_reading, open_for_writing, store_option, resolve_id
 
 
 def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any]) -> dict[str, Any]:
@@ -114,6 +114,10 @@ def export_cmd(store_path: str, run_ids: tuple[str, ...], since: str | None, unt
         flags = ", ".join("-o" if n == "output" else f"--{n}" for n in MODES)
         raise click.UsageError(f"give exactly one output mode ({flags})")
     name, target = chosen[0]
+    if target == "-" and name != "otlp":  # not a file named "-" in the current folder
+        flag = "-o" if name == "output" else f"--{name}"
+        raise BadInput(f"{flag} -: an export is written to a file (a bundle is a ZIP checked as a whole, "
+                       "Parquet needs a seekable file), not to stdout: give a path")
     if (otlp_content or otlp_headers) and name != "otlp":
         raise click.UsageError("--otlp-content and --otlp-header go with --otlp")
     from sealbox.query import parse_time

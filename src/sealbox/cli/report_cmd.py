@@ -15,7 +15,7 @@ _BY_EXTENSION = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"
 @click.argument("run_id")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), callback=not_empty,
               help="Write here, replacing the file atomically (format from the extension: .html, .md). "
-                   "Default: Markdown on stdout.")
+                   "Default, or '-': stdout (Markdown unless --format html).")
 @click.option("--format", "fmt", type=click.Choice(["html", "md"]), help="Output format (overrides the extension).")
 @click.option("--no-verify", is_flag=True, help="Skip verifying the store (faster on a large store; the report says so).")
 @store_option
@@ -24,6 +24,8 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool
     from sealbox.interop.bundle import BundleError, open_target
     from sealbox.report import build_report, render
 
+    if output == "-":  # the usual spelling of stdout: the same as no -o (--format html for HTML)
+        output = None
     if fmt is None:
         ext = os.path.splitext(output or "")[1].lower()
         if output and ext not in _BY_EXTENSION:
