@@ -1106,11 +1106,17 @@ class RunContext:
     async def acall_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *,
                          grant: str | None = None, call_id: str | None = None, exposed: str | None = None,
                          failure: Callable[[Any], str | None] | None = None,
-                         control_flow: tuple[type[BaseException], ...] = (), agent: str | None = None) -> Any:
+                         control_flow: tuple[type[BaseException], ...] = (), agent: str | None = None,
+                         method: str | None = None) -> Any:
         """Async form of :meth:`call_tool`; ``fn`` may be sync or async (not a generator function,
         sync or async: refused like in :meth:`call_tool`). Raises as :meth:`call_tool` does: the
         tool's own exception even when its ``tool.result`` cannot be recorded (the failure
-        attached as a note), RecordingError when a tool that returned cannot have its result recorded."""
+        attached as a note), RecordingError when a tool that returned cannot have its result recorded.
+
+        ``method``: the MCP method of a request the gateway records as a call that is not a
+        ``tools/call`` (``"prompts/get"``, ``"resources/read"``; docs/gateway.md): written as the
+        ``tool.call``'s ``method`` field, and a ``require_approval`` decision for it is recorded as a
+        deny ``approval_unavailable`` (such a request cannot be held for an approval). None: a tool call."""
         call_id = _provider_call_id(call_id)
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         _check_agent(server, tool, agent)
@@ -1124,10 +1130,11 @@ class RunContext:
             return self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
         writer = self.recorder.async_writer
         if writer is None:
-            call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent)
+            call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent,
+                                                    method=method)
         else:
             call_id, step = await self._adecide_and_record(writer, server, tool, arguments, grant, call_id, exposed,
-                                                           agent)
+                                                           agent, method=method)
         started = time.perf_counter_ns()
         try:
             result = _invoke(fn, arguments)
@@ -1160,17 +1167,17 @@ class RunContext:
         return call_id
 
     def _decide_and_record(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str | None,
-                           exposed: str | None, agent: str | None = None) -> tuple[str, str]:
+                           exposed: str | None, agent: str | None = None, *, method: str | None = None) -> tuple[str, str]:
         """The gate of :meth:`call_tool` and :meth:`acall_tool`, which have checked the names (``_check_call``)."""
         call_id = self._reserve_call_id(server, tool, call_id)
-        return self._decide_and_record_id(server, tool, arguments, grant, call_id, exposed, agent)
+        return self._decide_and_record_id(server, tool, arguments, grant, call_id, exposed, agent, method=method)
 
     async def _adecide_and_record(self, writer: Callable[[Callable[[], Any]], Any], server: str, tool: str,
                                   arguments: Any, grant: str | None, call_id: str | None, exposed: str | None,
-                                  agent: str | None = None) -> tuple[str, str]:
+                                  agent: str | None = None, *, method: str | None = None) -> tuple[str, str]:
         """:meth:`_decide_and_record`, its write made by ``await writer(write)`` (:attr:`Recorder.async_writer`)."""
         call_id = self._reserve_call_id(server, tool, call_id)
-        step_box, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent)
+        step_box, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent, method)
 
         def guarded() -> Any:  # in the thread that writes: a failed write's breaker changes are dropped there
             try:
@@ -1190,8 +1197,9 @@ class RunContext:
         return self._gated(call_id, step_box[0], server, tool, *boxes)
 
     def _decide_and_record_id(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str,
-                              exposed: str | None, agent: str | None = None) -> tuple[str, str]:
-        step_box, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent)
+                              exposed: str | None, agent: str | None = None, *,
+                              method: str | None = None) -> tuple[str, str]:
+        step_box, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent, method)
         try:
             self._learning(write)
         except BaseException:
@@ -1202,7 +1210,7 @@ class RunContext:
         return self._gated(call_id, step_box[0], server, tool, *boxes)
 
     def _gate(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str, exposed: str | None,
-              agent: str | None) -> tuple[list[str], Callable[[], Any], tuple[list, list, list]]:
+              agent: str | None, method: str | None = None) -> tuple[list[str], Callable[[], Any], tuple[list, list, list]]:
         """The call's step (a one-item list: the step the write placed it at, moved past another writer's
         steps by :meth:`_fresh_step`), the write of its ``tool.call`` + ``policy.decision`` (+ approval
         request), and the boxes that write fills (decision, approval request, whether nothing was redacted
@@ -1223,7 +1231,8 @@ class RunContext:
             step = step_box[0] = self._fresh_step(reader, step_box[0]) if fresh else step_box[0]
             if checked:
                 self._check_call_free(reader, step, call_id)
-            decision, inputs = self._evaluate(reader, server, tool, arguments, grant=grant, agent=agent)
+            decision, inputs = self._evaluate(reader, server, tool, arguments, grant=grant, agent=agent,
+                                              no_hold=method)
             clean_box[:] = [inputs.get("redacted") is False]  # unknown (a guard error): the result is checked
             # what the record holds: the arguments with this run's redacted values scrubbed (the same
             # object when there is nothing to scrub); the policy decided, and the tool gets, the real ones
@@ -1235,10 +1244,12 @@ class RunContext:
                 if not check.allowed:
                     decision = breaker_open_decision(check, server, tool, self.policy.fingerprint)
             decision_box.append(decision)
+            call = {"call_id": call_id, "server": server, "tool": tool, "exposed": exposed or f"{server}.{tool}",
+                    "arguments": recorded, "grant": grant}
+            if method is not None:  # a prompts/get or resources/read the gateway records as a call
+                call["method"] = method
             drafts = [
-                self._draft("tool.call", {"call_id": call_id, "server": server, "tool": tool,
-                                          "exposed": exposed or f"{server}.{tool}", "arguments": recorded,
-                                          "grant": grant}, step),
+                self._draft("tool.call", call, step),
                 self._draft("policy.decision", {"call_id": call_id, "server": server, "tool": tool,
                                                 **decision.to_payload(), "inputs": inputs}, step),
             ]
@@ -1355,21 +1366,24 @@ class RunContext:
 
     def _evaluate(self, reader: Any, server: str, tool: str, arguments: Any,
                   keep_approval: bool = False, grant: str | None = None,
-                  agent: str | None = None) -> tuple[Decision, dict[str, Any]]:
+                  agent: str | None = None, no_hold: str | None = None) -> tuple[Decision, dict[str, Any]]:
         """Decide the call inside the recording transaction. Never raises: any
         failure is a ``guardrail_error`` deny ("no guardrail, no answer").
         ``keep_approval``: return ``require_approval`` even if this recorder has no approvals mode.
         ``grant``: the grant the call names (``call.grant``; None: not known, which fails closed).
-        ``agent``: the agent making the call, as ``agent.name`` (None: the run's)."""
+        ``agent``: the agent making the call, as ``agent.name`` (None: the run's).
+        ``no_hold``: the MCP method of a request that cannot wait for an approval (``prompts/get``…):
+        a ``require_approval`` is an ``approval_unavailable`` deny naming it."""
         try:
-            return self._evaluate_unguarded(reader, server, tool, arguments, keep_approval, grant, agent)
+            return self._evaluate_unguarded(reader, server, tool, arguments, keep_approval, grant, agent, no_hold)
         except Exception as exc:  # noqa: BLE001 - fail closed
             text = f"{type(exc).__name__}: {exception_message(exc)}"
             decision = Decision("deny", "guardrail_error", None, f"the guardrail failed: {text}", self.policy.fingerprint)
             return decision, {"server": server, "tool": tool, "error": text}
 
     def _evaluate_unguarded(self, reader: Any, server: str, tool: str, arguments: Any, keep_approval: bool = False,
-                            grant: str | None = None, agent: str | None = None) -> tuple[Decision, dict[str, Any]]:
+                            grant: str | None = None, agent: str | None = None,
+                            no_hold: str | None = None) -> tuple[Decision, dict[str, Any]]:
         if self._cost_error:
             raise PolicyError(f"the run's budgets cannot be enforced: {self._cost_error}")
         now = datetime.now(timezone.utc)
@@ -1389,6 +1403,9 @@ class RunContext:
         if decision.effect == "require_approval" and decision.approval is None:
             decision = decision.denied_as(
                 "approval_unavailable", f"rule {decision.rule} requires approval but names no approvers")
+        elif decision.effect == "require_approval" and no_hold is not None:
+            decision = decision.denied_as(
+                "approval_unavailable", f"rule {decision.rule} requires approval, and a {no_hold} cannot wait for one")
         elif decision.effect == "require_approval" and not (keep_approval or self.recorder.approvals):
             decision = decision.denied_as(
                 "approval_unavailable", f"rule {decision.rule} requires approval, and approvals are not available here")

@@ -12,7 +12,8 @@ JSON-RPC error with one of these codes. They lie in −32003…−32019: −3200
 from __future__ import annotations
 
 __all__ = ["UNKNOWN_TOOL", "REQUEST_TOO_LARGE", "MALFORMED_REQUEST", "UNKNOWN_RUN", "UNAUTHORIZED",
-           "INVALID_REQUEST_STATE", "CODES"]
+           "INVALID_REQUEST_STATE", "RUN_IN_USE", "UNKNOWN_PROMPT", "DENIED", "NOT_RECORDED", "UPSTREAM_ERROR",
+           "CODES"]
 
 #: ``tools/call`` names a tool that is not exposed (no such server, or no such tool on it).
 UNKNOWN_TOOL = -32003
@@ -33,6 +34,16 @@ INVALID_REQUEST_STATE = -32008
 #: ``_meta["sealbox/run_id"]`` names the run of another MCP session of this gateway that is still
 #: connected: only that session records into it (two would number their steps independently).
 RUN_IN_USE = -32009
+#: ``prompts/get`` names a prompt that is not exposed (no such server, or no such prompt on it).
+UNKNOWN_PROMPT = -32010
+#: A ``prompts/get`` was denied (policy rule, limit, breaker; a ``require_approval`` is a deny
+#: ``approval_unavailable`` for it): recorded, not forwarded; ``data`` names the rule.
+DENIED = -32013
+#: A ``prompts/get`` could not be recorded (not forwarded), or was forwarded and its result could not be
+#: recorded (not answered).
+NOT_RECORDED = -32014
+#: The upstream of a ``prompts/get`` is down, timed out, or answered with an error (recorded as the call's error).
+UPSTREAM_ERROR = -32015
 
 CODES: dict[int, str] = {
     UNKNOWN_TOOL: "unknown tool",
@@ -42,4 +53,8 @@ CODES: dict[int, str] = {
     UNAUTHORIZED: "unauthorized",
     INVALID_REQUEST_STATE: "invalid request state",
     RUN_IN_USE: "run in use",
+    UNKNOWN_PROMPT: "unknown prompt",
+    DENIED: "denied",
+    NOT_RECORDED: "not recorded",
+    UPSTREAM_ERROR: "upstream error",
 }

@@ -66,7 +66,8 @@ from sealbox.policy import CircuitBreaker, Decision, Policy
 from sealbox.recorder import Recorder, RunContext, ToolDenied, is_call_step
 from sealbox.snapshot import Snapshot, ToolSpec
 
-__all__ = ["Gateway", "InvalidArguments", "RUN_ID_META_KEY", "CALL_ID_META_KEY", "STEP_META_KEY", "ENV_RUN_ID"]
+__all__ = ["Gateway", "InvalidArguments", "RUN_ID_META_KEY", "CALL_ID_META_KEY", "STEP_META_KEY", "ENV_RUN_ID",
+           "PROMPT_TOOL_PREFIX"]
 
 log = logging.getLogger("sealbox.gateway")
 
@@ -84,6 +85,10 @@ _MAX_CALL_ID = 256
 #: The longest exposed tool name (the OpenAI tool-name limit; MCP 2025-11-25 says SHOULD be ≤ 128).
 MAX_EXPOSED_NAME = 64
 _RUN_STATE = "sealbox.run"
+#: A ``prompts/get`` is recorded as a call of tool ``"prompt:" + the upstream's prompt name``, with
+#: ``method: "prompts/get"`` in its ``tool.call`` (a policy rule matches it as that tool, e.g.
+#: ``tool: "prompt:*"``). MCP tool names are ``[A-Za-z0-9_.-]`` (2025-11-25): no tool is named so.
+PROMPT_TOOL_PREFIX = "prompt:"
 
 
 class InvalidArguments(ValueError):
@@ -317,6 +322,9 @@ class Gateway:
                               errlog=errlog)
             for spec in config.upstreams
         }
+        for up in self.upstreams.values():
+            up.on_catalog = self._on_catalog
+        self._catalogs: dict[str, tuple[Any, ...]] = {}  # upstream id -> its prompts as listed last (compared)
         self._joined: dict[tuple[str, str], RunContext] = {}
         self._session_runs: dict[str, RunContext] = {}  # the runs of connected sessions, by run id
         self._linked_steps: dict[str, set[str]] = {}  # joined run id -> steps given by sealbox/step so far
@@ -385,9 +393,20 @@ class Gateway:
         from mcp.server.lowlevel.server import Server
 
         server = Server("sealbox-gateway", version=_version(), on_list_tools=self._list_tools,
-                        on_call_tool=self._call_tool,
+                        on_call_tool=self._call_tool, on_list_prompts=self._list_prompts,
+                        on_get_prompt=self._get_prompt,
                         instructions="Tools of several MCP servers; every call is decided by policy and recorded.")
         server.middleware.append(self._check_request)
+        # the prompts capability only when an upstream has it (the SDK derives it from the handlers)
+        plain_capabilities = server.get_capabilities
+
+        def capabilities(*args: Any, **kwargs: Any) -> Any:
+            caps = plain_capabilities(*args, **kwargs)
+            changed = bool(caps.tools.list_changed) if caps.tools is not None else False
+            prompts = types.PromptsCapability(list_changed=changed) if self._upstreams_have("prompts") else None
+            return caps.model_copy(update={"prompts": prompts})
+
+        server.get_capabilities = capabilities  # type: ignore[method-assign]
         # streamable HTTP answers each session's initialize from create_initialization_options() called
         # without arguments (tools.listChanged false), stdio from initialization_options(): the same
         # capabilities both ways (the gateway does send notifications/tools/list_changed)
@@ -424,10 +443,17 @@ class Gateway:
 
     def split_name(self, exposed: str) -> tuple[str, str] | None:
         """``(server, tool)`` of an exposed name (split at the first separator), or None."""
+        return self._split(exposed, "tools")
+
+    def split_prompt_name(self, exposed: str) -> tuple[str, str] | None:
+        """``(server, prompt)`` of an exposed prompt name (as :meth:`split_name`), or None."""
+        return self._split(exposed, "prompts")
+
+    def _split(self, exposed: str, kind: str) -> tuple[str, str] | None:
         server, sep, tool = exposed.partition(self.config.separator)
         if not sep or not tool or server not in self.upstreams:
             return None
-        tools = self.upstreams[server].tools
+        tools = getattr(self.upstreams[server], kind)
         if len(exposed) == MAX_EXPOSED_NAME:  # maybe a shortened long name
             longer = [name for name in tools if len(name) > len(tool) and self.exposed_name(server, name) == exposed]
             if len(longer) + (tool in tools) > 1:
@@ -463,6 +489,27 @@ class Gateway:
                     continue
                 out.append(self.upstreams[sid].tools[name].model_copy(update={"name": names[name]}))
         return out
+
+    def exposed_prompts(self) -> list[types.Prompt]:
+        """The union of the upstreams' prompts, each named ``server + separator + prompt`` (shortened
+        as tool names are, :meth:`exposed_name`); two prompts of one upstream under one exposed name,
+        and a prompt with an empty name, are left out (as tools are, :meth:`exposed_tools`)."""
+        out = []
+        for sid in sorted(self.upstreams):
+            prompts = self.upstreams[sid].prompts
+            names = {name: self.exposed_name(sid, name) for name in prompts}
+            taken = Counter(names.values())
+            for name in sorted(prompts):
+                if not name or taken[names[name]] > 1:
+                    log.warning("upstream %s: prompt %r is not listed (empty, or its exposed name %r is shared)",
+                                sid, name, names[name])
+                    continue
+                out.append(prompts[name].model_copy(update={"name": names[name]}))
+        return out
+
+    def _upstreams_have(self, capability: str) -> bool:
+        """Whether an upstream announced ``capability`` (``prompts``…) when it last connected."""
+        return any(getattr(up.capabilities, capability, None) is not None for up in self.upstreams.values())
 
     def blocked_notice(self, server: str, tool: str) -> str:
         """The description a blocked tool is listed with (its own is not approved)."""
@@ -533,11 +580,102 @@ class Gateway:
             await self._notify_tools_changed()
 
     async def _notify_tools_changed(self) -> None:
+        await self._notify("notifications/tools/list_changed")
+
+    async def _notify(self, method: str) -> None:
         for connection in list(self._connections.values()):
             try:
-                await connection.outbound.notify("notifications/tools/list_changed", None)
+                await connection.outbound.notify(method, None)
             except Exception:  # noqa: BLE001 - notifications are advisory
-                log.debug("could not notify a client of a tool list change")
+                log.debug("could not notify a client: %s", method)
+
+    async def _on_catalog(self, upstream: Upstream) -> None:
+        """An upstream listed its prompts: clients that may hold a listing are told when they changed."""
+        sid = upstream.spec.id
+        prompts = tuple(p.model_dump_json(by_alias=True, exclude_none=True) for _, p in sorted(upstream.prompts.items()))
+        before = self._catalogs.get(sid, ((),))
+        self._catalogs[sid] = (prompts,)
+        if prompts != before[0]:
+            await self._notify("notifications/prompts/list_changed")
+
+    # ------------------------------------------------------------------ prompts
+
+    async def _list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
+        self._watch(_connection(ctx))
+        return types.ListPromptsResult(prompts=self.exposed_prompts())
+
+    async def _get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        """``prompts/get``: decided and recorded as a call of tool ``prompt:<name>`` (``method:
+        "prompts/get"``, arguments: the prompt's arguments), then forwarded (:meth:`_recorded_request`).
+
+        Raises:
+            MCPError: ``UNKNOWN_PROMPT`` (not exposed), and as :meth:`_recorded_request`.
+        """
+        target = self.split_prompt_name(params.name)
+        if target is None or target[1] not in self.upstreams[target[0]].prompts:
+            raise _mcp_error()(codes.UNKNOWN_PROMPT, f"unknown prompt {params.name!r}", data=params.name)
+        server, prompt = target
+        tool = PROMPT_TOOL_PREFIX + prompt
+        if tool in self.upstreams[server].tools:  # would share its policy rules and its calls' records
+            raise _mcp_error()(codes.UNKNOWN_PROMPT, f"prompt {params.name!r} is not served: server {server} has a "
+                               f"tool named {tool!r}, the name its prompts/get would be recorded under",
+                               data=params.name)
+        upstream = self.upstreams[server]
+        forwarded = types.GetPromptRequestParams(name=prompt, arguments=params.arguments)
+        return await self._recorded_request(
+            ctx, params.meta, server, tool, dict(params.arguments or {}), params.name, "prompts/get",
+            lambda: upstream.request("prompts/get", forwarded, types.GetPromptResult))
+
+    async def _recorded_request(self, ctx: Any, meta: Any, server: str, tool: str, arguments: dict[str, Any],
+                                exposed: str, method: str, send: Any) -> Any:
+        """Decide and record a request the agent takes data in by, as a ``tools/call`` is: ``tool.call``
+        (with ``method``) and ``policy.decision`` written before anything is forwarded, then
+        ``send()`` awaited and its result recorded as ``tool.result``; shielded from the client's
+        cancellation. Returns the upstream's result.
+
+        Raises:
+            MCPError: ``DENIED`` (the decision was not allow; ``data``: rule, reason_code, call_id),
+                ``NOT_RECORDED`` (the call or its result could not be recorded), ``UPSTREAM_ERROR``,
+                and as :meth:`_run_for` / :meth:`_link`.
+        """
+        self._calls += 1
+        try:
+            principal = self._principal(ctx)
+            try:
+                run = await self._run_for(ctx, meta, principal)
+            except RecordingError as exc:
+                raise _mcp_error()(codes.NOT_RECORDED, f"not forwarded: the {method} could not be recorded "
+                                   f"({exc})") from exc
+            call_id = self._link(run, meta) if getattr(run, "_gateway_inflight", None) is None else None
+            returned: list[Any] = []
+            sent: list[bool] = []
+
+            async def forwarded() -> dict[str, Any]:
+                sent.append(True)
+                result = await send()
+                returned.append(result)
+                return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+            def forward(**_: Any) -> Any:
+                return forwarded()
+
+            _busy(run, +1)
+            try:
+                with anyio.CancelScope(shield=True):  # a client that goes away still leaves the outcome
+                    await run.acall_tool(server, tool, arguments, forward, exposed=exposed, call_id=call_id,
+                                         method=method)
+            except Exception as exc:  # noqa: BLE001 - mapped to protocol errors; others re-raised
+                if call_id is not None and call_id not in run._call_ids:
+                    self._unlink(run, call_id, meta)
+                error = _request_error(exc, method, exposed, bool(sent))
+                if error is exc:
+                    raise
+                raise error from exc
+            finally:
+                _busy(run, -1)
+            return returned[0]
+        finally:
+            self._calls -= 1
 
     # ------------------------------------------------------------------ runs
 
@@ -553,6 +691,10 @@ class Gateway:
                    for t in tools if self.pins.blocked(t.server, t.name)]
         if blocked:  # listed then as a notice, not as pinned here (gateway replay lists them the same way)
             extra["gateway"]["blocked"] = blocked
+        prompts = [{"server": sid, **p.model_dump(by_alias=True, mode="json", exclude_none=True)}
+                   for sid, up in sorted(self.upstreams.items()) for _, p in sorted(up.prompts.items())]
+        if prompts:  # what the run was offered besides tools (recorded, not pinned: a change is not blocked)
+            extra["gateway"]["prompts"] = prompts
         return Snapshot(tools=tools, policy=self.policy.fingerprint, extra=extra)
 
     async def _run_for(self, ctx: Any, meta: Any, principal: str) -> RunContext:
@@ -1619,6 +1761,26 @@ def _failure(exc: BaseException) -> types.CallToolResult:
     if isinstance(exc, (UpstreamUnavailable, UpstreamTimeout, UpstreamProtocolError)):
         return _error_result(f"upstream error: {exc}", {"sealbox/upstream_error": type(exc).__name__})
     raise exc
+
+
+def _request_error(exc: BaseException, method: str, name: str, sent: bool) -> BaseException:
+    """The JSON-RPC error (``MCPError``) of a request such as ``prompts/get`` that was denied, not
+    recorded, or failed upstream; else ``exc`` itself."""
+    error = _mcp_error()
+    if isinstance(exc, ToolDenied):
+        d = exc.decision
+        by = f" by rule {d.rule}" if d.rule else ""
+        return error(codes.DENIED, f"{method} {name}: denied{by} ({d.reason_code}): {d.reason} [call {exc.call_id}]",
+                     data={"rule": d.rule, "reason_code": d.reason_code, "call_id": exc.call_id})
+    if isinstance(exc, RecordingError):
+        if sent:
+            return error(codes.NOT_RECORDED, f"{method} {name}: forwarded, but its result could not be recorded; "
+                         f"not answered ({exc})")
+        return error(codes.NOT_RECORDED, f"{method} {name}: not forwarded: it could not be recorded ({exc})")
+    if isinstance(exc, (UpstreamUnavailable, UpstreamTimeout, UpstreamProtocolError)):
+        return error(codes.UPSTREAM_ERROR, f"{method} {name}: upstream error: {exc}",
+                     data={"type": type(exc).__name__})
+    return exc
 
 
 def _unrecorded_result(exc: BaseException) -> types.CallToolResult:

@@ -64,6 +64,9 @@ class Upstream:
         spec: its configuration.
         state: ``starting``, ``ready``, ``down`` or ``closed``.
         tools: the tools of the latest listing, by upstream name.
+        prompts: the prompts of the latest listing, by upstream name (empty when it has no ``prompts``
+            capability, or its ``prompts/list`` failed: logged, the tools still served).
+        capabilities: the ``ServerCapabilities`` of its latest ``initialize`` (None before it first connected).
         generation: how many times it has connected (1 after the first start).
         last_error: why it went down last, or None.
         malformed: how many malformed messages it has sent.
@@ -78,6 +81,10 @@ class Upstream:
         self.errlog = errlog if errlog is not None else sys.stderr
         self.state = "starting"
         self.tools: dict[str, types.Tool] = {}
+        self.prompts: dict[str, types.Prompt] = {}
+        self.capabilities: types.ServerCapabilities | None = None
+        #: called after a listing of prompts is published: ``(upstream) -> None``
+        self.on_catalog: Callable[["Upstream"], Awaitable[None]] | None = None
         self.generation = 0
         self.last_error: str | None = None
         self.malformed = 0
@@ -155,13 +162,16 @@ class Upstream:
                 with anyio.fail_after(self.limits.startup_timeout_s):
                     init = await session.initialize()
                     self.protocol_version = init.protocol_version
+                    self.capabilities = init.capabilities
                     tools = await self._list(session)
+                    catalog = await self._list_catalog(session)
             except TimeoutError:  # anyio's has no message: the log line and calls' errors said "TimeoutError: "
                 raise TimeoutError(f"no answer to initialize and tools/list within {self.limits.startup_timeout_s:g} s "
                                    "(limits.startup_timeout_s)") from None
             self._session = session
             self.generation += 1
             await self._publish(tools)
+            await self._publish_catalog(catalog)
             self._set_state("ready")
             while not eof.is_set():
                 async with anyio.create_task_group() as waiters:
@@ -175,10 +185,12 @@ class Upstream:
                     try:
                         with anyio.fail_after(self.limits.startup_timeout_s):
                             tools = await self._list(session)
+                            catalog = await self._list_catalog(session)
                     except TimeoutError:
                         raise TimeoutError(f"no answer to tools/list within {self.limits.startup_timeout_s:g} s "
                                            "(limits.startup_timeout_s)") from None
                     await self._publish(tools)
+                    await self._publish_catalog(catalog)
 
     def _transport(self) -> Any:
         if self.spec.kind == "stdio":
@@ -251,6 +263,39 @@ class Upstream:
                 break
         return tools
 
+    async def _list_catalog(self, session: Any) -> dict[str, Any]:
+        """The upstream's prompts (by name) when it has the capability. A listing that fails is logged
+        and left empty: its tools are served all the same."""
+        caps = self.capabilities
+        catalog: dict[str, Any] = {"prompts": {}}
+        listings = []
+        if caps is not None and caps.prompts is not None:
+            listings.append(("prompts", session.list_prompts, "prompts", lambda items: {p.name: p for p in items}))
+        for key, lister, field, shape in listings:
+            try:
+                catalog[key] = shape(await self._pages(lister, field))
+            except Exception as exc:  # noqa: BLE001 - a catalog that cannot be listed is empty, never fatal
+                if isinstance(exc, TimeoutError):
+                    raise
+                log.warning("upstream %s: listing its %s failed: %s", self.spec.id, key, _describe(exc))
+        return catalog
+
+    async def _pages(self, lister: Any, field: str) -> list[Any]:
+        out: list[Any] = []
+        cursor = None
+        for _ in range(1000):
+            page = await lister(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+            out.extend(getattr(page, field))
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return out
+
+    async def _publish_catalog(self, catalog: dict[str, Any]) -> None:
+        self.prompts = catalog["prompts"]
+        if self.on_catalog is not None:
+            await self.on_catalog(self)
+
     async def _publish(self, tools: list[types.Tool]) -> None:
         self.tools = {t.name: t for t in tools}
         if self.on_tools is not None:
@@ -261,7 +306,7 @@ class Upstream:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
             return  # already counted by the relay
-        if getattr(message, "method", None) == "notifications/tools/list_changed":
+        if getattr(message, "method", None) in _LIST_CHANGED:
             self._relist.set()
 
     # ------------------------------------------------------------------ upstream -> client requests
@@ -300,22 +345,7 @@ class Upstream:
             result = await session.call_tool(tool, arguments, read_timeout_seconds=self.limits.call_timeout_s,
                                              progress_callback=progress, meta=meta)
         except _mcp_error() as exc:  # looked up only when the call raised
-            code = exc.error.code if getattr(exc, "error", None) else None
-            if code == types.CONNECTION_CLOSED and self._connection_closed(session, exc):
-                raise UpstreamUnavailable(f"upstream {self.spec.id} closed the connection during the call") from exc
-            if code == types.REQUEST_TIMEOUT:
-                raise UpstreamTimeout(f"upstream {self.spec.id} did not answer within {self.limits.call_timeout_s:g} s") from exc
-            message = str(getattr(getattr(exc, "error", None), "message", "") or "")
-            if code == types.PARSE_ERROR and message.startswith(_UNREADABLE_ANSWER):  # counted and logged by _relay
-                raise UpstreamProtocolError(f"upstream {self.spec.id} sent a malformed response: "
-                                            f"{message[len(_UNREADABLE_ANSWER):]}") from exc
-            if self.spec.kind == "http" and message.startswith(_SDK_HTTP_MALFORMED):
-                # the SDK's own error for an HTTP answer it could not read (no JSON-RPC error was sent)
-                self.malformed += 1
-                what = _one_line(message)
-                log.warning("upstream %s sent a malformed message: %s", self.spec.id, what)
-                raise UpstreamProtocolError(f"upstream {self.spec.id} sent a malformed response: {what}") from exc
-            raise UpstreamProtocolError(f"upstream {self.spec.id} answered with JSON-RPC error {code}: {exc}") from exc
+            raise self._translated(session, exc, "call") from exc
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             raise UpstreamUnavailable(f"upstream {self.spec.id} connection is closed") from exc
         except (ValidationError, RuntimeError) as exc:
@@ -323,6 +353,48 @@ class Upstream:
         if not isinstance(result, types.CallToolResult):
             raise UpstreamProtocolError(f"upstream {self.spec.id} sent a {type(result).__name__}, not a CallToolResult")
         return result
+
+    async def request(self, method: str, params: Any, result_type: Any) -> Any:
+        """Send one request other than ``tools/call`` (``prompts/get``: ``types.GetPromptRequestParams``…)
+        and return its validated result, within ``limits.call_timeout_s``.
+
+        Raises:
+            UpstreamUnavailable, UpstreamTimeout, UpstreamProtocolError: as :meth:`call`.
+        """
+        session = self._session
+        if session is None or self.state != "ready":
+            raise UpstreamUnavailable(f"upstream {self.spec.id} is {self.state}"
+                                      + (f" ({self.last_error})" if self.last_error else ""))
+        request = _REQUESTS[method](params=params)
+        try:
+            return await session.send_request(request, result_type,
+                                              request_read_timeout_seconds=self.limits.call_timeout_s)
+        except _mcp_error() as exc:
+            raise self._translated(session, exc, method) from exc
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+            raise UpstreamUnavailable(f"upstream {self.spec.id} connection is closed") from exc
+        except (ValidationError, RuntimeError) as exc:
+            raise UpstreamProtocolError(f"upstream {self.spec.id} sent an invalid result: {_one_line(str(exc))}") from exc
+
+    def _translated(self, session: Any, exc: Any, what: str) -> Exception:
+        """The gateway's error for the SDK's ``MCPError`` of a request (see :meth:`call`); ``what`` names
+        the request in "closed the connection during the <what>"."""
+        code = exc.error.code if getattr(exc, "error", None) else None
+        if code == types.CONNECTION_CLOSED and self._connection_closed(session, exc):
+            return UpstreamUnavailable(f"upstream {self.spec.id} closed the connection during the {what}")
+        if code == types.REQUEST_TIMEOUT:
+            return UpstreamTimeout(f"upstream {self.spec.id} did not answer within {self.limits.call_timeout_s:g} s")
+        message = str(getattr(getattr(exc, "error", None), "message", "") or "")
+        if code == types.PARSE_ERROR and message.startswith(_UNREADABLE_ANSWER):  # counted and logged by _relay
+            return UpstreamProtocolError(f"upstream {self.spec.id} sent a malformed response: "
+                                         f"{message[len(_UNREADABLE_ANSWER):]}")
+        if self.spec.kind == "http" and message.startswith(_SDK_HTTP_MALFORMED):
+            # the SDK's own error for an HTTP answer it could not read (no JSON-RPC error was sent)
+            self.malformed += 1
+            one = _one_line(message)
+            log.warning("upstream %s sent a malformed message: %s", self.spec.id, one)
+            return UpstreamProtocolError(f"upstream {self.spec.id} sent a malformed response: {one}")
+        return UpstreamProtocolError(f"upstream {self.spec.id} answered with JSON-RPC error {code}: {exc}")
 
     def _connection_closed(self, session: Any, exc: BaseException) -> bool:
         """Whether a ``CONNECTION_CLOSED`` (−32000) error is the SDK's own "Connection closed".
@@ -340,6 +412,16 @@ class Upstream:
         if self._disconnect is not None and self._disconnect.is_set():
             return True
         return isinstance(exc.__context__, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream))
+
+
+#: The upstream's notifications that make it list its tools (and prompts, resources) again.
+_LIST_CHANGED = frozenset({"notifications/tools/list_changed", "notifications/prompts/list_changed",
+                           "notifications/resources/list_changed"})
+
+#: The requests :meth:`Upstream.request` sends, by method.
+_REQUESTS: dict[str, Any] = {
+    "prompts/get": types.GetPromptRequest,
+}
 
 
 def _mcp_error() -> type[Exception]:

@@ -17,8 +17,16 @@ Tools:
   roots()             asks the client for roots/list; returns the roots as JSON
   header(name)        the value of an HTTP request header (streamable HTTP mode), or null
 
+Prompts and resources (only with ``TOY_CATALOG=1``; else it has neither capability):
+  prompt greet(name)  one user message "Hello, NAME!"
+  resource toy://notes/today (text "buy milk"); template toy://notes/{day} (text "notes of DAY")
+  once mutated: also prompt farewell and resource toy://notes/later (mutate sends prompts/list_changed
+  and resources/list_changed too)
+
 Environment:
-  TOY_LOG=path        every tools/call received is appended as one JSON line (what the upstream saw)
+  TOY_CATALOG=1       serve the prompt and the resources above
+  TOY_LOG=path        every tools/call (prompts/get, resources/read) received is appended as one JSON line
+                      (what the upstream saw)
   TOY_VARIANT=2       start already mutated (a rug pull between runs)
   TOY_FAIL_FIRST=path the first start (no file at path yet) creates the file and exits with status 1
   TOY_RUG=f1,f2       what a rug pull changes instead (echo and extra stay as they were): of `add`, any of
@@ -43,6 +51,7 @@ import anyio
 import mcp_types as types
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 
 STATE = {"mutated": os.environ.get("TOY_VARIANT") == "2"}
@@ -130,6 +139,9 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     if name == "mutate":
         STATE["mutated"] = True
         await ctx.session.send_tool_list_changed()
+        if os.environ.get("TOY_CATALOG") == "1":
+            await ctx.session.send_prompt_list_changed()
+            await ctx.session.send_resource_list_changed()
         return _text("mutated")
     if name == "crash":
         os._exit(3)
@@ -175,7 +187,54 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     return types.CallToolResult(content=[types.TextContent(type="text", text=f"no tool {name}")], is_error=True)
 
 
+def _log(entry: dict) -> None:
+    log = os.environ.get("TOY_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry) + "\n")
+
+
+async def list_prompts(ctx, params) -> types.ListPromptsResult:
+    prompts = [types.Prompt(name="greet", description="Greet someone.",
+                            arguments=[types.PromptArgument(name="name", description="Who to greet.", required=True)])]
+    if STATE["mutated"]:
+        prompts.append(types.Prompt(name="farewell", description="Say goodbye."))
+    return types.ListPromptsResult(prompts=prompts)
+
+
+async def get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    _log({"prompt": params.name, "arguments": params.arguments})
+    if params.name != "greet":
+        raise MCPError(types.INVALID_PARAMS, f"no prompt {params.name}")
+    who = (params.arguments or {}).get("name", "nobody")
+    return types.GetPromptResult(description="A greeting.", messages=[
+        types.PromptMessage(role="user", content=types.TextContent(type="text", text=f"Hello, {who}!"))])
+
+
+async def list_resources(ctx, params) -> types.ListResourcesResult:
+    resources = [types.Resource(uri="toy://notes/today", name="today", mime_type="text/plain")]
+    if STATE["mutated"]:
+        resources.append(types.Resource(uri="toy://notes/later", name="later", mime_type="text/plain"))
+    return types.ListResourcesResult(resources=resources)
+
+
+async def list_resource_templates(ctx, params) -> types.ListResourceTemplatesResult:
+    return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
+        uri_template="toy://notes/{day}", name="notes", mime_type="text/plain")])
+
+
+async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+    uri = str(params.uri)
+    _log({"resource": uri})
+    text = "buy milk" if uri == "toy://notes/today" else f"notes of {uri.rsplit('/', 1)[-1]}"
+    return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type="text/plain", text=text)])
+
+
 def _server() -> Server:
+    if os.environ.get("TOY_CATALOG") == "1":
+        return Server("toy", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool,
+                      on_list_prompts=list_prompts, on_get_prompt=get_prompt, on_list_resources=list_resources,
+                      on_list_resource_templates=list_resource_templates, on_read_resource=read_resource)
     return Server("toy", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
