@@ -1,4 +1,4 @@
-"""prompts/* through the gateway: listed, routed, decided and recorded like tools/call.
+"""prompts/* and resources/* through the gateway: listed, routed, decided and recorded like tools/call.
 
 Against the toy upstream with ``TOY_CATALOG=1`` (a real stdio process) and the real
 ``mcp-server-sqlite`` (its own venv, marked ``pypi_servers``), with the official client.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import anyio
+import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
@@ -60,7 +61,7 @@ async def test_without_an_upstream_with_prompts_no_prompts_capability_is_announc
     assert caps.prompts is None and caps.tools is not None
 
 
-async def test_a_client_is_told_when_an_upstreams_prompts_change(tmp_path, store):
+async def test_a_client_is_told_when_an_upstreams_prompts_and_resources_change(tmp_path, store):
     got: list[str] = []
 
     async def note(message):
@@ -71,10 +72,14 @@ async def test_a_client_is_told_when_an_upstreams_prompts_change(tmp_path, store
         await client.list_prompts()
         await client.call_tool("toy__mutate", {})
         with anyio.fail_after(10):
-            while "notifications/prompts/list_changed" not in got:
+            while not {"notifications/prompts/list_changed", "notifications/resources/list_changed"} <= set(got):
                 await anyio.sleep(0.05)
         prompts = [p.name for p in (await client.list_prompts()).prompts]
+        resources = [str(r.uri) for r in (await client.list_resources()).resources]
+        later = await client.read_resource("toy://notes/later")
     assert prompts == ["toy__farewell", "toy__greet"]
+    assert resources == ["toy://notes/later", "toy://notes/today"]
+    assert later.contents[0].text == "notes of later"
 
 
 async def test_prompts_get_is_recorded_as_a_call_and_forwarded(tmp_path, store):
@@ -157,10 +162,10 @@ async def test_an_unknown_prompt_is_a_protocol_error_with_its_code(tmp_path, sto
     assert gateway_runs(store) == []  # nothing recorded: the run starts with its first recorded call
 
 
-async def test_nothing_is_forwarded_when_a_prompt_request_cannot_be_recorded(tmp_path, store):
+async def test_nothing_is_forwarded_when_a_prompt_or_resource_request_cannot_be_recorded(tmp_path, store):
     gw = Gateway(catalog_config(tmp_path), store=store)
     async with running(gw) as tg, connect(gw, tg) as client:
-        await client.get_prompt("toy__greet", {"name": "first"})
+        await client.read_resource("toy://notes/today")
         original = store.append_with
 
         def broken(build):
@@ -170,14 +175,18 @@ async def test_nothing_is_forwarded_when_a_prompt_request_cannot_be_recorded(tmp
         try:
             with pytest.raises(MCPError) as prompt:
                 await client.get_prompt("toy__greet", {"name": "ada"})
+            with pytest.raises(MCPError) as resource:
+                await client.read_resource("toy://notes/monday")
         finally:
             store.append_with = original
-    assert prompt.value.error.code == codes.NOT_RECORDED
+    assert prompt.value.error.code == resource.value.error.code == codes.NOT_RECORDED
     assert prompt.value.error.message.startswith("prompts/get toy__greet: not forwarded: it could not be recorded (")
-    assert toy_log(tmp_path) == [{"prompt": "greet", "arguments": {"name": "first"}}]
+    assert resource.value.error.message.startswith(
+        "resources/read toy://notes/monday: not forwarded: it could not be recorded (")
+    assert toy_log(tmp_path) == [{"resource": "toy://notes/today"}]
 
 
-async def test_over_http_prompts_are_served_and_recorded_under_the_token_identity(tmp_path, store):
+async def test_over_http_prompts_and_resources_are_served_and_recorded_under_the_token_identity(tmp_path, store):
     import httpx2
     from mcp.client.session import ClientSession
     from mcp.client.streamable_http import streamable_http_client
@@ -197,14 +206,15 @@ async def test_over_http_prompts_are_served_and_recorded_under_the_token_identit
                     init = await client.initialize()
                     prompts = [p.name for p in (await client.list_prompts()).prompts]
                     got = await client.get_prompt("toy__greet", {"name": "http"})
+                    read = await client.read_resource("toy://notes/today")
         tg.cancel_scope.cancel()
-    assert init.capabilities.prompts is not None
+    assert (init.capabilities.prompts is not None, init.capabilities.resources.subscribe) == (True, False)
     assert prompts == ["toy__greet"]
-    assert got.messages[0].content.text == "Hello, http!"
+    assert (got.messages[0].content.text, read.contents[0].text) == ("Hello, http!", "buy milk")
     [run_id] = gateway_runs(store)
     calls = [e for e in store.read_run(run_id) if e.kind == "tool.call"]
     assert [(e.principal, e.payload["tool"], e.payload["method"]) for e in calls] == [
-        ("ci-bot", "prompt:greet", "prompts/get")]
+        ("ci-bot", "prompt:greet", "prompts/get"), ("ci-bot", "resource:toy://notes/today", "resources/read")]
 
 
 def sqlite_config(tmp_path, policy: str = "ALLOW_ALL"):
@@ -243,3 +253,213 @@ async def test_mcp_server_sqlite_prompt_through_the_gateway(tmp_path, store):
     messages = store.resolve(result["result"]["messages"])  # long: kept as a blob
     assert result["ok"] is True and messages == [m.model_dump(by_alias=True, mode="json", exclude_none=True)
                                                  for m in got.messages]
+
+
+# ---------------------------------------------------------------------------------------------- resources
+
+NO_NOTES_OF_MONDAY = """
+version: 1
+name: no-monday
+rules:
+  - id: no-monday-notes
+    match: {server: toy, tool: "resource:toy://notes/*"}
+    when: 'call.arguments.uri.endsWith("/monday")'
+    effect: deny
+  - id: rest-ok
+    effect: allow
+"""
+
+
+def two_toys(tmp_path):
+    import sys
+
+    from .conftest import TOY
+
+    ups = "".join(f"""
+  - id: {sid}
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+    env: {{TOY_CATALOG: "1", TOY_LOG: {json.dumps(str(tmp_path / (sid + '.log')))}}}
+""" for sid in ("toy", "toy2"))
+    return toy_config(tmp_path, upstreams=ups)
+
+
+async def test_resources_and_templates_are_listed_unchanged_and_the_capability_is_announced(tmp_path, store):
+    gw = Gateway(catalog_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        caps = client.initialize_result.capabilities
+        resources = (await client.list_resources()).resources
+        templates = (await client.list_resource_templates()).resource_templates
+    assert (caps.resources.subscribe, caps.resources.list_changed) == (False, True)
+    assert [(str(r.uri), r.name, r.mime_type) for r in resources] == [("toy://notes/today", "today", "text/plain")]
+    assert [(t.uri_template, t.name) for t in templates] == [("toy://notes/{day}", "notes")]
+
+
+async def test_without_an_upstream_with_resources_no_resources_capability_is_announced(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        assert client.initialize_result.capabilities.resources is None
+
+
+async def test_resources_read_is_routed_by_listing_and_template_and_recorded_as_a_call(tmp_path, store):
+    gw = Gateway(catalog_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            listed = await client.read_resource("toy://notes/today")
+            templated = await client.read_resource("toy://notes/monday")
+        [run_id] = gateway_runs(store)
+    assert [(str(c.uri), c.text) for c in listed.contents] == [("toy://notes/today", "buy milk")]
+    assert [(str(c.uri), c.text) for c in templated.contents] == [("toy://notes/monday", "notes of monday")]
+    recorded = calls_of(store, run_id)
+    calls = [p for k, p in recorded if k == "tool.call"]
+    assert [{k: c[k] for k in ("server", "tool", "exposed", "arguments", "method")} for c in calls] == [
+        {"server": "toy", "tool": "resource:toy://notes/today", "exposed": "toy://notes/today",
+         "arguments": {"uri": "toy://notes/today"}, "method": "resources/read"},
+        {"server": "toy", "tool": "resource:toy://notes/monday", "exposed": "toy://notes/monday",
+         "arguments": {"uri": "toy://notes/monday"}, "method": "resources/read"}]
+    results = [p for k, p in recorded if k == "tool.result"]
+    assert [r["result"] for r in results] == [  # as the upstream answered (its SDK adds the cache hints)
+        {"contents": [{"uri": "toy://notes/today", "mimeType": "text/plain", "text": "buy milk"}],
+         "resultType": "complete", "cacheScope": "private", "ttlMs": 0},
+        {"contents": [{"uri": "toy://notes/monday", "mimeType": "text/plain", "text": "notes of monday"}],
+         "resultType": "complete", "cacheScope": "private", "ttlMs": 0}]
+    extra = store.get_snapshot(store.read_run(run_id)[0].payload["snapshot"])["extra"]["gateway"]
+    assert (extra["resources"], extra["resource_templates"]) == (
+        [{"server": "toy", "uri": "toy://notes/today", "name": "today", "mimeType": "text/plain"}],
+        [{"server": "toy", "uriTemplate": "toy://notes/{day}", "name": "notes", "mimeType": "text/plain"}])
+    from click.testing import CliRunner
+
+    from sealbox.cli.main import cli
+
+    out = CliRunner().invoke(cli, ["calls", "--store", str(tmp_path / "store"), "--server", "toy", "--tool",
+                                   "resource:toy://notes/*", "--json"])
+    assert out.exit_code == 0, out.output
+    assert [(r["tool"], r["decision"], r["arguments"]) for r in json.loads(out.output)] == [
+        ("resource:toy://notes/today", "allow", {"uri": "toy://notes/today"}),
+        ("resource:toy://notes/monday", "allow", {"uri": "toy://notes/monday"})]
+    assert sealbox.verify_store(store).ok
+
+
+async def test_a_denied_resource_read_names_the_rule_and_the_upstream_never_sees_it(tmp_path, store):
+    gw = Gateway(catalog_config(tmp_path), store=store, policy=Policy.from_text(NO_NOTES_OF_MONDAY))
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            with pytest.raises(MCPError) as err:
+                await client.read_resource("toy://notes/monday")
+            ok = await client.read_resource("toy://notes/tuesday")
+        [run_id] = gateway_runs(store)
+    assert err.value.error.code == codes.DENIED
+    assert err.value.error.message.startswith(
+        "resources/read toy://notes/monday: denied by rule no-monday-notes (policy_deny): ")
+    assert err.value.error.data["rule"] == "no-monday-notes"
+    assert ok.contents[0].text == "notes of tuesday"
+    assert toy_log(tmp_path) == [{"resource": "toy://notes/tuesday"}]
+    recorded = calls_of(store, run_id)
+    assert [(k, p.get("tool"), p.get("effect"), p.get("rule")) for k, p in recorded][:2] == [
+        ("tool.call", "resource:toy://notes/monday", None, None),
+        ("policy.decision", "resource:toy://notes/monday", "deny", "no-monday-notes")]
+
+
+async def test_an_unknown_uri_is_a_protocol_error_with_its_code_and_nothing_is_recorded(tmp_path, store):
+    gw = Gateway(catalog_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        for uri in ("toy://other/today", "toy://notes/a/b", "memo://insights"):
+            with pytest.raises(MCPError) as err:
+                await client.read_resource(uri)
+            assert (err.value.error.code, err.value.error.message) == (
+                codes.UNKNOWN_RESOURCE, f"unknown resource {uri!r}: no upstream lists it or has a resource template "
+                "matching it")
+        with pytest.raises(MCPError) as err:
+            await client.send_request(types.SubscribeRequest(params=types.SubscribeRequestParams(
+                uri="toy://notes/today")), types.EmptyResult)
+        assert err.value.error.code == codes.NOT_SUPPORTED
+        assert "resources/subscribe is not supported by the sealbox gateway" in err.value.error.message
+    assert gateway_runs(store) == []
+
+
+async def test_a_uri_two_upstreams_serve_is_ambiguous_and_left_out_of_the_listing(tmp_path, store):
+    gw = Gateway(two_toys(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        listed = (await client.list_resources()).resources
+        with pytest.raises(MCPError) as listed_twice:
+            await client.read_resource("toy://notes/today")
+        with pytest.raises(MCPError) as two_templates:
+            await client.read_resource("toy://notes/friday")
+        prompts = [p.name for p in (await client.list_prompts()).prompts]
+    assert listed == []
+    assert (listed_twice.value.error.code, listed_twice.value.error.message) == (
+        codes.AMBIGUOUS_RESOURCE, "ambiguous resource 'toy://notes/today': listed by toy and toy2")
+    assert (two_templates.value.error.code, two_templates.value.error.message) == (
+        codes.AMBIGUOUS_RESOURCE, "ambiguous resource 'toy://notes/friday': no upstream lists it, and it matches "
+        "resource templates of toy (toy://notes/{day}) and toy2 (toy://notes/{day})")
+    assert prompts == ["toy2__greet", "toy__greet"] or prompts == ["toy__greet", "toy2__greet"]
+    assert gateway_runs(store) == []
+
+
+@pytest.mark.pypi_servers
+async def test_mcp_server_sqlite_resource_through_the_gateway_and_its_deny(tmp_path, store):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("""
+version: 1
+rules:
+  - id: no-memos
+    match: {server: db, tool: "resource:memo://*"}
+    effect: deny
+  - id: rest-ok
+    effect: allow
+""")
+    gw = Gateway(sqlite_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            caps = client.initialize_result.capabilities
+            listed = [str(r.uri) for r in (await client.list_resources()).resources]
+            empty = await client.read_resource("memo://insights")
+            await client.call_tool("db__append_insight", {"insight": "bees sell best in May"})
+            memo = await client.read_resource("memo://insights")
+    assert caps.resources is not None and caps.prompts is not None
+    assert listed == ["memo://insights"]
+    assert [(str(c.uri), c.text) for c in empty.contents] == [
+        ("memo://insights", "No business insights have been discovered yet.")]
+    assert [str(c.uri) for c in memo.contents] == ["memo://insights"]
+    assert "- bees sell best in May" in memo.contents[0].text
+    [run_id] = gateway_runs(store)
+    (_, call), (_, decision), (_, result) = calls_of(store, run_id)[6:]
+    assert (call["server"], call["tool"], call["method"], call["arguments"]) == (
+        "db", "resource:memo://insights", "resources/read", {"uri": "memo://insights"})
+    assert result["ok"] is True and result["result"]["contents"][0]["text"] == memo.contents[0].text
+
+    denying = Gateway(sqlite_config(tmp_path, policy=str(policy)), store=store)
+    async with running(denying) as tg, connect(denying, tg) as client:
+        with pytest.raises(MCPError) as err:
+            await client.read_resource("memo://insights")
+    assert err.value.error.code == codes.DENIED and err.value.error.data["rule"] == "no-memos"
+
+
+@pytest.mark.parametrize("template, uri, matches", [
+    ("toy://notes/{day}", "toy://notes/monday", True),
+    ("toy://notes/{day}", "toy://notes/", False),
+    ("toy://notes/{day}", "toy://notes/a/b", False),
+    ("toy://notes/{day}", "toy://notes/monday?x=1", False),
+    ("file:///{+path}", "file:///a/b.txt", True),
+    ("x://{id}{?q,r}", "x://k?q=1&r=2", True),
+    ("x://{id}{?q,r}", "x://k", True),
+    ("x://{id}{.ext}", "x://k.json.gz", True),
+    ("x://{id}{/rest}", "x://k/a/b", True),
+    ("x://{id}{#frag}", "x://k#top", True),
+    ("x://a.b/{id}", "x://aXb/1", False),  # a literal dot is a dot
+])
+def test_resource_template_matching(template, uri, matches):
+    from sealbox.gateway.server import _template_pattern
+
+    assert bool(_template_pattern(template).fullmatch(uri)) is matches
+
+
+def test_a_long_uri_that_matches_no_template_is_refused_without_backtracking():
+    import time
+
+    from sealbox.gateway.server import _template_pattern
+
+    for template, uri in (("x://{.a}", "x://" + "." * 25 + "/"), ("x://{;a}", "x://" + ";" * 25 + "/")):
+        started = time.perf_counter()
+        assert _template_pattern(template).fullmatch(uri) is None
+        assert time.perf_counter() - started < 0.5  # (?:\.[^/?#]*)* took seconds here (2^25 ways to split)

@@ -12,8 +12,8 @@ JSON-RPC error with one of these codes. They lie in −32003…−32019: −3200
 from __future__ import annotations
 
 __all__ = ["UNKNOWN_TOOL", "REQUEST_TOO_LARGE", "MALFORMED_REQUEST", "UNKNOWN_RUN", "UNAUTHORIZED",
-           "INVALID_REQUEST_STATE", "RUN_IN_USE", "UNKNOWN_PROMPT", "DENIED", "NOT_RECORDED", "UPSTREAM_ERROR",
-           "CODES"]
+           "INVALID_REQUEST_STATE", "RUN_IN_USE", "UNKNOWN_PROMPT", "UNKNOWN_RESOURCE", "AMBIGUOUS_RESOURCE", "DENIED",
+           "NOT_RECORDED", "UPSTREAM_ERROR", "NOT_SUPPORTED", "CODES"]
 
 #: ``tools/call`` names a tool that is not exposed (no such server, or no such tool on it).
 UNKNOWN_TOOL = -32003
@@ -36,14 +36,21 @@ INVALID_REQUEST_STATE = -32008
 RUN_IN_USE = -32009
 #: ``prompts/get`` names a prompt that is not exposed (no such server, or no such prompt on it).
 UNKNOWN_PROMPT = -32010
-#: A ``prompts/get`` was denied (policy rule, limit, breaker; a ``require_approval`` is a deny
-#: ``approval_unavailable`` for it): recorded, not forwarded; ``data`` names the rule.
+#: ``resources/read`` names a URI no upstream listed and no upstream's resource template matches.
+UNKNOWN_RESOURCE = -32011
+#: ``resources/read`` names a URI that two or more upstreams list, or (listed by none) whose templates match.
+AMBIGUOUS_RESOURCE = -32012
+#: A ``prompts/get`` or ``resources/read`` was denied (policy rule, limit, breaker; a ``require_approval``
+#: is a deny ``approval_unavailable`` for them): recorded, not forwarded; ``data`` names the rule.
 DENIED = -32013
-#: A ``prompts/get`` could not be recorded (not forwarded), or was forwarded and its result could not be
-#: recorded (not answered).
+#: A ``prompts/get`` or ``resources/read`` could not be recorded (not forwarded), or was forwarded and its
+#: result could not be recorded (not answered).
 NOT_RECORDED = -32014
-#: The upstream of a ``prompts/get`` is down, timed out, or answered with an error (recorded as the call's error).
+#: The upstream of a ``prompts/get`` or ``resources/read`` is down, timed out, or answered with an error
+#: (recorded as the call's error).
 UPSTREAM_ERROR = -32015
+#: A request the gateway does not proxy (``resources/subscribe``, ``resources/unsubscribe``).
+NOT_SUPPORTED = -32016
 
 CODES: dict[int, str] = {
     UNKNOWN_TOOL: "unknown tool",
@@ -54,7 +61,10 @@ CODES: dict[int, str] = {
     INVALID_REQUEST_STATE: "invalid request state",
     RUN_IN_USE: "run in use",
     UNKNOWN_PROMPT: "unknown prompt",
+    UNKNOWN_RESOURCE: "unknown resource",
+    AMBIGUOUS_RESOURCE: "ambiguous resource",
     DENIED: "denied",
     NOT_RECORDED: "not recorded",
     UPSTREAM_ERROR: "upstream error",
+    NOT_SUPPORTED: "not supported",
 }

@@ -67,7 +67,7 @@ from sealbox.recorder import Recorder, RunContext, ToolDenied, is_call_step
 from sealbox.snapshot import Snapshot, ToolSpec
 
 __all__ = ["Gateway", "InvalidArguments", "RUN_ID_META_KEY", "CALL_ID_META_KEY", "STEP_META_KEY", "ENV_RUN_ID",
-           "PROMPT_TOOL_PREFIX"]
+           "PROMPT_TOOL_PREFIX", "RESOURCE_TOOL_PREFIX"]
 
 log = logging.getLogger("sealbox.gateway")
 
@@ -89,6 +89,9 @@ _RUN_STATE = "sealbox.run"
 #: ``method: "prompts/get"`` in its ``tool.call`` (a policy rule matches it as that tool, e.g.
 #: ``tool: "prompt:*"``). MCP tool names are ``[A-Za-z0-9_.-]`` (2025-11-25): no tool is named so.
 PROMPT_TOOL_PREFIX = "prompt:"
+#: A ``resources/read`` is recorded as a call of tool ``"resource:" + the URI`` (arguments ``{"uri": …}``,
+#: ``method: "resources/read"``).
+RESOURCE_TOOL_PREFIX = "resource:"
 
 
 class InvalidArguments(ValueError):
@@ -324,7 +327,8 @@ class Gateway:
         }
         for up in self.upstreams.values():
             up.on_catalog = self._on_catalog
-        self._catalogs: dict[str, tuple[Any, ...]] = {}  # upstream id -> its prompts as listed last (compared)
+        self._catalogs: dict[str, tuple[Any, ...]] = {}  # upstream id -> its prompts, resources as listed last
+        self._templates: dict[str, list[tuple[str, Any]]] = {}  # upstream id -> (template, compiled pattern)
         self._joined: dict[tuple[str, str], RunContext] = {}
         self._session_runs: dict[str, RunContext] = {}  # the runs of connected sessions, by run id
         self._linked_steps: dict[str, set[str]] = {}  # joined run id -> steps given by sealbox/step so far
@@ -394,17 +398,23 @@ class Gateway:
 
         server = Server("sealbox-gateway", version=_version(), on_list_tools=self._list_tools,
                         on_call_tool=self._call_tool, on_list_prompts=self._list_prompts,
-                        on_get_prompt=self._get_prompt,
+                        on_get_prompt=self._get_prompt, on_list_resources=self._list_resources,
+                        on_list_resource_templates=self._list_resource_templates,
+                        on_read_resource=self._read_resource, on_subscribe_resource=self._not_supported,
+                        on_unsubscribe_resource=self._not_supported,
                         instructions="Tools of several MCP servers; every call is decided by policy and recorded.")
         server.middleware.append(self._check_request)
-        # the prompts capability only when an upstream has it (the SDK derives it from the handlers)
+        # the prompts and resources capabilities only when an upstream has them (the SDK derives them from
+        # the handlers); resources.subscribe is false: subscriptions are not proxied
         plain_capabilities = server.get_capabilities
 
         def capabilities(*args: Any, **kwargs: Any) -> Any:
             caps = plain_capabilities(*args, **kwargs)
             changed = bool(caps.tools.list_changed) if caps.tools is not None else False
             prompts = types.PromptsCapability(list_changed=changed) if self._upstreams_have("prompts") else None
-            return caps.model_copy(update={"prompts": prompts})
+            resources = (types.ResourcesCapability(subscribe=False, list_changed=changed)
+                         if self._upstreams_have("resources") else None)
+            return caps.model_copy(update={"prompts": prompts, "resources": resources})
 
         server.get_capabilities = capabilities  # type: ignore[method-assign]
         # streamable HTTP answers each session's initialize from create_initialization_options() called
@@ -508,7 +518,7 @@ class Gateway:
         return out
 
     def _upstreams_have(self, capability: str) -> bool:
-        """Whether an upstream announced ``capability`` (``prompts``…) when it last connected."""
+        """Whether an upstream announced ``capability`` (``prompts``, ``resources``) when it last connected."""
         return any(getattr(up.capabilities, capability, None) is not None for up in self.upstreams.values())
 
     def blocked_notice(self, server: str, tool: str) -> str:
@@ -590,13 +600,19 @@ class Gateway:
                 log.debug("could not notify a client: %s", method)
 
     async def _on_catalog(self, upstream: Upstream) -> None:
-        """An upstream listed its prompts: clients that may hold a listing are told when they changed."""
+        """An upstream listed its prompts and resources: clients that may hold a listing are told when
+        one changed; its resource templates are compiled for routing reads."""
         sid = upstream.spec.id
+        self._templates[sid] = [(t.uri_template, _template_pattern(t.uri_template)) for t in upstream.templates]
         prompts = tuple(p.model_dump_json(by_alias=True, exclude_none=True) for _, p in sorted(upstream.prompts.items()))
-        before = self._catalogs.get(sid, ((),))
-        self._catalogs[sid] = (prompts,)
+        resources = tuple(r.model_dump_json(by_alias=True, exclude_none=True)
+                          for r in [*(v for _, v in sorted(upstream.resources.items())), *upstream.templates])
+        before = self._catalogs.get(sid, ((), ()))
+        self._catalogs[sid] = (prompts, resources)
         if prompts != before[0]:
             await self._notify("notifications/prompts/list_changed")
+        if resources != before[1]:
+            await self._notify("notifications/resources/list_changed")
 
     # ------------------------------------------------------------------ prompts
 
@@ -625,6 +641,83 @@ class Gateway:
         return await self._recorded_request(
             ctx, params.meta, server, tool, dict(params.arguments or {}), params.name, "prompts/get",
             lambda: upstream.request("prompts/get", forwarded, types.GetPromptResult))
+
+    # ------------------------------------------------------------------ resources
+
+    def _owners(self, uri: str) -> list[str]:
+        """The upstreams that list ``uri``, in id order."""
+        return [sid for sid in sorted(self.upstreams) if uri in self.upstreams[sid].resources]
+
+    def exposed_resources(self) -> list[types.Resource]:
+        """The union of the upstreams' resources, unchanged (a URI cannot be renamed without breaking
+        its clients); a URI two upstreams list is left out (a read of it is ambiguous)."""
+        out = []
+        for sid in sorted(self.upstreams):
+            for uri, resource in sorted(self.upstreams[sid].resources.items()):
+                if len(self._owners(uri)) > 1:
+                    log.warning("resource %s is listed by %s; it is not listed here", uri, " and ".join(self._owners(uri)))
+                    continue
+                out.append(resource)
+        return out
+
+    def resource_server(self, uri: str) -> str:
+        """The upstream a ``resources/read`` of ``uri`` goes to: the one upstream that lists it; else,
+        listed by none, the one upstream with a resource template matching it (:func:`_template_pattern`).
+
+        Raises:
+            MCPError: ``AMBIGUOUS_RESOURCE`` (listed by several, or matching templates of several),
+                ``UNKNOWN_RESOURCE`` (neither listed nor matching a template).
+        """
+        owners = self._owners(uri)
+        if len(owners) == 1:
+            return owners[0]
+        if owners:
+            raise _mcp_error()(codes.AMBIGUOUS_RESOURCE, f"ambiguous resource {uri!r}: listed by "
+                               f"{' and '.join(owners)}", data=uri)
+        matched = {sid: template for sid in sorted(self.upstreams) for template, pattern in self._templates.get(sid, ())
+                   if pattern is not None and pattern.fullmatch(uri)}
+        if len(matched) == 1:
+            return next(iter(matched))
+        if matched:
+            raise _mcp_error()(codes.AMBIGUOUS_RESOURCE, f"ambiguous resource {uri!r}: no upstream lists it, and it "
+                               "matches resource templates of " + " and ".join(f"{sid} ({t})" for sid, t in matched.items()),
+                               data=uri)
+        raise _mcp_error()(codes.UNKNOWN_RESOURCE, f"unknown resource {uri!r}: no upstream lists it or has a "
+                           "resource template matching it", data=uri)
+
+    async def _list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
+        self._watch(_connection(ctx))
+        return types.ListResourcesResult(resources=self.exposed_resources())
+
+    async def _list_resource_templates(self, ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+        self._watch(_connection(ctx))
+        return types.ListResourceTemplatesResult(
+            resource_templates=[t for sid in sorted(self.upstreams) for t in self.upstreams[sid].templates])
+
+    async def _read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        """``resources/read``: routed by :meth:`resource_server`, decided and recorded as a call of tool
+        ``resource:<uri>`` (``method: "resources/read"``, arguments ``{"uri": uri}``), then forwarded
+        (:meth:`_recorded_request`).
+
+        Raises:
+            MCPError: ``UNKNOWN_RESOURCE``, ``AMBIGUOUS_RESOURCE``, and as :meth:`_recorded_request`.
+        """
+        uri = str(params.uri)
+        server = self.resource_server(uri)
+        tool = RESOURCE_TOOL_PREFIX + uri
+        if tool in self.upstreams[server].tools:
+            raise _mcp_error()(codes.UNKNOWN_RESOURCE, f"resource {uri!r} is not served: server {server} has a tool "
+                               f"named {tool!r}, the name its resources/read would be recorded under", data=uri)
+        upstream = self.upstreams[server]
+        forwarded = types.ReadResourceRequestParams(uri=params.uri)
+        return await self._recorded_request(
+            ctx, params.meta, server, tool, {"uri": uri}, uri, "resources/read",
+            lambda: upstream.request("resources/read", forwarded, types.ReadResourceResult))
+
+    async def _not_supported(self, ctx: Any, params: Any) -> Any:
+        raise _mcp_error()(codes.NOT_SUPPORTED, f"{ctx.method} is not supported by the sealbox gateway (resource "
+                           "subscriptions are not proxied; read the resource again, or listen for "
+                           "notifications/resources/list_changed)")
 
     async def _recorded_request(self, ctx: Any, meta: Any, server: str, tool: str, arguments: dict[str, Any],
                                 exposed: str, method: str, send: Any) -> Any:
@@ -695,6 +788,14 @@ class Gateway:
                    for sid, up in sorted(self.upstreams.items()) for _, p in sorted(up.prompts.items())]
         if prompts:  # what the run was offered besides tools (recorded, not pinned: a change is not blocked)
             extra["gateway"]["prompts"] = prompts
+        resources = [{"server": sid, **r.model_dump(by_alias=True, mode="json", exclude_none=True)}
+                     for sid, up in sorted(self.upstreams.items()) for _, r in sorted(up.resources.items())]
+        if resources:
+            extra["gateway"]["resources"] = resources
+        templates = [{"server": sid, **t.model_dump(by_alias=True, mode="json", exclude_none=True)}
+                     for sid, up in sorted(self.upstreams.items()) for t in up.templates]
+        if templates:
+            extra["gateway"]["resource_templates"] = templates
         return Snapshot(tools=tools, policy=self.policy.fingerprint, extra=extra)
 
     async def _run_for(self, ctx: Any, meta: Any, principal: str) -> RunContext:
@@ -1763,8 +1864,34 @@ def _failure(exc: BaseException) -> types.CallToolResult:
     raise exc
 
 
+def _template_pattern(template: str) -> Any:
+    """A regular expression (to ``fullmatch``) for the URIs an RFC 6570 URI template expands to, loosely:
+    a ``{var}`` (simple expansion) stands for one or more characters other than ``/``, ``?`` and ``#``;
+    ``{+var}`` for any text; ``{#var}`` for an optional ``#…``; ``{.var}``, ``{/var}``, ``{;var}`` for any
+    number of ``.…``, ``/…``, ``;…`` segments; ``{?var}`` and ``{&var}`` for an optional query part.
+    None for a template that is not text (never matches)."""
+    import re
+
+    if not isinstance(template, str):
+        return None
+    parts = []
+    for literal, expression in re.findall(r"([^{]*)(\{[^}]*\}|$)", template):
+        parts.append(re.escape(literal))
+        if not expression:
+            continue
+        op = expression[1:2]
+        # a segment never holds its own separator: each URI splits into segments one way only (no
+        # backtracking blow-up on a long URI that does not match)
+        parts.append({"+": ".*", "#": "(?:#.*)?", ".": r"(?:\.[^/?#.]*)*", "/": "(?:/[^/?#]*)*",
+                      ";": "(?:;[^/?#;]*)*", "?": "(?:[?&][^#]*)?", "&": "(?:&[^#]*)?"}.get(op, "[^/?#]+"))
+    try:
+        return re.compile("".join(parts), re.DOTALL)
+    except re.error:
+        return None
+
+
 def _request_error(exc: BaseException, method: str, name: str, sent: bool) -> BaseException:
-    """The JSON-RPC error (``MCPError``) of a request such as ``prompts/get`` that was denied, not
+    """The JSON-RPC error (``MCPError``) of a ``prompts/get`` / ``resources/read`` that was denied, not
     recorded, or failed upstream; else ``exc`` itself."""
     error = _mcp_error()
     if isinstance(exc, ToolDenied):

@@ -66,6 +66,10 @@ class Upstream:
         tools: the tools of the latest listing, by upstream name.
         prompts: the prompts of the latest listing, by upstream name (empty when it has no ``prompts``
             capability, or its ``prompts/list`` failed: logged, the tools still served).
+        resources: the resources of the latest listing, by URI (empty without the ``resources`` capability,
+            or when its ``resources/list`` failed: logged).
+        templates: the resource templates of the latest listing (empty as ``resources`` is, or when
+            ``resources/templates/list`` failed: many servers do not serve it).
         capabilities: the ``ServerCapabilities`` of its latest ``initialize`` (None before it first connected).
         generation: how many times it has connected (1 after the first start).
         last_error: why it went down last, or None.
@@ -82,8 +86,10 @@ class Upstream:
         self.state = "starting"
         self.tools: dict[str, types.Tool] = {}
         self.prompts: dict[str, types.Prompt] = {}
+        self.resources: dict[str, types.Resource] = {}
+        self.templates: list[types.ResourceTemplate] = []
         self.capabilities: types.ServerCapabilities | None = None
-        #: called after a listing of prompts is published: ``(upstream) -> None``
+        #: called after a listing of prompts (and resources) is published: ``(upstream) -> None``
         self.on_catalog: Callable[["Upstream"], Awaitable[None]] | None = None
         self.generation = 0
         self.last_error: str | None = None
@@ -264,20 +270,26 @@ class Upstream:
         return tools
 
     async def _list_catalog(self, session: Any) -> dict[str, Any]:
-        """The upstream's prompts (by name) when it has the capability. A listing that fails is logged
-        and left empty: its tools are served all the same."""
+        """The upstream's prompts (by name), resources (by URI) and resource templates, each when it has
+        the capability. A listing that fails is logged and left empty: its tools are served all the same."""
         caps = self.capabilities
-        catalog: dict[str, Any] = {"prompts": {}}
+        catalog: dict[str, Any] = {"prompts": {}, "resources": {}, "templates": []}
         listings = []
         if caps is not None and caps.prompts is not None:
             listings.append(("prompts", session.list_prompts, "prompts", lambda items: {p.name: p for p in items}))
+        if caps is not None and caps.resources is not None:
+            listings.append(("resources", session.list_resources, "resources",
+                             lambda items: {str(r.uri): r for r in items}))
+            listings.append(("templates", session.list_resource_templates, "resource_templates", list))
         for key, lister, field, shape in listings:
             try:
                 catalog[key] = shape(await self._pages(lister, field))
             except Exception as exc:  # noqa: BLE001 - a catalog that cannot be listed is empty, never fatal
                 if isinstance(exc, TimeoutError):
                     raise
-                log.warning("upstream %s: listing its %s failed: %s", self.spec.id, key, _describe(exc))
+                # resources/templates/list is optional (a server with resources may not serve it)
+                (log.info if key == "templates" else log.warning)(
+                    "upstream %s: listing its %s failed: %s", self.spec.id, key, _describe(exc))
         return catalog
 
     async def _pages(self, lister: Any, field: str) -> list[Any]:
@@ -293,6 +305,8 @@ class Upstream:
 
     async def _publish_catalog(self, catalog: dict[str, Any]) -> None:
         self.prompts = catalog["prompts"]
+        self.resources = catalog["resources"]
+        self.templates = catalog["templates"]
         if self.on_catalog is not None:
             await self.on_catalog(self)
 
@@ -421,6 +435,7 @@ _LIST_CHANGED = frozenset({"notifications/tools/list_changed", "notifications/pr
 #: The requests :meth:`Upstream.request` sends, by method.
 _REQUESTS: dict[str, Any] = {
     "prompts/get": types.GetPromptRequest,
+    "resources/read": types.ReadResourceRequest,
 }
 
 
