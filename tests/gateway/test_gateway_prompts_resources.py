@@ -463,3 +463,25 @@ def test_a_long_uri_that_matches_no_template_is_refused_without_backtracking():
         started = time.perf_counter()
         assert _template_pattern(template).fullmatch(uri) is None
         assert time.perf_counter() - started < 0.5  # (?:\.[^/?#]*)* took seconds here (2^25 ways to split)
+
+
+async def test_gateway_replay_serves_the_sessions_tool_calls_leaving_its_prompts_and_reads_out(tmp_path, store):
+    """gateway replay serves tools only: the recorded prompts/get and resources/read (tool.calls with a
+    method) are not among the calls a replaying client must make again, nor 'missing' when it does not."""
+    from .test_gateway_replay import _replay_in_memory
+
+    gw = Gateway(catalog_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            await client.get_prompt("toy__greet", {"name": "ada"})
+            await client.call_tool("toy__add", {"a": 2, "b": 40})
+            await client.read_resource("toy://notes/today")
+            await client.call_tool("toy__echo", {"text": "hi"})
+    [run_id] = gateway_runs(store)
+    results, replay = await _replay_in_memory(store, run_id, [("toy__add", {"a": 2, "b": 40}),
+                                                              ("toy__echo", {"text": "hi"})])
+    report = replay.report()
+    assert [r.content[0].text for r in results] == ["42", "hi"]
+    assert (report["reproduced"], report["divergence"], report["steps_compared"]) == (True, None, 2)
+    assert (report["calls_made"], report["calls_recorded"]) == (2, 2)
+    assert replay.original_steps == {"2": "3", "3": "5"}

@@ -33,7 +33,9 @@ Recorded calls are numbered as the replay makes them: call *k* of the session is
 step ``k + 1`` of the replay run (step 1 is ``run.started``), which is also the
 step the live gateway gave it in a session's own run. Only ``tool.call`` steps are
 served; a run that also holds model calls (a run the gateway joined) is served its
-tool calls in logical-step order.
+tool calls in logical-step order. Prompts and resources are not served: the session's
+recorded ``prompts/get`` and ``resources/read`` (``tool.call`` with a ``method``) are left
+out of the comparison (never ``missing``).
 """
 
 from __future__ import annotations
@@ -94,7 +96,9 @@ class GatewayReplay:
                                                gateway.get("blocked") or [])
         #: recorded calls by replay step; ``original_steps`` maps them back to the recorded steps
         self.original_steps: dict[str, str] = {}
-        calls = [c for c in recorded.ordered() if c.key.kind == "tool.call"]
+        # a tool.call with a method is a prompts/get or resources/read the live gateway recorded: not served
+        # here (tools only), so not among the calls a client must make again
+        calls = [c for c in recorded.ordered() if c.key.kind == "tool.call" and c.payload.get("method") is None]
         recorded.steps = {}
         for i, call in enumerate(calls, start=1):
             step = str(i + 1)
