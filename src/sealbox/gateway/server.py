@@ -67,7 +67,7 @@ from sealbox.recorder import Recorder, RunContext, ToolDenied, is_call_step
 from sealbox.snapshot import Snapshot, ToolSpec
 
 __all__ = ["Gateway", "InvalidArguments", "RUN_ID_META_KEY", "CALL_ID_META_KEY", "STEP_META_KEY", "ENV_RUN_ID",
-           "PROMPT_TOOL_PREFIX", "RESOURCE_TOOL_PREFIX"]
+           "PROMPT_TOOL_PREFIX", "RESOURCE_TOOL_PREFIX", "UriTemplate"]
 
 log = logging.getLogger("sealbox.gateway")
 
@@ -92,6 +92,9 @@ PROMPT_TOOL_PREFIX = "prompt:"
 #: A ``resources/read`` is recorded as a call of tool ``"resource:" + the URI`` (arguments ``{"uri": …}``,
 #: ``method: "resources/read"``).
 RESOURCE_TOOL_PREFIX = "resource:"
+#: The longest URI routed by resource templates (a listed URI is routed whatever its length): matching
+#: costs (URI length × template length) steps on the event loop, per template.
+MAX_TEMPLATE_URI = 8192
 
 
 class InvalidArguments(ValueError):
@@ -328,7 +331,7 @@ class Gateway:
         for up in self.upstreams.values():
             up.on_catalog = self._on_catalog
         self._catalogs: dict[str, tuple[Any, ...]] = {}  # upstream id -> its prompts, resources as listed last
-        self._templates: dict[str, list[tuple[str, Any]]] = {}  # upstream id -> (template, compiled pattern)
+        self._templates: dict[str, list[UriTemplate]] = {}  # upstream id -> its resource templates
         self._joined: dict[tuple[str, str], RunContext] = {}
         self._session_runs: dict[str, RunContext] = {}  # the runs of connected sessions, by run id
         self._linked_steps: dict[str, set[str]] = {}  # joined run id -> steps given by sealbox/step so far
@@ -603,7 +606,7 @@ class Gateway:
         """An upstream listed its prompts and resources: clients that may hold a listing are told when
         one changed; its resource templates are compiled for routing reads."""
         sid = upstream.spec.id
-        self._templates[sid] = [(t.uri_template, _template_pattern(t.uri_template)) for t in upstream.templates]
+        self._templates[sid] = [UriTemplate(t.uri_template) for t in upstream.templates]
         prompts = tuple(p.model_dump_json(by_alias=True, exclude_none=True) for _, p in sorted(upstream.prompts.items()))
         resources = tuple(r.model_dump_json(by_alias=True, exclude_none=True)
                           for r in [*(v for _, v in sorted(upstream.resources.items())), *upstream.templates])
@@ -662,11 +665,12 @@ class Gateway:
 
     def resource_server(self, uri: str) -> str:
         """The upstream a ``resources/read`` of ``uri`` goes to: the one upstream that lists it; else,
-        listed by none, the one upstream with a resource template matching it (:func:`_template_pattern`).
+        listed by none, the one upstream with a resource template matching it (:class:`UriTemplate`; a URI
+        of at most :data:`MAX_TEMPLATE_URI` characters).
 
         Raises:
             MCPError: ``AMBIGUOUS_RESOURCE`` (listed by several, or matching templates of several),
-                ``UNKNOWN_RESOURCE`` (neither listed nor matching a template).
+                ``UNKNOWN_RESOURCE`` (neither listed nor matching a template, or unlisted and too long to match).
         """
         owners = self._owners(uri)
         if len(owners) == 1:
@@ -674,8 +678,12 @@ class Gateway:
         if owners:
             raise _mcp_error()(codes.AMBIGUOUS_RESOURCE, f"ambiguous resource {uri!r}: listed by "
                                f"{' and '.join(owners)}", data=uri)
-        matched = {sid: template for sid in sorted(self.upstreams) for template, pattern in self._templates.get(sid, ())
-                   if pattern is not None and pattern.fullmatch(uri)}
+        if len(uri) > MAX_TEMPLATE_URI:
+            raise _mcp_error()(codes.UNKNOWN_RESOURCE, f"unknown resource {uri[:64]!r}… ({len(uri)} characters): no "
+                               f"upstream lists it, and URIs longer than {MAX_TEMPLATE_URI} characters are not "
+                               "matched against resource templates", data=uri[:256])
+        matched = {sid: t.template for sid in sorted(self.upstreams) for t in self._templates.get(sid, ())
+                   if t.matches(uri)}
         if len(matched) == 1:
             return next(iter(matched))
         if matched:
@@ -1864,30 +1872,74 @@ def _failure(exc: BaseException) -> types.CallToolResult:
     raise exc
 
 
-def _template_pattern(template: str) -> Any:
-    """A regular expression (to ``fullmatch``) for the URIs an RFC 6570 URI template expands to, loosely:
-    a ``{var}`` (simple expansion) stands for one or more characters other than ``/``, ``?`` and ``#``;
-    ``{+var}`` for any text; ``{#var}`` for an optional ``#…``; ``{.var}``, ``{/var}``, ``{;var}`` for any
-    number of ``.…``, ``/…``, ``;…`` segments; ``{?var}`` and ``{&var}`` for an optional query part.
-    None for a template that is not text (never matches)."""
-    import re
+class UriTemplate:
+    """An RFC 6570 URI template, matched loosely against URIs, in time linear in the URI's length.
 
-    if not isinstance(template, str):
-        return None
-    parts = []
-    for literal, expression in re.findall(r"([^{]*)(\{[^}]*\}|$)", template):
-        parts.append(re.escape(literal))
-        if not expression:
-            continue
-        op = expression[1:2]
-        # a segment never holds its own separator: each URI splits into segments one way only (no
-        # backtracking blow-up on a long URI that does not match)
-        parts.append({"+": ".*", "#": "(?:#.*)?", ".": r"(?:\.[^/?#.]*)*", "/": "(?:/[^/?#]*)*",
-                      ";": "(?:;[^/?#;]*)*", "?": "(?:[?&][^#]*)?", "&": "(?:&[^#]*)?"}.get(op, "[^/?#]+"))
-    try:
-        return re.compile("".join(parts), re.DOTALL)
-    except re.error:
-        return None
+    The template is cut into literals and expressions. A literal matches itself. An expression
+    stands for a run of characters: ``{var}`` (simple expansion) one or more characters other than
+    ``/``, ``?`` and ``#``; ``{+var}`` and ``{#var}`` any text (possibly empty); ``{.var}`` and
+    ``{;var}`` any characters other than ``/``, ``?``, ``#``; ``{/var}`` any other than ``?`` and
+    ``#``; ``{?var}`` and ``{&var}`` any other than ``#`` (each possibly empty). Matching runs the
+    template as a set of states over the URI's characters (no backtracking): a client's long URI
+    cannot make it take more than (URI length × template length) steps.
+
+    Args:
+        template: the ``uriTemplate`` an upstream listed; a ``{`` without its ``}`` is a literal.
+    """
+
+    _CLASSES: dict[str, tuple[str | None, int]] = {
+        "": ("/?#", 1), "+": (None, 0), "#": (None, 0), ".": ("/?#", 0), ";": ("/?#", 0), "/": ("?#", 0),
+        "?": ("#", 0), "&": ("#", 0),
+    }
+
+    def __init__(self, template: str) -> None:
+        import re
+
+        self.template = template
+        #: ("lit", text) or ("run", excluded characters or None for any, the fewest characters)
+        self.tokens: list[tuple[str, Any, int]] = []
+        for literal, expression in re.findall(r"([^{]*)(\{[^}]*\}|\{[^}]*$|$)", template):
+            if literal:
+                self.tokens.append(("lit", literal, 0))
+            if expression.endswith("}"):
+                op = expression[1:2] if expression[1:2] in self._CLASSES else ""
+                excluded, fewest = self._CLASSES[op]
+                self.tokens.append(("run", excluded, fewest))
+            elif expression:  # "{..." never closed: text
+                self.tokens.append(("lit", expression, 0))
+
+    def _closure(self, states: set[tuple[int, int]]) -> set[tuple[int, int]]:
+        todo, out = list(states), set(states)
+        while todo:
+            i, k = todo.pop()
+            if i >= len(self.tokens):
+                continue
+            kind, value, fewest = self.tokens[i]
+            if (kind == "lit" and k == len(value)) or (kind == "run" and k >= fewest):
+                nxt = (i + 1, 0)
+                if nxt not in out:
+                    out.add(nxt)
+                    todo.append(nxt)
+        return out
+
+    def matches(self, uri: str) -> bool:
+        """Whether ``uri`` is one of the URIs the template expands to (loosely, as the class says)."""
+        states = self._closure({(0, 0)})
+        for ch in uri:
+            moved = set()
+            for i, k in states:
+                if i >= len(self.tokens):
+                    continue
+                kind, value, fewest = self.tokens[i]
+                if kind == "lit":
+                    if k < len(value) and value[k] == ch:
+                        moved.add((i, k + 1))
+                elif value is None or ch not in value:
+                    moved.add((i, min(k + 1, fewest)))
+            if not moved:
+                return False
+            states = self._closure(moved)
+        return (len(self.tokens), 0) in states
 
 
 def _request_error(exc: BaseException, method: str, name: str, sent: bool) -> BaseException:
