@@ -34,6 +34,12 @@ A request an upstream makes of the client during a call (elicitation, sampling, 
 forwarded to that call's client and recorded in the call's run (:meth:`Gateway._route`): the
 request before it is forwarded, the answer before it goes back (not recorded: not forwarded /
 not returned). The client's answer is never an approval.
+
+Upstreams' prompts and resources are proxied too (docs/gateway.md, *Prompts and resources*): a
+``prompts/get`` / ``resources/read`` goes through steps 1–3 as a call of tool ``prompt:<name>`` /
+``resource:<uri>`` whose ``tool.call`` carries ``method`` (:meth:`Gateway._recorded_request`); its
+failures are JSON-RPC errors (``DENIED``, ``NOT_RECORDED``, ``UPSTREAM_ERROR``), never held for an
+approval. Resource reads are routed by URI (:meth:`Gateway.resource_server`).
 """
 
 from __future__ import annotations
