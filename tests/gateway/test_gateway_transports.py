@@ -746,3 +746,31 @@ async def test_an_http_request_with_an_unusable_id_is_answered_not_taken_for_a_n
                                    "(method 'tools/call')"}})] * 3
     assert ok.status_code == 200 and '"id":7' in ok.text
     assert toy_log(tmp_path) == []
+
+
+
+@pytest.mark.parametrize("params, where", [
+    ({"name": "toy__echo", "arguments": {"text": "\ud800"}}, "\\ud800"),
+    ({"name": "toy__\udc80echo", "arguments": {}}, "\\udc80"),
+    ({"uri": "memo://\udfff"}, "\\udfff"),
+])
+def test_a_lone_surrogate_in_a_requests_params_is_malformed_not_a_crash(params, where):
+    """Over stdio and HTTP the SDK's JSON reader refuses a lone surrogate escape (-32700), but a str
+    that is no Unicode text can reach the gateway's checks another way (an in-process transport): the
+    request-size check crashed on it (UnicodeEncodeError: JSON-RPC code 0, a traceback logged). It is
+    MALFORMED_REQUEST naming the problem, before anything is recorded or forwarded."""
+    from types import SimpleNamespace
+
+    from mcp.shared.exceptions import MCPError
+
+    from sealbox.gateway import MALFORMED_REQUEST
+    from sealbox.gateway.server import check_request
+
+    ctx = SimpleNamespace(request_id=7, params=params, method="tools/call" if "name" in params else "resources/read")
+    with pytest.raises(MCPError) as err:
+        check_request(ctx, 1024 * 1024)
+    assert (err.value.error.code, err.value.error.message) == (
+        MALFORMED_REQUEST, f"request params hold a lone surrogate ({where}), which is not Unicode text "
+                           "(RFC 8259 §8.1): nothing was recorded or forwarded")
+    check_request(SimpleNamespace(request_id=7, params={"name": "toy__echo", "arguments": {"text": "\U0001f600"}},
+                                  method="tools/call"), 1024 * 1024)  # a real character outside the BMP passes

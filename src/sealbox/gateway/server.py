@@ -1766,7 +1766,8 @@ def check_request(ctx: Any, max_request_bytes: int | None) -> None:
 
     Raises:
         MCPError: ``REQUEST_TOO_LARGE`` (params above ``max_request_bytes`` bytes of JSON; None:
-            no limit), ``MALFORMED_REQUEST`` (a ``tools/call`` without a string ``name``, or
+            no limit), ``MALFORMED_REQUEST`` (params holding a lone surrogate, which is no Unicode
+            text and no UTF-8 can hold; a ``tools/call`` without a string ``name``, or
             with ``arguments`` that are not an object or hold NaN or Infinity).
     """
     dumped: bytes | None = None  # orjson's bytes of the params, when the size check made them
@@ -1774,8 +1775,14 @@ def check_request(ctx: Any, max_request_bytes: int | None) -> None:
         try:  # compact UTF-8 JSON, as the json module writes it below; orjson is ~10x faster
             dumped = orjson.dumps(ctx.params, default=str)
             size = len(dumped)
-        except (TypeError, orjson.JSONEncodeError):  # an integer beyond 64 bits, a non-str key
-            size = len(json.dumps(ctx.params, ensure_ascii=False, separators=(",", ":"), default=str).encode())
+        except (TypeError, orjson.JSONEncodeError):  # an integer beyond 64 bits, a non-str key, a lone surrogate
+            text = json.dumps(ctx.params, ensure_ascii=False, separators=(",", ":"), default=str)
+            try:
+                size = len(text.encode())
+            except UnicodeEncodeError as exc:  # a str that is no Unicode text (the SDK's JSON readers refuse it)
+                raise _mcp_error()(codes.MALFORMED_REQUEST, f"request params hold a lone surrogate "
+                                   f"(\\u{ord(text[exc.start]):04x}), which is not Unicode text (RFC 8259 §8.1): "
+                                   "nothing was recorded or forwarded") from None
         if size > max_request_bytes:
             raise _mcp_error()(codes.REQUEST_TOO_LARGE, f"request params are {size} bytes; the limit is "
                                f"{max_request_bytes}")
