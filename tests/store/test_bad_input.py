@@ -236,6 +236,20 @@ def test_cli_verify_with_a_garbage_log_vkey_names_the_file(store_copy: Path, tmp
     assert_one_error_line(res, f"the key file {key_file}: malformed verifier key")
 
 
+def test_cli_verify_given_the_private_log_key_says_so(store_copy: Path) -> None:
+    """`--key store/log.key` (the signer key beside log.vkey) said only "malformed verifier key: bad name
+    or key ID"; it says which key it is and which to give, never printing the key."""
+    private = store_copy / "log.key"
+    assert private.read_text().startswith("PRIVATE+KEY+")
+    for args in (["verify", "-s", str(store_copy), "--key", str(private)], ["verify", str(store_copy), "--key",
+                                                                            str(private)]):
+        res = cli(*args)
+        assert (res.returncode, res.stdout) == (2, "")
+        assert res.stderr == (f"error: the key file {private}: this is the log's private signing key, not its verifier "
+                              "key: give the verifier key (log.vkey, NAME+KEYID+BASE64 as `sealbox init` printed it); "
+                              "keep the private key secret\n")
+
+
 def test_cli_runs_show_an_unknown_run(store_copy: Path) -> None:
     before = snapshot_dir(store_copy)
     res = cli("runs", "show", "no-such-run", "-s", str(store_copy))

@@ -86,7 +86,8 @@ def _check_key(vkey: str, where: str) -> None:
     try:
         Verifier.from_vkey(vkey)
     except NoteError as exc:
-        raise BadInput(f"{where}: {exc} (a verifier key is NAME+KEYID+BASE64, as `sealbox init` printed it)") from None
+        hint = "" if "NAME+KEYID+BASE64" in str(exc) else " (a verifier key is NAME+KEYID+BASE64, as `sealbox init` printed it)"
+        raise BadInput(f"{where}: {exc}{hint}") from None
 
 
 @click.command("verify")

@@ -160,8 +160,12 @@ class Verifier:
 
         Raises:
             NoteError: on a bad name, key ID syntax, base64, key length or
-                unknown type byte, or if the key ID does not match the key.
+                unknown type byte, if the key ID does not match the key, or when given a
+                private signer key (``PRIVATE+KEY+…``) instead.
         """
+        if vkey.startswith("PRIVATE+KEY+"):  # the signer key file (C2SP note: PRIVATE+KEY+name+…), not the public one
+            raise NoteError("this is the log's private signing key, not its verifier key: give the verifier key "
+                            "(log.vkey, NAME+KEYID+BASE64 as `sealbox init` printed it); keep the private key secret")
         name, kid, key_type, key = _parse_key_string(vkey.split("+", 2), "verifier key")
         if key_id(name, key_type, key) != kid:
             raise NoteError("malformed verifier key: key ID does not match the key")
