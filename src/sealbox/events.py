@@ -26,6 +26,7 @@ __all__ = [
     "SYSTEM_RUN_ID",
     "KINDS",
     "CONTENT_FIELDS",
+    "content_fields",
     "client_request_text",
     "PAYLOAD_SCHEMAS",
     "ENVELOPE_SCHEMA",
@@ -187,6 +188,22 @@ CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
     "state.saved": ("state",),
     "anomaly": ("detail",),
 }
+
+
+
+def content_fields(kind: str, payload: Any) -> tuple[str, ...]:
+    """The content fields of one event: :data:`CONTENT_FIELDS` of its kind and, for a ``note`` whose
+    payload has a ``client_request`` object (the gateway's record of a request an upstream made of the
+    client: docs/gateway.md, "What is recorded"), its ``about``. A ``sampling/createMessage`` resends the
+    whole conversation every time: stored as content, each message is stored once (a chain of blobs,
+    sealbox.blobs) and the store grows O(turns), not O(turns²) (issue 3 §4). Every other note keeps its
+    ``about`` inline, as its readers (approvals, replay, importers) read it. Decided from the payload
+    itself, so that the store, ``sealbox verify`` and bundles agree on it."""
+    names = CONTENT_FIELDS.get(kind, ())
+    if kind == "note" and type(payload) is dict and type(payload.get("client_request")) is dict:
+        return names + ("about",)
+    return names
+
 
 _STEP = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)*$"}
 
@@ -504,6 +521,10 @@ def schema_markdown() -> str:
         if content:
             out.append("Content fields (type-tag encoded; moved to a blob above the inline limit): "
                        + ", ".join(f"`{c}`" for c in content) + ".")
+            out.append("")
+        if kind == "note":
+            out.append("Content field (type-tag encoded; moved to a blob above the inline limit) of a note with "
+                       "`client_request` only: `about`. Every other note keeps `about` inline.")
             out.append("")
         out += ["```json", json.dumps(PAYLOAD_SCHEMAS[kind], indent=2, sort_keys=True), "```", ""]
     out.append("<!-- end of generated schemas -->")

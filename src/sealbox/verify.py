@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from sealbox import blobs as _blobs
 from sealbox import events as _events
 from sealbox.errors import InvalidEventError, NoteError
-from sealbox.events import CONTENT_FIELDS, SYSTEM_RUN_ID, derived_columns, validate_envelope
+from sealbox.events import CONTENT_FIELDS, SYSTEM_RUN_ID, content_fields, derived_columns, validate_envelope
 from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
 
@@ -191,7 +191,8 @@ _SCAN = json.JSONDecoder().scan_once  # what json.loads runs, minus encoding det
 _CANONICAL_KEYS = ("kind", "payload", "prev", "principal", "run_id", "run_seq", "step", "ts", "v")
 if set(_CANONICAL_KEYS) != _ENVELOPE_KEYS or list(_CANONICAL_KEYS) != sorted(_ENVELOPE_KEYS):
     raise RuntimeError("sealbox.verify: the envelope's keys changed; update the fast path in _check_rows")
-_CONTENT_KINDS = frozenset(kind for kind, names in CONTENT_FIELDS.items() if names)
+#: Kinds that may hold content fields (a note: its ``about`` when it records a client request; events.content_fields).
+_CONTENT_KINDS = frozenset(kind for kind, names in CONTENT_FIELDS.items() if names) | {"note"}
 #: The kinds for which events.derived_columns derives more than (server, tool, call_id); keep in step with it.
 _DERIVING_KINDS = frozenset({"policy.decision", "tool.result", "model.call"})
 _SHA256 = hashlib.sha256
@@ -517,7 +518,7 @@ class EventVerifier:
                     # (0x24 is the dollar sign, 0x5C the backslash: an int is looked for with memchr)
                     if kind in content_kinds and (
                             (0x24 in raw and b'"$blob"' in raw) or (0x5C in raw and b"\\u" in raw)):
-                        for name in CONTENT_FIELDS[kind]:
+                        for name in content_fields(kind, payload):
                             if name in payload:
                                 refs_out.update(_blobs.blob_refs(payload[name]))
                     # every check passed: the full checks' effects
@@ -558,7 +559,7 @@ class EventVerifier:
             if chain:
                 self._chain(env, leaf_index, "sha256:" + leaf.hex())
             kind, payload = env["kind"], env["payload"]
-            for name in CONTENT_FIELDS.get(kind, ()):
+            for name in content_fields(kind, payload):
                 if name in payload:
                     self.refs.update(_blobs.blob_refs(payload[name]))
             for name, tag in _misplaced_store_tags(kind, payload):
@@ -807,12 +808,13 @@ _STORE_ONLY_TAGS = frozenset({"$blob", "$cons", "$redacted"})
 def _misplaced_store_tags(kind: str, payload: Any) -> list[tuple[str, str]]:
     """(field, tag) for each payload field other than a content field holding a bare store-only
     tag (``$blob``, ``$cons``, ``$redacted``; what ``$esc`` holds is data). The store writes them
-    only in content fields, and ``$redacted`` markers also in ``note.about`` (redacted like
+    only in content fields (``note.about`` is one in a note with ``client_request``:
+    sealbox.events.content_fields), and ``$redacted`` markers also in any ``note.about`` (redacted like
     content); anywhere else one came from a caller's ``Tagged`` stored unescaped, or was put there
     below Sealbox."""
     if type(payload) is not dict:
         return []
-    content = CONTENT_FIELDS.get(kind, ())
+    content = content_fields(kind, payload)
     found = []
     for name, value in payload.items():
         if name in content or not (type(value) is dict or type(value) is list):

@@ -85,6 +85,9 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
         events = store.read_run(run_id)
         verdicts = _approval_verdicts(store, events)
         shown_args = {e.leaf_index: _resolved(store, e.payload.get("arguments")) for e in events if e.kind == "tool.call"}
+        # a client request's note keeps its content (about) as content, in blobs above the inline size
+        shown_args.update((e.leaf_index, _resolved(store, e.payload.get("about"))) for e in events
+                          if e.kind == "note" and isinstance(e.payload.get("client_request"), dict))
     finally:
         store.close()
     if run is None and not events:
@@ -183,7 +186,7 @@ def _event_row(event, verdicts: dict[int, str] | None = None, arguments=None, *,
     elif event.kind == "note" and isinstance(p.get("client_request"), dict):
         from sealbox.events import client_request_text
 
-        detail = client_request_text(p)
+        detail = client_request_text(p if arguments is None else {**p, "about": arguments})  # about resolved
     elif event.kind == "note":
         detail = p.get("text", "")
     elif event.kind == "state.saved":

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Sequence
 from sealbox import blobs as _blobs
 from sealbox.canonical import canonical_bytes
 from sealbox.errors import SealboxError
-from sealbox.events import CONTENT_FIELDS, SYSTEM_RUN_ID
+from sealbox.events import SYSTEM_RUN_ID, content_fields
 
 __all__ = [
     "FORMAT",
@@ -476,7 +476,7 @@ def _collect_blobs(store: Any, events: Sequence[Any]) -> tuple[dict[str, tuple],
     """Every blob the events reference, following references inside blobs: ref -> (salt, content)."""
     pending: list[str] = []
     for e in events:
-        for name in CONTENT_FIELDS.get(e.kind, ()):
+        for name in content_fields(e.kind, e.payload):
             if name in e.payload:
                 pending.extend(_blobs.blob_refs(e.payload[name]))
     rows: dict[str, tuple] = {}

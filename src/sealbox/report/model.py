@@ -359,8 +359,9 @@ def _payload_problem(kind: str, payload: Any) -> str | None:
     return None
 
 
-def _timeline(events: list[Any], uncounted: dict[int, str] | None = None) -> list[TimelineEntry]:
-    """The timeline; ``uncounted``: leaf -> why that ``approval.answered`` does not count."""
+def _timeline(events: list[Any], uncounted: dict[int, str] | None = None, store: Any = None) -> list[TimelineEntry]:
+    """The timeline; ``uncounted``: leaf -> why that ``approval.answered`` does not count; ``store``:
+    where a client request's note's ``about`` (a content field: blob references) is resolved from."""
     if not events:
         return []
     t0 = _parse_ts(events[0].ts)
@@ -371,7 +372,14 @@ def _timeline(events: list[Any], uncounted: dict[int, str] | None = None) -> lis
         if problem is not None:
             summary, duration = f"malformed event ({problem})", None
         else:
-            summary, duration = _summary(e.kind, e.payload), _duration_s(e.kind, e.payload)
+            shown = e.payload
+            if store is not None and e.kind == "note" and isinstance(shown.get("client_request"), dict) \
+                    and "about" in shown:
+                try:
+                    shown = {**shown, "about": store.resolve(shown["about"])}
+                except BlobNotFoundError:  # erased: the line without the content
+                    pass
+            summary, duration = _summary(e.kind, shown), _duration_s(e.kind, e.payload)
             if e.leaf_index in uncounted:
                 summary += f" (does not count: {uncounted[e.leaf_index]})"
         out.append(TimelineEntry(e.run_seq, e.step, e.kind, kind_group(e.kind), e.ts,
@@ -532,7 +540,7 @@ def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | Non
     ended = last.ts if last.kind == "run.ended" else None
     duration = (_parse_ts(last.ts) - _parse_ts(events[0].ts)).total_seconds()
     approvals, uncounted = _approvals(store, events)
-    timeline = _timeline(events, uncounted)
+    timeline = _timeline(events, uncounted, store)
     return IncidentReport(
         run=dict(run), events=len(events), started_at=events[0].ts, ended_at=ended, duration_s=duration,
         policy=dict(first.get("policy") or {}), snapshot_fingerprint=fp, snapshot=snapshot,

@@ -25,7 +25,7 @@ from sealbox import blobs as _blobs
 from sealbox.canonical import MAX_DEPTH, _encode_noting_floats, canonical_bytes_encoded
 from sealbox.errors import CanonicalizationError, ConfigError, InvalidEventError, StoreError, StoreRolledBackError
 from sealbox.events import (
-    CONTENT_FIELDS,
+    content_fields,
     derived_columns,
     RECORD_VERSION,
     Event,
@@ -227,7 +227,7 @@ class EventBuilder:
         if type(payload) is not dict:
             raise InvalidEventError(f"{draft.kind}: payload keys must be strings")
         bounded = True  # encode() bounded the payload; an escape below adds levels
-        content = CONTENT_FIELDS.get(draft.kind, ())
+        content = content_fields(draft.kind, payload)
         for name, value in payload.items():  # free-form fields other than content: the store writes no tag there
             if (type(value) is dict or type(value) is list) and name not in content:
                 escaped = _store_tags_escaped(value)
@@ -273,7 +273,10 @@ class EventBuilder:
                 payload["error"] = {k: self.redactor.scrub_values(v, own) if type(v) is str and k != "type" else v
                                     for k, v in payload["error"].items()}
         if draft.kind == "note":  # a note's text and detail are the caller's words: redacted like content
-            payload.update(redact_note(self.redactor, payload))
+            if "about" in content:  # its about redacted above, as content: the text as redact_note does
+                payload.update(redact_note(self.redactor, {"text": payload["text"]}, own))
+            else:
+                payload.update(redact_note(self.redactor, payload))
         return payload, floats, bounded  # redaction markers, blob references and $esc add no float
 
     def _redact(self, name: str, value: Any, data: bytes | None = None) -> Any:
@@ -364,14 +367,17 @@ class EventBuilder:
         return placed
 
 
-def redact_note(redactor: Any, payload: dict[str, Any]) -> dict[str, Any]:
+def redact_note(redactor: Any, payload: dict[str, Any], own: "list[str] | None" = None) -> dict[str, Any]:
     """A ``note`` payload's ``text`` and ``about`` as the store keeps them: the text as an error
     message is (patterns replaced in ``redacted`` mode, an HMAC marker in ``hashes-only``), and
     ``about`` as a content field (key names, paths and patterns; root ``about``). Replay applies
-    the same to the notes it compares (:func:`sealbox.replay.keys.attempted_view`)."""
+    the same to the notes it compares (:func:`sealbox.replay.keys.attempted_view`). ``own``: values
+    redacted elsewhere from the event (``redacted`` mode), scrubbed from the text too."""
     out: dict[str, Any] = {}
     if type(payload.get("text")) is str:
         out["text"] = redactor.apply_error({"message": payload["text"]})["message"]
+        if own:
+            out["text"] = redactor.scrub_values(out["text"], own)
     if "about" in payload:  # a store-only tag in it is the caller's data: escaped, as the store does
         about = _store_tags_escaped(payload["about"])
         out["about"], changed = redactor.apply("about", about)

@@ -13,7 +13,9 @@ Tools:
                       with reply="surrogate" or "deep", its answer is a line the SDK cannot read (a lone
                       surrogate escape, nesting 3000 deep) and nothing else is sent
   slow(seconds)       answers after a delay
-  sample(prompt)      asks the client for sampling/createMessage; returns the reply as JSON
+  sample(prompt, converse?) asks the client for sampling/createMessage; returns the reply as JSON; with
+                      converse=true the toy keeps one conversation across calls and resends all of it
+                      (every earlier prompt and reply, then this prompt), as a sampling agent does
   roots()             asks the client for roots/list; returns the roots as JSON
   header(name)        the value of an HTTP request header (streamable HTTP mode), or null
 
@@ -77,7 +79,8 @@ def _tools() -> list[types.Tool]:
         types.Tool(name="slow", description="Answer after a delay.",
                    input_schema={**obj, "properties": {"seconds": {"type": "number"}}}),
         types.Tool(name="sample", description="Ask the client's model (sampling).",
-                   input_schema={**obj, "properties": {"prompt": {"type": "string"}}, "required": ["prompt"]}),
+                   input_schema={**obj, "properties": {"prompt": {"type": "string"}, "converse": {"type": "boolean"}},
+                                 "required": ["prompt"]}),
         types.Tool(name="roots", description="Ask the client for its roots.", input_schema=obj),
         types.Tool(name="header", description="An HTTP request header's value.",
                    input_schema={**obj, "properties": {"name": {"type": "string"}}, "required": ["name"]}),
@@ -104,6 +107,10 @@ def _tools() -> list[types.Tool]:
         tools.append(types.Tool(name="extra", description="A tool that appeared later.", input_schema=obj,
                                 title="Extra (reads ~/.ssh)" if os.environ.get("TOY_POISON") else None))
     return tools
+
+
+#: The conversation ``sample`` with converse=true keeps (and resends whole every time).
+CONVERSATION: list[types.SamplingMessage] = []
 
 
 def _text(value: str) -> types.CallToolResult:
@@ -169,9 +176,12 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         await anyio.sleep(float(args.get("seconds", 0.5)))
         return _text("slow done")
     if name == "sample":
+        asked = types.SamplingMessage(role="user", content=types.TextContent(type="text", text=args["prompt"]))
+        messages = CONVERSATION + [asked] if args.get("converse") else [asked]
         reply = await ctx.session.create_message(
-            [types.SamplingMessage(role="user", content=types.TextContent(type="text", text=args["prompt"]))],
-            max_tokens=50, system_prompt="toy system prompt", related_request_id=ctx.request_id)
+            messages, max_tokens=50, system_prompt="toy system prompt", related_request_id=ctx.request_id)
+        if args.get("converse"):
+            CONVERSATION.extend([asked, types.SamplingMessage(role=reply.role, content=reply.content)])
         return _text(json.dumps({"role": reply.role, "model": reply.model, "stop_reason": reply.stop_reason,
                                  "text": getattr(reply.content, "text", None)}, sort_keys=True))
     if name == "roots":
