@@ -152,6 +152,66 @@ rules:
     assert [k for _, k in kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision", "run.ended"]
 
 
+OPS_APPROVE_ALL = """
+version: 1
+name: ops-approve-all
+rules:
+  - id: ops-approves
+    effect: require_approval
+    approval: {groups: [ops]}
+"""
+
+
+async def test_whatif_re_evaluates_a_recorded_prompt_or_read_as_the_gateway_decides_it(tmp_path, store):
+    """Under a policy requiring approval, a recorded prompts/get or resources/read would be the deny
+    approval_unavailable the gateway records for it (it cannot wait for an approval), not a
+    require_approval; a tool call of the same session would be held (require_approval)."""
+    from click.testing import CliRunner
+
+    from sealbox.cli.main import cli
+    from sealbox.replay.whatif import whatif_policy
+
+    gw = Gateway(catalog_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            await client.get_prompt("toy__greet", {"name": "ada"})
+            await client.read_resource("toy://notes/today")
+            await client.call_tool("toy__echo", {"text": "hi"})
+        [run_id] = gateway_runs(store)
+    (tmp_path / "ops.yaml").write_text(OPS_APPROVE_ALL)
+    shown = CliRunner().invoke(cli, ["whatif", "--policy", str(tmp_path / "ops.yaml"), run_id, "--json",
+                                     "-s", str(tmp_path / "store")])
+    assert shown.exit_code == 0, shown.output
+    report = json.loads(shown.output)
+    assert (report["evaluated"], report["not_re_evaluable"]) == (3, [])
+    assert [(c["step"], c["tool"], c["change"], c["rule"], c["reason"]) for c in report["changed"]] == [
+        ("2", "prompt:greet", "allow -> deny", "ops-approves",
+         "rule ops-approves requires approval, and a prompts/get cannot wait for one"),
+        ("3", "resource:toy://notes/today", "allow -> deny", "ops-approves",
+         "rule ops-approves requires approval, and a resources/read cannot wait for one"),
+        ("4", "echo", "allow -> require_approval", "ops-approves", "rule 'ops-approves' requires approval for the call")]
+
+    # what the gateway decides under that policy, for the same requests: the same
+    store_b = sealbox.init_store(tmp_path / "b" / "store")
+    try:
+        gw = Gateway(catalog_config(tmp_path / "b"), store=store_b, policy=Policy.from_text(OPS_APPROVE_ALL))
+        async with running(gw) as tg:
+            async with connect(gw, tg) as client:
+                with pytest.raises(MCPError):
+                    await client.get_prompt("toy__greet", {"name": "ada"})
+                with pytest.raises(MCPError):
+                    await client.read_resource("toy://notes/today")
+            [denied_run] = gateway_runs(store_b)
+        decided = [(e.payload["effect"], e.payload["reason_code"], e.payload["reason"])
+                   for e in store_b.read_run(denied_run) if e.kind == "policy.decision"]
+        # ...and a same-policy what-if of that record changes nothing
+        same = whatif_policy(store_b, Policy.from_text(OPS_APPROVE_ALL), [denied_run])
+    finally:
+        store_b.close()
+    assert decided == [(c["after"], "approval_unavailable", c["reason"]) for c in report["changed"][:2]]
+    assert (same.evaluated, same.changed) == (2, ())
+
+
 async def test_an_unknown_prompt_is_a_protocol_error_with_its_code(tmp_path, store):
     gw = Gateway(catalog_config(tmp_path), store=store)
     async with running(gw) as tg, connect(gw, tg) as client:

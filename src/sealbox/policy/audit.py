@@ -49,20 +49,25 @@ class Reevaluation:
         return (d.effect, d.rule, d.reason_code) == (r.get("effect"), r.get("rule"), r.get("reason_code"))
 
 
-def reevaluate(policy: Policy, recorded: dict[str, Any], inputs: Any, *, run_id: str = "", step: str = "") -> Reevaluation:
+def reevaluate(policy: Policy, recorded: dict[str, Any], inputs: Any, *, run_id: str = "", step: str = "",
+               method: str | None = None) -> Reevaluation:
     """Re-run one recorded decision under ``policy``.
 
     Args:
         policy: the policy to evaluate (the recorded one, or a new one for what-if).
         recorded: the ``policy.decision`` payload.
         inputs: its resolved inputs (``CallContext.to_inputs()`` form), or None if erased.
+        method: the ``method`` of the call's ``tool.call`` (``"prompts/get"``, ``"resources/read"``:
+            a request the gateway records as a call; docs/gateway.md, "Prompts and resources"), None
+            for a tool call. Such a request cannot wait for an approval: a ``require_approval`` is
+            the deny ``approval_unavailable`` the gateway records for it.
     """
     call_id = recorded.get("call_id", "")
     if not isinstance(inputs, dict) or "server" not in inputs:
         return Reevaluation(run_id, call_id, step, recorded, None, False, "the decision's inputs are not in the log")
     if inputs.get("redacted") or recorded.get("re_evaluable") is False:
         return Reevaluation(run_id, call_id, step, recorded, None, False, _why_not(recorded, inputs))
-    decision = _with_recorder_checks(policy.evaluate(CallContext.from_inputs(inputs)), recorded)
+    decision = _with_recorder_checks(policy.evaluate(CallContext.from_inputs(inputs)), recorded, method)
     return Reevaluation(run_id, call_id, step, recorded, decision, True)
 
 
@@ -79,7 +84,7 @@ def _why_not(recorded: dict[str, Any], inputs: dict[str, Any]) -> str:
             f"{recorded.get('reason') or recorded.get('reason_code')}")
 
 
-def _with_recorder_checks(decision: Decision, recorded: dict[str, Any]) -> Decision:
+def _with_recorder_checks(decision: Decision, recorded: dict[str, Any], method: str | None = None) -> Decision:
     """The policy's new decision with the denials the recorder added to the recorded one on top
     of its policy, from facts of that moment the inputs do not hold, applied again where they
     applied then (sealbox.recorder): ``approval_unavailable`` (no approvals wired) turns a
@@ -87,7 +92,16 @@ def _with_recorder_checks(decision: Decision, recorded: dict[str, Any]) -> Decis
     unknown, revoked, expired or not covering it) turns any decision that is not a deny into
     that deny, with no rule; ``breaker_open`` (the circuit breaker refused the call) turns an
     ``allow`` into that deny, with no rule. Without this a same-policy re-evaluation of such a
-    call said "allow", and a what-if listed it as changed (deny → allow)."""
+    call said "allow", and a what-if listed it as changed (deny → allow).
+
+    And the one it applies to a request that cannot wait for an approval whatever the moment
+    (Recorder._evaluate, ``no_hold``): for ``method`` a ``prompts/get`` or ``resources/read``
+    through the gateway, a ``require_approval`` is the deny ``approval_unavailable``, with the
+    recorder's reason. Without this a what-if predicted ``require_approval`` for a recorded prompt
+    or read that the gateway would deny."""
+    if decision.effect == "require_approval" and method is not None:
+        return decision.denied_as("approval_unavailable",
+                                  f"rule {decision.rule} requires approval, and a {method} cannot wait for one")
     code = recorded.get("reason_code")
     if code == "approval_unavailable" and decision.effect == "require_approval":
         return decision.denied_as("approval_unavailable", decision.reason)
@@ -99,14 +113,19 @@ def _with_recorder_checks(decision: Decision, recorded: dict[str, Any]) -> Decis
 
 
 def reevaluate_run(store: Any, policy: Policy, run_id: str) -> Iterator[Reevaluation]:
-    """Re-run every decision of a run, in order, from the store alone."""
+    """Re-run every decision of a run, in order, from the store alone (each with its call's
+    ``method``, from the call's ``tool.call``: :func:`reevaluate`)."""
     from sealbox.errors import BlobNotFoundError
 
+    methods: dict[Any, str] = {}  # call_id -> the method of a tool.call that is a prompts/get or resources/read
     for event in store.read_run(run_id):
+        if event.kind == "tool.call" and isinstance(event.payload.get("method"), str):
+            methods[event.payload.get("call_id")] = event.payload["method"]
         if event.kind != "policy.decision":
             continue
         try:
             inputs = store.resolve(event.payload.get("inputs"))
         except BlobNotFoundError:
             inputs = None
-        yield reevaluate(policy, event.payload, inputs, run_id=run_id, step=event.step)
+        yield reevaluate(policy, event.payload, inputs, run_id=run_id, step=event.step,
+                         method=methods.get(event.payload.get("call_id")))

@@ -5,7 +5,9 @@
   and list the calls whose decision would change — allow → deny,
   allow → require_approval, and back — with the rules on both sides. Decisions
   that read redacted content, or whose inputs were erased, are listed as not
-  re-evaluable: they are never evaluated on a redaction marker.
+  re-evaluable: they are never evaluated on a redaction marker. A recorded
+  ``prompts/get`` / ``resources/read`` (a ``tool.call`` with ``method``) is evaluated
+  as the gateway decides it: a ``require_approval`` is the deny ``approval_unavailable``.
 - :func:`whatif_snapshot`: which recorded runs ran under a configuration whose
   field (``model.version``, ``system_prompt``, ``tools.<server>/<name>.version``…)
   had a given value — for example a model version later found faulty.
