@@ -271,3 +271,29 @@ async def test_a_carried_version_1_reapproval_signed_with_a_leaked_key_blocks_th
     assert pins.approved[("toy", "echo")] == upgrade_of(base["echo"])["before"]
     assert [r.problem for r in pins.reapprovals] == ["compromised_key"]
     assert sealbox.verify_store(store).problems == ()
+
+
+async def test_a_tool_absent_or_changed_at_the_upgrade_keeps_its_version_1_approval_when_it_comes_back(tmp_path,
+                                                                                                      store):
+    """The version 1 listing (TOY_VARIANT 2) was approved on first use. The upgrade happens while the upstream
+    lists the base variant: extra is absent (removed), echo differs (changed, blocked). When the upstream lists
+    the approved definitions again, they are upgraded from the approved version 1 hash (their version 1 part is
+    what was approved): not blocked, as neither a version 1 nor a version 2 Sealbox would block them."""
+    base, pulled = await toy_tools(tmp_path, "s1"), await toy_tools(tmp_path, "s2", TOY_VARIANT="2")
+    write_v1_listing(store, pulled)
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        [_, up] = system_events(store, "tools.changed")
+        assert [i["tool"] for i in up["removed"]] == ["extra"] and [i["tool"] for i in up["changed"]] == ["echo"]
+        denied = await client.call_tool("toy__echo", {"text": "base"})
+        assert denied.is_error is True and PIN_RULE in text_of(denied)
+    gw2 = Gateway(toy_config(tmp_path, env={"TOY_VARIANT": "2"}), store=store)
+    async with running(gw2) as tg, connect(gw2, tg) as client:
+        [_, _, back] = system_events(store, "tools.changed")
+        assert back == {"server": "toy", "pin_version": 2, "added": [], "removed": [], "changed": [],
+                        "upgraded": [upgrade_of(pulled["echo"]), upgrade_of(pulled["extra"])]}
+        assert not PinState.load(store).blocked_tools()
+        assert text_of(await client.call_tool("toy__echo", {"text": "approved"})) == "approved"
+        assert text_of(await client.call_tool("toy__extra", {})) == "no tool extra"
+    assert sealbox.verify_store(store).problems == ()
+    assert bundle_problems(store, tmp_path, "back") == []

@@ -32,7 +32,11 @@ hash by that entry alone. Otherwise it is an ordinary ``changed`` entry (``befor
 ``pin_version: 2``, the tool's last recorded definition was version 1 with hash ``before``, and its
 ``definition`` hashes to ``after`` (version 2) and to ``before`` (version 1, :func:`v1_of`); any
 other is kept in :attr:`PinState.upgrade_problems` (``sealbox verify``: ``pin_upgrade_forged``) and
-counts as a change: the tool is blocked until re-approved.
+counts as a change: the tool is blocked until re-approved. A tool absent from that first listing, or
+changed in it, keeps its version 1 approval: when the upstream lists the approved definition again (its
+version 1 hash is the tool's approved one), it goes in ``upgraded`` with ``before`` that approved hash, as
+a version 1 Sealbox would have unblocked it; so an ``upgraded`` entry also counts when ``before`` is the
+tool's approved hash and a version 1 ``tools.changed`` recorded it.
 
 A re-approval counts only when it is **signed**, like an approval answer
 (:mod:`sealbox.approvals`): by the Ed25519 key of an identity that, as the log held
@@ -156,9 +160,12 @@ REAPPROVAL_PROBLEMS = {
 #: Why an ``upgraded`` entry of a ``tools.changed`` does not count (:attr:`PinState.upgrade_problems`).
 UPGRADE_PROBLEMS = {
     "not_version_2": "its tools.changed does not say pin_version 2",
-    "unknown_tool": "the tool has no recorded definition to upgrade",
-    "not_version_1": "the tool's last recorded definition is not a version 1 pin",
-    "before_mismatch": "its before hash is not the hash of the tool's last recorded definition",
+    "unknown_tool": "the tool has no recorded definition to upgrade, and its before hash is not its approved "
+                    "version 1 hash",
+    "not_version_1": "the tool's last recorded definition is not a version 1 pin, and its before hash is not its approved "
+                     "version 1 hash",
+    "before_mismatch": "its before hash is neither the hash of the tool's last recorded definition nor its approved "
+                       "version 1 hash",
     "hash_mismatch": "its definition does not hash to its after hash (version 2) and its before hash (version 1)",
 }
 
@@ -236,6 +243,9 @@ class PinState:
     live: dict[tuple[str, str], str] = field(default_factory=dict)
     versions: dict[tuple[str, str], int] = field(default_factory=dict)
     upgrade_problems: list[tuple[int | None, str, str, str]] = field(default_factory=list)
+    #: (server, tool, hash) of every definition a version 1 ``tools.changed`` recorded: an approval of one of
+    #: them is a version 1 approval, which an ``upgraded`` entry may carry to version 2 (:meth:`_v1_approved`)
+    _v1_hashes: set[tuple[str, str, str]] = field(default_factory=set)
     _recorded: dict[int, dict[tuple[str, str], str]] = field(default_factory=dict)
     #: (server, tool) -> [(hash, index in reapprovals or None for a first listing)], in log order: what
     #: approved it, so that a re-approval withdrawn by a later compromise record falls back to the one before
@@ -339,6 +349,8 @@ class PinState:
         recorded: dict[tuple[str, str], str] = {}
         for item in _items(p.get("added")):
             key = (server, item["tool"])
+            if version == 1:
+                self._v1_hashes.add((*key, item["hash"]))
             self.known[key] = recorded[key] = item["hash"]
             self.versions[key] = version
             self.definitions[key] = item.get("definition") or {}
@@ -347,6 +359,8 @@ class PinState:
                 self._sources.setdefault(key, []).append((item["hash"], None))
         for item in _items(p.get("changed"), "after"):
             key = (server, item["tool"])
+            if version == 1:
+                self._v1_hashes.add((*key, item["after"]))
             self.known[key] = recorded[key] = item["after"]
             self.versions[key] = version
             self.definitions[key] = item.get("definition") or {}
@@ -382,12 +396,13 @@ class PinState:
         """Why an ``upgraded`` entry does not count (an :data:`UPGRADE_PROBLEMS` code), or None."""
         if version != PIN_VERSION:
             return "not_version_2"
-        if key not in self.known:
-            return "unknown_tool"
-        if self.versions.get(key) != 1:
-            return "not_version_1"
-        if item.get("before") != self.known[key]:
-            return "before_mismatch"
+        if not self._v1_approved(key, item.get("before")):  # else: the tool's last recorded version 1 definition
+            if key not in self.known:
+                return "unknown_tool"
+            if self.versions.get(key) != 1:
+                return "not_version_1"
+            if item.get("before") != self.known[key]:
+                return "before_mismatch"
         d = item.get("definition")
         try:
             ok = isinstance(d, dict) and d.get("pin_version") == PIN_VERSION and isinstance(d.get("name"), str) \
@@ -395,6 +410,12 @@ class PinState:
         except Exception:  # noqa: BLE001 - a definition that cannot be encoded is no definition
             ok = False
         return None if ok else "hash_mismatch"
+
+    def _v1_approved(self, key: tuple[str, str], digest: Any) -> bool:
+        """Whether ``digest`` is the tool's approved hash and a version 1 one (a definition a version 1
+        ``tools.changed`` recorded): a tool absent or changed when its server's pins were upgraded keeps that
+        approval until the upstream lists that definition again."""
+        return isinstance(digest, str) and self.approved.get(key) == digest and (*key, digest) in self._v1_hashes
 
     def refresh(self, store: Any) -> None:
         """Read the events appended since the last load or refresh (e.g. a re-approval by the CLI)."""
@@ -443,7 +464,9 @@ class PinState:
         """Compare a listing (``{name: tool_definition}``, version 2 definitions) with the recorded state.
 
         A tool last recorded with a version 1 pin whose version 1 hash is unchanged goes in
-        ``upgraded`` (not a change); one whose version 1 hash differs in ``changed``.
+        ``upgraded`` (not a change); one whose version 1 hash differs in ``changed``. A tool whose
+        approved hash is a version 1 one equal to the version 1 hash of what is listed goes in
+        ``upgraded`` too (``before``: that approved hash), whether it was absent or changed.
 
         Returns:
             The ``tools.changed`` draft to record (system run, ``pin_version: 2``), or None when
@@ -457,10 +480,17 @@ class PinState:
                        "added": [{"tool": n, "hash": hashes[n], "definition": tools[n]} for n in sorted(tools)]}
         else:
             before = {t: h for (s, t), h in self.known.items() if s == server}
-            added = [{"tool": n, "hash": hashes[n], "definition": tools[n]} for n in sorted(set(hashes) - set(before))]
+            changed: list[dict[str, Any]] = []
+            upgraded: list[dict[str, Any]] = []
+            for n in sorted(hashes):  # a tool whose approval is a version 1 one, listed as that definition again
+                v1 = definition_hash(v1_of(tools[n]))
+                if before.get(n) != hashes[n] and v1 != before.get(n) and self._v1_approved((server, n), v1):
+                    upgraded.append({"tool": n, "before": v1, "after": hashes[n], "definition": tools[n]})
+            again = {u["tool"] for u in upgraded}
+            added = [{"tool": n, "hash": hashes[n], "definition": tools[n]}
+                     for n in sorted(set(hashes) - set(before) - again)]
             removed = [{"tool": n, "hash": before[n]} for n in sorted(set(before) - set(hashes))]
-            changed, upgraded = [], []
-            for n in sorted(set(before) & set(hashes)):
+            for n in sorted((set(before) & set(hashes)) - again):
                 old = self.definitions.get((server, n))
                 if self.versions.get((server, n)) == 1:
                     v1 = v1_of(tools[n])
@@ -477,7 +507,7 @@ class PinState:
             payload = {"server": server, "pin_version": PIN_VERSION, "added": added, "removed": removed,
                        "changed": changed}
             if upgraded:
-                payload["upgraded"] = upgraded
+                payload["upgraded"] = sorted(upgraded, key=lambda u: u["tool"])
         self._apply_change(payload)
         return EventDraft("tools.changed", payload, run_id=SYSTEM_RUN_ID, principal="sealbox")
 
