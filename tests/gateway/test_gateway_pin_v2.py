@@ -297,3 +297,29 @@ async def test_a_tool_absent_or_changed_at_the_upgrade_keeps_its_version_1_appro
         assert text_of(await client.call_tool("toy__extra", {})) == "no tool extra"
     assert sealbox.verify_store(store).problems == ()
     assert bundle_problems(store, tmp_path, "back") == []
+
+
+async def test_a_reapproved_tool_absent_at_the_upgrade_comes_back_approved_and_a_bundle_without_it_verifies(
+        tmp_path, store):
+    """extra was added and re-approved under version 1 pins, then absent at the upgrade. Listed again, it is
+    upgraded from its re-approved version 1 hash. A bundle of a run that never called extra holds no re-approval
+    of it, and still finds the upgrade sound: the upgrade's validity does not rest on approvals."""
+    key = alice_key(store, tmp_path)
+    base, pulled = await toy_tools(tmp_path, "s1"), await toy_tools(tmp_path, "s2", TOY_VARIANT="2")
+    write_v1_listing(store, base)
+    write_v1_listing(store, pulled, before=base)
+    reapprove(store, "toy", "extra", "reviewed", key)
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw):
+        [_, _, up] = system_events(store, "tools.changed")
+        assert [i["tool"] for i in up["removed"]] == ["extra"]
+    gw2 = Gateway(toy_config(tmp_path, env={"TOY_VARIANT": "2"}), store=store)
+    async with running(gw2) as tg, connect(gw2, tg) as client:
+        [_, _, _, back] = system_events(store, "tools.changed")
+        echo = {**upgrade_of(pulled["echo"]), "before": definition_hash(definition_of(base["echo"])),
+                "fields": ["description"]}  # echo's approval is its first listing's, not this definition
+        assert back["upgraded"] == [upgrade_of(pulled["extra"])] and back["changed"] == [echo]
+        assert text_of(await client.call_tool("toy__add", {"a": 2, "b": 2})) == "4"
+    assert PinState.load(store).blocked_tools() == {("toy", "echo")}
+    assert sealbox.verify_store(store).problems == ()
+    assert bundle_problems(store, tmp_path, "no-extra") == []

@@ -29,14 +29,15 @@ version 1 hash, ``after``: the version 2 hash, ``definition``), which is not a c
 its approval (first listing or re-approval of the version 1 definition), carried to the version 2
 hash by that entry alone. Otherwise it is an ordinary ``changed`` entry (``before`` version 1,
 ``after`` version 2) and the tool is blocked. An ``upgraded`` entry counts only when the event says
-``pin_version: 2``, the tool's last recorded definition was version 1 with hash ``before``, and its
+``pin_version: 2``, ``before`` is a version 1 hash a version 1 ``tools.changed`` recorded for the tool
+(nearly always its last recorded definition), and its
 ``definition`` hashes to ``after`` (version 2) and to ``before`` (version 1, :func:`v1_of`); any
 other is kept in :attr:`PinState.upgrade_problems` (``sealbox verify``: ``pin_upgrade_forged``) and
 counts as a change: the tool is blocked until re-approved. A tool absent from that first listing, or
 changed in it, keeps its version 1 approval: when the upstream lists the approved definition again (its
 version 1 hash is the tool's approved one), it goes in ``upgraded`` with ``before`` that approved hash, as
-a version 1 Sealbox would have unblocked it; so an ``upgraded`` entry also counts when ``before`` is the
-tool's approved hash and a version 1 ``tools.changed`` recorded it.
+a version 1 Sealbox would have unblocked it. So the rule for ``before`` is: a version 1 hash of that tool
+recorded by a version 1 ``tools.changed`` (the approval moves only when it is the approved hash).
 
 A re-approval counts only when it is **signed**, like an approval answer
 (:mod:`sealbox.approvals`): by the Ed25519 key of an identity that, as the log held
@@ -160,12 +161,10 @@ REAPPROVAL_PROBLEMS = {
 #: Why an ``upgraded`` entry of a ``tools.changed`` does not count (:attr:`PinState.upgrade_problems`).
 UPGRADE_PROBLEMS = {
     "not_version_2": "its tools.changed does not say pin_version 2",
-    "unknown_tool": "the tool has no recorded definition to upgrade, and its before hash is not its approved "
-                    "version 1 hash",
-    "not_version_1": "the tool's last recorded definition is not a version 1 pin, and its before hash is not its approved "
-                     "version 1 hash",
-    "before_mismatch": "its before hash is neither the hash of the tool's last recorded definition nor its approved "
-                       "version 1 hash",
+    "unknown_tool": "the tool has no recorded definition to upgrade",
+    "not_version_1": "the tool's last recorded definition is not a version 1 pin, and its before hash is no "
+                     "version 1 definition recorded for the tool",
+    "before_mismatch": "its before hash is no version 1 definition recorded for the tool",
     "hash_mismatch": "its definition does not hash to its after hash (version 2) and its before hash (version 1)",
 }
 
@@ -396,12 +395,15 @@ class PinState:
         """Why an ``upgraded`` entry does not count (an :data:`UPGRADE_PROBLEMS` code), or None."""
         if version != PIN_VERSION:
             return "not_version_2"
-        if not self._v1_approved(key, item.get("before")):  # else: the tool's last recorded version 1 definition
+        before = item.get("before")
+        if not isinstance(before, str) or (*key, before) not in self._v1_hashes:  # a version 1 definition recorded for the tool: it
+            # may be the last recorded one, or one approved then absent or changed at the upgrade (it does not
+            # depend on approvals, which a bundle holds only for the tools its calls name)
             if key not in self.known:
                 return "unknown_tool"
             if self.versions.get(key) != 1:
                 return "not_version_1"
-            if item.get("before") != self.known[key]:
+            if before != self.known[key]:
                 return "before_mismatch"
         d = item.get("definition")
         try:
