@@ -473,13 +473,19 @@ def _compromise_fields(reader: Any, parsed: tuple[str, Any] | None) -> dict[str,
         return {"compromised_since": f"leaf:{value}", "compromised_from_leaf": value}
     now = datetime.now(timezone.utc)
     if value > now:
-        raise IdentityError(f"compromised-since {value.strftime('%Y-%m-%dT%H:%M:%S.%fZ')} is after this change "
-                            f"(now is {now.strftime('%Y-%m-%dT%H:%M:%S.%fZ')})")
-    text = value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        raise IdentityError(f"compromised-since {_utc_text(value)} is after this change (now is {_utc_text(now)})")
+    text = _utc_text(value)  # as the events' ts: compared with them as text
     conn = reader.conn if hasattr(reader, "conn") else reader._conn()
     row = conn.execute("SELECT MIN(leaf_index) FROM events WHERE ts >= ? AND leaf_index < ?", (text, size)).fetchone()
     first = row[0] if row and row[0] is not None else size
     return {"compromised_since": text, "compromised_from_leaf": int(first)}
+
+
+def _utc_text(dt: Any) -> str:
+    """An aware UTC datetime as the log writes times (``YYYY-MM-DDTHH:MM:SS.ffffffZ``): the year has four
+    digits below 1000 too (strftime's ``%Y`` writes ``999``, which sorts after ``2026`` as text)."""
+    return (f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}."
+            f"{dt.microsecond:06d}Z")
 
 
 def _existing(book: IdentityBook, name: str) -> Identity:

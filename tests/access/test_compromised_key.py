@@ -315,3 +315,16 @@ def test_a_copy_of_the_store_checked_first_in_the_same_process_does_not_hide_the
         copy.close()
     ok, why = grant_status(store, "g-leaked", AGENT, "github", "create_issue")
     assert (ok, why.split(":")[0]) == (False, "grant g-leaked does not count")
+
+
+def test_a_time_before_the_year_1000_covers_the_whole_log(store, keys, tmp_path):
+    """strftime's %Y does not pad years below 1000 ("999-06-01…"): compared as text with the events' ts, no event
+    was at or after it, and the window started at the change itself; every grant the key signed still counted."""
+    before = grant_access(store, AGENT, "github", "create_*", key_file=keys["alice"], grant_id="g-before")
+    rotate_key(store, "alice", tmp_path / "alice2.key", admin_key=keys["root"],
+               compromised_since="0999-06-01T00:00:00Z")
+    record = [e for e in store.read_run(SYSTEM_RUN_ID) if e.kind == "identity.changed"][-1]
+    assert (record.payload["compromised_since"], record.payload["compromised_from_leaf"]) == (
+        "0999-06-01T00:00:00.000000Z", 0)
+    assert grant_status(store, before, AGENT, "github", "create_issue")[0] is False
+    assert verify_store(store).problems == ()
