@@ -421,7 +421,10 @@ def parse_compromised_since(when: Any) -> tuple[str, Any]:
     if isinstance(when, datetime):
         if when.tzinfo is None:
             raise IdentityError("compromised-since must be timezone-aware")
-        return "time", when.astimezone(timezone.utc)
+        try:
+            return "time", when.astimezone(timezone.utc)
+        except OverflowError:
+            raise IdentityError(f"compromised-since {when} is out of range in UTC") from None
     text = str(when).strip() if isinstance(when, str) else None
     if not text:
         raise IdentityError("compromised-since must be leaf:N or an RFC 3339 time such as 2026-12-03T09:00:00Z")

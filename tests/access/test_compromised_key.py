@@ -328,3 +328,14 @@ def test_a_time_before_the_year_1000_covers_the_whole_log(store, keys, tmp_path)
         "0999-06-01T00:00:00.000000Z", 0)
     assert grant_status(store, before, AGENT, "github", "create_issue")[0] is False
     assert verify_store(store).problems == ()
+
+
+def test_an_aware_datetime_out_of_range_in_utc_is_an_identity_error(store, keys):
+    """As the text form ('0001-01-01T00:00:00+01:00'): an IdentityError, not an OverflowError, nothing recorded."""
+    from datetime import timedelta as td
+
+    early = datetime(1, 1, 1, tzinfo=timezone(td(hours=1)))
+    size = store.size()
+    with pytest.raises(IdentityError, match=r"^compromised-since 0001-01-01 00:00:00\+01:00 is out of range in UTC$"):
+        disable_identity(store, "alice", admin_key=keys["root"], compromised_since=early)
+    assert store.size() == size and not identity_book(store).get("alice").disabled
