@@ -323,3 +323,7 @@ async def test_a_reapproved_tool_absent_at_the_upgrade_comes_back_approved_and_a
     assert PinState.load(store).blocked_tools() == {("toy", "echo")}
     assert sealbox.verify_store(store).problems == ()
     assert bundle_problems(store, tmp_path, "no-extra") == []
+    gw3 = Gateway(toy_config(tmp_path, env={"TOY_VARIANT": "2"}), store=store)
+    async with running(gw3) as tg, connect(gw3, tg) as client:  # a bundle of a run that called it verifies too
+        assert text_of(await client.call_tool("toy__extra", {})) == "no tool extra"
+    assert bundle_problems(store, tmp_path, "extra") == []
