@@ -327,3 +327,23 @@ async def test_a_reapproved_tool_absent_at_the_upgrade_comes_back_approved_and_a
     async with running(gw3) as tg, connect(gw3, tg) as client:  # a bundle of a run that called it verifies too
         assert text_of(await client.call_tool("toy__extra", {})) == "no tool extra"
     assert bundle_problems(store, tmp_path, "extra") == []
+
+
+async def test_a_tool_whose_input_schema_has_dollar_keywords_upgrades_without_blocking(tmp_path, store):
+    """"$schema", "$ref", "$defs" are escaped when a schema is encoded ({"$esc": …}); the version 1 part of a
+    version 2 definition (v1_of) encoded the already encoded schema again, so its hash never matched the recorded
+    version 1 hash: the upgrade recorded such a tool as changed and blocked it."""
+    env = {"TOY_DOLLAR_SCHEMA": "1"}
+    tools = await toy_tools(tmp_path, "scratch", **env)
+    assert "$schema" in tools["add"].input_schema
+    d = definition_of(tools["add"])
+    assert definition_hash(v1_of(d)) == definition_hash(v1_defs(tools)["add"])
+    write_v1_listing(store, tools)
+    gw = Gateway(toy_config(tmp_path, env=env), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        [_, up] = system_events(store, "tools.changed")
+        assert up["changed"] == [] and [u["tool"] for u in up["upgraded"]] == sorted(tools)
+        assert text_of(await client.call_tool("toy__add", {"a": 1, "b": 2})) == "3"
+    assert not PinState.load(store).blocked_tools()
+    assert sealbox.verify_store(store).problems == ()
+    assert bundle_problems(store, tmp_path, "dollar") == []

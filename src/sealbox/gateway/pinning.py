@@ -66,7 +66,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from sealbox.approvals import ANSWER_ROLES
-from sealbox.canonical import canonical_bytes, encode
+from sealbox.canonical import canonical_bytes, decode, encode
 from sealbox.errors import InvalidEventError, SealboxError
 from sealbox.events import SYSTEM_RUN_ID, EventDraft, validate_payload
 from sealbox.identities import IdentityBook, load_key, sign_fields, verify_fields
@@ -129,9 +129,12 @@ def tool_definition_v1(name: str, description: str | None, input_schema: Any) ->
 
 def v1_of(definition: dict[str, Any]) -> dict[str, Any]:
     """The version 1 definition of a version 2 one (:func:`tool_definition`): what a Sealbox before
-    2026-12-04 pinned of the same tool listing."""
-    return tool_definition_v1(definition.get("name"), definition.get("description"),  # type: ignore[arg-type]
-                              definition.get("input_schema"))
+    2026-12-04 pinned of the same tool listing. Its ``input_schema`` is taken as it is: it was encoded
+    already (:func:`tool_definition`), and encoding it again would escape a schema's ``$``-keys
+    (``$schema``, ``$ref``, ``$defs``) a second time (``{"$esc": {"$esc": …}}``), a different hash."""
+    schema = definition.get("input_schema")
+    return {"name": definition.get("name"), "description": definition.get("description") or "",
+            "input_schema": {} if schema is None else schema}
 
 
 def definition_hash(definition: dict[str, Any]) -> str:
@@ -346,13 +349,16 @@ class PinState:
         first_seen = bool(p.get("first_seen")) and server not in self.servers
         self.servers.add(server)
         recorded: dict[tuple[str, str], str] = {}
+        # a definition read from the log is as the store wrote it: encoded once more (a schema's escaped
+        # "$"-keys escaped again); decoded, it is the definition its hash was computed over
+        as_hashed = decode if leaf_index is not None else (lambda d: d)
         for item in _items(p.get("added")):
             key = (server, item["tool"])
             if version == 1:
                 self._v1_hashes.add((*key, item["hash"]))
             self.known[key] = recorded[key] = item["hash"]
             self.versions[key] = version
-            self.definitions[key] = item.get("definition") or {}
+            self.definitions[key] = as_hashed(item.get("definition") or {})
             if first_seen:
                 self.approved[key] = item["hash"]
                 self._sources.setdefault(key, []).append((item["hash"], None))
@@ -362,13 +368,13 @@ class PinState:
                 self._v1_hashes.add((*key, item["after"]))
             self.known[key] = recorded[key] = item["after"]
             self.versions[key] = version
-            self.definitions[key] = item.get("definition") or {}
+            self.definitions[key] = as_hashed(item.get("definition") or {})
         for item in _items(p.get("upgraded"), "after"):
             key = (server, item["tool"])
             if self.known.get(key) == item["after"] and self.versions.get(key) == version == PIN_VERSION:
                 recorded[key] = item["after"]  # applied already (read back after observe): nothing changes
                 continue
-            problem = self._upgrade_problem(key, item, version)
+            problem = self._upgrade_problem(key, {**item, "definition": as_hashed(item.get("definition"))}, version)
             if problem is None:
                 before, after = item["before"], item["after"]
                 if self.approved.get(key) == before:
@@ -378,7 +384,7 @@ class PinState:
                 self.upgrade_problems.append((leaf_index, server, item["tool"], problem))
             self.known[key] = recorded[key] = item["after"]
             self.versions[key] = version
-            self.definitions[key] = item.get("definition") if isinstance(item.get("definition"), dict) else {}
+            self.definitions[key] = as_hashed(item["definition"]) if isinstance(item.get("definition"), dict) else {}
         for item in _items(p.get("removed")):
             self.known.pop((server, item["tool"]), None)
             self.known_leaf.pop((server, item["tool"]), None)

@@ -36,6 +36,7 @@ Environment:
                       (a `note` property appears); `add` lists all three from the start
   TOY_POISON=1        once mutated, echo's title, annotations, _meta and the description of its `text`
                       parameter (in the input schema) also mention ~/.ssh, and so does extra's title
+  TOY_DOLLAR_SCHEMA=1 add's input schema uses "$schema", "$ref" and "$defs" (keys the encoder escapes)
 
 Streamable HTTP mode: ``toy_server.py --http PORT_FILE [PORT]`` serves ``/mcp`` on 127.0.0.1
 (PORT, or a free port; written to PORT_FILE once listening) instead of stdio. With
@@ -85,6 +86,11 @@ def _tools() -> list[types.Tool]:
         types.Tool(name="header", description="An HTTP request header's value.",
                    input_schema={**obj, "properties": {"name": {"type": "string"}}, "required": ["name"]}),
     ]
+    if os.environ.get("TOY_DOLLAR_SCHEMA"):  # JSON Schema keywords starting with "$", as pydantic and zod write them
+        tools[1] = tools[1].model_copy(update={"input_schema": {
+            "$schema": "https://json-schema.org/draft/2020-12/schema", **tools[1].input_schema,
+            "properties": {"a": {"$ref": "#/$defs/int"}, "b": {"$ref": "#/$defs/int"}},
+            "$defs": {"int": {"type": "integer"}}}})
     rug = [f for f in os.environ.get("TOY_RUG", "").split(",") if f]
     if rug:  # the rug pull changes only what a client acts on besides the description and input schema
         pulled = STATE["mutated"]
