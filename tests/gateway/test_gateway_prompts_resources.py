@@ -556,3 +556,47 @@ async def test_gateway_replay_serves_the_sessions_tool_calls_leaving_its_prompts
     assert (report["reproduced"], report["divergence"], report["steps_compared"]) == (True, None, 2)
     assert (report["calls_made"], report["calls_recorded"]) == (2, 2)
     assert replay.original_steps == {"2": "3", "3": "5"}
+
+
+NO_SECRET_NOTES = """
+version: 1
+name: no-secret-notes
+rules:
+  - id: no-secret
+    match: {server: toy, tool: "resource:toy://notes/secret*"}
+    effect: deny
+  - id: rest-ok
+    effect: allow
+"""
+
+
+@pytest.mark.parametrize("asked", ["toy://notes/%73ecret", "toy://notes/%73%65cret", "TOY://notes/secret",
+                                   "Toy://notes/s%65cret"])
+async def test_a_read_spelling_a_denied_uri_another_way_is_decided_as_that_uri(tmp_path, store, asked):
+    # RFC 3986 §6.2.2: a percent-encoded unreserved character is that character, and the scheme is
+    # case-insensitive; an upstream's resource template (the SDK's uri_template unquotes its variables)
+    # reads toy://notes/%73ecret as toy://notes/secret. The policy must decide what the upstream is given.
+    gw = Gateway(catalog_config(tmp_path), store=store, policy=Policy.from_text(NO_SECRET_NOTES))
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            with pytest.raises(MCPError) as err:
+                await client.read_resource(asked)
+        [run_id] = gateway_runs(store)
+    assert err.value.error.code == codes.DENIED
+    assert err.value.error.message.startswith(
+        "resources/read toy://notes/secret: denied by rule no-secret (policy_deny): ")
+    recorded = calls_of(store, run_id)
+    assert [(k, p.get("tool"), p.get("effect")) for k, p in recorded] == [
+        ("tool.call", "resource:toy://notes/secret", None),
+        ("policy.decision", "resource:toy://notes/secret", "deny")]
+    assert recorded[0][1]["arguments"] == {"uri": "toy://notes/secret"}
+    assert toy_log(tmp_path) == []
+
+
+async def test_a_read_is_forwarded_as_the_uri_it_was_decided_on(tmp_path, store):
+    gw = Gateway(catalog_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            read = await client.read_resource("TOY://notes/%6Donday%2f%7e")
+    assert [c.text for c in read.contents] == ["notes of monday%2F~"]
+    assert toy_log(tmp_path) == [{"resource": "toy://notes/monday%2F~"}]

@@ -49,6 +49,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 import uuid
 import weakref
@@ -711,19 +712,24 @@ class Gateway:
     async def _read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         """``resources/read``: routed by :meth:`resource_server`, decided and recorded as a call of tool
         ``resource:<uri>`` (``method: "resources/read"``, arguments ``{"uri": uri}``), then forwarded
-        (:meth:`_recorded_request`).
+        (:meth:`_recorded_request`). A URI no upstream lists as asked is normalized first
+        (:func:`normalize_uri`), and that URI is routed, decided, recorded and forwarded: a policy
+        that denies ``toy://notes/secret`` denies ``TOY://notes/%73ecret``, which an upstream's
+        resource template reads as the same resource.
 
         Raises:
             MCPError: ``UNKNOWN_RESOURCE``, ``AMBIGUOUS_RESOURCE``, and as :meth:`_recorded_request`.
         """
         uri = str(params.uri)
+        if not self._owners(uri):  # decided, recorded and forwarded as the URI the upstream reads
+            uri = normalize_uri(uri)
         server = self.resource_server(uri)
         tool = RESOURCE_TOOL_PREFIX + uri
         if tool in self.upstreams[server].tools:
             raise _mcp_error()(codes.UNKNOWN_RESOURCE, f"resource {uri!r} is not served: server {server} has a tool "
                                f"named {tool!r}, the name its resources/read would be recorded under", data=uri)
         upstream = self.upstreams[server]
-        forwarded = types.ReadResourceRequestParams(uri=params.uri)
+        forwarded = types.ReadResourceRequestParams(uri=uri)
         return await self._recorded_request(
             ctx, params.meta, server, tool, {"uri": uri}, uri, "resources/read",
             lambda: upstream.request("resources/read", forwarded, types.ReadResourceResult))
@@ -1953,6 +1959,31 @@ class UriTemplate:
                 return False
             states = self._closure(moved)
         return (len(self.tokens), 0) in states
+
+
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def normalize_uri(uri: str) -> str:
+    """``uri`` in the normal form of RFC 3986 §6.2.2.1–6.2.2.2 (case and percent-encoding
+    normalization): the scheme lowercased, a percent-encoded unreserved character (letters, digits,
+    ``-._~``) decoded, and the hex digits of every other percent-encoding uppercased. Nothing else
+    changes (no dot segments are removed, the host keeps its case: MCP servers compare URIs as text).
+
+    >>> normalize_uri("TOY://notes/%73ecret%2f%7e")
+    'toy://notes/secret%2F~'
+    """
+    scheme = _SCHEME.match(uri)
+    if scheme:
+        uri = scheme.group().lower() + uri[scheme.end():]
+
+    def one(m: re.Match[str]) -> str:
+        ch = chr(int(m.group(1), 16))
+        return ch if ch in _UNRESERVED else "%" + m.group(1).upper()
+
+    return _PERCENT.sub(one, uri)
 
 
 def _request_error(exc: BaseException, method: str, name: str, sent: bool) -> BaseException:
