@@ -600,3 +600,25 @@ async def test_a_read_is_forwarded_as_the_uri_it_was_decided_on(tmp_path, store)
             read = await client.read_resource("TOY://notes/%6Donday%2f%7e")
     assert [c.text for c in read.contents] == ["notes of monday%2F~"]
     assert toy_log(tmp_path) == [{"resource": "toy://notes/monday%2F~"}]
+
+
+async def test_a_resource_template_too_long_to_match_quickly_routes_nothing(tmp_path, store, caplog):
+    # matching costs (URI length x template length) steps: an upstream's template of thousands of
+    # characters held every session of the gateway for seconds per unlisted read (2000 "{+a}": 8 s)
+    long = "toy://long/{+a}" + "b" * 250
+    config = toy_config(tmp_path, env={"TOY_CATALOG": "1", "TOY_TEMPLATES": json.dumps([long])})
+    gw = Gateway(config, store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            templates = [t.uri_template for t in (await client.list_resource_templates()).resource_templates]
+            with pytest.raises(MCPError) as err:
+                await client.read_resource("toy://long/x" + "b" * 250)
+            monday = await client.read_resource("toy://notes/monday")
+    assert templates == ["toy://notes/{day}", long]  # listed unchanged
+    assert err.value.error.code == codes.UNKNOWN_RESOURCE
+    assert err.value.error.message == (
+        f"unknown resource {'toy://long/x' + 'b' * 250!r}: no upstream lists it or has a resource template matching it")
+    assert [c.text for c in monday.contents] == ["notes of monday"]
+    assert toy_log(tmp_path) == [{"resource": "toy://notes/monday"}]
+    assert (f"upstream toy: resource template {long[:32]!r}… ({len(long)} characters) is not used to route reads: "
+            "longer than 256 characters") in caplog.text

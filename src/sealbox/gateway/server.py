@@ -100,8 +100,11 @@ PROMPT_TOOL_PREFIX = "prompt:"
 #: ``method: "resources/read"``).
 RESOURCE_TOOL_PREFIX = "resource:"
 #: The longest URI routed by resource templates (a listed URI is routed whatever its length): matching
-#: costs (URI length × template length) steps on the event loop, per template.
+#: costs (URI length × template length) steps, per template (run in a worker thread, off the event loop).
 MAX_TEMPLATE_URI = 8192
+#: The longest resource template used to route reads (a longer one is listed, but routes nothing): an
+#: upstream's template of thousands of characters made each unlisted read take seconds.
+MAX_TEMPLATE_LENGTH = 256
 
 
 class InvalidArguments(ValueError):
@@ -613,7 +616,14 @@ class Gateway:
         """An upstream listed its prompts and resources: clients that may hold a listing are told when
         one changed; its resource templates are compiled for routing reads."""
         sid = upstream.spec.id
-        self._templates[sid] = [UriTemplate(t.uri_template) for t in upstream.templates]
+        compiled = []
+        for t in upstream.templates:
+            if len(t.uri_template) > MAX_TEMPLATE_LENGTH:
+                log.warning("upstream %s: resource template %r… (%d characters) is not used to route reads: longer "
+                            "than %d characters", sid, t.uri_template[:32], len(t.uri_template), MAX_TEMPLATE_LENGTH)
+                continue
+            compiled.append(UriTemplate(t.uri_template))
+        self._templates[sid] = compiled  # one assignment: a read routing in a worker thread sees either list
         prompts = tuple(p.model_dump_json(by_alias=True, exclude_none=True) for _, p in sorted(upstream.prompts.items()))
         resources = tuple(r.model_dump_json(by_alias=True, exclude_none=True)
                           for r in [*(v for _, v in sorted(upstream.resources.items())), *upstream.templates])
@@ -673,7 +683,8 @@ class Gateway:
     def resource_server(self, uri: str) -> str:
         """The upstream a ``resources/read`` of ``uri`` goes to: the one upstream that lists it; else,
         listed by none, the one upstream with a resource template matching it (:class:`UriTemplate`; a URI
-        of at most :data:`MAX_TEMPLATE_URI` characters).
+        of at most :data:`MAX_TEMPLATE_URI` characters, a template of at most :data:`MAX_TEMPLATE_LENGTH`).
+        Thread-safe: :meth:`_read_resource` calls it in a worker thread.
 
         Raises:
             MCPError: ``AMBIGUOUS_RESOURCE`` (listed by several, or matching templates of several),
@@ -723,7 +734,10 @@ class Gateway:
         uri = str(params.uri)
         if not self._owners(uri):  # decided, recorded and forwarded as the URI the upstream reads
             uri = normalize_uri(uri)
-        server = self.resource_server(uri)
+        # template matching is (URI length × template length) steps: off the event loop, so that the
+        # gateway's other sessions are served meanwhile
+        server = self.resource_server(uri) if self._owners(uri) else await anyio.to_thread.run_sync(
+            self.resource_server, uri)
         tool = RESOURCE_TOOL_PREFIX + uri
         if tool in self.upstreams[server].tools:
             raise _mcp_error()(codes.UNKNOWN_RESOURCE, f"resource {uri!r} is not served: server {server} has a tool "

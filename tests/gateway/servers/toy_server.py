@@ -27,6 +27,7 @@ Prompts and resources (only with ``TOY_CATALOG=1``; else it has neither capabili
 
 Environment:
   TOY_CATALOG=1       serve the prompt and the resources above
+  TOY_TEMPLATES=json  with TOY_CATALOG=1: more resource templates (a JSON list of strings)
   TOY_LOG=path        every tools/call (prompts/get, resources/read) received is appended as one JSON line
                       (what the upstream saw)
   TOY_VARIANT=2       start already mutated (a rug pull between runs)
@@ -235,8 +236,10 @@ async def list_resources(ctx, params) -> types.ListResourcesResult:
 
 
 async def list_resource_templates(ctx, params) -> types.ListResourceTemplatesResult:
+    extra = json.loads(os.environ.get("TOY_TEMPLATES", "[]"))
     return types.ListResourceTemplatesResult(resource_templates=[types.ResourceTemplate(
-        uri_template="toy://notes/{day}", name="notes", mime_type="text/plain")])
+        uri_template=t, name="notes" if i == 0 else f"t{i}", mime_type="text/plain")
+        for i, t in enumerate(["toy://notes/{day}", *extra])])
 
 
 async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
