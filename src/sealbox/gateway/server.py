@@ -100,7 +100,7 @@ PROMPT_TOOL_PREFIX = "prompt:"
 #: ``method: "resources/read"``).
 RESOURCE_TOOL_PREFIX = "resource:"
 #: The longest URI routed by resource templates (a listed URI is routed whatever its length): matching
-#: costs (URI length × template length) steps, per template (run in a worker thread, off the event loop).
+#: costs a few integer operations per URI character, per template (run in a worker thread, off the event loop).
 MAX_TEMPLATE_URI = 8192
 #: The longest resource template used to route reads (a longer one is listed, but routes nothing): an
 #: upstream's template of thousands of characters made each unlisted read take seconds.
@@ -1913,8 +1913,9 @@ class UriTemplate:
     ``/``, ``?`` and ``#``; ``{+var}`` and ``{#var}`` any text (possibly empty); ``{.var}`` and
     ``{;var}`` any characters other than ``/``, ``?``, ``#``; ``{/var}`` any other than ``?`` and
     ``#``; ``{?var}`` and ``{&var}`` any other than ``#`` (each possibly empty). Matching runs the
-    template as a set of states over the URI's characters (no backtracking): a client's long URI
-    cannot make it take more than (URI length × template length) steps.
+    template's units (literal characters, expressions) as bits of one integer over the URI's characters
+    (no backtracking): a few integer operations per URI character, however many units are in play (a
+    chain of expressions that may match nothing adds one per expression).
 
     Args:
         template: the ``uriTemplate`` an upstream listed; a ``{`` without its ``}`` is a literal.
@@ -1941,38 +1942,58 @@ class UriTemplate:
             elif expression:  # "{..." never closed: text
                 self.tokens.append(("lit", expression, 0))
 
-    def _closure(self, states: set[tuple[int, int]]) -> set[tuple[int, int]]:
-        todo, out = list(states), set(states)
-        while todo:
-            i, k = todo.pop()
-            if i >= len(self.tokens):
-                continue
-            kind, value, fewest = self.tokens[i]
-            if (kind == "lit" and k == len(value)) or (kind == "run" and k >= fewest):
-                nxt = (i + 1, 0)
-                if nxt not in out:
-                    out.add(nxt)
-                    todo.append(nxt)
-        return out
+        # bit-parallel: bit 0 is the start, bit j (1..m) the template's j-th unit (a literal character, or an
+        # expression) matched through; an expression's bit also means "inside it" (it loops on its characters)
+        self._literal: dict[str, int] = {}
+        self._runs: dict[str | None, int] = {}  # excluded characters -> the bits of expressions of that class
+        self._optional = 0  # expressions that may match no character (skipped without consuming one)
+        m = 0
+        for kind, value, fewest in self.tokens:
+            if kind == "lit":
+                for ch in value:
+                    m += 1
+                    self._literal[ch] = self._literal.get(ch, 0) | 1 << m
+            else:
+                m += 1
+                self._runs[value] = self._runs.get(value, 0) | 1 << m
+                if fewest == 0:
+                    self._optional |= 1 << m
+        self._last = m
+        self._loops = sum(self._runs.values())
+        self._allowed: dict[str, int] = {}
+
+    def _allow(self, ch: str) -> int:
+        """The units that can consume ``ch``."""
+        mask = self._allowed.get(ch)
+        if mask is None:
+            mask = self._literal.get(ch, 0)
+            for excluded, bits in self._runs.items():
+                if excluded is None or ch not in excluded:
+                    mask |= bits
+            if len(self._allowed) < 4096:
+                self._allowed[ch] = mask
+        return mask
+
+    def _closure(self, states: int) -> int:
+        """``states`` with every expression that may match nothing passed over (a chain of them is at most
+        as long as the template)."""
+        optional = self._optional
+        while True:
+            more = states | ((states << 1) & optional)
+            if more == states:
+                return states
+            states = more
 
     def matches(self, uri: str) -> bool:
         """Whether ``uri`` is one of the URIs the template expands to (loosely, as the class says)."""
-        states = self._closure({(0, 0)})
+        states = self._closure(1)
+        loops = self._loops
         for ch in uri:
-            moved = set()
-            for i, k in states:
-                if i >= len(self.tokens):
-                    continue
-                kind, value, fewest = self.tokens[i]
-                if kind == "lit":
-                    if k < len(value) and value[k] == ch:
-                        moved.add((i, k + 1))
-                elif value is None or ch not in value:
-                    moved.add((i, min(k + 1, fewest)))
-            if not moved:
+            states = ((states << 1) | (states & loops)) & self._allow(ch)
+            if not states:
                 return False
-            states = self._closure(moved)
-        return (len(self.tokens), 0) in states
+            states = self._closure(states)
+        return bool(states >> self._last & 1)
 
 
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
