@@ -639,3 +639,50 @@ async def test_a_resource_template_too_long_to_match_quickly_routes_nothing(tmp_
     assert toy_log(tmp_path) == [{"resource": "toy://notes/monday"}]
     assert (f"upstream toy: resource template {long[:32]!r}… ({len(long)} characters) is not used to route reads: "
             "longer than 256 characters") in caplog.text
+
+
+NO_PRIVATE_FILES = """
+version: 1
+name: no-private-files
+rules:
+  - id: no-private
+    match: {server: toy, tool: "resource:toy://files/private/*"}
+    effect: deny
+  - id: rest-ok
+    effect: allow
+"""
+
+
+@pytest.mark.parametrize("asked", ["toy://files/public/../private/key", "toy://files/public/%2E%2E/private/key",
+                                   "toy://files/./public/../../private/./key"])
+async def test_a_read_climbing_out_of_an_allowed_path_is_decided_on_where_it_lands(tmp_path, store, asked):
+    # RFC 3986 §6.2.2.3, §5.2.4: dot segments are removed; an upstream serving files resolves them
+    config = toy_config(tmp_path, env={"TOY_CATALOG": "1", "TOY_TEMPLATES": json.dumps(["toy://files/{+path}"])})
+    gw = Gateway(config, store=store, policy=Policy.from_text(NO_PRIVATE_FILES))
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            with pytest.raises(MCPError) as err:
+                await client.read_resource(asked)
+            public = await client.read_resource("toy://files/a/./b/../c/")
+        [run_id] = gateway_runs(store)
+    assert err.value.error.code == codes.DENIED
+    assert err.value.error.message.startswith(
+        "resources/read toy://files/private/key: denied by rule no-private (policy_deny): ")
+    assert [(k, p.get("tool")) for k, p in calls_of(store, run_id)][:2] == [
+        ("tool.call", "resource:toy://files/private/key"), ("policy.decision", "resource:toy://files/private/key")]
+    assert [c.uri for c in public.contents] == ["toy://files/a/c/"]
+    assert toy_log(tmp_path) == [{"resource": "toy://files/a/c/"}]
+
+
+@pytest.mark.parametrize("uri, normal", [
+    ("TOY://notes/%73ecret%2f%7e", "toy://notes/secret%2F~"),
+    ("x://h/a/b/../c", "x://h/a/c"), ("x://h/a/..", "x://h/"), ("x://h/./a/", "x://h/a/"),
+    ("x://h/../../a", "x://h/a"), ("file:///etc/a/../passwd", "file:///etc/passwd"),
+    ("x://h/a/..?q=/../b#f/..", "x://h/?q=/../b#f/.."),  # query and fragment kept
+    ("x:a/../b", "x:a/../b"),  # a path not starting with / is left alone
+    ("x://h/a..b/.c", "x://h/a..b/.c"), ("memo://Insights", "memo://Insights"),
+])
+def test_normalize_uri(uri, normal):
+    from sealbox.gateway.server import normalize_uri
+
+    assert normalize_uri(uri) == normal

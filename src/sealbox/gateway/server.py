@@ -725,8 +725,8 @@ class Gateway:
         ``resource:<uri>`` (``method: "resources/read"``, arguments ``{"uri": uri}``), then forwarded
         (:meth:`_recorded_request`). A URI no upstream lists as asked is normalized first
         (:func:`normalize_uri`), and that URI is routed, decided, recorded and forwarded: a policy
-        that denies ``toy://notes/secret`` denies ``TOY://notes/%73ecret``, which an upstream's
-        resource template reads as the same resource.
+        that denies ``toy://notes/secret`` denies ``TOY://notes/%73ecret`` and
+        ``toy://notes/public/../secret``, which an upstream's resource template reads as that resource.
 
         Raises:
             MCPError: ``UNKNOWN_RESOURCE``, ``AMBIGUOUS_RESOURCE``, and as :meth:`_recorded_request`.
@@ -2002,13 +2002,14 @@ _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 
 
 def normalize_uri(uri: str) -> str:
-    """``uri`` in the normal form of RFC 3986 §6.2.2.1–6.2.2.2 (case and percent-encoding
-    normalization): the scheme lowercased, a percent-encoded unreserved character (letters, digits,
-    ``-._~``) decoded, and the hex digits of every other percent-encoding uppercased. Nothing else
-    changes (no dot segments are removed, the host keeps its case: MCP servers compare URIs as text).
+    """``uri`` in the normal form of RFC 3986 §6.2.2 (syntax-based normalization): the scheme
+    lowercased, a percent-encoded unreserved character (letters, digits, ``-._~``) decoded, the hex
+    digits of every other percent-encoding uppercased, and the dot segments (``.``, ``..``) of a path
+    that starts with ``/`` removed (§5.2.4; the query and fragment as they are). The host keeps its
+    case (MCP servers compare URIs as text).
 
-    >>> normalize_uri("TOY://notes/%73ecret%2f%7e")
-    'toy://notes/secret%2F~'
+    >>> normalize_uri("TOY://files/public/%2E%2E/private/%6Bey%2f")
+    'toy://files/private/key%2F'
     """
     scheme = _SCHEME.match(uri)
     if scheme:
@@ -2018,7 +2019,32 @@ def normalize_uri(uri: str) -> str:
         ch = chr(int(m.group(1), 16))
         return ch if ch in _UNRESERVED else "%" + m.group(1).upper()
 
-    return _PERCENT.sub(one, uri)
+    uri = _PERCENT.sub(one, uri)
+    start = scheme.end() if scheme else 0
+    end = min((i for i in (uri.find("?", start), uri.find("#", start)) if i >= 0), default=len(uri))
+    path_at = start
+    if uri.startswith("//", start):  # the authority, up to the path
+        slash = uri.find("/", start + 2, end)
+        path_at = end if slash < 0 else slash
+    if not uri.startswith("/", path_at) or path_at >= end:
+        return uri
+    return uri[:path_at] + _remove_dot_segments(uri[path_at:end]) + uri[end:]
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 §5.2.4 on a path starting with ``/``."""
+    segments = path.split("/")[1:]
+    out: list[str] = []
+    for i, segment in enumerate(segments):
+        last = i == len(segments) - 1
+        if segment in (".", ".."):
+            if segment == ".." and out:
+                out.pop()
+            if last:
+                out.append("")
+        else:
+            out.append(segment)
+    return "/" + "/".join(out)
 
 
 def _request_error(exc: BaseException, method: str, name: str, sent: bool) -> BaseException:
