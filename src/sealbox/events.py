@@ -104,7 +104,7 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
             "eval_us": _INT,
         },
         {"inputs": _ANY, "re_evaluable": _BOOL, "limit": {"type": ["object", "null"]}, "approval": {"type": ["object", "null"]},
-         "server": _STR, "tool": _STR, "reevaluated": _BOOL},
+         "server": _STR, "tool": _STR, "reevaluated": _BOOL, "judged_as": _STR},
     ),
     "tool.result": _obj(
         {"call_id": _STR, "ok": _BOOL, "duration_us": _INT},

@@ -41,6 +41,7 @@ from sealbox.policy import Policy
 from sealbox.policy.breaker import BreakerChange, CircuitBreaker, breaker_open_decision
 from sealbox.policy.limits import LIMIT_COUNTERS, cost_of
 from sealbox.policy.model import CallContext, Decision
+from sealbox.policy.reads import evaluate_read, judged_text
 
 __all__ = ["AsyncRecordedStream", "Recorder", "RecordedStream", "RunContext", "StreamClosedEarly", "ToolDenied",
            "current_run", "is_call_step"]
@@ -1399,13 +1400,15 @@ class RunContext:
                  "elapsed_s": (now - (self.started_at or now)).total_seconds()},
             usage=self._usage(reader, server, tool, now), now=now, grant=grant,
         )
-        decision = self.policy.evaluate(ctx)
+        # a resources/read is judged also as the other forms of its URI, the strictest winning (policy.reads)
+        decision = evaluate_read(self.policy, ctx) if no_hold == "resources/read" else self.policy.evaluate(ctx)
         if decision.effect == "require_approval" and decision.approval is None:
             decision = decision.denied_as(
                 "approval_unavailable", f"rule {decision.rule} requires approval but names no approvers")
         elif decision.effect == "require_approval" and no_hold is not None:
             decision = decision.denied_as(
-                "approval_unavailable", f"rule {decision.rule} requires approval, and a {no_hold} cannot wait for one")
+                "approval_unavailable", f"rule {decision.rule} requires approval, and a {no_hold} cannot wait for one"
+                f"{judged_text(decision)}")
         elif decision.effect == "require_approval" and not (keep_approval or self.recorder.approvals):
             decision = decision.denied_as(
                 "approval_unavailable", f"rule {decision.rule} requires approval, and approvals are not available here")

@@ -686,3 +686,179 @@ def test_normalize_uri(uri, normal):
     from sealbox.gateway.server import normalize_uri
 
     assert normalize_uri(uri) == normal
+
+
+# ---------------------------------------------------------------- one resource, spelled another way
+
+NO_PRIVATE_KEY_EXACT = """
+version: 1
+name: no-private-key
+rules:
+  - id: versions-ok
+    match: {server: toy, tool: "resource:toy://files/private/key?v=*"}
+    effect: allow
+  - id: no-private-key
+    match: {server: toy, tool: ["resource:toy://files/private/key", "resource:toy://notes/secret"]}
+    effect: deny
+  - id: ask-ops
+    match: {server: toy, tool: "resource:toy://files/held"}
+    effect: require_approval
+    approval: {groups: [ops]}
+  - id: rest-ok
+    effect: allow
+"""
+
+FILES_TEMPLATE = json.dumps(["toy://files/{+path}"])
+
+
+@pytest.mark.parametrize("asked, read, rule, code, judged, how", [
+    # a fragment is never part of what is read (RFC 3986 §3.5): dropped before anything else
+    ("toy://files/private/key#top", "toy://files/private/key", "no-private-key", "policy_deny", None, None),
+    ("toy://notes/secret#x", "toy://notes/secret", "no-private-key", "policy_deny", None, None),
+    # the rest is read as asked, and judged also as the URI an upstream may take it for
+    ("toy://files/private/key?x", "toy://files/private/key?x", "no-private-key", "policy_deny",
+     "toy://files/private/key", "without its query"),
+    ("toy://files/private/key?v=1", "toy://files/private/key?v=1", "no-private-key", "policy_deny",
+     "toy://files/private/key", "without its query"),  # a rule allowing it as asked does not win over the deny
+    ("toy://files/private/key/", "toy://files/private/key/", "no-private-key", "policy_deny",
+     "toy://files/private/key", "without its trailing slash"),
+    ("toy://files/private//key", "toy://files/private//key", "no-private-key", "policy_deny",
+     "toy://files/private/key", "without empty path segments"),
+    ("toy://files/private%2fkey", "toy://files/private%2Fkey", "no-private-key", "policy_deny",
+     "toy://files/private/key", "with %2F decoded"),
+    ("toy://files/public%2F..%2Fprivate%2Fkey", "toy://files/public%2F..%2Fprivate%2Fkey", "no-private-key",
+     "policy_deny", "toy://files/private/key", "with %2F decoded"),
+    ("toy://files/private/key/?v=1#top", "toy://files/private/key/?v=1", "no-private-key", "policy_deny",
+     "toy://files/private/key", "without its query, without its trailing slash"),
+    ("toy://files/held?x", "toy://files/held?x", "ask-ops", "approval_unavailable",
+     "toy://files/held", "without its query"),
+])
+async def test_a_read_spelling_a_denied_resource_with_a_suffix_is_denied_naming_the_form_that_decided(
+        tmp_path, store, asked, read, rule, code, judged, how):
+    config = toy_config(tmp_path, env={"TOY_CATALOG": "1", "TOY_TEMPLATES": FILES_TEMPLATE})
+    gw = Gateway(config, store=store, policy=Policy.from_text(NO_PRIVATE_KEY_EXACT))
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            with pytest.raises(MCPError) as err:
+                await client.read_resource(asked)
+        [run_id] = gateway_runs(store)
+    assert err.value.error.code == codes.DENIED
+    assert err.value.error.message.startswith(f"resources/read {read}: denied by rule {rule} ({code}): ")
+    assert err.value.error.data["rule"] == rule
+    recorded = calls_of(store, run_id)
+    assert [(k, p["tool"]) for k, p in recorded] == [("tool.call", "resource:" + read),
+                                                     ("policy.decision", "resource:" + read)]
+    assert recorded[0][1]["arguments"] == {"uri": read}
+    decision = recorded[1][1]
+    assert (decision["effect"], decision["rule"], decision["reason_code"]) == ("deny", rule, code)
+    assert decision.get("judged_as") == (None if judged is None else "resource:" + judged)
+    if judged is not None:
+        assert decision["reason"].endswith(f"; judged as resource:{judged} (the URI {how})")
+        assert f"judged as resource:{judged} (the URI {how})" in err.value.error.message
+    assert toy_log(tmp_path) == []
+    # what-if under the same policy predicts what the gateway decided
+    from sealbox.replay.whatif import whatif_policy
+
+    same = whatif_policy(store, Policy.from_text(NO_PRIVATE_KEY_EXACT), [run_id])
+    assert (same.evaluated, same.changed, same.not_re_evaluable) == (1, (), ())
+
+
+async def test_reads_of_other_resources_with_a_query_or_trailing_slash_are_allowed_as_asked(tmp_path, store):
+    config = toy_config(tmp_path, env={"TOY_CATALOG": "1", "TOY_TEMPLATES": FILES_TEMPLATE})
+    gw = Gateway(config, store=store, policy=Policy.from_text(NO_PRIVATE_KEY_EXACT))
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            read = await client.read_resource("toy://files/public/key/?v=1#top")
+            secret_ish = await client.read_resource("toy://files/private/keys")
+        [run_id] = gateway_runs(store)
+    assert [c.uri for c in read.contents] == ["toy://files/public/key/?v=1"]
+    assert [c.text for c in secret_ish.contents] == ["notes of keys"]
+    assert toy_log(tmp_path) == [{"resource": "toy://files/public/key/?v=1"}, {"resource": "toy://files/private/keys"}]
+    decisions = [p for k, p in calls_of(store, run_id) if k == "policy.decision"]
+    assert [(d["tool"], d["effect"], d["rule"], "judged_as" in d) for d in decisions] == [
+        ("resource:toy://files/public/key/?v=1", "allow", "rest-ok", False),
+        ("resource:toy://files/private/keys", "allow", "rest-ok", False)]
+
+
+@pytest.mark.parametrize("listed, how", [
+    ("toy://notes/secret?v=2", "without its query"), ("toy://notes/secret#top", "without its fragment"),
+    ("toy://notes/secret/", "without its trailing slash"), ("toy://notes/%73ecret", "normalized"),
+])
+async def test_a_listed_uri_naming_a_denied_resource_another_way_is_read_as_listed_and_judged_as_that_resource(
+        tmp_path, store, listed, how):
+    # an upstream's listing is used as written (it is what that upstream serves), and judged as a read is
+    config = toy_config(tmp_path, env={"TOY_CATALOG": "1", "TOY_RESOURCES": json.dumps([listed])})
+    gw = Gateway(config, store=store, policy=Policy.from_text(NO_PRIVATE_KEY_EXACT))
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            assert listed in [r.uri for r in (await client.list_resources()).resources]
+            with pytest.raises(MCPError) as err:
+                await client.read_resource(listed)
+        [run_id] = gateway_runs(store)
+    assert err.value.error.message.startswith(f"resources/read {listed}: denied by rule no-private-key (policy_deny): ")
+    decision = [p for k, p in calls_of(store, run_id) if k == "policy.decision"]
+    assert [(d["tool"], d["effect"], d["rule"], d["judged_as"]) for d in decision] == [
+        ("resource:" + listed, "deny", "no-private-key", "resource:toy://notes/secret")]
+    assert decision[0]["reason"].endswith(f"; judged as resource:toy://notes/secret (the URI {how})")
+    assert toy_log(tmp_path) == []
+
+
+async def test_whatif_predicts_the_deny_of_a_recorded_read_spelling_a_denied_resource_another_way(tmp_path, store):
+    from sealbox.replay.whatif import whatif_policy
+
+    config = toy_config(tmp_path, env={"TOY_CATALOG": "1", "TOY_TEMPLATES": FILES_TEMPLATE})
+    gw = Gateway(config, store=store)  # ALLOW_ALL: every read recorded and forwarded
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            for uri in ("toy://files/private/key?x", "toy://files/private%2Fkey", "toy://files/private/key/",
+                        "toy://files/public/key?x"):
+                await client.read_resource(uri)
+        [run_id] = gateway_runs(store)
+    report = whatif_policy(store, Policy.from_text(NO_PRIVATE_KEY_EXACT), [run_id])
+    assert report.evaluated == 4
+    assert [(c.step, c.tool, c.before, c.after, c.rule_after, c.reason.rsplit("; ", 1)[-1]) for c in report.changed] == [
+        ("2", "resource:toy://files/private/key?x", "allow", "deny", "no-private-key",
+         "judged as resource:toy://files/private/key (the URI without its query)"),
+        ("3", "resource:toy://files/private%2Fkey", "allow", "deny", "no-private-key",
+         "judged as resource:toy://files/private/key (the URI with %2F decoded)"),
+        ("4", "resource:toy://files/private/key/", "allow", "deny", "no-private-key",
+         "judged as resource:toy://files/private/key (the URI without its trailing slash)")]
+
+
+@pytest.mark.parametrize("name", ["toy__Greet", "TOY__greet", "toy__greet ", " toy__greet", "toy__ greet",
+                                  "toy__greet\n", "toy__greet?x"])
+async def test_a_prompt_name_spelled_another_way_is_unknown_and_nothing_is_recorded_or_forwarded(
+        tmp_path, store, name):
+    # prompt names are matched exactly as the upstream lists them (no case folding, no trimming):
+    # another spelling names no prompt, so it cannot reach a denied one
+    gw = Gateway(catalog_config(tmp_path), store=store, policy=Policy.from_text(NO_GREETING_BOB))
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            with pytest.raises(MCPError) as err:
+                await client.get_prompt(name, {"name": "bob"})
+    assert (err.value.error.code, err.value.error.message) == (codes.UNKNOWN_PROMPT, f"unknown prompt {name!r}")
+    assert [e.kind for e in store.read_range(0, store.size()) if e.kind in ("tool.call", "policy.decision")] == []
+    assert toy_log(tmp_path) == []
+
+
+@pytest.mark.parametrize("uri, forms", [
+    ("toy://notes/secret", []),
+    ("toy://notes/secret?x#f", [("toy://notes/secret?x", "without its fragment"),
+                                ("toy://notes/secret", "without its fragment, without its query")]),
+    ("toy://a/b%2fc/?q", [("toy://a/b%2Fc/?q", "normalized"), ("toy://a/b%2Fc/", "normalized, without its query"),
+                          ("toy://a/b/c/?q", "normalized, with %2F decoded"),
+                          ("toy://a/b%2Fc?q", "normalized, without its trailing slash"),
+                          ("toy://a/b/c/", "normalized, without its query, with %2F decoded"),
+                          ("toy://a/b%2Fc", "normalized, without its query, without its trailing slash"),
+                          ("toy://a/b/c?q", "normalized, with %2F decoded, without its trailing slash"),
+                          ("toy://a/b/c", "normalized, without its query, with %2F decoded, without its trailing slash")]),
+    ("toy://files/public%2F..%2Fprivate%2Fkey", [("toy://files/private/key", "with %2F decoded")]),
+    ("file:///etc//passwd", [("file:///etc/passwd", "without empty path segments")]),
+    ("toy://h/", [("toy://h", "without its trailing slash")]),
+    ("x:/a/", [("x:/a", "without its trailing slash")]), ("x:/", []),  # no authority: the path "/" stays
+    ("TOY://notes/%73ecret", [("toy://notes/secret", "normalized")]),
+])
+def test_read_forms(uri, forms):
+    from sealbox.policy.reads import read_forms
+
+    assert read_forms(uri) == [(uri, ""), *forms]

@@ -49,7 +49,6 @@ import json
 import logging
 import math
 import os
-import re
 import time
 import uuid
 import weakref
@@ -70,6 +69,7 @@ from sealbox.gateway.holds import (DELIVERED_ON_RETRY, WIRE_STATE_KEY, Pending, 
 from sealbox.gateway.pinning import PIN_RULE, PinState, definition_of
 from sealbox.gateway.upstream import Upstream, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from sealbox.policy import CircuitBreaker, Decision, Policy
+from sealbox.policy.reads import RESOURCE_TOOL_PREFIX, normalize_uri, without_fragment
 from sealbox.recorder import Recorder, RunContext, ToolDenied, is_call_step
 from sealbox.snapshot import Snapshot, ToolSpec
 
@@ -97,8 +97,7 @@ _RUN_STATE = "sealbox.run"
 #: ``tool: "prompt:*"``). MCP tool names are ``[A-Za-z0-9_.-]`` (2025-11-25): no tool is named so.
 PROMPT_TOOL_PREFIX = "prompt:"
 #: A ``resources/read`` is recorded as a call of tool ``"resource:" + the URI`` (arguments ``{"uri": …}``,
-#: ``method: "resources/read"``).
-RESOURCE_TOOL_PREFIX = "resource:"
+#: ``method: "resources/read"``): :data:`sealbox.policy.reads.RESOURCE_TOOL_PREFIX`, imported above.
 #: The longest URI routed by resource templates (a listed URI is routed whatever its length): matching
 #: costs a few integer operations per URI character, per template (run in a worker thread, off the event loop).
 MAX_TEMPLATE_URI = 8192
@@ -724,16 +723,20 @@ class Gateway:
         """``resources/read``: routed by :meth:`resource_server`, decided and recorded as a call of tool
         ``resource:<uri>`` (``method: "resources/read"``, arguments ``{"uri": uri}``), then forwarded
         (:meth:`_recorded_request`). A URI no upstream lists as asked is normalized first
-        (:func:`normalize_uri`), and that URI is routed, decided, recorded and forwarded: a policy
-        that denies ``toy://notes/secret`` denies ``TOY://notes/%73ecret`` and
-        ``toy://notes/public/../secret``, which an upstream's resource template reads as that resource.
+        (:func:`normalize_uri`) and its fragment dropped (:func:`without_fragment`: never part of what
+        is read), and that URI is routed, decided, recorded and forwarded: a policy that denies
+        ``toy://notes/secret`` denies ``TOY://notes/%73ecret``, ``toy://notes/public/../secret`` and
+        ``toy://notes/secret#x``, which an upstream's resource template reads as that resource. The
+        decision is the strictest of the URI's forms (:func:`sealbox.policy.reads.evaluate_read`, in
+        the recorder): ``toy://notes/secret?x``, ``…/secret/``, ``toy://notes//secret`` and
+        ``toy://notes%2Fsecret`` are denied too, listed or not.
 
         Raises:
             MCPError: ``UNKNOWN_RESOURCE``, ``AMBIGUOUS_RESOURCE``, and as :meth:`_recorded_request`.
         """
         uri = str(params.uri)
         if not self._owners(uri):  # decided, recorded and forwarded as the URI the upstream reads
-            uri = normalize_uri(uri)
+            uri = without_fragment(normalize_uri(uri))
         # template matching is (URI length × template length) steps: off the event loop, so that the
         # gateway's other sessions are served meanwhile
         server = self.resource_server(uri) if self._owners(uri) else await anyio.to_thread.run_sync(
@@ -1994,57 +1997,6 @@ class UriTemplate:
                 return False
             states = self._closure(states)
         return bool(states >> self._last & 1)
-
-
-_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
-_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-
-
-def normalize_uri(uri: str) -> str:
-    """``uri`` in the normal form of RFC 3986 §6.2.2 (syntax-based normalization): the scheme
-    lowercased, a percent-encoded unreserved character (letters, digits, ``-._~``) decoded, the hex
-    digits of every other percent-encoding uppercased, and the dot segments (``.``, ``..``) of a path
-    that starts with ``/`` removed (§5.2.4; the query and fragment as they are). The host keeps its
-    case (MCP servers compare URIs as text).
-
-    >>> normalize_uri("TOY://files/public/%2E%2E/private/%6Bey%2f")
-    'toy://files/private/key%2F'
-    """
-    scheme = _SCHEME.match(uri)
-    if scheme:
-        uri = scheme.group().lower() + uri[scheme.end():]
-
-    def one(m: re.Match[str]) -> str:
-        ch = chr(int(m.group(1), 16))
-        return ch if ch in _UNRESERVED else "%" + m.group(1).upper()
-
-    uri = _PERCENT.sub(one, uri)
-    start = scheme.end() if scheme else 0
-    end = min((i for i in (uri.find("?", start), uri.find("#", start)) if i >= 0), default=len(uri))
-    path_at = start
-    if uri.startswith("//", start):  # the authority, up to the path
-        slash = uri.find("/", start + 2, end)
-        path_at = end if slash < 0 else slash
-    if not uri.startswith("/", path_at) or path_at >= end:
-        return uri
-    return uri[:path_at] + _remove_dot_segments(uri[path_at:end]) + uri[end:]
-
-
-def _remove_dot_segments(path: str) -> str:
-    """RFC 3986 §5.2.4 on a path starting with ``/``."""
-    segments = path.split("/")[1:]
-    out: list[str] = []
-    for i, segment in enumerate(segments):
-        last = i == len(segments) - 1
-        if segment in (".", ".."):
-            if segment == ".." and out:
-                out.pop()
-            if last:
-                out.append("")
-        else:
-            out.append(segment)
-    return "/" + "/".join(out)
 
 
 def _request_error(exc: BaseException, method: str, name: str, sent: bool) -> BaseException:

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from sealbox.policy.engine import Policy
 from sealbox.policy.model import CallContext, Decision
+from sealbox.policy.reads import evaluate_read, judged_text
 
 __all__ = ["Reevaluation", "reevaluate", "reevaluate_run"]
 
@@ -60,14 +61,19 @@ def reevaluate(policy: Policy, recorded: dict[str, Any], inputs: Any, *, run_id:
         method: the ``method`` of the call's ``tool.call`` (``"prompts/get"``, ``"resources/read"``:
             a request the gateway records as a call; docs/gateway.md, "Prompts and resources"), None
             for a tool call. Such a request cannot wait for an approval: a ``require_approval`` is
-            the deny ``approval_unavailable`` the gateway records for it.
+            the deny ``approval_unavailable`` the gateway records for it. A ``resources/read`` is
+            judged also as the other forms of its URI, as the recorder judged it
+            (:func:`sealbox.policy.reads.evaluate_read`).
     """
     call_id = recorded.get("call_id", "")
     if not isinstance(inputs, dict) or "server" not in inputs:
         return Reevaluation(run_id, call_id, step, recorded, None, False, "the decision's inputs are not in the log")
     if inputs.get("redacted") or recorded.get("re_evaluable") is False:
         return Reevaluation(run_id, call_id, step, recorded, None, False, _why_not(recorded, inputs))
-    decision = _with_recorder_checks(policy.evaluate(CallContext.from_inputs(inputs)), recorded, method)
+    call = CallContext.from_inputs(inputs)
+    # a resources/read is judged as the recorder judged it: also as the other forms of its URI
+    decision = evaluate_read(policy, call) if method == "resources/read" else policy.evaluate(call)
+    decision = _with_recorder_checks(decision, recorded, method)
     return Reevaluation(run_id, call_id, step, recorded, decision, True)
 
 
@@ -101,7 +107,8 @@ def _with_recorder_checks(decision: Decision, recorded: dict[str, Any], method: 
     or read that the gateway would deny."""
     if decision.effect == "require_approval" and method is not None:
         return decision.denied_as("approval_unavailable",
-                                  f"rule {decision.rule} requires approval, and a {method} cannot wait for one")
+                                  f"rule {decision.rule} requires approval, and a {method} cannot wait for one"
+                                  f"{judged_text(decision)}")
     code = recorded.get("reason_code")
     if code == "approval_unavailable" and decision.effect == "require_approval":
         return decision.denied_as("approval_unavailable", decision.reason)

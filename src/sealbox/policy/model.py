@@ -212,6 +212,9 @@ class Decision:
         limit: the limit tripped, when the reason is ``limit_exceeded``.
         re_evaluable: False when a condition read redacted content, so re-running
             the decision from the log would evaluate a marker, not the content.
+        judged_as: for a ``resources/read``, the tool (``resource:<form>``) of the form of its URI
+            that decided, when not the URI read (:func:`sealbox.policy.reads.evaluate_read`);
+            None otherwise. In the payload only when set.
     """
 
     effect: Effect
@@ -223,6 +226,7 @@ class Decision:
     approval: ApprovalSpec | None = None
     limit: LimitTrip | None = None
     re_evaluable: bool = True
+    judged_as: str | None = None
 
     @property
     def allowed(self) -> bool:
@@ -241,6 +245,7 @@ class Decision:
             "approval": self.approval.to_dict() if self.approval else None,
             "limit": self.limit.to_dict() if self.limit else None,
             "re_evaluable": self.re_evaluable,
+            **({"judged_as": self.judged_as} if self.judged_as is not None else {}),
         }
 
     def denied_as(self, reason_code: ReasonCode, reason: str) -> Decision:

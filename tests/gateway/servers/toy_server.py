@@ -28,6 +28,7 @@ Prompts and resources (only with ``TOY_CATALOG=1``; else it has neither capabili
 Environment:
   TOY_CATALOG=1       serve the prompt and the resources above
   TOY_TEMPLATES=json  with TOY_CATALOG=1: more resource templates (a JSON list of strings)
+  TOY_RESOURCES=json  with TOY_CATALOG=1: more listed resources (a JSON list of URIs, listed as written)
   TOY_LOG=path        every tools/call (prompts/get, resources/read) received is appended as one JSON line
                       (what the upstream saw)
   TOY_VARIANT=2       start already mutated (a rug pull between runs)
@@ -230,6 +231,8 @@ async def get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetProm
 
 async def list_resources(ctx, params) -> types.ListResourcesResult:
     resources = [types.Resource(uri="toy://notes/today", name="today", mime_type="text/plain")]
+    resources += [types.Resource(uri=u, name=f"r{i}", mime_type="text/plain")
+                  for i, u in enumerate(json.loads(os.environ.get("TOY_RESOURCES", "[]")))]
     if STATE["mutated"]:
         resources.append(types.Resource(uri="toy://notes/later", name="later", mime_type="text/plain"))
     return types.ListResourcesResult(resources=resources)
