@@ -780,6 +780,35 @@ async def test_reads_of_other_resources_with_a_query_or_trailing_slash_are_allow
         ("resource:toy://files/private/keys", "allow", "rest-ok", False)]
 
 
+ONLY_SEARCHES = """
+version: 1
+name: only-searches
+rules:
+  - id: searches-ok
+    match: {server: toy, tool: "resource:toy://files/search?q=*"}
+    effect: allow
+"""
+
+
+async def test_a_form_no_rule_matches_does_not_deny_a_read_a_rule_allows(tmp_path, store):
+    # toy://files/search (without its query) matches no rule: that says nothing of the search read
+    config = toy_config(tmp_path, env={"TOY_CATALOG": "1", "TOY_TEMPLATES": FILES_TEMPLATE})
+    gw = Gateway(config, store=store, policy=Policy.from_text(ONLY_SEARCHES))
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            found = await client.read_resource("toy://files/search?q=bees")
+            with pytest.raises(MCPError) as err:
+                await client.read_resource("toy://files/search")
+        [run_id] = gateway_runs(store)
+    assert [c.uri for c in found.contents] == ["toy://files/search?q=bees"]
+    assert err.value.error.message.startswith("resources/read toy://files/search: denied (no_match): ")
+    decisions = [p for k, p in calls_of(store, run_id) if k == "policy.decision"]
+    assert [(d["tool"], d["effect"], d["rule"], d["reason_code"], d.get("judged_as")) for d in decisions] == [
+        ("resource:toy://files/search?q=bees", "allow", "searches-ok", "policy_allow", None),
+        ("resource:toy://files/search", "deny", None, "no_match", None)]
+    assert toy_log(tmp_path) == [{"resource": "toy://files/search?q=bees"}]
+
+
 @pytest.mark.parametrize("listed, how", [
     ("toy://notes/secret?v=2", "without its query"), ("toy://notes/secret#top", "without its fragment"),
     ("toy://notes/secret/", "without its trailing slash"), ("toy://notes/%73ecret", "normalized"),

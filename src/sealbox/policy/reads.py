@@ -78,7 +78,7 @@ def read_forms(uri: str) -> list[tuple[str, str]]:
     in every combination, in this order: without its query; with ``%2F`` in the path decoded to ``/``
     (and the dot segments that makes removed); without empty path segments (``//`` as ``/``); without
     its trailing slash(es) (a path of only ``/`` after an authority becomes empty: ``toy://h/`` is
-    judged as ``toy://h`` too). At most 16 forms; a URI with none of these parts has one.
+    judged as ``toy://h`` too). At most 16 forms besides ``uri``; a URI with none of these parts has none.
 
     >>> read_forms("toy://notes/secret/?x")[1:]
     [('toy://notes/secret/', 'without its query'), ('toy://notes/secret?x', 'without its trailing slash'), \
