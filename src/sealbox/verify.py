@@ -1189,8 +1189,8 @@ def check_reapprovals(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -
     """Every ``tool.reapproved`` of the system run must be signed as :mod:`sealbox.gateway.pinning` says
     (by an enabled approver or admin of the log at that moment, for this log's ``origin``, the tool and the
     definition its ``tools.changed`` recorded); the pin state counts no other. Every ``upgraded`` entry of
-    a ``tools.changed`` (a version 1 pin carried to version 2) must upgrade a version 1 definition recorded
-    for the tool (its last recorded one, or the approved one of a tool absent or changed at the upgrade):
+    a ``tools.changed`` (an older pin carried to a newer version: 1 to 2, 2 or 1 to 3) must upgrade an older
+    definition recorded for the tool (its last recorded one, or the approved one of a tool absent or changed at the upgrade):
     the state counts no other (it blocks the tool as changed).
 
     Returns:

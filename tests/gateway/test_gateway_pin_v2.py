@@ -23,7 +23,7 @@ from sealbox.cli.main import cli
 from sealbox.events import SYSTEM_RUN_ID, EventDraft
 from sealbox.gateway import PIN_RULE, Gateway
 from sealbox.gateway.pinning import (UPGRADE_PROBLEMS, PinState, definition_hash, definition_of, reapprove,
-                                     tool_definition, tool_definition_v1, v1_of)
+                                     older_of, tool_definition, tool_definition_v1, v1_of, v2_of)
 from sealbox.identities import add_identity
 from sealbox.interop.bundle import export_bundle
 from sealbox.interop.bundle_verify import verify_bundle
@@ -35,6 +35,7 @@ pytestmark = pytest.mark.anyio
 
 OBJ = {"type": "object"}
 ADD_INPUT = {**OBJ, "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+ADD_UI = {"ui": {"resourceUri": "ui://toy/add.html"}, "ui/resourceUri": "ui://toy/add.html"}
 ADD_OUTPUT = {**OBJ, "properties": {"sum": {"type": "integer"}}, "required": ["sum"]}
 
 
@@ -54,9 +55,9 @@ def test_the_pinned_definition_keeps_absent_and_present_apart_and_covers_what_a_
     d = tool_definition("t", "d", OBJ, annotations={"readOnlyHint": True}, title="T", output_schema=OBJ)
     assert canonical_bytes(d) == (b'{"annotations":{"readOnlyHint":true},"description":"d","input_schema":'
                                   b'{"type":"object"},"name":"t","output_schema":{"type":"object"},'
-                                  b'"pin_version":2,"title":"T"}')
+                                  b'"pin_version":3,"title":"T"}')
     bare = tool_definition("t", None, OBJ)
-    assert canonical_bytes(bare) == b'{"input_schema":{"type":"object"},"name":"t","pin_version":2}'
+    assert canonical_bytes(bare) == b'{"input_schema":{"type":"object"},"name":"t","pin_version":3}'
     hashes = {definition_hash(x) for x in (
         bare, tool_definition("t", "", OBJ), tool_definition("t", None, OBJ, annotations={}),
         tool_definition("t", None, OBJ, title=""), tool_definition("t", None, OBJ, output_schema={}),
@@ -75,10 +76,11 @@ async def test_a_rug_pull_of_annotations_title_or_output_schema_alone_is_denied_
     gw = Gateway(toy_config(tmp_path, env={"TOY_RUG": rug}), store=store)
     async with running(gw) as tg, connect(gw, tg) as client:
         [first] = system_events(store, "tools.changed")
-        assert first["pin_version"] == 2 and first["first_seen"] is True
+        assert first["pin_version"] == 3 and first["first_seen"] is True
         assert next(a["definition"] for a in first["added"] if a["tool"] == "add") == {
-            "pin_version": 2, "name": "add", "title": "Add", "description": "Add two integers.",
-            "input_schema": ADD_INPUT, "output_schema": ADD_OUTPUT, "annotations": {"readOnlyHint": True}}
+            "pin_version": 3, "name": "add", "title": "Add", "description": "Add two integers.",
+            "input_schema": ADD_INPUT, "output_schema": ADD_OUTPUT, "annotations": {"readOnlyHint": True},
+            "meta": ADD_UI}  # not "toy/listing", which changes at every listing (and did: no "meta" change below)
         assert text_of(await client.call_tool("toy__add", {"a": 1, "b": 2})) == "3"
 
         await client.call_tool("toy__mutate", {})
@@ -162,7 +164,7 @@ async def test_a_version_1_store_upgrades_without_blocking_and_a_restart_records
     gw = Gateway(toy_config(tmp_path), store=store)
     async with running(gw) as tg, connect(gw, tg) as client:
         [_, up] = system_events(store, "tools.changed")
-        assert up == {"server": "toy", "pin_version": 2, "added": [], "removed": [], "changed": [],
+        assert up == {"server": "toy", "pin_version": 3, "added": [], "removed": [], "changed": [],
                       "upgraded": [upgrade_of(tools[n]) for n in sorted(tools)]}
         assert text_of(await client.call_tool("toy__echo", {"text": "hi"})) == "hi"
         assert not any(t.description.startswith("[blocked") for t in (await client.list_tools()).tools)
@@ -229,7 +231,7 @@ async def test_a_forged_upgrade_is_a_change_and_verify_and_the_bundle_report_it(
     forged = upgrade_of(pulled["echo"])
     if forgery == "hash_mismatch":
         forged["before"] = upgrade_of(base["echo"])["before"]
-    [e] = store.append([EventDraft("tools.changed", {"server": "toy", "pin_version": 2, "added": [], "removed": [],
+    [e] = store.append([EventDraft("tools.changed", {"server": "toy", "pin_version": 3, "added": [], "removed": [],
                                                      "changed": [], "upgraded": [forged]},
                                    run_id=SYSTEM_RUN_ID, principal="sealbox")])
     problems = [(p.code, p.leaf_index, p.message) for p in sealbox.verify_store(store).problems]
@@ -290,7 +292,7 @@ async def test_a_tool_absent_or_changed_at_the_upgrade_keeps_its_version_1_appro
     gw2 = Gateway(toy_config(tmp_path, env={"TOY_VARIANT": "2"}), store=store)
     async with running(gw2) as tg, connect(gw2, tg) as client:
         [_, _, back] = system_events(store, "tools.changed")
-        assert back == {"server": "toy", "pin_version": 2, "added": [], "removed": [], "changed": [],
+        assert back == {"server": "toy", "pin_version": 3, "added": [], "removed": [], "changed": [],
                         "upgraded": [upgrade_of(pulled["echo"]), upgrade_of(pulled["extra"])]}
         assert not PinState.load(store).blocked_tools()
         assert text_of(await client.call_tool("toy__echo", {"text": "approved"})) == "approved"
@@ -347,3 +349,141 @@ async def test_a_tool_whose_input_schema_has_dollar_keywords_upgrades_without_bl
     assert not PinState.load(store).blocked_tools()
     assert sealbox.verify_store(store).problems == ()
     assert bundle_problems(store, tmp_path, "dollar") == []
+
+
+# ---------------------------------------------------------------- the UI a host renders (_meta, version 3)
+
+def test_only_the_keys_of_meta_a_host_acts_on_are_pinned():
+    meta = {"ui": {"resourceUri": "ui://a/b.html", "visibility": ["app"]}, "ui/resourceUri": "ui://a/b.html",
+            "openai/outputTemplate": "ui://a/t.html", "openai/widgetAccessible": True, "trace": "t-1", "v": 7}
+    d = tool_definition("t", None, OBJ, meta=meta)
+    assert canonical_bytes(d) == (b'{"input_schema":{"type":"object"},"meta":{"openai/outputTemplate":"ui://a/t.html",'
+                                  b'"openai/widgetAccessible":true,"ui":{"resourceUri":"ui://a/b.html","visibility":'
+                                  b'["app"]},"ui/resourceUri":"ui://a/b.html"},"name":"t","pin_version":3}')
+    assert tool_definition("t", None, OBJ, meta={"trace": "t-2"}) == tool_definition("t", None, OBJ) == {
+        "pin_version": 3, "name": "t", "input_schema": OBJ}  # no pinned key: no "meta" at all
+    assert len({definition_hash(tool_definition("t", None, OBJ, meta=m)) for m in (
+        None, {"ui": {"resourceUri": "ui://a/b.html"}}, {"ui": {"resourceUri": "ui://a/evil.html"}},
+        {"ui/resourceUri": "ui://a/b.html"}, {"ui": None}, {"openai/outputTemplate": "ui://a/b.html"})}) == 6
+    assert v2_of(d) == {"pin_version": 2, "name": "t", "input_schema": OBJ}
+
+
+@pytest.mark.parametrize("rug", ["ui", "ui_legacy"])
+async def test_a_rug_pull_of_the_ui_a_host_renders_is_denied_until_reapproved(tmp_path, store, rug):
+    """MCP Apps: the host renders the ui:// resource a tool's _meta names. Swapping it is a change like any
+    other: the tool is listed without its _meta and denied until re-approved; the volatile toy/listing key,
+    which changes at every listing, is passed through and changes nothing."""
+    alice_key(store, tmp_path)
+    gw = Gateway(toy_config(tmp_path, env={"TOY_RUG": rug}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        add = next(t for t in (await client.list_tools()).tools if t.name == "toy__add")
+        assert add.meta["ui"] == {"resourceUri": "ui://toy/add.html"} and "toy/listing" in add.meta
+        assert text_of(await client.call_tool("toy__add", {"a": 1, "b": 2})) == "3"
+        await client.call_tool("toy__mutate", {})
+        with anyio.fail_after(10):
+            while len(system_events(store, "tools.changed")) < 2:
+                await anyio.sleep(0.05)
+        [first, change] = system_events(store, "tools.changed")
+        [entry] = change["changed"]
+        evil = {"ui": {"resourceUri": "ui://toy/evil.html"}, "ui/resourceUri": "ui://toy/add.html"} if rug == "ui" \
+            else {"ui": {"resourceUri": "ui://toy/add.html"}, "ui/resourceUri": "ui://toy/evil.html"}
+        assert (entry["tool"], entry["fields"], entry["definition"]["meta"]) == ("add", ["meta"], evil)
+        assert change["added"] == change["removed"] == [] and change["pin_version"] == 3
+        add = next(t for t in (await client.list_tools()).tools if t.name == "toy__add")
+        assert add.meta is None and add.description.startswith("[blocked")  # the new UI reaches no host
+        denied = await client.call_tool("toy__add", {"a": 1, "b": 2})
+        assert denied.is_error is True and PIN_RULE in text_of(denied)
+        assert reapprove_cli(tmp_path / "store", "toy", "add").exit_code == 0
+        add = next(t for t in (await client.list_tools()).tools if t.name == "toy__add")
+        assert {k: add.meta[k] for k in evil} == evil
+        assert text_of(await client.call_tool("toy__add", {"a": 2, "b": 2})) == "4"
+    assert [e["arguments"] for e in toy_log(tmp_path) if e["tool"] == "add"] == [{"a": 1, "b": 2}, {"a": 2, "b": 2}]
+    assert sealbox.verify_store(store).problems == ()
+
+
+def write_v2_listing(store, tools):
+    """A first tools.changed exactly as a Sealbox before 2026-12-05 recorded it (version 2: no "meta")."""
+    defs = {n: v2_of(definition_of(t)) for n, t in tools.items()}
+    payload = {"server": "toy", "pin_version": 2, "first_seen": True, "removed": [], "changed": [],
+               "added": [{"tool": n, "hash": definition_hash(defs[n]), "definition": defs[n]} for n in sorted(defs)]}
+    [e] = store.append([EventDraft("tools.changed", payload, run_id=SYSTEM_RUN_ID, principal="sealbox")])
+    return e.leaf_index
+
+
+def upgrade_from(tool, version):
+    d = definition_of(tool)
+    return {"tool": tool.name, "before": definition_hash(older_of(d, version)), "after": definition_hash(d),
+            "definition": d}
+
+
+@pytest.mark.parametrize("history", ["v2", "v1_upgraded_to_v2"])
+async def test_a_version_2_store_upgrades_to_version_3_without_blocking(tmp_path, store, history):
+    """A store of version 2 pins (first listed so, or upgraded from version 1 by a Sealbox before 2026-12-05)
+    verifies clean, and the first listing under version 3 upgrades every tool from its version 2 hash: the
+    approvals carry over, nothing is blocked, a restart records nothing more; store and bundle verify clean."""
+    env = {"TOY_RUG": "ui"}
+    tools = await toy_tools(tmp_path, "scratch", **env)
+    if history == "v2":
+        write_v2_listing(store, tools)
+    else:
+        write_v1_listing(store, tools)
+        v2 = [{**u, "after": definition_hash(v2_of(u["definition"])), "definition": v2_of(u["definition"])}
+              for u in (upgrade_of(tools[n]) for n in sorted(tools))]
+        store.append([EventDraft("tools.changed", {"server": "toy", "pin_version": 2, "added": [], "removed": [],
+                                                   "changed": [], "upgraded": v2},
+                                 run_id=SYSTEM_RUN_ID, principal="sealbox")])
+    assert sealbox.verify_store(store).problems == ()
+    assert not PinState.load(store).blocked_tools()
+    gw = Gateway(toy_config(tmp_path, env=env), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        up = system_events(store, "tools.changed")[-1]
+        assert up == {"server": "toy", "pin_version": 3, "added": [], "removed": [], "changed": [],
+                      "upgraded": [upgrade_from(tools[n], 2) for n in sorted(tools)]}
+        assert next(u for u in up["upgraded"] if u["tool"] == "add")["definition"]["meta"] == ADD_UI
+        assert text_of(await client.call_tool("toy__add", {"a": 1, "b": 2})) == "3"
+    count = len(system_events(store, "tools.changed"))
+    gw2 = Gateway(toy_config(tmp_path, env=env), store=store)
+    async with running(gw2) as tg, connect(gw2, tg) as client:
+        assert text_of(await client.call_tool("toy__add", {"a": 1, "b": 1})) == "2"
+    assert len(system_events(store, "tools.changed")) == count
+    assert not PinState.load(store).blocked_tools()
+    assert sealbox.verify_store(store).problems == ()
+    assert bundle_problems(store, tmp_path, "v3") == []
+
+
+@pytest.mark.parametrize("forgery", ["hash_mismatch", "not_version_1"])
+async def test_a_forged_version_3_upgrade_is_a_change_and_verify_and_the_bundle_report_it(tmp_path, store, forgery):
+    """hash_mismatch: an upgrade from add's version 2 hash whose definition's version 2 part differs (its title,
+    besides its UI); not_version_1: once add is pinned with version 3, an upgrade claiming to carry that pin to a
+    definition with another UI (an upgrade is only ever from an older pin version). The upstream then lists
+    the forged definition: it is denied."""
+    tools = await toy_tools(tmp_path, "scratch", TOY_RUG="ui")
+    write_v2_listing(store, tools)
+    good = upgrade_from(tools["add"], 2)
+    d = {**good["definition"], "meta": {**ADD_UI, "ui": {"resourceUri": "ui://toy/evil.html"}}}
+    if forgery == "not_version_1":
+        store.append([EventDraft("tools.changed", {"server": "toy", "pin_version": 3, "added": [], "removed": [],
+                                                   "changed": [], "upgraded": [good]},
+                                 run_id=SYSTEM_RUN_ID, principal="sealbox")])
+        forged = {"tool": "add", "before": good["after"], "after": definition_hash(d), "definition": d}
+        env = {"TOY_RUG": "ui", "TOY_VARIANT": "2"}
+    else:
+        d = {**d, "title": "Add (and delete the workspace)"}
+        forged = {**good, "after": definition_hash(d), "definition": d}
+        env = {"TOY_RUG": "ui,title", "TOY_VARIANT": "2"}
+    [e] = store.append([EventDraft("tools.changed", {"server": "toy", "pin_version": 3, "added": [], "removed": [],
+                                                     "changed": [], "upgraded": [forged]},
+                                   run_id=SYSTEM_RUN_ID, principal="sealbox")])
+    problems = [(p.code, p.leaf_index, p.message) for p in sealbox.verify_store(store).problems]
+    assert problems == [("pin_upgrade_forged", e.leaf_index, "the pin upgrade of toy/add does not count: "
+                         f"{UPGRADE_PROBLEMS[forgery]} (the tool is blocked as changed until re-approved)")]
+    pins = PinState.load(store)
+    assert pins.blocked_tools() == {("toy", "add")} and pins.pending("toy", "add") == forged["after"]
+    gw = Gateway(toy_config(tmp_path, env=env), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        assert definition_of(gw.upstreams["toy"].tools["add"]) == d  # the upstream lists the forged definition
+        denied = await client.call_tool("toy__add", {"a": 1, "b": 2})
+        assert denied.is_error is True and PIN_RULE in text_of(denied)
+        assert text_of(await client.call_tool("toy__echo", {"text": "x"})) == "x"
+    assert [e["tool"] for e in toy_log(tmp_path)] == ["echo"]
+    assert ("pin_upgrade_forged", e.leaf_index) in bundle_problems(store, tmp_path, "forged3")

@@ -1,12 +1,15 @@
 """Tool pinning: notice when an upstream's tools change, and deny changed tools until re-approved.
 
-Each tool is pinned by the hash of its definition (:func:`tool_definition`, pin version 2):
+Each tool is pinned by the hash of its definition (:func:`tool_definition`, pin version 3):
 ``sha256:`` of the RFC 8785 bytes of everything a client or its model acts on: ``name``,
 ``title``, ``description``, ``input_schema``, ``output_schema``, ``annotations`` (the
-``readOnlyHint``/``destructiveHint``/… hints), ``execution`` (``taskSupport``) and ``icons``,
-each present only when the upstream lists it, and ``pin_version: 2``. Before 2026-12-04 a pin
-covered only ``{"name", "description", "input_schema"}`` (version 1, :func:`tool_definition_v1`),
-so a change of annotations, title or output schema alone went unnoticed. The pin state lives in
+``readOnlyHint``/``destructiveHint``/… hints), ``execution`` (``taskSupport``), ``icons`` and
+``meta``, the keys of its ``_meta`` a host acts on (:data:`PINNED_META_KEYS`: the MCP Apps UI
+``ui`` / ``ui/resourceUri``, …), each present only when the upstream lists it, and
+``pin_version: 3``. Before 2026-12-04 a pin covered only ``{"name", "description",
+"input_schema"}`` (version 1, :func:`tool_definition_v1`), so a change of annotations, title or
+output schema alone went unnoticed; before 2026-12-05 it covered no ``_meta`` (version 2,
+:func:`v2_of`), so the UI a host renders for a tool could be swapped. The pin state lives in
 the store's system run, so it survives restarts and is shared by every gateway on the store:
 
 * ``tools.changed`` (``first_seen: true``): the first listing of a server ever
@@ -21,8 +24,12 @@ the store's system run, so it survives restarts and is shared by every gateway o
 
 A blocked tool's calls are recorded and denied by rule :data:`PIN_RULE`.
 
-**Upgrading version 1 pins.** A ``tools.changed`` written by this Sealbox says ``pin_version: 2``;
-one without it recorded version 1 hashes. When a server's tool was last recorded with a version 1
+**Upgrading older pins.** A ``tools.changed`` written by this Sealbox says ``pin_version: 3``;
+one saying 2 recorded version 2 hashes, one without it version 1 hashes. Everything below said of
+version 1 and version 2 holds alike of version 2 (:func:`v2_of`) and version 3, and of version 1
+and version 3 (the event's ``pin_version`` is the newer version, :func:`older_of` gives the older
+part): :meth:`PinState._upgrade_problem` checks an entry against the version that recorded
+``before``. When a server's tool was last recorded with a version 1
 hash, the next listing is compared on both: if the version 1 hash of what the upstream lists now
 equals the recorded one, the tool goes in the event's ``upgraded`` list (``before``: the recorded
 version 1 hash, ``after``: the version 2 hash, ``definition``), which is not a change: the tool keeps
@@ -73,14 +80,22 @@ from sealbox.identities import IdentityBook, load_key, sign_fields, verify_field
 
 __all__ = ["PIN_RULE", "PIN_VERSION", "PinState", "Reapproval", "ReapprovalError", "REAPPROVAL_PROBLEMS",
            "UPGRADE_PROBLEMS", "reapprove", "reapproval_fields", "tool_definition", "tool_definition_v1",
-           "definition_of", "v1_of", "definition_hash"]
+           "definition_of", "v1_of", "v2_of", "older_of", "pinned_meta", "PINNED_META_KEYS", "definition_hash"]
 
 #: The rule id a pinning deny names in ``policy.decision``.
 PIN_RULE = "sealbox.gateway/tool-changed"
 
 
 #: The version of the pinned definition this Sealbox records (``pin_version`` of ``tools.changed``).
-PIN_VERSION = 2
+PIN_VERSION = 3
+
+#: The keys of a tool's ``_meta`` that are pinned (pin version 3): what a host acts on when it renders or
+#: lets something call the tool. ``ui`` (MCP Apps, extension ``io.modelcontextprotocol/ui``: ``resourceUri``,
+#: the ``ui://`` resource the host renders for the tool, and ``visibility``, who may call it), the older
+#: ``ui/resourceUri``, and OpenAI's Apps SDK aliases ``openai/outputTemplate`` (the UI template rendered)
+#: and ``openai/widgetAccessible`` (whether that UI may call the tool). Any other key (versions,
+#: timestamps, trace ids, vendor data) is not pinned: docs/gateway.md, *Tool pinning*.
+PINNED_META_KEYS = ("ui", "ui/resourceUri", "openai/outputTemplate", "openai/widgetAccessible")
 
 
 def _wire(value: Any) -> Any:
@@ -95,22 +110,33 @@ def _wire(value: Any) -> Any:
 
 def tool_definition(name: str, description: str | None = None, input_schema: Any = None, *,
                     title: str | None = None, output_schema: Any = None, annotations: Any = None,
-                    execution: Any = None, icons: Any = None) -> dict[str, Any]:
-    """The pinned part of a tool (pin version 2), as strict JSON.
+                    execution: Any = None, icons: Any = None, meta: Any = None) -> dict[str, Any]:
+    """The pinned part of a tool (pin version 3), as strict JSON.
 
-    ``{"pin_version": 2, "name", "input_schema"}`` plus each of ``title``, ``description``,
+    ``{"pin_version": 3, "name", "input_schema"}`` plus each of ``title``, ``description``,
     ``output_schema``, ``annotations``, ``execution`` and ``icons`` the tool has (not None): an
     absent field is left out, so absent and present (even empty: ``""``, ``{}``) hash differently.
     ``annotations``, ``execution`` and ``icons`` are SDK models (``mcp_types.ToolAnnotations``, …)
-    or their wire JSON (camelCase keys: ``{"readOnlyHint": true}``). ``_meta`` is not pinned
-    (docs/gateway.md, *Tool pinning*: what is pinned).
+    or their wire JSON (camelCase keys: ``{"readOnlyHint": true}``). ``meta`` is the tool's ``_meta``
+    (a dict, or None): only its :data:`PINNED_META_KEYS` are kept, as ``"meta"``, and only when it
+    has one of them (:func:`pinned_meta`); its other keys are not pinned.
     """
     out: dict[str, Any] = {"pin_version": PIN_VERSION, "name": name, "input_schema": encode(input_schema or {})}
     for key, value in (("title", title), ("description", description), ("output_schema", output_schema),
-                       ("annotations", annotations), ("execution", execution), ("icons", icons)):
+                       ("annotations", annotations), ("execution", execution), ("icons", icons),
+                       ("meta", pinned_meta(meta))):
         if value is not None:
             out[key] = _wire(value)
     return out
+
+
+def pinned_meta(meta: Any) -> dict[str, Any] | None:
+    """The pinned keys (:data:`PINNED_META_KEYS`) of a tool's ``_meta``, or None when it has none of them
+    (or is not a dict). A key present with value ``null`` is kept (it is not the key absent)."""
+    if not isinstance(meta, dict):
+        return None
+    kept = {k: meta[k] for k in PINNED_META_KEYS if k in meta}
+    return kept or None
 
 
 def definition_of(tool: Any) -> dict[str, Any]:
@@ -118,7 +144,8 @@ def definition_of(tool: Any) -> dict[str, Any]:
     return tool_definition(tool.name, tool.description, tool.input_schema, title=getattr(tool, "title", None),
                            output_schema=getattr(tool, "output_schema", None),
                            annotations=getattr(tool, "annotations", None),
-                           execution=getattr(tool, "execution", None), icons=getattr(tool, "icons", None))
+                           execution=getattr(tool, "execution", None), icons=getattr(tool, "icons", None),
+                           meta=getattr(tool, "meta", None))
 
 
 def tool_definition_v1(name: str, description: str | None, input_schema: Any) -> dict[str, Any]:
@@ -135,6 +162,18 @@ def v1_of(definition: dict[str, Any]) -> dict[str, Any]:
     schema = definition.get("input_schema")
     return {"name": definition.get("name"), "description": definition.get("description") or "",
             "input_schema": {} if schema is None else schema}
+
+
+def v2_of(definition: dict[str, Any]) -> dict[str, Any]:
+    """The version 2 definition of a version 3 one (:func:`tool_definition`): what a Sealbox before
+    2026-12-05 pinned of the same tool listing (everything but ``meta``)."""
+    return {**{k: v for k, v in definition.items() if k != "meta"}, "pin_version": 2}
+
+
+def older_of(definition: dict[str, Any], version: int) -> dict[str, Any]:
+    """The definition a Sealbox pinning ``version`` (1 or 2) recorded of the listing ``definition`` (version 3)
+    was read from: :func:`v1_of` or :func:`v2_of`."""
+    return v1_of(definition) if version == 1 else v2_of(definition)
 
 
 def definition_hash(definition: dict[str, Any]) -> str:
@@ -163,12 +202,13 @@ REAPPROVAL_PROBLEMS = {
 
 #: Why an ``upgraded`` entry of a ``tools.changed`` does not count (:attr:`PinState.upgrade_problems`).
 UPGRADE_PROBLEMS = {
-    "not_version_2": "its tools.changed does not say pin_version 2",
+    "not_version_2": "its tools.changed does not say pin_version 2 or later",
     "unknown_tool": "the tool has no recorded definition to upgrade",
-    "not_version_1": "the tool's last recorded definition is not a version 1 pin, and its before hash is no "
-                     "version 1 definition recorded for the tool",
-    "before_mismatch": "its before hash is no version 1 definition recorded for the tool",
-    "hash_mismatch": "its definition does not hash to its after hash (version 2) and its before hash (version 1)",
+    "not_version_1": "the tool's last recorded definition is not an older pin version than its tools.changed's, "
+                     "and its before hash is no older definition recorded for the tool",
+    "before_mismatch": "its before hash is no older definition recorded for the tool",
+    "hash_mismatch": "its definition does not hash to its after hash (its pin version) and its before hash (the "
+                     "older pin version's part of it)",
 }
 
 
@@ -228,7 +268,7 @@ class PinState:
         reapprovals: every ``tool.reapproved`` read, with whether it counts.
         live: the hash of each tool as this process last saw its upstream list it (:meth:`observe`;
             empty outside a gateway).
-        versions: the pin version (1 or 2) of each tool's latest recorded definition.
+        versions: the pin version (1, 2 or 3) of each tool's latest recorded definition.
         upgrade_problems: ``(leaf_index, server, tool, problem)`` for each ``upgraded`` entry that does
             not count (an :data:`UPGRADE_PROBLEMS` code); it was applied as a change.
     """
@@ -245,9 +285,10 @@ class PinState:
     live: dict[tuple[str, str], str] = field(default_factory=dict)
     versions: dict[tuple[str, str], int] = field(default_factory=dict)
     upgrade_problems: list[tuple[int | None, str, str, str]] = field(default_factory=list)
-    #: (server, tool, hash) of every definition a version 1 ``tools.changed`` recorded: an approval of one of
-    #: them is a version 1 approval, which an ``upgraded`` entry may carry to version 2 (:meth:`_v1_approved`)
-    _v1_hashes: set[tuple[str, str, str]] = field(default_factory=set)
+    #: (server, tool, hash) -> pin version of every definition an older ``tools.changed`` (version 1 or 2)
+    #: recorded: an approval of one of them is an older approval, which an ``upgraded`` entry may carry to
+    #: a newer version (:meth:`_old_approved`)
+    _old_hashes: dict[tuple[str, str, str], int] = field(default_factory=dict)
     _recorded: dict[int, dict[tuple[str, str], str]] = field(default_factory=dict)
     #: (server, tool) -> [(hash, index in reapprovals or None for a first listing)], in log order: what
     #: approved it, so that a re-approval withdrawn by a later compromise record falls back to the one before
@@ -354,8 +395,8 @@ class PinState:
         as_hashed = decode if leaf_index is not None else (lambda d: d)
         for item in _items(p.get("added")):
             key = (server, item["tool"])
-            if version == 1:
-                self._v1_hashes.add((*key, item["hash"]))
+            if version < PIN_VERSION:
+                self._old_hashes[(*key, item["hash"])] = version
             self.known[key] = recorded[key] = item["hash"]
             self.versions[key] = version
             self.definitions[key] = as_hashed(item.get("definition") or {})
@@ -364,14 +405,14 @@ class PinState:
                 self._sources.setdefault(key, []).append((item["hash"], None))
         for item in _items(p.get("changed"), "after"):
             key = (server, item["tool"])
-            if version == 1:
-                self._v1_hashes.add((*key, item["after"]))
+            if version < PIN_VERSION:
+                self._old_hashes[(*key, item["after"])] = version
             self.known[key] = recorded[key] = item["after"]
             self.versions[key] = version
             self.definitions[key] = as_hashed(item.get("definition") or {})
         for item in _items(p.get("upgraded"), "after"):
             key = (server, item["tool"])
-            if self.known.get(key) == item["after"] and self.versions.get(key) == version == PIN_VERSION:
+            if self.known.get(key) == item["after"] and self.versions.get(key) == version and version > 1:
                 recorded[key] = item["after"]  # applied already (read back after observe): nothing changes
                 continue
             problem = self._upgrade_problem(key, {**item, "definition": as_hashed(item.get("definition"))}, version)
@@ -382,6 +423,8 @@ class PinState:
                 self._sources[key] = [(after if h == before else h, i) for h, i in self._sources.get(key, ())]
             else:
                 self.upgrade_problems.append((leaf_index, server, item["tool"], problem))
+            if version < PIN_VERSION:  # a version 2 hash a version 1 pin was upgraded to: itself an older hash
+                self._old_hashes[(*key, item["after"])] = version
             self.known[key] = recorded[key] = item["after"]
             self.versions[key] = version
             self.definitions[key] = as_hashed(item["definition"]) if isinstance(item.get("definition"), dict) else {}
@@ -399,31 +442,36 @@ class PinState:
 
     def _upgrade_problem(self, key: tuple[str, str], item: dict[str, Any], version: int) -> str | None:
         """Why an ``upgraded`` entry does not count (an :data:`UPGRADE_PROBLEMS` code), or None."""
-        if version != PIN_VERSION:
+        if version < 2:
             return "not_version_2"
         before = item.get("before")
-        if not isinstance(before, str) or (*key, before) not in self._v1_hashes:  # a version 1 definition recorded for the tool: it
-            # may be the last recorded one, or one approved then absent or changed at the upgrade (it does not
-            # depend on approvals, which a bundle holds only for the tools its calls name)
+        old = self._old_hashes.get((*key, before)) if isinstance(before, str) else None
+        if old is None or old >= version:  # an older definition recorded for the tool: it may be the last
+            # recorded one, or one approved then absent or changed at the upgrade (it does not depend on
+            # approvals, which a bundle holds only for the tools its calls name)
             if key not in self.known:
                 return "unknown_tool"
-            if self.versions.get(key) != 1:
+            if self.versions.get(key, version) >= version:
                 return "not_version_1"
             if before != self.known[key]:
                 return "before_mismatch"
+            old = self.versions[key]
         d = item.get("definition")
         try:
-            ok = isinstance(d, dict) and d.get("pin_version") == PIN_VERSION and isinstance(d.get("name"), str) \
-                and definition_hash(d) == item["after"] and definition_hash(v1_of(d)) == item["before"]
+            ok = isinstance(d, dict) and d.get("pin_version") == version and isinstance(d.get("name"), str) \
+                and definition_hash(d) == item["after"] and definition_hash(older_of(d, old)) == item["before"]
         except Exception:  # noqa: BLE001 - a definition that cannot be encoded is no definition
             ok = False
         return None if ok else "hash_mismatch"
 
-    def _v1_approved(self, key: tuple[str, str], digest: Any) -> bool:
-        """Whether ``digest`` is the tool's approved hash and a version 1 one (a definition a version 1
-        ``tools.changed`` recorded): a tool absent or changed when its server's pins were upgraded keeps that
-        approval until the upstream lists that definition again."""
-        return isinstance(digest, str) and self.approved.get(key) == digest and (*key, digest) in self._v1_hashes
+    def _old_approved(self, key: tuple[str, str], definition: dict[str, Any]) -> str | None:
+        """The tool's approved hash when it is an older one (a definition a version 1 or 2 ``tools.changed``
+        recorded) and the older part of ``definition`` (:func:`older_of`) hashes to it, else None: a tool
+        absent or changed when its server's pins were upgraded keeps that approval until the upstream lists
+        that definition again."""
+        digest = self.approved.get(key)
+        old = self._old_hashes.get((*key, digest)) if isinstance(digest, str) else None
+        return digest if old is not None and definition_hash(older_of(definition, old)) == digest else None
 
     def refresh(self, store: Any) -> None:
         """Read the events appended since the last load or refresh (e.g. a re-approval by the CLI)."""
@@ -469,15 +517,15 @@ class PinState:
         return live is not None and approved != live
 
     def observe(self, server: str, tools: dict[str, dict[str, Any]]) -> EventDraft | None:
-        """Compare a listing (``{name: tool_definition}``, version 2 definitions) with the recorded state.
+        """Compare a listing (``{name: tool_definition}``, version 3 definitions) with the recorded state.
 
-        A tool last recorded with a version 1 pin whose version 1 hash is unchanged goes in
-        ``upgraded`` (not a change); one whose version 1 hash differs in ``changed``. A tool whose
-        approved hash is a version 1 one equal to the version 1 hash of what is listed goes in
+        A tool last recorded with an older pin (version 1 or 2) whose older hash (:func:`older_of`) is
+        unchanged goes in ``upgraded`` (not a change); one whose older hash differs in ``changed``. A
+        tool whose approved hash is an older one equal to the older hash of what is listed goes in
         ``upgraded`` too (``before``: that approved hash), whether it was absent or changed.
 
         Returns:
-            The ``tools.changed`` draft to record (system run, ``pin_version: 2``), or None when
+            The ``tools.changed`` draft to record (system run, ``pin_version: 3``), or None when
             nothing changed and nothing was upgraded. The state is updated as if it were recorded.
         """
         hashes = {name: definition_hash(d) for name, d in tools.items()}
@@ -490,23 +538,24 @@ class PinState:
             before = {t: h for (s, t), h in self.known.items() if s == server}
             changed: list[dict[str, Any]] = []
             upgraded: list[dict[str, Any]] = []
-            for n in sorted(hashes):  # a tool whose approval is a version 1 one, listed as that definition again
-                v1 = definition_hash(v1_of(tools[n]))
-                if before.get(n) != hashes[n] and v1 != before.get(n) and self._v1_approved((server, n), v1):
-                    upgraded.append({"tool": n, "before": v1, "after": hashes[n], "definition": tools[n]})
+            for n in sorted(hashes):  # a tool whose approval is an older one, listed as that definition again
+                old = self._old_approved((server, n), tools[n])
+                if before.get(n) != hashes[n] and old is not None and old != before.get(n):
+                    upgraded.append({"tool": n, "before": old, "after": hashes[n], "definition": tools[n]})
             again = {u["tool"] for u in upgraded}
             added = [{"tool": n, "hash": hashes[n], "definition": tools[n]}
                      for n in sorted(set(hashes) - set(before) - again)]
             removed = [{"tool": n, "hash": before[n]} for n in sorted(set(before) - set(hashes))]
             for n in sorted((set(before) & set(hashes)) - again):
                 old = self.definitions.get((server, n))
-                if self.versions.get((server, n)) == 1:
-                    v1 = v1_of(tools[n])
-                    if before[n] == definition_hash(v1):
+                version = self.versions.get((server, n), PIN_VERSION)
+                if version < PIN_VERSION:
+                    older = older_of(tools[n], version)
+                    if before[n] == definition_hash(older):
                         upgraded.append({"tool": n, "before": before[n], "after": hashes[n], "definition": tools[n]})
                     else:
-                        changed.append({"tool": n, "before": before[n], "after": hashes[n], "fields": _fields(old, v1),
-                                        "definition": tools[n]})
+                        changed.append({"tool": n, "before": before[n], "after": hashes[n],
+                                        "fields": _fields(old, older), "definition": tools[n]})
                 elif before[n] != hashes[n]:
                     changed.append({"tool": n, "before": before[n], "after": hashes[n], "fields": _fields(old, tools[n]),
                                     "definition": tools[n]})
