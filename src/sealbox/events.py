@@ -534,6 +534,7 @@ def schema_markdown() -> str:
 def client_request_text(payload: dict[str, Any]) -> str:
     """One line for the gateway's record of a request an upstream made of the client during a call
     (a ``note`` with ``client_request``; docs/gateway.md, "Requests an upstream makes of the client"),
+    or the gateway's own informational elicitation about a held call (``asked_by: "gateway"``),
     as ``sealbox runs show`` and incident reports show it: from ``client_request`` (never redacted),
     plus an elicitation's message and answer content, or an error's message, where the content mode
     kept them (``about``)."""
@@ -542,7 +543,11 @@ def client_request_text(payload: dict[str, Any]) -> str:
     calls = cr.get("calls") if isinstance(cr.get("calls"), list) else []
     call = (f" during call {cr.get('call_id')}" if cr.get("call_id")
             else f" during one of calls {', '.join(map(str, calls))}" if calls else " (call not known)")
-    head = f"{cr.get('method')} from upstream {cr.get('upstream')}{call} [{cr.get('id')}]"
+    if cr.get("asked_by") == "gateway":  # the gateway's own elicitation telling the person a call is held
+        head = (f"{cr.get('method')} from the gateway (informational: approval {cr.get('approval_id')} pending)"
+                f"{call} [{cr.get('id')}]")
+    else:
+        head = f"{cr.get('method')} from upstream {cr.get('upstream')}{call} [{cr.get('id')}]"
     if cr.get("state") == "asked":
         params = about.get("params") if isinstance(about.get("params"), dict) else {}
         message = params.get("message")

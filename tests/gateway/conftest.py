@@ -72,8 +72,9 @@ MALFORMED_PARAMS_WARNING = (r"Expected `CallToolRequestParams` - serialized valu
 
 
 @asynccontextmanager
-async def connect(gateway: Gateway, tg: Any, **client_kwargs: Any):
-    """An MCP client session (official SDK) to the gateway over in-memory streams.
+async def connect(gateway: Gateway, tg: Any, *, session_class: Any = None, **client_kwargs: Any):
+    """An MCP client session (official SDK; or ``session_class``, a subclass of its ``ClientSession``) to
+    the gateway over in-memory streams.
 
     On exit the client disconnects and the helper waits until the gateway has
     finished the session (its run ended)."""
@@ -89,7 +90,7 @@ async def connect(gateway: Gateway, tg: Any, **client_kwargs: Any):
                 done.set()
 
         tg.start_soon(serve)
-        async with ClientSession(client[0], client[1], **client_kwargs) as session:
+        async with (session_class or ClientSession)(client[0], client[1], **client_kwargs) as session:
             with anyio.fail_after(10):
                 await session.initialize()
             yield session

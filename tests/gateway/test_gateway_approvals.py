@@ -246,6 +246,104 @@ async def test_an_expired_request_answers_iserror_and_is_never_forwarded(tmp_pat
     assert "approval.expired" in run_kinds(store, run_id)
 
 
+NOT_AN_APPROVAL = ("the client's answer is not a Sealbox approval: approvals come only from approver identities, "
+                   "signed with their keys")
+
+
+def client_notes(store, run_id):
+    """The notes of a run's client requests, their ids and timing checked and left out."""
+    out = []
+    for e in store.read_run(run_id):
+        if e.kind == "note":
+            cr = dict(e.payload["client_request"])
+            assert cr.pop("id").startswith("creq_")
+            waited = cr.pop("waited_us", 0)
+            assert type(waited) is int and 0 <= waited < 30_000_000
+            out.append((e.step, e.principal, e.payload["text"], cr, e.payload.get("about")))
+    return out
+
+
+async def test_the_gateways_informational_elicitation_is_recorded_and_its_answer_approves_nothing(
+        tmp_path, store, keys):
+    """The gateway tells the person a call is held: recorded before it is sent (what was sent) and with the
+    client's answer (accept), in the held call's run at its step; the approval stays pending, unanswered."""
+    gw = gateway(tmp_path, store, hold=0.5)
+    seen: list[int] = []
+
+    async def on_elicit(ctx, params):
+        seen.append(len([e for e in store.read_run(gateway_runs(store)[0]) if e.kind == "note"]))
+        return types.ElicitResult(action="accept", content={})
+
+    async with running(gw) as tg:
+        async with connect(gw, tg, elicitation_callback=on_elicit) as client:
+            result = await client.call_tool("toy__echo", {"text": "hello"})
+    aid = approval_of(result)
+    [run_id] = gateway_runs(store)
+    [call] = [e for e in store.read_run(run_id) if e.kind == "tool.call"]
+    cid = call.payload["call_id"]
+    assert seen == [1]  # recorded before it was sent
+    message = (f"Sealbox: the call toy/echo needs approval {aid} (rule echo-needs-ops). It is decided by an approver "
+               f"(group ops), with `sealbox approvals approve {aid} --reason TEXT --key-file KEY` or `deny` - not "
+               "here: nothing answered in this dialog approves or denies it. The call is held for up to 0.5 s; after "
+               "that, call again with the same arguments.")
+    cr = {"asked_by": "gateway", "upstream": None, "method": "elicitation/create", "call_id": cid, "approval_id": aid}
+    assert client_notes(store, run_id) == [
+        ("2", "sealbox", f"the gateway tells the client that call toy/echo is held for approval {aid} (recorded before "
+                         "it is sent; informational: nothing answered to it approves or denies the call; "
+                         f"{NOT_AN_APPROVAL})",
+         {**cr, "state": "asked"},
+         {"params": {"mode": "form", "message": message, "requestedSchema": {"type": "object", "properties": {}}}}),
+        ("2", "sealbox", f"the client accepted: the gateway's elicitation/create about approval {aid} (informational: "
+                         f"it approves and denies nothing; {NOT_AN_APPROVAL})",
+         {**cr, "state": "answered", "outcome": "accept"}, {"result": {"action": "accept", "content": {}}})]
+    assert [k for k in run_kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision",
+                                                     "approval.requested", "run.suspended", "note", "note"]
+    assert get_approval(store, aid).status == "pending" and get_approval(store, aid).answers == ()
+    assert toy_log(tmp_path) == []
+    from sealbox.events import client_request_text
+
+    [told, heard] = [e for e in store.read_run(run_id) if e.kind == "note"]
+    assert client_request_text(told.payload) == (
+        f"asked: elicitation/create from the gateway (informational: approval {aid} pending) during call {cid} "
+        f"[{told.payload['client_request']['id']}] message={json_short(message)}")
+    assert client_request_text(heard.payload).startswith(
+        f"answered accept: elicitation/create from the gateway (informational: approval {aid} pending) during call "
+        f"{cid} [{told.payload['client_request']['id']}] after ")
+    assert sealbox.verify_store(store).ok
+
+
+def json_short(value, limit=60):
+    import json
+
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+async def test_an_informational_elicitation_left_unanswered_is_recorded_as_ended_by_the_hold(tmp_path, store, keys):
+    """The person never answers the dialog; the hold ends (0.5 s): the record says the client did not answer,
+    the hold ended first; and the call's "pending" answer comes as usual."""
+    gw = gateway(tmp_path, store, hold=0.5)
+
+    async def on_elicit(ctx, params):
+        await anyio.sleep(30)
+        return types.ElicitResult(action="accept", content={})
+
+    async with running(gw) as tg:
+        async with connect(gw, tg, elicitation_callback=on_elicit) as client:
+            with anyio.fail_after(10):
+                result = await client.call_tool("toy__echo", {"text": "hello"})
+    aid = approval_of(result)
+    assert result.is_error is True and result.meta["sealbox/approval"]["status"] == "pending"
+    [run_id] = gateway_runs(store)
+    [(_, _, _, asked, _), (step, who, text, answered, about)] = client_notes(store, run_id)
+    assert (asked["state"], answered["state"], answered["outcome"], about, step, who) == (
+        "asked", "answered", "cancelled", None, "2", "sealbox")
+    assert text == (f"the client did not answer (the hold ended first): the gateway's elicitation/create about approval "
+                    f"{aid} (informational: it approves and denies nothing; {NOT_AN_APPROVAL})")
+    assert get_approval(store, aid).status == "pending"
+    assert sealbox.verify_store(store).ok
+
+
 async def test_elicitation_only_informs_the_person_and_its_answer_is_not_an_approval(tmp_path, store, keys):
     gw = gateway(tmp_path, store, hold=0.5)
     asked: list[str] = []
@@ -527,9 +625,13 @@ async def test_an_upstreams_elicitation_during_an_approved_call_is_recorded_at_t
     [call] = [e for e in events if e.kind == "tool.call"]
     assert [(e.step, e.kind) for e in events] == [
         ("1", "run.started"), ("2", "tool.call"), ("2", "policy.decision"), ("2", "approval.requested"),
-        ("2", "run.suspended"), ("2", "approval.answered"), ("2", "run.resumed"), ("2", "note"), ("2", "note"),
-        ("2", "tool.result"), ("3", "run.ended")]
-    asked, answered = (e for e in events if e.kind == "note")
+        ("2", "run.suspended"), ("2", "note"), ("2", "note"), ("2", "approval.answered"), ("2", "run.resumed"),
+        ("2", "note"), ("2", "note"), ("2", "tool.result"), ("3", "run.ended")]
+    told, heard, asked, answered = (e for e in events if e.kind == "note")
+    assert [(n.payload["client_request"]["asked_by"], n.payload["client_request"]["state"]) for n in (told, heard)] \
+        == [("gateway", "asked"), ("gateway", "answered")]  # the gateway's own elicitation, answered "accept"
+    assert heard.payload["client_request"]["outcome"] == "accept"
+    assert "asked_by" not in asked.payload["client_request"]
     assert [(n.principal, n.payload["client_request"]["state"], n.payload["client_request"]["call_id"])
             for n in (asked, answered)] == [("sealbox", "asked", call.payload["call_id"]),
                                             ("sealbox", "answered", call.payload["call_id"])]

@@ -324,7 +324,8 @@ async def test_a_client_too_slow_to_answer_leaves_the_request_recorded_with_its_
     assert "about" not in answered.payload
     assert answered.payload["text"] == ANSWERED_TEXT.format(said="did not answer (the upstream's request ended "
                                                                  "first)", m=ELICIT)
-    assert 1_000_000 <= answered.payload["client_request"]["waited_us"] < 6_000_000
+    # measured from when the request was recorded, a little after the call's 1 s started (more under load)
+    assert 500_000 <= answered.payload["client_request"]["waited_us"] < 6_000_000
     assert sealbox.verify_store(store).ok
 
 
@@ -410,4 +411,119 @@ async def test_with_two_calls_of_the_client_in_flight_the_record_names_both_and_
 
     assert client_request_text(asked.payload).startswith(
         f"asked: {ELICIT} from upstream toy during one of calls {', '.join(a['calls'])} [")
+    assert sealbox.verify_store(store).ok
+
+
+# ------------------------------------------------------------------ URL-mode elicitation (MCP 2025-11-25)
+
+URL = "https://example.com/connect?state=toy"
+
+
+def declaring(elicitation):
+    """A ClientSession subclass that declares ``elicitation`` as given (the SDK's declares form and url)."""
+    from mcp.client.session import ClientSession
+
+    class Client(ClientSession):
+        def _build_capabilities(self, version):
+            return super()._build_capabilities(version).model_copy(update={"elicitation": elicitation})
+
+    return Client
+
+
+async def test_a_url_mode_elicitation_reaches_a_client_that_declared_url_and_is_recorded(tmp_path, store):
+    seen = []
+
+    async def elicit(context, params):
+        seen.append(params)
+        return types.ElicitResult(action="accept")
+
+    result, run_id = await ask(tmp_path, store, {"question": "connect your account", "url": URL},
+                               elicitation_callback=elicit)
+    assert (result.is_error, text_of(result)) == (False, "accept:url")
+    [params] = seen
+    assert (params.mode, params.url, params.elicitation_id) == ("url", URL, "toy-elicitation-1")
+    asked, answered = notes(store, run_id)
+    a, b = check_ids_and_timing(asked, answered)
+    cid = call_of(store, run_id).payload["call_id"]
+    assert a == {"state": "asked", "upstream": "toy", "method": ELICIT, "call_id": cid}
+    assert b == {"state": "answered", "upstream": "toy", "method": ELICIT, "call_id": cid, "outcome": "accept"}
+    assert asked.payload["about"] == {"params": {"mode": "url", "message": "connect your account", "url": URL,
+                                                 "elicitationId": "toy-elicitation-1"}}
+    assert answered.payload["about"] == {"result": {"action": "accept"}}
+    assert sealbox.verify_store(store).ok
+
+
+@pytest.mark.parametrize("declared", ["form", "empty"])
+async def test_a_url_mode_elicitation_is_not_forwarded_to_a_client_that_did_not_declare_url(tmp_path, store,
+                                                                                            declared):
+    """MCP 2025-11-25: a client declares elicitation {"form": {}, "url": {}}; an empty {} (as clients before it
+    declare it) is form only. A URL-mode request is not sent to a client without url; the record says so. A form
+    request still reaches it."""
+    asked_client = []
+
+    async def elicit(context, params):
+        asked_client.append(params.mode)
+        return types.ElicitResult(action="accept", content={"answer": "blue"})
+
+    capability = types.ElicitationCapability(form=types.FormElicitationCapability()) if declared == "form" \
+        else types.ElicitationCapability()
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg, session_class=declaring(capability), elicitation_callback=elicit) as session:
+            refused = await session.call_tool("toy__ask", {"question": "connect your account", "url": URL})
+            formed = await session.call_tool("toy__ask", {"question": "favourite colour?"})
+        [run_id] = gateway_runs(store)
+    message = "elicitation/create (mode url) was not forwarded: the client did not declare the elicitation.url capability"
+    assert refused.is_error is True and message in text_of(refused)
+    assert (formed.is_error, text_of(formed)) == (False, "accept:blue") and asked_client == ["form"]
+    asked, answered, asked2, answered2 = notes(store, run_id)
+    a, b = check_ids_and_timing(asked, answered)
+    [call, _] = [e for e in events(store, run_id) if e.kind == "tool.call"]
+    assert asked.payload["about"]["params"]["mode"] == "url" and asked.step == answered.step == call.step
+    assert b == {"state": "answered", "upstream": "toy", "method": ELICIT, "call_id": call.payload["call_id"],
+                 "outcome": "not_forwarded", "error_code": types.INVALID_REQUEST}
+    assert answered.payload["about"] == {"error": {"code": types.INVALID_REQUEST, "message": message}}
+    assert answered.payload["text"] == ANSWERED_TEXT.format(said="was not asked (it lacks the capability)", m=ELICIT)
+    assert answered2.payload["client_request"]["outcome"] == "accept"
+    assert sealbox.verify_store(store).ok
+
+
+async def test_a_client_request_the_client_never_answers_ends_as_a_timeout_in_the_record(tmp_path, store,
+                                                                                         monkeypatch):
+    """The upstream keeps waiting for the answer after its call timed out (it does not withdraw the request):
+    the gateway answers it REQUEST_TIMEOUT after limits.call_timeout_s plus the grace, and records that."""
+    import anyio
+
+    from sealbox.gateway import server as gateway_server
+
+    monkeypatch.setattr(gateway_server, "CLIENT_REQUEST_GRACE_S", 0.5)
+
+    async def elicit(context, params):
+        await anyio.sleep(30)  # a person who never answers
+        return types.ElicitResult(action="cancel")
+
+    gw = Gateway(toy_config(tmp_path, extra="limits: {call_timeout_s: 1}"), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg, elicitation_callback=elicit) as session:
+            result = await session.call_tool("toy__ask", {"question": "still there?", "shielded": True})
+            [run_id] = gateway_runs(store)
+            with anyio.fail_after(10):
+                while len(notes(store, run_id)) < 2:
+                    await anyio.sleep(0.05)
+    assert result.is_error is True and text_of(result) == "upstream error: upstream toy did not answer within 1 s"
+    asked, answered = notes(store, run_id)
+    a, b = check_ids_and_timing(asked, answered)
+    assert b == {"state": "answered", "upstream": "toy", "method": ELICIT,
+                 "call_id": call_of(store, run_id).payload["call_id"], "outcome": "timeout",
+                 "error_code": types.REQUEST_TIMEOUT}
+    assert answered.payload["about"] == {"error": {
+        "code": types.REQUEST_TIMEOUT, "message": "elicitation/create: the client did not answer within 1.5 s "
+                                                  "(limits.call_timeout_s + 0.5 s)"}}
+    assert answered.payload["text"] == ANSWERED_TEXT.format(said="did not answer in time", m=ELICIT)
+    assert 1_500_000 <= answered.payload["client_request"]["waited_us"] < 6_000_000
+    from sealbox.events import client_request_text
+
+    assert client_request_text(answered.payload).startswith(f"answered timeout: {ELICIT} from upstream toy during call ")
+    assert client_request_text(answered.payload).endswith(
+        ' error="elicitation/create: the client did not answer within 1.5 s… (not a Sealbox approval)')
     assert sealbox.verify_store(store).ok

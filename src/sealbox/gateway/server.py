@@ -33,7 +33,8 @@ A ``tools/call`` goes, in order:
 A request an upstream makes of the client during a call (elicitation, sampling, roots) is
 forwarded to that call's client and recorded in the call's run (:meth:`Gateway._route`): the
 request before it is forwarded, the answer before it goes back (not recorded: not forwarded /
-not returned). The client's answer is never an approval.
+not returned). The client's answer is never an approval. The gateway's own elicitation telling the
+person that a call is held for approval is recorded the same way (:class:`_InformRecord`).
 
 Upstreams' prompts and resources are proxied too (docs/gateway.md, *Prompts and resources*): a
 ``prompts/get`` / ``resources/read`` goes through steps 1–3 as a call of tool ``prompt:<name>`` /
@@ -1295,7 +1296,7 @@ class Gateway:
         async with anyio.create_task_group() as tg:
             if not modern and not pending.informed and _can_elicit(ctx):
                 pending.informed = True
-                tg.start_soon(self._inform, ctx, pending)
+                tg.start_soon(self._inform, ctx, run, pending)
             try:
                 while not self.stopping:
                     if pending.settled:  # another call of this request (the earlier one, or a retry) settled it
@@ -1444,18 +1445,50 @@ class Gateway:
                                     "status": DELIVERED_ON_RETRY, "run_id": pending.run_id, "call_id": pending.call_id}
         return outcome.model_copy(update={"meta": meta})
 
-    async def _inform(self, ctx: Any, pending: Pending) -> None:
-        """Tell the person at the client what is pending and where it is decided (never an approval)."""
+    async def _inform(self, ctx: Any, run: RunContext, pending: Pending) -> None:
+        """Tell the person at the client what is pending and where it is decided (never an approval).
+
+        Recorded like a request an upstream makes of the client (:class:`_InformRecord`): the elicitation
+        before it is sent (not recorded: not sent), the client's answer (or its end) after; the answer
+        is ignored."""
         message = (f"Sealbox: the call {pending.server}/{pending.tool} needs approval {pending.approval_id} "
                    f"(rule {pending.rule}). It is decided by {_who(pending)}, with `sealbox approvals approve "
                    f"{pending.approval_id} --reason TEXT --key-file KEY` or `deny` - not here: nothing answered in this dialog approves or "
                    f"denies it. The call is held for up to {self.config.limits.approval_hold_s:g} s; after that, "
                    "call again with the same arguments.")
+        schema: dict[str, Any] = {"type": "object", "properties": {}}
+        record = _InformRecord(self, run, pending)
         try:
-            await ctx.session.elicit_form(message, {"type": "object", "properties": {}},
-                                          related_request_id=ctx.request_id)
-        except Exception:  # noqa: BLE001 - informational only; its answer is ignored
+            await record.asked({"mode": "form", "message": message, "requestedSchema": schema})
+        except RecordingError as exc:
+            log.error("the client was not told about approval %s: it could not be recorded: %s", pending.approval_id, exc)
+            return
+        started = time.perf_counter_ns()
+        outcome: str | None = None
+        try:
+            answer: Any = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+        except BaseException as exc:
+            if isinstance(exc, Exception):  # informational only: the client could not be told, or answered an error
+                error = getattr(exc, "error", None)
+                answer = error if isinstance(error, types.ErrorData) else types.ErrorData(
+                    code=types.INTERNAL_ERROR, message=f"elicitation/create: the client could not answer: {exc}")
+                outcome = None if isinstance(error, types.ErrorData) else "error"
+            else:  # the hold ended first (the call was settled, or its hold time ran out)
+                answer, outcome = None, "cancelled"
+            with anyio.CancelScope(shield=True):
+                try:
+                    await record.answered(answer, started, outcome=outcome)
+                except RecordingError as rec:
+                    log.error("the end of the gateway's elicitation about approval %s could not be recorded: %s",
+                              pending.approval_id, rec)
+            if not isinstance(exc, Exception):
+                raise
             log.debug("the client could not be told about approval %s", pending.approval_id)
+            return
+        try:
+            await record.answered(answer, started)
+        except RecordingError as exc:
+            log.error("the client's answer about approval %s could not be recorded: %s", pending.approval_id, exc)
 
     def _schema_problem(self, server: str, tool: str, arguments: dict[str, Any]) -> str | None:
         """Why ``arguments`` do not match the tool's input schema, or None (they do, or it cannot be used).
@@ -1548,7 +1581,8 @@ class Gateway:
     async def _ask_client(self, slot: _InFlight, method: str, params: Any) -> tuple[Any, str | None]:
         """``(answer, outcome)``: the client's answer to ``method`` (a result model, or the ``ErrorData`` it
         answered: outcome None, read from the answer), or the gateway's ``ErrorData`` with outcome
-        ``not_forwarded`` (the client did not declare the capability), ``timeout`` (``REQUEST_TIMEOUT`` after
+        ``not_forwarded`` (the client did not declare the capability, or for an elicitation its mode: ``url``
+        needs ``elicitation.url``, form needs ``elicitation.form`` or an empty ``elicitation``), ``timeout`` (``REQUEST_TIMEOUT`` after
         ``limits.call_timeout_s`` plus :data:`CLIENT_REQUEST_GRACE_S`: the call it was asked in has timed out by
         then, and an upstream that did not cancel its request is answered so that nothing waits for ever) or
         ``error`` (the client could not be asked)."""
@@ -1558,6 +1592,10 @@ class Gateway:
         if not _client_can(slot.session, method):
             return types.ErrorData(code=types.INVALID_REQUEST, message=f"{method} was not forwarded: the client did "
                                    f"not declare the {_CAPABILITY[method]} capability"), "not_forwarded"
+        if method == "elicitation/create" and not _can_elicit_mode(slot.session, _elicit_mode(params)):
+            mode = _elicit_mode(params)
+            return types.ErrorData(code=types.INVALID_REQUEST, message=f"{method} (mode {mode}) was not forwarded: "
+                                   f"the client did not declare the elicitation.{mode} capability"), "not_forwarded"
         request, result_type = _SERVER_REQUESTS[method]
         limit = self.config.limits.call_timeout_s + CLIENT_REQUEST_GRACE_S
         try:
@@ -1596,7 +1634,7 @@ class _ClientRequestRecord:
     "asked" | "answered", upstream, method, call_id}`` (``call_id`` null when several calls of
     the client were in flight on that upstream; ``calls`` then lists them) and, answered,
     ``outcome`` (``accept`` / ``decline`` / ``cancel`` for an elicitation; ``result``; ``error``;
-    ``timeout``; ``not_forwarded`` (no such client capability); ``cancelled`` (the upstream's
+    ``timeout``; ``not_forwarded`` (no such client capability, or elicitation mode); ``cancelled`` (the upstream's
     request ended first)), ``waited_us`` and, for an error, ``error_code``. ``about`` holds the
     content, redacted like every content field (docs/content-modes.md): ``{"params": …}`` (the
     request's params as sent; absent for ``roots/list``), ``{"result": …}`` or ``{"error":
@@ -1677,6 +1715,54 @@ class _ClientRequestRecord:
                 "not_forwarded": "was not asked (it lacks the capability)",
                 "cancelled": "did not answer (the upstream's request ended first)"}.get(outcome, outcome)
         text = f"the client {said}: {self.method} of upstream {self.upstream} ({NOT_AN_APPROVAL})"
+        await self._write(text, meta, about)
+
+
+class _InformRecord(_ClientRequestRecord):
+    """The ``note`` events recording the gateway's own elicitation telling the person at the client that a
+    call is held for approval (:meth:`Gateway._inform`): as :class:`_ClientRequestRecord`, in the held
+    call's run at its step, but ``client_request`` says ``asked_by: "gateway"``, ``upstream`` null (no
+    upstream asked) and ``approval_id``; the texts say it is informational. The client's answer
+    (``accept`` / ``decline`` / ``cancel``) approves and denies nothing; outcome ``cancelled``: the hold
+    ended (the call was settled, or held as long as it may be) before the client answered."""
+
+    def __init__(self, gateway: "Gateway", run: Any, pending: Pending) -> None:
+        super().__init__(gateway, pending.server, "elicitation/create", [])
+        self.pending = pending
+        self.runs = [(run, [pending.call_id])]
+
+    def _meta(self, state: str, call_ids: list[str]) -> dict[str, Any]:
+        return {"id": self.id, "state": state, "asked_by": "gateway", "upstream": None, "method": self.method,
+                "call_id": self.pending.call_id, "approval_id": self.pending.approval_id}
+
+    async def asked(self, params: Any) -> None:
+        """Record the elicitation (before it is sent). Raises RecordingError."""
+        p = self.pending
+        text = (f"the gateway tells the client that call {p.server}/{p.tool} is held for approval {p.approval_id} "
+                f"(recorded before it is sent; informational: nothing answered to it approves or denies the call; "
+                f"{NOT_AN_APPROVAL})")
+        await self._write(text, {"state": "asked"}, {"params": params})
+
+    async def answered(self, answer: Any, started_ns: int, *, outcome: str | None = None) -> None:
+        """Record the client's answer (or, ``outcome`` ``cancelled``, that the hold ended first). Raises
+        RecordingError."""
+        waited_us = (time.perf_counter_ns() - started_ns) // 1000
+        about: Any = None
+        meta: dict[str, Any] = {"state": "answered"}
+        if isinstance(answer, types.ErrorData):
+            outcome = outcome or "error"
+            meta["error_code"] = answer.code
+            about = {"error": {"code": answer.code, "message": answer.message}}
+        elif answer is not None:
+            dumped = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+            outcome = dumped.get("action", "result")
+            about = {"result": dumped}
+        meta.update({"outcome": outcome, "waited_us": waited_us})
+        said = {"accept": "accepted", "decline": "declined", "cancel": "cancelled",
+                "error": "answered with an error",
+                "cancelled": "did not answer (the hold ended first)"}.get(outcome or "", outcome)
+        text = (f"the client {said}: the gateway's elicitation/create about approval {self.pending.approval_id} "
+                f"(informational: it approves and denies nothing; {NOT_AN_APPROVAL})")
         await self._write(text, meta, about)
 
 
@@ -2080,11 +2166,34 @@ def _has_progress_token(ctx: Any) -> bool:
 
 
 def _can_elicit(ctx: Any) -> bool:
+    """Whether the gateway may send this call's client a form elicitation (declared, form mode included)."""
     try:
         return bool(ctx.session.check_client_capability(
-            types.ClientCapabilities(elicitation=types.ElicitationCapability())))
+            types.ClientCapabilities(elicitation=types.ElicitationCapability()))) and \
+            _can_elicit_mode(ctx.session, "form")
     except Exception:  # noqa: BLE001 - unknown: do not ask
         return False
+
+
+def _elicit_mode(params: Any) -> str:
+    """An ``elicitation/create``'s mode: ``url`` or ``form`` (MCP 2025-11-25; absent: form)."""
+    mode = getattr(params, "mode", None) if not isinstance(params, dict) else params.get("mode")
+    return "url" if mode == "url" else "form"
+
+
+def _can_elicit_mode(session: Any, mode: str) -> bool:
+    """Whether a client that declared ``elicitation`` declared that mode (MCP 2025-11-25: ``{"form": {},
+    "url": {}}``; an empty ``{}``, as clients before 2025-11-25 declare it, is form only). A session that
+    cannot say (no recorded capabilities): True for form, as before; False for url."""
+    try:
+        declared = session.client_capabilities.elicitation
+    except Exception:  # noqa: BLE001 - the session cannot say
+        declared = None
+    if declared is None:
+        return mode == "form"
+    if mode == "url":
+        return declared.url is not None
+    return declared.form is not None or declared.url is None
 
 
 def _busy(run: RunContext, delta: int) -> None:

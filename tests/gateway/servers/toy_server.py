@@ -4,7 +4,10 @@ Tools:
   echo(text)          returns the text; "!error REST" returns REST as a result with isError (a tool error)
   add(a, b)           integers, returns the sum
   ask(question, field?) asks the client for elicitation (one string property, `field`, default
-                      "answer") and returns `action:value`
+                      "answer") and returns `action:value`; with url="https://…" a URL-mode elicitation
+                      (MCP 2025-11-25; elicitationId "toy-elicitation-1") instead, returning `action:url`; with
+                      shielded=true the elicitation is not withdrawn when the call is cancelled (an upstream that
+                      keeps waiting for the answer)
   mutate()            changes echo's description and adds `extra` (a rug pull), sends tools/list_changed
   crash()             the process exits at once (no answer)
   hang()              never answers
@@ -155,10 +158,15 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
                                     structured_content={"sum": args["a"] + args["b"]})
     if name == "ask":  # an extra argument `field` names the requested property (default "answer")
         field = args.get("field", "answer")
-        answer = await ctx.session.elicit_form(
-            args.get("question", "?"),
-            {"type": "object", "properties": {field: {"type": "string"}}, "required": [field]},
-            related_request_id=ctx.request_id)
+        with anyio.CancelScope(shield=bool(args.get("shielded"))):
+            if args.get("url"):
+                answer = await ctx.session.elicit_url(args.get("question", "?"), args["url"], "toy-elicitation-1",
+                                                      related_request_id=ctx.request_id)
+                return _text(f"{answer.action}:url")
+            answer = await ctx.session.elicit_form(
+                args.get("question", "?"),
+                {"type": "object", "properties": {field: {"type": "string"}}, "required": [field]},
+                related_request_id=ctx.request_id)
         return _text(f"{answer.action}:{(answer.content or {}).get(field)}")
     if name == "mutate":
         STATE["mutated"] = True
