@@ -344,6 +344,30 @@ async def test_an_informational_elicitation_left_unanswered_is_recorded_as_ended
     assert sealbox.verify_store(store).ok
 
 
+async def test_a_client_that_declared_only_url_elicitation_is_not_sent_the_form_that_informs(tmp_path, store, keys):
+    from mcp.client.session import ClientSession
+
+    class UrlOnly(ClientSession):
+        def _build_capabilities(self, version):
+            return super()._build_capabilities(version).model_copy(update={
+                "elicitation": types.ElicitationCapability(url=types.UrlElicitationCapability())})
+
+    gw = gateway(tmp_path, store, hold=0.3)
+    asked: list[str] = []
+
+    async def on_elicit(ctx, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={})
+
+    async with running(gw) as tg:
+        async with connect(gw, tg, session_class=UrlOnly, elicitation_callback=on_elicit) as client:
+            result = await client.call_tool("toy__echo", {"text": "hello"})
+    assert result.meta["sealbox/approval"]["status"] == "pending" and asked == []
+    [run_id] = gateway_runs(store)
+    assert run_kinds(store, run_id) == ["run.started", "tool.call", "policy.decision", "approval.requested",
+                                        "run.suspended"]
+
+
 async def test_elicitation_only_informs_the_person_and_its_answer_is_not_an_approval(tmp_path, store, keys):
     gw = gateway(tmp_path, store, hold=0.5)
     asked: list[str] = []
