@@ -46,6 +46,7 @@ SYSTEM_RUN_ID = "system"
 _STR = {"type": "string"}
 _NSTR = {"type": ["string", "null"]}
 _INT = {"type": "integer", "minimum": 0}
+_NINT = {"anyOf": [_INT, {"type": "null"}]}
 _NUM = {"type": "number"}
 _BOOL = {"type": "boolean"}
 _OBJ = {"type": "object"}
@@ -86,7 +87,7 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
         {"error": _ERROR, "usage": _USAGE, "verdict": _OBJ},
     ),
     "model.call": _obj(
-        {"provider": _STR, "model": _STR, "request": _ANY, "response": _ANY, "usage": _USAGE, "latency_us": _INT},
+        {"provider": _STR, "model": _STR, "request": _ANY, "response": _ANY, "usage": _USAGE, "latency_us": _NINT},
         {"call_id": _STR, "format": _STR, "tool_call_ids": _STRS, "stream": _obj({"chunks": _INT})},
     ),
     "tool.call": _obj(

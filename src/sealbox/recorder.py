@@ -1628,7 +1628,8 @@ class RunContext:
                 (detected), or any other value (recorded as given).
             usage: ``{"input_tokens", "output_tokens"}`` (either may be left out; other keys are
                 ignored; a non-empty dict with neither is a ConfigError); default: read from the response.
-            latency: seconds (float) or microseconds (int) the call took.
+            latency: seconds (float) or microseconds (int) the call took; None (default): not
+                known, recorded as ``latency_us: null`` (never as 0, which would read as instant).
             provider, model: override what the adapter detects.
             step: a step taken with :meth:`reserve_step` when the call started (default: a new one).
 
@@ -2232,10 +2233,11 @@ def _check_provider(provider: Any) -> None:
         raise ConfigError(f"provider must be a string or None, got {type(provider).__name__}; nothing was recorded")
 
 
-def _latency_us(latency: Any) -> int:
-    """Seconds (float) or microseconds (int) as microseconds; ConfigError for anything else."""
+def _latency_us(latency: Any) -> int | None:
+    """Seconds (float) or microseconds (int) as microseconds, None (not known) as None; ConfigError for
+    anything else."""
     if latency is None:
-        return 0
+        return None
     if isinstance(latency, bool) or not isinstance(latency, (int, float)):
         raise ConfigError(f"latency must be seconds (float) or microseconds (int), got {latency!r}")
     us = latency * 1_000_000 if isinstance(latency, float) else latency

@@ -365,3 +365,17 @@ def test_a_call_still_held_for_approval_is_pending_with_no_result(tmp_path):
     started, ended = events[0][2], events[-1][2]
     assert started["imported"]["original_ids"]["sealbox_run_id"] == run.run_id
     assert ended["status"] == "ok" and ended["imported"] == {"sealbox_run_status": "suspended"}
+
+
+def test_an_unknown_model_latency_comes_back_unknown_and_a_zero_comes_back_zero(tmp_path):
+    store = sealbox.init_store(tmp_path / "store")
+    rec = Recorder(store, policy=Policy.from_text(POLICY))
+    with rec.run(agent="support-bot") as run:
+        run.model_call({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, RESPONSE)  # no latency
+        run.model_call({"model": "gpt-4o", "messages": [{"role": "user", "content": "again"}]}, RESPONSE, latency=0)
+    store.close()
+    target, imported = _round_trip({"run": run.run_id, "path": tmp_path / "store"}, tmp_path, content=False,
+                                   hex_ids=False)
+    events, _, verified = _events(target, imported)
+    assert verified
+    assert [(s, p["latency_us"]) for k, s, p in events if k == "model.call"] == [("2", None), ("3", 0)]

@@ -515,3 +515,16 @@ def test_a_stream_read_in_with_is_served_in_a_replay(store):
     assert (result.reproduced, result.agent_error, result.divergence) == (True, None, None)
     notes = [store.resolve(e.payload)["text"] for e in store.read_run(result.new_run_id) if e.kind == "note"]
     assert notes == ["Checking."]
+
+
+@pytest.mark.parametrize("kind", ["plain", "sdk"])
+def test_a_model_answer_served_from_the_record_has_no_latency_not_zero(store, kind):
+    run_id = record(store, kind)
+    result = Replayer(store).replay(run_id, ra.AGENTS[kind](tools=ra.Tools()))
+    assert result.reproduced
+
+    def latencies(rid):
+        return [e.payload["latency_us"] for e in store.read_run(rid) if e.kind == "model.call"]
+
+    assert len(latencies(run_id)) == 2 and all(type(us) is int for us in latencies(run_id))
+    assert latencies(result.new_run_id) == [None, None]  # the model was not called: its latency is not known

@@ -883,7 +883,9 @@ class SealboxModel(Model):
                 request[key] = kwargs[key]
         return request
 
-    def _record(self, request: dict[str, Any], response: ModelResponse, latency: float, step: str | None = None) -> None:
+    def _record(self, request: dict[str, Any], response: ModelResponse, latency: float | None,
+                step: str | None = None) -> None:
+        """Record a call; ``latency`` None: not known (a response served from the record in a replay)."""
         usage: dict[str, int] | None = _usage(response.usage)
         if not (usage["input_tokens"] or usage["output_tokens"] or usage["total_tokens"]):
             # the SDK's Usage(requests=1) when the provider sent no usage: not known to be 0 tokens, so
@@ -896,7 +898,7 @@ class SealboxModel(Model):
         self.run.model_call(request, recorded, usage=usage, latency=latency, provider=self.provider,
                             model=self.model_name, step=step)
 
-    def _record_error(self, request: dict[str, Any], exc: BaseException, latency: float,
+    def _record_error(self, request: dict[str, Any], exc: BaseException, latency: float | None,
                       step: str | None = None) -> None:
         self.run.model_error(request, exc, latency=latency, provider=self.provider, model=self.model_name, step=step)
 
@@ -937,7 +939,7 @@ class SealboxModel(Model):
         try:
             await asyncio.Event().wait()
         except BaseException as exc:
-            self._record_error(request, exc, 0.0, step)
+            self._record_error(request, exc, None, step)
             raise
 
     def _replayed(self, request: dict[str, Any], recorded: Any, step: str | None = None) -> ModelResponse:
@@ -952,7 +954,7 @@ class SealboxModel(Model):
             from sealbox.replay.values import rebuild_error
 
             error = rebuild_error(recorded["error"])
-            self._record_error(request, error, 0.0, step)
+            self._record_error(request, error, None, step)
             raise error
         adapter = TypeAdapter(ResponseOutputItem)
         usage = {k: int(v or 0) for k, v in (recorded.get("usage") or {}).items()
@@ -960,7 +962,7 @@ class SealboxModel(Model):
         response = ModelResponse(output=[adapter.validate_python(_set_fields(item)) for item in recorded.get("output") or []],
                                  usage=Usage(**usage), response_id=recorded.get("id"),
                                  request_id=recorded.get("request_id"))
-        self._record(request, response, 0.0, step)
+        self._record(request, response, None, step)
         return response
 
     async def stream_response(self, system_instructions: str | None, input: Any, model_settings: Any,
@@ -1014,7 +1016,7 @@ class SealboxModel(Model):
             from sealbox.replay.values import rebuild_error
 
             error = rebuild_error(recorded["error"])
-            self._record_error(request, error, 0.0, step)
+            self._record_error(request, error, None, step)
             raise error
         response = Response.model_validate(_as_response(_set_fields(recorded)))
         events: list[Any] = []
@@ -1029,7 +1031,7 @@ class SealboxModel(Model):
                         content_index=part_index, delta=text, logprobs=[], sequence_number=len(events)))
         events.append(ResponseCompletedEvent(type="response.completed", response=response,
                                              sequence_number=len(events)))
-        self.run.model_call(request, response, latency=0.0, provider=self.provider, model=self.model_name, step=step)
+        self.run.model_call(request, response, latency=None, provider=self.provider, model=self.model_name, step=step)
         return events
 
     def _record_completed(self, request: dict[str, Any], completed: Any, latency: float,

@@ -12,7 +12,7 @@ Mapping (docs/otlp.md has the full table):
   a run that paused and resumed stays one span and one conversation; each pause is
   a ``sealbox.suspended`` child span from ``run.suspended`` to ``run.resumed``;
 - a ``model.call`` is a ``chat {model}`` span (CLIENT) ending at the event's time and
-  lasting ``latency_us``;
+  lasting ``latency_us`` (no length, and no ``sealbox.model.latency_us``, where it is null: not known);
 - a ``tool.call`` is an ``execute_tool {tool}`` span (INTERNAL) from the call to its
   last event (decision, approval, result), at least ``duration_us`` long; it carries
   the final decision (``sealbox.decision.*``), error status when ``tool.result`` has
@@ -418,8 +418,8 @@ class _RunBuilder:
         request_model = _str(req.get("model")) or _str(p.get("model")) or "unknown"
         usage = p.get("usage") or {}
         end = _ns(ev.ts)
-        latency_us = _int(p.get("latency_us")) or 0
-        start = max(end - latency_us * 1000, min(run_start, end))  # a child never starts before its run
+        latency_us = _int(p.get("latency_us"))  # None: not known (no attribute; the span has no length)
+        start = max(end - (latency_us or 0) * 1000, min(run_start, end))  # a child never starts before its run
         finish = _finish_reasons(resp)
         cost = usage.get("cost")
         attrs = _attrs(

@@ -105,6 +105,11 @@ def _seconds(s: float | None) -> str:
     return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
+def _latency(us: int | None) -> str:
+    """A model call's latency; ``unknown`` where none was recorded (``latency_us: null``)."""
+    return "unknown" if us is None else _seconds(us / 1e6)
+
+
 # ----------------------------------------------------------------------------- timeline
 
 
@@ -236,7 +241,7 @@ def _approval(a: ApprovalView) -> str:
 def _model_call(m) -> str:
     usage = ", ".join(f"{k} {v}" for k, v in m.usage.items())
     return (f'<div class="card"><h3>step {e(m.step)} · {e(m.provider)}/{e(m.model)}</h3>'
-            f'<p class="muted">at {e(m.ts)} · latency {e(_seconds(m.latency_us / 1e6))} · usage {e(usage or "-")}'
+            f'<p class="muted">at {e(m.ts)} · latency {e(_latency(m.latency_us))} · usage {e(usage or "-")}'
             + (f" · tool calls {e(', '.join(m.tool_call_ids))}" if m.tool_call_ids else "") + "</p>"
             + _content(m.request, "request") + _content(m.response, "response") + "</div>")
 

@@ -76,6 +76,11 @@ def _seconds(s: float | None) -> str:
     return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
+def _latency(us: int | None) -> str:
+    """A model call's latency; ``unknown`` where none was recorded (``latency_us: null``)."""
+    return "unknown" if us is None else _seconds(us / 1e6)
+
+
 def _overview(r: IncidentReport) -> list[str]:
     run, v = r.run, r.verification
     status = f"{run.get('status')}" + (f" ({run.get('ending')})" if run.get("ending") else "")
@@ -148,7 +153,7 @@ def _model_calls(r: IncidentReport) -> list[str]:
     for m in r.model_calls:
         usage = ", ".join(f"{k} {v}" for k, v in m.usage.items()) or "-"
         out += [f"### Step {md(m.step)}: {md(m.provider)}/{md(m.model)}", "",
-                f"at {md(m.ts)}, latency {md(_seconds(m.latency_us / 1e6))}, usage {md(usage)}"
+                f"at {md(m.ts)}, latency {md(_latency(m.latency_us))}, usage {md(usage)}"
                 + (f", tool calls {', '.join(_code(t) for t in m.tool_call_ids)}" if m.tool_call_ids else ""), ""]
         out += _content(m.request, "Request") + _content(m.response, "Response")
     return out

@@ -92,7 +92,7 @@ class TimelineEntry:
 
 @dataclass(frozen=True)
 class ModelCallView:
-    """A ``model.call``: provider, model, request and response, usage, latency (µs)."""
+    """A ``model.call``: provider, model, request and response, usage, latency (µs; None: not known)."""
 
     step: str
     ts: str
@@ -101,7 +101,7 @@ class ModelCallView:
     request: Content
     response: Content
     usage: dict[str, Any]
-    latency_us: int
+    latency_us: int | None
     tool_call_ids: tuple[str, ...]
 
 
@@ -395,7 +395,8 @@ def _model_calls(store: Any, events: list[Any]) -> list[ModelCallView]:
         p = e.payload
         out.append(ModelCallView(e.step, e.ts, str(p.get("provider")), str(p.get("model")),
                                  _content(store, p.get("request")), _content(store, p.get("response")),
-                                 dict(p.get("usage") or {}), int(p.get("latency_us") or 0),
+                                 dict(p.get("usage") or {}),
+                                 p["latency_us"] if type(p.get("latency_us")) is int else None,
                                  tuple(p.get("tool_call_ids") or ())))
     return out
 

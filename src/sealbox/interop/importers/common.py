@@ -165,7 +165,7 @@ class RunBuilder:
 
     # events ---------------------------------------------------------------
     def model_call(self, top: int, *, provider: str, model: str, request: Any, response: Any,
-                   usage: dict[str, int] | None, latency_us: int = 0, fmt: str = "unknown",
+                   usage: dict[str, int] | None, latency_us: int | None = None, fmt: str = "unknown",
                    tool_call_ids: Iterable[str] = (), source: dict[str, Any] | None = None) -> None:
         use = {}
         for key in ("input_tokens", "output_tokens"):
@@ -191,7 +191,9 @@ class RunBuilder:
         self._usage_out += use.get("output_tokens", 0)
         payload: dict[str, Any] = {
             "provider": provider or "unknown", "model": model or "unknown", "request": request,
-            "response": response, "usage": use, "latency_us": max(0, int(latency_us or 0)), "format": fmt,
+            "response": response, "usage": use, "format": fmt,
+            # None: the source gives no timing (messages, trajectories): not known, never 0 (instant)
+            "latency_us": None if latency_us is None else max(0, int(latency_us)),
             "tool_call_ids": [i for i in tool_call_ids if isinstance(i, str)],
         }
         if source:

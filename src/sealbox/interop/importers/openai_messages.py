@@ -82,7 +82,7 @@ class ChatConverter:
 
     def assistant(self, index: int, msg: dict[str, Any], *, response: Any = None,
                   extra_calls: list[tuple[str | None, str, Any, dict[str, Any] | None]] | None = None,
-                  usage: dict[str, int] | None = None, latency_us: int = 0) -> tuple[int, list[str]]:
+                  usage: dict[str, int] | None = None, latency_us: int | None = None) -> tuple[int, list[str]]:
         """Record one model call; returns (its top step, the call ids it requested)."""
         where = f"{self.where}[{index}]"
         top = self.run.new_step()

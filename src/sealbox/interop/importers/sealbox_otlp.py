@@ -9,7 +9,8 @@ format has, it says what the store knew and no other tracer does; the importer m
   not decide the call), the source's own facts in the decision's ``imported`` field, with the
   reason of its ``sealbox.policy.decision`` log record;
 - ``sealbox.tool.duration_us`` is the result's duration (the span also covers an approval wait),
-  ``sealbox.model.latency_us`` the model call's latency (the span never starts before its run);
+  ``sealbox.model.latency_us`` the model call's latency (the span never starts before its run; a
+  model span without it had an unknown latency, imported as ``latency_us: null``);
   ``sealbox.tool.outcome`` ``denied`` / ``pending`` / ``expired`` / ``unknown`` means the tool did not
   run (or its result was never recorded): no ``tool.result``;
 - ``sealbox.server`` and ``sealbox.tool.exposed`` are the call's server and exposed name;
@@ -69,6 +70,9 @@ def source_facts(attrs: dict[str, Any]) -> dict[str, Any]:
 def read_model(s: Any, attrs: dict[str, Any]) -> None:
     s.requested_ids = _strs(attrs.get("sealbox.model.tool_call_ids"))
     s.duration_us = _int(attrs.get("sealbox.model.latency_us"))  # the span is clamped to start with its run
+    # Sealbox exports the attribute for every model call whose latency its store knew (0 included): without
+    # it, the latency was not known (latency_us null), and the span's length (none) is not a latency
+    s.latency_unknown = "sealbox.model.latency_us" not in attrs
     s.extra["sealbox"] = source_facts(attrs)
 
 

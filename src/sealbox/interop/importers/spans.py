@@ -73,6 +73,7 @@ class Span:
     decision: dict[str, Any] | None = None  # the source's decision: effect, rule, reason_code, ...
     ran: bool | None = None  # False: the source says the tool did not run (denied, pending...)
     duration_us: int | None = None  # the tool's own running time (a model call's latency), when the source gives it
+    latency_unknown: bool = False  # a Sealbox export's model call whose latency its store did not know
     approvals: list[dict[str, Any]] = field(default_factory=list)  # approvals, for imported approval notes
     requested_ids: list[str] = field(default_factory=list)  # call ids a model span requested
     links: list[str] = field(default_factory=list)  # span ids of the model spans that requested this tool span
@@ -417,7 +418,8 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
             ids = [r[0] for r in s.requested if r[0]]
             run.model_call(top, provider=s.provider or "unknown", model=s.model or "unknown", request=s.request,
                            response=s.response, usage=s.usage,
-                           latency_us=s.duration_us if s.duration_us is not None else _dur_us(s), fmt=s.fmt,
+                           latency_us=None if s.latency_unknown else s.duration_us if s.duration_us is not None
+                           else _dur_us(s), fmt=s.fmt,
                            tool_call_ids=ids, source=_source(s))
         else:
             if s.id in links:
