@@ -376,9 +376,12 @@ class Recorder:
     def tool(self, server: str, name: str | None = None, *, grant: str | None = None) -> Callable:
         """Decorator: calls to the function inside an active run are recorded tool calls.
 
-        The recorded arguments are the bound arguments with defaults applied; the keyword
-        arguments a ``**kwargs`` parameter collects are recorded beside the named ones
-        (``arguments.query``, not ``arguments.kwargs.query``), and a method's first parameter
+        The recorded arguments are the bound arguments with defaults applied (``*args`` as a list);
+        the keyword arguments a ``**kwargs`` parameter collects are recorded beside the named ones
+        (``arguments.query``, not ``arguments.kwargs.query``), except those named like a parameter
+        (a positional-only one, ``*args``, ``self``/``cls``) or like the ``**kwargs`` parameter itself,
+        which are recorded as a dict under the ``**kwargs`` parameter's name (``f(1, a=2, kw=3)`` of
+        ``def f(a, /, **kw)``: ``{"a": 1, "kw": {"a": 2, "kw": 3}}``); a method's first parameter
         ``self`` or ``cls`` is left out. Outside a run, calling it raises :class:`RecordingError` (it is never run
         unrecorded).
 
@@ -414,9 +417,12 @@ class Recorder:
                 out = {k: v for k, v in bound.arguments.items() if k != skip and k != var_kw}
                 extra = bound.arguments.get(var_kw) if var_kw is not None else None
                 if extra:  # **kwargs: its keys are the call's arguments, beside the named ones
-                    clash = {k: v for k, v in extra.items() if k in out or k == skip}
+                    # but for a keyword named like a parameter (positional-only, *args, self/cls) or like the
+                    # **kwargs parameter itself: those go under the **kwargs parameter's name, so that the key
+                    # var_kw always means "the keywords not flattened" (none lost, none mistaken for another)
+                    clash = {k: v for k, v in extra.items() if k in out or k == skip or k == var_kw}
                     out.update((k, v) for k, v in extra.items() if k not in clash)
-                    if clash:  # only a positional-only parameter's name can be passed again by keyword
+                    if clash:
                         out[var_kw] = clash
                 return out
 

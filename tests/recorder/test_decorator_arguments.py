@@ -145,3 +145,43 @@ def test_a_decorated_callable_without_a_name_or_a_signature_is_a_config_error_na
     calls = [store.resolve(e.payload) for e in store.read_run(run.run_id) if e.kind == "tool.call"]
     assert [(c["tool"], c["arguments"]) for c in calls] == [("add_one", {"b": 2})]
     store.close()
+
+
+def test_every_keyword_a_call_passed_is_recorded_once_and_under_an_unambiguous_name(store):
+    """A keyword named like the ``**`` parameter itself was flattened (``kw=7`` recorded as ``"kw": 7``), and
+    the keywords that cannot be flattened (named like a parameter) were recorded under that same name, so
+    ``f(1, a=2, kw=7)`` lost ``kw=7`` and ``f(1, a=2)`` was recorded as ``f(1, kw={"a": 2})``. A keyword named
+    like the ``**`` parameter now goes with those, under the ``**`` parameter's name."""
+    rec = Recorder(store, policy=ALLOW_ALL)
+
+    @rec.tool("t")
+    def one(a, **kw):
+        return (a, kw)
+
+    @rec.tool("t")
+    def star(*args, **kwargs):
+        return (args, kwargs)
+
+    @rec.tool("t")
+    def mixed(a, /, b=2, *, c, d=4, **kw):
+        return (a, b, c, d, kw)
+
+    with rec.run(agent="deco") as run:
+        assert one(1, kw=5) == (1, {"kw": 5})
+        assert one(1, b=2) == (1, {"b": 2})
+        assert star(1, 2, x=3) == ((1, 2), {"x": 3})
+        assert star(1, args=1, kwargs=2) == ((1,), {"args": 1, "kwargs": 2})
+        assert star(args=1) == ((), {"args": 1})
+        assert star(kwargs={"args": 1}) == ((), {"kwargs": {"args": 1}})
+        assert mixed(1, c=3) == (1, 2, 3, 4, {})
+        assert mixed(1, 5, c=3, a=9, kw=8, e=0) == (1, 5, 3, 4, {"a": 9, "kw": 8, "e": 0})
+    assert [args for _, args in _recorded(store, run.run_id)] == [
+        {"a": 1, "kw": {"kw": 5}},
+        {"a": 1, "b": 2},
+        {"args": [1, 2], "x": 3},
+        {"args": [1], "kwargs": {"args": 1, "kwargs": 2}},
+        {"args": [], "kwargs": {"args": 1}},
+        {"args": [], "kwargs": {"kwargs": {"args": 1}}},
+        {"a": 1, "b": 2, "c": 3, "d": 4},
+        {"a": 1, "b": 5, "c": 3, "d": 4, "e": 0, "kw": {"a": 9, "kw": 8}},
+    ]
