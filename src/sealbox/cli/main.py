@@ -36,8 +36,27 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+class _Interrupted(BaseException):
+    """A KeyboardInterrupt (Ctrl-C) carried past click, which would print a blank line and raise
+    ``Abort`` for it; :func:`main` prints it as one line, ``error: interrupted``, and exits 130,
+    as an interrupt while the CLI loads does (``_sealbox_cli``)."""
+
+
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: object) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted() from exc
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:  # the command ran its own cleanup (a run ended "cancelled"…) on the way
+            raise _Interrupted() from exc
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -88,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     except SealboxError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Interrupted):
         click.echo("error: interrupted", err=True)
         sys.exit(130)
     except BrokenPipeError:
