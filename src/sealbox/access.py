@@ -70,7 +70,7 @@ from typing import Any, Callable, Iterable, Protocol
 from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
 
 from sealbox.errors import InvalidEventError, SealboxError
-from sealbox.events import SYSTEM_RUN_ID, EventDraft, validate_payload
+from sealbox.events import SYSTEM_RUN_ID, EventDraft, rfc3339_utc, validate_payload
 
 __all__ = [
     "AccessError",
@@ -1553,7 +1553,7 @@ def retry(store: Any, grant_id: str, provider_client: ProviderClient | None = No
 
 
 def _rfc3339(dt: datetime) -> str:
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339_utc(dt)  # the year in four digits (strftime's %Y writes 999)
 
 
 def _parse_time(text: str, name: str, what: str = "an RFC 3339 time") -> datetime:

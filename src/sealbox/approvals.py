@@ -52,7 +52,7 @@ from typing import Any, Iterable, Sequence
 
 from sealbox.canonical import canonical_bytes
 from sealbox.errors import InvalidEventError, SealboxError
-from sealbox.events import EventDraft, validate_payload
+from sealbox.events import EventDraft, rfc3339_utc, validate_payload
 from sealbox.identities import Identity, IdentityBook, identity_book, load_key, sign_fields, verify_fields
 
 __all__ = [
@@ -296,7 +296,7 @@ class ApprovalState:
 
 
 def _utc(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339_utc(moment)  # the year in four digits (strftime's %Y writes 999)
 
 
 def _parse(ts: str) -> datetime:

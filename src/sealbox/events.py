@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 import fastjsonschema
@@ -35,7 +36,23 @@ __all__ = [
     "validate_payload",
     "validate_envelope",
     "derived_columns",
+    "rfc3339_utc",
 ]
+
+def rfc3339_utc(moment: datetime) -> str:
+    """``moment`` as Sealbox writes times: RFC 3339 in UTC with microseconds,
+    ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (the ``ts`` format), the year always four digits.
+
+    ``strftime("%Y")`` writes ``999`` and ``1`` for the years 999 and 1 (glibc): not RFC 3339 (§5.6:
+    ``date-fullyear = 4DIGIT``), refused by the ``ts`` pattern, and sorted after ``2026`` as text.
+
+    Raises:
+        OverflowError: ``moment`` in UTC is before year 1 or after year 9999.
+    """
+    dt = moment.astimezone(timezone.utc)
+    return (f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}."
+            f"{dt.microsecond:06d}Z")
+
 
 #: Version of the record format (the ``v`` field of every event).
 RECORD_VERSION = 1

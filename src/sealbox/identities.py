@@ -37,7 +37,7 @@ from typing import Any, Iterable, Sequence
 
 from sealbox.canonical import canonical_bytes
 from sealbox.errors import NoteError, SealboxError
-from sealbox.events import SYSTEM_RUN_ID, EventDraft
+from sealbox.events import SYSTEM_RUN_ID, EventDraft, rfc3339_utc
 from sealbox.ledger.checkpoint import Signer, Verifier, generate_key
 
 __all__ = [
@@ -485,10 +485,8 @@ def _compromise_fields(reader: Any, parsed: tuple[str, Any] | None) -> dict[str,
 
 
 def _utc_text(dt: Any) -> str:
-    """An aware UTC datetime as the log writes times (``YYYY-MM-DDTHH:MM:SS.ffffffZ``): the year has four
-    digits below 1000 too (strftime's ``%Y`` writes ``999``, which sorts after ``2026`` as text)."""
-    return (f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}."
-            f"{dt.microsecond:06d}Z")
+    """An aware datetime as the log writes times (:func:`sealbox.events.rfc3339_utc`)."""
+    return rfc3339_utc(dt)
 
 
 def _existing(book: IdentityBook, name: str) -> Identity:

@@ -76,8 +76,9 @@ _FRACTION = re.compile(r"\d:\d\d[.,](\d+)")
 
 
 def _utc_text(moment: datetime) -> str:
-    # isoformat, not strftime: %Y does not pad years below 1000 to four digits on every platform
-    return moment.astimezone(timezone.utc).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    from sealbox.events import rfc3339_utc
+
+    return rfc3339_utc(moment)
 
 
 def _out_of_range(name: str, value: object) -> ConfigError:

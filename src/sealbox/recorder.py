@@ -36,7 +36,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from sealbox.errors import ConfigError, PolicyError, RecordingError, SealboxError, StepTakenError, StoreBusyError
-from sealbox.events import SYSTEM_RUN_ID, EventDraft
+from sealbox.events import SYSTEM_RUN_ID, EventDraft, rfc3339_utc
 from sealbox.policy import Policy
 from sealbox.policy.breaker import BreakerChange, CircuitBreaker, breaker_open_decision
 from sealbox.policy.limits import LIMIT_COUNTERS, cost_of
@@ -608,7 +608,7 @@ def _require_run(tool: str) -> "RunContext":
 
 
 def _utc(now: datetime) -> str:
-    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339_utc(now)  # the year in four digits (strftime's %Y writes 999)
 
 
 class RunContext:

@@ -75,7 +75,7 @@ from typing import Any, Iterable
 from sealbox.approvals import ANSWER_ROLES
 from sealbox.canonical import canonical_bytes, decode, encode
 from sealbox.errors import InvalidEventError, SealboxError
-from sealbox.events import SYSTEM_RUN_ID, EventDraft, validate_payload
+from sealbox.events import SYSTEM_RUN_ID, EventDraft, rfc3339_utc, validate_payload
 from sealbox.identities import IdentityBook, load_key, sign_fields, verify_fields
 
 __all__ = ["PIN_RULE", "PIN_VERSION", "PinState", "Reapproval", "ReapprovalError", "REAPPROVAL_PROBLEMS",
@@ -584,7 +584,7 @@ def _items(value: Any, digest: str = "hash") -> list[dict[str, Any]]:
 
 
 def _utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339_utc(datetime.now(timezone.utc))
 
 
 def reapprove(store: Any, server: str, tool: str, reason: str, key_file: Any, *,

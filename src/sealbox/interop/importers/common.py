@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 
 from sealbox.canonical import Tagged, canonical_bytes
 from sealbox.errors import SealboxError
-from sealbox.events import EventDraft
+from sealbox.events import EventDraft, rfc3339_utc
 from sealbox.store.base import new_run_id
 
 __all__ = [
@@ -527,7 +527,7 @@ def rfc3339_from_ns(ns: int) -> str | None:
         return None
     if dt.year < 1 or dt.year > 9999:
         return None
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339_utc(dt)  # the year in four digits (strftime's %Y writes 999)
 
 
 def parse_epoch(value: Any, unit_ns: int, run: RunBuilder, where: str) -> int | None:
