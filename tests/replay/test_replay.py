@@ -517,7 +517,7 @@ def test_a_stream_read_in_with_is_served_in_a_replay(store):
     assert notes == ["Checking."]
 
 
-@pytest.mark.parametrize("kind", ["plain", "sdk"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_model_answer_served_from_the_record_has_no_latency_not_zero(store, kind):
     run_id = record(store, kind)
     result = Replayer(store).replay(run_id, ra.AGENTS[kind](tools=ra.Tools()))

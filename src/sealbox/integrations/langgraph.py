@@ -413,12 +413,20 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
         """Record the model call as a ``model.call``."""
         self._check_served()
         self._parent_of.pop(run_id, None)
-        request, provider, model, started = self._pending.pop(run_id, ({}, self.provider, None, time.perf_counter()))
+        request, provider, model, started = self._pending.pop(run_id, ({}, self.provider, None, None))
         plain = to_plain(response)
         if isinstance(plain, dict):
             plain = {k: v for k, v in plain.items() if k in ("generations", "llm_output", "type")}
-        self.run.model_call(request, plain, latency=time.perf_counter() - started,
+        self.run.model_call(request, plain, latency=self._latency(started),
                             provider=provider or "unknown", model=model or None)
+
+    def _latency(self, started: float | None) -> float | None:
+        """Seconds since ``started``; None (not known) when the call's start was not seen, or when its
+        answer was served from the record (a replay's LLM cache: the model was not called)."""
+        replay = getattr(self.run, "replay", None)
+        if started is None or (replay is not None and getattr(replay, "serves_models", False)):
+            return None
+        return time.perf_counter() - started
 
     def on_llm_new_token(self, token: str, **kwargs: Any) -> None:
         """In a replay, the first chunk of a stream the record did not answer stops it (see :meth:`_check_served`)."""
@@ -437,8 +445,8 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
                      **kwargs: Any) -> None:
         """Record a failed model call (``response = {"error": …}``)."""
         self._parent_of.pop(run_id, None)
-        request, provider, model, started = self._pending.pop(run_id, ({}, self.provider, None, time.perf_counter()))
-        self.run.model_error(request, error, latency=time.perf_counter() - started, provider=provider or "unknown",
+        request, provider, model, started = self._pending.pop(run_id, ({}, self.provider, None, None))
+        self.run.model_error(request, error, latency=self._latency(started), provider=provider or "unknown",
                              model=model or None)
 
     def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: uuid.UUID,
