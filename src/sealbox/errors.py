@@ -43,6 +43,7 @@ __all__ = [
     "CanonicalizationError",
     "InvalidEventError",
     "ProofError",
+    "BackendUnsupportedError",
     "NoteError",
     "StoreError",
     "NotAStoreError",
@@ -119,6 +120,11 @@ class StoreBusyError(StoreError):
     the store's write lock held by another connection (another process, or another thread of this
     one): nothing was written, and it did not wait. Only raised inside ``no_wait()``; elsewhere a
     writer waits for the lock (up to the store's ``lock_timeout``)."""
+
+
+class BackendUnsupportedError(StoreError):
+    """The store's backend (PostgreSQL) does not offer this operation yet; the message names the
+    operation and says what does (docs/storage.md, "PostgreSQL"). Nothing was read or written."""
 
 
 class BlobNotFoundError(StoreError, KeyError):

@@ -54,3 +54,36 @@ def make_store(request, tmp_path):
 def store(make_store):
     """One fresh store of the backend under test."""
     return make_store()
+
+
+@pytest.fixture
+def raw_sql():
+    """:func:`_raw_sql`: SQL run on a store's database below Sealbox."""
+    return _raw_sql
+
+
+def _raw_sql(store, sql: str, *, below_triggers: bool = False) -> None:
+    """Run ``sql`` on the store's database directly, as someone with the database's own tools would
+    (``sqlite3`` on the file; ``psql`` as the PostgreSQL superuser, in the store's schema). With
+    ``below_triggers`` the append-only triggers are not in force for it (SQLite: the store's triggers
+    dropped first; PostgreSQL: ``session_replication_role = replica``, which only a superuser may set).
+    Errors propagate (sqlite3.Error / psycopg.Error)."""
+    if store.backend == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(store.db_path, isolation_level=None)
+        try:
+            if below_triggers:
+                for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+                    conn.execute(f"DROP TRIGGER {name}")
+            conn.execute(sql)
+        finally:
+            conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(store.url, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {store.schema}")
+        if below_triggers:
+            conn.execute("SET session_replication_role = replica")
+        conn.execute(sql)

@@ -223,3 +223,121 @@ def test_the_events_append_returns_are_the_events_read_back(store):
         assert set(vars(a)) == {f.name for f in dataclasses.fields(a)}
         with pytest.raises(dataclasses.FrozenInstanceError):
             a.kind = "note"
+
+
+@pytest.mark.parametrize("sql", [
+    "UPDATE events SET kind = 'note' WHERE leaf_index = 1",
+    "DELETE FROM events WHERE leaf_index = 1",
+    "UPDATE tree_nodes SET level = level",
+    "DELETE FROM tree_nodes",
+    "UPDATE checkpoints SET note = 'x'",
+    "DELETE FROM checkpoints",
+    "DELETE FROM runs",
+])
+def test_the_database_itself_refuses_to_change_or_delete_evidence(store, sql, raw_sql):
+    store.append(started("r1"))
+    store.append([note("r1", str(i)) for i in range(20)])  # 22 leaves: a stored tree node (level 4)
+    store.issue_checkpoint()
+    before = (store.read_range(0, store.size()), store.checkpoints(), [tuple(n) for n in store.iter_nodes()])
+    assert before[2], "no stored tree node to protect"
+    with pytest.raises(Exception, match="append-only|is append-only"):
+        raw_sql(store, sql)
+    assert (store.read_range(0, store.size()), store.checkpoints(), [tuple(n) for n in store.iter_nodes()]) == before
+
+
+def test_truncate_is_refused_on_postgresql(store, raw_sql):
+    if store.backend != "postgres":
+        pytest.skip("SQLite has no TRUNCATE (its DELETE triggers cover it)")
+    for table in ("events", "tree_nodes", "checkpoints", "runs", "snapshots", "blobs"):
+        with pytest.raises(Exception, match=f"sealbox: {table} is append-only \\(TRUNCATE refused\\)"):
+            raw_sql(store, f"TRUNCATE {table} CASCADE")
+    assert store.size() == 1 and len(store.checkpoints()) == 1
+
+
+def _append_in_process(path: str, name: str, count: int, queue) -> None:
+    from sealbox.store import open_store
+
+    try:
+        store = open_store(path)
+        store.append(started(name))
+        for i in range(count):
+            store.append(note(name, f"{name}-{i}"))
+        store.close()
+        queue.put(("ok", name))
+    except BaseException as exc:  # reported to the test, which fails on it
+        queue.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def test_two_processes_appending_at_once_lose_nothing_and_keep_each_runs_order(store):
+    import multiprocessing
+
+    path = str(store.path)
+    store.close()
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_append_in_process, args=(path, f"p{i}", 40, queue)) for i in range(2)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(60)
+    assert sorted(results) == [("ok", "p0"), ("ok", "p1")]
+    reopened = type(store).open(path, readonly=True)
+    try:
+        assert reopened.size() == 1 + 2 * 41
+        for name in ("p0", "p1"):
+            events = reopened.read_run(name)
+            assert [e.run_seq for e in events] == list(range(1, 42))
+            assert [e.payload["text"] for e in events[1:]] == [f"{name}-{i}" for i in range(40)]
+            assert all(b.prev == a.leaf_hash for a, b in zip(events, events[1:]))
+        assert [e.leaf_index for e in reopened.read_range(0, reopened.size())] == list(range(83))
+        report = verify_store(reopened)
+        assert report.ok, [p.line() for p in report.problems]
+    finally:
+        reopened.close()
+
+
+def test_a_store_that_lost_signed_writes_refuses_to_append(store, raw_sql):
+    from sealbox.errors import StoreRolledBackError
+    store.append(started("r1"))
+    store.append([note("r1", str(i)) for i in range(5)])
+    signed = store.issue_checkpoint()
+    assert signed.tree_size == 7
+    path = store.path
+    store.close()
+    raw_sql(store, "DELETE FROM events WHERE leaf_index >= 5", below_triggers=True)  # a restore from an older backup
+    again = type(store).open(path)
+    try:
+        assert again.size() == 5
+        with pytest.raises(StoreRolledBackError, match=r"^the store holds 5 events but its newest signed checkpoint "
+                                                       r"covers 7: .*refusing to append"):
+            again.append(note("r1", "after the loss"))
+        assert again.size() == 5
+    finally:
+        again.close()
+
+
+def test_many_threads_appending_to_one_store_lose_nothing(store):
+    import threading
+
+    errors: list[str] = []
+
+    def work(name: str) -> None:
+        try:
+            store.append(started(name))
+            for i in range(25):
+                store.append(note(name, f"{name}-{i}"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=work, args=(f"t{i}",)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert store.size() == 1 + 8 * 26
+    for i in range(8):
+        assert [e.payload["text"] for e in store.read_run(f"t{i}")[1:]] == [f"t{i}-{n}" for n in range(25)]
+    report = verify_store(store)
+    assert report.ok, [p.line() for p in report.problems]

@@ -131,8 +131,8 @@ def test_cli_verify_a_missing_folder(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-URL_ERROR = ("error: postgresql://… is a URL, not a folder: a Sealbox store is a SQLite folder for now (there is no "
-             "PostgreSQL or other server backend yet); give the store's folder")
+URL_ERROR = ("error: postgresql://… is a URL, not a folder: a Sealbox store is a folder (for PostgreSQL too: its "
+             "keys stay there); create one with `sealbox init --postgres URL DIR` and give DIR")
 
 
 @pytest.mark.parametrize("args", [

@@ -1,7 +1,9 @@
 """Stores: the append-only Store protocol and its backends.
 
-``open_store(path)`` opens the embedded SQLite store in a data folder;
-``init_store(path)`` creates one.
+``open_store(path)`` opens the store in a data folder: the embedded SQLite store, or a
+PostgreSQL store when the folder holds a ``postgres.json`` (its database URL and schema;
+the keys and the store secret stay in the folder). ``init_store(path)`` creates a SQLite
+store, ``init_store(path, postgres_url=URL)`` a PostgreSQL one.
 """
 
 from __future__ import annotations
@@ -24,26 +26,43 @@ def _refuse_url(path: str | os.PathLike) -> None:
     SQLite store in a folder named ``postgresql:`` and said it had created one "in postgresql://…"."""
     text = os.fspath(path)
     if isinstance(text, str) and _URL.match(text):
-        raise StoreConfigError(f"{text.split('://', 1)[0]}://… is a URL, not a folder: a Sealbox store is a SQLite "
-                               "folder for now (there is no PostgreSQL or other server backend yet); give the "
-                               "store's folder")
+        raise StoreConfigError(f"{text.split('://', 1)[0]}://… is a URL, not a folder: a Sealbox store is a folder "
+                               "(for PostgreSQL too: its keys stay there); create one with "
+                               "`sealbox init --postgres URL DIR` and give DIR")
 
 
-def open_store(path: str | os.PathLike, **kwargs: Any) -> SqliteStore:
-    """Open the store in ``path`` (see :class:`SqliteStore` for options).
+def _is_postgres(path: str | os.PathLike) -> bool:
+    return os.path.isfile(os.path.join(os.fspath(path), "postgres.json"))
+
+
+def open_store(path: str | os.PathLike, **kwargs: Any) -> Any:
+    """Open the store in ``path``: a :class:`SqliteStore`, or a
+    :class:`~sealbox.store.postgres.PostgresStore` when the folder holds ``postgres.json``
+    (options as the class takes them; ``durability="fast"`` is SQLite's only).
 
     Raises:
         StoreConfigError: ``path`` is a URL (``postgresql://…``): stores are folders.
     """
     _refuse_url(path)
+    if _is_postgres(path):
+        from sealbox.store.postgres import PostgresStore
+
+        return PostgresStore.open(path, **kwargs)
     return SqliteStore.open(path, **kwargs)
 
 
-def init_store(path: str | os.PathLike, **kwargs: Any) -> SqliteStore:
-    """Create a new store in ``path`` (see :meth:`SqliteStore.init`).
+def init_store(path: str | os.PathLike, *, postgres_url: str | None = None, schema: str = "sealbox",
+               **kwargs: Any) -> Any:
+    """Create a new store in ``path``: SQLite (see :meth:`SqliteStore.init`), or with ``postgres_url``
+    a PostgreSQL store whose tables live in ``schema`` of that database (see
+    :meth:`~sealbox.store.postgres.PostgresStore.init`).
 
     Raises:
         StoreConfigError: ``path`` is a URL (``postgresql://…``): nothing is created.
     """
     _refuse_url(path)
+    if postgres_url is not None:
+        from sealbox.store.postgres import PostgresStore
+
+        return PostgresStore.init(path, url=postgres_url, schema=schema, **kwargs)
     return SqliteStore.init(path, **kwargs)

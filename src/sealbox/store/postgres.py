@@ -1,0 +1,953 @@
+"""The PostgreSQL store: the same ledger as the SQLite store, in a schema of a PostgreSQL database.
+
+Layout: a PostgreSQL store is still a folder, holding what must not live in the database::
+
+    DIR/postgres.json  {"backend": "postgres", "url": ..., "schema": ...} (mode 0600: the URL may hold a password)
+    DIR/log.key        the log's Ed25519 signing key (C2SP signer key, mode 0600)
+    DIR/log.vkey       the verifier key pinned at ``init``
+    DIR/store.secret   the store secret (hex, mode 0600): the HMAC key of redaction markers and blob salts
+    DIR/checkpoint     the newest signed checkpoint, written after each is issued
+
+The events, tree nodes, checkpoints, runs, blobs and snapshots live in the schema named by
+``postgres.json`` (tables created by ``store/migrations/postgres``, recorded with their checksums
+in ``schema_migrations``). A dump of the database therefore lets nobody sign a checkpoint or test
+guesses of a redacted value: the signing key and the secret are only in the folder.
+
+The bytes hashed, the leaf hashes, the tree and the signed checkpoints are made by the code the
+SQLite store uses (:class:`~sealbox.store.base.EventBuilder`, :mod:`sealbox.ledger`), so the
+same drafts give the same events whichever backend holds them.
+
+Durability: every connection runs with ``synchronous_commit = on``: a returned append is in the
+server's fsync'd WAL (an append made with ``sync=False``, a tool's result, uses ``off`` for its
+own commit, as the SQLite store skips that fsync). Concurrency: every thread has its own
+connection; every write transaction first takes a transaction-scoped advisory lock
+(``pg_advisory_xact_lock``) keyed by the schema, so writers of every process serialise there
+and then read the newest committed state (READ COMMITTED); a serialization failure or deadlock
+is retried. Appends to a store whose log holds fewer events than its newest signed checkpoint
+(the ``checkpoint`` file or a stored one) are refused, as on SQLite.
+
+Not offered yet on PostgreSQL (each raises :class:`~sealbox.errors.BackendUnsupportedError`
+naming the operation): the SQL listings other modules run directly on a SQLite connection
+(access grants, approvals' and identities' own tables and queries, the gateway's and policy
+worker's SQLite paths). See docs/storage.md, "PostgreSQL".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from sealbox import blobs as _blobs
+from sealbox.errors import (
+    BackendUnsupportedError,
+    ConfigError,
+    NotAStoreError,
+    SchemaVersionError,
+    SealboxError,
+    StoreBusyError,
+    StoreError,
+    StoreReadOnlyError,
+)
+from sealbox.events import SYSTEM_RUN_ID, Event, EventDraft
+from sealbox.ledger import merkle
+from sealbox.ledger.checkpoint import Checkpoint, generate_key
+from sealbox.store import migrate
+from sealbox.store import sqlite as _sq
+from sealbox.store.base import CheckpointPolicy, EventBuilder, StoreConfigError, StoredCheckpoint, fsync_write, utc_now
+from sealbox.store.sqlite_queries import Reader, event_from_row
+
+__all__ = ["PostgresStore", "CONFIG_NAME", "SECRET_NAME", "is_postgres_folder", "test_factory"]
+
+CONFIG_NAME = "postgres.json"
+SECRET_NAME = "store.secret"
+KEY_NAME, VKEY_NAME, CHECKPOINT_NAME = _sq.KEY_NAME, _sq.VKEY_NAME, _sq.CHECKPOINT_NAME
+STORED_NODE_LEVEL = _sq.STORED_NODE_LEVEL
+#: Times a write transaction is tried again after a serialization failure or a deadlock.
+WRITE_RETRIES = 8
+
+_log = logging.getLogger("sealbox.store")
+_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_EVENT_COLS = "leaf_index, raw, leaf_hash"
+_ROWS_SQL = ("SELECT leaf_index, raw, leaf_hash, run_id, run_seq, kind, ts, principal, step, server, tool,"
+             " call_id, effect, ok, tokens, cost, rule, reason_code, duration_us FROM events"
+             " WHERE leaf_index > %s ORDER BY leaf_index LIMIT %s")
+_LATEST_SQL = "SELECT tree_size, root_hash, note, created_at FROM checkpoints ORDER BY tree_size DESC, id DESC LIMIT 1"
+#: The append-only triggers migration 0001 creates (verify reports one that is missing).
+EXPECTED_TRIGGERS = frozenset({
+    "events_append_only", "events_no_truncate", "tree_append_only", "tree_no_truncate",
+    "checkpoints_append_only", "checkpoints_no_truncate", "runs_append_only", "runs_no_truncate",
+    "snapshots_append_only", "snapshots_no_truncate", "blobs_erase_only", "blobs_no_delete", "blobs_no_truncate",
+})
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError as exc:  # pragma: no cover - an install without the extra
+        raise ConfigError("the PostgreSQL store needs psycopg 3: pip install 'sealbox[postgres]'") from exc
+    return psycopg
+
+
+def is_postgres_folder(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a folder holding a PostgreSQL store's ``postgres.json``."""
+    return (Path(path) / CONFIG_NAME).is_file()
+
+
+def _lock_key(schema: str) -> int:
+    """The advisory lock key of a store's writers: 64 bits of SHA-256 of its schema name."""
+    return int.from_bytes(hashlib.sha256(b"sealbox-writer:" + schema.encode()).digest()[:8], "big", signed=True)
+
+
+def _secret_check(secret: bytes) -> str:
+    """What ``store_meta`` keeps to tell that a folder's secret is the database's (a hash of 32 random bytes:
+    it reveals nothing that helps test a redacted value)."""
+    return "sha256:" + hashlib.sha256(b"sealbox store secret check\x00" + secret).hexdigest()
+
+
+_QMARK: dict[str, str] = {}
+
+
+def _q(sql: str) -> str:
+    """SQLite-style ``?`` parameters as psycopg's ``%s`` (a literal ``%`` doubled)."""
+    found = _QMARK.get(sql)
+    if found is None:
+        found = _QMARK[sql] = sql.replace("%", "%%").replace("?", "%s")
+    return found
+
+
+class _Conn:
+    """A psycopg connection seen through the few calls the shared SQLite code makes
+    (``execute`` with ``?`` parameters, ``executemany``): lets :class:`_PgTxn` reuse the
+    SQLite transaction's tree and run-head logic unchanged."""
+
+    def __init__(self, pg: Any) -> None:
+        self.pg = pg
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.pg.execute(_q(sql), tuple(params)) if params else self.pg.execute(sql)
+
+    def executemany(self, sql: str, rows: list[tuple]) -> Any:
+        cur = self.pg.cursor()
+        cur.executemany(_q(sql), rows)
+        return cur
+
+
+class _PgTxn(_sq._Txn):
+    """:class:`~sealbox.store.base.WriteTxn` over one PostgreSQL transaction: the SQLite one's run-head,
+    tree-size and node logic (portable SQL), with PostgreSQL's inserts."""
+
+    def flush(self) -> None:
+        if self._events:
+            cur = self.conn.pg.cursor()
+            cur.executemany(
+                "INSERT INTO events (leaf_index, run_id, run_seq, kind, ts, principal, step, server, tool, call_id,"
+                " effect, ok, tokens, cost, rule, reason_code, duration_us, raw, leaf_hash)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                self._events)
+            self._events = []
+        if self._node_rows:
+            cur = self.conn.pg.cursor()
+            cur.executemany("INSERT INTO tree_nodes (level, idx, hash) VALUES (%s, %s, %s)", self._node_rows)
+            self._node_rows = []
+
+    def put_blob(self, ref: str, salt: bytes, content: bytes) -> None:
+        self.conn.pg.execute("INSERT INTO blobs (ref, salt, content, size) VALUES (%s, %s, %s, %s)"
+                             " ON CONFLICT (ref) DO NOTHING", (ref, salt, content, len(content)))
+
+    def latest_checkpoint_size(self) -> int:
+        if self._ckpt_size is None:
+            row = self.conn.pg.execute("SELECT max(tree_size) FROM checkpoints").fetchone()
+            self._ckpt_size = row[0] or 0
+        return self._ckpt_size
+
+
+class PgReader(Reader):
+    """:class:`~sealbox.store.sqlite_queries.Reader` inside a PostgreSQL write transaction: what the
+    recorder, pause/resume and the gateway read before they append (run heads, steps, usage counters,
+    events of some kinds). ``count(sql)`` takes PostgreSQL SQL with ``?`` parameters."""
+
+    def __init__(self, conn: _Conn, txn: Any = None) -> None:
+        super().__init__(conn, txn)  # type: ignore[arg-type]
+
+    def top_step(self, run_id: str) -> int:
+        row = self.conn.execute("SELECT max(split_part(step, '.', 1)::bigint) FROM events WHERE run_id = ?",
+                                (run_id,)).fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
+
+    def step_used(self, run_id: str, step: int) -> bool:
+        return self.conn.execute("SELECT 1 FROM events WHERE run_id = ? AND split_part(step, '.', 1) = ? LIMIT 1",
+                                 (run_id, str(int(step)))).fetchone() is not None
+
+    def calls_after(self, run_id: str, run_seq: int) -> list[tuple[str, Any]]:
+        return self.conn.execute("SELECT step, call_id FROM events WHERE run_id = ? AND run_seq > ?"
+                                 " AND kind = 'tool.call' ORDER BY run_seq", (run_id, run_seq)).fetchall()
+
+    def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
+               field: tuple[str, str] | None = None, limit: int | None = None,
+               principal_actor: str | None = None, ts_from: str | None = None,
+               from_leaf: int | None = None, before_leaf: int | None = None) -> list[Event]:
+        """As :meth:`Reader.events <sealbox.store.sqlite_queries.Reader.events>`, in PostgreSQL's SQL."""
+        where = ["kind = ANY(?)"]
+        params: list[Any] = [list(kinds)]
+        if run_id is not None:
+            where.append("run_id = ?")
+            params.append(run_id)
+        if principal is not None:
+            where.append("principal = ?")
+            params.append(principal)
+        if principal_actor is not None:
+            where.append("(lower(principal) = lower(?) OR principal LIKE ? ESCAPE '\\')")
+            params += [principal_actor, "%:" + principal_actor.replace("\\", "\\\\").replace("%", "\\%")
+                       .replace("_", "\\_")]
+        if field is not None:
+            if not field[0].isidentifier():
+                raise ValueError(f"not a payload field name: {field[0]!r}")
+            where.append(f"(convert_from(raw, 'UTF8')::jsonb -> 'payload' ->> '{field[0]}') = ?")
+            params.append(field[1])
+        if ts_from is not None:
+            where.append("ts >= ?")
+            params.append(ts_from)
+        if from_leaf is not None:
+            where.append("leaf_index >= ?")
+            params.append(int(from_leaf))
+        if before_leaf is not None:
+            where.append("leaf_index < ?")
+            params.append(int(before_leaf))
+        sql = f"SELECT {_EVENT_COLS} FROM events WHERE {' AND '.join(where)} ORDER BY leaf_index"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return [event_from_row(*r) for r in self.conn.execute(sql, params).fetchall()]
+
+
+class _ThreadState(threading.local):
+    conn: Any = None
+    ops = 0
+    lock_timeout: float | None = None
+    no_wait = False
+
+
+def _unsupported(name: str, what: str) -> Callable[..., Any]:
+    def method(self: "PostgresStore", *args: Any, **kwargs: Any) -> Any:
+        raise BackendUnsupportedError(f"{what} is not supported on a PostgreSQL store yet ({self.path}); "
+                                      "see docs/storage.md, \"PostgreSQL\"")
+    method.__name__ = name
+    method.__doc__ = f"Not offered on PostgreSQL yet: raises BackendUnsupportedError ({what})."
+    return method
+
+
+class PostgresStore:
+    """The PostgreSQL store. Open with :meth:`init` (new) or :meth:`open` (existing), or through
+    :func:`sealbox.store.open_store` / :func:`~sealbox.store.init_store` on its folder.
+
+    Args:
+        path: the store's folder (``postgres.json``, keys, secret, checkpoint file).
+        readonly: open for reading only (no key needed, nothing written).
+        checkpoint_policy: when to sign checkpoints.
+        lock_timeout: seconds a writer waits for the write lock (the advisory lock) before failing.
+        durability: ``"full"`` only (``synchronous_commit = on``).
+
+    Raises:
+        NotAStoreError: no ``postgres.json`` in ``path``, or the schema holds no Sealbox store.
+        StoreError: the server cannot be reached, or the folder's secret is not the database's.
+        SchemaVersionError: the schema was written by a newer Sealbox, or a migration was edited.
+    """
+
+    backend = "postgres"
+    stored_node_level = STORED_NODE_LEVEL
+
+    def __init__(self, path: str | os.PathLike, *, readonly: bool = False,
+                 checkpoint_policy: CheckpointPolicy | None = None, lock_timeout: float = 300.0,
+                 durability: str = "full", _create: bool = False) -> None:
+        if durability != "full":
+            raise StoreConfigError("a PostgreSQL store has one durability, 'full' (synchronous_commit = on)")
+        if checkpoint_policy is not None and not isinstance(checkpoint_policy, CheckpointPolicy):
+            raise StoreConfigError(f"checkpoint_policy must be a CheckpointPolicy, not {type(checkpoint_policy).__name__}")
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) \
+                or not lock_timeout >= 0 or lock_timeout == float("inf"):
+            raise StoreConfigError(f"lock_timeout must be a finite number of seconds >= 0, not {lock_timeout!r}")
+        self.path = Path(path)
+        self.durability = durability
+        self.readonly = readonly
+        self.checkpoint_policy = checkpoint_policy or CheckpointPolicy()
+        self.lock_timeout = lock_timeout
+        self._create = _create
+        self._local = _ThreadState()
+        self._conns: list[Any] = []
+        self._conns_lock = threading.Lock()
+        self._ckpt_lock = threading.Lock()
+        self._wal_lock = threading.Lock()  # guards the checkpoint timer (the name SqliteStore's timer code uses)
+        self._ckpt_timer: Any = None
+        self._closing = self._closed = False
+        self._closer: int | None = None
+        self._closed_event = threading.Event()
+        self._ops = 0
+        self._ops_lock = threading.Lock()
+        self._ops_idle = threading.Condition(self._ops_lock)
+        self._pid = os.getpid()
+        self._damage: str | None = None
+        self._content_error: str | None = None
+        self.url, self.schema = self._read_config()
+        self._key = _lock_key(self.schema)
+        try:
+            self._open_checked()
+        except BaseException:
+            self._close_connections()
+            raise
+
+    # ----------------------------------------------------------------- opening
+
+    def _read_config(self) -> tuple[str, str]:
+        cfg_path = self.path / CONFIG_NAME
+        if not self.path.is_dir():
+            raise NotAStoreError(f"{self.path} does not exist (create a store with `sealbox init --postgres URL "
+                                 f"{self.path}`)")
+        try:
+            cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+            url, schema = cfg["url"], cfg["schema"]
+            if cfg.get("backend") != "postgres" or not isinstance(url, str) or not isinstance(schema, str):
+                raise ValueError("not a PostgreSQL store's settings")
+        except FileNotFoundError:
+            raise NotAStoreError(f"{self.path} is not a PostgreSQL Sealbox store (no {CONFIG_NAME})") from None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"{cfg_path} cannot be read as a PostgreSQL store's settings ({exc})") from None
+        if not _SCHEMA.match(schema):
+            raise StoreError(f"{cfg_path}: schema {schema!r} is not a plain lower-case PostgreSQL name")
+        return url, schema
+
+    def _connect(self) -> Any:
+        psycopg = _psycopg()
+        try:
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10,
+                                   application_name="sealbox")
+            conn.execute(f"SET search_path TO {self.schema}")
+            conn.execute("SET synchronous_commit TO on")
+            if self.readonly:
+                conn.execute("SET default_transaction_read_only TO on")
+        except psycopg.Error as exc:
+            raise StoreError(f"{self.path}: cannot connect to PostgreSQL ({_one_line(exc)})") from None
+        return conn
+
+    def _conn(self) -> Any:
+        if self._closed:
+            raise StoreError("the store is closed")
+        if self._pid != os.getpid():  # connections must not cross a fork: the child opens its own
+            self._pid, self._local, self._conns = os.getpid(), _ThreadState(), []
+            self._conns_lock, self._ckpt_lock, self._wal_lock = threading.Lock(), threading.Lock(), threading.Lock()
+            self._ops_lock = threading.Lock()
+            self._ops_idle = threading.Condition(self._ops_lock)
+            self._ops, self._ckpt_timer = 0, None
+        conn = self._local.conn
+        if conn is None or conn.closed:
+            conn = self._local.conn = self._connect()
+            with self._conns_lock:
+                self._conns.append(conn)
+        return conn
+
+    def _migrate(self) -> None:
+        psycopg = _psycopg()
+        conn = self._conn()
+        known = migrate.load_migrations("postgres")
+        where = f"{self.path} (schema {self.schema})"
+        try:
+            exists = conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL").fetchone()[0]
+            applied = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall()) if exists else {}
+            pending = migrate.check_applied(applied, known, where)
+            if not applied and not self._create:
+                raise NotAStoreError(f"{where} holds no Sealbox store (no schema_migrations table)")
+            if pending and self.readonly:
+                raise SchemaVersionError(f"{where} was written by an older Sealbox (pending migrations "
+                                         f"{[m.version for m in pending]}): open it for writing once to upgrade it")
+            for mig in pending:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
+                    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY,"
+                                 " name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TEXT NOT NULL)")
+                    now = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
+                    if mig.version in now:  # another writer upgraded it meanwhile
+                        migrate.check_applied(now, known, where)
+                        continue
+                    conn.execute(mig.sql)
+                    conn.execute("INSERT INTO schema_migrations (version, name, checksum, applied_at)"
+                                 " VALUES (%s, %s, %s, %s)", (mig.version, mig.name, mig.checksum, utc_now()))
+        except psycopg.Error as exc:
+            raise StoreError(f"{where}: cannot read or upgrade the schema ({_one_line(exc)})") from None
+
+    def _open_checked(self) -> None:
+        if not self.readonly:
+            self._migrate()
+        else:
+            self._migrate()  # read-only: only checks (no pending migration is applied)
+        conn = self._conn()
+        meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
+        self.open_damage: list[str] = []
+        origin, store_id = meta.get("origin", ""), meta.get("store_id", "")
+        if origin == "" and not self._create:
+            self.open_damage.append("the log's origin in store_meta is missing")
+        elif not origin.isprintable():
+            self.open_damage.append(f"the log's origin in store_meta is not printable text ({origin!r})")
+        self.origin: str = origin
+        self.store_id: str = store_id
+        secret = self._read_secret()
+        check = meta.get("secret_check")
+        if secret is None:
+            self.open_damage.append(f"the store secret ({SECRET_NAME}, the HMAC key of redaction markers) is missing "
+                                    "or not 32 bytes of hex")
+        elif check is not None and check != _secret_check(secret):
+            self.open_damage.append(f"the folder's {SECRET_NAME} is not this database's store secret (another "
+                                    "store's folder, or the schema in postgres.json names another store)")
+        self._secret: bytes = secret or bytes(32)
+        if self.open_damage and not self.readonly:
+            raise StoreError(f"{self.path}: {self.open_damage[0]}: refusing to record into it (run `sealbox verify`)")
+        from sealbox.redaction import ContentPolicy
+
+        try:
+            self.content = ContentPolicy.from_dict(json.loads(meta["content"])) if "content" in meta else ContentPolicy()
+        except (ValueError, TypeError, AttributeError, KeyError, SealboxError) as exc:
+            self._content_error = (f"the content settings in the database cannot be read ({type(exc).__name__}: "
+                                   f"{exc}): they were changed below Sealbox")
+            self.content = ContentPolicy()
+        self._builder = EventBuilder(self._secret, content=self.content)
+        self.redactor = self._builder.redactor
+        self._signer = None
+        if not self.readonly:
+            changed = self.content_policy_change()
+            if changed:
+                raise StoreError(f"{self.path}: {changed}; refusing to record under them (run `sealbox verify`)")
+            self._signer = self._load_signer()
+        latest = self.latest_checkpoint()
+        self._floor = self.checkpoint_file_size()
+        self._last_ckpt_size = latest.tree_size if latest else 0
+        self._last_ckpt_time = time.monotonic()
+        self._appended_size = 0
+        if not self.readonly and not self._create:
+            count, last = conn.execute("SELECT count(*), max(leaf_index) FROM events").fetchone()
+            if count != (0 if last is None else last + 1):
+                self._damage = (f"the log in {self.path} is not contiguous ({count} events, last leaf index {last}): "
+                                "an event was removed; refusing to append (run `sealbox verify`)")
+            elif latest is not None:
+                self._damage = self._checkpoint_file_problem()
+
+    def _read_secret(self) -> bytes | None:
+        try:
+            secret = bytes.fromhex((self.path / SECRET_NAME).read_text(encoding="ascii").strip())
+        except (OSError, ValueError):
+            return None
+        return secret if len(secret) == 32 else None
+
+    @classmethod
+    def init(cls, path: str | os.PathLike, *, url: str, schema: str = "sealbox", origin: str | None = None,
+             content: Any = None, **kwargs: Any) -> "PostgresStore":
+        """Create a new PostgreSQL store: the folder ``path`` (keys, secret, settings) and the tables in
+        ``schema`` of the database at ``url`` (created if missing; it must hold no Sealbox store yet).
+
+        Writes ``log.key``, ``store.secret`` and ``postgres.json`` mode 0600, ``log.vkey`` public, then
+        applies the migrations, starts the system run and signs the first checkpoint.
+
+        Raises:
+            StoreConfigError: ``schema`` is not a plain lower-case name (``[a-z_][a-z0-9_]*``).
+            StoreError: the folder already holds a store or a key, the schema already holds a Sealbox
+                store, or the server cannot be reached (nothing is left in the folder then).
+            NoteError: ``origin`` is not a valid key name.
+        """
+        psycopg = _psycopg()
+        if not isinstance(schema, str) or not _SCHEMA.match(schema):
+            raise StoreConfigError(f"schema must be a plain lower-case PostgreSQL name ([a-z_][a-z0-9_]*, at most "
+                                   f"63 characters), not {schema!r}")
+        folder = Path(path)
+        for name in (CONFIG_NAME, _sq.DB_NAME, KEY_NAME, SECRET_NAME):
+            if os.path.lexists(folder / name):
+                raise StoreError(f"{folder} already holds a {name}: init does not overwrite a store or a key; "
+                                 "create the store in another folder")
+        store_id = os.urandom(8).hex()
+        origin = origin or f"sealbox.local/{store_id}"
+        skey, vkey = generate_key(origin)
+        try:  # the schema must hold no store: checked before anything is written to the folder
+            with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                taken = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{schema}.schema_migrations",)).fetchone()[0]
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot create the store's schema {schema!r} in PostgreSQL ({_one_line(exc)})") from None
+        if taken:
+            raise StoreError(f"schema {schema!r} of that database already holds a Sealbox store: give another "
+                             "schema (--schema) or open the existing store's folder")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreReadOnlyError(f"cannot create {folder}: {exc.strerror}") from exc
+        _sq._require_writable(folder)
+        secret = os.urandom(32)
+        _sq._write_private(folder / KEY_NAME, skey + "\n")
+        _sq._write_private(folder / SECRET_NAME, secret.hex() + "\n")
+        _sq._write_private(folder / CONFIG_NAME, json.dumps({"backend": "postgres", "url": url, "schema": schema},
+                                                            indent=2) + "\n")
+        fsync_write(folder / VKEY_NAME, (vkey + "\n").encode())
+        store = cls(folder, _create=True, **kwargs)
+        from sealbox.redaction import ContentPolicy
+
+        content = content or ContentPolicy()
+        values = {"origin": origin, "store_id": store_id, "created_at": utc_now(),
+                  "content": json.dumps(content.to_dict()), "secret_check": _secret_check(secret)}
+        store._write(lambda txn: txn.conn.pg.cursor().executemany(
+            "INSERT INTO store_meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            list(values.items())))
+        store.origin, store.store_id, store.content = origin, store_id, content
+        store._builder = EventBuilder(store._secret, content=content)
+        store.redactor = store._builder.redactor
+        store._signer = store._load_signer()
+        store.append(EventDraft("run.started", {
+            "agent": "sealbox", "snapshot": None, "parent_run_id": None,
+            "labels": {"system": "true", "content_policy": content.fingerprint()},
+            "policy": {"fingerprint": "sha256:" + "0" * 64, "name": None},
+        }, run_id=SYSTEM_RUN_ID, principal="sealbox"))
+        store.issue_checkpoint()
+        store._create = False
+        return store
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, **kwargs: Any) -> "PostgresStore":
+        """Open an existing PostgreSQL store from its folder (see the class for the errors)."""
+        return cls(path, **kwargs)
+
+    # ----------------------------------------------------------------- writing
+
+    def _write(self, fn: Callable[[_PgTxn], Any], sync: bool = True) -> Any:
+        """Run ``fn`` in one write transaction holding the store's advisory lock; commit (durably
+        unless ``sync`` is False). Serialization failures and deadlocks are retried."""
+        if self.readonly:
+            raise StoreReadOnlyError(f"{self.path} was opened read-only")
+        psycopg = _psycopg()
+        depth = self._op_enter()
+        try:
+            conn = self._conn()
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                raise StoreError("a write was started inside another write or read snapshot of this store")
+            for attempt in range(WRITE_RETRIES + 1):
+                try:
+                    with conn.transaction():
+                        if not sync:
+                            conn.execute("SET LOCAL synchronous_commit TO off")
+                        if self._local.no_wait:
+                            if not conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (self._key,)).fetchone()[0]:
+                                raise StoreBusyError(f"{self.path} is locked by another writer")
+                        else:
+                            timeout = self.lock_timeout if self._local.lock_timeout is None else self._local.lock_timeout
+                            conn.execute(f"SET LOCAL lock_timeout TO {max(1, int(timeout * 1000))}")
+                            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
+                            conn.execute("SET LOCAL lock_timeout TO 0")
+                        txn = _PgTxn(_Conn(conn))
+                        result = fn(txn)
+                        txn.flush()
+                    return result
+                except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
+                    if attempt == WRITE_RETRIES:
+                        raise StoreError(f"{self.path}: the write failed {WRITE_RETRIES + 1} times on "
+                                         "serialization conflicts") from None
+                    time.sleep(0.005 * (attempt + 1))
+                except psycopg.errors.LockNotAvailable:
+                    raise StoreError(f"{self.path}: the write lock was held by another writer for more than "
+                                     "lock_timeout") from None
+                except psycopg.Error as exc:
+                    raise StoreError(f"{self.path}: PostgreSQL refused the write ({_one_line(exc)})") from None
+        finally:
+            self._op_leave(depth)
+
+    def no_wait(self) -> Any:
+        """As :meth:`SqliteStore.no_wait`: a write finding the lock taken raises StoreBusyError at once."""
+        return _sq._NoWait(self._local)
+
+    def waiting_until(self, deadline: float) -> Any:
+        """As :meth:`SqliteStore.waiting_until`."""
+        return _sq._WaitingUntil(self._local, deadline)
+
+    def append_with(self, build: Callable[[Any], Sequence[EventDraft]], *, sync: bool = True) -> list[Event]:
+        """Call ``build(reader)`` inside the write transaction (a :class:`PgReader`) and append what it
+        returns, atomically; see :meth:`SqliteStore.append_with`."""
+        def work(txn: _PgTxn) -> list[Event]:
+            if self._damage:
+                raise StoreError(self._damage)
+            drafts = list(build(PgReader(txn.conn, txn)))
+            return self._builder.build(drafts, txn, self._floor)
+
+        events = self._write(work, sync=sync)
+        if events:
+            size = events[-1].leaf_index + 1
+            if size > self._appended_size:
+                self._appended_size = size
+            try:
+                self._maybe_checkpoint(size)
+            except StoreBusyError:
+                pass
+            except _sq._ChangedBelowError as exc:
+                self._damage = str(exc)
+                _log.error("%s", exc)
+            except StoreError as exc:
+                if not (self._closing or self._closed):
+                    _log.warning("%s: checkpoint not signed now: %s", self.path, exc)
+        return events
+
+    def issue_checkpoint(self, extensions: Sequence[str] = ()) -> StoredCheckpoint:
+        """Sign a checkpoint of the whole log, store it and write ``DIR/checkpoint``; see
+        :meth:`SqliteStore.issue_checkpoint` (the same checks, the same signed note)."""
+        if self._signer is None:
+            raise StoreReadOnlyError("this store was opened without its signing key")
+        with self._ckpt_lock:
+            plain, cp = self._write(lambda txn: self._sign_in_txn(txn, tuple(extensions)))
+            if plain.tree_size > self.checkpoint_file_size():
+                fsync_write(self.path / CHECKPOINT_NAME, plain.note.encode("utf-8"))
+            self._floor = max(self._floor, cp.tree_size)
+            self._last_ckpt_size, self._last_ckpt_time = cp.tree_size, time.monotonic()
+            return cp
+
+    def _sign_in_txn(self, txn: _PgTxn, extensions: tuple[str, ...] = ()) -> tuple[StoredCheckpoint, StoredCheckpoint]:
+        body = Checkpoint(self.origin, 0, bytes(32), extensions)
+        size = txn.tree_size()
+        row = txn.conn.execute(_LATEST_SQL).fetchone()
+        now = utc_now()
+        self._check_before_signing(txn, size, row)
+        root = merkle.root_at(size, txn.get_node)
+        if row is not None:
+            signed = self._signed_row(row)
+            if signed.size > size:
+                raise _sq.StoreRolledBackError(f"the store holds {size} events but its newest signed checkpoint covers "
+                                               f"{signed.size}: refusing to sign (run `sealbox verify`)")
+            if signed.size > 0:
+                proof = merkle.consistency_proof(signed.size, size, txn.get_node)
+                try:
+                    merkle.verify_consistency(signed.size, size, proof, signed.root, root)
+                except _sq.ProofError as exc:
+                    raise _sq._ChangedBelowError(
+                        f"refusing to sign a checkpoint of {size} events: the tree is not consistent with the signed "
+                        f"checkpoint of {signed.size} ({exc}): the store was changed below Sealbox (run `sealbox verify`)"
+                    ) from exc
+        if row is not None and row[0] == size:
+            plain = StoredCheckpoint(size, root, row[2], row[3])
+        else:
+            plain = self._insert_checkpoint(txn, Checkpoint(self.origin, size, root), now)
+        if not body.extensions:
+            return plain, plain
+        return plain, self._insert_checkpoint(txn, Checkpoint(self.origin, size, root, body.extensions), now)
+
+    def _insert_checkpoint(self, txn: _PgTxn, checkpoint: Checkpoint, now: str) -> StoredCheckpoint:
+        note = _sq.sign_checkpoint(checkpoint, self._signer)
+        txn.conn.pg.execute(
+            "INSERT INTO checkpoints (id, tree_size, root_hash, note, created_at)"
+            " VALUES ((SELECT coalesce(max(id), 0) + 1 FROM checkpoints), %s, %s, %s, %s)",
+            (checkpoint.size, checkpoint.root, note, now))
+        txn.checkpoint_inserted(checkpoint.size)
+        return StoredCheckpoint(checkpoint.size, checkpoint.root, note, now)
+
+    def put_snapshot(self, content: dict[str, Any]) -> str:
+        """Store a snapshot's strict JSON form once; return its fingerprint (``sha256:<hex>``)."""
+        from sealbox.canonical import canonical_bytes
+        from sealbox.snapshot import snapshot_fingerprint
+
+        fp = snapshot_fingerprint(content)
+        data = canonical_bytes(content)
+        self._write(lambda txn: txn.conn.pg.execute(
+            "INSERT INTO snapshots (fingerprint, content, created_at) VALUES (%s, %s, %s)"
+            " ON CONFLICT (fingerprint) DO NOTHING", (fp, data, utc_now())))
+        return fp
+
+    # ----------------------------------------------------------------- reading
+
+    @contextlib.contextmanager
+    def read_snapshot(self) -> Iterator[None]:
+        """Every read in this thread inside the block sees one snapshot (a REPEATABLE READ transaction)."""
+        psycopg = _psycopg()
+        with self._operation():
+            conn = self._conn()
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                yield
+                return
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                yield
+
+    def _read(self, fn: Callable[[Any], Any]) -> Any:
+        with self.read_snapshot():
+            return fn(self._conn())
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        with self._operation():
+            return self._conn().execute(sql, tuple(params) or None).fetchall()
+
+    def size(self) -> int:
+        """Number of events in the log."""
+        return self._read(lambda c: _PgTxn(_Conn(c)).tree_size())
+
+    def reader(self) -> PgReader:
+        """A :class:`PgReader` outside any write transaction."""
+        return PgReader(_Conn(self._conn()))
+
+    def read_run(self, run_id: str) -> list[Event]:
+        """Every event of ``run_id``, ordered by run_seq (empty if unknown)."""
+        return [event_from_row(*r) for r in self._rows(
+            f"SELECT {_EVENT_COLS} FROM events WHERE run_id = %s ORDER BY run_seq", (run_id,))]
+
+    def read_range(self, start: int, end: int) -> list[Event]:
+        """Events with leaf index in [start, end), in log order."""
+        return [event_from_row(*r) for r in self._rows(
+            f"SELECT {_EVENT_COLS} FROM events WHERE leaf_index >= %s AND leaf_index < %s ORDER BY leaf_index",
+            (start, end))]
+
+    def get_event(self, leaf_index: int) -> Event:
+        """The event at ``leaf_index``; raises :class:`StoreError` if there is none."""
+        events = self.read_range(leaf_index, leaf_index + 1)
+        if not events:
+            raise StoreError(f"no event at leaf index {leaf_index}")
+        return events[0]
+
+    def iter_rows(self, batch: int = 5000) -> Iterator[tuple]:
+        """Raw rows in log order for verification: (leaf_index, raw, leaf_hash, columns), as
+        :meth:`SqliteStore.iter_rows`."""
+        last = -1
+        while True:
+            rows = self._rows(_ROWS_SQL, (last, batch))
+            if not rows:
+                return
+            yield from ((r[0], r[1], r[2], r[3:]) for r in rows)
+            last = rows[-1][0]
+
+    def iter_nodes(self) -> Iterator[tuple[int, int, bytes]]:
+        """Every stored tree node (level, idx, hash)."""
+        yield from self._rows("SELECT level, idx, hash FROM tree_nodes ORDER BY level, idx")
+
+    def iter_level(self, level: int) -> Iterator[tuple[int, bytes]]:
+        """The stored nodes (idx, hash) of one tree level, in index order."""
+        yield from self._rows("SELECT idx, hash FROM tree_nodes WHERE level = %s ORDER BY idx", (level,))
+
+    def node_levels(self) -> list[int]:
+        """Levels that hold at least one stored node."""
+        return [r[0] for r in self._rows("SELECT DISTINCT level FROM tree_nodes")]
+
+    def root(self, size: int | None = None) -> bytes:
+        """RFC 9162 §2.1.1 root of the first ``size`` leaves (default: the whole log)."""
+        def work(conn: Any) -> bytes:
+            txn = _PgTxn(_Conn(conn))
+            n = txn.tree_size() if size is None else _sq.SqliteStore._check_size(size, txn)
+            return merkle.root_at(n, txn.get_node)
+        return self._read(work)
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
+        """RFC 9162 §2.1.3.1 inclusion proof of leaf ``index`` in the tree of ``size`` leaves."""
+        def work(conn: Any) -> list[bytes]:
+            txn = _PgTxn(_Conn(conn))
+            n = txn.tree_size() if size is None else _sq.SqliteStore._check_size(size, txn)
+            return merkle.inclusion_proof(index, n, txn.get_node)
+        return self._read(work)
+
+    def consistency_proof(self, size1: int, size2: int | None = None) -> list[bytes]:
+        """RFC 9162 §2.1.4.1 consistency proof from ``size1`` to ``size2`` leaves (default: now)."""
+        def work(conn: Any) -> list[bytes]:
+            txn = _PgTxn(_Conn(conn))
+            n = txn.tree_size() if size2 is None else _sq.SqliteStore._check_size(size2, txn)
+            return merkle.consistency_proof(size1, n, txn.get_node)
+        return self._read(work)
+
+    def checkpoints(self) -> list[StoredCheckpoint]:
+        """Every checkpoint in the store, oldest first."""
+        return [_sq._stored_checkpoint(r) for r in self._rows(
+            "SELECT tree_size, root_hash, note, created_at FROM checkpoints ORDER BY id")]
+
+    def latest_checkpoint(self) -> StoredCheckpoint | None:
+        """The checkpoint with the largest tree size, or None."""
+        rows = self._rows(_LATEST_SQL)
+        return _sq._stored_checkpoint(rows[0]) if rows else None
+
+    def iter_checkpoint_rows(self) -> list[tuple[Any, Any, Any, Any]]:
+        """Every checkpoints row as stored, (id, tree_size, root_hash, note), by id."""
+        return self._rows("SELECT id, tree_size, root_hash, note FROM checkpoints ORDER BY id")
+
+    def get_blob(self, ref: str) -> bytes:
+        """The canonical content bytes of blob ``ref``; BlobNotFoundError when absent or erased."""
+        rows = self._rows("SELECT content FROM blobs WHERE ref = %s", (ref,))
+        if not rows or rows[0][0] is None:
+            raise _sq.BlobNotFoundError(f"blob {ref} is not in the store" if not rows else f"blob {ref} was erased")
+        return bytes(rows[0][0])
+
+    def get_blob_row(self, ref: str) -> tuple[bytes | None, bytes | None] | None:
+        """(salt, content) of blob ``ref`` (both None once erased), or None when not stored."""
+        rows = self._rows("SELECT salt, content FROM blobs WHERE ref = %s", (ref,))
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    def iter_blobs(self) -> Iterator[tuple[str, bytes | None, bytes | None]]:
+        """Every blob row (ref, salt, content); salt and content are None once erased."""
+        yield from self._rows("SELECT ref, salt, content FROM blobs ORDER BY ref COLLATE \"C\"")
+
+    def blob_size_mismatches(self) -> list[tuple[str, Any, int]]:
+        """(ref, stored size, content length) of every blob whose size column is not its content's length."""
+        return self._rows("SELECT ref, size, length(content) FROM blobs WHERE content IS NOT NULL"
+                          " AND size <> length(content) ORDER BY ref COLLATE \"C\"")
+
+    def resolve(self, value: Any) -> Any:
+        """Replace every ``{"$blob": ...}`` in ``value`` by the content it commits to."""
+        return _blobs.resolve(value, self.get_blob)
+
+    def get_snapshot(self, fingerprint: str) -> dict[str, Any]:
+        """A stored snapshot's strict JSON form (a unique prefix of at least 8 hex digits is accepted).
+
+        Raises:
+            StoreError: no such snapshot, or the prefix is ambiguous. ConfigError: not a string.
+        """
+        if not isinstance(fingerprint, str):
+            raise ConfigError(f"fingerprint: {fingerprint!r} is not a string")
+        fp = fingerprint if fingerprint.startswith("sha256:") else "sha256:" + fingerprint
+        rows = self._rows("SELECT fingerprint, content FROM snapshots WHERE starts_with(fingerprint, %s) LIMIT 2",
+                          (fp,)) if len(fp) >= 15 else []
+        if len(rows) != 1:
+            raise StoreError(f"no snapshot {fingerprint!r} in this store" if not rows
+                             else f"snapshot prefix {fingerprint!r} is ambiguous")
+        return json.loads(bytes(rows[0][1]))
+
+    def iter_snapshots(self) -> Iterator[tuple[str, bytes]]:
+        """Every stored snapshot (fingerprint, canonical bytes)."""
+        yield from self._rows("SELECT fingerprint, content FROM snapshots ORDER BY fingerprint COLLATE \"C\"")
+
+    def iter_run_rows(self) -> Iterator[tuple]:
+        """Every row of the runs table, as :meth:`SqliteStore.iter_run_rows`."""
+        yield from self._rows("SELECT run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at,"
+                              " leaf_index FROM runs ORDER BY leaf_index")
+
+    def content_policy_change(self) -> str | None:
+        """Why the content settings in ``store_meta`` are not those recorded at creation, or None."""
+        if self._content_error:
+            return self._content_error
+        rows = self._rows("SELECT convert_from(raw, 'UTF8')::jsonb #>> '{payload,labels,content_policy}' FROM events"
+                          " WHERE run_id = %s AND run_seq = 1", (SYSTEM_RUN_ID,))
+        recorded = rows[0][0] if rows else None
+        if recorded is None or recorded == self.content.fingerprint():
+            return None
+        return (f"the content settings in the database (mode {self.content.mode}, {self.content.fingerprint()}) "
+                f"are not those recorded when the store was created ({recorded}): they were changed below Sealbox")
+
+    def schema_problems(self) -> list[tuple[str, str]]:
+        """(code, message) of schema_migrations rows naming another migration than the one of their version."""
+        shipped = {m.version: m.name for m in migrate.load_migrations("postgres")}
+        return [("schema_migration_altered", f"the store's schema_migrations row of migration {version!r} names "
+                 f"{name!r}, not {shipped.get(version)!r}: it was changed below Sealbox")
+                for version, name in self._rows("SELECT version, name FROM schema_migrations ORDER BY version")
+                if shipped.get(version) != name]
+
+    def _triggers(self) -> dict[str, str]:
+        """name -> 'O' (enabled), 'D' (disabled) … of the triggers on this schema's tables."""
+        return dict(self._rows("SELECT t.tgname, t.tgenabled FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+                               " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s"
+                               " AND NOT t.tgisinternal", (self.schema,)))
+
+    def missing_triggers(self) -> list[str]:
+        """Append-only triggers the migrations created that are gone or disabled."""
+        present = self._triggers()
+        return sorted(name for name in EXPECTED_TRIGGERS if present.get(name) not in ("O", "A"))
+
+    def foreign_triggers(self) -> list[str]:
+        """Triggers on the store's tables that no migration created."""
+        return sorted(set(self._triggers()) - EXPECTED_TRIGGERS)
+
+    # ----------------------------------------------------------------- not offered yet
+
+    runs = _unsupported("runs", "listing runs (`sealbox runs`)")
+    query_calls = _unsupported("query_calls", "listing tool calls (`sealbox calls`)")
+    query_runs = _unsupported("query_runs", "listing runs (`sealbox runs`)")
+    get_run = _unsupported("get_run", "showing a run (`sealbox runs show`)")
+    explain_query_calls = _unsupported("explain_query_calls", "explaining a call query")
+    has_replays = _unsupported("has_replays", "listing replays")
+    ids_with_prefix = _unsupported("ids_with_prefix", "finding ids by prefix")
+    optimize = lambda self: None  # noqa: E731 - PostgreSQL's autovacuum keeps its statistics
+
+    # ----------------------------------------------------------------- closing
+
+    def close(self) -> None:
+        """Sign a final checkpoint if events arrived since the last one, then close every connection.
+        Calling it again does nothing."""
+        me = threading.get_ident()
+        if self._local.ops and not self._closing and not self._closed:
+            raise StoreError("close() was called inside a write or a read of this store; close it once that has returned")
+        with self._ops_idle:
+            if self._closed or self._closing:
+                wait = self._closing and not self._closed and self._closer != me
+            else:
+                wait = None
+        if wait is not None:
+            if wait:
+                self._closed_event.wait(self.lock_timeout + 30)
+            return
+        with self._ops_idle:
+            self._closing, self._closer = True, me
+        self._stop_checkpoint_timer(wait=False)
+        with self._ops_idle:
+            deadline = time.monotonic() + self.lock_timeout + 5
+            while self._ops - self._local.ops > 0 and deadline > time.monotonic():
+                self._ops_idle.wait(deadline - time.monotonic())
+        try:
+            if self._damage:
+                _log.error("%s: no final checkpoint signed: %s", self.path, self._damage)
+            elif self._signer is not None and self.size() > self._last_ckpt_size:
+                self.issue_checkpoint()
+        finally:
+            try:
+                self._stop_checkpoint_timer(wait=True)
+            finally:
+                self._closed = True
+                self._close_connections()
+                self._closed_event.set()
+
+    def _close_connections(self) -> None:
+        with self._conns_lock:
+            for conn in self._conns:
+                with contextlib.suppress(Exception):
+                    conn.close()
+            self._conns.clear()
+
+    def __enter__(self) -> "PostgresStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# The backend-independent parts of the SQLite store, shared as they are (they use only the
+# folder, the signer, the checkpoint policy and the write/read methods above).
+for _name in ("append", "_maybe_checkpoint", "_checkpoint_timer", "_stop_checkpoint_timer", "_timer_checkpoint",
+              "_check_before_signing", "_signed_row", "checkpoint_file_note", "_checkpoint_file_problem",
+              "checkpoint_file_size", "pinned_vkey", "_load_signer", "_op_enter", "_op_leave", "_operation"):
+    setattr(PostgresStore, _name, _sq.SqliteStore.__dict__[_name])
+del _name
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def test_factory(url: str, request: Any) -> Callable[..., PostgresStore]:
+    """For the conformance suite: a factory of fresh PostgreSQL stores, each in its own schema of the
+    database at ``url`` and its own folder under the test's ``tmp_path``; at the test's end every
+    store is closed and its schema dropped."""
+    psycopg = _psycopg()
+    tmp = request.getfixturevalue("tmp_path")
+    made: list[tuple[PostgresStore, str]] = []
+
+    def make(**kwargs: Any) -> PostgresStore:
+        kwargs.setdefault("checkpoint_policy", CheckpointPolicy(every_events=10, every_seconds=3600))
+        schema = f"sbt_{uuid.uuid4().hex[:20]}"
+        store = PostgresStore.init(tmp / f"pg-store-{len(made)}", url=url, schema=schema, **kwargs)
+        made.append((store, schema))
+        return store
+
+    def drop() -> None:
+        for store, schema in made:
+            with contextlib.suppress(Exception):
+                store.close()
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+    request.addfinalizer(drop)
+    return make
