@@ -441,7 +441,18 @@ def _secret_of(store: Any) -> bytes:
 
 
 def _conn(reader_or_store: Any) -> Any:
-    """The SQLite connection of a :class:`~sealbox.store.sqlite.Reader` or a store."""
+    """The SQLite connection of a :class:`~sealbox.store.sqlite.Reader` or a store.
+
+    Raises:
+        BackendUnsupportedError: a PostgreSQL store or reader (grants keep their credentials in a
+            SQLite table, and read the log with SQLite's SQL: not ported yet).
+    """
+    if getattr(reader_or_store, "backend", "sqlite") == "postgres":
+        from sealbox.errors import BackendUnsupportedError
+
+        raise BackendUnsupportedError("access grants (`sealbox access`, grant_access, revoke, a call naming a "
+                                      "grant) are not supported on a PostgreSQL store yet; see docs/storage.md, "
+                                      "\"PostgreSQL\"")
     conn = getattr(reader_or_store, "conn", None)
     if conn is not None:
         return conn

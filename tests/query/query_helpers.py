@@ -102,9 +102,10 @@ def _call(run, call_id: str, server: str, tool: str, args, fn=_ok) -> None:
         pass
 
 
-def record(path: Path) -> Recorded:
-    """Record the runs described in the module docstring into a new store at ``path``."""
-    store = init_store(path)
+def record(path: Path, **backend) -> Recorded:
+    """Record the runs described in the module docstring into a new store at ``path`` (``backend``:
+    ``postgres_url=URL, schema=NAME`` for a PostgreSQL store)."""
+    store = init_store(path, **backend)
     rec = Recorder(store, policy=Policy.from_text(POLICY))
     out = Recorded(path)
     with rec.run(agent="support-bot", principal="agent:support", labels={"env": "prod"}, snapshot=SNAP1) as a:

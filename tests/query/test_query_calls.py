@@ -302,6 +302,8 @@ def test_decision_and_result_columns_are_stored_and_rows_without_them_read_the_p
         conn.execute("COMMIT")
         conn.close()
 
+    if (recorded.path / "postgres.json").exists():
+        pytest.skip("SQLite stores written before schema 6; a PostgreSQL store has these columns from its first schema")
     with recorded.open() as s:
         before = s.query_calls()
     db = sqlite3.connect(recorded.path / "sealbox.db")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import click
@@ -22,9 +23,16 @@ from sealbox.cli.common import DEFAULT_STORE, BadInput, echo_json, not_empty, op
 @click.option("--redact-pattern", "redact_patterns", multiple=True, metavar="REGEX",
               help="Also redact text matching this regular expression (added to the defaults; it may not match the "
                    "empty string). Repeatable.")
+@click.option("--postgres", "postgres_url", default=None, metavar="URL",
+              help="Keep the log in PostgreSQL (postgresql://user@host/db) instead of SQLite; PATH still holds the "
+                   "signing key, the store secret and the URL (docs/storage.md, \"PostgreSQL\").")
+@click.option("--schema", default=None, metavar="NAME",
+              help="With --postgres: the schema the store's tables go in (default: sealbox). It must hold no store yet.")
 def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_keys: tuple[str, ...],
-             redact_paths: tuple[str, ...], redact_patterns: tuple[str, ...]) -> None:
-    """Create a store in PATH (default: $SEALBOX_STORE or ./.sealbox) and its log signing key."""
+             redact_paths: tuple[str, ...], redact_patterns: tuple[str, ...], postgres_url: str | None,
+             schema: str | None) -> None:
+    """Create a store in PATH (default: $SEALBOX_STORE or ./.sealbox) and its log signing key;
+    with --postgres URL its log lives in that PostgreSQL database."""
     import os
 
     from sealbox.redaction import DEFAULT_KEYS, DEFAULT_PATTERNS, ContentPolicy, path_problem, pattern_problem
@@ -56,8 +64,13 @@ def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_key
         raise BadInput(f"{path} is a file: `sealbox init` creates a folder (give a new or empty folder's path)")
     from sealbox.errors import NoteError
 
+    if postgres_url is not None and not re.match(r"postgres(ql)?://", postgres_url):
+        raise BadInput(f"--postgres takes a postgresql:// URL, not {postgres_url!r}")
+    if schema is not None and postgres_url is None:
+        raise BadInput("--schema applies to a PostgreSQL store: give --postgres URL too")
+    where = {} if postgres_url is None else {"postgres_url": postgres_url, "schema": schema or "sealbox"}
     try:
-        store = init_store(path, origin=origin, content=content)
+        store = init_store(path, origin=origin, content=content, **where)
     except NoteError:  # checked before anything is created
         raise BadInput(f"--origin {origin!r} cannot name the log's key: it may not hold '+', spaces or control "
                        "characters (e.g. example.com/agents)") from None
@@ -67,6 +80,9 @@ def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_key
     click.echo(f"  log origin:   {store.origin}")
     click.echo(f"  signing key:  {path}/log.key (mode 0600; keep it private)")
     click.echo(f"  content mode: {content_mode}")
+    if postgres_url is not None:  # the URL's password, if any, is not printed
+        click.echo(f"  database:     PostgreSQL {re.sub(r'//[^@/]*@', '//…@', postgres_url)}, schema {schema or 'sealbox'} "
+                   f"(settings in {path}/postgres.json, mode 0600)")
     click.echo("")
     click.echo("The log's verifier key is:")
     click.echo("")

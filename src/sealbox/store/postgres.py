@@ -63,7 +63,7 @@ from sealbox.ledger.checkpoint import Checkpoint, generate_key
 from sealbox.store import migrate
 from sealbox.store import sqlite as _sq
 from sealbox.store.base import CheckpointPolicy, EventBuilder, StoreConfigError, StoredCheckpoint, fsync_write, utc_now
-from sealbox.store.sqlite_queries import Reader, event_from_row
+from sealbox.store.sqlite_queries import _LIFECYCLE, DamagedEventError, Reader, SqliteQueries, event_from_row
 
 __all__ = ["PostgresStore", "CONFIG_NAME", "SECRET_NAME", "is_postgres_folder", "test_factory"]
 
@@ -175,6 +175,8 @@ class PgReader(Reader):
     recorder, pause/resume and the gateway read before they append (run heads, steps, usage counters,
     events of some kinds). ``count(sql)`` takes PostgreSQL SQL with ``?`` parameters."""
 
+    backend = "postgres"
+
     def __init__(self, conn: _Conn, txn: Any = None) -> None:
         super().__init__(conn, txn)  # type: ignore[arg-type]
 
@@ -244,7 +246,7 @@ def _unsupported(name: str, what: str) -> Callable[..., Any]:
     return method
 
 
-class PostgresStore:
+class PostgresStore(SqliteQueries):
     """The PostgreSQL store. Open with :meth:`init` (new) or :meth:`open` (existing), or through
     :func:`sealbox.store.open_store` / :func:`~sealbox.store.init_store` on its folder.
 
@@ -336,7 +338,12 @@ class PostgresStore:
             raise StoreError(f"{self.path}: cannot connect to PostgreSQL ({_one_line(exc)})") from None
         return conn
 
-    def _conn(self) -> Any:
+    def _conn(self) -> _Conn:
+        """This thread's connection seen with SQLite-style ``?`` parameters (the shared query code uses it)."""
+        return _Conn(self._pg())
+
+    def _pg(self) -> Any:
+        """This thread's psycopg connection (opened on first use; a new one after a fork)."""
         if self._closed:
             raise StoreError("the store is closed")
         if self._pid != os.getpid():  # connections must not cross a fork: the child opens its own
@@ -354,7 +361,7 @@ class PostgresStore:
 
     def _migrate(self) -> None:
         psycopg = _psycopg()
-        conn = self._conn()
+        conn = self._pg()
         known = migrate.load_migrations("postgres")
         where = f"{self.path} (schema {self.schema})"
         try:
@@ -386,7 +393,7 @@ class PostgresStore:
             self._migrate()
         else:
             self._migrate()  # read-only: only checks (no pending migration is applied)
-        conn = self._conn()
+        conn = self._pg()
         meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
         self.open_damage: list[str] = []
         origin, store_id = meta.get("origin", ""), meta.get("store_id", "")
@@ -527,7 +534,7 @@ class PostgresStore:
         psycopg = _psycopg()
         depth = self._op_enter()
         try:
-            conn = self._conn()
+            conn = self._pg()
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 raise StoreError("a write was started inside another write or read snapshot of this store")
             for attempt in range(WRITE_RETRIES + 1):
@@ -664,7 +671,7 @@ class PostgresStore:
         """Every read in this thread inside the block sees one snapshot (a REPEATABLE READ transaction)."""
         psycopg = _psycopg()
         with self._operation():
-            conn = self._conn()
+            conn = self._pg()
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 yield
                 return
@@ -674,11 +681,11 @@ class PostgresStore:
 
     def _read(self, fn: Callable[[Any], Any]) -> Any:
         with self.read_snapshot():
-            return fn(self._conn())
+            return fn(self._pg())
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with self._operation():
-            return self._conn().execute(sql, tuple(params) or None).fetchall()
+            return self._pg().execute(sql, tuple(params) or None).fetchall()
 
     def size(self) -> int:
         """Number of events in the log."""
@@ -686,7 +693,7 @@ class PostgresStore:
 
     def reader(self) -> PgReader:
         """A :class:`PgReader` outside any write transaction."""
-        return PgReader(_Conn(self._conn()))
+        return PgReader(_Conn(self._pg()))
 
     def read_run(self, run_id: str) -> list[Event]:
         """Every event of ``run_id``, ordered by run_seq (empty if unknown)."""
@@ -854,13 +861,24 @@ class PostgresStore:
 
     # ----------------------------------------------------------------- not offered yet
 
-    runs = _unsupported("runs", "listing runs (`sealbox runs`)")
-    query_calls = _unsupported("query_calls", "listing tool calls (`sealbox calls`)")
-    query_runs = _unsupported("query_runs", "listing runs (`sealbox runs`)")
-    get_run = _unsupported("get_run", "showing a run (`sealbox runs show`)")
-    explain_query_calls = _unsupported("explain_query_calls", "explaining a call query")
-    has_replays = _unsupported("has_replays", "listing replays")
-    ids_with_prefix = _unsupported("ids_with_prefix", "finding ids by prefix")
+    _calls_sql = None  # set below the class (PostgreSQL's calls query and result expression)
+    _runs_sql = ""
+    _reader_class = PgReader
+    explain_query_calls = _unsupported("explain_query_calls", "explaining a call query's plan (SQLite's EXPLAIN)")
+
+    def ids_with_prefix(self, what: str, prefix: str, limit: int = 6) -> list[str]:
+        """Run ids (``what="run"``) or approval request ids (``what="approval"``) starting with ``prefix``,
+        in code-point order, at most ``limit`` (as :meth:`SqliteStore.ids_with_prefix`)."""
+        if what == "run":
+            sql = "SELECT run_id FROM runs WHERE starts_with(run_id, %s) ORDER BY run_id LIMIT %s"
+        elif what == "approval":
+            sql = ("SELECT DISTINCT a FROM (SELECT (convert_from(raw, 'UTF8')::json -> 'payload' ->> 'approval_id')"
+                   " COLLATE \"C\" AS a FROM events WHERE kind = 'approval.requested') t WHERE starts_with(a, %s)"
+                   " ORDER BY a LIMIT %s")
+        else:
+            raise ValueError(f"ids_with_prefix: what is 'run' or 'approval', not {what!r}")
+        return [r[0] for r in self._rows(sql, (prefix, int(limit)))]
+
     optimize = lambda self: None  # noqa: E731 - PostgreSQL's autovacuum keeps its statistics
 
     # ----------------------------------------------------------------- closing
@@ -912,6 +930,46 @@ class PostgresStore:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+_J = "convert_from({t}.raw, 'UTF8')::json -> 'payload'"
+#: The calls listing (sqlite_queries._CALLS_SQL) in PostgreSQL's SQL: the same rows, the same order.
+_PG_NEXT = """COALESCE(
+    (SELECT e.leaf_index FROM events e WHERE e.leaf_index = c.leaf_index + {offset} AND e.call_id = c.call_id
+     AND e.run_id = c.run_id AND e.kind = '{kind}'),
+    (SELECT e.leaf_index FROM events e WHERE e.call_id = c.call_id AND e.kind = '{kind}'
+     AND e.leaf_index > c.leaf_index AND e.run_id = c.run_id ORDER BY e.leaf_index LIMIT 1))"""
+_PG_CALLS_SQL = ("""
+SELECT c.ts, c.run_id, r.agent, c.principal, c.step, c.call_id, c.server, c.tool,
+       json_build_array(cp.p -> 'exposed', cp.p -> 'grant', cp.p -> 'arguments')::text,
+       d.effect, COALESCE(d.rule, """ + _J.format(t="d") + """ ->> 'rule'),
+       COALESCE(d.reason_code, """ + _J.format(t="d") + """ ->> 'reason_code'),
+       x.ok, CASE WHEN x.ok = 0 THEN (""" + _J.format(t="x") + """ -> 'error')::text END,
+       x.duration_us, {result}
+FROM events c
+CROSS JOIN LATERAL (SELECT """ + _J.format(t="c") + """ AS p) cp
+LEFT JOIN runs r ON r.run_id = c.run_id
+LEFT JOIN events d ON d.leaf_index = """ + _PG_NEXT.format(offset=1, kind="policy.decision") + """
+LEFT JOIN events x ON x.leaf_index = """ + _PG_NEXT.format(offset=2, kind="tool.result") + """
+WHERE {where}
+ORDER BY c.leaf_index DESC
+""").replace("{offset}", "").replace("{kind}", "")
+_PG_RESULT_SQL = "(" + _J.format(t="x") + " -> 'result')::text"
+#: The runs listing (sqlite_queries._RUNS_SQL) in PostgreSQL's SQL.
+_PG_RUNS_SQL = """
+SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot, r.started_at,
+       (""" + _J.format(t="s") + """ -> 'labels')::text, l.kind, l.ts, l.run_seq,
+       CASE WHEN l.kind = 'run.ended' THEN """ + _J.format(t="l") + """ ->> 'status' END, p.kind
+FROM runs r
+JOIN events s ON s.leaf_index = r.leaf_index
+JOIN events l ON l.run_id = r.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = r.run_id)
+JOIN events p ON p.run_id = r.run_id AND p.run_seq = (
+    SELECT max(run_seq) FROM events WHERE run_id = r.run_id AND kind IN ({lifecycle}))
+WHERE {where}
+ORDER BY r.started_at DESC, r.leaf_index DESC
+"""
+PostgresStore._calls_sql = (_PG_CALLS_SQL, _PG_RESULT_SQL)
+PostgresStore._runs_sql = _PG_RUNS_SQL
 
 
 # The backend-independent parts of the SQLite store, shared as they are (they use only the

@@ -139,7 +139,15 @@ _SQL_LIMIT_MAX = 2**63 - 1
 
 
 class SqliteQueries:
-    """Query methods of :class:`~sealbox.store.sqlite.SqliteStore` (runs, calls)."""
+    """Query methods of :class:`~sealbox.store.sqlite.SqliteStore` (runs, calls). A backend whose SQL
+    differs sets the class attributes below to its own queries (:mod:`sealbox.store.postgres`)."""
+
+    #: (the calls listing query, the expression of a call's result) — see :data:`_CALLS_SQL`
+    _calls_sql: "tuple[str, str] | None" = None
+    #: the runs listing query — see :data:`_RUNS_SQL` (set below, once it is defined)
+    _runs_sql: str = ""
+    #: the Reader class over a connection of this backend
+    _reader_class: Any = None
 
     def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Runs, newest first: run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, last_kind, events."""
@@ -199,7 +207,8 @@ class SqliteQueries:
         limit = check_limit(limit)
         sql, params, globs, matches = _calls_query(tool=tool, server=server, run_id=run_id, agent=agent,
                                                    principal=principal, since=since, until=until, decision=decision,
-                                                   error=error, match=match, replays=replays)
+                                                   error=error, match=match, replays=replays,
+                                                   template=self._calls_sql)
         _refuse_hidden_matches(matches, getattr(getattr(self, "content", None), "mode", None))
         with_result = any(m.root == "result" for m in matches)
         # approvers and flags are only known once the run's approval events were evaluated
@@ -269,7 +278,7 @@ class SqliteQueries:
         from sealbox.approvals import _RELATED, evaluate
         from sealbox.identities import identity_book
 
-        reader = Reader(self._conn())
+        reader = self._reader_class(self._conn())
         book = identity_book(reader)
         runs: dict[str, tuple[dict[str, list[Event]], list[Event]]] = {}  # run -> (call -> requests, related)
         for row in held:
@@ -341,7 +350,7 @@ class SqliteQueries:
             q.check_text(name, value)
         limit = q.check_limit(limit)
         wanted = q.parse_labels(labels)
-        where, params = ["1"], []
+        where, params = ["1 = 1"], []
         for sql, value in (("r.agent = ?", agent), ("r.principal = ?", principal)):
             if value is not None:
                 where.append(sql)
@@ -360,7 +369,7 @@ class SqliteQueries:
             where.append({"running": "p.kind NOT IN ('run.ended', 'run.suspended')",
                           "suspended": "p.kind = 'run.suspended'"}.get(status, "p.kind = 'run.ended'"))
         out: list[dict[str, Any]] = []
-        cursor = self._conn().execute(_RUNS_SQL.format(where=" AND ".join(where), lifecycle=_LIFECYCLE), params)
+        cursor = self._conn().execute(self._runs_sql.format(where=" AND ".join(where), lifecycle=_LIFECYCLE), params)
         try:
             for rec in cursor:
                 row = _run_row(rec)
@@ -394,11 +403,11 @@ class SqliteQueries:
     @_json_guarded
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         """One run as a :meth:`query_runs` row, plus ``children`` (rows of the runs naming it as parent), or None."""
-        recs = self._conn().execute(_RUNS_SQL.format(where="r.run_id = ?", lifecycle=_LIFECYCLE), (run_id,)).fetchall()
+        recs = self._conn().execute(self._runs_sql.format(where="r.run_id = ?", lifecycle=_LIFECYCLE), (run_id,)).fetchall()
         if not recs:
             return None
         run = _run_row(recs[0])
-        kids = self._conn().execute(_RUNS_SQL.format(where="r.parent_run_id = ?", lifecycle=_LIFECYCLE), (run_id,)).fetchall()
+        kids = self._conn().execute(self._runs_sql.format(where="r.parent_run_id = ?", lifecycle=_LIFECYCLE), (run_id,)).fetchall()
         run["children"] = [_run_row(k) for k in reversed(kids)]
         return run
 
@@ -600,8 +609,9 @@ ORDER BY r.started_at DESC, r.leaf_index DESC
 def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: str | None = None,
                  agent: str | None = None, principal: str | None = None, since: Any = None, until: Any = None,
                  decision: str | None = None, error: bool | None = None, match: Any = None,
-                 replays: bool = True) -> tuple:
-    """(sql, params, globs left to confirm, compiled matches) for :meth:`SqliteStore.query_calls`."""
+                 replays: bool = True, template: tuple[str, str] | None = None) -> tuple:
+    """(sql, params, globs left to confirm, compiled matches) for :meth:`SqliteStore.query_calls`;
+    ``template``: (the calls query, the result expression) in another backend's SQL (default SQLite's)."""
     from sealbox import query as q
 
     q.check_choice("decision", decision, q.DECISIONS)
@@ -629,8 +639,8 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
         where.append("x.ok = ?")
         params.append(0 if error else 1)
     with_result = any(m.root == "result" for m in matches)
-    sql = _CALLS_SQL.format(result="CAST(x.raw AS TEXT) -> '$.payload.result'" if with_result else "NULL",
-                            where=" AND ".join(where))
+    calls_sql, result_sql = template or (_CALLS_SQL, _RESULT_SQL)
+    sql = calls_sql.format(result=result_sql if with_result else "NULL", where=" AND ".join(where))
     return sql, params, globs, matches
 
 
@@ -731,3 +741,7 @@ def _run_row(rec: tuple) -> dict[str, Any]:
             "labels": json.loads(labels) if labels else {}, "status": status, "ending": ending,
             "ended_at": last_ts if status == "ended" else None, "last_kind": last_kind, "events": events}
 
+
+_RESULT_SQL = "CAST(x.raw AS TEXT) -> '$.payload.result'"
+SqliteQueries._runs_sql = _RUNS_SQL
+SqliteQueries._reader_class = Reader

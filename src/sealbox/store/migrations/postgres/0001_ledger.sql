@@ -13,21 +13,21 @@ CREATE TABLE store_meta (
 
 CREATE TABLE events (
     leaf_index  BIGINT PRIMARY KEY,            -- 0-based position in the log (RFC 9162)
-    run_id      TEXT    NOT NULL,
+    run_id      TEXT COLLATE "C"    NOT NULL,
     run_seq     BIGINT  NOT NULL,
-    kind        TEXT    NOT NULL,
-    ts          TEXT    NOT NULL,
-    principal   TEXT    NOT NULL,
-    step        TEXT    NOT NULL,
-    server      TEXT,                          -- derived from the payload, for queries
-    tool        TEXT,
-    call_id     TEXT,
-    effect      TEXT,
+    kind        TEXT COLLATE "C"    NOT NULL,
+    ts          TEXT COLLATE "C"    NOT NULL,
+    principal   TEXT COLLATE "C"    NOT NULL,
+    step        TEXT COLLATE "C"    NOT NULL,
+    server      TEXT COLLATE "C",                          -- derived from the payload, for queries
+    tool        TEXT COLLATE "C",
+    call_id     TEXT COLLATE "C",
+    effect      TEXT COLLATE "C",
     ok          INTEGER,
     tokens      BIGINT,
     cost        DOUBLE PRECISION,
-    rule        TEXT,
-    reason_code TEXT,
+    rule        TEXT COLLATE "C",
+    reason_code TEXT COLLATE "C",
     duration_us BIGINT,
     raw         BYTEA   NOT NULL,              -- the hashed bytes (RFC 8785)
     leaf_hash   BYTEA   NOT NULL               -- SHA-256(0x00 || raw), derived
@@ -40,7 +40,7 @@ CREATE INDEX events_kind_ts ON events (kind, ts);
 CREATE INDEX events_run_kind ON events (run_id, kind);
 
 CREATE TABLE snapshots (
-    fingerprint TEXT PRIMARY KEY,
+    fingerprint TEXT COLLATE "C" PRIMARY KEY,
     content     BYTEA NOT NULL,
     created_at  TEXT  NOT NULL
 );
@@ -64,20 +64,20 @@ CREATE TABLE checkpoints (
 CREATE INDEX checkpoints_size ON checkpoints (tree_size);
 
 CREATE TABLE runs (
-    run_id        TEXT PRIMARY KEY,
-    agent         TEXT NOT NULL,
-    principal     TEXT NOT NULL,
-    parent_run_id TEXT,
-    replay_of     TEXT,
-    snapshot      TEXT,
-    started_at    TEXT NOT NULL,
+    run_id        TEXT COLLATE "C" PRIMARY KEY,
+    agent         TEXT COLLATE "C" NOT NULL,
+    principal     TEXT COLLATE "C" NOT NULL,
+    parent_run_id TEXT COLLATE "C",
+    replay_of     TEXT COLLATE "C",
+    snapshot      TEXT COLLATE "C",
+    started_at    TEXT COLLATE "C" NOT NULL,
     leaf_index    BIGINT NOT NULL              -- of its run.started event
 );
 CREATE INDEX runs_parent ON runs (parent_run_id) WHERE parent_run_id IS NOT NULL;
 CREATE INDEX runs_started ON runs (started_at);
 
 CREATE TABLE blobs (
-    ref     TEXT PRIMARY KEY,                  -- sha256:<hex>
+    ref     TEXT COLLATE "C" PRIMARY KEY,                  -- sha256:<hex>
     salt    BYTEA,
     content BYTEA,
     size    BIGINT NOT NULL
