@@ -209,3 +209,16 @@ def test_a_migration_edited_after_it_was_applied_is_refused(tmp_path, schema):
     sql(schema, "UPDATE schema_migrations SET checksum = 'sha256:00'")
     with pytest.raises(SchemaVersionError, match=r": migration 0001_ledger differs from the one applied \(recorded sha256:00, shipped sha256:"):
         open_store(tmp_path / "s")
+
+
+@pytest.mark.parametrize("name, what", [("store.secret", "store secret"), ("postgres.json", "PostgreSQL settings"),
+                                        ("log.key", "signing key")])
+def test_export_never_overwrites_the_postgresql_stores_own_files(tmp_path, schema, name, what):
+    folder = tmp_path / "s"
+    assert cli("init", "--postgres", URL, "--schema", schema, str(folder)).returncode == 0
+    before = (folder / name).read_bytes()
+    res = cli("export", "-s", str(folder), "-o", str(folder / name))
+    assert (res.returncode, res.stdout) == (2, ""), res
+    assert res.stderr == (f"error: cannot write {folder / name}: it is the store's own {what} ({folder / name}), "
+                          "which is never replaced (nothing was written)\n")
+    assert (folder / name).read_bytes() == before

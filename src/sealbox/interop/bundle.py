@@ -527,13 +527,15 @@ _FILE_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link", sta
 
 
 def _store_files() -> dict[str, str]:
-    """The files of a store's data folder (``sealbox.store.sqlite``'s layout) -> what each is."""
+    """The files of a store's data folder (``sealbox.store.sqlite``'s layout, and a PostgreSQL store's
+    ``postgres.json`` and ``store.secret``) -> what each is."""
     from sealbox.store.sqlite import CHECKPOINT_NAME, DB_NAME, KEY_NAME, VKEY_NAME
 
     return {DB_NAME: "database", f"{DB_NAME}-wal": "write-ahead log",
             f"{DB_NAME}-shm": "shared-memory index", f"{DB_NAME}-journal": "rollback journal",
             KEY_NAME: "signing key", VKEY_NAME: "pinned verifier key", CHECKPOINT_NAME: "checkpoint file",
-            "resume.lock": "resume lock file"}
+            "resume.lock": "resume lock file", "postgres.json": "PostgreSQL settings",
+            "store.secret": "store secret"}
 
 
 def _own_store_file(path: Path, store_dir: str | os.PathLike) -> str | None:

@@ -1,0 +1,50 @@
+"""The gateway recording into a PostgreSQL store (SEALBOX_TEST_POSTGRES_URL): the same events as on
+SQLite, the call and its decision committed before the upstream sees the call, a deny never forwarded."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+import sealbox
+from sealbox.gateway import Gateway
+from sealbox.policy import Policy
+
+from .conftest import connect, gateway_runs, kinds, running, text_of, toy_config, toy_log
+from .test_gateway_calls import DENY_ECHO
+
+URL = os.environ.get("SEALBOX_TEST_POSTGRES_URL")
+pytestmark = [pytest.mark.anyio,
+              pytest.mark.skipif(not URL, reason="SEALBOX_TEST_POSTGRES_URL is not set: needs PostgreSQL")]
+
+
+@pytest.fixture
+def pg_store(tmp_path):
+    import psycopg
+
+    schema = f"sbt_{uuid.uuid4().hex[:20]}"
+    store = sealbox.init_store(tmp_path / "store", postgres_url=URL, schema=schema)
+    yield store
+    store.close()
+    with psycopg.connect(URL, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+async def test_an_allowed_call_and_a_denied_one_are_recorded_in_postgresql(tmp_path, pg_store):
+    gw = Gateway(toy_config(tmp_path), store=pg_store, policy=Policy.from_text(DENY_ECHO))
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            result = await client.call_tool("toy__add", {"a": 2, "b": 40})
+            denied = await client.call_tool("toy__echo", {"text": "my secret"})
+        [run_id] = gateway_runs(pg_store)
+    assert (result.is_error, text_of(result)) == (False, "42")
+    assert denied.is_error and "no-echo-secrets" in text_of(denied)
+    assert kinds(pg_store, run_id) == [("1", "run.started"), ("2", "tool.call"), ("2", "policy.decision"),
+                                       ("2", "tool.result"), ("3", "tool.call"), ("3", "policy.decision"),
+                                       ("4", "run.ended")]
+    assert toy_log(tmp_path) == [{"tool": "add", "arguments": {"a": 2, "b": 40}}]  # the denied echo never forwarded
+    assert type(pg_store).__name__ == "PostgresStore"
+    report = sealbox.verify_store(pg_store)
+    assert report.ok, [p.line() for p in report.problems]
