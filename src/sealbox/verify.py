@@ -1389,11 +1389,29 @@ def compromised_answer_notes(by_kind: dict[str, list[tuple[int, dict]]]) -> list
     return notes
 
 
+def _store_calls_portable(store: Any, compromised: dict[str, dict[str, Any]]) -> list[tuple[int, str, Any, str, Any]]:
+    """:func:`_store_calls` through the store's reader (``Reader.events``), for backends other than SQLite."""
+    reader = store.reader()
+    out = []
+    for call in reader.events(["tool.call"]):
+        gid = call.payload.get("grant")
+        if gid not in compromised:
+            continue
+        call_id = call.payload.get("call_id")
+        decisions = [e.payload for e in reader.events(["policy.decision"], run_id=call.run_id)
+                     if e.payload.get("call_id") == call_id]
+        ran = all(lets_through(d) for d in decisions)
+        out.append((call.leaf_index, call.run_id, call_id, gid, None if ran else "deny"))
+    return out
+
+
 def _store_calls(store: Any, compromised: dict[str, dict[str, Any]]) -> list[tuple[int, str, Any, str, Any]]:
     """The ``tool.call`` events naming one of these grants, each with ``"deny"`` when a decision of it does
     not :func:`let it through <lets_through>` (denied, imported, or served by a replay: it did not run under
     the grant, as a bundle reads it), else None; read only when some grant was signed with a compromised
     key (rare), so verify pays nothing otherwise."""
+    if getattr(store, "backend", "sqlite") != "sqlite":  # no SQLite SQL: read the events through the store's reader
+        return _store_calls_portable(store, compromised)
     conn = store._conn()
     marks = ", ".join("?" * len(compromised))
     rows = conn.execute(

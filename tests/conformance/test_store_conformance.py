@@ -341,3 +341,19 @@ def test_many_threads_appending_to_one_store_lose_nothing(store):
         assert [e.payload["text"] for e in store.read_run(f"t{i}")[1:]] == [f"t{i}-{n}" for n in range(25)]
     report = verify_store(store)
     assert report.ok, [p.line() for p in report.problems]
+
+
+def test_verify_finds_the_calls_made_under_a_grant_on_every_backend(store):
+    """verify's look-up of the calls naming a compromised grant (verify._store_calls) runs SQLite's SQL
+    on SQLite and the store's reader elsewhere: the same calls, each marked "deny" when not let through."""
+    from sealbox.verify import _store_calls
+
+    store.append(started("r1"))
+    for call_id, grant, effect in (("c1", "g-1", "allow"), ("c2", "g-2", "allow"), ("c3", "g-1", "deny")):
+        store.append([
+            EventDraft("tool.call", {"call_id": call_id, "server": "db", "tool": "q", "exposed": "db__q",
+                                     "arguments": {}, "grant": grant}, run_id="r1", principal="agent:bot"),
+            EventDraft("policy.decision", {"call_id": call_id, "effect": effect, "reason_code": f"policy_{effect}",
+                                           "rule": "r", "reason": "r", "policy_fingerprint": FP, "eval_us": 1},
+                       run_id="r1", principal="agent:bot")])
+    assert _store_calls(store, {"g-1": {}}) == [(2, "r1", "c1", "g-1", None), (6, "r1", "c3", "g-1", "deny")]

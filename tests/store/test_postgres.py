@@ -222,3 +222,17 @@ def test_export_never_overwrites_the_postgresql_stores_own_files(tmp_path, schem
     assert res.stderr == (f"error: cannot write {folder / name}: it is the store's own {what} ({folder / name}), "
                           "which is never replaced (nothing was written)\n")
     assert (folder / name).read_bytes() == before
+
+
+def test_a_listing_over_an_event_damaged_below_sealbox_names_it_in_one_error_line(tmp_path, schema):
+    folder = tmp_path / "s"
+    assert cli("init", "--postgres", URL, "--schema", schema, str(folder)).returncode == 0
+    rec = subprocess.run([sys.executable, "-c", RECORD, str(folder)], capture_output=True, text=True)
+    assert rec.returncode == 0, rec.stderr
+    for leaf, args in ((2, ["calls"]), (1, ["runs", "list"])):  # the call; the run's run.started
+        sql(schema, f"UPDATE events SET raw = '\\xff7b'::bytea WHERE leaf_index = {leaf}", below_triggers=True)
+        res = cli(*args, "-s", str(folder))
+        assert (res.returncode, res.stdout) == (2, ""), res
+        assert res.stderr.startswith(f"error: the event at leaf {min(leaf, 2)} is damaged (its bytes are not a "
+                                     "Sealbox event: they are not JSON ("), res.stderr
+        assert res.stderr.endswith("): the store was changed below Sealbox; run `sealbox verify`\n")

@@ -866,6 +866,22 @@ class PostgresStore(SqliteQueries):
     _reader_class = PgReader
     explain_query_calls = _unsupported("explain_query_calls", "explaining a call query's plan (SQLite's EXPLAIN)")
 
+    def _locate_damaged(self, exc: BaseException) -> DamagedEventError:
+        """The :class:`DamagedEventError` of the first event that cannot be read (a query failed with ``exc``)."""
+        last = -1
+        while True:
+            rows = self._rows(f"SELECT {_EVENT_COLS} FROM events WHERE leaf_index > %s ORDER BY leaf_index LIMIT 2000",
+                              (last,))
+            if not rows:
+                return DamagedEventError(f"an event in the log is damaged (PostgreSQL cannot read it: {_one_line(exc)}):"
+                                         " the store was changed below Sealbox; run `sealbox verify`")
+            for row in rows:
+                try:
+                    event_from_row(*row)
+                except DamagedEventError as err:
+                    return err
+            last = rows[-1][0]
+
     def ids_with_prefix(self, what: str, prefix: str, limit: int = 6) -> list[str]:
         """Run ids (``what="run"``) or approval request ids (``what="approval"``) starting with ``prefix``,
         in code-point order, at most ``limit`` (as :meth:`SqliteStore.ids_with_prefix`)."""
@@ -970,6 +986,27 @@ ORDER BY r.started_at DESC, r.leaf_index DESC
 """
 PostgresStore._calls_sql = (_PG_CALLS_SQL, _PG_RESULT_SQL)
 PostgresStore._runs_sql = _PG_RUNS_SQL
+
+
+def _pg_guarded(name: str) -> Callable[..., Any]:
+    """SqliteQueries' ``name`` on PostgreSQL, a query failing on a row changed below Sealbox (bytes that
+    are not UTF-8 or not JSON, which PostgreSQL's JSON casts refuse) raised as the
+    :class:`DamagedEventError` naming the first damaged event, as on SQLite."""
+    base = getattr(SqliteQueries, name)
+
+    def guarded(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
+        psycopg = _psycopg()
+        try:
+            return base(self, *args, **kwargs)
+        except psycopg.errors.DataError as exc:
+            raise self._locate_damaged(exc) from None
+
+    guarded.__name__, guarded.__doc__ = name, base.__doc__
+    return guarded
+
+
+for _name in ("runs", "query_calls", "query_runs", "get_run"):
+    setattr(PostgresStore, _name, _pg_guarded(_name))
 
 
 # The backend-independent parts of the SQLite store, shared as they are (they use only the
