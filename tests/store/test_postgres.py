@@ -236,3 +236,70 @@ def test_a_listing_over_an_event_damaged_below_sealbox_names_it_in_one_error_lin
         assert res.stderr.startswith(f"error: the event at leaf {min(leaf, 2)} is damaged (its bytes are not a "
                                      "Sealbox event: they are not JSON ("), res.stderr
         assert res.stderr.endswith("): the store was changed below Sealbox; run `sealbox verify`\n")
+
+
+def test_no_wait_and_lock_timeout_while_another_connection_holds_the_write_lock(tmp_path, schema):
+    import psycopg
+
+    from sealbox import EventDraft
+    from sealbox.errors import StoreBusyError, StoreError
+    from sealbox.store import init_store, open_store
+    from sealbox.store.postgres import _lock_key
+
+    init_store(tmp_path / "s", postgres_url=URL, schema=schema).close()
+    store = open_store(tmp_path / "s", lock_timeout=0.3)
+    store.append(started("r1"))
+    size = store.size()
+    with psycopg.connect(URL) as holder:  # another writer's transaction, holding the lock
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
+        with store.no_wait(), pytest.raises(StoreBusyError, match="is locked by another writer"):
+            store.append(EventDraft("note", {"text": "x"}, run_id="r1", principal="agent:bot"))
+        with pytest.raises(StoreError, match="the write lock was held by another writer for more than lock_timeout"):
+            store.append(EventDraft("note", {"text": "x"}, run_id="r1", principal="agent:bot"))
+        holder.rollback()
+    assert store.size() == size
+    store.append(EventDraft("note", {"text": "now"}, run_id="r1", principal="agent:bot"))
+    assert store.size() == size + 1
+    store.close()
+
+
+def test_verify_reports_a_trigger_that_is_not_sealboxs(tmp_path, schema):
+    from sealbox import verify_store
+    from sealbox.store import init_store, open_store
+
+    init_store(tmp_path / "s", postgres_url=URL, schema=schema).close()
+    sql(schema, "CREATE FUNCTION quietly() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$")
+    sql(schema, "CREATE TRIGGER drop_notes BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION quietly()")
+    store = open_store(tmp_path / "s", readonly=True)
+    try:
+        report = verify_store(store)
+    finally:
+        store.close()
+    assert [(p.code, p.message) for p in report.problems if p.code.startswith("trigger")] == [
+        ("trigger_foreign", "the trigger drop_notes is not Sealbox's: it can silently change or drop what Sealbox "
+                            "writes (someone changed the store below Sealbox)")]
+
+
+def test_a_call_naming_a_grant_is_a_recorded_guardrail_deny_saying_why(tmp_path, schema):
+    """The grant check cannot run on PostgreSQL yet: fail-closed, the call is denied (guardrail_error,
+    recorded before anything runs) and the reason names what is not supported."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder, ToolDenied
+    from sealbox.store import init_store
+
+    store = init_store(tmp_path / "s", postgres_url=URL, schema=schema)
+    ran = []
+    try:
+        rec = Recorder(store, policy=ALLOW_ALL)
+        with rec.run(agent="bot", principal="agent:bot") as run:
+            with pytest.raises(ToolDenied) as caught:
+                run.call_tool("db", "q", {}, lambda: ran.append(1), grant="g-123")
+        assert str(caught.value) == (
+            "db/q denied (guardrail_error): the grant check failed: BackendUnsupportedError: access grants "
+            "(`sealbox access`, grant_access, revoke, a call naming a grant) are not supported on a PostgreSQL "
+            "store yet; see docs/storage.md, \"PostgreSQL\"")
+        assert ran == []
+        decision = [e.payload for e in store.read_run(run.run_id) if e.kind == "policy.decision"]
+        assert [(d["effect"], d["reason_code"]) for d in decision] == [("deny", "guardrail_error")]
+    finally:
+        store.close()
