@@ -303,3 +303,51 @@ def test_a_call_naming_a_grant_is_a_recorded_guardrail_deny_saying_why(tmp_path,
         assert [(d["effect"], d["reason_code"]) for d in decision] == [("deny", "guardrail_error")]
     finally:
         store.close()
+
+
+def test_a_child_process_after_fork_uses_its_own_connections_and_the_parents_keep_working(tmp_path, schema):
+    from sealbox import EventDraft
+    from sealbox.store import init_store
+
+    store = init_store(tmp_path / "s", postgres_url=URL, schema=schema)
+    store.append(started("r1"))
+    pid = os.fork()
+    if pid == 0:  # the child: the inherited object opens fresh connections; the parent's are left alone
+        code = 1
+        try:
+            store.append(EventDraft("note", {"text": "from the child"}, run_id="r1", principal="agent:bot"))
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.append(EventDraft("note", {"text": "from the parent"}, run_id="r1", principal="agent:bot"))
+    assert [e.payload.get("text") for e in store.read_run("r1")[1:]] == ["from the child", "from the parent"]
+    store.close()
+
+
+def test_approvals_over_a_damaged_request_name_it(tmp_path, schema):
+    from sealbox.approvals import ApprovalPending, get_approval
+    from sealbox.policy import Policy
+    from sealbox.recorder import Recorder
+    from sealbox.store import init_store, open_store
+    from sealbox.store.base import DamagedEventError
+
+    store = init_store(tmp_path / "s", postgres_url=URL, schema=schema)
+    rec = Recorder(store, policy=Policy.from_text(
+        "version: 1\nrules:\n  - id: w\n    match: {tool: write_query}\n    effect: require_approval\n"
+        "    approval: {groups: [ops], quorum: 1, expires: 1h}\n"), approvals="suspend")
+    with pytest.raises(ApprovalPending):
+        with rec.run(agent="bot", principal="agent:bot") as run:
+            run.call_tool("db", "write_query", {"query": "delete"}, lambda query: 1)
+    [request] = [e for e in store.read_run(run.run_id) if e.kind == "approval.requested"]
+    store.close()
+    sql(schema, f"UPDATE events SET raw = '\\xff7b'::bytea WHERE leaf_index = {request.leaf_index}",
+        below_triggers=True)
+    store = open_store(tmp_path / "s", readonly=True)
+    try:
+        with pytest.raises(DamagedEventError, match=rf"^the event at leaf {request.leaf_index} is damaged \(its "
+                                                    "bytes are not a Sealbox event: they are not JSON"):
+            get_approval(store, request.payload["approval_id"])
+    finally:
+        store.close()

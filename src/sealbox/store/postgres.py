@@ -227,7 +227,12 @@ class PgReader(Reader):
         sql = f"SELECT {_EVENT_COLS} FROM events WHERE {' AND '.join(where)} ORDER BY leaf_index"
         if limit is not None:
             sql += f" LIMIT {int(limit)}"
-        return [event_from_row(*r) for r in self.conn.execute(sql, params).fetchall()]
+        psycopg = _psycopg()
+        try:
+            rows = self.conn.execute(sql, params).fetchall()
+        except psycopg.errors.DataError as exc:  # a payload that is not UTF-8 JSON: changed below Sealbox
+            raise _first_damaged(self.conn.pg, exc) from None
+        return [event_from_row(*r) for r in rows]
 
 
 class _ThreadState(threading.local):
@@ -295,6 +300,7 @@ class PostgresStore(SqliteQueries):
         self._ops_lock = threading.Lock()
         self._ops_idle = threading.Condition(self._ops_lock)
         self._pid = os.getpid()
+        self._inherited: list[Any] = []  # connections opened before an os.fork (see _pg)
         self._damage: str | None = None
         self._content_error: str | None = None
         self.url, self.schema = self._read_config()
@@ -347,6 +353,9 @@ class PostgresStore(SqliteQueries):
         if self._closed:
             raise StoreError("the store is closed")
         if self._pid != os.getpid():  # connections must not cross a fork: the child opens its own
+            # the parent's stay referenced, never closed or collected here: libpq would send them its
+            # Terminate message and end the parent's sessions
+            self._inherited.extend(self._conns)
             self._pid, self._local, self._conns = os.getpid(), _ThreadState(), []
             self._conns_lock, self._ckpt_lock, self._wal_lock = threading.Lock(), threading.Lock(), threading.Lock()
             self._ops_lock = threading.Lock()
@@ -687,6 +696,17 @@ class PostgresStore(SqliteQueries):
         with self._operation():
             return self._pg().execute(sql, tuple(params) or None).fetchall()
 
+    def _paged(self, sql: str, params: tuple, first: Any, batch: int) -> Iterator[tuple]:
+        """The rows of ``sql`` (``params``, then the last key seen, then ``batch``), fetched ``batch`` at a
+        time by their first column (a key, starting above ``first``): never the whole table in memory."""
+        last = first
+        while True:
+            rows = self._rows(sql, (*params, last, batch))
+            yield from rows
+            if len(rows) < batch:
+                return
+            last = rows[-1][0]
+
     def size(self) -> int:
         """Number of events in the log."""
         return self._read(lambda c: _PgTxn(_Conn(c)).tree_size())
@@ -726,11 +746,13 @@ class PostgresStore(SqliteQueries):
 
     def iter_nodes(self) -> Iterator[tuple[int, int, bytes]]:
         """Every stored tree node (level, idx, hash)."""
-        yield from self._rows("SELECT level, idx, hash FROM tree_nodes ORDER BY level, idx")
+        for level in sorted(self.node_levels()):
+            yield from ((level, idx, h) for idx, h in self.iter_level(level))
 
     def iter_level(self, level: int) -> Iterator[tuple[int, bytes]]:
         """The stored nodes (idx, hash) of one tree level, in index order."""
-        yield from self._rows("SELECT idx, hash FROM tree_nodes WHERE level = %s ORDER BY idx", (level,))
+        yield from self._paged("SELECT idx, hash FROM tree_nodes WHERE level = %s AND idx > %s ORDER BY idx LIMIT %s",
+                               (level,), -1, 5000)
 
     def node_levels(self) -> list[int]:
         """Levels that hold at least one stored node."""
@@ -788,7 +810,7 @@ class PostgresStore(SqliteQueries):
 
     def iter_blobs(self) -> Iterator[tuple[str, bytes | None, bytes | None]]:
         """Every blob row (ref, salt, content); salt and content are None once erased."""
-        yield from self._rows("SELECT ref, salt, content FROM blobs ORDER BY ref COLLATE \"C\"")
+        yield from self._paged("SELECT ref, salt, content FROM blobs WHERE ref > %s ORDER BY ref LIMIT %s", (), "", 200)
 
     def blob_size_mismatches(self) -> list[tuple[str, Any, int]]:
         """(ref, stored size, content length) of every blob whose size column is not its content's length."""
@@ -817,12 +839,15 @@ class PostgresStore(SqliteQueries):
 
     def iter_snapshots(self) -> Iterator[tuple[str, bytes]]:
         """Every stored snapshot (fingerprint, canonical bytes)."""
-        yield from self._rows("SELECT fingerprint, content FROM snapshots ORDER BY fingerprint COLLATE \"C\"")
+        yield from self._paged("SELECT fingerprint, content FROM snapshots WHERE fingerprint > %s ORDER BY fingerprint"
+                               " LIMIT %s", (), "", 200)
 
     def iter_run_rows(self) -> Iterator[tuple]:
         """Every row of the runs table, as :meth:`SqliteStore.iter_run_rows`."""
-        yield from self._rows("SELECT run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at,"
-                              " leaf_index FROM runs ORDER BY leaf_index")
+        for row in self._paged("SELECT leaf_index, run_id, agent, principal, parent_run_id, replay_of, snapshot,"
+                               " started_at, leaf_index FROM runs WHERE leaf_index > %s ORDER BY leaf_index LIMIT %s",
+                               (), -1, 5000):
+            yield row[1:]
 
     def content_policy_change(self) -> str | None:
         """Why the content settings in ``store_meta`` are not those recorded at creation, or None."""
@@ -868,19 +893,8 @@ class PostgresStore(SqliteQueries):
 
     def _locate_damaged(self, exc: BaseException) -> DamagedEventError:
         """The :class:`DamagedEventError` of the first event that cannot be read (a query failed with ``exc``)."""
-        last = -1
-        while True:
-            rows = self._rows(f"SELECT {_EVENT_COLS} FROM events WHERE leaf_index > %s ORDER BY leaf_index LIMIT 2000",
-                              (last,))
-            if not rows:
-                return DamagedEventError(f"an event in the log is damaged (PostgreSQL cannot read it: {_one_line(exc)}):"
-                                         " the store was changed below Sealbox; run `sealbox verify`")
-            for row in rows:
-                try:
-                    event_from_row(*row)
-                except DamagedEventError as err:
-                    return err
-            last = rows[-1][0]
+        with self._operation():
+            return _first_damaged(self._pg(), exc)
 
     def ids_with_prefix(self, what: str, prefix: str, limit: int = 6) -> list[str]:
         """Run ids (``what="run"``) or approval request ids (``what="approval"``) starting with ``prefix``,
@@ -1016,6 +1030,28 @@ for _name in ("append", "_maybe_checkpoint", "_checkpoint_timer", "_stop_checkpo
               "checkpoint_file_size", "pinned_vkey", "_load_signer", "_op_enter", "_op_leave", "_operation"):
     setattr(PostgresStore, _name, _sq.SqliteStore.__dict__[_name])
 del _name
+
+
+def _first_damaged(conn: Any, exc: BaseException) -> DamagedEventError:
+    """The :class:`DamagedEventError` of the first event that cannot be read as a Sealbox event, found by
+    reading the log in order (only after a query failed with ``exc`` on such a row)."""
+    psycopg = _psycopg()
+    generic = DamagedEventError(f"an event in the log is damaged (PostgreSQL cannot read it: {_one_line(exc)}): "
+                                "the store was changed below Sealbox; run `sealbox verify`")
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+        return generic  # inside a transaction the failed query ended: nothing more can be read in it
+    last = -1
+    while True:
+        rows = conn.execute(f"SELECT {_EVENT_COLS} FROM events WHERE leaf_index > %s ORDER BY leaf_index LIMIT 2000",
+                            (last,)).fetchall()
+        if not rows:
+            return generic
+        for row in rows:
+            try:
+                event_from_row(*row)
+            except DamagedEventError as err:
+                return err
+        last = rows[-1][0]
 
 
 def _one_line(exc: BaseException) -> str:
