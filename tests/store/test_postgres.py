@@ -351,3 +351,22 @@ def test_approvals_over_a_damaged_request_name_it(tmp_path, schema):
             get_approval(store, request.payload["approval_id"])
     finally:
         store.close()
+
+
+def test_verify_reports_a_trigger_function_redefined_to_let_changes_through(tmp_path, schema):
+    from sealbox import verify_store
+    from sealbox.store import init_store, open_store
+
+    init_store(tmp_path / "s", postgres_url=URL, schema=schema).close()
+    sql(schema, "CREATE OR REPLACE FUNCTION sealbox_append_only() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RETURN NEW; END $$")
+    sql(schema, "UPDATE runs SET agent = 'someone-else'")  # now let through by the neutered trigger
+    store = open_store(tmp_path / "s", readonly=True)
+    try:
+        report = verify_store(store)
+    finally:
+        store.close()
+    assert sorted((p.code, p.message) for p in report.problems) == [
+        ("run_row_mismatch", "the runs table's row for system disagrees with its run.started event"),
+        ("trigger_foreign", "the trigger sealbox_append_only() (redefined) is not Sealbox's: it can silently "
+                            "change or drop what Sealbox writes (someone changed the store below Sealbox)")]

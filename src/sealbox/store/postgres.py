@@ -89,6 +89,15 @@ EXPECTED_TRIGGERS = frozenset({
 })
 
 
+def _trigger_functions() -> dict[str, str]:
+    """name -> body (whitespace squashed) of the trigger functions the migrations create."""
+    out: dict[str, str] = {}
+    for mig in migrate.load_migrations("postgres"):
+        for name, body in re.findall(r"CREATE (?:OR REPLACE )?FUNCTION (\w+)\(\).*?\$\$(.*?)\$\$", mig.sql, flags=re.S):
+            out[name] = " ".join(body.split())
+    return out
+
+
 def _psycopg() -> Any:
     try:
         import psycopg
@@ -336,7 +345,7 @@ class PostgresStore(SqliteQueries):
         try:
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10,
                                    application_name="sealbox")
-            conn.execute(f"SET search_path TO {self.schema}")
+            conn.execute(f'SET search_path TO "{self.schema}"')  # a checked lower-case name
             conn.execute("SET synchronous_commit TO on")
             if self.readonly:
                 conn.execute("SET default_transaction_read_only TO on")
@@ -398,10 +407,7 @@ class PostgresStore(SqliteQueries):
             raise StoreError(f"{where}: cannot read or upgrade the schema ({_one_line(exc)})") from None
 
     def _open_checked(self) -> None:
-        if not self.readonly:
-            self._migrate()
-        else:
-            self._migrate()  # read-only: only checks (no pending migration is applied)
+        self._migrate()  # read-only: only checks (a pending migration is refused, never applied)
         conn = self._pg()
         meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
         self.open_damage: list[str] = []
@@ -488,7 +494,7 @@ class PostgresStore(SqliteQueries):
         skey, vkey = generate_key(origin)
         try:  # the schema must hold no store: checked before anything is written to the folder
             with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
                 taken = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{schema}.schema_migrations",)).fetchone()[0]
         except psycopg.Error as exc:
             raise StoreError(f"cannot create the store's schema {schema!r} in PostgreSQL ({_one_line(exc)})") from None
@@ -881,8 +887,15 @@ class PostgresStore(SqliteQueries):
         return sorted(name for name in EXPECTED_TRIGGERS if present.get(name) not in ("O", "A"))
 
     def foreign_triggers(self) -> list[str]:
-        """Triggers on the store's tables that no migration created."""
-        return sorted(set(self._triggers()) - EXPECTED_TRIGGERS)
+        """Triggers on the store's tables that no migration created, and Sealbox's trigger functions
+        redefined (``CREATE OR REPLACE FUNCTION``: a trigger of Sealbox's name that lets every change through)."""
+        found = sorted(set(self._triggers()) - EXPECTED_TRIGGERS)
+        for name, body in self._rows("SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+                                     " WHERE n.nspname = %s AND p.proname = ANY(%s)",
+                                     (self.schema, list(_trigger_functions()))):
+            if " ".join(body.split()) != _trigger_functions()[name]:
+                found.append(f"{name}() (redefined)")
+        return found
 
     # ----------------------------------------------------------------- not offered yet
 
@@ -1078,7 +1091,7 @@ def test_factory(url: str, request: Any) -> Callable[..., PostgresStore]:
             with contextlib.suppress(Exception):
                 store.close()
             with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
     request.addfinalizer(drop)
     return make
