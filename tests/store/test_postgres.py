@@ -370,3 +370,12 @@ def test_verify_reports_a_trigger_function_redefined_to_let_changes_through(tmp_
         ("run_row_mismatch", "the runs table's row for system disagrees with its run.started event"),
         ("trigger_foreign", "the trigger sealbox_append_only() (redefined) is not Sealbox's: it can silently "
                             "change or drop what Sealbox writes (someone changed the store below Sealbox)")]
+
+
+def test_cli_init_against_a_server_that_is_not_there_is_one_error_line_and_creates_nothing(tmp_path):
+    res = cli("init", "--postgres", "postgresql://postgres@127.0.0.1:1/test", str(tmp_path / "s"))
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr.startswith("error: cannot create the store's schema 'sealbox' in PostgreSQL (connection failed: ")
+    assert res.stderr.count("\n") == 1 and not (tmp_path / "s").exists()
+    res = cli("init", "--postgres", "mysql://x", str(tmp_path / "s"))
+    assert (res.returncode, res.stderr) == (2, "error: --postgres takes a postgresql:// URL, not 'mysql://x'\n")
