@@ -395,3 +395,17 @@ def test_huge_integer_timestamps_are_bad_timestamps(store, tmp_path):
     assert sorted(got) == ["bad_timestamp", "huge_integer"]
     assert got["bad_timestamp"]["count"] == 2 and got["huge_integer"]["where"] == ["tool.call[1]/arguments/a"]
     assert calls(store, s.runs[0])[0]["arguments"] == {"a": {"$bigint": big}}
+
+
+@pytest.mark.parametrize("end", [1e308, -1e308, 2e302])
+def test_epoch_float_timestamps_too_large_to_scale_are_bad_timestamps(store, tmp_path, end):
+    # A Langfuse time given as a number is read as seconds or ms since the epoch; one so large that
+    # scaling it to ns overflows a float (1e308 * 1e6 = inf) is out of range, not an internal error.
+    doc = {"trace": {"id": "t1", "name": "agent", "timestamp": "2026-01-01T00:00:00Z"},
+           "observations": [{"id": "o1", "type": "GENERATION", "name": "chat", "model": "gpt-4o",
+                             "startTime": "2026-01-01T00:00:00Z", "endTime": end, "input": "hi", "output": "hello"}]}
+    s = import_file(store, _write(tmp_path, "lf.json", doc))
+    got = {a["what"]: a["detail"] for a in anomalies(store, s.runs[0])}
+    assert list(got) == ["bad_timestamp"]
+    assert got["bad_timestamp"]["message"] == "a timestamp is out of range; ignored"
+    assert [m["model"] for m in model_calls(store, s.runs[0])] == ["gpt-4o"]

@@ -591,7 +591,10 @@ def parse_iso(value: Any, run: RunBuilder, where: str) -> int | None:
             run.anomaly("bad_timestamp", {"where": where, "message": "a timestamp is not finite; ignored"}, aggregate=True)
             return None
         scale = 1_000_000 if abs(value) > 1e11 else 1_000_000_000  # ms vs s
-        return parse_epoch(int(value * scale), 1, run, where)
+        scaled = value * scale
+        if isinstance(scaled, float) and not math.isfinite(scaled):  # 1e308 ms: beyond any float, so beyond range
+            return _out_of_range(run, where)
+        return parse_epoch(int(scaled), 1, run, where)
     if not isinstance(value, str) or not value.strip():
         return None
     m = _ISO.match(value.strip())
