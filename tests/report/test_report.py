@@ -129,3 +129,34 @@ def test_report_of_an_unknown_run_is_one_line_error(recorded, capsys):
         main(["report", "nope", "-s", str(recorded.store.path)])
     assert exc.value.code != 0
     assert capsys.readouterr().err.strip() == "error: no run 'nope' in this store"
+
+
+def test_a_decision_no_rule_made_is_not_shown_as_rule_none(tmp_path):
+    # No rule matched (the default deny): the decision's rule is null. The timeline said
+    # "deny by rule None (no_match)", naming a rule "None" that does not exist; `runs show` says "no rule".
+    import textwrap
+
+    import sealbox
+    from sealbox.policy import Policy
+    from sealbox.recorder import Recorder, ToolDenied
+
+    store = sealbox.init_store(tmp_path / "store")
+    policy = Policy.from_text(textwrap.dedent("""
+        version: 1
+        name: reads-only
+        rules:
+          - id: reads-ok
+            match: {tool: read_query}
+            effect: allow
+    """))
+    with Recorder(store, policy=policy).run(agent="a") as run:
+        with pytest.raises(ToolDenied):
+            run.call_tool("db", "drop_table", {"name": "customers"}, lambda **_: "dropped")
+    [decision] = [e.payload for e in store.read_run(run.run_id) if e.kind == "policy.decision"]
+    assert decision["rule"] is None and decision["effect"] == "deny"
+    report = build_report(store, run.run_id, now=NOW)
+    [row] = [e for e in report.timeline if e.kind == "policy.decision"]
+    assert row.summary == f"deny, no rule ({decision['reason_code']})"
+    text = render_markdown(report)
+    assert "by rule None" not in text and "by rule None" not in render_html(report)
+    store.close()

@@ -307,8 +307,9 @@ def _summary(kind: str, p: dict[str, Any]) -> str:
             f" → {len(p.get('tool_call_ids') or [])} tool call(s)" if p.get("tool_call_ids") else "")
     if kind == "tool.call":
         return f"{tool} ({p.get('call_id')})"
-    if kind == "policy.decision":
-        return f"{p.get('effect')} by rule {p.get('rule')} ({p.get('reason_code')})"
+    if kind == "policy.decision":  # as `runs show` words it: a decision no rule made (no match, a limit) names none
+        return (f"{p.get('effect')} by rule {p.get('rule')} ({p.get('reason_code')})" if p.get("rule") is not None
+                else f"{p.get('effect')}, no rule ({p.get('reason_code')})")
     if kind == "tool.result":
         err = p.get("error") or {}
         return "ok" if p.get("ok") else f"error {err.get('type')}: {err.get('message')}"
