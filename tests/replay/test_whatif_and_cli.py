@@ -79,6 +79,27 @@ def test_whatif_policy_lists_decisions_on_redacted_content_as_not_re_evaluable(s
     assert [(c.step, c.after) for c in report.changed] == [("3", "deny")]
 
 
+def test_whatif_policy_says_an_imported_decision_was_imported(store, tmp_path):
+    # An imported call's decision carries no inputs (no Sealbox policy read any): it was listed as
+    # "the decision's inputs are not in the log", as if they had been lost or erased, instead of
+    # saying it was imported (docs/replay.md: decisions no Sealbox policy made, each with its own reason).
+    from sealbox.interop.importers import import_file
+
+    msgs = [{"role": "user", "content": "time in Oslo?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_time", "arguments": '{"city": "Oslo"}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "12:00"}]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(msgs), encoding="utf-8")
+    [run_id] = import_file(store, path).runs
+
+    report = whatif_policy(store, Policy.from_text(NEW_POLICY), [run_id])
+
+    assert report.evaluated == 0 and report.changed == ()
+    assert [(n.step, n.tool, n.why) for n in report.not_re_evaluable] == [
+        ("2.1", "get_time", "the decision was imported from another system's record, not made by a Sealbox policy")]
+
+
 def test_whatif_snapshot_finds_the_runs_that_ran_with_that_value(store):
     old = asyncio.run(ra.record(store, "plain", snapshot=snapshot("2024-05-13")))
     asyncio.run(ra.record(store, "plain", snapshot=snapshot("2024-08-06")))

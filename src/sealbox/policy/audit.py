@@ -67,7 +67,10 @@ def reevaluate(policy: Policy, recorded: dict[str, Any], inputs: Any, *, run_id:
     """
     call_id = recorded.get("call_id", "")
     if not isinstance(inputs, dict) or "server" not in inputs:
-        return Reevaluation(run_id, call_id, step, recorded, None, False, "the decision's inputs are not in the log")
+        # an imported decision never had inputs (no Sealbox policy read any): say so, not that they were lost
+        why = (_why_not(recorded, {}) if recorded.get("reason_code") == "imported"
+               else "the decision's inputs are not in the log")
+        return Reevaluation(run_id, call_id, step, recorded, None, False, why)
     if inputs.get("redacted") or recorded.get("re_evaluable") is False:
         return Reevaluation(run_id, call_id, step, recorded, None, False, _why_not(recorded, inputs))
     call = CallContext.from_inputs(inputs)
