@@ -185,6 +185,31 @@ def test_tool_call_ids_list_missing_ids_and_orphans(store, tmp_path):
     assert {"tool_result_without_id", "orphan_tool_result"} <= set(_whats(store, s))
 
 
+def test_a_call_id_repeated_in_one_response_is_a_duplicate_not_a_reuse_of_an_answered_call(store, tmp_path):
+    # Two calls of one assistant message share the id c2: neither has a result yet, so the second is a
+    # duplicate_tool_call_id; it was reported as reused_tool_call_id, "a call id of an earlier, answered call".
+    def call(cid, city):
+        return {"id": cid, "type": "function", "function": {"name": "get_time", "arguments": json.dumps({"city": city})}}
+
+    msgs = [{"role": "user", "content": "times?"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c1", "Oslo")]},
+            {"role": "tool", "tool_call_id": "c1", "content": "12:00"},
+            {"role": "assistant", "content": None, "tool_calls": [call("c1", "Lima"), call("c2", "Rome"),
+                                                                   call("c2", "Kyiv")]},
+            {"role": "tool", "tool_call_id": "c1", "content": "07:00"},
+            {"role": "tool", "tool_call_id": "c2", "content": "13:00"},
+            {"role": "tool", "tool_call_id": "c2", "content": "14:00"},
+            {"role": "assistant", "content": "done"}]
+    s = import_file(store, _write(tmp_path, "msgs.json", msgs), "tau-bench")
+    got = [(a["what"], a["detail"]["call_id"], a["detail"]["recorded_as"], a["detail"]["message"].split(";")[0])
+           for a in anomalies(store, s.runs[0])]
+    assert got == [("reused_tool_call_id", "c1", "c1#2", "a call id of an earlier, answered call was used again"),
+                   ("duplicate_tool_call_id", "c2", "c2#2",
+                    "a call id was requested again while its first call had no result")]
+    assert [(c["call_id"], c["arguments"]["city"], c["result"]) for c in calls(store, s.runs[0])] == [
+        ("c1", "Oslo", "12:00"), ("c1#2", "Lima", "07:00"), ("c2", "Rome", "13:00"), ("c2#2", "Kyiv", "14:00")]
+
+
 @pytest.mark.parametrize("text", ['{"hello": 1}', "[1, 2, 3]", "not json at all", "", '"just a string"',
                                   '{"resourceSpans": 5}'])
 def test_unknown_format_one_error_nothing_written(store, tmp_path, text):

@@ -111,7 +111,8 @@ class ChatConverter:
                 cid = self.run.new_call_id()
             elif cid in self.by_source:
                 uses = self.by_source[cid]
-                still_open = any(u in self.open for u in uses)
+                # open: requested earlier and not answered, or requested earlier in this same response
+                still_open = any(u in self.open or u in ids for u in uses)
                 new_id = f"{cid}#{len(uses) + 1}"
                 self.run.anomaly("duplicate_tool_call_id" if still_open else "reused_tool_call_id", {
                     "where": where, "call_id": cid, "recorded_as": new_id,
