@@ -220,6 +220,17 @@ def test_unknown_format_one_error_nothing_written(store, tmp_path, text):
     assert store.size() == before
 
 
+@pytest.mark.parametrize("text, shape", [("[1, 2, 3]", "an array"), ('"just a string"', "a string"),
+                                         ("12.5", "a number"), ("true", "a boolean"), ("null", "null"),
+                                         ('{"hello": 1}', "an object"),
+                                         ('[{"role": "x"}]\n[{"role": "y"}]\n', "JSON Lines of 2 values")])
+def test_an_unknown_format_names_the_top_level_in_json_terms(store, tmp_path, text, shape):
+    # It said "a JSON list", "a JSON str", "a JSON float" (Python's names), and "a JSON object" for JSON Lines.
+    with pytest.raises(ImportFormatError) as exc:
+        import_file(store, _write(tmp_path, "x.json", text=text))
+    assert f"(the top level is {shape} that matches none of: " in str(exc.value)
+
+
 def test_nothing_half_imported(store, tmp_path, monkeypatch):
     path = _write(tmp_path, "five.json", load(TAU))
     before = store.size()

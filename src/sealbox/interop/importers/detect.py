@@ -49,7 +49,23 @@ def detect_format(doc: Any, name: str = "the file") -> str:
                 return fmt
         except Exception:  # noqa: BLE001 - a detector never decides on a crash
             continue
-    shape = type(doc).__name__ if not isinstance(doc, dict) else "object"
     raise ImportFormatError(
-        f"{name} is not in a format sealbox can import (the top level is a JSON {shape} that matches none of: "
+        f"{name} is not in a format sealbox can import (the top level is {_shape(doc)} that matches none of: "
         f"{', '.join(FORMATS)}); pass --format to see what a given importer expects")
+
+
+def _shape(doc: Any) -> str:
+    """What the top level of a parsed file is, in JSON's terms (never its content)."""
+    if isinstance(doc, dict) and set(doc) == {"$jsonl"} and isinstance(doc["$jsonl"], list):
+        return f"JSON Lines of {len(doc['$jsonl'])} values"  # load_json_bytes: one value per line
+    if isinstance(doc, dict):
+        return "an object"
+    if isinstance(doc, list):
+        return "an array"
+    if isinstance(doc, str):
+        return "a string"
+    if isinstance(doc, bool):
+        return "a boolean"
+    if doc is None:
+        return "null"
+    return "a number"
