@@ -3,6 +3,7 @@ the container, trailing bytes, an added member, a removed event, a swapped blob,
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 
@@ -141,6 +142,35 @@ def test_a_checkpoint_re_signed_with_another_key_fails_against_the_real_key(case
     assert "key you gave (--key)" in out
     # a checkpoint that did not verify proves nothing, and the summary must not say otherwise
     assert "no checkpoint verified, so no event is proven to be in the log" in out and "proven against" not in out
+
+
+@pytest.mark.parametrize("added", ["witness", "log_name", "repeat"])
+def test_a_signature_line_added_to_the_checkpoint_is_detected(case, tmp_path, added):
+    # An export's checkpoint carries exactly one signature line, the log's. Anyone could append another
+    # (a "cosignature" by a witness of their own, a line under the log's name with another key id, or the
+    # log's own line twice): the signed text and the log's signature stay valid, so the bundle was
+    # reported "intact" though its checkpoint member was changed, and the added signer travelled with it.
+    from sealbox.ledger.checkpoint import KEY_TYPE_COSIGNATURE_V1, sign_note
+
+    path, real_vkey = case
+    m = members(path)
+    note = m["checkpoint"].decode()
+    parsed = parse_note(note)
+    origin = Checkpoint.parse(parsed.text).origin
+    if added == "witness":
+        wkey, _ = generate_key("witness.example/w1", KEY_TYPE_COSIGNATURE_V1)
+        line = sign_note(parsed.text, Signer.from_key(wkey)).split("\n\n", 1)[1]
+    elif added == "log_name":
+        line = f"\u2014 {origin} " + base64.b64encode(b"\x00" * 68).decode() + "\n"
+    else:
+        line = note.split("\n\n", 1)[1]
+    m["checkpoint"] = (note + line).encode()
+    rebuild_manifest(m)
+    rezip(tmp_path / "s.sbx", m)
+    report = verify_bundle(tmp_path / "s.sbx", trusted_vkey=real_vkey)
+    assert not report.ok
+    assert [(p.code, p.member) for p in report.problems] == [("checkpoint_signature", "checkpoint")]
+    assert "2 signature lines" in report.problems[0].message
 
 
 def test_members_are_in_the_fixed_order(case):

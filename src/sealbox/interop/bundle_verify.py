@@ -56,7 +56,7 @@ from sealbox.interop.bundle import (
     zip_regions,
 )
 from sealbox.ledger import merkle
-from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
+from sealbox.ledger.checkpoint import Checkpoint, Verifier, parse_note, verify_checkpoint
 from sealbox.verify import (
     CALL_GRANT_KINDS,
     CALL_STEP_KINDS,
@@ -468,6 +468,17 @@ class _Check:
         problems, good = open_checkpoints([("the bundle's checkpoint", note)], self.verifier, None)
         self.problems.extend(dataclasses.replace(p, member="checkpoint") for p in problems)
         self.cp = good[0][1] if good else None
+        if self.cp is not None:
+            # An export signs its checkpoint with the log's key alone: one signature line. A note verifies with
+            # other lines beside it (witness cosignatures, unknown keys), so any added after the export
+            # (a made-up witness, a line under the log's name, the log's own line again) must be caught here.
+            lines = parse_note(note).signatures
+            if len(lines) != 1:
+                self._problem("checkpoint_signature", f"the checkpoint carries {len(lines)} signature lines "
+                              f"(by {', '.join(f'{sig.name}+{sig.key_id.hex()}' for sig in lines)}); an export "
+                              "signs it with the log's key alone, so the others were added to the bundle after "
+                              "it was written", "checkpoint", expected="1 signature line",
+                              found=f"{len(lines)} signature lines")
 
     # -------------------------------------------------------------- events
 
