@@ -445,3 +445,27 @@ def test_epoch_float_timestamps_too_large_to_scale_are_bad_timestamps(store, tmp
     assert list(got) == ["bad_timestamp"]
     assert got["bad_timestamp"]["message"] == "a timestamp is out of range; ignored"
     assert [m["model"] for m in model_calls(store, s.runs[0])] == ["gpt-4o"]
+
+
+def test_a_duration_above_2_53_us_is_an_anomaly_not_a_refused_import(store, tmp_path):
+    # A tool span from 1700 to 2026 lasts 1.03e16 us, above 2^53 - 1: no event holds it as a number
+    # (RFC 7493), so the store refused the tool.result and the whole file ("tool.result:
+    # data.duration_us must be integer"). Oddities never stop an import: it is recorded as 0, with an anomaly.
+    # Same for a model span's latency.
+    doc = {"trace": {"id": "t1", "name": "agent", "timestamp": "2026-01-01T00:00:00Z"},
+           "observations": [
+               {"id": "o1", "type": "GENERATION", "name": "chat", "model": "gpt-4o", "startTime": "1600-01-01T00:00:00Z",
+                "endTime": "2026-01-01T00:00:00Z", "input": "hi", "output": "hello"},
+               {"id": "o2", "type": "TOOL", "name": "lookup", "parentObservationId": "o1",
+                "startTime": "1700-01-01T00:00:00Z", "endTime": "2026-01-01T00:00:00Z", "input": {"a": 1},
+                "output": "r"}]}
+    s = import_file(store, _write(tmp_path, "lf.json", doc))
+    got = [(a["what"], a["detail"]["field"], a["detail"]["value"]) for a in anomalies(store, s.runs[0])]
+    assert got == [("duration_out_of_range", "latency_us", "13443321600000000"),
+                   ("duration_out_of_range", "duration_us", "10287561600000000")]
+    [model] = model_calls(store, s.runs[0])
+    assert model["latency_us"] == 0
+    [call] = calls(store, s.runs[0])
+    assert call["has_result"] and call["result"] == "r"
+    [result] = [store.resolve(e.payload) for e in store.read_run(s.runs[0]) if e.kind == "tool.result"]
+    assert result["duration_us"] == 0

@@ -160,6 +160,18 @@ class RunBuilder:
         self._seen_anomalies.add(key)
         self.anomalies.append((what, detail))
 
+    def _micros(self, value: Any, field: str, *, call: str) -> int:
+        """A duration in us for ``field`` (``duration_us``, ``latency_us``): negative or missing is 0, and so is
+        one above 2^53 - 1 (285 years: a span whose start lies centuries before its end), which no event can
+        hold as a number (RFC 7493 §2.2), with a ``duration_out_of_range`` anomaly keeping its digits."""
+        micros = max(0, int(value or 0))
+        if micros > _MAX_COUNT:
+            self.anomaly("duration_out_of_range", {
+                "field": field, "value": str(micros), "call": call,
+                "message": f"a {field} above 2^53 - 1 us was recorded as 0"})
+            return 0
+        return micros
+
     def add(self, kind: str, payload: dict[str, Any], top: int, sub: tuple[int, ...] = ()) -> None:
         self.items.append(_Item(kind, payload, top, sub))
 
@@ -193,7 +205,7 @@ class RunBuilder:
             "provider": provider or "unknown", "model": model or "unknown", "request": request,
             "response": response, "usage": use, "format": fmt,
             # None: the source gives no timing (messages, trajectories): not known, never 0 (instant)
-            "latency_us": None if latency_us is None else max(0, int(latency_us)),
+            "latency_us": None if latency_us is None else self._micros(latency_us, "latency_us", call=model or "unknown"),
             "tool_call_ids": [i for i in tool_call_ids if isinstance(i, str)],
         }
         if source:
@@ -229,7 +241,8 @@ class RunBuilder:
     def tool_result(self, top: int, sub: tuple[int, ...], *, call_id: str, ok: bool, result: Any = None,
                     error: dict[str, str] | None = None, duration_us: int = 0,
                     source: dict[str, Any] | None = None) -> None:
-        payload: dict[str, Any] = {"call_id": call_id, "ok": bool(ok), "duration_us": max(0, int(duration_us or 0))}
+        payload: dict[str, Any] = {"call_id": call_id, "ok": bool(ok),
+                                   "duration_us": self._micros(duration_us, "duration_us", call=call_id)}
         if ok:
             payload["result"] = result
         else:
