@@ -469,3 +469,15 @@ def test_a_duration_above_2_53_us_is_an_anomaly_not_a_refused_import(store, tmp_
     assert call["has_result"] and call["result"] == "r"
     [result] = [store.resolve(e.payload) for e in store.read_run(s.runs[0]) if e.kind == "tool.result"]
     assert result["duration_us"] == 0
+
+
+def test_a_device_is_refused_before_it_is_read(store):
+    # `sealbox import /dev/zero` read until memory ran out (MemoryError: "internal error", exit 70, after
+    # eating the machine's memory). A character or block device is no file to import; it is refused
+    # before a byte is read. /dev/null shows it without the risk (it read as an empty, "not valid JSON" file).
+    before = store.size()
+    for dev in ("/dev/null", "/dev/zero"):
+        with pytest.raises(ImportFormatError) as exc:
+            import_file(store, dev)
+        assert str(exc.value) == f"{dev} is a device, not a file; give one file to import"
+    assert store.size() == before

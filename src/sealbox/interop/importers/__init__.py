@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,10 @@ def _malformed(name: str, fmt: str, exc: BaseException) -> ImportFormatError:
 
 def _read(path: Path, progress: Progress | None) -> bytes:
     try:
-        total = path.stat().st_size
+        st = path.stat()
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):  # /dev/zero never ends: refuse before reading
+            raise ImportFormatError(f"{path} is a device, not a file; give one file to import")
+        total = st.st_size
         chunks, done = [], 0
         with path.open("rb") as fh:
             while True:
