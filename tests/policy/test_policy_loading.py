@@ -115,6 +115,38 @@ def test_missing_file(tmp_path):
     assert (info.value.line, info.value.problem) == (None, "file not found")
 
 
+def test_a_policy_file_is_read_no_further_than_its_size_limit(tmp_path):
+    # `sealbox policy check /dev/zero` (or whatif --policy) read the whole "file" before checking its size:
+    # MemoryError, "internal error", exit 70, once the machine's memory was gone. A pipe that delivers more
+    # than the limit and stays open shows it safely: the load must answer without waiting for its end.
+    import os
+    import threading
+    import time
+
+    from sealbox.policy.loader import MAX_FILE_BYTES
+
+    fifo = tmp_path / "policy.yaml"
+    os.mkfifo(fifo)
+    closed = threading.Event()
+
+    def writer():
+        with open(fifo, "wb") as fh:
+            fh.write(b"#" * (MAX_FILE_BYTES + 4096))
+            fh.flush()
+            time.sleep(5)  # an endless source: still open after the limit was passed
+        closed.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        with pytest.raises(PolicyLoadError) as info:
+            Policy.load(fifo)
+        assert not closed.is_set(), "the whole input was read, not only up to the limit"
+        assert (info.value.line, info.value.problem) == (None, f"file is larger than {MAX_FILE_BYTES} bytes")
+    finally:
+        t.join()
+
+
 def test_non_compiling_condition_names_the_when_line(tmp_path):
     err = load_error(tmp_path, BASE + "    when: 'call.arguments.q =='\n")
     assert err.line == 7

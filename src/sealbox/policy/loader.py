@@ -316,15 +316,18 @@ def read_file(path: str | Path) -> str:
     """The text of a policy file.
 
     Raises:
-        PolicyLoadError: missing, unreadable, or not UTF-8.
+        PolicyLoadError: missing, unreadable, larger than :data:`MAX_FILE_BYTES` (read no further), or not UTF-8.
     """
     p = Path(path)
     try:
-        data = p.read_bytes()
+        with p.open("rb") as fh:  # no further than the limit: /dev/zero or a pipe may never end
+            data = fh.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError as exc:
         raise PolicyLoadError(str(path), None, "file not found") from exc
     except OSError as exc:
         raise PolicyLoadError(str(path), None, f"cannot read file: {exc.strerror or exc}") from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise PolicyLoadError(str(path), None, f"file is larger than {MAX_FILE_BYTES} bytes")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
