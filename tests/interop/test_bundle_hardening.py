@@ -586,3 +586,32 @@ def test_a_failed_export_leaves_no_temporary_file(tmp_path):
     finally:
         store.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["st"]
+
+
+def test_an_endless_consistency_file_is_read_no_further_than_a_proof_can_be(case, tmp_path):
+    # `sealbox verify case.sbx --consistency /dev/zero` read until memory ran out (MemoryError, "internal
+    # error", exit 70). A pipe that delivers more than 1 MiB and stays open shows it safely.
+    import threading
+    import time
+
+    fifo = tmp_path / "proof.json"
+    os.mkfifo(fifo)
+    closed = threading.Event()
+
+    def writer():
+        with open(fifo, "wb") as fh:
+            fh.write(b" " * (1024 * 1024 + 4096))
+            fh.flush()
+            time.sleep(8)  # an endless source: still open after the limit was passed
+        closed.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        code, out, err = cli("verify", "--consistency", fifo, case[0] / "base.sbx", cwd=tmp_path)
+        assert not closed.is_set(), "the whole input was read"
+        assert (code, out) == (2, "")
+        assert err == (f"error: cannot read the consistency proof {fifo}: it is larger than 1 MiB "
+                       "(`sealbox log prove` writes a few KiB)\n")
+    finally:
+        t.join()

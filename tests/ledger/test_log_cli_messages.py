@@ -59,3 +59,34 @@ def test_a_deeply_nested_checkpoint_file_is_one_error_line(store_path, tmp_path,
     assert _run(capsys, "verify", path, "--checkpoint", deep) == (
         2, "", f"error: {deep} is neither a signed checkpoint nor `sealbox log checkpoint --json` output: its JSON "
                "is nested too deeply\n")
+
+
+def test_an_endless_checkpoint_file_is_read_no_further_than_a_checkpoint_can_be(store_path, tmp_path, capsys):
+    # `sealbox verify --checkpoint /dev/zero` read until memory ran out (MemoryError, "internal error",
+    # exit 70). A pipe that delivers 1 MiB and more and stays open shows it safely: the answer must come
+    # without waiting for the input's end.
+    import os
+    import threading
+    import time
+
+    path, _ = store_path
+    fifo = tmp_path / "saved-checkpoint.txt"
+    os.mkfifo(fifo)
+    closed = threading.Event()
+
+    def writer():
+        with open(fifo, "wb") as fh:
+            fh.write(b"x" * (1024 * 1024 + 4096))
+            fh.flush()
+            time.sleep(5)  # an endless source: still open after the limit was passed
+        closed.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        got = _run(capsys, "verify", path, "--checkpoint", fifo)
+        assert not closed.is_set(), "the whole input was read"
+        assert got == (2, "", f"error: {fifo} is larger than 1 MiB: neither a signed checkpoint nor "
+                              "`sealbox log checkpoint --json` output\n")
+    finally:
+        t.join()

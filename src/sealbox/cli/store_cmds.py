@@ -212,8 +212,11 @@ def _verify_bundle(path: str, vkey: str | None, trust_bundle_key: bool, proof_pa
     proof = None
     if proof_path is not None:
         try:
-            with open(proof_path, encoding="utf-8") as fh:
-                proof = json.load(fh)
+            text = read_small(proof_path)
+            if text is None:
+                raise ConfigError(f"cannot read the consistency proof {proof_path}: it is larger than 1 MiB "
+                                  "(`sealbox log prove` writes a few KiB)")
+            proof = json.loads(text)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"cannot read the consistency proof {proof_path}: {exc}") from exc
         except RecursionError:
@@ -236,6 +239,22 @@ def _print(report, as_json: bool, notes: bool = False, code: int | None = None) 
     sys.exit((0 if report.ok else 1) if code is None else code)
 
 
+#: The most ``read_small`` reads: a checkpoint note or a consistency proof is a few KiB.
+SMALL_FILE_BYTES = 1024 * 1024
+
+
+def read_small(path: str) -> str | None:
+    """The UTF-8 text of a small input file, or None when it holds more than ``SMALL_FILE_BYTES``: read
+    no further than that, since a device (``/dev/zero``) or a pipe may never end.
+
+    Raises:
+        OSError, UnicodeDecodeError: as ``open`` and decoding raise them.
+    """
+    with open(path, "rb") as fh:
+        data = fh.read(SMALL_FILE_BYTES + 1)
+    return None if len(data) > SMALL_FILE_BYTES else data.decode("utf-8")
+
+
 def _read_checkpoint(path: str) -> str:
     """A signed checkpoint note from a file: the note itself (``sealbox log checkpoint``) or
     ``sealbox log checkpoint --json`` output (its ``note``). Only its shape is checked here:
@@ -243,10 +262,12 @@ def _read_checkpoint(path: str) -> str:
     import json
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        text = read_small(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"cannot read the checkpoint file {path}: {exc}") from exc
+    if text is None:
+        raise BadInput(f"{path} is larger than 1 MiB: neither a signed checkpoint nor `sealbox log checkpoint "
+                       "--json` output")
     doc = None
     if text.lstrip().startswith("{"):
         try:
