@@ -173,6 +173,22 @@ def test_cli_replay_live_tools_without_side_effects_is_one_line_error(tmp_path, 
     assert exc.value.code == 2
 
 
+def test_cli_replay_snapshot_that_is_a_device_is_one_line_error(tmp_path, monkeypatch, capsys):
+    # `--snapshot /dev/zero` read until memory ran out (MemoryError, "internal error", exit 70); a device is
+    # refused before it is read (/dev/null shows it safely: it read as empty JSON).
+    from sealbox.cli.main import main
+
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+    for dev in ("/dev/null", "/dev/zero"):
+        with pytest.raises(SystemExit) as exc:
+            main(["replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain", "--snapshot", dev])
+        assert (exc.value.code, capsys.readouterr().err) == (
+            2, f"error: cannot read the snapshot {dev}: it is a device, not a file\n")
+
+
 def test_cli_whatif_policy_and_snapshot(tmp_path):
     store = sealbox.init_store(tmp_path / "s")
     run_id = asyncio.run(ra.record(store, "plain", snapshot=snapshot("2024-05-13")))

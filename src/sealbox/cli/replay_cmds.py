@@ -62,7 +62,12 @@ def _load_snapshot(path: str | None) -> Any:
         return None
     from sealbox.errors import ConfigError
 
+    import os
+    import stat
+
     try:
+        if stat.S_ISCHR(mode := os.stat(path).st_mode) or stat.S_ISBLK(mode):  # /dev/zero never ends
+            raise ConfigError(f"cannot read the snapshot {path}: it is a device, not a file")
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except (OSError, ValueError) as exc:
