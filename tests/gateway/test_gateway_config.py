@@ -267,3 +267,35 @@ def test_a_relative_command_path_is_relative_to_the_config_file_or_its_cwd(tmp_p
     proc = subprocess.run([SEALBOX, "gateway", "check", "-c", str(tmp_path / "gw.yaml")], capture_output=True,
                           text=True, env=env, cwd="/")
     assert (proc.returncode, proc.stderr) == (0, "")
+
+
+def test_a_config_file_is_read_no_further_than_its_size_limit(tmp_path):
+    # `sealbox gateway serve --config /dev/zero` read the whole "file": MemoryError, "internal error",
+    # exit 70, once the machine's memory was gone. A pipe that delivers more than the policy loader's
+    # limit and stays open shows it safely: the load must answer without waiting for its end.
+    import threading
+    import time
+
+    from sealbox.gateway.config import load_config
+    from sealbox.policy.loader import MAX_FILE_BYTES
+
+    fifo = tmp_path / "gateway.yaml"
+    os.mkfifo(fifo)
+    closed = threading.Event()
+
+    def writer():
+        with open(fifo, "wb") as fh:
+            fh.write(b"#" * (MAX_FILE_BYTES + 4096))
+            fh.flush()
+            time.sleep(5)  # an endless source: still open after the limit was passed
+        closed.set()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        with pytest.raises(ConfigError) as info:
+            load_config(fifo)
+        assert not closed.is_set(), "the whole input was read"
+        assert str(info.value) == f"{fifo}: file is larger than {MAX_FILE_BYTES} bytes"
+    finally:
+        t.join()

@@ -238,14 +238,20 @@ def load_config(path: str | os.PathLike) -> GatewayConfig:
     """Read and validate a gateway config file.
 
     Raises:
-        ConfigError: ``FILE:LINE: problem`` for a missing file, invalid YAML, an
+        ConfigError: ``FILE:LINE: problem`` for a missing file, one above 1 MiB (read no further), invalid YAML, an
             unknown field, a wrong type, a duplicate upstream id, or a server id
             that contains the separator (or ends so that the separator would be found
             earlier in its exposed names); every such problem, joined by ``; ``.
     """
+    from sealbox.policy.loader import MAX_FILE_BYTES
+
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as fh:  # no further than the limit: /dev/zero or a pipe may never end
+            data = fh.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise ConfigError(f"{p}: file is larger than {MAX_FILE_BYTES} bytes")
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
