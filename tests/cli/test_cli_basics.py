@@ -136,6 +136,8 @@ def test_user_mistakes_on_verify_report_and_approvals_are_one_line_errors(tmp_pa
     cases = [
         (["verify", "-s", str(target), "--key", ""], "--key is empty"),
         (["verify", "-s", str(target), "--key", str(tmp_path / "missing.vkey")], "no such key file"),
+        # it exists: "no such key file: /dev/null" was wrong
+        (["verify", "-s", str(target), "--key", "/dev/null"], "--key /dev/null is not a regular file"),
         (["verify", str(tmp_path / "nope.sbx")], "does not exist"),
         (["report", "system", "-s", str(target), "-o", str(tmp_path / "no" / "dir" / "x.html")], "cannot write"),
         (["approvals", "approve", "apr_x", "--reason", " ", "--key-file", str(tmp_path / "k"), "-s", str(target)],

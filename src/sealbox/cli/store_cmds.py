@@ -327,6 +327,9 @@ def _read_key(value: str | None) -> str | None:
             raise BadInput(f"the key file {value} is empty")
         _check_key(text, f"the key file {value}")
         return text
+    if os.path.exists(value):  # a device, a FIFO, a socket: not a key file, and it does exist
+        raise BadInput(f"--key {value} is not a regular file: give the key file (a store's log.vkey) or the "
+                       "key string `sealbox log key` prints")
     if ("/" in value or value.endswith(".vkey")) and value.count("+") < 2:
         raise BadInput(f"no such key file: {value}")
     value = value.strip()  # pasted from `sealbox init`'s indented output
