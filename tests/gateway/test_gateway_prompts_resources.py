@@ -891,3 +891,27 @@ def test_read_forms(uri, forms):
     from sealbox.policy.reads import read_forms
 
     assert read_forms(uri) == [(uri, ""), *forms]
+
+
+@pytest.mark.parametrize("asked", ["toy://files%2Fprivate%2Fkey", "toy://files%2fprivate/key",
+                                   "toy://files%2F%2Fprivate%2Fkey?x"])
+async def test_a_read_with_2f_where_the_authority_ends_is_judged_as_the_resource_a_template_reads(
+        tmp_path, store, asked):
+    # toy://{+path} matches toy://files%2Fprivate%2Fkey with path = "files/private/key", as it matches
+    # toy://files/private/key: %2F before the first "/" (text the URI's authority) reads the same resource
+    config = toy_config(tmp_path, env={"TOY_CATALOG": "1", "TOY_TEMPLATES": json.dumps(["toy://{+path}"])})
+    gw = Gateway(config, store=store, policy=Policy.from_text(NO_PRIVATE_KEY_EXACT))
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            with pytest.raises(MCPError) as err:
+                await client.read_resource(asked)
+        [run_id] = gateway_runs(store)
+    assert err.value.error.code == codes.DENIED
+    decision = [p for k, p in calls_of(store, run_id) if k == "policy.decision"]
+    assert [(d["effect"], d["rule"], d["judged_as"]) for d in decision] == [
+        ("deny", "no-private-key", "resource:toy://files/private/key")]
+    assert toy_log(tmp_path) == []
+    from sealbox.replay.whatif import whatif_policy
+
+    same = whatif_policy(store, Policy.from_text(NO_PRIVATE_KEY_EXACT), [run_id])
+    assert (same.evaluated, same.changed, same.not_re_evaluable) == (1, (), ())

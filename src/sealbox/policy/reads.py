@@ -75,9 +75,9 @@ def read_forms(uri: str) -> list[tuple[str, str]]:
     distinct form with how it was made from ``uri`` (``"without its query"``…), fewest changes first.
 
     Every other form is ``uri`` normalized (:func:`normalize_uri`) and without its fragment, and then,
-    in every combination, in this order: without its query; with ``%2F`` in the path decoded to ``/``
-    (and the dot segments that makes removed); without empty path segments (``//`` as ``/``); without
-    its trailing slash(es) (a path of only ``/`` after an authority becomes empty: ``toy://h/`` is
+    in every combination, in this order: without its query; with ``%2F`` decoded to ``/`` in the path
+    and in the authority (``toy://notes%2Fsecret``), and the dot segments that makes removed; without
+    empty path segments (``//`` as ``/``); without its trailing slash(es) (a path of only ``/`` after an authority becomes empty: ``toy://h/`` is
     judged as ``toy://h`` too). At most 16 forms besides ``uri``; a URI with none of these parts has none.
 
     >>> read_forms("toy://notes/secret/?x")[1:]
@@ -165,11 +165,15 @@ def _drop_query(uri: str) -> str:
 
 
 def _decode_slashes(uri: str) -> str:
+    """``%2F`` decoded to ``/`` before the query: in the path, and in the text RFC 3986 reads as the
+    authority (``toy://notes%2Fsecret``: a template ``toy://{+path}`` reads it as ``toy://notes/secret``),
+    the result split again; the dot segments of its path removed."""
     head, path, tail = _split(uri)
-    decoded = _SLASH.sub("/", path)
-    if decoded == path:
+    decoded = _SLASH.sub("/", head + path)
+    if decoded == head + path:
         return uri
-    return head + (_remove_dot_segments(decoded) if decoded.startswith("/") else decoded) + tail
+    head, path, _ = _split(decoded)
+    return head + (_remove_dot_segments(path) if path.startswith("/") else path) + tail
 
 
 def _collapse_segments(uri: str) -> str:
