@@ -725,9 +725,9 @@ FILES_TEMPLATE = json.dumps(["toy://files/{+path}"])
     ("toy://files/private//key", "toy://files/private//key", "no-private-key", "policy_deny",
      "toy://files/private/key", "without empty path segments"),
     ("toy://files/private%2fkey", "toy://files/private%2Fkey", "no-private-key", "policy_deny",
-     "toy://files/private/key", "with %2F decoded"),
+     "toy://files/private/key", "percent-decoded"),
     ("toy://files/public%2F..%2Fprivate%2Fkey", "toy://files/public%2F..%2Fprivate%2Fkey", "no-private-key",
-     "policy_deny", "toy://files/private/key", "with %2F decoded"),
+     "policy_deny", "toy://files/private/key", "percent-decoded"),
     ("toy://files/private/key/?v=1#top", "toy://files/private/key/?v=1", "no-private-key", "policy_deny",
      "toy://files/private/key", "without its query, without its trailing slash"),
     ("toy://files/held?x", "toy://files/held?x", "ask-ops", "approval_unavailable",
@@ -849,7 +849,7 @@ async def test_whatif_predicts_the_deny_of_a_recorded_read_spelling_a_denied_res
         ("2", "resource:toy://files/private/key?x", "allow", "deny", "no-private-key",
          "judged as resource:toy://files/private/key (the URI without its query)"),
         ("3", "resource:toy://files/private%2Fkey", "allow", "deny", "no-private-key",
-         "judged as resource:toy://files/private/key (the URI with %2F decoded)"),
+         "judged as resource:toy://files/private/key (the URI percent-decoded)"),
         ("4", "resource:toy://files/private/key/", "allow", "deny", "no-private-key",
          "judged as resource:toy://files/private/key (the URI without its trailing slash)")]
 
@@ -875,13 +875,13 @@ async def test_a_prompt_name_spelled_another_way_is_unknown_and_nothing_is_recor
     ("toy://notes/secret?x#f", [("toy://notes/secret?x", "without its fragment"),
                                 ("toy://notes/secret", "without its fragment, without its query")]),
     ("toy://a/b%2fc/?q", [("toy://a/b%2Fc/?q", "normalized"), ("toy://a/b%2Fc/", "normalized, without its query"),
-                          ("toy://a/b/c/?q", "normalized, with %2F decoded"),
+                          ("toy://a/b/c/?q", "normalized, percent-decoded"),
                           ("toy://a/b%2Fc?q", "normalized, without its trailing slash"),
-                          ("toy://a/b/c/", "normalized, without its query, with %2F decoded"),
+                          ("toy://a/b/c/", "normalized, without its query, percent-decoded"),
                           ("toy://a/b%2Fc", "normalized, without its query, without its trailing slash"),
-                          ("toy://a/b/c?q", "normalized, with %2F decoded, without its trailing slash"),
-                          ("toy://a/b/c", "normalized, without its query, with %2F decoded, without its trailing slash")]),
-    ("toy://files/public%2F..%2Fprivate%2Fkey", [("toy://files/private/key", "with %2F decoded")]),
+                          ("toy://a/b/c?q", "normalized, percent-decoded, without its trailing slash"),
+                          ("toy://a/b/c", "normalized, without its query, percent-decoded, without its trailing slash")]),
+    ("toy://files/public%2F..%2Fprivate%2Fkey", [("toy://files/private/key", "percent-decoded")]),
     ("file:///etc//passwd", [("file:///etc/passwd", "without empty path segments")]),
     ("toy://h/", [("toy://h", "without its trailing slash")]),
     ("x:/a/", [("x:/a", "without its trailing slash")]), ("x:/", []),  # no authority: the path "/" stays
@@ -915,3 +915,46 @@ async def test_a_read_with_2f_where_the_authority_ends_is_judged_as_the_resource
 
     same = whatif_policy(store, Policy.from_text(NO_PRIVATE_KEY_EXACT), [run_id])
     assert (same.evaluated, same.changed, same.not_re_evaluable) == (1, (), ())
+
+
+ESCAPED_NAMES = """
+version: 1
+name: escaped-names
+rules:
+  - id: no-drafts
+    match: {server: toy, tool: ["resource:toy://files/draft(1)", "resource:toy://files/my notes", "resource:toy://files/café"]}
+    effect: deny
+  - id: rest-ok
+    effect: allow
+"""
+
+
+@pytest.mark.parametrize("asked, judged", [
+    ("toy://files/draft%281%29", "toy://files/draft(1)"), ("toy://files/draft%281)", "toy://files/draft(1)"),
+    ("toy://files/my%20notes", "toy://files/my notes"), ("toy://files/caf%C3%A9", "toy://files/café"),
+    ("toy://files/caf%c3%a9?x", "toy://files/café"),
+])
+async def test_a_read_percent_encoding_a_character_a_rule_names_is_judged_as_the_resource_a_template_reads(
+        tmp_path, store, asked, judged):
+    # the MCP SDK's UriTemplate.match percent-decodes every variable: it reads both spellings as one resource
+    from mcp.shared.uri_template import UriTemplate
+
+    template = UriTemplate.parse("toy://files/{+path}")
+    assert template.match(asked.partition("?")[0]) == template.match(judged)
+    config = toy_config(tmp_path, env={"TOY_CATALOG": "1", "TOY_TEMPLATES": FILES_TEMPLATE})
+    gw = Gateway(config, store=store, policy=Policy.from_text(ESCAPED_NAMES))
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            with pytest.raises(MCPError) as err:
+                await client.read_resource(asked)
+            await client.read_resource("toy://files/draft%282%29")  # another resource: allowed
+        [run_id] = gateway_runs(store)
+    assert err.value.error.code == codes.DENIED
+    decision = [p for k, p in calls_of(store, run_id) if k == "policy.decision"]
+    assert [(d["effect"], d["rule"], d.get("judged_as")) for d in decision] == [
+        ("deny", "no-drafts", "resource:" + judged), ("allow", "rest-ok", None)]
+    assert toy_log(tmp_path) == [{"resource": "toy://files/draft%282%29"}]
+    from sealbox.replay.whatif import whatif_policy
+
+    same = whatif_policy(store, Policy.from_text(ESCAPED_NAMES), [run_id])
+    assert (same.evaluated, same.changed, same.not_re_evaluable) == (2, (), ())

@@ -6,7 +6,7 @@ The gateway records a ``resources/read`` as a call of tool ``resource:<uri>`` (d
 reading ``toy://notes/secret?x``, ``toy://notes/secret/``, ``toy://notes//secret`` or
 ``toy://notes%2Fsecret``: other text, so the rule did not match, but an upstream that ignores the
 query, serves files (``a/`` is ``a``, ``a//b`` is ``a/b``) or reads the URI through a resource
-template (the MCP SDK's ``UriTemplate.match`` percent-decodes a variable, ``%2F`` to ``/``) reads
+template (the MCP SDK's ``UriTemplate.match`` percent-decodes a variable: ``%2F`` to ``/``, ``%28`` to ``(``) reads
 that resource. :func:`evaluate_read` judges the read as each form :func:`read_forms` gives and keeps
 the strictest decision (deny > require_approval > allow), recording which form decided
 (``Decision.judged_as``). The recorder decides a ``resources/read`` with it, and a re-evaluation of
@@ -21,6 +21,7 @@ import dataclasses
 import re
 from itertools import combinations
 from typing import Any
+from urllib.parse import unquote
 
 from sealbox.policy.model import CallContext, Decision
 
@@ -33,7 +34,7 @@ RESOURCE_TOOL_PREFIX = "resource:"
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-_SLASH = re.compile(r"%2[Ff]")
+_KEPT_ENCODED = re.compile(r"(%25|%3[Ff]|%23)")
 _EMPTY_SEGMENTS = re.compile(r"//+")
 _JUDGED = "; judged as "
 _STRICTNESS = {"allow": 0, "require_approval": 1, "deny": 2}
@@ -75,8 +76,9 @@ def read_forms(uri: str) -> list[tuple[str, str]]:
     distinct form with how it was made from ``uri`` (``"without its query"``…), fewest changes first.
 
     Every other form is ``uri`` normalized (:func:`normalize_uri`) and without its fragment, and then,
-    in every combination, in this order: without its query; with ``%2F`` decoded to ``/`` in the path
-    and in the authority (``toy://notes%2Fsecret``), and the dot segments that makes removed; without
+    in every combination, in this order: without its query; percent-decoded before its query (``%2F`` as
+    ``/``, ``%28`` as ``(``, ``%C3%A9`` as ``é``…, in the path and the authority: ``toy://notes%2Fsecret``;
+    not ``%25``, ``%3F``, ``%23``), and the dot segments that makes removed; without
     empty path segments (``//`` as ``/``); without its trailing slash(es) (a path of only ``/`` after an authority becomes empty: ``toy://h/`` is
     judged as ``toy://h`` too). At most 16 forms besides ``uri``; a URI with none of these parts has none.
 
@@ -87,7 +89,7 @@ def read_forms(uri: str) -> list[tuple[str, str]]:
     base = without_fragment(normalize_uri(uri))
     made = [how for how, changed in (("normalized", normalize_uri(uri) != uri),
                                      ("without its fragment", "#" in normalize_uri(uri))) if changed]
-    steps = ((_drop_query, "without its query"), (_decode_slashes, "with %2F decoded"),
+    steps = ((_drop_query, "without its query"), (_percent_decode, "percent-decoded"),
              (_collapse_segments, "without empty path segments"), (_drop_trailing_slash, "without its trailing slash"))
     seen = {uri}
     out = [(uri, "")]
@@ -164,12 +166,15 @@ def _drop_query(uri: str) -> str:
     return head + path
 
 
-def _decode_slashes(uri: str) -> str:
-    """``%2F`` decoded to ``/`` before the query: in the path, and in the text RFC 3986 reads as the
-    authority (``toy://notes%2Fsecret``: a template ``toy://{+path}`` reads it as ``toy://notes/secret``),
-    the result split again; the dot segments of its path removed."""
+def _percent_decode(uri: str) -> str:
+    """The percent-encodings before the query decoded (UTF-8), as the MCP SDK's ``UriTemplate.match``
+    decodes a variable: ``%2F`` to ``/``, ``%28`` to ``(``, ``%C3%A9`` to ``é``…, in the path and in the
+    text RFC 3986 reads as the authority (``toy://notes%2Fsecret``: a template ``toy://{+path}`` reads it
+    as ``toy://notes/secret``), the result split again and the dot segments of its path removed. ``%25``,
+    ``%3F`` and ``%23`` stay encoded: decoded, they would read as another encoding, a query, a fragment."""
     head, path, tail = _split(uri)
-    decoded = _SLASH.sub("/", head + path)
+    parts = _KEPT_ENCODED.split(head + path)
+    decoded = "".join(part if i % 2 else unquote(part) for i, part in enumerate(parts))
     if decoded == head + path:
         return uri
     head, path, _ = _split(decoded)
