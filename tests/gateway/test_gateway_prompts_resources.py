@@ -958,3 +958,44 @@ async def test_a_read_percent_encoding_a_character_a_rule_names_is_judged_as_the
 
     same = whatif_policy(store, Policy.from_text(ESCAPED_NAMES), [run_id])
     assert (same.evaluated, same.changed, same.not_re_evaluable) == (2, (), ())
+
+
+NO_PASSWD = """
+version: 1
+name: no-passwd
+rules:
+  - id: no-passwd
+    match: {server: toy, tool: ["resource:file:///etc/passwd", "resource:https://intra.example/admin"]}
+    effect: deny
+  - id: rest-ok
+    effect: allow
+"""
+
+
+@pytest.mark.parametrize("asked, judged", [
+    ("file:/etc/passwd", "file:///etc/passwd"), ("file://localhost/etc/passwd", "file:///etc/passwd"),
+    ("file://LocalHost/etc/passwd?x", "file:///etc/passwd"), ("file:///etc\\passwd", "file:///etc/passwd"),
+    ("file:///tmp\\..\\etc/passwd", "file:///etc/passwd"), ("file:etc/passwd", "file:///etc/passwd"),
+    ("https://INTRA.example:443/admin", "https://intra.example/admin"), ("https://intra.example:/admin/", "https://intra.example/admin"),
+    ("https://intra.example\\admin", "https://intra.example/admin"),
+])
+async def test_a_file_or_http_url_spelled_as_a_url_parser_reads_another_way_is_judged_as_that_url(
+        tmp_path, store, asked, judged):
+    # a URL parser (WHATWG URL, as `new URL()`; RFC 8089 for file:) reads both spellings as one URL
+    import urllib.parse
+
+    if asked.startswith("file:/") and "\\" not in asked:
+        assert urllib.parse.urlparse(asked).path == urllib.parse.urlparse(judged).path
+    config = toy_config(tmp_path, env={"TOY_CATALOG": "1", "TOY_TEMPLATES": json.dumps(["file:{+path}", "https:{+rest}"])})
+    gw = Gateway(config, store=store, policy=Policy.from_text(NO_PASSWD))
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            with pytest.raises(MCPError) as err:
+                await client.read_resource(asked)
+            await client.read_resource("file:///etc/hosts")  # another file: allowed
+        [run_id] = gateway_runs(store)
+    assert err.value.error.code == codes.DENIED
+    decision = [p for k, p in calls_of(store, run_id) if k == "policy.decision"]
+    assert [(d["effect"], d["rule"], d.get("judged_as")) for d in decision] == [
+        ("deny", "no-passwd", "resource:" + judged), ("allow", "rest-ok", None)]
+    assert toy_log(tmp_path) == [{"resource": "file:///etc/hosts"}]

@@ -81,6 +81,11 @@ def read_forms(uri: str) -> list[tuple[str, str]]:
     not ``%25``, ``%3F``, ``%23``), and the dot segments that makes removed; without
     empty path segments (``//`` as ``/``); without its trailing slash(es) (a path of only ``/`` after an authority becomes empty: ``toy://h/`` is
     judged as ``toy://h`` too). At most 16 forms besides ``uri``; a URI with none of these parts has none.
+    A URL of a scheme a URL parser (WHATWG URL; RFC 8089 for ``file:``) reads otherwise than as text
+    (``file``, ``http``, ``https``, ``ws``, ``wss``, ``ftp``) is judged also, first and in every
+    combination, as it reads it (:func:`_as_url`: ``file:/etc/passwd``, ``file://localhost/etc/passwd``
+    and ``file:///etc\\passwd`` as ``file:///etc/passwd``; ``https://Host:443/a`` as ``https://host/a``):
+    at most 31 forms then.
 
     >>> read_forms("toy://notes/secret/?x")[1:]
     [('toy://notes/secret/', 'without its query'), ('toy://notes/secret?x', 'without its trailing slash'), \
@@ -91,6 +96,8 @@ def read_forms(uri: str) -> list[tuple[str, str]]:
                                      ("without its fragment", "#" in normalize_uri(uri))) if changed]
     steps = ((_drop_query, "without its query"), (_percent_decode, "percent-decoded"),
              (_collapse_segments, "without empty path segments"), (_drop_trailing_slash, "without its trailing slash"))
+    if _as_url(base) != base:  # a file:, http:… URL a URL parser reads otherwise: that too, in every combination
+        steps = ((_as_url, "as a URL parser reads it"), *steps)
     seen = {uri}
     out = [(uri, "")]
     for size in range(len(steps) + 1):
@@ -159,6 +166,40 @@ def _split(uri: str) -> tuple[str, str, str]:
         slash = uri.find("/", start + 2, end)
         path_at = end if slash < 0 else slash
     return uri[:path_at], uri[path_at:end], uri[end:]
+
+
+_SPECIAL_PORTS = {"file": None, "http": "80", "https": "443", "ws": "80", "wss": "443", "ftp": "21"}
+
+
+def _as_url(uri: str) -> str:
+    """``uri`` as a URL parser (WHATWG URL: ``new URL()``, which resource servers use) reads a URL of a
+    special scheme (:data:`_SPECIAL_PORTS`), before its query: ``\\`` as ``/``; for ``file:`` an absent
+    authority or host ``localhost`` as the empty one (``file:///…``, RFC 8089 §2); else the host
+    lowercased and an empty or default port dropped; the dot segments of the path removed. Any other
+    URI (and an ``http:`` one without ``//``): as it is."""
+    scheme = _SCHEME.match(uri)
+    name = scheme.group()[:-1].lower() if scheme else ""
+    if name not in _SPECIAL_PORTS:
+        return uri
+    head, path, tail = _split(uri)
+    rest = (head + path)[len(name) + 1:].replace("\\", "/")
+    if name == "file":
+        if not rest.startswith("//"):  # file:/p and file:p: no authority
+            rest = "//" + ("" if rest.startswith("/") else "/") + rest
+        host, slash, path = rest[2:].partition("/")
+        host = "" if host.lower() == "localhost" else host
+    else:
+        if not rest.startswith("//"):
+            return uri
+        host, slash, path = rest[2:].partition("/")
+        userinfo, at, hostport = host.rpartition("@")
+        hostname, colon, port = hostport.rpartition(":")
+        if not colon or hostname.startswith("[") and not hostname.endswith("]"):  # no port (an IPv6 address's ":")
+            hostname, port = hostport, ""
+        kept = f":{port}" if port and port != _SPECIAL_PORTS[name] else ""
+        host = f"{userinfo}{at}{hostname.lower()}{kept}"
+    path = slash + path
+    return f"{name}://{host}" + (_remove_dot_segments(path) if path else "") + tail
 
 
 def _drop_query(uri: str) -> str:
