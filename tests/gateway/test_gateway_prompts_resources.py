@@ -976,7 +976,8 @@ rules:
     ("file:/etc/passwd", "file:///etc/passwd"), ("file://localhost/etc/passwd", "file:///etc/passwd"),
     ("file://LocalHost/etc/passwd?x", "file:///etc/passwd"), ("file:///etc\\passwd", "file:///etc/passwd"),
     ("file:///tmp\\..\\etc/passwd", "file:///etc/passwd"), ("file:etc/passwd", "file:///etc/passwd"),
-    ("https://INTRA.example:443/admin", "https://intra.example/admin"), ("https://intra.example:/admin/", "https://intra.example/admin"),
+    ("https://INTRA.example:443/admin", "https://intra.example/admin"),
+    ("https://intra.example:/admin/", "https://intra.example/admin"),
     ("https://intra.example\\admin", "https://intra.example/admin"),
 ])
 async def test_a_file_or_http_url_spelled_as_a_url_parser_reads_another_way_is_judged_as_that_url(

@@ -6,8 +6,8 @@ The gateway records a ``resources/read`` as a call of tool ``resource:<uri>`` (d
 reading ``toy://notes/secret?x``, ``toy://notes/secret/``, ``toy://notes//secret`` or
 ``toy://notes%2Fsecret``: other text, so the rule did not match, but an upstream that ignores the
 query, serves files (``a/`` is ``a``, ``a//b`` is ``a/b``) or reads the URI through a resource
-template (the MCP SDK's ``UriTemplate.match`` percent-decodes a variable: ``%2F`` to ``/``, ``%28`` to ``(``) reads
-that resource. :func:`evaluate_read` judges the read as each form :func:`read_forms` gives and keeps
+template (the MCP SDK's ``UriTemplate.match`` percent-decodes a variable: ``%2F`` to ``/``, ``%28``
+to ``(``) reads that resource. :func:`evaluate_read` judges the read as each form :func:`read_forms` gives and keeps
 the strictest decision (deny > require_approval > allow), recording which form decided
 (``Decision.judged_as``). The recorder decides a ``resources/read`` with it, and a re-evaluation of
 a recorded one (``sealbox whatif``, :mod:`sealbox.policy.audit`) does too: the same decision.
@@ -76,11 +76,12 @@ def read_forms(uri: str) -> list[tuple[str, str]]:
     distinct form with how it was made from ``uri`` (``"without its query"``…), fewest changes first.
 
     Every other form is ``uri`` normalized (:func:`normalize_uri`) and without its fragment, and then,
-    in every combination, in this order: without its query; percent-decoded before its query (``%2F`` as
-    ``/``, ``%28`` as ``(``, ``%C3%A9`` as ``é``…, in the path and the authority: ``toy://notes%2Fsecret``;
-    not ``%25``, ``%3F``, ``%23``), and the dot segments that makes removed; without
-    empty path segments (``//`` as ``/``); without its trailing slash(es) (a path of only ``/`` after an authority becomes empty: ``toy://h/`` is
-    judged as ``toy://h`` too). At most 16 forms besides ``uri``; a URI with none of these parts has none.
+    in every combination, in this order: without its query; percent-decoded before its query (``%2F``
+    as ``/``, ``%28`` as ``(``, ``%C3%A9`` as ``é``…, in the path and the authority:
+    ``toy://notes%2Fsecret``; not ``%25``, ``%3F``, ``%23``), and the dot segments that makes removed;
+    without empty path segments (``//`` as ``/``); without its trailing slash(es) (a path of only ``/``
+    after an authority becomes empty: ``toy://h/`` is judged as ``toy://h`` too). At most 16 forms
+    besides ``uri``; a URI with none of these parts has none.
     A URL of a scheme a URL parser (WHATWG URL; RFC 8089 for ``file:``) reads otherwise than as text
     (``file``, ``http``, ``https``, ``ws``, ``wss``, ``ftp``) is judged also, first and in every
     combination, as it reads it (:func:`_as_url`: ``file:/etc/passwd``, ``file://localhost/etc/passwd``
