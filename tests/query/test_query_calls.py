@@ -280,6 +280,7 @@ def test_calls_are_paired_within_their_run_even_when_ids_repeat_and_events_inter
     reader.close()
 
 
+@pytest.mark.parametrize("recorded", ["sqlite"], indirect=True)  # PostgreSQL stores have these columns from schema 1
 def test_decision_and_result_columns_are_stored_and_rows_without_them_read_the_payload(recorded, tmp_path):
     """Schema 6 keeps a decision's rule and reason_code and a result's duration_us in columns.
     Rows written before it hold NULL there (they are never updated): the listing reads those
@@ -302,8 +303,6 @@ def test_decision_and_result_columns_are_stored_and_rows_without_them_read_the_p
         conn.execute("COMMIT")
         conn.close()
 
-    if (recorded.path / "postgres.json").exists():
-        pytest.skip("SQLite stores written before schema 6; a PostgreSQL store has these columns from its first schema")
     with recorded.open() as s:
         before = s.query_calls()
     db = sqlite3.connect(recorded.path / "sealbox.db")
