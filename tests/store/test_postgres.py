@@ -379,3 +379,47 @@ def test_cli_init_against_a_server_that_is_not_there_is_one_error_line_and_creat
     assert res.stderr.count("\n") == 1 and not (tmp_path / "s").exists()
     res = cli("init", "--postgres", "mysql://x", str(tmp_path / "s"))
     assert (res.returncode, res.stderr) == (2, "error: --postgres takes a postgresql:// URL, not 'mysql://x'\n")
+
+
+def test_two_inits_racing_into_one_schema_leave_one_intact_store_and_no_second_folder(tmp_path, schema):
+    """Two `init`s into the same empty schema both passed the "holds no store" check, then the second's
+    store_meta overwrote the first's (ON CONFLICT DO UPDATE): the init that succeeded had another store's
+    origin and secret check, so its own `verify` failed; the other left its keys and postgres.json behind."""
+    import threading
+    import time
+
+    import psycopg
+
+    from sealbox.store import init_store
+    from sealbox.store.postgres import _lock_key
+
+    holder = psycopg.connect(URL, autocommit=True)
+    holder.execute("SELECT pg_advisory_lock(%s)", (_lock_key(schema),))  # both pass the check, then wait here
+    outcome: dict[str, object] = {}
+
+    def run(name: str) -> None:
+        try:
+            init_store(tmp_path / name, postgres_url=URL, schema=schema).close()
+            outcome[name] = "ok"
+        except Exception as exc:  # noqa: BLE001 - the loser's error is what is checked
+            outcome[name] = exc
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and sql("public", (
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"))[0][0] < 2:
+        time.sleep(0.02)
+    holder.execute("SELECT pg_advisory_unlock(%s)", (_lock_key(schema),))
+    holder.close()
+    for t in threads:
+        t.join(60)
+    winners = [n for n, v in outcome.items() if v == "ok"]
+    assert len(winners) == 1, outcome
+    loser = "b" if winners == ["a"] else "a"
+    assert "already holds a Sealbox store" in str(outcome[loser])
+    assert not [p.name for p in (tmp_path / loser).glob("*")]  # no key, secret or postgres.json left behind
+    res = cli("verify", str(tmp_path / winners[0]))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.startswith("Verified: the log is intact. 1 event in 1 run")

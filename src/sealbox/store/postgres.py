@@ -410,6 +410,9 @@ class PostgresStore(SqliteQueries):
         self._migrate()  # read-only: only checks (a pending migration is refused, never applied)
         conn = self._pg()
         meta = dict(conn.execute("SELECT key, value FROM store_meta").fetchall())
+        if self._create and meta:  # another init claimed the schema since init's check
+            raise StoreError(f"schema {self.schema!r} of that database already holds a Sealbox store (another init "
+                             "created it meanwhile): give another schema (--schema) or open the existing store's folder")
         self.open_damage: list[str] = []
         origin, store_id = meta.get("origin", ""), meta.get("store_id", "")
         if origin == "" and not self._create:
@@ -493,7 +496,8 @@ class PostgresStore(SqliteQueries):
         origin = origin or f"sealbox.local/{store_id}"
         skey, vkey = generate_key(origin)
         try:  # the schema must hold no store: checked before anything is written to the folder
-            with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))  # two inits: one creates it
                 conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
                 taken = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{schema}.schema_migrations",)).fetchone()[0]
         except psycopg.Error as exc:
@@ -507,31 +511,39 @@ class PostgresStore(SqliteQueries):
             raise StoreReadOnlyError(f"cannot create {folder}: {exc.strerror}") from exc
         _sq._require_writable(folder)
         secret = os.urandom(32)
-        _sq._write_private(folder / KEY_NAME, skey + "\n")
-        _sq._write_private(folder / SECRET_NAME, secret.hex() + "\n")
-        _sq._write_private(folder / CONFIG_NAME, json.dumps({"backend": "postgres", "url": url, "schema": schema},
-                                                            indent=2) + "\n")
-        fsync_write(folder / VKEY_NAME, (vkey + "\n").encode())
-        store = cls(folder, _create=True, **kwargs)
-        from sealbox.redaction import ContentPolicy
+        written = [folder / n for n in (KEY_NAME, SECRET_NAME, CONFIG_NAME, VKEY_NAME, CHECKPOINT_NAME)]
+        store = None
+        try:
+            _sq._write_private(folder / KEY_NAME, skey + "\n")
+            _sq._write_private(folder / SECRET_NAME, secret.hex() + "\n")
+            _sq._write_private(folder / CONFIG_NAME, json.dumps({"backend": "postgres", "url": url, "schema": schema},
+                                                                indent=2) + "\n")
+            fsync_write(folder / VKEY_NAME, (vkey + "\n").encode())
+            store = cls(folder, _create=True, **kwargs)
+            from sealbox.redaction import ContentPolicy
 
-        content = content or ContentPolicy()
-        values = {"origin": origin, "store_id": store_id, "created_at": utc_now(),
-                  "content": json.dumps(content.to_dict()), "secret_check": _secret_check(secret)}
-        store._write(lambda txn: txn.conn.pg.cursor().executemany(
-            "INSERT INTO store_meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-            list(values.items())))
-        store.origin, store.store_id, store.content = origin, store_id, content
-        store._builder = EventBuilder(store._secret, content=content)
-        store.redactor = store._builder.redactor
-        store._signer = store._load_signer()
-        store.append(EventDraft("run.started", {
-            "agent": "sealbox", "snapshot": None, "parent_run_id": None,
-            "labels": {"system": "true", "content_policy": content.fingerprint()},
-            "policy": {"fingerprint": "sha256:" + "0" * 64, "name": None},
-        }, run_id=SYSTEM_RUN_ID, principal="sealbox"))
-        store.issue_checkpoint()
-        store._create = False
+            content = content or ContentPolicy()
+            values = {"origin": origin, "store_id": store_id, "created_at": utc_now(),
+                      "content": json.dumps(content.to_dict()), "secret_check": _secret_check(secret)}
+            store._write(lambda txn: _claim_schema(txn, schema, values))
+            store.origin, store.store_id, store.content = origin, store_id, content
+            store._builder = EventBuilder(store._secret, content=content)
+            store.redactor = store._builder.redactor
+            store._signer = store._load_signer()
+            store.append(EventDraft("run.started", {
+                "agent": "sealbox", "snapshot": None, "parent_run_id": None,
+                "labels": {"system": "true", "content_policy": content.fingerprint()},
+                "policy": {"fingerprint": "sha256:" + "0" * 64, "name": None},
+            }, run_id=SYSTEM_RUN_ID, principal="sealbox"))
+            store.issue_checkpoint()
+            store._create = False
+        except BaseException:  # e.g. another init claimed the schema meanwhile: leave no key or settings behind
+            if store is not None:
+                store.close()
+            for name in written:
+                with contextlib.suppress(OSError):
+                    name.unlink()
+            raise
         return store
 
     @classmethod
@@ -1065,6 +1077,16 @@ def _first_damaged(conn: Any, exc: BaseException) -> DamagedEventError:
             except DamagedEventError as err:
                 return err
         last = rows[-1][0]
+
+
+def _claim_schema(txn: _PgTxn, schema: str, values: dict[str, str]) -> None:
+    """Write a new store's ``store_meta`` under the write lock, refusing a schema another ``init`` claimed
+    since the "holds no store" check (two inits racing: the second used to overwrite the first's origin
+    and secret check, leaving the first a store its own ``verify`` failed)."""
+    if txn.conn.pg.execute("SELECT 1 FROM store_meta LIMIT 1").fetchone() is not None:
+        raise StoreError(f"schema {schema!r} of that database already holds a Sealbox store (another init "
+                         "created it meanwhile): give another schema (--schema) or open the existing store's folder")
+    txn.conn.pg.cursor().executemany("INSERT INTO store_meta (key, value) VALUES (%s, %s)", list(values.items()))
 
 
 def _one_line(exc: BaseException) -> str:
