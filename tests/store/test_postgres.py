@@ -423,3 +423,4 @@ def test_two_inits_racing_into_one_schema_leave_one_intact_store_and_no_second_f
     res = cli("verify", str(tmp_path / winners[0]))
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.startswith("Verified: the log is intact. 1 event in 1 run")
+

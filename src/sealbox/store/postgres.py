@@ -444,11 +444,11 @@ class PostgresStore(SqliteQueries):
         self.redactor = self._builder.redactor
         self._signer = None
         if not self.readonly:
-            changed = self.content_policy_change()
+            changed = None if self._create else self.content_policy_change()
             if changed:
                 raise StoreError(f"{self.path}: {changed}; refusing to record under them (run `sealbox verify`)")
             self._signer = self._load_signer()
-        latest = self.latest_checkpoint()
+        latest = None if self._create else self.latest_checkpoint()  # a racing init's is claimed-checked later
         self._floor = self.checkpoint_file_size()
         self._last_ckpt_size = latest.tree_size if latest else 0
         self._last_ckpt_time = time.monotonic()
