@@ -424,3 +424,29 @@ def test_two_inits_racing_into_one_schema_leave_one_intact_store_and_no_second_f
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.startswith("Verified: the log is intact. 1 event in 1 run")
 
+
+def test_a_folder_pointed_at_another_stores_schema_whose_secret_check_was_deleted_appends_nothing(tmp_path, schema):
+    """store_meta has no triggers: with its secret_check row deleted, another store's folder pointed at this
+    schema opened for writing and appended its events (under the wrong secret) into this log."""
+    import psycopg
+
+    from sealbox.errors import StoreError
+    from sealbox.store import init_store, open_store
+
+    other = schema + "_o"
+    try:
+        init_store(tmp_path / "a", postgres_url=URL, schema=schema).close()
+        init_store(tmp_path / "b", postgres_url=URL, schema=other).close()
+        sql(other, "DELETE FROM store_meta WHERE key = 'secret_check'")
+        cfg = json.loads((tmp_path / "a" / "postgres.json").read_text())
+        (tmp_path / "a" / "postgres.json").write_text(json.dumps({**cfg, "schema": other}))
+        with pytest.raises(StoreError, match="the store secret check in store_meta is missing"):
+            open_store(tmp_path / "a")
+        assert sql(other, "SELECT count(*) FROM events") == [(1,)]
+        res = cli("verify", str(tmp_path / "b"))
+        assert res.returncode == 1
+        assert ("store_settings_damaged: the store secret check in store_meta is missing (the folder's store.secret "
+                "cannot be matched to this database)") in res.stdout
+    finally:
+        with psycopg.connect(URL, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {other} CASCADE")

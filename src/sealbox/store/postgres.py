@@ -426,6 +426,9 @@ class PostgresStore(SqliteQueries):
         if secret is None:
             self.open_damage.append(f"the store secret ({SECRET_NAME}, the HMAC key of redaction markers) is missing "
                                     "or not 32 bytes of hex")
+        elif check is None and not self._create:  # store_meta has no triggers: a deleted row must not pass
+            self.open_damage.append(f"the store secret check in store_meta is missing (the folder's {SECRET_NAME} "
+                                    "cannot be matched to this database)")
         elif check is not None and check != _secret_check(secret):
             self.open_damage.append(f"the folder's {SECRET_NAME} is not this database's store secret (another "
                                     "store's folder, or the schema in postgres.json names another store)")
