@@ -188,11 +188,46 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
     # Text, not str: rich reads a str as console markup, so a recorded value holding '[x]' lost
     # it and one holding '[/x]' stopped the listing (MarkupError); every cell is shown as recorded
     table = Table(title=None if title is None else Text(visible(title)), show_lines=False)
-    for col in columns:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*(Text(visible(_cell(row.get(c)))) for c in columns))
-    Console(width=_width()).print(table)
+    cells = [[visible(_cell(row.get(c))) for c in columns] for row in rows]
+    console = Console(width=_width())
+    keys = _key_widths(columns, cells, console.width)
+    for i, col in enumerate(columns):
+        if i in keys:  # an id a person copies into the next command: never cut with an ellipsis
+            table.add_column(col, no_wrap=keys[i] is not None, min_width=keys[i], overflow="fold")
+        else:
+            table.add_column(col)
+    for row in cells:
+        table.add_row(*(Text(c) for c in row))
+    console.print(table)
+
+
+#: Columns holding what a person copies into the next command (run ids, call ids, times given to
+#: ``--since``), most wanted first: a table gives them their whole width while every other column
+#: keeps :data:`OTHER_COLUMN_MIN` characters, and folds the rest onto more lines, never cutting
+#: one with an ellipsis.
+KEY_COLUMNS = ("run_id", "call_id", "approval_id", "grant_id", "key_id", "ts", "started", "started_at", "step",
+               "run_seq", "expires_at", "parent", "parent_run_id", "replay of", "replay_of")
+OTHER_COLUMN_MIN = 8
+
+
+def _key_widths(columns: Sequence[str], cells: list[list[str]], width: int) -> dict[int, int | None]:
+    """For each key column (:data:`KEY_COLUMNS`) among ``columns``, in that order: its whole width
+    (the longest of its cells and its header) while the columns given theirs leave every other
+    column :data:`OTHER_COLUMN_MIN` characters of a ``width``-character table; None (folded) for the
+    first that does not fit and every one after it (a time never takes the room a run id could not have)."""
+    out: dict[int, int | None] = {}
+    left = width - (3 * len(columns) + 1)  # the borders: "│ " before each cell, " " after, "│" at the end
+    others = len(columns)
+    for name in KEY_COLUMNS:
+        if name not in columns:
+            continue
+        i = list(columns).index(name)
+        need = max([len(name)] + [len(row[i]) for row in cells])
+        if left is not None and need + OTHER_COLUMN_MIN * (others - 1) <= left:
+            out[i], left, others = need, left - need, others - 1
+        else:
+            out[i], left = None, None
+    return out
 
 
 #: Characters a terminal acts on instead of showing: C0 controls but newline and tab (ESC starts
