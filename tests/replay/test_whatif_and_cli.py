@@ -516,3 +516,27 @@ def test_runs_list_says_which_runs_are_replays(tmp_path):
     assert list(rows[0])[7:9] == ["parent_run_id", "replay_of"]
     out = invoke("runs", "list", "-s", str(tmp_path / "s"), "--agent", "plain")
     assert "replay of" in out.stdout and run_id[:13] + "…" in out.stdout
+
+
+def test_whatif_of_a_replay_run_points_to_the_run_it_replayed(tmp_path, monkeypatch):
+    """A replay serves each recorded decision (``replayed``: the original run and step), it makes
+    none: what-if of a replay run said "the decision's inputs are not in the log", as if they had
+    been lost, where it should send the investigator to the original run (the incident drill's
+    newest run is its replay)."""
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain", "--json")
+    replay_run = json.loads(out.output)["new_run_id"]
+    store = sealbox.open_store(tmp_path / "s")
+    try:
+        report = whatif_policy(store, Policy.from_text(NEW_POLICY), [replay_run])
+        original = whatif_policy(store, Policy.from_text(NEW_POLICY), [run_id])
+    finally:
+        store.close()
+    assert report.evaluated == 0 and report.changed == ()
+    assert [(n.step, n.tool, n.why) for n in report.not_re_evaluable] == [
+        (step, tool, f"the decision was replayed from run {run_id} step {step}, not made again: evaluate that run")
+        for step, tool in (("2.1", "get_weather"), ("2.2", "get_time"), ("2.3", "get_weather"))]
+    assert original.evaluated == 3 and len(original.changed) == 2

@@ -68,8 +68,15 @@ def reevaluate(policy: Policy, recorded: dict[str, Any], inputs: Any, *, run_id:
     call_id = recorded.get("call_id", "")
     if not isinstance(inputs, dict) or "server" not in inputs:
         # an imported decision never had inputs (no Sealbox policy read any): say so, not that they were lost
-        why = (_why_not(recorded, {}) if recorded.get("reason_code") == "imported"
-               else "the decision's inputs are not in the log")
+        replayed = recorded.get("replayed")
+        if recorded.get("reason_code") == "imported":
+            why = _why_not(recorded, {})
+        elif isinstance(replayed, dict) and isinstance(replayed.get("run_id"), str):
+            # a replay serves the recorded decision, it does not make one: the original run has the inputs
+            why = (f"the decision was replayed from run {replayed['run_id']} step {replayed.get('step')}, not made "
+                   "again: evaluate that run")
+        else:
+            why = "the decision's inputs are not in the log"
         return Reevaluation(run_id, call_id, step, recorded, None, False, why)
     if inputs.get("redacted") or recorded.get("re_evaluable") is False:
         return Reevaluation(run_id, call_id, step, recorded, None, False, _why_not(recorded, inputs))
