@@ -307,7 +307,20 @@ def check_text(name: str, value: Any) -> str | None:
     """``value`` if it is None or a string; else :class:`ConfigError` (a query filter given a number or a list)."""
     if value is not None and not isinstance(value, str):
         raise ConfigError(f"{name}: {value!r} is not a string")
+    if value is not None and not_utf8(value):
+        raise ConfigError(f"{name}: {value!r} is not UTF-8 text (it holds a lone surrogate, as a non-UTF-8 byte "
+                          "decodes to), which no recorded name or id can hold")
     return value
+
+
+def not_utf8(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (a non-UTF-8 byte of a command-line argument decodes to
+    one): no recorded name or id can, and the database driver cannot even encode it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def check_flag(name: str, value: Any, *, optional: bool = False) -> bool | None:

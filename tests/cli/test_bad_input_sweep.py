@@ -448,3 +448,46 @@ def test_an_empty_grant_option_is_one_error_line(copy, option, message, value):
     assert proc.returncode == 2
     assert one_error(proc) == message
     assert state(store) == before
+
+
+# A byte that is not UTF-8 in an argument (a Latin-1 terminal, a pasted binary name) reaches Python as
+# a lone surrogate (surrogateescape). No recorded name or id can hold one (recording refuses them).
+@pytest.mark.parametrize("option, name", [
+    ("--agent", "agent"), ("--principal", "principal"), ("--tool", "tool"), ("--server", "server"),
+])
+def test_a_name_filter_that_is_not_utf8_is_one_error_line(copy, option, name):
+    # was: "error: internal error: UnicodeEncodeError: 'utf-8' codec can't encode character '\udcff'
+    # in position 1: surrogates not allowed" (exit 70)
+    store, _ = copy
+    proc = sb("calls", option, "a\udcff", "-s", store)
+    assert proc.returncode == 2
+    assert one_error(proc) == (f"error: {name}: 'a\\udcff' is not UTF-8 text (it holds a lone surrogate, as a "
+                               "non-UTF-8 byte decodes to), which no recorded name or id can hold")
+    if option in ("--agent", "--principal"):
+        proc = sb("runs", "list", option, "a\udcff", "-s", store)
+        assert proc.returncode == 2
+        assert one_error(proc).startswith(f"error: {name}: 'a\\udcff' is not UTF-8 text")
+
+
+@pytest.mark.parametrize("cmd", [["runs", "show", "ID"], ["calls", "--run", "ID"], ["export", "ID", "-o", "OUT"],
+                                 ["report", "ID", "-o", "OUT.html"]], ids=" ".join)
+def test_a_run_id_that_is_not_utf8_is_no_run(copy, tmp_path, cmd):
+    # was: "error: internal error: UnicodeEncodeError: ... surrogates not allowed" (exit 70)
+    store, run_id = copy
+    argv = [run_id[:8] + "\udcff" if a == "ID" else a for a in cmd]
+    proc = sb(*_argv(argv, store, run_id, tmp_path / "out"))
+    assert proc.returncode == 2
+    assert one_error(proc) == f"error: no run '{run_id[:8]}\\udcff' in this store"
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.html").exists()
+
+
+def test_python_query_filters_that_are_not_utf8_raise_config_error(copy):
+    from sealbox.errors import ConfigError
+    from sealbox.store import open_store
+
+    store, _ = copy
+    with open_store(store, readonly=True) as s:
+        for call, kw in ((s.query_calls, {"tool": "t\ud800"}), (s.query_calls, {"run_id": "\udcff"}),
+                         (s.query_runs, {"agent": "\udcff"})):
+            with pytest.raises(ConfigError, match="is not UTF-8 text"):
+                call(**kw)

@@ -110,6 +110,10 @@ def resolve_id(store: Any, what: str, text: str) -> str:
     Raises:
         BadInput: ``text`` starts several ids (they are listed), or is a too short prefix.
     """
+    from sealbox.query import not_utf8
+
+    if not_utf8(text):  # a non-UTF-8 byte in the argument: no id holds one (nor can the driver encode it)
+        raise BadInput(f"no {what} {text!r} in this store")
     found = store.ids_with_prefix(what, text)
     folded = text.strip().lower()
     if not found and folded != text and _GENERATED_ID.fullmatch(folded):
