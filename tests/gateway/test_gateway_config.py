@@ -299,3 +299,27 @@ def test_a_config_file_is_read_no_further_than_its_size_limit(tmp_path):
         assert str(info.value) == f"{fifo}: file is larger than {MAX_FILE_BYTES} bytes"
     finally:
         t.join()
+
+
+def test_a_bare_command_name_found_only_in_the_upstreams_cwd_is_not_found(tmp_path):
+    """A bare command name is looked up in PATH (docs/gateway.md), as the upstream is started; `gateway
+    check` also accepted a file of that name in the upstream's cwd (or its own working directory), so it
+    said ok for `command: server, cwd: work` and `gateway serve` then failed every start of that upstream
+    (FileNotFoundError: 'server'). It is now one problem; `./server` (a path) is the way to name it."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "server").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "work" / "server").chmod(0o755)
+    sealbox.init_store(tmp_path / "st").close()
+    env = {k: v for k, v in os.environ.items() if k != "SEALBOX_DEBUG"}
+    text = "version: 1\nstore: ./st\npolicy: ALLOW_ALL\nupstreams:\n  - {id: bare, command: server, cwd: work}\n"
+    (tmp_path / "gw.yaml").write_text(text)
+    for cwd in (tmp_path / "work", "/"):
+        proc = subprocess.run([SEALBOX, "gateway", "check", "-c", str(tmp_path / "gw.yaml")], capture_output=True,
+                              text=True, env=env, cwd=cwd)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (
+            2, "", f"error: {tmp_path / 'gw.yaml'}: upstream bare: command 'server' is not found or not executable "
+                   "(a bare command name is looked up in PATH; write ./server for a file in the upstream's cwd)\n")
+    (tmp_path / "gw.yaml").write_text(text.replace("command: server", "command: ./server"))
+    proc = subprocess.run([SEALBOX, "gateway", "check", "-c", str(tmp_path / "gw.yaml")], capture_output=True,
+                          text=True, env=env, cwd="/")
+    assert (proc.returncode, proc.stderr) == (0, "")

@@ -261,10 +261,13 @@ def _deep_problems(cfg) -> list[str]:  # noqa: ANN001
         if up.command is None:
             continue
         cwd = up.cwd or os.getcwd()
+        # a bare name is looked up in PATH only, as the upstream is started (not in its cwd, nor here)
         found = shutil.which(up.command, path=(up.env or {}).get("PATH") or os.environ.get("PATH"))
         local = os.path.join(cwd, up.command)
-        if found is None and not (os.path.isfile(local) and os.access(local, os.X_OK)):
-            problems.append(f"upstream {up.id}: command {up.command!r} is not found or not executable")
+        if found is None:
+            hint = (f" (a bare command name is looked up in PATH; write ./{up.command} for a file in the "
+                    "upstream's cwd)" if "/" not in up.command and os.path.isfile(local) else "")
+            problems.append(f"upstream {up.id}: command {up.command!r} is not found or not executable{hint}")
         if up.cwd is not None and not os.path.isdir(up.cwd):
             problems.append(f"upstream {up.id}: cwd {up.cwd} is not a folder")
     for token in cfg.tokens:
