@@ -497,3 +497,87 @@ async def test_sigterm_over_http_with_a_call_in_flight_answers_it_before_closing
                                                             "tool.result", "run.ended"]
     finally:
         store.close()
+
+
+def test_sigterm_while_stopping_a_slow_upstream_after_eof_is_still_a_clean_stop(tmp_path):
+    """MCP's stdio shutdown: the client closes the server's stdin, waits (the official SDK: 2 s), then
+    sends SIGTERM. After the EOF the gateway stops its upstreams, which gives one that does not exit
+    on its own 2 s before it is terminated; the SIGTERM that came meanwhile found its default action
+    restored (the signal handling had been cancelled with the session) and killed the gateway:
+    exit status -15, the store not closed (its last events left without a signed checkpoint), and
+    the upstream left running, orphaned. It now finishes stopping the upstreams and exits 0."""
+    import signal
+    import subprocess
+    import time
+
+    sealbox.init_store(tmp_path / "store").close()
+    pid_file = tmp_path / "upstream.pid"
+    # an upstream that does not exit when its stdin closes (it keeps running for 60 s after)
+    script = f"echo $$ > {pid_file}; {sys.executable} {TOY}; sleep 60"
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"""version: 1
+store: ./store
+policy: ALLOW_ALL
+upstreams:
+  - id: toy
+    command: /bin/sh
+    args: ["-c", {json.dumps(script)}]
+""")
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    upstream_pid = None
+    try:
+        def send(msg: dict) -> None:
+            proc.stdin.write(json.dumps(msg) + "\n")
+            proc.stdin.flush()
+
+        def read_id(want: int) -> dict:
+            while True:
+                line = proc.stdout.readline()
+                assert line, proc.stderr.read()
+                msg = json.loads(line)
+                if msg.get("id") == want:
+                    return msg
+
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+        read_id(1)
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "toy__echo",
+                                                                           "arguments": {"text": "hi"}}})
+        assert read_id(2)["result"]["content"] == [{"type": "text", "text": "hi"}]
+        upstream_pid = int(pid_file.read_text())
+        proc.stdin.close()  # EOF: the gateway ends the session and stops its upstreams
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)  # the client's grace period is over
+        assert proc.wait(timeout=30) == 0
+        stderr = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        for f in (proc.stdout, proc.stderr):
+            f.close()
+    alive = True
+    for _ in range(50):
+        try:
+            os.kill(upstream_pid, 0)
+        except ProcessLookupError:
+            alive = False
+            break
+        time.sleep(0.1)
+    if alive:
+        os.kill(upstream_pid, signal.SIGKILL)
+    assert not alive, "the upstream was left running"
+    assert "Traceback" not in stderr
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        [run_id] = gateway_runs(store)
+        assert [e.kind for e in store.read_run(run_id)] == ["run.started", "tool.call", "policy.decision",
+                                                            "tool.result", "run.ended"]
+    finally:
+        store.close()
+    verified = subprocess.run([str(Path(sys.executable).parent / "sealbox"), "verify", str(tmp_path / "store")],
+                              capture_output=True, text=True, env=env)
+    assert verified.returncode == 0 and "not covered by a signed checkpoint" not in verified.stdout, verified.stdout

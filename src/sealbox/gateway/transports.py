@@ -73,6 +73,13 @@ async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None
                 # the client stopped reading (it exited): the SDK's stdout writer failed and the session was
                 # closed as on a disconnect (calls in flight recorded, the run ended); not an internal error
                 log.info("the client closed its end of stdout; the session has ended")
+            if on_signal is not None and not stopping.cancel_called:
+                # the client left (EOF): stop the upstreams while a signal is still a clean stop. MCP clients send
+                # SIGTERM once their grace period after closing stdin is over (the SDK's: 2 s), and an upstream
+                # that does not exit on its own is given as long before it is terminated; cancelled first, the
+                # signal handling restored SIGTERM's default action, which killed the gateway (store not closed)
+                # and left that upstream running
+                await _stop_upstreams(gateway)
         tg.cancel_scope.cancel()
 
 
