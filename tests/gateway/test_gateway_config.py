@@ -323,3 +323,23 @@ def test_a_bare_command_name_found_only_in_the_upstreams_cwd_is_not_found(tmp_pa
     proc = subprocess.run([SEALBOX, "gateway", "check", "-c", str(tmp_path / "gw.yaml")], capture_output=True,
                           text=True, env=env, cwd="/")
     assert (proc.returncode, proc.stderr) == (0, "")
+
+
+def test_an_http_identity_with_whitespace_or_a_control_character_is_refused_as_a_principal_is():
+    """``principal: "agent me"`` was refused (a name in the record holds no whitespace) but the identity of an
+    HTTP token, which is the principal of its calls, was not: ``identity: "ci\\nbot"`` or ``"ci\\u0000bot"``
+    was accepted and recorded as written (a newline in `sealbox calls` and `runs show` lines); nor was a
+    control character in ``principal``. Both are now one problem at their line."""
+    text = ('version: 1\nstore: ./st\npolicy: ALLOW_ALL\nprincipal: "agent:\\u0000x"\nhttp:\n  tokens:\n'
+            '    - {token: t0ken-0123456789abcdef, identity: "ci\\nbot"}\n'
+            '    - {token: t0ken-0123456789abcdeX, identity: "ci bot"}\n'
+            '    - {token: t0ken-0123456789abcdeY, identity: "ci\\u0007bot"}\n'
+            '    - {token: t0ken-0123456789abcdeZ, identity: "ci-bot"}\n'
+            'upstreams:\n  - {id: a, command: x}\n')
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, source="gw.yaml")
+    assert str(caught.value) == (
+        "gw.yaml:4: principal: must not contain whitespace or control characters; "
+        "gw.yaml:7: http.tokens.0.identity: must not contain whitespace or control characters; "
+        "gw.yaml:8: http.tokens.1.identity: must not contain whitespace or control characters; "
+        "gw.yaml:9: http.tokens.2.identity: must not contain whitespace or control characters")

@@ -451,8 +451,9 @@ def _check_ids(cfg: GatewayConfig, lines: dict) -> list[tuple[int | None, str]]:
         if any("\ud800" <= c <= "\udfff" for c in text):
             problems.append((loader.line_of(lines, where), f"{name}: {text!r} holds a lone surrogate, which a name "
                                                            "in the record cannot hold"))
-    if re.search(r"\s", cfg.principal):
-        problems.append((loader.line_of(lines, ("principal",)), "principal: must not contain whitespace"))
+        # the principal of calls, as the config's principal is for stdio: a newline in it splits the record's lines
+        elif re.search(r"[\s\x00-\x1f\x7f-\x9f]", text):
+            problems.append((loader.line_of(lines, where), f"{name}: must not contain whitespace or control characters"))
     return problems
 
 
