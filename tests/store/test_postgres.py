@@ -450,3 +450,17 @@ def test_a_folder_pointed_at_another_stores_schema_whose_secret_check_was_delete
     finally:
         with psycopg.connect(URL, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {other} CASCADE")
+
+
+@pytest.mark.parametrize("table", ["events", "tree_nodes", "runs", "store_meta", "blobs"])
+@pytest.mark.parametrize("args", [["verify"], ["runs", "list", "-s"], ["calls", "-s"]], ids=" ".join)
+def test_a_schema_missing_a_table_is_one_error_line_for_every_command(tmp_path, schema, table, args):
+    # was: "error: internal error: UndefinedTable: relation "tree_nodes" does not exist ..." (exit 70),
+    # where the SQLite store says "... is damaged: table tree_nodes is missing" (exit 2)
+    folder = tmp_path / "s"
+    assert cli("init", "--postgres", URL, "--schema", schema, str(folder)).returncode == 0
+    sql(schema, f"DROP TABLE {table} CASCADE")
+    res = cli(*args, str(folder))
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"error: {folder} (schema {schema}) is damaged: table {table} is missing (changed below Sealbox; "
+               "restore the store from a backup)\n")

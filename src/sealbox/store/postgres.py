@@ -98,6 +98,15 @@ def _trigger_functions() -> dict[str, str]:
     return out
 
 
+def _required_tables() -> frozenset[str]:
+    """The tables the PostgreSQL migrations create: a schema missing one was changed below Sealbox."""
+    created: set[str] = set()
+    for mig in migrate.load_migrations("postgres"):
+        created |= set(re.findall(r"(?i)\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?\"?(\w+)", mig.sql))
+        created -= set(re.findall(r"(?i)\bDROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?\"?(\w+)", mig.sql))
+    return frozenset(created)
+
+
 def _psycopg() -> Any:
     try:
         import psycopg
@@ -403,8 +412,15 @@ class PostgresStore(SqliteQueries):
                     conn.execute(mig.sql)
                     conn.execute("INSERT INTO schema_migrations (version, name, checksum, applied_at)"
                                  " VALUES (%s, %s, %s, %s)", (mig.version, mig.name, mig.checksum, utc_now()))
+            tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s",
+                                                 (self.schema,)).fetchall()}
         except psycopg.Error as exc:
             raise StoreError(f"{where}: cannot read or upgrade the schema ({_one_line(exc)})") from None
+        missing = sorted(_required_tables() - tables)
+        if missing:  # dropped below Sealbox: one error line before any command reads or writes it (as on SQLite)
+            raise StoreError(f"{where} is damaged: table {', '.join(missing)} "
+                             f"{'is' if len(missing) == 1 else 'are'} missing (changed below Sealbox; "
+                             "restore the store from a backup)")
 
     def _open_checked(self) -> None:
         self._migrate()  # read-only: only checks (a pending migration is refused, never applied)
