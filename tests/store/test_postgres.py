@@ -464,3 +464,23 @@ def test_a_schema_missing_a_table_is_one_error_line_for_every_command(tmp_path, 
     assert (res.returncode, res.stdout, res.stderr) == (
         2, "", f"error: {folder} (schema {schema}) is damaged: table {table} is missing (changed below Sealbox; "
                "restore the store from a backup)\n")
+
+
+def test_a_verifiers_folder_without_the_writers_secret_verifies_the_intact_log(tmp_path, schema):
+    # docs/storage.md: readers and verifiers need no log.key nor store.secret. Without store.secret,
+    # verify said "store_settings_damaged: the store secret ... is missing ...: the store was changed
+    # below Sealbox" (exit 1) of an intact log.
+    folder, reader = tmp_path / "s", tmp_path / "reader"
+    assert cli("init", "--postgres", URL, "--schema", schema, str(folder)).returncode == 0
+    reader.mkdir()
+    for name in ("postgres.json", "log.vkey", "checkpoint"):
+        (reader / name).write_bytes((folder / name).read_bytes())
+    res = cli("verify", str(reader))
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout.startswith("Verified: the log is intact. 1 event in 1 run, 0 blobs, 1 signed checkpoint ")
+    from sealbox.errors import StoreError
+    from sealbox.store import open_store
+
+    with pytest.raises(StoreError, match=r"the store secret \(store.secret, the HMAC key of redaction markers\) is "
+                                         "missing or not 32 bytes of hex: refusing to record into it"):
+        open_store(reader)  # a writer still needs it

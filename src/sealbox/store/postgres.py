@@ -439,7 +439,9 @@ class PostgresStore(SqliteQueries):
         self.store_id: str = store_id
         secret = self._read_secret()
         check = meta.get("secret_check")
-        if secret is None:
+        if secret is None and self.readonly and not os.path.lexists(self.path / SECRET_NAME):
+            pass  # a reader's or verifier's folder: the secret stays with the writers (docs/storage.md)
+        elif secret is None:
             self.open_damage.append(f"the store secret ({SECRET_NAME}, the HMAC key of redaction markers) is missing "
                                     "or not 32 bytes of hex")
         elif check is None and not self._create:  # store_meta has no triggers: a deleted row must not pass
