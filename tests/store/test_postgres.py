@@ -484,3 +484,17 @@ def test_a_verifiers_folder_without_the_writers_secret_verifies_the_intact_log(t
     with pytest.raises(StoreError, match=r"the store secret \(store.secret, the HMAC key of redaction markers\) is "
                                          "missing or not 32 bytes of hex: refusing to record into it"):
         open_store(reader)  # a writer still needs it
+
+
+def test_init_refuses_information_schema_which_pg_dump_leaves_out(tmp_path):
+    # was: a store created in information_schema (exit 0), whose tables a plain `pg_dump` of the
+    # database silently leaves out (it skips that system schema): a backup without the log
+    import psycopg
+
+    res = cli("init", "--postgres", URL, "--schema", "information_schema", str(tmp_path / "s"))
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", "error: schema 'information_schema' is PostgreSQL's own (pg_dump leaves its tables out): "
+               "give another schema\n")
+    assert not (tmp_path / "s").exists()
+    with psycopg.connect(URL, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regclass('information_schema.events')").fetchone() == (None,)

@@ -508,6 +508,9 @@ class PostgresStore(SqliteQueries):
         if not isinstance(schema, str) or not _SCHEMA.match(schema):
             raise StoreConfigError(f"schema must be a plain lower-case PostgreSQL name ([a-z_][a-z0-9_]*, at most "
                                    f"63 characters), not {schema!r}")
+        if schema == "information_schema":  # a plain pg_dump of the database leaves it out: a backup without the log
+            raise StoreConfigError(f"schema {schema!r} is PostgreSQL's own (pg_dump leaves its tables out): "
+                                   "give another schema")
         folder = Path(path)
         for name in (CONFIG_NAME, _sq.DB_NAME, KEY_NAME, SECRET_NAME):
             if os.path.lexists(folder / name):
