@@ -498,3 +498,13 @@ def test_init_refuses_information_schema_which_pg_dump_leaves_out(tmp_path):
     assert not (tmp_path / "s").exists()
     with psycopg.connect(URL, autocommit=True) as conn:
         assert conn.execute("SELECT to_regclass('information_schema.events')").fetchone() == (None,)
+
+
+def test_cli_init_refuses_an_empty_schema_instead_of_using_the_default(tmp_path, schema):
+    # was: `--schema ""` (an unset variable in `--schema "$SCHEMA"`) created the store in schema
+    # "sealbox" (exit 0), or failed saying that "sealbox" already holds a store
+    res = cli("init", "--postgres", URL, "--schema", "", str(tmp_path / "s"))
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", "error: schema must be a plain lower-case PostgreSQL name ([a-z_][a-z0-9_]*, at most 63 characters), "
+               "not ''\n")
+    assert not (tmp_path / "s").exists()

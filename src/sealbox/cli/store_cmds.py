@@ -68,7 +68,7 @@ def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_key
         raise BadInput(f"--postgres takes a postgresql:// URL, not {postgres_url!r}")
     if schema is not None and postgres_url is None:
         raise BadInput("--schema applies to a PostgreSQL store: give --postgres URL too")
-    where = {} if postgres_url is None else {"postgres_url": postgres_url, "schema": schema or "sealbox"}
+    where = {} if postgres_url is None else {"postgres_url": postgres_url, "schema": "sealbox" if schema is None else schema}
     try:
         store = init_store(path, origin=origin, content=content, **where)
     except NoteError:  # checked before anything is created
