@@ -48,3 +48,18 @@ async def test_an_allowed_call_and_a_denied_one_are_recorded_in_postgresql(tmp_p
     assert type(pg_store).__name__ == "PostgresStore"
     report = sealbox.verify_store(pg_store)
     assert report.ok, [p.line() for p in report.problems]
+
+
+async def test_joining_a_run_id_holding_a_nul_is_an_unknown_run_as_on_sqlite(tmp_path, pg_store):
+    # was: the handler raised psycopg.DataError ("PostgreSQL text fields cannot contain NUL (0x00) bytes"),
+    # logged with a traceback and sent to the client as an internal error; SQLite: UNKNOWN_RUN
+    from mcp.shared.exceptions import MCPError
+
+    from sealbox.gateway import UNKNOWN_RUN
+
+    gw = Gateway(toy_config(tmp_path), store=pg_store, policy=Policy.from_text(DENY_ECHO))
+    async with running(gw) as tg, connect(gw, tg) as client:
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("toy__add", {"a": 1, "b": 2}, meta={"sealbox/run_id": "no\x00such"})
+    assert (err.value.code, str(err.value)) == (UNKNOWN_RUN, "no run 'no\\x00such' in this store")
+    assert gateway_runs(pg_store) == [] and toy_log(tmp_path) == []

@@ -508,3 +508,27 @@ def test_cli_init_refuses_an_empty_schema_instead_of_using_the_default(tmp_path,
         2, "", "error: schema must be a plain lower-case PostgreSQL name ([a-z_][a-z0-9_]*, at most 63 characters), "
                "not ''\n")
     assert not (tmp_path / "s").exists()
+
+
+def test_a_lookup_holding_a_nul_finds_nothing_and_never_says_the_log_is_damaged(tmp_path, schema):
+    # PostgreSQL text cannot hold a NUL, so no stored id or name has one. Was: psycopg.DataError from
+    # read_run / ids_with_prefix, and from the listings "DamagedEventError: an event in the log is
+    # damaged ...: the store was changed below Sealbox" of an intact log; SQLite finds nothing.
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+    from sealbox.store import init_store
+
+    store = init_store(tmp_path / "s", postgres_url=URL, schema=schema)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+            run.call_tool("db", "read_query", {"q": 1}, lambda q: q)
+        assert store.read_run("r\x00") == []
+        assert store.get_run("r\x00") is None
+        assert store.ids_with_prefix("run", "0\x00") == []
+        assert store.query_calls(agent="b\x00t") == []
+        assert store.query_calls(tool="read\x00*") == []
+        assert store.query_runs(principal="agent:\x00") == []
+        assert store.reader().events(["run.started"], run_id="r\x00") == []
+        assert [c["tool"] for c in store.query_calls(agent="bot")] == ["read_query"]
+    finally:
+        store.close()

@@ -107,6 +107,12 @@ def _required_tables() -> frozenset[str]:
     return frozenset(created)
 
 
+def _nul_param(exc: BaseException) -> bool:
+    """Whether ``exc`` is psycopg refusing to send a parameter holding a NUL (PostgreSQL text cannot hold one,
+    so no stored id or name has one: a lookup by such a value finds nothing; the log is not damaged)."""
+    return getattr(exc, "sqlstate", "") is None and "cannot contain NUL" in str(exc)
+
+
 def _psycopg() -> Any:
     try:
         import psycopg
@@ -249,6 +255,8 @@ class PgReader(Reader):
         try:
             rows = self.conn.execute(sql, params).fetchall()
         except psycopg.errors.DataError as exc:  # a payload that is not UTF-8 JSON: changed below Sealbox
+            if _nul_param(exc):
+                return []
             raise _first_damaged(self.conn.pg, exc) from None
         return [event_from_row(*r) for r in rows]
 
@@ -735,8 +743,14 @@ class PostgresStore(SqliteQueries):
             return fn(self._pg())
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        psycopg = _psycopg()
         with self._operation():
-            return self._pg().execute(sql, tuple(params) or None).fetchall()
+            try:
+                return self._pg().execute(sql, tuple(params) or None).fetchall()
+            except psycopg.DataError as exc:
+                if _nul_param(exc):  # a lookup by an id or name holding a NUL: none is stored
+                    return []
+                raise
 
     def _paged(self, sql: str, params: tuple, first: Any, batch: int) -> Iterator[tuple]:
         """The rows of ``sql`` (``params``, then the last key seen, then ``batch``), fetched ``batch`` at a
@@ -1062,6 +1076,8 @@ def _pg_guarded(name: str) -> Callable[..., Any]:
         try:
             return base(self, *args, **kwargs)
         except psycopg.errors.DataError as exc:
+            if _nul_param(exc):  # a filter holding a NUL matches nothing stored; the log is not damaged
+                return None if name == "get_run" else []
             raise self._locate_damaged(exc) from None
 
     guarded.__name__, guarded.__doc__ = name, base.__doc__
