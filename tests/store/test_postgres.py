@@ -532,3 +532,34 @@ def test_a_lookup_holding_a_nul_finds_nothing_and_never_says_the_log_is_damaged(
         assert [c["tool"] for c in store.query_calls(agent="bot")] == ["read_query"]
     finally:
         store.close()
+
+
+def test_a_read_on_a_connection_the_server_ended_is_a_store_error_then_the_next_one_reconnects(tmp_path, schema):
+    # was: psycopg.errors.AdminShutdown ("terminating connection due to administrator command") out of
+    # read_run, size(), the listings and close() (the CLI: "internal error", exit 70), not a StoreError
+    import psycopg
+
+    from sealbox.errors import StoreError
+    from sealbox.store import init_store
+
+    store = init_store(tmp_path / "s", postgres_url=URL, schema=schema)
+    try:
+        def kill() -> None:
+            pid = store._pg().info.backend_pid
+            with psycopg.connect(URL, autocommit=True) as conn:
+                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+        message = (f"^{tmp_path / 's'}: PostgreSQL could not answer a read \\(terminating connection due to "
+                   "administrator command\\)$")
+        for read in (lambda: store.read_run("system"), store.size, lambda: store.query_calls(agent="bot"),
+                     store.runs, lambda: store.get_run("system")):
+            kill()
+            with pytest.raises(StoreError, match=message):
+                read()
+            assert [e.kind for e in store.read_run("system")] == ["run.started"]  # a new connection
+        store.append(started("r1"))
+        kill()
+        with pytest.raises(StoreError, match=message):
+            store.close()
+    finally:
+        store.close()

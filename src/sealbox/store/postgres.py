@@ -726,6 +726,21 @@ class PostgresStore(SqliteQueries):
     # ----------------------------------------------------------------- reading
 
     @contextlib.contextmanager
+    def _operation(self) -> Iterator[None]:
+        """A read under way (counted, as SqliteStore's): the server ending the connection under it (a restart,
+        ``pg_terminate_backend``) is a StoreError; the thread's next read opens a new connection."""
+        psycopg = _psycopg()
+        depth = self._op_enter()
+        try:
+            yield
+        except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable):
+            raise  # inside a write: its retry or its own error
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"{self.path}: PostgreSQL could not answer a read ({_one_line(exc)})") from None
+        finally:
+            self._op_leave(depth)
+
+    @contextlib.contextmanager
     def read_snapshot(self) -> Iterator[None]:
         """Every read in this thread inside the block sees one snapshot (a REPEATABLE READ transaction)."""
         psycopg = _psycopg()
@@ -1075,6 +1090,8 @@ def _pg_guarded(name: str) -> Callable[..., Any]:
         psycopg = _psycopg()
         try:
             return base(self, *args, **kwargs)
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"{self.path}: PostgreSQL could not answer a read ({_one_line(exc)})") from None
         except psycopg.errors.DataError as exc:
             if _nul_param(exc):  # a filter holding a NUL matches nothing stored; the log is not damaged
                 return None if name == "get_run" else []
@@ -1092,7 +1109,7 @@ for _name in ("runs", "query_calls", "query_runs", "get_run"):
 # folder, the signer, the checkpoint policy and the write/read methods above).
 for _name in ("append", "_maybe_checkpoint", "_checkpoint_timer", "_stop_checkpoint_timer", "_timer_checkpoint",
               "_check_before_signing", "_signed_row", "checkpoint_file_note", "_checkpoint_file_problem",
-              "checkpoint_file_size", "pinned_vkey", "_load_signer", "_op_enter", "_op_leave", "_operation"):
+              "checkpoint_file_size", "pinned_vkey", "_load_signer", "_op_enter", "_op_leave"):
     setattr(PostgresStore, _name, _sq.SqliteStore.__dict__[_name])
 del _name
 
