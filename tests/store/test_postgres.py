@@ -563,3 +563,33 @@ def test_a_read_on_a_connection_the_server_ended_is_a_store_error_then_the_next_
             store.close()
     finally:
         store.close()
+
+
+def test_an_init_that_fails_after_claiming_the_schema_leaves_no_store_there(tmp_path, schema, monkeypatch):
+    # was: the connection lost at init's first checkpoint removed the folder's key, secret and settings but
+    # left the schema holding the half-made store (its events, store_meta, a checkpoint signed on close by
+    # the deleted key): every later init into it said "already holds a Sealbox store ... open the existing
+    # store's folder", a folder that no longer existed
+    import psycopg
+
+    from sealbox.errors import StoreError
+    from sealbox.store import init_store
+    from sealbox.store.postgres import PostgresStore
+
+    original = PostgresStore.issue_checkpoint
+
+    def connection_lost(self, *args, **kwargs):
+        with psycopg.connect(URL, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (self._pg().info.backend_pid,))
+        monkeypatch.setattr(PostgresStore, "issue_checkpoint", original)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(PostgresStore, "issue_checkpoint", connection_lost)
+    with pytest.raises(StoreError, match="PostgreSQL refused the write \\(terminating connection due to administrator"):
+        init_store(tmp_path / "s", postgres_url=URL, schema=schema)
+    assert [p.name for p in (tmp_path / "s").iterdir()] == []
+    assert sql(schema, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()") == []
+    res = cli("init", "--postgres", URL, "--schema", schema, str(tmp_path / "s"))
+    assert res.returncode == 0, res.stderr
+    res = cli("verify", str(tmp_path / "s"))
+    assert res.returncode == 0 and res.stdout.startswith("Verified: the log is intact. 1 event in 1 run"), res

@@ -544,7 +544,7 @@ class PostgresStore(SqliteQueries):
         _sq._require_writable(folder)
         secret = os.urandom(32)
         written = [folder / n for n in (KEY_NAME, SECRET_NAME, CONFIG_NAME, VKEY_NAME, CHECKPOINT_NAME)]
-        store = None
+        store, claimed = None, False
         try:
             _sq._write_private(folder / KEY_NAME, skey + "\n")
             _sq._write_private(folder / SECRET_NAME, secret.hex() + "\n")
@@ -558,6 +558,7 @@ class PostgresStore(SqliteQueries):
             values = {"origin": origin, "store_id": store_id, "created_at": utc_now(),
                       "content": json.dumps(content.to_dict()), "secret_check": _secret_check(secret)}
             store._write(lambda txn: _claim_schema(txn, schema, values))
+            claimed = True
             store.origin, store.store_id, store.content = origin, store_id, content
             store._builder = EventBuilder(store._secret, content=content)
             store.redactor = store._builder.redactor
@@ -571,7 +572,12 @@ class PostgresStore(SqliteQueries):
             store._create = False
         except BaseException:  # e.g. another init claimed the schema meanwhile: leave no key or settings behind
             if store is not None:
-                store.close()
+                store._signer = None  # no final checkpoint of a store being removed
+                with contextlib.suppress(Exception):
+                    store.close()
+            if claimed:  # nor the half-made store in the schema this init claimed (its key is being removed)
+                with contextlib.suppress(Exception):
+                    _drop_claimed(url, schema, values["secret_check"])
             for name in written:
                 with contextlib.suppress(OSError):
                     name.unlink()
@@ -1144,6 +1150,20 @@ def _claim_schema(txn: _PgTxn, schema: str, values: dict[str, str]) -> None:
         raise StoreError(f"schema {schema!r} of that database already holds a Sealbox store (another init "
                          "created it meanwhile): give another schema (--schema) or open the existing store's folder")
     txn.conn.pg.cursor().executemany("INSERT INTO store_meta (key, value) VALUES (%s, %s)", list(values.items()))
+
+
+def _drop_claimed(url: str, schema: str, secret_check: str) -> None:
+    """Drop the tables and trigger functions of the store a failed ``init`` claimed in ``schema`` (only if its
+    ``store_meta`` still names that init's secret); the schema itself stays (it may hold other things)."""
+    psycopg = _psycopg()
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn, conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
+        row = conn.execute(f'SELECT value FROM "{schema}".store_meta WHERE key = %s', ("secret_check",)).fetchone()
+        if row is None or row[0] != secret_check:
+            return
+        tables = sorted(_required_tables() | {"schema_migrations"})
+        conn.execute("DROP TABLE " + ", ".join(f'"{schema}".{t}' for t in tables) + " CASCADE")
+        conn.execute("DROP FUNCTION " + ", ".join(f'"{schema}".{f}()' for f in sorted(_trigger_functions())))
 
 
 def _one_line(exc: BaseException) -> str:
