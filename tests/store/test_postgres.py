@@ -593,3 +593,18 @@ def test_an_init_that_fails_after_claiming_the_schema_leaves_no_store_there(tmp_
     assert res.returncode == 0, res.stderr
     res = cli("verify", str(tmp_path / "s"))
     assert res.returncode == 0 and res.stdout.startswith("Verified: the log is intact. 1 event in 1 run"), res
+
+
+def test_a_lock_timeout_beyond_postgresqls_integer_range_still_writes(tmp_path, schema):
+    # was: open_store(DIR, lock_timeout=3e6) (about 35 days, accepted as on SQLite) made every write fail:
+    # "PostgreSQL refused the write (invalid value for parameter "lock_timeout": "3000000000" ...)"
+    from sealbox import EventDraft
+    from sealbox.store import init_store, open_store
+
+    init_store(tmp_path / "s", postgres_url=URL, schema=schema).close()
+    store = open_store(tmp_path / "s", lock_timeout=3e6)
+    try:
+        [event] = store.append(EventDraft("note", {"text": "x"}, run_id="system", principal="sealbox"))
+        assert (event.leaf_index, store.size()) == (1, 2)
+    finally:
+        store.close()

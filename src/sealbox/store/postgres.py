@@ -612,7 +612,7 @@ class PostgresStore(SqliteQueries):
                                 raise StoreBusyError(f"{self.path} is locked by another writer")
                         else:
                             timeout = self.lock_timeout if self._local.lock_timeout is None else self._local.lock_timeout
-                            conn.execute(f"SET LOCAL lock_timeout TO {max(1, int(timeout * 1000))}")
+                            conn.execute(f"SET LOCAL lock_timeout TO {min(max(1, int(timeout * 1000)), 2**31 - 1)}")
                             conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
                             conn.execute("SET LOCAL lock_timeout TO 0")
                         txn = _PgTxn(_Conn(conn))
