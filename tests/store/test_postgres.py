@@ -608,3 +608,25 @@ def test_a_lock_timeout_beyond_postgresqls_integer_range_still_writes(tmp_path, 
         assert (event.leaf_index, store.size()) == (1, 2)
     finally:
         store.close()
+
+
+def test_init_in_a_database_that_is_not_utf8_is_one_error_line_and_creates_nothing(tmp_path):
+    # was: "error: internal error: UnicodeEncodeError: 'latin-1' codec can't encode character '\u2014' ..."
+    # (exit 70), the schema left created
+    import psycopg
+
+    db = f"sbt_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(URL, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {db} ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    try:
+        url = URL.rsplit("/", 1)[0] + "/" + db
+        res = cli("init", "--postgres", url, str(tmp_path / "s"))
+        assert (res.returncode, res.stdout, res.stderr) == (
+            2, "", f"error: the database {db} is encoded LATIN1: a Sealbox store needs a UTF8 database "
+                   "(CREATE DATABASE ... ENCODING 'UTF8')\n")
+        assert not (tmp_path / "s").exists()
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'sealbox'").fetchone() == (0,)
+    finally:
+        with psycopg.connect(URL, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {db}")

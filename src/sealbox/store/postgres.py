@@ -529,6 +529,10 @@ class PostgresStore(SqliteQueries):
         skey, vkey = generate_key(origin)
         try:  # the schema must hold no store: checked before anything is written to the folder
             with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn, conn.transaction():
+                db, encoding = conn.execute("SELECT current_database(), current_setting('server_encoding')").fetchone()
+                if encoding != "UTF8":  # the log's text (ids, names, payload fields read as JSON) is UTF-8
+                    raise StoreError(f"the database {db} is encoded {encoding}: a Sealbox store needs a UTF8 database "
+                                     "(CREATE DATABASE ... ENCODING 'UTF8')")
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))  # two inits: one creates it
                 conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
                 taken = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{schema}.schema_migrations",)).fetchone()[0]
