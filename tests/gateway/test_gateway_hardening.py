@@ -277,6 +277,34 @@ async def test_arguments_refused_by_the_schema_are_recorded_as_a_failed_call(tmp
     assert toy_log(tmp_path) == [{"tool": "add", "arguments": {"a": 1, "b": 2}}]  # the refused call never went out
 
 
+async def test_an_upstreams_catastrophic_pattern_does_not_hold_the_gateway(tmp_path, store):
+    """An upstream's input schema is not trusted: its ``pattern`` and ``patternProperties`` regexes are
+    run by a linear-time engine. Regression: Python's ``re`` took ~2 s over ``"a" * 24 + "!"`` against
+    ``^(a+)+$`` and minutes past 30 characters, on the event loop, holding every session; here 5,000
+    characters are refused at once. A pattern only a backtracking engine runs (a look-ahead) leaves
+    the schema to the upstream, as a schema jsonschema cannot read does."""
+    gw = Gateway(odd_config(tmp_path, env={"ODD_REDOS": "1"}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        with anyio.fail_after(10):  # with re: 2**5000 steps
+            refused = await client.call_tool("odd__redos", {"word": "a" * 5000 + "!"})
+            by_name = await client.call_tool("odd__redos", {"word": "aaa", "b" * 5000 + "!": 1})
+            typed = await client.call_tool("odd__redos", {"word": "aaa", "bbb": "x"})
+            fine = await client.call_tool("odd__redos", {"word": "aaa", "bbb": 3})
+            around = await client.call_tool("odd__lookaround", {"word": "x"})
+    assert (refused.is_error, text_of(refused)) == (True, (
+        "arguments do not match the input schema of odd__redos: word: '" + "a" * 5000 + "!' does not match "
+        "'^(a+)+$'"))
+    assert (by_name.is_error, text_of(by_name)) == (True, (
+        "arguments do not match the input schema of odd__redos: (root): '" + "b" * 5000 + "!' does not match any of "
+        "the regexes: '^(b+)+$'"))
+    assert (typed.is_error, text_of(typed)) == (
+        True, "arguments do not match the input schema of odd__redos: bbb: 'x' is not of type 'integer'")
+    assert [(r.is_error, text_of(r)) for r in (fine, around)] == [(False, "redos"), (False, "lookaround")]
+    assert odd_log(tmp_path) == [{"tool": "redos", "arguments": {"word": "aaa", "bbb": 3}},
+                                 {"tool": "lookaround", "arguments": {"word": "x"}}]
+    assert [r["ok"] for r in results(store)] == [False, False, False, True, True]
+
+
 # ---------------------------------------------------------------------------- 6. SDK parse error traceback
 
 

@@ -1508,7 +1508,9 @@ class Gateway:
             try:
                 cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
                 cls.check_schema(schema)
-                validator = cls(schema, registry=_LOCAL_ONLY)
+                if not linear_regexes(schema):  # a regex only a backtracking engine runs: the upstream validates
+                    raise ValueError("regex outside the linear-time engine")
+                validator = _linear_validator(cls)(schema, registry=_LOCAL_ONLY)
                 quick = quick_schema_check(schema)
             except Exception:  # noqa: BLE001 - SchemaError, or a schema jsonschema cannot even read
                 validator = False  # an upstream with a broken schema: the upstream validates
@@ -1815,6 +1817,111 @@ _QUICK_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,), "null": (type(None),),
     "object": (dict,), "array": (list,),
 }
+
+
+_LINEAR_MATCH: Any = None  # the compiled CEL program ``s.matches(p)``, made on first use
+
+
+def linear_search(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` matches somewhere in ``text`` (JSON Schema's ``pattern``: unanchored), run by a
+    linear-time engine (Rust's ``regex`` crate, through the CEL package the policy engine uses), never by
+    Python's backtracking ``re``: an upstream's schema is not trusted, and a pattern such as ``^(a+)+$``
+    took ``re`` seconds to minutes over a 30-character argument, holding the event loop (and with it every
+    session) all that time. Time is linear in ``len(text)`` for a given pattern.
+
+    Raises:
+        RuntimeError: ``pattern`` is not in the engine's syntax (look-around, back-references);
+            :func:`linear_regexes` finds those first.
+    """
+    global _LINEAR_MATCH
+    import cel
+
+    if _LINEAR_MATCH is None:
+        _LINEAR_MATCH = cel.compile("s.matches(p)")
+    return _LINEAR_MATCH.execute(cel.Context({"s": text, "p": pattern})) is True
+
+
+def linear_regexes(schema: Any) -> bool:
+    """Whether every regex of ``schema`` (``pattern`` values, ``patternProperties`` names) runs in the
+    linear-time engine of :func:`linear_search`, and no ``unevaluatedProperties`` sits beside a
+    ``patternProperties`` (jsonschema matches those with ``re`` in code this module does not replace).
+    False: the schema is left to the upstream to apply, as one jsonschema cannot read."""
+    found: list[str] = []
+    unevaluated = False
+
+    def walk(node: Any) -> None:
+        nonlocal unevaluated
+        if type(node) is dict:
+            if type(node.get("pattern")) is str:
+                found.append(node["pattern"])
+            if type(node.get("patternProperties")) is dict:
+                found.extend(k for k in node["patternProperties"] if type(k) is str)
+            unevaluated = unevaluated or "unevaluatedProperties" in node
+            for value in node.values():
+                walk(value)
+        elif type(node) is list:
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    if unevaluated and '"patternProperties"' in json.dumps(schema, default=str):
+        return False
+    for pattern in found:
+        try:
+            linear_search(pattern, "")
+        except RuntimeError:  # not in the engine's syntax
+            return False
+    return True
+
+
+_LINEAR_VALIDATORS: dict[Any, Any] = {}
+
+
+def _linear_validator(cls: Any) -> Any:
+    """``cls`` (a jsonschema validator class) with ``pattern``, ``patternProperties`` and
+    ``additionalProperties`` matching by :func:`linear_search` instead of ``re.search``; the same
+    results and messages as jsonschema's own keywords (jsonschema/_keywords.py)."""
+    made = _LINEAR_VALIDATORS.get(cls)
+    if made is not None:
+        return made
+    import jsonschema
+    from jsonschema.exceptions import ValidationError
+
+    def pattern(validator: Any, patrn: Any, instance: Any, schema: Any) -> Any:
+        if validator.is_type(instance, "string") and not linear_search(patrn, instance):
+            yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+    def pattern_properties(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        if not validator.is_type(instance, "object"):
+            return
+        for patrn, subschema in value.items():
+            for k, v in instance.items():
+                if linear_search(patrn, k):
+                    yield from validator.descend(v, subschema, path=k, schema_path=patrn)
+
+    def additional_properties(validator: Any, ap: Any, instance: Any, schema: Any) -> Any:
+        if not validator.is_type(instance, "object"):
+            return
+        properties = schema.get("properties", {})
+        patterns = list(schema.get("patternProperties", {}))
+        extras = {k for k in instance if k not in properties and not any(linear_search(p, k) for p in patterns)}
+        if validator.is_type(ap, "object"):
+            for extra in extras:
+                yield from validator.descend(instance[extra], ap, path=extra)
+        elif not ap and extras:
+            if "patternProperties" in schema:
+                verb = "does" if len(extras) == 1 else "do"
+                joined = ", ".join(repr(each) for each in sorted(extras))
+                yield ValidationError(f"{joined} {verb} not match any of the regexes: "
+                                      f"{', '.join(repr(each) for each in sorted(patterns))}")
+            else:
+                names = sorted(extras, key=str)
+                yield ValidationError(f"Additional properties are not allowed ({', '.join(map(repr, names))} "
+                                      f"{'was' if len(names) == 1 else 'were'} unexpected)")
+
+    made = _LINEAR_VALIDATORS[cls] = jsonschema.validators.extend(cls, {
+        "pattern": pattern, "patternProperties": pattern_properties, "additionalProperties": additional_properties})
+    return made
 
 
 def quick_schema_check(schema: Any) -> Any:

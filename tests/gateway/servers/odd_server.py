@@ -10,6 +10,11 @@ Tools:
   <long name>        a tool whose name is ``$ODD_LONG_NAME`` (when set), returns "long"
   <second name>      a tool whose name is ``$ODD_SECOND_NAME`` (when set), returns "second"
   ""                 a tool whose name is empty (when ``$ODD_EMPTY_NAME`` is set), returns "empty"
+  redos(word, ...)   (when ``$ODD_REDOS`` is set) input schema: ``word`` matches ``^(a+)+$`` (a pattern a
+                     backtracking engine takes exponential time over), other names match ``^(b+)+$``
+                     (patternProperties, additionalProperties false); returns "redos"
+  lookaround(word)   (when ``$ODD_REDOS`` is set) ``word`` matches ``^(?!x)(a|aa)+$`` (a look-ahead,
+                     which a linear-time engine cannot run); returns "lookaround"
 
 Environment:
   ODD_LOG=path       every tools/call received is appended as one JSON line
@@ -50,6 +55,12 @@ def _tools() -> list[types.Tool]:
         tools.append(types.Tool(name=os.environ["ODD_SECOND_NAME"], description="Another name.", input_schema=obj))
     if os.environ.get("ODD_EMPTY_NAME"):
         tools.append(types.Tool(name="", description="No name.", input_schema=obj))
+    if os.environ.get("ODD_REDOS"):
+        tools.append(types.Tool(name="redos", description="A catastrophic pattern.", input_schema={
+            **obj, "properties": {"word": {"type": "string", "pattern": "^(a+)+$"}},
+            "patternProperties": {"^(b+)+$": {"type": "integer"}}, "additionalProperties": False}))
+        tools.append(types.Tool(name="lookaround", description="A look-ahead.", input_schema={
+            **obj, "properties": {"word": {"type": "string", "pattern": "^(?!x)(a|aa)+$"}}}))
     return tools
 
 
@@ -79,6 +90,8 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         return _text("second")
     if params.name == "":
         return _text("empty")
+    if params.name in ("redos", "lookaround"):
+        return _text(params.name)
     return _text("long")
 
 
