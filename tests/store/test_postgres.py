@@ -630,3 +630,42 @@ def test_init_in_a_database_that_is_not_utf8_is_one_error_line_and_creates_nothi
     finally:
         with psycopg.connect(URL, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {db}")
+
+
+NUL_ARGS = {"nul": "a\x00b", "two": "\x00\x00", "slash_u0000": "\\u0000", "slash_ufffe": "\\ufffe", "fffe": "\ufffe",
+            "slashes": "\\\\\x00\\"}
+
+
+def test_payloads_holding_a_nul_are_listed_as_on_sqlite_not_called_damaged(tmp_path, schema):
+    # PostgreSQL's json operators refuse to read a document holding the escape \u0000 ("unsupported Unicode
+    # escape sequence"), so a call whose arguments, error or result held a NUL (recorded fine: the bytes are
+    # bytea) made `sealbox calls`, `runs list` and export stop with "an event in the log is damaged ...: the
+    # store was changed below Sealbox" for the whole store
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+    from sealbox.store import init_store
+
+    def fail(**kwargs):
+        raise ValueError("bad \x00 value")
+
+    listings = []
+    for name, where in (("lite", {}), ("pg", {"postgres_url": URL, "schema": schema})):
+        store = init_store(tmp_path / name, **where)
+        rec = Recorder(store, policy=ALLOW_ALL)
+        with pytest.raises(ValueError):
+            with rec.run(agent="bot", run_id="r1", labels={"k": "v\x00"}) as run:
+                run.call_tool("db", "echo", NUL_ARGS, lambda **kw: kw)
+                run.call_tool("db", "fail", {"x": "\x00"}, fail)
+        calls = store.query_calls()
+        runs = store.query_runs()
+        events = store.reader().events(["tool.call"], field=("call_id", calls[0]["call_id"]))
+        listings.append(([(c["tool"], c["arguments"], c["error"], c["outcome"]) for c in calls],
+                         [(r["run_id"], r["labels"], r["status"], r["ending"]) for r in runs],
+                         [e.payload["arguments"] for e in events],
+                         [c["tool"] for c in store.query_calls(match="result.nul~^a\x00b$")]))
+        store.close()
+    assert listings[1] == listings[0]
+    assert listings[1][0][0] == ("echo", NUL_ARGS, None, "ok")
+    assert listings[1][0][1][2] == {"type": "ValueError", "message": "bad \x00 value"}
+    assert listings[1][1][0] == ("r1", {"k": "v\x00"}, "ended", "error")
+    assert listings[1][3] == ["echo"]
