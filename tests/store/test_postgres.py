@@ -669,3 +669,15 @@ def test_payloads_holding_a_nul_are_listed_as_on_sqlite_not_called_damaged(tmp_p
     assert listings[1][0][1][2] == {"type": "ValueError", "message": "bad \x00 value"}
     assert listings[1][1][0] == ("r1", {"k": "v\x00"}, "ended", "error")
     assert listings[1][3] == ["echo"]
+
+
+@pytest.mark.parametrize("args", [["verify"], ["runs", "list", "-s"]], ids=" ".join)
+def test_a_schema_migrations_table_emptied_below_sealbox_is_called_damaged_not_no_store(tmp_path, schema, args):
+    # was: "error: ... holds no Sealbox store (no schema_migrations table)" of a schema holding the whole store
+    folder = tmp_path / "s"
+    assert cli("init", "--postgres", URL, "--schema", schema, str(folder)).returncode == 0
+    sql(schema, "DELETE FROM schema_migrations")
+    res = cli(*args, str(folder))
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"error: {folder} (schema {schema}) is damaged: its schema_migrations table is empty though the "
+               "store's tables are there (changed below Sealbox; restore the store from a backup)\n")

@@ -404,6 +404,9 @@ class PostgresStore(SqliteQueries):
             applied = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall()) if exists else {}
             pending = migrate.check_applied(applied, known, where)
             if not applied and not self._create:
+                if exists and conn.execute("SELECT to_regclass('events') IS NOT NULL").fetchone()[0]:
+                    raise StoreError(f"{where} is damaged: its schema_migrations table is empty though the store's "
+                                     "tables are there (changed below Sealbox; restore the store from a backup)")
                 raise NotAStoreError(f"{where} holds no Sealbox store (no schema_migrations table)")
             if pending and self.readonly:
                 raise SchemaVersionError(f"{where} was written by an older Sealbox (pending migrations "
