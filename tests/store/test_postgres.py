@@ -570,22 +570,15 @@ def test_an_init_that_fails_after_claiming_the_schema_leaves_no_store_there(tmp_
     # left the schema holding the half-made store (its events, store_meta, a checkpoint signed on close by
     # the deleted key): every later init into it said "already holds a Sealbox store ... open the existing
     # store's folder", a folder that no longer existed
-    import psycopg
-
     from sealbox.errors import StoreError
     from sealbox.store import init_store
     from sealbox.store.postgres import PostgresStore
 
-    original = PostgresStore.issue_checkpoint
-
     def connection_lost(self, *args, **kwargs):
-        with psycopg.connect(URL, autocommit=True) as conn:
-            conn.execute("SELECT pg_terminate_backend(%s)", (self._pg().info.backend_pid,))
-        monkeypatch.setattr(PostgresStore, "issue_checkpoint", original)
-        return original(self, *args, **kwargs)
+        raise StoreError(f"{self.path}: PostgreSQL refused the write (the server went away)")
 
     monkeypatch.setattr(PostgresStore, "issue_checkpoint", connection_lost)
-    with pytest.raises(StoreError, match="PostgreSQL refused the write \\(terminating connection due to administrator"):
+    with pytest.raises(StoreError, match="PostgreSQL refused the write \\(the server went away\\)"):
         init_store(tmp_path / "s", postgres_url=URL, schema=schema)
     assert [p.name for p in (tmp_path / "s").iterdir()] == []
     assert sql(schema, "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()") == []
@@ -681,3 +674,39 @@ def test_a_schema_migrations_table_emptied_below_sealbox_is_called_damaged_not_n
     assert (res.returncode, res.stdout, res.stderr) == (
         2, "", f"error: {folder} (schema {schema}) is damaged: its schema_migrations table is empty though the "
                "store's tables are there (changed below Sealbox; restore the store from a backup)\n")
+
+
+def test_a_connection_the_server_ended_while_idle_is_replaced_and_the_write_goes_through(tmp_path, schema):
+    # was: the first write after the server ended the idle connection (a restart, pg_terminate_backend,
+    # an idle timeout) failed: a tool that had run lost its tool.result (RecordingError), and the next
+    # call was denied unrun ("could not record"). Nothing of that transaction had been committed.
+    import psycopg
+
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+    from sealbox.store import init_store
+
+    store = init_store(tmp_path / "s", postgres_url=URL, schema=schema)
+
+    def kill() -> None:
+        with psycopg.connect(URL, autocommit=True) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (store._pg().info.backend_pid,))
+
+    def long_tool(q):
+        kill()  # the server ends the store's connection while the tool runs
+        return q * 2
+
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="bot", run_id="r1") as run:
+            assert run.call_tool("db", "q", {"q": 21}, long_tool) == 42
+            kill()  # and again between two calls
+            assert run.call_tool("db", "q", {"q": 1}, lambda q: q) == 1
+        assert [e.kind for e in store.read_run("r1")] == [
+            "run.started", "tool.call", "policy.decision", "tool.result", "tool.call", "policy.decision",
+            "tool.result", "run.ended"]
+        assert [e.payload["result"] for e in store.read_run("r1") if e.kind == "tool.result"] == [42, 1]
+    finally:
+        store.close()
+    res = cli("verify", str(tmp_path / "s"))
+    assert res.returncode == 0 and res.stdout.startswith("Verified: the log is intact. 9 events in 2 runs"), res
+

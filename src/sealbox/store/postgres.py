@@ -609,7 +609,9 @@ class PostgresStore(SqliteQueries):
             conn = self._pg()
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 raise StoreError("a write was started inside another write or read snapshot of this store")
+            reconnected = False
             for attempt in range(WRITE_RETRIES + 1):
+                body_done = False
                 try:
                     with conn.transaction():
                         if not sync:
@@ -625,6 +627,7 @@ class PostgresStore(SqliteQueries):
                         txn = _PgTxn(_Conn(conn))
                         result = fn(txn)
                         txn.flush()
+                        body_done = True  # what fails from here on may have committed: never retried
                     return result
                 except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
                     if attempt == WRITE_RETRIES:
@@ -634,6 +637,12 @@ class PostgresStore(SqliteQueries):
                 except psycopg.errors.LockNotAvailable:
                     raise StoreError(f"{self.path}: the write lock was held by another writer for more than "
                                      "lock_timeout") from None
+                except psycopg.OperationalError as exc:
+                    # the server ended the connection (a restart, pg_terminate_backend, an idle timeout) before
+                    # this transaction's COMMIT was sent: nothing of it was committed; once, on a new connection
+                    if body_done or reconnected or not conn.closed:
+                        raise StoreError(f"{self.path}: PostgreSQL refused the write ({_one_line(exc)})") from None
+                    reconnected, conn = True, self._pg()
                 except psycopg.Error as exc:
                     raise StoreError(f"{self.path}: PostgreSQL refused the write ({_one_line(exc)})") from None
         finally:
