@@ -608,7 +608,12 @@ class PostgresStore(SqliteQueries):
         try:
             conn = self._pg()
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                raise StoreError("a write was started inside another write or read snapshot of this store")
+                if depth:
+                    raise StoreError("a write was started inside another write or read snapshot of this store")
+                # no write or read of this thread is under way: a connection a lost server left mid-transaction
+                # (its rollback failed, e.g. in the middle of a pipeline): replaced, or every write would fail here
+                conn.close()
+                conn = self._pg()
             reconnected = False
             for attempt in range(WRITE_RETRIES + 1):
                 body_done = False
@@ -640,7 +645,10 @@ class PostgresStore(SqliteQueries):
                 except psycopg.OperationalError as exc:
                     # the server ended the connection (a restart, pg_terminate_backend, an idle timeout) before
                     # this transaction's COMMIT was sent: nothing of it was committed; once, on a new connection
-                    if body_done or reconnected or not conn.closed:
+                    lost = conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+                    if lost and not conn.closed:
+                        conn.close()  # left mid-transaction by the failure (e.g. inside a pipeline): never reused
+                    if body_done or reconnected or not lost:
                         raise StoreError(f"{self.path}: PostgreSQL refused the write ({_one_line(exc)})") from None
                     reconnected, conn = True, self._pg()
                 except psycopg.Error as exc:
@@ -768,6 +776,9 @@ class PostgresStore(SqliteQueries):
         psycopg = _psycopg()
         with self._operation():
             conn = self._pg()
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and self._local.ops == 1:
+                conn.close()  # not this thread's write or read: left mid-transaction by a failure (see _write)
+                conn = self._pg()
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 yield
                 return
