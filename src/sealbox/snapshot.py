@@ -105,7 +105,8 @@ class Snapshot:
             "system_prompt": self.system_prompt,
             "knowledge": sorted(({"uri": k.uri, "content_hash": k.content_hash, "size": k.size}
                                  for k in self.knowledge), key=lambda k: (str(k["uri"]), _order_bytes(k))),
-            "skills": encode(list(self.skills)),
+            "skills": (sorted(encode(list(self.skills)), key=_order_bytes)  # a set has no order to keep
+                       if isinstance(self.skills, (set, frozenset)) else encode(list(self.skills))),
             "tools": sorted((
                 {"server": t.server, "name": t.name, "description": t.description,
                  "input_schema": encode(t.input_schema), "version": t.version}

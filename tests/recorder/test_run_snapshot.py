@@ -174,3 +174,23 @@ def test_good_tools_and_documents_are_pinned(store, tmp_path):
     stored = store.get_snapshot(_pinned(store, run))
     assert [(k["uri"], k["size"]) for k in stored["knowledge"]] == [(str(doc), 0), ("https://x/y", 5)]
     assert [(t["server"], t["name"]) for t in stored["tools"]] == [("db", "q")]
+
+
+def test_skills_given_as_a_set_have_one_fingerprint_in_every_process(store, tmp_path):
+    # was: skills={"refunds", "billing", "search"} was fingerprinted in the set's iteration order, which
+    # depends on PYTHONHASHSEED: the same configuration got another fingerprint in each process
+    import subprocess
+    import sys
+
+    code = ("from sealbox.snapshot import Snapshot\n"
+            "s = Snapshot(skills={'refunds', 'billing', 'search', 'triage'})\n"
+            "print(s.fingerprint, s.to_dict()['skills'])\n")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={"PYTHONHASHSEED": str(seed)}).stdout for seed in range(8)}
+    listed = Snapshot(skills=("billing", "refunds", "search", "triage"))
+    assert outs == {f"{listed.fingerprint} ['billing', 'refunds', 'search', 'triage']\n"}
+    snap = Snapshot(skills=frozenset({"refunds", "billing"}))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap) as run:
+        pass
+    assert _pinned(store, run) == snap.fingerprint == Snapshot(skills=("billing", "refunds")).fingerprint
+    assert store.get_snapshot(snap.fingerprint)["skills"] == ["billing", "refunds"]
