@@ -472,6 +472,10 @@ def _check_snapshot_items(snapshot: Any) -> None:
     def refuse(field: str, value: Any, want: str) -> None:
         raise ConfigError(f"snapshot.{field} must be {want}, got {_short_repr(value)}; nothing was recorded")
 
+    if isinstance(snapshot.skills, (str, bytes, bytearray, dict)):
+        raise ConfigError(f"snapshot.skills must be a list or tuple of skill names or descriptors, got "
+                          f"{_short_repr(snapshot.skills)} (a string would be pinned as its characters, a dict as "
+                          "its keys); nothing was recorded")
     tools = snapshot.tools if isinstance(snapshot.tools, (list, tuple)) else ()
     for i, t in enumerate(tools):
         if not isinstance(t, ToolSpec):

@@ -194,3 +194,22 @@ def test_skills_given_as_a_set_have_one_fingerprint_in_every_process(store, tmp_
         pass
     assert _pinned(store, run) == snap.fingerprint == Snapshot(skills=("billing", "refunds")).fingerprint
     assert store.get_snapshot(snap.fingerprint)["skills"] == ["billing", "refunds"]
+
+
+@pytest.mark.parametrize("skills", ["refunds", b"refunds", {"refunds": {"version": 2}}], ids=["str", "bytes", "dict"])
+def test_skills_given_as_one_string_or_a_dict_are_refused_by_run(store, skills):
+    # was: Snapshot(skills="refunds") was pinned as skills ["r", "e", "f", "u", "n", "d", "s"], and a
+    # dict of skill descriptors as its keys alone, silently
+    before = _run_ids(store)
+    snap = Snapshot(skills=skills)
+    with pytest.raises(ConfigError) as caught:
+        Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap)
+    assert str(caught.value) == (f"snapshot.skills must be a list or tuple of skill names or descriptors, got "
+                                 f"{skills!r} (a string would be pinned as its characters, a dict as its keys); "
+                                 "nothing was recorded")
+    assert _run_ids(store) == before
+    with pytest.raises(StoreError, match="no snapshot"):
+        store.get_snapshot(snap.fingerprint)
+    with Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=Snapshot(skills=["refunds"])) as run:
+        pass
+    assert store.get_snapshot(_pinned(store, run))["skills"] == ["refunds"]
