@@ -165,6 +165,9 @@ class Recorder:
                  approval_poll: float = 0.2) -> None:
         if approvals not in (None, "block", "suspend"):
             raise ConfigError(f"approvals must be 'block', 'suspend' or None, not {approvals!r}")
+        if store is None or isinstance(store, (str, bytes, os.PathLike)):
+            raise ConfigError("store must be an open Sealbox store (sealbox.open_store(path) or "
+                              f"sealbox.init_store(path)), got {store!r}")
         if policy is None:
             raise ConfigError("a policy is required: pass sealbox.policies.ALLOW_ALL to allow every call explicitly")
         if not isinstance(policy, Policy):

@@ -535,3 +535,15 @@ def test_the_system_run_cannot_be_joined_or_reused(store):
         with pytest.raises(ConfigError, match="'system' is the store's system run"):
             join()
     assert store.size() == before
+
+
+@pytest.mark.parametrize("given", ["STORE_PATH", "STORE_PATH_OBJECT", None], ids=["str", "path", "none"])
+def test_a_recorder_given_a_path_or_none_for_its_store_is_refused_when_made(store, tmp_path, given):
+    # was: Recorder("./.sealbox", policy=ALLOW_ALL) was made; its first run then failed with
+    # "RecordingError: could not record: 'str' object has no attribute 'append_with'"
+    value = {"STORE_PATH": str(tmp_path / "store"), "STORE_PATH_OBJECT": tmp_path / "store"}.get(given)
+    with pytest.raises(ConfigError) as caught:
+        Recorder(value, policy=ALLOW_ALL)
+    assert str(caught.value) == (f"store must be an open Sealbox store (sealbox.open_store(path) or "
+                                 f"sealbox.init_store(path)), got {value!r}")
+    assert [r["run_id"] for r in store.query_runs()] == [SYSTEM_RUN_ID]
