@@ -435,12 +435,14 @@ class Recorder:
                     run = _require_run(tool_name)
                     return await run.acall_tool(server, tool_name, arguments(args, kwargs),
                                                 lambda **_: fn(*args, **kwargs), grant=grant)
+                async_wrapper._sealbox_tool = (async_wrapper, fn)  # type: ignore[attr-defined]
                 return async_wrapper
 
             @functools.wraps(fn)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 run = _require_run(tool_name)
                 return run.call_tool(server, tool_name, arguments(args, kwargs), lambda **_: fn(*args, **kwargs), grant=grant)
+            wrapper._sealbox_tool = (wrapper, fn)  # type: ignore[attr-defined]
             return wrapper
         return wrap
 
@@ -602,6 +604,20 @@ def _links_of(events: list) -> dict[str, str]:
                 if isinstance(tc_id, str) and tc_id and tc_id not in used:
                     links[tc_id] = f"{e.step}.{i}"
     return links
+
+
+def _undecorated(fn: Any) -> Any:
+    """The function a ``@recorder.tool`` wrapper calls, when ``fn`` is one (bound to its instance for a
+    method): given to ``call_tool``, the wrapper would record the same call a second time, into the
+    current run, which is the caller's. Anything else as it is."""
+    mark = getattr(fn, "_sealbox_tool", None)
+    target = fn.__func__ if inspect.ismethod(fn) else fn
+    # the wrapper itself, not another function functools.wraps copied the mark onto (a retry around it)
+    if not (isinstance(mark, tuple) and len(mark) == 2 and mark[0] is target):
+        return fn
+    if inspect.ismethod(fn):
+        return types.MethodType(mark[1], fn.__self__)
+    return mark[1]
 
 
 def _require_run(tool: str) -> "RunContext":
@@ -1093,6 +1109,7 @@ class RunContext:
         if failure is not None and not callable(failure):
             raise ConfigError(f"{server}/{tool}: failure must be a callable or None, got {failure!r}; nothing was recorded")
         _check_control_flow(server, tool, control_flow)
+        fn = _undecorated(fn)
         kind = _function_kind(fn)
         if kind in ("coroutine", "async generator"):
             raise ConfigError(f"{server}/{tool}: {_describe(fn)} is {_A[kind]} function: use acall_tool "
@@ -1137,6 +1154,7 @@ class RunContext:
         if failure is not None and not callable(failure):
             raise ConfigError(f"{server}/{tool}: failure must be a callable or None, got {failure!r}; nothing was recorded")
         _check_control_flow(server, tool, control_flow)
+        fn = _undecorated(fn)
         kind = _function_kind(fn)
         if kind in ("generator", "async generator"):
             raise ConfigError(_generator_refusal(server, tool, kind))

@@ -547,3 +547,84 @@ def test_a_recorder_given_a_path_or_none_for_its_store_is_refused_when_made(stor
     assert str(caught.value) == (f"store must be an open Sealbox store (sealbox.open_store(path) or "
                                  f"sealbox.init_store(path)), got {value!r}")
     assert [r["run_id"] for r in store.query_runs()] == [SYSTEM_RUN_ID]
+
+
+def _calls(store, run):
+    return [(e.step, e.kind, e.payload.get("tool")) for e in store.read_run(run.run_id)
+            if e.kind in ("tool.call", "tool.result")]
+
+
+def test_a_decorated_tool_given_to_call_tool_is_recorded_once(store):
+    # was: run.call_tool("db", "write_query", {...}, write_query) with write_query decorated by the
+    # same recorder recorded two tool calls (steps 2 and 3, two decisions, counted twice by limits)
+    recorder = Recorder(store, policy=ALLOW_ALL)
+    seen = []
+
+    @recorder.tool("db")
+    def write_query(query: str) -> int:
+        seen.append(query)
+        return 7
+
+    class Repo:
+        @recorder.tool("db")
+        def read(self, table: str) -> str:
+            seen.append(table)
+            return f"rows of {table}"
+
+    @recorder.tool("db")
+    async def aread(query: str) -> str:
+        seen.append(query)
+        return "a"
+
+    with recorder.run(agent="a") as run:
+        assert run.call_tool("db", "write_query", {"query": "DELETE"}, write_query, call_id="c1") == 7
+        assert run.call_tool("db", "read", {"table": "t"}, Repo().read) == "rows of t"
+        assert asyncio.run(run.acall_tool("db", "aread", {"query": "q"}, aread)) == "a"
+        assert write_query("direct") == 7  # called directly, it records itself as before
+    assert seen == ["DELETE", "t", "q", "direct"]
+    assert _calls(store, run) == [("2", "tool.call", "write_query"), ("2", "tool.result", None),
+                                  ("3", "tool.call", "read"), ("3", "tool.result", None),
+                                  ("4", "tool.call", "aread"), ("4", "tool.result", None),
+                                  ("5", "tool.call", "write_query"), ("5", "tool.result", None)]
+    assert store.read_run(run.run_id)[1].payload["call_id"] == "c1"
+    assert sealbox.verify_store(store).ok
+
+
+def test_a_tool_decorated_by_another_recorder_given_to_call_tool_is_recorded_once(store, tmp_path):
+    # a decorated tool records into the current run, whichever recorder decorated it: so once, here too
+    other_store = sealbox.init_store(tmp_path / "other")
+    try:
+        other = Recorder(other_store, policy=ALLOW_ALL)
+
+        @other.tool("db")
+        def q(x: int) -> int:
+            return x
+
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            assert run.call_tool("db", "q", {"x": 1}, q) == 1
+        assert _calls(store, run) == [("2", "tool.call", "q"), ("2", "tool.result", None)]
+        assert [r["agent"] for r in other_store.query_runs()] == ["sealbox"]
+    finally:
+        other_store.close()
+
+
+def test_a_function_wrapping_a_decorated_tool_given_to_call_tool_still_runs_its_wrapper(store):
+    # functools.wraps copies the decorated tool's attributes onto a caller's own wrapper (a retry):
+    # that wrapper is what call_tool runs, and the tool inside it records itself as it always did
+    recorder = Recorder(store, policy=ALLOW_ALL)
+    tries = []
+
+    @recorder.tool("db")
+    def q(x: int) -> int:
+        return x
+
+    @functools.wraps(q)
+    def retrying(**kwargs):
+        tries.append(kwargs)
+        return q(**kwargs)
+
+    with recorder.run(agent="a") as run:
+        assert run.call_tool("db", "q", {"x": 1}, retrying) == 1
+    assert tries == [{"x": 1}]
+    assert _calls(store, run) == [("2", "tool.call", "q"), ("3", "tool.call", "q"), ("3", "tool.result", None),
+                                  ("2", "tool.result", None)]
