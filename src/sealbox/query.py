@@ -23,6 +23,7 @@ what was wrong.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from dataclasses import dataclass
@@ -185,9 +186,26 @@ class Match:
     def _search(self, value: Any) -> bool:
         if isinstance(value, list):
             return any(self._search(item) for item in value)
+        value = _bytes_as_text(value)
         if isinstance(value, str):
             return self.pattern.search(value) is not None
         return self.pattern.search(json.dumps(value, ensure_ascii=False, sort_keys=True)) is not None
+
+
+def _bytes_as_text(value: Any) -> Any:
+    """``value`` with every stored ``{"$bytes": base64}`` (bytes a tool took or returned: the output of
+    ``subprocess.check_output``) as the text of its bytes, UTF-8 (a byte that is not as ``\\xNN``), for
+    a regex to search: their base64 would hide every word in them."""
+    if isinstance(value, dict):
+        if len(value) == 1 and isinstance(value.get("$bytes"), str):
+            try:
+                return base64.b64decode(value["$bytes"].encode("ascii"), validate=True).decode("utf-8", "backslashreplace")
+            except (ValueError, UnicodeEncodeError):  # not base64: not bytes Sealbox stored; searched as it is
+                return value
+        return {k: _bytes_as_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_bytes_as_text(v) for v in value]
+    return value
 
 
 _MISSING = object()

@@ -389,3 +389,31 @@ def test_a_match_path_goes_through_objects_a_tool_returned(tmp_path):
     assert ids(store.query_calls(match=["result.*~https"])) == ["c2"]
     assert ids(store.query_calls(match=["arguments.$filter~^open$"])) == ["c2"]
     store.close()
+
+
+def test_a_match_searches_bytes_as_their_text(tmp_path):
+    """A tool returning bytes (subprocess.check_output, a file read in binary) or taking them is stored
+    as {"$bytes": base64}: '--match result~cannot' never found 'cannot' in b"rm: cannot remove", only
+    a regex on its base64 did. Bytes are now searched as their UTF-8 text (a byte that is not UTF-8 as
+    \\xNN); the spelled-out path 'result.$bytes' still reaches the base64."""
+    from sealbox import init_store
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    store = init_store(tmp_path / "s")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="ops") as run:
+        run.call_tool("sh", "run", {"cmd": "rm x"}, lambda cmd: b"rm: cannot remove 'x'\n", call_id="c1")
+        run.call_tool("sh", "run", {"cmd": "ls"}, lambda cmd: {"stdout": b"a\nb\n", "code": 0}, call_id="c2")
+        run.call_tool("sh", "feed", {"stdin": b"DROP TABLE users;"}, lambda stdin: None, call_id="c3")
+        run.call_tool("sh", "run", {"cmd": "cat"}, lambda cmd: [b"\xff\xfeDELETE"], call_id="c4")
+        run.call_tool("sh", "run", {"cmd": "echo"}, lambda cmd: "cannot", call_id="c5")
+    assert ids(store.query_calls(match=["result~cannot remove"])) == ["c1"]
+    assert ids(store.query_calls(match=["result~cannot"])) == ["c1", "c5"]
+    assert ids(store.query_calls(match=["result.stdout~^a\nb\n$"])) == ["c2"]
+    assert ids(store.query_calls(match=["result~\"stdout\": \"a"])) == ["c2"]  # inside a dict's JSON text
+    assert ids(store.query_calls(match=["arguments.stdin~(?i)drop table"])) == ["c3"]
+    assert ids(store.query_calls(match=["arguments.*~(?i)drop table"])) == ["c3"]
+    assert ids(store.query_calls(match=[r"result~^\\xff\\xfeDELETE$"])) == ["c4"]
+    assert ids(store.query_calls(match=["result.$bytes~^cm06"])) == ["c1"]  # base64 of b"rm: "
+    assert ids(store.query_calls(match=["result~cm06"])) == []
+    store.close()
