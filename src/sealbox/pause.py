@@ -521,9 +521,10 @@ def _unknown_calls(events: list, states: list[ApprovalState], skip: set[str]) ->
 
 
 def _execute(run: Any, call: Any, fn: Callable, args: Any, approval_id: str | None, outcome: str) -> ResumedCall:
-    from sealbox.recorder import _invoke, _unrecordable
+    from sealbox.recorder import _invoke, _undecorated, _unrecordable
 
     p = call.payload
+    fn = _undecorated(fn)  # a @recorder.tool function: the function it wraps (this is the recorded call)
     started = time.perf_counter_ns()
     try:
         result = _invoke(fn, args)

@@ -439,3 +439,25 @@ def test_a_blocking_call_in_a_run_another_live_process_holds_waits_as_before(tmp
         release.touch()
         out, err = proc.communicate(timeout=60)
     assert out == "('approved', True)\n", err
+
+
+def test_a_decorated_tool_given_to_resume_runs_once_as_the_approved_call(store, keys):
+    # was: recorder.resume(run_id, {("db", "write_query"): write_query}) with write_query decorated by
+    # @recorder.tool ran the wrapper, which records a call of its own (or, with no run current, refuses)
+    rec = Recorder(store, policy=policy(), approvals="suspend")
+    ran = []
+
+    @rec.tool("db")
+    def write_query(sql):
+        ran.append(sql)
+        return "deleted 3 rows"
+
+    run_id, aid = suspend(store, rec)
+    answer(store, aid, "approve", "ok", keys["bob"])
+    with rec.resume(run_id, {("db", "write_query"): write_query}) as run:
+        (call,) = run.resumed_calls
+    assert (call.outcome, call.ran, call.value(), ran) == ("approved", True, "deleted 3 rows", ["DELETE"])
+    assert [(e.step, e.kind) for e in store.read_run(run_id) if e.kind.startswith("tool.")] == [
+        ("2", "tool.call"), ("2", "tool.result")]
+    assert [e.payload["ok"] for e in store.read_run(run_id) if e.kind == "tool.result"] == [True]
+    assert verify_store(store).ok
