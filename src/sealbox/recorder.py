@@ -455,6 +455,12 @@ def _seconds(value: Any) -> bool:
 def _check_joinable(run_id: Any) -> None:
     if not isinstance(run_id, str) or not run_id:
         raise ConfigError(f"run_id must be a non-empty string, got {run_id!r}")
+    if len(run_id) > 128:  # what an event's run_id may hold (sealbox.store.base)
+        raise ConfigError(f"run_id must be a non-empty string of at most 128 characters, got {run_id!r}; "
+                          "nothing was recorded")
+    if _lone_surrogate(run_id):
+        raise ConfigError(f"run_id {run_id!r} contains a lone surrogate (text decoded with surrogateescape?), "
+                          "which a run id cannot hold; nothing was recorded")
     if run_id == SYSTEM_RUN_ID:
         raise ConfigError(f"run {SYSTEM_RUN_ID!r} is the store's system run (identities, access, breakers, "
                           "erasures); an agent run cannot be recorded into it")

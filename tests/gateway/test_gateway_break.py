@@ -339,3 +339,21 @@ async def test_an_empty_run_id_in_meta_is_an_unknown_run_not_the_sessions_own(tm
             await client.call_tool("toy__echo", {"text": "where"}, meta={"sealbox/run_id": ""})
     assert (err.value.code, str(err.value)) == (UNKNOWN_RUN, "_meta['sealbox/run_id'] must be a non-empty string")
     assert gateway_runs(store) == [] and toy_log(tmp_path) == []
+
+
+async def test_a_run_id_in_meta_no_run_can_have_is_an_unknown_run(tmp_path, store):
+    """A run id longer than any run id (129 characters) is an unknown run, as it was before joining
+    refused such ids with ConfigError (recorder.continue_run), not an error of the gateway."""
+    from mcp.shared.exceptions import MCPError
+
+    from sealbox.gateway import UNKNOWN_RUN
+
+    from .conftest import connect, running, toy_log
+
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("toy__echo", {"text": "where"}, meta={"sealbox/run_id": "r" * 129})
+    assert err.value.code == UNKNOWN_RUN
+    assert str(err.value) == f"run_id must be a non-empty string of at most 128 characters, got {'r' * 129!r}; nothing was recorded"
+    assert gateway_runs(store) == [] and toy_log(tmp_path) == []

@@ -159,3 +159,27 @@ def test_a_replay_of_a_run_recorded_with_typed_labels_still_starts(store):
     assert result.reproduced, result.divergence
     started = store.read_run(result.new_run_id)[0].payload
     assert started["labels"] == {"n": 1, "ok": True} and started["replay_of"] == old
+
+
+@pytest.mark.parametrize("rid, message", [
+    ("r\udcff", "run_id 'r\\udcff' contains a lone surrogate (text decoded with surrogateescape?), which a run id "
+                "cannot hold; nothing was recorded"),
+    ("r" * 129, f"run_id must be a non-empty string of at most 128 characters, got {'r' * 129!r}; nothing was recorded"),
+])
+def test_a_run_id_the_record_cannot_hold_is_a_config_error(store, rid, message):
+    # was: RecordingError "could not record: 'utf-8' codec can't encode character '\udcff' ..." (and
+    # "could not record: run_id must be ...") from recorder.run, and a bare UnicodeEncodeError from
+    # recorder.continue_run
+    rec = Recorder(store, policy=ALLOW_ALL)
+    before = _run_ids(store)
+    with pytest.raises(ConfigError) as caught:
+        with rec.run(agent="a", run_id=rid):
+            pytest.fail("the run started")
+    assert str(caught.value) == message
+    with pytest.raises(ConfigError) as caught:
+        rec.continue_run(rid)
+    assert str(caught.value) == message
+    assert _run_ids(store) == before
+    with rec.run(agent="a", run_id="r" * 128) as run:  # the longest run id is fine
+        pass
+    assert store.read_run(run.run_id)[-1].kind == "run.ended"

@@ -882,9 +882,11 @@ class Gateway:
                 del self._joined[key]
                 raise MCPError(codes.UNKNOWN_RUN, f"run {run_id} has ended; it cannot be continued")
         else:
+            from sealbox.errors import ConfigError
+
             try:
                 run = self.recorder.continue_run(run_id)
-            except RecordingError as exc:
+            except (RecordingError, ConfigError) as exc:  # ConfigError: an id no run can have (too long, a lone surrogate)
                 raise MCPError(codes.UNKNOWN_RUN, str(exc)) from exc
             if run.replay_of:  # an agent replayed in-process names its replay run as it named the recorded one
                 raise MCPError(codes.UNKNOWN_RUN, f"run {run_id} is a replay of run {run.replay_of}: a live gateway "
