@@ -828,3 +828,29 @@ def test_a_dict_a_governed_tool_returned_sent_to_the_model_as_json_replays_repro
     result = _replay(store, run.run_id, agent)
     assert result.head() == "reproduced: 2 step(s) matched", result.divergence
     assert ran == ["Paris"]  # served from the record
+
+
+def test_a_recorder_tool_given_to_governed_tools_is_recorded_once(store):
+    # was: governed_tools(run, [lookup]) with lookup decorated by @recorder.tool recorded each call twice:
+    # the governed call (step 2.1, the model's id) and, inside it, the decorator's own (step 3, a fresh id)
+    recorder = Recorder(store, policy=ALLOW_ALL)
+    seen = []
+
+    @recorder.tool("db")
+    def lookup(q: str) -> str:
+        """Look a query up."""
+        seen.append(q)
+        return "found " + q
+
+    model = ScriptedChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"id": "a1", "name": "lookup", "args": {"q": "x"}}]),
+        AIMessage(content="done")]))
+    with recorder.run(agent="lg") as run:
+        (governed,) = governed_tools(run, [lookup])
+        assert (governed.name, governed.description) == ("lookup", "Look a query up.")
+        react_agent(model, [governed]).invoke({"messages": [("user", "hi")]},
+                                              config={"callbacks": [SealboxCallbackHandler(run)]})
+    assert seen == ["x"]
+    assert [(e.step, e.kind, e.payload["call_id"]) for e in store.read_run(run.run_id) if e.kind.startswith("tool.")] == [
+        ("2.1", "tool.call", "a1"), ("2.1", "tool.result", "a1")]
+    assert sealbox.verify_store(store).ok

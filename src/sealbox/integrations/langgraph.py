@@ -306,7 +306,9 @@ def governed_tool(run: RunContext, tool: Any, *, server: str = DEFAULT_SERVER, g
     if not isinstance(tool, BaseTool):
         from langchain_core.tools import tool as make_tool
 
-        tool = make_tool(tool)
+        from sealbox.recorder import _undecorated
+
+        tool = make_tool(_undecorated(tool))  # a @recorder.tool function: the governed call is its record
     if isinstance(tool, GovernedTool):
         tool = tool.inner
     governed = GovernedTool(
