@@ -1144,7 +1144,7 @@ class RunContext:
                          grant: str | None = None, call_id: str | None = None, exposed: str | None = None,
                          failure: Callable[[Any], str | None] | None = None,
                          control_flow: tuple[type[BaseException], ...] = (), agent: str | None = None,
-                         method: str | None = None) -> Any:
+                         method: str | None = None, refused: BaseException | None = None) -> Any:
         """Async form of :meth:`call_tool`; ``fn`` may be sync or async (not a generator function,
         sync or async: refused like in :meth:`call_tool`). Raises as :meth:`call_tool` does: the
         tool's own exception even when its ``tool.result`` cannot be recorded (the failure
@@ -1153,7 +1153,13 @@ class RunContext:
         ``method``: the MCP method of a request the gateway records as a call that is not a
         ``tools/call`` (``"prompts/get"``, ``"resources/read"``; docs/gateway.md): written as the
         ``tool.call``'s ``method`` field, and a ``require_approval`` decision for it is recorded as a
-        deny ``approval_unavailable`` (such a request cannot be held for an approval). None: a tool call."""
+        deny ``approval_unavailable`` (such a request cannot be held for an approval). None: a tool call.
+
+        ``refused``: the exception the call is already known to end in, whatever its decision (the
+        gateway's arguments that do not match the tool's input schema): the call is recorded and decided
+        as any, but a ``require_approval`` decision asks no approver (no ``approval.requested``, nothing
+        could be approved to run), and unless denied ``refused`` is raised in place of ``fn`` (never
+        called) and recorded as its ``tool.result``."""
         call_id = _provider_call_id(call_id)
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         _check_agent(server, tool, agent)
@@ -1169,12 +1175,14 @@ class RunContext:
         writer = self.recorder.async_writer
         if writer is None:
             call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent,
-                                                    method=method)
+                                                    method=method, refused=refused is not None)
         else:
             call_id, step = await self._adecide_and_record(writer, server, tool, arguments, grant, call_id, exposed,
-                                                           agent, method=method)
+                                                           agent, method=method, refused=refused is not None)
         started = time.perf_counter_ns()
         try:
+            if refused is not None:
+                raise refused
             result = _invoke(fn, arguments)
             if inspect.isawaitable(result):
                 result = await result
@@ -1205,17 +1213,21 @@ class RunContext:
         return call_id
 
     def _decide_and_record(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str | None,
-                           exposed: str | None, agent: str | None = None, *, method: str | None = None) -> tuple[str, str]:
+                           exposed: str | None, agent: str | None = None, *, method: str | None = None,
+                           refused: bool = False) -> tuple[str, str]:
         """The gate of :meth:`call_tool` and :meth:`acall_tool`, which have checked the names (``_check_call``)."""
         call_id = self._reserve_call_id(server, tool, call_id)
-        return self._decide_and_record_id(server, tool, arguments, grant, call_id, exposed, agent, method=method)
+        return self._decide_and_record_id(server, tool, arguments, grant, call_id, exposed, agent, method=method,
+                                          refused=refused)
 
     async def _adecide_and_record(self, writer: Callable[[Callable[[], Any]], Any], server: str, tool: str,
                                   arguments: Any, grant: str | None, call_id: str | None, exposed: str | None,
-                                  agent: str | None = None, *, method: str | None = None) -> tuple[str, str]:
+                                  agent: str | None = None, *, method: str | None = None,
+                                  refused: bool = False) -> tuple[str, str]:
         """:meth:`_decide_and_record`, its write made by ``await writer(write)`` (:attr:`Recorder.async_writer`)."""
         call_id = self._reserve_call_id(server, tool, call_id)
-        step_box, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent, method)
+        step_box, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent, method,
+                                            refused=refused)
 
         def guarded() -> Any:  # in the thread that writes: a failed write's breaker changes are dropped there
             try:
@@ -1232,12 +1244,13 @@ class RunContext:
             with self._lock:  # no tool.call was written: the id is free again
                 self._call_ids.discard(call_id)
             raise
-        return self._gated(call_id, step_box[0], server, tool, *boxes)
+        return self._gated(call_id, step_box[0], server, tool, *boxes, refused=refused)
 
     def _decide_and_record_id(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str,
                               exposed: str | None, agent: str | None = None, *,
-                              method: str | None = None) -> tuple[str, str]:
-        step_box, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent, method)
+                              method: str | None = None, refused: bool = False) -> tuple[str, str]:
+        step_box, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent, method,
+                                            refused=refused)
         try:
             self._learning(write)
         except BaseException:
@@ -1245,14 +1258,16 @@ class RunContext:
             with self._lock:  # no tool.call was written: the id is free again
                 self._call_ids.discard(call_id)
             raise
-        return self._gated(call_id, step_box[0], server, tool, *boxes)
+        return self._gated(call_id, step_box[0], server, tool, *boxes, refused=refused)
 
     def _gate(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str, exposed: str | None,
-              agent: str | None, method: str | None = None) -> tuple[list[str], Callable[[], Any], tuple[list, list, list]]:
+              agent: str | None, method: str | None = None, *,
+              refused: bool = False) -> tuple[list[str], Callable[[], Any], tuple[list, list, list]]:
         """The call's step (a one-item list: the step the write placed it at, moved past another writer's
         steps by :meth:`_fresh_step`), the write of its ``tool.call`` + ``policy.decision`` (+ approval
         request), and the boxes that write fills (decision, approval request, whether nothing was redacted
-        from the arguments)."""
+        from the arguments). ``refused``: the call will not run whatever its decision (``acall_tool``'s
+        ``refused``): a ``require_approval`` is recorded without an approval request."""
         step = self._step_for_call(call_id)
         step_box = [step]  # the step written: moved past another writer's steps (_fresh_step) when taken here
         fresh = self.replay is None and "." not in step  # not a sub-step linked to a model call
@@ -1293,7 +1308,7 @@ class RunContext:
             ]
             if decision.limit is not None:
                 drafts.append(self._draft("guardrail.tripped", {"call_id": call_id, **decision.limit.to_dict()}, step))
-            if decision.effect == "require_approval":
+            if decision.effect == "require_approval" and not refused:
                 drafts += self._approval_drafts(decision, call_id, step, server, tool, arguments, request_box,
                                                 recorded)
             if self.replay is not None:
@@ -1356,18 +1371,19 @@ class RunContext:
             raise StepTakenError(self.run_id, step, call_id, "step", other)
 
     def _gated(self, call_id: str, step: str, server: str, tool: str, decision_box: list[Decision],
-               request_box: list[dict[str, Any]], clean_box: list[bool]) -> tuple[str, str]:
-        """After the gate's write: go on (returns ``(call_id, step)``), or raise ToolDenied / ApprovalPending."""
+               request_box: list[dict[str, Any]], clean_box: list[bool], *, refused: bool = False) -> tuple[str, str]:
+        """After the gate's write: go on (returns ``(call_id, step)``), or raise ToolDenied / ApprovalPending.
+        ``refused``: a ``require_approval`` asked no approver (:meth:`_gate`): go on, to the refusal."""
         decision = decision_box[-1]
         if decision.effect != "deny" and clean_box and clean_box[-1]:
             with self._lock:  # nothing to look for in the result (see _result_for_record)
                 self._clean_calls.add(call_id)
-        if decision.effect == "require_approval":
+        if decision.effect == "require_approval" and not refused:
             from sealbox.pause import await_approval
 
             await_approval(self, request_box[-1])  # returns when approved; raises ToolDenied or ApprovalPending
             return call_id, step
-        if not decision.allowed:
+        if not decision.allowed and decision.effect != "require_approval":
             raise ToolDenied(decision, call_id, server, tool)
         return call_id, step
 

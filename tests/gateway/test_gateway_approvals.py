@@ -112,6 +112,31 @@ async def test_an_approval_within_the_hold_forwards_once_and_progress_is_sent(tm
     assert sealbox.verify_store(store).ok
 
 
+async def test_a_call_needing_approval_whose_arguments_fail_the_schema_is_refused_without_an_approval(
+        tmp_path, store, keys):
+    """Its arguments can never be forwarded: no approver is asked (no approval.requested, no run.suspended); it is
+    recorded as decided (require_approval) and answered as any invalid-arguments call."""
+    gw = gateway(tmp_path, store, hold=8)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as client:
+            with anyio.fail_after(4):  # not held for an approval
+                result = await client.call_tool("toy__echo", {"text": 5})
+        [run_id] = gateway_runs(store)
+    message = "arguments do not match the input schema of toy__echo: text: 5 is not of type 'string'"
+    assert (result.is_error, text_of(result), result.meta) == (
+        True, message, {"sealbox/not_forwarded": "invalid_arguments"})
+    assert toy_log(tmp_path) == []
+    assert run_kinds(store, run_id) == ["run.started", "tool.call", "policy.decision", "tool.result", "run.ended"]
+    events = store.read_run(run_id)
+    [decision] = [e.payload for e in events if e.kind == "policy.decision"]
+    assert (decision["effect"], decision["rule"]) == ("require_approval", "echo-needs-ops")
+    [res] = [e.payload for e in events if e.kind == "tool.result"]
+    assert (res["ok"], res["error"]["type"], res["error"]["message"], "result" in res) == (
+        False, "InvalidArguments", message, False)
+    assert list_approvals(store) == []
+    assert sealbox.verify_store(store).ok
+
+
 async def test_past_the_hold_pending_then_a_retry_gets_the_outcome_of_the_same_request(tmp_path, store, keys):
     gw = gateway(tmp_path, store, hold=0.3)
     async with running(gw) as tg:

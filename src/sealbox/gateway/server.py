@@ -21,7 +21,8 @@ A ``tools/call`` goes, in order:
    nothing recorded or forwarded;
 4. inside the recorded call: the arguments are checked against the tool's input
    schema (a mismatch is an ``isError`` result, not forwarded, recorded as the call's
-   error ``InvalidArguments``; the schema's ``$ref`` are never fetched), then the call is
+   error ``InvalidArguments``, a ``require_approval`` one asking no approver; the schema's ``$ref``
+   are never fetched), then the call is
    forwarded and its result (or error) recorded as ``tool.result``. The
    forwarding is shielded from the client's cancellation, so a client that
    disconnects mid-call still leaves the outcome in the record;
@@ -1244,10 +1245,20 @@ class Gateway:
         _busy(run, +1)
         try:
             if pending is None:
+                # arguments the schema refuses are never forwarded, whatever the decision: a require_approval is
+                # recorded as decided, but asks no approver (nothing could be approved to run)
+                problem = self._schema_problem(server, tool, arguments)
+                refused = None if problem is None else InvalidArguments(
+                    f"arguments do not match the input schema of {params.name}: {problem}")
                 try:
                     with anyio.CancelScope(shield=True):  # a client that goes away still leaves the outcome
-                        out = await run.acall_tool(server, tool, arguments, forward, exposed=params.name,
-                                                   call_id=record_id, failure=tool_error_text)
+                        if refused is not None:
+                            _NOT_FORWARDED.set(True)  # not the upstream's failure: the breaker does not count it
+                        try:
+                            out = await run.acall_tool(server, tool, arguments, forward, exposed=params.name,
+                                                       call_id=record_id, failure=tool_error_text, refused=refused)
+                        finally:
+                            _NOT_FORWARDED.set(False)  # a denied call: no failure took the mark
                 except ApprovalPending as waiting:
                     pending = await self._remember(waiting)
                 except Exception as exc:  # noqa: BLE001 - mapped to isError results; others re-raised
