@@ -92,6 +92,27 @@ async def test_a_client_without_sampling_gets_an_error_result_and_the_gateway_st
     assert (after.is_error, text_of(after)) == (False, "still up")
 
 
+async def test_a_tool_failing_because_the_gateway_refused_its_request_to_the_client_does_not_trip_the_breaker(
+        tmp_path, store):
+    """The client declared no sampling: the gateway refuses the upstream's sampling/createMessage, and the toy's tool
+    then fails with a JSON-RPC error. That failure is the gateway's refusal, not the upstream's health: with a
+    breaker threshold of 2, three such calls are each answered the same, none denied breaker_open."""
+    from .conftest import system_events
+
+    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 2, cooldown_s: 600}"), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        refused = [await client.call_tool("toy__sample", {"prompt": f"hi {i}"}) for i in range(3)]
+        [run_id] = gateway_runs(store)
+    assert [r.is_error for r in refused] == [True, True, True]
+    assert [text_of(r) for r in refused] == [
+        "upstream error: upstream toy answered with JSON-RPC error -32600: sampling/createMessage was not forwarded: "
+        "the client did not declare the sampling capability"] * 3
+    assert [e["tool"] for e in toy_log(tmp_path)] == ["sample", "sample", "sample"]
+    assert [(r["ok"], r["error"]["type"]) for r in results(store, run_id)] == [(False, "UpstreamProtocolError")] * 3
+    assert system_events(store, "breaker.changed") == []
+    assert sealbox.verify_store(store).ok
+
+
 # ---------------------------------------------------------------------- two clients over streamable HTTP
 
 
@@ -163,8 +184,11 @@ async def test_over_http_each_request_goes_to_the_client_whose_call_is_in_flight
 async def test_over_http_a_request_is_refused_not_misrouted_while_two_clients_have_calls_in_flight(tmp_path, store):
     from contextlib import AsyncExitStack
 
+    from .conftest import system_events
+
     alice, bob = _HttpClient("alice"), _HttpClient("bob")
-    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    # threshold 1: the refused call's failure (the gateway's refusal, not the upstream's) must not open the breaker
+    gw = Gateway(toy_config(tmp_path, extra=HTTP + "breaker: {threshold: 1, cooldown_s: 600}\n"), store=store)
     async with anyio.create_task_group() as tg:
         port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
         async with AsyncExitStack() as stack:
@@ -186,3 +210,7 @@ async def test_over_http_a_request_is_refused_not_misrouted_while_two_clients_ha
     assert bob.sampled == [] and alice.sampled == ["alone again"]
     assert out["sample"].is_error is True and text_of(out["slow"]) == "slow done"
     assert json.loads(text_of(after))["model"] == "model-of-alice"
+    assert text_of(out["sample"]) == ("upstream error: upstream toy answered with JSON-RPC error -32600: "
+                                      "sampling/createMessage from toy cannot be routed: calls of several clients "
+                                      "are in flight")
+    assert system_events(store, "breaker.changed") == []

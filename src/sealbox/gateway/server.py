@@ -218,6 +218,7 @@ class _InFlight:
     connection: Any
     run: Any = None  # the RunContext the call is recorded in
     call_id: str | None = None  # its tool.call's call_id
+    refused: bool = False  # the gateway refused a request the upstream made of the client during the call
 
 
 class StoreWriter:
@@ -1234,6 +1235,10 @@ class Gateway:
             sent.append(True)  # from here on the upstream may run it: a failure to record is not "not forwarded"
             try:
                 result = await upstream.call(tool, arguments, progress=_progress_forwarder(ctx))
+            except UpstreamProtocolError:
+                if slot.refused:  # its JSON-RPC error follows the gateway's refusal: the breaker does not count it
+                    _NOT_FORWARDED.set(True)
+                raise
             finally:
                 self._inflight[server].pop(key, None)
             returned.append(result)
@@ -1563,6 +1568,8 @@ class Gateway:
             if method == "roots/list":
                 return types.ListRootsResult(roots=[])
             why = "no client call is in flight" if not by_conn else "calls of several clients are in flight"
+            for each in slots:  # the gateway's refusal: a call failing on it says nothing of the upstream's health
+                each.refused = True
             return types.ErrorData(code=types.INVALID_REQUEST,
                                    message=f"{method} from {upstream.spec.id} cannot be routed: {why}")
         slot = next(iter(by_conn.values()))
@@ -1577,6 +1584,9 @@ class Gateway:
         started = time.perf_counter_ns()
         try:
             answer, outcome = await self._ask_client(slot, method, params)
+            if outcome == "not_forwarded":  # refused by the gateway (see _GatewayBreaker)
+                for each in slots:
+                    each.refused = True
         except BaseException:
             with anyio.CancelScope(shield=True):  # the upstream's request ended before the client answered
                 try:
