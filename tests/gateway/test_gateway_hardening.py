@@ -323,6 +323,35 @@ async def test_a_malformed_upstream_line_is_one_sealbox_line_and_no_sdk_tracebac
     assert all(f.filter(other) for f in logging.getLogger("mcp.client.stdio").filters)  # others still pass
 
 
+async def test_malformed_upstream_lines_are_logged_first_then_at_most_one_summary_per_interval(tmp_path, store, caplog):
+    """An upstream printing garbage made one stderr line per malformed line (39 in 2 s). Now: the first is logged,
+    later ones are counted and summed up in one line at most every ``malformed_log_interval`` (10 s); every one
+    is still counted (``malformed``) and the calls' records are unchanged."""
+    gw = Gateway(toy_config(tmp_path), store=store)
+    up = gw.upstreams["toy"]
+    assert up.malformed_log_interval == 10.0
+    bad = "Invalid JSON: expected ident at line 1 column 2 (input 'this is not json')"
+    with caplog.at_level(logging.DEBUG):
+        async with running(gw) as tg, connect(gw, tg) as client:
+            answers = [await client.call_tool("toy__garbage", {}) for _ in range(5)]
+            up.malformed_log_interval = 0.2
+            await anyio.sleep(0.3)
+            answers.append(await client.call_tool("toy__garbage", {}))
+            answers.append(await client.call_tool("toy__garbage", {}))
+    assert [text_of(a) for a in answers] == ["after garbage"] * 7
+    assert up.malformed == 7
+    mine = [(r.name, r.levelname, r.getMessage()) for r in caplog.records if "malformed" in r.getMessage()]
+    assert mine == [
+        ("sealbox.gateway", "WARNING", f"upstream toy sent a malformed message: {bad}"),
+        ("sealbox.gateway", "WARNING", f"upstream toy sent 5 more malformed messages (logged at most once every "
+                                       f"0.2 s); the latest: {bad}"),
+        # the one left uncounted in a line when the upstream's output ends (the gateway stops)
+        ("sealbox.gateway", "WARNING", f"upstream toy sent 1 more malformed message (logged at most once every "
+                                       f"0.2 s); the latest: {bad}"),
+    ]
+    assert [r["ok"] for r in results(store)] == [True] * 7
+
+
 async def test_sealbox_gateway_serve_stderr_has_no_sdk_traceback_for_a_malformed_line(tmp_path):
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -94,6 +95,11 @@ class Upstream:
         self.generation = 0
         self.last_error: str | None = None
         self.malformed = 0
+        #: seconds between two log lines about malformed messages (the first is logged, later ones summed up)
+        self.malformed_log_interval = 10.0
+        self._malformed_logged_at: float | None = None
+        self._malformed_unlogged = 0  # malformed messages since the last line about them
+        self._malformed_latest = ""
         self.protocol_version: str | None = None
         self._session: Any = None
         self._changed = anyio.Event()
@@ -243,7 +249,7 @@ class Upstream:
                     if isinstance(item, Exception):
                         self.malformed += 1
                         what = _malformed(item)
-                        log.warning("upstream %s sent a malformed message: %s", self.spec.id, what)
+                        self._log_malformed(what)
                         answered = _answered_id(item)
                         if answered is not None:
                             from mcp.shared.message import SessionMessage
@@ -257,6 +263,28 @@ class Upstream:
             pass
         finally:
             eof.set()
+            self._log_malformed(None)
+
+    def _log_malformed(self, what: str | None) -> None:
+        """Log a malformed message ``what`` (None: the output ended): the first one, then at most one line
+        every :attr:`malformed_log_interval` seconds counting those since (an upstream printing garbage
+        made a line per line), and the ones left uncounted when its output ends."""
+        now = time.monotonic()
+        if what is not None:
+            self._malformed_latest = what
+            if self._malformed_logged_at is None:
+                self._malformed_logged_at = now
+                log.warning("upstream %s sent a malformed message: %s", self.spec.id, what)
+                return
+            self._malformed_unlogged += 1
+            if now - self._malformed_logged_at < self.malformed_log_interval:
+                return
+        if self._malformed_unlogged:
+            n = self._malformed_unlogged
+            log.warning("upstream %s sent %d more malformed message%s (logged at most once every %g s); the latest: %s",
+                        self.spec.id, n, "" if n == 1 else "s", self.malformed_log_interval, self._malformed_latest)
+            self._malformed_unlogged = 0
+            self._malformed_logged_at = now
 
     async def _list(self, session: Any) -> list[types.Tool]:
         tools: list[types.Tool] = []
@@ -406,7 +434,7 @@ class Upstream:
             # the SDK's own error for an HTTP answer it could not read (no JSON-RPC error was sent)
             self.malformed += 1
             one = _one_line(message)
-            log.warning("upstream %s sent a malformed message: %s", self.spec.id, one)
+            self._log_malformed(one)
             return UpstreamProtocolError(f"upstream {self.spec.id} sent a malformed response: {one}")
         return UpstreamProtocolError(f"upstream {self.spec.id} answered with JSON-RPC error {code}: {exc}")
 
