@@ -68,7 +68,17 @@ DEFAULT_PATTERNS = (
     r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
     r"://[^\s:/@]+:[^\s@/]+@",  # user:password@ in a URL
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
+    # key=value / key: value of a secret name in free text (password=..., ?api_key=...&, 'token': '...'):
+    # only the value (up to whitespace, &, ;, a comma or a quote) is redacted; not max_tokens=, tokens=
+    r"(?i)\b(?:pass(?:word|wd)|pwd|(?:client_)?secret|api[-_]?key|(?:access_|refresh_|auth_)?token)"
+    r"[\x22\x27]?\s*[:=]\s*[\x22\x27]?(?P<redact>[^\s&;,\x22\x27\u27e6]+)",
+    r"(?i)\bauthorization[\x22\x27]?\s*:\s*[\x22\x27]?basic\s+(?P<redact_basic>[A-Za-z0-9+/=]{4,})",  # its credentials
+    r"(?i)\bcookie[\x22\x27]?[\t ]*:[\t ]*(?P<redact_cookie>[^\s\u27e6][^\r\n\u27e6]*)",  # a Cookie:/Set-Cookie: line's value
 )
+
+#: A pattern's groups named ``redact…`` (``(?P<redact>…)``): where one took part in a match, only its
+#: text is replaced by the marker (the key name before it stays readable); otherwise the whole match is.
+VALUE_GROUP_PREFIX = "redact"
 
 
 #: The content fields a redaction path may start with (``CONTENT_FIELDS`` of
@@ -642,8 +652,21 @@ class Redactor:
         for pattern in self._patterns:
             if pattern.search(text):
                 changed[0] = True
-                text = pattern.sub(lambda m: f"⟦redacted:{self.marker(m.group(0))[MARKER_TAG]}⟧", text)
+                text = pattern.sub(self._replacement, text)
         return text
+
+    def _replacement(self, m: "re.Match[str]") -> str:
+        """The text a pattern's match becomes: the in-string marker of the match, or, where a group
+        named ``redact…`` (:data:`VALUE_GROUP_PREFIX`) matched something, the match with only that
+        group's text replaced by its marker."""
+        for name in m.re.groupindex:
+            if name.startswith(VALUE_GROUP_PREFIX):
+                start, end = m.span(name)
+                if end > start:
+                    whole, base = m.group(0), m.start()
+                    return (whole[: start - base] + f"⟦redacted:{self.marker(m.group(name))[MARKER_TAG]}⟧"
+                            + whole[end - base:])
+        return f"⟦redacted:{self.marker(m.group(0))[MARKER_TAG]}⟧"
 
 
 def _path_variants(path: list) -> list[list[str]]:

@@ -1056,3 +1056,63 @@ def test_a_spelled_out_path_into_an_object_still_redacts_it(tmp_path, path):
     assert result["$pydantic"]["fields"]["role"] == "tool" and is_marker(result["$pydantic"]["fields"]["content"])
     assert_verified(store)
     assert_nowhere(store, tmp_path / "store", ["PRIVATE-SPELLED-1"])
+
+
+# ------------------------------------------------------------- free-text key=value secrets (default patterns)
+
+
+def _error_message(store, run_id: str) -> str:
+    (result,) = events_of(store, run_id, "tool.result")
+    return decode(store.resolve(result.payload))["error"]["message"]
+
+
+@pytest.mark.parametrize("message, kept, secret", [
+    ("bad password=hunter22", "bad password=", "hunter22"),
+    ("Authorization: Basic dXNlcjpwYXNzd29yZDEyMw==", "Authorization: Basic ", "dXNlcjpwYXNzd29yZDEyMw=="),
+    ("GET https://x/api?api_key=abc123def456&q=1 failed", "GET https://x/api?api_key=", "abc123def456"),
+    ("Cookie: sessionid=s3ss10n-v4lue; csrftoken=abcdef", "Cookie: ", "sessionid=s3ss10n-v4lue; csrftoken=abcdef"),
+    ("Set-Cookie: sid=zzz-9911; Path=/", "Set-Cookie: ", "sid=zzz-9911; Path=/"),
+    ("refused: {'client_secret': 'cs-77aa', 'user': 'bob'}", "refused: {'client_secret': '", "cs-77aa"),
+    ("access_token: at-1234, next", "access_token: ", "at-1234"),
+])
+def test_free_text_key_value_secrets_in_a_tool_error_are_redacted_value_only(tmp_path, message, kept, secret):
+    store = new_store(tmp_path)
+
+    def tool() -> None:
+        raise ValueError(message)
+
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with pytest.raises(ValueError):
+        with rec.run(agent="redaction") as run:
+            run.call_tool("api", "get", {}, tool)
+    text = _error_message(store, run.run_id)
+    marker = "⟦redacted:" + store.redactor.marker(secret)["$redacted"] + "⟧"
+    assert text == message.replace(kept + secret, kept + marker, 1)
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", [secret])
+
+
+@pytest.mark.parametrize("text", [
+    "max_tokens=100", "input_tokens: 5", "tokens=3", "the password is wrong", "password=", "tokenizer=bpe",
+    "secretary: ann",
+])
+def test_free_text_without_a_secret_value_is_kept(tmp_path, text):
+    store = new_store(tmp_path)
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="redaction") as run:
+        run.call_tool("api", "get", {"note": text}, lambda note: note)
+    (call,) = events_of(store, run.run_id, "tool.call")
+    assert decode(store.resolve(call.payload))["arguments"] == {"note": text}
+
+
+def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_path):
+    from sealbox.redaction import DEFAULT_PATTERNS
+    from sealbox.store import open_store
+
+    old = DEFAULT_PATTERNS[:9]
+    store = new_store(tmp_path, patterns=old)
+    store.close()
+    reopened = open_store(tmp_path / "store")
+    assert reopened.content.patterns == old
+    assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 12
