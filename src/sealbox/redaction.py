@@ -377,6 +377,14 @@ class Redactor:
                 out[field_name] = self._scrub(text, [False])
         return out
 
+    def scrub_label(self, label: str) -> str:
+        """A name the caller wrote (a ``state.saved`` label) as the store keeps it: the patterns'
+        matches replaced by in-string markers unless the mode is ``full`` (in ``hashes-only`` too:
+        the label stays a readable name, as tool names do, but holds no secret a pattern finds)."""
+        if self.policy.mode == "full" or not label:
+            return label
+        return self._scrub(label, [False])
+
     def removed_strings(self, name: str, value: Any, minimum: int = 4) -> list[str]:
         """The strings :meth:`apply` takes out of a content field's (encoded) value in ``redacted``
         mode by a sensitive key name or a configured path — every string inside the value that

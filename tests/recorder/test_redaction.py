@@ -1116,3 +1116,27 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
     assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 12
+
+
+def test_a_state_label_is_redacted_like_free_text(tmp_path):
+    """run.save_state(state, label="sk-…") stored the label in clear: it is free text the caller
+    wrote, so the patterns apply to it (the label stays a readable name otherwise)."""
+    store = new_store(tmp_path)
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="redaction") as run:
+        run.save_state({"n": 1}, label=f"after login {SK}")
+        run.save_state({"n": 2}, label="checkpoint password=hunter22")
+        run.save_state({"n": 3}, label="plain")
+        run.save_state({"n": 4}, label="")
+    labels = [e.payload.get("label") for e in events_of(store, run.run_id, "state.saved")]
+    mark = lambda v: "⟦redacted:" + store.redactor.marker(v)["$redacted"] + "⟧"  # noqa: E731
+    assert labels == [f"after login {mark(SK)}", f"checkpoint password={mark('hunter22')}", "plain", None]
+    assert_verified(store)
+    assert_nowhere(store, tmp_path / "store", [SK, "hunter22"])
+
+
+def test_a_state_label_is_kept_in_full_mode(tmp_path):
+    store = new_store(tmp_path, mode="full")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="redaction") as run:
+        run.save_state({"n": 1}, label=f"after login {SK}")
+    assert [e.payload.get("label") for e in events_of(store, run.run_id, "state.saved")] == [f"after login {SK}"]

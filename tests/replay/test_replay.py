@@ -528,3 +528,27 @@ def test_a_model_answer_served_from_the_record_has_no_latency_not_zero(store, ki
 
     assert len(latencies(run_id)) == 2 and all(type(us) is int for us in latencies(run_id))
     assert latencies(result.new_run_id) == [None, None]  # the model was not called: its latency is not known
+
+
+def test_a_state_label_redacted_by_a_pattern_still_reproduces(tmp_path):
+    """The store redacts a state label's pattern matches (sk-…); the replay compares the label as
+    the store would keep it, so the same agent reproduces, and a changed label still diverges."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    store = sealbox.init_store(tmp_path / "r")  # default mode: redacted
+    key = "sk-" + "B" * 24
+
+    def agent(run, label=f"after {key}"):
+        run.save_state({"n": 1}, label=label)
+        run.call_tool("local", "echo", {"text": "hi"}, lambda text: text)
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="labels") as run:
+        agent(run)
+    (saved,) = [e for e in store.read_run(run.run_id) if e.kind == "state.saved"]
+    assert saved.payload["label"] == "after ⟦redacted:" + store.redactor.marker(key)["$redacted"] + "⟧"
+    result = Replayer(store).replay(run.run_id, agent)
+    assert result.reproduced and result.divergence is None and result.steps_compared == 2
+    changed = Replayer(store).replay(run.run_id, lambda run: agent(run, label="after sk-" + "C" * 24))
+    assert (changed.divergence.kind, changed.divergence.step) == ("mismatch", saved.step)
+    store.close()

@@ -138,7 +138,11 @@ class ReplaySource:
         """Compare one attempted step with the recorded one; stop on any difference (or once stopped)."""
         self._raise_if_halted()
         view = attempted_view(run.store, kind, payload)
-        attempted = StepKey(step, kind, key_name(kind, payload), content_hash(kind, view, payload.get("format")))
+        name = key_name(kind, payload)
+        redactor = getattr(run.store, "redactor", None)
+        if kind == "state.saved" and name and redactor is not None:  # the label as the store keeps it
+            name = redactor.scrub_label(name)
+        attempted = StepKey(step, kind, name, content_hash(kind, view, payload.get("format")))
         with self._lock:
             rec = self.recorded.steps.get(step)
             if rec is None:

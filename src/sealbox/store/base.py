@@ -272,6 +272,8 @@ class EventBuilder:
             if own:
                 payload["error"] = {k: self.redactor.scrub_values(v, own) if type(v) is str and k != "type" else v
                                     for k, v in payload["error"].items()}
+        if draft.kind == "state.saved" and type(payload.get("label")) is str:  # the caller's words: patterns apply
+            payload["label"] = self.redactor.scrub_label(payload["label"])
         if draft.kind == "note":  # a note's text and detail are the caller's words: redacted like content
             if "about" in content:  # its about redacted above, as content: the text as redact_note does
                 payload.update(redact_note(self.redactor, {"text": payload["text"]}, own))
