@@ -186,10 +186,44 @@ class Match:
     def _search(self, value: Any) -> bool:
         if isinstance(value, list):
             return any(self._search(item) for item in value)
-        value = _bytes_as_text(value)
-        if isinstance(value, str):
-            return self.pattern.search(value) is not None
-        return self.pattern.search(json.dumps(value, ensure_ascii=False, sort_keys=True)) is not None
+        if _is_marker(value):
+            return False  # a redacted value holds no searchable text
+        value = _bytes_as_text(_markers_in_text(value))
+        if not isinstance(value, str):
+            value = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        return any(self.pattern.search(part) is not None for part in _outside_markers(value))
+
+
+#: A redaction marker inside a string (``⟦redacted:hmac-sha256:<hex>⟧``, see :mod:`sealbox.redaction`).
+_IN_STRING_MARKER = re.compile("⟦redacted:hmac-sha256:[0-9a-f]{64}⟧")
+_MARKER_DIGEST = re.compile("hmac-sha256:[0-9a-f]{64}")
+
+
+def _is_marker(value: Any) -> bool:
+    """Whether ``value`` is a ``{"$redacted": "hmac-sha256:<hex>"}`` marker."""
+    return (isinstance(value, dict) and len(value) == 1 and isinstance(value.get("$redacted"), str)
+            and _MARKER_DIGEST.fullmatch(value["$redacted"]) is not None)
+
+
+def _markers_in_text(value: Any) -> Any:
+    """``value`` with every ``{"$redacted": …}`` marker inside it written as the in-string marker, which
+    :func:`_outside_markers` then leaves out of what a regex searches."""
+    if _is_marker(value):
+        return f"⟦redacted:{value['$redacted']}⟧"
+    if isinstance(value, dict):
+        return {k: _markers_in_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_markers_in_text(v) for v in value]
+    return value
+
+
+def _outside_markers(text: str) -> list[str]:
+    """The parts of ``text`` between its redaction markers, each searched on its own: a ``--match``
+    never matches inside a marker, nor across one (the marker holds no searchable text). A text that
+    is only markers has no part to search."""
+    if "⟦redacted:" not in text:
+        return [text]
+    return [part for part in _IN_STRING_MARKER.split(text) if part]
 
 
 def _bytes_as_text(value: Any) -> Any:

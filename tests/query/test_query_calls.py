@@ -417,3 +417,59 @@ def test_a_match_searches_bytes_as_their_text(tmp_path):
     assert ids(store.query_calls(match=["result.$bytes~^cm06"])) == ["c1"]  # base64 of b"rm: "
     assert ids(store.query_calls(match=["result~cm06"])) == []
     store.close()
+
+
+@pytest.fixture(params=__import__("conftest").BACKENDS)
+def redacted_store(request, tmp_path):
+    """A fresh ``redacted`` store (the default content policy) on each backend."""
+    from sealbox import init_store
+
+    if request.param == "sqlite":
+        store = init_store(tmp_path / "s")
+        yield store
+        store.close()
+        return
+    import os
+    import uuid
+
+    import psycopg
+
+    url = os.environ["SEALBOX_TEST_POSTGRES_URL"]
+    schema = f"sbt_marker_{uuid.uuid4().hex[:16]}"
+    store = init_store(tmp_path / "s", postgres_url=url, schema=schema)
+    try:
+        yield store
+    finally:
+        store.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_a_match_never_matches_inside_a_redaction_marker(redacted_store):
+    """`calls --match 'arguments.password~.'` (or `~hmac`) listed a call whose password was redacted:
+    the match searched the marker's JSON text, and the docs say a redacted value cannot be searched."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    store = redacted_store
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        run.call_tool("vault", "login", {"user": "bob", "password": "hunter2hunter2"}, lambda user, password: 1,
+                      call_id="r1")
+        run.call_tool("db", "q", {"query": "select 1", "dsn": "host=db password=pw-9911 user=bob"},
+                      lambda query, dsn: {"token": "tok-secret-1", "rows": 1}, call_id="r2")
+        with pytest.raises(ValueError):
+            run.call_tool("db", "q", {"query": "x"}, lambda query: (_ for _ in ()).throw(ValueError("bad password=hunter22")),
+                          call_id="r3")
+    (row,) = [r for r in store.query_calls() if r["call_id"] == "r1"]
+    assert row["arguments"]["password"] == store.redactor.marker("hunter2hunter2")
+    for expr in ("arguments.password~.", "arguments.password~hmac", "arguments.password~redacted",
+                 "arguments.password~^", "arguments~hmac", "arguments~redacted", "arguments.*~[0-9a-f]{64}",
+                 "arguments.dsn~hmac", "arguments.dsn~password=.", "result~hmac", "result.token~.",
+                 "error.message~hmac", "error.message~redacted", "error.message~password=."):
+        assert ids(store.query_calls(match=[expr])) == [], expr
+    # the text around a marker is still searched
+    assert ids(store.query_calls(match=["arguments~password"])) == ["r1", "r2"]
+    assert ids(store.query_calls(match=["arguments.dsn~user=bob$"])) == ["r2"]
+    assert ids(store.query_calls(match=["arguments.dsn~^host=db password=$"])) == ["r2"]
+    assert ids(store.query_calls(match=["result~rows"])) == ["r2"]
+    assert ids(store.query_calls(match=["error.message~^bad password="])) == ["r3"]
