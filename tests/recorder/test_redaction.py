@@ -1074,6 +1074,9 @@ def _error_message(store, run_id: str) -> str:
     ("Set-Cookie: sid=zzz-9911; Path=/", "Set-Cookie: ", "sid=zzz-9911; Path=/"),
     ("refused: {'client_secret': 'cs-77aa', 'user': 'bob'}", "refused: {'client_secret': '", "cs-77aa"),
     ("access_token: at-1234, next", "access_token: ", "at-1234"),
+    ("GET /v1?apiKey=k-55aa77&x=1", "GET /v1?apiKey=", "k-55aa77"),
+    ('{"accessToken": "at-88"} refused', '{"accessToken": "', "at-88"),
+    ("PASSWORD=Sup3r", "PASSWORD=", "Sup3r"),
 ])
 def test_free_text_key_value_secrets_in_a_tool_error_are_redacted_value_only(tmp_path, message, kept, secret):
     store = new_store(tmp_path)
@@ -1115,7 +1118,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 12
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 13
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
