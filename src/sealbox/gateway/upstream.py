@@ -425,7 +425,9 @@ class Upstream:
         if code == types.CONNECTION_CLOSED and self._connection_closed(session, exc):
             return UpstreamUnavailable(f"upstream {self.spec.id} closed the connection during the {what}")
         if code == types.REQUEST_TIMEOUT:
-            return UpstreamTimeout(f"upstream {self.spec.id} did not answer within {self.limits.call_timeout_s:g} s")
+            # the request went out: the model must not take "no answer" for "not done" and simply call again
+            return UpstreamTimeout(f"upstream {self.spec.id} did not answer within {self.limits.call_timeout_s:g} s; "
+                                   f"the {what} was sent, so it may have been carried out: check before calling again")
         message = str(getattr(getattr(exc, "error", None), "message", "") or "")
         if code == types.PARSE_ERROR and message.startswith(_UNREADABLE_ANSWER):  # counted and logged by _relay
             return UpstreamProtocolError(f"upstream {self.spec.id} sent a malformed response: "
