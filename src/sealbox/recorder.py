@@ -245,13 +245,19 @@ class Recorder:
         """
         if run_id is not None:
             _check_joinable(run_id)
+            if replay_of is None:
+                _check_printable("run_id", run_id, "a run id cannot hold (it is pasted into commands and printed in "
+                                 "listings)")
         _check_name("agent", agent)
         if labels is not None and replay_of is None:  # a replay carries the recorded labels, whatever they are
             _check_labels(labels)
         if parent_run_id is not None:
             _check_parent(parent_run_id, run_id)
         snapshot = self._pinned_snapshot(snapshot, replay=replay_of is not None or _replaying(parent_run_id) is not None)
-        return RunContext(self, agent=agent, principal=Principal.of(principal, agent), snapshot=snapshot,
+        who = Principal.of(principal, agent)
+        if replay_of is None:  # as the gateway's principals and token identities (a replay runs as recorded)
+            _check_printable("principal id", who.id, "an identity in the record cannot hold")
+        return RunContext(self, agent=agent, principal=who, snapshot=snapshot,
                           labels=dict(labels or {}), parent_run_id=parent_run_id, run_id=run_id, replay_of=replay_of)
 
     def _pinned_snapshot(self, snapshot: Any, *, replay: bool) -> Any:
@@ -519,6 +525,20 @@ def _lone_surrogate(text: str) -> bool:
         return False
     except UnicodeEncodeError:
         return True
+
+
+#: C0 and C1 control characters and DEL: a run id or principal holding one (a newline) splits the lines
+#: of every listing and of the commands it is pasted into.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _check_printable(what: str, value: str, why: str) -> None:
+    """ConfigError when ``value`` (the id of a new run, or its principal's) holds a :data:`_CONTROL`
+    character or only spaces. Checked where a run is started, not where a recorded one is joined,
+    resumed or replayed (recorded before this check, they stay usable)."""
+    if _CONTROL.search(value) or not value.strip():
+        raise ConfigError(f"{what} {value!r} holds a control character (a newline, a tab…) or only spaces, which "
+                          f"{why}; nothing was recorded")
 
 
 def _check_name(what: str, value: Any, where: str = "") -> None:

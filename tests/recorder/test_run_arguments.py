@@ -183,3 +183,34 @@ def test_a_run_id_the_record_cannot_hold_is_a_config_error(store, rid, message):
     with rec.run(agent="a", run_id="r" * 128) as run:  # the longest run id is fine
         pass
     assert store.read_run(run.run_id)[-1].kind == "run.ended"
+
+
+@pytest.mark.parametrize("principal, shown", [("agent\nbot", "'agent\\nbot'"), ("  ", "'  '"), ("a\tb", "'a\\tb'")])
+def test_a_principal_with_a_control_character_or_only_spaces_is_refused(store, principal, shown):
+    """As the gateway refuses such a principal or token identity in its config: the SDK recorded
+    ``principal="agent\nbot"`` as given, splitting the lines of every listing naming it."""
+    rec = Recorder(store, policy=ALLOW_ALL)
+    before = _run_ids(store)
+    with pytest.raises(ConfigError) as caught:
+        with rec.run(agent="a", principal=principal):
+            pytest.fail("the run started")
+    assert str(caught.value) == (f"principal id {shown} holds a control character (a newline, a tab…) or only "
+                                 "spaces, which an identity in the record cannot hold; nothing was recorded")
+    assert _run_ids(store) == before
+    with rec.run(agent="a", principal="agent:bot two") as run:  # a space inside is still fine
+        pass
+    assert store.read_run(run.run_id)[0].principal == "agent:bot two"
+
+
+@pytest.mark.parametrize("rid, shown", [("run\n2", "'run\\n2'"), ("r\x1b[2J", "'r\\x1b[2J'"), ("   ", "'   '")])
+def test_a_new_run_id_with_a_control_character_or_only_spaces_is_refused(store, rid, shown):
+    """A newline in a run id split the lines of runs list, calls and the commands it was pasted into."""
+    rec = Recorder(store, policy=ALLOW_ALL)
+    before = _run_ids(store)
+    with pytest.raises(ConfigError) as caught:
+        with rec.run(agent="a", run_id=rid):
+            pytest.fail("the run started")
+    assert str(caught.value) == (f"run_id {shown} holds a control character (a newline, a tab…) or only spaces, "
+                                 "which a run id cannot hold (it is pasted into commands and printed in listings); "
+                                 "nothing was recorded")
+    assert _run_ids(store) == before
