@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from fnmatch import fnmatchcase
@@ -318,7 +319,14 @@ def parse_match(expr: str | tuple[str, str] | Match) -> Match:
     if path[0] not in MATCH_ROOTS:
         raise ConfigError(f"match: unknown field {path[0]!r} in {text!r}; use one of {', '.join(MATCH_ROOTS)}")
     try:
-        pattern = re.compile(regex)
+        with warnings.catch_warnings():
+            # Python's "possible nested set" warning: [[:alpha:]] is no POSIX class in re but a set of '[', ':', 'a'…,
+            # which would silently match other things; refused here (and not printed as a stray FutureWarning)
+            warnings.simplefilter("error", FutureWarning)
+            pattern = re.compile(regex)
+    except FutureWarning as exc:
+        raise ConfigError(f"match: ambiguous regex {_brief(regex)} in {_brief(text)}: {exc} (Python re has no POSIX "
+                          "classes such as [[:alpha:]]; write \\[ for a literal '[' in a set)") from None
     except (re.error, OverflowError, RecursionError, ValueError) as exc:
         raise ConfigError(f"match: invalid regex {_brief(regex)} in {_brief(text)}: {regex_problem(exc)}") from None
     return Match(path, pattern, text)

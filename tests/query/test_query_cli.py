@@ -107,6 +107,11 @@ _DEEP = "(" * 500 + ")" * 500
                                       "a number in it is too large (the repetition number is too large)"),
     (f"arguments~{_DEEP}", f"error: match: invalid regex {_DEEP[:79]!r}… in {('arguments~' + _DEEP)[:79]!r}…: "
                           "it is nested too deeply"),
+    # a POSIX class, which Python re reads as a set of '[', ':', 'a'…: it printed Python's own FutureWarning
+    # to stderr and matched other things than letters
+    ("arguments.city~[[:alpha:]]+", "error: match: ambiguous regex '[[:alpha:]]+' in 'arguments.city~[[:alpha:]]+': "
+                                    "Possible nested set at position 1 (Python re has no POSIX classes such as "
+                                    "[[:alpha:]]; write \\[ for a literal '[' in a set)"),
 ])
 def test_calls_match_regex_re_compile_cannot_build_is_one_error_line_exit_2(recorded, match, line):
     """re.compile raises OverflowError for a repeat count above its limit and RecursionError for groups
