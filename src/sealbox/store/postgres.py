@@ -697,8 +697,7 @@ class PostgresStore(SqliteQueries):
             raise StoreReadOnlyError("this store was opened without its signing key")
         with self._ckpt_lock:
             plain, cp = self._write(lambda txn: self._sign_in_txn(txn, tuple(extensions)))
-            if plain.tree_size > self.checkpoint_file_size():
-                fsync_write(self.path / CHECKPOINT_NAME, plain.note.encode("utf-8"))
+            self._publish_checkpoint(plain)
             self._floor = max(self._floor, cp.tree_size)
             self._last_ckpt_size, self._last_ckpt_time = cp.tree_size, time.monotonic()
             return cp
@@ -1159,7 +1158,7 @@ for _name in ("runs", "query_calls", "query_runs", "get_run"):
 # folder, the signer, the checkpoint policy and the write/read methods above).
 for _name in ("append", "_maybe_checkpoint", "_checkpoint_timer", "_stop_checkpoint_timer", "_timer_checkpoint",
               "_check_before_signing", "_signed_row", "checkpoint_file_note", "_checkpoint_file_problem",
-              "checkpoint_file_size", "pinned_vkey", "_load_signer", "_op_enter", "_op_leave"):
+              "checkpoint_file_size", "_publish_checkpoint", "pinned_vkey", "_load_signer", "_op_enter", "_op_leave"):
     setattr(PostgresStore, _name, _sq.SqliteStore.__dict__[_name])
 del _name
 

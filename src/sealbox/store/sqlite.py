@@ -1493,11 +1493,32 @@ class SqliteStore(SqliteQueries):
             finally:
                 if self.durability == "fast":
                     conn.execute("PRAGMA synchronous = NORMAL")
-            if plain.tree_size > self.checkpoint_file_size():
-                fsync_write(self.path / CHECKPOINT_NAME, plain.note.encode("utf-8"))
+            self._publish_checkpoint(plain)
             self._floor = max(self._floor, cp.tree_size)
             self._last_ckpt_size, self._last_ckpt_time = cp.tree_size, time.monotonic()
             return cp
+
+    def _publish_checkpoint(self, plain: StoredCheckpoint) -> None:
+        """Replace ``DIR/checkpoint`` with ``plain`` unless it holds a checkpoint of at least its size.
+
+        Reading the file's size and replacing the file are one step under an exclusive ``flock`` on
+        the folder, held by every signer of this store in any process: a signer whose row was
+        committed before another's larger one, but which comes to write the file after it, leaves
+        the larger one there. The file never moves backwards (a verifier pinning it would see
+        truncation). Without ``fcntl`` (Windows) the comparison is made without the lock.
+        """
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            fcntl = None  # type: ignore[assignment]
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # released by os.close below
+            if plain.tree_size > self.checkpoint_file_size():
+                fsync_write(self.path / CHECKPOINT_NAME, plain.note.encode("utf-8"))
+        finally:
+            os.close(fd)
 
     def _sign_in_txn(self, txn: _Txn, extensions: tuple[str, ...] = ()) -> tuple[StoredCheckpoint, StoredCheckpoint]:
         """(the plain checkpoint of the current size, the one asked for: the same unless ``extensions``)."""

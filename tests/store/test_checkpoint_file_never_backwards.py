@@ -1,0 +1,61 @@
+"""``DIR/checkpoint`` never moves backwards when two stores (two processes) sign at once.
+
+Each signer commits its checkpoint row, then replaces the file. Comparing the file's size and
+replacing it is one step under a lock on the folder: a signer of a smaller tree that finds a
+larger checkpoint there (written by another process after this one committed) leaves it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import sealbox.store.base as _base
+import sealbox.store.sqlite as _sqlite
+from store_testkit import note, started
+from sealbox import CheckpointPolicy, init_store, open_store, verify_store
+from sealbox.store.base import new_run_id
+
+NEVER = CheckpointPolicy(every_events=None, every_seconds=None)
+
+
+def test_a_smaller_checkpoint_written_late_does_not_replace_a_larger_one(tmp_path, monkeypatch):
+    init_store(tmp_path / "s").close()
+    a = open_store(tmp_path / "s", checkpoint_policy=NEVER)
+    b = open_store(tmp_path / "s", checkpoint_policy=NEVER)
+    run = new_run_id()
+    a.append([started(run)] + [note(run, f"a{i}") for i in range(4)])  # 1 (init's) + 5 = 6 events
+
+    real = _base.fsync_write
+    a_at_write, release_a = threading.Event(), threading.Event()
+
+    def slow_for_a(path, data, *args, **kwargs):
+        if threading.current_thread().name == "signer-a" and str(path).endswith("checkpoint"):
+            a_at_write.set()
+            release_a.wait(10)
+        return real(path, data, *args, **kwargs)
+
+    monkeypatch.setattr(_base, "fsync_write", slow_for_a)
+    monkeypatch.setattr(_sqlite, "fsync_write", slow_for_a)
+    done: dict[str, int] = {}
+    ta = threading.Thread(target=lambda: done.__setitem__("a", a.issue_checkpoint().tree_size), name="signer-a")
+    ta.start()
+    assert a_at_write.wait(10)  # a committed its row of size 6 and is about to write the file
+
+    def sign_b() -> None:
+        b.append([note(run, f"b{i}") for i in range(3)])  # 9 events
+        done["b"] = b.issue_checkpoint().tree_size
+
+    tb = threading.Thread(target=sign_b, name="signer-b")
+    tb.start()
+    tb.join(1.5)  # without the lock b writes its file now; with it, b waits for a
+    release_a.set()
+    ta.join(10)
+    tb.join(10)
+    assert done == {"a": 6, "b": 9}
+    assert a.checkpoint_file_size() == 9
+    assert (tmp_path / "s" / "checkpoint").read_text() == b.latest_checkpoint().note
+    a.close()
+    b.close()
+    with open_store(tmp_path / "s") as store:
+        report = verify_store(store)
+    assert report.ok, report
