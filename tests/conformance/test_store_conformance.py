@@ -368,3 +368,40 @@ def test_verify_finds_the_calls_made_under_a_grant_on_every_backend(store):
                                            "rule": "r", "reason": "r", "policy_fingerprint": FP, "eval_us": 1},
                        run_id="r1", principal="agent:bot")])
     assert _store_calls(store, {"g-1": {}}) == [(2, "r1", "c1", "g-1", None), (6, "r1", "c3", "g-1", "deny")]
+
+
+def _changed_below_paths(store):
+    """Remove the checkpoint file under an open writer holding unsigned events: what signs next finds
+    the store changed below Sealbox."""
+    store.append(started("r1"))
+    (store.path / "checkpoint").unlink()
+    return (f"{store.path / 'checkpoint'} is missing though the store holds signed checkpoints: it keeps the newest "
+            "one, and without it a database restored from an older backup cannot be told from the log, so "
+            "appending could fork it; refusing to append or sign (run `sealbox verify`; if the database is known to be "
+            "current, put the file back from a copy; see docs/storage.md, \"The checkpoint file\")")
+
+
+def test_a_store_changed_below_sealbox_raises_store_error_from_issue_checkpoint(store):
+    """The signer's private error never reaches a caller: issue_checkpoint raises the documented
+    StoreError itself (not a subclass), and later appends are refused before they write."""
+    from sealbox.errors import StoreError
+    message = _changed_below_paths(store)
+    with pytest.raises(StoreError) as caught:
+        store.issue_checkpoint()
+    assert type(caught.value) is StoreError
+    assert str(caught.value) == message
+    before = store.size()
+    with pytest.raises(StoreError) as again:
+        store.append(note("r1", "after"))
+    assert type(again.value) is StoreError and str(again.value) == message
+    assert store.size() == before
+
+
+def test_a_store_changed_below_sealbox_raises_store_error_from_close(store):
+    from sealbox.errors import StoreError
+    message = _changed_below_paths(store)
+    with pytest.raises(StoreError) as caught:
+        store.close()
+    assert type(caught.value) is StoreError
+    assert str(caught.value) == message
+    store.close()  # closed already: nothing more

@@ -682,17 +682,26 @@ class PostgresStore(SqliteQueries):
                 self._maybe_checkpoint(size)
             except StoreBusyError:
                 pass
-            except _sq._ChangedBelowError as exc:
-                self._damage = str(exc)
-                _log.error("%s", exc)
             except StoreError as exc:
+                if self._damage:  # changed below Sealbox (recorded by issue_checkpoint): later appends are refused
+                    _log.error("%s", exc)
+                    return events
                 if not (self._closing or self._closed):
                     _log.warning("%s: checkpoint not signed now: %s", self.path, exc)
         return events
 
     def issue_checkpoint(self, extensions: Sequence[str] = ()) -> StoredCheckpoint:
         """Sign a checkpoint of the whole log, store it and write ``DIR/checkpoint``; see
-        :meth:`SqliteStore.issue_checkpoint` (the same checks, the same signed note)."""
+        :meth:`SqliteStore.issue_checkpoint` (the same checks, the same signed note, the same errors:
+        a store changed below Sealbox is a plain ``StoreError``)."""
+        try:
+            return self._sign_checkpoint(extensions)
+        except _sq._ChangedBelowError as exc:
+            self._damage = str(exc)
+            raise StoreError(str(exc)) from exc.__cause__
+
+    def _sign_checkpoint(self, extensions: Sequence[str] = ()) -> StoredCheckpoint:
+        """As :meth:`SqliteStore._sign_checkpoint`: raises the private ``_ChangedBelowError``."""
         if self._signer is None:
             raise StoreReadOnlyError("this store was opened without its signing key")
         with self._ckpt_lock:

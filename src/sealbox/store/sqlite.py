@@ -313,7 +313,9 @@ class _Txn:
 
 
 class _ChangedBelowError(StoreError):
-    """The signer found the store changed below Sealbox (a StoreError: callers need not know it)."""
+    """The signer found the store changed below Sealbox. Private: only ``_sign_checkpoint`` raises it,
+    and :meth:`SqliteStore.issue_checkpoint` records the damage (``_damage``: later appends are
+    refused) and raises a plain ``StoreError`` in its place, so no caller ever sees this class."""
 
 
 def _stored_bytes(value: Any) -> bytes:
@@ -1375,12 +1377,13 @@ class SqliteStore(SqliteQueries):
                 self._maybe_checkpoint(size)
             except StoreBusyError:
                 pass  # no_wait(): the events are committed; a later append, the timer or close() signs them
-            except _ChangedBelowError as exc:
-                # committed already, so this append succeeded; the signer found the store changed
-                # below Sealbox: later appends are refused before they write anything
-                self._damage = str(exc)
-                _log.error("%s", exc)
             except StoreError as exc:
+                if self._damage:
+                    # committed already, so this append succeeded; the signer found the store changed
+                    # below Sealbox (issue_checkpoint recorded it): later appends are refused before
+                    # they write anything
+                    _log.error("%s", exc)
+                    return events
                 # a checkpoint that falls due while another thread closes the store is left to
                 # close(), which signs the final one
                 if not (self._closing or self._closed):
@@ -1438,15 +1441,14 @@ class SqliteStore(SqliteQueries):
             return "stop"  # appends are refused already; verify says why
         try:
             self.issue_checkpoint()
-        except _ChangedBelowError as exc:
-            self._damage = str(exc)
-            _log.error("%s", exc)
-            return "stop"
         except StoreRolledBackError as exc:
             _log.error("%s: the checkpoint due after %s s was not signed: %s", self.path,
                        self.checkpoint_policy.every_seconds, exc)
             return "stop"
         except Exception as exc:  # noqa: BLE001 - a background thread never raises
+            if self._damage:  # issue_checkpoint found the store changed below Sealbox and recorded it
+                _log.error("%s", exc)
+                return "stop"
             if self._closing or self._closed:
                 return "stop"  # close() signs the final checkpoint
             if timer is not None:
@@ -1481,7 +1483,20 @@ class SqliteStore(SqliteQueries):
 
         Raises:
             NoteError: an extension line is empty or holds a control character.
+            StoreRolledBackError: the store holds fewer events than its newest signed checkpoint.
+            StoreError: the store was changed below Sealbox (the checkpoint file or checkpoint rows
+                removed, a stored checkpoint that does not verify, a tree inconsistent with it):
+                nothing is signed, and later appends of this store object are refused.
         """
+        try:
+            return self._sign_checkpoint(extensions)
+        except _ChangedBelowError as exc:
+            self._damage = str(exc)
+            raise StoreError(str(exc)) from exc.__cause__
+
+    def _sign_checkpoint(self, extensions: Sequence[str] = ()) -> StoredCheckpoint:
+        """:meth:`issue_checkpoint`, raising the private :class:`_ChangedBelowError` for a store
+        changed below Sealbox (issue_checkpoint records it and raises a plain StoreError)."""
         if self._signer is None:
             raise StoreReadOnlyError("this store was opened without its signing key")
         with self._ckpt_lock:
