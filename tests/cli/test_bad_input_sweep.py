@@ -491,3 +491,44 @@ def test_python_query_filters_that_are_not_utf8_raise_config_error(copy):
                          (s.query_runs, {"agent": "\udcff"})):
             with pytest.raises(ConfigError, match="is not UTF-8 text"):
                 call(**kw)
+
+
+@pytest.mark.parametrize("alter, missing", [
+    ("ALTER TABLE events DROP COLUMN cost", "events.cost"),
+    ("ALTER TABLE runs DROP COLUMN replay_of", "runs.replay_of"),
+    ("ALTER TABLE checkpoints DROP COLUMN created_at", "checkpoints.created_at"),
+    ("ALTER TABLE events RENAME COLUMN rule TO rule2", "events.rule"),
+], ids=["drop-events.cost", "drop-runs.replay_of", "drop-checkpoints.created_at", "rename-events.rule"])
+@pytest.mark.parametrize("cmd", [["runs", "list"], ["runs", "show", "RUN"], ["calls"], ["verify"], ["log", "checkpoint"],
+                                 ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--key-file", "KEY"]],
+                         ids=" ".join)
+def test_a_store_missing_a_column_is_one_error_line_and_is_not_written(copy, tmp_path, alter, missing, cmd):
+    # was: "error: internal error: OperationalError: no such column: cost (set SEALBOX_DEBUG=1 ...)" (exit 70)
+    store, run_id = copy
+    conn = sqlite3.connect(store / "sealbox.db")
+    conn.execute(alter)
+    conn.commit()
+    conn.close()
+    before = state(store)
+    proc = sb(*_argv(cmd, store, run_id, tmp_path / "out"))
+    assert proc.returncode == 2
+    assert one_error(proc) == (f"error: {store / 'sealbox.db'} is damaged: column {missing} is missing "
+                               "(changed below Sealbox; restore the store from a backup)")
+    assert state(store) == before
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+def test_opening_a_store_missing_columns_raises_store_error_naming_them(copy, readonly):
+    from sealbox.errors import StoreError
+    from sealbox.store import open_store
+
+    store, _ = copy
+    conn = sqlite3.connect(store / "sealbox.db")
+    conn.execute("ALTER TABLE events DROP COLUMN tokens")
+    conn.execute("ALTER TABLE events DROP COLUMN cost")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError) as caught:
+        open_store(store, readonly=readonly)
+    assert str(caught.value) == (f"{store / 'sealbox.db'} is damaged: columns events.cost, events.tokens are missing "
+                                 "(changed below Sealbox; restore the store from a backup)")

@@ -1133,6 +1133,12 @@ class SqliteStore(SqliteQueries):
             raise StoreError(f"{self.db_path} is damaged: table {', '.join(missing)} "
                              f"{'is' if len(missing) == 1 else 'are'} missing (changed below Sealbox; "
                              "restore the store from a backup)")
+        columns = sorted(f"{table}.{column}" for table, wanted in _required_columns().items()
+                         for column in wanted - {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')})
+        if columns:  # dropped or renamed below Sealbox (ALTER TABLE ... DROP / RENAME COLUMN)
+            raise StoreError(f"{self.db_path} is damaged: column{'s' if len(columns) > 1 else ''} "
+                             f"{', '.join(columns)} {'is' if len(columns) == 1 else 'are'} missing (changed below "
+                             "Sealbox; restore the store from a backup)")
 
     def _write_meta(self, values: dict[str, str]) -> None:
         def put(txn: _Txn) -> None:
@@ -2284,6 +2290,21 @@ def _required_tables() -> frozenset[str]:
         created |= set(re.findall(r"(?i)\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?\"?(\w+)", mig.sql))
         created -= set(re.findall(r"(?i)\bDROP\s+TABLE\s+(?:IF\s+EXISTS\s+)?\"?(\w+)", mig.sql))
     return frozenset(created)
+
+
+@functools.cache
+def _required_columns() -> dict[str, frozenset[str]]:
+    """Each table's columns as the SQLite migrations leave them (applied once to an in-memory
+    database): a store missing one (dropped or renamed below Sealbox) is refused on open."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        for mig in migrate.load_migrations("sqlite"):
+            conn.executescript(mig.sql)
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: frozenset(r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')) for t in tables
+                if t in _required_tables()}
+    finally:
+        conn.close()
 
 
 def _translate_open_error(path: Path, exc: sqlite3.DatabaseError) -> Exception:
