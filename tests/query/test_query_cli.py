@@ -219,7 +219,7 @@ def test_csv_cells_a_spreadsheet_would_run_as_a_formula_start_with_a_quote(formu
     ]
     # numbers are written as numbers, JSON cells as JSON
     assert [(r["step"], r["arguments"], r["ok"], r["approvers"]) for r in rows] == [
-        ("2", '{"q": 1}', "True", "[]"), ("3", "{}", "True", "[]"), ("4", "{}", "True", "[]"),
+        ("2", '{"q":1}', "True", "[]"), ("3", "{}", "True", "[]"), ("4", "{}", "True", "[]"),
         ("5", "{}", "True", "[]")]
     # --json and the table are not CSV: they keep the text as recorded
     assert [(r["agent"], r["tool"]) for r in ok_json("calls", "-s", str(formula_store), "--json")][:1] == [

@@ -71,7 +71,7 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
                    f"{', '.join(m.text.split('~', 1)[0] for m in compiled if m.root in _REDACTABLE)}), which it "
                    "cannot search: they are not listed (docs/content-modes.md)", err=True)
     if as_json or as_csv:
-        emit_rows(rows, CALL_COLUMNS, as_json=as_json, as_csv=as_csv)
+        emit_rows(rows, CALL_COLUMNS, as_json=as_json, as_csv=as_csv, json_columns=("arguments",))
         return
     if not rows:
         click.echo("no tool calls match", err=True)

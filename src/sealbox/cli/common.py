@@ -172,8 +172,9 @@ def format_options(fn: Callable) -> Callable:
 
 
 def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json: bool, as_csv: bool,
-              title: str | None = None) -> None:
-    """Print rows as JSON, CSV or a readable table."""
+              title: str | None = None, json_columns: Sequence[str] = ()) -> None:
+    """Print rows as JSON, CSV or a readable table. In CSV, the cells of ``json_columns`` (recorded
+    values of any JSON type) are written as :func:`csv_json_cell`."""
     if as_json:
         click.echo(pretty_json(list(rows)))
         return
@@ -182,7 +183,8 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
         writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: _csv_cell(row.get(k)) for k in columns})
+            writer.writerow({k: csv_json_cell(row.get(k)) if k in json_columns else _csv_cell(row.get(k))
+                             for k in columns})
         click.echo(buf.getvalue(), nl=False)
         return
     from rich.console import Console
@@ -277,6 +279,23 @@ def _csv_cell(value: Any) -> str:
         return str(value)
     text = _cell(value)
     return "'" + text if text.startswith(CSV_FORMULA_STARTS) else text
+
+
+def csv_json_cell(value: Any) -> str:
+    """A ``--csv`` cell holding a recorded value of any JSON type (``calls``' ``arguments``): its
+    RFC 8785 canonical JSON, so that every value reads back with ``json.loads`` and a string shows
+    with its quotes (the string ``{"a":1}`` is ``"{\\"a\\":1}"``, the object ``{"a":1}``), as does
+    the empty string (``""``); an empty cell is null. No such text starts a spreadsheet formula
+    (a string starts with ``"``, an object or array with ``{`` / ``[``) but a negative number, which
+    is written as it is, as numbers are in every ``--csv`` column (:func:`_csv_cell`)."""
+    if value is None:
+        return ""
+    from sealbox.canonical import CanonicalizationError, canonical_bytes
+
+    try:
+        return canonical_bytes(value).decode("utf-8")
+    except (CanonicalizationError, UnicodeDecodeError):  # outside I-JSON (e.g. an integer beyond 2**53): sorted, compact
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def _width() -> int | None:
