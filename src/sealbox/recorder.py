@@ -549,6 +549,15 @@ def _check_name(what: str, value: Any, where: str = "") -> None:
     if _lone_surrogate(value):
         raise ConfigError(f"{where}{what} {value!r} contains a lone surrogate (text decoded with "
                           f"surrogateescape?), which a name in the record cannot hold; nothing was recorded")
+    _check_no_nul(what, value, where)
+
+
+def _check_no_nul(what: str, value: str, where: str = "") -> None:
+    """ConfigError when an identifier holds a NUL character, which no store keeps (PostgreSQL text
+    cannot hold one; the store refuses it too, as an InvalidEventError)."""
+    if "\x00" in value:
+        raise ConfigError(f"{where}{what} {value!r} holds a NUL character (\\x00), which an identifier in the record "
+                          "cannot hold; nothing was recorded")
 
 
 def _check_labels(labels: Any) -> None:
@@ -2333,12 +2342,16 @@ def _check_call(server: Any, tool: Any, grant: Any, call_id: Any, exposed: Any, 
             raise ConfigError(f"the {what} name must be a non-empty string, got {value!r}; nothing was recorded")
         if not value.isascii() and _lone_surrogate(value):
             _check_name(what, value)
+        if "\x00" in value:
+            _check_no_nul(f"the {what} name", value)
     for what, value in (("grant", grant), ("call_id", call_id), ("exposed", exposed)):
         if value is not None and (not isinstance(value, str) or not value):
             raise ConfigError(f"{server}/{tool}: {what} must be a non-empty string or None, got {value!r}; "
                               "nothing was recorded")
         if value is not None and not value.isascii() and _lone_surrogate(value):
             _check_name(what, value, f"{_valid_text(server)}/{_valid_text(tool)}: ")
+        if what == "call_id" and value is not None and "\x00" in value:
+            _check_no_nul(what, value, f"{_valid_text(server)}/{_valid_text(tool)}: ")
     _check_implicit_grant(f"{server}/{tool}", grant, principal)
 
 

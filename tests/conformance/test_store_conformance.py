@@ -405,3 +405,57 @@ def test_a_store_changed_below_sealbox_raises_store_error_from_close(store):
     assert type(caught.value) is StoreError
     assert str(caught.value) == message
     store.close()  # closed already: nothing more
+
+
+# A NUL character (\x00) in an identifier: PostgreSQL text cannot hold one, so the SQLite store recorded
+# what the PostgreSQL store refused (as "PostgreSQL refused the write"). Both refuse it up front now.
+def _started_with(run_id="r2", agent="bot", principal="agent:bot", **payload):
+    draft = started(run_id, agent, **payload)
+    return EventDraft(draft.kind, draft.payload, run_id=run_id, principal=principal)
+
+
+def _call_with(**fields):
+    [tc, dec] = call("r1", "c9", {"q": 1})
+    return [EventDraft(tc.kind, {**tc.payload, **fields}, run_id="r1", principal="agent:bot"), dec]
+
+
+@pytest.mark.parametrize("drafts, message", [
+    (lambda: _started_with(agent="b\x00t"), "run.started: agent 'b\\x00t' holds a NUL character"),
+    (lambda: _started_with(principal="agent:b\x00t"), "principal 'agent:b\\x00t' holds a NUL character"),
+    (lambda: _started_with(run_id="r\x002"), "run_id 'r\\x002' holds a NUL character"),
+    (lambda: _started_with(parent_run_id="r\x001"), "run.started: parent_run_id 'r\\x001' holds a NUL character"),
+    (lambda: _call_with(server="d\x00b"), "tool.call: server 'd\\x00b' holds a NUL character"),
+    (lambda: _call_with(tool="read\x00"), "tool.call: tool 'read\\x00' holds a NUL character"),
+    (lambda: _call_with(call_id="c\x009"), "tool.call: call_id 'c\\x009' holds a NUL character"),
+    (lambda: [note("r1", "first"), EventDraft("note", {"text": "x"}, run_id="r1", principal="\x00")],
+     "principal '\\x00' holds a NUL character"),
+], ids=["agent", "principal", "run_id", "parent", "server", "tool", "call_id", "batch"])
+def test_an_identifier_holding_a_nul_is_refused_on_every_backend_and_nothing_is_written(store, drafts, message):
+    store.append(started("r1"))
+    before = (store.size(), [e.raw for e in store.read_run("r1")])
+    with pytest.raises(InvalidEventError) as caught:
+        store.append(drafts())
+    assert str(caught.value) == (f"{message} (\\x00), which an identifier in the record cannot hold (PostgreSQL "
+                                 "text cannot): nothing was written")
+    assert (store.size(), [e.raw for e in store.read_run("r1")]) == before
+    assert verify_store(store).ok
+
+
+def test_a_nul_inside_arguments_labels_and_text_is_recorded_on_every_backend(store):
+    """Values only the hashed bytes hold (canonical JSON: NUL is \\u0000) are kept: content, a note's
+    text, and a run's labels (which live in the run.started payload on both backends)."""
+    store.append(started("r1", labels={"te\x00am": "r\x00ed"}))
+    store.append(call("r1", "c1", {"q": "a\x00b", "k\x00": ["\x00"]}))
+    store.append(EventDraft("tool.result", {"call_id": "c1", "ok": True, "result": "r\x00", "duration_us": 1},
+                            run_id="r1", principal="agent:bot"))
+    store.append(note("r1", "a note \x00"))
+    events = store.read_run("r1")
+    assert store.resolve(events[1].payload["arguments"]) == {"q": "a\x00b", "k\x00": ["\x00"]}
+    assert store.resolve(events[3].payload["result"]) == "r\x00"
+    assert events[4].payload["text"] == "a note \x00"
+    assert b'"a \\u0000note"' not in events[4].raw and b'"text":"a note \\u0000"' in events[4].raw  # JSON's escape
+    assert [r["labels"] for r in store.query_runs() if r["run_id"] == "r1"] == [{"te\x00am": "r\x00ed"}]
+    (row,) = [r for r in store.query_calls(run_id="r1") if r["call_id"] == "c1"]
+    assert row["arguments"] == {"q": "a\x00b", "k\x00": ["\x00"]}
+    report = verify_store(store)
+    assert report.ok, [p.line() for p in report.problems]

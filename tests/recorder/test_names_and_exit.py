@@ -118,3 +118,34 @@ def test_a_bad_state_label_is_refused_naming_it_and_nothing_is_written(store, la
     states = [e.payload.get("label") for e in store.read_run(run.run_id) if e.kind == "state.saved"]
     assert states == ["fine"]
     assert verify_store(store).ok
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"agent": "b\x00t", "principal": "p"}, "agent 'b\\x00t'"),
+])
+def test_a_run_whose_agent_holds_a_nul_is_refused_before_anything_is_recorded(store, kwargs, message):
+    before = store.size()
+    with pytest.raises(ConfigError) as caught:
+        with Recorder(store, policy=ALLOW_ALL).run(**kwargs):
+            pass
+    assert str(caught.value) == (f"{message} holds a NUL character (\\x00), which an identifier in the record cannot "
+                                 "hold; nothing was recorded")
+    assert store.size() == before
+
+
+@pytest.mark.parametrize("args, message", [
+    (("d\x00b", "t", None), "the server name 'd\\x00b'"),
+    (("db", "t\x00", None), "the tool name 't\\x00'"),
+    (("db", "t", "c\x00"), "db/t: call_id 'c\\x00'"),
+])
+def test_a_call_whose_server_tool_or_call_id_holds_a_nul_is_refused_before_it_is_recorded(store, args, message):
+    server, tool, call_id = args
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        with pytest.raises(ConfigError) as caught:
+            run.call_tool(server, tool, {"q": "a\x00b"}, lambda **k: 1, call_id=call_id)
+        assert str(caught.value) == (f"{message} holds a NUL character (\\x00), which an identifier in the record "
+                                     "cannot hold; nothing was recorded")
+        assert run.call_tool("db", "t", {"q": "a\x00b"}, lambda **k: "r\x00") == "r\x00"  # content: recorded
+    assert [e.kind for e in store.read_run(run.run_id)] == ["run.started", "tool.call", "policy.decision",
+                                                              "tool.result", "run.ended"]
+    assert verify_store(store).ok

@@ -187,6 +187,37 @@ class WriteTxn(Protocol):
         """tree_size of the newest checkpoint in the store, 0 if none."""
 
 
+#: Payload fields holding identifiers that a store keeps in text columns (a run's agent, parent and
+#: replayed run; a call's server, tool and call id; a decision's effect, rule and reason code).
+_IDENTIFIER_FIELDS = ("agent", "parent_run_id", "replay_of", "server", "tool", "call_id", "effect", "rule", "reason_code")
+
+
+def _refuse_nul(draft: EventDraft, payload: dict[str, Any]) -> None:
+    """Refuse a NUL character (``\\x00``) in an identifier the stores keep in text columns: the
+    event's run id and principal and the payload's :data:`_IDENTIFIER_FIELDS`. PostgreSQL text cannot
+    hold one, so every backend refuses it before anything is written (SQLite recorded it). What only
+    the hashed bytes hold is canonical JSON, where NUL is ``\\u0000``, and is kept on every backend:
+    content (arguments, results, messages, a note's text) and a run's labels.
+
+    Raises:
+        InvalidEventError: naming the field and the value.
+    """
+    found = None
+    if "\x00" in draft.run_id:
+        found = f"run_id {draft.run_id!r}"
+    elif "\x00" in draft.principal:
+        found = f"principal {draft.principal!r}"
+    else:
+        for name in _IDENTIFIER_FIELDS:
+            value = payload.get(name)
+            if type(value) is str and "\x00" in value:
+                found = f"{draft.kind}: {name} {value!r}"
+                break
+    if found is not None:
+        raise InvalidEventError(f"{found} holds a NUL character (\\x00), which an identifier in the record cannot "
+                                "hold (PostgreSQL text cannot): nothing was written")
+
+
 class EventBuilder:
     """Turns drafts into placed events inside a write transaction.
 
@@ -235,6 +266,7 @@ class EventBuilder:
                     payload[name] = escaped  # (same key: the dict's size does not change while iterating)
                     bounded = False
         validate_payload(draft.kind, payload)
+        _refuse_nul(draft, payload)
         put = lambda data: self._put(txn, data)  # noqa: E731
         fields: list[tuple[str, Any, bytes, Any]] = []  # (name, value, its bytes, as redacted)
         own: list[str] = []  # the secret values redacted from this event itself
