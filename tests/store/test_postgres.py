@@ -466,6 +466,22 @@ def test_a_schema_missing_a_table_is_one_error_line_for_every_command(tmp_path, 
                "restore the store from a backup)\n")
 
 
+@pytest.mark.parametrize("alter, missing", [
+    ("ALTER TABLE events DROP COLUMN cost", "events.cost"),
+    ("ALTER TABLE runs RENAME COLUMN replay_of TO replayed", "runs.replay_of"),
+], ids=["drop", "rename"])
+@pytest.mark.parametrize("args", [["verify"], ["runs", "list", "-s"], ["calls", "-s"]], ids=" ".join)
+def test_a_schema_missing_a_column_is_one_error_line_for_every_command(tmp_path, schema, alter, missing, args):
+    # was: "error: internal error: UndefinedColumn: column "cost" does not exist ..." (exit 70)
+    folder = tmp_path / "s"
+    assert cli("init", "--postgres", URL, "--schema", schema, str(folder)).returncode == 0
+    sql(schema, alter)
+    res = cli(*args, str(folder))
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"error: {folder} (schema {schema}) is damaged: column {missing} is missing (changed below Sealbox; "
+               "restore the store from a backup)\n")
+
+
 def test_a_verifiers_folder_without_the_writers_secret_verifies_the_intact_log(tmp_path, schema):
     # docs/storage.md: readers and verifiers need no log.key nor store.secret. Without store.secret,
     # verify said "store_settings_damaged: the store secret ... is missing ...: the store was changed

@@ -107,6 +107,22 @@ def _required_tables() -> frozenset[str]:
     return frozenset(created)
 
 
+def _required_columns() -> dict[str, frozenset[str]]:
+    """Each table's columns as the PostgreSQL migrations create them (read from their ``CREATE TABLE``
+    statements; they add no column later): a schema missing one (dropped or renamed below Sealbox)
+    is refused on open."""
+    out: dict[str, frozenset[str]] = {}
+    for mig in migrate.load_migrations("postgres"):
+        for table, body in re.findall(r"(?is)\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?\"?(\w+)\"?\s*\((.*?)\n\);", mig.sql):
+            names = set()
+            for line in body.splitlines():
+                word = line.split("--", 1)[0].strip().split(" ", 1)[0].strip('"')
+                if word and word.upper() not in ("PRIMARY", "UNIQUE", "CHECK", "FOREIGN", "CONSTRAINT", "EXCLUDE"):
+                    names.add(word)
+            out[table] = frozenset(names)
+    return {t: cols for t, cols in out.items() if t in _required_tables()}
+
+
 def _nul_param(exc: BaseException) -> bool:
     """Whether ``exc`` is psycopg refusing to send a parameter holding a NUL (PostgreSQL text cannot hold one,
     so no stored id or name has one: a lookup by such a value finds nothing; the log is not damaged)."""
@@ -425,12 +441,22 @@ class PostgresStore(SqliteQueries):
                                  " VALUES (%s, %s, %s, %s)", (mig.version, mig.name, mig.checksum, utc_now()))
             tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s",
                                                  (self.schema,)).fetchall()}
+            have: dict[str, set[str]] = {}
+            for table, column in conn.execute("SELECT table_name, column_name FROM information_schema.columns"
+                                              " WHERE table_schema = %s", (self.schema,)).fetchall():
+                have.setdefault(table, set()).add(column)
         except psycopg.Error as exc:
             raise StoreError(f"{where}: cannot read or upgrade the schema ({_one_line(exc)})") from None
         missing = sorted(_required_tables() - tables)
         if missing:  # dropped below Sealbox: one error line before any command reads or writes it (as on SQLite)
             raise StoreError(f"{where} is damaged: table {', '.join(missing)} "
                              f"{'is' if len(missing) == 1 else 'are'} missing (changed below Sealbox; "
+                             "restore the store from a backup)")
+        columns = sorted(f"{table}.{column}" for table, wanted in _required_columns().items()
+                         for column in wanted - have.get(table, set()))
+        if columns:  # dropped or renamed below Sealbox (ALTER TABLE ... DROP / RENAME COLUMN), as on SQLite
+            raise StoreError(f"{where} is damaged: column{'s' if len(columns) > 1 else ''} {', '.join(columns)} "
+                             f"{'is' if len(columns) == 1 else 'are'} missing (changed below Sealbox; "
                              "restore the store from a backup)")
 
     def _open_checked(self) -> None:
