@@ -394,10 +394,22 @@ class Recorder:
         ``self`` or ``cls`` is left out. Outside a run, calling it raises :class:`RecordingError` (it is never run
         unrecorded).
 
+        A call whose arguments do not bind to the function's signature (a missing argument, an
+        unexpected keyword, too many positional arguments: a model's hallucinated arguments) is
+        recorded all the same, and the function does not run: its ``tool.call`` holds the arguments
+        as given (no defaults applied; when they do not even bind partially, the positional ones
+        named by the parameters they fall on, the others as a list under the ``*args`` parameter's
+        name, or ``"*args"``, and a keyword naming a parameter given positionally under the
+        ``**kwargs`` parameter's name, or ``"**kwargs"``), its ``policy.decision`` is made as for any
+        call, and unless it is denied its ``tool.result`` records the ``TypeError`` (``ok: false``),
+        which is then raised unchanged (``call_tool``'s ``refused``).
+
         Raises:
             ConfigError: when decorating: a generator function; a callable without a ``__name__``
                 (a ``functools.partial``, a callable object) and no ``name``; one whose signature
                 cannot be read (some builtins and classes).
+            TypeError: when called: the arguments do not bind to the function's signature (recorded,
+                as above); ToolDenied when that call is denied.
         """
         def wrap(fn: Callable) -> Callable:
             tool_name = name or getattr(fn, "__name__", None)
@@ -420,11 +432,39 @@ class Recorder:
                 inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) else None
             var_kw = next((p.name for p in params if p.kind is inspect.Parameter.VAR_KEYWORD), None)
 
-            def arguments(args: tuple, kwargs: dict) -> dict[str, Any]:
-                bound = sig.bind(*args, **kwargs)
+            positional = [p.name for p in params if p.kind in (
+                inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+            var_pos = next((p.name for p in params if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
+
+            def arguments(args: tuple, kwargs: dict) -> tuple[dict[str, Any], TypeError | None]:
+                """The call's arguments as recorded, and the TypeError of a call that does not bind
+                (a missing argument, an unexpected keyword, too many positional arguments), or None."""
+                try:
+                    bound = sig.bind(*args, **kwargs)
+                except TypeError as exc:  # as an LLM's hallucinated arguments: recorded as given, never run
+                    return given(args, kwargs), exc
                 bound.apply_defaults()
-                out = {k: v for k, v in bound.arguments.items() if k != skip and k != var_kw}
-                extra = bound.arguments.get(var_kw) if var_kw is not None else None
+                return flattened(bound.arguments), None
+
+            def given(args: tuple, kwargs: dict) -> dict[str, Any]:
+                try:  # a missing argument: the ones given, named (no defaults applied)
+                    return flattened(sig.bind_partial(*args, **kwargs).arguments)
+                except TypeError:  # too many positional arguments, an unexpected keyword, one given twice
+                    pass
+                out = dict(zip(positional, args))
+                rest = list(args[len(positional):])
+                out.pop(skip, None)  # the method's instance or class
+                if rest:
+                    out[var_pos or "*args"] = rest
+                clash = {k: v for k, v in kwargs.items() if k in out or k == skip}
+                out.update((k, v) for k, v in kwargs.items() if k not in clash)
+                if clash:
+                    out[var_kw or "**kwargs"] = clash
+                return out
+
+            def flattened(bound_arguments: Any) -> dict[str, Any]:
+                out = {k: v for k, v in bound_arguments.items() if k != skip and k != var_kw}
+                extra = bound_arguments.get(var_kw) if var_kw is not None else None
                 if extra:  # **kwargs: its keys are the call's arguments, beside the named ones
                     # but for a keyword named like a parameter (positional-only, *args, self/cls) or like the
                     # **kwargs parameter itself: those go under the **kwargs parameter's name, so that the key
@@ -439,15 +479,18 @@ class Recorder:
                 @functools.wraps(fn)
                 async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                     run = _require_run(tool_name)
-                    return await run.acall_tool(server, tool_name, arguments(args, kwargs),
-                                                lambda **_: fn(*args, **kwargs), grant=grant)
+                    recorded, refused = arguments(args, kwargs)
+                    return await run.acall_tool(server, tool_name, recorded, lambda **_: fn(*args, **kwargs),
+                                                grant=grant, refused=refused)
                 async_wrapper._sealbox_tool = (async_wrapper, fn)  # type: ignore[attr-defined]
                 return async_wrapper
 
             @functools.wraps(fn)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 run = _require_run(tool_name)
-                return run.call_tool(server, tool_name, arguments(args, kwargs), lambda **_: fn(*args, **kwargs), grant=grant)
+                recorded, refused = arguments(args, kwargs)
+                return run.call_tool(server, tool_name, recorded, lambda **_: fn(*args, **kwargs), grant=grant,
+                                     refused=refused)
             wrapper._sealbox_tool = (wrapper, fn)  # type: ignore[attr-defined]
             return wrapper
         return wrap
@@ -1090,7 +1133,8 @@ class RunContext:
     def call_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *, grant: str | None = None,
                   call_id: str | None = None, exposed: str | None = None,
                   failure: Callable[[Any], str | None] | None = None,
-                  control_flow: tuple[type[BaseException], ...] = (), agent: str | None = None) -> Any:
+                  control_flow: tuple[type[BaseException], ...] = (), agent: str | None = None,
+                  refused: BaseException | None = None) -> Any:
         """Record a tool call, decide it, run ``fn`` if allowed, record the result.
 
         ``fn`` is called as ``fn(**arguments)`` when ``arguments`` is a dict,
@@ -1120,6 +1164,12 @@ class RunContext:
         what its ``policy.decision`` inputs record (None: the run's ``agent``). Usage counters
         (``calls_minute_agent``) still count the run's calls.
 
+        ``refused``: the exception the call is already known to end in, whatever its decision (the
+        ``TypeError`` of a ``@recorder.tool`` function called with arguments that do not bind to its
+        signature): the call is recorded and decided as any, but a ``require_approval`` decision asks
+        no approver (nothing could be approved to run), and unless denied ``refused`` itself is raised
+        in place of ``fn`` (never called) and recorded as its ``tool.result`` (as :meth:`acall_tool`).
+
         Returns:
             What ``fn`` returned.
 
@@ -1134,7 +1184,7 @@ class RunContext:
                 returned but its ``tool.result`` could not be recorded: the tool ran and the record
                 lacks its outcome, which the caller must not mistake for a complete record.
             ToolDenied: the decision was not allow; ``fn`` did not run.
-            Exception: whatever ``fn`` raised, unchanged (after it is recorded). If its
+            Exception: whatever ``fn`` raised, unchanged (after it is recorded), or ``refused``. If its
                 ``tool.result`` cannot be recorded, it is still the tool's own exception that is
                 raised, with the recording failure attached as a note (``exc.__notes__``).
         """
@@ -1153,9 +1203,12 @@ class RunContext:
             raise ConfigError(_generator_refusal(server, tool, kind))
         if self.replay is not None and self.replay.serves_tools:  # answered from the record; fn never runs
             return self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
-        call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent)
+        call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent,
+                                                refused=refused is not None)
         started = time.perf_counter_ns()
         try:
+            if refused is not None:
+                raise refused
             result = _invoke(fn, arguments)
         except BaseException as exc:
             self._record_raised(server, tool, call_id, step, started, exc, arguments,
