@@ -1963,6 +1963,11 @@ class RunContext:
     def save_state(self, state: Any, label: str | None = None) -> None:
         """Record the agent's state (any value; encoded, large parts stored once as blobs).
 
+        ``label`` is kept readable, but holds no secret: unless the store's content mode is ``full``,
+        a pattern's match, a value the state holds under a sensitive key name or a configured path
+        (``{"password": "hunter2"}`` labelled ``"login hunter2"``) and, in ``redacted`` mode, a
+        value redacted earlier in the run are replaced by in-string markers.
+
         Raises:
             ConfigError: ``label`` is neither None nor a string, or holds a lone surrogate
                 (a name in the record cannot); nothing was recorded.
@@ -1976,7 +1981,8 @@ class RunContext:
                 _check_name("state label", label)
         payload: dict[str, Any] = {"state": self._without_echoed_secrets(state)}
         if label:
-            payload["label"] = label
+            secrets = self._run_secrets()  # values redacted earlier in the run: scrubbed, as from a note's text
+            payload["label"] = self.store.redactor.scrub_values(label, secrets) if secrets else label
         step = self._take_step()
         self._append_fresh([self._draft("state.saved", payload, step)], step)
 

@@ -381,13 +381,29 @@ class Redactor:
                 out[field_name] = self._scrub(text, [False])
         return out
 
-    def scrub_label(self, label: str) -> str:
+    def scrub_label(self, label: str, secrets: "list[str] | tuple[str, ...]" = ()) -> str:
         """A name the caller wrote (a ``state.saved`` label) as the store keeps it: the patterns'
-        matches replaced by in-string markers unless the mode is ``full`` (in ``hashes-only`` too:
-        the label stays a readable name, as tool names do, but holds no secret a pattern finds)."""
+        matches, and every occurrence of each of ``secrets`` (the values a sensitive key name or a
+        configured path takes out of the event's state, :meth:`secret_values`; in ``redacted`` mode
+        also the values redacted earlier in the run), replaced by in-string markers unless the mode
+        is ``full`` (in ``hashes-only`` too: the label stays a readable name, as tool names do, but
+        holds no secret a pattern or a key name finds)."""
         if self.policy.mode == "full" or not label:
             return label
-        return self._scrub(label, [False])
+        label = self._scrub(label, [False])
+        return self.scrub_values(label, secrets) if secrets else label
+
+    def secret_values(self, name: str, value: Any) -> list[str]:
+        """The strings of at least 4 characters that a sensitive key name or a configured path
+        makes a ``{"$redacted": …}`` marker of in a content field's encoded ``value`` (``name``: the
+        field, the root of ``paths``), longest first, as :func:`own_values` lists them — whatever the
+        mode but ``full`` (``[]``): in ``hashes-only`` mode the whole value is one marker, and these
+        are the strings that mode would still have to keep out of a readable name beside it."""
+        if self.policy.mode == "full":
+            return []
+        changed = [False]
+        out = self._walk(value, [name], changed)
+        return own_values(value, out, keys=self.key_names) if changed[0] else []
 
     def removed_strings(self, name: str, value: Any, minimum: int = 4) -> list[str]:
         """The strings :meth:`apply` takes out of a content field's (encoded) value in ``redacted``

@@ -141,7 +141,10 @@ class ReplaySource:
         name = key_name(kind, payload)
         redactor = getattr(run.store, "redactor", None)
         if kind == "state.saved" and name and redactor is not None:  # the label as the store keeps it
-            name = redactor.scrub_label(name)
+            from sealbox.canonical import encode
+
+            state = payload.get("state")
+            name = redactor.scrub_label(name, [] if state is None else redactor.secret_values("state", encode(state)))
         attempted = StepKey(step, kind, name, content_hash(kind, view, payload.get("format")))
         with self._lock:
             rec = self.recorded.steps.get(step)

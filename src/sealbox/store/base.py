@@ -305,7 +305,11 @@ class EventBuilder:
                 payload["error"] = {k: self.redactor.scrub_values(v, own) if type(v) is str and k != "type" else v
                                     for k, v in payload["error"].items()}
         if draft.kind == "state.saved" and type(payload.get("label")) is str:  # the caller's words: patterns apply
-            payload["label"] = self.redactor.scrub_label(payload["label"])
+            # and the state's secrets (a key-named value) are taken out of it: {"password": K} labelled "K"
+            secrets = own if self.redactor.policy.mode == "redacted" else [
+                v for name, value, _data, _redacted in fields if name == "state"
+                for v in self.redactor.secret_values(name, value)] if payload["label"] else []
+            payload["label"] = self.redactor.scrub_label(payload["label"], secrets)
         if draft.kind == "note":  # a note's text and detail are the caller's words: redacted like content
             if "about" in content:  # its about redacted above, as content: the text as redact_note does
                 payload.update(redact_note(self.redactor, {"text": payload["text"]}, own))
