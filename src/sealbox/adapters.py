@@ -165,23 +165,36 @@ def to_plain(value: Any) -> Any:
 
 
 def _dumped(value: Any) -> Any:
+    """``value`` dumped by its ``model_dump``/``to_dict``/``dict``, or :data:`_NOT_DUMPED`. Only a
+    dump that gives plain data counts: an object whose attribute access invents values (a
+    ``unittest.mock.MagicMock``: ``m.model_dump()`` is another mock) is not dumped, but left as it
+    is (the canonical encoder records its repr), not dumped again and again down to the depth limit."""
     dump = getattr(value, "model_dump", None)
     if callable(dump):
         for kwargs in _DUMP_KWARGS:
             try:
-                return dump(**kwargs)
+                out = dump(**kwargs)
             except TypeError:
                 continue
             except Exception:  # noqa: BLE001 - a model that cannot dump itself is recorded as is
                 break
+            if isinstance(out, _DUMPS):
+                return out
+            break
     for attr in ("to_dict", "dict"):
         method = getattr(value, attr, None)
         if callable(method):
             try:
-                return method()
+                out = method()
             except Exception:  # noqa: BLE001
                 continue
+            if isinstance(out, _DUMPS):
+                return out
     return _NOT_DUMPED
+
+
+#: What a dump method's result must be to count as a dump: plain data (a ``RootModel`` dumps its root).
+_DUMPS = (dict, list, tuple, str, bytes, int, float, bool, type(None))
 
 
 _NOT_DUMPED = object()

@@ -26,6 +26,7 @@ import inspect
 import io
 import os
 import re
+import sys
 import threading
 import time
 import traceback
@@ -2044,13 +2045,24 @@ class RunContext:
 
 def _is_stream(value: Any) -> bool:
     """Whether a model call's return value is a stream still to be read: an iterator (it has
-    ``__next__``) that is no plain data."""
-    return hasattr(type(value), "__next__") and not isinstance(value, (dict, list, tuple, str, bytes, bytearray))
+    ``__next__``) that is no plain data, nor a mock (:func:`_is_mock`)."""
+    return hasattr(type(value), "__next__") and not isinstance(value, (dict, list, tuple, str, bytes, bytearray)) \
+        and not _is_mock(value)
 
 
 def _is_async_stream(value: Any) -> bool:
-    """Whether a model call's return value is an async stream still to be read (it has ``__anext__``)."""
-    return hasattr(type(value), "__anext__")
+    """Whether a model call's return value is an async stream still to be read (it has ``__anext__``),
+    not a mock (:func:`_is_mock`)."""
+    return hasattr(type(value), "__anext__") and not _is_mock(value)
+
+
+def _is_mock(value: Any) -> bool:
+    """Whether ``value`` is a :mod:`unittest.mock` object (``Mock``, ``MagicMock``, ``AsyncMock``...):
+    a ``MagicMock``'s class has every magic method (``__next__``, ``__anext__``, ``__iter__``), so it
+    would pass for an iterator, a stream or a file it is not. It is recorded as a value (its ``repr``
+    in a ``$lossy`` placeholder, as any object the encoder does not know), and given back as it is."""
+    mock = sys.modules.get("unittest.mock")  # never imported here: a mock exists only once it is
+    return mock is not None and isinstance(value, mock.NonCallableMock)
 
 
 class StreamClosedEarly(Exception):
@@ -2504,6 +2516,8 @@ def _unrecordable(result: Any, server: str, tool: str, *, awaited: bool) -> Conf
                            "that was not awaited, so what it does is not recorded: use acall_tool; "
                            "the call is recorded as this error")
     cls = type(result)
+    if _is_mock(result):  # a MagicMock's class has __next__, __anext__, __iter__: no iterator, a value
+        return None
     if isinstance(result, io.IOBase):  # iterates lines, but it is a handle: what it holds is the result
         read = "its getvalue()" if isinstance(result, (io.StringIO, io.BytesIO)) else "f.read()"
         return ConfigError(f"{server}/{tool}: the tool returned a file object ({cls.__qualname__}), not its "
