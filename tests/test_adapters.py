@@ -137,8 +137,8 @@ def test_chat_custom_tool_call_and_call_without_id():
     calls.append({"id": "call_c", "type": "custom", "custom": {"name": "sql", "input": "SELECT 1"}})
     calls.append({"type": "function", "function": {"name": "get_weather", "arguments": "{}"}})  # no id
     info = normalize_model_call(CHAT_REQUEST, resp)
-    assert [(c.id, c.name, c.arguments) for c in info.tool_calls] == [
-        ("call_1", "get_weather", {"city": "Paris"}), ("call_c", "sql", "SELECT 1")]
+    assert [(c.id, c.name, c.arguments) for c in info.tool_calls] == [  # the call without an id kept, id None
+        ("call_1", "get_weather", {"city": "Paris"}), ("call_c", "sql", "SELECT 1"), (None, "get_weather", {})]
 
 
 def test_chat_text_answer_has_no_tool_calls_and_missing_usage_is_zero():

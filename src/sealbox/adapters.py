@@ -48,6 +48,9 @@ valid Unicode: a lone surrogate there is written as the visible text ``\udXXX``
 (docs/content-modes.md). ``"call_\udc00"`` becomes ``"call_\\udc00"`` (a backslash, then
 ``udc00``); the id the response held is still in the recorded response. A tool call is linked by
 that same text: pass :attr:`ToolCallRequest.id` (or ``valid_text(id)``) as the ``call_id``.
+A requested call with no call id (a missing, empty or non-string ``id``: some OpenAI-compatible
+providers leave it out) is kept in ``tool_calls`` with ``id`` None, in its place; an item with
+neither an id nor a name is malformed, and left out.
 
 Streams. A response given as the list of its stream chunks or events (OpenAI chat
 ``chat.completion.chunk`` objects, Anthropic Messages stream events from ``message_start`` to
@@ -83,12 +86,14 @@ class ToolCallRequest:
 
     Attributes:
         id: the call id the format uses (``tool_calls[].id``, ``call_id``, ``tool_use.id``), as
-            valid Unicode (:func:`valid_text`: a lone surrogate becomes the text ``\udXXX``).
+            valid Unicode (:func:`valid_text`: a lone surrogate becomes the text ``\udXXX``); None
+            when the response gives the call none (not a non-empty string: some OpenAI-compatible
+            providers leave ``id`` out).
         name: the tool name as the model wrote it.
         arguments: decoded arguments (see :func:`parse_arguments`).
     """
 
-    id: str
+    id: str | None
     name: str
     arguments: Any
 
@@ -107,7 +112,8 @@ class ModelCallInfo:
         usage: ``input_tokens``, ``output_tokens`` and ``total_tokens`` where known
             (plus ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` for
             Anthropic); empty for an unknown format.
-        tool_calls: the tool calls the response requests, in response order.
+        tool_calls: the tool calls the response requests, in response order, those without a call
+            id included (``id`` None).
         unreadable_usage: the usage fields left out because the response's value was not a
             token count, with a short ``repr`` of that value (``{"output_tokens": "1e+30"}``).
         usage_missing: True when a response of a known provider format carries no ``usage`` at
@@ -304,10 +310,15 @@ def _add(*counts: "int | _Unread") -> "int | _Unread":
 
 
 def _call(call_id: Any, name: Any, arguments: Any) -> ToolCallRequest | None:
-    if not isinstance(call_id, str) or not call_id:
+    """A requested tool call; one without a call id (a non-empty string; some OpenAI-compatible
+    providers leave it out) is kept, with ``id`` None, so that the record lists every call the
+    response requests, each at its own position. None for an item with neither an id nor a name
+    (a malformed one: nothing says what it calls)."""
+    has_id = isinstance(call_id, str) and bool(call_id)
+    if not has_id and not (isinstance(name, str) and name):
         return None
-    return ToolCallRequest(valid_text(call_id), name if isinstance(name, str) else str(name),
-                           parse_arguments(arguments))
+    return ToolCallRequest(valid_text(call_id) if has_id else None,
+                           name if isinstance(name, str) else str(name), parse_arguments(arguments))
 
 
 def _usage(usage: Any, input_key: str, output_key: str) -> dict[str, int]:

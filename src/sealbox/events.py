@@ -105,7 +105,8 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
     ),
     "model.call": _obj(
         {"provider": _STR, "model": _STR, "request": _ANY, "response": _ANY, "usage": _USAGE, "latency_us": _NINT},
-        {"call_id": _STR, "format": _STR, "tool_call_ids": _STRS, "stream": _obj({"chunks": _INT})},
+        {"call_id": _STR, "format": _STR, "tool_call_ids": {"type": "array", "items": _NSTR},
+         "stream": _obj({"chunks": _INT})},
     ),
     "tool.call": _obj(
         {"call_id": _STR, "server": _STR, "tool": _STR, "exposed": _STR, "arguments": _ANY, "grant": _STR},

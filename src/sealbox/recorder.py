@@ -1770,8 +1770,13 @@ class RunContext:
             step: a step taken with :meth:`reserve_step` when the call started (default: a new one).
 
         Returns:
-            A record with the step and the requested tool call ids (in order);
-            calls to :meth:`call_tool` with those ids get steps ``"<step>.1"``, ``"<step>.2"``…
+            A record with the step and the requested tool calls (in order, ``tool_calls`` of
+            :class:`~sealbox.adapters.ToolCallRequest`; the payload's ``tool_call_ids`` lists their ids);
+            calls to :meth:`call_tool` with those ids get steps ``"<step>.1"``, ``"<step>.2"``… by
+            position. A requested call the response gives no id (some OpenAI-compatible providers
+            leave it out) is kept in its place with id None (``null`` in ``tool_call_ids``); with no
+            id to link it by, it is not linked: to record it at its step, give its call a
+            ``call_id`` of your own and :meth:`link_call` that id to ``"<step>.<i>"`` first.
 
         Raises:
             ConfigError: ``usage``, ``latency`` or ``provider`` is not of the form above (nothing was recorded).
@@ -1806,12 +1811,12 @@ class RunContext:
         if cost:
             use["cost"] = cost
         step = self._take_step() if step is None else step
-        ids = [tc.id for tc in info.tool_calls]
-        repeated = sorted({tc_id for tc_id in ids if ids.count(tc_id) > 1})
+        ids = [tc.id for tc in info.tool_calls]  # None: a call the response gives no id (kept in its place)
+        repeated = sorted({tc_id for tc_id in ids if tc_id is not None and ids.count(tc_id) > 1})
         with self._lock:
-            used = sorted({tc_id for tc_id in ids if tc_id in self._call_ids})
+            used = sorted({tc_id for tc_id in ids if tc_id is not None and tc_id in self._call_ids})
             for i, tc_id in reversed(list(enumerate(ids, start=1))):  # a repeated id links its first position
-                if tc_id not in self._call_ids:
+                if tc_id is not None and tc_id not in self._call_ids:
                     self._links[tc_id] = f"{step}.{i}"
         payload = {"provider": info.provider, "model": info.model, "format": info.format,
                    "request": self._without_echoed_secrets(info.request),

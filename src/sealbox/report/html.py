@@ -242,7 +242,8 @@ def _model_call(m) -> str:
     usage = ", ".join(f"{k} {v}" for k, v in m.usage.items())
     return (f'<div class="card"><h3>step {e(m.step)} · {e(m.provider)}/{e(m.model)}</h3>'
             f'<p class="muted">at {e(m.ts)} · latency {e(_latency(m.latency_us))} · usage {e(usage or "-")}'
-            + (f" · tool calls {e(', '.join(m.tool_call_ids))}" if m.tool_call_ids else "") + "</p>"
+            + (f" · tool calls {e(', '.join('(no id)' if t is None else t for t in m.tool_call_ids))}"
+               if m.tool_call_ids else "") + "</p>"
             + _content(m.request, "request") + _content(m.response, "response") + "</div>")
 
 

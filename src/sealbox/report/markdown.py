@@ -154,7 +154,7 @@ def _model_calls(r: IncidentReport) -> list[str]:
         usage = ", ".join(f"{k} {v}" for k, v in m.usage.items()) or "-"
         out += [f"### Step {md(m.step)}: {md(m.provider)}/{md(m.model)}", "",
                 f"at {md(m.ts)}, latency {md(_latency(m.latency_us))}, usage {md(usage)}"
-                + (f", tool calls {', '.join(_code(t) for t in m.tool_call_ids)}" if m.tool_call_ids else ""), ""]
+                + (f", tool calls {', '.join('(no id)' if t is None else _code(t) for t in m.tool_call_ids)}" if m.tool_call_ids else ""), ""]
         out += _content(m.request, "Request") + _content(m.response, "Response")
     return out
 

@@ -102,7 +102,7 @@ class ModelCallView:
     response: Content
     usage: dict[str, Any]
     latency_us: int | None
-    tool_call_ids: tuple[str, ...]
+    tool_call_ids: tuple[str | None, ...]  # None: a requested call the response gave no id
 
 
 @dataclass(frozen=True)
@@ -398,7 +398,7 @@ def _model_calls(store: Any, events: list[Any]) -> list[ModelCallView]:
                                  _content(store, p.get("request")), _content(store, p.get("response")),
                                  dict(p.get("usage") or {}),
                                  p["latency_us"] if type(p.get("latency_us")) is int else None,
-                                 tuple(p.get("tool_call_ids") or ())))
+                                 tuple(t if isinstance(t, str) else None for t in p.get("tool_call_ids") or ())))
     return out
 
 
