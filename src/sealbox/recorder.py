@@ -386,6 +386,14 @@ class Recorder:
     def tool(self, server: str, name: str | None = None, *, grant: str | None = None) -> Callable:
         """Decorator: calls to the function inside an active run are recorded tool calls.
 
+        A call is recorded into the run current where it is made (:func:`current_run`), whichever
+        Recorder started that run: that run's store records it and that run's policy decides it,
+        as ``run.call_tool`` would; this recorder's store and policy play no part in it. That is
+        what lets a replay, which starts its run with a Recorder of its own, serve the agent's
+        decorated tools from the record. The function is registered in this recorder's
+        :attr:`tools` only: another recorder's :meth:`resume` of a run it was called in needs it
+        in ``tools=``.
+
         The recorded arguments are the bound arguments with defaults applied (``*args`` as a list);
         the keyword arguments a ``**kwargs`` parameter collects are recorded beside the named ones
         (``arguments.query``, not ``arguments.kwargs.query``), except those named like a parameter
