@@ -477,6 +477,17 @@ def evaluate(request: Any, related: Iterable[Any], book: IdentityBook, now: date
                          answers=tuple(answers), **st)
 
 
+def call_outcome(state: ApprovalState) -> str:
+    """The outcome of a call held for approval that has no ``tool.result``, from its (latest) request's
+    state, as listings give it (``sealbox calls``, reports): the outcome its ``run.resumed`` gave it (``approved``:
+    ``unknown``, it may have run; ``expired``; any other — denied, denied again by the current policy,
+    a grant no longer valid… — ``denied``), else ``denied`` / ``expired`` once the request is (it can
+    never run), else ``held`` (pending, approved and not resumed yet, or its run ended meanwhile)."""
+    if state.resumed and isinstance(state.outcome, str):
+        return {"approved": "unknown", "expired": "expired"}.get(state.outcome, "denied")
+    return state.status if state.status in ("denied", "expired") else "held"
+
+
 def request_problem(payload: Any) -> str | None:
     """Why an ``approval.requested`` payload is malformed, or None: it fails the kind's schema
     (:func:`sealbox.events.validate_payload`; the message names the field), or its ``expires_at``

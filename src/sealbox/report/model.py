@@ -111,7 +111,8 @@ class ToolCallView:
 
     Attributes:
         decisions: every ``policy.decision`` of the call (a re-evaluation after an approval is a second one).
-        outcome: ``ok``, ``error``, ``denied``, ``held`` (waiting for approval) or ``unknown`` (allowed, no result).
+        outcome: ``ok``, ``error``, ``denied`` (by the policy or an approver), ``expired`` (its approval),
+            ``held`` (waiting for approval) or ``unknown`` (allowed or approved, no result).
     """
 
     call_id: str
@@ -402,14 +403,17 @@ def _model_calls(store: Any, events: list[Any]) -> list[ModelCallView]:
     return out
 
 
-def _outcome(decisions: list[dict[str, Any]], ok: bool | None) -> str:
+def _outcome(decisions: list[dict[str, Any]], ok: bool | None, approval: str | None = None) -> str:
     if ok is not None:
         return "ok" if ok else "error"
     effect = decisions[-1].get("effect") if decisions else None
+    if effect == "require_approval" and approval is not None:
+        return approval  # what its approval came to (sealbox.approvals.call_outcome)
     return {"allow": "unknown", "require_approval": "held"}.get(str(effect), "denied")
 
 
-def _tool_calls(store: Any, events: list[Any]) -> list[ToolCallView]:
+def _tool_calls(store: Any, events: list[Any], held: dict[str, str] | None = None) -> list[ToolCallView]:
+    """``held``: call id -> the outcome its approval gives a call with no result (:func:`_approvals`)."""
     calls: dict[str, dict[str, Any]] = {}
     for e in events:
         cid = e.payload.get("call_id")
@@ -431,7 +435,7 @@ def _tool_calls(store: Any, events: list[Any]) -> list[ToolCallView]:
             str(cid), e.step, e.ts, e.principal, str(p.get("server")), str(p.get("tool")), str(p.get("exposed")),
             str(p.get("grant")), _content(store, p.get("arguments")), tuple(c["decisions"]), tuple(c["approvals"]),
             ok, _content(store, r.get("result")) if r is not None and "result" in r else None,
-            (r or {}).get("error"), (r or {}).get("duration_us"), _outcome(c["decisions"], ok)))
+            (r or {}).get("error"), (r or {}).get("duration_us"), _outcome(c["decisions"], ok, (held or {}).get(cid))))
     return out
 
 
@@ -450,25 +454,28 @@ def _answer_view(book: Any, payload: dict[str, Any], answer: Any) -> AnswerView:
                       who.to_dict() if who is not None else None)
 
 
-def _approvals(store: Any, events: list[Any]) -> tuple[list[ApprovalView], dict[int, str]]:
+def _approvals(store: Any, events: list[Any]) -> tuple[list[ApprovalView], dict[int, str], dict[str, str]]:
     """The run's approval requests, each evaluated from the run's events with the store's
-    identities (read once), and leaf -> problem of each ``approval.answered`` of the run that
-    does not count (``unknown_approval``: it answers no request of this run)."""
-    from sealbox.approvals import _RELATED, evaluate
+    identities (read once), leaf -> problem of each ``approval.answered`` of the run that
+    does not count (``unknown_approval``: it answers no request of this run), and call id -> the
+    outcome its latest request gives the call if it has no result (:func:`sealbox.approvals.call_outcome`)."""
+    from sealbox.approvals import _RELATED, call_outcome, evaluate
     from sealbox.identities import identity_book
 
     answered = [e for e in events if e.kind == "approval.answered"]
     requests = [e for e in events if e.kind == "approval.requested"]
     if not requests:
-        return [], {e.leaf_index: "unknown_approval" for e in answered}
+        return [], {e.leaf_index: "unknown_approval" for e in answered}, {}
     book = identity_book(store)
     answers = {e.leaf_index: e.payload for e in answered}
     related = [e for e in events if e.kind in _RELATED]
     waits = {aid: e.payload["waited_us"] / 1e6 for e in events if e.kind == "run.resumed"
              and _payload_problem(e.kind, e.payload) is None for aid in e.payload["approval_ids"]}
-    out, judged = [], {}
+    out, judged, held = [], {}, {}
     for req in requests:
         st = evaluate(req, related, book)
+        if isinstance(st.call_id, str):
+            held[st.call_id] = call_outcome(st)
         r = st.request
         if st.malformed:
             ask, quorum = r.get("ask"), r.get("quorum")
@@ -482,7 +489,7 @@ def _approvals(store: Any, events: list[Any]) -> tuple[list[ApprovalView], dict[
             tuple(st.decided_by), st.decided_at, waits.get(st.approval_id),
             tuple(_answer_view(book, answers.get(a.leaf_index, {}), a) for a in st.answers), st.malformed))
     uncounted = {leaf: judged.get(leaf, "unknown_approval") for leaf in answers}
-    return out, {leaf: why for leaf, why in uncounted.items() if why is not None}
+    return out, {leaf: why for leaf, why in uncounted.items() if why is not None}, held
 
 
 def _verification(store: Any, run_id: str, verify: bool) -> VerificationView:
@@ -541,13 +548,13 @@ def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | Non
     last = events[-1]
     ended = last.ts if last.kind == "run.ended" else None
     duration = (_parse_ts(last.ts) - _parse_ts(events[0].ts)).total_seconds()
-    approvals, uncounted = _approvals(store, events)
+    approvals, uncounted, held = _approvals(store, events)
     timeline = _timeline(events, uncounted, store)
     return IncidentReport(
         run=dict(run), events=len(events), started_at=events[0].ts, ended_at=ended, duration_s=duration,
         policy=dict(first.get("policy") or {}), snapshot_fingerprint=fp, snapshot=snapshot,
         timeline=tuple(timeline), model_calls=tuple(_model_calls(store, events)),
-        tool_calls=tuple(_tool_calls(store, events)), approvals=tuple(approvals),
+        tool_calls=tuple(_tool_calls(store, events, held)), approvals=tuple(approvals),
         states=tuple(StateView(e.step, e.ts, e.payload.get("label"), _content(store, e.payload.get("state")))
                      for e in events if e.kind == "state.saved"),
         notes=tuple(t for t in timeline if t.kind in ("note", "anomaly", "guardrail.tripped")),

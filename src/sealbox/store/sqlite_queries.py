@@ -265,7 +265,8 @@ class SqliteQueries:
 
     def _attach_approvals(self, rows: list[dict[str, Any]]) -> None:
         """Fill ``approvers`` ({identity, decision, answered_at}: the answers that count) and ``flags``
-        (their shared-account flag codes) of calls that went to approval, and give those rows
+        (their shared-account flag codes) of calls that went to approval, set the ``outcome`` of those
+        without a result from what their approval came to (:func:`sealbox.approvals.call_outcome`), and give those rows
         ``uncounted``: the answers that do not count, each with its ``problem`` (``unknown_identity``,
         ``bad_signature``, ``late``, ``malformed``…), never among the approvers. The verdict is
         :func:`sealbox.approvals.evaluate`'s, with the store's identities read once per listing and
@@ -275,7 +276,7 @@ class SqliteQueries:
             row["uncounted"] = []
         if not held:
             return
-        from sealbox.approvals import _RELATED, evaluate
+        from sealbox.approvals import _RELATED, call_outcome, evaluate
         from sealbox.identities import identity_book
 
         reader = self._reader_class(self._conn())
@@ -290,8 +291,11 @@ class SqliteQueries:
                         by_call.setdefault(e.payload["call_id"], []).append(e)
                 runs[run_id] = (by_call, reader.events(list(_RELATED), run_id=run_id) if by_call else [])
             by_call, related = runs[run_id]
-            for request in by_call.get(row["call_id"], ()):
-                for answer in evaluate(request, related, book).answers:
+            states = [evaluate(request, related, book) for request in by_call.get(row["call_id"], ())]
+            if states and row["outcome"] == "held":  # no result: what its latest request came to
+                row["outcome"] = call_outcome(states[-1])
+            for state in states:
+                for answer in state.answers:
                     entry = {"identity": answer.identity, "decision": answer.decision,
                              "answered_at": answer.answered_at}
                     if answer.problem is None:
@@ -644,8 +648,9 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
     return sql, params, globs, matches
 
 
-#: ``--match`` roots filled by :meth:`SqliteQueries._attach_approvals`, tested after it.
-_APPROVAL_ROOTS = ("approvers", "flags")
+#: ``--match`` roots filled (or, for ``outcome``, settled) by :meth:`SqliteQueries._attach_approvals`, tested after it.
+_APPROVAL_ROOTS = ("approvers", "flags", "outcome")
+
 
 
 def _refuse_hidden_matches(matches: list, mode: str | None) -> None:
