@@ -774,3 +774,68 @@ def test_a_lone_surrogate_in_a_requests_params_is_malformed_not_a_crash(params, 
                            "(RFC 8259 §8.1): nothing was recorded or forwarded")
     check_request(SimpleNamespace(request_id=7, params={"name": "toy__echo", "arguments": {"text": "\U0001f600"}},
                                   method="tools/call"), 1024 * 1024)  # a real character outside the BMP passes
+
+
+# ---------------------------------------------------------------------------- SEALBOX_RUN_ID is for stdio only
+
+
+def _agent_run(store) -> str:
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    run = Recorder(store, ALLOW_ALL).run(agent="sdk-agent")
+    run.start()
+    return run.run_id
+
+
+def test_an_http_gateway_refuses_a_default_run_every_session_would_join(tmp_path, store, monkeypatch):
+    """SEALBOX_RUN_ID (for a stdio gateway launched by the agent) was applied to every session of an
+    HTTP gateway: every client, of every token, silently recorded into that one run."""
+    from sealbox.errors import ConfigError
+    from sealbox.gateway.transports import http_app
+
+    run_id = _agent_run(store)
+    monkeypatch.setenv("SEALBOX_RUN_ID", run_id)
+    with pytest.raises(ConfigError) as err:
+        http_app(Gateway(toy_config(tmp_path, extra=HTTP), store=store), 0)
+    assert str(err.value) == (
+        f"SEALBOX_RUN_ID is set ({run_id}), but a gateway serving HTTP does not join one run for every client (it is "
+        "for a stdio gateway launched by the agent); unset it: an HTTP client joins a run by naming it in "
+        "_meta['sealbox/run_id']")
+    monkeypatch.delenv("SEALBOX_RUN_ID")
+    with pytest.raises(ConfigError) as err:
+        http_app(Gateway(toy_config(tmp_path, extra=HTTP), store=store, run_id=run_id), 0)
+    assert str(err.value).startswith(f"a default run_id was given ({run_id}), but a gateway serving HTTP")
+    http_app(Gateway(toy_config(tmp_path, extra=HTTP), store=store), 0)  # none: served
+
+
+def test_sealbox_gateway_serve_http_with_sealbox_run_id_stops_at_start(tmp_path):
+    import subprocess
+
+    store = sealbox.init_store(tmp_path / "store")
+    run_id = _agent_run(store)
+    store.close()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"""version: 1
+store: ./store
+policy: ALLOW_ALL
+{HTTP}upstreams:
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+    env: {{TOY_LOG: {json.dumps(str(tmp_path / "toy.log"))}}}
+""")
+    env = {**{k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}, "SEALBOX_RUN_ID": run_id}
+    out = subprocess.run([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config),
+                          "--http", "0"], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=60)
+    assert (out.returncode, out.stdout, out.stderr) == (
+        2, "", f"error: SEALBOX_RUN_ID is set ({run_id}), but a gateway serving HTTP does not join one run for every "
+               "client (it is for a stdio gateway launched by the agent); unset it: an HTTP client joins a run by "
+               "naming it in _meta['sealbox/run_id']\n")
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        assert [e.kind for e in store.read_run(run_id)] == ["run.started"]  # nothing recorded in it
+        assert [r["run_id"] for r in store.query_runs() if r["run_id"] != "system"] == [run_id]  # nor a run of its own
+    finally:
+        store.close()
+    assert not (tmp_path / "toy.log").exists()  # no upstream was started

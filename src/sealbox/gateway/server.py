@@ -289,7 +289,9 @@ class Gateway:
         config: a validated :class:`~sealbox.gateway.config.GatewayConfig`.
         store: an open store (default: open ``config.store``).
         policy: a policy (default: ``config.policy`` loaded, or ``ALLOW_ALL`` when it says so).
-        run_id: a run every call joins unless its ``_meta`` names another (default: ``$SEALBOX_RUN_ID``).
+        run_id: a run every call joins unless its ``_meta`` names another (default: ``$SEALBOX_RUN_ID``);
+            stdio only: :func:`~sealbox.gateway.transports.http_app` refuses a gateway with one, since
+            every HTTP session would join it.
         errlog: where upstreams' stderr goes.
     """
 
@@ -334,6 +336,8 @@ class Gateway:
         self._undelivered = Undelivered(config.limits.undelivered_keep_s)
         self._state_key = state_key(self.store._secret)
         self.default_run_id = default_run_id
+        #: where default_run_id came from: "argument", "env" (SEALBOX_RUN_ID) or None (no default run)
+        self.default_run_source = None if default_run_id is None else ("argument" if run_id is not None else "env")
         self.upstreams: dict[str, Upstream] = {
             spec.id: Upstream(spec, config.limits, restart_initial_s=config.restart_initial_s,
                               restart_max_s=config.restart_max_s, on_tools=self._on_tools, router=self._route,

@@ -414,10 +414,19 @@ def http_app(gateway: Gateway, port: int) -> Any:
     """The ASGI app serving ``/mcp`` for a gateway listening on 127.0.0.1:``port``.
 
     Raises:
-        ConfigError: no ``http.tokens`` in the config, or a problem of :func:`token_identities`.
+        ConfigError: no ``http.tokens`` in the config, or a problem of :func:`token_identities`; a
+            gateway with a default run (``SEALBOX_RUN_ID``, or ``run_id=``): every HTTP session,
+            whoever its client, would join that run.
     """
     from mcp.server.transport_security import TransportSecuritySettings
 
+    from sealbox.gateway.server import ENV_RUN_ID, RUN_ID_META_KEY
+
+    if gateway.default_run_id is not None:
+        given = f"{ENV_RUN_ID} is set" if gateway.default_run_source == "env" else "a default run_id was given"
+        raise ConfigError(f"{given} ({gateway.default_run_id}), but a gateway serving HTTP does not join one run for "
+                          f"every client (it is for a stdio gateway launched by the agent); unset it: an HTTP client "
+                          f"joins a run by naming it in _meta[{RUN_ID_META_KEY!r}]")
     cfg = gateway.config
     if not cfg.tokens:
         raise ConfigError(f"{cfg.source}: http.tokens is required to serve over HTTP (each token maps to an identity)")
