@@ -1391,6 +1391,9 @@ class Gateway:
             try:
                 claimed = await self._write(lambda: claim(run, aid, arguments))
             except ApprovalError as exc:
+                if exc.code == "already_resumed":  # by another gateway process on this store: its outcome
+                    elsewhere = await anyio.to_thread.run_sync(self._resumed_elsewhere, run, pending)
+                    return None if elsewhere is None else self._settled(pending, elsewhere)
                 return self._settled(pending, _error_result(
                     f"approval {aid}: {exc}", {"sealbox/approval": {"approval_id": aid, "error": exc.code}}))
             except RecordingError as exc:
@@ -1431,6 +1434,67 @@ class Gateway:
                     except RecordingError as exc:
                         log.error("could not record the end of run %s: %s", run.run_id, exc)
             return result
+
+    def _resumed_elsewhere(self, run: RunContext, pending: Pending) -> types.CallToolResult | None:
+        """The outcome of a request another process resumed (its ``run.resumed`` is in the store, not
+        this gateway's), read from the record; None while its approved call has no ``tool.result`` yet
+        (the other process runs it: the hold goes on). Store reads only (a worker thread).
+
+        The denial is rebuilt as the resuming process answered it; an approved call's result is its
+        recorded ``tool.result`` (in a store whose content mode is not ``full`` the record holds markers,
+        not the result: an ``isError`` result says where it is). Never a second approval, never a
+        second run of the tool. ``_meta["sealbox/approval"]`` says ``delivered_on_retry`` and
+        ``from_record``."""
+        from sealbox.approvals import get_approval
+        from sealbox.pause import _denial
+
+        state = get_approval(self.store, pending.approval_id)
+        meta = {"approval_id": pending.approval_id, "status": DELIVERED_ON_RETRY, "run_id": pending.run_id,
+                "call_id": pending.call_id, "from_record": True}
+        events = [e for e in self.store.read_run(run.run_id) if e.payload.get("call_id") == pending.call_id]
+        outcome = state.outcome
+        if outcome is None:  # its run.resumed is malformed or names no outcome for it
+            return _error_result(f"approval {pending.approval_id} was resumed by another process, and the record "
+                                 f"gives no outcome for it; the call is not run again [call {pending.call_id}]",
+                                 {"sealbox/approval": {**meta, "error": "already_resumed"}})
+        if outcome != "approved":
+            decision = None
+            again = [e.payload for e in events if e.kind == "policy.decision" and e.payload.get("reevaluated")]
+            if again:
+                d = again[-1]
+                decision = Decision(d.get("effect"), d.get("reason_code"), d.get("rule"), str(d.get("reason", "")),
+                                    str(d.get("policy_fingerprint", "")))
+            denied = _failure(_denial(run, state, outcome, decision))
+            return denied.model_copy(update={"meta": {**(denied.meta or {}), "sealbox/approval": meta}})
+        result = next((e.payload for e in events if e.kind == "tool.result"), None)
+        if result is None:
+            return None
+        if "result" in result:
+            problem = None
+            try:
+                value = self.store.resolve(result["result"])
+                if _holds_marker(value):  # redacted (or hashes-only): the record is not what the tool answered
+                    problem = "the record holds redaction markers in its place (content mode " + str(
+                        getattr(getattr(self.store, "content", None), "mode", "?")) + ")"
+                else:
+                    out = types.CallToolResult.model_validate(value, by_name=False)
+            except Exception as exc:  # noqa: BLE001 - an erased blob, a result no longer valid
+                problem = str(exc)
+            if problem is not None:
+                return _error_result(f"approval {pending.approval_id} was resumed by another process, which ran the "
+                                     f"call (ok: {str(result.get('ok')).lower()}); its result cannot be served from "
+                                     f"the record: {problem} (`sealbox runs show {run.run_id}`); the call is not run "
+                                     f"again [call {pending.call_id}]", {"sealbox/approval": meta})
+            return out.model_copy(update={"meta": {**(out.meta or {}), "sealbox/approval": meta}})
+        error = result.get("error") if isinstance(result.get("error"), dict) else {}
+        kind, message = str(error.get("type")), str(error.get("message"))
+        extra = ({"sealbox/upstream_error": kind} if kind in ("UpstreamUnavailable", "UpstreamTimeout",
+                                                             "UpstreamProtocolError")
+                 else {"sealbox/not_forwarded": {"InvalidArguments": "invalid_arguments",
+                                                 "ToolChangedSinceDecided": "tool_changed"}[kind]}
+                 if kind in ("InvalidArguments", "ToolChangedSinceDecided") else {})
+        text = f"upstream error: {message}" if "sealbox/upstream_error" in extra else message
+        return _error_result(text, {**extra, "sealbox/approval": meta})
 
     def _settled(self, pending: Pending, outcome: types.CallToolResult) -> types.CallToolResult:
         """Record ``outcome`` as the request's: no longer pending, kept until it is delivered."""
@@ -2378,6 +2442,12 @@ def _progress_forwarder(ctx: Any) -> Any:
         await ctx.session.report_progress(progress, total, message)
 
     return forward
+
+
+def _holds_marker(value: Any) -> bool:
+    """Whether a recorded value holds a redaction marker (``{"$redacted": …}`` or ``⟦redacted:…⟧``)."""
+    text = json.dumps(value, ensure_ascii=False)
+    return '"$redacted"' in text or "\u27e6redacted:" in text
 
 
 def _error_result(text: str, meta: dict[str, Any] | None = None) -> types.CallToolResult:
