@@ -343,3 +343,24 @@ def test_an_http_identity_with_whitespace_or_a_control_character_is_refused_as_a
         "gw.yaml:7: http.tokens.0.identity: must not contain whitespace or control characters; "
         "gw.yaml:8: http.tokens.1.identity: must not contain whitespace or control characters; "
         "gw.yaml:9: http.tokens.2.identity: must not contain whitespace or control characters")
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("0", "gw.yaml:4: http.session_idle_s: 0 is less than or equal to the minimum of 0"),
+    ("90000", "gw.yaml:4: http.session_idle_s: 90000 is greater than the maximum of 86400"),
+    ("'1h'", "gw.yaml:4: http.session_idle_s: must be a number, not '1h'"),
+])
+def test_http_session_idle_s_is_a_validated_setting(value, problem, tmp_path):
+    text = ("version: 1\nstore: ./st\npolicy: ALLOW_ALL\nhttp: {session_idle_s: %s}\n"
+            "upstreams:\n  - {id: a, command: x}\n")
+    assert parse_config(text.replace("http: {session_idle_s: %s}\n", ""), source="gw.yaml").session_idle_s == 1800.0
+    assert parse_config(text % "90", source="gw.yaml").session_idle_s == 90.0
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text % value, source="gw.yaml")
+    assert str(caught.value) == problem
+    sealbox.init_store(tmp_path / "st").close()
+    (tmp_path / "gw.yaml").write_text(text % value)
+    out = subprocess.run([SEALBOX, "gateway", "check", "--config", str(tmp_path / "gw.yaml")], capture_output=True,
+                         text=True, timeout=60)
+    assert (out.returncode, out.stdout, out.stderr) == (
+        2, "", "error: " + problem.replace("gw.yaml", str(tmp_path / "gw.yaml")) + "\n")

@@ -839,3 +839,40 @@ policy: ALLOW_ALL
     finally:
         store.close()
     assert not (tmp_path / "toy.log").exists()  # no upstream was started
+
+
+# ---------------------------------------------------------------------------- http.session_idle_s
+
+
+async def test_an_http_session_idle_for_session_idle_s_is_closed_and_its_run_ended(tmp_path, store):
+    """The SDK closes a session with no request in flight for its idle timeout (30 minutes unless told);
+    ``http.session_idle_s`` sets it. The closed session's id answers 404, and its run has ended."""
+    from sealbox.gateway.transports import http_app
+
+    default = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    http_app(default, 0)
+    assert default.server._session_manager.session_idle_timeout == 1800.0
+    gw = Gateway(toy_config(tmp_path, extra=HTTP + "  session_idle_s: 0.5\n"), store=store)
+    async with anyio.create_task_group() as tg:
+        port = await _serve(gw, tg)
+        url = f"http://127.0.0.1:{port}/mcp"
+        headers = {**HEADERS, "authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            init = await http.post(url, json=INIT, headers=headers)
+            headers["mcp-session-id"] = init.headers["mcp-session-id"]
+            headers["mcp-protocol-version"] = "2025-11-25"
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+            call = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                                               "params": {"name": "toy__echo",
+                                                                          "arguments": {"text": "hi"}}})
+            assert call.status_code == 200
+            [run_id] = gateway_runs(store)
+            with anyio.fail_after(10):
+                while [k for _, k in kinds(store, run_id)][-1] != "run.ended":
+                    await anyio.sleep(0.1)
+            late = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"})
+        tg.cancel_scope.cancel()
+    assert late.status_code == 404
+    assert [k for _, k in kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision", "tool.result",
+                                                    "run.ended"]
+    assert [e.payload["status"] for e in store.read_run(run_id) if e.kind == "run.ended"] == ["ok"]

@@ -17,6 +17,7 @@ Example::
       tokens:                      # bearer token -> identity, for --http
         - {token_env: SEALBOX_TOKEN_CI, identity: ci-bot}
       allowed_origins: ["http://localhost:3000"]
+      session_idle_s: 1800         # an HTTP session idle this long is closed
     limits:
       max_request_bytes: 1048576
       approval_hold_s: 4
@@ -84,6 +85,7 @@ _SCHEMA: dict[str, Any] = {
                     },
                 },
                 "allowed_origins": {"type": "array", "items": {"type": "string", "pattern": r"^https?://"}},
+                "session_idle_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
             },
         },
         "limits": {
@@ -220,6 +222,9 @@ class GatewayConfig:
     separator: str = DEFAULT_SEPARATOR
     tokens: tuple[TokenSpec, ...] = ()
     allowed_origins: tuple[str, ...] = ()
+    #: --http: a session with no request in flight (none being served, no open GET stream) for this long
+    #: is closed (its id then answers 404; the client initializes a new session, a new run)
+    session_idle_s: float = 1800.0
     limits: Limits = field(default_factory=Limits)
     breaker_threshold: int = 5
     breaker_cooldown_s: float = 30.0
@@ -380,6 +385,7 @@ def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:
         separator=doc.get("separator", DEFAULT_SEPARATOR),
         tokens=tuple(TokenSpec(t["identity"], t.get("token"), t.get("token_env")) for t in http.get("tokens") or ()),
         allowed_origins=tuple(http.get("allowed_origins") or ()),
+        session_idle_s=float(http.get("session_idle_s", 1800.0)),
         limits=Limits(**{k: lim[k] for k in ("max_request_bytes", "approval_hold_s", "undelivered_keep_s",
                                              "call_timeout_s", "startup_timeout_s") if k in lim}),
         breaker_threshold=brk.get("threshold", 5), breaker_cooldown_s=float(brk.get("cooldown_s", 30.0)),

@@ -437,7 +437,8 @@ def http_app(gateway: Gateway, port: int) -> Any:
         allowed_origins=[f"http://127.0.0.1:{port}", f"http://localhost:{port}", *cfg.allowed_origins],
     )
     app = gateway.server.streamable_http_app(streamable_http_path="/mcp", transport_security=security,
-                                             max_request_body_size=4 * cfg.limits.max_request_bytes, host="127.0.0.1")
+                                             max_request_body_size=4 * cfg.limits.max_request_bytes, host="127.0.0.1",
+                                             session_idle_timeout=cfg.session_idle_s)
     manager = getattr(gateway.server, "_session_manager", None)
 
     def sessions() -> Any:  # the SDK's open sessions (a private attribute: None if it is gone)
