@@ -1178,6 +1178,7 @@ class RunContext:
         signature): the call is recorded and decided as any, but a ``require_approval`` decision asks
         no approver (nothing could be approved to run), and unless denied ``refused`` itself is raised
         in place of ``fn`` (never called) and recorded as its ``tool.result`` (as :meth:`acall_tool`).
+        It never reached the tool, so it does not count against the circuit breaker.
 
         Returns:
             What ``fn`` returned.
@@ -1221,7 +1222,7 @@ class RunContext:
             result = _invoke(fn, arguments)
         except BaseException as exc:
             self._record_raised(server, tool, call_id, step, started, exc, arguments,
-                                count=not isinstance(exc, control_flow))
+                                count=exc is not refused and not isinstance(exc, control_flow))
             raise
         refusal = _unrecordable(result, server, tool, awaited=False)
         if refusal is not None:
@@ -1250,7 +1251,7 @@ class RunContext:
         gateway's arguments that do not match the tool's input schema): the call is recorded and decided
         as any, but a ``require_approval`` decision asks no approver (no ``approval.requested``, nothing
         could be approved to run), and unless denied ``refused`` is raised in place of ``fn`` (never
-        called) and recorded as its ``tool.result``."""
+        called) and recorded as its ``tool.result``; not counted against the circuit breaker."""
         call_id = _provider_call_id(call_id)
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         _check_agent(server, tool, agent)
@@ -1280,10 +1281,10 @@ class RunContext:
         except BaseException as exc:
             if writer is None:
                 self._record_raised(server, tool, call_id, step, started, exc, arguments,
-                                    count=not isinstance(exc, control_flow))
+                                    count=exc is not refused and not isinstance(exc, control_flow))
             else:
                 await self._arecord_raised(writer, server, tool, call_id, step, started, exc, arguments,
-                                           count=not isinstance(exc, control_flow))
+                                           count=exc is not refused and not isinstance(exc, control_flow))
             raise
         refusal = _unrecordable(result, server, tool, awaited=True)
         if refusal is not None:
@@ -1625,7 +1626,8 @@ class RunContext:
                        failure: str | None = None) -> list[EventDraft]:
         """The drafts of a ``tool.result`` (and the breaker changes it caused). With an ``error``, the call's ``arguments`` (when given) say which
         redacted values to scrub from its message and traceback; ``count=False``: a caller's
-        mistake (a refused return value), not a failure of the tool, so the breaker is left alone.
+        mistake (a refused return value, arguments refused before the tool ran: ``refused``), not a
+        failure of the tool, so the breaker does not count it (a half-open probe it took is given back).
         ``failure``: the tool answered ``result`` but reports a failure in it (MCP ``isError``):
         recorded ``ok: false`` with the result and a ``ToolError`` (see :meth:`call_tool`)."""
         duration = (time.perf_counter_ns() - started_ns) // 1000
@@ -1644,8 +1646,8 @@ class RunContext:
         else:
             self._redacted_values(arguments)
             payload["error"] = self._error_dict(error, self._run_secrets(), traceback=True)
-            if not count:
-                pass
+            if not count:  # never reached the tool, or says nothing of its health: a half-open probe is given back
+                self.recorder.breaker.record_not_run(server, tool)
             elif isinstance(error, ConnectionError):  # the server is down: open every breaker of it
                 self.recorder.breaker.server_down(server)
             elif isinstance(error, Exception):

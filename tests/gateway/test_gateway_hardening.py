@@ -277,6 +277,38 @@ async def test_arguments_refused_by_the_schema_are_recorded_as_a_failed_call(tmp
     assert toy_log(tmp_path) == [{"tool": "add", "arguments": {"a": 1, "b": 2}}]  # the refused call never went out
 
 
+async def test_threshold_refused_calls_leave_the_breaker_closed_and_real_failures_still_open_it(tmp_path, store):
+    """A model repeating arguments the schema refuses must not open the breaker of the tool (and so deny
+    other clients' valid calls); a half-open probe taken by such a call is given back. Timeouts still count."""
+    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 3, cooldown_s: 0}\nlimits: {call_timeout_s: 0.3}"),
+                 store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        refused = [await client.call_tool("toy__add", {"a": "x", "b": 2}) for _ in range(3)]
+        fine = await client.call_tool("toy__add", {"a": 1, "b": 2})
+        state_after_refusals = gw.recorder.breaker.state("toy", "add")
+        for _ in range(3):  # real failures of another tool: they open its breaker
+            await client.call_tool("toy__hang", {})
+        opened = gw.recorder.breaker.state("toy", "hang")
+        gw.recorder.breaker.record_failure("toy", "add")  # as many real failures as the threshold, by hand
+        gw.recorder.breaker.record_failure("toy", "add")
+        gw.recorder.breaker.record_failure("toy", "add")
+        probe = await client.call_tool("toy__add", {"a": "x", "b": 2})  # cool-down 0: takes the probe, never sent
+        after_probe = gw.recorder.breaker.state("toy", "add")
+        closing = await client.call_tool("toy__add", {"a": 2, "b": 2})  # the probe, given back: this one probes
+    assert [r.meta for r in refused] == [{"sealbox/not_forwarded": "invalid_arguments"}] * 3
+    assert (fine.is_error, text_of(fine), state_after_refusals) == (False, "3", "closed")
+    assert opened == "open"
+    assert (probe.meta, after_probe) == ({"sealbox/not_forwarded": "invalid_arguments"}, "half_open")
+    assert (closing.is_error, text_of(closing)) == (False, "4")
+    assert [(b["tool"], b["from"], b["to"], b["reason"], b["failures"])
+            for b in all_events(store) if b.kind == "breaker.changed" for b in [b.payload]] == [
+        ("hang", "closed", "open", "failures", 3),
+        ("add", "closed", "open", "failures", 3),
+        ("add", "open", "half_open", "cooldown_elapsed", 3),
+        ("add", "half_open", "closed", "probe_succeeded", 3)]
+    assert [e["arguments"] for e in toy_log(tmp_path) if e["tool"] == "add"] == [{"a": 1, "b": 2}, {"a": 2, "b": 2}]
+
+
 async def test_an_upstreams_catastrophic_pattern_does_not_hold_the_gateway(tmp_path, store):
     """An upstream's input schema is not trusted: its ``pattern`` and ``patternProperties`` regexes are
     run by a linear-time engine. Regression: Python's ``re`` took ~2 s over ``"a" * 24 + "!"`` against

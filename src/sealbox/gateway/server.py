@@ -137,10 +137,7 @@ class _GatewayBreaker(CircuitBreaker):
     def record_failure(self, server: str, tool: str, kind: str = "error") -> Any:
         if _NOT_FORWARDED.get():
             _NOT_FORWARDED.set(False)
-            with self._lock:
-                slot = self._slots.get((server, tool))
-                if slot is not None and slot.state == "half_open":
-                    slot.probing = False
+            self.record_not_run(server, tool)
             return None
         return super().record_failure(server, tool, kind)
 

@@ -2,7 +2,9 @@
 
 States, per ``(server, tool)``:
 
-* ``closed``: calls run; ``threshold`` consecutive failures (errors or timeouts) open it.
+* ``closed``: calls run; ``threshold`` consecutive failures (errors or timeouts) open it. A call
+  that never reached the tool (its arguments refused: :meth:`CircuitBreaker.record_not_run`) is
+  not a failure.
 * ``open``: calls are denied at once (``breaker_open``) until ``cooldown_s`` has passed.
 * ``half_open``: after the cool-down, exactly one probe call is let through; its
   success closes the breaker, its failure opens it again for a new cool-down.
@@ -182,6 +184,16 @@ class CircuitBreaker:
                 self._move(server, tool, slot, "open", "failures", changes)
         self._emit(changes)
         return changes[-1] if changes else None
+
+    def record_not_run(self, server: str, tool: str) -> None:
+        """A call let through by :meth:`before_call` did not reach the tool after all (refused before it
+        ran: arguments that do not bind or fail the input schema), or ended in a way that says nothing
+        of the tool's health: neither a success nor a failure. The failure count is left as it is, and a
+        half-open breaker's probe taken by the call is given back (the next call probes)."""
+        with self._lock:
+            slot = self._slots.get((server, tool))
+            if slot is not None and slot.state == "half_open":
+                slot.probing = False
 
     def server_down(self, server: str) -> list[BreakerChange]:
         """The upstream server is unreachable: open every known tool of it (and new ones, for the cool-down)."""
