@@ -535,7 +535,8 @@ def test_runs_show_csv_and_json_keep_a_call_s_whole_arguments(tmp_path):
     proc = sealbox("runs", "show", run.run_id, "-s", str(tmp_path / "s"), "--csv")
     assert proc.returncode == 0, proc.stderr
     rows = [r for r in csv.DictReader(io.StringIO(proc.stdout)) if r["kind"] == "tool.call"]
-    full = f"db/write_query call {rows[0]['detail'].split()[2]} args=" + json.dumps({"query": query})
+    canonical = json.dumps({"query": query}, separators=(",", ":"))  # as calls --csv writes arguments
+    full = f"db/write_query call {rows[0]['detail'].split()[2]} args=" + canonical
     assert [r["detail"] for r in rows] == [full]
     events = ok_json("runs", "show", run.run_id, "-s", str(tmp_path / "s"), "--json")["events"]
     assert [e["payload"]["arguments"] for e in events if e["kind"] == "tool.call"] == [{"query": query}]

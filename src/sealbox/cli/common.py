@@ -282,14 +282,19 @@ def _csv_cell(value: Any) -> str:
 
 
 def csv_json_cell(value: Any) -> str:
-    """A ``--csv`` cell holding a recorded value of any JSON type (``calls``' ``arguments``): its
+    """A ``--csv`` cell holding a recorded value of any JSON type (``calls``' ``arguments``, ``snapshot
+    diff``'s ``a`` and ``b``): its
     RFC 8785 canonical JSON, so that every value reads back with ``json.loads`` and a string shows
     with its quotes (the string ``{"a":1}`` is ``"{\\"a\\":1}"``, the object ``{"a":1}``), as does
     the empty string (``""``); an empty cell is null. No such text starts a spreadsheet formula
     (a string starts with ``"``, an object or array with ``{`` / ``[``) but a negative number, which
     is written as it is, as numbers are in every ``--csv`` column (:func:`_csv_cell`)."""
-    if value is None:
-        return ""
+    return "" if value is None else canonical_json_text(value)
+
+
+def canonical_json_text(value: Any) -> str:
+    """``value``'s RFC 8785 canonical JSON as text (``null`` for None): how ``--csv`` writes a recorded
+    value of any JSON type (:func:`csv_json_cell`, and the ``args=`` of ``runs show --csv``'s detail)."""
     from sealbox.canonical import CanonicalizationError, canonical_bytes
 
     try:

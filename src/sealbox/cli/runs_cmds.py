@@ -6,8 +6,8 @@ import json
 
 import click
 
-from sealbox.cli.common import (BadInput, echo_json, emit_rows, format_options, open_for_reading, resolve_id, snapshot_ref,
-                                store_option, visible)
+from sealbox.cli.common import (BadInput, canonical_json_text, echo_json, emit_rows, format_options, open_for_reading,
+                                resolve_id, snapshot_ref, store_option, visible)
 
 _STATUSES = ("running", "suspended", "ended", "ok", "error", "cancelled")  # sealbox.query.RUN_STATUSES
 
@@ -174,7 +174,9 @@ def _event_row(event, verdicts: dict[int, str] | None = None, arguments=None, *,
     detail = ""
     if event.kind == "tool.call":
         args = p.get("arguments") if arguments is None else arguments
-        detail = f"{p.get('server')}/{p.get('tool')} call {p.get('call_id')} args={_short(args, None if whole else 60)}"
+        # --csv (whole): the arguments' canonical JSON, as the arguments cell of `calls --csv` holds them
+        shown = canonical_json_text(args) if whole else _short(args, 60)
+        detail = f"{p.get('server')}/{p.get('tool')} call {p.get('call_id')} args={shown}"
     elif event.kind == "policy.decision":
         detail = (f"{p.get('effect')} by rule {p.get('rule')} ({p.get('reason_code')})" if p.get("rule") is not None
                   else f"{p.get('effect')}, no rule ({p.get('reason_code')})")  # e.g. the breaker, a limit
@@ -222,6 +224,6 @@ def _duration(us: int | None) -> str:
     return f"{us / 1_000_000:.2f} s"
 
 
-def _short(value, limit: int | None = 60) -> str:
+def _short(value, limit: int = 60) -> str:
     text = json.dumps(value, ensure_ascii=False)
-    return text if limit is None or len(text) <= limit else text[: limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"

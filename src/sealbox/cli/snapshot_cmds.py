@@ -56,7 +56,8 @@ def diff_cmd(a: str, b: str, store_path: str, as_json: bool, as_csv: bool) -> No
         echo_json(diffs)
         return
     if as_csv:
-        emit_rows(diffs, ["path", "change", "a", "b"], as_json=False, as_csv=True)
+        # a and b hold values of any JSON type: canonical JSON, so a string and the object it spells differ
+        emit_rows(diffs, ["path", "change", "a", "b"], as_json=False, as_csv=True, json_columns=("a", "b"))
         return
     if not diffs:
         click.echo("no differences: both snapshots hold the same configuration")
