@@ -379,3 +379,34 @@ def test_an_unknown_model_latency_comes_back_unknown_and_a_zero_comes_back_zero(
     events, _, verified = _events(target, imported)
     assert verified
     assert [(s, p["latency_us"]) for k, s, p in events if k == "model.call"] == [("2", None), ("3", 0)]
+
+
+@pytest.mark.parametrize("content", [False, True], ids=["no-content", "content"])
+def test_a_requested_tool_call_without_an_id_keeps_its_place(tmp_path, content):
+    """A model call may request a tool call that carries no id (kept in ``tool_call_ids`` as null, in its
+    place): the calls after it are at the steps their places give (2.2, 2.4), and so they come back on
+    import; the null stays in ``tool_call_ids``, so no call moves up a step."""
+    no_id = {"type": "function", "function": {"name": "read_file", "arguments": json.dumps({"path": "/x"})}}
+    response = {**RESPONSE, "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None,
+        "tool_calls": [no_id, _call("call_B", "read_file", {"path": "/b"}), no_id,
+                       _call("call_C", "read_query", {"sql": "SELECT 1"})]}}]}
+    store = sealbox.init_store(tmp_path / "store")
+    rec = Recorder(store, policy=Policy.from_text(POLICY))
+    with rec.run(agent="support-bot") as run:
+        run.model_call({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, response, latency=5)
+        run.call_tool("fs", "read_file", {"path": "/b"}, lambda path: "b", call_id="call_B")
+        run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: 1, call_id="call_C")
+    store.close()
+    orig_events, orig_calls, _ = _events(tmp_path / "store", run.run_id)
+    assert [p["tool_call_ids"] for k, _, p in orig_events if k == "model.call"] == [[None, "call_B", None, "call_C"]]
+    assert [(c["step"], c["call_id"]) for c in orig_calls] == [("2.2", "call_B"), ("2.4", "call_C")]
+    target, imported = _round_trip({"run": run.run_id, "path": tmp_path / "store"}, tmp_path, content=content,
+                                   hex_ids=False)
+    events, calls, verified = _events(target, imported)
+    assert verified
+    step = "2" if content else "3"  # without content, an anomaly (content_not_exported) is step 2
+    assert [(s, p["tool_call_ids"]) for k, s, p in events if k == "model.call"] == [
+        (step, [None, "call_B", None, "call_C"])]
+    assert [(c["step"], c["call_id"], c["outcome"]) for c in calls] == [
+        (f"{step}.2", "call_B", "ok"), (f"{step}.4", "call_C", "ok")]

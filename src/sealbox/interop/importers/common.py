@@ -178,7 +178,7 @@ class RunBuilder:
     # events ---------------------------------------------------------------
     def model_call(self, top: int, *, provider: str, model: str, request: Any, response: Any,
                    usage: dict[str, int] | None, latency_us: int | None = None, fmt: str = "unknown",
-                   tool_call_ids: Iterable[str] = (), source: dict[str, Any] | None = None) -> None:
+                   tool_call_ids: Iterable[str | None] = (), source: dict[str, Any] | None = None) -> None:
         use = {}
         for key in ("input_tokens", "output_tokens"):
             value = (usage or {}).get(key)
@@ -206,7 +206,9 @@ class RunBuilder:
             "response": response, "usage": use, "format": fmt,
             # None: the source gives no timing (messages, trajectories): not known, never 0 (instant)
             "latency_us": None if latency_us is None else self._micros(latency_us, "latency_us", call=model or "unknown"),
-            "tool_call_ids": [i for i in tool_call_ids if isinstance(i, str)],
+            # each in its place (a tool call linked to it is at sub-step <step>.<place>): None, a call
+            # requested without an id; anything else that is not an id is left out
+            "tool_call_ids": [i for i in tool_call_ids if i is None or isinstance(i, str)],
         }
         if source:
             payload["imported"] = source

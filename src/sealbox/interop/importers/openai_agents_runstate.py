@@ -173,7 +173,8 @@ def parse(doc: Any, ctx: Any) -> list[RunBuilder]:
                        response=resp, usage={"input_tokens": as_count(usage.get("input_tokens")),
                                              "output_tokens": as_count(usage.get("output_tokens"))},
                        fmt="openai.responses", source={"response_id": resp.get("response_id")},
-                       tool_call_ids=[as_str(c.get("call_id")) or c.get("id") for c in calls])
+                       tool_call_ids=[i for c in calls
+                                      if isinstance(i := as_str(c.get("call_id")) or c.get("id"), str)])
         subs: dict[str, tuple[int, ...]] = {}
         children: dict[str, int] = {}
         k = 0

@@ -15,7 +15,9 @@ format has, it says what the store knew and no other tracer does; the importer m
   run (or its result was never recorded): no ``tool.result``;
 - ``sealbox.server`` and ``sealbox.tool.exposed`` are the call's server and exposed name;
 - a model span's ``sealbox.model.tool_call_ids`` are the calls it requested (the export sends no
-  messages), and a tool span's link with ``sealbox.link = requested_by`` names its model span;
+  messages), each in its place (a null, a call requested without an id, keeps its position, so the
+  calls after it come back at the sub-steps they had), and a tool span's link with
+  ``sealbox.link = requested_by`` names its model span;
 - the ``sealbox.approval.requested`` / ``.answered`` / ``.expired`` log records become imported
   approval notes (``identity_authenticated: false``): an OTLP record carries no approver signature,
   so it is never an ``approval.answered``, and no imported data is signed evidence;
@@ -53,6 +55,12 @@ def _strs(value: Any) -> list[str]:
     return [v for v in value if isinstance(v, str) and v] if isinstance(value, list) else []
 
 
+def _ids(value: Any) -> list[str | None]:
+    """``sealbox.model.tool_call_ids``, each in its place: a requested call without an id (null in the
+    export, or anything but a non-empty string) is None, so the calls after it keep their positions."""
+    return [v if isinstance(v, str) and v else None for v in value] if isinstance(value, list) else []
+
+
 def source_facts(attrs: dict[str, Any]) -> dict[str, Any]:
     """``imported.sealbox`` of an event: where the exporting store had it (unauthenticated)."""
     out: dict[str, Any] = {}
@@ -68,7 +76,7 @@ def source_facts(attrs: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_model(s: Any, attrs: dict[str, Any]) -> None:
-    s.requested_ids = _strs(attrs.get("sealbox.model.tool_call_ids"))
+    s.requested_ids = _ids(attrs.get("sealbox.model.tool_call_ids"))
     s.duration_us = _int(attrs.get("sealbox.model.latency_us"))  # the span is clamped to start with its run
     # Sealbox exports the attribute for every model call whose latency its store knew (0 included): without
     # it, the latency was not known (latency_us null), and the span's length (none) is not a latency

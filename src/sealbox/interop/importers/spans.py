@@ -75,7 +75,7 @@ class Span:
     duration_us: int | None = None  # the tool's own running time (a model call's latency), when the source gives it
     latency_unknown: bool = False  # a Sealbox export's model call whose latency its store did not know
     approvals: list[dict[str, Any]] = field(default_factory=list)  # approvals, for imported approval notes
-    requested_ids: list[str] = field(default_factory=list)  # call ids a model span requested
+    requested_ids: list[str | None] = field(default_factory=list)  # call ids a model span requested, in place
     links: list[str] = field(default_factory=list)  # span ids of the model spans that requested this tool span
     # filled here
     requested: list[list[Any]] = field(default_factory=list)  # [id, name, args]
@@ -335,11 +335,8 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
             m.request = {"log_records": m.logs}
         for k, (cid, name, args) in enumerate(extract_tool_calls(m.response) if m.response is not None else []):
             m.requested.append([cid, name, args, None])  # [id, name, args, tool span]
-        if m.requested_ids:  # ids without the response (a Sealbox export): name and arguments unknown
-            known = {r[0] for r in m.requested}
-            for cid in dict.fromkeys(m.requested_ids):
-                if cid not in known:
-                    m.requested.append([cid, None, None, None])
+        if m.requested_ids:  # a Sealbox export: the ids in their places (None: requested without an id)
+            m.requested = _placed_requests(m.requested_ids, m.requested)
 
     def key(s: Span) -> tuple:
         return (s.start_ns is None, s.start_ns or 0, s.order)
@@ -415,7 +412,9 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
     for _, _, s in entries:
         if s.role == "model":
             top = steps[s.id] = run.new_step()
-            ids = [r[0] for r in s.requested if r[0]]
+            # a Sealbox export's ids each in its place (None: a call it requested without an id), so the
+            # sub-steps of its tool calls read back as the recorder wrote them; other sources: the ids known
+            ids = [r[0] for r in s.requested] if s.requested_ids else [r[0] for r in s.requested if r[0]]
             run.model_call(top, provider=s.provider or "unknown", model=s.model or "unknown", request=s.request,
                            response=s.response, usage=s.usage,
                            latency_us=None if s.latency_unknown else s.duration_us if s.duration_us is not None
@@ -463,6 +462,30 @@ class _Requests:
             if usable(ms[i]):
                 return ms[i]
         return None
+
+
+def _placed_requests(ids: list[str | None], from_response: list[list[Any]]) -> list[list[Any]]:
+    """A Sealbox export's model call's requests: one per ``sealbox.model.tool_call_ids`` entry, in its
+    place (the place is the linked tool call's sub-step, ``<step>.<place>``), with the name and arguments
+    the response gave (exported with ``--otlp-content``) where it has the call: an id's first request
+    of that id, a None (requested without an id) the next id-less one. Requests only the response has
+    follow (none, for a Sealbox export)."""
+    by_id: dict[str, list[Any]] = {}
+    nameless: list[list[Any]] = []
+    for r in from_response:
+        if r[0] is None:
+            nameless.append(r)
+        else:
+            by_id.setdefault(r[0], r)
+    placed: list[list[Any]] = []
+    for cid in ids:
+        if cid is None:
+            placed.append(nameless.pop(0) if nameless else [None, None, None, None])
+        else:
+            r = by_id.pop(cid, None)  # an id repeated: its first place links (as the recorder's links do)
+            placed.append(r if r is not None else [cid, None, None, None])
+    taken = {id(r) for r in placed}
+    return placed + [r for r in from_response if id(r) not in taken]
 
 
 def _slot(m: Span, t: Span) -> int:
