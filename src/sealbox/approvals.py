@@ -482,10 +482,14 @@ def call_outcome(state: ApprovalState) -> str:
     state, as listings give it (``sealbox calls``, reports): the outcome its ``run.resumed`` gave it (``approved``:
     ``unknown``, it may have run; ``expired``; any other — denied, denied again by the current policy,
     a grant no longer valid… — ``denied``), else ``denied`` / ``expired`` once the request is (it can
-    never run), else ``held`` (pending, approved and not resumed yet, or its run ended meanwhile)."""
+    never run), else ``abandoned`` when its run ended without resuming it (it waited, or was approved,
+    when the run ended: it never ran and never can), else ``held`` (pending, or approved and not resumed
+    yet: it may still run)."""
     if state.resumed and isinstance(state.outcome, str):
         return {"approved": "unknown", "expired": "expired"}.get(state.outcome, "denied")
-    return state.status if state.status in ("denied", "expired") else "held"
+    if state.status in ("denied", "expired"):
+        return state.status
+    return "abandoned" if state.run_ended else "held"
 
 
 def request_problem(payload: Any) -> str | None:

@@ -485,9 +485,9 @@ def call_row(values: Sequence[Any], content: Callable[[str | None], Any] = json.
         A dict with :data:`CALL_COLUMNS`. ``outcome`` is ``ok`` / ``error`` (the tool
         ran), ``not_run`` (denied), ``held`` (it required approval and has no
         result; :meth:`query_calls` then reads the run's approval events and
-        makes it ``denied``, ``expired`` or ``unknown`` where its request came
-        to that), ``unknown`` (allowed but no result: still running, or the
-        process died) or ``undecided`` (no decision recorded). ``decision`` is
+        makes it ``denied``, ``expired``, ``unknown`` or ``abandoned`` where its
+        request came to that: :func:`sealbox.approvals.call_outcome`), ``unknown``
+        (allowed but no result: still running, or the process died) or ``undecided`` (no decision recorded). ``decision`` is
         the policy's decision when the call was made (a re-evaluation after an
         approval is a later event of the run). ``ok`` is True / False, or None
         when there is no result; ``error`` is ``{"type", "message"}`` or None.

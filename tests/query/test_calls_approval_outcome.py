@@ -1,6 +1,7 @@
 """``sealbox calls`` (``store.query_calls``) gives a call that went to approval and has no result the
 outcome the log says it came to: ``denied`` (refused, or denied when its run resumed), ``expired``,
-``unknown`` (approved and resumed, no result: it may have run), and ``held`` only while it can still
+``unknown`` (approved and resumed, no result: it may have run), ``abandoned`` (its run ended without
+resuming it: it never ran), and ``held`` only while it can still
 be decided. Once listed as ``held`` whatever its approval became (a denial delivered to the client was
 still "held").
 
@@ -162,3 +163,47 @@ def test_the_incident_report_gives_the_same_outcomes(store, tmp_path):
     assert got == {denied_run: [("c-denied", "denied")], expired_run: [("c-expired", "expired")],
                    waiting_run: [("c-waiting", "held")]}
     assert "### Step 2: db/write\\_query: expired" in render_markdown(build_report(store, expired_run, verify=False))
+
+
+def _end(store, run_id: str) -> None:
+    """The run ends (cancelled) while its call still waits: as a gateway session closed, or a process
+    that gave up on the approval and ended its run."""
+    top = max(int(e.step.split(".")[0]) for e in store.read_run(run_id))
+    store.append(EventDraft("run.ended", {"status": "cancelled"}, run_id=run_id, principal="agent:bot",
+                            step=str(top + 1)))
+
+
+def test_a_call_whose_run_ended_while_it_waited_is_abandoned_not_held(store, tmp_path):
+    """A call held for approval whose run then ended can never run: it is ``abandoned``, not ``held``
+    (which an investigator reads as "may still run once someone approves it"). Approved but never
+    resumed before its run ended: abandoned too. Denied before its run ended: still denied."""
+    from sealbox.report import build_report
+
+    key = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key",
+                       admin_key=admin_key(store, tmp_path)).key_path
+    rec = Recorder(store, policy=Policy.from_text(POLICY.replace("expires: 2s", "expires: 1h")), approvals="suspend")
+    closed_run, _ = _suspend(rec, "c-closed")
+    _end(store, closed_run)
+    approved_run, approved = _suspend(rec, "c-approved-unresumed")
+    answer(store, approved, "approve", "fine", key)
+    _end(store, approved_run)
+    denied_run, denied = _suspend(rec, "c-denied")
+    answer(store, denied, "deny", "no", key)
+    _end(store, denied_run)
+    waiting_run, _ = _suspend(rec, "c-waiting")
+
+    outcomes = {r["call_id"]: (r["decision"], r["outcome"], r["ok"]) for r in store.query_calls()}
+
+    assert outcomes == {
+        "c-closed": ("require_approval", "abandoned", None),
+        "c-approved-unresumed": ("require_approval", "abandoned", None),
+        "c-denied": ("require_approval", "denied", None),
+        "c-waiting": ("require_approval", "held", None),
+    }
+    assert sorted(r["call_id"] for r in store.query_calls(match="outcome~^abandoned$")) == [
+        "c-approved-unresumed", "c-closed"]
+    assert [r["call_id"] for r in store.query_calls(match="outcome~^held$")] == ["c-waiting"]
+    got = {run: [(c.call_id, c.outcome) for c in build_report(store, run, verify=False).tool_calls]
+           for run in (closed_run, approved_run, waiting_run)}
+    assert got == {closed_run: [("c-closed", "abandoned")], approved_run: [("c-approved-unresumed", "abandoned")],
+                   waiting_run: [("c-waiting", "held")]}

@@ -186,7 +186,8 @@ def _replay_verdict(r: IncidentReport) -> str:
 def _tool_call(c) -> str:
     d_rows = [(e(d.get("effect")), e(d.get("rule")), e(d.get("reason_code")), e(d.get("reason")),
                e("yes" if d.get("reevaluated") else "")) for d in c.decisions]
-    cls = {"ok": "ok", "error": "bad", "denied": "bad", "expired": "bad", "held": "warn", "unknown": "warn"}.get(c.outcome, "")
+    cls = {"ok": "ok", "error": "bad", "denied": "bad", "expired": "bad", "held": "warn", "abandoned": "bad",
+           "unknown": "warn"}.get(c.outcome, "")
     head = (f'<h3 id="call-{e(c.call_id)}">step {e(c.step)} · {e(c.server)}/{e(c.tool)} {_badge(c.outcome, cls)}</h3>'
             f'<p class="muted">call {e(c.call_id)} · exposed as {e(c.exposed)} · by {e(c.principal)} · grant '
             f'{e(c.grant)} · at {e(c.ts)}' + (f" · took {e(_seconds(c.duration_us / 1e6))}" if c.duration_us else "")

@@ -112,7 +112,8 @@ class ToolCallView:
     Attributes:
         decisions: every ``policy.decision`` of the call (a re-evaluation after an approval is a second one).
         outcome: ``ok``, ``error``, ``denied`` (by the policy or an approver), ``expired`` (its approval),
-            ``held`` (waiting for approval) or ``unknown`` (allowed or approved, no result).
+            ``held`` (waiting for approval), ``abandoned`` (its run ended without resuming it: it never
+            ran) or ``unknown`` (allowed or approved, no result).
     """
 
     call_id: str
