@@ -238,7 +238,8 @@ class ApprovalState:
 
     Attributes:
         status: ``pending``, ``approved``, ``denied``, ``expired``, ``closed`` (its run ended while it
-            was pending: it can no longer be answered), or ``malformed`` (its event fails the
+            was pending, before its expiry: it can no longer be answered, and stays closed once the
+            expiry time passes), or ``malformed`` (its event fails the
             ``approval.requested`` schema: it can never be approved; see :attr:`malformed`).
         request: the ``approval.requested`` payload (arguments may be a blob reference; the fields of a
             malformed request may be of any type, or missing).
@@ -297,6 +298,15 @@ class ApprovalState:
 
 def _utc(moment: datetime) -> str:
     return rfc3339_utc(moment)  # the year in four digits (strftime's %Y writes 999)
+
+
+def _ended_after(ended_at: Any, expires: datetime) -> bool:
+    """Whether a run that ended at ``ended_at`` (an event's ts) ended at or after ``expires``; an
+    unreadable time is taken as after (the request is then noticed expired, as before)."""
+    try:
+        return _parse(ended_at) >= expires
+    except (TypeError, ValueError, AttributeError):
+        return True
 
 
 def _parse(ts: str) -> datetime:
@@ -450,10 +460,12 @@ def evaluate(request: Any, related: Iterable[Any], book: IdentityBook, now: date
     # disabled nor re-keyed between the answer and then (or now, while it waits); either withdraws it for good
     acted = next((ev.leaf_index for ev in related if ev.kind == "run.resumed" and isinstance(aid, str)
                   and isinstance(ev.payload.get("approval_ids"), list) and aid in ev.payload["approval_ids"]), None)
+    ended_at: str | None = None  # when its run ended (the first run.ended)
     for ev in related:
         p = ev.payload
         if ev.kind == "run.ended":
             st["run_ended"] = True
+            ended_at = ended_at or ev.ts
         elif ev.kind == "run.resumed":
             _note_resume(p, aid, st)
         elif p.get("approval_id") != aid or ev.leaf_index < request.leaf_index:
@@ -466,7 +478,9 @@ def evaluate(request: Any, related: Iterable[Any], book: IdentityBook, now: date
             elif ev.kind == "approval.answered":
                 _count_answer(req, ev, book, st, approvers, expires)
     _recount(req, book, st, acted)  # as of the call's resumption, or now while it waits
-    if st["status"] == "pending" and expires is not None and (now or _now()) >= expires:
+    if st["status"] == "pending" and expires is not None and (now or _now()) >= expires \
+            and (ended_at is None or _ended_after(ended_at, expires)):
+        # an unrecorded expiry is noticed, unless the run ended before it: the request was closed then
         st.update(status="expired", expired_at=req["expires_at"])
     if st["status"] == "pending" and st["run_ended"]:
         st["status"] = "closed"  # its run ended while it waited: it can no longer be answered

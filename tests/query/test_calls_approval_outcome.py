@@ -207,3 +207,18 @@ def test_a_call_whose_run_ended_while_it_waited_is_abandoned_not_held(store, tmp
            for run in (closed_run, approved_run, waiting_run)}
     assert got == {closed_run: [("c-closed", "abandoned")], approved_run: [("c-approved-unresumed", "abandoned")],
                    waiting_run: [("c-waiting", "held")]}
+
+
+def test_a_call_abandoned_before_its_approval_would_expire_stays_abandoned_once_that_time_passes(store):
+    """The run ended while the request was pending, before its expiry: the request is ``closed`` and the
+    call ``abandoned`` for good. They used to read ``expired`` once the expiry time passed (the listing
+    changed with the clock, and said the request ran out of time, though its run had ended first)."""
+    from sealbox.approvals import get_approval
+
+    rec = Recorder(store, policy=Policy.from_text(textwrap.dedent(POLICY)), approvals="suspend")  # expires: 2s
+    run_id, approval_id = _suspend(rec, "c-ended-early")
+    _end(store, run_id)
+    before = ([r["outcome"] for r in store.query_calls()], get_approval(store, approval_id).status)
+    time.sleep(2.2)
+    after = ([r["outcome"] for r in store.query_calls()], get_approval(store, approval_id).status)
+    assert before == after == (["abandoned"], "closed")
