@@ -1484,8 +1484,17 @@ class RunContext:
         """``approval.requested`` and ``run.suspended``, written with the call (sealbox.approvals). The
         request holds the arguments as the ``tool.call`` records them (``recorded``), its binding is
         the hash of the real ``arguments``, as the call's retry and its resumption compute it."""
-        from sealbox.approvals import new_approval_id, request_payload
+        from sealbox.approvals import ApprovalError, new_approval_id, request_payload
 
+        if self.recorder.approvals == "block" and getattr(self, "_lease", None) is None:
+            # this process will wait and run the call itself: hold the run's lease before the request is
+            # committed (and so visible), or a resume elsewhere could take the run in between and run the tool
+            from sealbox.pause import take_lease
+
+            try:
+                self._lease = take_lease(self.store, self.run_id)
+            except ApprovalError:  # another live process holds the run (it attached to it too): wait as before
+                pass
         request = request_payload(approval_id=new_approval_id(), call_id=call_id, server=server, tool=tool,
                                   arguments=recorded, encoded_arguments=_policy_view(arguments), decision=decision,
                                   requested_by=self.principal.id, now=datetime.now(timezone.utc))

@@ -419,6 +419,48 @@ def test_a_resume_in_another_process_is_refused_while_a_blocking_agent_waits_for
     assert kinds(store, req.run_id)[-4:] == ["approval.answered", "run.resumed", "tool.result", "run.ended"]
 
 
+SLOW_TO_WAIT_AGENT = BLOCKING_AGENT.replace("import sealbox\n", """import sealbox
+import sealbox.pause
+_await = sealbox.pause.await_approval
+def _slow(run, request):  # the request is committed; this process is slow to begin its wait
+    time.sleep(3)
+    return _await(run, request)
+sealbox.pause.await_approval = _slow
+""", 1)
+
+
+def test_a_blocking_agent_holds_its_run_from_the_moment_its_request_is_visible(tmp_path, keys, store):
+    """The run's lease is taken before the request is committed, not when the wait begins: a resume
+    elsewhere in between (here, a 3 s pause of the agent; under load, a slow scheduler) is refused,
+    the resumer's tool does not run, and the agent runs the call itself once it waits."""
+    import time
+
+    path = str(store.path)
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_TO_WAIT_AGENT)
+    assert script.read_text() != BLOCKING_AGENT
+    started, release = tmp_path / "started", tmp_path / "release"
+    here = str(__import__("pathlib").Path(__file__).parent)
+    proc = subprocess.Popen([sys.executable, str(script), path, str(started), str(release)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**__import__("os").environ, "PYTHONPATH": here})
+    try:
+        deadline = time.monotonic() + 60
+        while not [e for e in store.reader().events(["approval.requested"])]:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        [req] = store.reader().events(["approval.requested"])
+        answer(store, req.payload["approval_id"], "approve", "ok", keys["alice"])
+        tool = Tool()
+        with pytest.raises(ApprovalError) as info:  # the agent is still in its 3 s pause
+            Recorder(store, policy=policy()).resume(req.run_id, {("db", "write_query"): tool})
+        assert info.value.code == "already_resumed" and tool.calls == []
+    finally:
+        release.touch()
+        out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (0, "deleted 3 rows\n"), err
+    assert kinds(store, req.run_id)[-4:] == ["approval.answered", "run.resumed", "tool.result", "run.ended"]
+
+
 def test_a_blocking_call_in_a_run_another_live_process_holds_waits_as_before(tmp_path, keys, store):
     """Two processes attached to one run: the one that blocks for an answer cannot take the run's
     lock (the other holds it) and waits without it, instead of failing with already_resumed."""
