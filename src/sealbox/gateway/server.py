@@ -1065,9 +1065,11 @@ class Gateway:
 
         call_id = _meta_get(meta, CALL_ID_META_KEY)
         step = _meta_get(meta, STEP_META_KEY)
-        if call_id is not None and (not isinstance(call_id, str) or not call_id or len(call_id) > _MAX_CALL_ID):
+        if call_id is not None and (not isinstance(call_id, str) or not call_id or len(call_id) > _MAX_CALL_ID
+                                    or "\x00" in call_id):  # no store keeps a NUL in an identifier
             raise MCPError(codes.MALFORMED_REQUEST,
-                           f"_meta[{CALL_ID_META_KEY!r}] must be a non-empty string of at most {_MAX_CALL_ID} characters")
+                           f"_meta[{CALL_ID_META_KEY!r}] must be a non-empty string of at most {_MAX_CALL_ID} characters"
+                           " without a NUL character (\\x00)")
         if call_id is not None and call_id in run._call_ids:  # the recorder would refuse it (a ConfigError)
             raise MCPError(codes.MALFORMED_REQUEST, f"_meta[{CALL_ID_META_KEY!r}] = {call_id!r}: a call of run "
                            f"{run.run_id} was already recorded with that id")
@@ -1101,6 +1103,11 @@ class Gateway:
             labels["mcp.client.version"] = info.version or ""
         # an empty clientInfo.name is valid MCP, but no agent name: every call failed (code 0, nothing recorded)
         agent = (info.name if info is not None else "") or "mcp-client"
+        if "\x00" in agent:  # no store keeps a NUL in an identifier: the recorder would refuse every call
+            from mcp.shared.exceptions import MCPError
+
+            raise MCPError(codes.MALFORMED_REQUEST, f"clientInfo.name {agent!r} holds a NUL character (\\x00), which "
+                           "the agent name of a run cannot hold: nothing was recorded or forwarded")
         run = self.recorder.run(agent=agent, principal=principal, snapshot=self.snapshot(), labels=labels)
         run._gateway_inflight = 0  # type: ignore[attr-defined]
         run._gateway_idle = None  # type: ignore[attr-defined]  # an Event only while someone waits (_end_run)
