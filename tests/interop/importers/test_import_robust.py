@@ -481,3 +481,51 @@ def test_a_device_is_refused_before_it_is_read(store):
             import_file(store, dev)
         assert str(exc.value) == f"{dev} is a device, not a file; give one file to import"
     assert store.size() == before
+
+
+# ------------------------------------------------ a NUL character in an identifier the file gives
+
+def _with_nul(doc, key, marker):
+    """Append ``\\x00`` and ``marker`` to every string under ``key`` in ``doc``."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k == key and isinstance(v, str):
+                doc[k] = v + "\x00" + marker
+            else:
+                _with_nul(v, key, marker)
+    elif isinstance(doc, list):
+        for v in doc:
+            _with_nul(v, key, marker)
+    return doc
+
+
+@pytest.mark.parametrize("rel, key, field", [
+    (TAU, "name", "tool.call tool"),  # a tool name
+    ("swe-agent-traj/function_calling_simple.traj.json", "id", "tool.call call_id"),  # a call id
+    ("swe-agent-traj/function_calling_simple.traj.json", "agent", "run.started principal"),  # the agent
+    (LF, "name", "run.started principal"),  # a trace's name is the agent
+])
+def test_a_nul_in_an_identifier_is_one_format_error_that_does_not_quote_the_file(store_dir, tmp_path, rel, key,
+                                                                                 field):
+    """A NUL in a tool name, call id or agent name (which no store keeps in an identifier) is refused as
+    ImportFormatError naming the file and the field, never quoting the value (the file may hold secrets;
+    was: InvalidEventError quoting it), and nothing is written."""
+    import subprocess
+    import sys
+
+    from sealbox.store import open_store
+
+    path = _write(tmp_path, "nul.json", _with_nul(load(rel), key, "SECRET-IN-FILE"))
+    store = open_store(store_dir)
+    before = store.size()
+    try:
+        with pytest.raises(ImportFormatError) as exc:
+            import_file(store, path)
+        assert store.size() == before
+    finally:
+        store.close()
+    assert str(exc.value) == (f"nul.json cannot be imported: a {field} holds a NUL character (\\x00), which an "
+                              "identifier in the record cannot hold; nothing was imported")
+    res = subprocess.run([sys.executable, "-m", "sealbox.cli.main", "import", "--store", str(store_dir), str(path)],
+                         capture_output=True, text=True)
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", f"error: {exc.value}\n")

@@ -56,6 +56,21 @@ def _malformed(name: str, fmt: str, exc: BaseException) -> ImportFormatError:
                              f"({type(exc).__name__}); nothing was imported")
 
 
+def _refuse_nul(name: str, drafts: list[Any]) -> None:
+    """ImportFormatError for a NUL character in an identifier the file gives (a tool name, a call id, an
+    agent name), which the store would refuse (``sealbox.store.base._refuse_nul``) with a message quoting
+    the value: this one names the event kind and the field, never the value (a refused file may hold
+    secrets). Nothing is written."""
+    from sealbox.store.base import _IDENTIFIER_FIELDS
+
+    for draft in drafts:
+        found = ("run_id" if "\x00" in draft.run_id else "principal" if "\x00" in draft.principal else
+                 next((f for f in _IDENTIFIER_FIELDS if type(v := draft.payload.get(f)) is str and "\x00" in v), None))
+        if found is not None:
+            raise ImportFormatError(f"{name} cannot be imported: a {draft.kind} {found} holds a NUL character (\\x00), "
+                                    "which an identifier in the record cannot hold; nothing was imported")
+
+
 def _read(path: Path, progress: Progress | None) -> bytes:
     try:
         st = path.stat()
@@ -130,7 +145,7 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
 
     Raises:
         ImportFormatError: the file is in no known format, or not in the one asked
-            for; nothing is written.
+            for, or gives an identifier holding a NUL character; nothing is written.
         InvalidEventError, StoreError: the store refused the events; nothing is written.
     """
     fmt, sha, runs = parse_file(path, format, progress=progress)
@@ -144,6 +159,7 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
             raise
         except _MALFORMED as exc:  # nothing is written yet: the events go to the store below, in one append
             raise _malformed(Path(path).name, fmt, exc) from exc
+    _refuse_nul(Path(path).name, drafts)
     drafts = without_passed_on_secrets(store, drafts)  # a value redacted in one event, in clear in another
     if progress:
         progress("write", 0, len(drafts))
