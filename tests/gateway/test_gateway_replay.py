@@ -475,3 +475,34 @@ async def test_a_line_the_replay_cannot_read_is_answered_over_stdio(tmp_path):
         (1, None), (None, -32700), ("s", -32600), (2, None)], proc.stderr
     assert answers[-1]["result"]["content"] == [{"type": "text", "text": "42"}]
     assert proc.returncode == 0 and proc.stderr.strip().splitlines()[-1].startswith("reproduced: 1 call(s) matched")
+
+
+async def test_replay_over_http_with_a_config_serves(tmp_path):
+    """`gateway replay --http` with a config holding tokens served nothing: http_app's refusal of a
+    default run (SEALBOX_RUN_ID) read gateway.default_run_id, which a GatewayReplay has not:
+    'internal error: AttributeError' (exit 70). A replay serves its one replay run; it has no
+    default run to refuse."""
+    import subprocess
+
+    from sealbox.gateway import parse_config
+    from sealbox.gateway.replay import GatewayReplay
+    from sealbox.gateway.transports import http_app
+
+    run_id, _, _ = await _record(tmp_path, CALLS)
+    config = _dead_upstream_config(tmp_path)
+    config.write_text(config.read_text() + "http:\n  tokens:\n    - {token: replay-t0ken-0123456789, identity: ci-bot}\n")
+    store = sealbox.open_store(tmp_path / "store")
+    try:
+        replay = GatewayReplay(store, run_id, config=parse_config(config.read_text(), source=str(config)))
+        assert callable(http_app(replay, 8123))  # type: ignore[arg-type]
+    finally:
+        store.close()
+    proc = subprocess.Popen([SEALBOX, "gateway", "replay", run_id, "-c", str(config), "--http", "0"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={"PATH": os.environ.get("PATH", "")})
+    try:
+        line = proc.stderr.readline()
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert line.startswith(f"sealbox gateway: replaying {run_id} at http://127.0.0.1:"), line

@@ -422,9 +422,10 @@ def http_app(gateway: Gateway, port: int) -> Any:
 
     from sealbox.gateway.server import ENV_RUN_ID, RUN_ID_META_KEY
 
-    if gateway.default_run_id is not None:
+    default_run_id = getattr(gateway, "default_run_id", None)  # a GatewayReplay (gateway replay --http) has none
+    if default_run_id is not None:
         given = f"{ENV_RUN_ID} is set" if gateway.default_run_source == "env" else "a default run_id was given"
-        raise ConfigError(f"{given} ({gateway.default_run_id}), but a gateway serving HTTP does not join one run for "
+        raise ConfigError(f"{given} ({default_run_id}), but a gateway serving HTTP does not join one run for "
                           f"every client (it is for a stdio gateway launched by the agent); unset it: an HTTP client "
                           f"joins a run by naming it in _meta[{RUN_ID_META_KEY!r}]")
     cfg = gateway.config
