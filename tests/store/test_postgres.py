@@ -482,6 +482,42 @@ def test_a_schema_missing_a_column_is_one_error_line_for_every_command(tmp_path,
                "restore the store from a backup)\n")
 
 
+def test_a_role_that_cannot_read_one_table_is_not_told_the_store_is_damaged(tmp_path, schema):
+    """information_schema.columns lists only the columns the role has a privilege on: a reader role
+    granted SELECT on every table but blobs was refused on open with 'is damaged: columns blobs.content,
+    blobs.ref, blobs.salt, blobs.size are missing (changed below Sealbox; restore the store from a
+    backup)'. The columns are read from the catalog (pg_attribute), as the tables are (pg_tables):
+    the store opens, and what the role may read reads."""
+    import shutil
+
+    import psycopg
+
+    from sealbox import init_store, open_store
+
+    role = f"sbt_ro_{uuid.uuid4().hex[:12]}"
+    init_store(tmp_path / "s", postgres_url=URL, schema=schema).close()
+    with psycopg.connect(URL, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        for table in ("events", "runs", "checkpoints", "tree_nodes", "store_meta", "snapshots", "schema_migrations"):
+            conn.execute(f"GRANT SELECT ON {schema}.{table} TO {role}")
+    try:
+        shutil.copytree(tmp_path / "s", tmp_path / "reader")
+        (tmp_path / "reader" / "log.key").unlink()
+        config = json.loads((tmp_path / "reader" / "postgres.json").read_text())
+        url = psycopg.conninfo.make_conninfo(config["url"], user=role)
+        (tmp_path / "reader" / "postgres.json").write_text(json.dumps({**config, "url": url}))
+        store = open_store(tmp_path / "reader", readonly=True)
+        try:
+            assert store.size() == 1 and [e.kind for e in store.read_range(0, 1)] == ["run.started"]
+        finally:
+            store.close()
+    finally:
+        with psycopg.connect(URL, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
 def test_a_verifiers_folder_without_the_writers_secret_verifies_the_intact_log(tmp_path, schema):
     # docs/storage.md: readers and verifiers need no log.key nor store.secret. Without store.secret,
     # verify said "store_settings_damaged: the store secret ... is missing ...: the store was changed

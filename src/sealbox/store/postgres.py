@@ -442,8 +442,14 @@ class PostgresStore(SqliteQueries):
             tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s",
                                                  (self.schema,)).fetchall()}
             have: dict[str, set[str]] = {}
-            for table, column in conn.execute("SELECT table_name, column_name FROM information_schema.columns"
-                                              " WHERE table_schema = %s", (self.schema,)).fetchall():
+            # from the catalog, as the tables (pg_tables): information_schema.columns lists only the columns
+            # the role has a privilege on, and a reader not granted one table would be told it is damaged
+            for table, column in conn.execute(
+                    "SELECT c.relname, a.attname FROM pg_catalog.pg_attribute a"
+                    " JOIN pg_catalog.pg_class c ON c.oid = a.attrelid"
+                    " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+                    " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped",
+                    (self.schema,)).fetchall():
                 have.setdefault(table, set()).add(column)
         except psycopg.Error as exc:
             raise StoreError(f"{where}: cannot read or upgrade the schema ({_one_line(exc)})") from None
