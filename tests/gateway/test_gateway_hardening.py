@@ -670,3 +670,24 @@ upstreams:
     verified = subprocess.run([str(Path(sys.executable).parent / "sealbox"), "verify", str(tmp_path / "store")],
                               capture_output=True, text=True, env=env)
     assert verified.returncode == 0 and "not covered by a signed checkpoint" not in verified.stdout, verified.stdout
+
+
+async def test_a_tool_whose_name_holds_a_nul_is_not_listed(tmp_path, store, caplog):
+    """An upstream tool named "nul\\x00name" was listed as 'odd__nul\\x00name'; a call to it reached the
+    recorder's refusal of a NUL in a tool name (a ConfigError, no store keeps one), which escaped the
+    handler: a traceback in the log and JSON-RPC error code 0. Like a tool with an empty name, it is
+    left out (never forwarded, nothing recorded); a call by that name is unknown."""
+    import logging
+
+    gw = Gateway(odd_config(tmp_path, env={"ODD_NUL_NAME": "1"}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        names = [t.name for t in (await client.list_tools()).tools]
+        with caplog.at_level(logging.WARNING):
+            with pytest.raises(MCPError) as err:
+                await client.call_tool("odd__nul\x00name", {})
+        pong = await client.call_tool("odd__ping", {})
+    assert sorted(names) == ["odd__big", "odd__fail", "odd__ping", "odd__ref_file", "odd__ref_http", "odd__ref_local"]
+    assert (err.value.code, str(err.value)) == (UNKNOWN_TOOL, "unknown tool 'odd__nul\\x00name'")
+    assert "Traceback" not in caplog.text and text_of(pong) == "pong"
+    assert [e.payload["tool"] for e in all_events(store) if e.kind == "tool.call"] == ["ping"]
+    assert not (tmp_path / "odd.log").exists() or "nul" not in (tmp_path / "odd.log").read_text()

@@ -477,7 +477,7 @@ class Gateway:
 
     def _split(self, exposed: str, kind: str) -> tuple[str, str] | None:
         server, sep, tool = exposed.partition(self.config.separator)
-        if not sep or not tool or server not in self.upstreams:
+        if not sep or not tool or "\x00" in tool or server not in self.upstreams:  # a NUL: not exposed
             return None
         tools = getattr(self.upstreams[server], kind)
         if len(exposed) == MAX_EXPOSED_NAME:  # maybe a shortened long name
@@ -494,7 +494,9 @@ class Gateway:
         Two tools of one upstream that would be listed under the same name (a tool named exactly
         as another's shortened long name) are both left out, and cannot be called: a call by
         that name could reach either. A tool whose name is empty is left out too (its exposed
-        name would be the server id and the separator alone, which names no tool)."""
+        name would be the server id and the separator alone, which names no tool), and so is one
+        whose name holds a NUL character (no store keeps one in a tool name: its calls could not
+        be recorded)."""
         out = []
         for sid in sorted(self.upstreams):
             names = {name: self.exposed_name(sid, name) for name in self.upstreams[sid].tools}
@@ -502,6 +504,9 @@ class Gateway:
             for name in sorted(self.upstreams[sid].tools):
                 if not name:  # listed as "<server><separator>", it could never be called (split_name)
                     log.warning("upstream %s: a tool with an empty name is not listed", sid)
+                    continue
+                if "\x00" in name:  # no call of it could be recorded (split_name finds no such tool)
+                    log.warning("upstream %s: tool %r is not listed: its name holds a NUL character", sid, name)
                     continue
                 if taken[names[name]] > 1:
                     log.warning("upstream %s: tools %r share the exposed name %r; neither is listed", sid,
@@ -519,15 +524,16 @@ class Gateway:
     def exposed_prompts(self) -> list[types.Prompt]:
         """The union of the upstreams' prompts, each named ``server + separator + prompt`` (shortened
         as tool names are, :meth:`exposed_name`); two prompts of one upstream under one exposed name,
-        and a prompt with an empty name, are left out (as tools are, :meth:`exposed_tools`)."""
+        and a prompt with an empty name or one holding a NUL, are left out (as tools are, :meth:`exposed_tools`)."""
         out = []
         for sid in sorted(self.upstreams):
             prompts = self.upstreams[sid].prompts
             names = {name: self.exposed_name(sid, name) for name in prompts}
             taken = Counter(names.values())
             for name in sorted(prompts):
-                if not name or taken[names[name]] > 1:
-                    log.warning("upstream %s: prompt %r is not listed (empty, or its exposed name %r is shared)",
+                if not name or "\x00" in name or taken[names[name]] > 1:
+                    log.warning("upstream %s: prompt %r is not listed (empty, holding a NUL, or its exposed name %r "
+                                "is shared)",
                                 sid, name, names[name])
                     continue
                 out.append(prompts[name].model_copy(update={"name": names[name]}))
@@ -817,7 +823,7 @@ class Gateway:
         """The configuration a new run starts under: every upstream tool, the policy, the gateway."""
         tools = tuple(ToolSpec(sid, t.name, t.description or "", t.input_schema or {})
                       for sid, up in sorted(self.upstreams.items()) for t in up.tools.values()
-                      if t.name)  # a tool with an empty name is not exposed (exposed_tools): not pinned to runs
+                      if t.name and "\x00" not in t.name)  # not exposed (exposed_tools): not pinned to runs
         extra = {"gateway": {"name": self.config.name, "separator": self.config.separator,
                              "upstreams": {sid: {"transport": up.spec.kind, "protocol_version": up.protocol_version}
                                            for sid, up in sorted(self.upstreams.items())}}}

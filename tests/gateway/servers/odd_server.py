@@ -10,6 +10,7 @@ Tools:
   <long name>        a tool whose name is ``$ODD_LONG_NAME`` (when set), returns "long"
   <second name>      a tool whose name is ``$ODD_SECOND_NAME`` (when set), returns "second"
   ""                 a tool whose name is empty (when ``$ODD_EMPTY_NAME`` is set), returns "empty"
+  "nul\\x00name"      a tool whose name holds a NUL (when ``$ODD_NUL_NAME`` is set), returns "nul"
   redos(word, ...)   (when ``$ODD_REDOS`` is set) input schema: ``word`` matches ``^(a+)+$`` (a pattern a
                      backtracking engine takes exponential time over), other names match ``^(b+)+$``
                      (patternProperties, additionalProperties false); returns "redos"
@@ -55,6 +56,8 @@ def _tools() -> list[types.Tool]:
         tools.append(types.Tool(name=os.environ["ODD_SECOND_NAME"], description="Another name.", input_schema=obj))
     if os.environ.get("ODD_EMPTY_NAME"):
         tools.append(types.Tool(name="", description="No name.", input_schema=obj))
+    if os.environ.get("ODD_NUL_NAME"):
+        tools.append(types.Tool(name="nul\x00name", description="A NUL in its name.", input_schema=obj))
     if os.environ.get("ODD_REDOS"):
         tools.append(types.Tool(name="redos", description="A catastrophic pattern.", input_schema={
             **obj, "properties": {"word": {"type": "string", "pattern": "^(a+)+$"}},
@@ -90,6 +93,8 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         return _text("second")
     if params.name == "":
         return _text("empty")
+    if params.name == "nul\x00name":
+        return _text("nul")
     if params.name in ("redos", "lookaround"):
         return _text(params.name)
     return _text("long")
