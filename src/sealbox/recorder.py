@@ -68,8 +68,9 @@ def unused_call_id(run: "RunContext", call_id: Any) -> str | None:
     """``call_id`` if it is a non-empty string no tool call of ``run`` used yet, else None (the
     recorder then makes a fresh id). For integrations passing a provider's tool-call id: some
     models repeat ids (``call_0`` every turn); such a call is recorded under its own id, and only
-    its link to the model call that asked for it is lost, instead of the agent failing."""
-    if not isinstance(call_id, str) or not call_id:
+    its link to the model call that asked for it is lost, instead of the agent failing. So is a
+    call whose id holds a NUL character, which no store keeps in an identifier."""
+    if not isinstance(call_id, str) or not call_id or "\x00" in call_id:
         return None
     return None if call_id in getattr(run, "_call_ids", ()) else call_id
 

@@ -303,6 +303,33 @@ def test_a_model_that_repeats_tool_call_ids_across_turns_still_runs(store):
     assert [r["call_id"] for r in results] == [c["call_id"] for c in calls] and all(r["ok"] for r in results)
 
 
+def test_a_provider_call_id_holding_a_nul_is_recorded_under_a_fresh_id(store):
+    """A model's tool call id holding a NUL ("call_\\x00x") cannot be a recorded call id (no store keeps
+    a NUL in an identifier): the recorder's ConfigError failed the agent. As for a repeated id, the
+    integration records the call under a fresh id (only its link to the model call is lost)."""
+    tools = Tools()
+    turns = [AIMessage(content="", tool_calls=[{"name": "get_weather", "args": {"city": "Paris"}, "id": "call_\x00x"}]),
+             AIMessage(content="done")]
+    model = ScriptedChatModel(messages=iter(turns))
+
+    async def main():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="react") as run:
+            graph = react_agent(model, governed_tools(run, [tools.get_weather]))
+            state = await graph.ainvoke({"messages": [("user", "Weather?")]},
+                                        config={"callbacks": [SealboxCallbackHandler(run)]})
+        return run, state
+
+    run, state = asyncio.run(main())
+    assert state["messages"][-1].content == "done"
+    assert tools.invoked == [("get_weather", "Paris")]
+    [call] = [p for k, _, p in events_of(store, run.run_id) if k == "tool.call"]
+    assert call["arguments"] == {"city": "Paris"}
+    assert call["call_id"].startswith("call_") and "\x00" not in call["call_id"]
+    [result] = [p for k, _, p in events_of(store, run.run_id) if k == "tool.result"]
+    assert result["call_id"] == call["call_id"] and result["ok"]
+    assert sealbox.verify_store(store).ok
+
+
 def test_a_tool_error_the_tool_handles_itself_is_recorded_as_a_failure_not_ok(store):
     """A LangChain tool with ``handle_tool_error`` returns its ToolException as a ToolMessage with
     status="error" instead of raising; the record said ok (and ``sealbox calls --error`` missed it)."""
