@@ -686,9 +686,7 @@ async def test_the_owner_of_a_session_that_timed_out_is_forgotten(tmp_path, stor
     the next session opens."""
     from sealbox.gateway import transports
 
-    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
-    make = gw.server.streamable_http_app
-    gw.server.streamable_http_app = lambda **kw: make(**kw, session_idle_timeout=0.5)
+    gw = Gateway(toy_config(tmp_path, extra=HTTP + "  session_idle_s: 0.5\n"), store=store)
     apps = []
     real = transports.http_app
 
