@@ -1033,3 +1033,13 @@ def test_a_changed_value_in_a_dict_a_tool_returned_still_diverges_with_that_fiel
         "  differs in: hash",
         "    ~ input[2].output: \"{'temp': 20, 'city': 'Paris'}\" -> \"{'city': 'Paris', 'temp': 21}\"",
     ]
+
+
+def test_mcp_meta_leaves_out_a_model_call_id_holding_a_nul(store):
+    """A joined gateway refuses _meta["sealbox/call_id"] holding a NUL (no store keeps one in an
+    identifier: MALFORMED_REQUEST), so passing the model's id "call_\\x00x" failed the tool call. The id
+    is left out, as unused_call_id leaves it out of an in-process call: the gateway gives the call a
+    fresh id, and only its link to the model call is lost."""
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a", principal="agent:a") as run:
+        assert mcp_meta(run, "call_\x00x") == {"sealbox/run_id": run.run_id, "sealbox/parent_principal": "agent:a"}
+        assert mcp_meta(run, "call_1")["sealbox/call_id"] == "call_1"

@@ -145,11 +145,13 @@ def mcp_meta(run: RunContext, call_id: str | None = None) -> dict[str, str]:
         ``{"sealbox/run_id": …, "sealbox/parent_principal": …}`` plus
         ``"sealbox/call_id"`` when ``call_id`` is given, and ``"sealbox/step"`` when a
         recorded model call of ``run`` requested that call: the step it assigned to it
-        (``"<model step>.<i>"``), under which a joined gateway records the call.
+        (``"<model step>.<i>"``), under which a joined gateway records the call. A ``call_id``
+        holding a NUL character is left out (no store keeps one in an identifier: the gateway
+        would refuse the request); the gateway then gives the call a fresh id.
     """
     meta = {META_RUN_ID: run.run_id, META_PARENT_PRINCIPAL: run.principal.id}
     _note_replay(run)
-    if call_id:
+    if call_id and "\x00" not in call_id:
         meta[META_CALL_ID] = call_id
         step = run.step_of_call(call_id)
         if step is not None:
