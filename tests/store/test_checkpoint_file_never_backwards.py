@@ -59,3 +59,54 @@ def test_a_smaller_checkpoint_written_late_does_not_replace_a_larger_one(tmp_pat
     with open_store(tmp_path / "s") as store:
         report = verify_store(store)
     assert report.ok, report
+
+
+def test_a_process_forked_while_the_file_is_replaced_does_not_keep_the_lock(tmp_path, monkeypatch):
+    """A flock belongs to the open file description, which a forked child shares: a child forked (a
+    multiprocessing worker, by fork) while a signer held the folder's lock kept it for its whole life,
+    and every later signer of the store blocked in flock until the child exited (issue_checkpoint,
+    close() at the end of the program). The child now closes the descriptor at fork."""
+    import os
+    import time
+
+    init_store(tmp_path / "s").close()
+    a = open_store(tmp_path / "s", checkpoint_policy=NEVER)
+    b = open_store(tmp_path / "s", checkpoint_policy=NEVER)
+    run = new_run_id()
+    a.append([started(run), note(run, "a")])
+
+    real = _base.fsync_write
+    at_write, release = threading.Event(), threading.Event()
+
+    def slow(path, data, *args, **kwargs):
+        if threading.current_thread().name == "signer-a" and str(path).endswith("checkpoint"):
+            at_write.set()
+            release.wait(10)
+        return real(path, data, *args, **kwargs)
+
+    monkeypatch.setattr(_base, "fsync_write", slow)
+    monkeypatch.setattr(_sqlite, "fsync_write", slow)
+    ta = threading.Thread(target=a.issue_checkpoint, name="signer-a")
+    ta.start()
+    assert at_write.wait(10)  # a holds the folder's lock
+    pid = os.fork()
+    if pid == 0:  # the child: lives on without touching the store
+        time.sleep(6)
+        os._exit(0)
+    try:
+        release.set()
+        ta.join(10)
+        b.append([note(run, "b")])
+        done = threading.Event()
+        tb = threading.Thread(target=lambda: (b.issue_checkpoint(), done.set()), name="signer-b")
+        started_at = time.monotonic()
+        tb.start()
+        assert done.wait(4), "signer b blocked on the lock the forked child holds"
+        assert time.monotonic() - started_at < 4
+        assert b.checkpoint_file_size() == 4
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        tb.join(10)
+        a.close()
+        b.close()

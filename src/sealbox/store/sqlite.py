@@ -312,6 +312,26 @@ class _Txn:
         self._ckpt_size = max(self.latest_checkpoint_size(), size)
 
 
+#: The folder descriptors open for the checkpoint file's flock (:meth:`SqliteStore._publish_checkpoint`).
+#: A flock belongs to the open file description, which a child forked meanwhile shares: it would hold
+#: the lock for its whole life, and every later signer of the store would block. The child closes them.
+_LOCK_FDS: set[int] = set()
+_LOCK_FDS_GUARD = threading.Lock()
+
+
+def _close_lock_fds_in_child() -> None:
+    for fd in _LOCK_FDS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _LOCK_FDS.clear()
+    _LOCK_FDS_GUARD.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_LOCK_FDS_GUARD.acquire, after_in_parent=_LOCK_FDS_GUARD.release,
+                        after_in_child=_close_lock_fds_in_child)
+
+
 class _ChangedBelowError(StoreError):
     """The signer found the store changed below Sealbox. Private: only ``_sign_checkpoint`` raises it,
     and :meth:`SqliteStore.issue_checkpoint` records the damage (``_damage``: later appends are
@@ -1532,14 +1552,18 @@ class SqliteStore(SqliteQueries):
             import fcntl
         except ImportError:  # pragma: no cover - not POSIX
             fcntl = None  # type: ignore[assignment]
-        fd = os.open(self.path, os.O_RDONLY)
+        with _LOCK_FDS_GUARD:  # a fork never falls between the open and the record (_close_lock_fds_in_child)
+            fd = os.open(self.path, os.O_RDONLY)
+            _LOCK_FDS.add(fd)
         try:
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # released by os.close below
             if plain.tree_size > self.checkpoint_file_size():
                 fsync_write(self.path / CHECKPOINT_NAME, plain.note.encode("utf-8"))
         finally:
-            os.close(fd)
+            with _LOCK_FDS_GUARD:
+                _LOCK_FDS.discard(fd)
+                os.close(fd)
 
     def _sign_in_txn(self, txn: _Txn, extensions: tuple[str, ...] = ()) -> tuple[StoredCheckpoint, StoredCheckpoint]:
         """(the plain checkpoint of the current size, the one asked for: the same unless ``extensions``)."""
