@@ -1709,7 +1709,20 @@ class RunContext:
         """The strings redaction (a sensitive key name or a configured path) took out of what this
         run recorded so far in this process (tool-call arguments, results, model calls, state, notes'
         ``about``; at least 4 characters), longest first: scrubbed from every later content field,
-        error text and note of the run (docs/content-modes.md, "Values redacted earlier in the run")."""
+        error text and note of the run (docs/content-modes.md, "Values redacted earlier in the run").
+        [] outside ``redacted`` mode: in ``hashes-only`` mode those fields are HMAC markers whole, and
+        the values are kept out of a state's label only (:meth:`_label_secrets`)."""
+        with self._lock:
+            if not self._error_secrets:
+                return []
+            secrets = sorted(self._error_secrets, key=lambda v: (-len(v), v))
+        redactor = getattr(self.store, "redactor", None)
+        return secrets if redactor is not None and getattr(redactor.policy, "mode", None) == "redacted" else []
+
+    def _label_secrets(self) -> list[str]:
+        """The values redaction took out of what this run recorded so far (:meth:`_run_secrets`), in
+        ``redacted`` and ``hashes-only`` mode alike: a state's label is kept readable in both, so none
+        of them may stay in it."""
         with self._lock:
             if not self._error_secrets:
                 return []
@@ -1991,8 +2004,8 @@ class RunContext:
 
         ``label`` is kept readable, but holds no secret: unless the store's content mode is ``full``,
         a pattern's match, a value the state holds under a sensitive key name or a configured path
-        (``{"password": "hunter2"}`` labelled ``"login hunter2"``) and, in ``redacted`` mode, a
-        value redacted earlier in the run are replaced by in-string markers.
+        (``{"password": "hunter2"}`` labelled ``"login hunter2"``) and a value redacted earlier in
+        the run (in ``redacted`` and ``hashes-only`` mode) are replaced by in-string markers.
 
         Raises:
             ConfigError: ``label`` is neither None nor a string, or holds a lone surrogate
@@ -2007,7 +2020,7 @@ class RunContext:
                 _check_name("state label", label)
         payload: dict[str, Any] = {"state": self._without_echoed_secrets(state)}
         if label:
-            secrets = self._run_secrets()  # values redacted earlier in the run: scrubbed, as from a note's text
+            secrets = self._label_secrets()  # values redacted earlier in the run (redacted, hashes-only)
             payload["label"] = self.store.redactor.scrub_values(label, secrets) if secrets else label
         step = self._take_step()
         self._append_fresh([self._draft("state.saved", payload, step)], step)

@@ -81,3 +81,44 @@ def test_a_run_with_a_scrubbed_label_replays(tmp_path):
     assert result.reproduced, result.divergence
     assert result.steps_compared == 2
     store.close()
+
+
+def test_hashes_only_scrubs_a_label_of_values_redacted_earlier_in_the_run(tmp_path):
+    """hashes-only is the strictest mode: a value redacted earlier in the run (a tool call's
+    argument, an earlier state's) is kept out of a later label there too (it was stored in clear)."""
+    store = init_store(tmp_path / "s", content=ContentPolicy(mode="hashes-only"))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="x") as run:
+        run.call_tool("auth", "login", {"user": "alice", "password": SECRET}, lambda user, password: "ok")
+        run.save_state({"step": 2}, label=f"after {SECRET}")        # a tool call's argument
+        run.save_state({"api_key": "sk-state-0001"}, label="one")
+        run.save_state({"step": 3}, label="key sk-state-0001 used")  # an earlier state's
+        run.save_state({"n": 4}, label="plain")
+    labels = _labels(store, run.run_id)
+    assert re.fullmatch(f"after {MARK}", labels[0]), labels
+    assert labels[1] == "one"
+    assert re.fullmatch(f"key {MARK} used", labels[2]), labels
+    assert labels[3] == "plain"
+    assert verify_store(store).ok
+    store.close()
+    data = _files(tmp_path / "s")
+    assert SECRET.encode() not in data and b"sk-state-0001" not in data
+
+
+@pytest.mark.parametrize("mode", ["redacted", "hashes-only"])
+def test_a_run_with_a_label_scrubbed_of_an_earlier_value_replays(tmp_path, mode):
+    """(A hashes-only run's tool results cannot be served again: an earlier state's secret here.)"""
+    from sealbox.replay import Replayer
+
+    store = init_store(tmp_path / "s", content=ContentPolicy(mode=mode))
+
+    def agent(run):
+        run.save_state({"api_key": "sk-state-0001"}, label="one")
+        run.save_state({"step": 2}, label="key sk-state-0001 used")
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="x") as run:
+        agent(run)
+    result = Replayer(store).replay(run.run_id, agent)
+    assert result.reproduced, result.divergence
+    assert result.steps_compared == 2
+    store.close()
+    assert b"sk-state-0001" not in _files(tmp_path / "s")

@@ -284,7 +284,7 @@ class EventBuilder:
                             raise InvalidEventError(f"{draft.kind}: {exc}") from exc
                 redacted = self._redact(name, value, data)
                 if redacted is not value:
-                    _note_redacted(self.redactor, value, redacted)
+                    _note_redacted(self.redactor, value, redacted, name, data)
                     if self.redactor.policy.mode == "redacted":
                         own.extend(own_values(value, redacted, keys=self.redactor.key_names))
                 fields.append((name, value, data, redacted))
@@ -420,7 +420,7 @@ def redact_note(redactor: Any, payload: dict[str, Any], own: "list[str] | None" 
         about = _store_tags_escaped(payload["about"])
         out["about"], changed = redactor.apply("about", about)
         if changed:
-            _note_redacted(redactor, about, out["about"])
+            _note_redacted(redactor, about, out["about"], "about")
             own = own_values(about, out["about"], keys=redactor.key_names) if redactor.policy.mode == "redacted" else []
             if own:  # the note itself is scrubbed of them: "key K" beside {"api_key": K}
                 out["about"] = redactor.scrub_values_in(out["about"], own)[0]
@@ -438,7 +438,8 @@ _REDACTED_INTO: contextvars.ContextVar["set[str] | None"] = contextvars.ContextV
 def noting_redacted(sink: "set[str]") -> Iterator["set[str]"]:
     """While in force (in this thread or task), every string that the store's ``redacted`` mode takes
     out of a content field or a note's ``about`` by a sensitive key name or a configured path (at
-    least 4 characters, as ``Redactor.removed_strings`` lists them) is added to ``sink``: the
+    least 4 characters, as ``Redactor.removed_strings`` lists them; in ``hashes-only`` mode, the
+    strings that mode would take out, ``Redactor.secret_values``) is added to ``sink``: the
     recorder learns what a run has redacted (from results, model calls, state…) without a walk of
     its own; nothing is done, at no cost, for content nothing was redacted from."""
     token = _REDACTED_INTO.set(sink)
@@ -448,12 +449,19 @@ def noting_redacted(sink: "set[str]") -> Iterator["set[str]"]:
         _REDACTED_INTO.reset(token)
 
 
-def _note_redacted(redactor: Any, before: Any, after: Any) -> None:
+def _note_redacted(redactor: Any, before: Any, after: Any, name: str, data: bytes | None = None) -> None:
     sink = _REDACTED_INTO.get()
-    if sink is not None and redactor.policy.mode == "redacted":
+    if sink is None:
+        return
+    mode = redactor.policy.mode
+    if mode == "redacted":
         from sealbox.redaction import _removed_from
 
         sink.update(_removed_from(before, after, 4, redactor.key_names))
+    elif mode == "hashes-only" and not redactor.surely_clean(before, data):
+        # the whole field is one marker, but the values a key name or path would take out of it are
+        # still kept out of a readable name the run writes later (a state label)
+        sink.update(redactor.secret_values(name, before))
 
 
 def _new_event(**fields: Any) -> Event:
