@@ -236,11 +236,8 @@ class _Call:
     event: Event
     decisions: list[Event] = field(default_factory=list)
     approvals: list[str] = field(default_factory=list)
-    answers: list[Event] = field(default_factory=list)
-    expired: bool = False
     result: Event | None = None
     last_ns: int = 0
-    outcome_on_resume: str | None = None
 
 
 class _RunBuilder:
@@ -251,6 +248,7 @@ class _RunBuilder:
         self.store, self.run_id, self.events, self.trace_id = store, run_id, events, trace_id
         self.parent, self.content, self.resource, self.scope, self.batch = parent, content, resource, scope, batch
         self.verdicts: dict[int, Any] = {}  # approval.answered leaf -> its Answer, set by build()
+        self.approvals: dict[str, Any] = {}  # approval id -> its ApprovalState, set by build()
         self.run_ctx = _ctx(trace_id, span_id_for("run", run_id))
 
     # -- helpers
@@ -282,22 +280,25 @@ class _RunBuilder:
 
     # -- the run
 
-    def _answer_verdicts(self) -> dict[int, Any]:
-        """Each ``approval.answered``'s verdict, by leaf index, as every reader takes it
-        (:func:`sealbox.approvals.evaluate`): whether it counts, why not, its flags (with the
-        ``shared_identity`` flag the log implies)."""
-        if not any(e.kind == "approval.answered" for e in self.events):
-            return {}
+    def _approval_states(self) -> list[Any]:
+        """Each approval request of the run, in log order, as every reader takes it
+        (:func:`sealbox.approvals.evaluate`, with the store's identities read once)."""
+        if not any(e.kind == "approval.requested" for e in self.events):
+            return []
         from sealbox.approvals import _RELATED, evaluate
         from sealbox.identities import identity_book
 
         book = identity_book(self.store)
         related = [e for e in self.events if e.kind in _RELATED]
-        return {a.leaf_index: a for e in self.events if e.kind == "approval.requested"
-                for a in evaluate(e, related, book).answers}
+        return [evaluate(e, related, book) for e in self.events if e.kind == "approval.requested"]
 
     def build(self) -> None:
-        self.verdicts = self._answer_verdicts()
+        # each approval.answered's verdict by leaf index, as every reader takes it: whether it counts,
+        # why not, its flags (with the shared_identity flag the log implies); each request's state,
+        # which gives a held call's outcome (sealbox.approvals.call_outcome, as `sealbox calls`)
+        states = self._approval_states()
+        self.verdicts = {a.leaf_index: a for st in states for a in st.answers}
+        self.approvals = {st.approval_id: st for st in states if isinstance(st.approval_id, str)}
         events = self.events
         started = events[0]
         info = started.payload
@@ -335,10 +336,6 @@ class _RunBuilder:
                         call.decisions.append(ev)
                     elif ev.kind == "approval.requested":
                         call.approvals.append(p["approval_id"])
-                    elif ev.kind == "approval.answered":
-                        call.answers.append(ev)
-                    else:
-                        call.expired = True
             elif ev.kind == "tool.result":
                 call = calls.get(p.get("call_id"))
                 if call is not None:
@@ -352,10 +349,6 @@ class _RunBuilder:
                     if s["resumed"] is None and (not wanted or wanted & set(s["event"].payload.get("approval_ids") or ())):
                         s["resumed"] = ev
                         break
-                for aid, outcome in (p.get("outcomes") or {}).items():
-                    call = calls.get(approval_call.get(aid, ""))
-                    if call is not None and isinstance(outcome, str):
-                        call.outcome_on_resume = outcome
             elif ev.kind == "run.ended":
                 ended = ev
 
@@ -444,6 +437,8 @@ class _RunBuilder:
         return _ctx(self.trace_id, span_id_for("tool", self.run_id, call_id))
 
     def _tool_span(self, call: _Call, model_ctx: SpanContext | None) -> None:
+        from sealbox.approvals import call_outcome
+
         p = call.event.payload
         start = _ns(call.event.ts)
         end = call.last_ns
@@ -454,18 +449,15 @@ class _RunBuilder:
         if result is not None:
             end = max(end, _ns(call.result.ts), start + (_int(result.get("duration_us")) or 0) * 1000)
             outcome = "ok" if result.get("ok") else "error"
+        elif call.approvals and call.approvals[-1] in self.approvals:
+            # held for approval: what its (latest) request came to, as `sealbox calls` gives it
+            outcome = call_outcome(self.approvals[call.approvals[-1]])
         elif effect == "deny":
             outcome = "denied"
-        elif call.outcome_on_resume in ("denied", "expired"):
-            outcome = call.outcome_on_resume
-        elif call.expired:
-            outcome = "expired"
-        elif any(a.payload.get("decision") == "deny" for a in call.answers):
-            outcome = "denied"
-        elif effect == "require_approval" and call.outcome_on_resume is None:
-            outcome = "pending"
+        elif effect == "require_approval":
+            outcome = "held"
         else:
-            outcome = "unknown"  # allowed (or approved) and no result: the process died while it ran
+            outcome = "unknown"  # allowed and no result: still running, or the process died while it ran
         attrs = _attrs(
             gen_ai__operation__name="execute_tool", gen_ai__tool__name=p["tool"], gen_ai__tool__call__id=p["call_id"],
             gen_ai__tool__type="function", sealbox__server=p["server"], sealbox__tool__exposed=_str(p.get("exposed")),

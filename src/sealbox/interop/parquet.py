@@ -32,13 +32,17 @@ def call_rows(store: Any, run_ids: Sequence[str]) -> list[dict[str, Any]]:
     ``arguments`` is the RFC 8785 JSON text of the resolved arguments (blob
     references kept where content was erased). ``decision``/``rule``/``reason_code``
     are the first policy decision; ``final_decision`` the last (after an approval);
-    ``approval`` is ``approved``/``denied``/``expired``/``pending`` or None; ``approver``
+    ``approval`` is its (latest) request's status (``pending``, ``approved``, ``denied``, ``expired``,
+    ``closed``…: :class:`sealbox.approvals.ApprovalState`) or None; ``approver``
     the identities whose answers decided it; ``flags`` sorted markers: the approval's
     flag codes (``shared_identity``, ``multiple_clients``, ``acts_as_agent``),
     ``guardrail_tripped``, ``outcome_unknown``, ``imported``, ``replayed`` (a call of a replay run:
     served from the record, or run again for real by a replay with live tools; ``sealbox calls``
-    leaves these out unless ``--replays``). ``outcome`` is ``ok``,
-    ``error``, ``denied``, ``held`` or ``unknown`` (allowed, no result).
+    leaves these out unless ``--replays``). ``outcome`` is ``ok`` or ``error`` (the tool ran),
+    ``denied`` (by the policy); for a call held for approval without a result, what ``sealbox calls``
+    gives it (:func:`sealbox.approvals.call_outcome`): ``denied``, ``expired``, ``unknown`` (approved
+    and resumed: it may have run), ``abandoned`` (its run ended without resuming it) or ``held`` (it
+    may still run); else ``unknown`` (allowed, no result: still running, or the process died).
     """
     rows: list[tuple[int, dict[str, Any]]] = []
     for run_id in run_ids:
@@ -106,11 +110,16 @@ def _row(store: Any, run_id: str, agent: str | None, imported: bool, replayed: b
 
 
 def _outcome(effect: str | None, result: dict | None, state: Any) -> str:
+    """``effect``: the call's last decision; ``state``: its (latest) approval request's, or None."""
+    from sealbox.approvals import call_outcome
+
     if result is not None:
         return "ok" if result["ok"] else "error"
-    if effect == "deny" or (state is not None and state.status in ("denied", "expired")):
+    if state is not None:  # held for approval: what its request came to, as `sealbox calls` gives it
+        return call_outcome(state)
+    if effect == "deny":
         return "denied"
-    if effect == "require_approval" or (state is not None and state.status == "pending"):
+    if effect == "require_approval":
         return "held"
     return "unknown"
 

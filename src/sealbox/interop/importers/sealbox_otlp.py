@@ -11,8 +11,9 @@ format has, it says what the store knew and no other tracer does; the importer m
 - ``sealbox.tool.duration_us`` is the result's duration (the span also covers an approval wait),
   ``sealbox.model.latency_us`` the model call's latency (the span never starts before its run; a
   model span without it had an unknown latency, imported as ``latency_us: null``);
-  ``sealbox.tool.outcome`` ``denied`` / ``pending`` / ``expired`` / ``unknown`` means the tool did not
-  run (or its result was never recorded): no ``tool.result``;
+  ``sealbox.tool.outcome`` ``denied`` / ``expired`` / ``held`` / ``abandoned`` / ``unknown`` (or
+  ``pending``, from an earlier export) means the tool did not run (or its result was never
+  recorded): no ``tool.result``;
 - ``sealbox.server`` and ``sealbox.tool.exposed`` are the call's server and exposed name;
 - a model span's ``sealbox.model.tool_call_ids`` are the calls it requested (the export sends no
   messages), each in its place (a null, a call requested without an id, keeps its position, so the
@@ -34,7 +35,9 @@ from typing import Any
 
 EFFECTS = ("allow", "deny", "require_approval")
 #: ``sealbox.tool.outcome`` values for which the tool never ran, or ran with no recorded result.
-NOT_RUN = frozenset({"denied", "pending", "expired", "unknown"})
+#: (``held`` and ``abandoned`` since the export gives a held call ``sealbox calls``' outcome; ``pending`` is
+#: what earlier exports wrote for a call awaiting approval.)
+NOT_RUN = frozenset({"denied", "expired", "held", "abandoned", "unknown", "pending"})
 #: Labels the importer sets itself; a source label of that name is not copied.
 OWN_LABELS = frozenset({"imported", "import_format"})
 
