@@ -63,3 +63,20 @@ async def test_joining_a_run_id_holding_a_nul_is_an_unknown_run_as_on_sqlite(tmp
             await client.call_tool("toy__add", {"a": 1, "b": 2}, meta={"sealbox/run_id": "no\x00such"})
     assert (err.value.code, str(err.value)) == (UNKNOWN_RUN, "no run 'no\\x00such' in this store")
     assert gateway_runs(pg_store) == [] and toy_log(tmp_path) == []
+
+
+def test_a_calls_events_are_read_by_call_id_as_on_sqlite(tmp_path, pg_store):
+    """Reader.call_events (what a gateway waiting for another process's result polls) on PostgreSQL."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    with Recorder(pg_store, ALLOW_ALL).run(agent="a") as run:
+        for i in range(3):
+            run.call_tool("srv", "t", {"i": i}, lambda i: i * 10, call_id=f"c{i}")
+    reader = pg_store.reader()
+    [result] = reader.call_events(run.run_id, "c1", "tool.result")
+    [decision] = reader.call_events(run.run_id, "c1", "policy.decision")
+    assert (result.payload["call_id"], result.payload["ok"], decision.payload["effect"]) == ("c1", True, "allow")
+    assert reader.call_events("run_other", "c1", "tool.result") == []
+    with pytest.raises(ValueError):
+        reader.call_events(run.run_id, "c1", "tool.call")

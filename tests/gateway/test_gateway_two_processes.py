@@ -174,3 +174,90 @@ async def test_a_result_the_record_keeps_redacted_is_not_served_as_if_it_were_th
     assert again.meta["sealbox/approval"]["from_record"] is True
     assert counts(store, run_id) == {"tool.call": 1, "approval.requested": 1, "run.resumed": 1, "tool.result": 1}
     assert len(toy_log(tmp_path)) == 1
+
+
+class _Counted:
+    """Counts, on one gateway's own store handle, its write transactions (``append_with``: a claim is
+    one, refused or not) and the events of one run its reads return (``read_run``, and a reader's
+    ``events`` / ``call_events``)."""
+
+    def __init__(self, store, run_id: str) -> None:
+        self.writes = self.run_rows = self.whole_run_reads = 0
+        self.run_id = run_id
+        append_with, read_run, reader = store.append_with, store.read_run, store.reader
+
+        def counted_append_with(*args, **kwargs):
+            self.writes += 1
+            return append_with(*args, **kwargs)
+
+        def counted_read_run(run_id, *args, **kwargs):
+            out = read_run(run_id, *args, **kwargs)
+            self.whole_run_reads += run_id == self.run_id
+            self.rows(out)
+            return out
+
+        def counted_reader():
+            inner = reader()
+            for name in ("events", "call_events"):
+                if hasattr(inner, name):
+                    method = getattr(inner, name)
+                    setattr(inner, name, lambda *a, _m=method, **k: self.rows(_m(*a, **k)))
+            return inner
+
+        store.append_with, store.read_run, store.reader = counted_append_with, counted_read_run, counted_reader
+
+    def rows(self, events):
+        self.run_rows += sum(e.run_id == self.run_id for e in events)
+        return events
+
+    def reset(self) -> None:
+        self.writes = self.run_rows = self.whole_run_reads = 0
+
+
+async def test_waiting_for_the_other_gateways_result_takes_no_write_lock_and_reads_only_the_calls_result(
+        tmp_path, store, alice):
+    """While the other gateway still runs the approved tool, the waiting one used to claim the request
+    again on every poll (a write transaction, refused ``already_resumed``) and read the whole run each
+    time: about 2 s / 0.05 s polls of both, each slower the longer the run. Now it sees the request
+    resumed in the state it read, claims nothing, and each poll reads only the call's ``tool.result``
+    (by call id): no write, and the run's 400 notes are never read."""
+    from dataclasses import replace
+
+    sdk = Recorder(store, ALLOW_ALL).run(agent="sdk-agent")
+    sdk.start()
+    for i in range(400):  # a long run
+        sdk.note(f"note {i}")
+    run_id = sdk.run_id
+    meta = {"sealbox/run_id": run_id}
+    args = {"seconds": 2.0}
+    gw_a, gw_b = gateway(tmp_path, hold=0.3), gateway(tmp_path, hold=10)
+    counted = _Counted(gw_a.store, run_id)
+    results: dict[str, object] = {}
+    try:
+        async with running(gw_a) as tg_a, running(gw_b) as tg_b, connect(gw_a, tg_a) as via_a, \
+                connect(gw_b, tg_b) as via_b:
+            first = await via_a.call_tool("toy__slow", args, meta=meta)  # A records it; pending in its memory
+            aid = first.meta["sealbox/approval"]["approval_id"]
+            gw_a.config = replace(gw_a.config, limits=replace(gw_a.config.limits, approval_hold_s=10))
+
+            async def call(name, client) -> None:
+                results[name] = await client.call_tool("toy__slow", args, meta=meta)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "b", via_b)  # B joins the run, finds the request and holds it
+                await anyio.sleep(0.3)
+                await anyio.to_thread.run_sync(answer, store, aid, "approve", "fine", alice)
+                await until(lambda: toy_log(tmp_path))  # B resumed it and the tool runs upstream now
+                counted.reset()
+                tg.start_soon(call, "a", via_a)  # A: resumed elsewhere, its result not recorded for ~2 s
+    finally:
+        gw_a.store.close()
+        gw_b.store.close()
+
+    assert (results["a"].is_error, text_of(results["a"])) == (False, "slow done")
+    assert results["a"].meta["sealbox/approval"]["from_record"] is True
+    assert counts(store, run_id) == {"tool.call": 1, "approval.requested": 1, "run.resumed": 1, "tool.result": 1}
+    assert len(toy_log(tmp_path)) == 1
+    # A's retry: no write transaction at all, the run never read whole; its rows read are the request's
+    # state once (approval.requested, approval.answered, run.resumed) and the call's tool.result once
+    assert (counted.writes, counted.whole_run_reads, counted.run_rows) == (0, 0, 4)

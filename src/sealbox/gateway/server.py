@@ -1323,6 +1323,9 @@ class Gateway:
         reports = _has_progress_token(ctx)
         answer: types.CallToolResult | None = None  # not the request's outcome: the resumption was not recorded
         served = False  # the outcome was settled by another call of this request
+        # its state once another gateway process is seen to have resumed it: final, not read again; each poll
+        # then only looks for the call's tool.result (_resumed_elsewhere), with no claim (no write lock)
+        elsewhere: Any = None
         self._holding += 1
         pending.holds += 1
         async with anyio.create_task_group() as tg:
@@ -1334,7 +1337,7 @@ class Gateway:
                     if pending.settled:  # another call of this request (the earlier one, or a retry) settled it
                         served = True
                         break
-                    state = await anyio.to_thread.run_sync(get_approval, self.store, aid)
+                    state = elsewhere or await anyio.to_thread.run_sync(get_approval, self.store, aid)
                     # an approval withdrawn (its identity disabled or re-keyed before the call ran): claim notes
                     # it, once
                     withdrawn = {(a.identity, a.leaf_index) for a in state.answers if a.withdrawn_by is not None}
@@ -1346,7 +1349,9 @@ class Gateway:
                             if pending.settled:
                                 served = True
                                 break
-                            answer = await self._settle(run, pending, arguments, forward, own_run)
+                            if state.resumed:  # not by this process (it would have settled it): by another one
+                                elsewhere = state
+                            answer = await self._settle(run, pending, arguments, forward, own_run, state)
                             if pending.settled or answer is not None:
                                 break
                     now = anyio.current_time()
@@ -1387,22 +1392,29 @@ class Gateway:
                              f"expires {pending.expires_at}) [call {pending.call_id}]", {"sealbox/approval": info})
 
     async def _settle(self, run: RunContext, pending: Pending, arguments: dict[str, Any], forward: Any,
-                      own_run: bool) -> types.CallToolResult | None:
+                      own_run: bool, state: Any = None) -> types.CallToolResult | None:
         """Claim a decided request once (``run.resumed``); approved: forward once and record the result.
 
         Returns the request's outcome (also set as ``pending.outcome``, ``pending.settled`` and kept
         as undelivered until :meth:`_hand_over` gives it to a live request); None while it is
         still pending; an ``isError`` result that is *not* an outcome (the request is not settled,
-        a retry tries again) when ``run.resumed`` could not be recorded."""
+        a retry tries again) when ``run.resumed`` could not be recorded.
+
+        ``state``: the request's state as the hold last read it; when it is already resumed (by another
+        gateway process on this store) nothing is claimed, which would take the store's write lock only
+        to be refused: the outcome is read from the record (:meth:`_resumed_elsewhere`)."""
         from sealbox.pause import _denial, claim
 
         aid = pending.approval_id
         with anyio.CancelScope(shield=True):  # a client that goes away still leaves the outcome, kept for its retry
+            if state is not None and state.resumed:
+                elsewhere = await anyio.to_thread.run_sync(self._resumed_elsewhere, run, pending, state)
+                return None if elsewhere is None else self._settled(pending, elsewhere)
             try:
                 claimed = await self._write(lambda: claim(run, aid, arguments))
             except ApprovalError as exc:
                 if exc.code == "already_resumed":  # by another gateway process on this store: its outcome
-                    elsewhere = await anyio.to_thread.run_sync(self._resumed_elsewhere, run, pending)
+                    elsewhere = await anyio.to_thread.run_sync(self._resumed_elsewhere, run, pending, None)
                     return None if elsewhere is None else self._settled(pending, elsewhere)
                 return self._settled(pending, _error_result(
                     f"approval {aid}: {exc}", {"sealbox/approval": {"approval_id": aid, "error": exc.code}}))
@@ -1445,7 +1457,7 @@ class Gateway:
                         log.error("could not record the end of run %s: %s", run.run_id, exc)
             return result
 
-    def _resumed_elsewhere(self, run: RunContext, pending: Pending) -> types.CallToolResult | None:
+    def _resumed_elsewhere(self, run: RunContext, pending: Pending, state: Any) -> types.CallToolResult | None:
         """The outcome of a request another process resumed (its ``run.resumed`` is in the store, not
         this gateway's), read from the record; None while its approved call has no ``tool.result`` yet
         (the other process runs it: the hold goes on). Store reads only (a worker thread).
@@ -1454,14 +1466,20 @@ class Gateway:
         recorded ``tool.result`` (in a store whose content mode is not ``full`` the record holds markers,
         not the result: an ``isError`` result says where it is). Never a second approval, never a
         second run of the tool. ``_meta["sealbox/approval"]`` says ``delivered_on_retry`` and
-        ``from_record``."""
+        ``from_record``.
+
+        ``state``: the request's state, resumed (None: read here). Called on every poll while the other
+        process runs the call: it reads only that call's events of the kind it needs (the store's
+        ``events_call`` index, :meth:`Reader.call_events <sealbox.store.sqlite_queries.Reader.call_events>`),
+        never the whole run, so a long run does not make a poll slower."""
         from sealbox.approvals import get_approval
         from sealbox.pause import _denial
 
-        state = get_approval(self.store, pending.approval_id)
+        if state is None:
+            state = get_approval(self.store, pending.approval_id)
+        reader = self.store.reader()
         meta = {"approval_id": pending.approval_id, "status": DELIVERED_ON_RETRY, "run_id": pending.run_id,
                 "call_id": pending.call_id, "from_record": True}
-        events = [e for e in self.store.read_run(run.run_id) if e.payload.get("call_id") == pending.call_id]
         outcome = state.outcome
         if outcome is None:  # its run.resumed is malformed or names no outcome for it
             return _error_result(f"approval {pending.approval_id} was resumed by another process, and the record "
@@ -1469,14 +1487,15 @@ class Gateway:
                                  {"sealbox/approval": {**meta, "error": "already_resumed"}})
         if outcome != "approved":
             decision = None
-            again = [e.payload for e in events if e.kind == "policy.decision" and e.payload.get("reevaluated")]
+            again = [e.payload for e in reader.call_events(run.run_id, pending.call_id, "policy.decision")
+                     if e.payload.get("reevaluated")]
             if again:
                 d = again[-1]
                 decision = Decision(d.get("effect"), d.get("reason_code"), d.get("rule"), str(d.get("reason", "")),
                                     str(d.get("policy_fingerprint", "")))
             denied = _failure(_denial(run, state, outcome, decision))
             return denied.model_copy(update={"meta": {**(denied.meta or {}), "sealbox/approval": meta}})
-        result = next((e.payload for e in events if e.kind == "tool.result"), None)
+        result = next((e.payload for e in reader.call_events(run.run_id, pending.call_id, "tool.result")), None)
         if result is None:
             return None
         if "result" in result:

@@ -63,7 +63,7 @@ from sealbox.ledger.checkpoint import Checkpoint, generate_key
 from sealbox.store import migrate
 from sealbox.store import sqlite as _sq
 from sealbox.store.base import CheckpointPolicy, EventBuilder, StoreConfigError, StoredCheckpoint, fsync_write, utc_now
-from sealbox.store.sqlite_queries import _LIFECYCLE, DamagedEventError, Reader, SqliteQueries, event_from_row
+from sealbox.store.sqlite_queries import _CALL_KINDS, _LIFECYCLE, DamagedEventError, Reader, SqliteQueries, event_from_row
 
 __all__ = ["PostgresStore", "CONFIG_NAME", "SECRET_NAME", "is_postgres_folder", "test_factory"]
 
@@ -232,6 +232,15 @@ class PgReader(Reader):
     def calls_after(self, run_id: str, run_seq: int) -> list[tuple[str, Any]]:
         return self.conn.execute("SELECT step, call_id FROM events WHERE run_id = ? AND run_seq > ?"
                                  " AND kind = 'tool.call' ORDER BY run_seq", (run_id, run_seq)).fetchall()
+
+    def call_events(self, run_id: str, call_id: str, kind: str) -> list[Event]:
+        """As :meth:`Reader.call_events <sealbox.store.sqlite_queries.Reader.call_events>` (the
+        ``events_call`` index, (call_id, kind))."""
+        if kind not in _CALL_KINDS:
+            raise ValueError(f"not a kind events_call holds: {kind!r}")
+        rows = self.conn.execute(f"SELECT {_EVENT_COLS} FROM events WHERE call_id = ? AND kind = ? AND run_id = ?"
+                                 " ORDER BY leaf_index", (call_id, kind, run_id)).fetchall()
+        return [event_from_row(*r) for r in rows]
 
     def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
                field: tuple[str, str] | None = None, limit: int | None = None,

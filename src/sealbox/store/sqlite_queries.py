@@ -22,6 +22,9 @@ from sealbox.store.base import DamagedEventError, hash_tag
 #: as they are (an undecodable TEXT must not stop a read with a UTF-8 error).
 _EVENT_COLS = "leaf_index, CAST(raw AS BLOB), CAST(leaf_hash AS BLOB)"
 
+#: The kinds of the ``events_call`` partial index (:meth:`Reader.call_events`).
+_CALL_KINDS = ("policy.decision", "tool.result")
+
 
 def event_from_row(leaf_index: int, raw: bytes, leaf_hash: bytes) -> Event:
     """Build an :class:`Event` from stored columns (the envelope is parsed from ``raw``).
@@ -453,6 +456,20 @@ class Reader:
         return self.conn.execute("SELECT step, call_id FROM events INDEXED BY events_run WHERE run_id = ? "
                                  "AND run_seq > ? AND kind = 'tool.call' ORDER BY run_seq",
                                  (run_id, run_seq)).fetchall()
+
+    def call_events(self, run_id: str, call_id: str, kind: str) -> list[Event]:
+        """The events of ``kind`` (``policy.decision`` or ``tool.result``) of call ``call_id`` of run
+        ``run_id``, in log order.
+
+        Read through ``events_call`` (call_id, kind), the partial index of those two kinds (migration
+        0004; the kind is a literal in the SQL so that the planner may use it): the rows of that call
+        only, however long the run (``field=("call_id", …)`` of :meth:`events` reads every event of
+        the kind in the run)."""
+        if kind not in _CALL_KINDS:
+            raise ValueError(f"not a kind events_call holds: {kind!r}")
+        sql = (f"SELECT {_EVENT_COLS} FROM events INDEXED BY events_call WHERE call_id = ? AND kind = '{kind}'"
+               " AND run_id = ? ORDER BY leaf_index")
+        return [event_from_row(*r) for r in self.conn.execute(sql, (call_id, run_id)).fetchall()]
 
     def count(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run a ``SELECT count(...)``-style query returning one number."""
