@@ -261,3 +261,60 @@ async def test_waiting_for_the_other_gateways_result_takes_no_write_lock_and_rea
     # A's retry: no write transaction at all, the run never read whole; its rows read are the request's
     # state once (approval.requested, approval.answered, run.resumed) and the call's tool.result once
     assert (counted.writes, counted.whole_run_reads, counted.run_rows) == (0, 0, 4)
+
+
+#: A genuine tool output that quotes how a record shows redaction markers (as sealbox.redaction's
+#: docstring does): no marker the store wrote, nothing redacted from it.
+QUOTING = ('a record shows a redacted value as {"$redacted": "hmac-sha256:<hex>"}, or inside a string as '
+           '⟦redacted:hmac-sha256:<hex>⟧; "$redacted" is the tag')
+
+
+async def test_a_result_that_only_quotes_the_marker_text_is_served_from_the_record(tmp_path, store, alice):
+    """A result holding the text ``$redacted`` / ``⟦redacted:`` but no marker the store wrote is the
+    tool's own answer: served. It used to be refused as if the record held redaction markers."""
+    run_id = agent_run(store)
+    meta = {"sealbox/run_id": run_id}
+    args = {"text": QUOTING}
+    gw_a, gw_b = gateway(tmp_path, hold=0.3), gateway(tmp_path, hold=5)
+    try:
+        async with running(gw_a) as tg_a, running(gw_b) as tg_b, connect(gw_a, tg_a) as via_a, \
+                connect(gw_b, tg_b) as via_b:
+            first = await via_a.call_tool("toy__echo", args, meta=meta)
+            aid = first.meta["sealbox/approval"]["approval_id"]
+            await anyio.to_thread.run_sync(answer, store, aid, "approve", "fine", alice)
+            settled = await via_b.call_tool("toy__echo", args, meta=meta)
+            again = await via_a.call_tool("toy__echo", args, meta=meta)
+    finally:
+        gw_a.store.close()
+        gw_b.store.close()
+
+    assert (settled.is_error, text_of(settled)) == (False, QUOTING)
+    assert (again.is_error, text_of(again)) == (False, QUOTING)
+    assert again.meta["sealbox/approval"]["from_record"] is True
+    assert len(toy_log(tmp_path)) == 1
+
+
+def test_holds_marker_finds_only_the_markers_the_store_writes():
+    import base64
+
+    from sealbox.canonical import encode
+    from sealbox.gateway.server import _holds_marker
+
+    digest = "hmac-sha256:" + "0123456789abcdef" * 4
+    real = [
+        {"content": [{"type": "text", "text": {"$redacted": digest}}]},  # a whole value redacted
+        {"content": [{"type": "text", "text": f"key ⟦redacted:{digest}⟧ used"}]},  # inside a string
+        {"structuredContent": {"$esc": {"$ref": f"⟦redacted:{digest}⟧"}}},  # inside a user's $-keyed dict
+        {"_meta": {f"k⟦redacted:{digest}⟧": 1}},  # in a key
+        {"raw": {"$bytes": base64.b64encode(f"b ⟦redacted:{digest}⟧".encode()).decode()}},  # inside bytes
+        {"$redacted": digest},  # hashes-only: the whole result
+    ]
+    genuine = [
+        encode({"content": [{"type": "text", "text": QUOTING}]}),
+        encode({"structuredContent": {"$redacted": digest}}),  # a tool's own dict: stored as {"$esc": {...}}
+        encode({"structuredContent": {"$redacted": "x", "note": "⟦redacted:hmac-sha256:12⟧"}}),
+        encode({"raw": "⟦redacted:hmac-sha256:<hex>⟧".encode()}),
+        {"content": [{"type": "text", "text": {"$redacted": "not a digest"}}]},
+    ]
+    assert [_holds_marker(v) for v in real] == [True] * len(real)
+    assert [_holds_marker(v) for v in genuine] == [False] * len(genuine)
