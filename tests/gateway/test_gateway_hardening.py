@@ -226,6 +226,24 @@ upstreams:
                "unset it, or name a run the agent started\n")
 
 
+def test_run_id_system_given_to_the_gateway_names_the_argument_not_the_environment(tmp_path, monkeypatch):
+    """The refusal used to say ``SEALBOX_RUN_ID=system`` … ``unset it`` also when the id came from
+    ``Gateway(run_id=...)`` and the variable was not set at all."""
+    from sealbox.errors import ConfigError
+
+    monkeypatch.delenv("SEALBOX_RUN_ID", raising=False)
+    with pytest.raises(ConfigError) as err:
+        Gateway(toy_config(tmp_path), run_id="system")
+    assert str(err.value) == ("Gateway(run_id='system'): 'system' is the store's own record, not a run calls can "
+                              "join; pass the id of a run the agent started")
+    monkeypatch.setenv("SEALBOX_RUN_ID", "system")  # the environment's, as `sealbox gateway serve` is given it
+    with pytest.raises(ConfigError) as err:
+        Gateway(toy_config(tmp_path))
+    assert str(err.value) == ("SEALBOX_RUN_ID=system: 'system' is the store's own record, not a run calls can join; "
+                              "unset it, or name a run the agent started")
+    assert not (tmp_path / "store").exists()  # refused before the store is opened
+
+
 # ---------------------------------------------------------------------------- 4. -32000 from a live upstream
 
 

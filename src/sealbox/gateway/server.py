@@ -289,7 +289,8 @@ class Gateway:
         policy: a policy (default: ``config.policy`` loaded, or ``ALLOW_ALL`` when it says so).
         run_id: a run every call joins unless its ``_meta`` names another (default: ``$SEALBOX_RUN_ID``);
             stdio only: :func:`~sealbox.gateway.transports.http_app` refuses a gateway with one, since
-            every HTTP session would join it.
+            every HTTP session would join it. ``system`` (the store's own record) is refused with a
+            ConfigError naming where it came from (this argument, or ``SEALBOX_RUN_ID``).
         errlog: where upstreams' stderr goes.
     """
 
@@ -302,6 +303,9 @@ class Gateway:
         if default_run_id == SYSTEM_RUN_ID:  # refused before the store is opened
             from sealbox.errors import ConfigError
 
+            if run_id is not None:  # the caller's argument, not the environment (which may not even be set)
+                raise ConfigError(f"Gateway(run_id={SYSTEM_RUN_ID!r}): {SYSTEM_RUN_ID!r} is the store's own record, "
+                                  "not a run calls can join; pass the id of a run the agent started")
             raise ConfigError(f"{ENV_RUN_ID}={SYSTEM_RUN_ID}: {SYSTEM_RUN_ID!r} is the store's own record, not a run "
                               "calls can join; unset it, or name a run the agent started")
         self.config = config
