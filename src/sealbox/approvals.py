@@ -770,8 +770,18 @@ def _reader(store: Any) -> Any:
     return store if hasattr(store, "events") else store.reader()
 
 
-def _load(reader: Any, approval_id: str) -> tuple[Any, list[Any], IdentityBook]:
-    found = reader.events(["approval.requested"], field=("approval_id", approval_id)) if isinstance(approval_id, str) else []
+def _load(reader: Any, approval_id: str, run_id: str | None = None) -> tuple[Any, list[Any], IdentityBook]:
+    """The request ``approval_id``, its run's related events and the identity book.
+
+    ``run_id``: the request's run when the caller knows it (every poll does): the request is then
+    found through the ``events_run_kind`` index among that run's requests only; without it (or when
+    that run has no such request) every ``approval.requested`` event of the store is read.
+    """
+    found = []
+    if isinstance(approval_id, str) and isinstance(run_id, str):
+        found = reader.events(["approval.requested"], run_id=run_id, field=("approval_id", approval_id))
+    if not found and isinstance(approval_id, str):
+        found = reader.events(["approval.requested"], field=("approval_id", approval_id))
     if not found:
         raise ApprovalError("unknown_approval", f"no approval request {approval_id!r} in this store")
     request = found[0]
@@ -779,13 +789,19 @@ def _load(reader: Any, approval_id: str) -> tuple[Any, list[Any], IdentityBook]:
     return request, related, identity_book(reader)
 
 
-def get_approval(store: Any, approval_id: str, now: datetime | None = None) -> ApprovalState:
+def get_approval(store: Any, approval_id: str, now: datetime | None = None, *,
+                 run_id: str | None = None) -> ApprovalState:
     """The state of one approval request.
+
+    Args:
+        run_id: the request's run, when known (a hold or a blocking agent polling its own request):
+            the request is then read through the ``(run_id, kind)`` index, so a poll does not read
+            every approval request of the store. A wrong ``run_id`` only costs that speed.
 
     Raises:
         ApprovalError: ``unknown_approval``.
     """
-    return evaluate(*_load(_reader(store), approval_id), now=now)
+    return evaluate(*_load(_reader(store), approval_id, run_id), now=now)
 
 
 def list_approvals(store: Any, *, pending: bool = False, flagged: bool = False,

@@ -110,7 +110,7 @@ def claim(run: Any, approval_id: str, arguments: Any = None) -> tuple[ApprovalSt
 
     def build(reader: Any) -> list:
         now = _now()
-        request, related, book = _load(reader, approval_id)
+        request, related, book = _load(reader, approval_id, run.run_id)
         state = evaluate(request, related, book, now)
         if state.resumed:
             raise ApprovalError("already_resumed", f"approval {approval_id} was already resumed (by another process?)")
@@ -151,7 +151,7 @@ def note_withdrawals(run: Any, approval_ids: list[str]) -> None:
     def build(reader: Any) -> list:
         drafts = []
         for aid in approval_ids:
-            state = evaluate(*_load(reader, aid), _now())
+            state = evaluate(*_load(reader, aid, run.run_id), _now())
             if not state.resumed and not state.run_ended:
                 drafts += withdrawal_drafts(reader, state)
         return drafts
@@ -269,7 +269,7 @@ def await_approval(run: Any, request: dict[str, Any]) -> None:
     deadline = None if rec.approval_timeout is None else time.monotonic() + rec.approval_timeout
     noted_withdrawal: set = set()
     while True:
-        state = get_approval(run.store, aid)
+        state = get_approval(run.store, aid, run_id=run.run_id)
         withdrawn = {(a.identity, a.leaf_index) for a in state.answers if a.withdrawn_by is not None}
         if state.status != "pending" or not withdrawn <= noted_withdrawal:
             claimed = claim(run, aid)

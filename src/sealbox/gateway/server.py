@@ -956,7 +956,7 @@ class Gateway:
             if ev.kind != "approval.requested":
                 continue
             try:
-                state = get_approval(self.store, ev.payload["approval_id"])
+                state = get_approval(self.store, ev.payload["approval_id"], run_id=run_id)
             except ApprovalError:
                 continue
             if not state.resumed and not state.run_ended and state.malformed is None:  # malformed: never approvable
@@ -1008,7 +1008,7 @@ class Gateway:
             out = set()
             for p in unseen:
                 try:
-                    state = get_approval(self.store, p.approval_id)
+                    state = get_approval(self.store, p.approval_id, run_id=p.run_id)
                 except ApprovalError:
                     continue
                 if state.status != "pending" or state.resumed or state.run_ended:
@@ -1307,7 +1307,8 @@ class Gateway:
     async def _remember(self, waiting: ApprovalPending) -> Pending:
         from sealbox.approvals import get_approval
 
-        state = await anyio.to_thread.run_sync(get_approval, self.store, waiting.approval_id)
+        state = await anyio.to_thread.run_sync(
+            lambda: get_approval(self.store, waiting.approval_id, run_id=waiting.run_id))
         return self._add_pending(state)
 
     async def _hold(self, ctx: Any, run: RunContext, pending: Pending, arguments: dict[str, Any], forward: Any, *,
@@ -1342,7 +1343,8 @@ class Gateway:
                     if pending.settled:  # another call of this request (the earlier one, or a retry) settled it
                         served = True
                         break
-                    state = elsewhere or await anyio.to_thread.run_sync(get_approval, self.store, aid)
+                    state = elsewhere or await anyio.to_thread.run_sync(
+                        lambda: get_approval(self.store, aid, run_id=pending.run_id))
                     # an approval withdrawn (its identity disabled or re-keyed before the call ran): claim notes
                     # it, once
                     withdrawn = {(a.identity, a.leaf_index) for a in state.answers if a.withdrawn_by is not None}
@@ -1481,7 +1483,7 @@ class Gateway:
         from sealbox.pause import _denial
 
         if state is None:
-            state = get_approval(self.store, pending.approval_id)
+            state = get_approval(self.store, pending.approval_id, run_id=pending.run_id)
         reader = self.store.reader()
         meta = {"approval_id": pending.approval_id, "status": DELIVERED_ON_RETRY, "run_id": pending.run_id,
                 "call_id": pending.call_id, "from_record": True}
