@@ -318,3 +318,47 @@ def test_holds_marker_finds_only_the_markers_the_store_writes():
     ]
     assert [_holds_marker(v) for v in real] == [True] * len(real)
     assert [_holds_marker(v) for v in genuine] == [False] * len(genuine)
+
+
+@pytest.mark.parametrize("size", ["inline", "blob"])
+async def test_a_result_served_from_the_record_is_what_the_tool_returned_not_its_stored_form(
+        tmp_path, store, alice, size):
+    """structuredContent holding a "$"-keyed dict is stored escaped ({"$esc": {...}}), and a large one
+    in a blob ({"$blob": ...}): the retry through the other gateway gets the dict the tool returned,
+    as the gateway that ran it answered. It used to get {"$esc": {"$schema": ..., "text": ...}}."""
+    run_id = agent_run(store)
+    meta = {"sealbox/run_id": run_id}
+    text = "hello" if size == "inline" else "x" * 20_000
+    args = {"text": text}
+
+    def structured_gateway(hold: float) -> Gateway:
+        gw = Gateway(toy_config(tmp_path, extra=f"limits: {{approval_hold_s: {hold}}}\n",
+                                env={"TOY_STRUCTURED": "1"}), policy=Policy.from_text(POLICY))
+        gw.approval_poll = 0.05
+        return gw
+
+    gw_a, gw_b = structured_gateway(0.3), structured_gateway(5)
+    try:
+        async with running(gw_a) as tg_a, running(gw_b) as tg_b, connect(gw_a, tg_a) as via_a, \
+                connect(gw_b, tg_b) as via_b:
+            first = await via_a.call_tool("toy__echo", args, meta=meta)
+            aid = first.meta["sealbox/approval"]["approval_id"]
+            await anyio.to_thread.run_sync(answer, store, aid, "approve", "fine", alice)
+            settled = await via_b.call_tool("toy__echo", args, meta=meta)
+            again = await via_a.call_tool("toy__echo", args, meta=meta)
+    finally:
+        gw_a.store.close()
+        gw_b.store.close()
+
+    [stored] = [e.payload["result"] for e in store.read_run(run_id) if e.kind == "tool.result"]
+    stored_sc = stored["structuredContent"]
+    if size == "inline":
+        assert stored_sc == {"$esc": {"$schema": "urn:toy:echo", "text": text}}  # the stored form
+    else:
+        assert "$blob" in str(stored)
+    assert (settled.is_error, text_of(settled), settled.structured_content) == (
+        False, text, {"$schema": "urn:toy:echo", "text": text})
+    assert again.meta["sealbox/approval"]["from_record"] is True
+    assert (again.is_error, text_of(again), again.structured_content) == (
+        False, text, {"$schema": "urn:toy:echo", "text": text})
+    assert len(toy_log(tmp_path)) == 1

@@ -1470,8 +1470,10 @@ class Gateway:
         (the other process runs it: the hold goes on). Store reads only (a worker thread).
 
         The denial is rebuilt as the resuming process answered it; an approved call's result is its
-        recorded ``tool.result`` (in a store whose content mode is not ``full`` the record holds markers,
-        not the result: an ``isError`` result says where it is). Never a second approval, never a
+        recorded ``tool.result``, its blobs resolved and its stored form decoded (:func:`sealbox.canonical.decode`:
+        a ``"$"``-keyed dict the store keeps as ``{"$esc": {...}}`` is served as the tool returned it; in a
+        store whose content mode is not ``full`` the record holds markers, not the result: an ``isError``
+        result says where it is). Never a second approval, never a
         second run of the tool. ``_meta["sealbox/approval"]`` says ``delivered_on_retry`` and
         ``from_record``.
 
@@ -1480,6 +1482,7 @@ class Gateway:
         ``events_call`` index, :meth:`Reader.call_events <sealbox.store.sqlite_queries.Reader.call_events>`),
         never the whole run, so a long run does not make a poll slower."""
         from sealbox.approvals import get_approval
+        from sealbox.canonical import decode
         from sealbox.pause import _denial
 
         if state is None:
@@ -1512,8 +1515,8 @@ class Gateway:
                 if _holds_marker(value):  # redacted (or hashes-only): the record is not what the tool answered
                     problem = "the record holds redaction markers in its place (content mode " + str(
                         getattr(getattr(self.store, "content", None), "mode", "?")) + ")"
-                else:
-                    out = types.CallToolResult.model_validate(value, by_name=False)
+                else:  # the stored form decoded ({"$esc": ...} of a "$"-keyed dict, "$bytes"...), as replay serves it
+                    out = types.CallToolResult.model_validate(decode(value), by_name=False)
             except Exception as exc:  # noqa: BLE001 - an erased blob, a result no longer valid
                 problem = str(exc)
             if problem is not None:

@@ -45,6 +45,8 @@ Environment:
   TOY_POISON=1        once mutated, echo's title, annotations, _meta and the description of its `text`
                       parameter (in the input schema) also mention ~/.ssh, and so does extra's title
   TOY_DOLLAR_SCHEMA=1 add's input schema uses "$schema", "$ref" and "$defs" (keys the encoder escapes)
+  TOY_STRUCTURED=1    echo's result also has structuredContent {"$schema": "urn:toy:echo", "text": TEXT}
+                      (a "$"-keyed dict, which the store keeps escaped as {"$esc": {...}})
 
 Streamable HTTP mode: ``toy_server.py --http PORT_FILE [PORT]`` serves ``/mcp`` on 127.0.0.1
 (PORT, or a free port; written to PORT_FILE once listening) instead of stdio. With
@@ -152,6 +154,9 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
         text = str(args.get("text"))
         if text.startswith("!error "):  # a tool execution error: a result with isError (MCP)
             return types.CallToolResult(content=[types.TextContent(type="text", text=text[7:])], is_error=True)
+        if os.environ.get("TOY_STRUCTURED"):
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                        structured_content={"$schema": "urn:toy:echo", "text": text})
         return _text(text)
     if name == "add":
         return types.CallToolResult(content=[types.TextContent(type="text", text=str(args["a"] + args["b"]))],
