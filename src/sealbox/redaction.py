@@ -43,7 +43,8 @@ except ImportError:  # built without a C compiler, or an older build
 if os.environ.get("SEALBOX_PURE_PYTHON") == "1":
     _c_scan_text = None
 
-__all__ = ["CONTENT_MODES", "DEFAULT_KEYS", "DEFAULT_PATTERNS", "ContentPolicy", "Redactor", "MARKER_TAG"]
+__all__ = ["CONTENT_MODES", "DEFAULT_KEYS", "DEFAULT_PATTERNS", "ContentPolicy", "Redactor", "MARKER_TAG",
+           "holds_marker"]
 
 CONTENT_MODES = ("full", "redacted", "hashes-only")
 MARKER_TAG = "$redacted"
@@ -1046,3 +1047,53 @@ def _combined(patterns: tuple[str, ...]) -> "re.Pattern[str] | None":
         return re.compile("|".join(parts))
     except re.error:  # flags that cannot be scoped: fall back to one search per pattern
         return None
+
+
+#: A redaction marker inside a string, as :class:`Redactor` writes it.
+_IN_STRING_MARKER = re.compile("\u27e6redacted:hmac-sha256:[0-9a-f]{64}\u27e7")
+_IN_BYTES_MARKER = re.compile(_IN_STRING_MARKER.pattern.encode("utf-8"))
+_MARKER_DIGEST = re.compile("hmac-sha256:[0-9a-f]{64}")
+
+
+def holds_marker(value: Any) -> bool:
+    """Whether a recorded (encoded, blobs resolved) value holds a redaction marker as the store writes
+    them (:mod:`sealbox.redaction`): a whole value ``{"$redacted": "hmac-sha256:<64 hex>"}``, or
+    ``⟦redacted:hmac-sha256:<64 hex>⟧`` inside a string, a dict key or the bytes of a ``$bytes`` /
+    ``$badstr`` tag. A tool's own text that merely quotes ``$redacted`` or ``⟦redacted:``, or a
+    tool's own dict keyed ``$redacted`` (stored escaped, ``{"$esc": {...}}``), is not one.
+
+    Used wherever a record must be told from what the tool answered: replay (a step whose recorded
+    result or response holds one is unreplayable, :mod:`sealbox.replay.keys`) and the gateway (a
+    result another gateway process recorded is not served with one)."""
+    import base64
+
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is str:
+            if _IN_STRING_MARKER.search(v):
+                return True
+        elif t is list:
+            stack.extend(v)
+        elif t is dict:
+            if len(v) == 1:
+                (tag, inner), = v.items()
+                if tag == MARKER_TAG:  # a tag, never a user's key (those are inside $esc)
+                    if type(inner) is str and _MARKER_DIGEST.fullmatch(inner):
+                        return True
+                    continue
+                if tag in ("$bytes", "$badstr") and type(inner) is str:
+                    try:
+                        if _IN_BYTES_MARKER.search(base64.b64decode(inner, validate=True)):
+                            return True
+                    except ValueError:
+                        pass
+                    continue
+                if tag == "$esc" and type(inner) is dict:  # a user's dict whose keys start with "$"
+                    v = inner
+            for k, x in v.items():
+                if type(k) is str and _IN_STRING_MARKER.search(k):
+                    return True
+                stack.append(x)
+    return False

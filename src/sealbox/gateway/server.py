@@ -74,6 +74,7 @@ from sealbox.gateway.upstream import Upstream, UpstreamProtocolError, UpstreamTi
 from sealbox.policy import CircuitBreaker, Decision, Policy
 from sealbox.policy.reads import RESOURCE_TOOL_PREFIX, normalize_uri, without_fragment
 from sealbox.recorder import Recorder, RunContext, ToolDenied, is_call_step
+from sealbox.redaction import holds_marker
 from sealbox.snapshot import Snapshot, ToolSpec
 
 __all__ = ["Gateway", "InvalidArguments", "RUN_ID_META_KEY", "CALL_ID_META_KEY", "STEP_META_KEY", "ENV_RUN_ID",
@@ -2483,52 +2484,8 @@ def _progress_forwarder(ctx: Any) -> Any:
     return forward
 
 
-#: A redaction marker inside a string, as :mod:`sealbox.redaction` writes it.
-_IN_STRING_MARKER = re.compile("\u27e6redacted:hmac-sha256:[0-9a-f]{64}\u27e7")
-_IN_BYTES_MARKER = re.compile(_IN_STRING_MARKER.pattern.encode("utf-8"))
-_MARKER_DIGEST = re.compile("hmac-sha256:[0-9a-f]{64}")
-
-
-def _holds_marker(value: Any) -> bool:
-    """Whether a recorded (encoded, blobs resolved) value holds a redaction marker as the store writes
-    them (:mod:`sealbox.redaction`): a whole value ``{"$redacted": "hmac-sha256:<64 hex>"}``, or
-    ``⟦redacted:hmac-sha256:<64 hex>⟧`` inside a string, a dict key or the bytes of a ``$bytes`` /
-    ``$badstr`` tag. A tool's own text that merely quotes ``$redacted`` or ``⟦redacted:``, or a
-    tool's own dict keyed ``$redacted`` (stored escaped, ``{"$esc": {...}}``), is not one."""
-    import base64
-
-    from sealbox.redaction import MARKER_TAG
-
-    stack = [value]
-    while stack:
-        v = stack.pop()
-        t = type(v)
-        if t is str:
-            if _IN_STRING_MARKER.search(v):
-                return True
-        elif t is list:
-            stack.extend(v)
-        elif t is dict:
-            if len(v) == 1:
-                (tag, inner), = v.items()
-                if tag == MARKER_TAG:  # a tag, never a user's key (those are inside $esc)
-                    if type(inner) is str and _MARKER_DIGEST.fullmatch(inner):
-                        return True
-                    continue
-                if tag in ("$bytes", "$badstr") and type(inner) is str:
-                    try:
-                        if _IN_BYTES_MARKER.search(base64.b64decode(inner, validate=True)):
-                            return True
-                    except ValueError:
-                        pass
-                    continue
-                if tag == "$esc" and type(inner) is dict:  # a user's dict whose keys start with "$"
-                    v = inner
-            for k, x in v.items():
-                if type(k) is str and _IN_STRING_MARKER.search(k):
-                    return True
-                stack.append(x)
-    return False
+#: The exact redaction-marker detector, shared with replay (:func:`sealbox.redaction.holds_marker`).
+_holds_marker = holds_marker
 
 
 def _error_result(text: str, meta: dict[str, Any] | None = None) -> types.CallToolResult:

@@ -37,7 +37,7 @@ from typing import Any
 
 from sealbox.canonical import canonical_bytes, encode
 from sealbox.errors import BlobNotFoundError
-from sealbox.redaction import MARKER_TAG
+from sealbox.redaction import holds_marker
 
 __all__ = ["COMPARED_KINDS", "StepKey", "RecordedCall", "RecordedRun", "content_hash", "attempted_view", "step_order"]
 
@@ -201,15 +201,10 @@ def key_name(kind: str, payload: dict[str, Any]) -> str:
     return ""
 
 
-def has_marker(value: Any) -> bool:
-    """Whether a stored value holds a redaction marker anywhere."""
-    if isinstance(value, dict):
-        return MARKER_TAG in value or any(has_marker(v) for v in value.values())
-    if isinstance(value, list):
-        return any(has_marker(v) for v in value)
-    if isinstance(value, str):
-        return "\u27e6redacted:" in value
-    return False
+#: Whether a stored value (blobs resolved) holds a redaction marker as the store writes it: the exact
+#: detector the gateway uses too (:func:`sealbox.redaction.holds_marker`). A tool output that only quotes
+#: ``$redacted`` or ``⟦redacted:`` is not redacted, and replays.
+has_marker = holds_marker
 
 
 def _well_formed(kind: str, payload: Any) -> bool:
