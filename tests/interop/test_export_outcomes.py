@@ -117,3 +117,25 @@ def test_the_otlp_importer_takes_every_not_run_outcome_as_not_run(outcome):
              call_id="c-1")
     read_tool(s, {"sealbox.run_id": "r", "sealbox.tool.outcome": outcome}, [])
     assert (s.ran, s.extra["sealbox"]["outcome"]) == (False, outcome)
+
+
+def test_parquet_reads_a_calls_request_in_its_own_run_when_another_run_holds_the_same_id(tmp_path):
+    """A request id also written in another (earlier) run: the Parquet row of a call gives its own
+    run's request, not the first the store holds under that id (it gave the other run's state)."""
+    store = sealbox.init_store(tmp_path / "store")
+    key = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key",
+                       admin_key=admin_key(store, tmp_path)).key_path
+    rec = Recorder(store, policy=Policy.from_text(POLICY.replace("EXPIRES", "1h")), approvals="suspend")
+    first, aid = _suspend(rec, "c-first")
+    answer(store, aid, "approve", "fine", key)
+    _end(store, first)
+    # a second run writes the same events up to its request, under the same approval id
+    second = "run-copy-of-first"
+    for e in store.read_run(first):
+        if e.kind in ("run.started", "tool.call", "policy.decision", "approval.requested"):
+            store.append(EventDraft(e.kind, e.payload, run_id=second, principal=e.principal, step=e.step))
+    [row] = call_rows(store, [second])
+    assert (row["approval"], row["outcome"]) == ("pending", "held")
+    [row] = call_rows(store, [first])
+    assert (row["approval"], row["outcome"]) == ("approved", "abandoned")
+    store.close()

@@ -78,7 +78,8 @@ def _run_rows(store: Any, run_id: str) -> list[tuple[int, dict[str, Any]]]:
     out = []
     for leaf, cid in order:
         slot = calls[cid]
-        state = get_approval(store, slot["approval"]) if slot["approval"] else None
+        # the request in this run (events_run_kind), not the first the store holds under that id
+        state = get_approval(store, slot["approval"], run_id=run_id) if slot["approval"] else None
         out.append((leaf, _row(store, run_id, agent, imported, replayed, slot, state)))
     return out
 
