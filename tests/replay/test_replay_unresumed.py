@@ -125,3 +125,24 @@ def test_steps_matched_after_the_divergent_one_are_counted_apart():
     assert divergence_head(Divergence("outcome", None, "…"), {"2", "3"}) == "diverged (outcome); 2 step(s) matched"
     assert divergence_head(Divergence("extra", "5", "…"), {"2", "3", "4"}, unit="call", number=lambda s: int(s) - 1) \
         == "diverged at call 4 (extra); 3 call(s) matched before it"
+
+
+def test_the_approval_read_is_the_recorded_runs_own_when_another_run_holds_the_same_id(store, tmp_path):
+    """A request id also written in another, earlier run (copied): the message is about this run's
+    request (still waiting), not the other run's (approved by erin)."""
+    from sealbox import EventDraft
+
+    first, approval_id = suspended(store)
+    answer(store, approval_id, "approve", "reviewed", erin(store, tmp_path))
+    second = "run-copy-of-first"
+    for e in store.read_run(first):
+        if e.kind in ("run.started", "snapshot.taken", "tool.call", "policy.decision", "approval.requested",
+                      "run.suspended"):
+            store.append(EventDraft(e.kind, e.payload, run_id=second, principal=e.principal, step=e.step))
+
+    d = Replayer(store).replay(second, agent).divergence
+
+    assert (d.kind, d.step, d.message) == (
+        "pending_approval", "2",
+        f"step 2: the recorded call db/write_query was still waiting for an approval (approval {approval_id}); "
+        "replay ends here")

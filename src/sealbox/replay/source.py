@@ -231,7 +231,7 @@ class ReplaySource:
         if rec.approval_id is None or rec.approval not in ("denied", "expired"):
             return decision.get("reason", "")
         try:
-            state = get_approval(self.recorded.store, rec.approval_id)
+            state = get_approval(self.recorded.store, rec.approval_id, run_id=self.recorded.run_id)
         except SealboxError:  # unreadable identities or request: say no more than the decision does
             return decision.get("reason", "")
         return _denial(run, state, rec.approval, None).decision.reason  # type: ignore[attr-defined]
@@ -246,7 +246,7 @@ class ReplaySource:
         if rec.approval_id is None:
             return waiting
         try:
-            state = get_approval(self.recorded.store, rec.approval_id)
+            state = get_approval(self.recorded.store, rec.approval_id, run_id=self.recorded.run_id)
         except SealboxError:  # unreadable identities or request: say no more than the run's events do
             return waiting
         by = f" by {', '.join(state.decided_by)}" if state.decided_by else ""
