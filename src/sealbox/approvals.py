@@ -506,6 +506,32 @@ def call_outcome(state: ApprovalState) -> str:
     return "abandoned" if state.run_ended else "held"
 
 
+#: ``sealbox.tool.outcome`` values a Sealbox OTLP export gives a call held for approval without a result
+#: (:func:`call_outcome`), and what each is once imported; ``pending`` is what earlier exports wrote for a
+#: call still awaiting approval.
+_EXPORTED_HELD = {"held": "held", "pending": "held", "denied": "denied", "expired": "expired",
+                  "abandoned": "abandoned", "unknown": "unknown"}
+
+
+def imported_call_outcome(call_payload: Any) -> str | None:
+    """The outcome the exporting store gave an imported call held for approval that has no result, or None.
+
+    A call imported from a Sealbox OTLP export (``sealbox import``) has no ``approval.requested`` in
+    its run (an imported approval is a ``note``, never signed evidence), so :func:`call_outcome` cannot
+    be computed again; the importer keeps the exported ``sealbox.tool.outcome`` in the ``tool.call``
+    payload's ``imported.sealbox.outcome`` (unauthenticated, as everything imported). That value, when
+    it is one :func:`call_outcome` gives (``held``, ``denied``, ``expired``, ``abandoned``, ``unknown``;
+    ``pending``, from an earlier export, is ``held``), else None (not imported, or anything else).
+
+    Args:
+        call_payload: the ``tool.call`` event's payload (any value: a malformed one gives None).
+    """
+    imported = call_payload.get("imported") if isinstance(call_payload, dict) else None
+    source = imported.get("sealbox") if isinstance(imported, dict) else None
+    outcome = source.get("outcome") if isinstance(source, dict) else None
+    return _EXPORTED_HELD.get(outcome) if isinstance(outcome, str) else None
+
+
 def request_problem(payload: Any) -> str | None:
     """Why an ``approval.requested`` payload is malformed, or None: it fails the kind's schema
     (:func:`sealbox.events.validate_payload`; the message names the field), or its ``expires_at``

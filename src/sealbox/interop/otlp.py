@@ -437,7 +437,7 @@ class _RunBuilder:
         return _ctx(self.trace_id, span_id_for("tool", self.run_id, call_id))
 
     def _tool_span(self, call: _Call, model_ctx: SpanContext | None) -> None:
-        from sealbox.approvals import call_outcome
+        from sealbox.approvals import call_outcome, imported_call_outcome
 
         p = call.event.payload
         start = _ns(call.event.ts)
@@ -454,8 +454,8 @@ class _RunBuilder:
             outcome = call_outcome(self.approvals[call.approvals[-1]])
         elif effect == "deny":
             outcome = "denied"
-        elif effect == "require_approval":
-            outcome = "held"
+        elif effect == "require_approval":  # imported: the outcome its exporting store gave it
+            outcome = imported_call_outcome(p) or "held"
         else:
             outcome = "unknown"  # allowed and no result: still running, or the process died while it ran
         attrs = _attrs(

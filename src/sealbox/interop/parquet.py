@@ -91,7 +91,7 @@ def _row(store: Any, run_id: str, agent: str | None, imported: bool, replayed: b
     p = call.payload
     error = (result or {}).get("error") if result and not result["ok"] else None
     flags = {f.get("code") for f in (state.flags if state else []) if f.get("code")}
-    outcome = _outcome(last.get("effect"), result, state)
+    outcome = _outcome(last.get("effect"), result, state, p)
     flags |= {"guardrail_tripped"} if slot["guard"] else set()
     flags |= {"outcome_unknown"} if outcome == "unknown" else set()
     flags |= {"imported"} if imported else set()
@@ -110,9 +110,10 @@ def _row(store: Any, run_id: str, agent: str | None, imported: bool, replayed: b
     }
 
 
-def _outcome(effect: str | None, result: dict | None, state: Any) -> str:
-    """``effect``: the call's last decision; ``state``: its (latest) approval request's, or None."""
-    from sealbox.approvals import call_outcome
+def _outcome(effect: str | None, result: dict | None, state: Any, call: Any = None) -> str:
+    """``effect``: the call's last decision; ``state``: its (latest) approval request's, or None;
+    ``call``: its ``tool.call`` payload."""
+    from sealbox.approvals import call_outcome, imported_call_outcome
 
     if result is not None:
         return "ok" if result["ok"] else "error"
@@ -120,8 +121,8 @@ def _outcome(effect: str | None, result: dict | None, state: Any) -> str:
         return call_outcome(state)
     if effect == "deny":
         return "denied"
-    if effect == "require_approval":
-        return "held"
+    if effect == "require_approval":  # imported: the outcome its exporting store gave it
+        return imported_call_outcome(call) or "held"
     return "unknown"
 
 

@@ -404,12 +404,18 @@ def _model_calls(store: Any, events: list[Any]) -> list[ModelCallView]:
     return out
 
 
-def _outcome(decisions: list[dict[str, Any]], ok: bool | None, approval: str | None = None) -> str:
+def _outcome(decisions: list[dict[str, Any]], ok: bool | None, approval: str | None = None,
+             call: Any = None) -> str:
+    """``approval``: what the call's request came to, or None; ``call``: its ``tool.call`` payload."""
+    from sealbox.approvals import imported_call_outcome
+
     if ok is not None:
         return "ok" if ok else "error"
     effect = decisions[-1].get("effect") if decisions else None
     if effect == "require_approval" and approval is not None:
         return approval  # what its approval came to (sealbox.approvals.call_outcome)
+    if effect == "require_approval" and imported_call_outcome(call) is not None:
+        return imported_call_outcome(call)  # imported: the outcome its exporting store gave it
     return {"allow": "unknown", "require_approval": "held"}.get(str(effect), "denied")
 
 
@@ -436,7 +442,7 @@ def _tool_calls(store: Any, events: list[Any], held: dict[str, str] | None = Non
             str(cid), e.step, e.ts, e.principal, str(p.get("server")), str(p.get("tool")), str(p.get("exposed")),
             str(p.get("grant")), _content(store, p.get("arguments")), tuple(c["decisions"]), tuple(c["approvals"]),
             ok, _content(store, r.get("result")) if r is not None and "result" in r else None,
-            (r or {}).get("error"), (r or {}).get("duration_us"), _outcome(c["decisions"], ok, (held or {}).get(cid))))
+            (r or {}).get("error"), (r or {}).get("duration_us"), _outcome(c["decisions"], ok, (held or {}).get(cid), p)))
     return out
 
 

@@ -279,12 +279,13 @@ class SqliteQueries:
             row["uncounted"] = []
         if not held:
             return
-        from sealbox.approvals import _RELATED, call_outcome, evaluate
+        from sealbox.approvals import _RELATED, call_outcome, evaluate, imported_call_outcome
         from sealbox.identities import identity_book
 
         reader = self._reader_class(self._conn())
         book = identity_book(reader)
         runs: dict[str, tuple[dict[str, list[Event]], list[Event]]] = {}  # run -> (call -> requests, related)
+        imported: dict[str, dict[Any, str | None]] = {}  # run -> call -> imported_call_outcome (read when needed)
         for row in held:
             run_id = row["run_id"]
             if run_id not in runs:
@@ -297,6 +298,11 @@ class SqliteQueries:
             states = [evaluate(request, related, book) for request in by_call.get(row["call_id"], ())]
             if states and row["outcome"] == "held":  # no result: what its latest request came to
                 row["outcome"] = call_outcome(states[-1])
+            elif row["outcome"] == "held":  # no request: imported, the outcome its exporting store gave it
+                if run_id not in imported:
+                    imported[run_id] = {e.payload.get("call_id"): imported_call_outcome(e.payload)
+                                        for e in reader.events(["tool.call"], run_id=run_id)}
+                row["outcome"] = imported[run_id].get(row["call_id"]) or "held"
             for state in states:
                 for answer in state.answers:
                     entry = {"identity": answer.identity, "decision": answer.decision,
