@@ -496,11 +496,16 @@ def call_outcome(state: ApprovalState) -> str:
     state, as listings give it (``sealbox calls``, reports): the outcome its ``run.resumed`` gave it (``approved``:
     ``unknown``, it may have run; ``expired``; any other — denied, denied again by the current policy,
     a grant no longer valid… — ``denied``), else ``denied`` / ``expired`` once the request is (it can
-    never run), else ``abandoned`` when its run ended without resuming it (it waited, or was approved,
-    when the run ended: it never ran and never can), else ``held`` (pending, or approved and not resumed
-    yet: it may still run)."""
+    never run), else ``unknown`` when the request is malformed (:attr:`ApprovalState.malformed`: its event
+    fails the ``approval.requested`` schema, so the log cannot say whether the call was approved, or ran;
+    it is never ``held``, since it can never be approved, nor ``abandoned``; listings flag it
+    ``malformed_request``), else ``abandoned`` when its run ended without resuming it (it waited, or was
+    approved, when the run ended: it never ran and never can), else ``held`` (pending, or approved and not
+    resumed yet: it may still run)."""
     if state.resumed and isinstance(state.outcome, str):
         return {"approved": "unknown", "expired": "expired"}.get(state.outcome, "denied")
+    if state.malformed is not None:
+        return "unknown"
     if state.status in ("denied", "expired"):
         return state.status
     return "abandoned" if state.run_ended else "held"

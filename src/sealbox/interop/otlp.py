@@ -231,11 +231,17 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _strs(value: Any) -> tuple[str, ...] | None:
+    """The strings of a list (an attribute array holds one type), None when there are none."""
+    return tuple(v for v in value if isinstance(v, str)) or None if isinstance(value, (list, tuple)) else None
+
+
 @dataclass
 class _Call:
     event: Event
     decisions: list[Event] = field(default_factory=list)
     approvals: list[str] = field(default_factory=list)
+    requests: list[int] = field(default_factory=list)  # leaf indexes of its approval.requested events
     result: Event | None = None
     last_ns: int = 0
 
@@ -248,7 +254,8 @@ class _RunBuilder:
         self.store, self.run_id, self.events, self.trace_id = store, run_id, events, trace_id
         self.parent, self.content, self.resource, self.scope, self.batch = parent, content, resource, scope, batch
         self.verdicts: dict[int, Any] = {}  # approval.answered leaf -> its Answer, set by build()
-        self.approvals: dict[str, Any] = {}  # approval id -> its ApprovalState, set by build()
+        self.request_states: dict[int, Any] = {}  # request leaf -> its ApprovalState, set by build()
+        self.request_call: dict[int, str] = {}  # leaf of a request naming no call -> the call at its step
         self.run_ctx = _ctx(trace_id, span_id_for("run", run_id))
 
     # -- helpers
@@ -298,7 +305,7 @@ class _RunBuilder:
         # which gives a held call's outcome (sealbox.approvals.call_outcome, as `sealbox calls`)
         states = self._approval_states()
         self.verdicts = {a.leaf_index: a for st in states for a in st.answers}
-        self.approvals = {st.approval_id: st for st in states if isinstance(st.approval_id, str)}
+        self.request_states = {st.leaf_index: st for st in states}  # by leaf: a malformed request's id may be any value
         events = self.events
         started = events[0]
         info = started.payload
@@ -306,6 +313,7 @@ class _RunBuilder:
         end_ns = max(_ns(e.ts) for e in events)
         calls: dict[str, _Call] = {}
         approval_call: dict[str, str] = {}
+        call_at: dict[str, str] = {}  # step -> the call made there
         requested_by: dict[str, SpanContext] = {}
         suspensions: list[dict[str, Any]] = []
         usage = {"input_tokens": 0, "output_tokens": 0}
@@ -323,19 +331,27 @@ class _RunBuilder:
             elif ev.kind == "tool.call":
                 if p["call_id"] not in calls:
                     calls[p["call_id"]] = _Call(ev, last_ns=_ns(ev.ts))
+                call_at.setdefault(ev.step, p["call_id"])
             elif ev.kind in _LOG_KINDS:
                 pending_logs.append(ev)
+                aid = p.get("approval_id") if isinstance(p.get("approval_id"), str) else None  # malformed: any value
                 call_id = p.get("call_id") if ev.kind != "approval.answered" and ev.kind != "approval.expired" \
-                    else approval_call.get(p.get("approval_id", ""))
-                if ev.kind == "approval.requested" and isinstance(p.get("call_id"), str):
-                    approval_call[p["approval_id"]] = p["call_id"]
+                    else approval_call.get(aid or "")
+                if ev.kind == "approval.requested" and not isinstance(call_id, str):
+                    call_id = call_at.get(ev.step)  # a malformed request naming no call: the call at its step
+                    if call_id is not None:
+                        self.request_call[ev.leaf_index] = call_id
+                if ev.kind == "approval.requested" and isinstance(p.get("call_id"), str) and aid is not None:
+                    approval_call[aid] = p["call_id"]
                 call = calls.get(call_id) if isinstance(call_id, str) else None
                 if call is not None:
                     call.last_ns = max(call.last_ns, _ns(ev.ts))
                     if ev.kind == "policy.decision":
                         call.decisions.append(ev)
                     elif ev.kind == "approval.requested":
-                        call.approvals.append(p["approval_id"])
+                        call.requests.append(ev.leaf_index)
+                        if aid is not None:
+                            call.approvals.append(aid)
             elif ev.kind == "tool.result":
                 call = calls.get(p.get("call_id"))
                 if call is not None:
@@ -449,9 +465,9 @@ class _RunBuilder:
         if result is not None:
             end = max(end, _ns(call.result.ts), start + (_int(result.get("duration_us")) or 0) * 1000)
             outcome = "ok" if result.get("ok") else "error"
-        elif call.approvals and call.approvals[-1] in self.approvals:
+        elif call.requests and call.requests[-1] in self.request_states:
             # held for approval: what its (latest) request came to, as `sealbox calls` gives it
-            outcome = call_outcome(self.approvals[call.approvals[-1]])
+            outcome = call_outcome(self.request_states[call.requests[-1]])
         elif effect == "deny":
             outcome = "denied"
         elif effect == "require_approval":  # imported: the outcome its exporting store gave it
@@ -504,7 +520,9 @@ class _RunBuilder:
     def _decision_or_approval_log(self, ev: Event, calls: Mapping[str, _Call], approval_call: Mapping[str, str]) -> None:
         p = ev.payload
         call_id = p.get("call_id") if ev.kind in ("policy.decision", "approval.requested") \
-            else approval_call.get(p.get("approval_id", ""))
+            else approval_call.get(p["approval_id"] if isinstance(p.get("approval_id"), str) else "")
+        if ev.kind == "approval.requested" and not isinstance(call_id, str):
+            call_id = self.request_call.get(ev.leaf_index)
         ctx = self._tool_ctx(call_id) if isinstance(call_id, str) and call_id in calls else self.run_ctx
         call = calls.get(call_id) if isinstance(call_id, str) else None
         tool = call.event.payload if call is not None else {}
@@ -523,17 +541,20 @@ class _RunBuilder:
             rule = f" by rule {p.get('rule')}" if p.get("rule") else ""
             body = f"{effect}{rule} ({p.get('reason_code')}): {p.get('reason')}"
         elif ev.kind == "approval.requested":
-            ask = p.get("ask") or {}
-            attrs = _attrs(sealbox__approval__id=p.get("approval_id"), sealbox__approval__binding=_str(p.get("binding")),
+            ask = p.get("ask") if isinstance(p.get("ask"), dict) else {}  # a malformed request's may be anything
+            state = self.request_states.get(ev.leaf_index)
+            attrs = _attrs(sealbox__approval__id=_str(p.get("approval_id")),
+                           sealbox__approval__binding=_str(p.get("binding")),
                            sealbox__approval__rule=_str(p.get("rule")),
-                           sealbox__approval__ask__groups=tuple(ask.get("groups") or ()) or None,
-                           sealbox__approval__ask__identities=tuple(ask.get("identities") or ()) or None,
+                           sealbox__approval__ask__groups=_strs(ask.get("groups")),
+                           sealbox__approval__ask__identities=_strs(ask.get("identities")),
+                           sealbox__approval__malformed=state.malformed if state is not None else None,
                            sealbox__approval__quorum=_int(p.get("quorum")),
                            sealbox__approval__expires_at=_str(p.get("expires_at")),
                            sealbox__approval__requested_by=_str(p.get("requested_by")))
             if self.content:
                 attrs["gen_ai.tool.call.arguments"] = _json(self._resolve(p.get("arguments")))
-            severity = SeverityNumber.INFO
+            severity = SeverityNumber.WARN if "sealbox.approval.malformed" in attrs else SeverityNumber.INFO
             body = f"approval {p.get('approval_id')} requested for {p.get('server')}/{p.get('tool')}"
         elif ev.kind == "approval.answered":
             verdict = self.verdicts.get(ev.leaf_index)

@@ -36,12 +36,13 @@ def call_rows(store: Any, run_ids: Sequence[str]) -> list[dict[str, Any]]:
     ``closed``…: :class:`sealbox.approvals.ApprovalState`) or None; ``approver``
     the identities whose answers decided it; ``flags`` sorted markers: the approval's
     flag codes (``shared_identity``, ``multiple_clients``, ``acts_as_agent``),
-    ``guardrail_tripped``, ``outcome_unknown``, ``imported``, ``replayed`` (a call of a replay run:
+    ``guardrail_tripped``, ``outcome_unknown``, ``malformed_request`` (its request's event fails its
+    schema: its outcome is ``unknown``), ``imported``, ``replayed`` (a call of a replay run:
     served from the record, or run again for real by a replay with live tools; ``sealbox calls``
     leaves these out unless ``--replays``). ``outcome`` is ``ok`` or ``error`` (the tool ran),
     ``denied`` (by the policy); for a call held for approval without a result, what ``sealbox calls``
     gives it (:func:`sealbox.approvals.call_outcome`): ``denied``, ``expired``, ``unknown`` (approved
-    and resumed: it may have run), ``abandoned`` (its run ended without resuming it) or ``held`` (it
+    and resumed: it may have run; or its request is malformed), ``abandoned`` (its run ended without resuming it) or ``held`` (it
     may still run); else ``unknown`` (allowed, no result: still running, or the process died).
     """
     rows: list[tuple[int, dict[str, Any]]] = []
@@ -51,7 +52,8 @@ def call_rows(store: Any, run_ids: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def _run_rows(store: Any, run_id: str) -> list[tuple[int, dict[str, Any]]]:
-    from sealbox.approvals import get_approval
+    from sealbox.approvals import _RELATED, evaluate
+    from sealbox.identities import identity_book
 
     events = store.read_run(run_id)
     start = next((e for e in events if e.kind == "run.started"), None)
@@ -60,11 +62,15 @@ def _run_rows(store: Any, run_id: str) -> list[tuple[int, dict[str, Any]]]:
     replayed = bool(start and start.payload.get("replay_of"))
     calls: dict[str, dict[str, Any]] = {}
     order: list[tuple[int, str]] = []
+    call_at: dict[str, Any] = {}  # step -> the call made there
     for e in events:
         cid = e.payload.get("call_id")
+        if e.kind == "approval.requested" and not isinstance(cid, str):
+            cid = call_at.get(e.step)  # a malformed request naming no call: the call at its step
         if e.kind == "tool.call":
             calls[cid] = {"call": e, "decisions": [], "result": None, "approval": None, "guard": False}
             order.append((e.leaf_index, cid))
+            call_at.setdefault(e.step, cid)
         elif cid in calls:
             slot = calls[cid]
             if e.kind == "policy.decision":
@@ -72,14 +78,19 @@ def _run_rows(store: Any, run_id: str) -> list[tuple[int, dict[str, Any]]]:
             elif e.kind == "tool.result":
                 slot["result"] = e.payload
             elif e.kind == "approval.requested":
-                slot["approval"] = e.payload["approval_id"]
+                slot["approval"] = e  # this run's own request (a malformed one may have no usable id)
             elif e.kind == "guardrail.tripped":
                 slot["guard"] = True
     out = []
+    book: Any = None  # the store's identities, read once, when a call of the run went to approval
+    related = [e for e in events if e.kind in _RELATED]
     for leaf, cid in order:
         slot = calls[cid]
-        # the request in this run (events_run_kind), not the first the store holds under that id
-        state = get_approval(store, slot["approval"], run_id=run_id) if slot["approval"] else None
+        state = None
+        if slot["approval"] is not None:
+            # the request in this run, not the first the store holds under that id, evaluated as every reader does
+            book = identity_book(store) if book is None else book
+            state = evaluate(slot["approval"], related, book)
         out.append((leaf, _row(store, run_id, agent, imported, replayed, slot, state)))
     return out
 
@@ -91,6 +102,7 @@ def _row(store: Any, run_id: str, agent: str | None, imported: bool, replayed: b
     p = call.payload
     error = (result or {}).get("error") if result and not result["ok"] else None
     flags = {f.get("code") for f in (state.flags if state else []) if f.get("code")}
+    flags |= {"malformed_request"} if state is not None and state.malformed else set()
     outcome = _outcome(last.get("effect"), result, state, p)
     flags |= {"guardrail_tripped"} if slot["guard"] else set()
     flags |= {"outcome_unknown"} if outcome == "unknown" else set()

@@ -479,10 +479,13 @@ def _approvals(store: Any, events: list[Any]) -> tuple[list[ApprovalView], dict[
     waits = {aid: e.payload["waited_us"] / 1e6 for e in events if e.kind == "run.resumed"
              and _payload_problem(e.kind, e.payload) is None for aid in e.payload["approval_ids"]}
     out, judged, held = [], {}, {}
+    call_at = {e.step: e.payload.get("call_id") for e in events if e.kind == "tool.call"}
     for req in requests:
         st = evaluate(req, related, book)
         if isinstance(st.call_id, str):
             held[st.call_id] = call_outcome(st)
+        elif isinstance(call_at.get(st.step), str):  # a malformed request naming no call: the call at its step
+            held.setdefault(call_at[st.step], call_outcome(st))
         r = st.request
         if st.malformed:
             ask, quorum = r.get("ask"), r.get("quorum")

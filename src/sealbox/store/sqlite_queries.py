@@ -269,7 +269,9 @@ class SqliteQueries:
     def _attach_approvals(self, rows: list[dict[str, Any]]) -> None:
         """Fill ``approvers`` ({identity, decision, answered_at}: the answers that count) and ``flags``
         (their shared-account flag codes) of calls that went to approval, set the ``outcome`` of those
-        without a result from what their approval came to (:func:`sealbox.approvals.call_outcome`), and give those rows
+        without a result from what their approval came to (:func:`sealbox.approvals.call_outcome`; a malformed
+        request, also one naming no call at the call's step, gives ``unknown`` and the flag ``malformed_request``;
+        an imported call, :func:`sealbox.approvals.imported_call_outcome`), and give those rows
         ``uncounted``: the answers that do not count, each with its ``problem`` (``unknown_identity``,
         ``bad_signature``, ``late``, ``malformed``…), never among the approvers. The verdict is
         :func:`sealbox.approvals.evaluate`'s, with the store's identities read once per listing and
@@ -289,15 +291,19 @@ class SqliteQueries:
         for row in held:
             run_id = row["run_id"]
             if run_id not in runs:
-                by_call: dict[str, list[Event]] = {}
+                by_call: dict[Any, list[Event]] = {}
                 for e in reader.events(["approval.requested"], run_id=run_id):
-                    if isinstance(e.payload.get("call_id"), str):  # else a malformed request of no call
-                        by_call.setdefault(e.payload["call_id"], []).append(e)
+                    # a malformed request naming no call (its call_id no string) holds the call at its step
+                    cid = e.payload.get("call_id")
+                    by_call.setdefault(cid if isinstance(cid, str) else ("step", e.step), []).append(e)
                 runs[run_id] = (by_call, reader.events(list(_RELATED), run_id=run_id) if by_call else [])
             by_call, related = runs[run_id]
-            states = [evaluate(request, related, book) for request in by_call.get(row["call_id"], ())]
+            requests = by_call.get(row["call_id"]) or by_call.get(("step", row["step"]), ())
+            states = [evaluate(request, related, book) for request in requests]
             if states and row["outcome"] == "held":  # no result: what its latest request came to
                 row["outcome"] = call_outcome(states[-1])
+                if states[-1].malformed:
+                    row["flags"].append("malformed_request")
             elif row["outcome"] == "held":  # no request: imported, the outcome its exporting store gave it
                 if run_id not in imported:
                     imported[run_id] = {e.payload.get("call_id"): imported_call_outcome(e.payload)
