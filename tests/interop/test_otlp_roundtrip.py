@@ -410,3 +410,26 @@ def test_a_requested_tool_call_without_an_id_keeps_its_place(tmp_path, content):
         (step, [None, "call_B", None, "call_C"])]
     assert [(c["step"], c["call_id"], c["outcome"]) for c in calls] == [
         (f"{step}.2", "call_B", "ok"), (f"{step}.4", "call_C", "ok")]
+
+
+def test_a_model_calls_cost_comes_back(tmp_path):
+    """The export sends each model call's ``usage.cost`` (``sealbox.usage.cost``); the import left it out,
+    so the imported run's model calls and its ``run.ended`` usage had tokens but no cost."""
+    priced = POLICY + 'prices:\n  "openai/*": {input: 2.5, output: 10}\n'
+    store = sealbox.init_store(tmp_path / "store")
+    rec = Recorder(store, policy=Policy.from_text(priced))
+    with rec.run(agent="support-bot") as run:
+        run.model_call({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, RESPONSE, latency=5)
+        run.model_call({"model": "gpt-4o", "messages": [{"role": "user", "content": "again"}]}, RESPONSE, latency=5)
+    orig = [(e.kind, e.payload["usage"]) for e in store.read_run(run.run_id) if e.kind in ("model.call", "run.ended")]
+    store.close()
+    target, imported = _round_trip({"run": run.run_id, "path": tmp_path / "store"}, tmp_path, content=True,
+                                   hex_ids=False)
+    events, _, verified = _events(target, imported)
+    assert verified
+    cost = (120 * 2.5 + 30 * 10) / 1_000_000
+    assert [u.get("cost") for k, u in orig] == [cost, cost, 2 * cost]
+    assert [(k, p["usage"]) for k, _, p in events if k in ("model.call", "run.ended")] == [
+        ("model.call", {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150, "cost": cost}),
+        ("model.call", {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150, "cost": cost}),
+        ("run.ended", {"input_tokens": 240, "output_tokens": 60, "cost": 2 * cost})]

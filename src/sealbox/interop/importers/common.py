@@ -124,6 +124,7 @@ class RunBuilder:
     _calls: int = 0
     _usage_in: int = 0
     _usage_out: int = 0
+    _usage_cost: float | None = None  # the sum of the model calls' costs; None: no source gave one
     _seen_anomalies: set = field(default_factory=set)
     _aggregated: dict = field(default_factory=dict)  # what -> the detail of its one aggregated anomaly
 
@@ -177,7 +178,7 @@ class RunBuilder:
 
     # events ---------------------------------------------------------------
     def model_call(self, top: int, *, provider: str, model: str, request: Any, response: Any,
-                   usage: dict[str, int] | None, latency_us: int | None = None, fmt: str = "unknown",
+                   usage: dict[str, Any] | None, latency_us: int | None = None, fmt: str = "unknown",
                    tool_call_ids: Iterable[str | None] = (), source: dict[str, Any] | None = None) -> None:
         use = {}
         for key in ("input_tokens", "output_tokens"):
@@ -201,6 +202,10 @@ class RunBuilder:
             use["total_tokens"] = use.get("input_tokens", 0) + use.get("output_tokens", 0)
         self._usage_in += use.get("input_tokens", 0)
         self._usage_out += use.get("output_tokens", 0)
+        cost = (usage or {}).get("cost")  # a Sealbox export's sealbox.usage.cost (the exporting store's prices)
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0:
+            use["cost"] = cost
+            self._usage_cost = (self._usage_cost or 0.0) + cost
         payload: dict[str, Any] = {
             "provider": provider or "unknown", "model": model or "unknown", "request": request,
             "response": response, "usage": use, "format": fmt,
@@ -301,6 +306,8 @@ class RunBuilder:
             out.append(EventDraft(item.kind, item.payload, run_id=self.run_id, principal=principal, step=step))
         end: dict[str, Any] = {"status": self.status,
                                "usage": {"input_tokens": self._usage_in, "output_tokens": self._usage_out}}
+        if self._usage_cost is not None:
+            end["usage"]["cost"] = self._usage_cost
         if self.error is not None:
             end["error"] = self.error
         if self.end_info:

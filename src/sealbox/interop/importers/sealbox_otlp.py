@@ -15,6 +15,8 @@ format has, it says what the store knew and no other tracer does; the importer m
   ``pending``, from an earlier export) means the tool did not run (or its result was never
   recorded): no ``tool.result``;
 - ``sealbox.server`` and ``sealbox.tool.exposed`` are the call's server and exposed name;
+- a model span's ``sealbox.usage.cost`` is the model call's ``usage.cost`` (the run's ``run.ended`` usage
+  then sums it);
 - a model span's ``sealbox.model.tool_call_ids`` are the calls it requested (the export sends no
   messages), each in its place (a null, a call requested without an id, keeps its position, so the
   calls after it come back at the sub-steps they had), and a tool span's link with
@@ -84,6 +86,9 @@ def read_model(s: Any, attrs: dict[str, Any]) -> None:
     # Sealbox exports the attribute for every model call whose latency its store knew (0 included): without
     # it, the latency was not known (latency_us null), and the span's length (none) is not a latency
     s.latency_unknown = "sealbox.model.latency_us" not in attrs
+    cost = attrs.get("sealbox.usage.cost")  # what the model call cost, by the exporting store's prices
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool):
+        s.usage = {**s.usage, "cost": cost}  # kept only when finite and not negative (RunBuilder.model_call)
     s.extra["sealbox"] = source_facts(attrs)
 
 

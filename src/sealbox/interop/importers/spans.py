@@ -56,7 +56,7 @@ class Span:
     model: str | None = None
     request: Any = None
     response: Any = None
-    usage: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
     fmt: str = "unknown"
     # tool
     tool_name: str | None = None
