@@ -231,6 +231,11 @@ def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _call_key(value: Any) -> str:
+    """A ``tool.call``'s ``call_id``; in a malformed event (any value, or none), ``malformed:`` and its JSON."""
+    return value if isinstance(value, str) else "malformed:" + _json(value)
+
+
 def _strs(value: Any) -> tuple[str, ...] | None:
     """The strings of a list (an attribute array holds one type), None when there are none."""
     return tuple(v for v in value if isinstance(v, str)) or None if isinstance(value, (list, tuple)) else None
@@ -324,14 +329,16 @@ class _RunBuilder:
             if ev.kind == "model.call":
                 ctx = self._model_span(ev, start_ns)
                 for tc_id in p.get("tool_call_ids") or ():
-                    requested_by.setdefault(tc_id, ctx)
+                    if isinstance(tc_id, str):  # None: a call requested without an id; else a malformed event
+                        requested_by.setdefault(tc_id, ctx)
                 u = p.get("usage") or {}
                 usage["input_tokens"] += _int(u.get("input_tokens")) or 0
                 usage["output_tokens"] += _int(u.get("output_tokens")) or 0
             elif ev.kind == "tool.call":
-                if p["call_id"] not in calls:
-                    calls[p["call_id"]] = _Call(ev, last_ns=_ns(ev.ts))
-                call_at.setdefault(ev.step, p["call_id"])
+                cid = _call_key(p.get("call_id"))
+                if cid not in calls:
+                    calls[cid] = _Call(ev, last_ns=_ns(ev.ts))
+                call_at.setdefault(ev.step, cid)
             elif ev.kind in _LOG_KINDS:
                 pending_logs.append(ev)
                 aid = p.get("approval_id") if isinstance(p.get("approval_id"), str) else None  # malformed: any value
@@ -353,7 +360,7 @@ class _RunBuilder:
                         if aid is not None:
                             call.approvals.append(aid)
             elif ev.kind == "tool.result":
-                call = calls.get(p.get("call_id"))
+                call = calls.get(_call_key(p.get("call_id")))
                 if call is not None:
                     call.result = ev
                     call.last_ns = max(call.last_ns, _ns(ev.ts))
@@ -369,7 +376,7 @@ class _RunBuilder:
                 ended = ev
 
         for call in calls.values():
-            self._tool_span(call, requested_by.get(call.event.payload["call_id"]))
+            self._tool_span(call, requested_by.get(_call_key(call.event.payload.get("call_id"))))
         for s in suspensions:
             self._suspension_span(s["event"], s["resumed"], end_ns)
         for ev in pending_logs:
@@ -386,7 +393,7 @@ class _RunBuilder:
             err = ended.payload.get("error") or {} if ended is not None else {}
             status = Status(StatusCode.ERROR, self._error_text(err))
         waited = sum(_int(s["resumed"].payload.get("waited_us")) or 0 for s in suspensions if s["resumed"] is not None)
-        labels = info.get("labels") or {}
+        labels = info.get("labels") if isinstance(info.get("labels"), dict) else {}  # malformed: any value
         policy = info.get("policy") or {}
         attrs = _attrs(
             gen_ai__operation__name="invoke_agent", gen_ai__agent__name=info.get("agent"),
@@ -456,6 +463,7 @@ class _RunBuilder:
         from sealbox.approvals import call_outcome, imported_call_outcome
 
         p = call.event.payload
+        cid = _call_key(p.get("call_id"))
         start = _ns(call.event.ts)
         end = call.last_ns
         decision = call.decisions[-1].payload if call.decisions else {}
@@ -475,8 +483,9 @@ class _RunBuilder:
         else:
             outcome = "unknown"  # allowed and no result: still running, or the process died while it ran
         attrs = _attrs(
-            gen_ai__operation__name="execute_tool", gen_ai__tool__name=p["tool"], gen_ai__tool__call__id=p["call_id"],
-            gen_ai__tool__type="function", sealbox__server=p["server"], sealbox__tool__exposed=_str(p.get("exposed")),
+            gen_ai__operation__name="execute_tool", gen_ai__tool__name=_str(p.get("tool")), gen_ai__tool__call__id=cid,
+            gen_ai__tool__type="function", sealbox__server=_str(p.get("server")),
+            sealbox__tool__exposed=_str(p.get("exposed")),
             sealbox__grant=_str(p.get("grant")), sealbox__run_id=self.run_id, sealbox__step=call.event.step,
             sealbox__decision__effect=_str(effect), sealbox__decision__rule=_str(decision.get("rule")),
             sealbox__decision__reason_code=_str(decision.get("reason_code")),
@@ -494,7 +503,7 @@ class _RunBuilder:
             if result is not None and result.get("ok") and "result" in result:
                 attrs["gen_ai.tool.call.result"] = _json(self._resolve(result.get("result")))
         links = [Link(model_ctx, {"sealbox.link": "requested_by"})] if model_ctx is not None else []
-        self._span(f"execute_tool {p['tool']}", self._tool_ctx(p["call_id"]), self.run_ctx, SpanKind.INTERNAL,
+        self._span(f"execute_tool {p.get('tool')}", self._tool_ctx(cid), self.run_ctx, SpanKind.INTERNAL,
                    start, end, attrs, status, links)
 
     # -- suspensions

@@ -37,7 +37,8 @@ def call_rows(store: Any, run_ids: Sequence[str]) -> list[dict[str, Any]]:
     the identities whose answers decided it; ``flags`` sorted markers: the approval's
     flag codes (``shared_identity``, ``multiple_clients``, ``acts_as_agent``),
     ``guardrail_tripped``, ``outcome_unknown``, ``malformed_request`` (its request's event fails its
-    schema: its outcome is ``unknown``), ``imported``, ``replayed`` (a call of a replay run:
+    schema: its outcome is ``unknown``), ``malformed_event`` (a value of the wrong type, read from an event
+    that fails its schema, is its JSON text in a string column, else null), ``imported``, ``replayed`` (a call of a replay run:
     served from the record, or run again for real by a replay with live tools; ``sealbox calls``
     leaves these out unless ``--replays``). ``outcome`` is ``ok`` or ``error`` (the tool ran),
     ``denied`` (by the policy); for a call held for approval without a result, what ``sealbox calls``
@@ -48,7 +49,36 @@ def call_rows(store: Any, run_ids: Sequence[str]) -> list[dict[str, Any]]:
     rows: list[tuple[int, dict[str, Any]]] = []
     for run_id in run_ids:
         rows.extend(_run_rows(store, run_id))
-    return [row for _, row in sorted(rows, key=lambda r: r[0])]
+    return [_typed(row) for _, row in sorted(rows, key=lambda r: r[0])]
+
+
+def _key(call_id: Any) -> Any:
+    """A call id as a dict key: in a malformed event (any value), its canonical JSON, marked."""
+    return call_id if isinstance(call_id, str) or call_id is None else ("malformed", _canon(call_id))
+
+
+def _typed(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with each value of its column's type (:data:`CALL_FIELDS`): a value of another type (read
+    from an event that fails its schema: written below Sealbox) is its canonical JSON text in a string
+    column, else None, and the row is flagged ``malformed_event``. The file can always be written."""
+    bad = False
+    for name, kind in CALL_FIELDS:
+        value = row[name]
+        if value is None:
+            continue
+        if kind == "string" and not isinstance(value, str):
+            row[name], bad = _canon(value), True
+        elif kind == "list<string>" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            row[name] = [v if isinstance(v, str) else _canon(v) for v in value] \
+                if isinstance(value, list) else [_canon(value)]
+            bad = True
+        elif kind == "int64" and (not isinstance(value, int) or isinstance(value, bool) or not -2**63 <= value < 2**63):
+            row[name], bad = None, True
+        elif kind == "bool" and not isinstance(value, bool):
+            row[name], bad = None, True
+    if bad:
+        row["flags"] = sorted({*row["flags"], "malformed_event"})
+    return row
 
 
 def _run_rows(store: Any, run_id: str) -> list[tuple[int, dict[str, Any]]]:
@@ -64,8 +94,8 @@ def _run_rows(store: Any, run_id: str) -> list[tuple[int, dict[str, Any]]]:
     order: list[tuple[int, str]] = []
     call_at: dict[str, Any] = {}  # step -> the call made there
     for e in events:
-        cid = e.payload.get("call_id")
-        if e.kind == "approval.requested" and not isinstance(cid, str):
+        cid = _key(e.payload.get("call_id"))
+        if e.kind == "approval.requested" and not isinstance(e.payload.get("call_id"), str):
             cid = call_at.get(e.step)  # a malformed request naming no call: the call at its step
         if e.kind == "tool.call":
             calls[cid] = {"call": e, "decisions": [], "result": None, "approval": None, "guard": False}
@@ -110,7 +140,7 @@ def _row(store: Any, run_id: str, agent: str | None, imported: bool, replayed: b
     flags |= {"replayed"} if replayed else set()  # a replay run's call: served from the record, or run again
     return {
         "run_id": run_id, "agent": agent, "principal": call.principal, "ts": call.ts, "step": call.step,
-        "call_id": p["call_id"], "server": p["server"], "tool": p["tool"], "exposed": p.get("exposed"),
+        "call_id": p.get("call_id"), "server": p.get("server"), "tool": p.get("tool"), "exposed": p.get("exposed"),
         "grant": p.get("grant"), "arguments": _json_text(store, p.get("arguments")),
         "decision": first.get("effect"), "rule": first.get("rule"), "reason_code": first.get("reason_code"),
         "final_decision": last.get("effect"), "approval": state.status if state else None,
@@ -136,6 +166,11 @@ def _outcome(effect: str | None, result: dict | None, state: Any, call: Any = No
     if effect == "require_approval":  # imported: the outcome its exporting store gave it
         return imported_call_outcome(call) or "held"
     return "unknown"
+
+
+def _canon(value: Any) -> str:
+    """The RFC 8785 JSON text of a value read from an event."""
+    return canonical_bytes(value).decode("utf-8")
 
 
 def _json_text(store: Any, value: Any) -> str:
