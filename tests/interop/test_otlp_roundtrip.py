@@ -433,3 +433,40 @@ def test_a_model_calls_cost_comes_back(tmp_path):
         ("model.call", {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150, "cost": cost}),
         ("model.call", {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150, "cost": cost}),
         ("run.ended", {"input_tokens": 240, "output_tokens": 60, "cost": 2 * cost})]
+
+
+def test_an_answer_the_store_did_not_count_comes_back_as_not_counted(tmp_path):
+    """The export says whether each answer counted (``sealbox.approval.counted``, ``.problem``); the
+    import made every answer an imported approval note alike, so an approval withdrawn in the source
+    (its identity disabled) read as one more approval."""
+    from sealbox.identities import disable_identity
+
+    store = sealbox.init_store(tmp_path / "store")
+    root = admin_key(store, tmp_path)
+    alice = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key", admin_key=root).key_path
+    bob = add_identity(store, "bob", "approver", ["ops"], key_path=tmp_path / "bob.key", admin_key=root).key_path
+    rec = Recorder(store, policy=Policy.from_text(POLICY), approvals="suspend")
+    with pytest.raises(ApprovalPending) as pending:
+        with rec.run(agent="cleanup-bot", principal="agent:cleanup") as run:
+            run.call_tool("db", "write_query", {"sql": "DROP TABLE t"}, lambda sql: "dropped", call_id="call_H")
+    answer(store, pending.value.approval_id, "approve", "ok", alice)
+    disable_identity(store, "alice", "left the team", admin_key=root)
+    answer(store, pending.value.approval_id, "approve", "checked", bob)
+    with rec.resume(run.run_id, {("db", "write_query"): lambda sql: "dropped"}):
+        pass
+    [orig] = store.query_calls(run_id=run.run_id)
+    assert ([a["identity"] for a in orig["approvers"]], [(a["identity"], a["problem"]) for a in orig["uncounted"]]) \
+        == (["bob"], [("alice", "identity_disabled")])
+    store.close()
+    target, imported = _round_trip({"run": run.run_id, "path": tmp_path / "store"}, tmp_path, content=False,
+                                   hex_ids=False)
+    events, _, verified = _events(target, imported)
+    assert verified
+    notes = [p for k, _, p in events if k == "note"]
+    assert [(n["about"]["imported_approval"]["identity"], n["about"]["imported_approval"].get("counted"),
+             n["about"]["imported_approval"].get("problem")) for n in notes] == [
+        ("alice", False, "identity_disabled"), ("bob", None, None)]
+    assert notes[0]["text"] == (
+        "imported approval (approved by alice; the exporting store did not count it: identity_disabled) of call "
+        "call_H, from a Sealbox OTLP export: not a signed approval of this store; the approver's identity is not "
+        "authenticated")

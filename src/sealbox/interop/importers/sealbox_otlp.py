@@ -22,7 +22,8 @@ format has, it says what the store knew and no other tracer does; the importer m
   calls after it come back at the sub-steps they had), and a tool span's link with
   ``sealbox.link = requested_by`` names its model span;
 - the ``sealbox.approval.requested`` / ``.answered`` / ``.expired`` log records become imported
-  approval notes (``identity_authenticated: false``): an OTLP record carries no approver signature,
+  approval notes (``identity_authenticated: false``; an answer the exporting store did not count,
+  ``sealbox.approval.counted`` false, keeps ``counted: false`` and its ``problem``): an OTLP record carries no approver signature,
   so it is never an ``approval.answered``, and no imported data is signed evidence;
 - the run span's ``sealbox.run.status``, ``error.type``, ``sealbox.label.*``, ``sealbox.principal``
   and ``sealbox.run_id`` become the run's status, error, labels and original ids.
@@ -172,6 +173,9 @@ def approval_notes(records: list[dict], call_id: str | None, tool: str | None) -
                         "answered_at": _str(a.get("sealbox.approval.answered_at")),
                         "key_id": _str(a.get("sealbox.approval.key_id")),
                         "flags": _strs(a.get("sealbox.approval.flags"))}
+            counted = a.get("sealbox.approval.counted")
+            if counted is False:  # the exporting store did not count it: why (unknown_identity, late, ...)
+                approval.update(counted=False, problem=_str(a.get("sealbox.approval.problem")) or "unknown")
         else:
             approval = {"decision": "expired", "identity": None,
                         "expired_at": _str(a.get("sealbox.approval.expired_at"))}
@@ -195,6 +199,8 @@ def _note(source: str, aid: str, approval: dict[str, Any], request: dict[str, An
 def note_text(approval: dict[str, Any]) -> str:
     verb = {"approve": "approved", "deny": "rejected", "expired": "expired", "pending": "pending"}[approval["decision"]]
     by = f" by {approval['identity']}" if approval.get("identity") else ""
+    if approval.get("counted") is False:
+        by += f"; the exporting store did not count it: {approval.get('problem')}"
     return (f"imported approval ({verb}{by}) of call {approval.get('call_id')}, from a Sealbox OTLP export: not a "
             "signed approval of this store; the approver's identity is not authenticated")
 
