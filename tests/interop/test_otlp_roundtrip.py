@@ -470,3 +470,26 @@ def test_an_answer_the_store_did_not_count_comes_back_as_not_counted(tmp_path):
         "imported approval (approved by alice; the exporting store did not count it: identity_disabled) of call "
         "call_H, from a Sealbox OTLP export: not a signed approval of this store; the approver's identity is not "
         "authenticated")
+
+
+def test_the_runs_snapshot_fingerprint_comes_back_among_its_original_ids(tmp_path):
+    """The run span carries ``sealbox.snapshot`` (the snapshot's fingerprint); the import dropped it, so
+    nothing in the imported run said which configuration the source run ran under."""
+    from sealbox.snapshot import Snapshot, ToolSpec
+
+    snap = Snapshot(model={"provider": "openai", "name": "gpt-4o", "version": "2024-08-06", "parameters": {}},
+                    system_prompt="You tidy up.", tools=(ToolSpec("fs", "read_file", "Read a file"),), limits={})
+    store = sealbox.init_store(tmp_path / "store")
+    rec = Recorder(store, policy=Policy.from_text(POLICY))
+    with rec.run(agent="support-bot", snapshot=snap) as run:
+        run.call_tool("fs", "read_file", {"path": "/tmp/a"}, lambda path: "a", call_id="call_A")
+    fingerprint = store.read_run(run.run_id)[0].payload["snapshot"]
+    assert fingerprint.startswith("sha256:")
+    store.close()
+    target, imported = _round_trip({"run": run.run_id, "path": tmp_path / "store"}, tmp_path, content=False,
+                                   hex_ids=False)
+    events, _, verified = _events(target, imported)
+    assert verified
+    started = events[0][2]
+    assert started["snapshot"] is None  # the snapshot itself is not exported
+    assert started["imported"]["original_ids"]["sealbox_snapshot"] == fingerprint

@@ -25,8 +25,10 @@ format has, it says what the store knew and no other tracer does; the importer m
   approval notes (``identity_authenticated: false``; an answer the exporting store did not count,
   ``sealbox.approval.counted`` false, keeps ``counted: false`` and its ``problem``): an OTLP record carries no approver signature,
   so it is never an ``approval.answered``, and no imported data is signed evidence;
-- the run span's ``sealbox.run.status``, ``error.type``, ``sealbox.label.*``, ``sealbox.principal``
-  and ``sealbox.run_id`` become the run's status, error, labels and original ids.
+- the run span's ``sealbox.run.status``, ``error.type``, ``sealbox.label.*``, ``sealbox.principal``,
+  ``sealbox.run_id``, ``sealbox.parent_run_id``, ``sealbox.snapshot`` (the snapshot's fingerprint: the
+  snapshot itself is not exported) and ``sealbox.replay_of`` become the run's status, error, labels and
+  original ids.
 
 Everything read here is what the file says, unauthenticated: ``sealbox.event.leaf_index`` and
 ``leaf_hash`` are kept (``imported.sealbox``) so that a copy can be checked against the original store.
@@ -209,7 +211,8 @@ def read_run(run: Any, attrs: dict[str, Any], status_error: str | None) -> None:
     """The run span (``invoke_agent``) of a Sealbox run: status, error, labels, original ids."""
     ids = run.original_ids
     ids["sealbox_run_id"] = attrs["sealbox.run_id"]
-    for key, name in (("sealbox.principal", "sealbox_principal"), ("sealbox.parent_run_id", "sealbox_parent_run_id")):
+    for key, name in (("sealbox.principal", "sealbox_principal"), ("sealbox.parent_run_id", "sealbox_parent_run_id"),
+                      ("sealbox.snapshot", "sealbox_snapshot"), ("sealbox.replay_of", "sealbox_replay_of")):
         if _str(attrs.get(key)):
             ids[name] = attrs[key]
     policy = {k: attrs[f"sealbox.policy.{k}"] for k in ("name", "fingerprint") if _str(attrs.get(f"sealbox.policy.{k}"))}
