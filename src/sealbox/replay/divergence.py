@@ -90,6 +90,33 @@ def _short(value: Any, width: int = 70) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+#: Characters shown before the first difference when both sides of a change are cut around it.
+_CONTEXT = 30
+
+
+def _changed_pair(a: Any, b: Any, width: int = 70) -> str:
+    """``A -> B`` for a changed field, each side at most ``width`` characters (JSON text).
+
+    Two long values that share a long beginning (a prompt with a sentence added at its end) would
+    read the same once cut at ``width``: both are then shown from ``_CONTEXT`` characters before
+    their first difference (``…`` where text is left out), followed by ``(first difference at
+    character N)``, N counted from 1 in the string (in the JSON text for other values)."""
+    ta, tb = (json.dumps(v, ensure_ascii=False, default=str) for v in (a, b))
+    at = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+    if max(len(ta), len(tb)) <= width or at < width - 1 - 12:
+        return f"{_short(a, width)} -> {_short(b, width)}"
+    start = at - _CONTEXT
+
+    def cut(text: str) -> str:
+        part = text[start:start + width - 1]
+        return "…" + part + ("…" if start + width - 1 < len(text) else "")
+
+    position = at + 1
+    if isinstance(a, str) and isinstance(b, str):  # counted in the strings themselves (JSON escapes aside)
+        position = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b))) + 1
+    return f"{cut(ta)} -> {cut(tb)}  (first difference at character {position})"
+
+
 def _key_line(key: StepKey | None) -> str:
     if key is None:
         return "(nothing)"
@@ -108,7 +135,7 @@ def render_divergence(d: Divergence, limit: int = 20) -> str:
         lines.append(f"  differs in: {', '.join(d.mismatched)}")
     for item in d.diff[:limit]:
         if item.change == "changed":
-            lines.append(f"    ~ {item.path}: {_short(item.a)} -> {_short(item.b)}")
+            lines.append(f"    ~ {item.path}: {_changed_pair(item.a, item.b)}")
         elif item.change == "added":
             lines.append(f"    + {item.path}: {_short(item.b)}")
         else:
