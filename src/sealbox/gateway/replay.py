@@ -87,13 +87,14 @@ class GatewayReplay:
         fp = recorded.started.get("snapshot")
         snapshot = store.get_snapshot(fp) if fp else None
         gateway = ((snapshot or {}).get("extra") or {}).get("gateway")
-        if not isinstance(gateway, dict):
-            raise ConfigError(f"run {run_id} was not recorded by the gateway: its snapshot has no gateway "
-                              "section (no recorded tool list to serve)")
+        if isinstance(gateway, dict):
+            self.separator = str(gateway.get("separator") or "__")
+            recorded_tools, blocked = snapshot.get("tools") or [], gateway.get("blocked") or []
+        else:  # a run the gateway joined: the snapshot is the driving process's
+            self.separator, recorded_tools = _joined_tool_list(store, run_id)
+            blocked = []
         self.snapshot = snapshot
-        self.separator = str(gateway.get("separator") or "__")
-        self.tools, self._targets = _tool_list(snapshot.get("tools") or [], self.separator,
-                                               gateway.get("blocked") or [])
+        self.tools, self._targets = _tool_list(recorded_tools, self.separator, blocked)
         #: recorded calls by replay step; ``original_steps`` maps them back to the recorded steps
         self.original_steps: dict[str, str] = {}
         # a tool.call with a method is a prompts/get or resources/read the live gateway recorded: not served
@@ -395,6 +396,39 @@ async def answer_from_record(run: Any, server: str, tool: str, arguments: dict[s
             return _error_result(str(exc), {"sealbox/not_forwarded": "invalid_arguments"})
         raise
     return types.CallToolResult.model_validate(out, by_name=False)
+
+
+def _joined_tool_list(store: Any, run_id: str) -> tuple[str, list[dict[str, Any]]]:
+    """(separator, tools) of a run the gateway joined, whose snapshot (the driving process's) lists no
+    gateway tools: the separator from its calls' exposed names (``server + separator + tool``), and every
+    tool of the servers they name as the gateway's pins (``tools.changed`` of the system run) held it just
+    before the run's first such call, as ``{server, name, description, input_schema}``.
+
+    Raises:
+        ConfigError: the run holds no call made through a gateway, or calls naming different separators.
+    """
+    from sealbox.events import SYSTEM_RUN_ID
+    from sealbox.gateway.pinning import PinState
+
+    calls = [e for e in store.read_run(run_id) if e.kind == "tool.call" and e.payload.get("method") is None
+             and isinstance(e.payload.get("exposed"), str)]
+    separators = set()
+    for e in calls:
+        server, tool, exposed = str(e.payload.get("server")), str(e.payload.get("tool")), e.payload["exposed"]
+        if exposed.startswith(server) and exposed.endswith(tool) and len(exposed) > len(server) + len(tool):
+            separators.add(exposed[len(server):len(exposed) - len(tool)])
+    if not calls or len(separators) != 1:
+        why = ("it holds no call made through a gateway" if not calls else
+               "its calls' exposed names do not show one gateway separator")
+        raise ConfigError(f"run {run_id} was not recorded by the gateway: its snapshot has no gateway section and "
+                          f"{why} (no recorded tool list to serve)")
+    first = calls[0].leaf_index
+    pins = PinState(origin=getattr(store, "origin", "") or "")
+    pins.apply(e for e in store.read_run(SYSTEM_RUN_ID) if e.leaf_index < first)
+    servers = {str(e.payload.get("server")) for e in calls}
+    tools = [{"server": server, "name": tool, "description": d.get("description"), "input_schema": d.get("input_schema")}
+             for (server, tool), d in pins.definitions.items() if server in servers and (server, tool) in pins.known]
+    return separators.pop(), tools
 
 
 def _tool_list(recorded: list[dict[str, Any]], separator: str,
