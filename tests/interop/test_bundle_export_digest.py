@@ -125,6 +125,23 @@ def test_a_changed_member_is_named_exactly_when_the_manifest_still_holds_its_has
         ("events.jsonl", "events.jsonl does not match the export digest signed in the checkpoint")]
 
 
+@pytest.mark.parametrize("rebuilt", [False, True])
+def test_a_format_downgraded_to_sealbox_bundle_1_is_named_as_the_changed_member(case, tmp_path, rebuilt):
+    """Turning a /2 bundle into /1 (whose missing grants are notes, not problems) breaks the digest: the
+    problem names ``format``, the member that changed, not the four intact ones."""
+    path, _, _, vkey = case
+    m = members(path)
+    m["format"] = b"sealbox-bundle/1\n"
+    if rebuilt:
+        rebuild_manifest(m)
+    rezip(tmp_path / "f.sbx", m)
+    report = verify_bundle(tmp_path / "f.sbx", trusted_vkey=vkey)
+    digest = [p for p in report.problems if p.code == "export_digest_mismatch"]
+    assert not report.ok
+    assert [(p.member, p.message.split(" (")[0]) for p in digest] == [
+        ("format", "format does not match the export digest signed in the checkpoint")]
+
+
 def _resigned(m, extensions):
     cp = _checkpoint(m)
     skey, vkey = generate_key(cp.origin)

@@ -836,9 +836,10 @@ def _changed_members(content: list[tuple[str, bytes]], signed: bytes, manifest: 
     """The content members that differ from what was signed.
 
     The signed digest covers per-member hashes. If the manifest's member hashes
-    (``format`` is fixed text) reproduce it, they are the exported ones and the
-    members whose bytes differ are named exactly; otherwise (the manifest was
-    rebuilt too) every member that may have changed is named. ``format_text`` is the
+    (``format`` is fixed text: the bundle's own, else another known format, so that a
+    format changed from one to the other is named) reproduce it, they are the exported
+    ones and the members whose bytes differ are named exactly; otherwise (the manifest
+    was rebuilt too) every member that may have changed is named. ``format_text`` is the
     bundle's own (known) ``format`` member.
     """
     hashes = {n: "sha256:" + hashlib.sha256(d).hexdigest() for n, d in content}
@@ -846,10 +847,11 @@ def _changed_members(content: list[tuple[str, bytes]], signed: bytes, manifest: 
         if nested_deeper(manifest, _MANIFEST_DEPTH):
             raise ValueError("too deep")  # reported by _manifest
         claimed = {m["name"]: m["sha256"] for m in json.loads(manifest)["members"]}
-        claimed["format"] = "sha256:" + hashlib.sha256(format_text).hexdigest()
-        text = "".join(f"{claimed[n].removeprefix('sha256:')}  {n}\n" for n, _ in content)
-        if hashlib.sha256(text.encode("ascii")).digest() == signed:
-            return [n for n, _ in content if hashes[n] != claimed[n]]
+        for fmt in (format_text, *(f for f in FORMATS if f != format_text)):
+            claimed["format"] = "sha256:" + hashlib.sha256(fmt).hexdigest()
+            text = "".join(f"{claimed[n].removeprefix('sha256:')}  {n}\n" for n, _ in content)
+            if hashlib.sha256(text.encode("ascii")).digest() == signed:
+                return [n for n, _ in content if hashes[n] != claimed[n]]
     except (ValueError, KeyError, TypeError, AttributeError, UnicodeEncodeError):
         pass
     return [n for n, d in content if not (n == "format" and d == format_text)]
