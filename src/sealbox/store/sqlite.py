@@ -2331,10 +2331,24 @@ def _required_columns() -> dict[str, frozenset[str]]:
         conn.close()
 
 
+def _unreadable(db: Path) -> bool:
+    """Whether opening ``db`` for reading is refused by its file mode (PermissionError)."""
+    try:
+        with open(db, "rb"):
+            return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+
+
 def _translate_open_error(path: Path, exc: sqlite3.DatabaseError) -> Exception:
     msg = str(exc).lower()
     if "not a database" in msg or "malformed" in msg or "file is encrypted" in msg:
         return NotAStoreError(f"{path / DB_NAME} is not a Sealbox store (not an SQLite database)")
+    if "unable to open" in msg and _unreadable(path / DB_NAME):  # another user's store: no reader gets in either
+        return StoreError(f"cannot read {path / DB_NAME}: permission denied (the store's database is not readable "
+                          "by this user: ask its owner for access)")
     if "readonly" in msg or "read-only" in msg or "unable to open" in msg:
         return StoreReadOnlyError(f"cannot open {path / DB_NAME} for writing: {exc}")
     return StoreError(f"cannot open {path / DB_NAME}: {exc}")
