@@ -245,14 +245,15 @@ SMALL_FILE_BYTES = 1024 * 1024
 
 def read_small(path: str) -> str | None:
     """The UTF-8 text of a small input file, or None when it holds more than ``SMALL_FILE_BYTES``: read
-    no further than that, since a device (``/dev/zero``) or a pipe may never end.
+    no further than that, since a device (``/dev/zero``) or a pipe may never end. A leading UTF-8 byte
+    order mark (written by some editors) is not part of the text.
 
     Raises:
         OSError, UnicodeDecodeError: as ``open`` and decoding raise them.
     """
     with open(path, "rb") as fh:
         data = fh.read(SMALL_FILE_BYTES + 1)
-    return None if len(data) > SMALL_FILE_BYTES else data.decode("utf-8")
+    return None if len(data) > SMALL_FILE_BYTES else data.decode("utf-8-sig")
 
 
 def _read_checkpoint(path: str) -> str:
@@ -319,7 +320,7 @@ def _read_key(value: str | None) -> str | None:
                        "for a store) or the key string `sealbox log key` prints")
     if os.path.isfile(value):
         try:
-            with open(value, encoding="utf-8") as fh:
+            with open(value, encoding="utf-8-sig") as fh:  # a byte order mark (Notepad) is not part of the key
                 text = fh.read().strip()
         except (OSError, UnicodeDecodeError) as exc:
             raise BadInput(f"cannot read the key file {value}: {exc}") from exc
