@@ -806,13 +806,17 @@ def _load(reader: Any, approval_id: str, run_id: str | None = None) -> tuple[Any
 
     ``run_id``: the request's run when the caller knows it (every poll does): the request is then
     found through the ``events_run_kind`` index among that run's requests only; without it (or when
-    that run has no such request) every ``approval.requested`` event of the store is read.
+    that run has no such request) through the ``events_approval`` index (approval id, leaf index:
+    migration 0007 on SQLite, 0002 on PostgreSQL), reading only the requests of that id; the first
+    in log order is taken (as when a store holds one id in two runs).
     """
+    by_id = getattr(reader, "approval_requests", None)
     found = []
     if isinstance(approval_id, str) and isinstance(run_id, str):
         found = reader.events(["approval.requested"], run_id=run_id, field=("approval_id", approval_id))
     if not found and isinstance(approval_id, str):
-        found = reader.events(["approval.requested"], field=("approval_id", approval_id))
+        found = (by_id(approval_id) if by_id is not None
+                 else reader.events(["approval.requested"], field=("approval_id", approval_id)))
     if not found:
         raise ApprovalError("unknown_approval", f"no approval request {approval_id!r} in this store")
     request = found[0]
@@ -826,8 +830,9 @@ def get_approval(store: Any, approval_id: str, now: datetime | None = None, *,
 
     Args:
         run_id: the request's run, when known (a hold or a blocking agent polling its own request):
-            the request is then read through the ``(run_id, kind)`` index, so a poll does not read
-            every approval request of the store. A wrong ``run_id`` only costs that speed.
+            the request is then read through the ``(run_id, kind)`` index. A wrong ``run_id`` only
+            costs that speed. Without it, the request is read through the store's ``events_approval``
+            index (approval id), not by reading every approval request of the store.
 
     Raises:
         ApprovalError: ``unknown_approval``.

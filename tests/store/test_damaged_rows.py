@@ -335,12 +335,12 @@ NEWEST = len(migrate.load_migrations("sqlite"))
 
 
 def test_a_removed_migration_row_is_named_not_a_duplicate_column_error(s: Sample) -> None:
-    tamper(s.path, f"DELETE FROM schema_migrations WHERE version = {NEWEST}")
+    tamper(s.path, "DELETE FROM schema_migrations WHERE version >= 6")
     message = (f"{s.path}: the store's schema_migrations table lacks migration 6 (0006_call_columns) but the store "
                "already has its changes (column events.rule): " + MIGRATION_HINT)
     with pytest.raises(StoreUpgradeNeededError) as info:  # so that `sealbox verify` checks it through a copy
         open_store(s.path, readonly=True)
-    assert str(info.value) == message and info.value.pending == [6]
+    assert str(info.value) == message and info.value.pending == list(range(6, NEWEST + 1))
     with pytest.raises(SchemaVersionError) as info:  # a writer refuses it too (it used to fail on ALTER TABLE)
         open_store(s.path)
     assert str(info.value) == message and not isinstance(info.value, StoreUpgradeNeededError)
@@ -379,7 +379,7 @@ def test_a_removed_row_of_a_migration_that_only_drops_is_found_by_applying_it(s:
     with pytest.raises(SchemaVersionError, match="^" + re.escape(message) + "$"):
         open_store(s.path)
     with closing_db(s.path) as db:  # rolled back
-        assert db.execute("SELECT count(*) FROM schema_migrations").fetchone() == (5,)
+        assert db.execute("SELECT count(*) FROM schema_migrations").fetchone() == (NEWEST - 1,)
     res = cli("verify", "-s", str(s.path))
     assert res.returncode == 1, res.stdout + res.stderr
     assert res.stdout.splitlines()[0] == (

@@ -242,6 +242,18 @@ class PgReader(Reader):
                                  " ORDER BY leaf_index", (call_id, kind, run_id)).fetchall()
         return [event_from_row(*r) for r in rows]
 
+    def approval_requests(self, approval_id: str) -> list[Event]:
+        """As :meth:`Reader.approval_requests <sealbox.store.sqlite_queries.Reader.approval_requests>`
+        (the ``events_approval`` index of migration 0002)."""
+        if "\x00" in approval_id:
+            return []  # PostgreSQL text holds no NUL: no stored id has one
+        rows = self.conn.execute(f"SELECT {_EVENT_COLS} FROM events WHERE kind = 'approval.requested'"
+                                 f" AND {_APPROVAL_KEY} = ? ORDER BY leaf_index", (approval_id,)).fetchall()
+        if not rows and self.conn.execute(f"SELECT 1 FROM events WHERE kind = 'approval.requested'"
+                                          f" AND {_APPROVAL_KEY} IS NULL LIMIT 1").fetchone() is not None:
+            return self.events(["approval.requested"], field=("approval_id", approval_id))
+        return [event_from_row(*r) for r in rows]
+
     def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
                field: tuple[str, str] | None = None, limit: int | None = None,
                principal_actor: str | None = None, ts_from: str | None = None,
@@ -1062,9 +1074,11 @@ class PostgresStore(SqliteQueries):
         if what == "run":
             sql = "SELECT run_id FROM runs WHERE starts_with(run_id, %s) ORDER BY run_id LIMIT %s"
         elif what == "approval":
-            sql = ("SELECT DISTINCT a FROM (SELECT (" + _SAFE.format(t="events") + " -> 'payload' ->> 'approval_id')"
-                   " COLLATE \"C\" AS a FROM events WHERE kind = 'approval.requested') t WHERE starts_with(a, %s)"
+            # through the events_approval index (migration 0002): the ids in the range only
+            sql = (f"SELECT DISTINCT {_APPROVAL_KEY} AS a FROM events WHERE kind = 'approval.requested'"
+                   f" AND {_APPROVAL_KEY} >= %s AND {_APPROVAL_KEY} < %s AND starts_with({_APPROVAL_KEY}, %s)"
                    " ORDER BY a LIMIT %s")
+            return [r[0] for r in self._rows(sql, (prefix, prefix + "\U0010ffff", prefix, int(limit)))]
         else:
             raise ValueError(f"ids_with_prefix: what is 'run' or 'approval', not {what!r}")
         return [r[0] for r in self._rows(sql, (prefix, int(limit)))]
@@ -1132,6 +1146,10 @@ _TEXT = "convert_from({t}.raw, 'UTF8')"
 _SAFE = ("(CASE WHEN " + _HAS_NUL + " THEN " + _NUL_MAP.format(x=_TEXT, a="u0000", b="ufffe") + " ELSE " + _TEXT
          + " END)::json")
 _J = _SAFE + " -> 'payload'"
+#: The key of the ``events_approval`` index (migration 0002): an approval.requested event's payload
+#: ``approval_id`` read from its hashed bytes by ``sealbox_approval_id``, in the "C" collation. Queries
+#: write it exactly so, with ``kind = 'approval.requested'`` as a literal, for the planner to use that index.
+_APPROVAL_KEY = '(sealbox_approval_id(raw) COLLATE "C")'
 
 
 def _json_text(expr: str, t: str) -> str:
@@ -1246,7 +1264,7 @@ def _claim_schema(txn: _PgTxn, schema: str, values: dict[str, str]) -> None:
 
 
 def _drop_claimed(url: str, schema: str, secret_check: str) -> None:
-    """Drop the tables and trigger functions of the store a failed ``init`` claimed in ``schema`` (only if its
+    """Drop the tables and functions of the store a failed ``init`` claimed in ``schema`` (only if its
     ``store_meta`` still names that init's secret); the schema itself stays (it may hold other things)."""
     psycopg = _psycopg()
     with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn, conn.transaction():
@@ -1257,6 +1275,7 @@ def _drop_claimed(url: str, schema: str, secret_check: str) -> None:
         tables = sorted(_required_tables() | {"schema_migrations"})
         conn.execute("DROP TABLE " + ", ".join(f'"{schema}".{t}' for t in tables) + " CASCADE")
         conn.execute("DROP FUNCTION " + ", ".join(f'"{schema}".{f}()' for f in sorted(_trigger_functions())))
+        conn.execute(f'DROP FUNCTION IF EXISTS "{schema}".sealbox_approval_id(bytea)')  # migration 0002's index key
 
 
 def _one_line(exc: BaseException) -> str:

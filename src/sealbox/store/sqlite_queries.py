@@ -24,6 +24,10 @@ _EVENT_COLS = "leaf_index, CAST(raw AS BLOB), CAST(leaf_hash AS BLOB)"
 
 #: The kinds of the ``events_call`` partial index (:meth:`Reader.call_events`).
 _CALL_KINDS = ("policy.decision", "tool.result")
+#: The key of the ``events_approval`` index (migration 0007): an approval.requested event's payload
+#: ``approval_id`` read from its hashed bytes (NULL when they are not JSON). Queries write it exactly
+#: so, with ``kind = 'approval.requested'`` as a literal, for the planner to use that index.
+_APPROVAL_KEY = ("(CASE WHEN json_valid(CAST(raw AS TEXT)) THEN CAST(raw AS TEXT) ->> '$.payload.approval_id' END)")
 
 
 def event_from_row(leaf_index: int, raw: bytes, leaf_hash: bytes) -> Event:
@@ -413,8 +417,10 @@ class SqliteQueries:
         if what == "run":
             sql = "SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT ?"
         elif what == "approval":
-            sql = ("SELECT DISTINCT a FROM (SELECT CAST(raw AS TEXT) ->> '$.payload.approval_id' AS a FROM events"
-                   " WHERE kind = 'approval.requested') WHERE a >= ? AND a < ? ORDER BY a LIMIT ?")
+            # through the events_approval index (migration 0007): the ids in the range only
+            sql = (f"SELECT DISTINCT {_APPROVAL_KEY} AS a FROM events INDEXED BY events_approval"
+                   f" WHERE kind = 'approval.requested' AND {_APPROVAL_KEY} >= ? AND {_APPROVAL_KEY} < ?"
+                   " ORDER BY a LIMIT ?")
         else:
             raise ValueError(f"ids_with_prefix: what is 'run' or 'approval', not {what!r}")
         return [r[0] for r in self._conn().execute(sql, (prefix, upper, int(limit)))]
@@ -482,6 +488,27 @@ class Reader:
         sql = (f"SELECT {_EVENT_COLS} FROM events INDEXED BY events_call WHERE call_id = ? AND kind = '{kind}'"
                " AND run_id = ? ORDER BY leaf_index")
         return [event_from_row(*r) for r in self.conn.execute(sql, (call_id, run_id)).fetchall()]
+
+    def approval_requests(self, approval_id: str) -> list[Event]:
+        """The ``approval.requested`` events whose payload ``approval_id`` is ``approval_id``, in log
+        order (several when runs share the id); empty when none.
+
+        Read through ``events_approval`` (migration 0007: the approval id from the hashed bytes, then
+        the leaf index): the requests of that id only, not every request of the store. When none is
+        found there and a request's entry is NULL (its bytes are not JSON, or it lacks an
+        ``approval_id``: changed below Sealbox), every request is read as :meth:`events` does, so
+        that a damaged one is named as before.
+
+        Raises:
+            DamagedEventError: as :meth:`events`, in that last case."""
+        sql = (f"SELECT {_EVENT_COLS} FROM events INDEXED BY events_approval WHERE kind = 'approval.requested'"
+               f" AND {_APPROVAL_KEY} = ? ORDER BY leaf_index")
+        rows = self.conn.execute(sql, (approval_id,)).fetchall()
+        if not rows and self.conn.execute(
+                f"SELECT 1 FROM events INDEXED BY events_approval WHERE kind = 'approval.requested'"
+                f" AND {_APPROVAL_KEY} IS NULL LIMIT 1").fetchone() is not None:
+            return self.events(["approval.requested"], field=("approval_id", approval_id))
+        return [event_from_row(*r) for r in rows]
 
     def count(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run a ``SELECT count(...)``-style query returning one number."""

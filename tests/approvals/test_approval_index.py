@@ -1,0 +1,400 @@
+"""Lookups by approval id alone (`sealbox approvals show / approve / deny ID`, get_approval without
+a run, the id prefixes those commands resolve) read through the events_approval index (SQLite
+migration 0007, PostgreSQL migration 0002): the requests of that id, not every approval.requested
+event of the store. A store written before the migration gets the index from its first writer and
+answers every approvals command as before; nothing derived enters the hashed bytes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import uuid
+
+import pytest
+from approval_helpers import policy, request_of
+
+import sealbox
+from sealbox import EventDraft, verify_store
+from sealbox.approvals import ApprovalPending, get_approval
+from sealbox.identities import add_identity
+from sealbox.recorder import Recorder
+from sealbox.store import migrate
+from sealbox.store import sqlite as sqlite_mod
+from identity_testkit import admin_key
+
+PG_URL = os.environ.get("SEALBOX_TEST_POSTGRES_URL")
+NEWEST = {"sqlite": len(migrate.load_migrations("sqlite")), "postgres": len(migrate.load_migrations("postgres"))}
+
+
+def sb(*args):
+    return subprocess.run([sys.executable, "-m", "sealbox.cli.main", *map(str, args)], capture_output=True, text=True)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.skipif(
+    not PG_URL, reason="needs SEALBOX_TEST_POSTGRES_URL"))])
+def backend(request):
+    """(name, init(path) -> store, sql(statement) -> rows on the store's database)."""
+    if request.param == "sqlite":
+        paths = []
+
+        def init(path):
+            paths.append(path)
+            return sealbox.init_store(path)
+
+        def sql(statement):
+            db = sqlite3.connect(paths[0] / "sealbox.db", isolation_level=None)
+            try:
+                return db.execute(statement).fetchall()
+            finally:
+                db.close()
+
+        yield "sqlite", init, sql
+        return
+    psycopg = pytest.importorskip("psycopg")
+    schema = f"sbt_apridx_{uuid.uuid4().hex[:12]}"
+
+    def init(path):
+        return sealbox.init_store(path, postgres_url=PG_URL, schema=schema)
+
+    def sql(statement, params=None, seqscan=True):
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"SET search_path TO {schema}")
+            if not seqscan:
+                conn.execute("SET enable_seqscan = off")
+            cur = conn.execute(statement, params)
+            return cur.fetchall() if cur.description else []
+
+    yield "postgres", init, sql
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def _requests(store, n, tool="write_query"):
+    rec = Recorder(store, policy=policy(), approvals="suspend")
+    out = []
+    for i in range(n):
+        try:
+            with rec.run(agent="bot", principal="agent:bot") as run:
+                run.call_tool("db", tool, {"sql": f"DELETE {i}"}, lambda sql: sql)
+        except ApprovalPending as p:
+            out.append((p.run_id, p.approval_id))
+    return out
+
+
+def _as_before_the_index(name, sql):
+    """The store's schema as the previous Sealbox left it: no events_approval, no row of its migration."""
+    sql("DROP INDEX events_approval")
+    if name == "postgres":
+        sql("DROP FUNCTION sealbox_approval_id(bytea)")
+    sql(f"DELETE FROM schema_migrations WHERE version = {NEWEST[name]}")
+
+
+def _has_index(name, sql):
+    if name == "sqlite":
+        return sql("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'events_approval'") == [(1,)]
+    return sql("SELECT count(*) FROM pg_indexes WHERE indexname = 'events_approval'"
+               " AND schemaname = current_schema()") == [(1,)]
+
+
+# ------------------------------------------------------------------------------------------- plans
+
+
+@pytest.fixture
+def traced(monkeypatch):
+    seen: list[str] = []
+    real = sqlite3.connect
+
+    def connect(*args, **kwargs):
+        conn = real(*args, **kwargs)
+        conn.set_trace_callback(seen.append)
+        return conn
+
+    monkeypatch.setattr(sqlite_mod.sqlite3, "connect", connect)
+    return seen
+
+
+def test_sqlite_a_lookup_by_id_alone_searches_the_approval_index(tmp_path, traced):
+    store = sealbox.init_store(tmp_path / "store")
+    try:
+        reqs = _requests(store, 8)
+        run_id, aid = reqs[5]
+        traced.clear()
+        state = get_approval(store, aid)  # no run: `approvals show / approve / deny`
+        assert (state.approval_id, state.run_id, state.status) == (aid, run_id, "pending")
+        lookups = [s for s in traced if "approval.requested" in s and s.lstrip().upper().startswith("SELECT")]
+        assert len(lookups) == 1 and "events_approval" in lookups[0], lookups
+        traced.clear()
+        assert store.ids_with_prefix("approval", aid[:12]) == [aid]
+        [prefix_sql] = [s for s in traced if "approval.requested" in s]
+        conn = sqlite3.connect(tmp_path / "store" / "sealbox.db")
+        try:
+            plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + lookups[0])]
+            prefix_plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + prefix_sql)]
+        finally:
+            conn.close()
+        assert plan == ["SEARCH events USING INDEX events_approval (<expr>=?)"], plan
+        assert prefix_plan == ["SEARCH events USING INDEX events_approval (<expr>>? AND <expr><?)"], prefix_plan
+    finally:
+        store.close()
+
+
+@pytest.mark.skipif(not PG_URL, reason="needs SEALBOX_TEST_POSTGRES_URL")
+def test_postgres_a_lookup_by_id_alone_searches_the_approval_index(tmp_path, monkeypatch, backend):
+    """With sequential scans off (a test store is too small for the planner to prefer an index),
+    the lookup's condition is an index condition on events_approval."""
+    name, init, sql = backend
+    if name != "postgres":
+        pytest.skip("the PostgreSQL plan")
+    from sealbox.store import postgres
+
+    store = init(tmp_path / "store")
+    try:
+        reqs = _requests(store, 6)
+        run_id, aid = reqs[4]
+        seen: list[tuple[str, tuple]] = []
+        real = postgres._Conn.execute
+
+        def execute(self, statement, params=()):
+            if "sealbox_approval_id" in statement:
+                seen.append((statement, tuple(params)))
+            return real(self, statement, params)
+
+        monkeypatch.setattr(postgres._Conn, "execute", execute)
+        state = get_approval(store, aid)
+        monkeypatch.setattr(postgres._Conn, "execute", real)
+        assert (state.approval_id, state.run_id, state.status) == (aid, run_id, "pending")
+        [(statement, params)] = seen
+        plan = "\n".join(r[0] for r in sql("EXPLAIN " + postgres._q(statement), params, seqscan=False))
+        assert "Index Scan using events_approval on events" in plan, plan
+        assert "Index Cond: ((sealbox_approval_id(raw))::text = " in plan, plan
+        prefixes: list[tuple[str, tuple]] = []
+        real_rows = postgres.PostgresStore._rows
+
+        def rows(self, statement, params=()):
+            prefixes.append((statement, tuple(params)))
+            return real_rows(self, statement, params)
+
+        monkeypatch.setattr(postgres.PostgresStore, "_rows", rows)
+        assert store.ids_with_prefix("approval", aid[:12]) == [aid]
+        monkeypatch.setattr(postgres.PostgresStore, "_rows", real_rows)
+        [(statement, params)] = prefixes
+        prefix_plan = "\n".join(r[0] for r in sql("EXPLAIN " + statement, params, seqscan=False))
+        assert "Index Scan using events_approval on events" in prefix_plan, prefix_plan
+        assert "Index Cond: (((sealbox_approval_id(raw))::text >= " in prefix_plan, prefix_plan
+    finally:
+        store.close()
+
+
+# ------------------------------------------------------------------------------- same answers
+
+
+def _answers_of(path, ids):
+    """What the approvals commands print for these ids (and a prefix, and an unknown id)."""
+    out = {"list": sb("approvals", "list", "--json", "-s", path)}
+    for aid in ids:
+        out[aid] = sb("approvals", "show", aid, "-s", path)
+        out[aid[:14]] = sb("approvals", "show", aid[:14], "-s", path)
+    out["unknown"] = sb("approvals", "show", "apr_" + "0" * 32, "-s", path)
+    return {k: (r.returncode, r.stdout, r.stderr) for k, r in out.items()}
+
+
+def test_a_store_written_before_the_index_is_migrated_and_answers_as_before(tmp_path, backend):
+    name, init, sql = backend
+    path = tmp_path / "store"
+    store = init(path)
+    try:
+        alice = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key",
+                             admin_key=admin_key(store, tmp_path)).key_path
+        reqs = _requests(store, 4)
+    finally:
+        store.close()
+    (_, pending), (_, approved), (_, denied), (_, later) = reqs
+    for aid, verb in ((approved, "approve"), (denied, "deny")):
+        res = sb("approvals", verb, aid, "--reason", "checked", "--key-file", alice, "-s", path)
+        assert res.returncode == 0, res.stderr
+    before = _answers_of(path, [pending, approved, denied, later])
+    assert before["unknown"] == (2, "", f"error: no approval request {'apr_' + '0' * 32!r} in this store\n")
+    assert before[pending][0] == before[pending[:14]][0] == 0 and before[pending][1] == before[pending[:14]][1]
+    assert json.loads(before["list"][1])[0]["approval_id"] == later
+
+    _as_before_the_index(name, sql)
+    assert not _has_index(name, sql)
+    with pytest.raises(sealbox.SchemaVersionError, match=rf"pending migrations \[{NEWEST[name]}\]"):
+        sealbox.open_store(path, readonly=True)  # readers never upgrade; the first writer does
+    res = sb("approvals", "approve", pending, "--reason", "after the upgrade", "--key-file", alice, "-s", path)
+    assert (res.returncode, res.stdout) == (0, f"alice approved {pending}; request is now approved\n"), res.stderr
+    assert _has_index(name, sql)
+    assert sql(f"SELECT version FROM schema_migrations WHERE version = {NEWEST[name]}") == [(NEWEST[name],)]
+
+    after = _answers_of(path, [pending, approved, denied, later])
+    for key in (approved, approved[:14], denied, denied[:14], later, later[:14], "unknown"):
+        assert after[key] == before[key], key
+    assert after[pending][0] == 0 and "approved" in after[pending][1].splitlines()[1]
+    rows_before = {r["approval_id"]: r for r in json.loads(before["list"][1])}
+    rows_after = {r["approval_id"]: r for r in json.loads(after["list"][1])}
+    assert list(rows_after) == list(rows_before)
+    assert all(rows_after[a] == rows_before[a] for a in (approved, denied, later))
+    assert rows_after[pending]["status"] == "approved"
+    res = sb("approvals", "deny", later, "--reason", "no", "--key-file", alice, "-s", path)
+    assert (res.returncode, res.stdout) == (0, f"alice denied {later}; request is now denied\n"), res.stderr
+
+    store = sealbox.open_store(path)  # opened again: the migration is not applied twice
+    try:
+        assert list(verify_store(store).problems) == []
+        assert get_approval(store, later).status == "denied"
+    finally:
+        store.close()
+    assert _has_index(name, sql)
+    assert sql("SELECT count(*) FROM schema_migrations") == [(NEWEST[name],)]
+    res = sb("verify", "-s", path)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_an_id_requested_in_two_runs_names_the_earlier_request_as_before(tmp_path, backend):
+    """A second request with an id already requested (written below Sealbox: ids are random) is
+    reported by verify; a lookup by the id alone names the first in log order, a poll by its run
+    its own, before and after the migration."""
+    name, init, sql = backend
+    store = init(tmp_path / "store")
+    try:
+        (run_a, aid), (run_b, _) = _requests(store, 2)
+        req_b = [e for e in store.read_run(run_b) if e.kind == "approval.requested"][0]
+        dup = store.append(EventDraft("approval.requested", dict(request_of(store, run_a)), run_id=run_b,
+                                      principal=req_b.principal, step=req_b.step))[0]
+        scan = store.reader().events(["approval.requested"], field=("approval_id", aid))
+        assert [(e.run_id, e.leaf_index) for e in scan][1] == (run_b, dup.leaf_index)
+        assert store.reader().approval_requests(aid) == scan
+        assert get_approval(store, aid).run_id == run_a
+        assert get_approval(store, aid, run_id=run_b).run_id == run_b
+        assert store.ids_with_prefix("approval", aid[:12]) == [aid]
+        assert [p.code for p in verify_store(store).problems] == ["approval_duplicate"]
+    finally:
+        store.close()
+    _as_before_the_index(name, sql)
+    store = sealbox.open_store(tmp_path / "store")
+    try:
+        assert store.reader().approval_requests(aid) == scan
+        assert get_approval(store, aid).run_id == run_a
+        assert [p.code for p in verify_store(store).problems] == ["approval_duplicate"]
+    finally:
+        store.close()
+
+
+def test_the_index_holds_no_hashed_bytes_and_follows_the_events(tmp_path, backend):
+    """The index is derived from each event's own bytes by the database: the events' bytes, leaf
+    hashes and the signed root are those of a store without it, and a request appended after the
+    migration is found through it."""
+    name, init, sql = backend
+    store = init(tmp_path / "store")
+    try:
+        _requests(store, 2)
+    finally:
+        store.close()
+    rows = sql("SELECT leaf_index, raw, leaf_hash FROM events ORDER BY leaf_index")
+    _as_before_the_index(name, sql)
+    store = sealbox.open_store(tmp_path / "store")
+    try:
+        assert sql("SELECT leaf_index, raw, leaf_hash FROM events ORDER BY leaf_index") == rows
+        (run_id, aid), = _requests(store, 1)
+        assert [e.run_id for e in store.reader().approval_requests(aid)] == [run_id]
+        assert store.reader().approval_requests("apr_" + "f" * 32) == []
+        assert list(verify_store(store).problems) == []
+    finally:
+        store.close()
+
+
+def test_a_damaged_request_is_still_named_and_the_others_still_found(tmp_path, backend):
+    """A request whose bytes are no longer JSON (changed below Sealbox) has no entry the lookup can
+    match: a lookup that finds nothing then reads every request as before, so the damaged one is
+    named (one error line in the CLI), while the intact requests are still found by the index."""
+    from sealbox.store.base import DamagedEventError
+
+    name, init, sql = backend
+    path = tmp_path / "store"
+    store = init(path)
+    try:
+        (_, intact), (run_id, damaged) = _requests(store, 2)
+        leaf = [e for e in store.read_run(run_id) if e.kind == "approval.requested"][0].leaf_index
+    finally:
+        store.close()
+    if name == "sqlite":
+        triggers = [r[0] for r in sql("SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'events'")]
+        names = [r[0] for r in sql("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'events'")]
+        for trigger in names:
+            sql(f"DROP TRIGGER {trigger}")
+        sql(f"UPDATE events SET raw = CAST(x'ff7b' AS BLOB) WHERE leaf_index = {leaf}")
+        for trigger in triggers:
+            sql(trigger)
+    else:
+        sql("ALTER TABLE events DISABLE TRIGGER events_append_only")
+        sql(f"UPDATE events SET raw = '\\xff7b'::bytea WHERE leaf_index = {leaf}")
+        sql("ALTER TABLE events ENABLE TRIGGER events_append_only")
+    store = sealbox.open_store(path, readonly=True)
+    try:
+        assert get_approval(store, intact).approval_id == intact
+        with pytest.raises(DamagedEventError, match=rf"^the event at leaf {leaf} is damaged"):
+            get_approval(store, damaged)
+    finally:
+        store.close()
+    res = sb("approvals", "show", damaged, "-s", path)
+    assert res.returncode != 0 and len(res.stderr.splitlines()) == 1 and res.stderr.startswith("error: "), res.stderr
+    assert f"leaf {leaf}" in res.stderr
+
+
+CRASH_DURING_MIGRATION = """
+import os, sqlite3, sys
+import sealbox
+
+real = sqlite3.connect
+
+
+class Conn(sqlite3.Connection):
+    def execute(self, sql, *args):
+        cursor = super().execute(sql, *args)
+        if "CREATE INDEX events_approval" in sql:
+            os._exit(9)  # the writer dies with the index built, before its migration commits
+        return cursor
+
+
+def connect(*args, **kwargs):
+    return real(*args, factory=Conn, **kwargs)
+
+
+sqlite3.connect = connect
+sealbox.open_store(sys.argv[1])
+"""
+
+
+def test_a_writer_killed_while_it_builds_the_index_leaves_the_store_as_it_was(tmp_path):
+    """The migration is one transaction: a writer that dies in it leaves the previous schema (no
+    index, no row), which the next writer upgrades; the store then verifies and finds its requests."""
+    path = tmp_path / "store"
+    store = sealbox.init_store(path)
+    try:
+        (run_id, aid), = _requests(store, 1)
+    finally:
+        store.close()
+    db = path / "sealbox.db"
+
+    def sql(statement):
+        conn = sqlite3.connect(db, isolation_level=None)
+        try:
+            return conn.execute(statement).fetchall()
+        finally:
+            conn.close()
+
+    _as_before_the_index("sqlite", sql)
+    res = subprocess.run([sys.executable, "-c", CRASH_DURING_MIGRATION, str(path)], capture_output=True, text=True)
+    assert res.returncode == 9, res.stderr
+    assert not _has_index("sqlite", sql)
+    assert sql("SELECT max(version) FROM schema_migrations") == [(NEWEST["sqlite"] - 1,)]
+    store = sealbox.open_store(path)
+    try:
+        assert _has_index("sqlite", sql)
+        assert get_approval(store, aid).run_id == run_id
+        assert list(verify_store(store).problems) == []
+    finally:
+        store.close()
