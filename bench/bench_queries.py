@@ -20,6 +20,12 @@ Figures (medians of repeated runs, warm cache):
   (20k events) and <= 100 ms (1M events), absolute.
 * the wall time of ``sealbox calls --tool X --json`` (a subprocess), against a
   subprocess running the same raw SQL and printing JSON.
+* a lookup by approval id alone (``get_approval(store, ID)``, what ``sealbox
+  approvals show / approve / deny ID`` do; 2 % of allowed calls ask for an approval,
+  so the 1M store holds about 6,000 requests), against the SQL that lookup ran before the
+  ``events_approval`` index (migration 0007: every ``approval.requested`` row read
+  and its bytes parsed) on the same file; and the wall time of ``sealbox approvals
+  show ID`` against a subprocess running that SQL. No target in the issue.
 
 Run: ``.venv/bin/python bench/bench_queries.py`` (``--quick``: the 20k store only;
 ``--rebuild``: build the stores again).
@@ -47,7 +53,7 @@ from sealbox import CheckpointPolicy, EventDraft, init_store, open_store
 from sealbox.store.base import new_run_id
 
 #: Bump when the generated data changes, so that a stale cache is not reused.
-VERSION = "q2"
+VERSION = "q3"
 
 
 def _cache_key() -> str:
@@ -97,6 +103,7 @@ def _call_units(rng: random.Random, run_id: str, principal: str, agent: str, ste
     call_id = f"call_{i:09d}"
     args = _arguments(rng, tool, i)
     allowed = rng.random() < 0.9
+    asks = allowed and rng.random() < 0.02  # require_approval: a pending request, no result
     first = [
         EventDraft("tool.call", {"call_id": call_id, "server": server, "tool": tool, "exposed": f"{server}__{tool}",
                                  "arguments": args, "grant": f"implicit:{principal}"},
@@ -114,6 +121,16 @@ def _call_units(rng: random.Random, run_id: str, principal: str, agent: str, ste
                        "usage": {}, "now": "2026-11-29T12:00:01Z", "redacted": False},
         }, run_id=run_id, principal=principal, step=str(step)),
     ]
+    if asks:
+        decision = first[1].payload
+        decision.update(effect="require_approval", reason_code="policy_require_approval", rule="writes-need-ops")
+        first.append(EventDraft("approval.requested", {
+            "approval_id": f"apr_{rng.getrandbits(128):032x}", "call_id": call_id, "server": server, "tool": tool,
+            "arguments": args, "binding": "sha256:" + hashlib.sha256(call_id.encode()).hexdigest(),
+            "rule": "writes-need-ops", "ask": {"groups": ["ops"], "identities": []}, "quorum": 1,
+            "expires_at": "2026-11-29T13:00:00.000000Z", "requested_by": principal, "policy_fingerprint": POLICY_FP,
+        }, run_id=run_id, principal=principal, step=str(step)))
+        return [first]
     if not allowed:
         return [first]
     ok = rng.random() < 0.95
@@ -250,6 +267,48 @@ def measure(name: str, folder: Path, repeat: int) -> None:
            note="baseline = `python -c` running the raw SQL and printing JSON (interpreter start included in both)")
 
 
+#: A lookup by approval id as it was before the events_approval index: every request read, its bytes parsed.
+SCAN_SQL = ("SELECT leaf_index, raw FROM events WHERE kind IN ('approval.requested')"
+            " AND CAST(raw AS TEXT) ->> '$.payload.approval_id' = ? ORDER BY leaf_index")
+SCAN_SCRIPT = (
+    "import sqlite3, sys\n"
+    "c = sqlite3.connect(sys.argv[1])\n"
+    f"print(c.execute({SCAN_SQL!r}, (sys.argv[2],)).fetchall()[0][0])\n"
+)
+
+
+def measure_approval(name: str, folder: Path, repeat: int) -> None:
+    """get_approval(store, ID) (by id alone) against the full scan it ran before the index."""
+    from sealbox.approvals import get_approval
+
+    conn = sqlite3.connect((folder / "sealbox.db").resolve().as_uri() + "?mode=ro", uri=True)
+    ids = [r[0] for r in conn.execute("SELECT CAST(raw AS TEXT) ->> '$.payload.approval_id' FROM events"
+                                      " WHERE kind = 'approval.requested' ORDER BY leaf_index")]
+    if not ids:
+        print(f"    {name}: no approval requests in this store (built by an older bench): --rebuild")
+        conn.close()
+        return
+    aid = ids[len(ids) // 2]
+    store = open_store(folder, readonly=True)
+    state = get_approval(store, aid)
+    print(f"    {len(ids):,} approval requests; looking up {aid} (status {state.status}, run {state.run_id})")
+    ours, base = [], []
+    for _ in range(repeat):
+        ours.append(timed(lambda: get_approval(store, aid)) * 1000)
+        base.append(timed(lambda: conn.execute(SCAN_SQL, (aid,)).fetchall()) * 1000)
+    report(f"{name}: get_approval(ID) by id alone, API", ours, base, "ms", None,
+           note="baseline = the SQL this lookup ran before events_approval (every request read), raw, same file")
+    store.close()
+    conn.close()
+    cli, raw = [], []
+    db = str(folder / "sealbox.db")
+    for _ in range(max(3, repeat // 4)):
+        cli.append(timed(lambda: _run([SEALBOX, "approvals", "show", aid, "-s", str(folder)])) * 1000)
+        raw.append(timed(lambda: _run([sys.executable, "-c", SCAN_SCRIPT, db, aid])) * 1000)
+    report(f"{name}: `sealbox approvals show ID`, wall", cli, raw, "ms", None,
+           note="baseline = `python -c` running that earlier SQL (interpreter start included in both)")
+
+
 def _run(cmd: list[str]) -> None:
     subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
 
@@ -267,6 +326,7 @@ def main(argv: list[str]) -> int:
         return 0
     for name in names:
         measure(name, folders[name], repeat=10 if args.quick else (40 if name == "20k" else 20))
+        measure_approval(name, folders[name], repeat=10 if args.quick else 20)
     print_table("Query benchmarks")
     return 0
 
