@@ -398,3 +398,26 @@ def test_a_writer_killed_while_it_builds_the_index_leaves_the_store_as_it_was(tm
         assert list(verify_store(store).problems) == []
     finally:
         store.close()
+
+
+def test_sealbox_upgrade_applies_the_pending_migration_once_and_readers_then_open(tmp_path, backend):
+    """`sealbox upgrade`: what read-only commands tell the owner of an older store to run."""
+    name, init, sql = backend
+    path = tmp_path / "store"
+    init(path).close()
+    _as_before_the_index(name, sql)
+    res = sb("runs", "list", "--json", "-s", path)  # a reader refuses, naming the command
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1
+    assert f"pending migrations [{NEWEST[name]}]" in res.stderr and f"`sealbox upgrade --store {path}`" in res.stderr
+    res = sb("upgrade", "--store", path)
+    applied = f": applied migrations [{NEWEST[name]}]" if name == "sqlite" else ""
+    assert (res.returncode, res.stdout, res.stderr) == (0, f"Upgraded {path}{applied}\n", "")
+    assert _has_index(name, sql)
+    assert sql("SELECT count(*) FROM schema_migrations") == [(NEWEST[name],)]
+    res = sb("upgrade", "--store", path)
+    assert (res.returncode, res.stdout) == (0, f"{path} is up to date: no migration to apply\n"), res.stderr
+    res = sb("runs", "list", "--json", "-s", path)
+    assert res.returncode == 0 and [r["run_id"] for r in json.loads(res.stdout)] == ["system"], res.stderr
+    res = sb("upgrade", "--store", tmp_path / "nowhere")
+    assert res.returncode == 2 and res.stderr.startswith("error: ") and res.stderr.count("\n") == 1

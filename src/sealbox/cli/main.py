@@ -17,6 +17,7 @@ import click
 # commands does not import them.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "init": ("sealbox.cli.store_cmds", "init_cmd", "Create a store and its log signing key."),
+    "upgrade": ("sealbox.cli.store_cmds", "upgrade_cmd", "Apply a newer Sealbox's schema changes to a store, once."),
     "verify": ("sealbox.cli.store_cmds", "verify_cmd", "Verify a store, or an export bundle offline: every hash, chain, proof and signature."),
     "export": ("sealbox.cli.export_cmds", "export_cmd", "Export whole runs: a bundle verifiable offline, or Parquet."),
     "log": ("sealbox.cli.log_cmds", "log_group", "The Merkle log: checkpoints, keys and proofs."),

@@ -1,4 +1,4 @@
-"""``sealbox init`` and ``sealbox verify``."""
+"""``sealbox init``, ``sealbox upgrade`` and ``sealbox verify``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from sealbox.cli.common import DEFAULT_STORE, BadInput, echo_json, not_empty, open_for_reading
+from sealbox.cli.common import DEFAULT_STORE, BadInput, echo_json, not_empty, open_for_reading, open_for_writing
 
 
 @click.command("init")
@@ -92,6 +92,33 @@ def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_key
     click.echo("another machine): `sealbox verify --key KEY` checks the log against it, so a rewritten store is caught.")
     click.echo("Whoever receives a bundle of this log (`sealbox export -o FILE`) needs it too, sent apart from the")
     click.echo("bundle: `sealbox verify FILE --key KEY` (`sealbox log key` prints the key again).")
+
+
+@click.command("upgrade")
+@click.option("-s", "--store", "store_path", envvar="SEALBOX_STORE", default=DEFAULT_STORE, show_default=True,
+              callback=not_empty, help="The store's data folder.")
+def upgrade_cmd(store_path: str) -> None:
+    """Apply the schema migrations a newer Sealbox brings to the store in --store, once, after
+    upgrading Sealbox (read-only commands refuse an older store until then; writers upgrade it
+    on their first open). Each migration is one transaction, recorded in the store; the log's
+    events and their hashes are not changed. Prints what was applied, or that nothing was pending."""
+    from sealbox.errors import SchemaVersionError, StoreUpgradeNeededError
+
+    pending: list[int] | None
+    try:
+        open_for_reading(store_path).close()
+        pending = []
+    except StoreUpgradeNeededError as exc:
+        pending = exc.pending
+    except SchemaVersionError as exc:  # a PostgreSQL store's older schema (its list is in the message)
+        if "older Sealbox" not in str(exc):
+            raise  # a newer Sealbox's store, or an edited migration: the writer would refuse it too
+        pending = None
+    if pending == []:
+        click.echo(f"{store_path} is up to date: no migration to apply")
+        return
+    open_for_writing(store_path).close()
+    click.echo(f"Upgraded {store_path}" + ("" if pending is None else f": applied migrations {pending}"))
 
 
 def _check_key(vkey: str, where: str) -> None:

@@ -447,7 +447,9 @@ class PostgresStore(SqliteQueries):
                 raise NotAStoreError(f"{where} holds no Sealbox store (no schema_migrations table)")
             if pending and self.readonly:
                 raise SchemaVersionError(f"{where} was written by an older Sealbox (pending migrations "
-                                         f"{[m.version for m in pending]}): open it for writing once to upgrade it")
+                                         f"{[m.version for m in pending]}): its owner upgrades it once with "
+                                         f"`sealbox upgrade --store {self.path}` (or by opening it for writing "
+                                         "through the API)")
             for mig in pending:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))

@@ -1140,9 +1140,8 @@ class SqliteStore(SqliteQueries):
                 raise NotAStoreError(f"{self.db_path} is not a Sealbox store (an empty database)")
             raise StoreUpgradeNeededError(
                 f"{self.path} was written by an older Sealbox (pending migrations {versions}): "
-                f"its owner upgrades it by opening it for writing once, e.g. "
-                f"python -c \"import sealbox; sealbox.open_store('{self.path}').close()\" "
-                f"(`sealbox verify` checks it as it is, through an upgraded private copy)",
+                f"its owner upgrades it once with `sealbox upgrade --store {self.path}` (or by opening it for "
+                f"writing through the API); `sealbox verify` checks it as it is, through an upgraded private copy",
                 versions)
         for mig in pending:
             _apply_migration(conn, mig, str(self.path))
