@@ -14,13 +14,16 @@ import click
 from sealbox.cli.common import BadInput, echo_json, not_empty, open_for_reading, open_for_writing, store_option, resolve_id
 
 
-def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any]) -> dict[str, Any]:
+def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any],
+            prove_from: tuple[str, ...] = ()) -> dict[str, Any]:
     """Write a bundle; the store is opened for writing, as every export signs a checkpoint committing to it."""
+    from sealbox.cli.store_cmds import _read_checkpoint
     from sealbox.interop.bundle import check_target, export_bundle, select_runs
 
     from sealbox.errors import StoreReadOnlyError
 
     check_target(target, store_dir=store_path)  # one of the store's own files is refused before the store is opened
+    saved = [(path, _read_checkpoint(path)) for path in prove_from]
     try:
         store = open_for_writing(store_path)
     except StoreReadOnlyError as exc:  # read-only media, another user's store: say why a reader cannot export
@@ -28,9 +31,38 @@ def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dic
                                  "writable copy of the store folder)") from exc
     try:
         runs = select_runs(store, [resolve_id(store, "run", r) for r in run_ids], **filters)
-        return export_bundle(store, runs, target).to_dict()
+        sizes = [_extended_size(store, path, note) for path, note in saved]
+        return export_bundle(store, runs, target, prove_from=sizes).to_dict()
     finally:
         store.close()
+
+
+def _extended_size(store: Any, path: str, note: str) -> int:
+    """The size of the saved checkpoint ``note`` (from ``path``, ``--prove-from``) after checking that this
+    store extends it: signed by the log's key, no larger than the log, the log's root at its size.
+
+    Raises:
+        BadInput: it is signed by another key or for another log, larger than the log, or the log's
+            root at its size differs (the log was rewritten since it was saved).
+    """
+    from sealbox.errors import NoteError
+    from sealbox.ledger.checkpoint import Verifier, verify_checkpoint
+
+    try:
+        cp = verify_checkpoint(note, Verifier.from_vkey(store.pinned_vkey()))
+    except NoteError as exc:
+        raise BadInput(f"--prove-from {path}: not a checkpoint of this log (it does not verify with the log's "
+                       f"key {store.pinned_vkey()}: {exc})") from None
+    size = store.size()
+    if cp.size > size:
+        raise BadInput(f"--prove-from {path}: signed for {cp.size} events, but this log holds {size} (it was "
+                       "rolled back or cut since, or the checkpoint is of another copy of it)")
+    if cp.size == 0:
+        raise BadInput(f"--prove-from {path}: a checkpoint of the empty log needs no proof")
+    if store.root(cp.size) != cp.root:
+        raise BadInput(f"--prove-from {path}: this log's root at size {cp.size} is not the checkpoint's (the log "
+                       "was rewritten or forked after it was saved): no consistency proof exists")
+    return cp.size
 
 
 def _parquet(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any]) -> dict[str, Any]:
@@ -72,6 +104,8 @@ MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]],
                                    f"{_n(r['snapshots'], 'snapshot')}, proven against the checkpoint of size "
                                    f"{r['checkpoint_size']}"
                                    + (" (signed now)" if r["checkpoint_issued"] else "")
+                                   + ("" if not r.get("proven_from") else ", with a consistency proof from size "
+                                      + ", ".join(map(str, r["proven_from"])))
                                    + ". Check it anywhere with `sealbox verify FILE --key KEY`; send KEY, the log's "
                                    f"verifier key, apart from the bundle (publish it where its recipient can check it "
                                    f"came from you): {r['vkey']}")),
@@ -98,9 +132,14 @@ MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]],
 @click.option("--since", metavar="TIME", help="Runs started at or after this time (RFC 3339, a date, or 30d / 2h ago).")
 @click.option("--until", metavar="TIME", help="Runs started before this time (same forms as --since).")
 @click.option("--agent", help="Only runs of this agent.")
+@click.option("--prove-from", "prove_from", multiple=True, type=click.Path(dir_okay=False), metavar="SAVED",
+              help="With -o: a checkpoint the recipient saved earlier (`sealbox log checkpoint` output, or its "
+                   "--json); the bundle carries an RFC 9162 consistency proof from it, so that `sealbox verify "
+                   "FILE --key KEY --checkpoint SAVED` shows the log extends it. Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def export_cmd(store_path: str, run_ids: tuple[str, ...], since: str | None, until: str | None, agent: str | None,
-               as_json: bool, otlp_content: bool, otlp_headers: tuple[str, ...], **modes: str | None) -> None:
+               as_json: bool, otlp_content: bool, otlp_headers: tuple[str, ...], prove_from: tuple[str, ...],
+               **modes: str | None) -> None:
     """Export whole runs: the named RUNs, or every run passing --since/--until/--agent.
 
     Exactly one output mode: -o FILE (a bundle holding the runs' events, blobs,
@@ -125,7 +164,11 @@ def export_cmd(store_path: str, run_ids: tuple[str, ...], since: str | None, unt
     for flag, value in (("--since", since), ("--until", until)):
         if value is not None:
             parse_time(value, name=flag)  # a bad time fails before the store is opened, naming the option
+    if prove_from and name != "output":
+        raise click.UsageError("--prove-from goes with -o (a bundle)")
     extra: dict[str, Any] = {"content": otlp_content, "headers": otlp_headers} if name == "otlp" else {}
+    if prove_from:
+        extra["prove_from"] = prove_from
     writer, describe = MODES[name]
     result = writer(store_path, target, run_ids, {"since": since, "until": until, "agent": agent}, **extra)
     if as_json:

@@ -151,8 +151,9 @@ def _check_key(vkey: str, where: str) -> None:
               help="Stores only (refused for a bundle): also check that every event's hashed bytes are exactly "
                    "RFC 8785 (JCS), with the reference writer (slower).")
 @click.option("--checkpoint", "checkpoint_files", multiple=True, type=click.Path(dir_okay=False),
-              help="Stores: a signed checkpoint kept outside the store (what `sealbox log checkpoint` printed, "
-                   "or its --json); the events must reproduce its root. Repeatable.")
+              help="A signed checkpoint saved earlier, outside the log (what `sealbox log checkpoint` printed, "
+                   "or its --json). Store: the events must reproduce its root. Bundle: the bundle's log must "
+                   "extend it (a fork or rollback fails). Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def verify_cmd(target: str | None, store_path: str, vkey: str | None, trust_bundle_key: bool, proof_path: str | None,
                canonical: bool, checkpoint_files: tuple[str, ...], as_json: bool) -> None:
@@ -181,9 +182,8 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, trust_bund
         if canonical:  # was ignored silently: a bundle is verified from its own bytes, without that check
             raise BadInput("--canonical applies to a store (a folder); a bundle's events are checked by their "
                            "hashes and proofs: verify the store it came from with --canonical")
-        if checkpoint_files:
-            raise click.UsageError("--checkpoint applies to a store (for a bundle, prove its growth with --consistency)")
-        _verify_bundle(target, vkey, trust_bundle_key, proof_path, as_json)
+        saved = [(f"the checkpoint given in {path}", _read_checkpoint(path)) for path in checkpoint_files]
+        _verify_bundle(target, vkey, trust_bundle_key, proof_path, as_json, saved)
         return
     if trust_bundle_key:
         raise BadInput("--trust-bundle-key applies to a bundle (a file); a store is checked against the key pinned "
@@ -230,7 +230,7 @@ EXIT_UNTRUSTED_KEY = 3
 
 
 def _verify_bundle(path: str, vkey: str | None, trust_bundle_key: bool, proof_path: str | None,
-                   as_json: bool) -> None:
+                   as_json: bool, saved: list[tuple[str, str]] | None = None) -> None:
     import json
 
     from sealbox.errors import ConfigError
@@ -249,7 +249,8 @@ def _verify_bundle(path: str, vkey: str | None, trust_bundle_key: bool, proof_pa
         except RecursionError:
             raise ConfigError(f"cannot read the consistency proof {proof_path}: its JSON is nested too deeply "
                               "(`sealbox log prove` writes a flat object)") from None
-    report = verify_bundle(path, trusted_vkey=vkey, consistency=proof, trust_bundle_key=trust_bundle_key)
+    report = verify_bundle(path, trusted_vkey=vkey, consistency=proof, trust_bundle_key=trust_bundle_key,
+                           checkpoints=saved or ())
     _print(report, as_json, notes=True,
            code=0 if report.ok else 1 if report.problems else EXIT_UNTRUSTED_KEY)
 

@@ -1,8 +1,9 @@
 """Export bundles: whole runs in one file that anyone can verify offline.
 
 A bundle (``case.sbx``) is a **strict ZIP archive**: a fixed list of members in a
-fixed order, each stored (no compression), with fixed metadata (DOS time 0,
-date 1980-01-01, no extra fields, no comments, no data descriptors, no ZIP64).
+fixed order (the last, :data:`PROOFS`, only when asked for), each stored (no
+compression), with fixed metadata (DOS time 0, date 1980-01-01, no extra fields,
+no comments, no data descriptors, no ZIP64).
 The container is a pure function of the members' bytes (:func:`zip_bytes`), so
 the verifier rebuilds it and requires the file to equal it byte for byte; every
 member is itself either fixed text, authenticated content (signature, inclusion
@@ -45,6 +46,8 @@ __all__ = [
     "FORMAT_TEXT",
     "FORMATS",
     "MEMBERS",
+    "PROOFS",
+    "proof_line",
     "SYSTEM_KINDS",
     "AUTHORIZATION_KINDS",
     "authorization_events",
@@ -80,6 +83,11 @@ FORMAT_TEXT = (FORMAT + "\n").encode()
 FORMATS = {b"sealbox-bundle/1\n": 1, FORMAT_TEXT: 2}
 #: The members of a bundle, in their fixed order.
 MEMBERS = ("format", "manifest.json", "checkpoint", "log.vkey", "events.jsonl", "blobs.jsonl", "snapshots.jsonl")
+#: The optional last member: RFC 9162 consistency proofs from earlier tree sizes (checkpoints a recipient
+#: saved, ``sealbox export --prove-from``) to the bundle's checkpoint. Present only when asked for, so a
+#: bundle exported without it is byte for byte what it was before. Not in the export digest: each proof is
+#: checked against two signed roots, and leaving one out only makes that check fail.
+PROOFS = "consistency.jsonl"
 #: The content members the export digest covers, in this order: every member except
 #: ``manifest.json`` (derived from the checkpoint) and ``checkpoint`` (which carries the digest).
 DIGESTED = ("format", "log.vkey", "events.jsonl", "blobs.jsonl", "snapshots.jsonl")
@@ -148,6 +156,12 @@ def blob_line(ref: str, salt: bytes | None, content: bytes | None) -> bytes:
 def snapshot_line(fingerprint: str, content: bytes) -> bytes:
     """One line of ``snapshots.jsonl``: ``{content, fingerprint}``, the content spliced in verbatim."""
     return b'{"content":' + content + b',"fingerprint":' + canonical_bytes(fingerprint) + b"}\n"
+
+
+def proof_line(size1: int, proof: Sequence[bytes]) -> bytes:
+    """One line of :data:`PROOFS`: ``{"proof":[base64...],"size1":N}`` (RFC 8785) and a newline: the RFC 9162
+    §2.1.4.1 consistency proof from tree size ``size1`` to the bundle's checkpoint size."""
+    return canonical_bytes({"proof": [_b64(h) for h in proof], "size1": size1}) + b"\n"
 
 
 def export_digest(members: Sequence[tuple[str, bytes]]) -> bytes:
@@ -321,10 +335,11 @@ class ExportSummary:
     checkpoint_issued: bool
     bytes: int
     vkey: str | None = None  # the log's verifier key (the bundle's log.vkey), for the recipient, sent apart from it
+    proven_from: tuple[int, ...] = ()  # sizes the PROOFS member proves the checkpoint consistent with
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {**self.__dict__, "runs": list(self.runs)}
+        return {**self.__dict__, "runs": list(self.runs), "proven_from": list(self.proven_from)}
 
 
 def select_runs(store: Any, run_ids: Sequence[str] = (), *, since: Any = None, until: Any = None,
@@ -350,7 +365,8 @@ def select_runs(store: Any, run_ids: Sequence[str] = (), *, since: Any = None, u
     return [r["run_id"] for r in sorted(picked.values(), key=lambda r: (r["started_at"], r["run_id"]))]
 
 
-def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -> ExportSummary:
+def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike,
+                  prove_from: Sequence[int] = ()) -> ExportSummary:
     """Write whole runs, everything needed to verify them, into the bundle ``path``.
 
     Writes each run's events, the system run's ``identity.changed`` events (to check
@@ -368,6 +384,9 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -
         store: a store opened for writing (the export's checkpoint is signed).
         run_ids: runs to export (see :func:`select_runs`).
         path: the file to write (replaced atomically, see :func:`write_atomically`).
+        prove_from: tree sizes (of checkpoints the recipient saved) to prove the bundle's checkpoint
+            consistent with: each gets an RFC 9162 consistency proof in the :data:`PROOFS` member.
+            The caller checks that the store extends those checkpoints (sizes from 1 to the log's size).
 
     Raises:
         CheckpointNeeded: the store is read-only (every export signs a checkpoint).
@@ -415,6 +434,9 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -
         else:
             raise BundleError("the log kept growing while the export's checkpoint was signed: try again")
         body = [("checkpoint", cp.note.encode("utf-8")), *content[1:]]
+        if prove_from:
+            body.append((PROOFS, b"".join(proof_line(n, store.consistency_proof(n, size) if n < size else [])
+                                          for n in sorted(set(prove_from)))))
         manifest = manifest_bytes(
             origin=store.origin, size=cp.tree_size, root=bytes(cp.root_hash),
             runs=run_entries((e.leaf_index, e.envelope()) for e in events), system_events=len(system),
@@ -422,7 +444,7 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -
         data = zip_bytes([("format", FORMAT_TEXT), ("manifest.json", manifest), *body])
         target.commit(data)
     return ExportSummary(str(path), tuple(run_ids), len(events), len(system), len(blob_rows), len(erased),
-                         len(snaps), cp.tree_size, True, len(data), vkey)
+                         len(snaps), cp.tree_size, True, len(data), vkey, tuple(sorted(set(prove_from))))
 
 
 def authorization_events(events: Iterable[Any], system: Iterable[Any]) -> list[Any]:

@@ -10,7 +10,9 @@ verify`` checks them in a store, that each call that was not denied has its gran
 in the bundle (``sealbox-bundle/2``), that the manifest is what the content says, and that the content members
 are exactly those the export's checkpoint commits to (its ``sealbox-export/v1``
 extension line: removing events or runs consistently is detected). Optionally it checks an
-RFC 9162 consistency proof from the bundle's checkpoint to a newer one. Store and
+RFC 9162 consistency proof from the bundle's checkpoint to a newer one, and that the bundle's log
+extends checkpoints saved earlier (by the consistency proofs of its optional ``consistency.jsonl``
+member, written by ``sealbox export --prove-from``: a forked, rewritten or rolled-back log fails). Store and
 bundle are checked by the same code (:mod:`sealbox.verify`). Tampering is
 reported, each problem naming its member, line, event or blob; it never raises.
 
@@ -44,10 +46,12 @@ from sealbox.interop.bundle import (
     FORMAT_TEXT,
     FORMATS,
     MEMBERS,
+    PROOFS,
     BundleFormatError,
     blob_line,
     event_line,
     export_digest,
+    proof_line,
     manifest_bytes,
     read_members,
     run_entries,
@@ -109,6 +113,10 @@ class BundleReport:
             None when there was none (no key given and the bundle's own key is malformed).
         key_source: ``"given"`` (``trusted_vkey``, ``--key``) or ``"bundle"`` (the bundle's own key).
         consistency: ``{size1, size2, root2}`` when a consistency proof verified.
+        extends: per saved checkpoint the bundle's log was proven to extend (``checkpoints``),
+            ``{checkpoint, size, root, by}``: ``checkpoint`` where it came from, ``by``
+            ``"checkpoint"`` (the same size and root as the bundle's), ``"proof"`` (a consistency
+            proof carried by the bundle, RFC 9162 §2.1.4.2) or ``"empty"`` (a checkpoint of size 0).
         bundle_key: the bundle's own ``log.vkey`` (C2SP vkey), or None when it is malformed:
             what to compare with the log's key obtained from its owner.
         bundle_key_accepted: the bundle's own key was trusted on request (``trust_bundle_key``).
@@ -131,6 +139,7 @@ class BundleReport:
     bundle_key: str | None = None
     bundle_key_accepted: bool = False
     path: str | None = None
+    extends: tuple[dict[str, Any], ...] = ()
 
     @property
     def consistent(self) -> bool:
@@ -197,6 +206,11 @@ class BundleReport:
         if self.consistency:
             text += (f"\nThe log grew consistently from size {self.consistency['size1']} to the signed size "
                      f"{self.consistency['size2']} (root {self.consistency['root2']}).")
+        how = {"checkpoint": "it is the bundle's own tree", "proof": "an RFC 9162 consistency proof",
+               "empty": "every log extends the empty tree"}
+        for e in self.extends:
+            text += (f"\nThe bundle's log extends {e['checkpoint']} (size {e['size']}, root {e['root']}): "
+                     f"{how[e['by']]}.")
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -208,7 +222,8 @@ class BundleReport:
                 "blobs": self.blobs, "snapshots": self.snapshots, "checkpoint_size": self.checkpoint_size,
                 "root": self.root, "trusted_key": self.trusted_key, "key_source": self.key_source,
                 "bundle_key": self.bundle_key, "bundle_key_accepted": self.bundle_key_accepted,
-                "trust": self.trust(), "consistency": self.consistency, "notes": list(self.notes),
+                "trust": self.trust(), "consistency": self.consistency, "extends": list(self.extends),
+                "notes": list(self.notes),
                 "seconds": round(self.seconds, 4), "problems": [p.to_dict() for p in self.problems]}
 
 
@@ -236,7 +251,7 @@ def parse_consistency(doc: Any) -> tuple[int, int, str, list[bytes]]:
 
 
 def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consistency: Any = None,
-                  trust_bundle_key: bool = False) -> BundleReport:
+                  trust_bundle_key: bool = False, checkpoints: Iterable[tuple[str, str]] = ()) -> BundleReport:
     """Verify the bundle at ``path`` from its bytes alone.
 
     Args:
@@ -249,6 +264,12 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
             that a newer signed checkpoint extends the bundle's (RFC 9162 §2.1.4.2).
         trust_bundle_key: accept the bundle's own key when no ``trusted_vkey`` is given (an
             integrity check only; :meth:`BundleReport.trust` says so).
+        checkpoints: (where, signed note) of checkpoints saved earlier, outside the log (what
+            ``sealbox log checkpoint`` printed); the bundle's log must extend each: signed by the
+            same key, a size at most the bundle's, and the root at that size proven to be the saved
+            one (the bundle's own checkpoint, or a consistency proof the bundle carries:
+            ``sealbox export --prove-from``).
+            A fork, a rollback or an unprovable one is a problem naming ``where``.
 
     Returns:
         A :class:`BundleReport`; tampering is reported, never raised.
@@ -265,7 +286,7 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
     data = _read(Path(path))
     verifier = Verifier.from_vkey(trusted_vkey) if trusted_vkey else None
     proof_doc = parse_consistency(consistency) if consistency is not None else None
-    report = _Check(data, verifier, started).run(proof_doc)
+    report = _Check(data, verifier, started).run(proof_doc, list(checkpoints))
     return dataclasses.replace(report, path=str(path), bundle_key_accepted=trust_bundle_key and verifier is None)
 
 
@@ -369,8 +390,9 @@ class _Check:
         self.bundle_key: str | None = None
         self.version: int | None = None  # FORMATS[format member], None when it is no known format
         self.notes: list[str] = []
+        self._proof_rows: dict[int, list[bytes]] | None = None  # the PROOFS member, by size1
 
-    def run(self, proof_doc: tuple | None) -> BundleReport:
+    def run(self, proof_doc: tuple | None, saved: list[tuple[str, str]] | None = None) -> BundleReport:
         self._container()
         self.version = FORMATS.get(self.members.get("format", b""))
         if self.version is None:
@@ -386,6 +408,8 @@ class _Check:
         self._manifest(blobs, snaps)
         self._export_digest()
         consistency = self._consistency(proof_doc) if proof_doc is not None else None
+        self._proofs()  # a malformed proof line is reported even when no checkpoint is compared
+        extends = tuple(self._saved(saved or []))
         runs = tuple({"run_id": r["run_id"], "agent": r["agent"], "events": r["events"], "status": r["last_kind"]}
                      for r in run_entries(self.envs))
         notes = tuple(f"run {r['run_id']} has no run.ended: it was open when exported (last event {r['status']}), "
@@ -397,7 +421,7 @@ class _Check:
             root="sha256:" + self.cp.root.hex() if self.cp else None,
             trusted_key=self.verifier.vkey if self.verifier else None, key_source=key_source,
             seconds=time.perf_counter() - self.started, consistency=consistency, notes=notes,
-            bundle_key=self.bundle_key)
+            bundle_key=self.bundle_key, extends=extends)
 
     def _format_text(self) -> bytes:
         """The bundle's ``format`` member when it is a known format (:data:`FORMATS`), else the current one."""
@@ -428,15 +452,17 @@ class _Check:
                           what, expected=f"0x{rebuilt[at]:02x}" if at < len(rebuilt) else "end of file",
                           found=f"0x{self.data[at]:02x}" if at < len(self.data) else "end of file")
         names = [n for n, _ in best]
+        known = (*MEMBERS, PROOFS)  # the last one optional
         for name in names:
-            if name not in MEMBERS or names.count(name) > 1:
+            if name not in known or names.count(name) > 1:
                 self._problem("bundle_member_unknown", f"member {name!r} is not part of the format (or repeated)", name)
         for name in MEMBERS:
             if name not in names:
                 self._problem("bundle_member_missing", f"member {name!r} is missing", name)
-        if [n for n in names if n in MEMBERS] != [n for n in MEMBERS if n in names]:
+        if [n for n in names if n in known] != [n for n in known if n in names]:
             self._problem("bundle_member_order", "the members are not in the format's order",
-                          "the ZIP container", expected=", ".join(MEMBERS), found=", ".join(names))
+                          "the ZIP container", expected=", ".join(n for n in known if n in MEMBERS or n in names),
+                          found=", ".join(names))
         for name, data in best:
             self.members.setdefault(name, data)
 
@@ -762,7 +788,8 @@ class _Check:
                 origin=cp.origin, size=cp.size, root=cp.root, runs=run_entries(self.envs),
                 system_events=sum(1 for _, e in self.envs if e["run_id"] == SYSTEM_RUN_ID), blobs=len(blobs),
                 erased=sum(1 for r in blobs if r[2] is None), snapshots=len(snaps),
-                members=[(n, self.members.get(n, b"")) for n in MEMBERS[2:]],
+                members=[(n, self.members.get(n, b"")) for n in MEMBERS[2:] + ((PROOFS,) if PROOFS in self.members
+                                                                                 else ())],
                 digest=export_digest([(n, self.members.get(n, b"")) for n in DIGESTED]),
                 format=self._format_text().decode().rstrip("\n"))
         except CanonicalizationError as exc:  # a checkpoint size above 2**53 - 1: no manifest can state it
@@ -829,6 +856,93 @@ class _Check:
                           "--consistency", expected=f"a log extending size {size1}", found=f"size {size2}")
             return None
         return {"size1": size1, "size2": size2, "root2": "sha256:" + newer.root.hex()}
+
+    def _saved(self, saved: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        """Check that the bundle's log extends each checkpoint saved earlier (``--checkpoint``): signed by
+        the trusted key for the bundle's origin, no larger than the bundle's checkpoint, and its root the
+        root of the bundle's tree at its size: the bundle's own checkpoint (same size), or by a consistency
+        proof of the :data:`PROOFS` member (RFC 9162 §2.1.4.2). A bundle never holds every leaf from 0 (the
+        system run's own events are not exported), so the root at an earlier size is never recomputed. Each failure is one problem naming the saved checkpoint."""
+        out: list[dict[str, Any]] = []
+        for where, note in saved:
+            if self.cp is None:
+                self.problems.append(Problem("checkpoint_unverifiable", f"{where} cannot be compared: the bundle's "
+                                             "checkpoint did not verify"))
+                continue
+            problems, good = open_checkpoints([(where, note)], self.verifier, self.cp.origin)
+            self.problems.extend(problems)
+            if not good:
+                continue
+            cp = good[0][1]
+            root = "sha256:" + cp.root.hex()
+            if cp.size > self.cp.size:
+                self.problems.append(Problem(
+                    "log_truncated", f"{where} was signed for {cp.size} events but the bundle's checkpoint covers "
+                    f"only {self.cp.size}: the log was rolled back or cut after it was saved",
+                    expected=f"a log of at least {cp.size} events", found=f"{self.cp.size} events"))
+                continue
+            by = self._extends(where, cp)
+            if by is None:
+                continue
+            if isinstance(by, bytes) or by.startswith("its "):
+                why = (f"the bundle's log has another root at size {cp.size}" if isinstance(by, bytes) else
+                       f"the bundle's log does not extend it: {by}")
+                self.problems.append(Problem(
+                    "checkpoint_fork", f"{where}: {why} (the log was rewritten or forked after that checkpoint was "
+                    "saved)", expected=f"size {cp.size} with root {root}",
+                    found="sha256:" + by.hex() if isinstance(by, bytes) else f"a log of size {self.cp.size}"))
+                continue
+            out.append({"checkpoint": where, "size": cp.size, "root": root, "by": by})
+        return out
+
+    def _proofs(self) -> dict[int, list[bytes]]:
+        """The consistency proofs of the optional :data:`PROOFS` member, by their ``size1`` (read once; a
+        malformed line is ``bundle_line_malformed``)."""
+        if self._proof_rows is not None:
+            return self._proof_rows
+        self._proof_rows = {}
+        for n, line in enumerate(_lines(PROOFS, self.members.get(PROOFS, b""), self.problems), 1):
+            try:
+                if nested_deeper(line, 2):
+                    raise ValueError("it nests deeper than a proof line")
+                doc = json.loads(line)
+                size1, proof = doc.get("size1"), doc.get("proof")
+                if (not isinstance(size1, int) or isinstance(size1, bool) or not 0 < size1 <= _MAX_LEAF
+                        or not isinstance(proof, list) or not all(isinstance(h, str) for h in proof)):
+                    raise ValueError("size1 or proof is missing or of the wrong type")
+                hashes = [base64.b64decode(h, validate=True) for h in proof]
+                if proof_line(size1, hashes) != line + b"\n" or size1 in self._proof_rows:
+                    raise ValueError("the line is not in canonical form, or repeats a size")
+            except (ValueError, AttributeError, binascii.Error) as exc:
+                self._problem("bundle_line_malformed", f"the line cannot be read: {exc}", f"{PROOFS} line {n}")
+                continue
+            self._proof_rows[size1] = hashes
+        return self._proof_rows
+
+    def _extends(self, where: str, saved: Checkpoint) -> str | bytes | None:
+        """How the bundle's log is shown to extend ``saved``: ``"checkpoint"`` (the bundle's own, same size
+        and root), ``"proof"`` (the bundle's consistency proof from that size verifies against both roots)
+        or ``"empty"`` (a checkpoint of the empty tree).
+        A fork: the other root (bytes) or why the proof fails (str starting ``its``). None (the problem
+        appended) when the bundle cannot show it."""
+        assert self.cp is not None
+        if saved.size == self.cp.size:
+            return "checkpoint" if saved.root == self.cp.root else self.cp.root
+        proofs = self._proofs()
+        if saved.size in proofs:
+            try:
+                merkle.verify_consistency(saved.size, self.cp.size, proofs[saved.size], saved.root, self.cp.root)
+            except ProofError as exc:
+                return f"its consistency proof from size {saved.size} does not verify against both roots ({exc})"
+            return "proof"
+        if saved.size == 0:  # every log extends the empty tree
+            return "empty" if saved.root == merkle.EMPTY_ROOT else merkle.EMPTY_ROOT
+        self.problems.append(Problem(
+            "consistency_missing", f"{where}: the bundle holds no consistency proof from size {saved.size} to its "
+            f"checkpoint's size {self.cp.size}, so it cannot show that its log extends that checkpoint (ask for a "
+            "bundle exported with `sealbox export ... --prove-from SAVED`, SAVED being that checkpoint)",
+            expected=f"a consistency proof from size {saved.size} to {self.cp.size}", found="none"))
+        return None
 
 
 def _changed_members(content: list[tuple[str, bytes]], signed: bytes, manifest: bytes,

@@ -1,0 +1,204 @@
+"""`sealbox verify BUNDLE --checkpoint SAVED`: the bundle's log must extend a checkpoint saved earlier.
+
+Real stores, real bundles, the CLI in a subprocess. A fork is built by copying a store and appending
+different events to each copy after the checkpoint was saved."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import pytest
+from bundle_helpers import cli, members, rezip
+
+import sealbox
+from sealbox.canonical import canonical_bytes
+from sealbox.interop.bundle import MEMBERS, PROOFS
+from sealbox.policies import ALLOW_ALL
+
+
+def _append(store_path, text):
+    store = sealbox.open_store(store_path)
+    try:
+        with sealbox.Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.note(text)
+            return run.run_id
+    finally:
+        store.close()
+
+
+def _checkpoint(store_path, target):
+    code, out, err = cli("log", "checkpoint", "-s", store_path, cwd=target.parent)
+    assert code == 0, err
+    target.write_text(out)
+    return target
+
+
+def _export(store_path, run_id, target, *prove_from):
+    args = [a for p in prove_from for a in ("--prove-from", p)]
+    code, out, err = cli("export", "-s", store_path, run_id, "-o", target, *args, cwd=target.parent)
+    assert code == 0, err
+    return target
+
+
+@pytest.fixture()
+def forked(tmp_path):
+    """(honest store, forked copy, saved checkpoint of the honest store, its size, vkey, honest run)."""
+    honest = tmp_path / "honest"
+    sealbox.init_store(honest).close()
+    _append(honest, "before the checkpoint")
+    fork = tmp_path / "fork"
+    shutil.copytree(honest, fork)
+    shutil.copytree(honest, tmp_path / "before")  # the log as it was before the checkpoint: a rollback
+    run = _append(honest, "the genuine event")
+    saved = _checkpoint(honest, tmp_path / "saved.txt")
+    size = int(saved.read_text().splitlines()[1])
+    _append(fork, "a different event in its place")
+    vkey = (honest / "log.vkey").read_text().strip()
+    return honest, fork, saved, size, vkey, run
+
+
+def test_honest_growth_verifies_with_the_proof_the_export_carries(forked, tmp_path):
+    honest, _, saved, size, vkey, run = forked
+    # a bundle exported at the saved checkpoint's own size: no proof needed (an older-format bundle: no proofs)
+    same = _export(honest, run, tmp_path / "same.sbx")
+    assert list(members(same)) == list(MEMBERS)
+    code, out, _ = cli("verify", same, "--key", vkey, "--checkpoint", saved, cwd=tmp_path)
+    assert code == 0 and f"extends the checkpoint given in {saved} (size {size}," in out
+    assert "it is the bundle's own tree" in out
+    later = _append(honest, "the log grows after the checkpoint was saved")
+    bundle = _export(honest, later, tmp_path / "b.sbx", saved)
+    m = members(bundle)
+    assert list(m) == [*MEMBERS, PROOFS]
+    (line,) = m[PROOFS].splitlines()
+    assert json.loads(line)["size1"] == size and json.loads(line)["proof"]
+    code, out, err = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, cwd=tmp_path)
+    assert code == 0, out + err
+    assert out.startswith("Verified: the bundle is intact.")
+    assert (f"The bundle's log extends the checkpoint given in {saved} (size {size}, "
+            f"root sha256:{sealbox.open_store(honest, readonly=True).root(size).hex()}): "
+            "an RFC 9162 consistency proof.") in out
+    code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, "--json", cwd=tmp_path)
+    assert code == 0 and json.loads(out)["extends"][0]["by"] == "proof"
+    # the same bundle verifies without --checkpoint too
+    code, out, _ = cli("verify", bundle, "--key", vkey, cwd=tmp_path)
+    assert code == 0 and "extends" not in out
+
+
+def test_a_fork_of_the_same_size_fails_naming_the_saved_checkpoint(forked, tmp_path):
+    _, fork, saved, size, vkey, _ = forked
+    store = sealbox.open_store(fork, readonly=True)
+    run = store.query_runs(agent="a")[-1]["run_id"]
+    assert store.size() == size
+    store.close()
+    bundle = _export(fork, run, tmp_path / "f.sbx")
+    code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, cwd=tmp_path)
+    assert code == 1 and "Verified" not in out
+    (line,) = [x for x in out.splitlines() if x.startswith("checkpoint_fork")]
+    assert line.startswith(f"checkpoint_fork: the checkpoint given in {saved}: the bundle's log has another root "
+                           f"at size {size} (the log was rewritten or forked after that checkpoint was saved)")
+
+
+def test_a_grown_fork_has_no_proof_and_a_forged_one_fails(forked, tmp_path):
+    honest, fork, saved, size, vkey, _ = forked
+    later = _append(fork, "the fork grows")
+    # the forked store cannot prove it extends the saved checkpoint: the exporter refuses
+    code, out, err = cli("export", "-s", fork, later, "-o", tmp_path / "x.sbx", "--prove-from", saved, cwd=tmp_path)
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: --prove-from {saved}: this log's root at "
+                                                                 f"size {size} is not the checkpoint's")
+    assert not (tmp_path / "x.sbx").exists()
+    # a bundle of the fork without a proof: not verified, it says what to ask for
+    bundle = _export(fork, later, tmp_path / "f.sbx")
+    code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, cwd=tmp_path)
+    assert code == 1 and "Verified" not in out
+    assert f"consistency_missing: the checkpoint given in {saved}: the bundle holds no consistency proof from size " \
+           f"{size}" in out and "--prove-from" in out
+    # an operator planting a proof made on the honest log (or any other) in the fork's bundle: the proof fails
+    good = _export(honest, _append(honest, "honest growth"), tmp_path / "g.sbx", saved)
+    m = members(bundle)
+    m[PROOFS] = members(good)[PROOFS]
+    manifest = json.loads(m["manifest.json"])
+    manifest["members"].append({"name": PROOFS, "size": len(m[PROOFS]),
+                                "sha256": "sha256:" + hashlib.sha256(m[PROOFS]).hexdigest()})
+    m["manifest.json"] = canonical_bytes(manifest) + b"\n"
+    rezip(bundle, m)
+    code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, cwd=tmp_path)
+    assert code == 1 and "Verified" not in out
+    lines = [x for x in out.splitlines() if x.startswith("checkpoint_")]
+    assert len(lines) == 1 and lines[0].startswith(
+        f"checkpoint_fork: the checkpoint given in {saved}: the bundle's log does not extend it: its consistency "
+        f"proof from size {size} does not verify against both roots")
+    assert "bundle_manifest" not in out
+
+
+def test_a_rollback_fails(forked, tmp_path):
+    _, _, saved, size, vkey, _ = forked
+    back = tmp_path / "before"  # the log rolled back to before the checkpoint was saved
+    store = sealbox.open_store(back, readonly=True)
+    first, smaller = store.query_runs(agent="a")[0]["run_id"], store.size()
+    store.close()
+    bundle = _export(back, first, tmp_path / "r.sbx")
+    code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, cwd=tmp_path)
+    assert code == 1 and "Verified" not in out
+    assert (f"log_truncated: the checkpoint given in {saved} was signed for {size} events but the bundle's "
+            f"checkpoint covers only {smaller}: the log was rolled back or cut after it was saved") in out
+    code, out, err = cli("export", "-s", back, first, "-o", tmp_path / "y.sbx", "--prove-from", saved, cwd=tmp_path)
+    assert code == 2 and err.startswith(f"error: --prove-from {saved}: signed for {size} events, but this log "
+                                        f"holds {smaller}")
+
+
+def test_a_checkpoint_of_another_log_is_refused(forked, tmp_path):
+    honest, _, _, _, vkey, run = forked
+    other = tmp_path / "other"
+    sealbox.init_store(other).close()
+    theirs = _checkpoint(other, tmp_path / "theirs.txt")
+    bundle = _export(honest, run, tmp_path / "b.sbx")
+    code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", theirs, cwd=tmp_path)
+    assert code == 1 and "Verified" not in out
+    (line,) = [x for x in out.splitlines() if x.startswith("checkpoint_")]
+    assert line.startswith(f"checkpoint_signature: the checkpoint given in {theirs} is not validly signed by the "
+                           "trusted key")
+    code, _, err = cli("export", "-s", honest, run, "-o", tmp_path / "z.sbx", "--prove-from", theirs, cwd=tmp_path)
+    assert code == 2 and err.startswith(f"error: --prove-from {theirs}: not a checkpoint of this log")
+
+
+def test_the_proofs_member_is_checked_like_every_other(forked, tmp_path):
+    honest, _, saved, size, vkey, _ = forked
+    later = _append(honest, "growth")
+    code, out, err = cli("export", "-s", honest, later, "-o", tmp_path / "b.sbx", "--prove-from", saved, "--prove-from",
+                         saved, cwd=tmp_path)
+    assert code == 0, err
+    assert f", with a consistency proof from size {size}. Check it anywhere" in out
+    bundle = tmp_path / "b.sbx"
+    original = members(bundle)
+    # the manifest lists the member (size and hash): dropping the member shows
+    m = dict(original)
+    del m[PROOFS]
+    rezip(bundle, m)
+    code, out, _ = cli("verify", bundle, "--key", vkey, cwd=tmp_path)
+    assert code == 1 and "bundle_manifest [manifest.json]: manifest.json is not what the bundle's content says " \
+                         "(fields members)" in out
+    # a line that is not canonical is reported, even without --checkpoint
+    m = dict(original)
+    m[PROOFS] = m[PROOFS].replace(b'{"proof":', b'{ "proof":')
+    rezip(bundle, m)
+    code, out, _ = cli("verify", bundle, "--key", vkey, cwd=tmp_path)
+    assert code == 1 and f"bundle_line_malformed [{PROOFS} line 1]: the line cannot be read" in out
+    # a proof for another size than the one saved does not count as one for it
+    m = dict(original)
+    doc = json.loads(m[PROOFS])
+    m[PROOFS] = canonical_bytes({"proof": doc["proof"], "size1": size - 1}) + b"\n"
+    manifest = json.loads(m["manifest.json"])
+    manifest["members"][-1].update(size=len(m[PROOFS]), sha256="sha256:" + hashlib.sha256(m[PROOFS]).hexdigest())
+    m["manifest.json"] = canonical_bytes(manifest) + b"\n"
+    rezip(bundle, m)
+    code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, cwd=tmp_path)
+    assert code == 1 and "Verified" not in out and "consistency_missing" in out and "bundle_manifest" not in out
+
+
+def test_prove_from_goes_with_a_bundle(forked, tmp_path):
+    honest, _, saved, _, _, run = forked
+    code, _, err = cli("export", "-s", honest, run, "--parquet", tmp_path / "x.parquet", "--prove-from", saved,
+                       cwd=tmp_path)
+    assert code == 2 and "--prove-from goes with -o" in err
