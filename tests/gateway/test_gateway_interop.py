@@ -6,6 +6,7 @@ and fail instead in CI (``CI=true``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -82,3 +83,27 @@ async def test_mcp_server_sqlite_on_an_older_protocol_behind_a_current_client(tm
     assert gw.upstreams["db"].protocol_version == "2025-11-25"  # mcp 1.30 (a 1.x SDK) also speaks 2025-11-25
     assert result.is_error is False and "42" in text_of(result)
     assert recorded_result(store)["ok"] is True
+
+
+async def test_mcp_server_time_refusing_a_models_timezone_many_times_leaves_the_tool_served(tmp_path, store):
+    """mcp-server-time refuses an invalid timezone (a string its schema allows) with an ``isError`` result: the
+    model's mistake, not the upstream's health. More such calls than the breaker's threshold leave the
+    breaker closed, and a valid call of another client is still forwarded. (Other servers answer such
+    arguments with JSON-RPC error -32602: test_gateway_breaker_outcomes.py, with the toy upstream.)"""
+    cfg = config(tmp_path, "time", server_command("time"), ["--local-timezone", "UTC"])
+    gw = Gateway(dataclasses.replace(cfg, breaker_threshold=2, breaker_cooldown_s=600.0), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg) as model:
+            bad = [await model.call_tool("time__get_current_time", {"timezone": "Mars/Olympus_Mons"})
+                   for _ in range(3)]
+        async with connect(gw, tg) as other:
+            good = await other.call_tool("time__get_current_time", {"timezone": "UTC"})
+        state = gw.recorder.breaker.state("time", "get_current_time")
+    message = "Error executing tool get_current_time: Invalid timezone: 'No time zone found with key Mars/Olympus_Mons'"
+    assert [(r.is_error, text_of(r)) for r in bad] == [(True, message)] * 3
+    first_run, second_run = gateway_runs(store)
+    assert [(e.payload["ok"], e.payload["error"]) for e in store.read_run(first_run) if e.kind == "tool.result"] == [
+        (False, {"type": "ToolError", "message": message})] * 3
+    assert [e.payload["ok"] for e in store.read_run(second_run) if e.kind == "tool.result"] == [True]
+    assert [e.payload for e in store.read_range(0, store.size()) if e.kind == "breaker.changed"] == []
+    assert (good.is_error, json.loads(text_of(good))["timezone"], state) == (False, "UTC", "closed")

@@ -127,14 +127,18 @@ class ToolChangedSinceDecided(RuntimeError):
     ``_meta["sealbox/not_forwarded"] = "tool_changed"``."""
 
 
-#: set in the task of a call whose arguments were refused, so the breaker does not count its failure
+#: set in the task of a call whose failure says nothing of the upstream's health (its arguments refused by the
+#: gateway, or the upstream's own refusal of it: :attr:`UpstreamProtocolError.refused`), so the breaker does not
+#: count it
 _NOT_FORWARDED: contextvars.ContextVar[bool] = contextvars.ContextVar("sealbox_gateway_not_forwarded", default=False)
 
 
 class _GatewayBreaker(CircuitBreaker):
     """The circuit breaker, not counting calls refused before forwarding (their arguments did not
-    match the schema): the upstream was not contacted, so they say nothing about its health. A
-    half-open breaker's probe that was such a call is given back (the next call probes)."""
+    match the schema: the upstream was not contacted), nor calls the upstream refused as their own
+    fault (a JSON-RPC error of :data:`~sealbox.gateway.upstream.REFUSAL_CODES`, e.g. −32602: it is
+    alive and answering): they say nothing about its health. A half-open breaker's probe that was
+    such a call is given back (the next call probes)."""
 
     def record_failure(self, server: str, tool: str, kind: str = "error") -> Any:
         if _NOT_FORWARDED.get():
@@ -798,7 +802,12 @@ class Gateway:
 
             async def forwarded() -> dict[str, Any]:
                 sent.append(True)
-                result = await send()
+                try:
+                    result = await send()
+                except UpstreamProtocolError as exc:
+                    if exc.refused:  # the upstream's refusal of the request (invalid params…): not counted
+                        _NOT_FORWARDED.set(True)
+                    raise
                 returned.append(result)
                 return result.model_dump(by_alias=True, mode="json", exclude_none=True)
 
@@ -808,8 +817,11 @@ class Gateway:
             _busy(run, +1)
             try:
                 with anyio.CancelScope(shield=True):  # a client that goes away still leaves the outcome
-                    await run.acall_tool(server, tool, arguments, forward, exposed=exposed, call_id=call_id,
-                                         method=method)
+                    try:
+                        await run.acall_tool(server, tool, arguments, forward, exposed=exposed, call_id=call_id,
+                                             method=method)
+                    finally:
+                        _NOT_FORWARDED.set(False)  # a mark no breaker failure took is not left for a later call
             except Exception as exc:  # noqa: BLE001 - mapped to protocol errors; others re-raised
                 if call_id is not None and call_id not in run._call_ids:
                     self._unlink(run, call_id, meta)
@@ -1255,8 +1267,10 @@ class Gateway:
             sent.append(True)  # from here on the upstream may run it: a failure to record is not "not forwarded"
             try:
                 result = await upstream.call(tool, arguments, progress=_progress_forwarder(ctx))
-            except UpstreamProtocolError:
-                if slot.refused:  # its JSON-RPC error follows the gateway's refusal: the breaker does not count it
+            except UpstreamProtocolError as exc:
+                # its JSON-RPC error follows the gateway's refusal, or is the upstream's refusal of the call
+                # (invalid params…): the upstream is healthy, the breaker does not count it
+                if slot.refused or exc.refused:
                     _NOT_FORWARDED.set(True)
                 raise
             finally:

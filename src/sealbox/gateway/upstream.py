@@ -17,6 +17,10 @@ Failures are translated at this boundary, so the recorder classifies them:
   not a valid result (malformed JSON-RPC, a result of the wrong shape), or with a
   JSON-RPC error response — including −32000 ("server error"), which is not taken
   for the SDK's own connection-closed error of the same code (the upstream is alive).
+  Its ``code`` is the error's code; :attr:`UpstreamProtocolError.refused` tells the upstream's
+  refusal of one request as that request's fault (:data:`REFUSAL_CODES`: invalid params, an
+  unknown tool, method not found…) from a sign that the upstream is unhealthy: the gateway does
+  not count a refusal against the circuit breaker (docs/gateway.md, *What the circuit breaker counts*).
 
 The transports' own errors (``mcp``, ``anyio``, ``pydantic``, ``httpx``) never
 leave this module.
@@ -38,7 +42,8 @@ from pydantic import ValidationError
 
 from sealbox.gateway.config import Limits, UpstreamSpec
 
-__all__ = ["Upstream", "UpstreamUnavailable", "UpstreamTimeout", "UpstreamProtocolError", "ServerRequestRouter"]
+__all__ = ["Upstream", "UpstreamUnavailable", "UpstreamTimeout", "UpstreamProtocolError", "ServerRequestRouter",
+           "REFUSAL_CODES"]
 
 log = logging.getLogger("sealbox.gateway")
 
@@ -54,8 +59,32 @@ class UpstreamTimeout(TimeoutError):
     """The upstream did not answer within ``limits.call_timeout_s``."""
 
 
+#: JSON-RPC error codes by which an upstream refuses one request as that request's own fault (the client's or
+#: the model's): −32600 invalid request, −32601 method not found, −32602 invalid params (MCP: also an unknown
+#: tool, and arguments the tool refuses), −32002 resource not found (MCP), −32021 missing required client
+#: capability, −32042 URL elicitation required (MCP 2025-11-25). The upstream answered, at once and well-formed:
+#: not a sign that it is unhealthy, so the gateway's circuit breaker does not count it. Every other code — −32603
+#: internal error, −32700 parse error, the other −32000…−32099 server errors, application-defined codes — counts.
+REFUSAL_CODES = frozenset({types.INVALID_REQUEST, types.METHOD_NOT_FOUND, types.INVALID_PARAMS, -32002,
+                           types.MISSING_REQUIRED_CLIENT_CAPABILITY, types.URL_ELICITATION_REQUIRED})
+
+
 class UpstreamProtocolError(Exception):
-    """The upstream's answer was not a valid MCP result."""
+    """The upstream's answer was not a valid MCP result: a malformed answer, or a JSON-RPC error response.
+
+    Attributes:
+        code: the JSON-RPC error code the upstream answered with (int), or None for a malformed answer.
+    """
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def refused(self) -> bool:
+        """The upstream refused the request as the request's own fault (a code of :data:`REFUSAL_CODES`):
+        it is alive and answering; not a breaker failure."""
+        return self.code in REFUSAL_CODES
 
 
 class Upstream:
@@ -438,7 +467,8 @@ class Upstream:
             one = _one_line(message)
             self._log_malformed(one)
             return UpstreamProtocolError(f"upstream {self.spec.id} sent a malformed response: {one}")
-        return UpstreamProtocolError(f"upstream {self.spec.id} answered with JSON-RPC error {code}: {exc}")
+        return UpstreamProtocolError(f"upstream {self.spec.id} answered with JSON-RPC error {code}: {exc}",
+                                     code if isinstance(code, int) else None)
 
     def _connection_closed(self, session: Any, exc: BaseException) -> bool:
         """Whether a ``CONNECTION_CLOSED`` (−32000) error is the SDK's own "Connection closed".

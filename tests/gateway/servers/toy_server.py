@@ -1,7 +1,9 @@
 """A small MCP server (stdio) for the gateway tests, built with the official SDK's low-level Server.
 
 Tools:
-  echo(text)          returns the text; "!error REST" returns REST as a result with isError (a tool error)
+  echo(text)          returns the text; "!error REST" returns REST as a result with isError (a tool error);
+                      "!rpc CODE MESSAGE" answers with the JSON-RPC error CODE, MESSAGE (no result: e.g. -32602,
+                      as a server refusing arguments its schema allowed)
   add(a, b)           integers, returns the sum
   ask(question, field?) asks the client for elicitation (one string property, `field`, default
                       "answer") and returns `action:value`; with url="https://…" a URL-mode elicitation
@@ -23,7 +25,7 @@ Tools:
   header(name)        the value of an HTTP request header (streamable HTTP mode), or null
 
 Prompts and resources (only with ``TOY_CATALOG=1``; else it has neither capability):
-  prompt greet(name)  one user message "Hello, NAME!"
+  prompt greet(name)  one user message "Hello, NAME!"; name "!rpc CODE MESSAGE": the JSON-RPC error, as echo
   resource toy://notes/today (text "buy milk"); template toy://notes/{day} (text "notes of DAY")
   once mutated: also prompt farewell and resource toy://notes/later (mutate sends prompts/list_changed
   and resources/list_changed too)
@@ -152,6 +154,9 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     name = params.name
     if name == "echo":
         text = str(args.get("text"))
+        if text.startswith("!rpc "):  # a JSON-RPC error response (a protocol error, not a tool result)
+            _, code, message = text.split(" ", 2)
+            raise MCPError(int(code), message)
         if text.startswith("!error "):  # a tool execution error: a result with isError (MCP)
             return types.CallToolResult(content=[types.TextContent(type="text", text=text[7:])], is_error=True)
         if os.environ.get("TOY_STRUCTURED"):
@@ -247,6 +252,9 @@ async def get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetProm
     if params.name != "greet":
         raise MCPError(types.INVALID_PARAMS, f"no prompt {params.name}")
     who = (params.arguments or {}).get("name", "nobody")
+    if who.startswith("!rpc "):
+        _, code, message = who.split(" ", 2)
+        raise MCPError(int(code), message)
     return types.GetPromptResult(description="A greeting.", messages=[
         types.PromptMessage(role="user", content=types.TextContent(type="text", text=f"Hello, {who}!"))])
 
