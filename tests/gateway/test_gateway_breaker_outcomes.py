@@ -5,6 +5,10 @@ tool's own failure (``isError: true``). With the real toy upstream and the offic
 
 from __future__ import annotations
 
+import json
+
+import anyio
+import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
@@ -125,4 +129,102 @@ async def test_a_prompts_get_the_upstream_refuses_never_opens_the_breaker(tmp_pa
     assert errors == [(UPSTREAM_ERROR, "prompts/get toy__greet: upstream error: upstream toy answered with JSON-RPC "
                                        "error -32602: name must be a person")] * 3
     assert (fine.messages[0].content.text, state) == ("Hello, ada!", "closed")
+    assert system_events(store, "breaker.changed") == []
+
+
+# --------------------------------------------- a call failing because of the client's answer to the upstream
+
+
+def failing_sampler(code: int, message: str):
+    async def sample(context, params: types.CreateMessageRequestParams) -> types.ErrorData:
+        return types.ErrorData(code=code, message=message)
+    return sample
+
+
+def working_sampler():
+    async def sample(context, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        return types.CreateMessageResult(role="assistant", model="m", stop_reason="endTurn",
+                                         content=types.TextContent(type="text", text="fine"))
+    return sample
+
+
+async def test_a_client_answering_the_upstreams_sampling_request_with_an_error_never_opens_the_breaker(
+        tmp_path, store):
+    """The toy's ``sample`` fails with the JSON-RPC error its client's sampling answered (-32603 here: the
+    client's model is down). That failure is the client's, not the upstream's: more of them than the
+    threshold leave the breaker closed, and another client's sampling call is still forwarded."""
+    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 2, cooldown_s: 600}"), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg, sampling_callback=failing_sampler(-32603, "my model is down")) as broken:
+            failed = [await broken.call_tool("toy__sample", {"prompt": f"hi {i}"}) for i in range(3)]
+        state = gw.recorder.breaker.state("toy", "sample")
+        async with connect(gw, tg, sampling_callback=working_sampler()) as other:
+            fine = await other.call_tool("toy__sample", {"prompt": "hello"})
+    assert [(r.is_error, text_of(r)) for r in failed] == [
+        (True, "upstream error: upstream toy answered with JSON-RPC error -32603: my model is down")] * 3
+    assert (state, fine.is_error, json.loads(text_of(fine))["text"]) == ("closed", False, "fine")
+    first_run, second_run = gateway_runs(store)
+    assert [(r["ok"], r["error"]["type"]) for r in results(store, first_run)] == [
+        (False, "UpstreamProtocolError")] * 3
+    assert [r["ok"] for r in results(store, second_run)] == [True]
+    assert system_events(store, "breaker.changed") == []
+    assert [e["tool"] for e in toy_log(tmp_path)] == ["sample"] * 4
+
+
+async def test_a_call_timing_out_while_the_client_has_not_answered_the_upstream_never_opens_the_breaker(
+        tmp_path, store):
+    """The toy's ``sample`` waits for the client's sampling answer (a human, a slow model): the call times out
+    while the gateway still waits for the client. The timeout is the client's, not the upstream's: the breaker
+    stays closed for another client, whose call is forwarded."""
+    async def slow(context, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        await anyio.sleep(1.5)
+        return types.CreateMessageResult(role="assistant", model="m", content=types.TextContent(type="text", text="x"))
+
+    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 2, cooldown_s: 600}\n"
+                                            "limits: {call_timeout_s: 0.5}"), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg, sampling_callback=slow) as slow_client:
+            late = [await slow_client.call_tool("toy__sample", {"prompt": f"hi {i}"}) for i in range(3)]
+        state = gw.recorder.breaker.state("toy", "sample")
+        async with connect(gw, tg, sampling_callback=working_sampler()) as other:
+            fine = await other.call_tool("toy__sample", {"prompt": "hello"})
+    assert [(r.is_error, text_of(r).startswith("upstream error: upstream toy did not answer within 0.5 s"))
+            for r in late] == [(True, True)] * 3
+    assert (state, fine.is_error, json.loads(text_of(fine))["text"]) == ("closed", False, "fine")
+    first_run, second_run = gateway_runs(store)
+    assert [(r["ok"], r["error"]["type"]) for r in results(store, first_run)] == [(False, "UpstreamTimeout")] * 3
+    assert system_events(store, "breaker.changed") == []
+
+
+async def test_a_timeout_with_no_client_request_pending_still_opens_the_breaker(tmp_path, store):
+    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 2, cooldown_s: 600}\n"
+                                            "limits: {call_timeout_s: 0.3}"), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        for _ in range(2):
+            await client.call_tool("toy__hang", {})
+        state = gw.recorder.breaker.state("toy", "hang")
+    assert state == "open"
+    assert [(b["tool"], b["to"], b["reason"]) for b in system_events(store, "breaker.changed")] == [
+        ("hang", "open", "failures")]
+
+
+async def test_a_call_failing_on_the_clients_declined_elicitation_never_opens_the_breaker(tmp_path, store):
+    """An upstream that fails a call with -32603 when the person declines its elicitation: the person's choice,
+    not the upstream's health. The breaker stays closed; the next client's accepted elicitation is served."""
+    async def decline(context, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    async def accept(context, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"answer": "yes"})
+
+    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 2, cooldown_s: 600}"), store=store)
+    async with running(gw) as tg:
+        async with connect(gw, tg, elicitation_callback=decline) as declining:
+            failed = [await declining.call_tool("toy__ask", {"question": "go?", "strict": True}) for _ in range(3)]
+        state = gw.recorder.breaker.state("toy", "ask")
+        async with connect(gw, tg, elicitation_callback=accept) as other:
+            fine = await other.call_tool("toy__ask", {"question": "go?", "strict": True})
+    assert [(r.is_error, text_of(r)) for r in failed] == [
+        (True, "upstream error: upstream toy answered with JSON-RPC error -32603: the user answered decline")] * 3
+    assert (state, fine.is_error, text_of(fine)) == ("closed", False, "accept:yes")
     assert system_events(store, "breaker.changed") == []

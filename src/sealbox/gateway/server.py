@@ -221,7 +221,11 @@ class _InFlight:
     connection: Any
     run: Any = None  # the RunContext the call is recorded in
     call_id: str | None = None  # its tool.call's call_id
-    refused: bool = False  # the gateway refused a request the upstream made of the client during the call
+    # the call's outcome rests on the client's side: the gateway refused a request the upstream made of the client
+    # during the call, or the client answered one with an error (or could not be asked), or declined or cancelled
+    # an elicitation: a JSON-RPC error of the call then says nothing of the upstream's health (see _route)
+    refused: bool = False
+    unanswered: int = 0  # requests the upstream made of the client during the call that the client has not answered
 
 
 class StoreWriter:
@@ -1268,9 +1272,13 @@ class Gateway:
             try:
                 result = await upstream.call(tool, arguments, progress=_progress_forwarder(ctx))
             except UpstreamProtocolError as exc:
-                # its JSON-RPC error follows the gateway's refusal, or is the upstream's refusal of the call
-                # (invalid params…): the upstream is healthy, the breaker does not count it
-                if slot.refused or exc.refused:
+                # its JSON-RPC error follows the gateway's refusal or the client's failed answer, or is the upstream's
+                # refusal of the call (invalid params…): the upstream is healthy, the breaker does not count it
+                if slot.refused or slot.unanswered or exc.refused:
+                    _NOT_FORWARDED.set(True)
+                raise
+            except UpstreamTimeout:
+                if slot.unanswered:  # timed out while the upstream waited for the client (a person, a slow model)
                     _NOT_FORWARDED.set(True)
                 raise
             finally:
@@ -1704,9 +1712,16 @@ class Gateway:
             return types.ErrorData(code=types.INTERNAL_ERROR, message=f"{method} was not forwarded to the client: "
                                    "the gateway could not record it")
         started = time.perf_counter_ns()
+        for each in slots:  # stays counted if the upstream's request ends before the client answered (cancelled)
+            each.unanswered += 1
         try:
             answer, outcome = await self._ask_client(slot, method, params)
-            if outcome == "not_forwarded":  # refused by the gateway (see _GatewayBreaker)
+            for each in slots:
+                each.unanswered -= 1
+            if outcome is not None or isinstance(answer, types.ErrorData) or (
+                    isinstance(answer, types.ElicitResult) and answer.action != "accept"):
+                # refused by the gateway, or the client answered with an error, did not answer in time, could not be
+                # asked, declined: a failure of the call that follows is the client's side (see _GatewayBreaker)
                 for each in slots:
                     each.refused = True
         except BaseException:

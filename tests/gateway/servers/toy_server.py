@@ -9,7 +9,8 @@ Tools:
                       "answer") and returns `action:value`; with url="https://…" a URL-mode elicitation
                       (MCP 2025-11-25; elicitationId "toy-elicitation-1") instead, returning `action:url`; with
                       shielded=true the elicitation is not withdrawn when the call is cancelled (an upstream that
-                      keeps waiting for the answer)
+                      keeps waiting for the answer); with strict=true an answer other than accept fails the call
+                      with JSON-RPC error -32603 (an upstream that raises on a declined elicitation)
   mutate()            changes echo's description and adds `extra` (a rug pull), sends tools/list_changed
   crash()             the process exits at once (no answer)
   hang()              never answers
@@ -177,6 +178,8 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
                 args.get("question", "?"),
                 {"type": "object", "properties": {field: {"type": "string"}}, "required": [field]},
                 related_request_id=ctx.request_id)
+        if args.get("strict") and answer.action != "accept":
+            raise MCPError(types.INTERNAL_ERROR, f"the user answered {answer.action}")
         return _text(f"{answer.action}:{(answer.content or {}).get(field)}")
     if name == "mutate":
         STATE["mutated"] = True
