@@ -228,3 +228,37 @@ async def test_a_call_failing_on_the_clients_declined_elicitation_never_opens_th
         (True, "upstream error: upstream toy answered with JSON-RPC error -32603: the user answered decline")] * 3
     assert (state, fine.is_error, text_of(fine)) == ("closed", False, "accept:yes")
     assert system_events(store, "breaker.changed") == []
+
+
+# ------------------------------------------------------- a prompts/get missing a required argument
+
+
+async def test_a_prompts_get_missing_a_required_argument_is_refused_by_the_gateway_and_never_opens_the_breaker(
+        tmp_path, store):
+    """``greet`` declares ``name`` required. Servers answer its absence with an error the breaker would count
+    (mcp-server-sqlite: code 0; the SDK's MCPServer: -32603 internal error), so a client leaving it out
+    ``threshold`` times would open the prompt's breaker for every client. The gateway refuses it itself, as it
+    refuses tool arguments that fail the input schema: recorded and decided, never forwarded, -32602 to the
+    client, not counted."""
+    gw = Gateway(toy_config(tmp_path, env={"TOY_CATALOG": "1"}, extra="breaker: {threshold: 1, cooldown_s: 600}"),
+                 store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        errors = []
+        for arguments in ({}, {"other": "x"}):
+            with pytest.raises(MCPError) as err:
+                await client.get_prompt("toy__greet", arguments)
+            errors.append((err.value.error.code, err.value.error.message))
+        fine = await client.get_prompt("toy__greet", {"name": "ada"})
+        state = gw.recorder.breaker.state("toy", "prompt:greet")
+        [run_id] = gateway_runs(store)
+    text = "prompts/get toy__greet: not forwarded: missing required argument: name"
+    assert errors == [(types.INVALID_PARAMS, text)] * 2
+    assert (fine.messages[0].content.text, state) == ("Hello, ada!", "closed")
+    recorded = [(e.kind, e.payload) for e in store.read_run(run_id) if e.kind in ("tool.call", "tool.result")]
+    assert [(p["tool"], p["arguments"]) for k, p in recorded if k == "tool.call"] == [
+        ("prompt:greet", {}), ("prompt:greet", {"other": "x"}), ("prompt:greet", {"name": "ada"})]
+    assert [(p["ok"], p.get("error", {}).get("type"), p.get("error", {}).get("message"))
+            for k, p in recorded if k == "tool.result"] == [
+        (False, "InvalidArguments", "missing required argument: name")] * 2 + [(True, None, None)]
+    assert system_events(store, "breaker.changed") == []
+    assert toy_log(tmp_path) == [{"prompt": "greet", "arguments": {"name": "ada"}}]  # the refused ones never went out

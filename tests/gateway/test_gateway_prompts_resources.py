@@ -302,14 +302,14 @@ async def test_mcp_server_sqlite_prompt_through_the_gateway(tmp_path, store):
                 await client.get_prompt("db__mcp-demo", {})
         [run_id] = gateway_runs(store)
     assert names == ["db__mcp-demo"]
-    assert missing.value.error.code == codes.UPSTREAM_ERROR
-    assert missing.value.error.message.startswith("prompts/get db__mcp-demo: upstream error: upstream db answered "
-                                                  "with JSON-RPC error ")
-    assert "Missing required argument: topic" in missing.value.error.message
+    # topic is declared required: the gateway refuses the request itself, never forwarded (the upstream would
+    # answer with JSON-RPC error 0, which the circuit breaker would count against it)
+    assert (missing.value.error.code, missing.value.error.message) == (
+        types.INVALID_PARAMS, "prompts/get db__mcp-demo: not forwarded: missing required argument: topic")
     assert [m.role for m in got.messages] == ["user"] and "bees" in got.messages[0].content.text
     (_, call), (_, decision), (_, result), (_, failed_call), _, (_, failed) = calls_of(store, run_id)
     assert (call["tool"], call["method"], call["arguments"]) == ("prompt:mcp-demo", "prompts/get", {"topic": "bees"})
-    assert (failed_call["arguments"], failed["ok"], failed["error"]["type"]) == ({}, False, "UpstreamProtocolError")
+    assert (failed_call["arguments"], failed["ok"], failed["error"]["type"]) == ({}, False, "InvalidArguments")
     messages = store.resolve(result["result"]["messages"])  # long: kept as a blob
     assert result["ok"] is True and messages == [m.model_dump(by_alias=True, mode="json", exclude_none=True)
                                                  for m in got.messages]

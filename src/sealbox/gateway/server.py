@@ -668,7 +668,8 @@ class Gateway:
         "prompts/get"``, arguments: the prompt's arguments), then forwarded (:meth:`_recorded_request`).
 
         Raises:
-            MCPError: ``UNKNOWN_PROMPT`` (not exposed), and as :meth:`_recorded_request`.
+            MCPError: ``UNKNOWN_PROMPT`` (not exposed), ``INVALID_PARAMS`` (−32602: a required argument of the
+                prompt left out; recorded and decided, not forwarded), and as :meth:`_recorded_request`.
         """
         target = self.split_prompt_name(params.name)
         if target is None or target[1] not in self.upstreams[target[0]].prompts:
@@ -681,9 +682,16 @@ class Gateway:
                                data=params.name)
         upstream = self.upstreams[server]
         forwarded = types.GetPromptRequestParams(name=prompt, arguments=params.arguments)
+        # a required argument left out is refused here, never forwarded (MCP: -32602), as tool arguments that fail
+        # the input schema are: upstreams answer it with errors the breaker would count (code 0, -32603), so one
+        # client leaving it out would open the prompt's breaker for every client
+        missing = [a.name for a in upstream.prompts[prompt].arguments or ()
+                   if a.required and a.name not in (params.arguments or {})]
+        refused = None if not missing else InvalidArguments(
+            f"missing required argument{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
         return await self._recorded_request(
             ctx, params.meta, server, tool, dict(params.arguments or {}), params.name, "prompts/get",
-            lambda: upstream.request("prompts/get", forwarded, types.GetPromptResult))
+            lambda: upstream.request("prompts/get", forwarded, types.GetPromptResult), refused=refused)
 
     # ------------------------------------------------------------------ resources
 
@@ -781,16 +789,18 @@ class Gateway:
                            "notifications/resources/list_changed)")
 
     async def _recorded_request(self, ctx: Any, meta: Any, server: str, tool: str, arguments: dict[str, Any],
-                                exposed: str, method: str, send: Any) -> Any:
+                                exposed: str, method: str, send: Any, refused: InvalidArguments | None = None) -> Any:
         """Decide and record a request the agent takes data in by, as a ``tools/call`` is: ``tool.call``
         (with ``method``) and ``policy.decision`` written before anything is forwarded, then
         ``send()`` awaited and its result recorded as ``tool.result``; shielded from the client's
-        cancellation. Returns the upstream's result.
+        cancellation. Returns the upstream's result. ``refused``: its arguments are known to be wrong;
+        decided and recorded (``tool.result`` ``ok: false`` with this error), never forwarded, not
+        counted by the circuit breaker.
 
         Raises:
             MCPError: ``DENIED`` (the decision was not allow; ``data``: rule, reason_code, call_id),
                 ``NOT_RECORDED`` (the call or its result could not be recorded), ``UPSTREAM_ERROR``,
-                and as :meth:`_run_for` / :meth:`_link`.
+                ``INVALID_PARAMS`` (``refused`` and allowed), and as :meth:`_run_for` / :meth:`_link`.
         """
         self._calls += 1
         try:
@@ -823,7 +833,7 @@ class Gateway:
                 with anyio.CancelScope(shield=True):  # a client that goes away still leaves the outcome
                     try:
                         await run.acall_tool(server, tool, arguments, forward, exposed=exposed, call_id=call_id,
-                                             method=method)
+                                             method=method, refused=refused)
                     finally:
                         _NOT_FORWARDED.set(False)  # a mark no breaker failure took is not left for a later call
             except Exception as exc:  # noqa: BLE001 - mapped to protocol errors; others re-raised
@@ -2354,7 +2364,7 @@ class UriTemplate:
 
 def _request_error(exc: BaseException, method: str, name: str, sent: bool) -> BaseException:
     """The JSON-RPC error (``MCPError``) of a ``prompts/get`` / ``resources/read`` that was denied, not
-    recorded, or failed upstream; else ``exc`` itself."""
+    recorded, refused for its arguments (``INVALID_PARAMS``), or failed upstream; else ``exc`` itself."""
     error = _mcp_error()
     if isinstance(exc, ToolDenied):
         d = exc.decision
@@ -2369,6 +2379,8 @@ def _request_error(exc: BaseException, method: str, name: str, sent: bool) -> Ba
     if isinstance(exc, (UpstreamUnavailable, UpstreamTimeout, UpstreamProtocolError)):
         return error(codes.UPSTREAM_ERROR, f"{method} {name}: upstream error: {exc}",
                      data={"type": type(exc).__name__})
+    if isinstance(exc, InvalidArguments):
+        return error(types.INVALID_PARAMS, f"{method} {name}: not forwarded: {exc}")
     return exc
 
 

@@ -26,7 +26,8 @@ Tools:
   header(name)        the value of an HTTP request header (streamable HTTP mode), or null
 
 Prompts and resources (only with ``TOY_CATALOG=1``; else it has neither capability):
-  prompt greet(name)  one user message "Hello, NAME!"; name "!rpc CODE MESSAGE": the JSON-RPC error, as echo
+  prompt greet(name)  one user message "Hello, NAME!"; name "!rpc CODE MESSAGE": the JSON-RPC error, as echo;
+                      without name: -32603 internal error (as the SDK's MCPServer answers a missing argument)
   resource toy://notes/today (text "buy milk"); template toy://notes/{day} (text "notes of DAY")
   once mutated: also prompt farewell and resource toy://notes/later (mutate sends prompts/list_changed
   and resources/list_changed too)
@@ -254,7 +255,9 @@ async def get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetProm
     _log({"prompt": params.name, "arguments": params.arguments})
     if params.name != "greet":
         raise MCPError(types.INVALID_PARAMS, f"no prompt {params.name}")
-    who = (params.arguments or {}).get("name", "nobody")
+    if "name" not in (params.arguments or {}):  # as the SDK's MCPServer: an exception, so -32603 internal error
+        raise ValueError("Missing required arguments: name")
+    who = params.arguments["name"]
     if who.startswith("!rpc "):
         _, code, message = who.split(" ", 2)
         raise MCPError(int(code), message)
