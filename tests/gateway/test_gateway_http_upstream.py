@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 import sealbox
 from sealbox.gateway import Gateway
 
-from .conftest import TOY, connect, gateway_runs, kinds, running, text_of, toy_config, toy_log
+from .conftest import TOY, connect, gateway_runs, kinds, running, system_events, text_of, toy_config, toy_log
 
 pytestmark = pytest.mark.anyio
 
@@ -252,3 +254,86 @@ async def test_a_malformed_http_answer_is_one_line_and_not_called_a_json_rpc_err
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert lines == ["upstream web sent a malformed message: Failed to parse JSON response: Invalid JSON: key must be "
                      "a string at line 1 column 2 [type=json_invalid, input_value=b'{nope', input_type=bytes]"]
+
+
+async def test_an_http_upstream_that_lost_its_session_is_reconnected_not_refused_for_ever(tmp_path, store):
+    """The HTTP upstream restarted between calls (same port): it answers the gateway's session id with HTTP 404
+    and a JSON-RPC error -32600 "Session not found". That is no refusal of the call (the breaker would not count
+    it, and every call would fail so for ever): the session is gone (MCP: the client must start a new one). The
+    call is recorded UpstreamUnavailable, the breakers of the server open (server_down) and the gateway
+    reconnects; once the cool-down has passed, calls are served again."""
+    with toy_http(tmp_path) as (proc, port):
+        gw = Gateway(toy_config(tmp_path, upstreams=http_upstream(port),
+                                extra="breaker: {threshold: 5, cooldown_s: 0}"), store=store)
+        async with running(gw) as tg, connect(gw, tg) as client:
+            first = await client.call_tool("web__echo", {"text": "before"})
+            proc.kill()
+            proc.wait(timeout=10)
+            with toy_http(tmp_path, port=port):  # back at once, before the gateway noticed: a new server, no session
+                lost = await client.call_tool("web__echo", {"text": "lost"})
+                with anyio.fail_after(30):
+                    await gw.upstreams["web"].wait_until(lambda u: u.state == "ready" and u.generation >= 2)
+                back = await client.call_tool("web__echo", {"text": "after"})
+        [run_id] = gateway_runs(store)
+    assert (first.is_error, text_of(first)) == (False, "before")
+    assert (lost.is_error, lost.meta["sealbox/upstream_error"]) == (True, "UpstreamUnavailable")
+    assert text_of(lost) == "upstream error: upstream web ended the gateway's HTTP session (HTTP 404); reconnecting"
+    assert (back.is_error, text_of(back)) == (False, "after")
+    recorded = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert [(r["ok"], r.get("error", {}).get("type")) for r in recorded] == [
+        (True, None), (False, "UpstreamUnavailable"), (True, None)]
+    assert [(b["tool"], b["to"], b["reason"]) for b in system_events(store, "breaker.changed")][:1] == [
+        ("echo", "open", "server_down")]
+
+
+class _Answers202(http.server.BaseHTTPRequestHandler):
+    """A broken streamable-HTTP MCP server: it initializes and lists one tool, then answers every tools/call
+    with HTTP 202 and no response (the SDK's transport makes that a JSON-RPC error -32600 of its own)."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        message = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        method, params = message.get("method"), message.get("params") or {}
+        if method == "initialize":
+            result = {"protocolVersion": params.get("protocolVersion"), "capabilities": {"tools": {}},
+                      "serverInfo": {"name": "broken", "version": "1"}}
+        elif method == "tools/list":
+            result = {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+        else:  # notifications, and tools/call: 202 Accepted, no answer
+            self.send_response(202)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(405)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_an_http_upstream_answering_calls_with_202_still_opens_the_breaker(tmp_path, store):
+    """The SDK's transport makes a 202 to a request a -32600 of its own: the upstream's failure, not its refusal of
+    the call, so the breaker counts it (it does not count an upstream's own -32600)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers202)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        upstream = f"\n  - id: web\n    url: http://127.0.0.1:{server.server_port}/mcp\n"
+        gw = Gateway(toy_config(tmp_path, upstreams=upstream, extra="breaker: {threshold: 2, cooldown_s: 600}"),
+                     store=store)
+        async with running(gw) as tg, connect(gw, tg) as client:
+            failed = [await client.call_tool("web__echo", {}) for _ in range(2)]
+            denied = await client.call_tool("web__echo", {})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [text_of(r) for r in failed] == ["upstream error: upstream web answered with JSON-RPC error -32600: "
+                                            "server answered a request with 202 Accepted"] * 2
+    assert text_of(denied).startswith("denied (breaker_open): circuit breaker for web/echo is open")

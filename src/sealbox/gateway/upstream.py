@@ -76,15 +76,16 @@ class UpstreamProtocolError(Exception):
         code: the JSON-RPC error code the upstream answered with (int), or None for a malformed answer.
     """
 
-    def __init__(self, message: str, code: int | None = None) -> None:
+    def __init__(self, message: str, code: int | None = None, *, sent: bool = True) -> None:
         super().__init__(message)
         self.code = code
+        self._sent = sent  # False: an error the SDK's HTTP transport made up for an answer it could not use
 
     @property
     def refused(self) -> bool:
-        """The upstream refused the request as the request's own fault (a code of :data:`REFUSAL_CODES`):
-        it is alive and answering; not a breaker failure."""
-        return self.code in REFUSAL_CODES
+        """The upstream refused the request as the request's own fault (it sent a JSON-RPC error with a code of
+        :data:`REFUSAL_CODES`): it is alive and answering; not a breaker failure."""
+        return self._sent and self.code in REFUSAL_CODES
 
 
 class Upstream:
@@ -136,6 +137,7 @@ class Upstream:
         self._stop = anyio.Event()
         self._disconnect: anyio.Event | None = None
         self._http_error: str | None = None  # the last HTTP error status of an HTTP upstream (the SDK drops it)
+        self._session_lost = False  # an HTTP upstream answered the connection's session id with HTTP 404
 
     # ------------------------------------------------------------------ observing
 
@@ -251,10 +253,18 @@ class Upstream:
         from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
         self._http_error = None
+        self._session_lost = False
 
         async def note(response: Any) -> None:
             if response.status_code >= 400:
                 self._http_error = f"HTTP {response.status_code} {response.reason_phrase} on {response.request.method}"
+            if (response.status_code == 404 and response.request.method != "DELETE"
+                    and response.request.headers.get("mcp-session-id")):
+                # MCP: the server ended the session (e.g. it restarted); the client must start a new one. Its calls'
+                # errors (-32600 "Session not found"…) are no refusal of theirs: the connection is ended, and remade
+                self._session_lost = True
+                if self._disconnect is not None:
+                    self._disconnect.set()
 
         # Calls are bounded by the session (limits.call_timeout_s), initialize + tools/list by startup_timeout_s.
         # The HTTP read timeout is the SDK's (long) one, never the call timeout: the upstream's standalone GET
@@ -451,6 +461,9 @@ class Upstream:
         """The gateway's error for the SDK's ``MCPError`` of a request (see :meth:`call`); ``what`` names
         the request in "closed the connection during the <what>"."""
         code = exc.error.code if getattr(exc, "error", None) else None
+        if self._session_lost and self.spec.kind == "http":
+            return UpstreamUnavailable(f"upstream {self.spec.id} ended the gateway's HTTP session (HTTP 404); "
+                                       "reconnecting")
         if code == types.CONNECTION_CLOSED and self._connection_closed(session, exc):
             return UpstreamUnavailable(f"upstream {self.spec.id} closed the connection during the {what}")
         if code == types.REQUEST_TIMEOUT:
@@ -467,8 +480,11 @@ class Upstream:
             one = _one_line(message)
             self._log_malformed(one)
             return UpstreamProtocolError(f"upstream {self.spec.id} sent a malformed response: {one}")
+        # the SDK's HTTP transport answers some unusable HTTP answers itself with −32600 or −32601 (a 202 to a
+        # request, a redirect it did not follow, a 404 before the session): the upstream's failure, no refusal
+        made_up = self.spec.kind == "http" and (message.startswith(_SDK_HTTP_MADE_UP) or message == "Not Found")
         return UpstreamProtocolError(f"upstream {self.spec.id} answered with JSON-RPC error {code}: {exc}",
-                                     code if isinstance(code, int) else None)
+                                     code if isinstance(code, int) else None, sent=not made_up)
 
     def _connection_closed(self, session: Any, exc: BaseException) -> bool:
         """Whether a ``CONNECTION_CLOSED`` (−32000) error is the SDK's own "Connection closed".
@@ -598,6 +614,8 @@ if not any(isinstance(f, _QuietSdkParseErrors) for f in logging.getLogger(_SDK_S
 
 #: How the SDK's streamable HTTP client words the JSON-RPC error it makes up for an answer it could not
 #: read (a body that is not JSON, an SSE event that is not a message, a content type that is neither).
+#: How the SDK's HTTP transport's own errors for an answer it cannot use begin (−32600; not the upstream's words).
+_SDK_HTTP_MADE_UP = ("server answered a request with 202 Accepted", "Redirect to ")
 _SDK_HTTP_MALFORMED = ("Failed to parse JSON response: ", "Failed to parse SSE message: ", "Unexpected content type: ")
 
 
