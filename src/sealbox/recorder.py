@@ -1319,8 +1319,8 @@ class RunContext:
                                   refused: bool = False) -> tuple[str, str]:
         """:meth:`_decide_and_record`, its write made by ``await writer(write)`` (:attr:`Recorder.async_writer`)."""
         call_id = self._reserve_call_id(server, tool, call_id)
-        step_box, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent, method,
-                                            refused=refused)
+        step_box, write, boxes, probe = self._gate(server, tool, arguments, grant, call_id, exposed, agent, method,
+                                                   refused=refused)
 
         def guarded() -> Any:  # in the thread that writes: a failed write's breaker changes are dropped there
             try:
@@ -1329,6 +1329,8 @@ class RunContext:
                 raise  # build() did not run: nothing to drop; the writer makes it again
             except BaseException:
                 self.recorder.take_breaker_events()  # the probe was not recorded; nothing ran
+                if probe:  # ...and is given back: kept, it would deny every later call of the tool
+                    self.recorder.breaker.record_not_run(server, tool)
                 raise
 
         try:
@@ -1342,12 +1344,14 @@ class RunContext:
     def _decide_and_record_id(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str,
                               exposed: str | None, agent: str | None = None, *,
                               method: str | None = None, refused: bool = False) -> tuple[str, str]:
-        step_box, write, boxes = self._gate(server, tool, arguments, grant, call_id, exposed, agent, method,
-                                            refused=refused)
+        step_box, write, boxes, probe = self._gate(server, tool, arguments, grant, call_id, exposed, agent, method,
+                                                   refused=refused)
         try:
             self._learning(write)
         except BaseException:
             self.recorder.take_breaker_events()  # the probe was not recorded; nothing ran
+            if probe:  # ...and is given back: kept, it would deny every later call of the tool
+                self.recorder.breaker.record_not_run(server, tool)
             with self._lock:  # no tool.call was written: the id is free again
                 self._call_ids.discard(call_id)
             raise
@@ -1355,12 +1359,13 @@ class RunContext:
 
     def _gate(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str, exposed: str | None,
               agent: str | None, method: str | None = None, *,
-              refused: bool = False) -> tuple[list[str], Callable[[], Any], tuple[list, list, list]]:
+              refused: bool = False) -> tuple[list[str], Callable[[], Any], tuple[list, list, list], list[bool]]:
         """The call's step (a one-item list: the step the write placed it at, moved past another writer's
         steps by :meth:`_fresh_step`), the write of its ``tool.call`` + ``policy.decision`` (+ approval
-        request), and the boxes that write fills (decision, approval request, whether nothing was redacted
-        from the arguments). ``refused``: the call will not run whatever its decision (``acall_tool``'s
-        ``refused``): a ``require_approval`` is recorded without an approval request."""
+        request), the boxes that write fills (decision, approval request, whether nothing was redacted
+        from the arguments), and a list that is true once the write took a half-open breaker's probe (a
+        write that fails after that gives it back). ``refused``: the call will not run whatever its
+        decision (``acall_tool``'s ``refused``): a ``require_approval`` is recorded without an approval request."""
         step = self._step_for_call(call_id)
         step_box = [step]  # the step written: moved past another writer's steps (_fresh_step) when taken here
         fresh = self.replay is None and "." not in step  # not a sub-step linked to a model call
@@ -1372,6 +1377,7 @@ class RunContext:
         decision_box: list[Decision] = []
         request_box: list[dict[str, Any]] = []
         clean_box: list[bool] = []
+        probe_box: list[bool] = []
 
         def build(reader: Any) -> list[EventDraft]:
             step = step_box[0] = self._fresh_step(reader, step_box[0]) if fresh else step_box[0]
@@ -1387,6 +1393,7 @@ class RunContext:
                 decision = self._check_grant(reader, grant, server, tool, decision)
             if decision.allowed:
                 check = self.recorder.breaker.before_call(server, tool)
+                probe_box[:] = [True] if check.probe else []
                 if not check.allowed:
                     decision = breaker_open_decision(check, server, tool, self.policy.fingerprint)
             decision_box.append(decision)
@@ -1410,7 +1417,7 @@ class RunContext:
 
         boxes = (decision_box, request_box, clean_box)
         if not linked:
-            return step_box, lambda: self._placed(self.store.append_with(build), fresh=fresh), boxes
+            return step_box, lambda: self._placed(self.store.append_with(build), fresh=fresh), boxes, probe_box
 
         def write_linked() -> Any:
             events = self._placed(self.store.append_with(build))
@@ -1418,7 +1425,7 @@ class RunContext:
                 self._taken_steps[step] = call_id
             return events
 
-        return step_box, write_linked, boxes
+        return step_box, write_linked, boxes, probe_box
 
     def _check_call_free(self, reader: Any, step: str, call_id: str) -> None:
         """Inside the write transaction of a tool call linked to sub-step ``step`` (``"<n>.<i>"``), or of any

@@ -262,3 +262,36 @@ async def test_a_prompts_get_missing_a_required_argument_is_refused_by_the_gatew
         (False, "InvalidArguments", "missing required argument: name")] * 2 + [(True, None, None)]
     assert system_events(store, "breaker.changed") == []
     assert toy_log(tmp_path) == [{"prompt": "greet", "arguments": {"name": "ada"}}]  # the refused ones never went out
+
+
+# ------------------------------------------------- a half-open probe whose gate could not be recorded
+
+
+async def test_a_half_open_probe_whose_call_could_not_be_recorded_is_given_back(tmp_path, store):
+    """The probe's ``tool.call`` write fails after its decision was made (the transaction is rolled back: a
+    full disk, a lost database connection): nothing ran, so the probe is given back. It was kept, and every
+    later call of the tool, of every client, was denied ``breaker_open`` ("half_open") until the gateway
+    restarted."""
+    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 1, cooldown_s: 0}"), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        await client.call_tool("toy__echo", {"text": "!rpc -32603 Internal error"})  # opens (threshold 1)
+        original = store.append_with
+
+        def failing_after_build(build):  # the real write, failing once the drafts were built (rolled back)
+            def build_then_fail(reader):
+                build(reader)
+                raise OSError("disk full")
+            return original(build_then_fail)
+
+        store.append_with = failing_after_build
+        try:
+            unrecorded = await client.call_tool("toy__echo", {"text": "probe"})
+        finally:
+            store.append_with = original
+        after_failure = gw.recorder.breaker.state("toy", "echo")
+        served = await client.call_tool("toy__echo", {"text": "served"})
+        state = gw.recorder.breaker.state("toy", "echo")
+    assert unrecorded.is_error is True and "could not be recorded" in text_of(unrecorded)
+    assert after_failure == "half_open"
+    assert (served.is_error, text_of(served), state) == (False, "served", "closed")
+    assert [e["arguments"]["text"] for e in toy_log(tmp_path)] == ["!rpc -32603 Internal error", "served"]

@@ -119,3 +119,45 @@ def test_an_unbound_call_taking_the_half_open_probe_gives_it_back(store):
         assert search("y") == "y"  # probes, and closes it
     assert _changes(store) == [("closed", "open", "failures", 1), ("open", "half_open", "cooldown_elapsed", 1),
                                ("half_open", "closed", "probe_succeeded", 1)]
+
+
+def test_a_half_open_probe_whose_tool_call_could_not_be_recorded_is_given_back(store):
+    """The probe's gate write fails after its decision (rolled back): nothing ran, so the probe is given back;
+    kept, it denied every later call of the tool ``breaker_open`` for good."""
+    from sealbox.errors import RecordingError
+
+    now = [0.0]
+    rec = Recorder(store, policy=ALLOW_ALL, breaker=CircuitBreaker(threshold=1, cooldown_s=10, clock=lambda: now[0]))
+    ran = []
+
+    @rec.tool("db")
+    def search(query):
+        ran.append(query)
+        if query == "boom":
+            raise RuntimeError("db down")
+        return [query]
+
+    with rec.run(agent="a") as run:
+        with pytest.raises(RuntimeError):
+            search("boom")  # threshold 1: opens
+        now[0] = 11.0  # the cool-down has passed: the next call is the probe
+        original = store.append_with
+
+        def failing_after_build(build):  # the real write, failing once the drafts were built (rolled back)
+            def build_then_fail(reader):
+                build(reader)
+                raise OSError("disk full")
+            return original(build_then_fail)
+
+        store.append_with = failing_after_build
+        try:
+            with pytest.raises(RecordingError):
+                search("probe")
+        finally:
+            store.append_with = original
+        assert rec.breaker.state("db", "search") == "half_open"
+        assert search("served") == ["served"]
+        assert rec.breaker.state("db", "search") == "closed"
+    assert ran == ["boom", "served"]
+    assert _outcomes(store, run.run_id) == [("search", "policy_allow"), ("error", "RuntimeError"),
+                                            ("search", "policy_allow"), ("ok",)]
