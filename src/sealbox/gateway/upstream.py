@@ -72,14 +72,20 @@ REFUSAL_CODES = frozenset({types.INVALID_REQUEST, types.METHOD_NOT_FOUND, types.
 class UpstreamProtocolError(Exception):
     """The upstream's answer was not a valid MCP result: a malformed answer, or a JSON-RPC error response.
 
+    Args:
+        message: the error's text.
+        code: the JSON-RPC error code of the answer (int), or None for a malformed answer.
+        sent: False for an error the SDK's HTTP transport made up for an HTTP answer it could not use (a 202 to
+            a request, an unfollowed redirect): never a :attr:`refused` one, whatever its code.
+
     Attributes:
-        code: the JSON-RPC error code the upstream answered with (int), or None for a malformed answer.
+        code: as given.
     """
 
     def __init__(self, message: str, code: int | None = None, *, sent: bool = True) -> None:
         super().__init__(message)
         self.code = code
-        self._sent = sent  # False: an error the SDK's HTTP transport made up for an answer it could not use
+        self._sent = sent
 
     @property
     def refused(self) -> bool:
