@@ -108,3 +108,22 @@ def test_breaker_open_decision():
 def test_invalid_failure_kind():
     with pytest.raises(ValueError):
         CircuitBreaker().record_failure("db", "q", kind="crash")
+
+
+def test_healthy_breakers_are_not_kept_without_bound(clock):
+    """A gateway records each resources/read URI as its own tool: a client reading distinct URIs made one breaker
+    each, kept for ever (memory without bound). Past ``max_slots`` the breakers that hold nothing (closed, no
+    failure counted) are dropped; failing ones keep their count, and a server down still opens every tool of it."""
+    breaker = CircuitBreaker(threshold=3, cooldown_s=30, clock=clock)
+    breaker.max_slots = 8
+    breaker.record_failure("web", "resource:bad")
+    breaker.record_failure("web", "resource:bad")
+    for i in range(1000):
+        assert breaker.before_call("web", f"resource:r{i}").allowed
+        breaker.record_success("web", f"resource:r{i}")
+    assert len(breaker._slots) <= 2 * breaker.max_slots
+    assert breaker.record_failure("web", "resource:bad") == BreakerChange(
+        "web", "resource:bad", "closed", "open", "failures", 3)  # its two earlier failures were kept
+    breaker.server_down("web")
+    dropped = breaker.before_call("web", "resource:r0")
+    assert (dropped.allowed, dropped.state) == (False, "open")

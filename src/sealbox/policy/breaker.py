@@ -83,6 +83,11 @@ class _Slot:
 class CircuitBreaker:
     """Breakers for every (server, tool) seen.
 
+    A breaker that holds nothing (closed, no failure counted) is dropped once more than
+    :attr:`max_slots` are kept (the gateway records each ``resources/read`` URI as its own tool:
+    a client reading distinct URIs would otherwise grow them without bound); a dropped tool is
+    as one never seen (closed; a :meth:`server_down` of its server opens it at its next call).
+
     Args:
         threshold: consecutive failures that open a breaker (>= 1).
         cooldown_s: seconds a breaker stays open before one probe is allowed.
@@ -101,8 +106,12 @@ class CircuitBreaker:
             raise ValueError("threshold must be >= 1 and cooldown_s >= 0")
         self.threshold, self.cooldown_s, self.clock, self.on_change = threshold, cooldown_s, clock, on_change
         self._slots: dict[tuple[str, str], _Slot] = {}
+        self._prune_at = 0  # see _prune
         self._down: dict[str, float] = {}
         self._lock = threading.Lock()
+
+    #: breakers kept before those that hold nothing are dropped (then again at twice those left, at least this)
+    max_slots = 10_000
 
     def state(self, server: str, tool: str) -> State:
         """Current state of one breaker (``closed`` if never seen)."""
@@ -112,11 +121,19 @@ class CircuitBreaker:
     def _slot(self, server: str, tool: str, changes: list[BreakerChange]) -> _Slot:
         slot = self._slots.get((server, tool))
         if slot is None:
+            if len(self._slots) >= max(self._prune_at, self.max_slots):
+                self._prune()
             slot = self._slots[(server, tool)] = _Slot()
             down_at = self._down.get(server)
             if down_at is not None and self.clock() - down_at < self.cooldown_s:
                 self._move(server, tool, slot, "open", "server_down", changes, opened_at=down_at)
         return slot
+
+    def _prune(self) -> None:
+        """Drop the breakers that hold nothing (closed, no failure counted, no probe); under the lock."""
+        self._slots = {key: slot for key, slot in self._slots.items()
+                       if slot.state != "closed" or slot.failures or slot.probing}
+        self._prune_at = 2 * len(self._slots)  # many failing breakers: not a scan of them all at every new tool
 
     def _move(self, server: str, tool: str, slot: _Slot, new: State, reason: str,
               changes: list[BreakerChange], opened_at: float | None = None) -> None:  # fmt: skip
