@@ -580,6 +580,9 @@ class Reader:
             since_minute: RFC 3339 time 60 s before now (sliding window start).
             day_start: RFC 3339 start of the current UTC day.
             needed: which counters to compute (names as in ``CallContext.usage``).
+
+        Returns: counter name -> value: an ``int`` (calls, tokens) or a ``float`` (cost), on every
+        backend (PostgreSQL's ``sum`` of a ``bigint`` is a ``numeric``, which psycopg reads as a Decimal).
         """
         out: dict[str, int | float] = {}
         q = self.conn.execute
@@ -597,11 +600,11 @@ class Reader:
         if needed & {"tokens_run", "cost_run"}:
             tokens, cost = q("SELECT sum(tokens), sum(cost) FROM events WHERE run_id = ? AND kind = 'model.call'",
                              (run_id,)).fetchone()
-            out["tokens_run"], out["cost_run"] = tokens or 0, cost or 0.0
+            out["tokens_run"], out["cost_run"] = int(tokens or 0), float(cost or 0.0)  # PostgreSQL: sum is numeric
         if needed & {"tokens_day", "cost_day"}:
             tokens, cost = q("SELECT sum(tokens), sum(cost) FROM events WHERE kind = 'model.call' AND ts >= ?",
                              (day_start,)).fetchone()
-            out["tokens_day"], out["cost_day"] = tokens or 0, cost or 0.0
+            out["tokens_day"], out["cost_day"] = int(tokens or 0), float(cost or 0.0)
         return out
 
 
