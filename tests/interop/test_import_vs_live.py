@@ -12,11 +12,13 @@ On every backend: SQLite, and PostgreSQL when SEALBOX_TEST_POSTGRES_URL is set.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import textwrap
 import uuid
 
 import pytest
+from test_otlp_roundtrip import Collector, _sb
 
 import sealbox
 from sealbox.policy import Policy
@@ -59,6 +61,18 @@ def backend(request, tmp_path):
                 conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
+def _export(path, run_ids, tmp_path):
+    collector = Collector()
+    try:
+        out = _sb("export", *run_ids, "-s", path, "--otlp", collector.url, "--otlp-content")
+        assert out.returncode == 0, out.stderr
+    finally:
+        collector.close()
+    file = tmp_path / "incident.json"
+    file.write_text(json.dumps(collector.otlp_json(hex_ids=True)), encoding="utf-8")
+    return file
+
+
 def test_live_token_and_cost_budgets_are_enforced_on_every_backend(backend, tmp_path):
     """The day's tokens and cost are numbers on PostgreSQL too (its sum of a bigint is a numeric, read as
     a Decimal: every call under a token budget was denied as a guardrail_error)."""
@@ -83,3 +97,57 @@ def test_live_token_and_cost_budgets_are_enforced_on_every_backend(backend, tmp_
         live.close()
 
 
+def test_imported_usage_never_counts_toward_live_limits(backend, tmp_path):
+    # yesterday's incident, recorded elsewhere: 2,000,000 tokens and 8 calls of db/query by agent "bot"
+    source = backend(tmp_path / "source")
+    rec = Recorder(source, policy=Policy.from_text(ALLOW))
+    with rec.run(agent="bot", principal="agent:bot") as run:
+        run.model_call(REQUEST, RESPONSE, usage={"input_tokens": 1_500_000, "output_tokens": 500_000},
+                       provider="openai", model="gpt-4o")
+        for i in range(8):
+            run.call_tool("db", "query", {"q": i}, lambda q: "rows")
+        incident = run.run_id
+    source.close()
+    file = _export(tmp_path / "source", [incident], tmp_path)
+
+    # the live store: agent "bot" used 200 tokens (0.0002 USD) and made 1 call today
+    live = backend(tmp_path / "live")
+    with Recorder(live, policy=Policy.from_text(ALLOW)).run(agent="bot", principal="agent:bot") as run:
+        run.model_call(REQUEST, RESPONSE, usage={"input_tokens": 100, "output_tokens": 100},
+                       provider="openai", model="gpt-4o")
+        assert run.call_tool("db", "query", {"q": "live"}, lambda q: "rows") == "rows"
+    live.close()
+
+    out = _sb("import", "-s", tmp_path / "live", "--json", file)
+    assert out.returncode == 0, out.stderr
+    [imported] = json.loads(out.stdout)["runs"]
+
+    live = sealbox.open_store(tmp_path / "live")
+    try:
+        ended = [e.payload for e in live.read_run(imported) if e.kind == "run.ended"]
+        assert ended[0]["usage"]["input_tokens"] == 1_500_000  # the import is there, for the investigator
+        for name, text in LIMITS.items():  # the live agent's next calls, each under one limit
+            with Recorder(live, policy=Policy.from_text(text)).run(agent="bot", principal="agent:bot") as run:
+                assert run.call_tool("db", "query", {"q": name}, lambda q: "rows") == "rows", name
+                decisions = [e.payload for e in live.read_run(run.run_id) if e.kind == "policy.decision"]
+            assert [(d["effect"], d["reason_code"], d["rule"]) for d in decisions] == [
+                ("allow", "policy_allow", "allow-all")], name
+    finally:
+        live.close()
+
+
+def test_the_day_and_minute_counters_stay_indexed(tmp_path):
+    """Leaving imported runs out reads the day's model calls by ``events_kind_ts`` as before, and the run's
+    ``run.started`` by ``events_run`` (only for an event whose principal is ``imported:…``)."""
+    from sealbox.store.sqlite_queries import Reader
+
+    store = sealbox.init_store(tmp_path / "s")
+    try:
+        conn = store._conn()
+        live = Reader(conn)._live_sql()
+        day = f"SELECT sum(e.tokens) FROM events e WHERE e.kind = 'model.call' AND e.ts >= ? AND {live}"
+        plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + day, ("2026-01-01T00:00:00Z",))]
+        assert plan == ["SEARCH e USING INDEX events_kind_ts (kind=? AND ts>?)", "CORRELATED SCALAR SUBQUERY 1",
+                        "SEARCH s USING INDEX events_run (run_id=? AND run_seq=?)"]
+    finally:
+        store.close()

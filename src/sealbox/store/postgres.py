@@ -220,6 +220,9 @@ class PgReader(Reader):
     def __init__(self, conn: _Conn, txn: Any = None) -> None:
         super().__init__(conn, txn)  # type: ignore[arg-type]
 
+    def _imported_payload_sql(self) -> str:
+        return f"({_SAFE.format(t='s')} -> 'payload' ->> 'imported') IS NOT NULL"
+
     def top_step(self, run_id: str) -> int:
         row = self.conn.execute("SELECT max(split_part(step, '.', 1)::bigint) FROM events WHERE run_id = ?",
                                 (run_id,)).fetchone()

@@ -569,12 +569,27 @@ class Reader:
         row = self.conn.execute("SELECT max(leaf_index) FROM events").fetchone()
         return 0 if row[0] is None else row[0] + 1
 
+    def _imported_payload_sql(self) -> str:
+        """SQL true when event ``s`` (a ``run.started``) carries the ``imported`` object of ``sealbox import``."""
+        return "CAST(s.raw AS TEXT) ->> '$.payload.imported' IS NOT NULL"
+
+    def _live_sql(self) -> str:
+        """SQL true when event ``e`` is not of an imported run (``sealbox import``): its principal is not
+        ``imported:…`` (tested on the row: false for nearly every live event, so the run is read only for
+        the others), or its run's ``run.started`` (run_seq 1, the ``events_run`` index) has no ``imported``
+        object, as a live run whose principal happens to start so."""
+        return (f"NOT (substr(e.principal, 1, 9) = 'imported:' AND EXISTS (SELECT 1 FROM events s"
+                f" WHERE s.run_id = e.run_id AND s.run_seq = 1 AND {self._imported_payload_sql()}))")
+
     def usage(self, *, run_id: str, agent: str, server: str, tool: str, since_minute: str, day_start: str,
               needed: set[str]) -> dict[str, int | float]:
         """Counters for limits, read inside the write transaction (indexed queries).
 
         Calls counted are tool calls whose decision was not a deny (they ran, or
         went to approval). Tokens and cost come from ``model.call`` events.
+        Events of imported runs (``sealbox import``) never count: they happened
+        elsewhere and are accounted there, though stamped with the import time
+        and naming an agent, server and tool that may be the live ones.
 
         Args:
             since_minute: RFC 3339 time 60 s before now (sliding window start).
@@ -589,21 +604,22 @@ class Reader:
         if "tool_calls_run" in needed:
             out["tool_calls_run"] = q("SELECT count(*) FROM events WHERE run_id = ? AND kind = 'policy.decision'"
                                       " AND effect != 'deny'", (run_id,)).fetchone()[0]
+        live = self._live_sql()
         if "calls_minute_agent" in needed:
             out["calls_minute_agent"] = q(
                 "SELECT count(*) FROM events e JOIN runs r ON r.run_id = e.run_id WHERE e.kind = 'policy.decision'"
-                " AND e.ts >= ? AND e.effect != 'deny' AND r.agent = ?", (since_minute, agent)).fetchone()[0]
+                f" AND e.ts >= ? AND e.effect != 'deny' AND r.agent = ? AND {live}", (since_minute, agent)).fetchone()[0]
         if "calls_minute_tool" in needed:
             out["calls_minute_tool"] = q(
-                "SELECT count(*) FROM events WHERE kind = 'policy.decision' AND ts >= ? AND effect != 'deny'"
-                " AND server = ? AND tool = ?", (since_minute, server, tool)).fetchone()[0]
+                "SELECT count(*) FROM events e WHERE e.kind = 'policy.decision' AND e.ts >= ? AND e.effect != 'deny'"
+                f" AND e.server = ? AND e.tool = ? AND {live}", (since_minute, server, tool)).fetchone()[0]
         if needed & {"tokens_run", "cost_run"}:
             tokens, cost = q("SELECT sum(tokens), sum(cost) FROM events WHERE run_id = ? AND kind = 'model.call'",
                              (run_id,)).fetchone()
             out["tokens_run"], out["cost_run"] = int(tokens or 0), float(cost or 0.0)  # PostgreSQL: sum is numeric
         if needed & {"tokens_day", "cost_day"}:
-            tokens, cost = q("SELECT sum(tokens), sum(cost) FROM events WHERE kind = 'model.call' AND ts >= ?",
-                             (day_start,)).fetchone()
+            tokens, cost = q("SELECT sum(e.tokens), sum(e.cost) FROM events e WHERE e.kind = 'model.call'"
+                             f" AND e.ts >= ? AND {live}", (day_start,)).fetchone()
             out["tokens_day"], out["cost_day"] = int(tokens or 0), float(cost or 0.0)
         return out
 
