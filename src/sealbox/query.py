@@ -30,7 +30,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from fnmatch import fnmatchcase
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from sealbox.errors import ConfigError
 
@@ -53,6 +53,7 @@ __all__ = [
     "call_row",
     "run_status",
     "status_matches",
+    "status_text",
     "check_choice",
     "check_text",
     "check_flag",
@@ -514,6 +515,14 @@ def run_status(last_kind: str | None) -> str:
     ``run.suspended``, ``run.resumed``, ``run.ended``): ``running``, ``suspended`` or ``ended``.
     A run stays ``suspended`` while its approvals are answered or expire, until ``run.resumed``."""
     return {"run.ended": "ended", "run.suspended": "suspended"}.get(last_kind or "", "running")
+
+
+def status_text(run: Mapping[str, Any]) -> str:
+    """A run row's status as listings and reports show it (a :meth:`query_runs` row): ``running``,
+    ``suspended``, ``ended (ok)``; an imported run's is marked so: ``suspended (imported)``, ``ended (ok,
+    imported)`` (its status is the source's, :meth:`~sealbox.store.sqlite.SqliteStore.query_runs`)."""
+    notes = [str(n) for n in (run.get("ending"), "imported" if run.get("imported") else None) if n]
+    return f"{run.get('status')}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def status_matches(wanted: str, status: str, ending: str | None) -> bool:

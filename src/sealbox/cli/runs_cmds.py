@@ -22,7 +22,7 @@ def runs_group() -> None:
 @click.option("--agent", help="Only runs of this agent.")
 @click.option("--principal", help="Only runs started by this principal.")
 @click.option("--status", type=click.Choice(_STATUSES),
-              help="running, suspended, ended, or how it ended: ok, error, cancelled.")
+              help="running, suspended, ended, or how it ended: ok, error, cancelled (an imported run: its source's).")
 @click.option("--since", metavar="TIME", help="Started at or after: RFC 3339, a date, or 30d / 2h / 15m ago.")
 @click.option("--until", metavar="TIME", help="Started before (same forms as --since).")
 @click.option("--snapshot", metavar="FP", help="Ran under this snapshot (fingerprint or prefix).")
@@ -33,7 +33,7 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
              until: str | None, snapshot: str | None, labels: tuple[str, ...], limit: int, as_json: bool,
              as_csv: bool) -> None:
     """List runs, newest first."""
-    from sealbox.query import check_window, label_text, parse_labels
+    from sealbox.query import check_window, label_text, parse_labels, status_text
 
     wanted = parse_labels(labels)  # user mistakes fail before the store is opened
     if snapshot is not None:
@@ -48,14 +48,14 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
     more = len(rows) > limit  # one more asked for: say that the listing is cut, not silently
     rows = rows[:limit]
     columns = ["run_id", "agent", "principal", "status", "ending", "events", "started_at", "parent_run_id",
-               "replay_of", "snapshot", "labels"]
+               "replay_of", "snapshot", "labels", "imported"]
     if as_json or as_csv:
         emit_rows(rows, columns, as_json=as_json, as_csv=as_csv)
         return
     if not rows:
         click.echo("no runs match", err=True)
         return
-    shown = [{**r, "status": f"{r['status']} ({r['ending']})" if r["ending"] else r["status"],
+    shown = [{**r, "status": status_text(r),
               "started": r["started_at"][:19].replace("T", " "),
               "parent": (r["parent_run_id"] or "")[:13] + ("…" if r["parent_run_id"] else ""),
               "replay of": (r["replay_of"] or "")[:13] + ("…" if r["replay_of"] else ""),
@@ -116,15 +116,15 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
 def _family(run_id: str, run: dict | None) -> list[str]:
     if run is None:
         return [f"run {run_id}"]
-    ending = f" ({run['ending']})" if run["ending"] else ""
-    out = [f"run      {run_id}  agent {run['agent']}  principal {run['principal']}  {run['status']}{ending}"]
+    from sealbox.query import status_text
+
+    out = [f"run      {run_id}  agent {run['agent']}  principal {run['principal']}  {status_text(run)}"]
     out.append(f"parent   {run['parent_run_id'] or '(none)'}")
     if run.get("replay_of"):
         out.append(f"replays  {run['replay_of']}")
     kids = run.get("children") or []
     out.append(f"children {len(kids) if kids else '(none)'}")
-    out += [f"  {k['run_id']}  agent {k['agent']}  {k['status']}" + (f" ({k['ending']})" if k["ending"] else "")
-            for k in kids]
+    out += [f"  {k['run_id']}  agent {k['agent']}  {status_text(k)}" for k in kids]
     return out
 
 

@@ -21,6 +21,7 @@ import html
 import json
 from typing import Any, Iterable
 
+from sealbox.query import status_text
 from sealbox.report.model import AnswerView, ApprovalView, Content, IncidentReport, TimelineEntry
 
 __all__ = ["render_html"]
@@ -156,7 +157,7 @@ def _legend() -> str:
 
 def _overview(r: IncidentReport) -> str:
     run = r.run
-    status = f"{run.get('status')}" + (f" ({run.get('ending')})" if run.get("ending") else "")
+    status = status_text(run)
     v = r.verification
     vbadge = _badge("verified" if v.ok else ("NOT VERIFIED" if v.checked else "not checked"),
                     "ok" if v.ok else ("bad" if v.checked else ""))

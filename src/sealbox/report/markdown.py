@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any, Iterable
 
+from sealbox.query import status_text
 from sealbox.report.model import ApprovalView, Content, IncidentReport
 
 __all__ = ["render_markdown", "md"]
@@ -83,7 +84,7 @@ def _latency(us: int | None) -> str:
 
 def _overview(r: IncidentReport) -> list[str]:
     run, v = r.run, r.verification
-    status = f"{run.get('status')}" + (f" ({run.get('ending')})" if run.get("ending") else "")
+    status = status_text(run)
     verdict = "verified" if v.ok else ("NOT VERIFIED" if v.checked else "not checked")
     rows = [("run", _code(run.get("run_id"))), ("agent", md(run.get("agent"))), ("principal", md(run.get("principal"))),
             ("status", md(status)), ("started", md(r.started_at)), ("ended", md(r.ended_at or "(not ended)")),

@@ -556,7 +556,8 @@ def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | Non
         except StoreError:
             snapshot = None
     last = events[-1]
-    ended = last.ts if last.kind == "run.ended" else None
+    # an imported run still running or suspended at its source did not end (its run.ended is the import's)
+    ended = last.ts if last.kind == "run.ended" and run.get("status") == "ended" else None
     duration = (_parse_ts(last.ts) - _parse_ts(events[0].ts)).total_seconds()
     approvals, uncounted, held = _approvals(store, events)
     timeline = _timeline(events, uncounted, store)

@@ -1189,7 +1189,9 @@ _PG_RESULT_SQL = "(" + _json_text(_J.format(t="x") + " -> 'result'", "x") + ")"
 _PG_RUNS_SQL = """
 SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot, r.started_at,
        """ + _json_text(_J.format(t="s") + " -> 'labels'", "s") + """, l.kind, l.ts, l.run_seq,
-       CASE WHEN l.kind = 'run.ended' THEN """ + _J.format(t="l") + """ ->> 'status' END, p.kind
+       CASE WHEN l.kind = 'run.ended' THEN """ + _J.format(t="l") + """ ->> 'status' END, p.kind,
+       (""" + _J.format(t="s") + """ ->> 'imported') IS NOT NULL,
+       CASE WHEN l.kind = 'run.ended' THEN """ + _json_text(_J.format(t="l") + " -> 'imported'", "l") + """ END
 FROM runs r
 JOIN events s ON s.leaf_index = r.leaf_index
 JOIN events l ON l.run_id = r.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = r.run_id)
@@ -1200,6 +1202,7 @@ ORDER BY r.started_at DESC, r.leaf_index DESC
 """
 PostgresStore._calls_sql = (_PG_CALLS_SQL, _PG_RESULT_SQL)
 PostgresStore._runs_sql = _PG_RUNS_SQL
+PostgresStore._imported_start_sql = "(" + _J.format(t="s") + " ->> 'imported') IS NOT NULL"
 
 
 def _pg_guarded(name: str) -> Callable[..., Any]:

@@ -155,6 +155,8 @@ class SqliteQueries:
     _runs_sql: str = ""
     #: the Reader class over a connection of this backend
     _reader_class: Any = None
+    #: SQL true when the run's ``run.started`` (``s`` in the runs listing) is an imported run's (``sealbox import``)
+    _imported_start_sql: str = "CAST(s.raw AS TEXT) ->> '$.payload.imported' IS NOT NULL"
 
     def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Runs, newest first: run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, last_kind, events."""
@@ -361,7 +363,11 @@ class SqliteQueries:
 
         Returns:
             Dicts: run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at,
-            labels, status, ending (ok / error / cancelled, or None), ended_at, last_kind, events.
+            labels, status, ending (ok / error / cancelled, or None), ended_at, last_kind, events,
+            imported (bool: a run of ``sealbox import``). An imported run's status and ending are
+            the source's: a run exported while ``running`` or ``suspended`` (or a RunState
+            interrupted for approvals: ``suspended``) is that, not ``ended``, though its events end
+            with the ``run.ended`` of the import; ``status`` filters on that status.
 
         Raises:
             ConfigError: a bad status, time, label or limit; a filter of the wrong type (``agent=5``).
@@ -389,8 +395,10 @@ class SqliteQueries:
             where.append("r.snapshot >= ? AND r.snapshot < ?")
             params += [fp, fp + "\U0010ffff"]
         if status in ("running", "suspended", "ended", "ok", "error", "cancelled"):
-            where.append({"running": "p.kind NOT IN ('run.ended', 'run.suspended')",
-                          "suspended": "p.kind = 'run.suspended'"}.get(status, "p.kind = 'run.ended'"))
+            # an imported run ends with run.ended, its status the source's (running, suspended) when it had not ended
+            imported = f"(p.kind = 'run.ended' AND {self._imported_start_sql})"
+            where.append({"running": f"(p.kind NOT IN ('run.ended', 'run.suspended') OR {imported})",
+                          "suspended": f"(p.kind = 'run.suspended' OR {imported})"}.get(status, "p.kind = 'run.ended'"))
         out: list[dict[str, Any]] = []
         cursor = self._conn().execute(self._runs_sql.format(where=" AND ".join(where), lifecycle=_LIFECYCLE), params)
         try:
@@ -674,7 +682,9 @@ _LIFECYCLE = "'run.started', 'run.suspended', 'run.resumed', 'run.ended'"
 _RUNS_SQL = """
 SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot, r.started_at,
        CAST(s.raw AS TEXT) -> '$.payload.labels', l.kind, l.ts, l.run_seq,
-       CASE WHEN l.kind = 'run.ended' THEN CAST(l.raw AS TEXT) ->> '$.payload.status' END, p.kind
+       CASE WHEN l.kind = 'run.ended' THEN CAST(l.raw AS TEXT) ->> '$.payload.status' END, p.kind,
+       CAST(s.raw AS TEXT) ->> '$.payload.imported' IS NOT NULL,
+       CASE WHEN l.kind = 'run.ended' THEN CAST(l.raw AS TEXT) -> '$.payload.imported' END
 FROM runs r
 JOIN events s ON s.leaf_index = r.leaf_index
 JOIN events l ON l.run_id = r.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = r.run_id)
@@ -814,12 +824,32 @@ def _run_row(rec: tuple) -> dict[str, Any]:
     from sealbox.query import run_status
 
     (run_id, agent, principal, parent, replay_of, snapshot, started_at, labels, last_kind, last_ts, events,
-     ending, phase) = rec
+     ending, phase, imported, end_info) = rec
     status = run_status(phase)
+    source = _source_status(end_info) if imported else None
+    if source is not None:  # imported while running or suspended at its source: not a run that ended ok
+        status, ending = source, None
     return {"run_id": run_id, "agent": agent, "principal": principal, "parent_run_id": parent,
             "replay_of": replay_of, "snapshot": snapshot, "started_at": started_at,
             "labels": json.loads(labels) if labels else {}, "status": status, "ending": ending,
-            "ended_at": last_ts if status == "ended" else None, "last_kind": last_kind, "events": events}
+            "ended_at": last_ts if status == "ended" else None, "last_kind": last_kind, "events": events,
+            "imported": bool(imported)}
+
+
+def _source_status(end_info: Any) -> str | None:
+    """An imported run's status at its source when it had not ended there (``running``, ``suspended``), from
+    its ``run.ended``'s ``imported`` facts (JSON text); None when it had ended (its ``run.ended`` status holds)."""
+    try:
+        info = json.loads(end_info) if isinstance(end_info, str) else None
+    except ValueError:
+        return None
+    if not isinstance(info, dict):
+        return None
+    if info.get("sealbox_run_status") in ("running", "suspended"):  # a Sealbox export of a run not ended
+        return str(info["sealbox_run_status"])
+    if info.get("final_state") == "interrupted":  # an Agents SDK RunState waiting for approvals
+        return "suspended"
+    return None
 
 
 _RESULT_SQL = "CAST(x.raw AS TEXT) -> '$.payload.result'"
