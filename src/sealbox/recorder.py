@@ -326,13 +326,17 @@ class Recorder:
 
         Raises:
             ConfigError: ``run_id`` is not a non-empty string, or is the store's system run.
-            RecordingError: no such run, or it has ended.
+            RecordingError: no such run, it has ended, or it was imported (``sealbox import``).
         """
         _check_joinable(run_id)
         events = self.store.read_run(run_id)
         if not events:
             raise RecordingError(f"no run {run_id!r} in this store")
         if events[-1].kind == "run.ended":
+            if events[0].kind == "run.started" and isinstance(events[0].payload.get("imported"), dict):
+                # listed with its source's status (suspended, running): "has ended" would contradict the listing
+                raise RecordingError(f"run {run_id} was imported (sealbox import): a copy of a run recorded "
+                                     "elsewhere, which cannot be continued or resumed in this store")
             raise RecordingError(f"run {run_id} has ended; it cannot be continued")
         first = events[0].payload
         run = RunContext(self, agent=first["agent"], principal=Principal(events[0].principal), snapshot=None,

@@ -20,6 +20,8 @@ from test_otlp_roundtrip import _sb
 
 from sealbox.approvals import ApprovalPending
 from sealbox.policy import Policy
+from sealbox.errors import RecordingError
+from sealbox.policies import ALLOW_ALL
 from sealbox.recorder import Recorder
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "corpus"
@@ -119,5 +121,10 @@ def test_a_runstate_interrupted_for_approvals_is_listed_suspended(tmp_path):
         assert (row["status"], row["ending"], row["imported"], row["ended_at"]) == ("suspended", None, True, None)
         assert [r["run_id"] for r in store.query_runs(status="suspended")] == [run]
         assert store.query_runs(status="ok") == []
+        # listed as suspended, it is a copy: resuming it says so (it said "has ended", contradicting the listing)
+        with pytest.raises(RecordingError) as refused:
+            Recorder(store, policy=ALLOW_ALL).resume(run)
+        assert str(refused.value) == (f"run {run} was imported (sealbox import): a copy of a run recorded "
+                                      "elsewhere, which cannot be continued or resumed in this store")
     finally:
         store.close()
