@@ -11,6 +11,9 @@ PostgreSQL when SEALBOX_TEST_POSTGRES_URL is set.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -101,6 +104,14 @@ def test_an_imported_run_shows_its_source_status_marked_imported(backend, tmp_pa
     out = _sb("runs", "show", by_source[held], "-s", store)
     assert out.returncode == 0, out.stderr
     assert f"run      {by_source[held]}  agent bot  principal imported:bot  suspended (imported)" in out.stdout
+    # sealbox calls lists them among the live calls: each imported call's outcome says so
+    calls = {(r["run_id"], r["outcome"], r["reason_code"]) for r in _json("calls", "-s", store)}
+    assert calls == {(mine, "ok", "policy_allow"), (by_source[done], "ok", "imported"),
+                     (by_source[held], "held", "imported")}
+    table = subprocess.run([sys.executable, "-m", "sealbox.cli.main", "calls", "-s", str(store)], capture_output=True,
+                           text=True, env={**os.environ, "COLUMNS": "300"}, timeout=120).stdout
+    outcomes = [line.split("│")[8].strip() for line in table.splitlines() if line.startswith("│")]
+    assert sorted(outcomes) == ["(imported) held", "(imported) ok", "ok"]
     report = tmp_path / "held.md"
     out = _sb("report", by_source[held], "-s", store, "-o", report, "--no-verify")
     assert out.returncode == 0, out.stderr

@@ -114,6 +114,8 @@ def _display(row: dict) -> dict:
     outcome = row["outcome"]
     if row["error"]:
         outcome = f"error: {row['error'].get('type')}: {row['error'].get('message')}"
+    if row.get("reason_code") == "imported":  # a call of an imported run (sealbox import), not of this store's
+        outcome = f"(imported) {outcome}"
     approvers = ", ".join(f"{a['identity']} ({a['decision']})" for a in row["approvers"])
     if row["flags"]:
         approvers += " ⚑ " + ", ".join(sorted(set(filter(None, row["flags"]))))
