@@ -52,6 +52,7 @@ __all__ = [
     "prefix_upper_bound",
     "call_row",
     "run_status",
+    "imported_run_status",
     "status_matches",
     "status_text",
     "check_choice",
@@ -515,6 +516,20 @@ def run_status(last_kind: str | None) -> str:
     ``run.suspended``, ``run.resumed``, ``run.ended``): ``running``, ``suspended`` or ``ended``.
     A run stays ``suspended`` while its approvals are answered or expire, until ``run.resumed``."""
     return {"run.ended": "ended", "run.suspended": "suspended"}.get(last_kind or "", "running")
+
+
+def imported_run_status(end_imported: Any) -> str | None:
+    """An imported run's status at its source when it had not ended there, from its ``run.ended``'s
+    ``imported`` facts (a dict; anything else gives None): ``running`` or ``suspended`` (a Sealbox export
+    of a run not ended, ``sealbox_run_status``; an Agents SDK RunState waiting for approvals,
+    ``final_state: interrupted``, is ``suspended``); None when it had ended (its ``run.ended`` status holds)."""
+    if not isinstance(end_imported, Mapping):
+        return None
+    if end_imported.get("sealbox_run_status") in ("running", "suspended"):
+        return str(end_imported["sealbox_run_status"])
+    if end_imported.get("final_state") == "interrupted":
+        return "suspended"
+    return None
 
 
 def status_text(run: Mapping[str, Any]) -> str:

@@ -24,6 +24,7 @@ from test_otlp_roundtrip import _sb
 from sealbox.approvals import ApprovalPending
 from sealbox.policy import Policy
 from sealbox.errors import RecordingError
+from sealbox.interop.otlp import build_otlp
 from sealbox.policies import ALLOW_ALL
 from sealbox.recorder import Recorder
 
@@ -81,6 +82,11 @@ def test_an_imported_run_shows_its_source_status_marked_imported(backend, tmp_pa
         for run_id in summary["runs"]:
             ids = s.read_run(run_id)[0].payload["imported"]["original_ids"]
             by_source[ids["sealbox_run_id"]] = run_id
+        # exported again (to the next store, a collector), each says the status runs list shows
+        batch = build_otlp(s, summary["runs"])
+        exported = {span.attributes["sealbox.run_id"]: span.attributes["sealbox.run.status"] for span in batch.spans
+                    if span.attributes.get("gen_ai.operation.name") == "invoke_agent"}
+        assert exported == {by_source[done]: "ok", by_source[held]: "suspended", by_source[busy]: "running"}
     finally:
         s.close()
     got = {k: (rows[by_source[k]]["status"], rows[by_source[k]]["ending"], rows[by_source[k]]["imported"])

@@ -382,8 +382,11 @@ class _RunBuilder:
         for ev in pending_logs:
             self._decision_or_approval_log(ev, calls, approval_call)
 
-        if ended is not None:
-            status_text = ended.payload.get("status")
+        if ended is not None:  # an imported run not ended at its source: its source's status, as runs list says
+            from sealbox.query import imported_run_status
+
+            status_text = (info.get("imported") is not None and imported_run_status(ended.payload.get("imported"))
+                           or ended.payload.get("status"))
         elif suspensions and suspensions[-1]["resumed"] is None:
             status_text = "suspended"
         else:

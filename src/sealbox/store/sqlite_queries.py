@@ -837,19 +837,13 @@ def _run_row(rec: tuple) -> dict[str, Any]:
 
 
 def _source_status(end_info: Any) -> str | None:
-    """An imported run's status at its source when it had not ended there (``running``, ``suspended``), from
-    its ``run.ended``'s ``imported`` facts (JSON text); None when it had ended (its ``run.ended`` status holds)."""
+    """:func:`sealbox.query.imported_run_status` of a ``run.ended``'s ``imported`` facts read as JSON text."""
+    from sealbox.query import imported_run_status
+
     try:
-        info = json.loads(end_info) if isinstance(end_info, str) else None
+        return imported_run_status(json.loads(end_info) if isinstance(end_info, str) else None)
     except ValueError:
         return None
-    if not isinstance(info, dict):
-        return None
-    if info.get("sealbox_run_status") in ("running", "suspended"):  # a Sealbox export of a run not ended
-        return str(info["sealbox_run_status"])
-    if info.get("final_state") == "interrupted":  # an Agents SDK RunState waiting for approvals
-        return "suspended"
-    return None
 
 
 _RESULT_SQL = "CAST(x.raw AS TEXT) -> '$.payload.result'"
