@@ -390,6 +390,7 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike,
 
     Raises:
         CheckpointNeeded: the store is read-only (every export signs a checkpoint).
+        BundleError: a ``prove_from`` size is not from 1 to the log's size (before anything is signed).
         BundleError: an unknown run, no verifier key, a bundle above 4 GiB, or ``path`` is
             refused by :func:`check_target` (one of the store's own files, not a regular file, ...)
             or its temporary file cannot be created (then nothing was written and nothing signed),
@@ -398,6 +399,10 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike,
     """
     if getattr(store, "readonly", False):
         raise CheckpointNeeded("every export signs a checkpoint committing to its content: open the store for writing")
+    for n in prove_from:  # the format allows 1 <= N <= the checkpoint's size; the log only grows
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 < n <= store.size():
+            raise BundleError(f"prove_from: no consistency proof from size {n!r} (sizes go from 1 to the log's "
+                              f"size, {store.size()})")
     # the output's temporary file is created first: a target that is refused or cannot be created
     # (one of the store's own files, a read-only folder, ...) fails before a checkpoint is signed for it
     with open_target(path, store_dir=getattr(store, "path", None)) as target:

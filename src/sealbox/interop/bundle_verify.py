@@ -913,6 +913,12 @@ class _Check:
                 hashes = [base64.b64decode(h, validate=True) for h in proof]
                 if proof_line(size1, hashes) != line + b"\n" or size1 in self._proof_rows:
                     raise ValueError("the line is not in canonical form, or repeats a size")
+                if self._proof_rows and size1 < max(self._proof_rows):
+                    raise ValueError(f"size1 {size1} follows size1 {max(self._proof_rows)}: the lines go by "
+                                     "strictly increasing size1")
+                if self.cp is not None and size1 > self.cp.size:
+                    raise ValueError(f"size1 {size1} is above the checkpoint's size {self.cp.size}: no proof "
+                                     "from it exists")
             except (ValueError, AttributeError, binascii.Error) as exc:
                 self._problem("bundle_line_malformed", f"the line cannot be read: {exc}", f"{PROOFS} line {n}")
                 continue
