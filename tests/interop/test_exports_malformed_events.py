@@ -104,3 +104,21 @@ def test_labels_that_are_no_object_stop_no_otlp_export(changed):
     [run_span] = [s for s in build_otlp(store, [run_id]).spans
                   if s.attributes.get("gen_ai.operation.name") == "invoke_agent"]
     assert not [k for k in run_span.attributes if k.startswith("sealbox.label.")]
+
+
+@pytest.mark.parametrize("changed", [("tool.call", "call_id", [1]), ("tool.call", "call_id", {"a": 1})],
+                         indirect=True)
+def test_a_call_id_that_is_a_list_or_object_stops_no_report(changed, tmp_path):
+    """`sealbox report RUN` of such a store failed with ``internal error: TypeError: unhashable type``; the
+    report (of a store that no longer verifies) is written, the call named by the value's JSON text."""
+    from sealbox.report import build_report, render
+
+    store, folder, run_id = changed
+    value = store.read_run(run_id)[1].payload["call_id"]
+    report = build_report(store, run_id)
+    assert [c.call_id for c in report.tool_calls] == ["malformed:" + json.dumps(value, separators=(",", ":"))]
+    assert "malformed:" in render(report, "md")
+    store.close()
+    out = subprocess.run([sys.executable, "-m", "sealbox.cli.main", "report", run_id, "-o", str(tmp_path / "r.html"),
+                          "-s", str(folder)], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stderr == "" and "store NOT VERIFIED" in out.stdout, out.stderr

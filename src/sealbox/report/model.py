@@ -419,11 +419,20 @@ def _outcome(decisions: list[dict[str, Any]], ok: bool | None, approval: str | N
     return {"allow": "unknown", "require_approval": "held"}.get(str(effect), "denied")
 
 
+def _call_key(value: Any) -> str:
+    """An event's ``call_id``; in a malformed event (a list, an object, a number...: changed below Sealbox),
+    ``malformed:`` and its JSON text (as the OTLP export names it), so that no value stops the report."""
+    import json
+
+    return value if isinstance(value, str) else "malformed:" + json.dumps(value, separators=(",", ":"),
+                                                                          sort_keys=True, default=str)
+
+
 def _tool_calls(store: Any, events: list[Any], held: dict[str, str] | None = None) -> list[ToolCallView]:
     """``held``: call id -> the outcome its approval gives a call with no result (:func:`_approvals`)."""
     calls: dict[str, dict[str, Any]] = {}
     for e in events:
-        cid = e.payload.get("call_id")
+        cid = _call_key(e.payload.get("call_id"))
         if e.kind == "tool.call":
             calls[cid] = {"event": e, "decisions": [], "approvals": [], "result": None}
         elif cid in calls and e.kind == "policy.decision":
