@@ -122,3 +122,25 @@ def test_a_call_id_that_is_a_list_or_object_stops_no_report(changed, tmp_path):
     out = subprocess.run([sys.executable, "-m", "sealbox.cli.main", "report", run_id, "-o", str(tmp_path / "r.html"),
                           "-s", str(folder)], capture_output=True, text=True)
     assert out.returncode == 0 and out.stderr == "" and "store NOT VERIFIED" in out.stdout, out.stderr
+
+
+def test_a_held_call_without_request_beside_a_call_id_that_is_a_list_stops_no_calls(tmp_path):
+    """`sealbox calls` reads the imported outcome of a held call its run holds no request for among the run's
+    tool.call events; one of them with a ``call_id`` that is a list failed with ``internal error: TypeError:
+    unhashable type: 'list'``. Now that event is passed over: the other calls are listed."""
+    policy = Policy.from_text(textwrap.dedent(POLICY) + "  - id: reads\n    match: {tool: read_query}\n    effect: allow\n")
+    folder = tmp_path / "store"
+    store = sealbox.init_store(folder)
+    with pytest.raises(ApprovalPending):
+        with Recorder(store, policy=policy, approvals="suspend").run(agent="bot", principal="agent:bot") as run:
+            run.call_tool("db", "read_query", {"query": "SELECT 1"}, lambda query: "ok", call_id="c-0")
+            run.call_tool("db", "write_query", {"query": "DELETE FROM t"}, lambda query: "ok", call_id="c-1")
+    events = store.read_run(run.run_id)
+    store.close()
+    _change(folder, next(e.leaf_index for e in events if e.kind == "tool.call"), "call_id", [1])
+    # the request names another call: c-1 is held with no request of its own (as an imported call)
+    _change(folder, next(e.leaf_index for e in events if e.kind == "approval.requested"), "call_id", "c-x")
+    out = subprocess.run([sys.executable, "-m", "sealbox.cli.main", "calls", "--json", "-s", str(folder)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert [(c["call_id"], c["outcome"]) for c in json.loads(out.stdout) if c["call_id"] == "c-1"] == [("c-1", "held")]

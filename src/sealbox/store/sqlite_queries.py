@@ -312,8 +312,10 @@ class SqliteQueries:
                     row["flags"].append("malformed_request")
             elif row["outcome"] == "held":  # no request: imported, the outcome its exporting store gave it
                 if run_id not in imported:
+                    # a call_id that is no string (a malformed tool.call) names no row: passed over
                     imported[run_id] = {e.payload.get("call_id"): imported_call_outcome(e.payload)
-                                        for e in reader.events(["tool.call"], run_id=run_id)}
+                                        for e in reader.events(["tool.call"], run_id=run_id)
+                                        if isinstance(e.payload.get("call_id"), str)}
                 row["outcome"] = imported[run_id].get(row["call_id"]) or "held"
             for state in states:
                 for answer in state.answers:
