@@ -526,7 +526,9 @@ def imported_call_outcome(call_payload: Any) -> str | None:
     be computed again; the importer keeps the exported ``sealbox.tool.outcome`` in the ``tool.call``
     payload's ``imported.sealbox.outcome`` (unauthenticated, as everything imported). That value, when
     it is one :func:`call_outcome` gives (``held``, ``denied``, ``expired``, ``abandoned``, ``unknown``;
-    ``pending``, from an earlier export, is ``held``), else None (not imported, or anything else).
+    ``pending``, from an earlier export, is ``held``); ``unknown`` for any other value the file gave
+    (``ok`` or ``error`` without a result, a value no export writes, one that is no string); else None
+    (not imported, or no outcome imported).
 
     Args:
         call_payload: the ``tool.call`` event's payload (any value: a malformed one gives None).
@@ -534,7 +536,9 @@ def imported_call_outcome(call_payload: Any) -> str | None:
     imported = call_payload.get("imported") if isinstance(call_payload, dict) else None
     source = imported.get("sealbox") if isinstance(imported, dict) else None
     outcome = source.get("outcome") if isinstance(source, dict) else None
-    return _EXPORTED_HELD.get(outcome) if isinstance(outcome, str) else None
+    if outcome is None:
+        return None
+    return _EXPORTED_HELD.get(outcome, "unknown") if isinstance(outcome, str) else "unknown"
 
 
 def request_problem(payload: Any) -> str | None:

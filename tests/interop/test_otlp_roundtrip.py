@@ -493,3 +493,44 @@ def test_the_runs_snapshot_fingerprint_comes_back_among_its_original_ids(tmp_pat
     started = events[0][2]
     assert started["snapshot"] is None  # the snapshot itself is not exported
     assert started["imported"]["original_ids"]["sealbox_snapshot"] == fingerprint
+
+
+@pytest.mark.parametrize("outcome", [{"stringValue": "bogus"}, {"intValue": "3"},
+                                     {"arrayValue": {"values": [{"stringValue": "denied"}]}}])
+def test_a_tool_outcome_sealbox_never_writes_is_no_result(tmp_path, outcome):
+    """A Sealbox tool span whose ``sealbox.tool.outcome`` is none of the values an export writes (a file
+    crafted or changed) came back with a successful tool.result: ``sealbox calls`` said ``ok`` for a call
+    the source never said ran. Now, unless the span carries a result or an error, the import does not say
+    the tool ran: no tool.result, and the outcome is ``unknown``, held for approval or allowed."""
+    store = sealbox.init_store(tmp_path / "store")
+    rec = Recorder(store, policy=Policy.from_text(POLICY), approvals="suspend")
+    with pytest.raises(ApprovalPending):
+        with rec.run(agent="bot", principal="agent:bot") as run:
+            run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "rows", call_id="call_R")
+            run.call_tool("db", "write_query", {"sql": "DROP TABLE t"}, lambda sql: pytest.fail("ran"),
+                          call_id="call_H")
+    store.close()
+    collector = Collector()
+    try:
+        out = _sb("export", run.run_id, "-s", tmp_path / "store", "--otlp", collector.url)  # no result content
+        assert out.returncode == 0, out.stderr
+    finally:
+        collector.close()
+    doc = collector.otlp_json(False)
+    changed = 0
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for span in ss["spans"]:
+                for a in span.get("attributes", []):
+                    if a["key"] == "sealbox.tool.outcome":
+                        a["value"], changed = outcome, changed + 1
+    assert changed == 2
+    (tmp_path / "in.json").write_text(json.dumps(doc), encoding="utf-8")
+    assert _sb("init", tmp_path / "target").returncode == 0
+    out = _sb("import", "-s", tmp_path / "target", "--json", tmp_path / "in.json")
+    assert out.returncode == 0, out.stderr
+    imported = json.loads(out.stdout)["runs"][0]
+    events, calls, verified = _events(tmp_path / "target", imported)
+    assert verified and "tool.result" not in [k for k, _, _ in events]
+    assert [(c["call_id"], c["decision"], c["outcome"]) for c in calls] == [
+        ("call_R", "allow", "unknown"), ("call_H", "require_approval", "unknown")]

@@ -13,7 +13,8 @@ format has, it says what the store knew and no other tracer does; the importer m
   model span without it had an unknown latency, imported as ``latency_us: null``);
   ``sealbox.tool.outcome`` ``denied`` / ``expired`` / ``held`` / ``abandoned`` / ``unknown`` (or
   ``pending``, from an earlier export) means the tool did not run (or its result was never
-  recorded): no ``tool.result``;
+  recorded): no ``tool.result``; so does a value no export writes (neither ``ok`` nor ``error``)
+  on a span carrying no result and no error (its call's outcome is then ``unknown``);
 - ``sealbox.server`` and ``sealbox.tool.exposed`` are the call's server and exposed name;
 - a model span's ``sealbox.usage.cost`` is the model call's ``usage.cost`` (the run's ``run.ended`` usage
   then sums it);
@@ -112,9 +113,12 @@ def read_tool(s: Any, attrs: dict[str, Any], log_records: list[Any] | None) -> N
             decision["reason"] = logged[-1]["sealbox.decision.reason"]
         s.decision = decision
     outcome = attrs.get("sealbox.tool.outcome")
-    if isinstance(outcome, str):
-        s.ran = outcome not in NOT_RUN
+    if outcome is not None:
         s.extra["sealbox"]["outcome"] = outcome
+    if isinstance(outcome, str) and outcome in NOT_RUN:
+        s.ran = False
+    elif outcome not in (None, "ok", "error") and s.result is None and s.error is None:
+        s.ran = False  # a value no export writes, and nothing says the tool ran: no result is made up
     s.duration_us = _int(attrs.get("sealbox.tool.duration_us"))
     if s.error is not None:
         etype = s.error["type"]
