@@ -421,3 +421,26 @@ def test_sealbox_upgrade_applies_the_pending_migration_once_and_readers_then_ope
     assert res.returncode == 0 and [r["run_id"] for r in json.loads(res.stdout)] == ["system"], res.stderr
     res = sb("upgrade", "--store", tmp_path / "nowhere")
     assert res.returncode == 2 and res.stderr.startswith("error: ") and res.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("index", ["events_approval", "events_call"])
+def test_an_index_dropped_below_sealbox_is_one_error_line_on_open(tmp_path, index):
+    """SQLite: a store whose events_approval (or another index a query names with INDEXED BY) was dropped
+    below Sealbox, its migration still recorded, made `sealbox approvals show ID` fail with
+    ``internal error: OperationalError: no such index``; verify said nothing. Now every open refuses it,
+    naming the index, as a missing table or column."""
+    path = tmp_path / "store"
+    store = sealbox.init_store(path)
+    [(_, approval_id)] = _requests(store, 1)
+    store.close()
+    db = sqlite3.connect(path / "sealbox.db", isolation_level=None)
+    db.execute(f"DROP INDEX {index}")
+    db.close()
+    want = (f"error: {path / 'sealbox.db'} is damaged: index {index} is missing (changed below Sealbox; "
+            "restore the store from a backup)\n")
+    for args in (["approvals", "show", approval_id], ["approvals", "show", approval_id[:8]], ["calls"], ["verify"],
+                 ["upgrade"]):
+        res = sb(*args, "-s", path)
+        assert (res.returncode, res.stdout, res.stderr) == (2, "", want), args
+    with pytest.raises(sealbox.StoreError, match=f"index {index} is missing"):
+        sealbox.open_store(path, readonly=True)

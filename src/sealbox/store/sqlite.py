@@ -1158,6 +1158,12 @@ class SqliteStore(SqliteQueries):
             raise StoreError(f"{self.db_path} is damaged: column{'s' if len(columns) > 1 else ''} "
                              f"{', '.join(columns)} {'is' if len(columns) == 1 else 'are'} missing (changed below "
                              "Sealbox; restore the store from a backup)")
+        indexes = sorted(_required_indexes() - {r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index'")})
+        if indexes:  # dropped below Sealbox: the queries naming it (INDEXED BY) failed with "no such index"
+            raise StoreError(f"{self.db_path} is damaged: index{'es' if len(indexes) > 1 else ''} "
+                             f"{', '.join(indexes)} {'is' if len(indexes) == 1 else 'are'} missing (changed below "
+                             "Sealbox; restore the store from a backup)")
 
     def _write_meta(self, values: dict[str, str]) -> None:
         def put(txn: _Txn) -> None:
@@ -2326,6 +2332,20 @@ def _required_columns() -> dict[str, frozenset[str]]:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         return {t: frozenset(r[1] for r in conn.execute(f'PRAGMA table_info("{t}")')) for t in tables
                 if t in _required_tables()}
+    finally:
+        conn.close()
+
+
+@functools.cache
+def _required_indexes() -> frozenset[str]:
+    """The named indexes the SQLite migrations leave (applied once to an in-memory database): a store
+    missing one (dropped below Sealbox) is refused on open, as queries name some (``INDEXED BY``)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        for mig in migrate.load_migrations("sqlite"):
+            conn.executescript(mig.sql)
+        return frozenset(r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_autoindex%'"))
     finally:
         conn.close()
 
