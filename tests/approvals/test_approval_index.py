@@ -444,3 +444,25 @@ def test_an_index_dropped_below_sealbox_is_one_error_line_on_open(tmp_path, inde
         assert (res.returncode, res.stdout, res.stderr) == (2, "", want), args
     with pytest.raises(sealbox.StoreError, match=f"index {index} is missing"):
         sealbox.open_store(path, readonly=True)
+
+
+def test_a_postgres_schema_without_the_index_function_is_one_error_line_on_open(tmp_path, backend):
+    """PostgreSQL: sealbox_approval_id(bytea) (migration 0002) and its index dropped below Sealbox, the
+    migration still recorded, made `sealbox approvals show ID` fail with a three-line ``internal error:
+    UndefinedFunction``; verify said Verified. Now every open refuses the schema, naming the function."""
+    name, init, sql = backend
+    if name != "postgres":
+        pytest.skip("the function is PostgreSQL's")
+    path = tmp_path / "store"
+    store = init(path)
+    [(_, approval_id)] = _requests(store, 1)
+    store.close()
+    sql("DROP INDEX events_approval")
+    sql("DROP FUNCTION sealbox_approval_id(bytea)")
+    schema = sql("SELECT current_schema()")[0][0]
+    want = (f"error: {path} (schema {schema}) is damaged: function sealbox_approval_id(bytea) is missing (changed "
+            "below Sealbox; restore the store from a backup)\n")
+    for args in (["approvals", "show", approval_id], ["approvals", "show", approval_id[:8]], ["verify"],
+                 ["upgrade"]):
+        res = sb(*args, "-s", path)
+        assert (res.returncode, res.stdout, res.stderr) == (2, "", want), args

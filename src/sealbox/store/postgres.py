@@ -89,6 +89,11 @@ EXPECTED_TRIGGERS = frozenset({
 })
 
 
+#: Functions the store's queries call by name (with their argument types): ``sealbox_approval_id`` is the
+#: ``events_approval`` index key (migration 0002). A schema without one was changed below Sealbox.
+_QUERY_FUNCTIONS = ("sealbox_approval_id(bytea)",)
+
+
 def _trigger_functions() -> dict[str, str]:
     """name -> body (whitespace squashed) of the trigger functions the migrations create."""
     out: dict[str, str] = {}
@@ -477,6 +482,9 @@ class PostgresStore(SqliteQueries):
                     " WHERE n.nspname = %s AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped",
                     (self.schema,)).fetchall():
                 have.setdefault(table, set()).add(column)
+            # the functions queries call by name (migration 0002's index key): every migration is applied here
+            functions = sorted(f for f in _QUERY_FUNCTIONS if conn.execute(
+                "SELECT to_regprocedure(%s) IS NULL", (f'"{self.schema}".{f}',)).fetchone()[0])
         except psycopg.Error as exc:
             raise StoreError(f"{where}: cannot read or upgrade the schema ({_one_line(exc)})") from None
         missing = sorted(_required_tables() - tables)
@@ -489,6 +497,10 @@ class PostgresStore(SqliteQueries):
         if columns:  # dropped or renamed below Sealbox (ALTER TABLE ... DROP / RENAME COLUMN), as on SQLite
             raise StoreError(f"{where} is damaged: column{'s' if len(columns) > 1 else ''} {', '.join(columns)} "
                              f"{'is' if len(columns) == 1 else 'are'} missing (changed below Sealbox; "
+                             "restore the store from a backup)")
+        if functions:  # dropped below Sealbox: the queries calling it failed with "function ... does not exist"
+            raise StoreError(f"{where} is damaged: function {', '.join(functions)} "
+                             f"{'is' if len(functions) == 1 else 'are'} missing (changed below Sealbox; "
                              "restore the store from a backup)")
 
     def _open_checked(self) -> None:
