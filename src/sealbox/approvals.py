@@ -819,8 +819,12 @@ def _load(reader: Any, approval_id: str, run_id: str | None = None) -> tuple[Any
     if isinstance(approval_id, str) and isinstance(run_id, str):
         found = reader.events(["approval.requested"], run_id=run_id, field=("approval_id", approval_id))
     if not found and isinstance(approval_id, str):
-        found = (by_id(approval_id) if by_id is not None
-                 else reader.events(["approval.requested"], field=("approval_id", approval_id)))
+        found = by_id(approval_id) if by_id is not None else []
+        if by_id is None or any(not isinstance(e.payload, dict) or e.payload.get("approval_id") != approval_id
+                                for e in found):
+            # the index's key is the database's reading of the bytes (on PostgreSQL a function in the
+            # store's schema): a request whose own bytes name another id is never taken for this one
+            found = reader.events(["approval.requested"], field=("approval_id", approval_id))
     if not found:
         raise ApprovalError("unknown_approval", f"no approval request {approval_id!r} in this store")
     request = found[0]

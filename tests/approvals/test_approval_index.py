@@ -466,3 +466,34 @@ def test_a_postgres_schema_without_the_index_function_is_one_error_line_on_open(
                  ["upgrade"]):
         res = sb(*args, "-s", path)
         assert (res.returncode, res.stdout, res.stderr) == (2, "", want), args
+
+
+def test_a_request_the_index_misnames_is_never_taken_for_another(tmp_path, backend):
+    """The events_approval key is the database's reading of the bytes; on PostgreSQL it is a function in the
+    store's schema, which whoever owns the database can replace (and REINDEX). With the ids of two requests
+    swapped that way, get_approval(A) returned request B, so an approver naming A was shown, and would
+    answer, B. A lookup now takes only requests whose own bytes name the id, reading every request when the
+    index disagrees with them."""
+    name, init, sql = backend
+    if name != "postgres":
+        pytest.skip("SQLite computes the key itself; no function can be replaced")
+    path = tmp_path / "store"
+    store = init(path)
+    (_, a), (_, b) = _requests(store, 2)
+    store.close()
+    sql(f"""CREATE OR REPLACE FUNCTION sealbox_approval_id(raw bytea) RETURNS text
+            LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+            DECLARE id text;
+            BEGIN
+                id := convert_from(raw, 'UTF8')::json -> 'payload' ->> 'approval_id';
+                RETURN CASE id WHEN '{a}' THEN '{b}' WHEN '{b}' THEN '{a}' ELSE id END;
+            EXCEPTION WHEN OTHERS THEN RETURN NULL;
+            END $$""")
+    sql("REINDEX INDEX events_approval")
+    store = sealbox.open_store(path, readonly=True)
+    try:
+        assert (get_approval(store, a).approval_id, get_approval(store, b).approval_id) == (a, b)
+    finally:
+        store.close()
+    res = sb("approvals", "show", a, "-s", path)
+    assert res.returncode == 0 and f"approval   {a}\n" in res.stdout, res.stderr
