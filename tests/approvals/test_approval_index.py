@@ -497,3 +497,23 @@ def test_a_request_the_index_misnames_is_never_taken_for_another(tmp_path, backe
         store.close()
     res = sb("approvals", "show", a, "-s", path)
     assert res.returncode == 0 and f"approval   {a}\n" in res.stdout, res.stderr
+
+
+def test_sealbox_upgrade_in_a_folder_without_the_signing_key_says_what_it_did(tmp_path, backend):
+    """`sealbox upgrade` of an older store whose folder holds no log.key applied the migration, then
+    failed with "log.key is missing ... (open it read-only to read)", exit 2: the store was upgraded but
+    the command said it failed. The upgrade signs nothing: it now says what it applied, exit 0."""
+    name, init, sql = backend
+    path = tmp_path / "store"
+    init(path).close()
+    _as_before_the_index(name, sql)
+    (path / "log.key").rename(tmp_path / "log.key")
+    res = sb("upgrade", "--store", path)
+    applied = f": applied migrations [{NEWEST[name]}]" if name == "sqlite" else ""
+    assert (res.returncode, res.stdout, res.stderr) == (0, f"Upgraded {path}{applied}\n", ""), res.stderr
+    assert _has_index(name, sql)
+    res = sb("runs", "list", "--json", "-s", path)
+    assert res.returncode == 0, res.stderr
+    # a store that is not older still needs nothing, and one that cannot be upgraded still fails
+    res = sb("upgrade", "--store", path)
+    assert (res.returncode, res.stdout) == (0, f"{path} is up to date: no migration to apply\n"), res.stderr
