@@ -151,3 +151,47 @@ def test_the_day_and_minute_counters_stay_indexed(tmp_path):
                         "SEARCH s USING INDEX events_run (run_id=? AND run_seq=?)"]
     finally:
         store.close()
+
+
+@pytest.mark.skipif("postgres" not in BACKENDS, reason="needs SEALBOX_TEST_POSTGRES_URL")
+def test_the_day_counters_stay_indexed_on_postgres(tmp_path):
+    """On PostgreSQL an ``EXISTS`` reading the run's ``run.started`` was planned as a hashed subplan once the
+    day held many imported events: every limited call read every run's ``run.started`` of the store (a scan
+    of ``run_seq = 1`` parsing each one's JSON, inside the write transaction). The run's ``run.started`` is
+    read by ``events_run`` for each event named ``imported:…`` only.
+
+    The store's rows are written in bulk by SQL (20,000 runs of 7 events, one in ten imported, a model call
+    every 50 s): the planner's choice depends on the table's statistics, which the store's API would take
+    minutes to build up."""
+    import psycopg
+
+    from sealbox.store.postgres import PgReader
+
+    url = os.environ["SEALBOX_TEST_POSTGRES_URL"]
+    schema = f"sbt_imp_live_{uuid.uuid4().hex[:16]}"
+    sealbox.init_store(tmp_path / "s", postgres_url=url, schema=schema).close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        try:
+            conn.execute(f"SET search_path = {schema}")
+            base = conn.execute("SELECT coalesce(max(leaf_index) + 1, 0) FROM events").fetchone()[0]
+            conn.execute(f"""
+                INSERT INTO events (leaf_index, run_id, run_seq, kind, ts, principal, step, tokens, raw, leaf_hash)
+                SELECT {base} + g * 7 + k, 'r' || g, k + 1, CASE WHEN k = 0 THEN 'run.started' ELSE 'model.call' END,
+                       to_char(timestamp '2026-11-01' + g * interval '50 seconds', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                       CASE WHEN g % 10 = 0 THEN 'imported:bot' ELSE 'agent:bot' END, (k + 1)::text,
+                       CASE WHEN k > 0 THEN 100 END,
+                       convert_to(CASE WHEN k = 0 AND g % 10 = 0 THEN '{{"payload":{{"imported":{{}}}}}}'
+                                       ELSE '{{"payload":{{}}}}' END, 'UTF8'), '\\x00'::bytea
+                FROM generate_series(0, 19999) g, generate_series(0, 6) k""")
+            conn.execute("ANALYZE events")
+            live = PgReader._live_sql(PgReader.__new__(PgReader))
+            day = f"SELECT sum(e.tokens) FROM events e WHERE e.kind = 'model.call' AND e.ts >= %s AND {live}"
+            plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + day, ("2026-11-11T00:00:00Z",)))
+            assert "hashed SubPlan" not in plan, plan
+            assert "Index Cond: ((run_id = e.run_id) AND (run_seq = 1))" in plan, plan
+            # imported runs left out: 9 of 10 runs since then are live, 6 model calls of 100 tokens each
+            assert conn.execute(day, ("2026-11-11T00:00:00Z",)).fetchone()[0] == sum(
+                600 for g in range(20000) if g * 50 >= 10 * 86400 and g % 10)
+        finally:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+

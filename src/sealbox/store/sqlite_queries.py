@@ -587,9 +587,11 @@ class Reader:
         """SQL true when event ``e`` is not of an imported run (``sealbox import``): its principal is not
         ``imported:…`` (tested on the row: false for nearly every live event, so the run is read only for
         the others), or its run's ``run.started`` (run_seq 1, the ``events_run`` index) has no ``imported``
-        object, as a live run whose principal happens to start so."""
-        return (f"NOT (substr(e.principal, 1, 9) = 'imported:' AND EXISTS (SELECT 1 FROM events s"
-                f" WHERE s.run_id = e.run_id AND s.run_seq = 1 AND {self._imported_payload_sql()}))")
+        object, as a live run whose principal happens to start so. A scalar subquery, not ``EXISTS``:
+        PostgreSQL may run an ``EXISTS`` as a hashed subplan, reading every run's ``run.started`` of the
+        store on each limited call once the day's window holds many imported events."""
+        return (f"NOT (substr(e.principal, 1, 9) = 'imported:' AND coalesce((SELECT {self._imported_payload_sql()}"
+                " FROM events s WHERE s.run_id = e.run_id AND s.run_seq = 1), false))")
 
     def usage(self, *, run_id: str, agent: str, server: str, tool: str, since_minute: str, day_start: str,
               needed: set[str]) -> dict[str, int | float]:
