@@ -127,3 +127,34 @@ def test_healthy_breakers_are_not_kept_without_bound(clock):
     breaker.server_down("web")
     dropped = breaker.before_call("web", "resource:r0")
     assert (dropped.allowed, dropped.state) == (False, "open")
+
+
+def test_breakers_counting_a_failure_are_not_kept_without_bound(clock):
+    """A client reading distinct URIs of a resource template that each fail once (an upstream answering an
+    unknown file with code 0 or -32603, a failure) made one breaker each holding one failure, never dropped:
+    memory without bound again. Past ``max_slots`` the closed breakers counting failures are dropped too,
+    those that failed longest ago first; an open breaker, a half-open one and its probe are never dropped."""
+    breaker = CircuitBreaker(threshold=3, cooldown_s=30, clock=clock)
+    breaker.max_slots = 8
+    breaker.record_failure("web", "resource:open")  # opened: kept whatever the number of breakers
+    breaker.record_failure("web", "resource:open")
+    breaker.record_failure("web", "resource:open")
+    breaker.record_failure("web", "resource:probe")
+    breaker.record_failure("web", "resource:probe")
+    breaker.record_failure("web", "resource:probe")
+    clock.t += 31
+    assert breaker.before_call("web", "resource:probe").probe  # half-open, its probe in flight
+    for i in range(1000):
+        assert breaker.before_call("web", f"resource:missing{i}").allowed
+        breaker.record_failure("web", f"resource:missing{i}")
+        if i == 995:
+            breaker.record_failure("web", "resource:flaky")  # a tool that failed lately keeps its count
+    assert len(breaker._slots) <= 2 * breaker.max_slots
+    assert breaker.state("web", "resource:open") == "open"
+    assert (breaker.state("web", "resource:probe"), breaker._slots[("web", "resource:probe")].probing) == (
+        "half_open", True)
+    assert breaker.record_failure("web", "resource:probe").reason == "probe_failed"
+    assert breaker._slots[("web", "resource:missing999")].failures == 1  # the latest failures are kept
+    assert breaker.record_failure("web", "resource:flaky") is None
+    assert breaker.record_failure("web", "resource:flaky").reason == "failures"  # its third failure
+    assert len(breaker._slots) <= 2 * breaker.max_slots

@@ -85,8 +85,11 @@ class CircuitBreaker:
 
     A breaker that holds nothing (closed, no failure counted) is dropped once more than
     :attr:`max_slots` are kept (the gateway records each ``resources/read`` URI as its own tool:
-    a client reading distinct URIs would otherwise grow them without bound); a dropped tool is
-    as one never seen (closed; a :meth:`server_down` of its server opens it at its next call).
+    a client reading distinct URIs would otherwise grow them without bound); so are closed ones
+    counting failures, those that failed longest ago first, when they alone would keep more than
+    half of :attr:`max_slots` (distinct URIs that each failed). A dropped tool is as one never seen
+    (closed, no failure counted; a :meth:`server_down` of its server opens it at its next call).
+    Open and half-open breakers are never dropped.
 
     Args:
         threshold: consecutive failures that open a breaker (>= 1).
@@ -130,10 +133,16 @@ class CircuitBreaker:
         return slot
 
     def _prune(self) -> None:
-        """Drop the breakers that hold nothing (closed, no failure counted, no probe); under the lock."""
-        self._slots = {key: slot for key, slot in self._slots.items()
-                       if slot.state != "closed" or slot.failures or slot.probing}
-        self._prune_at = 2 * len(self._slots)  # many failing breakers: not a scan of them all at every new tool
+        """Drop the breakers that hold nothing (closed, no failure counted, no probe); under the lock. When
+        the closed ones counting failures still fill :attr:`max_slots` (a failing read of each of many URIs),
+        those that failed longest ago are dropped too, down to half of it. Open and half-open ones are kept."""
+        kept = {key: slot for key, slot in self._slots.items()
+                if slot.state != "closed" or slot.failures or slot.probing}
+        counting = [key for key, slot in kept.items() if slot.state == "closed"]  # least recently failed first
+        for key in counting[:max(0, len(counting) - self.max_slots // 2)]:
+            del kept[key]
+        self._slots = kept
+        self._prune_at = 2 * len(self._slots)  # many open breakers: not a scan of them all at every new tool
 
     def _move(self, server: str, tool: str, slot: _Slot, new: State, reason: str,
               changes: list[BreakerChange], opened_at: float | None = None) -> None:  # fmt: skip
@@ -194,6 +203,8 @@ class CircuitBreaker:
         changes: list[BreakerChange] = []
         with self._lock:
             slot = self._slot(server, tool, changes)
+            if slot.state == "closed":  # the most recently failed last: _prune drops the others first
+                self._slots[(server, tool)] = self._slots.pop((server, tool))
             slot.failures += 1
             if slot.state == "half_open":
                 self._move(server, tool, slot, "open", "probe_failed", changes)
