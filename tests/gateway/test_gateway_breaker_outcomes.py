@@ -295,3 +295,30 @@ async def test_a_half_open_probe_whose_call_could_not_be_recorded_is_given_back(
     assert after_failure == "half_open"
     assert (served.is_error, text_of(served), state) == (False, "served", "closed")
     assert [e["arguments"]["text"] for e in toy_log(tmp_path)] == ["!rpc -32603 Internal error", "served"]
+
+
+async def test_a_prompts_get_with_an_argument_the_prompt_does_not_declare_never_opens_the_breaker(tmp_path, store):
+    """The SDK's MCPServer answers an argument its prompt function does not take with -32603 internal error (it
+    calls ``greet(name=..., other=...)``: a TypeError), which the breaker counts: a client adding one argument
+    ``threshold`` times opened the prompt's breaker for every client. The gateway refuses an argument the prompt
+    does not declare itself, as a missing required one: recorded and decided, never forwarded, -32602."""
+    gw = Gateway(toy_config(tmp_path, env={"TOY_CATALOG": "1"}, extra="breaker: {threshold: 1, cooldown_s: 600}"),
+                 store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        errors = []
+        for arguments in ({"name": "ada", "other": "x"}, {"name": "ada", "b": "1", "a": "2"}):
+            with pytest.raises(MCPError) as err:
+                await client.get_prompt("toy__greet", arguments)
+            errors.append((err.value.error.code, err.value.error.message))
+        fine = await client.get_prompt("toy__greet", {"name": "ada"})
+        state = gw.recorder.breaker.state("toy", "prompt:greet")
+        [run_id] = gateway_runs(store)
+    assert errors == [
+        (types.INVALID_PARAMS, "prompts/get toy__greet: not forwarded: argument the prompt does not declare: other"),
+        (types.INVALID_PARAMS, "prompts/get toy__greet: not forwarded: arguments the prompt does not declare: a, b")]
+    assert (fine.messages[0].content.text, state) == ("Hello, ada!", "closed")
+    recorded = [(e.kind, e.payload) for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert [(p["ok"], p.get("error", {}).get("type")) for _, p in recorded] == [
+        (False, "InvalidArguments"), (False, "InvalidArguments"), (True, None)]
+    assert system_events(store, "breaker.changed") == []
+    assert toy_log(tmp_path) == [{"prompt": "greet", "arguments": {"name": "ada"}}]  # the refused ones never went out

@@ -669,7 +669,8 @@ class Gateway:
 
         Raises:
             MCPError: ``UNKNOWN_PROMPT`` (not exposed), ``INVALID_PARAMS`` (−32602: a required argument of the
-                prompt left out; recorded and decided, not forwarded), and as :meth:`_recorded_request`.
+                prompt left out, or an argument it does not declare; recorded and decided, not forwarded), and as
+                :meth:`_recorded_request`.
         """
         target = self.split_prompt_name(params.name)
         if target is None or target[1] not in self.upstreams[target[0]].prompts:
@@ -685,10 +686,17 @@ class Gateway:
         # a required argument left out is refused here, never forwarded (MCP: -32602), as tool arguments that fail
         # the input schema are: upstreams answer it with errors the breaker would count (code 0, -32603), so one
         # client leaving it out would open the prompt's breaker for every client
-        missing = [a.name for a in upstream.prompts[prompt].arguments or ()
-                   if a.required and a.name not in (params.arguments or {})]
-        refused = None if not missing else InvalidArguments(
-            f"missing required argument{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
+        declared = upstream.prompts[prompt].arguments or ()
+        missing = [a.name for a in declared if a.required and a.name not in (params.arguments or {})]
+        # so is an argument the prompt does not declare (the SDK's MCPServer calls the prompt's function with it:
+        # a TypeError, answered -32603)
+        unknown = sorted(set(params.arguments or {}) - {a.name for a in declared})
+        refused = None
+        if missing:
+            refused = InvalidArguments(f"missing required argument{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
+        elif unknown:
+            refused = InvalidArguments(f"argument{'s' if len(unknown) > 1 else ''} the prompt does not declare: "
+                                       f"{', '.join(unknown)}")
         return await self._recorded_request(
             ctx, params.meta, server, tool, dict(params.arguments or {}), params.name, "prompts/get",
             lambda: upstream.request("prompts/get", forwarded, types.GetPromptResult), refused=refused)

@@ -27,7 +27,8 @@ Tools:
 
 Prompts and resources (only with ``TOY_CATALOG=1``; else it has neither capability):
   prompt greet(name)  one user message "Hello, NAME!"; name "!rpc CODE MESSAGE": the JSON-RPC error, as echo;
-                      without name: -32603 internal error (as the SDK's MCPServer answers a missing argument)
+                      without name, or with another argument: -32603 internal error (as the SDK's MCPServer
+                      answers a missing argument, or one its function does not take)
   resource toy://notes/today (text "buy milk"); template toy://notes/{day} (text "notes of DAY")
   once mutated: also prompt farewell and resource toy://notes/later (mutate sends prompts/list_changed
   and resources/list_changed too)
@@ -257,6 +258,8 @@ async def get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetProm
         raise MCPError(types.INVALID_PARAMS, f"no prompt {params.name}")
     if "name" not in (params.arguments or {}):  # as the SDK's MCPServer: an exception, so -32603 internal error
         raise ValueError("Missing required arguments: name")
+    if set(params.arguments) - {"name"}:  # as the SDK's MCPServer (greet(name) called with it): -32603 too
+        raise ValueError("Error rendering prompt greet")
     who = params.arguments["name"]
     if who.startswith("!rpc "):
         _, code, message = who.split(" ", 2)
