@@ -1667,11 +1667,14 @@ class RunContext:
         else:
             self._redacted_values(arguments)
             payload["error"] = self._error_dict(error, self._run_secrets(), traceback=True)
-            if not count:  # never reached the tool, or says nothing of its health: a half-open probe is given back
+            if not count or not isinstance(error, Exception):
+                # never reached the tool, or says nothing of its health (the caller's cancellation, a
+                # KeyboardInterrupt: not the tool's failure): a half-open probe is given back (kept, it would
+                # deny every later call of the tool until restart)
                 self.recorder.breaker.record_not_run(server, tool)
             elif isinstance(error, ConnectionError):  # the server is down: open every breaker of it
                 self.recorder.breaker.server_down(server)
-            elif isinstance(error, Exception):
+            else:
                 self.recorder.breaker.record_failure(server, tool, "timeout" if isinstance(error, TimeoutError) else "error")
         return [self._draft("tool.result", payload, step), *self.recorder.take_breaker_events()]
 
