@@ -337,3 +337,62 @@ async def test_an_http_upstream_answering_calls_with_202_still_opens_the_breaker
     assert [text_of(r) for r in failed] == ["upstream error: upstream web answered with JSON-RPC error -32600: "
                                             "server answered a request with 202 Accepted"] * 2
     assert text_of(denied).startswith("denied (breaker_open): circuit breaker for web/echo is open")
+
+
+class _NoGetRoute(http.server.BaseHTTPRequestHandler):
+    """A streamable-HTTP MCP server with sessions whose framework routes POST only: its GET (the SDK's standalone
+    stream, sent with the session id) is answered HTTP 404, as Express answers a method it has no route for."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        message = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        method, params = message.get("method"), message.get("params") or {}
+        if method == "initialize":
+            result = {"protocolVersion": params.get("protocolVersion"), "capabilities": {"tools": {}},
+                      "serverInfo": {"name": "post-only", "version": "1"}}
+        elif method == "tools/list":
+            result = {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+        elif method == "tools/call":
+            result = {"content": [{"type": "text", "text": params["arguments"]["text"]}]}
+        else:  # notifications
+            self.send_response(202)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("mcp-session-id", "s-1")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(404)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_an_http_upstream_without_a_get_stream_is_not_taken_for_a_lost_session(tmp_path, store):
+    """A 404 to the standalone GET stream is no sign that the session ended (a server without the stream may
+    answer 404 rather than 405): only a 404 to a POST carrying the session id is. Taken for one, the gateway
+    dropped the connection after each start and failed calls UpstreamUnavailable, reconnecting for ever."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NoGetRoute)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        upstream = f"\n  - id: web\n    url: http://127.0.0.1:{server.server_port}/mcp\n"
+        gw = Gateway(toy_config(tmp_path, upstreams=upstream, extra="breaker: {threshold: 5, cooldown_s: 0}"),
+                     store=store)
+        async with running(gw) as tg, connect(gw, tg) as client:
+            results = []
+            for i in range(3):
+                results.append(await client.call_tool("web__echo", {"text": f"call {i}"}))
+                await anyio.sleep(0.3)  # the GET stream is answered 404 meanwhile
+            generation = gw.upstreams["web"].generation
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [(r.is_error, text_of(r)) for r in results] == [(False, f"call {i}") for i in range(3)]
+    assert generation == 1

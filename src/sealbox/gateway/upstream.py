@@ -264,10 +264,12 @@ class Upstream:
         async def note(response: Any) -> None:
             if response.status_code >= 400:
                 self._http_error = f"HTTP {response.status_code} {response.reason_phrase} on {response.request.method}"
-            if (response.status_code == 404 and response.request.method != "DELETE"
+            if (response.status_code == 404 and response.request.method == "POST"
                     and response.request.headers.get("mcp-session-id")):
                 # MCP: the server ended the session (e.g. it restarted); the client must start a new one. Its calls'
-                # errors (-32600 "Session not found"…) are no refusal of theirs: the connection is ended, and remade
+                # errors (-32600 "Session not found"…) are no refusal of theirs: the connection is ended, and remade.
+                # A POST only: a 404 to the standalone GET stream may say the server has none (a framework's answer
+                # to a method it has no route for), and an ended session is found at the next POST
                 self._session_lost = True
                 if self._disconnect is not None:
                     self._disconnect.set()
