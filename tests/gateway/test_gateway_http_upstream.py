@@ -396,3 +396,89 @@ async def test_an_http_upstream_without_a_get_stream_is_not_taken_for_a_lost_ses
         server.server_close()
     assert [(r.is_error, text_of(r)) for r in results] == [(False, f"call {i}") for i in range(3)]
     assert generation == 1
+
+
+class _ForgetsSessions(http.server.BaseHTTPRequestHandler):
+    """A streamable-HTTP MCP server written after the TypeScript SDK's example: a POST whose session id it does
+    not know (it restarted: ``known`` emptied) is answered HTTP 400 with the JSON-RPC error -32000 "Bad Request:
+    No valid session ID provided"; an initialize opens a new session."""
+
+    known: set[str] = set()
+    opened = 0
+
+    def _send(self, status: int, payload: dict, session: str | None = None) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        if session is not None:
+            self.send_header("mcp-session-id", session)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:  # noqa: N802
+        message = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        method, params = message.get("method"), message.get("params") or {}
+        if method == "initialize":
+            type(self).opened += 1
+            session = f"s-{self.opened}"
+            self.known.add(session)
+            self._send(200, {"jsonrpc": "2.0", "id": message["id"], "result": {
+                "protocolVersion": params.get("protocolVersion"), "capabilities": {"tools": {}},
+                "serverInfo": {"name": "forgetful", "version": "1"}}}, session)
+            return
+        if self.headers.get("mcp-session-id") not in self.known:
+            self._send(400, {"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32000, "message": "Bad Request: No valid session ID provided"}})
+            return
+        if "id" not in message:  # notifications
+            self.send_response(202)
+            self.send_header("content-length", "0")
+            self.end_headers()
+        elif method == "tools/list":
+            self._send(200, {"jsonrpc": "2.0", "id": message["id"], "result": {
+                "tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}})
+        elif params["arguments"]["text"] == "!bad":  # a refusal at HTTP 400 that names no session
+            self._send(400, {"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32602, "message": "bad text"}})
+        else:
+            self._send(200, {"jsonrpc": "2.0", "id": message["id"], "result": {
+                "content": [{"type": "text", "text": params["arguments"]["text"]}]}})
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(405)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+async def test_an_http_upstream_refusing_a_session_id_it_does_not_know_with_400_is_reconnected(tmp_path, store):
+    """The TypeScript SDK's example server (and the many written after it) answers a session id it does not know
+    (it restarted) with HTTP 400 and -32000 "Bad Request: No valid session ID provided", not 404: every call failed
+    so for ever (the breaker opened, and each probe failed the same way: the gateway never reconnected). It is a
+    lost session, as a 404 is: the call is UpstreamUnavailable and the gateway reconnects."""
+    handler = type("Handler", (_ForgetsSessions,), {"known": set(), "opened": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        upstream = f"\n  - id: web\n    url: http://127.0.0.1:{server.server_port}/mcp\n"
+        gw = Gateway(toy_config(tmp_path, upstreams=upstream, extra="breaker: {threshold: 5, cooldown_s: 0}"),
+                     store=store)
+        async with running(gw) as tg, connect(gw, tg) as client:
+            first = await client.call_tool("web__echo", {"text": "before"})
+            bad = await client.call_tool("web__echo", {"text": "!bad"})
+            kept = gw.upstreams["web"].generation
+            handler.known.clear()  # the server restarted
+            lost = await client.call_tool("web__echo", {"text": "lost"})
+            with anyio.fail_after(30):
+                await gw.upstreams["web"].wait_until(lambda u: u.state == "ready" and u.generation >= 2)
+            back = await client.call_tool("web__echo", {"text": "after"})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (first.is_error, text_of(first)) == (False, "before")
+    assert (text_of(bad), kept) == ("upstream error: upstream web answered with JSON-RPC error -32602: bad text", 1)
+    assert (lost.is_error, lost.meta["sealbox/upstream_error"]) == (True, "UpstreamUnavailable")
+    assert text_of(lost) == "upstream error: upstream web ended the gateway's HTTP session (HTTP 400); reconnecting"
+    assert (back.is_error, text_of(back)) == (False, "after")

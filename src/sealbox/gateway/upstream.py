@@ -28,6 +28,7 @@ leave this module.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
@@ -143,7 +144,9 @@ class Upstream:
         self._stop = anyio.Event()
         self._disconnect: anyio.Event | None = None
         self._http_error: str | None = None  # the last HTTP error status of an HTTP upstream (the SDK drops it)
-        self._session_lost = False  # an HTTP upstream answered the connection's session id with HTTP 404
+        #: the HTTP status (404, or a 400 naming the session) by which an HTTP upstream refused the connection's
+        #: session id (it ended the session), or 0
+        self._session_lost = 0
 
     # ------------------------------------------------------------------ observing
 
@@ -259,18 +262,21 @@ class Upstream:
         from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
         self._http_error = None
-        self._session_lost = False
+        self._session_lost = 0
 
         async def note(response: Any) -> None:
             if response.status_code >= 400:
                 self._http_error = f"HTTP {response.status_code} {response.reason_phrase} on {response.request.method}"
-            if (response.status_code == 404 and response.request.method == "POST"
-                    and response.request.headers.get("mcp-session-id")):
+            if response.request.method == "POST" and response.request.headers.get("mcp-session-id") and (
+                    response.status_code == 404 or (response.status_code == 400 and await _names_session(response))):
+                # a 400 whose JSON-RPC error names the session: the TypeScript SDK's example server (and the many
+                # written after it) answers a session id it does not know so ("Bad Request: No valid session ID
+                # provided"), where MCP says 404
                 # MCP: the server ended the session (e.g. it restarted); the client must start a new one. Its calls'
                 # errors (-32600 "Session not found"…) are no refusal of theirs: the connection is ended, and remade.
                 # A POST only: a 404 to the standalone GET stream may say the server has none (a framework's answer
                 # to a method it has no route for), and an ended session is found at the next POST
-                self._session_lost = True
+                self._session_lost = response.status_code
                 if self._disconnect is not None:
                     self._disconnect.set()
 
@@ -470,8 +476,8 @@ class Upstream:
         the request in "closed the connection during the <what>"."""
         code = exc.error.code if getattr(exc, "error", None) else None
         if self._session_lost and self.spec.kind == "http":
-            return UpstreamUnavailable(f"upstream {self.spec.id} ended the gateway's HTTP session (HTTP 404); "
-                                       "reconnecting")
+            return UpstreamUnavailable(f"upstream {self.spec.id} ended the gateway's HTTP session "
+                                       f"(HTTP {self._session_lost}); reconnecting")
         if code == types.CONNECTION_CLOSED and self._connection_closed(session, exc):
             return UpstreamUnavailable(f"upstream {self.spec.id} closed the connection during the {what}")
         if code == types.REQUEST_TIMEOUT:
@@ -619,6 +625,21 @@ class _QuietSdkParseErrors(logging.Filter):
 _SDK_STDIO_LOGGER = "mcp.client.stdio"
 if not any(isinstance(f, _QuietSdkParseErrors) for f in logging.getLogger(_SDK_STDIO_LOGGER).filters):
     logging.getLogger(_SDK_STDIO_LOGGER).addFilter(_QuietSdkParseErrors())
+
+async def _names_session(response: Any) -> bool:
+    """Whether an HTTP error answer's body is a transport-level JSON-RPC error (−32000, −32001, −32600) whose
+    message names the session ("Bad Request: No valid session ID provided", "Session not found"…); not a
+    refusal of the request's params (−32602 "unknown session_id" of a tool). The body is read here (kept for
+    the SDK)."""
+    if not response.headers.get("content-type", "").lower().startswith("application/json"):
+        return False
+    try:
+        error = json.loads(await response.aread()).get("error")
+    except Exception:  # noqa: BLE001 - not JSON, not an object, a broken stream: no such error
+        return False
+    return (isinstance(error, dict) and error.get("code") in (-32000, -32001, types.INVALID_REQUEST)
+            and isinstance(error.get("message"), str) and "session" in error["message"].lower())
+
 
 #: How the SDK's streamable HTTP client words the JSON-RPC error it makes up for an answer it could not
 #: read (a body that is not JSON, an SSE event that is not a message, a content type that is neither).
