@@ -99,3 +99,21 @@ def test_an_abort_that_is_no_interrupt_still_says_aborted(tmp_path):
             "m.main(['nope'])\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_env())
     assert (proc.returncode, proc.stdout, proc.stderr) == (130, "", "error: aborted\n")
+
+
+def test_an_internal_error_spanning_lines_is_still_one_error_line(tmp_path):
+    """A driver's message on several lines (psycopg: the error, then LINE 1: ..., a caret, HINT: ...)
+    was printed as is: an internal error is one line like every other error, whitespace collapsed."""
+    code = ("import sys, click, sealbox.cli.main as m\n"
+            "@m.cli.command('nope')\n"
+            "def nope():\n"
+            "    raise RuntimeError('function f(bytea) does not exist\\nLINE 1: SELECT f(raw)\\n'\n"
+            "                       '               ^\\nHINT:  No function matches.')\n"
+            "m.COMMANDS['nope'] = None\n"
+            "m.LazyGroup.get_command = lambda self, ctx, name: nope\n"
+            "m.main(['nope'])\n")
+    env = {k: v for k, v in _env().items() if k != "SEALBOX_DEBUG"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert (proc.returncode, proc.stdout) == (70, "")
+    assert proc.stderr == ("error: internal error: RuntimeError: function f(bytea) does not exist LINE 1: SELECT f(raw) "
+                           "^ HINT: No function matches. (set SEALBOX_DEBUG=1 for a traceback)\n")

@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # top of the CLI: the only place a bare catch is allowed
         if "SEALBOX_DEBUG" in __import__("os").environ:
             raise
-        click.echo(f"error: internal error: {type(exc).__name__}: {exc} (set SEALBOX_DEBUG=1 for a traceback)", err=True)
+        # one line, as every error: a driver's message may span several (psycopg's LINE / HINT / caret lines)
+        text = " ".join(str(exc).split())
+        click.echo(f"error: internal error: {type(exc).__name__}: {text} (set SEALBOX_DEBUG=1 for a traceback)", err=True)
         sys.exit(70)
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
         sys.exit(code)
