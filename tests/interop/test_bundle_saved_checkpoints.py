@@ -5,6 +5,7 @@ different events to each copy after the checkpoint was saved."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shutil
@@ -202,3 +203,133 @@ def test_prove_from_goes_with_a_bundle(forked, tmp_path):
     code, _, err = cli("export", "-s", honest, run, "--parquet", tmp_path / "x.parquet", "--prove-from", saved,
                        cwd=tmp_path)
     assert code == 2 and "--prove-from goes with -o" in err
+
+
+# ---------------------------------------------------------------- --proof-from-saved: a proof given beside a bundle
+
+
+def _bundle_size(bundle, vkey, cwd):
+    code, out, err = cli("verify", bundle, "--key", vkey, "--json", cwd=cwd)
+    assert code == 0, out + err
+    return json.loads(out)["checkpoint_size"]
+
+
+def _prove(store_path, size1, size2, target):
+    code, out, err = cli("log", "prove", "-s", store_path, "--from-size", str(size1), "--to-size", str(size2),
+                         cwd=target.parent)
+    assert code == 0, err
+    target.write_text(out)
+    return target
+
+
+def test_a_proof_given_beside_a_bundle_without_one_verifies(forked, tmp_path):
+    honest, _, saved, size, vkey, _ = forked
+    later = _append(honest, "the log grows after the checkpoint was saved")
+    bundle = _export(honest, later, tmp_path / "b.sbx")  # without --prove-from
+    assert PROOFS not in members(bundle)
+    code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, cwd=tmp_path)
+    assert code == 1 and "Verified" not in out
+    assert "consistency_missing" in out and "--proof-from-saved" in out
+    m = _bundle_size(bundle, vkey, tmp_path)
+    assert m > size
+    proof = _prove(honest, size, m, tmp_path / "proof.json")
+    code, out, err = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, "--proof-from-saved", proof,
+                         cwd=tmp_path)
+    assert code == 0 and err == "", out + err
+    assert out.startswith("Verified: the bundle is intact.")
+    root = sealbox.open_store(honest, readonly=True).root(size).hex()
+    assert (f"The bundle's log extends the checkpoint given in {saved} (size {size}, root sha256:{root}): an RFC "
+            "9162 consistency proof given with --proof-from-saved." in out)
+    code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, "--proof-from-saved", proof, "--json",
+                       cwd=tmp_path)
+    assert code == 0 and json.loads(out)["extends"] == [
+        {"checkpoint": f"the checkpoint given in {saved}", "size": size, "root": f"sha256:{root}", "by": "given_proof"}]
+
+
+def test_a_proof_given_for_a_fork_fails(forked, tmp_path):
+    honest, fork, saved, size, vkey, _ = forked
+    later = _append(fork, "the fork grows")
+    bundle = _export(fork, later, tmp_path / "f.sbx")
+    m = _bundle_size(bundle, vkey, tmp_path)
+    # the fork's own proof (the fork's root at the saved size is not the saved one)
+    own = _prove(fork, size, m, tmp_path / "own.json")
+    # and a proof made on the honest log, grown to the same size
+    while sealbox.open_store(honest, readonly=True).size() < m:
+        _append(honest, "honest growth")
+    other = _prove(honest, size, m, tmp_path / "other.json")
+    for proof in (own, other):
+        code, out, err = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, "--proof-from-saved", proof,
+                             cwd=tmp_path)
+        assert code == 1 and "Verified" not in out and err == "", out + err
+        lines = [x for x in out.splitlines() if x.startswith(("checkpoint_", "consistency_"))]
+        assert len(lines) == 1 and lines[0].startswith(
+            f"checkpoint_fork: the checkpoint given in {saved}: the bundle's log does not extend it: its root at that "
+            f"size is not proven by the proof given in {proof} ("), out
+
+
+def test_a_proof_given_for_other_sizes_fails(forked, tmp_path):
+    honest, _, saved, size, vkey, _ = forked
+    later = _append(honest, "grows")
+    bundle = _export(honest, later, tmp_path / "b.sbx")
+    m = _bundle_size(bundle, vkey, tmp_path)
+    # to another size than the bundle's checkpoint: one line naming both sizes
+    short = _prove(honest, size, m - 1, tmp_path / "short.json")
+    code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, "--proof-from-saved", short,
+                       cwd=tmp_path)
+    assert code == 1 and "Verified" not in out
+    lines = [x for x in out.splitlines() if x.startswith(("checkpoint_", "consistency_"))]
+    assert lines == [f"consistency_size: the checkpoint given in {saved}: the proof given in {short} is a proof from "
+                     f"size {size} to {m - 1}, but the bundle's checkpoint has size {m} (run `sealbox log prove "
+                     f"--from-size {size} --to-size {m}`) (expected a proof from size {size} to {m}, found from "
+                     f"size {size} to {m - 1})"], out
+    # from another size than the saved checkpoint's: it proves nothing about it
+    low = _prove(honest, size - 1, m, tmp_path / "low.json")
+    code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, "--proof-from-saved", low,
+                       cwd=tmp_path)
+    assert code == 1 and "Verified" not in out
+    assert f"consistency_missing: the checkpoint given in {saved}" in out
+    assert (f"consistency_size: the proof given in {low} is a proof from size {size - 1}, but no saved checkpoint "
+            "given (--checkpoint) has that size" in out)
+    # a proof whose sizes are right but whose hashes were altered
+    doc = json.loads(_prove(honest, size, m, tmp_path / "p.json").read_text())
+    doc["proof"][0] = base64.b64encode(bytes(32)).decode()
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, "--proof-from-saved",
+                       tmp_path / "bad.json", cwd=tmp_path)
+    assert code == 1 and "Verified" not in out and "checkpoint_fork" in out
+
+
+@pytest.mark.parametrize("text, message", [
+    ("not json", "cannot read the consistency proof {p}: Expecting value"),
+    ('{"size1": 1, "size2": 2}', "{p}: the consistency proof's `proof` must be a list of base64 hashes"),
+    ('{"size1": 0, "size2": 2, "proof": []}', "{p}: the consistency proof needs integer size1 and size2 (1 or more)"),
+    ('{"size1": 1, "size2": 2, "proof": ["!!"]}', "{p}: the consistency proof holds invalid base64"),
+    ('[1, 2]', "{p}: the consistency proof is not a JSON object"),
+])
+def test_a_malformed_proof_given_is_bad_input(forked, tmp_path, text, message):
+    honest, _, saved, _, vkey, run = forked
+    bundle = _export(honest, run, tmp_path / "b.sbx")
+    p = tmp_path / "p.json"
+    p.write_text(text)
+    code, out, err = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, "--proof-from-saved", p,
+                         cwd=tmp_path)
+    assert code == 2 and out == "" and err.count("\n") == 1, out + err
+    assert err.startswith("error: " + message.format(p=p)), err
+
+
+def test_proof_from_saved_needs_a_bundle_and_a_saved_checkpoint(forked, tmp_path):
+    honest, _, saved, size, vkey, run = forked
+    bundle = _export(honest, run, tmp_path / "b.sbx")
+    proof = _prove(honest, size, size, tmp_path / "p.json")
+    code, out, err = cli("verify", bundle, "--key", vkey, "--proof-from-saved", proof, cwd=tmp_path)
+    assert (code, out) == (2, "") and err == ("error: --proof-from-saved proves a saved checkpoint: give that "
+                                              "checkpoint with --checkpoint\n")
+    code, out, err = cli("verify", honest, "--checkpoint", saved, "--proof-from-saved", proof, cwd=tmp_path)
+    assert (code, out) == (2, "") and err.startswith("error: --proof-from-saved applies to a bundle (a file)")
+    a = _prove(honest, size, size, tmp_path / "a.json")
+    code, out, err = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, "--proof-from-saved", proof,
+                         "--proof-from-saved", a, cwd=tmp_path)
+    assert (code, out) == (2, "") and err == (f"error: the proof given in {proof} and the proof given in {a} are both "
+                                              f"consistency proofs from size {size}: give one\n")
+    code, out, err = cli("verify", "--help", cwd=tmp_path)
+    assert code == 0 and "--proof-from-saved" in out and "--to-size M" in out

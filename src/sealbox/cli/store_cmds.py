@@ -166,9 +166,14 @@ def _check_key(vkey: str, where: str) -> None:
               help="A signed checkpoint saved earlier, outside the log (what `sealbox log checkpoint` printed, "
                    "or its --json). Store: the events must reproduce its root. Bundle: the bundle's log must "
                    "extend it (a fork or rollback fails). Repeatable.")
+@click.option("--proof-from-saved", "saved_proof_paths", multiple=True, type=click.Path(dir_okay=False),
+              help="Bundles only, with --checkpoint: a `sealbox log prove --from-size N --to-size M` JSON file, "
+                   "N a saved checkpoint's size and M the bundle's checkpoint size, for a bundle exported "
+                   "without --prove-from. Untrusted: it must verify against both signed roots. Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def verify_cmd(target: str | None, store_path: str, vkey: str | None, trust_bundle_key: bool, proof_path: str | None,
-               canonical: bool, checkpoint_files: tuple[str, ...], as_json: bool) -> None:
+               canonical: bool, checkpoint_files: tuple[str, ...], saved_proof_paths: tuple[str, ...],
+               as_json: bool) -> None:
     """Verify a store (a folder), or an export bundle (a file) with no store at all.
 
     Checks every hash, chain, checkpoint signature, inclusion proof, blob commitment,
@@ -195,12 +200,17 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, trust_bund
             raise BadInput("--canonical applies to a store (a folder); a bundle's events are checked by their "
                            "hashes and proofs: verify the store it came from with --canonical")
         saved = [(f"the checkpoint given in {path}", _read_checkpoint(path)) for path in checkpoint_files]
-        _verify_bundle(target, vkey, trust_bundle_key, proof_path, as_json, saved)
+        if saved_proof_paths and not saved:
+            raise BadInput("--proof-from-saved proves a saved checkpoint: give that checkpoint with --checkpoint")
+        _verify_bundle(target, vkey, trust_bundle_key, proof_path, as_json, saved, saved_proof_paths)
         return
     if trust_bundle_key:
         raise BadInput("--trust-bundle-key applies to a bundle (a file); a store is checked against the key pinned "
                        "at init, or --key")
     external = [(f"the checkpoint given in {path}", _read_checkpoint(path)) for path in checkpoint_files]
+    if saved_proof_paths:
+        raise BadInput("--proof-from-saved applies to a bundle (a file); a store's events reproduce a saved "
+                       "checkpoint's root with --checkpoint alone")
     if proof_path is not None:
         raise click.UsageError("--consistency applies to a bundle file (verify a store's growth with `sealbox verify`)")
     import contextlib
@@ -242,29 +252,43 @@ EXIT_UNTRUSTED_KEY = 3
 
 
 def _verify_bundle(path: str, vkey: str | None, trust_bundle_key: bool, proof_path: str | None,
-                   as_json: bool, saved: list[tuple[str, str]] | None = None) -> None:
+                   as_json: bool, saved: list[tuple[str, str]] | None = None,
+                   saved_proof_paths: tuple[str, ...] = ()) -> None:
+    from sealbox.errors import ConfigError
+    from sealbox.interop.bundle_verify import parse_saved_proof, verify_bundle
+
+    proof = _read_proof(proof_path) if proof_path is not None else None
+    given = []
+    for file in saved_proof_paths:
+        doc = _read_proof(file)
+        try:
+            parse_saved_proof(doc)
+        except ConfigError as exc:  # the shape, named by file; the sizes and hashes are verify's
+            raise ConfigError(f"{file}: {exc}") from None
+        given.append((f"the proof given in {file}", doc))
+    report = verify_bundle(path, trusted_vkey=vkey, consistency=proof, trust_bundle_key=trust_bundle_key,
+                           checkpoints=saved or (), saved_proofs=given)
+    _print(report, as_json, notes=True,
+           code=0 if report.ok else 1 if report.problems else EXIT_UNTRUSTED_KEY)
+
+
+def _read_proof(proof_path: str) -> object:
+    """The parsed JSON of a ``sealbox log prove`` file. Raises ConfigError naming the file."""
     import json
 
     from sealbox.errors import ConfigError
-    from sealbox.interop.bundle_verify import verify_bundle
 
-    proof = None
-    if proof_path is not None:
-        try:
-            text = read_small(proof_path)
-            if text is None:
-                raise ConfigError(f"cannot read the consistency proof {proof_path}: it is larger than 1 MiB "
-                                  "(`sealbox log prove` writes a few KiB)")
-            proof = json.loads(text)
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read the consistency proof {proof_path}: {exc}") from exc
-        except RecursionError:
-            raise ConfigError(f"cannot read the consistency proof {proof_path}: its JSON is nested too deeply "
-                              "(`sealbox log prove` writes a flat object)") from None
-    report = verify_bundle(path, trusted_vkey=vkey, consistency=proof, trust_bundle_key=trust_bundle_key,
-                           checkpoints=saved or ())
-    _print(report, as_json, notes=True,
-           code=0 if report.ok else 1 if report.problems else EXIT_UNTRUSTED_KEY)
+    try:
+        text = read_small(proof_path)
+        if text is None:
+            raise ConfigError(f"cannot read the consistency proof {proof_path}: it is larger than 1 MiB "
+                              "(`sealbox log prove` writes a few KiB)")
+        return json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the consistency proof {proof_path}: {exc}") from exc
+    except RecursionError:
+        raise ConfigError(f"cannot read the consistency proof {proof_path}: its JSON is nested too deeply "
+                          "(`sealbox log prove` writes a flat object)") from None
 
 
 def _print(report, as_json: bool, notes: bool = False, code: int | None = None) -> None:

@@ -116,7 +116,8 @@ class BundleReport:
         extends: per saved checkpoint the bundle's log was proven to extend (``checkpoints``),
             ``{checkpoint, size, root, by}``: ``checkpoint`` where it came from, ``by``
             ``"checkpoint"`` (the same size and root as the bundle's), ``"proof"`` (a consistency
-            proof carried by the bundle, RFC 9162 §2.1.4.2) or ``"empty"`` (a checkpoint of size 0).
+            proof carried by the bundle, RFC 9162 §2.1.4.2), ``"given_proof"`` (one given beside
+            the bundle, ``saved_proofs``) or ``"empty"`` (a checkpoint of size 0).
         bundle_key: the bundle's own ``log.vkey`` (C2SP vkey), or None when it is malformed:
             what to compare with the log's key obtained from its owner.
         bundle_key_accepted: the bundle's own key was trusted on request (``trust_bundle_key``).
@@ -207,6 +208,7 @@ class BundleReport:
             text += (f"\nThe log grew consistently from size {self.consistency['size1']} to the signed size "
                      f"{self.consistency['size2']} (root {self.consistency['root2']}).")
         how = {"checkpoint": "it is the bundle's own tree", "proof": "an RFC 9162 consistency proof",
+               "given_proof": "an RFC 9162 consistency proof given with --proof-from-saved",
                "empty": "every log extends the empty tree"}
         for e in self.extends:
             text += (f"\nThe bundle's log extends {e['checkpoint']} (size {e['size']}, root {e['root']}): "
@@ -250,8 +252,31 @@ def parse_consistency(doc: Any) -> tuple[int, int, str, list[bytes]]:
     return size1, size2, note, hashes
 
 
+def parse_saved_proof(doc: Any) -> tuple[int, int, list[bytes]]:
+    """(size1, size2, proof hashes) from ``sealbox log prove --from-size N --to-size M`` JSON, a proof
+    from a saved checkpoint's size ``N`` to a bundle's checkpoint size ``M``. Its ``checkpoint`` (may be
+    null) is not used: the roots come from the saved checkpoint and the bundle's signed checkpoint.
+
+    Raises:
+        ConfigError: not the shape ``sealbox log prove`` writes.
+    """
+    if not isinstance(doc, dict):
+        raise ConfigError("the consistency proof is not a JSON object as written by `sealbox log prove`")
+    size1, size2, proof = doc.get("size1"), doc.get("size2"), doc.get("proof")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= _MAX_LEAF for v in (size1, size2)):
+        raise ConfigError("the consistency proof needs integer size1 and size2 (1 or more)")
+    if not isinstance(proof, list) or not all(isinstance(h, str) for h in proof):
+        raise ConfigError("the consistency proof's `proof` must be a list of base64 hashes")
+    try:
+        hashes = [base64.b64decode(h, validate=True) for h in proof]
+    except ValueError as exc:  # binascii.Error, or a character outside ASCII
+        raise ConfigError(f"the consistency proof holds invalid base64: {exc}") from exc
+    return size1, size2, hashes
+
+
 def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consistency: Any = None,
-                  trust_bundle_key: bool = False, checkpoints: Iterable[tuple[str, str]] = ()) -> BundleReport:
+                  trust_bundle_key: bool = False, checkpoints: Iterable[tuple[str, str]] = (),
+                  saved_proofs: Iterable[tuple[str, Any]] = ()) -> BundleReport:
     """Verify the bundle at ``path`` from its bytes alone.
 
     Args:
@@ -270,6 +295,11 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
             one (the bundle's own checkpoint, or a consistency proof the bundle carries:
             ``sealbox export --prove-from``).
             A fork, a rollback or an unprovable one is a problem naming ``where``.
+        saved_proofs: (where, ``sealbox log prove --from-size N --to-size M`` document, parsed JSON)
+            proving a checkpoint of ``checkpoints`` (size ``N``) extended to the bundle's checkpoint
+            (size ``M``), for a bundle that carries no such proof. Untrusted: each is verified
+            against the saved root and the bundle's signed root (a proof of another size pair, one
+            that fails, or one matching no saved checkpoint is a problem naming ``where``).
 
     Returns:
         A :class:`BundleReport`; tampering is reported, never raised.
@@ -277,7 +307,8 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
     Raises:
         BundleFormatError: the file cannot be read or is not a Sealbox bundle at all.
         NoteError: ``trusted_vkey`` is not a valid verifier key.
-        ConfigError: ``consistency`` is not shaped like ``sealbox log prove`` output, or both
+        ConfigError: ``consistency`` or a ``saved_proofs`` document is not shaped like ``sealbox log
+            prove`` output, two ``saved_proofs`` start at the same size, or both
             ``trusted_vkey`` and ``trust_bundle_key`` were given.
     """
     started = time.perf_counter()
@@ -286,7 +317,16 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
     data = _read(Path(path))
     verifier = Verifier.from_vkey(trusted_vkey) if trusted_vkey else None
     proof_doc = parse_consistency(consistency) if consistency is not None else None
-    report = _Check(data, verifier, started).run(proof_doc, list(checkpoints))
+    given: dict[int, tuple[str, int, list[bytes]]] = {}
+    for where, doc in saved_proofs:
+        size1, size2, hashes = parse_saved_proof(doc)
+        if size1 in given:
+            raise ConfigError(f"{given[size1][0]} and {where} are both consistency proofs from size {size1}: "
+                              "give one")
+        given[size1] = (where, size2, hashes)
+    check = _Check(data, verifier, started)
+    check.given_proofs = given
+    report = check.run(proof_doc, list(checkpoints))
     return dataclasses.replace(report, path=str(path), bundle_key_accepted=trust_bundle_key and verifier is None)
 
 
@@ -391,6 +431,8 @@ class _Check:
         self.version: int | None = None  # FORMATS[format member], None when it is no known format
         self.notes: list[str] = []
         self._proof_rows: dict[int, list[bytes]] | None = None  # the PROOFS member, by size1
+        #: proofs given beside the bundle (``--proof-from-saved``), by size1: (where, size2, hashes)
+        self.given_proofs: dict[int, tuple[str, int, list[bytes]]] = {}
 
     def run(self, proof_doc: tuple | None, saved: list[tuple[str, str]] | None = None) -> BundleReport:
         self._container()
@@ -864,6 +906,7 @@ class _Check:
         proof of the :data:`PROOFS` member (RFC 9162 §2.1.4.2). A bundle never holds every leaf from 0 (the
         system run's own events are not exported), so the root at an earlier size is never recomputed. Each failure is one problem naming the saved checkpoint."""
         out: list[dict[str, Any]] = []
+        sizes: set[int] = set()  # of the saved checkpoints that opened: a given proof must start at one
         for where, note in saved:
             if self.cp is None:
                 self.problems.append(Problem("checkpoint_unverifiable", f"{where} cannot be compared: the bundle's "
@@ -874,6 +917,7 @@ class _Check:
             if not good:
                 continue
             cp = good[0][1]
+            sizes.add(cp.size)
             root = "sha256:" + cp.root.hex()
             if cp.size > self.cp.size:
                 self.problems.append(Problem(
@@ -893,6 +937,13 @@ class _Check:
                     found="sha256:" + by.hex() if isinstance(by, bytes) else f"a log of size {self.cp.size}"))
                 continue
             out.append({"checkpoint": where, "size": cp.size, "root": root, "by": by})
+        if self.cp is not None:
+            for size1, (where, size2, _) in sorted(self.given_proofs.items()):
+                if size1 not in sizes:
+                    self.problems.append(Problem(
+                        "consistency_size", f"{where} is a proof from size {size1}, but no saved checkpoint given "
+                        "(--checkpoint) has that size", expected="a proof from a saved checkpoint's size",
+                        found=f"from size {size1} to {size2}"))
         return out
 
     def _proofs(self) -> dict[int, list[bytes]]:
@@ -941,12 +992,28 @@ class _Check:
             except ProofError as exc:
                 return f"its consistency proof from size {saved.size} does not verify against both roots ({exc})"
             return "proof"
+        given = self.given_proofs.get(saved.size)
+        if given is not None:
+            file, size2, hashes = given
+            if size2 != self.cp.size:
+                self.problems.append(Problem(
+                    "consistency_size", f"{where}: {file} is a proof from size {saved.size} to {size2}, but the "
+                    f"bundle's checkpoint has size {self.cp.size} (run `sealbox log prove --from-size {saved.size} "
+                    f"--to-size {self.cp.size}`)", expected=f"a proof from size {saved.size} to {self.cp.size}",
+                    found=f"from size {saved.size} to {size2}"))
+                return None
+            try:
+                merkle.verify_consistency(saved.size, size2, hashes, saved.root, self.cp.root)
+            except ProofError as exc:
+                return f"its root at that size is not proven by {file} ({exc})"
+            return "given_proof"
         if saved.size == 0:  # every log extends the empty tree
             return "empty" if saved.root == merkle.EMPTY_ROOT else merkle.EMPTY_ROOT
         self.problems.append(Problem(
             "consistency_missing", f"{where}: the bundle holds no consistency proof from size {saved.size} to its "
             f"checkpoint's size {self.cp.size}, so it cannot show that its log extends that checkpoint (ask for a "
-            "bundle exported with `sealbox export ... --prove-from SAVED`, SAVED being that checkpoint)",
+            "bundle exported with `sealbox export ... --prove-from SAVED`, SAVED being that checkpoint, or give "
+            f"`sealbox log prove --from-size {saved.size} --to-size {self.cp.size}` output with --proof-from-saved)",
             expected=f"a consistency proof from size {saved.size} to {self.cp.size}", found="none"))
         return None
 
