@@ -255,12 +255,8 @@ class Replayer:
         divergence = source.divergence or source.missing()
         status = "error" if error is not None else "ok"
         if divergence is None:
-            recorded = (source.recorded.ended or {}).get("status")
-            if recorded != status:
-                why = f": {type(error).__name__}: {_message(error)}" if error is not None else ""
-                divergence = Divergence("outcome", None, f"every step matched, but the recorded run ended "
-                                        f"{recorded or 'without run.ended'} and the replay ended {status}{why}")
-            elif error is not None:
+            divergence = outcome_divergence(source.recorded.ended, status, error)
+            if divergence is None and error is not None:
                 divergence = _other_error(run, (source.recorded.ended or {}).get("error"), error)
         agent_error = {"type": type(error).__qualname__, "message": _message(error)} if error is not None else None
         result = ReplayResult(divergence is None, divergence, len(source.compared), run.run_id, drift, unrep,
@@ -272,6 +268,38 @@ class Replayer:
         run.replay = None
         run.end(status, error, verdict=result.verdict())
         return result
+
+
+def recorded_ending(ended: Any) -> tuple[str | None, str]:
+    """How a recorded run ended, as a replay's ending is compared with it: ``(status, words)``.
+
+    ``ended`` is the recorded run's ``run.ended`` payload (a dict) or None. ``status`` is its ``status``
+    (``ok``, ``error``, ``cancelled``; None without ``run.ended``), except for a run imported (``sealbox
+    import``) while it was ``running`` or ``suspended`` at its source: the importer closed it with a
+    ``run.ended`` of status ``ok``, but it never ended there, so ``status`` is the source's
+    (:func:`sealbox.query.imported_run_status`, as ``runs list`` shows it), which no replay's ending
+    equals. ``words`` says it in a message: ``ended ok``, ``was still running at its source (…)``."""
+    from sealbox.query import imported_run_status
+
+    payload = ended if isinstance(ended, dict) else {}
+    at_source = imported_run_status(payload.get("imported"))
+    if at_source is not None:
+        return at_source, (f"was still {at_source} at its source (an imported run: it never ended there; its "
+                           "run.ended, status ok, was written by sealbox import)")
+    status = payload.get("status")
+    return status, f"ended {status or 'without run.ended'}"
+
+
+def outcome_divergence(ended: Any, status: str, error: BaseException | None) -> Divergence | None:
+    """An ``outcome`` divergence when a replay that matched every step ended ``status`` (``ok`` /
+    ``error``; ``error`` the agent's exception, or None) and the recorded run (its ``run.ended`` payload,
+    or None) did not end so (:func:`recorded_ending`); None when the statuses are the same."""
+    recorded, words = recorded_ending(ended)
+    if recorded == status:
+        return None
+    why = f": {type(error).__name__}: {_message(error)}" if error is not None else ""
+    return Divergence("outcome", None, f"every step matched, but the recorded run {words} and the replay "
+                      f"ended {status}{why}")
 
 
 #: A memory address as CPython prints it in a repr (``at 0x7f3a…``): never the same in two runs.

@@ -352,7 +352,7 @@ class ReplaySource:
         """When a sub-agent run served from the record ends: its divergence, if any (a step it never
         reached, an outcome other than the recorded one), is the whole replay's. Returns the status to
         record (``cancelled`` once the replay stopped) and the ``verdict`` of its ``run.ended``."""
-        from sealbox.replay.engine import _other_error
+        from sealbox.replay.engine import _other_error, outcome_divergence
 
         stopped = self.halted() is not None or isinstance(error, ReplayStopped)
         if stopped:
@@ -360,12 +360,8 @@ class ReplaySource:
         else:
             d = self.missing()
             if d is None:
-                recorded = (self.recorded.ended or {}).get("status")
-                if recorded != status:
-                    why = f": {type(error).__name__}: {str(error)}" if error is not None else ""
-                    d = Divergence("outcome", None, f"every step matched, but the recorded run ended "
-                                   f"{recorded or 'without run.ended'} and the replay ended {status}{why}")
-                elif error is not None:
+                d = outcome_divergence(self.recorded.ended, status, error)
+                if d is None and error is not None:
                     d = _other_error(sub, (self.recorded.ended or {}).get("error"), error)
             if d is not None:
                 self._diverged(d)
