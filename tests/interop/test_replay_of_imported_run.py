@@ -3,7 +3,9 @@
 The importer closes every imported run with a ``run.ended`` whose status is ``ok`` and keeps the source's
 status in its ``imported`` facts; listings show the source's status (``suspended (imported)``,
 ``sealbox.query.imported_run_status``). The replay compared its ending with that ``ok``: a run suspended
-or still running at its source, replayed by an agent that ended ok, was reported as reproduced.
+or still running at its source, replayed by an agent that ended ok, was reported as reproduced. And the
+note the importer writes at a held call's step for its approval hid the call: replaying a run imported
+suspended said the replay made a tool.call "where the record has a note" (now ``pending_approval``).
 
 Recorded with the real Recorder, exported with ``sealbox export --otlp`` to a real OTLP/HTTP endpoint on
 127.0.0.1, imported with ``sealbox import``, replayed with the real Replayer. On every backend: SQLite,
@@ -86,8 +88,19 @@ def test_replay_of_imported_runs(backend, tmp_path):
         assert (ended["status"], ended["verdict"]["reproduced"], ended["verdict"]["divergence"]["message"]) == (
             "ok", False, d.message)
 
-        # suspended at its source: the held call is not served, the replay does not reproduce it either
+        # suspended at its source: the held call (its approval imported as a note at its step) is where the
+        # replay ends, as for a run suspended in this store
         result = replayer.replay(by_source[held], writer)
-        assert (result.reproduced, result.divergence.step) == (False, "3")
+        d = result.divergence
+        assert (result.reproduced, result.steps_compared, d.kind, d.step) == (False, 2, "pending_approval", "3")
+        approval_id = [e.payload["about"]["imported_approval"]["approval_id"] for e in store.read_run(by_source[held])
+                       if e.kind == "note"][0]
+        assert d.message == (f"step 3: the recorded call db/write was held for an approval at its source (imported "
+                             f"approval {approval_id}: pending); the run was imported, and was never resumed past it "
+                             "there; replay ends here")
+        # an agent that stops before it: the replay ended before the held call
+        d = replayer.replay(by_source[held], agent).divergence
+        assert (d.kind, d.step) == ("missing", "3")
+        assert d.message == "the replay ended before step 3 (tool.call db/write) of the record"
     finally:
         store.close()

@@ -232,6 +232,8 @@ class RecordedCall:
         approval: for a tool call that needed one, as the run went on past it (``run.resumed``):
             ``approved``, ``denied``, ``expired``, or None (the run was not resumed past it).
         approval_id: for a tool call that needed one, its approval request's id.
+        imported_approval: for a tool call of an imported run, its last approval as imported (the
+            ``about.imported_approval`` of the importer's ``note`` at its step), or None.
         unreplayable: why this step cannot be served from the record, or None.
     """
 
@@ -243,6 +245,7 @@ class RecordedCall:
     approval: str | None = None
     approval_id: str | None = None
     unreplayable: str | None = None
+    imported_approval: dict[str, Any] | None = None
 
 
 @dataclass
@@ -298,6 +301,12 @@ class RecordedRun:
         if e.kind == "note" and e.principal == "sealbox" and isinstance(p.get("client_request"), dict):
             return  # the gateway's record of a request an upstream made of the client during a call, at the call's
             # step: not a step of the agent's (a replay serving the call from the record asks nobody)
+        about = p.get("about") if e.kind == "note" else None
+        if isinstance(about, dict) and isinstance(about.get("imported_approval"), dict) \
+                and self.started.get("imported") and about["imported_approval"].get("call_id") in by_call:
+            by_call[about["imported_approval"]["call_id"]].imported_approval = about["imported_approval"]
+            return  # the importer's record of a call's approval (sealbox import), at the call's step: not a step
+            # of the agent's, and it would hide the call recorded at that step
         if e.kind in COMPARED_KINDS:
             stored = self._stored(e.kind, p)
             key = StepKey(e.step, e.kind, key_name(e.kind, p), content_hash(e.kind, stored, p.get("format")))

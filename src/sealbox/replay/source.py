@@ -243,6 +243,11 @@ class ReplaySource:
         from sealbox.errors import SealboxError
 
         waiting = "was still waiting for an approval"
+        if rec.approval_id is None and rec.imported_approval is not None:  # an imported run's: a note, no request
+            held = rec.imported_approval
+            aid = f" {held['approval_id']}" if isinstance(held.get("approval_id"), str) else ""
+            return (f"was held for an approval at its source (imported approval{aid}: {held.get('decision')}); the "
+                    "run was imported, and was never resumed past it there")
         if rec.approval_id is None:
             return waiting
         try:
