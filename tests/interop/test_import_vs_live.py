@@ -195,3 +195,104 @@ def test_the_day_counters_stay_indexed_on_postgres(tmp_path):
         finally:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
+
+
+# 20,000 runs of agents a0..a6 (one in ten imported), each a run.started and 6 decisions (the last a deny),
+# a run every 100 ms: the last minute holds 600 runs, 3,600 decisions. Bulk SQL, as the planner's choice
+# depends on the table's statistics, which the store's API would take minutes to build up.
+_RUNS, _SINCE = 20000, "2026-11-01T00:32:20.000000Z"  # the window: runs 19400..19999
+
+
+def _expected_minute_calls(agent: int) -> int:
+    return sum(5 for g in range(19400, _RUNS) if g % 7 == agent and g % 10)
+
+
+_BULK = {
+    "postgres": ("""
+        INSERT INTO events (leaf_index, run_id, run_seq, kind, ts, principal, step, effect, raw, leaf_hash)
+        SELECT {base} + g * 7 + k, 'r' || g, k + 1, CASE WHEN k = 0 THEN 'run.started' ELSE 'policy.decision' END,
+               to_char(timestamp '2026-11-01' + g * interval '100 milliseconds', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               CASE WHEN g % 10 = 0 THEN 'imported:a' ELSE 'agent:a' END || (g % 7), (k + 1)::text,
+               CASE WHEN k = 6 THEN 'deny' WHEN k > 0 THEN 'allow' END,
+               convert_to(CASE WHEN k = 0 AND g % 10 = 0 THEN '{{"payload":{{"imported":{{}}}}}}'
+                               ELSE '{{"payload":{{}}}}' END, 'UTF8'), '\\x00'::bytea
+        FROM generate_series(0, {last}) g, generate_series(0, 6) k""", """
+        INSERT INTO runs (run_id, agent, principal, started_at, leaf_index)
+        SELECT 'r' || g, 'a' || (g % 7), CASE WHEN g % 10 = 0 THEN 'imported:a' ELSE 'agent:a' END || (g % 7),
+               to_char(timestamp '2026-11-01' + g * interval '100 milliseconds', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               {base} + g * 7
+        FROM generate_series(0, {last}) g"""),
+    "sqlite": ("""
+        WITH RECURSIVE g(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM g WHERE g < {last}),
+                       k(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM k WHERE k < 6)
+        INSERT INTO events (leaf_index, run_id, run_seq, kind, ts, principal, step, effect, raw, leaf_hash)
+        SELECT {base} + g * 7 + k, 'r' || g, k + 1, CASE WHEN k = 0 THEN 'run.started' ELSE 'policy.decision' END,
+               strftime('%Y-%m-%dT%H:%M:%f', '2026-11-01', '+' || (g / 10.0) || ' seconds') || '000Z',
+               CASE WHEN g % 10 = 0 THEN 'imported:a' ELSE 'agent:a' END || (g % 7), k + 1,
+               CASE WHEN k = 6 THEN 'deny' WHEN k > 0 THEN 'allow' END,
+               CAST(CASE WHEN k = 0 AND g % 10 = 0 THEN '{{"payload":{{"imported":{{}}}}}}'
+                         ELSE '{{"payload":{{}}}}' END AS BLOB), x'00'
+        FROM g, k""", """
+        WITH RECURSIVE g(g) AS (SELECT 0 UNION ALL SELECT g + 1 FROM g WHERE g < {last})
+        INSERT INTO runs (run_id, agent, principal, started_at, leaf_index)
+        SELECT 'r' || g, 'a' || (g % 7), CASE WHEN g % 10 = 0 THEN 'imported:a' ELSE 'agent:a' END || (g % 7),
+               strftime('%Y-%m-%dT%H:%M:%f', '2026-11-01', '+' || (g / 10.0) || ' seconds') || '000Z',
+               {base} + g * 7
+        FROM g"""),
+}
+
+
+@pytest.mark.skipif("postgres" not in BACKENDS, reason="needs SEALBOX_TEST_POSTGRES_URL")
+def test_the_agent_minute_counter_stays_indexed_on_postgres(tmp_path):
+    """On PostgreSQL the per-agent calls_per_minute counter joined ``runs`` for the agent: once the window
+    held many rows it was planned as a hash join over a sequential scan of ``runs`` (every run of the
+    store read on each limited call). The window's decisions are read by ``events_kind_ts`` and each one's
+    run by the ``runs`` primary key."""
+    import psycopg
+
+    from sealbox.store.postgres import PgReader
+
+    url = os.environ["SEALBOX_TEST_POSTGRES_URL"]
+    schema = f"sbt_imp_live_{uuid.uuid4().hex[:16]}"
+    sealbox.init_store(tmp_path / "s", postgres_url=url, schema=schema).close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        try:
+            conn.execute(f"SET search_path = {schema}")
+            base = conn.execute("SELECT coalesce(max(leaf_index) + 1, 0) FROM events").fetchone()[0]
+            for sql in _BULK["postgres"]:
+                conn.execute(sql.format(base=base, last=_RUNS - 1))
+            conn.execute("ANALYZE")
+            minute = PgReader._calls_minute_agent_sql(PgReader.__new__(PgReader)).replace("?", "%s")
+            plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + minute, (_SINCE, "a3")))
+            assert "Seq Scan" not in plan and "Hash" not in plan, plan
+            assert "Index Cond: ((kind = 'policy.decision'::text) AND (ts >= " in plan, plan
+            assert "events_kind_ts" in plan and "Index Scan using runs_pkey on runs r" in plan, plan
+            assert "Index Cond: (run_id = e.run_id)" in plan, plan
+            for agent in range(7):
+                assert conn.execute(minute, (_SINCE, f"a{agent}")).fetchone()[0] == _expected_minute_calls(agent)
+            assert _expected_minute_calls(3) == 385  # a literal: the helper counts what the SQL should
+        finally:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_the_agent_minute_counter_same_answers_on_sqlite(tmp_path):
+    """The same rows on SQLite: the same counts, the window read by ``events_kind_ts``, each run by its key."""
+    from sealbox.store.sqlite_queries import Reader
+
+    store = sealbox.init_store(tmp_path / "s")
+    try:
+        conn = store._conn()
+        base = conn.execute("SELECT coalesce(max(leaf_index) + 1, 0) FROM events").fetchone()[0]
+        with conn:
+            for sql in _BULK["sqlite"]:
+                conn.execute(sql.format(base=base, last=_RUNS - 1))
+        assert conn.execute("SELECT ts FROM events WHERE run_id = 'r19400' AND run_seq = 2").fetchone()[0] == _SINCE
+        minute = Reader(conn)._calls_minute_agent_sql()
+        plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + minute, (_SINCE, "a3"))]
+        assert plan == ["SEARCH e USING INDEX events_kind_ts (kind=? AND ts>?)", "CORRELATED SCALAR SUBQUERY 1",
+                        "SEARCH r USING PRIMARY KEY (run_id=?)", "CORRELATED SCALAR SUBQUERY 2",
+                        "SEARCH s USING INDEX events_run (run_id=? AND run_seq=?)"], plan
+        for agent in range(7):
+            assert conn.execute(minute, (_SINCE, f"a{agent}")).fetchone()[0] == _expected_minute_calls(agent)
+    finally:
+        store.close()

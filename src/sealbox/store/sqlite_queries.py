@@ -593,6 +593,15 @@ class Reader:
         return (f"NOT (substr(e.principal, 1, 9) = 'imported:' AND coalesce((SELECT {self._imported_payload_sql()}"
                 " FROM events s WHERE s.run_id = e.run_id AND s.run_seq = 1), false))")
 
+    def _calls_minute_agent_sql(self) -> str:
+        """SQL counting one agent's tool calls not denied since a time (parameters: the window's start, the
+        agent). The window's decisions are read by ``events_kind_ts`` and each one's run by the ``runs``
+        primary key (a correlated lookup, not a join): PostgreSQL planned a join as a hash join over a
+        sequential scan of every run of the store (or of ``runs`` filtered by agent) once the window held
+        many rows, inside the write transaction of every limited call."""
+        return ("SELECT count(*) FROM events e WHERE e.kind = 'policy.decision' AND e.ts >= ? AND e.effect != 'deny'"
+                f" AND (SELECT r.agent FROM runs r WHERE r.run_id = e.run_id) = ? AND {self._live_sql()}")
+
     def usage(self, *, run_id: str, agent: str, server: str, tool: str, since_minute: str, day_start: str,
               needed: set[str]) -> dict[str, int | float]:
         """Counters for limits, read inside the write transaction (indexed queries).
@@ -618,9 +627,7 @@ class Reader:
                                       " AND effect != 'deny'", (run_id,)).fetchone()[0]
         live = self._live_sql()
         if "calls_minute_agent" in needed:
-            out["calls_minute_agent"] = q(
-                "SELECT count(*) FROM events e JOIN runs r ON r.run_id = e.run_id WHERE e.kind = 'policy.decision'"
-                f" AND e.ts >= ? AND e.effect != 'deny' AND r.agent = ? AND {live}", (since_minute, agent)).fetchone()[0]
+            out["calls_minute_agent"] = q(self._calls_minute_agent_sql(), (since_minute, agent)).fetchone()[0]
         if "calls_minute_tool" in needed:
             out["calls_minute_tool"] = q(
                 "SELECT count(*) FROM events e WHERE e.kind = 'policy.decision' AND e.ts >= ? AND e.effect != 'deny'"
