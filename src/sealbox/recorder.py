@@ -205,10 +205,28 @@ class Recorder:
 
     def take_breaker_events(self) -> list[EventDraft]:
         """Drafts of the ``breaker.changed`` events caused in this thread since the last call."""
+        return [self.breaker_draft(c) for c in self._take_breaker_changes()]
+
+    @staticmethod
+    def breaker_draft(change: BreakerChange) -> EventDraft:
+        """The ``breaker.changed`` draft of one change (in the system run)."""
+        return EventDraft("breaker.changed", dict(change.to_payload()), run_id=SYSTEM_RUN_ID, principal="sealbox")
+
+    def _take_breaker_changes(self) -> list[BreakerChange]:
         pending = getattr(self._changes, "items", None) or []
         self._changes.items = []
-        return [EventDraft("breaker.changed", dict(c.to_payload()), run_id=SYSTEM_RUN_ID, principal="sealbox")
-                for c in pending]
+        return pending
+
+    def _undo_unrecorded_breaker_changes(self, server: str, tool: str, probe: list[bool],
+                                         taken: list[BreakerChange]) -> None:
+        """In the thread whose gate write failed (nothing ran): the breaker changes that write carried
+        (``taken`` by its build, and any not yet taken) are taken back (:meth:`CircuitBreaker.undo`: the
+        breaker acts only in states its record shows), and a half-open probe the call took is given back
+        (kept, it would deny every later call)."""
+        self.breaker.undo(taken + self._take_breaker_changes())
+        taken.clear()
+        if probe:
+            self.breaker.record_not_run(server, tool)
 
     def run(self, *, agent: str, principal: "str | dict | Principal | None" = None, snapshot: Any = None,
             labels: dict[str, str] | None = None, parent_run_id: str | None = None, run_id: str | None = None,
@@ -1323,8 +1341,8 @@ class RunContext:
                                   refused: bool = False) -> tuple[str, str]:
         """:meth:`_decide_and_record`, its write made by ``await writer(write)`` (:attr:`Recorder.async_writer`)."""
         call_id = self._reserve_call_id(server, tool, call_id)
-        step_box, write, boxes, probe = self._gate(server, tool, arguments, grant, call_id, exposed, agent, method,
-                                                   refused=refused)
+        step_box, write, boxes, probe, taken = self._gate(server, tool, arguments, grant, call_id, exposed, agent,
+                                                          method, refused=refused)
 
         def guarded() -> Any:  # in the thread that writes: a failed write's breaker changes are dropped there
             try:
@@ -1332,9 +1350,7 @@ class RunContext:
             except StoreBusyError:
                 raise  # build() did not run: nothing to drop; the writer makes it again
             except BaseException:
-                self.recorder.take_breaker_events()  # the probe was not recorded; nothing ran
-                if probe:  # ...and is given back: kept, it would deny every later call of the tool
-                    self.recorder.breaker.record_not_run(server, tool)
+                self.recorder._undo_unrecorded_breaker_changes(server, tool, probe, taken)  # nothing ran
                 raise
 
         try:
@@ -1348,14 +1364,12 @@ class RunContext:
     def _decide_and_record_id(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str,
                               exposed: str | None, agent: str | None = None, *,
                               method: str | None = None, refused: bool = False) -> tuple[str, str]:
-        step_box, write, boxes, probe = self._gate(server, tool, arguments, grant, call_id, exposed, agent, method,
-                                                   refused=refused)
+        step_box, write, boxes, probe, taken = self._gate(server, tool, arguments, grant, call_id, exposed, agent,
+                                                          method, refused=refused)
         try:
             self._learning(write)
         except BaseException:
-            self.recorder.take_breaker_events()  # the probe was not recorded; nothing ran
-            if probe:  # ...and is given back: kept, it would deny every later call of the tool
-                self.recorder.breaker.record_not_run(server, tool)
+            self.recorder._undo_unrecorded_breaker_changes(server, tool, probe, taken)  # not recorded; nothing ran
             with self._lock:  # no tool.call was written: the id is free again
                 self._call_ids.discard(call_id)
             raise
@@ -1363,12 +1377,14 @@ class RunContext:
 
     def _gate(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str, exposed: str | None,
               agent: str | None, method: str | None = None, *,
-              refused: bool = False) -> tuple[list[str], Callable[[], Any], tuple[list, list, list], list[bool]]:
+              refused: bool = False) -> tuple[list[str], Callable[[], Any], tuple[list, list, list], list[bool],
+                                              list[BreakerChange]]:
         """The call's step (a one-item list: the step the write placed it at, moved past another writer's
         steps by :meth:`_fresh_step`), the write of its ``tool.call`` + ``policy.decision`` (+ approval
         request), the boxes that write fills (decision, approval request, whether nothing was redacted
         from the arguments), and a list that is true once the write took a half-open breaker's probe (a
-        write that fails after that gives it back). ``refused``: the call will not run whatever its
+        write that fails after that gives it back), and the breaker changes its drafts carry (a write that
+        fails takes them back: :meth:`CircuitBreaker.undo`). ``refused``: the call will not run whatever its
         decision (``acall_tool``'s ``refused``): a ``require_approval`` is recorded without an approval request."""
         step = self._step_for_call(call_id)
         step_box = [step]  # the step written: moved past another writer's steps (_fresh_step) when taken here
@@ -1382,6 +1398,7 @@ class RunContext:
         request_box: list[dict[str, Any]] = []
         clean_box: list[bool] = []
         probe_box: list[bool] = []
+        taken_box: list[BreakerChange] = []
 
         def build(reader: Any) -> list[EventDraft]:
             step = step_box[0] = self._fresh_step(reader, step_box[0]) if fresh else step_box[0]
@@ -1417,11 +1434,13 @@ class RunContext:
                                                 recorded)
             if self.replay is not None:
                 self.replay.check(self, drafts)
-            return drafts + self.recorder.take_breaker_events()
+            changes = self.recorder._take_breaker_changes()
+            taken_box.extend(changes)  # a build made again (the write retried) adds its own
+            return drafts + [self.recorder.breaker_draft(c) for c in changes]
 
         boxes = (decision_box, request_box, clean_box)
         if not linked:
-            return step_box, lambda: self._placed(self.store.append_with(build), fresh=fresh), boxes, probe_box
+            return step_box, lambda: self._placed(self.store.append_with(build), fresh=fresh), boxes, probe_box, taken_box
 
         def write_linked() -> Any:
             events = self._placed(self.store.append_with(build))
@@ -1429,7 +1448,7 @@ class RunContext:
                 self._taken_steps[step] = call_id
             return events
 
-        return step_box, write_linked, boxes, probe_box
+        return step_box, write_linked, boxes, probe_box, taken_box
 
     def _check_call_free(self, reader: Any, step: str, call_id: str) -> None:
         """Inside the write transaction of a tool call linked to sub-step ``step`` (``"<n>.<i>"``), or of any

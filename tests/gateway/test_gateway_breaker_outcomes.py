@@ -292,8 +292,11 @@ async def test_a_half_open_probe_whose_call_could_not_be_recorded_is_given_back(
         served = await client.call_tool("toy__echo", {"text": "served"})
         state = gw.recorder.breaker.state("toy", "echo")
     assert unrecorded.is_error is True and "could not be recorded" in text_of(unrecorded)
-    assert after_failure == "half_open"
+    assert after_failure == "open"  # its open -> half_open was not recorded: taken back; the next call probes
     assert (served.is_error, text_of(served), state) == (False, "served", "closed")
+    assert [(c["from"], c["to"], c["reason"]) for c in system_events(store, "breaker.changed")] == [
+        ("closed", "open", "failures"), ("open", "half_open", "cooldown_elapsed"),
+        ("half_open", "closed", "probe_succeeded")]
     assert [e["arguments"]["text"] for e in toy_log(tmp_path)] == ["!rpc -32603 Internal error", "served"]
 
 

@@ -223,6 +223,26 @@ class CircuitBreaker:
             if slot is not None and slot.state == "half_open":
                 slot.probing = False
 
+    def undo(self, changes: list[BreakerChange]) -> None:
+        """Take back changes :meth:`before_call` made whose ``breaker.changed`` could not be recorded (the
+        write carrying them failed; nothing ran), newest first, so that the breaker is in the state its record
+        last shows: an ``open`` → ``half_open`` goes back to ``open``, its cool-down still over (the next call
+        moves it again, and that change is recorded with that call); a tool first seen during a
+        :meth:`server_down` cool-down, opened by it, is dropped (as never seen: its next call opens it again).
+        A change is taken back only while the breaker is still in the state it moved to; other changes are
+        left as they are. ``on_change`` is not called (nothing the record holds changes)."""
+        with self._lock:
+            for change in reversed(changes):
+                key = (change.server, change.tool)
+                slot = self._slots.get(key)
+                if slot is None or slot.state != change.new:
+                    continue
+                if change.old == "open" and change.new == "half_open":
+                    slot.state, slot.probing = "open", False
+                elif change.old == "closed" and change.new == "open" and change.reason == "server_down" \
+                        and not slot.failures:
+                    del self._slots[key]
+
     def server_down(self, server: str) -> list[BreakerChange]:
         """The upstream server is unreachable: open every known tool of it (and new ones, for the cool-down)."""
         changes: list[BreakerChange] = []
