@@ -186,6 +186,10 @@ class Recorder:
         self.policy = policy
         self._needed = {LIMIT_COUNTERS[name][0] for name, _ in policy.limit_bounds} - {"elapsed_s"}
         self._changes = threading.local()
+        #: ``breaker.changed`` drafts of changes a call whose tool ran made (its ``tool.result`` write failed):
+        #: written with the next write carrying breaker changes, in any thread (the record misses none)
+        self._unwritten: list[EventDraft] = []
+        self._unwritten_lock = threading.Lock()
         self.breaker = breaker or CircuitBreaker()
         self.breaker.on_change = self._on_breaker_change
         self.approvals, self.approval_timeout, self.approval_poll = approvals, approval_timeout, approval_poll
@@ -204,8 +208,22 @@ class Recorder:
         pending.append(change)
 
     def take_breaker_events(self) -> list[EventDraft]:
-        """Drafts of the ``breaker.changed`` events caused in this thread since the last call."""
-        return [self.breaker_draft(c) for c in self._take_breaker_changes()]
+        """Drafts of the ``breaker.changed`` events caused in this thread since the last call, after those
+        whose write failed earlier (:meth:`_requeue_breaker_events`) in any thread."""
+        return self._take_unwritten() + [self.breaker_draft(c) for c in self._take_breaker_changes()]
+
+    def _take_unwritten(self) -> list[EventDraft]:
+        with self._unwritten_lock:
+            taken, self._unwritten = self._unwritten, []
+        return taken
+
+    def _requeue_breaker_events(self, drafts: list[EventDraft]) -> None:
+        """The ``breaker.changed`` drafts among ``drafts``, whose write failed, are written with the next
+        write that carries breaker changes (the changes stand: the tool ran, or another call made them)."""
+        changed = [d for d in drafts if d.kind == "breaker.changed"]
+        if changed:
+            with self._unwritten_lock:
+                self._unwritten[:0] = changed  # made before those requeued since
 
     @staticmethod
     def breaker_draft(change: BreakerChange) -> EventDraft:
@@ -218,13 +236,17 @@ class Recorder:
         return pending
 
     def _undo_unrecorded_breaker_changes(self, server: str, tool: str, probe: list[bool],
-                                         taken: list[BreakerChange]) -> None:
-        """In the thread whose gate write failed (nothing ran): the breaker changes that write carried
-        (``taken`` by its build, and any not yet taken) are taken back (:meth:`CircuitBreaker.undo`: the
-        breaker acts only in states its record shows), and a half-open probe the call took is given back
-        (kept, it would deny every later call)."""
-        self.breaker.undo(taken + self._take_breaker_changes())
-        taken.clear()
+                                         taken: tuple[list[EventDraft], list[BreakerChange]]) -> None:
+        """In the thread whose gate write failed (nothing ran): the breaker changes that write made and
+        carried (``taken[1]``, by its build, and any not yet taken) are taken back
+        (:meth:`CircuitBreaker.undo`: the breaker acts only in states its record shows), those of earlier
+        failed writes it carried (``taken[0]``) are queued again, and a half-open probe the call took is
+        given back (kept, it would deny every later call)."""
+        earlier, own = taken
+        self._requeue_breaker_events(earlier)
+        self.breaker.undo(own + self._take_breaker_changes())
+        earlier.clear()
+        own.clear()
         if probe:
             self.breaker.record_not_run(server, tool)
 
@@ -1378,13 +1400,14 @@ class RunContext:
     def _gate(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str, exposed: str | None,
               agent: str | None, method: str | None = None, *,
               refused: bool = False) -> tuple[list[str], Callable[[], Any], tuple[list, list, list], list[bool],
-                                              list[BreakerChange]]:
+                                              tuple[list[EventDraft], list[BreakerChange]]]:
         """The call's step (a one-item list: the step the write placed it at, moved past another writer's
         steps by :meth:`_fresh_step`), the write of its ``tool.call`` + ``policy.decision`` (+ approval
         request), the boxes that write fills (decision, approval request, whether nothing was redacted
         from the arguments), and a list that is true once the write took a half-open breaker's probe (a
-        write that fails after that gives it back), and the breaker changes its drafts carry (a write that
-        fails takes them back: :meth:`CircuitBreaker.undo`). ``refused``: the call will not run whatever its
+        write that fails after that gives it back), and the breaker changes its drafts carry: those of
+        earlier failed writes, and its own (a write that fails takes them back: :meth:`CircuitBreaker.undo`).
+        ``refused``: the call will not run whatever its
         decision (``acall_tool``'s ``refused``): a ``require_approval`` is recorded without an approval request."""
         step = self._step_for_call(call_id)
         step_box = [step]  # the step written: moved past another writer's steps (_fresh_step) when taken here
@@ -1398,7 +1421,7 @@ class RunContext:
         request_box: list[dict[str, Any]] = []
         clean_box: list[bool] = []
         probe_box: list[bool] = []
-        taken_box: list[BreakerChange] = []
+        taken_box: tuple[list[EventDraft], list[BreakerChange]] = ([], [])
 
         def build(reader: Any) -> list[EventDraft]:
             step = step_box[0] = self._fresh_step(reader, step_box[0]) if fresh else step_box[0]
@@ -1434,9 +1457,10 @@ class RunContext:
                                                 recorded)
             if self.replay is not None:
                 self.replay.check(self, drafts)
-            changes = self.recorder._take_breaker_changes()
-            taken_box.extend(changes)  # a build made again (the write retried) adds its own
-            return drafts + [self.recorder.breaker_draft(c) for c in changes]
+            earlier, changes = self.recorder._take_unwritten(), self.recorder._take_breaker_changes()
+            taken_box[0].extend(earlier)  # a build made again (the write retried) adds its own
+            taken_box[1].extend(changes)
+            return drafts + earlier + [self.recorder.breaker_draft(c) for c in changes]
 
         boxes = (decision_box, request_box, clean_box)
         if not linked:
@@ -1648,18 +1672,27 @@ class RunContext:
         drafts = self._result_drafts(server, tool, call_id, step, started_ns, result=result, error=error,
                                      arguments=arguments, count=count, failure=failure)
         writer = self.recorder.async_writer
-        if writer is None:
-            self._append(drafts, sync=False)
-        else:
-            await writer(lambda: self._append(drafts, sync=False))
+        try:
+            if writer is None:
+                self._append(drafts, sync=False)
+            else:
+                await writer(lambda: self._append(drafts, sync=False))
+        except BaseException:
+            self.recorder._requeue_breaker_events(drafts)  # the tool ran: its breaker changes stand
+            raise
 
     def _record_result(self, server: str, tool: str, call_id: str, step: str, started_ns: int, *, result: Any = None,
                        error: BaseException | None = None, arguments: Any = _NO_ARGUMENTS, count: bool = True,
                        failure: str | None = None) -> None:
         """``tool.result``. Raises RecordingError (not recorded)."""
         # not fsync'd on its own: durable with the next fsync'd commit; a power cut before leaves "outcome unknown"
-        self._append(self._result_drafts(server, tool, call_id, step, started_ns, result=result, error=error,
-                                         arguments=arguments, count=count, failure=failure), sync=False)
+        drafts = self._result_drafts(server, tool, call_id, step, started_ns, result=result, error=error,
+                                     arguments=arguments, count=count, failure=failure)
+        try:
+            self._append(drafts, sync=False)
+        except BaseException:
+            self.recorder._requeue_breaker_events(drafts)  # the tool ran: its breaker changes stand
+            raise
 
     def _result_drafts(self, server: str, tool: str, call_id: str, step: str, started_ns: int, *, result: Any = None,
                        error: BaseException | None = None, arguments: Any = _NO_ARGUMENTS, count: bool = True,

@@ -131,3 +131,40 @@ def test_a_tool_first_seen_while_its_server_is_down_is_opened_by_the_call_that_i
     assert _changes(store) == [("db", "query", "closed", "open", "server_down"),
                                ("db", "insert", "closed", "open", "server_down")]
     assert _outcomes(store, run.run_id) == [("query", "policy_allow"), (False,), ("insert", "breaker_open")]
+
+
+class _FailingResultWrite(_FailingWrite):
+    """The store's real write of a ``tool.result`` (``append``), failing once its drafts were given."""
+
+    def __enter__(self):
+        def failing_append(drafts, sync=True):
+            def build_then_fail(reader):
+                raise OSError("disk full")
+            return self.original(build_then_fail, sync=sync)
+        self.store.append = failing_append
+
+    def __exit__(self, *exc):
+        del self.store.append  # the class's method again
+
+
+def test_a_change_whose_tool_result_was_not_written_is_written_with_the_next_call(store):
+    """The probe ran and succeeded (the breaker closed), but its ``tool.result`` write failed: the change
+    stands (the tool answered), and its ``breaker.changed`` is written with the next call's events; it was
+    dropped, so the record went from ``half_open`` to the next ``closed`` -> ``open``."""
+    now = [0.0]
+    rec = Recorder(store, ALLOW_ALL, breaker=CircuitBreaker(threshold=1, cooldown_s=10, clock=lambda: now[0]))
+    with rec.run(agent="a") as run:
+        with pytest.raises(RuntimeError):
+            run.call_tool("db", "query", {}, _broken)  # opens
+        now[0] = 11.0
+        with _FailingResultWrite(store), pytest.raises(RecordingError):
+            run.call_tool("db", "query", {}, lambda **_: "rows")  # the probe runs, closes; its result is lost
+        assert rec.breaker.state("db", "query") == "closed"
+        with pytest.raises(RuntimeError):
+            run.call_tool("db", "query", {}, _broken)  # opens again
+    assert _changes(store) == [("db", "query", "closed", "open", "failures"),
+                               ("db", "query", "open", "half_open", "cooldown_elapsed"),
+                               ("db", "query", "half_open", "closed", "probe_succeeded"),
+                               ("db", "query", "closed", "open", "failures")]
+    assert _outcomes(store, run.run_id) == [("query", "policy_allow"), (False,), ("query", "policy_allow"),
+                                            ("query", "policy_allow"), (False,)]
