@@ -110,10 +110,10 @@ def upgrade_cmd(store_path: str) -> None:
         pending = []
     except StoreUpgradeNeededError as exc:
         pending = exc.pending
-    except SchemaVersionError as exc:  # a PostgreSQL store's older schema (its list is in the message)
+    except SchemaVersionError as exc:  # a PostgreSQL store's older schema (it carries the list too)
         if "older Sealbox" not in str(exc):
             raise  # a newer Sealbox's store, or an edited migration: the writer would refuse it too
-        pending = None
+        pending = getattr(exc, "pending", None)
     if pending == []:
         click.echo(f"{store_path} is up to date: no migration to apply")
         return

@@ -454,10 +454,12 @@ class PostgresStore(SqliteQueries):
                                      "tables are there (changed below Sealbox; restore the store from a backup)")
                 raise NotAStoreError(f"{where} holds no Sealbox store (no schema_migrations table)")
             if pending and self.readonly:
-                raise SchemaVersionError(f"{where} was written by an older Sealbox (pending migrations "
-                                         f"{[m.version for m in pending]}): its owner upgrades it once with "
-                                         f"`sealbox upgrade --store {self.path}` (or by opening it for writing "
-                                         "through the API)")
+                older = SchemaVersionError(f"{where} was written by an older Sealbox (pending migrations "
+                                           f"{[m.version for m in pending]}): its owner upgrades it once with "
+                                           f"`sealbox upgrade --store {self.path}` (or by opening it for writing "
+                                           "through the API)")
+                older.pending = [m.version for m in pending]  # type: ignore[attr-defined]  # (sealbox upgrade says them)
+                raise older
             for mig in pending:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
