@@ -33,11 +33,23 @@ def sb(*args):
     return subprocess.run([sys.executable, "-m", "sealbox.cli.main", *map(str, args)], capture_output=True, text=True)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.skipif(
-    not PG_URL, reason="needs SEALBOX_TEST_POSTGRES_URL"))])
+_POSTGRES = pytest.param("postgres", marks=pytest.mark.skipif(not PG_URL, reason="needs SEALBOX_TEST_POSTGRES_URL"))
+
+
+@pytest.fixture(params=["sqlite", _POSTGRES])
 def backend(request):
     """(name, init(path) -> store, sql(statement) -> rows on the store's database)."""
-    if request.param == "sqlite":
+    yield from _backend(request.param)
+
+
+@pytest.fixture(params=[_POSTGRES])
+def pg_backend(request):
+    """:func:`backend`, PostgreSQL only (what only PostgreSQL has: its plans, the index's key function)."""
+    yield from _backend(request.param)
+
+
+def _backend(param):
+    if param == "sqlite":
         paths = []
 
         def init(path):
@@ -141,13 +153,10 @@ def test_sqlite_a_lookup_by_id_alone_searches_the_approval_index(tmp_path, trace
         store.close()
 
 
-@pytest.mark.skipif(not PG_URL, reason="needs SEALBOX_TEST_POSTGRES_URL")
-def test_postgres_a_lookup_by_id_alone_searches_the_approval_index(tmp_path, monkeypatch, backend):
+def test_postgres_a_lookup_by_id_alone_searches_the_approval_index(tmp_path, monkeypatch, pg_backend):
     """With sequential scans off (a test store is too small for the planner to prefer an index),
     the lookup's condition is an index condition on events_approval."""
-    name, init, sql = backend
-    if name != "postgres":
-        pytest.skip("the PostgreSQL plan")
+    name, init, sql = pg_backend
     from sealbox.store import postgres
 
     store = init(tmp_path / "store")
@@ -445,13 +454,11 @@ def test_an_index_dropped_below_sealbox_is_one_error_line_on_open(tmp_path, inde
         sealbox.open_store(path, readonly=True)
 
 
-def test_a_postgres_schema_without_the_index_function_is_one_error_line_on_open(tmp_path, backend):
+def test_a_postgres_schema_without_the_index_function_is_one_error_line_on_open(tmp_path, pg_backend):
     """PostgreSQL: sealbox_approval_id(bytea) (migration 0002) and its index dropped below Sealbox, the
     migration still recorded, made `sealbox approvals show ID` fail with a three-line ``internal error:
     UndefinedFunction``; verify said Verified. Now every open refuses the schema, naming the function."""
-    name, init, sql = backend
-    if name != "postgres":
-        pytest.skip("the function is PostgreSQL's")
+    name, init, sql = pg_backend
     path = tmp_path / "store"
     store = init(path)
     [(_, approval_id)] = _requests(store, 1)
@@ -467,15 +474,13 @@ def test_a_postgres_schema_without_the_index_function_is_one_error_line_on_open(
         assert (res.returncode, res.stdout, res.stderr) == (2, "", want), args
 
 
-def test_a_request_the_index_misnames_is_never_taken_for_another(tmp_path, backend):
+def test_a_request_the_index_misnames_is_never_taken_for_another(tmp_path, pg_backend):
     """The events_approval key is the database's reading of the bytes; on PostgreSQL it is a function in the
     store's schema, which whoever owns the database can replace (and REINDEX). With the ids of two requests
     swapped that way, get_approval(A) returned request B, so an approver naming A was shown, and would
     answer, B. A lookup now takes only requests whose own bytes name the id, reading every request when the
     index disagrees with them."""
-    name, init, sql = backend
-    if name != "postgres":
-        pytest.skip("SQLite computes the key itself; no function can be replaced")
+    name, init, sql = pg_backend
     path = tmp_path / "store"
     store = init(path)
     (_, a), (_, b) = _requests(store, 2)
