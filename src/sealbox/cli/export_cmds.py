@@ -126,7 +126,8 @@ MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]],
 @click.option("--otlp", "otlp", metavar="URL",
               help="Send the runs as OpenTelemetry traces and logs to this OTLP/HTTP endpoint (e.g. http://localhost:4318).")
 @click.option("--otlp-content", "otlp_content", is_flag=True,
-              help="With --otlp: also send tool arguments, results and error messages (off by default).")
+              help="With --otlp: also send tool arguments, results, error messages and model requests and "
+                   "responses (off by default).")
 @click.option("--otlp-header", "otlp_headers", multiple=True, metavar="K=V",
               help="With --otlp: an HTTP header for the endpoint (repeatable), e.g. an API key.")
 @click.option("--since", metavar="TIME", help="Runs started at or after this time (RFC 3339, a date, or 30d / 2h ago).")

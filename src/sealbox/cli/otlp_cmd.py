@@ -20,7 +20,8 @@ def otlp_options(fn: Callable) -> Callable:
     fn = click.option("--otlp-header", "otlp_headers", multiple=True, metavar="K=V",
                       help="HTTP header sent with the OTLP requests (repeatable), e.g. an API key.")(fn)
     fn = click.option("--otlp-content", "otlp_content", is_flag=True,
-                      help="Also send tool arguments, results and error messages (off by default).")(fn)
+                      help="Also send tool arguments, results, error messages and model requests and responses "
+                           "(off by default).")(fn)
     return click.option("--otlp", "otlp", metavar="URL", default=None,
                         help="Send the runs as OpenTelemetry traces and logs to this OTLP/HTTP endpoint "
                              "(base URL, e.g. http://localhost:4318).")(fn)

@@ -24,7 +24,9 @@ Mapping (docs/otlp.md has the full table):
 Trace and span ids are derived from run ids, call ids and run sequence numbers
 (SHA-256), so exporting the same runs again sends the same ids and a backend that
 de-duplicates sees no new spans. Content — tool arguments and results, error
-messages — is exported only with ``content=True``, and then as the store holds it
+messages, model requests and responses (``gen_ai.input.messages`` and the other GenAI
+content attributes, and the exact bodies in ``sealbox.model.request`` / ``.response``) —
+is exported only with ``content=True``, and then as the store holds it
 (redacted or hashed per the store's content mode).
 """
 
@@ -163,7 +165,8 @@ def build_otlp(store: Any, run_ids: Iterable[str], *, content: bool = False,
         store: an open store (read-only is enough).
         run_ids: runs to export; a child run whose parent is among them nests under
             the parent's span, in the parent's trace.
-        content: include tool arguments, results and error messages.
+        content: include tool arguments, results, error messages and model requests and responses
+            (:func:`model_content_attributes`).
         service_name: the resource's ``service.name``.
 
     Raises:
@@ -454,6 +457,8 @@ class _RunBuilder:
             sealbox__usage__cost=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
             sealbox__event__leaf_index=ev.leaf_index, sealbox__event__leaf_hash=ev.leaf_hash,
         )
+        if self.content:
+            attrs.update(model_content_attributes(_str(p.get("format")), request, response))
         self._span(f"chat {request_model}", ctx, self.run_ctx, SpanKind.CLIENT, start, end, attrs)
         return ctx
 
@@ -592,6 +597,140 @@ class _RunBuilder:
         self._log(ev, ctx, severity, body, {**common, **attrs})
 
 
+def model_content_attributes(fmt: str | None, request: Any, response: Any) -> dict[str, str]:
+    """The content attributes of a ``chat`` span (sent only with ``content=True``), as JSON text.
+
+    ``gen_ai.input.messages``, ``gen_ai.system_instructions`` and ``gen_ai.output.messages`` follow the
+    GenAI semantic conventions (``{"role", "parts": [{"type": "text" | "tool_call" | "tool_call_response",
+    ...}]}``; output messages with their ``finish_reason``), converted from the recorded OpenAI chat,
+    OpenAI Responses or Anthropic Messages body (another format has none of them: there is no
+    conversion to make). That conversion loses what the conventions have no place for (sampling
+    parameters, tool definitions, provider fields), so the exact recorded bodies also go in
+    ``sealbox.model.request`` and ``sealbox.model.response``, which ``sealbox import`` reads back.
+    Values are as the store holds them (redacted or hashed per its content mode); a missing body
+    (None) gives no attribute.
+    """
+    out: dict[str, str] = {}
+    if request is not None:
+        out["sealbox.model.request"] = _json(request)
+    if response is not None:
+        out["sealbox.model.response"] = _json(response)
+    try:
+        system, messages, output = _genai_messages(fmt, request, response)
+    except (TypeError, ValueError, AttributeError):  # a body not of its format's shape: the raw bodies only
+        return out
+    if system:
+        out["gen_ai.system_instructions"] = _json(system)
+    if messages:
+        out["gen_ai.input.messages"] = _json(messages)
+    if output:
+        out["gen_ai.output.messages"] = _json(output)
+    return out
+
+
+def _text_parts(content: Any) -> list[dict[str, Any]]:
+    """GenAI parts of a message's content: a string, or a list of content blocks."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}]
+    if isinstance(content, list):
+        parts: list[dict[str, Any]] = []
+        for block in content:
+            if isinstance(block, str):
+                parts.append({"type": "text", "content": block})
+            elif isinstance(block, dict) and block.get("type") in ("text", "input_text", "output_text"):
+                parts.append({"type": "text", "content": block.get("text")})
+            elif isinstance(block, dict) and block.get("type") == "tool_use":
+                parts.append({"type": "tool_call", "id": block.get("id"), "name": block.get("name"),
+                              "arguments": block.get("input")})
+            elif isinstance(block, dict) and block.get("type") == "tool_result":
+                parts.append({"type": "tool_call_response", "id": block.get("tool_use_id"),
+                              "response": block.get("content")})
+            else:  # an image, a document, a thinking block...: kept as given
+                parts.append(block if isinstance(block, dict) and "type" in block else {"type": "unknown",
+                                                                                       "content": block})
+        return parts
+    return [{"type": "unknown", "content": content}]
+
+
+def _arguments(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _openai_message(m: Mapping[str, Any]) -> dict[str, Any]:
+    role = m.get("role") or "user"
+    if role == "tool":
+        return {"role": "tool", "parts": [{"type": "tool_call_response", "id": m.get("tool_call_id"),
+                                           "response": m.get("content")}]}
+    parts = _text_parts(m.get("content"))
+    for tc in m.get("tool_calls") or ():
+        fn = tc.get("function") or {}
+        parts.append({"type": "tool_call", "id": tc.get("id"), "name": fn.get("name"),
+                      "arguments": _arguments(fn.get("arguments"))})
+    out: dict[str, Any] = {"role": role, "parts": parts}
+    if isinstance(m.get("name"), str):
+        out["name"] = m["name"]
+    return out
+
+
+def _responses_items(items: Any) -> list[dict[str, Any]]:
+    if isinstance(items, str):
+        return [{"role": "user", "parts": [{"type": "text", "content": items}]}]
+    out: list[dict[str, Any]] = []
+    for item in items or ():
+        kind = item.get("type")
+        if kind == "function_call":
+            out.append({"role": "assistant", "parts": [{"type": "tool_call", "id": item.get("call_id"),
+                                                        "name": item.get("name"),
+                                                        "arguments": _arguments(item.get("arguments"))}]})
+        elif kind == "function_call_output":
+            out.append({"role": "tool", "parts": [{"type": "tool_call_response", "id": item.get("call_id"),
+                                                   "response": item.get("output")}]})
+        elif kind in (None, "message"):
+            out.append({"role": item.get("role") or "assistant", "parts": _text_parts(item.get("content"))})
+        else:  # reasoning, web search...: kept as given
+            out.append({"role": "assistant", "parts": [item]})
+    return out
+
+
+def _genai_messages(fmt: str | None, request: Any, response: Any) -> tuple[list, list, list]:
+    """(system instructions, input messages, output messages) in the GenAI conventions' shape."""
+    req = request if isinstance(request, dict) else {}
+    resp = response if isinstance(response, dict) else {}
+    system: list[dict[str, Any]] = []
+    messages: list[dict[str, Any]] = []
+    output: list[dict[str, Any]] = []
+    if fmt == "openai.chat":
+        for m in req.get("messages") or ():
+            if m.get("role") in ("system", "developer"):
+                system.extend(_text_parts(m.get("content")))
+            else:
+                messages.append(_openai_message(m))
+        for choice in resp.get("choices") or ():
+            msg = _openai_message({"role": "assistant", **(choice.get("message") or {})})
+            output.append({**msg, "finish_reason": choice.get("finish_reason")})
+    elif fmt == "anthropic.messages":
+        system = _text_parts(req.get("system"))
+        messages = [{"role": m.get("role") or "user", "parts": _text_parts(m.get("content"))}
+                    for m in req.get("messages") or ()]
+        if resp.get("content") is not None:
+            output = [{"role": resp.get("role") or "assistant", "parts": _text_parts(resp.get("content")),
+                       "finish_reason": resp.get("stop_reason")}]
+    elif fmt == "openai.responses":
+        system = _text_parts(req.get("instructions"))
+        messages = _responses_items(req.get("input"))
+        parts = [p for m in _responses_items(resp.get("output")) for p in m["parts"]]
+        if parts:
+            output = [{"role": "assistant", "parts": parts, "finish_reason": resp.get("status")}]
+    return system, messages, output
+
+
 def _finish_reasons(resp: Mapping[str, Any]) -> list[str]:
     """Finish reasons of an OpenAI chat completion or an Anthropic message (empty if none)."""
     out: list[str] = []
@@ -616,7 +755,8 @@ def export_otlp(store: Any, run_ids: Iterable[str], endpoint: str, *, content: b
         endpoint: the collector's base URL, e.g. ``http://localhost:4318`` (``/v1/traces`` and
             ``/v1/logs`` are appended); required — nothing is sent to a default or an
             endpoint taken from the environment.
-        content: also send tool arguments, results and error messages (off by default).
+        content: also send tool arguments, results, error messages and model requests and responses
+            (off by default).
         headers: HTTP headers for both signals (e.g. an API key).
         timeout: seconds per request, retries included.
         service_name: the resource's ``service.name``.

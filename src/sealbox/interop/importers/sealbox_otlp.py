@@ -18,8 +18,12 @@ format has, it says what the store knew and no other tracer does; the importer m
 - ``sealbox.server`` and ``sealbox.tool.exposed`` are the call's server and exposed name;
 - a model span's ``sealbox.usage.cost`` is the model call's ``usage.cost`` (the run's ``run.ended`` usage
   then sums it);
-- a model span's ``sealbox.model.tool_call_ids`` are the calls it requested (the export sends no
-  messages), each in its place (a null, a call requested without an id, keeps its position, so the
+- a model span's ``sealbox.model.request`` / ``.response`` (exported with ``--otlp-content``) are the
+  model call's request and response exactly as the exporting store held them, with its
+  ``sealbox.model.format`` (the ``gen_ai.input.messages`` / ``gen_ai.output.messages`` it also carries
+  are a lossy conversion, read only from spans of other tracers);
+- a model span's ``sealbox.model.tool_call_ids`` are the calls it requested, each in its place (a null,
+  a call requested without an id, keeps its position, so the
   calls after it come back at the sub-steps they had), and a tool span's link with
   ``sealbox.link = requested_by`` names its model span;
 - the ``sealbox.approval.requested`` / ``.answered`` / ``.expired`` log records become imported
@@ -37,6 +41,7 @@ Everything read here is what the file says, unauthenticated: ``sealbox.event.lea
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 EFFECTS = ("allow", "deny", "require_approval")
@@ -94,6 +99,17 @@ def read_model(s: Any, attrs: dict[str, Any]) -> None:
     if isinstance(cost, (int, float)) and not isinstance(cost, bool):
         s.usage = {**s.usage, "cost": cost}  # kept only when finite and not negative (RunBuilder.model_call)
     s.extra["sealbox"] = source_facts(attrs)
+    # exported with --otlp-content: the exact recorded bodies (the gen_ai.*.messages are a lossy conversion)
+    found = False
+    for key, name in (("sealbox.model.request", "request"), ("sealbox.model.response", "response")):
+        if isinstance(attrs.get(key), str):
+            try:
+                setattr(s, name, json.loads(attrs[key]))
+                found = True
+            except ValueError:  # not JSON: kept as the text it is
+                setattr(s, name, attrs[key])
+    if found and _str(attrs.get("sealbox.model.format")):
+        s.fmt = attrs["sealbox.model.format"]
 
 
 def read_tool(s: Any, attrs: dict[str, Any], log_records: list[Any] | None) -> None:
