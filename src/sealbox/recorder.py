@@ -1424,6 +1424,11 @@ class RunContext:
         taken_box: tuple[list[EventDraft], list[BreakerChange]] = ([], [])
 
         def build(reader: Any) -> list[EventDraft]:
+            if taken_box[0] or taken_box[1] or probe_box:
+                # made again (PostgreSQL retried the write: the first transaction rolled back): the breaker
+                # goes back to the state the record shows, so this build makes and carries the same changes
+                self.recorder._undo_unrecorded_breaker_changes(server, tool, probe_box, taken_box)
+                probe_box.clear()
             step = step_box[0] = self._fresh_step(reader, step_box[0]) if fresh else step_box[0]
             if checked:
                 self._check_call_free(reader, step, call_id)
