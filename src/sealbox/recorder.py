@@ -916,6 +916,19 @@ class RunContext:
         self._append_step("run.ended", payload)
         self.ended = True
         self._release_lease()
+        self._write_queued_breaker_events()
+
+    def _write_queued_breaker_events(self) -> None:
+        """Write the ``breaker.changed`` queued by failed ``tool.result`` writes (in any run of the recorder)
+        that no later call carried: lost at process exit otherwise. A failed write queues them again (the
+        run has ended all the same; no error is raised)."""
+        queued = self.recorder._take_unwritten()
+        if not queued:
+            return
+        try:
+            self.store.append(queued)
+        except Exception:  # noqa: BLE001 - kept for the next write carrying breaker changes
+            self.recorder._requeue_breaker_events(queued)
 
     def _release_lease(self) -> None:
         if self._lease is not None:

@@ -168,3 +168,21 @@ def test_a_change_whose_tool_result_was_not_written_is_written_with_the_next_cal
                                ("db", "query", "closed", "open", "failures")]
     assert _outcomes(store, run.run_id) == [("query", "policy_allow"), (False,), ("query", "policy_allow"),
                                             ("query", "policy_allow"), (False,)]
+
+
+def test_a_change_whose_tool_result_was_not_written_is_written_when_the_run_ends(store):
+    """The last call of a run was the probe whose ``tool.result`` write failed: no later call carried its
+    queued ``breaker.changed``, so it was lost when the process exited (the record left the breaker
+    half-open for ever). The run's end writes it."""
+    now = [0.0]
+    rec = Recorder(store, ALLOW_ALL, breaker=CircuitBreaker(threshold=1, cooldown_s=10, clock=lambda: now[0]))
+    with rec.run(agent="a") as run:
+        with pytest.raises(RuntimeError):
+            run.call_tool("db", "query", {}, _broken)  # opens
+        now[0] = 11.0
+        with _FailingResultWrite(store), pytest.raises(RecordingError):
+            run.call_tool("db", "query", {}, lambda **_: "rows")  # the probe runs, closes; its result is lost
+    assert _changes(store) == [("db", "query", "closed", "open", "failures"),
+                               ("db", "query", "open", "half_open", "cooldown_elapsed"),
+                               ("db", "query", "half_open", "closed", "probe_succeeded")]
+    assert rec._take_unwritten() == []
