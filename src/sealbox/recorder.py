@@ -1687,16 +1687,16 @@ class RunContext:
                              count: bool = True, failure: str | None = None) -> None:
         """:meth:`_record_result`, its write made by ``await recorder.async_writer(write)`` when the
         recorder has one (:attr:`Recorder.async_writer`), else on the spot. Raises as it does."""
-        drafts = self._result_drafts(server, tool, call_id, step, started_ns, result=result, error=error,
-                                     arguments=arguments, count=count, failure=failure)
+        write, build = self._result_write(server, tool, call_id, step, started_ns, result=result, error=error,
+                                          arguments=arguments, count=count, failure=failure)
         writer = self.recorder.async_writer
         try:
             if writer is None:
-                self._append(drafts, sync=False)
+                write()
             else:
-                await writer(lambda: self._append(drafts, sync=False))
+                await writer(write)
         except BaseException:
-            self.recorder._requeue_breaker_events(drafts)  # the tool ran: its breaker changes stand
+            self.recorder._requeue_breaker_events(build(None))  # the tool ran: its breaker changes stand
             raise
 
     def _record_result(self, server: str, tool: str, call_id: str, step: str, started_ns: int, *, result: Any = None,
@@ -1704,18 +1704,47 @@ class RunContext:
                        failure: str | None = None) -> None:
         """``tool.result``. Raises RecordingError (not recorded)."""
         # not fsync'd on its own: durable with the next fsync'd commit; a power cut before leaves "outcome unknown"
-        drafts = self._result_drafts(server, tool, call_id, step, started_ns, result=result, error=error,
-                                     arguments=arguments, count=count, failure=failure)
+        write, build = self._result_write(server, tool, call_id, step, started_ns, result=result, error=error,
+                                          arguments=arguments, count=count, failure=failure)
         try:
-            self._append(drafts, sync=False)
+            write()
         except BaseException:
-            self.recorder._requeue_breaker_events(drafts)  # the tool ran: its breaker changes stand
+            self.recorder._requeue_breaker_events(build(None))  # the tool ran: its breaker changes stand
             raise
+
+    def _result_write(self, server: str, tool: str, call_id: str, step: str, started_ns: int, *,
+                      result: Any = None, error: BaseException | None = None, arguments: Any = _NO_ARGUMENTS,
+                      count: bool = True, failure: str | None = None
+                      ) -> tuple[Callable[[], Any], Callable[[Any], list[EventDraft]]]:
+        """The write of a ``tool.result`` (raises RecordingError: not recorded), and the build of its drafts
+        (``build(reader)``: the ``tool.result``, then the ``breaker.changed`` it carries). The breaker's update
+        for the call's outcome is made by the first build, inside the write transaction (under the store's
+        write lock), so that its ``breaker.changed`` is committed in the order the breaker changed, whatever
+        other threads write meanwhile: made before, a change could be committed after another thread's later
+        change of the same breaker (the record going ``closed`` -> ``open``, then ``half_open`` -> ``closed``).
+        A build made again (the write retried) carries the same changes; a write that failed before building
+        gets them from ``build(None)`` (the outcome counts all the same: the tool ran)."""
+        draft, outcome = self._result_drafts(server, tool, call_id, step, started_ns, result=result, error=error,
+                                             arguments=arguments, count=count, failure=failure)
+        carried: list[EventDraft] = []
+        done: list[bool] = []
+
+        def build(reader: Any) -> list[EventDraft]:
+            if not done:
+                done.append(True)
+                outcome()
+                carried.extend(self.recorder.take_breaker_events())
+            return [draft, *carried]
+
+        if self.replay is not None:  # compared with the record first (_append): built on the spot
+            return lambda: self._append(build(None), sync=False), build
+        return lambda: self._placed(self._learning(lambda: self.store.append_with(build, sync=False))), build
 
     def _result_drafts(self, server: str, tool: str, call_id: str, step: str, started_ns: int, *, result: Any = None,
                        error: BaseException | None = None, arguments: Any = _NO_ARGUMENTS, count: bool = True,
-                       failure: str | None = None) -> list[EventDraft]:
-        """The drafts of a ``tool.result`` (and the breaker changes it caused). With an ``error``, the call's ``arguments`` (when given) say which
+                       failure: str | None = None) -> tuple[EventDraft, Callable[[], None]]:
+        """The draft of a ``tool.result``, and the breaker's update for its outcome (a callable, made by
+        :meth:`_result_write` inside the write). With an ``error``, the call's ``arguments`` (when given) say which
         redacted values to scrub from its message and traceback; ``count=False``: a caller's
         mistake (a refused return value, arguments refused before the tool ran: ``refused``), not a
         failure of the tool, so the breaker does not count it (a half-open probe it took is given back).
@@ -1733,20 +1762,25 @@ class RunContext:
                 if secrets and redactor is not None:
                     message = redactor.scrub_values(message, secrets)
                 payload["error"] = {"type": "ToolError", "message": message}
-            self.recorder.breaker.record_success(server, tool)  # the tool answered, even with its own failure
         else:
             self._redacted_values(arguments)
             payload["error"] = self._error_dict(error, self._run_secrets(), traceback=True)
-            if not count or not isinstance(error, Exception):
+        breaker = self.recorder.breaker
+
+        def outcome() -> None:
+            if error is None:
+                breaker.record_success(server, tool)  # the tool answered, even with its own failure
+            elif not count or not isinstance(error, Exception):
                 # never reached the tool, or says nothing of its health (the caller's cancellation, a
                 # KeyboardInterrupt: not the tool's failure): a half-open probe is given back (kept, it would
                 # deny every later call of the tool until restart)
-                self.recorder.breaker.record_not_run(server, tool)
+                breaker.record_not_run(server, tool)
             elif isinstance(error, ConnectionError):  # the server is down: open every breaker of it
-                self.recorder.breaker.server_down(server)
+                breaker.server_down(server)
             else:
-                self.recorder.breaker.record_failure(server, tool, "timeout" if isinstance(error, TimeoutError) else "error")
-        return [self._draft("tool.result", payload, step), *self.recorder.take_breaker_events()]
+                breaker.record_failure(server, tool, "timeout" if isinstance(error, TimeoutError) else "error")
+
+        return self._draft("tool.result", payload, step), outcome
 
     def _result_for_record(self, call_id: str, result: Any, arguments: Any) -> Any:
         """A tool's result as it is recorded: in ``redacted`` mode, every string that redaction

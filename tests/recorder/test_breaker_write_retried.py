@@ -79,12 +79,15 @@ def test_a_retried_tool_call_write_carries_the_changes_queued_by_a_lost_tool_res
                 conn.execute("SELECT pg_terminate_backend(%s)", (store._pg().info.backend_pid,))
         return now[0]
 
-    original = store.append
+    original = store.append_with
 
-    def failing_append(drafts, sync=True):  # the real write of the tool.result, failing (rolled back)
+    def failing_append(build, sync=True):  # the real write of the tool.result, failing (rolled back)
         def build_then_fail(reader):
-            raise OSError("disk full")
-        return store.append_with(build_then_fail, sync=sync)
+            drafts = build(reader)
+            if any(d.kind == "tool.result" for d in drafts):
+                raise OSError("disk full")
+            return drafts
+        return original(build_then_fail, sync=sync)
 
     try:
         rec = Recorder(store, ALLOW_ALL, breaker=CircuitBreaker(threshold=1, cooldown_s=10, clock=clock))
@@ -93,10 +96,10 @@ def test_a_retried_tool_call_write_carries_the_changes_queued_by_a_lost_tool_res
                 with pytest.raises(RuntimeError):
                     run.call_tool("db", tool, {}, _broken)  # threshold 1: opens
             now[0] = 11.0
-            store.append = failing_append
+            store.append_with = failing_append
             with pytest.raises(sealbox.errors.RecordingError):
                 run.call_tool("db", "query", {}, lambda: "rows")  # the probe closes; its tool.result is lost
-            store.append = original
+            store.append_with = original
             kill_at[0] = 11.0  # insert's probe: its write (carrying the queued change) is retried
             assert run.call_tool("db", "insert", {}, lambda: "ok") == "ok"
         assert _changes(store) == [("query", "closed", "open", "failures"),
@@ -106,5 +109,5 @@ def test_a_retried_tool_call_write_carries_the_changes_queued_by_a_lost_tool_res
                                    ("insert", "open", "half_open", "cooldown_elapsed"),
                                    ("insert", "half_open", "closed", "probe_succeeded")]
     finally:
-        store.append = original
+        store.append_with = original
         store.close()

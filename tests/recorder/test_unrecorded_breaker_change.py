@@ -134,17 +134,17 @@ def test_a_tool_first_seen_while_its_server_is_down_is_opened_by_the_call_that_i
 
 
 class _FailingResultWrite(_FailingWrite):
-    """The store's real write of a ``tool.result`` (``append``), failing once its drafts were given."""
+    """The store's real write of a ``tool.result``, failing once its drafts were built (rolled back)."""
 
     def __enter__(self):
-        def failing_append(drafts, sync=True):
+        def failing_result(build, sync=True):
             def build_then_fail(reader):
-                raise OSError("disk full")
+                drafts = build(reader)
+                if any(d.kind == "tool.result" for d in drafts):
+                    raise OSError("disk full")
+                return drafts
             return self.original(build_then_fail, sync=sync)
-        self.store.append = failing_append
-
-    def __exit__(self, *exc):
-        del self.store.append  # the class's method again
+        self.store.append_with = failing_result
 
 
 def test_a_change_whose_tool_result_was_not_written_is_written_with_the_next_call(store):
