@@ -205,6 +205,9 @@ class _PgTxn(_sq._Txn):
             self._node_rows = []
 
     def put_blob(self, ref: str, salt: bytes, content: bytes) -> None:
+        if ref in self._blobs:  # inserted already in this transaction (never adopted across them here)
+            return
+        self._blobs.add(ref)
         self.conn.pg.execute("INSERT INTO blobs (ref, salt, content, size) VALUES (%s, %s, %s, %s)"
                              " ON CONFLICT (ref) DO NOTHING", (ref, salt, content, len(content)))
 

@@ -181,16 +181,23 @@ class _Txn:
         self._events: list[tuple] = []
         self._node_rows: list[tuple[int, int, bytes]] = []
         self._ckpt_size: int | None = None
+        #: blob refs this connection inserted (or found stored) in this transaction, or in earlier ones
+        #: adopted: a ref is inserted once (the context blob of a call, named by its tool.call and its
+        #: policy.decision). Blobs are never deleted (erased ones keep their row), so a ref once stored stays.
+        self._blobs: set[str] = set()
 
     def adopt(self, cache: "_Txn") -> None:
         """Start from what an earlier transaction of this connection read and wrote.
 
         Only valid when no other connection committed since (``PRAGMA data_version``
         unchanged): the tree size, run heads, tree nodes and newest checkpoint size
-        are then exactly what the database holds, and four lookups per append are saved.
+        are then exactly what the database holds, and four lookups per append are saved. The blob
+        refs committed are kept too: no other connection can have changed the blobs table, and no
+        write of Sealbox deletes a blob row (triggers refuse it), so each is still stored.
         """
         self._size, self._ckpt_size = cache._size, cache._ckpt_size
         self._heads, self._nodes = cache._heads, cache._nodes
+        self._blobs = cache._blobs if len(cache._blobs) <= 4096 else set()
         if len(self._heads) > 4096:
             self._heads = {}
         if len(self._nodes) > 4096:  # keep the right edge of the tree: the nodes an append reads
@@ -290,6 +297,9 @@ class _Txn:
             self._node_rows = []
 
     def put_blob(self, ref: str, salt: bytes, content: bytes) -> None:
+        if ref in self._blobs:  # inserted already (the same ref is the same content: its commitment)
+            return
+        self._blobs.add(ref)
         self.conn.execute(
             "INSERT OR IGNORE INTO blobs (ref, salt, content, size) VALUES (?, ?, ?, ?)",
             (ref, bytearray(salt), bytearray(content), len(content)),
