@@ -56,9 +56,9 @@ def test_a_recorded_call_runs_exactly_these_statements(tmp_path: Path, no_wait: 
                         run.call_tool("db", "query", {"sql": "select 1"}, lambda sql: sql)
                 else:
                     run.call_tool("db", "query", {"sql": "select 1"}, lambda sql: sql)
-        if no_wait:  # BEGIN IMMEDIATE without SQLite's busy wait, then the wait put back
-            busy = ["PRAGMA busy_timeout = 0", "BEGIN IMMEDIATE", "PRAGMA busy_timeout = 5000"]
-            assert sql == busy + GATE[1:] + busy + RESULT[1:], sql
+        if no_wait:  # SQLite's busy wait set to 0 once, before the first write; no statement per write
+            assert sql == ["PRAGMA busy_timeout = 0"] + GATE + RESULT, sql
+            assert store._conn().execute("PRAGMA busy_timeout").fetchone()[0] == 5000  # put back to read
         else:
             assert sql == GATE + RESULT, sql
         calls = [e for e in store.read_range(0, store.size()) if e.kind == "tool.call"]
@@ -94,5 +94,27 @@ def test_a_blob_committed_earlier_is_not_inserted_again_and_one_rolled_back_is(t
             store.append(tool_result(run_id, "c6", big_result("new")))
         assert "INSERT OR IGNORE INTO blobs" in sql  # (an ignored one traces its trigger again)
         assert sealbox.verify_store(store).ok
+    finally:
+        store.close()
+
+
+def test_a_waiting_write_or_a_read_after_no_wait_writes_gets_the_usual_busy_wait_back(tmp_path: Path) -> None:
+    store = sealbox.init_store(tmp_path / "s", durability="fast")
+    try:
+        run_id, before = new_run_id(), store.size()
+        with _Trace(store) as sql:
+            with store.no_wait():
+                store.append(started(run_id))
+                store.append(tool_result(run_id, "c1", {"n": 1}))
+            store.append(tool_result(run_id, "c2", {"n": 2}))  # waits for the lock as usual
+        begins = [i for i, s in enumerate(sql) if s == "BEGIN IMMEDIATE"]
+        assert [s for s in sql if s.startswith("PRAGMA busy_timeout")] == ["PRAGMA busy_timeout = 0",
+                                                                          "PRAGMA busy_timeout = 5000"]
+        assert sql.index("PRAGMA busy_timeout = 0") < begins[0] and begins[1] < sql.index(
+            "PRAGMA busy_timeout = 5000") < begins[2]
+        with store.no_wait():
+            store.append(tool_result(run_id, "c3", {"n": 3}))
+        assert store._conn().execute("PRAGMA busy_timeout").fetchone()[0] == 5000  # a read: put back first
+        assert store.size() == before + 4
     finally:
         store.close()

@@ -787,6 +787,9 @@ class _ThreadState(threading.local):
     txn_cache: "tuple[int, _Txn] | None" = None
     lock_timeout: float | None = None  # overrides the store's lock_timeout while set
     no_wait = False  # within SqliteStore.no_wait(): a write finding the lock taken raises StoreBusyError
+    #: this thread's connection was left at ``busy_timeout = 0`` by a no_wait() write (set again
+    #: only when it must change: before the next read or waiting write, not before each no_wait() write)
+    busy_zero = False
 
 
 class _NoWait:
@@ -1100,6 +1103,19 @@ class SqliteStore(SqliteQueries):
         self._pid = os.getpid()
 
     def _conn(self) -> sqlite3.Connection:
+        """This thread's connection, with its usual ``busy_timeout`` (:attr:`_busy_ms`)."""
+        conn = self._write_conn()
+        if self._local.busy_zero:
+            self._restore_busy(conn)
+        return conn
+
+    def _restore_busy(self, conn: sqlite3.Connection) -> None:
+        """Put back the usual ``busy_timeout`` a no_wait() write left at 0."""
+        conn.execute(self._busy_pragma)
+        self._local.busy_zero = False
+
+    def _write_conn(self) -> sqlite3.Connection:
+        """This thread's connection, its ``busy_timeout`` possibly still 0 (see :meth:`_begin`)."""
         if self._closed:  # a thread's connection is closed with the store too
             raise StoreError("the store is closed")
         if self._pid != os.getpid():  # a fork the at-fork hook did not see (it always should)
@@ -1112,6 +1128,7 @@ class SqliteStore(SqliteQueries):
         if conn is None:
             conn = self._connect()
             self._local.conn = conn
+            self._local.busy_zero = False
             with self._conns_lock:
                 self._conns.append(conn)
         return conn
@@ -1234,7 +1251,7 @@ class SqliteStore(SqliteQueries):
             self._op_leave(depth)
 
     def _write_gated(self, fn: Callable[[_Txn], Any], sync: bool) -> Any:
-        conn = self._conn()
+        conn = self._write_conn()  # _begin sets the busy_timeout the write needs
         checkpointer = self._wal_checkpointer()
         if checkpointer is None:  # closing
             return self._write_sync(conn, fn, sync)
@@ -1331,24 +1348,32 @@ class SqliteStore(SqliteQueries):
             if capped:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+                    self._local.busy_zero = False
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         if self._local.no_wait:
             self._begin_no_wait(conn)
             return
+        if self._local.busy_zero:  # left at 0 by a no_wait() write: this one waits
+            self._restore_busy(conn)
         self._retrying(conn, "BEGIN IMMEDIATE")
 
     def _begin_no_wait(self, conn: sqlite3.Connection) -> None:
-        """``BEGIN IMMEDIATE`` once, without SQLite's busy wait: StoreBusyError when the lock is taken."""
-        conn.execute("PRAGMA busy_timeout = 0")
+        """``BEGIN IMMEDIATE`` once, without SQLite's busy wait: StoreBusyError when the lock is taken.
+
+        The connection is left at ``busy_timeout = 0``, so a run of no_wait() writes sets it once, not
+        twice per write: the statements inside the write transaction never wait for a lock (it holds
+        the write lock, and its read snapshot was taken at BEGIN), and the next read (:meth:`_conn`)
+        or waiting write (:meth:`_begin`) of this thread puts the usual wait back first."""
+        if not self._local.busy_zero:
+            conn.execute("PRAGMA busy_timeout = 0")
+            self._local.busy_zero = True
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
             if _is_busy(exc):
                 raise StoreBusyError(f"{self.db_path} is locked by another writer") from None
             raise _translate_write_error(self.path, exc) from exc
-        finally:
-            conn.execute(self._busy_pragma)
 
     def no_wait(self) -> Any:
         """A context manager: within it, in this thread, a write (:meth:`append`, :meth:`append_with`,
@@ -1359,7 +1384,7 @@ class SqliteStore(SqliteQueries):
         usual. For an event loop that must not block: try the write here, and on StoreBusyError make
         it again from a worker thread (the gateway does). A checkpoint falling due after such a write
         is not signed while the lock is taken (a later append, the checkpoint timer or :meth:`close`
-        signs it). Costs two ``PRAGMA busy_timeout`` statements per write."""
+        signs it). Sets ``PRAGMA busy_timeout`` only when it must change (see :meth:`_begin_no_wait`)."""
         return _NoWait(self._local)
 
     def waiting_until(self, deadline: float) -> Any:
