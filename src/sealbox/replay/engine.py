@@ -253,11 +253,9 @@ class Replayer:
     def _finish(self, run: Any, source: ReplaySource, drift: tuple, unrep: tuple,
                 error: BaseException | None) -> ReplayResult:
         divergence = source.divergence or source.missing()
-        status = "error" if error is not None else "ok"
+        status = replay_status(error)
         if divergence is None:
-            divergence = outcome_divergence(source.recorded.ended, status, error)
-            if divergence is None and error is not None:
-                divergence = _other_error(run, (source.recorded.ended or {}).get("error"), error)
+            divergence = ending_divergence(run, source.recorded, status, error)
         agent_error = {"type": type(error).__qualname__, "message": _message(error)} if error is not None else None
         result = ReplayResult(divergence is None, divergence, len(source.compared), run.run_id, drift, unrep,
                               source.recorded.run_id, agent_error, matched_steps(source),
@@ -290,6 +288,37 @@ def recorded_ending(ended: Any) -> tuple[str | None, str]:
     return status, f"ended {status or 'without run.ended'}"
 
 
+#: The recorded exception types of a run that was cancelled (``run.ended`` status ``cancelled``: the
+#: recorder's ending for these, :meth:`sealbox.recorder.RunContext.__exit__`), by their last name.
+CANCELLATIONS = frozenset({"KeyboardInterrupt", "CancelledError", "GeneratorExit"})
+
+
+def replay_status(error: BaseException | None) -> str:
+    """How a replay's agent ended: ``ok`` (no exception), ``cancelled`` (it was stopped by a
+    cancellation served from the record: a recorded ``KeyboardInterrupt``, ``CancelledError`` or
+    ``GeneratorExit`` that a tool raised, given back as a :class:`~sealbox.replay.values.ReplayedError`
+    of that name, as the recorder ends a run so interrupted), else ``error``."""
+    from sealbox.replay.values import ReplayedError
+
+    if error is None:
+        return "ok"
+    if isinstance(error, ReplayedError) and str(error.type).rpartition(".")[2] in CANCELLATIONS:
+        return "cancelled"
+    return "error"
+
+
+def ending_divergence(run: Any, recorded: RecordedRun, status: str, error: BaseException | None) -> Divergence | None:
+    """The ``outcome`` divergence of a replay (or sub-agent replay) run ``run`` that matched every step
+    and ended ``status`` (:func:`replay_status`) with ``error``, against the recorded run: another
+    status (:func:`outcome_divergence`), or both ended with an exception and it is another one
+    (:func:`_other_error`, given what the recorded run's source kept of it); None when they ended alike."""
+    divergence = outcome_divergence(recorded.ended, status, error)
+    if divergence is None and error is not None:
+        divergence = _other_error(run, (recorded.ended or {}).get("error"), error, status,
+                                  recorded.started.get("imported"))
+    return divergence
+
+
 def outcome_divergence(ended: Any, status: str, error: BaseException | None) -> Divergence | None:
     """An ``outcome`` divergence when a replay that matched every step ended ``status`` (``ok`` /
     ``error``; ``error`` the agent's exception, or None) and the recorded run (its ``run.ended`` payload,
@@ -306,14 +335,35 @@ def outcome_divergence(ended: Any, status: str, error: BaseException | None) -> 
 _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,16}\b")
 
 
-def _other_error(run: Any, recorded: Any, error: BaseException) -> Divergence | None:
+def _other_error(run: Any, recorded: Any, error: BaseException, status: str = "error",
+                 imported: Any = None) -> Divergence | None:
     """An ``outcome`` divergence when the agent raised another exception than the one the recorded run
     ended with (its type, or its message as the store keeps it: scrubbed and redacted as it was then);
-    None when they are the same."""
+    None when they are the same, or when the record has no exception to compare with.
+
+    ``imported`` is the recorded run's ``run.started`` ``imported`` facts (None: recorded in a store).
+    An imported run's error is what its source said: compared only when the source is a Sealbox OTLP
+    export (its ``error.type`` is the exception's type; any other source's error is its own words, such
+    as a SWE-agent exit status), and then by type alone when the message was not exported
+    (``sealbox export --otlp`` without ``--otlp-content``)."""
+    from sealbox.interop.importers.sealbox_otlp import MESSAGE_NOT_EXPORTED
+
+    if not isinstance(recorded, dict):  # e.g. a run imported cancelled: its source gave no exception
+        return None
+    if imported is not None:
+        ids = imported.get("original_ids") if isinstance(imported, dict) else None
+        if not (isinstance(ids, dict) and isinstance(ids.get("sealbox_run_id"), str)):
+            return None
     now = run._error_dict(error, run._run_secrets())
     redactor = getattr(run.store, "redactor", None)
     stored = redactor.apply_error(now) if redactor is not None else now
-    then = recorded if isinstance(recorded, dict) else {}
+    then = recorded
+    if imported is not None and then.get("message") == MESSAGE_NOT_EXPORTED:  # not known: the type only
+        if then.get("type") == stored.get("type"):
+            return None
+        return Divergence("outcome", None, f"every step matched and both runs ended {status}, but the recorded "
+                          f"run raised {then.get('type')} (its message was not exported) and the replay raised "
+                          f"{stored.get('type')}: {stored.get('message')} (differs in type)")
     secrets = run._run_secrets()
     if isinstance(then.get("message"), str) and secrets and then.get("message") != stored.get("message") \
             and redactor is not None and redactor.policy.mode == "redacted":
@@ -332,7 +382,7 @@ def _other_error(run: Any, recorded: Any, error: BaseException) -> Divergence | 
     fields = ["type"] if then.get("type") != stored.get("type") else []
     if then.get("message") != stored.get("message"):
         fields.append("message")
-    return Divergence("outcome", None, "every step matched and both runs ended error, but the recorded run "
+    return Divergence("outcome", None, f"every step matched and both runs ended {status}, but the recorded run "
                       f"raised {then.get('type')}: {then.get('message')} and the replay raised "
                       f"{stored.get('type')}: {stored.get('message')} (differs in {', '.join(fields)})")
 

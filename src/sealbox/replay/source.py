@@ -357,17 +357,17 @@ class ReplaySource:
         """When a sub-agent run served from the record ends: its divergence, if any (a step it never
         reached, an outcome other than the recorded one), is the whole replay's. Returns the status to
         record (``cancelled`` once the replay stopped) and the ``verdict`` of its ``run.ended``."""
-        from sealbox.replay.engine import _other_error, outcome_divergence
+        from sealbox.replay.engine import ending_divergence, replay_status
 
         stopped = self.halted() is not None or isinstance(error, ReplayStopped)
         if stopped:
             status = "cancelled"  # stopped by the replay, not by the agent
         else:
+            if status == "error":  # a cancellation served from the record ends it cancelled, as recorded
+                status = replay_status(error)
             d = self.missing()
             if d is None:
-                d = outcome_divergence(self.recorded.ended, status, error)
-                if d is None and error is not None:
-                    d = _other_error(sub, (self.recorded.ended or {}).get("error"), error)
+                d = ending_divergence(sub, self.recorded, status, error)
             if d is not None:
                 self._diverged(d)
         self.ended_status = status

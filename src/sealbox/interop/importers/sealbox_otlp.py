@@ -45,6 +45,8 @@ import json
 from typing import Any
 
 EFFECTS = ("allow", "deny", "require_approval")
+#: The imported run's error message when the export did not send it (a replay then compares the type only).
+MESSAGE_NOT_EXPORTED = "the error message was not exported (sealbox export --otlp without --otlp-content)"
 #: ``sealbox.tool.outcome`` values for which the tool never ran, or ran with no recorded result.
 #: (``held`` and ``abandoned`` since the export gives a held call ``sealbox calls``' outcome; ``pending`` is
 #: what earlier exports wrote for a call awaiting approval.)
@@ -140,7 +142,7 @@ def read_tool(s: Any, attrs: dict[str, Any], log_records: list[Any] | None) -> N
         etype = s.error["type"]
         message = s.error["message"]
         if message == etype:  # exported without --otlp-content: the status holds the type only
-            message = "the error message was not exported (sealbox export --otlp without --otlp-content)"
+            message = MESSAGE_NOT_EXPORTED
         elif message.startswith(etype + ": "):
             message = message[len(etype) + 2:]
         s.error = {"type": etype, "message": message}
@@ -249,7 +251,7 @@ def read_run(run: Any, attrs: dict[str, Any], status_error: str | None) -> None:
         if message.startswith(etype + ": "):
             message = message[len(etype) + 2:]
         elif message in ("", etype):
-            message = "the error message was not exported (sealbox export --otlp without --otlp-content)"
+            message = MESSAGE_NOT_EXPORTED
         run.error = {"type": etype, "message": message}
     for key, value in attrs.items():
         if key.startswith("sealbox.label.") and key[len("sealbox.label."):] not in OWN_LABELS:
