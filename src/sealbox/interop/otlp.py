@@ -13,6 +13,8 @@ Mapping (docs/otlp.md has the full table):
   a ``sealbox.suspended`` child span from ``run.suspended`` to ``run.resumed``;
 - a ``model.call`` is a ``chat {model}`` span (CLIENT) ending at the event's time and
   lasting ``latency_us`` (no length, and no ``sealbox.model.latency_us``, where it is null: not known);
+  one recorded from stream chunks (``stream: {chunks: N}``) has ``gen_ai.request.stream`` true and
+  ``sealbox.model.stream.chunks`` N, its response being the one the chunks added up to;
 - a ``tool.call`` is an ``execute_tool {tool}`` span (INTERNAL) from the call to its
   last event (decision, approval, result), at least ``duration_us`` long; it carries
   the final decision (``sealbox.decision.*``), error status when ``tool.result`` has
@@ -444,6 +446,7 @@ class _RunBuilder:
         start = max(end - (latency_us or 0) * 1000, min(run_start, end))  # a child never starts before its run
         finish = _finish_reasons(resp)
         cost = usage.get("cost")
+        stream = p.get("stream") if isinstance(p.get("stream"), dict) else None  # recorded from stream chunks
         attrs = _attrs(
             gen_ai__operation__name="chat", gen_ai__provider__name=_str(p.get("provider")),
             gen_ai__request__model=request_model, gen_ai__response__model=_str(resp.get("model")),
@@ -455,6 +458,8 @@ class _RunBuilder:
             sealbox__model__format=_str(p.get("format")), sealbox__model__latency_us=latency_us,
             sealbox__model__tool_call_ids=tuple(p.get("tool_call_ids") or ()) or None,
             sealbox__usage__cost=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+            gen_ai__request__stream=True if stream is not None else None,
+            sealbox__model__stream__chunks=_int(stream.get("chunks")) if stream is not None else None,
             sealbox__event__leaf_index=ev.leaf_index, sealbox__event__leaf_hash=ev.leaf_hash,
         )
         if self.content:
@@ -732,13 +737,17 @@ def _genai_messages(fmt: str | None, request: Any, response: Any) -> tuple[list,
 
 
 def _finish_reasons(resp: Mapping[str, Any]) -> list[str]:
-    """Finish reasons of an OpenAI chat completion or an Anthropic message (empty if none)."""
+    """Finish reasons of an OpenAI chat completion, an Anthropic message or an OpenAI Responses response
+    (its ``status``: ``completed``, ``incomplete``, ``failed``, as ``gen_ai.output.messages`` gives it);
+    empty if none."""
     out: list[str] = []
     choices = resp.get("choices")
     if isinstance(choices, list):
         out = [c["finish_reason"] for c in choices if isinstance(c, dict) and isinstance(c.get("finish_reason"), str)]
     elif isinstance(resp.get("stop_reason"), str):
         out = [resp["stop_reason"]]
+    elif resp.get("object") == "response" and isinstance(resp.get("status"), str):
+        out = [resp["status"]]
     return out
 
 

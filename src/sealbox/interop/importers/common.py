@@ -179,7 +179,8 @@ class RunBuilder:
     # events ---------------------------------------------------------------
     def model_call(self, top: int, *, provider: str, model: str, request: Any, response: Any,
                    usage: dict[str, Any] | None, latency_us: int | None = None, fmt: str = "unknown",
-                   tool_call_ids: Iterable[str | None] = (), source: dict[str, Any] | None = None) -> None:
+                   tool_call_ids: Iterable[str | None] = (), source: dict[str, Any] | None = None,
+                   stream: dict[str, int] | None = None) -> None:
         use = {}
         for key in ("input_tokens", "output_tokens"):
             value = (usage or {}).get(key)
@@ -215,6 +216,8 @@ class RunBuilder:
             # requested without an id; anything else that is not an id is left out
             "tool_call_ids": [i for i in tool_call_ids if i is None or isinstance(i, str)],
         }
+        if stream is not None:  # recorded from stream chunks ({"chunks": N}): a replay gives chunks again
+            payload["stream"] = stream
         if source:
             payload["imported"] = source
         self.add("model.call", payload, top)

@@ -16,6 +16,8 @@ format has, it says what the store knew and no other tracer does; the importer m
   recorded): no ``tool.result``; so does a value no export writes (neither ``ok`` nor ``error``)
   on a span carrying no result and no error (its call's outcome is then ``unknown``);
 - ``sealbox.server`` and ``sealbox.tool.exposed`` are the call's server and exposed name;
+- a model span's ``sealbox.model.stream.chunks`` (a call recorded from stream chunks) is the model
+  call's ``stream: {chunks}``, so a replay gives the agent chunks again;
 - a model span's ``sealbox.usage.cost`` is the model call's ``usage.cost`` (the run's ``run.ended`` usage
   then sums it);
 - a model span's ``sealbox.model.request`` / ``.response`` (exported with ``--otlp-content``) are the
@@ -100,6 +102,9 @@ def read_model(s: Any, attrs: dict[str, Any]) -> None:
     cost = attrs.get("sealbox.usage.cost")  # what the model call cost, by the exporting store's prices
     if isinstance(cost, (int, float)) and not isinstance(cost, bool):
         s.usage = {**s.usage, "cost": cost}  # kept only when finite and not negative (RunBuilder.model_call)
+    chunks = _int(attrs.get("sealbox.model.stream.chunks"))  # recorded from stream chunks
+    if chunks is not None:
+        s.stream = {"chunks": chunks}
     s.extra["sealbox"] = source_facts(attrs)
     # exported with --otlp-content: the exact recorded bodies (the gen_ai.*.messages are a lossy conversion)
     found = False

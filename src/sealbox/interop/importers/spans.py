@@ -74,6 +74,7 @@ class Span:
     ran: bool | None = None  # False: the source says the tool did not run (denied, pending...)
     duration_us: int | None = None  # the tool's own running time (a model call's latency), when the source gives it
     latency_unknown: bool = False  # a Sealbox export's model call whose latency its store did not know
+    stream: dict[str, int] | None = None  # a Sealbox export's model call recorded from stream chunks
     approvals: list[dict[str, Any]] = field(default_factory=list)  # approvals, for imported approval notes
     requested_ids: list[str | None] = field(default_factory=list)  # call ids a model span requested, in place
     links: list[str] = field(default_factory=list)  # span ids of the model spans that requested this tool span
@@ -419,7 +420,7 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
                            response=s.response, usage=s.usage,
                            latency_us=None if s.latency_unknown else s.duration_us if s.duration_us is not None
                            else _dur_us(s), fmt=s.fmt,
-                           tool_call_ids=ids, source=_source(s))
+                           tool_call_ids=ids, source=_source(s), stream=s.stream)
         else:
             if s.id in links:
                 m, k = links[s.id]
