@@ -7,7 +7,10 @@ field names of the protobuf JSON mapping, enum-string span kinds
 (``SPAN_KIND_CLIENT``) and status codes (``STATUS_CODE_ERROR``), hex or base64
 ids, and JSON Lines files holding one request per line (the collector's file
 exporter). ``resourceLogs`` records tied to a model span (``gen_ai.*`` message
-events) become that model call's request when the span has none.
+events), and its own ``gen_ai.*`` span events, become that model call's request when the span has
+none; its system instructions (``gen_ai.system_instructions``, of the span or of a
+``gen_ai.client.inference.operation.details`` event, or a ``gen_ai.system.message`` event) are the
+first message of a request taken from ``gen_ai.input.messages``.
 
 One run per trace id. See :mod:`sealbox.interop.importers.spans` for how spans
 become model and tool calls.
@@ -166,6 +169,20 @@ def iter_logs(doc: Any) -> Iterator[dict]:
                             yield rec
 
 
+def _genai_span_events(events: Any) -> list[dict[str, Any]]:
+    """A span's ``gen_ai.*`` span events (``gen_ai.system.message``, ``gen_ai.user.message``,
+    ``gen_ai.client.inference.operation.details``...) in the shape of its log records; other span
+    events (exceptions...) are left out."""
+    out = []
+    for ev in as_list(events):
+        ev = as_dict(ev)
+        name = ev.get("name")
+        if isinstance(name, str) and name.startswith("gen_ai."):
+            out.append({"event_name": name, "body": None, "attributes": attributes(ev.get("attributes")),
+                        "time_unix_nano": _get(ev, "timeUnixNano", "time_unix_nano")})
+    return out
+
+
 def _requested_by(links: Any) -> list[str]:
     """Span ids a span's links name with ``sealbox.link = requested_by`` (Sealbox's tool → chat link)."""
     out = []
@@ -229,9 +246,10 @@ def _run(ctx: Any, tid: str, items: list[tuple[dict, dict, dict]], logs: dict[st
         kinds.add(span_kind(raw.get("kind")))
         name = raw.get("name") if isinstance(raw.get("name"), str) else ""
         parent = norm_id(_get(raw, "parentSpanId", "parent_span_id"), 16)
+        records = (logs.get(sid) or []) + _genai_span_events(raw.get("events"))
         s = otel_span(run, span_id=sid, parent=parent, name=name,
                       order=order, start_ns=start, end_ns=end, attrs=attrs, trace_id=tid or None,
-                      status_error=status_error(raw.get("status")), log_records=logs.get(sid),
+                      status_error=status_error(raw.get("status")), log_records=records or None,
                       links=_requested_by(raw.get("links")))
         if s.role == "agent" and isinstance(attrs.get("gen_ai.agent.name"), str):
             agents.append(attrs["gen_ai.agent.name"])

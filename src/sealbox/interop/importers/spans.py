@@ -75,6 +75,7 @@ class Span:
     duration_us: int | None = None  # the tool's own running time (a model call's latency), when the source gives it
     latency_unknown: bool = False  # a Sealbox export's model call whose latency its store did not know
     stream: dict[str, int] | None = None  # a Sealbox export's model call recorded from stream chunks
+    system: list[Any] | None = None  # GenAI system instructions given apart from the input messages (parts)
     approvals: list[dict[str, Any]] = field(default_factory=list)  # approvals, for imported approval notes
     requested_ids: list[str | None] = field(default_factory=list)  # call ids a model span requested, in place
     links: list[str] = field(default_factory=list)  # span ids of the model spans that requested this tool span
@@ -314,6 +315,7 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
             leaf.request = leaf.request if leaf.request is not None else w.request
             leaf.response = leaf.response if leaf.response is not None else w.response
             leaf.usage = leaf.usage or w.usage
+            leaf.system = leaf.system or w.system
             leaf.provider = leaf.provider or w.provider
             leaf.model = leaf.model or w.model
             if leaf.fmt == "unknown":
@@ -332,6 +334,9 @@ def emit(run: RunBuilder, spans: list[Span]) -> None:
     # a tool span under a model call: the nearest enclosing model span that is a call (or merged into one)
     tool_parent = _nearest(index, tools, lambda a: a.role == "model" and a.id in leaf_of)
     for m in leaves:
+        if m.system and m.fmt == "otel.genai" and isinstance(m.request, list) and not any(
+                isinstance(x, dict) and x.get("role") in ("system", "developer") for x in m.request):
+            m.request = [{"role": "system", "parts": m.system}, *m.request]  # the prompt given apart
         if m.request is None and m.logs:
             m.request = {"log_records": m.logs}
         for k, (cid, name, args) in enumerate(extract_tool_calls(m.response) if m.response is not None else []):
@@ -657,9 +662,11 @@ def otel_span(run: RunBuilder, *, span_id: str, parent: str | None, name: str, o
     model = attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model")
     s.model = model if isinstance(model, str) else None
     s.usage = otel_usage(attrs)
+    details = _operation_details(log_records)  # the content attributes given as an event instead
+    content = {**details, **{k: v for k, v in attrs.items() if v not in (None, "")}}
     for key, fmt in (("gen_ai.input.messages", "otel.genai"), ("gcp.vertex.agent.llm_request", "google.adk"),
                      ("input.value", "openinference")):
-        value = lenient(attrs.get(key))
+        value = lenient(content.get(key))
         if value not in (None, {}, ""):
             s.request, s.fmt = value, fmt
             break
@@ -668,7 +675,7 @@ def otel_span(run: RunBuilder, *, span_id: str, parent: str | None, name: str, o
         if prompt:
             s.request, s.fmt = {"messages": prompt}, "openllmetry"
     for key in ("gen_ai.output.messages", "gcp.vertex.agent.llm_response", "output.value"):
-        value = lenient(attrs.get(key))
+        value = lenient(content.get(key))
         if value not in (None, {}, ""):
             s.response = value
             break
@@ -677,8 +684,65 @@ def otel_span(run: RunBuilder, *, span_id: str, parent: str | None, name: str, o
         if completion:
             s.response = {"choices": completion}
     s.logs = log_records or None
+    s.system = system_instructions(content, log_records)
     if status_error is not None:
         s.extra["status_error"] = status_error or "ERROR"
     if sealbox_otlp.is_sealbox(attrs):
         sealbox_otlp.read_model(s, attrs)
     return s
+
+
+#: The GenAI conventions' event carrying a call's content attributes (``gen_ai.system_instructions``,
+#: ``gen_ai.input.messages``, ``gen_ai.output.messages``) when they are not on the span.
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+#: The older conventions' event holding the system prompt, body ``{"content": ...}`` (still emitted by
+#: Google ADK, tests/data/corpus/agentevals-otel).
+SYSTEM_EVENT = "gen_ai.system.message"
+
+
+def _event_name(record: Any) -> Any:
+    return record.get("event_name") or as_dict(record.get("attributes")).get("event.name")
+
+
+def _operation_details(records: list[Any] | None) -> dict[str, Any]:
+    """The attributes of the span's ``gen_ai.client.inference.operation.details`` events (the last wins)."""
+    out: dict[str, Any] = {}
+    for r in records or ():
+        if isinstance(r, dict) and _event_name(r) == DETAILS_EVENT:
+            out.update(as_dict(r.get("attributes")))
+    return out
+
+
+def _parts(value: Any) -> list[Any]:
+    """GenAI parts of system instructions: a JSON array of parts, a part, or plain text."""
+    from sealbox.interop.importers.common import lenient
+
+    value = lenient(value)
+    if value in (None, "", [], {}):
+        return []
+    if isinstance(value, str):
+        return [{"type": "text", "content": value}]
+    if isinstance(value, dict):
+        if "type" not in value and "content" in value:  # {"content": ...}, an event body's shape
+            return _parts(value["content"])
+        return [value]
+    if isinstance(value, list):
+        return [x for v in value for x in ([{"type": "text", "content": v}] if isinstance(v, str) else [v])]
+    return [{"type": "text", "content": value}]
+
+
+def system_instructions(attrs: dict[str, Any], records: list[Any] | None) -> list[Any] | None:
+    """A model span's system instructions given apart from its input messages, as GenAI parts
+    (``[{"type": "text", "content": ...}]``), None when there are none: the ``gen_ai.system_instructions``
+    attribute (of the span, or of its operation-details event: ``attrs`` holds both), else the bodies of
+    its ``gen_ai.system.message`` events (log records, or span events whose attributes hold ``content``)."""
+    found = _parts(attrs.get("gen_ai.system_instructions"))
+    if found:
+        return found
+    for r in records or ():
+        if isinstance(r, dict) and _event_name(r) == SYSTEM_EVENT:
+            body = r.get("body")
+            if body in (None, "", {}):
+                body = as_dict(r.get("attributes")).get("content")
+            found.extend(_parts(body))
+    return found or None
