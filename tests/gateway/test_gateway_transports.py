@@ -747,6 +747,47 @@ async def test_an_http_request_with_an_unusable_id_is_answered_not_taken_for_a_n
 
 
 
+async def test_an_http_message_that_is_no_json_rpc_message_is_an_invalid_request_as_over_stdio(tmp_path, store):
+    """The SDK's HTTP transport answered a body that is JSON but no JSON-RPC message (no method, a wrong
+    ``jsonrpc``, params that are a list, a batch) with -32602 (invalid params), id null, and a pydantic dump
+    of every union member's errors as the message; JSON-RPC says -32600 (invalid request), and over stdio the
+    gateway answers it so, with the request's id when it has one. HTTP now answers as stdio does."""
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    bodies = ['{"jsonrpc":"2.0","id":5}', '{"jsonrpc":"1.0","id":6,"method":"ping"}', '"s"',
+              '[{"jsonrpc":"2.0","id":7,"method":"ping"}]',
+              '{"jsonrpc":"2.0","id":"c","method":"tools/call","params":[1]}']
+    async with anyio.create_task_group() as tg:
+        port = await _serve(gw, tg)
+        url = f"http://127.0.0.1:{port}/mcp"
+        auth = {**HEADERS, "authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient() as http:
+            r = await http.post(url, json=INIT, headers=auth)
+            session = {**auth, "mcp-session-id": r.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            answers = [await http.post(url, content=body.encode(), headers=session) for body in bodies]
+            sessionless = await http.post(url, content=bodies[0].encode(), headers=auth)
+            unparsable = await http.post(url, content=b'{"jsonrpc":', headers=session)
+            text_type = await http.post(url, content=bodies[0].encode(), headers={**session, "content-type": "text/plain"})
+            ok = await http.post(url, headers=session, json={"jsonrpc": "2.0", "id": 8, "method": "ping"})
+        tg.cancel_scope.cancel()
+    assert [(a.status_code, a.headers["content-length"] == str(len(a.content)), a.json()) for a in answers] == [
+        (400, True, {"jsonrpc": "2.0", "id": 5, "error": {"code": -32600, "message": "Invalid request: Field required"}}),
+        (400, True, {"jsonrpc": "2.0", "id": 6, "error": {"code": -32600,
+                                                        "message": "Invalid request: Input should be '2.0'"}}),
+        (400, True, {"jsonrpc": "2.0", "id": None, "error": {"code": -32600,
+                                                           "message": "Invalid request: Input should be an object"}}),
+        (400, True, {"jsonrpc": "2.0", "id": None, "error": {"code": -32600,
+                                                           "message": "Invalid request: Input should be an object"}}),
+        (400, True, {"jsonrpc": "2.0", "id": "c", "error": {"code": -32600,
+                                                          "message": "Invalid request: Input should be an object"}}),
+    ]
+    assert (sessionless.status_code, sessionless.json()["error"]["code"], sessionless.json()["id"]) == (400, -32600, 5)
+    assert (unparsable.status_code, unparsable.json()["error"]["code"]) == (400, -32700)  # the SDK's, unchanged
+    assert (text_type.status_code, text_type.text) == (400, "Invalid Content-Type header")  # the SDK's, unchanged
+    assert ok.status_code == 200 and '"id":8' in ok.text
+    assert gw.server._session_manager._server_instances.keys() == {r.headers["mcp-session-id"]}
+
+
 @pytest.mark.parametrize("params, where", [
     ({"name": "toy__echo", "arguments": {"text": "\ud800"}}, "\\ud800"),
     ({"name": "toy__\udc80echo", "arguments": {}}, "\\udc80"),

@@ -16,6 +16,9 @@ HTTP specifics:
   403 and ``UNAUTHORIZED``, and the session is left untouched;
 * ``Authorization`` and ``mcp-session-id`` are read once: a request carrying either twice gets
   HTTP 400 and ``MALFORMED_REQUEST`` (the SDK reads a header's first value);
+* a body that is JSON but no JSON-RPC message (a batch, no method, params not an object) gets HTTP 400
+  and ``-32600`` (invalid request) with the request's id when it has one, as over stdio (the SDK's own
+  answer, replaced: ``-32602``, a null id, a pydantic dump as the message);
 * bodies above ``4 × limits.max_request_bytes`` are refused by the SDK with HTTP
   413 before parsing; smaller requests whose params exceed the limit get the
   JSON-RPC error ``REQUEST_TOO_LARGE``.
@@ -330,6 +333,8 @@ class BearerAuth:
         method = scope.get("method")
         body: list[bytes] | None = [] if method == "POST" else None  # its chunks (references, not copies)
         refused = False
+        # a 400 answering a POST: held back with its body (small), in case it is the SDK's "Validation error"
+        held: dict[str, Any] | None = None
 
         async def receive_noting_disconnect() -> Any:
             message = await receive()
@@ -340,11 +345,30 @@ class BearerAuth:
             return message
 
         async def send_noting_sessions(message: Any) -> None:
-            nonlocal refused
+            nonlocal refused, held
             if refused:
                 return  # the SDK's 202 for a request it took for a notification: replaced by an error
+            if held is not None and message["type"] == "http.response.body":
+                held["answer"] += message.get("body") or b""
+                if message.get("more_body"):
+                    return
+                start, answer = held["start"], held["answer"]
+                fixed = _invalid_message_answer(held["request"], answer)
+                if fixed is not None:  # the SDK's -32602 for a body that is no JSON-RPC message: -32600, as stdio
+                    answer = fixed
+                    start = {**start, "headers": [(k, v) for k, v in start.get("headers") or []
+                                                  if k.lower() != b"content-length"]
+                             + [(b"content-length", str(len(fixed)).encode())]}
+                held = None
+                await send(start)
+                await send({"type": "http.response.body", "body": answer})
+                return
             if message["type"] == "http.response.start":
                 status = int(message.get("status", 500))
+                if status == 400 and body:
+                    held = {"start": message, "answer": b"", "request": b"".join(body)}
+                    body.clear()
+                    return
                 problem = _request_without_id(b"".join(body)) if status == 202 and body else None
                 if body:
                     body.clear()  # not kept while the answer streams (a call may take minutes)
@@ -377,6 +401,35 @@ class BearerAuth:
             return
         for sid in [sid for sid in self.owners if sid not in live]:
             del self.owners[sid]
+
+
+def _invalid_message_answer(request: bytes, answer: bytes) -> bytes | None:
+    """The body answering a POSTed ``request`` that is JSON but no JSON-RPC message, as the stdio relay
+    answers it (-32600 invalid request, with the request's id when it has one), when ``answer`` (the body of
+    the SDK's HTTP 400) is the SDK's ``Validation error`` (-32602, id null, every union member's errors);
+    else None (another 400: kept as it is)."""
+    import mcp_types as types
+    from pydantic import ValidationError
+
+    try:
+        sdk = json.loads(answer)
+    except (ValueError, RecursionError):
+        return None
+    error = sdk.get("error") if isinstance(sdk, dict) else None
+    if not (isinstance(error, dict) and error.get("code") == types.INVALID_PARAMS
+            and str(error.get("message", "")).startswith("Validation error")):
+        return None
+    try:
+        types.jsonrpc_message_adapter.validate_json(request, by_name=False)
+    except ValidationError as exc:
+        reply = _unreadable_answer(exc)
+        if reply is None:  # a malformed notification or response: it is still answered over HTTP (a 400)
+            first = (exc.errors() or [{}])[0]
+            reply = _invalid_request(" ".join(str(first.get("msg") or exc).split()))
+        return reply.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+    except RecursionError:  # nested too deep for pydantic's parser: the SDK's answer stands
+        return None
+    return None
 
 
 def _request_without_id(data: bytes) -> str | None:
