@@ -482,3 +482,51 @@ async def test_an_http_upstream_refusing_a_session_id_it_does_not_know_with_400_
     assert (lost.is_error, lost.meta["sealbox/upstream_error"]) == (True, "UpstreamUnavailable")
     assert text_of(lost) == "upstream error: upstream web ended the gateway's HTTP session (HTTP 400); reconnecting"
     assert (back.is_error, text_of(back)) == (False, "after")
+
+
+async def test_env_and_header_values_name_the_gateways_environment_variables(tmp_path, store, monkeypatch):
+    """An upstream's secret (an API key in its ``env``, a bearer token in its ``headers``) could only be
+    written literally in gateway.yaml: ``${VAR}`` was passed on as those six characters, so the upstream got
+    a bogus key and ``gateway check`` said ok. ``${VAR}`` in an env or header value is now the gateway's
+    environment variable VAR (read when the gateway starts), ``$${VAR}`` the text ``${VAR}``."""
+    monkeypatch.setenv("SEALBOX_TEST_HEADER_SECRET", SECRET)
+    monkeypatch.setenv("SEALBOX_TEST_LOG_DIR", str(tmp_path))
+    stdio = (f"\n  - id: toy\n    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n"
+             "    env: {TOY_LOG: '${SEALBOX_TEST_LOG_DIR}/stdio-toy.log'}\n")
+    web = (f"\n  - id: web\n    url: http://127.0.0.1:PORT/mcp\n"
+           "    headers: {x-toy-key: '${SEALBOX_TEST_HEADER_SECRET}', x-literal: 'a$${SEALBOX_TEST_HEADER_SECRET}'}\n")
+    with toy_http(tmp_path) as (_, port):
+        gw = Gateway(toy_config(tmp_path, upstreams=stdio + web.replace("PORT", str(port))), store=store)
+        async with running(gw) as tg:
+            async with connect(gw, tg) as client:
+                header = await client.call_tool("web__header", {"name": KEY})
+                literal = await client.call_tool("web__header", {"name": "x-literal"})
+                echoed = await client.call_tool("toy__echo", {"text": "hi"})
+    assert (header.is_error, json.loads(text_of(header))) == (False, SECRET)
+    assert json.loads(text_of(literal)) == "a${SEALBOX_TEST_HEADER_SECRET}"
+    assert (echoed.is_error, text_of(echoed)) == (False, "hi")
+    assert [json.loads(line) for line in (tmp_path / "stdio-toy.log").read_text().splitlines()] == [
+        {"tool": "echo", "arguments": {"text": "hi"}}]
+
+
+def test_an_unset_variable_in_an_env_or_header_value_is_one_error_line(tmp_path, monkeypatch):
+    """``gateway check`` lists each value naming an unset variable; ``gateway serve`` stops at start with one
+    line (exit 2) instead of starting the upstream with the text ``${VAR}`` as its secret."""
+    sealbox.init_store(tmp_path / "st").close()
+    (tmp_path / "gw.yaml").write_text(
+        f"version: 1\nstore: ./st\npolicy: ALLOW_ALL\nupstreams:\n"
+        f"  - id: toy\n    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n"
+        "    env: {API_KEY: 'k-${SEALBOX_TEST_UNSET_A}', OK: '$${SEALBOX_TEST_UNSET_A}'}\n"
+        "  - id: web\n    url: http://127.0.0.1:9/mcp\n    headers: {authorization: 'Bearer ${SEALBOX_TEST_UNSET_B}'}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SEALBOX_")}
+    sealbox_cmd = str(Path(sys.executable).parent / "sealbox")
+    check = subprocess.run([sealbox_cmd, "gateway", "check", "-c", str(tmp_path / "gw.yaml")], capture_output=True,
+                           text=True, env=env, timeout=60)
+    serve = subprocess.run([sealbox_cmd, "gateway", "serve", "--config", str(tmp_path / "gw.yaml")],
+                           capture_output=True, text=True, env=env, timeout=60, input="")
+    problem_a = "upstream toy: env.API_KEY names the environment variable SEALBOX_TEST_UNSET_A, which is unset"
+    problem_b = "upstream web: headers.authorization names the environment variable SEALBOX_TEST_UNSET_B, which is unset"
+    assert (check.returncode, check.stdout) == (2, "")
+    assert check.stderr == f"error: {tmp_path / 'gw.yaml'}: {problem_a}; {problem_b}\n"
+    assert (serve.returncode, serve.stdout) == (2, "")
+    assert serve.stderr == f"error: {tmp_path / 'gw.yaml'}: {problem_a}; {problem_b}\n"

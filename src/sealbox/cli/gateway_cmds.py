@@ -258,11 +258,14 @@ def _deep_problems(cfg) -> list[str]:  # noqa: ANN001
         except OSError as exc:
             problems.append(f"policy: {cfg.policy}: {exc.strerror or exc}")
     for up in cfg.upstreams:
+        unresolved = up.unresolved()  # ${VAR} naming an unset variable in an env or header value
+        problems.extend(unresolved)
         if up.command is None:
             continue
         cwd = up.cwd or os.getcwd()
         # a bare name is looked up in PATH only, as the upstream is started (not in its cwd, nor here)
-        found = shutil.which(up.command, path=(up.env or {}).get("PATH") or os.environ.get("PATH"))
+        env = up.env if unresolved else up.resolved_env()
+        found = shutil.which(up.command, path=(env or {}).get("PATH") or os.environ.get("PATH"))
         local = os.path.join(cwd, up.command)
         if found is None:
             hint = (f" (a bare command name is looked up in PATH; write ./{up.command} for a file in the "

@@ -4,6 +4,8 @@ The problems are one :class:`~sealbox.errors.ConfigError` whose message lists ea
 as ``FILE:LINE: problem``, joined by ``; `` (the CLI prints it as one line). Relative paths (store,
 policy, an upstream's ``cwd``) are relative to the config file's folder; an upstream ``command`` written
 as a relative path (``./server.py``) is relative to its ``cwd`` if given, else to that folder.
+``${VAR}`` in an upstream's ``env`` or ``headers`` value is the gateway's environment variable VAR,
+read when the gateway starts (:meth:`UpstreamSpec.resolved_env`); ``$${VAR}`` is the text ``${VAR}``.
 
 Example::
 
@@ -155,6 +157,59 @@ class UpstreamSpec:
     def kind(self) -> str:
         """``"stdio"`` or ``"http"``."""
         return "stdio" if self.command else "http"
+
+    def resolved_env(self) -> dict[str, str]:
+        """``env`` with each ``${VAR}`` in a value replaced by the gateway's environment variable VAR
+        (``$${VAR}``: the text ``${VAR}``).
+
+        Raises:
+            ConfigError: ``upstream ID: env.NAME names the environment variable VAR, which is unset``
+                (every such problem of this upstream's env, joined by ``; ``; values are never shown).
+        """
+        env, problems = self._expand("env", self.env)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return env
+
+    def resolved_headers(self) -> dict[str, str]:
+        """``headers`` with ``${VAR}`` replaced as in :meth:`resolved_env`.
+
+        Raises:
+            ConfigError: a variable named is unset, or its value is no printable ASCII (an HTTP header
+                cannot carry it; the value is not shown).
+        """
+        headers, problems = self._expand("headers", self.headers)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return headers
+
+    def unresolved(self) -> list[str]:
+        """Each problem :meth:`resolved_env` and :meth:`resolved_headers` would raise (empty: none)."""
+        return self._expand("env", self.env)[1] + self._expand("headers", self.headers)[1]
+
+    def _expand(self, key: str, values: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+        problems: list[str] = []
+
+        def one(name: str, match: re.Match[str]) -> str:
+            if match.group(1):
+                return match.group(0)[1:]
+            value = os.environ.get(match.group(2))
+            if value is None:
+                problems.append(f"upstream {self.id}: {key}.{name} names the environment variable "
+                                f"{match.group(2)}, which is unset")
+                return ""
+            if key == "headers" and not (value.isascii() and value.isprintable()):
+                problems.append(f"upstream {self.id}: {key}.{name}: the environment variable {match.group(2)} "
+                                "must be printable ASCII (an HTTP header cannot carry it; the value is not shown)")
+            return value
+
+        out = {name: _VARIABLE.sub(lambda m, name=name: one(name, m), value) if "$" in value else value
+               for name, value in values.items()}
+        return out, list(dict.fromkeys(problems))
+
+
+#: ``${VAR}`` in an upstream's env or header value (the gateway's environment variable VAR); ``$${VAR}``: the text
+_VARIABLE = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ import orjson
 import mcp_types as types
 
 from sealbox.approvals import ApprovalError, ApprovalPending
-from sealbox.errors import RecordingError, StepTakenError, StoreBusyError
+from sealbox.errors import ConfigError, RecordingError, StepTakenError, StoreBusyError
 from sealbox.gateway import codes
 from sealbox.gateway.config import GatewayConfig
 from sealbox.gateway.holds import (DELIVERED_ON_RETRY, WIRE_STATE_KEY, Pending, StateError, Undelivered, open_state,
@@ -301,6 +301,9 @@ class Gateway:
             every HTTP session would join it. ``system`` (the store's own record) is refused with a
             ConfigError naming where it came from (this argument, or ``SEALBOX_RUN_ID``).
         errlog: where upstreams' stderr goes.
+
+    Raises ConfigError (before the store is opened) when a ``${VAR}`` in an upstream's ``env`` or
+    ``headers`` value names an unset variable (:meth:`UpstreamSpec.resolved_env`).
     """
 
     def __init__(self, config: GatewayConfig, *, store: Any = None, policy: Policy | None = None,
@@ -310,13 +313,14 @@ class Gateway:
 
         default_run_id = run_id if run_id is not None else (os.environ.get(ENV_RUN_ID) or None)
         if default_run_id == SYSTEM_RUN_ID:  # refused before the store is opened
-            from sealbox.errors import ConfigError
-
             if run_id is not None:  # the caller's argument, not the environment (which may not even be set)
                 raise ConfigError(f"Gateway(run_id={SYSTEM_RUN_ID!r}): {SYSTEM_RUN_ID!r} is the store's own record, "
                                   "not a run calls can join; pass the id of a run the agent started")
             raise ConfigError(f"{ENV_RUN_ID}={SYSTEM_RUN_ID}: {SYSTEM_RUN_ID!r} is the store's own record, not a run "
                               "calls can join; unset it, or name a run the agent started")
+        unresolved = [p for spec in config.upstreams for p in spec.unresolved()]
+        if unresolved:  # ${VAR} in an env or header value names an unset variable: not started with the text
+            raise ConfigError(f"{config.source}: " + "; ".join(unresolved))
         self.config = config
         self.store = store if store is not None else open_store(config.store, durability=config.durability)
         if policy is None:

@@ -250,7 +250,7 @@ class Upstream:
 
             _install_line_reader()
             params = StdioServerParameters(command=self.spec.command or "", args=list(self.spec.args),
-                                           env=dict(self.spec.env) or None, cwd=self.spec.cwd)
+                                           env=self.spec.resolved_env() or None, cwd=self.spec.cwd)
             return stdio_client(params, errlog=self.errlog)
         return self._http_transport()
 
@@ -286,7 +286,7 @@ class Upstream:
         # for good after two read timeouts in a row.
         read = max(MCP_DEFAULT_SSE_READ_TIMEOUT, self.limits.call_timeout_s + MCP_DEFAULT_TIMEOUT)
         timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=read)
-        client = httpx2.AsyncClient(headers=dict(self.spec.headers), timeout=timeout,
+        client = httpx2.AsyncClient(headers=self.spec.resolved_headers(), timeout=timeout,
                                     event_hooks={"response": [note]})
         async with client, streamable_http_client(self.spec.url or "", http_client=client) as streams:
             yield streams
