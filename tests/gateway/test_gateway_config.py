@@ -364,3 +364,32 @@ def test_http_session_idle_s_is_a_validated_setting(value, problem, tmp_path):
                          text=True, timeout=60)
     assert (out.returncode, out.stdout, out.stderr) == (
         2, "", "error: " + problem.replace("gw.yaml", str(tmp_path / "gw.yaml")) + "\n")
+
+
+def test_a_path_starting_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypatch):
+    """``store: ~/.sealbox`` was read as relative to the config file's folder (``<folder>/~/.sealbox``) and
+    ``gateway check`` said to create a store there (``sealbox init <folder>/~/.sealbox``): a folder named
+    ``~``. A store, policy, cwd or command written ``~/...`` is now in the home folder ($HOME), as a shell
+    reads it; other relative paths are still relative to the config file's folder."""
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    (home / "work").mkdir()
+    (home / "bin" / "server").write_text("#!/bin/sh\nexit 0\n")
+    (home / "bin" / "server").chmod(0o755)
+    sealbox.init_store(home / "st").close()
+    monkeypatch.setenv("HOME", str(home))
+    text = ("version: 1\nstore: ~/st\npolicy: ALLOW_ALL\nupstreams:\n"
+            "  - {id: here, command: ~/bin/server, cwd: ~/work}\n"
+            "  - {id: there, command: bin/server, cwd: '~'}\n"
+            "  - {id: named, command: ./~/server}\n")
+    cfg = parse_config(text, source="gw.yaml", base=tmp_path / "conf")
+    assert cfg.store == str(home / "st")
+    assert [(u.command, u.cwd) for u in cfg.upstreams] == [
+        (str(home / "bin" / "server"), str(home / "work")), (str(home / "bin" / "server"), str(home)),
+        (str(tmp_path / "conf" / "~" / "server"), None)]
+    (tmp_path / "gw.yaml").write_text(text.replace("  - {id: named, command: ./~/server}\n", ""))
+    env = {**{k: v for k, v in os.environ.items() if k != "SEALBOX_DEBUG"}, "HOME": str(home)}
+    proc = subprocess.run([SEALBOX, "gateway", "check", "-c", str(tmp_path / "gw.yaml")], capture_output=True,
+                          text=True, env=env, cwd="/")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert f"store {home / 'st'} (full)" in proc.stdout

@@ -3,7 +3,8 @@
 The problems are one :class:`~sealbox.errors.ConfigError` whose message lists each
 as ``FILE:LINE: problem``, joined by ``; `` (the CLI prints it as one line). Relative paths (store,
 policy, an upstream's ``cwd``) are relative to the config file's folder; an upstream ``command`` written
-as a relative path (``./server.py``) is relative to its ``cwd`` if given, else to that folder.
+as a relative path (``./server.py``) is relative to its ``cwd`` if given, else to that folder; any of
+these written ``~/...`` (or ``~``) is in the home folder (``$HOME``), as a shell reads it.
 ``${VAR}`` in an upstream's ``env`` or ``headers`` value is the gateway's environment variable VAR,
 read when the gateway starts (:meth:`UpstreamSpec.resolved_env`); ``$${VAR}`` is the text ``${VAR}``.
 
@@ -414,6 +415,8 @@ _TYPE_WORDS = {"string": "a string", "integer": "a whole number", "number": "a n
 
 def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:
     def rel(value: str) -> str:
+        if value == "~" or value.startswith("~/"):  # the home folder, as a shell reads it (not a folder named ~)
+            return os.path.expanduser(value)
         return value if value == "ALLOW_ALL" or os.path.isabs(value) else str(base / value)
 
     def command(u: dict[str, Any]) -> str | None:
@@ -423,6 +426,8 @@ def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:
         value = u.get("command")
         if not isinstance(value, str) or "/" not in value or os.path.isabs(value):
             return value
+        if value.startswith("~/"):
+            return os.path.expanduser(value)
         return str(Path(rel(u["cwd"]) if u.get("cwd") else base) / value)
 
     ups = tuple(
