@@ -788,6 +788,44 @@ async def test_an_http_message_that_is_no_json_rpc_message_is_an_invalid_request
     assert gw.server._session_manager._server_instances.keys() == {r.headers["mcp-session-id"]}
 
 
+async def test_a_second_initialize_on_a_session_is_refused_and_the_recorded_client_stays_true(tmp_path, store):
+    """The SDK answered a second ``initialize`` on a live session and took its clientInfo and protocol
+    version as the session's: the session's later calls were made by another client name and version (even
+    another protocol) than its run recorded (run.started labels), with nothing in the record saying so. MCP's
+    initialization is the first interaction of a session, once: a second one is now MALFORMED_REQUEST and
+    the session keeps the client and version it started with."""
+    from sealbox.gateway import MALFORMED_REQUEST
+
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "toy__echo", "arguments": {"text": "a"}}}
+    again = {**INIT, "id": 3, "params": {**INIT["params"], "protocolVersion": "2025-06-18",
+                                         "clientInfo": {"name": "other", "version": "9"}}}
+    async with anyio.create_task_group() as tg:
+        port = await _serve(gw, tg)
+        url = f"http://127.0.0.1:{port}/mcp"
+        auth = {**HEADERS, "authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient() as http:
+            r = await http.post(url, json=INIT, headers=auth)
+            session_id = r.headers["mcp-session-id"]
+            session = {**auth, "mcp-session-id": session_id, "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            first = await http.post(url, json=call, headers=session)
+            refused = await http.post(url, json=again, headers=session)
+            second = await http.post(url, json={**call, "id": 4}, headers=session)
+            await http.delete(url, headers=session)
+        tg.cancel_scope.cancel()
+    answer = json.loads(refused.text.split("data: ", 1)[1])
+    assert answer == {"jsonrpc": "2.0", "id": 3, "error": {
+        "code": MALFORMED_REQUEST, "message": "this session is already initialized (client raw 0, protocol 2025-11-25): "
+                                              "initialize is the first request of a session, once; open a new session "
+                                              "to start again"}}
+    assert '"text":"a"' in first.text and '"text":"a"' in second.text
+    [run_id] = gateway_runs(store)
+    started = next(iter(store.read_run(run_id)))
+    assert {k: v for k, v in started.payload["labels"].items() if k.startswith("mcp.")} == {
+        "mcp.client.name": "raw", "mcp.client.version": "0", "mcp.protocol_version": "2025-11-25"}
+
+
 @pytest.mark.parametrize("params, where", [
     ({"name": "toy__echo", "arguments": {"text": "\ud800"}}, "\\ud800"),
     ({"name": "toy__\udc80echo", "arguments": {}}, "\\udc80"),

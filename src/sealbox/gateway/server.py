@@ -2166,8 +2166,19 @@ def check_request(ctx: Any, max_request_bytes: int | None) -> None:
         MCPError: ``REQUEST_TOO_LARGE`` (params above ``max_request_bytes`` bytes of JSON; None:
             no limit), ``MALFORMED_REQUEST`` (params holding a lone surrogate, which is no Unicode
             text and no UTF-8 can hold; a ``tools/call`` without a string ``name``, or
-            with ``arguments`` that are not an object or hold NaN or Infinity).
+            with ``arguments`` that are not an object or hold NaN or Infinity; a second ``initialize``
+            on a session that is already initialized).
     """
+    if ctx.method == "initialize" and ctx.request_id is not None:
+        # the SDK answers a second initialize and takes its clientInfo and protocol version as the session's:
+        # the session's later calls would be another client's than its run recorded (run.started labels)
+        known = getattr(getattr(getattr(ctx, "session", None), "_connection", None), "client_params", None)
+        if known is not None:
+            info = getattr(known, "client_info", None)
+            who = f"{info.name} {info.version or ''}".strip() if info is not None else "unnamed"
+            raise _mcp_error()(codes.MALFORMED_REQUEST, f"this session is already initialized (client {who}, "
+                               f"protocol {ctx.session._connection.protocol_version}): initialize is the first "
+                               "request of a session, once; open a new session to start again")
     dumped: bytes | None = None  # orjson's bytes of the params, when the size check made them
     if max_request_bytes is not None and ctx.request_id is not None and ctx.params is not None:
         try:  # compact UTF-8 JSON, as the json module writes it below; orjson is ~10x faster
