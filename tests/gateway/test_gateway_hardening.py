@@ -444,6 +444,60 @@ async def test_a_30_mb_result_arrives_within_the_timeout_and_the_next_call_too(t
     assert [r["ok"] for r in results(store)] == [True, True]
 
 
+
+async def test_a_line_longer_than_the_limit_is_not_kept_whole_and_its_call_fails_at_once(tmp_path, store, monkeypatch,
+                                                                                        caplog):
+    """A stdio upstream's line was kept whole however long it grew: one writing without end (or a message of
+    gigabytes) grew the gateway's memory until the process was killed, every client and upstream with it.
+    A line above ``MAX_LINE_BYTES`` (64 MiB; 2 MiB here) is now dropped as it arrives, past its first bytes:
+    it is one malformed message, the call it answers fails at once (its id read from its start), and the
+    upstream reads on."""
+    from sealbox.gateway import upstream as upstream_module
+
+    monkeypatch.setattr(upstream_module, "MAX_LINE_BYTES", 2 * 1024 * 1024, raising=False)
+    gw = Gateway(odd_config(tmp_path, extra="limits: {call_timeout_s: 20}"), store=store)
+    with caplog.at_level(logging.WARNING):
+        async with running(gw) as tg, connect(gw, tg) as client:
+            with anyio.fail_after(10):
+                big = await client.call_tool("odd__big", {"mb": 3})
+                fits = await client.call_tool("odd__big", {"mb": 1})
+                after = await client.call_tool("odd__ping", {})
+    assert (big.is_error, text_of(big)) == (True, "upstream error: upstream odd sent a malformed response: a line "
+                                               "longer than 2097152 bytes (dropped)")
+    assert (fits.is_error, len(text_of(fits))) == (False, 1024 * 1024)
+    assert (after.is_error, text_of(after)) == (False, "pong")
+    assert gw.upstreams["odd"].malformed == 1
+    assert [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()] == [
+        "upstream odd sent a malformed message: a line longer than 2097152 bytes (dropped)"]
+    assert [r["ok"] for r in results(store)] == [False, True, True]
+
+
+
+@pytest.mark.parametrize("chunks, lines", [
+    # the long line within one chunk, with the lines after it
+    ([b'{"id":1,"result":' + b"x" * 30 + b"\nok\nnext"], ['{"id":1,"result":' + "x" * 30 + "{mark}\nok\n", "next"]),
+    # over several chunks, ending in one that holds other lines
+    ([b"abc", b"x" * 20, b"yy\nA\nB\n", b"C"], ["abc" + "x" * 20 + "{mark}\nA\nB\n", "C"]),
+    ([b"x" * 5, b"\nz" * 3 + b"\n"], ["xxxxx\nz\nz\nz\n"]),  # within the limit: as it was
+    ([b"y" * 8, b"y" * 8, b"y" * 8], ["y" * 16 + "{mark}"]),  # no newline before the end: kept as the limit was passed
+])
+async def test_the_line_reader_keeps_the_start_of_a_line_above_the_limit_and_reads_on(chunks, lines, monkeypatch):
+    from sealbox.gateway import upstream as upstream_module
+
+    monkeypatch.setattr(upstream_module, "MAX_LINE_BYTES", 10, raising=False)
+    monkeypatch.setattr(upstream_module, "_LONG_HEAD", 1024, raising=False)
+    send, receive = anyio.create_memory_object_stream(len(chunks))
+    for chunk in chunks:
+        await send.send(chunk)
+    await send.aclose()
+    reader = upstream_module._LineReceiveStream(receive)
+    out = []
+    with pytest.raises(anyio.EndOfStream):
+        while True:
+            out.append(await reader.receive())
+    assert out == [line.replace("{mark}", getattr(upstream_module, "TOO_LONG_MARK", "?")) for line in lines]
+
+
 # ---------------------------------------------------------------------------- 8. hint, long names, SIGTERM
 
 

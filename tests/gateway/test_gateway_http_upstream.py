@@ -530,3 +530,82 @@ def test_an_unset_variable_in_an_env_or_header_value_is_one_error_line(tmp_path,
     assert check.stderr == f"error: {tmp_path / 'gw.yaml'}: {problem_a}; {problem_b}\n"
     assert (serve.returncode, serve.stdout) == (2, "")
     assert serve.stderr == f"error: {tmp_path / 'gw.yaml'}: {problem_a}; {problem_b}\n"
+
+
+class _EndlessAnswer(_Answers202):
+    """A streamable-HTTP MCP server answering ``flood`` (JSON, or an event stream with ``?sse``) with a body of
+    ``_EndlessAnswer.size`` bytes, chunked, and ``ping`` with "pong"."""
+
+    size = 0
+    sent = 0
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers["content-length"])
+        message = json.loads(self.rfile.read(length))
+        params = message.get("params") or {}
+        if message.get("method") == "tools/list":
+            tools = [{"name": n, "inputSchema": {"type": "object"}} for n in ("flood", "flood_sse", "ping")]
+            body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"tools": tools}}).encode()
+        elif message.get("method") == "tools/call" and params.get("name") == "ping":
+            body = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {
+                "content": [{"type": "text", "text": "pong"}]}}).encode()
+        elif message.get("method") == "tools/call":
+            sse = params["name"] == "flood_sse"
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream" if sse else "application/json")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            head = (b"event: message\ndata: " if sse else b"") + b'{"jsonrpc":"2.0","id":%d,"result":{"content":' \
+                b'[{"type":"text","text":"' % message["id"]
+            try:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(head), head))
+                chunk = b"x" * 65536
+                while type(self).sent < self.size:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    type(self).sent += len(chunk)
+                tail = b'"}]}}' + (b"\n\n" if sse else b"")
+                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail))
+            except OSError:  # the gateway stopped reading
+                pass
+            return
+        else:
+            self.rfile = __import__("io").BytesIO(json.dumps(message).encode())
+            self.headers.replace_header("content-length", str(len(json.dumps(message))))
+            return super().do_POST()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+async def test_an_http_upstream_answering_without_end_is_cut_at_the_limit(tmp_path, store, monkeypatch):
+    """An HTTP upstream's JSON answer was read whole however long it was (about 8 bytes of the gateway's memory
+    per byte: 150 MB took 1.2 GB), so one answering without end grew the gateway until the process was killed.
+    An answer above MAX_LINE_BYTES (64 MiB; 1 MiB here) now ends that response: the call fails at once saying
+    why, the gateway reconnects, and the next call is answered. (An event stream's events are bounded by the
+    SDK, 1 MiB each.)"""
+    tool, what = "flood", "answer"
+    from sealbox.gateway import upstream as upstream_module
+
+    monkeypatch.setattr(upstream_module, "MAX_LINE_BYTES", 1024 * 1024, raising=False)
+    _EndlessAnswer.size, _EndlessAnswer.sent = 64 * 1024 * 1024, 0
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EndlessAnswer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        upstream = f"\n  - id: web\n    url: http://127.0.0.1:{server.server_port}/mcp\n"
+        # the closed connection opens the upstream's breakers (server_down): no cooldown here, so the next call probes
+        gw = Gateway(toy_config(tmp_path, upstreams=upstream, extra="breaker: {cooldown_s: 0}"), store=store)
+        async with running(gw) as tg, connect(gw, tg) as client:
+            with anyio.fail_after(20):
+                cut = await client.call_tool(f"web__{tool}", {})
+                await gw.upstreams["web"].wait_until(lambda u: u.state != "ready")  # the response's end ends the connection
+                await gw.upstreams["web"].wait_until(lambda u: u.state == "ready")
+                after = await client.call_tool("web__ping", {})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (cut.is_error, text_of(cut)) == (True, f"upstream error: upstream web connection was closed during the "
+                                                  f"call: its {what} was longer than 1048576 bytes; the rest was not read")
+    assert (after.is_error, text_of(after)) == (False, "pong")
+    assert _EndlessAnswer.sent < 16 * 1024 * 1024  # the gateway stopped reading soon after the limit

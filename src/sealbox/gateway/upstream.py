@@ -144,6 +144,7 @@ class Upstream:
         self._stop = anyio.Event()
         self._disconnect: anyio.Event | None = None
         self._http_error: str | None = None  # the last HTTP error status of an HTTP upstream (the SDK drops it)
+        self._too_long: str | None = None  # why this connection's HTTP answer was cut (_bounded_transport), or None
         #: the HTTP status (404, or a 400 naming the session) by which an HTTP upstream refused the connection's
         #: session id (it ended the session), or 0
         self._session_lost = 0
@@ -262,6 +263,7 @@ class Upstream:
         from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
         self._http_error = None
+        self._too_long = None
         self._session_lost = 0
 
         async def note(response: Any) -> None:
@@ -287,7 +289,8 @@ class Upstream:
         read = max(MCP_DEFAULT_SSE_READ_TIMEOUT, self.limits.call_timeout_s + MCP_DEFAULT_TIMEOUT)
         timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=read)
         client = httpx2.AsyncClient(headers=self.spec.resolved_headers(), timeout=timeout,
-                                    event_hooks={"response": [note]})
+                                    event_hooks={"response": [note]},
+                                    transport=_bounded_transport(lambda why: setattr(self, "_too_long", why)))
         async with client, streamable_http_client(self.spec.url or "", http_client=client) as streams:
             yield streams
 
@@ -479,6 +482,9 @@ class Upstream:
             return UpstreamUnavailable(f"upstream {self.spec.id} ended the gateway's HTTP session "
                                        f"(HTTP {self._session_lost}); reconnecting")
         if code == types.CONNECTION_CLOSED and self._connection_closed(session, exc):
+            if self._too_long is not None:  # the gateway ended it: an answer above MAX_LINE_BYTES
+                return UpstreamUnavailable(f"upstream {self.spec.id} connection was closed during the {what}: "
+                                           f"{self._too_long}")
             return UpstreamUnavailable(f"upstream {self.spec.id} closed the connection during the {what}")
         if code == types.REQUEST_TIMEOUT:
             # the request went out: the model must not take "no answer" for "not done" and simply call again
@@ -571,6 +577,18 @@ def _line_receive_stream() -> type:
             super().__post_init__(encoding, errors)
             self._encoding = encoding
             self._pending = bytearray()
+            #: the start of a line longer than MAX_LINE_BYTES whose rest is being skipped (None: none is)
+            self._long: bytes | None = None
+
+        def _too_long(self) -> str:
+            """What is passed on for the line being skipped: its start (so that an answer's id can still be
+            read, and its call failed at once) and :data:`TOO_LONG_MARK`, which no JSON parser accepts."""
+            head, self._long = self._long or b"", None
+            try:
+                text = head.decode(self._encoding, errors="ignore")  # cut inside a character: that part dropped
+            except LookupError:
+                text = ""
+            return text + TOO_LONG_MARK
 
         def _decoded(self, data: bytes) -> str:
             try:
@@ -590,19 +608,73 @@ def _line_receive_stream() -> type:
                 try:
                     chunk = await self.transport_stream.receive()
                 except EndOfStream:
+                    if self._long is not None:
+                        return self._too_long()
                     if self._pending:
                         rest, self._pending = bytes(self._pending), bytearray()
                         return self._decoded(rest)
                     raise
                 cut = chunk.rfind(b"\n")
                 if cut < 0:
-                    self._pending += chunk
+                    if self._long is None and len(self._pending) + len(chunk) > MAX_LINE_BYTES:
+                        # an upstream writing without end (or a message above the limit): its line is not kept
+                        # whole, or the gateway's memory would grow until the process is killed
+                        self._long, self._pending = bytes((self._pending + chunk)[:_LONG_HEAD]), bytearray()
+                    if self._long is None:
+                        self._pending += chunk
                     continue
-                lines = bytes(self._pending) + chunk[:cut + 1]
+                first = chunk.find(b"\n")
+                if self._long is None and len(self._pending) + first > MAX_LINE_BYTES:
+                    self._long, self._pending = bytes((self._pending + chunk[:first])[:_LONG_HEAD]), bytearray()
+                if self._long is not None:  # the line being skipped ends here; the chunk's other lines are read
+                    lines = self._too_long() + "\n" + self._decoded(chunk[first + 1:cut + 1])
+                else:
+                    lines = self._decoded(bytes(self._pending) + chunk[:cut + 1])
                 self._pending = bytearray(chunk[cut + 1:])
-                return self._decoded(lines)
+                return lines
 
     return LineReceiveStream
+
+
+#: the longest line (one JSON-RPC message) read from a stdio upstream, in bytes: a longer one is passed on as its
+#: first bytes and :data:`TOO_LONG_MARK` (a malformed message; an answer's call fails at once), not kept whole
+MAX_LINE_BYTES = 64 * 1024 * 1024
+_LONG_HEAD = 1024  # the bytes of such a line kept: enough for '{"jsonrpc":"2.0","id":…,"result":' (its id)
+TOO_LONG_MARK = "… [sealbox: the rest of this line from the upstream was dropped: longer than the limit]"
+
+def _bounded_transport(on_limit: Callable[[str], None]) -> Any:
+    """An httpx transport whose JSON responses are read no further than :data:`MAX_LINE_BYTES`: a longer
+    answer (one message) ends with ``httpx.RemoteProtocolError`` (before, an HTTP upstream answering without
+    end grew the gateway's memory, about 8 bytes per byte received, until the process was killed).
+    Event streams are left to the SDK, which bounds each event (``max_sse_event_size``, 1 MiB).
+    ``on_limit(why)`` is called first (the SDK reports the error only as a closed connection)."""
+    import httpx2
+
+    class BoundedStream(httpx2.AsyncByteStream):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            limit, received = MAX_LINE_BYTES, 0
+            async for chunk in self.inner:
+                received += len(chunk)
+                if received > limit:
+                    why = f"its answer was longer than {limit} bytes; the rest was not read"
+                    on_limit(why)
+                    raise httpx2.RemoteProtocolError(why)
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    class BoundedTransport(httpx2.AsyncHTTPTransport):
+        async def handle_async_request(self, request: Any) -> Any:
+            response = await super().handle_async_request(request)
+            if not response.headers.get("content-type", "").lower().startswith("text/event-stream"):
+                response.stream = BoundedStream(response.stream)
+            return response
+
+    return BoundedTransport()
 
 
 NOT_TEXT_LINE = "sealbox: this line from the upstream was not valid UTF-8 and was dropped"
@@ -723,6 +795,9 @@ def _malformed(exc: BaseException) -> str:
         for e in errors()[:3]:
             if e.get("input") == NOT_TEXT_LINE:
                 parts.append("a line that is not valid UTF-8 (dropped)")
+                continue
+            if isinstance(e.get("input"), str) and e["input"].endswith(TOO_LONG_MARK):
+                parts.append(f"a line longer than {MAX_LINE_BYTES} bytes (dropped)")
                 continue
             shown = repr(e.get("input"))
             parts.append(f"{e.get('msg')} (input {shown[:80] + '…' if len(shown) > 80 else shown})")
