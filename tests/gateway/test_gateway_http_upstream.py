@@ -584,7 +584,7 @@ async def test_an_http_upstream_answering_without_end_is_cut_at_the_limit(tmp_pa
     per byte: 150 MB took 1.2 GB), so one answering without end grew the gateway until the process was killed.
     An answer above MAX_LINE_BYTES (64 MiB; 1 MiB here) now ends that response: the call fails at once saying
     why, the gateway reconnects, and the next call is answered. (An event stream's events are bounded by the
-    SDK, 1 MiB each.)"""
+    SDK, up to the same limit.)"""
     tool, what = "flood", "answer"
     from sealbox.gateway import upstream as upstream_module
 
@@ -609,3 +609,21 @@ async def test_an_http_upstream_answering_without_end_is_cut_at_the_limit(tmp_pa
                                                   f"call: its {what} was longer than 1048576 bytes; the rest was not read")
     assert (after.is_error, text_of(after)) == (False, "pong")
     assert _EndlessAnswer.sent < 16 * 1024 * 1024  # the gateway stopped reading soon after the limit
+
+
+async def test_an_http_upstreams_result_above_1_mib_arrives_as_a_stdio_upstreams_does(tmp_path, store):
+    """The SDK's streamable-HTTP client refuses a server-sent event above 1 MiB (its max_sse_event_size): every
+    result above that from an HTTP upstream that answers in an event stream (the SDK's servers do, by default)
+    failed ("upstream web answered with JSON-RPC error -32000: SSE stream failed: Server-sent event exceeded the
+    1048576 byte limit"), while a stdio upstream's 30 MB result arrives. The event limit is now the gateway's
+    own line limit (MAX_LINE_BYTES, 64 MiB), as for stdio."""
+    text = "x" * 3_000_000
+    with toy_http(tmp_path) as (_, port):
+        gw = Gateway(toy_config(tmp_path, upstreams=http_upstream(port), extra="limits: {max_request_bytes: 4000000}"),
+                     store=store)
+        async with running(gw) as tg, connect(gw, tg) as client:
+            with anyio.fail_after(30):
+                echoed = await client.call_tool("web__echo", {"text": text})
+    assert (echoed.is_error, text_of(echoed) == text) == (False, True)
+    [run_id] = gateway_runs(store)
+    assert [e.payload["ok"] for e in store.read_run(run_id) if e.kind == "tool.result"] == [True]

@@ -291,7 +291,10 @@ class Upstream:
         client = httpx2.AsyncClient(headers=self.spec.resolved_headers(), timeout=timeout,
                                     event_hooks={"response": [note]},
                                     transport=_bounded_transport(lambda why: setattr(self, "_too_long", why)))
-        async with client, streamable_http_client(self.spec.url or "", http_client=client) as streams:
+        # the SDK refuses an event above 1 MiB by default: every larger result of an upstream answering in an event
+        # stream failed, where a stdio upstream's is read up to MAX_LINE_BYTES
+        async with client, streamable_http_client(self.spec.url or "", http_client=client,
+                                                  max_sse_event_size=MAX_LINE_BYTES) as streams:
             yield streams
 
     def _http_note(self) -> str:
@@ -646,7 +649,7 @@ def _bounded_transport(on_limit: Callable[[str], None]) -> Any:
     """An httpx transport whose JSON responses are read no further than :data:`MAX_LINE_BYTES`: a longer
     answer (one message) ends with ``httpx.RemoteProtocolError`` (before, an HTTP upstream answering without
     end grew the gateway's memory, about 8 bytes per byte received, until the process was killed).
-    Event streams are left to the SDK, which bounds each event (``max_sse_event_size``, 1 MiB).
+    Event streams are left to the SDK, which bounds each event (``max_sse_event_size``: the same limit).
     ``on_limit(why)`` is called first (the SDK reports the error only as a closed connection)."""
     import httpx2
 
