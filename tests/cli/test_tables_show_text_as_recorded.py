@@ -132,3 +132,22 @@ def test_calls_table_and_runs_show_escape_control_sequences(store_with_controls)
     assert shown.returncode == 0, shown.stderr
     _no_controls(shown.stdout)
     assert shown.stdout.splitlines()[0] == rf"run      {run_id}  agent bot\x1b[2J  principal agent:bot  suspended"
+
+
+def test_runs_show_keeps_an_agent_name_with_a_newline_on_its_own_line(tmp_path):
+    """An agent name is whatever the client says it is (an MCP client's clientInfo.name through the gateway):
+    ``runs show`` printed one holding a newline as it was, so its header gained a line of the agent's choosing
+    (``parent   <another run>``, ``principal admin``) indistinguishable from its own. The header's agent and
+    principal are shown on their line, a newline or tab written as ``\\n`` / ``\\t``; --json keeps the text."""
+    store = init_store(tmp_path / "store")
+    rec = Recorder(store, policy=ALLOW_ALL)
+    agent = "bot\nparent   01-forged-parent\tx"
+    with rec.run(agent=agent, principal="agent:bot") as run:
+        run.call_tool("db", "read", {}, lambda **kw: 1)
+        run_id = run.run_id
+    store.close()
+    shown = _sealbox("runs", "show", run_id, "-s", str(tmp_path / "store"))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[:2] == [
+        rf"run      {run_id}  agent bot\nparent   01-forged-parent\tx  principal agent:bot  ended (ok)",
+        "parent   (none)"]

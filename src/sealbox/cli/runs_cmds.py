@@ -118,13 +118,17 @@ def _family(run_id: str, run: dict | None) -> list[str]:
         return [f"run {run_id}"]
     from sealbox.query import status_text
 
-    out = [f"run      {run_id}  agent {run['agent']}  principal {run['principal']}  {status_text(run)}"]
+    def one_line(text: object) -> str:  # an agent name is the client's to choose: a newline in it must not add a line
+        return str(text).replace("\n", "\\n").replace("\t", "\\t")
+
+    out = [f"run      {run_id}  agent {one_line(run['agent'])}  principal {one_line(run['principal'])}  "
+           f"{status_text(run)}"]
     out.append(f"parent   {run['parent_run_id'] or '(none)'}")
     if run.get("replay_of"):
         out.append(f"replays  {run['replay_of']}")
     kids = run.get("children") or []
     out.append(f"children {len(kids) if kids else '(none)'}")
-    out += [f"  {k['run_id']}  agent {k['agent']}  {status_text(k)}" for k in kids]
+    out += [f"  {k['run_id']}  agent {one_line(k['agent'])}  {status_text(k)}" for k in kids]
     return out
 
 
