@@ -577,7 +577,7 @@ class Redactor:
 
     def _walk_json_text(self, text: str, path: list[str], changed: list[bool]) -> str:
         """A string holding a JSON object or array (a model's function-call ``arguments``, a tool
-        returning ``json.dumps(...)``), redacted as the value it holds: when the walk of the parsed
+        returning ``json.dumps(...)``), or a JSON string that holds such a text (encoded twice), redacted as the value it holds: when the walk of the parsed
         value redacts something (a sensitive key name, a pair, a path continuing into it), the text
         becomes that value's JSON with each redacted part as its in-string marker
         ``"⟦redacted:hmac-sha256:<hex>⟧"``; otherwise ``text`` itself. Text that does not parse
@@ -591,6 +591,20 @@ class Redactor:
             parsed = json.loads(text)
         except (ValueError, RecursionError):
             return text
+        if type(parsed) is str:
+            # JSON text encoded twice (a JSON string holding a JSON text: arguments some servers send
+            # as "\"{\\\"password\\\": …}\""): the text it holds, redacted as any string is
+            if parsed.lstrip()[:1] not in _JSON_OPENERS:
+                return text
+            inner = [False]
+            try:
+                out = self._walk(parsed, path, inner)
+            except RecursionError:
+                return text
+            if not inner[0]:
+                return text
+            changed[0] = True
+            return json.dumps(out, ensure_ascii=False)
         if type(parsed) not in (dict, list):
             return text
         inner = [False]
@@ -712,7 +726,7 @@ def _path_variants(path: list) -> list[list[str]]:
     return variants
 
 
-_JSON_OPENERS = ("{", "[")
+_JSON_OPENERS = ("{", "[", '"')  # an object, an array, or a JSON string holding JSON text again (encoded twice)
 _TEXTS_BUDGET = 8 << 20  # characters of the strings Redactor._texts keeps (it is emptied beyond)
 #: Tags of objects encoded as their fields (docs/canonical.md): transparent to redaction paths.
 _OBJECT_TAGS = ("$pydantic", "$dataclass")

@@ -1143,3 +1143,31 @@ def test_a_state_label_is_kept_in_full_mode(tmp_path):
     with Recorder(store, policy=ALLOW_ALL).run(agent="redaction") as run:
         run.save_state({"n": 1}, label=f"after login {SK}")
     assert [e.payload.get("label") for e in events_of(store, run.run_id, "state.saved")] == [f"after login {SK}"]
+
+
+def test_json_text_encoded_twice_is_redacted(tmp_path):
+    """A JSON text that holds, as a JSON string, another JSON text (arguments encoded twice, as some
+    OpenAI-compatible servers send them: ``"arguments": "\\"{\\\\\\"password\\\\\\": …}\\""``) loses its
+    sensitive values as the once-encoded text does, in a tool's arguments and in a model's response;
+    text that holds a JSON string with no object or array in it is kept as it is."""
+    inner = json.dumps({"user": "bob", "password": "xyz-secret-1"})
+    twice = json.dumps(inner)
+    store = init_store(tmp_path / "s")
+    rec = Recorder(store, policy=ALLOW_ALL)
+    response = {"id": "c1", "object": "chat.completion", "model": "m", "choices": [{"index": 0, "finish_reason": "tool_calls",
+                "message": {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "login", "arguments": twice}}]}}]}
+    with rec.run(agent="redaction") as run:
+        run.call_tool("api", "send", {"body": twice, "plain": json.dumps("just text")}, lambda body, plain: "ok")
+        run.model_call({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, response)
+    call = store.resolve(events_of(store, run.run_id, "tool.call")[0].payload)
+    model = store.resolve(events_of(store, run.run_id, "model.call")[0].payload)
+    stored_args = model["response"]["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+    for text in (call["arguments"]["body"], stored_args):
+        assert "xyz-secret-1" not in text
+        decoded = json.loads(json.loads(text))
+        assert decoded["user"] == "bob"
+        assert IN_STRING.fullmatch(decoded["password"])
+    assert call["arguments"]["plain"] == json.dumps("just text")
+    assert b"xyz-secret-1" not in (tmp_path / "s" / "sealbox.db").read_bytes()
+    store.close()
