@@ -279,7 +279,9 @@ class PgReader(Reader):
             where.append("principal = ?")
             params.append(principal)
         if principal_actor is not None:
-            where.append("(lower(principal) = lower(?) OR principal LIKE ? ESCAPE '\\')")
+            # ILIKE: SQLite's LIKE folds ASCII case, PostgreSQL's does not (the column's "C" collation
+            # folds ASCII only, as NOCASE does)
+            where.append("(lower(principal) = lower(?) OR principal ILIKE ? ESCAPE '\\')")
             params += [principal_actor, "%:" + principal_actor.replace("\\", "\\\\").replace("%", "\\%")
                        .replace("_", "\\_")]
         if field is not None:
