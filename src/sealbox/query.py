@@ -77,6 +77,9 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks
 _GLOB_MAGIC = re.compile(r"[*?\[]")
 #: A time's fraction of a second (RFC 3339 takes any number of digits; ISO 8601 a comma too).
 _FRACTION = re.compile(r"\d:\d\d[.,](\d+)")
+#: A calendar date followed by an offset (``2026-11-29Z``, ``2026-11-29+05:30``): fromisoformat reads the
+#: offset's sign as a date/time separator and its hours as a time with no offset.
+_DATE_WITH_OFFSET = re.compile(r"(\d{4}-\d\d-\d\d)([Zz]|[+-]\d\d:\d\d)")
 
 
 def _utc_text(moment: datetime) -> str:
@@ -94,7 +97,8 @@ def parse_time(value: str | datetime, *, now: datetime | None = None, name: str 
 
     Args:
         value: RFC 3339 with an offset, a date (``YYYY-MM-DD`` or another ISO 8601 date form such as
-            ``YYYYMMDD`` or ``2026-W49``; 00:00 UTC), a
+            ``YYYYMMDD`` or ``2026-W49``; 00:00 UTC; ``YYYY-MM-DD`` followed by ``Z`` or an offset
+            such as ``+05:30``: 00:00 at that offset), a
             duration back from ``now`` (``90s``, ``15m``, ``2h``, ``30d``, ``1w``),
             or an aware :class:`~datetime.datetime`.
         now: the reference for durations (default: the current time).
@@ -123,7 +127,10 @@ def parse_time(value: str | datetime, *, now: datetime | None = None, name: str 
             return _utc_text((now or datetime.now(timezone.utc)) - delta)
         except (OverflowError, ValueError):
             raise _out_of_range(name, text) from None
-    if re.fullmatch(r"[0-9W-]+", text):  # a date alone, in any ISO 8601 form (2026-11-29, 20261129, 2026-W48-7)
+    dated = _DATE_WITH_OFFSET.fullmatch(text)
+    if dated:  # a date with an offset (2026-11-29Z, 2026-11-29+05:30): its midnight at that offset
+        text = dated.group(1) + "T00:00:00" + dated.group(2)
+    elif re.fullmatch(r"[0-9W-]+", text):  # a date alone, in any ISO 8601 form (2026-11-29, 20261129, 2026-W48-7)
         try:
             text = date.fromisoformat(text).isoformat() + "T00:00:00Z"
         except ValueError:

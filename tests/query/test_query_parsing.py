@@ -35,6 +35,10 @@ NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=timezone.utc)
     ("20261129", "2026-11-29T00:00:00.000000Z"),  # other ISO 8601 date forms are dates too (they said
     ("2026-W48", "2026-11-23T00:00:00.000000Z"),  # "has no timezone", as if a time had been given)
     ("2026-W48-7", "2026-11-29T00:00:00.000000Z"),
+    ("2026-11-29Z", "2026-11-29T00:00:00.000000Z"),  # a date with an offset: its midnight there (was refused
+    ("2026-11-29z", "2026-11-29T00:00:00.000000Z"),  # with "has no timezone; add Z", Z given)
+    ("2026-11-29+05:30", "2026-11-28T18:30:00.000000Z"),
+    ("2026-11-29-05:00", "2026-11-29T05:00:00.000000Z"),
 ])
 def test_parse_time(text, expected):
     assert parse_time(text, now=NOW) == expected
