@@ -1334,6 +1334,8 @@ class RunContext:
             if refused is not None:
                 raise refused
             result = _invoke(fn, arguments)
+            if isinstance(result, concurrent.futures.Future):  # a thread's work (executor.submit): awaited too
+                result = asyncio.wrap_future(result)
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as exc:
@@ -2644,7 +2646,9 @@ def _generator_refusal(server: str, tool: str, kind: str) -> str:
 
 
 def _unrecordable(result: Any, server: str, tool: str, *, awaited: bool) -> ConfigError | None:
-    """A ConfigError when a tool returned a coroutine (from the sync ``call_tool``), a generator or
+    """A ConfigError when a tool returned a coroutine (from the sync ``call_tool``), work under way (a
+    ``concurrent.futures`` Future; an asyncio Task or Future, also from an ``async def`` tool: left
+    running, its outcome would come after the record said ok), a generator or
     any other iterator (sync or async: ``map``, ``filter``, ``zip``, ``iter(list)``, a
     ``sqlite3.Cursor``, an object with ``__next__`` or ``__anext__``), whose work would run (or not)
     after the record says ok, and whose items the record could not hold; a file object (``open(...)``,
@@ -2671,6 +2675,13 @@ def _unrecordable(result: Any, server: str, tool: str, *, awaited: bool) -> Conf
         return ConfigError(f"{server}/{tool}: the tool returned an awaitable ({type(result).__qualname__}) "
                            "that was not awaited, so what it does is not recorded: use acall_tool; "
                            "the call is recorded as this error")
+    under_way = _future_kind(result)
+    if under_way is not None:  # its outcome comes later: the record would say ok whatever it ends in
+        hint = ("await it in the tool and return its result" if under_way.startswith("an asyncio")
+                else "return its result instead (future.result())")
+        return ConfigError(f"{server}/{tool}: the tool returned {under_way}, work under way whose outcome the "
+                           f"record would not hold (it would say ok, whatever that work then did): {hint}; it was "
+                           "left running, not cancelled; the call is recorded as this error")
     cls = type(result)
     if _is_mock(result):  # a MagicMock's class has __next__, __anext__, __iter__: no iterator, a value
         return None
