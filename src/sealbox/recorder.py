@@ -2045,6 +2045,7 @@ class RunContext:
                               "not it is awaited, and complete() cannot wait for it, so its answer would not be "
                               "recorded; it was left running (not cancelled): use await run.acomplete(request, "
                               "call) for an async call; nothing was recorded")
+        _refuse_stream_manager("complete", response)
         if inspect.isawaitable(response):  # an async call, not yet run: nothing was asked of the model
             if inspect.iscoroutine(response):
                 response.close()
@@ -2086,6 +2087,7 @@ class RunContext:
         except BaseException as exc:
             self.model_error(request, exc, latency=time.perf_counter() - started, provider=provider, model=model)
             raise
+        _refuse_stream_manager("acomplete", response)
         return self._record_returned(request, response, started, provider, model)
 
     def _record_returned(self, request: Any, response: Any, started: float, provider: str | None,
@@ -2513,6 +2515,33 @@ def _future_kind(value: Any) -> str | None:
     if isinstance(value, concurrent.futures.Future):
         return "a concurrent.futures Future"
     return None
+
+
+def _refuse_stream_manager(method: str, response: Any) -> None:
+    """ConfigError when ``call`` of :meth:`RunContext.complete` / :meth:`RunContext.acomplete` returned one of
+    the SDKs' lazy streaming helpers (``client.messages.stream(...)``, ``client.chat.completions.stream(...)``,
+    ``client.responses.stream(...)``: a ``...StreamManager``; a ``with_streaming_response``
+    ``ResponseContextManager``), which calls the model only when it is entered, after this method returned:
+    that call could not be recorded. Refused unentered, so the model was not called; an async manager's
+    pending request (a coroutine it holds) is closed unrun."""
+    cls = type(response)
+    name = cls.__name__
+    if not (name.endswith("StreamManager") or name.endswith("ResponseContextManager")):
+        return
+    if not ((hasattr(cls, "__enter__") and hasattr(cls, "__exit__"))
+            or (hasattr(cls, "__aenter__") and hasattr(cls, "__aexit__"))):
+        return
+    if hasattr(cls, "__next__") or hasattr(cls, "__anext__") or hasattr(cls, "__iter__") or hasattr(cls, "__aiter__"):
+        return  # a stream itself: recorded as it is read
+    for held in list(getattr(response, "__dict__", {}).values()):
+        if inspect.iscoroutine(held):
+            held.close()
+    article = "an" if name[:1].lower() in "aeiou" else "a"
+    raise ConfigError(f"{method}(): call returned {article} {name}, which calls the model only when it is entered "
+                      f"(with ...), after {method}() returned: that call would not be recorded; pass a call that "
+                      "returns the stream itself, e.g. lambda r: client.messages.create(**r, stream=True) (or "
+                      "chat.completions.create / responses.create with stream=True); the model was not called "
+                      "and nothing was recorded")
 
 
 def _check_model_call(method: str, call: Any) -> None:
