@@ -235,20 +235,20 @@ class Recorder:
         self._changes.items = []
         return pending
 
-    def _undo_unrecorded_breaker_changes(self, server: str, tool: str, probe: list[bool],
+    def _undo_unrecorded_breaker_changes(self, server: str, tool: str, probe: list[int],
                                          taken: tuple[list[EventDraft], list[BreakerChange]]) -> None:
         """In the thread whose gate write failed (nothing ran): the breaker changes that write made and
         carried (``taken[1]``, by its build, and any not yet taken) are taken back
         (:meth:`CircuitBreaker.undo`: the breaker acts only in states its record shows), those of earlier
         failed writes it carried (``taken[0]``) are queued again, and a half-open probe the call took is
-        given back (kept, it would deny every later call)."""
+        given back (kept, it would deny every later call); ``probe``: its ticket, when it took one."""
         earlier, own = taken
         self._requeue_breaker_events(earlier)
         self.breaker.undo(own + self._take_breaker_changes())
         earlier.clear()
         own.clear()
         if probe:
-            self.breaker.record_not_run(server, tool)
+            self.breaker.record_not_run(server, tool, ticket=probe[0])
 
     def run(self, *, agent: str, principal: "str | dict | Principal | None" = None, snapshot: Any = None,
             labels: dict[str, str] | None = None, parent_run_id: str | None = None, run_id: str | None = None,
@@ -805,6 +805,9 @@ class RunContext:
         self._links: dict[str, str] = {}  # tool call id from a model response -> its step
         self._call_ids: set[str] = set()  # call ids of this run's tool.call events (recorded or being recorded)
         self._clean_calls: set[str] = set()  # gated here, nothing redacted from the arguments, no result yet
+        #: call id -> the half-open breaker probe's ticket its gate took (BreakerCheck.ticket), until its
+        #: result: only that call's outcome moves the half-open breaker (a held call, approved, took none)
+        self._probe_tickets: dict[str, int] = {}
         self._error_secrets: set[str] = set()  # redacted argument values of the run's calls (docs/content-modes.md)
         self._token: contextvars.Token | None = None
         self.suspended = False
@@ -1396,6 +1399,7 @@ class RunContext:
             with self._lock:  # no tool.call was written: the id is free again
                 self._call_ids.discard(call_id)
             raise
+        self._hold_probe(call_id, probe)
         return self._gated(call_id, step_box[0], server, tool, *boxes, refused=refused)
 
     def _decide_and_record_id(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str,
@@ -1410,7 +1414,27 @@ class RunContext:
             with self._lock:  # no tool.call was written: the id is free again
                 self._call_ids.discard(call_id)
             raise
+        self._hold_probe(call_id, probe)
         return self._gated(call_id, step_box[0], server, tool, *boxes, refused=refused)
+
+    def _hold_probe(self, call_id: str, probe: list[int]) -> None:
+        """After the gate's write: the call took a half-open breaker's probe (``probe``: its ticket); its
+        outcome (:meth:`_result_drafts`) moves the breaker, another call's does not."""
+        if probe:
+            with self._lock:
+                self._probe_tickets[call_id] = probe[0]
+
+    def hand_back_probe(self, server: str, tool: str, call_id: str) -> bool:
+        """Give back the half-open breaker's probe that call ``call_id`` took (when it did, and still
+        holds it), before its outcome: the next call probes, and this call's outcome is not counted while
+        the breaker stays half-open. For a call whose outcome will say nothing of the tool's health (the
+        gateway: its upstream asked the client something, whose answer may take as long as a person does).
+        True when the call held a ticket."""
+        with self._lock:
+            ticket = self._probe_tickets.pop(call_id, 0)
+        if ticket:
+            self.recorder.breaker.record_not_run(server, tool, ticket=ticket)
+        return bool(ticket)
 
     def _gate(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str, exposed: str | None,
               agent: str | None, method: str | None = None, *,
@@ -1457,7 +1481,7 @@ class RunContext:
                 decision = self._check_grant(reader, grant, server, tool, decision)
             if decision.allowed:
                 check = self.recorder.breaker.before_call(server, tool)
-                probe_box[:] = [True] if check.probe else []
+                probe_box[:] = [check.ticket] if check.probe else []
                 if not check.allowed:
                     decision = breaker_open_decision(check, server, tool, self.policy.fingerprint)
             decision_box.append(decision)
@@ -1768,19 +1792,22 @@ class RunContext:
             self._redacted_values(arguments)
             payload["error"] = self._error_dict(error, self._run_secrets(), traceback=True)
         breaker = self.recorder.breaker
+        with self._lock:  # 0: the call took no probe (e.g. held for an approval): it moves no half-open breaker
+            ticket = self._probe_tickets.pop(call_id, 0)
 
         def outcome() -> None:
             if error is None:
-                breaker.record_success(server, tool)  # the tool answered, even with its own failure
+                breaker.record_success(server, tool, ticket=ticket)  # the tool answered, even with its own failure
             elif not count or not isinstance(error, Exception):
                 # never reached the tool, or says nothing of its health (the caller's cancellation, a
                 # KeyboardInterrupt: not the tool's failure): a half-open probe is given back (kept, it would
                 # deny every later call of the tool until restart)
-                breaker.record_not_run(server, tool)
+                breaker.record_not_run(server, tool, ticket=ticket)
             elif isinstance(error, ConnectionError):  # the server is down: open every breaker of it
                 breaker.server_down(server)
             else:
-                breaker.record_failure(server, tool, "timeout" if isinstance(error, TimeoutError) else "error")
+                breaker.record_failure(server, tool, "timeout" if isinstance(error, TimeoutError) else "error",
+                                       ticket=ticket)
 
         return self._draft("tool.result", payload, step), outcome
 

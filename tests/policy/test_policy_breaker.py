@@ -158,3 +158,24 @@ def test_breakers_counting_a_failure_are_not_kept_without_bound(clock):
     assert breaker.record_failure("web", "resource:flaky") is None
     assert breaker.record_failure("web", "resource:flaky").reason == "failures"  # its third failure
     assert len(breaker._slots) <= 2 * breaker.max_slots
+
+
+def test_only_the_probes_outcome_moves_a_half_open_breaker():
+    """Another call's outcome (one let through while closed, one held for an approval: ticket 0, or a probe
+    given back: a stale ticket) is not counted while the breaker is half-open."""
+    clock = FakeClock()
+    breaker = CircuitBreaker(threshold=1, cooldown_s=10, clock=clock)
+    breaker.record_failure("db", "q")
+    clock.t += 10
+    first = breaker.before_call("db", "q")
+    assert (first.probe, first.ticket > 0) == (True, True)
+    breaker.record_not_run("db", "q", ticket=first.ticket)  # given back
+    probe = breaker.before_call("db", "q")
+    assert probe.ticket not in (0, first.ticket)
+    assert breaker.record_failure("db", "q", ticket=0) is None
+    assert breaker.record_success("db", "q", ticket=first.ticket) is None
+    breaker.record_not_run("db", "q", ticket=0)  # not the probe: does not give it back
+    assert breaker.before_call("db", "q").allowed is False
+    assert breaker.state("db", "q") == "half_open"
+    assert breaker.record_success("db", "q", ticket=probe.ticket) == BreakerChange(
+        "db", "q", "half_open", "closed", "probe_succeeded", 1)

@@ -140,12 +140,12 @@ class _GatewayBreaker(CircuitBreaker):
     alive and answering): they say nothing about its health. A half-open breaker's probe that was
     such a call is given back (the next call probes)."""
 
-    def record_failure(self, server: str, tool: str, kind: str = "error") -> Any:
+    def record_failure(self, server: str, tool: str, kind: str = "error", ticket: int | None = None) -> Any:
         if _NOT_FORWARDED.get():
             _NOT_FORWARDED.set(False)
-            self.record_not_run(server, tool)
+            self.record_not_run(server, tool, ticket=ticket)
             return None
-        return super().record_failure(server, tool, kind)
+        return super().record_failure(server, tool, kind, ticket=ticket)
 
 
 class _PinnedPolicy(Policy):

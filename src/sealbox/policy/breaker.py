@@ -7,7 +7,11 @@ States, per ``(server, tool)``:
   not a failure.
 * ``open``: calls are denied at once (``breaker_open``) until ``cooldown_s`` has passed.
 * ``half_open``: after the cool-down, exactly one probe call is let through; its
-  success closes the breaker, its failure opens it again for a new cool-down.
+  success closes the breaker, its failure opens it again for a new cool-down. Only the probe's
+  outcome moves a half-open breaker: the ``record_*`` methods take the call's ``ticket``
+  (:attr:`BreakerCheck.ticket`), and the outcome of a call holding no ticket, or a stale one (a call
+  let through while the breaker was closed, one held for an approval and run once approved, a
+  probe given back), is not counted while the breaker is half-open.
 
 :meth:`CircuitBreaker.server_down` opens the breakers of every known tool of a
 server (and of tools of that server first seen during the cool-down). Every state
@@ -63,6 +67,8 @@ class BreakerCheck:
         probe: this call is the single half-open probe.
         retry_in_s: seconds until a probe will be allowed, when denied.
         change: the state change this check caused (open → half_open), if any.
+        ticket: the probe's ticket (an int above 0) when ``probe``, else 0: pass it to the ``record_*``
+            method of the call's outcome (the probe's outcome alone moves a half-open breaker).
     """
 
     allowed: bool
@@ -70,6 +76,7 @@ class BreakerCheck:
     probe: bool = False
     retry_in_s: float | None = None
     change: BreakerChange | None = None
+    ticket: int = 0
 
 
 @dataclass
@@ -78,6 +85,7 @@ class _Slot:
     failures: int = 0
     opened_at: float = 0.0
     probing: bool = False
+    ticket: int = 0  # the probe's ticket while probing
 
 
 class CircuitBreaker:
@@ -112,6 +120,7 @@ class CircuitBreaker:
         self._prune_at = 0  # see _prune
         self._down: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._tickets = 0  # the last probe ticket given
 
     #: breakers kept before those that hold nothing are dropped (then again at twice those left, at least this)
     max_slots = 10_000
@@ -170,25 +179,40 @@ class CircuitBreaker:
                     check = BreakerCheck(False, "open", retry_in_s=self.cooldown_s - waited)
                 else:
                     self._move(server, tool, slot, "half_open", "cooldown_elapsed", changes)
-                    slot.probing = True
-                    check = BreakerCheck(True, "half_open", probe=True, change=changes[-1])
+                    check = BreakerCheck(True, "half_open", probe=True, change=changes[-1],
+                                         ticket=self._take_probe(slot))
             elif slot.state == "half_open":
                 if slot.probing:
                     check = BreakerCheck(False, "half_open", retry_in_s=0.0)
                 else:
-                    slot.probing = True
-                    check = BreakerCheck(True, "half_open", probe=True)
+                    check = BreakerCheck(True, "half_open", probe=True, ticket=self._take_probe(slot))
             else:
                 check = BreakerCheck(True, "closed")
         self._emit(changes)
         return check
 
-    def record_success(self, server: str, tool: str) -> BreakerChange | None:
-        """A call finished without error: resets the failure count; a successful probe closes."""
+    def _take_probe(self, slot: _Slot) -> int:
+        """Under the lock: ``slot``'s probe is taken; its new ticket."""
+        self._tickets += 1
+        slot.probing, slot.ticket = True, self._tickets
+        return self._tickets
+
+    @staticmethod
+    def _is_probe(slot: _Slot, ticket: int | None) -> bool:
+        """Under the lock: is the call holding ``ticket`` the half-open ``slot``'s probe? ``None`` (a caller
+        that does not say): taken to be."""
+        return ticket is None or (slot.probing and ticket == slot.ticket)
+
+    def record_success(self, server: str, tool: str, ticket: int | None = None) -> BreakerChange | None:
+        """A call finished without error: resets the failure count; a successful probe closes.
+
+        ``ticket``: the call's :attr:`BreakerCheck.ticket` (0: it took no probe); a half-open breaker
+        is moved only by the call holding its probe's ticket (any other call's outcome is not counted
+        while it is half-open). ``None``: the call is taken to be the probe (the behaviour before tickets)."""
         changes: list[BreakerChange] = []
         with self._lock:
             slot = self._slot(server, tool, changes)
-            if slot.state == "half_open":
+            if slot.state == "half_open" and self._is_probe(slot, ticket):  # another call's: not counted
                 self._move(server, tool, slot, "closed", "probe_succeeded", changes)
                 self._down.pop(server, None)
             elif slot.state == "closed":
@@ -196,13 +220,18 @@ class CircuitBreaker:
         self._emit(changes)
         return changes[-1] if changes else None
 
-    def record_failure(self, server: str, tool: str, kind: str = "error") -> BreakerChange | None:
-        """A call failed (``kind``: ``"error"`` or ``"timeout"``); may open the breaker."""
+    def record_failure(self, server: str, tool: str, kind: str = "error",
+                       ticket: int | None = None) -> BreakerChange | None:
+        """A call failed (``kind``: ``"error"`` or ``"timeout"``); may open the breaker. ``ticket``: as
+        for :meth:`record_success` (a failure of a call not holding the probe's ticket is not counted
+        while the breaker is half-open). Raises ValueError for another ``kind``."""
         if kind not in ("error", "timeout"):
             raise ValueError(f"kind must be 'error' or 'timeout', not {kind!r}")
         changes: list[BreakerChange] = []
         with self._lock:
             slot = self._slot(server, tool, changes)
+            if slot.state == "half_open" and not self._is_probe(slot, ticket):
+                return None  # not the probe: not counted (an existing slot: _slot changed nothing)
             if slot.state == "closed":  # the most recently failed last: _prune drops the others first
                 self._slots[(server, tool)] = self._slots.pop((server, tool))
             slot.failures += 1
@@ -213,14 +242,17 @@ class CircuitBreaker:
         self._emit(changes)
         return changes[-1] if changes else None
 
-    def record_not_run(self, server: str, tool: str) -> None:
+    def record_not_run(self, server: str, tool: str, ticket: int | None = None) -> None:
         """A call let through by :meth:`before_call` did not reach the tool after all (refused before it
         ran: arguments that do not bind or fail the input schema), or ended in a way that says nothing
         of the tool's health: neither a success nor a failure. The failure count is left as it is, and a
-        half-open breaker's probe taken by the call is given back (the next call probes)."""
+        half-open breaker's probe taken by the call is given back (the next call probes). ``ticket``: as
+        for :meth:`record_success` (only the call holding the probe's ticket gives it back; ``None``:
+        whichever call holds it). Also how a probe whose outcome will say nothing of the tool's health
+        is given back before it ends (the gateway: its upstream asked the client something)."""
         with self._lock:
             slot = self._slots.get((server, tool))
-            if slot is not None and slot.state == "half_open":
+            if slot is not None and slot.state == "half_open" and self._is_probe(slot, ticket):
                 slot.probing = False
 
     def undo(self, changes: list[BreakerChange]) -> None:
