@@ -1425,13 +1425,14 @@ class RunContext:
                 self._probe_tickets[call_id] = probe[0]
 
     def hand_back_probe(self, server: str, tool: str, call_id: str) -> bool:
-        """Give back the half-open breaker's probe that call ``call_id`` took (when it did, and still
-        holds it), before its outcome: the next call probes, and this call's outcome is not counted while
-        the breaker stays half-open. For a call whose outcome will say nothing of the tool's health (the
-        gateway: its upstream asked the client something, whose answer may take as long as a person does).
-        True when the call held a ticket."""
+        """Give back the half-open breaker's probe that call ``call_id`` took (when it did), before its
+        outcome, so that the next call of the tool probes: for a call that waits on something that says
+        nothing of the tool's health (the gateway: its upstream asked the client something, whose answer
+        may take as long as a person does). The call keeps its ticket: its outcome still moves the
+        half-open breaker if no other call took the probe meanwhile, else it is not counted
+        (:meth:`CircuitBreaker.record_success`). True when the call took a probe."""
         with self._lock:
-            ticket = self._probe_tickets.pop(call_id, 0)
+            ticket = self._probe_tickets.get(call_id, 0)
         if ticket:
             self.recorder.breaker.record_not_run(server, tool, ticket=ticket)
         return bool(ticket)

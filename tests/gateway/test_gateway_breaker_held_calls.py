@@ -12,6 +12,7 @@ import os
 import uuid
 
 import anyio
+import mcp_types as types
 import pytest
 
 import sealbox
@@ -109,3 +110,71 @@ async def test_an_approved_held_call_finishing_while_the_probe_is_in_flight_does
                for e in store.read_run(run_id) if e.kind == "tool.result"]
     assert results == [(False, "UpstreamTimeout"), (True, None), (False, "UpstreamTimeout")]
     assert sealbox.verify_store(store).ok
+
+
+# ------------------------------------------------ a half-open probe waiting for the client's answer
+
+
+async def test_a_probe_whose_upstream_waits_for_the_clients_elicitation_hands_the_probe_back(tmp_path, store):
+    """The probe (``ask``) is blocked on an elicitation the person has not answered: the time spent waiting for
+    the client says nothing of the upstream's health, so the probe is handed back when the upstream asks, and
+    the next call of the tool probes (before: it was refused ``breaker_open`` until the first one ended, up to
+    ``limits.call_timeout_s``). That next call's success closes the breaker; the first call, answered later,
+    is recorded as usual."""
+    release = anyio.Event()
+    asked_first = anyio.Event()
+
+    async def on_elicit(context, params):
+        if params.message == "first?":
+            asked_first.set()
+            await release.wait()
+            return types.ElicitResult(action="accept", content={"answer": "late"})
+        return types.ElicitResult(action="accept", content={"answer": "now"})
+
+    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 1, cooldown_s: 0}\n"
+                                            "limits: {call_timeout_s: 30}"), store=store)
+    async with running(gw) as tg, connect(gw, tg, elicitation_callback=on_elicit) as client:
+        first: list = []
+
+        async def ask_first() -> None:
+            first.append(await client.call_tool("toy__ask", {"question": "first?"}))
+
+        async with anyio.create_task_group() as calls:
+            gw.recorder.breaker.record_failure("toy", "ask")  # a real failure, by hand: the breaker opens
+            calls.start_soon(ask_first)  # cool-down 0: the probe
+            with anyio.fail_after(10):
+                await asked_first.wait()
+            waiting = gw.recorder.breaker.state("toy", "ask")
+            second = await client.call_tool("toy__ask", {"question": "second?"})
+            closed = gw.recorder.breaker.state("toy", "ask")
+            release.set()
+        [run_id] = gateway_runs(store)
+    assert waiting == "half_open"
+    assert (second.is_error, text_of(second)) == (False, "accept:now")
+    assert (first[0].is_error, text_of(first[0])) == (False, "accept:late")
+    assert closed == "closed"
+    assert changes(store) == [("ask", "closed", "open", "failures"),
+                              ("ask", "open", "half_open", "cooldown_elapsed"),
+                              ("ask", "half_open", "closed", "probe_succeeded")]
+    results = [e.payload["ok"] for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert results == [True, True]
+    assert sealbox.verify_store(store).ok
+
+
+async def test_a_probe_that_waited_for_the_client_still_closes_the_breaker_when_no_other_call_probed(
+        tmp_path, store):
+    """Handed back while the upstream waited for the client, the probe's outcome still counts when no other
+    call took the probe meanwhile: its success closes the breaker."""
+    async def on_elicit(context, params):
+        await anyio.sleep(0.2)
+        return types.ElicitResult(action="accept", content={"answer": "yes"})
+
+    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 1, cooldown_s: 0}"), store=store)
+    async with running(gw) as tg, connect(gw, tg, elicitation_callback=on_elicit) as client:
+        gw.recorder.breaker.record_failure("toy", "ask")
+        probe = await client.call_tool("toy__ask", {"question": "go?"})
+        state = gw.recorder.breaker.state("toy", "ask")
+    assert (probe.is_error, text_of(probe), state) == (False, "accept:yes", "closed")
+    assert changes(store) == [("ask", "closed", "open", "failures"),
+                              ("ask", "open", "half_open", "cooldown_elapsed"),
+                              ("ask", "half_open", "closed", "probe_succeeded")]

@@ -179,3 +179,14 @@ def test_only_the_probes_outcome_moves_a_half_open_breaker():
     assert breaker.state("db", "q") == "half_open"
     assert breaker.record_success("db", "q", ticket=probe.ticket) == BreakerChange(
         "db", "q", "half_open", "closed", "probe_succeeded", 1)
+
+
+def test_a_probe_given_back_early_still_moves_the_breaker_while_no_other_call_probed():
+    clock = FakeClock()
+    breaker = CircuitBreaker(threshold=1, cooldown_s=10, clock=clock)
+    breaker.record_failure("db", "q")
+    clock.t += 10
+    early = breaker.before_call("db", "q")
+    breaker.record_not_run("db", "q", ticket=early.ticket)  # handed back while it waits (the gateway: the client)
+    assert breaker.record_failure("db", "q", ticket=early.ticket) == BreakerChange(
+        "db", "q", "half_open", "open", "probe_failed", 2)

@@ -226,6 +226,7 @@ class _InFlight:
     # an elicitation: a JSON-RPC error of the call then says nothing of the upstream's health (see _route)
     refused: bool = False
     unanswered: int = 0  # requests the upstream made of the client during the call that the client has not answered
+    tool: str | None = None  # the upstream's name of the tool called
 
 
 class StoreWriter:
@@ -1271,7 +1272,7 @@ class Gateway:
         # the id its tool.call will have (the recorder would draw the same kind): a request the upstream makes of
         # the client during the call is recorded under it (_route)
         record_id = call_id if call_id is not None else "call_" + os.urandom(12).hex()
-        slot = _InFlight(ctx.session, ctx.request_id, _connection(ctx), run, record_id)
+        slot = _InFlight(ctx.session, ctx.request_id, _connection(ctx), run, record_id, tool=tool)
         key = id(slot)
 
         returned: list[types.CallToolResult] = []
@@ -1736,6 +1737,11 @@ class Gateway:
         started = time.perf_counter_ns()
         for each in slots:  # stays counted if the upstream's request ends before the client answered (cancelled)
             each.unanswered += 1
+            if each.run is not None and each.call_id is not None and each.tool is not None:
+                # a half-open breaker's probe waiting for the client (a person, a slow model) says nothing of the
+                # upstream's health meanwhile: handed back, so the next call of the tool probes rather than being
+                # refused breaker_open until this one ends (its outcome still counts if no other call probed)
+                each.run.hand_back_probe(upstream.spec.id, each.tool, each.call_id)
         try:
             answer, outcome = await self._ask_client(slot, method, params)
             for each in slots:

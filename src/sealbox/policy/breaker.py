@@ -11,7 +11,7 @@ States, per ``(server, tool)``:
   outcome moves a half-open breaker: the ``record_*`` methods take the call's ``ticket``
   (:attr:`BreakerCheck.ticket`), and the outcome of a call holding no ticket, or a stale one (a call
   let through while the breaker was closed, one held for an approval and run once approved, a
-  probe given back), is not counted while the breaker is half-open.
+  probe given back when another call has probed since), is not counted while the breaker is half-open.
 
 :meth:`CircuitBreaker.server_down` opens the breakers of every known tool of a
 server (and of tools of that server first seen during the cool-down). Every state
@@ -199,16 +199,18 @@ class CircuitBreaker:
 
     @staticmethod
     def _is_probe(slot: _Slot, ticket: int | None) -> bool:
-        """Under the lock: is the call holding ``ticket`` the half-open ``slot``'s probe? ``None`` (a caller
-        that does not say): taken to be."""
-        return ticket is None or (slot.probing and ticket == slot.ticket)
+        """Under the lock: is the call holding ``ticket`` the half-open ``slot``'s probe, the last one
+        let through (even if it gave the probe back: :meth:`record_not_run`; no call probed since)?
+        ``None`` (a caller that does not say): taken to be."""
+        return ticket is None or (ticket != 0 and ticket == slot.ticket)
 
     def record_success(self, server: str, tool: str, ticket: int | None = None) -> BreakerChange | None:
         """A call finished without error: resets the failure count; a successful probe closes.
 
         ``ticket``: the call's :attr:`BreakerCheck.ticket` (0: it took no probe); a half-open breaker
-        is moved only by the call holding its probe's ticket (any other call's outcome is not counted
-        while it is half-open). ``None``: the call is taken to be the probe (the behaviour before tickets)."""
+        is moved only by the call holding the ticket of its last probe, even one that gave the probe
+        back early (:meth:`record_not_run`) while no call probed since; any other call's outcome is not
+        counted while it is half-open. ``None``: the call is taken to be the probe (the behaviour before tickets)."""
         changes: list[BreakerChange] = []
         with self._lock:
             slot = self._slot(server, tool, changes)
