@@ -16,6 +16,7 @@ from sealbox.gateway.codes import (
     MALFORMED_REQUEST,
     REQUEST_TOO_LARGE,
     RUN_IN_USE,
+    TOO_MANY_CALLS,
     UNAUTHORIZED,
     UNKNOWN_RUN,
     UNKNOWN_TOOL,
@@ -54,5 +55,6 @@ __all__ = [
     "UNKNOWN_RUN",
     "UNAUTHORIZED",
     "INVALID_REQUEST_STATE",
+    "TOO_MANY_CALLS",
     "RUN_IN_USE",
 ]

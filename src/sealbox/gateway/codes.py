@@ -13,7 +13,7 @@ from __future__ import annotations
 
 __all__ = ["UNKNOWN_TOOL", "REQUEST_TOO_LARGE", "MALFORMED_REQUEST", "UNKNOWN_RUN", "UNAUTHORIZED",
            "INVALID_REQUEST_STATE", "RUN_IN_USE", "UNKNOWN_PROMPT", "UNKNOWN_RESOURCE", "AMBIGUOUS_RESOURCE", "DENIED",
-           "NOT_RECORDED", "UPSTREAM_ERROR", "NOT_SUPPORTED", "CODES"]
+           "NOT_RECORDED", "UPSTREAM_ERROR", "NOT_SUPPORTED", "TOO_MANY_CALLS", "CODES"]
 
 #: ``tools/call`` names a tool that is not exposed (no such server, or no such tool on it).
 UNKNOWN_TOOL = -32003
@@ -51,6 +51,10 @@ NOT_RECORDED = -32014
 UPSTREAM_ERROR = -32015
 #: A request the gateway does not proxy (``resources/subscribe``, ``resources/unsubscribe``).
 NOT_SUPPORTED = -32016
+#: A ``tools/call`` arrived while its client (MCP session: a stdio connection, an HTTP session) already had
+#: ``limits.max_calls_in_flight`` of them in flight: refused before anything is recorded or forwarded;
+#: ``data``: ``{"limit": N}``.
+TOO_MANY_CALLS = -32017
 
 CODES: dict[int, str] = {
     UNKNOWN_TOOL: "unknown tool",
@@ -67,4 +71,5 @@ CODES: dict[int, str] = {
     NOT_RECORDED: "not recorded",
     UPSTREAM_ERROR: "upstream error",
     NOT_SUPPORTED: "not supported",
+    TOO_MANY_CALLS: "too many calls in flight",
 }

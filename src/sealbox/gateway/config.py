@@ -26,6 +26,7 @@ Example::
       approval_hold_s: 4
       undelivered_keep_s: 900
       call_timeout_s: 60
+      max_calls_in_flight: 64      # tools/call one client may have in flight at once
     breaker: {threshold: 5, cooldown_s: 30}
     upstreams:
       - id: time
@@ -100,6 +101,7 @@ _SCHEMA: dict[str, Any] = {
                 "undelivered_keep_s": {"type": "number", "minimum": 0, "maximum": 86400},
                 "call_timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
                 "startup_timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 600},
+                "max_calls_in_flight": {"type": "integer", "minimum": 1, "maximum": 100000},
             },
         },
         "breaker": {
@@ -256,13 +258,16 @@ class Limits:
     cancelled, timed out or disconnected) is kept for a retry with the same arguments (0: not kept), and
     how long a request decided or expired that no call retries stays in memory (then read from the store);
     ``call_timeout_s``: an upstream call longer than this is a recorded timeout;
-    ``startup_timeout_s``: an upstream that does not answer ``initialize`` + ``tools/list`` within this is down."""
+    ``startup_timeout_s``: an upstream that does not answer ``initialize`` + ``tools/list`` within this is down;
+    ``max_calls_in_flight``: ``tools/call`` requests one client (MCP session) may have in flight at once (held
+    for an approval, forwarded, being recorded); one more is refused ``TOO_MANY_CALLS``."""
 
     max_request_bytes: int = 1024 * 1024
     approval_hold_s: float = 4.0
     undelivered_keep_s: float = 900.0
     call_timeout_s: float = 60.0
     startup_timeout_s: float = 30.0
+    max_calls_in_flight: int = 64
 
 
 @dataclass(frozen=True)
@@ -447,7 +452,8 @@ def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:
         allowed_origins=tuple(http.get("allowed_origins") or ()),
         session_idle_s=float(http.get("session_idle_s", 1800.0)),
         limits=Limits(**{k: lim[k] for k in ("max_request_bytes", "approval_hold_s", "undelivered_keep_s",
-                                             "call_timeout_s", "startup_timeout_s") if k in lim}),
+                                             "call_timeout_s", "startup_timeout_s", "max_calls_in_flight")
+                         if k in lim}),
         breaker_threshold=brk.get("threshold", 5), breaker_cooldown_s=float(brk.get("cooldown_s", 30.0)),
         restart_initial_s=float(rst.get("initial_s", min(0.5, rst.get("max_s", 30.0)))),
         restart_max_s=float(rst.get("max_s", 30.0)),

@@ -379,6 +379,9 @@ class Gateway:
         self.stopping = False
         self._holding = 0  # calls being held for an approval now
         self._calls = 0  # tools/call requests being answered now (held ones included)
+        #: a client (``("session", id of its Connection)``, or ``("identity", principal)`` for stateless requests) ->
+        #: its tools/call requests being answered now (entries above 0 only): limits.max_calls_in_flight
+        self._client_calls: dict[tuple[str, Any], int] = {}
         self.server = self._build_server()
 
     def begin_shutdown(self) -> None:
@@ -1211,11 +1214,29 @@ class Gateway:
     # ------------------------------------------------------------------ tools/call
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
+        # one client's calls in flight are capped (limits.max_calls_in_flight): each holds a task, its memory,
+        # and while held for an approval a poll of the store; counted per MCP session (its Connection), and for
+        # stateless (2026-07-28) requests, each its own connection, per identity
+        client: tuple[str, Any] = ("identity", self._principal(ctx)) if _is_modern(ctx) else (
+            "session", id(_connection(ctx)))
+        cap = self.config.limits.max_calls_in_flight
+        count = self._client_calls.get(client, 0)
+        if count >= cap:
+            log.warning("tools/call %s refused: its client already has %d calls in flight", params.name, count)
+            raise _mcp_error()(codes.TOO_MANY_CALLS, f"too many calls in flight: this client already has {count} "
+                               f"tools/call requests in flight (limits.max_calls_in_flight: {cap}); call again "
+                               "once one has been answered", data={"limit": cap})
+        self._client_calls[client] = count + 1
         self._calls += 1
         try:
             return await self._answer_call(ctx, params)
         finally:
             self._calls -= 1
+            left = self._client_calls[client] - 1
+            if left:
+                self._client_calls[client] = left
+            else:  # no entry kept for a client with none in flight (an id is reused once its connection is gone)
+                del self._client_calls[client]
 
     async def _answer_call(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
         target = self.split_name(params.name)
