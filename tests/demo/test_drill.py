@@ -200,3 +200,27 @@ def test_demo_into_a_folder_holding_a_drill_is_a_usage_error(tmp_path):
                          capture_output=True, text=True)
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr == f"error: {tmp_path} already holds a drill; pass a new --dir\n"
+
+
+@pytest.mark.parametrize("name", ["policy.yaml", "fixed.yaml", "gateway.yaml", "keys", "incident.html",
+                                  "incident.md", "incident.sbx"])
+def test_demo_refuses_a_folder_holding_a_file_it_would_overwrite(tmp_path, name):
+    """`sealbox demo --dir DIR` writes policy.yaml, fixed.yaml, gateway.yaml, keys/ and incident.*
+    into DIR: a user's own file of that name is refused (one error line, exit 2), not overwritten."""
+    import subprocess
+    import sys
+
+    mine = tmp_path / name
+    if name == "keys":
+        mine.mkdir()
+        (mine / "mine.key").write_text("my key\n", encoding="utf-8")
+    else:
+        mine.write_text("my own file\n", encoding="utf-8")
+    res = subprocess.run([sys.executable, "-m", "sealbox.cli.main", "demo", "--dir", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr == (f"error: {tmp_path} already holds {name}, which the drill would overwrite; "
+                          "pass a new or empty --dir\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+    if name != "keys":
+        assert mine.read_text(encoding="utf-8") == "my own file\n"

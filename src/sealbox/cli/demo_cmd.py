@@ -15,7 +15,9 @@ import click
 
 @click.command("demo")
 @click.option("--dir", "workdir", default=None, type=click.Path(file_okay=False),
-              help="Workspace folder (default: a new temporary folder). Must not hold a drill already.")
+              help="Workspace folder (default: a new temporary folder). Must not hold a drill, nor a file "
+                   "the drill writes (policy.yaml, fixed.yaml, gateway.yaml, keys/, incident.*): those are "
+                   "refused, not overwritten.")
 @click.option("--sample", is_flag=True, help="Skip the drill: record the small sample run only.")
 def demo_cmd(workdir: str | None, sample: bool) -> None:
     """Reconstruct a production incident end to end: agent, gateway, approval, the DELETE, the investigation."""

@@ -373,19 +373,26 @@ def _setup(ws: Path, echo: Callable[[str], None], hold_s: float) -> Any:
     return facts
 
 
+# What the drill writes in its workspace besides store/ and shop.db: a user's own file of one of
+# these names in --dir is refused, never overwritten.
+DRILL_WRITES = ("keys", "policy.yaml", "fixed.yaml", "gateway.yaml", "incident.html", "incident.md",
+                "incident.sbx")
+
+
 def run_drill(workdir: str | os.PathLike | None = None, *, echo: Callable[[str], None] = print,
               approver_delay_s: float = 2.0, hold_s: float = 45) -> DrillResult:
     """Run the whole drill in ``workdir`` (default: a new temporary folder) and return its facts.
 
     Args:
-        workdir: the workspace folder (created; it must not hold a drill already).
+        workdir: the workspace folder (created; it must not hold a drill, nor a file the drill writes).
         echo: prints one chunk of output.
         approver_delay_s: how long the approver reads the request before answering.
         hold_s: the gateway's ``limits.approval_hold_s``: how long it holds the DELETE for the
             answer before replying "pending, call again" (the agent then calls again).
 
     Raises:
-        FileExistsError: ``workdir`` already holds a drill (use a new folder).
+        FileExistsError: ``workdir`` already holds a drill, or a file the drill writes
+            (``DRILL_WRITES``: policy.yaml, gateway.yaml, keys/, incident.*); use a new folder.
         sealbox.demo.upstreams.UpstreamBuildError: an upstream's venv could not be built.
     """
     from sealbox.store import open_store
@@ -394,6 +401,10 @@ def run_drill(workdir: str | os.PathLike | None = None, *, echo: Callable[[str],
     ws.mkdir(parents=True, exist_ok=True)
     if (ws / "store").exists() or (ws / "shop.db").exists():
         raise FileExistsError(f"{ws} already holds a drill; pass a new --dir")
+    for name in DRILL_WRITES:
+        if os.path.lexists(ws / name):
+            raise FileExistsError(f"{ws} already holds {name}, which the drill would overwrite; "
+                                  "pass a new or empty --dir")
     seed = _setup(ws, echo, hold_s)
     started = time.monotonic()
     before, before_ids = _db_facts(ws / "shop.db")
