@@ -540,3 +540,23 @@ def test_whatif_of_a_replay_run_points_to_the_run_it_replayed(tmp_path, monkeypa
         (step, tool, f"the decision was replayed from run {run_id} step {step}, not made again: evaluate that run")
         for step, tool in (("2.1", "get_weather"), ("2.2", "get_time"), ("2.3", "get_weather"))]
     assert original.evaluated == 3 and len(original.changed) == 2
+
+
+def test_cli_replay_stopped_by_config_drift_names_the_option_that_proceeds(tmp_path, monkeypatch):
+    """The CLI's divergence message names `--allow-config-drift` (it named only the Python argument
+    `allow_config_drift`, which a command-line user cannot pass)."""
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+    now = tmp_path / "now.json"
+    now.write_text('{"model": {"name": "x"}}', encoding="utf-8")
+
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain", "--snapshot", str(now))
+    assert out.exit_code == 1
+    assert ("  the configuration differs from the recorded snapshot in 1 field(s): model; replay did not start "
+            "(--allow-config-drift, or allow_config_drift=True, to proceed)\n") in out.output
+
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain", "--snapshot", str(now),
+                 "--allow-config-drift")
+    assert out.exit_code == 0 and out.output.startswith("reproduced: 5 step(s) matched; replay run ")

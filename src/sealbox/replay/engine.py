@@ -212,7 +212,8 @@ class Replayer:
         if drift and not allow_drift:
             fields = ", ".join(d.path for d in drift[:8]) + (" …" if len(drift) > 8 else "")
             div = Divergence("config_drift", None, f"the configuration differs from the recorded snapshot in "
-                             f"{len(drift)} field(s): {fields}; replay did not start (allow_config_drift to proceed)")
+                             f"{len(drift)} field(s): {fields}; replay did not start "
+                             "(--allow-config-drift, or allow_config_drift=True, to proceed)")
             yield ReplayResult(False, div, 0, None, drift, unrep, run_id)
             return
         started = recorded.started

@@ -351,7 +351,7 @@ class ReplaySource:
         fields = ", ".join(d.path for d in drift[:8]) + (" …" if len(drift) > 8 else "")
         self.stop(Divergence("config_drift", None, f"its configuration differs from the recorded snapshot in "
                              f"{len(drift)} field(s): {fields or 'snapshot'}; the sub-agent run did not start "
-                             "(allow_config_drift to proceed)", diff=tuple(drift)))
+                             "(--allow-config-drift, or allow_config_drift=True, to proceed)", diff=tuple(drift)))
 
     def finish_sub_run(self, sub: Any, status: str, error: BaseException | None) -> tuple[str, dict[str, Any]]:
         """When a sub-agent run served from the record ends: its divergence, if any (a step it never
