@@ -542,3 +542,19 @@ def test_subprocess_unknown_case_field_is_a_bad_cases_file_exit_2(tmp_path, extr
     proc = sealbox_main("policy", "test", str(write(tmp_path, POLICY)), str(cases))
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == f"error: {cases}:10: unknown field '{field}' (a case has name, call, expect)\n"
+
+
+@pytest.mark.parametrize("case, message", [
+    ("- name: typo\n  call: {tool: t}\n  expext: {effect: deny}\n",
+     "unknown field 'expext' (a case has name, call, expect)"),
+    ("- name: typo\n  cal: {tool: t}\n  expect: {effect: deny}\n",
+     "unknown field 'cal' (a case has name, call, expect)"),
+    ("- name: short\n  call: {tool: t}\n", "a case needs 'call' and 'expect'"),
+])
+def test_a_misspelt_expect_or_call_is_named_as_the_unknown_field(tmp_path, capsys, case, message):
+    # docs/policy.md: "any other field (a misspelt `expect`) is refused, FILE:LINE: unknown field …".
+    # A case whose only `expect` was misspelt was answered "a case needs 'call' and 'expect'", which
+    # does not point at the typo; a case missing one without a misspelling still gets that line.
+    cases = write(tmp_path, case, "cases.yaml")
+    assert run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases)) == (
+        2, "", f"error: {cases}:1: {message}\n")

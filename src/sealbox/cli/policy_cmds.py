@@ -246,11 +246,15 @@ def test_cmd(file: str, cases: str, as_json: bool) -> None:
     results, failed = [], 0
     for i, case in enumerate(items):
         where = f"{cases}:{lines[i]}"
-        if not isinstance(case, dict) or "call" not in case or "expect" not in case:
+        if not isinstance(case, dict):
             raise BadInput(f"{where}: a case needs 'call' and 'expect'")
-        unknown = sorted(set(case) - set(_CASE_KEYS), key=str)  # a misspelt 'expect' would pass unchecked
+        # an unknown key first: a misspelt 'expect' beside a valid one would pass unchecked, and one
+        # in place of 'expect' is named rather than reported as a missing 'expect'
+        unknown = sorted(set(case) - set(_CASE_KEYS), key=str)
         if unknown:
             raise BadInput(f"{where}: unknown field {str(unknown[0])!r} (a case has {', '.join(_CASE_KEYS)})")
+        if "call" not in case or "expect" not in case:
+            raise BadInput(f"{where}: a case needs 'call' and 'expect'")
         expect = _check_expect(case["expect"], where)
         decision = policy.evaluate(_call_from(case["call"], where))
         problems = [f"{k}: expected {_written(expect[k])}, got {_written(getattr(decision, k))}"
