@@ -397,3 +397,16 @@ def test_runs_show_names_the_label_of_each_saved_state(tmp_path):
     assert out.returncode == 0, out.stderr
     saved = [line.split(",") for line in out.stdout.splitlines() if ",state.saved," in line]
     assert [(cells[1], cells[-1]) for cells in saved] == [("2", "label interrupted"), ("3", "label final"), ("4", "")]
+
+
+def test_the_command_list_names_every_output_of_export_and_every_gateway_subcommand():
+    """`sealbox --help` summarised export as "a bundle verifiable offline, or Parquet" (not --otlp)
+    and the gateway as "serve, check config, re-approve tools" (not `gateway replay`)."""
+    out = CliRunner().invoke(cli, ["--help"], terminal_width=400).output
+    lines = {line.split()[0]: " ".join(line.split()[1:]) for line in out.splitlines() if line.startswith("  ")}
+    assert lines["export"] == "Export whole runs: a bundle verifiable offline, Parquet, or OTLP traces and logs."
+    assert lines["gateway"] == "The MCP gateway: serve, replay a recorded session, check config, re-approve tools."
+    ctx = click.Context(cli)
+    gateway = cli.get_command(ctx, "gateway")
+    assert set(gateway.list_commands(ctx)) == {"serve", "replay", "check", "reapprove"}
+    assert {o for p in cli.get_command(ctx, "export").params for o in p.opts} >= {"-o", "--parquet", "--otlp"}
