@@ -333,3 +333,50 @@ def test_proof_from_saved_needs_a_bundle_and_a_saved_checkpoint(forked, tmp_path
                                               f"consistency proofs from size {size}: give one\n")
     code, out, err = cli("verify", "--help", cwd=tmp_path)
     assert code == 0 and "--proof-from-saved" in out and "--to-size M" in out
+
+
+def _unverifiable_saved(honest, saved, tmp_path):
+    """Saved checkpoints that do not open with the honest log's key: (name, file, what the one line says)."""
+    from sealbox.ledger.checkpoint import Signer, sign_note
+
+    text = saved.read_text()
+    body, sig = text.split("\n\n")
+    name, b64 = sig.strip().rsplit(" ", 1)
+    raw = bytearray(base64.b64decode(b64))
+    raw[-1] ^= 1  # one bit of the signature flipped
+    bad = tmp_path / "badsig.txt"
+    bad.write_text(f"{body}\n\n{name} {base64.b64encode(bytes(raw)).decode()}\n")
+    other = tmp_path / "another"
+    sealbox.init_store(other).close()
+    wrong = _checkpoint(other, tmp_path / "wrongkey.txt")  # another log's key
+    signer = Signer.from_key((honest / "log.key").read_text().strip())  # the log's own key, another origin
+    elsewhere = tmp_path / "origin.txt"
+    elsewhere.write_text(sign_note("example.org/elsewhere\n" + body.split("\n", 1)[1] + "\n", signer))
+    return [("bad signature", bad, "invalid signature for key"),
+            ("wrong key", wrong, "note has no verifiable signatures"),
+            ("wrong origin", elsewhere, "checkpoint origin 'example.org/elsewhere' is not the key name")]
+
+
+def test_a_saved_checkpoint_that_does_not_verify_is_one_line_with_or_without_a_proof(forked, tmp_path):
+    """A saved checkpoint whose signature does not verify (bit flipped, another log's key, another origin
+    signed with the log's key): one problem, checkpoint_signature naming it, exit 1; whether the bundle
+    carries a proof (--prove-from), none, or one is given beside it (--proof-from-saved), which then
+    proves nothing and is not also reported as starting at a size no saved checkpoint has."""
+    honest, _, saved, size, vkey, _ = forked
+    later = _append(honest, "the log grows after the checkpoint was saved")
+    plain = _export(honest, later, tmp_path / "plain.sbx")
+    proved = _export(honest, later, tmp_path / "proved.sbx", saved)
+    proof = _prove(honest, size, _bundle_size(plain, vkey, tmp_path), tmp_path / "proof.json")
+    for what, file, why in _unverifiable_saved(honest, saved, tmp_path):
+        for bundle, extra in ((plain, ()), (proved, ()), (plain, ("--proof-from-saved", proof)),
+                              (proved, ("--proof-from-saved", proof))):
+            code, out, err = cli("verify", bundle, "--key", vkey, "--checkpoint", file, *extra, cwd=tmp_path)
+            assert code == 1 and err == "", (what, out, err)
+            problems = out.splitlines()[:-2]
+            assert len(problems) == 1 and problems[0].startswith(
+                f"checkpoint_signature: the checkpoint given in {file} is not validly signed by the trusted key "), \
+                (what, extra, out)
+            assert why in problems[0], (what, out)
+            assert out.splitlines()[-2].startswith("NOT VERIFIED: 1 problem(s) found."), (what, out)
+            code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", file, *extra, "--json", cwd=tmp_path)
+            assert code == 1 and [p["code"] for p in json.loads(out)["problems"]] == ["checkpoint_signature"]

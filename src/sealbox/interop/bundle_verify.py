@@ -907,6 +907,10 @@ class _Check:
         system run's own events are not exported), so the root at an earlier size is never recomputed. Each failure is one problem naming the saved checkpoint."""
         out: list[dict[str, Any]] = []
         sizes: set[int] = set()  # of the saved checkpoints that opened: a given proof must start at one
+        # a saved checkpoint that did not open (checkpoint_signature, checkpoint_origin): the proofs given may be
+        # its, and its size cannot be trusted; that problem is the one to report, so a proof given is then not
+        # also reported as starting at a size no saved checkpoint has (misleading: the checkpoint is the fault)
+        unopened = False
         for where, note in saved:
             if self.cp is None:
                 self.problems.append(Problem("checkpoint_unverifiable", f"{where} cannot be compared: the bundle's "
@@ -915,6 +919,7 @@ class _Check:
             problems, good = open_checkpoints([(where, note)], self.verifier, self.cp.origin)
             self.problems.extend(problems)
             if not good:
+                unopened = True
                 continue
             cp = good[0][1]
             sizes.add(cp.size)
@@ -939,7 +944,7 @@ class _Check:
             out.append({"checkpoint": where, "size": cp.size, "root": root, "by": by})
         if self.cp is not None:
             for size1, (where, size2, _) in sorted(self.given_proofs.items()):
-                if size1 not in sizes:
+                if size1 not in sizes and not unopened:
                     self.problems.append(Problem(
                         "consistency_size", f"{where} is a proof from size {size1}, but no saved checkpoint given "
                         "(--checkpoint) has that size", expected="a proof from a saved checkpoint's size",
