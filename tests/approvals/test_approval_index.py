@@ -11,6 +11,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -520,3 +521,50 @@ def test_sealbox_upgrade_in_a_folder_without_the_signing_key_says_what_it_did(tm
     # a store that is not older still needs nothing, and one that cannot be upgraded still fails
     res = sb("upgrade", "--store", path)
     assert (res.returncode, res.stdout) == (0, f"{path} is up to date: no migration to apply\n"), res.stderr
+
+
+def test_two_concurrent_upgrades_each_report_only_what_they_applied(tmp_path, backend):
+    """Two `sealbox upgrade --store PATH` processes on the same older store, both past their check of
+    what is pending before either applies it: both printed "Upgraded PATH: applied migrations [N]",
+    though only one applied it (the other found it recorded inside its transaction). Now the one that
+    committed it says so, the other that nothing was left to apply; the migration is recorded once.
+    The store's write lock is held while both start, so both read the migration as pending first."""
+    name, init, sql = backend
+    path = tmp_path / "store"
+    init(path).close()
+    _as_before_the_index(name, sql)
+    env = {**os.environ, "SEALBOX_LOCK_TIMEOUT": "60"}
+    cmd = [sys.executable, "-m", "sealbox.cli.main", "upgrade", "--store", str(path)]
+    if name == "sqlite":
+        holder = sqlite3.connect(path / "sealbox.db", isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # what every writer (and each migration) takes first
+        procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+        # both start, find the migration pending (a read) and wait for the write lock: under 5 s, SQLite's
+        # own wait for a lock on a writer's open (the migration's BEGIN IMMEDIATE waits no longer)
+        time.sleep(3.5)
+        assert all(p.poll() is None for p in procs), [p.communicate() for p in procs if p.poll() is not None]
+        holder.execute("ROLLBACK")
+        holder.close()
+    else:
+        import psycopg
+
+        from sealbox.store.postgres import _lock_key
+
+        key = _lock_key(json.loads((path / "postgres.json").read_text())["schema"]) & (2**64 - 1)
+        with psycopg.connect(PG_URL, autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s)", (key - 2**64 if key >= 2**63 else key,))
+            procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for _ in range(2)]
+            deadline = time.monotonic() + 60
+            while holder.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                                 " AND classid = %s AND objid = %s", (key >> 32, key & 0xFFFFFFFF)).fetchone()[0] < 2:
+                assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+                time.sleep(0.05)
+            holder.execute("SELECT pg_advisory_unlock_all()")
+    outs = sorted((p.wait(60), *p.communicate()) for p in procs)
+    assert outs == sorted([(0, f"Upgraded {path}: applied migrations [{NEWEST[name]}]\n", ""),
+                           (0, f"{path} is up to date: no migration to apply (another process applied the pending "
+                               "migrations meanwhile)\n", "")]), outs
+    assert _has_index(name, sql)
+    assert sql(f"SELECT count(*) FROM schema_migrations WHERE version = {NEWEST[name]}") == [(1,)]

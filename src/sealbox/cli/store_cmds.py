@@ -101,7 +101,9 @@ def upgrade_cmd(store_path: str) -> None:
     """Apply the schema migrations a newer Sealbox brings to the store in --store, once, after
     upgrading Sealbox (read-only commands refuse an older store until then; writers upgrade it
     on their first open). Each migration is one transaction, recorded in the store; the log's
-    events and their hashes are not changed. Prints what was applied, or that nothing was pending."""
+    events and their hashes are not changed. Prints the migrations this command applied, or that
+    nothing was pending (also when another process applied them while it ran: two upgrades at once
+    each report only what they committed)."""
     from sealbox.errors import SchemaVersionError, StoreUpgradeNeededError
 
     pending: list[int] | None
@@ -120,7 +122,9 @@ def upgrade_cmd(store_path: str) -> None:
     from sealbox.errors import StoreError
 
     try:
-        open_for_writing(store_path).close()
+        store = open_for_writing(store_path)
+        applied = list(store.migrated)  # what this open committed, not what was pending when read above
+        store.close()
     except StoreError as exc:
         # a writer's open applies the migrations, then loads the signing key, which an upgrade does not
         # use: a folder without log.key was upgraded all the same; any other failure is said as it is
@@ -130,7 +134,12 @@ def upgrade_cmd(store_path: str) -> None:
             open_for_reading(store_path).close()  # opens now: nothing is pending any more
         except SealboxError:
             raise exc from None
-    click.echo(f"Upgraded {store_path}" + ("" if pending is None else f": applied migrations {pending}"))
+        applied = list(getattr(exc, "migrated", []))
+    if not applied:  # another process (an upgrade, a writer) applied them between the check above and now
+        click.echo(f"{store_path} is up to date: no migration to apply (another process applied the pending "
+                   "migrations meanwhile)")
+        return
+    click.echo(f"Upgraded {store_path}: applied migrations {applied}")
 
 
 def _check_key(vkey: str, where: str) -> None:

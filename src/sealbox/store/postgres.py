@@ -381,10 +381,16 @@ class PostgresStore(SqliteQueries):
         self._content_error: str | None = None
         self.url, self.schema = self._read_config()
         self._key = _lock_key(self.schema)
+        #: versions of the migrations this open applied (committed itself), oldest first; empty when none
+        #: was pending or another writer applied them meanwhile. Also set as ``migrated`` on a StoreError
+        #: raised by the open after it applied some (e.g. log.key missing): ``sealbox upgrade`` says them.
+        self.migrated: list[int] = []
         try:
             self._open_checked()
-        except BaseException:
+        except BaseException as exc:
             self._close_connections()
+            if self.migrated and isinstance(exc, StoreError):
+                exc.migrated = list(self.migrated)  # type: ignore[attr-defined]
             raise
 
     # ----------------------------------------------------------------- opening
@@ -477,6 +483,7 @@ class PostgresStore(SqliteQueries):
                     conn.execute(mig.sql)
                     conn.execute("INSERT INTO schema_migrations (version, name, checksum, applied_at)"
                                  " VALUES (%s, %s, %s, %s)", (mig.version, mig.name, mig.checksum, utc_now()))
+                self.migrated.append(mig.version)  # committed by this open (the block left without an error)
             tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s",
                                                  (self.schema,)).fetchall()}
             have: dict[str, set[str]] = {}

@@ -889,10 +889,16 @@ class SqliteStore(SqliteQueries):
         _after_fork_in_child(self)
         _refuse_if_open_at_fork(self.db_path)
         self._check_location(_create)
+        #: versions of the migrations this open applied (committed itself), oldest first; empty when none
+        #: was pending or another writer applied them meanwhile. Also set as ``migrated`` on a StoreError
+        #: raised by the open after it applied some (e.g. log.key missing): ``sealbox upgrade`` says them.
+        self.migrated: list[int] = []
         try:
             self._open_checked(creating=bool(_create))
-        except BaseException:
+        except BaseException as exc:
             self._close_connections()  # never leave a half-open store (or its -wal/-shm) behind
+            if self.migrated and isinstance(exc, StoreError):
+                exc.migrated = list(self.migrated)  # type: ignore[attr-defined]
             raise
 
     def _open_checked(self, *, creating: bool = False) -> None:
@@ -1171,7 +1177,7 @@ class SqliteStore(SqliteQueries):
                 f"writing through the API); `sealbox verify` checks it as it is, through an upgraded private copy",
                 versions)
         for mig in pending:
-            _apply_migration(conn, mig, str(self.path))
+            _apply_migration(conn, mig, str(self.path), committed=self.migrated)
         if pending:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         missing = sorted(_required_tables() - tables)
@@ -2409,10 +2415,13 @@ def _translate_open_error(path: Path, exc: sqlite3.DatabaseError) -> Exception:
 
 
 def _apply_migration(conn: sqlite3.Connection, mig: migrate.Migration, where: str,
-                     record_unrecorded: bool = False) -> tuple[migrate.Migration, str] | None:
+                     record_unrecorded: bool = False,
+                     committed: list[int] | None = None) -> tuple[migrate.Migration, str] | None:
     """Apply one numbered migration in its own transaction and record it with its checksum.
 
     Inside the transaction, a migration another writer recorded meanwhile is not applied again.
+    ``committed``, when given, gets ``mig.version`` appended once this call committed the migration
+    (not when another writer had: what ``sealbox upgrade`` reports).
     One the store shows applied though schema_migrations lacks it (:func:`_unrecorded`: its row
     was deleted below Sealbox) is refused with SchemaVersionError, or with ``record_unrecorded``
     (a private copy being verified) recorded without running it; ``(mig, why)`` is then returned.
@@ -2461,6 +2470,8 @@ def _apply_migration(conn: sqlite3.Connection, mig: migrate.Migration, where: st
         if mig.version == 1 and message is None:
             conn.execute("INSERT INTO store_secret (id, secret) VALUES (1, ?)", (os.urandom(32),))
         conn.execute("COMMIT")
+        if committed is not None:
+            committed.append(mig.version)
         return unrecorded
     except BaseException:
         if conn.in_transaction:
