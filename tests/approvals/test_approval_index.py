@@ -568,3 +568,44 @@ def test_two_concurrent_upgrades_each_report_only_what_they_applied(tmp_path, ba
                                "migrations meanwhile)\n", "")]), outs
     assert _has_index(name, sql)
     assert sql(f"SELECT count(*) FROM schema_migrations WHERE version = {NEWEST[name]}") == [(1,)]
+
+
+def test_a_prefix_lookup_finds_ids_holding_the_last_code_point_after_the_prefix(tmp_path, backend):
+    """ids_with_prefix searched [prefix, prefix + U+10FFFF): an id with U+10FFFF right after the prefix
+    (``prefix + U+10FFFF`` itself, or followed by more) sorts at or above that bound and was missed, so
+    `sealbox approvals show PREFIX` said no such approval. Ids are any string in an approval.requested
+    payload (Sealbox makes apr_<hex>; an API caller or an import may write others). The bound is now the
+    prefix's successor (its last code point below U+10FFFF plus one), none for a prefix of U+10FFFF only."""
+    name, init, sql = backend
+    store = init(tmp_path / "store")
+    top = "\U0010ffff"
+    ids = ["apr_x", "apr_x\U0010fffe", f"apr_x{top}", f"apr_x{top}z", f"apr_x{top}{top}", "apr_y", "apr_wxyz" + top,
+           top, top + "a", top + top, "\ufffd", "\ud7ff", "\ue000"]
+    try:
+        (run_a, aid), = _requests(store, 1)
+        for i, other in enumerate(ids):
+            store.append(EventDraft("approval.requested", {**request_of(store, run_a), "approval_id": other},
+                                    run_id=run_a, principal="agent:bot", step=str(100 + i)))
+        expect = {
+            "apr_x": ["apr_x", "apr_x\U0010fffe", f"apr_x{top}", f"apr_x{top}z", f"apr_x{top}{top}"],
+            f"apr_x{top}": [f"apr_x{top}", f"apr_x{top}z", f"apr_x{top}{top}"],
+            f"apr_x{top}{top}": [f"apr_x{top}{top}"],
+            "apr_wxyz": ["apr_wxyz" + top],
+            top: [top, top + "a", top + top],
+            top + top: [top + top],
+            "\ud7ff": ["\ud7ff"],
+            "apr_": sorted([aid] + [i for i in ids if i.startswith("apr_")]),
+        }
+        for prefix, want in expect.items():
+            assert store.ids_with_prefix("approval", prefix, limit=20) == want, prefix
+        assert store.ids_with_prefix("approval", "", limit=30) == sorted([aid, *ids])
+        runs = ["run-x", f"run-x{top}", f"run-x{top}z", "run-y"]  # run ids: the same lookup (run_id is any text)
+        for run_id in runs:
+            with Recorder(store, policy=policy()).run(agent="bot", run_id=run_id) as run:
+                run.note("n")
+        assert store.ids_with_prefix("run", "run-x", limit=20) == runs[:3]
+        assert store.ids_with_prefix("run", f"run-x{top}", limit=20) == runs[1:3]
+    finally:
+        store.close()
+    res = sb("approvals", "show", "apr_wxyz", "--json", "-s", tmp_path / "store")  # the one request it starts
+    assert res.returncode == 0 and json.loads(res.stdout)["approval_id"] == "apr_wxyz" + top, res.stdout + res.stderr

@@ -1105,11 +1105,19 @@ class PostgresStore(SqliteQueries):
         if what == "run":
             sql = "SELECT run_id FROM runs WHERE starts_with(run_id, %s) ORDER BY run_id LIMIT %s"
         elif what == "approval":
-            # through the events_approval index (migration 0002): the ids in the range only
+            from sealbox.query import prefix_upper_bound
+
+            # through the events_approval index (migration 0002): the ids in the range only. COLLATE "C"
+            # compares UTF-8 bytes, i.e. code points: the range is [prefix, its successor) (prefix + U+10FFFF
+            # was no bound: an id holding U+10FFFF right after the prefix sorts at or above it), unbounded for
+            # a prefix of U+10FFFF only; starts_with keeps the result exact whatever the range
+            upper = prefix_upper_bound(prefix)
+            below = "" if upper is None else f" AND {_APPROVAL_KEY} < %s"
             sql = (f"SELECT DISTINCT {_APPROVAL_KEY} AS a FROM events WHERE kind = 'approval.requested'"
-                   f" AND {_APPROVAL_KEY} >= %s AND {_APPROVAL_KEY} < %s AND starts_with({_APPROVAL_KEY}, %s)"
+                   f" AND {_APPROVAL_KEY} >= %s{below} AND starts_with({_APPROVAL_KEY}, %s)"
                    " ORDER BY a LIMIT %s")
-            return [r[0] for r in self._rows(sql, (prefix, prefix + "\U0010ffff", prefix, int(limit)))]
+            bounds = (prefix,) if upper is None else (prefix, upper)
+            return [r[0] for r in self._rows(sql, (*bounds, prefix, int(limit)))]
         else:
             raise ValueError(f"ids_with_prefix: what is 'run' or 'approval', not {what!r}")
         return [r[0] for r in self._rows(sql, (prefix, int(limit)))]

@@ -394,8 +394,8 @@ class SqliteQueries:
             params.append(q.parse_time(until, name="until"))
         if snapshot is not None:
             fp = snapshot if snapshot.startswith("sha256:") else "sha256:" + snapshot
-            where.append("r.snapshot >= ? AND r.snapshot < ?")
-            params += [fp, fp + "\U0010ffff"]
+            where.append("r.snapshot >= ? AND r.snapshot < ?")  # fp has a successor: it starts sha256:
+            params += [fp, q.prefix_upper_bound(fp)]
         if status in ("running", "suspended", "ended", "ok", "error", "cancelled"):
             # an imported run ends with run.ended, its status the source's (running, suspended) when it had not ended
             imported = f"(p.kind = 'run.ended' AND {self._imported_start_sql})"
@@ -423,17 +423,23 @@ class SqliteQueries:
         Raises:
             ValueError: ``what`` is neither.
         """
-        upper = prefix + "\U0010ffff"  # BINARY collation compares UTF-8 bytes: every id starting with prefix sorts below
+        from sealbox.query import prefix_upper_bound
+
+        # BINARY collation compares UTF-8 bytes, i.e. code points: the ids starting with prefix are those
+        # >= prefix and below its successor (prefix + U+10FFFF was no bound: an id holding U+10FFFF right
+        # after the prefix sorts at or above it); a prefix of U+10FFFF only has no successor, no bound
+        upper = prefix_upper_bound(prefix)
         if what == "run":
-            sql = "SELECT run_id FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT ?"
+            key, source = "run_id", "runs WHERE"
         elif what == "approval":
             # through the events_approval index (migration 0007): the ids in the range only
-            sql = (f"SELECT DISTINCT {_APPROVAL_KEY} AS a FROM events INDEXED BY events_approval"
-                   f" WHERE kind = 'approval.requested' AND {_APPROVAL_KEY} >= ? AND {_APPROVAL_KEY} < ?"
-                   " ORDER BY a LIMIT ?")
+            key, source = _APPROVAL_KEY, "events INDEXED BY events_approval WHERE kind = 'approval.requested' AND"
         else:
             raise ValueError(f"ids_with_prefix: what is 'run' or 'approval', not {what!r}")
-        return [r[0] for r in self._conn().execute(sql, (prefix, upper, int(limit)))]
+        below = "" if upper is None else f" AND {key} < ?"
+        sql = f"SELECT DISTINCT {key} AS a FROM {source} {key} >= ?{below} ORDER BY a LIMIT ?"
+        params = (prefix, int(limit)) if upper is None else (prefix, upper, int(limit))
+        return [r[0] for r in self._conn().execute(sql, params)]
 
     @_json_guarded
     def get_run(self, run_id: str) -> dict[str, Any] | None:
