@@ -451,6 +451,30 @@ def glob_literal_prefix(pattern: str) -> tuple[str, bool]:
     return pattern[: found.start()], False
 
 
+#: The flag (``calls`` rows' ``flags``) of a call one of whose events (``tool.call``, its ``policy.decision``,
+#: its ``tool.result``) no longer hashes to its stored leaf hash: its bytes were changed below Sealbox
+#: after it was written, so the values shown are the altered ones, not what was recorded.
+ALTERED_FLAG = "altered"
+
+
+def event_altered(raw: Any, leaf_hash: Any) -> bool:
+    """Whether an event's stored bytes ``raw`` no longer hash to its stored ``leaf_hash``
+    (``SHA-256(0x00 ‖ raw)``, RFC 9162; the 32 bytes or a ``sha256:<hex>`` tag): changed below
+    Sealbox. False when ``raw`` is None (no such event). A change that rewrote the stored hash too
+    is not seen here: ``sealbox verify`` finds it (the next event's ``prev``, the signed roots).
+    One SHA-256 over the event's bytes (a few µs)."""
+    if raw is None:
+        return False
+    import hashlib
+
+    if isinstance(raw, str):  # a TEXT value where Sealbox writes a BLOB (changed below it): its bytes
+        raw = raw.encode("utf-8", "surrogateescape")
+    digest = hashlib.sha256(b"\x00" + bytes(raw)).digest()
+    if isinstance(leaf_hash, str):
+        return leaf_hash != "sha256:" + digest.hex()
+    return not isinstance(leaf_hash, (bytes, memoryview)) or bytes(leaf_hash) != digest
+
+
 def prefix_upper_bound(prefix: str) -> str | None:
     """The smallest string greater than every string starting with ``prefix``
     (in code point order), or None when there is none (prefix of U+10FFFF only)."""

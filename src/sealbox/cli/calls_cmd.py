@@ -35,8 +35,12 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
               principal: str | None, since: str | None, until: str | None, decision: str | None,
               error: bool | None, matches: tuple[str, ...], limit: int | None, replays: bool, as_json: bool,
               as_csv: bool) -> None:
-    """Every tool call across runs, oldest first: who called what, the decision, the outcome."""
-    from sealbox.query import CALL_COLUMNS, check_window, compile_matches
+    """Every tool call across runs, oldest first: who called what, the decision, the outcome.
+
+    A call one of whose events (tool.call, policy.decision, tool.result) no longer hashes to its
+    recorded leaf hash (changed below Sealbox) is listed with the flag ``altered`` and a warning
+    on stderr: its values are what the database holds now, not what was recorded."""
+    from sealbox.query import ALTERED_FLAG, CALL_COLUMNS, check_window, compile_matches
 
     compiled = compile_matches(list(matches))  # a bad regex or time fails before the store is opened; a list: two
     # --match are two expressions, never one (field, regex) pair
@@ -70,6 +74,12 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
         click.echo(f"note: {hidden} other call(s) hold redacted values where --match looked ("
                    f"{', '.join(m.text.split('~', 1)[0] for m in compiled if m.root in _REDACTABLE)}), which it "
                    "cannot search: they are not listed (docs/content-modes.md)", err=True)
+    altered = sum(ALTERED_FLAG in r["flags"] for r in rows)
+    if altered:
+        click.echo(f"warning: {altered} call(s) listed hold an event whose bytes no longer hash to its recorded "
+                   f"leaf hash (flag {ALTERED_FLAG}): changed below Sealbox after it was written, so what is shown "
+                   "for them is what the database holds now, not what was recorded; `sealbox verify` names the "
+                   "events", err=True)
     if as_json or as_csv:
         emit_rows(rows, CALL_COLUMNS, as_json=as_json, as_csv=as_csv, json_columns=("arguments",))
         return

@@ -193,7 +193,12 @@ def _tool_call(c) -> str:
             f'<p class="muted">call {e(c.call_id)} · exposed as {e(c.exposed)} · by {e(c.principal)} · grant '
             f'{e(c.grant)} · at {e(c.ts)}' + (f" · took {e(_seconds(c.duration_us / 1e6))}" if c.duration_us else "")
             + (f" · approvals {e(', '.join(c.approval_ids))}" if c.approval_ids else "") + "</p>")
-    body = _content(c.arguments, "arguments")
+    body = ""
+    if c.altered:
+        body += (f"<p>{_badge('ALTERED', 'bad')} {e(', '.join(c.altered))} no longer match their recorded hash "
+                 "(changed below Sealbox): the values below are what the database holds now, not what was "
+                 "recorded</p>")
+    body += _content(c.arguments, "arguments")
     body += _table(["decision", "rule", "reason code", "reason", "re-evaluated"], d_rows)
     if c.error:
         body += f"<p>{_badge('error', 'bad')} <code>{e(c.error.get('type'))}: {e(c.error.get('message'))}</code></p>"

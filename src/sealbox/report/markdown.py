@@ -136,6 +136,9 @@ def _tool_calls(r: IncidentReport) -> list[str]:
                 f"at {md(c.ts)}" + (f", took {md(_seconds(c.duration_us / 1e6))}" if c.duration_us else "")
                 + (f", approvals {', '.join(_code(a) for a in c.approval_ids)}" if c.approval_ids else ""))
         out += [meta, ""]
+        if c.altered:
+            out += [f"**ALTERED below Sealbox**: {md(', '.join(c.altered))} no longer match their recorded hash; "
+                    "the values below are what the database holds now, not what was recorded.", ""]
         out += _content(c.arguments, "Arguments")
         out += _table(["decision", "rule", "reason code", "reason", "re-evaluated"], (
             (md(d.get("effect")), md(d.get("rule")), md(d.get("reason_code")), md(d.get("reason")),

@@ -20,6 +20,13 @@ An event whose payload fails its kind's schema (:func:`sealbox.events.validate_p
 change below Sealbox makes one; verify reports it) is shown as malformed on the timeline, never
 read as if it were well formed: a malformed approval request is shown with status ``malformed``
 and the reason, its fields as recorded; a malformed ``run.resumed`` gives no wait.
+
+An event whose bytes no longer hash to its recorded leaf hash (changed below Sealbox after it was
+written; :func:`sealbox.query.event_altered`, the rule by which ``sealbox calls`` flags ``altered``)
+is never shown as what was recorded: its timeline summary starts with :data:`ALTERED_NOTE` (a
+malformed one keeps its ``malformed event (…)`` summary, which already says so), and a tool call
+holding one lists it in :attr:`ToolCallView.altered`, which both renderers print above the call's
+values; the verification section names it too (``leaf_hash_mismatch``).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from sealbox.errors import BlobNotFoundError, StoreError
+from sealbox.query import event_altered
 
 __all__ = [
     "Content", "TimelineEntry", "ModelCallView", "ToolCallView", "AnswerView", "ApprovalView", "StateView",
@@ -132,6 +140,10 @@ class ToolCallView:
     error: dict[str, Any] | None
     duration_us: int | None
     outcome: str
+    #: the call's events (``tool.call``, ``policy.decision``, ``tool.result``) whose bytes no longer hash to
+    #: their recorded leaf hash, as ``kind (leaf N)``: changed below Sealbox; what the view shows of them is
+    #: what the database holds now, not what was recorded (:func:`sealbox.query.event_altered`)
+    altered: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -362,6 +374,11 @@ def _payload_problem(kind: str, payload: Any) -> str | None:
     return None
 
 
+#: How the report marks an event whose bytes no longer hash to its recorded leaf hash (its summary's
+#: start on the timeline, a tool call's warning).
+ALTERED_NOTE = "ALTERED below Sealbox (its bytes no longer match its recorded hash; shown as the database holds it now)"
+
+
 def _timeline(events: list[Any], uncounted: dict[int, str] | None = None, store: Any = None) -> list[TimelineEntry]:
     """The timeline; ``uncounted``: leaf -> why that ``approval.answered`` does not count; ``store``:
     where a client request's note's ``about`` (a content field: blob references) is resolved from."""
@@ -372,8 +389,10 @@ def _timeline(events: list[Any], uncounted: dict[int, str] | None = None, store:
     out = []
     for e in events:
         problem = _payload_problem(e.kind, e.payload)
-        if problem is not None:
+        if problem is not None:  # already shown as not what Sealbox wrote, its fields never read
             summary, duration = f"malformed event ({problem})", None
+        elif event_altered(e.raw, e.leaf_hash):  # never shown as what was recorded
+            summary, duration = f"{ALTERED_NOTE}: {_summary(e.kind, e.payload)}", _duration_s(e.kind, e.payload)
         else:
             shown = e.payload
             if store is not None and e.kind == "note" and isinstance(shown.get("client_request"), dict) \
@@ -434,8 +453,13 @@ def _tool_calls(store: Any, events: list[Any], held: dict[str, str] | None = Non
     for e in events:
         cid = _call_key(e.payload.get("call_id"))
         if e.kind == "tool.call":
-            calls[cid] = {"event": e, "decisions": [], "approvals": [], "result": None}
-        elif cid in calls and e.kind == "policy.decision":
+            calls[cid] = {"event": e, "decisions": [], "approvals": [], "result": None, "altered": []}
+        if cid in calls and e.kind in ("tool.call", "policy.decision", "tool.result") \
+                and event_altered(e.raw, e.leaf_hash):
+            calls[cid]["altered"].append(f"{e.kind} (leaf {e.leaf_index})")
+        if e.kind == "tool.call":
+            continue
+        if cid in calls and e.kind == "policy.decision":
             d = {k: e.payload.get(k) for k in ("effect", "rule", "reason_code", "reason", "policy_fingerprint",
                                                 "reevaluated")}
             calls[cid]["decisions"].append(d)
@@ -451,7 +475,8 @@ def _tool_calls(store: Any, events: list[Any], held: dict[str, str] | None = Non
             str(cid), e.step, e.ts, e.principal, str(p.get("server")), str(p.get("tool")), str(p.get("exposed")),
             str(p.get("grant")), _content(store, p.get("arguments")), tuple(c["decisions"]), tuple(c["approvals"]),
             ok, _content(store, r.get("result")) if r is not None and "result" in r else None,
-            (r or {}).get("error"), (r or {}).get("duration_us"), _outcome(c["decisions"], ok, (held or {}).get(cid), p)))
+            (r or {}).get("error"), (r or {}).get("duration_us"), _outcome(c["decisions"], ok, (held or {}).get(cid), p),
+            tuple(c["altered"])))
     return out
 
 

@@ -670,7 +670,9 @@ class Reader:
 # older rows, and where the payload's value is not a string / an integer: the
 # payload is read then, as it is for a value of another type written below
 # Sealbox; a wrong value of the right type is verify's index_mismatch, as for
-# every query column).
+# every query column). Each of the three events' bytes and stored leaf hash come too: a call one of
+# whose events no longer hashes to its leaf hash (changed below Sealbox) is flagged ``altered``
+# (sealbox.query.event_altered: one SHA-256 per event read; a read path, not a write).
 _NEXT = """COALESCE(
     (SELECT e.leaf_index FROM events e WHERE e.leaf_index = c.leaf_index + {offset} AND e.call_id = c.call_id
      AND e.run_id = c.run_id AND e.kind = '{kind}'),
@@ -682,7 +684,8 @@ SELECT c.ts, c.run_id, r.agent, c.principal, c.step, c.call_id, c.server, c.tool
        d.effect, IIF(typeof(d.rule) = 'text', d.rule, CAST(d.raw AS TEXT) ->> '$.payload.rule'),
        IIF(typeof(d.reason_code) = 'text', d.reason_code, CAST(d.raw AS TEXT) ->> '$.payload.reason_code'),
        x.ok, CASE WHEN x.ok = 0 THEN CAST(x.raw AS TEXT) -> '$.payload.error' END,
-       IIF(typeof(x.duration_us) = 'integer', x.duration_us, CAST(x.raw AS TEXT) ->> '$.payload.duration_us'), {result}
+       IIF(typeof(x.duration_us) = 'integer', x.duration_us, CAST(x.raw AS TEXT) ->> '$.payload.duration_us'),
+       c.raw, c.leaf_hash, d.raw, d.leaf_hash, x.raw, x.leaf_hash, {result}
 FROM events c
 LEFT JOIN runs r ON r.run_id = c.run_id
 LEFT JOIN events d ON d.leaf_index = %s
@@ -780,7 +783,17 @@ def _call_rows(recs: Any, resolve: Any) -> list[dict[str, Any]]:
     listing, a few function calls per row cost as much as the SQL)."""
     out: list[dict[str, Any]] = []
     append = out.append
-    for ts, run_id, agent, principal, step, call_id, server, tool, call, effect, rule, code, ok, error, duration, _ in recs:
+    from hashlib import sha256
+
+    from sealbox.query import ALTERED_FLAG, event_altered
+
+    def intact(raw: Any, stored: Any) -> bool:  # the usual case inline (bytes, bytes): event_altered for the rest
+        if type(raw) is bytes and type(stored) is bytes:
+            return sha256(b"\x00" + raw).digest() == stored
+        return not event_altered(raw, stored)
+
+    for (ts, run_id, agent, principal, step, call_id, server, tool, call, effect, rule, code, ok, error, duration,
+         craw, chash, draw, dhash, xraw, xhash, _) in recs:
         exposed, grant, value = _scan_json(call, 0)[0]  # [exposed, grant, arguments]
         if value is not None and '"$blob"' in call:
             value = resolve(value)
@@ -794,7 +807,10 @@ def _call_rows(recs: Any, resolve: Any) -> list[dict[str, Any]]:
         append({"ts": ts, "run_id": run_id, "agent": agent, "principal": principal, "step": step, "call_id": call_id,
                 "server": server, "tool": tool, "exposed": exposed, "grant": grant, "arguments": value,
                 "decision": effect, "rule": rule, "reason_code": code, "outcome": outcome, "ok": ok, "error": error,
-                "duration_us": duration, "approvers": [], "flags": []})
+                "duration_us": duration, "approvers": [],
+                # an event of the call changed below Sealbox: flagged, never shown as if it were what was recorded
+                "flags": [] if (intact(craw, chash) and (draw is None or intact(draw, dhash))
+                                and (xraw is None or intact(xraw, xhash))) else [ALTERED_FLAG]})
     return out
 
 

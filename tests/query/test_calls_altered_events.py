@@ -1,0 +1,121 @@
+"""An event of a tool call changed below Sealbox (its bytes edited in the database, so they no longer hash
+to the stored leaf hash): ``sealbox calls`` listed the altered arguments and result as if recorded (no flag,
+no warning, exit 0), while ``sealbox report`` showed the same altered values in its timeline and tool call
+sections with only the store-wide verification section saying NOT VERIFIED. Both now flag it the same way:
+``calls`` gives the row the flag ``altered`` (and one warning line on stderr), ``report`` starts the event's
+timeline summary with ALTERED and prints an ALTERED line above the call's values, naming the events.
+
+On every backend: SQLite, and PostgreSQL when SEALBOX_TEST_POSTGRES_URL is set (the events are changed
+below Sealbox with the database's own tools)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+
+import pytest
+from conftest import BACKENDS
+from query_helpers import SEALBOX
+
+import sealbox
+from sealbox.canonical import canonical_bytes
+from sealbox.policies import ALLOW_ALL
+from sealbox.report.markdown import render_markdown
+from sealbox.report.model import ALTERED_NOTE, build_report
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        s = sealbox.init_store(tmp_path / "store")
+        yield s
+        s.close()
+        return
+    import psycopg
+
+    url = os.environ["SEALBOX_TEST_POSTGRES_URL"]
+    schema = f"sbt_altered_{uuid.uuid4().hex[:16]}"
+    s = sealbox.init_store(tmp_path / "store", postgres_url=url, schema=schema)
+    try:
+        yield s
+    finally:
+        s.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def _edit_below_sealbox(store, leaf: int, change) -> None:
+    """``change(envelope)`` applied to the event at ``leaf`` in the database itself (its leaf hash left)."""
+    if store.backend == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(store.db_path, isolation_level=None)
+        try:
+            raw = json.loads(conn.execute("SELECT raw FROM events WHERE leaf_index = ?", (leaf,)).fetchone()[0])
+            change(raw)
+            saved = [r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger'")]
+            conn.execute("BEGIN IMMEDIATE")
+            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+                conn.execute(f'DROP TRIGGER "{name}"')
+            conn.execute("UPDATE events SET raw = ? WHERE leaf_index = ?", (canonical_bytes(raw), leaf))
+            for sql in saved:
+                conn.execute(sql)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(store.url, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {store.schema}")
+        conn.execute("SET session_replication_role = replica")
+        raw = json.loads(bytes(conn.execute("SELECT raw FROM events WHERE leaf_index = %s", (leaf,)).fetchone()[0]))
+        change(raw)
+        conn.execute("UPDATE events SET raw = %s WHERE leaf_index = %s", (canonical_bytes(raw), leaf))
+
+
+def test_calls_and_report_flag_an_altered_call_alike(store, tmp_path):
+    rec = sealbox.Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="bot") as run:
+        run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "row-1", call_id="kept")
+        run.call_tool("db", "read_query", {"sql": "SELECT 2"}, lambda sql: "row-2", call_id="args")
+        run.call_tool("db", "read_query", {"sql": "SELECT 3"}, lambda sql: "row-3", call_id="result")
+        run_id = run.run_id
+    leaf = {(e.kind, e.payload.get("call_id")): e.leaf_index for e in store.read_run(run_id)}
+    _edit_below_sealbox(store, leaf["tool.call", "args"],
+                        lambda env: env["payload"].update(arguments={"sql": "DROP TABLE users"}))
+    _edit_below_sealbox(store, leaf["tool.result", "result"], lambda env: env["payload"].update(result="forged"))
+    path = store.path
+    store.close()
+
+    res = subprocess.run([SEALBOX, "calls", "--json", "-s", path], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    rows = {r["call_id"]: r for r in json.loads(res.stdout)}
+    assert {c: r["flags"] for c, r in rows.items()} == {"kept": [], "args": ["altered"], "result": ["altered"]}
+    assert rows["args"]["arguments"] == {"sql": "DROP TABLE users"}  # what the database holds, flagged
+    assert res.stderr == ("warning: 2 call(s) listed hold an event whose bytes no longer hash to its recorded leaf "
+                          "hash (flag altered): changed below Sealbox after it was written, so what is shown for them "
+                          "is what the database holds now, not what was recorded; `sealbox verify` names the events\n")
+    res = subprocess.run([SEALBOX, "calls", "-s", path, "--match", "arguments.sql~SELECT 1"], capture_output=True,
+                         text=True)
+    assert res.returncode == 0 and res.stderr == "" and "altered" not in res.stdout  # an intact call alone: no flag
+
+    opened = sealbox.open_store(path, readonly=True)
+    try:
+        report = build_report(opened, run_id, now="2026-01-01T00:00:00Z")
+        calls = {c.call_id: c for c in report.tool_calls}
+        assert {c: v.altered for c, v in calls.items()} == {
+            "kept": (), "args": (f"tool.call (leaf {leaf['tool.call', 'args']})",),
+            "result": (f"tool.result (leaf {leaf['tool.result', 'result']})",)}
+        flagged = [t.leaf_index for t in report.timeline if t.summary.startswith(ALTERED_NOTE + ": ")]
+        assert flagged == [leaf["tool.call", "args"], leaf["tool.result", "result"]]
+        text = render_markdown(report)
+    finally:
+        opened.close()
+    assert text.count("**ALTERED below Sealbox**") == 2
+    assert (f"**ALTERED below Sealbox**: tool.result (leaf {leaf['tool.result', 'result']}) no longer match their "
+            "recorded hash; the values below are what the database holds now, not what was recorded.") in text
+    res = subprocess.run([SEALBOX, "report", run_id, "--format", "html", "-s", path], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.count(">ALTERED</span>") == 2, res.stderr
