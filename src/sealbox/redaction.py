@@ -33,8 +33,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from sealbox.canonical import canonical_bytes, canonical_bytes_encoded
-from sealbox.errors import ConfigError
+from sealbox.canonical import canonical_bytes, canonical_bytes_encoded, encode
+from sealbox.errors import CanonicalizationError, ConfigError
 
 try:  # the optional C extension; SEALBOX_PURE_PYTHON=1 uses the regex searches alone
     from sealbox._speedups import scan_text as _c_scan_text
@@ -241,8 +241,14 @@ class Redactor:
         return frozenset(self._keys)
 
     def marker(self, value: Any) -> dict[str, str]:
-        """``{"$redacted": "hmac-sha256:<hex>"}`` for a strict JSON value."""
-        digest = hmac.new(self.secret, canonical_bytes(value), hashlib.sha256).hexdigest()
+        """``{"$redacted": "hmac-sha256:<hex>"}`` for a strict JSON value (a string holding a lone
+        surrogate, as one parsed from a JSON text's ``\\ud800`` escape: hashed as its encoded form,
+        ``{"$badstr": ...}``, docs/canonical.md)."""
+        try:
+            data = canonical_bytes(value)
+        except CanonicalizationError:
+            data = canonical_bytes(encode(value))
+        digest = hmac.new(self.secret, data, hashlib.sha256).hexdigest()
         return {MARKER_TAG: "hmac-sha256:" + digest}
 
     def apply(self, name: str, value: Any, data: bytes | None = None) -> tuple[Any, bool]:
@@ -604,7 +610,7 @@ class Redactor:
             if not inner[0]:
                 return text
             changed[0] = True
-            return json.dumps(out, ensure_ascii=False)
+            return _escape_surrogates(json.dumps(out, ensure_ascii=False))
         if type(parsed) not in (dict, list):
             return text
         inner = [False]
@@ -615,7 +621,7 @@ class Redactor:
         if not inner[0]:
             return text
         changed[0] = True
-        return json.dumps(_markers_as_text(out), ensure_ascii=False, allow_nan=True)
+        return _escape_surrogates(json.dumps(_markers_as_text(out), ensure_ascii=False, allow_nan=True))
 
     def _member(self, key: str, value: Any, path: list[str], changed: list[bool]) -> Any:
         if _norm_key(key) in self._keys and value is not None:
@@ -730,6 +736,17 @@ _JSON_OPENERS = ("{", "[", '"')  # an object, an array, or a JSON string holding
 _TEXTS_BUDGET = 8 << 20  # characters of the strings Redactor._texts keeps (it is emptied beyond)
 #: Tags of objects encoded as their fields (docs/canonical.md): transparent to redaction paths.
 _OBJECT_TAGS = ("$pydantic", "$dataclass")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogates(text: str) -> str:
+    """A JSON text made with ``ensure_ascii=False`` whose strings hold lone surrogates (parsed from
+    ``\\ud800`` escapes): each written back as its escape (the same JSON; UTF-8 cannot hold it)."""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _markers_as_text(value: Any) -> Any:

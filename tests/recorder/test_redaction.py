@@ -1171,3 +1171,28 @@ def test_json_text_encoded_twice_is_redacted(tmp_path):
     assert call["arguments"]["plain"] == json.dumps("just text")
     assert b"xyz-secret-1" not in (tmp_path / "s" / "sealbox.db").read_bytes()
     store.close()
+
+
+def test_json_text_with_an_escaped_lone_surrogate_is_recorded_redacted(tmp_path):
+    """A JSON text (once or twice encoded) whose only odd part is a ``\\ud800`` escape (plain ASCII
+    text, a valid argument) next to a sensitive key: the call runs and is recorded with the key's
+    value redacted, instead of the call failing RecordingError (a lone surrogate reached the
+    marker's hash or the re-encoded text). The escape stays an escape in the recorded text."""
+    texts = ['{"password": "\\ud800xyz-secret-2"}', '{"password": "xyz-secret-3", "x": "\\ud800"}']
+    texts += [json.dumps(t) for t in texts]
+    store = init_store(tmp_path / "s")
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="redaction") as run:
+        answers = [run.call_tool("api", "send", {"body": t}, lambda body: "ok") for t in texts]
+    assert answers == ["ok"] * 4
+    calls = [store.resolve(e.payload)["arguments"]["body"] for e in events_of(store, run.run_id, "tool.call")]
+    assert len(calls) == 4
+    for i, text in enumerate(calls):
+        assert "\ud800" not in text  # the escape, not the code point (which UTF-8 cannot hold)
+        decoded = json.loads(text) if i < 2 else json.loads(json.loads(text))
+        assert IN_STRING.fullmatch(decoded["password"])
+        if "x" in decoded:
+            assert decoded["x"] == "\ud800"
+    data = (tmp_path / "s" / "sealbox.db").read_bytes()
+    assert b"xyz-secret-2" not in data and b"xyz-secret-3" not in data
+    store.close()
