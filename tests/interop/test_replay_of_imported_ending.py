@@ -162,3 +162,37 @@ def test_error_whose_message_was_not_exported_is_compared_by_type(backend, tmp_p
                        "literal for int() with base 10: 'x' (differs in type)")
     finally:
         store.close()
+
+
+def _future_cancelled():
+    import concurrent.futures
+
+    future = concurrent.futures.Future()
+    future.cancel()
+    return future.result()  # concurrent.futures.CancelledError: an Exception, not a cancellation of the agent
+
+
+def future_cancelled_agent(run):
+    run.call_tool("db", "read", {}, lambda: "rows")
+    run.call_tool("pool", "job", {}, _future_cancelled)
+
+
+def test_a_run_ended_by_concurrent_futures_cancelled_error_replays_as_the_error_it_was(backend, tmp_path):  # noqa: F811
+    """concurrent.futures.CancelledError (a cancelled Future's result()) is an Exception: the recorder ends
+    the run ``error`` with it, and its replay (the error served again, named ...CancelledError) ends
+    ``error`` too, not ``cancelled`` (which is only for KeyboardInterrupt, asyncio.CancelledError and
+    GeneratorExit, the BaseExceptions the recorder ends a run cancelled for)."""
+    import concurrent.futures
+
+    source = backend(tmp_path / "source")
+    try:
+        with Recorder(source, policy=Policy.from_text(POLICY)).run(agent="bot", principal="agent:bot") as run:
+            future_cancelled_agent(run)
+    except concurrent.futures.CancelledError:
+        pass
+    assert source.read_run(run.run_id)[-1].payload["status"] == "error"
+    result = Replayer(source).replay(run.run_id, future_cancelled_agent)
+    assert result.head() == "reproduced: 2 step(s) matched"
+    end = source.read_run(result.new_run_id)[-1].payload
+    assert (end["status"], end["verdict"]["reproduced"]) == ("error", True)
+    source.close()

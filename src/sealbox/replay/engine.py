@@ -254,7 +254,7 @@ class Replayer:
     def _finish(self, run: Any, source: ReplaySource, drift: tuple, unrep: tuple,
                 error: BaseException | None) -> ReplayResult:
         divergence = source.divergence or source.missing()
-        status = replay_status(error)
+        status = replay_status(error, source.recorded.ended)
         if divergence is None:
             divergence = ending_divergence(run, source.recorded, status, error)
         agent_error = {"type": type(error).__qualname__, "message": _message(error)} if error is not None else None
@@ -294,16 +294,25 @@ def recorded_ending(ended: Any) -> tuple[str | None, str]:
 CANCELLATIONS = frozenset({"KeyboardInterrupt", "CancelledError", "GeneratorExit"})
 
 
-def replay_status(error: BaseException | None) -> str:
+def replay_status(error: BaseException | None, recorded_ended: Any = None) -> str:
     """How a replay's agent ended: ``ok`` (no exception), ``cancelled`` (it was stopped by a
     cancellation served from the record: a recorded ``KeyboardInterrupt``, ``CancelledError`` or
     ``GeneratorExit`` that a tool raised, given back as a :class:`~sealbox.replay.values.ReplayedError`
-    of that name, as the recorder ends a run so interrupted), else ``error``."""
+    of that name, as the recorder ends a run so interrupted), else ``error``.
+
+    ``recorded_ended``: the recorded run's ``run.ended`` payload (None: not known). A recorded
+    ``CancelledError`` is either asyncio's (a BaseException: the recorder ended the run ``cancelled``) or
+    ``concurrent.futures``' (an Exception, e.g. a cancelled Future's ``result()``: ended ``error``); the
+    record keeps only the name, so it is a cancellation only when the recorded run ended ``cancelled``."""
     from sealbox.replay.values import ReplayedError
 
     if error is None:
         return "ok"
-    if isinstance(error, ReplayedError) and str(error.type).rpartition(".")[2] in CANCELLATIONS:
+    name = str(getattr(error, "type", "")).rpartition(".")[2]
+    if isinstance(error, ReplayedError) and name in CANCELLATIONS:
+        if name == "CancelledError" and isinstance(recorded_ended, dict) and \
+                recorded_ended.get("status") != "cancelled":
+            return "error"  # concurrent.futures.CancelledError, an Exception: the run ended error
         return "cancelled"
     return "error"
 

@@ -364,7 +364,7 @@ class ReplaySource:
             status = "cancelled"  # stopped by the replay, not by the agent
         else:
             if status == "error":  # a cancellation served from the record ends it cancelled, as recorded
-                status = replay_status(error)
+                status = replay_status(error, self.recorded.ended)
             d = self.missing()
             if d is None:
                 d = ending_divergence(sub, self.recorded, status, error)
