@@ -1173,14 +1173,31 @@ def test_json_text_encoded_twice_is_redacted(tmp_path):
     store.close()
 
 
-def test_json_text_with_an_escaped_lone_surrogate_is_recorded_redacted(tmp_path):
+_BACKENDS = ["sqlite"] + (["postgres"] if os.environ.get("SEALBOX_TEST_POSTGRES_URL") else [])
+
+
+@pytest.fixture(params=_BACKENDS)
+def either_store(request, tmp_path):
+    """A new store on SQLite, and on PostgreSQL when SEALBOX_TEST_POSTGRES_URL is set."""
+    if request.param == "sqlite":
+        s = init_store(tmp_path / "s")
+    else:
+        import uuid
+
+        s = init_store(tmp_path / "s", postgres_url=os.environ["SEALBOX_TEST_POSTGRES_URL"],
+                       schema=f"sbt_lone_{uuid.uuid4().hex[:16]}")
+    yield request.param, s
+    s.close()
+
+
+def test_json_text_with_an_escaped_lone_surrogate_is_recorded_redacted(tmp_path, either_store):
     """A JSON text (once or twice encoded) whose only odd part is a ``\\ud800`` escape (plain ASCII
     text, a valid argument) next to a sensitive key: the call runs and is recorded with the key's
     value redacted, instead of the call failing RecordingError (a lone surrogate reached the
     marker's hash or the re-encoded text). The escape stays an escape in the recorded text."""
     texts = ['{"password": "\\ud800xyz-secret-2"}', '{"password": "xyz-secret-3", "x": "\\ud800"}']
     texts += [json.dumps(t) for t in texts]
-    store = init_store(tmp_path / "s")
+    backend, store = either_store
     rec = Recorder(store, policy=ALLOW_ALL)
     with rec.run(agent="redaction") as run:
         answers = [run.call_tool("api", "send", {"body": t}, lambda body: "ok") for t in texts]
@@ -1193,6 +1210,6 @@ def test_json_text_with_an_escaped_lone_surrogate_is_recorded_redacted(tmp_path)
         assert IN_STRING.fullmatch(decoded["password"])
         if "x" in decoded:
             assert decoded["x"] == "\ud800"
-    data = (tmp_path / "s" / "sealbox.db").read_bytes()
-    assert b"xyz-secret-2" not in data and b"xyz-secret-3" not in data
-    store.close()
+    if backend == "sqlite":
+        data = (tmp_path / "s" / "sealbox.db").read_bytes()
+        assert b"xyz-secret-2" not in data and b"xyz-secret-3" not in data
