@@ -101,3 +101,24 @@ async def test_stateless_requests_are_capped_per_identity(tmp_path, store):
     assert refused.value.error.code == TOO_MANY_CALLS
     assert (text_of(slow[0]), text_of(after)) == ("slow done", "7")
     assert [e["tool"] for e in toy_log(tmp_path)] == ["slow", "add"]
+
+
+async def test_the_refusals_log_line_shows_the_clients_tool_name_quoted(tmp_path, store, caplog):
+    """The tool name in a refused call's log line is the client's text: written quoted (a newline as \\n), as the
+    gateway's other log lines write names it did not choose, so a client cannot add a line of its choosing to
+    the operator's log."""
+    import logging
+
+    gw = Gateway(toy_config(tmp_path, extra="limits: {max_calls_in_flight: 1}"), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        async with anyio.create_task_group() as calls:
+            calls.start_soon(client.call_tool, "toy__slow", {"seconds": 1})
+            with anyio.fail_after(10):
+                while len(toy_log(tmp_path)) < 1:
+                    await anyio.sleep(0.02)
+            with caplog.at_level(logging.WARNING, logger="sealbox.gateway"):
+                with pytest.raises(MCPError):
+                    await client.call_tool("toy__add\nWARNING sealbox.gateway: upstream toy is down", {"a": 1})
+    lines = [r.getMessage() for r in caplog.records if "calls in flight" in r.getMessage()]
+    assert lines == ["tools/call 'toy__add\\nWARNING sealbox.gateway: upstream toy is down' refused: its client "
+                     "already has 1 calls in flight"]

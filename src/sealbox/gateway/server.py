@@ -1222,7 +1222,7 @@ class Gateway:
         cap = self.config.limits.max_calls_in_flight
         count = self._client_calls.get(client, 0)
         if count >= cap:
-            log.warning("tools/call %s refused: its client already has %d calls in flight", params.name, count)
+            log.warning("tools/call %r refused: its client already has %d calls in flight", params.name, count)
             raise _mcp_error()(codes.TOO_MANY_CALLS, f"too many calls in flight: this client already has {count} "
                                f"tools/call requests in flight (limits.max_calls_in_flight: {cap}); call again "
                                "once one has been answered", data={"limit": cap})
