@@ -1849,9 +1849,13 @@ class RunContext:
 
     def _remember_secrets(self, values: "list[str]") -> None:
         if values:
+            # a value holding a lone surrogate (parsed from a JSON text's \\ud800 escape) is in an error text as
+            # the text \\ud800 (_valid_text): that form is remembered too, or the error would keep it in clear
+            odd = [v for v in values if not v.isascii() and _valid_text(v) != v]
             with self._lock:
                 if len(self._error_secrets) < 10_000:
                     self._error_secrets.update(values)
+                    self._error_secrets.update(_valid_text(v) for v in odd)
 
     def _run_secrets(self) -> list[str]:
         """The strings redaction (a sensitive key name or a configured path) took out of what this

@@ -1213,3 +1213,23 @@ def test_json_text_with_an_escaped_lone_surrogate_is_recorded_redacted(tmp_path,
     if backend == "sqlite":
         data = (tmp_path / "s" / "sealbox.db").read_bytes()
         assert b"xyz-secret-2" not in data and b"xyz-secret-3" not in data
+
+
+def test_a_redacted_value_holding_a_lone_surrogate_is_scrubbed_from_the_error_text(either_store):
+    """A sensitive value holding a lone surrogate (parsed from a JSON text's \\ud800 escape) is remembered as
+    redacted; the tool's error message repeating it is recorded with the surrogate as the text \\ud800
+    (valid Unicode), and that form is scrubbed too: the rest of the secret is not stored in clear."""
+    _, store = either_store
+    rec = Recorder(store, policy=ALLOW_ALL)
+
+    def tool(body):
+        raise ValueError("login failed for \ud800xyz-secret-4")
+
+    with pytest.raises(ValueError):
+        with rec.run(agent="redaction") as run:
+            run.call_tool("api", "send", {"body": '{"password": "\\ud800xyz-secret-4"}'}, tool)
+    messages = [store.resolve(e.payload)["error"]["message"] for e in store.read_run(run.run_id)
+                if e.kind in ("tool.result", "run.ended")]
+    assert len(messages) == 2
+    for message in messages:
+        assert message.startswith("login failed for ⟦redacted:hmac-sha256:") and "xyz-secret-4" not in message
