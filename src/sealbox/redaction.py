@@ -871,7 +871,10 @@ def _strings(value: Any, found: set[str]) -> None:
                 if tag in ("$bytes", "$badstr") and type(inner) is str:
                     text = _decoded_text(tag, inner)
                     if text is not None:
-                        found.add(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+                        shown = text.encode("utf-8", "backslashreplace").decode("utf-8")
+                        found.add(shown)  # as an error text holds it (a lone surrogate as the text \\ud800)
+                        if tag == "$badstr" and shown != text:
+                            found.add(text)  # as a result or later content holds it (scrub_values_in)
                     continue
             stack.extend(v.values())
 

@@ -1233,3 +1233,16 @@ def test_a_redacted_value_holding_a_lone_surrogate_is_scrubbed_from_the_error_te
     assert len(messages) == 2
     for message in messages:
         assert message.startswith("login failed for ⟦redacted:hmac-sha256:") and "xyz-secret-4" not in message
+
+
+def test_a_redacted_argument_holding_a_lone_surrogate_is_scrubbed_from_the_result(either_store):
+    """A sensitive argument holding a lone surrogate (a Python string, recorded as {"$badstr": ...}) was
+    remembered only in its error-text form (the text \\ud800): a result repeating the value itself was
+    recorded with it in clear (inside its own $badstr). Both forms are scrubbed now."""
+    _, store = either_store
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="redaction") as run:
+        run.call_tool("api", "send", {"password": "\ud800xyz-secret-5"}, lambda password: "echo \ud800xyz-secret-5")
+    (result,) = [store.resolve(e.payload)["result"] for e in store.read_run(run.run_id) if e.kind == "tool.result"]
+    text = decode(result) if isinstance(result, dict) else result
+    assert text.startswith("echo ⟦redacted:hmac-sha256:") and "xyz-secret-5" not in text
