@@ -173,6 +173,28 @@ def test_cli_replay_live_tools_without_side_effects_is_one_line_error(tmp_path, 
     assert exc.value.code == 2
 
 
+def test_cli_replay_side_effects_without_live_tools_is_one_line_error(tmp_path, monkeypatch, capsys):
+    # --side-effects consents to running tools for real, which only --tools live does: it was accepted
+    # silently with tools from the record (nothing ran), hiding a forgotten --tools live
+    from sealbox.cli.main import main
+
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    runs = len(store.runs())
+    store.close()
+    for extra in ([], ["--tools", "record"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain", "--side-effects",
+                  *extra])
+        assert (exc.value.code, *capsys.readouterr()) == (
+            2, "", "error: --side-effects applies with --tools live (it consents to running tools for real); with "
+                   "tools from the record no tool runs: drop it, or add --tools live\n")
+    store = sealbox.open_store(tmp_path / "s")
+    assert len(store.runs()) == runs  # no replay run was recorded
+    store.close()
+
+
 def test_cli_replay_snapshot_that_is_a_device_is_one_line_error(tmp_path, monkeypatch, capsys):
     # `--snapshot /dev/zero` read until memory ran out (MemoryError, "internal error", exit 70); a device is
     # refused before it is read (/dev/null shows it safely: it read as empty JSON).

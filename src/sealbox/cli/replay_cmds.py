@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import click
 
-from sealbox.cli.common import echo_json, emit_rows, open_for_reading, open_for_writing, resolve_id, store_option, visible
+from sealbox.cli.common import BadInput, echo_json, emit_rows, open_for_reading, open_for_writing, resolve_id, store_option, visible
 
 
 def load_agent(spec: str) -> Callable[[Any], Any]:
@@ -88,7 +88,8 @@ def _load_snapshot(path: str | None) -> Any:
               help="Where model answers come from: the record, or the model itself.")
 @click.option("--tools", type=click.Choice(["record", "live"]), default="record", show_default=True,
               help="Where tool results come from: the record, or running the tools (needs --side-effects).")
-@click.option("--side-effects", is_flag=True, help="Consent to running tools for real with --tools live.")
+@click.option("--side-effects", is_flag=True,
+              help="Consent to running tools for real with --tools live (refused without it: exit 2).")
 @click.option("--policy", "policy_path", type=click.Path(dir_okay=False), help="Policy deciding live tool calls.")
 @click.option("--snapshot", "snapshot_path", type=click.Path(dir_okay=False),
               help="The configuration the agent runs under now (snapshot JSON); default: the recorded one.")
@@ -104,6 +105,9 @@ def replay_cmd(store_path: str, run_id: str, agent_spec: str, model: str, tools:
     """
     from sealbox.replay import Replayer, render_divergence
 
+    if side_effects and tools != "live":  # consent to nothing: with tools from the record no tool runs
+        raise BadInput("--side-effects applies with --tools live (it consents to running tools for real); "
+                       "with tools from the record no tool runs: drop it, or add --tools live")
     agent = load_agent(agent_spec)
     policy, snapshot = _load_policy(policy_path), _load_snapshot(snapshot_path)
     store = open_for_writing(store_path)
