@@ -61,7 +61,7 @@ class Problem:
             ``grant_identity``, ``grant_binding``, ``grant_rule``, ``revocation_signature``,
             ``revocation_identity``, ``revocation_binding``, ``revocation_rule``, ``call_grant_invalid``
             (:class:`CallGrantCheck`), ``pin_upgrade_forged`` (:func:`check_reapprovals`), ``call_step_duplicate``
-            (:class:`CallStepCheck`); in an export bundle
+            (:class:`CallStepCheck`), ``key_mismatch`` (:func:`key_mismatch`); in an export bundle
             also ``bundle_*`` codes (``bundle_grant_missing``, ``bundle_tool_change_missing``, ...:
             docs/bundle-format.md).
         message: one readable sentence.
@@ -148,7 +148,7 @@ class VerifyReport:
 
     def _unsigned_note(self) -> str:
         n = self.unsigned_events
-        if not n:
+        if not n or any(p.code == "key_mismatch" for p in self.problems):  # signed, by another key: said first
             return ""
         first = self.tree_size_signed
         span = f"leaf index {first}" if n == 1 else f"leaf indices {first}..{first + n - 1}"
@@ -782,6 +782,47 @@ def check_checkpoint_rows(rows: Iterable[tuple[Any, Any, Any, Any]], file_note: 
     return problems
 
 
+def key_mismatch(notes: Sequence[tuple[str, str]], verifier: Verifier | None, origin: str | None,
+                 source: str) -> Problem | None:
+    """``key_mismatch`` when the trusted key signs none of ``notes`` (the log's own checkpoints): it is
+    not this log's key (C2SP signed note: a key is its name and key id; a signature line by another name
+    or key id is not one by it), so every checkpoint fails the same way; None otherwise (no key, no
+    notes, or one note carries a signature line by that key, valid or not). ``found`` is the signers,
+    as each note's ``checkpoint_signature`` problem states them when all notes agree.
+
+    Args:
+        notes: (where, note text) of the log's own checkpoints.
+        verifier: the trusted key.
+        origin: the log's origin (its name), or None.
+        source: the trusted key, named by where it came from: ``"key given"``, ``"key pinned at init (log.vkey)"``.
+    """
+    if verifier is None or not notes:
+        return None
+    mine = f"{verifier.name}+{verifier.key_id.hex()}"
+    signers = [_signers(note) if isinstance(note, str) else "signatures by nobody" for _, note in notes]
+    if any(mine in _signer_names(s) for s in signers):
+        return None
+    found = signers[0] if len(set(signers)) == 1 else "signatures by " + ", ".join(
+        sorted({n for s in signers for n in _signer_names(s)}))
+    if origin is not None and origin != verifier.name:
+        whose = f"it is a key of the log {verifier.name} (key id {verifier.key_id.hex()}), this log is {origin}"
+    else:
+        whose = f"it has this log's name but the key id {verifier.key_id.hex()}"
+    count = len(notes)
+    return Problem(
+        "key_mismatch", f"the {source} is not this log's key: {whose}, signed by {found[len('signatures by '):]}; "
+        f"none of its {count} checkpoint note{'s' if count != 1 else ''} verifies with it (check the key against "
+        "the log's own: `sealbox log key` on its host)",
+        expected=f"signatures by {mine}", found=found,
+    )
+
+
+def _signer_names(signers: str) -> list[str]:
+    """The ``name+keyid`` list of a :func:`_signers` string."""
+    rest = signers[len("signatures by "):]
+    return [] if rest == "nobody" else rest.split(", ")
+
+
 def _open_checkpoint(where: str, note: str, verifier: Verifier | None, origin: str | None,
                      problems: list[Problem]) -> Checkpoint | None:
     """One validly signed checkpoint, or None with the problem appended."""
@@ -791,9 +832,14 @@ def _open_checkpoint(where: str, note: str, verifier: Verifier | None, origin: s
     try:
         cp = verify_checkpoint(note, verifier)
     except NoteError as exc:
+        signers = _signers(note) if isinstance(note, str) else "signatures by nobody"
+        why = str(exc)
+        if f"{verifier.name}+{verifier.key_id.hex()}" not in _signer_names(signers):  # C2SP: name and key id
+            why = (f"it carries no signature by that key (key id {verifier.key_id.hex()}), only "
+                   f"{signers}: it is another log's checkpoint, or the key is not this log's")
         problems.append(Problem(
-            "checkpoint_signature", f"{where} is not validly signed by the trusted key {verifier.name}: {exc}",
-            expected=f"a signature by {verifier.vkey}", found=_signers(note),
+            "checkpoint_signature", f"{where} is not validly signed by the trusted key {verifier.name}: {why}",
+            expected=f"a signature by {verifier.vkey}", found=signers,
         ))
         return None
     if origin is not None and cp.origin != origin:
@@ -933,7 +979,8 @@ def verify_store(store: Any, *, trusted_vkey: str | None = None, canonical: bool
     snapshot = store.read_snapshot() if hasattr(store, "read_snapshot") else contextlib.nullcontext()
     lenient = store.verify_reads() if hasattr(store, "verify_reads") else contextlib.nullcontext()
     with snapshot, lenient:
-        report = _verify_snapshot(store, verifier, file_note, started, tuple(checkpoints))
+        report = _verify_snapshot(store, verifier, file_note, started, tuple(checkpoints),
+                                  "key given" if trusted_vkey else "key pinned at init (log.vkey)")
         if not canonical:
             return report
         extra = tuple(_canonical_problems(store.iter_rows()))
@@ -966,13 +1013,14 @@ def _canonical_problems(rows: Iterable[tuple]) -> Iterator[Problem]:
 
 
 def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | None, started: float,
-                     external: tuple[tuple[str, str], ...] = ()) -> VerifyReport:
+                     external: tuple[tuple[str, str], ...] = (), key_source: str = "key given") -> VerifyReport:
     cps = store.checkpoints()
     notes = [(f"checkpoint {i + 1} (size {c.tree_size})", c.note) for i, c in enumerate(cps)]
     if file_note is not None:
         notes.append(("the newest checkpoint file", file_note))
     notes.extend(external)
     note_problems, signed_cps = open_checkpoints(notes, verifier, store.origin or None)
+    wrong_key = key_mismatch(notes[:len(notes) - len(external)], verifier, store.origin or None, key_source)
     nodes = _NodeChecker(store)
     calls = CallGrantCheck(store.origin or "")  # streamed: the calls are not kept
     call_steps = CallStepCheck()  # streamed: the steps of the calls of runs not ended yet
@@ -995,7 +1043,7 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     ev = EventVerifier(root_sizes={cp.size for _, cp in signed_cps}, on_nodes=nodes,  # nodes.check_levels per chunk
                        on_event=on_event, event_kinds=CALL_GRANT_KINDS | CALL_STEP_KINDS)
     ev.add_rows(store.iter_rows())
-    problems = list(ev.problems)
+    problems = ([wrong_key] if wrong_key else []) + list(ev.problems)  # first: the rest follows from it
     if SYSTEM_RUN_ID not in ev.heads and ev.tree.size:
         problems.append(Problem("system_run_missing", "the store's system run has no events"))
     problems.extend(nodes.finish())

@@ -97,7 +97,10 @@ def test_a_re_signed_forgery_with_the_real_key_fails_as_a_key_mismatch(case):
         code, out, err = cli("verify", forged, "--key", key, cwd=folder)
         assert (code, err) == (1, "")
         lines = out.splitlines()
-        assert lines[0] == (f"bundle_key_mismatch [log.vkey]: the bundle's verifier key is not the key you trust "
+        name, real_id, forger_id = real_vkey.split("+")[0], real_vkey.split("+")[1], forger_vkey.split("+")[1]
+        assert lines[0] == (f"bundle_key_mismatch [log.vkey]: the bundle's verifier key is not the key you trust: "
+                            f"both name the log {name}, with the key ids {forger_id} (the bundle's) and {real_id} "
+                            "(yours): the bundle was signed again with another key, or yours is not this log's "
                             f"(expected {real_vkey}, found {forger_vkey})")
         assert lines[1].startswith("checkpoint_signature [checkpoint]: ")
         assert lines[-2].startswith("NOT VERIFIED: ")

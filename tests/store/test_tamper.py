@@ -561,7 +561,10 @@ def test_verify_with_another_trusted_key_reports_every_checkpoint(s: Sample) -> 
     _, other_vkey = generate_key(s.origin)
     report = verify(s.path, trusted_vkey=other_vkey)
     assert ckpt_problems(report) == [("checkpoint_signature", n) for n in (CP1, CP2, CP3, CPFILE)]
-    assert {p.expected for p in report.problems} == {f"a signature by {other_vkey}"}
+    name, key_id = other_vkey.split("+")[:2]
+    assert report.problems[0].code == "key_mismatch"  # said first: every checkpoint fails for that reason
+    assert report.problems[0].expected == f"signatures by {name}+{key_id}"
+    assert {p.expected for p in report.problems[1:]} == {f"a signature by {other_vkey}"}
     assert (report.tree_size_signed, report.root, report.trusted_key) == (0, None, other_vkey)
     assert verify(s.path, trusted_vkey=s.vkey).ok
 
@@ -926,7 +929,10 @@ def test_cli_verify_with_another_key(s: Sample) -> None:
     res = run_cli("verify", "-s", str(s.path), "--key", other)
     assert res.returncode == 1
     lines = res.stdout.strip().splitlines()
-    assert [ln.split(":", 1)[0] for ln in lines[:-1]] == ["checkpoint_signature"] * 4
+    assert [ln.split(":", 1)[0] for ln in lines[:-1]] == ["key_mismatch", "note"]
+    assert lines[1] == "note: and 4 checkpoint notes fail the same way (checkpoint_signature, each listed with --json)"
+    assert lines[0].startswith("key_mismatch: the key given is not this log's key: it has this log's name but the "
+                               f"key id {other.split('+')[1]}, signed by {s.origin}+")
 
 
 def test_a_dropped_trigger_is_reported_and_a_store_with_a_hole_refuses_to_append(s: Sample) -> None:

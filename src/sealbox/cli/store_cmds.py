@@ -304,8 +304,16 @@ def _print(report, as_json: bool, notes: bool = False, code: int | None = None) 
     if as_json:
         echo_json(report.to_dict())
     else:
+        wrong_key = next((p for p in report.problems if p.code == "key_mismatch"), None)
+        same = 0
         for problem in report.problems:
+            if wrong_key is not None and problem.code == "checkpoint_signature" and problem.found == wrong_key.found:
+                same += 1  # each checkpoint fails because of that key: counted, listed with --json
+                continue
             click.echo(problem.line())
+        if same:
+            click.echo(f"note: and {same} checkpoint note{'s' if same != 1 else ''} fail{'s' if same == 1 else ''} "
+                       "the same way (checkpoint_signature, each listed with --json)")
         for note in report.notes if notes else ():
             click.echo(f"note: {note}")
         click.echo(report.summary())

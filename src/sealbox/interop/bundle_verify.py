@@ -521,7 +521,14 @@ class _Check:
         self.bundle_key = bundle_vkey.vkey if bundle_vkey is not None else None
         if self.verifier is not None:
             if bundle_vkey is not None and bundle_vkey != self.verifier:
-                self._problem("bundle_key_mismatch", "the bundle's verifier key is not the key you trust",
+                v, b = self.verifier, bundle_vkey  # C2SP signed note: a key is its name and key id
+                whose = (f"it is a key of the log {b.name} (key id {b.key_id.hex()}), the key you trust one of the "
+                         f"log {v.name} (key id {v.key_id.hex()}): the bundle is another log's, or the key is"
+                         if b.name != v.name else
+                         f"both name the log {v.name}, with the key ids {b.key_id.hex()} (the bundle's) and "
+                         f"{v.key_id.hex()} (yours): the bundle was signed again with another key, or yours is")
+                self._problem("bundle_key_mismatch", f"the bundle's verifier key is not the key you trust: {whose} "
+                              "not this log's",
                               "log.vkey", expected=self.verifier.vkey, found=bundle_vkey.vkey)
             return "given"
         self.verifier = bundle_vkey
