@@ -229,7 +229,7 @@ def describe(folder: Path) -> None:
     stats = conn.execute("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'events'").fetchone()[0]
     from sealbox.store.sqlite_queries import _CALLS_SQL
 
-    sql = _CALLS_SQL.format(result="NULL", where="c.kind = 'tool.call' AND c.tool = ?")
+    sql = _CALLS_SQL.format(result="NULL", altered="", where="c.kind = 'tool.call' AND c.tool = ?")
     plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, (TOOL_X[1],))]
     conn.close()
     print(f"    planner statistics for events: {stats} index rows in sqlite_stat1 (written by close())")

@@ -76,7 +76,39 @@ def _edit_below_sealbox(store, leaf: int, change) -> None:
         conn.execute("UPDATE events SET raw = %s WHERE leaf_index = %s", (canonical_bytes(raw), leaf))
 
 
-def test_calls_and_report_flag_an_altered_call_alike(store, tmp_path):
+def _calls_queries_run(store, monkeypatch, query) -> tuple[list, list[str]]:
+    """``query()``'s result and the calls queries (SQL text) it sent to the database: seen through
+    sqlite3's trace callback, or on PostgreSQL at the store's one place that sends a query."""
+    seen: list[str] = []
+    if store.backend == "sqlite":
+        conn = store._conn()
+        conn.set_trace_callback(seen.append)
+        try:
+            result = query()
+        finally:
+            conn.set_trace_callback(None)
+    else:
+        from sealbox.store import postgres
+
+        sent = postgres._Conn.execute
+
+        def execute(self, sql, params=()):
+            seen.append(sql)
+            return sent(self, sql, params)
+
+        monkeypatch.setattr(postgres._Conn, "execute", execute)
+        try:
+            result = query()
+        finally:
+            monkeypatch.undo()
+    return result, [sql for sql in seen if "FROM events c" in sql]
+
+
+#: What check_altered=True adds to the calls query: the three events' bytes and stored leaf hash.
+_CHECK_COLUMNS = "c.raw, c.leaf_hash, d.raw, d.leaf_hash, x.raw, x.leaf_hash, "
+
+
+def test_calls_and_report_flag_an_altered_call_alike(store, tmp_path, monkeypatch):
     rec = sealbox.Recorder(store, policy=ALLOW_ALL)
     with rec.run(agent="bot") as run:
         run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "row-1", call_id="kept")
@@ -104,6 +136,26 @@ def test_calls_and_report_flag_an_altered_call_alike(store, tmp_path):
 
     opened = sealbox.open_store(path, readonly=True)
     try:
+        # the Python API flags only when asked (check_altered=True), as `sealbox calls` does
+        rows, checked_sql = _calls_queries_run(opened, monkeypatch, lambda: opened.query_calls(check_altered=True))
+        assert [(r["call_id"], r["flags"]) for r in rows] == [("kept", []), ("args", ["altered"]),
+                                                             ("result", ["altered"])]
+        assert len(checked_sql) == 1 and checked_sql[0].count(_CHECK_COLUMNS) == 1
+        assert [(r["call_id"], r["flags"]) for r in opened.query_calls(
+            tool="read_q*", match="arguments.sql~DROP", check_altered=True)] == [("args", ["altered"])]
+        assert [(r["call_id"], r["flags"], r["arguments"]) for r in opened.query_calls(
+            match="result~forged", check_altered=True)] == [("result", ["altered"], {"sql": "SELECT 3"})]
+        # by default: the query reads no raw / leaf_hash column and no row is flagged
+        rows, sent = _calls_queries_run(opened, monkeypatch, lambda: opened.query_calls())
+        assert [(r["call_id"], r["flags"]) for r in rows] == [("kept", []), ("args", []), ("result", [])]
+        assert rows[1]["arguments"] == {"sql": "DROP TABLE users"}
+        # the same query less the six columns (no other raw read, no leaf_hash at all)
+        assert sent == [checked_sql[0].replace(_CHECK_COLUMNS, "")] and "leaf_hash" not in sent[0]
+        rows, sent = _calls_queries_run(opened, monkeypatch, lambda: opened.query_calls(
+            tool="read_q*", match="result~forged"))
+        assert [(r["call_id"], r["flags"]) for r in rows] == [("result", [])]
+        assert len(sent) == 1 and "leaf_hash" not in sent[0] and _CHECK_COLUMNS not in sent[0]
+
         report = build_report(opened, run_id, now="2026-01-01T00:00:00Z")
         calls = {c.call_id: c for c in report.tool_calls}
         assert {c: v.altered for c, v in calls.items()} == {

@@ -54,7 +54,7 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
         replays = replays or run_id is not None
         rows = store.query_calls(tool=tool, server=server, run_id=run_id, agent=agent, principal=principal,
                                  since=since, until=until, decision=decision, error=error, match=compiled, limit=limit,
-                                 replays=replays)
+                                 replays=replays, check_altered=True)  # the listing flags altered calls
         hidden = _redacted_misses(store, rows, compiled, dict(
             tool=tool, server=server, run_id=run_id, agent=agent, principal=principal, since=since, until=until,
             decision=decision, error=error, replays=replays))

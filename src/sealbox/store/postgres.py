@@ -1209,7 +1209,7 @@ SELECT c.ts, c.run_id, r.agent, c.principal, c.step, c.call_id, c.server, c.tool
        d.effect, COALESCE(d.rule, """ + _J.format(t="d") + """ ->> 'rule'),
        COALESCE(d.reason_code, """ + _J.format(t="d") + """ ->> 'reason_code'),
        x.ok, CASE WHEN x.ok = 0 THEN """ + _json_text(_J.format(t="x") + " -> 'error'", "x") + """ END,
-       x.duration_us, c.raw, c.leaf_hash, d.raw, d.leaf_hash, x.raw, x.leaf_hash, {result}
+       x.duration_us, {altered}{result}
 FROM events c
 CROSS JOIN LATERAL (SELECT """ + _J.format(t="c") + """ AS p) cp
 LEFT JOIN runs r ON r.run_id = c.run_id

@@ -181,7 +181,8 @@ class SqliteQueries:
     def query_calls(self, *, tool: str | None = None, server: str | None = None, run_id: str | None = None,
                     agent: str | None = None, principal: str | None = None, since: Any = None, until: Any = None,
                     decision: str | None = None, error: bool | None = None, match: Any = None,
-                    limit: int | None = None, replays: bool = True) -> list[dict[str, Any]]:
+                    limit: int | None = None, replays: bool = True,
+                    check_altered: bool = False) -> list[dict[str, Any]]:
         """Every tool call across runs that passes all the filters given, one row per call, oldest
         first (log order: ``ts`` is taken inside the write transaction, so it ascends with it).
 
@@ -203,9 +204,20 @@ class SqliteQueries:
             limit: at most this many rows (a whole number, 1 or more, of any size): the newest ones (still returned oldest first).
             replays: False leaves out the calls of replay runs (runs with ``replay_of``: served from the
                 record, or run again for real by a replay with live tools).
+            check_altered: True also reads each call's three events' stored bytes and leaf hash
+                (``tool.call``, ``policy.decision``, ``tool.result``) and gives a call one of whose events
+                no longer hashes to its stored leaf hash (changed below Sealbox;
+                :func:`sealbox.query.event_altered`) the flag :data:`sealbox.query.ALTERED_FLAG`
+                (``"altered"``) in its ``flags``, as ``sealbox calls`` does. Off by default: it costs a
+                fetch of those columns and one SHA-256 per event (on SQLite about 1.3x to 1.8x the
+                listing's time without it), and without it the query reads none of those columns and
+                no row is flagged ``altered``. It is not verification either way: ``sealbox verify``
+                (:func:`sealbox.verify.verify_store`) is the full check, and also finds a change
+                that rewrote the stored hash too.
 
         Returns:
-            Dicts with the keys of :data:`sealbox.query.CALL_COLUMNS` (arguments resolved from blobs).
+            Dicts with the keys of :data:`sealbox.query.CALL_COLUMNS` (arguments resolved from blobs);
+            ``flags`` holds ``"altered"`` only with ``check_altered``.
 
         Raises:
             ConfigError: a bad time, decision, match expression or limit; a filter of the wrong type
@@ -217,7 +229,8 @@ class SqliteQueries:
         sql, params, globs, matches = _calls_query(tool=tool, server=server, run_id=run_id, agent=agent,
                                                    principal=principal, since=since, until=until, decision=decision,
                                                    error=error, match=match, replays=replays,
-                                                   template=self._calls_sql)
+                                                   template=self._calls_sql, check_altered=check_altered)
+        call_rows = _checked_call_rows if check_altered else _call_rows
         _refuse_hidden_matches(matches, getattr(getattr(self, "content", None), "mode", None))
         with_result = any(m.root == "result" for m in matches)
         # approvers and flags are only known once the run's approval events were evaluated
@@ -228,8 +241,8 @@ class SqliteQueries:
         cursor = self._conn().execute(sql, params)
         if not check:  # every candidate is a row: build them without a call per field
             try:  # fetchmany takes a C int: a larger limit reads every row (fewer than the limit), then cuts
-                rows = _call_rows(cursor if limit is None or limit > _FETCHMANY_MAX else cursor.fetchmany(limit),
-                                  self._resolve_quietly)
+                rows = call_rows(cursor if limit is None or limit > _FETCHMANY_MAX else cursor.fetchmany(limit),
+                                 self._resolve_quietly)
             finally:
                 cursor.close()
             if limit is not None:
@@ -240,7 +253,7 @@ class SqliteQueries:
         pending: list[dict[str, Any]] = []  # candidates waiting for their approvers (late matches)
         try:
             for rec in cursor:
-                row = _call_rows((rec,), self._resolve_quietly)[0]
+                row = call_rows((rec,), self._resolve_quietly)[0]
                 if with_result:
                     row["result"] = self._content(rec[-1])
                 if not (all(_glob_ok(row, c, p) for c, p in globs) and all(m.test(row) for m in matches)):
@@ -670,9 +683,11 @@ class Reader:
 # older rows, and where the payload's value is not a string / an integer: the
 # payload is read then, as it is for a value of another type written below
 # Sealbox; a wrong value of the right type is verify's index_mismatch, as for
-# every query column). Each of the three events' bytes and stored leaf hash come too: a call one of
-# whose events no longer hashes to its leaf hash (changed below Sealbox) is flagged ``altered``
-# (sealbox.query.event_altered: one SHA-256 per event read; a read path, not a write).
+# every query column). With query_calls(check_altered=True) only ({altered}: _ALTERED_COLUMNS), the
+# three events' bytes and stored leaf hash come too: a call one of whose events no longer hashes to
+# its leaf hash (changed below Sealbox) is flagged ``altered`` by _checked_call_rows
+# (sealbox.query.event_altered: one SHA-256 per event read); without it the query and the per-row
+# work are the listing's alone.
 _NEXT = """COALESCE(
     (SELECT e.leaf_index FROM events e WHERE e.leaf_index = c.leaf_index + {offset} AND e.call_id = c.call_id
      AND e.run_id = c.run_id AND e.kind = '{kind}'),
@@ -684,8 +699,7 @@ SELECT c.ts, c.run_id, r.agent, c.principal, c.step, c.call_id, c.server, c.tool
        d.effect, IIF(typeof(d.rule) = 'text', d.rule, CAST(d.raw AS TEXT) ->> '$.payload.rule'),
        IIF(typeof(d.reason_code) = 'text', d.reason_code, CAST(d.raw AS TEXT) ->> '$.payload.reason_code'),
        x.ok, CASE WHEN x.ok = 0 THEN CAST(x.raw AS TEXT) -> '$.payload.error' END,
-       IIF(typeof(x.duration_us) = 'integer', x.duration_us, CAST(x.raw AS TEXT) ->> '$.payload.duration_us'),
-       c.raw, c.leaf_hash, d.raw, d.leaf_hash, x.raw, x.leaf_hash, {result}
+       IIF(typeof(x.duration_us) = 'integer', x.duration_us, CAST(x.raw AS TEXT) ->> '$.payload.duration_us'), {altered}{result}
 FROM events c
 LEFT JOIN runs r ON r.run_id = c.run_id
 LEFT JOIN events d ON d.leaf_index = %s
@@ -718,9 +732,11 @@ ORDER BY r.started_at DESC, r.leaf_index DESC
 def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: str | None = None,
                  agent: str | None = None, principal: str | None = None, since: Any = None, until: Any = None,
                  decision: str | None = None, error: bool | None = None, match: Any = None,
-                 replays: bool = True, template: tuple[str, str] | None = None) -> tuple:
+                 replays: bool = True, template: tuple[str, str] | None = None,
+                 check_altered: bool = False) -> tuple:
     """(sql, params, globs left to confirm, compiled matches) for :meth:`SqliteStore.query_calls`;
-    ``template``: (the calls query, the result expression) in another backend's SQL (default SQLite's)."""
+    ``template``: (the calls query, the result expression) in another backend's SQL (default SQLite's);
+    ``check_altered``: the query also selects :data:`_ALTERED_COLUMNS` (for :func:`_checked_call_rows`)."""
     from sealbox import query as q
 
     q.check_choice("decision", decision, q.DECISIONS)
@@ -749,7 +765,8 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
         params.append(0 if error else 1)
     with_result = any(m.root == "result" for m in matches)
     calls_sql, result_sql = template or (_CALLS_SQL, _RESULT_SQL)
-    sql = calls_sql.format(result=result_sql if with_result else "NULL", where=" AND ".join(where))
+    sql = calls_sql.format(result=result_sql if with_result else "NULL", where=" AND ".join(where),
+                           altered=_ALTERED_COLUMNS if check_altered else "")
     return sql, params, globs, matches
 
 
@@ -783,17 +800,7 @@ def _call_rows(recs: Any, resolve: Any) -> list[dict[str, Any]]:
     listing, a few function calls per row cost as much as the SQL)."""
     out: list[dict[str, Any]] = []
     append = out.append
-    from hashlib import sha256
-
-    from sealbox.query import ALTERED_FLAG, event_altered
-
-    def intact(raw: Any, stored: Any) -> bool:  # the usual case inline (bytes, bytes): event_altered for the rest
-        if type(raw) is bytes and type(stored) is bytes:
-            return sha256(b"\x00" + raw).digest() == stored
-        return not event_altered(raw, stored)
-
-    for (ts, run_id, agent, principal, step, call_id, server, tool, call, effect, rule, code, ok, error, duration,
-         craw, chash, draw, dhash, xraw, xhash, _) in recs:
+    for ts, run_id, agent, principal, step, call_id, server, tool, call, effect, rule, code, ok, error, duration, _ in recs:
         exposed, grant, value = _scan_json(call, 0)[0]  # [exposed, grant, arguments]
         if value is not None and '"$blob"' in call:
             value = resolve(value)
@@ -807,11 +814,38 @@ def _call_rows(recs: Any, resolve: Any) -> list[dict[str, Any]]:
         append({"ts": ts, "run_id": run_id, "agent": agent, "principal": principal, "step": step, "call_id": call_id,
                 "server": server, "tool": tool, "exposed": exposed, "grant": grant, "arguments": value,
                 "decision": effect, "rule": rule, "reason_code": code, "outcome": outcome, "ok": ok, "error": error,
-                "duration_us": duration, "approvers": [],
-                # an event of the call changed below Sealbox: flagged, never shown as if it were what was recorded
-                "flags": [] if (intact(craw, chash) and (draw is None or intact(draw, dhash))
-                                and (xraw is None or intact(xraw, xhash))) else [ALTERED_FLAG]})
+                "duration_us": duration, "approvers": [], "flags": []})
     return out
+
+
+#: The columns ``query_calls(check_altered=True)`` adds before the result (``{altered}`` in the calls
+#: queries of both backends): the call's, its decision's and its result's bytes and stored leaf hash.
+_ALTERED_COLUMNS = "c.raw, c.leaf_hash, d.raw, d.leaf_hash, x.raw, x.leaf_hash, "
+_ALTERED_START, _ALTERED_END = 15, 21  # where _ALTERED_COLUMNS sit in a record
+
+
+def _checked_call_rows(recs: Any, resolve: Any) -> list[dict[str, Any]]:
+    """:func:`_call_rows` of records that also hold :data:`_ALTERED_COLUMNS`, a row one of whose
+    events no longer hashes to its stored leaf hash (changed below Sealbox) flagged
+    :data:`sealbox.query.ALTERED_FLAG`: the check of ``query_calls(check_altered=True)``."""
+    from hashlib import sha256
+
+    from sealbox.query import ALTERED_FLAG, event_altered
+
+    def intact(raw: Any, stored: Any) -> bool:  # the usual case inline (bytes, bytes): event_altered for the rest
+        if type(raw) is bytes and type(stored) is bytes:
+            return sha256(b"\x00" + raw).digest() == stored
+        return not event_altered(raw, stored)
+
+    recs = [tuple(rec) for rec in recs]
+    rows = _call_rows([rec[:_ALTERED_START] + rec[_ALTERED_END:] for rec in recs], resolve)
+    for row, rec in zip(rows, recs):
+        craw, chash, draw, dhash, xraw, xhash = rec[_ALTERED_START:_ALTERED_END]
+        # an event of the call changed below Sealbox: flagged, never shown as if it were what was recorded
+        if not (intact(craw, chash) and (draw is None or intact(draw, dhash))
+                and (xraw is None or intact(xraw, xhash))):
+            row["flags"].append(ALTERED_FLAG)
+    return rows
 
 
 def _call_error(error: Any) -> dict[str, Any]:
