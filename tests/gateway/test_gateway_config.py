@@ -218,6 +218,12 @@ def test_a_principal_or_identity_holding_a_lone_surrogate_is_refused():
      'gw.yaml:4: durability: {"mode": "full"} is not one of full, fast'),
     ("limits: {max_request_bytes: 2048.5}\nupstreams:\n  - id: db\n    command: uvx\n",
      "gw.yaml:4: limits.max_request_bytes: must be a whole number, not 2048.5"),
+    # YAML 1.2 reads 1e6 and 5.0 as floats: JSON Schema's "integer" took them, the gateway then said
+    # "the limit is 1000000.0" and compared failures against a threshold of 5.0
+    ("limits: {max_request_bytes: 1e6}\nupstreams:\n  - id: db\n    command: uvx\n",
+     "gw.yaml:4: limits.max_request_bytes: must be a whole number written as digits (1000000), not 1000000.0"),
+    ("breaker: {threshold: 5.0}\nupstreams:\n  - id: db\n    command: uvx\n",
+     "gw.yaml:4: breaker.threshold: must be a whole number written as digits (5), not 5.0"),
     ("upstreams: []\n", "gw.yaml:4: upstreams: must not be empty"),
     # YAML's .nan / .inf where no number belongs: what does belong, the value as written
     ("principal: .nan\nupstreams:\n  - id: db\n    command: uvx\n", "gw.yaml:4: principal: must be a string, not .nan"),

@@ -141,7 +141,11 @@ _SCHEMA: dict[str, Any] = {
         },
     },
 }
-_VALIDATOR = jsonschema.Draft202012Validator(_SCHEMA)
+# "integer" is a whole number written as one: JSON Schema's own "integer" also takes a float whose fraction is
+# zero (YAML's 1e6, 5.0), which went on as a float ("the limit is 1000000.0", a breaker threshold of 5.0)
+_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+    "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
+_VALIDATOR = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=_TYPES)(_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -400,6 +404,8 @@ def _message(err: jsonschema.ValidationError, path: tuple) -> str:
     # these say it as the YAML author wrote it (null, true, ["uvx", "x"], {"a": 1})
     if err.validator == "type":
         wanted = [err.validator_value] if isinstance(err.validator_value, str) else list(err.validator_value)
+        if wanted == ["integer"] and isinstance(err.instance, float) and err.instance.is_integer():
+            return f"{where}: must be a whole number written as digits ({int(err.instance)}), not {_written(err.instance)}"
         return f"{where}: must be {' or '.join(_TYPE_WORDS.get(t, t) for t in wanted)}, not {_written(err.instance)}"
     if err.validator == "enum":
         return f"{where}: {_written(err.instance)} is not one of {', '.join(map(str, err.validator_value))}"
