@@ -291,3 +291,35 @@ async def test_an_upstream_that_never_answers_initialize_says_so(tmp_path, store
         error = gw.upstreams["silent"].last_error
     assert error == "TimeoutError: no answer to initialize and tools/list within 0.5 s (limits.startup_timeout_s)"
     assert f"upstream silent failed: {error}" in [r.getMessage() for r in caplog.records]
+
+
+async def test_an_upstream_that_exits_during_initialize_is_logged_with_its_exit_status_and_last_stderr_line(
+        tmp_path, store, caplog):
+    """The log line and last_error said only "MCPError: Connection closed": not that the process had
+    exited, with which status, nor the last thing it wrote on stderr (why it gave up)."""
+    import json
+    import logging
+    import sys
+
+    script = ("import sys; sys.stdin.readline(); sys.stderr.write('loading config\\nfatal: API_KEY is unset\\n'); "
+              "sys.stderr.flush(); sys.exit(3)")
+    ups = f"""
+  - id: crashy
+    command: {json.dumps(sys.executable)}
+    args: ["-c", {json.dumps(script)}]
+"""
+    caplog.set_level(logging.WARNING, logger="sealbox.gateway")
+    errlog = (tmp_path / "stderr.txt").open("w")
+    gw = Gateway(toy_config(tmp_path, upstreams=ups, extra="limits: {startup_timeout_s: 5}"),
+                 store=store, errlog=errlog)
+    async with running(gw):
+        with anyio.fail_after(10):
+            await gw.upstreams["crashy"].wait_until(lambda u: u.state == "down")
+        error = gw.upstreams["crashy"].last_error
+    errlog.close()
+    assert error == ("MCPError: Connection closed (the process exited with status 3; "
+                     "its last stderr line: fatal: API_KEY is unset)")
+    assert f"upstream crashy failed: {error}" in [r.getMessage() for r in caplog.records]
+    # its stderr still reaches the gateway's errlog, whole (once per start: it is restarted after 0.05 s)
+    out = (tmp_path / "stderr.txt").read_text()
+    assert out.count("loading config") >= 1 and out == "loading config\nfatal: API_KEY is unset\n" * out.count("loading config")

@@ -28,6 +28,7 @@ leave this module.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import re
@@ -148,6 +149,7 @@ class Upstream:
         #: the HTTP status (404, or a 400 naming the session) by which an HTTP upstream refused the connection's
         #: session id (it ended the session), or 0
         self._session_lost = 0
+        self._exited: _Exited | None = None  # this connection's stdio process and stderr tail (_stdio_transport)
 
     # ------------------------------------------------------------------ observing
 
@@ -170,11 +172,14 @@ class Upstream:
         delay = self.restart_initial_s
         while not self._stop.is_set():
             started = anyio.current_time()
+            self._exited = None
             try:
                 await self._connect_once()
-                error = "connection closed"
+                error = "connection closed" + await self._exit_note()
             except Exception as exc:  # noqa: BLE001 - any failure of a connection attempt is "down", never fatal
-                error = _describe(exc) + self._http_note()
+                # the SDK's "MCPError: Connection closed" of a process that exited during initialize: said with
+                # its exit status and last stderr line (a call's recorded UPSTREAM_DOWN error quotes last_error)
+                error = _describe(exc) + self._http_note() + await self._exit_note()
                 log.warning("upstream %s failed: %s", self.spec.id, error)
             self._session = None
             if self._stop.is_set():
@@ -202,6 +207,7 @@ class Upstream:
 
         async with AsyncExitStack() as stack:
             read, write = await stack.enter_async_context(self._transport())
+            stack.push_async_exit(self._note_exit)  # before the transport's teardown stops the process
             relay_send, relay_recv = anyio.create_memory_object_stream[Any](16)
             eof = self._disconnect = anyio.Event()
             tg = await stack.enter_async_context(anyio.create_task_group())
@@ -247,13 +253,71 @@ class Upstream:
 
     def _transport(self) -> Any:
         if self.spec.kind == "stdio":
-            from mcp.client.stdio import StdioServerParameters, stdio_client
-
-            _install_line_reader()
-            params = StdioServerParameters(command=self.spec.command or "", args=list(self.spec.args),
-                                           env=self.spec.resolved_env() or None, cwd=self.spec.cwd)
-            return stdio_client(params, errlog=self.errlog)
+            return self._stdio_transport()
         return self._http_transport()
+
+    @asynccontextmanager
+    async def _stdio_transport(self) -> AsyncIterator[Any]:
+        """The SDK's stdio client, the process's stderr passed on to :attr:`errlog` through a pipe whose
+        last line is kept, and the process kept, for :meth:`_exit_note` (the SDK's "Connection closed"
+        said neither how the process ended nor what it wrote last)."""
+        import os
+        import threading
+
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        _install_line_reader()
+        _install_spawn_hook()
+        params = StdioServerParameters(command=self.spec.command or "", args=list(self.spec.args),
+                                       env=self.spec.resolved_env() or None, cwd=self.spec.cwd)
+        exited = self._exited = _Exited()
+        read_fd, write_fd = os.pipe()
+        try:
+            out_fd = self.errlog.fileno()
+        except (AttributeError, OSError, ValueError):
+            out_fd = None
+        reader = threading.Thread(target=exited.pump, args=(read_fd, out_fd, self.errlog), daemon=True,
+                                  name=f"sealbox-upstream-{self.spec.id}-stderr")
+        reader.start()
+        exited.reader = reader
+        token = _SPAWNED.set(exited.processes)
+        try:
+            with open(write_fd, "wb", closefd=True) as child_stderr:
+                async with stdio_client(params, errlog=child_stderr) as streams:  # type: ignore[arg-type]
+                    child_stderr.close()  # the child holds its own copy: EOF when it (and its children) end
+                    _SPAWNED.reset(token)
+                    token = None
+                    yield streams
+        finally:
+            if token is not None:
+                _SPAWNED.reset(token)
+
+    async def _note_exit(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        """When a stdio connection ends (its stdout closed, or the session failed) other than by :meth:`stop`
+        or a timeout: wait up to 0.5 s for the process to exit on its own, and keep its exit status."""
+        exited = self._exited
+        if (exited is None or not exited.processes or self._stop.is_set() or isinstance(exc, TimeoutError)
+                or (exc is not None and not isinstance(exc, Exception))):  # cancelled: no waiting
+            return False
+        process = exited.processes[-1]
+        with anyio.move_on_after(0.5):
+            while process.returncode is None:
+                await anyio.sleep(0.01)
+        exited.code = process.returncode
+        return False
+
+    async def _exit_note(self) -> str:
+        """`` (the process exited with status N; its last stderr line: ...)`` for a stdio upstream whose process
+        exited on its own as its connection ended ('' for an HTTP upstream, or one stopped or timed out)."""
+        exited, self._exited = self._exited, None
+        if exited is None or exited.code is None or self._stop.is_set():
+            return ""
+        code = exited.code
+        if exited.reader is not None:  # the pipe's last bytes: at EOF at once, unless a child of it holds stderr
+            await anyio.to_thread.run_sync(exited.reader.join, 0.5)
+        how = f"was ended by signal {-code}" if code < 0 else f"exited with status {code}"
+        line = exited.last_line()
+        return f" (the process {how}" + (f"; its last stderr line: {line}" if line else "") + ")"
 
     @asynccontextmanager
     async def _http_transport(self) -> AsyncIterator[Any]:
@@ -543,6 +607,69 @@ def _mcp_error() -> type[Exception]:
     from mcp.shared.exceptions import MCPError
 
     return MCPError
+
+
+#: where the SDK's stdio client puts the process it spawns, for the task that spawns it (:func:`_install_spawn_hook`)
+_SPAWNED: "contextvars.ContextVar[list[Any] | None]" = contextvars.ContextVar("sealbox_upstream_spawned", default=None)
+
+
+class _Exited:
+    """A stdio upstream's process (as the SDK spawned it) and the tail of its stderr."""
+
+    #: the longest last stderr line kept (characters)
+    MAX_LINE = 300
+
+    def __init__(self) -> None:
+        self.processes: list[Any] = []
+        self.code: int | None = None  # its exit status, if it exited on its own (:meth:`Upstream._note_exit`)
+        self.reader: Any = None
+        self._tail = b""
+
+    def pump(self, read_fd: int, out_fd: int | None, errlog: Any) -> None:
+        """Pass the pipe's bytes on to ``out_fd`` (or ``errlog.write``) until EOF, keeping the last 4 KiB."""
+        import os
+
+        try:
+            while chunk := os.read(read_fd, 65536):
+                self._tail = (self._tail + chunk)[-4096:]
+                try:
+                    if out_fd is not None:
+                        os.write(out_fd, chunk)
+                    else:
+                        errlog.write(chunk.decode("utf-8", "replace"))
+                except (OSError, ValueError):
+                    pass
+        except OSError:
+            pass
+        finally:
+            os.close(read_fd)
+
+    def last_line(self) -> str:
+        """The last non-empty stderr line, control characters replaced, at most :attr:`MAX_LINE` characters."""
+        lines = [ln for ln in self._tail.decode("utf-8", "replace").splitlines() if ln.strip()]
+        if not lines:
+            return ""
+        line = "".join(c if c.isprintable() else "?" for c in lines[-1].strip())
+        return line if len(line) <= self.MAX_LINE else line[: self.MAX_LINE] + "…"
+
+
+def _install_spawn_hook() -> None:
+    """Wrap the SDK's process spawn once so the spawning task finds the process in :data:`_SPAWNED`
+    (the SDK keeps it to itself; its exit status is what says why an upstream went away)."""
+    import mcp.client.stdio as sdk_stdio
+
+    spawn = getattr(sdk_stdio, "_create_platform_compatible_process", None)
+    if spawn is None or getattr(spawn, "_sealbox_hook", False):
+        return
+
+    async def hooked(*args: Any, **kwargs: Any) -> Any:
+        process = await spawn(*args, **kwargs)
+        if (held := _SPAWNED.get()) is not None:
+            held.append(process)
+        return process
+
+    hooked._sealbox_hook = True  # type: ignore[attr-defined]
+    sdk_stdio._create_platform_compatible_process = hooked  # type: ignore[attr-defined]
 
 
 def _install_line_reader() -> None:
