@@ -1240,6 +1240,8 @@ class Gateway:
 
     async def _answer_call(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
         target = self.split_name(params.name)
+        if target is not None:  # a change the upstream announced before this call is listed (and pinned) first
+            await self.upstreams[target[0]].current()
         if target is None or target[1] not in self.upstreams[target[0]].tools:
             raise _mcp_error()(codes.UNKNOWN_TOOL, f"unknown tool {params.name!r}", data=params.name)
         server, tool = target

@@ -142,6 +142,17 @@ class Upstream:
         self._session: Any = None
         self._changed = anyio.Event()
         self._relist = anyio.Event()
+        self._urgent = anyio.Event()  # a call waits for a re-list (:meth:`current`): no gap before it
+        #: ``notifications/tools/list_changed`` received (and :meth:`request_relist` calls), ever
+        self._notified = 0
+        #: the value of ``_notified`` when the published listing was asked for: a change notified after it
+        #: may not be in :attr:`tools` yet
+        self._listed = 0
+        #: seconds between the start of a listing and that of a re-list on a notification; doubled for each
+        #: re-list asked for within the gap (a storm of notifications), up to ``relist_max_interval_s``; a call
+        #: of one of its tools waiting on a notification (:meth:`current`) is not held by it
+        self.relist_interval_s = 0.5
+        self.relist_max_interval_s = 30.0
         self._stop = anyio.Event()
         self._disconnect: anyio.Event | None = None
         self._http_error: str | None = None  # the last HTTP error status of an HTTP upstream (the SDK drops it)
@@ -200,7 +211,31 @@ class Upstream:
 
     def request_relist(self) -> None:
         """List the upstream's tools again (as on ``notifications/tools/list_changed``)."""
+        self._notified += 1
         self._relist.set()
+
+    async def current(self) -> None:
+        """Return once :attr:`tools` reflects every ``notifications/tools/list_changed`` received so far
+        (at once when none is outstanding: one comparison), or the upstream is no longer ready (down,
+        reconnected). A call is decided after this, never against a listing older than a change the
+        upstream announced before it; the re-list it waits for is made at once (not after the gap that
+        coalesces a storm of notifications), bounded by ``limits.startup_timeout_s`` (then the upstream is down)."""
+        target = self._notified
+        if self._listed >= target or self.state != "ready":
+            return
+        generation = self.generation
+        self._urgent.set()
+        await self.wait_until(lambda u: u._listed >= target or u.state != "ready" or u.generation != generation)
+
+    @staticmethod
+    async def _first_of(*events: anyio.Event) -> None:
+        """Wait until one of ``events`` is set."""
+        async with anyio.create_task_group() as waiters:
+            async def until(ev: anyio.Event) -> None:
+                await ev.wait()
+                waiters.cancel_scope.cancel()
+            for ev in events:
+                waiters.start_soon(until, ev)
 
     async def _connect_once(self) -> None:
         from mcp.client.session import ClientSession
@@ -222,6 +257,7 @@ class Upstream:
                     init = await session.initialize()
                     self.protocol_version = init.protocol_version
                     self.capabilities = init.capabilities
+                    seq = self._notified
                     tools = await self._list(session)
                     catalog = await self._list_catalog(session)
             except TimeoutError:  # anyio's has no message: the log line and calls' errors said "TimeoutError: "
@@ -229,18 +265,27 @@ class Upstream:
                                    "(limits.startup_timeout_s)") from None
             self._session = session
             self.generation += 1
-            await self._publish(tools)
+            await self._publish(tools, seq)
             await self._publish_catalog(catalog)
             self._set_state("ready")
+            listed_at, streak = anyio.current_time(), 0
             while not eof.is_set():
-                async with anyio.create_task_group() as waiters:
-                    async def until(ev: anyio.Event) -> None:
-                        await ev.wait()
-                        waiters.cancel_scope.cancel()
-                    waiters.start_soon(until, eof)
-                    waiters.start_soon(until, self._relist)
+                await self._first_of(eof, self._relist)
                 if self._relist.is_set() and not eof.is_set():
-                    self._relist = anyio.Event()
+                    # notifications are coalesced: one re-list per gap however many arrive (an upstream that
+                    # announces a change on every listing wrote a tools.changed event per listing, without end),
+                    # the gap doubling while they keep coming; a call waiting on one (current()) ends the gap
+                    gap = min(self.relist_interval_s * 2 ** streak, self.relist_max_interval_s)
+                    if (wait := listed_at + gap - anyio.current_time()) > 0:
+                        with anyio.move_on_after(wait):
+                            await self._first_of(eof, self._urgent)
+                        streak = min(streak + 1, 32)
+                    else:
+                        streak = 0
+                    if eof.is_set():
+                        break
+                    self._relist, self._urgent = anyio.Event(), anyio.Event()
+                    seq, listed_at = self._notified, anyio.current_time()
                     try:
                         with anyio.fail_after(self.limits.startup_timeout_s):
                             tools = await self._list(session)
@@ -248,7 +293,7 @@ class Upstream:
                     except TimeoutError:
                         raise TimeoutError(f"no answer to tools/list within {self.limits.startup_timeout_s:g} s "
                                            "(limits.startup_timeout_s)") from None
-                    await self._publish(tools)
+                    await self._publish(tools, seq)
                     await self._publish_catalog(catalog)
 
     def _transport(self) -> Any:
@@ -461,17 +506,23 @@ class Upstream:
         if self.on_catalog is not None:
             await self.on_catalog(self)
 
-    async def _publish(self, tools: list[types.Tool]) -> None:
+    async def _publish(self, tools: list[types.Tool], seq: int) -> None:
+        """Publish a listing asked for when ``seq`` notifications had been received (recorded by ``on_tools``
+        before :meth:`current` lets a call waiting on them go on)."""
         self.tools = {t.name: t for t in tools}
         if self.on_tools is not None:
             await self.on_tools(self, tools)
+        self._listed = max(self._listed, seq)
         self._changed.set()
         self._changed = anyio.Event()
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
             return  # already counted by the relay
-        if getattr(message, "method", None) in _LIST_CHANGED:
+        method = getattr(message, "method", None)
+        if method in _LIST_CHANGED:
+            if method == "notifications/tools/list_changed":
+                self._notified += 1
             self._relist.set()
 
     # ------------------------------------------------------------------ upstream -> client requests
