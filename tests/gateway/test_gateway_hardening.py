@@ -472,20 +472,44 @@ async def test_a_line_longer_than_the_limit_is_not_kept_whole_and_its_call_fails
     assert [r["ok"] for r in results(store)] == [False, True, True]
 
 
+async def test_a_line_longer_than_the_limit_with_its_id_last_fails_its_call_at_once(tmp_path, store, monkeypatch):
+    """Its id was looked for only in the line's first KiB: an upstream writing each response's id after its
+    result (``{"jsonrpc":"2.0","result":{…3 MB…},"id":1}``) left the call waiting for call_timeout_s and
+    recorded as a timeout. The id is now read from the line's end too: the call fails at once, saying why."""
+    from sealbox.gateway import upstream as upstream_module
+
+    monkeypatch.setattr(upstream_module, "MAX_LINE_BYTES", 2 * 1024 * 1024)
+    gw = Gateway(odd_config(tmp_path, env={"ODD_ID_LAST": "1"}, extra="limits: {call_timeout_s: 10}"), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        big = await client.call_tool("odd__big", {"mb": 3})
+        after = await client.call_tool("odd__ping", {})
+    assert (big.is_error, text_of(big)) == (True, "upstream error: upstream odd sent a malformed response: a line "
+                                               "longer than 2097152 bytes (dropped)")
+    assert (after.is_error, text_of(after)) == (False, "pong")
+    assert gw.upstreams["odd"].malformed == 1
+    assert [r["ok"] for r in results(store)] == [False, True]
+
 
 @pytest.mark.parametrize("chunks, lines", [
     # the long line within one chunk, with the lines after it
     ([b'{"id":1,"result":' + b"x" * 30 + b"\nok\nnext"], ['{"id":1,"result":' + "x" * 30 + "{mark}\nok\n", "next"]),
-    # over several chunks, ending in one that holds other lines
-    ([b"abc", b"x" * 20, b"yy\nA\nB\n", b"C"], ["abc" + "x" * 20 + "{mark}\nA\nB\n", "C"]),
+    # over several chunks, ending in one that holds other lines (its end, past the kept start, kept after a NUL)
+    ([b"abc", b"x" * 20, b"yy\nA\nB\n", b"C"], ["abc" + "x" * 20 + "{mark}\x00yy\nA\nB\n", "C"]),
     ([b"x" * 5, b"\nz" * 3 + b"\n"], ["xxxxx\nz\nz\nz\n"]),  # within the limit: as it was
-    ([b"y" * 8, b"y" * 8, b"y" * 8], ["y" * 16 + "{mark}"]),  # no newline before the end: kept as the limit was passed
+    # no newline before the end: its start as the limit was passed, and its end
+    ([b"y" * 8, b"y" * 8, b"y" * 8], ["y" * 16 + "{mark}\x00" + "y" * 8]),
 ])
 async def test_the_line_reader_keeps_the_start_of_a_line_above_the_limit_and_reads_on(chunks, lines, monkeypatch):
     from sealbox.gateway import upstream as upstream_module
 
     monkeypatch.setattr(upstream_module, "MAX_LINE_BYTES", 10, raising=False)
     monkeypatch.setattr(upstream_module, "_LONG_HEAD", 1024, raising=False)
+    assert await _read_lines(upstream_module, chunks) == [
+        line.replace("{mark}", getattr(upstream_module, "TOO_LONG_MARK", "?")) for line in lines]
+
+
+async def _read_lines(upstream_module, chunks: list[bytes]) -> list[str]:
+    """What the stdio line reader passes on for ``chunks`` read from an upstream's stdout."""
     send, receive = anyio.create_memory_object_stream(len(chunks))
     for chunk in chunks:
         await send.send(chunk)
@@ -495,7 +519,51 @@ async def test_the_line_reader_keeps_the_start_of_a_line_above_the_limit_and_rea
     with pytest.raises(anyio.EndOfStream):
         while True:
             out.append(await reader.receive())
-    assert out == [line.replace("{mark}", getattr(upstream_module, "TOO_LONG_MARK", "?")) for line in lines]
+    return out
+
+
+_NESTED = '{"content":[{"type":"text","text":"' + "x" * 200 + '"}],"structuredContent":{"id":99}}'
+
+
+@pytest.mark.parametrize("line, head, tail, answered", [
+    # the id first: read from the kept start, as before
+    ('{"jsonrpc":"2.0","id":7,"result":' + _NESTED + "}", '{"jsonrpc":"2.0","id":7,"result":{"con',
+     'ructuredContent":{"id":99}}}', 7),
+    # the id last (some SDKs write it after the result): read from the kept end, not the nested "id":99
+    ('{"result":' + _NESTED + ',"jsonrpc":"2.0","id":7}', '{"result":{"content":[{"type":',
+     '{"id":99}},"jsonrpc":"2.0","id":7}', 7),
+    ('{"jsonrpc":"2.0","result":' + _NESTED + ',"id":"call-8"}', '{"jsonrpc":"2.0","result":{"cont',
+     '":{"id":99}},"id":"call-8"}', "call-8"),
+    ('{"result":' + _NESTED + ',"id":7,"jsonrpc":"2.0"}', '{"result":{"content":[{"type":',
+     '}},"id":7,"jsonrpc":"2.0"}', 7),
+    # no top-level id: the nested one (followed by two braces) is not taken for it
+    ('{"jsonrpc":"2.0","result":' + _NESTED + "}", '{"jsonrpc":"2.0","result":{"cont',
+     'tent":{"id":99}}}', None),
+    # the upstream's own request with its id last: not an answer (its id is in the upstream's numbering)
+    ('{"method":"sampling/createMessage","params":' + _NESTED + ',"jsonrpc":"2.0","id":3}',
+     '{"method":"sampling/createMe', '{"id":99}},"jsonrpc":"2.0","id":3}', None),
+])
+async def test_a_line_above_the_limit_keeps_its_start_and_end_and_its_answer_id_is_read_first_or_last(
+        line, head, tail, answered, monkeypatch):
+    """The id of a line above the limit was looked for only in its first KiB: an upstream writing the id after
+    the result (``{"result": {…huge…}, "jsonrpc": "2.0", "id": 7}``) left the call waiting for call_timeout_s.
+    The line's last bytes are now kept too, and the id read there when it is the outermost object's last member."""
+    from mcp_types import jsonrpc_message_adapter
+    from pydantic import ValidationError
+
+    from sealbox.gateway import upstream as upstream_module
+
+    monkeypatch.setattr(upstream_module, "MAX_LINE_BYTES", 100)
+    monkeypatch.setattr(upstream_module, "_LONG_HEAD", len(head))
+    monkeypatch.setattr(upstream_module, "_LONG_TAIL", len(tail), raising=False)
+    data = line.encode() + b"\nnext\n"
+    out = await _read_lines(upstream_module, [data[i:i + 7] for i in range(0, len(data), 7)])
+    assert "".join(out) == head + upstream_module.TOO_LONG_MARK + "\x00" + tail + "\nnext\n"
+    passed_on = "".join(out).split("\n")[0]
+    with pytest.raises(ValidationError) as exc:  # what the SDK's stdio client does with it
+        jsonrpc_message_adapter.validate_json(passed_on, by_name=False)
+    assert upstream_module._answered_id(exc.value) == answered
+    assert upstream_module._malformed(exc.value) == "a line longer than 100 bytes (dropped)"
 
 
 # ---------------------------------------------------------------------------- 8. hint, long names, SIGTERM

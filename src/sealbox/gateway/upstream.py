@@ -760,16 +760,32 @@ def _line_receive_stream() -> type:
             self._pending = bytearray()
             #: the start of a line longer than MAX_LINE_BYTES whose rest is being skipped (None: none is)
             self._long: bytes | None = None
+            #: the last bytes (at most _LONG_TAIL) of that line's skipped part, past its start
+            self._tail = b""
+
+        def _start_long(self, data: bytes) -> None:
+            """Skip the rest of the line whose bytes so far are ``data``: keep its start and its last bytes."""
+            self._long, self._pending = data[:_LONG_HEAD], bytearray()
+            self._tail = data[_LONG_HEAD:][-_LONG_TAIL:]
+
+        def _skipped(self, data: bytes) -> None:
+            """More bytes of the line being skipped: only its last :data:`_LONG_TAIL` are kept."""
+            if len(data) >= _LONG_TAIL:
+                self._tail = data[-_LONG_TAIL:]
+            elif data:
+                self._tail = (self._tail + data)[-_LONG_TAIL:]
 
         def _too_long(self) -> str:
-            """What is passed on for the line being skipped: its start (so that an answer's id can still be
-            read, and its call failed at once) and :data:`TOO_LONG_MARK`, which no JSON parser accepts."""
-            head, self._long = self._long or b"", None
-            try:
-                text = head.decode(self._encoding, errors="ignore")  # cut inside a character: that part dropped
+            """What is passed on for the line being skipped: its start and its end (so that an answer's id
+            can still be read, first or last, and its call failed at once) around :data:`TOO_LONG_MARK`,
+            which no JSON parser accepts (see :func:`_long_line_parts`)."""
+            head, tail, self._long, self._tail = self._long or b"", self._tail, None, b""
+            try:  # cut inside a character: that part dropped
+                text = head.decode(self._encoding, errors="ignore")
+                end = tail.decode(self._encoding, errors="ignore")
             except LookupError:
-                text = ""
-            return text + TOO_LONG_MARK
+                text = end = ""
+            return text + TOO_LONG_MARK + (_TAIL_MARK + end if end else "")
 
         def _decoded(self, data: bytes) -> str:
             try:
@@ -797,16 +813,20 @@ def _line_receive_stream() -> type:
                     raise
                 cut = chunk.rfind(b"\n")
                 if cut < 0:
-                    if self._long is None and len(self._pending) + len(chunk) > MAX_LINE_BYTES:
+                    if self._long is not None:
+                        self._skipped(chunk)
+                    elif len(self._pending) + len(chunk) > MAX_LINE_BYTES:
                         # an upstream writing without end (or a message above the limit): its line is not kept
                         # whole, or the gateway's memory would grow until the process is killed
-                        self._long, self._pending = bytes((self._pending + chunk)[:_LONG_HEAD]), bytearray()
-                    if self._long is None:
+                        self._start_long(bytes(self._pending + chunk))
+                    else:
                         self._pending += chunk
                     continue
                 first = chunk.find(b"\n")
-                if self._long is None and len(self._pending) + first > MAX_LINE_BYTES:
-                    self._long, self._pending = bytes((self._pending + chunk[:first])[:_LONG_HEAD]), bytearray()
+                if self._long is not None:
+                    self._skipped(chunk[:first])
+                elif len(self._pending) + first > MAX_LINE_BYTES:
+                    self._start_long(bytes(self._pending + chunk[:first]))
                 if self._long is not None:  # the line being skipped ends here; the chunk's other lines are read
                     lines = self._too_long() + "\n" + self._decoded(chunk[first + 1:cut + 1])
                 else:
@@ -820,8 +840,25 @@ def _line_receive_stream() -> type:
 #: the longest line (one JSON-RPC message) read from a stdio upstream, in bytes: a longer one is passed on as its
 #: first bytes and :data:`TOO_LONG_MARK` (a malformed message; an answer's call fails at once), not kept whole
 MAX_LINE_BYTES = 64 * 1024 * 1024
-_LONG_HEAD = 1024  # the bytes of such a line kept: enough for '{"jsonrpc":"2.0","id":…,"result":' (its id)
+_LONG_HEAD = 1024  # the first bytes of such a line kept: enough for '{"jsonrpc":"2.0","id":…,"result":' (its id)
+#: the last bytes of such a line kept: enough for ',"id":…}' (an upstream may write the id after the result)
+_LONG_TAIL = 1024
 TOO_LONG_MARK = "… [sealbox: the rest of this line from the upstream was dropped: longer than the limit]"
+#: between :data:`TOO_LONG_MARK` and the kept end of such a line: a NUL, which JSON allows nowhere (not in a
+#: string either), so that a start cut inside a string and an end closing it cannot make a valid message
+_TAIL_MARK = "\x00"
+
+
+def _long_line_parts(text: str) -> tuple[str, str] | None:
+    """A line passed on for one longer than :data:`MAX_LINE_BYTES`: (its kept start, its kept end, "" if
+    none was kept); None for any other line."""
+    head, mark, rest = text.partition(TOO_LONG_MARK)
+    if not mark:
+        return None
+    if not rest:
+        return head, ""
+    return (head, rest[len(_TAIL_MARK):]) if rest.startswith(_TAIL_MARK) else None
+
 
 def _bounded_transport(on_limit: Callable[[str], None]) -> Any:
     """An httpx transport whose JSON responses are read no further than :data:`MAX_LINE_BYTES`: a longer
@@ -923,6 +960,11 @@ _UNREADABLE_ANSWER = "sealbox: the answer could not be read: "
 
 _ANSWER_PREFIX = re.compile(r'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*,'
                             r'\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"(?:result|error)"\s*:')
+#: the start of a response whose id is not written first: ``{"jsonrpc": "2.0", "result"|"error": …``
+_ANSWER_START = re.compile(r'\s*\{\s*(?:"jsonrpc"\s*:\s*"2\.0"\s*,\s*)?"(?:result|error)"\s*:')
+#: the end of a response whose id is written last (``…, "id": 7}``, or before a last ``"jsonrpc": "2.0"``): only
+#: the outermost object's closing brace may follow, so an "id" nested in the result (followed by ``}}``) is not it
+_ANSWER_END = re.compile(r',\s*"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.)*")\s*(?:,\s*"jsonrpc"\s*:\s*"2\.0"\s*)?\}\s*\Z')
 
 
 def _answered_id(exc: BaseException) -> int | str | None:
@@ -930,8 +972,11 @@ def _answered_id(exc: BaseException) -> int | str | None:
 
     Python's parser reads some lines the SDK's does not (a lone surrogate escape); a line neither reads
     (nesting too deep) counts only when it starts like a response, ``{"jsonrpc": "2.0", "id": …,
-    "result"|"error": …``: a request or notification of the upstream must not be taken for one (its id
-    is in the upstream's numbering, not the gateway's)."""
+    "result"|"error": …``, or starts ``{"jsonrpc": "2.0", "result"|"error": …`` and ends with the id as
+    the outermost object's last member (``…, "id": 7}``; an "id" nested in the result is followed by more
+    than one closing brace): a request or notification of the upstream must not be taken for one (its id
+    is in the upstream's numbering, not the gateway's). A line above :data:`MAX_LINE_BYTES` is read from
+    its kept start and end (:class:`_LineReceiveStream`)."""
     import json
 
     errors = getattr(exc, "errors", None)
@@ -944,7 +989,10 @@ def _answered_id(exc: BaseException) -> int | str | None:
     try:
         doc = json.loads(line)
     except (ValueError, RecursionError):
-        match = _ANSWER_PREFIX.match(line)
+        head, tail = _long_line_parts(line) or (line, "")
+        match = _ANSWER_PREFIX.match(head)
+        if match is None and _ANSWER_START.match(head):  # its id written last (key order is the upstream's choice)
+            match = _ANSWER_END.search((tail or head)[-_LONG_TAIL:])
         if match is None:
             return None
         try:
@@ -977,7 +1025,7 @@ def _malformed(exc: BaseException) -> str:
             if e.get("input") == NOT_TEXT_LINE:
                 parts.append("a line that is not valid UTF-8 (dropped)")
                 continue
-            if isinstance(e.get("input"), str) and e["input"].endswith(TOO_LONG_MARK):
+            if isinstance(e.get("input"), str) and _long_line_parts(e["input"]) is not None:
                 parts.append(f"a line longer than {MAX_LINE_BYTES} bytes (dropped)")
                 continue
             shown = repr(e.get("input"))

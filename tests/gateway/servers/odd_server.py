@@ -19,6 +19,7 @@ Tools:
 
 Environment:
   ODD_LOG=path       every tools/call received is appended as one JSON line
+  ODD_ID_LAST=1      every response is written with its "id" as its last member (after the result)
 """
 
 from __future__ import annotations
@@ -100,10 +101,30 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     return _text("long")
 
 
+class _IdLast:
+    """The server's stdout, writing each response as ``{"jsonrpc": "2.0", "result": …, "id": …}``: key order is
+    a server's choice, and some SDKs write the id last."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+
+    async def write(self, text: str) -> None:
+        doc = json.loads(text)
+        if isinstance(doc, dict) and "id" in doc and ("result" in doc or "error" in doc):
+            doc["id"] = doc.pop("id")
+            text = json.dumps(doc, separators=(",", ":")) + "\n"
+        await self.inner.write(text)
+
+    async def flush(self) -> None:
+        await self.inner.flush()
+
+
 async def main() -> None:
     server = Server("odd", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
     stdin = anyio.wrap_file(io.TextIOWrapper(os.fdopen(0, "rb", buffering=0), encoding="utf-8"))
     stdout = anyio.wrap_file(io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), encoding="utf-8", write_through=True))
+    if os.environ.get("ODD_ID_LAST"):
+        stdout = _IdLast(stdout)
     sys.stdout = sys.stderr
     async with stdio_server(stdin, stdout) as (read, write):
         await server.run(read, write, server.create_initialization_options())
