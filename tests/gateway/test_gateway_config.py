@@ -247,6 +247,36 @@ def test_a_config_of_another_version_says_which_it_must_be():
     assert str(err.value) == "gw.yaml:1: version: must be 1, not 2"
 
 
+@pytest.mark.parametrize("written", ["1.0", "1e0"])
+def test_version_written_as_a_decimal_is_refused(written):
+    """JSON Schema's ``const`` takes 1.0 for 1 (as its "integer" took 5.0, e9f3cff): ``version: 1.0`` was
+    accepted as version 1."""
+    with pytest.raises(ConfigError) as err:
+        parse_config(f"version: {written}\nstore: ./s\npolicy: ALLOW_ALL\nupstreams:\n  - id: db\n    command: uvx\n",
+                     source="gw.yaml")
+    assert str(err.value) == "gw.yaml:1: version: must be 1, not 1.0"
+
+
+@pytest.mark.parametrize("lines, problem", [
+    ("breaker: {cooldown_s: 1e300}", "gw.yaml:4: breaker.cooldown_s: 1e+300 is greater than the maximum of 86400"),
+    ("breaker: {cooldown_s: 86401}", "gw.yaml:4: breaker.cooldown_s: 86401 is greater than the maximum of 86400"),
+    ("restart: {max_s: 1e300}", "gw.yaml:4: restart.max_s: 1e+300 is greater than the maximum of 3600"),
+    ("restart:\n  initial_s: 3600.5\n  max_s: 3600",
+     "gw.yaml:5: restart.initial_s: 3600.5 is greater than the maximum of 3600"),
+    ("restart: {max_s: .inf}", "gw.yaml:4: restart.max_s: must be a finite number, not .inf"),
+    ("breaker: {cooldown_s: .inf}", "gw.yaml:4: breaker.cooldown_s: must be a finite number, not .inf"),
+])
+def test_every_seconds_setting_has_a_maximum(lines, problem):
+    """``breaker.cooldown_s`` and ``restart.initial_s`` / ``max_s`` had no upper bound: ``cooldown_s: 1e300`` was
+    taken (a breaker that opened never closed; its denials said "next probe in" a number of 301 digits)."""
+    text = "version: 1\nstore: ./s\npolicy: ALLOW_ALL\n%s\nupstreams:\n  - id: db\n    command: uvx\n"
+    with pytest.raises(ConfigError) as err:
+        parse_config(text % lines, source="gw.yaml")
+    assert str(err.value) == problem
+    cfg = parse_config(text % "breaker: {cooldown_s: 86400}\nrestart: {initial_s: 3600, max_s: 3600}", source="gw.yaml")
+    assert (cfg.breaker_cooldown_s, cfg.restart_initial_s, cfg.restart_max_s) == (86400.0, 3600.0, 3600.0)
+
+
 def test_a_relative_command_path_is_relative_to_the_config_file_or_its_cwd(tmp_path):
     """'Relative paths are relative to the file' held for store, policy and cwd, not for a command
     written as a path (./server.py): it was resolved against the gateway's working directory, so a

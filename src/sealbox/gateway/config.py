@@ -55,6 +55,12 @@ __all__ = ["GatewayConfig", "UpstreamSpec", "TokenSpec", "Limits", "load_config"
 #: Default separator between a server id and a tool name in an exposed tool name.
 DEFAULT_SEPARATOR = "__"
 
+#: the longest ``breaker.cooldown_s`` (a day), and ``restart.initial_s`` / ``restart.max_s`` (an hour), in seconds:
+#: every seconds setting has a maximum (before, ``cooldown_s: 1e300`` was taken, its denials then said "next probe
+#: in" a number of 301 digits, and a breaker that opened never closed)
+MAX_BREAKER_COOLDOWN_S = 86400
+MAX_RESTART_S = 3600
+
 _ID = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$"
 _SEP = r"^[_.-]{1,3}$"
 
@@ -109,15 +115,15 @@ _SCHEMA: dict[str, Any] = {
             "additionalProperties": False,
             "properties": {
                 "threshold": {"type": "integer", "minimum": 1},
-                "cooldown_s": {"type": "number", "minimum": 0},
+                "cooldown_s": {"type": "number", "minimum": 0, "maximum": MAX_BREAKER_COOLDOWN_S},
             },
         },
         "restart": {
             "type": "object",
             "additionalProperties": False,
             "properties": {
-                "initial_s": {"type": "number", "exclusiveMinimum": 0},
-                "max_s": {"type": "number", "exclusiveMinimum": 0},
+                "initial_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_RESTART_S},
+                "max_s": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_RESTART_S},
             },
         },
         "upstreams": {
@@ -145,7 +151,20 @@ _SCHEMA: dict[str, Any] = {
 # zero (YAML's 1e6, 5.0), which went on as a float ("the limit is 1000000.0", a breaker threshold of 5.0)
 _TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
     "integer", lambda _checker, value: isinstance(value, int) and not isinstance(value, bool))
-_VALIDATOR = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=_TYPES)(_SCHEMA)
+_JSON_CONST = jsonschema.Draft202012Validator.VALIDATORS["const"]
+
+
+def _const(validator: Any, const: Any, instance: Any, schema: Any) -> Any:
+    """JSON Schema's ``const``, a whole number not matched by a float: its own takes ``1.0`` (and YAML's ``1e0``)
+    for ``1``, so ``version: 1.0`` was accepted as version 1."""
+    if isinstance(const, int) and not isinstance(const, bool) and isinstance(instance, float):
+        yield jsonschema.ValidationError(f"{instance!r} was expected to be {const!r}")
+        return
+    yield from _JSON_CONST(validator, const, instance, schema)
+
+
+_VALIDATOR = jsonschema.validators.extend(jsonschema.Draft202012Validator, validators={"const": _const},
+                                          type_checker=_TYPES)(_SCHEMA)
 
 
 @dataclass(frozen=True)
