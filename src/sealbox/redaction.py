@@ -212,6 +212,10 @@ class Redactor:
         self._keys = {_norm_key(k) for k in self.policy.keys}
         self._paths = [p.split(".") for p in self.policy.paths]
         self._patterns = [re.compile(p) for p in self.policy.patterns]
+        # per pattern, strings one of which each of its matches holds (None: no such string known), so that
+        # _scrub runs a pattern's regex only on a text holding one: a substring test is a C-level scan, while
+        # the patterns (a leading \b, alternations, (?i)) make re try every position of a long text
+        self._scrub_gates = tuple(_text_gate(p) for p in self.policy.patterns)
         # one combined search decides whether a string needs scrubbing at all (most do not)
         self._any = _combined(self.policy.patterns)
         self._quick = _quick_ok(self.policy, self._any)
@@ -589,7 +593,11 @@ class Redactor:
         ``"⟦redacted:hmac-sha256:<hex>⟧"``; otherwise ``text`` itself. Text that does not parse
         (or nests too deep to walk) is left to the patterns; so is, when no path is configured, one
         that names no sensitive key as a quoted string and holds no ``\\u`` escape (it cannot lose
-        anything, and is not parsed)."""
+        anything, and is not parsed). A text whose last character (trailing whitespace aside) cannot
+        close what its first one opens (``"`` + 10 MB of prose) is not JSON, and is rejected before
+        any scan of it."""
+        if text.rstrip()[-1:] != _JSON_CLOSERS.get(text.lstrip()[:1]):
+            return text  # json.loads would fail: a JSON text ends with the closer of its top-level value
         if not self._paths and "\\u" not in text and (
                 self._json_gate is None or self._json_gate.search(_norm_key(text)) is None):
             return text
@@ -696,12 +704,29 @@ class Redactor:
         return False
 
     def _scrub(self, text: str, changed: list[bool]) -> str:
-        if not self._patterns or (self._any is not None and not self._any.search(text)):
-            return text
-        for pattern in self._patterns:
+        """``text`` with each pattern's matches replaced (:meth:`_replacement`), pattern by pattern in
+        the policy's order; a pattern whose required strings (:func:`_text_gate`) are all absent from
+        the text as it then is cannot match and is not searched (one substring scan each instead of a
+        regex trying every position: a 10 MB string is checked in milliseconds)."""
+        if not self._patterns or (len(text) <= 8 and self._any is not None and self._any.search(text) is None):
+            return text  # (a few characters: one search of them is quicker than the substring tests)
+        lowered = None
+        for pattern, gate in zip(self._patterns, self._scrub_gates):
+            if gate is not None:
+                for literal, folded in gate:
+                    if folded:
+                        if lowered is None:
+                            lowered = text.lower()
+                        if literal in lowered:
+                            break
+                    elif literal in text:
+                        break
+                else:
+                    continue  # none of the strings every match holds: no match
             if pattern.search(text):
                 changed[0] = True
                 text = pattern.sub(self._replacement, text)
+                lowered = None
         return text
 
     def _replacement(self, m: "re.Match[str]") -> str:
@@ -733,6 +758,7 @@ def _path_variants(path: list) -> list[list[str]]:
 
 
 _JSON_OPENERS = ("{", "[", '"')  # an object, an array, or a JSON string holding JSON text again (encoded twice)
+_JSON_CLOSERS = {"{": "}", "[": "]", '"': '"'}  # the last character of a JSON text opened by each
 _TEXTS_BUDGET = 8 << 20  # characters of the strings Redactor._texts keeps (it is emptied beyond)
 #: Tags of objects encoded as their fields (docs/canonical.md): transparent to redaction paths.
 _OBJECT_TAGS = ("$pydantic", "$dataclass")
@@ -999,6 +1025,19 @@ def _required_literals(pattern: str) -> tuple[tuple[bytes, bool], ...] | None:
         ignorecase = bool(parsed.state.flags & re.IGNORECASE)
         return _best(_candidates(list(parsed), ignorecase, sre, 0))
     except Exception:  # noqa: BLE001 - an unknown construct: no prefilter, the regex always runs
+        return None
+
+
+def _text_gate(pattern: str) -> tuple[tuple[str, bool], ...] | None:
+    """:func:`_required_literals` of ``pattern`` as strings, for :meth:`Redactor._scrub`:
+    ``((text, folded), ...)``, ``folded`` meaning "look in the lower-cased text" (the text given
+    in lower case, ASCII); None when no such string is known (the regex always runs)."""
+    required = _required_literals(pattern)
+    if required is None:
+        return None
+    try:
+        return tuple((literal.decode("utf-8", "surrogatepass"), folded) for literal, folded in required)
+    except UnicodeDecodeError:
         return None
 
 

@@ -1246,3 +1246,36 @@ def test_a_redacted_argument_holding_a_lone_surrogate_is_scrubbed_from_the_resul
     (result,) = [store.resolve(e.payload)["result"] for e in store.read_run(run.run_id) if e.kind == "tool.result"]
     text = decode(result) if isinstance(result, dict) else result
     assert text.startswith("echo ⟦redacted:hmac-sha256:") and "xyz-secret-5" not in text
+
+
+def test_huge_strings_holding_quotes_and_many_json_layers_are_redacted_exactly():
+    """A 2 MB string starting with '"' (not a JSON text) and a JSON object encoded 14 times (a 160 KB
+    string of backslashes) were redacted right but slowly (each pattern's regex tried every position,
+    ~1.7 s for 10 MB; json.loads attempted on the unclosed quote): now the patterns run only on a text
+    holding a string each match requires, and a text that cannot close what it opens is not parsed.
+    The output is unchanged: the exact text with each secret as its in-string marker."""
+    from sealbox.redaction import Redactor
+
+    redactor = Redactor(b"k" * 32, ContentPolicy())
+
+    def mark(secret: str) -> str:
+        return f"⟦redacted:{redactor.marker(secret)['$redacted']}⟧"
+
+    body = '"' + "a" * 2_000_000 + " Bearer abcdefghijkl and sk-" + "b" * 20 + " end"
+    out, changed = redactor.apply("arguments", {"body": body, "plain": '"' + "c" * 1_000_000})
+    assert changed is True
+    assert out == {"body": '"' + "a" * 2_000_000 + f" {mark('Bearer abcdefghijkl')} and {mark('sk-' + 'b' * 20)} end",
+                   "plain": '"' + "c" * 1_000_000}
+
+    layered = expected = json.dumps({"password": "hunter2", "note": "x" * 1000})
+    expected = json.dumps({"password": mark("hunter2"), "note": "x" * 1000}, ensure_ascii=False)
+    for _ in range(14):
+        layered, expected = json.dumps(layered), json.dumps(expected, ensure_ascii=False)
+    assert len(layered) > 150_000
+    out, changed = redactor.apply("arguments", {"text": layered})
+    assert (out, changed) == ({"text": expected}, True)
+    # a layer whose decoded text opens nothing is left as it is (a JSON string of prose, encoded 14 times)
+    prose = "no secret here " * 1000
+    for _ in range(14):
+        prose = json.dumps(prose)
+    assert redactor.apply("arguments", {"text": prose}) == ({"text": prose}, False)
