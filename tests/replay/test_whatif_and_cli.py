@@ -195,6 +195,46 @@ def test_cli_replay_side_effects_without_live_tools_is_one_line_error(tmp_path, 
     store.close()
 
 
+def test_cli_replay_policy_with_tools_from_the_record_is_what_help_and_docs_say(tmp_path, monkeypatch):
+    # --policy's help said "Policy deciding live tool calls", silent on tools from the record, where it decides
+    # nothing (the recorded decisions are served) but names the replay run's policy and prices its model calls
+    import re
+
+    from sealbox.policies import ALLOW_ALL
+
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+    policy = tmp_path / "p.yaml"
+    policy.write_text(NEW_POLICY + "prices:\n  '*': {input: 1000000, output: 1000000}\n")
+    help_text = " ".join(CliRunner().invoke(cli, ["replay", "--help"]).output.split())
+    assert ("--policy FILE The replay run's policy. With --tools live it decides each tool call (required then); "
+            "with tools from the record it decides nothing (the recorded decisions are served): it is only named as "
+            "the replay run's policy and its prices price the model calls (usage cost).") in help_text
+    out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain", "--policy", str(policy),
+                 "--json")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["reproduced"] is True
+    store = sealbox.open_store(tmp_path / "s")
+    new_run = json.loads(out.output)["new_run_id"]
+    events = {e.kind: store.resolve(e.payload) for e in store.read_run(new_run)
+              if e.kind in ("run.started", "run.ended")}
+    decisions = [store.resolve(e.payload) for e in store.read_run(new_run) if e.kind == "policy.decision"]
+    recorded = [store.resolve(e.payload) for e in store.read_run(run_id) if e.kind == "policy.decision"]
+    assert events["run.started"]["policy"] == {"fingerprint": Policy.load(policy).fingerprint,
+                                               "name": "no-clock"}
+    # the recorded decisions (ALLOW_ALL's allow, get_time too), not the no-clock rule's deny
+    assert [(d["tool"], d["effect"], d["rule"], d["policy_fingerprint"]) for d in decisions] == [
+        (d["tool"], d["effect"], d["rule"], d["policy_fingerprint"]) for d in recorded] == [
+        ("get_weather", "allow", "allow-all", ALLOW_ALL.fingerprint), ("get_time", "allow", "allow-all", ALLOW_ALL.fingerprint),
+        ("get_weather", "allow", "allow-all", ALLOW_ALL.fingerprint)]
+    assert events["run.ended"]["usage"] == {"cost": 182, "input_tokens": 140, "output_tokens": 42}
+    store.close()
+    docs = " ".join((HERE.parents[1] / "docs" / "replay.md").read_text().split())
+    assert re.search(r"With tools from the record it decides nothing: each call gets its recorded decision", docs)
+
+
 def test_cli_replay_snapshot_that_is_a_device_is_one_line_error(tmp_path, monkeypatch, capsys):
     # `--snapshot /dev/zero` read until memory ran out (MemoryError, "internal error", exit 70); a device is
     # refused before it is read (/dev/null shows it safely: it read as empty JSON).

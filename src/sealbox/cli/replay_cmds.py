@@ -90,7 +90,10 @@ def _load_snapshot(path: str | None) -> Any:
               help="Where tool results come from: the record, or running the tools (needs --side-effects).")
 @click.option("--side-effects", is_flag=True,
               help="Consent to running tools for real with --tools live (refused without it: exit 2).")
-@click.option("--policy", "policy_path", type=click.Path(dir_okay=False), help="Policy deciding live tool calls.")
+@click.option("--policy", "policy_path", type=click.Path(dir_okay=False),
+              help="The replay run's policy. With --tools live it decides each tool call (required then); with "
+                   "tools from the record it decides nothing (the recorded decisions are served): it is only "
+                   "named as the replay run's policy and its prices price the model calls (usage cost).")
 @click.option("--snapshot", "snapshot_path", type=click.Path(dir_okay=False),
               help="The configuration the agent runs under now (snapshot JSON); default: the recorded one.")
 @click.option("--allow-config-drift", is_flag=True, help="Replay even if the configuration differs from the record.")

@@ -127,8 +127,10 @@ class Replayer:
     Args:
         store: an open, writable store holding the recorded run.
         policy: the policy of the replay's recorder. Tools served from the record
-            are not decided again (the recorded decision is served); with
-            ``tools="live"`` this policy decides each call, so it is required then.
+            are not decided again (the recorded decision is served): the policy is then
+            only named in the replay run's ``run.started`` and its ``prices`` price the
+            model calls (``usage.cost``); with ``tools="live"`` this policy decides each
+            call, so it is required then. None: ``ALLOW_ALL``.
     """
 
     def __init__(self, store: Any, policy: Any = None) -> None:
