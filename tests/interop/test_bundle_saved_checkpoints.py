@@ -353,7 +353,7 @@ def _unverifiable_saved(honest, saved, tmp_path):
     elsewhere = tmp_path / "origin.txt"
     elsewhere.write_text(sign_note("example.org/elsewhere\n" + body.split("\n", 1)[1] + "\n", signer))
     return [("bad signature", bad, "invalid signature for key"),
-            ("wrong key", wrong, "note has no verifiable signatures"),
+            ("wrong key", wrong, "it carries no signature by that key (key id "),
             ("wrong origin", elsewhere, "checkpoint origin 'example.org/elsewhere' is not the key name")]
 
 
