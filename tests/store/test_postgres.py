@@ -788,3 +788,63 @@ def test_a_connection_left_inside_a_transaction_by_a_failure_is_replaced_not_reu
         assert (event.leaf_index, store.size(), [e.kind for e in store.read_run("r1")]) == (1, 2, ["run.started"])
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("table", ["events", "blobs", "checkpoints", "events-no_wait"])
+def test_a_table_locked_by_another_session_fails_the_write_after_lock_timeout_instead_of_hanging(tmp_path, schema,
+                                                                                                 table):
+    # was: the write took the advisory lock within lock_timeout, then set lock_timeout to 0 (no limit) for
+    # the rest of its transaction (a no_wait() write never set it): a LOCK TABLE (or ALTER TABLE, VACUUM
+    # FULL, ...) held by another session on events, blobs or checkpoints made every append, and a recorder's
+    # tool call, wait for as long as it was held (observed: still waiting after 8 s with lock_timeout=2; the
+    # gateway's no_wait() write on its event loop too), not fail after lock_timeout
+    import threading
+
+    import psycopg
+
+    from sealbox.errors import RecordingError, StoreError
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+    from sealbox.store import init_store, open_store
+
+    init_store(tmp_path / "s", postgres_url=URL, schema=schema, checkpoint_policy=None).close()
+    store = open_store(tmp_path / "s", lock_timeout=0.5)
+    holder = psycopg.connect(URL)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="bot", run_id="r1") as run:
+            assert run.call_tool("db", "q", {"q": 1}, lambda q: q) == 1
+            size = store.size()
+            holder.execute(f"LOCK TABLE {schema}.{table.split('-')[0]} IN ACCESS EXCLUSIVE MODE")
+            ran, outcome = [], []
+
+            def call() -> None:
+                try:
+                    if table == "checkpoints":
+                        store.issue_checkpoint()
+                    elif table == "events-no_wait":
+                        with store.no_wait():
+                            run.call_tool("db", "q", {"q": "x" * 2000}, lambda q: ran.append(q))
+                    else:
+                        run.call_tool("db", "q", {"q": "x" * 2000}, lambda q: ran.append(q))
+                except Exception as exc:  # noqa: BLE001 - what it raised is checked below
+                    outcome.append(exc)
+
+            worker = threading.Thread(target=call, daemon=True)
+            worker.start()
+            worker.join(10)
+            hung = worker.is_alive()
+            holder.rollback()  # lets a hung write go on (and the test end)
+            worker.join(10)
+            assert not hung, "the write still waited for the table lock after 10 s (lock_timeout 0.5 s)"
+            [exc] = outcome
+            assert isinstance(exc, RecordingError if table != "checkpoints" else StoreError), exc
+            assert str(exc).endswith(f"{tmp_path / 's'}: a table of the store ({schema}) was locked by another "
+                                     "PostgreSQL session (not a Sealbox writer: LOCK TABLE, ALTER TABLE, VACUUM "
+                                     "FULL, ...) for more than lock_timeout"), str(exc)
+            assert (ran, store.size()) == ([], size)  # not run, nothing of it written
+            assert run.call_tool("db", "q", {"q": 2}, lambda q: q) == 2  # the lock released: recording goes on
+    finally:
+        holder.close()
+        store.close()
+    res = cli("verify", str(tmp_path / "s"))
+    assert res.returncode == 0 and res.stdout.startswith("Verified: the log is intact."), res

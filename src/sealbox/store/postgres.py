@@ -700,19 +700,23 @@ class PostgresStore(SqliteQueries):
                 conn = self._pg()
             reconnected = False
             for attempt in range(WRITE_RETRIES + 1):
-                body_done = False
+                body_done = locked = False
                 try:
                     with conn.transaction():
                         if not sync:
                             conn.execute("SET LOCAL synchronous_commit TO off")
-                        if self._local.no_wait:
-                            if not conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (self._key,)).fetchone()[0]:
+                        # lock_timeout is left set for the whole transaction: a table lock another session holds
+                        # (LOCK TABLE, ALTER TABLE, VACUUM FULL) fails the write after it too, never a wait without end
+                        timeout = self.lock_timeout if self._local.lock_timeout is None else self._local.lock_timeout
+                        timeout_ms = min(max(1, int(timeout * 1000)), 2**31 - 1)
+                        if self._local.no_wait:  # (set in the same statement: no round trip more)
+                            if not conn.execute("SELECT pg_try_advisory_xact_lock(%s), set_config('lock_timeout', %s,"
+                                                " true)", (self._key, str(timeout_ms))).fetchone()[0]:
                                 raise StoreBusyError(f"{self.path} is locked by another writer")
                         else:
-                            timeout = self.lock_timeout if self._local.lock_timeout is None else self._local.lock_timeout
-                            conn.execute(f"SET LOCAL lock_timeout TO {min(max(1, int(timeout * 1000)), 2**31 - 1)}")
+                            conn.execute(f"SET LOCAL lock_timeout TO {timeout_ms}")
                             conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
-                            conn.execute("SET LOCAL lock_timeout TO 0")
+                        locked = True
                         txn = _PgTxn(_Conn(conn))
                         result = fn(txn)
                         txn.flush()
@@ -724,6 +728,10 @@ class PostgresStore(SqliteQueries):
                                          "serialization conflicts") from None
                     time.sleep(0.005 * (attempt + 1))
                 except psycopg.errors.LockNotAvailable:
+                    if locked:  # the advisory lock was taken: a lock on a table, held by a session that is no writer
+                        raise StoreError(f"{self.path}: a table of the store ({self.schema}) was locked by another "
+                                         "PostgreSQL session (not a Sealbox writer: LOCK TABLE, ALTER TABLE, VACUUM "
+                                         "FULL, ...) for more than lock_timeout") from None
                     raise StoreError(f"{self.path}: the write lock was held by another writer for more than "
                                      "lock_timeout") from None
                 except psycopg.OperationalError as exc:
