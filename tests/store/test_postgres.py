@@ -848,3 +848,25 @@ def test_a_table_locked_by_another_session_fails_the_write_after_lock_timeout_in
         store.close()
     res = cli("verify", str(tmp_path / "s"))
     assert res.returncode == 0 and res.stdout.startswith("Verified: the log is intact."), res
+
+
+def test_a_url_the_driver_cannot_parse_is_one_error_line_that_does_not_print_its_password(tmp_path, schema):
+    # was: "error: cannot create the store's schema ... (end of string reached when looking for matching "]" in
+    # IPv6 host address in URI: "postgresql://postgres:s3cr3t@[::1")": the password in clear on stderr (CI logs),
+    # though init prints the URL without it and keeps postgres.json mode 0600 for it; the same from every
+    # command opening a folder whose postgres.json holds such a URL
+    bad = "postgresql://postgres:s3cr3t@[::1"
+    res = cli("init", "--postgres", bad, "--schema", schema, str(tmp_path / "new"))
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"error: cannot create the store's schema '{schema}' in PostgreSQL (end of string reached when looking "
+               'for matching "]" in IPv6 host address in URI: "postgresql://…@[::1")\n')
+    assert not (tmp_path / "new").exists()
+    folder = tmp_path / "s"
+    assert cli("init", "--postgres", URL, "--schema", schema, str(folder)).returncode == 0
+    config = json.loads((folder / "postgres.json").read_text())
+    (folder / "postgres.json").write_text(json.dumps({**config, "url": bad}))
+    for args in (["verify", str(folder)], ["calls", "-s", str(folder)], ["runs", "list", "-s", str(folder)]):
+        res = cli(*args)
+        assert (res.returncode, res.stdout, res.stderr) == (
+            2, "", f"error: {folder}: cannot connect to PostgreSQL (end of string reached when looking for matching "
+                   '"]" in IPv6 host address in URI: "postgresql://…@[::1")\n'), args

@@ -1328,8 +1328,14 @@ def _drop_claimed(url: str, schema: str, secret_check: str) -> None:
         conn.execute(f'DROP FUNCTION IF EXISTS "{schema}".sealbox_approval_id(bytea)')  # migration 0002's index key
 
 
+#: a connection URL's user information (``scheme://user:password@``) or a conninfo ``password=...``, as libpq
+#: quotes them back in some errors (a URL it cannot parse): never printed (the URL is kept mode 0600 for it)
+_CREDENTIALS = re.compile(r"(?i)(\bpostgres(?:ql)?://)[^@/\s\"']*@|(\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s\"']+)")
+
+
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return _CREDENTIALS.sub(lambda m: m.group(1) + "…@" if m.group(1) else m.group(2) + "…", text)
 
 
 def test_factory(url: str, request: Any) -> Callable[..., PostgresStore]:
