@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import re
+import select
 import threading
 import time
 import uuid
@@ -855,6 +856,22 @@ class PostgresStore(SqliteQueries):
 
     # ----------------------------------------------------------------- reading
 
+    def _drop_ended_connection(self) -> None:
+        """Close this thread's idle connection if the server has ended it (a restart, a failover,
+        ``pg_terminate_backend``, ``idle_session_timeout``), so that the read about to start opens a new
+        one instead of failing: the server's last message (FATAL) or the closed socket is then waiting to
+        be read, and an idle connection of the store has nothing else to receive (it listens to no
+        channel). One ``select`` of the socket, no round trip."""
+        conn = self._local.conn
+        if conn is None or conn.closed or self._pid != os.getpid():
+            return
+        try:
+            ended = bool(select.select([conn.fileno()], [], [], 0)[0])
+        except (OSError, ValueError):
+            ended = True
+        if ended and conn.info.transaction_status == _psycopg().pq.TransactionStatus.IDLE:
+            conn.close()
+
     @contextlib.contextmanager
     def _operation(self) -> Iterator[None]:
         """A read under way (counted, as SqliteStore's): the server ending the connection under it (a restart,
@@ -862,6 +879,8 @@ class PostgresStore(SqliteQueries):
         psycopg = _psycopg()
         depth = self._op_enter()
         try:
+            if not depth:
+                self._drop_ended_connection()
             yield
         except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable):
             raise  # inside a write: its retry or its own error
@@ -1256,6 +1275,8 @@ def _pg_guarded(name: str) -> Callable[..., Any]:
     def guarded(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
         psycopg = _psycopg()
         try:
+            if not self._local.ops:
+                self._drop_ended_connection()
             return base(self, *args, **kwargs)
         except psycopg.OperationalError as exc:
             raise StoreError(f"{self.path}: PostgreSQL could not answer a read ({_one_line(exc)})") from None
