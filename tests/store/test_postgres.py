@@ -926,3 +926,38 @@ def test_a_read_after_the_server_ended_the_idle_connection_is_answered_on_a_new_
             rec.continue_run("r1")
     finally:
         store.close()
+
+
+def test_a_live_store_whose_schema_was_dropped_and_given_to_a_new_store_records_nothing_into_it(tmp_path, schema):
+    # was: a long-lived recorder (a gateway) kept its connections while the schema was dropped and `sealbox
+    # init` made a new store in it: its next run.started was appended to the new store's log (built with the
+    # old store's secret and content policy), and the new store's `sealbox verify` said "the log is intact.
+    # 2 events in 2 runs": a run of another store in its log, nothing saying so
+    import psycopg
+
+    from sealbox.errors import RecordingError
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+    from sealbox.store import init_store
+
+    old = init_store(tmp_path / "old", postgres_url=URL, schema=schema)
+    try:
+        rec = Recorder(old, policy=ALLOW_ALL)
+        with rec.run(agent="bot", run_id="r1") as run:
+            run.call_tool("db", "q", {"q": 1}, lambda q: q)
+        with psycopg.connect(URL, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        new = init_store(tmp_path / "new", postgres_url=URL, schema=schema)
+        new_id = new.store_id
+        new.close()
+        with pytest.raises(RecordingError, match=(
+                f"^could not record: {re.escape(str(tmp_path / 'old'))}: schema {schema} now holds another store "
+                f"\\(store id {new_id}, not {old.store_id}: the schema was dropped and a store created in it again\\): "
+                "refusing to record into it$")):
+            with rec.run(agent="bot", run_id="r2"):
+                pass
+    finally:
+        old.close()
+    assert [r[0] for r in sql(schema, "SELECT run_id FROM events ORDER BY leaf_index")] == ["system"]
+    res = cli("verify", str(tmp_path / "new"))
+    assert res.returncode == 0 and res.stdout.startswith("Verified: the log is intact. 1 event in 1 run"), res

@@ -212,9 +212,20 @@ class _PgTxn(_sq._Txn):
         self.conn.pg.execute("INSERT INTO blobs (ref, salt, content, size) VALUES (%s, %s, %s, %s)"
                              " ON CONFLICT (ref) DO NOTHING", (ref, salt, content, len(content)))
 
+    #: (the path, the schema, the store id) of the store writing, when it has one (not while init claims the
+    #: schema): the schema holding another store (dropped and created again under a live store) is refused
+    owner: tuple[Path, str, str] | None = None
+
     def latest_checkpoint_size(self) -> int:
         if self._ckpt_size is None:
-            row = self.conn.pg.execute("SELECT max(tree_size) FROM checkpoints").fetchone()
+            # (the store's id in the same statement: no round trip more)
+            row = self.conn.pg.execute("SELECT max(tree_size), (SELECT value FROM store_meta WHERE key = 'store_id')"
+                                       " FROM checkpoints").fetchone()
+            if self.owner is not None and row[1] != self.owner[2]:
+                path, schema, store_id = self.owner
+                raise StoreError(f"{path}: schema {schema} now holds another store (store id {row[1]}, not "
+                                 f"{store_id}: the schema was dropped and a store created in it again): refusing "
+                                 "to record into it")
             self._ckpt_size = row[0] or 0
         return self._ckpt_size
 
@@ -719,6 +730,8 @@ class PostgresStore(SqliteQueries):
                             conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
                         locked = True
                         txn = _PgTxn(_Conn(conn))
+                        if self.store_id:
+                            txn.owner = (self.path, self.schema, self.store_id)
                         result = fn(txn)
                         txn.flush()
                         body_done = True  # what fails from here on may have committed: never retried
