@@ -961,3 +961,49 @@ def test_a_live_store_whose_schema_was_dropped_and_given_to_a_new_store_records_
     assert [r[0] for r in sql(schema, "SELECT run_id FROM events ORDER BY leaf_index")] == ["system"]
     res = cli("verify", str(tmp_path / "new"))
     assert res.returncode == 0 and res.stdout.startswith("Verified: the log is intact. 1 event in 1 run"), res
+
+
+def test_connections_of_threads_that_ended_are_closed_not_kept_until_the_store_closes(tmp_path, schema):
+    # was: each thread's connection stayed open until store.close(), after the thread had ended: a process
+    # recording from a thread per request (socketserver's ThreadingMixIn, a thread per task) held one server
+    # connection per thread it ever ran (observed: 21 open after 20 one-append threads), until PostgreSQL's
+    # max_connections (100 by default) refused every new one, this store's and every other client's
+    import threading
+    import time
+
+    import psycopg
+
+    from sealbox import EventDraft
+    from sealbox.store import init_store
+
+    store = init_store(tmp_path / "s", postgres_url=URL, schema=schema)
+    pids: list[int] = []
+
+    def one_append(i: int) -> None:
+        store.append(EventDraft("note", {"text": f"t{i}"}, run_id="system", principal="sealbox"))
+        pids.append(store._pg().info.backend_pid)
+
+    def alive() -> list[int]:
+        with psycopg.connect(URL, autocommit=True) as conn:
+            for _ in range(100):  # a closed connection's server process ends a moment later
+                found = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,))]
+                if len(found) <= 1:
+                    return found
+                time.sleep(0.05)
+            return found
+
+    try:
+        for i in range(20):
+            worker = threading.Thread(target=one_append, args=(i,))
+            worker.start()
+            worker.join()
+        assert len(set(pids)) == 20
+        assert alive() == pids[-1:]  # the last thread's: closed when the next connection is opened
+        sizes: list[int] = []
+        worker = threading.Thread(target=lambda: sizes.append(store.size()))  # a new thread: a new connection
+        worker.start()
+        worker.join()
+        assert sizes == [21] and alive() == []
+        assert [e.payload["text"] for e in store.read_range(1, 21)] == [f"t{i}" for i in range(20)]
+    finally:
+        store.close()

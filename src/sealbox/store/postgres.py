@@ -377,6 +377,7 @@ class PostgresStore(SqliteQueries):
         self._create = _create
         self._local = _ThreadState()
         self._conns: list[Any] = []
+        self._conn_threads: dict[int, threading.Thread] = {}  # id(connection) -> the thread it was opened for
         self._conns_lock = threading.Lock()
         self._ckpt_lock = threading.Lock()
         self._wal_lock = threading.Lock()  # guards the checkpoint timer (the name SqliteStore's timer code uses)
@@ -450,7 +451,7 @@ class PostgresStore(SqliteQueries):
             # the parent's stay referenced, never closed or collected here: libpq would send them its
             # Terminate message and end the parent's sessions
             self._inherited.extend(self._conns)
-            self._pid, self._local, self._conns = os.getpid(), _ThreadState(), []
+            self._pid, self._local, self._conns, self._conn_threads = os.getpid(), _ThreadState(), [], {}
             self._conns_lock, self._ckpt_lock, self._wal_lock = threading.Lock(), threading.Lock(), threading.Lock()
             self._ops_lock = threading.Lock()
             self._ops_idle = threading.Condition(self._ops_lock)
@@ -459,8 +460,27 @@ class PostgresStore(SqliteQueries):
         if conn is None or conn.closed:
             conn = self._local.conn = self._connect()
             with self._conns_lock:
+                self._close_ended_threads_connections()
                 self._conns.append(conn)
+                self._conn_threads[id(conn)] = threading.current_thread()
         return conn
+
+    def _close_ended_threads_connections(self) -> None:
+        """Close the connections of threads that have ended (under ``_conns_lock``, when a connection is
+        opened): nothing can use them any more, and kept until close() a process running a thread per
+        request would hold one server connection per thread it ever ran, up to ``max_connections``."""
+        kept = []
+        for conn in self._conns:
+            thread = self._conn_threads.get(id(conn))
+            if thread is not None and not thread.is_alive():
+                del self._conn_threads[id(conn)]
+                with contextlib.suppress(Exception):
+                    conn.close()
+            elif not conn.closed:
+                kept.append(conn)
+            else:
+                self._conn_threads.pop(id(conn), None)
+        self._conns[:] = kept
 
     def _migrate(self) -> None:
         psycopg = _psycopg()
