@@ -1007,3 +1007,58 @@ def test_connections_of_threads_that_ended_are_closed_not_kept_until_the_store_c
         assert [e.payload["text"] for e in store.read_range(1, 21)] == [f"t{i}" for i in range(20)]
     finally:
         store.close()
+
+
+def test_a_write_whose_commit_the_server_ended_is_made_again_when_it_was_not_committed(tmp_path, schema):
+    # was: the server ending the connection during a write's COMMIT (observed killing backends while they ran
+    # COMMIT: a tool.result lost) failed the write, though nothing of it was committed: a tool that had run
+    # lost its tool.result (RecordingError). A deferred trigger added for the test holds the commit while
+    # the connection is ended; the write is then made again on a new connection, once, after checking (under
+    # the write lock) that its first event is not in the log
+    import threading
+    import time
+
+    import psycopg
+
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+    from sealbox.store import init_store
+
+    store = init_store(tmp_path / "s", postgres_url=URL, schema=schema)
+    sql(schema, "CREATE TABLE hold (x int); INSERT INTO hold VALUES (1);"
+                "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                " IF NEW.kind = 'tool.result' AND EXISTS (SELECT 1 FROM hold) THEN PERFORM pg_sleep(30); END IF;"
+                " RETURN NULL; END $$;"
+                "CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON events DEFERRABLE INITIALLY DEFERRED"
+                " FOR EACH ROW EXECUTE FUNCTION hold_commit()")
+    ended: list[int] = []
+
+    def end_the_held_commit() -> None:
+        with psycopg.connect(URL, autocommit=True) as conn:
+            conn.execute(f"SET search_path TO {schema}")
+            for _ in range(1000):
+                pids = [c.info.backend_pid for c in list(store._conns) if not c.closed]
+                held = conn.execute("SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s) AND wait_event = 'PgSleep'",
+                                    (pids,)).fetchall()
+                if held:
+                    conn.execute("DELETE FROM hold")  # the write made again commits at once
+                    conn.execute("SELECT pg_terminate_backend(%s, 10000)", (held[0][0],))
+                    ended.append(held[0][0])
+                    return
+                time.sleep(0.01)
+
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="bot", run_id="r1") as run:
+            killer = threading.Thread(target=end_the_held_commit)
+            killer.start()
+            assert run.call_tool("db", "q", {"q": 21}, lambda q: q * 2) == 42
+            killer.join()
+        assert len(ended) == 1
+        assert [(e.kind, e.payload.get("result")) for e in store.read_run("r1")] == [
+            ("run.started", None), ("tool.call", None), ("policy.decision", None), ("tool.result", 42),
+            ("run.ended", None)]
+    finally:
+        store.close()
+        sql(schema, "DROP TRIGGER hold_commit ON events; DROP FUNCTION hold_commit(); DROP TABLE hold")
+    res = cli("verify", str(tmp_path / "s"))
+    assert res.returncode == 0 and res.stdout.startswith("Verified: the log is intact. 6 events in 2 runs"), res

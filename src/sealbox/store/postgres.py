@@ -733,6 +733,7 @@ class PostgresStore(SqliteQueries):
             reconnected = False
             for attempt in range(WRITE_RETRIES + 1):
                 body_done = locked = False
+                result = None
                 try:
                     with conn.transaction():
                         if not sync:
@@ -771,16 +772,37 @@ class PostgresStore(SqliteQueries):
                 except psycopg.OperationalError as exc:
                     # the server ended the connection (a restart, pg_terminate_backend, an idle timeout) before
                     # this transaction's COMMIT was sent: nothing of it was committed; once, on a new connection
+                    # (during the COMMIT of an append: made again only when its first event is not in the log)
                     lost = conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
                     if lost and not conn.closed:
                         conn.close()  # left mid-transaction by the failure (e.g. inside a pipeline): never reused
-                    if body_done or reconnected or not lost:
+                    placed = body_done and isinstance(result, list) and bool(result) and isinstance(result[0], Event)
+                    if reconnected or not lost or (body_done and not placed):
                         raise StoreError(f"{self.path}: PostgreSQL refused the write ({_one_line(exc)})") from None
                     reconnected, conn = True, self._pg()
+                    # ended during its COMMIT: committed or not, which a new connection tells once the ended one's
+                    # transaction is over (its advisory lock free): its first event is in the log, or it is made again
+                    if placed and self._committed(conn, result[0], exc):
+                        return result
                 except psycopg.Error as exc:
                     raise StoreError(f"{self.path}: PostgreSQL refused the write ({_one_line(exc)})") from None
         finally:
             self._op_leave(depth)
+
+    def _committed(self, conn: Any, first: Event, exc: BaseException) -> bool:
+        """Whether ``first`` (the first event of a write whose COMMIT's answer was lost) is in the log, read on
+        ``conn`` (a new connection) under the write lock: the lost connection's transaction has ended by then."""
+        psycopg = _psycopg()
+        timeout = self.lock_timeout if self._local.lock_timeout is None else self._local.lock_timeout
+        try:
+            with conn.transaction():
+                conn.execute(f"SET LOCAL lock_timeout TO {min(max(1, int(timeout * 1000)), 2**31 - 1)}")
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
+                row = conn.execute("SELECT leaf_hash FROM events WHERE leaf_index = %s", (first.leaf_index,)).fetchone()
+        except psycopg.Error as again:
+            raise StoreError(f"{self.path}: PostgreSQL refused the write ({_one_line(exc)}), and whether it was "
+                             f"committed could not be read ({_one_line(again)})") from None
+        return row is not None and bytes(row[0]) == first.leaf_hash
 
     def no_wait(self) -> Any:
         """As :meth:`SqliteStore.no_wait`: a write finding the lock taken raises StoreBusyError at once."""
