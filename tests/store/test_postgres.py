@@ -1062,3 +1062,45 @@ def test_a_write_whose_commit_the_server_ended_is_made_again_when_it_was_not_com
         sql(schema, "DROP TRIGGER hold_commit ON events; DROP FUNCTION hold_commit(); DROP TABLE hold")
     res = cli("verify", str(tmp_path / "s"))
     assert res.returncode == 0 and res.stdout.startswith("Verified: the log is intact. 6 events in 2 runs"), res
+
+
+def test_a_call_is_made_while_the_folder_cannot_take_the_checkpoint_file(tmp_path, schema, caplog):
+    """As tests/store/test_checkpoint_file_unwritable.py on SQLite: a checkpoint signed and stored in the
+    database whose ``DIR/checkpoint`` cannot be written (a folder made immutable) never turns the
+    committed tool.call into a RecordingError (the tool would never run: "outcome unknown")."""
+    import shutil
+
+    from sealbox import CheckpointPolicy
+    from sealbox.errors import StoreError
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+    from sealbox.store import init_store, open_store
+
+    folder = tmp_path / "s"
+    init_store(folder, postgres_url=URL, schema=schema).close()
+    if os.geteuid() != 0:
+        lock, unlock = (lambda: os.chmod(folder, 0o555)), (lambda: os.chmod(folder, 0o755))
+    elif shutil.which("chattr") and subprocess.run(["chattr", "+i", str(folder)]).returncode == 0:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+        lock = lambda: subprocess.run(["chattr", "+i", str(folder)], check=True)  # noqa: E731
+        unlock = lambda: subprocess.run(["chattr", "-i", str(folder)], check=True)  # noqa: E731
+    else:
+        pytest.skip("running as root without a working chattr: cannot make a folder unwritable")
+    store = open_store(folder, checkpoint_policy=CheckpointPolicy(every_events=2, every_seconds=None))
+    ran = []
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        lock()
+        try:
+            for n in range(3):
+                assert run.call_tool("srv", "t", {"n": n}, lambda n: ran.append(n) or n * 10) == n * 10
+            with pytest.raises(StoreError, match=r"checkpoint could not be written \("):
+                store.issue_checkpoint()
+        finally:
+            unlock()
+    assert ran == [0, 1, 2]
+    assert "checkpoint not signed now" in caplog.text
+    store.close()
+    assert [(c["arguments"], c["outcome"]) for c in open_store(folder).query_calls()] == [
+        ({"n": 0}, "ok"), ({"n": 1}, "ok"), ({"n": 2}, "ok")]
+    done = cli("verify", str(folder))
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -1352,7 +1352,7 @@ for _name in ("runs", "query_calls", "query_runs", "get_run"):
 # folder, the signer, the checkpoint policy and the write/read methods above).
 for _name in ("append", "_maybe_checkpoint", "_checkpoint_timer", "_stop_checkpoint_timer", "_timer_checkpoint",
               "_check_before_signing", "_signed_row", "checkpoint_file_note", "_checkpoint_file_problem",
-              "checkpoint_file_size", "_publish_checkpoint", "pinned_vkey", "_load_signer", "_op_enter", "_op_leave"):
+              "checkpoint_file_size", "_publish_checkpoint", "_replace_checkpoint_file", "pinned_vkey", "_load_signer", "_op_enter", "_op_leave"):
     setattr(PostgresStore, _name, _sq.SqliteStore.__dict__[_name])
 del _name
 

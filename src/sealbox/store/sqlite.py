@@ -1558,7 +1558,8 @@ class SqliteStore(SqliteQueries):
             StoreRolledBackError: the store holds fewer events than its newest signed checkpoint.
             StoreError: the store was changed below Sealbox (the checkpoint file or checkpoint rows
                 removed, a stored checkpoint that does not verify, a tree inconsistent with it):
-                nothing is signed, and later appends of this store object are refused.
+                nothing is signed, and later appends of this store object are refused. Also when
+                ``DIR/checkpoint`` could not be written (the checkpoint is signed and stored).
         """
         try:
             return self._sign_checkpoint(extensions)
@@ -1593,7 +1594,19 @@ class SqliteStore(SqliteQueries):
         committed before another's larger one, but which comes to write the file after it, leaves
         the larger one there. The file never moves backwards (a verifier pinning it would see
         truncation). Without ``fcntl`` (Windows) the comparison is made without the lock.
+
+        Raises:
+            StoreError: the file could not be written (a folder made read-only or immutable, a full
+                disk): ``plain`` is signed and stored all the same; the next checkpoint writes the file.
         """
+        try:
+            self._replace_checkpoint_file(plain)
+        except OSError as exc:
+            raise StoreError(f"{self.path / CHECKPOINT_NAME} could not be written ({exc.strerror or exc}): "
+                             f"the checkpoint of {plain.tree_size} events is signed and stored in the "
+                             "database; the next checkpoint writes the file") from exc
+
+    def _replace_checkpoint_file(self, plain: StoredCheckpoint) -> None:
         try:
             import fcntl
         except ImportError:  # pragma: no cover - not POSIX
