@@ -116,6 +116,11 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # top of the CLI: the only place a bare catch is allowed
         if "SEALBOX_DEBUG" in __import__("os").environ:
             raise
+        if type(exc).__module__ == "sqlite3" and "malformed" in str(exc):  # a damaged page met after the open
+            from sealbox.store.sqlite import damaged_database_message
+
+            click.echo(f"error: {damaged_database_message('the store database (sealbox.db)', exc)}", err=True)
+            sys.exit(2)
         # one line, as every error: a driver's message may span several (psycopg's LINE / HINT / caret lines)
         text = " ".join(str(exc).split())
         click.echo(f"error: internal error: {type(exc).__name__}: {text} (set SEALBOX_DEBUG=1 for a traceback)", err=True)

@@ -894,7 +894,10 @@ class SqliteStore(SqliteQueries):
         #: raised by the open after it applied some (e.g. log.key missing): ``sealbox upgrade`` says them.
         self.migrated: list[int] = []
         try:
-            self._open_checked(creating=bool(_create))
+            try:
+                self._open_checked(creating=bool(_create))
+            except sqlite3.DatabaseError as exc:  # a damaged page met by the open's reads
+                raise _translate_open_error(self.path, exc) from exc
         except BaseException as exc:
             self._close_connections()  # never leave a half-open store (or its -wal/-shm) behind
             if self.migrated and isinstance(exc, StoreError):
@@ -2415,9 +2418,19 @@ def _unreadable(db: Path) -> bool:
         return False
 
 
+def damaged_database_message(db: Any, exc: BaseException) -> str:
+    """The one line for an SQLite database whose pages SQLite cannot read ("database disk image is
+    malformed"): changed or lost outside SQLite, e.g. its -wal file deleted or truncated while a writer
+    had it open, or a disk fault. ``db`` is its path, or a description of it."""
+    return (f"{db} is damaged ({exc}): SQLite cannot read some of its pages (a -wal file deleted or truncated "
+            "while the store was open, a disk fault); restore the store from a backup")
+
+
 def _translate_open_error(path: Path, exc: sqlite3.DatabaseError) -> Exception:
     msg = str(exc).lower()
-    if "not a database" in msg or "malformed" in msg or "file is encrypted" in msg:
+    if "malformed" in msg:
+        return StoreError(damaged_database_message(path / DB_NAME, exc))
+    if "not a database" in msg or "file is encrypted" in msg:
         return NotAStoreError(f"{path / DB_NAME} is not a Sealbox store (not an SQLite database)")
     if "unable to open" in msg and _unreadable(path / DB_NAME):  # another user's store: no reader gets in either
         return StoreError(f"cannot read {path / DB_NAME}: permission denied (the store's database is not readable "
