@@ -671,6 +671,17 @@ class _WalCheckpointer:
 
 
 
+def _read_store_file(path: Path) -> str | None:
+    """The text of one of the store folder's small files, None when it does not exist; bytes that
+    are not UTF-8 kept as they are (``surrogateescape``). Raises StoreError when it cannot be read."""
+    try:
+        return path.read_bytes().decode("utf-8", "surrogateescape")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
 def _checkpoint_file_missing(path: Path) -> str:
     return (f"{path / CHECKPOINT_NAME} is missing though the store holds signed checkpoints: it keeps the newest "
             "one, and without it a database restored from an older backup cannot be told from the log, so "
@@ -1888,11 +1899,15 @@ class SqliteStore(SqliteQueries):
         return None if row is None else _stored_checkpoint(row)
 
     def checkpoint_file_note(self) -> str | None:
-        """Text of ``DIR/checkpoint`` (the newest checkpoint signed by any writer), or None."""
-        try:
-            return (self.path / CHECKPOINT_NAME).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
+        """Text of ``DIR/checkpoint`` (the newest checkpoint signed by any writer), or None.
+
+        Bytes that are not UTF-8 are read as they are (``surrogateescape``): such a file holds no
+        checkpoint note, which verify reports.
+
+        Raises:
+            StoreError: the file cannot be read (a directory, no permission).
+        """
+        return _read_store_file(self.path / CHECKPOINT_NAME)
 
     def _checkpoint_file_problem(self) -> str | None:
         """Why ``DIR/checkpoint`` cannot stand for the newest signed checkpoint (missing, unreadable,
@@ -1912,7 +1927,10 @@ class SqliteStore(SqliteQueries):
 
     def checkpoint_file_size(self) -> int:
         """Tree size in ``DIR/checkpoint``, 0 when absent or unreadable (verify reports the latter)."""
-        note = self.checkpoint_file_note()
+        try:
+            note = self.checkpoint_file_note()
+        except StoreError:
+            return 0
         if not note:
             return 0
         try:
@@ -1921,11 +1939,14 @@ class SqliteStore(SqliteQueries):
             return 0
 
     def pinned_vkey(self) -> str | None:
-        """The verifier key pinned at ``init`` (``DIR/log.vkey``), or None."""
-        try:
-            return (self.path / VKEY_NAME).read_text(encoding="utf-8").strip()
-        except FileNotFoundError:
-            return None
+        """The verifier key pinned at ``init`` (``DIR/log.vkey``), or None (bytes that are not UTF-8
+        are read as they are: no verifier key parses from them).
+
+        Raises:
+            StoreError: the file cannot be read (a directory, no permission).
+        """
+        text = _read_store_file(self.path / VKEY_NAME)
+        return None if text is None else text.strip()
 
     def get_blob(self, ref: str) -> bytes:
         """The canonical content bytes of blob ``ref``.
