@@ -61,7 +61,8 @@ class Problem:
             ``grant_identity``, ``grant_binding``, ``grant_rule``, ``revocation_signature``,
             ``revocation_identity``, ``revocation_binding``, ``revocation_rule``, ``call_grant_invalid``
             (:class:`CallGrantCheck`), ``pin_upgrade_forged`` (:func:`check_reapprovals`), ``call_step_duplicate``
-            (:class:`CallStepCheck`), ``key_mismatch`` (:func:`key_mismatch`); in an export bundle
+            (:class:`CallStepCheck`), ``key_mismatch`` (:func:`key_mismatch`), ``database_damaged`` (SQLite
+            could not read some of the database's pages: verification stopped); in an export bundle
             also ``bundle_*`` codes (``bundle_grant_missing``, ``bundle_tool_change_missing``, ...:
             docs/bundle-format.md).
         message: one readable sentence.
@@ -978,13 +979,28 @@ def verify_store(store: Any, *, trusted_vkey: str | None = None, canonical: bool
     file_note = store.checkpoint_file_note()  # read before the snapshot: it never runs ahead of it
     snapshot = store.read_snapshot() if hasattr(store, "read_snapshot") else contextlib.nullcontext()
     lenient = store.verify_reads() if hasattr(store, "verify_reads") else contextlib.nullcontext()
-    with snapshot, lenient:
-        report = _verify_snapshot(store, verifier, file_note, started, tuple(checkpoints),
-                                  "key given" if trusted_vkey else "key pinned at init (log.vkey)")
-        if not canonical:
-            return report
-        extra = tuple(_canonical_problems(store.iter_rows()))
+    try:
+        with snapshot, lenient:
+            report = _verify_snapshot(store, verifier, file_note, started, tuple(checkpoints),
+                                      "key given" if trusted_vkey else "key pinned at init (log.vkey)")
+            if not canonical:
+                return report
+            extra = tuple(_canonical_problems(store.iter_rows()))
+    except Exception as exc:
+        if type(exc).__module__ != "sqlite3" or "malformed" not in str(exc):
+            raise
+        return _damaged_database_report(exc, started, trusted_vkey or vkey)
     return dataclasses.replace(report, problems=report.problems + extra, seconds=time.perf_counter() - started)
+
+
+def _damaged_database_report(exc: BaseException, started: float, vkey: str | None) -> VerifyReport:
+    """The report on an SQLite database whose pages SQLite could not read part-way through: the one
+    problem ``database_damaged``; nothing after it could be checked."""
+    return VerifyReport(problems=(Problem(
+        "database_damaged", f"the store's database (sealbox.db) is damaged ({exc}): SQLite cannot read some of its "
+        "pages (a -wal file deleted or truncated while the store was open, a disk fault), so verification "
+        "stopped there; restore the store from a backup"),), events=0, runs=0, checkpoints=0, blobs=0,
+        seconds=time.perf_counter() - started, trusted_key=vkey)
 
 
 def _canonical_problems(rows: Iterable[tuple]) -> Iterator[Problem]:

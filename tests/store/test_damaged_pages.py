@@ -56,3 +56,17 @@ def test_a_listing_of_a_damaged_store_prints_one_line(tmp_path, args):
         "error: the store database (sealbox.db) is damaged (database disk image is malformed): SQLite cannot read "
         "some of its pages (a -wal file deleted or truncated while the store was open, a disk fault); restore the "
         "store from a backup"]
+
+
+@pytest.mark.parametrize("table", ["events", "runs"])
+def test_verify_reports_a_damaged_database_as_a_problem(tmp_path, table):
+    """Exit 1 and the problem ``database_damaged`` (verification found the store not intact), not a bad-input
+    error (exit 2) nor an internal error (exit 70)."""
+    folder = damaged_store(tmp_path / "s", table)
+    res = subprocess.run([str(SEALBOX), "verify", str(folder)], capture_output=True, text=True)
+    assert (res.returncode, res.stderr) == (1, ""), res.stdout + res.stderr
+    assert res.stdout.splitlines()[0] == (
+        "database_damaged: the store's database (sealbox.db) is damaged (database disk image is malformed): SQLite "
+        "cannot read some of its pages (a -wal file deleted or truncated while the store was open, a disk fault), "
+        "so verification stopped there; restore the store from a backup")
+    assert res.stdout.splitlines()[1].startswith("NOT VERIFIED: 1 problem(s) found.")
