@@ -522,7 +522,12 @@ def _collect_blobs(store: Any, events: Sequence[Any]) -> tuple[dict[str, tuple],
             erased.add(ref)
             continue
         rows[ref] = (salt, content)
-        pending.extend(_blobs.blob_refs(json.loads(content)))
+        try:
+            inner = json.loads(content)
+        except (ValueError, RecursionError):  # UnicodeDecodeError included: changed below Sealbox
+            raise BundleError(f"blob {ref} is damaged (its content is not JSON): the store was changed below "
+                              "Sealbox (run `sealbox verify`)") from None
+        pending.extend(_blobs.blob_refs(inner))
     return rows, erased
 
 

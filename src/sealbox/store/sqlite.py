@@ -365,6 +365,12 @@ def _stored_bytes(value: Any) -> bytes:
     return repr(value).encode("utf-8")
 
 
+#: A blobs column read as its bytes when it holds a TEXT (only a change below Sealbox writes one; a
+#: TEXT that is not UTF-8 would otherwise fail the read with "Could not decode to UTF-8 column"):
+#: the value then fails its commitment check, which verify reports.
+_BLOB_BYTES = "CASE WHEN typeof({0}) = 'text' THEN CAST({0} AS BLOB) ELSE {0} END"
+
+
 def _utf8(text: str) -> bool:
     """Whether ``text`` encodes as UTF-8 (no lone surrogate from a surrogateescape decoding)."""
     try:
@@ -1954,7 +1960,7 @@ class SqliteStore(SqliteQueries):
         Raises:
             BlobNotFoundError: no such blob, or its content was erased.
         """
-        row = self._conn().execute("SELECT content FROM blobs WHERE ref = ?", (ref,)).fetchone()
+        row = self._conn().execute(f"SELECT {_BLOB_BYTES.format('content')} FROM blobs WHERE ref = ?", (ref,)).fetchone()
         if row is None or row[0] is None:
             raise BlobNotFoundError(f"blob {ref} is not in the store" if row is None else f"blob {ref} was erased")
         return _stored_bytes(row[0])
@@ -1983,7 +1989,8 @@ class SqliteStore(SqliteQueries):
         The salt is what an export bundle needs to let anyone check the commitment
         SHA-256(salt ‖ content); the store secret it was derived from never leaves.
         """
-        row = self._conn().execute("SELECT salt, content FROM blobs WHERE ref = ?", (ref,)).fetchone()
+        row = self._conn().execute(f"SELECT {_BLOB_BYTES.format('salt')}, {_BLOB_BYTES.format('content')} FROM blobs "
+                                   "WHERE ref = ?", (ref,)).fetchone()
         if row is None:
             return None
         return (None if row[0] is None else _stored_bytes(row[0]), None if row[1] is None else _stored_bytes(row[1]))
