@@ -977,7 +977,31 @@ class SqliteStore(SqliteQueries):
                 self._damage = (f"the log in {self.path} is not contiguous ({count} events, last leaf index {last}): "
                                 "an event was removed; refusing to append (run `sealbox verify`)")
             elif latest is not None:
-                self._damage = self._checkpoint_file_problem()
+                self._damage = self._checkpoint_file_problem() or self._foreign_log_problem(count)
+
+    def _foreign_log_problem(self, size: int) -> str | None:
+        """At a writable open of a store holding signed checkpoints and ``size`` events: why its
+        database, checkpoint file and ``log.key`` are not one log's (a ``sealbox.db`` or ``log.key``
+        copied from another store), or None. Signing would refuse it (:meth:`_check_before_signing`,
+        :meth:`_signed_row`), but only after appends had chained new events to a log this key can
+        never sign. A checkpoint file ahead of the database (restored from an older backup) is left
+        to the rollback check of every append (StoreRolledBackError)."""
+        note = self._conn().execute(_LATEST_CHECKPOINT_SQL).fetchone()[2]
+        try:  # only the signature: a row whose columns disagree with its note is _signed_row's, at signing
+            if not isinstance(note, str):
+                raise NoteError(f"its note is {type(note).__name__}, not text")
+            verify_checkpoint(note, self._signer.verifier)
+        except NoteError as exc:
+            return (f"the newest stored checkpoint is not validly signed by this log's key ({exc}): the database "
+                    "or log.key is another log's, or the store was changed below Sealbox; refusing to append "
+                    "(run `sealbox verify`)")
+        note = self.checkpoint_file_note()
+        if note and self._floor <= size and self._conn().execute(
+                "SELECT 1 FROM checkpoints WHERE note = ? LIMIT 1", (note,)).fetchone() is None:
+            return (f"{self.path / CHECKPOINT_NAME} holds a checkpoint the database does not (the database or the file "
+                    "is another log's, or checkpoint rows were deleted): the store was changed below Sealbox; "
+                    "refusing to append (run `sealbox verify`)")
+        return None
 
     # ----------------------------------------------------------------- opening
 
