@@ -2637,7 +2637,10 @@ def upgraded_copy(path: str | os.PathLike, into: str | os.PathLike, **kwargs: An
     conn = sqlite3.connect(dst_folder / DB_NAME, isolation_level=None)
     findings = []
     try:
-        applied = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
+        # a table dropped below Sealbox: no migration recorded (each is then found applied, unrecorded)
+        recorded = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'")
+        applied = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall()
+                       if recorded.fetchone() else ())
         for mig in migrate.check_applied(applied, migrate.load_migrations("sqlite"), str(src_folder)):
             found = _apply_migration(conn, mig, str(src_folder), record_unrecorded=True)
             if found is not None:
