@@ -153,6 +153,20 @@ def test_user_mistakes_on_verify_report_and_approvals_are_one_line_errors(tmp_pa
     assert proc.returncode == 2 and "log.vkey is missing" in proc.stderr
 
 
+def test_verify_key_file_name_that_does_not_exist_says_so(tmp_path):
+    """`--key vkey-kept-elsewhere.txt` (the README's own spelling) naming no file was reported as a
+    "malformed verifier key": a key file name with no folder and no .vkey suffix was read as a key."""
+    target = tmp_path / "store"
+    assert run("init", str(target)).returncode == 0
+    proc = run("verify", "-s", str(target), "--key", "vkey-kept-elsewhere.txt")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == ("error: --key vkey-kept-elsewhere.txt: no such key file, and not a verifier key either "
+                           "(NAME+KEYID+BASE64, as `sealbox init` and `sealbox log key` print it)\n")
+    # a pasted key that is damaged is still reported as a malformed key
+    bad = run("verify", "-s", str(target), "--key", "sealbox.local/x+abcd1234+AAAA")
+    assert bad.returncode == 2 and "malformed verifier key" in bad.stderr, bad.stderr
+
+
 def test_gateway_check_looks_at_what_the_config_names(tmp_path):
     """`gateway check` fails, in one line, on what `serve` would trip over: the store, the policy,
     an upstream command, a token variable; .nan and .inf are refused at their line."""

@@ -414,6 +414,9 @@ def _read_key(value: str | None) -> str | None:
                        "key string `sealbox log key` prints")
     if ("/" in value or value.endswith(".vkey")) and value.count("+") < 2:
         raise BadInput(f"no such key file: {value}")
+    if "+" not in value:  # a verifier key always holds NAME+KEYID+BASE64: this was meant as a file name
+        raise BadInput(f"--key {value}: no such key file, and not a verifier key either "
+                       "(NAME+KEYID+BASE64, as `sealbox init` and `sealbox log key` print it)")
     value = value.strip()  # pasted from `sealbox init`'s indented output
     _check_key(value, "--key")
     return value
