@@ -141,3 +141,21 @@ def test_apr_alone_names_no_approval_request(tmp_path) -> None:
     assert [(r["approval_id"], r["status"], r["decided_by"]) for r in listed] == [(aid, "pending", [])]
     done = sb("approvals", "approve", aid[:8], "--reason", "ok", "--key-file", tmp_path / "a.key", "-s", path)
     assert done.stdout == f"alice approved {aid}; request is now approved\n", done.stderr
+
+
+def test_an_id_shortened_for_display_with_an_ellipsis_names_the_run(tmp_path) -> None:
+    """The tables and the README show ids cut with "…" (`runs list`'s replay-of column
+    `01a24305-f521…`, `sealbox report 01a2286f-… -o incident.html`); pasting one said
+    "no run '01a24305-…' in this store". The text before the ellipsis is a prefix."""
+    store = sealbox.init_store(tmp_path / "s")
+    with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+        run.note("hello")
+    store.close()
+    rid = run.run_id
+    for given in (rid[:13] + "…", rid[:9] + "…", rid[:9] + "..."):
+        proc = sb("runs", "show", given, "-s", tmp_path / "s", "--json")
+        assert proc.returncode == 0, (given, proc.stderr)
+        assert json.loads(proc.stdout)["run"]["run_id"] == rid
+    for given in ("ffff…", rid[:3] + "…"):  # no id starts so / too short: the error names what was typed
+        proc = sb("runs", "show", given, "-s", tmp_path / "s")
+        assert proc.returncode == 2 and proc.stderr.startswith(f"error: no run {given!r}"), proc.stderr

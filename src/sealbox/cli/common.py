@@ -122,6 +122,16 @@ def resolve_id(store: Any, what: str, text: str) -> str:
         found = store.ids_with_prefix(what, folded)
         if found:
             text = folded
+    if not found and folded.endswith(("…", "...")):
+        # an id as the tables and the README show it cut short (`01a24305-f521…`): what precedes the
+        # ellipsis is a prefix (of MIN_ID_PREFIX characters at least, or it names nothing)
+        cut = text.strip().rstrip(".…")
+        shortest = MIN_ID_PREFIX + (len(_APPROVAL_TAG) if cut.lower().startswith(_APPROVAL_TAG) else 0)
+        for candidate in dict.fromkeys((cut, cut.lower())) if len(cut) >= shortest else ():
+            found = store.ids_with_prefix(what, candidate)
+            if found:
+                text = candidate
+                break
     if not found or found[0] == text:
         return text
     if len(text) < MIN_ID_PREFIX:
