@@ -22,10 +22,9 @@ def snapshot_group() -> None:
                    "newline, is the fingerprint).")
 def show_cmd(fingerprint: str, store_path: str, as_json: bool) -> None:
     """Print a snapshot (FINGERPRINT, or a unique prefix of at least 8 hex digits) as indented JSON."""
-    fingerprint = snapshot_ref(fingerprint)
     store = open_for_reading(store_path)
     try:
-        content = store.get_snapshot(fingerprint)
+        content = _get_snapshot(store, _ref(store, fingerprint, "FINGERPRINT"), fingerprint, "FINGERPRINT")
     finally:
         store.close()
     if as_json:
@@ -45,10 +44,10 @@ def diff_cmd(a: str, b: str, store_path: str, as_json: bool, as_csv: bool) -> No
     """Field-level differences between snapshots A and B (fingerprints or unique prefixes)."""
     from sealbox.snapshot import diff_snapshots
 
-    a, b = snapshot_ref(a, "A"), snapshot_ref(b, "B")
     store = open_for_reading(store_path)
     try:
-        first, second = store.get_snapshot(a), store.get_snapshot(b)
+        ref_a, ref_b = _ref(store, a, "A"), _ref(store, b, "B")
+        first, second = _get_snapshot(store, ref_a, a, "A"), _get_snapshot(store, ref_b, b, "B")
     finally:
         store.close()
     diffs = [d.to_dict() for d in diff_snapshots(first, second)]
@@ -65,6 +64,41 @@ def diff_cmd(a: str, b: str, store_path: str, as_json: bool, as_csv: bool) -> No
     rows = [{**d, "a": _show(d["a"], d["change"] == "added"), "b": _show(d["b"], d["change"] == "removed")}
             for d in diffs]
     emit_rows(rows, ["path", "change", "a", "b"], as_json=False, as_csv=False, title=f"{len(diffs)} differences")
+
+
+def _ref(store, text: str, option: str) -> str:
+    """``text`` as a snapshot reference (:func:`snapshot_ref`); when it is not one but names a run, the
+    error says which snapshot that run ran under (no table shows it, and the runs are what an
+    investigator has in hand)."""
+    from sealbox.cli.common import BadInput
+
+    try:
+        return snapshot_ref(text, option)
+    except BadInput:
+        _run_hint(store, text, option)
+        raise
+
+
+def _get_snapshot(store, ref: str, text: str, option: str) -> dict:
+    from sealbox.errors import StoreError
+
+    try:
+        return store.get_snapshot(ref)
+    except StoreError:
+        _run_hint(store, text, option)
+        raise
+
+
+def _run_hint(store, text: str, option: str) -> None:
+    from sealbox.cli.common import BadInput, resolve_id
+
+    try:
+        run = store.get_run(resolve_id(store, "run", text))
+    except BadInput:
+        return
+    if run is not None and run.get("snapshot"):
+        raise BadInput(f"{option} {text!r} is a run, not a snapshot: run {run['run_id']} ran under snapshot "
+                       f"{run['snapshot']}") from None
 
 
 def _show(value, absent: bool, limit: int = 70) -> str:
