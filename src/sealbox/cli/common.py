@@ -115,6 +115,8 @@ def resolve_id(store: Any, what: str, text: str) -> str:
     if not_utf8(text):  # a non-UTF-8 byte in the argument: no id holds one (nor can the driver encode it)
         raise BadInput(f"no {what} {text!r} in this store")
     found = store.ids_with_prefix(what, text)
+    if not found and what == "approval":
+        text, found = _with_approval_tag(store, text)
     folded = text.strip().lower()
     if not found and folded != text and _GENERATED_ID.fullmatch(folded):
         # an id as it was pasted: upper case (a GUID tool), or with the newline of a copied line; the
@@ -145,6 +147,17 @@ def resolve_id(store: Any, what: str, text: str) -> str:
         shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
         raise BadInput(f"{what} id prefix {text!r} is ambiguous: it starts {shown} (give more characters)")
     return found[0]
+
+
+def _with_approval_tag(store: Any, text: str) -> tuple[str, list[str]]:
+    """An approval id's hex copied without its ``apr_`` tag (every approval id has it): the tagged
+    text and the ids it starts when there are any (at least :data:`MIN_ID_PREFIX` hex characters),
+    else ``text`` as given and no id."""
+    bare = text.strip().lower().rstrip(".…")
+    if bare.startswith(_APPROVAL_TAG) or len(bare) < MIN_ID_PREFIX or not _GENERATED_ID.fullmatch(bare):
+        return text, []
+    found = store.ids_with_prefix("approval", _APPROVAL_TAG + bare)
+    return (_APPROVAL_TAG + bare, found) if found else (text, [])
 
 
 #: The shortest snapshot fingerprint prefix accepted, in hex digits (as ``Store.get_snapshot`` takes).
