@@ -424,3 +424,25 @@ def test_the_command_list_names_every_output_of_export_and_every_gateway_subcomm
     gateway = cli.get_command(ctx, "gateway")
     assert set(gateway.list_commands(ctx)) == {"serve", "replay", "check", "reapprove"}
     assert {o for p in cli.get_command(ctx, "export").params for o in p.opts} >= {"-o", "--parquet", "--otlp"}
+
+
+def test_verify_of_a_bundle_with_store_given_says_store_is_not_used(tmp_path):
+    """`sealbox verify case.sbx -s STORE` ignored -s without a word and answered NO TRUSTED KEY
+    (exit 3): the user meant "check it against that store's key". It is now one error line naming
+    the option to use; SEALBOX_STORE in the environment (set by the demo's instructions) is no error."""
+    import sealbox
+    from sealbox.recorder import Recorder
+
+    target = tmp_path / "store"
+    store = sealbox.init_store(target)
+    with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as rec:
+        rec.note("hello")
+    store.close()
+    bundle = tmp_path / "case.sbx"
+    assert run("export", rec.run_id, "-o", str(bundle), "-s", str(target)).returncode == 0
+    proc = run("verify", str(bundle), "-s", str(target))
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (f"error: -s/--store is not used for a bundle file: check {bundle} against that store's key "
+                           f"with --key {target / 'log.vkey'}\n")
+    assert run("verify", str(bundle), "--key", str(target / "log.vkey")).returncode == 0
+    assert run("verify", str(bundle), env={"SEALBOX_STORE": str(target)}).returncode == 3
