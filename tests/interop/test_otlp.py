@@ -531,3 +531,28 @@ def test_a_malformed_otlp_url_is_one_error_line_exit_2(recorded, url, message):
     assert (out.returncode, out.stdout, out.stderr) == (2, "", message + "\n")
     with pytest.raises(ConfigError):
         signal_urls(url)
+
+
+def test_an_unreachable_endpoint_error_names_the_cause(recorded, monkeypatch, caplog):
+    """`sealbox export RUN --otlp http://localhost:4318` with no collector said "the OTLP endpoint …
+    did not accept the spans", as if a collector had refused them: the cause (connection refused)
+    was in the SDK's logs, which the command silences. The one error line now carries it."""
+    import logging
+
+    import sealbox.interop.otlp as otlp_mod
+    from sealbox.cli.otlp_cmd import run_otlp_export
+
+    real = otlp_mod.export_otlp
+    monkeypatch.setattr(otlp_mod, "export_otlp", lambda *a, **k: real(*a, **{**k, "timeout": 1}))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(OtlpExportError) as info:
+        run_otlp_export(str(recorded["path"]), [recorded["A"]], f"http://127.0.0.1:{port}", quiet=True)
+    assert str(info.value) == (f"the OTLP endpoint http://127.0.0.1:{port}/v1/traces did not accept the spans "
+                               "(0 of 5 sent, no logs sent): [Errno 111] Connection refused")
+    assert [r.getMessage() for r in caplog.records if r.name.startswith(("opentelemetry", "urllib3"))
+            and r.levelno >= logging.WARNING] == []
+    otel = logging.getLogger("opentelemetry")
+    assert (otel.level, otel.propagate, otel.handlers) == (logging.NOTSET, True, [])  # restored afterwards

@@ -6,6 +6,7 @@ chosen run ids when ``--otlp`` is given. Nothing is sent otherwise.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import click
@@ -58,20 +59,62 @@ def run_otlp_export(store_path: str, run_ids: Sequence[str], url: str, content: 
     import logging
 
     # the SDK logs each failed attempt (retries, "Failed to export ... batch"); the outcome is this
-    # command's own one line (OtlpExportError), so its loggers are quiet while it runs
-    quiet_loggers = [logging.getLogger(name) for name in ("opentelemetry", "urllib3")]
-    levels = [lg.level for lg in quiet_loggers]
-    for lg in quiet_loggers:
-        lg.setLevel(logging.CRITICAL + 1)
+    # command's own one line (OtlpExportError), so its loggers are quiet while it runs: the SDK's
+    # records are kept (not shown) so that the error line can say why (connection refused, HTTP 401)
+    from sealbox.interop.otlp import OtlpExportError
+
+    otel, urllib = logging.getLogger("opentelemetry"), logging.getLogger("urllib3")
+    saved = (otel.level, otel.propagate, urllib.level)
+    kept = _Kept()
+    otel.setLevel(logging.WARNING)
+    otel.propagate = False
+    otel.addHandler(kept)
+    urllib.setLevel(logging.CRITICAL + 1)
     store = open_for_reading(store_path)
     try:
         summary = export_otlp(store, list(run_ids), url, content=content, headers=hdrs or None)
+    except OtlpExportError as exc:
+        cause = kept.cause()
+        if cause:
+            raise OtlpExportError(f"{exc}: {cause}") from exc
+        raise
     finally:
         store.close()
-        for lg, level in zip(quiet_loggers, levels):
-            lg.setLevel(level)
+        otel.removeHandler(kept)
+        otel.setLevel(saved[0])
+        otel.propagate = saved[1]
+        urllib.setLevel(saved[2])
     if not quiet:
         click.echo(f"sent {summary.runs} run{'s' if summary.runs != 1 else ''} to {summary.traces_url} and "
                    f"{summary.logs_url}: {summary.spans} spans, {summary.logs} log records "
                    f"(content {'on' if content else 'off'})")
     return summary
+
+
+class _Kept(logging.Handler):
+    """The OpenTelemetry exporter's warnings during an export, for the cause of a failure."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.messages.append(record.getMessage())
+        except Exception:  # a record whose message does not format: no cause from it
+            pass
+
+    def cause(self) -> str | None:
+        """The first failure's cause in a few words: ``[Errno 111] Connection refused``, or the
+        exporter's own message (an HTTP status and the collector's reason), one line, cut at 200."""
+        import re
+
+        for text in self.messages:
+            errno = re.search(r"\[Errno -?\d+\] [^\"')]+", text)
+            if errno:
+                return errno.group(0).strip()
+            if "due to timeout, max retries or shutdown" in text:  # says nothing of the cause
+                continue
+            line = " ".join(text.split())
+            return line if len(line) <= 200 else line[:199] + "…"
+        return None
