@@ -937,8 +937,9 @@ def grant_access(store: Any, principal: str, server: str, tool: str, scope: Any 
             raise AccessError(f"grant {gid!r} already exists")
         who = identity_book(reader).get(signer.name)
         if who is None:
-            raise AccessError(f"the key file names identity {signer.name!r}, which this store does not know",
-                              "unknown_identity")
+            from sealbox.identities import unknown_signer
+
+            raise AccessError(unknown_signer(signer.name), "unknown_identity")
         if who.public_key != signer.verifier.vkey:
             raise AccessError(f"this key is not {who.name}'s current key (it was rotated, or is not theirs)", "wrong_key")
         if who.disabled:
@@ -1315,8 +1316,9 @@ def _check_revoker(reader: Any, signer: Any) -> Any:
 
     who = identity_book(reader).get(signer.name)
     if who is None:
-        raise AccessError(f"the key file names identity {signer.name!r}, which this store does not know",
-                          "unknown_identity")
+        from sealbox.identities import unknown_signer
+
+        raise AccessError(unknown_signer(signer.name), "unknown_identity")
     if who.public_key != signer.verifier.vkey:
         raise AccessError(f"this key is not {who.name}'s current key (it was rotated, or is not theirs)", "wrong_key")
     if who.disabled:

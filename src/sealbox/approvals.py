@@ -994,7 +994,9 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
         _refuse_closed(state)
         who = book.get(signer.name)
         if who is None:
-            raise ApprovalError("unknown_identity", f"the key file names identity {signer.name!r}, which this store does not know")
+            from sealbox.identities import unknown_signer
+
+            raise ApprovalError("unknown_identity", unknown_signer(signer.name))
         if who.public_key != signer.verifier.vkey:
             raise ApprovalError("wrong_key", f"this key is not {who.name}'s current key (it was rotated, or is not theirs)")
         if binding is not None and binding != request.payload["binding"]:

@@ -71,6 +71,16 @@ _MAX_KEY_FILE = 4096
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}")
 
 
+def unknown_signer(name: str, what: str = "the key file") -> str:
+    """The error for a key file whose signer no identity of the store is. A name no identity can
+    have (``sealbox.local/…``) is a log's signing key given by mistake: the message says so."""
+    text = f"{what} names identity {name!r}, which this store does not know"
+    if not _NAME.fullmatch(name):
+        text += (": no identity has such a name, it is a log's signing key (a store's log.key), not an identity's; "
+                 "give the key file `sealbox identities add … --key-out` wrote")
+    return text
+
+
 class IdentityError(SealboxError):
     """An identity cannot be added, changed or used as asked (unknown, duplicate, bad key file…)."""
 
@@ -368,7 +378,7 @@ def _authorizer(book: IdentityBook, change: dict[str, Any], admin: Signer | None
         raise IdentityError("an identity change must be signed by an admin identity's key (--admin-key FILE)")
     who = book.get(admin.name)
     if who is None:
-        raise IdentityError(f"the admin key file names identity {admin.name!r}, which this store does not know")
+        raise IdentityError(unknown_signer(admin.name, "the admin key file"))
     if who.public_key != admin.verifier.vkey:
         raise IdentityError(f"this key is not {who.name}'s current key (it was rotated, or is not theirs)")
     if who.disabled:

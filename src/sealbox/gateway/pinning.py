@@ -626,8 +626,9 @@ def reapprove(store: Any, server: str, tool: str, reason: str, key_file: Any, *,
             raise ReapprovalError("nothing_pending", f"{server}/{tool} {state}; nothing to re-approve")
         who = pins.book.get(signer.name)
         if who is None:
-            raise ReapprovalError("unknown_identity",
-                                  f"the key file names identity {signer.name!r}, which this store does not know")
+            from sealbox.identities import unknown_signer
+
+            raise ReapprovalError("unknown_identity", unknown_signer(signer.name))
         if who.public_key != signer.verifier.vkey:
             raise ReapprovalError("wrong_key", f"this key is not {who.name}'s current key (it was rotated, or is not theirs)")
         if who.disabled:
