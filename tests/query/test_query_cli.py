@@ -84,6 +84,16 @@ def test_calls_table_says_when_nothing_matches(recorded):
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "no tool calls match\n"
 
 
+def test_calls_by_a_gateway_exposed_name_says_which_tool_to_give(recorded):
+    """`sealbox calls --tool db__write_query` (the name the agent's MCP client shows) said only
+    "no tool calls match": calls are matched by upstream server and tool. It now names the --tool to give."""
+    proc = sealbox("calls", "-s", str(recorded.path), "--tool", "db__write_query")
+    assert (proc.returncode, proc.stdout) == (0, "")
+    assert proc.stderr == ("no tool calls match\nnote: calls are matched by their upstream server and tool, not by the "
+                           "name a gateway exposes: --tool db/write_query lists the calls 'db__write_query' names\n")
+    assert sealbox("calls", "-s", str(recorded.path), "--tool", "db__nothing").stderr == "no tool calls match\n"
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["--match", "arguments.query~(unclosed"], "invalid regex '(unclosed'"),
     (["--match", "arguments.query"], "is not FIELD~REGEX"),

@@ -61,6 +61,16 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
         # the calls of replay runs that --replays would have listed: with --limit, those among the newest
         # calls (a count of all calls minus the listed ones said 0 once the listing reached the limit)
         listed = {(r["run_id"], r["call_id"]) for r in rows}
+        exposed_hint = None
+        if not rows and tool and "/" not in tool and server is None and "__" in tool.strip("_"):
+            # the name a gateway exposes (server + "__" + tool, the default separator), as the agent's MCP
+            # client shows it: calls are matched by upstream server and tool
+            up_server, up_tool = tool.split("__", 1)
+            if store.query_calls(tool=up_tool, server=up_server, run_id=run_id, agent=agent, principal=principal,
+                                 since=since, until=until, decision=decision, error=error, match=compiled, limit=1,
+                                 replays=replays):
+                exposed_hint = (f"note: calls are matched by their upstream server and tool, not by the name a gateway "
+                                f"exposes: --tool {up_server}/{up_tool} lists the calls {tool!r} names")
         left_out = 0 if replays or not _has_replays(store) else sum(
             (r["run_id"], r["call_id"]) not in listed for r in store.query_calls(
                 tool=tool, server=server, agent=agent, principal=principal, since=since, until=until,
@@ -85,6 +95,8 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
         return
     if not rows:
         click.echo("no tool calls match", err=True)
+        if exposed_hint:
+            click.echo(exposed_hint, err=True)
         return
     emit_rows([_display(r) for r in rows], _TABLE, as_json=False, as_csv=False, title=f"Tool calls ({len(rows)})")
 
