@@ -145,6 +145,13 @@ async def test_past_the_hold_pending_then_a_retry_gets_the_outcome_of_the_same_r
             assert first.is_error is True
             aid = approval_of(first)
             assert re.match(rf"approval {aid} pending; call again with the same arguments", text_of(first))
+            # a stdio client that exits and calls again starts a new session, a new run and a new request:
+            # the message says in which run a retry continues this request
+            run_id = first.meta["sealbox/approval"]["run_id"]
+            assert text_of(first).startswith(
+                f"approval {aid} pending; call again with the same arguments in run {run_id} (this session, or a "
+                f"client naming it in _meta[\"sealbox/run_id\"]: a new session is a new run and a new request) "
+                f"(it is decided by ")
             # the hint is a command that works as written: approve needs --reason and --key-file
             assert f"with `sealbox approvals approve {aid} --reason TEXT --key-file KEY`;" in text_of(first)
             again = await client.call_tool("toy__echo", {"text": "hello"})  # still pending: the same request

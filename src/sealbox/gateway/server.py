@@ -1459,8 +1459,12 @@ class Gateway:
             token = seal_state(self._state_key, approval_id=aid, run_id=pending.run_id, binding=pending.binding,
                                principal=principal, own_run=own_run, ttl_s=ttl)
             return types.InputRequiredResult(request_state=token, _meta={"sealbox/approval": info})
+        # a retry continues this request only in its run: a stdio client that exits and calls again is a
+        # new session, a new run and a new request, so the message names the run
         again = ("the gateway is shutting down; call again with the same arguments once it is back"
-                 if self.stopping else "call again with the same arguments")
+                 if self.stopping else
+                 f"call again with the same arguments in run {pending.run_id} (this session, or a client naming it "
+                 f"in _meta[\"sealbox/run_id\"]: a new session is a new run and a new request)")
         if self.stopping:
             info["gateway"] = "shutting_down"
         return _error_result(f"approval {aid} pending; {again} "
