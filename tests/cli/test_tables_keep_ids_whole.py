@@ -76,3 +76,20 @@ def test_a_table_too_narrow_folds_ids_without_cutting_them(wide_store):
                            if line.startswith("│"))
     assert run_id in first_column
     assert not re.search(r"01[0-9a-f-]*…", proc.stdout)
+
+
+def test_calls_table_folds_the_tool_name_instead_of_cutting_it(wide_store):
+    """The drill's own `sealbox calls --tool write_query` printed the tool as `db/write…`, the
+    decision `require_…`, the rule `writes-n…` and the approver `ops-onca…`: the facts the listing
+    is for, cut with an ellipsis while the arguments wrapped. Such columns now fold (every
+    character still there, on more lines)."""
+    path, run_id, _ = wide_store
+    proc = _sealbox(160, "calls", "-s", path)
+    assert proc.returncode == 0, proc.stderr
+    body = [line for line in proc.stdout.splitlines() if line.startswith("│")]
+    cols = [[c.strip() for c in line.strip("│").split("│")] for line in body]
+    assert cols[0][1] == run_id
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("┃"))
+    i = [c.strip() for c in header.strip("┃").split("┃")].index("tool")
+    assert "".join(row[i] for row in cols) == "db/write_query"
+    assert "…" not in "".join(row[i] for row in cols)

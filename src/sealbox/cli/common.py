@@ -223,6 +223,8 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
     for i, col in enumerate(columns):
         if i in keys:  # an id a person copies into the next command: never cut with an ellipsis
             table.add_column(col, no_wrap=keys[i] is not None, min_width=keys[i], overflow="fold")
+        elif col in FOLD_COLUMNS:  # a name the listing is read for: folded onto more lines, never cut
+            table.add_column(col, overflow="fold")
         else:
             table.add_column(col)
     for row in cells:
@@ -237,6 +239,11 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
 KEY_COLUMNS = ("run_id", "call_id", "approval_id", "grant_id", "key_id", "ts", "started", "started_at", "step",
                "run_seq", "expires_at", "parent", "parent_run_id", "replay of", "replay_of")
 OTHER_COLUMN_MIN = 8
+
+#: Columns holding a short name the listing is read for (a tool, a decision, the rule, who approved):
+#: one word longer than its column is folded onto more lines, not cut with an ellipsis (`db/write…`).
+FOLD_COLUMNS = ("tool", "server", "decision", "rule", "approvers", "decided_by", "flags", "status", "agent",
+                "principal", "change", "name", "role")
 
 
 def _key_widths(columns: Sequence[str], cells: list[list[str]], width: int) -> dict[int, int | None]:
