@@ -317,6 +317,17 @@ def test_runs_show_lists_parent_children_and_one_line_per_event(recorded):
     assert child[1] == f"parent   {recorded.runs['A']}" and child[2] == "children (none)"
 
 
+def test_runs_show_names_the_runs_snapshot(recorded):
+    """`sealbox snapshot diff FP_A FP_B` (README) needs the runs' fingerprints, which `runs show` did not
+    print (only --json did): the header now says which snapshot the run ran under."""
+    lines = sealbox("runs", "show", recorded.runs["A"], "-s", str(recorded.path)).stdout.splitlines()
+    assert lines[4] == f"snapshot {recorded.snapshots['S1']}"
+    child = sealbox("runs", "show", recorded.runs["B"], "-s", str(recorded.path)).stdout.splitlines()
+    assert child[3] == f"snapshot {recorded.snapshots['S2']}"
+    c_run = sealbox("runs", "show", recorded.runs["C"], "-s", str(recorded.path)).stdout.splitlines()
+    assert c_run[3] == "snapshot (none)"
+
+
 def test_runs_show_json_has_the_parent_and_children_the_table_shows(recorded):
     """--json printed the events only: the parent and children the table's header names were not
     in it. It is {"run": the run's row plus its children's rows, "events": [...]}."""

@@ -129,6 +129,7 @@ def _family(run_id: str, run: dict | None) -> list[str]:
     kids = run.get("children") or []
     out.append(f"children {len(kids) if kids else '(none)'}")
     out += [f"  {k['run_id']}  agent {one_line(k['agent'])}  {status_text(k)}" for k in kids]
+    out.append(f"snapshot {run.get('snapshot') or '(none)'}")  # what `sealbox snapshot diff` takes
     return out
 
 
