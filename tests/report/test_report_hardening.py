@@ -118,7 +118,7 @@ def test_report_to_one_of_the_stores_own_files_is_refused(tmp_path):
     assert os.stat(tmp_path / "st" / "log.vkey").st_nlink == 2
     code, out, err = _cli("report", run.run_id, "-s", "st", "-o", "st/report.md", cwd=tmp_path)  # any other name
     assert (code, err) == (0, "")
-    assert out == "wrote st/report.md (md, 5 events, 1 tool calls, 0 approvals; store verified)\n"
+    assert out == "wrote st/report.md (md, 5 events, 1 tool call, 0 approvals; store verified)\n"
     assert (tmp_path / "st" / "report.md").read_text(encoding="utf-8").startswith("# Sealbox incident report")
 
 

@@ -61,5 +61,9 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool
             target.discard()
     v = report.verification
     state = "verified" if v.ok else ("NOT VERIFIED" if v.checked else "not verified (--no-verify)")
-    click.echo(f"wrote {output} ({fmt}, {len(report.timeline)} events, {len(report.tool_calls)} tool calls, "
-               f"{len(report.approvals)} approvals; store {state})")
+    def count(n: int, noun: str) -> str:
+        return f"{n} {noun}{'' if n == 1 else 's'}"
+
+    click.echo(f"wrote {output} ({fmt}, {count(len(report.timeline), 'event')}, "
+               f"{count(len(report.tool_calls), 'tool call')}, {count(len(report.approvals), 'approval')}; "
+               f"store {state})")
