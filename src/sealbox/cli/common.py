@@ -373,3 +373,17 @@ def lines(items: Iterable[str]) -> None:
     """Print each item on its own line."""
     for item in items:
         click.echo(item)
+
+
+def explore_path_prefix(then: str) -> str:
+    """``export PATH=<this sealbox's folder>:$PATH`` and ``then`` when ``sealbox`` is not on PATH (installed
+    in a virtual environment that is not activated, as `make demo` does), so that the commands the demo
+    prints work when pasted into a new shell; else nothing."""
+    import os
+    import shutil
+    import sys
+
+    if shutil.which("sealbox"):
+        return ""
+    bindir = os.path.dirname(sys.executable)
+    return f"export PATH={bindir}:$PATH{then}" if os.path.exists(os.path.join(bindir, "sealbox")) else ""

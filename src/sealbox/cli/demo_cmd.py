@@ -80,7 +80,10 @@ def _sample(workdir: str | None) -> None:
     click.echo(report.summary())
     click.echo("")
     click.echo(f"Workspace: {workdir}")
-    click.echo(f"Explore it: export SEALBOX_STORE={store_dir}; sealbox runs show {run_id}; sealbox verify")
+    from sealbox.cli.common import explore_path_prefix
+
+    click.echo(f"Explore it: {explore_path_prefix('; ')}export SEALBOX_STORE={store_dir}; sealbox runs show {run_id}; "
+               "sealbox verify")
     if not report.ok:
         raise SystemExit(1)
 

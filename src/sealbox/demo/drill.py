@@ -426,7 +426,10 @@ def run_drill(workdir: str | os.PathLike | None = None, *, echo: Callable[[str],
     _investigation_facts(ws, result)
     result.seconds = time.monotonic() - started
     echo(f"\nWorkspace: {ws}")
-    echo(f"Explore it: cd {ws} && export SEALBOX_STORE=$PWD/store && sealbox runs show {run_id}")
+    from sealbox.cli.common import explore_path_prefix
+
+    echo(f"Explore it: cd {ws} && {explore_path_prefix(' && ')}export SEALBOX_STORE=$PWD/store && "
+         f"sealbox runs show {run_id}")
     echo(f"            sealbox approvals list; sealbox calls --run {run_id}; open incident.html")
     return result
 
@@ -530,3 +533,4 @@ def _investigate(ws: Path, result: DrillResult, echo: Callable[[str], None]) -> 
             os.environ["SEALBOX_STORE"] = old_store
     for step, why in result.skipped.items():
         echo(f"(not run: sealbox {step}: {why})")
+
