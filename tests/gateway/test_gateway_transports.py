@@ -953,3 +953,38 @@ async def test_an_http_session_idle_for_session_idle_s_is_closed_and_its_run_end
     assert [k for _, k in kinds(store, run_id)] == ["run.started", "tool.call", "policy.decision", "tool.result",
                                                     "run.ended"]
     assert [e.payload["status"] for e in store.read_run(run_id) if e.kind == "run.ended"] == ["ok"]
+
+
+async def test_a_client_that_disconnects_while_sending_its_body_leaves_no_traceback(tmp_path, store, caplog):
+    """A client that went away before its POST body was whole (its own timeout, a killed process, an
+    announced Content-Length never sent) made the SDK log "Error handling POST request" with a 9-line
+    starlette ClientDisconnect traceback on the gateway's stderr, one per such request: an unauthenticated-
+    looking flood of tracebacks for an ordinary event. Nothing is logged now, and the session still serves."""
+    import logging
+    import socket
+
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    caplog.set_level(logging.INFO)
+    async with anyio.create_task_group() as tg:
+        port = await _serve(gw, tg)
+        url = f"http://127.0.0.1:{port}/mcp"
+        auth = {**HEADERS, "authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient(timeout=20) as http:
+            init = await http.post(url, json=INIT, headers=auth)
+            sid = init.headers["mcp-session-id"]
+            auth = {**auth, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=auth)
+            head = "".join(f"{k}: {v}\r\n" for k, v in auth.items())
+            for opening in (False, True):  # on the session, and a request that would open one
+                with socket.create_connection(("127.0.0.1", port)) as s:
+                    sent = head if not opening else head.replace(f"mcp-session-id: {sid}\r\n", "")
+                    s.sendall(f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n{sent}content-length: 5000\r\n\r\n"
+                              '{"jsonrpc":"2.0","id":7,'.encode())
+                    await anyio.sleep(0.3)
+            await anyio.sleep(0.3)
+            call = await http.post(url, headers=auth, json={"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                                             "params": {"name": "toy__echo",
+                                                                        "arguments": {"text": "still here"}}})
+        tg.cancel_scope.cancel()
+    assert '"text":"still here"' in call.text
+    assert [(r.name, r.getMessage()) for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING] == []

@@ -463,6 +463,27 @@ def token_identities(cfg: Any) -> dict[str, str]:
     return tokens
 
 
+class _QuietClientDisconnects(logging.Filter):
+    """Drops the SDK's "Error handling POST request" record (logged with a whole traceback) when its error is
+    starlette's ``ClientDisconnect``: the client went away before its body was whole (its own timeout, a
+    killed process, a body announced and never sent), an ordinary event nothing can be done about, which
+    one client could repeat to fill the operator's log. Every other record of that logger passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from starlette.requests import ClientDisconnect
+
+        return not (record.exc_info and isinstance(record.exc_info[1], ClientDisconnect))
+
+
+_SDK_HTTP_SERVER_LOGGER = "mcp.server.streamable_http"
+
+
+def _quiet_client_disconnects() -> None:
+    sdk = logging.getLogger(_SDK_HTTP_SERVER_LOGGER)
+    if not any(isinstance(f, _QuietClientDisconnects) for f in sdk.filters):
+        sdk.addFilter(_QuietClientDisconnects())
+
+
 def http_app(gateway: Gateway, port: int) -> Any:
     """The ASGI app serving ``/mcp`` for a gateway listening on 127.0.0.1:``port``.
 
@@ -485,6 +506,7 @@ def http_app(gateway: Gateway, port: int) -> Any:
     if not cfg.tokens:
         raise ConfigError(f"{cfg.source}: http.tokens is required to serve over HTTP (each token maps to an identity)")
     tokens = token_identities(cfg)
+    _quiet_client_disconnects()
     security = TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=[f"127.0.0.1:{port}", f"localhost:{port}"],
