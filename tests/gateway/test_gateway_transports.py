@@ -73,6 +73,36 @@ async def test_http_rejects_a_foreign_origin_and_a_missing_token(tmp_path, store
     assert own.status_code == 200
 
 
+async def test_a_get_stream_with_last_event_id_opens_the_stream_instead_of_a_500(tmp_path, store, caplog):
+    """The gateway keeps no events to replay (no event store), but a GET carrying ``Last-Event-ID`` (a client
+    resuming its stream, e.g. a browser EventSource reconnecting) went to the SDK's replay, which returns
+    without an answer when there is no store: uvicorn logged "ASGI callable returned without starting
+    response" and answered 500. The header is now ignored (the specification lets a server not replay): the
+    GET opens the session's stream, as without it; another identity's GET is still refused."""
+    import logging
+
+    gw = Gateway(toy_config(tmp_path, extra=HTTP + "    - {token: other-token-for-the-tests-000, identity: other}\n"),
+                 store=store)
+    caplog.set_level(logging.INFO)
+    async with anyio.create_task_group() as tg:
+        port = await _serve(gw, tg)
+        url = f"http://127.0.0.1:{port}/mcp"
+        auth = {**HEADERS, "authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient(timeout=20) as http:
+            init = await http.post(url, json=INIT, headers=auth)
+            sid = init.headers["mcp-session-id"]
+            auth = {**auth, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=auth)
+            other = await http.get(url, headers={**auth, "authorization": "Bearer other-token-for-the-tests-000",
+                                                 "last-event-id": "1"})
+            async with http.stream("GET", url, headers={**auth, "last-event-id": "1"}) as stream:
+                opened = (stream.status_code, stream.headers.get("content-type"), stream.headers.get("mcp-session-id"))
+        tg.cancel_scope.cancel()
+    assert (other.status_code, other.json()["error"]["code"]) == (403, UNAUTHORIZED)
+    assert opened == (200, "text/event-stream", sid)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
 def test_one_token_given_to_two_identities_is_refused_before_serving(tmp_path, store, monkeypatch):
     """The tokens were read into a dict: a token listed for two identities (a copy-paste, or two
     variables holding the same value) silently recorded every call made with it as the last one's."""
