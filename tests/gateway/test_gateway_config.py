@@ -381,6 +381,19 @@ def test_an_http_identity_with_whitespace_or_a_control_character_is_refused_as_a
         "gw.yaml:9: http.tokens.2.identity: must not contain whitespace or control characters")
 
 
+@pytest.mark.parametrize("value", ["0", "10001", "2.5", "'many'"])
+def test_http_max_sessions_per_identity_is_a_validated_setting(value, tmp_path):
+    text = ("version: 1\nstore: ./st\npolicy: ALLOW_ALL\nhttp: {max_sessions_per_identity: %s}\n"
+            "upstreams:\n  - {id: a, command: x}\n")
+    assert parse_config(text.replace("http: {max_sessions_per_identity: %s}\n", ""),
+                        source="gw.yaml").max_sessions_per_identity == 100
+    assert parse_config(text % "1", source="gw.yaml").max_sessions_per_identity == 1
+    assert parse_config(text % "10000", source="gw.yaml").max_sessions_per_identity == 10000
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text % value, source="gw.yaml")
+    assert str(caught.value).startswith("gw.yaml:4: http.max_sessions_per_identity: ")
+
+
 @pytest.mark.parametrize("value, problem", [
     ("0", "gw.yaml:4: http.session_idle_s: 0 is less than or equal to the minimum of 0"),
     ("90000", "gw.yaml:4: http.session_idle_s: 90000 is greater than the maximum of 86400"),

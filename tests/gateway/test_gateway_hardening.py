@@ -18,7 +18,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 import sealbox
-from sealbox.gateway import UNAUTHORIZED, UNKNOWN_RUN, UNKNOWN_TOOL, Gateway
+from sealbox.gateway import TOO_MANY_CALLS, UNAUTHORIZED, UNKNOWN_RUN, UNKNOWN_TOOL, Gateway
 from sealbox.gateway.transports import serve_http
 
 from .conftest import TOY, connect, gateway_runs, running, text_of, toy_config, toy_log
@@ -183,6 +183,39 @@ async def test_an_http_session_is_used_only_by_the_identity_that_created_it(tmp_
     assert still.status_code == 200 and len(_rpc(still)["result"]["tools"]) == 11
     assert own_delete.status_code == 200
     assert [e.kind for e in store.read_run(run_id)][-1] == "run.ended"
+
+
+async def test_one_identity_cannot_take_every_http_session(tmp_path, store):
+    """The SDK caps a gateway's open HTTP sessions at 10 000, for all clients together, and an idle one stays
+    open for http.session_idle_s (30 minutes): one token opening sessions in a loop (measured: 9 499 in 66 s,
+    the gateway then at 508 MB) made every other identity's initialize get HTTP 503 "Too many open sessions"
+    for half an hour. Each identity now has at most http.max_sessions_per_identity sessions open (default
+    100): one more is refused HTTP 429 with TOO_MANY_CALLS, nothing else changes; the others still open
+    theirs, and a session that ends (DELETE) makes room again."""
+    gw = Gateway(toy_config(tmp_path, extra=HTTP2 + "  max_sessions_per_identity: 3\n"), store=store)
+    assert gw.config.max_sessions_per_identity == 3
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        alice = {**HEADERS, "authorization": f"Bearer {TOKEN_A}"}
+        bob = {**HEADERS, "authorization": f"Bearer {TOKEN_B}"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            opened = [await http.post(url, json=INIT, headers=alice) for _ in range(3)]
+            refused = await http.post(url, json=INIT, headers=alice)
+            other = await http.post(url, json=INIT, headers=bob)
+            ended = await http.delete(url, headers={**alice, "mcp-session-id": opened[0].headers["mcp-session-id"],
+                                                    "mcp-protocol-version": "2025-11-25"})
+            again = await http.post(url, json=INIT, headers=alice)
+        tg.cancel_scope.cancel()
+    assert [r.status_code for r in opened] == [200, 200, 200]
+    assert (refused.status_code, refused.json(), "mcp-session-id" in refused.headers) == (429, {
+        "jsonrpc": "2.0", "id": None, "error": {
+            "code": TOO_MANY_CALLS, "message": "identity alice already has 3 HTTP sessions open "
+            "(http.max_sessions_per_identity); end one (DELETE) or wait until an idle one is closed",
+            "data": {"limit": 3}}}, False)
+    assert other.status_code == 200 and "mcp-session-id" in other.headers
+    assert ended.status_code == 200
+    assert again.status_code == 200 and "mcp-session-id" in again.headers
 
 
 # ---------------------------------------------------------------------------- 3. the system run

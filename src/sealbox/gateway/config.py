@@ -21,6 +21,7 @@ Example::
         - {token_env: SEALBOX_TOKEN_CI, identity: ci-bot}
       allowed_origins: ["http://localhost:3000"]
       session_idle_s: 1800         # an HTTP session idle this long is closed
+      max_sessions_per_identity: 100  # HTTP sessions one identity may have open at once
     limits:
       max_request_bytes: 1048576
       approval_hold_s: 4
@@ -96,6 +97,7 @@ _SCHEMA: dict[str, Any] = {
                 },
                 "allowed_origins": {"type": "array", "items": {"type": "string", "pattern": r"^https?://"}},
                 "session_idle_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
+                "max_sessions_per_identity": {"type": "integer", "minimum": 1, "maximum": 10000},
             },
         },
         "limits": {
@@ -309,6 +311,8 @@ class GatewayConfig:
     #: --http: a session with no request in flight (none being served, no open GET stream) for this long
     #: is closed (its id then answers 404; the client initializes a new session, a new run)
     session_idle_s: float = 1800.0
+    #: --http: the sessions one identity may have open at once (the SDK's cap, 10 000, is for all together)
+    max_sessions_per_identity: int = 100
     limits: Limits = field(default_factory=Limits)
     breaker_threshold: int = 5
     breaker_cooldown_s: float = 30.0
@@ -476,6 +480,7 @@ def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:
         tokens=tuple(TokenSpec(t["identity"], t.get("token"), t.get("token_env")) for t in http.get("tokens") or ()),
         allowed_origins=tuple(http.get("allowed_origins") or ()),
         session_idle_s=float(http.get("session_idle_s", 1800.0)),
+        max_sessions_per_identity=http.get("max_sessions_per_identity", 100),
         limits=Limits(**{k: lim[k] for k in ("max_request_bytes", "approval_hold_s", "undelivered_keep_s",
                                              "call_timeout_s", "startup_timeout_s", "max_calls_in_flight")
                          if k in lim}),

@@ -22,7 +22,10 @@ HTTP specifics:
   answer, replaced: ``-32602``, a null id, a pydantic dump as the message);
 * bodies above ``4 × limits.max_request_bytes`` are refused by the SDK with HTTP
   413 before parsing; smaller requests whose params exceed the limit get the
-  JSON-RPC error ``REQUEST_TOO_LARGE``.
+  JSON-RPC error ``REQUEST_TOO_LARGE``;
+* an identity has at most ``http.max_sessions_per_identity`` sessions open: a request that would open
+  one more gets HTTP 429 and ``TOO_MANY_CALLS`` (the SDK's own cap, 10 000 sessions, is for every
+  client together: one token could otherwise take them all).
 """
 
 from __future__ import annotations
@@ -272,8 +275,12 @@ class BearerAuth:
     marked gone when the ASGI server reports ``http.disconnect``: a held call's outcome settled after its
     client disconnected is kept for the retry instead of counting as delivered."""
 
-    def __init__(self, app: Any, tokens: dict[str, str], sessions: Callable[[], Any] | None = None) -> None:
+    def __init__(self, app: Any, tokens: dict[str, str], sessions: Callable[[], Any] | None = None,
+                 max_sessions_per_identity: int | None = None) -> None:
         self.app, self.tokens = app, dict(tokens)
+        self.max_sessions_per_identity = max_sessions_per_identity
+        #: identity -> its requests being served that may open a session (not yet in ``owners``)
+        self._opening: Counter[str] = Counter()
         #: ``mcp-session-id`` -> the identity whose request created the session
         self.owners: dict[str, str] = {}
         #: the ids of the sessions still open (the SDK's), or None when they cannot be known: a session that
@@ -289,6 +296,13 @@ class BearerAuth:
             if hmac.compare_digest(given, token.encode()):
                 found = identity
         return found
+
+    def _open_sessions(self, identity: str) -> int:
+        """The sessions ``identity`` has open, and its requests being served that may open one."""
+        live = self.sessions() if self.sessions is not None else None
+        if live is None:  # the SDK's sessions cannot be read: ended ones would count for good, so none is counted
+            return 0
+        return sum(1 for sid, who in self.owners.items() if who == identity and sid in live) + self._opening[identity]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -314,6 +328,18 @@ class BearerAuth:
                 "code": codes.UNAUTHORIZED, "message": "a bearer token mapped to an identity is required"}}).encode()
             await send({"type": "http.response.start", "status": 401, "headers": [
                 (b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        opening = ("mcp-session-id" not in headers and self.max_sessions_per_identity is not None
+                   and _may_open_session(headers))
+        if opening and self._open_sessions(identity) >= self.max_sessions_per_identity:  # type: ignore[operator]
+            limit = self.max_sessions_per_identity
+            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                "code": codes.TOO_MANY_CALLS, "message": f"identity {identity} already has {limit} HTTP sessions "
+                "open (http.max_sessions_per_identity); end one (DELETE) or wait until an idle one is closed",
+                "data": {"limit": limit}}}).encode()
+            await send({"type": "http.response.start", "status": 429, "headers": [
+                (b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": body})
             return
         session_id = headers.get("mcp-session-id")
@@ -397,7 +423,16 @@ class BearerAuth:
                     self.owners.pop(session_id, None)  # ended, or unknown to the SDK (expired)
             await send(message)
 
-        await self.app(scope, receive_noting_disconnect, send_noting_sessions)
+        if not opening:
+            await self.app(scope, receive_noting_disconnect, send_noting_sessions)
+            return
+        self._opening[identity] += 1  # counted until its answer names its session (in owners) or it ends
+        try:
+            await self.app(scope, receive_noting_disconnect, send_noting_sessions)
+        finally:
+            self._opening[identity] -= 1
+            if self._opening[identity] <= 0:
+                del self._opening[identity]
 
 
     def _forget_ended(self) -> None:
@@ -407,6 +442,15 @@ class BearerAuth:
             return
         for sid in [sid for sid in self.owners if sid not in live]:
             del self.owners[sid]
+
+
+def _may_open_session(headers: dict[str, str]) -> bool:
+    """Whether a request without ``mcp-session-id`` may open a session: one not sent as a stateless
+    (2026-07-28 or later) request, which the SDK serves without one."""
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+    version = headers.get("mcp-protocol-version")
+    return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
 
 def _invalid_message_answer(request: bytes, answer: bytes) -> bytes | None:
@@ -526,7 +570,7 @@ def http_app(gateway: Gateway, port: int) -> Any:
     def sessions() -> Any:  # the SDK's open sessions (a private attribute: None if it is gone)
         return getattr(manager, "_server_instances", None)
 
-    return BearerAuth(app, tokens, sessions)
+    return BearerAuth(app, tokens, sessions, max_sessions_per_identity=getattr(cfg, "max_sessions_per_identity", None))
 
 
 def bind(port: int) -> socket.socket:
