@@ -212,6 +212,61 @@ policy: ALLOW_ALL
         raise AssertionError(f"the gateway did not start: {line!r} {proc.stderr.read()!r}")
 
 
+async def test_a_connection_that_never_finishes_its_request_head_is_closed(tmp_path, store, monkeypatch):
+    """uvicorn times out only an idle keep-alive connection, never a request head still arriving: a client
+    sending its headers a byte at a time (slowloris) kept each connection open for good (measured: 700 such
+    connections still open after 30 s; with no token needed, the gateway's file descriptors were the only
+    bound). A connection whose request head is not complete within transports.HEAD_TIMEOUT_S of its opening
+    (or of its previous answer) is now closed; complete requests are served as before."""
+    import socket
+
+    from sealbox.gateway import transports
+
+    monkeypatch.setattr(transports, "HEAD_TIMEOUT_S", 0.5, raising=False)
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+
+    def closed_by_server(sock: socket.socket) -> bytes:
+        sock.settimeout(5)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        return data
+
+    async with anyio.create_task_group() as tg:
+        port = await _serve(gw, tg)
+        first = socket.create_connection(("127.0.0.1", port))
+        first.sendall(f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n".encode())
+        second = socket.create_connection(("127.0.0.1", port))  # one answered request, then a head never finished
+        body = json.dumps(INIT).encode()
+        head = "".join(f"{k}: {v}\r\n" for k, v in {**HEADERS, "authorization": f"Bearer {TOKEN}"}.items())
+        second.sendall(f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n{head}content-length: {len(body)}\r\n\r\n"
+                       .encode() + body)
+        await anyio.sleep(0.3)
+        second.sendall(f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n".encode())
+        with first, second:
+            leftover_first = await anyio.to_thread.run_sync(closed_by_server, first)
+            answered_second = await anyio.to_thread.run_sync(closed_by_server, second)
+        async with httpx2.AsyncClient(timeout=20) as http:
+            init = await http.post(f"http://127.0.0.1:{port}/mcp", json=INIT,
+                                   headers={**HEADERS, "authorization": f"Bearer {TOKEN}"})
+            sid = init.headers["mcp-session-id"]
+        # two pipelined requests, the second a call longer than the head timeout: served, not cut
+        session_head = head + f"mcp-session-id: {sid}\r\nmcp-protocol-version: 2025-11-25\r\n"
+        listing = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).encode()
+        slow = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                           "params": {"name": "toy__slow", "arguments": {"seconds": 1.5}}}).encode()
+        third = socket.create_connection(("127.0.0.1", port))
+        with third:
+            third.sendall(b"".join(f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n{session_head}content-length: "
+                                   f"{len(b)}\r\n\r\n".encode() + b for b in (listing, slow)))
+            pipelined = await anyio.to_thread.run_sync(closed_by_server, third)
+        tg.cancel_scope.cancel()
+    assert b'"id":2,"result"' in pipelined and b'"id":3,"result"' in pipelined and b"slow done" in pipelined
+    assert leftover_first == b""
+    assert answered_second.startswith(b"HTTP/1.1 200 OK\r\n") and answered_second.count(b"HTTP/1.1") == 1
+    assert init.status_code == 200
+
+
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
 def test_http_gateway_stopped_by_a_signal_ends_its_runs_and_signs_a_final_checkpoint(tmp_path, signame):
     """The client's session is still open (no DELETE, its event stream held open) when the signal comes."""

@@ -3,6 +3,8 @@
 HTTP specifics:
 
 * binds 127.0.0.1 only;
+* a connection whose request head is not whole within ``HEAD_TIMEOUT_S`` (15 s) of its opening or of
+  its previous answer is closed (uvicorn times out only idle keep-alive connections: slowloris);
 * validates ``Host`` and ``Origin`` (DNS-rebinding protection, required by the
   MCP specification): a request whose ``Origin`` is not the gateway's own
   (``http://127.0.0.1:PORT``, ``http://localhost:PORT``) or listed in
@@ -593,6 +595,55 @@ def bind(port: int) -> socket.socket:
     return sock
 
 
+#: seconds a connection may take to send a whole request head, from its opening or its previous answer
+HEAD_TIMEOUT_S = 15.0
+
+
+def _http_protocol() -> Any:
+    """uvicorn's h11 protocol, closing a connection whose request head is not whole within
+    :data:`HEAD_TIMEOUT_S`. uvicorn times out only an idle keep-alive connection: a client sending its
+    head a byte at a time (slowloris; no token needed) kept its connection, a file descriptor, for good."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class _HeadTimeoutH11(H11Protocol):
+        _head_timer: Any = None
+
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm_head_timer()
+
+        def handle_events(self) -> None:
+            cycle = self.cycle
+            super().handle_events()
+            if self.cycle is not cycle:  # a request head is whole: its request is being served
+                self._disarm_head_timer()
+
+        def on_response_complete(self) -> None:
+            if not self.transport.is_closing():  # a keep-alive connection: its next head has the same time
+                self._arm_head_timer()  # first: uvicorn serves a pipelined request from inside this call
+            super().on_response_complete()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm_head_timer()
+            super().connection_lost(exc)
+
+        def _arm_head_timer(self) -> None:
+            self._disarm_head_timer()
+            self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_timed_out)
+
+        def _disarm_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if not self.transport.is_closing():
+                self.transport.close()
+
+    return _HeadTimeoutH11
+
+
 def _server(config: Any, gateway: Gateway | None = None) -> Any:
     """A ``uvicorn.Server`` that does not re-raise a SIGINT / SIGTERM once it has shut down on it.
 
@@ -656,7 +707,8 @@ async def _serve_http(gateway: Gateway, sock: socket.socket, task_status: Any) -
 
     port = sock.getsockname()[1]
     app = http_app(gateway, port)
-    server = _server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"), gateway)
+    server = _server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                                    http=_http_protocol()), gateway)
     try:
         import asyncio
 
