@@ -13,6 +13,7 @@ import threading
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -303,3 +304,80 @@ def test_two_stores_taking_turns_on_one_run_keep_its_chain(tmp_path: Path) -> No
     finally:
         for s in (c, b, a):
             s.close()
+
+
+def test_connections_of_threads_that_ended_are_closed_not_kept_until_the_store_closes(tmp_path: Path) -> None:
+    # was: each thread's connection stayed open until store.close(), after the thread had ended: a process
+    # recording from a thread per request (socketserver's ThreadingMixIn, a thread per task) held one
+    # connection (its sealbox.db and sealbox.db-wal descriptors) per thread it ever ran (observed: 51 after
+    # 50 threads), until the process ran out of file descriptors and every tool call was denied
+    import contextlib
+    import os
+
+    from sealbox import EventDraft
+
+    store = sealbox.init_store(tmp_path / "s", checkpoint_policy=CheckpointPolicy(every_events=10_000))
+    db = str(store.db_path)
+
+    def open_fds() -> dict[str, int]:
+        counts = {"db": 0, "wal": 0}
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/self/fd/{fd}")
+                if target == db:
+                    counts["db"] += 1
+                elif target == db + "-wal":
+                    counts["wal"] += 1
+        return counts
+
+    sizes: list[int] = []
+    seen: list[Any] = []
+
+    def append_and_read(i: int) -> None:
+        store.append(EventDraft("note", {"text": f"t{i}"}, run_id="system", principal="sealbox"))
+        sizes.append(store.size())
+        seen.append(store.read_range(i + 1, i + 2)[0].payload["text"])
+
+    try:
+        # the main thread's connection, and the WAL checkpointer's
+        store.append(EventDraft("note", {"text": "main"}, run_id="system", principal="sealbox"))
+        before = open_fds()
+        for i in range(1, 51):
+            worker = threading.Thread(target=append_and_read, args=(i,))
+            worker.start()
+            worker.join()
+        assert sizes == list(range(3, 53)) and seen == [f"t{i}" for i in range(1, 51)]
+        # the main thread's and the last thread's (closed when the next connection is opened)
+        assert open_fds() == {"db": before["db"] + 1, "wal": before["wal"] + 1}
+        assert len(store._conns) == 2
+        worker = threading.Thread(target=lambda: sizes.append(store.size()))  # a new thread: a new connection
+        worker.start()
+        worker.join()
+        assert sizes[-1] == 52 and len(store._conns) == 2
+        assert open_fds() == {"db": before["db"] + 1, "wal": before["wal"] + 1}
+        assert [e.payload["text"] for e in store.read_range(1, 52)] == ["main"] + [f"t{i}" for i in range(1, 51)]
+    finally:
+        store.close()
+    assert open_fds() == {"db": 0, "wal": 0}
+
+
+def test_a_reader_made_by_a_thread_that_ended_reads_on_the_connection_of_the_thread_using_it(tmp_path: Path) -> None:
+    # the connection of a thread that ended is closed when another thread opens one: a store.reader()
+    # made by that thread (it held the thread's connection) then failed every query with
+    # sqlite3.ProgrammingError 'Cannot operate on a closed database'; its queries now run on the
+    # connection of the thread making them
+    from sealbox import EventDraft
+
+    store = sealbox.init_store(tmp_path / "s")
+    readers: list[Any] = []
+    try:
+        store.append(EventDraft("note", {"text": "n1"}, run_id="system", principal="sealbox"))
+        for target in (lambda: readers.append(store.reader()), store.size):  # the second closes the first's
+            worker = threading.Thread(target=target)
+            worker.start()
+            worker.join()
+        assert len(store._conns) == 2
+        assert [(e.leaf_index, e.payload.get("text")) for e in readers[0].events(["note"], run_id="system")] \
+            == [(1, "n1")]
+    finally:
+        store.close()

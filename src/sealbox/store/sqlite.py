@@ -888,6 +888,7 @@ class SqliteStore(SqliteQueries):
         self._ckpt_timer: _CheckpointTimer | None = None
         self._local = _ThreadState()
         self._conns: list[sqlite3.Connection] = []
+        self._conn_threads: dict[sqlite3.Connection, threading.Thread] = {}  # connection -> the thread it was opened for
         self._conns_lock = threading.Lock()
         self._ckpt_lock = threading.Lock()
         self._wal_lock = threading.Lock()
@@ -1138,7 +1139,7 @@ class SqliteStore(SqliteQueries):
         conn = self._local.conn
         if conn is not None and conn not in self._inherited:
             self._inherited.append(conn)
-        self._conns = []
+        self._conns, self._conn_threads = [], {}
         self._local = _ThreadState()
         self._conns_lock = threading.Lock()
         self._ckpt_lock = threading.Lock()
@@ -1176,12 +1177,32 @@ class SqliteStore(SqliteQueries):
                              "multiprocessing's 'spawn', or fork before opening it")
         conn = self._local.conn
         if conn is None:
+            with self._conns_lock:
+                self._close_ended_threads_connections()
             conn = self._connect()
             self._local.conn = conn
             self._local.busy_zero = False
             with self._conns_lock:
                 self._conns.append(conn)
+                self._conn_threads[conn] = threading.current_thread()
         return conn
+
+    def _close_ended_threads_connections(self) -> None:
+        """Close the connections of threads that have ended (under ``_conns_lock``, before a connection is
+        opened): nothing can use them any more, and kept until close() a process running a thread per
+        request would hold one connection (its database and WAL descriptors) per thread it ever ran,
+        until it ran out of file descriptors. Closed before the new one is opened, which takes over the
+        database descriptor SQLite keeps for a while (while other connections hold locks on the file)."""
+        kept = []
+        for conn in self._conns:
+            thread = self._conn_threads.get(conn)
+            if thread is not None and not thread.is_alive():
+                del self._conn_threads[conn]
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            else:
+                kept.append(conn)
+        self._conns[:] = kept
 
     def _migrate_and_check(self) -> None:
         conn = self._conn()
@@ -2250,6 +2271,7 @@ class SqliteStore(SqliteQueries):
                 except sqlite3.Error:
                     pass
             self._conns.clear()
+            self._conn_threads.clear()
 
     def __enter__(self) -> "SqliteStore":
         return self
@@ -2284,7 +2306,8 @@ _TRACKED_READS = (
 
 class _StoreReader(Reader):
     """:meth:`SqliteStore.reader`: a :class:`Reader` whose every query counts as an operation of
-    its store (StoreError once the store is closed)."""
+    its store (StoreError once the store is closed) and runs on the connection of the thread
+    making it (the one of the thread that made the reader is closed once that thread has ended)."""
 
     def __init__(self, store: "SqliteStore") -> None:
         super().__init__(store._conn())
@@ -2298,6 +2321,7 @@ def _reader_method(name: str) -> Callable[..., Any]:
     def tracked(self: _StoreReader, *args: Any, **kwargs: Any) -> Any:
         depth = self._store._op_enter()
         try:
+            self.conn = self._store._conn()
             return base(self, *args, **kwargs)
         finally:
             self._store._op_leave(depth)
