@@ -1104,3 +1104,28 @@ def test_a_call_is_made_while_the_folder_cannot_take_the_checkpoint_file(tmp_pat
         ({"n": 0}, "ok"), ({"n": 1}, "ok"), ({"n": 2}, "ok")]
     done = cli("verify", str(folder))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_reader_made_by_a_thread_that_ended_reads_on_the_connection_of_the_thread_using_it(tmp_path, schema):
+    # the connection of a thread that ended is closed when another thread opens one: a store.reader() made
+    # by that thread (it held the thread's connection) then failed every query with psycopg's
+    # OperationalError 'the connection is closed'; its queries now run on the connection of the thread
+    # making them
+    import threading
+
+    from sealbox import EventDraft
+    from sealbox.store import init_store
+
+    store = init_store(tmp_path / "s", postgres_url=URL, schema=schema)
+    readers: list = []
+    try:
+        store.append(EventDraft("note", {"text": "n1"}, run_id="system", principal="sealbox"))
+        for target in (lambda: readers.append(store.reader()), store.size):  # the second closes the first's
+            worker = threading.Thread(target=target)
+            worker.start()
+            worker.join()
+        assert len(store._conns) == 2
+        assert [(e.leaf_index, e.payload.get("text")) for e in readers[0].events(["note"], run_id="system")] \
+            == [(1, "n1")]
+    finally:
+        store.close()

@@ -323,6 +323,19 @@ class PgReader(Reader):
         return [event_from_row(*r) for r in rows]
 
 
+class _PgStoreReader(PgReader):
+    """:meth:`PostgresStore.reader`: each query runs on the connection of the thread making it (the
+    one of the thread that made the reader is closed once that thread has ended)."""
+
+    def __init__(self, store: "PostgresStore") -> None:
+        store._pg()  # a closed store is refused here, as before
+        self._store, self._txn = store, None
+
+    @property
+    def conn(self) -> _Conn:  # type: ignore[override]
+        return _Conn(self._store._pg())
+
+
 class _ThreadState(threading.local):
     conn: Any = None
     ops = 0
@@ -991,7 +1004,7 @@ class PostgresStore(SqliteQueries):
 
     def reader(self) -> PgReader:
         """A :class:`PgReader` outside any write transaction."""
-        return PgReader(_Conn(self._pg()))
+        return _PgStoreReader(self)
 
     def read_run(self, run_id: str) -> list[Event]:
         """Every event of ``run_id``, ordered by run_seq (empty if unknown)."""
