@@ -381,3 +381,38 @@ def test_a_reader_made_by_a_thread_that_ended_reads_on_the_connection_of_the_thr
             == [(1, "n1")]
     finally:
         store.close()
+
+
+def test_a_listing_begun_by_a_thread_that_ended_goes_on_in_another_thread(tmp_path: Path) -> None:
+    # the connection of a thread that ended is closed when another thread opens one: a streamed listing
+    # (iter_run_rows, iter_nodes, ...) begun by that thread and resumed by another then raised
+    # sqlite3.ProgrammingError 'Cannot operate on a closed database'; the connection is now kept while
+    # such a generator is unfinished, and closed at the next connection opened after it finished
+    from sealbox import EventDraft
+
+    store = sealbox.init_store(tmp_path / "s")
+    gens: list[Any] = []
+    first: list[Any] = []
+
+    def begin() -> None:
+        gens.append(store.iter_run_rows())
+        first.append(next(gens[0]))
+
+    try:
+        store.append(EventDraft("run.started", {"agent": "a", "snapshot": None, "parent_run_id": None, "labels": {},
+                                                "policy": {"fingerprint": "sha256:" + "ab" * 32, "name": None}},
+                                run_id="r1", principal="agent:a"))
+        for target in (begin, store.size):
+            worker = threading.Thread(target=target)
+            worker.start()
+            worker.join()
+        assert len(store._conns) == 3  # the main thread's, the listing's, the last thread's
+        rest = list(gens[0])
+        assert [row[0] for row in first + rest] == [row[0] for row in store.iter_run_rows()]
+        assert len(first + rest) == 2
+        worker = threading.Thread(target=store.size)  # the finished listing's connection is closed now
+        worker.start()
+        worker.join()
+        assert len(store._conns) == 2
+    finally:
+        store.close()

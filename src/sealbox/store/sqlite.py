@@ -889,6 +889,8 @@ class SqliteStore(SqliteQueries):
         self._local = _ThreadState()
         self._conns: list[sqlite3.Connection] = []
         self._conn_threads: dict[sqlite3.Connection, threading.Thread] = {}  # connection -> the thread it was opened for
+        #: cursors of _stream generators not yet finished (their connection is kept while one may be resumed)
+        self._streams: weakref.WeakSet[sqlite3.Cursor] = weakref.WeakSet()
         self._conns_lock = threading.Lock()
         self._ckpt_lock = threading.Lock()
         self._wal_lock = threading.Lock()
@@ -1194,9 +1196,10 @@ class SqliteStore(SqliteQueries):
         until it ran out of file descriptors. Closed before the new one is opened, which takes over the
         database descriptor SQLite keeps for a while (while other connections hold locks on the file)."""
         kept = []
+        streaming = {cursor.connection for cursor in self._streams}  # a generator may go on in another thread
         for conn in self._conns:
             thread = self._conn_threads.get(conn)
-            if thread is not None and not thread.is_alive():
+            if thread is not None and not thread.is_alive() and conn not in streaming:
                 del self._conn_threads[conn]
                 with contextlib.suppress(sqlite3.Error):
                     conn.close()
@@ -1826,11 +1829,15 @@ class SqliteStore(SqliteQueries):
             try:
                 if cursor is None:
                     cursor = self._conn().execute(sql, params)
+                    with self._conns_lock:  # _close_ended_threads_connections iterates the set
+                        self._streams.add(cursor)
                 rows = cursor.fetchmany(batch)
             finally:
                 if depth is not None:
                     self._op_leave(depth)
             if not rows:
+                with self._conns_lock:
+                    self._streams.discard(cursor)
                 return
             yield from rows
 
