@@ -20,8 +20,10 @@ pytestmark = pytest.mark.anyio
 FLIP = str(Path(__file__).parent / "servers" / "flip_server.py")
 
 
-def flip_config(tmp_path, *, notify_on_list: bool = False):
-    env = '\n    env: {FLIP_NOTIFY_ON_LIST: "1"}' if notify_on_list else ""
+def flip_config(tmp_path, *, notify_on_list: bool = False, list_delay: float = 0.0):
+    env = ", ".join(([] if not notify_on_list else ['FLIP_NOTIFY_ON_LIST: "1"'])
+                    + ([] if not list_delay else [f'FLIP_LIST_DELAY: "{list_delay}"']))
+    env = f"\n    env: {{{env}}}" if env else ""
     ups = f"""
   - id: flip
     command: {json.dumps(sys.executable)}
@@ -83,3 +85,17 @@ async def test_an_upstream_announcing_a_change_on_every_listing_is_relisted_at_a
         assert anyio.current_time() - called < 2.0  # not held for the current 4 s gap
         assert denied.is_error is True and PIN_RULE in text_of(denied)
         assert len(system_events(store, "tools.changed")) - 1 == relists + 1
+
+
+async def test_a_storm_from_an_upstream_slower_to_list_than_the_gap_is_still_relisted_at_a_slowing_pace(tmp_path, store):
+    """Each listing takes 1.2 s and announces a change: the re-list after the 1 s gap was due once the
+    listing ended, which was taken for the end of the storm (the gap went back to 0.5 s), so the upstream was
+    re-listed back to back without end, a tools.changed event every 1.2 s (4 in the 6 s after start; on a
+    loaded machine a slow recording of tools.changed did the same to a fast upstream). A change announced
+    while being listed is the storm going on: re-lists start 0.5, 1 then 2 s after the one before (the gap
+    doubling, however long a listing takes), at +0.5, +1.7, +3.7 s, then +7.7 s: 3 in those 6 s."""
+    gw = Gateway(flip_config(tmp_path, notify_on_list=True, list_delay=1.2), store=store)
+    async with running(gw):
+        await anyio.sleep(6.0)
+        relists = len(system_events(store, "tools.changed")) - 1
+        assert 1 <= relists <= 3, relists  # slower listings or a loaded machine make fewer, never more

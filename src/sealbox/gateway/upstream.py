@@ -268,7 +268,7 @@ class Upstream:
             await self._publish(tools, seq)
             await self._publish_catalog(catalog)
             self._set_state("ready")
-            listed_at, streak = anyio.current_time(), 0
+            listed_at, streak, asked_while_listing = anyio.current_time(), 0, self._relist.is_set()
             while not eof.is_set():
                 await self._first_of(eof, self._relist)
                 if self._relist.is_set() and not eof.is_set():
@@ -280,6 +280,8 @@ class Upstream:
                         with anyio.move_on_after(wait):
                             await self._first_of(eof, self._urgent)
                         streak = min(streak + 1, 32)
+                    elif asked_while_listing:  # the storm goes on: a listing (or its recording) outlasting the gap
+                        streak = min(streak + 1, 32)  # did not end it (the gap never grew: one re-list after another)
                     else:
                         streak = 0
                     if eof.is_set():
@@ -295,6 +297,7 @@ class Upstream:
                                            "(limits.startup_timeout_s)") from None
                     await self._publish(tools, seq)
                     await self._publish_catalog(catalog)
+                    asked_while_listing = self._relist.is_set()
 
     def _transport(self) -> Any:
         if self.spec.kind == "stdio":

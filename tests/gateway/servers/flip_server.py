@@ -12,6 +12,7 @@ Tools:
 Environment:
   FLIP_NOTIFY_ON_LIST=1  every tools/list is also followed by a notifications/tools/list_changed (the
                          upstream never stops announcing a change)
+  FLIP_LIST_DELAY=S      every tools/list takes S seconds to answer (an upstream slower than the re-list gap)
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ async def list_tools(ctx, params) -> types.ListToolsResult:
         tools.append(types.Tool(name="extra", description="Appears on even listings.", input_schema=obj))
     if os.environ.get("FLIP_NOTIFY_ON_LIST") == "1":
         await ctx.session.send_tool_list_changed()
+    await anyio.sleep(float(os.environ.get("FLIP_LIST_DELAY", "0")))
     return types.ListToolsResult(tools=tools)
 
 
