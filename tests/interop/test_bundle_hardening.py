@@ -133,6 +133,42 @@ def test_write_atomically_creates_files_with_the_umask_permissions(tmp_path):
     assert stat.S_IMODE(os.stat(tmp_path / "f").st_mode) == 0o640
 
 
+@pytest.mark.parametrize("when", ["as the temporary file is created", "before the caller's with is entered"])
+def test_an_interrupt_just_after_the_temporary_file_is_created_leaves_no_file(tmp_path, monkeypatch, when):
+    """Ctrl-C landing right after os.open made the temporary file (before AtomicTarget noted it), or after
+    open_target returned but before the caller's ``with`` was entered, left ``.NAME.<random>.tmp`` behind:
+    `sealbox export -o` interrupted then (a process descheduled just after creating it, on a loaded
+    machine) made test_ctrl_c_during_an_export_is_one_line_exit_130_and_leaves_no_file fail at random."""
+    import gc
+
+    from sealbox.interop import bundle
+
+    if when.startswith("as"):
+        real_open = os.open
+
+        def interrupted_open(path, *args, **kwargs):
+            real_open(path, *args, **kwargs)
+            if str(path).endswith(".tmp"):
+                raise KeyboardInterrupt  # what the SIGINT handler raises once os.open has returned
+            raise AssertionError(path)
+
+        monkeypatch.setattr(bundle.os, "open", interrupted_open)
+    else:
+        real_init = bundle.AtomicTarget.__init__
+
+        def interrupted_init(self, *args, **kwargs):
+            real_init(self, *args, **kwargs)
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(bundle.AtomicTarget, "__init__", interrupted_init)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        write_atomically(folder / "x.sbx", b"data")
+    gc.collect()
+    assert list(folder.iterdir()) == []
+
+
 def test_report_to_a_fifo_or_through_a_planted_tmp_symlink(case, tmp_path):
     folder, store_path, run_id = case
     fifo = tmp_path / "r.md"

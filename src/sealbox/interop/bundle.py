@@ -635,18 +635,30 @@ class AtomicTarget:
         self._tmp: Path | None = None
         self._fd: int | None = None
         check_target(path, store_dir=store_dir)
+        creating: Path | None = None
         try:
             for _ in range(16):
                 tmp = self.folder / f".{path.name[:200]}.{secrets.token_hex(8)}.tmp"  # within NAME_MAX (255)
+                creating = tmp
                 try:
                     self._fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                                        | getattr(os, "O_CLOEXEC", 0), 0o666)
                 except FileExistsError:
+                    creating = None  # not ours
                     continue
                 self._tmp = tmp
                 break
         except OSError as exc:
             raise BundleError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        except BaseException:
+            # an interrupt (Ctrl-C) just as the file was created, before it was noted: not left behind
+            if creating is not None and self._tmp is None:
+                try:
+                    os.unlink(creating)
+                except OSError:
+                    pass
+            self.discard()
+            raise
         if self._fd is None:
             raise BundleError(f"cannot write {path}: no unused temporary file name in {self.folder}")
 
@@ -686,6 +698,14 @@ class AtomicTarget:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+    def __del__(self) -> None:
+        # dropped unwritten without discard(): an interrupt after it was made but before the caller's
+        # ``with`` (or try) was entered
+        try:
+            self.discard()
+        except Exception:  # noqa: BLE001 - at interpreter exit; never an "Exception ignored in" line
+            pass
 
     def __enter__(self) -> "AtomicTarget":
         return self
