@@ -665,6 +665,49 @@ async def test_a_tool_with_an_empty_name_is_not_listed(tmp_path, store):
     assert [e.payload["tool"] for e in all_events(store) if e.kind == "tool.call"] == ["ping"]
 
 
+def test_sigterm_while_requests_are_still_being_read_is_a_clean_stop(tmp_path):
+    """SIGTERM right after a client wrote its requests: the relay between stdin and the server was passing
+    one on when the server stopped reading, and its BrokenResourceError ended the gateway with 'error:
+    internal error: ExceptionGroup: unhandled errors in a TaskGroup' (exit 70). It is a clean stop (exit 0);
+    requests the server had not read yet are not answered."""
+    import signal
+    import subprocess
+
+    sealbox.init_store(tmp_path / "store").close()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"""version: 1
+store: ./store
+policy: ALLOW_ALL
+upstreams:
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+""")
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}) + "\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        lines = [{"jsonrpc": "2.0", "method": "notifications/initialized"}] + [
+            {"jsonrpc": "2.0", "id": 2 + i, "method": "tools/call", "params": {"name": "toy__echo", "arguments": {"text": str(i)}}}
+            for i in range(20)]
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in lines))
+        proc.stdin.flush()
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert proc.returncode == 0, stderr
+    assert "internal error" not in stderr and "Traceback" not in stderr, stderr
+    assert all(json.loads(line)["result"]["content"] == [{"type": "text", "text": str(json.loads(line)["id"] - 2)}]
+               for line in stdout.splitlines())  # what was answered was answered right
+
+
 def test_sigterm_with_a_call_in_flight_answers_it_before_closing(tmp_path):
     import signal
     import subprocess

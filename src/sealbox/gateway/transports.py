@@ -155,7 +155,10 @@ class _StdioRelay:
                     self.open[message.id] += 1
                 elif isinstance(message, types.JSONRPCNotification) and message.method == "notifications/cancelled":
                     self._done((message.params or {}).get("requestId"))
-                await to_server.send(item)
+                try:
+                    await to_server.send(item)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    return  # the server stopped reading (SIGTERM/SIGINT): the session is over, not an internal error
             with anyio.move_on_after(self.wait_s):
                 while self.open:
                     await self._answered.wait()
