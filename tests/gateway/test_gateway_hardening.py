@@ -722,6 +722,7 @@ upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
     args: [{json.dumps(TOY)}]
+    env: {{TOY_LOG: {json.dumps(str(tmp_path / "toy.log"))}}}
 """)
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
     proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)],
@@ -744,8 +745,14 @@ upstreams:
         read_id(1)
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "toy__slow",
-                                                                           "arguments": {"seconds": 1.5}}})
-        time.sleep(0.7)  # the call is in flight upstream
+                                                                           "arguments": {"seconds": 2.0}}})
+        # the call is in flight upstream (a fixed 0.7 s was not always enough on a loaded machine: then the
+        # SIGTERM came before the gateway had read it)
+        deadline = time.monotonic() + 30
+        log = tmp_path / "toy.log"
+        while not (log.exists() and log.read_text().endswith("\n")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [json.loads(line)["tool"] for line in log.read_text().splitlines()] == ["slow"]
         proc.send_signal(signal.SIGTERM)
         reply = read_id(2)
         assert proc.wait(timeout=30) == 0
