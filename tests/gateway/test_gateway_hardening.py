@@ -780,7 +780,8 @@ async def test_sigterm_over_http_with_a_call_in_flight_answers_it_before_closing
 
     from .test_gateway_transports import TOKEN, _http_serve_process
 
-    proc, port = _http_serve_process(tmp_path)
+    log = tmp_path / "toy.log"
+    proc, port = _http_serve_process(tmp_path, toy_log=log)
     try:
         http = httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"}, timeout=30)
         async with http, streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http) as (r, w):
@@ -789,11 +790,15 @@ async def test_sigterm_over_http_with_a_call_in_flight_answers_it_before_closing
                     await client.initialize()
 
                     async def stop_soon() -> None:
-                        await anyio.sleep(0.7)  # the call is in flight upstream
+                        # once the call is in flight upstream (a fixed 0.7 s was not always enough on a loaded
+                        # machine: the SIGTERM then came before the call had reached the gateway)
+                        while not (log.exists() and log.read_text().endswith("\n")):
+                            await anyio.sleep(0.01)
+                        assert [json.loads(line)["tool"] for line in log.read_text().splitlines()] == ["slow"]
                         proc.send_signal(signal.SIGTERM)
 
                     tg.start_soon(stop_soon)
-                    result = await client.call_tool("toy__slow", {"seconds": 1.5})
+                    result = await client.call_tool("toy__slow", {"seconds": 2.0})
         assert proc.wait(timeout=30) == 0
     finally:
         if proc.poll() is None:

@@ -177,8 +177,9 @@ upstreams:
         store.close()
 
 
-def _http_serve_process(tmp_path):
-    """``sealbox gateway serve --http 0`` on the toy upstream as a subprocess; (process, port)."""
+def _http_serve_process(tmp_path, *, toy_log: Path | None = None):
+    """``sealbox gateway serve --http 0`` on the toy upstream as a subprocess; (process, port). With
+    ``toy_log``, the toy upstream logs each call it receives there (TOY_LOG)."""
     import re
     import subprocess
     import time
@@ -192,7 +193,7 @@ policy: ALLOW_ALL
   - id: toy
     command: {json.dumps(sys.executable)}
     args: [{json.dumps(TOY)}]
-""")
+""" + (f"    env: {{TOY_LOG: {json.dumps(str(toy_log))}}}\n" if toy_log is not None else ""))
     sealbox_cmd = str(Path(sys.executable).parent / "sealbox")
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
     proc = subprocess.Popen([sealbox_cmd, "gateway", "serve", "--config", str(config), "--http", "0"],
