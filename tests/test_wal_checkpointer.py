@@ -137,12 +137,24 @@ def test_background_thread_copies_the_wal_and_keeps_it_bounded(tmp_path: Path, d
         reopened.close()
 
 
+def parked(ckpt) -> bool:
+    """The checkpointer thread waits for a wake-up (in ``_wake.wait()``): no round under way, none due."""
+    frame = sys._current_frames().get(ckpt._thread.ident)
+    while frame is not None:
+        if frame.f_code.co_name == "wait" and frame.f_locals.get("self") is ckpt._wake:
+            return not ckpt._wake.is_set()
+        frame = frame.f_back
+    return False
+
+
 def test_an_idle_store_thread_sleeps(tmp_path: Path) -> None:
     store = sealbox.init_store(tmp_path / "s")
     try:
         ckpt = store._wal_ckpt
         assert ckpt is not None and ckpt.is_alive()
-        time.sleep(0.3)  # let it handle the wake-ups of init
+        # let it handle the wake-ups of init (a fixed 0.3 s was not always enough: a round's fsync on a
+        # loaded disk outlasted it, and the round's count then changed below)
+        assert wait_for(lambda: parked(ckpt))
         looks = ckpt.checkpoints
         t0 = time.thread_time()
         time.sleep(0.5)
