@@ -15,7 +15,9 @@ import importlib.util
 import json
 import os
 import textwrap
+import time
 import uuid
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from test_otlp_roundtrip import Collector, _sb
@@ -73,9 +75,21 @@ def _export(path, run_ids, tmp_path):
     return file
 
 
+def away_from_midnight(margin_s: float = 60.0) -> None:
+    """A day's budget counts from 00:00 UTC: usage recorded just before midnight is not the next day's, so a
+    test recording some and expecting the day's limit tripped by it failed when midnight fell in between
+    (shown with the recorder's clock moved past midnight before the last call: 'DID NOT RAISE ToolDenied').
+    So close to midnight, wait for the new day first."""
+    now = datetime.now(timezone.utc)
+    left = (now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1) - now).total_seconds()
+    if left < margin_s:
+        time.sleep(left + 0.5)
+
+
 def test_live_token_and_cost_budgets_are_enforced_on_every_backend(backend, tmp_path):
     """The day's tokens and cost are numbers on PostgreSQL too (its sum of a bigint is a numeric, read as
     a Decimal: every call under a token budget was denied as a guardrail_error)."""
+    away_from_midnight()  # the 200 tokens recorded below and the call they make exceed a limit are on one day
     live = backend(tmp_path / "live")
     try:
         with Recorder(live, policy=Policy.from_text(ALLOW)).run(agent="bot", principal="agent:bot") as run:
