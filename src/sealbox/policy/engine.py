@@ -268,7 +268,20 @@ class Policy:
             raise _Failure(f"condition raised {type(exc).__name__}: {why}") from exc
         elapsed_ms = (time.perf_counter() - t0) * 1000
         if elapsed_ms > self.timeout_ms:
-            raise _Failure(f"condition took {elapsed_ms:.1f} ms, above the time limit of {self.timeout_ms} ms")
+            # wall-clock time: the process may have been descheduled meanwhile (a loaded host stalls it for
+            # tens of ms now and then), which made a cheap condition a guardrail_error. A condition is pure:
+            # timed once more, it is over the limit only if it is so again (no cost when under the limit)
+            t0 = time.perf_counter()
+            try:
+                result = cond.program.execute(context)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # noqa: BLE001 - as above (it did not raise the first time)
+                why = _short(_without_argument_values(str(exc), state.call.arguments))
+                raise _Failure(f"condition raised {type(exc).__name__}: {why}") from exc
+            elapsed_ms = min(elapsed_ms, (time.perf_counter() - t0) * 1000)
+            if elapsed_ms > self.timeout_ms:
+                raise _Failure(f"condition took {elapsed_ms:.1f} ms, above the time limit of {self.timeout_ms} ms")
         if not isinstance(result, bool):
             raise _Failure(f"condition returned {type(result).__name__}, not a bool")
         return result
