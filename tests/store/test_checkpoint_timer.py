@@ -25,6 +25,17 @@ def _checkpoint_rows(path: Path) -> list[tuple[int, str]]:
         db.close()
 
 
+def _until(cond, timeout: float = 30.0) -> bool:
+    """Poll ``cond`` until it holds or ``timeout`` seconds pass (a timer's signing is a write and an fsync:
+    on a loaded machine it may come well after its due time)."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def _events(path: Path) -> int:
     db = sqlite3.connect(path / "sealbox.db")
     try:
@@ -43,9 +54,9 @@ def test_idle_store_signs_the_due_checkpoint(tmp_path: Path) -> None:
         assert [size for size, _ in before] == [1]
         store.append(sealbox.EventDraft(kind="note", payload={"text": "written just before an idle period"}))
         assert _events(path) == 2
-        time.sleep(2.5)  # no append, no close
+        # no append, no close: signed by the timer (about 1 s later; a fixed 2.5 s was not always enough)
+        assert _until(lambda: [size for size, _ in _checkpoint_rows(path)] == [1, 2] and store._ckpt_timer.signed == 1)
         rows = _checkpoint_rows(path)
-        assert [size for size, _ in rows] == [1, 2]
         signed = verify_checkpoint(rows[-1][1], vkey)  # a real signature by the log's key
         assert signed.size == 2
         assert (path / "checkpoint").read_text() == rows[-1][1]  # the checkpoint file follows
@@ -59,9 +70,7 @@ def test_idle_store_signs_the_due_checkpoint(tmp_path: Path) -> None:
         assert [size for size, _ in _checkpoint_rows(path)] == [1, 2, 3]
         store.append(sealbox.EventDraft(kind="note", payload={"text": "third"}))
         assert [size for size, _ in _checkpoint_rows(path)] == [1, 2, 3]
-        time.sleep(2.5)
-        assert [size for size, _ in _checkpoint_rows(path)] == [1, 2, 3, 4]
-        assert store._ckpt_timer.signed == 2
+        assert _until(lambda: [size for size, _ in _checkpoint_rows(path)] == [1, 2, 3, 4] and store._ckpt_timer.signed == 2)
         timer = store._ckpt_timer
     finally:
         store.close()
@@ -122,7 +131,8 @@ def test_two_stores_on_one_database_sign_each_size_once(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     try:
-        time.sleep(1.0)  # idle: each store's timer signs what it appended
+        # idle: each store's timer signs what it appended (a fixed 1 s was not always enough)
+        assert _until(lambda: [size for size, _ in _checkpoint_rows(path)][-1] == 81)
         rows = _checkpoint_rows(path)
         sizes = [size for size, _ in rows]
         assert not errors
@@ -172,8 +182,8 @@ def test_a_store_dropped_without_close_stops_its_timer(tmp_path: Path) -> None:
     store = open_store(path, checkpoint_policy=CheckpointPolicy(every_events=1000, every_seconds=0.2))
     store.append(sealbox.EventDraft(kind="note", payload={"text": "x"}))
     timer = store._ckpt_timer
-    time.sleep(0.6)  # signed by the timer, which then waits for the next append without holding the store
-    assert [size for size, _ in _checkpoint_rows(path)] == [1, 2]
+    # signed by the timer, which then waits for the next append without holding the store
+    assert _until(lambda: [size for size, _ in _checkpoint_rows(path)] == [1, 2] and timer.signed == 1)
     del store
     gc.collect()
     timer._thread.join(5)
