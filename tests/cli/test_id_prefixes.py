@@ -159,3 +159,14 @@ def test_an_id_shortened_for_display_with_an_ellipsis_names_the_run(tmp_path) ->
     for given in ("ffff…", rid[:3] + "…"):  # no id starts so / too short: the error names what was typed
         proc = sb("runs", "show", given, "-s", tmp_path / "s")
         assert proc.returncode == 2 and proc.stderr.startswith(f"error: no run {given!r}"), proc.stderr
+
+
+@pytest.mark.parametrize("given", ["run-x…", "run-x..."])
+def test_an_id_cut_with_an_ellipsis_that_is_also_a_whole_id_is_ambiguous(sample, given) -> None:
+    """`run-x…` is an id cut for display: any id starting `run-x`, `run-x2` as well as `run-x`. It
+    named `run-x` silently (the exact match of the text before the ellipsis), whichever was cut."""
+    path, _, _ = sample
+    res = sb("runs", "show", given, "-s", path)
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == ("error: run id prefix 'run-x' is ambiguous: it starts run-x, run-x2 "
+                          "(give more characters)\n")

@@ -124,9 +124,12 @@ def resolve_id(store: Any, what: str, text: str) -> str:
         found = store.ids_with_prefix(what, folded)
         if found:
             text = folded
+    cut_for_display = False
     if not found and folded.endswith(("…", "...")):
         # an id as the tables and the README show it cut short (`01a24305-f521…`): what precedes the
-        # ellipsis is a prefix (of MIN_ID_PREFIX characters at least, or it names nothing)
+        # ellipsis is a prefix (of MIN_ID_PREFIX characters at least, or it names nothing); an id equal
+        # to it is no exact match (`run-x…` may be `run-x2` cut): several ids are ambiguous
+        cut_for_display = True
         cut = text.strip().rstrip(".…")
         shortest = MIN_ID_PREFIX + (len(_APPROVAL_TAG) if cut.lower().startswith(_APPROVAL_TAG) else 0)
         for candidate in dict.fromkeys((cut, cut.lower())) if len(cut) >= shortest else ():
@@ -134,7 +137,7 @@ def resolve_id(store: Any, what: str, text: str) -> str:
             if found:
                 text = candidate
                 break
-    if not found or found[0] == text:
+    if not found or (found[0] == text and not (cut_for_display and len(found) > 1)):
         return text
     if len(text) < MIN_ID_PREFIX:
         raise BadInput(f"no {what} {text!r}; an id prefix needs at least {MIN_ID_PREFIX} characters")
