@@ -446,3 +446,25 @@ def test_verify_of_a_bundle_with_store_given_says_store_is_not_used(tmp_path):
                            f"with --key {target / 'log.vkey'}\n")
     assert run("verify", str(bundle), "--key", str(target / "log.vkey")).returncode == 0
     assert run("verify", str(bundle), env={"SEALBOX_STORE": str(target)}).returncode == 3
+
+
+def test_verify_of_a_bundle_with_store_and_a_key_given_verifies_it(tmp_path):
+    """-s with a bundle is an error only where it hid what was missing (no key given: NO TRUSTED KEY).
+    With --key (or --trust-bundle-key) given as well, the bundle is checked against that key as before
+    d064086: a script passing `-s STORE` to every command got exit 2 for a bundle it had verified."""
+    import sealbox
+    from sealbox.recorder import Recorder
+
+    target = tmp_path / "store"
+    store = sealbox.init_store(target)
+    with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as rec:
+        rec.note("hello")
+    store.close()
+    bundle = tmp_path / "case.sbx"
+    assert run("export", rec.run_id, "-o", str(bundle), "-s", str(target)).returncode == 0
+    alone = run("verify", str(bundle), "--key", str(target / "log.vkey"))
+    both = run("verify", str(bundle), "-s", str(target), "--key", str(target / "log.vkey"))
+    assert (both.returncode, both.stderr) == (0, "") and both.stdout.startswith("Verified: the bundle is intact. 3 events in 1 run")
+    assert both.stdout.split("took")[0] == alone.stdout.split("took")[0]
+    trusting = run("verify", str(bundle), "-s", str(target), "--trust-bundle-key")
+    assert (trusting.returncode, trusting.stderr) == (0, ""), trusting.stderr

@@ -205,8 +205,10 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, trust_bund
         _refuse_url(target)  # postgresql://…: one line saying stores are folders
         raise BadInput(f"{target} does not exist (give a store's folder or a bundle file)")
     if target is not None and os.path.isfile(target):
-        if click.get_current_context().get_parameter_source("store_path") is click.core.ParameterSource.COMMANDLINE:
-            # was ignored silently (then NO TRUSTED KEY): the user meant that store's key
+        if (vkey is None and not trust_bundle_key
+                and click.get_current_context().get_parameter_source("store_path") is click.core.ParameterSource.COMMANDLINE):
+            # was ignored silently (then NO TRUSTED KEY): the user meant that store's key (with a key given,
+            # -s is not what decides the answer: a script passing -s to every command verifies as before)
             raise BadInput(f"-s/--store is not used for a bundle file: check {target} against that store's key "
                            f"with --key {os.path.join(store_path, 'log.vkey')}")
         if canonical:  # was ignored silently: a bundle is verified from its own bytes, without that check
