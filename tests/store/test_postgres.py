@@ -1129,3 +1129,57 @@ def test_a_reader_made_by_a_thread_that_ended_reads_on_the_connection_of_the_thr
             == [(1, "n1")]
     finally:
         store.close()
+
+
+def test_connections_of_threads_not_started_by_threading_that_ended_are_closed(tmp_path, schema):
+    # was (302d17f): a thread was taken as ended when its threading.Thread said so, and a thread not
+    # started by the threading module (a C library's worker calling into Python, _thread.start_new_thread)
+    # is a _DummyThread, alive for good on Python 3.11/3.12 (3.13 raises RuntimeError from is_alive once
+    # it ended): each such thread's connection stayed open until store.close(), as before that commit
+    import _thread
+    import threading
+    import time
+    from typing import Any
+
+    import psycopg
+
+    from sealbox import EventDraft
+    from sealbox.store import init_store
+
+    store = init_store(tmp_path / "s", postgres_url=URL, schema=schema)
+    pids: list[int] = []
+
+    def one_append(i: int, done: Any) -> None:
+        store.append(EventDraft("note", {"text": f"t{i}"}, run_id="system", principal="sealbox"))
+        pids.append(store._pg().info.backend_pid)
+        done.release()
+
+    def alive() -> list[int]:
+        with psycopg.connect(URL, autocommit=True) as conn:
+            for _ in range(100):  # a closed connection's server process ends a moment later
+                found = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,))]
+                if not found:
+                    return found
+                time.sleep(0.05)
+            return found
+
+    try:
+        for i in range(5):
+            done = _thread.allocate_lock()
+            done.acquire()
+            _thread.start_new_thread(one_append, (i, done))
+            done.acquire()
+            for _ in range(100):  # the thread's state (and its thread-local data) is gone a moment after
+                if _thread._count() == 0:
+                    break
+                time.sleep(0.01)
+            time.sleep(0.05)
+        assert len(set(pids)) == 5
+        sizes: list[int] = []
+        worker = threading.Thread(target=lambda: sizes.append(store.size()))  # a new connection: those of the
+        worker.start()  # ended threads are closed
+        worker.join()
+        assert sizes == [6]
+        assert alive() == []
+    finally:
+        store.close()

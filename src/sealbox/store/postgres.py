@@ -44,6 +44,7 @@ import select
 import threading
 import time
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -336,8 +337,17 @@ class _PgStoreReader(PgReader):
         return _Conn(self._store._pg())
 
 
+class _Alive:
+    """One per thread using a store (its :class:`_ThreadState`'s ``alive``): released with the thread's
+    thread-local data when the thread ends, whoever started it (a ``threading.Thread``, ``_thread`` or a C
+    library: the latter are ``_DummyThread`` objects whose ``is_alive()`` says nothing of it)."""
+
+    __slots__ = ("__weakref__",)
+
+
 class _ThreadState(threading.local):
     conn: Any = None
+    alive: "_Alive | None" = None
     ops = 0
     lock_timeout: float | None = None
     no_wait = False
@@ -390,7 +400,8 @@ class PostgresStore(SqliteQueries):
         self._create = _create
         self._local = _ThreadState()
         self._conns: list[Any] = []
-        self._conn_threads: dict[int, threading.Thread] = {}  # id(connection) -> the thread it was opened for
+        #: id(connection) -> the (weakly held) _Alive of the thread it was opened for: dead once that thread ended
+        self._conn_threads: dict[int, Any] = {}
         self._conns_lock = threading.Lock()
         self._ckpt_lock = threading.Lock()
         self._wal_lock = threading.Lock()  # guards the checkpoint timer (the name SqliteStore's timer code uses)
@@ -475,7 +486,10 @@ class PostgresStore(SqliteQueries):
             with self._conns_lock:
                 self._close_ended_threads_connections()
                 self._conns.append(conn)
-                self._conn_threads[id(conn)] = threading.current_thread()
+                alive = self._local.alive
+                if alive is None:
+                    alive = self._local.alive = _Alive()
+                self._conn_threads[id(conn)] = weakref.ref(alive)
         return conn
 
     def _close_ended_threads_connections(self) -> None:
@@ -485,7 +499,7 @@ class PostgresStore(SqliteQueries):
         kept = []
         for conn in self._conns:
             thread = self._conn_threads.get(id(conn))
-            if thread is not None and not thread.is_alive():
+            if thread is not None and thread() is None:
                 del self._conn_threads[id(conn)]
                 with contextlib.suppress(Exception):
                     conn.close()
