@@ -890,6 +890,20 @@ def test_a_url_the_driver_cannot_parse_is_one_error_line_that_does_not_print_its
                    '"]" in IPv6 host address in URI: "postgresql://…@[::1")\n'), args
 
 
+def test_a_password_holding_a_raw_at_sign_is_not_printed_in_part(tmp_path, schema):
+    # was (8096d12 masked the user information up to its first '@' only): a password typed with a raw '@'
+    # (not %40), the likeliest reason a URL fails, printed what follows its first '@' as the host name:
+    # "failed to resolve host 'secret@127.0.0.1'", or "postgresql://…@secret@[::1" as libpq quoted the URL
+    for bad, host in (("postgresql://postgres:my@secret@127.0.0.1:1/test", "'…@127.0.0.1'"),
+                      ("postgresql://postgres:my@secret@[::1", None)):
+        res = cli("init", "--postgres", bad, "--schema", schema, str(tmp_path / "new"))
+        assert (res.returncode, res.stdout) == (2, ""), res.stderr
+        assert "secret" not in res.stderr and res.stderr.count("\n") == 1, res.stderr
+        assert res.stderr.startswith(f"error: cannot create the store's schema '{schema}' in PostgreSQL ("), res.stderr
+        if host is not None:
+            assert f"failed to resolve host {host}" in res.stderr, res.stderr
+
+
 def test_a_read_after_the_server_ended_the_idle_connection_is_answered_on_a_new_one(tmp_path, schema):
     # was: the first read of each thread after the server ended its idle connection (a restart, a failover,
     # pg_terminate_backend, idle_session_timeout) failed with "PostgreSQL could not answer a read (terminating

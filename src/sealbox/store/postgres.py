@@ -1433,7 +1433,9 @@ def _drop_claimed(url: str, schema: str, secret_check: str) -> None:
 
 #: a connection URL's user information (``scheme://user:password@``) or a conninfo ``password=...``, as libpq
 #: quotes them back in some errors (a URL it cannot parse): never printed (the URL is kept mode 0600 for it)
-_CREDENTIALS = re.compile(r"(?i)(\bpostgres(?:ql)?://)[^@/\s\"']*@|(\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s\"']+)")
+#: Up to the last '@' of the quoted text: a password typed with a raw '@' (not %40), the likeliest reason a URL fails
+#: to parse, has its part after the first '@' read as the host name (psycopg: "failed to resolve host 'secret@h'").
+_CREDENTIALS = re.compile(r"(?i)(\bpostgres(?:ql)?://|\bhost ')[^\s\"']*@|(\bpassword\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s\"']+)")
 
 
 def _one_line(exc: BaseException) -> str:
