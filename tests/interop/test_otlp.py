@@ -465,7 +465,10 @@ def test_an_unreachable_endpoint_is_one_line_without_the_sdks_retry_logs(recorde
     from sealbox.cli.otlp_cmd import run_otlp_export
 
     real = otlp_mod.export_otlp
-    monkeypatch.setattr(otlp_mod, "export_otlp", lambda *a, **k: real(*a, **{**k, "timeout": 1}))
+    # 3 s, not less: the exporter's first retry waits 0.8-1.2 s (2**0 with 20% jitter) and it logs the
+    # cause ("Transient error ... retrying") only when that wait fits before its deadline; with a 1 s
+    # timeout it often gave up at once with "due to timeout, max retries or shutdown", which names no cause
+    monkeypatch.setattr(otlp_mod, "export_otlp", lambda *a, **k: real(*a, **{**k, "timeout": 3}))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -543,7 +546,10 @@ def test_an_unreachable_endpoint_error_names_the_cause(recorded, monkeypatch, ca
     from sealbox.cli.otlp_cmd import run_otlp_export
 
     real = otlp_mod.export_otlp
-    monkeypatch.setattr(otlp_mod, "export_otlp", lambda *a, **k: real(*a, **{**k, "timeout": 1}))
+    # 3 s, not less: the exporter's first retry waits 0.8-1.2 s (2**0 with 20% jitter) and it logs the
+    # cause ("Transient error ... retrying") only when that wait fits before its deadline; with a 1 s
+    # timeout it often gave up at once with "due to timeout, max retries or shutdown", which names no cause
+    monkeypatch.setattr(otlp_mod, "export_otlp", lambda *a, **k: real(*a, **{**k, "timeout": 3}))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
