@@ -1197,3 +1197,61 @@ def test_connections_of_threads_not_started_by_threading_that_ended_are_closed(t
         assert alive() == []
     finally:
         store.close()
+
+
+def test_a_write_whose_commit_was_lost_on_its_last_attempt_is_an_error_not_a_silent_success(tmp_path, schema,
+                                                                                             monkeypatch):
+    # was: a write whose COMMIT's answer was lost (the server ended the connection) on its last attempt
+    # (attempt WRITE_RETRIES: after serialization failures), and which the check on a new connection found
+    # not committed, left the retry loop without making it again and returned None: the append reported
+    # success with nothing written (a tool.result, a run.ended lost without a word). It is now a StoreError.
+    # WRITE_RETRIES is 0 here, so the one attempt is the last.
+    import threading
+    import time
+
+    import psycopg
+
+    import sealbox.store.postgres as pg
+    from sealbox.errors import StoreError
+    from sealbox.store import init_store
+
+    store = init_store(tmp_path / "s", postgres_url=URL, schema=schema)
+    store.append(started("r0"))
+    sql(schema, "CREATE TABLE hold (x int); INSERT INTO hold VALUES (1);"
+                "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                " IF NEW.run_id = 'r1' AND EXISTS (SELECT 1 FROM hold) THEN PERFORM pg_sleep(30); END IF;"
+                " RETURN NULL; END $$;"
+                "CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON events DEFERRABLE INITIALLY DEFERRED"
+                " FOR EACH ROW EXECUTE FUNCTION hold_commit()")
+    ended: list[int] = []
+
+    def end_the_held_commit() -> None:
+        with psycopg.connect(URL, autocommit=True) as conn:
+            for _ in range(1000):
+                pids = [c.info.backend_pid for c in list(store._conns) if not c.closed]
+                held = conn.execute("SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s) AND wait_event = 'PgSleep'",
+                                    (pids,)).fetchall()
+                if held:
+                    conn.execute(f"DELETE FROM {schema}.hold")
+                    conn.execute("SELECT pg_terminate_backend(%s, 10000)", (held[0][0],))
+                    ended.append(held[0][0])
+                    return
+                time.sleep(0.01)
+
+    monkeypatch.setattr(pg, "WRITE_RETRIES", 0)
+    try:
+        killer = threading.Thread(target=end_the_held_commit)
+        killer.start()
+        with pytest.raises(StoreError, match=r"the write was not made"):
+            store.append(started("r1"))
+        killer.join()
+        assert len(ended) == 1
+        assert store.size() == 2 and store.read_run("r1") == []
+        monkeypatch.setattr(pg, "WRITE_RETRIES", 8)
+        [event] = store.append(started("r2"))
+        assert (event.leaf_index, store.size()) == (2, 3)
+    finally:
+        store.close()
+        sql(schema, "DROP TRIGGER hold_commit ON events; DROP FUNCTION hold_commit(); DROP TABLE hold")
+    res = cli("verify", str(tmp_path / "s"))
+    assert res.returncode == 0 and res.stdout.startswith("Verified: the log is intact. 3 events in 3 runs"), res

@@ -813,6 +813,9 @@ class PostgresStore(SqliteQueries):
                         return result
                 except psycopg.Error as exc:
                     raise StoreError(f"{self.path}: PostgreSQL refused the write ({_one_line(exc)})") from None
+            # only after a lost COMMIT on the last attempt, found not committed: never a silent success
+            raise StoreError(f"{self.path}: the write was not made: the server ended its connection during the "
+                             f"COMMIT of its last attempt ({WRITE_RETRIES + 1}), and it was not committed")
         finally:
             self._op_leave(depth)
 
