@@ -1074,3 +1074,98 @@ async def test_a_client_that_disconnects_while_sending_its_body_leaves_no_traceb
         tg.cancel_scope.cancel()
     assert '"text":"still here"' in call.text
     assert [(r.name, r.getMessage()) for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING] == []
+
+
+async def test_a_request_body_that_never_arrives_in_time_is_answered_408_and_closed(tmp_path, store, monkeypatch,
+                                                                                    caplog):
+    """A client with a valid token that announced a body (Content-Length: 1000000, or chunked) and then never
+    sent it, or sent a byte now and then, kept its connection and a server task (the SDK waiting in
+    request.body()) for good: only the request head had a time limit. A body not whole within
+    transports.BODY_TIMEOUT_S of its head is now answered HTTP 408 and its connection closed; nothing of it
+    reaches the upstream or the record. A large body sent at once, a call answered after longer than the
+    limit and an SSE GET stream kept open longer than it are not cut; other clients are served."""
+    import logging
+    import socket
+    import threading
+
+    from sealbox.gateway import transports
+
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(transports, "BODY_TIMEOUT_S", 1.0, raising=False)
+    gw = Gateway(toy_config(tmp_path, extra=HTTP + "limits:\n  max_request_bytes: 8388608\n"), store=store)
+
+    def read_until_closed(sock: socket.socket, trickle: bool = False) -> tuple[bytes, float]:
+        """What the server sent until it closed ``sock``, and after how many seconds; with ``trickle``, one
+        chunk byte every 0.3 s meanwhile."""
+        import time
+
+        start, data = time.monotonic(), b""
+        sock.settimeout(0.3 if trickle else 10)
+        while time.monotonic() - start < 10:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                try:
+                    sock.sendall(b"1\r\nx\r\n")
+                except OSError:
+                    break
+                continue
+            if not chunk:
+                break
+            data += chunk
+        return data, time.monotonic() - start
+
+    async with anyio.create_task_group() as tg:
+        port = await _serve(gw, tg)
+        url = f"http://127.0.0.1:{port}/mcp"
+        auth = {**HEADERS, "authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            init = await http.post(url, json=INIT, headers=auth)
+            session = {**auth, "mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            head = "".join(f"{k}: {v}\r\n" for k, v in session.items())
+            call = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                               "params": {"name": "toy__echo", "arguments": {"text": "never whole"}}}).encode()
+            stalled = socket.create_connection(("127.0.0.1", port))
+            stalled.sendall(f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n{head}content-length: 1000000\r\n\r\n"
+                            .encode() + call[:-1])
+            trickling = socket.create_connection(("127.0.0.1", port))
+            trickling.sendall(f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n{head}transfer-encoding: chunked\r\n\r\n"
+                              .encode() + f"{len(call) - 1:x}\r\n".encode() + call[:-1] + b"\r\n")
+            sse = socket.create_connection(("127.0.0.1", port))
+            sse_head = head.replace("accept: application/json, text/event-stream", "accept: text/event-stream")
+            sse.sendall(f"GET /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n{sse_head}\r\n".encode())
+            results: dict[str, tuple[bytes, float]] = {}
+            threads = [threading.Thread(target=lambda n=n, s=s, t=t: results.__setitem__(n, read_until_closed(s, t)))
+                       for n, s, t in (("stalled", stalled, False), ("trickling", trickling, True))]
+            for t in threads:
+                t.start()
+            big = "b" * (3 * 1024 * 1024)
+            large = await http.post(url, headers=session, json={"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+                                                                "params": {"name": "toy__echo", "arguments": {"text": big}}})
+            slow = await http.post(url, headers=session, json={"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                                                               "params": {"name": "toy__slow", "arguments": {"seconds": 2.5}}})
+            await anyio.to_thread.run_sync(lambda: [t.join(15) for t in threads])
+            sse.settimeout(0.2)
+            sse_data = b""
+            try:
+                while chunk := sse.recv(65536):
+                    sse_data += chunk
+                sse_open = False  # closed by the server
+            except TimeoutError:
+                sse_open = True
+            ping = await http.post(url, headers=session, json={"jsonrpc": "2.0", "id": 10, "method": "ping"})
+        for s in (stalled, trickling, sse):
+            s.close()
+        tg.cancel_scope.cancel()
+    for name in ("stalled", "trickling"):
+        data, took = results[name]
+        assert data.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), (name, data)
+        assert data.endswith(b"\r\n\r\nthe request body did not arrive within 1.0 s"), (name, data)
+        assert took < 5, (name, took)
+    assert sse_open and sse_data.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert large.status_code == 200 and big in large.text
+    assert slow.status_code == 200 and "slow done" in slow.text
+    assert ping.status_code == 200 and '"id":10' in ping.text
+    assert [e["arguments"]["text"] == big or e for e in toy_log(tmp_path) if e.get("tool") == "echo"] == [True]
+    assert [(r.name, r.getMessage()) for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING] == []

@@ -5,6 +5,9 @@ HTTP specifics:
 * binds 127.0.0.1 only;
 * a connection whose request head is not whole within ``HEAD_TIMEOUT_S`` (15 s) of its opening or of
   its previous answer is closed (uvicorn times out only idle keep-alive connections: slowloris);
+* a request whose body is not whole within ``BODY_TIMEOUT_S`` (30 s) of its head is answered HTTP 408
+  and its connection closed (announced, never sent: a server task held for good); the answer's own time
+  (a held call, an SSE stream) is not limited;
 * validates ``Host`` and ``Origin`` (DNS-rebinding protection, required by the
   MCP specification): a request whose ``Origin`` is not the gateway's own
   (``http://127.0.0.1:PORT``, ``http://localhost:PORT``) or listed in
@@ -600,16 +603,23 @@ def bind(port: int) -> socket.socket:
 
 #: seconds a connection may take to send a whole request head, from its opening or its previous answer
 HEAD_TIMEOUT_S = 15.0
+#: seconds a request's whole body may take to arrive after its head (the gateway listens on 127.0.0.1 only:
+#: many MB arrive in well under a second); the answer's own time (a held call, an SSE stream) is not limited
+BODY_TIMEOUT_S = 30.0
 
 
 def _http_protocol() -> Any:
     """uvicorn's h11 protocol, closing a connection whose request head is not whole within
-    :data:`HEAD_TIMEOUT_S`. uvicorn times out only an idle keep-alive connection: a client sending its
-    head a byte at a time (slowloris; no token needed) kept its connection, a file descriptor, for good."""
+    :data:`HEAD_TIMEOUT_S`, and answering HTTP 408 (then closing) a request whose body is not whole within
+    :data:`BODY_TIMEOUT_S` of its head. uvicorn times out only an idle keep-alive connection: a client sending
+    its head a byte at a time (slowloris; no token needed) kept its connection, a file descriptor, for good;
+    one announcing a body it never sent (or sent a byte now and then) kept a server task as well."""
+    import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class _HeadTimeoutH11(H11Protocol):
         _head_timer: Any = None
+        _body_timer: Any = None
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -620,15 +630,46 @@ def _http_protocol() -> Any:
             super().handle_events()
             if self.cycle is not cycle:  # a request head is whole: its request is being served
                 self._disarm_head_timer()
+                if self.cycle is not None and self.cycle.more_body:  # its body is still to come
+                    self._disarm_body_timer()
+                    self._body_timer = self.loop.call_later(BODY_TIMEOUT_S, self._body_timed_out, self.cycle)
+            if self._body_timer is not None and (self.cycle is None or not self.cycle.more_body):
+                self._disarm_body_timer()  # the body is whole
 
         def on_response_complete(self) -> None:
+            self._disarm_body_timer()  # answered without its whole body: the head timer bounds the rest
             if not self.transport.is_closing():  # a keep-alive connection: its next head has the same time
                 self._arm_head_timer()  # first: uvicorn serves a pipelined request from inside this call
             super().on_response_complete()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_head_timer()
+            self._disarm_body_timer()
             super().connection_lost(exc)
+
+        def _disarm_body_timer(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _body_timed_out(self, cycle: Any) -> None:
+            self._body_timer = None
+            if self.transport.is_closing() or cycle is not self.cycle or not cycle.more_body:
+                return
+            if not cycle.response_started and self.conn.our_state is h11.SEND_RESPONSE:
+                # the request never reached the app's handler whole: nothing of it was parsed or recorded
+                reason = f"the request body did not arrive within {BODY_TIMEOUT_S} s".encode()
+                try:
+                    self.transport.write(self.conn.send(h11.Response(status_code=408, reason=b"Request Timeout", headers=[
+                        (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(reason)).encode()),
+                        (b"connection", b"close")])))
+                    self.transport.write(self.conn.send(h11.Data(data=reason)))
+                    self.transport.write(self.conn.send(h11.EndOfMessage()))
+                except h11.LocalProtocolError:
+                    pass
+            cycle.disconnected = True  # as uvicorn's connection_lost: the app's receive() gets http.disconnect (its
+            cycle.message_event.set()  # task ends) and an answer of its own is not written after this one
+            self.transport.close()
 
         def _arm_head_timer(self) -> None:
             self._disarm_head_timer()
