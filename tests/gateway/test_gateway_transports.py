@@ -868,10 +868,45 @@ async def test_an_http_message_that_is_no_json_rpc_message_is_an_invalid_request
                                                           "message": "Invalid request: Input should be an object"}}),
     ]
     assert (sessionless.status_code, sessionless.json()["error"]["code"], sessionless.json()["id"]) == (400, -32600, 5)
-    assert (unparsable.status_code, unparsable.json()["error"]["code"]) == (400, -32700)  # the SDK's, unchanged
+    assert (unparsable.status_code, unparsable.json()["error"]["code"]) == (400, -32700)  # no id to be read
     assert (text_type.status_code, text_type.text) == (400, "Invalid Content-Type header")  # the SDK's, unchanged
     assert ok.status_code == 200 and '"id":8' in ok.text
     assert gw.server._session_manager._server_instances.keys() == {r.headers["mcp-session-id"]}
+
+
+async def test_an_http_body_that_is_no_json_is_a_parse_error_with_the_requests_id_as_over_stdio(tmp_path, store):
+    """The SDK's HTTP transport answered a body it could not parse as JSON (params holding a 5000-digit
+    number, a trailing comma after the id and method) with -32700 and id null, even when the request's id
+    could be read: its client could not match the error to its request. Over stdio the gateway answers such
+    a line with the request's id (read by Python's parser, or from the start of the line); HTTP now does the
+    same, and still answers null when no id can be read. Nothing reaches the upstream."""
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    huge = "9" * 5000
+    bodies = ['{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"toy__echo","arguments":{"n":%s}}}' % huge,
+              '{"jsonrpc":"2.0","id":"r5","method":"ping",}', '{"jsonrpc":']
+    async with anyio.create_task_group() as tg:
+        port = await _serve(gw, tg)
+        url = f"http://127.0.0.1:{port}/mcp"
+        auth = {**HEADERS, "authorization": f"Bearer {TOKEN}"}
+        async with httpx2.AsyncClient() as http:
+            r = await http.post(url, json=INIT, headers=auth)
+            session = {**auth, "mcp-session-id": r.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            answers = [await http.post(url, content=body.encode(), headers=session) for body in bodies]
+            sessionless = await http.post(url, content=bodies[1].encode(), headers=auth)
+            ok = await http.post(url, headers=session, json={"jsonrpc": "2.0", "id": 8, "method": "ping"})
+        tg.cancel_scope.cancel()
+    assert [(a.status_code, a.headers["content-length"] == str(len(a.content)), a.json()) for a in answers] == [
+        (400, True, {"jsonrpc": "2.0", "id": 4, "error": {
+            "code": -32700, "message": "Parse error: Invalid JSON: number out of range at line 1 column 4394"}}),
+        (400, True, {"jsonrpc": "2.0", "id": "r5", "error": {
+            "code": -32700, "message": "Parse error: Invalid JSON: trailing comma at line 1 column 44"}}),
+        (400, True, {"jsonrpc": "2.0", "id": None, "error": {
+            "code": -32700, "message": "Parse error: Invalid JSON: EOF while parsing a value at line 1 column 11"}}),
+    ]
+    assert (sessionless.status_code, sessionless.json()["error"]["code"], sessionless.json()["id"]) == (400, -32700, "r5")
+    assert ok.status_code == 200 and '"id":8' in ok.text
+    assert toy_log(tmp_path) == []
 
 
 async def test_a_second_initialize_on_a_session_is_refused_and_the_recorded_client_stays_true(tmp_path, store):

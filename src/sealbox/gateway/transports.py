@@ -25,6 +25,8 @@ HTTP specifics:
 * a body that is JSON but no JSON-RPC message (a batch, no method, params not an object) gets HTTP 400
   and ``-32600`` (invalid request) with the request's id when it has one, as over stdio (the SDK's own
   answer, replaced: ``-32602``, a null id, a pydantic dump as the message);
+* a body that is no JSON (a number too long, a trailing comma) gets HTTP 400 and ``-32700`` (parse
+  error) with the request's id when it can be read, as over stdio (the SDK's own answer: a null id);
 * bodies above ``4 × limits.max_request_bytes`` are refused by the SDK with HTTP
   413 before parsing; smaller requests whose params exceed the limit get the
   JSON-RPC error ``REQUEST_TOO_LARGE``;
@@ -462,10 +464,11 @@ def _may_open_session(headers: dict[str, str]) -> bool:
 
 
 def _invalid_message_answer(request: bytes, answer: bytes) -> bytes | None:
-    """The body answering a POSTed ``request`` that is JSON but no JSON-RPC message, as the stdio relay
-    answers it (-32600 invalid request, with the request's id when it has one), when ``answer`` (the body of
-    the SDK's HTTP 400) is the SDK's ``Validation error`` (-32602, id null, every union member's errors);
-    else None (another 400: kept as it is)."""
+    """The body answering a POSTed ``request`` that is JSON but no JSON-RPC message, or no JSON, as the
+    stdio relay answers it (-32600 invalid request or -32700 parse error, with the request's id when it can
+    be read), when ``answer`` (the body of the SDK's HTTP 400) is the SDK's ``Validation error`` (-32602, id
+    null, every union member's errors) or its ``Parse error`` (-32700, id null even when the id could be
+    read); else None (another 400: kept as it is)."""
     import mcp_types as types
     from pydantic import ValidationError
 
@@ -474,13 +477,18 @@ def _invalid_message_answer(request: bytes, answer: bytes) -> bytes | None:
     except (ValueError, RecursionError):
         return None
     error = sdk.get("error") if isinstance(sdk, dict) else None
-    if not (isinstance(error, dict) and error.get("code") == types.INVALID_PARAMS
-            and str(error.get("message", "")).startswith("Validation error")):
+    message = str(error.get("message", "")) if isinstance(error, dict) else ""
+    unparsed = isinstance(error, dict) and error.get("code") == types.PARSE_ERROR and message.startswith("Parse error")
+    if not (unparsed or (isinstance(error, dict) and error.get("code") == types.INVALID_PARAMS
+                         and message.startswith("Validation error"))):
         return None
-    try:
-        types.jsonrpc_message_adapter.validate_json(request, by_name=False)
+    try:  # no JSON: read as the stdio transport reads a line (a str), for the id to be read from its start
+        types.jsonrpc_message_adapter.validate_json(request.decode("utf-8", "replace") if unparsed else request,
+                                                    by_name=False)
     except ValidationError as exc:
         reply = _unreadable_answer(exc)
+        if reply is None and unparsed:  # a blank body, a response to the gateway nested too deep: the SDK's answer
+            return None
         if reply is None:  # a malformed notification or response: it is still answered over HTTP (a 400)
             first = (exc.errors() or [{}])[0]
             reply = _invalid_request(" ".join(str(first.get("msg") or exc).split()))
