@@ -87,3 +87,39 @@ def test_every_new_command_has_help():
         assert out.returncode == 0
         for line in out.stdout.split("Commands:")[1].strip().splitlines():
             assert len(line.split(None, 1)) == 2, f"{group}: {line!r} has no help text"
+
+
+def test_approvals_show_prints_each_recorded_field_on_its_own_line(tmp_path):
+    """A tool name or a reason holding a newline was printed raw by `approvals show`, so the agent (its tool
+    name) could add an `arguments  {}` line above the real one, and an approver's reason a `decided by` line:
+    the screen an approver reads before approving. Newlines in recorded text are now shown as \\n."""
+    from identity_testkit import admin_key
+    from sealbox.identities import add_identity
+
+    path = tmp_path / "store"
+    store = sealbox.init_store(path)
+    add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key", admin_key=admin_key(store, tmp_path))
+    rules = policy("""
+    version: 1
+    rules:
+      - id: all
+        match: {}
+        effect: require_approval
+        approval: {groups: [ops], quorum: 1, expires: 1h}
+    """)
+    with pytest.raises(ApprovalPending) as info:
+        with Recorder(store, policy=rules, approvals="suspend").run(agent="bot") as run:
+            run.call_tool("db", "write_query\narguments  {}", {"sql": "DROP TABLE t"}, lambda sql: "ran")
+    store.close()
+    aid = info.value.approval_id
+    shown = sb("approvals", "show", aid, "-s", path)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert [line for line in lines if line.startswith("arguments")] == ['arguments  {"sql": "DROP TABLE t"}']
+    assert lines[3].endswith("  db/write_query\\narguments  {}")
+    denied = sb("approvals", "deny", aid, "--reason", "no\ndecided by carol", "--key-file", tmp_path / "alice.key",
+                "-s", path)
+    assert denied.returncode == 0, denied.stderr
+    lines = sb("approvals", "show", aid, "-s", path).stdout.splitlines()
+    assert [line for line in lines if line.startswith("decided by")] == ["decided by alice"]
+    assert lines[-1].endswith(" alice deny (counts): no\\ndecided by carol")

@@ -60,6 +60,13 @@ def list_cmd(pending: bool, flagged: bool, store_path: str, as_json: bool, as_cs
 _CHANGE_WORDS = {"disabled": "disabled", "rotated": "key rotated", "compromised": "key compromised"}
 
 
+def _one_line(text: str) -> str:
+    """One line of `approvals show`: recorded text (a tool name the agent chose, an approver's reason)
+    holding a newline is shown as ``\\n``, so it cannot print a line of its own (an ``arguments`` or
+    ``decided by`` line) on the screen an approver reads before answering."""
+    return visible(text).replace("\n", "\\n")
+
+
 def _status_text(row: dict) -> str:
     """A request's status as the table shows it: with the approvals withdrawn because their identity
     was disabled or re-keyed before the call ran (``pending (approval by alice withdrawn: disabled at
@@ -100,7 +107,7 @@ def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
                          ("rule", row["rule"]), ("asked", asked),
                          ("quorum", row["quorum"]), ("requested", f"{row['requested_at']} by {row['requested_by']}"),
                          ("expires", row["expires_at"]), ("decided by", ", ".join(row["decided_by"]) or "-")):
-        click.echo(visible(f"{label:<10} {value}"))  # what an approver reads: recorded text never drives the terminal
+        click.echo(_one_line(f"{label:<10} {value}"))  # what an approver reads: recorded text never drives the terminal
     for a in row["answers"]:
         state_text = "counts" if a["counted"] else f"does not count: {a['problem']}"
         w = a.get("withdrawn")
@@ -114,9 +121,9 @@ def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
         if c is not None and w is None:
             state_text += (f"; signed with a key declared compromised from leaf {c['from_leaf']} (identity.changed at "
                            f"leaf {c['change_leaf']})")
-        click.echo(visible(f"answer     {a['answered_at']} {a['identity']} {a['decision']} ({state_text}): {a['reason']}"))
+        click.echo(_one_line(f"answer     {a['answered_at']} {a['identity']} {a['decision']} ({state_text}): {a['reason']}"))
         for f in a["flags"]:
-            click.echo(visible(f"  flag     {f.get('code')}: {json.dumps(f.get('evidence'), ensure_ascii=False)}"))
+            click.echo(_one_line(f"  flag     {f.get('code')}: {json.dumps(f.get('evidence'), ensure_ascii=False)}"))
 
 
 def _answer(decision: str, approval_id: str, reason: str, key_file: str, binding: str | None, window: float,
