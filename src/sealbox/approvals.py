@@ -778,7 +778,7 @@ def log_flags(payload: dict, ev: Any, book: IdentityBook, flags: Sequence[dict[s
                                                       other.payload.get("signature")):
                     seen.append(entry)
         if any(_distinct(seen[0], other) for other in seen[1:]):
-            distinct = sorted({_client_key(c) for c in seen}, key=repr)
+            distinct = _distinct_clients(seen)
             out.append({"code": "multiple_clients", "evidence": {
                 "identity": name, "window_s": DEFAULT_SHARED_WINDOW_S, "answers": seen,
                 "clients": [{"hostname": h, "os_user": u, "user_agent": a} for h, u, a in distinct]}})
@@ -969,7 +969,8 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
         ApprovalError: unknown id, the run ended, already decided, expired (the expiry
             is then recorded), a key that is not the identity's current one, a rule
             broken (the code says which), ``bad_window``, ``bad_decision``, ``bad_reason`` (empty
-            or blank) or ``bad_key_file`` (not a path).
+            or blank), ``bad_key_file`` (not a path) or ``bad_client`` (not a dict, or a hostname,
+            os_user, user_agent or remote_addr that is not a string).
     """
     if decision not in ("approve", "deny"):
         raise ApprovalError("bad_decision", f"decision must be 'approve' or 'deny', not {decision!r}")
@@ -980,6 +981,10 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
         raise ApprovalError("bad_key_file", f"key_file must be the path of the answering identity's key file, "
                                             f"not {key_file!r}")
     check_shared_window(shared_window_s)
+    if client is not None and (not isinstance(client, dict) or any(
+            client.get(k) is not None and not isinstance(client[k], str) for k in _CLIENT_FIELDS)):
+        raise ApprovalError("bad_client", f"client must be a dict whose {', '.join(_CLIENT_FIELDS)} are strings, "
+                                          f"not {client!r}")
     signer = load_key(key_file)
     client = dict(client if client is not None else local_client())
     box: list[ApprovalState] = []
@@ -1096,7 +1101,7 @@ def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now
             seen.append({"approval_id": p.get("approval_id"), "answered_at": p["answered_at"], "leaf_index": ev.leaf_index,
                          **_client_fields(p.get("client") or {})})
     if any(_distinct(seen[0], other) for other in seen[1:]):
-        distinct = sorted({_client_key(c) for c in seen}, key=repr)
+        distinct = _distinct_clients(seen)
         flags.append({"code": "multiple_clients", "evidence": {
             "identity": who.name, "window_s": window_s, "answers": seen,
             "clients": [{"hostname": h, "os_user": u, "user_agent": a} for h, u, a in distinct]}})
@@ -1117,5 +1122,19 @@ def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now
     return flags
 
 
+_CLIENT_FIELDS = ("hostname", "os_user", "user_agent", "remote_addr")
+
+
 def _client_fields(client: dict[str, Any]) -> dict[str, Any]:
-    return {k: client[k] for k in ("hostname", "os_user", "user_agent", "remote_addr") if client.get(k) is not None}
+    return {k: client[k] for k in _CLIENT_FIELDS if client.get(k) is not None}
+
+
+def _distinct_clients(seen: list[dict[str, Any]]) -> list[tuple[Any, Any, Any]]:
+    """The distinct clients of ``seen``, sorted, as recorded: a client in the log whose fields are not
+    text (a list, an object) is compared as it is, never hashed (it used to raise TypeError)."""
+    out: list[tuple[Any, Any, Any]] = []
+    for c in seen:
+        key = _client_key(c)
+        if key not in out:
+            out.append(key)
+    return sorted(out, key=repr)

@@ -358,3 +358,35 @@ def test_reading_an_answer_does_not_read_the_identitys_answers_outside_the_windo
     [recent_aid] = {e.payload["approval_id"] for e in store.read_range(recent[0], recent[-1] + 1)}
     assert sorted(s.approval_id for s in list_approvals(store, flagged=True)) == sorted([recent_aid, again])
     assert [f["evidence"]["answers"][1]["leaf_index"] for f in listed[recent_aid].flags] == [state.answers[0].leaf_index]
+
+
+def test_a_client_that_is_not_text_is_refused_and_one_already_recorded_does_not_break_answering(store, keys):
+    """`answer(client=...)` took any dict: an answer whose client had a list for its hostname was written
+    when it was the identity's first in the window, and from then on every answer by that identity from
+    another client (the CLI's included) failed with `internal error: TypeError: unhashable type: 'list'`
+    for a day, as did reading such answers. A client whose fields are not text is now refused
+    (`bad_client`), and one already in the log is compared as recorded."""
+    from sealbox.approvals import ApprovalError, _utc, _now, get_approval, signed_fields
+    from sealbox import EventDraft
+    from sealbox.identities import load_key, sign_fields
+
+    aid = request(store)
+    size = store.reader().size()
+    for client in ({"hostname": ["laptop"], "os_user": "alice"}, {"hostname": "laptop", "user_agent": 5}, "laptop"):
+        with pytest.raises(ApprovalError) as info:
+            answer(store, aid, "approve", "ok", keys["alice"], client=client)
+        assert info.value.code == "bad_client"
+    assert store.reader().size() == size
+    req = next(e for e in store.reader().events(["approval.requested"]) if e.payload["approval_id"] == aid)
+    payload = {"approval_id": aid, "binding": req.payload["binding"], "decision": "approve", "identity": "alice",
+               "reason": "ok", "answered_at": _utc(_now()), "client": {"hostname": ["laptop"], "os_user": "alice"},
+               "run_id": req.run_id}
+    payload["signature"] = sign_fields(load_key(keys["alice"]), signed_fields(payload))
+    store.append(EventDraft("approval.answered", payload, run_id=req.run_id, principal="alice", step=req.step))
+    second = answer(store, request(store), "approve", "ok", keys["alice"], client=LAPTOP)
+    (flag,) = second.answers[0].flags
+    assert (flag["code"], flag["evidence"]["clients"]) == ("multiple_clients", [
+        {"hostname": "laptop", "os_user": "alice", "user_agent": None},
+        {"hostname": ["laptop"], "os_user": "alice", "user_agent": None}])
+    assert get_approval(store, aid).status == "approved"
+    assert [s.approval_id for s in list_approvals(store, flagged=True)] == [second.approval_id]
