@@ -302,12 +302,14 @@ class RunLease:
     wait for an answer, :func:`await_approval`) until the run ends or its ``with`` block is left;
     locks of one process do not exclude each other (threads share them)."""
 
-    def __init__(self, fd: int, offset: int) -> None:
-        self.fd, self.offset, self.held = fd, offset, True
+    def __init__(self, fd: int, offset: int, db_key: Any = None) -> None:
+        self.fd, self.offset, self.held, self.db_key = fd, offset, True, db_key
 
     def release(self) -> None:
         if self.held:
             self.held = False
+            if self.db_key is not None:
+                _release_db_lease(self.db_key)
             try:
                 import fcntl
 
@@ -341,12 +343,66 @@ def take_lease(store: Any, run_id: str) -> RunLease | None:
             except OSError:
                 return None
             _lease_fds[path] = fd
+    refused = ApprovalError("already_resumed", f"run {run_id} was resumed by another process that is still running "
+                            "it: nothing was resumed or written here (resume it once that process has ended)")
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset)
     except OSError as exc:
-        raise ApprovalError("already_resumed", f"run {run_id} was resumed by another process that is still running "
-                            "it: nothing was resumed or written here (resume it once that process has ended)") from exc
-    return RunLease(fd, offset)
+        raise refused from exc
+    db_key = None
+    if getattr(store, "url", None) is not None and getattr(store, "schema", None) is not None:
+        try:
+            db_key = _take_db_lease(store, run_id)
+        except BaseException:
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
+            raise
+        if db_key is False:
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
+            raise refused
+    return RunLease(fd, offset, db_key)
+
+
+#: this process's run leases held in a PostgreSQL store's database: (url, schema, key) -> (pid, connection)
+_db_leases: dict[tuple[str, str, int], tuple[int, Any]] = {}
+
+
+def _take_db_lease(store: Any, run_id: str) -> Any:
+    """On a PostgreSQL store, a folder's ``resume.lock`` excludes only processes using that folder, and
+    every machine that writes keeps its own (docs/storage.md): the lease is also a session advisory lock
+    on a connection of its own, which the server drops when the process (so the connection) goes away.
+    Returns its key, or False while another process holds it; this process's leases do not exclude
+    each other, as ``lockf`` locks do not."""
+    from sealbox.errors import StoreError
+
+    key = int.from_bytes(hashlib.sha256(f"sealbox-resume:{store.schema}:{run_id}".encode()).digest()[:8], "big",
+                         signed=True)
+    ident = (store.url, store.schema, key)
+    with _lease_mutex:
+        held = _db_leases.get(ident)
+        if held is not None and held[0] == os.getpid():
+            return ident
+        try:
+            import psycopg
+
+            conn = psycopg.connect(store.url, autocommit=True, connect_timeout=10, application_name="sealbox-lease")
+            got = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+        except Exception as exc:
+            raise StoreError(f"{store.path}: cannot take the run's lease in PostgreSQL ({exc})") from None
+        if not got:
+            conn.close()
+            return False
+        _db_leases[ident] = (os.getpid(), conn)
+    return ident
+
+
+def _release_db_lease(ident: Any) -> None:
+    with _lease_mutex:
+        held = _db_leases.pop(ident, None)
+    if held is not None and held[0] == os.getpid():
+        try:
+            held[1].close()  # the session's advisory lock goes with it
+        except Exception:  # pragma: no cover - the server drops it with the connection anyway
+            pass
 
 
 def resume_run(recorder: Any, run_id: str, tools: dict[tuple[str, str], Callable] | None = None, *,

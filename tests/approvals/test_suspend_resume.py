@@ -503,3 +503,48 @@ def test_a_decorated_tool_given_to_resume_runs_once_as_the_approved_call(store, 
         ("2", "tool.call"), ("2", "tool.result")]
     assert [e.payload["ok"] for e in store.read_run(run_id) if e.kind == "tool.result"] == [True]
     assert verify_store(store).ok
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("SEALBOX_TEST_POSTGRES_URL"), reason="needs SEALBOX_TEST_POSTGRES_URL")
+def test_a_second_machine_cannot_resume_a_postgres_run_another_live_process_is_running(tmp_path):
+    """On a PostgreSQL store the run's lease was only a lock in the local folder's resume.lock: a
+    process using another folder of the same store (another machine: docs/storage.md keeps a folder on
+    every machine that writes) was not refused, attached to the run while the first process's tool ran,
+    and ended it under it. The lease is now also held in the database (a session advisory lock)."""
+    import os
+    import shutil
+    import uuid
+
+    from identity_testkit import admin_key
+    from sealbox.identities import add_identity
+
+    psycopg = pytest.importorskip("psycopg")
+    url, schema = os.environ["SEALBOX_TEST_POSTGRES_URL"], f"sbt_lease_{uuid.uuid4().hex[:12]}"
+    try:
+        store = sealbox.init_store(tmp_path / "a", postgres_url=url, schema=schema)
+        alice = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key",
+                             admin_key=admin_key(store, tmp_path)).key_path
+        run_id, aid = suspend(store, Recorder(store, policy=policy(), approvals="suspend"))
+        answer(store, aid, "approve", "ok", alice)
+        store.close()
+        shutil.copytree(tmp_path / "a", tmp_path / "b")
+        proc, release = _slow_resumer(tmp_path, str(tmp_path / "a"), run_id)
+        try:
+            other = sealbox.open_store(tmp_path / "b")
+            with pytest.raises(ApprovalError) as info:
+                with Recorder(other, policy=policy()).resume(run_id, {("db", "write_query"): lambda **_: "twice"}):
+                    pass
+            assert info.value.code == "already_resumed" and "still running" in str(info.value)
+            other.close()
+        finally:
+            release.touch()
+            out, err = proc.communicate(timeout=60)
+        assert out == "('approved', True)\n", err
+        again = sealbox.open_store(tmp_path / "b")
+        events = again.read_run(run_id)
+        assert [e.kind for e in events][-4:] == ["approval.answered", "run.resumed", "tool.result", "run.ended"]
+        assert [e.payload["ok"] for e in events if e.kind == "tool.result"] == [True]
+        again.close()
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
