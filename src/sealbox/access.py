@@ -910,6 +910,9 @@ def grant_access(store: Any, principal: str, server: str, tool: str, scope: Any 
     for name, value in (("principal", principal), ("server", server), ("tool", tool)):
         if not isinstance(value, str) or not value:
             raise AccessError(f"{name} must be a non-empty string")
+    if re.search("[\x00-\x1f\x7f-\x9f]", principal) or not principal.strip():  # as a run's principal (Recorder.run)
+        raise AccessError(f"principal {principal!r} holds a control character (a newline, a tab…) or only spaces, "
+                          "which no run's principal can hold; nothing was recorded")
     if scope is not None and not isinstance(scope, str) and not (
             isinstance(scope, (list, tuple)) and all(isinstance(s, str) for s in scope)):
         raise AccessError("scope must be a string or a list of strings")

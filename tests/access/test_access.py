@@ -544,3 +544,14 @@ def test_a_grant_recorded_with_an_impossible_expiry_is_expired_and_does_not_brea
     ran = []
     denied, run_id = call(store, "g_bad", lambda title: ran.append(title))
     assert isinstance(denied, ToolDenied) and ran == [] and decision_of(store, run_id)["reason_code"] == "grant_invalid"
+
+
+@pytest.mark.parametrize("principal", ["agent:bot\nx", "agent:\tbot", "agent:bot\x1b[2J", "   "])
+def test_a_grant_to_a_principal_no_run_can_hold_is_refused(store, principal):
+    """A run's principal may not hold a control character or be only spaces (the Recorder refuses it),
+    but `access grant --principal $'agent:bot\\nx'` was signed and recorded: a grant no run could ever
+    hold, whose principal printed a line of its own in error messages. It is now refused, nothing recorded."""
+    size = store.reader().size()
+    with pytest.raises(AccessError, match="control character .* or only spaces"):
+        signed_grant(store, principal, "github", "*", None)
+    assert store.reader().size() == size
