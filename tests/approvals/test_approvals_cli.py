@@ -123,3 +123,38 @@ def test_approvals_show_prints_each_recorded_field_on_its_own_line(tmp_path):
     lines = sb("approvals", "show", aid, "-s", path).stdout.splitlines()
     assert [line for line in lines if line.startswith("decided by")] == ["decided by alice"]
     assert lines[-1].endswith(" alice deny (counts): no\\ndecided by carol")
+
+
+def test_approve_prints_its_own_answer_when_another_lands_before_it_reads_the_request_back(tmp_path, monkeypatch):
+    """`approvals approve` printed the last answer of the request as read back after writing its own: when
+    another approver's answer was committed in between (two approvers of a quorum-2 request answering at
+    once), alice's command said `carol approved ...` and showed carol's flags. It now prints its own answer."""
+    from click.testing import CliRunner
+    from identity_testkit import admin_key
+
+    import sealbox.approvals as approvals
+    from sealbox.cli.main import cli
+    from sealbox.identities import add_identity
+
+    path = tmp_path / "store"
+    store = sealbox.init_store(path)
+    for name, groups in (("alice", ["ops"]), ("bob", ["ops"]), ("carol", [])):
+        add_identity(store, name, "approver", groups, key_path=tmp_path / f"{name}.key",
+                     admin_key=admin_key(store, tmp_path))
+    with pytest.raises(ApprovalPending) as info:
+        with Recorder(store, policy=policy(), approvals="suspend").run(agent="bot") as run:
+            run.call_tool("db", "deploy", {"env": "prod"}, lambda env: "ran")
+    store.close()
+    aid = info.value.approval_id
+    read_back = approvals.get_approval
+
+    def carol_answers_first(store, approval_id, *args, **kwargs):  # carol's process commits in between
+        monkeypatch.setattr(approvals, "get_approval", read_back)
+        approvals.answer(store, approval_id, "approve", "lgtm", tmp_path / "carol.key",
+                         client={"hostname": "kiosk", "os_user": "ops"})
+        return read_back(store, approval_id, *args, **kwargs)
+
+    monkeypatch.setattr(approvals, "get_approval", carol_answers_first)
+    out = CliRunner().invoke(cli, ["approvals", "approve", aid, "--reason", "ok", "--key-file",
+                                   str(tmp_path / "alice.key"), "-s", str(path)])
+    assert (out.exit_code, out.output) == (0, f"alice approved {aid}; request is now approved\n")

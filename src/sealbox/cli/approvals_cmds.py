@@ -130,6 +130,7 @@ def _answer(decision: str, approval_id: str, reason: str, key_file: str, binding
             store_path: str) -> None:
     from sealbox import __version__
     from sealbox.approvals import answer, local_client
+    from sealbox.identities import load_key
 
     check_key_file(key_file)
     store = open_for_writing(store_path)
@@ -139,7 +140,10 @@ def _answer(decision: str, approval_id: str, reason: str, key_file: str, binding
                        client=local_client(user_agent=f"sealbox-cli/{__version__}"))
     finally:
         store.close()
-    mine = state.answers[-1]
+    # its own answer, not the last one: another approver's may have been committed before the read-back
+    # (an identity answers a request once, so its name finds it)
+    signer = load_key(key_file).name
+    mine = next(a for a in reversed(state.answers) if a.identity == signer)
     click.echo(f"{mine.identity} {'approved' if decision == 'approve' else 'denied'} {approval_id}; "
                f"request is now {state.status}")
     for f in mine.flags:
