@@ -243,10 +243,11 @@ KEY_COLUMNS = ("run_id", "call_id", "approval_id", "grant_id", "key_id", "ts", "
                "run_seq", "expires_at", "parent", "parent_run_id", "replay of", "replay_of")
 OTHER_COLUMN_MIN = 8
 
-#: Columns holding a short name the listing is read for (a tool, a decision, the rule, who approved):
+#: Columns holding a short name the listing is read for (a tool, a decision, the rule, who approved), and
+#: the text saying why (a decision's reason, which quotes the rule and its CEL condition):
 #: one word longer than its column is folded onto more lines, not cut with an ellipsis (`db/write…`).
 FOLD_COLUMNS = ("tool", "server", "decision", "rule", "approvers", "decided_by", "flags", "status", "agent",
-                "principal", "change", "name", "role")
+                "principal", "change", "name", "role", "reason", "why")
 
 
 def _key_widths(columns: Sequence[str], cells: list[list[str]], width: int) -> dict[int, int | None]:
