@@ -71,6 +71,7 @@ __all__ = [
     "check_answer",
     "missing_shared_flag",
     "log_flags",
+    "quorum_client_flags",
     "request_problem",
     "evaluate",
     "answer",
@@ -625,6 +626,8 @@ def _count_answer(req: dict, ev: Any, book: IdentityBook, st: dict, approvers: l
     if problem is None:
         flags += missing_shared_flag(p, ev.leaf_index, book)
         flags += log_flags(p, ev, book, flags)
+        if not any(f.get("code") == "quorum_same_client" for f in flags):
+            flags += quorum_client_flags(req, p, st["answers"])
     st["answers"].append(Answer(str(p.get("identity")), str(p.get("decision")), str(p.get("reason", "")),
                                 str(p.get("answered_at")), ev.leaf_index,
                                 dict(client) if isinstance(client, dict) else {}, tuple(flags), problem))
@@ -1017,6 +1020,7 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
         if problem is not None:
             raise ApprovalError(problem, f"answer refused: {_MESSAGES[problem]} ({who.name} on {approval_id})")
         payload["flags"] = shared_account_flags(reader, who, client, now, shared_window_s, approval_id, book=book)
+        payload["flags"] += quorum_client_flags(request.payload, payload, state.answers)
         return [EventDraft("approval.answered", payload, run_id=request.run_id, principal=who.name, step=request.step)]
 
     store.append_with(build)
@@ -1123,6 +1127,37 @@ def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now
 
 
 _CLIENT_FIELDS = ("hostname", "os_user", "user_agent", "remote_addr")
+
+
+def quorum_client_flags(request: dict, payload: dict, earlier: Iterable[Answer]) -> list[dict[str, Any]]:
+    """The ``quorum_same_client`` flag of an approve answer to a request needing two or more approvers
+    (``quorum``), given from the client another identity's approval of the same request that counts
+    (``earlier``: the request's answers before this one) was given from: the same ``hostname`` and
+    ``os_user``, as the clients report them (the user agent is not compared: two programs run by one
+    OS user on one host are one person's). A client naming neither is never the same as another.
+
+    One person holding two approvers' keys defeats the four-eyes rule: the answers count (both
+    signatures verify), but the flag shows them. :func:`answer` writes it; the flags are not signed,
+    so every reader (:func:`evaluate`) computes it again from the request's earlier answers and adds
+    it to a counted answer lacking it. The evidence lists the earlier approvals from that client and
+    this answer."""
+    quorum = request.get("quorum", 1)
+    quorum = quorum if isinstance(quorum, int) and not isinstance(quorum, bool) else 1
+    client = payload.get("client") if isinstance(payload.get("client"), dict) else {}
+    host, user = client.get("hostname"), client.get("os_user")
+    if quorum < 2 or payload.get("decision") != "approve" or (host is None and user is None):
+        return []
+    same = [a for a in earlier if a.problem is None and a.decision == "approve" and a.identity != payload.get("identity")
+            and (a.client.get("hostname"), a.client.get("os_user")) == (host, user)]
+    if not same:
+        return []
+    answers = [{"identity": a.identity, "answered_at": a.answered_at, "leaf_index": a.leaf_index,
+                **_client_fields(a.client)} for a in same]
+    answers.append({"identity": payload.get("identity"), "answered_at": payload.get("answered_at"),
+                    **_client_fields(client)})
+    return [{"code": "quorum_same_client", "evidence": {
+        "approval_id": payload.get("approval_id"), "quorum": quorum, "client": {"hostname": host, "os_user": user},
+        "identities": sorted({a.identity for a in same} | {str(payload.get("identity"))}), "answers": answers}}]
 
 
 def _client_fields(client: dict[str, Any]) -> dict[str, Any]:

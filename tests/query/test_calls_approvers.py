@@ -203,8 +203,9 @@ def test_match_on_approvers_and_flags_finds_the_calls_they_approved(store, alice
     ops = add_identity(store, "ops-oncall", "approver", ["ops"], shared=True, key_path=tmp_path / "ops.key",
                        admin_key=admin).key_path
     first_run, first, _ = held_call(store)
-    answer(store, first, "approve", "checked", alice)
-    answer(store, first, "approve", "checked too", ops)
+    # from two clients: the same client would add quorum_same_client (test_flags_quorum.py)
+    answer(store, first, "approve", "checked", alice, client={"hostname": "laptop", "os_user": "alice"})
+    answer(store, first, "approve", "checked too", ops, client={"hostname": "noc", "os_user": "oncall"})
     second_run, second, request = held_call(store)
     answer(store, second, "approve", "checked", alice)
     forged_answer(store, request, unsigned_identity(store, "mallory"), "mallory")  # does not count

@@ -35,7 +35,7 @@ def call_rows(store: Any, run_ids: Sequence[str]) -> list[dict[str, Any]]:
     ``approval`` is its (latest) request's status (``pending``, ``approved``, ``denied``, ``expired``,
     ``closed``…: :class:`sealbox.approvals.ApprovalState`) or None; ``approver``
     the identities whose answers decided it; ``flags`` sorted markers: the approval's
-    flag codes (``shared_identity``, ``multiple_clients``, ``acts_as_agent``),
+    flag codes (``shared_identity``, ``multiple_clients``, ``acts_as_agent``, ``quorum_same_client``),
     ``guardrail_tripped``, ``outcome_unknown``, ``malformed_request`` (its request's event fails its
     schema: its outcome is ``unknown``), ``malformed_event`` (a value of the wrong type, read from an event
     that fails its schema, is its JSON text in a string column, else null), ``imported``, ``replayed`` (a call of a replay run:
