@@ -67,7 +67,7 @@ DEFAULT_PATTERNS = (
     r"\bgithub_pat_[A-Za-z0-9_]{22,}",
     r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
     r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
-    r"://[^\s:/@]+:[^\s@/]+@",  # user:password@ in a URL
+    r"://[^\s:/@]*:[^\s@/]+@",  # user:password@ in a URL (also :password@, no user name: redis://:pw@host)
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
     # key=value / key: value of a secret name in free text (password=..., ?api_key=...&, 'token': '...'),
     # the name in lower, Capitalised or UPPER case (camelCase apiKey, accessToken too): only the value (up to

@@ -1279,3 +1279,25 @@ def test_huge_strings_holding_quotes_and_many_json_layers_are_redacted_exactly()
     for _ in range(14):
         prose = json.dumps(prose)
     assert redactor.apply("arguments", {"text": prose}) == ({"text": prose}, False)
+
+
+@pytest.mark.parametrize("url", [
+    "redis://:Zr7-redis-pass-41q@cache:6379/0",     # a password with no user name (redis, a DSN's ':pw@')
+    "amqp://:Zr7-redis-pass-41q@mq/vhost",
+])
+def test_a_url_password_with_an_empty_user_name_is_redacted_by_default(tmp_path, url):
+    """``redis://:password@host`` is how redis (and others) take a password alone: the default
+    ``user:password@`` pattern asked for a non-empty user name and stored the password in clear."""
+    from sealbox.interop.bundle import export_bundle
+
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("cache", "connect", {"url": url}, lambda url: "ok")
+        (call,) = events_of(store, run.run_id, "tool.call")
+        assert call.payload["arguments"]["url"].startswith(url.split(":")[0] + "⟦redacted:hmac-sha256:")
+        export_bundle(store, [run.run_id], tmp_path / "out.sbx")
+    finally:
+        store.close()
+    assert b"Zr7-redis-pass-41q" not in file_bytes(tmp_path / "store")
+    assert b"Zr7-redis-pass-41q" not in (tmp_path / "out.sbx").read_bytes()
