@@ -561,6 +561,11 @@ class Redactor:
                 # a [name, value] pair (a header list: [("Cookie", "..."), ("Authorization", "...")]) named as a key
                 changed[0] = True
                 return [self._walk(value[0], path + ["0"], changed), self.marker(value[1])]
+            if (len(value) == 2 and type(value[0]) is dict and value[1] is not None
+                    and self._sensitive_tagged_key(value[0])):
+                # the same pair named by bytes (ASGI's scope["headers"], httpx's headers.raw: (b"cookie", b"..."))
+                changed[0] = True
+                return [self._walk(value[0], path + ["0"], changed), self.marker(value[1])]
             return [self._walk(v, path + [str(i)], changed) for i, v in enumerate(value)]
         if type(value) is str:
             memo = self._texts if not self._paths else None  # without paths a string's redaction ignores where it is

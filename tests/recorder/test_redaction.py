@@ -1301,3 +1301,29 @@ def test_a_url_password_with_an_empty_user_name_is_redacted_by_default(tmp_path,
         store.close()
     assert b"Zr7-redis-pass-41q" not in file_bytes(tmp_path / "store")
     assert b"Zr7-redis-pass-41q" not in (tmp_path / "out.sbx").read_bytes()
+
+
+def test_a_header_pair_whose_name_is_bytes_is_redacted_as_one_named_by_a_string(tmp_path):
+    """ASGI's ``scope["headers"]`` and httpx's ``headers.raw`` are lists of ``(bytes, bytes)`` pairs:
+    ``[(b"authorization", b"Token …"), (b"cookie", b"sid=…")]``. A pair was recognised only when its
+    name was a ``str``, and both values were stored in clear."""
+    from sealbox.interop.bundle import export_bundle
+
+    headers = [(b"host", b"api.example.com"), (b"authorization", b"Token Zb4-asgi-token-88k"),
+               (b"Cookie", "sid=Zb4-asgi-cookie-77j")]
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("web", "forward", {"headers": headers}, lambda headers: "ok")
+        (call,) = events_of(store, run.run_id, "tool.call")
+        stored = decode(call.payload["arguments"])["headers"]
+        assert stored[0] == [b"host", b"api.example.com"]
+        assert [name for name, _ in stored[1:]] == [b"authorization", b"Cookie"]
+        assert all(is_marker(value) for _, value in call.payload["arguments"]["headers"][1:])
+        export_bundle(store, [run.run_id], tmp_path / "out.sbx")
+    finally:
+        store.close()
+    for secret in (b"Zb4-asgi-token-88k", b"Zb4-asgi-cookie-77j"):
+        for form in (secret, __import__("base64").b64encode(b"Token " + secret)[:12]):
+            assert form not in file_bytes(tmp_path / "store")
+            assert form not in (tmp_path / "out.sbx").read_bytes()
