@@ -1327,3 +1327,28 @@ def test_a_header_pair_whose_name_is_bytes_is_redacted_as_one_named_by_a_string(
         for form in (secret, __import__("base64").b64encode(b"Token " + secret)[:12]):
             assert form not in file_bytes(tmp_path / "store")
             assert form not in (tmp_path / "out.sbx").read_bytes()
+
+
+def test_client_secret_in_camel_case_in_free_text_is_redacted_by_default(tmp_path):
+    """The free-text ``key=value`` pattern covers camelCase names (``apiKey``, ``accessToken``), but
+    ``clientSecret=…`` (an OAuth client's settings printed by JavaScript or Java code) was kept in clear."""
+    from sealbox.interop.bundle import export_bundle
+
+    def fail(config: str) -> str:
+        raise RuntimeError("token request refused for clientSecret=Zc5-client-secret-31x")
+
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("oauth", "settings", {}, lambda: "clientId: app, clientSecret: 'Zc5-client-secret-30w'")
+            with pytest.raises(RuntimeError):
+                run.call_tool("oauth", "token", {"config": "clientId=app"}, fail)
+        results = events_of(store, run.run_id, "tool.result")
+        assert IN_STRING.fullmatch(results[0].payload["result"].split("clientSecret: '")[1].rstrip("'"))
+        assert "clientSecret=⟦redacted:hmac-sha256:" in results[1].payload["error"]["message"]
+        export_bundle(store, [run.run_id], tmp_path / "out.sbx")
+    finally:
+        store.close()
+    for secret in (b"Zc5-client-secret-30w", b"Zc5-client-secret-31x"):
+        assert secret not in file_bytes(tmp_path / "store")
+        assert secret not in (tmp_path / "out.sbx").read_bytes()
