@@ -73,9 +73,9 @@ DEFAULT_PATTERNS = (
     # the name in lower, Capitalised or UPPER case (camelCase apiKey, accessToken too): only the value (up to
     # whitespace, &, ;, a comma or a quote) is redacted; not max_tokens=, tokens=. Case-sensitive, in two
     # patterns: each then has required literals the quick check gates its search on (see _required_literals)
-    r"\b(?:[Pp]ass(?:word|wd)|PASS(?:WORD|WD)|[Pp]wd|PWD|(?:[Cc]lient_?|CLIENT_)?(?:[Ss]ecret|SECRET))"
+    r"\b(?:[Pp]ass(?:word|wd)|PASS(?:WORD|WD)|[Pp]wd|PWD|(?:[Cc]lient_?|CLIENT_|[Aa]ws_?|AWS_)?(?:[Ss]ecret|SECRET)(?:_?(?:[Aa]ccess_?)?[Kk]ey|_(?:ACCESS_)?KEY)?)"
     r"[\x22\x27]?\s*[:=]\s*[\x22\x27]?(?P<redact>[^\s&;,\x22\x27\u27e6]+)",
-    r"\b(?:[Aa]pi[-_]?[Kk]ey|API[-_]?KEY|(?:(?:[Aa]ccess|ACCESS|[Rr]efresh|REFRESH|[Aa]uth|AUTH)_?)?(?:[Tt]oken|TOKEN))"
+    r"\b(?:[Aa]pi[-_]?[Kk]ey|API[-_]?KEY|(?:(?:[Aa](?:ccess|uth|ws_?[Ss]ession)|A(?:CCESS|UTH|WS_SESSION)|[Rr]efresh|REFRESH|[Ss]ession|SESSION)_?)?(?:[Tt]oken|TOKEN))"
     r"[\x22\x27]?\s*[:=]\s*[\x22\x27]?(?P<redact_token>[^\s&;,\x22\x27\u27e6]+)",
     r"(?i)\bauthorization[\x22\x27]?\s*:\s*[\x22\x27]?basic\s+(?P<redact_basic>[A-Za-z0-9+/=]{4,})",  # its credentials
     r"(?i)\bcookie[\x22\x27]?[\t ]*:[\t ]*(?P<redact_cookie>[^\s\u27e6][^\r\n\u27e6]*)",  # a Cookie:/Set-Cookie: line's value

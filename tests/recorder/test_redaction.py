@@ -1352,3 +1352,34 @@ def test_client_secret_in_camel_case_in_free_text_is_redacted_by_default(tmp_pat
     for secret in (b"Zc5-client-secret-30w", b"Zc5-client-secret-31x"):
         assert secret not in file_bytes(tmp_path / "store")
         assert secret not in (tmp_path / "out.sbx").read_bytes()
+
+
+def test_aws_credentials_and_secret_keys_in_free_text_are_redacted_by_default(tmp_path):
+    """The free-text ``key=value`` pattern knew ``secret`` and ``access_token`` but not the other
+    default key names that hold such values: boto3's ``sts.assume_role()['Credentials']`` printed by
+    a tool (``'SecretAccessKey': '…', 'SessionToken': '…'``), an ``AWS_SECRET_ACCESS_KEY=…`` line of
+    a shell's environment, ``secret_key: …`` were stored in clear (an OIDC ``id_token`` is a JWT: that
+    pattern has it)."""
+    from sealbox.interop.bundle import export_bundle
+
+    creds = {"AccessKeyId": "ASIAABCDEFGHIJKLMNOP", "SecretAccessKey": "Zs6-secret-access-key-10a",
+             "SessionToken": "Zs6-session-token-11b", "Expiration": "2026-01-01T00:00:00Z"}
+    env = "HOME=/root\nAWS_SECRET_ACCESS_KEY=Zs6-env-secret-key-12c\nAWS_SESSION_TOKEN=Zs6-env-session-13d\n"
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("aws", "assume_role", {}, lambda: f"Credentials: {creds}")
+            run.call_tool("sh", "run", {"cmd": "env"}, lambda cmd: env)
+            run.call_tool("oidc", "callback", {"url": "https://app/cb?state=1"},
+                          lambda url: "secret_key: Zs6-secret-key-15f")
+        results = [e.payload["result"] for e in events_of(store, run.run_id, "tool.result")]
+        assert "'SecretAccessKey': '⟦redacted:hmac-sha256:" in results[0]
+        assert "'SessionToken': '⟦redacted:hmac-sha256:" in results[0]
+        assert "'Expiration': '2026-01-01T00:00:00Z'" in results[0] and "HOME=/root" in results[1]
+        export_bundle(store, [run.run_id], tmp_path / "out.sbx")
+    finally:
+        store.close()
+    for secret in (b"Zs6-secret-access-key-10a", b"Zs6-session-token-11b", b"Zs6-env-secret-key-12c",
+                   b"Zs6-env-session-13d", b"Zs6-secret-key-15f"):
+        assert secret not in file_bytes(tmp_path / "store"), secret
+        assert secret not in (tmp_path / "out.sbx").read_bytes(), secret
