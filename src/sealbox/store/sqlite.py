@@ -2137,6 +2137,36 @@ class SqliteStore(SqliteQueries):
         return {name: _squash(sql) for name, sql in self._conn().execute(
             "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")}
 
+    def integrity_problems(self, limit: int = 8) -> list[str]:
+        """What SQLite's ``PRAGMA integrity_check`` finds wrong in ``sealbox.db`` ([] when it says ``ok``).
+
+        The log's own verification reads the events, tree, checkpoints and blobs by their primary
+        keys; it never reads an index, and a query served by a damaged or inconsistent index
+        (a page overwritten, rows missing from ``events_tool``) silently misses events. This check
+        reads every page and compares every index with its table (sqlite.org/pragma.html
+        #pragma_integrity_check). It runs in one read transaction of the calling thread's own
+        connection, so :func:`sealbox.verify_store` runs it on a second thread beside its own pass
+        (SQLite releases the GIL while it works).
+
+        Args:
+            limit: at most this many findings (SQLite's own argument to the pragma).
+
+        Returns:
+            Up to ``limit`` of SQLite's lines (e.g. ``row 302 missing from index events_tool``), or
+            the one error SQLite raised (``database disk image is malformed``).
+
+        Raises:
+            StoreError: the store is closed.
+        """
+        with self._operation():
+            conn = self._conn()
+            try:
+                rows = conn.execute(f"PRAGMA integrity_check({int(limit)})").fetchall()
+            except sqlite3.DatabaseError as exc:
+                return [str(exc)]
+        lines = [str(row[0]) for row in rows]
+        return [] if lines == ["ok"] else lines
+
     @contextlib.contextmanager
     def verify_reads(self) -> Iterator[None]:
         """Inside the block, this thread's reads give a TEXT value that is not UTF-8 as str
