@@ -74,6 +74,8 @@ def _content(c: Content | None, label: str) -> list[str]:
 def _seconds(s: float | None) -> str:
     if s is None:
         return ""
+    if 0 < s < 0.001:  # as `sealbox runs show` prints it: 8 µs, not 0.0 ms
+        return f"{round(s * 1e6)} µs"
     return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
