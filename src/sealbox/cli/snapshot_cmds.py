@@ -61,8 +61,7 @@ def diff_cmd(a: str, b: str, store_path: str, as_json: bool, as_csv: bool) -> No
     if not diffs:
         click.echo("no differences: both snapshots hold the same configuration")
         return
-    rows = [{**d, "a": _show(d["a"], d["change"] == "added"), "b": _show(d["b"], d["change"] == "removed")}
-            for d in diffs]
+    rows = [{**d, **_cells(d)} for d in diffs]
     emit_rows(rows, ["path", "change", "a", "b"], as_json=False, as_csv=False, title=f"{len(diffs)} differences")
 
 
@@ -106,3 +105,22 @@ def _show(value, absent: bool, limit: int = 70) -> str:
         return "(absent)"
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _cells(d: dict, limit: int = 70) -> dict[str, str]:
+    """The table's ``a`` and ``b`` cells of one difference. A ``changed`` row never shows two equal
+    cells: a string and the JSON value that prints like it (``"5"`` and ``5``) are both shown as JSON,
+    and two long values alike up to the cut are both shown from a little before their first difference."""
+    a, b = _show(d["a"], d["change"] == "added", limit), _show(d["b"], d["change"] == "removed", limit)
+    if d["change"] != "changed" or a != b:
+        return {"a": a, "b": b}
+    ta, tb = (v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, sort_keys=True) for v in (d["a"], d["b"]))
+    if ta == tb:  # same text, different types
+        ta, tb = (json.dumps(v, ensure_ascii=False, sort_keys=True) for v in (d["a"], d["b"]))
+    first = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+    start = max(0, first - 20)
+
+    def window(text: str) -> str:
+        part = ("…" if start else "") + text[start:]
+        return part if len(part) <= limit else part[: limit - 1] + "…"
+    return {"a": window(ta), "b": window(tb)}
