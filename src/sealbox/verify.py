@@ -126,6 +126,9 @@ class VerifyReport:
     root: str | None = None
     trusted_key: str | None = None
     notes: tuple[str, ...] = field(default=())
+    #: per checkpoint given from outside the store (``checkpoints``) whose root the events reproduce:
+    #: ``{checkpoint, size, root}`` (said, or a ``--checkpoint`` that held would look unchecked)
+    extends: tuple[dict[str, Any], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -143,7 +146,8 @@ class VerifyReport:
             f"{n(self.checkpoints, 'signed checkpoint')} (the newest that verifies covers {n(self.tree_size_signed, 'event')}, "
             f"root {self.root or '-'}), signatures checked against {self.trusted_key or 'no key'}; "
             f"took {self.seconds:.2f} s.{self._unsigned_note()}"
-        )
+        ) + "".join(f"\nThe log extends {e['checkpoint']} (size {e['size']}, root {e['root']}): the events "
+                    "reproduce its signed root." for e in self.extends)
 
     @property
     def unsigned_events(self) -> int:
@@ -167,6 +171,7 @@ class VerifyReport:
             "blobs": self.blobs, "seconds": round(self.seconds, 4), "tree_size_signed": self.tree_size_signed,
             "unsigned_events": self.unsigned_events,
             "root": self.root, "trusted_key": self.trusted_key, "notes": list(self.notes),
+            "extends": [dict(e) for e in self.extends],
             "problems": [p.to_dict() for p in self.problems],
         }
 
@@ -1107,6 +1112,8 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
         problems.extend(check_checkpoint_rows(store.iter_checkpoint_rows(), file_note, ev.tree.size))
     cp_problems, signed, root = compare_checkpoints(signed_cps, ev.roots, ev.tree.size)
     problems.extend(cp_problems)
+    held = [(where, cp) for where, cp in signed_cps if where in dict(external) and cp.size <= ev.tree.size
+            and ev.roots.get(cp.size) == cp.root]
     erased = {env["payload"]["blob"] for _, env in ev.envelopes_by_kind.get("content.erased", [])}
     blob_problems, nblobs = check_blobs(store.iter_blobs(), ev.refs, erased)
     problems.extend(blob_problems)
@@ -1155,6 +1162,7 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
         problems=tuple(problems), events=ev.tree.size, runs=len(ev.heads), checkpoints=len(cps), blobs=nblobs,
         seconds=time.perf_counter() - started, tree_size_signed=signed, root=root,
         trusted_key=verifier.vkey if verifier else None, notes=tuple(notes),
+        extends=tuple({"checkpoint": where, "size": cp.size, "root": "sha256:" + cp.root.hex()} for where, cp in held),
     )
 
 
