@@ -66,6 +66,7 @@ __all__ = [
     "zip_bytes",
     "zip_regions",
     "read_members",
+    "unreadable_reason",
     "select_runs",
     "export_bundle",
     "check_target",
@@ -281,6 +282,28 @@ def read_members(data: bytes) -> list[list[tuple[str, bytes]]]:
         except (BundleFormatError, struct.error, UnicodeDecodeError):
             continue
     return out
+
+
+def unreadable_reason(data: bytes) -> str:
+    """Why neither reader of :func:`read_members` could read ``data``, in one phrase: where the file
+    ends when it was cut short (the commonest cause: a partial download or copy), else what is missing."""
+    pos, count = 0, 0
+    while data[pos: pos + 4] == struct.pack("<I", _LOCAL_SIG):
+        if pos + _LOCAL.size > len(data):
+            return f"the file ends at byte {len(data)}, inside the ZIP local header of member {count + 1} (it was truncated)"
+        f = _LOCAL.unpack_from(data, pos)
+        name = data[pos + _LOCAL.size: pos + _LOCAL.size + f[9]].decode("ascii", "replace")
+        start = pos + _LOCAL.size + f[9] + f[10]
+        if start > len(data):
+            return f"the file ends at byte {len(data)}, inside the ZIP local header of {name!r} (it was truncated)"
+        if start + f[7] > len(data):
+            return (f"the file ends at byte {len(data)}, inside member {name!r}, which needs "
+                    f"{start + f[7] - len(data)} more byte(s) (it was truncated)")
+        pos, count = start + f[7], count + 1
+    if pos >= len(data):
+        return (f"the file ends at byte {len(data)}, after {count} member(s) and before the ZIP central directory "
+                "(it was truncated)")
+    return f"no ZIP local header at byte {pos} and no readable ZIP end of central directory record"
 
 
 def _read_central(data: bytes) -> list[tuple[str, bytes]]:

@@ -54,6 +54,7 @@ from sealbox.interop.bundle import (
     proof_line,
     manifest_bytes,
     read_members,
+    unreadable_reason,
     run_entries,
     snapshot_line,
     zip_bytes,
@@ -141,6 +142,7 @@ class BundleReport:
     bundle_key_accepted: bool = False
     path: str | None = None
     extends: tuple[dict[str, Any], ...] = ()
+    unreadable: bool = False  # the ZIP container could not be read: no member was checked
 
     @property
     def consistent(self) -> bool:
@@ -170,6 +172,9 @@ class BundleReport:
         """Which key was trusted, and what that proves: one line."""
         if self.key_source == "given":
             return f"Checkpoint signature checked against the key you gave (--key): {self.trusted_key}."
+        if self.trusted_key is None and self.unreadable:
+            return ("No key was used: no member of the bundle could be read, its verifier key (log.vkey) "
+                    "included. Pass the log's key with --key.")
         if self.trusted_key is None:
             return ("No key was used: the bundle's own verifier key (log.vkey) is malformed, so nothing was checked "
                     "against it. Pass the log's key with --key.")
@@ -435,7 +440,15 @@ class _Check:
         self.given_proofs: dict[int, tuple[str, int, list[bytes]]] = {}
 
     def run(self, proof_doc: tuple | None, saved: list[tuple[str, str]] | None = None) -> BundleReport:
-        self._container()
+        if not self._container():
+            # No member could be read: every member check would report what it did not find as a false
+            # statement about the member (its format, key, signature, manifest), so the container's is the one.
+            return BundleReport(problems=tuple(self.problems), events=0, system_events=0, runs=(), blobs=0,
+                                snapshots=0, checkpoint_size=None, root=None,
+                                trusted_key=self.verifier.vkey if self.verifier else None,
+                                key_source="given" if self.verifier else "bundle",
+                                seconds=time.perf_counter() - self.started, consistency=None, notes=(),
+                                bundle_key=None, extends=(), unreadable=True)
         self.version = FORMATS.get(self.members.get("format", b""))
         if self.version is None:
             self._problem("bundle_format", "the format member is not `sealbox-bundle/2` (nor the older "
@@ -475,11 +488,13 @@ class _Check:
 
     # -------------------------------------------------------------- container and members
 
-    def _container(self) -> None:
+    def _container(self) -> bool:
+        """Read the members (False: none could be read, the problem is recorded)."""
         candidates = read_members(self.data)
         if not candidates:
-            self._problem("bundle_container", "the ZIP structure cannot be read", "the ZIP container")
-            return
+            self._problem("bundle_container", f"the ZIP structure cannot be read: {unreadable_reason(self.data)}",
+                          "the ZIP container")
+            return False
         best = max(candidates, key=lambda m: (_common_prefix(zip_bytes(m), self.data), -len(m)))
         rebuilt = zip_bytes(best)
         if rebuilt != self.data:
@@ -507,6 +522,7 @@ class _Check:
                           found=", ".join(names))
         for name, data in best:
             self.members.setdefault(name, data)
+        return True
 
     def _key(self) -> str:
         text = self.members.get("log.vkey", b"")
