@@ -40,6 +40,7 @@ from sealbox import blobs as _blobs
 from sealbox.canonical import canonical_bytes
 from sealbox.errors import SealboxError
 from sealbox.events import SYSTEM_RUN_ID, content_fields
+from sealbox.ledger import merkle
 
 __all__ = [
     "FORMAT",
@@ -440,6 +441,11 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike,
         system = [e for e in system if e.kind == "identity.changed" or e.leaf_index in authorization
                   or (e.kind == "content.erased" and e.payload.get("blob") in erased)]
         everything = sorted(events + system, key=lambda e: e.leaf_index)
+        for e in everything:  # one SHA-256 an event: a bundle of an event edited below Sealbox cannot verify
+            if "sha256:" + merkle.leaf_hash(e.raw).hex() != e.leaf_hash:
+                raise BundleError(f"event leaf {e.leaf_index} (run {e.run_id}, run_seq {e.run_seq}, {e.kind}) no "
+                                  "longer hashes to its recorded leaf hash: the store was changed below Sealbox, "
+                                  "and a bundle of it would not verify (run `sealbox verify`)")
         vkey = store.pinned_vkey()
         if not vkey:
             raise BundleError("the store has no pinned verifier key (log.vkey): a bundle could not name the key "
