@@ -44,6 +44,9 @@ def test_a_truncated_bundle_is_one_container_problem_that_says_where_it_ends(bun
     lines = out.splitlines()
     assert lines[0] == f"bundle_container [the ZIP container]: {message}"
     assert lines[1].startswith("NOT VERIFIED: 1 problem(s) found.")
+    # no checkpoint was read, so no signature was checked against the key given
+    assert lines[2:] == ["The key you gave (--key) was not used: no member of the bundle could be read, its "
+                         "checkpoint included."]
     assert "Traceback" not in out and "another log" not in out and "not valid JSON" not in out
 
 

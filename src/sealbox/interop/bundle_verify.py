@@ -170,6 +170,9 @@ class BundleReport:
 
     def trust(self) -> str:
         """Which key was trusted, and what that proves: one line."""
+        if self.unreadable and self.key_source == "given":
+            return ("The key you gave (--key) was not used: no member of the bundle could be read, its "
+                    "checkpoint included.")
         if self.key_source == "given":
             return f"Checkpoint signature checked against the key you gave (--key): {self.trusted_key}."
         if self.trusted_key is None and self.unreadable:
