@@ -323,3 +323,29 @@ async def test_an_upstream_that_exits_during_initialize_is_logged_with_its_exit_
     # its stderr still reaches the gateway's errlog, whole (once per start: it is restarted after 0.05 s)
     out = (tmp_path / "stderr.txt").read_text()
     assert out.count("loading config") >= 1 and out == "loading config\nfatal: API_KEY is unset\n" * out.count("loading config")
+
+
+@pytest.mark.parametrize("reply, what", [
+    ("null", "result: Input should be an object (input None)"),
+    ("list", "result: Input should be an object (input [1, 2])"),
+    ("string-error", "error: Input should be an object (input 'boom')"),
+])
+async def test_an_answer_that_is_json_but_no_json_rpc_response_fails_its_call_at_once(tmp_path, store, reply, what):
+    """The upstream answers a call with valid JSON whose id can be read but which is no JSON-RPC response
+    (``"result": null``, a list result, a string ``error``): the call waited for the whole call timeout
+    and was recorded as UpstreamTimeout ("did not answer … may have been carried out"), though the upstream
+    had answered at once. It now fails at once as UpstreamProtocolError "sent a malformed response"."""
+    gw = Gateway(toy_config(tmp_path, extra="limits: {call_timeout_s: 60}"), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        with anyio.fail_after(30):
+            answer = await client.call_tool("toy__garbage", {"reply": reply})
+        after = await client.call_tool("toy__echo", {"text": "fine"})
+    [run_id] = gateway_runs(store)
+    assert answer.is_error is True and answer.meta == {"sealbox/upstream_error": "UpstreamProtocolError"}
+    assert text_of(answer) == f"upstream error: upstream toy sent a malformed response: {what}"
+    assert text_of(after) == "fine" and gw.upstreams["toy"].state == "ready"
+    assert gw.upstreams["toy"].malformed == 1
+    [first, _] = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert (first["ok"], first["error"]["type"]) == (False, "UpstreamProtocolError")
+    assert first["error"]["message"] == text_of(answer).removeprefix("upstream error: ")
+    assert sealbox.verify_store(store).ok

@@ -419,7 +419,7 @@ class Upstream:
                 async for item in read:
                     if isinstance(item, Exception):
                         self.malformed += 1
-                        what = _malformed(item)
+                        what = _answer_problem(item) or _malformed(item)
                         self._log_malformed(what)
                         answered = _answered_id(item)
                         if answered is not None:
@@ -987,6 +987,10 @@ def _answered_id(exc: BaseException) -> int | str | None:
         return None
     first = (errors() or [{}])[0]
     line = first.get("input")
+    if isinstance(line, dict) and len(first.get("loc", ())) <= 2:
+        # JSON, but no valid JSON-RPC message (``"result": null``, a string ``error``): the first error is
+        # about the whole message (e.g. its missing "method", as a request), so its input is the message
+        return _response_id(line)
     if first.get("type") != "json_invalid" or not isinstance(line, str) or line == NOT_TEXT_LINE:
         return None
     try:
@@ -1002,10 +1006,38 @@ def _answered_id(exc: BaseException) -> int | str | None:
             return json.loads(match.group(1))
         except ValueError:
             return None
+    return _response_id(doc)
+
+
+def _response_id(doc: Any) -> int | str | None:
+    """The id of ``doc`` when it is shaped as a response (an int or str ``id``, a ``result`` or an
+    ``error``, no ``method``), else None."""
     if not isinstance(doc, dict) or "method" in doc or not ("result" in doc or "error" in doc):
         return None
     answered = doc.get("id")
     return answered if type(answered) in (int, str) else None
+
+
+def _answer_problem(exc: BaseException) -> str:
+    """What is wrong with a response that is JSON but no valid JSON-RPC response (its ``result`` or ``error``
+    member, as ``result: Input should be …``), or '' (not such a response)."""
+    errors = getattr(exc, "errors", None)
+    if not isinstance(exc, ValidationError) or not callable(errors):
+        return ""
+    found = errors()
+    doc = (found or [{}])[0].get("input")
+    if not isinstance(doc, dict) or "method" in doc or not ("result" in doc or "error" in doc):
+        return ""  # not shaped as a response (a request or notification of the upstream's: _malformed says it)
+    variant = "JSONRPCError" if "error" in doc else "JSONRPCResponse"
+    parts = []
+    for e in found:
+        loc = tuple(e.get("loc", ()))
+        if not loc or loc[0] != variant:
+            continue
+        shown = repr(e.get("input"))
+        where = ".".join(str(x) for x in loc[1:]) or "message"
+        parts.append(f"{where}: {e.get('msg')} (input {shown[:80] + '…' if len(shown) > 80 else shown})")
+    return "; ".join(parts[:3])
 
 
 def _one_line(text: str) -> str:

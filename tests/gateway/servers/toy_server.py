@@ -17,7 +17,9 @@ Tools:
   garbage(bytes?)     writes a non-JSON line on stdout (with bytes=true: a line that is not UTF-8,
                       one holding a JSON message with a bad byte inside a string), then answers normally;
                       with reply="surrogate" or "deep", its answer is a line the SDK cannot read (a lone
-                      surrogate escape, nesting 3000 deep) and nothing else is sent
+                      surrogate escape, nesting 3000 deep) and nothing else is sent; with reply="null",
+                      "list" or "string-error", an answer that is JSON but no JSON-RPC response (a null or
+                      list result, an error that is a string), likewise
   slow(seconds)       answers after a delay
   sample(prompt, converse?) asks the client for sampling/createMessage; returns the reply as JSON; with
                       converse=true the toy keeps one conversation across calls and resends all of it
@@ -197,6 +199,11 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
     if name == "garbage":
         if args.get("reply"):  # this call's answer itself is unreadable to the SDK; no other answer follows
             rid = json.dumps(ctx.request_id)
+            shapes = {"null": '"result":null', "list": '"result":[1,2]', "string-error": '"error":"boom"'}
+            if args["reply"] in shapes:
+                await OUT["stdout"].write('{"jsonrpc":"2.0","id":%s,%s}\n' % (rid, shapes[args["reply"]]))
+                await OUT["stdout"].flush()
+                await anyio.sleep_forever()
             value = '"\\ud800"' if args["reply"] == "surrogate" else "[" * 3000 + "]" * 3000
             await OUT["stdout"].write('{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"x"}],'
                                       '"structuredContent":{"v":%s}}}\n' % (rid, value))
