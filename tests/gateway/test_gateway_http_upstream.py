@@ -627,3 +627,49 @@ async def test_an_http_upstreams_result_above_1_mib_arrives_as_a_stdio_upstreams
     assert (echoed.is_error, text_of(echoed) == text) == (False, True)
     [run_id] = gateway_runs(store)
     assert [e.payload["ok"] for e in store.read_run(run_id) if e.kind == "tool.result"] == [True]
+
+
+class _Answers500Html(_NoGetRoute):
+    """As :class:`_NoGetRoute`, but every tools/call is answered HTTP 500 with an HTML page (a proxy's or a
+    framework's error page), no JSON-RPC error."""
+
+    def do_POST(self) -> None:  # noqa: N802
+        length = int(self.headers["content-length"])
+        body = self.rfile.read(length)
+        if json.loads(body).get("method") != "tools/call":
+            self.rfile = __import__("io").BytesIO(body)
+            return super().do_POST()
+        page = b"<html><body><h1>500 Internal Server Error</h1></body></html>"
+        self.send_response(500)
+        self.send_header("content-type", "text/html")
+        self.send_header("content-length", str(len(page)))
+        self.end_headers()
+        self.wfile.write(page)
+
+
+async def test_an_http_upstream_answering_a_call_with_an_html_500_page_is_recorded_with_its_status(tmp_path, store):
+    """An HTTP 500 with an HTML body (no JSON-RPC error in it): the call's recorded error was "upstream web
+    answered with JSON-RPC error -32603: Server returned an error response", the SDK's stand-in: no JSON-RPC
+    error was sent, and the HTTP status was not said. It now names the status; the breaker still counts it."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers500Html)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        upstream = f"\n  - id: web\n    url: http://127.0.0.1:{server.server_port}/mcp\n" + stdio_toy(tmp_path)
+        gw = Gateway(toy_config(tmp_path, upstreams=upstream, extra="breaker: {threshold: 2, cooldown_s: 600}"),
+                     store=store)
+        async with running(gw) as tg, connect(gw, tg) as client:
+            failed = [await client.call_tool("web__echo", {"text": "x"}) for _ in range(2)]
+            denied = await client.call_tool("web__echo", {"text": "x"})
+            other = await client.call_tool("toy__echo", {"text": "unaffected"})
+    finally:
+        server.shutdown()
+        server.server_close()
+    text = "upstream web answered with HTTP 500 Internal Server Error and no JSON-RPC error"
+    assert [(r.is_error, text_of(r)) for r in failed] == [(True, "upstream error: " + text)] * 2
+    assert text_of(denied).startswith("denied (breaker_open): circuit breaker for web/echo is open")
+    assert text_of(other) == "unaffected"
+    [run_id] = gateway_runs(store)
+    results = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert [(r["ok"], r["error"]["type"], r["error"]["message"]) for r in results[:2]] == [
+        (False, "UpstreamProtocolError", text)] * 2
+    assert sealbox.verify_store(store).ok

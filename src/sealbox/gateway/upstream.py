@@ -621,6 +621,12 @@ class Upstream:
             one = _one_line(message)
             self._log_malformed(one)
             return UpstreamProtocolError(f"upstream {self.spec.id} sent a malformed response: {one}")
+        if self.spec.kind == "http" and code == types.INTERNAL_ERROR and message == _SDK_HTTP_STATUS_STANDIN:
+            # an HTTP error status whose body held no JSON-RPC error (an HTML error page): the SDK's stand-in
+            # said neither that no JSON-RPC error was sent nor which status it was
+            status = (self._http_error or "an HTTP error status").removesuffix(" on POST")
+            return UpstreamProtocolError(f"upstream {self.spec.id} answered with {status} and no JSON-RPC error",
+                                         None, sent=False)
         # the SDK's HTTP transport answers some unusable HTTP answers itself with −32600 or −32601 (a 202 to a
         # request, a redirect it did not follow, a 404 before the session): the upstream's failure, no refusal
         made_up = self.spec.kind == "http" and (message.startswith(_SDK_HTTP_MADE_UP) or message == "Not Found")
@@ -938,6 +944,8 @@ async def _names_session(response: Any) -> bool:
 #: read (a body that is not JSON, an SSE event that is not a message, a content type that is neither).
 #: How the SDK's HTTP transport's own errors for an answer it cannot use begin (−32600; not the upstream's words).
 _SDK_HTTP_MADE_UP = ("server answered a request with 202 Accepted", "Redirect to ")
+#: The SDK's stand-in (−32603) for an HTTP error status (other than 404) whose body is no JSON-RPC error.
+_SDK_HTTP_STATUS_STANDIN = "Server returned an error response"
 _SDK_HTTP_MALFORMED = ("Failed to parse JSON response: ", "Failed to parse SSE message: ", "Unexpected content type: ")
 
 
