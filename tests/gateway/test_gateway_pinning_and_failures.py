@@ -349,3 +349,47 @@ async def test_an_answer_that_is_json_but_no_json_rpc_response_fails_its_call_at
     assert (first["ok"], first["error"]["type"]) == (False, "UpstreamProtocolError")
     assert first["error"]["message"] == text_of(answer).removeprefix("upstream error: ")
     assert sealbox.verify_store(store).ok
+
+
+async def test_calls_to_an_upstream_that_stopped_reading_its_input_time_out_and_are_recorded(tmp_path, store):
+    """A stdio upstream that is alive but no longer reads its stdin: once the pipe is full, the SDK's write of a
+    call blocks, and its read timeout only starts after the write. The first call took the call timeout plus the
+    SDK's 5 s for its cancel notification; every later one hung for ever (no tool.result, the client waiting,
+    the session unable to end). Each now fails within the call timeout as UpstreamTimeout, recorded; the breaker
+    counts it; other upstreams are unaffected."""
+    import json
+    import sys
+
+    from .conftest import TOY
+
+    deaf = str(Path(__file__).parent / "servers" / "deaf_server.py")
+    ups = f"""
+  - id: deaf
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(deaf)}]
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+"""
+    gw = Gateway(toy_config(tmp_path, upstreams=ups, extra="limits: {call_timeout_s: 1}\n"
+                            "breaker: {threshold: 3, cooldown_s: 600}"), store=store)
+    pad = "x" * 900_000  # more than a pipe holds: the write cannot complete
+    async with running(gw) as tg, connect(gw, tg) as client:
+        assert text_of(await client.call_tool("deaf__deafen", {})) == "deaf"
+        with anyio.fail_after(60):
+            failed = [await client.call_tool("deaf__ok", {"pad": pad}) for _ in range(3)]
+        denied = await client.call_tool("deaf__ok", {})
+        other = await client.call_tool("toy__echo", {"text": "unaffected"})
+    [run_id] = gateway_runs(store)
+    assert [(r.is_error, r.meta) for r in failed] == [(True, {"sealbox/upstream_error": "UpstreamTimeout"})] * 3
+    took = "upstream deaf did not answer within 1 s; the call was sent, so it may have been carried out: check " \
+           "before calling again"
+    blocked = "upstream deaf did not read the call within 1 s (it is not reading its input); it may still reach " \
+              "the upstream: check before calling again"
+    assert [text_of(r) for r in failed] == ["upstream error: " + took] + ["upstream error: " + blocked] * 2
+    assert text_of(denied).startswith("denied (breaker_open): circuit breaker for deaf/ok is open")
+    assert text_of(other) == "unaffected"
+    results = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert [(r["ok"], r.get("error", {}).get("type"), r.get("error", {}).get("message")) for r in results[1:4]] == [
+        (False, "UpstreamTimeout", took), (False, "UpstreamTimeout", blocked), (False, "UpstreamTimeout", blocked)]
+    assert sealbox.verify_store(store).ok

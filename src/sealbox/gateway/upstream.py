@@ -249,7 +249,7 @@ class Upstream:
             stack.callback(tg.cancel_scope.cancel)
             tg.start_soon(self._relay, read, relay_send, eof)
             session = await stack.enter_async_context(ClientSession(
-                relay_recv, write, elicitation_callback=self._elicit, sampling_callback=self._sample,
+                relay_recv, _BoundedWrites(write), elicitation_callback=self._elicit, sampling_callback=self._sample,
                 list_roots_callback=self._roots, message_handler=self._on_message,
                 client_info=types.Implementation(name="sealbox-gateway", version=_version())))
             try:
@@ -560,15 +560,20 @@ class Upstream:
         if session is None or self.state != "ready":
             raise UpstreamUnavailable(f"upstream {self.spec.id} is {self.state}"
                                       + (f" ({self.last_error})" if self.last_error else ""))
+        token = _WRITE_BOUND.set(self.limits.call_timeout_s)
         try:
             result = await session.call_tool(tool, arguments, read_timeout_seconds=self.limits.call_timeout_s,
                                              progress_callback=progress, meta=meta)
+        except _WriteBlocked as exc:
+            raise self._unread("call") from exc
         except _mcp_error() as exc:  # looked up only when the call raised
             raise self._translated(session, exc, "call") from exc
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             raise UpstreamUnavailable(f"upstream {self.spec.id} connection is closed") from exc
         except (ValidationError, RuntimeError) as exc:
             raise UpstreamProtocolError(f"upstream {self.spec.id} sent an invalid result: {_one_line(str(exc))}") from exc
+        finally:
+            _WRITE_BOUND.reset(token)
         if not isinstance(result, types.CallToolResult):
             raise UpstreamProtocolError(f"upstream {self.spec.id} sent a {type(result).__name__}, not a CallToolResult")
         return result
@@ -585,15 +590,26 @@ class Upstream:
             raise UpstreamUnavailable(f"upstream {self.spec.id} is {self.state}"
                                       + (f" ({self.last_error})" if self.last_error else ""))
         request = _REQUESTS[method](params=params)
+        token = _WRITE_BOUND.set(self.limits.call_timeout_s)
         try:
             return await session.send_request(request, result_type,
                                               request_read_timeout_seconds=self.limits.call_timeout_s)
+        except _WriteBlocked as exc:
+            raise self._unread(method) from exc
         except _mcp_error() as exc:
             raise self._translated(session, exc, method) from exc
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             raise UpstreamUnavailable(f"upstream {self.spec.id} connection is closed") from exc
         except (ValidationError, RuntimeError) as exc:
             raise UpstreamProtocolError(f"upstream {self.spec.id} sent an invalid result: {_one_line(str(exc))}") from exc
+        finally:
+            _WRITE_BOUND.reset(token)
+
+    def _unread(self, what: str) -> UpstreamTimeout:
+        """The error of a request whose write did not complete within ``limits.call_timeout_s`` (the upstream
+        does not read its input: a full pipe; :class:`_BoundedWrites`)."""
+        return UpstreamTimeout(f"upstream {self.spec.id} did not read the {what} within {self.limits.call_timeout_s:g} s "
+                               "(it is not reading its input); it may still reach the upstream: check before calling again")
 
     def _translated(self, session: Any, exc: Any, what: str) -> Exception:
         """The gateway's error for the SDK's ``MCPError`` of a request (see :meth:`call`); ``what`` names
@@ -649,6 +665,60 @@ class Upstream:
         if self._disconnect is not None and self._disconnect.is_set():
             return True
         return isinstance(exc.__context__, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream))
+
+
+#: The bound (seconds) on writing a message to the upstream, in a task sending a call or request (:meth:`Upstream.call`).
+_WRITE_BOUND: contextvars.ContextVar[float | None] = contextvars.ContextVar("sealbox_upstream_write_bound", default=None)
+
+
+class _WriteBlocked(TimeoutError):
+    """A request could not be written to the upstream within :data:`_WRITE_BOUND` (its input is not read)."""
+
+
+class _BoundedWrites:
+    """The session's write stream to the transport, each write of a call (:data:`_WRITE_BOUND` set) bounded.
+
+    The SDK's request timeout starts once the request is written; a stdio upstream that no longer reads its
+    stdin fills the pipe, and the transport's writer (one message at a time) blocks on it for good. Then
+    every later call waited for ever to be written: never answered, never recorded. A request not written
+    within the bound raises :class:`_WriteBlocked`; another message (the SDK's ``notifications/cancelled`` after
+    a timed-out call) is dropped after at most 1 s, as the SDK drops it after 5. Writes outside a call
+    (answers to the upstream's requests, initialize) are not bounded here."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def send(self, item: Any) -> None:
+        bound = _WRITE_BOUND.get()
+        if bound is None:
+            return await self._inner.send(item)
+        nowait = getattr(self._inner, "send_nowait", None)
+        if nowait is not None:  # the transport's writer is waiting (the usual case): no timer needed
+            try:
+                return nowait(item)
+            except anyio.WouldBlock:
+                pass
+        request = isinstance(getattr(item, "message", None), types.JSONRPCRequest)
+        with anyio.move_on_after(bound if request else min(bound, 1.0)) as scope:
+            await self._inner.send(item)
+        if scope.cancelled_caught and request:
+            raise _WriteBlocked()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def __aenter__(self) -> "_BoundedWrites":
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._inner.__aexit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 #: The upstream's notifications that make it list its tools (and prompts, resources) again.
