@@ -393,3 +393,37 @@ async def test_calls_to_an_upstream_that_stopped_reading_its_input_time_out_and_
     assert [(r["ok"], r.get("error", {}).get("type"), r.get("error", {}).get("message")) for r in results[1:4]] == [
         (False, "UpstreamTimeout", took), (False, "UpstreamTimeout", blocked), (False, "UpstreamTimeout", blocked)]
     assert sealbox.verify_store(store).ok
+
+
+async def test_a_call_after_an_upstream_closed_its_output_is_not_said_to_be_cut_during_the_call(tmp_path, store):
+    """A stdio upstream that closes its stdout but lives on: the gateway ends the connection, which takes
+    seconds (the SDK waits for the process, then terminates, then kills it). Meanwhile the upstream was
+    still "ready", and each call made then was recorded as "upstream deaf closed the connection during the
+    call", as if sent and cut: none was sent. They now say the upstream is down and being restarted."""
+    import json
+    import sys
+
+    deaf = str(Path(__file__).parent / "servers" / "deaf_server.py")
+    ups = f"""
+  - id: deaf
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(deaf)}]
+"""
+    gw = Gateway(toy_config(tmp_path, upstreams=ups, extra="breaker: {threshold: 5, cooldown_s: 0}"), store=store)
+    up = gw.upstreams["deaf"]
+    async with running(gw) as tg, connect(gw, tg) as client:
+        cut = await client.call_tool("deaf__hangup", {})
+        after = await client.call_tool("deaf__ok", {})
+        with anyio.fail_after(30):
+            await up.wait_until(lambda u: u.generation >= 2 and u.state == "ready")
+        back = await client.call_tool("deaf__ok", {})
+    [run_id] = gateway_runs(store)
+    assert text_of(cut) == "upstream error: upstream deaf closed the connection during the call"
+    down = "upstream deaf is down (its connection closed; it is being restarted)"
+    assert (after.is_error, after.meta, text_of(after)) == (
+        True, {"sealbox/upstream_error": "UpstreamUnavailable"}, "upstream error: " + down)
+    assert text_of(back) == "ok"
+    results = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert [(r["ok"], r.get("error", {}).get("message")) for r in results] == [
+        (False, "upstream deaf closed the connection during the call"), (False, down), (True, None)]
+    assert sealbox.verify_store(store).ok

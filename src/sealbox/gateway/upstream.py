@@ -560,6 +560,7 @@ class Upstream:
         if session is None or self.state != "ready":
             raise UpstreamUnavailable(f"upstream {self.spec.id} is {self.state}"
                                       + (f" ({self.last_error})" if self.last_error else ""))
+        self._check_open()
         token = _WRITE_BOUND.set(self.limits.call_timeout_s)
         try:
             result = await session.call_tool(tool, arguments, read_timeout_seconds=self.limits.call_timeout_s,
@@ -589,6 +590,7 @@ class Upstream:
         if session is None or self.state != "ready":
             raise UpstreamUnavailable(f"upstream {self.spec.id} is {self.state}"
                                       + (f" ({self.last_error})" if self.last_error else ""))
+        self._check_open()
         request = _REQUESTS[method](params=params)
         token = _WRITE_BOUND.set(self.limits.call_timeout_s)
         try:
@@ -604,6 +606,15 @@ class Upstream:
             raise UpstreamProtocolError(f"upstream {self.spec.id} sent an invalid result: {_one_line(str(exc))}") from exc
         finally:
             _WRITE_BOUND.reset(token)
+
+    def _check_open(self) -> None:
+        """Raise :class:`UpstreamUnavailable` when a stdio upstream's output has ended (its connection is being
+        torn down: the process waited for, terminated, killed — seconds for one that lives on): a call made
+        then is not sent, nor recorded as cut "during the call". An HTTP upstream's session lost is said by
+        :meth:`_translated`."""
+        if (self.spec.kind == "stdio" and self._disconnect is not None and self._disconnect.is_set()
+                and not self._stop.is_set()):
+            raise UpstreamUnavailable(f"upstream {self.spec.id} is down (its connection closed; it is being restarted)")
 
     def _unread(self, what: str) -> UpstreamTimeout:
         """The error of a request whose write did not complete within ``limits.call_timeout_s`` (the upstream
