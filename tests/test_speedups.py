@@ -261,6 +261,17 @@ _KEYS = (b"password", b"token", b"xapikey")
     (b'{"h":["a","token","x"]}', 0),  # not the first item
     (b'{"h":["x[","token"]}', 0),
     ('{"h":["\u212aey","x"]}'.encode(), -1),  # a byte >= 0x80 in the name: not decided here
+    # a member "name" / "key" (normalised) whose string is a key's name: {"name": ..., "value": ...} (HAR headers)
+    (b'[{"name":"X-Api-Key","value":"v"}]', -1),
+    (b'{"Key":"token","Value":"v"}', -1),
+    (b'{"NA_ME":"Pass_Word"}', -1),
+    (b'{"name":"tokens","value":"v"}', 0),  # not the name
+    (b'{"label":"token","value":"v"}', 0),  # not a name member
+    (b'{"name":"a","b":"token"}', 0),  # the string of another member
+    (b'{"name":1,"b":"token"}', 0),
+    (b'{"name":":","b":"token"}', 0),
+    (b'{"name":[],"b":"token"}', 0),
+    ('{"name":"to\u212aen"}'.encode(), -1),  # a byte >= 0x80 in the named string
 ])
 def test_scan_text_finds_keys_and_needles(text: bytes, expected: int) -> None:
     assert _speedups.scan_text(text, _NEEDLES, _TABLES, _KEYS) == expected

@@ -223,7 +223,8 @@ copy_plain(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
  *   text, quotes alternate open/close), and every ``["name",`` (a list's first item, a string,
  *   followed by another: a [name, value] pair, sealbox.redaction.Redactor._walk) is normalised as sealbox.redaction._norm_key does for ASCII
  *   (lower case, ``-`` and ``_`` dropped) and compared with ``keys`` (a tuple of bytes, already
- *   normalised). A match, or a name holding a byte >= 0x80 (whose Unicode lower case could be
+ *   normalised); so is the string value of a member named ``name`` or ``key`` (normalised: ``{"name":
+ *   "Authorization","value":...}``, whose ``value`` the walk redacts, Redactor._names_a_key). A match, or a name holding a byte >= 0x80 (whose Unicode lower case could be
  *   ASCII: U+212A KELVIN SIGN is ``k``), returns -1.
  * - needles (a tuple of at most 64 bytes objects, each at least 2 bytes): otherwise the result
  *   has bit i set when needles[i] occurs in ``data``.
@@ -272,7 +273,7 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         ndata[j] = (const unsigned char *)PyBytes_AS_STRING(needle);
         nlen[j] = PyBytes_GET_SIZE(needle);
     }
-    Py_ssize_t maxkey = 0;
+    Py_ssize_t maxkey = 4; /* at least "name": a member named "name" / "key" is always recognised */
     for (Py_ssize_t k = 0; k < nkeys; k++) {
         PyObject *key = PyTuple_GET_ITEM(args[3], k);
         if (!PyBytes_Check(key)) {
@@ -288,13 +289,17 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     }
     unsigned long long found = 0, remaining = nneedles == 64 ? ~0ULL : ((1ULL << nneedles) - 1);
     Py_ssize_t quote = -1; /* the last quote seen */
+    int named = 0; /* the last key was "name" or "key" (normalised): the string right after its colon may name a key */
+    int closing = 0; /* the next quote closes a string (no backslash: quotes alternate) */
     unsigned char norm[256];
     for (Py_ssize_t i = 0; i + 1 < n; i++) {
         unsigned char c = data[i];
         if (c == '"') {
             /* a key ("name":), or a list's first item followed by another (["name",): a [name, value]
              * pair, whose value the walk redacts when the name is a key's */
-            if (nkeys && quote >= 0 && (data[i + 1] == ':' || (data[i + 1] == ',' && quote > 0 && data[quote - 1] == '['))) {
+            int is_key = data[i + 1] == ':';
+            if (nkeys && quote >= 0 && (is_key || (data[i + 1] == ',' && quote > 0 && data[quote - 1] == '[')
+                                        || (closing && named && quote > 0 && data[quote - 1] == ':'))) {
                 Py_ssize_t len = 0;
                 int too_long = 0;
                 for (Py_ssize_t p = quote + 1; p < i; p++) {
@@ -314,6 +319,9 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
                     }
                     norm[len++] = (k >= 'A' && k <= 'Z') ? (unsigned char)(k - 'A' + 'a') : k;
                 }
+                if (is_key && closing) {
+                    named = !too_long && ((len == 4 && memcmp(norm, "name", 4) == 0) || (len == 3 && memcmp(norm, "key", 3) == 0));
+                }
                 if (!too_long) {
                     for (Py_ssize_t k = 0; k < nkeys; k++) {
                         PyObject *key = PyTuple_GET_ITEM(args[3], k);
@@ -324,6 +332,7 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
                 }
             }
             quote = i;
+            closing = !closing;
         }
         unsigned long long m = load_u64(first + 8 * c) & remaining;
         if (m == 0) {
@@ -369,7 +378,8 @@ static PyMethodDef methods[] = {
      "copy_plain(value, limit) -> (copy, floats): sealbox.canonical._copy_plain(value, 0, limit, seen) in C.\n\n"
      "Raises NotPlain where the Python reference raises _NotPlain."},
     {"scan_text", (PyCFunction)(void (*)(void))scan_text, METH_FASTCALL,
-     "scan_text(data, needles, tables, keys) -> int: -1 when the text holds a backslash, or a \"key\": or [\"key\", that\n"
+     "scan_text(data, needles, tables, keys) -> int: -1 when the text holds a backslash, or a \"key\": or [\"key\", or a\n"
+     "\"name\":\"key\" / \"key\":\"key\" member that\n"
      "normalises to one of keys (or holds a non-ASCII byte), else the bit mask of the needles found (sealbox.redaction)."},
     {NULL, NULL, 0, NULL},
 };

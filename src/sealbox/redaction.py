@@ -232,6 +232,7 @@ class Redactor:
         self._literals = tuple(lit for lit, _ in self._prefilters if lit is not None)
         relaxed = [rx.pattern for lit, rx in self._prefilters if lit is None]
         self._any_relaxed = _compile_any(relaxed)
+        self._named_rx = _named_regex(self._keys) if self._quick and self._keys else None
         self._scan = _c_scan_text is not None and self._quick and self._scan_plan()
         self._pair_rx = _pair_regex(self._keys) if self._quick and self._keys else None
         # JSON held in a string is parsed only when a sensitive name may be in it (a quoted key or pair name,
@@ -344,7 +345,8 @@ class Redactor:
         return True
 
     def _clean_text(self, data: bytes) -> bool:
-        if self._scan:  # the C scan also finds a [name, value] pair named as a sensitive key (["Cookie",)
+        if self._scan:  # the C scan also finds a [name, value] pair named as a sensitive key (["Cookie",), and
+            # a member "name" / "key" whose string is one ({"name":"Cookie","value":…}, Redactor._names_a_key)
             found = _c_scan_text(data, self._needles, self._tables, self._key_bytes)
             if found == 0 and not self._always:
                 return True
@@ -369,11 +371,38 @@ class Redactor:
             return False
         if self._pair_rx is not None and b'["' in data and self._pair_rx.search(data) is not None:
             return False  # a [name, value] pair named as a sensitive key (see _pair_regex)
+        if self._named_rx is not None and self._named_in(data):
+            return False  # {"name": "Authorization", "value": …}: see Redactor._names_a_key
         if self._literals:
             lowered = text.lower()
             if any(literal in lowered for literal in self._literals):
                 return False
         return all(rx.search(text) is None for rx in self._any_relaxed)
+
+    def _named_in(self, data: bytes) -> bool:
+        """Whether canonical text (no backslash in it) holds a member ``name`` / ``key`` (any case)
+        whose string names a sensitive key (:meth:`_names_a_key`): each ``"name":"`` of the ASCII-lowered
+        text (with no escape, quotes alternate open/close, so that is a member and its string) has the
+        string after it normalised and looked up; a Kelvin sign (``"\u212aey"`` lower-cases to ``key``)
+        leaves it to :func:`_named_regex`. Substring scans: a payload full of ``"name"`` members
+        costs a lookup per member, not a regex trying every quote."""
+        lowered = data.lower()
+        if b"\xe2\x84\xaa" in lowered:
+            return self._named_rx.search(data) is not None
+        for member in (b'"name":"', b'"key":"'):
+            i = lowered.find(member)
+            while i >= 0:
+                start = i + len(member)
+                end = lowered.find(b'"', start)
+                if end < 0:
+                    return True  # not canonical text: the walk decides
+                try:
+                    if _norm_key(data[start:end].decode("utf-8")) in self._keys:
+                        return True
+                except UnicodeDecodeError:
+                    return True
+                i = lowered.find(member, end)
+        return False
 
     def apply_error(self, error: dict[str, Any]) -> dict[str, Any]:
         """Redact an ``{"type", "message", "traceback"}`` error: patterns in
@@ -555,6 +584,8 @@ class Redactor:
                 tagged = self._walk_tag(value, path, changed)
                 if tagged is not None:
                     return tagged
+            if self._names_a_key(value):
+                return self._named_members(value, path, changed)
             return {self._scrub_key(k, changed): self._member(k, v, path, changed) for k, v in value.items()}
         if type(value) is list:
             if len(value) == 2 and type(value[0]) is str and value[1] is not None and _norm_key(value[0]) in self._keys:
@@ -636,6 +667,29 @@ class Redactor:
         changed[0] = True
         return _escape_surrogates(json.dumps(_markers_as_text(out), ensure_ascii=False, allow_nan=True))
 
+    def _names_a_key(self, value: dict) -> bool:
+        """Whether a dict names a sensitive key in a ``name`` / ``key`` member (any case: HAR's
+        ``{"name": "Authorization", "value": "…"}``, a container env ``{"name": "PASSWORD", "value": …}``,
+        AWS tags ``{"Key": "api_key", "Value": …}``): its ``value`` member is then the secret.
+        :func:`_named_regex` finds every such dict in canonical text, for the quick check."""
+        for k, v in value.items():
+            if type(v) is str and type(k) is str and k.lower() in _NAME_MEMBERS and _norm_key(v) in self._keys:
+                return True
+        return False
+
+    def _named_members(self, value: dict, path: list[str], changed: list[bool]) -> dict:
+        """A dict that :meth:`_names_a_key`: its ``value`` member (any case; not None) as a marker, the
+        other members walked as usual."""
+        out = {}
+        for k, v in value.items():
+            if type(k) is str and k.lower() == "value" and v is not None and not (
+                    type(v) is str and _WHOLE_MARKER.fullmatch(v)):
+                changed[0] = True
+                out[self._scrub_key(k, changed)] = self.marker(v)
+            else:
+                out[self._scrub_key(k, changed)] = self._member(k, v, path, changed)
+        return out
+
     def _member(self, key: str, value: Any, path: list[str], changed: list[bool]) -> Any:
         if _norm_key(key) in self._keys and value is not None:
             if type(value) is str and _WHOLE_MARKER.fullmatch(value):
@@ -653,6 +707,8 @@ class Redactor:
         if tag == MARKER_TAG or tag == "$blob":
             return value
         if tag == "$esc" and type(inner) is dict:  # a user's dict with "$" keys: walk it as that dict
+            if self._names_a_key(inner):
+                return {tag: self._named_members(inner, path, changed)}
             return {tag: {self._scrub_key(k, changed): self._member(k, v, path, changed) for k, v in inner.items()}}
         if tag in _OBJECT_TAGS and type(inner) is dict and type(inner.get("fields")) is dict:
             # an object (a LangChain message, a dataclass) is its fields for paths, as a dict is:
@@ -953,6 +1009,16 @@ def _pair_regex(keys: "set[str]") -> "re.Pattern[bytes]":
     ``lower()`` makes ``k``), with any ``-`` and ``_`` between them: so it finds every pair
     :meth:`Redactor._walk` redacts; a match in a longer list only costs the walk."""
     sep = b"[-_]*"
+    return re.compile(b'\\["' + sep + _names_regex(keys, sep) + sep + b'",')
+
+
+#: The members of a dict that name its ``value`` member (``Redactor._names_a_key``), lower-cased.
+_NAME_MEMBERS = ("name", "key")
+
+
+def _names_regex(keys: "Any", sep: bytes) -> bytes:
+    """An alternation (bytes regex) of the texts :func:`_norm_key` makes one of ``keys`` (normalised,
+    ASCII): each character in either case (``k`` also as the Kelvin sign), ``sep`` between them."""
     names = []
     for key in sorted(keys, key=len, reverse=True):
         parts = []
@@ -960,7 +1026,18 @@ def _pair_regex(keys: "set[str]") -> "re.Pattern[bytes]":
             options = {re.escape(c.encode()) for c in (ch, ch.upper(), _FOLDS_TO_ASCII.get(ch, ch))}
             parts.append(options.pop() if len(options) == 1 else b"(?:" + b"|".join(sorted(options)) + b")")
         names.append(sep.join(parts))
-    return re.compile(b'\\["' + sep + b"(?:" + b"|".join(names) + b")" + sep + b'",')
+    return b"(?:" + b"|".join(names) + b")"
+
+
+def _named_regex(keys: "set[str]") -> "re.Pattern[bytes]":
+    """A search of canonical text for a member ``name`` / ``key`` (lower-cased; ``K`` may be the Kelvin
+    sign) whose string :func:`_norm_key` makes one of ``keys``: ``"Key":"api_key"``, for
+    :meth:`Redactor._clean_text`. Canonical text writes a member as ``"<key>":"<text>"`` (a string
+    holding ``"`` or ``\\`` has a backslash, which both forms of the check decline): so it finds every
+    dict :meth:`Redactor._names_a_key` finds."""
+    sep = b"[-_]*"
+    members = _names_regex(_NAME_MEMBERS, b"")
+    return re.compile(b'"' + members + b'":"' + sep + _names_regex(keys, sep) + sep + b'"')
 _CARET = re.compile(r"(?<!\[)\^")  # "^" as an anchor (not the "[^" of a negated class)
 
 

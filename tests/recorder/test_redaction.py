@@ -415,7 +415,8 @@ from sealbox.redaction import Redactor  # noqa: E402
 
 _PIECES = ["bearer ", "BeArEr ", "Bearer\t", "abcdefghij", "sk-", "sk_live", "AKIA", "ABCDEFGHIJKLMNOP", "ghp_",
            "x" * 30, "-----BEGIN RSA PRIVATE KEY-----", "\n", "-----END RSA PRIVATE KEY-----", "password",
-           "Token", "api_key", " ", "é", "\"", "\\", "$map", "$bytes", ":", "1.5", "\u212a", "pwd=", "hunter2"]
+           "Token", "api_key", " ", "é", "\"", "\\", "$map", "$bytes", ":", "1.5", "\u212a", "pwd=", "hunter2",
+           "name", "Key", "value"]
 _secretish = st.lists(st.sampled_from(_PIECES), max_size=6).map("".join)
 _PAIR_NAMES = ["Cookie", "AUTHORIZATION", "x_api_key", "X-Api-Key", "Password", "password ", "Accept", "\u212aey",
                "to\u212aen", "s\u0131d", "[", "a\"b", "é"]
@@ -1381,5 +1382,46 @@ def test_aws_credentials_and_secret_keys_in_free_text_are_redacted_by_default(tm
         store.close()
     for secret in (b"Zs6-secret-access-key-10a", b"Zs6-session-token-11b", b"Zs6-env-secret-key-12c",
                    b"Zs6-env-session-13d", b"Zs6-secret-key-15f"):
+        assert secret not in file_bytes(tmp_path / "store"), secret
+        assert secret not in (tmp_path / "out.sbx").read_bytes(), secret
+
+
+def test_a_value_named_by_a_sibling_name_or_key_member_is_redacted_by_default(tmp_path):
+    """A header list as name/value objects (HAR: ``[{"name": "Authorization", "value": "Token …"}]``),
+    a Kubernetes/ECS container's env (``[{"name": "PASSWORD", "value": "…"}]``) and AWS tags
+    (``[{"Key": "api_key", "Value": "…"}]``) name the secret in a sibling member: the value was stored in
+    clear (its key is ``value``; the sensitive name is a string). Found by recording such lists with
+    call_tool and grepping sealbox.db. Other members stay as they are; so does a value named by no
+    sensitive key."""
+    from sealbox.interop.bundle import export_bundle
+
+    har = {"request": {"url": "https://api/x", "headers": [
+        {"name": "Authorization", "value": "Token Zn7-har-token-20a"}, {"name": "Cookie", "value": "sid=Zn7-har-cookie-21b"},
+        {"name": "Accept", "value": "application/json"}]}}
+    env = [{"name": "PASSWORD", "value": "Zn7-env-password-22c"}, {"name": "LOG_LEVEL", "value": "debug"}]
+    tags = [{"Key": "api_key", "Value": "Zn7-tag-api-key-23d"}, {"Key": "team", "Value": "data"}]
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("http", "replay", har, lambda request: "ok")
+            run.call_tool("k8s", "describe", {"pod": "web-1"}, lambda pod: {"containers": [{"name": "web", "env": env}]})
+            run.call_tool("aws", "tags", {}, lambda: json.dumps(tags))
+        call = events_of(store, run.run_id, "tool.call")[0]
+        headers = store.resolve(call.payload["arguments"])["request"]["headers"]
+        assert headers[0]["name"] == "Authorization" and is_marker(headers[0]["value"])
+        assert headers[1]["name"] == "Cookie" and is_marker(headers[1]["value"])
+        assert headers[2] == {"name": "Accept", "value": "application/json"}
+        results = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+        recorded_env = results[1]["containers"][0]["env"]
+        assert recorded_env[0]["name"] == "PASSWORD" and is_marker(recorded_env[0]["value"])
+        assert recorded_env[1] == {"name": "LOG_LEVEL", "value": "debug"}
+        recorded_tags = json.loads(results[2])
+        assert recorded_tags[0]["Key"] == "api_key" and IN_STRING.fullmatch(recorded_tags[0]["Value"])
+        assert recorded_tags[1] == {"Key": "team", "Value": "data"}
+        assert_verified(store)
+        export_bundle(store, [run.run_id], tmp_path / "out.sbx")
+    finally:
+        store.close()
+    for secret in (b"Zn7-har-token-20a", b"Zn7-har-cookie-21b", b"Zn7-env-password-22c", b"Zn7-tag-api-key-23d"):
         assert secret not in file_bytes(tmp_path / "store"), secret
         assert secret not in (tmp_path / "out.sbx").read_bytes(), secret
