@@ -77,7 +77,15 @@ DEFAULT_PATTERNS = (
     r"[\x22\x27]?\s*[:=]\s*[\x22\x27]?(?P<redact>[^\s&;,\x22\x27\u27e6]+)",
     r"\b(?:[Aa]pi[-_]?[Kk]ey|API[-_]?KEY|(?:(?:[Aa](?:ccess|uth|ws_?[Ss]ession)|A(?:CCESS|UTH|WS_SESSION)|[Rr]efresh|REFRESH|[Ss]ession|SESSION)_?)?(?:[Tt]oken|TOKEN))"
     r"[\x22\x27]?\s*[:=]\s*[\x22\x27]?(?P<redact_token>[^\s&;,\x22\x27\u27e6]+)",
-    r"(?i)\bauthorization[\x22\x27]?\s*:\s*[\x22\x27]?basic\s+(?P<redact_basic>[A-Za-z0-9+/=]{4,})",  # its credentials
+    # the credentials of an Authorization / Proxy-Authorization header (line, repr, JSON-ish text): after a known
+    # scheme (kept readable) its token or its comma-separated auth-params (Digest: username="…", response="…"),
+    # up to a quote, a line end or a word not joined by a comma; with no scheme, a bare token holding a digit
+    # (an API key; not "Authorization: required")
+    r"(?i)\bauthorization[\x22\x27]?[\t ]*[:=][\t ]*[\x22\x27]?(?:(?:basic|bearer|digest|token|negotiate|ntlm|hoba|mutual"
+    r"|oauth|dpop|hawk|mac|jwt|api-?key|key|sso-key|ssws|sharedkey|signature|aws4-hmac-sha256)[\t ]+"
+    r"(?P<redact_auth>[^\s,=\x22\x27\u27e6]+(?:=+(?:\x22[^\x22\r\n\u27e6]*\x22|[^\s,\x22\x27\u27e6]*))?"
+    r"(?:[\t ]*,[\t ]*[^\s,=\x22\x27\u27e6]+(?:=+(?:\x22[^\x22\r\n\u27e6]*\x22|[^\s,\x22\x27\u27e6]*))?)*)"
+    r"|(?P<redact_auth_bare>[A-Za-z0-9._~+/=-]*[0-9][A-Za-z0-9._~+/=-]*))",
     r"(?i)\bcookie[\x22\x27]?[\t ]*:[\t ]*(?P<redact_cookie>[^\s\u27e6][^\r\n\u27e6]*)",  # a Cookie:/Set-Cookie: line's value
 )
 
@@ -1064,16 +1072,35 @@ def _prefilters(patterns: tuple[str, ...]) -> tuple[tuple[str | None, "re.Patter
         flags, body = (m.group(1), pattern[m.end():]) if m else ("", pattern)
         if body.startswith("\\b"):
             body = body[2:]
-        if flags == "i" and "|" not in body:
+        if flags == "i" and ("|" not in body or _leading_literals(body) >= 3):
             n = 0
             while n < len(body) and body[n].lower() in _FOLD_SAFE:
                 n += 1
+            if "|" in body:
+                n = min(n, _leading_literals(body))  # an alternation: only the letters every match begins with
             if n >= 3 and (n == len(body) or body[n] not in "*?{+|"):
                 out.append((body[:n].lower(), None))
                 continue
         out.append((None, re.compile(f"(?{flags}:{body})" if flags else body)))
     return tuple(out)
 
+
+
+def _leading_literals(body: str) -> int:
+    """How many single characters every match of ``body`` begins with, as parsed (``abc(?:x|y)``: 3;
+    ``abc|abd``: 0); 0 when it cannot be parsed."""
+    try:
+        from re import _constants as sre
+        from re import _parser
+
+        n = 0
+        for op, _ in _parser.parse(body):
+            if op is not sre.LITERAL:
+                break
+            n += 1
+        return n
+    except Exception:  # noqa: BLE001 - an unknown construct: no literal prefilter
+        return 0
 
 
 def _scan_tables(needles: tuple[bytes, ...], folded: int) -> bytes:

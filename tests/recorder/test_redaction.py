@@ -1425,3 +1425,39 @@ def test_a_value_named_by_a_sibling_name_or_key_member_is_redacted_by_default(tm
     for secret in (b"Zn7-har-token-20a", b"Zn7-har-cookie-21b", b"Zn7-env-password-22c", b"Zn7-tag-api-key-23d"):
         assert secret not in file_bytes(tmp_path / "store"), secret
         assert secret not in (tmp_path / "out.sbx").read_bytes(), secret
+
+
+def test_authorization_credentials_of_any_scheme_in_free_text_are_redacted_by_default(tmp_path):
+    """Only ``Authorization: Basic …`` (and any ``Bearer …``) was redacted in free text: a tool printing
+    request headers stored ``Authorization: Token …`` (Django REST framework, GitLab), a ``Digest``
+    answer (its ``response=`` and ``nonce``), a bare API key (``Authorization: <key>``) and
+    ``Proxy-Authorization: …`` in clear. Found by recording such text with call_tool and grepping
+    sealbox.db. The scheme and the other headers stay readable; so does prose naming the header."""
+    from sealbox.interop.bundle import export_bundle
+
+    digest = ('Digest username="bob", realm="api", nonce="Za1-nonce-40a", uri="/x", '
+              'response="Za1-digest-response-41b", qop=auth, nc=00000001, cnonce="Za1-cnonce-42c"')
+    text = ("GET /x HTTP/1.1\r\nAuthorization: Token Za1-drf-token-43d\r\nAccept: */*\r\n"
+            f"Authorization: {digest}\r\nProxy-Authorization: Token Za1-proxy-44e\r\nAuthorization: Za1apikey45f\r\n")
+    headers = "{'Authorization': 'Token Za1-repr-token-46a', 'Accept': 'application/json'}"
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("http", "dump", {}, lambda: text)
+            run.call_tool("http", "headers", {}, lambda: headers)
+            run.call_tool("http", "why", {}, lambda: "Authorization: required (authorization failed for bob)")
+        results = [e.payload["result"] for e in events_of(store, run.run_id, "tool.result")]
+        lines = results[0].split("\r\n")
+        assert IN_STRING.fullmatch(lines[1].removeprefix("Authorization: Token ")) and lines[2] == "Accept: */*"
+        assert IN_STRING.fullmatch(lines[3].removeprefix("Authorization: Digest "))
+        assert IN_STRING.fullmatch(lines[4].removeprefix("Proxy-Authorization: Token "))
+        assert IN_STRING.fullmatch(lines[5].removeprefix("Authorization: "))
+        assert IN_STRING.sub("M", results[1]) == "{'Authorization': 'Token M', 'Accept': 'application/json'}"
+        assert results[2] == "Authorization: required (authorization failed for bob)"
+        export_bundle(store, [run.run_id], tmp_path / "out.sbx")
+    finally:
+        store.close()
+    for secret in (b"Za1-nonce-40a", b"Za1-digest-response-41b", b"Za1-cnonce-42c", b"Za1-drf-token-43d",
+                   b"Za1-proxy-44e", b"Za1apikey45f", b"Za1-repr-token-46a"):
+        assert secret not in file_bytes(tmp_path / "store"), secret
+        assert secret not in (tmp_path / "out.sbx").read_bytes(), secret
