@@ -68,7 +68,8 @@ DEFAULT_PATTERNS = (
     r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
     r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
     r"://[^\s:/@]*:[^\s@/]+@",  # user:password@ in a URL (also :password@, no user name: redis://:pw@host)
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
+    # PEM, OpenPGP (... KEY BLOCK-----); -{5}: the required literal stays "PRIVATE KEY", not "-----BEGIN "
+    r"-{5}BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----",
     # key=value / key: value of a secret name in free text (password=..., ?api_key=...&, 'token': '...'),
     # the name in lower, Capitalised or UPPER case (camelCase apiKey, accessToken too): only the value (up to
     # whitespace, &, ;, a comma or a quote) is redacted; not max_tokens=, tokens=. Case-sensitive, in two
@@ -77,6 +78,10 @@ DEFAULT_PATTERNS = (
     r"[\x22\x27]?\s*[:=]\s*[\x22\x27]?(?P<redact>[^\s&;,\x22\x27\u27e6]+)",
     r"\b(?:[Aa]pi[-_]?[Kk]ey|API[-_]?KEY|(?:(?:[Aa](?:ccess|uth|ws_?[Ss]ession)|A(?:CCESS|UTH|WS_SESSION)|[Rr]efresh|REFRESH|[Ss]ession|SESSION)_?)?(?:[Tt]oken|TOKEN))"
     r"[\x22\x27]?\s*[:=]\s*[\x22\x27]?(?P<redact_token>[^\s&;,\x22\x27\u27e6]+)",
+    # passphrase / private_key (its own pattern: few required literals); no leading \b, which would make re try
+    # every position of a text holding one of the words (~2x slower), and GPG_PASSPHRASE=, SSH_PRIVATE_KEY= hold one
+    r"[Pp](?:assphrase|ASSPHRASE|rivate_?[Kk]ey|RIVATE_?KEY)"
+    r"[\x22\x27]?\s*[:=]\s*[\x22\x27]?(?P<redact_key>[^\s&;,\x22\x27\u27e6]+)",
     # the credentials of an Authorization / Proxy-Authorization header (line, repr, JSON-ish text): after a known
     # scheme (kept readable) its token or its comma-separated auth-params (Digest: username="…", response="…"),
     # up to a quote, a line end or a word not joined by a comma; with no scheme, a bare token holding a digit

@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 13
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 14
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -1459,5 +1459,39 @@ def test_authorization_credentials_of_any_scheme_in_free_text_are_redacted_by_de
         store.close()
     for secret in (b"Za1-nonce-40a", b"Za1-digest-response-41b", b"Za1-cnonce-42c", b"Za1-drf-token-43d",
                    b"Za1-proxy-44e", b"Za1apikey45f", b"Za1-repr-token-46a"):
+        assert secret not in file_bytes(tmp_path / "store"), secret
+        assert secret not in (tmp_path / "out.sbx").read_bytes(), secret
+
+
+def test_passphrases_and_private_keys_in_free_text_are_redacted_by_default(tmp_path):
+    """``passphrase`` and ``private_key`` are default key names, but the free-text ``key=value``
+    patterns did not know them: ``passphrase=…``, ``Passphrase: …``, ``private_key=…``,
+    ``privateKey: '…'`` and an env dump's ``PRIVATE_KEY=…`` in a tool's text result were stored in
+    clear, as was an OpenPGP private key block (``-----BEGIN PGP PRIVATE KEY BLOCK-----``: the PEM
+    pattern wanted ``PRIVATE KEY-----``). Found by recording such text with call_tool and grepping
+    sealbox.db. The names stay readable; a path to a key file and prose stay as they are."""
+    from sealbox.interop.bundle import export_bundle
+
+    text = ("gpg --batch passphrase=Zk2-passphrase-50a\nPassphrase: Zk2-passphrase-51b\n"
+            "private_key=Zk2-private-key-52c\nconfig {'privateKey': 'Zk2-private-key-53d'}\n"
+            "PRIVATE_KEY=Zk2-private-key-54e\nprivate_key_path=/home/bob/.ssh/id_ed25519\n"
+            "the passphrase is wrong\nGPG_PASSPHRASE=Zk2-passphrase-57b\n")
+    pgp = ("-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGZk2pgpBODY55f\nZk2pgpBODY56a\n=Zk2c\n"
+           "-----END PGP PRIVATE KEY BLOCK-----\n")
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("sh", "run", {"cmd": "cat notes"}, lambda cmd: text)
+            run.call_tool("gpg", "export", {}, lambda: "key:\n" + pgp)
+        results = [decode(store.resolve(e.payload))["result"] for e in events_of(store, run.run_id, "tool.result")]
+        assert IN_STRING.sub("M", results[0]) == (
+            "gpg --batch passphrase=M\nPassphrase: M\nprivate_key=M\nconfig {'privateKey': 'M'}\nPRIVATE_KEY=M\n"
+            "private_key_path=/home/bob/.ssh/id_ed25519\nthe passphrase is wrong\nGPG_PASSPHRASE=M\n")
+        assert IN_STRING.sub("M", results[1]) == "key:\nM\n"
+        export_bundle(store, [run.run_id], tmp_path / "out.sbx")
+    finally:
+        store.close()
+    for secret in (b"Zk2-passphrase-50a", b"Zk2-passphrase-51b", b"Zk2-private-key-52c", b"Zk2-private-key-53d",
+                   b"Zk2-private-key-54e", b"Zk2pgpBODY55f", b"Zk2pgpBODY56a", b"Zk2-passphrase-57b"):
         assert secret not in file_bytes(tmp_path / "store"), secret
         assert secret not in (tmp_path / "out.sbx").read_bytes(), secret
