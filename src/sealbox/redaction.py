@@ -92,6 +92,11 @@ DEFAULT_PATTERNS = (
     r"(?:[\t ]*,[\t ]*[^\s,=\x22\x27\u27e6]+(?:=+(?:\x22[^\x22\r\n\u27e6]*\x22|[^\s,\x22\x27\u27e6]*))?)*)"
     r"|(?P<redact_auth_bare>[A-Za-z0-9._~+/=-]*[0-9][A-Za-z0-9._~+/=-]*))",
     r"(?i)\bcookie[\x22\x27]?[\t ]*:[\t ]*(?P<redact_cookie>[^\s\u27e6][^\r\n\u27e6]*)",  # a Cookie:/Set-Cookie: line's value
+    # the text of an XML element named as a secret (<password>…</password>, <ns:apiKey a="…"><![CDATA[…]]></ns:apiKey>):
+    # the tags stay; up to the next tag (an empty element, <password/>, is no match)
+    r"<(?:[\w.-]+:)?(?i:pass(?:word|wd|phrase)|pwd|(?:client[-_]?|aws[-_]?)?secret(?:[-_]?(?:access[-_]?)?key)?|api[-_]?key"
+    r"|(?:(?:access|refresh|auth|id|session)[-_]?)?token|private[-_]?key|authorization|cookie)(?:\s[^<>]*)?>"
+    r"(?P<redact_xml>(?:<!\[CDATA\[[\s\S]*?\]\]>|[^<\u27e6])+)</",
 )
 
 #: A pattern's groups named ``redact…`` (``(?P<redact>…)``): where one took part in a match, only its

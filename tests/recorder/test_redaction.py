@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 14
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 15
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -1493,5 +1493,34 @@ def test_passphrases_and_private_keys_in_free_text_are_redacted_by_default(tmp_p
         store.close()
     for secret in (b"Zk2-passphrase-50a", b"Zk2-passphrase-51b", b"Zk2-private-key-52c", b"Zk2-private-key-53d",
                    b"Zk2-private-key-54e", b"Zk2pgpBODY55f", b"Zk2pgpBODY56a", b"Zk2-passphrase-57b"):
+        assert secret not in file_bytes(tmp_path / "store"), secret
+        assert secret not in (tmp_path / "out.sbx").read_bytes(), secret
+
+
+def test_secrets_in_xml_elements_are_redacted_by_default(tmp_path):
+    """A tool returning XML (a Maven settings.xml, a SOAP answer, an app config) stored
+    ``<password>…</password>``, ``<apiKey>…</apiKey>``, ``<token …>…</token>`` in clear: no pattern
+    looked at an element named as a key. Found by recording such text with call_tool and grepping
+    sealbox.db. The element's text (CDATA too) becomes the marker, the tags stay; other elements,
+    an empty element and a name merely containing a key name are kept."""
+    from sealbox.interop.bundle import export_bundle
+
+    xml = ('<settings><server><id>repo</id><username>app</username><password>Zx5-xml-pass-60a</password></server>'
+           '<apiKey>Zx5-xml-apikey-61b</apiKey><token type="bearer">Zx5-xml-token-62c</token>'
+           '<ns:Secret>Zx5-xml-secret-63d</ns:Secret><passphrase><![CDATA[Zx5 <cd> cdata-64e]]></passphrase>'
+           '<max_tokens>100</max_tokens><password/><label>Password</label></settings>')
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("fs", "read", {"path": "settings.xml"}, lambda path: xml)
+        (result,) = [decode(store.resolve(e.payload))["result"] for e in events_of(store, run.run_id, "tool.result")]
+        assert IN_STRING.sub("M", result) == (
+            '<settings><server><id>repo</id><username>app</username><password>M</password></server>'
+            '<apiKey>M</apiKey><token type="bearer">M</token><ns:Secret>M</ns:Secret><passphrase>M</passphrase>'
+            '<max_tokens>100</max_tokens><password/><label>Password</label></settings>')
+        export_bundle(store, [run.run_id], tmp_path / "out.sbx")
+    finally:
+        store.close()
+    for secret in (b"Zx5-xml-pass-60a", b"Zx5-xml-apikey-61b", b"Zx5-xml-token-62c", b"Zx5-xml-secret-63d", b"cdata-64e"):
         assert secret not in file_bytes(tmp_path / "store"), secret
         assert secret not in (tmp_path / "out.sbx").read_bytes(), secret
