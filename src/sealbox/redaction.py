@@ -92,6 +92,14 @@ DEFAULT_PATTERNS = (
     r"(?:[\t ]*,[\t ]*[^\s,=\x22\x27\u27e6]+(?:=+(?:\x22[^\x22\r\n\u27e6]*\x22|[^\s,\x22\x27\u27e6]*))?)*)"
     r"|(?P<redact_auth_bare>[A-Za-z0-9._~+/=-]*[0-9][A-Za-z0-9._~+/=-]*))",
     r"(?i)\bcookie[\x22\x27]?[\t ]*:[\t ]*(?P<redact_cookie>[^\s\u27e6][^\r\n\u27e6]*)",  # a Cookie:/Set-Cookie: line's value
+    # a password on a command line: curl -u / --user / --proxy-user user:PASSWORD (also -uuser:pw, quoted), mysql /
+    # mysqldump / mariadb [options] -pPASSWORD (not -p alone, which prompts; not --port), and --password PASSWORD (a space,
+    # not =, which the key=value pattern has; not --password-stdin); the user name and the rest of the line stay
+    # (three patterns, each starting with its literal: joined, re tries every position of a text holding one, ~3x slower)
+    r"curl[^\r\n|;&]*?[\t ](?:-[uU][\t ]*|--(?:proxy-)?user[\t =]+)[\x22\x27]?[^\s:\x22\x27]*:"
+    r"[\x22\x27]?(?P<redact_curl>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
+    r"m(?:ysql|ariadb)[\w-]*(?:[\t ]+-[^\s|;&]*(?:[\t ]+[^\s|;&-][^\s|;&]*)?)*?[\t ]+-p[\x22\x27]?(?P<redact_mysql>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
+    r"--password[\t ]+[\x22\x27]?(?P<redact_password_arg>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
     # the text of an XML element named as a secret (<password>…</password>, <ns:apiKey a="…"><![CDATA[…]]></ns:apiKey>):
     # the tags stay; up to the next tag (an empty element, <password/>, is no match)
     r"<(?:[\w.-]+:)?(?i:pass(?:word|wd|phrase)|pwd|(?:client[-_]?|aws[-_]?)?secret(?:[-_]?(?:access[-_]?)?key)?|api[-_]?key"

@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 15
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 18
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -1522,5 +1522,39 @@ def test_secrets_in_xml_elements_are_redacted_by_default(tmp_path):
     finally:
         store.close()
     for secret in (b"Zx5-xml-pass-60a", b"Zx5-xml-apikey-61b", b"Zx5-xml-token-62c", b"Zx5-xml-secret-63d", b"cdata-64e"):
+        assert secret not in file_bytes(tmp_path / "store"), secret
+        assert secret not in (tmp_path / "out.sbx").read_bytes(), secret
+
+
+def test_passwords_on_command_lines_are_redacted_by_default(tmp_path):
+    """A shell tool's command line (in its arguments, or echoed in its output) stored the password of
+    ``curl -u user:password`` (``--user``, ``-uuser:pw``, quoted), of ``mysql -pPASSWORD`` (mysqldump,
+    quoted) and of ``--password PASSWORD`` (docker login) in clear; ``--password=…`` and URLs with
+    ``user:password@`` already were redacted. Found by recording such commands with call_tool and
+    grepping sealbox.db. The user name and the rest of the line stay; commands with no password
+    (``mysql -p`` prompting, ``--port``, ``curl -u alice``, ``--password-stdin``) are kept."""
+    from sealbox.interop.bundle import export_bundle
+
+    commands = ["curl -u alice:Zc6-curl-pass-70a https://api/x", "curl -s --user 'bob:Zc6-curl-pass-71b' https://api/y",
+                "curl -uadmin:Zc6-curl-pass-72c http://h", "mysql -h db -u root -pZc6mysqlpass73d shop",
+                "mysqldump -u root -p'Zc6-dump-pass-74e' shop > shop.sql",
+                "docker login --password Zc6-docker-pass-75f registry.local"]
+    kept = ["mysql -u root -p shop", "mysql --port=3306 -u root shop", "curl -u alice https://api/x",
+            "docker login --password-stdin registry.local", "sort -u file:2"]
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            for cmd in commands + kept:
+                run.call_tool("sh", "run", {"cmd": cmd}, lambda cmd: f"$ {cmd}\nok")
+        calls = [decode(store.resolve(e.payload))["arguments"]["cmd"] for e in events_of(store, run.run_id, "tool.call")]
+        assert [IN_STRING.sub("M", c) for c in calls] == [
+            "curl -u alice:M https://api/x", "curl -s --user 'bob:M' https://api/y", "curl -uadmin:M http://h",
+            "mysql -h db -u root -pM shop", "mysqldump -u root -p'M' shop > shop.sql",
+            "docker login --password M registry.local"] + kept
+        export_bundle(store, [run.run_id], tmp_path / "out.sbx")
+    finally:
+        store.close()
+    for secret in (b"Zc6-curl-pass-70a", b"Zc6-curl-pass-71b", b"Zc6-curl-pass-72c", b"Zc6mysqlpass73d",
+                   b"Zc6-dump-pass-74e", b"Zc6-docker-pass-75f"):
         assert secret not in file_bytes(tmp_path / "store"), secret
         assert secret not in (tmp_path / "out.sbx").read_bytes(), secret
