@@ -256,8 +256,11 @@ class Redactor:
         self._any_mark = re.compile("|".join(re.escape(m) for m in sorted(self._key_marks, key=len, reverse=True))) \
             if self._key_marks else None
         self._literals = tuple(lit for lit, _ in self._prefilters if lit is not None)
-        relaxed = [rx.pattern for lit, rx in self._prefilters if lit is None]
-        self._any_relaxed = _compile_any(relaxed)
+        # the other prefilters, each searched only when the text holds one of its pattern's required strings
+        # (_text_gate: substring scans), the rest joined into one search
+        relaxed = [(gate, rx) for (lit, rx), gate in zip(self._prefilters, self._scrub_gates) if lit is None]
+        self._gated_relaxed = tuple((gate, rx) for gate, rx in relaxed if gate is not None)
+        self._any_relaxed = _compile_any([rx.pattern for gate, rx in relaxed if gate is None])
         self._named_rx = _named_regex(self._keys) if self._quick and self._keys else None
         self._scan = _c_scan_text is not None and self._quick and self._scan_plan()
         self._pair_rx = _pair_regex(self._keys) if self._quick and self._keys else None
@@ -399,9 +402,13 @@ class Redactor:
             return False  # a [name, value] pair named as a sensitive key (see _pair_regex)
         if self._named_rx is not None and self._named_in(data):
             return False  # {"name": "Authorization", "value": …}: see Redactor._names_a_key
+        lowered = text.lower() if self._literals or self._gated_relaxed else ""
         if self._literals:
-            lowered = text.lower()
             if any(literal in lowered for literal in self._literals):
+                return False
+        for gate, rx in self._gated_relaxed:
+            if any((literal in lowered) if folded else (literal in text) for literal, folded in gate) \
+                    and rx.search(text) is not None:
                 return False
         return all(rx.search(text) is None for rx in self._any_relaxed)
 
