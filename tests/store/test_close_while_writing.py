@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent(r'''
     from sealbox.store.base import new_run_id
 
     store = sealbox.init_store(sys.argv[1], durability=sys.argv[2])
-    acknowledged, problems = {}, []
+    acknowledged, problems, reads = {}, [], [0]
 
     def writer(k):
         run = new_run_id()
@@ -45,6 +45,7 @@ SCRIPT = textwrap.dedent(r'''
             while True:
                 store.size()
                 store.query_calls(limit=5)
+                reads[0] += 1
         except sealbox.StoreError as exc:
             if "closed" not in str(exc):
                 problems.append(repr(exc))
@@ -54,7 +55,12 @@ SCRIPT = textwrap.dedent(r'''
     threads = [threading.Thread(target=writer, args=(k,)) for k in range(6)] + [threading.Thread(target=reader)]
     for t in threads:
         t.start()
-    time.sleep(0.4)
+    # close while every thread is in its loop (not after a fixed delay: on a loaded host the threads could
+    # still be starting, the close would then race nothing and a writer's first append fail unexpectedly)
+    deadline = time.monotonic() + 120
+    while len(acknowledged) < 6 or min(acknowledged.values()) < 3 or reads[0] < 3:
+        assert time.monotonic() < deadline and not problems, (acknowledged, reads, problems)
+        time.sleep(0.01)
     store.close()
     for t in threads:
         t.join(60)
@@ -97,12 +103,15 @@ READERS_SCRIPT = textwrap.dedent(r'''
                              run_id=run, principal="agent:a")]
                  + [EventDraft("note", {"text": f"n{i} " + "x" * 300}, run_id=run, principal="investigator")
                     for i in range(4000)])
-    problems, stopped = [], []
+    problems, stopped, rounds = [], [], {}
 
     def loop(name, fn):
+        me = threading.get_ident()
+        rounds[me] = 0
         try:
             while True:
                 fn()
+                rounds[me] += 1
         except sealbox.StoreError as exc:
             (stopped if "closed" in str(exc) else problems).append((name, str(exc)))
         except BaseException as exc:  # noqa: BLE001
@@ -123,7 +132,11 @@ READERS_SCRIPT = textwrap.dedent(r'''
     next(paused)  # a generator left paused on this thread: close() must not wait for it
     for t in threads:
         t.start()
-    time.sleep(0.4)
+    # close while every reader is in its loop, whatever the host's load (was a fixed 0.4 s)
+    deadline = time.monotonic() + 120
+    while len(rounds) < len(threads) or min(rounds.values()) < 2:
+        assert time.monotonic() < deadline and not problems, (rounds, problems)
+        time.sleep(0.01)
     closers = [threading.Thread(target=store.close) for _ in range(2)]
     for t in closers:
         t.start()
