@@ -523,6 +523,32 @@ def test_sealbox_upgrade_in_a_folder_without_the_signing_key_says_what_it_did(tm
     assert (res.returncode, res.stdout) == (0, f"{path} is up to date: no migration to apply\n"), res.stderr
 
 
+TRACED_CLI = """
+import runpy, sqlite3, sys
+
+marker = sys.argv.pop(1)
+_connect = sqlite3.connect
+
+
+def connect(*args, **kwargs):
+    conn = _connect(*args, **kwargs)
+    seen = []
+
+    def trace(sql):
+        if "FROM schema_migrations" in sql:
+            seen.append(sql)
+        elif seen and sql.lstrip().upper().startswith("BEGIN IMMEDIATE"):
+            open(marker, "a").close()
+
+    conn.set_trace_callback(trace)
+    return conn
+
+
+sqlite3.connect = connect
+runpy.run_module("sealbox.cli.main", run_name="__main__", alter_sys=True)
+"""
+
+
 def test_two_concurrent_upgrades_each_report_only_what_they_applied(tmp_path, backend):
     """Two `sealbox upgrade --store PATH` processes on the same older store, both past their check of
     what is pending before either applies it: both printed "Upgraded PATH: applied migrations [N]",
@@ -538,12 +564,20 @@ def test_two_concurrent_upgrades_each_report_only_what_they_applied(tmp_path, ba
     if name == "sqlite":
         holder = sqlite3.connect(path / "sealbox.db", isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")  # what every writer (and each migration) takes first
-        procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for _ in range(2)]
-        # both start, find the migration pending (a read) and wait for the write lock: under 5 s, SQLite's
-        # own wait for a lock on a writer's open (the migration's BEGIN IMMEDIATE waits no longer)
-        time.sleep(3.5)
-        assert all(p.poll() is None for p in procs), [p.communicate() for p in procs if p.poll() is not None]
+        # Each upgrade runs the CLI under a tracer that notes when its connection, having read
+        # schema_migrations, starts the migration's BEGIN IMMEDIATE (the trace fires before SQLite's busy
+        # wait): the lock is released once both are waiting, not after a fixed time (was 3.5 s, for a
+        # start-up that takes longer on a loaded host, and the migration waits 5 s at most).
+        markers = [tmp_path / f"waiting{i}" for i in range(2)]
+        tracer = tmp_path / "traced_cli.py"
+        tracer.write_text(TRACED_CLI)
+        procs = [subprocess.Popen([sys.executable, str(tracer), str(m), *cmd[3:]], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for m in markers]
+        deadline = time.monotonic() + 120
+        while not all(m.exists() for m in markers):
+            assert time.monotonic() < deadline, "an upgrade never came to wait for the write lock"
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs if p.poll() is not None]
+            time.sleep(0.01)
         holder.execute("ROLLBACK")
         holder.close()
     else:
