@@ -547,10 +547,13 @@ def test_a_template_at_the_length_cap_matches_the_longest_uri_quickly(template):
 
     assert len(template) <= MAX_TEMPLATE_LENGTH
     compiled, uri = UriTemplate(template), "x://" + "a" * (MAX_TEMPLATE_URI - 4)
-    started = time.perf_counter()
-    assert compiled.matches(uri) is ("/" not in template[4:])
-    assert compiled.matches(uri + "b") is template.endswith("}")
-    assert time.perf_counter() - started < 0.1
+    took = []
+    for _ in range(3):  # CPU time, best of 3: wall-clock took 0.03-0.11 s beside two busy loops on 2 cores
+        started = time.process_time()
+        assert compiled.matches(uri) is ("/" not in template[4:])
+        assert compiled.matches(uri + "b") is template.endswith("}")
+        took.append(time.process_time() - started)
+    assert min(took) < 0.1, took  # ~0.004 s; the quadratic matcher took 0.5 s
 
 
 async def test_gateway_replay_serves_the_sessions_tool_calls_leaving_its_prompts_and_reads_out(tmp_path, store):
