@@ -202,7 +202,7 @@ async def test_a_linked_call_that_could_not_be_recorded_can_be_made_again_at_its
     past its lock_timeout by another process) was not forwarded, but its step was noted as used: the
     client's retry was refused "already recorded at that step" though nothing was ever recorded there."""
     from .conftest import connect, running, text_of, toy_log
-    from .test_gateway_store_lock import _hold_lock
+    from .test_gateway_store_lock import _hold_lock, _release
 
     sealbox.init_store(tmp_path / "store").close()
     store = sealbox.open_store(tmp_path / "store", lock_timeout=0.5)
@@ -211,9 +211,9 @@ async def test_a_linked_call_that_could_not_be_recorded_can_be_made_again_at_its
         meta = {"sealbox/run_id": agent_run.run_id, "sealbox/call_id": "call_a", "sealbox/step": "2.1"}
         gw = Gateway(toy_config(tmp_path), store=store)
         async with running(gw) as tg, connect(gw, tg) as client:
-            proc = await _hold_lock(str(store.db_path), 1.5)
+            proc = await _hold_lock(str(store.db_path))  # until the call gave up (was a fixed 1.5 s)
             unrecorded = await client.call_tool("toy__echo", {"text": "locked out"}, meta=meta)
-            await anyio.to_thread.run_sync(proc.wait, 10)
+            await _release(proc)
             again = await client.call_tool("toy__echo", {"text": "again"}, meta=meta)
         assert unrecorded.meta == {"sealbox/not_forwarded": "recording_failed"}
         assert (again.is_error, text_of(again)) == (False, "again")
@@ -230,7 +230,7 @@ async def test_a_call_whose_result_could_not_be_recorded_is_not_said_to_be_not_f
     past lock_timeout by another process): the client was told "not forwarded: the call could not be
     recorded", so an agent would make the call again - a second payment, a second deploy."""
     from .conftest import connect, running, text_of, toy_log
-    from .test_gateway_store_lock import _hold_lock
+    from .test_gateway_store_lock import _hold_lock, _release
 
     sealbox.init_store(tmp_path / "store").close()
     store = sealbox.open_store(tmp_path / "store", lock_timeout=0.5)
@@ -240,14 +240,16 @@ async def test_a_call_whose_result_could_not_be_recorded_is_not_said_to_be_not_f
             box = []
             async with anyio.create_task_group() as calls:
                 async def call() -> None:
-                    box.append(await client.call_tool("toy__slow", {"seconds": 1.0}))
+                    box.append(await client.call_tool("toy__slow", {"seconds": 3.0}))
 
                 calls.start_soon(call)
                 with anyio.fail_after(10):
                     while not toy_log(tmp_path):  # forwarded: its gate is written
                         await anyio.sleep(0.02)
-                proc = await _hold_lock(str(store.db_path), 2.5)
-            await anyio.to_thread.run_sync(proc.wait, 10)
+                # taken while the 3 s tool runs (was 1 s: a loaded host could be slower to get here), held
+                # until the call's result write gave up (was a fixed 2.5 s)
+                proc = await _hold_lock(str(store.db_path))
+            await _release(proc)
         [run_id] = gateway_runs(store)
         [result] = box
         assert result.is_error is True
@@ -256,7 +258,7 @@ async def test_a_call_whose_result_could_not_be_recorded_is_not_said_to_be_not_f
         assert result.meta == {"sealbox/not_recorded": "result"}
         assert [e.kind for e in store.read_run(run_id)] == ["run.started", "tool.call", "policy.decision",
                                                             "run.ended"]
-        assert toy_log(tmp_path) == [{"tool": "slow", "arguments": {"seconds": 1.0}}]
+        assert toy_log(tmp_path) == [{"tool": "slow", "arguments": {"seconds": 3.0}}]
     finally:
         store.close()
 
