@@ -38,6 +38,16 @@ AGENT = "agent:deploy-bot"
 SEALBOX = str(Path(sys.executable).parent / "sealbox")
 
 
+@pytest.fixture
+def refused_port():
+    """A 127.0.0.1 port bound for the whole test and never listening: connections to it are refused. (A
+    port bound, closed and then used could meanwhile be taken by another socket of this busy host, and a
+    client's own ephemeral port could even equal it, a TCP self-connect.)"""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
 def revoked_details(store, gid):
     return [(e.payload["step"], e.payload["detail"]) for e in store.read_run(SYSTEM_RUN_ID)
             if e.kind == "access.revoked" and e.payload["grant_id"] == gid]
@@ -295,10 +305,8 @@ def test_short_secrets_are_scrubbed_only_as_whole_tokens(store, servers, no_slee
         "error": "the provider refused to revoke access_token; it has no introspection endpoint to check the tokens"})
 
 
-def test_a_short_secret_does_not_garble_an_outage_record(store, no_sleep):
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def test_a_short_secret_does_not_garble_an_outage_record(refused_port, store, no_sleep):
+    port = refused_port
     gid = signed_grant(store, AGENT, "db", "*", None, credential={
         "revocation_endpoint": f"http://127.0.0.1:{port}/revoke", "client_id": "c", "client_secret": "e",
         "access_token": "t"})

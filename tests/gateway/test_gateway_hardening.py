@@ -29,6 +29,18 @@ ODD = str(Path(__file__).parent / "servers" / "odd_server.py")
 SECRET = "SECRET-MARKER-7f3a9c"
 
 
+@pytest.fixture
+def refused_port():
+    """A 127.0.0.1 port bound for the whole test and never listening: connections to it are refused. (A
+    port bound, closed and then used could meanwhile be taken by another socket of this busy host, and a
+    client's own ephemeral port could even equal it, a TCP self-connect.)"""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
 def odd_config(tmp_path: Path, *, env: dict[str, str] | None = None, extra: str = "") -> object:
     env = {"ODD_LOG": str(tmp_path / "odd.log"), **(env or {})}
     env_yaml = "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in env.items()) + "}"
@@ -110,12 +122,8 @@ async def test_schema_refs_are_never_fetched_and_unresolvable_ones_leave_validat
     assert all(SECRET not in text_of(r) for r in (remote, local_file, good, bad))
 
 
-async def test_a_ref_to_a_port_nobody_listens_on_is_forwarded_without_an_error(tmp_path, store):
-    import socket
-
-    with socket.socket() as s:  # a free port, closed again: nothing listens there
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+async def test_a_ref_to_a_port_nobody_listens_on_is_forwarded_without_an_error(refused_port, tmp_path, store):
+    port = refused_port
     gw = Gateway(odd_config(tmp_path, env={"ODD_REF_URL": f"http://127.0.0.1:{port}/s.json"}), store=store)
     async with running(gw) as tg, connect(gw, tg) as client:
         first = await client.call_tool("odd__ref_http", {"x": "a"})

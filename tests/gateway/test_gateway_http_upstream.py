@@ -26,6 +26,18 @@ KEY = "x-toy-key"
 SECRET = "s3cret-header-value"
 
 
+@pytest.fixture
+def refused_port():
+    """A 127.0.0.1 port bound for the whole test and never listening: connections to it are refused. (A
+    port bound, closed and then used could meanwhile be taken by another socket of this busy host, and a
+    client's own ephemeral port could even equal it, a TCP self-connect.)"""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
 @contextmanager
 def toy_http(tmp_path: Path, *, port: int = 0, require_header: bool = True):
     """The toy server over streamable HTTP on 127.0.0.1; yields ``(process, port)``; kills it on exit."""
@@ -132,12 +144,8 @@ async def test_an_http_upstream_that_goes_down_is_a_recorded_error_and_comes_bac
     assert recorded[1]["error"]["type"] == "UpstreamUnavailable"
 
 
-async def test_an_http_upstream_that_was_never_up_is_down_not_fatal(tmp_path, store):
-    import socket
-
-    with socket.socket() as s:  # a port with nothing listening
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+async def test_an_http_upstream_that_was_never_up_is_down_not_fatal(refused_port, tmp_path, store):
+    port = refused_port
     gw = Gateway(toy_config(tmp_path, upstreams=http_upstream(port) + stdio_toy(tmp_path)), store=store)
     async with running(gw) as tg, connect(gw, tg) as client:
         assert gw.upstreams["web"].state == "down"

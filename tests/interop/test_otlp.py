@@ -121,6 +121,16 @@ class Receiver:
         self.server.server_close()
 
 
+@pytest.fixture
+def refused_port():
+    """A 127.0.0.1 port bound for the whole test and never listening: connections to it are refused. (A
+    port bound, closed and then used could meanwhile be taken by another socket of this busy host, and a
+    client's own ephemeral port could even equal it, a TCP self-connect.)"""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
 def value(v):
     kind = v.WhichOneof("value")
     if kind == "array_value":
@@ -432,7 +442,7 @@ def test_the_cli_helper_sends_with_headers_and_prints_a_summary(recorded, receiv
         run_otlp_export(str(recorded["path"]), [recorded["C"]], receiver.url, False, ["no-equals"])
 
 
-def test_mistakes_and_an_unreachable_endpoint_are_clear_errors(recorded, receiver):
+def test_mistakes_and_an_unreachable_endpoint_are_clear_errors(refused_port, recorded, receiver):
     assert signal_urls("http://c:4318") == ("http://c:4318/v1/traces", "http://c:4318/v1/logs")
     assert signal_urls("https://c/otlp/v1/traces") == ("https://c/otlp/v1/traces", "https://c/otlp/v1/logs")
     for bad in ("", "localhost:4318", "ftp://c/", "http:///x", "http://c/?a=1"):
@@ -446,9 +456,7 @@ def test_mistakes_and_an_unreachable_endpoint_are_clear_errors(recorded, receive
             build_otlp(store, ["system"])
         with pytest.raises(OtlpExportError, match="no runs"):
             build_otlp(store, [])
-        with socket.socket() as s:  # a port nobody listens on
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = refused_port
         with pytest.raises(OtlpExportError, match="did not accept the spans"):
             export_otlp(store, [recorded["A"]], f"http://127.0.0.1:{port}", timeout=1)
     finally:
@@ -456,7 +464,7 @@ def test_mistakes_and_an_unreachable_endpoint_are_clear_errors(recorded, receive
     assert receiver.traces == [] and receiver.logs == []  # nothing was sent anywhere else
 
 
-def test_an_unreachable_endpoint_is_one_line_without_the_sdks_retry_logs(recorded, monkeypatch, caplog):
+def test_an_unreachable_endpoint_is_one_line_without_the_sdks_retry_logs(refused_port, recorded, monkeypatch, caplog):
     """The OpenTelemetry SDK logged each failed attempt ("Transient error ...", "Failed to export
     ... batch") before the command's own error line; they are quiet while sealbox exports."""
     import logging
@@ -469,9 +477,7 @@ def test_an_unreachable_endpoint_is_one_line_without_the_sdks_retry_logs(recorde
     # cause ("Transient error ... retrying") only when that wait fits before its deadline; with a 1 s
     # timeout it often gave up at once with "due to timeout, max retries or shutdown", which names no cause
     monkeypatch.setattr(otlp_mod, "export_otlp", lambda *a, **k: real(*a, **{**k, "timeout": 3}))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = refused_port
     caplog.set_level(logging.DEBUG)
     with pytest.raises(OtlpExportError, match="did not accept the spans"):
         run_otlp_export(str(recorded["path"]), [recorded["A"]], f"http://127.0.0.1:{port}", quiet=True)
@@ -536,7 +542,7 @@ def test_a_malformed_otlp_url_is_one_error_line_exit_2(recorded, url, message):
         signal_urls(url)
 
 
-def test_an_unreachable_endpoint_error_names_the_cause(recorded, monkeypatch, caplog):
+def test_an_unreachable_endpoint_error_names_the_cause(refused_port, recorded, monkeypatch, caplog):
     """`sealbox export RUN --otlp http://localhost:4318` with no collector said "the OTLP endpoint …
     did not accept the spans", as if a collector had refused them: the cause (connection refused)
     was in the SDK's logs, which the command silences. The one error line now carries it."""
@@ -550,9 +556,7 @@ def test_an_unreachable_endpoint_error_names_the_cause(recorded, monkeypatch, ca
     # cause ("Transient error ... retrying") only when that wait fits before its deadline; with a 1 s
     # timeout it often gave up at once with "due to timeout, max retries or shutdown", which names no cause
     monkeypatch.setattr(otlp_mod, "export_otlp", lambda *a, **k: real(*a, **{**k, "timeout": 3}))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = refused_port
     caplog.set_level(logging.DEBUG)
     with pytest.raises(OtlpExportError) as info:
         run_otlp_export(str(recorded["path"]), [recorded["A"]], f"http://127.0.0.1:{port}", quiet=True)
