@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -217,20 +216,26 @@ def test_parallel_tool_calls_are_siblings_under_their_model_call_whatever_the_co
     with rec.run(agent="bot") as run:
         mc = run.model_call({"model": "gpt-4o", "messages": [{"role": "user", "content": "go"}]}, response, latency=0.25)
         assert mc.step == "2" and [tc.id for tc in mc.tool_calls] == ["call_1", "call_2", "call_3"]
-        barrier = threading.Barrier(3)
+        # call_3 is recorded first, then call_2, then call_1: an order made by events (staggered sleeps
+        # of 0-40 ms did not make it on a loaded host, where the test then passed without reversing anything)
+        turn = {i: threading.Event() for i in (1, 2, 3)}
+        turn[3].set()
 
         def worker(i):
-            barrier.wait()
-            time.sleep(0.02 * (3 - i))  # call_3 finishes first
-            run.call_tool("kb", "lookup", {"n": i}, lambda n: n * 10, call_id=f"call_{i}")
+            assert turn[i].wait(60)
+            try:
+                run.call_tool("kb", "lookup", {"n": i}, lambda n: n * 10, call_id=f"call_{i}")
+            finally:
+                if i > 1:
+                    turn[i - 1].set()
 
         threads = [threading.Thread(target=worker, args=(i,)) for i in (1, 2, 3)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-    steps = {e.payload["call_id"]: e.step for e in store.read_run(run.run_id) if e.kind == "tool.call"}
-    assert steps == {"call_1": "2.1", "call_2": "2.2", "call_3": "2.3"}
+    calls = [(e.payload["call_id"], e.step) for e in store.read_run(run.run_id) if e.kind == "tool.call"]
+    assert calls == [("call_3", "2.3"), ("call_2", "2.2"), ("call_1", "2.1")]  # in completion order, steps by id
     model = payloads(store, run.run_id, "model.call")[0]
     assert (model["provider"], model["model"], model["format"]) == ("openai", "gpt-4o", "openai.chat")
     assert model["usage"] == {"input_tokens": 100, "output_tokens": 20} and model["latency_us"] == 250000
