@@ -59,6 +59,15 @@ def store(request, tmp_path):
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
+def _recorders(store) -> tuple[Recorder, Recorder]:
+    """(requests expiring in 2 s, requests expiring in 1 h). Only the calls meant to expire get the 2 s
+    expiry: with one 2 s recorder for all, a request made after the sleep had to be answered (c-died) or
+    still read as held (c-waiting) within 2 s of it, which a loaded host did not always manage."""
+    short = Recorder(store, policy=Policy.from_text(textwrap.dedent(POLICY)), approvals="suspend")
+    long = Recorder(store, policy=Policy.from_text(POLICY.replace("expires: 2s", "expires: 1h")), approvals="suspend")
+    return short, long
+
+
 def _suspend(rec: Recorder, call_id: str) -> tuple[str, str]:
     """A run suspended on one write_query: (run id, approval id)."""
     with pytest.raises(ApprovalPending) as pending:
@@ -77,22 +86,22 @@ def _resume(rec: Recorder, run_id: str):
 def test_a_denied_or_expired_approval_is_the_calls_outcome_not_held(store, tmp_path):
     key = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key",
                        admin_key=admin_key(store, tmp_path)).key_path
-    rec = Recorder(store, policy=Policy.from_text(textwrap.dedent(POLICY)), approvals="suspend")
-    denied_run, denied = _suspend(rec, "c-denied")
+    rec, long = _recorders(store)
+    denied_run, denied = _suspend(long, "c-denied")
     answer(store, denied, "deny", "not today", key)
-    _, refused = _suspend(rec, "c-refused")  # denied, its run not resumed (yet)
+    _, refused = _suspend(long, "c-refused")  # denied, its run not resumed (yet)
     answer(store, refused, "deny", "no", key)
-    approved_run, approved = _suspend(rec, "c-approved")
+    approved_run, approved = _suspend(long, "c-approved")
     answer(store, approved, "approve", "fine", key)
     expired_run, _ = _suspend(rec, "c-expired")
     _suspend(rec, "c-pending")
     time.sleep(2.2)  # c-expired and c-pending expire; c-waiting is asked after
-    _suspend(rec, "c-waiting")
-    assert _resume(rec, denied_run) == "denied"
+    _suspend(long, "c-waiting")
+    assert _resume(long, denied_run) == "denied"
     assert _resume(rec, expired_run) == "expired"
-    assert _resume(rec, approved_run) == "approved"
+    assert _resume(long, approved_run) == "approved"
     # an approved call resumed whose process died before its result: outcome unknown, as an allowed one
-    dead_run, dead = _suspend(rec, "c-died")
+    dead_run, dead = _suspend(long, "c-died")
     answer(store, dead, "approve", "fine", key)
     dead_call = next(e for e in store.read_run(dead_run) if e.kind == "tool.call")
     store.append(EventDraft("run.resumed", {"approval_ids": [dead], "waited_us": 5, "outcomes": {dead: "approved"}},
@@ -118,13 +127,13 @@ def test_a_denied_or_expired_approval_is_the_calls_outcome_not_held(store, tmp_p
 def test_sealbox_calls_prints_denied_and_expired(store, tmp_path):
     key = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key",
                        admin_key=admin_key(store, tmp_path)).key_path
-    rec = Recorder(store, policy=Policy.from_text(textwrap.dedent(POLICY)), approvals="suspend")
-    denied_run, denied = _suspend(rec, "c-denied")
+    rec, long = _recorders(store)
+    denied_run, denied = _suspend(long, "c-denied")
     answer(store, denied, "deny", "not today", key)
     expired_run, _ = _suspend(rec, "c-expired")
     time.sleep(2.2)
     with pytest.raises(ToolDenied):
-        with rec.resume(denied_run) as run:
+        with long.resume(denied_run) as run:
             run.resumed_calls[0].value()
     _resume(rec, expired_run)
     path = str(store.path)
@@ -148,14 +157,14 @@ def test_the_incident_report_gives_the_same_outcomes(store, tmp_path):
 
     key = add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key",
                        admin_key=admin_key(store, tmp_path)).key_path
-    rec = Recorder(store, policy=Policy.from_text(textwrap.dedent(POLICY)), approvals="suspend")
-    denied_run, denied = _suspend(rec, "c-denied")
+    rec, long = _recorders(store)
+    denied_run, denied = _suspend(long, "c-denied")
     answer(store, denied, "deny", "not today", key)
-    _resume(rec, denied_run)
+    _resume(long, denied_run)
     expired_run, _ = _suspend(rec, "c-expired")
     time.sleep(2.2)
     _resume(rec, expired_run)
-    waiting_run, _ = _suspend(rec, "c-waiting")
+    waiting_run, _ = _suspend(long, "c-waiting")
 
     got = {run: [(c.call_id, c.outcome) for c in build_report(store, run, verify=False).tool_calls]
            for run in (denied_run, expired_run, waiting_run)}
