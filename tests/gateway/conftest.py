@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from contextlib import asynccontextmanager
@@ -116,6 +117,16 @@ def system_events(store: Any, kind: str) -> list[dict[str, Any]]:
     from sealbox.events import SYSTEM_RUN_ID
 
     return [e.payload for e in store.read_run(SYSTEM_RUN_ID) if e.kind == kind]
+
+
+def set_call_timeout(gateway: Gateway, seconds: float) -> None:
+    """Change ``limits.call_timeout_s`` of a running gateway and its upstreams. A test timing out a hung call
+    uses a short one for that call only: the calls meant to succeed get a long one, which a trivial call
+    answered in milliseconds cannot miss on a loaded host (0.3-0.5 s could be)."""
+    limits = dataclasses.replace(gateway.config.limits, call_timeout_s=seconds)
+    gateway.config = dataclasses.replace(gateway.config, limits=limits)
+    for upstream in gateway.upstreams.values():
+        upstream.limits = limits
 
 
 def text_of(result: Any) -> str:

@@ -16,7 +16,7 @@ import sealbox
 from sealbox.gateway import Gateway
 from sealbox.gateway.codes import UPSTREAM_ERROR
 
-from .conftest import connect, gateway_runs, running, system_events, text_of, toy_config, toy_log
+from .conftest import connect, gateway_runs, running, set_call_timeout, system_events, text_of, toy_config, toy_log
 
 pytestmark = pytest.mark.anyio
 
@@ -186,6 +186,7 @@ async def test_a_call_timing_out_while_the_client_has_not_answered_the_upstream_
         async with connect(gw, tg, sampling_callback=slow) as slow_client:
             late = [await slow_client.call_tool("toy__sample", {"prompt": f"hi {i}"}) for i in range(3)]
         state = gw.recorder.breaker.state("toy", "sample")
+        set_call_timeout(gw, 60)  # the other client's call is answered, however loaded the host
         async with connect(gw, tg, sampling_callback=working_sampler()) as other:
             fine = await other.call_tool("toy__sample", {"prompt": "hello"})
     assert [(r.is_error, text_of(r).startswith("upstream error: upstream toy did not answer within 0.5 s"))

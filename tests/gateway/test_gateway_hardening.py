@@ -21,7 +21,7 @@ import sealbox
 from sealbox.gateway import TOO_MANY_CALLS, UNAUTHORIZED, UNKNOWN_RUN, UNKNOWN_TOOL, Gateway
 from sealbox.gateway.transports import serve_http
 
-from .conftest import TOY, connect, gateway_runs, running, text_of, toy_config, toy_log
+from .conftest import TOY, connect, gateway_runs, running, set_call_timeout, text_of, toy_config, toy_log
 
 pytestmark = pytest.mark.anyio
 
@@ -339,14 +339,16 @@ async def test_arguments_refused_by_the_schema_are_recorded_as_a_failed_call(tmp
 async def test_threshold_refused_calls_leave_the_breaker_closed_and_real_failures_still_open_it(tmp_path, store):
     """A model repeating arguments the schema refuses must not open the breaker of the tool (and so deny
     other clients' valid calls); a half-open probe taken by such a call is given back. Timeouts still count."""
-    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 3, cooldown_s: 0}\nlimits: {call_timeout_s: 0.3}"),
+    gw = Gateway(toy_config(tmp_path, extra="breaker: {threshold: 3, cooldown_s: 0}\nlimits: {call_timeout_s: 60}"),
                  store=store)
     async with running(gw) as tg, connect(gw, tg) as client:
         refused = [await client.call_tool("toy__add", {"a": "x", "b": 2}) for _ in range(3)]
         fine = await client.call_tool("toy__add", {"a": 1, "b": 2})
         state_after_refusals = gw.recorder.breaker.state("toy", "add")
+        set_call_timeout(gw, 0.3)  # for the hung calls only: the others are answered whatever the host's load
         for _ in range(3):  # real failures of another tool: they open its breaker
             await client.call_tool("toy__hang", {})
+        set_call_timeout(gw, 60)
         opened = gw.recorder.breaker.state("toy", "hang")
         gw.recorder.breaker.record_failure("toy", "add")  # as many real failures as the threshold, by hand
         gw.recorder.breaker.record_failure("toy", "add")

@@ -18,7 +18,9 @@ import pytest
 import sealbox
 from sealbox.gateway import Gateway
 
-from .conftest import TOY, connect, gateway_runs, kinds, running, system_events, text_of, toy_config, toy_log
+from .conftest import (
+    TOY, connect, gateway_runs, kinds, running, set_call_timeout, system_events, text_of, toy_config, toy_log,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -162,6 +164,7 @@ async def test_a_slow_http_upstream_is_a_recorded_timeout_not_a_server_down(tmp_
         async with running(gw) as tg, connect(gw, tg) as client:
             with anyio.fail_after(30):
                 slow = await client.call_tool("web__slow", {"seconds": 3})
+                set_call_timeout(gw, 60)  # the next call is answered, however loaded the host
                 fast = await client.call_tool("web__echo", {"text": "next"})
         [run_id] = gateway_runs(store)
     assert slow.is_error is True and slow.meta["sealbox/upstream_error"] == "UpstreamTimeout"
@@ -178,6 +181,7 @@ async def test_an_idle_http_upstream_still_delivers_tools_list_changed(tmp_path,
                      store=store)
         async with running(gw) as tg, connect(gw, tg) as client:
             await anyio.sleep(2.5)  # idle for six call timeouts
+            set_call_timeout(gw, 60)  # the calls are answered, however loaded the host
             mutated = await client.call_tool("web__mutate", {})
             with anyio.fail_after(10):
                 await gw.upstreams["web"].wait_until(lambda u: "extra" in u.tools)

@@ -17,7 +17,7 @@ from sealbox.gateway.pinning import reapproval_fields
 from sealbox.identities import add_identity
 from identity_testkit import admin_key
 
-from .conftest import connect, gateway_runs, running, system_events, text_of, toy_config, toy_log
+from .conftest import connect, gateway_runs, running, set_call_timeout, system_events, text_of, toy_config, toy_log
 
 pytestmark = pytest.mark.anyio
 
@@ -183,6 +183,7 @@ async def test_a_hung_upstream_call_times_out_as_a_recorded_error(tmp_path, stor
     async with running(gw) as tg:
         async with connect(gw, tg) as client:
             hung = await client.call_tool("toy__hang", {})
+            set_call_timeout(gw, 60)  # the next call is answered, however loaded the host
             ok = await client.call_tool("toy__echo", {"text": "still here"})
         [run_id] = gateway_runs(store)
     # the text tells the model the call went out (a timed-out call may have run: not a "try again")
