@@ -887,7 +887,7 @@ upstreams:
         for f in (proc.stdout, proc.stderr):
             f.close()
     alive = True
-    for _ in range(50):
+    for _ in range(300):  # 30 s (was 5 s, which a loaded host could use up reaping the upstream)
         try:
             os.kill(upstream_pid, 0)
         except ProcessLookupError:
