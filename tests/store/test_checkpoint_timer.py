@@ -48,13 +48,15 @@ def test_idle_store_signs_the_due_checkpoint(tmp_path: Path) -> None:
     path = tmp_path / "s"
     sealbox.init_store(path).close()
     vkey = (path / "log.vkey").read_text().strip()
-    store = open_store(path, checkpoint_policy=CheckpointPolicy(every_events=1000, every_seconds=1))
+    # every 3 s (was 1 s): the appends below that must NOT sign at once have to come within every_seconds of
+    # the last checkpoint (init's, then the second note's); a loaded host stalling 1 s broke that
+    store = open_store(path, checkpoint_policy=CheckpointPolicy(every_events=1000, every_seconds=3))
     try:
         before = _checkpoint_rows(path)
         assert [size for size, _ in before] == [1]
         store.append(sealbox.EventDraft(kind="note", payload={"text": "written just before an idle period"}))
         assert _events(path) == 2
-        # no append, no close: signed by the timer (about 1 s later; a fixed 2.5 s was not always enough)
+        # no append, no close: signed by the timer (about 3 s later; a fixed wait was not always enough)
         assert _until(lambda: [size for size, _ in _checkpoint_rows(path)] == [1, 2] and store._ckpt_timer.signed == 1)
         rows = _checkpoint_rows(path)
         signed = verify_checkpoint(rows[-1][1], vkey)  # a real signature by the log's key
@@ -62,7 +64,7 @@ def test_idle_store_signs_the_due_checkpoint(tmp_path: Path) -> None:
         assert (path / "checkpoint").read_text() == rows[-1][1]  # the checkpoint file follows
         assert store._ckpt_timer is not None and store._ckpt_timer.signed == 1
         # idle with nothing unsigned: no further checkpoint
-        time.sleep(1.5)
+        time.sleep(3.5)
         assert len(_checkpoint_rows(path)) == 2
         # more than every_seconds since the last checkpoint: the next append signs at once (as before);
         # the one after it is left to the timer
