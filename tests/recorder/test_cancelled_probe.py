@@ -50,15 +50,27 @@ def test_a_cancelled_async_probe_is_given_back(store):
     clock = Clock()
     rec = Recorder(store, ALLOW_ALL, breaker=CircuitBreaker(threshold=1, cooldown_s=30, clock=clock))
 
+    running = asyncio.Event()
+
     async def slow(**_):
+        running.set()
         await asyncio.sleep(10)
+
+    async def give_up_once_running(call):
+        # as asyncio.wait_for(call, timeout) does on its timeout, but once the tool runs: a fixed 50 ms could
+        # run out while the probe's gate was still being written (an fsync on a loaded host), which
+        # cancels another moment of the call than the one this test is about
+        task = asyncio.ensure_future(call)
+        await asyncio.wait_for(running.wait(), 60)
+        task.cancel()
+        await task
 
     async def agent(run):
         with pytest.raises(RuntimeError):
             await run.acall_tool("db", "query", {}, _broken)  # opens the breaker
         clock.t += 31
-        with pytest.raises(asyncio.TimeoutError):  # the probe: the agent gives up on it after 50 ms
-            await asyncio.wait_for(run.acall_tool("db", "query", {}, slow), 0.05)
+        with pytest.raises(asyncio.CancelledError):  # the probe: the agent gives up on it while the tool runs
+            await give_up_once_running(run.acall_tool("db", "query", {}, slow))
         return await run.acall_tool("db", "query", {}, lambda **_: "rows")  # probes again
 
     with rec.run(agent="bot") as run:
