@@ -4,6 +4,7 @@ and a scripted model (no model service is reachable here)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 
@@ -500,14 +501,28 @@ async def test_a_model_error_whose_str_raises_is_recorded_and_reaches_the_agent_
 async def test_a_model_call_cut_short_by_a_timeout_is_recorded(store):
     """A timeout (or the run's task cancelled) while the model was answering left no model.call:
     only Exception was recorded, and CancelledError is not one."""
+    answering = asyncio.Event()
+
     class Slow(ScriptedModel):
         async def get_response(self, *args, **kwargs):
+            answering.set()
             await asyncio.sleep(30)
+
+    async def timed_out(coro):
+        # what asyncio.wait_for(coro, 0.2) does, its 0.2 s counted from when the model was asked: counted from
+        # the start, a loaded host could spend them before the model call began (then nothing was recorded)
+        task = asyncio.ensure_future(coro)
+        await asyncio.wait_for(answering.wait(), 60)
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise TimeoutError
 
     run = Recorder(store, policy=ALLOW_ALL).run(agent="a")
     with pytest.raises(TimeoutError):
         async with run:
-            await asyncio.wait_for(Runner.run(instrument(run, Agent(name="a", model=Slow([]))), "go"), 0.2)
+            await timed_out(Runner.run(instrument(run, Agent(name="a", model=Slow([]))), "go"))
     events = events_of(store, run.run_id)
     assert [k for k, _, _ in events] == ["run.started", "model.call", "run.ended"]
     assert events[1][2]["response"] == {"error": {"type": "CancelledError", "message": ""}}
