@@ -4,6 +4,7 @@ whose chat model is a scripted langchain-core fake (no model service is reachabl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import warnings
 from typing import Annotated, Any
 
@@ -384,16 +385,30 @@ def test_a_model_call_cut_short_by_a_timeout_is_recorded(store):
     cancelled): the run's record lacked the model call it was waiting for."""
     class Slow(FailingChatModel):
         async def _agenerate(self, *args: Any, **kwargs: Any) -> Any:
+            answering.set()
             await asyncio.sleep(30)
+
+    async def timed_out(coro):
+        # what asyncio.wait_for(coro, 0.3) does, its 0.3 s counted from when the model was asked: counted from
+        # the start, a loaded host could spend them in the graph before the model call began (no model.call)
+        task = asyncio.ensure_future(coro)
+        await asyncio.wait_for(answering.wait(), 60)
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise TimeoutError
 
     async def main():
         run = Recorder(store, policy=ALLOW_ALL).run(agent="react")
         with pytest.raises(TimeoutError):
             async with run:
                 graph = react_agent(Slow(messages=iter([])), [])
-                await asyncio.wait_for(graph.ainvoke({"messages": [("user", "go")]},
-                                                     config={"callbacks": [SealboxCallbackHandler(run)]}), 0.3)
+                await timed_out(graph.ainvoke({"messages": [("user", "go")]},
+                                              config={"callbacks": [SealboxCallbackHandler(run)]}))
         return run
+
+    answering = asyncio.Event()
 
     run = asyncio.run(main())
     events = events_of(store, run.run_id)
