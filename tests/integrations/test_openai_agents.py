@@ -921,11 +921,13 @@ def test_a_tool_that_raised_key_error_replays_reproduced(store):
 def test_a_tool_the_sdk_timed_out_replays_as_the_same_timeout(store):
     """A function tool with timeout= that the SDK cut short is recorded as cancelled (CancelledError);
     the replay raised that error at once, so the SDK told the model "An error occurred while running
-    the tool" instead of "Tool 'slow_search' timed out after 0.05 seconds." (diverged). The served call
+    the tool" instead of "Tool 'slow_search' timed out after 1 seconds." (diverged). The served call
     now waits, so the SDK times it out again as it did."""
     started: list = []
 
-    @function_tool(timeout=0.05)
+    # 1 s (was 0.05 s: inside the SDK's timeout the instrumented tool first writes its gate, which on a loaded
+    # host could take longer, so the tool body had not started when the SDK cut it short)
+    @function_tool(timeout=1.0)
     async def slow_search(q: str) -> str:
         """Searches slowly."""
         started.append(q)
@@ -944,7 +946,7 @@ def test_a_tool_the_sdk_timed_out_replays_as_the_same_timeout(store):
         return run, sent
 
     run, sent = asyncio.run(record())
-    assert sent[1][-1]["output"] == "Tool 'slow_search' timed out after 0.05 seconds."
+    assert sent[1][-1]["output"] == "Tool 'slow_search' timed out after 1 seconds."
     result_payload = [p for k, _, p in events_of(store, run.run_id) if k == "tool.result"][0]
     assert (result_payload["ok"], result_payload["error"]["type"]) == (False, "CancelledError")
     result = _replay(store, run.run_id, agent)
