@@ -63,7 +63,7 @@ __all__ = [
 #: Values of ``decision=`` (a policy decision's effect).
 DECISIONS = ("allow", "deny", "require_approval")
 #: Values of a run's ``status=`` filter: where it is, or how it ended (``ended`` = any of the last three).
-RUN_STATUSES = ("running", "suspended", "ended", "ok", "error", "cancelled")
+RUN_STATUSES = ("running", "interrupted", "suspended", "ended", "ok", "error", "cancelled")
 #: Keys of one row of :meth:`query_calls`, in display order.
 CALL_COLUMNS = (
     "ts", "run_id", "agent", "principal", "step", "call_id", "server", "tool", "exposed", "grant", "arguments",
@@ -545,7 +545,9 @@ def call_row(values: Sequence[Any], content: Callable[[str | None], Any] = json.
 def run_status(last_kind: str | None) -> str:
     """A run's status from the kind of its newest lifecycle event (``run.started``,
     ``run.suspended``, ``run.resumed``, ``run.ended``): ``running``, ``suspended`` or ``ended``.
-    A run stays ``suspended`` while its approvals are answered or expire, until ``run.resumed``."""
+    A run stays ``suspended`` while its approvals are answered or expire, until ``run.resumed``.
+    A store's listing may then make a ``running`` run ``interrupted``: its process took a liveness
+    lease that no live process holds any more (:mod:`sealbox.liveness`; it died mid-run)."""
     return {"run.ended": "ended", "run.suspended": "suspended"}.get(last_kind or "", "running")
 
 
@@ -574,7 +576,7 @@ def status_text(run: Mapping[str, Any]) -> str:
 def status_matches(wanted: str, status: str, ending: str | None) -> bool:
     """Whether a run with ``status`` (and ``ending`` ok / error / cancelled once ended)
     passes the filter ``wanted`` (one of :data:`RUN_STATUSES`)."""
-    if wanted in ("running", "suspended", "ended"):
+    if wanted in ("running", "interrupted", "suspended", "ended"):
         return status == wanted
     return status == "ended" and ending == wanted
 

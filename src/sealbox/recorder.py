@@ -816,6 +816,7 @@ class RunContext:
         self._attached = False
         self.resumed_calls: list[Any] = []  # filled by Recorder.resume
         self._lease: Any = None  # a sealbox.pause.RunLease while this process runs a run it resumed
+        self._live: Any = None  # a sealbox.liveness.LiveLease while this process records the open run
         self.replay: Any = None  # a sealbox.replay ReplaySource while this run replays another (docs/replay.md)
         self._open_streams: set[_StreamRecord] = set()  # streamed model calls not recorded yet (RecordedStream)
 
@@ -856,7 +857,16 @@ class RunContext:
         if self.replay is not None and self.replay.parent is not None:
             self.replay.check_sub_snapshot(self, fp)  # ReplayStopped (config_drift) before anything is written
         self.started_at = datetime.now(timezone.utc)
-        self._append_step("run.started", payload)
+        from sealbox import liveness
+
+        self._live = liveness.take(self.store, self.run_id)  # dropped by the OS/server if this process dies
+        if self._live is not None:
+            payload["lease"] = True  # readers may tell "its process died" (interrupted) from "running"
+        try:
+            self._append_step("run.started", payload)
+        except BaseException:
+            self._release_live()
+            raise
         if self.replay is not None and self.replay.parent is not None:
             REPLAYING[self.run_id] = self  # its own sub-agent runs, from any thread, are served in turn
         return self
@@ -919,6 +929,7 @@ class RunContext:
         self._append_step("run.ended", payload)
         self.ended = True
         self._release_lease()
+        self._release_live()
         self._write_queued_breaker_events()
 
     def _write_queued_breaker_events(self) -> None:
@@ -938,9 +949,18 @@ class RunContext:
             self._lease.release()
             self._lease = None
 
+    def _release_live(self) -> None:
+        if self._live is not None:
+            self._live.release()
+            self._live = None
+
     def __enter__(self) -> "RunContext":
         if not self._attached:
             self.start()
+        elif self._live is None and not self.ended:  # this process now runs a run started elsewhere
+            from sealbox import liveness
+
+            self._live = liveness.take(self.store, self.run_id)
         self._token = _CURRENT.set(self)
         return self
 
@@ -949,6 +969,7 @@ class RunContext:
             self._exit(exc)
         finally:
             self._release_lease()  # the run ended, or is suspended again: another process may resume it
+            self._release_live()  # the run ended or is suspended: its status no longer depends on a lease
 
     def _exit(self, exc: BaseException | None) -> None:
         if self._token is not None:

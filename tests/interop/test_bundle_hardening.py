@@ -465,7 +465,7 @@ def test_a_malformed_bundle_key_says_no_key_was_used(case, tmp_path):
 STORE_FILES = {"sealbox.db": "database", "sealbox.db-wal": "write-ahead log",
                "sealbox.db-shm": "shared-memory index", "sealbox.db-journal": "rollback journal",
                "log.key": "signing key", "log.vkey": "pinned verifier key", "checkpoint": "checkpoint file",
-               "resume.lock": "resume lock file"}
+               "resume.lock": "resume lock file", "runs.lock": "run liveness lock file"}
 
 
 def _one_run_store(path):
@@ -497,7 +497,7 @@ def _refusal(target, store_dir, name):
 def test_export_to_any_of_the_stores_own_files_is_refused_and_nothing_is_signed(tmp_path):
     run_id = _one_run_store(tmp_path / "st")
     before, rows = _folder_state(tmp_path / "st"), _checkpoint_rows(tmp_path / "st")
-    assert sorted(before) == ["checkpoint", "log.key", "log.vkey", "sealbox.db"]
+    assert sorted(before) == ["checkpoint", "log.key", "log.vkey", "runs.lock", "sealbox.db"]
     for name in STORE_FILES:  # relative paths, as typed: `-s st -o st/log.key`
         code, out, err = cli("export", "-s", "st", "--agent", "bot", "-o", f"st/{name}", cwd=tmp_path)
         assert (code, out, err) == (2, "", f"error: {_refusal(f'st/{name}', 'st', name)}\n"), name
@@ -534,7 +534,7 @@ def test_export_to_another_path_or_a_hard_link_of_a_store_file_is_refused(tmp_pa
         assert (code, out, err) == (2, "", f"error: {_refusal(target, tmp_path / 'st', name)}\n"), target
     assert (tmp_path / "st" / "log.key").read_bytes() == key
     assert os.stat(tmp_path / "st" / "log.key").st_nlink == 2  # the hard link was not replaced either
-    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == ["checkpoint", "log.key", "log.vkey", "sealbox.db"]
+    assert sorted(p.name for p in (tmp_path / "st").iterdir()) == ["checkpoint", "log.key", "log.vkey", "runs.lock", "sealbox.db"]
     assert [p.name for p in (tmp_path / "elsewhere").iterdir()] == ["backup.key"]
     assert _checkpoint_rows(tmp_path / "st") == rows
     # a file of the same name in another folder is not the store's

@@ -48,13 +48,14 @@ def test_init_creates_the_database_and_its_wal_and_shm_owner_only_whatever_the_u
         try:
             _record_one_call(store)
             # while the store is open, SQLite's -wal and -shm exist, with the database's mode
+            # (runs.lock: the run liveness lock file a run's start creates, owner only too)
             assert _modes(tmp_path / "st") == {"checkpoint": public, "log.key": "0o600", "log.vkey": public,
-                                               "sealbox.db": "0o600", "sealbox.db-shm": "0o600",
-                                               "sealbox.db-wal": "0o600"}
+                                               "runs.lock": "0o600", "sealbox.db": "0o600",
+                                               "sealbox.db-shm": "0o600", "sealbox.db-wal": "0o600"}
         finally:
             store.close()
     assert _modes(tmp_path / "st") == {"checkpoint": public, "log.key": "0o600", "log.vkey": public,
-                                       "sealbox.db": "0o600"}
+                                       "runs.lock": "0o600", "sealbox.db": "0o600"}
     # the secret the mode protects is in that file
     with sqlite3.connect(tmp_path / "st" / "sealbox.db") as conn:
         assert len(conn.execute("SELECT * FROM store_secret").fetchone()[1]) == 32

@@ -9,7 +9,7 @@ import click
 from sealbox.cli.common import (BadInput, canonical_json_text, echo_json, emit_rows, format_options, open_for_reading,
                                 resolve_id, snapshot_ref, store_option, visible)
 
-_STATUSES = ("running", "suspended", "ended", "ok", "error", "cancelled")  # sealbox.query.RUN_STATUSES
+_STATUSES = ("running", "interrupted", "suspended", "ended", "ok", "error", "cancelled")  # sealbox.query.RUN_STATUSES
 
 
 @click.group("runs")
@@ -22,7 +22,7 @@ def runs_group() -> None:
 @click.option("--agent", help="Only runs of this agent.")
 @click.option("--principal", help="Only runs started by this principal.")
 @click.option("--status", type=click.Choice(_STATUSES),
-              help="running, suspended, ended, or how it ended: ok, error, cancelled (an imported run: its source's).")
+              help="running, interrupted (its process died), suspended, ended, or how it ended: ok, error, cancelled (an imported run: its source's).")
 @click.option("--since", metavar="TIME", help="Started at or after: RFC 3339, a date, or 30d / 2h / 15m ago.")
 @click.option("--until", metavar="TIME", help="Started before (same forms as --since).")
 @click.option("--snapshot", metavar="FP", help="Ran under this snapshot (fingerprint or prefix).")

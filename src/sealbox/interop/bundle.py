@@ -595,7 +595,7 @@ def _store_files() -> dict[str, str]:
     return {DB_NAME: "database", f"{DB_NAME}-wal": "write-ahead log",
             f"{DB_NAME}-shm": "shared-memory index", f"{DB_NAME}-journal": "rollback journal",
             KEY_NAME: "signing key", VKEY_NAME: "pinned verifier key", CHECKPOINT_NAME: "checkpoint file",
-            "resume.lock": "resume lock file", "postgres.json": "PostgreSQL settings",
+            "resume.lock": "resume lock file", "runs.lock": "run liveness lock file", "postgres.json": "PostgreSQL settings",
             "store.secret": "store secret"}
 
 

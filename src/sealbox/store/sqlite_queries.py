@@ -369,7 +369,9 @@ class SqliteQueries:
 
         Args:
             agent, principal: exact values.
-            status: ``running``, ``suspended``, ``ended``, or how it ended: ``ok``, ``error``, ``cancelled``.
+            status: ``running``, ``interrupted`` (not ended nor suspended, and the process recording it
+                has died: :mod:`sealbox.liveness`), ``suspended``, ``ended``, or how it ended: ``ok``,
+                ``error``, ``cancelled``.
             since, until: bounds on ``started_at`` (as in :meth:`query_calls`).
             snapshot: a snapshot fingerprint or a prefix of it (``sha256:`` optional).
             labels: ``{"k": "v"}``, ``["k=v", ...]`` or one ``"k=v"``; every label must be present with that value (a
@@ -409,16 +411,20 @@ class SqliteQueries:
             fp = snapshot if snapshot.startswith("sha256:") else "sha256:" + snapshot
             where.append("r.snapshot >= ? AND r.snapshot < ?")  # fp has a successor: it starts sha256:
             params += [fp, q.prefix_upper_bound(fp)]
-        if status in ("running", "suspended", "ended", "ok", "error", "cancelled"):
+        if status in ("running", "interrupted", "suspended", "ended", "ok", "error", "cancelled"):
             # an imported run ends with run.ended, its status the source's (running, suspended) when it had not ended
             imported = f"(p.kind = 'run.ended' AND {self._imported_start_sql})"
-            where.append({"running": f"(p.kind NOT IN ('run.ended', 'run.suspended') OR {imported})",
+            running = f"(p.kind NOT IN ('run.ended', 'run.suspended') OR {imported})"
+            where.append({"running": running, "interrupted": running,
                           "suspended": f"(p.kind = 'run.suspended' OR {imported})"}.get(status, "p.kind = 'run.ended'"))
         out: list[dict[str, Any]] = []
+        from sealbox.liveness import checker
+
+        held = checker(self)
         cursor = self._conn().execute(self._runs_sql.format(where=" AND ".join(where), lifecycle=_LIFECYCLE), params)
         try:
             for rec in cursor:
-                row = _run_row(rec)
+                row = _interrupted(_run_row(rec), held)
                 if (status is None or q.status_matches(status, row["status"], row["ending"])) and q.labels_match(
                         row["labels"], wanted):
                     out.append(row)
@@ -460,9 +466,12 @@ class SqliteQueries:
         recs = self._conn().execute(self._runs_sql.format(where="r.run_id = ?", lifecycle=_LIFECYCLE), (run_id,)).fetchall()
         if not recs:
             return None
-        run = _run_row(recs[0])
+        from sealbox.liveness import checker
+
+        held = checker(self)
+        run = _interrupted(_run_row(recs[0]), held)
         kids = self._conn().execute(self._runs_sql.format(where="r.parent_run_id = ?", lifecycle=_LIFECYCLE), (run_id,)).fetchall()
-        run["children"] = [_run_row(k) for k in reversed(kids)]
+        run["children"] = [_interrupted(_run_row(k), held) for k in reversed(kids)]
         return run
 
 
@@ -718,7 +727,8 @@ SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot,
        CAST(s.raw AS TEXT) -> '$.payload.labels', l.kind, l.ts, l.run_seq,
        CASE WHEN l.kind = 'run.ended' THEN CAST(l.raw AS TEXT) ->> '$.payload.status' END, p.kind,
        CAST(s.raw AS TEXT) ->> '$.payload.imported' IS NOT NULL,
-       CASE WHEN l.kind = 'run.ended' THEN CAST(l.raw AS TEXT) -> '$.payload.imported' END
+       CASE WHEN l.kind = 'run.ended' THEN CAST(l.raw AS TEXT) -> '$.payload.imported' END,
+       (CAST(s.raw AS TEXT) -> '$.payload.lease') = 'true'
 FROM runs r
 JOIN events s ON s.leaf_index = r.leaf_index
 JOIN events l ON l.run_id = r.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = r.run_id)
@@ -891,7 +901,7 @@ def _run_row(rec: tuple) -> dict[str, Any]:
     from sealbox.query import run_status
 
     (run_id, agent, principal, parent, replay_of, snapshot, started_at, labels, last_kind, last_ts, events,
-     ending, phase, imported, end_info) = rec
+     ending, phase, imported, end_info, lease) = rec[:16]
     status = run_status(phase)
     source = _source_status(end_info) if imported else None
     if source is not None:  # imported while running or suspended at its source: not a run that ended ok
@@ -900,7 +910,16 @@ def _run_row(rec: tuple) -> dict[str, Any]:
             "replay_of": replay_of, "snapshot": snapshot, "started_at": started_at,
             "labels": json.loads(labels) if labels else {}, "status": status, "ending": ending,
             "ended_at": last_ts if status == "ended" else None, "last_kind": last_kind, "events": events,
-            "imported": bool(imported)}
+            "imported": bool(imported), "_lease": bool(lease) and status == "running" and not imported}
+
+
+def _interrupted(row: dict[str, Any], held: Any) -> dict[str, Any]:
+    """``row`` (of :func:`_run_row`), made ``interrupted`` when its run is ``running`` by its events,
+    its process took a liveness lease (:mod:`sealbox.liveness`) and no live process holds it any more;
+    ``held``: a :func:`sealbox.liveness.checker`."""
+    if row.pop("_lease", False) and held(row["run_id"]) is False:
+        row["status"] = "interrupted"
+    return row
 
 
 def _source_status(end_info: Any) -> str | None:

@@ -1,0 +1,171 @@
+"""A run whose recording process died (SIGKILL, a hard crash) is listed ``interrupted``, not
+``running`` forever: the process held a liveness lease on the run (sealbox.liveness) that the OS
+(SQLite store: a lockf lock on the folder's runs.lock) or the server (PostgreSQL: a session advisory
+lock) dropped with it. Derived when reading; nothing is written to the log."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+from conftest import BACKENDS
+from query_helpers import sealbox
+
+from sealbox import EventDraft, init_store, open_store
+from sealbox.policy import ALLOW_ALL
+from sealbox.recorder import Recorder
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    from sealbox import open_store
+    from sealbox.policy import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    store = open_store(sys.argv[1])
+    run = Recorder(store, ALLOW_ALL).run(agent=sys.argv[2], principal="agent:child").start()
+    print(run.run_id, flush=True)
+
+    def blocks(**kwargs):
+        print("in the tool", flush=True)
+        time.sleep(3600)
+
+    run.call_tool("fs", "read_file", {"path": "/data/x"}, blocks, call_id="c1")
+""")
+
+
+@pytest.fixture(params=BACKENDS)
+def store_path(request, tmp_path):
+    path = tmp_path / "store"
+    if request.param == "sqlite":
+        init_store(path).close()
+        yield path
+        return
+    import psycopg
+
+    url = os.environ["SEALBOX_TEST_POSTGRES_URL"]
+    schema = f"sbt_live_{uuid.uuid4().hex[:16]}"
+    init_store(path, postgres_url=url, schema=schema).close()
+    try:
+        yield path
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def _child(store_path, agent: str, tmp_path) -> tuple[subprocess.Popen, str]:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    proc = subprocess.Popen([sys.executable, str(script), str(store_path), agent], stdout=subprocess.PIPE, text=True)
+    run_id = proc.stdout.readline().strip()
+    assert proc.stdout.readline().strip() == "in the tool"  # tool.call and its decision are recorded
+    return proc, run_id
+
+
+def _statuses(rows) -> dict[str, str]:
+    return {r["agent"]: r["status"] for r in rows if r["run_id"] != "system"}
+
+
+def _cli_statuses(store_path, *extra: str) -> dict[str, str]:
+    out = sealbox("runs", "list", "--store", str(store_path), "--json", *extra)
+    assert out.returncode == 0, out.stderr
+    return _statuses(json.loads(out.stdout))
+
+
+def _wait_status(store, run_id: str, wanted: str) -> None:
+    """The server notices a dead client's connection a moment after the kill (PostgreSQL)."""
+    deadline = time.monotonic() + 60
+    while store.get_run(run_id)["status"] != wanted and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_a_run_whose_process_was_killed_is_interrupted_not_running(store_path, tmp_path):
+    killed, killed_id = _child(store_path, "doomed", tmp_path)
+    alive, alive_id = _child(store_path, "alive", tmp_path)
+    try:
+        with open_store(store_path) as store:
+            rec = Recorder(store, ALLOW_ALL)
+            with rec.run(agent="finished", principal="agent:me") as done:
+                done.call_tool("fs", "read_file", {"path": "/a"}, lambda **kw: "ok", call_id="d1")
+            mine = rec.run(agent="mine", principal="agent:me").start()  # open in this live process
+            before = _statuses(store.query_runs())
+            assert before == {"doomed": "running", "alive": "running", "finished": "ended", "mine": "running"}
+
+            killed.kill()
+            killed.wait(timeout=60)
+            _wait_status(store, killed_id, "interrupted")
+            events_before = [e.kind for e in store.read_run(killed_id)]
+
+            assert _statuses(store.query_runs()) == {"doomed": "interrupted", "alive": "running", "finished": "ended",
+                                                     "mine": "running"}
+            assert store.get_run(killed_id)["status"] == "interrupted"
+            assert store.get_run(alive_id)["status"] == "running"
+            assert store.get_run(done.run_id)["status"] == "ended"
+            assert store.get_run(done.run_id)["ending"] == "ok"
+            assert _statuses(store.query_runs(status="running")) == {"alive": "running", "mine": "running"}
+            assert [r["run_id"] for r in store.query_runs(status="interrupted")] == [killed_id]
+            assert _statuses(store.query_runs(status="ok")) == {"finished": "ended"}
+            # its last call without a result is "outcome unknown", as before
+            assert [(c["call_id"], c["outcome"]) for c in store.query_calls(run_id=killed_id)] == [("c1", "unknown")]
+            # derived when reading: nothing was written to the log
+            assert [e.kind for e in store.read_run(killed_id)] == events_before == [
+                "run.started", "tool.call", "policy.decision"]
+            assert store.read_run(killed_id)[0].payload["lease"] is True
+
+            # another process (the CLI) sees the same: this process's open run is running, the killed one not
+            assert _cli_statuses(store_path) == {"doomed": "interrupted", "alive": "running", "finished": "ended",
+                                                 "mine": "running"}
+            assert _cli_statuses(store_path, "--status", "running") == {"alive": "running", "mine": "running"}
+            assert _cli_statuses(store_path, "--status", "interrupted") == {"doomed": "interrupted"}
+            shown = sealbox("runs", "show", killed_id, "--store", str(store_path))
+            assert shown.returncode == 0, shown.stderr
+            assert shown.stdout.splitlines()[0].split() == ["run", killed_id, "agent", "doomed", "principal",
+                                                            "agent:child", "interrupted"]
+            # the incident report (HTML / Markdown) shows the run's status from the same row
+            from sealbox.report.model import build_report
+
+            assert build_report(store, killed_id, verify=False).run["status"] == "interrupted"
+            mine.end()
+            assert store.get_run(mine.run_id)["status"] == "ended"
+    finally:
+        for proc in (killed, alive):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=60)
+
+
+def test_runs_without_a_lease_keep_their_status(store_path):
+    """A run recorded before leases (no ``lease`` in its run.started), like an imported one or the
+    system run, is never said interrupted: nothing tells whether its process lives."""
+    with open_store(store_path) as store:
+        store.append(EventDraft("run.started", {"agent": "old", "snapshot": None, "parent_run_id": None, "labels": {},
+                                                "policy": {"fingerprint": ALLOW_ALL.fingerprint, "name": "ALLOW_ALL"}},
+                                run_id="old-run", principal="agent:old"))
+        assert store.get_run("old-run")["status"] == "running"
+        assert store.get_run("system")["status"] == "running"
+        assert [r["run_id"] for r in store.query_runs(status="interrupted")] == []
+    assert _cli_statuses(store_path, "--status", "running") == {"old": "running"}
+
+
+def test_many_runs_opened_and_closed_leak_no_descriptors(store_path):
+    with open_store(store_path) as store:
+        rec = Recorder(store, ALLOW_ALL)
+        with rec.run(agent="warm", principal="agent:me"):
+            pass
+        fds = len(os.listdir("/proc/self/fd"))
+        opened = [rec.run(agent=f"r{i}", principal="agent:me").start() for i in range(300)]
+        assert {r["status"] for r in store.query_runs(status="running")} == {"running"}
+        assert len(store.query_runs(status="running")) == 301  # and the system run
+        assert len(os.listdir("/proc/self/fd")) == fds
+        for run in opened:
+            run.end()
+        for _ in range(300):
+            with rec.run(agent="again", principal="agent:me"):
+                pass
+        assert len(os.listdir("/proc/self/fd")) == fds
+        assert {r["status"] for r in store.query_runs() if r["run_id"] != "system"} == {"ended"}
