@@ -6,10 +6,12 @@ server (PostgreSQL store) drops when the process dies, however it dies (SIGKILL,
 
 * SQLite store: a POSIX ``lockf`` lock on one byte of the store folder's ``runs.lock``, chosen by the
   run id (as :mod:`sealbox.pause` does for resume leases, in its own file). One descriptor per store
-  folder and process, kept for the process's life (closing any descriptor of the file would drop all
-  of the process's locks on it): thousands of open runs cost no descriptors.
+  folder and process while the process holds a lease there (closing any descriptor of the file drops
+  all of the process's locks on it, so it is closed with the last one): thousands of open runs cost
+  one descriptor, and a process that recorded into many stores keeps none of theirs.
 * PostgreSQL store: a session-level advisory lock keyed on the run, taken on one connection of the
-  process's own per database (``application_name`` ``sealbox-live``); the server drops the locks
+  process's own per database, whatever the number of schemas (``application_name`` ``sealbox-live``);
+  the key hashes the schema and the run id; the server drops the locks
   with the connection.
 
 A run whose lease was taken says so in its ``run.started`` (``"lease": true``). Reading, such a run
@@ -33,10 +35,11 @@ __all__ = ["LIVE_FILE", "LiveLease", "checker", "take"]
 LIVE_FILE = "runs.lock"
 
 _mutex = threading.Lock()
-_fds: dict[str, int] = {}  # one descriptor per lock file and process, never closed
+_fds: dict[str, int] = {}  # one descriptor per lock file, while this process holds leases on it
+_per_file: dict[str, int] = {}  # lock file -> runs this process holds a lease on there
 _held: dict[tuple[str, str], int] = {}  # (lock file, run id) -> leases of this process on it (refcount)
-_pg: dict[tuple[str, str], tuple[int, Any]] = {}  # (url, schema) -> (pid, the lease connection)
-_pg_held: dict[tuple[str, str, int], int] = {}  # (url, schema, key) -> refcount
+_pg: dict[str, tuple[int, Any]] = {}  # database url -> (pid, the lease connection): one per database, not per schema
+_pg_held: dict[tuple[str, int], int] = {}  # (url, key) -> refcount (the key hashes the schema and the run id)
 _inherited: list[Any] = []
 
 
@@ -53,21 +56,17 @@ def _pg_key(schema: str, run_id: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
-def _lock_fd(store: Any, create: bool) -> tuple[str, int] | None:
+def _lock_path(store: Any) -> str | None:
     folder = getattr(store, "path", None)
-    if folder is None:
+    return None if folder is None else os.path.join(os.fspath(folder), LIVE_FILE)
+
+
+def _open(path: str, create: bool) -> int | None:
+    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        return os.open(path, flags | (os.O_CREAT if create else 0), 0o600)
+    except OSError:
         return None
-    path = os.path.join(os.fspath(folder), LIVE_FILE)
-    with _mutex:
-        fd = _fds.get(path)
-        if fd is None:
-            flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-            try:
-                fd = os.open(path, flags | (os.O_CREAT if create else 0), 0o600)
-            except OSError:
-                return None
-            _fds[path] = fd
-    return path, fd
 
 
 class LiveLease:
@@ -99,20 +98,29 @@ def _take_file(store: Any, run_id: str) -> LiveLease | None:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX
         return None
-    got = _lock_fd(store, create=True)
-    if got is None:
+    path = _lock_path(store)
+    if path is None:
         return None
-    path, fd = got
     offset, ident = _offset(run_id), (path, run_id)
-    with _mutex:
+    with _mutex:  # descriptors are opened and closed only under it, with the locks they carry
         if _held.get(ident):
             _held[ident] += 1
         else:
+            fd = _fds.get(path)
+            opened = fd is None
+            if opened:
+                fd = _open(path, create=True)
+                if fd is None:
+                    return None
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset)
             except OSError:
+                if opened:
+                    os.close(fd)
                 return None
+            _fds[path] = fd
             _held[ident] = 1
+            _per_file[path] = _per_file.get(path, 0) + 1
 
     def release() -> None:
         with _mutex:
@@ -120,18 +128,32 @@ def _take_file(store: Any, run_id: str) -> LiveLease | None:
             if n > 0:
                 _held[ident] = n
                 return
-            _held.pop(ident, None)
+            if _held.pop(ident, None) is None:
+                return
+            fd = _fds.get(path)
+            if fd is None:  # pragma: no cover - forgotten after a fork
+                return
+            left = _per_file.get(path, 1) - 1
             try:
-                fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
+                if left:
+                    fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
+                else:  # this process's last lease on the file: closing drops the lock with the descriptor
+                    del _fds[path]
+                    os.close(fd)
             except OSError:  # pragma: no cover - dropped at process exit anyway
                 pass
+            if left:
+                _per_file[path] = left
+            else:
+                _per_file.pop(path, None)
 
     return LiveLease(release)
 
 
 def _pg_conn(store: Any) -> Any:
-    """This process's lease connection to the store's database (under ``_mutex``)."""
-    ident = (store.url, store.schema)
+    """This process's lease connection to the store's database (under ``_mutex``): one per database
+    whatever the number of schemas (stores) used, so a process using many stores holds one connection."""
+    ident = store.url
     held = _pg.get(ident)
     if held is not None and held[0] == os.getpid() and not held[1].closed:
         return held[1]
@@ -142,14 +164,14 @@ def _pg_conn(store: Any) -> Any:
         _inherited.append(held[1])  # a forked parent's: kept, never closed here (its session is the parent's)
     _pg[ident] = (os.getpid(), conn)
     if held is not None and held[0] == os.getpid():  # its connection was lost: so were its locks
-        for key in [k for k in _pg_held if k[:2] == ident]:
+        for key in [k for k in _pg_held if k[0] == ident]:
             _pg_held.pop(key, None)
     return conn
 
 
 def _take_pg(store: Any, run_id: str) -> LiveLease | None:
     key = _pg_key(store.schema, run_id)
-    ident = (store.url, store.schema, key)
+    ident = (store.url, key)
     with _mutex:
         conn = _pg_conn(store)
         if _pg_held.get(ident):
@@ -167,7 +189,7 @@ def _take_pg(store: Any, run_id: str) -> LiveLease | None:
                 return
             if _pg_held.pop(ident, None) is None:
                 return
-            held = _pg.get(ident[:2])
+            held = _pg.get(ident[0])
             if held is None or held[0] != os.getpid():
                 return
             try:
@@ -201,21 +223,28 @@ def _held_file(store: Any, run_id: str) -> bool | None:
         import fcntl
     except ImportError:  # pragma: no cover
         return None
-    got = _lock_fd(store, create=False)
-    if got is None:  # no runs.lock: no lease was ever taken in this folder, so none is held
-        folder = getattr(store, "path", None)
-        return False if folder is not None and os.path.isdir(os.fspath(folder)) else None
-    path, fd = got
-    with _mutex:
-        if _held.get((path, run_id)):
-            return True
+    path = _lock_path(store)
+    if path is None:
+        return None
     # F_GETLK: is a lock of another process in the way of a write lock on the run's byte?
     # (never lock/unlock here: that would drop this process's own locks on the range)
     query = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, _offset(run_id), 1, 0)
-    try:
-        answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
-    except OSError:
-        return None
+    with _mutex:  # a descriptor opened for the question is closed under it: no lease of ours rides on it
+        if _held.get((path, run_id)):
+            return True
+        fd = _fds.get(path)
+        temporary = fd is None
+        if temporary:
+            fd = _open(path, create=False)
+            if fd is None:  # no runs.lock: no lease was ever taken in this folder, so none is held
+                return False if os.path.isdir(os.path.dirname(path)) else None
+        try:
+            answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
+        except OSError:
+            return None
+        finally:
+            if temporary:
+                os.close(fd)
     return struct.unpack("hhqqi4x", answer)[0] != fcntl.F_UNLCK
 
 
@@ -237,6 +266,8 @@ def _after_fork_in_child() -> None:
     global _mutex
     _mutex = threading.Lock()
     _held.clear()
+    _per_file.clear()
+    _fds.clear()  # the parent's leases ride on them: never closed here (their descriptors stay, unused)
     _pg_held.clear()
     _inherited.extend(conn for _, conn in _pg.values())
     _pg.clear()

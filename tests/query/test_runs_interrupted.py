@@ -161,7 +161,8 @@ def test_many_runs_opened_and_closed_leak_no_descriptors(store_path):
         opened = [rec.run(agent=f"r{i}", principal="agent:me").start() for i in range(300)]
         assert {r["status"] for r in store.query_runs(status="running")} == {"running"}
         assert len(store.query_runs(status="running")) == 301  # and the system run
-        assert len(os.listdir("/proc/self/fd")) == fds
+        # SQLite: one descriptor of runs.lock for all 300, closed with the last lease; PostgreSQL: none
+        assert len(os.listdir("/proc/self/fd")) == fds + (store_path.joinpath("sealbox.db").exists())
         for run in opened:
             run.end()
         for _ in range(300):
@@ -169,3 +170,54 @@ def test_many_runs_opened_and_closed_leak_no_descriptors(store_path):
                 pass
         assert len(os.listdir("/proc/self/fd")) == fds
         assert {r["status"] for r in store.query_runs() if r["run_id"] != "system"} == {"ended"}
+
+
+def test_runs_in_many_store_folders_keep_no_descriptor_once_ended(tmp_path):
+    """A process recording into many stores (a test suite, a service with a store per tenant) keeps no
+    descriptor of a store's runs.lock once none of its runs there is open: before, one per folder stayed
+    open for the process's life, and 1,000 folders exhausted a default 1,024-descriptor limit."""
+    folders = [tmp_path / f"s{i}" for i in range(40)]
+    for folder in folders:
+        init_store(folder).close()
+    fds = len(os.listdir("/proc/self/fd"))
+    for folder in folders:
+        with open_store(folder) as store:
+            rec = Recorder(store, ALLOW_ALL)
+            with rec.run(agent="a", principal="agent:me") as run:
+                assert [r["status"] for r in store.query_runs(agent="a")] == ["running"]
+            assert [r["status"] for r in store.query_runs(agent="a")] == ["ended"]
+    assert len(os.listdir("/proc/self/fd")) == fds
+    with open_store(folders[0]) as store:  # a listing asking about leases opens no descriptor for good either
+        run = Recorder(store, ALLOW_ALL).run(agent="b", principal="agent:me").start()
+        run.end()
+        assert [r["status"] for r in store.query_runs(agent="b")] == ["ended"]
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+@pytest.mark.skipif(not os.environ.get("SEALBOX_TEST_POSTGRES_URL"), reason="SEALBOX_TEST_POSTGRES_URL is not set")
+def test_runs_in_many_postgres_schemas_share_one_lease_connection(tmp_path):
+    """The lease connection is one per database, not one per store (schema): a process recording into 12
+    schemas held 12 idle connections for its life before, and a test suite or a service with a schema per
+    tenant ran the server out of connections (max_connections, 100 by default)."""
+    import psycopg
+
+    url = os.environ["SEALBOX_TEST_POSTGRES_URL"]
+    schemas = [f"sbt_live_{uuid.uuid4().hex[:16]}" for _ in range(12)]
+    folders = [tmp_path / f"s{i}" for i in range(len(schemas))]
+    try:
+        for folder, schema in zip(folders, schemas):
+            init_store(folder, postgres_url=url, schema=schema).close()
+        with open_store(folders[0]) as store:  # the lease connection of this database, opened once
+            with Recorder(store, ALLOW_ALL).run(agent="warm", principal="agent:me"):
+                pass
+        fds = len(os.listdir("/proc/self/fd"))
+        for folder in folders:
+            with open_store(folder) as store:
+                with Recorder(store, ALLOW_ALL).run(agent="a", principal="agent:me"):
+                    assert [r["status"] for r in store.query_runs(agent="a")] == ["running"]
+                assert [r["status"] for r in store.query_runs(agent="a")] == ["ended"]
+        assert len(os.listdir("/proc/self/fd")) == fds
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for schema in schemas:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
