@@ -25,6 +25,9 @@ PROGRESS_BYTES = 1 << 20
 def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None, as_json: bool) -> None:
     """Import the runs in FILE (one transaction: all of them or none).
 
+    A file whose bytes (SHA-256) were imported into the store already is not
+    imported again: its runs are named, nothing is written (exit 0).
+
     Each run is marked as imported (source file, its SHA-256, format, original ids);
     oddities of the source are recorded as anomaly events; imported approvals are
     notes whose identity is not authenticated.
@@ -47,7 +50,14 @@ def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None,
         store.close()
     if as_json:
         echo_json({"format": summary.format, "source_sha256": summary.source_sha256, "runs": list(summary.runs),
-                   "events": summary.events, "anomalies": summary.anomalies})
+                   "events": summary.events, "anomalies": summary.anomalies,
+                   "already_imported": summary.already_imported})
+        return
+    if summary.already_imported:
+        click.echo(f"already imported: {os.path.basename(file)} ({summary.source_sha256}) is in the store as "
+                   f"{len(summary.runs)} run(s); nothing written")
+        for run_id in summary.runs:
+            click.echo(f"  {run_id}")
         return
     click.echo(f"imported {len(summary.runs)} run(s), {summary.events} events "
                f"({summary.anomalies} anomalies) from {os.path.basename(file)} as {summary.format}")

@@ -278,6 +278,21 @@ class PgReader(Reader):
             return self.events(["approval.requested"], field=("approval_id", approval_id))
         return [event_from_row(*r) for r in rows]
 
+    def imported_runs(self, source_sha256: str) -> list[tuple[str, Any]]:
+        """As :meth:`Reader.imported_runs <sealbox.store.sqlite_queries.Reader.imported_runs>`."""
+        if "\x00" in source_sha256:
+            return []  # PostgreSQL text holds no NUL: no stored hash has one
+        psycopg = _psycopg()
+        try:
+            rows = self.conn.execute(
+                f"SELECT run_id, {_J.format(t='events')} -> 'imported' ->> 'format' FROM events"
+                " WHERE kind = 'run.started' AND left(principal, 9) = 'imported:'"
+                f" AND ({_J.format(t='events')} -> 'imported' ->> 'source_sha256') = ? ORDER BY leaf_index",
+                (source_sha256,)).fetchall()
+        except psycopg.errors.DataError as exc:  # a payload that is not UTF-8 JSON: changed below Sealbox
+            raise _first_damaged(self.conn.pg, exc) from None
+        return [(r[0], r[1]) for r in rows]
+
     def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
                field: tuple[str, str] | None = None, limit: int | None = None,
                principal_actor: str | None = None, ts_from: str | None = None,

@@ -548,6 +548,18 @@ class Reader:
             return self.events(["approval.requested"], field=("approval_id", approval_id))
         return [event_from_row(*r) for r in rows]
 
+    @_json_guarded
+    def imported_runs(self, source_sha256: str) -> list[tuple[str, Any]]:
+        """``(run id, format)`` of the runs ``sealbox import`` brought in from a file whose bytes have
+        this SHA-256 (``sha256:<hex>``, their ``run.started`` payload's ``imported.source_sha256``), in
+        log order; empty when none. Reads the ``run.started`` events whose principal is
+        ``imported:…`` (the ``events_kind_ts`` index): what an import checks before it writes."""
+        return [(r[0], r[1]) for r in self.conn.execute(
+            "SELECT run_id, CAST(raw AS TEXT) ->> '$.payload.imported.format' FROM events WHERE kind = 'run.started'"
+            " AND substr(principal, 1, 9) = 'imported:'"
+            " AND CAST(raw AS TEXT) ->> '$.payload.imported.source_sha256' = ? ORDER BY leaf_index",
+            (source_sha256,)).fetchall()]
+
     def count(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run a ``SELECT count(...)``-style query returning one number."""
         row = self.conn.execute(sql, tuple(params)).fetchone()

@@ -110,7 +110,10 @@ def parse_file(path: str | os.PathLike, format: str = "auto", *,
     """
     p = Path(path)
     data = _read(p, progress)
-    sha = "sha256:" + hashlib.sha256(data).hexdigest()
+    return _parse(p, data, "sha256:" + hashlib.sha256(data).hexdigest(), format, progress)
+
+
+def _parse(p: Path, data: bytes, sha: str, format: str, progress: Progress | None) -> tuple[str, str, list[Any]]:
     name = p.name
     doc, non_finite = load_json_bytes(data, name)
     fmt = detect_format(doc, name) if format in (None, "auto") else format
@@ -140,6 +143,11 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
         progress: optional ``progress(stage, done, total)`` callback (stages
             ``read``, ``parse``, ``build``, ``write``).
 
+    A file whose bytes (their SHA-256) were imported into ``store`` already is not imported again:
+    the summary then has ``already_imported=True``, the runs imported from it then (in log order),
+    ``events=0``, and nothing is written. The check is made again inside the write transaction, so
+    two processes importing the same file at once write it once.
+
     Returns:
         An :class:`ImportSummary` (run ids, event and anomaly counts, format, source hash).
 
@@ -148,7 +156,16 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
             for, or gives an identifier holding a NUL character; nothing is written.
         InvalidEventError, StoreError: the store refused the events; nothing is written.
     """
-    fmt, sha, runs = parse_file(path, format, progress=progress)
+    p = Path(path)
+    data = _read(p, progress)
+    sha = "sha256:" + hashlib.sha256(data).hexdigest()
+    reader = getattr(store, "reader", None)
+    if reader is not None:  # before converting the file: a large one is not converted for nothing
+        found = reader().imported_runs(sha)
+        if found:
+            return _already(found, sha)
+    fmt, sha, runs = _parse(p, data, sha, format, progress)
+    del data
     drafts = []
     for i, run in enumerate(runs):
         if progress:
@@ -163,9 +180,24 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
     drafts = without_passed_on_secrets(store, drafts)  # a value redacted in one event, in clear in another
     if progress:
         progress("write", 0, len(drafts))
-    events = store.append(drafts)
+    found: list[tuple[str, Any]] = []
+
+    def build(txn_reader: Any) -> list[Any]:
+        found[:] = txn_reader.imported_runs(sha)  # imported meanwhile by another process: nothing is written
+        return [] if found else drafts
+
+    events = store.append_with(build)
+    if found:
+        return _already(found, sha)
     if progress:
         progress("write", len(drafts), len(drafts))
     anomalies = sum(1 for e in events if e.kind == "anomaly")
     return ImportSummary(runs=tuple(r.run_id for r in runs), events=len(events), anomalies=anomalies, format=fmt,
                          source_sha256=sha)
+
+
+def _already(found: list[tuple[str, Any]], sha: str) -> ImportSummary:
+    """The summary of an import that found the file's runs in the store already (nothing written)."""
+    fmt = found[0][1]
+    return ImportSummary(runs=tuple(run_id for run_id, _ in found), events=0, anomalies=0,
+                         format=fmt if isinstance(fmt, str) else "unknown", source_sha256=sha, already_imported=True)

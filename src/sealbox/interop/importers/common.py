@@ -79,6 +79,8 @@ class ImportSummary:
         anomalies: number of ``anomaly`` events among them.
         format: the format imported (``tau-bench``, ``swe-agent``, ...).
         source_sha256: ``sha256:<hex>`` of the file's bytes.
+        already_imported: True when the store held runs imported from a file of the same bytes
+            already: nothing was written, ``runs`` are those runs and ``events`` is 0.
     """
 
     runs: tuple[str, ...]
@@ -86,6 +88,7 @@ class ImportSummary:
     anomalies: int
     format: str
     source_sha256: str
+    already_imported: bool = False
 
 
 # --------------------------------------------------------------------------- run builder
