@@ -810,6 +810,7 @@ class RunContext:
         self._probe_tickets: dict[str, int] = {}
         self._error_secrets: set[str] = set()  # redacted argument values of the run's calls (docs/content-modes.md)
         self._token: contextvars.Token | None = None
+        self._outer: RunContext | None = None  # the run current where this one was entered
         self.suspended = False
         self.ended = False
         self._cost_error: str | None = None
@@ -962,6 +963,8 @@ class RunContext:
 
             self._live = liveness.take(self.store, self.run_id)
         self._token = _CURRENT.set(self)
+        old = self._token.old_value
+        self._outer = None if old is contextvars.Token.MISSING else old  # restored on exit (unless ended meanwhile)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -973,13 +976,17 @@ class RunContext:
 
     def _exit(self, exc: BaseException | None) -> None:
         if self._token is not None:
-            try:
-                _CURRENT.reset(self._token)
-            except ValueError:  # left in another context (task, thread) than it was entered in
-                if _CURRENT.get() is self:
-                    old = self._token.old_value
-                    _CURRENT.set(None if old is contextvars.Token.MISSING else old)
+            # Not ContextVar.reset: a run entered in a generator is left when the generator is closed, which
+            # may be after another run was entered in the same context (the caller's own run, a second
+            # generator's) and before that one is left; resetting then made that run no longer current. And
+            # a run left in another context (task, thread) than it was entered in cannot reset its token.
+            # So: only while this run is the current one, and back to the nearest enclosing run not ended.
             self._token = None
+            if _CURRENT.get() is self:
+                outer = self._outer
+                while outer is not None and outer.ended:
+                    outer = outer._outer
+                _CURRENT.set(outer)
         if self.suspended and exc is not None and getattr(exc, "suspends_run", False):
             return
         if exc is None:
