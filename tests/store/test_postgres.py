@@ -1255,3 +1255,58 @@ def test_a_write_whose_commit_was_lost_on_its_last_attempt_is_an_error_not_a_sil
         sql(schema, "DROP TRIGGER hold_commit ON events; DROP FUNCTION hold_commit(); DROP TABLE hold")
     res = cli("verify", str(tmp_path / "s"))
     assert res.returncode == 0 and res.stdout.startswith("Verified: the log is intact. 3 events in 3 runs"), res
+
+
+@pytest.fixture
+def scratch_db():
+    """The URL of a new, empty database (its public schema is this test's alone), dropped after the test."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"sbt_db_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(URL, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} ENCODING 'UTF8' TEMPLATE template0")
+    yield make_conninfo(**{**conninfo_to_dict(URL), "dbname": name}), URL.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(URL, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_init_refuses_the_public_schema_unless_asked_to_share_it(tmp_path, scratch_db):
+    # was: `init --schema public` (exit 0) put the store's tables (events, runs, blobs, checkpoints,
+    # snapshots, store_meta, tree_nodes, schema_migrations) beside the application's in its public
+    # schema; their append-only triggers then failed the application's own `TRUNCATE` of its tables
+    # ("sealbox: events is append-only (TRUNCATE refused)"), and a `DROP SCHEMA public CASCADE` reset
+    # of the application's database dropped the log with it
+    import psycopg
+
+    conninfo, url = scratch_db
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.app_users (id int PRIMARY KEY, name text)")
+        conn.execute("INSERT INTO public.app_users VALUES (1, 'ann')")
+    res = cli("init", "--postgres", url, "--schema", "public", str(tmp_path / "s"))
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", "error: schema 'public' is the database's default schema, shared with whatever else uses the "
+               "database: give the store a schema of its own (--schema NAME; the default is sealbox), or "
+               "--allow-public-schema to put its tables there anyway\n")
+    assert not (tmp_path / "s").exists()
+    from sealbox.store import init_store
+    from sealbox.store.base import StoreConfigError
+
+    with pytest.raises(StoreConfigError, match=r"^schema 'public' is the database's default schema.*"
+                                               r"allow_public_schema=True"):
+        init_store(tmp_path / "api", postgres_url=url, schema="public")
+    assert not (tmp_path / "api").exists()
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        tables = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+        assert tables == [("app_users",)]
+
+    res = cli("init", "--postgres", url, "--schema", "public", "--allow-public-schema", str(tmp_path / "s"))
+    assert res.returncode == 0, res.stderr
+    assert "schema public" in res.stdout
+    assert cli("verify", "-s", str(tmp_path / "s")).returncode == 0
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        assert conn.execute("SELECT * FROM public.app_users").fetchall() == [(1, "ann")]
+        assert conn.execute("SELECT to_regclass('public.events') IS NOT NULL").fetchone() == (True,)
+    res = cli("init", "--allow-public-schema", str(tmp_path / "sq"))
+    assert (res.returncode, res.stderr) == (2, "error: --allow-public-schema applies to a PostgreSQL store: give "
+                                               "--postgres URL too\n")

@@ -28,9 +28,12 @@ from sealbox.cli.common import DEFAULT_STORE, BadInput, echo_json, not_empty, op
                    "signing key, the store secret and the URL (docs/storage.md, \"PostgreSQL\").")
 @click.option("--schema", default=None, metavar="NAME",
               help="With --postgres: the schema the store's tables go in (default: sealbox). It must hold no store yet.")
+@click.option("--allow-public-schema", is_flag=True,
+              help="With --schema public: put the store's tables in the database's default schema, beside "
+                   "whatever else uses it (refused without this flag).")
 def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_keys: tuple[str, ...],
              redact_paths: tuple[str, ...], redact_patterns: tuple[str, ...], postgres_url: str | None,
-             schema: str | None) -> None:
+             schema: str | None, allow_public_schema: bool) -> None:
     """Create a store in PATH (default: $SEALBOX_STORE or ./.sealbox) and its log signing key;
     with --postgres URL its log lives in that PostgreSQL database."""
     import os
@@ -68,7 +71,15 @@ def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_key
         raise BadInput(f"--postgres takes a postgresql:// URL, not {postgres_url!r}")
     if schema is not None and postgres_url is None:
         raise BadInput("--schema applies to a PostgreSQL store: give --postgres URL too")
+    if allow_public_schema and postgres_url is None:
+        raise BadInput("--allow-public-schema applies to a PostgreSQL store: give --postgres URL too")
+    if schema == "public" and not allow_public_schema:
+        raise BadInput("schema 'public' is the database's default schema, shared with whatever else uses the "
+                       "database: give the store a schema of its own (--schema NAME; the default is sealbox), or "
+                       "--allow-public-schema to put its tables there anyway")
     where = {} if postgres_url is None else {"postgres_url": postgres_url, "schema": "sealbox" if schema is None else schema}
+    if allow_public_schema:
+        where["allow_public_schema"] = True
     try:
         store = init_store(path, origin=origin, content=content, **where)
     except NoteError:  # checked before anything is created

@@ -660,15 +660,18 @@ class PostgresStore(SqliteQueries):
 
     @classmethod
     def init(cls, path: str | os.PathLike, *, url: str, schema: str = "sealbox", origin: str | None = None,
-             content: Any = None, **kwargs: Any) -> "PostgresStore":
+             content: Any = None, allow_public_schema: bool = False, **kwargs: Any) -> "PostgresStore":
         """Create a new PostgreSQL store: the folder ``path`` (keys, secret, settings) and the tables in
         ``schema`` of the database at ``url`` (created if missing; it must hold no Sealbox store yet).
+        ``public``, the database's default schema, shared with whatever else uses the database, is
+        refused unless ``allow_public_schema`` (docs/storage.md, "PostgreSQL").
 
         Writes ``log.key``, ``store.secret`` and ``postgres.json`` mode 0600, ``log.vkey`` public, then
         applies the migrations, starts the system run and signs the first checkpoint.
 
         Raises:
-            StoreConfigError: ``schema`` is not a plain lower-case name (``[a-z_][a-z0-9_]*``).
+            StoreConfigError: ``schema`` is not a plain lower-case name (``[a-z_][a-z0-9_]*``), is
+                ``information_schema``, or is ``public`` without ``allow_public_schema``.
             StoreError: the folder already holds a store or a key, the schema already holds a Sealbox
                 store, or the server cannot be reached (nothing is left in the folder then).
             NoteError: ``origin`` is not a valid key name.
@@ -680,6 +683,12 @@ class PostgresStore(SqliteQueries):
         if schema == "information_schema":  # a plain pg_dump of the database leaves it out: a backup without the log
             raise StoreConfigError(f"schema {schema!r} is PostgreSQL's own (pg_dump leaves its tables out): "
                                    "give another schema")
+        if schema == "public" and allow_public_schema is not True:
+            # its tables beside the application's: their append-only triggers fail the application's TRUNCATE of
+            # every table, and the application's reset (DROP SCHEMA public CASCADE) drops the log with its own
+            raise StoreConfigError("schema 'public' is the database's default schema, shared with whatever else uses "
+                                   "the database: give the store a schema of its own (the default is sealbox), or "
+                                   "allow_public_schema=True to put its tables there anyway")
         folder = Path(path)
         for name in (CONFIG_NAME, _sq.DB_NAME, KEY_NAME, SECRET_NAME):
             if os.path.lexists(folder / name):
