@@ -20,7 +20,7 @@ PROGRESS_BYTES = 1 << 20
 @click.option("--format", "fmt", type=click.Choice(_FORMATS), default="auto", show_default=True,
               help="The file's format; auto detects it from the structure.")
 @click.option("--progress/--no-progress", "show_progress", default=None,
-              help="Show a progress bar (default: for files of 1 MiB or more).")
+              help="Show a progress bar on stderr (default: for files of 1 MiB or more, when stderr is a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None, as_json: bool) -> None:
     """Import the runs in FILE (one transaction: all of them or none).
@@ -38,8 +38,8 @@ def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None,
         size = os.path.getsize(file)
     except OSError:
         size = 0
-    if show_progress is None:
-        show_progress = size >= PROGRESS_BYTES
+    if show_progress is None:  # not into a log or a pipe: rich's transient bar leaves an empty line there
+        show_progress = size >= PROGRESS_BYTES and _stderr_is_a_terminal()
     store = open_for_writing(store_path)
     try:
         if show_progress:
@@ -64,6 +64,15 @@ def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None,
     click.echo(f"source {summary.source_sha256}")
     for run_id in summary.runs:
         click.echo(f"  {run_id}")
+
+
+def _stderr_is_a_terminal() -> bool:
+    import sys
+
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced by an object without isatty, or closed
+        return False
 
 
 def _with_progress(store, file: str, fmt: str):
