@@ -8,6 +8,7 @@ now shown by default only when stderr is a terminal (``--progress`` still forces
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -39,3 +40,45 @@ def test_a_large_file_gives_one_error_line_or_nothing_on_a_stderr_that_is_not_a_
     assert ok.stdout.startswith("imported 5 run(s), ")
     runs = _sb("runs", "list", "-s", st, "--json")
     assert runs.returncode == 0 and runs.stdout.count('"run_id"') == 6  # the 5 imported and the system run
+
+
+def test_a_bundle_parquet_gzip_or_utf16_file_is_named_for_what_it_is_and_nothing_is_written(tmp_path):
+    # was: each gave "error: FILE is not UTF-8 text (byte N); no importable format is binary", which says
+    # neither that an export bundle is verified, not imported, nor how to read a compressed or UTF-16 file
+    import gzip
+
+    st = tmp_path / "s"
+    assert _sb("init", st).returncode == 0
+    src = corpus("swe-agent-traj/function_calling_simple.traj.json")
+    ok = _sb("import", "-s", st, src, "--json")
+    assert ok.returncode == 0, ok.stderr
+    run_id = json.loads(ok.stdout)["runs"][0]
+    bundle, table = tmp_path / "incident.sbx", tmp_path / "calls.parquet"
+    assert _sb("export", "-s", st, run_id, "-o", bundle).returncode == 0
+    assert _sb("export", "-s", st, run_id, "--parquet", table).returncode == 0
+    (tmp_path / "trace.json.gz").write_bytes(gzip.compress(src.read_bytes()))
+    (tmp_path / "trace16.json").write_bytes(src.read_text(encoding="utf-8").encode("utf-16"))
+    size = _size(st)
+    for name, why in [
+        ("incident.sbx", "is a Sealbox export bundle, which import does not read: check it with "
+                         "`sealbox verify incident.sbx --key KEY`; import reads the JSON trace files of the formats "
+                         "listed in `sealbox import --help`"),
+        ("calls.parquet", "is a Parquet file (as `sealbox export --parquet` writes), which import does not read; "
+                          "import reads the JSON trace files of the formats listed in `sealbox import --help`"),
+        ("trace.json.gz", "is gzip-compressed: decompress it first (gunzip)"),
+        ("trace16.json", "is UTF-16 text: convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8)"),
+    ]:
+        res = _sb("import", "-s", st, tmp_path / name)
+        assert (res.returncode, res.stdout, res.stderr) == (2, "", f"error: {name} {why}; nothing was imported\n")
+    assert _size(st) == size
+    assert _sb("verify", "-s", st).returncode == 0
+
+
+def _size(st) -> int:
+    import sealbox
+
+    store = sealbox.open_store(st)
+    try:
+        return store.size()
+    finally:
+        store.close()

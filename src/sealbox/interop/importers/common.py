@@ -383,6 +383,9 @@ def load_json_bytes(data: bytes, name: str) -> tuple[Any, int]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
+        what = _known_binary(data, name)
+        if what is not None:
+            raise ImportFormatError(f"{name} {what}; nothing was imported") from None
         raise ImportFormatError(f"{name} is not UTF-8 text (byte {exc.start}); no importable format is binary") from None
     consts = _Constants()
     try:
@@ -400,6 +403,39 @@ def load_json_bytes(data: bytes, name: str) -> tuple[Any, int]:
             f"{name} is not valid JSON (line {first.lineno}, column {first.colno}: {first.msg})") from None
     except RecursionError:
         raise ImportFormatError(f"{name} nests JSON too deeply to import") from None
+
+
+_READS = "import reads the JSON trace files of the formats listed in `sealbox import --help`"
+
+
+def _known_binary(data: bytes, name: str) -> str | None:
+    """What a file that is not UTF-8 is, when it is something a user may plausibly give import (a Sealbox
+    export bundle, a Parquet export, a gzip-compressed trace, UTF-16 text), for the error; else None."""
+    if data[:4] == b"PK\x03\x04":
+        import io
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as zf:
+                names = set(zf.namelist())
+                if {"format", "manifest.json", "events.jsonl"} <= names:
+                    with zf.open("format") as fh:  # its first bytes only: a member may be huge
+                        bundle = fh.read(64).startswith(b"sealbox-bundle/")
+                else:
+                    bundle = False
+        except Exception:  # noqa: BLE001 - a damaged or odd zip: said to be one, no more
+            bundle = False
+        if bundle:
+            return (f"is a Sealbox export bundle, which import does not read: check it with `sealbox verify {name} "
+                    f"--key KEY`; {_READS}")
+        return f"is a zip archive, which import does not read; {_READS}"
+    if data[:4] == b"PAR1":
+        return f"is a Parquet file (as `sealbox export --parquet` writes), which import does not read; {_READS}"
+    if data[:2] == b"\x1f\x8b":
+        return "is gzip-compressed: decompress it first (gunzip)"
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "is UTF-16 text: convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8)"
+    return None
 
 
 def _loads(text: str, consts: _Constants) -> Any:
