@@ -67,26 +67,44 @@ def _child(store_path, agent: str, tmp_path) -> tuple[subprocess.Popen, str]:
     return proc, run_id
 
 
-def _lock_fds() -> int:
-    """Descriptors of this process open on some store's runs.lock (other descriptors come and go with
-    SQLite connections and threads: counting them all is not what these tests are about)."""
+def _lock_fds(*folders) -> int:
+    """Descriptors of this process open on the runs.lock of these store folders (other descriptors come
+    and go with SQLite connections and threads, and other tests' stores keep theirs while a run they left
+    open holds its lease: counting them is not what these tests are about)."""
+    wanted = {os.path.realpath(os.path.join(folder, "runs.lock")) for folder in folders}
     out = 0
     for name in os.listdir("/proc/self/fd"):
         try:
-            out += os.readlink(f"/proc/self/fd/{name}").endswith("/runs.lock")
+            out += os.readlink(f"/proc/self/fd/{name}") in wanted
         except OSError:  # closed meanwhile
             pass
     return out
 
 
-def _sockets() -> int:
-    out = 0
+def _lease_connections() -> int:
+    """PostgreSQL sessions named ``sealbox-live`` whose client socket is one of this process's."""
+    import psycopg
+
+    inodes = set()
     for name in os.listdir("/proc/self/fd"):
         try:
-            out += os.readlink(f"/proc/self/fd/{name}").startswith("socket:")
+            link = os.readlink(f"/proc/self/fd/{name}")
         except OSError:
-            pass
-    return out
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports = []
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    if not ports:
+        return 0
+    with psycopg.connect(os.environ["SEALBOX_TEST_POSTGRES_URL"], autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sealbox-live' "
+                            "AND client_port = ANY(%s)", (ports,)).fetchone()[0]
 
 
 def _statuses(rows) -> dict[str, str]:
@@ -180,19 +198,18 @@ def test_many_runs_opened_and_closed_leak_no_descriptors(store_path):
         with rec.run(agent="warm", principal="agent:me"):
             pass
         sqlite = store_path.joinpath("sealbox.db").exists()
-        fds = _lock_fds() if sqlite else _sockets()
         opened = [rec.run(agent=f"r{i}", principal="agent:me").start() for i in range(300)]
         assert {r["status"] for r in store.query_runs(status="running")} == {"running"}
         assert len(store.query_runs(status="running")) == 301  # and the system run
         # SQLite: one descriptor of runs.lock for all 300, closed with the last lease; PostgreSQL: the
         # one lease connection opened by the warm-up run, no more
-        assert (_lock_fds() == 1) if sqlite else (_sockets() <= fds)
+        assert (_lock_fds(store_path) == 1) if sqlite else (_lease_connections() == 1)
         for run in opened:
             run.end()
         for _ in range(300):
             with rec.run(agent="again", principal="agent:me"):
                 pass
-        assert (_lock_fds() == 0) if sqlite else (_sockets() <= fds)
+        assert (_lock_fds(store_path) == 0) if sqlite else (_lease_connections() == 1)
         assert {r["status"] for r in store.query_runs() if r["run_id"] != "system"} == {"ended"}
 
 
@@ -203,20 +220,20 @@ def test_runs_in_many_store_folders_keep_no_descriptor_once_ended(tmp_path):
     folders = [tmp_path / f"s{i}" for i in range(40)]
     for folder in folders:
         init_store(folder).close()
-    assert _lock_fds() == 0
+    assert _lock_fds(*folders) == 0
     for folder in folders:
         with open_store(folder) as store:
             rec = Recorder(store, ALLOW_ALL)
             with rec.run(agent="a", principal="agent:me") as run:
                 assert [r["status"] for r in store.query_runs(agent="a")] == ["running"]
-                assert _lock_fds() == 1
+                assert _lock_fds(*folders) == 1
             assert [r["status"] for r in store.query_runs(agent="a")] == ["ended"]
-    assert _lock_fds() == 0
+    assert _lock_fds(*folders) == 0
     with open_store(folders[0]) as store:  # a listing asking about leases opens no descriptor for good either
         run = Recorder(store, ALLOW_ALL).run(agent="b", principal="agent:me").start()
         run.end()
         assert [r["status"] for r in store.query_runs(agent="b")] == ["ended"]
-    assert _lock_fds() == 0
+    assert _lock_fds(*folders) == 0
 
 
 @pytest.mark.skipif(not os.environ.get("SEALBOX_TEST_POSTGRES_URL"), reason="SEALBOX_TEST_POSTGRES_URL is not set")
@@ -235,13 +252,12 @@ def test_runs_in_many_postgres_schemas_share_one_lease_connection(tmp_path):
         with open_store(folders[0]) as store:  # the lease connection of this database, opened once
             with Recorder(store, ALLOW_ALL).run(agent="warm", principal="agent:me"):
                 pass
-        sockets = _sockets()
         for folder in folders:
             with open_store(folder) as store:
                 with Recorder(store, ALLOW_ALL).run(agent="a", principal="agent:me"):
                     assert [r["status"] for r in store.query_runs(agent="a")] == ["running"]
                 assert [r["status"] for r in store.query_runs(agent="a")] == ["ended"]
-        assert _sockets() <= sockets  # before: one more idle lease connection per schema (12)
+        assert _lease_connections() == 1  # before: one idle lease connection per schema (13)
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             for schema in schemas:
