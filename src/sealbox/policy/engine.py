@@ -303,7 +303,7 @@ class Policy:
         except Exception as exc:
             raise _Failure(f"expensive condition could not run: {type(exc).__name__}: {exc}") from exc
         if status == "timeout":
-            raise _Failure(f"expensive condition exceeded the time limit of {self.timeout_ms} ms; worker killed")
+            raise _Failure(f"expensive condition exceeded the time limit of {self.timeout_ms} ms twice; worker killed")
         if status == "error":
             call = variables.get("call")
             arguments = call.get("arguments") if isinstance(call, dict) else None

@@ -4,8 +4,13 @@
 condition cannot be interrupted from a thread. Expensive conditions are sent to
 one long-lived worker process instead (started lazily with the ``spawn`` method,
 so it never inherits locks from a threaded parent). If the answer does not come
-within the time limit, the worker is killed and a fresh one is started on the
-next request; the caller denies the call with ``guardrail_error``.
+within the time limit, the worker is killed and the condition is tried once more
+in a fresh worker (its start-up is not timed): the wait includes the IPC round
+trip and any time either process was descheduled, and a loaded host stalls a
+process for tens of ms now and then. A condition is pure, so it is over the
+limit only if the second try is over it too; then the fresh worker is killed as
+well and the caller denies the call with ``guardrail_error`` (fail closed: a
+runaway condition costs two time limits plus one worker start-up).
 """
 
 from __future__ import annotations
@@ -80,24 +85,30 @@ class ConditionWorker:
     def evaluate(self, source: str, variables: dict[str, Any], timeout_s: float) -> tuple[str, Any]:
         """Evaluate ``source`` with ``variables`` in the worker.
 
+        Each try waits ``timeout_s`` for the answer; a try with no answer kills the
+        worker, and the condition is sent once more to a fresh worker (started
+        before the second wait begins).
+
         Returns:
             ``("ok", bool)``, ``("nonbool", type name)``, ``("error", message)`` or
-            ``("timeout", None)`` (the worker was killed). Never raises for a
-            failing condition; raises ``RuntimeError`` only if no worker can start.
+            ``("timeout", None)`` (no answer within ``timeout_s`` in either of two
+            tries; both workers were killed). Never raises for a failing
+            condition; raises ``RuntimeError`` only if no worker can start.
         """
         with self._lock:
-            if self._proc is None or not self._proc.is_alive():
-                self._kill()
-                self._start()
-            try:
-                self._conn.send((source, variables))
-                if not self._conn.poll(timeout_s):
+            for _ in range(2):
+                if self._proc is None or not self._proc.is_alive():
                     self._kill()
-                    return ("timeout", None)
-                return self._conn.recv()
-            except (EOFError, OSError, BrokenPipeError) as exc:
+                    self._start()
+                try:
+                    self._conn.send((source, variables))
+                    if self._conn.poll(timeout_s) or self._conn.poll(0):
+                        return self._conn.recv()
+                except (EOFError, OSError, BrokenPipeError) as exc:
+                    self._kill()
+                    return ("error", f"policy worker failed: {type(exc).__name__}: {exc}")
                 self._kill()
-                return ("error", f"policy worker failed: {type(exc).__name__}: {exc}")
+            return ("timeout", None)
 
     def stop(self) -> None:
         """Stop the worker process, if any."""
