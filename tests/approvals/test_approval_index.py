@@ -567,7 +567,7 @@ def test_two_concurrent_upgrades_each_report_only_what_they_applied(tmp_path, ba
         # Each upgrade runs the CLI under a tracer that notes when its connection, having read
         # schema_migrations, starts the migration's BEGIN IMMEDIATE (the trace fires before SQLite's busy
         # wait): the lock is released once both are waiting, not after a fixed time (was 3.5 s, for a
-        # start-up that takes longer on a loaded host, and the migration waits 5 s at most).
+        # start-up that takes longer on a loaded host; the migration waits SEALBOX_LOCK_TIMEOUT, 60 s here).
         markers = [tmp_path / f"waiting{i}" for i in range(2)]
         tracer = tmp_path / "traced_cli.py"
         tracer.write_text(TRACED_CLI)

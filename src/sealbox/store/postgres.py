@@ -545,16 +545,30 @@ class PostgresStore(SqliteQueries):
                                            "through the API)")
                 older.pending = [m.version for m in pending]  # type: ignore[attr-defined]  # (sealbox upgrade says them)
                 raise older
+            # a migration waits for the write lock (and for the table locks its DDL takes) as a write does, at
+            # most lock_timeout (it waited without end: `sealbox upgrade` hung whatever SEALBOX_LOCK_TIMEOUT was)
+            timeout = self.lock_timeout if self._local.lock_timeout is None else self._local.lock_timeout
             for mig in pending:
                 with conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
+                    conn.execute(f"SET LOCAL lock_timeout TO {min(max(1, int(timeout * 1000)), 2**31 - 1)}")
+                    try:
+                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
+                    except psycopg.errors.LockNotAvailable:
+                        raise StoreError(f"{where}: migration {mig.version} waited {timeout:g} s for the store's "
+                                         "write lock, held by another writer: lock_timeout, "
+                                         "SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands") from None
                     conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY,"
                                  " name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TEXT NOT NULL)")
                     now = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
                     if mig.version in now:  # another writer upgraded it meanwhile
                         migrate.check_applied(now, known, where)
                         continue
-                    conn.execute(mig.sql)
+                    try:
+                        conn.execute(mig.sql)
+                    except psycopg.errors.LockNotAvailable:
+                        raise StoreError(f"{where}: migration {mig.version} waited {timeout:g} s for a lock on a "
+                                         "table of the store, held by another PostgreSQL session: lock_timeout, "
+                                         "SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands") from None
                     conn.execute("INSERT INTO schema_migrations (version, name, checksum, applied_at)"
                                  " VALUES (%s, %s, %s, %s)", (mig.version, mig.name, mig.checksum, utc_now()))
                 self.migrated.append(mig.version)  # committed by this open (the block left without an error)

@@ -1245,7 +1245,7 @@ class SqliteStore(SqliteQueries):
                 f"writing through the API); `sealbox verify` checks it as it is, through an upgraded private copy",
                 versions)
         for mig in pending:
-            _apply_migration(conn, mig, str(self.path), committed=self.migrated)
+            _apply_migration(conn, mig, str(self.path), committed=self.migrated, begin=self._begin_migration)
         if pending:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         missing = sorted(_required_tables() - tables)
@@ -1423,6 +1423,20 @@ class SqliteStore(SqliteQueries):
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
                     self._local.busy_zero = False
+
+    def _begin_migration(self, conn: sqlite3.Connection, mig: migrate.Migration) -> None:
+        """``BEGIN IMMEDIATE`` for a migration, waiting for the write lock as a write does (up to
+        ``lock_timeout``, not only SQLite's 5 s busy wait); past it, one StoreError naming the lock and
+        the setting (was "cannot open ...: database is locked" after 5 s whatever lock_timeout was)."""
+        try:
+            self._retrying(conn, "BEGIN IMMEDIATE")
+        except StoreError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, sqlite3.OperationalError) and _is_busy(cause)):
+                raise
+            waited = self.lock_timeout if self._local.lock_timeout is None else self._local.lock_timeout
+            raise StoreError(f"{exc} (migration {mig.version} waited {waited:g} s for the store's write lock: "
+                             "lock_timeout, SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands)") from None
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         if self._local.no_wait:
@@ -2555,7 +2569,9 @@ def _translate_open_error(path: Path, exc: sqlite3.DatabaseError) -> Exception:
 
 def _apply_migration(conn: sqlite3.Connection, mig: migrate.Migration, where: str,
                      record_unrecorded: bool = False,
-                     committed: list[int] | None = None) -> tuple[migrate.Migration, str] | None:
+                     committed: list[int] | None = None,
+                     begin: Callable[[sqlite3.Connection, migrate.Migration], None] | None = None,
+                     ) -> tuple[migrate.Migration, str] | None:
     """Apply one numbered migration in its own transaction and record it with its checksum.
 
     Inside the transaction, a migration another writer recorded meanwhile is not applied again.
@@ -2564,12 +2580,17 @@ def _apply_migration(conn: sqlite3.Connection, mig: migrate.Migration, where: st
     One the store shows applied though schema_migrations lacks it (:func:`_unrecorded`: its row
     was deleted below Sealbox) is refused with SchemaVersionError, or with ``record_unrecorded``
     (a private copy being verified) recorded without running it; ``(mig, why)`` is then returned.
+    ``begin``, when given, starts the transaction (a store's :meth:`SqliteStore._begin_migration`: it
+    waits for the write lock up to ``lock_timeout``); else a plain ``BEGIN IMMEDIATE`` (SQLite's busy wait).
 
     Raises:
         SchemaVersionError: see above, or the migration's SQL meets objects the store should
             not have, or lacks ones it should (its schema was changed below Sealbox).
     """
-    conn.execute("BEGIN IMMEDIATE")
+    if begin is None:
+        conn.execute("BEGIN IMMEDIATE")
+    else:
+        begin(conn, mig)
     try:
         conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
