@@ -277,6 +277,25 @@ def test_scan_text_finds_keys_and_needles(text: bytes, expected: int) -> None:
     assert _speedups.scan_text(text, _NEEDLES, _TABLES, _KEYS) == expected
 
 
+def test_scan_text_finds_the_default_keys_sorted_or_not() -> None:
+    """Keys said to be sorted by length, then bytes (keys_sorted, as the redactor passes them) are looked up by
+    bisection, others one by one: the same answers for every default key, its neighbours and the names around them."""
+    from sealbox.redaction import DEFAULT_KEYS, _norm_key
+
+    keys = sorted({_norm_key(k).encode() for k in DEFAULT_KEYS}, key=lambda k: (len(k), k))
+    redactor = Redactor(b"k" * 32)
+    if redactor._scan:  # (not under SEALBOX_PURE_PYTHON=1)
+        assert redactor._key_bytes == tuple(keys)
+    probes = [*keys, *(k[:-1] for k in keys), *(k + b"s" for k in keys), *(k[:-1] + b"~" for k in keys), b"", b"a",
+              b"zzzz", b"maxtokens"]
+    for order, said in ((tuple(keys), (True,)), (tuple(keys), ()), (tuple(sorted(keys)), ()), (tuple(reversed(keys)), ()),
+                        (tuple(keys[1::2] + keys[::2]), (False,))):
+        for probe in probes:
+            for text in (b'{"' + probe + b'":1}', b'[{"name":"' + probe + b'","value":1}]'):
+                assert _speedups.scan_text(text, _NEEDLES, _TABLES, order, *said) == (-1 if probe in keys else 0), (
+                    probe, order[:2], said)
+
+
 def test_scan_text_rejects_bad_arguments() -> None:
     with pytest.raises(TypeError):
         _speedups.scan_text("str", _NEEDLES, _TABLES, _KEYS)

@@ -215,7 +215,7 @@ copy_plain(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 
 
 /*
- * scan_text(data, needles, tables, keys) -> int
+ * scan_text(data, needles, tables, keys[, keys_sorted]) -> int
  *
  * One pass over ``data`` (a redactor's canonical JSON text, sealbox.redaction.Redactor._clean):
  *
@@ -223,7 +223,8 @@ copy_plain(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
  *   text, quotes alternate open/close), and every ``["name",`` (a list's first item, a string,
  *   followed by another: a [name, value] pair, sealbox.redaction.Redactor._walk) is normalised as sealbox.redaction._norm_key does for ASCII
  *   (lower case, ``-`` and ``_`` dropped) and compared with ``keys`` (a tuple of bytes, already
- *   normalised); so is the string value of a member named ``name`` or ``key`` (normalised: ``{"name":
+ *   normalised; looked up by bisection when ``keys_sorted`` is true: the caller's word that they are sorted
+ *   by length, then bytes, as the redactor sorts them; else one by one); so is the string value of a member named ``name`` or ``key`` (normalised: ``{"name":
  *   "Authorization","value":...}``, whose ``value`` the walk redacts, Redactor._names_a_key). A match, or a name holding a byte >= 0x80 (whose Unicode lower case could be
  *   ASCII: U+212A KELVIN SIGN is ``k``), returns -1.
  * - needles (a tuple of at most 64 bytes objects, each at least 2 bytes): otherwise the result
@@ -244,12 +245,23 @@ load_u64(const char *p)
     return v;
 }
 
+/* The order of keys_sorted: the shorter first, then bytes order (Python's sorted(keys, key=lambda k: (len(k), k))):
+ * a name is told from most keys by its length alone. */
+static inline int
+compare_key(const unsigned char *a, Py_ssize_t alen, const unsigned char *b, Py_ssize_t blen)
+{
+    if (alen != blen) {
+        return alen < blen ? -1 : 1;
+    }
+    return memcmp(a, b, (size_t)alen);
+}
+
 static PyObject *
 scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyTuple_Check(args[1]) || !PyBytes_Check(args[2])
+    if (nargs < 4 || nargs > 5 || !PyBytes_Check(args[0]) || !PyTuple_Check(args[1]) || !PyBytes_Check(args[2])
         || !PyTuple_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "scan_text(data: bytes, needles: tuple, tables: bytes, keys: tuple)");
+        PyErr_SetString(PyExc_TypeError, "scan_text(data: bytes, needles: tuple, tables: bytes, keys: tuple[, keys_sorted])");
         return NULL;
     }
     const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
@@ -274,6 +286,15 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         nlen[j] = PyBytes_GET_SIZE(needle);
     }
     Py_ssize_t maxkey = 4; /* at least "name": a member named "name" / "key" is always recognised */
+    /* keys_sorted: the caller's word that keys are sorted by length, then bytes (compare_key; the redactor sorts
+     * them once): looked up by bisection, else one by one */
+    int sorted = 0;
+    if (nargs == 5) {
+        sorted = PyObject_IsTrue(args[4]);
+        if (sorted < 0) {
+            return NULL;
+        }
+    }
     for (Py_ssize_t k = 0; k < nkeys; k++) {
         PyObject *key = PyTuple_GET_ITEM(args[3], k);
         if (!PyBytes_Check(key)) {
@@ -322,7 +343,22 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
                 if (is_key && closing) {
                     named = !too_long && ((len == 4 && memcmp(norm, "name", 4) == 0) || (len == 3 && memcmp(norm, "key", 3) == 0));
                 }
-                if (!too_long) {
+                if (!too_long && sorted) {
+                    Py_ssize_t lo = 0, hi = nkeys;
+                    while (lo < hi) {
+                        Py_ssize_t mid = lo + (hi - lo) / 2;
+                        PyObject *key = PyTuple_GET_ITEM(args[3], mid);
+                        int c = compare_key((const unsigned char *)PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key), norm, len);
+                        if (c == 0) {
+                            return PyLong_FromLong(-1);
+                        }
+                        if (c < 0) {
+                            lo = mid + 1;
+                        } else {
+                            hi = mid;
+                        }
+                    }
+                } else if (!too_long) {
                     for (Py_ssize_t k = 0; k < nkeys; k++) {
                         PyObject *key = PyTuple_GET_ITEM(args[3], k);
                         if (PyBytes_GET_SIZE(key) == len && memcmp(PyBytes_AS_STRING(key), norm, (size_t)len) == 0) {
@@ -378,7 +414,7 @@ static PyMethodDef methods[] = {
      "copy_plain(value, limit) -> (copy, floats): sealbox.canonical._copy_plain(value, 0, limit, seen) in C.\n\n"
      "Raises NotPlain where the Python reference raises _NotPlain."},
     {"scan_text", (PyCFunction)(void (*)(void))scan_text, METH_FASTCALL,
-     "scan_text(data, needles, tables, keys) -> int: -1 when the text holds a backslash, or a \"key\": or [\"key\", or a\n"
+     "scan_text(data, needles, tables, keys[, keys_sorted]) -> int: -1 when the text holds a backslash, or a \"key\": or [\"key\", or a\n"
      "\"name\":\"key\" / \"key\":\"key\" member that\n"
      "normalises to one of keys (or holds a non-ASCII byte), else the bit mask of the needles found (sealbox.redaction)."},
     {NULL, NULL, 0, NULL},

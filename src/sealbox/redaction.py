@@ -56,6 +56,13 @@ DEFAULT_KEYS = (
     "access_token", "refresh_token", "id_token", "token", "authorization", "proxy-authorization",
     "cookie", "set-cookie", "private_key", "session_token", "auth_token", "x-auth-token", "secret_key",
     "secret_access_key", "aws_secret_access_key", "x-amz-security-token", "client_assertion",
+    # well-known environment variable names (a dict of settings, a container's env as name/value members), matched
+    # as the others are (exact once normalised: DB_PASSWORD, db-password, dbPassword); free text has a suffix pattern
+    "db_password", "database_password", "pgpassword", "postgres_password", "mysql_pwd", "mysql_password",
+    "mysql_root_password", "mariadb_password", "mariadb_root_password", "mongo_initdb_root_password", "redis_password",
+    "rabbitmq_default_pass", "github_token", "gh_token", "gitlab_token", "npm_token", "node_auth_token", "slack_token",
+    "slack_bot_token", "hf_token", "huggingface_hub_token", "openai_api_key", "anthropic_api_key", "google_api_key",
+    "gemini_api_key", "mistral_api_key", "stripe_secret_key", "stripe_api_key", "sendgrid_api_key", "jwt_secret",
 )
 
 #: Patterns of secrets inside strings (Python ``re``).
@@ -105,6 +112,16 @@ DEFAULT_PATTERNS = (
     r"<(?:[\w.-]+:)?(?i:pass(?:word|wd|phrase)|pwd|(?:client[-_]?|aws[-_]?)?secret(?:[-_]?(?:access[-_]?)?key)?|api[-_]?key"
     r"|(?:(?:access|refresh|auth|id|session)[-_]?)?token|private[-_]?key|authorization|cookie)(?:\s[^<>]*)?>"
     r"(?P<redact_xml>(?:<!\[CDATA\[[\s\S]*?\]\]>|[^<\u27e6])+)</",
+    # an environment-style assignment (printenv, a .env file, docker inspect's Env, a compose file: NAME=value, NAME: value,
+    # 'NAME': 'value', export NAME="value") of a name ending with an UPPER_CASE secret suffix (DB_PASSWORD, PGPASSWORD,
+    # MYSQL_PWD, JWT_SECRET, STRIPE_SECRET_KEY, GITHUB_TOKEN, OPENAI_API_KEY, SSH_PRIVATE_KEY, MINIO_ACCESS_KEY; PASSWORD
+    # and SECRET alone too, as the key=value pattern has them): its value, a quoted one whole; not TOKENIZERS_PARALLELISM,
+    # MAX_TOKENS, PROMPT_TOKEN_COUNT, KEY_PASSWORD_FILE, OLDPWD (the suffix must end the name). Case-sensitive, starting
+    # with the suffix (no [A-Z0-9] before it: re would try every capital letter of a text holding one of the words,
+    # ~11 us on 780 bytes); its required literals (PASS, SECRET, _PWD, _TOKEN, _API, _PRIVATE, _ACCESS) gate its search
+    r"(?:PASS(?:WORD|WD)|SECRET(?:_?KEY)?|_PWD|_TOKEN|_API_?KEY|_PRIVATE_?KEY|_ACCESS_?KEY)"
+    r"[\x22\x27]?[\t ]*[:=][\t ]*(?:\x22(?P<redact_env_dq>[^\x22\r\n\u27e6]+)\x22|\x27(?P<redact_env_sq>[^\x27\r\n\u27e6]+)\x27"
+    r"|[\x22\x27]?(?P<redact_env>[^\s\x22\x27\u27e6]+))",
 )
 
 #: A pattern's groups named ``redact…`` (``(?P<redact>…)``): where one took part in a match, only its
@@ -253,8 +270,7 @@ class Redactor:
         self._prefilters = _prefilters(self.policy.patterns) if self._quick else ()
         self._key_marks = tuple(f'"{k}":' for k in self._keys)
         # the same tests, one C-speed search each: any key mark; any relaxed (regex) prefilter
-        self._any_mark = re.compile("|".join(re.escape(m) for m in sorted(self._key_marks, key=len, reverse=True))) \
-            if self._key_marks else None
+        self._any_mark = re.compile(_trie(self._key_marks)) if self._key_marks else None
         self._literals = tuple(lit for lit, _ in self._prefilters if lit is not None)
         # the other prefilters, each searched only when the text holds one of its pattern's required strings
         # (_text_gate: substring scans), the rest joined into one search
@@ -266,8 +282,7 @@ class Redactor:
         self._pair_rx = _pair_regex(self._keys) if self._quick and self._keys else None
         # JSON held in a string is parsed only when a sensitive name may be in it (a quoted key or pair name,
         # its closing quote escaped when the JSON text is itself inside a JSON string held in the text)
-        self._json_gate = re.compile('"(?:' + "|".join(re.escape(k) for k in sorted(self._keys, key=len, reverse=True))
-                                     + r')\\*"') if self._keys else None
+        self._json_gate = re.compile('"' + _trie(self._keys) + r'\\*"') if self._keys else None
 
     @property
     def key_names(self) -> frozenset:
@@ -370,13 +385,14 @@ class Redactor:
         self._tag_bits = 0b1111
         self._gated = tuple(gated)
         self._always = tuple(always)
-        self._key_bytes = tuple(sorted(k.encode() for k in self._keys))
+        # by length, then bytes: scan_text bisects them (keys_sorted)
+        self._key_bytes = tuple(sorted((k.encode() for k in self._keys), key=lambda k: (len(k), k)))
         return True
 
     def _clean_text(self, data: bytes) -> bool:
         if self._scan:  # the C scan also finds a [name, value] pair named as a sensitive key (["Cookie",), and
             # a member "name" / "key" whose string is one ({"name":"Cookie","value":…}, Redactor._names_a_key)
-            found = _c_scan_text(data, self._needles, self._tables, self._key_bytes)
+            found = _c_scan_text(data, self._needles, self._tables, self._key_bytes, True)  # sorted
             if found == 0 and not self._always:
                 return True
             if found < 0 or found & self._tag_bits:
@@ -1072,6 +1088,34 @@ def _named_regex(keys: "set[str]") -> "re.Pattern[bytes]":
     members = _names_regex(_NAME_MEMBERS, b"")
     return re.compile(b'"' + members + b'":"' + sep + _names_regex(keys, sep) + sep + b'"')
 _CARET = re.compile(r"(?<!\[)\^")  # "^" as an anchor (not the "[^" of a negated class)
+
+
+def _trie(words: "Any") -> str:
+    """A regex (source) matching exactly the strings ``words``, as a prefix tree: ``(?:a(?:pikey|uth)|db…)``.
+    ``re`` tries the branches of an alternation one by one at each position; with a branch per first
+    character (then per next one) a position is rejected after a few tests, not one per word (the key
+    marks of :class:`Redactor`, searched on every payload the C scan is not there for)."""
+    tree: dict = {}
+    for word in words:
+        node = tree
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def source(node: dict) -> str:
+        branches = [re.escape(ch) + source(child) for ch, child in sorted(node.items()) if ch]
+        if "" in node:
+            branches.append("")
+        if len(branches) == 1:
+            return branches[0]
+        return "(?:" + "|".join(branches) + ")"
+
+    if not words:
+        return "(?!)"
+    try:
+        return source(tree)
+    except RecursionError:  # configured names thousands of characters long: one branch per name
+        return "(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + ")"
 
 
 def _norm_key(key: str) -> str:

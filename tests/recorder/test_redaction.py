@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 18
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 19
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -1558,3 +1558,81 @@ def test_passwords_on_command_lines_are_redacted_by_default(tmp_path):
                    b"Zc6-dump-pass-74e", b"Zc6-docker-pass-75f"):
         assert secret not in file_bytes(tmp_path / "store"), secret
         assert secret not in (tmp_path / "out.sbx").read_bytes(), secret
+
+
+def test_secrets_under_prefixed_environment_variable_names_are_redacted_by_default(tmp_path):
+    """A tool printing its environment (``printenv``, a ``.env`` file, ``docker inspect``'s ``Env``, a
+    compose file) or returning it as a dict or a name/value list stored ``DB_PASSWORD``, ``PGPASSWORD``,
+    ``MYSQL_PWD``, ``GITHUB_TOKEN``, ``OPENAI_API_KEY``, ``STRIPE_SECRET_KEY`` … in clear: the free-text
+    pattern wanted the bare name (``\\bPASSWORD=``) and the key names are exact. Found by recording them
+    with call_tool and grepping sealbox.db. Now an UPPER_CASE assignment whose name ends with a secret
+    suffix is redacted in free text, and well-known names are default keys; ``TOKENIZERS_PARALLELISM``,
+    ``MAX_TOKENS``, ``*_TOKEN_COUNT``, ``max_tokens``, ``completion_tokens`` are kept."""
+    from sealbox.interop.bundle import export_bundle
+
+    names = ["DB_PASSWORD", "PGPASSWORD", "MYSQL_PWD", "POSTGRES_PASSWORD", "REDIS_PASSWORD", "GITHUB_TOKEN",
+             "GH_TOKEN", "NPM_TOKEN", "SLACK_BOT_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "STRIPE_SECRET_KEY"]
+    secret = {n: f"Zc8-{n.lower().replace('_', '-')}-{i:02d}x" for i, n in enumerate(names)}
+    secret["DATABASE_URL"] = "Zc8-database-url-pw-99x"
+    url = f"postgres://app:{secret['DATABASE_URL']}@db:5432/shop"
+    kept_lines = ["TOKENIZERS_PARALLELISM=false", "MAX_TOKENS=4096", "PROMPT_TOKEN_COUNT=12", "max_tokens=100",
+                  "completion_tokens: 7", "total_tokens=19", "PATH=/usr/local/bin:/usr/bin", "OLDPWD=/home/app",
+                  "KEY_PASSWORD_FILE=/run/secrets/db"]
+    printenv = "\n".join([f"{n}={secret[n]}" for n in names] + [f"DATABASE_URL={url}"] + kept_lines)
+    dotenv = (f'export POSTGRES_PASSWORD="{secret["POSTGRES_PASSWORD"]} with spaces"\n'
+              f"GH_TOKEN='{secret['GH_TOKEN']}'\nREDIS_PASSWORD: {secret['REDIS_PASSWORD']}\n"
+              f"{{'OPENAI_API_KEY': '{secret['OPENAI_API_KEY']}', 'MAX_TOKENS': '4096'}}")
+    inspect_env = [f"MYSQL_PWD={secret['MYSQL_PWD']}", f"NPM_TOKEN={secret['NPM_TOKEN']}", "TOKENIZERS_PARALLELISM=false"]
+    as_dict = {**{n: secret[n] for n in names}, "DATABASE_URL": url, "max_tokens": 100, "input_tokens": 5,
+               "total_tokens": 19, "completion_tokens": 7, "TOKENIZERS_PARALLELISM": "false", "PROMPT_TOKEN_COUNT": 12}
+    listed = {n: f"Zc9-listed-{i:02d}y" for i, n in enumerate(names)}  # not the dict's (echoes of those: in-string markers)
+    as_list = [{"name": n, "value": listed[n]} for n in names] + [
+        {"name": "TOKENIZERS_PARALLELISM", "value": "false"}, {"name": "PATH", "value": "/usr/bin"}]
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("sh", "printenv", {}, lambda: printenv)
+            run.call_tool("sh", "cat", {"path": ".env"}, lambda path: dotenv)
+            run.call_tool("docker", "inspect", {}, lambda: {"Config": {"Env": inspect_env}})
+            run.call_tool("app", "settings", {}, lambda: as_dict)
+            run.call_tool("k8s", "pod_env", {}, lambda: as_list)
+        results = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+        export_bundle(store, [run.run_id], tmp_path / "out.sbx")
+    finally:
+        store.close()
+    assert IN_STRING.sub("M", results[0]) == "\n".join(
+        [f"{n}=M" for n in names] + ["DATABASE_URL=postgresMdb:5432/shop"] + kept_lines)
+    assert IN_STRING.sub("M", results[1]) == (
+        'export POSTGRES_PASSWORD="M"\nGH_TOKEN=\'M\'\nREDIS_PASSWORD: M\n{\'OPENAI_API_KEY\': \'M\', \'MAX_TOKENS\': \'4096\'}')
+    assert [IN_STRING.sub("M", s) for s in results[2]["Config"]["Env"]] == [
+        "MYSQL_PWD=M", "NPM_TOKEN=M", "TOKENIZERS_PARALLELISM=false"]
+    settings = results[3]
+    assert all(is_marker(settings[n]) for n in names)
+    assert IN_STRING.sub("M", settings["DATABASE_URL"]) == "postgresMdb:5432/shop"
+    assert {k: v for k, v in settings.items() if k not in names and k != "DATABASE_URL"} == {
+        "max_tokens": 100, "input_tokens": 5, "total_tokens": 19, "completion_tokens": 7,
+        "TOKENIZERS_PARALLELISM": "false", "PROMPT_TOKEN_COUNT": 12}
+    assert [m["name"] for m in results[4]] == names + ["TOKENIZERS_PARALLELISM", "PATH"]
+    assert all(is_marker(m["value"]) for m in results[4][:len(names)]), results[4]
+    assert results[4][len(names):] == [{"name": "TOKENIZERS_PARALLELISM", "value": "false"},
+                                       {"name": "PATH", "value": "/usr/bin"}]
+    for value in [*secret.values(), *listed.values()]:
+        assert value.encode() not in file_bytes(tmp_path / "store"), value
+        assert value.encode() not in (tmp_path / "out.sbx").read_bytes(), value
+
+
+def test_a_store_created_before_the_environment_names_keeps_its_pinned_keys_and_patterns(tmp_path):
+    """The names and the suffix pattern above are for new stores: one created with the defaults before them
+    (keys and patterns pinned in its metadata) records DB_PASSWORD as it did; a new store does not."""
+    from sealbox.redaction import DEFAULT_KEYS, DEFAULT_PATTERNS
+    from sealbox.store import open_store
+
+    before = new_store(tmp_path, "before", keys=DEFAULT_KEYS[:25], patterns=DEFAULT_PATTERNS[:18])
+    before.close()
+    for name, kept in (("before", True), ("store", False)):
+        store = open_store(tmp_path / name) if name == "before" else new_store(tmp_path)
+        try:
+            out, changed = store.redactor.apply("result", {"DB_PASSWORD": "Zc8-pw", "env": "GH_TOKEN=Zc8-tok"})
+            assert (out == {"DB_PASSWORD": "Zc8-pw", "env": "GH_TOKEN=Zc8-tok"}) is kept and changed is not kept
+        finally:
+            store.close()
