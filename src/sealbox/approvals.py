@@ -851,13 +851,18 @@ def get_approval(store: Any, approval_id: str, now: datetime | None = None, *,
     return evaluate(*_load(_reader(store), approval_id, run_id), now=now)
 
 
-def list_approvals(store: Any, *, pending: bool = False, flagged: bool = False,
+def list_approvals(store: Any, *, pending: bool = False, flagged: bool = False, run_id: str | None = None,
+                   since: str | None = None, until: str | None = None,
                    record_expiries: bool = True) -> list[ApprovalState]:
     """Every approval request, newest first.
 
     Args:
         pending: only requests still waiting for answers.
-        flagged: only requests with a flagged answer.
+        flagged: only requests with a flagged answer (any flag: see docs/approvals.md).
+        run_id: only the requests of this run (an exact id).
+        since: only requests made at or after this time (inclusive), ``until``: before it (exclusive):
+            the request's ``requested_at`` (its event's ``ts``); any form
+            :func:`sealbox.query.parse_time` takes.
         record_expiries: record ``approval.expired`` for requests noticed expired
             (skipped on a read-only store).
     """
@@ -865,7 +870,11 @@ def list_approvals(store: Any, *, pending: bool = False, flagged: bool = False,
     book = identity_book(reader)
     related: dict[str, list[Any]] = {}
     states = []
-    for req in reader.events(["approval.requested"]):
+    from sealbox.query import parse_time
+
+    bounds = {"ts_from": parse_time(since, name="since") if since is not None else None,
+              "ts_before": parse_time(until, name="until") if until is not None else None}
+    for req in reader.events(["approval.requested"], run_id=run_id, **bounds):
         if req.run_id not in related:
             related[req.run_id] = reader.events(list(_RELATED), run_id=req.run_id)
         states.append(evaluate(req, related[req.run_id], book))
@@ -874,7 +883,8 @@ def list_approvals(store: Any, *, pending: bool = False, flagged: bool = False,
         if noticed:
             for aid in noticed:
                 record_expiry(store, aid)
-            return list_approvals(store, pending=pending, flagged=flagged, record_expiries=False)
+            return list_approvals(store, pending=pending, flagged=flagged, run_id=run_id, since=bounds["ts_from"],
+                                  until=bounds["ts_before"], record_expiries=False)
     if pending:
         states = [s for s in states if s.status == "pending"]
     if flagged:

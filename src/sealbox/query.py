@@ -154,9 +154,12 @@ def parse_time(value: str | datetime, *, now: datetime | None = None, name: str 
         raise _out_of_range(name, value) from None
 
 
-def check_window(since: str | None, until: str | None) -> None:
+def check_window(since: str | None, until: str | None) -> tuple[str | None, str | None]:
     """Parse ``--since`` and ``--until`` (either may be None) and refuse a window no time is in:
     ``until`` (exclusive) not after ``since`` (inclusive), which would answer "nothing matches".
+
+    Returns:
+        both bounds as :func:`parse_time` gives them (None for one not given), parsed with one "now".
 
     Raises:
         ConfigError: a bad time (see :func:`parse_time`), or an empty window.
@@ -168,6 +171,7 @@ def check_window(since: str | None, until: str | None) -> None:
         raise ConfigError(f"--until {until!r} ({end}) is not after --since {since!r} ({start}): no time is in "
                           "that window (--since is inclusive, --until exclusive: for the whole of one day, give "
                           "--until the next day)")
+    return start, end
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from sealbox.cli.common import (check_key_file, echo_json, emit_rows, format_options, open_for_reading, open_for_writing, resolve_id,
+from sealbox.cli.common import (BadInput, check_key_file, echo_json, emit_rows, format_options, open_for_reading, open_for_writing, resolve_id,
                                 store_option, visible)
 
 
@@ -28,15 +28,25 @@ def approvals_group() -> None:
 @approvals_group.command("list")
 @click.option("--pending", is_flag=True, help="Only requests still waiting for answers.")
 @click.option("--flagged", is_flag=True, help="Only requests with an answer flagged as a possible shared account.")
+@click.option("--run", "run_id", metavar="RUN", help="Only requests of this run (its id, or a unique prefix of at least 4 characters).")
+@click.option("--since", metavar="TIME", help="Requested at or after this time, inclusive: RFC 3339 (2026-11-29T12:00:00Z), a date, or 30d / 2h / 15m ago.")
+@click.option("--until", metavar="TIME", help="Requested before this time, exclusive (same forms as --since).")
 @store_option
 @format_options
-def list_cmd(pending: bool, flagged: bool, store_path: str, as_json: bool, as_csv: bool) -> None:
+def list_cmd(pending: bool, flagged: bool, run_id: str | None, since: str | None, until: str | None, store_path: str,
+             as_json: bool, as_csv: bool) -> None:
     """List approval requests, newest first."""
     from sealbox.approvals import list_approvals
+    from sealbox.query import check_window
 
+    since, until = check_window(since, until)  # a bad time fails before the store is opened
     store = _open_listing(store_path)
     try:
-        states = list_approvals(store, pending=pending, flagged=flagged)
+        if run_id is not None:  # as `sealbox calls --run`: an id or a unique prefix, an unknown run is an error
+            run_id = resolve_id(store, "run", run_id)
+            if run_id not in store.ids_with_prefix("run", run_id, limit=1):
+                raise BadInput(f"no run {run_id!r} in this store")
+        states = list_approvals(store, pending=pending, flagged=flagged, run_id=run_id, since=since, until=until)
         rows = [s.to_dict() for s in states]
     finally:
         store.close()

@@ -296,7 +296,7 @@ class PgReader(Reader):
     def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
                field: tuple[str, str] | None = None, limit: int | None = None,
                principal_actor: str | None = None, ts_from: str | None = None,
-               from_leaf: int | None = None, before_leaf: int | None = None) -> list[Event]:
+               ts_before: str | None = None, from_leaf: int | None = None, before_leaf: int | None = None) -> list[Event]:
         """As :meth:`Reader.events <sealbox.store.sqlite_queries.Reader.events>`, in PostgreSQL's SQL."""
         where = ["kind = ANY(?)"]
         params: list[Any] = [list(kinds)]
@@ -320,6 +320,9 @@ class PgReader(Reader):
         if ts_from is not None:
             where.append("ts >= ?")
             params.append(ts_from)
+        if ts_before is not None:
+            where.append("ts < ?")
+            params.append(ts_before)
         if from_leaf is not None:
             where.append("leaf_index >= ?")
             params.append(int(from_leaf))

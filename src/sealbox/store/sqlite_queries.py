@@ -569,7 +569,7 @@ class Reader:
     def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
                field: tuple[str, str] | None = None, limit: int | None = None,
                principal_actor: str | None = None, ts_from: str | None = None,
-               from_leaf: int | None = None, before_leaf: int | None = None) -> list[Event]:
+               ts_before: str | None = None, from_leaf: int | None = None, before_leaf: int | None = None) -> list[Event]:
         """Events of the given kinds, in log order, optionally of one run, one principal, a
         principal that is ``principal_actor`` or ends with ``:`` + ``principal_actor`` (ASCII
         case-insensitive: the candidates for :func:`sealbox.approvals.same_actor`), or
@@ -577,7 +577,7 @@ class Reader:
         3339 text in the store's own form, ``2026-12-03T10:00:00.000000Z``), only events whose
         ``ts`` column is that text or later (compared as text: the store writes every ``ts`` in
         that form), read through the ``events_kind_ts`` index so that older events of the kinds
-        are never read; with ``from_leaf`` / ``before_leaf``, only events whose leaf index is at
+        are never read; with ``ts_before`` (same form), only events whose ``ts`` is before it; with ``from_leaf`` / ``before_leaf``, only events whose leaf index is at
         least / below it (checked on the index's entries before their rows are read).
 
         Used by approvals and identities to read what they check inside the write
@@ -603,6 +603,9 @@ class Reader:
         if ts_from is not None:
             where.append("ts >= ?")
             params.append(ts_from)
+        if ts_before is not None:
+            where.append("ts < ?")
+            params.append(ts_before)
         if from_leaf is not None:
             where.append("+leaf_index >= ?")  # a filter, not a range of the rowid: the ts range is the one to search
             params.append(int(from_leaf))
