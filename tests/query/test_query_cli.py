@@ -570,3 +570,18 @@ def test_two_match_options_are_two_expressions_never_one_pair(recorded):
     read as the Python API's (field, regex) pair: arguments.query searched for the regex 'tool~read'."""
     proc = sealbox("calls", "-s", str(recorded.path), "--match", "arguments.query", "--match", "tool~read", "--json")
     assert_one_error_line(proc, "error: match: 'arguments.query' is not FIELD~REGEX")
+
+
+def test_calls_says_when_its_limit_cut_the_listing_as_runs_list_does(recorded):
+    """`calls --limit N` listed the newest N calls and said nothing when more matched, where `runs list`
+    says so on stderr: an investigator took them for all the calls there are."""
+    s = str(recorded.path)
+    cut = sealbox("calls", "-s", s, "--tool", "read_*", "--limit", "2")
+    assert cut.returncode == 0 and cut.stderr == "the newest 2 calls shown; more match (--limit N to see more)\n"
+    assert "Tool calls (2)" in cut.stdout
+    for fmt in ("--json", "--csv"):  # stdout as before; stderr too (as runs list: the note is the table's)
+        out = sealbox("calls", "-s", s, "--tool", "read_*", "--limit", "2", fmt)
+        assert out.returncode == 0 and out.stderr == ""
+    assert ids(ok_json("calls", "-s", s, "--tool", "read_*", "--limit", "2", "--json")) == ["b2", "b4"]
+    whole = sealbox("calls", "-s", s, "--tool", "read_*", "--limit", "5")
+    assert whole.returncode == 0 and whole.stderr == "" and "Tool calls (5)" in whole.stdout

@@ -53,8 +53,12 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
                 raise BadInput(f"no run {run_id!r} in this store")
         replays = replays or run_id is not None
         rows = store.query_calls(tool=tool, server=server, run_id=run_id, agent=agent, principal=principal,
-                                 since=since, until=until, decision=decision, error=error, match=compiled, limit=limit,
+                                 since=since, until=until, decision=decision, error=error, match=compiled,
+                                 limit=None if limit is None else limit + 1,
                                  replays=replays, check_altered=True)  # the listing flags altered calls
+        more = limit is not None and len(rows) > limit  # one more asked for: say that the listing is cut, not silently
+        if more:
+            rows = rows[-limit:]  # the newest, oldest first
         hidden = _redacted_misses(store, rows, compiled, dict(
             tool=tool, server=server, run_id=run_id, agent=agent, principal=principal, since=since, until=until,
             decision=decision, error=error, replays=replays))
@@ -99,6 +103,8 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
             click.echo(exposed_hint, err=True)
         return
     emit_rows([_display(r) for r in rows], _TABLE, as_json=False, as_csv=False, title=f"Tool calls ({len(rows)})")
+    if more:
+        click.echo(f"the newest {limit} calls shown; more match (--limit N to see more)", err=True)
 
 
 def _has_replays(store) -> bool:
