@@ -27,7 +27,10 @@ def approvals_group() -> None:
 
 @approvals_group.command("list")
 @click.option("--pending", is_flag=True, help="Only requests still waiting for answers.")
-@click.option("--flagged", is_flag=True, help="Only requests with an answer flagged as a possible shared account.")
+@click.option("--flagged", is_flag=True,
+              help="Only requests with a counted answer carrying any flag: shared_identity (a shared account), "
+                   "multiple_clients (one identity, several clients), acts_as_agent (the identity is also an "
+                   "agent's principal), quorum_same_client (two approvers of one request, one client).")
 @click.option("--run", "run_id", metavar="RUN", help="Only requests of this run (its id, or a unique prefix of at least 4 characters).")
 @click.option("--since", metavar="TIME", help="Requested at or after this time, inclusive: RFC 3339 (2026-11-29T12:00:00Z), a date, or 30d / 2h / 15m ago.")
 @click.option("--until", metavar="TIME", help="Requested before this time, exclusive (same forms as --since).")
