@@ -21,7 +21,7 @@ import html
 import json
 from typing import Any, Iterable
 
-from sealbox.query import status_text
+from sealbox.query import label_text, status_text
 from sealbox.report.model import AnswerView, ApprovalView, Content, IncidentReport, TimelineEntry
 
 __all__ = ["render_html"]
@@ -168,12 +168,21 @@ def _overview(r: IncidentReport) -> str:
             ("duration", e(_seconds(r.duration_s))), ("events", e(r.events)),
             ("parent run", e(run.get("parent_run_id") or "(none)")), ("replay of", e(run.get("replay_of") or "(none)")),
             *([("replay verdict", _replay_verdict(r))] if r.replay is not None else []),
-            ("labels", e(", ".join(f"{k}={v}" for k, v in sorted((run.get("labels") or {}).items())) or "(none)")),
+            ("labels", _labels(run.get("labels"))),
             ("policy", e(f"{r.policy.get('name')} {r.policy.get('fingerprint')}")),
             ("snapshot", e(r.snapshot_fingerprint or "(none)")),
             ("usage", e(json.dumps(r.usage, ensure_ascii=False) if r.usage else "(none)")),
             ("store", e(r.store_origin or "")), ("verification", vbadge)]
     return _table(["", ""], [(f"<b>{k}</b>", v) for k, v in rows])
+
+
+def _labels(labels: Any) -> str:
+    """A run's labels, one row each of a small key/value table: joined on one line (``env=pr,od, k==1+1``),
+    a value holding ``, `` or ``=`` read as two labels."""
+    if not isinstance(labels, dict) or not labels:
+        return "(none)"
+    rows = "".join(f"<tr><td>{e(k)}</td><td>{e(label_text(v))}</td></tr>" for k, v in sorted(labels.items()))
+    return f'<table class="labels"><tbody>{rows}</tbody></table>'
 
 
 def _replay_verdict(r: IncidentReport) -> str:

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any, Iterable
 
-from sealbox.query import status_text
+from sealbox.query import label_text, status_text
 from sealbox.report.model import ApprovalView, Content, IncidentReport
 
 __all__ = ["render_markdown", "md"]
@@ -88,17 +88,22 @@ def _overview(r: IncidentReport) -> list[str]:
     run, v = r.run, r.verification
     status = status_text(run)
     verdict = "verified" if v.ok else ("NOT VERIFIED" if v.checked else "not checked")
+    labels = run.get("labels") if isinstance(run.get("labels"), dict) else {}
     rows = [("run", _code(run.get("run_id"))), ("agent", md(run.get("agent"))), ("principal", md(run.get("principal"))),
             ("status", md(status)), ("started", md(r.started_at)), ("ended", md(r.ended_at or "(not ended)")),
             ("duration", md(_seconds(r.duration_s))), ("events", md(r.events)),
             ("parent run", md(run.get("parent_run_id") or "(none)")), ("replay of", md(run.get("replay_of") or "(none)")),
             *([("replay verdict", md(r.replay.text))] if r.replay is not None else []),
-            ("labels", md(", ".join(f"{k}={v}" for k, v in sorted((run.get("labels") or {}).items())) or "(none)")),
+            ("labels", md(f"{len(labels)}, in the table Labels below" if labels else "(none)")),
             ("policy", md(f"{r.policy.get('name')} {r.policy.get('fingerprint')}")),
             ("snapshot", md(r.snapshot_fingerprint or "(none)")),
             ("usage", md(json.dumps(r.usage, ensure_ascii=False) if r.usage else "(none)")),
             ("verification", md(verdict))]
-    return _table(["", ""], [(f"**{k}**", v) for k, v in rows])
+    out = _table(["", ""], [(f"**{k}**", v) for k, v in rows])
+    if labels:  # one row per label: joined on one line, a value holding ", " or "=" read as two labels
+        out += ["### Labels", ""] + _table(["key", "value"], [(md(k), md(label_text(val)))
+                                                           for k, val in sorted(labels.items())])
+    return out
 
 
 def _approval(a: ApprovalView) -> list[str]:
