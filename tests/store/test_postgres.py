@@ -204,6 +204,20 @@ def test_init_refuses_a_schema_that_already_holds_a_store_and_bad_names(tmp_path
     assert (res.returncode, res.stderr) == (2, "error: --schema applies to a PostgreSQL store: give --postgres URL too\n")
 
 
+def test_init_in_a_schema_holding_another_applications_schema_migrations_says_so(tmp_path, schema):
+    """A schema holding Rails' (or Flyway's...) schema_migrations table: init said it "already holds a
+    Sealbox store", which sent the user looking for a store that is not there."""
+    sql("public", f"CREATE SCHEMA {schema}")
+    sql(schema, "CREATE TABLE schema_migrations (version character varying NOT NULL PRIMARY KEY)")
+    sql(schema, "INSERT INTO schema_migrations VALUES ('20240101000000')")
+    res = cli("init", "--postgres", URL, "--schema", schema, str(tmp_path / "s"))
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", (
+        f"error: schema '{schema}' of that database holds another application's schema_migrations table (no "
+        "Sealbox store): give the store a schema of its own (--schema)\n"))
+    assert not (tmp_path / "s").exists()
+    assert sql(schema, "SELECT version FROM schema_migrations") == [("20240101000000",)]  # left as it was
+
+
 def test_a_migration_edited_after_it_was_applied_is_refused(tmp_path, schema):
     from sealbox.errors import SchemaVersionError
     from sealbox.store import init_store, open_store

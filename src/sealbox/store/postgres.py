@@ -722,9 +722,13 @@ class PostgresStore(SqliteQueries):
                                      "(CREATE DATABASE ... ENCODING 'UTF8')")
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))  # two inits: one creates it
                 conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-                taken = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{schema}.schema_migrations",)).fetchone()[0]
+                taken, ours = conn.execute("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
+                                           (f"{schema}.schema_migrations", f"{schema}.store_meta")).fetchone()
         except psycopg.Error as exc:
             raise StoreError(f"cannot create the store's schema {schema!r} in PostgreSQL ({_one_line(exc)})") from None
+        if taken and not ours:  # e.g. Rails' or Flyway's: every Sealbox store has store_meta beside it
+            raise StoreError(f"schema {schema!r} of that database holds another application's schema_migrations "
+                             "table (no Sealbox store): give the store a schema of its own (--schema)")
         if taken:
             raise StoreError(f"schema {schema!r} of that database already holds a Sealbox store: give another "
                              "schema (--schema) or open the existing store's folder")
