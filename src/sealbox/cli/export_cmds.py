@@ -15,14 +15,22 @@ from sealbox.cli.common import BadInput, echo_json, not_empty, open_for_reading,
 
 
 def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any],
-            prove_from: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Write a bundle; the store is opened for writing, as every export signs a checkpoint committing to it."""
+            prove_from: tuple[str, ...] = (), force: bool = False) -> dict[str, Any]:
+    """Write a bundle; the store is opened for writing, as every export signs a checkpoint committing to it.
+    An existing ``target`` is replaced when it is a Sealbox bundle (an export again) or empty; any other
+    file only with ``force``."""
+    import os
+
     from sealbox.cli.store_cmds import _read_checkpoint
-    from sealbox.interop.bundle import check_target, export_bundle, select_runs
+    from sealbox.interop.bundle import check_target, export_bundle, is_bundle, select_runs
 
     from sealbox.errors import StoreReadOnlyError
 
     check_target(target, store_dir=store_path)  # one of the store's own files is refused before the store is opened
+    if not force and os.path.lexists(target) and os.path.getsize(target) > 0 and not is_bundle(target):
+        # a report, notes, someone's evidence: never replaced without a word
+        raise BadInput(f"cannot write {target}: it exists and is not a Sealbox bundle (give --force to replace it; "
+                       "nothing was written)")
     saved = [(path, _read_checkpoint(path)) for path in prove_from]
     try:
         store = open_for_writing(store_path)
@@ -137,10 +145,13 @@ MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]],
               help="With -o: a checkpoint the recipient saved earlier (`sealbox log checkpoint` output, or its "
                    "--json); the bundle carries an RFC 9162 consistency proof from it, so that `sealbox verify "
                    "FILE --key KEY --checkpoint SAVED` shows the log extends it. Repeatable.")
+@click.option("--force", is_flag=True,
+              help="With -o: replace FILE even when it exists and is not a Sealbox bundle (a previous bundle or an "
+                   "empty file is replaced without it).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def export_cmd(store_path: str, run_ids: tuple[str, ...], since: str | None, until: str | None, agent: str | None,
                as_json: bool, otlp_content: bool, otlp_headers: tuple[str, ...], prove_from: tuple[str, ...],
-               **modes: str | None) -> None:
+               force: bool, **modes: str | None) -> None:
     """Export whole runs: the named RUNs, or every run passing --since/--until/--agent.
 
     Exactly one output mode: -o FILE (a bundle holding the runs' events, blobs,
@@ -167,9 +178,13 @@ def export_cmd(store_path: str, run_ids: tuple[str, ...], since: str | None, unt
             parse_time(value, name=flag)  # a bad time fails before the store is opened, naming the option
     if prove_from and name != "output":
         raise click.UsageError("--prove-from goes with -o (a bundle)")
+    if force and name != "output":
+        raise click.UsageError("--force goes with -o (a bundle)")
     extra: dict[str, Any] = {"content": otlp_content, "headers": otlp_headers} if name == "otlp" else {}
     if prove_from:
         extra["prove_from"] = prove_from
+    if force:
+        extra["force"] = True
     writer, describe = MODES[name]
     result = writer(store_path, target, run_ids, {"since": since, "until": until, "agent": agent}, **extra)
     if as_json:

@@ -71,6 +71,7 @@ __all__ = [
     "select_runs",
     "export_bundle",
     "check_target",
+    "is_bundle",
     "open_target",
     "AtomicTarget",
     "write_atomically",
@@ -652,6 +653,19 @@ def check_target(path: str | os.PathLike, *, store_dir: str | os.PathLike | None
         raise BundleError(f"cannot write {path}: it exists and is {kind}, not a regular file (nothing was written)")
     if mode is None and not path.parent.is_dir():
         raise BundleError(f"cannot write {path}: the folder {path.parent} does not exist")
+
+
+def is_bundle(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a Sealbox bundle (a ZIP whose ``format`` member names one of :data:`FORMATS`),
+    as far as its first bytes tell: what ``sealbox export -o`` replaces without ``--force``."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            with z.open("format") as f:
+                return f.read(64) in FORMATS
+    except (OSError, KeyError, ValueError, RuntimeError, NotImplementedError, zipfile.BadZipFile):
+        return False
 
 
 class AtomicTarget:
