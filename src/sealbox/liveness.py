@@ -58,7 +58,10 @@ def _pg_key(schema: str, run_id: str) -> int:
 
 def _lock_path(store: Any) -> str | None:
     folder = getattr(store, "path", None)
-    return None if folder is None else os.path.join(os.fspath(folder), LIVE_FILE)
+    # the folder's real path: POSIX locks are the process's on the file, and closing any descriptor of
+    # it drops them all, so two spellings of one folder ('store', its absolute path, a symlink) must
+    # share the one descriptor (and a question asked through one must see the leases of the other)
+    return None if folder is None else os.path.join(os.path.realpath(os.fspath(folder)), LIVE_FILE)
 
 
 def _open(path: str, create: bool) -> int | None:

@@ -262,3 +262,33 @@ def test_runs_in_many_postgres_schemas_share_one_lease_connection(tmp_path):
         with psycopg.connect(url, autocommit=True) as conn:
             for schema in schemas:
                 conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_runs_recorded_through_two_spellings_of_one_folder_keep_their_leases(tmp_path, monkeypatch):
+    """POSIX locks belong to the process and the file: closing any descriptor of runs.lock drops all of
+    the process's locks on it. A store opened as 'store' and as its absolute path (or through a
+    symlink) must share the one descriptor, or ending a run in one drops the lease of a run still
+    recording in the other, which other processes then list 'interrupted'."""
+    init_store(tmp_path / "store").close()
+    (tmp_path / "link").symlink_to(tmp_path / "store")
+    monkeypatch.chdir(tmp_path)
+    relative, absolute, linked = open_store("store"), open_store(tmp_path / "store"), open_store("link")
+    try:
+        a = Recorder(relative, ALLOW_ALL).run(agent="a", principal="agent:x").start()
+        b = Recorder(absolute, ALLOW_ALL).run(agent="b", principal="agent:x").start()
+        c = Recorder(linked, ALLOW_ALL).run(agent="c", principal="agent:x").start()
+        assert _cli_statuses(tmp_path / "store") == {"a": "running", "b": "running", "c": "running"}
+        # a listing in this process through yet another spelling of the folder
+        assert _statuses(open_store(os.path.join("..", tmp_path.name, "store")).query_runs()) == {
+            "a": "running", "b": "running", "c": "running"}
+        assert _cli_statuses(tmp_path / "store") == {"a": "running", "b": "running", "c": "running"}
+        b.__exit__(None, None, None)
+        assert _cli_statuses(tmp_path / "store") == {"a": "running", "b": "ended", "c": "running"}
+        c.__exit__(None, None, None)
+        assert _cli_statuses(tmp_path / "store") == {"a": "running", "b": "ended", "c": "ended"}
+        a.__exit__(None, None, None)
+        assert _cli_statuses(tmp_path / "store") == {"a": "ended", "b": "ended", "c": "ended"}
+        assert _lock_fds() == 0
+    finally:
+        for s in (relative, absolute, linked):
+            s.close()
