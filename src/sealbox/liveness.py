@@ -158,7 +158,7 @@ def _pg_conn(store: Any) -> Any:
     whatever the number of schemas (stores) used, so a process using many stores holds one connection."""
     ident = store.url
     held = _pg.get(ident)
-    if held is not None and held[0] == os.getpid() and not held[1].closed:
+    if held is not None and held[0] == os.getpid() and not _lost(held[1]):
         return held[1]
     import psycopg
 
@@ -166,21 +166,44 @@ def _pg_conn(store: Any) -> Any:
     if held is not None and held[0] != os.getpid():
         _inherited.append(held[1])  # a forked parent's: kept, never closed here (its session is the parent's)
     _pg[ident] = (os.getpid(), conn)
-    if held is not None and held[0] == os.getpid():  # its connection was lost: so were its locks
-        for key in [k for k in _pg_held if k[0] == ident]:
-            _pg_held.pop(key, None)
+    if held is not None and held[0] == os.getpid():
+        # its session was ended by the server (pg_terminate_backend, a restart) and its locks with it, while
+        # this process still records those runs: take them again, or they would read 'interrupted'
+        for lease in [k for k in _pg_held if k[0] == ident]:
+            if not conn.execute("SELECT pg_try_advisory_lock(%s)", (lease[1],)).fetchone()[0]:
+                _pg_held.pop(lease, None)  # another process holds it now: not ours to release
+        try:
+            held[1].close()
+        except Exception:  # noqa: BLE001 - already broken
+            pass
     return conn
+
+
+def _lost(conn: Any) -> bool:
+    return bool(conn.closed or getattr(conn, "broken", False))
+
+
+def _try_lock(store: Any, key: int) -> bool:
+    """``pg_try_advisory_lock`` on this process's lease connection (under ``_mutex``); a connection the
+    server ended meanwhile (found dead by this very query) is reopened once, with its leases."""
+    conn = _pg_conn(store)
+    try:
+        return bool(conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
+    except Exception:
+        if not _lost(conn):
+            raise
+    return bool(_pg_conn(store).execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
 
 
 def _take_pg(store: Any, run_id: str) -> LiveLease | None:
     key = _pg_key(store.schema, run_id)
     ident = (store.url, key)
     with _mutex:
-        conn = _pg_conn(store)
+        _pg_conn(store)  # reopened, with the leases it held, if the server ended its session
         if _pg_held.get(ident):
             _pg_held[ident] += 1
         else:
-            if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+            if not _try_lock(store, key):
                 return None
             _pg_held[ident] = 1
 

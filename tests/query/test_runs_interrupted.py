@@ -292,3 +292,41 @@ def test_runs_recorded_through_two_spellings_of_one_folder_keep_their_leases(tmp
     finally:
         for s in (relative, absolute, linked):
             s.close()
+
+
+@pytest.mark.skipif(not os.environ.get("SEALBOX_TEST_POSTGRES_URL"), reason="SEALBOX_TEST_POSTGRES_URL is not set")
+def test_a_lease_connection_killed_by_the_server_is_reopened_with_its_leases(tmp_path):
+    """The server ending the process's sealbox-live session (pg_terminate_backend by an admin or a
+    connection reaper, a server restart) drops its advisory locks while the runs still record. The next
+    lease taken reconnects and takes the open runs' leases again, and is itself a lease (not a run
+    recorded without one because the dead connection failed its first query)."""
+    import psycopg
+
+    from sealbox import liveness
+
+    url = os.environ["SEALBOX_TEST_POSTGRES_URL"]
+    schema = f"sbt_live_{uuid.uuid4().hex[:16]}"
+    path = tmp_path / "store"
+    init_store(path, postgres_url=url, schema=schema).close()
+    try:
+        with open_store(path) as store:
+            a = Recorder(store, ALLOW_ALL).run(agent="a", principal="agent:me").start()
+            assert _cli_statuses(path) == {"a": "running"}
+            backend = liveness._pg[url][1].info.backend_pid
+            with psycopg.connect(url, autocommit=True) as admin:
+                assert admin.execute("SELECT pg_terminate_backend(%s)", (backend,)).fetchone() == (True,)
+                for _ in range(600):  # the session is gone once its locks are
+                    if not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend,)).fetchall():
+                        break
+                    time.sleep(0.1)
+            b = Recorder(store, ALLOW_ALL).run(agent="b", principal="agent:me").start()
+            started = [e for e in store.read_run(b.run_id) if e.kind == "run.started"]
+            assert started[0].payload.get("lease") is True
+            assert _cli_statuses(path) == {"a": "running", "b": "running"}
+            b.__exit__(None, None, None)
+            assert _cli_statuses(path) == {"a": "running", "b": "ended"}
+            a.__exit__(None, None, None)
+            assert _cli_statuses(path) == {"a": "ended", "b": "ended"}
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
