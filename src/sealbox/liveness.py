@@ -64,10 +64,10 @@ def _lock_path(store: Any) -> str | None:
     return None if folder is None else os.path.join(os.path.realpath(os.fspath(folder)), LIVE_FILE)
 
 
-def _open(path: str, create: bool) -> int | None:
-    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+def _open(path: str) -> int | None:
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        return os.open(path, flags | (os.O_CREAT if create else 0), 0o600)
+        return os.open(path, flags, 0o600)
     except OSError:
         return None
 
@@ -112,7 +112,7 @@ def _take_file(store: Any, run_id: str) -> LiveLease | None:
             fd = _fds.get(path)
             opened = fd is None
             if opened:
-                fd = _open(path, create=True)
+                fd = _open(path)
                 if fd is None:
                     return None
             try:
@@ -261,9 +261,14 @@ def _held_file(store: Any, run_id: str) -> bool | None:
         fd = _fds.get(path)
         temporary = fd is None
         if temporary:
-            fd = _open(path, create=False)
-            if fd is None:  # no runs.lock: no lease was ever taken in this folder, so none is held
+            # read-only: F_GETLK needs no write access, and a reader may have none (the folder mounted
+            # read-only for an investigator, runs.lock not writable by the reading account)
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:  # no runs.lock: no lease was ever taken in this folder, so none is held
                 return False if os.path.isdir(os.path.dirname(path)) else None
+            except OSError:  # cannot be read here: cannot be told
+                return None
         try:
             answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
         except OSError:

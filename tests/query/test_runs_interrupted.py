@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 from conftest import BACKENDS
-from query_helpers import sealbox
+from query_helpers import SEALBOX, sealbox
 
 from sealbox import EventDraft, init_store, open_store
 from sealbox.policy import ALLOW_ALL
@@ -330,3 +330,37 @@ def test_a_lease_connection_killed_by_the_server_is_reopened_with_its_leases(tmp
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_a_live_run_read_where_runs_lock_cannot_be_written_is_running(tmp_path):
+    """An investigator's view of the store that cannot write runs.lock (the folder mounted read-only
+    in a sidecar container, or runs.lock not writable by the reading account) still asks the lock
+    whether the run's process lives (F_GETLK needs no write access): a live run is 'running', not
+    'interrupted'; a killed one is still 'interrupted'."""
+    folder = tmp_path / "store"
+    init_store(folder).close()
+    proc, live_id = _child(folder, "alive", tmp_path)
+    doomed, doomed_id = _child(folder, "doomed", tmp_path)
+    doomed.kill()
+    doomed.wait()
+    try:
+        if os.geteuid() == 0:  # root writes any file: a read-only bind mount in a mount namespace of its own
+            view = tmp_path / "view"
+            view.mkdir()
+            mount = ["unshare", "-m", "sh", "-c", f'mount --bind -o ro "{folder}" "{view}" && exec "$0" "$@"']
+            try:
+                probe = subprocess.run([*mount, "true"], capture_output=True, text=True)
+            except FileNotFoundError:
+                pytest.skip("no unshare here")
+            if probe.returncode != 0:
+                pytest.skip(f"no read-only bind mount here: {probe.stderr.strip()}")
+            listing = subprocess.run([*mount, SEALBOX, "runs", "list", "--store", str(view), "--json"],
+                                     capture_output=True, text=True)
+        else:
+            os.chmod(folder / "runs.lock", 0o400)
+            listing = sealbox("runs", "list", "--store", str(folder), "--json")
+        assert listing.returncode == 0, listing.stderr
+        assert _statuses(json.loads(listing.stdout)) == {"alive": "running", "doomed": "interrupted"}
+    finally:
+        proc.kill()
+        proc.wait()
