@@ -411,9 +411,15 @@ def resume_run(recorder: Any, run_id: str, tools: dict[tuple[str, str], Callable
     """Continue a suspended run: see :meth:`sealbox.recorder.Recorder.resume`."""
     run = recorder.continue_run(run_id)
     lease = take_lease(run.store, run_id)
+    from sealbox import liveness
+
+    # this process runs the run from here (its approved calls are carried out before this returns): its
+    # liveness lease too, or the run would read 'interrupted' meanwhile (kept by the with block entered next)
+    run._live = liveness.take(run.store, run_id)
     try:
         return _resume(recorder, run, run_id, tools, rerun_unknown, wait, arguments, lease)
     except BaseException:
+        run._release_live()
         if lease is not None:
             lease.release()
         raise
