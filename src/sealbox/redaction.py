@@ -102,16 +102,23 @@ DEFAULT_PATTERNS = (
     # a password on a command line: curl -u / --user / --proxy-user user:PASSWORD (also -uuser:pw, quoted), mysql /
     # mysqldump / mariadb [options] -pPASSWORD (not -p alone, which prompts; not --port), and --password PASSWORD (a space,
     # not =, which the key=value pattern has; not --password-stdin); the user name and the rest of the line stay
-    # (three patterns, each starting with its literal: joined, re tries every position of a text holding one, ~3x slower)
-    r"curl[^\r\n|;&]*?[\t ](?:-[uU][\t ]*|--(?:proxy-)?user[\t =]+)[\x22\x27]?[^\s:\x22\x27]*:"
+    # (three patterns, each starting with its literal: joined, re tries every position of a text holding one, ~3x slower).
+    # Each scan from a literal stops where another match could start, or is bounded, so that a text repeating the
+    # literal is not scanned to the line's end from each (quadratic: 256 KiB of 'curl ' or 'mysql -a ' took minutes):
+    # curl's scan stops at the next 'curl' (a match from there finds what this one would; written without a lookahead,
+    # which would disable the quick check: the text up to the line's end holding no 'curl'); mysql's name suffix is at
+    # most 32 characters and -p is looked for among its first 32 options
+    r"curl(?:[^c\r\n|;&]*?c(?:c|ur?c)*(?:[^cu\r\n|;&]|u[^cr\r\n|;&]|ur[^cl\r\n|;&]))*?[^c\r\n|;&]*?(?:c(?:c|ur?c)*(?:ur?)?)?"
+    r"[\t ](?:-[uU][\t ]*|--(?:proxy-)?user[\t =]+)[\x22\x27]?[^\s:\x22\x27]*:"
     r"[\x22\x27]?(?P<redact_curl>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
-    r"m(?:ysql|ariadb)[\w-]*(?:[\t ]+-[^\s|;&]*(?:[\t ]+[^\s|;&-][^\s|;&]*)?)*?[\t ]+-p[\x22\x27]?(?P<redact_mysql>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
+    r"m(?:ysql|ariadb)[\w-]{0,32}(?:[\t ]+-[^\s|;&]*(?:[\t ]+[^\s|;&-][^\s|;&]*)?){0,32}?[\t ]+-p[\x22\x27]?(?P<redact_mysql>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
     r"--password[\t ]+[\x22\x27]?(?P<redact_password_arg>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
     # the text of an XML element named as a secret (<password>…</password>, <ns:apiKey a="…"><![CDATA[…]]></ns:apiKey>):
-    # the tags stay; up to the next tag (an empty element, <password/>, is no match)
+    # the tags stay; up to the next tag (an empty element, <password/>, is no match); a CDATA section's scan for its
+    # ]]> stops at the next '<!' (from each of many unclosed ones, it went to the text's end: quadratic)
     r"<(?:[\w.-]+:)?(?i:pass(?:word|wd|phrase)|pwd|(?:client[-_]?|aws[-_]?)?secret(?:[-_]?(?:access[-_]?)?key)?|api[-_]?key"
     r"|(?:(?:access|refresh|auth|id|session)[-_]?)?token|private[-_]?key|authorization|cookie)(?:\s[^<>]*)?>"
-    r"(?P<redact_xml>(?:<!\[CDATA\[[\s\S]*?\]\]>|[^<\u27e6])+)</",
+    r"(?P<redact_xml>(?:<!\[CDATA\[(?:[^<]|<+[^!<])*?\]\]>|[^<\u27e6])+)</",
     # an environment-style assignment (printenv, a .env file, docker inspect's Env, a compose file: NAME=value, NAME: value,
     # 'NAME': 'value', export NAME="value") of a name ending with an UPPER_CASE secret suffix (DB_PASSWORD, PGPASSWORD,
     # MYSQL_PWD, JWT_SECRET, STRIPE_SECRET_KEY, GITHUB_TOKEN, OPENAI_API_KEY, SSH_PRIVATE_KEY, MINIO_ACCESS_KEY; PASSWORD

@@ -1636,3 +1636,44 @@ def test_a_store_created_before_the_environment_names_keeps_its_pinned_keys_and_
             assert (out == {"DB_PASSWORD": "Zc8-pw", "env": "GH_TOKEN=Zc8-tok"}) is kept and changed is not kept
         finally:
             store.close()
+
+
+_REPEATS_SCRIPT = r"""
+import json, sys
+from sealbox.redaction import ContentPolicy, Redactor
+
+r = Redactor(b"k" * 32, ContentPolicy(mode="redacted"))
+out = {}
+for name, unit, tail in json.loads(sys.argv[1]):
+    text = unit * (262144 // len(unit)) + tail
+    value, changed = r.apply("result", text)
+    out[name] = value[-120:]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("pure", ["0", "1"])
+def test_a_text_repeating_the_start_of_a_command_line_or_cdata_pattern_is_redacted_in_linear_time(pure):
+    """The curl / mysql / XML CDATA patterns scanned, from each occurrence of their literal, to the end
+    of the line (curl: a lazy scan; mysql: every option, and the rest of a word after 'mysql'; an
+    unclosed CDATA: the rest of the text): a 256 KiB tool result repeating 'curl ', 'mysql -a ',
+    'mysqlmysql…' or '<password><![CDATA[' took minutes to record (quadratic), holding the call. Each
+    is now done in well under the subprocess's 120 s guard (about 0.1 s), and a real secret at its end is
+    still redacted."""
+    cases = [("curl", "curl ", "curl -u bob:Zc6-curl-tail-81a http://h"),
+             ("mysql options", "mysql -a ", "\nmysql -h db -pZc6mysqltail82b shop"),
+             ("mariadb words", "mariadb -", "\nmariadb -u root -pZc6mariatail83c"),
+             ("mysql word", "mysql", " -u root -pZc6wordtail84d x"),
+             ("cdata", "<password><![CDATA[", "<password><![CDATA[Zc6-cdata-tail-85e]]></password>")]
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SEALBOX_PURE_PYTHON": pure}
+    done = subprocess.run([sys.executable, "-c", _REPEATS_SCRIPT, json.dumps(cases)], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    tails = json.loads(done.stdout)
+    for name, _unit, tail in cases:
+        secret = re.search(r"Zc6[\w-]*tail-?\d\d[a-e]", tail).group(0)
+        assert secret not in tails[name], (name, tails[name])
+        assert re.search(r"⟦redacted:hmac-sha256:[0-9a-f]{64}⟧", tails[name]), (name, tails[name])
