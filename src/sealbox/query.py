@@ -557,12 +557,12 @@ def run_status(last_kind: str | None) -> str:
 
 def imported_run_status(end_imported: Any) -> str | None:
     """An imported run's status at its source when it had not ended there, from its ``run.ended``'s
-    ``imported`` facts (a dict; anything else gives None): ``running`` or ``suspended`` (a Sealbox export
-    of a run not ended, ``sealbox_run_status``; an Agents SDK RunState waiting for approvals,
+    ``imported`` facts (a dict; anything else gives None): ``running``, ``interrupted`` or ``suspended`` (a
+    Sealbox export of a run not ended, ``sealbox_run_status``; an Agents SDK RunState waiting for approvals,
     ``final_state: interrupted``, is ``suspended``); None when it had ended (its ``run.ended`` status holds)."""
     if not isinstance(end_imported, Mapping):
         return None
-    if end_imported.get("sealbox_run_status") in ("running", "suspended"):
+    if end_imported.get("sealbox_run_status") in ("running", "interrupted", "suspended"):
         return str(end_imported["sealbox_run_status"])
     if end_imported.get("final_state") == "interrupted":
         return "suspended"

@@ -396,6 +396,11 @@ class _RunBuilder:
             status_text = "suspended"
         else:
             status_text = "running"
+            if info.get("lease") is True and info.get("imported") is None and hasattr(self.store, "get_run"):
+                # its process held a liveness lease: 'interrupted' when it has died, as runs list says
+                row = self.store.get_run(self.run_id)
+                if row is not None and row.get("status") == "interrupted":
+                    status_text = "interrupted"
         status = None
         if status_text == "error":
             err = ended.payload.get("error") or {} if ended is not None else {}
