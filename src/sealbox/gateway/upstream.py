@@ -156,6 +156,7 @@ class Upstream:
         self._stop = anyio.Event()
         self._disconnect: anyio.Event | None = None
         self._http_error: str | None = None  # the last HTTP error status of an HTTP upstream (the SDK drops it)
+        self._http_redirect: str | None = None  # the last HTTP redirect status of an HTTP upstream (the SDK drops it)
         self._too_long: str | None = None  # why this connection's HTTP answer was cut (_bounded_transport), or None
         #: the HTTP status (404, or a 400 naming the session) by which an HTTP upstream refused the connection's
         #: session id (it ended the session), or 0
@@ -379,6 +380,8 @@ class Upstream:
         self._session_lost = 0
 
         async def note(response: Any) -> None:
+            if 300 <= response.status_code < 400:  # the SDK's "Redirect to … not followed" says no status
+                self._http_redirect = f"HTTP {response.status_code} {response.reason_phrase}"
             if response.status_code >= 400:
                 self._http_error = f"HTTP {response.status_code} {response.reason_phrase} on {response.request.method}"
             if response.request.method == "POST" and response.request.headers.get("mcp-session-id") and (
@@ -654,8 +657,23 @@ class Upstream:
             status = (self._http_error or "an HTTP error status").removesuffix(" on POST")
             return UpstreamProtocolError(f"upstream {self.spec.id} answered with {status} and no JSON-RPC error",
                                          None, sent=False)
-        # the SDK's HTTP transport answers some unusable HTTP answers itself with −32600 or −32601 (a 202 to a
-        # request, a redirect it did not follow, a 404 before the session): the upstream's failure, no refusal
+        if self.spec.kind == "http" and code == types.INVALID_REQUEST and message in _SDK_HTTP_MADE_UP[:1]:
+            # the SDK's −32600 for a 202 to a request: no JSON-RPC error was sent
+            return UpstreamProtocolError(f"upstream {self.spec.id} answered the {what} with HTTP 202 Accepted and "
+                                         "no JSON-RPC response", None, sent=False)
+        if (self.spec.kind == "http" and code == types.INVALID_REQUEST and message.startswith(_SDK_HTTP_MADE_UP[1])
+                and " not followed" in message):
+            # the SDK's −32600 for a redirect it did not follow (another origin, or HTTPS to HTTP): said with the
+            # status and the location (the SDK's, without its query or userinfo)
+            location, _, rest = message[len(_SDK_HTTP_MADE_UP[1]):].partition(" not followed")
+            why = ("it would downgrade this HTTPS endpoint to plain HTTP" if "downgrade" in rest.split("\n")[0]
+                   else "the gateway follows a redirect only within the upstream's origin; set the upstream's url "
+                        "to it if it is the intended server")
+            status = self._http_redirect or "an HTTP redirect"
+            return UpstreamProtocolError(f"upstream {self.spec.id} answered the {what} with {status} to {location} "
+                                         f"(not followed: {why})", None, sent=False)
+        # the SDK's HTTP transport answers some unusable HTTP answers itself with −32600 or −32601 (a 404 before
+        # the session): the upstream's failure, no refusal
         made_up = self.spec.kind == "http" and (message.startswith(_SDK_HTTP_MADE_UP) or message == "Not Found")
         return UpstreamProtocolError(f"upstream {self.spec.id} answered with JSON-RPC error {code}: {exc}",
                                      code if isinstance(code, int) else None, sent=not made_up)
