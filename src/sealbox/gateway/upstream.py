@@ -461,15 +461,7 @@ class Upstream:
             self._malformed_logged_at = now
 
     async def _list(self, session: Any) -> list[types.Tool]:
-        tools: list[types.Tool] = []
-        cursor = None
-        for _ in range(1000):
-            page = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        return tools
+        return await self._pages(session.list_tools, "tools", "tools/list")
 
     async def _list_catalog(self, session: Any) -> dict[str, Any]:
         """The upstream's prompts (by name), resources (by URI) and resource templates, each when it has
@@ -485,7 +477,7 @@ class Upstream:
             listings.append(("templates", session.list_resource_templates, "resource_templates", list))
         for key, lister, field, shape in listings:
             try:
-                catalog[key] = shape(await self._pages(lister, field))
+                catalog[key] = shape(await self._pages(lister, field, _LIST_METHODS[key]))
             except Exception as exc:  # noqa: BLE001 - a catalog that cannot be listed is empty, never fatal
                 if isinstance(exc, TimeoutError):
                     raise
@@ -494,16 +486,26 @@ class Upstream:
                     "upstream %s: listing its %s failed: %s", self.spec.id, key, _describe(exc))
         return catalog
 
-    async def _pages(self, lister: Any, field: str) -> list[Any]:
+    async def _pages(self, lister: Any, field: str, method: str) -> list[Any]:
+        """Every page of a listing. A cursor named twice (a listing that would never end) or more than
+        :data:`MAX_LIST_PAGES` pages is a malformed listing (:class:`UpstreamProtocolError`): for tools/list,
+        the upstream is down with that reason (before, the listing was cut at 1,000 pages, silently)."""
         out: list[Any] = []
         cursor = None
-        for _ in range(1000):
+        seen: dict[str, int] = {}
+        for n in range(1, MAX_LIST_PAGES + 1):
             page = await lister(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
             out.extend(getattr(page, field))
             cursor = page.next_cursor
             if not cursor:
-                break
-        return out
+                return out
+            if cursor in seen:
+                raise UpstreamProtocolError(f"upstream {self.spec.id} sent an invalid {method}: page {n} named "
+                                            f"the cursor {_one_line(repr(cursor))[:200]} of page {seen[cursor]} again "
+                                            "(a listing that would never end)", None)
+            seen[cursor] = n
+        raise UpstreamProtocolError(f"upstream {self.spec.id} sent an invalid {method}: more than {MAX_LIST_PAGES} "
+                                    "pages", None)
 
     async def _publish_catalog(self, catalog: dict[str, Any]) -> None:
         self.prompts = catalog["prompts"]
@@ -749,6 +751,12 @@ class _BoundedWrites:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+
+#: The most pages of one listing (tools/list, prompts/list…) the gateway reads; more is a malformed listing.
+MAX_LIST_PAGES = 1000
+
+#: The listing method of each part of the catalog (:meth:`Upstream._list_catalog`).
+_LIST_METHODS = {"prompts": "prompts/list", "resources": "resources/list", "templates": "resources/templates/list"}
 
 #: The upstream's notifications that make it list its tools (and prompts, resources) again.
 _LIST_CHANGED = frozenset({"notifications/tools/list_changed", "notifications/prompts/list_changed",

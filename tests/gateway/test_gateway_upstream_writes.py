@@ -1,0 +1,89 @@
+"""Raw stdio upstreams (tests/gateway/servers/raw_server.py) that misbehave outside a call's answer: a tools/list
+whose cursor never ends, a process that dies during a call, an upstream that stops reading while the gateway
+still has to write to it (answers to its requests, notifications, re-lists)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+import sealbox
+from sealbox.gateway import Gateway
+
+from .conftest import TOY, connect, gateway_runs, running, text_of, toy_config
+
+pytestmark = pytest.mark.anyio
+
+RAW = str(Path(__file__).parent / "servers" / "raw_server.py")
+
+
+def raw_upstreams(env: dict[str, str] | None = None) -> str:
+    return f"""
+  - id: raw
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(RAW)}]
+    env: {json.dumps(env or {})}
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+"""
+
+
+async def test_a_tools_list_repeating_its_cursor_marks_the_upstream_down_at_once(tmp_path, store, caplog):
+    """A tools/list naming the same nextCursor on every page was read 1,000 times, then silently cut (its tools
+    served, no log line). A repeated cursor is now a malformed tools/list: the upstream is down with that reason
+    (logged), restarted with backoff; the other upstream is unaffected."""
+    caplog.set_level(logging.WARNING, logger="sealbox")
+    log = tmp_path / "raw.log"
+    gw = Gateway(toy_config(tmp_path, upstreams=raw_upstreams({"RAW_CURSOR": "loop", "RAW_LOG": str(log)})),
+                 store=store)
+    up = gw.upstreams["raw"]
+    async with running(gw) as tg, connect(gw, tg) as client:
+        with anyio.fail_after(30):
+            await up.wait_until(lambda u: u.state == "down")
+        listed = await client.list_tools()
+        other = await client.call_tool("toy__echo", {"text": "unaffected"})
+    reason = ("UpstreamProtocolError: upstream raw sent an invalid tools/list: page 2 named the cursor 'again' "
+              "of page 1 again (a listing that would never end)")
+    assert up.last_error == reason
+    assert up.tools == {}
+    assert [t.name for t in listed.tools if t.name.startswith("raw__")] == []
+    assert text_of(other) == "unaffected"
+    # each connection asked for 2 pages (the second named the first's cursor), not 1,000
+    methods = log.read_text().splitlines()
+    assert methods[:4] == ["initialize", "notifications/initialized", "tools/list", "tools/list"]
+    assert methods[4:5] in ([], ["initialize"])  # then a restart, or none yet
+    assert methods.count("tools/list") <= 2 * methods.count("initialize")  # the last connection may be listing
+    assert f"upstream raw failed: {reason}" in [r.getMessage() for r in caplog.records]
+    assert sealbox.verify_store(store).ok
+
+
+async def test_a_tools_list_longer_than_the_page_cap_marks_the_upstream_down(tmp_path, store, caplog, monkeypatch):
+    """A listing of more pages than MAX_LIST_PAGES (each cursor new) was cut there silently; now a malformed
+    tools/list, logged."""
+    from sealbox.gateway import upstream as upstream_mod
+
+    monkeypatch.setattr(upstream_mod, "MAX_LIST_PAGES", 5)
+    caplog.set_level(logging.WARNING, logger="sealbox")
+    gw = Gateway(toy_config(tmp_path, upstreams=raw_upstreams({"RAW_CURSOR": "6"})), store=store)
+    up = gw.upstreams["raw"]
+    async with running(gw):
+        with anyio.fail_after(30):
+            await up.wait_until(lambda u: u.state == "down")
+    reason = "UpstreamProtocolError: upstream raw sent an invalid tools/list: more than 5 pages"
+    assert up.last_error == reason
+    assert f"upstream raw failed: {reason}" in [r.getMessage() for r in caplog.records]
+
+
+async def test_a_tools_list_within_the_page_cap_is_served_whole(tmp_path, store, monkeypatch):
+    from sealbox.gateway import upstream as upstream_mod
+
+    monkeypatch.setattr(upstream_mod, "MAX_LIST_PAGES", 5)
+    gw = Gateway(toy_config(tmp_path, upstreams=raw_upstreams({"RAW_CURSOR": "5"})), store=store)
+    async with running(gw):
+        assert sorted(gw.upstreams["raw"].tools) == ["t1", "t2", "t3", "t4", "t5"]
