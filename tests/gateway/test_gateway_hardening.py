@@ -313,7 +313,7 @@ async def test_a_real_closed_connection_is_still_upstream_unavailable(tmp_path, 
     assert (crashed.is_error, crashed.meta) == (True, {"sealbox/upstream_error": "UpstreamUnavailable"})
     [res] = results(store)
     assert (res["error"]["type"], res["error"]["message"]) == (
-        "UpstreamUnavailable", "upstream toy closed the connection during the call")
+        "UpstreamUnavailable", "upstream toy closed the connection during the call (the process exited with status 3)")
 
 
 # ---------------------------------------------------------------------------- 5. refused arguments recorded

@@ -87,3 +87,31 @@ async def test_a_tools_list_within_the_page_cap_is_served_whole(tmp_path, store,
     gw = Gateway(toy_config(tmp_path, upstreams=raw_upstreams({"RAW_CURSOR": "5"})), store=store)
     async with running(gw):
         assert sorted(gw.upstreams["raw"].tools) == ["t1", "t2", "t3", "t4", "t5"]
+
+
+async def test_a_call_cut_by_the_upstream_process_ending_says_how_it_ended(tmp_path, store):
+    """A stdio upstream whose process died during a call was recorded as "upstream raw closed the connection
+    during the call", its exit status unsaid. The status (or signal) is now part of the record; the upstream is
+    restarted, the other one unaffected."""
+    gw = Gateway(toy_config(tmp_path, upstreams=raw_upstreams({"RAW_EXIT_STATUS": "3"}),
+                            extra="breaker: {threshold: 5, cooldown_s: 0}"), store=store)
+    up = gw.upstreams["raw"]
+    async with running(gw) as tg, connect(gw, tg) as client:
+        crashed = await client.call_tool("raw__crash", {})
+        with anyio.fail_after(30):
+            await up.wait_until(lambda u: u.generation >= 2 and u.state == "ready")
+        killed = await client.call_tool("raw__killself", {})
+        with anyio.fail_after(30):
+            await up.wait_until(lambda u: u.generation >= 3 and u.state == "ready")
+        back = await client.call_tool("raw__ok", {})
+        other = await client.call_tool("toy__echo", {"text": "unaffected"})
+    exit3 = "upstream raw closed the connection during the call (the process exited with status 3)"
+    sig9 = "upstream raw closed the connection during the call (the process was ended by signal 9)"
+    assert [(r.is_error, text_of(r)) for r in (crashed, killed, back, other)] == [
+        (True, "upstream error: " + exit3), (True, "upstream error: " + sig9), (False, "ok"), (False, "unaffected")]
+    [run_id] = gateway_runs(store)
+    results = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert [(r["ok"], r.get("error", {}).get("type"), r.get("error", {}).get("message")) for r in results] == [
+        (False, "UpstreamUnavailable", exit3), (False, "UpstreamUnavailable", sig9), (True, None, None),
+        (True, None, None)]
+    assert sealbox.verify_store(store).ok

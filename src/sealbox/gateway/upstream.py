@@ -162,6 +162,8 @@ class Upstream:
         #: session id (it ended the session), or 0
         self._session_lost = 0
         self._exited: _Exited | None = None  # this connection's stdio process and stderr tail (_stdio_transport)
+        #: the session of the latest connection and its stdio process (for :meth:`_failed`), or None
+        self._session_exited: tuple[Any, _Exited | None] | None = None
 
     # ------------------------------------------------------------------ observing
 
@@ -265,6 +267,7 @@ class Upstream:
                 raise TimeoutError(f"no answer to initialize and tools/list within {self.limits.startup_timeout_s:g} s "
                                    "(limits.startup_timeout_s)") from None
             self._session = session
+            self._session_exited = (session, self._exited)
             self.generation += 1
             await self._publish(tools, seq)
             await self._publish_catalog(catalog)
@@ -573,7 +576,7 @@ class Upstream:
         except _WriteBlocked as exc:
             raise self._unread("call") from exc
         except _mcp_error() as exc:  # looked up only when the call raised
-            raise self._translated(session, exc, "call") from exc
+            raise await self._failed(session, exc, "call") from exc
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             raise UpstreamUnavailable(f"upstream {self.spec.id} connection is closed") from exc
         except (ValidationError, RuntimeError) as exc:
@@ -604,7 +607,7 @@ class Upstream:
         except _WriteBlocked as exc:
             raise self._unread(method) from exc
         except _mcp_error() as exc:
-            raise self._translated(session, exc, method) from exc
+            raise await self._failed(session, exc, method) from exc
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             raise UpstreamUnavailable(f"upstream {self.spec.id} connection is closed") from exc
         except (ValidationError, RuntimeError) as exc:
@@ -627,6 +630,25 @@ class Upstream:
         return UpstreamTimeout(f"upstream {self.spec.id} did not read the {what} within {self.limits.call_timeout_s:g} s "
                                "(it is not reading its input); it may still reach the upstream: check before calling again")
 
+    async def _failed(self, session: Any, exc: Any, what: str) -> Exception:
+        """:meth:`_translated`, and for a stdio connection closed during the request, how its process ended
+        (`` (the process exited with status 1)``, `` (the process was ended by signal 9)``) when it ends within
+        0.5 s (else the error as it was: the record is not held longer)."""
+        error = self._translated(session, exc, what)
+        known = self._session_exited
+        if (not getattr(error, "_closed_during", False) or known is None or known[0] is not session
+                or known[1] is None or not known[1].processes):
+            return error
+        process = known[1].processes[-1]
+        with anyio.move_on_after(0.5):
+            while process.returncode is None:
+                await anyio.sleep(0.01)
+        code = process.returncode
+        if code is None:
+            return error
+        how = f"was ended by signal {-code}" if code < 0 else f"exited with status {code}"
+        return UpstreamUnavailable(f"{error} (the process {how})")
+
     def _translated(self, session: Any, exc: Any, what: str) -> Exception:
         """The gateway's error for the SDK's ``MCPError`` of a request (see :meth:`call`); ``what`` names
         the request in "closed the connection during the <what>"."""
@@ -638,7 +660,9 @@ class Upstream:
             if self._too_long is not None:  # the gateway ended it: an answer above MAX_LINE_BYTES
                 return UpstreamUnavailable(f"upstream {self.spec.id} connection was closed during the {what}: "
                                            f"{self._too_long}")
-            return UpstreamUnavailable(f"upstream {self.spec.id} closed the connection during the {what}")
+            closed = UpstreamUnavailable(f"upstream {self.spec.id} closed the connection during the {what}")
+            closed._closed_during = True  # type: ignore[attr-defined]  # said with its exit status by _failed
+            return closed
         if code == types.REQUEST_TIMEOUT:
             # the request went out: the model must not take "no answer" for "not done" and simply call again
             return UpstreamTimeout(f"upstream {self.spec.id} did not answer within {self.limits.call_timeout_s:g} s; "
