@@ -162,6 +162,8 @@ class Upstream:
         #: session id (it ended the session), or 0
         self._session_lost = 0
         self._exited: _Exited | None = None  # this connection's stdio process and stderr tail (_stdio_transport)
+        #: why this connection was ended for a write the upstream did not read (:meth:`_write_blocked`), or None
+        self._blocked: str | None = None
         #: the session of the latest connection and its stdio process (for :meth:`_failed`), or None
         self._session_exited: tuple[Any, _Exited | None] | None = None
 
@@ -187,6 +189,7 @@ class Upstream:
         while not self._stop.is_set():
             started = anyio.current_time()
             self._exited = None
+            self._blocked = None
             try:
                 await self._connect_once()
                 error = "connection closed" + await self._exit_note()
@@ -194,6 +197,11 @@ class Upstream:
                 # the SDK's "MCPError: Connection closed" of a process that exited during initialize: said with
                 # its exit status and last stderr line (a call's recorded UPSTREAM_DOWN error quotes last_error)
                 error = _describe(exc) + self._http_note() + await self._exit_note()
+                if self._blocked is None:
+                    log.warning("upstream %s failed: %s", self.spec.id, error)
+            if self._blocked is not None and not self._stop.is_set():  # a write it did not read (_BoundedWrites)
+                error = self._blocked
+                self._exited = None
                 log.warning("upstream %s failed: %s", self.spec.id, error)
             self._session = None
             if self._stop.is_set():
@@ -252,7 +260,7 @@ class Upstream:
             stack.callback(tg.cancel_scope.cancel)
             tg.start_soon(self._relay, read, relay_send, eof)
             session = await stack.enter_async_context(ClientSession(
-                relay_recv, _BoundedWrites(write), elicitation_callback=self._elicit, sampling_callback=self._sample,
+                relay_recv, _BoundedWrites(write, self), elicitation_callback=self._elicit, sampling_callback=self._sample,
                 list_roots_callback=self._roots, message_handler=self._on_message,
                 client_info=types.Implementation(name="sealbox-gateway", version=_version())))
             try:
@@ -615,6 +623,24 @@ class Upstream:
         finally:
             _WRITE_BOUND.reset(token)
 
+    def _write_blocked(self, item: Any) -> None:
+        """A write outside a call (an answer to the upstream's request, a notification, a listing request) did
+        not complete within ``limits.call_timeout_s``: the upstream does not read its input. Its connection is
+        ended (the upstream down with that reason, restarted with backoff; its calls meanwhile unavailable)."""
+        if self._blocked is None and not self._stop.is_set():
+            message = getattr(item, "message", None)
+            method = getattr(message, "method", None)
+            if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+                what = "the answer to its request"  # ping, sampling/createMessage, elicitation/create, roots/list
+            elif isinstance(message, types.JSONRPCRequest):
+                what = f"a {method} request"
+            else:
+                what = f"a {method} notification"
+            self._blocked = (f"upstream {self.spec.id} did not read its input within {self.limits.call_timeout_s:g} s "
+                             f"(the gateway could not write {what} to it); restarting it")
+        if self._disconnect is not None:
+            self._disconnect.set()
+
     def _check_open(self) -> None:
         """Raise :class:`UpstreamUnavailable` when a stdio upstream's output has ended (its connection is being
         torn down: the process waited for, terminated, killed — seconds for one that lives on): a call made
@@ -737,16 +763,20 @@ class _BoundedWrites:
     stdin fills the pipe, and the transport's writer (one message at a time) blocks on it for good. Then
     every later call waited for ever to be written: never answered, never recorded. A request not written
     within the bound raises :class:`_WriteBlocked`; another message (the SDK's ``notifications/cancelled`` after
-    a timed-out call) is dropped after at most 1 s, as the SDK drops it after 5. Writes outside a call
-    (answers to the upstream's requests, initialize) are not bounded here."""
+    a timed-out call) is dropped after at most 1 s, as the SDK drops it after 5. A write outside a call (an
+    answer to the upstream's request, a notification, initialize, a tools/list) is bounded by
+    ``limits.call_timeout_s`` too (1 s once the upstream is being stopped): one not made in time ends the
+    connection (:meth:`Upstream._write_blocked`: the upstream down, restarted) and raises
+    ``anyio.BrokenResourceError``, which the SDK takes for a closed connection (an answer dropped)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, upstream: "Upstream") -> None:
         self._inner = inner
+        self._upstream = upstream
 
     async def send(self, item: Any) -> None:
         bound = _WRITE_BOUND.get()
         if bound is None:
-            return await self._inner.send(item)
+            return await self._send_outside_call(item)
         nowait = getattr(self._inner, "send_nowait", None)
         if nowait is not None:  # the transport's writer is waiting (the usual case): no timer needed
             try:
@@ -758,6 +788,23 @@ class _BoundedWrites:
             await self._inner.send(item)
         if scope.cancelled_caught and request:
             raise _WriteBlocked()
+
+    async def _send_outside_call(self, item: Any) -> None:
+        nowait = getattr(self._inner, "send_nowait", None)
+        if nowait is not None:
+            try:
+                return nowait(item)
+            except anyio.WouldBlock:
+                pass
+        upstream = self._upstream
+        bound = upstream.limits.call_timeout_s
+        if upstream._stop.is_set():
+            bound = min(bound, 1.0)
+        with anyio.move_on_after(bound) as scope:
+            await self._inner.send(item)
+        if scope.cancelled_caught:
+            upstream._write_blocked(item)
+            raise anyio.BrokenResourceError(f"upstream {upstream.spec.id} did not read its input")
 
     async def aclose(self) -> None:
         await self._inner.aclose()
