@@ -45,6 +45,7 @@ import math
 import os
 import re
 import socket
+import unicodedata
 import uuid
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
@@ -335,9 +336,13 @@ def binding_hash(server: str, tool: str, encoded_arguments: Any, policy_fingerpr
 
 
 def actor_key(name: str) -> str:
-    """A principal id or identity name as compared to tell whether two name one actor: without
-    one leading ``scheme:`` (``user:``, ``agent:``, ``svc:`` …: letters, digits, ``_ . -``,
-    starting with a letter), case-folded. ``carol``, ``user:carol``, ``agent:Carol`` are one."""
+    """A principal id or identity name as compared to tell whether two name one actor: in Unicode
+    NFKC form without invisible format characters (category ``Cf``: U+200B, U+00AD, U+202E…),
+    without one leading ``scheme:`` (``user:``, ``agent:``, ``svc:`` …: letters, digits, ``_ . -``,
+    starting with a letter), case-folded. ``carol``, ``user:carol``, ``agent:Carol``, ``user:carol\\u200b``
+    and the full-width ``ｃａｒｏｌ`` are one (a principal is free text; identity names are ASCII).
+    Look-alike letters of other scripts (a Cyrillic ``с``) are not folded."""
+    name = "".join(c for c in unicodedata.normalize("NFKC", name) if unicodedata.category(c) != "Cf")
     m = _SCHEME.match(name)
     return (name[m.end():] if m and m.end() < len(name) else name).casefold()
 
