@@ -138,7 +138,8 @@ class ApprovalError(SealboxError):
 
     Attributes:
         code: ``unknown_approval``, ``run_ended``, ``already_decided``, ``expired``,
-            ``already_resumed``, ``wrong_key``, ``arguments_redacted``, or a rule code
+            ``already_resumed``, ``wrong_key``, ``arguments_redacted``, ``clock_skew`` (this process's clock
+            is before the time the request was recorded), or a rule code
             (``binding_mismatch``, ``wrong_run``, ``unknown_identity``, ``disabled``, ``bad_signature``,
             ``role``, ``requester``, ``not_asked``, ``duplicate``, ``bad_decision``).
     """
@@ -985,7 +986,8 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
 
     Raises:
         ApprovalError: unknown id, the run ended, already decided, expired (the expiry
-            is then recorded), a key that is not the identity's current one, a rule
+            is then recorded), ``clock_skew`` (this process's clock says it is before the request
+            was recorded: the answer would predate the question), a key that is not the identity's current one, a rule
             broken (the code says which), ``bad_window``, ``bad_decision``, ``bad_reason`` (empty
             or blank), ``bad_key_file`` (not a path) or ``bad_client`` (not a dict, or a hostname,
             os_user, user_agent or remote_addr that is not a string).
@@ -1010,6 +1012,7 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
     def build(reader: Any) -> list[EventDraft]:
         now = _now()
         request, related, book = _load(reader, approval_id)
+        _refuse_clock_behind(request, now)
         state = evaluate(request, related, book, now)
         if state.status == "expired" and not state.expiry_recorded and not state.run_ended:
             box.append(state)
@@ -1054,6 +1057,24 @@ def check_shared_window(window_s: Any) -> None:
         raise ApprovalError("bad_window", f"the shared-account window must be a number of seconds from "
                             f"{DEFAULT_SHARED_WINDOW_S} (24 h; it may be widened, never narrowed) to "
                             f"{MAX_SHARED_WINDOW_S}, not {window_s!r}")
+
+
+def _refuse_clock_behind(request: Any, now: datetime) -> None:
+    """Refuse (``clock_skew``) an answer whose time, by this process's clock, is before the time its
+    request was recorded (the request's ``ts``, by the requesting process's clock): the record would say
+    the approver answered before being asked, and a clock running behind would also let an answer in
+    after the request's ``expires_at`` has passed. One of the two clocks is wrong; the answer waits until
+    they agree (a request whose ``ts`` is unreadable is not checked here)."""
+    try:
+        asked = _parse(request.ts)
+    except (TypeError, ValueError, AttributeError):
+        return
+    if asked.tzinfo is not None and now < asked:
+        raise ApprovalError("clock_skew", f"answer refused: this machine's clock says {_utc(now)}, before approval "
+                            f"{request.payload.get('approval_id')} was requested ({request.ts}, by the clock of the "
+                            f"process that recorded it): the answer would be recorded as given "
+                            f"{(asked - now).total_seconds():.3f} s before it was asked; one of the two clocks is "
+                            "wrong: fix it (or wait until this clock has passed the request's time)")
 
 
 def _refuse_closed(state: ApprovalState) -> None:
