@@ -440,8 +440,8 @@ def check_answer(request: dict[str, Any], answer_payload: dict[str, Any], leaf_i
     ask = request.get("ask") or {}
     if who.name not in (ask.get("identities") or []) and not set(who.groups) & set(ask.get("groups") or []):
         return "not_asked"
-    if any(a.identity == who.name for a in counted):
-        return "duplicate"
+    if any(same_actor(who.name, a.identity) for a in counted):
+        return "duplicate"  # the same identity, or one naming the same actor (``Alice`` after ``alice``)
     return None
 
 

@@ -542,6 +542,7 @@ def add_identity(store: Any, name: str, role: str, groups: Sequence[str] = (), s
     book = identity_book(store)
     if book.get(name) is not None:
         raise IdentityError(f"identity {name!r} already exists")
+    _refuse_same_actor(book, name)
     admin = _admin_signer(admin_key)
     _authorizer(book, {"name": name, "change": "added", "role": role}, admin, None)  # before a key file is written
     path = Path(key_path) if key_path is not None else Path.cwd() / f"{name}.key"
@@ -551,6 +552,7 @@ def add_identity(store: Any, name: str, role: str, groups: Sequence[str] = (), s
     def check(book: IdentityBook) -> None:
         if book.get(name) is not None:
             raise IdentityError(f"identity {name!r} already exists")
+        _refuse_same_actor(book, name)
 
     payload = {"name": name, "change": "added", "role": role, "groups": list(groups), "public_key": vkey,
                "shared": bool(shared)}
@@ -560,6 +562,20 @@ def add_identity(store: Any, name: str, role: str, groups: Sequence[str] = (), s
         path.unlink(missing_ok=True)  # the key was never recorded: leave no usable key behind
         raise
     return NewKey(identity, path)
+
+
+def _refuse_same_actor(book: "IdentityBook", name: str) -> None:
+    """IdentityError when an identity of the book (enabled or not) names the same actor as ``name``
+    (:func:`sealbox.approvals.actor_key`: ``Alice`` is ``alice``, ``user:alice`` is ``alice``): the
+    requester rule and the ``acts_as_agent`` flag already take them for one actor, and two such
+    identities held by one person would count as two approvers of one request."""
+    from sealbox.approvals import actor_key
+
+    other = next((i.name for i in book.all() if actor_key(i.name) == actor_key(name)), None)
+    if other is not None:
+        raise IdentityError(f"identity {name!r} would name the same actor as the existing identity {other!r} "
+                            "(names are compared case-folded, without one leading 'scheme:'): one person must "
+                            "not hold two approvers of one request; choose another name")
 
 
 def disable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any,

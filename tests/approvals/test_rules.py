@@ -72,9 +72,9 @@ def test_the_requester_cannot_approve_under_another_prefix_or_case(store, keys, 
 
 
 def test_an_identity_named_with_a_prefix_cannot_approve_for_the_bare_name(store, keys, tmp_path):
-    made = add_identity(store, "agent:carol", "approver", ["ops"], key_path=tmp_path / "ac.key",
+    made = add_identity(store, "agent:zoe", "approver", ["ops"], key_path=tmp_path / "az.key",
                         admin_key=admin_key(store, tmp_path))
-    run_id, aid = suspended(store, principal="carol")
+    run_id, aid = suspended(store, principal="zoe")
     refused(store, "requester", aid, "approve", "mine", made.key_path)
 
 
