@@ -1170,7 +1170,7 @@ class AuthlibProviderClient:
         if len(data) <= MAX_ANSWER_BYTES:
             try:
                 body = json.loads(data)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested too deep for the parser: no answer body
                 body = None
         return ProviderAnswer(status, body if isinstance(body, dict) else None)
 
