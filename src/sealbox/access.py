@@ -1287,6 +1287,8 @@ class _Attempts:
                 answer = fn()
             except ProviderUnavailable as exc:
                 error = str(exc)
+            except Exception as exc:  # noqa: BLE001 - the client failed otherwise: recorded, not retried
+                return None, f"the request failed in the provider client: {_describe_exc(exc, self.secrets)}"
             else:
                 if not _transient(answer):
                     return answer, None
