@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from sealbox.cli.common import DEFAULT_STORE, BadInput, echo_json, not_empty, open_for_reading, open_for_writing
+from sealbox.cli.common import (DEFAULT_STORE, BadInput, cli_lock_timeout, echo_json, not_empty, open_for_reading,
+                                 open_for_writing)
 
 
 @click.command("init")
@@ -81,7 +82,7 @@ def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_key
     if allow_public_schema:
         where["allow_public_schema"] = True
     try:
-        store = init_store(path, origin=origin, content=content, **where)
+        store = init_store(path, origin=origin, content=content, lock_timeout=cli_lock_timeout(), **where)
     except NoteError:  # checked before anything is created
         raise BadInput(f"--origin {origin!r} cannot name the log's key: it may not hold '+', spaces or control "
                        "characters (e.g. example.com/agents)") from None

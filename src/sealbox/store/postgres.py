@@ -711,6 +711,10 @@ class PostgresStore(SqliteQueries):
             if os.path.lexists(folder / name):
                 raise StoreError(f"{folder} already holds a {name}: init does not overwrite a store or a key; "
                                  "create the store in another folder")
+        timeout = kwargs.get("lock_timeout", 300.0)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+                or not timeout >= 0 or timeout == float("inf"):
+            raise StoreConfigError(f"lock_timeout must be a finite number of seconds >= 0, not {timeout!r}")
         store_id = os.urandom(8).hex()
         origin = origin or f"sealbox.local/{store_id}"
         skey, vkey = generate_key(origin)
@@ -720,8 +724,17 @@ class PostgresStore(SqliteQueries):
                 if encoding != "UTF8":  # the log's text (ids, names, payload fields read as JSON) is UTF-8
                     raise StoreError(f"the database {db} is encoded {encoding}: a Sealbox store needs a UTF8 database "
                                      "(CREATE DATABASE ... ENCODING 'UTF8')")
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))  # two inits: one creates it
-                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+                # waited without end for a session holding it (another init, a writer): at most lock_timeout,
+                # as a migration does
+                conn.execute(f"SET LOCAL lock_timeout TO {min(max(1, int(timeout * 1000)), 2**31 - 1)}")
+                try:
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))  # two inits: one creates it
+                    conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+                except psycopg.errors.LockNotAvailable:
+                    raise StoreError(f"cannot create the store's schema {schema!r} in PostgreSQL: waited {timeout:g} s "
+                                     "for the schema's write lock, held by another session (another init of this "
+                                     "schema, or a writer of a store in it): lock_timeout, SEALBOX_LOCK_TIMEOUT=SECONDS "
+                                     "for `sealbox` commands") from None
                 taken, ours = conn.execute("SELECT to_regclass(%s) IS NOT NULL, to_regclass(%s) IS NOT NULL",
                                            (f"{schema}.schema_migrations", f"{schema}.store_meta")).fetchone()
         except psycopg.Error as exc:
