@@ -1,7 +1,8 @@
 """Run liveness leases: tell a run whose process died from one still running.
 
-While a run is open (from ``run.started`` until ``run.ended``, or until its ``with`` block is left
-suspended), the process recording it holds a lease that the operating system (SQLite store) or the
+While a run is open (from ``run.started``, or from ``Recorder.continue_run`` / ``resume`` in a process
+carrying on a run, until ``run.ended``, or until its ``with`` block is left suspended; with or without a
+``with`` block), the process recording it holds a lease that the operating system (SQLite store) or the
 server (PostgreSQL store) drops when the process dies, however it dies (SIGKILL, a crash):
 
 * SQLite store: a POSIX ``lockf`` lock on one byte of the store folder's ``runs.lock``, chosen by the

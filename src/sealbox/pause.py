@@ -409,13 +409,14 @@ def resume_run(recorder: Any, run_id: str, tools: dict[tuple[str, str], Callable
                rerun_unknown: bool = False, wait: float = 0.0,
                arguments: dict[str, Any] | None = None) -> Any:
     """Continue a suspended run: see :meth:`sealbox.recorder.Recorder.resume`."""
+    # continue_run takes the run's liveness lease: this process runs the run from here (its approved calls
+    # are carried out before this returns), or the run would read 'interrupted' meanwhile
     run = recorder.continue_run(run_id)
-    lease = take_lease(run.store, run_id)
-    from sealbox import liveness
-
-    # this process runs the run from here (its approved calls are carried out before this returns): its
-    # liveness lease too, or the run would read 'interrupted' meanwhile (kept by the with block entered next)
-    run._live = liveness.take(run.store, run_id)
+    try:
+        lease = take_lease(run.store, run_id)
+    except BaseException:
+        run._release_live()
+        raise
     try:
         return _resume(recorder, run, run_id, tools, rerun_unknown, wait, arguments, lease)
     except BaseException:

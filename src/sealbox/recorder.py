@@ -364,10 +364,24 @@ class Recorder:
         may go on writing (the agent's and a gateway joined to its run): a top-level step either
         takes is moved, inside its write, past the steps the other wrote since its own last event.
 
+        This process records the run from here: it takes the run's liveness lease at once (with or
+        without a ``with`` block), so the run is ``running`` while this process lives and
+        ``interrupted`` once it has died; the lease is dropped at :meth:`RunContext.end`, or when a
+        ``with`` block around the context is left (ended or suspended).
+
         Raises:
             ConfigError: ``run_id`` is not a non-empty string, or is the store's system run.
             RecordingError: no such run, it has ended, or it was imported (``sealbox import``).
         """
+        run = self._attach(run_id)
+        from sealbox import liveness
+
+        run._live = liveness.take(run.store, run_id)  # dropped by the OS/server if this process dies
+        return run
+
+    def _attach(self, run_id: str) -> "RunContext":
+        """:meth:`continue_run` without the liveness lease: for a gateway joining a run its agent's
+        process drives (that process's lease tells whether the run is alive, not the gateway's)."""
         _check_joinable(run_id)
         events = self.store.read_run(run_id)
         if not events:

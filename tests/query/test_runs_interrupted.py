@@ -364,3 +364,64 @@ def test_a_live_run_read_where_runs_lock_cannot_be_written_is_running(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+STARTS_AND_EXITS = textwrap.dedent("""
+    import os, sys
+    from sealbox import open_store
+    from sealbox.policy import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    run = Recorder(open_store(sys.argv[1]), ALLOW_ALL).run(agent="worker", principal="agent:child").start()
+    print(run.run_id, flush=True)
+    os._exit(0)  # gone without ending it (as after a crash)
+""")
+
+CONTINUES_WITHOUT_WITH = textwrap.dedent("""
+    import sys, time
+    from sealbox import open_store
+    from sealbox.policy import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    run = Recorder(open_store(sys.argv[1]), ALLOW_ALL).continue_run(sys.argv[2])  # no with block
+
+    def blocks(**kwargs):
+        print("in the tool", flush=True)
+        time.sleep(3600)
+
+    run.call_tool("fs", "read_file", {"path": "/data/x"}, blocks, call_id="c2")
+""")
+
+
+def test_a_run_continued_without_a_with_block_holds_the_lease(store_path, tmp_path):
+    """continue_run took the liveness lease only on entering a with block: a process carrying on a run
+    through the context it returned (call_tool, end) held none, so the run it was recording was listed
+    'interrupted' (its first process had died) while it worked, and 'running' never."""
+    first = tmp_path / "first.py"
+    first.write_text(STARTS_AND_EXITS)
+    out = subprocess.run([sys.executable, str(first), str(store_path)], capture_output=True, text=True, timeout=120)
+    run_id = out.stdout.strip()
+    with open_store(store_path) as store:
+        _wait_status(store, run_id, "interrupted")
+        assert store.get_run(run_id)["status"] == "interrupted"
+        second = tmp_path / "second.py"
+        second.write_text(CONTINUES_WITHOUT_WITH)
+        proc = subprocess.Popen([sys.executable, str(second), str(store_path), run_id], stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "in the tool"
+            assert store.get_run(run_id)["status"] == "running"
+            assert _cli_statuses(store_path) == {"worker": "running"}
+        finally:
+            proc.kill()
+            proc.wait()
+        _wait_status(store, run_id, "interrupted")
+        assert _cli_statuses(store_path) == {"worker": "interrupted"}
+        # in this process: the lease is taken by continue_run and dropped by end()
+        from sealbox.liveness import checker
+
+        run = Recorder(store, ALLOW_ALL).continue_run(run_id)
+        assert checker(store)(run_id) is True
+        assert store.get_run(run_id)["status"] == "running"
+        run.end("ok")
+        assert checker(store)(run_id) is False
+        assert (store.get_run(run_id)["status"], store.get_run(run_id)["ending"]) == ("ended", "ok")

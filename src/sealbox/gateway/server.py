@@ -942,7 +942,7 @@ class Gateway:
             from sealbox.errors import ConfigError
 
             try:
-                run = self.recorder.continue_run(run_id)
+                run = self.recorder._attach(run_id)  # no liveness lease: the agent's process holds it
             except (RecordingError, ConfigError) as exc:  # ConfigError: an id no run can have (too long, a lone surrogate)
                 raise MCPError(codes.UNKNOWN_RUN, str(exc)) from exc
             if run.replay_of:  # an agent replayed in-process names its replay run as it named the recorded one
