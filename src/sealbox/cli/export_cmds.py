@@ -105,6 +105,16 @@ def _n(count: int, noun: str, plural: str | None = None) -> str:
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
+def _open_runs(runs: dict[str, str]) -> str:
+    """The exported runs without ``run.ended``, with the status ``runs list`` gave them at export (the
+    bundle cannot say ``interrupted``: it holds the log's events, and that status is never written)."""
+    if not runs:
+        return ""
+    said = ", ".join(f"{rid} {status}" + (" (its recording process had died)" if status == "interrupted" else "")
+                     for rid, status in runs.items())
+    return (f"\n{_n(len(runs), 'run was', 'runs were')} open when exported (no run.ended in the bundle): {said}.")
+
+
 #: option name -> (writer, what it wrote, for the one-line summary).
 MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]], str]]] = {
     "output": (_bundle, lambda r: (f"Wrote {r['path']}: {_n(r['events'], 'event')} of {_n(len(r['runs']), 'run')}, "
@@ -116,7 +126,7 @@ MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]],
                                       + ", ".join(map(str, r["proven_from"])))
                                    + ". Check it anywhere with `sealbox verify FILE --key KEY`; send KEY, the log's "
                                    f"verifier key, apart from the bundle (publish it where its recipient can check it "
-                                   f"came from you): {r['vkey']}")),
+                                   f"came from you): {r['vkey']}" + _open_runs(r["open_runs"]))),
     "parquet": (_parquet, lambda r: f"Wrote {r['path']}: {_n(r['rows'], 'tool call')} of {_n(r['runs'], 'run')}."),
     "otlp": (_otlp, lambda r: (f"Sent {_n(r['runs'], 'run')} to {r['traces_url']} and {r['logs_url']}: "
                                f"{_n(r['spans'], 'span')}, {_n(r['logs'], 'log record')} "

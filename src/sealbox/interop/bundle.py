@@ -361,10 +361,15 @@ class ExportSummary:
     bytes: int
     vkey: str | None = None  # the log's verifier key (the bundle's log.vkey), for the recipient, sent apart from it
     proven_from: tuple[int, ...] = ()  # sizes the PROOFS member proves the checkpoint consistent with
+    #: (run id, status) of the exported runs without ``run.ended``, as ``runs list`` gave them at export:
+    #: ``running``, ``suspended`` or ``interrupted`` (its recording process had died). Not in the bundle:
+    #: it holds only the log's signed events, and ``interrupted`` is derived when a run is read, never written
+    open_runs: tuple[tuple[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
-        return {**self.__dict__, "runs": list(self.runs), "proven_from": list(self.proven_from)}
+        return {**self.__dict__, "runs": list(self.runs), "proven_from": list(self.proven_from),
+                "open_runs": dict(self.open_runs)}
 
 
 def select_runs(store: Any, run_ids: Sequence[str] = (), *, since: Any = None, until: Any = None,
@@ -437,6 +442,9 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike,
                 raise BundleError("nothing to export")
             system = [e for e in store.read_run(SYSTEM_RUN_ID) if e.kind in SYSTEM_KINDS]
             size = store.size()
+            last = {e.run_id: e.kind for e in events}
+            # the status runs list gives the runs the bundle shows open (interrupted: read from liveness leases)
+            open_runs = tuple((rid, _listed_status(store, rid)) for rid in run_ids if last.get(rid) != "run.ended")
         blob_rows, erased = _collect_blobs(store, events)
         authorization = {e.leaf_index for e in authorization_events(events, system)}
         system = [e for e in system if e.kind == "identity.changed" or e.leaf_index in authorization
@@ -479,7 +487,13 @@ def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike,
         data = zip_bytes([("format", FORMAT_TEXT), ("manifest.json", manifest), *body])
         target.commit(data)
     return ExportSummary(str(path), tuple(run_ids), len(events), len(system), len(blob_rows), len(erased),
-                         len(snaps), cp.tree_size, True, len(data), vkey, tuple(sorted(set(prove_from))))
+                         len(snaps), cp.tree_size, True, len(data), vkey, tuple(sorted(set(prove_from))), open_runs)
+
+
+def _listed_status(store: Any, run_id: str) -> str:
+    get_run = getattr(store, "get_run", None)
+    row = get_run(run_id) if get_run is not None else None
+    return row["status"] if row is not None else "running"
 
 
 def authorization_events(events: Iterable[Any], system: Iterable[Any]) -> list[Any]:
