@@ -13,7 +13,9 @@ server (PostgreSQL store) drops when the process dies, however it dies (SIGKILL,
 * PostgreSQL store: a session-level advisory lock keyed on the run, taken on one connection of the
   process's own per database, whatever the number of schemas (``application_name`` ``sealbox-live``);
   the key hashes the schema and the run id; the server drops the locks
-  with the connection.
+  with the connection. A daemon thread waits on that connection's socket: when the server ends the
+  session while the process lives (``pg_terminate_backend``, a restart), it reconnects and takes the
+  open runs' locks again at once (not at the next run start), nothing added to the recording path.
 
 A run whose lease was taken says so in its ``run.started`` (``"lease": true``). Reading, such a run
 that is neither ended nor suspended and whose lease nobody holds is ``interrupted``: derived when the
@@ -167,6 +169,7 @@ def _pg_conn(store: Any) -> Any:
     if held is not None and held[0] != os.getpid():
         _inherited.append(held[1])  # a forked parent's: kept, never closed here (its session is the parent's)
     _pg[ident] = (os.getpid(), conn)
+    _watch(ident, conn)
     if held is not None and held[0] == os.getpid():
         # its session was ended by the server (pg_terminate_backend, a restart) and its locks with it, while
         # this process still records those runs: take them again, or they would read 'interrupted'
@@ -178,6 +181,80 @@ def _pg_conn(store: Any) -> Any:
         except Exception:  # noqa: BLE001 - already broken
             pass
     return conn
+
+
+class _Url:
+    """What :func:`_pg_conn` needs of a store: its database url."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+
+#: seconds between two looks at a watched lease connection's socket when nothing happens on it (it is
+#: looked at as soon as something arrives: these wake-ups only notice a connection replaced meanwhile)
+WATCH_IDLE_S = 5.0
+#: seconds between two reconnection attempts while the server cannot be reached (doubling up to 30)
+WATCH_RETRY_S = 0.5
+
+
+def _watch(url: str, conn: Any) -> None:
+    """Watch this process's lease connection to ``url`` from a daemon thread: when the server ends its
+    session (``pg_terminate_backend``, a restart: it sends an error and closes the socket), reconnect and
+    take its open runs' leases again at once, rather than at the next run start (the runs would read
+    ``interrupted`` meanwhile). Nothing is added to the recording path: the thread waits on the socket."""
+    try:
+        fd = conn.fileno()
+    except Exception:  # noqa: BLE001 - no socket to watch
+        return
+    threading.Thread(target=_watcher, args=(url, conn, fd, os.getpid()), name="sealbox-live-watch",
+                     daemon=True).start()
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    """Something to read on ``fd`` (or it was closed, or in error) within ``timeout`` seconds (poll: no
+    FD_SETSIZE limit)."""
+    import select
+
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+    try:
+        return bool(poller.poll(int(timeout * 1000)))
+    except OSError:  # pragma: no cover - EINTR is retried by Python; anything else: look at the connection
+        return True
+
+
+def _watcher(url: str, conn: Any, fd: int, pid: int) -> None:
+    retry = WATCH_RETRY_S
+    while True:
+        with _mutex:
+            held = _pg.get(url)
+            if held is None or held[1] is not conn or os.getpid() != pid:
+                return  # replaced (by a reconnection elsewhere), or a forked child's copy: not ours to watch
+            lost = _lost(conn)
+        if not lost:
+            if not _readable(fd, WATCH_IDLE_S):
+                continue
+        with _mutex:
+            held = _pg.get(url)
+            if held is None or held[1] is not conn or os.getpid() != pid:
+                return
+            if not _lost(conn):
+                try:  # under _mutex nobody else uses it: something unasked for arrived (or a query's answer,
+                    # already read by the thread that asked: then nothing is left to read)
+                    if not _readable(fd, 0):
+                        continue
+                    conn.execute("SELECT 1")  # an error and end of session fail it (a notice does not)
+                    continue
+                except Exception:  # noqa: BLE001 - lost, or not: told by the connection's state
+                    if not _lost(conn):
+                        continue
+            try:
+                _pg_conn(_Url(url))  # reconnects and takes the open runs' leases again; watched anew
+                return
+            except Exception:  # noqa: BLE001 - the server cannot be reached yet: try again a moment later
+                pass
+        threading.Event().wait(retry)
+        retry = min(retry * 2, 30.0)
 
 
 def _lost(conn: Any) -> bool:

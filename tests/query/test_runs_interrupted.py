@@ -425,3 +425,40 @@ def test_a_run_continued_without_a_with_block_holds_the_lease(store_path, tmp_pa
         run.end("ok")
         assert checker(store)(run_id) is False
         assert (store.get_run(run_id)["status"], store.get_run(run_id)["ending"]) == ("ended", "ok")
+
+
+def test_a_lease_connection_killed_by_the_server_is_retaken_without_a_new_run(tmp_path):
+    """After the server ended the process's sealbox-live session, its open runs read 'interrupted' until
+    the process next started a run there (the only time the dead connection was noticed): a process
+    recording one long run stayed 'interrupted' to every reader while it worked. The connection is now
+    watched (no per-call cost): its leases are taken again as soon as the server has closed it."""
+    import psycopg
+
+    from sealbox import liveness
+
+    url = os.environ["SEALBOX_TEST_POSTGRES_URL"]
+    schema = f"sbt_live_{uuid.uuid4().hex[:16]}"
+    path = tmp_path / "store"
+    init_store(path, postgres_url=url, schema=schema).close()
+    try:
+        with open_store(path) as store:
+            a = Recorder(store, ALLOW_ALL).run(agent="a", principal="agent:me").start()
+            assert _cli_statuses(path) == {"a": "running"}
+            backend = liveness._pg[url][1].info.backend_pid
+            with psycopg.connect(url, autocommit=True) as admin:
+                assert admin.execute("SELECT pg_terminate_backend(%s)", (backend,)).fetchone() == (True,)
+            deadline = time.monotonic() + 60  # the server closes the session, then the watcher reconnects
+            while time.monotonic() < deadline:
+                new = liveness._pg[url][1]
+                if new.info.backend_pid != backend and _cli_statuses(path) == {"a": "running"}:
+                    break
+                time.sleep(0.1)
+            assert liveness._pg[url][1].info.backend_pid != backend
+            assert _cli_statuses(path) == {"a": "running"}
+            a.call_tool("fs", "read_file", {"path": "/x"}, lambda **kw: "ok", call_id="c1")
+            assert _cli_statuses(path) == {"a": "running"}
+            a.end("ok")
+            assert _cli_statuses(path) == {"a": "ended"}
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
