@@ -6,7 +6,7 @@ import json
 
 import click
 
-from sealbox.cli.common import BadInput, emit_rows, format_options, open_for_reading, resolve_id, store_option
+from sealbox.cli.common import BadInput, emit_rows, filter_not_empty, format_options, open_for_reading, resolve_id, store_option
 
 _DECISIONS = ("allow", "deny", "require_approval")  # sealbox.query.DECISIONS, without importing it for --help
 _TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "approvers", "outcome", "duration_us", "arguments")
@@ -14,11 +14,11 @@ _TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "approvers", "outc
 
 @click.command("calls")
 @store_option
-@click.option("--tool", metavar="GLOB", help="Upstream tool name, glob (e.g. 'read_*', case-sensitive); with a '/', also SERVER/TOOL (e.g. 'db/write_query').")
-@click.option("--server", metavar="GLOB", help="Upstream server id, glob.")
+@click.option("--tool", metavar="GLOB", callback=filter_not_empty, help="Upstream tool name, glob (e.g. 'read_*', case-sensitive); with a '/', also SERVER/TOOL (e.g. 'db/write_query').")
+@click.option("--server", metavar="GLOB", callback=filter_not_empty, help="Upstream server id, glob.")
 @click.option("--run", "run_id", metavar="RUN", help="Only calls of this run (its id, or a unique prefix of at least 4 characters).")
-@click.option("--agent", help="Only calls of runs of this agent.")
-@click.option("--principal", help="Only calls made by this principal.")
+@click.option("--agent", callback=filter_not_empty, help="Only calls of runs of this agent.")
+@click.option("--principal", callback=filter_not_empty, help="Only calls made by this principal.")
 @click.option("--since", metavar="TIME", help="From this time, inclusive: RFC 3339 (2026-11-29T12:00:00Z), a date, or 30d / 2h / 15m ago.")
 @click.option("--until", metavar="TIME", help="Before this time, exclusive (same forms as --since).")
 @click.option("--decision", type=click.Choice(_DECISIONS), help="The call's policy decision.")

@@ -30,6 +30,15 @@ def not_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
+def filter_not_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A click callback for a filter option (``--tool``, ``--agent``, ...): ``""`` (a quoted, unset
+    shell variable) would match nothing, silently; it is a :class:`BadInput` naming the option."""
+    if isinstance(value, str) and not value.strip():
+        name = param.opts[-1] if isinstance(param, click.Option) else (param.human_readable_name or "").upper()
+        raise BadInput(f"{name} is empty: give a value (an empty filter matches nothing; is a shell variable unset?)")
+    return value
+
+
 def store_option(fn: Callable) -> Callable:
     """``-s/--store DIR`` (env ``SEALBOX_STORE``, default ``./.sealbox``); empty is a :class:`BadInput`."""
     return click.option(

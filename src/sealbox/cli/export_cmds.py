@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import click
 
-from sealbox.cli.common import BadInput, echo_json, not_empty, open_for_reading, open_for_writing, store_option, resolve_id
+from sealbox.cli.common import BadInput, echo_json, filter_not_empty, not_empty, open_for_reading, open_for_writing, store_option, resolve_id
 
 
 def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any],
@@ -150,7 +150,7 @@ MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]],
               help="With --otlp: an HTTP header for the endpoint (repeatable), e.g. an API key.")
 @click.option("--since", metavar="TIME", help="Runs started at or after this time (RFC 3339, a date, or 30d / 2h ago).")
 @click.option("--until", metavar="TIME", help="Runs started before this time (same forms as --since).")
-@click.option("--agent", help="Only runs of this agent.")
+@click.option("--agent", callback=filter_not_empty, help="Only runs of this agent.")
 @click.option("--prove-from", "prove_from", multiple=True, type=click.Path(dir_okay=False), metavar="SAVED",
               help="With -o: a checkpoint the recipient saved earlier (`sealbox log checkpoint` output, or its "
                    "--json); the bundle carries an RFC 9162 consistency proof from it, so that `sealbox verify "

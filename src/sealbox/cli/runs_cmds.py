@@ -6,7 +6,7 @@ import json
 
 import click
 
-from sealbox.cli.common import (BadInput, canonical_json_text, echo_json, emit_rows, format_options, open_for_reading,
+from sealbox.cli.common import (BadInput, filter_not_empty, canonical_json_text, echo_json, emit_rows, format_options, open_for_reading,
                                 resolve_id, snapshot_ref, store_option, visible)
 
 _STATUSES = ("running", "interrupted", "suspended", "ended", "ok", "error", "cancelled")  # sealbox.query.RUN_STATUSES
@@ -19,8 +19,8 @@ def runs_group() -> None:
 
 @runs_group.command("list")
 @store_option
-@click.option("--agent", help="Only runs of this agent.")
-@click.option("--principal", help="Only runs started by this principal.")
+@click.option("--agent", callback=filter_not_empty, help="Only runs of this agent.")
+@click.option("--principal", callback=filter_not_empty, help="Only runs started by this principal.")
 @click.option("--status", type=click.Choice(_STATUSES),
               help="running, interrupted (its process died), suspended, ended, or how it ended: ok, error, cancelled (an imported run: its source's).")
 @click.option("--since", metavar="TIME", help="Started at or after: RFC 3339, a date, or 30d / 2h / 15m ago.")
