@@ -66,6 +66,6 @@ def test_export_replaces_a_previous_bundle_and_an_empty_file(store_path, tmp_pat
     assert zipfile.ZipFile(empty).read("format") == b"sealbox-bundle/2\n"
 
 
-def test_export_force_goes_with_o(store_path, tmp_path):
-    out = sb("export", "--parquet", tmp_path / "x.parquet", "--force", "-s", store_path)
-    assert (out.returncode, out.stderr) == (2, "error: --force goes with -o (a bundle)\n")
+def test_export_force_goes_with_a_file(store_path, tmp_path):
+    out = sb("export", "--otlp", "http://127.0.0.1:9/", "--force", "-s", store_path)
+    assert (out.returncode, out.stderr) == (2, "error: --force goes with -o or --parquet (a file)\n")

@@ -86,6 +86,26 @@ def open_for_writing(path: str):
     return open_store(path, lock_timeout=cli_lock_timeout())
 
 
+def refuse_to_replace(path: str, *, ours: Callable[[str], bool], what: str, force: bool) -> None:
+    """Before any work: an existing, non-empty ``path`` that ``ours`` does not recognise as this
+    command's own earlier output (a user's source file, notes, evidence) is never replaced without
+    ``--force``.
+
+    Raises:
+        BadInput: ``cannot write PATH: it exists and is not WHAT (give --force to replace it; nothing
+            was written)``.
+    """
+    if force or not os.path.lexists(path):
+        return
+    try:
+        empty = os.path.getsize(path) == 0
+    except OSError:
+        empty = False
+    if not empty and not ours(path):
+        raise BadInput(f"cannot write {path}: it exists and is not {what} (give --force to replace it; "
+                       "nothing was written)")
+
+
 def check_key_file(path: str | None) -> None:
     """Read an identity key file (``--key-file``, ``--admin-key``) before the store is opened, so
     that a wrong one fails with nothing opened or touched (closing a writer refreshes statistics).

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import click
 
-from sealbox.cli.common import BadInput, echo_json, filter_not_empty, not_empty, open_for_reading, open_for_writing, store_option, resolve_id
+from sealbox.cli.common import BadInput, echo_json, filter_not_empty, not_empty, open_for_reading, open_for_writing, refuse_to_replace, store_option, resolve_id
 
 
 def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any],
@@ -19,18 +19,14 @@ def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dic
     """Write a bundle; the store is opened for writing, as every export signs a checkpoint committing to it.
     An existing ``target`` is replaced when it is a Sealbox bundle (an export again) or empty; any other
     file only with ``force``."""
-    import os
-
     from sealbox.cli.store_cmds import _read_checkpoint
     from sealbox.interop.bundle import check_target, export_bundle, is_bundle, select_runs
 
     from sealbox.errors import StoreReadOnlyError
 
     check_target(target, store_dir=store_path)  # one of the store's own files is refused before the store is opened
-    if not force and os.path.lexists(target) and os.path.getsize(target) > 0 and not is_bundle(target):
-        # a report, notes, someone's evidence: never replaced without a word
-        raise BadInput(f"cannot write {target}: it exists and is not a Sealbox bundle (give --force to replace it; "
-                       "nothing was written)")
+    # a report, notes, someone's evidence: never replaced without a word
+    refuse_to_replace(target, ours=is_bundle, what="a Sealbox bundle", force=force)
     saved = [(path, _read_checkpoint(path)) for path in prove_from]
     try:
         store = open_for_writing(store_path)
@@ -73,11 +69,15 @@ def _extended_size(store: Any, path: str, note: str) -> int:
     return cp.size
 
 
-def _parquet(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any]) -> dict[str, Any]:
+def _parquet(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any],
+             force: bool = False) -> dict[str, Any]:
+    """Write the Parquet table; an existing ``target`` is replaced when it is an earlier ``--parquet``
+    export or empty, any other file only with ``force``."""
     from sealbox.interop.bundle import check_target, select_runs
-    from sealbox.interop.parquet import export_parquet
+    from sealbox.interop.parquet import export_parquet, is_call_table
 
     check_target(target, store_dir=store_path)
+    refuse_to_replace(target, ours=is_call_table, what="a Sealbox Parquet export", force=force)
     store = open_for_reading(store_path)
     try:
         runs = select_runs(store, [resolve_id(store, "run", r) for r in run_ids], **filters)
@@ -156,8 +156,8 @@ MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]],
                    "--json); the bundle carries an RFC 9162 consistency proof from it, so that `sealbox verify "
                    "FILE --key KEY --checkpoint SAVED` shows the log extends it. Repeatable.")
 @click.option("--force", is_flag=True,
-              help="With -o: replace FILE even when it exists and is not a Sealbox bundle (a previous bundle or an "
-                   "empty file is replaced without it).")
+              help="With -o or --parquet: replace FILE even when it exists and is not what that mode writes (a "
+                   "previous bundle, resp. Parquet export, or an empty file is replaced without it).")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def export_cmd(store_path: str, run_ids: tuple[str, ...], since: str | None, until: str | None, agent: str | None,
                as_json: bool, otlp_content: bool, otlp_headers: tuple[str, ...], prove_from: tuple[str, ...],
@@ -188,8 +188,8 @@ def export_cmd(store_path: str, run_ids: tuple[str, ...], since: str | None, unt
             parse_time(value, name=flag)  # a bad time fails before the store is opened, naming the option
     if prove_from and name != "output":
         raise click.UsageError("--prove-from goes with -o (a bundle)")
-    if force and name != "output":
-        raise click.UsageError("--force goes with -o (a bundle)")
+    if force and name not in ("output", "parquet"):
+        raise click.UsageError("--force goes with -o or --parquet (a file)")
     extra: dict[str, Any] = {"content": otlp_content, "headers": otlp_headers} if name == "otlp" else {}
     if prove_from:
         extra["prove_from"] = prove_from

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from sealbox.cli.common import BadInput, not_empty, open_for_reading, store_option, resolve_id
+from sealbox.cli.common import BadInput, not_empty, open_for_reading, refuse_to_replace, store_option, resolve_id
 
 _BY_EXTENSION = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
 
@@ -14,12 +14,16 @@ _BY_EXTENSION = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"
 @click.command("report")
 @click.argument("run_id")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), callback=not_empty,
-              help="Write here, replacing the file atomically (format from the extension: .html, .md). "
-                   "Default, or '-': stdout (Markdown unless --format html).")
+              help="Write here, replacing the file atomically (format from the extension: .html, .md); an existing "
+                   "file that is not a Sealbox report only with --force. Default, or '-': stdout (Markdown unless "
+                   "--format html).")
 @click.option("--format", "fmt", type=click.Choice(["html", "md"]), help="Output format (overrides the extension).")
+@click.option("--force", is_flag=True,
+              help="With -o: replace FILE even when it exists and is not a Sealbox report (an earlier report or an "
+                   "empty file is replaced without it).")
 @click.option("--no-verify", is_flag=True, help="Skip verifying the store (faster on a large store; the report says so).")
 @store_option
-def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool, store_path: str) -> None:
+def report_cmd(run_id: str, output: str | None, fmt: str | None, force: bool, no_verify: bool, store_path: str) -> None:
     """Write an incident report of one run: timeline, calls, approvals, state, snapshot, verification."""
     from sealbox.interop.bundle import BundleError, open_target
     from sealbox.report import build_report, render
@@ -31,6 +35,8 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool
         if output and ext not in _BY_EXTENSION:
             raise click.UsageError(f"cannot tell the format from {output!r}: use .html or .md, or --format")
         fmt = _BY_EXTENSION.get(ext, "md")
+    if force and output is None:
+        raise click.UsageError("--force goes with -o FILE")
     target = None
     if output is not None:
         try:
@@ -39,6 +45,12 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool
             target = open_target(output, store_dir=store_path)
         except BundleError as exc:
             raise BadInput(str(exc)) from None
+        try:
+            # a user's source file or notes: never replaced without a word (an earlier report is)
+            refuse_to_replace(output, ours=is_report, what="a Sealbox incident report", force=force)
+        except BadInput:
+            target.discard()
+            raise
     try:
         store = open_for_reading(store_path)
         try:
@@ -67,3 +79,20 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, no_verify: bool
     click.echo(f"wrote {output} ({fmt}, {count(len(report.timeline), 'event')}, "
                f"{count(len(report.tool_calls), 'tool call')}, {count(len(report.approvals), 'approval')}; "
                f"store {state})")
+
+
+#: How every report ``sealbox report`` writes begins (:mod:`sealbox.report.markdown`), and what the
+#: HTML one holds in its head (:mod:`sealbox.report.html`).
+_MD_START = b"# Sealbox incident report: run "
+_HTML_START, _HTML_TITLE = b"<!DOCTYPE html>\n<html", b"<title>Sealbox incident report: run "
+
+
+def is_report(path: str) -> bool:
+    """Whether ``path`` is an incident report ``sealbox report`` wrote (Markdown or HTML), as its
+    first 64 KiB tell: what ``-o`` replaces without ``--force``."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+    except OSError:
+        return False
+    return head.startswith(_MD_START) or (head.startswith(_HTML_START) and _HTML_TITLE in head)

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from sealbox.canonical import canonical_bytes
 from sealbox.errors import BlobNotFoundError, ConfigError
 
-__all__ = ["CALL_FIELDS", "call_rows", "export_parquet"]
+__all__ = ["CALL_FIELDS", "call_rows", "export_parquet", "is_call_table"]
 
 #: (column, Arrow type name) of each row, in order.
 CALL_FIELDS = (
@@ -181,6 +181,32 @@ def _json_text(store: Any, value: Any) -> str:
     return canonical_bytes(value).decode("utf-8")
 
 
+#: The schema metadata entry marking a file written by :func:`export_parquet` (what ``sealbox export
+#: --parquet`` replaces without ``--force``).
+_MARK_KEY, _MARK_VALUE = b"sealbox.export", b"calls"
+
+
+def is_call_table(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a Parquet file written by :func:`export_parquet`, as its footer tells: its
+    schema carries the ``sealbox.export`` mark, or (written before the mark) has exactly the columns
+    of :data:`CALL_FIELDS`. Any other file, or no pyarrow to read it, is False."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"PAR1":
+                return False
+            f.seek(-4, os.SEEK_END)
+            if f.read(4) != b"PAR1":
+                return False
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(path)
+    except Exception:  # noqa: BLE001 - unreadable, too short, not Parquet after all, no pyarrow: not ours
+        return False
+    if (schema.metadata or {}).get(_MARK_KEY) == _MARK_VALUE:
+        return True
+    return list(schema.names) == [name for name, _ in CALL_FIELDS]
+
+
 def export_parquet(store: Any, run_ids: Sequence[str], path: str | os.PathLike) -> dict[str, Any]:
     """Write :func:`call_rows` of ``run_ids`` to the Parquet file ``path``.
 
@@ -205,7 +231,7 @@ def export_parquet(store: Any, run_ids: Sequence[str], path: str | os.PathLike) 
         raise ConfigError("Parquet export needs pyarrow: pip install 'sealbox[parquet]'") from exc
     with open_target(path, store_dir=getattr(store, "path", None)) as target:
         types = {"string": pa.string(), "bool": pa.bool_(), "int64": pa.int64(), "list<string>": pa.list_(pa.string())}
-        schema = pa.schema([(name, types[t]) for name, t in CALL_FIELDS])
+        schema = pa.schema([(name, types[t]) for name, t in CALL_FIELDS], metadata={_MARK_KEY: _MARK_VALUE})
         rows = call_rows(store, run_ids)
         sink = pa.BufferOutputStream()
         pq.write_table(pa.Table.from_pylist(rows, schema=schema), sink)
