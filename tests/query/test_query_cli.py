@@ -438,7 +438,8 @@ def test_runs_list_says_when_its_limit_cut_the_listing(recorded):
     assert cut.returncode == 0 and cut.stderr == "the newest 3 runs shown; more match (--limit N to see more)\n"
     assert all(run_id in cut.stdout for run_id in newest[:3]) and not any(run_id in cut.stdout for run_id in newest[3:])
     cut_json = sealbox("runs", "list", "-s", s, "--limit", "3", "--json")
-    assert [r["run_id"] for r in json.loads(cut_json.stdout)] == newest[:3] and cut_json.stderr == ""
+    assert [r["run_id"] for r in json.loads(cut_json.stdout)] == newest[:3]
+    assert cut_json.stderr == "the newest 3 runs shown; more match (--limit N to see more)\n"
     whole = sealbox("runs", "list", "-s", s, "--limit", "7")
     assert whole.returncode == 0 and whole.stderr == "" and all(run_id in whole.stdout for run_id in newest)
 
@@ -579,9 +580,9 @@ def test_calls_says_when_its_limit_cut_the_listing_as_runs_list_does(recorded):
     cut = sealbox("calls", "-s", s, "--tool", "read_*", "--limit", "2")
     assert cut.returncode == 0 and cut.stderr == "the newest 2 calls shown; more match (--limit N to see more)\n"
     assert "Tool calls (2)" in cut.stdout
-    for fmt in ("--json", "--csv"):  # stdout as before; stderr too (as runs list: the note is the table's)
+    for fmt in ("--json", "--csv"):  # stdout the rows alone; the note on stderr too (tests/cli/test_limit_note_with_json_and_csv.py)
         out = sealbox("calls", "-s", s, "--tool", "read_*", "--limit", "2", fmt)
-        assert out.returncode == 0 and out.stderr == ""
+        assert out.returncode == 0 and out.stderr == "the newest 2 calls shown; more match (--limit N to see more)\n"
     assert ids(ok_json("calls", "-s", s, "--tool", "read_*", "--limit", "2", "--json")) == ["b2", "b4"]
     whole = sealbox("calls", "-s", s, "--tool", "read_*", "--limit", "5")
     assert whole.returncode == 0 and whole.stderr == "" and "Tool calls (5)" in whole.stdout

@@ -96,6 +96,8 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
                    "events", err=True)
     if as_json or as_csv:
         emit_rows(rows, CALL_COLUMNS, as_json=as_json, as_csv=as_csv, json_columns=("arguments",))
+        if more:  # on stderr: stdout stays valid JSON / CSV
+            click.echo(f"the newest {limit} calls shown; more match (--limit N to see more)", err=True)
         return
     if not rows:
         click.echo("no tool calls match", err=True)

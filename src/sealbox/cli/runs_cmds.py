@@ -51,6 +51,8 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
                "replay_of", "snapshot", "labels", "imported"]
     if as_json or as_csv:
         emit_rows(rows, columns, as_json=as_json, as_csv=as_csv)
+        if more:  # on stderr: stdout stays valid JSON / CSV
+            click.echo(f"the newest {limit} runs shown; more match (--limit N to see more)", err=True)
         return
     if not rows:
         click.echo("no runs match", err=True)
