@@ -161,7 +161,9 @@ def test_a_write_to_a_locked_store_fails_after_the_cli_lock_timeout(copy, tmp_pa
                               text=True, timeout=60, env={**os.environ, "SEALBOX_LOCK_TIMEOUT": "1"})
         assert time.monotonic() - started < 20
         assert proc.returncode == 2
-        assert one_error(proc) == f"error: {store / 'sealbox.db'} stayed busy for too long: another writer holds it"
+        assert one_error(proc) == (f"error: {store / 'sealbox.db'} stayed busy for too long: another writer holds it "
+                                   "(the store's write lock stayed taken past the lock timeout, 1 s: lock_timeout, "
+                                   "SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands)")
         assert state(store) == before
     finally:
         holder.execute("ROLLBACK")

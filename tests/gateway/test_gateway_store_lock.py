@@ -240,7 +240,8 @@ async def test_a_first_call_whose_run_started_cannot_be_written_is_not_forwarded
                 assert text_of(await new.call_tool("toy__add", {"a": 5, "b": 5})) == "10"  # the session goes on
             run1, run2 = gateway_runs(store)
         expected = (f"not forwarded: the call could not be recorded (could not record: {store.db_path} stayed busy "
-                    "for too long: another writer holds it)")
+                    "for too long: another writer holds it (the store's write lock stayed taken past the lock "
+                    "timeout, 0.5 s: lock_timeout, SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands))")
         for name in ("start", "gate"):
             assert results[name].is_error and text_of(results[name]) == expected, (name, text_of(results[name]))
             assert results[name].meta == {"sealbox/not_forwarded": "recording_failed"}

@@ -872,7 +872,8 @@ def test_a_table_locked_by_another_session_fails_the_write_after_lock_timeout_in
             assert isinstance(exc, RecordingError if table != "checkpoints" else StoreError), exc
             assert str(exc).endswith(f"{tmp_path / 's'}: a table of the store ({schema}) was locked by another "
                                      "PostgreSQL session (not a Sealbox writer: LOCK TABLE, ALTER TABLE, VACUUM "
-                                     "FULL, ...) for more than lock_timeout"), str(exc)
+                                     "FULL, ...) for more than lock_timeout (0.5 s; SEALBOX_LOCK_TIMEOUT=SECONDS for "
+                                     "`sealbox` commands)"), str(exc)
             assert (ran, store.size()) == ([], size)  # not run, nothing of it written
             assert run.call_tool("db", "q", {"q": 2}, lambda q: q) == 2  # the lock released: recording goes on
     finally:

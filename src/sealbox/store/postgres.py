@@ -851,9 +851,11 @@ class PostgresStore(SqliteQueries):
                     if locked:  # the advisory lock was taken: a lock on a table, held by a session that is no writer
                         raise StoreError(f"{self.path}: a table of the store ({self.schema}) was locked by another "
                                          "PostgreSQL session (not a Sealbox writer: LOCK TABLE, ALTER TABLE, VACUUM "
-                                         "FULL, ...) for more than lock_timeout") from None
+                                         f"FULL, ...) for more than lock_timeout ({timeout:g} s; "
+                                         "SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands)") from None
                     raise StoreError(f"{self.path}: the write lock was held by another writer for more than "
-                                     "lock_timeout") from None
+                                     f"lock_timeout ({timeout:g} s; SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` "
+                                     "commands)") from None
                 except psycopg.OperationalError as exc:
                     # the server ended the connection (a restart, pg_terminate_backend, an idle timeout) before
                     # this transaction's COMMIT was sent: nothing of it was committed; once, on a new connection

@@ -1411,7 +1411,8 @@ class SqliteStore(SqliteQueries):
                     return
                 except sqlite3.OperationalError as exc:
                     if not _is_busy(exc) or time.monotonic() > deadline:
-                        raise _translate_write_error(self.path, exc) from exc
+                        # (a wait bounded by waiting_until: the gateway's, lock_timeout from when it was asked)
+                        raise _translate_write_error(self.path, exc, lock_timeout=self.lock_timeout) from exc
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.05)
                 left_ms = int((deadline - time.monotonic()) * 1000)
@@ -1435,8 +1436,8 @@ class SqliteStore(SqliteQueries):
             if not (isinstance(cause, sqlite3.OperationalError) and _is_busy(cause)):
                 raise
             waited = self.lock_timeout if self._local.lock_timeout is None else self._local.lock_timeout
-            raise StoreError(f"{exc} (migration {mig.version} waited {waited:g} s for the store's write lock: "
-                             "lock_timeout, SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands)") from None
+            raise StoreError(f"{_busy_text(self.path)} (migration {mig.version} waited {waited:g} s for the store's "
+                             f"write lock: {LOCK_WAIT_SETTINGS})") from None
 
     def _begin(self, conn: sqlite3.Connection) -> None:
         if self._local.no_wait:
@@ -2754,12 +2755,23 @@ def _existing_db_message(folder: Path) -> str:
     return f"{folder} already holds a Sealbox store"
 
 
-def _translate_write_error(path: Path, exc: sqlite3.Error) -> Exception:
+#: What a write that waited its whole lock timeout says: the settings that change the wait (the open's ``lock_timeout``; ``SEALBOX_LOCK_TIMEOUT`` for the ``sealbox`` commands).
+LOCK_WAIT_SETTINGS = "lock_timeout, SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands"
+
+
+def _busy_text(path: Path) -> str:
+    return f"{path / DB_NAME} stayed busy for too long: another writer holds it"
+
+
+def _translate_write_error(path: Path, exc: sqlite3.Error, lock_timeout: float | None = None) -> Exception:
     msg = str(exc).lower()
     if "readonly" in msg or "read-only" in msg:
         return StoreReadOnlyError(f"cannot write to {path / DB_NAME}: {exc}")
     if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
-        return StoreError(f"{path / DB_NAME} stayed busy for too long: another writer holds it")
+        if lock_timeout is None:
+            return StoreError(_busy_text(path))
+        return StoreError(f"{_busy_text(path)} (the store's write lock stayed taken past the lock timeout, "
+                          f"{lock_timeout:g} s: {LOCK_WAIT_SETTINGS})")
     return StoreError(f"cannot write to {path / DB_NAME}: {exc}")
 
 
