@@ -2,8 +2,14 @@
 
 ``common-expression-language`` holds the GIL while it evaluates, so a slow
 condition cannot be interrupted from a thread. Expensive conditions are sent to
-one long-lived worker process instead (started lazily with the ``spawn`` method,
-so it never inherits locks from a threaded parent). If the answer does not come
+one long-lived worker process instead, started lazily as a fresh interpreter
+(``python -c``, never forked, so it never inherits locks from a threaded parent).
+It runs only this module's :func:`_child_main`: unlike ``multiprocessing``'s
+``spawn``, it does not import the caller's main module again, so a recording
+script without an ``if __name__ == "__main__":`` guard works (with ``spawn`` the
+worker ran the script's recording once more, failed, and the parent waited for
+it 30 s, then denied the call ``guardrail_error``). Where ``pass_fds`` does not
+exist (Windows), ``spawn`` is used, and needs that guard. If the answer does not come
 within the time limit, the worker is killed and the condition is tried once more
 in a fresh worker (its start-up is not timed): the wait includes the IPC round
 trip and any time either process was descheduled, and a loaded host stalls a
@@ -16,7 +22,11 @@ runaway condition costs two time limits plus one worker start-up).
 from __future__ import annotations
 
 import atexit
+import json
 import multiprocessing
+import os
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -46,6 +56,66 @@ def _serve(conn: Any) -> None:  # runs in the worker process
         conn.send(reply)
 
 
+#: What the worker interpreter runs: the parent's ``sys.path`` (as ``spawn`` passes it), then
+#: :func:`_child_main` on the inherited connection. Nothing else is imported: not the caller's
+#: main module.
+_CHILD_CODE = ("import sys, json; sys.path[:] = json.loads(sys.argv[1]); "
+               "from sealbox.policy.worker import _child_main; _child_main(int(sys.argv[2]))")
+
+
+def _child_main(fd: int) -> None:  # runs in the worker interpreter
+    import signal
+    from multiprocessing.connection import Connection
+
+    # Ctrl-C in a terminal reaches the whole process group: the parent decides; the worker ends when
+    # the parent closes the connection (or kills it)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _serve(Connection(fd))
+
+
+class _Interpreter:
+    """The worker as a :class:`subprocess.Popen`, with the part of ``multiprocessing.Process``'s
+    interface :class:`ConditionWorker` uses."""
+
+    def __init__(self, popen: subprocess.Popen) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    def kill(self) -> None:
+        if self._popen.poll() is None:
+            self._popen.kill()
+
+    def join(self) -> None:
+        self._popen.wait()
+
+
+def _start_process() -> tuple[Any, Any]:
+    """A worker process and the parent's end of its connection (the worker is starting)."""
+    if os.name != "posix":  # no pass_fds: multiprocessing's spawn (imports the main module again)
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_serve, args=(child,), daemon=True, name="sealbox-policy-worker")
+        proc.start()
+        child.close()
+        return proc, parent
+    parent, child = multiprocessing.Pipe()
+    try:
+        from multiprocessing import spawn
+
+        popen = subprocess.Popen(
+            [spawn.get_executable(), "-c", _CHILD_CODE, json.dumps(sys.path), str(child.fileno())],
+            pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, close_fds=True)
+    except BaseException:
+        parent.close()
+        raise
+    finally:
+        child.close()
+    return _Interpreter(popen), parent
+
+
 class ConditionWorker:
     """One worker process evaluating CEL conditions; requests are serialized by a lock."""
 
@@ -56,16 +126,19 @@ class ConditionWorker:
         self.restarts = 0
 
     def _start(self) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_serve, args=(child,), daemon=True, name="sealbox-policy-worker")
-        proc.start()
-        child.close()
-        if not parent.poll(STARTUP_TIMEOUT_S):
+        try:
+            proc, parent = _start_process()
+        except OSError as exc:
+            raise RuntimeError(f"policy worker did not start: {exc}") from exc
+        try:
+            ready = parent.poll(STARTUP_TIMEOUT_S) and parent.recv()
+        except (EOFError, OSError):  # it ended at start-up (its error is on stderr)
+            ready = None
+        if not ready:
             proc.kill()
             proc.join()
+            parent.close()
             raise RuntimeError("policy worker did not start")
-        parent.recv()
         self._proc, self._conn = proc, parent
 
     def _kill(self) -> None:
