@@ -489,6 +489,33 @@ class Redactor:
         label = self._scrub(label, [False])
         return self.scrub_values(label, secrets) if secrets else label
 
+    def redact_labels(self, labels: dict[str, Any]) -> dict[str, Any]:
+        """A run's labels (``run.started``) as the store keeps them, unless the mode is ``full``: a
+        label under a sensitive key name (``api_key``, ``password``, ...) becomes the in-string
+        marker of its value, ``⟦redacted:hmac-sha256:<hex>⟧`` (the HMAC of the value's
+        ``{"$redacted": …}`` marker in a content field; a label stays a string), and the patterns'
+        matches in the other values and in the keys become in-string markers, as in free text
+        (``postgres://u:⟦redacted:…⟧@host/db``). In ``hashes-only`` mode too: labels stay readable
+        (policies match them, ``runs list --label`` filters on them) but hold no secret a pattern
+        or a key name finds. A value that is a marker already (a replay's recorded labels) is kept.
+        ``labels`` itself is returned when nothing changes."""
+        if self.policy.mode == "full" or not labels:
+            return labels
+        out: dict[str, Any] = {}
+        changed = False
+        for key, value in labels.items():
+            new_key = self._scrub(key, [False]) if type(key) is str else key
+            if type(value) is str:
+                if type(key) is str and _norm_key(key) in self._keys and not _WHOLE_MARKER.fullmatch(value):
+                    new_value: Any = f"⟦redacted:{self.marker(value)[MARKER_TAG]}⟧"
+                else:
+                    new_value = self._scrub(value, [False])
+            else:  # (an imported run's label may be a number or a bool: nothing in it to find)
+                new_value = value
+            changed = changed or new_key != key or new_value is not value
+            out[new_key] = new_value
+        return out if changed else labels
+
     def secret_values(self, name: str, value: Any) -> list[str]:
         """The strings of at least 4 characters that a sensitive key name or a configured path
         makes a ``{"$redacted": …}`` marker of in a content field's encoded ``value`` (``name``: the

@@ -310,6 +310,9 @@ class EventBuilder:
                 v for name, value, _data, _redacted in fields if name == "state"
                 for v in self.redactor.secret_values(name, value)] if payload["label"] else []
             payload["label"] = self.redactor.scrub_label(payload["label"], secrets)
+        if draft.kind == "run.started" and type(payload.get("labels")) is dict:  # the caller's words, shown by
+            # runs list: a secret-named label's value, and what a pattern finds, are not kept in clear
+            payload["labels"] = self.redactor.redact_labels(payload["labels"])
         if draft.kind == "note":  # a note's text and detail are the caller's words: redacted like content
             if "about" in content:  # its about redacted above, as content: the text as redact_note does
                 payload.update(redact_note(self.redactor, {"text": payload["text"]}, own))
