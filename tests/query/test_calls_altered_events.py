@@ -127,9 +127,10 @@ def test_calls_and_report_flag_an_altered_call_alike(store, tmp_path, monkeypatc
     rows = {r["call_id"]: r for r in json.loads(res.stdout)}
     assert {c: r["flags"] for c, r in rows.items()} == {"kept": [], "args": ["altered"], "result": ["altered"]}
     assert rows["args"]["arguments"] == {"sql": "DROP TABLE users"}  # what the database holds, flagged
-    assert res.stderr == ("warning: 2 call(s) listed hold an event whose bytes no longer hash to its recorded leaf "
-                          "hash (flag altered): changed below Sealbox after it was written, so what is shown for them "
-                          "is what the database holds now, not what was recorded; `sealbox verify` names the events\n")
+    assert res.stderr == ("warning: 2 call(s) listed hold an event changed below Sealbox after it was written (its "
+                          "bytes no longer hash to its recorded leaf hash, or a query column disagrees with them; "
+                          "flag altered): what is shown for them is what the database holds now, not what was "
+                          "recorded; `sealbox verify` names the events\n")
     res = subprocess.run([SEALBOX, "calls", "-s", path, "--match", "arguments.sql~SELECT 1"], capture_output=True,
                          text=True)
     assert res.returncode == 0 and res.stderr == "" and "altered" not in res.stdout  # an intact call alone: no flag
@@ -171,3 +172,67 @@ def test_calls_and_report_flag_an_altered_call_alike(store, tmp_path, monkeypatc
             "recorded hash; the values below are what the database holds now, not what was recorded.") in text
     res = subprocess.run([SEALBOX, "report", run_id, "--format", "html", "-s", path], capture_output=True, text=True)
     assert res.returncode == 0 and res.stdout.count(">ALTERED</span>") == 2, res.stderr
+
+
+def _set_column_below_sealbox(store, leaf: int, column: str, value) -> None:
+    """The query column ``column`` of the event at ``leaf`` set to ``value`` in the database itself (its
+    hashed bytes and leaf hash left as they are)."""
+    if store.backend == "sqlite":
+        import sqlite3
+
+        conn = sqlite3.connect(store.db_path, isolation_level=None)
+        try:
+            saved = [r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger'")]
+            conn.execute("BEGIN IMMEDIATE")
+            for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall():
+                conn.execute(f'DROP TRIGGER "{name}"')
+            conn.execute(f"UPDATE events SET {column} = ? WHERE leaf_index = ?", (value, leaf))
+            for sql in saved:
+                conn.execute(sql)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(store.url, autocommit=True) as conn:
+        conn.execute(f"SET search_path TO {store.schema}")
+        conn.execute("SET session_replication_role = replica")
+        conn.execute(f"UPDATE events SET {column} = %s WHERE leaf_index = %s", (value, leaf))
+
+
+def test_calls_flag_a_call_whose_query_columns_were_changed_below_sealbox(store):
+    """A query column (tool, a decision's effect, a result's ok) rewritten in the database, the hashed bytes
+    left intact: `sealbox calls` listed the rewritten values (a DELETE shown as a call to read_query that the
+    policy allowed) with no flag and no warning, exit 0, while every event still hashed to its leaf hash."""
+    rec = sealbox.Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="bot") as run:
+        run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "row-1", call_id="kept")
+        run.call_tool("db", "write_query", {"sql": "DELETE FROM users"}, lambda sql: "gone", call_id="tool")
+        run.call_tool("db", "write_query", {"sql": "DELETE FROM orders"}, lambda sql: "gone", call_id="effect")
+        run.call_tool("db", "write_query", {"sql": "DELETE FROM carts"}, lambda sql: "gone", call_id="ok")
+        run_id = run.run_id
+    leaf = {(e.kind, e.payload.get("call_id")): e.leaf_index for e in store.read_run(run_id)}
+    _set_column_below_sealbox(store, leaf["tool.call", "tool"], "tool", "read_query")
+    _set_column_below_sealbox(store, leaf["policy.decision", "effect"], "effect", "deny")
+    _set_column_below_sealbox(store, leaf["tool.result", "ok"], "ok", 0)
+    path = store.path
+    store.close()
+
+    res = subprocess.run([SEALBOX, "calls", "--json", "-s", path], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    rows = {r["call_id"]: r for r in json.loads(res.stdout)}
+    assert {c: (r["tool"], r["decision"], r["ok"], r["flags"]) for c, r in rows.items()} == {
+        "kept": ("read_query", "allow", True, []),
+        "tool": ("read_query", "allow", True, ["altered"]),
+        "effect": ("write_query", "deny", True, ["altered"]),
+        "ok": ("write_query", "allow", False, ["altered"])}
+    assert res.stderr == ("warning: 3 call(s) listed hold an event changed below Sealbox after it was written (its "
+                          "bytes no longer hash to its recorded leaf hash, or a query column disagrees with them; "
+                          "flag altered): what is shown for them is what the database holds now, not what was "
+                          "recorded; `sealbox verify` names the events\n")
+    res = subprocess.run([SEALBOX, "calls", "-s", path, "--tool", "read_query", "--csv"], capture_output=True,
+                         text=True)
+    assert res.returncode == 0 and res.stderr.startswith("warning: 1 call(s) listed hold an event changed below")
+    assert [line.split(",")[5] for line in res.stdout.splitlines()[1:]] == ["kept", "tool"]
+    assert res.stdout.splitlines()[2].endswith(',"[""altered""]"')

@@ -90,10 +90,10 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
                    "cannot search: they are not listed (docs/content-modes.md)", err=True)
     altered = sum(ALTERED_FLAG in r["flags"] for r in rows)
     if altered:
-        click.echo(f"warning: {altered} call(s) listed hold an event whose bytes no longer hash to its recorded "
-                   f"leaf hash (flag {ALTERED_FLAG}): changed below Sealbox after it was written, so what is shown "
-                   "for them is what the database holds now, not what was recorded; `sealbox verify` names the "
-                   "events", err=True)
+        click.echo(f"warning: {altered} call(s) listed hold an event changed below Sealbox after it was written "
+                   "(its bytes no longer hash to its recorded leaf hash, or a query column disagrees with them; "
+                   f"flag {ALTERED_FLAG}): what is shown for them is what the database holds now, not what was "
+                   "recorded; `sealbox verify` names the events", err=True)
     if as_json or as_csv:
         emit_rows(rows, CALL_COLUMNS, as_json=as_json, as_csv=as_csv, json_columns=("arguments",))
         if more:  # on stderr: stdout stays valid JSON / CSV

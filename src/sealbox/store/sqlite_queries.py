@@ -12,6 +12,8 @@ import json
 import sqlite3
 from typing import Any, Callable, Sequence, TypeVar
 
+import orjson
+
 from sealbox.errors import BlobNotFoundError, ConfigError
 from sealbox.events import KINDS, Event
 from sealbox.store.base import DamagedEventError, hash_tag
@@ -868,9 +870,37 @@ def _checked_call_rows(recs: Any, resolve: Any) -> list[dict[str, Any]]:
         craw, chash, draw, dhash, xraw, xhash = rec[_ALTERED_START:_ALTERED_END]
         # an event of the call changed below Sealbox: flagged, never shown as if it were what was recorded
         if not (intact(craw, chash) and (draw is None or intact(draw, dhash))
-                and (xraw is None or intact(xraw, xhash))):
+                and (xraw is None or intact(xraw, xhash))) or _columns_disagree(row, craw, draw, xraw):
             row["flags"].append(ALTERED_FLAG)
     return rows
+
+
+def _columns_disagree(row: dict[str, Any], craw: Any, draw: Any, xraw: Any) -> bool:
+    """Whether a value of ``row`` that the listing took from a query column (the call's run, time,
+    principal, step, server, tool and call id; its decision's effect, rule and reason code; its result's
+    ok and duration) differs from what the events' hashed bytes say: the column was changed below
+    Sealbox (``verify``'s ``index_mismatch``), so the row shows what was not recorded. Bytes that do not
+    parse count as a disagreement (what they say cannot be shown)."""
+    try:
+        env = orjson.loads(bytes(craw) if not isinstance(craw, (bytes, str)) else craw)
+        p = env["payload"]
+        if (row["run_id"], row["ts"], row["principal"], row["step"], row["server"], row["tool"], row["call_id"]) != (
+                env["run_id"], env["ts"], env["principal"], env["step"], p.get("server"), p.get("tool"),
+                p.get("call_id")):
+            return True
+        if draw is not None:
+            p = orjson.loads(bytes(draw) if not isinstance(draw, (bytes, str)) else draw)["payload"]
+            if (row["decision"], row["rule"], row["reason_code"], row["call_id"]) != (
+                    p.get("effect"), p.get("rule"), p.get("reason_code"), p.get("call_id")):
+                return True
+        if xraw is not None:
+            p = orjson.loads(bytes(xraw) if not isinstance(xraw, (bytes, str)) else xraw)["payload"]
+            if (row["ok"], row["duration_us"], row["call_id"]) != (bool(p.get("ok")), p.get("duration_us"),
+                                                                   p.get("call_id")):
+                return True
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return True
+    return False
 
 
 def _call_error(error: Any) -> dict[str, Any]:
