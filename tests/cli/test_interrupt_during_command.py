@@ -117,3 +117,65 @@ def test_an_internal_error_spanning_lines_is_still_one_error_line(tmp_path):
     assert (proc.returncode, proc.stdout) == (70, "")
     assert proc.stderr == ("error: internal error: RuntimeError: function f(bytea) does not exist LINE 1: SELECT f(raw) "
                            "^ HINT: No function matches. (set SEALBOX_DEBUG=1 for a traceback)\n")
+
+
+def _terminate(proc: subprocess.Popen, ready) -> tuple[int, str, str]:
+    deadline = time.monotonic() + 60
+    while not ready():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the command never blocked"
+        time.sleep(0.05)
+    time.sleep(0.2)  # blocked in its sleep, not on the way to it
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+def test_sigterm_while_a_replayed_agent_runs_cancels_the_replay_and_exits_143(tmp_path):
+    """SIGTERM (`kill PID`, a CI timeout, systemd stopping a job) killed the process outright: the replay
+    run was left open for ever (listed interrupted, its process gone) and an export's temporary file
+    stayed beside its target. It now runs the same cleanup as Ctrl-C: one line, exit 143."""
+    store = sealbox.init_store(tmp_path / "store")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="sleeper") as run:
+        run.note("recorded")
+    store.close()
+    started = tmp_path / "started"
+    (tmp_path / "slow_agent.py").write_text(textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+
+        def agent(run):
+            Path({str(started)!r}).write_text("yes")
+            time.sleep(120)
+    """))
+    proc = subprocess.Popen([str(SCRIPT), "replay", run.run_id, "-s", str(tmp_path / "store"),
+                             "--agent", "slow_agent:agent"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(PYTHONPATH=str(tmp_path)), cwd=tmp_path)
+    assert _terminate(proc, started.exists) == (143, "", "error: terminated\n")
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        (replay,) = [r for r in store.runs() if r["run_id"] != run.run_id and r["run_id"] != "system"]
+        assert store.read_run(replay["run_id"])[-1].payload["status"] == "cancelled"
+    finally:
+        store.close()
+
+
+def test_sigterm_while_an_export_writes_leaves_no_temporary_file(tmp_path):
+    store = sealbox.init_store(tmp_path / "store")
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        run.note("recorded")
+    store.close()
+    out = tmp_path / "out"
+    out.mkdir()
+    started = tmp_path / "started"
+    # the real CLI in its own process, held (as a slow disk would hold it) just before the bundle is written
+    code = ("import time, pathlib, sealbox.cli.main as m, sealbox.interop.bundle as b\n"
+            "def commit(self, data):\n"
+            f"    pathlib.Path({str(started)!r}).write_text('yes')\n"
+            "    time.sleep(120)\n"
+            "b.AtomicTarget.commit = commit\n"
+            f"m.main(['export', {run.run_id!r}, '-s', {str(tmp_path / 'store')!r}, '-o', {str(out / 'case.sbx')!r}])\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env())
+    assert _terminate(proc, started.exists) == (143, "", "error: terminated\n")
+    assert sorted(p.name for p in out.iterdir()) == []

@@ -43,6 +43,52 @@ class _Interrupted(BaseException):
     as an interrupt while the CLI loads does (``_sealbox_cli``)."""
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill PID`, a CI job's timeout, a service manager stopping it), raised where the command
+    is, as Ctrl-C raises KeyboardInterrupt: the same cleanup runs on the way out (a replay's run ended
+    "cancelled", an export's temporary file removed, an import's transaction rolled back), then
+    :func:`main` prints ``error: terminated`` and exits 143 (128 + SIGTERM)."""
+
+
+#: Whether SIGTERM came (set by :func:`_on_sigterm`).
+_terminated = False
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    global _terminated
+    import signal
+
+    _terminated = True
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends the process at once, as it used to
+    raise _Terminated()
+
+
+def _take_sigterm() -> bool:
+    """Handle SIGTERM as :class:`_Terminated` while a command runs, unless the caller chose otherwise (a
+    handler or SIG_IGN of its own) or this is not the main thread (only it may set handlers); whether it
+    was taken. A command may set its own (``gateway serve``: a clean shutdown, exit 0)."""
+    import signal
+
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+            return True
+    except ValueError:
+        pass
+    return False
+
+
+def _give_back_sigterm() -> None:
+    """SIGTERM's default again once :func:`main` is done (a caller that runs it in its own process)."""
+    import signal
+
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except ValueError:
+        pass
+
+
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
 
@@ -87,7 +133,17 @@ _NO_ARGS_IS_HELP: tuple[type[BaseException], ...] = tuple(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; turn Sealbox errors into one line on stderr and exit code 2."""
+    """Run the CLI; turn Sealbox errors into one line on stderr and exit code 2; SIGTERM as Ctrl-C
+    (its cleanup), then ``error: terminated`` and exit 143."""
+    taken = _take_sigterm()
+    try:
+        _main(argv)
+    finally:
+        if taken:
+            _give_back_sigterm()
+
+
+def _main(argv: list[str] | None) -> None:
     from sealbox.errors import SealboxError
 
     try:
@@ -95,6 +151,9 @@ def main(argv: list[str] | None = None) -> None:
         # or ``ctx.exit(n)`` comes back as the return value, which is the exit status.
         code = cli.main(args=argv, prog_name="sealbox", standalone_mode=False)
     except click.exceptions.Abort:
+        if _terminated:  # click turns a KeyboardInterrupt met in a prompt into Abort
+            click.echo("error: terminated", err=True)
+            sys.exit(143)
         click.echo("error: aborted", err=True)
         sys.exit(130)
     except _NO_ARGS_IS_HELP as exc:  # `sealbox`, `sealbox runs`: the help, as click prints it, not "error: Usage: …"
@@ -109,6 +168,9 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except (KeyboardInterrupt, _Interrupted):
+        if _terminated:
+            click.echo("error: terminated", err=True)
+            sys.exit(143)
         click.echo("error: interrupted", err=True)
         sys.exit(130)
     except BrokenPipeError:
