@@ -602,3 +602,24 @@ def check_choice(name: str, value: str | None, choices: Sequence[str]) -> str | 
     if value is not None and value not in choices:
         raise ConfigError(f"{name}: {value!r} is not one of {', '.join(choices)}")
     return value
+
+
+#: Characters a terminal acts on instead of showing: C0 controls but newline and tab (ESC starts
+#: the sequences that move the cursor, clear the screen, retitle the window or make a hyperlink),
+#: DEL and C1 controls (U+009B is a one-character CSI), and the bidirectional marks, embeddings,
+#: overrides and isolates that reorder the text shown around them.
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """``text`` as a human listing prints it: each character of :data:`_UNSAFE` written as its
+    escape (``\\x1b``, ``\\u202e``), so that text recorded from an agent (a tool name, an argument,
+    an error message) cannot drive the investigator's terminal or disguise itself (the listings; the HTML and Markdown
+    incident reports, read in a browser or with ``cat``). ``--json`` and ``--csv`` keep the text as
+    recorded."""
+    return _UNSAFE.sub(_escape, text)
+
+
+def _escape(found: re.Match) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

@@ -153,3 +153,25 @@ def test_export_to_dash_is_one_error_line_and_no_file_named_dash(failed_run, tmp
                            "-s", str(tmp_path / "store")], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", message + "\n")
     assert not (tmp_path / "-").exists()
+
+
+def test_terminal_controls_and_bidi_overrides_in_recorded_names_are_shown_escaped(tmp_path):
+    """An agent name, principal, tool name or result chosen by whoever drives the agent went into the
+    report as is: ESC sequences (``cat incident.md`` cleared the screen, retitled the window) and bidi
+    overrides (a tool named U+202E + 'yreuq_daer' read 'read_query' in the HTML and Markdown reports),
+    while `sealbox runs show` and `calls` print them escaped. Both reports now escape them the same way."""
+    store = sealbox.init_store(tmp_path / "store")
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="bot\x1b]0;pwned\x07", principal="agent:bot") as run:
+            run.call_tool("db", "\u202eyreuq_daer", {"q": "x"}, lambda q: "ok\u202e\x9b31m")
+        report = build_report(store, run.run_id, verify=False)
+    finally:
+        store.close()
+    text = render_markdown(report)
+    page = render_html(report)
+    for out in (text, page):
+        assert not any(ch in out for ch in "\x1b\x07\x9b\u202e")
+    assert "bot\\\\x1b\\]0;pwned\\\\x07" in text  # \x1b shown, its backslash escaped for Markdown
+    assert "\\\\u202eyreuq\\_daer" in text
+    assert "bot\\x1b]0;pwned\\x07" in page and "\\u202eyreuq_daer" in page
+    assert "&quot;ok\\u202e\\x9b31m&quot;" in page and '"ok\\u202e\\x9b31m"' in text  # the result's JSON text too

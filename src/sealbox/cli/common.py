@@ -299,24 +299,8 @@ def _key_widths(columns: Sequence[str], cells: list[list[str]], width: int) -> d
     return out
 
 
-#: Characters a terminal acts on instead of showing: C0 controls but newline and tab (ESC starts
-#: the sequences that move the cursor, clear the screen, retitle the window or make a hyperlink),
-#: DEL and C1 controls (U+009B is a one-character CSI), and the bidirectional marks, embeddings,
-#: overrides and isolates that reorder the text shown around them.
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def visible(text: str) -> str:
-    """``text`` as a human listing prints it: each character of :data:`_UNSAFE` written as its
-    escape (``\\x1b``, ``\\u202e``), so that text recorded from an agent (a tool name, an argument,
-    an error message) cannot drive the investigator's terminal or disguise itself. ``--json``
-    and ``--csv`` keep the text as recorded."""
-    return _UNSAFE.sub(_escape, text)
-
-
-def _escape(found: re.Match) -> str:
-    code = ord(found.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+# visible(): in sealbox.query, shared with the incident reports
+from sealbox.query import visible  # noqa: E402
 
 
 def _cell(value: Any) -> str:

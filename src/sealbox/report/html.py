@@ -21,7 +21,7 @@ import html
 import json
 from typing import Any, Iterable
 
-from sealbox.query import label_text, status_text
+from sealbox.query import label_text, status_text, visible
 from sealbox.report.model import AnswerView, ApprovalView, Content, IncidentReport, TimelineEntry
 
 __all__ = ["render_html"]
@@ -66,8 +66,10 @@ def _sha(text: str) -> str:
 
 
 def e(value: Any) -> str:
-    """Escape any value for HTML text or a quoted attribute."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """Escape any value for HTML text or a quoted attribute; terminal controls and bidi overrides
+    written as their escapes (:func:`sealbox.query.visible`: a U+202E must not make a tool name read
+    backwards), as ``sealbox runs show`` prints them."""
+    return html.escape(visible("" if value is None else str(value)), quote=True)
 
 
 def _badge(text: str, cls: str = "") -> str:

@@ -3,7 +3,8 @@
 Recorded text is never trusted as Markdown: inline text has every ASCII
 punctuation character that Markdown or HTML could act on backslash-escaped, inline
 text and code spans have every line break flattened (``\r``, U+2028 and the rest, not
-only ``\n``), and content goes into fenced code blocks whose fence is
+only ``\n``), terminal controls and bidi overrides are written as their escapes everywhere
+(``\x1b``, ``\u202e``), and content goes into fenced code blocks whose fence is
 longer than any run of backticks inside the content, so nothing can close the
 fence early.
 """
@@ -14,7 +15,7 @@ import json
 import re
 from typing import Any, Iterable
 
-from sealbox.query import label_text, status_text
+from sealbox.query import label_text, status_text, visible
 from sealbox.report.model import ApprovalView, Content, IncidentReport
 
 __all__ = ["render_markdown", "md"]
@@ -28,7 +29,10 @@ _LINE_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
 def _one_line(value: Any) -> str:
-    return _LINE_BREAKS.sub(" ", "" if value is None else str(value))
+    """One line (every line break a space), terminal controls and bidi overrides written as their
+    escapes (:func:`sealbox.query.visible`: ``cat incident.md`` must not drive the terminal, nor a
+    U+202E make a tool name read backwards), as ``sealbox runs show`` prints them."""
+    return visible(_LINE_BREAKS.sub(" ", "" if value is None else str(value)))
 
 
 def md(value: Any) -> str:
@@ -68,7 +72,7 @@ def _content(c: Content | None, label: str) -> list[str]:
     if c.look_alikes:
         notes.append(f"{c.look_alikes} look-alike redaction marker(s) from the source's own content, not redactions")
     head = f"{label}" + (f" ({'; '.join(notes)})" if notes else "") + ":"
-    return [head, "", _fence(c.text), ""]
+    return [head, "", _fence(visible(c.text)), ""]
 
 
 def _seconds(s: float | None) -> str:
