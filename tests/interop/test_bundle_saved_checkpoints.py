@@ -143,7 +143,10 @@ def test_a_rollback_fails(forked, tmp_path):
     code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", saved, cwd=tmp_path)
     assert code == 1 and "Verified" not in out
     assert (f"log_truncated: the checkpoint given in {saved} was signed for {size} events but the bundle's "
-            f"checkpoint covers only {smaller}: the log was rolled back or cut after it was saved") in out
+            f"checkpoint covers only {smaller}: either the bundle was exported before that checkpoint was saved "
+            f"(then `sealbox log prove --from-size {smaller} --to-size {size}`, given with --consistency, shows "
+            "that the log grew from the bundle's checkpoint to it) or the log was rolled back or cut after it was "
+            "saved") in out
     code, out, err = cli("export", "-s", back, first, "-o", tmp_path / "y.sbx", "--prove-from", saved, cwd=tmp_path)
     assert code == 2 and err.startswith(f"error: --prove-from {saved}: signed for {size} events, but this log "
                                         f"holds {smaller}")
@@ -380,3 +383,40 @@ def test_a_saved_checkpoint_that_does_not_verify_is_one_line_with_or_without_a_p
             assert out.splitlines()[-2].startswith("NOT VERIFIED: 1 problem(s) found."), (what, out)
             code, out, _ = cli("verify", bundle, "--key", vkey, "--checkpoint", file, *extra, "--json", cwd=tmp_path)
             assert code == 1 and [p["code"] for p in json.loads(out)["problems"]] == ["checkpoint_signature"]
+
+
+def test_a_bundle_exported_before_the_checkpoint_was_saved_is_not_called_a_rollback(forked, tmp_path):
+    """The auditor saved a checkpoint after the bundle was exported (the usual order when a case is
+    reopened): verify said `log_truncated: ... the log was rolled back or cut after it was saved`, exit 1,
+    even with a --consistency proof from the bundle's size to exactly that checkpoint, which it printed as
+    verified in the same output. Such a proof now shows the saved checkpoint extends the bundle's log
+    (exit 0); without it the problem says both possibilities and how to tell them apart."""
+    honest, _, _, _, vkey, run = forked
+    early = _export(honest, run, tmp_path / "early.sbx")
+    bundle_size = json.loads(cli("verify", early, "--key", vkey, "--json", cwd=tmp_path)[1])["checkpoint_size"]
+    _append(honest, "the log grows after the export")
+    later = _checkpoint(honest, tmp_path / "later.txt")
+    later_size = int(later.read_text().splitlines()[1])
+    code, out, _ = cli("verify", early, "--key", vkey, "--checkpoint", later, cwd=tmp_path)
+    assert code == 1 and "Verified" not in out
+    assert (f"log_truncated: the checkpoint given in {later} was signed for {later_size} events but the bundle's "
+            f"checkpoint covers only {bundle_size}: either the bundle was exported before that checkpoint was "
+            f"saved (then `sealbox log prove --from-size {bundle_size} --to-size {later_size}`, given with "
+            "--consistency, shows that the log grew from the bundle's checkpoint to it) or the log was rolled "
+            "back or cut after it was saved") in out
+    code, proof, err = cli("log", "prove", "-s", honest, "--from-size", str(bundle_size), "--to-size",
+                           str(later_size), cwd=tmp_path)
+    assert code == 0, err
+    (tmp_path / "proof.json").write_text(proof)
+    code, out, err = cli("verify", early, "--key", vkey, "--checkpoint", later, "--consistency",
+                         tmp_path / "proof.json", cwd=tmp_path)
+    assert code == 0, out + err
+    assert out.startswith("Verified: the bundle is intact.")
+    later_root = "sha256:" + base64.b64decode(later.read_text().splitlines()[2]).hex()
+    assert (f"The checkpoint given in {later} (size {later_size}, root {later_root}) extends the bundle's log: "
+            "it was saved after the export, and the --consistency proof shows the log grew from the bundle's "
+            "checkpoint to it.") in out
+    code, out, _ = cli("verify", early, "--key", vkey, "--checkpoint", later, "--consistency",
+                       tmp_path / "proof.json", "--json", cwd=tmp_path)
+    assert code == 0 and json.loads(out)["extends"] == [
+        {"checkpoint": f"the checkpoint given in {later}", "size": later_size, "root": later_root, "by": "newer"}]

@@ -219,6 +219,12 @@ class BundleReport:
                "given_proof": "an RFC 9162 consistency proof given with --proof-from-saved",
                "empty": "every log extends the empty tree"}
         for e in self.extends:
+            if e["by"] == "newer":
+                text += (f"\n{e['checkpoint'][:1].upper()}{e['checkpoint'][1:]} (size {e['size']}, root {e['root']}) "
+                         "extends the bundle's log: it "
+                         "was saved after the export, and the --consistency proof shows the log grew from the "
+                         "bundle's checkpoint to it.")
+                continue
             text += (f"\nThe bundle's log extends {e['checkpoint']} (size {e['size']}, root {e['root']}): "
                      f"{how[e['by']]}.")
         return text
@@ -467,7 +473,7 @@ class _Check:
         self._export_digest()
         consistency = self._consistency(proof_doc) if proof_doc is not None else None
         self._proofs()  # a malformed proof line is reported even when no checkpoint is compared
-        extends = tuple(self._saved(saved or []))
+        extends = tuple(self._saved(saved or [], consistency))
         runs = tuple({"run_id": r["run_id"], "agent": r["agent"], "events": r["events"], "status": r["last_kind"]}
                      for r in run_entries(self.envs))
         notes = tuple(f"run {r['run_id']} has no run.ended: it was open when exported (last event {r['status']}), "
@@ -925,12 +931,15 @@ class _Check:
             return None
         return {"size1": size1, "size2": size2, "root2": "sha256:" + newer.root.hex()}
 
-    def _saved(self, saved: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    def _saved(self, saved: list[tuple[str, str]], consistency: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Check that the bundle's log extends each checkpoint saved earlier (``--checkpoint``): signed by
         the trusted key for the bundle's origin, no larger than the bundle's checkpoint, and its root the
         root of the bundle's tree at its size: the bundle's own checkpoint (same size), or by a consistency
         proof of the :data:`PROOFS` member (RFC 9162 §2.1.4.2). A bundle never holds every leaf from 0 (the
-        system run's own events are not exported), so the root at an earlier size is never recomputed. Each failure is one problem naming the saved checkpoint."""
+        system run's own events are not exported), so the root at an earlier size is never recomputed. Each failure is one problem naming the saved checkpoint.
+        A saved checkpoint larger than the bundle's was saved after the export, or the log was rolled back:
+        ``consistency`` (the verified ``--consistency`` proof, from the bundle's checkpoint to a newer one)
+        ending at its size and root shows the former (``by``: ``newer``)."""
         out: list[dict[str, Any]] = []
         sizes: set[int] = set()  # of the saved checkpoints that opened: a given proof must start at one
         # a saved checkpoint that did not open (checkpoint_signature, checkpoint_origin): the proofs given may be
@@ -951,9 +960,21 @@ class _Check:
             sizes.add(cp.size)
             root = "sha256:" + cp.root.hex()
             if cp.size > self.cp.size:
+                if consistency is not None and consistency["size2"] == cp.size:
+                    if consistency["root2"] == root:  # the saved checkpoint extends the bundle's log
+                        out.append({"checkpoint": where, "size": cp.size, "root": root, "by": "newer"})
+                        continue
+                    self.problems.append(Problem(
+                        "checkpoint_fork", f"{where}: the log the --consistency proof extends the bundle's checkpoint "
+                        f"to has another root at size {cp.size} (the log was rewritten or forked)",
+                        expected=f"size {cp.size} with root {root}", found=consistency["root2"]))
+                    continue
                 self.problems.append(Problem(
                     "log_truncated", f"{where} was signed for {cp.size} events but the bundle's checkpoint covers "
-                    f"only {self.cp.size}: the log was rolled back or cut after it was saved",
+                    f"only {self.cp.size}: either the bundle was exported before that checkpoint was saved (then "
+                    f"`sealbox log prove --from-size {self.cp.size} --to-size {cp.size}`, given with --consistency, "
+                    "shows that the log grew from the bundle's checkpoint to it) or the log was rolled back or cut "
+                    "after it was saved",
                     expected=f"a log of at least {cp.size} events", found=f"{self.cp.size} events"))
                 continue
             by = self._extends(where, cp)
