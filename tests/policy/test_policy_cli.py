@@ -558,3 +558,20 @@ def test_a_misspelt_expect_or_call_is_named_as_the_unknown_field(tmp_path, capsy
     cases = write(tmp_path, case, "cases.yaml")
     assert run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases)) == (
         2, "", f"error: {cases}:1: {message}\n")
+
+
+def test_explain_reads_a_tool_given_as_server_slash_tool_as_listings_print_it(tmp_path, capsys):
+    """`--tool db/write_query` (as `sealbox calls` and `runs show` print a call, and as `calls --tool` takes
+    it) was explained as a call to a tool named 'db/write_query' on no server: every rule 'not_candidate',
+    `decision: deny (no_match)`, where the policy sends that call for approval. Without --server it is now
+    SERVER/TOOL, said on stderr; --server (even empty) keeps the tool's name as given."""
+    path = str(write(tmp_path, POLICY))
+    code, out, err = run_main(capsys, "policy", "explain", path, "--tool", "db/write_query", "--principal", "alice")
+    assert code == 0
+    assert err == ("note: --tool 'db/write_query' read as --server db --tool write_query (SERVER/TOOL, as listings "
+                   "print a call); give --server to name a tool whose own name holds a '/'\n")
+    assert out.splitlines()[-1] == ("decision: require_approval (policy_require_approval) rule=writes-need-ops: "
+                                    "rule 'writes-need-ops' requires approval for the call")
+    code, out, err = run_main(capsys, "policy", "explain", path, "--server", "", "--tool", "db/write_query",
+                              "--principal", "alice")
+    assert (code, err) == (0, "") and out.splitlines()[-1].startswith("decision: deny (no_match) rule=None")

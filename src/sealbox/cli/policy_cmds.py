@@ -295,22 +295,30 @@ def _json_option(text: str, option: str) -> Any:
 
 @policy_group.command("explain")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--tool", "-t", required=True, help="Upstream tool name.")
+@click.option("--tool", "-t", required=True,
+              help="Upstream tool name; without --server, SERVER/TOOL as listings print a call (db/write_query).")
 @click.option("--args", "args_json", default="{}", show_default=True, help="Arguments, as JSON.")
-@click.option("--server", "-s", default="", help="Upstream server id.")
+@click.option("--server", "-s", default=None, help="Upstream server id.")
 @click.option("--principal", "-p", default=None, help="Principal id, or a JSON object {id, role, groups, attributes}.")
 @click.option("--grant", "-g", default=None,
               help="The grant the call names (a grant id). Default: none, so implicit:<principal> "
                    "(not known without --principal, which a grant-reading rule denies).")
 @click.option("--json", "as_json", is_flag=True, help="Print the explanation as JSON.")
-def explain_cmd(file: str, tool: str, args_json: str, server: str, principal: str | None, grant: str | None,
-                as_json: bool) -> None:
+def explain_cmd(file: str, tool: str, args_json: str, server: str | None, principal: str | None,
+                grant: str | None, as_json: bool) -> None:
     """Show which rule decides a call and why, rule by rule."""
     from sealbox.policy.analysis import explain
 
     policy = _load(file)
     if not tool:
         raise BadInput("--tool must be a non-empty tool name")
+    if server is None:
+        server = ""
+        head, sep, rest = tool.partition("/")
+        if sep and head and rest:  # db/write_query, as `calls` and `runs show` print a call
+            server, tool = head, rest
+            click.echo(f"note: --tool {head + sep + rest!r} read as --server {head} --tool {rest} (SERVER/TOOL, as "
+                       "listings print a call); give --server to name a tool whose own name holds a '/'", err=True)
     arguments = _json_option(args_json, "--args")
     if not isinstance(arguments, dict):
         raise BadInput(f"--args must be a JSON object, not {_shown(arguments)}")
