@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 19
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 20
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -1677,3 +1677,39 @@ def test_a_text_repeating_the_start_of_a_command_line_or_cdata_pattern_is_redact
         secret = re.search(r"Zc6[\w-]*tail-?\d\d[a-e]", tail).group(0)
         assert secret not in tails[name], (name, tails[name])
         assert re.search(r"⟦redacted:hmac-sha256:[0-9a-f]{64}⟧", tails[name]), (name, tails[name])
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["c-scan", "pure-python"])
+def test_lower_case_yaml_and_ini_assignments_of_suffixed_secret_names_are_redacted(tmp_path, monkeypatch, pure):
+    """A tool returning a YAML or INI file (``db_password: hunter2x``, ``db_password = hunter2x``) stored the
+    password in clear: the key=value pattern wants the name to start a word (``\\bpassword``: none after ``db_``),
+    and the environment pattern takes UPPER_CASE names only. Found by recording such a config with call_tool and
+    grepping sealbox.db. Now a lower-case name ending with a secret suffix after ``_`` has its value redacted
+    (quoted whole); ``max_tokens``, ``page_token``, ``eos_token``, ``db_password_file`` are kept."""
+    from sealbox import redaction
+
+    if pure:
+        monkeypatch.setattr(redaction, "_c_scan_text", None)
+    yaml_text = ("database:\n  db_password: Zd1-yaml-pw-01a\n  app_secret: 'Zd1 quoted secret 02b'\n"
+                 "  stripe_api_key: \"Zd1-stripe-03c\"\n  my_access_token: Zd1-token-04d\n"
+                 "  slack_bot_token: Zd1-bot-05e\n  max_tokens: 4096\n  page_token: abc123\n  eos_token: </s>\n"
+                 "  db_password_file: /run/secrets/db\n")
+    ini_text = "[db]\ndb_password = Zd1-ini-pw-06f\nmysql_pwd=Zd1-ini-pwd-07g;\nssh_private_key = Zd1-key-08h\ninput_tokens = 12\n"
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("fs", "read", {"path": "config.yaml"}, lambda path: yaml_text)
+            run.call_tool("fs", "read", {"path": "db.ini"}, lambda path: ini_text)
+        results = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+    finally:
+        store.close()
+    assert IN_STRING.sub("M", results[0]) == (
+        "database:\n  db_password: M\n  app_secret: 'M'\n  stripe_api_key: \"M\"\n  my_access_token: M\n"
+        "  slack_bot_token: M\n  max_tokens: 4096\n  page_token: abc123\n  eos_token: </s>\n"
+        "  db_password_file: /run/secrets/db\n")
+    assert IN_STRING.sub("M", results[1]) == (
+        "[db]\ndb_password = M\nmysql_pwd=M;\nssh_private_key = M\ninput_tokens = 12\n")
+    data = file_bytes(tmp_path / "store")
+    for secret in (b"Zd1-yaml-pw-01a", b"Zd1 quoted secret 02b", b"Zd1-stripe-03c", b"Zd1-token-04d", b"Zd1-bot-05e",
+                   b"Zd1-ini-pw-06f", b"Zd1-ini-pwd-07g", b"Zd1-key-08h"):
+        assert secret not in data, secret
