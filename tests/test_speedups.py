@@ -226,7 +226,7 @@ def test_c_copy_plain_refuses_nesting_deeper_than_the_stack_as_the_reference_doe
 
 # --------------------------------------------------------------------------- scan_text (the redactor's quick check)
 
-from sealbox.redaction import ContentPolicy, Redactor, _norm_key, _required_literals, _scan_tables  # noqa: E402
+from sealbox.redaction import ContentPolicy, Redactor, _norm_key, _required_literals, _scan_tables, _suffix_table  # noqa: E402
 
 _NEEDLES = (b'"$map"', b"bearer", b"sk-", b"://")
 _TABLES = _scan_tables(_NEEDLES, 0b0010)  # "bearer" in either case
@@ -282,7 +282,8 @@ def test_scan_text_finds_the_default_keys_sorted_or_not() -> None:
     bisection, others one by one: the same answers for every default key, its neighbours and the names around them."""
     from sealbox.redaction import DEFAULT_KEYS, _norm_key
 
-    keys = sorted({_norm_key(k).encode() for k in DEFAULT_KEYS}, key=lambda k: (len(k), k))
+    keys = sorted({_norm_key(k).encode() for k in DEFAULT_KEYS if not k.startswith("*")},  # ("*password": a suffix)
+                  key=lambda k: (len(k), k))
     redactor = Redactor(b"k" * 32)
     if redactor._scan:  # (not under SEALBOX_PURE_PYTHON=1)
         assert redactor._key_bytes == tuple(keys)
@@ -404,3 +405,90 @@ def test_scan_text_declines_a_configured_key_longer_than_its_buffer() -> None:
     assert redactor._scan is True
     out, changed = redactor.apply("arguments", {long_key: "secret-value", "a": "b"})
     assert changed is True and out[long_key] != "secret-value"
+
+
+_SUFFIX_NAMES = ("word", "apikey")
+_SUFFIXES = _suffix_table((b"word", b"apikey"))  # as scan_text takes them
+
+
+@settings(max_examples=400, deadline=None)
+@given(names=st.lists(st.lists(st.sampled_from(_KEY_PIECES + ["s", "max", "A"]), max_size=5).map("".join), max_size=5),
+       filler=st.text(alphabet="ab sk-:/BEARERbearer\"[],", max_size=30), shape=st.sampled_from(["keys", "pairs", "named"]))
+def test_scan_text_finds_suffixed_names_as_the_python_key_test_would(names: list[str], filler: str, shape: str) -> None:
+    """Suffix keys (``*password`` in a policy: ``MY_APP_PASSWORD``): -1 exactly when a name (a key, a pair's first item,
+    a ``name`` member's string) normalises to a key or ends with a suffix, or holds a non-ASCII character, as the
+    redactor's ``name in keys`` (``_KeyNames``) decides; otherwise the needles found."""
+    import json
+
+    from sealbox.redaction import _KeyNames
+
+    keys = _KeyNames({k.decode() for k in _KEYS}, _SUFFIX_NAMES)
+    if shape == "keys":
+        value: Any = {**{n: filler for n in names}, "v": filler}
+    elif shape == "pairs":
+        value = {"v": [[n, filler] for n in names] + [filler, [filler]]}
+    else:
+        value = [{"name": n, "value": filler} for n in names]
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    data = text.encode()
+    got = _speedups.scan_text(data, _NEEDLES, _TABLES, _KEYS, False, _SUFFIXES)
+    if "\\" in text:
+        assert got == -1
+        return
+    if any(_norm_key(n) in keys or not n.isascii() for n in names):
+        assert got == -1, (names, data)
+        return
+    if got == -1:  # a filler holding [" ... ", or "name":" inside a pair list (a false alarm, only costs the walk)
+        assert shape != "keys" and ("[" in filler or ":" in filler)
+        return
+    expected = sum(1 << j for j, n in enumerate(_NEEDLES) if (n in data.lower() if j == 1 else n in data))
+    assert got == expected, (names, data)
+
+
+@pytest.mark.parametrize("text, expected", [
+    (b'{"MY_APP_PASSWORD":1}', -1), (b'{"my-app-pass_word":1}', -1), (b'[["X-Stripe-Api-Key","v"]]', -1),
+    (b'[{"name":"myApiKey","value":"v"}]', -1), (b'{"wordy":1}', 0), (b'{"passwords":1}', 0), (b'{"word":1}', -1),
+    (b'{"apike":1}', 0), (b'{"a":"MY_APP_PASSWORD"}', 0),  # a value, not a name
+])
+def test_scan_text_finds_names_ending_with_a_suffix(text: bytes, expected: int) -> None:
+    assert _speedups.scan_text(text, _NEEDLES, _TABLES, (), True, _SUFFIXES) == expected
+    assert _speedups.scan_text(text, _NEEDLES, _TABLES, (), True) == 0  # without suffixes: no key at all
+
+
+def test_scan_text_rejects_bad_suffixes() -> None:
+    head = _SUFFIXES[:33]
+    for bad in (b"\x00", head[:32] + b"\x41" + b"\x41" + b"a" * 65, head[:32] + b"\x00" + b"\x01a"):  # short, too long
+        with pytest.raises(ValueError):
+            _speedups.scan_text(b"x", _NEEDLES, _TABLES, _KEYS, True, bad)
+    for bad in (head + b"\x00", head + b"\x05word", head + b"\x04word\x07apikey", head + b"\x07abcdefg"):
+        with pytest.raises(ValueError):  # an entry empty, past the end, longer than the longest: where it is read
+            _speedups.scan_text(b'{"xd":1}', _NEEDLES, _TABLES, _KEYS, True, bad)
+    with pytest.raises(TypeError):
+        _speedups.scan_text(b"x", _NEEDLES, _TABLES, _KEYS, True, (b"word",))
+    assert _speedups.scan_text(b'{"apikey":1}', _NEEDLES, _TABLES, (), True, b"") == 0  # no suffix
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["c-scan", "pure-python"])
+def test_the_redactor_quick_check_and_walk_agree_on_suffixed_names(monkeypatch, pure: bool) -> None:
+    """The quick check (C scan, or the regex searches without it) never says "clean" for a value the walk redacts
+    by a suffix key, and (the C scan) says "clean" for the token counts that merely contain a secret word; the walk
+    keeps those."""
+    from sealbox import redaction
+
+    if pure:
+        monkeypatch.setattr(redaction, "_c_scan_text", None)
+    r = Redactor(b"k" * 32)
+    assert bool(r._scan) is not pure
+    redacted = [{"MY_APP_PASSWORD": "v"}, {"my_app_secret": "v"}, {"webhookSecret": "v"}, {"SECRET_KEY_BASE": "v"},
+                [["X-Stripe-Api-Key", "v"]], [{"Name": "MY_APP_PASSWORD", "Value": "v"}],
+                {"env": [{"key": "slack_bot_token", "value": "v"}]}, {"a": {"STRIPE_LIVE_API_KEY": 1}}]
+    kept = [{"max_tokens": 1, "input_tokens": 2, "output_tokens": 3, "total_tokens": 4, "token_count": 5,
+             "num_tokens": 6, "page_token": "p", "next_token": "n", "eos_token": "</s>", "password_file": "/x",
+             "tokens": 7, "passwords_checked": 2}]
+    for value in redacted:
+        assert r._clean(value) is False, value
+        assert r.apply("arguments", value)[1] is True, value
+    for value in kept:
+        if not pure:  # (the regex searches' prefilters drop the pattern's \b: page_token": is a false alarm there)
+            assert r._clean(value) is True, value
+        assert r.apply("arguments", value) == (value, False)

@@ -215,7 +215,7 @@ copy_plain(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 
 
 /*
- * scan_text(data, needles, tables, keys[, keys_sorted]) -> int
+ * scan_text(data, needles, tables, keys[, keys_sorted[, suffixes]]) -> int
  *
  * One pass over ``data`` (a redactor's canonical JSON text, sealbox.redaction.Redactor._clean):
  *
@@ -227,6 +227,8 @@ copy_plain(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
  *   by length, then bytes, as the redactor sorts them; else one by one); so is the string value of a member named ``name`` or ``key`` (normalised: ``{"name":
  *   "Authorization","value":...}``, whose ``value`` the walk redacts, Redactor._names_a_key). A match, or a name holding a byte >= 0x80 (whose Unicode lower case could be
  *   ASCII: U+212A KELVIN SIGN is ``k``), returns -1.
+ *   suffixes (bytes, sealbox.redaction._suffix_table of the normalised suffixes, 1 to 64 bytes each): a name (as above) whose normalised form ends with
+ *   one of them returns -1 too (``MY_APP_PASSWORD`` for ``password``: the redactor's suffix keys, ``*password``).
  * - needles (a tuple of at most 64 bytes objects, each at least 2 bytes): otherwise the result
  *   has bit i set when needles[i] occurs in ``data``.
  * - tables (bytes, from sealbox.redaction._scan_tables): 256 native uint64 masks of the needles
@@ -259,9 +261,9 @@ compare_key(const unsigned char *a, Py_ssize_t alen, const unsigned char *b, Py_
 static PyObject *
 scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 4 || nargs > 5 || !PyBytes_Check(args[0]) || !PyTuple_Check(args[1]) || !PyBytes_Check(args[2])
+    if (nargs < 4 || nargs > 6 || !PyBytes_Check(args[0]) || !PyTuple_Check(args[1]) || !PyBytes_Check(args[2])
         || !PyTuple_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "scan_text(data: bytes, needles: tuple, tables: bytes, keys: tuple[, keys_sorted])");
+        PyErr_SetString(PyExc_TypeError, "scan_text(data: bytes, needles: tuple, tables: bytes, keys: tuple[, keys_sorted[, suffixes]])");
         return NULL;
     }
     const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
@@ -289,9 +291,40 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     /* keys_sorted: the caller's word that keys are sorted by length, then bytes (compare_key; the redactor sorts
      * them once): looked up by bisection, else one by one */
     int sorted = 0;
-    if (nargs == 5) {
+    if (nargs >= 5) {
         sorted = PyObject_IsTrue(args[4]);
         if (sorted < 0) {
+            return NULL;
+        }
+    }
+    /* suffixes (bytes, sealbox.redaction._suffix_table: 32 bytes, the bit set of the bytes the suffixes end with; a
+     * byte, the longest suffix's length; then each suffix after a byte giving its length, 1 to 64): a name whose
+     * normalised form ends with one is a key too; only its last maxsuffix normalised bytes are compared, read
+     * backwards from its closing quote. Read as given on every call (the redactor passes the same object each
+     * time); an entry's length is checked where it is read */
+    const unsigned char *sfx = NULL, *lastbyte = NULL;
+    Py_ssize_t sfxlen = 0, maxsuffix = 0;
+    int nsuffixes = 0;
+    if (nargs == 6) {
+        if (!PyBytes_Check(args[5])) {
+            PyErr_SetString(PyExc_TypeError, "scan_text: suffixes must be bytes (sealbox.redaction._suffix_table)");
+            return NULL;
+        }
+        Py_ssize_t size = PyBytes_GET_SIZE(args[5]);
+        const unsigned char *table = (const unsigned char *)PyBytes_AS_STRING(args[5]);
+        if (size > 33) {
+            lastbyte = table;
+            maxsuffix = table[32];
+            sfx = table + 33;
+            sfxlen = size - 33;
+            nsuffixes = 1;
+            if (maxsuffix < 1 || maxsuffix > 64) {
+                PyErr_SetString(PyExc_ValueError, "scan_text: suffixes: the longest must be 1 to 64 bytes");
+                return NULL;
+            }
+        }
+        else if (size != 0) {
+            PyErr_SetString(PyExc_ValueError, "scan_text: suffixes: a table of 33 bytes, then the suffixes");
             return NULL;
         }
     }
@@ -319,7 +352,7 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
             /* a key ("name":), or a list's first item followed by another (["name",): a [name, value]
              * pair, whose value the walk redacts when the name is a key's */
             int is_key = data[i + 1] == ':';
-            if (nkeys && quote >= 0 && (is_key || (data[i + 1] == ',' && quote > 0 && data[quote - 1] == '[')
+            if ((nkeys || nsuffixes) && quote >= 0 && (is_key || (data[i + 1] == ',' && quote > 0 && data[quote - 1] == '[')
                                         || (closing && named && quote > 0 && data[quote - 1] == ':'))) {
                 Py_ssize_t len = 0;
                 int too_long = 0;
@@ -339,6 +372,40 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
                         return PyLong_FromLong(-1); /* a configured key this long: not decided here */
                     }
                     norm[len++] = (k >= 'A' && k <= 'Z') ? (unsigned char)(k - 'A' + 'a') : k;
+                }
+                if (nsuffixes) {
+                    /* the name's last normalised bytes, backwards (tail[0] is its last byte); every byte is ASCII here */
+                    unsigned char tail[64];
+                    Py_ssize_t tlen = 0;
+                    for (Py_ssize_t p = i - 1; p > quote && tlen < maxsuffix; p--) {
+                        unsigned char k = data[p];
+                        if (k == '-' || k == '_') {
+                            continue;
+                        }
+                        tail[tlen++] = (k >= 'A' && k <= 'Z') ? (unsigned char)(k - 'A' + 'a') : k;
+                        if (tlen == 1 && !((lastbyte[tail[0] >> 3] >> (tail[0] & 7)) & 1)) {
+                            tlen = 0; /* its last byte ends no suffix */
+                            break;
+                        }
+                    }
+                    for (Py_ssize_t p = 0; tlen && p < sfxlen; p += 1 + sfx[p]) {
+                        Py_ssize_t slen = sfx[p];
+                        const unsigned char *sd = sfx + p + 1;
+                        if (slen < 1 || slen > maxsuffix || p + 1 + slen > sfxlen) {
+                            PyErr_SetString(PyExc_ValueError, "scan_text: suffixes: an entry of 1 to the longest's bytes, within the table");
+                            return NULL;
+                        }
+                        if (slen > tlen) {
+                            continue;
+                        }
+                        Py_ssize_t q = 0;
+                        while (q < slen && sd[slen - 1 - q] == tail[q]) {
+                            q++;
+                        }
+                        if (q == slen) {
+                            return PyLong_FromLong(-1);
+                        }
+                    }
                 }
                 if (is_key && closing) {
                     named = !too_long && ((len == 4 && memcmp(norm, "name", 4) == 0) || (len == 3 && memcmp(norm, "key", 3) == 0));
@@ -414,9 +481,9 @@ static PyMethodDef methods[] = {
      "copy_plain(value, limit) -> (copy, floats): sealbox.canonical._copy_plain(value, 0, limit, seen) in C.\n\n"
      "Raises NotPlain where the Python reference raises _NotPlain."},
     {"scan_text", (PyCFunction)(void (*)(void))scan_text, METH_FASTCALL,
-     "scan_text(data, needles, tables, keys[, keys_sorted]) -> int: -1 when the text holds a backslash, or a \"key\": or [\"key\", or a\n"
+     "scan_text(data, needles, tables, keys[, keys_sorted[, suffixes]]) -> int: -1 when the text holds a backslash, or a \"key\": or [\"key\", or a\n"
      "\"name\":\"key\" / \"key\":\"key\" member that\n"
-     "normalises to one of keys (or holds a non-ASCII byte), else the bit mask of the needles found (sealbox.redaction)."},
+     "normalises to one of keys or ends with one of suffixes (or holds a non-ASCII byte), else the bit mask of the needles found (sealbox.redaction)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -63,6 +63,12 @@ DEFAULT_KEYS = (
     "rabbitmq_default_pass", "github_token", "gh_token", "gitlab_token", "npm_token", "node_auth_token", "slack_token",
     "slack_bot_token", "hf_token", "huggingface_hub_token", "openai_api_key", "anthropic_api_key", "google_api_key",
     "gemini_api_key", "mistral_api_key", "stripe_secret_key", "stripe_api_key", "sendgrid_api_key", "jwt_secret",
+    "secret_key_base",
+    # a name starting with "*" is a suffix: any name whose normalised form ends with the rest (MY_APP_PASSWORD,
+    # my_app_secret, webhookSecret, STRIPE_LIVE_API_KEY); a credential's token only after its word (not *token:
+    # max_tokens ends with "tokens", but page_token, next_token, eos_token would match)
+    "*password", "*passwd", "*passphrase", "*secret", "*secret_key", "*api_key", "*private_key", "*access_token",
+    "*refresh_token", "*auth_token", "*session_token", "*api_token", "*bot_token", "*security_token",
 )
 
 #: Patterns of secrets inside strings (Python ``re``).
@@ -270,7 +276,14 @@ class Redactor:
     policy: ContentPolicy = field(default_factory=ContentPolicy)
 
     def __post_init__(self) -> None:
-        self._keys = {_norm_key(k) for k in self.policy.keys}
+        normalised = {_norm_key(k) for k in self.policy.keys}
+        # "*name": a suffix (_KeyNames); the others exact
+        self._suffixes = tuple(sorted({k[1:] for k in normalised if k.startswith("*") and len(k) > 1}))
+        exact = {k for k in normalised if not k.startswith("*")}
+        self._keys = _KeyNames(exact, self._suffixes) if self._suffixes else exact
+        # the names a string is told from a secret by (own_values, _removed_from): exact only (a secret value such as
+        # "hunter2-very-secret" ends with a suffix, and must still be scrubbed from what is recorded after it)
+        self._exact_keys = frozenset(exact)
         self._paths = [p.split(".") for p in self.policy.paths]
         self._patterns = [re.compile(p) for p in self.policy.patterns]
         # per pattern, strings one of which each of its matches holds (None: no such string known), so that
@@ -286,7 +299,7 @@ class Redactor:
         self._texts: dict[str, tuple[str, bool]] = {}
         self._texts_size = 0
         self._prefilters = _prefilters(self.policy.patterns) if self._quick else ()
-        self._key_marks = tuple(f'"{k}":' for k in self._keys)
+        self._key_marks = tuple(f'"{k}":' for k in self._keys) + tuple(f'{k}":' for k in self._suffixes)
         # the same tests, one C-speed search each: any key mark; any relaxed (regex) prefilter
         self._any_mark = re.compile(_trie(self._key_marks)) if self._key_marks else None
         self._literals = tuple(lit for lit, _ in self._prefilters if lit is not None)
@@ -295,17 +308,18 @@ class Redactor:
         relaxed = [(gate, rx) for (lit, rx), gate in zip(self._prefilters, self._scrub_gates) if lit is None]
         self._gated_relaxed = tuple((gate, rx) for gate, rx in relaxed if gate is not None)
         self._any_relaxed = _compile_any([rx.pattern for gate, rx in relaxed if gate is None])
-        self._named_rx = _named_regex(self._keys) if self._quick and self._keys else None
+        self._named_rx = _named_regex(self._keys, self._suffixes) if self._quick and (self._keys or self._suffixes) else None
         self._scan = _c_scan_text is not None and self._quick and self._scan_plan()
-        self._pair_rx = _pair_regex(self._keys) if self._quick and self._keys else None
+        self._pair_rx = _pair_regex(self._keys, self._suffixes) if self._quick and (self._keys or self._suffixes) else None
         # JSON held in a string is parsed only when a sensitive name may be in it (a quoted key or pair name,
         # its closing quote escaped when the JSON text is itself inside a JSON string held in the text)
-        self._json_gate = re.compile('"' + _trie(self._keys) + r'\\*"') if self._keys else None
+        self._json_gate = (re.compile('(?:"' + _trie(self._keys) + "|" + _trie(self._suffixes) + r')\\*"')
+                           if self._suffixes else re.compile('"' + _trie(self._keys) + r'\\*"') if self._keys else None)
 
     @property
     def key_names(self) -> frozenset:
-        """The sensitive key names as compared (normalised: lower case, no ``-`` or ``_``)."""
-        return frozenset(self._keys)
+        """The exact sensitive key names as compared (normalised: lower case, no ``-`` or ``_``; not the suffixes)."""
+        return self._exact_keys
 
     def marker(self, value: Any) -> dict[str, str]:
         """``{"$redacted": "hmac-sha256:<hex>"}`` for a strict JSON value (a string holding a lone
@@ -405,12 +419,16 @@ class Redactor:
         self._always = tuple(always)
         # by length, then bytes: scan_text bisects them (keys_sorted)
         self._key_bytes = tuple(sorted((k.encode() for k in self._keys), key=lambda k: (len(k), k)))
+        suffixes = tuple(k.encode() for k in self._suffixes)
+        if any(len(k) > 64 for k in suffixes):
+            return False  # a configured suffix longer than the scan compares: the regex searches decide
+        self._suffix_bytes = _suffix_table(suffixes)
         return True
 
     def _clean_text(self, data: bytes) -> bool:
         if self._scan:  # the C scan also finds a [name, value] pair named as a sensitive key (["Cookie",), and
             # a member "name" / "key" whose string is one ({"name":"Cookie","value":…}, Redactor._names_a_key)
-            found = _c_scan_text(data, self._needles, self._tables, self._key_bytes, True)  # sorted
+            found = _c_scan_text(data, self._needles, self._tables, self._key_bytes, True, self._suffix_bytes)  # sorted
             if found == 0 and not self._always:
                 return True
             if found < 0 or found & self._tag_bits:
@@ -550,7 +568,7 @@ class Redactor:
         if self.policy.mode != "redacted":
             return []
         out, changed = self.apply(name, value)
-        return _removed_from(value, out, minimum, self._keys) if changed else []
+        return _removed_from(value, out, minimum, self._exact_keys) if changed else []
 
     def scrub_echoes(self, name: str, value: Any, known: "list[str] | tuple[str, ...] | set[str]",
                      minimum: int = 4, direct: bool = False) -> tuple[list[str], Any, bool]:
@@ -572,8 +590,8 @@ class Redactor:
         if self.policy.mode != "redacted":
             return [], value, False
         out, redacted = self.apply(name, value)
-        own = (own_values(value, out, minimum, self._keys) if direct
-               else _removed_from(value, out, minimum, self._keys)) if redacted else []
+        own = (own_values(value, out, minimum, self._exact_keys) if direct
+               else _removed_from(value, out, minimum, self._exact_keys)) if redacted else []
         wanted = set(known)
         wanted.update(own)
         if not wanted:
@@ -824,7 +842,7 @@ class Redactor:
             return {tag: pairs}
         if tag == "$lossy" and type(inner) is dict and type(inner.get("repr")) is str:
             text = _norm_key(inner["repr"])  # a repr of an object we could not encode: no keys to look at
-            if any(k in text for k in self._keys):
+            if any(k in text for k in self._keys) or any(k in text for k in self._suffixes):
                 changed[0] = True
                 out = dict(inner)
                 out["repr"] = f"⟦redacted:{self.marker(inner['repr'])[MARKER_TAG]}⟧"
@@ -1094,16 +1112,20 @@ def _quick_ok(policy: ContentPolicy, combined: "re.Pattern[str] | None") -> bool
 _FOLDS_TO_ASCII = {"k": "\u212a"}
 
 
-def _pair_regex(keys: "set[str]") -> "re.Pattern[bytes]":
+def _pair_regex(keys: "set[str]", suffixes: "tuple[str, ...]" = ()) -> "re.Pattern[bytes]":
     """A search of canonical text for a list whose first item is a string that :func:`_norm_key`
     makes one of ``keys`` (normalised, ASCII: see :func:`_quick_ok`): ``["Set-Cookie",``, for
     :meth:`Redactor._clean_text`. Every list starting with a string appears as ``["<text>",`` (a
     string holding ``"`` or ``\\`` has a backslash, which both forms of the check decline), and the
     name's characters are the key's, each in either case (``k`` also as the Kelvin sign, which
     ``lower()`` makes ``k``), with any ``-`` and ``_`` between them: so it finds every pair
-    :meth:`Redactor._walk` redacts; a match in a longer list only costs the walk."""
+    :meth:`Redactor._walk` redacts; a match in a longer list only costs the walk. A name ending with one
+    of ``suffixes`` (normalised) is found as any text before the suffix's characters."""
     sep = b"[-_]*"
-    return re.compile(b'\\["' + sep + _names_regex(keys, sep) + sep + b'",')
+    names = [sep + _names_regex(keys, sep)] if keys else []
+    if suffixes:
+        names.append(b'[^"]*' + _names_regex(suffixes, sep))
+    return re.compile(b'\\["(?:' + b"|".join(names) + b")" + sep + b'",')
 
 
 #: The members of a dict that name its ``value`` member (``Redactor._names_a_key``), lower-cased.
@@ -1123,7 +1145,7 @@ def _names_regex(keys: "Any", sep: bytes) -> bytes:
     return b"(?:" + b"|".join(names) + b")"
 
 
-def _named_regex(keys: "set[str]") -> "re.Pattern[bytes]":
+def _named_regex(keys: "set[str]", suffixes: "tuple[str, ...]" = ()) -> "re.Pattern[bytes]":
     """A search of canonical text for a member ``name`` / ``key`` (lower-cased; ``K`` may be the Kelvin
     sign) whose string :func:`_norm_key` makes one of ``keys``: ``"Key":"api_key"``, for
     :meth:`Redactor._clean_text`. Canonical text writes a member as ``"<key>":"<text>"`` (a string
@@ -1131,7 +1153,10 @@ def _named_regex(keys: "set[str]") -> "re.Pattern[bytes]":
     dict :meth:`Redactor._names_a_key` finds."""
     sep = b"[-_]*"
     members = _names_regex(_NAME_MEMBERS, b"")
-    return re.compile(b'"' + members + b'":"' + sep + _names_regex(keys, sep) + sep + b'"')
+    names = [sep + _names_regex(keys, sep)] if keys else []
+    if suffixes:  # a name ending with one of them: any text before it
+        names.append(b'[^"]*' + _names_regex(suffixes, sep))
+    return re.compile(b'"' + members + b'":"(?:' + b"|".join(names) + b")" + sep + b'"')
 _CARET = re.compile(r"(?<!\[)\^")  # "^" as an anchor (not the "[^" of a negated class)
 
 
@@ -1161,6 +1186,22 @@ def _trie(words: "Any") -> str:
         return source(tree)
     except RecursionError:  # configured names thousands of characters long: one branch per name
         return "(?:" + "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)) + ")"
+
+
+class _KeyNames(frozenset):
+    """The exact sensitive names (normalised), and ``suffixes``: ``name in keys`` is also true of a name
+    ending with one of them (``myapppassword`` for the configured ``*password``). Iterating gives the
+    exact names only."""
+
+    suffixes: "tuple[str, ...]" = ()
+
+    def __new__(cls, names: "Any", suffixes: "tuple[str, ...]") -> "_KeyNames":
+        self = super().__new__(cls, names)
+        self.suffixes = tuple(suffixes)
+        return self
+
+    def __contains__(self, name: object) -> bool:
+        return frozenset.__contains__(self, name) or (type(name) is str and name.endswith(self.suffixes))
 
 
 def _norm_key(key: str) -> str:
@@ -1215,6 +1256,18 @@ def _leading_literals(body: str) -> int:
         return n
     except Exception:  # noqa: BLE001 - an unknown construct: no literal prefilter
         return 0
+
+
+def _suffix_table(suffixes: "tuple[bytes, ...]") -> bytes:
+    """The ``suffixes`` argument of :func:`sealbox._speedups.scan_text` (normalised, 1 to 64 bytes each): the bit set
+    (32 bytes) of the bytes they end with, the longest one's length, then each after a byte giving its length;
+    ``b""`` for none."""
+    if not suffixes:
+        return b""
+    mask = bytearray(32)
+    for suffix in suffixes:
+        mask[suffix[-1] >> 3] |= 1 << (suffix[-1] & 7)
+    return bytes(mask) + bytes([max(map(len, suffixes))]) + b"".join(bytes([len(k)]) + k for k in suffixes)
 
 
 def _scan_tables(needles: tuple[bytes, ...], folded: int) -> bytes:

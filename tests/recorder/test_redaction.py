@@ -1713,3 +1713,38 @@ def test_lower_case_yaml_and_ini_assignments_of_suffixed_secret_names_are_redact
     for secret in (b"Zd1-yaml-pw-01a", b"Zd1 quoted secret 02b", b"Zd1-stripe-03c", b"Zd1-token-04d", b"Zd1-bot-05e",
                    b"Zd1-ini-pw-06f", b"Zd1-ini-pwd-07g", b"Zd1-key-08h"):
         assert secret not in data, secret
+
+
+def test_names_ending_with_a_secret_suffix_are_redacted_by_default(tmp_path):
+    """Names not in the default list but secret by their suffix were stored in clear: ``{"MY_APP_PASSWORD": …}``,
+    ``my_app_secret``, ``SECRET_KEY_BASE``, a header pair ``["X-Stripe-Api-Key", …]``, a container env member
+    ``{"name": "MY_APP_PASSWORD", "value": …}`` (reproduced by an earlier review; key names matched as a whole).
+    Now the default keys include suffixes (``*password``, ``*secret``, ``*api_key``, ``*access_token``, …) and
+    ``secret_key_base``; token counts (``max_tokens``, ``input_tokens``, ``token_count``, ``num_tokens``) and other
+    ``_token`` names (``page_token``) are kept."""
+    names = ["MY_APP_PASSWORD", "my_app_secret", "stripe_api_key", "github_token", "SECRET_KEY_BASE", "webhookSecret",
+             "STRIPE_LIVE_API_KEY", "x_personal_access_token"]
+    secret = {n: f"Zd2-{i:02d}-{n.lower()}" for i, n in enumerate(names)}
+    counts = {"max_tokens": 4096, "input_tokens": 12, "output_tokens": 40, "total_tokens": 52, "token_count": 3,
+              "num_tokens": 9, "page_token": "CAoQAA", "password_file": "/run/secrets/db"}
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("app", "settings", {**secret, **counts}, lambda **kw: "ok")
+            run.call_tool("http", "get", {"headers": [["X-Stripe-Api-Key", "Zd2-header-91a"], ["Accept", "json"]]},
+                          lambda headers: "ok")
+            run.call_tool("k8s", "pod_env", {}, lambda: [{"name": "MY_APP_PASSWORD", "value": "Zd2-env-92b"},
+                                                         {"name": "MAX_TOKENS", "value": "4096"}])
+        calls = [store.resolve(e.payload["arguments"]) for e in events_of(store, run.run_id, "tool.call")]
+        (*_, env), = [[store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]]
+    finally:
+        store.close()
+    assert all(is_marker(calls[0][n]) for n in names), calls[0]
+    assert {k: v for k, v in calls[0].items() if k not in names} == counts
+    assert calls[1]["headers"][0][0] == "X-Stripe-Api-Key" and is_marker(calls[1]["headers"][0][1])
+    assert calls[1]["headers"][1] == ["Accept", "json"]
+    assert env[0]["name"] == "MY_APP_PASSWORD" and is_marker(env[0]["value"])
+    assert env[1] == {"name": "MAX_TOKENS", "value": "4096"}
+    data = file_bytes(tmp_path / "store")
+    for value in [*secret.values(), "Zd2-header-91a", "Zd2-env-92b"]:
+        assert value.encode() not in data, value
