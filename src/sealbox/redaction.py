@@ -71,6 +71,17 @@ DEFAULT_KEYS = (
     "*refresh_token", "*auth_token", "*session_token", "*api_token", "*bot_token", "*security_token",
 )
 
+#: The PEM / OpenPGP private key pattern; :data:`_LINEAR_EQUIVALENTS` names the one it replaced.
+_PEM_PATTERN = (r"-{5}BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----(?:[^-]|-{1,4}[^-])*?"
+                r"-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----")
+
+#: Default patterns since replaced by one matching the same secrets in linear time, as a store created before keeps
+#: them pinned: such a store searches with the replacement (its pinned settings, and their fingerprint, unchanged).
+_LINEAR_EQUIVALENTS = {
+    # the PEM pattern's lazy [\s\S]*? scanned from each unclosed BEGIN to the text's end
+    r"-{5}BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----": _PEM_PATTERN,
+}
+
 #: Patterns of secrets inside strings (Python ``re``).
 DEFAULT_PATTERNS = (
     r"(?i)\bbearer\s+[a-z0-9._~+/=-]{8,}",
@@ -81,8 +92,11 @@ DEFAULT_PATTERNS = (
     r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
     r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
     r"://[^\s:/@]*:[^\s@/]+@",  # user:password@ in a URL (also :password@, no user name: redis://:pw@host)
-    # PEM, OpenPGP (... KEY BLOCK-----); -{5}: the required literal stays "PRIVATE KEY", not "-----BEGIN "
-    r"-{5}BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----",
+    # PEM, OpenPGP (... KEY BLOCK-----); -{5}: the required literal stays "PRIVATE KEY", not "-----BEGIN ". The body
+    # holds no run of five dashes (a key's base64 and headers never do; written without a lookahead, which would disable
+    # the quick check): its scan stops at the next "-----", END or another BEGIN (from which a match finds what this one
+    # would), so that a text repeating unclosed BEGIN lines is not scanned to its end from each (quadratic: 40 KB 0.35 s)
+    _PEM_PATTERN,
     # key=value / key: value of a secret name in free text (password=..., ?api_key=...&, 'token': '...'),
     # the name in lower, Capitalised or UPPER case (camelCase apiKey, accessToken too): only the value (up to
     # whitespace, &, ;, a comma or a quote) is redacted; not max_tokens=, tokens=. Case-sensitive, in two
@@ -285,20 +299,22 @@ class Redactor:
         # "hunter2-very-secret" ends with a suffix, and must still be scrubbed from what is recorded after it)
         self._exact_keys = frozenset(exact)
         self._paths = [p.split(".") for p in self.policy.paths]
-        self._patterns = [re.compile(p) for p in self.policy.patterns]
+        # the patterns searched: the pinned ones, a former default replaced by its linear-time equivalent
+        patterns = self._searched = tuple(_LINEAR_EQUIVALENTS.get(p, p) for p in self.policy.patterns)
+        self._patterns = [re.compile(p) for p in patterns]
         # per pattern, strings one of which each of its matches holds (None: no such string known), so that
         # _scrub runs a pattern's regex only on a text holding one: a substring test is a C-level scan, while
         # the patterns (a leading \b, alternations, (?i)) make re try every position of a long text
-        self._scrub_gates = tuple(_text_gate(p) for p in self.policy.patterns)
+        self._scrub_gates = tuple(_text_gate(p) for p in patterns)
         # one combined search decides whether a string needs scrubbing at all (most do not)
-        self._any = _combined(self.policy.patterns)
+        self._any = _combined(patterns)
         self._quick = _quick_ok(self.policy, self._any)
         self._seen: dict[bytes, bool] = {}  # canonical text -> _clean's verdict (a few, small)
         # string -> (what the walk makes of it, whether it changed): a conversation resent every turn is
         # walked again each time (its JSON texts decline the quick check), its strings are not searched again
         self._texts: dict[str, tuple[str, bool]] = {}
         self._texts_size = 0
-        self._prefilters = _prefilters(self.policy.patterns) if self._quick else ()
+        self._prefilters = _prefilters(patterns) if self._quick else ()
         self._key_marks = tuple(f'"{k}":' for k in self._keys) + tuple(f'{k}":' for k in self._suffixes)
         # the same tests, one C-speed search each: any key mark; any relaxed (regex) prefilter
         self._any_mark = re.compile(_trie(self._key_marks)) if self._key_marks else None
@@ -399,7 +415,7 @@ class Redactor:
         folded = 0
         gated: list[tuple[int, re.Pattern[str]]] = []
         always: list[re.Pattern[str]] = []
-        for pattern, rx in zip(self.policy.patterns, self._patterns):
+        for pattern, rx in zip(self._searched, self._patterns):
             required = _required_literals(pattern)
             if required is None:
                 always.append(rx)

@@ -1748,3 +1748,60 @@ def test_names_ending_with_a_secret_suffix_are_redacted_by_default(tmp_path):
     data = file_bytes(tmp_path / "store")
     for value in [*secret.values(), "Zd2-header-91a", "Zd2-env-92b"]:
         assert value.encode() not in data, value
+
+
+_PEM_SCRIPT = r"""
+import json, sys
+from sealbox.redaction import ContentPolicy, Redactor
+
+old = sys.argv[1]
+text = "-----BEGIN RSA PRIVATE KEY-----\n" * (1048576 // 32)
+tail = "-----BEGIN RSA PRIVATE KEY-----\nMIIEZe3-pem-tail-86f+/=\n-----END RSA PRIVATE KEY-----"
+out = {}
+for name, policy in (("default", ContentPolicy()), ("pinned before", ContentPolicy(patterns=(old,)))):
+    value, changed = Redactor(b"k" * 32, policy).apply("result", text + tail)
+    out[name] = [changed, value[:64], value[-200:]]
+    unclosed, changed = Redactor(b"k" * 32, policy).apply("result", text)  # no END at all: each BEGIN scanned on
+    out[name].append(unclosed == text and not changed)
+print(json.dumps(out))
+"""
+
+_OLD_PEM = r"-{5}BEGIN [A-Z ]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY(?: BLOCK)?-----"
+
+
+@pytest.mark.parametrize("pure", ["0", "1"])
+def test_a_text_repeating_unclosed_pem_begin_lines_is_redacted_in_linear_time(pure):
+    """The PEM private-key pattern's lazy ``[\\s\\S]*?`` scanned from each '-----BEGIN … PRIVATE KEY-----' to the
+    text's end when no END followed (reproduced by an earlier review: 40 KB of such lines took 0.35 s, quadratic; 1 MiB
+    would take minutes, holding the call). The body now stops at the next run of five dashes (END, or another BEGIN
+    from which the match is found), in a new store and in one created with the former pattern pinned (searched with
+    its linear equivalent): 1 MiB is done well within the subprocess's 60 s guard, and the key at its end is still
+    redacted (its BEGIN line and the unclosed ones before it kept)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SEALBOX_PURE_PYTHON": pure}
+    done = subprocess.run([sys.executable, "-c", _PEM_SCRIPT, _OLD_PEM], capture_output=True, text=True, timeout=60,
+                          env=env)
+    assert done.returncode == 0, done.stderr
+    for name, (changed, head, tail, unclosed_kept) in json.loads(done.stdout).items():
+        assert unclosed_kept is True, name
+        assert changed is True, name
+        assert head == "-----BEGIN RSA PRIVATE KEY-----\n" * 2, name
+        assert IN_STRING.sub("M", tail).endswith("-----BEGIN RSA PRIVATE KEY-----\nM"), (name, tail[-120:])
+        assert "MIIEZe3" not in tail, name
+
+
+def test_a_pem_key_with_headers_and_an_openpgp_block_are_still_redacted_whole():
+    """The linear PEM pattern matches what the former one did on real blocks (headers with single dashes, OpenPGP's
+    '=' checksum line), and a key after an unclosed BEGIN line is redacted from its own BEGIN."""
+    from sealbox.redaction import Redactor
+
+    r = Redactor(b"k" * 32)
+    rsa = ("-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: DES-EDE3-CBC,AB12\n\nMIIEpZe4+/=\n"
+           "-----END RSA PRIVATE KEY-----")
+    pgp = "-----BEGIN PGP PRIVATE KEY BLOCK-----\nVersion: x\n\nlQ-Ze5abc\n=AbCd\n-----END PGP PRIVATE KEY BLOCK-----"
+    assert IN_STRING.sub("M", r.apply("result", f"key: {rsa} end")[0]) == "key: M end"
+    assert IN_STRING.sub("M", r.apply("result", pgp)[0]) == "M"
+    two = "-----BEGIN PRIVATE KEY-----\n-----BEGIN PRIVATE KEY-----\nMIIZe6\n-----END PRIVATE KEY-----"
+    assert IN_STRING.sub("M", r.apply("result", two)[0]) == "-----BEGIN PRIVATE KEY-----\nM"
