@@ -111,11 +111,13 @@ DEFAULT_PATTERNS = (
     r"[\x22\x27]?\s*[:=]\s*[\x22\x27]?(?P<redact_key>[^\s&;,\x22\x27\u27e6]+)",
     # the credentials of an Authorization / Proxy-Authorization header (line, repr, JSON-ish text): after a known
     # scheme (kept readable) its token or its comma-separated auth-params (Digest: username="…", response="…"),
-    # up to a quote, a line end or a word not joined by a comma; with no scheme, a bare token holding a digit
-    # (an API key; not "Authorization: required")
+    # up to a quote, a line end or a word not joined by a comma; the first one holding '=' (a parameter, base64
+    # padding), a digit or one of +/._~- or of at least 8 characters (not a word of prose: "Authorization: Negotiate
+    # is not supported"); with no scheme, a bare token holding a digit (an API key; not "Authorization: required")
     r"(?i)\bauthorization[\x22\x27]?[\t ]*[:=][\t ]*[\x22\x27]?(?:(?:basic|bearer|digest|token|negotiate|ntlm|hoba|mutual"
     r"|oauth|dpop|hawk|mac|jwt|api-?key|key|sso-key|ssws|sharedkey|signature|aws4-hmac-sha256)[\t ]+"
-    r"(?P<redact_auth>[^\s,=\x22\x27\u27e6]+(?:=+(?:\x22[^\x22\r\n\u27e6]*\x22|[^\s,\x22\x27\u27e6]*))?"
+    r"(?P<redact_auth>(?:[^\s,=\x22\x27\u27e6]+=+(?:\x22[^\x22\r\n\u27e6]*\x22|[^\s,\x22\x27\u27e6]*)"
+    r"|[^\s,=\x22\x27\u27e6]*[0-9+/._~-][^\s,=\x22\x27\u27e6]*|[^\s,=\x22\x27\u27e6]{8,})"
     r"(?:[\t ]*,[\t ]*[^\s,=\x22\x27\u27e6]+(?:=+(?:\x22[^\x22\r\n\u27e6]*\x22|[^\s,\x22\x27\u27e6]*))?)*)"
     r"|(?P<redact_auth_bare>[A-Za-z0-9._~+/=-]*[0-9][A-Za-z0-9._~+/=-]*))",
     r"(?i)\bcookie[\x22\x27]?[\t ]*:[\t ]*(?P<redact_cookie>[^\s\u27e6][^\r\n\u27e6]*)",  # a Cookie:/Set-Cookie: line's value
@@ -136,9 +138,13 @@ DEFAULT_PATTERNS = (
     # the text of an XML element named as a secret (<password>…</password>, <ns:apiKey a="…"><![CDATA[…]]></ns:apiKey>):
     # the tags stay; up to the next tag (an empty element, <password/>, is no match); a CDATA section's scan for its
     # ]]> stops at the next '<!' (from each of many unclosed ones, it went to the text's end: quadratic)
-    r"<(?:[\w.-]+:)?(?i:pass(?:word|wd|phrase)|pwd|(?:client[-_]?|aws[-_]?)?secret(?:[-_]?(?:access[-_]?)?key)?|api[-_]?key"
-    r"|(?:(?:access|refresh|auth|id|session)[-_]?)?token|private[-_]?key|authorization|cookie)(?:\s[^<>]*)?>"
-    r"(?P<redact_xml>(?:<!\[CDATA\[(?:[^<]|<+[^!<])*?\]\]>|[^<\u27e6])+)</",
+    # A bare <token> element (a tokenizer's output, <token>USD</token>) only when its text holds a digit, '=', one of
+    # +/._~- or is at least 8 characters long (a credential; a CDATA section whole)
+    r"<(?:[\w.-]+:)?(?:(?i:pass(?:word|wd|phrase)|pwd|(?:client[-_]?|aws[-_]?)?secret(?:[-_]?(?:access[-_]?)?key)?|api[-_]?key"
+    r"|(?:access|refresh|auth|id|session)[-_]?token|private[-_]?key|authorization|cookie)(?:\s[^<>]*)?>"
+    r"(?P<redact_xml>(?:<!\[CDATA\[(?:[^<]|<+[^!<])*?\]\]>|[^<\u27e6])+)"
+    r"|(?i:token)(?:\s[^<>]*)?>(?P<redact_xml_token><!\[CDATA\[(?:[^<]|<+[^!<])*?\]\]>"
+    r"|[^<\u27e6]*[0-9+/=._~-][^<\u27e6]*|[^<\u27e6]{8,}))</",
     # an environment-style assignment (printenv, a .env file, docker inspect's Env, a compose file: NAME=value, NAME: value,
     # 'NAME': 'value', export NAME="value") of a name ending with an UPPER_CASE secret suffix (DB_PASSWORD, PGPASSWORD,
     # MYSQL_PWD, JWT_SECRET, STRIPE_SECRET_KEY, GITHUB_TOKEN, OPENAI_API_KEY, SSH_PRIVATE_KEY, MINIO_ACCESS_KEY; PASSWORD

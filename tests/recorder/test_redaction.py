@@ -1805,3 +1805,34 @@ def test_a_pem_key_with_headers_and_an_openpgp_block_are_still_redacted_whole():
     assert IN_STRING.sub("M", r.apply("result", pgp)[0]) == "M"
     two = "-----BEGIN PRIVATE KEY-----\n-----BEGIN PRIVATE KEY-----\nMIIZe6\n-----END PRIVATE KEY-----"
     assert IN_STRING.sub("M", r.apply("result", two)[0]) == "-----BEGIN PRIVATE KEY-----\nM"
+
+
+@pytest.mark.parametrize("text, kept", [
+    ("<token>USD</token>", True),
+    ("Authorization: Negotiate is not supported", True),
+    ("Authorization: Bearer is required", True),
+    ("<token>Zd7abc123def</token>", False),
+    ("<ns:token a='1'><![CDATA[Zd7]]></ns:token>", False),
+    ("<token>Zd7abcdefghij</token>", False),
+    ("<access_token>Zd7</access_token>", False),
+    ("Authorization: Negotiate YIIZd7abc123", False),
+    ("Authorization: Basic Zd7XNlcjpwYXNz", False),
+    ("Authorization: Digest username=\"Zd7\", response=\"Zd7resp\"", False),
+])
+def test_prose_naming_a_token_or_an_authorization_scheme_is_kept(tmp_path, text, kept):
+    """Over-redaction of prose (reproduced by an earlier review): '<token>USD</token>' (a tokenizer's output) and
+    'Authorization: Negotiate is not supported' had their words replaced by markers. Now a bare <token> element's
+    text, and the first credential after an Authorization scheme, are taken only when they hold a digit, '=', one of
+    +/._~- or at least 8 characters (a CDATA section, a named token element and Digest parameters as before): real
+    credentials are still redacted."""
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("api", "get", {}, lambda: text)
+        (result,) = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+    finally:
+        store.close()
+    if kept:
+        assert result == text
+    else:
+        assert IN_STRING.search(result) and "Zd7" not in result and b"Zd7" not in file_bytes(tmp_path / "store"), result
