@@ -378,21 +378,27 @@ async def test_calls_to_an_upstream_that_stopped_reading_its_input_time_out_and_
     async with running(gw) as tg, connect(gw, tg) as client:
         assert text_of(await client.call_tool("deaf__deafen", {})) == "deaf"
         with anyio.fail_after(60):
-            failed = [await client.call_tool("deaf__ok", {"pad": pad}) for _ in range(3)]
+            failed = [await client.call_tool("deaf__ok", {"pad": pad}) for _ in range(2)]
+        down = await client.call_tool("deaf__ok", {"pad": pad})
         denied = await client.call_tool("deaf__ok", {})
         other = await client.call_tool("toy__echo", {"text": "unaffected"})
     [run_id] = gateway_runs(store)
-    assert [(r.is_error, r.meta) for r in failed] == [(True, {"sealbox/upstream_error": "UpstreamTimeout"})] * 3
+    assert [(r.is_error, r.meta) for r in failed] == [(True, {"sealbox/upstream_error": "UpstreamTimeout"})] * 2
     took = "upstream deaf did not answer within 1 s; the call was sent, so it may have been carried out: check " \
            "before calling again"
-    blocked = "upstream deaf did not read the call within 1 s (it is not reading its input); it may still reach " \
-              "the upstream: check before calling again"
-    assert [text_of(r) for r in failed] == ["upstream error: " + took] + ["upstream error: " + blocked] * 2
+    blocked = "upstream deaf did not read the call within 1 s (it is not reading its input; it is being restarted); " \
+              "it may still reach the upstream: check before calling again"
+    assert [text_of(r) for r in failed] == ["upstream error: " + took, "upstream error: " + blocked]
+    assert down.is_error and down.meta == {"sealbox/upstream_error": "UpstreamUnavailable"}
     assert text_of(denied).startswith("denied (breaker_open): circuit breaker for deaf/ok is open")
+    assert text_of(down) in ["upstream error: upstream deaf is down (its connection closed; it is being restarted)",
+                             "upstream error: upstream deaf is down (upstream deaf did not read its input within 1 s "
+                             "(the gateway could not write a tools/call request to it); restarting it)"]
     assert text_of(other) == "unaffected"
     results = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"]
     assert [(r["ok"], r.get("error", {}).get("type"), r.get("error", {}).get("message")) for r in results[1:4]] == [
-        (False, "UpstreamTimeout", took), (False, "UpstreamTimeout", blocked), (False, "UpstreamTimeout", blocked)]
+        (False, "UpstreamTimeout", took), (False, "UpstreamTimeout", blocked),
+        (False, "UpstreamUnavailable", text_of(down).removeprefix("upstream error: "))]
     assert sealbox.verify_store(store).ok
 
 

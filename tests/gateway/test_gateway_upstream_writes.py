@@ -147,3 +147,40 @@ async def test_an_upstream_that_stops_reading_is_restarted_when_a_write_outside_
     assert stuck.is_error and text_of(back) == "ok" and text_of(other) == "unaffected"
     assert f"upstream raw failed: {reason}" in [r.getMessage() for r in caplog.records]
     assert sealbox.verify_store(store).ok
+
+
+async def test_a_call_that_cannot_be_written_to_an_upstream_that_stopped_reading_restarts_it(tmp_path, store, caplog):
+    """A tools/call whose write blocked (the upstream alive but no longer reading its stdin, the pipe full) failed
+    as UpstreamTimeout but the upstream stayed "ready" and deaf: every later call timed out the same way, for as
+    long as the process lived. Such a call now ends the connection as a crash does: recorded UpstreamTimeout
+    (saying it is restarted), the upstream down with that reason (logged), restarted with backoff, its calls
+    answered again; the other upstream unaffected."""
+    caplog.set_level(logging.WARNING, logger="sealbox")
+    gw = Gateway(toy_config(tmp_path, upstreams=raw_upstreams(),
+                            extra="limits: {call_timeout_s: 1}\nbreaker: {threshold: 5, cooldown_s: 0}"), store=store)
+    up = gw.upstreams["raw"]
+    pad = "x" * 900_000  # more than a pipe holds
+    async with running(gw) as tg, connect(gw, tg) as client:
+        assert text_of(await client.call_tool("raw__deafen", {})) == "deaf"
+        sent = await client.call_tool("raw__ok", {"pad": pad})  # taken by the transport's writer, which blocks
+        blocked = await client.call_tool("raw__ok", {"pad": pad})  # cannot even be handed to the writer
+        with anyio.fail_after(60):
+            await up.wait_until(lambda u: u.generation >= 2 and u.state == "ready")
+        back = await client.call_tool("raw__ok", {"pad": pad})
+        other = await client.call_tool("toy__echo", {"text": "unaffected"})
+    took = "upstream raw did not answer within 1 s; the call was sent, so it may have been carried out: check " \
+           "before calling again"
+    unread = "upstream raw did not read the call within 1 s (it is not reading its input; it is being restarted); " \
+             "it may still reach the upstream: check before calling again"
+    reason = ("upstream raw did not read its input within 1 s (the gateway could not write a tools/call request to "
+              "it); restarting it")
+    assert [(r.is_error, text_of(r)) for r in (sent, blocked, back, other)] == [
+        (True, "upstream error: " + took), (True, "upstream error: " + unread), (False, "ok"), (False, "unaffected")]
+    assert up.last_error == reason
+    assert f"upstream raw failed: {reason}" in [r.getMessage() for r in caplog.records]
+    [run_id] = gateway_runs(store)
+    results = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert [(r["ok"], r.get("error", {}).get("type"), r.get("error", {}).get("message")) for r in results] == [
+        (True, None, None), (False, "UpstreamTimeout", took), (False, "UpstreamTimeout", unread), (True, None, None),
+        (True, None, None)]
+    assert sealbox.verify_store(store).ok

@@ -627,15 +627,20 @@ class Upstream:
         """A write outside a call (an answer to the upstream's request, a notification, a listing request) did
         not complete within ``limits.call_timeout_s``: the upstream does not read its input. Its connection is
         ended (the upstream down with that reason, restarted with backoff; its calls meanwhile unavailable)."""
+        message = getattr(item, "message", None)
+        method = getattr(message, "method", None)
+        if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+            what = "the answer to its request"  # ping, sampling/createMessage, elicitation/create, roots/list
+        elif isinstance(message, types.JSONRPCRequest):
+            what = f"a {method} request"
+        else:
+            what = f"a {method} notification"
+        self._end_unread(what)
+
+    def _end_unread(self, what: str) -> None:
+        """End the connection of an upstream that did not read ``what`` (a write not made within
+        ``limits.call_timeout_s``): :meth:`run` says so as its ``last_error`` and restarts it with backoff."""
         if self._blocked is None and not self._stop.is_set():
-            message = getattr(item, "message", None)
-            method = getattr(message, "method", None)
-            if isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
-                what = "the answer to its request"  # ping, sampling/createMessage, elicitation/create, roots/list
-            elif isinstance(message, types.JSONRPCRequest):
-                what = f"a {method} request"
-            else:
-                what = f"a {method} notification"
             self._blocked = (f"upstream {self.spec.id} did not read its input within {self.limits.call_timeout_s:g} s "
                              f"(the gateway could not write {what} to it); restarting it")
         if self._disconnect is not None:
@@ -652,9 +657,12 @@ class Upstream:
 
     def _unread(self, what: str) -> UpstreamTimeout:
         """The error of a request whose write did not complete within ``limits.call_timeout_s`` (the upstream
-        does not read its input: a full pipe; :class:`_BoundedWrites`)."""
+        does not read its input: a full pipe; :class:`_BoundedWrites`). Its connection is ended, as a crash's
+        is (it stayed "ready" and deaf: every later call timed out the same way), and restarted with backoff."""
+        self._end_unread("a tools/call request" if what == "call" else f"a {what} request")
         return UpstreamTimeout(f"upstream {self.spec.id} did not read the {what} within {self.limits.call_timeout_s:g} s "
-                               "(it is not reading its input); it may still reach the upstream: check before calling again")
+                               "(it is not reading its input; it is being restarted); it may still reach the upstream: "
+                               "check before calling again")
 
     async def _failed(self, session: Any, exc: Any, what: str) -> Exception:
         """:meth:`_translated`, and for a stdio connection closed during the request, how its process ended
