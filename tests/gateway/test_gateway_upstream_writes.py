@@ -117,10 +117,9 @@ async def test_a_call_cut_by_the_upstream_process_ending_says_how_it_ended(tmp_p
     assert sealbox.verify_store(store).ok
 
 
-# RAW_LIST_CHANGED (a tools/list re-list as the blocked write) passed alone but hung once in a full run of
-# tests/gateway (the upstream left in its serving loop): not diagnosed yet, so not part of this test
 @pytest.mark.parametrize("mode, what", [
     ("RAW_PING_AFTER", "the answer to its request"),
+    ("RAW_LIST_CHANGED", "a tools/list request"),
 ])
 async def test_an_upstream_that_stops_reading_is_restarted_when_a_write_outside_a_call_blocks(
         tmp_path, store, caplog, mode, what):
@@ -134,13 +133,13 @@ async def test_an_upstream_that_stops_reading_is_restarted_when_a_write_outside_
                             extra="limits: {call_timeout_s: 1, startup_timeout_s: 600}\n"
                                   "breaker: {threshold: 5, cooldown_s: 0}"), store=store)
     up = gw.upstreams["raw"]
-    async with running(gw) as tg, connect(gw, tg) as client:
-        assert text_of(await client.call_tool("raw__deafen", {})) == "deaf"
-        stuck = await client.call_tool("raw__ok", {"pad": "x" * 900_000})  # fills the pipe
-        with anyio.fail_after(60):
+    with anyio.fail_after(120):  # a regression fails here, it does not hang the run
+        async with running(gw) as tg, connect(gw, tg) as client:
+            assert text_of(await client.call_tool("raw__deafen", {})) == "deaf"
+            stuck = await client.call_tool("raw__ok", {"pad": "x" * 900_000})  # fills the pipe
             await up.wait_until(lambda u: u.generation >= 2 and u.state == "ready")
-        back = await client.call_tool("raw__ok", {})
-        other = await client.call_tool("toy__echo", {"text": "unaffected"})
+            back = await client.call_tool("raw__ok", {})
+            other = await client.call_tool("toy__echo", {"text": "unaffected"})
     reason = (f"upstream raw did not read its input within 1 s (the gateway could not write {what} to it); "
               "restarting it")
     assert up.last_error == reason

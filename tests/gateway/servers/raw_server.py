@@ -7,6 +7,7 @@ Tools:
   deafen()    answers "deaf", then stops reading stdin for good (the process lives on); when ``RAW_PING_AFTER``
               is set, it then sends a ``ping`` request every 0.2 s (its answers can no longer be read, nor written
               once the pipe is full); with ``RAW_LIST_CHANGED`` set it announces notifications/tools/list_changed
+              every 0.2 s once 16 KiB or more lie unread in its stdin pipe (a large call being written to it)
 
 Environment:
   RAW_CURSOR=loop     every tools/list page (one tool) names the same nextCursor ("again"): a listing without end
@@ -31,7 +32,21 @@ def send(obj: dict) -> None:
         out.flush()
 
 
+def unread_bytes() -> int:
+    """How many bytes wait unread in stdin's pipe (Linux FIONREAD)."""
+    import fcntl
+    import struct
+    import termios
+
+    return struct.unpack("i", fcntl.ioctl(0, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
 def pinger() -> None:
+    if os.environ.get("RAW_LIST_CHANGED"):
+        # announce the change only once a large message lies unread in the pipe (the gateway's writer blocked on
+        # it): the re-list's tools/list is then a write that cannot be made, never one written and left unanswered
+        while unread_bytes() < 16384:
+            time.sleep(0.05)
     n = 0
     while True:
         n += 1
