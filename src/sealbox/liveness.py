@@ -25,6 +25,7 @@ run, or a lease that could not be taken) keep the status of their events.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import struct
@@ -381,6 +382,24 @@ def _after_fork_in_child() -> None:
     _inherited.extend(conn for _, conn in _pg.values())
     _pg.clear()
 
+
+def _close_at_exit() -> None:
+    """Close this process's lease connections as the interpreter exits (the server drops their locks then
+    anyway): left to the interpreter's teardown, each was collected still open, and psycopg warned
+    "ResourceWarning: Connection deleted while still open" (seen at the end of gateway tests on PostgreSQL).
+    A forked parent's (``_inherited``) are not this process's to close."""
+    with _mutex:
+        held = [conn for pid, conn in _pg.values() if pid == os.getpid()]
+        _pg.clear()
+        _pg_held.clear()
+    for conn in held:
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001 - already broken: nothing to close
+            pass
+
+
+atexit.register(_close_at_exit)
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)

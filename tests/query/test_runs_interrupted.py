@@ -462,3 +462,37 @@ def test_a_lease_connection_killed_by_the_server_is_retaken_without_a_new_run(tm
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.mark.skipif(not os.environ.get("SEALBOX_TEST_POSTGRES_URL"), reason="SEALBOX_TEST_POSTGRES_URL is not set")
+def test_the_lease_connection_is_closed_when_the_process_exits(tmp_path):
+    """The process's sealbox-live connection was never closed: the interpreter's teardown collected it still
+    open and psycopg warned "ResourceWarning: ... was deleted while still open" (seen at the end of every
+    gateway test run on PostgreSQL, traced to liveness._pg_conn). It is now closed by an atexit hook."""
+    import psycopg
+
+    url = os.environ["SEALBOX_TEST_POSTGRES_URL"]
+    schema = f"sbt_live_{uuid.uuid4().hex[:16]}"
+    path = tmp_path / "store"
+    init_store(path, postgres_url=url, schema=schema).close()
+    child = textwrap.dedent("""
+        import atexit, sys
+        from sealbox import liveness, open_store
+        from sealbox.policy import ALLOW_ALL
+        from sealbox.recorder import Recorder
+
+        with open_store(sys.argv[1]) as store:
+            with Recorder(store, ALLOW_ALL).run(agent="a", principal="agent:me"):
+                pass
+        conn = liveness._pg[store.url][1]
+        print(conn.closed, flush=True)
+        atexit._run_exitfuncs()  # what the interpreter does as it exits
+        print(conn.closed, liveness._pg, flush=True)
+    """)
+    try:
+        out = subprocess.run([sys.executable, "-W", "error::ResourceWarning", "-c", child, str(path)],
+                             capture_output=True, text=True, timeout=120)
+        assert (out.returncode, out.stdout, out.stderr) == (0, "False\nTrue {}\n", "")
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
