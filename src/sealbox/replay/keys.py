@@ -219,6 +219,34 @@ def _well_formed(kind: str, payload: Any) -> bool:
     return True
 
 
+def check_chain(run_id: str, events: list[Any]) -> None:
+    """Refuse a recorded run whose events were changed below Sealbox: each event's bytes must hash to
+    its stored leaf hash, and chain to the run's previous event (``run_seq`` one more, ``prev`` its leaf
+    hash), so that an edited, removed or inserted event is never served as the record. One SHA-256 an
+    event; ``sealbox verify`` checks the rest (the tree, the checkpoints).
+
+    Raises:
+        sealbox.store.base.DamagedEventError: naming the first event that fails, and why.
+    """
+    from sealbox.ledger import merkle
+    from sealbox.store.base import DamagedEventError
+
+    prev: str | None = None
+    for seq, e in enumerate(events, 1):
+        if "sha256:" + merkle.leaf_hash(e.raw).hex() != e.leaf_hash:
+            why = "no longer hashes to its recorded leaf hash"
+        elif e.run_seq != seq:
+            why = "does not chain to the run's previous event (its run_seq does not follow it)"
+        elif e.prev != prev:
+            why = "does not chain to the run's previous event (its prev is not that event's leaf hash)"
+        else:
+            prev = e.leaf_hash
+            continue
+        raise DamagedEventError(f"the event at leaf {e.leaf_index} (run {run_id}, run_seq {e.run_seq}, {e.kind}) "
+                                f"{why}: the store was changed below Sealbox, and a replay serves only what was "
+                                "recorded; replay refused (run `sealbox verify`)", e.leaf_index)
+
+
 @dataclass
 class RecordedCall:
     """One recorded comparable step, with what replay needs to serve it.
@@ -281,6 +309,7 @@ class RecordedRun:
         events = store.read_run(run_id)
         if not events or events[0].kind != "run.started":
             raise ConfigError(f"no run {run_id!r} in this store")
+        check_chain(run_id, events)
         content = getattr(store, "content", None)
         rec = cls(store, run_id, events[0].payload, None, events[0].principal, {},
                   getattr(content, "mode", "full"))
