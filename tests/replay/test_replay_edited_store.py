@@ -113,3 +113,37 @@ def test_the_cli_says_so_in_one_line(recorded, tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"error: the event at leaf {leaf} (run {run_id}, run_seq 5, tool.result) no longer hashes")
     assert "Traceback" not in err and err.count("\n") == 1
+
+
+BIG = "x" * 2000
+
+
+def big_agent(run):
+    return run.call_tool("local", "fetch", {"url": "https://example.com"}, lambda url: {"body": BIG})
+
+
+def test_an_edited_blob_is_not_served(tmp_path):
+    path = tmp_path / "store"
+    store = sealbox.init_store(path)
+    with sealbox.Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        big_agent(run)
+    ref = next(e.payload["result"]["body"]["$blob"] for e in store.read_run(run.run_id) if e.kind == "tool.result")
+    store.close()
+    db = sqlite3.connect(path / "sealbox.db")
+    content = db.execute("SELECT content FROM blobs WHERE ref = ?", (ref,)).fetchone()[0]
+    db.execute("DROP TRIGGER IF EXISTS blobs_erase_only")
+    db.execute("UPDATE blobs SET content = ? WHERE ref = ?", (bytes(content).replace(b"xxx", b"yyy", 1), ref))
+    db.commit()
+    db.close()
+    store = sealbox.open_store(path)
+    try:
+        before = len(store.runs())
+        with pytest.raises(DamagedEventError) as caught:
+            Replayer(store).replay(run.run_id, big_agent)
+        assert str(caught.value) == (
+            f"blob {ref} of run {run.run_id} no longer matches its commitment: the store "
+            "was changed below Sealbox, and a replay serves only what was recorded; replay refused (run "
+            "`sealbox verify`)")
+        assert len(store.runs()) == before
+    finally:
+        store.close()

@@ -372,7 +372,7 @@ class RecordedRun:
         if name is None:  # a note: its stored payload is encoded (and redacted) already
             return {"text": payload.get("text"), "about": payload.get("about")}
         try:
-            return self.store.resolve(payload.get(name))
+            return self.resolve(payload.get(name))
         except BlobNotFoundError:
             return {"$erased": payload.get(name)}
 
@@ -380,19 +380,49 @@ class RecordedRun:
         kind = call.key.kind
         if kind == "model.call":
             try:
-                response = self.store.resolve(call.payload.get("response"))
+                response = self.resolve(call.payload.get("response"))
             except BlobNotFoundError:
                 return "its recorded response was erased under a retention rule"
             if has_marker(response):
                 return f"its recorded response holds redacted content (store content mode: {self.mode})"
         elif kind == "tool.call" and call.result is not None and (call.result.get("ok") or "result" in call.result):
             try:
-                result = self.store.resolve(call.result.get("result"))
+                result = self.resolve(call.result.get("result"))
             except BlobNotFoundError:
                 return "its recorded result was erased under a retention rule"
             if has_marker(result):
                 return f"its recorded result holds redacted content (store content mode: {self.mode})"
         return None
+
+    def resolve(self, value: Any) -> Any:
+        """``value`` with every blob reference replaced by its content, as ``store.resolve`` does, each blob
+        checked against its commitment (SHA-256 of salt and content) first: a blob changed below Sealbox is
+        never served as the record.
+
+        Raises:
+            BlobNotFoundError: a blob missing or erased.
+            sealbox.store.base.DamagedEventError: a blob whose content no longer matches its commitment.
+        """
+        from sealbox import blobs
+
+        get_row = getattr(self.store, "get_blob_row", None)
+        if get_row is None:  # a store that cannot give the salt: as it resolves
+            return self.store.resolve(value)
+
+        def get(ref: str) -> bytes:
+            row = get_row(ref)
+            if row is None or row[1] is None:
+                return self.store.get_blob(ref)  # raises BlobNotFoundError, as the store words it
+            salt, content = (None if v is None else bytes(v) for v in row)
+            if salt is None or not blobs.check_blob(ref, salt, content):
+                from sealbox.store.base import DamagedEventError
+
+                raise DamagedEventError(f"blob {ref} of run {self.run_id} no longer matches its commitment: the "
+                                        "store was changed below Sealbox, and a replay serves only what was "
+                                        "recorded; replay refused (run `sealbox verify`)")
+            return content
+
+        return blobs.resolve(value, get)
 
     def ordered(self) -> list[RecordedCall]:
         """The comparable steps in logical order."""

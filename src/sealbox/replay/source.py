@@ -422,7 +422,7 @@ class ReplaySource:
         if rec.unreplayable:
             self._served_pending[step] = rec.unreplayable
             return {}
-        return rebuild(run.store.resolve(rec.payload.get("response")))
+        return rebuild(self.recorded.resolve(rec.payload.get("response")))
 
     def answer_model(self, run: Any, request: Any, *, provider: str | None = None, model: str | None = None,
                      asynchronous: bool = False) -> Any:
@@ -484,7 +484,7 @@ class ReplaySource:
         payload: dict[str, Any] = {"call_id": call_id, "ok": bool(result.get("ok")), "duration_us": 0}
         answered = result.get("ok") or "result" in result  # a failure reported in a result (MCP isError) is served
         if answered:
-            stored = run.store.resolve(result.get("result"))
+            stored = self.recorded.resolve(result.get("result"))
             payload["result"] = _decoded(stored)
             served: Any = rebuild(stored)
             if not result.get("ok"):
