@@ -147,3 +147,32 @@ def test_an_edited_blob_is_not_served(tmp_path):
         assert len(store.runs()) == before
     finally:
         store.close()
+
+
+def test_an_edited_snapshot_is_not_compared_as_the_recorded_one(tmp_path):
+    from sealbox.snapshot import Snapshot
+
+    path = tmp_path / "store"
+    store = sealbox.init_store(path)
+    snap = Snapshot(model={"provider": "openai", "name": "gpt-4o"}, system_prompt="Be careful.")
+    with sealbox.Recorder(store, policy=ALLOW_ALL).run(agent="a", snapshot=snap) as run:
+        agent(run)
+    fp = store.read_run(run.run_id)[0].payload["snapshot"]
+    now = {**snap.to_dict(), "system_prompt": "Be reckless."}
+    store.close()
+    from sealbox.canonical import canonical_bytes
+
+    db = sqlite3.connect(path / "sealbox.db")
+    db.execute("DROP TRIGGER snapshots_no_update")
+    db.execute("UPDATE snapshots SET content = ? WHERE fingerprint = ?", (canonical_bytes(now), fp))
+    db.commit()
+    db.close()
+    store = sealbox.open_store(path)
+    try:
+        with pytest.raises(DamagedEventError) as caught:
+            Replayer(store).replay(run.run_id, agent, snapshot=now)
+        assert str(caught.value) == (
+            f"snapshot {fp} of run {run.run_id} no longer hashes to its fingerprint: the store was changed below "
+            "Sealbox, and a replay serves only what was recorded; replay refused (run `sealbox verify`)")
+    finally:
+        store.close()

@@ -84,8 +84,7 @@ class GatewayReplay:
 
         self.store, self.run_id, self.config, self.until_calls = store, run_id, config, until_calls
         recorded = RecordedRun.read(store, run_id)
-        fp = recorded.started.get("snapshot")
-        snapshot = store.get_snapshot(fp) if fp else None
+        snapshot = recorded.snapshot()
         gateway = ((snapshot or {}).get("extra") or {}).get("gateway")
         if isinstance(gateway, dict):
             self.separator = str(gateway.get("separator") or "__")

@@ -244,8 +244,7 @@ class Replayer:
             _put_back_integrations()
 
     def _conditions(self, recorded: RecordedRun, snapshot: Any) -> tuple[Any, tuple[FieldDiff, ...]]:
-        fp = recorded.started.get("snapshot")
-        then = self.store.get_snapshot(fp) if fp else None
+        then = recorded.snapshot()
         if snapshot is None:
             return then, ()
         now = snapshot.to_dict() if hasattr(snapshot, "to_dict") else snapshot

@@ -394,6 +394,32 @@ class RecordedRun:
                 return f"its recorded result holds redacted content (store content mode: {self.mode})"
         return None
 
+    def snapshot(self) -> dict[str, Any] | None:
+        """The snapshot the run was recorded under (None: it names none), checked against its fingerprint:
+        a snapshot changed below Sealbox is never compared or run under as the recorded configuration.
+
+        Raises:
+            StoreError: the run names a snapshot the store does not hold.
+            sealbox.store.base.DamagedEventError: its content no longer hashes to its fingerprint.
+        """
+        from sealbox.snapshot import snapshot_fingerprint
+
+        fp = self.started.get("snapshot")
+        if not fp:
+            return None
+        content = self.store.get_snapshot(fp)
+        try:
+            intact = snapshot_fingerprint(content) == fp
+        except Exception:  # noqa: BLE001 - content no canonical form can hold: changed too
+            intact = False
+        if not intact:
+            from sealbox.store.base import DamagedEventError
+
+            raise DamagedEventError(f"snapshot {fp} of run {self.run_id} no longer hashes to its fingerprint: the "
+                                    "store was changed below Sealbox, and a replay serves only what was recorded; "
+                                    "replay refused (run `sealbox verify`)")
+        return content
+
     def resolve(self, value: Any) -> Any:
         """``value`` with every blob reference replaced by its content, as ``store.resolve`` does, each blob
         checked against its commitment (SHA-256 of salt and content) first: a blob changed below Sealbox is

@@ -345,7 +345,7 @@ class ReplaySource:
         if fingerprint == then or self.allow_drift:
             return
         store = self.recorded.store
-        old = store.get_snapshot(then) if then else None
+        old = self.recorded.snapshot()
         new = store.get_snapshot(fingerprint) if fingerprint else None
         drift = diff_snapshots(old or {}, new or {})
         fields = ", ".join(d.path for d in drift[:8]) + (" …" if len(drift) > 8 else "")
