@@ -210,6 +210,8 @@ class Replayer:
             raise ConfigError("tools='live' needs a policy to decide each call (--policy FILE)")
         recorded = RecordedRun.read(self.store, run_id)
         current, drift = self._conditions(recorded, snapshot)
+        if tools == "live":
+            current, drift = self._live_policy(recorded, current, drift)
         unrep = _unreplayable(recorded, model, tools)
         if drift and not allow_drift:
             fields = ", ".join(d.path for d in drift[:8]) + (" …" if len(drift) > 8 else "")
@@ -242,6 +244,23 @@ class Replayer:
         finally:
             REPLAYING.pop(run.run_id, None)
             _put_back_integrations()
+
+    def _live_policy(self, recorded: RecordedRun, current: Any,
+                     drift: tuple[FieldDiff, ...]) -> tuple[Any, tuple[FieldDiff, ...]]:
+        """With tools live the replay's policy decides each call: one other than the policy that decided the
+        recorded run's calls (its ``run.started`` ``policy``) is a change of conditions, field ``policy``,
+        as a changed snapshot field is; the replay run's snapshot, when it names a policy, names the one
+        that decides. An imported run's calls were decided by no Sealbox policy: nothing to compare."""
+        then = (recorded.started.get("policy") or {}).get("fingerprint") \
+            if isinstance(recorded.started.get("policy"), dict) else None
+        now = self.policy.fingerprint
+        if then is None or then == now or recorded.started.get("imported"):
+            return current, drift
+        if isinstance(current, dict) and current.get("policy") is not None:
+            current = {**current, "policy": now}
+        if not any(d.path == "policy" for d in drift):
+            drift = drift + (FieldDiff("policy", "changed", then, now),)
+        return current, drift
 
     def _conditions(self, recorded: RecordedRun, snapshot: Any) -> tuple[Any, tuple[FieldDiff, ...]]:
         then = recorded.snapshot()
