@@ -610,3 +610,18 @@ def iter_chunks(total: int, chunk: int) -> Iterator[tuple[int, int]]:
     """[start, end) ranges covering 0..total in steps of ``chunk``."""
     for start in range(0, total, chunk):
         yield start, min(total, start + chunk)
+
+
+def intact_snapshot(fingerprint: Any, content: bytes) -> bytes:
+    """A stored snapshot's bytes, checked against its fingerprint (their SHA-256) before they are read:
+    a configuration changed below Sealbox is never handed back as the one a run is pinned to.
+
+    Raises:
+        StoreError: the content no longer hashes to the fingerprint.
+    """
+    import hashlib
+
+    if "sha256:" + hashlib.sha256(content).hexdigest() != fingerprint:
+        raise StoreError(f"snapshot {fingerprint} no longer hashes to its fingerprint: the store was changed below "
+                         "Sealbox (run `sealbox verify`)")
+    return content

@@ -1203,7 +1203,9 @@ class PostgresStore(SqliteQueries):
         if len(rows) != 1:
             raise StoreError(f"no snapshot {fingerprint!r} in this store" if not rows
                              else f"snapshot prefix {fingerprint!r} is ambiguous")
-        return json.loads(bytes(rows[0][1]))
+        from sealbox.store.base import intact_snapshot
+
+        return json.loads(intact_snapshot(rows[0][0], bytes(rows[0][1])))
 
     def iter_snapshots(self) -> Iterator[tuple[str, bytes]]:
         """Every stored snapshot (fingerprint, canonical bytes)."""

@@ -76,6 +76,7 @@ from sealbox.store.base import (
     StoreConfigError,
     StoredCheckpoint,
     fsync_write,
+    intact_snapshot as _intact_snapshot,
     utc_now,
 )
 
@@ -2096,7 +2097,7 @@ class SqliteStore(SqliteQueries):
             (fp, fp + "g")).fetchall() if len(fp) >= 15 else []
         if len(rows) != 1:
             raise StoreError(f"no snapshot {fingerprint!r} in this store" if not rows else f"snapshot prefix {fingerprint!r} is ambiguous")
-        return json.loads(rows[0][1])
+        return json.loads(_intact_snapshot(rows[0][0], _stored_bytes(rows[0][1])))
 
     def iter_run_rows(self) -> Iterator[tuple]:
         """Every row of the runs table: (run_id, agent, principal, parent_run_id, replay_of, snapshot,
