@@ -149,6 +149,7 @@ class ReplaySource:
         with self._lock:
             rec = self.recorded.steps.get(step)
             if rec is None:
+                self._stop_if_skipped(step, kind, attempted.name)
                 self.stop(Divergence("extra", step, f"the replay made a {kind} at step {step}, which the record "
                                      f"does not have", None, attempted, None, view, mismatched=("step",)))
             assert rec is not None
@@ -166,6 +167,7 @@ class ReplaySource:
                 what = {"kind": f"a {kind} where the record has a {rec.key.kind}",
                         "name": f"{kind} {attempted.name!r} where the record has {rec.key.name!r}",
                         "hash": f"{kind} {attempted.name} with different content ({len(diff)} field(s) differ)"}
+                self._stop_if_skipped(step, kind, attempted.name)
                 self.stop(Divergence("mismatch", step, f"step {step}: the replay made " + what[fields[0]],
                                      rec.key, attempted, rec.content, view, diff, fields))
             self.compared.add(step)
@@ -174,6 +176,23 @@ class ReplaySource:
             self.stop(Divergence("unreplayable", step, f"step {step} cannot be replayed: {pending}", rec.key,
                                  attempted))
         return rec
+
+    def _stop_if_skipped(self, step: str, kind: str, name: str) -> None:
+        """Before a divergence at ``step`` is reported: when the record has a call requested by an earlier
+        model call (sub-step ``N.k``, ``N`` below ``step``'s top-level step) that the replay never made, that
+        call is the first divergence in step order (``missing``), not the step the replay went on to make.
+        Only such sub-steps can be skipped (top-level steps are taken one after another)."""
+        try:
+            top = int(step.split(".")[0])
+            skipped = next((rec for rec in self.recorded.ordered() if "." in rec.key.step
+                            and int(rec.key.step.split(".")[0]) < top and rec.key.step not in self.compared), None)
+        except ValueError:
+            return
+        if skipped is not None:
+            what = f"{kind} {name}".rstrip()
+            self.stop(Divergence("missing", skipped.key.step, f"the replay made step {step} ({what}) without having "
+                                 f"made step {skipped.key.step} ({skipped.key.kind} {skipped.key.name}) of the record",
+                                 skipped.key, None, skipped.content))
 
     @staticmethod
     def _same_but_for_normalising(run: Any, kind: str, payload: dict[str, Any], rec: RecordedCall,
