@@ -228,6 +228,10 @@ class ReplaySource:
         decision = rec.decision or {}
         step = rec.key.step
         approved_without_result = decision.get("effect") == "require_approval" and rec.approval in ("approved", "rerun")
+        if rec.result is None and rec.decision is None:
+            return Divergence("outcome_unknown", step, f"step {step}: the recorded call {rec.key.name} has neither a "
+                              "recorded decision nor a result — its outcome is unknown; replay ends here and does "
+                              "not run it again", rec.key, rec.key)
         if rec.result is None and (decision.get("effect") == "allow" or approved_without_result):
             return Divergence("outcome_unknown", step, f"step {step}: the recorded call {rec.key.name} was allowed "
                               "but has no result — its outcome is unknown (the process stopped while it ran); "
