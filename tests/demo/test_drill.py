@@ -224,3 +224,49 @@ def test_demo_refuses_a_folder_holding_a_file_it_would_overwrite(tmp_path, name)
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]
     if name != "keys":
         assert mine.read_text(encoding="utf-8") == "my own file\n"
+
+
+def test_demo_with_a_relative_dir_runs_in_that_folder(tmp_path):
+    """`sealbox demo --dir d` (a relative path): the gateway the agent launches runs in the workspace
+    and was given 'd/gateway.yaml', which it looked for as d/d/gateway.yaml: step 4 failed with
+    'error: d/gateway.yaml: no such file' and 'error: internal error: ExceptionGroup: …'. The
+    workspace is now made absolute first; the drill runs and names the absolute folder."""
+    import subprocess
+    import sys
+
+    try:
+        server_command("sqlite"), server_command("time")
+    except UpstreamBuildError as exc:
+        pytest.skip(str(exc))
+    res = subprocess.run([sys.executable, "-m", "sealbox.cli.main", "demo", "--dir", "d"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
+    assert "error" not in res.stderr
+    assert res.returncode == 0
+    assert f"\nWorkspace: {tmp_path / 'd'}\n" in res.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+def test_a_gateway_that_stops_at_start_is_one_clear_error(tmp_path):
+    """The agent's gateway exiting before it answers (here: its config is missing) came out of the
+    MCP client as 'internal error: ExceptionGroup: unhandled errors in a TaskGroup'; it is now a
+    DrillError naming the gateway command (its own error line is printed above it, on stderr)."""
+    import asyncio
+
+    from sealbox.demo.drill import DrillError, _agent
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+    from sealbox.store import init_store
+
+    store = init_store(tmp_path / "store")
+    try:
+        async def go():
+            async with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+                return await _agent(run, tmp_path / "missing.yaml", tmp_path)
+
+        with pytest.raises(DrillError) as err:
+            asyncio.run(go())
+    finally:
+        store.close()
+    assert str(err.value) == (f"the gateway the agent launched (sealbox gateway serve --config "
+                              f"{tmp_path / 'missing.yaml'}) closed the connection before answering; "
+                              "its error is printed above")

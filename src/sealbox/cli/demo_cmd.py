@@ -24,13 +24,16 @@ def demo_cmd(workdir: str | None, sample: bool) -> None:
     if not sample:
         why = _drill_unavailable()
         if why is None:
-            from sealbox.demo.drill import run_drill
+            from sealbox.demo.drill import DrillError, run_drill
             from sealbox.demo.upstreams import UpstreamBuildError
 
             try:
                 result = run_drill(workdir, echo=click.echo)
             except UpstreamBuildError as exc:
                 why = str(exc)
+            except DrillError as exc:  # the drill failed (exit 1): one line, the gateway's own error above it
+                click.echo(f"error: {exc}", err=True)
+                raise SystemExit(1) from None
             except FileExistsError as exc:  # a user mistake (exit 2), not a failed drill (exit 1)
                 from sealbox.cli.common import BadInput
 

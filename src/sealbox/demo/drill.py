@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sealbox.demo.agent import TASK, WRONG_DELETE
+from sealbox.errors import SealboxError
 
-__all__ = ["DrillResult", "run_drill", "replay_agent", "POLICY", "FIXED_POLICY", "APPROVER",
+__all__ = ["DrillError", "DrillResult", "run_drill", "replay_agent", "POLICY", "FIXED_POLICY", "APPROVER",
            "INVESTIGATION_OPTIONAL"]
 
 APPROVER = "ops-oncall"
@@ -75,6 +76,10 @@ FIXED_POLICY = POLICY.replace("""  - id: writes-need-ops""", """  - id: deletes-
 
 #: Investigation steps that run only when their command exists (others are building them).
 INVESTIGATION_OPTIONAL = ("export", "replay", "whatif")
+
+
+class DrillError(SealboxError):
+    """The drill could not run to its end (the agent's gateway stopped); the message says why."""
 
 
 @dataclass
@@ -275,13 +280,31 @@ async def _agent(run: Any, config: Path, cwd: Path | None) -> Any:
               "cwd": str(cwd) if cwd is not None else None}
     # the resolver sends each call's step and call id (_meta "sealbox/step", "sealbox/call_id"):
     # the gateway records the call as "<model step>.<i>" of the model call that requested it
-    async with MCPServerStdio(params=params, name="sealbox-gateway", cache_tools_list=True,
-                              client_session_timeout_seconds=120,
-                              tool_meta_resolver=mcp_meta_resolver(run)) as gateway:
-        agent = build_agent(CleanupModel(), [gateway])
-        result = await Runner.run(instrument(run, agent, provider="scripted"), TASK, hooks=StateHooks(run),
-                                  max_turns=20)
+    try:
+        async with MCPServerStdio(params=params, name="sealbox-gateway", cache_tools_list=True,
+                                  client_session_timeout_seconds=120,
+                                  tool_meta_resolver=mcp_meta_resolver(run)) as gateway:
+            agent = build_agent(CleanupModel(), [gateway])
+            result = await Runner.run(instrument(run, agent, provider="scripted"), TASK, hooks=StateHooks(run),
+                                      max_turns=20)
+    except Exception as exc:  # the MCP client's "unhandled errors in a TaskGroup" when the gateway exits
+        if any(str(leaf) == "Connection closed" for leaf in _leaves(exc)):
+            raise DrillError(f"the gateway the agent launched (sealbox gateway serve --config {config}) closed "
+                             "the connection before answering; its error is printed above") from exc
+        raise
     return result.final_output
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, and the causes / contexts of each."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    out, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
 
 
 # ----------------------------------------------------------------------------- replay
@@ -394,10 +417,14 @@ def run_drill(workdir: str | os.PathLike | None = None, *, echo: Callable[[str],
         FileExistsError: ``workdir`` already holds a drill, or a file the drill writes
             (``DRILL_WRITES``: policy.yaml, gateway.yaml, keys/, incident.*); use a new folder.
         sealbox.demo.upstreams.UpstreamBuildError: an upstream's venv could not be built.
+        DrillError: the gateway the agent launched stopped before answering (its error is printed
+            above, on stderr).
     """
     from sealbox.store import open_store
 
-    ws = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="sealbox-drill-"))
+    # absolute: the gateway the agent launches runs in the workspace (cwd) and is given its config's
+    # path; a relative --dir was looked for again under itself ('d/gateway.yaml' inside d/)
+    ws = Path(os.path.abspath(workdir if workdir is not None else tempfile.mkdtemp(prefix="sealbox-drill-")))
     ws.mkdir(parents=True, exist_ok=True)
     if (ws / "store").exists() or (ws / "shop.db").exists():
         raise FileExistsError(f"{ws} already holds a drill; pass a new --dir")
