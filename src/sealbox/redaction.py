@@ -567,6 +567,16 @@ class Redactor:
             out[new_key] = new_value
         return out if changed else labels
 
+    def label_secrets(self, labels: dict[str, Any]) -> list[str]:
+        """The values :meth:`redact_labels` makes a marker of by their sensitive key name (at least 4
+        characters, as :meth:`removed_strings` lists an argument's): a run's redacted values, scrubbed
+        from what the run records after it (a result, a model response, a note, an error text)."""
+        if self.policy.mode == "full":
+            return []
+        return [value for key, value in labels.items()
+                if type(key) is str and type(value) is str and len(value) >= 4 and _norm_key(key) in self._keys
+                and not _WHOLE_MARKER.fullmatch(value)]
+
     def secret_values(self, name: str, value: Any) -> list[str]:
         """The strings of at least 4 characters that a sensitive key name or a configured path
         makes a ``{"$redacted": …}`` marker of in a content field's encoded ``value`` (``name``: the

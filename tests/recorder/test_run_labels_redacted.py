@@ -129,3 +129,39 @@ def test_full_mode_keeps_the_labels(make_store, tmp_path):
     run_id = _record(store, tmp_path)
     assert store.read_run(run_id)[0].payload["labels"] == LABELS
     store.close()
+
+
+
+@pytest.mark.parametrize("first", ["model_call", "tool_call"])
+def test_a_secret_label_repeated_later_in_the_run_is_scrubbed(make_store, tmp_path, first):
+    """A label under a sensitive key name was redacted in run.started, but its value did not join the
+    run's redacted values (only a tool call's decision inputs, which hold the labels, taught them): a
+    model response, a note, a state label or the run's error text repeating it before any tool call
+    kept it in clear. It now joins them when run.started is written: scrubbed there as a redacted
+    argument value is (the same marker)."""
+    from sealbox.policies import ALLOW_ALL
+
+    store = make_store("redacted")
+    with pytest.raises(RuntimeError):
+        with Recorder(store, policy=ALLOW_ALL).run(agent="bot", labels={"env": "prod", "api_key": KEY,
+                                                                        "password": PASSWORD}) as run:
+            if first == "tool_call":
+                assert run.call_tool("db", "q", {"sql": "select 1"}, lambda sql: {"out": f"u/{PASSWORD}@db"}) == {
+                    "out": f"u/{PASSWORD}@db"}
+            run.model_call({"messages": [{"role": "user", "content": "hi"}]}, {"text": f"the password is {PASSWORD}"})
+            run.note(f"tried {PASSWORD}", about={"seen": f"u/{PASSWORD}@db"})
+            run.save_state({"memo": "x"}, label=f"after {PASSWORD}")
+            raise RuntimeError(f"login refused for {PASSWORD} with key {KEY}")
+    pw = f"⟦redacted:{store.redactor.marker(PASSWORD)['$redacted']}⟧"
+    key = f"⟦redacted:{store.redactor.marker(KEY)['$redacted']}⟧"
+    events = {e.kind: e.payload for e in store.read_run(run.run_id)}
+    if first == "tool_call":
+        assert events["tool.result"]["result"] == {"out": f"u/{pw}@db"}
+    assert events["model.call"]["response"] == {"text": f"the password is {pw}"}
+    assert (events["note"]["text"], events["note"]["about"]) == (f"tried {pw}", {"seen": f"u/{pw}@db"})
+    assert events["state.saved"]["label"] == f"after {pw}"
+    assert events["run.ended"]["error"] == {"type": "RuntimeError", "message": f"login refused for {pw} with key {key}"}
+    data = _all_bytes(store, make_store, tmp_path)
+    store.close()
+    for secret in (KEY, PASSWORD):
+        assert secret.encode() not in data

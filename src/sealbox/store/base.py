@@ -312,7 +312,11 @@ class EventBuilder:
             payload["label"] = self.redactor.scrub_label(payload["label"], secrets)
         if draft.kind == "run.started" and type(payload.get("labels")) is dict:  # the caller's words, shown by
             # runs list: a secret-named label's value, and what a pattern finds, are not kept in clear
-            payload["labels"] = self.redactor.redact_labels(payload["labels"])
+            labels = payload["labels"]
+            payload["labels"] = self.redactor.redact_labels(labels)
+            if payload["labels"] is not labels and _REDACTED_INTO.get() is not None:  # the recorder learns the
+                # secret-named values: scrubbed from the run's later content, notes and error texts
+                _REDACTED_INTO.get().update(self.redactor.label_secrets(labels))
         if draft.kind == "note":  # a note's text and detail are the caller's words: redacted like content
             if "about" in content:  # its about redacted above, as content: the text as redact_note does
                 payload.update(redact_note(self.redactor, {"text": payload["text"]}, own))
