@@ -50,3 +50,27 @@ def test_an_approver_acting_as_an_agent_in_another_case_is_flagged(store, tmp_pa
     (flag,) = state.answers[0].flags
     assert (flag["code"], flag["evidence"]["principal"], flag["evidence"]["run_id"]) == (
         "acts_as_agent", principal, helper.run_id)
+
+
+@pytest.mark.parametrize("principal", ["user:carol\u200b", "user:ｃａｒｏｌ", "agent:ca\u00adrol", "CAROL\u2060",
+                                       "user\uff1acarol"])
+def test_an_approver_acting_as_an_agent_under_a_unicode_variant_is_flagged(store, tmp_path, principal):
+    """The candidates were read with an ASCII-only fold: a run whose principal was `user:carol` with
+    an invisible U+200B, or full-width letters (the same actor for actor_key), was never a candidate,
+    and carol approving under that name went unflagged. A principal holding any non-ASCII character is
+    now a candidate too (same_actor decides), on both backends; ASCII ones are read as before."""
+    with Recorder(store, policy=ASKS).run(agent="other", principal="user:\u0441arol"):  # a Cyrillic с: not carol
+        pass
+    with Recorder(store, policy=ASKS).run(agent="helper", principal=principal) as helper:
+        pass
+    found = [e.principal for e in store.reader().events(["run.started"], principal_actor="carol")]
+    assert found == ["user:\u0441arol", principal]
+    key = add_identity(store, "carol", "approver", ["ops"], key_path=tmp_path / "carol.key",
+                       admin_key=admin_key(store, tmp_path)).key_path
+    with pytest.raises(ApprovalPending) as info:
+        with Recorder(store, policy=ASKS, approvals="suspend").run(agent="bot") as run:
+            run.call_tool("db", "write_query", {"sql": "x"}, lambda **_: "ran")
+    state = answer(store, info.value.approval_id, "approve", "ok", key, client={"hostname": "laptop"})
+    (flag,) = state.answers[0].flags
+    assert (flag["code"], flag["evidence"]["principal"], flag["evidence"]["run_id"]) == (
+        "acts_as_agent", principal, helper.run_id)

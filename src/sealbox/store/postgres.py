@@ -309,7 +309,10 @@ class PgReader(Reader):
         if principal_actor is not None:
             # ILIKE: SQLite's LIKE folds ASCII case, PostgreSQL's does not (the column's "C" collation
             # folds ASCII only, as NOCASE does)
-            where.append("(lower(principal) = lower(?) OR principal ILIKE ? ESCAPE '\\')")
+            # or any principal holding a non-ASCII character (more bytes than characters), as SQLite's
+            # reader: same_actor folds NFKC forms and drops format characters, which no ASCII fold finds
+            where.append("(lower(principal) = lower(?) OR principal ILIKE ? ESCAPE '\\'"
+                         " OR octet_length(principal) <> char_length(principal))")
             params += [principal_actor, "%:" + principal_actor.replace("\\", "\\\\").replace("%", "\\%")
                        .replace("_", "\\_")]
         if field is not None:

@@ -574,7 +574,8 @@ class Reader:
                ts_before: str | None = None, from_leaf: int | None = None, before_leaf: int | None = None) -> list[Event]:
         """Events of the given kinds, in log order, optionally of one run, one principal, a
         principal that is ``principal_actor`` or ends with ``:`` + ``principal_actor`` (ASCII
-        case-insensitive: the candidates for :func:`sealbox.approvals.same_actor`), or
+        case-insensitive) or holds a non-ASCII character (the candidates for
+        :func:`sealbox.approvals.same_actor`, which folds Unicode forms), or
         whose payload field ``field[0]`` equals the string ``field[1]``; with ``ts_from`` (RFC
         3339 text in the store's own form, ``2026-12-03T10:00:00.000000Z``), only events whose
         ``ts`` column is that text or later (compared as text: the store writes every ``ts`` in
@@ -594,7 +595,11 @@ class Reader:
             where.append("principal = ?")
             params.append(principal)
         if principal_actor is not None:
-            where.append("(principal = ? COLLATE NOCASE OR principal LIKE ? ESCAPE '\\')")
+            # or any principal holding a non-ASCII character (more bytes than characters): actor_key folds
+            # NFKC forms and drops format characters (user:ｃａｒｏｌ, carol\u200b), which no ASCII fold
+            # finds; same_actor decides
+            where.append("(principal = ? COLLATE NOCASE OR principal LIKE ? ESCAPE '\\'"
+                         " OR length(CAST(principal AS BLOB)) <> length(principal))")
             params += [principal_actor, "%:" + principal_actor.replace("\\", "\\\\").replace("%", "\\%")
                        .replace("_", "\\_")]
         if field is not None:
