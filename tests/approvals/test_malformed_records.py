@@ -25,6 +25,7 @@ from sealbox.identities import add_identity
 from sealbox.policy import Policy
 from sealbox.recorder import Recorder
 from sealbox.replay import Replayer
+from sealbox.store.base import DamagedEventError
 from sealbox.report import build_report, render_html, render_markdown
 from identity_testkit import admin_key
 
@@ -199,14 +200,17 @@ def test_the_report_renders_a_malformed_request_in_both_formats(store, folder, p
 
 def test_replay_of_a_run_held_by_a_malformed_request_says_so(store, folder):
     run_id, aid = suspended(store)
-    tamper(folder, leaf_of(store, run_id, "approval.requested"), "$.payload.quorum", "many")
+    leaf = leaf_of(store, run_id, "approval.requested")
+    tamper(folder, leaf, "$.payload.quorum", "many")
 
-    d = Replayer(store).replay(run_id, agent).divergence
+    # a request made malformed below Sealbox no longer hashes to its leaf: replay serves only what was
+    # recorded, so it refuses the run before the agent starts (it said 'pending_approval' at step 2 before)
+    with pytest.raises(DamagedEventError) as caught:
+        Replayer(store).replay(run_id, agent)
 
-    assert (d.kind, d.step, d.message) == (
-        "pending_approval", "2",
-        f"step 2: the recorded call db/write_query was held by a malformed approval request {aid} "
-        "(approval.requested: data.quorum must be integer), which can never be approved; replay ends here")
+    assert str(caught.value).startswith(
+        f"the event at leaf {leaf} (run {run_id}, run_seq 4, approval.requested) no longer hashes to its "
+        "recorded leaf hash: the store was changed below Sealbox")
 
 
 # ----------------------------------------------------------------------------- answers and resumes
@@ -253,14 +257,16 @@ def test_a_malformed_resume_gives_no_outcome(store, folder, alice):
 
 def test_replay_past_a_malformed_resume_stops_and_says_why(store, folder, alice):
     run_id, aid = resumed_after_denial(store, alice)
-    tamper(folder, leaf_of(store, run_id, "run.resumed"), "$.payload.outcomes", [1])
+    leaf = leaf_of(store, run_id, "run.resumed")
+    tamper(folder, leaf, "$.payload.outcomes", [1])
 
-    d = Replayer(store).replay(run_id, agent).divergence
+    # as above: a run.resumed made malformed below Sealbox is a changed event, and replay refuses the run
+    with pytest.raises(DamagedEventError) as caught:
+        Replayer(store).replay(run_id, agent)
 
-    assert (d.kind, d.step, d.message) == (
-        "pending_approval", "2",
-        f"step 2: the recorded call db/write_query was denied by alice (approval {aid}); the run was resumed "
-        "past it, but its run.resumed event is malformed or gives no outcome for it; replay ends here")
+    assert str(caught.value).startswith(
+        f"the event at leaf {leaf} (run {run_id}, run_seq 7, run.resumed) no longer hashes to its "
+        "recorded leaf hash: the store was changed below Sealbox")
 
 
 def test_a_malformed_answer_is_marked_on_the_report_timeline_and_in_runs_show(store, folder, alice):
