@@ -34,7 +34,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, BinaryIO, Iterable, Sequence
 
 from sealbox import blobs as _blobs
 from sealbox.canonical import canonical_bytes
@@ -67,6 +67,7 @@ __all__ = [
     "zip_bytes",
     "zip_regions",
     "read_members",
+    "archive_extent",
     "unreadable_reason",
     "select_runs",
     "export_bundle",
@@ -286,26 +287,86 @@ def read_members(data: bytes) -> list[list[tuple[str, bytes]]]:
     return out
 
 
-def unreadable_reason(data: bytes) -> str:
+def unreadable_reason(data: bytes, size: int | None = None) -> str:
     """Why neither reader of :func:`read_members` could read ``data``, in one phrase: where the file
-    ends when it was cut short (the commonest cause: a partial download or copy), else what is missing."""
+    ends when it was cut short (the commonest cause: a partial download or copy), else what is missing.
+    ``size``: the file's size when ``data`` is only its first bytes (:func:`archive_extent`)."""
+    size = len(data) if size is None else size
     pos, count = 0, 0
     while data[pos: pos + 4] == struct.pack("<I", _LOCAL_SIG):
-        if pos + _LOCAL.size > len(data):
-            return f"the file ends at byte {len(data)}, inside the ZIP local header of member {count + 1} (it was truncated)"
+        if pos + _LOCAL.size > size:
+            return f"the file ends at byte {size}, inside the ZIP local header of member {count + 1} (it was truncated)"
         f = _LOCAL.unpack_from(data, pos)
         name = data[pos + _LOCAL.size: pos + _LOCAL.size + f[9]].decode("ascii", "replace")
         start = pos + _LOCAL.size + f[9] + f[10]
-        if start > len(data):
-            return f"the file ends at byte {len(data)}, inside the ZIP local header of {name!r} (it was truncated)"
-        if start + f[7] > len(data):
-            return (f"the file ends at byte {len(data)}, inside member {name!r}, which needs "
-                    f"{start + f[7] - len(data)} more byte(s) (it was truncated)")
+        if start > size:
+            return f"the file ends at byte {size}, inside the ZIP local header of {name!r} (it was truncated)"
+        if start + f[7] > size:
+            return (f"the file ends at byte {size}, inside member {name!r}, which needs "
+                    f"{start + f[7] - size} more byte(s) (it was truncated)")
         pos, count = start + f[7], count + 1
-    if pos >= len(data):
-        return (f"the file ends at byte {len(data)}, after {count} member(s) and before the ZIP central directory "
+    if pos >= size:
+        return (f"the file ends at byte {size}, after {count} member(s) and before the ZIP central directory "
                 "(it was truncated)")
     return f"no ZIP local header at byte {pos} and no readable ZIP end of central directory record"
+
+
+#: how much of a file beyond what its headers describe is read when the archive's end cannot be located
+#: (enough for the central directory and end record of any bundle, whose names are few and short)
+READ_MARGIN = 1 << 20
+
+
+def archive_extent(f: BinaryIO, size: int) -> tuple[int, bool]:
+    """How many bytes of the ZIP file ``f`` (``size`` bytes) to read, from its headers alone (seeking
+    past member data, holding none): (n, exact). ``exact``: ``n`` is where the archive ends (its end of
+    central directory record), found by walking the local headers, then the central directory and end
+    record after them, or else by scanning back from the end for the record; more bytes after it are
+    not part of the archive. Otherwise ``n`` covers every header the readers could reach, so that what
+    they and :func:`unreadable_reason` say of a prefix of that length is what they would say of the file."""
+    def at(pos: int, n: int) -> bytes:
+        f.seek(pos)
+        return f.read(n)
+
+    pos, stop = 0, None
+    while True:
+        head = at(pos, _LOCAL.size)
+        if len(head) < _LOCAL.size or head[:4] != struct.pack("<I", _LOCAL_SIG):
+            break
+        fl = _LOCAL.unpack(head)
+        nxt = pos + _LOCAL.size + fl[9] + fl[10] + fl[7]
+        if nxt > size:  # runs past the end: nothing after this header can be reached by walking
+            stop = pos + _LOCAL.size + fl[9] + fl[10]
+            break
+        pos = nxt
+    if stop is None:
+        while (head := at(pos, _CENTRAL.size))[:4] == struct.pack("<I", _CENTRAL_SIG) and len(head) == _CENTRAL.size:
+            fc = _CENTRAL.unpack(head)
+            pos += _CENTRAL.size + fc[10] + fc[11] + fc[12]
+        head = at(pos, _END.size)
+        if len(head) == _END.size and head[:4] == struct.pack("<I", _END_SIG):
+            return min(size, pos + _END.size + _END.unpack(head)[7]), True
+        stop = pos
+    end = _last_end_record(f, size)
+    if end is not None:
+        return end + _END.size, True
+    return min(size, stop + READ_MARGIN), False
+
+
+def _last_end_record(f: BinaryIO, size: int, chunk: int = 1 << 20) -> int | None:
+    """Offset of the last end of central directory record signature followed by a whole record
+    (as :func:`_read_central` takes it), scanning back from the end in bounded chunks."""
+    sig, hi = struct.pack("<I", _END_SIG), size
+    while hi > 0:
+        lo = max(0, hi - chunk)
+        f.seek(lo)
+        block = f.read(hi - lo + len(sig) - 1 if hi < size else hi - lo)
+        found = block.rfind(sig)
+        while found >= 0 and lo + found + _END.size > size:
+            found = block.rfind(sig, 0, found + len(sig) - 1)
+        if found >= 0:
+            return lo + found
+        hi = lo
+    return None
 
 
 def _read_central(data: bytes) -> list[tuple[str, bytes]]:

@@ -30,6 +30,7 @@ import binascii
 import dataclasses
 import hashlib
 import json
+import os
 import re
 import shlex
 import time
@@ -53,6 +54,7 @@ from sealbox.interop.bundle import (
     export_digest,
     proof_line,
     manifest_bytes,
+    archive_extent,
     read_members,
     unreadable_reason,
     run_entries,
@@ -328,7 +330,7 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
     started = time.perf_counter()
     if trusted_vkey and trust_bundle_key:
         raise ConfigError("give a trusted key or trust the bundle's own key, not both")
-    data = _read(Path(path))
+    data, size = _read(Path(path))
     verifier = Verifier.from_vkey(trusted_vkey) if trusted_vkey else None
     proof_doc = parse_consistency(consistency) if consistency is not None else None
     given: dict[int, tuple[str, int, list[bytes]]] = {}
@@ -338,20 +340,30 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
             raise ConfigError(f"{given[size1][0]} and {where} are both consistency proofs from size {size1}: "
                               "give one")
         given[size1] = (where, size2, hashes)
-    check = _Check(data, verifier, started)
+    check = _Check(data, verifier, started, size)
     check.given_proofs = given
     report = check.run(proof_doc, list(checkpoints))
     return dataclasses.replace(report, path=str(path), bundle_key_accepted=trust_bundle_key and verifier is None)
 
 
-def _read(path: Path) -> bytes:
+def _read(path: Path) -> tuple[bytes, int]:
+    """(the bytes of the ZIP archive in ``path``, the file's size). Only the archive its own headers
+    describe is read (:func:`archive_extent`), plus one byte when more follows it: bytes after
+    the archive's end record are reported by their count, never read, so a bundle padded with
+    gigabytes is checked in the memory of the bundle."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(64)
+            if head[:4] != b"PK\x03\x04" and head[30:36] != b"format":
+                raise BundleFormatError(f"{path} is not a Sealbox bundle (not a ZIP archive whose first member is "
+                                        "`format`)")
+            n, exact = archive_extent(f, size)
+            f.seek(0)
+            data = f.read(n + 1 if exact and n < size else n)
     except OSError as exc:
         raise BundleFormatError(f"cannot read {path}: {exc.strerror}") from exc
-    if data[:4] != b"PK\x03\x04" and data[30:36] != b"format":
-        raise BundleFormatError(f"{path} is not a Sealbox bundle (not a ZIP archive whose first member is `format`)")
-    return data
+    return data, size
 
 
 def _lines(member: str, data: bytes, problems: list[Problem]) -> list[bytes]:
@@ -433,8 +445,9 @@ def _common_prefix(a: bytes, b: bytes) -> int:
 class _Check:
     """One verification of one bundle's bytes."""
 
-    def __init__(self, data: bytes, verifier: Verifier | None, started: float) -> None:
+    def __init__(self, data: bytes, verifier: Verifier | None, started: float, size: int | None = None) -> None:
         self.data, self.verifier, self.started = data, verifier, started
+        self.size = len(data) if size is None else size  # the file's; ``data`` may be its first bytes only
         self.problems: list[Problem] = []
         self.members: dict[str, bytes] = {}
         self.cp: Checkpoint | None = None
@@ -501,7 +514,7 @@ class _Check:
         """Read the members (False: none could be read, the problem is recorded)."""
         candidates = read_members(self.data)
         if not candidates:
-            self._problem("bundle_container", f"the ZIP structure cannot be read: {unreadable_reason(self.data)}",
+            self._problem("bundle_container", f"the ZIP structure cannot be read: {unreadable_reason(self.data, self.size)}",
                           "the ZIP container")
             return False
         best = max(candidates, key=lambda m: (_common_prefix(zip_bytes(m), self.data), -len(m)))
@@ -509,9 +522,9 @@ class _Check:
         if rebuilt != self.data:
             at = _common_prefix(rebuilt, self.data)
             if at >= len(rebuilt):
-                what = f"{len(self.data) - len(rebuilt)} byte(s) after the end of the ZIP archive"
-            elif at >= len(self.data):
-                what = f"the file ends at byte {len(self.data)} (it was truncated)"
+                what = f"{self.size - len(rebuilt)} byte(s) after the end of the ZIP archive"
+            elif at >= self.size:
+                what = f"the file ends at byte {self.size} (it was truncated)"
             else:
                 what = next(w for s, e, w in zip_regions(best) if s <= at < e)
             self._problem("bundle_container", f"the file differs from the canonical bundle container at byte {at}",
