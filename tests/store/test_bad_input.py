@@ -405,6 +405,24 @@ def test_open_store_typed_errors_for_non_stores(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+def test_a_folder_named_sealbox_db_is_said_to_be_a_directory_not_a_missing_database(store_copy: Path) -> None:
+    (store_copy / "sealbox.db").unlink()
+    (store_copy / "sealbox.db").mkdir()
+    said = (f"{store_copy} is not a Sealbox store (its sealbox.db is a directory, not the database file; "
+            "move it away and put the store's database file there)")
+    for readonly in (True, False):
+        with pytest.raises(NotAStoreError) as exc:
+            open_store(store_copy, readonly=readonly)
+        assert str(exc.value) == said
+    res = cli("verify", "-s", str(store_copy))
+    assert (res.returncode, res.stderr) == (2, f"error: {said}\n")
+    res = cli("init", str(store_copy))
+    assert (res.returncode, res.stderr) == (2, f"error: {store_copy} holds a directory named sealbox.db where the "
+                                            "store's database file goes: init does not overwrite it (move it away, "
+                                            "or create the store in another folder)\n")
+    assert (store_copy / "sealbox.db").is_dir() and not any((store_copy / "sealbox.db").iterdir())
+
+
 @pytest.mark.parametrize("readonly", [True, False])
 def test_open_store_random_bytes(tmp_path: Path, readonly: bool) -> None:
     folder = random_db(tmp_path / "s")

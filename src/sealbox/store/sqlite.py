@@ -1092,6 +1092,9 @@ class SqliteStore(SqliteQueries):
                 raise NotAStoreError(f"{self.path} is not a Sealbox store (it is a file; give the store's folder)")
             raise NotAStoreError(f"{self.path} does not exist (create a store with `sealbox init {self.path}`)")
         if not create and not self.db_path.is_file():
+            if self.db_path.is_dir():
+                raise NotAStoreError(f"{self.path} is not a Sealbox store (its {DB_NAME} is a directory, not the "
+                                     "database file; move it away and put the store's database file there)")
             raise NotAStoreError(f"{self.path} is not a Sealbox store (no {DB_NAME}; create one with `sealbox init`)")
         if not self.readonly:
             _require_writable(self.path)
@@ -2744,6 +2747,9 @@ def _existing_db_message(folder: Path) -> str:
     file that is not one (another file, another application's database), said as such."""
     import re
 
+    if (folder / DB_NAME).is_dir():
+        return (f"{folder} holds a directory named {DB_NAME} where the store's database file goes: init does not "
+                "overwrite it (move it away, or create the store in another folder)")
     try:
         SqliteStore(folder, readonly=True).close()
     except NotAStoreError as exc:
