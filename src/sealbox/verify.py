@@ -141,10 +141,14 @@ class VerifyReport:
         def n(count: int, noun: str) -> str:
             return f"{count} {noun}{'' if count == 1 else 's'}"
 
+        if any(p.code == "key_mismatch" for p in self.problems):  # none verifies: said why, not "covers 0 events"
+            signed = "none verifies: the key is not this log's"
+        else:
+            signed = f"the newest that verifies covers {n(self.tree_size_signed, 'event')}, root {self.root or '-'}"
         return (
             f"{head} {n(self.events, 'event')} in {n(self.runs, 'run')}, {n(self.blobs, 'blob')}, "
-            f"{n(self.checkpoints, 'signed checkpoint')} (the newest that verifies covers {n(self.tree_size_signed, 'event')}, "
-            f"root {self.root or '-'}), signatures checked against {self.trusted_key or 'no key'}; "
+            f"{n(self.checkpoints, 'signed checkpoint')} ({signed}), signatures checked against "
+            f"{self.trusted_key or 'no key'}; "
             f"took {self.seconds:.2f} s.{self._unsigned_note()}"
         ) + "".join(f"\nThe log extends {e['checkpoint']} (size {e['size']}, root {e['root']}): the events "
                     "reproduce its signed root." for e in self.extends)
@@ -817,13 +821,32 @@ def key_mismatch(notes: Sequence[tuple[str, str]], verifier: Verifier | None, or
         whose = f"it is a key of the log {verifier.name} (key id {verifier.key_id.hex()}), this log is {origin}"
     else:
         whose = f"it has this log's name but the key id {verifier.key_id.hex()}"
-    count = len(notes)
     return Problem(
         "key_mismatch", f"the {source} is not this log's key: {whose}, signed by {found[len('signatures by '):]}; "
-        f"none of its {count} checkpoint note{'s' if count != 1 else ''} verifies with it (check the key against "
-        "the log's own: `sealbox log key` on its host)",
+        f"{checkpoints_phrase(notes, 'none of ')} verifies with it (check the key against the log's own: "
+        "`sealbox log key` on its host)",
         expected=f"signatures by {mine}", found=found,
     )
+
+
+#: where :func:`_verify_snapshot` names the store's checkpoint file among the notes it checks
+CHECKPOINT_FILE = "the newest checkpoint file"
+
+
+def checkpoints_phrase(wheres: Sequence[Any], lead: str = "") -> str:
+    """The log's checkpoints among ``wheres`` (each a where, or a (where, ...) tuple), counted as the
+    summary counts them (rows) with the checkpoint file, a copy of the newest, named apart: ``none of the
+    log's 8 signed checkpoints (nor its checkpoint file)`` with ``lead='none of '``, else
+    ``the log's 8 signed checkpoints and its checkpoint file``."""
+    names = [w[0] if isinstance(w, tuple) else w for w in wheres]
+    rows = sum(1 for w in names if w != CHECKPOINT_FILE)
+    file = CHECKPOINT_FILE in names
+    text = f"the log's {rows} signed checkpoint{'s' if rows != 1 else ''}" if rows else ""
+    if lead:
+        if not rows:
+            return f"{lead}its checkpoint file" if file else f"{lead}its checkpoints"
+        return f"{lead}{text}{' (nor its checkpoint file)' if file else ''}"
+    return (f"{text} and its checkpoint file" if rows else "its checkpoint file") if file else text
 
 
 def _signer_names(signers: str) -> list[str]:
@@ -1077,7 +1100,7 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     cps = store.checkpoints()
     notes = [(f"checkpoint {i + 1} (size {c.tree_size})", c.note) for i, c in enumerate(cps)]
     if file_note is not None:
-        notes.append(("the newest checkpoint file", file_note))
+        notes.append((CHECKPOINT_FILE, file_note))
     notes.extend(external)
     note_problems, signed_cps = open_checkpoints(notes, verifier, store.origin or None)
     wrong_key = key_mismatch(notes[:len(notes) - len(external)], verifier, store.origin or None, key_source)

@@ -70,17 +70,20 @@ def test_a_store_verified_with_another_logs_key_says_so_in_one_line_first(logs, 
     store = sealbox.open_store(tmp_path / "a")
     stored, size = len(store.checkpoints()), store.size()
     store.close()
-    notes = stored + 1  # and the checkpoint file
+    notes = stored + 1  # and the checkpoint file (a copy of the newest): counted apart, as the summary counts rows
     code, out, err = _run(capsys, "verify", "-s", tmp_path / "a", "--key", tmp_path / "b" / "log.vkey")
     lines = out.splitlines()
     assert (code, err, len(lines)) == (1, "", 3)
     assert lines[0] == (
         f"key_mismatch: the key given is not this log's key: it is a key of the log {b_name} (key id {b_id}), "
-        f"this log is {a_name}, signed by {a_name}+{a_id}; none of its {notes} checkpoint notes verifies with it "
-        "(check the key against the log's own: `sealbox log key` on its host) "
+        f"this log is {a_name}, signed by {a_name}+{a_id}; none of the log's {stored} signed checkpoints (nor its "
+        "checkpoint file) verifies with it (check the key against the log's own: `sealbox log key` on its host) "
         f"(expected signatures by {b_name}+{b_id}, found signatures by {a_name}+{a_id})")
-    assert lines[1] == f"note: and {notes} checkpoint notes fail the same way (checkpoint_signature, each listed with --json)"
-    assert lines[2].startswith(f"NOT VERIFIED: {notes + 1} problem(s) found. {size} events in ")
+    assert lines[1] == (f"note: so the log's {stored} signed checkpoints and its checkpoint file fail their signature "
+                        f"check: {notes} checkpoint_signature problems, listed with --json")
+    assert lines[2].startswith(f"NOT VERIFIED: {notes + 1} problem(s) found. {size} events in 4 runs, 3 blobs, "
+                               f"{stored} signed checkpoints (none verifies: the key is not this log's), signatures "
+                               f"checked against {b_key}; took ")
     assert "Warning" not in lines[2] and "not covered by a signed checkpoint" not in lines[2]
 
     code, out, err = _run(capsys, "verify", "-s", tmp_path / "a", "--key", b_key, "--json")

@@ -930,7 +930,8 @@ def test_cli_verify_with_another_key(s: Sample) -> None:
     assert res.returncode == 1
     lines = res.stdout.strip().splitlines()
     assert [ln.split(":", 1)[0] for ln in lines[:-1]] == ["key_mismatch", "note"]
-    assert lines[1] == "note: and 4 checkpoint notes fail the same way (checkpoint_signature, each listed with --json)"
+    assert lines[1] == ("note: so the log's 3 signed checkpoints and its checkpoint file fail their signature check: "
+                        "4 checkpoint_signature problems, listed with --json")
     assert lines[0].startswith("key_mismatch: the key given is not this log's key: it has this log's name but the "
                                f"key id {other.split('+')[1]}, signed by {s.origin}+")
 

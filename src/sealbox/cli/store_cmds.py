@@ -323,15 +323,20 @@ def _print(report, as_json: bool, notes: bool = False, code: int | None = None) 
         echo_json(report.to_dict())
     else:
         wrong_key = next((p for p in report.problems if p.code == "key_mismatch"), None)
-        same = 0
+        from sealbox.verify import CHECKPOINT_FILE, checkpoints_phrase
+
+        same: list[str] = []
         for problem in report.problems:
-            if wrong_key is not None and problem.code == "checkpoint_signature" and problem.found == wrong_key.found:
-                same += 1  # each checkpoint fails because of that key: counted, listed with --json
+            own = problem.message.startswith(CHECKPOINT_FILE) or re.match(r"checkpoint \d+ \(size ", problem.message)
+            if (wrong_key is not None and problem.code == "checkpoint_signature" and problem.found == wrong_key.found
+                    and own):  # each of the log's checkpoints fails because of that key: counted, listed with --json
+                same.append(CHECKPOINT_FILE if problem.message.startswith(CHECKPOINT_FILE) else "checkpoint")
                 continue
             click.echo(problem.line())
         if same:
-            click.echo(f"note: and {same} checkpoint note{'s' if same != 1 else ''} fail{'s' if same == 1 else ''} "
-                       "the same way (checkpoint_signature, each listed with --json)")
+            one = len(same) == 1
+            click.echo(f"note: so {checkpoints_phrase(same)} fail{'s its' if one else ' their'} signature check: "
+                       f"{len(same)} checkpoint_signature problem{'' if one else 's'}, listed with --json")
         for note in report.notes if notes else ():
             click.echo(f"note: {note}")
         click.echo(report.summary())
