@@ -572,9 +572,18 @@ def imported_run_status(end_imported: Any) -> str | None:
 def status_text(run: Mapping[str, Any]) -> str:
     """A run row's status as listings and reports show it (a :meth:`query_runs` row): ``running``,
     ``suspended``, ``ended (ok)``; an imported run's is marked so: ``suspended (imported)``, ``ended (ok,
-    imported)`` (its status is the source's, :meth:`~sealbox.store.sqlite.SqliteStore.query_runs`)."""
-    notes = [str(n) for n in (run.get("ending"), "imported" if run.get("imported") else None) if n]
+    imported)`` (its status is the source's, :meth:`~sealbox.store.sqlite.SqliteStore.query_runs`); one read from
+    an event changed below Sealbox is marked ``altered``: ``interrupted (altered)``."""
+    notes = [str(n) for n in (run.get("ending"), "imported" if run.get("imported") else None,
+                              ALTERED_FLAG if run.get("altered") else None) if n]
     return f"{run.get('status')}" + (f" ({', '.join(notes)})" if notes else "")
+
+
+#: what ``runs list`` and ``runs show`` say on stderr of runs whose status is read from an altered event
+RUN_ALTERED_WARNING = ("warning: {n} run(s) shown have their status read from an event changed below Sealbox after "
+                       "it was written (its bytes no longer hash to its recorded leaf hash, or its kind column is not "
+                       "the kind they say; marked altered): the status shown is what the database holds now, not "
+                       "what was recorded; `sealbox verify` names the events")
 
 
 def status_matches(wanted: str, status: str, ending: str | None) -> bool:

@@ -47,8 +47,13 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
         store.close()
     more = len(rows) > limit  # one more asked for: say that the listing is cut, not silently
     rows = rows[:limit]
+    altered = sum(bool(r.get("altered")) for r in rows)
+    if altered:
+        from sealbox.query import RUN_ALTERED_WARNING
+
+        click.echo(RUN_ALTERED_WARNING.format(n=altered), err=True)
     columns = ["run_id", "agent", "principal", "status", "ending", "events", "started_at", "parent_run_id",
-               "replay_of", "snapshot", "labels", "imported"]
+               "replay_of", "snapshot", "labels", "imported", "altered"]
     if as_json or as_csv:
         emit_rows(rows, columns, as_json=as_json, as_csv=as_csv)
         if more:  # on stderr: stdout stays valid JSON / CSV
@@ -94,6 +99,10 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
         store.close()
     if run is None and not events:
         raise BadInput(f"no run {run_id!r} in this store")
+    if run is not None and run.get("altered"):
+        from sealbox.query import RUN_ALTERED_WARNING
+
+        click.echo(RUN_ALTERED_WARNING.format(n=1), err=True)
     # --csv keeps a call's whole arguments, its only copy of them (a cut query is one that was never run); the
     # table and --json's detail shorten them (--json has the event's payload)
     rows = [_event_row(e, verdicts, shown_args.get(e.leaf_index), whole=as_csv) for e in events]

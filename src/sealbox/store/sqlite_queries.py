@@ -434,7 +434,7 @@ class SqliteQueries:
                         break
         finally:
             cursor.close()
-        return out
+        return _mark_altered(self._conn(), out)
 
     @_json_guarded
     def ids_with_prefix(self, what: str, prefix: str, limit: int = 6) -> list[str]:
@@ -473,7 +473,9 @@ class SqliteQueries:
         held = checker(self)
         run = _interrupted(_run_row(recs[0]), held)
         kids = self._conn().execute(self._runs_sql.format(where="r.parent_run_id = ?", lifecycle=_LIFECYCLE), (run_id,)).fetchall()
-        run["children"] = [_interrupted(_run_row(k), held) for k in reversed(kids)]
+        children = [_interrupted(_run_row(k), held) for k in reversed(kids)]
+        _mark_altered(self._conn(), [run, *children])
+        run["children"] = children
         return run
 
 
@@ -750,7 +752,8 @@ SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot,
        CASE WHEN l.kind = 'run.ended' THEN CAST(l.raw AS TEXT) ->> '$.payload.status' END, p.kind,
        CAST(s.raw AS TEXT) ->> '$.payload.imported' IS NOT NULL,
        CASE WHEN l.kind = 'run.ended' THEN CAST(l.raw AS TEXT) -> '$.payload.imported' END,
-       (CAST(s.raw AS TEXT) -> '$.payload.lease') = 'true'
+       (CAST(s.raw AS TEXT) -> '$.payload.lease') = 'true',
+       l.leaf_index, p.leaf_index
 FROM runs r
 JOIN events s ON s.leaf_index = r.leaf_index
 JOIN events l ON l.run_id = r.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = r.run_id)
@@ -960,7 +963,47 @@ def _run_row(rec: tuple) -> dict[str, Any]:
             "replay_of": replay_of, "snapshot": snapshot, "started_at": started_at,
             "labels": json.loads(labels) if labels else {}, "status": status, "ending": ending,
             "ended_at": last_ts if status == "ended" else None, "last_kind": last_kind, "events": events,
-            "imported": bool(imported), "_lease": bool(lease) and status == "running" and not imported}
+            "imported": bool(imported), "altered": False,
+            "_lease": bool(lease) and status == "running" and not imported,
+            "_status_events": ((last_kind, rec[16]), (phase, rec[17])) if len(rec) >= 18 else ()}
+
+
+def _mark_altered(conn: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (of :func:`_run_row`), ``altered`` set on a run whose status was read from an event changed
+    below Sealbox (:func:`_status_event_altered`). The events' bytes are fetched for the rows shown only
+    (not carried through the listing's sort): at most two per run, by leaf index."""
+    wanted = sorted({leaf for row in rows for _, leaf in row["_status_events"] if leaf is not None})
+    got: dict[int, tuple] = {}
+    for i in range(0, len(wanted), 500):
+        chunk = wanted[i:i + 500]
+        for leaf, raw, stored in conn.execute("SELECT leaf_index, raw, leaf_hash FROM events WHERE leaf_index IN ("
+                                              + ", ".join("?" * len(chunk)) + ")", chunk):
+            got[leaf] = (raw, stored)
+    for row in rows:
+        row["altered"] = any(_status_event_altered(kind, *got.get(leaf, (None, None)))
+                             for kind, leaf in row.pop("_status_events") if leaf is not None)
+    return rows
+
+
+def _status_event_altered(kind: Any, raw: Any, stored: Any) -> bool:
+    """Whether an event a run's status is read from (its newest event, and its newest of the lifecycle
+    kinds, found by the ``kind`` column; here one of them, ``kind`` its column) was changed below Sealbox:
+    its bytes no longer hash to its leaf hash, or its ``kind`` column is not the kind its hashed bytes say
+    (``UPDATE events SET kind = 'note'`` on a ``run.ended`` made an ended run look running). One SHA-256,
+    no JSON parse: intact bytes are canonical JSON, whose first key is ``kind``."""
+    from hashlib import sha256
+
+    from sealbox.query import event_altered
+
+    if raw is None:  # the row went away meanwhile: nothing to compare
+        return False
+    if type(raw) is not bytes or type(stored) is not bytes:
+        if event_altered(raw, stored):
+            return True
+        raw = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else bytes(raw)
+    elif sha256(b"\x00" + raw).digest() != stored:
+        return True
+    return type(kind) is not str or not raw.startswith(b'{"kind":"' + kind.encode() + b'",')
 
 
 def _interrupted(row: dict[str, Any], held: Any) -> dict[str, Any]:

@@ -1,0 +1,84 @@
+"""A run's status is read from the ``kind`` column of its events: ``UPDATE events SET kind = 'note'`` on a
+run's ``run.ended`` (triggers dropped) made `sealbox runs list` show an ended run as running / interrupted,
+with no sign of tampering, while the event's hashed bytes still said ``run.ended``. The events the status
+is read from are now checked against their hashed bytes and leaf hash: such a run is marked ``altered``
+(``interrupted (altered)``, ``"altered": true``) with one warning line on stderr, in `runs list` and
+`runs show`. SQLite, and PostgreSQL when SEALBOX_TEST_POSTGRES_URL is set."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+
+import pytest
+from conftest import BACKENDS
+from query_helpers import SEALBOX
+from test_calls_altered_events import _edit_below_sealbox, _set_column_below_sealbox
+
+import sealbox
+from sealbox.policies import ALLOW_ALL
+
+WARNING = ("warning: {n} run(s) shown have their status read from an event changed below Sealbox after it was "
+           "written (its bytes no longer hash to its recorded leaf hash, or its kind column is not the kind they "
+           "say; marked altered): the status shown is what the database holds now, not what was recorded; "
+           "`sealbox verify` names the events\n")
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        s = sealbox.init_store(tmp_path / "store")
+        yield s
+        s.close()
+        return
+    import psycopg
+
+    url = os.environ["SEALBOX_TEST_POSTGRES_URL"]
+    schema = f"sbt_runsalt_{uuid.uuid4().hex[:16]}"
+    s = sealbox.init_store(tmp_path / "store", postgres_url=url, schema=schema)
+    try:
+        yield s
+    finally:
+        s.close()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def _run(*args):
+    env = {**os.environ, "COLUMNS": "300"}  # the table unwrapped
+    return subprocess.run([SEALBOX, *map(str, args)], capture_output=True, text=True, env=env)
+
+
+def test_a_run_whose_status_events_were_changed_below_sealbox_is_marked_altered(store):
+    rec = sealbox.Recorder(store, policy=ALLOW_ALL)
+    ids = {}
+    for name in ("kept", "kind", "bytes"):
+        with rec.run(agent=name) as run:
+            run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "row-1")
+            ids[name] = run.run_id
+    ended = {name: next(e.leaf_index for e in store.read_run(rid) if e.kind == "run.ended") for name, rid in ids.items()}
+    _set_column_below_sealbox(store, ended["kind"], "kind", "note")  # the ended run looks running
+
+    def error(env):
+        env["payload"]["status"] = "error"
+
+    _edit_below_sealbox(store, ended["bytes"], error)  # its bytes no longer hash to its leaf hash
+    path = store.path
+    store.close()
+
+    res = _run("runs", "list", "-s", path, "--json")
+    assert (res.returncode, res.stderr) == (0, WARNING.format(n=2))
+    rows = {r["agent"]: (r["status"], r["ending"], r["altered"]) for r in json.loads(res.stdout)}
+    assert rows == {"kept": ("ended", "ok", False), "kind": ("interrupted", None, True),
+                    "bytes": ("ended", "error", True), "sealbox": ("running", None, False)}
+    res = _run("runs", "list", "-s", path)
+    assert res.returncode == 0 and res.stderr == WARNING.format(n=2)
+    assert "interrupted (altered)" in res.stdout and "ended (error, altered)" in res.stdout
+
+    res = _run("runs", "show", "-s", path, ids["kind"])
+    assert (res.returncode, res.stderr) == (0, WARNING.format(n=1))
+    assert res.stdout.splitlines()[0].endswith("  interrupted (altered)")
+    res = _run("runs", "show", "-s", path, ids["kept"], "--json")
+    assert (res.returncode, res.stderr, json.loads(res.stdout)["run"]["altered"]) == (0, "", False)
