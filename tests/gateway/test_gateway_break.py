@@ -359,3 +359,25 @@ async def test_a_run_id_in_meta_no_run_can_have_is_an_unknown_run(tmp_path, stor
     assert err.value.code == UNKNOWN_RUN
     assert str(err.value) == f"run_id must be a non-empty string of at most 128 characters, got {'r' * 129!r}; nothing was recorded"
     assert gateway_runs(store) == [] and toy_log(tmp_path) == []
+
+
+async def test_a_second_protocol_version_header_does_not_open_sessions_past_the_identitys_cap(tmp_path, store):
+    """The SDK routes a request by its first ``mcp-protocol-version`` header (2025-11-25: a session is
+    opened), the per-identity session cap read the last (2026-07-28: stateless, nothing counted), so one
+    token sending both opened sessions past http.max_sessions_per_identity, up to the SDK's 10 000 for
+    every client together (then HTTP 503 for everyone). A second value is now refused as a second
+    ``mcp-session-id`` is: HTTP 400, MALFORMED_REQUEST, no session opened."""
+    gw = Gateway(toy_config(tmp_path, extra=HTTP2 + "  max_sessions_per_identity: 2\n"), store=store)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        alice = [*HEADERS.items(), ("authorization", f"Bearer {TOKEN_A}")]
+        two_versions = [*alice, ("mcp-protocol-version", "2025-11-25"), ("mcp-protocol-version", "2026-07-28")]
+        async with httpx2.AsyncClient(timeout=30) as http:
+            tried = [await http.post(url, json=INIT, headers=two_versions) for _ in range(3)]
+            opened = [await http.post(url, json=INIT, headers=alice) for _ in range(3)]
+        tg.cancel_scope.cancel()
+    refused = {"jsonrpc": "2.0", "id": None, "error": {
+        "code": MALFORMED_REQUEST, "message": "a request names one mcp-protocol-version (this one names 2)"}}
+    assert [(r.status_code, r.json(), "mcp-session-id" in r.headers) for r in tried] == [(400, refused, False)] * 3
+    assert [r.status_code for r in opened] == [200, 200, 429]

@@ -20,7 +20,7 @@ HTTP specifics:
   created it: any other request on it (POST of any method, GET, DELETE) gets HTTP
   403 and ``UNAUTHORIZED``, and the session is left untouched;
 * a GET's ``Last-Event-ID`` is ignored (no events are kept to replay): the GET opens the stream as without it;
-* ``Authorization`` and ``mcp-session-id`` are read once: a request carrying either twice gets
+* ``Authorization``, ``mcp-session-id`` and ``mcp-protocol-version`` are read once: a request carrying one twice gets
   HTTP 400 and ``MALFORMED_REQUEST`` (the SDK reads a header's first value);
 * a body that is JSON but no JSON-RPC message (a batch, no method, params not an object) gets HTTP 400
   and ``-32600`` (invalid request) with the request's id when it has one, as over stdio (the SDK's own
@@ -275,7 +275,9 @@ async def _stop_upstreams(gateway: Gateway, timeout: float = 5.0) -> None:
 
 
 #: headers a request may carry once: a second value is refused (HTTP 400, ``MALFORMED_REQUEST``), not chosen from
-_SINGLE_HEADERS = ("authorization", "mcp-session-id")
+#: (the SDK acts on a header's first value; ``mcp-protocol-version`` decides whether a request opens a session, which
+#: the per-identity session cap counts)
+_SINGLE_HEADERS = ("authorization", "mcp-session-id", "mcp-protocol-version")
 
 
 class BearerAuth:
