@@ -7,7 +7,7 @@ import httpx2
 import pytest
 
 import sealbox
-from sealbox.gateway import MALFORMED_REQUEST, Gateway
+from sealbox.gateway import MALFORMED_REQUEST, UNAUTHORIZED, Gateway
 from sealbox.gateway.transports import serve_http
 
 from .conftest import gateway_runs, toy_config
@@ -381,3 +381,38 @@ async def test_a_second_protocol_version_header_does_not_open_sessions_past_the_
         "code": MALFORMED_REQUEST, "message": "a request names one mcp-protocol-version (this one names 2)"}}
     assert [(r.status_code, r.json(), "mcp-session-id" in r.headers) for r in tried] == [(400, refused, False)] * 3
     assert [r.status_code for r in opened] == [200, 200, 429]
+
+
+async def test_a_404_on_an_open_session_does_not_let_another_identity_use_it(tmp_path, store):
+    """BearerAuth forgot a session's owner on any HTTP 404 answering a request that named it, taking it for
+    "unknown to the SDK"; a session without a known owner was let through for every identity. A stateless
+    (2026-07-28) request is routed without reading its mcp-session-id and answers an unknown method with 404:
+    alice sending one on her session (her session id in it) made the session bob's too, he listed its tools
+    and ended it (DELETE, 200; her run ended). The owner of a session the SDK still has open is now kept, and an
+    open session whose owner is unknown is refused to every identity."""
+    gw = Gateway(toy_config(tmp_path, extra=HTTP2), store=store)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        alice = {**HEADERS, "authorization": f"Bearer {TOKEN_A}"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            sid = (await http.post(url, json=INIT, headers=alice)).headers["mcp-session-id"]
+            alice = {**alice, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=alice)
+            envelope = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                  "io.modelcontextprotocol/clientCapabilities": {}}}
+            unknown = await http.post(url, json={"jsonrpc": "2.0", "id": 7, "method": "no/such", "params": envelope},
+                                      headers={**alice, "mcp-protocol-version": "2026-07-28", "mcp-method": "no/such"})
+            bob = {**alice, "authorization": f"Bearer {TOKEN_B}"}
+            listed = await http.post(url, json={"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, headers=bob)
+            ended = await http.delete(url, headers=bob)
+            still = await http.post(url, json={"jsonrpc": "2.0", "id": 4, "method": "tools/list"}, headers=alice)
+            own_delete = await http.delete(url, headers=alice)
+        tg.cancel_scope.cancel()
+    assert unknown.status_code == 404
+    refused = {"jsonrpc": "2.0", "id": None, "error": {"code": UNAUTHORIZED,
+                                                         "message": "this session belongs to another identity"}}
+    for response in (listed, ended):
+        assert (response.status_code, response.json()) == (403, refused)
+    assert still.status_code == 200 and len(_rpc(still)["result"]["tools"]) == 11
+    assert own_delete.status_code == 200

@@ -18,7 +18,8 @@ HTTP specifics:
   error ``UNAUTHORIZED`` otherwise);
 * a session (``mcp-session-id``) is used only with a token of the identity that
   created it: any other request on it (POST of any method, GET, DELETE) gets HTTP
-  403 and ``UNAUTHORIZED``, and the session is left untouched;
+  403 and ``UNAUTHORIZED``, and the session is left untouched (its owner is kept while the SDK has it open, even
+  through a 404 answering a request that named it: a stateless request's "method not found");
 * a GET's ``Last-Event-ID`` is ignored (no events are kept to replay): the GET opens the stream as without it;
 * ``Authorization``, ``mcp-session-id`` and ``mcp-protocol-version`` are read once: a request carrying one twice gets
   HTTP 400 and ``MALFORMED_REQUEST`` (the SDK reads a header's first value);
@@ -356,6 +357,8 @@ class BearerAuth:
             return
         session_id = headers.get("mcp-session-id")
         owner = self.owners.get(session_id) if session_id is not None else None
+        if session_id is not None and owner is None and self._is_open(session_id):
+            owner = ""  # an open session whose owner is not known: used by no identity (not by any)
         if owner is not None and owner != identity:
             # a session is used only by the identity that created it: another token may not list its
             # tools, read its stream or end it (DELETE); the session is left as it is
@@ -432,7 +435,10 @@ class BearerAuth:
                             self._forget_ended()
                             self.owners[v.decode("latin-1")] = identity
                 elif session_id is not None and (status == 404 or (method == "DELETE" and status < 300)):
-                    self.owners.pop(session_id, None)  # ended, or unknown to the SDK (expired)
+                    # ended, or unknown to the SDK (expired); a 404 is also a stateless (2026-07-28) request's
+                    # "method not found", its session id unread and the session still open: its owner is kept
+                    if method == "DELETE" or not self._is_open(session_id):
+                        self.owners.pop(session_id, None)
             await send(message)
 
         if not opening:
@@ -446,6 +452,11 @@ class BearerAuth:
             if self._opening[identity] <= 0:
                 del self._opening[identity]
 
+
+    def _is_open(self, session_id: str) -> bool:
+        """Whether the SDK still has the session open (False when its sessions cannot be read)."""
+        live = self.sessions() if self.sessions is not None else None
+        return live is not None and session_id in live
 
     def _forget_ended(self) -> None:
         """Drop the owners of sessions that have ended without a DELETE (else kept for the process's life)."""
