@@ -58,6 +58,7 @@ __all__ = [
     "PolicyLoadError",
     "ConfigError",
     "StepTakenError",
+    "SnapshotDamagedError",
 ]
 
 
@@ -87,6 +88,10 @@ class NoteError(SealboxError, ValueError):
 
 class StoreError(SealboxError):
     """The store cannot carry out the request."""
+
+
+class SnapshotDamagedError(StoreError):
+    """A stored snapshot's bytes no longer hash to its fingerprint: changed below Sealbox or damaged."""
 
 
 class NotAStoreError(StoreError):

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from sealbox.canonical import canonical_bytes
-from sealbox.errors import StoreError
+from sealbox.errors import SnapshotDamagedError
 from sealbox.store import init_store, open_store
 
 URL = os.environ.get("SEALBOX_TEST_POSTGRES_URL")
@@ -74,7 +74,7 @@ def test_a_snapshot_changed_below_sealbox_is_not_read(tmp_path, backend, capsys)
         store = open_store(path)
         try:
             for ref in (fp, fp[:15]):
-                with pytest.raises(StoreError) as caught:
+                with pytest.raises(SnapshotDamagedError) as caught:  # a StoreError: reports name it
                     store.get_snapshot(ref)
                 assert str(caught.value) == (f"snapshot {fp} no longer hashes to its fingerprint: the store was "
                                              "changed below Sealbox (run `sealbox verify`)")

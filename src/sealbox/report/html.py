@@ -299,7 +299,8 @@ def _sections(r: IncidentReport) -> list[str]:
         (e(c.get("run_id")), e(c.get("agent")), e(f"{c.get('status')} {c.get('ending') or ''}".strip()),
          e(c.get("events"))) for c in r.children)) if r.children else '<p class="muted">none</p>'))
     out.append(f"<h2>Configuration snapshot</h2><p class=\"muted\">{e(r.snapshot_fingerprint or 'no snapshot recorded')}</p>"
-               + (_content(r.snapshot, "snapshot") if r.snapshot is not None else ""))
+               + (_content(r.snapshot, "snapshot") if r.snapshot is not None else "")
+               + (f"<p>{_badge('NOT SHOWN', 'bad')} {e(r.snapshot_problem)}</p>" if r.snapshot_problem else ""))
     out.append(f"<h2>Verification</h2>{_verification(r)}")
     return out
 

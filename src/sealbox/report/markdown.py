@@ -201,6 +201,8 @@ def render_markdown(report: IncidentReport) -> str:
     out += ["## Configuration snapshot", "", md(r.snapshot_fingerprint or "no snapshot recorded"), ""]
     if r.snapshot is not None:
         out += _content(r.snapshot, "Snapshot")
+    if r.snapshot_problem:
+        out += [f"**{md(r.snapshot_problem)}**", ""]
     v = r.verification
     out += ["## Verification", "", md(v.summary), ""]
     out += [f"- {_code(p)}" for p in v.run_problems]

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sealbox.errors import BlobNotFoundError, StoreError
+from sealbox.errors import BlobNotFoundError, SnapshotDamagedError, StoreError
 from sealbox.query import event_altered
 
 __all__ = [
@@ -262,6 +262,9 @@ class IncidentReport:
     usage: dict[str, Any] = field(default_factory=dict)
     #: the verdict of a replay run (one with ``replay_of``), else None
     replay: ReplayVerdictView | None = None
+    #: why the recorded snapshot is not shown (its stored bytes no longer match its fingerprint, or it
+    #: is not in this store), else None
+    snapshot_problem: str | None = None
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -583,12 +586,15 @@ def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | Non
         raise StoreError(f"no run {run_id!r} in this store")
     first = events[0].payload if events[0].kind == "run.started" else {}
     fp = first.get("snapshot")
-    snapshot = None
+    snapshot = snapshot_problem = None
     if fp:
         try:
             snapshot = _content(store, store.get_snapshot(fp))
+        except SnapshotDamagedError:
+            snapshot_problem = ("the snapshot could not be shown: its stored content does not match its "
+                                "fingerprint (tampered or damaged; run `sealbox verify`)")
         except StoreError:
-            snapshot = None
+            snapshot_problem = "the snapshot could not be shown: it is not in this store"
     last = events[-1]
     # an imported run still running or suspended at its source did not end (its run.ended is the import's)
     ended = last.ts if last.kind == "run.ended" and run.get("status") == "ended" else None
@@ -606,5 +612,5 @@ def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | Non
         children=tuple(run.get("children") or ()), verification=_verification(store, run_id, verify),
         store_origin=getattr(store, "origin", None), generated_at=now or utc_now(),
         usage=dict((last.payload.get("usage") or {}) if last.kind == "run.ended" else {}),
-        replay=_replay_verdict(run, last),
+        replay=_replay_verdict(run, last), snapshot_problem=snapshot_problem,
     )

@@ -621,11 +621,13 @@ def intact_snapshot(fingerprint: Any, content: bytes) -> bytes:
     a configuration changed below Sealbox is never handed back as the one a run is pinned to.
 
     Raises:
-        StoreError: the content no longer hashes to the fingerprint.
+        SnapshotDamagedError: the content no longer hashes to the fingerprint (a StoreError).
     """
     import hashlib
 
+    from sealbox.errors import SnapshotDamagedError
+
     if "sha256:" + hashlib.sha256(content).hexdigest() != fingerprint:
-        raise StoreError(f"snapshot {fingerprint} no longer hashes to its fingerprint: the store was changed below "
+        raise SnapshotDamagedError(f"snapshot {fingerprint} no longer hashes to its fingerprint: the store was changed below "
                          "Sealbox (run `sealbox verify`)")
     return content
