@@ -34,7 +34,8 @@ from typing import Any
 
 from sealbox.canonical import canonical_bytes, decode, encode
 
-__all__ = ["Snapshot", "Knowledge", "ToolSpec", "snapshot_fingerprint", "diff_snapshots", "diff_values", "FieldDiff"]
+__all__ = ["Snapshot", "Knowledge", "ToolSpec", "snapshot_fingerprint", "diff_snapshots", "diff_values", "FieldDiff",
+           "snapshot_form_problems"]
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,81 @@ class Snapshot:
             policy=d.get("policy"),
             extra=decode(d.get("extra") or {}),
         )
+
+
+#: The fields of a snapshot's strict JSON form (:meth:`Snapshot.to_dict`) and the JSON types each holds.
+_FORM: dict[str, tuple[type | None, ...]] = {
+    "model": (dict,), "system_prompt": (str, None), "knowledge": (list,), "skills": (list,), "tools": (list,),
+    "limits": (dict,), "policy": (str, None), "extra": (dict,),
+}
+#: The fields each ``knowledge`` / ``tools`` entry must hold, and their types.
+_ITEMS: dict[str, dict[str, tuple[type | None, ...]]] = {
+    "knowledge": {"uri": (str,), "content_hash": (str,), "size": (int,)},
+    "tools": {"server": (str,), "name": (str,)},
+}
+_TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer", None: "null"}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float):
+        return "a number"
+    return next((name for t, name in _TYPE_NAMES.items() if t is not None and isinstance(value, t)),
+                type(value).__name__)
+
+
+def _is(value: Any, types: tuple[type | None, ...]) -> bool:
+    if value is None:
+        return None in types
+    if isinstance(value, bool):  # JSON true/false is no integer
+        return False
+    return any(t is not None and isinstance(value, t) for t in types)
+
+
+def _want(path: str, value: Any, types: tuple[type | None, ...]) -> str:
+    return f"{path} must be {' or '.join(_TYPE_NAMES[t] for t in types)}, got {_json_type(value)}"
+
+
+def snapshot_form_problems(content: Any, like: Any = None) -> list[str]:
+    """What keeps ``content`` (parsed JSON) from being a complete snapshot in its strict JSON form,
+    as :meth:`Snapshot.to_dict` writes it and ``sealbox snapshot show --json`` prints it: each of
+    the eight fields present with its type, no other field, each ``knowledge`` entry an object with
+    ``uri``, ``content_hash`` (strings) and ``size`` (an integer), each ``tools`` entry an object
+    with ``server`` and ``name`` (strings). Empty when it is one.
+
+    ``like``: the snapshot ``content`` will be compared with (a recorded one; a run may have pinned
+    a dict leaving fields out): a field it lacks too is not missing."""
+    if not isinstance(content, dict):
+        return [f"a snapshot is a JSON object, got {_json_type(content)}"]
+    out = []
+    missing = sorted(set(_FORM) - set(content) - ({f for f in _FORM if f not in like}
+                                                   if isinstance(like, dict) else set()))
+    unknown = sorted(map(str, set(content) - set(_FORM)))
+    if missing:
+        out.append(f"missing field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    if unknown:
+        out.append(f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+    for name, types in _FORM.items():
+        if name not in content:
+            continue
+        value = content[name]
+        if not _is(value, types):
+            out.append(_want(name, value, types))
+            continue
+        for i, item in enumerate(value if name in _ITEMS else ()):
+            where = f"{name}[{i}]"
+            if not isinstance(item, dict):
+                out.append(_want(where, item, (dict,)))
+                continue
+            absent = [f for f in _ITEMS[name] if f not in item]
+            if absent:
+                out.append(f"{where} is missing {', '.join(absent)}")
+            out += [_want(f"{where}.{f}", item[f], t) for f, t in _ITEMS[name].items()
+                    if f in item and not _is(item[f], t)]
+    return out
 
 
 def _order_bytes(entry: dict[str, Any]) -> bytes:

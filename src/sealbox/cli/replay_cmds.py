@@ -79,6 +79,24 @@ def _load_snapshot(path: str | None) -> Any:
     return data
 
 
+def _check_snapshot_file(store: Any, run_id: str, path: str, data: Any) -> None:
+    """``--snapshot``'s content, compared field by field with the recorded snapshot, must be a complete
+    snapshot: a field left out or of the wrong type would be reported as drift, not as a mistake."""
+    from sealbox.errors import ConfigError, StoreError
+    from sealbox.snapshot import snapshot_form_problems
+
+    recorded = None
+    try:  # a field the recorded snapshot lacks too (a run may pin a dict leaving fields out) is no mistake
+        fp = store.read_run(run_id)[0].payload.get("snapshot")
+        recorded = store.get_snapshot(fp) if isinstance(fp, str) else {}  # none recorded: compared with {}
+    except (StoreError, IndexError):
+        pass  # the replay itself says what is wrong with the record
+    problems = snapshot_form_problems(data, like=recorded)
+    if problems:
+        raise ConfigError(f"{path} is not a complete snapshot: {'; '.join(problems)} "
+                          "(`sealbox snapshot show --json FP` prints one)")
+
+
 @click.command("replay")
 @store_option
 @click.argument("run_id", metavar="RUN")
@@ -116,6 +134,8 @@ def replay_cmd(store_path: str, run_id: str, agent_spec: str, model: str, tools:
     store = open_for_writing(store_path)
     try:
         run_id = resolve_id(store, "run", run_id)
+        if snapshot is not None:
+            _check_snapshot_file(store, run_id, snapshot_path, snapshot)
         try:
             result = Replayer(store, policy=policy).replay(run_id, agent, model=model, tools=tools,
                                                            side_effects=side_effects,
