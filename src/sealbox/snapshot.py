@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from typing import Any
 from sealbox.canonical import canonical_bytes, decode, encode
 
 __all__ = ["Snapshot", "Knowledge", "ToolSpec", "snapshot_fingerprint", "diff_snapshots", "diff_values", "FieldDiff",
-           "snapshot_form_problems"]
+           "snapshot_form_problems", "knowledge_file_changes"]
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,48 @@ def snapshot_form_problems(content: Any, like: Any = None) -> list[str]:
                 out.append(f"{where} is missing {', '.join(absent)}")
             out += [_want(f"{where}.{f}", item[f], t) for f, t in _ITEMS[name].items()
                     if f in item and not _is(item[f], t)]
+    return out
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _local_path(uri: str) -> str | None:
+    """The local file a knowledge URI names (a path, or a ``file:`` URI), or None for a remote URI."""
+    if uri.startswith("file:"):
+        from urllib.parse import unquote, urlparse
+
+        parsed = urlparse(uri)
+        return unquote(parsed.path) if parsed.netloc in ("", "localhost") else None
+    return None if _SCHEME.match(uri) else uri
+
+
+def knowledge_file_changes(content: Any) -> list[dict[str, Any]]:
+    """The ``knowledge`` entries of a snapshot's strict JSON form that are local files (a path, relative
+    to the working directory, or a ``file:`` URI; a remote URI is never read) whose content now differs
+    from the recorded one: ``{"uri", "change", "recorded", "now"}``, ``change`` ``changed`` (``now``
+    its SHA-256 today) or ``missing`` (no such file now, or it cannot be read: ``now`` None)."""
+    out: list[dict[str, Any]] = []
+    entries = content.get("knowledge") if isinstance(content, dict) else None
+    for k in entries if isinstance(entries, list) else ():
+        uri = k.get("uri") if isinstance(k, dict) else None
+        recorded = k.get("content_hash") if isinstance(k, dict) else None
+        path = _local_path(uri) if isinstance(uri, str) and uri else None
+        if path is None or not isinstance(recorded, str):
+            continue
+        digest = hashlib.sha256()
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):  # a directory, a FIFO (never opened: it would block)
+                raise OSError("not a regular file")
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+        except (OSError, ValueError):  # gone, a directory, unreadable, a NUL in the name
+            out.append({"uri": uri, "change": "missing", "recorded": recorded, "now": None})
+            continue
+        now = "sha256:" + digest.hexdigest()
+        if now != recorded:
+            out.append({"uri": uri, "change": "changed", "recorded": recorded, "now": now})
     return out
 
 

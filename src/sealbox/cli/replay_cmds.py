@@ -115,9 +115,13 @@ def _check_snapshot_file(store: Any, run_id: str, path: str, data: Any) -> None:
 @click.option("--snapshot", "snapshot_path", type=click.Path(dir_okay=False),
               help="The configuration the agent runs under now (snapshot JSON); default: the recorded one.")
 @click.option("--allow-config-drift", is_flag=True, help="Replay even if the configuration differs from the record.")
+@click.option("--fail-on-knowledge-change", is_flag=True,
+              help="Without --snapshot: do not replay when a local knowledge file of the recorded snapshot changed "
+                   "or is gone since (default: a warning).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def replay_cmd(store_path: str, run_id: str, agent_spec: str, model: str, tools: str, side_effects: bool,
-               policy_path: str | None, snapshot_path: str | None, allow_config_drift: bool, as_json: bool) -> None:
+               policy_path: str | None, snapshot_path: str | None, allow_config_drift: bool,
+               fail_on_knowledge_change: bool, as_json: bool) -> None:
     """Re-run an agent against a recorded run; report the first divergence.
 
     Model answers, tool results and approvals come from the record (nothing is
@@ -139,7 +143,8 @@ def replay_cmd(store_path: str, run_id: str, agent_spec: str, model: str, tools:
         try:
             result = Replayer(store, policy=policy).replay(run_id, agent, model=model, tools=tools,
                                                            side_effects=side_effects,
-                                                           allow_config_drift=allow_config_drift, snapshot=snapshot)
+                                                           allow_config_drift=allow_config_drift, snapshot=snapshot,
+                                                           fail_on_knowledge_change=fail_on_knowledge_change)
         except SystemExit as exc:  # the agent called sys.exit(): its replay run is recorded as ended error
             replayed = _newest_replay_of(store, run_id)
             message = f"NOT reproduced: the agent exited (SystemExit({exc.code!r})) during the replay; replay run " \
@@ -184,6 +189,10 @@ def _print_result(result: Any, render: Callable[[Any], str]) -> None:
              f"step(s) matched; replay run {sub['new_run_id'] or '(not started)'}")
     if result.agent_error:
         echo(f"the agent raised {result.agent_error['type']}: {_shown(result.agent_error['message'])}")
+    for k in result.knowledge_changed:
+        echo(f"warning: knowledge file {k['uri']} " + (
+            f"changed since the run was recorded (recorded {k['recorded']}, now {k['now']})" if k["change"] == "changed"
+            else f"is gone or cannot be read (recorded {k['recorded']})"))
     if result.config_drift:
         echo(f"configuration differs from the record in {len(result.config_drift)} field(s):")
         for d in result.config_drift:

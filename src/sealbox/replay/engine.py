@@ -79,6 +79,10 @@ class ReplayResult:
             sub-agent run of the same agent (docs/replay.md, "Sub-agent runs"), depth first in start
             order: ``{replay_of, parent, agent, new_run_id, steps_compared, reproduced}``
             (``parent``: the recorded run it is a sub-agent run of).
+        knowledge_changed: the recorded snapshot's knowledge files (local ones only) whose content
+            differs today, or that are gone (replay without ``snapshot=``): ``{"uri", "change",
+            "recorded", "now"}`` (:func:`sealbox.snapshot.knowledge_file_changes`); a warning, unless
+            ``fail_on_knowledge_change=True`` (then the replay did not start).
     """
 
     reproduced: bool
@@ -91,6 +95,7 @@ class ReplayResult:
     agent_error: dict[str, str] | None = None
     matched_steps: tuple[str, ...] = ()
     sub_runs: tuple[dict[str, Any], ...] = ()
+    knowledge_changed: tuple[dict[str, Any], ...] = ()
 
     def head(self) -> str:
         """The first line ``sealbox replay`` prints: ``reproduced: 5 step(s) matched`` (``…, and 4 in 1
@@ -118,7 +123,8 @@ class ReplayResult:
                 "config_drift": [d.to_dict() for d in self.config_drift],
                 "unreplayable": [u.to_dict() for u in self.unreplayable],
                 "agent_error": dict(self.agent_error) if self.agent_error else None,
-                "sub_runs": [dict(r) for r in self.sub_runs]}
+                "sub_runs": [dict(r) for r in self.sub_runs],
+                "knowledge_changed": [dict(k) for k in self.knowledge_changed]}
 
 
 class Replayer:
@@ -138,7 +144,8 @@ class Replayer:
         self.policy = policy
 
     def replay(self, run_id: str, agent: Callable[[Any], Any], *, model: str = "record", tools: str = "record",
-               side_effects: bool = False, allow_config_drift: bool = False, snapshot: Any = None) -> ReplayResult:
+               side_effects: bool = False, allow_config_drift: bool = False, snapshot: Any = None,
+               fail_on_knowledge_change: bool = False) -> ReplayResult:
         """Re-run ``agent`` against the record of ``run_id``; see the module docstring.
 
         Args:
@@ -149,7 +156,10 @@ class Replayer:
             side_effects: the explicit consent that ``tools="live"`` requires.
             allow_config_drift: proceed when ``snapshot`` differs from the recorded one.
             snapshot: the configuration the agent runs under now (a Snapshot or its dict);
-                None: the recorded one.
+                None: the recorded one, whose local knowledge files are then hashed again: a file
+                changed or gone since is listed in ``knowledge_changed`` (a warning).
+            fail_on_knowledge_change: do not start the replay when such a file changed or is gone
+                (``config_drift``).
 
         Returns:
             A frozen :class:`ReplayResult`.
@@ -160,7 +170,8 @@ class Replayer:
         """
         if inspect.iscoroutinefunction(agent) and _loop_running():
             raise ConfigError("replay() of an async agent inside a running event loop: use 'await Replayer.areplay(...)'")
-        with self._prepared(run_id, model, tools, side_effects, allow_config_drift, snapshot) as prep:
+        with self._prepared(run_id, model, tools, side_effects, allow_config_drift, snapshot,
+                            fail_on_knowledge_change) as prep:
             if isinstance(prep, ReplayResult):
                 return prep
             run, source, drift, unrep = prep
@@ -177,9 +188,10 @@ class Replayer:
 
     async def areplay(self, run_id: str, agent: Callable[[Any], Any], *, model: str = "record",
                       tools: str = "record", side_effects: bool = False, allow_config_drift: bool = False,
-                      snapshot: Any = None) -> ReplayResult:
+                      snapshot: Any = None, fail_on_knowledge_change: bool = False) -> ReplayResult:
         """Async form of :meth:`replay`, for callers already inside an event loop."""
-        with self._prepared(run_id, model, tools, side_effects, allow_config_drift, snapshot) as prep:
+        with self._prepared(run_id, model, tools, side_effects, allow_config_drift, snapshot,
+                            fail_on_knowledge_change) as prep:
             if isinstance(prep, ReplayResult):
                 return prep
             run, source, drift, unrep = prep
@@ -198,7 +210,9 @@ class Replayer:
 
     @contextlib.contextmanager
     def _prepared(self, run_id: str, model: str, tools: str, side_effects: bool, allow_drift: bool,
-                  snapshot: Any) -> Iterator[Any]:
+                  snapshot: Any, strict_knowledge: bool = False) -> Iterator[Any]:
+        from sealbox.snapshot import knowledge_file_changes
+
         from sealbox.policies import ALLOW_ALL
         from sealbox.recorder import REPLAYING, Recorder
 
@@ -213,12 +227,21 @@ class Replayer:
         if tools == "live":
             current, drift = self._live_policy(recorded, current, drift)
         unrep = _unreplayable(recorded, model, tools)
+        # the recorded snapshot stands for today's configuration: a knowledge file changed since would go unseen
+        known = tuple(knowledge_file_changes(current)) if snapshot is None else ()
+        if known and strict_knowledge:
+            files = ", ".join(f"{k['uri']} ({k['change']})" for k in known[:8]) + (" …" if len(known) > 8 else "")
+            div = Divergence("config_drift", None, f"{len(known)} knowledge file(s) of the recorded snapshot "
+                             f"changed since the run was recorded: {files}; replay did not start "
+                             "(without --fail-on-knowledge-change, or fail_on_knowledge_change=True, a warning)")
+            yield ReplayResult(False, div, 0, None, drift, unrep, run_id, knowledge_changed=known)
+            return
         if drift and not allow_drift:
             fields = ", ".join(d.path for d in drift[:8]) + (" …" if len(drift) > 8 else "")
             div = Divergence("config_drift", None, f"the configuration differs from the recorded snapshot in "
                              f"{len(drift)} field(s): {fields}; replay did not start "
                              "(--allow-config-drift, or allow_config_drift=True, to proceed)")
-            yield ReplayResult(False, div, 0, None, drift, unrep, run_id)
+            yield ReplayResult(False, div, 0, None, drift, unrep, run_id, knowledge_changed=known)
             return
         started = recorded.started
         recorder = Recorder(self.store, policy=self.policy or ALLOW_ALL)
@@ -227,6 +250,7 @@ class Replayer:
                            replay_of=run_id)
         source = ReplaySource(recorded, model=model, tools=tools)
         source.allow_drift, source.replay_run_id = allow_drift, run.run_id
+        source.knowledge_changed = known
         run.replay = source
         run.__enter__()
         REPLAYING[run.run_id] = run  # a sub-agent's run naming it as parent, from any thread, is served too
@@ -280,7 +304,7 @@ class Replayer:
         agent_error = {"type": type(error).__qualname__, "message": _message(error)} if error is not None else None
         result = ReplayResult(divergence is None, divergence, len(source.compared), run.run_id, drift, unrep,
                               source.recorded.run_id, agent_error, matched_steps(source),
-                              tuple(source.sub_run_results()))
+                              tuple(source.sub_run_results()), getattr(source, "knowledge_changed", ()))
         if source.divergence is not None:
             status, error = "cancelled", None  # stopped by replay, not by the agent
         source.flush(run)
