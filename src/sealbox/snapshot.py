@@ -308,7 +308,8 @@ def diff_snapshots(a: dict[str, Any], b: dict[str, Any]) -> list[FieldDiff]:
     _diff(keyed_a, keyed_b, "", out)
     if isinstance(a, dict) and isinstance(b, dict):
         # a whole list added, removed or changed is shown as the snapshot held it, not keyed by identity
-        out = [FieldDiff(d.path, d.change, a.get(d.path), b.get(d.path)) if d.path in _IDENTITY else d for d in out]
+        out = [FieldDiff(d.path, d.change, _shown(a.get(d.path)), _shown(b.get(d.path))) if d.path in _IDENTITY
+               else d for d in out]
         for name in _IDENTITY:
             if name in a and name in b and keyed_a.get(name) is not a.get(name) \
                     and _same(keyed_a[name], keyed_b[name]) and not _same(a[name], b[name]):
@@ -478,26 +479,50 @@ def split_path(path: str) -> list[str | int] | None:
 _PLAIN_SEGMENT = re.compile(r'[^.\[\]"\\\s]+')
 
 
-def _diff(a: Any, b: Any, path: str, out: list[FieldDiff]) -> None:
-    if isinstance(a, dict) and isinstance(b, dict):
+def _bigint(value: Any) -> bool:
+    """``value`` is the store's encoding of an integer beyond I-JSON's range: ``{"$bigint": "<digits>"}``."""
+    return isinstance(value, dict) and len(value) == 1 and isinstance(value.get("$bigint"), str)
+
+
+def _shown(value: Any, escaped: bool = False) -> Any:
+    """``value`` as a diff shows it: each ``{"$bigint": "..."}`` the integer it stands for (never the
+    keys of a dict the store escaped, ``{"$esc": {...}}``: the source's own ``$bigint`` key)."""
+    if not escaped and _bigint(value):
+        try:
+            return int(value["$bigint"])
+        except ValueError:
+            return value
+    if isinstance(value, dict):
+        inner = len(value) == 1 and "$esc" in value and not escaped
+        return {k: _shown(v, inner) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    return value
+
+
+def _diff(a: Any, b: Any, path: str, out: list[FieldDiff], escaped: bool = False) -> None:
+    """``escaped``: ``a`` and ``b`` are dicts the store escaped (their keys are the source's own)."""
+    tagged = not escaped and (_bigint(a) or _bigint(b))  # a large integer is one value, not a dict
+    if isinstance(a, dict) and isinstance(b, dict) and not tagged:
+        inner = not escaped and len(a) == len(b) == 1 and "$esc" in a and "$esc" in b
         for key in sorted(set(a) | set(b)):
             sub = join_path(path, key)
             if key not in a:
-                out.append(FieldDiff(sub, "added", None, b[key]))
+                out.append(FieldDiff(sub, "added", None, _shown(b[key], inner)))
             elif key not in b:
-                out.append(FieldDiff(sub, "removed", a[key], None))
+                out.append(FieldDiff(sub, "removed", _shown(a[key], inner), None))
             else:
-                _diff(a[key], b[key], sub, out)
+                _diff(a[key], b[key], sub, out, inner)
         return
     if isinstance(a, list) and isinstance(b, list):
         for i in range(max(len(a), len(b))):
             sub = f"{path}[{i}]"
             if i >= len(a):
-                out.append(FieldDiff(sub, "added", None, b[i]))
+                out.append(FieldDiff(sub, "added", None, _shown(b[i])))
             elif i >= len(b):
-                out.append(FieldDiff(sub, "removed", a[i], None))
+                out.append(FieldDiff(sub, "removed", _shown(a[i]), None))
             else:
                 _diff(a[i], b[i], sub, out)
         return
     if not _same(a, b):
-        out.append(FieldDiff(path or "(value)", "changed", a, b))
+        out.append(FieldDiff(path or "(value)", "changed", _shown(a, escaped), _shown(b, escaped)))
