@@ -188,9 +188,9 @@ async def test_a_call_that_cannot_be_written_to_an_upstream_that_stopped_reading
 
 def test_sigterm_while_a_write_to_an_upstream_is_blocked_is_a_clean_stop(tmp_path):
     """SIGTERM to `sealbox gateway serve` while a stdio upstream no longer reads its input: one call handed to the
-    transport's writer (stuck on the full pipe), one whose write cannot even start. The stop waits for them as for
-    any call in flight (at most limits.call_timeout_s + 1 s, docs/gateway.md): both answered and recorded
-    UpstreamTimeout, the run ended, exit 0, nothing on stderr (no traceback)."""
+    transport's writer (stuck on the full pipe), one whose write cannot even start. The stop waits for the first
+    within the shutdown grace (here its own call timeout, 3 s, is shorter: UpstreamTimeout) and answers the second
+    at once, not forwarded (GatewayStopping): both recorded, the run ended, exit 0, nothing on stderr."""
     import signal
     import subprocess
     import time
@@ -251,10 +251,10 @@ upstreams:
     replies = {m["id"]: m["result"] for m in map(json.loads, out.splitlines()) if "id" in m}
     took = "upstream raw did not answer within 3 s; the call was sent, so it may have been carried out: check " \
            "before calling again"
-    unread = "upstream raw did not read the call within 3 s (it is not reading its input; it is being restarted); " \
-             "it may still reach the upstream: check before calling again"
+    stopping = ("not forwarded: the gateway is stopping (the call was never written to upstream raw); call again "
+                "once it is back")
     assert {k: (r["isError"], r["content"][0]["text"]) for k, r in replies.items()} == {
-        3: (True, "upstream error: " + took), 4: (True, "upstream error: " + unread)}
+        3: (True, "upstream error: " + took), 4: (True, stopping)}
     store = sealbox.open_store(tmp_path / "store", readonly=True)
     try:
         [run_id] = gateway_runs(store)
@@ -262,7 +262,92 @@ upstreams:
         assert [e.kind for e in events][-3:] == ["tool.result", "tool.result", "run.ended"]
         assert sorted((e.payload["ok"], e.payload["error"]["type"], e.payload["error"]["message"])
                       for e in events if e.kind == "tool.result" and not e.payload["ok"]) == sorted([
-            (False, "UpstreamTimeout", took), (False, "UpstreamTimeout", unread)])
+            (False, "UpstreamTimeout", took), (False, "GatewayStopping", stopping)])
+        assert sealbox.verify_store(store).ok
+    finally:
+        store.close()
+
+
+def test_sigterm_answers_a_call_never_written_at_once_and_cuts_a_call_written_after_the_shutdown_grace(tmp_path):
+    """SIGTERM with limits.call_timeout_s: 120 while a stdio upstream no longer reads its input took over 120 s to
+    exit: the stop waited call_timeout_s + 1 s for a call whose request was never written (queued behind the
+    blocked write) as for one in flight. Now a call never written to the upstream is answered at once, not
+    forwarded ("the gateway is stopping"; recorded GatewayStopping), and one written (it may have run) is given
+    the shutdown grace (5 s), then answered and recorded CutAtShutdown (its outcome unknown): exit 0 well within
+    call_timeout_s, the run ended, the store verified."""
+    import signal
+    import subprocess
+    import time
+
+    sealbox.init_store(tmp_path / "store").close()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"""version: 1
+store: ./store
+policy: ALLOW_ALL
+limits: {{call_timeout_s: 120}}
+upstreams:
+  - id: raw
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(RAW)}]
+""")
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        def send(msg: dict) -> None:
+            proc.stdin.write(json.dumps(msg) + "\n")
+            proc.stdin.flush()
+
+        def read_id(want: int) -> dict:
+            while True:
+                line = proc.stdout.readline()
+                assert line, proc.stderr.read()
+                msg = json.loads(line)
+                if msg.get("id") == want:
+                    return msg
+
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+        read_id(1)
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "raw__deafen", "arguments": {}}})
+        assert read_id(2)["result"]["content"] == [{"type": "text", "text": "deaf"}]
+        send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "raw__ok",
+                                                                           "arguments": {"pad": "x" * 900_000}}})
+        send({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "raw__ok", "arguments": {}}})
+        store = sealbox.open_store(tmp_path / "store", readonly=True)
+        try:  # both calls recorded (tool.call), so in flight, before the signal
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                runs = gateway_runs(store)
+                if runs and [e.kind for e in store.read_run(runs[0])].count("tool.call") == 3:
+                    break
+                time.sleep(0.05)
+        finally:
+            store.close()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)  # far less than call_timeout_s (120 s): a regression fails here
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert (proc.returncode, err) == (0, "")
+    replies = {m["id"]: m["result"] for m in map(json.loads, out.splitlines()) if "id" in m}
+    cut = ("upstream raw had not answered when the gateway stopped (shutdown grace 5 s); the call was sent, so it "
+           "may have been carried out: check before calling again")
+    stopping = ("not forwarded: the gateway is stopping (the call was never written to upstream raw); call again "
+                "once it is back")
+    assert {k: (r["isError"], r["content"][0]["text"], r.get("_meta")) for k, r in replies.items()} == {
+        3: (True, "upstream error: " + cut, {"sealbox/upstream_error": "CutAtShutdown"}),
+        4: (True, stopping, {"sealbox/not_forwarded": "gateway_stopping"})}
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        [run_id] = gateway_runs(store)
+        events = store.read_run(run_id)
+        assert [e.kind for e in events][-3:] == ["tool.result", "tool.result", "run.ended"]
+        assert [(e.payload["ok"], e.payload["error"]["type"], e.payload["error"]["message"])
+                for e in events if e.kind == "tool.result" and not e.payload["ok"]] == [
+            (False, "GatewayStopping", stopping), (False, "CutAtShutdown", cut)]
         assert sealbox.verify_store(store).ok
     finally:
         store.close()

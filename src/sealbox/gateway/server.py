@@ -70,7 +70,8 @@ from sealbox.gateway.config import GatewayConfig
 from sealbox.gateway.holds import (DELIVERED_ON_RETRY, WIRE_STATE_KEY, Pending, StateError, Undelivered, open_state,
                                    seal_state, state_key)
 from sealbox.gateway.pinning import PIN_RULE, PinState, definition_of
-from sealbox.gateway.upstream import Upstream, UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
+from sealbox.gateway.upstream import (SHUTDOWN_GRACE_S, GatewayStopping, Upstream, UpstreamProtocolError, UpstreamTimeout,
+                                      UpstreamUnavailable)
 from sealbox.policy import CircuitBreaker, Decision, Policy
 from sealbox.policy.reads import RESOURCE_TOOL_PREFIX, normalize_uri, without_fragment
 from sealbox.recorder import Recorder, RunContext, ToolDenied, is_call_step
@@ -399,10 +400,16 @@ class Gateway:
                 await anyio.sleep(0.02)
 
     async def drain_calls(self, timeout: float | None = None) -> None:
-        """Wait (up to ``timeout`` s, default ``limits.call_timeout_s`` + 1) until no ``tools/call`` is
-        being answered: a call in flight when the gateway is stopped finishes, is recorded, and its
-        reply is sent before the connection closes (a call upstream ends within the call timeout)."""
-        with anyio.move_on_after(self.config.limits.call_timeout_s + 1 if timeout is None else timeout):
+        """Wait (up to ``timeout`` s, default the shutdown grace + 1) until no ``tools/call`` is being
+        answered: a call in flight when the gateway is stopped finishes, is recorded, and its reply is sent
+        before the connection closes. A call not yet written to its upstream (queued behind a write the
+        upstream does not read) is answered at once, not forwarded; one written is given the shutdown grace
+        (:data:`~sealbox.gateway.upstream.SHUTDOWN_GRACE_S`, at most ``limits.call_timeout_s``), then ends
+        ``CutAtShutdown`` (:meth:`Upstream.begin_shutdown`)."""
+        for up in self.upstreams.values():  # a call whose own timeout comes first ends by it (UpstreamTimeout)
+            up.begin_shutdown(SHUTDOWN_GRACE_S)
+        grace = min(SHUTDOWN_GRACE_S, self.config.limits.call_timeout_s)
+        with anyio.move_on_after(grace + 1 if timeout is None else timeout):
             while self._calls:
                 await anyio.sleep(0.02)
 
@@ -1323,6 +1330,10 @@ class Gateway:
                 if slot.refused or slot.unanswered or exc.refused:
                     _NOT_FORWARDED.set(True)
                 raise
+            except GatewayStopping:  # never written to the upstream: not forwarded, not the upstream's failure
+                _NOT_FORWARDED.set(True)
+                sent.clear()
+                raise
             except UpstreamTimeout:
                 if slot.unanswered:  # timed out while the upstream waited for the client (a person, a slow model)
                     _NOT_FORWARDED.set(True)
@@ -1601,10 +1612,11 @@ class Gateway:
         error = result.get("error") if isinstance(result.get("error"), dict) else {}
         kind, message = str(error.get("type")), str(error.get("message"))
         extra = ({"sealbox/upstream_error": kind} if kind in ("UpstreamUnavailable", "UpstreamTimeout",
-                                                             "UpstreamProtocolError")
+                                                             "UpstreamProtocolError", "CutAtShutdown")
                  else {"sealbox/not_forwarded": {"InvalidArguments": "invalid_arguments",
-                                                 "ToolChangedSinceDecided": "tool_changed"}[kind]}
-                 if kind in ("InvalidArguments", "ToolChangedSinceDecided") else {})
+                                                 "ToolChangedSinceDecided": "tool_changed",
+                                                 "GatewayStopping": "gateway_stopping"}[kind]}
+                 if kind in ("InvalidArguments", "ToolChangedSinceDecided", "GatewayStopping") else {})
         text = f"upstream error: {message}" if "sealbox/upstream_error" in extra else message
         return _error_result(text, {**extra, "sealbox/approval": meta})
 
@@ -2322,6 +2334,8 @@ def _failure(exc: BaseException) -> types.CallToolResult:
     if isinstance(exc, RecordingError):
         return _error_result(f"not forwarded: the call could not be recorded ({exc})",
                              {"sealbox/not_forwarded": "recording_failed"})
+    if isinstance(exc, GatewayStopping):
+        return _error_result(str(exc), {"sealbox/not_forwarded": "gateway_stopping"})
     if isinstance(exc, (UpstreamUnavailable, UpstreamTimeout, UpstreamProtocolError)):
         return _error_result(f"upstream error: {exc}", {"sealbox/upstream_error": type(exc).__name__})
     raise exc

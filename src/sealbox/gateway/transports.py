@@ -250,7 +250,7 @@ def _unreadable_answer(exc: Exception) -> Any:
 
 async def _cancel_on_signal(scope: anyio.CancelScope, gateway: Gateway | None = None) -> None:
     """On SIGINT / SIGTERM: held calls answer "pending" first (see :meth:`Gateway.begin_shutdown`),
-    calls in flight upstream are waited for (:meth:`Gateway.drain_calls`, at most the call timeout),
+    calls in flight upstream are waited for (:meth:`Gateway.drain_calls`, at most the shutdown grace),
     their replies get a moment to reach the client, then ``scope`` is cancelled."""
     import signal
 

@@ -61,6 +61,20 @@ class UpstreamTimeout(TimeoutError):
     """The upstream did not answer within ``limits.call_timeout_s``."""
 
 
+class GatewayStopping(UpstreamUnavailable):
+    """The gateway is stopping and the call's request was never written to the upstream: not forwarded."""
+
+
+class CutAtShutdown(UpstreamTimeout):
+    """The gateway stopped while a call written to the upstream was unanswered after the shutdown grace
+    (:data:`SHUTDOWN_GRACE_S`): it may have been carried out, its outcome is unknown."""
+
+
+#: Seconds a call written to an upstream is still waited for once the gateway is stopping (at most its
+#: ``limits.call_timeout_s``): then it is answered and recorded :class:`CutAtShutdown`.
+SHUTDOWN_GRACE_S = 5.0
+
+
 #: JSON-RPC error codes by which an upstream refuses one request as that request's own fault (the client's or
 #: the model's): −32600 invalid request, −32601 method not found, −32602 invalid params (MCP: also an unknown
 #: tool, and arguments the tool refuses), −32002 resource not found (MCP), −32021 missing required client
@@ -166,6 +180,9 @@ class Upstream:
         self._blocked: str | None = None
         #: the session of the latest connection and its stdio process (for :meth:`_failed`), or None
         self._session_exited: tuple[Any, _Exited | None] | None = None
+        #: the shutdown grace given by :meth:`begin_shutdown` (the gateway is stopping), or None
+        self._shutdown_grace: float | None = None
+        self._writes: set[_CallWrite] = set()  # the calls being sent or answered now
 
     # ------------------------------------------------------------------ observing
 
@@ -219,6 +236,22 @@ class Upstream:
         self._stop.set()
         if self._disconnect is not None:
             self._disconnect.set()
+
+    def begin_shutdown(self, grace: float = SHUTDOWN_GRACE_S) -> None:
+        """The gateway is stopping: a call whose request is not yet written to the upstream (queued behind a
+        write the upstream does not read) ends at once, :class:`GatewayStopping`, as does every call made from
+        now on; one written is waited for ``grace`` s more at most (within its own call timeout), then ends
+        :class:`CutAtShutdown`."""
+        self._shutdown_grace = grace
+        deadline = anyio.current_time() + grace
+        for write in list(self._writes):
+            write.stop(deadline)
+        self._changed.set()  # a call waiting in current() goes on (and is not forwarded)
+        self._changed = anyio.Event()
+
+    def _not_forwarded_stopping(self) -> GatewayStopping:
+        return GatewayStopping(f"not forwarded: the gateway is stopping (the call was never written to upstream "
+                               f"{self.spec.id}); call again once it is back")
 
     def request_relist(self) -> None:
         """List the upstream's tools again (as on ``notifications/tools/list_changed``)."""
@@ -577,10 +610,24 @@ class Upstream:
             raise UpstreamUnavailable(f"upstream {self.spec.id} is {self.state}"
                                       + (f" ({self.last_error})" if self.last_error else ""))
         self._check_open()
-        token = _WRITE_BOUND.set(self.limits.call_timeout_s)
+        if self._shutdown_grace is not None:
+            raise self._not_forwarded_stopping()
+        write = _CallWrite(self.limits.call_timeout_s)
+        token = _WRITE_BOUND.set(write)
         try:
-            result = await session.call_tool(tool, arguments, read_timeout_seconds=self.limits.call_timeout_s,
-                                             progress_callback=progress, meta=meta)
+            with anyio.CancelScope() as write.scope:
+                self._writes.add(write)
+                try:
+                    result = await session.call_tool(tool, arguments, read_timeout_seconds=self.limits.call_timeout_s,
+                                                     progress_callback=progress, meta=meta)
+                finally:
+                    self._writes.discard(write)
+            if write.scope.cancelled_caught:  # begin_shutdown(): never written, or unanswered after the grace
+                if not write.sent:
+                    raise self._not_forwarded_stopping()
+                raise CutAtShutdown(f"upstream {self.spec.id} had not answered when the gateway stopped (shutdown "
+                                    f"grace {self._shutdown_grace:g} s); the call was sent, so it may have been "
+                                    "carried out: check before calling again")
         except _WriteBlocked as exc:
             raise self._unread("call") from exc
         except _mcp_error() as exc:  # looked up only when the call raised
@@ -608,7 +655,7 @@ class Upstream:
                                       + (f" ({self.last_error})" if self.last_error else ""))
         self._check_open()
         request = _REQUESTS[method](params=params)
-        token = _WRITE_BOUND.set(self.limits.call_timeout_s)
+        token = _WRITE_BOUND.set(_CallWrite(self.limits.call_timeout_s))
         try:
             return await session.send_request(request, result_type,
                                               request_read_timeout_seconds=self.limits.call_timeout_s)
@@ -756,8 +803,31 @@ class Upstream:
         return isinstance(exc.__context__, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream))
 
 
-#: The bound (seconds) on writing a message to the upstream, in a task sending a call or request (:meth:`Upstream.call`).
-_WRITE_BOUND: contextvars.ContextVar[float | None] = contextvars.ContextVar("sealbox_upstream_write_bound", default=None)
+class _CallWrite:
+    """One call's request on its way to the upstream (:meth:`Upstream.call`): the bound (seconds) on writing it,
+    whether it was handed to the transport's writer (``sent``: the upstream may run it), and the cancel scope
+    :meth:`stop` ends it by at shutdown."""
+
+    __slots__ = ("bound", "sent", "scope")
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+        self.sent = False
+        self.scope: anyio.CancelScope | None = None
+
+    def stop(self, deadline: float) -> None:
+        """The gateway is stopping: end the call at once when its request is not written yet, else by ``deadline``."""
+        if self.scope is None:
+            return
+        if not self.sent:
+            self.scope.cancel()
+        elif deadline < self.scope.deadline:
+            self.scope.deadline = deadline
+
+
+#: The write of a call or request (:meth:`Upstream.call`) in the task sending it: its bound, whether it was sent.
+_WRITE_BOUND: contextvars.ContextVar[_CallWrite | None] = contextvars.ContextVar("sealbox_upstream_write_bound",
+                                                                                 default=None)
 
 
 class _WriteBlocked(TimeoutError):
@@ -782,20 +852,28 @@ class _BoundedWrites:
         self._upstream = upstream
 
     async def send(self, item: Any) -> None:
-        bound = _WRITE_BOUND.get()
-        if bound is None:
+        write = _WRITE_BOUND.get()
+        if write is None:
             return await self._send_outside_call(item)
+        request = isinstance(getattr(item, "message", None), types.JSONRPCRequest)
         nowait = getattr(self._inner, "send_nowait", None)
         if nowait is not None:  # the transport's writer is waiting (the usual case): no timer needed
             try:
-                return nowait(item)
+                nowait(item)
             except anyio.WouldBlock:
                 pass
-        request = isinstance(getattr(item, "message", None), types.JSONRPCRequest)
+            else:
+                if request:
+                    write.sent = True
+                return
+        bound = write.bound
         with anyio.move_on_after(bound if request else min(bound, 1.0)) as scope:
             await self._inner.send(item)
-        if scope.cancelled_caught and request:
-            raise _WriteBlocked()
+        if scope.cancelled_caught:
+            if request:
+                raise _WriteBlocked()
+        elif request:  # handed to the writer (a cancellation, at shutdown, comes only while it waits: not taken)
+            write.sent = True
 
     async def _send_outside_call(self, item: Any) -> None:
         nowait = getattr(self._inner, "send_nowait", None)
