@@ -351,3 +351,43 @@ upstreams:
         assert sealbox.verify_store(store).ok
     finally:
         store.close()
+
+
+async def test_a_call_waiting_for_a_relist_the_upstream_does_not_answer_is_bounded_by_the_call_timeout(
+        tmp_path, store, caplog):
+    """A tools/call waiting for the re-list after notifications/tools/list_changed (Upstream.current) was bounded
+    by limits.startup_timeout_s (30 s by default), not the call's timeout: an upstream that stopped reading after
+    announcing a change, its tools/list written (it fit in the pipe) and never answered, held its calls that long
+    (here 600 s). The wait is now bounded by limits.call_timeout_s (the smaller of the two): then the upstream is
+    down with a reason saying the re-list was not answered (logged, restarted with backoff), and the call is
+    recorded UpstreamUnavailable with that reason; after the restart calls are answered again."""
+    caplog.set_level(logging.WARNING, logger="sealbox")
+    gw = Gateway(toy_config(tmp_path, upstreams=raw_upstreams({"RAW_LIST_CHANGED": "1"}),
+                            extra="limits: {call_timeout_s: 1, startup_timeout_s: 600}\n"
+                                  "breaker: {threshold: 5, cooldown_s: 0}"), store=store)
+    up = gw.upstreams["raw"]
+    with anyio.fail_after(120):  # a regression fails here (the call would wait 600 s), it does not hang the run
+        async with running(gw) as tg, connect(gw, tg) as client:
+            assert text_of(await client.call_tool("raw__deafen", {})) == "deaf"
+            # 20 KB lie unread in its stdin (the pipe holds them): it announces a change every 0.2 s, and the
+            # gateway's tools/list is written too (it fits) but never answered
+            unanswered = await client.call_tool("raw__ok", {"pad": "x" * 20_000})
+            while up._notified == 0:  # the announcement received (polled: no event marks it)
+                await anyio.sleep(0.02)
+            waited = await client.call_tool("raw__ok", {})
+            await up.wait_until(lambda u: u.generation >= 2 and u.state == "ready")
+            back = await client.call_tool("raw__ok", {})
+    reason = ("upstream raw did not answer the tools/list it was sent after its notifications/tools/list_changed "
+              "within 1 s (a call waited for it); restarting it")
+    took = "upstream raw did not answer within 1 s; the call was sent, so it may have been carried out: check " \
+           "before calling again"
+    assert [(r.is_error, text_of(r)) for r in (unanswered, waited, back)] == [
+        (True, "upstream error: " + took), (True, f"upstream error: upstream raw is down ({reason})"), (False, "ok")]
+    assert up.last_error == reason
+    assert f"upstream raw failed: {reason}" in [r.getMessage() for r in caplog.records]
+    [run_id] = gateway_runs(store)
+    results = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert [(r["ok"], r.get("error", {}).get("type"), r.get("error", {}).get("message")) for r in results] == [
+        (True, None, None), (False, "UpstreamTimeout", took),
+        (False, "UpstreamUnavailable", f"upstream raw is down ({reason})"), (True, None, None)]
+    assert sealbox.verify_store(store).ok

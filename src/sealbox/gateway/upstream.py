@@ -183,6 +183,7 @@ class Upstream:
         #: the shutdown grace given by :meth:`begin_shutdown` (the gateway is stopping), or None
         self._shutdown_grace: float | None = None
         self._writes: set[_CallWrite] = set()  # the calls being sent or answered now
+        self._relisting: anyio.CancelScope | None = None  # the re-list being made now (on a notification)
 
     # ------------------------------------------------------------------ observing
 
@@ -263,13 +264,30 @@ class Upstream:
         (at once when none is outstanding: one comparison), or the upstream is no longer ready (down,
         reconnected). A call is decided after this, never against a listing older than a change the
         upstream announced before it; the re-list it waits for is made at once (not after the gap that
-        coalesces a storm of notifications), bounded by ``limits.startup_timeout_s`` (then the upstream is down)."""
+        coalesces a storm of notifications). The wait is bounded by ``limits.call_timeout_s`` (or
+        ``limits.startup_timeout_s``, the re-list's own bound, when smaller): a re-list not answered by then
+        ends the connection (the upstream down with that reason, restarted with backoff), and the call, not
+        forwarded, fails :class:`UpstreamUnavailable` saying so (:meth:`_check_open`)."""
         target = self._notified
         if self._listed >= target or self.state != "ready":
             return
         generation = self.generation
         self._urgent.set()
-        await self.wait_until(lambda u: u._listed >= target or u.state != "ready" or u.generation != generation)
+        bound = min(self.limits.call_timeout_s, self.limits.startup_timeout_s)
+        with anyio.move_on_after(bound) as waiting:
+            await self.wait_until(lambda u: u._listed >= target or u.state != "ready" or u.generation != generation
+                                  or u._blocked is not None or u._shutdown_grace is not None)
+        if waiting.cancelled_caught and self.generation == generation and self.state == "ready":
+            if self._blocked is None and not self._stop.is_set():
+                self._blocked = (f"upstream {self.spec.id} did not answer the tools/list it was sent after its "
+                                 f"notifications/tools/list_changed within {bound:g} s (a call waited for it); "
+                                 "restarting it")
+            if self._disconnect is not None:
+                self._disconnect.set()
+            if self._relisting is not None:
+                self._relisting.cancel()
+            self._changed.set()  # the other calls waiting for it go on too
+            self._changed = anyio.Event()
 
     @staticmethod
     async def _first_of(*events: anyio.Event) -> None:
@@ -333,13 +351,18 @@ class Upstream:
                         break
                     self._relist, self._urgent = anyio.Event(), anyio.Event()
                     seq, listed_at = self._notified, anyio.current_time()
-                    try:
-                        with anyio.fail_after(self.limits.startup_timeout_s):
-                            tools = await self._list(session)
-                            catalog = await self._list_catalog(session)
-                    except TimeoutError:
-                        raise TimeoutError(f"no answer to tools/list within {self.limits.startup_timeout_s:g} s "
-                                           "(limits.startup_timeout_s)") from None
+                    with anyio.CancelScope() as self._relisting:  # cancelled by a call given up waiting (current)
+                        try:
+                            with anyio.fail_after(self.limits.startup_timeout_s):
+                                tools = await self._list(session)
+                                catalog = await self._list_catalog(session)
+                        except TimeoutError:
+                            raise TimeoutError(f"no answer to tools/list within {self.limits.startup_timeout_s:g} s "
+                                               "(limits.startup_timeout_s)") from None
+                        finally:
+                            self._relisting = None
+                    if eof.is_set():
+                        break
                     await self._publish(tools, seq)
                     await self._publish_catalog(catalog)
                     asked_while_listing = self._relist.is_set()
@@ -698,8 +721,11 @@ class Upstream:
         torn down: the process waited for, terminated, killed — seconds for one that lives on): a call made
         then is not sent, nor recorded as cut "during the call". An HTTP upstream's session lost is said by
         :meth:`_translated`."""
-        if (self.spec.kind == "stdio" and self._disconnect is not None and self._disconnect.is_set()
-                and not self._stop.is_set()):
+        if self._disconnect is None or not self._disconnect.is_set() or self._stop.is_set():
+            return
+        if self._blocked is not None:  # the gateway ended it (a write not read, a re-list not answered): why
+            raise UpstreamUnavailable(f"upstream {self.spec.id} is down ({self._blocked})")
+        if self.spec.kind == "stdio":
             raise UpstreamUnavailable(f"upstream {self.spec.id} is down (its connection closed; it is being restarted)")
 
     def _unread(self, what: str) -> UpstreamTimeout:
