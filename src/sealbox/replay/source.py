@@ -181,11 +181,16 @@ class ReplaySource:
         """Before a divergence at ``step`` is reported: when the record has a call requested by an earlier
         model call (sub-step ``N.k``, ``N`` below ``step``'s top-level step) that the replay never made, that
         call is the first divergence in step order (``missing``), not the step the replay went on to make.
-        Only such sub-steps can be skipped (top-level steps are taken one after another)."""
+        Only such sub-steps can be skipped (top-level steps are taken one after another), and only those the
+        record wrote before its own event at ``step``: a call the record made after it (a tool run once the host
+        approved it, written after the approval's note) is not skipped yet when the replay diverges there."""
+        order = {s: i for i, s in enumerate(self.recorded.order)}
+        limit = order.get(step) if step in self.recorded.steps else None
         try:
             top = int(step.split(".")[0])
             skipped = next((rec for rec in self.recorded.ordered() if "." in rec.key.step
-                            and int(rec.key.step.split(".")[0]) < top and rec.key.step not in self.compared), None)
+                            and int(rec.key.step.split(".")[0]) < top and rec.key.step not in self.compared
+                            and (limit is None or order.get(rec.key.step, limit) < limit)), None)
         except ValueError:
             return
         if skipped is not None:
