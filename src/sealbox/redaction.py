@@ -421,23 +421,31 @@ class Redactor:
         folded = 0
         gated: list[tuple[int, re.Pattern[str]]] = []
         always: list[re.Pattern[str]] = []
+        index: dict[tuple[bytes, bool], int] = {}
+        pattern_bits: list[int] = []  # per pattern, in order: the bits of its needles (-1: none known, always searched)
         for pattern, rx in zip(self._searched, self._patterns):
             required = _required_literals(pattern)
             if required is None:
                 always.append(rx)
+                pattern_bits.append(-1)
                 continue
             bits = 0
             for needle, fold in required:
-                bits |= 1 << len(needles)
-                folded |= (1 << len(needles)) if fold else 0
-                needles.append(needle)
+                j = index.get((needle, fold))
+                if j is None:  # a needle two patterns require (PASSW, SECRET) is looked for once
+                    j = index[needle, fold] = len(needles)
+                    folded |= (1 << j) if fold else 0
+                    needles.append(needle)
+                bits |= 1 << j
             gated.append((bits, rx))
+            pattern_bits.append(bits)
         if len(needles) > 64:
             return False
         self._needles = tuple(needles)
         self._tables = _scan_tables(self._needles, folded)
         self._tag_bits = 0b1111
         self._gated = tuple(gated)
+        self._pattern_bits = tuple(pattern_bits)
         self._always = tuple(always)
         # by length, then bytes: scan_text bisects them (keys_sorted)
         self._key_bytes = tuple(sorted((k.encode() for k in self._keys), key=lambda k: (len(k), k)))
@@ -481,9 +489,11 @@ class Redactor:
             if any(literal in lowered for literal in self._literals):
                 return False
         for gate, rx in self._gated_relaxed:
-            if any((literal in lowered) if folded else (literal in text) for literal, folded in gate) \
-                    and rx.search(text) is not None:
-                return False
+            for literal, folded in gate:  # (a loop, not any() of a generator: ~0.2 us less per pattern)
+                if literal in (lowered if folded else text):
+                    if rx.search(text) is not None:
+                        return False
+                    break
         return all(rx.search(text) is None for rx in self._any_relaxed)
 
     def _named_in(self, data: bytes) -> bool:
@@ -916,8 +926,17 @@ class Redactor:
         if not self._patterns or (len(text) <= 8 and self._any is not None and self._any.search(text) is None):
             return text  # (a few characters: one search of them is quicker than the substring tests)
         lowered = None
-        for pattern, gate in zip(self._patterns, self._scrub_gates):
-            if gate is not None:
+        # with the C scan: one pass finds which patterns' required strings the text holds (the same needles
+        # _clean_text looks for; ASCII case folding, the folded strings having no other Unicode case variant), instead
+        # of a substring test per string per pattern (22 patterns: ~60 tests). None (a backslash, a lone surrogate, no
+        # C scan): the substring tests. Once a match is replaced the text changed: the substring tests from there
+        mask = self._text_mask(text)
+        for i, (pattern, gate) in enumerate(zip(self._patterns, self._scrub_gates)):
+            if mask is not None:
+                bits = self._pattern_bits[i]
+                if bits != -1 and not mask & bits:
+                    continue  # none of the strings every match holds: no match
+            elif gate is not None:
                 for literal, folded in gate:
                     if folded:
                         if lowered is None:
@@ -931,8 +950,20 @@ class Redactor:
             if pattern.search(text):
                 changed[0] = True
                 text = pattern.sub(self._replacement, text)
-                lowered = None
+                lowered = mask = None
         return text
+
+    def _text_mask(self, text: str) -> "int | None":
+        """The needles of :meth:`_scan_plan` found in ``text`` (a bit mask, ``sealbox._speedups.scan_text`` with no
+        keys), or None when the C scan is not there or declines it (a backslash) or the text is not UTF-8 encodable."""
+        if not self._scan or _c_scan_text is None:
+            return None
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            return None
+        found = _c_scan_text(data, self._needles, self._tables, (), False, b"")
+        return None if found < 0 else found
 
     def _replacement(self, m: "re.Match[str]") -> str:
         """The text a pattern's match becomes: the in-string marker of the match, or, where a group
@@ -1384,7 +1415,12 @@ def _candidates(items: list, ignorecase: bool, sre: Any, depth: int) -> list[tup
                 if best is None:
                     alternatives = []
                     break
-                alternatives.extend(best)
+                # once each (A(?:ccess|uth)Token|S(?:ession|lack)Token: Token, not one per branch)
+                alternatives.extend(b for b in best if b not in alternatives)
+            # one holding another of them is implied by it (AccessToken|Token: Token alone; an ASCII-folded one only
+            # by another folded one): a needle and a substring test fewer
+            alternatives = [a for a in alternatives
+                            if not any(b != a and b[0] in a[0] and (b[1] or not a[1]) for b in alternatives)]
             if alternatives:
                 out.append(tuple(alternatives))
     close()
