@@ -166,6 +166,25 @@ DEFAULT_PATTERNS = (
     r"|(?:access|auth|refresh|session|api|bot|id)_?token)"
     r"[\x22\x27]?[\t ]*[:=][\t ]*(?:\x22(?P<redact_lc_dq>[^\x22\r\n\u27e6]+)\x22|\x27(?P<redact_lc_sq>[^\x27\r\n\u27e6]+)\x27"
     r"|[\x22\x27]?(?P<redact_lc>[^\s&;,\x22\x27\u27e6]+))",
+    # a camelCase name ending with a Capitalised secret word (dbPassword, mysqlPassword, adminPwd, appSecret,
+    # stripeSecretKey, minioAccessKey, myAccessToken, myGitHubToken: a config or log printed by a tool, "dbPassword":
+    # "…" inside a longer text), as the dict key's *password / *secret / … suffixes are: its value, a quoted one
+    # whole; the key=value patterns above want the word to start a word (\bpassword). Token only after a
+    # credential's or a service's Capitalised word (not maxTokens, pageToken, nextPageToken). Case-sensitive, starting
+    # with the suffix (no leading [a-z]: re would try every letter), each alternative with its capital letter (re then
+    # skips to a capital: ~0.3 us on 100 bytes, not 12 us); its required literals (Pass, Pwd, Secret, Key, Token) gate it
+    r"(?:Pass(?:word|wd)|Pwd|Secret(?:_?Key)?|A(?:pi|ccess)_?Key|A(?:ccess|uth|pi)Token|B(?:ot|earer)Token"
+    r"|S(?:ession|lack)Token|G(?:it[Hh]ub|it[Ll]ab|h)Token|I(?:d|D)Token|R(?:efresh|oot)Token|D(?:eploy|ocker)Token"
+    r"|O(?:Auth|auth)Token|PrivateToken|W(?:ebhook|ebHook)Token|N(?:pm|PM)Token|H(?:f|F)Token)"
+    r"[\x22\x27]?[\t ]*[:=][\t ]*(?:\x22(?P<redact_camel_dq>[^\x22\r\n\u27e6]+)\x22|\x27(?P<redact_camel_sq>[^\x27\r\n\u27e6]+)\x27"
+    r"|[\x22\x27]?(?P<redact_camel>[^\s&;,\x22\x27\u27e6]+))",
+    # a lower-case <service>_token (github_token, gh_token, gitlab_token, npm_token, slack_token, hf_token: the default
+    # dict keys' names, and like ones) in a YAML / INI / .env text: the pattern above starting with '_' wants a
+    # credential's word between '_' and token (my_access_token); not page_token, next_token, eos_token, max_tokens.
+    # Each name whole is a required literal gating its search (not '_token': input_tokens is in most model payloads)
+    r"(?:github_token|gh_token|gitlab_token|npm_token|slack_token|hf_token)"
+    r"[\x22\x27]?[\t ]*[:=][\t ]*(?:\x22(?P<redact_svc_dq>[^\x22\r\n\u27e6]+)\x22|\x27(?P<redact_svc_sq>[^\x27\r\n\u27e6]+)\x27"
+    r"|[\x22\x27]?(?P<redact_svc>[^\s&;,\x22\x27\u27e6]+))",
 )
 
 #: A pattern's groups named ``redact…`` (``(?P<redact>…)``): where one took part in a match, only its

@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 20
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 22
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -1836,3 +1836,57 @@ def test_prose_naming_a_token_or_an_authorization_scheme_is_kept(tmp_path, text,
         assert result == text
     else:
         assert IN_STRING.search(result) and "Zd7" not in result and b"Zd7" not in file_bytes(tmp_path / "store"), result
+
+
+_CAMEL_AND_SERVICE_TOKEN_TEXT = (
+    'config = {"dbPassword": "Zg1 camel pw 01a", "pool": 5}\nmysqlPassword=Zg1-mysql-02b\nadminPwd: Zg1-admin-03c\n'
+    "appSecret: 'Zg1-app-04d'\nminioAccessKey=Zg1-minio-05e\nmyGitHubToken: Zg1-gh-06f\nmyAccessToken = Zg1-acc-07g\n"
+    'github_token: Zg1-ghtok-08h\nslack_token=Zg1-slack-09i\ngitlab_token: "Zg1-gl-10j"\nnpm_token=Zg1-npm-11k\n'
+    "hf_token: Zg1-hf-12l\nstripeSecretKey: Zg1-stripe-13m\n"
+    "max_tokens: 100, input_tokens=5, num_tokens=7, tokens: 12, maxTokens: 100, page_token: abc, nextPageToken: xyz,"
+    " pageToken: abc, eos_token: </s>\n"
+    "the dbPassword field is required; the password policy requires 12 characters; Bearer of bad news\n")
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["c-scan", "pure-python"])
+def test_camel_case_and_service_token_names_in_free_text_are_redacted(tmp_path, monkeypatch, pure):
+    """A tool printing a config or a log (``dbPassword: …``, ``"dbPassword": "…"`` inside a longer text,
+    ``mysqlPassword=…``, ``myGitHubToken: …``, ``github_token: …``, ``slack_token=…``) stored the secret in clear: the
+    key=value patterns want the secret word to start a word (``\\bpassword``; none in ``dbPassword``), the lower-case
+    suffix pattern wants a credential's word before ``_token`` after a ``_`` (``my_access_token``, not ``github_token``),
+    though the same names as dict keys are redacted (``*password``, ``github_token``). Found by an earlier review,
+    reproduced by recording such a text with call_tool. Now a camelCase name ending with a secret word and a
+    service's ``<name>_token`` have their value redacted; token counts, page tokens and prose stay."""
+    from sealbox import redaction
+
+    if pure:
+        monkeypatch.setattr(redaction, "_c_scan_text", None)
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("fs", "read", {"path": "app.log"}, lambda path: _CAMEL_AND_SERVICE_TOKEN_TEXT)
+        (result,) = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+    finally:
+        store.close()
+    assert IN_STRING.sub("M", result) == (
+        'config = {"dbPassword": "M", "pool": 5}\nmysqlPassword=M\nadminPwd: M\n'
+        "appSecret: 'M'\nminioAccessKey=M\nmyGitHubToken: M\nmyAccessToken = M\n"
+        'github_token: M\nslack_token=M\ngitlab_token: "M"\nnpm_token=M\n'
+        "hf_token: M\nstripeSecretKey: M\n"
+        "max_tokens: 100, input_tokens=5, num_tokens=7, tokens: 12, maxTokens: 100, page_token: abc, nextPageToken: xyz,"
+        " pageToken: abc, eos_token: </s>\n"
+        "the dbPassword field is required; the password policy requires 12 characters; Bearer of bad news\n")
+    data = file_bytes(tmp_path / "store")
+    for secret in re.findall(r"Zg1[\w -]*?\d\d[a-m]", _CAMEL_AND_SERVICE_TOKEN_TEXT):
+        assert secret.encode() not in data, secret
+
+
+@pytest.mark.parametrize("text", ["dbPassword: Zg2-pw", '{"note": "x", "cfg": "myGitHubToken=Zg2-tok"}', "slack_token: Zg2-sl"])
+def test_the_quick_check_finds_camel_case_and_service_token_names(text):
+    """The C pre-filter (scan_text) gates each pattern on its required literals: a text holding only the new
+    names must not be declared clean by it (it would skip the walk, and the secret would be stored)."""
+    redactor = Redactor(b"k" * 32, ContentPolicy())
+    value = {"text": text}
+    assert redactor.surely_clean(value) is False
+    out, changed = redactor.apply("result", encode(value))
+    assert changed is True and "Zg2" not in json.dumps(out)
