@@ -11,7 +11,8 @@ HTTP specifics:
 * validates ``Host`` and ``Origin`` (DNS-rebinding protection, required by the
   MCP specification): a request whose ``Origin`` is not the gateway's own
   (``http://127.0.0.1:PORT``, ``http://localhost:PORT``) or listed in
-  ``http.allowed_origins`` gets HTTP 403; a request without ``Origin`` (not a
+  ``http.allowed_origins`` gets HTTP 403 (a ``Host`` other than its own: 421), JSON-RPC
+  ``UNAUTHORIZED``, before its token is looked at; a request without ``Origin`` (not a
   browser) is accepted;
 * requires ``Authorization: Bearer <token>`` with a token from ``http.tokens``;
   the token's identity is the principal of the calls (HTTP 401 and JSON-RPC
@@ -289,8 +290,14 @@ class BearerAuth:
     client disconnected is kept for the retry instead of counting as delivered."""
 
     def __init__(self, app: Any, tokens: dict[str, str], sessions: Callable[[], Any] | None = None,
-                 max_sessions_per_identity: int | None = None) -> None:
+                 max_sessions_per_identity: int | None = None, security: Any = None) -> None:
         self.app, self.tokens = app, dict(tokens)
+        #: the SDK's DNS-rebinding protection (``TransportSecuritySettings``), checked here before the token
+        self._security = None
+        if security is not None:
+            from mcp.server.transport_security import TransportSecurityMiddleware
+
+            self._security = TransportSecurityMiddleware(security)
         self.max_sessions_per_identity = max_sessions_per_identity
         #: identity -> its requests being served that may open a session (not yet in ``owners``)
         self._opening: Counter[str] = Counter()
@@ -323,6 +330,8 @@ class BearerAuth:
             return
         raw = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope.get("headers", [])]
         headers = dict(raw)
+        if self._security is not None and await self._refused_origin(scope, receive, send, headers):
+            return
         for name in _SINGLE_HEADERS:
             count = sum(1 for k, _ in raw if k == name)
             if count > 1:
@@ -453,6 +462,24 @@ class BearerAuth:
                 del self._opening[identity]
 
 
+    async def _refused_origin(self, scope: Any, receive: Any, send: Any, headers: dict[str, str]) -> bool:
+        """Whether the request's ``Host`` or ``Origin`` is refused (DNS-rebinding protection; answered here:
+        HTTP 421 or 403, JSON-RPC ``UNAUTHORIZED``). Checked before the token: a page of another origin is
+        refused as such, not told (401) that a token would let it in."""
+        from starlette.requests import Request
+
+        refused = await self._security.validate_request(Request(scope, receive), is_post=False)  # type: ignore[union-attr]
+        if refused is None:
+            return False
+        if refused.status_code == 421:
+            message = (f"Host {headers.get('host', '')} is not allowed (DNS-rebinding protection: the gateway's "
+                       "own address)")
+        else:
+            message = (f"Origin {headers.get('origin', '')} is not allowed (DNS-rebinding protection: the gateway's "
+                       "own origin or one in http.allowed_origins)")
+        await _send_error(send, refused.status_code, codes.UNAUTHORIZED, message)
+        return True
+
     def _is_open(self, session_id: str) -> bool:
         """Whether the SDK still has the session open (False when its sessions cannot be read)."""
         live = self.sessions() if self.sessions is not None else None
@@ -465,6 +492,18 @@ class BearerAuth:
             return
         for sid in [sid for sid in self.owners if sid not in live]:
             del self.owners[sid]
+
+
+async def _send_error(send: Any, status: int, code: int, message: str, data: Any = None,
+                      headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    """Answer HTTP ``status`` with a JSON-RPC error body (null id): what MCP clients read."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _may_open_session(headers: dict[str, str]) -> bool:
@@ -599,7 +638,8 @@ def http_app(gateway: Gateway, port: int) -> Any:
     def sessions() -> Any:  # the SDK's open sessions (a private attribute: None if it is gone)
         return getattr(manager, "_server_instances", None)
 
-    return BearerAuth(app, tokens, sessions, max_sessions_per_identity=getattr(cfg, "max_sessions_per_identity", None))
+    return BearerAuth(app, tokens, sessions, max_sessions_per_identity=getattr(cfg, "max_sessions_per_identity", None),
+                      security=security)
 
 
 def bind(port: int) -> socket.socket:

@@ -1,0 +1,60 @@
+"""HTTP transport errors of `sealbox gateway serve --http`: JSON-RPC bodies, the order of the checks, sessions
+that a refused request must not leave open, and the cap on every client's sessions together."""
+
+from __future__ import annotations
+
+import anyio
+import httpx2
+import pytest
+
+from sealbox.gateway import MALFORMED_REQUEST, REQUEST_TOO_LARGE, UNAUTHORIZED, Gateway
+from sealbox.gateway.transports import serve_http
+
+from .conftest import toy_config
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "t0ken-for-the-tests-0123456789"
+HTTP = f"http:\n  tokens:\n    - {{token: {TOKEN}, identity: ci-bot}}\n"
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+AUTH = {**HEADERS, "authorization": f"Bearer {TOKEN}"}
+
+
+def _error(code: int, message: str) -> dict:
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+
+
+def _open_sessions(gw: Gateway) -> int:
+    return len(gw.server._session_manager._server_instances)
+
+
+async def test_a_foreign_origin_is_refused_403_before_the_token_is_looked_at(tmp_path, store):
+    """DNS-rebinding protection comes first: a browser page of another origin, with no token (or a wrong
+    one), got HTTP 401 from the bearer check, which told it the gateway was there and wanted a token;
+    the Origin check (the SDK's, behind the bearer check) was never reached. It is now answered 403 at
+    once, with a JSON-RPC error, whatever the token; a Host other than the gateway's own likewise 421."""
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        evil = {"origin": "http://evil.example"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            no_token = await http.post(url, json=INIT, headers={**HEADERS, **evil})
+            wrong_token = await http.post(url, json=INIT, headers={**HEADERS, **evil,
+                                                                    "authorization": "Bearer wrong-token-00000000"})
+            good_token = await http.post(url, json=INIT, headers={**AUTH, **evil})
+            get_no_token = await http.get(url, headers={"accept": "text/event-stream", **evil})
+            bad_host = await http.post(url, json=INIT, headers={**HEADERS, "host": "evil.example"})
+            own = await http.post(url, json=INIT, headers={**AUTH, "origin": f"http://localhost:{port}"})
+        tg.cancel_scope.cancel()
+    refused = _error(UNAUTHORIZED, "Origin http://evil.example is not allowed (DNS-rebinding protection: the "
+                                   "gateway's own origin or one in http.allowed_origins)")
+    for response in (no_token, wrong_token, good_token, get_no_token):
+        assert (response.status_code, response.headers["content-type"], response.json()) == (
+            403, "application/json", refused)
+        assert "www-authenticate" not in response.headers
+    assert (bad_host.status_code, bad_host.json()) == (421, _error(
+        UNAUTHORIZED, "Host evil.example is not allowed (DNS-rebinding protection: the gateway's own address)"))
+    assert own.status_code == 200
