@@ -58,3 +58,29 @@ async def test_a_foreign_origin_is_refused_403_before_the_token_is_looked_at(tmp
     assert (bad_host.status_code, bad_host.json()) == (421, _error(
         UNAUTHORIZED, "Host evil.example is not allowed (DNS-rebinding protection: the gateway's own address)"))
     assert own.status_code == 200
+
+
+async def test_transport_errors_the_sdk_answered_in_plain_text_are_json_rpc_errors(tmp_path, store):
+    """The SDK answered a body above its size limit (413), a POST that is not application/json (400) and a
+    path other than /mcp (404) with a text/plain body ("Request body too large"): an MCP client reads an
+    HTTP error's body as a JSON-RPC error, and failed to parse it. Each is now a JSON-RPC error (null id) with
+    the same status: REQUEST_TOO_LARGE for 413, MALFORMED_REQUEST for the others."""
+    gw = Gateway(toy_config(tmp_path, extra=HTTP + "limits:\n  max_request_bytes: 1024\n"), store=store)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        big = {**INIT, "params": {**INIT["params"], "pad": "x" * 5000}}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            too_large = await http.post(url, json=big, headers=AUTH)
+            text_body = await http.post(url, content=b"{}", headers={**AUTH, "content-type": "text/plain"})
+            elsewhere = await http.post(f"http://127.0.0.1:{port}/other", json=INIT, headers=AUTH)
+            sessions = _open_sessions(gw)
+        tg.cancel_scope.cancel()
+    answers = [(r.status_code, r.headers["content-type"], r.json()) for r in (too_large, text_body, elsewhere)]
+    assert answers == [
+        (413, "application/json", _error(REQUEST_TOO_LARGE, "the request body is larger than 4096 bytes (4 × "
+                                                            "limits.max_request_bytes)")),
+        (400, "application/json", _error(MALFORMED_REQUEST, "Invalid Content-Type header")),
+        (404, "application/json", _error(MALFORMED_REQUEST, "Not Found")),
+    ]
+    assert sessions == 0

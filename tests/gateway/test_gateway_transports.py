@@ -869,7 +869,8 @@ async def test_an_http_message_that_is_no_json_rpc_message_is_an_invalid_request
     ]
     assert (sessionless.status_code, sessionless.json()["error"]["code"], sessionless.json()["id"]) == (400, -32600, 5)
     assert (unparsable.status_code, unparsable.json()["error"]["code"]) == (400, -32700)  # no id to be read
-    assert (text_type.status_code, text_type.text) == (400, "Invalid Content-Type header")  # the SDK's, unchanged
+    assert (text_type.status_code, text_type.json()) == (400, {  # the SDK's message, as a JSON-RPC error
+        "jsonrpc": "2.0", "id": None, "error": {"code": -32005, "message": "Invalid Content-Type header"}})
     assert ok.status_code == 200 and '"id":8' in ok.text
     assert gw.server._session_manager._server_instances.keys() == {r.headers["mcp-session-id"]}
 
@@ -1196,7 +1197,8 @@ async def test_a_request_body_that_never_arrives_in_time_is_answered_408_and_clo
     for name in ("stalled", "trickling"):
         data, took = results[name]
         assert data.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), (name, data)
-        assert data.endswith(b"\r\n\r\nthe request body did not arrive within 1.0 s"), (name, data)
+        assert data.endswith(b'\r\n\r\n{"jsonrpc": "2.0", "id": null, "error": {"code": -32005, "message": '
+                             b'"the request body did not arrive within 1.0 s"}}'), (name, data)
         assert took < 5, (name, took)
     assert sse_open and sse_data.startswith(b"HTTP/1.1 200 OK\r\n")
     assert large.status_code == 200 and big in large.text

@@ -29,8 +29,10 @@ HTTP specifics:
   answer, replaced: ``-32602``, a null id, a pydantic dump as the message);
 * a body that is no JSON (a number too long, a trailing comma) gets HTTP 400 and ``-32700`` (parse
   error) with the request's id when it can be read, as over stdio (the SDK's own answer: a null id);
+* every HTTP error answer has a JSON-RPC error body (null id, the status kept: the SDK gives some in plain
+  text, which MCP clients cannot read), :func:`_json_rpc_errors`;
 * bodies above ``4 × limits.max_request_bytes`` are refused by the SDK with HTTP
-  413 before parsing; smaller requests whose params exceed the limit get the
+  413 (``REQUEST_TOO_LARGE``) before parsing; smaller requests whose params exceed the limit get the
   JSON-RPC error ``REQUEST_TOO_LARGE``;
 * an identity has at most ``http.max_sessions_per_identity`` sessions open: a request that would open
   one more gets HTTP 429 and ``TOO_MANY_CALLS`` (the SDK's own cap, 10 000 sessions, is for every
@@ -290,8 +292,11 @@ class BearerAuth:
     client disconnected is kept for the retry instead of counting as delivered."""
 
     def __init__(self, app: Any, tokens: dict[str, str], sessions: Callable[[], Any] | None = None,
-                 max_sessions_per_identity: int | None = None, security: Any = None) -> None:
+                 max_sessions_per_identity: int | None = None, security: Any = None,
+                 max_body_bytes: int | None = None) -> None:
         self.app, self.tokens = app, dict(tokens)
+        #: the SDK's limit on a request body (named in its 413 answer)
+        self.max_body_bytes = max_body_bytes
         #: the SDK's DNS-rebinding protection (``TransportSecuritySettings``), checked here before the token
         self._security = None
         if security is not None:
@@ -328,6 +333,7 @@ class BearerAuth:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = _json_rpc_errors(send, self.max_body_bytes)
         raw = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope.get("headers", [])]
         headers = dict(raw)
         if self._security is not None and await self._refused_origin(scope, receive, send, headers):
@@ -494,6 +500,51 @@ class BearerAuth:
             del self.owners[sid]
 
 
+def _json_rpc_errors(send: Any, max_body_bytes: int | None) -> Any:
+    """``send``, with an HTTP error answer (status 400 or above) whose body is not JSON (the SDK's "Request
+    body too large", "Invalid Content-Type header"; starlette's "Not Found") turned into a JSON-RPC error with
+    the same status: an MCP client reads an HTTP error's body as one. 413: ``REQUEST_TOO_LARGE``; 5xx:
+    -32603 (internal error); any other: ``MALFORMED_REQUEST``, the body's text (or the status's phrase) as
+    its message. Every other answer passes as it is (one comparison per message)."""
+    held: dict[str, Any] | None = None
+
+    async def send_json(message: Any) -> None:
+        nonlocal held
+        if held is not None:
+            if message["type"] != "http.response.body":
+                return
+            held["body"] += message.get("body") or b""
+            if message.get("more_body"):
+                return
+            status, text = held["status"], held["body"].decode("utf-8", "replace").strip()
+            if status == 413:
+                code = codes.REQUEST_TOO_LARGE
+                text = (f"the request body is larger than {max_body_bytes} bytes (4 × limits.max_request_bytes)"
+                        if max_body_bytes is not None else text or "the request body is too large")
+            else:
+                code = -32603 if status >= 500 else codes.MALFORMED_REQUEST
+            if not text:
+                from http import HTTPStatus
+
+                try:
+                    text = HTTPStatus(status).phrase
+                except ValueError:
+                    text = f"HTTP {status}"
+            keep = tuple((k, v) for k, v in held["headers"] if k.lower() not in (b"content-type", b"content-length"))
+            held = None
+            await _send_error(send, status, code, text, headers=keep)
+            return
+        if message["type"] == "http.response.start" and message.get("status", 200) >= 400:
+            kept = message.get("headers") or []
+            content_type = next((v for k, v in kept if k.lower() == b"content-type"), b"")
+            if not content_type.lower().startswith((b"application/json", b"text/event-stream")):
+                held = {"status": int(message["status"]), "headers": list(kept), "body": b""}
+                return
+        await send(message)
+
+    return send_json
+
+
 async def _send_error(send: Any, status: int, code: int, message: str, data: Any = None,
                       headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     """Answer HTTP ``status`` with a JSON-RPC error body (null id): what MCP clients read."""
@@ -639,7 +690,7 @@ def http_app(gateway: Gateway, port: int) -> Any:
         return getattr(manager, "_server_instances", None)
 
     return BearerAuth(app, tokens, sessions, max_sessions_per_identity=getattr(cfg, "max_sessions_per_identity", None),
-                      security=security)
+                      security=security, max_body_bytes=4 * cfg.limits.max_request_bytes)
 
 
 def bind(port: int) -> socket.socket:
@@ -719,10 +770,12 @@ def _http_protocol() -> Any:
                 return
             if not cycle.response_started and self.conn.our_state is h11.SEND_RESPONSE:
                 # the request never reached the app's handler whole: nothing of it was parsed or recorded
-                reason = f"the request body did not arrive within {BODY_TIMEOUT_S} s".encode()
+                reason = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                    "code": codes.MALFORMED_REQUEST,
+                    "message": f"the request body did not arrive within {BODY_TIMEOUT_S} s"}}).encode()
                 try:
                     self.transport.write(self.conn.send(h11.Response(status_code=408, reason=b"Request Timeout", headers=[
-                        (b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(reason)).encode()),
+                        (b"content-type", b"application/json"), (b"content-length", str(len(reason)).encode()),
                         (b"connection", b"close")])))
                     self.transport.write(self.conn.send(h11.Data(data=reason)))
                     self.transport.write(self.conn.send(h11.EndOfMessage()))
