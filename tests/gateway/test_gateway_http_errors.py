@@ -84,3 +84,36 @@ async def test_transport_errors_the_sdk_answered_in_plain_text_are_json_rpc_erro
         (404, "application/json", _error(MALFORMED_REQUEST, "Not Found")),
     ]
     assert sessions == 0
+
+
+async def test_an_initialize_refused_as_too_large_opens_no_session(tmp_path, store):
+    """An initialize whose params exceed limits.max_request_bytes (its body under the SDK's 4× limit) was
+    answered REQUEST_TOO_LARGE, yet with HTTP 200 and an mcp-session-id: the SDK kept the session (and its
+    server task) open, counted against the identity's sessions, until it idled out. A refused initialize
+    now opens nothing: no session id is given, the SDK holds no session, the identity's count is unchanged."""
+    gw = Gateway(toy_config(tmp_path, extra=HTTP + "  max_sessions_per_identity: 1\n"
+                            + "limits:\n  max_request_bytes: 1024\n"), store=store)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        big = {**INIT, "params": {**INIT["params"], "capabilities": {"experimental": {"pad": {"x": "y" * 2000}}}}}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            refused = await http.post(url, json=big, headers={**AUTH, "accept": "application/json, text/event-stream"})
+            with anyio.move_on_after(10):  # ended once its request is over (just after its answer)
+                while _open_sessions(gw):
+                    await anyio.sleep(0.02)
+            after_refused = _open_sessions(gw)
+            opened = await http.post(url, json=INIT, headers=AUTH)
+        tg.cancel_scope.cancel()
+    body = refused.json() if refused.headers.get("content-type") == "application/json" else _sse(refused.text)
+    assert body["error"]["code"] == REQUEST_TOO_LARGE
+    assert body["id"] == 1
+    assert "mcp-session-id" not in refused.headers
+    assert after_refused == 0
+    assert opened.status_code == 200 and "mcp-session-id" in opened.headers  # the identity's one session
+
+
+def _sse(text: str) -> dict:
+    import json
+
+    return json.loads([line[5:] for line in text.splitlines() if line.startswith("data:") and line[5:].strip()][-1])

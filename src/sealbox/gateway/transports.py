@@ -293,8 +293,10 @@ class BearerAuth:
 
     def __init__(self, app: Any, tokens: dict[str, str], sessions: Callable[[], Any] | None = None,
                  max_sessions_per_identity: int | None = None, security: Any = None,
-                 max_body_bytes: int | None = None) -> None:
+                 max_body_bytes: int | None = None, discard: Callable[[str], Any] | None = None) -> None:
         self.app, self.tokens = app, dict(tokens)
+        #: ``await discard(session_id)`` ends a session the SDK opened for a request it answered with an error
+        self.discard = discard
         #: the SDK's limit on a request body (named in its 413 answer)
         self.max_body_bytes = max_body_bytes
         #: the SDK's DNS-rebinding protection (``TransportSecuritySettings``), checked here before the token
@@ -456,13 +458,25 @@ class BearerAuth:
                         self.owners.pop(session_id, None)
             await send(message)
 
+        if session_id is None and method == "POST" and self.discard is not None and _may_open_session(headers):
+            # a request that may open a session: one its answer refuses (a JSON-RPC error) opens none
+            refused_sessions: list[str] = []
+            app_send = _opening_answer(send_noting_sessions, refused_sessions.append)
+        else:
+            refused_sessions, app_send = [], send_noting_sessions
         if not opening:
-            await self.app(scope, receive_noting_disconnect, send_noting_sessions)
+            try:
+                await self.app(scope, receive_noting_disconnect, app_send)
+            finally:
+                for sid in refused_sessions:
+                    await self.discard(sid)  # type: ignore[misc]
             return
         self._opening[identity] += 1  # counted until its answer names its session (in owners) or it ends
         try:
-            await self.app(scope, receive_noting_disconnect, send_noting_sessions)
+            await self.app(scope, receive_noting_disconnect, app_send)
         finally:
+            for sid in refused_sessions:
+                await self.discard(sid)  # type: ignore[misc]
             self._opening[identity] -= 1
             if self._opening[identity] <= 0:
                 del self._opening[identity]
@@ -498,6 +512,76 @@ class BearerAuth:
             return
         for sid in [sid for sid in self.owners if sid not in live]:
             del self.owners[sid]
+
+
+#: bytes of an opening request's answer read for its JSON-RPC message at most (an initialize result is small)
+_OPENING_ANSWER_MAX = 1 << 20
+
+
+def _opening_answer(send: Any, refused: Callable[[str], Any]) -> Any:
+    """``send`` for a request that may open a session (a POST without ``mcp-session-id``): the SDK keeps a
+    session open once its opening request is answered with a status below 400, even when the answer is a
+    JSON-RPC error (an ``initialize`` refused as ``REQUEST_TOO_LARGE`` or ``MALFORMED_REQUEST``): it stayed open,
+    and counted, until it idled out. The answer's head is held until its first message is read: an error
+    is sent without the ``mcp-session-id`` header, and ``refused(session_id)`` is called (the caller ends the
+    session once the request is over)."""
+    held: dict[str, Any] | None = None
+    decided = False
+
+    async def send_opening(message: Any) -> None:
+        nonlocal held, decided
+        if decided:
+            await send(message)
+            return
+        if message["type"] == "http.response.start":
+            kept = message.get("headers") or []
+            sid = next((v for k, v in kept if k.lower() == b"mcp-session-id"), None)
+            if int(message.get("status", 200)) >= 400 or sid is None:
+                decided = True
+                await send(message)
+                return
+            ctype = next((v for k, v in kept if k.lower() == b"content-type"), b"")
+            held = {"start": message, "sid": sid.decode("latin-1"), "body": b"", "sse": ctype.startswith(b"text/event")}
+            return
+        if held is None or message["type"] != "http.response.body":
+            await send(message)
+            return
+        held["body"] += message.get("body") or b""
+        more = bool(message.get("more_body"))
+        doc = _first_message(held["body"], held["sse"], more)
+        if doc is None and more and len(held["body"]) < _OPENING_ANSWER_MAX:
+            return
+        decided = True
+        start = held["start"]
+        if isinstance(doc, dict) and "error" in doc and "result" not in doc:
+            start = {**start, "headers": [(k, v) for k, v in start.get("headers") or []
+                                          if k.lower() != b"mcp-session-id"]}
+            refused(held["sid"])
+        body, held = held["body"], None
+        await send(start)
+        await send({"type": "http.response.body", "body": body, "more_body": more})
+
+    return send_opening
+
+
+def _first_message(data: bytes, sse: bool, more: bool) -> Any:
+    """The first JSON-RPC message of an answer's body so far (SSE events or one JSON document), or None."""
+    if not sse:
+        if more:
+            return None
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError):
+            return None
+    for event in re.split(rb"\r\n\r\n|\n\n|\r\r", data)[:-1]:  # complete events only
+        lines = [line[5:].lstrip(b" ") if line.startswith(b"data:") else None for line in re.split(rb"\r\n|\n|\r", event)]
+        payload = b"\n".join(x for x in lines if x is not None)
+        if payload.strip():
+            try:
+                return json.loads(payload)
+            except (ValueError, RecursionError):
+                return None
+    return None
 
 
 def _json_rpc_errors(send: Any, max_body_bytes: int | None) -> Any:
@@ -689,8 +773,14 @@ def http_app(gateway: Gateway, port: int) -> Any:
     def sessions() -> Any:  # the SDK's open sessions (a private attribute: None if it is gone)
         return getattr(manager, "_server_instances", None)
 
+    async def discard(session_id: str) -> None:  # as the SDK ends a session whose opening request failed
+        live, end = sessions(), getattr(manager, "_discard_session", None)
+        transport = live.get(session_id) if live is not None else None
+        if transport is not None and end is not None:
+            await end(session_id, transport)
+
     return BearerAuth(app, tokens, sessions, max_sessions_per_identity=getattr(cfg, "max_sessions_per_identity", None),
-                      security=security, max_body_bytes=4 * cfg.limits.max_request_bytes)
+                      security=security, max_body_bytes=4 * cfg.limits.max_request_bytes, discard=discard)
 
 
 def bind(port: int) -> socket.socket:
