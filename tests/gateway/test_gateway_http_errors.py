@@ -10,7 +10,7 @@ import pytest
 from sealbox.gateway import MALFORMED_REQUEST, REQUEST_TOO_LARGE, UNAUTHORIZED, Gateway
 from sealbox.gateway.transports import serve_http
 
-from .conftest import toy_config
+from .conftest import gateway_runs, toy_config
 
 pytestmark = pytest.mark.anyio
 
@@ -117,3 +117,49 @@ def _sse(text: str) -> dict:
     import json
 
     return json.loads([line[5:] for line in text.splitlines() if line.startswith("data:") and line[5:].strip()][-1])
+
+
+TOKEN_B = "token-of-bob-0123456789abcdef00"
+
+
+async def test_the_sessions_of_every_identity_together_are_capped_by_http_max_sessions(tmp_path, store):
+    """Only each identity's sessions were capped (http.max_sessions_per_identity, 100): with many identities,
+    or a high per-identity cap, the gateway held up to the SDK's 10 000 sessions (about 50 KB and a server
+    task each). http.max_sessions (default 1000) caps them all together: a request that would open one more
+    gets HTTP 503 and TOO_MANY_CALLS with data {"limit": N}, nothing is opened or recorded, and a session that
+    ends makes room again."""
+    from sealbox.gateway import TOO_MANY_CALLS
+
+    two = HTTP + f"    - {{token: {TOKEN_B}, identity: bob}}\n  max_sessions: 2\n"
+    gw = Gateway(toy_config(tmp_path, extra=two), store=store)
+    assert gw.config.max_sessions == 2
+    bob = {**HEADERS, "authorization": f"Bearer {TOKEN_B}"}
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with httpx2.AsyncClient(timeout=30) as http:
+            first = await http.post(url, json=INIT, headers=AUTH)
+            second = await http.post(url, json=INIT, headers=bob)
+            refused = await http.post(url, json=INIT, headers=bob)
+            sessions = _open_sessions(gw)
+            ended = await http.delete(url, headers={**AUTH, "mcp-session-id": first.headers["mcp-session-id"],
+                                                    "mcp-protocol-version": "2025-11-25"})
+            again = await http.post(url, json=INIT, headers=bob)
+        tg.cancel_scope.cancel()
+    assert [first.status_code, second.status_code] == [200, 200]
+    assert (refused.status_code, refused.json(), "mcp-session-id" in refused.headers) == (503, {
+        "jsonrpc": "2.0", "id": None, "error": {
+            "code": TOO_MANY_CALLS, "message": "the gateway already has 2 HTTP sessions open (http.max_sessions, "
+            "every identity together); try again once one has ended", "data": {"limit": 2}}}, False)
+    assert sessions == 2
+    assert ended.status_code == 200
+    assert again.status_code == 200 and "mcp-session-id" in again.headers
+    assert gateway_runs(store) == []  # sessions that made no call start no run: nothing recorded
+
+
+def test_http_max_sessions_defaults_to_1000_and_is_checked(tmp_path):
+    from sealbox.errors import ConfigError
+
+    assert toy_config(tmp_path, extra=HTTP).max_sessions == 1000
+    with pytest.raises(ConfigError, match="max_sessions"):
+        toy_config(tmp_path, extra=HTTP + "  max_sessions: 0\n")

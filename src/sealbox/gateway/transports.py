@@ -36,7 +36,9 @@ HTTP specifics:
   JSON-RPC error ``REQUEST_TOO_LARGE``;
 * an identity has at most ``http.max_sessions_per_identity`` sessions open: a request that would open
   one more gets HTTP 429 and ``TOO_MANY_CALLS`` (the SDK's own cap, 10 000 sessions, is for every
-  client together: one token could otherwise take them all).
+  client together: one token could otherwise take them all);
+* every identity together has at most ``http.max_sessions`` sessions open (default 1000): one more gets
+  HTTP 503 and ``TOO_MANY_CALLS``.
 """
 
 from __future__ import annotations
@@ -293,8 +295,11 @@ class BearerAuth:
 
     def __init__(self, app: Any, tokens: dict[str, str], sessions: Callable[[], Any] | None = None,
                  max_sessions_per_identity: int | None = None, security: Any = None,
-                 max_body_bytes: int | None = None, discard: Callable[[str], Any] | None = None) -> None:
+                 max_body_bytes: int | None = None, discard: Callable[[str], Any] | None = None,
+                 max_sessions: int | None = None) -> None:
         self.app, self.tokens = app, dict(tokens)
+        #: the sessions of every identity together (``http.max_sessions``; None: no cap of the gateway's own)
+        self.max_sessions = max_sessions
         #: ``await discard(session_id)`` ends a session the SDK opened for a request it answered with an error
         self.discard = discard
         #: the SDK's limit on a request body (named in its 413 answer)
@@ -323,6 +328,15 @@ class BearerAuth:
             if hmac.compare_digest(given, token.encode()):
                 found = identity
         return found
+
+    def _all_open_sessions(self) -> int:
+        """The sessions open (the SDK's, each once), and the requests being served that may open one and have
+        not yet been given theirs."""
+        live = self.sessions() if self.sessions is not None else None
+        if live is None:
+            return 0
+        # a session admitted by the SDK but not yet answered is in live and counted in _opening: not twice
+        return max(len(live), sum(1 for sid in self.owners if sid in live) + sum(self._opening.values()))
 
     def _open_sessions(self, identity: str) -> int:
         """The sessions ``identity`` has open, and its requests being served that may open one."""
@@ -360,9 +374,18 @@ class BearerAuth:
                 (b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]})
             await send({"type": "http.response.body", "body": body})
             return
-        opening = ("mcp-session-id" not in headers and self.max_sessions_per_identity is not None
+        opening = ("mcp-session-id" not in headers and (self.max_sessions_per_identity is not None
+                                                        or self.max_sessions is not None)
                    and _may_open_session(headers))
-        if opening and self._open_sessions(identity) >= self.max_sessions_per_identity:  # type: ignore[operator]
+        if opening and self.max_sessions is not None and self._all_open_sessions() >= self.max_sessions:
+            # every identity's sessions together (each a server task and its memory): the SDK's own cap is 10 000
+            limit = self.max_sessions
+            await _send_error(send, 503, codes.TOO_MANY_CALLS, f"the gateway already has {limit} HTTP sessions open "
+                              "(http.max_sessions, every identity together); try again once one has ended",
+                              data={"limit": limit})
+            return
+        if (opening and self.max_sessions_per_identity is not None
+                and self._open_sessions(identity) >= self.max_sessions_per_identity):
             limit = self.max_sessions_per_identity
             body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
                 "code": codes.TOO_MANY_CALLS, "message": f"identity {identity} already has {limit} HTTP sessions "
@@ -408,8 +431,10 @@ class BearerAuth:
                 body.append(message.get("body") or b"")
             return message
 
+        counted = False  # whether this request is counted in _opening
+
         async def send_noting_sessions(message: Any) -> None:
-            nonlocal refused, held
+            nonlocal refused, held, counted
             if refused:
                 return  # the SDK's 202 for a request it took for a notification: replaced by an error
             if held is not None and message["type"] == "http.response.body":
@@ -451,6 +476,9 @@ class BearerAuth:
                         if k.decode("latin-1").lower() == "mcp-session-id":
                             self._forget_ended()
                             self.owners[v.decode("latin-1")] = identity
+                            if counted:  # counted in owners from now on, not in _opening as well
+                                counted = False
+                                self._opened(identity)
                 elif session_id is not None and (status == 404 or (method == "DELETE" and status < 300)):
                     # ended, or unknown to the SDK (expired); a 404 is also a stateless (2026-07-28) request's
                     # "method not found", its session id unread and the session still open: its owner is kept
@@ -472,14 +500,20 @@ class BearerAuth:
                     await self.discard(sid)  # type: ignore[misc]
             return
         self._opening[identity] += 1  # counted until its answer names its session (in owners) or it ends
+        counted = True
         try:
             await self.app(scope, receive_noting_disconnect, app_send)
         finally:
             for sid in refused_sessions:
                 await self.discard(sid)  # type: ignore[misc]
-            self._opening[identity] -= 1
-            if self._opening[identity] <= 0:
-                del self._opening[identity]
+            if counted:
+                self._opened(identity)
+
+    def _opened(self, identity: str) -> None:
+        """A request of ``identity`` that could open a session no longer counts as one being opened."""
+        self._opening[identity] -= 1
+        if self._opening[identity] <= 0:
+            del self._opening[identity]
 
 
     async def _refused_origin(self, scope: Any, receive: Any, send: Any, headers: dict[str, str]) -> bool:
@@ -767,7 +801,8 @@ def http_app(gateway: Gateway, port: int) -> Any:
     )
     app = gateway.server.streamable_http_app(streamable_http_path="/mcp", transport_security=security,
                                              max_request_body_size=4 * cfg.limits.max_request_bytes, host="127.0.0.1",
-                                             session_idle_timeout=cfg.session_idle_s)
+                                             session_idle_timeout=cfg.session_idle_s,
+                                             max_sessions=getattr(cfg, "max_sessions", None) or 10_000)
     manager = getattr(gateway.server, "_session_manager", None)
 
     def sessions() -> Any:  # the SDK's open sessions (a private attribute: None if it is gone)
@@ -780,7 +815,8 @@ def http_app(gateway: Gateway, port: int) -> Any:
             await end(session_id, transport)
 
     return BearerAuth(app, tokens, sessions, max_sessions_per_identity=getattr(cfg, "max_sessions_per_identity", None),
-                      security=security, max_body_bytes=4 * cfg.limits.max_request_bytes, discard=discard)
+                      security=security, max_body_bytes=4 * cfg.limits.max_request_bytes, discard=discard,
+                      max_sessions=getattr(cfg, "max_sessions", None))
 
 
 def bind(port: int) -> socket.socket:
