@@ -7,6 +7,7 @@ Against the toy upstream with ``TOY_CATALOG=1`` (a real stdio process) and the r
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -1003,3 +1004,56 @@ async def test_a_file_or_http_url_spelled_as_a_url_parser_reads_another_way_is_j
     assert [(d["effect"], d["rule"], d.get("judged_as")) for d in decision] == [
         ("deny", "no-passwd", "resource:" + judged), ("allow", "rest-ok", None)]
     assert toy_log(tmp_path) == [{"resource": "file:///etc/hosts"}]
+
+
+async def test_prompts_get_and_resources_read_in_flight_at_a_stop_get_the_shutdown_grace_as_tools_call(
+        tmp_path, store):
+    """At SIGINT / SIGTERM a tools/call written to its upstream gets the shutdown grace (5 s), then is answered and
+    recorded CutAtShutdown; one made once the stop began is answered at once, not forwarded (GatewayStopping).
+    A prompts/get or resources/read was not: the stop waited its grace + 1 s for it in vain (it did not end
+    until limits.call_timeout_s, here 60 s) and the connection closed with it unanswered, its tool.result not
+    recorded. Both now end as a tools/call does (the stop is what Gateway.drain_calls does on a signal)."""
+    import time
+
+    from mcp.shared.exceptions import MCPError
+
+    from sealbox.gateway.codes import UPSTREAM_ERROR
+
+    gw = Gateway(catalog_config(tmp_path), store=store)
+    got: dict[str, Any] = {}
+    async with running(gw) as tg, connect(gw, tg) as client:
+        async def ask(name, request):
+            try:
+                got[name] = await request()
+            except MCPError as exc:
+                got[name] = (exc.error.code, exc.error.message, exc.error.data)
+
+        async with anyio.create_task_group() as asks:
+            asks.start_soon(ask, "prompt", lambda: client.get_prompt("toy__greet", {"name": "!hang"}))
+            asks.start_soon(ask, "resource", lambda: client.read_resource("toy://notes/hang"))
+            with anyio.fail_after(30):
+                while len([line for line in toy_log(tmp_path) if "prompt" in line or "resource" in line]) < 2:
+                    await anyio.sleep(0.02)
+            started = time.monotonic()
+            await gw.drain_calls()
+            took = time.monotonic() - started
+            with anyio.fail_after(5):  # answered by then (the stop writes the replies, then closes the connection)
+                while len(got) < 2:
+                    await anyio.sleep(0.02)
+            await ask("late", lambda: client.get_prompt("toy__greet", {"name": "ada"}))
+        [run_id] = gateway_runs(store)
+    cut = ("upstream toy had not answered when the gateway stopped (shutdown grace 5 s); the call was sent, so it "
+           "may have been carried out: check before calling again")
+    stopping = ("not forwarded: the gateway is stopping (the call was never written to upstream toy); call again "
+                "once it is back")
+    assert got == {
+        "prompt": (UPSTREAM_ERROR, "prompts/get toy__greet: upstream error: " + cut, {"type": "CutAtShutdown"}),
+        "resource": (UPSTREAM_ERROR, "resources/read toy://notes/hang: upstream error: " + cut,
+                     {"type": "CutAtShutdown"}),
+        "late": (UPSTREAM_ERROR, "prompts/get toy__greet: " + stopping, {"type": "GatewayStopping"}),
+    }
+    assert took < 30  # the grace (5 s), not call_timeout_s (60 s)
+    results = sorted((p["ok"], p["error"]["type"], p["error"]["message"]) for k, p in calls_of(store, run_id)
+                     if k == "tool.result")
+    assert results == sorted([(False, "CutAtShutdown", cut), (False, "CutAtShutdown", cut),
+                              (False, "GatewayStopping", stopping)])

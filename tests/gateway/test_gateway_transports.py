@@ -1206,3 +1206,34 @@ async def test_a_request_body_that_never_arrives_in_time_is_answered_408_and_clo
     assert ping.status_code == 200 and '"id":10' in ping.text
     assert [e["arguments"]["text"] == big or e for e in toy_log(tmp_path) if e.get("tool") == "echo"] == [True]
     assert [(r.name, r.getMessage()) for r in caplog.records if r.exc_info or r.levelno >= logging.WARNING] == []
+
+
+def test_a_call_still_unanswered_at_stdin_eof_gets_the_shutdown_grace_not_the_call_timeout(tmp_path):
+    """A client closing stdin (EOF; MCP's stdio shutdown, then SIGTERM after its own grace) had its requests in
+    flight waited for approval_hold_s + call_timeout_s + 1 s (here 65 s): a call its upstream never answers held
+    the gateway that long, where a SIGTERM gives a call the shutdown grace (5 s). Now the EOF is a stop as a
+    signal is, once the requests it followed have had the grace to be answered: still unanswered, a call written
+    to its upstream is answered and recorded CutAtShutdown, the run ended, exit 0; a quick one is answered as
+    before (test_requests_written_before_stdin_closes_are_answered)."""
+    import subprocess
+    import time
+
+    argv, env = _stdio_gateway(tmp_path)
+    config = Path(argv[-1])
+    config.write_text(config.read_text().replace("policy: ALLOW_ALL\n", "policy: ALLOW_ALL\nlimits: {call_timeout_s: 60}\n"))
+    lines = [json.dumps(INIT), '{"jsonrpc":"2.0","method":"notifications/initialized"}',
+             '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"toy__hang","arguments":{}}}',
+             '{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"toy__echo","arguments":{"text":"e"}}}']
+    started = time.monotonic()
+    proc = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True, env=env, timeout=40)
+    took = time.monotonic() - started
+    assert (proc.returncode, proc.stderr) == (0, "")
+    answers = {a["id"]: a for a in map(json.loads, proc.stdout.splitlines())}
+    cut = ("upstream toy had not answered when the gateway stopped (shutdown grace 5 s); the call was sent, so it "
+           "may have been carried out: check before calling again")
+    assert answers[2]["result"]["content"][0]["text"] == "upstream error: " + cut
+    assert answers[2]["result"]["_meta"] == {"sealbox/upstream_error": "CutAtShutdown"}
+    assert answers[3]["result"]["content"][0]["text"] == "e"
+    kinds_, oks = _ended_calls(tmp_path)
+    assert kinds_[-1] == "run.ended" and sorted(oks) == [False, True]
+    assert took < 35  # the grace, not call_timeout_s

@@ -399,16 +399,19 @@ class Gateway:
             while self._holding:
                 await anyio.sleep(0.02)
 
-    async def drain_calls(self, timeout: float | None = None) -> None:
+    async def drain_calls(self, timeout: float | None = None, since: float | None = None) -> None:
         """Wait (up to ``timeout`` s, default the shutdown grace + 1) until no ``tools/call`` is being
         answered: a call in flight when the gateway is stopped finishes, is recorded, and its reply is sent
         before the connection closes. A call not yet written to its upstream (queued behind a write the
         upstream does not read) is answered at once, not forwarded; one written is given the shutdown grace
         (:data:`~sealbox.gateway.upstream.SHUTDOWN_GRACE_S`, at most ``limits.call_timeout_s``), then ends
-        ``CutAtShutdown`` (:meth:`Upstream.begin_shutdown`)."""
+        ``CutAtShutdown`` (:meth:`Upstream.begin_shutdown`). ``since``: when the stop began (``anyio.current_time()``),
+        the grace counted from then (a stdio client's EOF: its requests first had the grace to be answered)."""
         for up in self.upstreams.values():  # a call whose own timeout comes first ends by it (UpstreamTimeout)
-            up.begin_shutdown(SHUTDOWN_GRACE_S)
+            up.begin_shutdown(SHUTDOWN_GRACE_S, since=since)
         grace = min(SHUTDOWN_GRACE_S, self.config.limits.call_timeout_s)
+        if since is not None:
+            grace = max(0.0, grace - (anyio.current_time() - since))
         with anyio.move_on_after(grace + 1 if timeout is None else timeout):
             while self._calls:
                 await anyio.sleep(0.02)
@@ -844,6 +847,10 @@ class Gateway:
                 except UpstreamProtocolError as exc:
                     if exc.refused:  # the upstream's refusal of the request (invalid params…): not counted
                         _NOT_FORWARDED.set(True)
+                    raise
+                except GatewayStopping:  # never written to the upstream: not forwarded, not the upstream's failure
+                    _NOT_FORWARDED.set(True)
+                    sent.clear()
                     raise
                 returned.append(result)
                 return result.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -2446,6 +2453,8 @@ def _request_error(exc: BaseException, method: str, name: str, sent: bool) -> Ba
             return error(codes.NOT_RECORDED, f"{method} {name}: forwarded, but its result could not be recorded; "
                          f"not answered ({exc})")
         return error(codes.NOT_RECORDED, f"{method} {name}: not forwarded: it could not be recorded ({exc})")
+    if isinstance(exc, GatewayStopping):  # "not forwarded: the gateway is stopping …"
+        return error(codes.UPSTREAM_ERROR, f"{method} {name}: {exc}", data={"type": "GatewayStopping"})
     if isinstance(exc, (UpstreamUnavailable, UpstreamTimeout, UpstreamProtocolError)):
         return error(codes.UPSTREAM_ERROR, f"{method} {name}: upstream error: {exc}",
                      data={"type": type(exc).__name__})

@@ -128,12 +128,18 @@ class _StdioRelay:
     * A client that writes its requests and closes stdin (``echo … | sealbox gateway serve``; MCP's
       stdio shutdown closes stdin first, then waits for the server to exit) had the calls in flight
       carried out and recorded, but their replies were never written: the session ended at EOF. The
-      EOF is passed on once each request is answered or cancelled (at most the approval hold plus
-      the call timeout, + 1 s)."""
+      EOF is passed on once each request is answered or cancelled. The requests get the shutdown grace
+      (:data:`~sealbox.gateway.upstream.SHUTDOWN_GRACE_S`, 5 s) to be answered; then the EOF is a stop
+      as a signal is (:meth:`Gateway.drain_holds`, :meth:`Gateway.drain_calls`): a held call answers
+      "pending", a call never written to its upstream ``GatewayStopping``, one written ``CutAtShutdown``.
+      (The wait was the approval hold plus the call timeout, + 1 s: a deaf upstream held the gateway
+      that long after its client had left.)"""
 
     def __init__(self, gateway: Any) -> None:
-        limits = getattr(getattr(gateway, "config", None), "limits", None)
-        self.wait_s = (limits.approval_hold_s + limits.call_timeout_s + 1) if limits is not None else 5.0
+        from sealbox.gateway.upstream import SHUTDOWN_GRACE_S
+
+        self.gateway = gateway
+        self.wait_s = SHUTDOWN_GRACE_S
         # ids of the client's requests not yet answered, each with how many (a client may reuse an id in flight)
         self.open: Counter[Any] = Counter()
         self._answered = anyio.Event()
@@ -170,9 +176,17 @@ class _StdioRelay:
                     await to_server.send(item)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return  # the server stopped reading (SIGTERM/SIGINT): the session is over, not an internal error
+            eof = anyio.current_time()
             with anyio.move_on_after(self.wait_s):
                 while self.open:
                     await self._answered.wait()
+            drain_calls = getattr(self.gateway, "drain_calls", None)  # a replay answers at once: nothing to stop
+            if self.open and drain_calls is not None:
+                await self.gateway.drain_holds()  # held calls answer "pending"
+                await drain_calls(since=eof)  # the grace is spent: unwritten GatewayStopping, written CutAtShutdown
+                with anyio.move_on_after(2.0):  # their replies, written by the server's own tasks
+                    while self.open:
+                        await self._answered.wait()
 
     async def outbound(self, from_server: Any, write: Any) -> None:
         import mcp_types as types

@@ -238,13 +238,14 @@ class Upstream:
         if self._disconnect is not None:
             self._disconnect.set()
 
-    def begin_shutdown(self, grace: float = SHUTDOWN_GRACE_S) -> None:
+    def begin_shutdown(self, grace: float = SHUTDOWN_GRACE_S, since: float | None = None) -> None:
         """The gateway is stopping: a call whose request is not yet written to the upstream (queued behind a
         write the upstream does not read) ends at once, :class:`GatewayStopping`, as does every call made from
         now on; one written is waited for ``grace`` s more at most (within its own call timeout), then ends
-        :class:`CutAtShutdown`."""
+        :class:`CutAtShutdown`. ``since``: when the stop began (``anyio.current_time()``; default now), the grace
+        counted from then."""
         self._shutdown_grace = grace
-        deadline = anyio.current_time() + grace
+        deadline = (anyio.current_time() if since is None else since) + grace
         for write in list(self._writes):
             write.stop(deadline)
         self._changed.set()  # a call waiting in current() goes on (and is not forwarded)
@@ -677,11 +678,27 @@ class Upstream:
             raise UpstreamUnavailable(f"upstream {self.spec.id} is {self.state}"
                                       + (f" ({self.last_error})" if self.last_error else ""))
         self._check_open()
+        if self._shutdown_grace is not None:
+            raise self._not_forwarded_stopping()
         request = _REQUESTS[method](params=params)
-        token = _WRITE_BOUND.set(_CallWrite(self.limits.call_timeout_s))
+        write = _CallWrite(self.limits.call_timeout_s)
+        token = _WRITE_BOUND.set(write)
         try:
-            return await session.send_request(request, result_type,
-                                              request_read_timeout_seconds=self.limits.call_timeout_s)
+            # stopped as a tools/call is (begin_shutdown): at once when not written yet, else after the grace
+            with anyio.CancelScope() as write.scope:
+                self._writes.add(write)
+                try:
+                    result = await session.send_request(request, result_type,
+                                                        request_read_timeout_seconds=self.limits.call_timeout_s)
+                finally:
+                    self._writes.discard(write)
+            if write.scope.cancelled_caught:
+                if not write.sent:
+                    raise self._not_forwarded_stopping()
+                raise CutAtShutdown(f"upstream {self.spec.id} had not answered when the gateway stopped (shutdown "
+                                    f"grace {self._shutdown_grace:g} s); the call was sent, so it may have been "
+                                    "carried out: check before calling again")
+            return result
         except _WriteBlocked as exc:
             raise self._unread(method) from exc
         except _mcp_error() as exc:

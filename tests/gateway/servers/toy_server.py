@@ -29,6 +29,7 @@ Tools:
 
 Prompts and resources (only with ``TOY_CATALOG=1``; else it has neither capability):
   prompt greet(name)  one user message "Hello, NAME!"; name "!rpc CODE MESSAGE": the JSON-RPC error, as echo;
+                      name "!hang": never answers (nor does resource toy://notes/hang);
                       without name, or with another argument: -32603 internal error (as the SDK's MCPServer
                       answers a missing argument, or one its function does not take)
   resource toy://notes/today (text "buy milk"); template toy://notes/{day} (text "notes of DAY")
@@ -268,6 +269,8 @@ async def get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetProm
     if set(params.arguments) - {"name"}:  # as the SDK's MCPServer (greet(name) called with it): -32603 too
         raise ValueError("Error rendering prompt greet")
     who = params.arguments["name"]
+    if who == "!hang":
+        await anyio.sleep_forever()
     if who.startswith("!rpc "):
         _, code, message = who.split(" ", 2)
         raise MCPError(int(code), message)
@@ -294,6 +297,8 @@ async def list_resource_templates(ctx, params) -> types.ListResourceTemplatesRes
 async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
     uri = str(params.uri)
     _log({"resource": uri})
+    if uri == "toy://notes/hang":
+        await anyio.sleep_forever()
     text = "buy milk" if uri == "toy://notes/today" else f"notes of {uri.rsplit('/', 1)[-1]}"
     return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type="text/plain", text=text)])
 
