@@ -318,12 +318,9 @@ class BearerAuth:
         self.discard = discard
         #: the SDK's limit on a request body (named in its 413 answer)
         self.max_body_bytes = max_body_bytes
-        #: the SDK's DNS-rebinding protection (``TransportSecuritySettings``), checked here before the token
-        self._security = None
-        if security is not None:
-            from mcp.server.transport_security import TransportSecurityMiddleware
-
-            self._security = TransportSecurityMiddleware(security)
+        #: the DNS-rebinding protection given to the SDK (``TransportSecuritySettings``), checked here first, before
+        #: the token, as the SDK checks it: a ``Host`` / ``Origin`` listed, or matching a listed ``base:*``
+        self._security = security if security is not None and security.enable_dns_rebinding_protection else None
         self.max_sessions_per_identity = max_sessions_per_identity
         #: identity -> its requests being served that may open a session (not yet in ``owners``)
         self._opening: Counter[str] = Counter()
@@ -534,19 +531,17 @@ class BearerAuth:
         """Whether the request's ``Host`` or ``Origin`` is refused (DNS-rebinding protection; answered here:
         HTTP 421 or 403, JSON-RPC ``UNAUTHORIZED``). Checked before the token: a page of another origin is
         refused as such, not told (401) that a token would let it in."""
-        from starlette.requests import Request
-
-        refused = await self._security.validate_request(Request(scope, receive), is_post=False)  # type: ignore[union-attr]
-        if refused is None:
-            return False
-        if refused.status_code == 421:
-            message = (f"Host {headers.get('host', '')} is not allowed (DNS-rebinding protection: the gateway's "
-                       "own address)")
-        else:
-            message = (f"Origin {headers.get('origin', '')} is not allowed (DNS-rebinding protection: the gateway's "
-                       "own origin or one in http.allowed_origins)")
-        await _send_error(send, refused.status_code, codes.UNAUTHORIZED, message)
-        return True
+        security = self._security
+        host, origin = headers.get("host"), headers.get("origin")
+        if not _listed(host, security.allowed_hosts):  # type: ignore[union-attr]
+            await _send_error(send, 421, codes.UNAUTHORIZED, f"Host {host or ''} is not allowed (DNS-rebinding "
+                              "protection: the gateway's own address)")
+            return True
+        if origin and not _listed(origin, security.allowed_origins):  # type: ignore[union-attr]
+            await _send_error(send, 403, codes.UNAUTHORIZED, f"Origin {origin} is not allowed (DNS-rebinding "
+                              "protection: the gateway's own origin or one in http.allowed_origins)")
+            return True
+        return False
 
     def _is_open(self, session_id: str) -> bool:
         """Whether the SDK still has the session open (False when its sessions cannot be read)."""
@@ -675,6 +670,16 @@ def _json_rpc_errors(send: Any, max_body_bytes: int | None) -> Any:
         await send(message)
 
     return send_json
+
+
+def _listed(value: str | None, allowed: list[str]) -> bool:
+    """Whether ``value`` (a Host or an Origin) is in ``allowed``, or has a port after a listed ``base:*``
+    (the SDK's TransportSecurityMiddleware rule)."""
+    if not value:
+        return False
+    if value in allowed:
+        return True
+    return any(a.endswith(":*") and value.startswith(a[:-1]) for a in allowed)
 
 
 async def _send_error(send: Any, status: int, code: int, message: str, data: Any = None,
