@@ -102,3 +102,30 @@ def test_a_given_snapshot_is_not_checked_against_the_disk(recorded):
     result = Replayer(store).replay(run_id, ra.plain, snapshot=recorded_snapshot)
     assert (result.reproduced, result.knowledge_changed) == (True, ())
     store.close()
+
+
+def test_the_knowledge_warning_is_saved_in_the_replay_runs_verdict(recorded, capsys):
+    """The warning was printed (and in --json) but not saved: the replay run's run.ended verdict, which
+    `runs show` and `report` read later, said 'reproduced' and nothing else."""
+    tmp_path, kb, run_id = recorded
+    (kb / "refunds.md").write_bytes(b"refunds within 14 days")
+    (kb / "gone.md").unlink()
+    old, new = _sha(b"refunds within 30 days"), _sha(b"refunds within 14 days")
+    code, out, err = _replay(tmp_path, run_id, capsys, "--json")
+    replay_run = json.loads(out)["new_run_id"]
+    store = sealbox.open_store(tmp_path / "s")
+    verdict = store.read_run(replay_run)[-1].payload["verdict"]
+    store.close()
+    assert verdict["knowledge_changed"] == [
+        {"uri": str(kb / "gone.md"), "change": "missing", "recorded": _sha(b"soon gone"), "now": None},
+        {"uri": str(kb / "refunds.md"), "change": "changed", "recorded": old, "now": new}]
+    main_code = 0
+    try:
+        main(["runs", "show", "-s", str(tmp_path / "s"), replay_run])
+    except SystemExit as exc:
+        main_code = exc.code
+    shown = capsys.readouterr().out
+    line = next(x for x in shown.splitlines() if x.startswith("verdict  "))
+    assert (main_code, line) == (0, "verdict  reproduced (5 steps compared); 2 knowledge file(s) of the recorded "
+                                    f"snapshot changed since it was recorded: {kb / 'gone.md'} (missing), "
+                                    f"{kb / 'refunds.md'} (changed)")

@@ -184,6 +184,19 @@ def verdict_text(verdict: Any) -> str:
     print this line.
     """
     verdict = verdict if isinstance(verdict, dict) else {}
+    return _verdict_head(verdict) + _knowledge_note(verdict.get("knowledge_changed"))
+
+
+def _knowledge_note(changed: Any) -> str:
+    """The verdict's ``knowledge_changed`` (the replay's warning, saved with it) as a clause of its line."""
+    if not isinstance(changed, list) or not changed:
+        return ""
+    files = [f"{k.get('uri')} ({k.get('change')})" if isinstance(k, dict) else str(k) for k in changed]
+    return (f"; {len(files)} knowledge file(s) of the recorded snapshot changed since it was recorded: "
+            + ", ".join(files[:8]) + (" …" if len(files) > 8 else ""))
+
+
+def _verdict_head(verdict: dict) -> str:
     steps = verdict.get("steps_compared")
     counted = f" ({steps} steps compared)" if isinstance(steps, int) and not isinstance(steps, bool) else ""
     if verdict.get("reproduced") is True:

@@ -112,6 +112,8 @@ class ReplayResult:
         return {"reproduced": self.reproduced, "replay_of": self.replay_of, "steps_compared": self.steps_compared,
                 "divergence": self.divergence.summary() if self.divergence else None,
                 "config_drift": [d.path for d in self.config_drift],
+                # the knowledge files changed since the recording: a warning, saved with the verdict
+                **({"knowledge_changed": [dict(k) for k in self.knowledge_changed]} if self.knowledge_changed else {}),
                 **({"sub_runs": [{k: r[k] for k in ("replay_of", "new_run_id", "reproduced", "steps_compared")}
                                  for r in self.sub_runs]} if self.sub_runs else {})}
 
