@@ -86,3 +86,29 @@ def test_a_field_the_recorded_snapshot_lacks_too_is_not_missing(tmp_path, monkey
     assert _replay((tmp_path / "s", run_id), now, capsys) == (
         2, "", f"error: {now} is not a complete snapshot: missing field tools "
                "(`sealbox snapshot show --json FP` prints one)\n")
+
+
+@pytest.mark.parametrize("content, problem", [
+    ({"tools": "x"}, "missing fields extra, knowledge, limits, model, policy, skills, system_prompt; "
+                     "tools must be a list, got a string"),
+    ({**SNAP.to_dict(), "tools": [{"server": "local"}]}, "tools[0] is missing name"),
+])
+def test_the_api_refuses_a_partial_snapshot_as_the_cli_does(recorded, content, problem):
+    """Replayer.replay(snapshot=<partial dict>) compared it as it was (every missing field drift, or with
+    allow_config_drift=True a replay run recorded under a broken snapshot); now the ConfigError the CLI
+    gives, before anything is recorded."""
+    from sealbox.errors import ConfigError
+    from sealbox.replay import Replayer
+
+    path, run_id = recorded
+    store = sealbox.open_store(path)
+    try:
+        with pytest.raises(ConfigError) as caught:
+            Replayer(store).replay(run_id, ra.plain, snapshot=content, allow_config_drift=True)
+        assert str(caught.value) == (f"snapshot=: not a complete snapshot: {problem} (Snapshot(...) or "
+                                     "`sealbox snapshot show --json FP` gives one)")
+        assert [r["run_id"] for r in store.runs() if r["run_id"] != "system"] == [run_id]  # nothing recorded
+        full = Replayer(store).replay(run_id, ra.plain, snapshot=SNAP.to_dict())  # a complete one is taken
+        assert (full.reproduced, full.config_drift) == (True, ())
+    finally:
+        store.close()

@@ -293,6 +293,14 @@ class Replayer:
         if snapshot is None:
             return then, ()
         now = snapshot.to_dict() if hasattr(snapshot, "to_dict") else snapshot
+        from sealbox.snapshot import snapshot_form_problems
+
+        # a field left out or of the wrong type would be reported as drift (or, allowed, recorded as the
+        # replay's snapshot), not as a mistake: refused as `sealbox replay --snapshot FILE` refuses it
+        problems = snapshot_form_problems(now, like=then if then is not None else {})
+        if problems:
+            raise ConfigError(f"snapshot=: not a complete snapshot: {'; '.join(problems)} (Snapshot(...) or "
+                              "`sealbox snapshot show --json FP` gives one)")
         return now, tuple(diff_snapshots(then or {}, now))
 
     # ----------------------------------------------------------------- the end
