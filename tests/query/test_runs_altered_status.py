@@ -82,3 +82,30 @@ def test_a_run_whose_status_events_were_changed_below_sealbox_is_marked_altered(
     assert res.stdout.splitlines()[0].endswith("  interrupted (altered)")
     res = _run("runs", "show", "-s", path, ids["kept"], "--json")
     assert (res.returncode, res.stderr, json.loads(res.stdout)["run"]["altered"]) == (0, "", False)
+
+
+def test_a_run_suspended_event_renamed_mid_run_is_marked_altered(store):
+    """A run suspended for an approval, then a later event (the run's newest is no longer its run.suspended):
+    `UPDATE events SET kind = 'note'` on the run.suspended made the run look running, unmarked, since only
+    the run's newest event and its newest event of a lifecycle kind (by the column) were checked."""
+    from sealbox import EventDraft
+
+    rec = sealbox.Recorder(store, policy=ALLOW_ALL)
+    run = rec.run(agent="waiting", principal="agent:ops").start()
+    store.append(EventDraft("run.suspended", {"approval_ids": ["ap-1"], "reason": "waiting for ops"},
+                            run_id=run.run_id, principal="agent:ops"))
+    store.append(EventDraft("note", {"text": "still waiting"}, run_id=run.run_id, principal="agent:ops"))
+    suspended = next(e.leaf_index for e in store.read_run(run.run_id) if e.kind == "run.suspended")
+    res = _run("runs", "list", "-s", store.path, "--json", "--status", "suspended")
+    assert [(r["agent"], r["status"], r["altered"]) for r in json.loads(res.stdout)] == [
+        ("waiting", "suspended", False)]
+    _set_column_below_sealbox(store, suspended, "kind", "note")
+    path = store.path
+    store.close()
+    for args in (["--status", "running"], []):
+        res = _run("runs", "list", "-s", path, "--json", *args)
+        rows = [(r["agent"], r["status"], r["altered"]) for r in json.loads(res.stdout) if r["agent"] == "waiting"]
+        assert (args, res.returncode, res.stderr, rows) == (args, 0, WARNING.format(n=1),
+                                                             [("waiting", "running", True)])
+    res = _run("runs", "show", "-s", path, run.run_id)
+    assert (res.returncode, res.stderr) == (0, WARNING.format(n=1))

@@ -980,9 +980,35 @@ def _mark_altered(conn: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]
                                               + ", ".join("?" * len(chunk)) + ")", chunk):
             got[leaf] = (raw, stored)
     for row in rows:
+        events = row.pop("_status_events")
         row["altered"] = any(_status_event_altered(kind, *got.get(leaf, (None, None)))
-                             for kind, leaf in row.pop("_status_events") if leaf is not None)
+                             for kind, leaf in events if leaf is not None)
+        if not row["altered"] and len(events) == 2 and events[1][1] is not None:
+            row["altered"] = _lifecycle_renamed(conn, row["run_id"], events[1][1])
     return rows
+
+
+#: how the hashed bytes of an event of a lifecycle kind start (canonical JSON: ``kind`` is its first key)
+_LIFECYCLE_PREFIXES = tuple(b'{"kind":"' + k.encode() + b'",'
+                            for k in ("run.started", "run.suspended", "run.resumed", "run.ended"))
+
+
+def _lifecycle_renamed(conn: Any, run_id: str, phase_leaf: int) -> bool:
+    """Whether an event of run ``run_id`` after its newest event of a lifecycle kind by the ``kind`` column
+    (at ``phase_leaf``) says by its hashed bytes that it is of a lifecycle kind: its kind column was
+    rewritten below Sealbox (``UPDATE events SET kind = 'note'`` on a ``run.suspended`` followed by other
+    events made a suspended run look running), so the status read from the column is not the recorded one.
+    Reads the first 24 bytes of each such event (``events_run``: the run's events after that one only: none
+    for a run that ended, the approval events of a suspended one, every event since a running one started)."""
+    for (head,) in conn.execute(
+            "SELECT substr(raw, 1, 24) FROM events WHERE run_id = ? AND run_seq > "
+            "(SELECT run_seq FROM events WHERE leaf_index = ?)", (run_id, phase_leaf)):
+        if head is None:
+            continue
+        head = head.encode("utf-8", "surrogateescape") if isinstance(head, str) else bytes(head)
+        if head.startswith(_LIFECYCLE_PREFIXES):
+            return True
+    return False
 
 
 def _status_event_altered(kind: Any, raw: Any, stored: Any) -> bool:
