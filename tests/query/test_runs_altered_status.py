@@ -84,6 +84,41 @@ def test_a_run_whose_status_events_were_changed_below_sealbox_is_marked_altered(
     assert (res.returncode, res.stderr, json.loads(res.stdout)["run"]["altered"]) == (0, "", False)
 
 
+def test_a_status_filter_keeps_a_run_whose_status_events_were_changed(store):
+    """`runs list --status ok` filtered on the status the database holds now: a run that ended ok whose
+    run.ended kind column was rewritten (it looks running) or whose bytes now say error dropped out of
+    the listing, so an investigator asking for the runs that ended ok never saw it. A run whose status is
+    read from an altered event now passes every status filter, marked altered."""
+    rec = sealbox.Recorder(store, policy=ALLOW_ALL)
+    ids = {}
+    for name in ("kept", "kind", "bytes", "failed"):
+        with rec.run(agent=name) as run:
+            run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "row-1")
+            if name == "failed":
+                run.end("error")
+            ids[name] = run.run_id
+    ended = {name: next(e.leaf_index for e in store.read_run(rid) if e.kind == "run.ended") for name, rid in ids.items()}
+    _set_column_below_sealbox(store, ended["kind"], "kind", "note")
+
+    def error(env):
+        env["payload"]["status"] = "error"
+
+    _edit_below_sealbox(store, ended["bytes"], error)
+    path = store.path
+    store.close()
+
+    for status in ("ok", "ended", "running", "interrupted"):
+        res = _run("runs", "list", "-s", path, "--json", "--status", status)
+        rows = {r["agent"]: (r["status"], r["ending"], r["altered"]) for r in json.loads(res.stdout)}
+        expected = {"ok": {"kept": ("ended", "ok", False)}, "ended": {"kept": ("ended", "ok", False),
+                                                                      "failed": ("ended", "error", False)},
+                    "running": {"sealbox": ("running", None, False)}, "interrupted": {}}[status]
+        expected.update({"kind": ("interrupted", None, True), "bytes": ("ended", "error", True)})
+        assert (status, res.returncode, res.stderr, rows) == (status, 0, WARNING.format(n=2), expected)
+    res = _run("runs", "list", "-s", path, "--json", "--status", "error", "--limit", "1")
+    assert [(r["agent"], r["altered"]) for r in json.loads(res.stdout)] == [("failed", False)]
+
+
 def test_a_run_suspended_event_renamed_mid_run_is_marked_altered(store):
     """A run suspended for an approval, then a later event (the run's newest is no longer its run.suspended):
     `UPDATE events SET kind = 'note'` on the run.suspended made the run look running, unmarked, since only
@@ -102,7 +137,7 @@ def test_a_run_suspended_event_renamed_mid_run_is_marked_altered(store):
     _set_column_below_sealbox(store, suspended, "kind", "note")
     path = store.path
     store.close()
-    for args in (["--status", "running"], []):
+    for args in (["--status", "suspended"], ["--status", "running"], []):
         res = _run("runs", "list", "-s", path, "--json", *args)
         rows = [(r["agent"], r["status"], r["altered"]) for r in json.loads(res.stdout) if r["agent"] == "waiting"]
         assert (args, res.returncode, res.stderr, rows) == (args, 0, WARNING.format(n=1),

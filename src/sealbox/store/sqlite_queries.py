@@ -373,7 +373,8 @@ class SqliteQueries:
             agent, principal: exact values.
             status: ``running``, ``interrupted`` (not ended nor suspended, and the process recording it
                 has died: :mod:`sealbox.liveness`), ``suspended``, ``ended``, or how it ended: ``ok``,
-                ``error``, ``cancelled``.
+                ``error``, ``cancelled``. A run whose status is read from an event changed below Sealbox
+                (``altered``) passes every status filter: its recorded status is not known here.
             since, until: bounds on ``started_at`` (as in :meth:`query_calls`).
             snapshot: a snapshot fingerprint or a prefix of it (``sha256:`` optional).
             labels: ``{"k": "v"}``, ``["k=v", ...]`` or one ``"k=v"``; every label must be present with that value (a
@@ -413,28 +414,33 @@ class SqliteQueries:
             fp = snapshot if snapshot.startswith("sha256:") else "sha256:" + snapshot
             where.append("r.snapshot >= ? AND r.snapshot < ?")  # fp has a successor: it starts sha256:
             params += [fp, q.prefix_upper_bound(fp)]
-        if status in ("running", "interrupted", "suspended", "ended", "ok", "error", "cancelled"):
-            # an imported run ends with run.ended, its status the source's (running, suspended) when it had not ended
-            imported = f"(p.kind = 'run.ended' AND {self._imported_start_sql})"
-            running = f"(p.kind NOT IN ('run.ended', 'run.suspended') OR {imported})"
-            where.append({"running": running, "interrupted": running,
-                          "suspended": f"(p.kind = 'run.suspended' OR {imported})"}.get(status, "p.kind = 'run.ended'"))
+        # The status filter is not SQL on the kind column: a run whose status is read from an event changed
+        # below Sealbox (its kind column or bytes rewritten) would drop out of the filter its recorded status
+        # passes. Every run of the other filters is read; one whose status does not match is kept when it
+        # is altered (_mark_altered), shown with what the database holds now and marked so.
         out: list[dict[str, Any]] = []
         from sealbox.liveness import checker
 
         held = checker(self)
-        cursor = self._conn().execute(self._runs_sql.format(where=" AND ".join(where), lifecycle=_LIFECYCLE), params)
+        conn = self._conn()
+        cursor = conn.execute(self._runs_sql.format(where=" AND ".join(where), lifecycle=_LIFECYCLE), params)
         try:
-            for rec in cursor:
-                row = _interrupted(_run_row(rec), held)
-                if (status is None or q.status_matches(status, row["status"], row["ending"])) and q.labels_match(
-                        row["labels"], wanted):
-                    out.append(row)
-                    if limit is not None and len(out) >= limit:
-                        break
+            while limit is None or len(out) < limit:
+                recs = cursor.fetchmany(100 if limit is None else min(max(limit - len(out), 20), 1000))
+                if not recs:
+                    break
+                rows = [row for row in (_interrupted(_run_row(rec), held) for rec in recs)
+                        if q.labels_match(row["labels"], wanted)]
+                if status is not None:  # another status: kept only when read from an altered event
+                    matching = [q.status_matches(status, r["status"], r["ending"]) for r in rows]
+                    _mark_altered(conn, rows)
+                    rows = [r for r, ok in zip(rows, matching) if ok or r["altered"]]
+                out += rows
         finally:
             cursor.close()
-        return _mark_altered(self._conn(), out)
+        if limit is not None:
+            del out[limit:]
+        return out if status is not None else _mark_altered(conn, out)
 
     @_json_guarded
     def ids_with_prefix(self, what: str, prefix: str, limit: int = 6) -> list[str]:
