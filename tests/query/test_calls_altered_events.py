@@ -236,3 +236,29 @@ def test_calls_flag_a_call_whose_query_columns_were_changed_below_sealbox(store)
     assert res.returncode == 0 and res.stderr.startswith("warning: 1 call(s) listed hold an event changed below")
     assert [line.split(",")[5] for line in res.stdout.splitlines()[1:]] == ["kept", "tool"]
     assert res.stdout.splitlines()[2].endswith(',"[""altered""]"')
+
+
+def test_calls_flag_a_call_whose_decision_or_result_call_id_column_was_changed(store):
+    """The call_id column of a call's policy.decision (or tool.result) rewritten below Sealbox, its bytes left
+    intact: the decision dropped out of its call, which `sealbox calls` then listed as undecided (a result:
+    outcome unknown), unflagged, exit 0, though every event still hashed to its leaf hash. A call listed
+    without a decision, or allowed without a result, is now checked for a decision / result of its run
+    whose hashed bytes name it: found, the call is flagged altered."""
+    rec = sealbox.Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="bot") as run:
+        run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "row-1", call_id="kept")
+        run.call_tool("db", "write_query", {"sql": "DELETE FROM users"}, lambda sql: "gone", call_id="dec")
+        run.call_tool("db", "write_query", {"sql": "DELETE FROM carts"}, lambda sql: "gone", call_id="res")
+        run_id = run.run_id
+    leaf = {(e.kind, e.payload.get("call_id")): e.leaf_index for e in store.read_run(run_id)}
+    _set_column_below_sealbox(store, leaf["policy.decision", "dec"], "call_id", "elsewhere")
+    _set_column_below_sealbox(store, leaf["tool.result", "res"], "call_id", "elsewhere-too")
+    path = store.path
+    store.close()
+
+    res = subprocess.run([SEALBOX, "calls", "--json", "-s", path], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    rows = {r["call_id"]: (r["decision"], r["outcome"], r["flags"]) for r in json.loads(res.stdout)}
+    assert rows == {"kept": ("allow", "ok", []), "dec": (None, "ok", ["altered"]),
+                    "res": ("allow", "unknown", ["altered"])}
+    assert res.stderr.startswith("warning: 2 call(s) listed hold an event changed below Sealbox")

@@ -251,6 +251,8 @@ class SqliteQueries:
                 del rows[limit:]
             rows.reverse()
             self._attach_approvals(rows)
+            if check_altered:
+                self._flag_detached(rows)
             return rows
         pending: list[dict[str, Any]] = []  # candidates waiting for their approvers (late matches)
         try:
@@ -280,7 +282,33 @@ class SqliteQueries:
         rows.reverse()
         if not late:
             self._attach_approvals(rows)
+        if check_altered:
+            self._flag_detached(rows)
         return rows
+
+    def _flag_detached(self, rows: list[dict[str, Any]]) -> None:
+        """Flag :data:`sealbox.query.ALTERED_FLAG` on a call listed without a decision, or allowed without a
+        result, when a ``policy.decision`` / ``tool.result`` of its run names it by its hashed bytes: that
+        event's ``call_id`` (or ``kind``) column was rewritten below Sealbox, so it dropped out of its call.
+        Such rows are few (a call still running or whose process died; none at all in an intact store);
+        each costs one lookup of its run's events of that kind whose payload names it."""
+        from sealbox.errors import SealboxError
+        from sealbox.query import ALTERED_FLAG
+
+        detached = [(row, "policy.decision") for row in rows if row["decision"] is None]
+        detached += [(row, "tool.result") for row in rows if row["decision"] == "allow" and row["ok"] is None]
+        if not detached:
+            return
+        reader = self._reader_class(self._conn())
+        for row, kind in detached:
+            if ALTERED_FLAG in row["flags"] or not isinstance(row["call_id"], str):
+                continue
+            try:
+                found = reader.events([kind], run_id=row["run_id"], field=("call_id", row["call_id"]), limit=1)
+            except (SealboxError, ValueError):  # a damaged event of the run: what it said cannot be known
+                found = [True]
+            if found:
+                row["flags"].append(ALTERED_FLAG)
 
     def _late_matches(self, rows: list[dict[str, Any]], late: list[Any]) -> list[dict[str, Any]]:
         """``rows`` with their approvals attached, those passing every match on approvers / flags."""
