@@ -25,7 +25,7 @@ def test_diff_values_names_the_field_and_shows_integers():
     assert diff_values(encode({"x": BIG}), encode({"x": BIG})) == ()
     # the source's own dict that looks like the tag is escaped by the store: shown as it was, not as an int
     assert diff_values(encode({"x": {"$bigint": "7"}}), encode({"x": {"$bigint": "8"}})) == (
-        FieldDiff("x.$esc.$bigint", "changed", "7", "8"),)
+        FieldDiff("x.$bigint", "changed", "7", "8"),)  # the source's key, never the store's marker
     assert diff_values(encode({"x": {"$bigint": "7"}}), encode({"x": 7})) == (
         FieldDiff("x", "changed", {"$esc": {"$bigint": "7"}}, 7),)
 
@@ -47,3 +47,29 @@ def test_snapshot_diff_and_divergence_show_the_integers(tmp_path):
     div = Divergence("mismatch", "2", "the arguments differ", diff=diff_values(encode({"x": BIG}),
                                                                                 encode({"x": BIG + 1})))
     assert f"    ~ x: {BIG} -> {BIG + 1}" in render_divergence(div).splitlines()
+
+
+def test_a_path_never_holds_the_stores_escape_marker():
+    """A dict of the source's own with a key starting with "$" is stored as {"$esc": {...}}: its diff path
+    held the store's marker ("x.$esc.$schema"), so "x.$esc" could be the marker or the source's own key
+    "$esc" (stored {"$esc": {"$esc": ...}}: "x.$esc.$esc"), and a dict escaped on one side only diffed as
+    the marker removed and the keys added. Every path segment is now a key of the source's."""
+    assert diff_values(encode({"x": {"$bigint": "7"}}), encode({"x": {"$bigint": "8"}})) == (
+        FieldDiff("x.$bigint", "changed", "7", "8"),)
+    assert diff_values(encode({"x": {"$esc": 1}}), encode({"x": {"$esc": 2}})) == (FieldDiff("x.$esc", "changed", 1, 2),)
+    assert diff_values(encode({"x": {"$schema": "a", "k": 1}}), encode({"x": {"k": 2}})) == (
+        FieldDiff("x.$schema", "removed", "a", None), FieldDiff("x.k", "changed", 1, 2))
+    assert diff_values(encode({"x": {"$a": {"p": BIG}}}), encode({"x": {"$a": {"p": BIG + 1}}})) == (
+        FieldDiff("x.$a.p", "changed", BIG, BIG + 1),)
+    a = Snapshot(model={"parameters": {"$schema": "v1"}}).to_dict()
+    b = Snapshot(model={"parameters": {"$schema": "v2"}}).to_dict()
+    assert diff_snapshots(a, b) == [FieldDiff("model.parameters.$schema", "changed", "v1", "v2")]
+
+
+def test_whatif_snapshot_finds_a_value_by_the_diff_path():
+    from sealbox.replay.whatif import _lookup
+
+    stored = Snapshot(model={"parameters": {"$schema": "v1", "$esc": "own"}}).to_dict()
+    assert _lookup(stored, "model.parameters.$schema") == (True, "v1")
+    assert _lookup(stored, "model.parameters.$esc") == (True, "own")
+    assert _lookup(stored, "model.parameters.$esc.$schema") == (True, "v1")  # a path written before

@@ -500,19 +500,30 @@ def _shown(value: Any, escaped: bool = False) -> Any:
     return value
 
 
-def _diff(a: Any, b: Any, path: str, out: list[FieldDiff], escaped: bool = False) -> None:
-    """``escaped``: ``a`` and ``b`` are dicts the store escaped (their keys are the source's own)."""
-    tagged = not escaped and (_bigint(a) or _bigint(b))  # a large integer is one value, not a dict
-    if isinstance(a, dict) and isinstance(b, dict) and not tagged:
-        inner = not escaped and len(a) == len(b) == 1 and "$esc" in a and "$esc" in b
-        for key in sorted(set(a) | set(b)):
+def _unescaped(value: Any) -> tuple[Any, bool]:
+    """``(the source's own dict, True)`` for the store's ``{"$esc": {...}}`` (a dict with a key starting
+    with ``$``), else ``(value, False)``."""
+    if isinstance(value, dict) and len(value) == 1 and type(value.get("$esc")) is dict:
+        return value["$esc"], True
+    return value, False
+
+
+def _diff(a: Any, b: Any, path: str, out: list[FieldDiff]) -> None:
+    """A dict the store escaped (``{"$esc": {...}}``) is compared as the source's dict it holds: its keys
+    are the source's own (a ``$bigint`` among them is no tag), and the marker is never a path segment,
+    so every segment of a path is a key of the source's (``x.$schema``, ``x.$esc`` for its own ``$esc``)."""
+    ua, esc_a = _unescaped(a)
+    ub, esc_b = _unescaped(b)
+    tagged = (not esc_a and _bigint(a)) or (not esc_b and _bigint(b))  # a large integer is one value, not a dict
+    if isinstance(ua, dict) and isinstance(ub, dict) and not tagged:
+        for key in sorted(set(ua) | set(ub)):
             sub = join_path(path, key)
-            if key not in a:
-                out.append(FieldDiff(sub, "added", None, _shown(b[key], inner)))
-            elif key not in b:
-                out.append(FieldDiff(sub, "removed", _shown(a[key], inner), None))
+            if key not in ua:
+                out.append(FieldDiff(sub, "added", None, _shown(ub[key])))
+            elif key not in ub:
+                out.append(FieldDiff(sub, "removed", _shown(ua[key]), None))
             else:
-                _diff(a[key], b[key], sub, out, inner)
+                _diff(ua[key], ub[key], sub, out)
         return
     if isinstance(a, list) and isinstance(b, list):
         for i in range(max(len(a), len(b))):
@@ -525,4 +536,4 @@ def _diff(a: Any, b: Any, path: str, out: list[FieldDiff], escaped: bool = False
                 _diff(a[i], b[i], sub, out)
         return
     if not _same(a, b):
-        out.append(FieldDiff(path or "(value)", "changed", _shown(a, escaped), _shown(b, escaped)))
+        out.append(FieldDiff(path or "(value)", "changed", _shown(a), _shown(b)))

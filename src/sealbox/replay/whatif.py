@@ -161,12 +161,18 @@ def _lookup(snapshot: dict[str, Any], path: str) -> tuple[bool, Any]:
     ``messages[1]``), or in the older dotted form (``tools.<server>/<name>.version``)."""
     from sealbox.snapshot import _keyed, split_path
 
+    from sealbox.snapshot import _unescaped
+
     keyed: Any = _keyed(snapshot)
-    for parts in (split_path(path), _split(path)):
+    # a dict the store escaped ({"$esc": {...}}: one with a "$" key) is walked as the source's own, as diff paths
+    # name it (model.parameters.$schema); a path naming the marker (written before) is still found, unwrapped last
+    for parts, unwrap in ((split_path(path), True), (_split(path), True), (split_path(path), False)):
         if parts is None:
             continue
         node, found = keyed, True
         for part in parts:
+            if unwrap:
+                node = _unescaped(node)[0]
             if isinstance(node, dict) and str(part) in node:
                 node = node[str(part)]
             elif isinstance(node, list) and str(part).isdigit() and int(part) < len(node):
