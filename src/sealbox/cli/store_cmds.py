@@ -191,10 +191,13 @@ def _check_key(vkey: str, where: str) -> None:
               help="Bundles only, with --checkpoint: a `sealbox log prove --from-size N --to-size M` JSON file, "
                    "N a saved checkpoint's size and M the bundle's checkpoint size, for a bundle exported "
                    "without --prove-from. Untrusted: it must verify against both signed roots. Repeatable.")
+@click.option("--max-bundle-bytes", "max_bundle_bytes", type=click.IntRange(min=1), default=None,
+              help="Bundles only: the largest archive to check, in bytes (default 1 GiB; the check holds the "
+                   "bundle in memory). A larger one is refused from its headers, before it is read.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def verify_cmd(target: str | None, store_path: str, vkey: str | None, trust_bundle_key: bool, proof_path: str | None,
                canonical: bool, checkpoint_files: tuple[str, ...], saved_proof_paths: tuple[str, ...],
-               as_json: bool) -> None:
+               max_bundle_bytes: int | None, as_json: bool) -> None:
     """Verify a store (a folder), or an export bundle (a file) with no store at all.
 
     Checks every hash, chain, checkpoint signature, inclusion proof, blob commitment,
@@ -229,8 +232,11 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, trust_bund
         saved = [(f"the checkpoint given in {path}", _read_checkpoint(path)) for path in checkpoint_files]
         if saved_proof_paths and not saved:
             raise BadInput("--proof-from-saved proves a saved checkpoint: give that checkpoint with --checkpoint")
-        _verify_bundle(target, vkey, trust_bundle_key, proof_path, as_json, saved, saved_proof_paths)
+        _verify_bundle(target, vkey, trust_bundle_key, proof_path, as_json, saved, saved_proof_paths,
+                       max_bundle_bytes)
         return
+    if max_bundle_bytes is not None:
+        raise BadInput("--max-bundle-bytes applies to a bundle (a file); a store is verified from its database")
     if trust_bundle_key:
         raise BadInput("--trust-bundle-key applies to a bundle (a file); a store is checked against the key pinned "
                        "at init, or --key")
@@ -280,9 +286,9 @@ EXIT_UNTRUSTED_KEY = 3
 
 def _verify_bundle(path: str, vkey: str | None, trust_bundle_key: bool, proof_path: str | None,
                    as_json: bool, saved: list[tuple[str, str]] | None = None,
-                   saved_proof_paths: tuple[str, ...] = ()) -> None:
+                   saved_proof_paths: tuple[str, ...] = (), max_bytes: int | None = None) -> None:
     from sealbox.errors import ConfigError
-    from sealbox.interop.bundle_verify import parse_saved_proof, verify_bundle
+    from sealbox.interop.bundle_verify import MAX_BUNDLE_BYTES, parse_saved_proof, verify_bundle
 
     proof = _read_proof(proof_path) if proof_path is not None else None
     given = []
@@ -294,7 +300,8 @@ def _verify_bundle(path: str, vkey: str | None, trust_bundle_key: bool, proof_pa
             raise ConfigError(f"{file}: {exc}") from None
         given.append((f"the proof given in {file}", doc))
     report = verify_bundle(path, trusted_vkey=vkey, consistency=proof, trust_bundle_key=trust_bundle_key,
-                           checkpoints=saved or (), saved_proofs=given)
+                           checkpoints=saved or (), saved_proofs=given,
+                           max_bytes=MAX_BUNDLE_BYTES if max_bytes is None else max_bytes)
     _print(report, as_json, notes=True,
            code=0 if report.ok else 1 if report.problems else EXIT_UNTRUSTED_KEY)
 

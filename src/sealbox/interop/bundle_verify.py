@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shlex
+import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +91,12 @@ _REF = re.compile(r"sha256:[0-9a-f]{64}")
 #: Deepest nesting of a line of events.jsonl, blobs.jsonl or snapshots.jsonl: the line's own
 #: object around a value Sealbox wrote (canonical JSON, at most MAX_DEPTH ``{``/``[`` deep).
 LINE_DEPTH = MAX_DEPTH + 1
+#: The largest archive ``verify_bundle`` reads (``max_bytes``; ``sealbox verify --max-bundle-bytes``): the
+#: check holds the archive in memory, several times over, so a hostile file whose headers describe
+#: gigabytes (a sparse file costs no disk) is refused from its headers before it is read.
+MAX_BUNDLE_BYTES = 1 << 30
+#: a ZIP local file header (APPNOTE 4.3.7), as the container's reader unpacks it
+_LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")
 #: Deepest nesting of manifest.json (it is a few levels deep; anything near MAX_DEPTH is not a manifest).
 _MANIFEST_DEPTH = MAX_DEPTH
 #: Largest leaf index (and tree size) a bundle can name: its manifest is I-JSON (RFC 7493 §2.2).
@@ -292,7 +299,7 @@ def parse_saved_proof(doc: Any) -> tuple[int, int, list[bytes]]:
 
 def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consistency: Any = None,
                   trust_bundle_key: bool = False, checkpoints: Iterable[tuple[str, str]] = (),
-                  saved_proofs: Iterable[tuple[str, Any]] = ()) -> BundleReport:
+                  saved_proofs: Iterable[tuple[str, Any]] = (), max_bytes: int = MAX_BUNDLE_BYTES) -> BundleReport:
     """Verify the bundle at ``path`` from its bytes alone.
 
     Args:
@@ -316,12 +323,15 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
             (size ``M``), for a bundle that carries no such proof. Untrusted: each is verified
             against the saved root and the bundle's signed root (a proof of another size pair, one
             that fails, or one matching no saved checkpoint is a problem naming ``where``).
+        max_bytes: the largest archive to check (:data:`MAX_BUNDLE_BYTES`); the check holds it in
+            memory, so one whose own headers describe more is refused before it is read.
 
     Returns:
         A :class:`BundleReport`; tampering is reported, never raised.
 
     Raises:
-        BundleFormatError: the file cannot be read or is not a Sealbox bundle at all.
+        BundleFormatError: the file cannot be read, is not a Sealbox bundle at all, or its headers
+            describe an archive larger than ``max_bytes``.
         NoteError: ``trusted_vkey`` is not a valid verifier key.
         ConfigError: ``consistency`` or a ``saved_proofs`` document is not shaped like ``sealbox log
             prove`` output, two ``saved_proofs`` start at the same size, or both
@@ -330,7 +340,7 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
     started = time.perf_counter()
     if trusted_vkey and trust_bundle_key:
         raise ConfigError("give a trusted key or trust the bundle's own key, not both")
-    data, size = _read(Path(path))
+    data, size = _read(Path(path), max_bytes)
     verifier = Verifier.from_vkey(trusted_vkey) if trusted_vkey else None
     proof_doc = parse_consistency(consistency) if consistency is not None else None
     given: dict[int, tuple[str, int, list[bytes]]] = {}
@@ -346,11 +356,12 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
     return dataclasses.replace(report, path=str(path), bundle_key_accepted=trust_bundle_key and verifier is None)
 
 
-def _read(path: Path) -> tuple[bytes, int]:
+def _read(path: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[bytes, int]:
     """(the bytes of the ZIP archive in ``path``, the file's size). Only the archive its own headers
     describe is read (:func:`archive_extent`), plus one byte when more follows it: bytes after
     the archive's end record are reported by their count, never read, so a bundle padded with
-    gigabytes is checked in the memory of the bundle."""
+    gigabytes is checked in the memory of the bundle. An archive whose headers describe more than
+    ``max_bytes`` is refused before any of it is read (BundleFormatError)."""
     try:
         with path.open("rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -359,11 +370,35 @@ def _read(path: Path) -> tuple[bytes, int]:
                 raise BundleFormatError(f"{path} is not a Sealbox bundle (not a ZIP archive whose first member is "
                                         "`format`)")
             n, exact = archive_extent(f, size)
+            if n > max_bytes:
+                largest = _largest_member(f, n)
+                raise BundleFormatError(
+                    f"{path}: its ZIP headers describe an archive of {n} bytes"
+                    + (f" (member {largest[0]!r}: {largest[1]} bytes)" if largest else "")
+                    + f", more than the {max_bytes} bytes `sealbox verify` checks (it holds a bundle in memory; "
+                    "give --max-bundle-bytes to allow more): not checked")
             f.seek(0)
             data = f.read(n + 1 if exact and n < size else n)
     except OSError as exc:
         raise BundleFormatError(f"cannot read {path}: {exc.strerror}") from exc
     return data, size
+
+
+def _largest_member(f: Any, size: int) -> tuple[str, int] | None:
+    """(name, size) of the largest member the local headers of ``f`` describe within ``size`` bytes
+    (seeking past member data), or None when there is no local header."""
+    best, pos = None, 0
+    while pos + _LOCAL_HEADER.size <= size:
+        f.seek(pos)
+        head = f.read(_LOCAL_HEADER.size)
+        if len(head) < _LOCAL_HEADER.size or head[:4] != b"PK\x03\x04":
+            break
+        fl = _LOCAL_HEADER.unpack(head)
+        name = f.read(fl[9]).decode("ascii", "replace")
+        if best is None or fl[7] > best[1]:
+            best = (name, fl[7])
+        pos += _LOCAL_HEADER.size + fl[9] + fl[10] + fl[7]
+    return best
 
 
 def _lines(member: str, data: bytes, problems: list[Problem]) -> list[bytes]:
