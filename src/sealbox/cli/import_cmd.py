@@ -21,8 +21,12 @@ PROGRESS_BYTES = 1 << 20
               help="The file's format; auto detects it from the structure.")
 @click.option("--progress/--no-progress", "show_progress", default=None,
               help="Show a progress bar on stderr (default: for files of 1 MiB or more, when stderr is a terminal).")
+@click.option("--max-file-bytes", "max_bytes", type=click.IntRange(min=1), default=None,
+              help="The largest file to read, in bytes (default 256 MiB: import holds the file and its parsed "
+                   "JSON in memory). A larger one is refused before it is read.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None, as_json: bool) -> None:
+def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None, max_bytes: int | None,
+               as_json: bool) -> None:
     """Import the runs in FILE (one transaction: all of them or none).
 
     A file whose bytes (SHA-256) were imported into the store already is not
@@ -32,8 +36,9 @@ def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None,
     oddities of the source are recorded as anomaly events; imported approvals are
     notes whose identity is not authenticated.
     """
-    from sealbox.interop.importers import import_file
+    from sealbox.interop.importers import MAX_IMPORT_BYTES, import_file
 
+    limit = MAX_IMPORT_BYTES if max_bytes is None else max_bytes
     try:
         size = os.path.getsize(file)
     except OSError:
@@ -43,9 +48,9 @@ def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None,
     store = open_for_writing(store_path)
     try:
         if show_progress:
-            summary = _with_progress(store, file, fmt)
+            summary = _with_progress(store, file, fmt, limit)
         else:
-            summary = import_file(store, file, fmt)
+            summary = import_file(store, file, fmt, max_bytes=limit)
     finally:
         store.close()
     if as_json:
@@ -75,7 +80,7 @@ def _stderr_is_a_terminal() -> bool:
         return False
 
 
-def _with_progress(store, file: str, fmt: str):
+def _with_progress(store, file: str, fmt: str, max_bytes: int):
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -91,4 +96,4 @@ def _with_progress(store, file: str, fmt: str):
                 tasks[stage] = bar.add_task(labels.get(stage, stage), total=max(total, 1))
             bar.update(tasks[stage], completed=done, total=max(total, 1))
 
-        return import_file(store, file, fmt, progress=progress)
+        return import_file(store, file, fmt, progress=progress, max_bytes=max_bytes)

@@ -38,12 +38,17 @@ __all__ = [
     "IMPORTED_POLICY_FINGERPRINT",
     "ImportFormatError",
     "ImportSummary",
+    "MAX_IMPORT_BYTES",
     "detect_format",
     "import_file",
     "parse_file",
 ]
 
 _CHUNK = 1 << 20
+#: The largest file ``import`` reads (``max_bytes``; ``sealbox import --max-file-bytes``): it holds the
+#: file, its text and its parsed JSON in memory, so a larger one (a sparse file of gigabytes costs no
+#: disk; a pipe may never end) is refused, by its size before it is read, or once a pipe gave more.
+MAX_IMPORT_BYTES = 256 << 20
 
 #: What converting a structurally valid file whose fields have unexpected types can
 #: still raise past the importers' own checks: the file's fault, not Sealbox's.
@@ -71,20 +76,30 @@ def _refuse_nul(name: str, drafts: list[Any]) -> None:
                                     "which an identifier in the record cannot hold; nothing was imported")
 
 
-def _read(path: Path, progress: Progress | None) -> bytes:
+def _too_large(what: str, max_bytes: int) -> ImportFormatError:
+    return ImportFormatError(f"{what} more than the {max_bytes} bytes import reads (it holds the file and its parsed "
+                             "JSON in memory; give --max-file-bytes to allow more); nothing was imported")
+
+
+def _read(path: Path, progress: Progress | None, max_bytes: int = MAX_IMPORT_BYTES) -> bytes:
     try:
         st = path.stat()
         if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):  # /dev/zero never ends: refuse before reading
             raise ImportFormatError(f"{path} is a device, not a file; give one file to import")
         total = st.st_size
+        if total > max_bytes:
+            raise _too_large(f"{path} is {total} bytes,", max_bytes)
         chunks, done = [], 0
         with path.open("rb") as fh:
             while True:
-                chunk = fh.read(_CHUNK)
+                chunk = fh.read(min(_CHUNK, max_bytes + 1 - done))
                 if not chunk:
                     break
                 chunks.append(chunk)
                 done += len(chunk)
+                if done > max_bytes:  # a pipe, or a file that grew since: what it gave so far is dropped
+                    chunks.clear()
+                    raise _too_large(f"{path} is", max_bytes)
                 if progress:
                     progress("read", done, total)
     except IsADirectoryError:
@@ -99,17 +114,18 @@ def _read(path: Path, progress: Progress | None) -> bytes:
 
 
 def parse_file(path: str | os.PathLike, format: str = "auto", *,
-               progress: Progress | None = None) -> tuple[str, str, list[Any]]:
+               progress: Progress | None = None, max_bytes: int = MAX_IMPORT_BYTES) -> tuple[str, str, list[Any]]:
     """Read, detect and convert a file without writing anything.
 
     Returns:
         (format, source sha256, list of :class:`~sealbox.interop.importers.common.RunBuilder`).
 
     Raises:
-        ImportFormatError: unreadable, not JSON, in no known format, or not the format asked for.
+        ImportFormatError: unreadable, larger than ``max_bytes``, not JSON, in no known format, or not
+            the format asked for.
     """
     p = Path(path)
-    data = _read(p, progress)
+    data = _read(p, progress, max_bytes)
     return _parse(p, data, "sha256:" + hashlib.sha256(data).hexdigest(), format, progress)
 
 
@@ -133,7 +149,7 @@ def _parse(p: Path, data: bytes, sha: str, format: str, progress: Progress | Non
 
 
 def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
-                progress: Progress | None = None) -> ImportSummary:
+                progress: Progress | None = None, max_bytes: int = MAX_IMPORT_BYTES) -> ImportSummary:
     """Import every run of a file into ``store``, all in one transaction.
 
     Args:
@@ -142,6 +158,7 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
         format: ``auto`` (detect) or one of :data:`FORMATS`.
         progress: optional ``progress(stage, done, total)`` callback (stages
             ``read``, ``parse``, ``build``, ``write``).
+        max_bytes: the largest file to read (:data:`MAX_IMPORT_BYTES`); a larger one is refused.
 
     A file whose bytes (their SHA-256) were imported into ``store`` already is not imported again:
     the summary then has ``already_imported=True``, the runs imported from it then (in log order),
@@ -152,12 +169,12 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
         An :class:`ImportSummary` (run ids, event and anomaly counts, format, source hash).
 
     Raises:
-        ImportFormatError: the file is in no known format, or not in the one asked
-            for, or gives an identifier holding a NUL character; nothing is written.
+        ImportFormatError: the file is larger than ``max_bytes``, in no known format, or not in the
+            one asked for, or gives an identifier holding a NUL character; nothing is written.
         InvalidEventError, StoreError: the store refused the events; nothing is written.
     """
     p = Path(path)
-    data = _read(p, progress)
+    data = _read(p, progress, max_bytes)
     sha = "sha256:" + hashlib.sha256(data).hexdigest()
     reader = getattr(store, "reader", None)
     if reader is not None:  # before converting the file: a large one is not converted for nothing
