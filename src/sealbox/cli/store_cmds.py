@@ -431,10 +431,13 @@ def _read_key(value: str | None) -> str | None:
                        "for a store) or the key string `sealbox log key` prints")
     if os.path.isfile(value):
         try:
-            with open(value, encoding="utf-8-sig") as fh:  # a byte order mark (Notepad) is not part of the key
-                text = fh.read().strip()
+            text = read_small(value)  # no further than 1 MiB; a byte order mark (Notepad) is not part of the key
         except (OSError, UnicodeDecodeError) as exc:
             raise BadInput(f"cannot read the key file {value}: {exc}") from exc
+        if text is None:
+            raise BadInput(f"the key file {value} is larger than 1 MiB: a verifier key is one line "
+                           "(NAME+KEYID+BASE64, as `sealbox log key` prints it)")
+        text = text.strip()
         if not text:
             raise BadInput(f"the key file {value} is empty")
         _check_key(text, f"the key file {value}")
