@@ -219,6 +219,10 @@ def verify_cmd(target: str | None, store_path: str, vkey: str | None, trust_bund
 
         _refuse_url(target)  # postgresql://…: one line saying stores are folders
         raise BadInput(f"{target} does not exist (give a store's folder or a bundle file)")
+    if target is not None and not os.path.isfile(target) and not os.path.isdir(target):
+        from sealbox.interop.bundle_verify import file_kind
+
+        raise BadInput(f"{target} is {file_kind(os.stat(target).st_mode)}, not a bundle file nor a store's folder")
     if target is not None and os.path.isfile(target):
         if (vkey is None and not trust_bundle_key
                 and click.get_current_context().get_parameter_source("store_path") is click.core.ParameterSource.COMMANDLINE):

@@ -33,6 +33,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import struct
 import time
 from dataclasses import dataclass, field
@@ -363,8 +364,16 @@ def _read(path: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[bytes, int]:
     gigabytes is checked in the memory of the bundle. An archive whose headers describe more than
     ``max_bytes`` is refused before any of it is read (BundleFormatError)."""
     try:
-        with path.open("rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        # without blocking: opening a FIFO that has no writer would wait for ever
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise BundleFormatError(f"{path} is not a regular file ({file_kind(st.st_mode)}): give the bundle "
+                                    "file itself")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            size = st.st_size
             head = f.read(64)
             if head[:4] != b"PK\x03\x04" and head[30:36] != b"format":
                 raise BundleFormatError(f"{path} is not a Sealbox bundle (not a ZIP archive whose first member is "
@@ -382,6 +391,15 @@ def _read(path: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[bytes, int]:
     except OSError as exc:
         raise BundleFormatError(f"cannot read {path}: {exc.strerror}") from exc
     return data, size
+
+
+def file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, for a message (``a FIFO``, ``a character device``…)."""
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
 
 
 def _largest_member(f: Any, size: int) -> tuple[str, int] | None:
