@@ -274,6 +274,12 @@ def zip_regions(members: Sequence[tuple[str, bytes]]) -> list[tuple[int, int, st
     return regions
 
 
+#: the most members a ZIP archive without ZIP64 (a bundle) holds: its end record counts them in 16 bits
+MAX_MEMBERS = 0xFFFF
+TOO_MANY_MEMBERS = (f"more than {MAX_MEMBERS} ZIP local headers (a ZIP archive without ZIP64, as a bundle is, "
+                    f"holds at most {MAX_MEMBERS} members)")
+
+
 def read_members(data: bytes) -> list[list[tuple[str, bytes]]]:
     """Candidate member lists of a ZIP file: one read through the central directory and
     one walking the local headers (each that parses), so that a damaged header on
@@ -294,6 +300,8 @@ def unreadable_reason(data: bytes, size: int | None = None) -> str:
     size = len(data) if size is None else size
     pos, count = 0, 0
     while data[pos: pos + 4] == struct.pack("<I", _LOCAL_SIG):
+        if count > MAX_MEMBERS:
+            return TOO_MANY_MEMBERS
         if pos + _LOCAL.size > size:
             return f"the file ends at byte {size}, inside the ZIP local header of member {count + 1} (it was truncated)"
         f = _LOCAL.unpack_from(data, pos)
@@ -397,6 +405,8 @@ def _read_local(data: bytes) -> list[tuple[str, bytes]]:
         if start + f[7] > len(data):
             raise BundleFormatError(f"member {name!r} runs past the end of the file")
         members.append((name, data[start: start + f[7]]))
+        if len(members) > MAX_MEMBERS:  # no end record could count them: not a ZIP archive without ZIP64
+            raise BundleFormatError(TOO_MANY_MEMBERS)
         pos = start + f[7]
     if not members:
         raise BundleFormatError("no ZIP local header at offset 0")
