@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import dataclasses
 import hashlib
 import json
@@ -96,6 +97,8 @@ LINE_DEPTH = MAX_DEPTH + 1
 #: check holds the archive in memory, several times over, so a hostile file whose headers describe
 #: gigabytes (a sparse file costs no disk) is refused from its headers before it is read.
 MAX_BUNDLE_BYTES = 1 << 30
+#: how many member names a container problem lists (a hostile file may hold 65,535 members)
+_LISTED = 20
 #: a ZIP local file header (APPNOTE 4.3.7), as the container's reader unpacks it
 _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")
 #: Deepest nesting of manifest.json (it is a few levels deep; anything near MAX_DEPTH is not a manifest).
@@ -585,16 +588,24 @@ class _Check:
                           found=f"0x{self.data[at]:02x}" if at < len(self.data) else "end of file")
         names = [n for n, _ in best]
         known = (*MEMBERS, PROOFS)  # the last one optional
-        for name in names:
-            if name not in known or names.count(name) > 1:
-                self._problem("bundle_member_unknown", f"member {name!r} is not part of the format (or repeated)", name)
+        counts = collections.Counter(names)  # each name counted once: a hostile file may hold 65,535 members
+        odd = [n for n in counts if n not in known or counts[n] > 1]
+        for name in odd[:_LISTED - 1] if len(odd) > _LISTED else odd:
+            self._problem("bundle_member_unknown", f"member {name!r} is repeated ({counts[name]} times)"
+                          if name in known or counts[name] > 1 else f"member {name!r} is not part of the format",
+                          name)
+        if len(odd) > _LISTED:
+            self._problem("bundle_member_unknown", f"{len(odd) - _LISTED + 1} more members are not part of the format "
+                          "or are repeated",
+                          "the ZIP container")
         for name in MEMBERS:
             if name not in names:
                 self._problem("bundle_member_missing", f"member {name!r} is missing", name)
         if [n for n in names if n in known] != [n for n in known if n in names]:
             self._problem("bundle_member_order", "the members are not in the format's order",
                           "the ZIP container", expected=", ".join(n for n in known if n in MEMBERS or n in names),
-                          found=", ".join(names))
+                          found=", ".join(names) if len(names) <= _LISTED
+                          else ", ".join(names[:_LISTED]) + f", … ({len(names)} members)")
         for name, data in best:
             self.members.setdefault(name, data)
         return True
