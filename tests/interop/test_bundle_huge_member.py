@@ -5,7 +5,7 @@ local header, central directory and end record all agree on a 3.75 GiB ``events.
 bound of the reader (the member fits in the file), so ``verify`` read the whole archive into memory:
 ``error: internal error: MemoryError`` under ``ulimit -v 2000000``, and without a limit gigabytes of
 RAM (the check holds several copies) for a file that costs no disk. A verifier holds the archive in
-memory, so it now refuses an archive larger than ``MAX_BUNDLE_BYTES`` (1 GiB unless ``max_bytes`` /
+memory, so it now refuses an archive larger than ``MAX_BUNDLE_BYTES`` (256 MiB unless ``max_bytes`` /
 ``--max-bundle-bytes`` says otherwise) from its headers alone, in one line, before reading it.
 """
 

@@ -96,7 +96,7 @@ LINE_DEPTH = MAX_DEPTH + 1
 #: The largest archive ``verify_bundle`` reads (``max_bytes``; ``sealbox verify --max-bundle-bytes``): the
 #: check holds the archive in memory, several times over, so a hostile file whose headers describe
 #: gigabytes (a sparse file costs no disk) is refused from its headers before it is read.
-MAX_BUNDLE_BYTES = 1 << 30
+MAX_BUNDLE_BYTES = 256 << 20  # about 2 GB of memory at the peak of a check (measured: ~7x the archive)
 #: how many member names a container problem lists (a hostile file may hold 65,535 members)
 _LISTED = 20
 #: a ZIP local file header (APPNOTE 4.3.7), as the container's reader unpacks it
