@@ -334,8 +334,8 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
         A :class:`BundleReport`; tampering is reported, never raised.
 
     Raises:
-        BundleFormatError: the file cannot be read, is not a Sealbox bundle at all, or its headers
-            describe an archive larger than ``max_bytes``.
+        BundleFormatError: the file cannot be read, is not a Sealbox bundle at all, its headers
+            describe an archive larger than ``max_bytes``, or the memory ran out while checking it.
         NoteError: ``trusted_vkey`` is not a valid verifier key.
         ConfigError: ``consistency`` or a ``saved_proofs`` document is not shaped like ``sealbox log
             prove`` output, two ``saved_proofs`` start at the same size, or both
@@ -356,7 +356,13 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
         given[size1] = (where, size2, hashes)
     check = _Check(data, verifier, started, size)
     check.given_proofs = given
-    report = check.run(proof_doc, list(checkpoints))
+    try:
+        report = check.run(proof_doc, list(checkpoints))
+    except MemoryError:  # content that parses into far more than its size (``[{},{},...]``): said, never a crash
+        del check, data
+        raise BundleFormatError(f"{path}: the memory available ran out while checking its {size} bytes (a line may "
+                                "parse into far more memory than its size; give the check more memory to verify "
+                                "it): not verified") from None
     return dataclasses.replace(report, path=str(path), bundle_key_accepted=trust_bundle_key and verifier is None)
 
 
