@@ -130,6 +130,16 @@ def parse_file(path: str | os.PathLike, format: str = "auto", *,
 
 
 def _parse(p: Path, data: bytes, sha: str, format: str, progress: Progress | None) -> tuple[str, str, list[Any]]:
+    try:
+        return _parse_in_memory(p, data, sha, format, progress)
+    except MemoryError:  # JSON such as [{},{},...] takes ~20x its size once parsed: said, never a crash
+        raise ImportFormatError(f"{p.name} could not be imported in the memory available (it ran out while parsing "
+                                f"its {len(data)} bytes: JSON can take far more memory than its size); nothing was "
+                                "imported") from None
+
+
+def _parse_in_memory(p: Path, data: bytes, sha: str, format: str,
+                     progress: Progress | None) -> tuple[str, str, list[Any]]:
     name = p.name
     doc, non_finite = load_json_bytes(data, name)
     fmt = detect_format(doc, name) if format in (None, "auto") else format
