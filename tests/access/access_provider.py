@@ -192,7 +192,7 @@ class OAuthProvider:
         """Serve on 127.0.0.1 (the same port as before after a :meth:`stop`)."""
         self._server = make_server("127.0.0.1", self.port or 0, self.app, threaded=True)
         self.port = self._server.server_port
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         self.mode = "up" if self.mode == "down" else self.mode
         return self
@@ -250,7 +250,7 @@ class ScriptedServer:
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self._server.server_port
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
 
     @property

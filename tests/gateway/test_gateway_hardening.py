@@ -85,7 +85,7 @@ def schema_host():
     """A local HTTP server (127.0.0.1) that records every request it gets; (url, hits)."""
     _Recording.hits = []
     server = http.server.HTTPServer(("127.0.0.1", 0), _Recording)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}/schema.json", _Recording.hits
     server.shutdown()

@@ -230,7 +230,7 @@ def garbled_http_upstream():
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield server.server_address[1]
@@ -335,7 +335,7 @@ async def test_an_http_upstream_answering_calls_with_202_still_opens_the_breaker
     """The SDK's transport makes a 202 to a request a -32600 of its own: the upstream's failure, not its refusal of
     the call, so the breaker counts it (it does not count an upstream's own -32600)."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers202)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         upstream = f"\n  - id: web\n    url: http://127.0.0.1:{server.server_port}/mcp\n"
         gw = Gateway(toy_config(tmp_path, upstreams=upstream, extra="breaker: {threshold: 2, cooldown_s: 600}"),
@@ -382,7 +382,7 @@ async def test_an_http_upstream_redirecting_a_call_is_recorded_with_its_status_a
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RedirectsCalls)
     other_port = refused_port_number()
     _RedirectsCalls.location = f"http://127.0.0.1:{other_port}/mcp?token=abc"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         upstream = f"\n  - id: web\n    url: http://127.0.0.1:{server.server_port}/mcp\n" + stdio_toy(tmp_path)
         gw = Gateway(toy_config(tmp_path, upstreams=upstream, extra="breaker: {threshold: 2, cooldown_s: 600}"),
@@ -457,7 +457,7 @@ async def test_an_http_upstream_without_a_get_stream_is_not_taken_for_a_lost_ses
     answer 404 rather than 405): only a 404 to a POST carrying the session id is. Taken for one, the gateway
     dropped the connection after each start and failed calls UpstreamUnavailable, reconnecting for ever."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NoGetRoute)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         upstream = f"\n  - id: web\n    url: http://127.0.0.1:{server.server_port}/mcp\n"
         gw = Gateway(toy_config(tmp_path, upstreams=upstream, extra="breaker: {threshold: 5, cooldown_s: 0}"),
@@ -537,7 +537,7 @@ async def test_an_http_upstream_refusing_a_session_id_it_does_not_know_with_400_
     lost session, as a 404 is: the call is UpstreamUnavailable and the gateway reconnects."""
     handler = type("Handler", (_ForgetsSessions,), {"known": set(), "opened": 0})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         upstream = f"\n  - id: web\n    url: http://127.0.0.1:{server.server_port}/mcp\n"
         gw = Gateway(toy_config(tmp_path, upstreams=upstream, extra="breaker: {threshold: 5, cooldown_s: 0}"),
@@ -668,7 +668,7 @@ async def test_an_http_upstream_answering_without_end_is_cut_at_the_limit(tmp_pa
     monkeypatch.setattr(upstream_module, "MAX_LINE_BYTES", 1024 * 1024, raising=False)
     _EndlessAnswer.size, _EndlessAnswer.sent = 64 * 1024 * 1024, 0
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EndlessAnswer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         upstream = f"\n  - id: web\n    url: http://127.0.0.1:{server.server_port}/mcp\n"
         # the closed connection opens the upstream's breakers (server_down): no cooldown here, so the next call probes
@@ -729,7 +729,7 @@ async def test_an_http_upstream_answering_a_call_with_an_html_500_page_is_record
     answered with JSON-RPC error -32603: Server returned an error response", the SDK's stand-in: no JSON-RPC
     error was sent, and the HTTP status was not said. It now names the status; the breaker still counts it."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers500Html)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     try:
         upstream = f"\n  - id: web\n    url: http://127.0.0.1:{server.server_port}/mcp\n" + stdio_toy(tmp_path)
         gw = Gateway(toy_config(tmp_path, upstreams=upstream, extra="breaker: {threshold: 2, cooldown_s: 600}"),
