@@ -422,8 +422,9 @@ def test_a_resume_in_another_process_is_refused_while_a_blocking_agent_waits_for
 SLOW_TO_WAIT_AGENT = BLOCKING_AGENT.replace("import sealbox\n", """import sealbox
 import sealbox.pause
 _await = sealbox.pause.await_approval
-def _slow(run, request):  # the request is committed; this process is slow to begin its wait
-    time.sleep(3)
+def _slow(run, request):  # the request is committed; this process is slow to begin its wait: until the
+    while not os.path.exists(release):  # test has tried its resume (a pause of any length, no fixed 3 s)
+        time.sleep(0.02)
     return _await(run, request)
 sealbox.pause.await_approval = _slow
 """, 1)
@@ -431,7 +432,7 @@ sealbox.pause.await_approval = _slow
 
 def test_a_blocking_agent_holds_its_run_from_the_moment_its_request_is_visible(tmp_path, keys, store):
     """The run's lease is taken before the request is committed, not when the wait begins: a resume
-    elsewhere in between (here, a 3 s pause of the agent; under load, a slow scheduler) is refused,
+    elsewhere in between (here, the agent pauses until the resume was tried; under load, a slow scheduler) is refused,
     the resumer's tool does not run, and the agent runs the call itself once it waits."""
     import time
 
@@ -451,7 +452,7 @@ def test_a_blocking_agent_holds_its_run_from_the_moment_its_request_is_visible(t
         [req] = store.reader().events(["approval.requested"])
         answer(store, req.payload["approval_id"], "approve", "ok", keys["alice"])
         tool = Tool()
-        with pytest.raises(ApprovalError) as info:  # the agent is still in its 3 s pause
+        with pytest.raises(ApprovalError) as info:  # the agent is still in its pause (until release)
             Recorder(store, policy=policy()).resume(req.run_id, {("db", "write_query"): tool})
         assert info.value.code == "already_resumed" and tool.calls == []
     finally:
