@@ -310,20 +310,20 @@ def test_a_config_file_is_read_no_further_than_its_size_limit(tmp_path):
     # exit 70, once the machine's memory was gone. A pipe that delivers more than the policy loader's
     # limit and stays open shows it safely: the load must answer without waiting for its end.
     import threading
-    import time
 
     from sealbox.gateway.config import load_config
     from sealbox.policy.loader import MAX_FILE_BYTES
 
     fifo = tmp_path / "gateway.yaml"
     os.mkfifo(fifo)
-    closed = threading.Event()
+    closed, answered = threading.Event(), threading.Event()
 
     def writer():
         with open(fifo, "wb") as fh:
             fh.write(b"#" * (MAX_FILE_BYTES + 4096))
             fh.flush()
-            time.sleep(5)  # an endless source: still open after the limit was passed
+            answered.wait(60)  # an endless source: still open until the test has its answer (a load
+            # that reads to the end waits the 60 s for EOF, then `closed` fails the test)
         closed.set()
 
     t = threading.Thread(target=writer)
@@ -334,6 +334,7 @@ def test_a_config_file_is_read_no_further_than_its_size_limit(tmp_path):
         assert not closed.is_set(), "the whole input was read"
         assert str(info.value) == f"{fifo}: file is larger than {MAX_FILE_BYTES} bytes"
     finally:
+        answered.set()
         t.join()
 
 

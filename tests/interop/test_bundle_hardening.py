@@ -628,17 +628,17 @@ def test_an_endless_consistency_file_is_read_no_further_than_a_proof_can_be(case
     # `sealbox verify case.sbx --consistency /dev/zero` read until memory ran out (MemoryError, "internal
     # error", exit 70). A pipe that delivers more than 1 MiB and stays open shows it safely.
     import threading
-    import time
 
     fifo = tmp_path / "proof.json"
     os.mkfifo(fifo)
-    closed = threading.Event()
+    closed, answered = threading.Event(), threading.Event()
 
     def writer():
         with open(fifo, "wb") as fh:
             fh.write(b" " * (1024 * 1024 + 4096))
             fh.flush()
-            time.sleep(8)  # an endless source: still open after the limit was passed
+            answered.wait(60)  # an endless source: still open until the test has its answer (a load
+            # that reads to the end waits the 60 s for EOF, then `closed` fails the test)
         closed.set()
 
     t = threading.Thread(target=writer)
@@ -650,4 +650,5 @@ def test_an_endless_consistency_file_is_read_no_further_than_a_proof_can_be(case
         assert err == (f"error: cannot read the consistency proof {fifo}: it is larger than 1 MiB "
                        "(`sealbox log prove` writes a few KiB)\n")
     finally:
+        answered.set()
         t.join()

@@ -67,18 +67,18 @@ def test_an_endless_checkpoint_file_is_read_no_further_than_a_checkpoint_can_be(
     # without waiting for the input's end.
     import os
     import threading
-    import time
 
     path, _ = store_path
     fifo = tmp_path / "saved-checkpoint.txt"
     os.mkfifo(fifo)
-    closed = threading.Event()
+    closed, answered = threading.Event(), threading.Event()
 
     def writer():
         with open(fifo, "wb") as fh:
             fh.write(b"x" * (1024 * 1024 + 4096))
             fh.flush()
-            time.sleep(5)  # an endless source: still open after the limit was passed
+            answered.wait(60)  # an endless source: still open until the test has its answer (a load
+            # that reads to the end waits the 60 s for EOF, then `closed` fails the test)
         closed.set()
 
     t = threading.Thread(target=writer)
@@ -89,4 +89,5 @@ def test_an_endless_checkpoint_file_is_read_no_further_than_a_checkpoint_can_be(
         assert got == (2, "", f"error: {fifo} is larger than 1 MiB: neither a signed checkpoint nor "
                               "`sealbox log checkpoint --json` output\n")
     finally:
+        answered.set()
         t.join()

@@ -121,19 +121,19 @@ def test_a_policy_file_is_read_no_further_than_its_size_limit(tmp_path):
     # than the limit and stays open shows it safely: the load must answer without waiting for its end.
     import os
     import threading
-    import time
 
     from sealbox.policy.loader import MAX_FILE_BYTES
 
     fifo = tmp_path / "policy.yaml"
     os.mkfifo(fifo)
-    closed = threading.Event()
+    closed, answered = threading.Event(), threading.Event()
 
     def writer():
         with open(fifo, "wb") as fh:
             fh.write(b"#" * (MAX_FILE_BYTES + 4096))
             fh.flush()
-            time.sleep(5)  # an endless source: still open after the limit was passed
+            answered.wait(60)  # an endless source: still open until the test has its answer (a load
+            # that reads to the end waits the 60 s for EOF, then `closed` fails the test)
         closed.set()
 
     t = threading.Thread(target=writer)
@@ -144,6 +144,7 @@ def test_a_policy_file_is_read_no_further_than_its_size_limit(tmp_path):
         assert not closed.is_set(), "the whole input was read, not only up to the limit"
         assert (info.value.line, info.value.problem) == (None, f"file is larger than {MAX_FILE_BYTES} bytes")
     finally:
+        answered.set()
         t.join()
 
 
