@@ -86,6 +86,7 @@ __all__ = [
     "local_client",
     "same_actor",
     "actor_key",
+    "CONFUSABLES",
 ]
 
 #: Roles whose identities may answer an approval request.
@@ -339,13 +340,50 @@ def binding_hash(server: str, tool: str, encoded_arguments: Any, policy_fingerpr
 def actor_key(name: str) -> str:
     """A principal id or identity name as compared to tell whether two name one actor: in Unicode
     NFKC form without invisible format characters (category ``Cf``: U+200B, U+00AD, U+202E…),
-    without one leading ``scheme:`` (``user:``, ``agent:``, ``svc:`` …: letters, digits, ``_ . -``,
-    starting with a letter), case-folded. ``carol``, ``user:carol``, ``agent:Carol``, ``user:carol\\u200b``
-    and the full-width ``ｃａｒｏｌ`` are one (a principal is free text; identity names are ASCII).
-    Look-alike letters of other scripts (a Cyrillic ``с``) are not folded."""
+    with look-alike letters of other scripts replaced by the ASCII letter they imitate
+    (:data:`CONFUSABLES`, the Unicode TR39 skeleton mappings whose prototype is an ASCII letter:
+    a Cyrillic ``а`` or Greek ``α`` is ``a``), without one leading ``scheme:`` (``user:``, ``agent:``,
+    ``svc:`` …: letters, digits, ``_ . -``, starting with a letter), case-folded. ``carol``,
+    ``user:carol``, ``agent:Carol``, ``user:carol\\u200b``, the full-width ``ｃａｒｏｌ`` and ``user:\\u0441arol``
+    (a Cyrillic ``с``) are one (a principal is free text; identity names are ASCII, so only what maps
+    to ASCII matters). ASCII itself is not folded further (``1`` is not ``l``)."""
     name = "".join(c for c in unicodedata.normalize("NFKC", name) if unicodedata.category(c) != "Cf")
+    name = name.translate(_SKELETON)
     m = _SCHEME.match(name)
-    return (name[m.end():] if m and m.end() < len(name) else name).casefold()
+    # mapped again after the fold: an upper-case letter the table lacks may fold to a lower-case one it has
+    return (name[m.end():] if m and m.end() < len(name) else name).casefold().translate(_SKELETON)
+
+
+#: Look-alikes of ASCII letters: characters of the Cyrillic, Greek and Armenian scripts and of the
+#: Latin IPA extensions whose Unicode TR39 prototype (confusables.txt, "MA" mappings) is one ASCII letter. A
+#: minimal, hand-kept subset of TR39's table, not the whole of it: identity names are ASCII, so a
+#: principal can only be confused with one through characters that map to ASCII; characters mapping to
+#: other non-ASCII prototypes, multi-letter prototypes (``m`` / ``rn``) and ASCII-to-ASCII pairs
+#: (``1`` / ``l``, ``0`` / ``O``) are left out. One deliberate deviation: a capital that imitates ``I``
+#: (Greek Ι, Cyrillic І, Ӏ) maps to ``I``, where TR39 maps ``I`` itself to ``l``, since the key is
+#: case-folded afterwards and ``I`` then reads ``i``.
+CONFUSABLES: dict[str, str] = {
+    # Cyrillic, lower case
+    "\u0430": "a", "\u0435": "e", "\u043e": "o", "\u0440": "p", "\u0441": "c", "\u0443": "y",
+    "\u0445": "x", "\u0455": "s", "\u0456": "i", "\u0458": "j", "\u04bb": "h", "\u0501": "d",
+    "\u051b": "q", "\u051d": "w", "\u04cf": "l", "\u04af": "y", "\u0475": "v",
+    # Cyrillic, upper case
+    "\u0410": "A", "\u0412": "B", "\u0415": "E", "\u041a": "K", "\u041c": "M", "\u041d": "H",
+    "\u041e": "O", "\u0420": "P", "\u0421": "C", "\u0422": "T", "\u0423": "Y", "\u0425": "X",
+    "\u0405": "S", "\u0406": "I", "\u0408": "J", "\u04c0": "I", "\u051c": "W", "\u0474": "V",
+    "\u04ae": "Y",
+    # Greek
+    "\u0391": "A", "\u0392": "B", "\u0395": "E", "\u0396": "Z", "\u0397": "H", "\u0399": "I",
+    "\u039a": "K", "\u039c": "M", "\u039d": "N", "\u039f": "O", "\u03a1": "P", "\u03a4": "T",
+    "\u03a5": "Y", "\u03a7": "X", "\u03b1": "a", "\u03b9": "i", "\u03bd": "v", "\u03bf": "o",
+    "\u03c1": "p", "\u03c5": "u", "\u03b3": "y", "\u03f2": "c", "\u03f3": "j", "\u03f9": "C",
+    # Armenian
+    "\u0585": "o", "\u057d": "u", "\u0570": "h", "\u0578": "n", "\u0581": "g", "\u0566": "q",
+    "\u054f": "S", "\u0555": "O", "\u054d": "U", "\u053c": "L",
+    # Latin extensions (IPA)
+    "\u0251": "a", "\u0131": "i", "\u0269": "i", "\u0261": "g",
+}
+_SKELETON = str.maketrans(CONFUSABLES)
 
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*:")
