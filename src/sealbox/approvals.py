@@ -716,6 +716,7 @@ class _LogEvidence:
     def __init__(self, log: Any) -> None:
         self.reader = log if hasattr(log, "events") else log.reader()
         self._agent: dict[str, Any] = {}
+        self._unicode: _UnicodePrincipals | None = None
         #: identity -> (ts_from, before_leaf, its answers with ts >= ts_from below before_leaf)
         self._answers: dict[str, tuple[str | None, int, list[Any]]] = {}
 
@@ -752,14 +753,50 @@ class _LogEvidence:
         return events
 
     def first_agent_event(self, name: str) -> Any:
-        """The first ``run.started`` or ``tool.call`` whose principal names the same actor, or None."""
+        """The first ``run.started`` or ``tool.call`` whose principal names the same actor, or None.
+
+        The principals holding a non-ASCII character are read, and their :func:`actor_key` computed,
+        once per book (:class:`_UnicodePrincipals`), not once per identity: a listing of answers by
+        many identities in a store of many such principals used to read and fold all of them for
+        every identity (identities x principals)."""
         if name not in self._agent:
-            kinds, key = ["run.started", "tool.call"], actor_key(name)
-            first = self.reader.events(kinds, principal_actor=key, limit=16)
-            candidates = first if len(first) < 16 or any(same_actor(name, e.principal) for e in first) else \
-                self.reader.events(kinds, principal_actor=key)
-            self._agent[name] = next((e for e in candidates if same_actor(name, e.principal)), None)
+            if self._unicode is None:
+                self._unicode = _UnicodePrincipals(self.reader)
+            self._agent[name] = _first_agent_event(self.reader, name, self._unicode)
         return self._agent[name]
+
+
+_AGENT_KINDS = ["run.started", "tool.call"]
+
+
+class _UnicodePrincipals:
+    """The first ``run.started`` / ``tool.call`` of every :func:`actor_key` among the principals holding
+    a non-ASCII character (those no SQL fold can match to an ASCII identity name): read once, each
+    distinct principal folded once."""
+
+    def __init__(self, reader: Any) -> None:
+        self.first: dict[str, Any] = {}
+        keys: dict[str, str] = {}
+        for ev in reader.events(_AGENT_KINDS, non_ascii_principal=True):
+            if isinstance(ev.principal, str):
+                key = keys.get(ev.principal)
+                if key is None:
+                    key = keys[ev.principal] = actor_key(ev.principal)
+                self.first.setdefault(key, ev)  # log order: the first one stays
+
+
+def _first_agent_event(reader: Any, name: str, unicode: _UnicodePrincipals) -> Any:
+    """The first ``run.started`` or ``tool.call`` whose principal names the same actor as ``name``:
+    the ASCII candidates (the name itself or ``...:name``, ASCII case folded) read through SQL; the
+    few that are not the same actor (``a:b:bob``) are skipped, a full read only if all of the first
+    ones are such; the non-ASCII ones looked up in ``unicode``."""
+    key = actor_key(name)
+    first = reader.events(_AGENT_KINDS, principal_actor=key, principal_ascii=True, limit=16)
+    candidates = first if len(first) < 16 or any(same_actor(name, e.principal) for e in first) else \
+        reader.events(_AGENT_KINDS, principal_actor=key, principal_ascii=True)
+    found = [e for e in (next((e for e in candidates if same_actor(name, e.principal)), None),
+                         unicode.first.get(key)) if e is not None]
+    return min(found, key=lambda e: e.leaf_index) if found else None
 
 
 def log_flags(payload: dict, ev: Any, book: IdentityBook, flags: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
@@ -1183,20 +1220,14 @@ def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now
         flags.append({"code": "multiple_clients", "evidence": {
             "identity": who.name, "window_s": window_s, "answers": seen,
             "clients": [{"hostname": h, "os_user": u, "user_agent": a} for h, u, a in distinct]}})
-    # any principal naming the same actor (same_actor: any one scheme, case-folded), as the
-    # requester rule compares them; identity names are ASCII, so SQL folds their case. The
-    # few candidates that are not (``a:b:bob``) are skipped; a full read only if all of the
-    # first ones are such.
-    kinds, key = ["run.started", "tool.call"], actor_key(who.name)
-    first = reader.events(kinds, principal_actor=key, limit=16)
-    candidates = first if len(first) < 16 or any(same_actor(who.name, e.principal) for e in first) else \
-        reader.events(kinds, principal_actor=key)
-    for ev in candidates:
-        if same_actor(who.name, ev.principal):
-            flags.append({"code": "acts_as_agent", "evidence": {"identity": who.name, "principal": ev.principal,
-                                                                "run_id": ev.run_id, "kind": ev.kind,
-                                                                "leaf_index": ev.leaf_index}})
-            break
+    # any principal naming the same actor (same_actor: any one scheme, look-alikes mapped,
+    # case-folded), as the requester rule compares them; identity names are ASCII, so SQL folds the
+    # case of the ASCII principals, and the others are folded once each (_UnicodePrincipals)
+    ev = _first_agent_event(reader, who.name, _UnicodePrincipals(reader))
+    if ev is not None:
+        flags.append({"code": "acts_as_agent", "evidence": {"identity": who.name, "principal": ev.principal,
+                                                            "run_id": ev.run_id, "kind": ev.kind,
+                                                            "leaf_index": ev.leaf_index}})
     return flags
 
 

@@ -296,7 +296,8 @@ class PgReader(Reader):
     def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
                field: tuple[str, str] | None = None, limit: int | None = None,
                principal_actor: str | None = None, ts_from: str | None = None,
-               ts_before: str | None = None, from_leaf: int | None = None, before_leaf: int | None = None) -> list[Event]:
+               ts_before: str | None = None, from_leaf: int | None = None, before_leaf: int | None = None,
+               principal_ascii: bool = False, non_ascii_principal: bool = False) -> list[Event]:
         """As :meth:`Reader.events <sealbox.store.sqlite_queries.Reader.events>`, in PostgreSQL's SQL."""
         where = ["kind = ANY(?)"]
         params: list[Any] = [list(kinds)]
@@ -312,9 +313,11 @@ class PgReader(Reader):
             # or any principal holding a non-ASCII character (more bytes than characters), as SQLite's
             # reader: same_actor folds NFKC forms and drops format characters, which no ASCII fold finds
             where.append("(lower(principal) = lower(?) OR principal ILIKE ? ESCAPE '\\'"
-                         " OR octet_length(principal) <> char_length(principal))")
+                         + (")" if principal_ascii else " OR octet_length(principal) <> char_length(principal))"))
             params += [principal_actor, "%:" + principal_actor.replace("\\", "\\\\").replace("%", "\\%")
                        .replace("_", "\\_")]
+        if non_ascii_principal:
+            where.append("octet_length(principal) <> char_length(principal)")
         if field is not None:
             if not field[0].isidentifier():
                 raise ValueError(f"not a payload field name: {field[0]!r}")

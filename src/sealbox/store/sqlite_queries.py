@@ -607,11 +607,14 @@ class Reader:
     def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
                field: tuple[str, str] | None = None, limit: int | None = None,
                principal_actor: str | None = None, ts_from: str | None = None,
-               ts_before: str | None = None, from_leaf: int | None = None, before_leaf: int | None = None) -> list[Event]:
+               ts_before: str | None = None, from_leaf: int | None = None, before_leaf: int | None = None,
+               principal_ascii: bool = False, non_ascii_principal: bool = False) -> list[Event]:
         """Events of the given kinds, in log order, optionally of one run, one principal, a
         principal that is ``principal_actor`` or ends with ``:`` + ``principal_actor`` (ASCII
         case-insensitive) or holds a non-ASCII character (the candidates for
-        :func:`sealbox.approvals.same_actor`, which folds Unicode forms), or
+        :func:`sealbox.approvals.same_actor`, which folds Unicode forms; with ``principal_ascii``,
+        without the non-ASCII ones), only principals holding a non-ASCII character
+        (``non_ascii_principal``: read once, their keys computed once, by a reader of many names), or
         whose payload field ``field[0]`` equals the string ``field[1]``; with ``ts_from`` (RFC
         3339 text in the store's own form, ``2026-12-03T10:00:00.000000Z``), only events whose
         ``ts`` column is that text or later (compared as text: the store writes every ``ts`` in
@@ -635,9 +638,11 @@ class Reader:
             # NFKC forms and drops format characters (user:ｃａｒｏｌ, carol\u200b), which no ASCII fold
             # finds; same_actor decides
             where.append("(principal = ? COLLATE NOCASE OR principal LIKE ? ESCAPE '\\'"
-                         " OR length(CAST(principal AS BLOB)) <> length(principal))")
+                         + (")" if principal_ascii else " OR length(CAST(principal AS BLOB)) <> length(principal))"))
             params += [principal_actor, "%:" + principal_actor.replace("\\", "\\\\").replace("%", "\\%")
                        .replace("_", "\\_")]
+        if non_ascii_principal:
+            where.append("length(CAST(principal AS BLOB)) <> length(principal)")
         if field is not None:
             if not field[0].isidentifier():
                 raise ValueError(f"not a payload field name: {field[0]!r}")
