@@ -257,7 +257,7 @@ def await_approval(run: Any, request: dict[str, Any]) -> None:
     """
     rec, aid, call_id = run.recorder, request["approval_id"], request["call_id"]
     if rec.approvals == "suspend":
-        run.suspended = True
+        _suspend(run)
         raise ApprovalPending(aid, run.run_id, call_id)
     if getattr(run, "_lease", None) is None:
         # this process waits and will run the call itself: a resume elsewhere meanwhile would claim the
@@ -280,9 +280,24 @@ def await_approval(run: Any, request: dict[str, Any]) -> None:
                     return
                 raise _denial(run, state, outcome, decision)
         if deadline is not None and time.monotonic() >= deadline:
-            run.suspended = True
+            _suspend(run)
             raise ApprovalPending(aid, run.run_id, call_id)
         time.sleep(rec.approval_poll)
+
+
+def _suspend(run: Any) -> None:
+    """The run is suspended (``run.suspended`` is in the log): this process no longer runs it, so it lets
+    go of its resume lease (taken for a blocking wait) and its liveness lease at once, not when a ``with``
+    block is left: a run suspended outside a block (``RunContext.start()``) kept both while its process
+    lived, so ``Recorder.resume`` in another process was refused (``already_resumed``), or recorded
+    without a liveness lease of its own. A suspended run's status depends on no lease."""
+    run.suspended = True
+    release = getattr(run, "_release_lease", None)
+    if release is not None:
+        release()
+    release = getattr(run, "_release_live", None)
+    if release is not None:
+        release()
 
 
 # ----------------------------------------------------------------------------- resume
@@ -299,7 +314,7 @@ class RunLease:
     folder's ``resume.lock`` (POSIX ``lockf``), chosen by the run id. The OS drops it when the
     process exits, however it exits, so another process can tell "resumed and still running"
     from "resumed, then the process died". Held from :func:`resume_run` (or from the first blocking
-    wait for an answer, :func:`await_approval`) until the run ends or its ``with`` block is left;
+    wait for an answer, :func:`await_approval`) until the run ends, is suspended or its ``with`` block is left;
     locks of one process do not exclude each other (threads share them)."""
 
     def __init__(self, fd: int, offset: int, db_key: Any = None) -> None:
