@@ -275,7 +275,14 @@ def _try_lock(store: Any, key: int) -> bool:
 
 
 def _take_pg(store: Any, run_id: str) -> LiveLease | None:
-    key = _pg_key(store.schema, run_id)
+    return take_pg_lock(store, _pg_key(store.schema, run_id))
+
+
+def take_pg_lock(store: Any, key: int) -> LiveLease | None:
+    """A session advisory lock on ``key`` held on this process's watched lease connection to the store's
+    database (None while another process holds it): taken again by the watcher when the server ends the
+    session, released by the lease (refcounted: this process's holds do not exclude each other). Used
+    for liveness leases and for :mod:`sealbox.pause`'s resume leases. Raises what connecting raises."""
     ident = (store.url, key)
     with _mutex:
         _pg_conn(store)  # reopened, with the leases it held, if the server ended its session

@@ -324,7 +324,7 @@ class RunLease:
         if self.held:
             self.held = False
             if self.db_key is not None:
-                _release_db_lease(self.db_key)
+                self.db_key.release()
             try:
                 import fcntl
 
@@ -377,47 +377,28 @@ def take_lease(store: Any, run_id: str) -> RunLease | None:
     return RunLease(fd, offset, db_key)
 
 
-#: this process's run leases held in a PostgreSQL store's database: (url, schema, key) -> (pid, connection)
-_db_leases: dict[tuple[str, str, int], tuple[int, Any]] = {}
-
-
 def _take_db_lease(store: Any, run_id: str) -> Any:
     """On a PostgreSQL store, a folder's ``resume.lock`` excludes only processes using that folder, and
-    every machine that writes keeps its own (docs/storage.md): the lease is also a session advisory lock
-    on a connection of its own, which the server drops when the process (so the connection) goes away.
-    Returns its key, or False while another process holds it; this process's leases do not exclude
-    each other, as ``lockf`` locks do not."""
+    every machine that writes keeps its own (docs/storage.md): the lease is also a session advisory lock,
+    which the server drops when the process (so the connection) goes away. Returns the lock's lease (its
+    ``release``), or False while another process holds it; this process's leases do not exclude each
+    other, as ``lockf`` locks do not.
+
+    The lock is held on the process's watched lease connection (:func:`sealbox.liveness.take_pg_lock`,
+    the one liveness leases use), not on a connection of its own: when the server ends that session
+    (``pg_terminate_backend``, a restart) the watcher reconnects at once and takes the lock again, where
+    a connection of the lease's own lost it silently and another process could resume the run while
+    this one still ran it."""
+    from sealbox import liveness
     from sealbox.errors import StoreError
 
     key = int.from_bytes(hashlib.sha256(f"sealbox-resume:{store.schema}:{run_id}".encode()).digest()[:8], "big",
                          signed=True)
-    ident = (store.url, store.schema, key)
-    with _lease_mutex:
-        held = _db_leases.get(ident)
-        if held is not None and held[0] == os.getpid():
-            return ident
-        try:
-            import psycopg
-
-            conn = psycopg.connect(store.url, autocommit=True, connect_timeout=10, application_name="sealbox-lease")
-            got = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
-        except Exception as exc:
-            raise StoreError(f"{store.path}: cannot take the run's lease in PostgreSQL ({exc})") from None
-        if not got:
-            conn.close()
-            return False
-        _db_leases[ident] = (os.getpid(), conn)
-    return ident
-
-
-def _release_db_lease(ident: Any) -> None:
-    with _lease_mutex:
-        held = _db_leases.pop(ident, None)
-    if held is not None and held[0] == os.getpid():
-        try:
-            held[1].close()  # the session's advisory lock goes with it
-        except Exception:  # pragma: no cover - the server drops it with the connection anyway
-            pass
+    try:
+        lease = liveness.take_pg_lock(store, key)
+    except Exception as exc:
+        raise StoreError(f"{store.path}: cannot take the run's lease in PostgreSQL ({exc})") from None
+    return False if lease is None else lease
 
 
 def resume_run(recorder: Any, run_id: str, tools: dict[tuple[str, str], Callable] | None = None, *,
