@@ -35,6 +35,7 @@ fsync'd by their writer as before, and a checkpoint fsyncs what it copies.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import itertools
 import json
@@ -1035,6 +1036,7 @@ class SqliteStore(SqliteQueries):
                 character); nothing is created.
         """
         folder = Path(path)
+        _lookable(folder)
         if (folder / DB_NAME).exists():
             raise StoreError(_existing_db_message(folder))
         store_id = os.urandom(8).hex()
@@ -1087,6 +1089,7 @@ class SqliteStore(SqliteQueries):
         return cls(path, **kwargs)
 
     def _check_location(self, create: bool) -> None:
+        _lookable(self.path)
         if not self.path.is_dir():
             if self.path.exists():
                 raise NotAStoreError(f"{self.path} is not a Sealbox store (it is a file; give the store's folder)")
@@ -2670,6 +2673,23 @@ def _unrecorded(conn: sqlite3.Connection, applied: dict[int, str] | set[int],
             elif conn.execute("SELECT 1 FROM sqlite_master WHERE type = ? AND name = ?", (kind, name)).fetchone():
                 return mig, f"the store already has {whose} ({kind} {name})"
     return None
+
+
+def _lookable(folder: Path) -> None:
+    """Raise :class:`NotAStoreError` where the OS refuses to look ``folder`` (or its database) up at all:
+    a name too long (ENAMETOOLONG), a loop of links, a lookup the permissions stop; not where it is
+    merely missing, which the caller words itself."""
+    for target in (folder, folder / DB_NAME):
+        try:
+            os.stat(target)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            if exc.errno == errno.EACCES and target != folder:
+                return  # the folder is there; a database this user may not read has its own message
+            raise NotAStoreError(f"cannot use {folder} as a store folder: {exc.strerror}") from None
+        except ValueError as exc:  # an embedded NUL
+            raise NotAStoreError(f"cannot use {folder!r} as a store folder: {exc}") from None
 
 
 def _readonly_connection(folder: Path, db_path: Path) -> sqlite3.Connection:
