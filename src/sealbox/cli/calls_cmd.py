@@ -9,7 +9,7 @@ import click
 from sealbox.cli.common import BadInput, emit_rows, filter_not_empty, format_options, open_for_reading, resolve_id, store_option
 
 _DECISIONS = ("allow", "deny", "require_approval")  # sealbox.query.DECISIONS, without importing it for --help
-_TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "approvers", "outcome", "duration_us", "arguments")
+_TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "approvers", "outcome", "duration", "arguments")
 
 
 @click.command("calls")
@@ -153,7 +153,10 @@ def _display(row: dict) -> dict:
     if uncounted:
         approvers += ("; " if approvers else "") + "not counted: " + ", ".join(
             f"{a['identity']} ({a['decision']}: {a['problem']})" for a in uncounted)
+    from sealbox.cli.runs_cmds import _duration
+
     return {**row, "approvers": approvers, "tool": f"{row['server']}/{row['tool']}", "outcome": _short(outcome, 50),
+            "duration": _duration(row.get("duration_us")),
             "arguments": _short(json.dumps(row["arguments"], ensure_ascii=False), 60)}
 
 
