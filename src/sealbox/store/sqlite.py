@@ -1042,10 +1042,21 @@ class SqliteStore(SqliteQueries):
         store_id = os.urandom(8).hex()
         origin = origin or f"sealbox.local/{store_id}"
         skey, vkey = generate_key(origin)  # NoteError for an origin that is no key name, before anything is written
+        made = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]  # the folders init creates
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreReadOnlyError(f"cannot create {folder}: {exc.strerror}") from exc
+        state: dict[str, Any] = {"files": []}  # what this init created, for _undo_init
+        try:
+            return cls._init_in(folder, origin, store_id, skey, vkey, content, kwargs, state)
+        except BaseException:  # Ctrl-C, SIGTERM, a full disk: no half-made store stays behind
+            _undo_init(folder, state, made)
+            raise
+
+    @classmethod
+    def _init_in(cls, folder: Path, origin: str, store_id: str, skey: str, vkey: str, content: Any,
+                 kwargs: dict, state: dict[str, Any]) -> "SqliteStore":
         _require_writable(folder)
         if os.path.lexists(folder / KEY_NAME):
             raise StoreError(f"{folder} holds a {KEY_NAME} (a signing key) but no {DB_NAME}: init does not "
@@ -1056,9 +1067,13 @@ class SqliteStore(SqliteQueries):
                                  "SQLite would take it for the new store's; move it away, or create the store in "
                                  "another folder")
         _create_private(folder / DB_NAME)
+        # the database is this init's (O_EXCL), and so are its -wal/-shm (refused above) and the checkpoint
+        state["files"] += [DB_NAME, DB_NAME + "-wal", DB_NAME + "-shm", DB_NAME + "-journal", CHECKPOINT_NAME]
         _write_private(folder / KEY_NAME, skey + "\n")
+        state["files"].append(KEY_NAME)
+        state["files"].append(VKEY_NAME)  # fsync_write replaces a file there: init's from its first byte
         fsync_write(folder / VKEY_NAME, (vkey + "\n").encode())
-        store = cls(folder, _create=True, **kwargs)
+        store = state["store"] = cls(folder, _create=True, **kwargs)
         from sealbox.redaction import ContentPolicy
 
         content = content or ContentPolicy()
@@ -2673,6 +2688,21 @@ def _unrecorded(conn: sqlite3.Connection, applied: dict[int, str] | set[int],
             elif conn.execute("SELECT 1 FROM sqlite_master WHERE type = ? AND name = ?", (kind, name)).fetchone():
                 return mig, f"the store already has {whose} ({kind} {name})"
     return None
+
+
+def _undo_init(folder: Path, state: dict[str, Any], made: list[Path]) -> None:
+    """Remove what an init that did not finish created (``state``: the store it opened, the names of the
+    files it created) and the folders it made, if nothing else was put in them meanwhile."""
+    store = state.get("store")
+    if store is not None:
+        with contextlib.suppress(BaseException):
+            store.close()
+    for name in state["files"]:
+        with contextlib.suppress(OSError):
+            os.unlink(folder / name)
+    for path in made:  # deepest first
+        with contextlib.suppress(OSError):
+            path.rmdir()
 
 
 def _lookable(folder: Path) -> None:
