@@ -9,6 +9,7 @@ that ``sealbox --help`` and quick commands answer without importing
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 
 import click
@@ -159,8 +160,8 @@ def _main(argv: list[str] | None) -> None:
     except _NO_ARGS_IS_HELP as exc:  # `sealbox`, `sealbox runs`: the help, as click prints it, not "error: Usage: …"
         click.echo(exc.format_message(), err=True)
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
+    except click.ClickException as exc:  # one line: click 8.2 lists a Choice's values one per line
+        click.echo("error: " + re.sub(r"[ \t]*\n\s*", " ", exc.format_message().strip()), err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
