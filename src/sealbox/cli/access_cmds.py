@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from sealbox.cli.common import (echo_json, emit_rows, format_options, open_for_reading, open_for_writing, store_option,
+from sealbox.cli.common import (echo_json, not_empty, emit_rows, format_options, open_for_reading, open_for_writing, store_option,
                                 visible)
 
 #: The largest credential file read, in bytes.
@@ -26,7 +26,7 @@ EXIT_PENDING = 3
 def _key_options(fn: Any) -> Any:
     fn = click.option("--identity", default=None,
                       help="Only a check: refuse unless the key file is this identity's.")(fn)
-    return click.option("--key-file", required=True, type=click.Path(dir_okay=False),
+    return click.option("--key-file", required=True, callback=not_empty, type=click.Path(dir_okay=False),
                         help="Your identity's private key file (an enabled admin or approver): "
                              "each step recorded is signed with it.")(fn)
 
@@ -89,10 +89,10 @@ def access_group() -> None:
 @click.option("--scope", "scopes", multiple=True, help="Scope (repeatable; recorded, enforced by the provider).")
 @click.option("--expires", metavar="TIME", help="RFC 3339 time, a date, or a duration from now (12h, 30d).")
 @click.option("--provider", help="The provider's name (default: the revocation endpoint's host).")
-@click.option("--credential-file", type=click.Path(dir_okay=False),
+@click.option("--credential-file", callback=not_empty, type=click.Path(dir_okay=False),
               help="JSON file with the provider credential (tokens, client, endpoints).")
 @click.option("--id", "grant_id", help="A grant id to use (default: a new one).")
-@click.option("--key-file", required=True, type=click.Path(dir_okay=False),
+@click.option("--key-file", required=True, callback=not_empty, type=click.Path(dir_okay=False),
               help="Your identity's private key file (an enabled admin): the grant is signed with it.")
 @click.option("--identity", default=None,
               help="Only a check: refuse unless the key file is this identity's (the key names who grants).")

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from sealbox.cli.common import (BadInput, check_key_file, echo_json, emit_rows, format_options, open_for_reading, open_for_writing, resolve_id,
+from sealbox.cli.common import (BadInput, not_empty, check_key_file, echo_json, emit_rows, format_options, open_for_reading, open_for_writing, resolve_id,
                                 store_option, visible)
 
 
@@ -166,7 +166,7 @@ def _answer(decision: str, approval_id: str, reason: str, key_file: str, binding
 def _answer_command(decision: str, help_text: str):
     @click.argument("approval_id")
     @click.option("--reason", required=True, help="Why (recorded and signed).")
-    @click.option("--key-file", required=True, type=click.Path(dir_okay=False), help="Your identity's private key file.")
+    @click.option("--key-file", required=True, callback=not_empty, type=click.Path(dir_okay=False), help="Your identity's private key file.")
     @click.option("--binding", help="The binding you reviewed (from `approvals show`); refused if the request's differs.")
     @click.option("--window", type=float, default=24 * 3600, show_default=True,
                   help="Seconds within which answers from several clients are flagged: 86400 (24 h) to "

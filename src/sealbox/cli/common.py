@@ -24,7 +24,8 @@ class BadInput(click.ClickException):
 def not_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """A click callback: a path given as ``""`` (a quoted, unset shell variable) is a
     :class:`BadInput` naming the option, not the current folder or a puzzling later error."""
-    if isinstance(value, str) and not value.strip():
+    if (isinstance(value, str) and not value.strip()) or (
+            isinstance(value, tuple) and any(isinstance(v, str) and not v.strip() for v in value)):  # multiple=True
         name = param.opts[-1] if isinstance(param, click.Option) else (param.human_readable_name or "").upper()
         raise BadInput(f"{name} is empty: give a path")
     return value

@@ -12,9 +12,11 @@ import tempfile
 
 import click
 
+from sealbox.cli.common import not_empty
+
 
 @click.command("demo")
-@click.option("--dir", "workdir", default=None, type=click.Path(file_okay=False),
+@click.option("--dir", "workdir", default=None, callback=not_empty, type=click.Path(file_okay=False),
               help="Workspace folder (default: a new temporary folder). Must not hold a drill, nor a file "
                    "the drill writes (policy.yaml, fixed.yaml, gateway.yaml, keys/, incident.*): those are "
                    "refused, not overwritten.")

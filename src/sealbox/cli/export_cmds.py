@@ -151,7 +151,7 @@ MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]],
 @click.option("--since", metavar="TIME", help="Runs started at or after this time (RFC 3339, a date, or 30d / 2h ago).")
 @click.option("--until", metavar="TIME", help="Runs started before this time (same forms as --since).")
 @click.option("--agent", callback=filter_not_empty, help="Only runs of this agent.")
-@click.option("--prove-from", "prove_from", multiple=True, type=click.Path(dir_okay=False), metavar="SAVED",
+@click.option("--prove-from", "prove_from", multiple=True, callback=not_empty, type=click.Path(dir_okay=False), metavar="SAVED",
               help="With -o: a checkpoint the recipient saved earlier (`sealbox log checkpoint` output, or its "
                    "--json); the bundle carries an RFC 9162 consistency proof from it, so that `sealbox verify "
                    "FILE --key KEY --checkpoint SAVED` shows the log extends it. Repeatable.")

@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from sealbox.cli.common import not_empty
+
 __all__ = ["gateway_group"]
 
 
@@ -34,7 +36,7 @@ def _sigterm_as_sigint() -> None:
 
 
 @gateway_group.command("serve")
-@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
+@click.option("-c", "--config", "config_path", required=True, callback=not_empty, type=click.Path(dir_okay=False),
               help="The gateway config file (gateway.yaml).")
 @click.option("--http", "http_port", type=click.IntRange(0, 65535), default=None,
               help="Serve streamable HTTP on 127.0.0.1:PORT instead of stdio.")
@@ -103,14 +105,14 @@ def _serve(gateway: Any, http_port: int | None) -> None:
 @click.argument("run_id", metavar="RUN")
 @click.option("-s", "--store", "store_path", envvar="SEALBOX_STORE", default=None, type=click.Path(),
               help="The store's data folder (default: the config's store, else ./.sealbox).")
-@click.option("-c", "--config", "config_path", default=None, type=click.Path(dir_okay=False),
+@click.option("-c", "--config", "config_path", default=None, callback=not_empty, type=click.Path(dir_okay=False),
               help="The gateway config: its store, and its tokens for --http (its upstreams are never started).")
 @click.option("--http", "http_port", type=click.IntRange(0, 65535), default=None,
               help="Serve streamable HTTP on 127.0.0.1:PORT instead of stdio (needs --config).")
 @click.option("--until-calls", type=click.IntRange(1), default=None, metavar="N",
               help="End the replay after N calls (default: when the client disconnects).")
 @click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
-@click.option("--output", "output_path", default=None, type=click.Path(dir_okay=False),
+@click.option("--output", "output_path", default=None, callback=not_empty, type=click.Path(dir_okay=False),
               help="Also write the JSON verdict to this file.")
 def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, http_port: int | None,
                until_calls: int | None, as_json: bool, output_path: str | None) -> None:
@@ -208,7 +210,7 @@ def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, htt
 
 
 @gateway_group.command("check")
-@click.option("-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False),
+@click.option("-c", "--config", "config_path", required=True, callback=not_empty, type=click.Path(dir_okay=False),
               help="The gateway config file (gateway.yaml).")
 def check_cmd(config_path: str) -> None:
     """Validate a gateway config file and what it names (store, policy, upstream commands, token
@@ -294,7 +296,7 @@ def _deep_problems(cfg) -> list[str]:  # noqa: ANN001
 @click.option("-s", "--store", "store_path", envvar="SEALBOX_STORE", default=".sealbox", show_default=True,
               type=click.Path(), help="The store's data folder.")
 @click.option("--reason", required=True, help="Why the new definition is fine (recorded and signed).")
-@click.option("--key-file", required=True, type=click.Path(dir_okay=False),
+@click.option("--key-file", required=True, callback=not_empty, type=click.Path(dir_okay=False),
               help="Your identity's private key file (an enabled approver or admin).")
 @click.option("--identity", default=None,
               help="Only a check: refuse unless the key file is this identity's (the key names who re-approves).")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from sealbox.cli.common import check_key_file, emit_rows, format_options, open_for_reading, open_for_writing, store_option
+from sealbox.cli.common import check_key_file, not_empty, emit_rows, format_options, open_for_reading, open_for_writing, store_option
 
 _ROLES = ("approver", "agent", "auditor", "admin")  # sealbox.identities.ROLES
 
@@ -14,7 +14,7 @@ _ADMIN_HELP = ("Key file of an enabled admin identity, who signs the change (doc
 
 
 def admin_key_option(required: bool, help_text: str = _ADMIN_HELP):  # noqa: ANN201 - a click decorator
-    return click.option("--admin-key", "admin_key", required=required, type=click.Path(dir_okay=False),
+    return click.option("--admin-key", "admin_key", required=required, callback=not_empty, type=click.Path(dir_okay=False),
                         metavar="FILE", help=help_text)
 
 
@@ -37,7 +37,7 @@ def identities_group() -> None:
 @click.option("--role", required=True, type=click.Choice(_ROLES), help="What the identity may do.")
 @click.option("--group", "groups", multiple=True, metavar="G", help="A group it belongs to. Repeatable.")
 @click.option("--shared", is_flag=True, help="Mark it as a shared account (its answers are flagged).")
-@click.option("--key-out", type=click.Path(dir_okay=False), help="Where to write the private key (default ./NAME.key).")
+@click.option("--key-out", callback=not_empty, type=click.Path(dir_okay=False), help="Where to write the private key (default ./NAME.key).")
 @admin_key_option(False)
 @store_option
 def add_cmd(name: str, role: str, groups: tuple[str, ...], shared: bool, key_out: str | None, admin_key: str | None,
@@ -136,7 +136,7 @@ def enable_cmd(name: str, reason: str, admin_key: str, store_path: str) -> None:
 
 @identities_group.command("rotate")
 @click.argument("name")
-@click.option("--key-out", required=True, type=click.Path(dir_okay=False), help="Where to write the new private key.")
+@click.option("--key-out", required=True, callback=not_empty, type=click.Path(dir_okay=False), help="Where to write the new private key.")
 @click.option("--reason", default="", help="Why (recorded).")
 @admin_key_option(True, "Key file of an enabled admin, or the identity's own current key, which signs the change.")
 @compromised_option()

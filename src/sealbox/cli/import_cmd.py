@@ -6,7 +6,7 @@ import os
 
 import click
 
-from sealbox.cli.common import echo_json, open_for_writing, store_option
+from sealbox.cli.common import echo_json, not_empty, open_for_writing, store_option
 
 # sealbox.interop.importers.FORMATS, without importing it for --help
 _FORMATS = ("auto", "tau-bench", "swe-agent", "otlp-json", "jaeger", "langfuse", "openai-agents-runstate")
@@ -16,7 +16,7 @@ PROGRESS_BYTES = 1 << 20
 
 @click.command("import")
 @store_option
-@click.argument("file", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("file", callback=not_empty, type=click.Path(dir_okay=False, path_type=str))
 @click.option("--format", "fmt", type=click.Choice(_FORMATS), default="auto", show_default=True,
               help="The file's format; auto detects it from the structure.")
 @click.option("--progress/--no-progress", "show_progress", default=None,

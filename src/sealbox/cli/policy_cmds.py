@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from sealbox.cli.common import BadInput
+from sealbox.cli.common import BadInput, not_empty
 from sealbox.errors import PolicyLoadError
 from sealbox.yaml_text import written as _written
 
@@ -28,7 +28,7 @@ def _load(path: str) -> Any:
 
 
 @policy_group.command("check")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", callback=not_empty, type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def check_cmd(file: str, as_json: bool) -> None:
     """Validate FILE; print its fingerprint and warn about rules that can never match."""
@@ -236,8 +236,8 @@ def _read_yaml_list(path: str) -> tuple[list[Any], dict[tuple, int]]:
 
 
 @policy_group.command("test")
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.argument("cases", type=click.Path(dir_okay=False))
+@click.argument("file", callback=not_empty, type=click.Path(dir_okay=False))
+@click.argument("cases", callback=not_empty, type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def test_cmd(file: str, cases: str, as_json: bool) -> None:
     """Run table tests: each case in CASES gives a call and the expected effect (and rule)."""
@@ -294,7 +294,7 @@ def _json_option(text: str, option: str) -> Any:
 
 
 @policy_group.command("explain")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", callback=not_empty, type=click.Path(dir_okay=False))
 @click.option("--tool", "-t", required=True,
               help="Upstream tool name; without --server, SERVER/TOOL as listings print a call (db/write_query).")
 @click.option("--args", "args_json", default="{}", show_default=True, help="Arguments, as JSON.")

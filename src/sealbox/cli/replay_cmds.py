@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import click
 
-from sealbox.cli.common import BadInput, echo_json, emit_rows, open_for_reading, open_for_writing, resolve_id, store_option, visible
+from sealbox.cli.common import BadInput, not_empty, echo_json, emit_rows, open_for_reading, open_for_writing, resolve_id, store_option, visible
 
 
 def load_agent(spec: str) -> Callable[[Any], Any]:
@@ -108,11 +108,11 @@ def _check_snapshot_file(store: Any, run_id: str, path: str, data: Any) -> None:
               help="Where tool results come from: the record, or running the tools (needs --side-effects).")
 @click.option("--side-effects", is_flag=True,
               help="Consent to running tools for real with --tools live (refused without it: exit 2).")
-@click.option("--policy", "policy_path", type=click.Path(dir_okay=False),
+@click.option("--policy", "policy_path", callback=not_empty, type=click.Path(dir_okay=False),
               help="The replay run's policy. With --tools live it decides each tool call (required then); with "
                    "tools from the record it decides nothing (the recorded decisions are served): it is only "
                    "named as the replay run's policy and its prices price the model calls (usage cost).")
-@click.option("--snapshot", "snapshot_path", type=click.Path(dir_okay=False),
+@click.option("--snapshot", "snapshot_path", callback=not_empty, type=click.Path(dir_okay=False),
               help="The configuration the agent runs under now (snapshot JSON); default: the recorded one.")
 @click.option("--allow-config-drift", is_flag=True, help="Replay even if the configuration differs from the record.")
 @click.option("--fail-on-knowledge-change", is_flag=True,
@@ -208,7 +208,7 @@ def _print_result(result: Any, render: Callable[[Any], str]) -> None:
 @click.command("whatif")
 @store_option
 @click.argument("run_ids", metavar="[RUN]...", nargs=-1)
-@click.option("--policy", "policy_path", type=click.Path(dir_okay=False),
+@click.option("--policy", "policy_path", callback=not_empty, type=click.Path(dir_okay=False),
               help="Evaluate this policy against every recorded tool call of the runs.")
 @click.option("--since", metavar="TIME", help="All runs started since: RFC 3339, a date, or 30d / 2h ago.")
 @click.option("--snapshot", "snapshot_query", metavar="FIELD=VALUE",

@@ -177,17 +177,17 @@ def _check_key(vkey: str, where: str) -> None:
 @click.option("--trust-bundle-key", "trust_bundle_key", is_flag=True,
               help="Bundles only, instead of --key: accept the key inside the bundle, an integrity check only "
                    "(exit 0 with a WARNING: whoever rewrites a bundle can sign it again with a key of their own).")
-@click.option("--consistency", "proof_path", type=click.Path(dir_okay=False), default=None,
+@click.option("--consistency", "proof_path", callback=not_empty, type=click.Path(dir_okay=False), default=None,
               help="Bundles only: a `sealbox log prove --from-size N` JSON file proving the log grew from the "
                    "bundle's checkpoint to a newer signed one.")
 @click.option("--canonical", is_flag=True,
               help="Stores only (refused for a bundle): also check that every event's hashed bytes are exactly "
                    "RFC 8785 (JCS), with the reference writer (slower).")
-@click.option("--checkpoint", "checkpoint_files", multiple=True, type=click.Path(dir_okay=False),
+@click.option("--checkpoint", "checkpoint_files", multiple=True, callback=not_empty, type=click.Path(dir_okay=False),
               help="A signed checkpoint saved earlier, outside the log (what `sealbox log checkpoint` printed, "
                    "or its --json). Store: the events must reproduce its root. Bundle: the bundle's log must "
                    "extend it (a fork or rollback fails). Repeatable.")
-@click.option("--proof-from-saved", "saved_proof_paths", multiple=True, type=click.Path(dir_okay=False),
+@click.option("--proof-from-saved", "saved_proof_paths", multiple=True, callback=not_empty, type=click.Path(dir_okay=False),
               help="Bundles only, with --checkpoint: a `sealbox log prove --from-size N --to-size M` JSON file, "
                    "N a saved checkpoint's size and M the bundle's checkpoint size, for a bundle exported "
                    "without --prove-from. Untrusted: it must verify against both signed roots. Repeatable.")
