@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import os
 import re
@@ -340,10 +341,27 @@ def _write_key_file(path: Path, skey: str) -> None:
     except OSError as exc:
         raise IdentityError(f"cannot create key file {path}: {exc.strerror}") from exc
     try:
-        os.write(fd, (skey + "\n").encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        try:
+            os.write(fd, (skey + "\n").encode("ascii"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:  # a full disk, Ctrl-C, SIGTERM during the write: no partial key file stays
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
+
+
+def _unlink_unrecorded(store: Any, path: Path, name: str, vkey: str) -> None:
+    """Remove the key file of an add or rotation that stopped part-way, unless its key was recorded
+    (an interrupt after the commit): a recorded key must keep its private key, an unrecorded one none."""
+    try:
+        identity = identity_book(store).get(name)
+        recorded = identity is not None and identity.public_key == vkey
+    except BaseException:
+        recorded = False
+    if not recorded:
+        path.unlink(missing_ok=True)
 
 
 def change_fields(payload: dict[str, Any]) -> dict[str, Any]:
@@ -547,7 +565,7 @@ def add_identity(store: Any, name: str, role: str, groups: Sequence[str] = (), s
     _authorizer(book, {"name": name, "change": "added", "role": role}, admin, None)  # before a key file is written
     path = Path(key_path) if key_path is not None else Path.cwd() / f"{name}.key"
     skey, vkey = generate_key(name)
-    _write_key_file(path, skey)
+    written = False
 
     def check(book: IdentityBook) -> None:
         if book.get(name) is not None:
@@ -557,9 +575,12 @@ def add_identity(store: Any, name: str, role: str, groups: Sequence[str] = (), s
     payload = {"name": name, "change": "added", "role": role, "groups": list(groups), "public_key": vkey,
                "shared": bool(shared)}
     try:
+        _write_key_file(path, skey)
+        written = True
         identity = _record(store, name, admin, check, lambda _book: payload, new_signer=Signer.from_key(skey))
     except BaseException:
-        path.unlink(missing_ok=True)  # the key was never recorded: leave no usable key behind
+        if written:  # the key was never recorded: leave no usable key behind
+            _unlink_unrecorded(store, path, name, vkey)
         raise
     return NewKey(identity, path)
 
@@ -662,13 +683,16 @@ def rotate_key(store: Any, name: str, key_path: str | os.PathLike, reason: str =
     _authorizer(book, {"name": name, "change": "key_changed"}, admin, None)  # before a key file is written
     path = Path(key_path)
     skey, vkey = generate_key(name)
-    _write_key_file(path, skey)
     payload = {"name": name, "change": "key_changed", "public_key": vkey, **({"reason": reason} if reason else {})}
+    written = False
     try:
+        _write_key_file(path, skey)
+        written = True
         identity = _record(store, name, admin, lambda book: _existing(book, name), lambda _book: payload,
                            compromised=parsed)
     except BaseException:
-        path.unlink(missing_ok=True)
+        if written:
+            _unlink_unrecorded(store, path, name, vkey)
         raise
     return NewKey(identity, path)
 
