@@ -535,8 +535,14 @@ class _Check:
                                 bundle_key=None, extends=(), unreadable=True)
         self.version = FORMATS.get(self.members.get("format", b""))
         if self.version is None:
-            self._problem("bundle_format", "the format member is not `sealbox-bundle/2` (nor the older "
-                          "`sealbox-bundle/1`)", "format")
+            newer = re.fullmatch(rb"sealbox-bundle/([1-9][0-9]{0,8})\n", self.members.get("format", b""))
+            if newer and int(newer.group(1)) > max(FORMATS.values()):  # not tampering as far as this Sealbox can tell
+                self._problem("bundle_format", f"the format member is `sealbox-bundle/{int(newer.group(1))}`, written "
+                              "by a newer Sealbox than this one, which reads `sealbox-bundle/2` and the older "
+                              "`sealbox-bundle/1`: verify it with a current Sealbox", "format")
+            else:
+                self._problem("bundle_format", "the format member is not `sealbox-bundle/2` (nor the older "
+                              "`sealbox-bundle/1`)", "format")
         key_source = self._key()
         self._checkpoint()
         self._events()
