@@ -217,9 +217,24 @@ def _event_row(event, verdicts: dict[int, str] | None = None, arguments=None, *,
         detail = f"approval {p.get('approval_id')}: {verdict}"
     elif event.kind == "approval.answered":
         detail = f"{p.get('decision')} by {p.get('identity')} ({verdict})"
+    elif event.kind == "anomaly":
+        detail = _anomaly_text(p)
     return {"run_seq": event.run_seq, "step": event.step, "ts": event.ts, "kind": event.kind,
             "principal": event.principal, "tool": tool, "decision": decision, "duration_us": duration_us,
             "duration": _duration(duration_us), "detail": detail, "leaf_index": event.leaf_index, "payload": p}
+
+
+def _anomaly_text(payload: dict) -> str:
+    """``what: message (where, …)`` of an anomaly event (an imported source's oddity, ...)."""
+    text = str(payload.get("what", ""))
+    info = payload.get("detail")
+    if isinstance(info, dict):
+        if isinstance(info.get("message"), str):
+            text += f": {info['message']}"
+        where = info.get("where")
+        if isinstance(where, list) and where:
+            text += f" ({', '.join(map(str, where[:3]))}{', …' if len(where) > 3 else ''})"
+    return text
 
 
 def _ended_error(payload: dict) -> str:
