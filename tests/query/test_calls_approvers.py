@@ -229,3 +229,22 @@ def test_match_on_approvers_and_flags_finds_the_calls_they_approved(store, alice
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert [r["run_id"] for r in json.loads(proc.stdout)] == [first_run]
+
+
+def test_runs_show_flags_an_answer_by_a_shared_account(store, alice, tmp_path):
+    # Regression (found walking the README as a new user): `runs show` printed "approve by ops-oncall
+    # (counts)" for an answer from a shared account, while `calls` and `approvals show` flagged it
+    ops = add_identity(store, "ops-oncall", "approver", ["ops"], shared=True, key_path=tmp_path / "ops.key",
+                       admin_key=admin_key(store, tmp_path)).key_path
+    run_id, aid, _ = held_call(store)
+    answer(store, aid, "approve", "checked", alice, client={"hostname": "laptop", "os_user": "alice"})
+    answer(store, aid, "approve", "checked too", ops, client={"hostname": "noc", "os_user": "oncall"})
+    store.close()
+    base = [str(SEALBOX), "runs", "show", run_id, "-s", str(tmp_path / "store")]
+    proc = subprocess.run([*base, "--json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["detail"] for r in json.loads(proc.stdout)["events"] if r["kind"] == "approval.answered"] == [
+        "approve by alice (counts)", "approve by ops-oncall (counts ⚑ shared_identity)"]
+    table = subprocess.run(base, capture_output=True, text=True, env={**os.environ, "COLUMNS": "250"})
+    assert table.returncode == 0, table.stderr
+    assert "approve by ops-oncall (counts ⚑ shared_identity)" in table.stdout

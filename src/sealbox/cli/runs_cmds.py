@@ -146,7 +146,8 @@ def _family(run_id: str, run: dict | None) -> list[str]:
 
 def _approval_verdicts(store, events: list) -> dict[int, str]:
     """leaf -> what the approval rules say of each approval event of the run (sealbox.approvals.evaluate,
-    the store's identities read once): a request's status, an answer's ``counts`` / ``does not count: …``."""
+    the store's identities read once): a request's status, an answer's ``counts`` (with its flags) / ``does not
+    count: …``."""
     from sealbox.approvals import _RELATED, evaluate
     from sealbox.identities import identity_book
 
@@ -159,9 +160,17 @@ def _approval_verdicts(store, events: list) -> dict[int, str]:
     for req in requests:
         state = evaluate(req, related, book)
         out[req.leaf_index] = state.status + (f" ({state.malformed})" if state.malformed else "")
-        out.update((a.leaf_index, "counts" if a.problem is None else f"does not count: {a.problem}")
-                   for a in state.answers)
+        out.update((a.leaf_index, _answer_verdict(a)) for a in state.answers)
     return out
+
+
+def _answer_verdict(answer) -> str:
+    """``counts``, with the answer's flags as `sealbox calls` marks them (``counts ⚑ shared_identity``), or
+    ``does not count: PROBLEM`` (an uncounted answer's flags are not shown: it approved nothing)."""
+    if answer.problem is not None:
+        return f"does not count: {answer.problem}"
+    codes = sorted({f.get("code") for f in answer.flags if isinstance(f, dict) and isinstance(f.get("code"), str)})
+    return "counts" + (" ⚑ " + ", ".join(codes) if codes else "")
 
 
 def _resolved(store, value):
