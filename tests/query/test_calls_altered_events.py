@@ -262,3 +262,42 @@ def test_calls_flag_a_call_whose_decision_or_result_call_id_column_was_changed(s
     assert rows == {"kept": ("allow", "ok", []), "dec": (None, "ok", ["altered"]),
                     "res": ("allow", "unknown", ["altered"])}
     assert res.stderr.startswith("warning: 2 call(s) listed hold an event changed below Sealbox")
+
+
+def test_a_decision_filter_keeps_a_call_whose_decision_call_id_column_was_changed(store):
+    """The call_id column of a call's policy.decision rewritten below Sealbox (its bytes intact): the
+    unfiltered listing showed the call flagged altered, but `sealbox calls --decision allow` filtered on
+    the decision joined in SQL, which no longer joins, and dropped the call (no flag, no warning, exit 0).
+    A call listed without a decision now passes a --decision filter when a decision of its run whose hashed
+    bytes name it has that effect: listed, flagged altered; one whose bytes say another effect does not."""
+    rec = sealbox.Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="bot") as run:
+        run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "row-1", call_id="kept")
+        run.call_tool("db", "write_query", {"sql": "DELETE FROM users"}, lambda sql: "gone", call_id="dec")
+        run_id = run.run_id
+    leaf = {(e.kind, e.payload.get("call_id")): e.leaf_index for e in store.read_run(run_id)}
+    _set_column_below_sealbox(store, leaf["policy.decision", "dec"], "call_id", "elsewhere")
+
+    def listed(**filters):
+        return [(r["call_id"], r["decision"], r["flags"])
+                for r in store.query_calls(check_altered=True, **filters)]
+
+    assert listed(decision="allow") == [("kept", "allow", []), ("dec", None, ["altered"])]
+    assert listed(decision="allow", limit=1) == [("dec", None, ["altered"])]
+    assert listed(decision="allow", tool="write_query") == [("dec", None, ["altered"])]
+    assert listed(decision="deny") == []
+    assert listed(decision="require_approval") == []
+    # without check_altered no row is flagged, and the filter stays the SQL one
+    assert [r["call_id"] for r in store.query_calls(decision="allow")] == ["kept"]
+    path = store.path
+    store.close()
+
+    res = subprocess.run([SEALBOX, "calls", "--json", "--decision", "allow", "-s", path], capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr
+    assert [(r["call_id"], r["decision"], r["flags"]) for r in json.loads(res.stdout)] == [
+        ("kept", "allow", []), ("dec", None, ["altered"])]
+    assert res.stderr.startswith("warning: 1 call(s) listed hold an event changed below Sealbox")
+    res = subprocess.run([SEALBOX, "calls", "--json", "--decision", "deny", "-s", path], capture_output=True,
+                         text=True)
+    assert res.returncode == 0 and json.loads(res.stdout) == [] and res.stderr == ""

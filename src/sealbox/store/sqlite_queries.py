@@ -233,6 +233,10 @@ class SqliteQueries:
                                                    error=error, match=match, replays=replays,
                                                    template=self._calls_sql, check_altered=check_altered)
         call_rows = _checked_call_rows if check_altered else _call_rows
+        # with check_altered, a --decision filter also lets through calls listed without a decision (the SQL's
+        # "OR d.leaf_index IS NULL"): kept when a decision of their run names them by its hashed bytes with
+        # that effect (its call_id / kind column rewritten below Sealbox), flagged altered (_detached_passes)
+        undecided = self._detached_filter(decision) if check_altered and decision is not None else None
         _refuse_hidden_matches(matches, getattr(getattr(self, "content", None), "mode", None))
         with_result = any(m.root == "result" for m in matches)
         # approvers and flags are only known once the run's approval events were evaluated
@@ -241,7 +245,7 @@ class SqliteQueries:
         check = bool(globs or matches or late)
         rows: list[dict[str, Any]] = []
         cursor = self._conn().execute(sql, params)
-        if not check:  # every candidate is a row: build them without a call per field
+        if not check and undecided is None:  # every candidate is a row: build them without a call per field
             try:  # fetchmany takes a C int: a larger limit reads every row (fewer than the limit), then cuts
                 rows = call_rows(cursor if limit is None or limit > _FETCHMANY_MAX else cursor.fetchmany(limit),
                                  self._resolve_quietly)
@@ -254,6 +258,25 @@ class SqliteQueries:
             if check_altered:
                 self._flag_detached(rows)
             return rows
+        if not check:  # only undecided candidates to confirm: rows built in batches, those confirmed before the limit
+            try:
+                while limit is None or len(rows) < limit:
+                    # no more than the limit still wants: a call without a decision is rare, so the
+                    # first batch is nearly always the last (a larger one read rows cut afterwards)
+                    batch = cursor.fetchmany(_UNDECIDED_BATCH if limit is None else min(limit - len(rows),
+                                                                                         _UNDECIDED_BATCH))
+                    if not batch:
+                        break
+                    rows += [row for row in call_rows(batch, self._resolve_quietly)
+                             if row["decision"] is not None or undecided(row)]
+            finally:
+                cursor.close()
+            if limit is not None:
+                del rows[limit:]
+            rows.reverse()
+            self._attach_approvals(rows)
+            self._flag_detached(rows)
+            return rows
         pending: list[dict[str, Any]] = []  # candidates waiting for their approvers (late matches)
         try:
             for rec in cursor:
@@ -261,6 +284,8 @@ class SqliteQueries:
                 if with_result:
                     row["result"] = self._content(rec[-1])
                 if not (all(_glob_ok(row, c, p) for c, p in globs) and all(m.test(row) for m in matches)):
+                    continue
+                if undecided is not None and row["decision"] is None and not undecided(row):
                     continue
                 row.pop("result", None)
                 if late:
@@ -285,6 +310,35 @@ class SqliteQueries:
         if check_altered:
             self._flag_detached(rows)
         return rows
+
+    def _detached_filter(self, decision: str) -> Any:
+        """For ``query_calls(decision=..., check_altered=True)``: a test of a candidate call listed without a
+        decision (let through by the SQL), true when a ``policy.decision`` of its run names it by its hashed
+        bytes with the effect ``decision``: that event's ``call_id`` (or ``kind``) column was rewritten below
+        Sealbox, so the call is listed as the unfiltered listing shows it (no decision) and flagged
+        :data:`sealbox.query.ALTERED_FLAG`. A run holding a damaged decision (what it said cannot be known)
+        passes every decision filter, flagged. Such candidates are few (a call still running or whose process
+        died: the recorder and the gateway commit a call with its decision), one indexed lookup each."""
+        from sealbox.errors import SealboxError
+        from sealbox.query import ALTERED_FLAG
+
+        reader = self._reader_class(self._conn())
+
+        def passes(row: dict[str, Any]) -> bool:
+            if not isinstance(row["call_id"], str):
+                return False
+            try:
+                found = [e.payload.get("effect") for e in
+                         reader.events(["policy.decision"], run_id=row["run_id"], field=("call_id", row["call_id"]))]
+            except (SealboxError, ValueError):  # a damaged event of the run: what it said cannot be known
+                found = [decision]
+            if decision not in found:
+                return False
+            if ALTERED_FLAG not in row["flags"]:
+                row["flags"].append(ALTERED_FLAG)
+            return True
+
+        return passes
 
     def _flag_detached(self, rows: list[dict[str, Any]]) -> None:
         """Flag :data:`sealbox.query.ALTERED_FLAG` on a call listed without a decision, or allowed without a
@@ -823,8 +877,11 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
     for col, pattern in (("tool", tool), ("server", server)):
         if pattern is not None:
             globs += _glob_terms(col, pattern, where, params)
+    # with check_altered, a call without a decision is a candidate too (query_calls confirms it by the bytes of
+    # its run's decisions): a decision whose call_id column was rewritten no longer joins
+    effect = "(d.effect = ? OR d.leaf_index IS NULL)" if check_altered else "d.effect = ?"
     for sql, value in (("c.run_id = ?", run_id), ("r.agent = ?", agent), ("c.principal = ?", principal),
-                       ("d.effect = ?", decision)):
+                       (effect, decision)):
         if value is not None:
             where.append(sql)
             params.append(value)
@@ -861,6 +918,8 @@ def _refuse_hidden_matches(matches: list, mode: str | None) -> None:
             raise ConfigError(f"match: {m.text!r} cannot be searched in this store: its content mode is hashes-only, "
                               f"which keeps the calls' {what} only as markers (docs/content-modes.md); match on "
                               "the tool, server, decision or error.type instead")
+#: Candidates read at a time by a decision filter that confirms calls listed without a decision.
+_UNDECIDED_BATCH = 512
 #: Candidates whose approvals are evaluated together when a match reads them.
 _LATE_BATCH = 256
 
