@@ -771,18 +771,30 @@ _AGENT_KINDS = ["run.started", "tool.call"]
 
 class _UnicodePrincipals:
     """The first ``run.started`` / ``tool.call`` of every :func:`actor_key` among the principals holding
-    a non-ASCII character (those no SQL fold can match to an ASCII identity name): read once, each
-    distinct principal folded once."""
+    a non-ASCII character (those no SQL fold can match to an ASCII identity name): the store returns
+    each distinct such principal once with its first event's leaf index
+    (``Reader.non_ascii_principals``), each is folded once, and only the event of a key asked for
+    is read (``Reader.event_at``). Reading every such event (as many as those principals' calls),
+    twice per :func:`answer`, took ~113 ms at 300 principals and ~380 ms at 1,000."""
 
     def __init__(self, reader: Any) -> None:
-        self.first: dict[str, Any] = {}
-        keys: dict[str, str] = {}
-        for ev in reader.events(_AGENT_KINDS, non_ascii_principal=True):
-            if isinstance(ev.principal, str):
-                key = keys.get(ev.principal)
-                if key is None:
-                    key = keys[ev.principal] = actor_key(ev.principal)
-                self.first.setdefault(key, ev)  # log order: the first one stays
+        self.reader = reader
+        self._leaf: dict[str, int] = {}
+        self._events: dict[str, Any] = {}
+        for principal, leaf in reader.non_ascii_principals(_AGENT_KINDS):
+            if isinstance(principal, str):
+                key = actor_key(principal)
+                if leaf < self._leaf.get(key, _END):  # log order: the first one stays
+                    self._leaf[key] = leaf
+
+    def first(self, key: str) -> Any:
+        """The first event whose principal's :func:`actor_key` is ``key``, or None."""
+        leaf = self._leaf.get(key)
+        if leaf is None:
+            return None
+        if key not in self._events:
+            self._events[key] = self.reader.event_at(leaf)
+        return self._events[key]
 
 
 def _first_agent_event(reader: Any, name: str, unicode: _UnicodePrincipals) -> Any:
@@ -795,7 +807,7 @@ def _first_agent_event(reader: Any, name: str, unicode: _UnicodePrincipals) -> A
     candidates = first if len(first) < 16 or any(same_actor(name, e.principal) for e in first) else \
         reader.events(_AGENT_KINDS, principal_actor=key, principal_ascii=True)
     found = [e for e in (next((e for e in candidates if same_actor(name, e.principal)), None),
-                         unicode.first.get(key)) if e is not None]
+                         unicode.first(key)) if e is not None]
     return min(found, key=lambda e: e.leaf_index) if found else None
 
 

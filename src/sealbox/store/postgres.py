@@ -348,6 +348,18 @@ class PgReader(Reader):
         return [event_from_row(*r) for r in rows]
 
 
+    def non_ascii_principals(self, kinds: Sequence[str]) -> list[tuple[Any, int]]:
+        """As :meth:`Reader.non_ascii_principals <sealbox.store.sqlite_queries.Reader.non_ascii_principals>`."""
+        return [(r[0], r[1]) for r in self.conn.execute(
+            "SELECT principal, min(leaf_index) FROM events WHERE kind = ANY(?)"
+            " AND octet_length(principal) <> char_length(principal) GROUP BY principal", [list(kinds)]).fetchall()]
+
+    def event_at(self, leaf_index: int) -> Event | None:
+        """As :meth:`Reader.event_at <sealbox.store.sqlite_queries.Reader.event_at>`."""
+        row = self.conn.execute(f"SELECT {_EVENT_COLS} FROM events WHERE leaf_index = ?", (int(leaf_index),)).fetchone()
+        return None if row is None else event_from_row(*row)
+
+
 class _PgStoreReader(PgReader):
     """:meth:`PostgresStore.reader`: each query runs on the connection of the thread making it (the
     one of the thread that made the reader is closed once that thread has ended)."""

@@ -719,6 +719,22 @@ class Reader:
             sql += f" LIMIT {int(limit)}"
         return [event_from_row(*r) for r in self.conn.execute(sql, params).fetchall()]
 
+    def non_ascii_principals(self, kinds: Sequence[str]) -> list[tuple[Any, int]]:
+        """``(principal, leaf index of its first event)`` of each distinct principal holding a non-ASCII
+        character among the events of ``kinds``: one row per principal, however many events it has
+        (what :func:`sealbox.approvals.actor_key` must fold to find look-alikes of an identity; SQL
+        cannot). No event is parsed; :meth:`event_at` reads the one wanted."""
+        return [(r[0], r[1]) for r in self.conn.execute(
+            f"SELECT principal, min(leaf_index) FROM events WHERE kind IN ({', '.join('?' * len(kinds))})"
+            " AND length(CAST(principal AS BLOB)) <> length(principal) GROUP BY principal",
+            list(kinds)).fetchall()]
+
+    @_json_guarded
+    def event_at(self, leaf_index: int) -> Event | None:
+        """The event at ``leaf_index``, or None when there is none."""
+        row = self.conn.execute(f"SELECT {_EVENT_COLS} FROM events WHERE leaf_index = ?", (int(leaf_index),)).fetchone()
+        return None if row is None else event_from_row(*row)
+
     def size(self) -> int:
         """Number of events in the log (the leaf index the next event will get)."""
         row = self.conn.execute("SELECT max(leaf_index) FROM events").fetchone()
