@@ -301,3 +301,27 @@ def test_a_decision_filter_keeps_a_call_whose_decision_call_id_column_was_change
     res = subprocess.run([SEALBOX, "calls", "--json", "--decision", "deny", "-s", path], capture_output=True,
                          text=True)
     assert res.returncode == 0 and json.loads(res.stdout) == [] and res.stderr == ""
+
+
+def test_the_inline_check_and_the_general_one_flag_the_same_records(tmp_path):
+    """_checked_call_rows checks the usual records (every event's bytes a bytes object) in one inline pass
+    (each event hashed and parsed once), others through event_altered / _columns_disagree: both flag
+    exactly the records one of whose query columns, bytes or stored hashes disagree, and no other."""
+    from sealbox.store import sqlite_queries as q
+
+    store = sealbox.init_store(tmp_path / "store")
+    rec = sealbox.Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="bot", principal="user:ann") as run:
+        run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "row-1", call_id="c1")
+    sql, params, _, _ = q._calls_query(check_altered=True)
+    (base,) = [tuple(r) for r in store._conn().execute(sql, params)]
+    store.close()
+    changes = {0: "2000-01-01T00:00:00.000000Z", 1: "other-run", 3: "user:bob", 4: 7, 5: "c2", 6: "fs", 7: "write_query",
+               9: "deny", 10: "some-rule", 11: "some_code", 12: 0, 14: 12345,
+               15: base[15].replace(b"SELECT 1", b"SELECT 2"), 16: b"\x00" * 32, 18: b"\x01" * 32,
+               19: base[19][:-1], 20: b"\x02" * 32}
+    records = [base] + [base[:i] + (v,) + base[i + 1:] for i, v in changes.items()]
+    as_views = [r[:15] + tuple(memoryview(v) if isinstance(v, bytes) else v for v in r[15:21]) + r[21:] for r in records]
+    inline = [row["flags"] for row in q._checked_call_rows(records, lambda v: v)]
+    general = [row["flags"] for row in q._checked_call_rows(as_views, lambda v: v)]
+    assert inline == general == [[]] + [["altered"]] * len(changes)

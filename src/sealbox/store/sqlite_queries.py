@@ -211,8 +211,9 @@ class SqliteQueries:
                 no longer hashes to its stored leaf hash (changed below Sealbox;
                 :func:`sealbox.query.event_altered`) the flag :data:`sealbox.query.ALTERED_FLAG`
                 (``"altered"``) in its ``flags``, as ``sealbox calls`` does. Off by default: it costs a
-                fetch of those columns and one SHA-256 per event (on SQLite about 1.3x to 1.8x the
-                listing's time without it), and without it the query reads none of those columns and
+                fetch of those columns, one SHA-256 and one JSON parse per event (on SQLite about 1.5x to
+                1.8x the listing's time for one tool's calls, about 2x for every call: docs/recording.md,
+                measured 2026-12-05), and without it the query reads none of those columns and
                 no row is flagged ``altered``. It is not verification either way: ``sealbox verify``
                 (:func:`sealbox.verify.verify_store`) is the full check, and also finds a change
                 that rewrote the stored hash too.
