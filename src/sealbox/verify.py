@@ -439,13 +439,23 @@ class EventVerifier:
         """
         return self._check_rows([(leaf_index, raw, stored_hash, columns)], [leaf], contiguous, chain)
 
-    def _check_rows(self, rows: list[tuple], leaves: list[bytes], contiguous: bool, chain: bool) -> dict | None:
+    def try_event(self, leaf_index: int, raw: bytes, leaf: bytes, *, contiguous: bool = False) -> dict | None:
+        """The fast path of :meth:`check_event` alone, the run chain checked unless the event is the
+        system run's (an export bundle's events): the envelope when every check passes (with the
+        same effects as :meth:`check_event`), else None and nothing changed, for the caller to run
+        its full checks."""
+        return self._check_rows([(leaf_index, raw, None, None)], [leaf], contiguous, None, full=False)
+
+    def _check_rows(self, rows: list[tuple], leaves: list[bytes], contiguous: bool, chain: bool | None,
+                    full: bool = True) -> dict | None:
         """:meth:`_check_event` for each ``(leaf_index, raw, stored_hash, columns)`` row and its
         leaf hash; returns the last row's envelope.
 
         Each row first takes the fast path: it accepts an event only when every check
         of :meth:`_check_event` passes, and then has the same effects. Otherwise the
-        row goes through :meth:`_check_event`, which reports what is wrong.
+        row goes through :meth:`_check_event`, which reports what is wrong (``full``; else
+        None is returned, nothing changed). ``chain`` None: each row's run chain is checked
+        unless it is the system run's.
         """
         heads, refs_out, kept = self.heads, self.refs, self.envelopes_by_kind
         next_index, last_ts = self._next_index, self._last_ts
@@ -488,7 +498,8 @@ class EventVerifier:
                     ):
                         break
                     last_ts = ts  # it matched the pattern (events appended together share their ts)
-                    if chain:
+                    chained = chain if chain is not None else run_id != SYSTEM_RUN_ID
+                    if chained:
                         head = heads.get(run_id)
                         if head is None:
                             if prev is not None or run_seq != 1 or kind != "run.started":
@@ -536,7 +547,7 @@ class EventVerifier:
                                 refs_out.update(_blobs.blob_refs(payload[name]))
                     # every check passed: the full checks' effects
                     next_index = leaf_index + 1
-                    if chain:
+                    if chained:
                         heads[run_id] = (run_seq, "sha256:" + leaf.hex(), kind)
                     if kind in kept_kinds:
                         kept.setdefault(kind, []).append((leaf_index, found))
@@ -545,6 +556,8 @@ class EventVerifier:
                     env = found
                     break
                 if env is None:
+                    if not full:
+                        break
                     self._next_index, self._last_ts = next_index, last_ts
                     env = self._check_event(leaf_index, raw, leaf, stored_hash, columns, contiguous, chain)
                     next_index = self._next_index
@@ -937,13 +950,15 @@ _REF_MATCH = re.compile(r"sha256:[0-9a-f]{64}\Z").match
 
 
 def check_blobs(rows: Iterable[tuple[str, bytes | None, bytes | None]], refs: set[str],
-                erased: set[str]) -> tuple[list[Problem], int]:
+                erased: set[str], refs_of: dict[str, list[str]] | None = None) -> tuple[list[Problem], int]:
     """Check every blob against its commitment and that every referenced blob exists.
 
     Args:
         rows: (ref, salt, content); salt and content None when erased.
         refs: commitments referenced by events.
         erased: commitments named by ``content.erased`` events.
+        refs_of: filled with the commitments each blob that matches its commitment and is JSON
+            references (:func:`sealbox.blobs.blob_refs` of its content), by its ref.
     """
     problems: list[Problem] = []
     present: set[str] = set()
@@ -971,7 +986,10 @@ def check_blobs(rows: Iterable[tuple[str, bytes | None, bytes | None]], refs: se
             ))
             continue
         try:
-            pending.update(_blobs.blob_refs(json.loads(content)))
+            found = _blobs.blob_refs(json.loads(content))
+            pending.update(found)
+            if refs_of is not None:
+                refs_of[ref] = found
         except ValueError:
             problems.append(Problem("blob_malformed", f"blob {ref} is not canonical JSON"))
     for ref in sorted(pending - present - erased):
