@@ -330,12 +330,14 @@ def archive_extent(f: BinaryIO, size: int) -> tuple[int, bool]:
     central directory record), found by walking the local headers, then the central directory and end
     record after them, or else by scanning back from the end for the record; more bytes after it are
     not part of the archive. Otherwise ``n`` covers every header the readers could reach, so that what
-    they and :func:`unreadable_reason` say of a prefix of that length is what they would say of the file."""
+    they and :func:`unreadable_reason` say of a prefix of that length is what they would say of the file.
+    Each walk stops after :data:`MAX_MEMBERS` + 1 headers (the readers stop there too): a file of millions
+    of tiny headers is not walked to its end."""
     def at(pos: int, n: int) -> bytes:
         f.seek(pos)
         return f.read(n)
 
-    pos, stop = 0, None
+    pos, stop, count = 0, None, 0
     while True:
         head = at(pos, _LOCAL.size)
         if len(head) < _LOCAL.size or head[:4] != struct.pack("<I", _LOCAL_SIG):
@@ -345,11 +347,17 @@ def archive_extent(f: BinaryIO, size: int) -> tuple[int, bool]:
         if nxt > size:  # runs past the end: nothing after this header can be reached by walking
             stop = pos + _LOCAL.size + fl[9] + fl[10]
             break
-        pos = nxt
+        pos, count = nxt, count + 1
+        if count > MAX_MEMBERS:  # more members than a bundle holds: the readers stop here (TOO_MANY_MEMBERS)
+            stop = pos
+            break
     if stop is None:
+        count = 0
         while (head := at(pos, _CENTRAL.size))[:4] == struct.pack("<I", _CENTRAL_SIG) and len(head) == _CENTRAL.size:
             fc = _CENTRAL.unpack(head)
-            pos += _CENTRAL.size + fc[10] + fc[11] + fc[12]
+            pos, count = pos + _CENTRAL.size + fc[10] + fc[11] + fc[12], count + 1
+            if count > MAX_MEMBERS:  # an end record counts at most MAX_MEMBERS entries
+                break
         head = at(pos, _END.size)
         if len(head) == _END.size and head[:4] == struct.pack("<I", _END_SIG):
             return min(size, pos + _END.size + _END.unpack(head)[7]), True

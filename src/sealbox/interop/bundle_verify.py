@@ -49,6 +49,7 @@ from sealbox.interop.bundle import (
     EXPORT_EXTENSION,
     FORMAT_TEXT,
     FORMATS,
+    MAX_MEMBERS,
     MEMBERS,
     PROOFS,
     BundleFormatError,
@@ -393,10 +394,11 @@ def _read(path: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[bytes, int]:
                                         "`format`)")
             n, exact = archive_extent(f, size)
             if n > max_bytes:
-                largest = _largest_member(f, n)
+                largest, many = _largest_member(f, n)
                 raise BundleFormatError(
                     f"{path}: its ZIP headers describe an archive of {n} bytes"
-                    + (f" (member {largest[0]!r}: {largest[1]} bytes)" if largest else "")
+                    + (f" in more than {MAX_MEMBERS} members (a bundle, a ZIP archive without ZIP64, holds at most "
+                       f"{MAX_MEMBERS})" if many else f" (member {largest[0]!r}: {largest[1]} bytes)" if largest else "")
                     + f", more than the {max_bytes} bytes `sealbox verify` checks (it holds a bundle in memory; "
                     "give --max-bundle-bytes to allow more): not checked")
             f.seek(0)
@@ -415,11 +417,16 @@ def file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _largest_member(f: Any, size: int) -> tuple[str, int] | None:
+def _largest_member(f: Any, size: int) -> tuple[tuple[str, int] | None, bool]:
     """(name, size) of the largest member the local headers of ``f`` describe within ``size`` bytes
-    (seeking past member data), or None when there is no local header."""
-    best, pos = None, 0
+    (seeking past member data), or None when there is no local header; and whether there are more
+    than :data:`MAX_MEMBERS` (the walk stops there: no bundle holds more)."""
+    best, pos, count = None, 0, 0
     while pos + _LOCAL_HEADER.size <= size:
+        if count == MAX_MEMBERS:
+            f.seek(pos)
+            return best, f.read(4) == b"PK\x03\x04"
+        count += 1
         f.seek(pos)
         head = f.read(_LOCAL_HEADER.size)
         if len(head) < _LOCAL_HEADER.size or head[:4] != b"PK\x03\x04":
@@ -429,7 +436,7 @@ def _largest_member(f: Any, size: int) -> tuple[str, int] | None:
         if best is None or fl[7] > best[1]:
             best = (name, fl[7])
         pos += _LOCAL_HEADER.size + fl[9] + fl[10] + fl[7]
-    return best
+    return best, False
 
 
 def _lines(member: str, data: bytes, problems: list[Problem]) -> list[bytes]:
