@@ -439,15 +439,18 @@ class EventVerifier:
         """
         return self._check_rows([(leaf_index, raw, stored_hash, columns)], [leaf], contiguous, chain)
 
-    def try_event(self, leaf_index: int, raw: bytes, leaf: bytes, *, contiguous: bool = False) -> dict | None:
-        """The fast path of :meth:`check_event` alone, the run chain checked unless the event is the
-        system run's (an export bundle's events): the envelope when every check passes (with the
-        same effects as :meth:`check_event`), else None and nothing changed, for the caller to run
-        its full checks."""
-        return self._check_rows([(leaf_index, raw, None, None)], [leaf], contiguous, None, full=False)
+    def try_events(self, rows: list[tuple], leaves: list[bytes], *, contiguous: bool = False) -> list[dict]:
+        """The fast path of :meth:`check_event` alone on ``(leaf_index, raw, None, None)`` rows and their leaf
+        hashes, the run chain checked unless the event is the system run's (an export bundle's events): the
+        envelopes of the rows, in order, up to the first one that does not pass every check (each with the
+        same effects as :meth:`check_event`); that row and those after it are left unchecked and change
+        nothing, for the caller to run its full checks on it."""
+        out: list[dict] = []
+        self._check_rows(rows, leaves, contiguous, None, full=False, out=out)
+        return out
 
     def _check_rows(self, rows: list[tuple], leaves: list[bytes], contiguous: bool, chain: bool | None,
-                    full: bool = True) -> dict | None:
+                    full: bool = True, out: list | None = None) -> dict | None:
         """:meth:`_check_event` for each ``(leaf_index, raw, stored_hash, columns)`` row and its
         leaf hash; returns the last row's envelope.
 
@@ -455,7 +458,7 @@ class EventVerifier:
         of :meth:`_check_event` passes, and then has the same effects. Otherwise the
         row goes through :meth:`_check_event`, which reports what is wrong (``full``; else
         None is returned, nothing changed). ``chain`` None: each row's run chain is checked
-        unless it is the system run's.
+        unless it is the system run's. ``out``: each envelope that passed the fast path is appended.
         """
         heads, refs_out, kept = self.heads, self.refs, self.envelopes_by_kind
         next_index, last_ts = self._next_index, self._last_ts
@@ -553,6 +556,8 @@ class EventVerifier:
                         kept.setdefault(kind, []).append((leaf_index, found))
                     if kind in watched:
                         on_event(leaf_index, found)
+                    if out is not None:
+                        out.append(found)
                     env = found
                     break
                 if env is None:
