@@ -34,7 +34,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Sequence
 
 from sealbox import blobs as _blobs
 from sealbox.canonical import canonical_bytes
@@ -168,15 +168,20 @@ def proof_line(size1: int, proof: Sequence[bytes]) -> bytes:
     return canonical_bytes({"proof": [_b64(h) for h in proof], "size1": size1}) + b"\n"
 
 
-def export_digest(members: Sequence[tuple[str, bytes]]) -> bytes:
+def _hexdigest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def export_digest(members: Sequence[tuple[str, bytes]], hexdigest: Callable[[bytes], str] = _hexdigest) -> bytes:
     """The export digest over the content members (name, bytes), in :data:`DIGESTED` order.
 
     SHA-256 of the text made of one line per member, ``<lowercase hex SHA-256 of its
     bytes>``, two spaces, its name, ``\n`` -- exactly what ``sha256sum format log.vkey
     events.jsonl blobs.jsonl snapshots.jsonl | sha256sum`` computes over the extracted
-    members. Per-member hashes keep the member boundaries unambiguous.
+    members. Per-member hashes keep the member boundaries unambiguous. ``hexdigest``: the lowercase hex
+    SHA-256 of bytes (a verifier passes one that remembers the members it hashed).
     """
-    text = "".join(f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, data in members)
+    text = "".join(f"{hexdigest(data)}  {name}\n" for name, data in members)
     return hashlib.sha256(text.encode("ascii")).digest()
 
 
@@ -187,7 +192,7 @@ def export_extension(digest: bytes) -> str:
 
 def manifest_bytes(*, origin: str, size: int, root: bytes, runs: Sequence[dict[str, Any]], system_events: int,
                    blobs: int, erased: int, snapshots: int, members: Sequence[tuple[str, bytes]],
-                   digest: bytes, format: str = FORMAT) -> bytes:
+                   digest: bytes, format: str = FORMAT, hexdigest: Callable[[bytes], str] = _hexdigest) -> bytes:
     """The manifest: RFC 8785 JSON and a newline, derived entirely from the other members.
 
     Args:
@@ -196,13 +201,14 @@ def manifest_bytes(*, origin: str, size: int, root: bytes, runs: Sequence[dict[s
             ``snapshots.jsonl``; each is listed with its size and SHA-256.
         digest: the :func:`export_digest` of the content members (also signed in the checkpoint).
         format: the bundle's format (its ``format`` member without the newline).
+        hexdigest: the lowercase hex SHA-256 of bytes (as in :func:`export_digest`).
     """
     doc = {
         "format": format, "origin": origin, "export_digest": "sha256:" + digest.hex(),
         "checkpoint": {"size": size, "root": "sha256:" + root.hex()},
         "runs": list(runs), "system_events": system_events,
         "blobs": blobs, "erased_blobs": erased, "snapshots": snapshots,
-        "members": [{"name": n, "size": len(b), "sha256": "sha256:" + hashlib.sha256(b).hexdigest()} for n, b in members],
+        "members": [{"name": n, "size": len(b), "sha256": "sha256:" + hexdigest(b)} for n, b in members],
     }
     return canonical_bytes(doc) + b"\n"
 

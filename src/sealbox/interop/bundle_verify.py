@@ -495,10 +495,10 @@ def _event_fields(line: bytes) -> tuple[bytes, int, list[bytes]]:
     return raw, leaf, hashes
 
 
-def _event_fields_fast(line: bytes) -> tuple[bytes, int, list[bytes]] | None:
+def _event_fields_fast(line: bytes) -> tuple[bytes, int, bytes] | None:
     """:func:`_event_fields` for a line whose proof is a list of canonical base64 32-byte hashes (what
-    an export writes): the same result, or None for :func:`_event_fields` to read the line (and say
-    what is wrong with it)."""
+    an export writes): the same result, the proof as its text between the brackets (:func:`_hashes`
+    decodes it), or None for :func:`_event_fields` to read the line (and say what is wrong with it)."""
     cut = line.rfind(b',"leaf_index":')
     if cut < 0 or not line.startswith(b'{"event":'):
         return None
@@ -508,9 +508,14 @@ def _event_fields_fast(line: bytes) -> tuple[bytes, int, list[bytes]] | None:
     leaf = int(m.group(1))
     if leaf > _MAX_LEAF:
         return None
-    body = m.group(2) or b""  # `"<44 base64>",` per hash, less the last comma (none: an empty proof)
+    return line[9:cut], leaf, m.group(2) or b""
+
+
+def _hashes(body: bytes) -> list[bytes]:
+    """The hashes of a proof's text as :func:`_event_fields_fast` gives it: ``"<44 base64>",`` per hash
+    (47 bytes), less the last comma."""
     a2b = binascii.a2b_base64
-    return line[9:cut], leaf, [a2b(body[k:k + 44]) for k in range(1, len(body), 47)]
+    return [a2b(body[k:k + 44]) for k in range(1, len(body), 47)]
 
 
 class _Inclusion:
@@ -525,10 +530,12 @@ class _Inclusion:
         self.size, self.root = size, root
         #: the last proven leaf: (index, proof, per tree level the step of its fold there: (hashes of the
         #: proof left above it, the node before the step, whether the proof's hash was the left child))
-        self.prev: tuple[int, list[bytes], list[tuple[int, bytes, bool] | None]] | None = None
+        self.prev: tuple[int, bytes, list[tuple[int, bytes, bool] | None]] | None = None
 
-    def check(self, leaf: bytes, index: int, proof: list[bytes]) -> bool:
-        """Whether ``proof`` (32-byte hashes, leaf level first) proves ``leaf`` at ``index``: the steps
+    def check(self, leaf: bytes, index: int, proof: bytes) -> bool:
+        """Whether ``proof`` (32-byte hashes, leaf level first, as the text :func:`_hashes` reads: each hash
+        decoded only when a step needs it, the rest compared as text, which is canonical) proves ``leaf``
+        at ``index``: the steps
         of :func:`merkle.root_from_inclusion_proof`, up to the level where the previous proven leaf's
         path joins (its fold's node there is this leaf's left sibling)."""
         size = self.size
@@ -536,14 +543,15 @@ class _Inclusion:
             return False
         inner = (index ^ (size - 1)).bit_length()
         depth = inner + bin(index >> inner).count("1")  # merkle._inclusion_proof_length
-        if len(proof) != depth:
+        if (len(proof) + 1) // 47 != depth:
             return False
         prev = self.prev
         join = (index ^ prev[0]).bit_length() - 1 if prev is not None and prev[0] < index else -1
         steps: list[tuple[int, bytes, bool] | None] = [None] * ((size - 1).bit_length() + 1)  # per level
-        sha = hashlib.sha256
+        sha, a2b = hashlib.sha256, binascii.a2b_base64
         fn, sn, r, level = index, size - 1, leaf, 0
-        for s, p in enumerate(proof):
+        for s in range(depth):
+            p = a2b(proof[47 * s + 1:47 * s + 45])
             if sn == 0:
                 return False
             if fn & 1 or fn == sn:
@@ -555,8 +563,9 @@ class _Inclusion:
                     if mine is None or mine[2]:
                         return False
                     above, node, _ = mine
-                    at = len(pproof) - above  # the previous proof's hash at this level: this leaf's node
-                    if p != node or pproof[at] != r or proof[s + 1:] != pproof[at + 1:]:
+                    at = (len(pproof) + 1) // 47 - above  # the previous proof's hash at this level: this leaf's node
+                    if (p != node or a2b(pproof[47 * at + 1:47 * at + 45]) != r
+                            or proof[47 * s + 47:] != pproof[47 * at + 47:]):
                         return False
                     steps[level] = (depth - s, r, True)
                     steps[level + 1:] = psteps[level + 1:]  # the same nodes above
@@ -618,6 +627,7 @@ class _Check:
         self.leaf_lines: dict[int, str] = {}
         self._runs: list[dict[str, Any]] | None = None  # run_entries(self.envs), once the events are read
         self._export: bytes | None = None  # the export digest of the content members
+        self._hashed: dict[int, tuple[bytes, str]] = {}  # id(bytes) -> (bytes, hex SHA-256): see _hexdigest
         self._inclusion: _Inclusion | None = None  # proofs checked against the checkpoint, leaf by leaf
         self.bundle_key: str | None = None
         self.version: int | None = None  # FORMATS[format member], None when it is no known format
@@ -680,8 +690,15 @@ class _Check:
     def _digest(self) -> bytes:
         """:func:`export_digest` of the content members (computed once)."""
         if self._export is None:
-            self._export = export_digest([(n, self.members.get(n, b"")) for n in DIGESTED])
+            self._export = export_digest([(n, self.members.get(n, b"")) for n in DIGESTED], self._hexdigest)
         return self._export
+
+    def _hexdigest(self, data: bytes) -> str:
+        """The hex SHA-256 of ``data``, each member hashed once (for the export digest and the manifest)."""
+        known = self._hashed.get(id(data))
+        if known is None or known[0] is not data:
+            known = self._hashed[id(data)] = (data, hashlib.sha256(data).hexdigest())
+        return known[1]
 
     def _format_text(self) -> bytes:
         """The bundle's ``format`` member when it is a known format (:data:`FORMATS`), else the current one."""
@@ -791,8 +808,8 @@ class _Check:
 
     def _events(self) -> None:
         last = -1
-        # lines read by _event_fields_fast, in increasing leaf order, not yet checked: (where, raw, leaf, proof)
-        pending: list[tuple[str, bytes, int, list[bytes]]] = []
+        # lines read by _event_fields_fast, in increasing leaf order, not yet checked: (where, raw, leaf, proof text)
+        pending: list[tuple[str, bytes, int, bytes]] = []
         for n, line in enumerate(_lines("events.jsonl", self.members.get("events.jsonl", b""), self.problems), 1):
             where = f"events.jsonl line {n}"
             deep = nested_deeper(line, LINE_DEPTH)
@@ -809,7 +826,7 @@ class _Check:
                 self._problem("bundle_line_malformed", _too_deep("the line", LINE_DEPTH), where)
                 continue
             try:
-                raw, leaf_index, proof = fields if fields is not None else _event_fields(line)
+                raw, leaf_index, proof = fields if fields is not None else _event_fields(line)  # type: ignore[assignment]
             except (ValueError, binascii.Error) as exc:
                 self._problem("bundle_line_malformed", f"the line cannot be read: {exc}", where)
                 continue
@@ -821,7 +838,7 @@ class _Check:
             self._event(raw, leaf_index, proof, where)
         self._check_pending(pending)
 
-    def _check_pending(self, pending: list[tuple[str, bytes, int, list[bytes]]]) -> None:
+    def _check_pending(self, pending: list[tuple[str, bytes, int, bytes]]) -> None:
         """:meth:`_event` for each pending line, in order (then none is pending): the events checked by
         :meth:`EventVerifier.try_events` as long as they pass, then one by :meth:`_event`, and so on."""
         if not pending:
@@ -843,7 +860,7 @@ class _Check:
                 i += 1
         pending.clear()
 
-    def _event(self, raw: bytes, leaf_index: int, proof: list[bytes], where: str, leaf: bytes | None = None,
+    def _event(self, raw: bytes, leaf_index: int, proof: list[bytes] | bytes, where: str, leaf: bytes | None = None,
                fast: bool = True) -> None:
         if leaf is None:
             leaf = hashlib.sha256(b"\x00" + raw).digest()  # merkle.leaf_hash
@@ -858,14 +875,17 @@ class _Check:
             env = checked
         self._prove(leaf, leaf_index, proof, env, where)
 
-    def _prove(self, leaf: bytes, leaf_index: int, proof: list[bytes], env: dict | None, where: str) -> None:
-        """The event's inclusion proof against the checkpoint (when it verified)."""
+    def _prove(self, leaf: bytes, leaf_index: int, proof: list[bytes] | bytes, env: dict | None, where: str) -> None:
+        """The event's inclusion proof (its hashes, or their text as :func:`_event_fields_fast` gives it)
+        against the checkpoint (when it verified)."""
         if self.cp is None:
             return
-        if self._inclusion is None or self._inclusion.size != self.cp.size:
-            self._inclusion = _Inclusion(self.cp.size, self.cp.root)
-        if self._inclusion.check(leaf, leaf_index, proof):
-            return
+        if type(proof) is bytes:
+            if self._inclusion is None or self._inclusion.size != self.cp.size:
+                self._inclusion = _Inclusion(self.cp.size, self.cp.root)
+            if self._inclusion.check(leaf, leaf_index, proof):
+                return
+            proof = _hashes(proof)
         try:
             merkle.verify_inclusion(leaf, leaf_index, self.cp.size, proof, self.cp.root)
         except ProofError as exc:
@@ -1135,7 +1155,7 @@ class _Check:
                 members=[(n, self.members.get(n, b"")) for n in MEMBERS[2:] + ((PROOFS,) if PROOFS in self.members
                                                                                  else ())],
                 digest=self._digest(),
-                format=self._format_text().decode().rstrip("\n"))
+                format=self._format_text().decode().rstrip("\n"), hexdigest=self._hexdigest)
         except CanonicalizationError as exc:  # a checkpoint size above 2**53 - 1: no manifest can state it
             self._problem("bundle_manifest", f"no manifest can describe this bundle's checkpoint: {exc}",
                           "manifest.json")
