@@ -991,7 +991,10 @@ def check_blobs(rows: Iterable[tuple[str, bytes | None, bytes | None]], refs: se
             ))
             continue
         try:
-            found = _blobs.blob_refs(json.loads(content))
+            doc = json.loads(content)
+            # in UTF-8, a {"$blob": ...} key is in the bytes as "$blob", or escaped (with a \\u): else there is none
+            found = (_blobs.blob_refs(doc) if type(content) is not bytes or b'"$blob"' in content or b"\\u" in content
+                     or json.detect_encoding(content) != "utf-8" else [])
             pending.update(found)
             if refs_of is not None:
                 refs_of[ref] = found

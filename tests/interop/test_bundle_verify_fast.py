@@ -118,3 +118,36 @@ def _b64(h: bytes) -> bytes:
 ])
 def test_event_fields_fast_leaves_every_other_line_to_the_full_reader(line):
     assert _event_fields_fast(line) is None
+
+
+REF = "sha256:" + "1" * 64
+
+
+@pytest.mark.parametrize("content", [
+    ('{"a":{"$blob":"' + REF + '"}}').encode(),
+    ('{"a":{"\\u0024blob":"' + REF + '"}}').encode(),  # the key escaped
+    ('{"a":{"$blob":"' + REF + '"}}').encode("utf-16-le"),  # JSON in UTF-16: no "$blob" in its bytes
+    ('{"a":{"$blob":"' + REF + '"}}').encode("utf-8-sig"),
+])
+def test_check_blobs_finds_each_reference_however_encoded(content):
+    from sealbox import blobs
+    from sealbox.verify import check_blobs
+
+    salt = b"s" * 16
+    ref = blobs.commitment(salt, content)
+    refs_of: dict = {}
+    problems, count = check_blobs([(ref, salt, content)], set(), set(), refs_of)
+    assert [(p.code, p.message) for p in problems] == [("blob_missing", f"blob {REF} is referenced but not stored")]
+    assert (count, refs_of) == (1, {ref: [REF]})
+
+
+def test_blob_lines_as_written_and_not():
+    from sealbox.interop.bundle import blob_line
+    from sealbox.interop.bundle_verify import _blob_fields
+
+    ref = "sha256:" + "ab" * 32
+    assert _blob_fields(blob_line(ref, b"\x01\xfe", b'{"x":[1,",\\"ref\\":"]}').rstrip(b"\n")) == (
+        ref, b"\x01\xfe", b'{"x":[1,",\\"ref\\":"]}')
+    assert _blob_fields(blob_line(ref, None, None).rstrip(b"\n")) == (ref, None, None)
+    with pytest.raises(ValueError, match="canonical form"):
+        _blob_fields(b'{"content":1,"ref":"' + ref.encode() + b'","salt":"01FE"}')  # uppercase salt

@@ -113,6 +113,8 @@ _B64_HASH = rb'"[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]="'  # a 32-byte hash in cano
 #: the end of a line of events.jsonl as an export writes it (:func:`event_line`), from its last ``,"leaf_index":``
 _EVENT_TAIL = re.compile(rb',"leaf_index":(0|[1-9][0-9]{0,15}),"proof":\[((?:' + _B64_HASH + rb',)*'
                          + _B64_HASH + rb')?\]\}')
+#: the end of a line of blobs.jsonl as an export writes it (:func:`blob_line`), from its last ``,"ref":``
+_BLOB_TAIL = re.compile(rb',"ref":"(sha256:[0-9a-f]{64})","salt":(?:"((?:[0-9a-f]{2})*)"|null)\}')
 _EXPORT_LINE = re.compile(re.escape(EXPORT_EXTENSION) + r" sha256:([0-9a-f]{64})")
 
 
@@ -584,6 +586,12 @@ class _Inclusion:
 
 
 def _blob_fields(line: bytes) -> tuple[str, bytes | None, bytes | None]:
+    cut = line.rfind(b',"ref":')
+    m = _BLOB_TAIL.fullmatch(line, cut) if cut > 0 and line.startswith(b'{"content":') else None
+    if m is not None:  # as an export writes it (blob_line): nothing to re-encode
+        content, salt = line[11:cut], m.group(2)
+        return (m.group(1).decode("ascii"), None if salt is None else bytes.fromhex(salt.decode("ascii")),
+                None if content == b"null" else content)
     content, rest = _splice(line, b'{"content":', b"ref")
     ref, salt = rest.get("ref"), rest.get("salt")
     if not isinstance(ref, str) or not (salt is None or isinstance(salt, str)):
