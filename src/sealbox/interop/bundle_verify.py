@@ -339,7 +339,8 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
             memory, so one whose own headers describe more is refused before it is read.
 
     Returns:
-        A :class:`BundleReport`; tampering is reported, never raised.
+        A :class:`BundleReport`; tampering is reported, never raised. The cyclic garbage collector
+        is paused while the check runs (it keeps every event's envelope) and resumed after it.
 
     Raises:
         BundleFormatError: the file cannot be read, is not a Sealbox bundle at all, its headers
