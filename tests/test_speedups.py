@@ -492,3 +492,29 @@ def test_the_redactor_quick_check_and_walk_agree_on_suffixed_names(monkeypatch, 
         if not pure:  # (the regex searches' prefilters drop the pattern's \b: page_token": is a false alarm there)
             assert r._clean(value) is True, value
         assert r.apply("arguments", value) == (value, False)
+
+
+def test_a_store_with_many_custom_patterns_keeps_the_c_scan_and_its_answers() -> None:
+    """More than 64 needles (the defaults' 58 and a store's own patterns, each with a literal): the scan used to be
+    dropped for the regex searches on every text (a 1 MB tool output: ~0.12-0.15 s per _scrub instead of ~0.01 s).
+    Now the needles are looked for in passes of 64; a needle of a later pass still gates its pattern."""
+    import json
+
+    from sealbox.redaction import DEFAULT_PATTERNS
+
+    custom = tuple(rf"\bACME{i:02d}-[0-9]{{6}}" for i in range(20)) + tuple(rf"corp{i:02d}_id=[a-z]{{8}}" for i in range(10))
+    redactor = Redactor(b"k" * 32, ContentPolicy(patterns=DEFAULT_PATTERNS + custom))
+    assert redactor._scan is True and len(redactor._needles) > 64
+    for i in (0, 19):
+        text = f"ticket ACME{i:02d}-123456 is open"
+        data = json.dumps({"a": text}, separators=(",", ":")).encode()
+        assert redactor._clean_text(data) is False
+        out, changed = redactor.apply("result", {"a": text})
+        assert changed is True and "123456" not in out["a"] and out["a"].startswith("ticket ")
+        scrubbed = redactor._scrub(text, [False])
+        assert scrubbed == out["a"]
+    out, changed = redactor.apply("result", {"a": "corp09_id=abcdefgh; password=hunter22; ACME05-12345 (5 digits)"})
+    assert changed is True and "abcdefgh" not in out["a"] and "hunter22" not in out["a"] and "ACME05-12345 (5" in out["a"]
+    clean = {"a": "ACME-123456 corp_id=abcdefgh nothing to redact"}
+    assert redactor._clean_text(json.dumps(clean, separators=(",", ":")).encode()) is True
+    assert redactor.apply("result", clean) == (clean, False)

@@ -435,7 +435,8 @@ class Redactor:
         declines any text with a backslash): the tags as needles, each pattern's required literals
         (:func:`_required_literals`) as needles that gate its search (the pattern itself: the
         searched text holds every string verbatim between quotes, see :func:`_quick_ok`), the
-        sensitive keys as normalised bytes. False (the regex searches decide) when there would be more than 64 needles."""
+        sensitive keys as normalised bytes. More than 64 needles are looked for in passes of 64 (the keys in the first).
+        False (the regex searches decide) when a configured suffix is longer than 64 bytes."""
         needles: list[bytes] = [b'"$bytes"', b'"$badstr"', b'"$map"', b'"$lossy"']
         folded = 0
         gated: list[tuple[int, re.Pattern[str]]] = []
@@ -458,10 +459,13 @@ class Redactor:
                 bits |= 1 << j
             gated.append((bits, rx))
             pattern_bits.append(bits)
-        if len(needles) > 64:
-            return False
+        # scan_text looks for at most 64 needles per pass: more (a store adding custom patterns) are looked for in
+        # further passes of 64, their bits shifted above the first pass's (one pass more per 64 needles, instead of
+        # the regex searches deciding every text)
         self._needles = tuple(needles)
-        self._tables = _scan_tables(self._needles, folded)
+        self._passes = tuple((self._needles[k:k + 64], _scan_tables(self._needles[k:k + 64], folded >> k), k)
+                             for k in range(0, len(needles), 64))
+        self._tables = self._passes[0][1]
         self._tag_bits = 0b1111
         self._gated = tuple(gated)
         self._pattern_bits = tuple(pattern_bits)
@@ -477,7 +481,10 @@ class Redactor:
     def _clean_text(self, data: bytes) -> bool:
         if self._scan:  # the C scan also finds a [name, value] pair named as a sensitive key (["Cookie",), and
             # a member "name" / "key" whose string is one ({"name":"Cookie","value":…}, Redactor._names_a_key)
-            found = _c_scan_text(data, self._needles, self._tables, self._key_bytes, True, self._suffix_bytes)  # sorted
+            found = _c_scan_text(data, self._passes[0][0], self._tables, self._key_bytes, True, self._suffix_bytes)  # sorted
+            if found >= 0:
+                for needles, tables, shift in self._passes[1:]:  # more than 64 needles (see _scan_plan)
+                    found |= _c_scan_text(data, needles, tables, (), False, b"") << shift
             if found == 0 and not self._always:
                 return True
             if found < 0 or found & self._tag_bits:
@@ -981,8 +988,12 @@ class Redactor:
             data = text.encode("utf-8")
         except UnicodeEncodeError:
             return None
-        found = _c_scan_text(data, self._needles, self._tables, (), False, b"")
-        return None if found < 0 else found
+        found = _c_scan_text(data, self._passes[0][0], self._tables, (), False, b"")
+        if found < 0:
+            return None
+        for needles, tables, shift in self._passes[1:]:  # more than 64 needles (see _scan_plan)
+            found |= _c_scan_text(data, needles, tables, (), False, b"") << shift
+        return found
 
     def _replacement(self, m: "re.Match[str]") -> str:
         """The text a pattern's match becomes: the in-string marker of the match, or, where a group
