@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 22
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 28
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -1890,3 +1890,61 @@ def test_the_quick_check_finds_camel_case_and_service_token_names(text):
     assert redactor.surely_clean(value) is False
     out, changed = redactor.apply("result", encode(value))
     assert changed is True and "Zg2" not in json.dumps(out)
+
+
+_RUN_TOGETHER_TEXT = (
+    "mypassword=Zr1-mypw-01a\ndbpasswd: Zr1-dbpw-02b\nappsecret = 'Zr1 app 03c'\nstripeapikey=Zr1-stripe-04d\n"
+    'minioaccesskey: "Zr1-minio-05e"\nmyaccesstoken=Zr1-acc-06f\ngithubtoken=Zr1-ghl-07g\ngithubToken: Zr1-ghc-08h\n'
+    '{"slackToken": "Zr1-slack-09i"}\nnpmToken=Zr1-npm-10j\n'
+    "max_tokens=100 input_tokens: 5 pageToken: abc nextPageToken=x passwordless=yes maxTokens: 4 tokens: 12\n"
+    "the password policy requires 12 characters; secretary: ann; compass: north\n")
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["c-scan", "pure-python"])
+def test_lower_case_run_together_secret_names_in_free_text_are_redacted(tmp_path, monkeypatch, pure):
+    """A tool printing ``mypassword=…``, ``appsecret = '…'``, ``githubToken: …`` (lower-case names run together with the
+    secret word, or a service's lower-case word before ``Token``) stored the secret in clear: the key=value patterns want
+    the word to start a word (``\\bpassword``), the others a ``_`` or a capital before it (``db_password``,
+    ``dbPassword``), though the same names as dict keys are redacted (``*password``). Found by an earlier review. Now
+    the value is redacted; token counts, page tokens, ``passwordless=`` and prose stay. A store created before (the
+    previous 22 default patterns pinned in it) keeps its behaviour."""
+    from sealbox import redaction
+    from sealbox.redaction import DEFAULT_PATTERNS
+
+    if pure:
+        monkeypatch.setattr(redaction, "_c_scan_text", None)
+    results = {}
+    for name, patterns in (("new", DEFAULT_PATTERNS), ("pinned", DEFAULT_PATTERNS[:22])):
+        store = new_store(tmp_path, name, patterns=patterns)
+        try:
+            with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+                run.call_tool("fs", "read", {"path": "app.cfg"}, lambda path: _RUN_TOGETHER_TEXT)
+            (results[name],) = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+        finally:
+            store.close()
+    assert IN_STRING.sub("M", results["new"]) == (
+        "mypassword=M\ndbpasswd: M\nappsecret = 'M'\nstripeapikey=M\n"
+        'minioaccesskey: "M"\nmyaccesstoken=M\ngithubtoken=M\ngithubToken: M\n'
+        '{"slackToken": "M"}\nnpmToken=M\n'
+        "max_tokens=100 input_tokens: 5 pageToken: abc nextPageToken=x passwordless=yes maxTokens: 4 tokens: 12\n"
+        "the password policy requires 12 characters; secretary: ann; compass: north\n")
+    data = file_bytes(tmp_path / "new")
+    secrets = re.findall(r"Zr1[\w -]*?\d\d[a-j]", _RUN_TOGETHER_TEXT)
+    assert len(secrets) == 10
+    for secret in secrets:
+        assert secret.encode() not in data, secret
+    assert results["pinned"] == _RUN_TOGETHER_TEXT
+
+
+@pytest.mark.parametrize("text", ["mypassword=Zr2-pw", '{"note": "x", "cfg": "githubToken=Zr2-tok"}', "x myaccesstoken: Zr2-a"])
+def test_the_quick_check_finds_lower_case_run_together_names(text):
+    """The quick check (C scan and its regex form) must not declare such a text clean: it would skip the walk."""
+    from sealbox import redaction
+
+    for scan in (redaction._c_scan_text, None):
+        redactor = Redactor(b"k" * 32, ContentPolicy())
+        redactor._scan = redactor._scan and scan is not None
+        value = {"text": text}
+        assert redactor._quick is True and redactor.surely_clean(value) is False
+        out, changed = redactor.apply("result", encode(value))
+        assert changed is True and "Zr2" not in json.dumps(out)
