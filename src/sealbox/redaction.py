@@ -214,6 +214,12 @@ DEFAULT_PATTERNS = (
     r"Token(?:(?<=githubToken)|(?<=gitlabToken)|(?<=slackToken)|(?<=npmToken)|(?<=ghToken)|(?<=hfToken))"
     r"[\x22\x27]?[\t ]*[:=][\t ]*(?:\x22(?P<redact_run_svc_dq>[^\x22\r\n\u27e6]+)\x22|\x27(?P<redact_run_svc_sq>[^\x27\r\n\u27e6]+)\x27"
     r"|[\x22\x27]?(?P<redact_run_svc>[^\s&;,\x22\x27\u27e6]+))",
+    # an API key header or setting written API-Key / API_Key / APIKey (X-API-Key: … in a request dump or a curl -H, the
+    # default key x-api-key's header as most docs spell it): the key=value pattern takes Api-Key, api_key and API_KEY
+    # only. Starting with its literal 'API' (a needle already)
+    r"API[-_]?(?:Key|Token)"
+    r"[\x22\x27]?[\t ]*[:=][\t ]*(?:\x22(?P<redact_api_mixed_dq>[^\x22\r\n\u27e6]+)\x22|\x27(?P<redact_api_mixed_sq>[^\x27\r\n\u27e6]+)\x27"
+    r"|[\x22\x27]?(?P<redact_api_mixed>[^\s&;,\x22\x27\u27e6]+))",
 )
 
 #: A pattern's groups named ``redact…`` (``(?P<redact>…)``): where one took part in a match, only its

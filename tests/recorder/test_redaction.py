@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 28
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 29
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -1948,3 +1948,31 @@ def test_the_quick_check_finds_lower_case_run_together_names(text):
         assert redactor._quick is True and redactor.surely_clean(value) is False
         out, changed = redactor.apply("result", encode(value))
         assert changed is True and "Zr2" not in json.dumps(out)
+
+
+_API_KEY_HEADER_TEXT = (
+    "> GET /v1/items HTTP/1.1\r\n> Host: api.example.com\r\n> X-API-Key: Zk3-hdr-01a\r\n> Accept: */*\r\n"
+    'curl -H "X-API-Key: Zk3-curl-02b" https://api.example.com\n'
+    "settings: {'API_Key': 'Zk3-repr-03c'}\nAPIKey=Zk3-env-04d\nAPI-Token: Zk3-tok-05e\n"
+    "the API-Key header is required; API-Keys: 3 per project; API Key: see the docs\n")
+
+
+def test_an_api_key_header_written_with_a_capitalised_key_is_redacted(tmp_path):
+    """``X-API-Key: …`` (a request dump, a ``curl -H``; the default key ``x-api-key`` as most docs spell the header)
+    was stored in clear: the key=value pattern takes ``Api-Key``, ``api_key`` and ``API_KEY`` only. Now the value of
+    an ``API-Key`` / ``API_Key`` / ``APIKey`` / ``API-Token`` assignment is redacted; prose naming the header stays."""
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("http", "get", {"url": "https://api.example.com"}, lambda url: _API_KEY_HEADER_TEXT)
+        (result,) = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+    finally:
+        store.close()
+    assert IN_STRING.sub("M", result) == (
+        "> GET /v1/items HTTP/1.1\r\n> Host: api.example.com\r\n> X-API-Key: M\r\n> Accept: */*\r\n"
+        'curl -H "X-API-Key: M" https://api.example.com\n'
+        "settings: {'API_Key': 'M'}\nAPIKey=M\nAPI-Token: M\n"
+        "the API-Key header is required; API-Keys: 3 per project; API Key: see the docs\n")
+    data = file_bytes(tmp_path / "store")
+    for secret in re.findall(r"Zk3-\w+-\d\d[a-e]", _API_KEY_HEADER_TEXT):
+        assert secret.encode() not in data, secret
