@@ -135,6 +135,15 @@ DEFAULT_PATTERNS = (
     r"[\x22\x27]?(?P<redact_curl>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
     r"m(?:ysql|ariadb)[\w-]{0,32}(?:[\t ]+-[^\s|;&]*(?:[\t ]+[^\s|;&-][^\s|;&]*)?){0,32}?[\t ]+-p[\x22\x27]?(?P<redact_mysql>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
     r"--password[\t ]+[\x22\x27]?(?P<redact_password_arg>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
+    # more passwords on command lines: sshpass -p PASSWORD (after -v / -P prompt), a registry login's -p PASSWORD (docker,
+    # podman, nerdctl, buildah, skopeo, oras, helm registry login; after at most 16 words: -u user, the registry),
+    # redis-cli's -a PASSWORD / --pass PASSWORD (after at most 16 words: -h host, -p port); each starts with its
+    # literal (sshpass, login, redis-cli: the required literals gating it) and its scan is bounded (linear in a text
+    # repeating it). Not ssh -p 22, redis-cli -p 6379, docker run -p 8080:80
+    r"sshpass[\t ]+(?:-[vV][\t ]+|-P[\t ]*[^\s-]\S*[\t ]+){0,4}-p[\t ]*[\x22\x27]?(?P<redact_sshpass>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
+    r"(?:docker|podman|nerdctl|buildah|skopeo|oras|registry)[\t ]+login(?:[\t ]+[^\s|;&]+){0,16}?[\t ]+-p(?:[\t ]+|=)"
+    r"[\x22\x27]?(?P<redact_login>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
+    r"redis-cli(?:[\t ]+[^\s|;&]+){0,16}?[\t ]+(?:-a|--pass)(?:[\t ]+|=)[\x22\x27]?(?P<redact_redis>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
     # the text of an XML element named as a secret (<password>…</password>, <ns:apiKey a="…"><![CDATA[…]]></ns:apiKey>):
     # the tags stay; up to the next tag (an empty element, <password/>, is no match); a CDATA section's scan for its
     # ]]> stops at the next '<!' (from each of many unclosed ones, it went to the text's end: quadratic)

@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 29
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 32
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -1976,3 +1976,38 @@ def test_an_api_key_header_written_with_a_capitalised_key_is_redacted(tmp_path):
     data = file_bytes(tmp_path / "store")
     for secret in re.findall(r"Zk3-\w+-\d\d[a-e]", _API_KEY_HEADER_TEXT):
         assert secret.encode() not in data, secret
+
+
+_LOGIN_COMMANDS_TEXT = (
+    "$ sshpass -p Zc4-ssh-01a ssh deploy@web1 uptime\n$ sshpass -v -P assword -p 'Zc4-ssh-02b' scp f h:\n"
+    "$ docker login -u ci -p Zc4-dock-03c registry.example.com\n$ podman login -u ci -p=Zc4-pod-04d quay.io\n"
+    "$ helm registry login r.example.com -u ci -p Zc4-helm-05e\n$ redis-cli -h cache -p 6379 -a Zc4-redis-06f ping\n"
+    "$ redis-cli --pass Zc4-redis-07g info\n"
+    "$ ssh -p 2222 host\n$ docker run -p 8080:80 nginx\n$ redis-cli -p 6379 ping\n$ sshpass -f pwfile ssh h\n"
+    "$ echo $PW | docker login --username ci --password-stdin r.io\n$ docker login registry.example.com\n")
+
+
+def test_passwords_of_sshpass_registry_logins_and_redis_cli_are_redacted(tmp_path):
+    """A tool's shell transcript with ``sshpass -p PASSWORD``, ``docker login -u ci -p PASSWORD`` (podman, helm
+    registry, ...) or ``redis-cli -a PASSWORD`` stored the password in clear (found by probing common secret shapes;
+    the command-line patterns knew curl -u, mysql -p and --password only). Now the password is redacted; ssh -p 2222,
+    docker run -p 8080:80, redis-cli -p 6379, sshpass -f file and --password-stdin are kept."""
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("sh", "run", {"cmd": "history"}, lambda cmd: _LOGIN_COMMANDS_TEXT)
+        (result,) = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+        repeated = store.redactor._scrub("docker login -u a " * 4000 + "-p Zc4-late-08h", [False])
+    finally:
+        store.close()
+    assert IN_STRING.sub("M", result) == (
+        "$ sshpass -p M ssh deploy@web1 uptime\n$ sshpass -v -P assword -p 'M' scp f h:\n"
+        "$ docker login -u ci -p M registry.example.com\n$ podman login -u ci -p=M quay.io\n"
+        "$ helm registry login r.example.com -u ci -p M\n$ redis-cli -h cache -p 6379 -a M ping\n"
+        "$ redis-cli --pass M info\n"
+        "$ ssh -p 2222 host\n$ docker run -p 8080:80 nginx\n$ redis-cli -p 6379 ping\n$ sshpass -f pwfile ssh h\n"
+        "$ echo $PW | docker login --username ci --password-stdin r.io\n$ docker login registry.example.com\n")
+    data = file_bytes(tmp_path / "store")
+    for secret in re.findall(r"Zc4-\w+-\d\d[a-g]", _LOGIN_COMMANDS_TEXT):
+        assert secret.encode() not in data, secret
+    assert IN_STRING.sub("M", repeated) == "docker login -u a " * 4000 + "-p M"
