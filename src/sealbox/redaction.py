@@ -144,6 +144,10 @@ DEFAULT_PATTERNS = (
     r"(?:docker|podman|nerdctl|buildah|skopeo|oras|registry)[\t ]+login(?:[\t ]+[^\s|;&]+){0,16}?[\t ]+-p(?:[\t ]+|=)"
     r"[\x22\x27]?(?P<redact_login>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
     r"redis-cli(?:[\t ]+[^\s|;&]+){0,16}?[\t ]+(?:-a|--pass)(?:[\t ]+|=)[\x22\x27]?(?P<redact_redis>[^\s\x22\x27\u27e6-][^\s\x22\x27\u27e6]*)",
+    # a .netrc / _netrc entry (cat ~/.netrc, a CI log): machine HOST login USER password PASSWORD (or default login …
+    # password …), on one line or several: the password; the host and user stay. Its required literal is 'password'
+    r"(?:machine\s+[^\s\x22\x27]+|default)\s+login\s+[^\s\x22\x27]+\s+password\s+"
+    r"[\x22\x27]?(?P<redact_netrc>[^\s\x22\x27\u27e6]+)",
     # the text of an XML element named as a secret (<password>…</password>, <ns:apiKey a="…"><![CDATA[…]]></ns:apiKey>):
     # the tags stay; up to the next tag (an empty element, <password/>, is no match); a CDATA section's scan for its
     # ]]> stops at the next '<!' (from each of many unclosed ones, it went to the text's end: quadratic)

@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 32
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 33
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -2011,3 +2011,31 @@ def test_passwords_of_sshpass_registry_logins_and_redis_cli_are_redacted(tmp_pat
     for secret in re.findall(r"Zc4-\w+-\d\d[a-g]", _LOGIN_COMMANDS_TEXT):
         assert secret.encode() not in data, secret
     assert IN_STRING.sub("M", repeated) == "docker login -u a " * 4000 + "-p M"
+
+
+_NETRC_TEXT = (
+    "machine api.heroku.com login me@example.com password Zn6-heroku-01a\n"
+    "machine git.example.com\n  login ci\n  password \"Zn6-git-02b\"\n"
+    "default login anonymous password Zn6-default-03c\n"
+    "# the machine login password is stored in this file; machine h login u (no password)\n")
+
+
+def test_netrc_passwords_are_redacted(tmp_path):
+    """A tool printing a ``.netrc`` (``machine HOST login USER password PASSWORD``, on one line or several, or a
+    ``default`` entry) stored the passwords in clear: no ``=`` or ``:`` follows ``password`` (found by probing common
+    secret shapes). Now the password is redacted; the host, the user and prose stay."""
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("fs", "read", {"path": "~/.netrc"}, lambda path: _NETRC_TEXT)
+        (result,) = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+    finally:
+        store.close()
+    assert IN_STRING.sub("M", result) == (
+        "machine api.heroku.com login me@example.com password M\n"
+        "machine git.example.com\n  login ci\n  password \"M\"\n"
+        "default login anonymous password M\n"
+        "# the machine login password is stored in this file; machine h login u (no password)\n")
+    data = file_bytes(tmp_path / "store")
+    for secret in re.findall(r"Zn6-\w+-\d\d[a-c]", _NETRC_TEXT):
+        assert secret.encode() not in data, secret
