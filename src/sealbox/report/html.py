@@ -159,6 +159,11 @@ def _legend() -> str:
 # ----------------------------------------------------------------------------- sections
 
 
+def _error_text(error: dict) -> str:
+    """``RuntimeError: message``: the exception a run ended with, as ``sealbox runs show`` prints it."""
+    return f"{error.get('type')}: {error.get('message')}"
+
+
 def _overview(r: IncidentReport) -> str:
     run = r.run
     status = status_text(run)
@@ -166,7 +171,8 @@ def _overview(r: IncidentReport) -> str:
     vbadge = _badge("verified" if v.ok else ("NOT VERIFIED" if v.checked else "not checked"),
                     "ok" if v.ok else ("bad" if v.checked else ""))
     rows = [("run", e(run.get("run_id"))), ("agent", e(run.get("agent"))), ("principal", e(run.get("principal"))),
-            ("status", e(status)), ("started", e(r.started_at)), ("ended", e(r.ended_at or "(not ended)")),
+            ("status", e(status)), *([("error", e(_error_text(r.error)))] if r.error is not None else []),
+            ("started", e(r.started_at)), ("ended", e(r.ended_at or "(not ended)")),
             ("duration", e(_seconds(r.duration_s))), ("events", e(r.events)),
             ("parent run", e(run.get("parent_run_id") or "(none)")), ("replay of", e(run.get("replay_of") or "(none)")),
             *([("replay verdict", _replay_verdict(r))] if r.replay is not None else []),

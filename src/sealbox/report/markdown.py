@@ -88,13 +88,19 @@ def _latency(us: int | None) -> str:
     return "unknown" if us is None else _seconds(us / 1e6)
 
 
+def _error_text(error: dict) -> str:
+    """``RuntimeError: message``: the exception a run ended with, as ``sealbox runs show`` prints it."""
+    return f"{error.get('type')}: {error.get('message')}"
+
+
 def _overview(r: IncidentReport) -> list[str]:
     run, v = r.run, r.verification
     status = status_text(run)
     verdict = "verified" if v.ok else ("NOT VERIFIED" if v.checked else "not checked")
     labels = run.get("labels") if isinstance(run.get("labels"), dict) else {}
     rows = [("run", _code(run.get("run_id"))), ("agent", md(run.get("agent"))), ("principal", md(run.get("principal"))),
-            ("status", md(status)), ("started", md(r.started_at)), ("ended", md(r.ended_at or "(not ended)")),
+            ("status", md(status)), *([("error", md(_error_text(r.error)))] if r.error is not None else []),
+            ("started", md(r.started_at)), ("ended", md(r.ended_at or "(not ended)")),
             ("duration", md(_seconds(r.duration_s))), ("events", md(r.events)),
             ("parent run", md(run.get("parent_run_id") or "(none)")), ("replay of", md(run.get("replay_of") or "(none)")),
             *([("replay verdict", md(r.replay.text))] if r.replay is not None else []),

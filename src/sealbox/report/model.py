@@ -265,6 +265,8 @@ class IncidentReport:
     #: why the recorded snapshot is not shown (its stored bytes no longer match its fingerprint, or it
     #: is not in this store), else None
     snapshot_problem: str | None = None
+    #: the exception the run ended with, as its ``run.ended`` holds it (``{"type", "message"}``), else None
+    error: dict[str, Any] | None = None
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -317,8 +319,9 @@ def _summary(kind: str, p: dict[str, Any]) -> str:
     tool = f"{p.get('server')}/{p.get('tool')}" if isinstance(p.get("tool"), str) else ""
     if kind == "run.started":
         return f"agent {p.get('agent')}" + (f", parent {p['parent_run_id']}" if p.get("parent_run_id") else "")
-    if kind == "run.ended":
-        return str(p.get("status"))
+    if kind == "run.ended":  # as `runs show` words it: the status, then the exception the run ended with
+        err = p.get("error")
+        return str(p.get("status")) + (f" {err.get('type')}: {err.get('message')}" if isinstance(err, dict) else "")
     if kind == "model.call":
         return f"{p.get('provider')}/{p.get('model')}" + (
             f" → {len(p.get('tool_call_ids') or [])} tool call(s)" if p.get("tool_call_ids") else "")
@@ -613,4 +616,5 @@ def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | Non
         store_origin=getattr(store, "origin", None), generated_at=now or utc_now(),
         usage=dict((last.payload.get("usage") or {}) if last.kind == "run.ended" else {}),
         replay=_replay_verdict(run, last), snapshot_problem=snapshot_problem,
+        error=dict(last.payload["error"]) if ended and isinstance(last.payload.get("error"), dict) else None,
     )
