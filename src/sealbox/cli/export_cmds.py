@@ -20,7 +20,7 @@ def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dic
     An existing ``target`` is replaced when it is a Sealbox bundle (an export again) or empty; any other
     file only with ``force``."""
     from sealbox.cli.store_cmds import _read_checkpoint
-    from sealbox.interop.bundle import check_target, export_bundle, is_bundle, select_runs
+    from sealbox.interop.bundle import check_target, export_bundle, is_bundle, select_runs, with_sub_runs
 
     from sealbox.errors import StoreReadOnlyError
 
@@ -34,9 +34,11 @@ def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dic
         raise StoreReadOnlyError(f"{exc} (a bundle export signs a checkpoint into the store: export from a "
                                  "writable copy of the store folder)") from exc
     try:
-        runs = select_runs(store, [resolve_id(store, "run", r) for r in run_ids], **filters)
+        selected = select_runs(store, [resolve_id(store, "run", r) for r in run_ids], **filters)
+        runs = with_sub_runs(store, selected)  # what a run set going is part of it
         sizes = [_extended_size(store, path, note) for path, note in saved]
-        return export_bundle(store, runs, target, prove_from=sizes).to_dict()
+        return {**export_bundle(store, runs, target, prove_from=sizes).to_dict(),
+                "sub_runs": [r for r in runs if r not in set(selected)], "selected": len(selected)}
     finally:
         store.close()
 
@@ -115,9 +117,18 @@ def _open_runs(runs: dict[str, str]) -> str:
     return (f"\n{_n(len(runs), 'run was', 'runs were')} open when exported (no run.ended in the bundle): {said}.")
 
 
+def _sub_runs(r: dict[str, Any]) -> str:
+    """`` (1 selected and its 2 sub-agent runs)`` when the export took sub-agent runs along, else ``""``."""
+    if not r["sub_runs"]:
+        return ""
+    its = "its" if r["selected"] == 1 else "their"
+    return f" ({r['selected']} selected and {its} {_n(len(r['sub_runs']), 'sub-agent run')})"
+
+
 #: option name -> (writer, what it wrote, for the one-line summary).
 MODES: dict[str, tuple[Callable[..., dict[str, Any]], Callable[[dict[str, Any]], str]]] = {
-    "output": (_bundle, lambda r: (f"Wrote {r['path']}: {_n(r['events'], 'event')} of {_n(len(r['runs']), 'run')}, "
+    "output": (_bundle, lambda r: (f"Wrote {r['path']}: {_n(r['events'], 'event')} of {_n(len(r['runs']), 'run')}"
+                                   + _sub_runs(r) + ", "
                                    f"{_n(r['system_events'], 'system event')}, {_n(r['blobs'], 'blob')}, "
                                    f"{_n(r['snapshots'], 'snapshot')}, proven against the checkpoint of size "
                                    f"{r['checkpoint_size']}"
@@ -163,6 +174,8 @@ def export_cmd(store_path: str, run_ids: tuple[str, ...], since: str | None, unt
                as_json: bool, otlp_content: bool, otlp_headers: tuple[str, ...], prove_from: tuple[str, ...],
                force: bool, **modes: str | None) -> None:
     """Export whole runs: the named RUNs, or every run passing --since/--until/--agent.
+
+    With -o, each run comes with its sub-agent runs at every depth (docs/bundle-format.md).
 
     Exactly one output mode: -o FILE (a bundle holding the runs' events, blobs,
     snapshots, a signed checkpoint with an inclusion proof per event and the

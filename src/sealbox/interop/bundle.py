@@ -70,6 +70,7 @@ __all__ = [
     "archive_extent",
     "unreadable_reason",
     "select_runs",
+    "with_sub_runs",
     "export_bundle",
     "check_target",
     "is_bundle",
@@ -478,6 +479,31 @@ def select_runs(store: Any, run_ids: Sequence[str] = (), *, since: Any = None, u
     if not picked:
         raise BundleError("no run matches the selection")
     return [r["run_id"] for r in sorted(picked.values(), key=lambda r: (r["started_at"], r["run_id"]))]
+
+
+def with_sub_runs(store: Any, run_ids: Sequence[str]) -> list[str]:
+    """``run_ids`` and their sub-agent runs at every depth (runs whose ``parent_run_id`` chain leads to one
+    of them), oldest first (by start, then id), each once.
+
+    A sub-agent run is part of what its parent run did (``sealbox replay`` replays it, ``runs show`` and
+    ``report`` list it): ``sealbox export RUN`` takes them along, so that the bundle holds everything the
+    run set going. The system run is never added.
+    """
+    rows = store.query_runs()
+    children: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["parent_run_id"] is not None and r["run_id"] != SYSTEM_RUN_ID:
+            children.setdefault(r["parent_run_id"], []).append(r)
+    by_id = {r["run_id"]: r for r in rows}
+    taken: dict[str, dict[str, Any]] = {}
+    todo = list(run_ids)
+    while todo:
+        rid = todo.pop()
+        if rid in taken or rid not in by_id:
+            continue
+        taken[rid] = by_id[rid]
+        todo.extend(c["run_id"] for c in children.get(rid, ()))
+    return [r["run_id"] for r in sorted(taken.values(), key=lambda r: (r["started_at"], r["run_id"]))]
 
 
 def export_bundle(store: Any, run_ids: Sequence[str], path: str | os.PathLike,
