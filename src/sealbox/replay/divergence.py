@@ -184,7 +184,18 @@ def verdict_text(verdict: Any) -> str:
     print this line.
     """
     verdict = verdict if isinstance(verdict, dict) else {}
-    return _verdict_head(verdict) + _knowledge_note(verdict.get("knowledge_changed"))
+    return (_verdict_head(verdict) + _drift_note(verdict.get("config_drift"))
+            + _knowledge_note(verdict.get("knowledge_changed")))
+
+
+def _drift_note(paths: Any) -> str:
+    """The verdict's ``config_drift`` (the fields in which the configuration the replay ran under, allowed
+    by ``--allow-config-drift``, differs from the recorded snapshot) as a clause of its line."""
+    if not isinstance(paths, list) or not paths:
+        return ""
+    shown = [p if isinstance(p, str) else json.dumps(p, ensure_ascii=False, default=str) for p in paths]
+    return (f", under a configuration that differs from the recorded snapshot in {len(shown)} field(s): "
+            + ", ".join(shown[:8]) + (" …" if len(shown) > 8 else "") + " (--allow-config-drift)")
 
 
 def _knowledge_note(changed: Any) -> str:
