@@ -32,3 +32,20 @@ def test_a_run_id_given_to_snapshot_show_or_diff_says_which_snapshot_it_ran_unde
             2, "", f"error: {option} {given!r} is a run, not a snapshot: run {rid} ran under snapshot {fp}\n"), args
     proc = sb("snapshot", "show", "deadbeef", "-s", tmp_path / "s")  # neither: as before
     assert (proc.returncode, proc.stderr) == (2, "error: no snapshot 'deadbeef' in this store\n")
+
+
+def test_a_run_that_pinned_no_snapshot_says_so(tmp_path) -> None:
+    """The id of a run recorded without a snapshot (``recorder.run(snapshot=None)``, an errored run of
+    an agent that never pinned one) was answered "is not a snapshot fingerprint (sha256: and up to 64
+    hex digits) or a prefix of one", as if the id were mistyped; it now says the run has none."""
+    store = sealbox.init_store(tmp_path / "s")
+    with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+        run.note("hello")
+    store.close()
+    rid = run.run_id
+    for args, option, given in ((("show", rid), "FINGERPRINT", rid), (("diff", rid, rid), "A", rid),
+                                (("diff", "sha256:" + "0" * 64, rid[:13]), "B", rid[:13])):
+        proc = sb("snapshot", *args, "-s", tmp_path / "s")
+        assert (proc.returncode, proc.stdout, proc.stderr) == (
+            2, "", f"error: {option} {given!r} is a run, not a snapshot: run {rid} was recorded without a "
+                   "snapshot (recorder.run(snapshot=...) pins one)\n"), args

@@ -98,6 +98,9 @@ def _run_hint(store, text: str, option: str) -> None:
     if run is not None and run.get("snapshot"):
         raise BadInput(f"{option} {text!r} is a run, not a snapshot: run {run['run_id']} ran under snapshot "
                        f"{run['snapshot']}") from None
+    if run is not None:
+        raise BadInput(f"{option} {text!r} is a run, not a snapshot: run {run['run_id']} was recorded without a "
+                       "snapshot (recorder.run(snapshot=...) pins one)") from None
 
 
 def _show(value, absent: bool, limit: int = 70) -> str:
