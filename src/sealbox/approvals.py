@@ -708,6 +708,10 @@ def missing_shared_flag(payload: dict, leaf_index: int, book: IdentityBook) -> l
 
 
 _END = 1 << 62  # above every leaf index
+#: identities a reader of the log asks about one by one (each a query); from the next on, the log is read
+#: for all of them at once (:class:`_LogEvidence`), so a listing's work grows with the log, not with
+#: identities x answers or identities x principals
+_BULK_AFTER = 8
 
 
 class _LogEvidence:
@@ -719,6 +723,12 @@ class _LogEvidence:
         self._unicode: _UnicodePrincipals | None = None
         #: identity -> (ts_from, before_leaf, its answers with ts >= ts_from below before_leaf)
         self._answers: dict[str, tuple[str | None, int, list[Any]]] = {}
+        #: once _BULK_AFTER identities were asked for: (ts_from, identity -> every answer naming it with
+        #: ts >= ts_from, in log order), read by one query however many identities a listing asks for
+        self._window: tuple[str | None, dict[str, list[Any]]] | None = None
+        #: once _BULK_AFTER identities were asked for: actor_key -> leaf of the first run.started /
+        #: tool.call of a principal with that key (every principal read and folded once)
+        self._first_leaf: dict[str, int] | None = None
 
     def answers_of(self, name: str, before_leaf: int, since: datetime | None) -> list[Any]:
         """``approval.answered`` events whose payload names ``name`` (whatever their principal),
@@ -738,6 +748,8 @@ class _LogEvidence:
                 ts_from = since.astimezone(timezone.utc).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
             except (OverflowError, ValueError):
                 ts_from = None
+        if self._window is not None or (name not in self._answers and len(self._answers) >= _BULK_AFTER):
+            return self._in_window(name, before_leaf, ts_from)
         kept = self._answers.get(name)
         if kept is not None and (kept[0] is None or (ts_from is not None and ts_from >= kept[0])):
             low, high, events = kept
@@ -752,6 +764,34 @@ class _LogEvidence:
             self._answers[name] = (ts_from, before_leaf, events)
         return events
 
+    def _in_window(self, name: str, before_leaf: int, ts_from: str | None) -> list[Any]:
+        """:meth:`answers_of` once a listing has asked for many identities (:data:`_BULK_AFTER`): every
+        ``approval.answered`` from ``ts_from`` on is read once (an earlier ``ts_from`` later reads only
+        the range before the one read), grouped by the identity its payload names; a superset of what
+        the query by identity gives (the caller checks each ``ts``). A listing of answers by N identities
+        read the window's answers N times (identities x answers)."""
+        if self._window is None:
+            self._window = (ts_from, {})
+            fresh = self.reader.events(["approval.answered"], ts_from=ts_from)
+        else:
+            low = self._window[0]
+            if low is None or (ts_from is not None and ts_from >= low):
+                fresh = []
+            else:
+                fresh = self.reader.events(["approval.answered"], ts_from=ts_from, ts_before=low)
+                self._window = (ts_from, self._window[1])
+        if fresh:
+            groups = self._window[1]
+            touched = set()
+            for e in fresh:
+                who = e.payload.get("identity") if isinstance(e.payload, dict) else None
+                if isinstance(who, str):
+                    groups.setdefault(who, []).append(e)
+                    touched.add(who)
+            for who in touched:
+                groups[who].sort(key=lambda e: e.leaf_index)
+        return [e for e in self._window[1].get(name, ()) if e.leaf_index < before_leaf]
+
     def first_agent_event(self, name: str) -> Any:
         """The first ``run.started`` or ``tool.call`` whose principal names the same actor, or None.
 
@@ -760,9 +800,22 @@ class _LogEvidence:
         many identities in a store of many such principals used to read and fold all of them for
         every identity (identities x principals)."""
         if name not in self._agent:
-            if self._unicode is None:
-                self._unicode = _UnicodePrincipals(self.reader)
-            self._agent[name] = _first_agent_event(self.reader, name, self._unicode)
+            if len(self._agent) >= _BULK_AFTER and hasattr(self.reader, "first_principals"):
+                # many identities: every principal read (one row each) and folded once, not one scan
+                # of the agents' events per identity (identities x principals)
+                if self._first_leaf is None:
+                    self._first_leaf = {}
+                    for principal, leaf in self.reader.first_principals(_AGENT_KINDS):
+                        if isinstance(principal, str):
+                            key = actor_key(principal)
+                            if leaf < self._first_leaf.get(key, _END):
+                                self._first_leaf[key] = leaf
+                leaf = self._first_leaf.get(actor_key(name))
+                self._agent[name] = None if leaf is None else self.reader.event_at(leaf)
+            else:
+                if self._unicode is None:
+                    self._unicode = _UnicodePrincipals(self.reader)
+                self._agent[name] = _first_agent_event(self.reader, name, self._unicode)
         return self._agent[name]
 
 

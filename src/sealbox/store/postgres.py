@@ -354,6 +354,12 @@ class PgReader(Reader):
             "SELECT principal, min(leaf_index) FROM events WHERE kind = ANY(?)"
             " AND octet_length(principal) <> char_length(principal) GROUP BY principal", [list(kinds)]).fetchall()]
 
+    def first_principals(self, kinds: Sequence[str]) -> list[tuple[Any, int]]:
+        """As :meth:`Reader.first_principals <sealbox.store.sqlite_queries.Reader.first_principals>`."""
+        return [(r[0], r[1]) for r in self.conn.execute(
+            "SELECT principal, min(leaf_index) FROM events WHERE kind = ANY(?) GROUP BY principal",
+            [list(kinds)]).fetchall()]
+
     def event_at(self, leaf_index: int) -> Event | None:
         """As :meth:`Reader.event_at <sealbox.store.sqlite_queries.Reader.event_at>`."""
         row = self.conn.execute(f"SELECT {_EVENT_COLS} FROM events WHERE leaf_index = ?", (int(leaf_index),)).fetchone()

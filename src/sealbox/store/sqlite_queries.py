@@ -730,6 +730,14 @@ class Reader:
             " AND length(CAST(principal AS BLOB)) <> length(principal) GROUP BY principal",
             list(kinds)).fetchall()]
 
+    def first_principals(self, kinds: Sequence[str]) -> list[tuple[Any, int]]:
+        """``(principal, leaf index of its first event)`` of each distinct principal among the events of
+        ``kinds``: one row per principal, no event parsed (a reader asking about many identities folds
+        each once: :func:`sealbox.approvals.actor_key`)."""
+        return [(r[0], r[1]) for r in self.conn.execute(
+            f"SELECT principal, min(leaf_index) FROM events WHERE kind IN ({', '.join('?' * len(kinds))})"
+            " GROUP BY principal", list(kinds)).fetchall()]
+
     @_json_guarded
     def event_at(self, leaf_index: int) -> Event | None:
         """The event at ``leaf_index``, or None when there is none."""
