@@ -59,6 +59,7 @@ from sealbox.identities import Identity, IdentityBook, identity_book, load_key, 
 __all__ = [
     "ANSWER_ROLES",
     "DEFAULT_SHARED_WINDOW_S",
+    "MAX_CLOCK_SKEW_S",
     "MAX_SHARED_WINDOW_S",
     "check_shared_window",
     "ApprovalError",
@@ -319,6 +320,20 @@ def _parse(ts: str) -> datetime:
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def _store_now(reader: Any) -> datetime:
+    """The store's clock inside its write transaction (``reader.stamp``: the ``ts`` the events written
+    there get), else this process's clock. The store's clock is the authoritative one for answers and
+    expiries: ``answered_at`` is the answer's own ``ts``, so an answer can never be recorded as given
+    before its expiry when the store's clock stamped it after."""
+    stamp = getattr(reader, "stamp", None)
+    if isinstance(stamp, str):
+        try:
+            return _parse(stamp)
+        except ValueError:
+            pass
+    return _now()
 
 
 def new_approval_id() -> str:
@@ -663,7 +678,7 @@ def _count_answer(req: dict, ev: Any, book: IdentityBook, st: dict, approvers: l
         problem = "malformed"
     else:
         problem = check_answer(req, p, ev.leaf_index, book, _answered(st["answers"]), run_id=ev.run_id)
-        if problem is None and (st["status"] != "pending" or _late(p, expires)):
+        if problem is None and (st["status"] != "pending" or _late(p, expires, ev.ts)):
             problem = "late"
     client, flags = p.get("client"), p.get("flags")
     flags = [f for f in flags if isinstance(f, dict)] if isinstance(flags, list) else []
@@ -940,11 +955,23 @@ def log_flags(payload: dict, ev: Any, book: IdentityBook, flags: Sequence[dict[s
     return out
 
 
-def _late(payload: dict, expires: datetime | None) -> bool:
+def _late(payload: dict, expires: datetime | None, ts: Any = None) -> bool:
+    """Whether an answer came at or after ``expires``: by its ``answered_at`` (unreadable: late), or by
+    its event's ``ts``, the store's clock, which is authoritative: an answer the store recorded after the
+    expiry is late whatever time its answerer's clock wrote (``answer()`` writes the store's time in
+    both). A ``ts`` that is not a readable time with an offset is not used."""
+    if expires is None:
+        return False
     try:
-        return expires is not None and _parse(payload["answered_at"]) >= expires
-    except (KeyError, TypeError, ValueError):
+        if _parse(payload["answered_at"]) >= expires:
+            return True
+    except (KeyError, TypeError, ValueError, AttributeError):
         return True
+    try:
+        recorded = _parse(ts) if isinstance(ts, str) else None
+        return recorded is not None and recorded.tzinfo is not None and recorded >= expires
+    except (TypeError, ValueError):
+        return False
 
 
 # ----------------------------------------------------------------------------- reading
@@ -1090,7 +1117,7 @@ def record_expiry(store: Any, approval_id: str) -> bool:
         True when this call wrote it.
     """
     def build(reader: Any) -> list[EventDraft]:
-        state = evaluate(*_load(reader, approval_id))
+        state = evaluate(*_load(reader, approval_id), now=_store_now(reader))
         if state.status != "expired" or state.expiry_recorded or state.run_ended:
             return []
         return [_expired_draft(state)]
@@ -1127,7 +1154,8 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
     Raises:
         ApprovalError: unknown id, the run ended, already decided, expired (the expiry
             is then recorded), ``clock_skew`` (this process's clock says it is before the request
-            was recorded: the answer would predate the question), a key that is not the identity's current one, a rule
+            was recorded: the answer would predate the question; or, in a PostgreSQL store, it is more than
+            :data:`MAX_CLOCK_SKEW_S` from the database server's clock), a key that is not the identity's current one, a rule
             broken (the code says which), ``bad_window``, ``bad_decision``, ``bad_reason`` (empty
             or blank), ``bad_key_file`` (not a path) or ``bad_client`` (not a dict, or a hostname,
             os_user, user_agent or remote_addr that is not a string).
@@ -1150,9 +1178,10 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
     box: list[ApprovalState] = []
 
     def build(reader: Any) -> list[EventDraft]:
-        now = _now()
+        now = _store_now(reader)  # the store's clock: the ts this answer gets, and its answered_at
         request, related, book = _load(reader, approval_id)
         _refuse_clock_behind(request, now)
+        _refuse_clock_apart(reader, now)
         state = evaluate(request, related, book, now)
         if state.status == "expired" and not state.expiry_recorded and not state.run_ended:
             box.append(state)
@@ -1197,6 +1226,29 @@ def check_shared_window(window_s: Any) -> None:
         raise ApprovalError("bad_window", f"the shared-account window must be a number of seconds from "
                             f"{DEFAULT_SHARED_WINDOW_S} (24 h; it may be widened, never narrowed) to "
                             f"{MAX_SHARED_WINDOW_S}, not {window_s!r}")
+
+
+#: How far (seconds) the clock of a process answering in a PostgreSQL store may be from the database
+#: server's before its answer is refused (``clock_skew``).
+MAX_CLOCK_SKEW_S = 2.0
+
+
+def _refuse_clock_apart(reader: Any, now: datetime) -> None:
+    """Refuse (``clock_skew``) an answer to a PostgreSQL store, shared by several machines, when this
+    process's clock (the store's stamp ``now``: the answer's ``ts`` and ``answered_at``) is more than
+    :data:`MAX_CLOCK_SKEW_S` from the database server's: an approver's machine whose clock runs behind by
+    less than the time since the request would otherwise record, before ``expires_at``, an answer given
+    after it. A SQLite store is written on one machine: nothing to compare."""
+    server_clock = getattr(reader, "server_clock", None)
+    if server_clock is None:
+        return
+    server = server_clock()
+    apart = (now - server).total_seconds()
+    if abs(apart) > MAX_CLOCK_SKEW_S:
+        raise ApprovalError("clock_skew", f"answer refused: this machine's clock says {_utc(now)}, the store's "
+                            f"database server says {_utc(server)} ({abs(apart):.3f} s {'ahead' if apart > 0 else 'behind'}"
+                            f", more than {MAX_CLOCK_SKEW_S:g} s): the answer's time, and whether the request has "
+                            "expired, would be wrong; fix this machine's clock (NTP)")
 
 
 def _refuse_clock_behind(request: Any, now: datetime) -> None:

@@ -1309,7 +1309,7 @@ def check_approval_answers(by_kind: dict[str, list[tuple[int, dict]]]) -> list[P
         if code is None and env.get("principal") != p.get("identity"):
             code = "principal"
         if code is None and (key in decided or approved_before(key, leaf) or expired.get(key, leaf) < leaf
-                             or _late_answer(request[1], p)):
+                             or _late_answer(request[1], p, env.get("ts"))):
             code = "late"  # after a decision or the expiry: answer() refuses it, evaluate() does not count it
         if code is None:
             counted.setdefault(key, []).append(Answer(p["identity"], p["decision"], "", "", leaf, {}, (), None))
@@ -1948,15 +1948,16 @@ def _call_time(ts: Any) -> Any:
         return None
 
 
-def _late_answer(request: dict, answer: dict) -> bool:
-    """Whether an answer's own time is at or after its request's ``expires_at`` (as evaluate() counts it)."""
+def _late_answer(request: dict, answer: dict, ts: Any = None) -> bool:
+    """Whether an answer's own time, or its event's ``ts`` (the store's clock), is at or after its
+    request's ``expires_at`` (as evaluate() counts it)."""
     from sealbox.approvals import _late, _parse
 
     try:
         expires = _parse(request["expires_at"]) if request.get("expires_at") else None
     except (TypeError, ValueError, AttributeError):
         return False  # a malformed request: reported by its schema check, never approved
-    return _late(answer, expires)
+    return _late(answer, expires, ts)
 
 
 def _quorum(request: dict) -> int:

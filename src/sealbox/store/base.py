@@ -386,12 +386,21 @@ class EventBuilder:
             ts=ts, principal=draft.principal, payload=payload, prev=prev,
         )
 
-    def build(self, drafts: Sequence[EventDraft], txn: WriteTxn, floor: int) -> list[Event]:
+    @staticmethod
+    def clock() -> str:
+        """The store's clock: the time (RFC 3339 UTC, microseconds) stamped as the ``ts`` of the events
+        it places. :meth:`SqliteStore.append_with` reads it once when its write transaction begins and
+        hands it to ``build`` as ``reader.stamp``, so what ``build`` decides by time (an approval's
+        answer and expiry) is decided at the very ``ts`` its events get."""
+        return utc_now()
+
+    def build(self, drafts: Sequence[EventDraft], txn: WriteTxn, floor: int, ts: str | None = None) -> list[Event]:
         """Prepare and place every draft in order (one transaction, all or nothing).
 
         Args:
             floor: the newest signed checkpoint's size known to the caller; a log
                 smaller than this was rolled back and must not be extended.
+            ts: the ``ts`` of every event placed (default: :meth:`clock` now).
 
         Raises:
             StoreRolledBackError: the log holds fewer events than a signed checkpoint.
@@ -404,7 +413,7 @@ class EventBuilder:
                 f"the store holds {size} events but its newest signed checkpoint covers {newest}: "
                 "it was restored from a backup or lost writes; refusing to append (that would fork the log)"
             )
-        ts = utc_now()
+        ts = ts or utc_now()
         placed = []
         for draft in drafts:
             payload, floats, bounded = self._prepare(draft, txn)

@@ -45,6 +45,7 @@ import threading
 import time
 import uuid
 import weakref
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -353,6 +354,11 @@ class PgReader(Reader):
         return [(r[0], r[1]) for r in self.conn.execute(
             "SELECT principal, min(leaf_index) FROM events WHERE kind = ANY(?)"
             " AND octet_length(principal) <> char_length(principal) GROUP BY principal", [list(kinds)]).fetchall()]
+
+    def server_clock(self) -> datetime:
+        """The database server's clock now (``clock_timestamp()``), an aware UTC datetime: the clock a
+        process writing to a shared PostgreSQL store is checked against (:func:`sealbox.approvals.answer`)."""
+        return self.conn.execute("SELECT clock_timestamp()").fetchone()[0].astimezone(timezone.utc)
 
     def first_principals(self, kinds: Sequence[str]) -> list[tuple[Any, int]]:
         """As :meth:`Reader.first_principals <sealbox.store.sqlite_queries.Reader.first_principals>`."""
@@ -932,8 +938,10 @@ class PostgresStore(SqliteQueries):
         def work(txn: _PgTxn) -> list[Event]:
             if self._damage:
                 raise StoreError(self._damage)
-            drafts = list(build(PgReader(txn.conn, txn)))
-            return self._builder.build(drafts, txn, self._floor)
+            reader = PgReader(txn.conn, txn)
+            reader.stamp = stamp = self._builder.clock()  # the store's clock, read inside the transaction
+            drafts = list(build(reader))
+            return self._builder.build(drafts, txn, self._floor, ts=stamp)
 
         events = self._write(work, sync=sync)
         if events:

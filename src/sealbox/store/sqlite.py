@@ -1537,13 +1537,17 @@ class SqliteStore(SqliteQueries):
 
         ``reader`` is a :class:`Reader` over the same transaction, so counts read
         there (e.g. limits) and the events written are consistent, whatever other
-        processes are doing.
+        processes are doing. ``reader.stamp`` is the store's clock read once the transaction
+        holds the write lock: the ``ts`` of every event appended, so a time ``build`` compares
+        (an approval's expiry) is the one recorded.
         """
         def work(txn: _Txn) -> list[Event]:
             if self._damage:
                 raise StoreError(self._damage)
-            drafts = list(build(Reader(txn.conn, txn)))
-            return self._builder.build(drafts, txn, self._floor)
+            reader = Reader(txn.conn, txn)
+            reader.stamp = stamp = self._builder.clock()  # the store's clock, read inside the transaction
+            drafts = list(build(reader))
+            return self._builder.build(drafts, txn, self._floor, ts=stamp)
 
         events = self._write(work, sync=sync)
         if events:

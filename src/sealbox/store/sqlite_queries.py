@@ -571,6 +571,10 @@ class SqliteQueries:
 class Reader:
     """Read-only queries inside a write transaction (see :meth:`SqliteStore.append_with`)."""
 
+    #: inside :meth:`SqliteStore.append_with`: the store's clock read when the transaction began
+    #: (RFC 3339 UTC), the ``ts`` every event it appends gets; None elsewhere
+    stamp: str | None = None
+
     def __init__(self, conn: sqlite3.Connection, txn: Any = None) -> None:
         self.conn = conn
         self._txn = txn  # the write transaction's run-head cache (sqlite._Txn), or None
