@@ -179,4 +179,3 @@ def test_sigkill_never_loses_an_acknowledged_event(tmp_path: Path) -> None:
         assert report.blobs > 0 and report.checkpoints > KILLS
     finally:
         final.close()
-    assert time.monotonic() - started < 120
