@@ -325,3 +325,51 @@ def test_the_inline_check_and_the_general_one_flag_the_same_records(tmp_path):
     inline = [row["flags"] for row in q._checked_call_rows(records, lambda v: v)]
     general = [row["flags"] for row in q._checked_call_rows(as_views, lambda v: v)]
     assert inline == general == [[]] + [["altered"]] * len(changes)
+
+
+def _failing_call_store(store):
+    """A run of three calls (``kept`` ok, ``x`` and ``y`` failed), the leaf of each event by (kind, call_id)."""
+    rec = sealbox.Recorder(store, policy=ALLOW_ALL)
+
+    def boom(sql):
+        raise RuntimeError("disk full")
+
+    with rec.run(agent="bot") as run:
+        run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "row-1", call_id="kept")
+        for call_id in ("x", "y"):
+            with pytest.raises(RuntimeError):
+                run.call_tool("db", "write_query", {"sql": "DELETE FROM users"}, boom, call_id=call_id)
+        run_id = run.run_id
+    return {(e.kind, e.payload.get("call_id")): e.leaf_index for e in store.read_run(run_id)}
+
+
+def test_an_error_filter_keeps_a_call_whose_result_call_id_or_ok_column_was_changed(store):
+    """The call_id (or ok) column of a failed call's tool.result rewritten below Sealbox, its bytes intact:
+    the unfiltered listing showed the call flagged altered, but `sealbox calls --error` filtered on the
+    result joined in SQL (x.ok = 0), which no longer joins (or now says ok), and dropped the call (no flag,
+    no warning, exit 0). Such a call now passes --error when the result of its run whose hashed bytes name
+    it (or its own result's bytes) say ok false: listed, flagged altered (--no-error lists the call whose ok
+    column says ok, flagged, as the filter reads the column, and not the one whose result no longer joins)."""
+    leaf = _failing_call_store(store)
+    _set_column_below_sealbox(store, leaf["tool.result", "x"], "call_id", "elsewhere")
+    _set_column_below_sealbox(store, leaf["tool.result", "y"], "ok", 1)
+
+    def listed(**filters):
+        return [(r["call_id"], r["ok"], r["flags"]) for r in store.query_calls(check_altered=True, **filters)]
+
+    assert listed() == [("kept", True, []), ("x", None, ["altered"]), ("y", True, ["altered"])]
+    assert listed(error=True) == [("x", None, ["altered"]), ("y", True, ["altered"])]
+    assert listed(error=True, limit=1) == [("y", True, ["altered"])]
+    assert listed(error=True, tool="write_*") == [("x", None, ["altered"]), ("y", True, ["altered"])]
+    # y's ok column now says ok: listed there too (what the database holds), flagged; x's result says failed
+    assert listed(error=False) == [("kept", True, []), ("y", True, ["altered"])]
+    # without check_altered no row is flagged, and the filter stays the SQL one
+    assert [r["call_id"] for r in store.query_calls(error=True)] == []
+    path = store.path
+    store.close()
+
+    res = subprocess.run([SEALBOX, "calls", "--json", "--error", "-s", path], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert [(r["call_id"], r["outcome"], r["flags"]) for r in json.loads(res.stdout)] == [
+        ("x", "unknown", ["altered"]), ("y", "ok", ["altered"])]
+    assert res.stderr.startswith("warning: 2 call(s) listed hold an event changed below Sealbox")

@@ -1444,6 +1444,9 @@ ORDER BY r.started_at DESC, r.leaf_index DESC
 """
 PostgresStore._calls_sql = (_PG_CALLS_SQL, _PG_RESULT_SQL)
 PostgresStore._runs_sql = _PG_RUNS_SQL
+PostgresStore._contains_sql = "position(?::bytea in {column}) > 0"
+PostgresStore._names_call_sql = ("position(convert_to('\"call_id\":' || to_json(c.call_id)::text, 'UTF8')"
+                                " in e.raw) > 0")
 PostgresStore._imported_start_sql = "(" + _J.format(t="s") + " ->> 'imported') IS NOT NULL"
 
 

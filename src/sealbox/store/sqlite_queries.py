@@ -159,6 +159,10 @@ class SqliteQueries:
     _reader_class: Any = None
     #: SQL true when the run's ``run.started`` (``s`` in the runs listing) is an imported run's (``sealbox import``)
     _imported_start_sql: str = "CAST(s.raw AS TEXT) ->> '$.payload.imported' IS NOT NULL"
+    #: SQL true when the bytes ``{column}`` hold the bytes of the parameter (a byte search, no JSON parse)
+    _contains_sql: str = "instr({column}, ?) > 0"
+    #: SQL true when event ``e``'s bytes hold ``"call_id":`` then call ``c``'s id as a JSON string (a byte search)
+    _names_call_sql: str = ""  # set below (_NAMES_CALL_SQL)
 
     def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Runs, newest first: run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, last_kind, events."""
@@ -214,7 +218,10 @@ class SqliteQueries:
                 fetch of those columns, one SHA-256 and one JSON parse per event (on SQLite about 1.5x to
                 1.8x the listing's time for one tool's calls, about 2x for every call: docs/recording.md,
                 measured 2026-12-05), and without it the query reads none of those columns and
-                no row is flagged ``altered``. It is not verification either way: ``sealbox verify``
+                no row is flagged ``altered``. With it, ``decision`` and ``error`` also keep a call whose
+                decision / result no longer joins it, or whose result's ``ok`` column disagrees with its bytes,
+                when the hashed bytes pass the filter (flagged ``altered``; :meth:`_altered_filter`).
+                It is not verification either way: ``sealbox verify``
                 (:func:`sealbox.verify.verify_store`) is the full check, and also finds a change
                 that rewrote the stored hash too.
 
@@ -232,12 +239,15 @@ class SqliteQueries:
         sql, params, globs, matches = _calls_query(tool=tool, server=server, run_id=run_id, agent=agent,
                                                    principal=principal, since=since, until=until, decision=decision,
                                                    error=error, match=match, replays=replays,
-                                                   template=self._calls_sql, check_altered=check_altered)
+                                                   template=self._calls_sql, check_altered=check_altered,
+                                                   contains=self._contains_sql, names_call=self._names_call_sql)
         call_rows = _checked_call_rows if check_altered else _call_rows
-        # with check_altered, a --decision filter also lets through calls listed without a decision (the SQL's
-        # "OR d.leaf_index IS NULL"): kept when a decision of their run names them by its hashed bytes with
-        # that effect (its call_id / kind column rewritten below Sealbox), flagged altered (_detached_passes)
-        undecided = self._detached_filter(decision) if check_altered and decision is not None else None
+        # with check_altered, a --decision / --error filter also lets through calls listed without a decision /
+        # without a result (the SQL's "OR d.leaf_index IS NULL" ...): kept when a decision / result of their run
+        # names them by its hashed bytes with that effect / ok (its call_id / kind column rewritten below
+        # Sealbox), flagged altered (_altered_filter)
+        confirm = (self._altered_filter(decision, error)
+                   if check_altered and (decision is not None or error is not None) else None)
         _refuse_hidden_matches(matches, getattr(getattr(self, "content", None), "mode", None))
         with_result = any(m.root == "result" for m in matches)
         # approvers and flags are only known once the run's approval events were evaluated
@@ -246,7 +256,7 @@ class SqliteQueries:
         check = bool(globs or matches or late)
         rows: list[dict[str, Any]] = []
         cursor = self._conn().execute(sql, params)
-        if not check and undecided is None:  # every candidate is a row: build them without a call per field
+        if not check and confirm is None:  # every candidate is a row: build them without a call per field
             try:  # fetchmany takes a C int: a larger limit reads every row (fewer than the limit), then cuts
                 rows = call_rows(cursor if limit is None or limit > _FETCHMANY_MAX else cursor.fetchmany(limit),
                                  self._resolve_quietly)
@@ -259,17 +269,17 @@ class SqliteQueries:
             if check_altered:
                 self._flag_detached(rows)
             return rows
-        if not check:  # only undecided candidates to confirm: rows built in batches, those confirmed before the limit
+        if not check:  # only widened candidates to confirm: rows built in batches, those confirmed before the limit
             try:
                 while limit is None or len(rows) < limit:
-                    # no more than the limit still wants: a call without a decision is rare, so the
-                    # first batch is nearly always the last (a larger one read rows cut afterwards)
-                    batch = cursor.fetchmany(_UNDECIDED_BATCH if limit is None else min(limit - len(rows),
-                                                                                         _UNDECIDED_BATCH))
+                    # no more than the limit still wants: a candidate that fails confirmation is rare, so
+                    # the first batch is nearly always the last (a larger one read rows cut afterwards)
+                    batch = [tuple(rec) for rec in cursor.fetchmany(
+                        _UNDECIDED_BATCH if limit is None else min(limit - len(rows), _UNDECIDED_BATCH))]
                     if not batch:
                         break
-                    rows += [row for row in call_rows(batch, self._resolve_quietly)
-                             if row["decision"] is not None or undecided(row)]
+                    rows += [row for row, rec in zip(call_rows(batch, self._resolve_quietly), batch)
+                             if confirm(row, rec)]
             finally:
                 cursor.close()
             if limit is not None:
@@ -286,7 +296,7 @@ class SqliteQueries:
                     row["result"] = self._content(rec[-1])
                 if not (all(_glob_ok(row, c, p) for c, p in globs) and all(m.test(row) for m in matches)):
                     continue
-                if undecided is not None and row["decision"] is None and not undecided(row):
+                if confirm is not None and not confirm(row, rec):
                     continue
                 row.pop("result", None)
                 if late:
@@ -312,30 +322,57 @@ class SqliteQueries:
             self._flag_detached(rows)
         return rows
 
-    def _detached_filter(self, decision: str) -> Any:
-        """For ``query_calls(decision=..., check_altered=True)``: a test of a candidate call listed without a
-        decision (let through by the SQL), true when a ``policy.decision`` of its run names it by its hashed
-        bytes with the effect ``decision``: that event's ``call_id`` (or ``kind``) column was rewritten below
-        Sealbox, so the call is listed as the unfiltered listing shows it (no decision) and flagged
-        :data:`sealbox.query.ALTERED_FLAG`. A run holding a damaged decision (what it said cannot be known)
-        passes every decision filter, flagged. Such candidates are few (a call still running or whose process
-        died: the recorder and the gateway commit a call with its decision), one indexed lookup each."""
+    def _altered_filter(self, decision: str | None, error: bool | None) -> Any:
+        """For ``query_calls(decision=..., error=..., check_altered=True)``: a test ``(row, record)`` of a
+        candidate the widened SQL let through (:func:`_calls_query`), true when it passes the filters by
+        the events' hashed bytes:
+
+        * ``decision``: the row's decision is the effect asked for; or it has none and a
+          ``policy.decision`` of its run names it by its hashed bytes with that effect (that event's
+          ``call_id`` or ``kind`` column rewritten below Sealbox: the call is listed as the unfiltered
+          listing shows it, no decision).
+        * ``error``: the row's ``ok`` is what the filter asks for (False for ``error=True``); or it has no
+          result, was not denied, and a ``tool.result`` of its run names it by its hashed bytes with
+          that ``ok`` (the result's ``call_id`` / ``kind`` column rewritten); or its result's own bytes
+          say that ``ok`` (its ``ok`` column rewritten).
+
+        A row kept by its bytes against its columns is flagged :data:`sealbox.query.ALTERED_FLAG`. A run
+        holding a damaged event of the kind looked up (what it said cannot be known) passes the filter,
+        flagged. Such candidates are few (a call still running or whose process died: the recorder and
+        the gateway commit a call with its decision), one indexed lookup each."""
         from sealbox.errors import SealboxError
         from sealbox.query import ALTERED_FLAG
 
         reader = self._reader_class(self._conn())
+        want_ok = None if error is None else not error
 
-        def passes(row: dict[str, Any]) -> bool:
+        def named(row: dict[str, Any], kind: str, key: str, value: Any) -> bool:
             if not isinstance(row["call_id"], str):
                 return False
             try:
-                found = [e.payload.get("effect") for e in
-                         reader.events(["policy.decision"], run_id=row["run_id"], field=("call_id", row["call_id"]))]
+                found = [e.payload.get(key) for e in
+                         reader.events([kind], run_id=row["run_id"], field=("call_id", row["call_id"]))]
             except (SealboxError, ValueError):  # a damaged event of the run: what it said cannot be known
-                found = [decision]
-            if decision not in found:
-                return False
-            if ALTERED_FLAG not in row["flags"]:
+                return True
+            return any((bool(v) if key == "ok" else v) == value for v in found)
+
+        def passes(row: dict[str, Any], rec: tuple) -> bool:
+            altered = False
+            if decision is not None and row["decision"] != decision:
+                if row["decision"] is None:
+                    if not named(row, "policy.decision", "effect", decision):
+                        return False
+                    altered = True
+                else:
+                    return False
+            if want_ok is not None and row["ok"] is not want_ok:
+                if row["ok"] is None:
+                    if row["decision"] == "deny" or not named(row, "tool.result", "ok", want_ok):
+                        return False
+                elif not _payload_says(rec[_ALTERED_START + 4], "ok", want_ok):
+                    return False
+                altered = True
+            if altered and ALTERED_FLAG not in row["flags"]:
                 row["flags"].append(ALTERED_FLAG)
             return True
 
@@ -864,6 +901,11 @@ ORDER BY c.leaf_index DESC
 """ % (_NEXT.format(offset=1, kind="policy.decision").replace("{", "{{").replace("}", "}}"),
        _NEXT.format(offset=2, kind="tool.result").replace("{", "{{").replace("}", "}}"))
 
+#: SQL true when event ``e``'s bytes hold ``"call_id":`` followed by call ``c``'s id as a JSON string, as
+#: canonical bytes write it (a byte search: the candidates a query_calls filter then confirms by parsing)
+_NAMES_CALL_SQL = "instr(e.raw, CAST('\"call_id\":' || json_quote(c.call_id) AS BLOB)) > 0"
+SqliteQueries._names_call_sql = _NAMES_CALL_SQL
+
 #: The kinds that move a run between running, suspended and ended: its status is the newest of them
 #: (approval.answered / approval.expired come after run.suspended and leave the run suspended).
 _LIFECYCLE = "'run.started', 'run.suspended', 'run.resumed', 'run.ended'"
@@ -890,10 +932,14 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
                  agent: str | None = None, principal: str | None = None, since: Any = None, until: Any = None,
                  decision: str | None = None, error: bool | None = None, match: Any = None,
                  replays: bool = True, template: tuple[str, str] | None = None,
-                 check_altered: bool = False) -> tuple:
+                 check_altered: bool = False, contains: str = "instr({column}, ?) > 0",
+                 names_call: str = _NAMES_CALL_SQL) -> tuple:
     """(sql, params, globs left to confirm, compiled matches) for :meth:`SqliteStore.query_calls`;
     ``template``: (the calls query, the result expression) in another backend's SQL (default SQLite's);
-    ``check_altered``: the query also selects :data:`_ALTERED_COLUMNS` (for :func:`_checked_call_rows`)."""
+    ``check_altered``: the query also selects :data:`_ALTERED_COLUMNS` (for :func:`_checked_call_rows`) and
+    widens the decision and error filters (confirmed by :meth:`SqliteQueries._altered_filter`);
+    ``contains``: SQL true when the bytes ``{column}`` hold the bytes of a parameter (the backend's);
+    ``names_call``: SQL true when event ``e``'s bytes hold ``"call_id":`` and call ``c``'s call id as JSON."""
     from sealbox import query as q
 
     q.check_choice("decision", decision, q.DECISIONS)
@@ -920,7 +966,18 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
             params.append(q.parse_time(value, name=name))
     if not replays:
         where.append("r.replay_of IS NULL")
-    if error is not None:
+    if error is not None and check_altered:
+        # also a call without a result that was not denied (its result's call_id / kind column rewritten:
+        # query_calls confirms it by the bytes of its run's results) and one whose result's bytes say
+        # what is asked (its ok column rewritten; a substring test, confirmed by parsing the bytes)
+        # (a byte search of that run's results, through events_run_kind: no JSON parsed, so a damaged event
+        # does not fail the listing; held calls are many in a large store, each confirmed here and not by a
+        # lookup from Python)
+        where.append("(x.ok = ? OR (x.leaf_index IS NULL AND (d.effect IS NULL OR d.effect <> 'deny') AND EXISTS"
+                     " (SELECT 1 FROM events e WHERE e.run_id = c.run_id AND e.kind = 'tool.result' AND "
+                     + names_call + ")) OR " + contains.format(column="x.raw") + ")")
+        params += [0 if error else 1, b'"ok":false' if error else b'"ok":true']
+    elif error is not None:
         where.append("x.ok = ?")
         params.append(0 if error else 1)
     with_result = any(m.root == "result" for m in matches)
@@ -1036,6 +1093,18 @@ def _columns_disagree(row: dict[str, Any], craw: Any, draw: Any, xraw: Any) -> b
     except (ValueError, TypeError, KeyError, AttributeError):
         return True
     return False
+
+
+def _payload_says(raw: Any, key: str, value: Any) -> bool:
+    """Whether the event bytes ``raw`` parse and their payload's ``key`` is ``value`` (``ok`` read as a
+    boolean, as the listing shows it); False for bytes that do not parse, or None."""
+    if raw is None:
+        return False
+    try:
+        found = orjson.loads(bytes(raw) if not isinstance(raw, (bytes, str)) else raw)["payload"].get(key)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return False
+    return (bool(found) if key == "ok" else found) == value
 
 
 def _call_error(error: Any) -> dict[str, Any]:
