@@ -373,3 +373,40 @@ def test_an_error_filter_keeps_a_call_whose_result_call_id_or_ok_column_was_chan
     assert [(r["call_id"], r["outcome"], r["flags"]) for r in json.loads(res.stdout)] == [
         ("x", "unknown", ["altered"]), ("y", "ok", ["altered"])]
     assert res.stderr.startswith("warning: 2 call(s) listed hold an event changed below Sealbox")
+
+
+def test_a_decision_filter_keeps_a_call_whose_decision_effect_column_was_changed(store):
+    """The effect column of a call's policy.decision rewritten below Sealbox (allow -> deny), its bytes
+    intact: `sealbox calls` listed the call flagged altered (decision deny, as the column says), but
+    `sealbox calls --decision allow` filtered on that column and dropped it (no flag, no warning, exit 0).
+    A call whose decision's hashed bytes say the effect asked for now passes the filter (a byte search in
+    SQL, confirmed by parsing the bytes), listed as the database holds it, flagged altered."""
+    rec = sealbox.Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="bot") as run:
+        run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "row-1", call_id="kept")
+        run.call_tool("db", "write_query", {"sql": "DELETE FROM users"}, lambda sql: "gone", call_id="eff")
+        run_id = run.run_id
+    leaf = {(e.kind, e.payload.get("call_id")): e.leaf_index for e in store.read_run(run_id)}
+    _set_column_below_sealbox(store, leaf["policy.decision", "eff"], "effect", "deny")
+
+    def listed(**filters):
+        return [(r["call_id"], r["decision"], r["flags"]) for r in store.query_calls(check_altered=True, **filters)]
+
+    assert listed() == [("kept", "allow", []), ("eff", "deny", ["altered"])]
+    assert listed(decision="allow") == [("kept", "allow", []), ("eff", "deny", ["altered"])]
+    assert listed(decision="allow", limit=1) == [("eff", "deny", ["altered"])]
+    assert listed(decision="allow", tool="write_*") == [("eff", "deny", ["altered"])]
+    assert listed(decision="allow", match="tool~write") == [("eff", "deny", ["altered"])]
+    assert listed(decision="deny") == [("eff", "deny", ["altered"])]  # what the column says: listed, flagged
+    assert listed(decision="require_approval") == []
+    # without check_altered no row is flagged, and the filter stays the SQL one
+    assert [r["call_id"] for r in store.query_calls(decision="allow")] == ["kept"]
+    path = store.path
+    store.close()
+
+    res = subprocess.run([SEALBOX, "calls", "--json", "--decision", "allow", "-s", path], capture_output=True,
+                         text=True)
+    assert res.returncode == 0, res.stderr
+    assert [(r["call_id"], r["decision"], r["flags"]) for r in json.loads(res.stdout)] == [
+        ("kept", "allow", []), ("eff", "deny", ["altered"])]
+    assert res.stderr.startswith("warning: 1 call(s) listed hold an event changed below Sealbox")

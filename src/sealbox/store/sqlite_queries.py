@@ -330,7 +330,8 @@ class SqliteQueries:
         * ``decision``: the row's decision is the effect asked for; or it has none and a
           ``policy.decision`` of its run names it by its hashed bytes with that effect (that event's
           ``call_id`` or ``kind`` column rewritten below Sealbox: the call is listed as the unfiltered
-          listing shows it, no decision).
+          listing shows it, no decision); or its decision's own bytes say that effect (its ``effect``
+          column rewritten).
         * ``error``: the row's ``ok`` is what the filter asks for (False for ``error=True``); or it has no
           result, was not denied, and a ``tool.result`` of its run names it by its hashed bytes with
           that ``ok`` (the result's ``call_id`` / ``kind`` column rewritten); or its result's own bytes
@@ -362,9 +363,9 @@ class SqliteQueries:
                 if row["decision"] is None:
                     if not named(row, "policy.decision", "effect", decision):
                         return False
-                    altered = True
-                else:
+                elif not _payload_says(rec[_ALTERED_START + 2], "effect", decision):
                     return False
+                altered = True
             if want_ok is not None and row["ok"] is not want_ok:
                 if row["ok"] is None:
                     if row["decision"] == "deny" or not named(row, "tool.result", "ok", want_ok):
@@ -954,12 +955,17 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
             globs += _glob_terms(col, pattern, where, params)
     # with check_altered, a call without a decision is a candidate too (query_calls confirms it by the bytes of
     # its run's decisions): a decision whose call_id column was rewritten no longer joins
-    effect = "(d.effect = ? OR d.leaf_index IS NULL)" if check_altered else "d.effect = ?"
+    # its bytes, and one whose decision's bytes say the effect asked for though its effect column does not
+    # (a byte search, no JSON parsed; confirmed by parsing the bytes)
+    effect = ("(d.effect = ? OR d.leaf_index IS NULL OR " + contains.format(column="d.raw") + ")"
+              if check_altered else "d.effect = ?")
     for sql, value in (("c.run_id = ?", run_id), ("r.agent = ?", agent), ("c.principal = ?", principal),
                        (effect, decision)):
         if value is not None:
             where.append(sql)
             params.append(value)
+    if check_altered and decision is not None:
+        params.append(b'"effect":' + json.dumps(decision).encode())
     for sql, value, name in (("c.ts >= ?", since, "since"), ("c.ts < ?", until, "until")):
         if value is not None:
             where.append(sql)
