@@ -410,3 +410,31 @@ def test_a_decision_filter_keeps_a_call_whose_decision_effect_column_was_changed
     assert [(r["call_id"], r["decision"], r["flags"]) for r in json.loads(res.stdout)] == [
         ("kept", "allow", []), ("eff", "deny", ["altered"])]
     assert res.stderr.startswith("warning: 1 call(s) listed hold an event changed below Sealbox")
+
+
+@pytest.mark.parametrize("kind,column,value", [("policy.decision", "kind", "note"),
+                                               ("policy.decision", "run_id", "another-run"),
+                                               ("tool.result", "kind", "note"),
+                                               ("tool.result", "run_id", "another-run")])
+def test_a_call_whose_decision_or_result_kind_or_run_column_was_changed_is_flagged(store, kind, column, value):
+    """The kind (or run_id) column of a call's policy.decision / tool.result rewritten below Sealbox, its bytes
+    intact: the event dropped out of its call, which `sealbox calls` listed undecided (a result: unknown),
+    unflagged, and --decision allow dropped: the lookup of a detached decision / result read the run's events
+    by their kind and run_id columns. It now reads the run's events holding the call's id in their bytes (and
+    the events of that kind naming the call by their call_id column, in any run), confirmed by parsing them."""
+    rec = sealbox.Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="bot") as run:
+        run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "row-1", call_id="kept")
+        run.call_tool("db", "write_query", {"sql": "DELETE FROM users"}, lambda sql: "gone", call_id="moved")
+        run_id = run.run_id
+    leaf = {(e.kind, e.payload.get("call_id")): e.leaf_index for e in store.read_run(run_id)}
+    _set_column_below_sealbox(store, leaf[kind, "moved"], column, value)
+
+    def listed(**filters):
+        return [(r["call_id"], r["decision"], r["ok"], r["flags"])
+                for r in store.query_calls(check_altered=True, **filters)]
+
+    moved = ((None, True) if kind == "policy.decision" else ("allow", None)) + (["altered"],)
+    assert listed() == [("kept", "allow", True, []), ("moved", *moved)]
+    assert listed(decision="allow") == [("kept", "allow", True, []), ("moved", *moved)]
+    assert listed(decision="deny") == []

@@ -341,21 +341,15 @@ class SqliteQueries:
         holding a damaged event of the kind looked up (what it said cannot be known) passes the filter,
         flagged. Such candidates are few (a call still running or whose process died: the recorder and
         the gateway commit a call with its decision), one indexed lookup each."""
-        from sealbox.errors import SealboxError
         from sealbox.query import ALTERED_FLAG
 
-        reader = self._reader_class(self._conn())
         want_ok = None if error is None else not error
 
         def named(row: dict[str, Any], kind: str, key: str, value: Any) -> bool:
-            if not isinstance(row["call_id"], str):
-                return False
-            try:
-                found = [e.payload.get(key) for e in
-                         reader.events([kind], run_id=row["run_id"], field=("call_id", row["call_id"]))]
-            except (SealboxError, ValueError):  # a damaged event of the run: what it said cannot be known
+            found = self._detached_payloads(row, kind)
+            if found is None:  # a damaged event naming the call: what it said cannot be known
                 return True
-            return any((bool(v) if key == "ok" else v) == value for v in found)
+            return any((bool(p.get(key)) if key == "ok" else p.get(key)) == value for p in found)
 
         def passes(row: dict[str, Any], rec: tuple) -> bool:
             altered = False
@@ -385,23 +379,48 @@ class SqliteQueries:
         event's ``call_id`` (or ``kind``) column was rewritten below Sealbox, so it dropped out of its call.
         Such rows are few (a call still running or whose process died; none at all in an intact store);
         each costs one lookup of its run's events of that kind whose payload names it."""
-        from sealbox.errors import SealboxError
         from sealbox.query import ALTERED_FLAG
 
         detached = [(row, "policy.decision") for row in rows if row["decision"] is None]
         detached += [(row, "tool.result") for row in rows if row["decision"] == "allow" and row["ok"] is None]
         if not detached:
             return
-        reader = self._reader_class(self._conn())
         for row, kind in detached:
-            if ALTERED_FLAG in row["flags"] or not isinstance(row["call_id"], str):
+            if ALTERED_FLAG in row["flags"]:
                 continue
-            try:
-                found = reader.events([kind], run_id=row["run_id"], field=("call_id", row["call_id"]), limit=1)
-            except (SealboxError, ValueError):  # a damaged event of the run: what it said cannot be known
-                found = [True]
-            if found:
+            if self._detached_payloads(row, kind) != []:  # found, or a damaged event naming the call
                 row["flags"].append(ALTERED_FLAG)
+
+    def _detached_payloads(self, row: dict[str, Any], kind: str) -> list[dict[str, Any]] | None:
+        """The payloads of the events whose hashed bytes say they are a ``kind`` (``policy.decision`` /
+        ``tool.result``) of ``row``'s call in its run, found whatever their ``kind``, ``run_id`` and ``call_id``
+        columns now say: the run's events holding ``"call_id":<the call's id>`` in their bytes (a byte search
+        over the run's events, ``events_run``; catches a rewritten kind or call_id column), and the events of
+        ``kind`` naming the call by their call_id column in another run (``events_call``; catches a rewritten
+        run_id column), each confirmed by parsing its bytes. None when one of them does not parse (a damaged
+        event naming the call: what it said cannot be known). For a call listed without a decision, or allowed
+        without a result: few (none in an intact store but calls running or whose process died)."""
+        from sealbox.canonical import canonical_bytes
+
+        call_id, run_id = row["call_id"], row["run_id"]
+        if not isinstance(call_id, str) or not isinstance(run_id, str):
+            return []
+        conn = self._conn()
+        raws = [r[0] for r in conn.execute("SELECT raw FROM events WHERE run_id = ? AND "
+                                           + self._contains_sql.format(column="raw"),
+                                           (run_id, b'"call_id":' + canonical_bytes(call_id)))]
+        raws += [r[0] for r in conn.execute(f"SELECT raw FROM events WHERE call_id = ? AND kind = '{kind}'"
+                                            " AND run_id <> ?", (call_id, run_id))]
+        found = []
+        for raw in raws:
+            try:
+                env = orjson.loads(bytes(raw) if not isinstance(raw, (bytes, str)) else raw)
+                payload = env["payload"]
+                if env["kind"] == kind and env["run_id"] == run_id and payload.get("call_id") == call_id:
+                    found.append(payload)
+            except (ValueError, TypeError, KeyError, AttributeError):
+                return None
+        return found
 
     def _late_matches(self, rows: list[dict[str, Any]], late: list[Any]) -> list[dict[str, Any]]:
         """``rows`` with their approvals attached, those passing every match on approvers / flags."""
