@@ -438,3 +438,25 @@ def test_a_call_whose_decision_or_result_kind_or_run_column_was_changed_is_flagg
     assert listed() == [("kept", "allow", True, []), ("moved", *moved)]
     assert listed(decision="allow") == [("kept", "allow", True, []), ("moved", *moved)]
     assert listed(decision="deny") == []
+
+
+@pytest.mark.parametrize("column,value", [("call_id", "renamed"), ("run_id", "another-run")])
+def test_a_decision_filter_keeps_a_call_whose_own_call_id_or_run_column_was_changed(store, column, value):
+    """The call_id (or run_id) column of a tool.call rewritten below Sealbox, its bytes intact: its decision no
+    longer joins it; `sealbox calls` listed it undecided, flagged altered (the column disagrees with the
+    bytes), but --decision allow dropped it: the decision was looked up by the rewritten column. It is now
+    also looked up by the call id and run its tool.call's hashed bytes say."""
+    rec = sealbox.Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="bot") as run:
+        run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "row-1", call_id="kept")
+        run.call_tool("db", "write_query", {"sql": "DELETE FROM users"}, lambda sql: "gone", call_id="moved")
+        run_id = run.run_id
+    leaf = {(e.kind, e.payload.get("call_id")): e.leaf_index for e in store.read_run(run_id)}
+    _set_column_below_sealbox(store, leaf["tool.call", "moved"], column, value)
+
+    def listed(**filters):
+        return [(r["tool"], r["decision"], r["flags"]) for r in store.query_calls(check_altered=True, **filters)]
+
+    assert listed() == [("read_query", "allow", []), ("write_query", None, ["altered"])]
+    assert listed(decision="allow") == [("read_query", "allow", []), ("write_query", None, ["altered"])]
+    assert listed(decision="deny") == []

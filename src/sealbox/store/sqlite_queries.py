@@ -345,8 +345,8 @@ class SqliteQueries:
 
         want_ok = None if error is None else not error
 
-        def named(row: dict[str, Any], kind: str, key: str, value: Any) -> bool:
-            found = self._detached_payloads(row, kind)
+        def named(row: dict[str, Any], rec: tuple, kind: str, key: str, value: Any) -> bool:
+            found = self._detached_payloads(row, kind, _recorded_ids(rec[_ALTERED_START]))
             if found is None:  # a damaged event naming the call: what it said cannot be known
                 return True
             return any((bool(p.get(key)) if key == "ok" else p.get(key)) == value for p in found)
@@ -355,14 +355,14 @@ class SqliteQueries:
             altered = False
             if decision is not None and row["decision"] != decision:
                 if row["decision"] is None:
-                    if not named(row, "policy.decision", "effect", decision):
+                    if not named(row, rec, "policy.decision", "effect", decision):
                         return False
                 elif not _payload_says(rec[_ALTERED_START + 2], "effect", decision):
                     return False
                 altered = True
             if want_ok is not None and row["ok"] is not want_ok:
                 if row["ok"] is None:
-                    if row["decision"] == "deny" or not named(row, "tool.result", "ok", want_ok):
+                    if row["decision"] == "deny" or not named(row, rec, "tool.result", "ok", want_ok):
                         return False
                 elif not _payload_says(rec[_ALTERED_START + 4], "ok", want_ok):
                     return False
@@ -391,7 +391,8 @@ class SqliteQueries:
             if self._detached_payloads(row, kind) != []:  # found, or a damaged event naming the call
                 row["flags"].append(ALTERED_FLAG)
 
-    def _detached_payloads(self, row: dict[str, Any], kind: str) -> list[dict[str, Any]] | None:
+    def _detached_payloads(self, row: dict[str, Any], kind: str,
+                           recorded: tuple[Any, Any] | None = None) -> list[dict[str, Any]] | None:
         """The payloads of the events whose hashed bytes say they are a ``kind`` (``policy.decision`` /
         ``tool.result``) of ``row``'s call in its run, found whatever their ``kind``, ``run_id`` and ``call_id``
         columns now say: the run's events holding ``"call_id":<the call's id>`` in their bytes (a byte search
@@ -399,7 +400,14 @@ class SqliteQueries:
         ``kind`` naming the call by their call_id column in another run (``events_call``; catches a rewritten
         run_id column), each confirmed by parsing its bytes. None when one of them does not parse (a damaged
         event naming the call: what it said cannot be known). For a call listed without a decision, or allowed
-        without a result: few (none in an intact store but calls running or whose process died)."""
+        without a result: few (none in an intact store but calls running or whose process died).
+        ``recorded``: the call's ``(call_id, run_id)`` as its ``tool.call``'s hashed bytes say them, looked up
+        as well when they differ from the row's (the tool call's own columns rewritten)."""
+        if recorded is not None and recorded != (row["call_id"], row["run_id"]) and all(
+                isinstance(v, str) for v in recorded):
+            first = self._detached_payloads(row, kind)
+            second = self._detached_payloads({"call_id": recorded[0], "run_id": recorded[1]}, kind)
+            return None if first is None or second is None else first + second
         from sealbox.canonical import canonical_bytes
 
         call_id, run_id = row["call_id"], row["run_id"]
@@ -1118,6 +1126,15 @@ def _columns_disagree(row: dict[str, Any], craw: Any, draw: Any, xraw: Any) -> b
     except (ValueError, TypeError, KeyError, AttributeError):
         return True
     return False
+
+
+def _recorded_ids(raw: Any) -> tuple[Any, Any] | None:
+    """``(call_id, run_id)`` as a ``tool.call``'s bytes ``raw`` say them; None when they do not parse."""
+    try:
+        env = orjson.loads(bytes(raw) if not isinstance(raw, (bytes, str)) else raw)
+        return env["payload"].get("call_id"), env["run_id"]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
 
 
 def _payload_says(raw: Any, key: str, value: Any) -> bool:
