@@ -163,3 +163,12 @@ def test_http_max_sessions_defaults_to_1000_and_is_checked(tmp_path):
     assert toy_config(tmp_path, extra=HTTP).max_sessions == 1000
     with pytest.raises(ConfigError, match="max_sessions"):
         toy_config(tmp_path, extra=HTTP + "  max_sessions: 0\n")
+
+
+def test_http_max_connections_defaults_to_512_and_is_checked(tmp_path):
+    from sealbox.errors import ConfigError
+
+    assert toy_config(tmp_path, extra=HTTP).max_connections == 512
+    assert toy_config(tmp_path, extra=HTTP + "  max_connections: 7\n").max_connections == 7
+    with pytest.raises(ConfigError, match="max_connections"):
+        toy_config(tmp_path, extra=HTTP + "  max_connections: 0\n")

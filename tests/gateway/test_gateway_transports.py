@@ -177,9 +177,10 @@ upstreams:
         store.close()
 
 
-def _http_serve_process(tmp_path, *, toy_log: Path | None = None):
+def _http_serve_process(tmp_path, *, toy_log: Path | None = None, http_extra: str = ""):
     """``sealbox gateway serve --http 0`` on the toy upstream as a subprocess; (process, port). With
-    ``toy_log``, the toy upstream logs each call it receives there (TOY_LOG)."""
+    ``toy_log``, the toy upstream logs each call it receives there (TOY_LOG); ``http_extra``: more lines of
+    the config's ``http:`` section."""
     import re
     import subprocess
     import time
@@ -189,7 +190,7 @@ def _http_serve_process(tmp_path, *, toy_log: Path | None = None):
     config.write_text(f"""version: 1
 store: ./store
 policy: ALLOW_ALL
-{HTTP}upstreams:
+{HTTP}{http_extra}upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
     args: [{json.dumps(TOY)}]
@@ -266,6 +267,87 @@ async def test_a_connection_that_never_finishes_its_request_head_is_closed(tmp_p
     assert leftover_first == b""
     assert answered_second.startswith(b"HTTP/1.1 200 OK\r\n") and answered_second.count(b"HTTP/1.1") == 1
     assert init.status_code == 200
+
+
+def test_connections_over_http_max_connections_close_an_idle_one_or_are_answered_503(tmp_path):
+    """Nothing bounded the TCP connections of `gateway serve --http` but the process's file descriptors (an
+    idle one lasts 15 s, a new one is free and needs no token; uvicorn's own limit answers plain text).
+    http.max_connections bounds them: one more closes the longest-idle connection (no request being served);
+    when every connection is serving a request, the new one's request is answered HTTP 503 with a JSON-RPC
+    error (TOO_MANY_CALLS, data {"limit": N}) and closed. A flood of connections leaves the gateway serving."""
+    import socket
+    import time
+
+    proc, port = _http_serve_process(tmp_path, http_extra="  max_connections: 3\n")
+    auth = f"authorization: Bearer {TOKEN}\r\n"
+
+    def request(extra: str = "", body: bytes = b"{}") -> bytes:
+        return (f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+                f"accept: application/json, text/event-stream\r\n{extra}content-length: {len(body)}\r\n\r\n"
+                ).encode() + body
+
+    def answer(sock: socket.socket) -> bytes:
+        sock.settimeout(10)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        return data
+
+    def busy() -> socket.socket:  # a request whose body is still to come: being served (its 100 Continue read)
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(request(auth + "expect: 100-continue\r\n", b"x" * 100)[:-100])
+        sock.settimeout(10)
+        assert sock.recv(100).startswith(b"HTTP/1.1 100 Continue")
+        return sock
+
+    try:
+        serving = [busy() for _ in range(3)]
+        with socket.create_connection(("127.0.0.1", port)) as refused:
+            refused.sendall(request())
+            over = answer(refused)
+        for sock in serving:
+            sock.close()
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        with socket.create_connection(("127.0.0.1", port)) as newer:
+            newer.sendall(request())  # no token: answered 401 once the oldest idle connection is closed
+            served = answer(newer)
+        evicted = answer(idle[0])
+        idle[1].setblocking(False)
+        try:
+            idle[1].recv(1)
+            still_open = False
+        except BlockingIOError:
+            still_open = True
+        for sock in idle:
+            sock.close()
+        flood = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
+        for sock in flood:
+            sock.close()
+        deadline = time.monotonic() + 30
+        while True:  # the flood's connections are closed by the gateway as they are seen to be gone
+            with httpx2.Client(timeout=30) as http:
+                after = http.post(f"http://127.0.0.1:{port}/mcp", json=INIT,
+                                  headers={**HEADERS, "authorization": f"Bearer {TOKEN}"})
+            if after.status_code != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        alive = proc.poll() is None
+    finally:
+        proc.terminate()
+        code = proc.wait(timeout=60)
+        stderr = proc.stderr.read()
+        proc.stderr.close()
+        proc.stdout.close()
+    head, _, body = over.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 ") and b"content-type: application/json" in head.lower()
+    assert b"connection: close" in head.lower()
+    assert json.loads(body) == {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32017, "message": "the gateway already has 3 HTTP connections open, each serving a request "
+        "(http.max_connections); try again once one has been answered", "data": {"limit": 3}}}
+    assert served.startswith(b"HTTP/1.1 401 ")
+    assert (evicted, still_open) == (b"", True)
+    assert alive and after.status_code == 200
+    assert code == 0 and "Traceback" not in stderr, stderr
 
 
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
@@ -1018,7 +1100,7 @@ def test_sealbox_gateway_serve_http_with_sealbox_run_id_stops_at_start(tmp_path)
     config.write_text(f"""version: 1
 store: ./store
 policy: ALLOW_ALL
-{HTTP}upstreams:
+{HTTP}{http_extra}upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
     args: [{json.dumps(TOY)}]

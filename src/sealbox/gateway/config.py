@@ -23,6 +23,7 @@ Example::
       session_idle_s: 1800         # an HTTP session idle this long is closed
       max_sessions_per_identity: 100  # HTTP sessions one identity may have open at once
       max_sessions: 1000           # HTTP sessions of every identity together
+      max_connections: 512         # TCP connections open at once, every client together
     limits:
       max_request_bytes: 1048576
       approval_hold_s: 4
@@ -100,6 +101,7 @@ _SCHEMA: dict[str, Any] = {
                 "session_idle_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 86400},
                 "max_sessions_per_identity": {"type": "integer", "minimum": 1, "maximum": 10000},
                 "max_sessions": {"type": "integer", "minimum": 1, "maximum": 100000},
+                "max_connections": {"type": "integer", "minimum": 1, "maximum": 100000},
             },
         },
         "limits": {
@@ -318,6 +320,9 @@ class GatewayConfig:
     #: --http: the sessions of every identity together (each holds a server task and ~50 KB): one more is refused
     #: HTTP 503, TOO_MANY_CALLS (passed to the SDK too, whose own cap is 10 000)
     max_sessions: int = 1000
+    #: --http: the TCP connections open at once, every client together (each a file descriptor): one more
+    #: first closes the longest-idle connection (no request being served), else its request is answered HTTP 503
+    max_connections: int = 512
     limits: Limits = field(default_factory=Limits)
     breaker_threshold: int = 5
     breaker_cooldown_s: float = 30.0
@@ -487,6 +492,7 @@ def _build(doc: dict[str, Any], base: Path, source: str) -> GatewayConfig:
         session_idle_s=float(http.get("session_idle_s", 1800.0)),
         max_sessions_per_identity=http.get("max_sessions_per_identity", 100),
         max_sessions=http.get("max_sessions", 1000),
+        max_connections=http.get("max_connections", 512),
         limits=Limits(**{k: lim[k] for k in ("max_request_bytes", "approval_hold_s", "undelivered_keep_s",
                                              "call_timeout_s", "startup_timeout_s", "max_calls_in_flight")
                          if k in lim}),

@@ -38,7 +38,9 @@ HTTP specifics:
   one more gets HTTP 429 and ``TOO_MANY_CALLS`` (the SDK's own cap, 10 000 sessions, is for every
   client together: one token could otherwise take them all);
 * every identity together has at most ``http.max_sessions`` sessions open (default 1000): one more gets
-  HTTP 503 and ``TOO_MANY_CALLS``.
+  HTTP 503 and ``TOO_MANY_CALLS``;
+* at most ``http.max_connections`` TCP connections are open at once (default 512): one more closes the one idle
+  longest, or, every one serving a request, is answered HTTP 503 and ``TOO_MANY_CALLS`` (:func:`_http_protocol`).
 """
 
 from __future__ import annotations
@@ -860,31 +862,95 @@ def bind(port: int) -> socket.socket:
 
 #: seconds a connection may take to send a whole request head, from its opening or its previous answer
 HEAD_TIMEOUT_S = 15.0
+#: seconds a connection over ``http.max_connections`` may take to send its request head (then answered 503)
+REFUSED_HEAD_TIMEOUT_S = 2.0
 #: seconds a request's whole body may take to arrive after its head (the gateway listens on 127.0.0.1 only:
 #: many MB arrive in well under a second); the answer's own time (a held call, an SSE stream) is not limited
 BODY_TIMEOUT_S = 30.0
 
 
-def _http_protocol() -> Any:
+def _http_protocol(max_connections: int | None = None) -> Any:
     """uvicorn's h11 protocol, closing a connection whose request head is not whole within
     :data:`HEAD_TIMEOUT_S`, and answering HTTP 408 (then closing) a request whose body is not whole within
     :data:`BODY_TIMEOUT_S` of its head. uvicorn times out only an idle keep-alive connection: a client sending
     its head a byte at a time (slowloris; no token needed) kept its connection, a file descriptor, for good;
-    one announcing a body it never sent (or sent a byte now and then) kept a server task as well."""
+    one announcing a body it never sent (or sent a byte now and then) kept a server task as well.
+
+    With ``max_connections`` (``http.max_connections``), at most that many connections are open at once: one
+    more first closes the connection idle longest (waiting for a request head: none of its requests is being
+    served); when every open connection is serving a request, the new one's first request is answered HTTP 503
+    with a JSON-RPC error (``TOO_MANY_CALLS``, ``data`` ``{"limit": N}``) and the connection closed (one not
+    sending a whole head within :data:`REFUSED_HEAD_TIMEOUT_S` is closed without an answer)."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class _HeadTimeoutH11(H11Protocol):
         _head_timer: Any = None
         _body_timer: Any = None
+        #: loop time since which the connection waits for a request head (None: a request is being served)
+        _idle_since: float | None = None
+        #: whether the connection is over ``max_connections``: its first request is answered 503
+        _over = False
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            self._idle_since = self.loop.time()
+            if max_connections is not None and len(self.connections) > max_connections and not self._evict_idle():
+                self._over = True
+                self._head_timer = self.loop.call_later(REFUSED_HEAD_TIMEOUT_S, self._head_timed_out)
+                return
             self._arm_head_timer()
+
+        def _evict_idle(self) -> bool:
+            """Close the connection waiting longest for a request head (not this one); whether there was one."""
+            idle = [c for c in self.connections if c is not self and getattr(c, "_idle_since", None) is not None
+                    and not getattr(c, "_over", False) and not c.transport.is_closing()]
+            if not idle:
+                return False
+            oldest = min(idle, key=lambda c: c._idle_since)
+            oldest._idle_since = None
+            oldest.transport.close()
+            return True
+
+        def data_received(self, data: bytes) -> None:
+            if not self._over:
+                super().data_received(data)
+                return
+            try:
+                self.conn.receive_data(data)
+                event = self.conn.next_event()
+            except h11.RemoteProtocolError:
+                event = None
+            if event is h11.NEED_DATA:
+                return
+            self._disarm_head_timer()
+            if isinstance(event, h11.Request):
+                self._write_error(503, b"Service Unavailable", codes.TOO_MANY_CALLS,
+                                  f"the gateway already has {max_connections} HTTP connections open, each serving a "
+                                  "request (http.max_connections); try again once one has been answered",
+                                  data={"limit": max_connections})
+            self.transport.close()
+
+        def _write_error(self, status: int, reason: bytes, code: int, message: str, data: Any = None) -> None:
+            """Answer the request being read with a JSON-RPC error (null id) and ``connection: close``."""
+            error: dict[str, Any] = {"code": code, "message": message}
+            if data is not None:
+                error["data"] = data
+            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+            try:
+                self.transport.write(self.conn.send(h11.Response(status_code=status, reason=reason, headers=[
+                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close")])))
+                self.transport.write(self.conn.send(h11.Data(data=body)))
+                self.transport.write(self.conn.send(h11.EndOfMessage()))
+            except h11.LocalProtocolError:
+                pass
 
         def handle_events(self) -> None:
             cycle = self.cycle
             super().handle_events()
+            if self.cycle is not cycle:
+                self._idle_since = None
             if self.cycle is not cycle:  # a request head is whole: its request is being served
                 self._disarm_head_timer()
                 if self.cycle is not None and self.cycle.more_body:  # its body is still to come
@@ -896,6 +962,7 @@ def _http_protocol() -> Any:
         def on_response_complete(self) -> None:
             self._disarm_body_timer()  # answered without its whole body: the head timer bounds the rest
             if not self.transport.is_closing():  # a keep-alive connection: its next head has the same time
+                self._idle_since = self.loop.time()
                 self._arm_head_timer()  # first: uvicorn serves a pipelined request from inside this call
             super().on_response_complete()
 
@@ -1010,8 +1077,10 @@ async def _serve_http(gateway: Gateway, sock: socket.socket, task_status: Any) -
 
     port = sock.getsockname()[1]
     app = http_app(gateway, port)
-    server = _server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
-                                    http=_http_protocol()), gateway)
+    # ws="none": an Upgrade: websocket request was handed to uvicorn's websocket protocol, which the connection cap
+    # does not count (nothing is served over websockets)
+    server = _server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", ws="none",
+                                    http=_http_protocol(getattr(gateway.config, "max_connections", None))), gateway)
     try:
         import asyncio
 
