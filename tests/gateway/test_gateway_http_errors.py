@@ -172,3 +172,44 @@ def test_http_max_connections_defaults_to_512_and_is_checked(tmp_path):
     assert toy_config(tmp_path, extra=HTTP + "  max_connections: 7\n").max_connections == 7
     with pytest.raises(ConfigError, match="max_connections"):
         toy_config(tmp_path, extra=HTTP + "  max_connections: 0\n")
+
+
+async def test_without_the_sdks_session_table_a_refused_initialize_still_opens_no_session_and_caps_hold(
+        tmp_path, store):
+    """The gateway reads the MCP SDK's open sessions and ends a refused initialize's session through private
+    attributes of its session manager. Where they cannot be found (another SDK version), a refused initialize's
+    session stayed open until it idled out, and every session cap counted nothing (fail open). Now the session
+    is ended through the SDK's own HTTP interface (a DELETE), and the caps count the sessions the gateway saw
+    opened and not deleted (fail closed)."""
+    gw = Gateway(toy_config(tmp_path, extra=HTTP + "  max_sessions_per_identity: 1\n"
+                            + "limits:\n  max_request_bytes: 1024\n"), store=store)
+    made = []
+    original = gw.server.streamable_http_app
+
+    def hiding(*args, **kwargs):
+        app = original(*args, **kwargs)
+        made.append(gw.server._session_manager)
+        gw.server._session_manager = None  # an SDK keeping its session manager elsewhere
+        return app
+
+    gw.server.streamable_http_app = hiding
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        [manager] = made
+        big = {**INIT, "params": {**INIT["params"], "capabilities": {"experimental": {"pad": {"x": "y" * 2000}}}}}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            refused = await http.post(url, json=big, headers=AUTH)
+            with anyio.move_on_after(10):
+                while manager._server_instances:
+                    await anyio.sleep(0.02)
+            after_refused = len(manager._server_instances)
+            opened = await http.post(url, json=INIT, headers=AUTH)
+            over = await http.post(url, json=INIT, headers=AUTH)
+            ended = await http.delete(url, headers={**AUTH, "mcp-session-id": opened.headers["mcp-session-id"],
+                                                    "mcp-protocol-version": "2025-11-25"})
+            again = await http.post(url, json=INIT, headers=AUTH)
+        tg.cancel_scope.cancel()
+    body = refused.json() if refused.headers.get("content-type") == "application/json" else _sse(refused.text)
+    assert (body["error"]["code"], "mcp-session-id" in refused.headers, after_refused) == (REQUEST_TOO_LARGE, False, 0)
+    assert [opened.status_code, over.status_code, ended.status_code, again.status_code] == [200, 429, 200, 200]

@@ -346,16 +346,16 @@ class BearerAuth:
         """The sessions open (the SDK's, each once), and the requests being served that may open one and have
         not yet been given theirs."""
         live = self.sessions() if self.sessions is not None else None
-        if live is None:
-            return 0
+        if live is None:  # fail closed: every session seen opened and not ended by a DELETE counts
+            return len(self.owners) + sum(self._opening.values())
         # a session admitted by the SDK but not yet answered is in live and counted in _opening: not twice
         return max(len(live), sum(1 for sid in self.owners if sid in live) + sum(self._opening.values()))
 
     def _open_sessions(self, identity: str) -> int:
         """The sessions ``identity`` has open, and its requests being served that may open one."""
         live = self.sessions() if self.sessions is not None else None
-        if live is None:  # the SDK's sessions cannot be read: ended ones would count for good, so none is counted
-            return 0
+        if live is None:  # the SDK's sessions cannot be read: every one seen opened and not deleted counts (fail closed)
+            return sum(1 for who in self.owners.values() if who == identity) + self._opening[identity]
         return sum(1 for sid, who in self.owners.items() if who == identity and sid in live) + self._opening[identity]
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -546,9 +546,10 @@ class BearerAuth:
         return False
 
     def _is_open(self, session_id: str) -> bool:
-        """Whether the SDK still has the session open (False when its sessions cannot be read)."""
+        """Whether the SDK still has the session open (when its sessions cannot be read: whether it is known
+        and not deleted, so that its owner is kept: fail closed)."""
         live = self.sessions() if self.sessions is not None else None
-        return live is not None and session_id in live
+        return session_id in self.owners if live is None else session_id in live
 
     def _forget_ended(self) -> None:
         """Drop the owners of sessions that have ended without a DELETE (else kept for the process's life)."""
@@ -824,20 +825,77 @@ def http_app(gateway: Gateway, port: int) -> Any:
                                              max_request_body_size=4 * cfg.limits.max_request_bytes, host="127.0.0.1",
                                              session_idle_timeout=cfg.session_idle_s,
                                              max_sessions=getattr(cfg, "max_sessions", None) or 10_000)
+    # the SDK's session manager and its open sessions are private attributes: where they cannot be found (another
+    # SDK version), a refused initialize's session is ended through the SDK's HTTP interface (a DELETE), and the
+    # session caps count the sessions seen opened and not ended (fail closed), see BearerAuth
     manager = getattr(gateway.server, "_session_manager", None)
 
-    def sessions() -> Any:  # the SDK's open sessions (a private attribute: None if it is gone)
-        return getattr(manager, "_server_instances", None)
+    def sessions() -> Any:  # the SDK's open sessions (a private attribute: None if it is gone or not a mapping)
+        live = getattr(manager, "_server_instances", None)
+        return live if isinstance(live, dict) else None
+
+    if sessions() is None or not callable(getattr(manager, "_discard_session", None)):
+        log.warning("the MCP SDK's open HTTP sessions cannot be read (its private attributes changed): a session "
+                    "that ends without a DELETE (idle, its client gone) stays counted against http.max_sessions and "
+                    "http.max_sessions_per_identity until the gateway restarts")
 
     async def discard(session_id: str) -> None:  # as the SDK ends a session whose opening request failed
         live, end = sessions(), getattr(manager, "_discard_session", None)
         transport = live.get(session_id) if live is not None else None
-        if transport is not None and end is not None:
-            await end(session_id, transport)
+        if live is not None and transport is None:
+            return  # already ended
+        if transport is not None and callable(end):
+            try:
+                await end(session_id, transport)
+                return
+            except Exception:  # another SDK's signature: ended as a client ends it
+                log.debug("the SDK's _discard_session failed; ending session by DELETE", exc_info=True)
+        await _delete_session(app, session_id, port)
 
     return BearerAuth(app, tokens, sessions, max_sessions_per_identity=getattr(cfg, "max_sessions_per_identity", None),
                       security=security, max_body_bytes=4 * cfg.limits.max_request_bytes, discard=discard,
                       max_sessions=getattr(cfg, "max_sessions", None))
+
+
+async def _delete_session(app: Any, session_id: str, port: int) -> None:
+    """End the session ``session_id`` of the SDK's ASGI ``app`` as its client would: an HTTP DELETE, served in
+    process (the SDK's public interface; its answer is not used). Never raises: a session it cannot end is left
+    to its idle timeout (logged)."""
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+    version = max(HANDSHAKE_PROTOCOL_VERSIONS)
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+             "method": "DELETE", "scheme": "http", "path": "/mcp", "raw_path": b"/mcp", "root_path": "",
+             "query_string": b"", "client": ("127.0.0.1", 0), "server": ("127.0.0.1", port), "state": {},
+             "headers": [(b"host", f"127.0.0.1:{port}".encode()), (b"mcp-session-id", session_id.encode("latin-1")),
+                         (b"mcp-protocol-version", version.encode())]}
+    sent = False
+    answered = anyio.Event()
+    status: list[int] = []
+
+    async def receive() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await answered.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            status.append(int(message.get("status", 0)))
+        elif message["type"] == "http.response.body" and not message.get("more_body"):
+            answered.set()
+
+    try:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            await app(scope, receive, send)
+    except Exception:
+        log.warning("a refused HTTP session could not be ended; it is closed once idle", exc_info=True)
+        return
+    if status[:1] != [200]:
+        log.warning("a refused HTTP session could not be ended (DELETE answered %s); it is closed once idle",
+                    status[:1] or "nothing")
 
 
 def bind(port: int) -> socket.socket:
