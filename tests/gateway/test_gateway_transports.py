@@ -1100,7 +1100,7 @@ def test_sealbox_gateway_serve_http_with_sealbox_run_id_stops_at_start(tmp_path)
     config.write_text(f"""version: 1
 store: ./store
 policy: ALLOW_ALL
-{HTTP}{http_extra}upstreams:
+{HTTP}upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
     args: [{json.dumps(TOY)}]
