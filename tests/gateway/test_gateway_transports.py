@@ -350,6 +350,75 @@ def test_connections_over_http_max_connections_close_an_idle_one_or_are_answered
     assert code == 0 and "Traceback" not in stderr, stderr
 
 
+def test_sighup_reloads_http_tokens_refusing_revoked_ones_and_ending_their_sessions(tmp_path):
+    """http.tokens could only change with a restart (SIGHUP killed the gateway: no clean stop, no final
+    checkpoint). SIGHUP now re-reads the config's tokens: a token no longer listed (or mapped to another identity)
+    is refused at once (401) and the sessions it opened are ended (their GET streams closed); the other tokens
+    and their sessions are untouched; a config that does not load keeps the tokens in use (one stderr line)."""
+    import signal
+    import time
+
+    bob = "token-of-bob-0123456789abcdef00"
+    proc, port = _http_serve_process(tmp_path, http_extra=f"    - {{token: {bob}, identity: bob}}\n")
+    url = f"http://127.0.0.1:{port}/mcp"
+    config = tmp_path / "gateway.yaml"
+    alice_h = {**HEADERS, "authorization": f"Bearer {TOKEN}"}
+    bob_h = {**HEADERS, "authorization": f"Bearer {bob}"}
+
+    def session(http, headers):
+        init = http.post(url, json=INIT, headers=headers)
+        assert init.status_code == 200, init.text
+        headers = {**headers, "mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        assert http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                         headers=headers).status_code == 202
+        return headers
+
+    def listing(http, headers):
+        return http.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=headers).status_code
+
+    try:
+        with httpx2.Client(timeout=30) as http:
+            alice_s, bob_s = session(http, alice_h), session(http, bob_h)
+            config.write_text("version: [\n")  # a broken config: the tokens in use are kept
+            proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 30
+            while "not reloaded" not in (line := proc.stderr.readline()) and time.monotonic() < deadline:
+                pass
+            kept = line
+            before = [listing(http, alice_s), listing(http, bob_s)]
+            config.write_text(f"""version: 1
+store: ./store
+policy: ALLOW_ALL
+{HTTP}upstreams:
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: [{json.dumps(TOY)}]
+""")
+            with http.stream("GET", url, headers={**bob_s, "accept": "text/event-stream"}) as events:
+                assert events.status_code == 200
+                proc.send_signal(signal.SIGHUP)
+                streamed = b"".join(events.iter_raw())  # ends once bob's session is ended
+            deadline = time.monotonic() + 30
+            while (revoked := http.post(url, json=INIT, headers=bob_h)).status_code != 401 \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+            after = [listing(http, alice_s), listing(http, {**bob_s, "authorization": f"Bearer {TOKEN}"})]
+        alive = proc.poll() is None
+    finally:
+        proc.terminate()
+        code = proc.wait(timeout=60)
+        stderr = proc.stderr.read()
+        proc.stderr.close()
+        proc.stdout.close()
+    assert "SIGHUP: the config was not reloaded" in kept and "http.tokens in use are kept" in kept
+    assert before == [200, 200]
+    assert streamed == b"" or b"event" not in streamed
+    assert revoked.status_code == 401
+    assert after == [200, 404]  # alice's session untouched; bob's is gone (alice asks: unknown, not someone else's)
+    assert alive and code == 0 and "Traceback" not in stderr, stderr
+    assert "SIGHUP: http.tokens reloaded (1 token, 1 identity); 1 session of a revoked token ended" in stderr
+
+
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
 def test_http_gateway_stopped_by_a_signal_ends_its_runs_and_signs_a_final_checkpoint(tmp_path, signame):
     """The client's session is still open (no DELETE, its event stream held open) when the signal comes."""

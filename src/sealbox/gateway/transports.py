@@ -16,7 +16,8 @@ HTTP specifics:
   browser) is accepted;
 * requires ``Authorization: Bearer <token>`` with a token from ``http.tokens``;
   the token's identity is the principal of the calls (HTTP 401 and JSON-RPC
-  error ``UNAUTHORIZED`` otherwise);
+  error ``UNAUTHORIZED`` otherwise); SIGHUP reloads them (:func:`_reload_tokens`): a revoked token is refused
+  at once and the sessions it opened are ended;
 * a session (``mcp-session-id``) is used only with a token of the identity that
   created it: any other request on it (POST of any method, GET, DELETE) gets HTTP
   403 and ``UNAUTHORIZED``, and the session is left untouched (its owner is kept while the SDK has it open, even
@@ -328,19 +329,43 @@ class BearerAuth:
         self._opening: Counter[str] = Counter()
         #: ``mcp-session-id`` -> the identity whose request created the session
         self.owners: dict[str, str] = {}
+        #: ``mcp-session-id`` -> the token that created the session (its sessions end when it is revoked)
+        self.session_tokens: dict[str, str] = {}
         #: the ids of the sessions still open (the SDK's), or None when they cannot be known: a session that
         #: ends without a DELETE (its idle timeout; the client went away) is forgotten here when the next opens
         self.sessions = sessions
 
     def identity(self, header: str | None) -> str | None:
+        matched = self._match(header)
+        return matched[1] if matched is not None else None
+
+    def _match(self, header: str | None) -> tuple[str, str] | None:
+        """(token, identity) of an ``Authorization`` header, or None (every token compared in constant time)."""
         if not header or not header.lower().startswith("bearer "):
             return None
         given = header[7:].strip().encode()
         found = None
-        for token, identity in self.tokens.items():
+        for token, identity in self.tokens.items():  # self.tokens is replaced whole by a reload, never changed
             if hmac.compare_digest(given, token.encode()):
-                found = identity
+                found = (token, identity)
         return found
+
+    async def reload_tokens(self, tokens: dict[str, str]) -> int:
+        """Serve with ``tokens`` (bearer token -> identity) from now on: a token no longer in it, or mapped to
+        another identity, is refused from the next request, and each session it opened is ended (its GET
+        stream closed, its run ended as on a DELETE). Returns how many sessions were ended."""
+        self.tokens = dict(tokens)
+        revoked = [sid for sid, token in self.session_tokens.items()
+                   if self.tokens.get(token) != self.owners.get(sid)]
+        for sid in revoked:
+            self._drop_owner(sid)
+            if self.discard is not None:
+                await self.discard(sid)
+        return len(revoked)
+
+    def _drop_owner(self, session_id: str) -> None:
+        self.owners.pop(session_id, None)
+        self.session_tokens.pop(session_id, None)
 
     def _all_open_sessions(self) -> int:
         """The sessions open (the SDK's, each once), and the requests being served that may open one and have
@@ -379,7 +404,8 @@ class BearerAuth:
                     (b"content-type", b"application/json")]})
                 await send({"type": "http.response.body", "body": body})
                 return
-        identity = self.identity(headers.get("authorization"))
+        matched = self._match(headers.get("authorization"))
+        token, identity = matched if matched is not None else (None, None)
         if identity is None:
             body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
                 "code": codes.UNAUTHORIZED, "message": "a bearer token mapped to an identity is required"}}).encode()
@@ -489,6 +515,7 @@ class BearerAuth:
                         if k.decode("latin-1").lower() == "mcp-session-id":
                             self._forget_ended()
                             self.owners[v.decode("latin-1")] = identity
+                            self.session_tokens[v.decode("latin-1")] = token  # type: ignore[assignment]
                             if counted:  # counted in owners from now on, not in _opening as well
                                 counted = False
                                 self._opened(identity)
@@ -496,7 +523,7 @@ class BearerAuth:
                     # ended, or unknown to the SDK (expired); a 404 is also a stateless (2026-07-28) request's
                     # "method not found", its session id unread and the session still open: its owner is kept
                     if method == "DELETE" or not self._is_open(session_id):
-                        self.owners.pop(session_id, None)
+                        self._drop_owner(session_id)
             await send(message)
 
         if session_id is None and method == "POST" and self.discard is not None and _may_open_session(headers):
@@ -557,7 +584,7 @@ class BearerAuth:
         if live is None:
             return
         for sid in [sid for sid in self.owners if sid not in live]:
-            del self.owners[sid]
+            self._drop_owner(sid)
 
 
 #: bytes of an opening request's answer read for its JSON-RPC message at most (an initialize result is small)
@@ -898,6 +925,41 @@ async def _delete_session(app: Any, session_id: str, port: int) -> None:
                     status[:1] or "nothing")
 
 
+async def _reload_tokens(gateway: Any, auth: BearerAuth, previous: Any = None) -> None:
+    """On SIGHUP: re-read the gateway's config file and serve with its ``http.tokens`` (:meth:`BearerAuth.reload_tokens`).
+    Only the tokens change; a config that does not load (or lists no token) keeps the tokens in use. One stderr line
+    either way (the tokens themselves are never shown)."""
+    import dataclasses
+
+    from sealbox.gateway.config import load_config
+
+    if previous is not None:
+        try:
+            await previous
+        except BaseException:  # noqa: BLE001 - a failed or cancelled earlier reload: this one still runs
+            pass
+    old = gateway.config
+    try:
+        cfg = load_config(old.source)
+        tokens = token_identities(cfg)
+        if not tokens:
+            raise ConfigError(f"{cfg.source}: http.tokens is required to serve over HTTP")
+    except ConfigError as exc:
+        log.warning("SIGHUP: the config was not reloaded, the http.tokens in use are kept: %s", exc)
+        return
+    except OSError as exc:
+        log.warning("SIGHUP: the config was not reloaded, the http.tokens in use are kept: %s: %s", old.source,
+                    exc.strerror or exc)
+        return
+    ended = await auth.reload_tokens(tokens)
+    identities = len(set(tokens.values()))
+    rest = ("" if dataclasses.replace(cfg, tokens=old.tokens) == old
+            else "; the config's other changes take effect only at a restart")
+    log.warning("SIGHUP: http.tokens reloaded (%d token%s, %d identit%s); %d session%s of a revoked token ended%s",
+                len(tokens), "" if len(tokens) == 1 else "s", identities, "y" if identities == 1 else "ies",
+                ended, "" if ended == 1 else "s", rest)
+
+
 def bind(port: int) -> socket.socket:
     """A listening socket on 127.0.0.1:``port`` (0: any free port).
 
@@ -1145,6 +1207,16 @@ async def _serve_http(gateway: Gateway, sock: socket.socket, task_status: Any) -
         server.sealbox_loop = asyncio.get_running_loop()
     except RuntimeError:  # not asyncio: a signal stops at once, without waiting for calls in flight
         pass
+    reloads: list[Any] = []  # the reload task running (a SIGHUP meanwhile waits for it)
+    try:
+        import asyncio
+        import signal
+
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(
+            _reload_tokens(gateway, app, reloads[-1] if reloads else None))))
+    except (RuntimeError, NotImplementedError, AttributeError, ValueError):  # not asyncio, no SIGHUP, not main thread
+        loop = None
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(gateway.run_upstreams)
@@ -1164,5 +1236,11 @@ async def _serve_http(gateway: Gateway, sock: socket.socket, task_status: Any) -
             finally:
                 server.should_exit = True
     finally:
+        if loop is not None:
+            import signal
+
+            loop.remove_signal_handler(signal.SIGHUP)
+        for task in reloads:
+            task.cancel()
         for listening in getattr(server, "servers", ()):  # uvicorn's shutdown closes them; a cancellation skips it
             listening.close()
