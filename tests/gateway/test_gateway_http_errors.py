@@ -213,3 +213,47 @@ async def test_without_the_sdks_session_table_a_refused_initialize_still_opens_n
     body = refused.json() if refused.headers.get("content-type") == "application/json" else _sse(refused.text)
     assert (body["error"]["code"], "mcp-session-id" in refused.headers, after_refused) == (REQUEST_TOO_LARGE, False, 0)
     assert [opened.status_code, over.status_code, ended.status_code, again.status_code] == [200, 429, 200, 200]
+
+
+async def test_a_request_http_cannot_parse_is_answered_400_with_a_json_rpc_error_and_not_logged(
+        tmp_path, store, caplog):
+    """uvicorn answered a request it could not parse (a bad request line or header line, two Content-Length
+    headers, a non-ASCII path, a broken chunk) HTTP 400 in plain text ("Invalid HTTP request received."),
+    which an MCP client cannot read, and logged a warning for each: any local process, with no token, could
+    fill the operator's log. It is now a JSON-RPC error (MALFORMED_REQUEST, null id) with the status and
+    connection: close, logged at debug level only; the gateway serves on."""
+    import json
+    import logging
+    import socket
+
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    caplog.set_level(logging.DEBUG)
+
+    def exchange(port: int, data: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.settimeout(10)
+            sock.sendall(data)
+            out = b""
+            while chunk := sock.recv(65536):
+                out += chunk
+            return out
+
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        host = f"host: 127.0.0.1:{port}\r\nauthorization: Bearer {TOKEN}\r\n"
+        bad = [b"GARBAGE\r\n\r\n",
+               f"POST /mcp HTTP/1.1\r\n{host}bad header line\r\n\r\n".encode(),
+               f"POST /mcp HTTP/1.1\r\n{host}content-length: 2\r\ncontent-length: 3\r\n\r\n{{}}".encode(),
+               f"POST /m\xe9 HTTP/1.1\r\n{host}content-length: 0\r\n\r\n".encode("latin-1")]
+        answers = [await anyio.to_thread.run_sync(exchange, port, data) for data in bad]
+        async with httpx2.AsyncClient(timeout=30) as http:
+            served = await http.post(f"http://127.0.0.1:{port}/mcp", json=INIT, headers=AUTH)
+        tg.cancel_scope.cancel()
+    for answer in answers:
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split(b"\r\n")[0] == b"HTTP/1.1 400 Bad Request"
+        assert b"content-type: application/json" in head.lower() and b"connection: close" in head.lower()
+        assert json.loads(body) == _error(MALFORMED_REQUEST, "the request is not valid HTTP/1.1")
+    assert served.status_code == 200
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING
+            and "Invalid HTTP request" in r.getMessage()] == []

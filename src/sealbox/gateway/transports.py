@@ -799,6 +799,14 @@ def token_identities(cfg: Any) -> dict[str, str]:
     return tokens
 
 
+class _QuietInvalidRequests(logging.Filter):
+    """Drops uvicorn's "Invalid HTTP request received." warning (one per request h11 cannot parse, sent by anyone,
+    no token needed): the gateway answers such a request itself and logs it at debug level (``_http_protocol``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "Invalid HTTP request received."
+
+
 class _QuietClientDisconnects(logging.Filter):
     """Drops the SDK's "Error handling POST request" record (logged with a whole traceback) when its error is
     starlette's ``ClientDisconnect``: the client went away before its body was whole (its own timeout, a
@@ -818,6 +826,9 @@ def _quiet_client_disconnects() -> None:
     sdk = logging.getLogger(_SDK_HTTP_SERVER_LOGGER)
     if not any(isinstance(f, _QuietClientDisconnects) for f in sdk.filters):
         sdk.addFilter(_QuietClientDisconnects())
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _QuietInvalidRequests) for f in uvicorn_log.filters):
+        uvicorn_log.addFilter(_QuietInvalidRequests())
 
 
 def http_app(gateway: Gateway, port: int) -> Any:
@@ -1049,6 +1060,18 @@ def _http_protocol(max_connections: int | None = None) -> Any:
                                   f"the gateway already has {max_connections} HTTP connections open, each serving a "
                                   "request (http.max_connections); try again once one has been answered",
                                   data={"limit": max_connections})
+            self.transport.close()
+
+        def send_400_response(self, msg: str) -> None:
+            """A request h11 cannot parse (a bad request line or header, two Content-Length headers, a broken
+            chunk): answered with a JSON-RPC error, as every other HTTP error (uvicorn's is plain text), and
+            closed. Logged at debug level only: needing no token, it could otherwise fill the operator's log."""
+            log.debug("an HTTP request could not be parsed (%s): answered 400 and closed", msg)
+            if self.cycle is not None and not self.cycle.response_complete:
+                self.cycle.disconnected = True  # the app's receive() gets http.disconnect; its own answer is dropped
+                self.cycle.message_event.set()
+            if self.cycle is None or not self.cycle.response_started:
+                self._write_error(400, b"Bad Request", codes.MALFORMED_REQUEST, "the request is not valid HTTP/1.1")
             self.transport.close()
 
         def _write_error(self, status: int, reason: bytes, code: int, message: str, data: Any = None) -> None:
