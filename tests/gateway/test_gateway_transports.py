@@ -350,6 +350,40 @@ def test_connections_over_http_max_connections_close_an_idle_one_or_are_answered
     assert code == 0 and "Traceback" not in stderr, stderr
 
 
+def test_requests_anyone_can_send_log_nothing_on_the_gateways_stderr(tmp_path):
+    """uvicorn logged a warning for each request it could not parse, and two for each WebSocket upgrade request
+    ("Unsupported upgrade request.", "No supported WebSocket library detected…"; upgrades are not served): any
+    local process, with no token, could fill the operator's log. Both are answered (400 JSON-RPC; the upgrade
+    as plain HTTP: 401 without a token) and nothing is written on stderr."""
+    import socket
+
+    proc, port = _http_serve_process(tmp_path)
+
+    def exchange(data: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.settimeout(10)
+            sock.sendall(data)
+            out = b""
+            while chunk := sock.recv(65536):
+                out += chunk
+            return out
+
+    host = f"host: 127.0.0.1:{port}\r\n"
+    try:
+        garbled = exchange(b"GARBAGE\r\n\r\n")
+        upgrade = exchange(f"GET /mcp HTTP/1.1\r\n{host}accept: text/event-stream\r\nconnection: upgrade\r\n"
+                           "upgrade: websocket\r\nsec-websocket-version: 13\r\n"
+                           "sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n".encode())
+    finally:
+        proc.terminate()
+        code = proc.wait(timeout=60)
+        stderr = proc.stderr.read()
+        proc.stderr.close()
+        proc.stdout.close()
+    assert garbled.startswith(b"HTTP/1.1 400 ") and upgrade.startswith(b"HTTP/1.1 401 ")
+    assert (code, stderr) == (0, "")
+
+
 def test_sighup_reloads_http_tokens_refusing_revoked_ones_and_ending_their_sessions(tmp_path):
     """http.tokens could only change with a restart (SIGHUP killed the gateway: no clean stop, no final
     checkpoint). SIGHUP now re-reads the config's tokens: a token no longer listed (or mapped to another identity)

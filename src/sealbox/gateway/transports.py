@@ -1062,6 +1062,11 @@ def _http_protocol(max_connections: int | None = None) -> Any:
                                   data={"limit": max_connections})
             self.transport.close()
 
+        def _unsupported_upgrade_warning(self) -> None:
+            # websocket upgrades are not served (ws="none"): the request is served as plain HTTP; uvicorn logged two
+            # warnings for each, which anyone could repeat without a token
+            log.debug("an HTTP request asked for an upgrade (not served): served as plain HTTP")
+
         def send_400_response(self, msg: str) -> None:
             """A request h11 cannot parse (a bad request line or header, two Content-Length headers, a broken
             chunk): answered with a JSON-RPC error, as every other HTTP error (uvicorn's is plain text), and
