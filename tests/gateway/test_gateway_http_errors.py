@@ -257,3 +257,49 @@ async def test_a_request_http_cannot_parse_is_answered_400_with_a_json_rpc_error
     assert served.status_code == 200
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING
             and "Invalid HTTP request" in r.getMessage()] == []
+
+
+async def test_a_session_opened_for_a_token_revoked_while_its_request_was_served_is_ended():
+    """A SIGHUP reload ends the sessions of a revoked token; a session whose opening request was still being
+    served when its token was revoked was not yet known, and stayed open (usable with its own session id by
+    no one, yet counted, until it idled out). It is ended once its request is over. (An ASGI app stands in
+    for the SDK: the race needs a reload between the request's token check and its answer.)"""
+    from sealbox.gateway.transports import BearerAuth
+
+    answer_now = anyio.Event()
+    live: dict[str, object] = {}
+    ended: list[str] = []
+
+    async def sdk(scope, receive, send):  # opens session s1 once told to answer
+        await receive()
+        await answer_now.wait()
+        live["s1"] = object()
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"mcp-session-id", b"s1")]})
+        await send({"type": "http.response.body", "body": b'{"jsonrpc": "2.0", "id": 1, "result": {}}'})
+
+    async def discard(session_id):
+        live.pop(session_id, None)
+        ended.append(session_id)
+
+    auth = BearerAuth(sdk, {TOKEN: "ci-bot"}, lambda: live, max_sessions_per_identity=5, discard=discard)
+    scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": [
+        (k.encode(), v.encode()) for k, v in AUTH.items()]}
+    sent: list[dict] = []
+    body = [{"type": "http.request", "body": b'{"jsonrpc": "2.0", "id": 1, "method": "initialize"}'}]
+
+    async def receive():
+        if body:
+            return body.pop()
+        await anyio.sleep_forever()
+
+    async def send(message):
+        sent.append(message)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(auth, scope, receive, send)
+        await anyio.wait_all_tasks_blocked()
+        assert await auth.reload_tokens({"another-token-0123456789": "ci-bot"}) == 0  # nothing opened yet
+        answer_now.set()
+    assert sent[0]["status"] == 200
+    assert (ended, live, auth.owners) == (["s1"], {}, {})

@@ -514,8 +514,12 @@ class BearerAuth:
                     for k, v in message.get("headers") or []:
                         if k.decode("latin-1").lower() == "mcp-session-id":
                             self._forget_ended()
-                            self.owners[v.decode("latin-1")] = identity
-                            self.session_tokens[v.decode("latin-1")] = token  # type: ignore[assignment]
+                            if self.tokens.get(token) != identity:  # type: ignore[arg-type]
+                                # its token was revoked (SIGHUP) while the request was served: ended once it is over
+                                refused_sessions.append(v.decode("latin-1"))
+                            else:
+                                self.owners[v.decode("latin-1")] = identity
+                                self.session_tokens[v.decode("latin-1")] = token  # type: ignore[assignment]
                             if counted:  # counted in owners from now on, not in _opening as well
                                 counted = False
                                 self._opened(identity)
@@ -526,26 +530,29 @@ class BearerAuth:
                         self._drop_owner(session_id)
             await send(message)
 
+        #: sessions to end once the request is over: its answer refused it, or its token was revoked meanwhile
+        refused_sessions: list[str] = []
         if session_id is None and method == "POST" and self.discard is not None and _may_open_session(headers):
             # a request that may open a session: one its answer refuses (a JSON-RPC error) opens none
-            refused_sessions: list[str] = []
             app_send = _opening_answer(send_noting_sessions, refused_sessions.append)
         else:
-            refused_sessions, app_send = [], send_noting_sessions
+            app_send = send_noting_sessions
         if not opening:
             try:
                 await self.app(scope, receive_noting_disconnect, app_send)
             finally:
-                for sid in refused_sessions:
-                    await self.discard(sid)  # type: ignore[misc]
+                if self.discard is not None:
+                    for sid in refused_sessions:
+                        await self.discard(sid)
             return
         self._opening[identity] += 1  # counted until its answer names its session (in owners) or it ends
         counted = True
         try:
             await self.app(scope, receive_noting_disconnect, app_send)
         finally:
-            for sid in refused_sessions:
-                await self.discard(sid)  # type: ignore[misc]
+            if self.discard is not None:
+                for sid in refused_sessions:
+                    await self.discard(sid)
             if counted:
                 self._opened(identity)
 
