@@ -906,9 +906,12 @@ async def _delete_session(app: Any, session_id: str, port: int) -> None:
     """End the session ``session_id`` of the SDK's ASGI ``app`` as its client would: an HTTP DELETE, served in
     process (the SDK's public interface; its answer is not used). Never raises: a session it cannot end is left
     to its idle timeout (logged)."""
-    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+    try:
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-    version = max(HANDSHAKE_PROTOCOL_VERSIONS)
+        version = max(HANDSHAKE_PROTOCOL_VERSIONS)
+    except (ImportError, TypeError, ValueError):
+        version = "2025-11-25"
     scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
              "method": "DELETE", "scheme": "http", "path": "/mcp", "raw_path": b"/mcp", "root_path": "",
              "query_string": b"", "client": ("127.0.0.1", 0), "server": ("127.0.0.1", port), "state": {},
