@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,42 @@ import sealbox
 from sealbox.gateway import Gateway, parse_config
 
 TOY = str(Path(__file__).parent / "servers" / "toy_server.py")
+SPAWN = str(Path(__file__).parent / "servers" / "spawn.py")
+ZYGOTE = str(Path(__file__).parent / "servers" / "zygote.py")
+
+#: The Unix socket of the toy's fork server (servers/zygote.py) while the gateway tests run, else None.
+_ZYGOTE_SOCKET: str | None = None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def toy_zygote():
+    """A fork server the toy upstream of :func:`toy_config` starts from: a fork of an interpreter that has
+    imported the MCP SDK already (a few ms) instead of a fresh one importing it (~0.6 s of CPU each). The
+    toy runs the same script with the same argv, env, cwd, stdio, exit status and signals (servers/spawn.py);
+    without the fork server, spawn.py execs a fresh interpreter."""
+    global _ZYGOTE_SOCKET
+    tmp = tempfile.mkdtemp(prefix="sbzyg-")
+    sock = os.path.join(tmp, "z.sock")
+    proc = subprocess.Popen([sys.executable, ZYGOTE, sock], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n", "the toy's fork server did not start"
+        _ZYGOTE_SOCKET = sock
+        yield sock
+    finally:
+        _ZYGOTE_SOCKET = None
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def toy_args() -> list[str]:
+    """The args (after ``sys.executable``) that run toy_server.py: through the fork server when it runs."""
+    if _ZYGOTE_SOCKET is None:
+        return [TOY]
+    return ["-I", "-S", SPAWN, _ZYGOTE_SOCKET, TOY]
 
 
 @pytest.fixture
@@ -37,7 +77,7 @@ def toy_config(tmp_path: Path, *, extra: str = "", env: dict[str, str] | None = 
     ups = upstreams or f"""
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
     env: {env_yaml}
 """
     text = f"""

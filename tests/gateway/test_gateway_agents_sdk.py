@@ -33,7 +33,7 @@ from sealbox.integrations.openai_agents import instrument, mcp_env  # noqa: E402
 from sealbox.policies import ALLOW_ALL  # noqa: E402
 from sealbox.recorder import Recorder  # noqa: E402
 
-from .conftest import TOY  # noqa: E402
+from .conftest import toy_args  # noqa: E402
 
 pytestmark = pytest.mark.anyio
 set_tracing_disabled(True)
@@ -79,7 +79,7 @@ limits: {{approval_hold_s: {hold}}}
 upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
     env: {{TOY_LOG: {json.dumps(str(tmp_path / 'toy.log'))}}}
 """)
     return str(cfg)

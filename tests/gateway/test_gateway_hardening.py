@@ -21,7 +21,7 @@ import sealbox
 from sealbox.gateway import TOO_MANY_CALLS, UNAUTHORIZED, UNKNOWN_RUN, UNKNOWN_TOOL, Gateway
 from sealbox.gateway.transports import serve_http
 
-from .conftest import TOY, connect, gateway_runs, running, set_call_timeout, text_of, toy_config, toy_log
+from .conftest import TOY, connect, gateway_runs, running, set_call_timeout, text_of, toy_args, toy_config, toy_log
 
 pytestmark = pytest.mark.anyio
 
@@ -256,7 +256,7 @@ policy: ALLOW_ALL
 upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
     env: {{TOY_LOG: {json.dumps(str(tmp_path / "toy.log"))}}}
 """)
     env = {**{k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}, "SEALBOX_RUN_ID": "system"}
@@ -457,7 +457,7 @@ policy: ALLOW_ALL
 upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
 """)
     params = StdioServerParameters(command=str(Path(sys.executable).parent / "sealbox"),
                                    args=["gateway", "serve", "--config", str(config)],
@@ -691,7 +691,7 @@ policy: ALLOW_ALL
 upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
 """)
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
     proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)],
@@ -731,7 +731,7 @@ policy: ALLOW_ALL
 upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
     env: {{TOY_LOG: {json.dumps(str(tmp_path / "toy.log"))}}}
 """)
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}

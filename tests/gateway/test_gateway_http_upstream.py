@@ -19,7 +19,8 @@ import sealbox
 from sealbox.gateway import Gateway
 
 from .conftest import (
-    TOY, connect, gateway_runs, kinds, running, set_call_timeout, system_events, text_of, toy_config, toy_log,
+    TOY, connect, gateway_runs, kinds, running, set_call_timeout, system_events, text_of, toy_args, toy_config,
+    toy_log,
 )
 
 pytestmark = pytest.mark.anyio
@@ -72,7 +73,7 @@ def http_upstream(port: int, *, header: bool = True, sid: str = "web") -> str:
 
 def stdio_toy(tmp_path: Path) -> str:
     env = json.dumps({"TOY_LOG": str(tmp_path / "stdio-toy.log")})
-    return f"\n  - id: toy\n    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n    env: {env}\n"
+    return f"\n  - id: toy\n    command: {json.dumps(sys.executable)}\n    args: {json.dumps(toy_args())}\n    env: {env}\n"
 
 
 async def test_an_http_upstream_is_listed_and_called_with_its_configured_header(tmp_path, store):
@@ -568,7 +569,7 @@ async def test_env_and_header_values_name_the_gateways_environment_variables(tmp
     environment variable VAR (read when the gateway starts), ``$${VAR}`` the text ``${VAR}``."""
     monkeypatch.setenv("SEALBOX_TEST_HEADER_SECRET", SECRET)
     monkeypatch.setenv("SEALBOX_TEST_LOG_DIR", str(tmp_path))
-    stdio = (f"\n  - id: toy\n    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n"
+    stdio = (f"\n  - id: toy\n    command: {json.dumps(sys.executable)}\n    args: {json.dumps(toy_args())}\n"
              "    env: {TOY_LOG: '${SEALBOX_TEST_LOG_DIR}/stdio-toy.log'}\n")
     web = (f"\n  - id: web\n    url: http://127.0.0.1:PORT/mcp\n"
            "    headers: {x-toy-key: '${SEALBOX_TEST_HEADER_SECRET}', x-literal: 'a$${SEALBOX_TEST_HEADER_SECRET}'}\n")
@@ -592,7 +593,7 @@ def test_an_unset_variable_in_an_env_or_header_value_is_one_error_line(tmp_path,
     sealbox.init_store(tmp_path / "st").close()
     (tmp_path / "gw.yaml").write_text(
         f"version: 1\nstore: ./st\npolicy: ALLOW_ALL\nupstreams:\n"
-        f"  - id: toy\n    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n"
+        f"  - id: toy\n    command: {json.dumps(sys.executable)}\n    args: {json.dumps(toy_args())}\n"
         "    env: {API_KEY: 'k-${SEALBOX_TEST_UNSET_A}', OK: '$${SEALBOX_TEST_UNSET_A}'}\n"
         "  - id: web\n    url: http://127.0.0.1:9/mcp\n    headers: {authorization: 'Bearer ${SEALBOX_TEST_UNSET_B}'}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SEALBOX_")}

@@ -255,7 +255,7 @@ async def test_an_upstream_that_cannot_start_leaves_the_gateway_serving_the_othe
     import json
     import sys
 
-    from .conftest import TOY
+    from .conftest import toy_args
 
     ups = f"""
   - id: broken
@@ -263,7 +263,7 @@ async def test_an_upstream_that_cannot_start_leaves_the_gateway_serving_the_othe
     args: ["-c", "import sys; sys.exit(2)"]
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
 """
     gw = Gateway(toy_config(tmp_path, upstreams=ups, extra="limits: {startup_timeout_s: 5}"), store=store)
     async with running(gw) as tg, connect(gw, tg) as client:
@@ -361,7 +361,7 @@ async def test_calls_to_an_upstream_that_stopped_reading_its_input_time_out_and_
     import json
     import sys
 
-    from .conftest import TOY
+    from .conftest import toy_args
 
     deaf = str(Path(__file__).parent / "servers" / "deaf_server.py")
     ups = f"""
@@ -370,7 +370,7 @@ async def test_calls_to_an_upstream_that_stopped_reading_its_input_time_out_and_
     args: [{json.dumps(deaf)}]
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
 """
     gw = Gateway(toy_config(tmp_path, upstreams=ups, extra="limits: {call_timeout_s: 1}\n"
                             "breaker: {threshold: 3, cooldown_s: 600}"), store=store)

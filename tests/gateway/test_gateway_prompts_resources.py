@@ -334,12 +334,12 @@ rules:
 def two_toys(tmp_path):
     import sys
 
-    from .conftest import TOY
+    from .conftest import toy_args
 
     ups = "".join(f"""
   - id: {sid}
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
     env: {{TOY_CATALOG: "1", TOY_LOG: {json.dumps(str(tmp_path / (sid + '.log')))}}}
 """ for sid in ("toy", "toy2"))
     return toy_config(tmp_path, upstreams=ups)

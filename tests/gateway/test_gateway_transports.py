@@ -15,7 +15,7 @@ import sealbox
 from sealbox.gateway import UNAUTHORIZED, Gateway
 from sealbox.gateway.transports import serve_http
 
-from .conftest import TOY, gateway_runs, kinds, text_of, toy_config, toy_log
+from .conftest import gateway_runs, kinds, text_of, toy_args, toy_config, toy_log
 
 pytestmark = pytest.mark.anyio
 
@@ -155,7 +155,7 @@ principal: agent:desktop
 upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
 """)
     sealbox_cmd = str(Path(sys.executable).parent / "sealbox")
     params = StdioServerParameters(command=sealbox_cmd, args=["gateway", "serve", "--config", str(config)],
@@ -193,7 +193,7 @@ policy: ALLOW_ALL
 {HTTP}{http_extra}upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
 """ + (f"    env: {{TOY_LOG: {json.dumps(str(toy_log))}}}\n" if toy_log is not None else ""))
     sealbox_cmd = str(Path(sys.executable).parent / "sealbox")
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
@@ -517,7 +517,7 @@ policy: ALLOW_ALL
 upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
 """)
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
     proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)],
@@ -577,7 +577,7 @@ limits: {{approval_hold_s: 120}}
 upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
 """)
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
     proc = subprocess.Popen([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)],
@@ -647,7 +647,7 @@ def test_a_stop_while_the_gateway_starts_is_a_clean_exit(tmp_path, monkeypatch, 
     monkeypatch.setattr(importlib.import_module(module), name, interrupted)
     sealbox.init_store(tmp_path / "store").close()
     (tmp_path / "gw.yaml").write_text(f"version: 1\nstore: ./store\npolicy: ALLOW_ALL\nupstreams:\n  - id: toy\n"
-                                      f"    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n")
+                                      f"    command: {json.dumps(sys.executable)}\n    args: {json.dumps(toy_args())}\n")
     res = CliRunner().invoke(cli, ["gateway", "serve", "--config", str(tmp_path / "gw.yaml")], catch_exceptions=False)
     assert res.exit_code == 0 and res.output == "" and installed == [True]
 
@@ -731,7 +731,7 @@ def test_a_stdio_line_the_gateway_cannot_read_is_answered_not_dropped(tmp_path):
     sealbox.init_store(tmp_path / "store").close()
     config = tmp_path / "gateway.yaml"
     config.write_text(f"version: 1\nstore: ./store\npolicy: ALLOW_ALL\nupstreams:\n  - id: toy\n"
-                      f"    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n"
+                      f"    command: {json.dumps(sys.executable)}\n    args: {json.dumps(toy_args())}\n"
                       f"    env: {{TOY_LOG: {json.dumps(str(tmp_path / 'toy.log'))}}}\n")
     sealbox_cmd = str(Path(sys.executable).parent / "sealbox")
     lines = [
@@ -772,7 +772,7 @@ def _stdio_gateway(tmp_path):
     sealbox.init_store(tmp_path / "store").close()
     config = tmp_path / "gateway.yaml"
     config.write_text(f"version: 1\nstore: ./store\npolicy: ALLOW_ALL\nupstreams:\n  - id: toy\n"
-                      f"    command: {json.dumps(sys.executable)}\n    args: [{json.dumps(TOY)}]\n"
+                      f"    command: {json.dumps(sys.executable)}\n    args: {json.dumps(toy_args())}\n"
                       f"    env: {{TOY_LOG: {json.dumps(str(tmp_path / 'toy.log'))}}}\n")
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
     return [str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)], env
@@ -1206,7 +1206,7 @@ policy: ALLOW_ALL
 {HTTP}upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
     env: {{TOY_LOG: {json.dumps(str(tmp_path / "toy.log"))}}}
 """)
     env = {**{k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}, "SEALBOX_RUN_ID": run_id}

@@ -16,7 +16,7 @@ import pytest
 import sealbox
 from sealbox.gateway import Gateway
 
-from .conftest import TOY, connect, gateway_runs, running, text_of, toy_config
+from .conftest import connect, gateway_runs, running, text_of, toy_args, toy_config
 
 pytestmark = pytest.mark.anyio
 
@@ -31,7 +31,7 @@ def raw_upstreams(env: dict[str, str] | None = None) -> str:
     env: {json.dumps(env or {})}
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
 """
 
 
