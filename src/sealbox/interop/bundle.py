@@ -803,6 +803,7 @@ class AtomicTarget:
         self._tmp: Path | None = None
         self._fd: int | None = None
         check_target(path, store_dir=store_dir)
+        self._found = _file_state(path)  # what commit() may replace: another writer's file is not
         creating: Path | None = None
         try:
             for _ in range(16):
@@ -833,9 +834,14 @@ class AtomicTarget:
     def commit(self, data: bytes) -> None:
         """Write ``data`` to the temporary file, fsync it, rename it onto the target, fsync the folder.
 
+        Two writers of one target at once (two ``sealbox export -o same.sbx``): the first to commit
+        wins; the other finds the target changed since it was opened and fails, its file removed, so
+        that no writer reports a file another has since replaced.
+
         Raises:
-            BundleError: the target has become something that is refused, or the write failed
-                (the disk is full, ...); the temporary file is removed and the target left as it was.
+            BundleError: the target has become something that is refused, another process wrote it
+                since it was opened, or the write failed (the disk is full, ...); the temporary
+                file is removed and the target left as it was.
         """
         if self._fd is None or self._tmp is None:
             raise BundleError(f"cannot write {self.path}: already written or discarded")
@@ -847,7 +853,11 @@ class AtomicTarget:
             os.fsync(self._fd)
             fd, self._fd = self._fd, None
             os.close(fd)
-            os.replace(self._tmp, self.path)
+            with _folder_lock(self.folder):  # the check and the rename, one writer at a time
+                if _file_state(self.path) != self._found:
+                    raise BundleError(f"cannot write {self.path}: another process wrote it while this one was "
+                                      "writing (nothing was written; run the command again to replace it)")
+                os.replace(self._tmp, self.path)
             self._tmp = None
         except OSError as exc:
             raise BundleError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
@@ -913,6 +923,41 @@ def write_atomically(path: str | os.PathLike, data: bytes, *, store_dir: str | o
     """
     with open_target(path, store_dir=store_dir) as target:
         target.commit(data)
+
+
+def _file_state(path: Path) -> tuple[int, ...] | None:
+    """What tells one version of the file ``path`` from another (device, inode, size, change time),
+    or None when there is none: a rename onto it by another writer changes the inode."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BundleError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class _folder_lock:
+    """An exclusive ``flock`` on ``folder`` (best effort: a folder that cannot be opened or locked is
+    not), held by :meth:`AtomicTarget.commit` from its check of the target to its rename: two writers of
+    one file never both find it unchanged and both rename onto it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.fd = folder, None
+
+    def __enter__(self) -> "_folder_lock":
+        try:
+            import fcntl
+
+            self.fd = os.open(self.folder, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except (ImportError, OSError):
+            pass
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # releases the lock
 
 
 def _fsync_folder(folder: Path) -> None:
