@@ -71,7 +71,9 @@ def _take_sigterm() -> bool:
     import signal
 
     try:
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        current = signal.getsignal(signal.SIGTERM)
+        # the console script's guard while the CLI loaded (_sealbox_cli) is replaced, as the default is
+        if current is signal.SIG_DFL or getattr(current, "sealbox_loading_guard", False):
             signal.signal(signal.SIGTERM, _on_sigterm)
             return True
     except ValueError:
