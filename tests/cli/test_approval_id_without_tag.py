@@ -15,4 +15,5 @@ def test_an_approval_id_without_its_apr_tag_names_the_request(sample) -> None:
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines()[0] == f"approval   {first}"
     res = sb("approvals", "show", first[4:7], "-s", path)  # 3 characters: too short, as with apr_
-    assert (res.returncode, res.stderr) == (2, f"error: no approval request {first[4:7]!r} in this store\n")
+    assert (res.returncode, res.stderr) == (
+        2, f"error: no approval {first[4:7]!r}; an id prefix needs at least 4 characters\n")

@@ -170,3 +170,25 @@ def test_an_id_cut_with_an_ellipsis_that_is_also_a_whole_id_is_ambiguous(sample,
     assert (res.returncode, res.stdout) == (2, "")
     assert res.stderr == ("error: run id prefix 'run-x' is ambiguous: it starts run-x, run-x2 "
                           "(give more characters)\n")
+
+
+@pytest.mark.parametrize("cmd, given, message", [
+    # an approval id's hex without its apr_ tag, 3 characters: said "no approval request '8e2' in this store"
+    (("approvals", "show"), "{a3}", "error: no approval '{a3}'; an id prefix needs at least 4 characters\n"),
+    (("approvals", "show"), "{A3}", "error: no approval '{A3}'; an id prefix needs at least 4 characters\n"),
+    (("approvals", "show"), "apr_{a1}", "error: no approval 'apr_{a1}'; an approval id prefix needs at least 4 "
+                                        "characters after apr_\n"),
+    (("approvals", "show"), "zzz", "error: no approval 'zzz'; an id prefix needs at least 4 characters\n"),
+    (("approvals", "show"), " ", "error: no approval ' '; an id prefix needs at least 4 characters\n"),
+    (("runs", "show"), "zzz", "error: no run 'zzz'; an id prefix needs at least 4 characters\n"),
+    (("runs", "show"), "ru", "error: no run 'ru'; an id prefix needs at least 4 characters\n"),
+    (("report",), "zzz", "error: no run 'zzz'; an id prefix needs at least 4 characters\n"),
+])
+def test_a_too_short_prefix_says_so_whether_or_not_it_starts_an_id(sample, cmd, given, message) -> None:
+    """Too short is said as such for every id a command takes, not "no … in this store" for some texts
+    (those starting no id, an approval id's hex without its apr_) and "too short" for others."""
+    path, (first, _), _ = sample
+    hexpart = first[len("apr_"):]
+    fill = {"a3": hexpart[:3], "A3": hexpart[:3].upper(), "a1": hexpart[:1]}
+    res = sb(*cmd, given.format(**fill), "-s", path)
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", message.format(**fill))

@@ -138,12 +138,14 @@ def resolve_id(store: Any, what: str, text: str) -> str:
     starts no id is returned as given, for the command to report as unknown.
 
     Raises:
-        BadInput: ``text`` starts several ids (they are listed), or is a too short prefix.
+        BadInput: ``text`` starts several ids (they are listed), or is too short to be a prefix (said so
+            whether or not it starts an id).
     """
     from sealbox.query import not_utf8
 
     if not_utf8(text):  # a non-UTF-8 byte in the argument: no id holds one (nor can the driver encode it)
         raise BadInput(f"no {what} {text!r} in this store")
+    given = text
     found = store.ids_with_prefix(what, text)
     if not found and what == "approval":
         text, found = _with_approval_tag(store, text)
@@ -167,7 +169,10 @@ def resolve_id(store: Any, what: str, text: str) -> str:
             if found:
                 text = candidate
                 break
-    if not found or (found[0] == text and not (cut_for_display and len(found) > 1)):
+    if not found:
+        _refuse_too_short(what, given)
+        return text
+    if found[0] == text and not (cut_for_display and len(found) > 1):
         return text
     if len(text) < MIN_ID_PREFIX:
         raise BadInput(f"no {what} {text!r}; an id prefix needs at least {MIN_ID_PREFIX} characters")
@@ -180,6 +185,23 @@ def resolve_id(store: Any, what: str, text: str) -> str:
         shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
         raise BadInput(f"{what} id prefix {text!r} is ambiguous: it starts {shown} (give more characters)")
     return found[0]
+
+
+def _refuse_too_short(what: str, given: str) -> None:
+    """``given`` named no id: when it is shorter than a prefix may be (:data:`MIN_ID_PREFIX`
+    characters, after ``apr_`` for an approval id; an ellipsis and surrounding blanks not counted),
+    say so, as for a short prefix that starts ids, rather than "no … in this store".
+
+    Raises:
+        BadInput: ``given`` is too short to be a prefix.
+    """
+    core = given.strip().rstrip(".…")
+    if what == "approval" and core.lower().startswith(_APPROVAL_TAG):
+        if len(core) < len(_APPROVAL_TAG) + MIN_ID_PREFIX:
+            raise BadInput(f"no {what} {core.lower()!r}; an approval id prefix needs at least {MIN_ID_PREFIX} "
+                           f"characters after {_APPROVAL_TAG}")
+    elif len(core) < MIN_ID_PREFIX:
+        raise BadInput(f"no {what} {given!r}; an id prefix needs at least {MIN_ID_PREFIX} characters")
 
 
 def _with_approval_tag(store: Any, text: str) -> tuple[str, list[str]]:
