@@ -366,7 +366,9 @@ def read_small(path: str) -> str | None:
     Raises:
         OSError, UnicodeDecodeError: as ``open`` and decoding raise them.
     """
-    with open(path, "rb") as fh:
+    from sealbox.input_files import open_input
+
+    with open_input(path) as fh:  # a named pipe nothing writes to: waited on for a bounded time
         data = fh.read(SMALL_FILE_BYTES + 1)
     return None if len(data) > SMALL_FILE_BYTES else data.decode("utf-8-sig")
 
@@ -380,7 +382,7 @@ def _read_checkpoint(path: str) -> str:
     try:
         text = read_small(path)
     except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read the checkpoint file {path}: {exc}") from exc
+        raise BadInput(f"cannot read the checkpoint file {path}: {getattr(exc, 'strerror', None) or exc}") from exc
     if text is None:
         raise BadInput(f"{path} is larger than 1 MiB: neither a signed checkpoint nor `sealbox log checkpoint "
                        "--json` output")

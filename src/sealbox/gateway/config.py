@@ -52,6 +52,7 @@ import jsonschema
 
 from sealbox.errors import ConfigError, PolicyLoadError
 from sealbox.yaml_text import written as _written
+from sealbox.input_files import open_input
 
 __all__ = ["GatewayConfig", "UpstreamSpec", "TokenSpec", "Limits", "load_config", "parse_config", "DEFAULT_SEPARATOR"]
 
@@ -350,14 +351,16 @@ def load_config(path: str | os.PathLike) -> GatewayConfig:
 
     p = Path(path)
     try:
-        with p.open("rb") as fh:  # no further than the limit: /dev/zero or a pipe may never end
+        with open_input(p) as fh:  # no further than the limit: /dev/zero or a pipe may never end
             data = fh.read(MAX_FILE_BYTES + 1)
         if len(data) > MAX_FILE_BYTES:
             raise ConfigError(f"{p}: file is larger than {MAX_FILE_BYTES} bytes")
         text = data.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"{p}: cannot read: {exc}") from exc
     return parse_config(text, source=str(p), base=p.resolve().parent)
 

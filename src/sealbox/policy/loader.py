@@ -22,6 +22,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from sealbox.errors import PolicyLoadError
+from sealbox.input_files import open_input
 from sealbox.yaml_text import written
 from sealbox.policy.schema import DURATION_PATTERN, POLICY_SCHEMA
 
@@ -320,7 +321,7 @@ def read_file(path: str | Path) -> str:
     """
     p = Path(path)
     try:
-        with p.open("rb") as fh:  # no further than the limit: /dev/zero or a pipe may never end
+        with open_input(p) as fh:  # no further than the limit: /dev/zero or a pipe may never end
             data = fh.read(MAX_FILE_BYTES + 1)
     except FileNotFoundError as exc:
         raise PolicyLoadError(str(path), None, "file not found") from exc

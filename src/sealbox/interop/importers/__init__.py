@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sealbox.errors import SealboxError
+from sealbox.input_files import open_input
 from sealbox.interop.importers.common import (
     IMPORTED_POLICY,
     IMPORTED_POLICY_FINGERPRINT,
@@ -90,7 +91,7 @@ def _read(path: Path, progress: Progress | None, max_bytes: int = MAX_IMPORT_BYT
         if total > max_bytes:
             raise _too_large(f"{path} is {total} bytes,", max_bytes)
         chunks, done = [], 0
-        with path.open("rb") as fh:
+        with open_input(path) as fh:  # a named pipe nothing writes to: waited on for a bounded time
             while True:
                 chunk = fh.read(min(_CHUNK, max_bytes + 1 - done))
                 if not chunk:
@@ -109,7 +110,7 @@ def _read(path: Path, progress: Progress | None, max_bytes: int = MAX_IMPORT_BYT
     except PermissionError:
         raise ImportFormatError(f"{path} cannot be read (permission denied)") from None
     except OSError as exc:
-        raise ImportFormatError(f"{path} cannot be read ({exc.strerror})") from None
+        raise ImportFormatError(f"{path} cannot be read ({exc.strerror or exc})") from None
     return b"".join(chunks)
 
 
