@@ -41,6 +41,8 @@ def fifo(tmp_path):
      "error: {p}: cannot read file: it is a named pipe (FIFO) that nothing wrote to within 0.3 s\n"),
     (("gateway", "check", "-c", "{p}"),
      "error: {p}: cannot read: it is a named pipe (FIFO) that nothing wrote to within 0.3 s\n"),
+    (("replay", "nope", "--agent", "sealbox.demo.drill:replay_agent", "--snapshot", "{p}"),
+     "error: cannot read the snapshot {p}: it is a named pipe (FIFO) that nothing wrote to within 0.3 s\n"),
 ])
 def test_a_named_pipe_nothing_writes_to_is_one_error_line(fifo, args, message) -> None:
     fill = {"p": fifo, "d": fifo.parent}

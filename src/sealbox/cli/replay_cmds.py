@@ -68,9 +68,13 @@ def _load_snapshot(path: str | None) -> Any:
     try:
         if stat.S_ISCHR(mode := os.stat(path).st_mode) or stat.S_ISBLK(mode):  # /dev/zero never ends
             raise ConfigError(f"cannot read the snapshot {path}: it is a device, not a file")
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError) as exc:
+        from sealbox.input_files import open_input
+
+        with open_input(path) as fh:  # a named pipe nothing writes to: waited on for a bounded time
+            data = json.loads(fh.read().decode("utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the snapshot {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
         raise ConfigError(f"cannot read the snapshot {path}: {exc}") from exc
     except RecursionError:
         raise ConfigError(f"cannot read the snapshot {path}: its JSON is nested too deeply") from None
