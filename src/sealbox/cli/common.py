@@ -273,7 +273,8 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
     # it and one holding '[/x]' stopped the listing (MarkupError); every cell is shown as recorded
     table = Table(title=None if title is None else Text(visible(title)), show_lines=False)
     cells = [[visible(_cell(row.get(c))) for c in columns] for row in rows]
-    console = Console(width=_width())
+    width = _width()
+    console = Console(width=width or _UNBOUNDED)
     keys = _key_widths(columns, cells, console.width)
     for i, col in enumerate(columns):
         if i in keys:  # an id a person copies into the next command: never cut with an ellipsis
@@ -284,6 +285,8 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
             table.add_column(col)
     for row in cells:
         table.add_row(*(Text(c) for c in row))
+    if width == 0:  # not a terminal, no COLUMNS: as wide as the content, every cell whole on its line
+        console = Console(width=max(1, console.measure(table).maximum))
     console.print(table)
 
 
@@ -373,8 +376,21 @@ def canonical_json_text(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
 
 
+#: The width a table is laid out in before it is measured (:func:`_width` 0): wider than any listing.
+_UNBOUNDED = 1_000_000
+
+
 def _width() -> int | None:
-    return None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
+    """The width of a human table: None on a terminal (rich reads its size, or ``COLUMNS``); else
+    ``COLUMNS`` when it is a positive number, or 0 for "as wide as the content" (a file or a pipe:
+    ``> runs.txt``, ``| grep``: no id or name is folded onto two lines or cut)."""
+    if sys.stdout.isatty():
+        return None
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:  # unset, empty or not a number (COLUMNS=abc was an internal error)
+        return 0
+    return columns if columns > 0 else 0
 
 
 def echo_json(value: Any) -> None:

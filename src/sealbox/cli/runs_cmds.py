@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
@@ -62,10 +63,11 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
     if not rows:
         click.echo("no runs match", err=True)
         return
+    whole = not sys.stdout.isatty()  # a file or a pipe: ids whole (grep, paste); a terminal: cut to 13 + "…"
     shown = [{**r, "status": status_text(r),
               "started": r["started_at"][:19].replace("T", " "),
-              "parent": (r["parent_run_id"] or "")[:13] + ("…" if r["parent_run_id"] else ""),
-              "replay of": (r["replay_of"] or "")[:13] + ("…" if r["replay_of"] else ""),
+              "parent": _short_id(r["parent_run_id"], whole),
+              "replay of": _short_id(r["replay_of"], whole),
               "labels": ", ".join(f"{k}={label_text(v)}" for k, v in sorted(r["labels"].items()))} for r in rows]
     emit_rows(shown, ["run_id", "agent", "status", "events", "started", "parent", "replay of", "labels"],
               as_json=False, as_csv=False, title="Runs")
@@ -262,6 +264,14 @@ def _duration(us: int | None) -> str:
     if us < 1_000_000:
         return f"{us / 1000:.1f} ms"
     return f"{us / 1_000_000:.2f} s"
+
+
+def _short_id(run_id: str | None, whole: bool) -> str:
+    """A run id in ``runs list``'s parent and replay-of columns: whole, or its first 13 characters and
+    ``…`` (on a terminal, where room is short; the commands taking a RUN accept it so)."""
+    if not run_id:
+        return ""
+    return run_id if whole or len(run_id) <= 13 else run_id[:13] + "…"
 
 
 def _short(value, limit: int = 60) -> str:
