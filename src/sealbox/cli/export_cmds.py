@@ -194,11 +194,9 @@ def export_cmd(store_path: str, run_ids: tuple[str, ...], since: str | None, unt
                        "Parquet needs a seekable file), not to stdout: give a path")
     if (otlp_content or otlp_headers) and name != "otlp":
         raise click.UsageError("--otlp-content and --otlp-header go with --otlp")
-    from sealbox.query import parse_time
+    from sealbox.query import check_window
 
-    for flag, value in (("--since", since), ("--until", until)):
-        if value is not None:
-            parse_time(value, name=flag)  # a bad time fails before the store is opened, naming the option
+    check_window(since, until)  # a bad time, or a window no time is in, fails before the store is opened
     if prove_from and name != "output":
         raise click.UsageError("--prove-from goes with -o (a bundle)")
     if force and name not in ("output", "parquet"):
