@@ -376,6 +376,11 @@ def canonical_json_text(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
 
 
+def tables_are_unbounded() -> bool:
+    """Whether the human tables are as wide as their content (stdout is no terminal, no ``COLUMNS``)."""
+    return _width() == 0
+
+
 #: The width a table is laid out in before it is measured (:func:`_width` 0): wider than any listing.
 _UNBOUNDED = 1_000_000
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
 
-from sealbox.cli.common import (BadInput, filter_not_empty, canonical_json_text, echo_json, emit_rows, format_options, open_for_reading,
+from sealbox.cli.common import (BadInput, tables_are_unbounded, filter_not_empty, canonical_json_text, echo_json, emit_rows, format_options, open_for_reading,
                                 resolve_id, snapshot_ref, store_option, visible)
 
 _STATUSES = ("running", "interrupted", "suspended", "ended", "ok", "error", "cancelled")  # sealbox.query.RUN_STATUSES
@@ -63,7 +62,7 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
     if not rows:
         click.echo("no runs match", err=True)
         return
-    whole = not sys.stdout.isatty()  # a file or a pipe: ids whole (grep, paste); a terminal: cut to 13 + "…"
+    whole = tables_are_unbounded()  # a file or a pipe: ids whole (grep, paste); a set width: cut to 13 + "…"
     shown = [{**r, "status": status_text(r),
               "started": r["started_at"][:19].replace("T", " "),
               "parent": _short_id(r["parent_run_id"], whole),
@@ -268,7 +267,7 @@ def _duration(us: int | None) -> str:
 
 def _short_id(run_id: str | None, whole: bool) -> str:
     """A run id in ``runs list``'s parent and replay-of columns: whole, or its first 13 characters and
-    ``…`` (on a terminal, where room is short; the commands taking a RUN accept it so)."""
+    ``…`` (in a table of a given width, a terminal's or ``COLUMNS``; the commands taking a RUN accept it so)."""
     if not run_id:
         return ""
     return run_id if whole or len(run_id) <= 13 else run_id[:13] + "…"
