@@ -632,3 +632,47 @@ def visible(text: str) -> str:
 def _escape(found: re.Match) -> str:
     code = ord(found.group())
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+#: The most sub-runs (at every depth) ``sealbox runs show`` and the incident report list under a run.
+SUB_RUN_TREE_LIMIT = 200
+
+
+def sub_run_tree(store: Any, run_id: str, *, limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The sub-agent runs of ``run_id`` at every depth (runs whose ``parent_run_id`` chain leads to it),
+    as ``runs show`` and the incident report list them.
+
+    Returns:
+        ``(rows, more)``: at most ``limit`` (default :data:`SUB_RUN_TREE_LIMIT`) rows, depth first (each
+        run followed by its own sub-runs, siblings in the order ``store.get_run``'s ``children`` has
+        them, oldest first), each a ``get_run`` child row (a :meth:`query_runs` row) plus ``depth``
+        (1: a direct child, 2: a child's child, ...); and how many sub-runs there are beyond those
+        rows (0 when all are listed). A run is listed once, whatever its ``parent_run_id`` chain.
+        Reads one ``get_run`` per listed run; past the limit, counting the rest reads the runs' parents once.
+    """
+    limit = SUB_RUN_TREE_LIMIT if limit is None else limit
+    top = store.get_run(run_id)
+    rows: list[dict[str, Any]] = []
+    seen = {run_id}
+    todo = [(c, 1) for c in reversed((top or {}).get("children") or [])]
+    while todo and len(rows) < limit:
+        child, depth = todo.pop()
+        if child["run_id"] in seen:
+            continue
+        seen.add(child["run_id"])
+        rows.append({**child, "depth": depth})
+        below = store.get_run(child["run_id"]) if len(rows) < limit else None
+        todo.extend((c, depth + 1) for c in reversed((below or {}).get("children") or []))
+    if len(rows) < limit:  # every sub-run listed
+        return rows, 0
+    kids: dict[str, list[str]] = {}  # the limit is reached with runs left: count every sub-run once
+    for r in store.query_runs():
+        if r["parent_run_id"] is not None:
+            kids.setdefault(r["parent_run_id"], []).append(r["run_id"])
+    everyone, stack = {run_id}, [run_id]
+    while stack:
+        for k in kids.get(stack.pop(), ()):
+            if k not in everyone:
+                everyone.add(k)
+                stack.append(k)
+    return rows, max(len(everyone) - 1 - len(rows), 0)

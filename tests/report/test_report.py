@@ -47,7 +47,7 @@ def test_the_markdown_states_the_facts_of_the_run(recorded):
     # model call, state, child run, snapshot, verification
     assert "### Step 2: openai/gpt\\-test" not in text and "### Step 2: openai/gpt-test" in text
     assert "### Step 4: after read" in text and '"seen": 12' in text
-    assert f"| `{recorded.child_id}` | sub-checker | ended ok | 3 |" in text
+    assert f"| 1 | `{recorded.child_id}` | `{run_id}` | sub-checker | ended ok | 3 |" in text  # depth, run, parent
     fp = events[0].payload["snapshot"]
     assert f"## Configuration snapshot\n\n{md(fp)}\n" in text and '"name": "gpt-test"' in text
     assert "Verified: the log is intact." in text

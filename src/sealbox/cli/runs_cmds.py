@@ -79,17 +79,20 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
 @store_option
 @format_options
 def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
-    """Show one run's events (time, kind, tool, decision, duration), with its parent and children.
+    """Show one run's events (time, kind, tool, decision, duration), with its parent and its sub-runs at
+    every depth (at most 200, indented by depth).
 
     --json prints {"run": the run as `runs list --json` gives it plus "children" (those runs' rows),
     "events": [...]}; --csv the events only.
     """
+    from sealbox.query import sub_run_tree
     from sealbox.replay.divergence import verdict_text
 
     store = open_for_reading(store_path)
     try:
         run_id = resolve_id(store, "run", run_id)
         run = store.get_run(run_id)
+        tree = sub_run_tree(store, run_id) if run is not None and run.get("children") else ([], 0)
         events = store.read_run(run_id)
         verdicts = _approval_verdicts(store, events)
         shown_args = {e.leaf_index: _resolved(store, e.payload.get("arguments")) for e in events if e.kind == "tool.call"}
@@ -114,7 +117,7 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
         emit_rows(rows, ["run_seq", "step", "ts", "kind", "principal", "tool", "decision", "duration_us", "detail"],
                   as_json=False, as_csv=True)
         return
-    for line in _family(run_id, run):
+    for line in _family(run_id, run, *tree):
         click.echo(visible(line))
     for e in events:
         if e.kind == "run.ended" and _ended_error(e.payload):
@@ -125,7 +128,13 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
               as_json=False, as_csv=False, title=f"Run {run_id}")
 
 
-def _family(run_id: str, run: dict | None) -> list[str]:
+#: Sub-runs deeper than this are indented as this depth (their line says their depth).
+_MAX_INDENT = 10
+
+
+def _family(run_id: str, run: dict | None, tree: list[dict] = (), more: int = 0) -> list[str]:
+    """The header of ``runs show``: the run, its parent, its sub-runs at every depth (``tree``, as
+    :func:`sealbox.query.sub_run_tree` gives them, indented by depth; ``more`` not listed), its snapshot."""
     if run is None:
         return [f"run {run_id}"]
     from sealbox.query import status_text
@@ -139,8 +148,14 @@ def _family(run_id: str, run: dict | None) -> list[str]:
     if run.get("replay_of"):
         out.append(f"replays  {run['replay_of']}")
     kids = run.get("children") or []
-    out.append(f"children {len(kids) if kids else '(none)'}")
-    out += [f"  {k['run_id']}  agent {one_line(k['agent'])}  {status_text(k)}" for k in kids]
+    total = len(tree) + more
+    out.append(f"children {len(kids) if kids else '(none)'}"
+               + (f" ({total} sub-runs at every depth)" if total > len(kids) else ""))
+    out += [f"{'  ' * min(k['depth'], _MAX_INDENT)}{k['run_id']}  agent {one_line(k['agent'])}  {status_text(k)}"
+            + (f"  depth {k['depth']}" if k["depth"] > 1 else "") for k in tree]
+    if more:
+        out.append(f"  … {more} more sub-run{'s' if more > 1 else ''} not listed "
+                   "(sealbox runs show on a sub-run lists its own)")
     out.append(f"snapshot {run.get('snapshot') or '(none)'}")  # what `sealbox snapshot diff` takes
     return out
 

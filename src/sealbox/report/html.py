@@ -301,9 +301,11 @@ def _sections(r: IncidentReport) -> list[str]:
     if r.notes:
         out.append("<h2>Notes, anomalies, guardrails</h2>" + _table(["step", "kind", "text"], (
             (e(n.step), e(n.kind), e(n.summary)) for n in r.notes)))
-    out.append(f"<h2>Child runs ({len(r.children)})</h2>" + (_table(["run", "agent", "status", "events"], (
-        (e(c.get("run_id")), e(c.get("agent")), e(f"{c.get('status')} {c.get('ending') or ''}".strip()),
-         e(c.get("events"))) for c in r.children)) if r.children else '<p class="muted">none</p>'))
+    out.append(f"<h2>{e(r.child_runs_heading())}</h2>" + (_table(["depth", "run", "parent", "agent", "status", "events"], (
+        (e(c.get("depth")), e(c.get("run_id")), e(c.get("parent_run_id")), e(c.get("agent")),
+         e(f"{c.get('status')} {c.get('ending') or ''}".strip()), e(c.get("events"))) for c in r.sub_runs))
+        if r.sub_runs else '<p class="muted">none</p>')
+        + (f'<p class="muted">{e(r.sub_runs_note())}</p>' if r.sub_runs_not_listed else ""))
     out.append(f"<h2>Configuration snapshot</h2><p class=\"muted\">{e(r.snapshot_fingerprint or 'no snapshot recorded')}</p>"
                + (_content(r.snapshot, "snapshot") if r.snapshot is not None else "")
                + (f"<p>{_badge('NOT SHOWN', 'bad')} {e(r.snapshot_problem)}</p>" if r.snapshot_problem else ""))

@@ -200,10 +200,12 @@ def render_markdown(report: IncidentReport) -> str:
     if r.notes:
         out += ["## Notes, anomalies, guardrails", ""] + _table(["step", "kind", "text"], (
             (md(n.step), md(n.kind), md(n.summary)) for n in r.notes))
-    out += [f"## Child runs ({len(r.children)})", ""]
-    out += _table(["run", "agent", "status", "events"], (
-        (_code(c.get("run_id")), md(c.get("agent")), md(f"{c.get('status')} {c.get('ending') or ''}".strip()),
-         md(c.get("events"))) for c in r.children)) if r.children else ["none", ""]
+    out += [f"## {r.child_runs_heading()}", ""]
+    out += _table(["depth", "run", "parent", "agent", "status", "events"], (
+        (md(c.get("depth")), _code(c.get("run_id")), _code(c.get("parent_run_id")), md(c.get("agent")),
+         md(f"{c.get('status')} {c.get('ending') or ''}".strip()), md(c.get("events"))) for c in r.sub_runs)) if r.sub_runs else ["none", ""]
+    if r.sub_runs_not_listed:
+        out += [md(r.sub_runs_note()), ""]
     out += ["## Configuration snapshot", "", md(r.snapshot_fingerprint or "no snapshot recorded"), ""]
     if r.snapshot is not None:
         out += _content(r.snapshot, "Snapshot")

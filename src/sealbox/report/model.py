@@ -267,6 +267,21 @@ class IncidentReport:
     snapshot_problem: str | None = None
     #: the exception the run ended with, as its ``run.ended`` holds it (``{"type", "message"}``), else None
     error: dict[str, Any] | None = None
+    #: the run's sub-agent runs at every depth, depth first, each a ``children`` row plus ``depth`` (1: a
+    #: direct child): at most :data:`sealbox.query.SUB_RUN_TREE_LIMIT` (:func:`sealbox.query.sub_run_tree`)
+    sub_runs: tuple[dict[str, Any], ...] = ()
+    #: how many sub-runs there are beyond ``sub_runs`` (0: all listed)
+    sub_runs_not_listed: int = 0
+
+    def child_runs_heading(self) -> str:
+        """``Child runs (N)``, or ``Child runs (N direct, M at every depth)`` when sub-runs have their own."""
+        total = len(self.sub_runs) + self.sub_runs_not_listed
+        return f"Child runs ({len(self.children)}" + (f" direct, {total} at every depth)" if total > len(self.children) else ")")
+
+    def sub_runs_note(self) -> str:
+        """What the child runs' table says of the sub-runs it does not list (empty when it lists them all)."""
+        n = self.sub_runs_not_listed
+        return f"… {n} more sub-run{'s' if n > 1 else ''} not listed (the report of a sub-run lists its own)" if n else ""
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -604,6 +619,9 @@ def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | Non
     duration = (_parse_ts(last.ts) - _parse_ts(events[0].ts)).total_seconds()
     approvals, uncounted, held = _approvals(store, events)
     timeline = _timeline(events, uncounted, store)
+    from sealbox.query import sub_run_tree
+
+    sub_runs, not_listed = sub_run_tree(store, run_id) if run.get("children") else ([], 0)
     return IncidentReport(
         run=dict(run), events=len(events), started_at=events[0].ts, ended_at=ended, duration_s=duration,
         policy=dict(first.get("policy") or {}), snapshot_fingerprint=fp, snapshot=snapshot,
@@ -617,4 +635,5 @@ def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | Non
         usage=dict((last.payload.get("usage") or {}) if last.kind == "run.ended" else {}),
         replay=_replay_verdict(run, last), snapshot_problem=snapshot_problem,
         error=dict(last.payload["error"]) if ended and isinstance(last.payload.get("error"), dict) else None,
+        sub_runs=tuple(sub_runs), sub_runs_not_listed=not_listed,
     )
