@@ -896,3 +896,65 @@ def test_a_recorder_tool_given_to_governed_tools_is_recorded_once(store):
     assert [(e.step, e.kind, e.payload["call_id"]) for e in store.read_run(run.run_id) if e.kind.startswith("tool.")] == [
         ("2.1", "tool.call", "a1"), ("2.1", "tool.result", "a1")]
     assert sealbox.verify_store(store).ok
+
+
+def _expert_and_top(store):
+    """A top agent whose governed tool runs a sub-agent graph in a sub-run of its own (parent_run_id),
+    the sub-agent's handler given in its own config, as a user nesting agents would."""
+    recorder = Recorder(store, policy=ALLOW_ALL)
+    children: list = []
+    usage = {"input_tokens": 7, "output_tokens": 3, "total_tokens": 10}
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        return f"Sunny in {city}"
+
+    @tool
+    async def ask_expert(question: str) -> str:
+        """Ask the expert sub-agent."""
+        sub_model = ScriptedChatModel(messages=iter([
+            AIMessage(content="", tool_calls=[{"name": "get_weather", "args": {"city": "Oslo"}, "id": "s1"}],
+                      usage_metadata=usage),
+            AIMessage(content="expert: sunny", usage_metadata=usage)]))
+        async with recorder.run(agent="expert") as child:
+            children.append(child)
+            graph = react_agent(sub_model, governed_tools(child, [get_weather]))
+            state = await graph.ainvoke({"messages": [("user", question)]},
+                                        config={"callbacks": [SealboxCallbackHandler(child)]})
+        return state["messages"][-1].content
+
+    async def main():
+        top_model = ScriptedChatModel(messages=iter([
+            AIMessage(content="", tool_calls=[{"name": "ask_expert", "args": {"question": "weather?"}, "id": "p1"}],
+                      usage_metadata=usage),
+            AIMessage(content="done", usage_metadata=usage)]))
+        async with recorder.run(agent="top") as run:
+            graph = react_agent(top_model, governed_tools(run, [ask_expert]))
+            state = await graph.ainvoke({"messages": [("user", "go")]},
+                                        config={"callbacks": [SealboxCallbackHandler(run)]})
+        return run, state
+
+    run, state = asyncio.run(main())
+    assert state["messages"][-1].content == "done" and len(children) == 1
+    return run, children[0]
+
+
+def test_a_sub_agent_run_inside_a_tool_is_recorded_in_its_own_run_not_also_in_the_parent(store):
+    """LangChain hands the callbacks of the graph running a tool on to whatever the tool invokes: the
+    parent's handler recorded the sub-agent's two model calls into the parent run too (a model call
+    requesting a tool call s1 the parent never made, and the parent's usage counting the child's)."""
+    run, child = _expert_and_top(store)
+    parent_events = events_of(store, run.run_id)
+    assert [(k, s) for k, s, _ in parent_events] == [
+        ("run.started", "1"), ("model.call", "2"),
+        ("tool.call", "2.1"), ("policy.decision", "2.1"), ("tool.result", "2.1"),
+        ("model.call", "3"), ("state.saved", "4"), ("run.ended", "5")]
+    assert [p["tool_call_ids"] for k, _, p in parent_events if k == "model.call"] == [["p1"], []]
+    assert parent_events[-1][2]["usage"]["input_tokens"] == 14
+    child_events = events_of(store, child.run_id)
+    assert child_events[0][2]["parent_run_id"] == run.run_id
+    assert [p["tool_call_ids"] for k, _, p in child_events if k == "model.call"] == [["s1"], []]
+    assert [p["call_id"] for k, _, p in child_events if k == "tool.call"] == ["s1"]
+    assert child_events[-1][2]["usage"]["input_tokens"] == 14
+    assert sealbox.verify_store(store).ok

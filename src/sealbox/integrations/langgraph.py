@@ -42,7 +42,7 @@ from pydantic import PrivateAttr
 from sealbox.adapters import to_plain
 from sealbox.approvals import ApprovalPending
 from sealbox.errors import RecordingError
-from sealbox.recorder import RunContext, ToolDenied, unused_call_id
+from sealbox.recorder import RunContext, ToolDenied, current_run, unused_call_id
 from sealbox.replay.values import ReplayedError
 
 __all__ = ["DEFAULT_SERVER", "GovernedTool", "SealboxCallbackHandler", "governed_tool", "governed_tools"]
@@ -365,6 +365,11 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
     Recording errors are raised (``raise_error = True``): a run that cannot be
     recorded fails loudly instead of continuing with gaps.
 
+    LangChain hands a graph's callbacks on to whatever its nodes and tools invoke: while a Sealbox run
+    entered inside this handler's run is the current one (a sub-agent's run, ``parent_run_id``, opened
+    in a tool), this handler records nothing; what runs there belongs to that run (record it with a
+    handler of its own).
+
     Args:
         run: the active run.
         provider: the provider recorded (default: the model's ``ls_provider``).
@@ -384,8 +389,23 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
         self._chain_parent: dict[uuid.UUID, uuid.UUID | None] = {}  # running chain -> its parent chain
         self._interrupted: set[uuid.UUID] = set()  # outermost chains a node of which called interrupt()
 
+    def _in_sub_run(self) -> bool:
+        """Whether the current Sealbox run is one entered inside this handler's run (a sub-agent's run
+        opened in a tool): its events reach this handler as callbacks inherited from the parent graph."""
+        current = current_run()
+        if current is None or current is self.run:
+            return False
+        outer, seen = getattr(current, "_outer", None), 0
+        while outer is not None and seen < 10_000:
+            if outer is self.run:
+                return True
+            outer, seen = getattr(outer, "_outer", None), seen + 1
+        return False
+
     def _start(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None, serialized: Any, key: str, value: Any,
                metadata: Any, kwargs: dict[str, Any]) -> None:
+        if self._in_sub_run():
+            return
         metadata = metadata if isinstance(metadata, dict) else {}
         params = kwargs.get("invocation_params") if isinstance(kwargs.get("invocation_params"), dict) else {}
         name = serialized.get("name") if isinstance(serialized, dict) else None
@@ -413,6 +433,8 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
     def on_llm_end(self, response: Any, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
                    **kwargs: Any) -> None:
         """Record the model call as a ``model.call``."""
+        if self._in_sub_run():
+            return
         self._check_served()
         self._parent_of.pop(run_id, None)
         request, provider, model, started = self._pending.pop(run_id, ({}, self.provider, None, None))
@@ -446,6 +468,8 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
     def on_llm_error(self, error: BaseException, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
                      **kwargs: Any) -> None:
         """Record a failed model call (``response = {"error": …}``)."""
+        if self._in_sub_run():
+            return
         self._parent_of.pop(run_id, None)
         request, provider, model, started = self._pending.pop(run_id, ({}, self.provider, None, None))
         self.run.model_error(request, error, latency=self._latency(started), provider=provider or "unknown",
@@ -454,6 +478,8 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
     def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: uuid.UUID,
                        parent_run_id: uuid.UUID | None = None, **kwargs: Any) -> None:
         """Remember which chain runs inside which (to tell the graph that a node interrupted)."""
+        if self._in_sub_run():
+            return
         self._chain_parent[run_id] = parent_run_id
 
     def _root(self, run_id: uuid.UUID) -> uuid.UUID:
@@ -467,6 +493,8 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
         """Record the model calls this chain was waiting for as failed with its error: a chat model
         cancelled in flight (a timeout, the task cancelled) gets no ``on_llm_error`` of its own.
         A node stopped by ``interrupt()`` marks its graph as interrupted (see :meth:`on_chain_end`)."""
+        if self._in_sub_run():
+            return
         for model_run in [r for r, parent in self._parent_of.items() if parent == run_id]:
             self.on_llm_error(error, run_id=model_run)
         if _INTERRUPT and isinstance(error, _INTERRUPT) and parent_run_id is not None:
@@ -481,7 +509,7 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
         ``interrupt_after``), where no node raised and :meth:`on_chain_error` saw nothing. Marks the
         outermost chain as interrupted (see :meth:`on_chain_end`)."""
         run_id = getattr(event, "run_id", None)
-        if isinstance(run_id, uuid.UUID):
+        if isinstance(run_id, uuid.UUID) and not self._in_sub_run():
             self._interrupted.add(self._root(run_id))
 
     def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
@@ -489,6 +517,8 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
         """Record the state when the outermost chain (the graph) ends: ``label="final"``, or
         ``"interrupted"`` when it stopped to be resumed, by ``interrupt()`` in a node or at a static
         breakpoint (the state it waits in)."""
+        if self._in_sub_run():
+            return
         self._chain_parent.pop(run_id, None)
         if parent_run_id is None:
             interrupted = run_id in self._interrupted
@@ -501,7 +531,7 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
                       metadata: dict[str, Any] | None = None, inputs: dict[str, Any] | None = None,
                       **kwargs: Any) -> None:
         """Record a ``note`` for a tool that runs without being governed."""
-        if _GOVERNED.get() is not None:
+        if _GOVERNED.get() is not None or self._in_sub_run():
             return
         name = (serialized or {}).get("name") if isinstance(serialized, dict) else None
         call_id = kwargs.get("tool_call_id")
