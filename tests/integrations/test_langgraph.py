@@ -958,3 +958,14 @@ def test_a_sub_agent_run_inside_a_tool_is_recorded_in_its_own_run_not_also_in_th
     assert [p["call_id"] for k, _, p in child_events if k == "tool.call"] == ["s1"]
     assert child_events[-1][2]["usage"]["input_tokens"] == 14
     assert sealbox.verify_store(store).ok
+
+
+def test_a_sub_agent_graph_run_inside_a_tool_saves_its_final_state(store):
+    """The sub-agent's graph, invoked inside a tool of the parent graph, has a LangChain parent (the
+    tool's run), so its handler never saw an outermost chain end and saved no state for the sub-run."""
+    run, child = _expert_and_top(store)
+    saved = [(s, p["label"], [m["$pydantic"]["fields"]["type"] for m in p["state"]["messages"]])
+             for k, s, p in events_of(store, child.run_id) if k == "state.saved"]
+    assert saved == [("4", "final", ["human", "ai", "tool", "ai"])]
+    assert [k for k, _, _ in events_of(store, run.run_id)].count("state.saved") == 1
+    assert sealbox.verify_store(store).ok

@@ -355,7 +355,8 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
       ``LLMResult`` (its ``AIMessage`` holds the tool calls and ``usage_metadata``).
       ``on_llm_error`` records the call with ``response = {"error": …}``; so does ``on_chain_error``
       of the chain that called it, for a call cut short (cancelled) without an ``on_llm_error``.
-    - ``on_chain_end`` of the outermost chain (the graph) → ``state.saved``
+    - ``on_chain_end`` of the outermost chain (the graph; also one invoked inside a tool of another
+      graph, this handler given in its own config: a sub-agent's) → ``state.saved``
       with the final state (``label="final"``), or the state it waits in when a node called
       ``interrupt()`` or the graph stopped at a static breakpoint (``interrupt_before`` /
       ``interrupt_after``) (``label="interrupted"``).
@@ -388,6 +389,8 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
         self._parent_of: dict[uuid.UUID, uuid.UUID | None] = {}  # pending model call -> the chain calling it
         self._chain_parent: dict[uuid.UUID, uuid.UUID | None] = {}  # running chain -> its parent chain
         self._interrupted: set[uuid.UUID] = set()  # outermost chains a node of which called interrupt()
+        self._roots: set[uuid.UUID] = set()  # running outermost chains (see on_chain_start)
+        self._tools: set[uuid.UUID] = set()  # running tools (a chain inside one is not outermost)
 
     def _in_sub_run(self) -> bool:
         """Whether the current Sealbox run is one entered inside this handler's run (a sub-agent's run
@@ -480,11 +483,16 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
         """Remember which chain runs inside which (to tell the graph that a node interrupted)."""
         if self._in_sub_run():
             return
+        if parent_run_id is None or not (parent_run_id in self._chain_parent or parent_run_id in self._tools
+                                         or parent_run_id in self._pending):
+            # outermost for this handler: no parent, or one it never saw start (the graph is invoked inside a
+            # tool of another graph, whose callbacks this handler is not among: a sub-agent's graph)
+            self._roots.add(run_id)
         self._chain_parent[run_id] = parent_run_id
 
     def _root(self, run_id: uuid.UUID) -> uuid.UUID:
         seen = 0
-        while (parent := self._chain_parent.get(run_id)) is not None and seen < 10_000:
+        while run_id not in self._roots and (parent := self._chain_parent.get(run_id)) is not None and seen < 10_000:
             run_id, seen = parent, seen + 1
         return run_id
 
@@ -497,11 +505,18 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
             return
         for model_run in [r for r, parent in self._parent_of.items() if parent == run_id]:
             self.on_llm_error(error, run_id=model_run)
-        if _INTERRUPT and isinstance(error, _INTERRUPT) and parent_run_id is not None:
+        root = self._is_root(run_id, parent_run_id)
+        if _INTERRUPT and isinstance(error, _INTERRUPT) and not root:
             self._interrupted.add(self._root(run_id))
         self._chain_parent.pop(run_id, None)
-        if parent_run_id is None:
+        if root:
+            self._roots.discard(run_id)
             self._interrupted.discard(run_id)
+
+    def _is_root(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None) -> bool:
+        """Whether the chain ``run_id`` is outermost for this handler (seen so when it started, or, not seen
+        starting, without a parent)."""
+        return run_id in self._roots or (parent_run_id is None and run_id not in self._chain_parent)
 
     def on_interrupt(self, event: Any) -> None:
         """LangGraph's lifecycle event for a graph that stops to be resumed later, emitted before its
@@ -519,8 +534,10 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
         breakpoint (the state it waits in)."""
         if self._in_sub_run():
             return
+        root = self._is_root(run_id, parent_run_id)
         self._chain_parent.pop(run_id, None)
-        if parent_run_id is None:
+        if root:
+            self._roots.discard(run_id)
             interrupted = run_id in self._interrupted
             self._interrupted.discard(run_id)
             if self.save_state:
@@ -531,9 +548,22 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
                       metadata: dict[str, Any] | None = None, inputs: dict[str, Any] | None = None,
                       **kwargs: Any) -> None:
         """Record a ``note`` for a tool that runs without being governed."""
-        if _GOVERNED.get() is not None or self._in_sub_run():
+        if self._in_sub_run():
+            return
+        self._tools.add(run_id)
+        if _GOVERNED.get() is not None:
             return
         name = (serialized or {}).get("name") if isinstance(serialized, dict) else None
         call_id = kwargs.get("tool_call_id")
         self.run.note(f"ungoverned tool call: {name} ran without a record before it ran",
                       about={"ungoverned_tool": {"tool": str(name), "tool_call_id": call_id}})
+
+    def on_tool_end(self, output: Any, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
+                    **kwargs: Any) -> None:
+        """Forget the tool (see :meth:`on_chain_start`)."""
+        self._tools.discard(run_id)
+
+    def on_tool_error(self, error: BaseException, *, run_id: uuid.UUID, parent_run_id: uuid.UUID | None = None,
+                      **kwargs: Any) -> None:
+        """Forget the tool (see :meth:`on_chain_start`)."""
+        self._tools.discard(run_id)
