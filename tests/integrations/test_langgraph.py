@@ -969,3 +969,44 @@ def test_a_sub_agent_graph_run_inside_a_tool_saves_its_final_state(store):
     assert saved == [("4", "final", ["human", "ai", "tool", "ai"])]
     assert [k for k, _, _ in events_of(store, run.run_id)].count("state.saved") == 1
     assert sealbox.verify_store(store).ok
+
+
+def test_an_ungoverned_tool_of_a_sub_agent_run_inside_a_governed_tool_is_noted(store):
+    """The marker a governed tool sets while it runs (so the handler does not note the wrapped tool) was
+    seen by every handler below it: an ungoverned tool of a sub-agent's run, opened inside a governed
+    tool of the parent, ran without the note that makes the gap visible."""
+    recorder = Recorder(store, policy=ALLOW_ALL)
+    children: list = []
+    ran: list[str] = []
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        ran.append(city)
+        return f"Sunny in {city}"
+
+    @tool
+    def ask_expert(question: str) -> str:
+        """Ask the expert sub-agent."""
+        sub_model = ScriptedChatModel(messages=iter([
+            AIMessage(content="", tool_calls=[{"name": "get_weather", "args": {"city": "Oslo"}, "id": "s1"}]),
+            AIMessage(content="expert: sunny")]))
+        with recorder.run(agent="expert") as child:
+            children.append(child)
+            graph = react_agent(sub_model, [get_weather])  # not governed
+            state = graph.invoke({"messages": [("user", question)]},
+                                 config={"callbacks": [SealboxCallbackHandler(child)]})
+        return state["messages"][-1].content
+
+    top_model = ScriptedChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "ask_expert", "args": {"question": "weather?"}, "id": "p1"}]),
+        AIMessage(content="done")]))
+    with recorder.run(agent="top") as run:
+        graph = react_agent(top_model, governed_tools(run, [ask_expert]))
+        state = graph.invoke({"messages": [("user", "go")]}, config={"callbacks": [SealboxCallbackHandler(run)]})
+    assert state["messages"][-1].content == "done" and ran == ["Oslo"]
+    notes = [p for k, _, p in events_of(store, children[0].run_id) if k == "note"]
+    assert notes == [{"text": "ungoverned tool call: get_weather ran without a record before it ran",
+                      "about": {"ungoverned_tool": {"tool": "get_weather", "tool_call_id": "s1"}}}]
+    assert [k for k, _, _ in events_of(store, run.run_id)].count("note") == 0
+    assert sealbox.verify_store(store).ok

@@ -50,8 +50,9 @@ __all__ = ["DEFAULT_SERVER", "GovernedTool", "SealboxCallbackHandler", "governed
 #: The ``server`` recorded for in-process LangChain tools (policies match it).
 DEFAULT_SERVER = "local"
 
-#: Set while a governed tool runs, so the handler can tell governed tool runs from others.
-_GOVERNED: contextvars.ContextVar[str | None] = contextvars.ContextVar("sealbox_langgraph_governed", default=None)
+#: The run whose governed tool is running, so that run's handler can tell governed tool runs from others
+#: (a handler of another run, a sub-agent's opened inside the tool, still notes its ungoverned tools).
+_GOVERNED: contextvars.ContextVar[Any] = contextvars.ContextVar("sealbox_langgraph_governed", default=None)
 
 DenyMessage = Callable[[ToolDenied], str]
 
@@ -247,7 +248,7 @@ class GovernedTool(BaseTool):
     def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
         """Record and decide the call, run the wrapped tool if allowed, record its result."""
         call_id = kwargs.get("tool_call_id")
-        token = _GOVERNED.set(call_id or "governed")
+        token = _GOVERNED.set(self._sealbox_run)
         try:
             return self._sealbox_run.call_tool(
                 self.server, self.inner.name, self._arguments(tool_input),
@@ -266,7 +267,7 @@ class GovernedTool(BaseTool):
     async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
         """Async form of :meth:`run`."""
         call_id = kwargs.get("tool_call_id")
-        token = _GOVERNED.set(call_id or "governed")
+        token = _GOVERNED.set(self._sealbox_run)
         try:
             return await self._sealbox_run.acall_tool(
                 self.server, self.inner.name, self._arguments(tool_input),
@@ -551,7 +552,7 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
         if self._in_sub_run():
             return
         self._tools.add(run_id)
-        if _GOVERNED.get() is not None:
+        if _GOVERNED.get() is self.run:
             return
         name = (serialized or {}).get("name") if isinstance(serialized, dict) else None
         call_id = kwargs.get("tool_call_id")
