@@ -1060,3 +1060,27 @@ def test_mcp_meta_leaves_out_a_model_call_id_holding_a_nul(store):
     with Recorder(store, policy=ALLOW_ALL).run(agent="a", principal="agent:a") as run:
         assert mcp_meta(run, "call_\x00x") == {"sealbox/run_id": run.run_id, "sealbox/parent_principal": "agent:a"}
         assert mcp_meta(run, "call_1")["sealbox/call_id"] == "call_1"
+
+
+@sync
+async def test_a_streamed_call_s_latency_ends_at_response_completed_not_when_the_consumer_asks_again(store):
+    """The latency of a streamed model call was taken when the stream was exhausted, i.e. when the SDK
+    next asked for an event after ``response.completed``: the time the consumer spent on the answer
+    (0.2 to 0.8 s for the first streamed turn of a process) was recorded as the model's."""
+    from agents.model_settings import ModelSettings
+    from agents.models.interface import ModelTracing
+    from agents.testing import ScriptedModel as SdkScriptedModel
+
+    async with Recorder(store, policy=ALLOW_ALL).run(agent="streamer") as run:
+        model = SealboxModel(SdkScriptedModel([response([text("hi")], 1, 1, "r1")]), run)
+        types = []
+        async for event in model.stream_response(None, "hi", ModelSettings(), [], None, [], ModelTracing.DISABLED,
+                                                 previous_response_id=None, conversation_id=None, prompt=None):
+            types.append(event.type)
+            if event.type == "response.completed":
+                await asyncio.sleep(3.0)  # the consumer handles the answer: not the model's time
+    assert types[-1] == "response.completed"
+    calls = [p for k, _, p in events_of(store, run.run_id) if k == "model.call"]
+    assert len(calls) == 1 and calls[0]["usage"] == {"input_tokens": 1, "output_tokens": 1}
+    assert 0 <= calls[0]["latency_us"] < 2_000_000  # the scripted model answers at once; 3 s were the consumer's
+    assert sealbox.verify_store(store).ok

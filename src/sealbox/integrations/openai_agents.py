@@ -970,7 +970,8 @@ class SealboxModel(Model):
     async def stream_response(self, system_instructions: str | None, input: Any, model_settings: Any,
                               tools: list[Any], output_schema: Any, handoffs: list[Any], tracing: Any,
                               **kwargs: Any) -> AsyncIterator[Any]:
-        """Stream from the wrapped model; record the call when its ``response.completed`` event arrives.
+        """Stream from the wrapped model; record the call when its ``response.completed`` event arrives
+        (latency: from the call until that event, not the time the consumer then spends on it).
 
         In a replay that serves models from the record (docs/replay.md) the wrapped model is not called:
         the recorded response is streamed as one ``response.output_text.delta`` per text part of its
@@ -989,15 +990,17 @@ class SealboxModel(Model):
             return
         started = time.perf_counter()
         completed = None
+        latency = 0.0  # until response.completed came (not the consumer's time on it after)
         try:
             async for event in self.inner.stream_response(system_instructions, input, model_settings, tools,
                                                           output_schema, handoffs, tracing, **kwargs):
                 if getattr(event, "type", None) == "response.completed":
                     completed = getattr(event, "response", None)
+                    latency = time.perf_counter() - started
                 yield event
         except BaseException as exc:  # also cancelled, or the stream closed by its consumer (GeneratorExit)
             if completed is not None and isinstance(exc, GeneratorExit):  # closed after the response came
-                self._record_completed(request, completed, time.perf_counter() - started, step)
+                self._record_completed(request, completed, latency, step)
             else:
                 self._record_error(request, exc, time.perf_counter() - started, step)
             raise
@@ -1005,8 +1008,8 @@ class SealboxModel(Model):
             self._record_error(request, RuntimeError("the stream ended without response.completed"),
                                time.perf_counter() - started, step)
         else:
-            self.run.model_call(request, completed, latency=time.perf_counter() - started,
-                                provider=self.provider, model=self.model_name, step=step)
+            self.run.model_call(request, completed, latency=latency, provider=self.provider, model=self.model_name,
+                                step=step)
 
     def _replayed_stream(self, request: dict[str, Any], recorded: Any, step: str | None = None) -> list[Any]:
         """The stream events of a recorded streamed call (as :meth:`stream_response` recorded its
