@@ -6,8 +6,8 @@ Cases, each the minimum of 7 process-time rounds (a shared machine's noise only 
 
 * ``Redactor._scrub`` of a 153-byte log line and of a 1 MB text of words, and ``Redactor._clean_text`` (the quick
   check on a payload's canonical bytes) of the same and of an 8.6 KB model call holding ``max_tokens``: the default
-  patterns, against the same store with 30 custom patterns added (88 needles: the C scan looks for them in two passes
-  of 64; before, past 64 needles, the regex searches decided every text). Without the C extension
+  patterns, against the same store with 30 custom patterns added (92 needles: the C scan looks for up to 128 in one
+  pass; before, two passes of 64, and before those, past 64 needles, the regex searches decided every text). Without the C extension
   (``SEALBOX_PURE_PYTHON=1``) the substring tests and regex searches run instead.
 
 Run: ``.venv/bin/python bench/bench_redaction.py``

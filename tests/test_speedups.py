@@ -495,17 +495,17 @@ def test_the_redactor_quick_check_and_walk_agree_on_suffixed_names(monkeypatch, 
 
 
 def test_a_store_with_many_custom_patterns_keeps_the_c_scan_and_its_answers() -> None:
-    """More than 64 needles (the defaults' 58 and a store's own patterns, each with a literal): the scan used to be
-    dropped for the regex searches on every text (a 1 MB tool output: ~0.12-0.15 s per _scrub instead of ~0.01 s).
-    Now the needles are looked for in passes of 64; a needle of a later pass still gates its pattern."""
+    """More needles than one scan call holds (the defaults' and a store's own patterns, each with a literal): the scan
+    used to be dropped for the regex searches on every text (a 1 MB tool output: ~0.12-0.15 s per _scrub instead of
+    ~0.01 s). Now the needles are looked for in passes of 128; a needle of a later pass still gates its pattern."""
     import json
 
     from sealbox.redaction import DEFAULT_PATTERNS
 
-    custom = tuple(rf"\bACME{i:02d}-[0-9]{{6}}" for i in range(20)) + tuple(rf"corp{i:02d}_id=[a-z]{{8}}" for i in range(10))
+    custom = tuple(rf"\bACME{i:02d}-[0-9]{{6}}" for i in range(80)) + tuple(rf"corp{i:02d}_id=[a-z]{{8}}" for i in range(10))
     redactor = Redactor(b"k" * 32, ContentPolicy(patterns=DEFAULT_PATTERNS + custom))
-    assert redactor._scan is True and len(redactor._needles) > 64
-    for i in (0, 19):
+    assert redactor._scan is True and len(redactor._needles) > 128 and len(redactor._passes) == 2
+    for i in (0, 19, 79):
         text = f"ticket ACME{i:02d}-123456 is open"
         data = json.dumps({"a": text}, separators=(",", ":")).encode()
         assert redactor._clean_text(data) is False
@@ -518,3 +518,38 @@ def test_a_store_with_many_custom_patterns_keeps_the_c_scan_and_its_answers() ->
     clean = {"a": "ACME-123456 corp_id=abcdefgh nothing to redact"}
     assert redactor._clean_text(json.dumps(clean, separators=(",", ":")).encode()) is True
     assert redactor.apply("result", clean) == (clean, False)
+
+
+def test_scan_text_looks_for_128_needles_in_one_call() -> None:
+    """scan_text held 64 needles per call, and the defaults used 62 of them: a store adding a few patterns with a
+    literal each (or new defaults) cost a second pass over every text. Now one call looks for up to 128 needles,
+    bit i of the answer for needles[i] (above bit 63 too), case folding per needle in either word."""
+    needles = tuple(f"n{j:03d}".encode() for j in range(128))
+    folded = 1 << 100 | 1 << 3
+    tables = _scan_tables(needles, folded)
+    assert _speedups.scan_text(b"", needles, tables, ()) == 0
+    assert _speedups.scan_text(b"x n000 n063 n064 n127 y", needles, tables, ()) == (1 | 1 << 63 | 1 << 64 | 1 << 127)
+    assert _speedups.scan_text(b"N100 N003 N101 n1", needles, tables, ()) == (1 << 100 | 1 << 3)  # 101 not folded
+    assert _speedups.scan_text(b" ".join(needles), needles, tables, ()) == (1 << 128) - 1
+    assert _speedups.scan_text(b'{"password":1} n127', needles, tables, (b"password",)) == -1
+    with pytest.raises(ValueError):
+        _speedups.scan_text(b"x", needles + (b"n128",), _scan_tables(needles + (b"n128",), 0), ())
+
+
+def test_the_defaults_and_a_store_s_own_patterns_are_scanned_in_one_pass() -> None:
+    """The default patterns and 40 custom ones, each with its literal (over 64 needles, under 128): one scan pass
+    (before: two), with the same answers."""
+    import json
+
+    from sealbox.redaction import DEFAULT_PATTERNS
+
+    custom = tuple(rf"\bACME{i:02d}-[0-9]{{6}}" for i in range(40))
+    redactor = Redactor(b"k" * 32, ContentPolicy(patterns=DEFAULT_PATTERNS + custom))
+    assert redactor._scan is True and 64 < len(redactor._needles) <= 128 and len(redactor._passes) == 1
+    for i in (0, 39):
+        text = f"ticket ACME{i:02d}-123456 is open"
+        assert redactor._clean_text(json.dumps({"a": text}, separators=(",", ":")).encode()) is False
+        out, changed = redactor.apply("result", {"a": text})
+        assert changed is True and "123456" not in out["a"] and redactor._scrub(text, [False]) == out["a"]
+    clean = {"a": "ACME-123456 nothing to redact"}
+    assert redactor._clean_text(json.dumps(clean, separators=(",", ":")).encode()) is True

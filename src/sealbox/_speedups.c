@@ -229,16 +229,36 @@ copy_plain(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
  *   ASCII: U+212A KELVIN SIGN is ``k``), returns -1.
  *   suffixes (bytes, sealbox.redaction._suffix_table of the normalised suffixes, 1 to 64 bytes each): a name (as above) whose normalised form ends with
  *   one of them returns -1 too (``MY_APP_PASSWORD`` for ``password``: the redactor's suffix keys, ``*password``).
- * - needles (a tuple of at most 64 bytes objects, each at least 2 bytes): otherwise the result
+ * - needles (a tuple of at most 128 (SCAN_WORDS * 64) bytes objects, each at least 2 bytes): otherwise the result
  *   has bit i set when needles[i] occurs in ``data``.
- * - tables (bytes, from sealbox.redaction._scan_tables): 256 native uint64 masks of the needles
- *   whose first byte is the index, 256 for the second byte, then the mask of the needles that
- *   match ASCII letters in either case (given in lower case; their masks hold both cases).
+ * - tables (bytes, from sealbox.redaction._scan_tables): for each byte value, the mask of the needles whose first
+ *   byte it is (SCAN_WORDS native uint64, bit i of the mask in word i / 64), the same for the second byte, then the
+ *   mask of the needles that match ASCII letters in either case (given in lower case; their masks hold both cases):
+ *   (256 + 256 + 1) * SCAN_WORDS uint64.
  *
  * A backslash anywhere in ``data`` returns -1 at once: with escapes, quotes no longer alternate
  * open/close and the key scan would not be sound. The caller relies only on "no key and no
  * needle", i.e. a result of 0.
  */
+#define SCAN_WORDS 2 /* the masks' 64-bit words: at most 128 needles per call */
+#define SCAN_NEEDLES (SCAN_WORDS * 64)
+
+/* the index of m's lowest set bit (m != 0) */
+static inline int
+lowest_bit(unsigned long long m)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    return __builtin_ctzll(m);
+#else
+    int bit = 0;
+    while (!(m & 1ULL)) {
+        m >>= 1;
+        bit++;
+    }
+    return bit;
+#endif
+}
+
 static inline unsigned long long
 load_u64(const char *p)
 {
@@ -270,14 +290,17 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = PyBytes_GET_SIZE(args[0]);
     Py_ssize_t nneedles = PyTuple_GET_SIZE(args[1]);
     Py_ssize_t nkeys = PyTuple_GET_SIZE(args[3]);
-    if (nneedles > 64 || PyBytes_GET_SIZE(args[2]) != 513 * 8) {
-        PyErr_SetString(PyExc_ValueError, "scan_text: at most 64 needles, tables of 513 uint64");
+    if (nneedles > SCAN_NEEDLES || PyBytes_GET_SIZE(args[2]) != 513 * SCAN_WORDS * 8) {
+        PyErr_SetString(PyExc_ValueError, "scan_text: at most 128 needles, tables of 1026 uint64");
         return NULL;
     }
-    const char *first = PyBytes_AS_STRING(args[2]), *second = first + 256 * 8;
-    unsigned long long folded = load_u64(first + 512 * 8);
-    const unsigned char *ndata[64];
-    Py_ssize_t nlen[64];
+    const char *first = PyBytes_AS_STRING(args[2]), *second = first + 256 * SCAN_WORDS * 8;
+    unsigned long long folded[SCAN_WORDS];
+    for (int w = 0; w < SCAN_WORDS; w++) {
+        folded[w] = load_u64(first + (512 * SCAN_WORDS + w) * 8);
+    }
+    const unsigned char *ndata[SCAN_NEEDLES];
+    Py_ssize_t nlen[SCAN_NEEDLES];
     for (Py_ssize_t j = 0; j < nneedles; j++) {
         PyObject *needle = PyTuple_GET_ITEM(args[1], j);
         if (!PyBytes_Check(needle) || PyBytes_GET_SIZE(needle) < 2) {
@@ -341,7 +364,12 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
     if (memchr(data, '\\', (size_t)n) != NULL) {
         return PyLong_FromLong(-1); /* escapes: the key scan below would not be sound */
     }
-    unsigned long long found = 0, remaining = nneedles == 64 ? ~0ULL : ((1ULL << nneedles) - 1);
+    unsigned long long found[SCAN_WORDS], remaining[SCAN_WORDS];
+    for (int w = 0; w < SCAN_WORDS; w++) {
+        Py_ssize_t left = nneedles - 64 * w; /* the needles of word w */
+        found[w] = 0;
+        remaining[w] = left >= 64 ? ~0ULL : left <= 0 ? 0 : ((1ULL << left) - 1);
+    }
     Py_ssize_t quote = -1; /* the last quote seen */
     int named = 0; /* the last key was "name" or "key" (normalised): the string right after its colon may name a key */
     int closing = 0; /* the next quote closes a string (no backslash: quotes alternate) */
@@ -437,43 +465,63 @@ scan_text(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
             quote = i;
             closing = !closing;
         }
-        unsigned long long m = load_u64(first + 8 * c) & remaining;
-        if (m == 0) {
+        /* the needles starting with c (word 0, and word 1 when more than 64 are looked for), then with c, data[i + 1] */
+        const char *fc = first + SCAN_WORDS * 8 * c;
+        unsigned long long m0 = load_u64(fc) & remaining[0], m1 = load_u64(fc + 8) & remaining[1];
+        if ((m0 | m1) == 0) {
             continue;
         }
-        m &= load_u64(second + 8 * data[i + 1]);
-        for (int j = 0; m; j++, m >>= 1) {
-            if (!(m & 1ULL)) {
-                continue;
-            }
-            Py_ssize_t len = nlen[j];
-            if (len > n - i) {
-                continue;
-            }
-            const unsigned char *nd = ndata[j];
-            int match = 1;
-            if ((folded >> j) & 1ULL) {
-                for (Py_ssize_t q = 2; q < len; q++) {
-                    unsigned char d = data[i + q];
-                    if (d >= 'A' && d <= 'Z') {
-                        d = (unsigned char)(d - 'A' + 'a');
-                    }
-                    if (d != nd[q]) {
-                        match = 0;
-                        break;
+        const char *sc = second + SCAN_WORDS * 8 * data[i + 1];
+        m0 &= load_u64(sc);
+        m1 &= load_u64(sc + 8);
+        for (int w = 0; w < SCAN_WORDS; w++) {
+            unsigned long long m = w ? m1 : m0;
+            while (m) {
+                int bit = lowest_bit(m);
+                m &= m - 1;
+                int j = 64 * w + bit;
+                Py_ssize_t len = nlen[j];
+                if (len > n - i) {
+                    continue;
+                }
+                const unsigned char *nd = ndata[j];
+                int match = 1;
+                if ((folded[w] >> bit) & 1ULL) {
+                    for (Py_ssize_t q = 2; q < len; q++) {
+                        unsigned char d = data[i + q];
+                        if (d >= 'A' && d <= 'Z') {
+                            d = (unsigned char)(d - 'A' + 'a');
+                        }
+                        if (d != nd[q]) {
+                            match = 0;
+                            break;
+                        }
                     }
                 }
-            }
-            else {
-                match = memcmp(data + i + 2, nd + 2, (size_t)(len - 2)) == 0;
-            }
-            if (match) {
-                found |= 1ULL << j;
-                remaining &= ~(1ULL << j);
+                else {
+                    match = memcmp(data + i + 2, nd + 2, (size_t)(len - 2)) == 0;
+                }
+                if (match) {
+                    found[w] |= 1ULL << bit;
+                    remaining[w] &= ~(1ULL << bit);
+                }
             }
         }
     }
-    return PyLong_FromUnsignedLongLong(found);
+    if (found[1] == 0) {
+        return PyLong_FromUnsignedLongLong(found[0]);
+    }
+    /* found[1] << 64 | found[0] */
+    PyObject *hi = PyLong_FromUnsignedLongLong(found[1]), *lo = NULL, *shift = NULL, *shifted = NULL, *out = NULL;
+    if (hi != NULL && (lo = PyLong_FromUnsignedLongLong(found[0])) != NULL && (shift = PyLong_FromLong(64)) != NULL
+        && (shifted = PyNumber_Lshift(hi, shift)) != NULL) {
+        out = PyNumber_Or(shifted, lo);
+    }
+    Py_XDECREF(hi);
+    Py_XDECREF(lo);
+    Py_XDECREF(shift);
+    Py_XDECREF(shifted);
+    return out;
 }
 
 static PyMethodDef methods[] = {

@@ -483,7 +483,7 @@ class Redactor:
         declines any text with a backslash): the tags as needles, each pattern's required literals
         (:func:`_required_literals`) as needles that gate its search (the pattern itself: the
         searched text holds every string verbatim between quotes, see :func:`_quick_ok`), the
-        sensitive keys as normalised bytes. More than 64 needles are looked for in passes of 64 (the keys in the first).
+        sensitive keys as normalised bytes. More than 128 needles are looked for in passes of 128 (the keys in the first).
         False (the regex searches decide) when a configured suffix is longer than 64 bytes."""
         needles: list[bytes] = [b'"$bytes"', b'"$badstr"', b'"$map"', b'"$lossy"']
         folded = 0
@@ -507,12 +507,12 @@ class Redactor:
                 bits |= 1 << j
             gated.append((bits, rx))
             pattern_bits.append(bits)
-        # scan_text looks for at most 64 needles per pass: more (a store adding custom patterns) are looked for in
-        # further passes of 64, their bits shifted above the first pass's (one pass more per 64 needles, instead of
-        # the regex searches deciding every text)
+        # scan_text looks for at most _SCAN_NEEDLES (128) needles per pass: more (a store adding many custom patterns)
+        # are looked for in further passes, their bits shifted above the first pass's (one pass more per 128 needles,
+        # instead of the regex searches deciding every text)
         self._needles = tuple(needles)
-        self._passes = tuple((self._needles[k:k + 64], _scan_tables(self._needles[k:k + 64], folded >> k), k)
-                             for k in range(0, len(needles), 64))
+        self._passes = tuple((self._needles[k:k + _SCAN_NEEDLES], _scan_tables(self._needles[k:k + _SCAN_NEEDLES], folded >> k), k)
+                             for k in range(0, len(needles), _SCAN_NEEDLES))
         self._tables = self._passes[0][1]
         self._tag_bits = 0b1111
         self._gated = tuple(gated)
@@ -531,7 +531,7 @@ class Redactor:
             # a member "name" / "key" whose string is one ({"name":"Cookie","value":…}, Redactor._names_a_key)
             found = _c_scan_text(data, self._passes[0][0], self._tables, self._key_bytes, True, self._suffix_bytes)  # sorted
             if found >= 0:
-                for needles, tables, shift in self._passes[1:]:  # more than 64 needles (see _scan_plan)
+                for needles, tables, shift in self._passes[1:]:  # more than 128 needles (see _scan_plan)
                     found |= _c_scan_text(data, needles, tables, (), False, b"") << shift
             if found == 0 and not self._always:
                 return True
@@ -1039,7 +1039,7 @@ class Redactor:
         found = _c_scan_text(data, self._passes[0][0], self._tables, (), False, b"")
         if found < 0:
             return None
-        for needles, tables, shift in self._passes[1:]:  # more than 64 needles (see _scan_plan)
+        for needles, tables, shift in self._passes[1:]:  # more than 128 needles (see _scan_plan)
             found |= _c_scan_text(data, needles, tables, (), False, b"") << shift
         return found
 
@@ -1412,17 +1412,24 @@ def _suffix_table(suffixes: "tuple[bytes, ...]") -> bytes:
     return bytes(mask) + bytes([max(map(len, suffixes))]) + b"".join(bytes([len(k)]) + k for k in suffixes)
 
 
+#: The needles :func:`sealbox._speedups.scan_text` looks for in one call (its masks: two 64-bit words).
+_SCAN_NEEDLES = 128
+
+
 def _scan_tables(needles: tuple[bytes, ...], folded: int) -> bytes:
-    """The lookup tables of :func:`sealbox._speedups.scan_text`: for each byte value the mask of the
-    needles whose first byte it is, the same for the second byte (both cases of a letter where the
-    needle's bit is set in ``folded``), then ``folded``; 513 native-endian uint64."""
+    """The lookup tables of :func:`sealbox._speedups.scan_text` (at most :data:`_SCAN_NEEDLES` needles): for each
+    byte value the mask of the needles whose first byte it is, the same for the second byte (both cases of a letter
+    where the needle's bit is set in ``folded``), then ``folded`` (its first 128 bits); each mask as two native-endian
+    uint64, bits 0-63 then 64-127: 1026 uint64."""
     first, second = [0] * 256, [0] * 256
     for j, needle in enumerate(needles):
         for table, byte in ((first, needle[0]), (second, needle[1])):
             table[byte] |= 1 << j
             if folded >> j & 1 and 0x61 <= byte <= 0x7A:
                 table[byte - 0x20] |= 1 << j
-    return struct.pack("=513Q", *first, *second, folded)
+    low = (1 << 64) - 1
+    words = [w for m in (*first, *second, folded) for w in (m & low, m >> 64 & low)]
+    return struct.pack("=1026Q", *words)
 
 
 def _required_literals(pattern: str) -> tuple[tuple[bytes, bool], ...] | None:
