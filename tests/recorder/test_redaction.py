@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 33
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 47
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -2038,4 +2038,54 @@ def test_netrc_passwords_are_redacted(tmp_path):
         "# the machine login password is stored in this file; machine h login u (no password)\n")
     data = file_bytes(tmp_path / "store")
     for secret in re.findall(r"Zn6-\w+-\d\d[a-c]", _NETRC_TEXT):
+        assert secret.encode() not in data, secret
+
+
+_PREFIXED_TOKENS = {
+    "google": "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+    "stripe secret": "sk_live_51HqLyjWDarjtT1zdp7dcXYZ00abcdEFGH",
+    "stripe restricted": "rk_live_51HqLyjWDarjtT1zdp7dcXYZ00abcd",
+    "stripe test": "sk_test_4eC39HqLyjWDarjtT1zdp7dc",
+    "stripe webhook": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    "gitlab": "glpat-xXy1Zz2AbCdEfGhIjKlM",
+    "slack app": "xapp-1-A0123456789-1234567890123-0123456789abcdef",
+    "slack refresh": "xoxe-1-My0xLTEyMzQ1Njc4OS0xMjM0NTY3ODkwMTIz",
+    "npm": "npm_abcdefghijklmnopqrstuvwxyz0123456789",
+    "hugging face": "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH",
+    "sendgrid": "SG.abcdefghijklmnopqrstuv.abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQ",
+    "pypi": "pypi-AgEIcHlwaS5vcmcCJGFiY2RlZmdoLWlqa2wtbW5vcC1xcnN0LXV2d3h5ejAxMjM0AAIqWzMsImFiYyJd",
+    "shopify": "shpat_0123456789abcdef0123456789abcdef",
+    "digitalocean": "dop_v1_" + "0123456789abcdef" * 4,
+}
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["c-scan", "pure-python"])
+def test_well_known_token_formats_are_redacted_without_a_key_name(tmp_path, monkeypatch, pure):
+    """Tokens of well-known formats written with no key name before them (pasted in prose, a config dump, a URL):
+    Google (AIza…), Stripe (sk_live_…, rk_live_…, sk_test_…, whsec_…), GitLab (glpat-…), Slack app / refresh tokens
+    and incoming webhook URLs, npm, Hugging Face, SendGrid, PyPI, Shopify, DigitalOcean were stored in clear (GitHub,
+    Slack xox[abprs]-, OpenAI / Anthropic sk-…, AWS AKIA… were already redacted). Now each is redacted whole (a Slack
+    webhook's secret part); look-alikes in prose stay."""
+    import sealbox.redaction as redaction_module
+
+    if pure:
+        monkeypatch.setattr(redaction_module, "_c_scan_text", None)
+    lines = [f"{name} - use {token} here" for name, token in _PREFIXED_TOKENS.items()]
+    lines.append("post to https://hooks.slack.com/services/T0123ABCD/B0456EFGH/aBcDeFgHiJkLmNoPqRsTuVwX now")
+    kept = ("AIza is a prefix; task_live_0123456789abcdef; desk_test_0123456789abcdef; npm_config_cache; "
+            "hf_hub_download; myhf_zyxwvutsrqponmlkjihgfedcbaZYXWVUTS; SG.1; glpat-short; "
+            "https://hooks.slack.com/services/ is the host; shpat_xyz; dop_v1_abc")
+    text = "\n".join(lines + [kept])
+    store = new_store(tmp_path)
+    try:
+        assert bool(store.redactor._scan) is not pure
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("shell", "exec", {"cmd": "cat notes.txt"}, lambda cmd: text)
+        (result,) = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+    finally:
+        store.close()
+    assert IN_STRING.sub("M", result).split("\n") == [f"{name} - use M here" for name in _PREFIXED_TOKENS] + [
+        "post to https://hooks.slack.com/services/T0123ABCD/B0456EFGH/M now", kept]
+    data = file_bytes(tmp_path / "store")
+    for secret in [*_PREFIXED_TOKENS.values(), "aBcDeFgHiJkLmNoPqRsTuVwX"]:
         assert secret.encode() not in data, secret
