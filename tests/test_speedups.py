@@ -553,3 +553,33 @@ def test_the_defaults_and_a_store_s_own_patterns_are_scanned_in_one_pass() -> No
         assert changed is True and "123456" not in out["a"] and redactor._scrub(text, [False]) == out["a"]
     clean = {"a": "ACME-123456 nothing to redact"}
     assert redactor._clean_text(json.dumps(clean, separators=(",", ":")).encode()) is True
+
+
+def test_scrub_and_the_quick_check_search_the_same_patterns_whatever_the_scan_found(monkeypatch) -> None:
+    """_scrub and _clean_text search only the patterns whose needles the scan found (kept per scan answer): the same
+    texts as the pure-Python substring tests, in the policy's order, a later pattern still searched after an earlier
+    one's match changed the text; a repeated answer gives the same result."""
+    import json
+
+    import sealbox.redaction as redaction_module
+
+    texts = ["plain log line user=alice ok", "password=hunter22 then sk-ABCDEFGHIJKLMNOPQRSTUV and AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+             "glpat-xXy1Zz2AbCdEfGhIjKlM, curl -u bob:pw1234 http://h, https://u:p@h/x", "sk_live_ but short",
+             "Authorization: Bearer abcdefghijk; token=xyz; api_key=1 npm_abcdefghijklmnopqrstuvwxyz0123456789"]
+    datas = [json.dumps({"a": text}, separators=(",", ":")).encode() for text in texts]
+    monkeypatch.setattr(redaction_module, "_c_scan_text", None)
+    pure = Redactor(b"k" * 32)
+    assert not pure._scan
+    expected = []
+    for text, data in zip(texts, datas):
+        changed = [False]
+        expected.append((pure._scrub(text, changed), changed[0], pure._clean_text(data)))
+    monkeypatch.undo()
+    with_scan = Redactor(b"k" * 32)
+    assert with_scan._scan
+    assert [(text, changed, clean) for text, changed, clean in expected][0] == (texts[0], False, True)
+    for _ in range(2):
+        for text, data, (scrubbed, changed, clean) in zip(texts, datas, expected):
+            got = [False]
+            assert with_scan._scrub(text, got) == scrubbed and got[0] is changed and clean is (not changed), text
+            assert with_scan._clean_text(data) is clean, text

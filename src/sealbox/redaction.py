@@ -539,6 +539,8 @@ class Redactor:
         self._passes = tuple((self._needles[k:k + _SCAN_NEEDLES], _scan_tables(self._needles[k:k + _SCAN_NEEDLES], folded >> k), k)
                              for k in range(0, len(needles), _SCAN_NEEDLES))
         self._tables = self._passes[0][1]
+        self._mask_patterns: dict[int, tuple[int, ...]] = {}  # _searched_for's answers
+        self._mask_searches: dict[int, tuple[re.Pattern[str], ...]] = {}  # _clean_text's, per scan answer
         self._tag_bits = 0b1111
         self._gated = tuple(gated)
         self._pattern_bits = tuple(pattern_bits)
@@ -562,8 +564,12 @@ class Redactor:
                 return True
             if found < 0 or found & self._tag_bits:
                 return False
-            searches = [rx for bits, rx in self._gated if found & bits]
-            searches.extend(self._always)
+            searches = self._mask_searches.get(found)  # the patterns to search, kept for a few masks
+            if searches is None:
+                searches = tuple(rx for bits, rx in self._gated if found & bits) + self._always
+                if len(self._mask_searches) >= 256:
+                    self._mask_searches.clear()
+                self._mask_searches[found] = searches
             if not searches:
                 return True
             try:
@@ -1030,12 +1036,23 @@ class Redactor:
         # of a substring test per string per pattern (22 patterns: ~60 tests). None (a backslash, a lone surrogate, no
         # C scan): the substring tests. Once a match is replaced the text changed: the substring tests from there
         mask = self._text_mask(text)
-        for i, (pattern, gate) in enumerate(zip(self._patterns, self._scrub_gates)):
-            if mask is not None:
-                bits = self._pattern_bits[i]
-                if bits != -1 and not mask & bits:
-                    continue  # none of the strings every match holds: no match
-            elif gate is not None:
+        start = 0
+        if mask is not None:
+            # only the patterns whose required strings the text holds (or with none known), in the policy's order,
+            # instead of a test per pattern (47 default patterns: ~1 us on a log line, a tenth of _scrub)
+            for i in self._searched_for(mask):
+                pattern = self._patterns[i]
+                if pattern.search(text):
+                    changed[0] = True
+                    text = pattern.sub(self._replacement, text)
+                    start = i + 1  # the text changed: the substring tests from the next pattern on
+                    break
+            else:
+                return text
+        patterns = self._patterns
+        for i in range(start, len(patterns)):
+            pattern, gate = patterns[i], self._scrub_gates[i]
+            if gate is not None:
                 for literal, folded in gate:
                     if folded:
                         if lowered is None:
@@ -1049,8 +1066,19 @@ class Redactor:
             if pattern.search(text):
                 changed[0] = True
                 text = pattern.sub(self._replacement, text)
-                lowered = mask = None
+                lowered = None
         return text
+
+    def _searched_for(self, mask: int) -> "tuple[int, ...]":
+        """The indices of the patterns :meth:`_scrub` searches a text for whose :meth:`_text_mask` is ``mask``: those
+        with a needle in ``mask`` or with no required strings known, in the policy's order (kept for a few masks)."""
+        known = self._mask_patterns.get(mask)
+        if known is None:
+            known = tuple(i for i, bits in enumerate(self._pattern_bits) if bits == -1 or mask & bits)
+            if len(self._mask_patterns) >= 256:
+                self._mask_patterns.clear()
+            self._mask_patterns[mask] = known
+        return known
 
     def _text_mask(self, text: str) -> "int | None":
         """The needles of :meth:`_scan_plan` found in ``text`` (a bit mask, ``sealbox._speedups.scan_text`` with no
