@@ -258,6 +258,11 @@ DEFAULT_PATTERNS = (
     # a Slack incoming webhook's URL (https://hooks.slack.com/services/T…/B…/SECRET): its last part, the secret (the
     # workspace and channel ids stay)
     r"hooks\.slack\.com/services/T[0-9A-Z]+/B[0-9A-Z]+/(?P<redact_slack_hook>[0-9A-Za-z]{16,})",
+    # user:password@ in a URL whose password holds '/' (postgres://app:s3cr/t@db/prod: SQLAlchemy and others take it;
+    # the pattern above stops at '/'): the whole match, as above. Not a port before a path (http://localhost:3000/u/@me,
+    # https://h:8443/a@b: the part before the first '/' all digits), nor a path with no user (https://h/@alice); the
+    # first segment read as digits then a non-digit (no backtracking), the rest bounded (256 characters): linear
+    r"://[^\s:/@]+:[0-9]*[^\s@/0-9][^\s@/]*/[^\s@]{0,256}@",
 )
 
 #: A pattern's groups named ``redact…`` (``(?P<redact>…)``): where one took part in a match, only its

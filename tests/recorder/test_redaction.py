@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 47
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 48
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -2088,4 +2088,31 @@ def test_well_known_token_formats_are_redacted_without_a_key_name(tmp_path, monk
         "post to https://hooks.slack.com/services/T0123ABCD/B0456EFGH/M now", kept]
     data = file_bytes(tmp_path / "store")
     for secret in [*_PREFIXED_TOKENS.values(), "aBcDeFgHiJkLmNoPqRsTuVwX"]:
+        assert secret.encode() not in data, secret
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["c-scan", "pure-python"])
+def test_a_url_password_holding_a_slash_is_redacted(tmp_path, monkeypatch, pure):
+    """``postgres://u:p/ss@h/db`` (a password holding '/', as SQLAlchemy and others accept it) was stored in clear:
+    the user:password@ pattern stops at '/'. Now the user:password@ part is redacted; a port before a path
+    (``http://localhost:3000/api/@me``) and a path holding '@' stay."""
+    import sealbox.redaction as redaction_module
+
+    if pure:
+        monkeypatch.setattr(redaction_module, "_c_scan_text", None)
+    text = ("db: postgres://u:Zp7/ss@h/db\n"
+            "url: postgresql+psycopg://app:Zk8/x+y/z@db.internal:5432/prod?sslmode=require\n"
+            "kept: http://localhost:3000/api/users/@me https://mastodon.social/@alice https://h:8443/a/b@c "
+            "https://example.com/a:b/c@d")
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("shell", "exec", {"cmd": "env"}, lambda cmd: text)
+        (result,) = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+    finally:
+        store.close()
+    assert IN_STRING.sub("M", result).split("\n") == [
+        "db: postgresMh/db", "url: postgresql+psycopgMdb.internal:5432/prod?sslmode=require", text.split("\n")[2]]
+    data = file_bytes(tmp_path / "store")
+    for secret in ("Zp7/ss", "Zk8/x+y/z"):
         assert secret.encode() not in data, secret
