@@ -2078,7 +2078,8 @@ def test_well_known_token_formats_are_redacted_without_a_key_name(tmp_path, monk
     text = "\n".join(lines + [kept])
     store = new_store(tmp_path)
     try:
-        assert bool(store.redactor._scan) is not pure
+        if os.environ.get("SEALBOX_PURE_PYTHON") != "1":  # (the whole file may run without the C scan)
+            assert bool(store.redactor._scan) is not pure
         with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
             run.call_tool("shell", "exec", {"cmd": "cat notes.txt"}, lambda cmd: text)
         (result,) = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
