@@ -263,6 +263,10 @@ DEFAULT_PATTERNS = (
     # https://h:8443/a@b: the part before the first '/' all digits), nor a path with no user (https://h/@alice); the
     # first segment read as digits then a non-digit (no backtracking), the rest bounded (256 characters): linear
     r"://[^\s:/@]+:[0-9]*[^\s@/0-9][^\s@/]*/[^\s@]{0,256}@",
+    # a pre-signed URL's signature and session token (S3 / SigV4 query: X-Amz-Signature=…, X-Amz-Security-Token=…;
+    # Google Cloud Storage V4: X-Goog-Signature=…): anyone holding the URL has the object until it expires. Only the
+    # value (up to &, whitespace, a quote); the other parameters stay. Case-sensitive, as the services write them
+    r"X-(?:Amz-S(?:ignature|ecurity-Token)|Goog-Signature)=(?P<redact_presigned>[^\s&\x22\x27\u27e6]+)",
 )
 
 #: A pattern's groups named ``redact…`` (``(?P<redact>…)``): where one took part in a match, only its

@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 48
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 49
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -2116,4 +2116,32 @@ def test_a_url_password_holding_a_slash_is_redacted(tmp_path, monkeypatch, pure)
         "db: postgresMh/db", "url: postgresql+psycopgMdb.internal:5432/prod?sslmode=require", text.split("\n")[2]]
     data = file_bytes(tmp_path / "store")
     for secret in ("Zp7/ss", "Zk8/x+y/z"):
+        assert secret.encode() not in data, secret
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["c-scan", "pure-python"])
+def test_a_presigned_url_s_signature_is_redacted(tmp_path, monkeypatch, pure):
+    """A pre-signed URL (S3 SigV4 X-Amz-Signature=…, GCS X-Goog-Signature=…) gives its object to whoever holds it
+    until it expires: its signature was stored in clear. Now the signature's value is redacted (and the session
+    token's, as before); the other parameters stay."""
+    import sealbox.redaction as redaction_module
+
+    if pure:
+        monkeypatch.setattr(redaction_module, "_c_scan_text", None)
+    sig = "fe5f80f77d5fa3beca038a248ff027d0445342fe2855ddc963176630326f1024"
+    goog = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"
+    text = ("https://b.s3.amazonaws.com/k.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Date=20261205T000000Z"
+            f"&X-Amz-Expires=3600&X-Amz-SignedHeaders=host&X-Amz-Signature={sig}\n"
+            f"https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature={goog}&x=1\n"
+            "the X-Amz-Signature parameter is computed last")
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("s3", "presign", {"key": "k.txt"}, lambda key: text)
+        (result,) = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+    finally:
+        store.close()
+    assert IN_STRING.sub("M", result) == text.replace(sig, "M").replace(goog, "M")
+    data = file_bytes(tmp_path / "store")
+    for secret in (sig, goog):
         assert secret.encode() not in data, secret
