@@ -267,6 +267,13 @@ DEFAULT_PATTERNS = (
     # Google Cloud Storage V4: X-Goog-Signature=…): anyone holding the URL has the object until it expires. Only the
     # value (up to &, whitespace, a quote); the other parameters stay. Case-sensitive, as the services write them
     r"X-(?:Amz-S(?:ignature|ecurity-Token)|Goog-Signature)=(?P<redact_presigned>[^\s&\x22\x27\u27e6]+)",
+    # a .netrc entry whose password follows an account field (machine H login U account A password PW, machine H
+    # account A password PW login U: the tokens come in any order; the .netrc pattern above wants login then password):
+    # the password; 1 to 4 login / account fields before it (bounded: linear; not 'the machine login password is …').
+    # A password right after the host is not found (no telling 'machine login password is' from it). Its required
+    # literal is 'password'
+    r"(?:machine\s+[^\s\x22\x27]+|default)(?:\s+(?:login|account)\s+[^\s\x22\x27]+){1,4}\s+password\s+"
+    r"[\x22\x27]?(?P<redact_netrc_any>[^\s\x22\x27\u27e6]+)",
 )
 
 #: A pattern's groups named ``redact…`` (``(?P<redact>…)``): where one took part in a match, only its

@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 49
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 50
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -2144,4 +2144,29 @@ def test_a_presigned_url_s_signature_is_redacted(tmp_path, monkeypatch, pure):
     assert IN_STRING.sub("M", result) == text.replace(sig, "M").replace(goog, "M")
     data = file_bytes(tmp_path / "store")
     for secret in (sig, goog):
+        assert secret.encode() not in data, secret
+
+
+def test_netrc_passwords_after_an_account_field_are_redacted(tmp_path):
+    """A ``.netrc`` entry with an ``account`` field before the password (``machine H login U account A password PW``)
+    or with the account first (the tokens come in any order) kept the password in clear: the .netrc pattern wants
+    ``login USER password``. Now the password is redacted; the host, user, account and prose stay."""
+    text = ("machine ftp.example.com login me account acct1 password Zr5-acct-01a\n"
+            "machine h2 account a2 password Zr5-first-02b login u2\n"
+            "default account a3 login u3 password \"Zr5-default-03c\"\n"
+            "machine h4 login u4 account a4 (no password)\n")
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("fs", "read", {"path": "~/.netrc"}, lambda path: text)
+        (result,) = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+    finally:
+        store.close()
+    assert IN_STRING.sub("M", result) == (
+        "machine ftp.example.com login me account acct1 password M\n"
+        "machine h2 account a2 password M login u2\n"
+        "default account a3 login u3 password \"M\"\n"
+        "machine h4 login u4 account a4 (no password)\n")
+    data = file_bytes(tmp_path / "store")
+    for secret in re.findall(r"Zr5-\w+-\d\d[a-c]", text):
         assert secret.encode() not in data, secret
