@@ -274,6 +274,14 @@ DEFAULT_PATTERNS = (
     # literal is 'password'
     r"(?:machine\s+[^\s\x22\x27]+|default)(?:\s+(?:login|account)\s+[^\s\x22\x27]+){1,4}\s+password\s+"
     r"[\x22\x27]?(?P<redact_netrc_any>[^\s\x22\x27\u27e6]+)",
+    # an API key or token named in two words (API Key: …, Api token = …, api key: … in a log line or a README's
+    # example): its value when it holds a digit or is at least 20 characters (a credential; not 'API key: required',
+    # 'API Key: see below'). Two patterns starting with their literal 'pi ' / 'PI ' and the word's first letter a
+    # lookbehind ('(?:API|Api|api) ' makes re try each 'a': ~10 ms on 1 MB holding 'api', against ~0.5 ms)
+    r"pi (?<=\bapi |\bApi )(?:[Kk]ey|KEY|[Tt]oken|TOKEN)"
+    r"[\x22\x27]?[\t ]*[:=][\t ]*[\x22\x27]?(?P<redact_api_space>[A-Za-z0-9._~+/=-]*[0-9][A-Za-z0-9._~+/=-]*|[A-Za-z0-9._~+/=-]{20,})",
+    r"PI (?<=\bAPI )(?:[Kk]ey|KEY|[Tt]oken|TOKEN)"
+    r"[\x22\x27]?[\t ]*[:=][\t ]*[\x22\x27]?(?P<redact_api_space_uc>[A-Za-z0-9._~+/=-]*[0-9][A-Za-z0-9._~+/=-]*|[A-Za-z0-9._~+/=-]{20,})",
 )
 
 #: A pattern's groups named ``redact…`` (``(?P<redact>…)``): where one took part in a match, only its

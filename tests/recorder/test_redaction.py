@@ -1119,7 +1119,7 @@ def test_a_store_keeps_the_patterns_pinned_in_it_when_the_defaults_change(tmp_pa
     reopened = open_store(tmp_path / "store")
     assert reopened.content.patterns == old
     assert reopened.redactor.apply_error({"type": "E", "message": "password=hunter22"})["message"] == "password=hunter22"
-    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 50
+    assert ContentPolicy().patterns == DEFAULT_PATTERNS and len(DEFAULT_PATTERNS) == 52
 
 
 def test_a_state_label_is_redacted_like_free_text(tmp_path):
@@ -2169,4 +2169,29 @@ def test_netrc_passwords_after_an_account_field_are_redacted(tmp_path):
         "machine h4 login u4 account a4 (no password)\n")
     data = file_bytes(tmp_path / "store")
     for secret in re.findall(r"Zr5-\w+-\d\d[a-c]", text):
+        assert secret.encode() not in data, secret
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["c-scan", "pure-python"])
+def test_an_api_key_named_in_two_words_is_redacted(tmp_path, monkeypatch, pure):
+    """``API Key: …`` (a space between the words, as logs and READMEs write it) was stored in clear: the patterns want
+    API-Key, API_Key, APIKey. Now its value is redacted when it holds a digit or is at least 20 characters; prose
+    (``API key: required``) stays."""
+    import sealbox.redaction as redaction_module
+
+    if pure:
+        monkeypatch.setattr(redaction_module, "_c_scan_text", None)
+    text = ("API Key: Zq9-key-01a\nApi token = \"Zq9-tok-02b\"\napi key: ZqNoDigitsButLongEnoughKey\n"
+            "API TOKEN:Zq9-tok-04d\nthe API key: required; API Key: see below; rapi key: 1")
+    store = new_store(tmp_path)
+    try:
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            run.call_tool("shell", "exec", {"cmd": "cat config.log"}, lambda cmd: text)
+        (result,) = [store.resolve(e.payload["result"]) for e in events_of(store, run.run_id, "tool.result")]
+    finally:
+        store.close()
+    assert IN_STRING.sub("M", result) == (
+        "API Key: M\nApi token = \"M\"\napi key: M\nAPI TOKEN:M\nthe API key: required; API Key: see below; rapi key: 1")
+    data = file_bytes(tmp_path / "store")
+    for secret in ("Zq9-key-01a", "Zq9-tok-02b", "ZqNoDigitsButLongEnoughKey", "Zq9-tok-04d"):
         assert secret.encode() not in data, secret
