@@ -481,8 +481,9 @@ def delete_credential(store: Any, grant_id: str, *, force: bool = False) -> bool
     """Delete a grant's stored credential (the only delete Sealbox does: credentials are
     not evidence). Nothing in the log changes; ``access show`` then says ``deleted``.
 
-    Without ``force`` this is refused while the grant is active, expired or pending at
-    the provider: the credential is what Sealbox needs to revoke the tokens there.
+    Without ``force`` this is refused while the grant is active, expired, pending at the
+    provider, or revoked only by steps that do not count (:data:`STATUS_UNSIGNED`: no one with
+    a key asked, nothing was sent): the credential is what Sealbox needs to revoke the tokens there.
     The freed pages are zeroed (``PRAGMA secure_delete``) and the WAL checkpointed.
 
     Returns:
@@ -492,7 +493,7 @@ def delete_credential(store: Any, grant_id: str, *, force: bool = False) -> bool
         AccessError: unknown grant, or refused (see above).
     """
     status = access_status(store, grant_id)
-    if not force and status in (STATUS_ACTIVE, STATUS_EXPIRED, STATUS_PENDING):
+    if not force and status in (STATUS_ACTIVE, STATUS_EXPIRED, STATUS_PENDING, STATUS_UNSIGNED):
         raise AccessError(f"grant {grant_id} is {status}: deleting its credential would make it impossible to "
                           "revoke the tokens at the provider; revoke it first, or force")
     deleted: list[int] = []
