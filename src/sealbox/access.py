@@ -1215,6 +1215,19 @@ def _transient(answer: ProviderAnswer) -> bool:
     return answer.status >= 500 or answer.status == 429
 
 
+#: OAuth errors of a revocation answer that refuse the client itself (RFC 6749 §5.2, RFC 7009 §2.2.1).
+_CLIENT_ERRORS = ("invalid_client", "unauthorized_client")
+
+
+def _refused_client(answer: ProviderAnswer) -> bool:
+    """Whether a revocation answer refused the client rather than answered about the token:
+    OAuth error ``invalid_client`` / ``unauthorized_client``, or HTTP 401 / 403 with no other
+    OAuth error (``unsupported_token_type``, which some servers send with 401, is about the token)."""
+    error = (answer.body or {}).get("error")
+    error = error if isinstance(error, str) else None
+    return error in _CLIENT_ERRORS or (answer.status in (401, 403) and not error)
+
+
 def _redirected(answer: ProviderAnswer) -> bool:
     return 300 <= answer.status < 400
 
@@ -1402,6 +1415,7 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
     sent: list[dict[str, Any]] = []
     unanswered: list[dict[str, Any]] = []
     redirected: list[dict[str, Any]] = []
+    refused_client: set[str] = set()  # hints whose revocation answer refused the client (_refused_client)
     for hint, token in cred.tokens():
         answer, error = tries.run(lambda: client.revoke(cred, token, hint))
         if answer is None:
@@ -1411,6 +1425,8 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
             redirected.append({"token_type_hint": hint, "http_status": answer.status})
             continue
         entry: dict[str, Any] = {"token_type_hint": hint, "http_status": answer.status}
+        if _refused_client(answer):
+            refused_client.add(hint)
         oauth = _oauth_error(answer, secrets)
         if oauth:
             entry["error"] = oauth
@@ -1440,6 +1456,7 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
     checks = _Attempts(retries, backoff, sleep, secrets)
     results: list[dict[str, Any]] = []
     problems = []
+    client_refused = {t["token_type_hint"]: t for t in sent if t["token_type_hint"] in refused_client}
     for hint, token in cred.tokens():
         answer, error = checks.run(lambda: client.introspect(cred, token, hint))
         if answer is None:
@@ -1458,6 +1475,11 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
             problems.append(f"{hint}: introspection answered HTTP {answer.status} {_no_active(answer)}")
             continue
         entry = {"token_type_hint": hint, "active": active}
+        if not active and hint in client_refused:  # RFC 7662 §2.2/§4: "inactive" to a caller that may not know
+            t = client_refused[hint]
+            problems.append(f"{hint}: the revocation endpoint refused the client (HTTP {t['http_status']}"
+                            + (f" {t['error']}" if t.get("error") else "") + "), so an introspection answer to the "
+                            "same client does not confirm it")
         if active:
             exp = (answer.body or {}).get("exp")
             if isinstance(exp, int) and not isinstance(exp, bool):
