@@ -211,10 +211,29 @@ def show_cmd(grant_id: str, store_path: str, as_json: bool) -> None:
         _print_show(row)
 
 
-def _finish(grant_id: str, status: str) -> None:
+def _credential_lost(store: Any, grant_id: str, status: str) -> str | None:
+    """The error of the grant's last valid step when it is ``failed`` at stage ``credential``
+    (the credential was deleted, or does not decrypt): no retry can then reach the provider."""
+    from sealbox.access import STATUS_PENDING, show_grant
+
+    if status != STATUS_PENDING:
+        return None
+    valid = [st for st in show_grant(store, grant_id)["steps"] if st.get("signature") == "valid"]
+    detail = valid[-1].get("detail") if valid else None
+    if valid and valid[-1].get("step") == "failed" and isinstance(detail, dict) and detail.get("stage") == "credential":
+        return str(detail.get("error") or "")
+    return None
+
+
+def _finish(grant_id: str, status: str, lost: str | None = None) -> None:
     from sealbox.access import STATUS_PENDING, STATUS_UNCONFIRMED
 
     click.echo(f"{grant_id}: {status}")
+    if lost is not None:
+        click.echo(f"warning: Sealbox cannot use the credential of {grant_id} ({lost}); calls under {grant_id} "
+                   "are denied here, but its tokens stay valid at the provider until they are revoked there "
+                   "(`sealbox access retry` cannot do it)", err=True)
+        sys.exit(EXIT_PENDING)
     if status == STATUS_PENDING:
         click.echo(f"warning: not confirmed at the provider; calls under {grant_id} are denied here. "
                    f"See `sealbox access show {grant_id}`, then `sealbox access retry {grant_id}`", err=True)
@@ -242,9 +261,10 @@ def revoke_cmd(grant_id: str, store_path: str, reason: str, retries: int, key_fi
     store = open_for_writing(store_path)
     try:
         status = revoke(store, grant_id, reason, retries=retries, key_file=key_file, identity=identity)
+        lost = _credential_lost(store, grant_id, status)
     finally:
         store.close()
-    _finish(grant_id, status)
+    _finish(grant_id, status, lost)
 
 
 @access_group.command("retry")
@@ -261,9 +281,10 @@ def retry_cmd(grant_id: str, store_path: str, retries: int, key_file: str, ident
     store = open_for_writing(store_path)
     try:
         status = retry(store, grant_id, retries=retries, key_file=key_file, identity=identity)
+        lost = _credential_lost(store, grant_id, status)
     finally:
         store.close()
-    _finish(grant_id, status)
+    _finish(grant_id, status, lost)
 
 
 @access_group.command("delete-credential")
