@@ -1499,6 +1499,22 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
         _record_step(store, gid, "confirmed", by, detail, secrets)
 
 
+def _at_provider_reporting(store: Any, grant: Grant, client: ProviderClient | None, retries: int, backoff: float,
+                           signer: Any, sleep: Callable[[float], None]) -> None:
+    """:func:`_at_provider`, where a refusal of the signer met after the ``requested`` step (its
+    identity disabled, its key rotated or its role changed meanwhile: a step it signs would not
+    count) says that the grant is denied here and that what the provider answered is unrecorded."""
+    try:
+        _at_provider(store, grant, client, retries, backoff, signer, sleep)
+    except AccessError as exc:
+        if exc.code not in ("unknown_identity", "wrong_key", "disabled", "role"):
+            raise
+        gid = grant.grant_id
+        raise AccessError(f"grant {gid} is revoked here (its 'requested' step is recorded: calls under it are denied), "
+                          f"but what the provider answered could not be recorded: {exc}; an enabled admin or approver "
+                          f"must run `sealbox access retry {gid}`", exc.code) from None
+
+
 def revoke(store: Any, grant_id: str, reason: str, provider_client: ProviderClient | None = None, retries: int = 3,
            *, key_file: Any = None, identity: str | None = None, backoff: float = 0.5,
            sleep: Callable[[float], None] = time.sleep) -> str:
@@ -1534,7 +1550,9 @@ def revoke(store: Any, grant_id: str, reason: str, provider_client: ProviderClie
     Raises:
         AccessError: no such grant, no reason, already revoked (and not pending), no key, or
             the key's identity may not revoke (``code``: ``unknown_identity``, ``wrong_key``,
-            ``identity_mismatch``, ``disabled``, ``role``); then nothing is recorded.
+            ``identity_mismatch``, ``disabled``, ``role``); then nothing is recorded. The same
+            codes when the identity stops being allowed to revoke while its revocation is at the
+            provider: the ``requested`` step is then recorded (the message says so), the rest is not.
         IdentityError: the key file is missing, unreadable, too open or not a key.
     """
     if not isinstance(reason, str) or not reason.strip():
@@ -1559,7 +1577,7 @@ def revoke(store: Any, grant_id: str, reason: str, provider_client: ProviderClie
         raise AccessError(f"grant {grant_id} is already {status}")
     grant: Grant = box["grant"]
     if grant.credential:
-        _at_provider(store, grant, provider_client, retries, backoff, signer, sleep)
+        _at_provider_reporting(store, grant, provider_client, retries, backoff, signer, sleep)
     return access_status(store, grant_id)
 
 
@@ -1586,7 +1604,7 @@ def retry(store: Any, grant_id: str, provider_client: ProviderClient | None = No
     if status != STATUS_PENDING:
         hint = " (revoke it first)" if status in (STATUS_ACTIVE, STATUS_EXPIRED, STATUS_UNSIGNED) else ""
         raise AccessError(f"grant {grant_id} is {status}: there is nothing to retry{hint}")
-    _at_provider(store, grant, provider_client, retries, backoff, signer, sleep)
+    _at_provider_reporting(store, grant, provider_client, retries, backoff, signer, sleep)
     return access_status(store, grant_id)
 
 
