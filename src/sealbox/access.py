@@ -1369,8 +1369,8 @@ def _step_draft(reader: Any, hist: _History, signer: Any, step: str, detail: dic
     return EventDraft("access.revoked", payload, run_id=SYSTEM_RUN_ID, principal=who.name)
 
 
-def _record_step(store: Any, grant_id: str, step: str, signer: Any, detail: dict[str, Any], secrets: list[str],
-                 reason: str | None = None) -> None:
+def _record_step_signed(store: Any, grant_id: str, step: str, signer: Any, detail: dict[str, Any],
+                        secrets: list[str], reason: str | None = None) -> None:
     detail = _scrub(detail, secrets)
 
     def build(reader: Any) -> list[EventDraft]:
@@ -1381,13 +1381,20 @@ def _record_step(store: Any, grant_id: str, step: str, signer: Any, detail: dict
 
 
 def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retries: int, backoff: float,
-                 by: Any, sleep: Callable[[float], None]) -> None:
+                 by: Any, sleep: Callable[[float], None], reason: str | None = None) -> None:
     """Revoke both tokens at the provider and confirm by introspection; record sent / confirmed / failed.
+    ``reason`` (a :func:`revoke` of a grant already pending) is written on the first step recorded.
 
     A redirect (3xx) is never followed and never counts as an answer: for revocation the
     step is ``failed`` (no ``sent``), for introspection the token is not confirmed.
     """
     gid = grant.grant_id
+    first_reason = [reason] if reason is not None else []
+
+    def _record_step(store: Any, gid: str, step: str, by: Any, detail: dict[str, Any], secrets: list[str]) -> None:
+        # the first step carries ``reason``: a revoke of a grant already pending at its provider
+        _record_step_signed(store, gid, step, by, detail, secrets, first_reason.pop() if first_reason else None)
+
     try:
         cred = load_credential(store, gid)
     except AccessError as exc:  # altered or moved: recorded, as a deleted one is (the local deny stands)
@@ -1500,12 +1507,12 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
 
 
 def _at_provider_reporting(store: Any, grant: Grant, client: ProviderClient | None, retries: int, backoff: float,
-                           signer: Any, sleep: Callable[[float], None]) -> None:
+                           signer: Any, sleep: Callable[[float], None], reason: str | None = None) -> None:
     """:func:`_at_provider`, where a refusal of the signer met after the ``requested`` step (its
     identity disabled, its key rotated or its role changed meanwhile: a step it signs would not
     count) says that the grant is denied here and that what the provider answered is unrecorded."""
     try:
-        _at_provider(store, grant, client, retries, backoff, signer, sleep)
+        _at_provider(store, grant, client, retries, backoff, signer, sleep, reason)
     except AccessError as exc:
         if exc.code not in ("unknown_identity", "wrong_key", "disabled", "role"):
             raise
@@ -1573,7 +1580,8 @@ def revoke(store: Any, grant_id: str, reason: str, provider_client: ProviderClie
     if box.get("already"):
         status = access_status(store, grant_id)
         if status == STATUS_PENDING:
-            return retry(store, grant_id, provider_client, retries, key_file=signer, backoff=backoff, sleep=sleep)
+            return retry(store, grant_id, provider_client, retries, key_file=signer, backoff=backoff, sleep=sleep,
+                         _reason=reason)
         raise AccessError(f"grant {grant_id} is already {status}")
     grant: Grant = box["grant"]
     if grant.credential:
@@ -1583,7 +1591,7 @@ def revoke(store: Any, grant_id: str, reason: str, provider_client: ProviderClie
 
 def retry(store: Any, grant_id: str, provider_client: ProviderClient | None = None, retries: int = 3, *,
           key_file: Any = None, identity: str | None = None, backoff: float = 0.5,
-          sleep: Callable[[float], None] = time.sleep) -> str:
+          sleep: Callable[[float], None] = time.sleep, _reason: str | None = None) -> str:
     """Retry the provider part of a revocation that is :data:`STATUS_PENDING`
     (both tokens are sent again: RFC 7009 answers 200 for a token already revoked).
     Each step it records is signed with ``key_file`` as :func:`revoke` signs.
@@ -1604,7 +1612,7 @@ def retry(store: Any, grant_id: str, provider_client: ProviderClient | None = No
     if status != STATUS_PENDING:
         hint = " (revoke it first)" if status in (STATUS_ACTIVE, STATUS_EXPIRED, STATUS_UNSIGNED) else ""
         raise AccessError(f"grant {grant_id} is {status}: there is nothing to retry{hint}")
-    _at_provider_reporting(store, grant, provider_client, retries, backoff, signer, sleep)
+    _at_provider_reporting(store, grant, provider_client, retries, backoff, signer, sleep, _reason)
     return access_status(store, grant_id)
 
 
