@@ -579,11 +579,13 @@ def status_text(run: Mapping[str, Any]) -> str:
     return f"{run.get('status')}" + (f" ({', '.join(notes)})" if notes else "")
 
 
-#: what ``runs list`` and ``runs show`` say on stderr of runs whose status is read from an altered event
-RUN_ALTERED_WARNING = ("warning: {n} run(s) shown have their status read from an event changed below Sealbox after "
-                       "it was written (its bytes no longer hash to its recorded leaf hash, or its kind column is not "
-                       "the kind they say; marked altered): the status shown is what the database holds now, not "
-                       "what was recorded; `sealbox verify` names the events")
+#: what ``runs list`` and ``runs show`` say on stderr of runs marked ``altered``: their status is read from an
+#: altered event, or their ``runs`` row disagrees with their ``run.started`` event
+RUN_ALTERED_WARNING = ("warning: {n} run(s) shown hold values changed below Sealbox after they were written (an event "
+                       "their status is read from no longer hashes to its recorded leaf hash or its kind column is not "
+                       "the kind its bytes say, or their runs-table row disagrees with their run.started event; marked "
+                       "altered): what is shown is what the database holds now, not what was recorded; `sealbox "
+                       "verify` names the events and rows")
 
 
 def status_matches(wanted: str, status: str, ending: str | None) -> bool:

@@ -20,10 +20,10 @@ from test_calls_altered_events import _edit_below_sealbox, _set_column_below_sea
 import sealbox
 from sealbox.policies import ALLOW_ALL
 
-WARNING = ("warning: {n} run(s) shown have their status read from an event changed below Sealbox after it was "
-           "written (its bytes no longer hash to its recorded leaf hash, or its kind column is not the kind they "
-           "say; marked altered): the status shown is what the database holds now, not what was recorded; "
-           "`sealbox verify` names the events\n")
+WARNING = ("warning: {n} run(s) shown hold values changed below Sealbox after they were written (an event their "
+           "status is read from no longer hashes to its recorded leaf hash or its kind column is not the kind its "
+           "bytes say, or their runs-table row disagrees with their run.started event; marked altered): what is "
+           "shown is what the database holds now, not what was recorded; `sealbox verify` names the events and rows\n")
 
 
 @pytest.fixture(params=BACKENDS)

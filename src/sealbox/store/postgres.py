@@ -1433,7 +1433,7 @@ SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot,
        (""" + _J.format(t="s") + """ ->> 'imported') IS NOT NULL,
        CASE WHEN l.kind = 'run.ended' THEN """ + _json_text(_J.format(t="l") + " -> 'imported'", "l") + """ END,
        (""" + _J.format(t="s") + """ -> 'lease')::text = 'true',
-       l.leaf_index, p.leaf_index
+       l.leaf_index, p.leaf_index, r.leaf_index, s.kind, s.run_id, s.run_seq
 FROM runs r
 JOIN events s ON s.leaf_index = r.leaf_index
 JOIN events l ON l.run_id = r.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = r.run_id)

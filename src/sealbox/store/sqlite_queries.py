@@ -535,7 +535,10 @@ class SqliteQueries:
             imported (bool: a run of ``sealbox import``). An imported run's status and ending are
             the source's: a run exported while ``running`` or ``suspended`` (or a RunState
             interrupted for approvals: ``suspended``) is that, not ``ended``, though its events end
-            with the ``run.ended`` of the import; ``status`` filters on that status.
+            with the ``run.ended`` of the import; ``status`` filters on that status. ``altered`` (bool):
+            the run's status is read from an event changed below Sealbox, or its ``runs`` row (or its
+            ``run.started``'s kind / run_id / run_seq column) disagrees with its ``run.started``'s hashed
+            bytes; the values shown are what the database holds now.
 
         Raises:
             ConfigError: a bad status, time, label or limit; a filter of the wrong type (``agent=5``).
@@ -945,7 +948,7 @@ SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot,
        CAST(s.raw AS TEXT) ->> '$.payload.imported' IS NOT NULL,
        CASE WHEN l.kind = 'run.ended' THEN CAST(l.raw AS TEXT) -> '$.payload.imported' END,
        (CAST(s.raw AS TEXT) -> '$.payload.lease') = 'true',
-       l.leaf_index, p.leaf_index
+       l.leaf_index, p.leaf_index, r.leaf_index, s.kind, s.run_id, s.run_seq
 FROM runs r
 JOIN events s ON s.leaf_index = r.leaf_index
 JOIN events l ON l.run_id = r.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = r.run_id)
@@ -1203,14 +1206,18 @@ def _run_row(rec: tuple) -> dict[str, Any]:
             "ended_at": last_ts if status == "ended" else None, "last_kind": last_kind, "events": events,
             "imported": bool(imported), "altered": False,
             "_lease": bool(lease) and status == "running" and not imported,
-            "_status_events": ((last_kind, rec[16]), (phase, rec[17])) if len(rec) >= 18 else ()}
+            "_status_events": ((last_kind, rec[16]), (phase, rec[17])) if len(rec) >= 18 else (),
+            "_started": tuple(rec[18:22]) if len(rec) >= 22 else None}
 
 
 def _mark_altered(conn: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``rows`` (of :func:`_run_row`), ``altered`` set on a run whose status was read from an event changed
-    below Sealbox (:func:`_status_event_altered`). The events' bytes are fetched for the rows shown only
-    (not carried through the listing's sort): at most two per run, by leaf index."""
-    wanted = sorted({leaf for row in rows for _, leaf in row["_status_events"] if leaf is not None})
+    below Sealbox (:func:`_status_event_altered`), or whose ``runs`` row (or its ``run.started``'s kind,
+    run_id, run_seq columns) disagrees with its ``run.started``'s hashed bytes (:func:`_run_row_altered`).
+    The events' bytes are fetched for the rows shown only (not carried through the listing's sort): at most
+    three per run, by leaf index; one JSON parse per run (its run.started)."""
+    wanted = sorted({leaf for row in rows for _, leaf in row["_status_events"] if leaf is not None}
+                    | {row["_started"][0] for row in rows if row.get("_started")})
     got: dict[int, tuple] = {}
     for i in range(0, len(wanted), 500):
         chunk = wanted[i:i + 500]
@@ -1218,12 +1225,37 @@ def _mark_altered(conn: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]
                                               + ", ".join("?" * len(chunk)) + ")", chunk):
             got[leaf] = (raw, stored)
     for row in rows:
-        events = row.pop("_status_events")
+        events, started = row.pop("_status_events"), row.pop("_started", None)
         row["altered"] = any(_status_event_altered(kind, *got.get(leaf, (None, None)))
                              for kind, leaf in events if leaf is not None)
+        if not row["altered"] and started:
+            row["altered"] = _run_row_altered(row, started[1:], *got.get(started[0], (None, None)))
         if not row["altered"] and len(events) == 2 and events[1][1] is not None:
             row["altered"] = _lifecycle_renamed(conn, row["run_id"], events[1][1])
     return rows
+
+
+def _run_row_altered(row: dict[str, Any], columns: tuple, raw: Any, stored: Any) -> bool:
+    """Whether run ``row``'s values from the ``runs`` table (run_id, agent, principal, parent_run_id,
+    replay_of, snapshot, started_at: not hashed, derived from the run's ``run.started`` when it was written)
+    or its ``run.started``'s query ``columns`` (kind, run_id, run_seq) disagree with that event's hashed bytes
+    ``raw`` (or those no longer hash to ``stored``): changed below Sealbox (``UPDATE runs SET agent = 'x'``).
+    What ``sealbox verify``'s ``run_row_mismatch`` compares. One SHA-256 and one JSON parse."""
+    if raw is None:  # the row went away meanwhile: nothing to compare
+        return False
+    if _status_event_altered("run.started", raw, stored):
+        return True
+    try:
+        env = orjson.loads(raw if isinstance(raw, (bytes, str)) else bytes(raw))
+        payload = env["payload"]
+        recorded = (env["run_id"], payload.get("agent"), env.get("principal"), payload.get("parent_run_id"),
+                    payload.get("replay_of"), payload.get("snapshot"), env.get("ts"))
+        seq = env.get("run_seq")
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return True
+    shown = (row["run_id"], row["agent"], row["principal"], row["parent_run_id"], row["replay_of"],
+             row["snapshot"], row["started_at"])
+    return shown != recorded or tuple(columns) != ("run.started", recorded[0], seq)
 
 
 #: how the hashed bytes of an event of a lifecycle kind start (canonical JSON: ``kind`` is its first key)
