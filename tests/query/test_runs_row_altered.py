@@ -90,3 +90,24 @@ def test_a_run_whose_run_started_kind_or_run_seq_column_was_changed_is_marked_al
     rows = {r["run_id"]: r["altered"] for r in json.loads(res.stdout)}
     assert (rows[edited], rows[kept]) == (True, False)
 
+
+def test_a_run_whose_runs_row_run_id_was_changed_is_still_listed_marked_altered(store):
+    """``UPDATE runs SET run_id = 'zz'`` hid the run from every listing (its events no longer joined its row)
+    and ``get_run`` of its id returned None: it is now listed under the id the row holds, marked, and
+    ``get_run`` of its recorded id finds it through its run.started event."""
+    kept, edited = _two_runs(store)
+    _set_run_column_below_sealbox(store, edited, "run_id", "zz")
+    got = store.get_run(edited)
+    assert (got["run_id"], got["agent"], got["status"], got["altered"]) == ("zz", "edited", "ended", True)
+    path = store.path
+    store.close()
+
+    res = _run("runs", "list", "-s", path, "--json")
+    assert (res.returncode, res.stderr) == (0, WARNING.format(n=1))
+    rows = {r["run_id"]: (r["agent"], r["status"], r["ending"], r["events"], r["altered"]) for r in json.loads(res.stdout)}
+    assert rows["zz"] == ("edited", "ended", "ok", 5, True)
+    assert rows[kept] == ("kept", "ended", "ok", 5, False)
+    res = _run("runs", "show", "-s", path, edited, "--json")
+    assert (res.returncode, res.stderr) == (0, WARNING.format(n=1))
+    shown = json.loads(res.stdout)
+    assert (shown["run"]["run_id"], shown["run"]["altered"], len(shown["events"])) == ("zz", True, 5)

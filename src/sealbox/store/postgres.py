@@ -1436,9 +1436,9 @@ SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot,
        l.leaf_index, p.leaf_index, r.leaf_index, s.kind, s.run_id, s.run_seq
 FROM runs r
 JOIN events s ON s.leaf_index = r.leaf_index
-JOIN events l ON l.run_id = r.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = r.run_id)
-JOIN events p ON p.run_id = r.run_id AND p.run_seq = (
-    SELECT max(run_seq) FROM events WHERE run_id = r.run_id AND kind IN ({lifecycle}))
+JOIN events l ON l.run_id = s.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = s.run_id)
+JOIN events p ON p.run_id = s.run_id AND p.run_seq = (
+    SELECT max(run_seq) FROM events WHERE run_id = s.run_id AND kind IN ({lifecycle}))
 WHERE {where}
 ORDER BY r.started_at DESC, r.leaf_index DESC
 """

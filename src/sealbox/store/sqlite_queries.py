@@ -623,6 +623,10 @@ class SqliteQueries:
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         """One run as a :meth:`query_runs` row, plus ``children`` (rows of the runs naming it as parent), or None."""
         recs = self._conn().execute(self._runs_sql.format(where="r.run_id = ?", lifecycle=_LIFECYCLE), (run_id,)).fetchall()
+        if not recs:  # its runs row's run_id rewritten below Sealbox: found through its run.started (marked altered)
+            recs = self._conn().execute(self._runs_sql.format(
+                where="r.leaf_index IN (SELECT leaf_index FROM events WHERE run_id = ? AND kind = 'run.started')",
+                lifecycle=_LIFECYCLE), (run_id,)).fetchall()
         if not recs:
             return None
         from sealbox.liveness import checker
@@ -951,9 +955,9 @@ SELECT r.run_id, r.agent, r.principal, r.parent_run_id, r.replay_of, r.snapshot,
        l.leaf_index, p.leaf_index, r.leaf_index, s.kind, s.run_id, s.run_seq
 FROM runs r
 JOIN events s ON s.leaf_index = r.leaf_index
-JOIN events l ON l.run_id = r.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = r.run_id)
-JOIN events p ON p.run_id = r.run_id AND p.run_seq = (
-    SELECT max(run_seq) FROM events WHERE run_id = r.run_id AND kind IN ({lifecycle}))
+JOIN events l ON l.run_id = s.run_id AND l.run_seq = (SELECT max(run_seq) FROM events WHERE run_id = s.run_id)
+JOIN events p ON p.run_id = s.run_id AND p.run_seq = (
+    SELECT max(run_seq) FROM events WHERE run_id = s.run_id AND kind IN ({lifecycle}))
 WHERE {where}
 ORDER BY r.started_at DESC, r.leaf_index DESC
 """
