@@ -947,6 +947,30 @@ class RunContext:
         self._release_live()
         self._write_queued_breaker_events()
 
+    def suspend(self, reason: str) -> None:
+        """Write ``run.suspended`` (``approval_ids: []``, ``reason``): the run waits for something outside
+        Sealbox's approvals (a framework's human-in-the-loop, e.g. LangGraph's ``interrupt()``) and is
+        not ended. Its leases are let go at once (as a run suspended for an approval); an exception that
+        then leaves its ``with`` block writes no ``run.ended`` when it has ``suspends_run = True`` (the
+        integration sets it). A sub-agent run replaying a record is compared as if it ended
+        (``ReplaySource.suspend_sub_run``). Nothing is written for a run that has ended or is suspended.
+
+        Raises:
+            RecordingError: ``run.suspended`` could not be recorded.
+        """
+        if self.ended or self.suspended:
+            return
+        source = self.replay
+        self._append_step("run.suspended", {"approval_ids": [], "reason": _valid_text(reason)})
+        if source is not None and source.parent is not None:
+            source.suspend_sub_run(self)
+            source.flush(self)
+            self.replay = None
+            REPLAYING.pop(self.run_id, None)
+        from sealbox.pause import _suspend
+
+        _suspend(self)
+
     def _write_queued_breaker_events(self) -> None:
         """Write the ``breaker.changed`` queued by failed ``tool.result`` writes (in any run of the recorder)
         that no later call carried: lost at process exit otherwise. A failed write queues them again (the

@@ -1010,3 +1010,85 @@ def test_an_ungoverned_tool_of_a_sub_agent_run_inside_a_governed_tool_is_noted(s
                       "about": {"ungoverned_tool": {"tool": "get_weather", "tool_call_id": "s1"}}}]
     assert [k for k, _, _ in events_of(store, run.run_id)].count("note") == 0
     assert sealbox.verify_store(store).ok
+
+
+def _expert_asks_a_human(children: list, asked: list, govern_top: bool = True):
+    """An agent for a top run: its graph (with a checkpointer) has a governed tool that runs a sub-agent
+    graph in a sub-run of its own; the sub-agent's governed tool calls interrupt(), answered by the top
+    graph's Command(resume=...). Returns the agent's final answer."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command, interrupt
+
+    def agent(run):
+        @tool
+        def pay(amount: int) -> str:
+            """Pay once a human approves."""
+            return f"paid {amount}" if interrupt({"approve": amount}) else "refused"
+
+        sub_answers = iter([
+            AIMessage(content="", tool_calls=[{"name": "pay", "args": {"amount": 5}, "id": "s1"}]),
+            AIMessage(content="expert paid")])
+
+        @tool
+        def ask_expert(question: str) -> str:
+            """Ask the expert sub-agent."""
+            with run.recorder.run(agent="expert") as child:
+                children.append(child)
+                graph = react_agent(ScriptedChatModel(messages=sub_answers), governed_tools(child, [pay]))
+                state = graph.invoke({"messages": [("user", question)]},
+                                     config={"callbacks": [SealboxCallbackHandler(child)]})
+            return state["messages"][-1].content
+
+        model = ScriptedChatModel(messages=iter([
+            AIMessage(content="", tool_calls=[{"name": "ask_expert", "args": {"question": "pay"}, "id": "p1"}]),
+            AIMessage(content="done")]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            graph = create_react_agent(model, governed_tools(run, [ask_expert]) if govern_top else [ask_expert],
+                                       checkpointer=InMemorySaver())
+        config = {"configurable": {"thread_id": "1"}, "callbacks": [SealboxCallbackHandler(run)]}
+        first = graph.invoke({"messages": [("user", "go")]}, config=config)
+        asked.append(first["__interrupt__"][0].value)
+        return graph.invoke(Command(resume=True), config=config)["messages"][-1].content
+    return agent
+
+
+def test_a_sub_agent_graph_stopped_by_interrupt_suspends_its_run_with_its_interrupted_state(store):
+    """A sub-agent graph invoked inside a tool raises GraphInterrupt out of its run's ``with`` block
+    when a node calls interrupt(): the sub-run was ended with status error (no state saved), though
+    it only waits for a human. It saves the interrupt it waits on as its "interrupted" state and is
+    suspended (run.suspended, no run.ended); the tool run again on resume opens a new sub-run."""
+    children: list = []
+    asked: list = []
+    with Recorder(store, policy=ALLOW_ALL).run(agent="top") as run:
+        assert _expert_asks_a_human(children, asked)(run) == "done"
+    assert asked == [{"approve": 5}] and len(children) == 2
+    waiting, resumed = children
+    events = events_of(store, waiting.run_id)
+    assert [(k, s) for k, s, _ in events] == [
+        ("run.started", "1"), ("model.call", "2"), ("tool.call", "2.1"), ("policy.decision", "2.1"),
+        ("tool.result", "2.1"), ("state.saved", "3"), ("run.suspended", "4")]
+    assert events[5][2]["label"] == "interrupted"
+    assert [i["value"] for i in events[5][2]["state"]["__interrupt__"]] == [{"approve": 5}]
+    assert events[6][2]["approval_ids"] == []
+    assert "interrupt()" in events[6][2]["reason"]
+    assert store.get_run(waiting.run_id)["status"] == "suspended"
+    assert events_of(store, resumed.run_id)[-1][2]["status"] == "ok"
+    assert events_of(store, run.run_id)[-1][2]["status"] == "ok"
+    assert sealbox.verify_store(store).ok
+
+
+def test_a_replay_of_a_sub_agent_run_suspended_by_interrupt_reproduces_it_suspended(store):
+    """The replayed sub-agent run stops in interrupt() again and is suspended again: compared as its
+    ending (every recorded step reached, the recorded run left suspended too), not left "not ended"."""
+    children: list = []
+    asked: list = []
+    with Recorder(store, policy=ALLOW_ALL).run(agent="top") as run:
+        assert _expert_asks_a_human(children, asked, govern_top=False)(run) == "done"
+    replayed: list = []
+    result = _replay(store, run.run_id, _expert_asks_a_human(replayed, asked, govern_top=False))
+    assert result.head() == "reproduced: 6 step(s) matched, and 6 in 2 sub-agent run(s)", result.head()
+    assert asked == [{"approve": 5}] * 2
+    assert [store.get_run(c.run_id)["status"] for c in replayed] == ["suspended", "ended"]
+    assert [store.get_run(c.run_id)["replay_of"] for c in replayed] == [c.run_id for c in children]
+    assert sealbox.verify_store(store).ok

@@ -513,6 +513,30 @@ class SealboxCallbackHandler(_HandlerBase):  # type: ignore[valid-type,misc]
         if root:
             self._roots.discard(run_id)
             self._interrupted.discard(run_id)
+            if _INTERRUPT and isinstance(error, _INTERRUPT):
+                self._suspend_for_interrupt(error)
+
+    def _suspend_for_interrupt(self, error: BaseException) -> None:
+        """The outermost chain raised ``GraphInterrupt`` instead of returning the state it waits in: a
+        sub-agent's graph invoked inside a tool of another graph (LangGraph raises the interrupt up to the
+        graph holding the checkpointer). The run waits for a human, so it is suspended, not ended: the
+        interrupts it waits on are saved as its ``"interrupted"`` state (``{"__interrupt__": [{"value": …,
+        "id": …}, …]}``: LangGraph hands no other state to a failing chain), ``run.suspended`` is written
+        (:meth:`RunContext.suspend`, no ``approval_ids``), and the exception is marked ``suspends_run`` so
+        that leaving the run's ``with`` block writes no ``run.ended`` (docs/integrations.md)."""
+        run = self.run
+        if run.ended or run.suspended:
+            return
+        if self.save_state:
+            interrupts = error.args[0] if error.args and isinstance(error.args[0], (list, tuple)) else error.args
+            run.save_state({"__interrupt__": [{"value": to_plain(getattr(i, "value", i)), "id": getattr(i, "id", None)}
+                                              for i in interrupts]}, label="interrupted")
+        run.suspend("waiting for a human: LangGraph interrupt() stopped the graph; the graph that holds the "
+                    "checkpointer resumes it with Command(resume=...)")
+        try:
+            error.suspends_run = True  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - an exception refusing attributes: the run ends as before
+            pass
 
     def _is_root(self, run_id: uuid.UUID, parent_run_id: uuid.UUID | None) -> bool:
         """Whether the chain ``run_id`` is outermost for this handler (seen so when it started, or, not seen

@@ -406,6 +406,24 @@ class ReplaySource:
                    "divergence": divergence.summary() if divergence else None, "config_drift": []}
         return status, verdict
 
+    def suspend_sub_run(self, sub: Any) -> None:
+        """When a sub-agent run served from the record is suspended (``RunContext.suspend``: it waits for a
+        human, not ended): compared as its ending. Reproduced when it reached every recorded step and the
+        recorded run did not end either (it was left suspended too); else that divergence (a step never
+        reached, or the recorded run ended) is the whole replay's."""
+        from sealbox.replay.engine import recorded_ending
+
+        if self.halted() is None:
+            d = self.missing()
+            if d is None and self.recorded.ended is not None:
+                _, words = recorded_ending(self.recorded.ended)
+                d = Divergence("outcome", None, f"every step matched, but the recorded run {words} and the "
+                               "replay was suspended (waiting for a human)")
+            if d is not None:
+                self._diverged(d)
+        self.ended_status = "suspended"
+        self.reproduced = (self.divergence or self.halted()) is None
+
     def sub_run_results(self) -> list[dict[str, Any]]:
         """Every sub-agent run served from the record under this one, depth first in start order:
         ``{replay_of, parent, agent, new_run_id, steps_compared, reproduced}``."""
