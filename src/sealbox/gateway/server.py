@@ -2068,7 +2068,7 @@ def linear_search(pattern: str, text: str) -> bool:
             :func:`linear_regexes` finds those first.
     """
     global _LINEAR_MATCH
-    import cel
+    from sealbox.policy._cel import cel
 
     if _LINEAR_MATCH is None:
         _LINEAR_MATCH = cel.compile("s.matches(p)")

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import cel
+from sealbox.policy._cel import cel
 
 __all__ = [
     "VARIABLES",

@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cel
-
 from sealbox import canonical
 from sealbox.errors import PolicyLoadError
 from sealbox.policy import loader
+from sealbox.policy._cel import cel
 from sealbox.policy.conditions import Condition, ConditionError, activation, compile_condition
 from sealbox.policy.limits import LimitSpec, check_limits
 from sealbox.policy.model import ApprovalSpec, CallContext, Decision, LimitTrip

@@ -36,7 +36,7 @@ STARTUP_TIMEOUT_S = 30.0
 
 
 def _serve(conn: Any) -> None:  # runs in the worker process
-    import cel
+    from sealbox.policy._cel import cel
 
     programs: dict[str, Any] = {}
     conn.send(("ready", None))
