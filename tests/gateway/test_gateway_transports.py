@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -650,6 +651,21 @@ def test_a_stop_while_the_gateway_starts_is_a_clean_exit(tmp_path, monkeypatch, 
                                       f"    command: {json.dumps(sys.executable)}\n    args: {json.dumps(toy_args())}\n")
     res = CliRunner().invoke(cli, ["gateway", "serve", "--config", str(tmp_path / "gw.yaml")], catch_exceptions=False)
     assert res.exit_code == 0 and res.output == "" and installed == [True]
+
+
+def test_serve_freezes_the_startup_heap_before_serving(tmp_path):
+    """`gateway serve` moves what it made while starting (the MCP SDK's models, config, policy: ~93,000
+    objects) to the GC's permanent generation before it serves: collections while serving and the one at
+    exit no longer scan them (the exit of a stdio session spent ~0.2 s of CPU there)."""
+    sealbox.init_store(tmp_path / "store").close()
+    (tmp_path / "gw.yaml").write_text(f"version: 1\nstore: ./store\npolicy: ALLOW_ALL\nupstreams:\n  - id: toy\n"
+                                      f"    command: {json.dumps(sys.executable)}\n    args: {json.dumps(toy_args())}\n")
+    code = ("import gc, sealbox.cli.gateway_cmds as g\n"
+            "g._serve = lambda gateway, port: print('serving', gc.get_freeze_count() > 10000)\n"
+            "from sealbox.cli.main import main\n"
+            f"main(['gateway', 'serve', '--config', {str(tmp_path / 'gw.yaml')!r}])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (out.returncode, out.stdout, out.stderr) == (0, "serving True\n", "")
 
 
 async def test_a_client_that_listed_the_tools_is_told_of_a_change_over_http(tmp_path, store):

