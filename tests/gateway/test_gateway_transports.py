@@ -427,7 +427,7 @@ policy: ALLOW_ALL
 {HTTP}upstreams:
   - id: toy
     command: {json.dumps(sys.executable)}
-    args: [{json.dumps(TOY)}]
+    args: {json.dumps(toy_args())}
 """)
             with http.stream("GET", url, headers={**bob_s, "accept": "text/event-stream"}) as events:
                 assert events.status_code == 200
