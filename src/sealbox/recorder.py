@@ -1565,7 +1565,7 @@ class RunContext:
                 drafts.append(self._draft("guardrail.tripped", {"call_id": call_id, **decision.limit.to_dict()}, step))
             if decision.effect == "require_approval" and not refused:
                 drafts += self._approval_drafts(decision, call_id, step, server, tool, arguments, request_box,
-                                                recorded)
+                                                recorded, reader)
             if self.replay is not None:
                 self.replay.check(self, drafts)
             earlier, changes = self.recorder._take_unwritten(), self.recorder._take_breaker_changes()
@@ -1646,11 +1646,12 @@ class RunContext:
         return call_id, step
 
     def _approval_drafts(self, decision: Decision, call_id: str, step: str, server: str, tool: str, arguments: Any,
-                         box: list[dict[str, Any]], recorded: Any) -> list[EventDraft]:
+                         box: list[dict[str, Any]], recorded: Any, reader: Any = None) -> list[EventDraft]:
         """``approval.requested`` and ``run.suspended``, written with the call (sealbox.approvals). The
         request holds the arguments as the ``tool.call`` records them (``recorded``), its binding is
-        the hash of the real ``arguments``, as the call's retry and its resumption compute it."""
-        from sealbox.approvals import ApprovalError, new_approval_id, request_payload
+        the hash of the real ``arguments``, as the call's retry and its resumption compute it. Its
+        ``expires_at`` counts from the store's clock (``reader.stamp``: the request event's own ``ts``)."""
+        from sealbox.approvals import ApprovalError, _store_now, new_approval_id, request_payload
 
         if self.recorder.approvals == "block" and getattr(self, "_lease", None) is None:
             # this process will wait and run the call itself: hold the run's lease before the request is
@@ -1663,7 +1664,7 @@ class RunContext:
                 pass
         request = request_payload(approval_id=new_approval_id(), call_id=call_id, server=server, tool=tool,
                                   arguments=recorded, encoded_arguments=_policy_view(arguments), decision=decision,
-                                  requested_by=self.principal.id, now=datetime.now(timezone.utc))
+                                  requested_by=self.principal.id, now=_store_now(reader))
         box.append(request)
         return [self._draft("approval.requested", request, step),
                 self._draft("run.suspended", {"approval_ids": [request["approval_id"]],
