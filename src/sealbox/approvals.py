@@ -59,7 +59,6 @@ from sealbox.identities import Identity, IdentityBook, identity_book, load_key, 
 __all__ = [
     "ANSWER_ROLES",
     "DEFAULT_SHARED_WINDOW_S",
-    "MAX_CLOCK_SKEW_S",
     "MAX_SHARED_WINDOW_S",
     "check_shared_window",
     "ApprovalError",
@@ -1153,9 +1152,8 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
 
     Raises:
         ApprovalError: unknown id, the run ended, already decided, expired (the expiry
-            is then recorded), ``clock_skew`` (this process's clock says it is before the request
-            was recorded: the answer would predate the question; or, in a PostgreSQL store, it is more than
-            :data:`MAX_CLOCK_SKEW_S` from the database server's clock), a key that is not the identity's current one, a rule
+            is then recorded), ``clock_skew`` (the store's clock says it is before the request
+            was recorded: the answer would predate the question), a key that is not the identity's current one, a rule
             broken (the code says which), ``bad_window``, ``bad_decision``, ``bad_reason`` (empty
             or blank), ``bad_key_file`` (not a path) or ``bad_client`` (not a dict, or a hostname,
             os_user, user_agent or remote_addr that is not a string).
@@ -1181,7 +1179,6 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
         now = _store_now(reader)  # the store's clock: the ts this answer gets, and its answered_at
         request, related, book = _load(reader, approval_id)
         _refuse_clock_behind(request, now)
-        _refuse_clock_apart(reader, now)
         state = evaluate(request, related, book, now)
         if state.status == "expired" and not state.expiry_recorded and not state.run_ended:
             box.append(state)
@@ -1226,29 +1223,6 @@ def check_shared_window(window_s: Any) -> None:
         raise ApprovalError("bad_window", f"the shared-account window must be a number of seconds from "
                             f"{DEFAULT_SHARED_WINDOW_S} (24 h; it may be widened, never narrowed) to "
                             f"{MAX_SHARED_WINDOW_S}, not {window_s!r}")
-
-
-#: How far (seconds) the clock of a process answering in a PostgreSQL store may be from the database
-#: server's before its answer is refused (``clock_skew``).
-MAX_CLOCK_SKEW_S = 2.0
-
-
-def _refuse_clock_apart(reader: Any, now: datetime) -> None:
-    """Refuse (``clock_skew``) an answer to a PostgreSQL store, shared by several machines, when this
-    process's clock (the store's stamp ``now``: the answer's ``ts`` and ``answered_at``) is more than
-    :data:`MAX_CLOCK_SKEW_S` from the database server's: an approver's machine whose clock runs behind by
-    less than the time since the request would otherwise record, before ``expires_at``, an answer given
-    after it. A SQLite store is written on one machine: nothing to compare."""
-    server_clock = getattr(reader, "server_clock", None)
-    if server_clock is None:
-        return
-    server = server_clock()
-    apart = (now - server).total_seconds()
-    if abs(apart) > MAX_CLOCK_SKEW_S:
-        raise ApprovalError("clock_skew", f"answer refused: this machine's clock says {_utc(now)}, the store's "
-                            f"database server says {_utc(server)} ({abs(apart):.3f} s {'ahead' if apart > 0 else 'behind'}"
-                            f", more than {MAX_CLOCK_SKEW_S:g} s): the answer's time, and whether the request has "
-                            "expired, would be wrong; fix this machine's clock (NTP)")
 
 
 def _refuse_clock_behind(request: Any, now: datetime) -> None:

@@ -1646,11 +1646,11 @@ class RunContext:
         return call_id, step
 
     def _approval_drafts(self, decision: Decision, call_id: str, step: str, server: str, tool: str, arguments: Any,
-                         box: list[dict[str, Any]], recorded: Any, reader: Any = None) -> list[EventDraft]:
+                         box: list[dict[str, Any]], recorded: Any, reader: Any) -> list[EventDraft]:
         """``approval.requested`` and ``run.suspended``, written with the call (sealbox.approvals). The
         request holds the arguments as the ``tool.call`` records them (``recorded``), its binding is
-        the hash of the real ``arguments``, as the call's retry and its resumption compute it. Its
-        ``expires_at`` counts from the store's clock (``reader.stamp``: the request event's own ``ts``)."""
+        the hash of the real ``arguments``, as the call's retry and its resumption compute it. ``expires_at``
+        counts from the store's clock in the write transaction (``reader.stamp``: the request's ``ts``)."""
         from sealbox.approvals import ApprovalError, _store_now, new_approval_id, request_payload
 
         if self.recorder.approvals == "block" and getattr(self, "_lease", None) is None:

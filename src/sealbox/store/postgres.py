@@ -97,6 +97,12 @@ EXPECTED_TRIGGERS = frozenset({
 _QUERY_FUNCTIONS = ("sealbox_approval_id(bytea)",)
 
 
+#: How far (seconds) the last event's ``ts`` may be ahead of the server's clock and still be followed
+#: (:meth:`_PgTxn.stamp`): further ahead, following it would stamp every later event with that time.
+MAX_TS_AHEAD_S = 60.0
+_TS_FORMAT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+
+
 def _trigger_functions() -> dict[str, str]:
     """name -> body (whitespace squashed) of the trigger functions the migrations create."""
     out: dict[str, str] = {}
@@ -192,6 +198,38 @@ class _Conn:
 class _PgTxn(_sq._Txn):
     """:class:`~sealbox.store.base.WriteTxn` over one PostgreSQL transaction: the SQLite one's run-head,
     tree-size and node logic (portable SQL), with PostgreSQL's inserts."""
+
+    #: the database server's clock (``clock_timestamp()``) when this transaction took the write lock
+    server_clock: datetime | None = None
+    #: the last event's ts, read with the tree size
+    last_ts: str | None = None
+
+    def tree_size(self) -> int:
+        if self._size is None:  # the last event's ts read with the size (the same index probe)
+            row = self.conn.pg.execute("SELECT leaf_index, ts FROM events ORDER BY leaf_index DESC LIMIT 1").fetchone()
+            self._size, self.last_ts = (0, None) if row is None else (row[0] + 1, row[1])
+        return self._size
+
+    def stamp(self) -> str:
+        """The ``ts`` of the events this transaction writes: the server's clock when it took the write lock
+        (every machine writing the store gets the one clock), as :func:`~sealbox.store.base.utc_now` formats
+        it; never before the last event's ``ts`` (a server clock stepped back, or an event written by an older
+        Sealbox on a machine whose clock ran ahead), unless that one is more than :data:`MAX_TS_AHEAD_S`
+        ahead of the server or not in that format (altered below Sealbox: it is not followed)."""
+        clock = self.server_clock
+        if clock is None:
+            return utc_now()
+        stamp = clock.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        self.tree_size()
+        last = self.last_ts
+        if isinstance(last, str) and last > stamp and _TS_FORMAT.fullmatch(last):
+            try:
+                ahead = (datetime.fromisoformat(last[:-1] + "+00:00") - clock).total_seconds()
+            except ValueError:
+                return stamp
+            if ahead <= MAX_TS_AHEAD_S:
+                return last
+        return stamp
 
     def flush(self) -> None:
         if self._events:
@@ -857,15 +895,21 @@ class PostgresStore(SqliteQueries):
                         # (LOCK TABLE, ALTER TABLE, VACUUM FULL) fails the write after it too, never a wait without end
                         timeout = self.lock_timeout if self._local.lock_timeout is None else self._local.lock_timeout
                         timeout_ms = min(max(1, int(timeout * 1000)), 2**31 - 1)
-                        if self._local.no_wait:  # (set in the same statement: no round trip more)
-                            if not conn.execute("SELECT pg_try_advisory_xact_lock(%s), set_config('lock_timeout', %s,"
-                                                " true)", (self._key, str(timeout_ms))).fetchone()[0]:
+                        # the server's clock is read in the statement that takes the lock, once it holds it (the
+                        # FROM item is evaluated first): the time the events get, no round trip more
+                        if self._local.no_wait:  # (lock_timeout set in the same statement too)
+                            got, clock, _ = conn.execute(
+                                "SELECT l, clock_timestamp(), set_config('lock_timeout', %s, true)"
+                                " FROM pg_try_advisory_xact_lock(%s) AS l", (str(timeout_ms), self._key)).fetchone()
+                            if not got:
                                 raise StoreBusyError(f"{self.path} is locked by another writer")
                         else:
                             conn.execute(f"SET LOCAL lock_timeout TO {timeout_ms}")
-                            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
+                            clock = conn.execute("SELECT clock_timestamp() FROM pg_advisory_xact_lock(%s)",
+                                                 (self._key,)).fetchone()[0]
                         locked = True
                         txn = _PgTxn(_Conn(conn))
+                        txn.server_clock = clock
                         if self.store_id:
                             txn.owner = (self.path, self.schema, self.store_id)
                         result = fn(txn)
@@ -939,7 +983,7 @@ class PostgresStore(SqliteQueries):
             if self._damage:
                 raise StoreError(self._damage)
             reader = PgReader(txn.conn, txn)
-            reader.stamp = stamp = self._builder.clock()  # the store's clock, read inside the transaction
+            reader.stamp = stamp = txn.stamp()  # the server's clock, read when the transaction took the lock
             drafts = list(build(reader))
             return self._builder.build(drafts, txn, self._floor, ts=stamp)
 
