@@ -1037,8 +1037,10 @@ class SqliteStore(SqliteQueries):
         """
         folder = Path(path)
         _lookable(folder)
-        if (folder / DB_NAME).exists():
-            raise StoreError(_existing_db_message(folder))
+        timeout = kwargs.get("lock_timeout", 300.0)
+        if (folder / DB_NAME).exists():  # once another init of it in progress is done: what is there
+            with _init_lock(folder, timeout) as waited:
+                raise StoreError(_taken_message(folder, waited))
         store_id = os.urandom(8).hex()
         origin = origin or f"sealbox.local/{store_id}"
         skey, vkey = generate_key(origin)  # NoteError for an origin that is no key name, before anything is written
@@ -1048,11 +1050,14 @@ class SqliteStore(SqliteQueries):
         except OSError as exc:
             raise StoreReadOnlyError(f"cannot create {folder}: {exc.strerror}") from exc
         state: dict[str, Any] = {"files": []}  # what this init created, for _undo_init
-        try:
-            return cls._init_in(folder, origin, store_id, skey, vkey, content, kwargs, state)
-        except BaseException:  # Ctrl-C, SIGTERM, a full disk: no half-made store stays behind
-            _undo_init(folder, state, made)
-            raise
+        with _init_lock(folder, timeout) as waited:
+            if os.path.lexists(folder / DB_NAME):  # made by another init, meanwhile
+                raise StoreError(_taken_message(folder, True))
+            try:
+                return cls._init_in(folder, origin, store_id, skey, vkey, content, kwargs, state)
+            except BaseException:  # Ctrl-C, SIGTERM, a full disk: no half-made store stays behind
+                _undo_init(folder, state, made)
+                raise
 
     @classmethod
     def _init_in(cls, folder: Path, origin: str, store_id: str, skey: str, vkey: str, content: Any,
@@ -2694,6 +2699,45 @@ def _unrecorded(conn: sqlite3.Connection, applied: dict[int, str] | set[int],
     return None
 
 
+@contextlib.contextmanager
+def _init_lock(folder: Path, timeout: float) -> Iterator[bool]:
+    """Serialise the inits of one folder: an exclusive ``flock`` on its (real) parent folder, held for
+    the whole init (not on the folder itself: the store's checkpoint file is written under a lock on
+    that). Two ``sealbox init`` of one folder at once: the second waits for the first, then finds its
+    store (before, it looked at the first one's half-made database and called it "not a Sealbox store
+    (an empty database)"). Yields whether it waited. A parent that cannot be opened (no read permission)
+    or a system without ``flock``: not serialised.
+
+    Raises:
+        StoreError: another init held the lock for more than ``timeout`` seconds."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield False
+        return
+    try:
+        fd = os.open(os.path.dirname(os.path.realpath(folder)) or "/", os.O_RDONLY)
+    except OSError:
+        yield False
+        return
+    try:
+        waited = False
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise StoreError(f"another init has been creating a store next to {folder} for more than "
+                                     f"{timeout:g} s ({LOCK_WAIT_SETTINGS}): try again once it is done") from None
+                waited = True
+                time.sleep(0.02)
+        yield waited
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _undo_init(folder: Path, state: dict[str, Any], made: list[Path]) -> None:
     """Remove what an init that did not finish created (``state``: the store it opened, the names of the
     files it created) and the folders it made, if nothing else was put in them meanwhile."""
@@ -2813,7 +2857,20 @@ def _existing_db_message(folder: Path) -> str:
                 "(move it away, or create the store in another folder)")
     except Exception:  # noqa: BLE001 - a Sealbox store that cannot be opened now (newer, damaged, locked)
         pass
+    return _existing_store_message(folder)
+
+
+def _existing_store_message(folder: Path) -> str:
     return f"{folder} already holds a Sealbox store"
+
+
+def _taken_message(folder: Path, waited: bool) -> str:
+    """Why init refuses ``folder`` (:func:`_existing_db_message`), once no other init of it is under way;
+    ``waited``: another init created its ``sealbox.db`` while this one ran (said when it is a store)."""
+    message = _existing_db_message(folder)
+    if waited and message == _existing_store_message(folder):
+        message += " (another init created it meanwhile)"
+    return message
 
 
 #: What a write that waited its whole lock timeout says: the settings that change the wait (the open's ``lock_timeout``; ``SEALBOX_LOCK_TIMEOUT`` for the ``sealbox`` commands).
