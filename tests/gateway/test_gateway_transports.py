@@ -503,10 +503,11 @@ def test_http_gateway_stopped_by_a_signal_ends_its_runs_and_signs_a_final_checkp
     assert out.returncode == 0 and "Warning" not in out.stdout + out.stderr, out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGHUP"])
 def test_stdio_gateway_stopped_by_a_signal_ends_its_run_and_signs_a_final_checkpoint(tmp_path, signame):
     """The client keeps stdin open (no EOF): the signal alone stops the gateway, which ends the run,
-    stops the upstream and closes the store."""
+    stops the upstream and closes the store. SIGHUP (the terminal or session it ran in went away) killed
+    a stdio gateway (exit -1, run not ended, store not closed): it is now the same clean stop."""
     import signal
     import subprocess
 
@@ -544,7 +545,9 @@ upstreams:
         for f in (proc.stdin, proc.stdout, proc.stderr):
             f.close()
     assert answer["result"]["content"] == [{"type": "text", "text": "5"}]
-    assert (code, stderr) == (0, "")
+    said = ("sealbox-gateway: SIGHUP: the gateway's terminal or session went away; stopping as for SIGTERM\n"
+            if signame == "SIGHUP" else "")
+    assert (code, stderr) == (0, said)
     store = sealbox.open_store(tmp_path / "store", readonly=True)
     try:
         [run_id] = gateway_runs(store)

@@ -17,8 +17,9 @@ def gateway_group() -> None:
     """The MCP gateway: serve it, replay a recorded session, check its config, re-approve changed tools."""
 
 
-def _sigterm_as_sigint() -> None:
-    """Handle SIGTERM as SIGINT (Ctrl-C): a clean shutdown, runs ended and the store closed (exit 0).
+def _sigterm_as_sigint(*, hangup: bool = False) -> None:
+    """Handle SIGTERM (and SIGHUP with ``hangup``: a stdio gateway, whose terminal or session went
+    away) as SIGINT (Ctrl-C): a clean shutdown, runs ended and the store closed (exit 0).
 
     Delegates to whatever handles SIGINT at that moment: asyncio's runner (cancels the serving
     task, whose sessions end their runs), uvicorn while it serves (it installs its own handlers
@@ -33,6 +34,8 @@ def _sigterm_as_sigint() -> None:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handle)
+    if hangup and hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, handle)
 
 
 def _freeze_startup_heap() -> None:
@@ -55,7 +58,9 @@ def _freeze_startup_heap() -> None:
               help="Serve streamable HTTP on 127.0.0.1:PORT instead of stdio.")
 def serve_cmd(config_path: str, http_port: int | None) -> None:
     """Serve the gateway over stdio (default) or streamable HTTP on 127.0.0.1 (--http PORT)."""
-    _sigterm_as_sigint()  # first: a stop asked for while the gateway starts is a clean stop too (exit 0)
+    # first: a stop asked for while the gateway starts is a clean stop too (exit 0); over HTTP, SIGHUP reloads
+    # the tokens once it serves, over stdio it stops the gateway as SIGTERM does
+    _sigterm_as_sigint(hangup=http_port is None)
     gateway = None
     try:
         gateway = _start_gateway(config_path)

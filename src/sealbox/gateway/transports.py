@@ -70,7 +70,8 @@ async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None
                       on_signal: Callable[[], None] | None = None) -> None:
     """Serve one client over the process's stdin/stdout until it closes them.
 
-    With ``on_signal``, SIGINT and SIGTERM stop serving: the session is closed (its run ended,
+    With ``on_signal``, SIGINT, SIGTERM and SIGHUP (the terminal or session the gateway ran in went
+    away) stop serving: the session is closed (its run ended,
     unless a call waits for an approval), the upstreams are stopped, then ``on_signal()`` is
     called. It must not return (close the store and exit the process): the thread reading
     stdin is blocked in a read that only the client's EOF ends, so it cannot be joined.
@@ -271,13 +272,16 @@ def _unreadable_answer(exc: Exception) -> Any:
 
 
 async def _cancel_on_signal(scope: anyio.CancelScope, gateway: Gateway | None = None) -> None:
-    """On SIGINT / SIGTERM: held calls answer "pending" first (see :meth:`Gateway.begin_shutdown`),
+    """On SIGINT / SIGTERM / SIGHUP: held calls answer "pending" first (see :meth:`Gateway.begin_shutdown`),
     calls in flight upstream are waited for (:meth:`Gateway.drain_calls`, at most the shutdown grace),
     their replies get a moment to reach the client, then ``scope`` is cancelled."""
     import signal
 
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _ in signals:
+    wanted = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    with anyio.open_signal_receiver(*wanted) as signals:
+        async for signum in signals:
+            if signum == getattr(signal, "SIGHUP", None):
+                log.warning("SIGHUP: the gateway's terminal or session went away; stopping as for SIGTERM")
             if gateway is not None and (getattr(gateway, "_holding", 0) or getattr(gateway, "_calls", 0)):
                 await gateway.drain_holds()
                 drain = getattr(gateway, "drain_calls", None)  # a replay answers at once: nothing to wait for
