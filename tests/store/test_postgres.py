@@ -64,7 +64,10 @@ def test_the_same_drafts_give_the_same_bytes_leaf_hashes_and_roots_on_both_backe
     from sealbox.ledger.checkpoint import verify_checkpoint
     from sealbox.store import base, init_store
 
+    from sealbox.store import postgres
+
     monkeypatch.setattr(base, "utc_now", lambda: "2026-12-04T10:00:00.000000Z")
+    monkeypatch.setattr(postgres._PgTxn, "stamp", lambda self: "2026-12-04T10:00:00.000000Z")  # the server's clock
     drafts = [started("r1"), EventDraft("note", {"text": "x" * 5000}, run_id="r1", principal="agent:bot"),
               *[EventDraft("note", {"text": f"n{i}"}, run_id="r1", principal="agent:bot") for i in range(20)]]
     stores = [init_store(tmp_path / "lite"), init_store(tmp_path / "pg", postgres_url=URL, schema=schema)]
