@@ -647,7 +647,7 @@ def test_a_stop_while_the_gateway_starts_is_a_clean_exit(tmp_path, monkeypatch, 
     import sealbox.cli.gateway_cmds as gateway_cmds
 
     installed = []
-    monkeypatch.setattr(gateway_cmds, "_sigterm_as_sigint", lambda: installed.append(True))  # not in pytest itself
+    monkeypatch.setattr(gateway_cmds, "_sigterm_as_sigint", lambda **_: installed.append(True))  # not in pytest itself
     monkeypatch.setattr(importlib.import_module(module), name, interrupted)
     sealbox.init_store(tmp_path / "store").close()
     (tmp_path / "gw.yaml").write_text(f"version: 1\nstore: ./store\npolicy: ALLOW_ALL\nupstreams:\n  - id: toy\n"
