@@ -1051,7 +1051,7 @@ class SqliteStore(SqliteQueries):
             raise StoreReadOnlyError(f"cannot create {folder}: {exc.strerror}") from exc
         state: dict[str, Any] = {"files": []}  # what this init created, for _undo_init
         with _init_lock(folder, timeout) as waited:
-            if os.path.lexists(folder / DB_NAME):  # made by another init, meanwhile
+            if (folder / DB_NAME).exists():  # made by another init, meanwhile (a dangling link: refused below)
                 raise StoreError(_taken_message(folder, True))
             try:
                 return cls._init_in(folder, origin, store_id, skey, vkey, content, kwargs, state)
