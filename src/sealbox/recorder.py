@@ -1673,11 +1673,14 @@ class RunContext:
     def _check_grant(self, reader: Any, grant: str, server: str, tool: str, decision: Decision) -> Decision:
         """An explicit grant that is unknown, revoked, expired, another principal's or not
         covering the tool turns an allow (or require_approval) into a ``grant_invalid`` deny
-        (sealbox.access); a decision that already denies is kept as it is."""
+        (sealbox.access); a decision that already denies is kept as it is. Expiry is judged by the
+        store's clock (``reader.stamp``: the ``ts`` the call's events get), so a grant counts as
+        expired exactly when its decision is stamped at or after ``expires_at``."""
         try:
             from sealbox.access import grant_status
+            from sealbox.approvals import _store_now
 
-            ok, why = grant_status(reader, grant, self.principal.id, server, tool, datetime.now(timezone.utc))
+            ok, why = grant_status(reader, grant, self.principal.id, server, tool, _store_now(reader))
         except Exception as exc:  # noqa: BLE001 - fail closed
             return dataclasses.replace(decision, effect="deny", reason_code="guardrail_error", rule=None, approval=None,
                                        limit=None, reason=_valid_text(f"the grant check failed: {type(exc).__name__}: {exception_message(exc)}"))

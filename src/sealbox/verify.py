@@ -1654,12 +1654,12 @@ def check_revocations(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -
 
 
 #: How many seconds a call's ``ts`` must lie past its grant's ``expires_at`` for verify to report the call
-#: (:class:`CallGrantCheck`). The recorder compares the expiry with its clock (``datetime.now``) inside the
-#: call's write transaction; the store takes the event's ``ts`` from the same clock of the same process a
-#: little later in that transaction, once the rest of the call's drafts are built (for an approval request,
-#: the hash of its arguments). So a call the recorder rightly let through just before the expiry can carry a
-#: ``ts`` just after it; this bounds that gap (and a forward step of the clock within it) with a wide margin.
-#: A call that ran under a forged gate less than this long after the expiry is not reported.
+#: (:class:`CallGrantCheck`). The recorder compares the expiry with the store's clock (``reader.stamp``, the
+#: ``ts`` the call's events get), so a call it lets through has a ``ts`` before the expiry; it used to read
+#: ``datetime.now`` a little before the store took the ``ts``, so a call of a log written then, rightly let
+#: through just before the expiry, can carry a ``ts`` just after it: this bounds that gap (and a forward step
+#: of the clock within it) with a wide margin. A call that ran under a forged gate less than this long after
+#: the expiry is not reported.
 CALL_EXPIRY_TOLERANCE_S = 60
 
 #: The kinds :class:`CallGrantCheck` reads.

@@ -178,18 +178,23 @@ def test_a_call_after_its_grant_expired_is_call_grant_invalid(store, keys, monke
                                             f"60 s or more before the call ({ts})")]
 
 
-def test_the_recorders_clock_decides_and_verify_allows_60_seconds_for_the_events_clock(store, keys, monkeypatch):
-    """The real gate compares the expiry with the recorder's clock, before the store takes the event's ts.
-    When the event's ts says the call came after the expiry (the store's clock ahead of the recorder's),
-    verify reports it only once the ts is CALL_EXPIRY_TOLERANCE_S or more past the expiry."""
+def test_the_stores_clock_decides_and_verify_allows_60_seconds_past_the_expiry(store, keys, monkeypatch):
+    """The real gate compares the expiry with the store's clock (the ts its call's events get: it denies
+    from the expiry on, whatever the recorder's ``datetime.now``); verify reports a call let through after
+    the expiry (a forged gate, or a log written when the gate read ``datetime.now``) only once its ts is
+    CALL_EXPIRY_TOLERANCE_S or more past the expiry."""
     assert CALL_EXPIRY_TOLERANCE_S == 60
     grant_access(store, AGENT, "github", "create_*", "repo", expires_at="1h", key_file=keys["boss"], grant_id="g1")
     text = next(e.payload["expires_at"] for e in store.read_run(SYSTEM_RUN_ID) if e.kind == "access.granted")
     expires = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    with clocks(monkeypatch, store=expires + timedelta(seconds=60) - timedelta(microseconds=1)):
-        assert call(store, "g1")[0] == "ok"  # the recorder's clock: an hour before the expiry
+    with clocks(monkeypatch, store=expires - timedelta(microseconds=1)):
+        assert call(store, "g1")[0] == "ok"
+    with clocks(monkeypatch, store=expires):  # the recorder's datetime.now: an hour before the expiry
+        assert call(store, "g1")[0] == "grant_invalid"
+    with clocks(monkeypatch, store=expires + timedelta(seconds=60) - timedelta(microseconds=1)), forged_gate(monkeypatch):
+        assert call(store, "g1")[0] == "ok"
     assert problems(store) == []
-    with clocks(monkeypatch, store=expires + timedelta(seconds=60)):
+    with clocks(monkeypatch, store=expires + timedelta(seconds=60)), forged_gate(monkeypatch):
         outcome, _, event = call(store, "g1")
     assert outcome == "ok"
     assert problems(store) == [invalid(event, f"grant g1 expired at {text}, 60 s or more before the call ({event.ts})")]
