@@ -139,7 +139,8 @@ class ApprovalError(SealboxError):
 
     Attributes:
         code: ``unknown_approval``, ``run_ended``, ``already_decided``, ``expired``,
-            ``already_resumed``, ``wrong_key``, ``arguments_redacted``, ``clock_skew`` (this process's clock
+            ``already_resumed``, ``not_awaiting_approval`` (``Recorder.resume`` of a run suspended outside
+            approvals, ``RunContext.suspend``), ``wrong_key``, ``arguments_redacted``, ``clock_skew`` (this process's clock
             is before the time the request was recorded), or a rule code
             (``binding_mismatch``, ``wrong_run``, ``unknown_identity``, ``disabled``, ``bad_signature``,
             ``role``, ``requester``, ``not_asked``, ``duplicate``, ``bad_decision``).

@@ -430,6 +430,7 @@ def _resume(recorder: Any, run: Any, run_id: str, tools: dict[tuple[str, str], C
     deadline = time.monotonic() + max(0.0, wait)
     while True:
         events = run.store.read_run(run_id)
+        _refuse_suspended_outside_approvals(run_id, events)
         book = identity_book(run.store)
         related = [e for e in events if e.kind in _RELATED]
         states = [evaluate(e, related, book) for e in events if e.kind == "approval.requested"]
@@ -485,6 +486,24 @@ def _resume(recorder: Any, run: Any, run_id: str, tools: dict[tuple[str, str], C
                  for c in unknown]
     run.resumed_calls = done
     return run
+
+
+def _refuse_suspended_outside_approvals(run_id: str, events: list) -> None:
+    """Refuse to resume a run whose newest event is a ``run.suspended`` naming no approval
+    (:meth:`~sealbox.recorder.RunContext.suspend`: a framework's human-in-the-loop, e.g. LangGraph's
+    ``interrupt()``): no approval is waited for or claimed, and what suspended it resumes it.
+
+    Raises:
+        ApprovalError: code ``not_awaiting_approval``.
+    """
+    last = events[-1] if events else None
+    if last is None or last.kind != "run.suspended" or last.payload.get("approval_ids"):
+        return
+    raise ApprovalError("not_awaiting_approval",
+                        f"run {run_id} is suspended for a reason outside Sealbox's approvals "
+                        f"({last.payload.get('reason')!r}), not waiting for an approval: Recorder.resume has "
+                        "nothing to resume; what suspended it resumes it (LangGraph: Command(resume=...)), or "
+                        f"Recorder.continue_run({run_id!r}) records more in it")
 
 
 def _tool_fn(registry: dict, server: str, tool: str) -> Callable:

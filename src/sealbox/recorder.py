@@ -434,7 +434,9 @@ class Recorder:
 
         Raises:
             ApprovalPending: an answer is still missing (nothing was run or written).
-            ApprovalError: already resumed elsewhere, or arguments that do not match the binding.
+            ApprovalError: already resumed elsewhere, arguments that do not match the binding, or
+                ``not_awaiting_approval``: the run is suspended for a reason outside Sealbox's approvals
+                (:meth:`RunContext.suspend`, e.g. LangGraph's ``interrupt()``); nothing is written.
             ConfigError: no function for an approved tool.
             RecordingError: no such run, or it has ended.
         """
