@@ -45,7 +45,7 @@ from sealbox.approvals import (
     ApprovalState,
     _expired_draft,
     _load,
-    _now,
+    _store_now,
     _parse,
     binding_hash,
     evaluate,
@@ -109,7 +109,7 @@ def claim(run: Any, approval_id: str, arguments: Any = None) -> tuple[ApprovalSt
     box: list[tuple[ApprovalState, str, Decision | None]] = []
 
     def build(reader: Any) -> list:
-        now = _now()
+        now = _store_now(reader)  # the store's clock: the ts of this run.resumed (expiry, grant, waited_us)
         request, related, book = _load(reader, approval_id, run.run_id)
         state = evaluate(request, related, book, now)
         if state.resumed:
@@ -151,7 +151,7 @@ def note_withdrawals(run: Any, approval_ids: list[str]) -> None:
     def build(reader: Any) -> list:
         drafts = []
         for aid in approval_ids:
-            state = evaluate(*_load(reader, aid, run.run_id), _now())
+            state = evaluate(*_load(reader, aid, run.run_id), _store_now(reader))
             if not state.resumed and not state.run_ended:
                 drafts += withdrawal_drafts(reader, state)
         return drafts
@@ -562,7 +562,7 @@ def _rerun_or_deny(run: Any, call: Any) -> Decision | None:
         nonlocal step
         box.clear()
         if not is_implicit(grant):
-            ok, why = grant_status(reader, grant, run.principal.id, p["server"], p["tool"], _now())
+            ok, why = grant_status(reader, grant, run.principal.id, p["server"], p["tool"], _store_now(reader))
             if not ok:
                 decision = Decision("deny", "grant_invalid", None, why, run.policy.fingerprint)
                 box.append(decision)

@@ -199,3 +199,37 @@ def test_verify_is_clean_when_the_grant_is_revoked_only_after_the_call_resumed(s
     revoke(store, grant, "done with it")
     report = verify_store(store)
     assert report.ok and report.problems == ()
+
+
+@pytest.mark.parametrize("before_us, outcome", [(1, "rerun"), (0, "grant_invalid")])
+def test_an_outcome_unknown_call_is_rerun_by_the_stores_clock_at_its_grants_expiry(store, keys, monkeypatch,
+                                                                                 before_us, outcome):
+    """The grant of a call re-run on resume expires by the store's clock (the ts of the note or deny the
+    check writes), not by ``datetime.now``: here the store's clock (``time.time_ns``, SQLite) is held at
+    the grant's expiry while ``datetime.now`` reads an hour before it. Before: re-run under the expired grant."""
+    import time
+    from datetime import datetime, timedelta, timezone
+
+    from sealbox.pause import claim
+
+    expires = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=1)
+    grant = signed_grant(store, "agent:bot", "db", "write_query", scope="write",
+                         expires_at=expires.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
+    run_id, aid = suspended_call(store, rec, grant)
+    answer(store, aid, "approve", "ok", keys["alice"])
+    assert claim(rec.continue_run(run_id), aid)[1] == "approved"  # resumed, then "the process died"
+    stamp_ns = int(expires.timestamp()) * 1_000_000_000 - before_us * 1000
+    monkeypatch.setattr(time, "time_ns", lambda: stamp_ns)
+    run = rec.resume(run_id, {("db", "write_query"): tool}, rerun_unknown=True)
+    (call,) = run.resumed_calls
+    monkeypatch.undo()
+    last = store.read_run(run_id)[-1 if outcome == "grant_invalid" else -2]
+    assert last.ts == (expires - timedelta(microseconds=before_us)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if outcome == "rerun":
+        assert (call.outcome, call.ran, tool.calls) == ("rerun", True, ["DELETE FROM t"])
+    else:  # before: re-run, the machine's clock an hour before the expiry
+        assert (call.outcome, call.ran, tool.calls) == ("grant_invalid", False, [])
+        assert (last.kind, last.payload["reason_code"], last.payload["reason"]) == (
+            "policy.decision", "grant_invalid", f"grant {grant} expired at {expires:%Y-%m-%dT%H:%M:%S.%fZ}")
+    run.end()
