@@ -178,7 +178,7 @@ upstreams:
         store.close()
 
 
-def _http_serve_process(tmp_path, *, toy_log: Path | None = None, http_extra: str = ""):
+def _http_serve_process(tmp_path, *, toy_log: Path | None = None, http_extra: str = "", env_extra: dict | None = None):
     """``sealbox gateway serve --http 0`` on the toy upstream as a subprocess; (process, port). With
     ``toy_log``, the toy upstream logs each call it receives there (TOY_LOG); ``http_extra``: more lines of
     the config's ``http:`` section."""
@@ -197,7 +197,7 @@ policy: ALLOW_ALL
     args: {json.dumps(toy_args())}
 """ + (f"    env: {{TOY_LOG: {json.dumps(str(toy_log))}}}\n" if toy_log is not None else ""))
     sealbox_cmd = str(Path(sys.executable).parent / "sealbox")
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")} | (env_extra or {})
     proc = subprocess.Popen([sealbox_cmd, "gateway", "serve", "--config", str(config), "--http", "0"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 60
@@ -452,6 +452,37 @@ policy: ALLOW_ALL
     assert after == [200, 404]  # alice's session untouched; bob's is gone (alice asks: unknown, not someone else's)
     assert alive and code == 0 and "Traceback" not in stderr, stderr
     assert "SIGHUP: http.tokens reloaded (1 token, 1 identity); 1 session of a revoked token ended" in stderr
+
+
+def test_sighup_as_soon_as_the_gateway_says_it_serves_reloads_the_tokens_not_kills_it(tmp_path):
+    """'serving http://...' is printed before the gateway starts its event loop, where the SIGHUP reload is
+    installed: a SIGHUP soon after that line (a deploy script reloading the tokens once the gateway is up)
+    killed it (exit -1: no clean stop, no final checkpoint). A SIGHUP until the reload is installed is now
+    remembered and the tokens reloaded once it is."""
+    import signal
+    import time
+
+    proc, port = _http_serve_process(tmp_path)
+    try:
+        proc.send_signal(signal.SIGHUP)  # at once: the gateway is still starting its upstreams
+        deadline = time.monotonic() + 60
+        line = ""
+        while "SIGHUP" not in line and time.monotonic() < deadline and proc.poll() is None:
+            line = proc.stderr.readline()
+        with httpx2.Client(timeout=60) as http:
+            answered = http.post(f"http://127.0.0.1:{port}/mcp", json=INIT,
+                                 headers={**HEADERS, "authorization": f"Bearer {TOKEN}"})
+    except httpx2.ConnectError:
+        answered = None
+    finally:
+        proc.terminate()
+        code = proc.wait(timeout=60)
+        stderr = proc.stderr.read()
+        proc.stderr.close()
+        proc.stdout.close()
+    assert code == 0 and "Traceback" not in stderr, (code, stderr)
+    assert "SIGHUP: http.tokens reloaded (1 token, 1 identity); 0 sessions of a revoked token ended" in line, line
+    assert answered is not None and answered.status_code == 200
 
 
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])

@@ -19,7 +19,8 @@ def gateway_group() -> None:
 
 def _sigterm_as_sigint(*, hangup: bool = False) -> None:
     """Handle SIGTERM (and SIGHUP with ``hangup``: a stdio gateway, whose terminal or session went
-    away) as SIGINT (Ctrl-C): a clean shutdown, runs ended and the store closed (exit 0).
+    away) as SIGINT (Ctrl-C): a clean shutdown, runs ended and the store closed (exit 0). Without
+    ``hangup`` (an HTTP gateway), a SIGHUP is kept in :data:`_HANGUPS_WHILE_STARTING` (a reload once serving).
 
     Delegates to whatever handles SIGINT at that moment: asyncio's runner (cancels the serving
     task, whose sessions end their runs), uvicorn while it serves (it installs its own handlers
@@ -34,8 +35,15 @@ def _sigterm_as_sigint(*, hangup: bool = False) -> None:
             raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handle)
-    if hangup and hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, handle)
+    if hasattr(signal, "SIGHUP"):
+        # over HTTP, a SIGHUP before serve_http installs its reload (the 'serving' line is printed before):
+        # remembered in _HANGUPS_WHILE_STARTING and reloaded once serving; the default handler killed the gateway
+        signal.signal(signal.SIGHUP, handle if hangup else lambda signum, frame: _HANGUPS_WHILE_STARTING.append(signum))
+
+
+#: SIGHUPs an HTTP gateway got while it started (before its token reload was installed): the tokens
+#: are reloaded once it serves (:func:`sealbox.gateway.transports.serve_http`'s ``hangups``)
+_HANGUPS_WHILE_STARTING: list[int] = []
 
 
 def _freeze_startup_heap() -> None:
@@ -117,7 +125,7 @@ def _serve(gateway: Any, http_port: int | None) -> None:
         sock = bind(http_port)
         http_app(gateway, sock.getsockname()[1])  # fail on a config problem before serving
         click.echo(f"sealbox gateway: serving http://127.0.0.1:{sock.getsockname()[1]}/mcp", err=True)
-        anyio.run(lambda: serve_http(gateway, http_port, sock=sock))
+        anyio.run(lambda: serve_http(gateway, http_port, sock=sock, hangups=_HANGUPS_WHILE_STARTING))
 
 
 @gateway_group.command("replay")

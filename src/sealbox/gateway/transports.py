@@ -1224,17 +1224,19 @@ def _server(config: Any, gateway: Gateway | None = None) -> Any:
 
 
 async def serve_http(gateway: Gateway, port: int, *, sock: socket.socket | None = None,
-                     task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+                     task_status: Any = anyio.TASK_STATUS_IGNORED, hangups: "list[int] | None" = None) -> None:
     """Serve streamable HTTP on 127.0.0.1 until cancelled, or until SIGINT / SIGTERM (a clean return
     once uvicorn has shut down: sessions closed, their runs ended); ``started`` with the bound port.
     The listening socket (``sock``, or the one bound here) is closed when this returns or is
-    cancelled: uvicorn closes it only on its own shutdown, which a cancellation skips."""
+    cancelled: uvicorn closes it only on its own shutdown, which a cancellation skips. ``hangups``: a
+    list the caller's SIGHUP handler appended to while the gateway started; non-empty once the reload
+    handler is installed, it is emptied and the tokens reloaded once."""
     sock = sock or bind(port)
     with sock:
-        await _serve_http(gateway, sock, task_status)
+        await _serve_http(gateway, sock, task_status, hangups)
 
 
-async def _serve_http(gateway: Gateway, sock: socket.socket, task_status: Any) -> None:
+async def _serve_http(gateway: Gateway, sock: socket.socket, task_status: Any, hangups: "list[int] | None" = None) -> None:
     import uvicorn
 
     port = sock.getsockname()[1]
@@ -1257,6 +1259,9 @@ async def _serve_http(gateway: Gateway, sock: socket.socket, task_status: Any) -
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(
             _reload_tokens(gateway, app, reloads[-1] if reloads else None))))
+        if hangups:  # SIGHUP came while the gateway started: the config may have changed after it was read
+            hangups.clear()
+            reloads.append(loop.create_task(_reload_tokens(gateway, app)))
     except (RuntimeError, NotImplementedError, AttributeError, ValueError):  # not asyncio, no SIGHUP, not main thread
         loop = None
     try:
