@@ -485,6 +485,43 @@ def test_sighup_as_soon_as_the_gateway_says_it_serves_reloads_the_tokens_not_kil
     assert answered is not None and answered.status_code == 200
 
 
+def test_sighup_reload_reading_a_slow_config_does_not_stop_the_gateway_serving(tmp_path):
+    """The SIGHUP reload read the config file on the event loop: while it waited for it (a named pipe
+    nothing writes to is waited for up to SEALBOX_PIPE_WAIT; a slow network disk the same), no request
+    was answered, not even one that needs no reload. The file is now read off the loop: a request is
+    answered while the reload still waits, and the reload then ends with what the pipe gave."""
+    import signal
+    import time
+
+    proc, port = _http_serve_process(tmp_path, env_extra={"SEALBOX_PIPE_WAIT": "120"})
+    url = f"http://127.0.0.1:{port}/mcp"
+    config = tmp_path / "gateway.yaml"
+    text = config.read_text()
+    config.unlink()
+    os.mkfifo(config)
+    try:
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)  # the reload has started waiting for the pipe (no line to wait for: it prints when done)
+        with httpx2.Client(timeout=60) as http:
+            answered = http.post(url, json=INIT, headers={**HEADERS, "authorization": f"Bearer {TOKEN}"})
+        reloading = proc.poll() is None
+        with open(config, "w") as pipe:  # the reload reads the config now
+            pipe.write(text)
+        deadline = time.monotonic() + 60
+        line = ""
+        while "SIGHUP" not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+    finally:
+        proc.terminate()
+        code = proc.wait(timeout=60)
+        stderr = proc.stderr.read()
+        proc.stderr.close()
+        proc.stdout.close()
+    assert answered.status_code == 200 and reloading
+    assert "SIGHUP: http.tokens reloaded (1 token, 1 identity); 0 sessions of a revoked token ended" in line, line
+    assert code == 0 and "Traceback" not in stderr, stderr
+
+
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
 def test_http_gateway_stopped_by_a_signal_ends_its_runs_and_signs_a_final_checkpoint(tmp_path, signame):
     """The client's session is still open (no DELETE, its event stream held open) when the signal comes."""

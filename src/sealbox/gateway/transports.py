@@ -965,7 +965,7 @@ async def _reload_tokens(gateway: Any, auth: BearerAuth, previous: Any = None) -
             pass
     old = gateway.config
     try:
-        cfg = load_config(old.source)
+        cfg = await _off_the_loop(load_config, old.source)
         tokens = token_identities(cfg)
         if not tokens:
             raise ConfigError(f"{cfg.source}: http.tokens is required to serve over HTTP")
@@ -983,6 +983,34 @@ async def _reload_tokens(gateway: Any, auth: BearerAuth, previous: Any = None) -
     log.warning("SIGHUP: http.tokens reloaded (%d token%s, %d identit%s); %d session%s of a revoked token ended%s",
                 len(tokens), "" if len(tokens) == 1 else "s", identities, "y" if identities == 1 else "ies",
                 ended, "" if ended == 1 else "s", rest)
+
+
+async def _off_the_loop(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` run in a daemon thread, awaited: the event loop serves meanwhile (a config file read on
+    SIGHUP may wait: a named pipe up to SEALBOX_PIPE_WAIT, a slow network disk). A daemon thread, not the
+    loop's executor, so that a stop while it waits does not wait for it at exit. Raises what ``fn`` raises."""
+    import asyncio
+    import threading
+
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        if not done.done():
+            done.set_exception(exc) if exc is not None else done.set_result(result)
+
+    def work() -> None:
+        try:
+            result, exc = fn(*args), None
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+            result, exc = None, e
+        try:
+            loop.call_soon_threadsafe(settle, result, exc)
+        except RuntimeError:  # the loop closed meanwhile: nobody waits for it
+            pass
+
+    threading.Thread(target=work, name="sealbox-config-reload", daemon=True).start()
+    return await done
 
 
 def bind(port: int) -> socket.socket:
