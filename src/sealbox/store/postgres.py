@@ -112,6 +112,26 @@ def _trigger_functions() -> dict[str, str]:
     return out
 
 
+#: pg_trigger.tgtype bits (PostgreSQL's catalog/pg_trigger.h): how a trigger fires
+_TG_BITS = {"ROW": 1, "BEFORE": 2, "INSERT": 4, "DELETE": 8, "UPDATE": 16, "TRUNCATE": 32}
+
+
+def _trigger_shapes() -> dict[str, tuple[str, int, str, str]]:
+    """name -> (table, pg_trigger.tgtype, function, how the migration wrote it) of every trigger the
+    migrations create: a trigger of Sealbox's name that fires otherwise (a ``WHEN`` clause, an operation
+    left out, ``UPDATE OF`` some columns, statement level, another table) no longer guards the table."""
+    out: dict[str, tuple[str, int, str, str]] = {}
+    for mig in migrate.load_migrations("postgres"):
+        for name, timing, ops, table, level, function in re.findall(
+                r"CREATE TRIGGER (\w+) (BEFORE|AFTER) ([A-Z ]+?) ON (\w+) FOR EACH (ROW|STATEMENT) "
+                r"EXECUTE (?:FUNCTION|PROCEDURE) (\w+)\(\)", mig.sql):
+            bits = _TG_BITS.get(timing, 0) | (_TG_BITS["ROW"] if level == "ROW" else 0)
+            for op in ops.split(" OR "):
+                bits |= _TG_BITS[op.strip()]
+            out[name] = (table, bits, function, f"{timing} {ops} ON {table} FOR EACH {level}")
+    return out
+
+
 def _required_tables() -> frozenset[str]:
     """The tables the PostgreSQL migrations create: a schema missing one was changed below Sealbox."""
     created: set[str] = set()
@@ -1330,6 +1350,17 @@ class PostgresStore(SqliteQueries):
         """Triggers on the store's tables that no migration created, and Sealbox's trigger functions
         redefined (``CREATE OR REPLACE FUNCTION``: a trigger of Sealbox's name that lets every change through)."""
         found = sorted(set(self._triggers()) - EXPECTED_TRIGGERS)
+        shapes = _trigger_shapes()
+        for name, table, tgtype, unqualified, no_columns, no_args, function, function_schema in self._rows(
+                "SELECT t.tgname, c.relname, t.tgtype, t.tgqual IS NULL, t.tgattr = ''::int2vector, t.tgnargs = 0,"
+                " p.proname, pn.nspname FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+                " JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_proc p ON p.oid = t.tgfoid"
+                " JOIN pg_namespace pn ON pn.oid = p.pronamespace WHERE n.nspname = %s AND NOT t.tgisinternal"
+                " ORDER BY t.tgname", (self.schema,)):
+            shape = shapes.get(name)
+            if shape is not None and ((table, tgtype, function) != shape[:3] or not unqualified or not no_columns
+                                      or not no_args or function_schema != self.schema):
+                found.append(f"{name} (redefined: not {shape[3]} as Sealbox creates it)")
         for name, body in self._rows("SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
                                      " WHERE n.nspname = %s AND p.proname = ANY(%s)",
                                      (self.schema, list(_trigger_functions()))):
