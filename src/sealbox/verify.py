@@ -1186,6 +1186,12 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     for name in store.missing_triggers() if hasattr(store, "missing_triggers") else ():
         problems.append(Problem("trigger_missing", f"the append-only trigger {name} was dropped from the database "
                                 "(someone changed the store below Sealbox)"))
+    bypassed = store.triggers_bypassed() if hasattr(store, "triggers_bypassed") else None
+    if bypassed:
+        problems.append(Problem("trigger_missing", "the append-only triggers do not fire in Sealbox's sessions: "
+                                f"session_replication_role is {bypassed!r} (set with ALTER DATABASE or ALTER ROLE … "
+                                "SET, or PGOPTIONS), so every row can be changed or deleted below Sealbox (someone "
+                                "changed the store's database settings)"))
     changed = store.content_policy_change() if hasattr(store, "content_policy_change") else None
     if changed:
         problems.append(Problem("content_policy_changed", changed))

@@ -59,3 +59,18 @@ def test_an_untouched_store_has_no_trigger_problem(tmp_path, schema):  # noqa: F
 
     init_store(tmp_path / "s", postgres_url=URL, schema=schema).close()
     assert _trigger_problems(tmp_path, schema) == []
+
+
+def test_a_store_whose_sessions_skip_their_triggers_is_reported(tmp_path, schema, monkeypatch):  # noqa: F811
+    """session_replication_role = replica for Sealbox's sessions (ALTER DATABASE|ROLE … SET by a superuser,
+    here through libpq's PGOPTIONS): no append-only trigger fires, every row can be changed."""
+    from sealbox.store import init_store
+
+    init_store(tmp_path / "s", postgres_url=URL, schema=schema).close()
+    monkeypatch.setenv("PGOPTIONS", "-c session_replication_role=replica")
+    sql(schema, "UPDATE runs SET agent = 'someone-else'")  # let through: the triggers do not fire
+    assert sorted(_trigger_problems(tmp_path, schema)) == [
+        ("run_row_mismatch", "the runs table's row for system disagrees with its run.started event"),
+        ("trigger_missing", "the append-only triggers do not fire in Sealbox's sessions: session_replication_role "
+                            "is 'replica' (set with ALTER DATABASE or ALTER ROLE … SET, or PGOPTIONS), so every row "
+                            "can be changed or deleted below Sealbox (someone changed the store's database settings)")]

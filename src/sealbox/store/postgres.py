@@ -1346,6 +1346,17 @@ class PostgresStore(SqliteQueries):
         present = self._triggers()
         return sorted(name for name in EXPECTED_TRIGGERS if present.get(name) not in ("O", "A"))
 
+    def triggers_bypassed(self) -> str | None:
+        """The ``session_replication_role`` of Sealbox's sessions when it keeps Sealbox's triggers from firing
+        (``replica``: a trigger enabled the default way, ``O``, fires only in ``origin`` and ``local``), or None.
+        A superuser sets it for every later session with ``ALTER DATABASE|ROLE … SET``: the triggers are
+        then all present and enabled, and none guards anything."""
+        (role,), = self._rows("SELECT current_setting('session_replication_role')")
+        if role != "replica" or not any(state == "O" for name, state in self._triggers().items()
+                                        if name in EXPECTED_TRIGGERS):
+            return None
+        return role
+
     def foreign_triggers(self) -> list[str]:
         """Triggers on the store's tables that no migration created, and Sealbox's trigger functions
         redefined (``CREATE OR REPLACE FUNCTION``: a trigger of Sealbox's name that lets every change through)."""
