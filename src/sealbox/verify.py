@@ -1186,6 +1186,10 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     for name in store.missing_triggers() if hasattr(store, "missing_triggers") else ():
         problems.append(Problem("trigger_missing", f"the append-only trigger {name} was dropped from the database "
                                 "(someone changed the store below Sealbox)"))
+    for name in store.disabled_triggers() if hasattr(store, "disabled_triggers") else ():
+        problems.append(Problem("trigger_missing", f"the append-only trigger {name} is in the database but disabled "
+                                "(ALTER TABLE … DISABLE TRIGGER, or ENABLE REPLICA TRIGGER): it does not fire "
+                                "(someone changed the store below Sealbox)"))
     bypassed = store.triggers_bypassed() if hasattr(store, "triggers_bypassed") else None
     if bypassed:
         problems.append(Problem("trigger_missing", "the append-only triggers do not fire in Sealbox's sessions: "

@@ -74,3 +74,25 @@ def test_a_store_whose_sessions_skip_their_triggers_is_reported(tmp_path, schema
         ("trigger_missing", "the append-only triggers do not fire in Sealbox's sessions: session_replication_role "
                             "is 'replica' (set with ALTER DATABASE or ALTER ROLE … SET, or PGOPTIONS), so every row "
                             "can be changed or deleted below Sealbox (someone changed the store's database settings)")]
+
+
+@pytest.mark.parametrize("how", ["DISABLE TRIGGER", "ENABLE REPLICA TRIGGER"])
+def test_a_disabled_trigger_is_said_to_be_disabled_not_dropped(tmp_path, schema, how):  # noqa: F811
+    from sealbox.store import init_store
+
+    init_store(tmp_path / "s", postgres_url=URL, schema=schema).close()
+    sql(schema, f"ALTER TABLE events {how} events_append_only")
+    assert _trigger_problems(tmp_path, schema) == [
+        ("trigger_missing", "the append-only trigger events_append_only is in the database but disabled (ALTER "
+                            "TABLE … DISABLE TRIGGER, or ENABLE REPLICA TRIGGER): it does not fire (someone changed "
+                            "the store below Sealbox)")]
+
+
+def test_a_dropped_trigger_is_said_to_be_dropped(tmp_path, schema):  # noqa: F811
+    from sealbox.store import init_store
+
+    init_store(tmp_path / "s", postgres_url=URL, schema=schema).close()
+    sql(schema, "DROP TRIGGER events_append_only ON events")
+    assert _trigger_problems(tmp_path, schema) == [
+        ("trigger_missing", "the append-only trigger events_append_only was dropped from the database (someone "
+                            "changed the store below Sealbox)")]

@@ -1342,9 +1342,15 @@ class PostgresStore(SqliteQueries):
                                " AND NOT t.tgisinternal", (self.schema,)))
 
     def missing_triggers(self) -> list[str]:
-        """Append-only triggers the migrations created that are gone or disabled."""
+        """Append-only triggers the migrations created that are gone."""
         present = self._triggers()
-        return sorted(name for name in EXPECTED_TRIGGERS if present.get(name) not in ("O", "A"))
+        return sorted(name for name in EXPECTED_TRIGGERS if name not in present)
+
+    def disabled_triggers(self) -> list[str]:
+        """Append-only triggers the migrations created that are there but do not fire: disabled (``D``) or
+        enabled for replication sessions only (``R``)."""
+        present = self._triggers()
+        return sorted(name for name in EXPECTED_TRIGGERS if present.get(name, "O") not in ("O", "A"))
 
     def triggers_bypassed(self) -> str | None:
         """The ``session_replication_role`` of Sealbox's sessions when it keeps Sealbox's triggers from firing
