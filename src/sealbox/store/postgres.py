@@ -259,10 +259,14 @@ class _PgTxn(_sq._Txn):
                 " effect, ok, tokens, cost, rule, reason_code, duration_us, raw, leaf_hash)"
                 " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
                 self._events)
+            # a rule (DO INSTEAD NOTHING) or a foreign trigger returning NULL drops rows silently: the write
+            # fails and rolls back, so the call it records does not run (as SQLite's _check_inserted)
+            _sq._check_inserted(cur.rowcount, len(self._events), "events")
             self._events = []
         if self._node_rows:
             cur = self.conn.pg.cursor()
             cur.executemany("INSERT INTO tree_nodes (level, idx, hash) VALUES (%s, %s, %s)", self._node_rows)
+            _sq._check_inserted(cur.rowcount, len(self._node_rows), "tree_nodes")
             self._node_rows = []
 
     def put_blob(self, ref: str, salt: bytes, content: bytes) -> None:
