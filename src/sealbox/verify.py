@@ -1202,6 +1202,9 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     for name in store.foreign_triggers() if hasattr(store, "foreign_triggers") else ():
         problems.append(Problem("trigger_foreign", f"the trigger {name} is not Sealbox's: it can silently change or "
                                 "drop what Sealbox writes (someone changed the store below Sealbox)"))
+    for name, table in store.foreign_rules() if hasattr(store, "foreign_rules") else ():
+        problems.append(Problem("trigger_foreign", f"the rule {name} on {table} is not Sealbox's: it can silently "
+                                "change or drop what Sealbox writes (someone changed the store below Sealbox)"))
     problems.extend(check_approval_answers(ev.envelopes_by_kind))
     reapproval_problems, notes = check_reapprovals(ev.envelopes_by_kind, store.origin or "")
     problems.extend(reapproval_problems)

@@ -96,3 +96,15 @@ def test_a_dropped_trigger_is_said_to_be_dropped(tmp_path, schema):  # noqa: F81
     assert _trigger_problems(tmp_path, schema) == [
         ("trigger_missing", "the append-only trigger events_append_only was dropped from the database (someone "
                             "changed the store below Sealbox)")]
+
+
+def test_a_rule_on_a_store_table_is_reported(tmp_path, schema):  # noqa: F811
+    """A rule rewrites what Sealbox writes or reads (DO INSTEAD NOTHING drops an insert, an update or a delete
+    silently) as a foreign trigger can; Sealbox creates none."""
+    from sealbox.store import init_store
+
+    init_store(tmp_path / "s", postgres_url=URL, schema=schema).close()
+    sql(schema, "CREATE RULE hide_calls AS ON INSERT TO events WHERE NEW.kind = 'tool.call' DO INSTEAD NOTHING")
+    assert _trigger_problems(tmp_path, schema) == [
+        ("trigger_foreign", "the rule hide_calls on events is not Sealbox's: it can silently change or drop what "
+                            "Sealbox writes (someone changed the store below Sealbox)")]

@@ -1367,6 +1367,13 @@ class PostgresStore(SqliteQueries):
             return None
         return role
 
+    def foreign_rules(self) -> list[tuple[str, str]]:
+        """(rule, table) of the rules on the store's tables (``CREATE RULE``): no migration creates one, and a
+        rule rewrites what Sealbox writes or reads (``DO INSTEAD NOTHING`` drops a row silently)."""
+        return [(name, table) for name, table in self._rows(
+            "SELECT rulename, tablename FROM pg_rules WHERE schemaname = %s ORDER BY tablename, rulename",
+            (self.schema,))]
+
     def foreign_triggers(self) -> list[str]:
         """Triggers on the store's tables that no migration created, and Sealbox's trigger functions
         redefined (``CREATE OR REPLACE FUNCTION``: a trigger of Sealbox's name that lets every change through)."""
