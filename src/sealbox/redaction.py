@@ -24,6 +24,7 @@ still proves what happened, when, in which order and under which decision.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import hmac
 import json
@@ -284,6 +285,9 @@ DEFAULT_PATTERNS = (
     r"[\x22\x27]?[\t ]*[:=][\t ]*[\x22\x27]?(?P<redact_api_space_uc>[A-Za-z0-9._~+/=-]*[0-9][A-Za-z0-9._~+/=-]*|[A-Za-z0-9._~+/=-]{20,})",
 )
 
+#: The default patterns and the ones they replaced: valid, none can match the empty string (not compiled to check).
+_BUILT_IN_PATTERNS = frozenset(DEFAULT_PATTERNS) | frozenset(_LINEAR_EQUIVALENTS)
+
 #: A pattern's groups named ``redact…`` (``(?P<redact>…)``): where one took part in a match, only its
 #: text is replaced by the marker (the key name before it stays readable); otherwise the whole match is.
 VALUE_GROUP_PREFIX = "redact"
@@ -314,6 +318,14 @@ def pattern_problem(pattern: Any, *, empty_ok: bool = False) -> str:
     of every string, dict keys included, and each would become a marker."""
     if type(pattern) is not str:
         return f"redaction pattern {pattern!r} is not a string"
+    if pattern in _BUILT_IN_PATTERNS:  # Sealbox's own (tests/store/test_redactor_plans.py checks them): no compile
+        return ""
+    return _pattern_problem(pattern, empty_ok)
+
+
+@functools.lru_cache(maxsize=1024)
+def _pattern_problem(pattern: str, empty_ok: bool) -> str:
+    """:func:`pattern_problem` of a string, once per process (a store's pinned patterns are checked at each open)."""
     try:
         rx = re.compile(pattern)
     except (re.error, OverflowError, RecursionError, ValueError) as exc:
@@ -404,6 +416,20 @@ class ContentPolicy:
         return policy
 
 
+#: The searches a :class:`Redactor` builds from its policy (:meth:`Redactor._compile`), shared by the redactors of
+#: equal settings in a process, and its own memos (:meth:`Redactor._build`); using any builds them.
+_PLAN_ATTRS = frozenset((
+    "_suffixes", "_keys", "_exact_keys", "_paths", "_searched", "_patterns", "_scrub_gates", "_any", "_quick",
+    "_prefilters", "_key_marks", "_any_mark", "_literals", "_gated_relaxed", "_any_relaxed", "_named_rx", "_scan",
+    "_pair_rx", "_json_gate", "_needles", "_passes", "_tables", "_tag_bits", "_gated", "_pattern_bits", "_always",
+    "_key_bytes", "_suffix_bytes",
+    "_seen", "_texts", "_texts_size", "_mask_patterns", "_mask_searches"))
+
+#: (mode, keys, paths, patterns, whether the C scan is used) -> the searches built for them (the last 32 settings): compiling them takes tens of
+#: milliseconds, paid once per process rather than per store opened.
+_PLANS: dict[tuple, dict[str, Any]] = {}
+
+
 @dataclass
 class Redactor:
     """Applies a :class:`ContentPolicy` with a store's secret."""
@@ -412,6 +438,41 @@ class Redactor:
     policy: ContentPolicy = field(default_factory=ContentPolicy)
 
     def __post_init__(self) -> None:
+        # the searches are built on first use (:meth:`__getattr__`): a store opened to read never needs them
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        """Build the searches (:meth:`_build`) on the first use of one of them, then return it: called
+        only for an attribute not yet set, so a built redactor pays nothing for being lazy."""
+        if name in _PLAN_ATTRS and "policy" in self.__dict__ and "_quick" not in self.__dict__:
+            self._build()
+            return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _build(self) -> None:
+        """Set the searches: taken from the process's plans for these settings (:data:`_PLANS`: compiled
+        regexes and tables depend on the policy alone, not on the secret) or built and kept there; the
+        per-redactor memos (what was seen, texts walked) start empty."""
+        policy = self.policy
+        key = (policy.mode, tuple(policy.keys), tuple(policy.paths), tuple(policy.patterns), _c_scan_text is not None)
+        plan = _PLANS.get(key)
+        if plan is None:
+            built = _PlanBuilder(policy)
+            plan = {name: built.__dict__[name] for name in _PLAN_ATTRS if name in built.__dict__}
+            if len(_PLANS) >= 32:
+                _PLANS.pop(next(iter(_PLANS)))
+            _PLANS[key] = plan
+        vars(self).update(plan)
+        self._seen: dict[bytes, bool] = {}  # canonical text -> _clean's verdict (a few, small)
+        # string -> (what the walk makes of it, whether it changed): a conversation resent every turn is
+        # walked again each time (its JSON texts decline the quick check), its strings are not searched again
+        self._texts: dict[str, tuple[str, bool]] = {}
+        self._texts_size = 0
+        self._mask_patterns: dict[int, tuple[int, ...]] = {}  # _searched_for's answers
+        self._mask_searches: dict[int, tuple[re.Pattern[str], ...]] = {}  # _clean_text's, per scan answer
+
+    def _compile(self) -> None:
+        """The searches a policy needs (on a :class:`_PlanBuilder`, whose attributes :meth:`_build` shares)."""
         normalised = {_norm_key(k) for k in self.policy.keys}
         # "*name": a suffix (_KeyNames); the others exact
         self._suffixes = tuple(sorted({k[1:] for k in normalised if k.startswith("*") and len(k) > 1}))
@@ -431,11 +492,6 @@ class Redactor:
         # one combined search decides whether a string needs scrubbing at all (most do not)
         self._any = _combined(patterns)
         self._quick = _quick_ok(self.policy, self._any)
-        self._seen: dict[bytes, bool] = {}  # canonical text -> _clean's verdict (a few, small)
-        # string -> (what the walk makes of it, whether it changed): a conversation resent every turn is
-        # walked again each time (its JSON texts decline the quick check), its strings are not searched again
-        self._texts: dict[str, tuple[str, bool]] = {}
-        self._texts_size = 0
         self._prefilters = _prefilters(patterns) if self._quick else ()
         self._key_marks = tuple(f'"{k}":' for k in self._keys) + tuple(f'{k}":' for k in self._suffixes)
         # the same tests, one C-speed search each: any key mark; any relaxed (regex) prefilter
@@ -563,8 +619,6 @@ class Redactor:
         self._passes = tuple((self._needles[k:k + _SCAN_NEEDLES], _scan_tables(self._needles[k:k + _SCAN_NEEDLES], folded >> k), k)
                              for k in range(0, len(needles), _SCAN_NEEDLES))
         self._tables = self._passes[0][1]
-        self._mask_patterns: dict[int, tuple[int, ...]] = {}  # _searched_for's answers
-        self._mask_searches: dict[int, tuple[re.Pattern[str], ...]] = {}  # _clean_text's, per scan answer
         self._tag_bits = 0b1111
         self._gated = tuple(gated)
         self._pattern_bits = tuple(pattern_bits)
@@ -1677,3 +1731,14 @@ def holds_marker(value: Any) -> bool:
                     return True
                 stack.append(x)
     return False
+
+
+class _PlanBuilder:
+    """What :meth:`Redactor._compile` sets its searches on: a policy, no secret."""
+
+    def __init__(self, policy: ContentPolicy) -> None:
+        self.policy = policy
+        self._compile()
+
+    _compile = Redactor._compile
+    _scan_plan = Redactor._scan_plan
