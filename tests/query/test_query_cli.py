@@ -336,7 +336,8 @@ def test_runs_show_json_has_the_parent_and_children_the_table_shows(recorded):
     child = ok_json("runs", "show", recorded.runs["B"], "-s", s, "--json")
     listed = {r["run_id"]: r for r in ok_json("runs", "list", "-s", s, "--json")}
     assert set(parent) == {"run", "events"}
-    assert parent["run"] == {**listed[recorded.runs["A"]], "children": [listed[recorded.runs["B"]]]}
+    assert parent["run"] == {**listed[recorded.runs["A"]], "children": [listed[recorded.runs["B"]]],
+                             "sub_runs": [{**listed[recorded.runs["B"]], "depth": 1}], "sub_runs_not_listed": 0}
     assert (parent["run"]["parent_run_id"], [c["run_id"] for c in parent["run"]["children"]]) == (
         None, [recorded.runs["B"]])
     assert (child["run"]["run_id"], child["run"]["agent"], child["run"]["parent_run_id"], child["run"]["children"]) == (

@@ -104,3 +104,29 @@ def test_the_report_lists_the_whole_tree_with_depth_and_parent(tree, monkeypatch
     assert "2 more sub-runs not listed" in render_markdown(small)
     assert "2 more sub-runs not listed" in render_html(small)
     assert ids["d"] not in render_markdown(small).split("## Child runs")[1].split("##")[0]
+
+
+def test_runs_show_json_gives_the_whole_tree_the_table_shows(tree, monkeypatch):
+    """--json had only ``children`` (the direct sub-runs) while the table and the report list every depth: its
+    ``run`` now has ``sub_runs`` (the table's rows, each with its depth) and ``sub_runs_not_listed``."""
+    import json
+
+    from click.testing import CliRunner
+
+    from sealbox.cli.main import cli
+
+    _, ids, path = tree
+    out = CliRunner().invoke(cli, ["runs", "show", ids["root"], "-s", str(path), "--json"])
+    assert out.exit_code == 0, out.output
+    run = json.loads(out.output)["run"]
+    assert [c["run_id"] for c in run["children"]] == [ids["a"], ids["d"]]
+    assert [(r["run_id"], r["depth"], r["parent_run_id"], r["agent"], r["status"]) for r in run["sub_runs"]] == [
+        (ids["a"], 1, ids["root"], "a", "ended"), (ids["b"], 2, ids["a"], "b", "ended"),
+        (ids["c"], 3, ids["b"], "c", "ended"), (ids["d"], 1, ids["root"], "d", "ended")]
+    assert run["sub_runs_not_listed"] == 0
+    leaf = json.loads(CliRunner().invoke(cli, ["runs", "show", ids["c"], "-s", str(path), "--json"]).output)["run"]
+    assert (leaf["children"], leaf["sub_runs"], leaf["sub_runs_not_listed"]) == ([], [], 0)
+
+    monkeypatch.setattr(query, "SUB_RUN_TREE_LIMIT", 3)
+    run = json.loads(CliRunner().invoke(cli, ["runs", "show", ids["root"], "-s", str(path), "--json"]).output)["run"]
+    assert ([r["run_id"] for r in run["sub_runs"]], run["sub_runs_not_listed"]) == ([ids["a"], ids["b"], ids["c"]], 1)

@@ -82,8 +82,9 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
     """Show one run's events (time, kind, tool, decision, duration), with its parent and its sub-runs at
     every depth (at most 200, indented by depth).
 
-    --json prints {"run": the run as `runs list --json` gives it plus "children" (those runs' rows),
-    "events": [...]}; --csv the events only.
+    --json prints {"run": the run as `runs list --json` gives it plus "children" (its direct sub-runs' rows),
+    "sub_runs" (the sub-runs at every depth as the table lists them, each row with its "depth") and
+    "sub_runs_not_listed", "events": [...]}; --csv the events only.
     """
     from sealbox.query import sub_run_tree
     from sealbox.replay.divergence import verdict_text
@@ -110,7 +111,9 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
     # --csv keeps a call's whole arguments, its only copy of them (a cut query is one that was never run); the
     # table and --json's detail shorten them (--json has the event's payload)
     rows = [_event_row(e, verdicts, shown_args.get(e.leaf_index), whole=as_csv) for e in events]
-    if as_json:  # the run's header (parent, children) as the table shows it, and its events
+    if as_json:  # the run's header (parent, children, the sub-runs at every depth) as the table shows it, and its events
+        if run is not None:
+            run = {**run, "sub_runs": tree[0], "sub_runs_not_listed": tree[1]}
         echo_json({"run": run, "events": rows})
         return
     if as_csv:  # one row per event: the run's parent is a column of `runs list --csv`
