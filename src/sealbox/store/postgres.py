@@ -799,14 +799,25 @@ class PostgresStore(SqliteQueries):
                                    "the database: give the store a schema of its own (the default is sealbox), or "
                                    "allow_public_schema=True to put its tables there anyway")
         folder = Path(path)
-        for name in (CONFIG_NAME, _sq.DB_NAME, KEY_NAME, SECRET_NAME):
-            if os.path.lexists(folder / name):
-                raise StoreError(f"{folder} already holds a {name}: init does not overwrite a store or a key; "
-                                 "create the store in another folder")
         timeout = kwargs.get("lock_timeout", 300.0)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
                 or not timeout >= 0 or timeout == float("inf"):
             raise StoreConfigError(f"lock_timeout must be a finite number of seconds >= 0, not {timeout!r}")
+        if _folder_taken(folder):  # once another init of it in progress is done: what is there
+            with _sq._init_lock(folder, timeout) as waited:
+                raise StoreError(_folder_taken(folder, waited))
+        # the inits of one folder take turns, as SQLite's do (the lock on its parent folder): the second finds
+        # the first one's store, rather than its key alone, and never writes beside it
+        with _sq._init_lock(folder, timeout) as waited:
+            if _folder_taken(folder):  # made by another init, meanwhile
+                raise StoreError(_folder_taken(folder, True))
+            return cls._init_in(folder, url, schema, origin, content, timeout, kwargs)
+
+    @classmethod
+    def _init_in(cls, folder: Path, url: str, schema: str, origin: str | None, content: Any, timeout: float,
+                 kwargs: dict[str, Any]) -> "PostgresStore":
+        """:meth:`init` once no other init of ``folder`` is under way and the folder holds no store."""
+        psycopg = _psycopg()
         store_id = os.urandom(8).hex()
         origin = origin or f"sealbox.local/{store_id}"
         skey, vkey = generate_key(origin)
@@ -843,13 +854,16 @@ class PostgresStore(SqliteQueries):
             raise StoreReadOnlyError(f"cannot create {folder}: {exc.strerror}") from exc
         _sq._require_writable(folder)
         secret = os.urandom(32)
-        written = [folder / n for n in (KEY_NAME, SECRET_NAME, CONFIG_NAME, VKEY_NAME, CHECKPOINT_NAME)]
+        # what this init writes, removed if it does not finish: only the files it created (a checkpoint or a
+        # log.vkey that was there is kept, as is anything another process wrote)
+        written = [folder / n for n in (VKEY_NAME, CHECKPOINT_NAME) if not os.path.lexists(folder / n)]
         store, claimed = None, False
         try:
-            _sq._write_private(folder / KEY_NAME, skey + "\n")
-            _sq._write_private(folder / SECRET_NAME, secret.hex() + "\n")
-            _sq._write_private(folder / CONFIG_NAME, json.dumps({"backend": "postgres", "url": url, "schema": schema},
-                                                                indent=2) + "\n")
+            for name, text in ((KEY_NAME, skey + "\n"), (SECRET_NAME, secret.hex() + "\n"),
+                               (CONFIG_NAME, json.dumps({"backend": "postgres", "url": url, "schema": schema},
+                                                        indent=2) + "\n")):
+                _sq._write_private(folder / name, text)  # O_EXCL: never another's file
+                written.append(folder / name)
             fsync_write(folder / VKEY_NAME, (vkey + "\n").encode())
             store = cls(folder, _create=True, **kwargs)
             from sealbox.redaction import ContentPolicy
@@ -1609,6 +1623,21 @@ def _first_damaged(conn: Any, exc: BaseException) -> DamagedEventError:
             except DamagedEventError as err:
                 return err
         last = rows[-1][0]
+
+
+def _folder_taken(folder: Path, waited: bool = False) -> str:
+    """Why a PostgreSQL init refuses ``folder`` ('' when it does not): it holds a store (its ``postgres.json``,
+    or a SQLite store's ``sealbox.db``: said as :func:`sealbox.store.sqlite._taken_message` says it; ``waited``:
+    another init created it while this one waited), or a key or secret without one."""
+    if os.path.lexists(folder / CONFIG_NAME):
+        return f"{folder} already holds a Sealbox store" + (" (another init created it meanwhile)" if waited else "")
+    if os.path.lexists(folder / _sq.DB_NAME):
+        return _sq._taken_message(folder, waited)
+    for name in (KEY_NAME, SECRET_NAME):
+        if os.path.lexists(folder / name):
+            return (f"{folder} already holds a {name}: init does not overwrite a store or a key; "
+                    "create the store in another folder")
+    return ""
 
 
 def _claim_schema(txn: _PgTxn, schema: str, values: dict[str, str]) -> None:
