@@ -275,6 +275,9 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
     cells = [[visible(_cell(row.get(c))) for c in columns] for row in rows]
     width = _width()
     console = Console(width=width or _UNBOUNDED)
+    if width != 0 and console.width < (3 + NARROW_COLUMN_MIN) * len(columns) + 1:
+        click.echo(_records_text(title, columns, cells), nl=False)  # no room for the columns: a field a line
+        return
     keys = _key_widths(columns, cells, console.width)
     for i, col in enumerate(columns):
         if i in keys:  # an id a person copies into the next command: never cut with an ellipsis
@@ -292,6 +295,26 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
     if width == 0:  # not a terminal, no COLUMNS: as wide as the content, every cell whole on its line
         console = Console(width=max(1, console.measure(table).maximum))
     console.print(table)
+
+
+#: A table whose width leaves a column fewer characters than this (after its borders: "│ " before each cell,
+#: " " after, "│" at the end) is printed one field per line (:func:`_records_text`): rich laid it out as columns
+#: of one or two characters, or, narrower, as a frame of empty columns (``COLUMNS=5 sealbox runs list``).
+NARROW_COLUMN_MIN = 3
+
+
+def _records_text(title: str | None, columns: Sequence[str], cells: list[list[str]]) -> str:
+    """The rows of a table too narrow for its columns: ``column: value`` lines (a value's further lines
+    indented by two spaces; an empty value as ``column:``), rows apart by an empty line, the title above."""
+    out = [] if title is None else [visible(title)]
+    for n, row in enumerate(cells):
+        if n:
+            out.append("")
+        for col, value in zip(columns, row):
+            first, *rest = value.splitlines() or [""]
+            out.append(f"{col}: {first}" if first else f"{col}:")
+            out += ["  " + line for line in rest]
+    return "".join(line + "\n" for line in out)
 
 
 #: A table of more rows than this is written by :func:`_table_text` (the same bytes as rich's layout,
