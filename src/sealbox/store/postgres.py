@@ -1564,6 +1564,15 @@ PostgresStore._runs_sql = _PG_RUNS_SQL
 PostgresStore._contains_sql = "position(?::bytea in {column}) > 0"
 PostgresStore._names_call_sql = ("position(convert_to('\"call_id\":' || to_json(c.call_id)::text, 'UTF8')"
                                 " in e.raw) > 0")
+
+
+def _pg_raw_field_sql(path: str, t: str = "s") -> str:
+    """SqliteQueries._raw_field_sql in PostgreSQL's SQL: the text at ``path`` in event ``t``'s hashed bytes."""
+    *keys, last = path.split(".")
+    return "(" + _SAFE.format(t=t) + "".join(f" -> '{k}'" for k in keys) + f" ->> '{last}')"
+
+
+PostgresStore._raw_field_sql = staticmethod(_pg_raw_field_sql)
 PostgresStore._imported_start_sql = "(" + _J.format(t="s") + " ->> 'imported') IS NOT NULL"
 
 

@@ -164,6 +164,12 @@ class SqliteQueries:
     #: SQL true when event ``e``'s bytes hold ``"call_id":`` then call ``c``'s id as a JSON string (a byte search)
     _names_call_sql: str = ""  # set below (_NAMES_CALL_SQL)
 
+    @staticmethod
+    def _raw_field_sql(path: str, t: str = "s") -> str:
+        """SQL of the text at ``path`` (``payload.agent``, ``ts``) in event ``t``'s hashed bytes, parsed as
+        JSON (NULL where absent): what the query columns copied from it should say."""
+        return f"(CAST({t}.raw AS TEXT) ->> '$.{path}')"
+
     def runs(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Runs, newest first: run_id, agent, principal, parent_run_id, replay_of, snapshot, started_at, last_kind, events."""
         sql = (
@@ -220,7 +226,10 @@ class SqliteQueries:
                 measured 2026-12-05), and without it the query reads none of those columns and
                 no row is flagged ``altered``. With it, ``decision`` and ``error`` also keep a call whose
                 decision / result no longer joins it, or whose result's ``ok`` column disagrees with its bytes,
-                when the hashed bytes pass the filter (flagged ``altered``; :meth:`_altered_filter`).
+                when the hashed bytes pass the filter (flagged ``altered``; :meth:`_altered_filter`), and
+                ``agent``, ``principal`` and ``replays=False`` keep a call whose run's ``run.started`` (its
+                tool.call, for ``principal``) says by its hashed bytes what is asked, its column rewritten
+                (flagged ``altered``).
                 It is not verification either way: ``sealbox verify``
                 (:func:`sealbox.verify.verify_store`) is the full check, and also finds a change
                 that rewrote the stored hash too.
@@ -240,7 +249,8 @@ class SqliteQueries:
                                                    principal=principal, since=since, until=until, decision=decision,
                                                    error=error, match=match, replays=replays,
                                                    template=self._calls_sql, check_altered=check_altered,
-                                                   contains=self._contains_sql, names_call=self._names_call_sql)
+                                                   contains=self._contains_sql, names_call=self._names_call_sql,
+                                                   field=self._raw_field_sql)
         call_rows = _checked_call_rows if check_altered else _call_rows
         # with check_altered, a --decision / --error filter also lets through calls listed without a decision /
         # without a result (the SQL's "OR d.leaf_index IS NULL" ...): kept when a decision / result of their run
@@ -267,7 +277,7 @@ class SqliteQueries:
             rows.reverse()
             self._attach_approvals(rows)
             if check_altered:
-                self._flag_detached(rows)
+                self._flag_detached(rows, agent=agent, replays=replays)
             return rows
         if not check:  # only widened candidates to confirm: rows built in batches, those confirmed before the limit
             try:
@@ -286,7 +296,7 @@ class SqliteQueries:
                 del rows[limit:]
             rows.reverse()
             self._attach_approvals(rows)
-            self._flag_detached(rows)
+            self._flag_detached(rows, agent=agent, replays=replays)
             return rows
         pending: list[dict[str, Any]] = []  # candidates waiting for their approvers (late matches)
         try:
@@ -319,7 +329,7 @@ class SqliteQueries:
         if not late:
             self._attach_approvals(rows)
         if check_altered:
-            self._flag_detached(rows)
+            self._flag_detached(rows, agent=agent, replays=replays)
         return rows
 
     def _altered_filter(self, decision: str | None, error: bool | None) -> Any:
@@ -373,14 +383,25 @@ class SqliteQueries:
 
         return passes
 
-    def _flag_detached(self, rows: list[dict[str, Any]]) -> None:
+    def _flag_detached(self, rows: list[dict[str, Any]], agent: str | None = None, replays: bool = True) -> None:
         """Flag :data:`sealbox.query.ALTERED_FLAG` on a call listed without a decision, or allowed without a
         result, when a ``policy.decision`` / ``tool.result`` of its run names it by its hashed bytes: that
         event's ``call_id`` (or ``kind``) column was rewritten below Sealbox, so it dropped out of its call.
         Such rows are few (a call still running or whose process died; none at all in an intact store);
-        each costs one lookup of its run's events of that kind whose payload names it."""
+        each costs one lookup of its run's events of that kind whose payload names it.
+        Also on a call kept by ``agent`` / ``replays=False`` through its run's run.started's bytes while its
+        ``runs`` row says otherwise (the row's agent / replay_of rewritten below Sealbox: :func:`_calls_query`)."""
         from sealbox.query import ALTERED_FLAG
 
+        if agent is not None:
+            for row in rows:
+                if row["agent"] != agent and ALTERED_FLAG not in row["flags"]:
+                    row["flags"].append(ALTERED_FLAG)
+        if not replays and rows:
+            replayed = {r[0] for r in self._conn().execute("SELECT run_id FROM runs WHERE replay_of IS NOT NULL")}
+            for row in rows:
+                if row["run_id"] in replayed and ALTERED_FLAG not in row["flags"]:
+                    row["flags"].append(ALTERED_FLAG)
         detached = [(row, "policy.decision") for row in rows if row["decision"] is None]
         detached += [(row, "tool.result") for row in rows if row["decision"] == "allow" and row["ok"] is None]
         if not detached:
@@ -523,7 +544,9 @@ class SqliteQueries:
                 has died: :mod:`sealbox.liveness`), ``suspended``, ``ended``, or how it ended: ``ok``,
                 ``error``, ``cancelled``. A run whose status is read from an event changed below Sealbox
                 (``altered``) passes every status filter: its recorded status is not known here.
-            since, until: bounds on ``started_at`` (as in :meth:`query_calls`).
+            since, until: bounds on ``started_at`` (as in :meth:`query_calls`). These filters and ``agent``,
+                ``principal``, ``snapshot`` also pass a run whose ``run.started``'s hashed bytes pass them, its
+                ``runs`` row rewritten below Sealbox (listed as the row says, ``altered``).
             snapshot: a snapshot fingerprint or a prefix of it (``sha256:`` optional).
             labels: ``{"k": "v"}``, ``["k=v", ...]`` or one ``"k=v"``; every label must be present with that value (a
                 label recorded as a number or a boolean compares as its JSON text: ``n=1``, ``ok=true``).
@@ -550,21 +573,29 @@ class SqliteQueries:
             q.check_text(name, value)
         limit = q.check_limit(limit)
         wanted = q.parse_labels(labels)
+        # Each filter on a runs-table column also passes a run whose run.started's hashed bytes say the value
+        # asked for: the column is a copy of them, and one rewritten below Sealbox must not hide the run from
+        # the filter its recorded value passes (listed as the database holds it, marked altered by
+        # _mark_altered, which compares the row with those bytes). One JSON read of each run.started whose
+        # column does not pass (runs are few: one row each).
         where, params = ["1 = 1"], []
-        for sql, value in (("r.agent = ?", agent), ("r.principal = ?", principal)):
+        field = self._raw_field_sql
+        for col, path, value in (("agent", "payload.agent", agent), ("principal", "principal", principal)):
             if value is not None:
-                where.append(sql)
-                params.append(value)
+                where.append(f"(r.{col} = ? OR {field(path)} = ?)")
+                params += [value, value]
         if since is not None:
-            where.append("r.started_at >= ?")
-            params.append(q.parse_time(since, name="since"))
+            where.append(f"(r.started_at >= ? OR {field('ts')} >= ?)")
+            params += [q.parse_time(since, name="since")] * 2
         if until is not None:
-            where.append("r.started_at < ?")
-            params.append(q.parse_time(until, name="until"))
+            where.append(f"(r.started_at < ? OR {field('ts')} < ?)")
+            params += [q.parse_time(until, name="until")] * 2
         if snapshot is not None:
             fp = snapshot if snapshot.startswith("sha256:") else "sha256:" + snapshot
-            where.append("r.snapshot >= ? AND r.snapshot < ?")  # fp has a successor: it starts sha256:
-            params += [fp, q.prefix_upper_bound(fp)]
+            snap = field("payload.snapshot")
+            # fp has a successor: it starts sha256:
+            where.append(f"((r.snapshot >= ? AND r.snapshot < ?) OR ({snap} >= ? AND {snap} < ?))")
+            params += [fp, q.prefix_upper_bound(fp)] * 2
         # The status filter is not SQL on the kind column: a run whose status is read from an event changed
         # below Sealbox (its kind column or bytes rewritten) would drop out of the filter its recorded status
         # passes. Every run of the other filters is read; one whose status does not match is kept when it
@@ -968,14 +999,17 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
                  decision: str | None = None, error: bool | None = None, match: Any = None,
                  replays: bool = True, template: tuple[str, str] | None = None,
                  check_altered: bool = False, contains: str = "instr({column}, ?) > 0",
-                 names_call: str = _NAMES_CALL_SQL) -> tuple:
+                 names_call: str = _NAMES_CALL_SQL, field: Any = None) -> tuple:
     """(sql, params, globs left to confirm, compiled matches) for :meth:`SqliteStore.query_calls`;
     ``template``: (the calls query, the result expression) in another backend's SQL (default SQLite's);
     ``check_altered``: the query also selects :data:`_ALTERED_COLUMNS` (for :func:`_checked_call_rows`) and
     widens the decision and error filters (confirmed by :meth:`SqliteQueries._altered_filter`);
     ``contains``: SQL true when the bytes ``{column}`` hold the bytes of a parameter (the backend's);
-    ``names_call``: SQL true when event ``e``'s bytes hold ``"call_id":`` and call ``c``'s call id as JSON."""
+    ``names_call``: SQL true when event ``e``'s bytes hold ``"call_id":`` and call ``c``'s call id as JSON;
+    ``field``: the backend's :meth:`SqliteQueries._raw_field_sql`."""
     from sealbox import query as q
+
+    field = field or SqliteQueries._raw_field_sql
 
     q.check_choice("decision", decision, q.DECISIONS)
     for name, value in (("tool", tool), ("server", server), ("run_id", run_id), ("agent", agent), ("principal", principal)):
@@ -993,18 +1027,31 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
     # (a byte search, no JSON parsed; confirmed by parsing the bytes)
     effect = ("(d.effect = ? OR d.leaf_index IS NULL OR " + contains.format(column="d.raw") + ")"
               if check_altered else "d.effect = ?")
-    for sql, value in (("c.run_id = ?", run_id), ("r.agent = ?", agent), ("c.principal = ?", principal),
+    # with check_altered, --agent and --principal also pass a call whose run's run.started (the agent) / whose
+    # tool.call (the principal) says the value in its hashed bytes, the column copied from them rewritten below
+    # Sealbox (flagged altered: query_calls, _columns_disagree). The runs are read once (an uncorrelated
+    # subquery: one JSON read per run.started whose agent column does not pass), the tool.call's bytes only
+    # where its principal column does not
+    started = ("SELECT s.run_id FROM runs r2 JOIN events s ON s.leaf_index = r2.leaf_index WHERE "
+               if check_altered else "")
+    agent_sql = (f"(r.agent = ? OR c.run_id IN ({started}{field('payload.agent')} = ?))" if check_altered
+                 else "r.agent = ?")
+    principal_sql = (f"(c.principal = ? OR {field('principal', 'c')} = ?)" if check_altered else "c.principal = ?")
+    for sql, value in (("c.run_id = ?", run_id), (agent_sql, agent), (principal_sql, principal),
                        (effect, decision)):
         if value is not None:
             where.append(sql)
-            params.append(value)
+            params += [value] * sql.count("?")
     if check_altered and decision is not None:
-        params.append(b'"effect":' + json.dumps(decision).encode())
+        params[-1] = b'"effect":' + json.dumps(decision).encode()
     for sql, value, name in (("c.ts >= ?", since, "since"), ("c.ts < ?", until, "until")):
         if value is not None:
             where.append(sql)
             params.append(q.parse_time(value, name=name))
-    if not replays:
+    if not replays and check_altered:  # also a run whose run.started says it is no replay (replay_of rewritten)
+        where.append(f"(r.replay_of IS NULL OR c.run_id IN ({started}r2.replay_of IS NOT NULL AND "
+                     f"{field('payload.replay_of')} IS NULL))")
+    elif not replays:
         where.append("r.replay_of IS NULL")
     if error is not None and check_altered:
         # also a call without a result that was not denied (its result's call_id / kind column rewritten:
