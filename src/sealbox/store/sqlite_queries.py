@@ -164,6 +164,16 @@ class SqliteQueries:
     #: SQL true when event ``e``'s bytes hold ``"call_id":`` then call ``c``'s id as a JSON string (a byte search)
     _names_call_sql: str = ""  # set below (_NAMES_CALL_SQL)
 
+    #: the leaf indexes of events whose hashed bytes start as a ``tool.call``'s while their ``kind`` column names
+    #: a kind other than the call's own events' (rewritten below Sealbox: ``UPDATE events SET kind = 'note'``), among
+    #: those holding a ``tool`` column: through the kind index, reading only the store's events of other kinds
+    #: than calls, decisions and results (runs, approvals, notes...), none of the calls' own
+    _renamed_calls_sql: str = ""  # set below (_RENAMED_CALLS_SQL)
+
+    def _renamed_call_leaves(self) -> list[int]:
+        """:attr:`_renamed_calls_sql`'s leaf indexes, oldest first (none in an intact store)."""
+        return sorted(r[0] for r in self._conn().execute(self._renamed_calls_sql))
+
     @staticmethod
     def _raw_field_sql(path: str, t: str = "s") -> str:
         """SQL of the text at ``path`` (``payload.agent``, ``ts``) in event ``t``'s hashed bytes, parsed as
@@ -194,7 +204,7 @@ class SqliteQueries:
                     agent: str | None = None, principal: str | None = None, since: Any = None, until: Any = None,
                     decision: str | None = None, error: bool | None = None, match: Any = None,
                     limit: int | None = None, replays: bool = True,
-                    check_altered: bool = False) -> list[dict[str, Any]]:
+                    check_altered: bool = False, _leaves: Any = None) -> list[dict[str, Any]]:
         """Every tool call across runs that passes all the filters given, one row per call, oldest
         first (log order: ``ts`` is taken inside the write transaction, so it ascends with it).
 
@@ -229,7 +239,9 @@ class SqliteQueries:
                 when the hashed bytes pass the filter (flagged ``altered``; :meth:`_altered_filter`), and
                 ``agent``, ``principal`` and ``replays=False`` keep a call whose run's ``run.started`` (its
                 tool.call, for ``principal``) says by its hashed bytes what is asked, its column rewritten
-                (flagged ``altered``).
+                (flagged ``altered``). It also lists, flagged ``altered``, an event whose hashed bytes say it
+                is a ``tool.call`` while its ``kind`` column was rewritten to a kind that is not a call's, a
+                decision's or a result's (:meth:`_renamed_call_leaves`).
                 It is not verification either way: ``sealbox verify``
                 (:func:`sealbox.verify.verify_store`) is the full check, and also finds a change
                 that rewrote the stored hash too.
@@ -245,12 +257,33 @@ class SqliteQueries:
         from sealbox.query import check_limit, glob_match
 
         limit = check_limit(limit)
+        if check_altered and _leaves is None:
+            # a tool.call whose kind column was rewritten below Sealbox: no 'tool.call' row to the query; listed
+            # (flagged altered) from its hashed bytes' leaf, merged into the listing in log order
+            # (looked up after the listing's own query: its scattered reads do not evict the pages that one reads)
+            args = dict(tool=tool, server=server, run_id=run_id, agent=agent, principal=principal, since=since,
+                        until=until, decision=decision, error=error, match=match, limit=limit, replays=replays,
+                        check_altered=True)
+            listed = self.query_calls(**args, _leaves=())
+            leaves = self._renamed_call_leaves()
+            if not leaves:
+                return listed
+            from sealbox.query import ALTERED_FLAG
+
+            extra = self.query_calls(**args, _leaves=leaves)
+            for row in extra:
+                if ALTERED_FLAG not in row["flags"]:
+                    row["flags"].append(ALTERED_FLAG)
+            merged = sorted(listed + extra, key=lambda r: str(r["ts"]))
+            if limit is not None:
+                del merged[:-limit]
+            return merged
         sql, params, globs, matches = _calls_query(tool=tool, server=server, run_id=run_id, agent=agent,
                                                    principal=principal, since=since, until=until, decision=decision,
                                                    error=error, match=match, replays=replays,
                                                    template=self._calls_sql, check_altered=check_altered,
                                                    contains=self._contains_sql, names_call=self._names_call_sql,
-                                                   field=self._raw_field_sql)
+                                                   field=self._raw_field_sql, leaves=_leaves or None)
         call_rows = _checked_call_rows if check_altered else _call_rows
         # with check_altered, a --decision / --error filter also lets through calls listed without a decision /
         # without a result (the SQL's "OR d.leaf_index IS NULL" ...): kept when a decision / result of their run
@@ -972,6 +1005,20 @@ ORDER BY c.leaf_index DESC
 _NAMES_CALL_SQL = "instr(e.raw, CAST('\"call_id\":' || json_quote(c.call_id) AS BLOB)) > 0"
 SqliteQueries._names_call_sql = _NAMES_CALL_SQL
 
+
+def _renamed_calls_sql(indexed: str, starts: str) -> str:
+    """:attr:`SqliteQueries._renamed_calls_sql` in a backend's SQL: ``indexed`` the index clause (SQLite's
+    INDEXED BY), ``starts`` SQL true when ``raw`` starts as a tool.call's canonical bytes. Four ranges of the
+    kind index, around the calls', decisions' and results' kinds (an index range each, no row of theirs read)."""
+    ranges = ("kind < 'policy.decision'", "kind > 'policy.decision' AND kind < 'tool.call'",
+              "kind > 'tool.call' AND kind < 'tool.result'", "kind > 'tool.result'")
+    return " UNION ALL ".join(f"SELECT leaf_index FROM events {indexed} WHERE {r} AND tool IS NOT NULL AND {starts}"
+                              for r in ranges)
+
+
+SqliteQueries._renamed_calls_sql = _renamed_calls_sql(
+    "INDEXED BY events_kind_ts", "substr(raw, 1, 20) = CAST('{\"kind\":\"tool.call\",' AS BLOB)")
+
 #: The kinds that move a run between running, suspended and ended: its status is the newest of them
 #: (approval.answered / approval.expired come after run.suspended and leave the run suspended).
 _LIFECYCLE = "'run.started', 'run.suspended', 'run.resumed', 'run.ended'"
@@ -999,14 +1046,15 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
                  decision: str | None = None, error: bool | None = None, match: Any = None,
                  replays: bool = True, template: tuple[str, str] | None = None,
                  check_altered: bool = False, contains: str = "instr({column}, ?) > 0",
-                 names_call: str = _NAMES_CALL_SQL, field: Any = None) -> tuple:
+                 names_call: str = _NAMES_CALL_SQL, field: Any = None, leaves: Any = None) -> tuple:
     """(sql, params, globs left to confirm, compiled matches) for :meth:`SqliteStore.query_calls`;
     ``template``: (the calls query, the result expression) in another backend's SQL (default SQLite's);
     ``check_altered``: the query also selects :data:`_ALTERED_COLUMNS` (for :func:`_checked_call_rows`) and
     widens the decision and error filters (confirmed by :meth:`SqliteQueries._altered_filter`);
     ``contains``: SQL true when the bytes ``{column}`` hold the bytes of a parameter (the backend's);
     ``names_call``: SQL true when event ``e``'s bytes hold ``"call_id":`` and call ``c``'s call id as JSON;
-    ``field``: the backend's :meth:`SqliteQueries._raw_field_sql`."""
+    ``field``: the backend's :meth:`SqliteQueries._raw_field_sql`; ``leaves``: the calls are the events at
+    these leaf indexes (:meth:`SqliteQueries._renamed_call_leaves`), not the ``tool.call`` rows."""
     from sealbox import query as q
 
     field = field or SqliteQueries._raw_field_sql
@@ -1018,6 +1066,8 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
     q.check_flag("replays", replays)
     matches = q.compile_matches(match)
     where, params, globs = ["c.kind = 'tool.call'"], [], []
+    if leaves:
+        where, params = [f"c.leaf_index IN ({', '.join('?' * len(leaves))})"], [int(leaf) for leaf in leaves]
     for col, pattern in (("tool", tool), ("server", server)):
         if pattern is not None:
             globs += _glob_terms(col, pattern, where, params)
