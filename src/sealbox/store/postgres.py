@@ -1574,6 +1574,8 @@ def _pg_raw_field_sql(path: str, t: str = "s") -> str:
 
 
 PostgresStore._raw_field_sql = staticmethod(_pg_raw_field_sql)
+PostgresStore._starts_sql = staticmethod(
+    lambda column, text: f"substring({column} from 1 for {len(text.encode())}) = convert_to('{text}', 'UTF8')")
 PostgresStore._renamed_calls_sql = _renamed_calls_sql(
     "", "substring(raw from 1 for 20) = convert_to('{\"kind\":\"tool.call\",', 'UTF8')")
 PostgresStore._imported_start_sql = "(" + _J.format(t="s") + " ->> 'imported') IS NOT NULL"

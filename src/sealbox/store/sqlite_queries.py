@@ -175,6 +175,11 @@ class SqliteQueries:
         return sorted(r[0] for r in self._conn().execute(self._renamed_calls_sql))
 
     @staticmethod
+    def _starts_sql(column: str, text: str) -> str:
+        """SQL true when the bytes ``column`` start with the UTF-8 of ``text`` (a literal: no quote in it)."""
+        return f"substr({column}, 1, {len(text.encode())}) = CAST('{text}' AS BLOB)"
+
+    @staticmethod
     def _raw_field_sql(path: str, t: str = "s") -> str:
         """SQL of the text at ``path`` (``payload.agent``, ``ts``) in event ``t``'s hashed bytes, parsed as
         JSON (NULL where absent): what the query columns copied from it should say."""
@@ -283,7 +288,8 @@ class SqliteQueries:
                                                    error=error, match=match, replays=replays,
                                                    template=self._calls_sql, check_altered=check_altered,
                                                    contains=self._contains_sql, names_call=self._names_call_sql,
-                                                   field=self._raw_field_sql, leaves=_leaves or None)
+                                                   field=self._raw_field_sql, leaves=_leaves or None,
+                                                   starts=self._starts_sql)
         call_rows = _checked_call_rows if check_altered else _call_rows
         # with check_altered, a --decision / --error filter also lets through calls listed without a decision /
         # without a result (the SQL's "OR d.leaf_index IS NULL" ...): kept when a decision / result of their run
@@ -1046,7 +1052,8 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
                  decision: str | None = None, error: bool | None = None, match: Any = None,
                  replays: bool = True, template: tuple[str, str] | None = None,
                  check_altered: bool = False, contains: str = "instr({column}, ?) > 0",
-                 names_call: str = _NAMES_CALL_SQL, field: Any = None, leaves: Any = None) -> tuple:
+                 names_call: str = _NAMES_CALL_SQL, field: Any = None, leaves: Any = None,
+                 starts: Any = None) -> tuple:
     """(sql, params, globs left to confirm, compiled matches) for :meth:`SqliteStore.query_calls`;
     ``template``: (the calls query, the result expression) in another backend's SQL (default SQLite's);
     ``check_altered``: the query also selects :data:`_ALTERED_COLUMNS` (for :func:`_checked_call_rows`) and
@@ -1058,6 +1065,7 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
     from sealbox import query as q
 
     field = field or SqliteQueries._raw_field_sql
+    starts = starts or SqliteQueries._starts_sql
 
     q.check_choice("decision", decision, q.DECISIONS)
     for name, value in (("tool", tool), ("server", server), ("run_id", run_id), ("agent", agent), ("principal", principal)):
@@ -1110,9 +1118,17 @@ def _calls_query(*, tool: str | None = None, server: str | None = None, run_id: 
         # (a byte search of that run's results, through events_run_kind: no JSON parsed, so a damaged event
         # does not fail the listing; held calls are many in a large store, each confirmed here and not by a
         # lookup from Python)
-        where.append("(x.ok = ? OR (x.leaf_index IS NULL AND (d.effect IS NULL OR d.effect <> 'deny') AND EXISTS"
-                     " (SELECT 1 FROM events e WHERE e.run_id = c.run_id AND e.kind = 'tool.result' AND "
-                     + names_call + ")) OR " + contains.format(column="x.raw") + ")")
+        # The run's events are read whatever their kind column says but a call's or a decision's (a result whose
+        # kind column was rewritten, e.g. to 'note': the kind is tested in the events_run_kind index, so only
+        # the run's results and its events of the rarer kinds are read), and the results naming the call by
+        # their call_id column in another run (a result whose run_id column was rewritten; events_call); one of
+        # another kind only when its bytes start as a result's (an approval's bytes name the call too)
+        where.append("(x.ok = ? OR (x.leaf_index IS NULL AND (d.effect IS NULL OR d.effect <> 'deny') AND (EXISTS"
+                     " (SELECT 1 FROM events e WHERE e.run_id = c.run_id AND e.kind <> 'tool.call'"
+                     " AND e.kind <> 'policy.decision' AND (e.kind = 'tool.result' OR "
+                     + starts("e.raw", '{"kind":"tool.result",') + ") AND " + names_call + ") OR EXISTS"
+                     " (SELECT 1 FROM events e WHERE e.call_id = c.call_id AND e.kind = 'tool.result'"
+                     " AND e.run_id <> c.run_id AND " + names_call + "))) OR " + contains.format(column="x.raw") + ")")
         params += [0 if error else 1, b'"ok":false' if error else b'"ok":true']
     elif error is not None:
         where.append("x.ok = ?")
