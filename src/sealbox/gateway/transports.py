@@ -338,6 +338,8 @@ class BearerAuth:
         #: the ids of the sessions still open (the SDK's), or None when they cannot be known: a session that
         #: ends without a DELETE (its idle timeout; the client went away) is forgotten here when the next opens
         self.sessions = sessions
+        #: ``mcp-session-id`` -> the ids (as ``str(id)``, the SDK's key) of its POSTed requests being served
+        self._ids_in_flight: dict[str, set[str]] = {}
 
     def identity(self, header: str | None) -> str | None:
         matched = self._match(header)
@@ -542,9 +544,31 @@ class BearerAuth:
         else:
             app_send = send_noting_sessions
         if not opening:
+            app_receive = receive_noting_disconnect
+            in_flight: set[str] | None = None
+            request_key: str | None = None
+            if session_id is not None and method == "POST":
+                # the SDK keys each POST's answer stream by str(id): a request whose id is in flight on the session
+                # took the first one's stream (never answered: its connection and the session held for good)
+                read, app_receive = await _read_ahead(receive_noting_disconnect, self.max_body_bytes)
+                request_id = _request_id(read)
+                if request_id is not None:
+                    request_key = str(request_id)
+                    in_flight = self._ids_in_flight.setdefault(session_id, set())
+                    if request_key in in_flight:
+                        await _send_error(send, 400, codes.MALFORMED_REQUEST, f"request id {request_key} is already "
+                                          "in flight on this session (a JSON-RPC id is not reused while its request "
+                                          "is unanswered): nothing of this request was recorded or carried out",
+                                          request_id=request_id)
+                        return
+                    in_flight.add(request_key)
             try:
-                await self.app(scope, receive_noting_disconnect, app_send)
+                await self.app(scope, app_receive, app_send)
             finally:
+                if in_flight is not None:
+                    in_flight.discard(request_key)  # type: ignore[arg-type]
+                    if not in_flight and self._ids_in_flight.get(session_id) is in_flight:
+                        del self._ids_in_flight[session_id]  # type: ignore[arg-type]
                 if self.discard is not None:
                     for sid in refused_sessions:
                         await self.discard(sid)
@@ -724,15 +748,56 @@ def _listed(value: str | None, allowed: list[str]) -> bool:
 
 
 async def _send_error(send: Any, status: int, code: int, message: str, data: Any = None,
-                      headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    """Answer HTTP ``status`` with a JSON-RPC error body (null id): what MCP clients read."""
+                      headers: tuple[tuple[bytes, bytes], ...] = (), request_id: Any = None) -> None:
+    """Answer HTTP ``status`` with a JSON-RPC error body (the request's id, else null): what MCP clients read."""
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
-    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _read_ahead(receive: Any, limit: int | None) -> tuple[bytes | None, Any]:
+    """Read a POST's body before the app does: ``(body, receive)``, ``receive`` giving the app the messages
+    read, then reading on. ``body`` is None when the body is larger than ``limit`` (the SDK refuses it: 413)
+    or the client went away before it was whole."""
+    read: list[Any] = []
+    size, whole = 0, False
+    while True:
+        message = await receive()
+        read.append(message)
+        if message.get("type") != "http.request":
+            break
+        size += len(message.get("body") or b"")
+        if limit is not None and size > limit:
+            break
+        if not message.get("more_body"):
+            whole = True
+            break
+
+    async def replay() -> Any:
+        return read.pop(0) if read else await receive()
+
+    body = b"".join(m.get("body") or b"" for m in read) if whole else None
+    return body, replay
+
+
+def _request_id(body: bytes | None) -> Any:
+    """The id of the JSON-RPC request ``body`` holds (a string or an integer), or None (not a request, not
+    JSON, an id of another kind: the SDK answers those)."""
+    if not body:
+        return None
+    try:
+        message = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return None
+    request_id = message.get("id")
+    return request_id if isinstance(request_id, str) or (isinstance(request_id, int)
+                                                         and not isinstance(request_id, bool)) else None
 
 
 def _may_open_session(headers: dict[str, str]) -> bool:

@@ -1,0 +1,80 @@
+"""A JSON-RPC request id reused on an HTTP session while its first request is still in flight.
+
+The SDK's streamable HTTP transport keys each POST's answer stream by ``str(id)``: a second request with an id
+(or the same id as a string) in flight on the session replaced the first one's stream, so the first POST was
+never answered (its connection held open for good, and the session, with a request in flight, never idled
+out) and the second was handed whichever of the two answers came first."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import httpx2
+import pytest
+
+from sealbox.gateway import MALFORMED_REQUEST, Gateway
+from sealbox.gateway.transports import serve_http
+
+from .conftest import gateway_runs, kinds, toy_config, toy_log
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "t0ken-for-the-tests-0123456789"
+HTTP = f"http:\n  tokens:\n    - {{token: {TOKEN}, identity: ci-bot}}\n"
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}
+AUTH = {"accept": "application/json, text/event-stream", "content-type": "application/json",
+        "authorization": f"Bearer {TOKEN}"}
+
+
+def _sse_message(text: str) -> dict:
+    [data] = [line[len("data: "):] for line in text.splitlines() if line.startswith("data: ") and len(line) > 6]
+    return json.loads(data)
+
+
+def _call(request_id: object, seconds: float) -> dict:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+            "params": {"name": "toy__slow", "arguments": {"seconds": seconds}}}
+
+
+async def test_a_request_id_in_flight_on_the_session_is_refused_and_both_calls_get_their_own_answers(
+        tmp_path, store):
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    answers: dict[str, httpx2.Response] = {}
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with httpx2.AsyncClient(timeout=60) as http:
+            opened = await http.post(url, json=INIT, headers=AUTH)
+            session = {**AUTH, "mcp-session-id": opened.headers["mcp-session-id"],
+                       "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+
+            async def post(name: str, body: dict) -> None:
+                answers[name] = await http.post(url, json=body, headers=session)
+
+            with anyio.fail_after(60):
+                async with anyio.create_task_group() as calls:
+                    calls.start_soon(post, "first", _call(7, 1.5))
+                    for _ in range(200):  # the first call has reached the upstream
+                        if toy_log(tmp_path):
+                            break
+                        await anyio.sleep(0.05)
+                    calls.start_soon(post, "same id", _call(7, 0.1))
+                    calls.start_soon(post, "same id as a string", _call("7", 0.1))
+            after = await http.post(url, json=_call(7, 0.1), headers=session)  # once answered, the id is free
+        tg.cancel_scope.cancel()
+    first = _sse_message(answers["first"].text)
+    assert (first["id"], first["result"]["content"][0]["text"]) == (7, "slow done")
+    for name, request_id in (("same id", 7), ("same id as a string", "7")):
+        refused = answers[name]
+        assert (refused.status_code, refused.headers["content-type"]) == (400, "application/json"), name
+        assert refused.json() == {"jsonrpc": "2.0", "id": request_id, "error": {
+            "code": MALFORMED_REQUEST, "message": "request id 7 is already in flight on this session (a JSON-RPC "
+            "id is not reused while its request is unanswered): nothing of this request was recorded or "
+            "carried out"}}
+    assert _sse_message(after.text)["result"]["content"][0]["text"] == "slow done"
+    assert [e["arguments"]["seconds"] for e in toy_log(tmp_path)] == [1.5, 0.1]
+    [run_id] = gateway_runs(store)
+    assert [k for _, k in kinds(store, run_id)].count("tool.call") == 2
