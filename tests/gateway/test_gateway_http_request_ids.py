@@ -78,3 +78,29 @@ async def test_a_request_id_in_flight_on_the_session_is_refused_and_both_calls_g
     assert [e["arguments"]["seconds"] for e in toy_log(tmp_path)] == [1.5, 0.1]
     [run_id] = gateway_runs(store)
     assert [k for _, k in kinds(store, run_id)].count("tool.call") == 2
+
+
+async def test_a_null_run_id_in_meta_is_an_unknown_run_not_the_sessions_own(tmp_path, store):
+    """``_meta["sealbox/run_id"]: null`` (a TypeScript client whose run id was never set: ``let runId = null``;
+    the Python SDK drops a None) was read as no run id, as ``""`` was before: the call was recorded, and
+    forwarded, in the session's own run instead of the run the client meant."""
+    from sealbox.gateway import UNKNOWN_RUN
+
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with httpx2.AsyncClient(timeout=60) as http:
+            opened = await http.post(url, json=INIT, headers=AUTH)
+            session = {**AUTH, "mcp-session-id": opened.headers["mcp-session-id"],
+                       "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "toy__echo", "arguments": {"text": "where"}, "_meta": {"sealbox/run_id": None}}}
+            answer = await http.post(url, json=call, headers=session)
+        tg.cancel_scope.cancel()
+    assert _sse_message(answer.text) == {"jsonrpc": "2.0", "id": 2, "error": {
+        "code": UNKNOWN_RUN, "message": "_meta['sealbox/run_id'] must be a non-empty string, not null "
+                                        "(leave the key out for the session's own run)"}}
+    assert gateway_runs(store) == [] and toy_log(tmp_path) == []
+

@@ -909,6 +909,9 @@ class Gateway:
 
     async def _run_for(self, ctx: Any, meta: Any, principal: str) -> RunContext:
         named = _meta_get(meta, RUN_ID_META_KEY)
+        if named is None and _meta_names(meta, RUN_ID_META_KEY):  # a run id never set (null), not "no run"
+            raise _mcp_error()(codes.UNKNOWN_RUN, f"_meta[{RUN_ID_META_KEY!r}] must be a non-empty string, not null "
+                               "(leave the key out for the session's own run)")
         run_id = named if named is not None else self.default_run_id
         if run_id is not None:
             if not isinstance(run_id, str):
@@ -2591,6 +2594,15 @@ def _meta_get(meta: Any, key: str) -> Any:
         return meta.get(key)
     extra = getattr(meta, "model_extra", None) or {}
     return extra.get(key, getattr(meta, key, None) if key.isidentifier() else None)
+
+
+def _meta_names(meta: Any, key: str) -> bool:
+    """Whether ``meta`` has ``key`` at all (its value may be null)."""
+    if meta is None:
+        return False
+    if isinstance(meta, dict):
+        return key in meta
+    return key in (getattr(meta, "model_extra", None) or {})
 
 
 def _progress_forwarder(ctx: Any) -> Any:
