@@ -104,3 +104,36 @@ async def test_a_null_run_id_in_meta_is_an_unknown_run_not_the_sessions_own(tmp_
                                         "(leave the key out for the session's own run)"}}
     assert gateway_runs(store) == [] and toy_log(tmp_path) == []
 
+
+async def test_a_null_step_or_call_id_of_a_joined_call_is_malformed_not_an_unlinked_call(tmp_path, store):
+    """``_meta["sealbox/step"]: null`` or ``"sealbox/call_id": null`` on a joined call (a client whose step was never
+    set) was read as no step: the call was recorded at a new top-level step, not linked to the model call that
+    requested it, as no other key of the wrong shape is."""
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder
+
+    agent_run = Recorder(store, ALLOW_ALL).run(agent="sdk-agent", principal="agent:sdk")
+    agent_run.start()
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    answers = []
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with httpx2.AsyncClient(timeout=60) as http:
+            opened = await http.post(url, json=INIT, headers=AUTH)
+            session = {**AUTH, "mcp-session-id": opened.headers["mcp-session-id"],
+                       "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            for request_id, meta in ((2, {"sealbox/step": None}), (3, {"sealbox/call_id": None, "sealbox/step": "2.1"})):
+                call = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {
+                    "name": "toy__echo", "arguments": {"text": "where"},
+                    "_meta": {"sealbox/run_id": agent_run.run_id, **meta}}}
+                answers.append(_sse_message((await http.post(url, json=call, headers=session)).text))
+        tg.cancel_scope.cancel()
+    assert answers == [
+        {"jsonrpc": "2.0", "id": 2, "error": {"code": MALFORMED_REQUEST, "message": "_meta['sealbox/step'] must be a "
+                                              "tool call's step '<model step>.<i>' (e.g. '4.1'), not null"}},
+        {"jsonrpc": "2.0", "id": 3, "error": {"code": MALFORMED_REQUEST, "message": "_meta['sealbox/call_id'] must be a "
+                                              "non-empty string of at most 256 characters without a NUL character "
+                                              "(\\x00)"}}]
+    assert [e.kind for e in store.read_run(agent_run.run_id)] == ["run.started"] and toy_log(tmp_path) == []

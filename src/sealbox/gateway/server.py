@@ -1136,6 +1136,8 @@ class Gateway:
 
         call_id = _meta_get(meta, CALL_ID_META_KEY)
         step = _meta_get(meta, STEP_META_KEY)
+        if call_id is None and _meta_names(meta, CALL_ID_META_KEY):  # null: a call id never set, not "no call id"
+            call_id = ""
         if call_id is not None and (not isinstance(call_id, str) or not call_id or len(call_id) > _MAX_CALL_ID
                                     or "\x00" in call_id):  # no store keeps a NUL in an identifier
             raise MCPError(codes.MALFORMED_REQUEST,
@@ -1144,11 +1146,11 @@ class Gateway:
         if call_id is not None and call_id in run._call_ids:  # the recorder would refuse it (a ConfigError)
             raise MCPError(codes.MALFORMED_REQUEST, f"_meta[{CALL_ID_META_KEY!r}] = {call_id!r}: a call of run "
                            f"{run.run_id} was already recorded with that id")
-        if step is None:
+        if step is None and not _meta_names(meta, STEP_META_KEY):  # null: a step never set, not "no step"
             return call_id
         if not is_call_step(step):
             raise MCPError(codes.MALFORMED_REQUEST, f"_meta[{STEP_META_KEY!r}] must be a tool call's step "
-                           f"'<model step>.<i>' (e.g. '4.1'), not {step!r}")
+                           f"'<model step>.<i>' (e.g. '4.1'), not {'null' if step is None else repr(step)}")
         used = self._linked_steps.setdefault(run.run_id, set())
         if step in used:
             raise MCPError(codes.MALFORMED_REQUEST, f"_meta[{STEP_META_KEY!r}] = {step!r}: a call of run "
