@@ -137,3 +137,43 @@ async def test_a_null_step_or_call_id_of_a_joined_call_is_malformed_not_an_unlin
                                               "non-empty string of at most 256 characters without a NUL character "
                                               "(\\x00)"}}]
     assert [e.kind for e in store.read_run(agent_run.run_id)] == ["run.started"] and toy_log(tmp_path) == []
+
+
+async def test_a_request_id_naming_the_sdks_get_stream_is_refused_and_the_stream_ends_with_its_session(
+        tmp_path, store):
+    """The SDK keeps a session's GET stream under the key ``"_GET_stream"`` among its POSTs' answer streams
+    (keyed by ``str(id)``): a request with that id took the key, and once answered removed it, so the GET
+    stream was no longer the session's (its notifications lost) and outlived the session's DELETE, its
+    connection open for good (pinged every 15 s): one client could leave any number of connections open."""
+    gw = Gateway(toy_config(tmp_path, extra=HTTP), store=store)
+    ended = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(lambda task_status: serve_http(gw, 0, task_status=task_status))
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with httpx2.AsyncClient(timeout=60) as http:
+            opened = await http.post(url, json=INIT, headers=AUTH)
+            session = {**AUTH, "mcp-session-id": opened.headers["mcp-session-id"],
+                       "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+            streaming = anyio.Event()
+
+            async def get_stream() -> None:
+                async with http.stream("GET", url, headers={**session, "accept": "text/event-stream"}) as stream:
+                    assert stream.status_code == 200
+                    streaming.set()
+                    async for _ in stream.aiter_bytes():
+                        pass
+                ended.set()
+
+            tg.start_soon(get_stream)
+            await streaming.wait()
+            answer = await http.post(url, json=_call("_GET_stream", 0.1), headers=session)
+            await http.delete(url, headers=session)
+            with anyio.move_on_after(30):  # the DELETE ends the session's GET stream (the SDK's ping comes every 15 s)
+                await ended.wait()
+        tg.cancel_scope.cancel()
+    assert (answer.status_code, answer.json()) == (400, {"jsonrpc": "2.0", "id": "_GET_stream", "error": {
+        "code": MALFORMED_REQUEST, "message": "request id _GET_stream is the name the MCP SDK's transport gives a "
+                                              "session's GET stream: use another id; nothing of this request was "
+                                              "recorded or carried out"}})
+    assert ended.is_set() and toy_log(tmp_path) == []

@@ -21,7 +21,7 @@ UNKNOWN_TOOL = -32003
 REQUEST_TOO_LARGE = -32004
 #: The request is well-formed JSON-RPC but not a valid ``tools/call`` (no name, arguments not an object…),
 #: or (HTTP) it carries ``Authorization``, ``mcp-session-id`` or ``mcp-protocol-version`` twice, or the id of a request still
-#: in flight on its session, or a joined call names a ``sealbox/step``
+#: in flight on its session (or ``"_GET_stream"``, the SDK's key for a session's GET stream), or a joined call names a ``sealbox/step``
 #: or ``sealbox/call_id`` its run already has a tool call at / with (recorded by any writer of the run: checked in
 #: the write that records the call, docs/gateway.md "Steps of a joined call").
 MALFORMED_REQUEST = -32005

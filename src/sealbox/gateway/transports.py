@@ -554,6 +554,12 @@ class BearerAuth:
                 request_id = _request_id(read)
                 if request_id is not None:
                     request_key = str(request_id)
+                    if request_key == _get_stream_key():  # the SDK's key of the session's GET stream
+                        await _send_error(send, 400, codes.MALFORMED_REQUEST, f"request id {request_key} is the name "
+                                          "the MCP SDK's transport gives a session's GET stream: use another id; "
+                                          "nothing of this request was recorded or carried out",
+                                          request_id=request_id)
+                        return
                     in_flight = self._ids_in_flight.setdefault(session_id, set())
                     if request_key in in_flight:
                         await _send_error(send, 400, codes.MALFORMED_REQUEST, f"request id {request_key} is already "
@@ -759,6 +765,16 @@ async def _send_error(send: Any, status: int, code: int, message: str, data: Any
     await send({"type": "http.response.body", "body": body})
 
 
+def _get_stream_key() -> str:
+    """The key under which the SDK's streamable HTTP transport keeps a session's GET stream, among the answer
+    streams of its POSTs (keyed by ``str(id)``). Imported when first needed (serving: the SDK is loaded)."""
+    try:
+        from mcp.server.streamable_http import GET_STREAM_KEY
+    except ImportError:  # another SDK version
+        return "_GET_stream"
+    return str(GET_STREAM_KEY)
+
+
 async def _read_ahead(receive: Any, limit: int | None) -> tuple[bytes | None, Any]:
     """Read a POST's body before the app does: ``(body, receive)``, ``receive`` giving the app the messages
     read, then reading on. ``body`` is None when the body is larger than ``limit`` (the SDK refuses it: 413)
@@ -789,10 +805,15 @@ def _request_id(body: bytes | None) -> Any:
     JSON, an id of another kind: the SDK answers those)."""
     if not body:
         return None
+    import orjson
+
     try:
-        message = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
+        message = orjson.loads(body)  # ~10x faster than json; what it refuses (a lone surrogate escape) json reads
+    except orjson.JSONDecodeError:
+        try:
+            message = json.loads(body)
+        except (ValueError, RecursionError):
+            return None
     if not isinstance(message, dict) or not isinstance(message.get("method"), str):
         return None
     request_id = message.get("id")
