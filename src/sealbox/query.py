@@ -198,6 +198,7 @@ class Match:
         return any(self._search(v) for v in _values_at(record, self.path))
 
     def _search(self, value: Any) -> bool:
+        value = _untagged(value)
         if isinstance(value, list):
             return any(self._search(item) for item in value)
         if _is_marker(value):
@@ -240,6 +241,30 @@ def _outside_markers(text: str) -> list[str]:
     return [part for part in _IN_STRING_MARKER.split(text) if part]
 
 
+#: Tags (docs/canonical.md) whose payload is the value's own text: searched as that text, so that an
+#: anchored regex finds an id beyond 2**53, a Decimal, a date or a UUID as it finds an int or a string.
+_TEXT_TAGS = frozenset({"$decimal", "$date", "$datetime", "$datetime_naive", "$time", "$uuid", "$float"})
+
+
+def _untagged(value: Any) -> Any:
+    """``value`` as a regex searches it when it is one of the encoder's tags of a plain value: an
+    integer beyond 2**53 (``{"$bigint": "…"}``) as that int, a ``$decimal`` / ``$date`` / ``$datetime``
+    / ``$time`` / ``$uuid`` / ``$float`` as its text, a ``$set`` as the list of its items; anything
+    else as it is."""
+    if isinstance(value, dict) and len(value) == 1:
+        (tag, inner), = value.items()
+        if tag == "$bigint" and isinstance(inner, str):
+            try:
+                return int(inner)  # an int's JSON text: its digits, unquoted inside a dict's too
+            except ValueError:  # not digits, or past Python's 4,300-digit limit: its text
+                return inner
+        if tag in _TEXT_TAGS and isinstance(inner, str):
+            return inner
+        if tag == "$set" and isinstance(inner, list):
+            return inner
+    return value
+
+
 def _bytes_as_text(value: Any) -> Any:
     """``value`` with every stored ``{"$bytes": base64}`` (bytes a tool took or returned: the output of
     ``subprocess.check_output``) as the text of its bytes, UTF-8 (a byte that is not as ``\\xNN``), for
@@ -250,6 +275,9 @@ def _bytes_as_text(value: Any) -> Any:
                 return base64.b64decode(value["$bytes"].encode("ascii"), validate=True).decode("utf-8", "backslashreplace")
             except (ValueError, UnicodeEncodeError):  # not base64: not bytes Sealbox stored; searched as it is
                 return value
+        plain = _untagged(value)
+        if plain is not value:
+            return _bytes_as_text(plain)
         return {k: _bytes_as_text(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_bytes_as_text(v) for v in value]
