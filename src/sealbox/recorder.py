@@ -757,8 +757,12 @@ def _links_of(events: list) -> dict[str, str]:
 def _undecorated(fn: Any) -> Any:
     """The function a ``@recorder.tool`` wrapper calls, when ``fn`` is one (bound to its instance for a
     method): given to ``call_tool``, the wrapper would record the same call a second time, into the
-    current run, which is the caller's. Anything else as it is."""
+    current run, which is the caller's. A ``functools.partial`` of one (``partial(tool, conn=...)``) is the
+    same partial of that function. Anything else as it is."""
     mark = getattr(fn, "_sealbox_tool", None)
+    if mark is None and type(fn) is functools.partial:  # partial(partial(tool, a), b) is flattened by partial
+        inner = _undecorated(fn.func)
+        return fn if inner is fn.func else functools.partial(inner, *fn.args, **fn.keywords)
     target = fn.__func__ if inspect.ismethod(fn) else fn
     # the wrapper itself, not another function functools.wraps copied the mark onto (a retry around it)
     if not (isinstance(mark, tuple) and len(mark) == 2 and mark[0] is target):

@@ -628,3 +628,40 @@ def test_a_function_wrapping_a_decorated_tool_given_to_call_tool_still_runs_its_
     assert tries == [{"x": 1}]
     assert _calls(store, run) == [("2", "tool.call", "q"), ("3", "tool.call", "q"), ("3", "tool.result", None),
                                   ("2", "tool.result", None)]
+
+
+def test_a_partial_of_a_decorated_tool_given_to_call_tool_is_recorded_once(store):
+    # was: run.call_tool("db", "q", {...}, functools.partial(q, conn=...)) with q decorated recorded two
+    # tool calls, the second nested in the first (steps 2 and 3, two decisions: a policy denying db/q
+    # under the decorated name made the outer call fail ToolDenied after it was allowed), as giving q
+    # itself did before; a partial of a partial and of a decorated method the same
+    recorder = Recorder(store, policy=ALLOW_ALL)
+    seen = []
+
+    @recorder.tool("db")
+    def q(query: str, conn: str = "main") -> str:
+        seen.append((query, conn))
+        return f"{query}@{conn}"
+
+    @recorder.tool("db")
+    async def aq(query: str, conn: str = "main") -> str:
+        seen.append((query, conn))
+        return f"{query}@{conn}"
+
+    class Repo:
+        @recorder.tool("db")
+        def read(self, table: str, limit: int = 1) -> str:
+            seen.append((table, limit))
+            return table
+
+    with recorder.run(agent="a") as run:
+        assert run.call_tool("db", "q", {"query": "SELECT"}, functools.partial(q, conn="replica")) == "SELECT@replica"
+        assert run.call_tool("db", "q", {}, functools.partial(functools.partial(q, conn="r2"), "X")) == "X@r2"
+        assert asyncio.run(run.acall_tool("db", "aq", {"query": "A"}, functools.partial(aq, conn="c"))) == "A@c"
+        assert run.call_tool("db", "read", {"table": "t"}, functools.partial(Repo().read, limit=5)) == "t"
+    assert seen == [("SELECT", "replica"), ("X", "r2"), ("A", "c"), ("t", 5)]
+    assert _calls(store, run) == [("2", "tool.call", "q"), ("2", "tool.result", None),
+                                  ("3", "tool.call", "q"), ("3", "tool.result", None),
+                                  ("4", "tool.call", "aq"), ("4", "tool.result", None),
+                                  ("5", "tool.call", "read"), ("5", "tool.result", None)]
+    assert sealbox.verify_store(store).ok
