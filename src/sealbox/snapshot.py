@@ -30,6 +30,7 @@ import os
 import re
 import stat
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,15 @@ class Snapshot:
     limits: dict[str, Any] = field(default_factory=dict)
     policy: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # ``tools=(ToolSpec(...) for t in registry)``, a generator expression that reads like a tuple, or a
+        # map(...): read once, by the first to_dict(), it was empty from then on, so the run pinned no tools
+        # and ``fingerprint`` named that empty snapshot. Such an iterator is kept as the tuple of its items.
+        for name in ("knowledge", "skills", "tools"):
+            value = getattr(self, name)
+            if isinstance(value, Iterator):
+                object.__setattr__(self, name, tuple(value))
 
     def to_dict(self) -> dict[str, Any]:
         """Strict JSON form (the canonical bytes are those of this dict)."""

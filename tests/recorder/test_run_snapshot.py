@@ -213,3 +213,24 @@ def test_skills_given_as_one_string_or_a_dict_are_refused_by_run(store, skills):
     with Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=Snapshot(skills=["refunds"])) as run:
         pass
     assert store.get_snapshot(_pinned(store, run))["skills"] == ["refunds"]
+
+
+def test_a_snapshot_given_its_tools_as_a_generator_pins_every_tool(store):
+    # was: Snapshot(tools=(ToolSpec(...) for t in registry)) -- a generator expression, which reads like a
+    # tuple -- was read once by the first to_dict() and then was empty: the run pinned a snapshot with
+    # "tools": [] and snap.fingerprint named that empty one, silently. The same for knowledge and skills.
+    registry = [("db", "read_query"), ("db", "write_query")]
+    docs = {"a.md": b"x", "b.md": b"y"}
+    as_tuples = Snapshot(tools=tuple(ToolSpec(s, n) for s, n in registry),
+                         knowledge=tuple(Knowledge.from_bytes(u, d) for u, d in docs.items()), skills=("a", "b"))
+    snap = Snapshot(tools=(ToolSpec(s, n) for s, n in registry),
+                    knowledge=map(lambda item: Knowledge.from_bytes(*item), docs.items()),
+                    skills=(s for s in ("a", "b")))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="s", snapshot=snap) as run:
+        pass
+    stored = store.get_snapshot(_pinned(store, run))
+    assert [(t["server"], t["name"]) for t in stored["tools"]] == registry
+    assert [k["uri"] for k in stored["knowledge"]] == ["a.md", "b.md"]
+    assert stored["skills"] == ["a", "b"]
+    assert _pinned(store, run) == snap.fingerprint == as_tuples.fingerprint
+    assert snap.to_dict() == as_tuples.to_dict()
