@@ -923,6 +923,8 @@ class Redactor:
                     return tagged
             if self._names_a_key(value):
                 return self._named_members(value, path, changed)
+            if value.get("type") == "object" and type(value.get("properties")) is dict:
+                return self._schema(value, path, changed)
             return {self._scrub_key(k, changed): self._member(k, v, path, changed) for k, v in value.items()}
         if type(value) is list:
             if len(value) == 2 and type(value[0]) is str and value[1] is not None and _norm_key(value[0]) in self._keys:
@@ -1013,6 +1015,24 @@ class Redactor:
             if type(v) is str and type(k) is str and k.lower() in _NAME_MEMBERS and _norm_key(v) in self._keys:
                 return True
         return False
+
+    def _schema(self, value: dict, path: list[str], changed: list[bool]) -> dict:
+        """A JSON Schema of an object (a tool's parameters in a model request, an MCP ``inputSchema``): its
+        ``properties`` name parameters, so a parameter named ``password`` holds its schema (``{"type":
+        "string", "description": …}``), no secret: each member that is an object is walked as content, not
+        redacted whole (which also made the run take ``string`` for a redacted value, to scrub from all it
+        recorded later). A member that is no object is a value under that name, redacted as usual."""
+        out = {}
+        for k, v in value.items():
+            if k == "properties":
+                sub = path + [k]
+                out[self._scrub_key(k, changed)] = {
+                    self._scrub_key(name, changed): (self._walk(schema, sub + [name], changed) if type(schema) is dict
+                                                     else self._member(name, schema, sub, changed))
+                    for name, schema in v.items()}
+            else:
+                out[self._scrub_key(k, changed)] = self._member(k, v, path, changed)
+        return out
 
     def _named_members(self, value: dict, path: list[str], changed: list[bool]) -> dict:
         """A dict that :meth:`_names_a_key`: its ``value`` member (any case; not None) as a marker, the
