@@ -1367,7 +1367,17 @@ def _strings(value: Any, found: set[str]) -> None:
                         if tag == "$badstr" and shown != text:
                             found.add(text)  # as a result or later content holds it (scrub_values_in)
                     continue
+                if tag in _TAG_WORDS and type(inner) is dict:
+                    # the tag's own words (a $lossy's reason "unsupported", a class name) are no content of
+                    # the value: remembered, every later "unsupported" of the run would become a marker
+                    stack.extend(x for k, x in inner.items() if k not in _TAG_WORDS[tag])
+                    continue
             stack.extend(v.values())
+
+
+#: The members of the canonical encoder's tags (docs/canonical.md) that describe the value rather than
+#: hold it: left out of the strings a redacted value is remembered by (:func:`_strings`).
+_TAG_WORDS = {"$lossy": ("reason", "type"), "$pydantic": ("type",), "$dataclass": ("type",), "$enum": ("type",)}
 
 
 def _decoded_text(tag: str, b64: str) -> str | None:
