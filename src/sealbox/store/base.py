@@ -274,7 +274,8 @@ class EventBuilder:
             if name in payload:
                 value = payload[name]
                 data = canonical_bytes_encoded(value, floats=floats, finite=True, bounded=bounded)  # once: the redaction check, the size
-                if b"$" in data and (b'"$blob"' in data or b'"$cons"' in data or b'"$redacted"' in data):
+                if 0x24 in data and (data.find(b'"$blob"') != -1 or data.find(b'"$cons"') != -1  # 0x24: "$" (an int: no
+                                     or data.find(b'"$redacted"') != -1):  # TypeError made as ``b"$" in`` does)
                     escaped = _store_tags_escaped(value)
                     if escaped is not value:  # {"$esc": ...} adds levels: the depth is checked again from here
                         bounded = False
