@@ -1144,7 +1144,12 @@ class RunContext:
             self._links[_provider_call_id(call_id)] = step
 
     def _draft(self, kind: str, payload: dict[str, Any], step: str) -> EventDraft:
-        return EventDraft(kind, payload, run_id=self.run_id, principal=self.principal.id, step=step)
+        """``EventDraft(kind, payload, run_id=..., principal=..., step=step)`` without the frozen
+        dataclass's ``__init__`` (one ``object.__setattr__`` per field), as the store's ``_new_event``
+        makes an Event: the same instance, equal and frozen (tests/recorder/test_draft_construction.py)."""
+        draft = _object_new(EventDraft)
+        draft.__dict__.update(kind=kind, payload=payload, run_id=self.run_id, principal=self.principal.id, step=step)
+        return draft
 
     def _append(self, drafts: list[EventDraft], sync: bool = True) -> list:
         if self.replay is not None:  # compared with the record before anything is written
@@ -2931,6 +2936,9 @@ def _attach_note(exc: BaseException, text: str) -> None:
         exc.add_note(text)
     except Exception:  # noqa: BLE001 - the exception in flight matters more than the note
         pass
+
+
+_object_new = object.__new__
 
 
 def _provider_call_id(call_id: Any) -> Any:
