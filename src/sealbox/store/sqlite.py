@@ -175,8 +175,10 @@ class _Txn:
     ``executemany`` each by :meth:`flush`, just before COMMIT.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, cur: sqlite3.Cursor | None = None) -> None:
         self.conn = conn
+        #: what the transaction's writes (:meth:`flush`, :meth:`put_blob`) run on: the writer's cursor
+        self._cur = conn if cur is None else cur
         self._size: int | None = None
         self._heads: dict[str, tuple[int, bytes, str]] = {}
         self._nodes: dict[tuple[int, int], bytes] = {}
@@ -289,11 +291,11 @@ class _Txn:
         if self._events:
             stored = 0
             for sql, rows in _event_groups(self._events):
-                stored += self.conn.executemany(sql, rows).rowcount
+                stored += self._cur.executemany(sql, rows).rowcount
             _check_inserted(stored, len(self._events), "events")
             self._events = []
         if self._node_rows:
-            cur = self.conn.executemany("INSERT INTO tree_nodes (level, idx, hash) VALUES (?, ?, ?)",
+            cur = self._cur.executemany("INSERT INTO tree_nodes (level, idx, hash) VALUES (?, ?, ?)",
                                         [(lv, i, bytearray(h)) for lv, i, h in self._node_rows])
             _check_inserted(cur.rowcount, len(self._node_rows), "tree_nodes")
             self._node_rows = []
@@ -302,7 +304,7 @@ class _Txn:
         if ref in self._blobs:  # inserted already (the same ref is the same content: its commitment)
             return
         self._blobs.add(ref)
-        self.conn.execute(
+        self._cur.execute(
             "INSERT OR IGNORE INTO blobs (ref, salt, content, size) VALUES (?, ?, ?, ?)",
             (ref, bytearray(salt), bytearray(content), len(content)),
         )
@@ -1189,7 +1191,7 @@ class SqliteStore(SqliteQueries):
             self._restore_busy(conn)
         return conn
 
-    def _restore_busy(self, conn: sqlite3.Connection) -> None:
+    def _restore_busy(self, conn: "sqlite3.Connection | sqlite3.Cursor") -> None:
         """Put back the usual ``busy_timeout`` a no_wait() write left at 0."""
         conn.execute(self._busy_pragma)
         self._local.busy_zero = False
@@ -1397,16 +1399,21 @@ class SqliteStore(SqliteQueries):
             ckpt.stop()
 
     def _write_txn(self, conn: sqlite3.Connection, fn: Callable[[_Txn], Any]) -> Any:
-        self._begin(conn)
+        # one cursor runs the transaction's own statements (BEGIN, data_version, blob and row inserts,
+        # COMMIT): a Connection.execute makes and frees a cursor per statement
+        cur = conn.cursor()
+        self._begin(cur)
         cache, self._local.txn_cache = self._local.txn_cache, None  # dropped unless committed
         try:
-            txn = _Txn(conn)
-            version = conn.execute("PRAGMA data_version").fetchone()[0]
+            txn = _Txn(conn, cur)
+            version = cur.execute("PRAGMA data_version").fetchone()[0]
             if cache is not None and cache[0] == version:  # no other connection committed since
                 txn.adopt(cache[1])
             result = fn(txn)
             txn.flush()
-            self._commit(conn)
+            self._commit(cur)
+            txn._cur = conn  # the kept txn holds no cursor: a cursor left holding its statement keeps a closed
+            # connection's files open (sqlite3_close_v2 waits for every statement to be finalized)
             self._local.txn_cache = (version, txn)  # our own commits leave data_version unchanged
             return result
         except sqlite3.Error as exc:
@@ -1418,7 +1425,7 @@ class SqliteStore(SqliteQueries):
                 conn.execute("ROLLBACK")
             raise
 
-    def _retrying(self, conn: sqlite3.Connection, sql: str) -> None:
+    def _retrying(self, conn: "sqlite3.Connection | sqlite3.Cursor", sql: str) -> None:
         """Run ``sql`` (BEGIN IMMEDIATE, COMMIT), retrying while the database is busy, for at most
         the lock timeout in all. The first try waits up to the connection's ``busy_timeout``
         (:attr:`_busy_ms`, never more than ``lock_timeout``); each later one waits at most what
@@ -1466,7 +1473,7 @@ class SqliteStore(SqliteQueries):
             raise StoreError(f"{_busy_text(self.path)} (migration {mig.version} waited {waited:g} s for the store's "
                              f"write lock: {LOCK_WAIT_SETTINGS})") from None
 
-    def _begin(self, conn: sqlite3.Connection) -> None:
+    def _begin(self, conn: "sqlite3.Connection | sqlite3.Cursor") -> None:
         if self._local.no_wait:
             self._begin_no_wait(conn)
             return
@@ -1474,7 +1481,7 @@ class SqliteStore(SqliteQueries):
             self._restore_busy(conn)
         self._retrying(conn, "BEGIN IMMEDIATE")
 
-    def _begin_no_wait(self, conn: sqlite3.Connection) -> None:
+    def _begin_no_wait(self, conn: "sqlite3.Connection | sqlite3.Cursor") -> None:
         """``BEGIN IMMEDIATE`` once, without SQLite's busy wait: StoreBusyError when the lock is taken.
 
         The connection is left at ``busy_timeout = 0``, so a run of no_wait() writes sets it once, not
@@ -1514,7 +1521,7 @@ class SqliteStore(SqliteQueries):
         checkpoint timer or :meth:`close` signs it): the write, committed, does not fail."""
         return _WaitingUntil(self._local, deadline)
 
-    def _commit(self, conn: sqlite3.Connection) -> None:
+    def _commit(self, conn: "sqlite3.Connection | sqlite3.Cursor") -> None:
         self._retrying(conn, "COMMIT")
 
     def append(self, drafts: EventDraft | Sequence[EventDraft], *, sync: bool = True) -> list[Event]:
