@@ -363,9 +363,20 @@ def _short(exc: Any) -> str:
 
 
 def _reason(rule: Rule) -> str:
-    what = {"allow": "allows", "deny": "denies", "require_approval": "requires approval for"}[rule.effect]
-    cond = f" (condition true: {rule.condition.source})" if rule.condition else ""
-    return f"rule {rule.id!r} {what} the call{cond}"
+    """The reason of a decision ``rule`` made: formatted once per rule (a frozen Rule, hashed by
+    identity) and kept, not per call."""
+    found = _REASONS.get(rule)
+    if found is None:
+        what = {"allow": "allows", "deny": "denies", "require_approval": "requires approval for"}[rule.effect]
+        cond = f" (condition true: {rule.condition.source})" if rule.condition else ""
+        found = f"rule {rule.id!r} {what} the call{cond}"
+        if len(_REASONS) >= 4096:
+            _REASONS.clear()
+        _REASONS[rule] = found
+    return found
+
+
+_REASONS: dict[Rule, str] = {}
 
 
 def _compile_rules(specs: list[dict[str, Any]], lines: loader.LineMap, source: str) -> list[Rule]:
