@@ -37,6 +37,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from sealbox.errors import ConfigError, PolicyError, RecordingError, SealboxError, StepTakenError, StoreBusyError
+from sealbox.canonical import encode as _canonical_encode  # (loaded with sealbox.events already)
 from sealbox.events import SYSTEM_RUN_ID, EventDraft, rfc3339_utc
 from sealbox.policy import Policy
 from sealbox.policy.breaker import BreakerChange, CircuitBreaker, breaker_open_decision
@@ -1239,14 +1240,15 @@ class RunContext:
         """``write()`` (a store append, guarded as :meth:`_guard` does), the strings the store's
         redaction took out of what it wrote (by key name or path: results, model calls, state,
         notes…) joining the run's redacted values (:meth:`_run_secrets`)."""
-        from sealbox.store.base import _REDACTED_INTO  # noting_redacted's variable, set directly: no generator per append
-
+        # noting_redacted's variable, set directly: no generator per append (looked up once: an import
+        # statement here cost ~7000 instructions per append)
+        redacted_into = _REDACTED_INTO_VAR[0] if _REDACTED_INTO_VAR else _redacted_into_var()
         found: set[str] = set()
-        token = _REDACTED_INTO.set(found)
+        token = redacted_into.set(found)
         try:
             out = self._guard(write)
         finally:
-            _REDACTED_INTO.reset(token)
+            redacted_into.reset(token)
         if found:
             self._remember_secrets(sorted(found))
         return out
@@ -2914,9 +2916,7 @@ def _invoke(fn: Callable[..., Any], arguments: Any) -> Any:
 
 def _policy_view(arguments: Any) -> Any:
     """Arguments as a condition sees them: type-tag encoded strict JSON (never raises)."""
-    from sealbox.canonical import encode
-
-    return encode(arguments)
+    return _canonical_encode(arguments)
 
 
 def exception_message(error: BaseException) -> str:
@@ -2939,6 +2939,18 @@ def _attach_note(exc: BaseException, text: str) -> None:
 
 
 _object_new = object.__new__
+
+#: sealbox.store.base's ``_REDACTED_INTO`` once :func:`_redacted_into_var` looked it up (that module is
+#: not imported with this one: an SDK user's import stays light)
+_REDACTED_INTO_VAR: list[contextvars.ContextVar] = []
+
+
+def _redacted_into_var() -> contextvars.ContextVar:
+    from sealbox.store.base import _REDACTED_INTO
+
+    if not _REDACTED_INTO_VAR:
+        _REDACTED_INTO_VAR.append(_REDACTED_INTO)
+    return _REDACTED_INTO
 
 
 def _provider_call_id(call_id: Any) -> Any:
