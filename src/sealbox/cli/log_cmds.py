@@ -6,7 +6,7 @@ import base64
 
 import click
 
-from sealbox.cli.common import BadInput, echo_json, open_for_reading, store_option
+from sealbox.cli.common import BadInput, echo_json, not_empty, open_for_reading, store_option
 
 
 @click.group("log")
@@ -111,3 +111,159 @@ def prove_cmd(store_path: str, from_size: int, to_size: int | None) -> None:
         "checkpoint": signed,
         "proof": [base64.b64encode(h).decode() for h in proof],
     })
+
+
+# ------------------------------------------------------------------ offline checks (no store)
+
+
+class _NotVerified(click.ClickException):
+    """A check that failed (a signature, a fork): one ``error:`` line and exit status 1.
+    A file that cannot be read or is not what it should be is :class:`BadInput` (exit 2)."""
+
+    exit_code = 1
+
+
+def _key_option(fn):
+    return click.option("--key", "vkey", required=True,
+                        help="The log's verifier key, kept apart from the log: the key string `sealbox init` and "
+                             "`sealbox log key` print, or a file holding it (a store's log.vkey).")(fn)
+
+
+def _parse_checkpoint(path: str, note: str):
+    """The checkpoint a saved note carries, not yet verified: BadInput naming ``path`` if it has none."""
+    from sealbox.errors import NoteError
+    from sealbox.ledger.checkpoint import Checkpoint, parse_note
+
+    try:
+        return Checkpoint.parse(parse_note(note).text)
+    except NoteError as exc:
+        raise BadInput(f"{path} is not a signed checkpoint: {exc}") from None
+
+
+def _check_signed(path: str, note: str, body, vkey: str) -> None:
+    """The log's key must have signed ``note`` (whose checkpoint is ``body``); each way it fails is one
+    line naming ``path``."""
+    from sealbox.errors import NoteError
+    from sealbox.ledger.checkpoint import Verifier, open_note, parse_note
+
+    verifier = Verifier.from_vkey(vkey)
+    key = f"{verifier.name}+{verifier.key_id.hex()}"
+    signatures = parse_note(note).signatures
+    if not any(s.name == verifier.name and s.key_id == verifier.key_id for s in signatures):
+        signers = ", ".join(sorted({f"{s.name}+{s.key_id.hex()}" for s in signatures}))
+        raise _NotVerified(f"{path} is not signed by the given key {key} (it is signed by {signers}): the wrong "
+                           "key, or a checkpoint of another log")
+    try:
+        open_note(note, [verifier])
+    except NoteError as exc:
+        raise _NotVerified(f"{path}: the signature by {key} does not verify ({exc}): the checkpoint was changed "
+                           "after it was signed, or forged") from None
+    if body.origin != verifier.name:
+        raise _NotVerified(f"{path}: the checkpoint's origin {body.origin!r} is not the key's name {verifier.name!r}")
+
+
+def _read_checkpoint_file(path: str) -> str:
+    import os
+
+    from sealbox.cli.store_cmds import _read_checkpoint
+
+    if not os.path.exists(path):
+        raise BadInput(f"{path} does not exist (give a checkpoint saved from `sealbox log checkpoint`)")
+    return _read_checkpoint(path)
+
+
+def _read_proof_file(path: str, what: str) -> dict:
+    """The JSON object of a proof file; BadInput naming the file otherwise."""
+    import json
+    import os
+
+    from sealbox.cli.store_cmds import read_small
+
+    if not os.path.exists(path):
+        raise BadInput(f"{path} does not exist (give the JSON `sealbox log {what}` printed)")
+    try:
+        text = read_small(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"cannot read the proof file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if text is None:
+        raise BadInput(f"{path} is larger than 1 MiB: not a `sealbox log {what}` proof (a few KiB)")
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise BadInput(f"{path} is not a `sealbox log {what}` proof: not JSON ({exc})") from None
+    except RecursionError:
+        raise BadInput(f"{path} is not a `sealbox log {what}` proof: its JSON is nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise BadInput(f"{path} is not a `sealbox log {what}` proof: not a JSON object")
+    return doc
+
+
+def _proof_hashes(path: str, doc: dict) -> list[bytes]:
+    proof = doc.get("proof")
+    if not isinstance(proof, list) or not all(isinstance(h, str) for h in proof):
+        raise BadInput(f"{path}: \"proof\" must be a list of base64 hashes")
+    hashes = []
+    for i, text in enumerate(proof):
+        try:
+            raw = base64.b64decode(text, validate=True)
+        except ValueError:
+            raise BadInput(f"{path}: proof[{i}] is not base64") from None
+        if len(raw) != 32:
+            raise BadInput(f"{path}: proof[{i}] is {len(raw)} bytes, not a 32-byte SHA-256 hash")
+        hashes.append(raw)
+    return hashes
+
+
+def _size_field(path: str, doc: dict, name: str, least: int) -> int:
+    value = doc.get(name)
+    if type(value) is not int or not least <= value < 2**64:
+        raise BadInput(f"{path}: \"{name}\" must be an integer of {least} or more")
+    return value
+
+
+@log_group.command("verify-consistency")
+@_key_option
+@click.argument("old", callback=not_empty, type=click.Path(dir_okay=False))
+@click.argument("new", callback=not_empty, type=click.Path(dir_okay=False))
+@click.argument("proof", callback=not_empty, type=click.Path(dir_okay=False))
+def verify_consistency_cmd(vkey: str, old: str, new: str, proof: str) -> None:
+    """Check offline that the log of checkpoint NEW extends the log of checkpoint OLD.
+
+    No store, no bundle: the log's verifier key (--key), two checkpoints you saved
+    (`sealbox log checkpoint`, the older first) and PROOF, the JSON of `sealbox log prove
+    --from-size SIZE_OF_OLD --to-size SIZE_OF_NEW`. The proof is untrusted: it must lead
+    to both signed roots (RFC 9162 §2.1.4.2). Prints "consistent: size A -> size B" (exit 0);
+    exit 1 when a signature, the key or the proof fails (a forked or rewritten log),
+    2 when a file is missing or is not what it should be.
+    """
+    from sealbox.cli.store_cmds import _read_key
+    from sealbox.errors import ProofError
+    from sealbox.ledger import merkle
+
+    vkey = _read_key(vkey)
+    notes = [_read_checkpoint_file(path) for path in (old, new)]
+    doc = _read_proof_file(proof, "prove")
+    size1, size2 = _size_field(proof, doc, "size1", 1), _size_field(proof, doc, "size2", 1)
+    hashes = _proof_hashes(proof, doc)
+    older, newer = (_parse_checkpoint(path, note) for path, note in zip((old, new), notes))
+    if older.origin != newer.origin:
+        raise _NotVerified(f"{old} and {new} are checkpoints of two logs: origin {older.origin!r} and "
+                           f"origin {newer.origin!r}")
+    for path, note, body in ((old, notes[0], older), (new, notes[1], newer)):
+        _check_signed(path, note, body, vkey)
+    if newer.size < older.size:
+        raise _NotVerified(f"{new} (size {newer.size}) is smaller than {old} (size {older.size}): give the older "
+                           "checkpoint first; a log that shrank was rolled back")
+    if older.size == 0:
+        raise BadInput(f"{old} is the empty log (size 0): every log extends it, there is nothing to prove")
+    if (size1, size2) != (older.size, newer.size):
+        raise BadInput(f"{proof} is a proof from size {size1} to {size2}, but {old} has size {older.size} and "
+                       f"{new} size {newer.size}: run `sealbox log prove --from-size {older.size} "
+                       f"--to-size {newer.size}`")
+    try:
+        merkle.verify_consistency(older.size, newer.size, hashes, older.root, newer.root)
+    except ProofError as exc:
+        raise _NotVerified(f"not consistent: the log of {new} (size {newer.size}) does not extend the log of "
+                           f"{old} (size {older.size}): {exc}; a forked or rewritten log, or a proof of "
+                           "another log") from None
+    click.echo(f"consistent: size {older.size} -> size {newer.size}")
