@@ -1205,6 +1205,14 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     for name, table in store.foreign_rules() if hasattr(store, "foreign_rules") else ():
         problems.append(Problem("trigger_foreign", f"the rule {name} on {table} is not Sealbox's: it can silently "
                                 "change or drop what Sealbox writes (someone changed the store below Sealbox)"))
+    for table, forced, policies in store.row_security() if hasattr(store, "row_security") else ():
+        how = "enabled and forced on its owner (ALTER TABLE … ENABLE|FORCE" if forced else "enabled (ALTER TABLE … ENABLE"
+        which = (f"polic{'y' if len(policies) == 1 else 'ies'} {', '.join(policies)}" if policies else
+                 "no policy: it hides every row, from the owner too" if forced else
+                 "no policy: it hides every row from roles other than the owner")
+        problems.append(Problem("row_security", f"the {table} table has row-level security {how} ROW LEVEL SECURITY; "
+                                f"{which}): Sealbox enables it on no table, and a policy can hide rows from whoever "
+                                "reads the store or refuse Sealbox's writes (someone changed the store below Sealbox)"))
     problems.extend(check_approval_answers(ev.envelopes_by_kind))
     reapproval_problems, notes = check_reapprovals(ev.envelopes_by_kind, store.origin or "")
     problems.extend(reapproval_problems)

@@ -1389,6 +1389,17 @@ class PostgresStore(SqliteQueries):
             "SELECT rulename, tablename FROM pg_rules WHERE schemaname = %s ORDER BY tablename, rulename",
             (self.schema,))]
 
+    def row_security(self) -> list[tuple[str, bool, list[str]]]:
+        """(table, forced, policies) of the store's tables with row-level security enabled (``ALTER TABLE …
+        ENABLE ROW LEVEL SECURITY``; forced: ``FORCE``, which subjects the owner too). No migration enables it:
+        a policy hides rows from whoever reads (an empty log, or one missing the rows an investigator looks
+        for) or refuses Sealbox's inserts. pg_class and pg_policy are readable by every role."""
+        return [(table, forced, list(policies)) for table, forced, policies in self._rows(
+            "SELECT c.relname, c.relforcerowsecurity, ARRAY(SELECT p.polname::text FROM pg_policy p"
+            " WHERE p.polrelid = c.oid ORDER BY p.polname) FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind IN ('r', 'p')"
+            " AND c.relrowsecurity ORDER BY c.relname", (self.schema,))]
+
     def foreign_triggers(self) -> list[str]:
         """Triggers on the store's tables that no migration created, and Sealbox's trigger functions
         redefined (``CREATE OR REPLACE FUNCTION``: a trigger of Sealbox's name that lets every change through)."""
