@@ -113,6 +113,39 @@ def prove_cmd(store_path: str, from_size: int, to_size: int | None) -> None:
     })
 
 
+@log_group.command("prove-inclusion")
+@store_option
+@click.option("--index", "index", type=int, required=True, help="The event's leaf index (0-based).")
+@click.option("--to-size", "to_size", type=int, default=None, help="Size of the tree (default: newest checkpoint).")
+def prove_inclusion_cmd(store_path: str, index: int, to_size: int | None) -> None:
+    """Print an RFC 9162 inclusion proof of one event in a checkpoint's tree.
+
+    JSON: leaf_index, tree_size, checkpoint (the signed note of tree_size, or null), event
+    (base64 of the hashed bytes), leaf_hash (sha256:HEX), proof (base64 hashes, RFC 9162
+    §2.1.3.1 order). `sealbox log verify-inclusion` checks it offline.
+    """
+    store = open_for_reading(store_path)
+    try:
+        cp = store.latest_checkpoint()
+        size = store.size()
+        if size == 0:
+            raise BadInput("the log is empty: there is no event to prove")
+        if to_size is not None and not 0 < to_size <= size:
+            raise BadInput(f"--to-size must be between 1 and {size} (the log's size)")
+        tree_size = to_size if to_size is not None else (cp.tree_size if cp else size)
+        if not 0 <= index < tree_size:
+            bound = "--to-size" if to_size is not None else "the newest checkpoint's size"
+            raise BadInput(f"--index must be between 0 and {tree_size - 1} (below {bound}, {tree_size})")
+        proof = store.inclusion_proof(index, tree_size)
+        event, = store.read_range(index, index + 1)
+        signed = next((c.note for c in reversed(store.checkpoints()) if c.tree_size == tree_size), None)
+    finally:
+        store.close()
+    echo_json({"leaf_index": index, "tree_size": tree_size, "checkpoint": signed,
+               "event": base64.b64encode(event.raw).decode(), "leaf_hash": event.leaf_hash,
+               "proof": [base64.b64encode(h).decode() for h in proof]})
+
+
 # ------------------------------------------------------------------ offline checks (no store)
 
 
@@ -267,3 +300,65 @@ def verify_consistency_cmd(vkey: str, old: str, new: str, proof: str) -> None:
                            f"{old} (size {older.size}): {exc}; a forked or rewritten log, or a proof of "
                            "another log") from None
     click.echo(f"consistent: size {older.size} -> size {newer.size}")
+
+
+@log_group.command("verify-inclusion")
+@_key_option
+@click.argument("checkpoint", callback=not_empty, type=click.Path(dir_okay=False))
+@click.argument("proof", callback=not_empty, type=click.Path(dir_okay=False))
+@click.option("--event", "event_path", callback=not_empty, type=click.Path(dir_okay=False), default=None,
+              help="A file holding the event's hashed bytes (its canonical JSON, exactly).")
+@click.option("--leaf-hash", "leaf_hash", default=None, help="The event's leaf hash, sha256:HEX.")
+def verify_inclusion_cmd(vkey: str, checkpoint: str, proof: str, event_path: str | None,
+                         leaf_hash: str | None) -> None:
+    """Check offline that an event is in the log of CHECKPOINT.
+
+    No store, no bundle: the log's verifier key (--key), a checkpoint you saved (`sealbox log
+    checkpoint`), PROOF, the JSON of `sealbox log prove-inclusion --index I --to-size SIZE`,
+    and the event you hold: --event FILE (its hashed bytes) or --leaf-hash sha256:HEX. The
+    proof is untrusted (its event, leaf_hash and checkpoint are not read): it must lead from
+    your event to the signed root (RFC 9162 §2.1.3.2). Prints "included: leaf I in size N"
+    (exit 0); exit 1 when the signature, the key or the proof fails, 2 when a file is missing
+    or is not what it should be.
+    """
+    import os
+
+    from sealbox.cli.store_cmds import _read_key
+    from sealbox.errors import ProofError
+    from sealbox.ledger import merkle
+
+    if (event_path is None) == (leaf_hash is None):
+        raise BadInput("give the event to look for: --event FILE (its hashed bytes) or --leaf-hash sha256:HEX, one "
+                       "of them (the proof's own copy is not trusted)")
+    vkey = _read_key(vkey)
+    note = _read_checkpoint_file(checkpoint)
+    doc = _read_proof_file(proof, "prove-inclusion")
+    index, size = _size_field(proof, doc, "leaf_index", 0), _size_field(proof, doc, "tree_size", 1)
+    hashes = _proof_hashes(proof, doc)
+    if event_path is not None:
+        if not os.path.isfile(event_path):
+            what = "is not a regular file" if os.path.exists(event_path) else "does not exist"
+            raise BadInput(f"{event_path} {what} (give a file holding the event's hashed bytes)")
+        with open(event_path, "rb") as fh:
+            leaf = merkle.leaf_hash(fh.read())
+    else:
+        text = leaf_hash.strip().removeprefix("sha256:")
+        try:
+            leaf = bytes.fromhex(text)
+        except ValueError:
+            leaf = b""
+        if len(leaf) != 32:
+            raise BadInput(f"--leaf-hash {leaf_hash!r} is not a SHA-256 leaf hash (sha256: and 64 hex digits)")
+    body = _parse_checkpoint(checkpoint, note)
+    _check_signed(checkpoint, note, body, vkey)
+    if size != body.size:
+        raise BadInput(f"{proof} is a proof in the tree of size {size}, but {checkpoint} has size {body.size}: run "
+                       f"`sealbox log prove-inclusion --index {index} --to-size {body.size}`")
+    if index >= size:
+        raise BadInput(f"{proof}: leaf_index {index} is not below tree_size {size}")
+    try:
+        merkle.verify_inclusion(leaf, index, size, hashes, body.root)
+    except ProofError as exc:
+        raise _NotVerified(f"not included: the event is not leaf {index} of the log of {checkpoint} (size {size}): "
+                           f"{exc}; another event, a changed event, or a proof of another log") from None
+    click.echo(f"included: leaf {index} in size {size}")
