@@ -441,25 +441,23 @@ def _secret_of(store: Any) -> bytes:
 
 
 def _conn(reader_or_store: Any) -> Any:
-    """The SQLite connection of a :class:`~sealbox.store.sqlite.Reader` or a store.
-
-    Raises:
-        BackendUnsupportedError: a PostgreSQL store or reader (grants keep their credentials in a
-            SQLite table, and read the log with SQLite's SQL: not ported yet).
-    """
-    if getattr(reader_or_store, "backend", "sqlite") == "postgres":
-        from sealbox.errors import BackendUnsupportedError
-
-        raise BackendUnsupportedError("access grants (`sealbox access`, grant_access, revoke, a call naming a "
-                                      "grant) are not supported on a PostgreSQL store yet; see docs/storage.md, "
-                                      "\"PostgreSQL\"")
+    """The connection of a reader (:class:`~sealbox.store.sqlite_queries.Reader`, or a PostgreSQL
+    store's ``PgReader``) or a store: a ``sqlite3.Connection``, or the PostgreSQL store's connection
+    seen with SQLite-style ``?`` parameters (``store.postgres._Conn``: :func:`_is_pg`). The SQL that
+    differs between the two (a payload field read from the hashed bytes, deleting a credential) is
+    chosen by :func:`_is_pg`; the rest is written once for both."""
     conn = getattr(reader_or_store, "conn", None)
     if conn is not None:
         return conn
     getter = getattr(reader_or_store, "_conn", None)
     if callable(getter):
         return getter()
-    raise AccessError(f"grants need a SQLite store or reader, got {type(reader_or_store).__name__}")
+    raise AccessError(f"grants need a Sealbox store or reader, got {type(reader_or_store).__name__}")
+
+
+def _is_pg(conn: Any) -> bool:
+    """Whether ``conn`` (from :func:`_conn`) is a PostgreSQL store's (its psycopg connection is ``conn.pg``)."""
+    return getattr(conn, "pg", None) is not None
 
 
 def _in_write_txn(store: Any, fn: Callable[[Any], list[EventDraft]]) -> list:
@@ -473,7 +471,10 @@ def load_credential(store: Any, grant_id: str) -> ProviderCredential | None:
     Raises:
         AccessError: the stored ciphertext does not decrypt under this store's key.
     """
-    row = _conn(store).execute("SELECT nonce, ciphertext FROM credentials WHERE grant_id = ?", (grant_id,)).fetchone()
+    conn = _conn(store)
+    if "\x00" in grant_id and _is_pg(conn):
+        return None  # PostgreSQL text holds no NUL: no stored grant id has one
+    row = conn.execute("SELECT nonce, ciphertext FROM credentials WHERE grant_id = ?", (grant_id,)).fetchone()
     return None if row is None else _unseal(_secret_of(store), grant_id, row[0], row[1])
 
 
@@ -497,13 +498,17 @@ def delete_credential(store: Any, grant_id: str, *, force: bool = False) -> bool
         raise AccessError(f"grant {grant_id} is {status}: deleting its credential would make it impossible to "
                           "revoke the tokens at the provider; revoke it first, or force")
     deleted: list[int] = []
+    conn = _conn(store)
+    if _is_pg(conn):  # no secure_delete: PostgreSQL reuses the row's space later (see docs/access.md)
+        _in_write_txn(store, lambda c: deleted.append(
+            c.execute("DELETE FROM credentials WHERE grant_id = ?", (grant_id,)).rowcount) or [])
+        return bool(deleted and deleted[0])
 
     def work(conn: Any) -> list[EventDraft]:
         conn.execute("PRAGMA secure_delete = ON")
         deleted.append(conn.execute("DELETE FROM credentials WHERE grant_id = ?", (grant_id,)).rowcount)
         return []
 
-    conn = _conn(store)
     try:
         _in_write_txn(store, work)
     finally:
@@ -847,13 +852,49 @@ def _history_from_rows(rows: Iterable[tuple[int, Any]], grant_id: str | None = N
     return out
 
 
+_GRANT_ROWS_SQL = ("SELECT leaf_index, raw FROM events WHERE (CAST(raw AS TEXT) ->> '$.payload.grant_id') = ?"
+                   f" AND kind IN {_ACCESS_KINDS} AND run_id = ? ORDER BY leaf_index")
+#: :data:`_GRANT_ROWS_SQL` on PostgreSQL: the ``events_access_grant`` index of its migration 0003 (the key
+#: written exactly as there, the kinds named literally, for the planner to use it).
+_PG_GRANT_ROWS_SQL = (f"SELECT leaf_index, raw FROM events WHERE kind IN {_ACCESS_KINDS}"
+                      " AND (sealbox_grant_id(raw) COLLATE \"C\") = ? AND run_id = ? ORDER BY leaf_index")
+#: The rows that index holds no grant id for (bytes that are not UTF-8 JSON, or a payload without one).
+_PG_UNKEYED_ROWS_SQL = (f"SELECT leaf_index, raw, leaf_hash FROM events WHERE kind IN {_ACCESS_KINDS}"
+                        " AND (sealbox_grant_id(raw) COLLATE \"C\") IS NULL AND run_id = ? ORDER BY leaf_index")
+
+
+def _grant_rows(conn: Any, grant_id: str) -> list[tuple[int, Any]]:
+    """``(leaf_index, raw)`` of grant ``grant_id``'s ``access.*`` events of the system run, in log order.
+
+    Raises:
+        DamagedEventError: on PostgreSQL, an ``access.*`` event of the system run is not UTF-8 JSON
+            (changed below Sealbox): it might be one of this grant's steps, and a step denies.
+    """
+    if not _is_pg(conn):
+        return conn.execute(_GRANT_ROWS_SQL, (grant_id, SYSTEM_RUN_ID)).fetchall()
+    if "\x00" in grant_id:
+        return []  # PostgreSQL text holds no NUL: no stored grant id has one (grant_access refuses one)
+    rows = conn.execute(_PG_GRANT_ROWS_SQL, (grant_id, SYSTEM_RUN_ID)).fetchall()
+    extra = []
+    for leaf_index, raw, leaf_hash in conn.execute(_PG_UNKEYED_ROWS_SQL, (SYSTEM_RUN_ID,)).fetchall():
+        try:
+            env = json.loads(bytes(raw))
+        except ValueError:
+            from sealbox.store.sqlite_queries import damaged_event
+
+            raise damaged_event(leaf_index, raw, leaf_hash) from None
+        payload = env.get("payload") if isinstance(env, dict) else None
+        if isinstance(payload, dict) and payload.get("grant_id") == grant_id:
+            extra.append((leaf_index, raw))
+    return sorted(rows + extra, key=lambda r: r[0]) if extra else rows
+
+
 def _history(reader_or_store: Any, grant_id: str, *, mark: bool = True) -> _History:
-    rows = _conn(reader_or_store).execute(
-        "SELECT leaf_index, raw FROM events WHERE (CAST(raw AS TEXT) ->> '$.payload.grant_id') = ?"
-        f" AND kind IN {_ACCESS_KINDS} AND run_id = ? ORDER BY leaf_index", (grant_id, SYSTEM_RUN_ID)).fetchall()
+    conn = _conn(reader_or_store)
+    rows = _grant_rows(conn, grant_id)
     hist = _history_from_rows(rows, grant_id).get(grant_id) or _History(None)
     if mark:
-        _mark(_conn(reader_or_store), [hist])
+        _mark(conn, [hist])
     return hist
 
 
@@ -1071,10 +1112,11 @@ def show_grant(store: Any, grant_id: str, now: Any = None) -> dict[str, Any]:
     Raises:
         AccessError: no such grant.
     """
-    hist = _history(store, grant_id)
+    conn = _conn(store)
+    hist = _history(_Wrap(conn), grant_id)
     _known(hist, grant_id)
-    held = _conn(store).execute("SELECT 1 FROM credentials WHERE grant_id = ?", (grant_id,)).fetchone() is not None
-    row = _grant_row(_conn(store), hist, held, _now(now))
+    held = conn.execute("SELECT 1 FROM credentials WHERE grant_id = ?", (grant_id,)).fetchone() is not None
+    row = _grant_row(conn, hist, held, _now(now))
     row["steps"] = hist.steps
     return row
 

@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import uuid
+
 import pytest
+from access_db import PG_URL
 
 import sealbox
 from identity_testkit import sign_revocation_payload, signed_grant  # noqa: E402
@@ -31,11 +34,26 @@ def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
 
 
 @pytest.fixture
-def store_dir(tmp_path):
-    s = sealbox.init_store(tmp_path / "s")
-    add_identity(s, "user:alice", "admin", key_path=tmp_path / "alice.key")  # signs the grants (--key-file)
-    s.close()
-    return str(tmp_path / "s")
+def store_dir(tmp_path, backend):
+    """A store made by `sealbox init` (with `--postgres URL --schema NAME` on PostgreSQL), alice its admin."""
+    path = tmp_path / "s"
+    if backend == "sqlite":
+        made = cli("init", str(path))
+    else:
+        schema = f"sbt_acccli_{uuid.uuid4().hex[:16]}"
+        made = cli("init", "--postgres", PG_URL, "--schema", schema, str(path))
+    assert made.returncode == 0, made.stderr
+    try:
+        s = sealbox.open_store(path)
+        add_identity(s, "user:alice", "admin", key_path=tmp_path / "alice.key")  # signs the grants (--key-file)
+        s.close()
+        yield str(path)
+    finally:
+        if backend == "postgres":
+            import psycopg
+
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def alice_key(store_dir: str) -> str:

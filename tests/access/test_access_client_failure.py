@@ -6,22 +6,12 @@ recorded what happened at the provider, and `sealbox access show` gave no reason
 
 from __future__ import annotations
 
-import pytest
 from access_provider import OAuthProvider
-from identity_testkit import grant_key, signed_grant
+from identity_testkit import signed_grant
 from identity_testkit import signed_retry as retry, signed_revoke as revoke  # noqa: F811
 
-import sealbox
 from sealbox.access import STATUS_CONFIRMED, STATUS_PENDING, AuthlibProviderClient, show_grant
 from sealbox.events import SYSTEM_RUN_ID
-
-@pytest.fixture
-def store(tmp_path):
-    """SQLite only: grants are not supported on a PostgreSQL store (BackendUnsupportedError, docs/storage.md)."""
-    s = sealbox.init_store(tmp_path / "store")
-    grant_key(s)
-    yield s
-    s.close()
 
 
 class Broken:

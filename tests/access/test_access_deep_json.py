@@ -12,22 +12,13 @@ import sys
 
 import pytest
 from access_provider import ScriptedServer
-from identity_testkit import grant_key, signed_grant
+from identity_testkit import signed_grant
 
 import sealbox
 from sealbox.access import STATUS_PENDING
 from sealbox.events import SYSTEM_RUN_ID
 
 DEEP = b"[" * 200_000 + b"]" * 200_000
-
-
-@pytest.fixture
-def store(tmp_path):
-    """SQLite only: grants are not supported on a PostgreSQL store (BackendUnsupportedError, docs/storage.md)."""
-    s = sealbox.init_store(tmp_path / "store")
-    grant_key(s)
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Endpoint checks, redirects, and scrubbing of what a provider echoes.
 
-Real SQLite stores; providers are real HTTP servers on 127.0.0.1 (``ScriptedServer`` for
-misbehaviour authlib's endpoints never show, ``OAuthProvider`` otherwise).
+Real SQLite stores (and PostgreSQL ones when SEALBOX_TEST_POSTGRES_URL is set); providers are real HTTP
+servers on 127.0.0.1 (``ScriptedServer`` for misbehaviour authlib's endpoints never show, ``OAuthProvider``
+otherwise).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import errno
 import json
 import os
 import socket
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -156,13 +156,12 @@ def test_the_default_provider_name_is_the_host_name(store, endpoint, provider):
 
 
 def _store_old_credential(store, gid, cred: ProviderCredential) -> None:
+    from access_db import _raw_sql as raw_sql
+
     """A grant as a store written before endpoint checks holds it (the same rows grant_access writes)."""
-    db = sqlite3.connect(store.db_path)
     nonce, ciphertext = _seal(store._secret, gid, cred)
-    db.execute("INSERT INTO credentials (grant_id, nonce, ciphertext, created_at) VALUES (?, ?, ?, ?)",
-               (gid, nonce, ciphertext, "2026-01-01T00:00:00.000000Z"))
-    db.commit()
-    db.close()
+    raw_sql(store, "INSERT INTO credentials (grant_id, nonce, ciphertext, created_at) VALUES (?, ?, ?, ?)",
+            (gid, nonce, ciphertext, "2026-01-01T00:00:00.000000Z"))
     store.append(EventDraft("access.granted", {"grant_id": gid, "principal": AGENT, "server": "db", "tool": "*",
                                                "scope": None, "expires_at": None, "provider": "old",
                                                "credential": True}, run_id=SYSTEM_RUN_ID, principal="sealbox"))

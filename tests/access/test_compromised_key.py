@@ -294,6 +294,7 @@ def test_a_replay_served_from_the_record_is_not_noted_as_a_call_that_ran_under_t
         f"relied_on_compromised_key: call {call_event.payload['call_id']} in run {run.run_id} (leaf {call_event.leaf_index})"]
 
 
+@pytest.mark.parametrize("backend", ["sqlite"])  # a copy of its file; a PostgreSQL store's folder names its schema
 def test_a_copy_of_the_store_checked_first_in_the_same_process_does_not_hide_the_compromise(store, keys, tmp_path):
     """The names with a compromise record were cached under (origin, leaf of the newest identity change):
     a copy of the store (same origin) whose newest change at that leaf was another one, checked first in

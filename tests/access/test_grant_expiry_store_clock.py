@@ -1,9 +1,9 @@
 """A grant's expiry is decided by the store's clock (``reader.stamp``: the ``ts`` the call's events get),
 not by a second reading of the machine's clock: at the expiry instant the decision and the event's ``ts``
-agree. Grants are SQLite-only (sealbox.access._conn refuses a PostgreSQL store), so the store's clock here
-is this process's ``time.time_ns`` (sealbox.store.base.utc_now); the test holds it at a chosen instant
-while ``datetime.now`` (which does not read ``time.time_ns``) keeps the machine's real time, an hour
-before the expiry. Real SQLite store."""
+agree. On SQLite the store's clock is this process's ``time.time_ns`` (sealbox.store.base.utc_now); on
+PostgreSQL it is the server's, read when a write takes the lock (``_PgTxn.stamp``). The test holds it at
+a chosen instant while ``datetime.now`` (which does not read ``time.time_ns``) keeps the machine's real
+time, an hour before the expiry. Real stores (SQLite, and PostgreSQL when the URL is set)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from sealbox.policies import ALLOW_ALL
 from sealbox.recorder import Recorder, ToolDenied
+from sealbox.store import postgres
 from identity_testkit import signed_grant  # noqa: E402
 
 AGENT = "agent:deploy-bot"
@@ -27,6 +28,8 @@ def test_a_grant_expires_at_the_ts_its_call_is_stamped_with(store, monkeypatch, 
     stamp_ns = int(expires.timestamp()) * 1_000_000_000 - before_us * 1000
     with Recorder(store, ALLOW_ALL).run(agent="deploy-bot", principal=AGENT) as run:
         monkeypatch.setattr(time, "time_ns", lambda: stamp_ns)  # the store's clock, an hour ahead of the machine's
+        monkeypatch.setattr(postgres._PgTxn, "stamp", lambda self: (expires - timedelta(microseconds=before_us))
+                            .strftime("%Y-%m-%dT%H:%M:%S.%fZ"))  # (PostgreSQL's: the server's)
         try:
             got = run.call_tool("github", "create_issue", {"title": "x"}, lambda title: "created", grant=gid)
         except ToolDenied as exc:

@@ -75,7 +75,11 @@ def clocks(monkeypatch, *, recorder=None, store=None):
         if recorder is not None:
             m.setattr(recorder_module, "datetime", type("Later", (_Shifted,), {"offset": recorder}))
         if store is not None:
+            from sealbox.store import postgres
+
             m.setattr(base, "utc_now", lambda: store.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+            # a PostgreSQL store stamps its events with the server's clock, read when a write takes the lock
+            m.setattr(postgres._PgTxn, "stamp", lambda self: store.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
         yield
 
 

@@ -90,12 +90,14 @@ EXPECTED_TRIGGERS = frozenset({
     "events_append_only", "events_no_truncate", "tree_append_only", "tree_no_truncate",
     "checkpoints_append_only", "checkpoints_no_truncate", "runs_append_only", "runs_no_truncate",
     "snapshots_append_only", "snapshots_no_truncate", "blobs_erase_only", "blobs_no_delete", "blobs_no_truncate",
+    "credentials_no_update",  # migration 0003: a credential is written once, then only deleted
 })
 
 
 #: Functions the store's queries call by name (with their argument types): ``sealbox_approval_id`` is the
-#: ``events_approval`` index key (migration 0002). A schema without one was changed below Sealbox.
-_QUERY_FUNCTIONS = ("sealbox_approval_id(bytea)",)
+#: ``events_approval`` index key (migration 0002), ``sealbox_grant_id`` the ``events_access_grant`` one (migration
+#: 0003, read by :mod:`sealbox.access`). A schema without one was changed below Sealbox.
+_QUERY_FUNCTIONS = ("sealbox_approval_id(bytea)", "sealbox_grant_id(bytea)")
 
 
 #: How far (seconds) the last event's ``ts`` may be ahead of the server's clock and still be followed
@@ -1688,6 +1690,7 @@ def _drop_claimed(url: str, schema: str, secret_check: str) -> None:
         conn.execute("DROP TABLE " + ", ".join(f'"{schema}".{t}' for t in tables) + " CASCADE")
         conn.execute("DROP FUNCTION " + ", ".join(f'"{schema}".{f}()' for f in sorted(_trigger_functions())))
         conn.execute(f'DROP FUNCTION IF EXISTS "{schema}".sealbox_approval_id(bytea)')  # migration 0002's index key
+        conn.execute(f'DROP FUNCTION IF EXISTS "{schema}".sealbox_grant_id(bytea)')  # migration 0003's index key
 
 
 #: a connection URL's user information (``scheme://user:password@``) or a conninfo ``password=...``, as libpq
