@@ -179,3 +179,27 @@ def test_a_revocation_in_one_process_denies_every_later_call_of_another(pg_store
     assert len(decisions) == len(calls)
     assert all(effect == ("allow" if leaf < requested else "deny") for leaf, effect in decisions)
     assert verify_store(pg_store).ok
+
+
+def test_an_access_event_that_is_not_json_denies_calls_naming_a_grant_not_lets_them_through(pg_store):
+    """An ``access.revoked`` row whose bytes are not JSON (inserted below Sealbox: PostgreSQL's index key
+    is NULL for it, where SQLite's JSON index refuses the insert) might be this grant's revocation: a
+    check does not skip it. ``grant_status`` raises DamagedEventError naming its leaf, and a call naming
+    the grant is denied (``guardrail_error``), recorded."""
+    from sealbox.store.sqlite_queries import DamagedEventError
+    from sealbox.policies import ALLOW_ALL
+    from sealbox.recorder import Recorder, ToolDenied
+
+    gid = signed_grant(pg_store, AGENT, "github", "create_*", None)
+    assert grant_status(pg_store, gid, AGENT, "github", "create_issue")[0] is True
+    leaf = pg_store.size()
+    _raw_sql(pg_store, "INSERT INTO events (leaf_index, run_id, run_seq, kind, ts, principal, step, raw, leaf_hash)"
+                       " SELECT ?, 'system', max(run_seq) + 1, 'access.revoked', '2026-12-05T00:00:00.000000Z', 'x',"
+                       " '0', ?, ? FROM events WHERE run_id = 'system'", (leaf, b"{not json", b"\x00" * 32))
+    with pytest.raises(DamagedEventError, match=f"the event at leaf {leaf} is damaged"):
+        grant_status(pg_store, gid, AGENT, "github", "create_issue")
+    with Recorder(pg_store, ALLOW_ALL).run(agent="deploy-bot", principal=AGENT) as run:
+        with pytest.raises(ToolDenied) as denied:
+            run.call_tool("github", "create_issue", {"title": "x"}, lambda title: "ran", grant=gid)
+    assert denied.value.decision.reason_code == "guardrail_error"
+    assert "DamagedEventError" in denied.value.decision.reason
