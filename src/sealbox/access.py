@@ -485,7 +485,9 @@ def delete_credential(store: Any, grant_id: str, *, force: bool = False) -> bool
     Without ``force`` this is refused while the grant is active, expired, pending at the
     provider, or revoked only by steps that do not count (:data:`STATUS_UNSIGNED`: no one with
     a key asked, nothing was sent): the credential is what Sealbox needs to revoke the tokens there.
-    The freed pages are zeroed (``PRAGMA secure_delete``) and the WAL checkpointed.
+    On SQLite the freed pages are zeroed (``PRAGMA secure_delete``) and the WAL checkpointed; on
+    PostgreSQL the row is deleted in one write transaction (no ``secure_delete`` there: its encrypted
+    bytes stay in free space, WAL and backups until reused; docs/access.md).
 
     Returns:
         True if a credential was deleted, False if there was none.

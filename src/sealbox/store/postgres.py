@@ -28,8 +28,9 @@ is retried. Appends to a store whose log holds fewer events than its newest sign
 
 Not offered yet on PostgreSQL (each raises :class:`~sealbox.errors.BackendUnsupportedError`
 naming the operation): the SQL listings other modules run directly on a SQLite connection
-(access grants, approvals' and identities' own tables and queries, the gateway's and policy
-worker's SQLite paths). See docs/storage.md, "PostgreSQL".
+(approvals' and identities' own tables and queries, the gateway's and policy worker's SQLite
+paths). Access grants (:mod:`sealbox.access`) run on both: their credentials table and index are
+migration 0003. See docs/storage.md, "PostgreSQL".
 """
 
 from __future__ import annotations
