@@ -180,17 +180,17 @@ print(seen[0])
 """
 
 
-@pytest.mark.parametrize("args, message", [
-    (["access", "list"], "access grants (`sealbox access`, grant_access, revoke, a call naming a grant) are not "
-                         "supported on a PostgreSQL store yet; see docs/storage.md, \"PostgreSQL\""),
-    (["access", "show", "g-1"], "access grants (`sealbox access`, grant_access, revoke, a call naming a grant) are "
-                                "not supported on a PostgreSQL store yet; see docs/storage.md, \"PostgreSQL\""),
+@pytest.mark.parametrize("args, expected", [
+    (["access", "list"], (0, "", "no grants\n")),  # (the note on stderr, as on SQLite)
+    (["access", "show", "g-1"], (2, "", "error: no grant 'g-1' in this store (see `sealbox access list`)\n")),
 ])
-def test_cli_what_is_not_supported_on_postgresql_is_one_error_line(tmp_path, schema, args, message):
+def test_cli_access_on_postgresql_answers_as_on_sqlite(tmp_path, schema, args, expected):
+    """`sealbox access` ran into BackendUnsupportedError on PostgreSQL (one error line, exit 2); grants are
+    supported there now: the same answers as on a SQLite store."""
     folder = tmp_path / "s"
     assert cli("init", "--postgres", URL, "--schema", schema, str(folder)).returncode == 0
     res = cli(*args, "-s", str(folder))
-    assert (res.returncode, res.stdout, res.stderr) == (2, "", f"error: {message}\n")
+    assert (res.returncode, res.stdout, res.stderr) == expected
 
 
 def test_init_refuses_a_schema_that_already_holds_a_store_and_bad_names(tmp_path, schema):
@@ -227,7 +227,8 @@ def test_a_migration_edited_after_it_was_applied_is_refused(tmp_path, schema):
 
     init_store(tmp_path / "s", postgres_url=URL, schema=schema).close()
     rows = sql(schema, "SELECT version, name, checksum FROM schema_migrations ORDER BY version")
-    assert [(v, n) for v, n, _ in rows] == [(1, "ledger"), (2, "approval_index")] and rows[0][2].startswith("sha256:")
+    assert [(v, n) for v, n, _ in rows] == [(1, "ledger"), (2, "approval_index"), (3, "credentials")]
+    assert rows[0][2].startswith("sha256:")
     sql(schema, "UPDATE schema_migrations SET checksum = 'sha256:00' WHERE version = 1")
     with pytest.raises(SchemaVersionError, match=r": migration 0001_ledger differs from the one applied \(recorded sha256:00, shipped sha256:"):
         open_store(tmp_path / "s")
@@ -302,9 +303,10 @@ def test_verify_reports_a_trigger_that_is_not_sealboxs(tmp_path, schema):
                             "writes (someone changed the store below Sealbox)")]
 
 
-def test_a_call_naming_a_grant_is_a_recorded_guardrail_deny_saying_why(tmp_path, schema):
-    """The grant check cannot run on PostgreSQL yet: fail-closed, the call is denied (guardrail_error,
-    recorded before anything runs) and the reason names what is not supported."""
+def test_a_call_naming_an_unknown_grant_is_a_recorded_grant_invalid_deny_saying_why(tmp_path, schema):
+    """The grant check runs on PostgreSQL (it was a guardrail_error deny naming BackendUnsupportedError):
+    a grant the store does not hold denies the call as on SQLite (grant_invalid, recorded before anything
+    runs)."""
     from sealbox.policies import ALLOW_ALL
     from sealbox.recorder import Recorder, ToolDenied
     from sealbox.store import init_store
@@ -316,13 +318,10 @@ def test_a_call_naming_a_grant_is_a_recorded_guardrail_deny_saying_why(tmp_path,
         with rec.run(agent="bot", principal="agent:bot") as run:
             with pytest.raises(ToolDenied) as caught:
                 run.call_tool("db", "q", {}, lambda: ran.append(1), grant="g-123")
-        assert str(caught.value) == (
-            "db/q denied (guardrail_error): the grant check failed: BackendUnsupportedError: access grants "
-            "(`sealbox access`, grant_access, revoke, a call naming a grant) are not supported on a PostgreSQL "
-            "store yet; see docs/storage.md, \"PostgreSQL\"")
+        assert str(caught.value) == "db/q denied (grant_invalid): no grant 'g-123' in this store"
         assert ran == []
         decision = [e.payload for e in store.read_run(run.run_id) if e.kind == "policy.decision"]
-        assert [(d["effect"], d["reason_code"]) for d in decision] == [("deny", "guardrail_error")]
+        assert [(d["effect"], d["reason_code"]) for d in decision] == [("deny", "grant_invalid")]
     finally:
         store.close()
 
