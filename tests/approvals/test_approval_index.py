@@ -28,6 +28,10 @@ from identity_testkit import admin_key
 
 PG_URL = os.environ.get("SEALBOX_TEST_POSTGRES_URL")
 NEWEST = {"sqlite": len(migrate.load_migrations("sqlite")), "postgres": len(migrate.load_migrations("postgres"))}
+#: The migration creating events_approval (SQLite 0007, PostgreSQL 0002), and the migrations a store made before it
+#: lacks (PostgreSQL's 0003, the credentials of access grants, came after it): what an upgrade applies.
+INDEX_VERSION = {"sqlite": 7, "postgres": 2}
+PENDING = {name: ", ".join(map(str, range(INDEX_VERSION[name], NEWEST[name] + 1))) for name in NEWEST}
 
 
 def sb(*args):
@@ -98,11 +102,15 @@ def _requests(store, n, tool="write_query"):
 
 
 def _as_before_the_index(name, sql):
-    """The store's schema as the previous Sealbox left it: no events_approval, no row of its migration."""
+    """The store's schema as the previous Sealbox left it: no events_approval, no row of its migration (nor of
+    those after it: on PostgreSQL, 0003's credentials table and events_access_grant)."""
     sql("DROP INDEX events_approval")
     if name == "postgres":
         sql("DROP FUNCTION sealbox_approval_id(bytea)")
-    sql(f"DELETE FROM schema_migrations WHERE version = {NEWEST[name]}")
+        for statement in ("DROP TABLE credentials", "DROP FUNCTION sealbox_credentials_written_once()",
+                          "DROP INDEX events_access_grant", "DROP FUNCTION sealbox_grant_id(bytea)"):
+            sql(statement)
+    sql(f"DELETE FROM schema_migrations WHERE version >= {INDEX_VERSION[name]}")
 
 
 def _has_index(name, sql):
@@ -232,12 +240,12 @@ def test_a_store_written_before_the_index_is_migrated_and_answers_as_before(tmp_
 
     _as_before_the_index(name, sql)
     assert not _has_index(name, sql)
-    with pytest.raises(sealbox.SchemaVersionError, match=rf"pending migrations \[{NEWEST[name]}\]"):
+    with pytest.raises(sealbox.SchemaVersionError, match=rf"pending migrations \[{PENDING[name]}\]"):
         sealbox.open_store(path, readonly=True)  # readers never upgrade; the first writer does
     res = sb("approvals", "approve", pending, "--reason", "after the upgrade", "--key-file", alice, "-s", path)
     assert (res.returncode, res.stdout) == (0, f"alice approved {pending}; request is now approved\n"), res.stderr
     assert _has_index(name, sql)
-    assert sql(f"SELECT version FROM schema_migrations WHERE version = {NEWEST[name]}") == [(NEWEST[name],)]
+    assert sql(f"SELECT version FROM schema_migrations WHERE version = {INDEX_VERSION[name]}") == [(INDEX_VERSION[name],)]
 
     after = _answers_of(path, [pending, approved, denied, later])
     for key in (approved, approved[:14], denied, denied[:14], later, later[:14], "unknown"):
@@ -419,9 +427,9 @@ def test_sealbox_upgrade_applies_the_pending_migration_once_and_readers_then_ope
     res = sb("runs", "list", "--json", "-s", path)  # a reader refuses, naming the command
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1
-    assert f"pending migrations [{NEWEST[name]}]" in res.stderr and f"`sealbox upgrade --store {path}`" in res.stderr
+    assert f"pending migrations [{PENDING[name]}]" in res.stderr and f"`sealbox upgrade --store {path}`" in res.stderr
     res = sb("upgrade", "--store", path)
-    assert (res.returncode, res.stdout, res.stderr) == (0, f"Upgraded {path}: applied migrations [{NEWEST[name]}]\n", "")
+    assert (res.returncode, res.stdout, res.stderr) == (0, f"Upgraded {path}: applied migrations [{PENDING[name]}]\n", "")
     assert _has_index(name, sql)
     assert sql("SELECT count(*) FROM schema_migrations") == [(NEWEST[name],)]
     res = sb("upgrade", "--store", path)
@@ -514,7 +522,7 @@ def test_sealbox_upgrade_in_a_folder_without_the_signing_key_says_what_it_did(tm
     _as_before_the_index(name, sql)
     (path / "log.key").rename(tmp_path / "log.key")
     res = sb("upgrade", "--store", path)
-    assert (res.returncode, res.stdout, res.stderr) == (0, f"Upgraded {path}: applied migrations [{NEWEST[name]}]\n", ""), res.stderr
+    assert (res.returncode, res.stdout, res.stderr) == (0, f"Upgraded {path}: applied migrations [{PENDING[name]}]\n", ""), res.stderr
     assert _has_index(name, sql)
     res = sb("runs", "list", "--json", "-s", path)
     assert res.returncode == 0, res.stderr
@@ -597,11 +605,11 @@ def test_two_concurrent_upgrades_each_report_only_what_they_applied(tmp_path, ba
                 time.sleep(0.05)
             holder.execute("SELECT pg_advisory_unlock_all()")
     outs = sorted((p.wait(60), *p.communicate()) for p in procs)
-    assert outs == sorted([(0, f"Upgraded {path}: applied migrations [{NEWEST[name]}]\n", ""),
+    assert outs == sorted([(0, f"Upgraded {path}: applied migrations [{PENDING[name]}]\n", ""),
                            (0, f"{path} is up to date: no migration to apply (another process applied the pending "
                                "migrations meanwhile)\n", "")]), outs
     assert _has_index(name, sql)
-    assert sql(f"SELECT count(*) FROM schema_migrations WHERE version = {NEWEST[name]}") == [(1,)]
+    assert sql(f"SELECT count(*) FROM schema_migrations WHERE version = {INDEX_VERSION[name]}") == [(1,)]
 
 
 def test_a_prefix_lookup_finds_ids_holding_the_last_code_point_after_the_prefix(tmp_path, backend):
