@@ -48,3 +48,53 @@ def test_a_tool_call_whose_kind_column_was_rewritten_is_still_listed_flagged(sto
         assert all((r["flags"] == ["altered"]) is (r["call_id"] == "renamed") for r in rows)
     res = _run("calls", "-s", path, "--json", "--tool", "read_query")
     assert [r["call_id"] for r in json.loads(res.stdout)] == ["kept", "later"] and res.stderr == ""
+
+
+def _lookups(store, **filters):
+    """The plans (EXPLAIN QUERY PLAN details) of the renamed-call look-ups ``query_calls(check_altered=True,
+    **filters)`` runs on a SQLite store, with the rows it returns."""
+    conn = store._conn()
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    try:
+        rows = store.query_calls(check_altered=True, **filters)
+    finally:
+        conn.set_trace_callback(None)
+    plans = [" | ".join(r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql))
+             for sql in seen if "tool.call\",' AS BLOB" in sql]
+    return [r["call_id"] for r in rows], plans
+
+
+def test_the_renamed_call_look_up_takes_the_listings_filters_and_indexes(store):
+    """The look-up is narrowed by the listing's run, time window and limit (the oldest call a listing cut at its
+    limit shows): through events_run_kind / events_kind_ts ranges of the window, not every event of the other
+    kinds; what it lists is the same."""
+    rec = sealbox.Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="bot") as other:
+        other.call_tool("db", "read_query", {"sql": "SELECT 0"}, lambda sql: "row-0", call_id="other")
+    with rec.run(agent="bot") as run:
+        run.call_tool("db", "read_query", {"sql": "SELECT 1"}, lambda sql: "row-1", call_id="kept")
+        run.call_tool("db", "write_query", {"sql": "DELETE FROM users"}, lambda sql: "gone", call_id="renamed")
+        run.call_tool("db", "read_query", {"sql": "SELECT 2"}, lambda sql: "row-2", call_id="later")
+        run_id = run.run_id
+    events = {e.payload.get("call_id"): e for e in store.read_run(run_id) if e.kind == "tool.call"}
+    _set_column_below_sealbox(store, events["renamed"].leaf_index, "kind", "note")
+    ts = {name: e.ts for name, e in events.items()}
+
+    for filters, expected in (
+            (dict(run_id=run_id), ["kept", "renamed", "later"]), (dict(run_id=other.run_id), ["other"]),
+            (dict(since=ts["renamed"]), ["renamed", "later"]), (dict(since=ts["later"]), ["later"]),
+            (dict(until=ts["renamed"]), ["other", "kept"]), (dict(until=ts["later"]), ["other", "kept", "renamed"]),
+            (dict(limit=1), ["later"]), (dict(limit=2), ["renamed", "later"]), (dict(limit=5), ["other", "kept", "renamed", "later"]),
+            (dict(tool="db/write_query"), ["renamed"]), (dict(tool="write_*", since=ts["kept"]), ["renamed"]),
+            (dict(server="db", until=ts["later"], limit=1), ["renamed"])):
+        assert [r["call_id"] for r in store.query_calls(check_altered=True, **filters)] == expected, filters
+    if store.backend != "sqlite":
+        return
+    got, plans = _lookups(store, run_id=run_id)
+    assert got == ["kept", "renamed", "later"] and len(plans) == 1 and "events_run_kind (run_id=?" in plans[0], plans
+    got, plans = _lookups(store, since=ts["kept"])
+    assert got == ["kept", "renamed", "later"] and len(plans) == 1, plans
+    assert "events_kind_ts (kind=? AND ts>?)" in plans[0] and "kind<" not in plans[0], plans
+    got, plans = _lookups(store, limit=2)  # the listing is cut: the look-up starts at its oldest call
+    assert got == ["renamed", "later"] and "events_kind_ts (kind=? AND ts>?)" in plans[0], plans

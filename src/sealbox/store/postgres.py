@@ -68,7 +68,7 @@ from sealbox.store import migrate
 from sealbox.store import sqlite as _sq
 from sealbox.store.base import CheckpointPolicy, EventBuilder, StoreConfigError, StoredCheckpoint, fsync_write, utc_now
 from sealbox.store.sqlite_queries import (_CALL_KINDS, _LIFECYCLE, DamagedEventError, Reader, SqliteQueries,
-                                          _renamed_calls_sql, event_from_row)
+                                          event_from_row)
 
 __all__ = ["PostgresStore", "CONFIG_NAME", "SECRET_NAME", "is_postgres_folder", "test_factory"]
 
@@ -1590,8 +1590,8 @@ def _pg_raw_field_sql(path: str, t: str = "s") -> str:
 PostgresStore._raw_field_sql = staticmethod(_pg_raw_field_sql)
 PostgresStore._starts_sql = staticmethod(
     lambda column, text: f"substring({column} from 1 for {len(text.encode())}) = convert_to('{text}', 'UTF8')")
-PostgresStore._renamed_calls_sql = _renamed_calls_sql(
-    "", "substring(raw from 1 for 20) = convert_to('{\"kind\":\"tool.call\",', 'UTF8')")
+PostgresStore._renamed_calls_sql = (
+    "", "substring(o.raw from 1 for 20) = convert_to('{\"kind\":\"tool.call\",', 'UTF8')")
 PostgresStore._imported_start_sql = "(" + _J.format(t="s") + " ->> 'imported') IS NOT NULL"
 
 

@@ -166,13 +166,59 @@ class SqliteQueries:
 
     #: the leaf indexes of events whose hashed bytes start as a ``tool.call``'s while their ``kind`` column names
     #: a kind other than the call's own events' (rewritten below Sealbox: ``UPDATE events SET kind = 'note'``), among
-    #: those holding a ``tool`` column: through the kind index, reading only the store's events of other kinds
-    #: than calls, decisions and results (runs, approvals, notes...), none of the calls' own
-    _renamed_calls_sql: str = ""  # set below (_RENAMED_CALLS_SQL)
+    #: those holding a ``tool`` column: ``(index clause, SQL true when c.raw starts as a tool.call's)``, the index
+    #: clause a format of an index name (SQLite's ``INDEXED BY {}``; PostgreSQL's planner chooses: empty)
+    _renamed_calls_sql: tuple[str, str] = ("", "")  # set below (_renamed_calls_sql)
 
-    def _renamed_call_leaves(self) -> list[int]:
-        """:attr:`_renamed_calls_sql`'s leaf indexes, oldest first (none in an intact store)."""
-        return sorted(r[0] for r in self._conn().execute(self._renamed_calls_sql))
+    def _renamed_call_leaves(self, *, tool: str | None = None, server: str | None = None, run_id: str | None = None,
+                             since: str | None = None, until: str | None = None) -> list[int]:
+        """:attr:`_renamed_calls_sql`'s leaf indexes, oldest first (none in an intact store), narrowed by the
+        listing's own filters on the columns a renamed call still holds (``since``/``until`` parsed times):
+
+        * ``run_id``: the run's events of other kinds (``events_run_kind``);
+        * ``since``/``until``: per kind other than the three (the store's kinds, read by a skip scan of
+          ``events_kind_ts``: a seek each), that kind's events in the window (``events_kind_ts``);
+        * else the store's events of other kinds (four ranges of ``events_kind_ts``; PostgreSQL's
+          ``events_tool`` / ``events_server_tool`` when ``tool`` / ``server`` is given), ``tool`` and ``server``
+          tested on each row.
+
+        The listing confirms every leaf against all its filters (``query_calls(_leaves=...)``)."""
+        indexed, starts = self._renamed_calls_sql
+        globs: list[str] = []
+        params: list[Any] = []
+        for col, pattern in (("tool", tool), ("server", server)):
+            if pattern is not None:
+                _glob_terms(col, pattern, globs, params)
+        # (events `o`, not `c`: no calls listing's query)
+        terms = [f"o.tool IS NOT NULL AND {starts}", *(t.replace("c.", "o.", 1) for t in globs)]
+        for sql, value in (("o.ts >= ?", since), ("o.ts < ?", until)):
+            if value is not None:
+                terms.append(sql)
+                params.append(value)
+        where = " AND ".join(terms)
+        conn = self._conn()
+        if run_id is not None:
+            sql = (f"SELECT o.leaf_index FROM events o {indexed.format('events_run_kind')} WHERE o.run_id = ? AND "
+                   f"o.kind NOT IN ('tool.call', 'policy.decision', 'tool.result') AND {where}")
+            return sorted(r[0] for r in conn.execute(sql, [run_id, *params]))
+        by_kind = indexed.format("events_kind_ts")
+        if since is not None or until is not None:
+            kinds, kind = [], ""
+            while True:  # the store's kinds, a seek each (a skip scan: SQLite's planner does none here)
+                row = conn.execute(f"SELECT min(kind) FROM events {by_kind} WHERE kind > ?", [kind]).fetchone()
+                if row is None or row[0] is None:
+                    break
+                kind = row[0]
+                if kind not in ("tool.call", "policy.decision", "tool.result"):
+                    kinds.append(kind)
+            if not kinds:
+                return []
+            sql = " UNION ALL ".join(f"SELECT o.leaf_index FROM events o {by_kind} WHERE o.kind = ? AND {where}"
+                                     for _ in kinds)
+            return sorted(r[0] for r in conn.execute(sql, [v for k in kinds for v in (k, *params)]))
+        sql = " UNION ALL ".join(f"SELECT o.leaf_index FROM events o {by_kind} WHERE {r} AND {where}"
+                                 for r in _OTHER_KIND_RANGES)
+        return sorted(r[0] for r in conn.execute(sql, params * len(_OTHER_KIND_RANGES)))
 
     @staticmethod
     def _starts_sql(column: str, text: str) -> str:
@@ -266,11 +312,23 @@ class SqliteQueries:
             # a tool.call whose kind column was rewritten below Sealbox: no 'tool.call' row to the query; listed
             # (flagged altered) from its hashed bytes' leaf, merged into the listing in log order
             # (looked up after the listing's own query: its scattered reads do not evict the pages that one reads)
+            from sealbox.query import parse_time
+
+            # the times parsed once (a duration back from now is one window for the listing and the look-up)
+            since, until = (None if value is None else parse_time(value, name=name)
+                            for value, name in ((since, "since"), (until, "until")))
             args = dict(tool=tool, server=server, run_id=run_id, agent=agent, principal=principal, since=since,
                         until=until, decision=decision, error=error, match=match, limit=limit, replays=replays,
                         check_altered=True)
             listed = self.query_calls(**args, _leaves=())
-            leaves = self._renamed_call_leaves()
+            # the look-up takes the listing's filters on the columns a renamed call still holds (its other columns
+            # rewritten too: see docs/recording.md); a listing cut at its limit bounds it in time too: a call older
+            # than the oldest listed is not among the newest `limit`
+            after = since
+            if limit is not None and len(listed) >= limit and listed:
+                oldest = str(listed[0]["ts"])
+                after = oldest if after is None or oldest > after else after
+            leaves = self._renamed_call_leaves(tool=tool, server=server, run_id=run_id, since=after, until=until)
             if not leaves:
                 return listed
             from sealbox.query import ALTERED_FLAG
@@ -1012,18 +1070,13 @@ _NAMES_CALL_SQL = "instr(e.raw, CAST('\"call_id\":' || json_quote(c.call_id) AS 
 SqliteQueries._names_call_sql = _NAMES_CALL_SQL
 
 
-def _renamed_calls_sql(indexed: str, starts: str) -> str:
-    """:attr:`SqliteQueries._renamed_calls_sql` in a backend's SQL: ``indexed`` the index clause (SQLite's
-    INDEXED BY), ``starts`` SQL true when ``raw`` starts as a tool.call's canonical bytes. Four ranges of the
-    kind index, around the calls', decisions' and results' kinds (an index range each, no row of theirs read)."""
-    ranges = ("kind < 'policy.decision'", "kind > 'policy.decision' AND kind < 'tool.call'",
-              "kind > 'tool.call' AND kind < 'tool.result'", "kind > 'tool.result'")
-    return " UNION ALL ".join(f"SELECT leaf_index FROM events {indexed} WHERE {r} AND tool IS NOT NULL AND {starts}"
-                              for r in ranges)
+#: The kinds other than a call's, a decision's and a result's, as four ranges of the kind index (no row of
+#: those three kinds read)
+_OTHER_KIND_RANGES = ("o.kind < 'policy.decision'", "o.kind > 'policy.decision' AND o.kind < 'tool.call'",
+                      "o.kind > 'tool.call' AND o.kind < 'tool.result'", "o.kind > 'tool.result'")
 
-
-SqliteQueries._renamed_calls_sql = _renamed_calls_sql(
-    "INDEXED BY events_kind_ts", "substr(raw, 1, 20) = CAST('{\"kind\":\"tool.call\",' AS BLOB)")
+SqliteQueries._renamed_calls_sql = (
+    "INDEXED BY {}", "substr(o.raw, 1, 20) = CAST('{\"kind\":\"tool.call\",' AS BLOB)")
 
 #: The kinds that move a run between running, suspended and ended: its status is the newest of them
 #: (approval.answered / approval.expired come after run.suspended and leave the run suspended).
