@@ -394,13 +394,21 @@ def load_json_bytes(data: bytes, name: str) -> tuple[Any, int]:
         # OTLP file exporters write JSON Lines: one export request per line. Lines end at "\n" only (a
         # "\r" before it is white space to JSON): str.splitlines would also cut at U+2028, U+0085, U+001E...,
         # which JSON allows unescaped inside a string.
-        lines = [ln for ln in text.split("\n") if ln.strip()]
+        # A file whose first line holds a whole JSON value is JSON Lines: a line that does not parse (the last
+        # one cut short by a collector killed mid-write) is named with its own error and the file's line number,
+        # not with the "Extra data" of reading the whole file as one value.
+        lines = [(n, ln) for n, ln in enumerate(text.split("\n"), 1) if ln.strip()]
         if len(lines) > 1:
             consts.count = 0
+            values: list[Any] = []
             try:
-                return {"$jsonl": [_loads(ln, consts) for ln in lines]}, consts.count
-            except json.JSONDecodeError:
-                pass
+                for _n, ln in lines:
+                    values.append(_loads(ln, consts))
+                return {"$jsonl": values}, consts.count
+            except json.JSONDecodeError as exc:
+                if values:
+                    raise ImportFormatError(f"{name} is not valid JSON Lines (line {_n}, column {exc.colno}: "
+                                            f"{exc.msg})") from None
         raise ImportFormatError(
             f"{name} is not valid JSON (line {first.lineno}, column {first.colno}: {first.msg})") from None
     except RecursionError:
