@@ -86,3 +86,11 @@ def test_importing_the_same_file_twice_writes_nothing_the_second_time(backend, t
     finally:
         store.close()
     assert _runs(path) == sorted(runs + swe_run)
+
+
+def test_the_import_doc_says_what_a_second_import_does_and_nothing_else():
+    # docs/import.md said both "not imported again ... nothing written" (Guarantees) and, at its end,
+    # "Importing the same file twice creates new runs": the line left from before the check.
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "import.md").read_text(encoding="utf-8")
+    assert "twice creates new runs" not in doc
+    assert "is not imported\n  again, whatever its name now" in doc
