@@ -392,6 +392,14 @@ class RecordedRun:
                 return "its recorded result was erased under a retention rule"
             if has_marker(result):
                 return f"its recorded result holds redacted content (store content mode: {self.mode})"
+        elif kind == "tool.call" and call.result is not None and self.mode == "hashes-only":
+            # A hashes-only store keeps an error's type and turns its message into ``hmac-sha256:<hex>``
+            # (docs/content-modes.md): raising that text again would hand the agent a message the recorded run
+            # never got, and a later step that passes it on would diverge because of the hash.
+            error = call.result.get("error")
+            if isinstance(error, dict) and isinstance(error.get("message"), str):
+                return (f"its recorded error message is not kept (store content mode: {self.mode}): only its "
+                        f"type, {error.get('type')}")
         return None
 
     def snapshot(self) -> dict[str, Any] | None:
