@@ -414,6 +414,54 @@ def check_text(name: str, value: Any) -> str | None:
     return value
 
 
+#: The shortest prefix of a run id that ``query_calls(run_id=...)`` and the commands taking a run id accept.
+MIN_RUN_PREFIX = 4
+
+#: The shortest snapshot fingerprint prefix accepted, in hex digits (``query_runs(snapshot=...)``, ``--snapshot``).
+MIN_SNAPSHOT_PREFIX = 8
+
+
+def snapshot_prefix(text: Any, name: str = "snapshot") -> str:
+    """A snapshot fingerprint or prefix as the store matches it (``sha256:`` optional, kept as
+    given): hex in lower case, as fingerprints are, at least :data:`MIN_SNAPSHOT_PREFIX` digits.
+
+    Raises:
+        ConfigError: not a string, not hex, or a prefix too short to name one snapshot reliably.
+    """
+    check_text(name, text)
+    prefixed = text.lower().startswith("sha256:")
+    hex_part = (text[len("sha256:"):] if prefixed else text).lower()
+    if not hex_part or any(c not in "0123456789abcdef" for c in hex_part) or len(hex_part) > 64:
+        raise ConfigError(f"{name} {text!r} is not a snapshot fingerprint (sha256: and up to 64 hex digits) or a prefix of one")
+    if len(hex_part) < MIN_SNAPSHOT_PREFIX:
+        raise ConfigError(f"{name} {text!r} is too short: a snapshot prefix needs at least {MIN_SNAPSHOT_PREFIX} hex digits")
+    return ("sha256:" if prefixed else "") + hex_part
+
+
+def resolve_run_id(store: Any, run_id: Any, name: str = "run_id") -> str:
+    """The run of ``store`` that ``run_id`` names, by the rule of the commands taking a run id
+    (``sealbox calls --run``): the id itself, or a prefix of exactly one run id of at least
+    :data:`MIN_RUN_PREFIX` characters; an id pasted in upper case, with blanks around it or cut
+    short with an ellipsis as the tables show it is read as the command reads it.
+
+    Raises:
+        ConfigError: not a string, a prefix that is too short or starts several run ids, or no run
+            of the store.
+    """
+    check_text(name, run_id)
+    import click
+
+    from sealbox.cli.common import resolve_id
+
+    try:
+        found = resolve_id(store, "run", run_id)
+    except click.ClickException as exc:
+        raise ConfigError(f"{name}: {exc.message}") from None
+    if found not in store.ids_with_prefix("run", found, limit=1) and store.get_run(found) is None:
+        raise ConfigError(f"{name}: no run {run_id!r} in this store")
+    return found
+
+
 def not_utf8(text: str) -> bool:
     """Whether ``text`` holds a lone surrogate (a non-UTF-8 byte of a command-line argument decodes to
     one): no recorded name or id can, and the database driver cannot even encode it."""
@@ -436,11 +484,17 @@ def parse_labels(items: Iterable[str] | dict[str, str] | None) -> dict[str, str]
     """``["env=prod", "team=a"]`` → ``{"env": "prod", "team": "a"}``; one ``"env=prod"`` is a list of one.
 
     Raises:
-        ConfigError: neither a dict, a list nor a string; an item without ``=`` or with an empty key; one key given twice with two
+        ConfigError: neither a dict, a list nor a string; a dict whose names or values are not strings
+            (``{"env": 1}``: give ``"1"``); an item without ``=`` or with an empty key; one key given twice with two
             values (all must match, and a run has one value per label: the first was dropped).
     """
     if isinstance(items, dict):
-        return {str(k): str(v) for k, v in items.items()}
+        for key, val in items.items():
+            if not isinstance(key, str) or not isinstance(val, str):
+                raise ConfigError(f"labels: {key!r}: {val!r} is not a string: a label's name and value are strings "
+                                  f"(as Recorder.run records them and --label KEY=VALUE gives them); give "
+                                  f"{str(key)!r}: {label_text(val)!r}")
+        return dict(items)
     if isinstance(items, str):  # one KEY=VALUE, not its characters
         items = [items]
     if items is not None and not isinstance(items, (list, tuple)):

@@ -84,7 +84,8 @@ def test_server_and_tool_together(store):
 def test_run_filter(store, recorded):
     assert ids(store.query_calls(run_id=recorded.runs["B"])) == ["b1", "b2", "b3", "b4"]
     assert ids(store.query_calls(run_id=recorded.runs["E"])) == []  # a run without calls
-    assert ids(store.query_calls(run_id="no-such-run")) == []
+    with pytest.raises(ConfigError, match="no run 'no-such-run'"):  # as `sealbox calls --run`, not an empty list
+        store.query_calls(run_id="no-such-run")
 
 
 def test_agent_filter(store):

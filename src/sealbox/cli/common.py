@@ -12,6 +12,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import click
 
+from sealbox.errors import ConfigError
+
 DEFAULT_STORE = ".sealbox"
 
 
@@ -121,7 +123,7 @@ def check_key_file(path: str | None) -> None:
 
 
 #: The shortest prefix of an id that the commands taking a run or approval id accept.
-MIN_ID_PREFIX = 4
+MIN_ID_PREFIX = 4  # sealbox.query.MIN_RUN_PREFIX
 
 
 #: What every approval request id starts with; a prefix counts the characters after it.
@@ -215,24 +217,24 @@ def _with_approval_tag(store: Any, text: str) -> tuple[str, list[str]]:
     return (_APPROVAL_TAG + bare, found) if found else (text, [])
 
 
-#: The shortest snapshot fingerprint prefix accepted, in hex digits (as ``Store.get_snapshot`` takes).
-MIN_SNAPSHOT_PREFIX = 8
+#: The shortest snapshot fingerprint prefix accepted, in hex digits (as ``Store.query_runs(snapshot=...)`` takes).
+MIN_SNAPSHOT_PREFIX = 8  # sealbox.query.MIN_SNAPSHOT_PREFIX
 
 
 def snapshot_ref(text: str, option: str = "FINGERPRINT") -> str:
     """A snapshot fingerprint or prefix as the store matches it (``sha256:`` optional, kept as
-    given): hex in lower case, as fingerprints are, at least :data:`MIN_SNAPSHOT_PREFIX` digits.
+    given): hex in lower case, as fingerprints are, at least :data:`MIN_SNAPSHOT_PREFIX` digits
+    (:func:`sealbox.query.snapshot_prefix`, the rule of ``query_runs(snapshot=...)``).
 
     Raises:
         BadInput: not hex, or a prefix too short to name one snapshot reliably.
     """
-    prefixed = text.lower().startswith("sha256:")
-    hex_part = (text[len("sha256:"):] if prefixed else text).lower()
-    if not hex_part or any(c not in "0123456789abcdef" for c in hex_part) or len(hex_part) > 64:
-        raise BadInput(f"{option} {text!r} is not a snapshot fingerprint (sha256: and up to 64 hex digits) or a prefix of one")
-    if len(hex_part) < MIN_SNAPSHOT_PREFIX:
-        raise BadInput(f"{option} {text!r} is too short: a snapshot prefix needs at least {MIN_SNAPSHOT_PREFIX} hex digits")
-    return ("sha256:" if prefixed else "") + hex_part
+    from sealbox.query import snapshot_prefix
+
+    try:
+        return snapshot_prefix(text, option)
+    except ConfigError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def format_options(fn: Callable) -> Callable:

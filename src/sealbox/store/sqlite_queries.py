@@ -266,7 +266,10 @@ class SqliteQueries:
         Args:
             tool, server: glob (:func:`fnmatch.fnmatchcase`) on the upstream tool / server name; a ``tool``
                 holding a ``/`` also matches ``server/tool`` as listings print it.
-            run_id, agent, principal: exact values (principal of the ``tool.call`` event).
+            run_id: a run id, or a prefix of exactly one of at least 4 characters, as ``sealbox calls --run``
+                takes it (:func:`sealbox.query.resolve_run_id`; upper case and blanks around it read as
+                the command reads them); ConfigError when it names no run of the store.
+            agent, principal: exact values (principal of the ``tool.call`` event).
             since, until: RFC 3339, a date, or a duration back from now (``2h``, ``30d``);
                 ``since`` inclusive, ``until`` exclusive.
             decision: ``allow``, ``deny`` or ``require_approval`` (the call's policy decision).
@@ -305,9 +308,11 @@ class SqliteQueries:
             ConfigError: a bad time, decision, match expression or limit; a filter of the wrong type
                 (``tool=5``, ``error="yes"``).
         """
-        from sealbox.query import check_limit, glob_match
+        from sealbox.query import check_limit, glob_match, resolve_run_id
 
         limit = check_limit(limit)
+        if run_id is not None and _leaves is None:
+            run_id = resolve_run_id(self, run_id)
         if check_altered and _leaves is None:
             # a tool.call whose kind column was rewritten below Sealbox: no 'tool.call' row to the query; listed
             # (flagged altered) from its hashed bytes' leaf, merged into the listing in log order
@@ -644,8 +649,9 @@ class SqliteQueries:
             since, until: bounds on ``started_at`` (as in :meth:`query_calls`). These filters and ``agent``,
                 ``principal``, ``snapshot`` also pass a run whose ``run.started``'s hashed bytes pass them, its
                 ``runs`` row rewritten below Sealbox (listed as the row says, ``altered``).
-            snapshot: a snapshot fingerprint or a prefix of it (``sha256:`` optional).
-            labels: ``{"k": "v"}``, ``["k=v", ...]`` or one ``"k=v"``; every label must be present with that value (a
+            snapshot: a snapshot fingerprint or a prefix of it of at least 8 hex digits (``sha256:`` optional),
+                as ``runs list --snapshot`` takes it (:func:`sealbox.query.snapshot_prefix`).
+            labels: ``{"k": "v"}`` (strings: ``{"k": 1}`` is a ConfigError), ``["k=v", ...]`` or one ``"k=v"``; every label must be present with that value (a
                 label recorded as a number or a boolean compares as its JSON text: ``n=1``, ``ok=true``).
             limit: at most this many runs (a whole number, 1 or more, of any size): the newest.
 
@@ -666,8 +672,10 @@ class SqliteQueries:
         from sealbox import query as q
 
         q.check_choice("status", status, q.RUN_STATUSES)
-        for name, value in (("agent", agent), ("principal", principal), ("snapshot", snapshot)):
+        for name, value in (("agent", agent), ("principal", principal)):
             q.check_text(name, value)
+        if snapshot is not None:
+            snapshot = q.snapshot_prefix(snapshot)
         limit = q.check_limit(limit)
         wanted = q.parse_labels(labels)
         # Each filter on a runs-table column also passes a run whose run.started's hashed bytes say the value
@@ -749,7 +757,16 @@ class SqliteQueries:
 
     @_json_guarded
     def get_run(self, run_id: str) -> dict[str, Any] | None:
-        """One run as a :meth:`query_runs` row, plus ``children`` (rows of the runs naming it as parent), or None."""
+        """One run as a :meth:`query_runs` row, plus ``children`` (rows of the runs naming it as parent), or None.
+
+        Raises:
+            ConfigError: ``run_id`` is not a string (``get_run(5)``).
+        """
+        from sealbox.query import check_text
+
+        if run_id is None:
+            raise ConfigError("run_id: None is not a string")
+        check_text("run_id", run_id)
         recs = self._conn().execute(self._runs_sql.format(where="r.run_id = ?", lifecycle=_LIFECYCLE), (run_id,)).fetchall()
         if not recs:  # its runs row's run_id rewritten below Sealbox: found through its run.started (marked altered)
             recs = self._conn().execute(self._runs_sql.format(
