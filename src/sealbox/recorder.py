@@ -76,6 +76,20 @@ def unused_call_id(run: "RunContext", call_id: Any) -> str | None:
     return None if call_id in getattr(run, "_call_ids", ()) else call_id
 
 
+class _CurrentParent:
+    """The default of ``Recorder.run(parent_run_id=...)``: the run current when the run starts (if any)
+    is its parent. An explicit ``None`` is a top-level run, whatever run is current."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<the current run>"
+
+
+#: ``parent_run_id`` not given: the current run (of the same recorder) becomes the parent.
+CURRENT_PARENT: Any = _CurrentParent()
+
+
 def current_run() -> "RunContext | None":
     """The run active in this context (thread or task), if any: not one that has ended (a run left
     by another thread or task than the one that entered it stays set here, ended)."""
@@ -252,8 +266,8 @@ class Recorder:
             self.breaker.record_not_run(server, tool, ticket=probe[0])
 
     def run(self, *, agent: str, principal: "str | dict | Principal | None" = None, snapshot: Any = None,
-            labels: dict[str, str] | None = None, parent_run_id: str | None = None, run_id: str | None = None,
-            replay_of: str | None = None) -> "RunContext":
+            labels: dict[str, str] | None = None, parent_run_id: str | None = CURRENT_PARENT,
+            run_id: str | None = None, replay_of: str | None = None) -> "RunContext":
         """A run context, for ``with`` or ``async with``.
 
         Args:
@@ -265,13 +279,15 @@ class Recorder:
                 already stored, or None. One naming a policy other than the recorder's is
                 refused (a replay, ``replay_of``, pins the recorded configuration as it is).
             labels: string labels (``{"env": "prod"}``), matched by policies.
-            parent_run_id: the parent's run id, for a sub-agent.
+            parent_run_id: the parent's run id, for a sub-agent; ``None``: a top-level run, even while
+                another run is current; not given: the current run, if any (below).
             run_id: a run id to use (default: a new time-ordered id).
             replay_of: the run this one replays.
 
         A run started (``with``, ``async with`` or :meth:`RunContext.start`) while another run of this
         recorder is the current run (:func:`current_run`, in this thread or task) records that run as
-        its parent when ``parent_run_id`` is not given: a sub-agent's run names its parent.
+        its parent when ``parent_run_id`` is not given: a sub-agent's run names its parent. Given as
+        ``None``, the run is a top-level run (no parent) all the same.
 
         Raises:
             ConfigError: ``run_id`` is the store's system run (``"system"``) or not a non-empty string;
@@ -294,14 +310,19 @@ class Recorder:
         _check_name("agent", agent)
         if labels is not None and replay_of is None:  # a replay carries the recorded labels, whatever they are
             _check_labels(labels)
-        if parent_run_id is not None:
+        inherit = parent_run_id is CURRENT_PARENT
+        if inherit:
+            parent_run_id = None
+        elif parent_run_id is not None:
             _check_parent(parent_run_id, run_id)
         snapshot = self._pinned_snapshot(snapshot, replay=replay_of is not None or _replaying(parent_run_id) is not None)
         who = Principal.of(principal, agent)
         if replay_of is None:  # as the gateway's principals and token identities (a replay runs as recorded)
             _check_printable("principal id", who.id, "an identity in the record cannot hold")
-        return RunContext(self, agent=agent, principal=who, snapshot=snapshot,
-                          labels=dict(labels or {}), parent_run_id=parent_run_id, run_id=run_id, replay_of=replay_of)
+        run = RunContext(self, agent=agent, principal=who, snapshot=snapshot,
+                         labels=dict(labels or {}), parent_run_id=parent_run_id, run_id=run_id, replay_of=replay_of)
+        run._inherit_parent = inherit
+        return run
 
     def _pinned_snapshot(self, snapshot: Any, *, replay: bool) -> Any:
         """The snapshot a new run pins (see :meth:`run`), checked against the policy in force."""
@@ -836,6 +857,7 @@ class RunContext:
         self.ended = False
         self._cost_error: str | None = None
         self._attached = False
+        self._inherit_parent = parent_run_id is None  # Recorder.run: only when parent_run_id was not given
         self.resumed_calls: list[Any] = []  # filled by Recorder.resume
         self._lease: Any = None  # a sealbox.pause.RunLease while this process runs a run it resumed
         self._live: Any = None  # a sealbox.liveness.LiveLease while this process records the open run
@@ -859,7 +881,7 @@ class RunContext:
             # ReplayStopped when the record has none like it: nothing of it may run for real
             replaying.replay.adopt_sub_run(replaying, self)
         if self.parent_run_id is None:
-            if outer is not None and outer is not self and outer.recorder is self.recorder and not outer.ended:
+            if self._inherit_parent and outer is not None and outer is not self and outer.recorder is self.recorder and not outer.ended:
                 self.parent_run_id = outer.run_id  # a run started inside another: a sub-agent's
         else:
             self._check_parent_exists()

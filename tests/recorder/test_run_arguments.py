@@ -214,3 +214,27 @@ def test_a_new_run_id_with_a_control_character_or_only_spaces_is_refused(store, 
                                  "which a run id cannot hold (it is pasted into commands and printed in listings); "
                                  "nothing was recorded")
     assert _run_ids(store) == before
+
+
+def test_parent_run_id_none_starts_a_top_level_run_while_another_run_is_current(store):
+    # Regression: None was the default, so an explicit None could not be told from "not given" and the
+    # run opened inside another always took it as parent; now None means "no parent"
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="outer") as outer:
+        with rec.run(agent="top", parent_run_id=None) as top:
+            with rec.run(agent="under-top") as under_top:  # not given: the current run (top) is its parent
+                pass
+        with rec.run(agent="sub") as sub:  # the default is unchanged
+            pass
+
+    async def main():
+        async with rec.run(agent="aouter"):
+            async with rec.run(agent="atop", parent_run_id=None) as atop:
+                return atop
+
+    atop = asyncio.run(main())
+    parents = {r.agent: store.read_run(r.run_id)[0].payload["parent_run_id"] for r in (top, under_top, sub, atop)}
+    assert parents == {"top": None, "under-top": top.run_id, "sub": outer.run_id, "atop": None}
+    assert top.parent_run_id is None
+    assert store.get_run(outer.run_id)["children"][0]["run_id"] == sub.run_id
+    assert [c["run_id"] for c in store.get_run(outer.run_id)["children"]] == [sub.run_id]
