@@ -76,6 +76,10 @@ def unused_call_id(run: "RunContext", call_id: Any) -> str | None:
     return None if call_id in getattr(run, "_call_ids", ()) else call_id
 
 
+#: The statuses ``RunContext.end`` records (the event schema's).
+_END_STATUSES = ("ok", "error", "cancelled")
+
+
 class _CurrentParent:
     """The default of ``Recorder.run(parent_run_id=...)``: the run current when the run starts (if any)
     is its parent. An explicit ``None`` is a top-level run, whatever run is current."""
@@ -857,6 +861,7 @@ class RunContext:
         self.ended = False
         self._cost_error: str | None = None
         self._attached = False
+        self._started = False  # run.started written through this context (start())
         self._inherit_parent = parent_run_id is None  # Recorder.run: only when parent_run_id was not given
         self.resumed_calls: list[Any] = []  # filled by Recorder.resume
         self._lease: Any = None  # a sealbox.pause.RunLease while this process runs a run it resumed
@@ -870,9 +875,15 @@ class RunContext:
         """Write ``run.started`` (called by ``with``).
 
         Raises:
-            ConfigError: ``parent_run_id`` names no run of the store (nothing was written).
+            ConfigError: ``parent_run_id`` names no run of the store, or this context's run has started
+                already (a RunContext is entered once: ``recorder.run(...)`` makes a new run); nothing
+                was written.
             RecordingError: ``run.started`` could not be recorded.
         """
+        if self._started or self.ended:
+            raise ConfigError(f"run {self.run_id} has already started (a RunContext is entered once; recorder.run(...) "
+                              "starts a new run, recorder.continue_run(run_id) attaches to one not ended); "
+                              "nothing was recorded")
         outer = _CURRENT.get()
         replaying = _replaying(self.parent_run_id)
         if replaying is not None and replaying is not self and not replaying.ended \
@@ -911,6 +922,7 @@ class RunContext:
         except BaseException:
             self._release_live()
             raise
+        self._started = True
         if self.replay is not None and self.replay.parent is not None:
             REPLAYING[self.run_id] = self  # its own sub-agent runs, from any thread, are served in turn
         return self
@@ -952,7 +964,20 @@ class RunContext:
 
     def end(self, status: str = "ok", error: BaseException | None = None, *,
             verdict: dict[str, Any] | None = None) -> None:
-        """Write ``run.ended`` with ``status`` ok / error / cancelled (and a replay's ``verdict``)."""
+        """Write ``run.ended`` with ``status`` ok / error / cancelled (and a replay's ``verdict``).
+        Nothing is written for a run that has ended.
+
+        Raises:
+            ConfigError: ``status`` is none of those, or ``error`` is not an exception (a caller's
+                mistake; nothing was written, the run has not ended).
+            RecordingError: ``run.ended`` could not be recorded.
+        """
+        if status not in _END_STATUSES:
+            raise ConfigError(f"run.end(): status must be one of {', '.join(_END_STATUSES)}, got {status!r}; "
+                              "nothing was recorded")
+        if error is not None and not isinstance(error, BaseException):
+            raise ConfigError(f"run.end(): error must be an exception or None, got {type(error).__name__}; "
+                              "nothing was recorded")
         if self.ended:
             return
         if self._open_streams:
@@ -1023,6 +1048,9 @@ class RunContext:
             self._live = None
 
     def __enter__(self) -> "RunContext":
+        if self.ended:
+            raise ConfigError(f"run {self.run_id} has ended: a RunContext is entered once (recorder.run(...) starts "
+                              "a new run); nothing was recorded")
         if not self._attached:
             self.start()
         elif self._live is None and not self.ended:  # this process now runs a run started elsewhere

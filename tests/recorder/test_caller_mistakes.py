@@ -665,3 +665,48 @@ def test_a_partial_of_a_decorated_tool_given_to_call_tool_is_recorded_once(store
                                   ("4", "tool.call", "aq"), ("4", "tool.result", None),
                                   ("5", "tool.call", "read"), ("5", "tool.result", None)]
     assert sealbox.verify_store(store).ok
+
+
+# --------------------------------------------------------------------------- run.end and re-entry: a caller's mistake
+
+
+@pytest.mark.parametrize("status", ["weird", "OK", "", None, 1])
+def test_run_end_with_an_unknown_status_is_a_config_error_and_the_run_goes_on(store, status):
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="bot") as run:
+        with pytest.raises(ConfigError, match="status must be one of ok, error, cancelled"):
+            run.end(status)
+        assert not run.ended
+        run.call_tool("fs", "read", None, lambda: "still recorded")
+    assert kinds(store, run.run_id) == ["run.started", "tool.call", "policy.decision", "tool.result", "run.ended"]
+    assert payload(store, run.run_id, "run.ended")["status"] == "ok"
+    assert_verified(store)
+
+
+def test_run_end_with_an_error_that_is_no_exception_is_a_config_error(store):
+    rec = Recorder(store, policy=ALLOW_ALL)
+    with rec.run(agent="bot") as run:
+        with pytest.raises(ConfigError, match="error must be an exception"):
+            run.end("error", "it broke")
+    assert payload(store, run.run_id, "run.ended")["status"] == "ok"
+
+
+def test_entering_a_used_run_context_again_is_a_config_error(store):
+    rec = Recorder(store, policy=ALLOW_ALL)
+    run = rec.run(agent="bot")
+    with run:
+        pass
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="entered once"):
+            with run:
+                pass
+    started = rec.run(agent="bot2").start()
+    with pytest.raises(ConfigError, match="already started"):
+        started.start()
+    with pytest.raises(ConfigError, match="already started"):
+        with started:
+            pass
+    started.end()
+    assert kinds(store, run.run_id) == ["run.started", "run.ended"]
+    assert kinds(store, started.run_id) == ["run.started", "run.ended"]
+    assert_verified(store)
