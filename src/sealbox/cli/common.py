@@ -448,9 +448,16 @@ def _csv_cell(value: Any) -> str:
     formula (``=HYPERLINK(…)``, ``@SUM(…)``, ``-1+cmd|…``; see :data:`CSV_FORMULA_STARTS`)
     prefixed by a single quote, so that it is shown, not evaluated. Agent names, principals,
     tool names and arguments are chosen by whoever drives the agent. Numbers (``int``,
-    ``float``: ``-3``, ``-0.5``) are written as they are."""
-    if isinstance(value, (int, float)):  # bool included: "True"/"False"
+    ``float``: ``-3``, ``-0.5``) are written as they are, booleans as JSON's ``true`` / ``false``,
+    and a dict or list (a run's ``labels``, a call's ``error`` and ``flags``) as its canonical JSON
+    (:func:`canonical_json_text`: compact, keys sorted, as ``--json`` holds the same value), in every
+    ``--csv`` listing."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
         return str(value)
+    if isinstance(value, (dict, list)):
+        return canonical_json_text(value)  # starts with { or [: no spreadsheet formula
     text = _cell(value)
     return "'" + text if text.startswith(CSV_FORMULA_STARTS) else text
 
