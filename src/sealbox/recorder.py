@@ -94,6 +94,13 @@ class _CurrentParent:
 CURRENT_PARENT: Any = _CurrentParent()
 
 
+def _current_task() -> Any:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running loop
+        return None
+
+
 def current_run() -> "RunContext | None":
     """The run active in this context (thread or task), if any: not one that has ended (a run left
     by another thread or task than the one that entered it stays set here, ended)."""
@@ -862,6 +869,10 @@ class RunContext:
         self._cost_error: str | None = None
         self._attached = False
         self._started = False  # run.started written through this context (start())
+        #: tool calls running now (decided, result not yet recorded): call id -> (thread ident, asyncio task
+        #: or None); the run's end waits for those of other threads and tasks (_wait_for_calls)
+        self._in_flight: dict[str, tuple[int, Any]] = {}
+        self._idle = threading.Condition(threading.Lock())
         self._inherit_parent = parent_run_id is None  # Recorder.run: only when parent_run_id was not given
         self.resumed_calls: list[Any] = []  # filled by Recorder.resume
         self._lease: Any = None  # a sealbox.pause.RunLease while this process runs a run it resumed
@@ -965,7 +976,9 @@ class RunContext:
     def end(self, status: str = "ok", error: BaseException | None = None, *,
             verdict: dict[str, Any] | None = None) -> None:
         """Write ``run.ended`` with ``status`` ok / error / cancelled (and a replay's ``verdict``).
-        Nothing is written for a run that has ended.
+        Nothing is written for a run that has ended. A tool call of the run still running in another
+        thread is waited for first (its ``tool.result`` is recorded before ``run.ended``; ``async with``
+        also waits for the calls of other tasks: docs/recording.md, "A run that ends while a tool runs").
 
         Raises:
             ConfigError: ``status`` is none of those, or ``error`` is not an exception (a caller's
@@ -980,6 +993,10 @@ class RunContext:
                               "nothing was recorded")
         if self.ended:
             return
+        if self._in_flight:
+            self._wait_for_calls()
+            if self.ended:  # ended by another thread meanwhile
+                return
         if self._open_streams:
             self._record_open_streams(ending=True)
         source = self.replay
@@ -1000,6 +1017,41 @@ class RunContext:
         self._release_lease()
         self._release_live()
         self._write_queued_breaker_events()
+
+    def _wait_for_calls(self) -> None:
+        """Wait until the tool calls of this run running in other threads have their ``tool.result``
+        recorded: a run that ends while a tool runs elsewhere (a worker thread) ends after it, so
+        that the call's outcome is in the record and its caller gets what the tool returned or
+        raised (docs/recording.md, "A run that ends while a tool runs"). A call running in this
+        thread (a tool that ends its own run) cannot be waited for here, nor is an ``acall_tool`` of
+        an asyncio task (:meth:`__aexit__` awaits those of its loop first)."""
+        me = threading.get_ident()
+        with self._idle:
+            # calls of asyncio tasks are awaited by __aexit__ on their loop, not here: a blocking wait in a
+            # thread that writes for the loop (the gateway's store writer) would stop the call's own result write
+            while any(thread != me and task is None for thread, task in self._in_flight.values()):
+                self._idle.wait()
+
+    async def _await_tasks_calls(self) -> None:
+        """In :meth:`__aexit__`: let the tool calls of this run running in other asyncio tasks of this
+        thread's loop finish (their ``tool.result`` recorded) before the run ends."""
+        me, task = threading.get_ident(), asyncio.current_task()
+        while True:
+            with self._idle:
+                waiting = [t for thread, t in self._in_flight.values()
+                           if thread == me and t is not None and t is not task and not t.done()]
+            if not waiting:
+                return
+            await asyncio.sleep(0.002)
+
+    def _call_began(self, call_id: str, task: Any = None) -> None:
+        with self._idle:
+            self._in_flight[call_id] = (threading.get_ident(), task)
+
+    def _call_done(self, call_id: str) -> None:
+        with self._idle:
+            self._in_flight.pop(call_id, None)
+            self._idle.notify_all()
 
     def suspend(self, reason: str) -> None:
         """Write ``run.suspended`` (``approval_ids: []``, ``reason``): the run waits for something outside
@@ -1102,6 +1154,8 @@ class RunContext:
         return self.__enter__()
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if self._in_flight:
+            await self._await_tasks_calls()
         for record in [r for r in list(self._open_streams) if r.is_async and not r.done]:
             await record.close_async_stream()  # recorded by end(), with the streams left open
         self.__exit__(exc_type, exc, tb)
@@ -1382,7 +1436,9 @@ class RunContext:
                 with this error, the object is not consumed (a coroutine or generator is closed).
             RecordingError: the call could not be recorded; ``fn`` did not run. Also when ``fn``
                 returned but its ``tool.result`` could not be recorded: the tool ran and the record
-                lacks its outcome, which the caller must not mistake for a complete record.
+                lacks its outcome, which the caller must not mistake for a complete record. (A run
+                ended by another thread or task while ``fn`` runs waits for its result:
+                :meth:`end`.)
             ToolDenied: the decision was not allow; ``fn`` did not run.
             Exception: whatever ``fn`` raised, unchanged (after it is recorded), or ``refused``. If its
                 ``tool.result`` cannot be recorded, it is still the tool's own exception that is
@@ -1405,22 +1461,27 @@ class RunContext:
             return self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
         call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent,
                                                 refused=refused is not None)
-        started = time.perf_counter_ns()
+        self._call_began(call_id)
         try:
-            if refused is not None:
-                raise refused
-            result = _invoke(fn, arguments)
-        except BaseException as exc:
-            self._record_raised(server, tool, call_id, step, started, exc, arguments,
-                                count=exc is not refused and not isinstance(exc, control_flow))
-            raise
-        refusal = _unrecordable(result, server, tool, awaited=False)
-        if refusal is not None:
-            self._record_result(server, tool, call_id, step, started, error=refusal, arguments=arguments, count=False)
-            raise refusal
-        self._record_result(server, tool, call_id, step, started, result=result, arguments=arguments,
-                            failure=_failure_message(failure, result))
-        return result
+            started = time.perf_counter_ns()
+            try:
+                if refused is not None:
+                    raise refused
+                result = _invoke(fn, arguments)
+            except BaseException as exc:
+                self._record_raised(server, tool, call_id, step, started, exc, arguments,
+                                    count=exc is not refused and not isinstance(exc, control_flow))
+                raise
+            refusal = _unrecordable(result, server, tool, awaited=False)
+            if refusal is not None:
+                self._record_result(server, tool, call_id, step, started, error=refusal, arguments=arguments,
+                                    count=False)
+                raise refusal
+            self._record_result(server, tool, call_id, step, started, result=result, arguments=arguments,
+                                failure=_failure_message(failure, result))
+            return result
+        finally:
+            self._call_done(call_id)
 
     async def acall_tool(self, server: str, tool: str, arguments: Any, fn: Callable[..., Any], *,
                          grant: str | None = None, call_id: str | None = None, exposed: str | None = None,
@@ -1461,6 +1522,17 @@ class RunContext:
         else:
             call_id, step = await self._adecide_and_record(writer, server, tool, arguments, grant, call_id, exposed,
                                                            agent, method=method, refused=refused is not None)
+        self._call_began(call_id, _current_task())
+        try:
+            return await self._arun_tool(writer, server, tool, call_id, step, arguments, fn, failure, control_flow,
+                                         refused)
+        finally:
+            self._call_done(call_id)
+
+    async def _arun_tool(self, writer: Any, server: str, tool: str, call_id: str, step: str, arguments: Any,
+                         fn: Callable[..., Any], failure: Any, control_flow: tuple[type[BaseException], ...],
+                         refused: BaseException | None) -> Any:
+        """:meth:`acall_tool` once the call is decided: run ``fn``, record its ``tool.result``."""
         started = time.perf_counter_ns()
         try:
             if refused is not None:

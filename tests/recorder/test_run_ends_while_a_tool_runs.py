@@ -1,0 +1,113 @@
+"""A run that ends (leaving its ``with`` / ``async with``, or ``run.end()``) while one of its tools still
+runs in another thread or asyncio task: the tool's outcome must not be lost. The run's end waits for
+the call's ``tool.result`` (nothing may follow ``run.ended``: docs/recording.md), the caller gets what
+the tool returned or raised, unchanged, and the call is listed with its outcome, not ``unknown``.
+Real stores: SQLite, and PostgreSQL when SEALBOX_TEST_POSTGRES_URL is set."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import threading
+import uuid
+
+import pytest
+
+import sealbox
+from sealbox.policies import ALLOW_ALL
+from sealbox.recorder import Recorder
+
+BACKENDS = ["sqlite"]
+if os.environ.get("SEALBOX_TEST_POSTGRES_URL") and importlib.util.find_spec("psycopg") is not None:
+    BACKENDS.append("postgres")
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        s = sealbox.init_store(tmp_path / "store")
+    else:
+        s = sealbox.init_store(tmp_path / "store", postgres_url=os.environ["SEALBOX_TEST_POSTGRES_URL"],
+                               schema=f"sbt_late_{uuid.uuid4().hex[:16]}")
+    yield s
+    s.close()
+
+
+def _check_record(store, run_id, ok):
+    kinds = [e.kind for e in store.read_run(run_id)]
+    assert kinds == ["run.started", "tool.call", "policy.decision", "tool.result", "run.ended"]
+    (row,) = store.query_calls(run_id=run_id)
+    assert (row["outcome"], row["ok"]) == (("ok", True) if ok else ("error", False))
+    assert store.get_run(run_id)["status"] == "ended"
+    report = sealbox.verify_store(store)
+    assert report.ok, [p.line() for p in report.problems]
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_a_tool_running_in_another_thread_when_the_run_ends_keeps_its_outcome(store, raises):
+    rec = Recorder(store, policy=ALLOW_ALL)
+    started, out = threading.Event(), {}
+    boom = LookupError("no such row")
+
+    def slow(x):
+        started.set()
+        threading.Event().wait(0.3)  # still running when the with block is left
+        if raises:
+            raise boom
+        return {"v": x}
+
+    def worker(run):
+        try:
+            out["result"] = run.call_tool("db", "slow", {"x": 1}, slow)
+        except BaseException as exc:  # noqa: BLE001
+            out["raised"] = exc
+
+    with rec.run(agent="bot") as run:
+        t = threading.Thread(target=worker, args=(run,))
+        t.start()
+        assert started.wait(30)
+    assert run.ended
+    t.join(30)
+    if raises:
+        assert out == {"raised": boom}
+    else:
+        assert out == {"result": {"v": 1}}
+    _check_record(store, run.run_id, ok=not raises)
+
+
+def test_a_tool_running_in_another_asyncio_task_when_the_run_ends_keeps_its_outcome(store):
+    rec = Recorder(store, policy=ALLOW_ALL)
+
+    async def slow(x):
+        await asyncio.sleep(0.3)
+        return [x, "done"]
+
+    async def main():
+        async with rec.run(agent="bot") as run:
+            task = asyncio.create_task(run.acall_tool("db", "slow", {"x": 2}, slow))
+            await asyncio.sleep(0.05)  # the call is recorded and its tool running
+        return run, await task
+
+    run, result = asyncio.run(main())
+    assert result == [2, "done"]
+    _check_record(store, run.run_id, ok=True)
+
+
+def test_run_end_called_while_a_thread_runs_a_tool_waits_for_its_result(store):
+    rec = Recorder(store, policy=ALLOW_ALL)
+    started, out = threading.Event(), {}
+
+    def slow():
+        started.set()
+        threading.Event().wait(0.3)
+        return "late"
+
+    with rec.run(agent="bot") as run:
+        t = threading.Thread(target=lambda: out.update(result=run.call_tool("db", "slow", None, slow)))
+        t.start()
+        assert started.wait(30)
+        run.end("ok")
+        t.join(30)
+    assert out == {"result": "late"}
+    _check_record(store, run.run_id, ok=True)
