@@ -251,6 +251,7 @@ class ApprovalState:
         decided_by: identities whose answers decided it (the approvers, or the denier).
         expiry_recorded: an ``approval.expired`` event exists (else the expiry is only noticed).
         resumed: a ``run.resumed`` event names it (the run went on past it).
+        resumed_at: the ``ts`` of the first ``run.resumed`` naming it (when the call was acted on), or None.
         outcome: the outcome the last ``run.resumed`` naming it gives it (None: none, or unreadable).
         malformed: why the request is malformed (:func:`request_problem`), or None.
     """
@@ -271,6 +272,7 @@ class ApprovalState:
     run_ended: bool = False
     outcome: str | None = None
     malformed: str | None = None
+    resumed_at: str | None = None
 
     @property
     def call_id(self) -> str:
@@ -293,7 +295,8 @@ class ApprovalState:
             "rule": r.get("rule"), "ask": r.get("ask"), "quorum": r.get("quorum"), "expires_at": r.get("expires_at"),
             "requested_by": r.get("requested_by"), "requested_at": self.requested_at, "status": self.status,
             "decided_by": list(self.decided_by), "decided_at": self.decided_at, "expired_at": self.expired_at,
-            "expiry_recorded": self.expiry_recorded, "resumed": self.resumed, "outcome": self.outcome,
+            "expiry_recorded": self.expiry_recorded, "resumed": self.resumed, "resumed_at": self.resumed_at,
+            "outcome": self.outcome,
             "malformed": self.malformed, "answers": [a.to_dict() for a in self.answers], "flags": self.flags,
         }
 
@@ -514,7 +517,7 @@ def evaluate(request: Any, related: Iterable[Any], book: IdentityBook, now: date
     expires = _parse(req["expires_at"]) if not malformed and req.get("expires_at") else None
     st: dict[str, Any] = {"status": "malformed" if malformed else "pending", "answers": [], "decided_by": (),
                           "decided_at": None, "expired_at": None, "expiry_recorded": False, "resumed": False,
-                          "run_ended": False, "outcome": None, "malformed": malformed}
+                          "resumed_at": None, "run_ended": False, "outcome": None, "malformed": malformed}
     approvers: list[str] = []
     # the call is acted on at its first run.resumed: an approval counts only if its identity was neither
     # disabled nor re-keyed between the answer and then (or now, while it waits); either withdraws it for good
@@ -528,6 +531,8 @@ def evaluate(request: Any, related: Iterable[Any], book: IdentityBook, now: date
             ended_at = ended_at or ev.ts
         elif ev.kind == "run.resumed":
             _note_resume(p, aid, st)
+            if st["resumed"] and st["resumed_at"] is None:
+                st["resumed_at"] = ev.ts  # the first resumption: when the call was acted on
         elif p.get("approval_id") != aid or ev.leaf_index < request.leaf_index:
             continue
         else:

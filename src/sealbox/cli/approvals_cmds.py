@@ -119,7 +119,8 @@ def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
                          ("arguments", json.dumps(row["arguments"], ensure_ascii=False)), ("binding", row["binding"]),
                          ("rule", row["rule"]), ("asked", asked),
                          ("quorum", row["quorum"]), ("requested", f"{row['requested_at']} by {row['requested_by']}"),
-                         ("expires", row["expires_at"]), ("decided by", ", ".join(row["decided_by"]) or "-")):
+                         ("expires", row["expires_at"]), ("decided by", ", ".join(row["decided_by"]) or "-"),
+                         ("resumed", _resumed_text(row))):
         click.echo(_one_line(f"{label:<10} {value}"))  # what an approver reads: recorded text never drives the terminal
     for a in row["answers"]:
         state_text = "counts" if a["counted"] else f"does not count: {a['problem']}"
@@ -137,6 +138,13 @@ def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
         click.echo(_one_line(f"answer     {a['answered_at']} {a['identity']} {a['decision']} ({state_text}): {a['reason']}"))
         for f in a["flags"]:
             click.echo(_one_line(f"  flag     {f.get('code')}: {json.dumps(f.get('evidence'), ensure_ascii=False)}"))
+
+
+def _resumed_text(row: dict) -> str:
+    """When the run went on past the request (its first ``run.resumed``) and the outcome it gave, or -."""
+    if not row["resumed"]:
+        return "-"
+    return f"{row['resumed_at'] or '(time unreadable)'} (outcome {row['outcome'] or 'unreadable'})"
 
 
 def _answer(decision: str, approval_id: str, reason: str, key_file: str, binding: str | None, window: float,

@@ -22,7 +22,7 @@ import json
 from typing import Any, Iterable
 
 from sealbox.query import label_text, status_text, visible
-from sealbox.report.model import AnswerView, ApprovalView, Content, IncidentReport, TimelineEntry
+from sealbox.report.model import resumed_text, AnswerView, ApprovalView, Content, IncidentReport, TimelineEntry
 
 __all__ = ["render_html"]
 
@@ -255,7 +255,7 @@ def _approval(a: ApprovalView) -> str:
             ("rule", e(a.rule)), ("asked", asked), ("quorum", quorum), ("binding", f"<code>{e(a.binding)}</code>"),
             ("requested", e(f"{a.requested_at} by {a.requested_by}")), ("expires", expires),
             ("decided", e(f"{a.decided_at or '-'} by {', '.join(a.decided_by) or '-'}")),
-            ("run waited", e(_seconds(a.wait_s) or "(not resumed)"))]
+            ("run waited", e(_seconds(a.wait_s) or "(not resumed)")), ("resumed", e(resumed_text(a)))]
     answers = "".join(_answer(x) for x in a.answers) or '<p class="muted">no answers</p>'
     malformed = (f"<p>{_badge('malformed request', 'bad')} {e(a.malformed)}; it can never be approved.</p>"
                  if a.malformed else "")

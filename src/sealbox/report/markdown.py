@@ -16,7 +16,7 @@ import re
 from typing import Any, Iterable
 
 from sealbox.query import label_text, status_text, visible
-from sealbox.report.model import ApprovalView, Content, IncidentReport
+from sealbox.report.model import resumed_text, ApprovalView, Content, IncidentReport
 
 __all__ = ["render_markdown", "md"]
 
@@ -130,7 +130,8 @@ def _approval(a: ApprovalView) -> list[str]:
         ("**asked**", asked), ("**quorum**", quorum), ("**binding**", _code(a.binding)),
         ("**requested**", md(f"{a.requested_at} by {a.requested_by}")), ("**expires**", expires),
         ("**decided**", md(f"{a.decided_at or '-'} by {', '.join(a.decided_by) or '-'}")),
-        ("**run waited**", md(_seconds(a.wait_s) or "(not resumed)"))])
+        ("**run waited**", md(_seconds(a.wait_s) or "(not resumed)")),
+        ("**resumed**", md(resumed_text(a)))])
     out += _content(a.arguments, "Arguments as requested")
     for x in a.answers:
         who = x.identity or {}

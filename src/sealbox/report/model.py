@@ -199,6 +199,15 @@ class ApprovalView:
     wait_s: float | None
     answers: tuple[AnswerView, ...]
     malformed: str | None = None
+    resumed_at: str | None = None  #: when the run went on past it (its first run.resumed), or None
+    outcome: str | None = None  #: the outcome that run.resumed gave it
+
+
+def resumed_text(a: ApprovalView) -> str:
+    """When the run went on past the request and the outcome it gave (``approvals show`` says it alike)."""
+    if a.resumed_at is None:
+        return "(not resumed)"
+    return f"{a.resumed_at} (outcome {a.outcome or 'unreadable'})"
 
 
 @dataclass(frozen=True)
@@ -552,7 +561,8 @@ def _approvals(store: Any, events: list[Any]) -> tuple[list[ApprovalView], dict[
             _content(store, r.get("arguments")), str(r.get("binding")), r.get("rule"), ask, quorum,
             st.requested_at, r.get("requested_by"), r.get("expires_at"), st.status,
             tuple(st.decided_by), st.decided_at, waits.get(st.approval_id),
-            tuple(_answer_view(book, answers.get(a.leaf_index, {}), a) for a in st.answers), st.malformed))
+            tuple(_answer_view(book, answers.get(a.leaf_index, {}), a) for a in st.answers), st.malformed,
+            st.resumed_at, st.outcome))
     uncounted = {leaf: judged.get(leaf, "unknown_approval") for leaf in answers}
     return out, {leaf: why for leaf, why in uncounted.items() if why is not None}, held
 
