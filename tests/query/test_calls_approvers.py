@@ -192,7 +192,8 @@ def test_runs_show_and_the_report_mark_an_uncounted_answer_with_its_problem(stor
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert [r["detail"] for r in json.loads(proc.stdout)["events"] if r["kind"].startswith("approval.")] == [
-        f"approval {aid}: pending", "approve by alice (counts)",
+        f"approval {aid}: pending; asks groups ops, identities -; quorum 2; binding {request.payload['binding']}",
+        "approve by alice (counts)",
         "approve by mallory (does not count: unknown_identity)"]
 
 

@@ -242,7 +242,16 @@ def _event_row(event, verdicts: dict[int, str] | None = None, arguments=None, *,
     elif event.kind == "model.call":
         detail = f"{p.get('provider')}/{p.get('model')}"
     elif event.kind == "approval.requested":
-        detail = f"approval {p.get('approval_id')}: {verdict}"
+        detail = f"approval {p.get('approval_id')}: {verdict}" + _request_text(p)
+    elif event.kind == "run.suspended":
+        ids = p.get("approval_ids")
+        detail = str(p.get("reason", "")) + (f"; awaiting {', '.join(map(str, ids))}" if isinstance(ids, list) and ids
+                                             else "")
+    elif event.kind == "run.resumed":
+        outcomes = p.get("outcomes") if isinstance(p.get("outcomes"), dict) else {}
+        ids = p.get("approval_ids") if isinstance(p.get("approval_ids"), list) else []
+        detail = ", ".join(f"{a} {outcomes.get(a, 'outcome unknown') if isinstance(a, str) else ''}".rstrip()
+                           for a in ids)
     elif event.kind == "approval.answered":
         detail = f"{p.get('decision')} by {p.get('identity')} ({verdict})"
     elif event.kind == "anomaly":
@@ -250,6 +259,17 @@ def _event_row(event, verdicts: dict[int, str] | None = None, arguments=None, *,
     return {"run_seq": event.run_seq, "step": event.step, "ts": event.ts, "kind": event.kind,
             "principal": event.principal, "tool": tool, "decision": decision, "duration_us": duration_us,
             "duration": _duration(duration_us), "detail": detail, "leaf_index": event.leaf_index, "payload": p}
+
+
+def _request_text(payload: dict) -> str:
+    """``; asks groups ops, identities carol; quorum 2; binding sha256:…`` of an approval request: who
+    was asked, and what (the binding its answers sign); empty for a request without a readable ``ask``."""
+    ask = payload.get("ask")
+    if not isinstance(ask, dict):
+        return ""
+    names = [", ".join(map(str, v)) if isinstance(v, list) and v else "-"
+             for v in (ask.get("groups"), ask.get("identities"))]
+    return f"; asks groups {names[0]}, identities {names[1]}; quorum {payload.get('quorum')}; binding {payload.get('binding')}"
 
 
 def _anomaly_text(payload: dict) -> str:
