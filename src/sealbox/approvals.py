@@ -1160,8 +1160,8 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
         ApprovalError: unknown id, the run ended, already decided, expired (the expiry
             is then recorded), ``clock_skew`` (the store's clock says it is before the request
             was recorded: the answer would predate the question), a key that is not the identity's current one, a rule
-            broken (the code says which), ``bad_window``, ``bad_decision``, ``bad_reason`` (empty
-            or blank), ``bad_key_file`` (not a path) or ``bad_client`` (not a dict, or a hostname,
+            broken (the code says which), ``bad_window``, ``bad_decision``, ``bad_reason`` (empty,
+            blank, or not UTF-8 text), ``bad_key_file`` (not a path) or ``bad_client`` (not a dict, or a hostname,
             os_user, user_agent or remote_addr that is not a string).
     """
     if decision not in ("approve", "deny"):
@@ -1169,6 +1169,10 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
     if not isinstance(reason, str) or not reason.strip():  # as `sealbox approvals approve --reason ''` is refused
         raise ApprovalError("bad_reason", f"reason must be a non-empty string: say why (it is recorded and signed), "
                                           f"not {reason!r}")
+    try:
+        reason.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: a non-UTF-8 byte of a command-line argument decodes to one
+        raise ApprovalError("bad_reason", f"reason is not UTF-8 text (it holds a lone surrogate): {reason!r}") from None
     if not isinstance(key_file, (str, os.PathLike)):
         raise ApprovalError("bad_key_file", f"key_file must be the path of the answering identity's key file, "
                                             f"not {key_file!r}")

@@ -183,8 +183,13 @@ def _answer_command(decision: str, help_text: str):
     def command(approval_id: str, reason: str, key_file: str, binding: str | None, window: float, store_path: str) -> None:
         from sealbox.approvals import ApprovalError, check_shared_window
 
+        from sealbox.query import not_utf8
+
         if not reason.strip():
             raise click.UsageError("--reason must not be empty: say why (it is recorded and signed)")
+        if not_utf8(reason):  # a byte that is not UTF-8 (a Latin-1 terminal): no signed record can hold it
+            raise click.UsageError("--reason is not UTF-8 text (it holds a byte that is not UTF-8): write it again "
+                                   "in UTF-8 (check the terminal's or the script's encoding)")
         try:
             check_shared_window(window)
         except ApprovalError as exc:
