@@ -1274,10 +1274,17 @@ def _client_key(client: dict[str, Any]) -> tuple[Any, Any, Any]:
     return client.get("hostname"), client.get("os_user"), client.get("user_agent")
 
 
+def _product(user_agent: Any) -> Any:
+    """The program a user agent names, without its version: ``sealbox-cli/0.2.0`` -> ``sealbox-cli``
+    (case-folded); a user agent that is not text is compared as recorded."""
+    return user_agent.split("/", 1)[0].strip().casefold() if isinstance(user_agent, str) else user_agent
+
+
 def _distinct(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two clients are distinct when hostname or OS user differ, or both name a user agent and they differ."""
+    """Two clients are distinct when hostname or OS user differ, or both name a user agent and their
+    products differ (one program at two versions, an upgraded CLI, is one client)."""
     (ha, ua, aa), (hb, ub, ab) = _client_key(a), _client_key(b)
-    return ha != hb or ua != ub or (aa is not None and ab is not None and aa != ab)
+    return ha != hb or ua != ub or (aa is not None and ab is not None and _product(aa) != _product(ab))
 
 
 def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now: datetime, window_s: float,
