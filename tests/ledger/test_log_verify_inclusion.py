@@ -153,6 +153,30 @@ def test_a_proof_in_another_tree_names_the_command(saved, capsys):
                f"{size}: run `sealbox log prove-inclusion --index 3 --to-size {size}`\n")
 
 
+def test_an_event_newer_than_the_checkpoint_names_no_impossible_command(tmp_path, capsys):
+    # the auditor's checkpoint was saved before the event was appended: no proof of a tree that small can hold
+    # it (`prove-inclusion --index I --to-size N` with I >= N is refused), so the error says so instead of
+    # naming that command
+    path = tmp_path / "store"
+    store = sealbox.init_store(path)
+    _record(store, "bot", 1)
+    store.close()
+    old = _checkpoint(capsys, path, tmp_path / "old.txt")
+    store = sealbox.open_store(path)
+    _record(store, "bot", 2)
+    store.close()
+    size = _checkpoint(capsys, path, tmp_path / "cp.txt")
+    index = size - 1
+    assert index >= old
+    doc = _prove(capsys, path, index, size, tmp_path / "proof.json")
+    shutil.copy(path / "log.vkey", tmp_path / "log.vkey")
+    assert _verify(capsys, tmp_path, "--leaf-hash", doc["leaf_hash"], cp="old.txt") == (
+        2, "", f"error: {tmp_path / 'proof.json'} proves leaf {index}, which the log of {tmp_path / 'old.txt'} "
+               f"(size {old}) does not hold yet: check it against a checkpoint saved after the event was appended "
+               f"(size {index + 1} or more)\n")
+    assert _prove(capsys, path, index, size, tmp_path / "again.json") == doc
+
+
 @pytest.mark.parametrize("which", ["cp", "proof", "key", "event"])
 def test_a_missing_file_is_one_error_line(saved, capsys, which):
     d, _, _ = saved

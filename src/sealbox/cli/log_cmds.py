@@ -351,6 +351,10 @@ def verify_inclusion_cmd(vkey: str, checkpoint: str, proof: str, event_path: str
             raise BadInput(f"--leaf-hash {leaf_hash!r} is not a SHA-256 leaf hash (sha256: and 64 hex digits)")
     body = _parse_checkpoint(checkpoint, note)
     _check_signed(checkpoint, note, body, vkey)
+    if size != body.size and index >= body.size:
+        raise BadInput(f"{proof} proves leaf {index}, which the log of {checkpoint} (size {body.size}) does not hold "
+                       f"yet: check it against a checkpoint saved after the event was appended (size {index + 1} "
+                       "or more)")
     if size != body.size:
         raise BadInput(f"{proof} is a proof in the tree of size {size}, but {checkpoint} has size {body.size}: run "
                        f"`sealbox log prove-inclusion --index {index} --to-size {body.size}`")
