@@ -11,7 +11,10 @@ import sealbox
 from sealbox.gateway import MALFORMED_REQUEST, REQUEST_TOO_LARGE, UNKNOWN_RUN, UNKNOWN_TOOL, Gateway
 from sealbox.policy import Policy
 
-from .conftest import MALFORMED_PARAMS_WARNING, connect, gateway_runs, kinds, running, text_of, toy_config, toy_log
+import json
+import sys
+
+from .conftest import MALFORMED_PARAMS_WARNING, connect, gateway_runs, kinds, running, text_of, toy_args, toy_config, toy_log
 
 pytestmark = pytest.mark.anyio
 
@@ -434,3 +437,33 @@ async def test_a_replay_run_cannot_be_joined_so_its_calls_never_reach_an_upstrea
         "the record in-process"))
     assert toy_log(tmp_path) == []  # the upstream never saw the call
     assert [k for _, k in kinds(store, replay.run_id)] == ["run.started"]
+
+
+async def test_a_tool_of_an_upstream_that_failed_to_start_says_why(tmp_path, store):
+    """README's gateway.yaml launches upstreams with `uvx`: where uvx is not installed, the gateway started
+    with no tools for them and a call of one was only "unknown tool 'db__list_tables'", as if the name were
+    misspelt. It now names the upstream, its state and its failure (the same line the gateway logged)."""
+    ups = f"""
+  - id: db
+    command: {tmp_path / 'no-such-runner'}
+    args: [mcp-server-sqlite]
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: {json.dumps(toy_args())}
+"""
+    gw = Gateway(toy_config(tmp_path, upstreams=ups), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        with pytest.raises(MCPError) as err:
+            await client.call_tool("db__list_tables", {})
+        with pytest.raises(MCPError) as typo:
+            await client.call_tool("toy__nope", {})
+        ok = await client.call_tool("toy__add", {"a": 1, "b": 2})
+    assert err.value.code == UNKNOWN_TOOL
+    message = str(err.value)
+    assert message.startswith("unknown tool 'db__list_tables': upstream db is not running (")
+    assert "no-such-runner" in message and "FileNotFoundError" in message
+    assert message.endswith("); its tools are listed once a restart brings it up")
+    assert (typo.value.code, str(typo.value)) == (UNKNOWN_TOOL, "unknown tool 'toy__nope'")
+    assert text_of(ok) == "3"
+    [run_id] = gateway_runs(store)  # the unknown tools are protocol errors: only toy__add is recorded
+    assert [e.payload["exposed"] for e in store.read_run(run_id) if e.kind == "tool.call"] == ["toy__add"]
