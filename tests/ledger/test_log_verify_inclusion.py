@@ -6,6 +6,9 @@ left when it is checked."""
 from __future__ import annotations
 
 import base64
+import importlib.util
+import os
+import uuid
 import json
 import shutil
 from pathlib import Path
@@ -236,3 +239,31 @@ def test_inclusion_vector_through_the_command(tmp_path, capsys, probe):
 def test_the_vectors_used_hold_passing_and_failing_probes():
     used = [p for p in INCLUSION if _usable(p)]
     assert sum(not p["want_error"] for p in used) >= 5 and sum(p["want_error"] for p in used) >= 50
+
+
+PG_URL = os.environ.get("SEALBOX_TEST_POSTGRES_URL")
+
+
+@pytest.mark.skipif(not PG_URL or importlib.util.find_spec("psycopg") is None,
+                    reason="SEALBOX_TEST_POSTGRES_URL is not set (or psycopg is missing)")
+def test_a_postgres_store_proves_inclusion_and_consistency_for_the_offline_checks(tmp_path, capsys):
+    # docs/storage.md lists what works on PostgreSQL: `log prove-inclusion` and `log prove`, whose output the
+    # offline `log verify-inclusion` / `verify-consistency` check with the key alone
+    path = tmp_path / "pg"
+    store = sealbox.init_store(path, postgres_url=PG_URL, schema=f"sbt_inclusion_{uuid.uuid4().hex[:16]}")
+    _record(store, "bot", 1)
+    store.close()
+    old = _checkpoint(capsys, path, tmp_path / "old.txt")
+    store = sealbox.open_store(path)
+    _record(store, "bot", 2)
+    store.close()
+    size = _checkpoint(capsys, path, tmp_path / "cp.txt")
+    doc = _prove(capsys, path, 3, size, tmp_path / "proof.json")
+    code, text, err = _run(capsys, "log", "prove", "-s", path, "--from-size", old, "--to-size", size)
+    assert code == 0, err
+    (tmp_path / "consistency.json").write_text(text)
+    (tmp_path / "event.json").write_bytes(base64.b64decode(doc["event"]))
+    shutil.copy(path / "log.vkey", tmp_path / "log.vkey")
+    assert _verify(capsys, tmp_path, "--event", tmp_path / "event.json") == (0, f"included: leaf 3 in size {size}\n", "")
+    assert _run(capsys, "log", "verify-consistency", "--key", tmp_path / "log.vkey", tmp_path / "old.txt",
+                tmp_path / "cp.txt", tmp_path / "consistency.json") == (0, f"consistent: size {old} -> size {size}\n", "")
