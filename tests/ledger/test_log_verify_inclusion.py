@@ -267,3 +267,25 @@ def test_a_postgres_store_proves_inclusion_and_consistency_for_the_offline_check
     assert _verify(capsys, tmp_path, "--event", tmp_path / "event.json") == (0, f"included: leaf 3 in size {size}\n", "")
     assert _run(capsys, "log", "verify-consistency", "--key", tmp_path / "log.vkey", tmp_path / "old.txt",
                 tmp_path / "cp.txt", tmp_path / "consistency.json") == (0, f"consistent: size {old} -> size {size}\n", "")
+
+
+def test_an_event_taken_from_a_bundle_as_log_format_md_says_is_included(tmp_path, capsys):
+    # docs/log-format.md: the event's bytes are the text between `{"event":` and `,"leaf_index":` of its line
+    # in a bundle's events.jsonl, and that line's leaf_index is the --index to prove
+    import zipfile
+
+    path = tmp_path / "store"
+    store = sealbox.init_store(path)
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+        run.call_tool("db", "read_query", {"query": "SELECT 1"}, lambda **_: [[1]])
+    store.close()
+    code, _, err = _run(capsys, "export", "-s", path, run.run_id, "-o", tmp_path / "case.sbx")
+    assert code == 0, err
+    line = zipfile.ZipFile(tmp_path / "case.sbx").read("events.jsonl").splitlines()[2]
+    (tmp_path / "event.json").write_bytes(line[len(b'{"event":'):line.index(b',"leaf_index":')])
+    index = json.loads(line)["leaf_index"]
+    size = _checkpoint(capsys, path, tmp_path / "cp.txt")
+    _prove(capsys, path, index, size, tmp_path / "proof.json")
+    shutil.copy(path / "log.vkey", tmp_path / "log.vkey")
+    assert _verify(capsys, tmp_path, "--event", tmp_path / "event.json") == (
+        0, f"included: leaf {index} in size {size}\n", "")
