@@ -468,3 +468,21 @@ def test_verify_of_a_bundle_with_store_and_a_key_given_verifies_it(tmp_path):
     assert both.stdout.split("took")[0] == alone.stdout.split("took")[0]
     trusting = run("verify", str(bundle), "-s", str(target), "--trust-bundle-key")
     assert (trusting.returncode, trusting.stderr) == (0, ""), trusting.stderr
+
+
+def test_a_missing_key_file_says_where_the_log_key_is(tmp_path):
+    """README's cheat sheet, typed where the store is ./.sealbox (as its `export SEALBOX_STORE=./.sealbox`
+    has it): `--key log.vkey` names no file there, and the error was only "no such key file: log.vkey",
+    with no word that the store keeps the key as .sealbox/log.vkey or that `sealbox log key` prints it."""
+    target = tmp_path / ".sealbox"
+    assert run("init", str(target)).returncode == 0
+    cp = run("log", "checkpoint", "-s", str(target))
+    (tmp_path / "old.txt").write_text(cp.stdout)
+    proof = run("log", "prove", "-s", str(target), "--from-size", "1")
+    (tmp_path / "proof.json").write_text(proof.stdout)
+    message = ("error: no such key file: log.vkey (the log's verifier key: a store keeps it as log.vkey in its "
+               "folder, e.g. .sealbox/log.vkey; `sealbox log key > log.vkey` writes a copy)\n")
+    for argv in (["log", "verify-consistency", "--key", "log.vkey", "old.txt", "old.txt", "proof.json"],
+                 ["verify", "-s", ".sealbox", "--key", "log.vkey"]):
+        proc = subprocess.run([SEALBOX, *argv], capture_output=True, text=True, cwd=tmp_path)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", message), argv

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 
 import click
@@ -452,7 +453,8 @@ def _read_key(value: str | None) -> str | None:
         raise BadInput(f"--key {value} is not a regular file: give the key file (a store's log.vkey) or the "
                        "key string `sealbox log key` prints")
     if ("/" in value or value.endswith(".vkey")) and value.count("+") < 2:
-        raise BadInput(f"no such key file: {value}")
+        raise BadInput(f"no such key file: {value} (the log's verifier key: a store keeps it as log.vkey in its "
+                       f"folder, e.g. .sealbox/log.vkey; `sealbox log key > {shlex.quote(value)}` writes a copy)")
     if "+" not in value:  # a verifier key always holds NAME+KEYID+BASE64: this was meant as a file name
         raise BadInput(f"--key {value}: no such key file, and not a verifier key either "
                        "(NAME+KEYID+BASE64, as `sealbox init` and `sealbox log key` print it)")
