@@ -49,3 +49,17 @@ def test_a_run_that_pinned_no_snapshot_says_so(tmp_path) -> None:
         assert (proc.returncode, proc.stdout, proc.stderr) == (
             2, "", f"error: {option} {given!r} is a run, not a snapshot: run {rid} was recorded without a "
                    "snapshot (recorder.run(snapshot=...) pins one)\n"), args
+
+
+def test_the_readme_says_what_a_run_id_gets() -> None:
+    """README said `snapshot show|diff` "take a fingerprint prefix of at least 8 hex digits, or a run id as
+    above"; a run id is refused (the tests above), with the run's fingerprint named. The README's sentence
+    must say so, not promise a run id is taken."""
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    start = text.index("(`snapshot show|diff` take")
+    sentence = text[start:text.index(")", text.index("digits", start)) + 1]
+    assert "or a run id as above" not in sentence
+    assert sentence == ("(`snapshot show|diff` take a fingerprint prefix of at least 8 hex digits; given a run id "
+                        "instead, they refuse it and name the snapshot that run ran under, to give in its place.)")
