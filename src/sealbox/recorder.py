@@ -2010,7 +2010,7 @@ class RunContext:
                 # deny every later call of the tool until restart)
                 breaker.record_not_run(server, tool, ticket=ticket)
             elif isinstance(error, ConnectionError):  # the server is down: open every breaker of it
-                breaker.server_down(server)
+                breaker.record_unreachable(server, tool, ticket=ticket)
             else:
                 breaker.record_failure(server, tool, "timeout" if isinstance(error, TimeoutError) else "error",
                                        ticket=ticket)

@@ -148,6 +148,15 @@ class _GatewayBreaker(CircuitBreaker):
             return None
         return super().record_failure(server, tool, kind, ticket=ticket)
 
+    def record_unreachable(self, server: str, tool: str, ticket: int | None = None) -> Any:
+        # GatewayStopping is an UpstreamUnavailable (a ConnectionError) but never reached the upstream: it
+        # opened every breaker of the upstream (server_down), and the calls after it were denied breaker_open
+        if _NOT_FORWARDED.get():
+            _NOT_FORWARDED.set(False)
+            self.record_not_run(server, tool, ticket=ticket)
+            return []
+        return super().record_unreachable(server, tool, ticket=ticket)
+
 
 class _PinnedPolicy(Policy):
     """The configured policy, with changed-and-unapproved tools denied first (rule :data:`PIN_RULE`)."""

@@ -277,6 +277,12 @@ class CircuitBreaker:
                         and not slot.failures:
                     del self._slots[key]
 
+    def record_unreachable(self, server: str, tool: str, ticket: int | None = None) -> list[BreakerChange]:
+        """A call of ``tool`` failed because ``server`` could not be reached (a ``ConnectionError``):
+        :meth:`server_down`. A subclass may tell a call that never reached the server for another reason
+        (``ticket``: the call's half-open probe, to give back with :meth:`record_not_run`)."""
+        return self.server_down(server)
+
     def server_down(self, server: str) -> list[BreakerChange]:
         """The upstream server is unreachable: open every known tool of it (and new ones, for the cool-down)."""
         changes: list[BreakerChange] = []
