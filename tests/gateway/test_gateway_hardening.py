@@ -957,3 +957,54 @@ async def test_a_call_not_forwarded_because_the_gateway_is_stopping_opens_no_bre
     assert [(r["ok"], (r.get("error") or {}).get("type")) for r in results(store)] == [
         (True, None)] + [(False, "GatewayStopping")] * 3
 
+
+@pytest.mark.parametrize("which", ["unknown", "ended", "malformed"])
+def test_sealbox_run_id_of_no_joinable_run_stops_serve_at_start(tmp_path, which):
+    """SEALBOX_RUN_ID is fixed for the gateway's life: a stdio gateway started with the id of no run, of an
+    ended run, or an id no run can have, started anyway and then answered every call UNKNOWN_RUN. It stops
+    at start: one error line, exit 2, no upstream started, nothing recorded."""
+    import subprocess
+
+    store = sealbox.init_store(tmp_path / "store")
+    try:
+        if which == "ended":
+            from sealbox.policy import ALLOW_ALL
+
+            run = sealbox.Recorder(store, ALLOW_ALL).run(agent="a")
+            run.start()
+            run.end()
+            run_id = run.run_id
+        else:
+            run_id = {"unknown": "run_never_started", "malformed": "r" * 300}[which]
+        size = store.size()
+    finally:
+        store.close()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(f"""version: 1
+store: ./store
+policy: ALLOW_ALL
+upstreams:
+  - id: toy
+    command: {json.dumps(sys.executable)}
+    args: {json.dumps(toy_args())}
+    env: {{TOY_LOG: {json.dumps(str(tmp_path / "toy.log"))}}}
+""")
+    env = {**{k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}, "SEALBOX_RUN_ID": run_id}
+    out = subprocess.run([str(Path(sys.executable).parent / "sealbox"), "gateway", "serve", "--config", str(config)],
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=60)
+    shown = run_id if which != "malformed" else "r" * 40 + "… (300 characters)"
+    expected = {
+        "unknown": f"SEALBOX_RUN_ID={shown}: no run {shown} in this store",
+        "ended": f"SEALBOX_RUN_ID={shown}: run {shown} has ended; it cannot be continued",
+        "malformed": f"SEALBOX_RUN_ID={shown}: a run id is at most 128 characters",
+    }[which]
+    assert (out.returncode, out.stdout) == (2, ""), out.stderr
+    assert out.stderr == (f"error: {expected}; set it to the id of a running run (the agent's: mcp_env(run)) "
+                          "or unset it\n")
+    assert "r" * 41 not in out.stderr
+    assert not (tmp_path / "toy.log").exists()
+    store = sealbox.open_store(tmp_path / "store", readonly=True)
+    try:
+        assert store.size() == size
+    finally:
+        store.close()

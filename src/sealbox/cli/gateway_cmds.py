@@ -108,6 +108,8 @@ def _serve(gateway: Any, http_port: int | None) -> None:
     from sealbox.gateway.transports import serve_http, serve_stdio
 
     if http_port is None:
+        gateway.check_default_run()  # SEALBOX_RUN_ID is fixed for the process: a run it cannot join stops it here
+
         def stopped() -> None:
             # the session has ended its run: sign the final checkpoint and exit without joining the
             # thread blocked reading stdin (serve_stdio)

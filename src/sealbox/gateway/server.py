@@ -300,6 +300,13 @@ class StoreWriter:
             return write()
 
 
+def shown_run_id(run_id: Any, limit: int = 64) -> str:
+    """A run id as an error message shows it: in full up to ``limit`` characters, else its first 40 and its
+    length (a client's 300-character id is not echoed whole)."""
+    text = str(run_id)
+    return text if len(text) <= limit else f"{text[:40]}… ({len(text)} characters)"
+
+
 class Gateway:
     """The gateway's state: upstreams, pins, recorder, runs, and the MCP server that clients talk to.
 
@@ -393,6 +400,34 @@ class Gateway:
         #: its tools/call requests being answered now (entries above 0 only): limits.max_calls_in_flight
         self._client_calls: dict[tuple[str, Any], int] = {}
         self.server = self._build_server()
+
+    def check_default_run(self) -> None:
+        """Raise ConfigError unless the default run (``SEALBOX_RUN_ID`` or ``run_id=``) can be joined: it is fixed
+        for the gateway's life, so a run that does not exist, has ended, is a replay, or an id no run can have
+        would make every call of the gateway ``UNKNOWN_RUN``. Checked by ``gateway serve`` before serving stdio
+        (a ``_meta["sealbox/run_id"]`` is checked per call, as it names a run for that call only)."""
+        from sealbox.recorder import _check_joinable
+
+        run_id = self.default_run_id
+        if run_id is None:
+            return
+        where = f"{ENV_RUN_ID}={shown_run_id(run_id)}" if self.default_run_source == "env" else \
+            f"Gateway(run_id={shown_run_id(run_id)!r})"
+        fix = "; set it to the id of a running run (the agent's: mcp_env(run)) or unset it"
+        try:
+            _check_joinable(run_id)
+        except ConfigError as exc:
+            problem = "a run id is at most 128 characters" if len(run_id) > 128 else str(exc)
+            raise ConfigError(f"{where}: {problem}{fix}") from None
+        events = self.store.read_run(run_id)
+        if not events:
+            raise ConfigError(f"{where}: no run {shown_run_id(run_id)} in this store{fix}")
+        if events[-1].kind == "run.ended":
+            raise ConfigError(f"{where}: run {shown_run_id(run_id)} has ended; it cannot be continued{fix}")
+        replay_of = events[0].payload.get("replay_of") if events[0].kind == "run.started" else None
+        if replay_of:
+            raise ConfigError(f"{where}: run {shown_run_id(run_id)} is a replay of run {replay_of}: a live gateway "
+                              f"does not join it (its calls would run for real){fix}")
 
     def begin_shutdown(self) -> None:
         """Stop holding calls: each held call answers "approval … pending" within one poll
