@@ -1008,3 +1008,29 @@ upstreams:
         assert store.size() == size
     finally:
         store.close()
+
+
+async def test_a_tool_of_an_upstream_that_never_started_is_upstream_error_not_unknown_tool(tmp_path, store):
+    """An upstream that never started lists no tools, so a call of one of them was "unknown tool
+    'dead__echo'": the client was told the tool does not exist, not that its upstream is down. It is
+    UPSTREAM_ERROR naming the upstream, its state and why (the gateway cannot tell whether the tool exists:
+    nothing is recorded or forwarded, as for an unknown tool); a name no configured upstream has is still
+    UNKNOWN_TOOL."""
+    from sealbox.gateway.codes import UPSTREAM_ERROR
+
+    ups = f"""
+  - id: dead
+    command: {json.dumps(sys.executable)}
+    args: ["-c", "import sys; sys.exit(3)"]
+"""
+    gw = Gateway(toy_config(tmp_path, upstreams=ups), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        with pytest.raises(MCPError) as down:
+            await client.call_tool("dead__echo", {"text": "x"})
+        with pytest.raises(MCPError) as unknown:
+            await client.call_tool("nobody__echo", {})
+    assert down.value.code == UPSTREAM_ERROR, down.value
+    assert str(down.value).startswith("tools/call dead__echo: upstream dead is "), str(down.value)
+    assert "exited with status 3" in str(down.value) and "unknown tool" not in str(down.value)
+    assert unknown.value.code == UNKNOWN_TOOL
+    assert [e.kind for e in all_events(store) if e.kind.startswith("tool.")] == []

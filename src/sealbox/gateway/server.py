@@ -1316,6 +1316,14 @@ class Gateway:
         target = self.split_name(params.name)
         if target is not None:  # a change the upstream announced before this call is listed (and pinned) first
             await self.upstreams[target[0]].current()
+        if target is not None and target[1] not in self.upstreams[target[0]].tools \
+                and self.upstreams[target[0]].state != "ready":
+            # its upstream is not up (never started, down, restarting): whether the tool exists cannot be told;
+            # "unknown tool" would send the client away from a tool that is only unavailable for now
+            up = self.upstreams[target[0]]
+            raise _mcp_error()(codes.UPSTREAM_ERROR, f"tools/call {params.name}: upstream {up.spec.id} is {up.state}"
+                               + (f" ({up.last_error})" if up.last_error else "") + "; call again once it is up",
+                               data={"type": "UpstreamUnavailable", "upstream": up.spec.id})
         if target is None or target[1] not in self.upstreams[target[0]].tools:
             raise _mcp_error()(codes.UNKNOWN_TOOL, f"unknown tool {params.name!r}{self._why_unlisted(target)}",
                                data=params.name)
