@@ -1034,3 +1034,21 @@ async def test_a_tool_of_an_upstream_that_never_started_is_upstream_error_not_un
     assert "exited with status 3" in str(down.value) and "unknown tool" not in str(down.value)
     assert unknown.value.code == UNKNOWN_TOOL
     assert [e.kind for e in all_events(store) if e.kind.startswith("tool.")] == []
+
+
+async def test_a_long_run_id_in_meta_is_not_echoed_whole_in_its_error(tmp_path, store):
+    """A client's _meta['sealbox/run_id'] of 300 characters was echoed in full in the UNKNOWN_RUN message
+    (twice the id's size back to the client, and into logs). It is shown as its first 40 characters and its
+    length; a short unknown id is still shown whole."""
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        errors = []
+        for run_id in ("r" * 300, "run_" + "u" * 90, "run_nope"):
+            with pytest.raises(MCPError) as err:
+                await client.call_tool("toy__echo", {"text": "x"}, meta={"sealbox/run_id": run_id})
+            errors.append((err.value.code, str(err.value)))
+    assert errors == [
+        (UNKNOWN_RUN, "no run " + "r" * 40 + "… (300 characters) can be joined: a run id is at most 128 characters"),
+        (UNKNOWN_RUN, "no run 'run_" + "u" * 36 + "… (94 characters)' in this store"),
+        (UNKNOWN_RUN, "no run 'run_nope' in this store")]
+    assert toy_log(tmp_path) == []

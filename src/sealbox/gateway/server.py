@@ -1005,7 +1005,10 @@ class Gateway:
             try:
                 run = self.recorder._attach(run_id)  # no liveness lease: the agent's process holds it
             except (RecordingError, ConfigError) as exc:  # ConfigError: an id no run can have (too long, a lone surrogate)
-                raise MCPError(codes.UNKNOWN_RUN, str(exc)) from exc
+                if len(run_id) > 128:  # not echoed whole (the message quoted all of a 300-character id)
+                    raise MCPError(codes.UNKNOWN_RUN, f"no run {shown_run_id(run_id)} can be joined: a run id is at "
+                                   "most 128 characters") from exc
+                raise MCPError(codes.UNKNOWN_RUN, str(exc).replace(repr(run_id), repr(shown_run_id(run_id)))) from exc
             if run.replay_of:  # an agent replayed in-process names its replay run as it named the recorded one
                 raise MCPError(codes.UNKNOWN_RUN, f"run {run_id} is a replay of run {run.replay_of}: a live gateway "
                                "does not join it (its calls would run for real); serve the recorded calls with "
