@@ -1052,3 +1052,24 @@ async def test_a_long_run_id_in_meta_is_not_echoed_whole_in_its_error(tmp_path, 
         (UNKNOWN_RUN, "no run 'run_" + "u" * 36 + "… (94 characters)' in this store"),
         (UNKNOWN_RUN, "no run 'run_nope' in this store")]
     assert toy_log(tmp_path) == []
+
+
+async def test_a_tool_name_listed_twice_by_one_upstream_is_warned_once(tmp_path, store, caplog):
+    """An upstream listing two tools of one name had the last one used, silently: the operator never learnt
+    that its upstream's listing is ambiguous. It is still the last one (pinned and listed as before), and
+    one warning names the upstream and the tool, not repeated on each re-list."""
+    caplog.set_level(logging.WARNING, logger="sealbox.gateway")
+    gw = Gateway(odd_config(tmp_path, env={"ODD_DUP": "1"}), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        listed = {t.name: t.description for t in (await client.list_tools()).tools}
+        up = gw.upstreams["odd"]
+        before = up._listed
+        up.request_relist()
+        with anyio.fail_after(30):
+            await up.wait_until(lambda u: u._listed > before)
+        pong = await client.call_tool("odd__ping", {})
+    assert listed["odd__ping"] == "pong again" and text_of(pong) == "pong"
+    warned = [r.getMessage() for r in caplog.records if "listed" in r.getMessage() and "twice" in r.getMessage()
+              or "more than once" in r.getMessage()]
+    assert warned == ["upstream odd listed more than once the tool(s) 'ping'; the last one listed is used "
+                      "(a problem of the upstream: fix its tool names)"]

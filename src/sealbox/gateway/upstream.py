@@ -34,6 +34,7 @@ import logging
 import re
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -146,6 +147,8 @@ class Upstream:
         self.on_catalog: Callable[["Upstream"], Awaitable[None]] | None = None
         self.generation = 0
         self.last_error: str | None = None
+        #: tool names this upstream was seen listing more than once (each warned about once)
+        self._warned_twice: set[str] = set()
         self.malformed = 0
         #: seconds between two log lines about malformed messages (the first is logged, later ones summed up)
         self.malformed_log_interval = 10.0
@@ -586,6 +589,14 @@ class Upstream:
         """Publish a listing asked for when ``seq`` notifications had been received (recorded by ``on_tools``
         before :meth:`current` lets a call waiting on them go on)."""
         self.tools = {t.name: t for t in tools}
+        if len(self.tools) != len(tools):  # a name listed twice: the last one is used, as before; said once
+            counts = Counter(t.name for t in tools)
+            twice = sorted(name for name, n in counts.items() if n > 1)
+            if set(twice) - self._warned_twice:
+                self._warned_twice.update(twice)
+                log.warning("upstream %s listed more than once the tool(s) %s; the last one listed is used (a problem "
+                            "of the upstream: fix its tool names)", self.spec.id,
+                            ", ".join(_one_line(repr(n))[:100] for n in twice[:10]) + (" …" if len(twice) > 10 else ""))
         if self.on_tools is not None:
             await self.on_tools(self, tools)
         self._listed = max(self._listed, seq)

@@ -9,6 +9,7 @@ Tools:
   ping()             returns "pong"
   <long name>        a tool whose name is ``$ODD_LONG_NAME`` (when set), returns "long"
   <second name>      a tool whose name is ``$ODD_SECOND_NAME`` (when set), returns "second"
+  ping (again)       with ``$ODD_DUP`` set, ping is listed twice (the second described "pong again")
   ""                 a tool whose name is empty (when ``$ODD_EMPTY_NAME`` is set), returns "empty"
   "nul\\x00name"      a tool whose name holds a NUL (when ``$ODD_NUL_NAME`` is set), returns "nul"
   redos(word, ...)   (when ``$ODD_REDOS`` is set) input schema: ``word`` matches ``^(a+)+$`` (a pattern a
@@ -55,6 +56,8 @@ def _tools() -> list[types.Tool]:
         tools.append(types.Tool(name=os.environ["ODD_LONG_NAME"], description="A long name.", input_schema=obj))
     if os.environ.get("ODD_SECOND_NAME"):
         tools.append(types.Tool(name=os.environ["ODD_SECOND_NAME"], description="Another name.", input_schema=obj))
+    if os.environ.get("ODD_DUP"):  # a second tool named ping (a listing with a name twice)
+        tools.append(types.Tool(name="ping", description="pong again", input_schema=obj))
     if os.environ.get("ODD_EMPTY_NAME"):
         tools.append(types.Tool(name="", description="No name.", input_schema=obj))
     if os.environ.get("ODD_NUL_NAME"):
