@@ -403,7 +403,7 @@ class Gateway:
 
     def check_default_run(self) -> None:
         """Raise ConfigError unless the default run (``SEALBOX_RUN_ID`` or ``run_id=``) can be joined: it is fixed
-        for the gateway's life, so a run that does not exist, has ended, is a replay, or an id no run can have
+        for the gateway's life, so a run that does not exist, has ended, or an id no run can have
         would make every call of the gateway ``UNKNOWN_RUN``. Checked by ``gateway serve`` before serving stdio
         (a ``_meta["sealbox/run_id"]`` is checked per call, as it names a run for that call only)."""
         from sealbox.recorder import _check_joinable
@@ -424,10 +424,9 @@ class Gateway:
             raise ConfigError(f"{where}: no run {shown_run_id(run_id)} in this store{fix}")
         if events[-1].kind == "run.ended":
             raise ConfigError(f"{where}: run {shown_run_id(run_id)} has ended; it cannot be continued{fix}")
-        replay_of = events[0].payload.get("replay_of") if events[0].kind == "run.started" else None
-        if replay_of:
-            raise ConfigError(f"{where}: run {shown_run_id(run_id)} is a replay of run {replay_of}: a live gateway "
-                              f"does not join it (its calls would run for real){fix}")
+        # a replay run is not refused here: an agent replayed in-process launches its stdio gateway with the replay
+        # run's id (mcp_env), and a plain ClientSession's initialize and tools/list still reach that gateway (its
+        # calls are served from the record; one that reached the gateway is UNKNOWN_RUN per call)
 
     def begin_shutdown(self) -> None:
         """Stop holding calls: each held call answers "approval … pending" within one poll
