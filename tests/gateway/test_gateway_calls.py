@@ -9,6 +9,7 @@ from mcp.shared.exceptions import MCPError
 
 import sealbox
 from sealbox.gateway import MALFORMED_REQUEST, REQUEST_TOO_LARGE, UNKNOWN_RUN, UNKNOWN_TOOL, Gateway
+from sealbox.gateway.codes import UPSTREAM_ERROR
 from sealbox.policy import Policy
 
 import json
@@ -442,7 +443,8 @@ async def test_a_replay_run_cannot_be_joined_so_its_calls_never_reach_an_upstrea
 async def test_a_tool_of_an_upstream_that_failed_to_start_says_why(tmp_path, store):
     """README's gateway.yaml launches upstreams with `uvx`: where uvx is not installed, the gateway started
     with no tools for them and a call of one was only "unknown tool 'db__list_tables'", as if the name were
-    misspelt. It now names the upstream, its state and its failure (the same line the gateway logged)."""
+    misspelt. It is now UPSTREAM_ERROR naming the upstream, its state and its failure (the same line the
+    gateway logged); a misspelt tool of a running upstream is still UNKNOWN_TOOL."""
     ups = f"""
   - id: db
     command: {tmp_path / 'no-such-runner'}
@@ -458,11 +460,11 @@ async def test_a_tool_of_an_upstream_that_failed_to_start_says_why(tmp_path, sto
         with pytest.raises(MCPError) as typo:
             await client.call_tool("toy__nope", {})
         ok = await client.call_tool("toy__add", {"a": 1, "b": 2})
-    assert err.value.code == UNKNOWN_TOOL
+    assert err.value.code == UPSTREAM_ERROR
     message = str(err.value)
-    assert message.startswith("unknown tool 'db__list_tables': upstream db is not running (")
+    assert message.startswith("tools/call db__list_tables: upstream db is down (")
     assert "no-such-runner" in message and "FileNotFoundError" in message
-    assert message.endswith("); its tools are listed once a restart brings it up")
+    assert message.endswith("); call again once it is up")
     assert (typo.value.code, str(typo.value)) == (UNKNOWN_TOOL, "unknown tool 'toy__nope'")
     assert text_of(ok) == "3"
     [run_id] = gateway_runs(store)  # the unknown tools are protocol errors: only toy__add is recorded

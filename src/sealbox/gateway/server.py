@@ -1303,17 +1303,6 @@ class Gateway:
             else:  # no entry kept for a client with none in flight (an id is reused once its connection is gone)
                 del self._client_calls[client]
 
-    def _why_unlisted(self, target: tuple[str, str] | None) -> str:
-        """Why the tool of an exposed name is not listed, when its upstream is down (a failed start, such as a
-        ``command`` not installed, lists no tool): the name may well be right."""
-        if target is None:
-            return ""
-        upstream = self.upstreams[target[0]]
-        if upstream.state == "ready" or upstream.last_error is None:
-            return ""
-        return (f": upstream {upstream.spec.id} is not running ({upstream.state}: {upstream.last_error}); its tools "
-                "are listed once a restart brings it up")
-
     async def _answer_call(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
         target = self.split_name(params.name)
         if target is not None:  # a change the upstream announced before this call is listed (and pinned) first
@@ -1327,7 +1316,7 @@ class Gateway:
                                + (f" ({up.last_error})" if up.last_error else "") + "; call again once it is up",
                                data={"type": "UpstreamUnavailable", "upstream": up.spec.id})
         if target is None or target[1] not in self.upstreams[target[0]].tools:
-            raise _mcp_error()(codes.UNKNOWN_TOOL, f"unknown tool {params.name!r}{self._why_unlisted(target)}",
+            raise _mcp_error()(codes.UNKNOWN_TOOL, f"unknown tool {params.name!r}",
                                data=params.name)
         server, tool = target
         upstream = self.upstreams[server]
