@@ -1,6 +1,13 @@
-"""A grant revoked while a run waits for approval denies the call when it resumes."""
+"""A grant revoked while a run waits for approval denies the call when it resumes.
+
+On SQLite and, when ``SEALBOX_TEST_POSTGRES_URL`` is set, on PostgreSQL (a schema of its own per
+test, dropped at its end), as tests/access: grants are checked on resume the same on both."""
 
 from __future__ import annotations
+
+import contextlib
+import os
+import uuid
 
 import pytest
 from approval_helpers import POLICY, kinds, policy
@@ -11,6 +18,28 @@ from sealbox.approvals import ApprovalPending, answer
 from sealbox.recorder import Recorder, ToolDenied
 from identity_testkit import signed_grant  # noqa: E402
 from identity_testkit import signed_retry as retry, signed_revoke as revoke  # noqa: E402,F811
+
+import sealbox
+
+PG_URL = os.environ.get("SEALBOX_TEST_POSTGRES_URL")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.skipif(
+    not PG_URL, reason="needs SEALBOX_TEST_POSTGRES_URL"))])
+def store(request, tmp_path):
+    """A new store in ``tmp_path / "store"``: SQLite, or PostgreSQL in a fresh schema (dropped at the end)."""
+    if request.param == "sqlite":
+        s = sealbox.init_store(tmp_path / "store")
+    else:
+        s = sealbox.init_store(tmp_path / "store", postgres_url=PG_URL, schema=f"sbt_gor_{uuid.uuid4().hex[:16]}")
+    yield s
+    with contextlib.suppress(Exception):
+        s.close()
+    if request.param == "postgres":
+        import psycopg
+
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{s.schema}" CASCADE')
 
 
 class Tool:
@@ -205,12 +234,14 @@ def test_verify_is_clean_when_the_grant_is_revoked_only_after_the_call_resumed(s
 def test_an_outcome_unknown_call_is_rerun_by_the_stores_clock_at_its_grants_expiry(store, keys, monkeypatch,
                                                                                  before_us, outcome):
     """The grant of a call re-run on resume expires by the store's clock (the ts of the note or deny the
-    check writes), not by ``datetime.now``: here the store's clock (``time.time_ns``, SQLite) is held at
+    check writes), not by ``datetime.now``: here the store's clock (``time.time_ns`` on SQLite, ``_PgTxn.stamp``
+    on PostgreSQL) is held at
     the grant's expiry while ``datetime.now`` reads an hour before it. Before: re-run under the expired grant."""
     import time
     from datetime import datetime, timedelta, timezone
 
     from sealbox.pause import claim
+    from sealbox.store import postgres
 
     expires = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(hours=1)
     grant = signed_grant(store, "agent:bot", "db", "write_query", scope="write",
@@ -221,6 +252,8 @@ def test_an_outcome_unknown_call_is_rerun_by_the_stores_clock_at_its_grants_expi
     assert claim(rec.continue_run(run_id), aid)[1] == "approved"  # resumed, then "the process died"
     stamp_ns = int(expires.timestamp()) * 1_000_000_000 - before_us * 1000
     monkeypatch.setattr(time, "time_ns", lambda: stamp_ns)
+    monkeypatch.setattr(postgres._PgTxn, "stamp", lambda self: (expires - timedelta(microseconds=before_us))
+                        .strftime("%Y-%m-%dT%H:%M:%S.%fZ"))  # (PostgreSQL's store clock: the server's)
     run = rec.resume(run_id, {("db", "write_query"): tool}, rerun_unknown=True)
     (call,) = run.resumed_calls
     monkeypatch.undo()
