@@ -829,28 +829,45 @@ def _mark(conn: Any, hists: Iterable[_History]) -> None:
         h.marked = True
 
 
-def _history_from_rows(rows: Iterable[tuple[int, Any]], grant_id: str | None = None) -> dict[str, _History]:
+def _history_from_rows(rows: Iterable[tuple[int, Any]], grant_id: str | None = None,
+                       damaged: dict[str | None, list[int]] | None = None) -> dict[str, _History]:
+    """The grants' histories from their ``access.*`` rows. With ``damaged`` (a dict), a row that cannot
+    be read as an access event (changed below Sealbox: not JSON, or without the fields Sealbox writes)
+    is left out and its leaf recorded there under its grant id (None when it names none readably: it
+    might be any grant's); without it such a row raises."""
     out: dict[str, _History] = {}
     for leaf_index, raw in rows:
-        env = json.loads(bytes(raw))
-        payload = env["payload"]
-        gid = payload.get("grant_id")
-        if not isinstance(gid, str) or (grant_id is not None and gid != grant_id):
-            continue
-        hist = out.setdefault(gid, _History(None))
-        if env["kind"] == "access.granted":
-            if hist.grant is None:  # the first grant of an id decides; grant_access never writes a second
-                hist.env, hist.raw = env, bytes(raw)
-                hist.grant = Grant(
-                    grant_id=gid, principal=payload["principal"], server=payload["server"], tool=payload["tool"],
-                    scope=payload.get("scope"), expires_at=payload.get("expires_at"), provider=payload.get("provider"),
-                    credential=bool(payload.get("credential")), granted_at=env["ts"], granted_by=env["principal"],
-                    leaf_index=leaf_index)
-        else:
-            hist.steps.append({"step": payload["step"], "ts": env["ts"], "by": env["principal"],
-                               "reason": payload.get("reason"), "detail": payload.get("detail"),
-                               "leaf_index": leaf_index})
-            hist.step_envs.append(env)
+        gid = None
+        try:
+            env = json.loads(bytes(raw))
+            payload = env["payload"]
+            gid = payload.get("grant_id")
+            if not isinstance(gid, str):
+                gid = None
+                continue
+            if grant_id is not None and gid != grant_id:
+                continue
+            if env["kind"] == "access.granted":
+                if out.get(gid) is None or out[gid].grant is None:  # the first grant of an id decides
+                    grant = Grant(
+                        grant_id=gid, principal=payload["principal"], server=payload["server"], tool=payload["tool"],
+                        scope=payload.get("scope"), expires_at=payload.get("expires_at"),
+                        provider=payload.get("provider"), credential=bool(payload.get("credential")),
+                        granted_at=env["ts"], granted_by=env["principal"], leaf_index=leaf_index)
+                    hist = out.setdefault(gid, _History(None))
+                    hist.env, hist.raw, hist.grant = env, bytes(raw), grant
+                else:
+                    out.setdefault(gid, _History(None))
+            else:
+                step = {"step": payload["step"], "ts": env["ts"], "by": env["principal"],
+                        "reason": payload.get("reason"), "detail": payload.get("detail"), "leaf_index": leaf_index}
+                hist = out.setdefault(gid, _History(None))
+                hist.steps.append(step)
+                hist.step_envs.append(env)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            if damaged is None:
+                raise
+            damaged.setdefault(gid if isinstance(gid, str) else None, []).append(leaf_index)
     return out
 
 
@@ -1089,36 +1106,59 @@ def _grant_row(conn: Any, hist: _History, held: bool, now: datetime) -> dict[str
             "signature": _grant_problem(conn, hist) or "valid"}
 
 
+def _all_histories(conn: Any, grant_id: str | None = None) -> tuple[dict[str, _History], dict[str | None, list[int]]]:
+    """Every grant's history (or ``grant_id``'s) read from all ``access.*`` events of the system run, and
+    the leaves of those that cannot be read (:func:`_history_from_rows`' ``damaged``)."""
+    rows = conn.execute(f"SELECT leaf_index, raw FROM events WHERE run_id = ? AND kind IN {_ACCESS_KINDS}"
+                        " ORDER BY leaf_index", (SYSTEM_RUN_ID,)).fetchall()
+    damaged: dict[str | None, list[int]] = {}
+    hists = _history_from_rows(rows, grant_id, damaged)
+    if grant_id is not None:  # the unreadable rows of other grants are not this one's
+        damaged = {k: v for k, v in damaged.items() if k in (None, grant_id)}
+    return hists, damaged
+
+
+def _damaged_leaves(damaged: dict[str | None, list[int]], grant_id: str) -> list[int]:
+    return sorted(damaged.get(grant_id, []) + damaged.get(None, []))
+
+
 def list_grants(store: Any, now: Any = None) -> list[dict[str, Any]]:
     """Every grant, oldest first: grant_id, principal, server, tool, scope, expires_at,
     provider, credential (``held`` / ``deleted`` / ``none``), status, granted_at, granted_by,
     signature (``valid``, or the :data:`GRANT_PROBLEMS` code that keeps the grant from
-    authorizing any call, e.g. ``unsigned``). ``status`` says only whether it expired or was
-    revoked: a grant whose signature is not ``valid`` denies every call whatever its status."""
+    authorizing any call, e.g. ``unsigned``), damaged. ``status`` says only whether it expired or was
+    revoked: a grant whose signature is not ``valid`` denies every call whatever its status.
+
+    ``damaged`` lists the leaves of ``access.*`` events that cannot be read (changed below Sealbox: not
+    JSON, or without the fields Sealbox writes) and may be the grant's: those naming it, and those that
+    name no grant readably (they might be any grant's). Such an event is left out of ``status``; a check
+    of the grant denies calls naming it (it might be a revocation). Empty when there are none."""
     conn = _conn(store)
-    rows = conn.execute(f"SELECT leaf_index, raw FROM events WHERE run_id = ? AND kind IN {_ACCESS_KINDS}"
-                        " ORDER BY leaf_index", (SYSTEM_RUN_ID,)).fetchall()
     held = {r[0] for r in conn.execute("SELECT grant_id FROM credentials")}
     when = _now(now)
-    hists = _history_from_rows(rows)
+    hists, damaged = _all_histories(conn)
     _mark(conn, hists.values())
-    return [_grant_row(conn, h, gid in held, when) for gid, h in hists.items() if h.grant is not None]
+    return [{**_grant_row(conn, h, gid in held, when), "damaged": _damaged_leaves(damaged, gid)}
+            for gid, h in hists.items() if h.grant is not None]
 
 
 def show_grant(store: Any, grant_id: str, now: Any = None) -> dict[str, Any]:
     """One grant as a :func:`list_grants` row plus ``steps``: each ``access.revoked``
     step in order (step, ts, by, reason, detail, leaf_index, identity, signature: ``valid`` or
     the :data:`REVOCATION_PROBLEMS` code that keeps it from counting; the status reads only
-    valid steps).
+    valid steps). ``damaged`` as in :func:`list_grants`: an unreadable event is left out, not raised.
 
     Raises:
         AccessError: no such grant.
     """
     conn = _conn(store)
-    hist = _history(_Wrap(conn), grant_id)
+    hists, damaged = _all_histories(conn, grant_id)  # every access event: an unreadable one names no grant
+    hist = hists.get(grant_id) or _History(None)
     _known(hist, grant_id)
+    _mark(conn, [hist])
     held = conn.execute("SELECT 1 FROM credentials WHERE grant_id = ?", (grant_id,)).fetchone() is not None
     row = _grant_row(conn, hist, held, _now(now))
+    row["damaged"] = _damaged_leaves(damaged, grant_id)
     row["steps"] = hist.steps
     return row
 

@@ -136,11 +136,23 @@ def list_cmd(store_path: str, as_json: bool, as_csv: bool) -> None:
     finally:
         store.close()
     columns = ["grant_id", "principal", "server", "tool", "scope", "expires_at", "provider", "credential", "status",
-               "signature", "granted_at", "granted_by"]
+               "signature", "granted_at", "granted_by", "damaged"]
+    flagged = [r for r in rows if r["damaged"]]
+    if flagged:  # as `runs list` / `calls` warn of an altered event: one line on stderr, the rows flagged, exit 0
+        leaves = sorted({leaf for r in flagged for leaf in r["damaged"]})
+        click.echo(f"warning: {len(flagged)} grant(s) listed may have a step in an access event changed below "
+                   f"Sealbox that cannot be read ({_leaves_text(leaves)}; marked damaged): their status leaves it "
+                   "out, and calls naming them are denied; `sealbox verify` names the events", err=True)
     if not rows and not (as_json or as_csv):
         click.echo("no grants", err=True)
         return
+    if not (as_json or as_csv):
+        rows = [{**r, "damaged": _leaves_text(r["damaged"]) if r["damaged"] else ""} for r in rows]
     emit_rows(rows, columns, as_json=as_json, as_csv=as_csv, title=None if (as_json or as_csv) else "Grants")
+
+
+def _leaves_text(leaves: list[int]) -> str:
+    return ("leaf " if len(leaves) == 1 else "leaves ") + ", ".join(map(str, leaves))
 
 
 def _print_show(row: dict[str, Any]) -> None:
@@ -162,6 +174,9 @@ def _print_show(row: dict[str, Any]) -> None:
              "calls naming this grant are denied")
     else:
         echo("signature  valid")
+    if row.get("damaged"):
+        echo(f"damaged    {_leaves_text(row['damaged'])}: an access event changed below Sealbox that cannot be "
+             "read, maybe a step of this grant (left out of the status); calls naming this grant are denied")
     for s in row["steps"]:
         line = f"  {s['ts']}  {s['step']:<9} by {s['by']}"
         mark = s.get("signature", "valid")
@@ -205,6 +220,10 @@ def show_cmd(grant_id: str, store_path: str, as_json: bool) -> None:
         row = show_grant(store, grant_id)
     finally:
         store.close()
+    if row.get("damaged"):
+        click.echo(f"warning: grant {grant_id} may have a step in an access event changed below Sealbox that cannot "
+                   f"be read ({_leaves_text(row['damaged'])}): its status leaves it out, and calls naming it are "
+                   "denied; `sealbox verify` names the events", err=True)
     if as_json:
         echo_json(row)
     else:
