@@ -26,11 +26,12 @@ and then read the newest committed state (READ COMMITTED); a serialization failu
 is retried. Appends to a store whose log holds fewer events than its newest signed checkpoint
 (the ``checkpoint`` file or a stored one) are refused, as on SQLite.
 
-Not offered yet on PostgreSQL (each raises :class:`~sealbox.errors.BackendUnsupportedError`
-naming the operation): the SQL listings other modules run directly on a SQLite connection
-(approvals' and identities' own tables and queries, the gateway's and policy worker's SQLite
-paths). Access grants (:mod:`sealbox.access`) run on both: their credentials table and index are
-migration 0003. See docs/storage.md, "PostgreSQL".
+Approvals and identities keep no tables of their own (their events are in the log, read through
+the store's queries: migration 0002's ``events_approval`` index), and the gateway and policy worker
+use the store's API: all run on PostgreSQL as on SQLite. Access grants (:mod:`sealbox.access`) run
+on both: their credentials table and index are migration 0003. Not offered yet on PostgreSQL (raises
+:class:`~sealbox.errors.BackendUnsupportedError` naming the operation): ``explain_query_calls``
+(SQLite's query plans). See docs/storage.md, "PostgreSQL".
 """
 
 from __future__ import annotations
