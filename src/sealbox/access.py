@@ -847,22 +847,19 @@ def _history_from_rows(rows: Iterable[tuple[int, Any]], grant_id: str | None = N
                 continue
             if grant_id is not None and gid != grant_id:
                 continue
+            hist = out.setdefault(gid, _History(None))
             if env["kind"] == "access.granted":
-                if out.get(gid) is None or out[gid].grant is None:  # the first grant of an id decides
-                    grant = Grant(
+                if hist.grant is None:  # the first grant of an id decides; grant_access never writes a second
+                    hist.grant = Grant(
                         grant_id=gid, principal=payload["principal"], server=payload["server"], tool=payload["tool"],
                         scope=payload.get("scope"), expires_at=payload.get("expires_at"),
                         provider=payload.get("provider"), credential=bool(payload.get("credential")),
                         granted_at=env["ts"], granted_by=env["principal"], leaf_index=leaf_index)
-                    hist = out.setdefault(gid, _History(None))
-                    hist.env, hist.raw, hist.grant = env, bytes(raw), grant
-                else:
-                    out.setdefault(gid, _History(None))
+                    hist.env, hist.raw = env, bytes(raw)
             else:
-                step = {"step": payload["step"], "ts": env["ts"], "by": env["principal"],
-                        "reason": payload.get("reason"), "detail": payload.get("detail"), "leaf_index": leaf_index}
-                hist = out.setdefault(gid, _History(None))
-                hist.steps.append(step)
+                hist.steps.append({"step": payload["step"], "ts": env["ts"], "by": env["principal"],
+                                   "reason": payload.get("reason"), "detail": payload.get("detail"),
+                                   "leaf_index": leaf_index})
                 hist.step_envs.append(env)
         except (ValueError, KeyError, TypeError, AttributeError):
             if damaged is None:
