@@ -29,7 +29,8 @@ from identity_testkit import admin_key
 PG_URL = os.environ.get("SEALBOX_TEST_POSTGRES_URL")
 NEWEST = {"sqlite": len(migrate.load_migrations("sqlite")), "postgres": len(migrate.load_migrations("postgres"))}
 #: The migration creating events_approval (SQLite 0007, PostgreSQL 0002), and the migrations a store made before it
-#: lacks (PostgreSQL's 0003, the credentials of access grants, came after it): what an upgrade applies.
+#: lacks (SQLite's 0008, the renamed calls' tool index; PostgreSQL's 0003, the credentials of access grants, came
+#: after it): what an upgrade applies.
 INDEX_VERSION = {"sqlite": 7, "postgres": 2}
 PENDING = {name: ", ".join(map(str, range(INDEX_VERSION[name], NEWEST[name] + 1))) for name in NEWEST}
 
@@ -103,8 +104,11 @@ def _requests(store, n, tool="write_query"):
 
 def _as_before_the_index(name, sql):
     """The store's schema as the previous Sealbox left it: no events_approval, no row of its migration (nor of
-    those after it: on PostgreSQL, 0003's credentials table and events_access_grant)."""
+    those after it: on SQLite, 0008's events_other_kinds_tool; on PostgreSQL, 0003's credentials table and
+    events_access_grant)."""
     sql("DROP INDEX events_approval")
+    if name == "sqlite":  # 0008's index of the tool of the events of other kinds than a call's (renamed calls)
+        sql("DROP INDEX events_other_kinds_tool")
     if name == "postgres":
         sql("DROP FUNCTION sealbox_approval_id(bytea)")
         for statement in ("DROP TABLE credentials", "DROP FUNCTION sealbox_credentials_written_once()",
@@ -408,7 +412,7 @@ def test_a_writer_killed_while_it_builds_the_index_leaves_the_store_as_it_was(tm
     res = subprocess.run([sys.executable, "-c", CRASH_DURING_MIGRATION, str(path)], capture_output=True, text=True)
     assert res.returncode == 9, res.stderr
     assert not _has_index("sqlite", sql)
-    assert sql("SELECT max(version) FROM schema_migrations") == [(NEWEST["sqlite"] - 1,)]
+    assert sql("SELECT max(version) FROM schema_migrations") == [(INDEX_VERSION["sqlite"] - 1,)]
     store = sealbox.open_store(path)
     try:
         assert _has_index("sqlite", sql)

@@ -98,3 +98,15 @@ def test_the_renamed_call_look_up_takes_the_listings_filters_and_indexes(store):
     assert "events_kind_ts (kind=? AND ts>?)" in plans[0] and "kind<" not in plans[0], plans
     got, plans = _lookups(store, limit=2)  # the listing is cut: the look-up starts at its oldest call
     assert got == ["renamed", "later"] and "events_kind_ts (kind=? AND ts>?)" in plans[0], plans
+    # --tool / --server: the events of other kinds that hold a tool (events_other_kinds_tool, SQLite migration
+    # 0008), a range of it for the tool's literal prefix: no event of another kind without a tool is read
+    for filters, expected, searched in ((dict(tool="write_query"), ["renamed"], "(tool=?)"),
+                                        (dict(tool="write_*"), ["renamed"], "(tool>? AND tool<?)"),
+                                        (dict(tool="read_*"), ["other", "kept", "later"], "(tool>? AND tool<?)"),
+                                        (dict(server="db"), ["other", "kept", "renamed", "later"], ""),
+                                        (dict(tool="db/write_query"), ["renamed"], ""),
+                                        (dict(tool="write_*", since=ts["kept"]), ["renamed"], "(tool>? AND tool<?)")):
+        got, plans = _lookups(store, **filters)
+        assert got == expected and len(plans) == 1, (filters, got, plans)
+        assert f"USING INDEX events_other_kinds_tool {searched}".strip() in plans[0], (filters, plans)
+        assert "events_kind_ts" not in plans[0], (filters, plans)

@@ -176,11 +176,11 @@ class SqliteQueries:
         listing's own filters on the columns a renamed call still holds (``since``/``until`` parsed times):
 
         * ``run_id``: the run's events of other kinds (``events_run_kind``);
-        * ``since``/``until``: per kind other than the three (the store's kinds, read by a skip scan of
-          ``events_kind_ts``: a seek each), that kind's events in the window (``events_kind_ts``);
-        * else the store's events of other kinds (four ranges of ``events_kind_ts``; PostgreSQL's
-          ``events_tool`` / ``events_server_tool`` when ``tool`` / ``server`` is given), ``tool`` and ``server``
-          tested on each row.
+        * ``since``/``until`` without ``tool``/``server``: per kind other than the three (the store's kinds, read
+          by a skip scan of ``events_kind_ts``: a seek each), that kind's events in the window (``events_kind_ts``);
+        * else the store's events of other kinds that hold a tool (SQLite: ``events_other_kinds_tool``, migration
+          0008, a range of it for ``tool``'s literal prefix; PostgreSQL's planner: ``events_tool`` /
+          ``events_server_tool``), ``server`` and the window tested on each row.
 
         The listing confirms every leaf against all its filters (``query_calls(_leaves=...)``)."""
         indexed, starts = self._renamed_calls_sql
@@ -201,8 +201,8 @@ class SqliteQueries:
             sql = (f"SELECT o.leaf_index FROM events o {indexed.format('events_run_kind')} WHERE o.run_id = ? AND "
                    f"o.kind NOT IN ('tool.call', 'policy.decision', 'tool.result') AND {where}")
             return sorted(r[0] for r in conn.execute(sql, [run_id, *params]))
-        by_kind = indexed.format("events_kind_ts")
-        if since is not None or until is not None:
+        if tool is None and server is None and (since is not None or until is not None):
+            by_kind = indexed.format("events_kind_ts")
             kinds, kind = [], ""
             while True:  # the store's kinds, a seek each (a skip scan: SQLite's planner does none here)
                 row = conn.execute(f"SELECT min(kind) FROM events {by_kind} WHERE kind > ?", [kind]).fetchone()
@@ -216,9 +216,12 @@ class SqliteQueries:
             sql = " UNION ALL ".join(f"SELECT o.leaf_index FROM events o {by_kind} WHERE o.kind = ? AND {where}"
                                      for _ in kinds)
             return sorted(r[0] for r in conn.execute(sql, [v for k in kinds for v in (k, *params)]))
-        sql = " UNION ALL ".join(f"SELECT o.leaf_index FROM events o {by_kind} WHERE {r} AND {where}"
-                                 for r in _OTHER_KIND_RANGES)
-        return sorted(r[0] for r in conn.execute(sql, params * len(_OTHER_KIND_RANGES)))
+        # the condition of events_other_kinds_tool (SQLite migration 0008) term by term as it is written there
+        # (`where` starts with o.tool IS NOT NULL): the index of the events of other kinds that hold a tool
+        # (few), a range of it for --tool
+        sql = (f"SELECT o.leaf_index FROM events o {indexed.format('events_other_kinds_tool')} WHERE "
+               f"o.kind <> 'tool.call' AND o.kind <> 'policy.decision' AND o.kind <> 'tool.result' AND {where}")
+        return sorted(r[0] for r in conn.execute(sql, params))
 
     @staticmethod
     def _starts_sql(column: str, text: str) -> str:
@@ -1086,11 +1089,6 @@ ORDER BY c.leaf_index DESC
 _NAMES_CALL_SQL = "instr(e.raw, CAST('\"call_id\":' || json_quote(c.call_id) AS BLOB)) > 0"
 SqliteQueries._names_call_sql = _NAMES_CALL_SQL
 
-
-#: The kinds other than a call's, a decision's and a result's, as four ranges of the kind index (no row of
-#: those three kinds read)
-_OTHER_KIND_RANGES = ("o.kind < 'policy.decision'", "o.kind > 'policy.decision' AND o.kind < 'tool.call'",
-                      "o.kind > 'tool.call' AND o.kind < 'tool.result'", "o.kind > 'tool.result'")
 
 SqliteQueries._renamed_calls_sql = (
     "INDEXED BY {}", "substr(o.raw, 1, 20) = CAST('{\"kind\":\"tool.call\",' AS BLOB)")

@@ -1,0 +1,22 @@
+-- Sealbox schema 8: the tool column of events of kinds other than a call's, a
+-- decision's or a result's, indexed.
+--
+-- `sealbox calls` (query_calls with check_altered) also lists a tool.call whose
+-- kind column was rewritten below Sealbox (UPDATE events SET kind = 'note'): it
+-- looks for events whose hashed bytes start as a tool.call's among those of the
+-- other kinds that hold a tool column. 0004 indexes tool for tool.call rows
+-- only, so a look-up narrowed by --tool or --server (with no --run or time
+-- window) read every event of the other kinds (~29,000 rows of a 1M-event
+-- store, ~300 ms). This index holds only those of them with a tool (the
+-- recorder writes one for approval.requested, access.granted, breaker.changed,
+-- tools.changed and tool.reapproved events: few), so an insert of any other
+-- event evaluates its condition and writes nothing more.
+--
+-- The condition is three comparisons, not kind NOT IN (...): SQLite evaluates a
+-- list of three or more constants through an ephemeral table built on every run
+-- of the INSERT statement (+6 us per recorded call in bench/bench_recorder.py's
+-- SQL floor). SQLite uses a partial index only where the query's WHERE implies
+-- the index's WHERE: SqliteQueries._renamed_call_leaves writes each term exactly
+-- as here (tests/query/test_calls_renamed_tool_call.py checks its plan).
+CREATE INDEX events_other_kinds_tool ON events (tool)
+    WHERE tool IS NOT NULL AND kind <> 'tool.call' AND kind <> 'policy.decision' AND kind <> 'tool.result';
