@@ -189,6 +189,7 @@ def test_the_layout_is_schema_5_so_older_versions_refuse_the_store(tmp_path: Pat
     with closing_db(path) as db:  # back to schema 4, as a store written before the change
         db.execute("DELETE FROM schema_migrations WHERE version >= 5")
         db.execute("DROP INDEX events_approval")  # schema 7's index
+        db.execute("DROP INDEX events_other_kinds_tool")  # schema 8's index
         db.execute("DELETE FROM store_meta WHERE key = 'tree_stored_node_level'")
         for column in ("rule", "reason_code", "duration_us"):  # schema 6's columns
             db.execute(f"ALTER TABLE events DROP COLUMN {column}")
@@ -205,6 +206,7 @@ def _as_schema_4(path: Path) -> None:
     with closing_db(path) as db:
         db.execute("DELETE FROM schema_migrations WHERE version >= 5")
         db.execute("DROP INDEX events_approval")  # schema 7's index
+        db.execute("DROP INDEX events_other_kinds_tool")  # schema 8's index
         db.execute("DELETE FROM store_meta WHERE key = 'tree_stored_node_level'")
         for column in ("rule", "reason_code", "duration_us"):
             db.execute(f"ALTER TABLE events DROP COLUMN {column}")
