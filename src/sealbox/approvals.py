@@ -63,6 +63,7 @@ __all__ = [
     "check_shared_window",
     "ApprovalError",
     "ApprovalPending",
+    "RunSuspendedError",
     "Answer",
     "ApprovalState",
     "binding_hash",
@@ -181,6 +182,31 @@ class ApprovalPending(SealboxError):
     def call_id(self) -> str:
         """The first waiting call's id."""
         return self.call_ids[0]
+
+
+class RunSuspendedError(SealboxError):
+    """A tool call, model call or state save on a run that is suspended (``run.suspended`` written: an
+    :class:`ApprovalPending` caught inside the run's ``with`` block, or :meth:`RunContext.suspend`).
+    Nothing was written or run; the run stays suspended.
+
+    Attributes:
+        run_id: the suspended run.
+        approval_ids: the requests it waits for (empty when suspended outside approvals).
+        suspends_run: always True: a ``with`` block left by this error does not end the run.
+    """
+
+    suspends_run = True
+
+    def __init__(self, run_id: str, approval_ids: Sequence[str] = ()) -> None:
+        self.run_id = run_id
+        self.approval_ids = tuple(approval_ids)
+        if self.approval_ids:
+            how = (f"it waits for approval {', '.join(self.approval_ids)}: resume it with "
+                   f"recorder.resume({run_id!r}) once answered")
+        else:
+            how = (f"it waits for something outside Sealbox's approvals: what suspended it resumes it "
+                   f"(or recorder.continue_run({run_id!r}))")
+        super().__init__(f"run {run_id} is suspended; {how}; nothing was recorded or run")
 
 
 @dataclass(frozen=True)

@@ -257,7 +257,7 @@ def await_approval(run: Any, request: dict[str, Any]) -> None:
     """
     rec, aid, call_id = run.recorder, request["approval_id"], request["call_id"]
     if rec.approvals == "suspend":
-        _suspend(run)
+        _suspend(run, (aid,))
         raise ApprovalPending(aid, run.run_id, call_id)
     if getattr(run, "_lease", None) is None:
         # this process waits and will run the call itself: a resume elsewhere meanwhile would claim the
@@ -280,18 +280,19 @@ def await_approval(run: Any, request: dict[str, Any]) -> None:
                     return
                 raise _denial(run, state, outcome, decision)
         if deadline is not None and time.monotonic() >= deadline:
-            _suspend(run)
+            _suspend(run, (aid,))
             raise ApprovalPending(aid, run.run_id, call_id)
         time.sleep(rec.approval_poll)
 
 
-def _suspend(run: Any) -> None:
+def _suspend(run: Any, approval_ids: tuple[str, ...] = ()) -> None:
     """The run is suspended (``run.suspended`` is in the log): this process no longer runs it, so it lets
     go of its resume lease (taken for a blocking wait) and its liveness lease at once, not when a ``with``
     block is left: a run suspended outside a block (``RunContext.start()``) kept both while its process
     lived, so ``Recorder.resume`` in another process was refused (``already_resumed``), or recorded
     without a liveness lease of its own. A suspended run's status depends on no lease."""
     run.suspended = True
+    run._suspended_for = approval_ids  # named by RunSuspendedError when the run is used on
     release = getattr(run, "_release_lease", None)
     if release is not None:
         release()

@@ -226,6 +226,9 @@ class Recorder:
         #: did. The gateway's runs the write on the loop when the store's lock is free and in a worker
         #: thread when another process holds it, so that the loop is never stalled (sealbox.gateway.server).
         self.async_writer: Callable[[Callable[[], Any]], Any] | None = None
+        #: a process that holds a suspended run's call itself and records its other calls meanwhile (the MCP
+        #: gateway): True, and a suspended RunContext does not refuse calls (RunSuspendedError)
+        self._calls_while_suspended = False
 
     def _on_breaker_change(self, change: BreakerChange) -> None:
         pending = getattr(self._changes, "items", None)
@@ -865,6 +868,7 @@ class RunContext:
         self._token: contextvars.Token | None = None
         self._outer: RunContext | None = None  # the run current where this one was entered
         self.suspended = False
+        self._suspended_for: tuple[str, ...] = ()  # the approvals a suspended run waits for (RunSuspendedError)
         self.ended = False
         self._cost_error: str | None = None
         self._attached = False
@@ -1077,6 +1081,13 @@ class RunContext:
 
         _suspend(self)
 
+    def _refuse_suspended(self) -> None:
+        """A suspended run (``run.suspended`` written: an ApprovalPending caught in its block, or
+        :meth:`suspend`) records nothing more here: its leases are let go, another process may resume it."""
+        from sealbox.approvals import RunSuspendedError
+
+        raise RunSuspendedError(self.run_id, self._suspended_for)
+
     def _write_queued_breaker_events(self) -> None:
         """Write the ``breaker.changed`` queued by failed ``tool.result`` writes (in any run of the recorder)
         that no later call carried: lost at process exit otherwise. A failed write queues them again (the
@@ -1134,8 +1145,8 @@ class RunContext:
                 while outer is not None and outer.ended:
                     outer = outer._outer
                 _CURRENT.set(outer)
-        if self.suspended and exc is not None and getattr(exc, "suspends_run", False):
-            return
+        if self.suspended and (exc is None or getattr(exc, "suspends_run", False)):
+            return  # no run.ended: the run stays suspended (resumable), whether or not the body caught it
         if exc is None:
             self.end("ok")  # run.ended not recorded: RecordingError
             return
@@ -1444,6 +1455,8 @@ class RunContext:
                 ``tool.result`` cannot be recorded, it is still the tool's own exception that is
                 raised, with the recording failure attached as a note (``exc.__notes__``).
         """
+        if self.suspended and not self.recorder._calls_while_suspended:
+            self._refuse_suspended()
         call_id = _provider_call_id(call_id)
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         _check_agent(server, tool, agent)
@@ -1503,6 +1516,8 @@ class RunContext:
         as any, but a ``require_approval`` decision asks no approver (no ``approval.requested``, nothing
         could be approved to run), and unless denied ``refused`` is raised in place of ``fn`` (never
         called) and recorded as its ``tool.result``; not counted against the circuit breaker."""
+        if self.suspended and not self.recorder._calls_while_suspended:
+            self._refuse_suspended()
         call_id = _provider_call_id(call_id)
         _check_call(server, tool, grant, call_id, exposed, self.principal.id)
         _check_agent(server, tool, agent)
@@ -2172,6 +2187,8 @@ class RunContext:
             ConfigError: ``usage``, ``latency`` or ``provider`` is not of the form above (nothing was recorded).
             RecordingError: the call could not be recorded.
         """
+        if self.suspended and not self.recorder._calls_while_suspended:
+            self._refuse_suspended()
         from sealbox.adapters import normalize_model_call
 
         if self._open_streams:
@@ -2371,6 +2388,8 @@ class RunContext:
                 (a name in the record cannot); nothing was recorded.
             RecordingError: the event could not be recorded.
         """
+        if self.suspended and not self.recorder._calls_while_suspended:
+            self._refuse_suspended()
         if label is not None:
             if not isinstance(label, str):
                 raise ConfigError(f"a state label must be a string or None, got {type(label).__name__}; "

@@ -184,6 +184,7 @@ def test_an_answer_to_an_ended_run_is_refused(store, keys):
     with rec.run(agent="bot") as run:
         with pytest.raises(ApprovalPending) as info:
             run.call_tool("db", "write_query", {"sql": "x"}, lambda **_: "ran")
+        run.end("ok")  # leaving the block would not end a suspended run
     refused(store, "run_ended", info.value.approval_id, "approve", "ok", keys["alice"])
 
 

@@ -353,6 +353,9 @@ class Gateway:
                                  breaker=_GatewayBreaker(config.breaker_threshold, config.breaker_cooldown_s))
         # the recorder's two writes of a call (gate, tool.result) go through _write: never a stalled event loop
         self.recorder.async_writer = self._write
+        # the gateway holds a suspended run's call itself and serves the session's other calls meanwhile: its
+        # runs are not refused calls while suspended (RunSuspendedError is for an agent that caught ApprovalPending)
+        self.recorder._calls_while_suspended = True
         self._writer = StoreWriter(self.store)
         #: seconds between polls of the store while a call is held for an approval
         self.approval_poll = 0.1
