@@ -1306,11 +1306,17 @@ def _product(user_agent: Any) -> Any:
     return user_agent.split("/", 1)[0].strip().casefold() if isinstance(user_agent, str) else user_agent
 
 
+def _host(hostname: Any) -> Any:
+    """A host name as compared: case-folded (DNS names are case-insensitive, RFC 4343: ``LAPTOP`` and
+    ``laptop`` are one host); a host name that is not text is compared as recorded."""
+    return hostname.casefold() if isinstance(hostname, str) else hostname
+
+
 def _distinct(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two clients are distinct when hostname or OS user differ, or both name a user agent and their
-    products differ (one program at two versions, an upgraded CLI, is one client)."""
+    """Two clients are distinct when hostname (case-insensitively) or OS user differ, or both name a user
+    agent and their products differ (one program at two versions, an upgraded CLI, is one client)."""
     (ha, ua, aa), (hb, ub, ab) = _client_key(a), _client_key(b)
-    return ha != hb or ua != ub or (aa is not None and ab is not None and _product(aa) != _product(ab))
+    return _host(ha) != _host(hb) or ua != ub or (aa is not None and ab is not None and _product(aa) != _product(ab))
 
 
 def shared_account_flags(reader: Any, who: Identity, client: dict[str, Any], now: datetime, window_s: float,
@@ -1371,8 +1377,8 @@ _CLIENT_FIELDS = ("hostname", "os_user", "user_agent", "remote_addr")
 def quorum_client_flags(request: dict, payload: dict, earlier: Iterable[Answer]) -> list[dict[str, Any]]:
     """The ``quorum_same_client`` flag of an approve answer to a request needing two or more approvers
     (``quorum``), given from the client another identity's approval of the same request that counts
-    (``earlier``: the request's answers before this one) was given from: the same ``hostname`` and
-    ``os_user``, as the clients report them (the user agent is not compared: two programs run by one
+    (``earlier``: the request's answers before this one) was given from: the same ``hostname``
+    (case-insensitively, RFC 4343) and ``os_user``, as the clients report them (the user agent is not compared: two programs run by one
     OS user on one host are one person's). A client naming neither is never the same as another.
 
     One person holding two approvers' keys defeats the four-eyes rule: the answers count (both
@@ -1387,7 +1393,7 @@ def quorum_client_flags(request: dict, payload: dict, earlier: Iterable[Answer])
     if quorum < 2 or payload.get("decision") != "approve" or (host is None and user is None):
         return []
     same = [a for a in earlier if a.problem is None and a.decision == "approve" and a.identity != payload.get("identity")
-            and (a.client.get("hostname"), a.client.get("os_user")) == (host, user)]
+            and (_host(a.client.get("hostname")), a.client.get("os_user")) == (_host(host), user)]
     if not same:
         return []
     answers = [{"identity": a.identity, "answered_at": a.answered_at, "leaf_index": a.leaf_index,
