@@ -1,0 +1,36 @@
+"""`sealbox approvals show` printed who was asked as Python list syntax (`groups ['ops'] identities []`).
+It now prints text (`groups: ops; identities: -`, names joined by `, `); --json is unchanged."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from approval_helpers import policy
+
+from sealbox.approvals import ApprovalPending
+from sealbox.recorder import Recorder
+
+
+def sb(*args):
+    return subprocess.run([sys.executable, "-m", "sealbox.cli.main", *map(str, args)], capture_output=True, text=True)
+
+
+def request(store, tool):
+    with pytest.raises(ApprovalPending) as info:
+        with Recorder(store, policy=policy(), approvals="suspend").run(agent="bot") as run:
+            run.call_tool("db", tool, {"sql": "x"}, lambda sql: "ran")
+    return info.value.approval_id
+
+
+def test_show_prints_who_was_asked_as_text(store):
+    one, two = request(store, "write_query"), request(store, "deploy")
+    path = store.path
+    lines = sb("approvals", "show", one, "-s", path).stdout.splitlines()
+    assert [line for line in lines if line.startswith("asked")] == ["asked      groups: ops; identities: -"]
+    lines = sb("approvals", "show", two, "-s", path).stdout.splitlines()
+    assert [line for line in lines if line.startswith("asked")] == ["asked      groups: ops; identities: carol"]
+    shown = json.loads(sb("approvals", "show", two, "--json", "-s", path).stdout)
+    assert shown["ask"] == {"groups": ["ops"], "identities": ["carol"]}
