@@ -58,6 +58,8 @@ from sealbox.identities import Identity, IdentityBook, identity_book, load_key, 
 
 __all__ = [
     "ANSWER_ROLES",
+    "REASON_MAX_CHARS",
+    "shown_id",
     "DEFAULT_SHARED_WINDOW_S",
     "MAX_SHARED_WINDOW_S",
     "check_shared_window",
@@ -92,6 +94,19 @@ __all__ = [
 
 #: Roles whose identities may answer an approval request.
 ANSWER_ROLES = ("approver", "admin")
+
+#: The longest reason an answer may give, in characters (``bad_reason`` beyond it; the CLI's ``--reason``).
+REASON_MAX_CHARS = 4096
+#: How many characters of an id that names nothing an error message echoes (then ``…``).
+SHOWN_ID_CHARS = 40
+
+
+def shown_id(text: object) -> str:
+    """``repr`` of an id for an error message: its first :data:`SHOWN_ID_CHARS` characters and ``…`` when
+    longer (an unknown id may be anything pasted, a whole file: the message stays one readable line)."""
+    if isinstance(text, str) and len(text) > SHOWN_ID_CHARS:
+        return repr(text[:SHOWN_ID_CHARS] + "…")
+    return repr(text)
 
 #: Default window (seconds) in which answers by one identity from distinct clients are flagged.
 DEFAULT_SHARED_WINDOW_S = 24 * 3600
@@ -1033,7 +1048,7 @@ def _load(reader: Any, approval_id: str, run_id: str | None = None) -> tuple[Any
             # store's schema): a request whose own bytes name another id is never taken for this one
             found = reader.events(["approval.requested"], field=("approval_id", approval_id))
     if not found:
-        raise ApprovalError("unknown_approval", f"no approval request {approval_id!r} in this store")
+        raise ApprovalError("unknown_approval", f"no approval request {shown_id(approval_id)} in this store")
     request = found[0]
     related = reader.events(list(_RELATED), run_id=request.run_id)
     return request, related, identity_book(reader)
@@ -1187,7 +1202,7 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
             is then recorded), ``clock_skew`` (the store's clock says it is before the request
             was recorded: the answer would predate the question), a key that is not the identity's current one, a rule
             broken (the code says which), ``bad_window``, ``bad_decision``, ``bad_reason`` (empty,
-            blank, or not UTF-8 text), ``bad_key_file`` (not a path) or ``bad_client`` (not a dict, or a hostname,
+            blank, longer than :data:`REASON_MAX_CHARS`, or not UTF-8 text), ``bad_key_file`` (not a path) or ``bad_client`` (not a dict, or a hostname,
             os_user, user_agent or remote_addr that is not a string).
     """
     if decision not in ("approve", "deny"):
@@ -1195,6 +1210,9 @@ def answer(store: Any, approval_id: str, decision: str, reason: str, key_file: A
     if not isinstance(reason, str) or not reason.strip():  # as `sealbox approvals approve --reason ''` is refused
         raise ApprovalError("bad_reason", f"reason must be a non-empty string: say why (it is recorded and signed), "
                                           f"not {reason!r}")
+    if len(reason) > REASON_MAX_CHARS:  # signed and kept forever: a pasted file is no reason
+        raise ApprovalError("bad_reason", f"reason is {len(reason)} characters long: at most {REASON_MAX_CHARS} "
+                                          "are recorded (say why in short; link to the details)")
     try:
         reason.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate: a non-UTF-8 byte of a command-line argument decodes to one

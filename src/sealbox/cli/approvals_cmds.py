@@ -6,7 +6,7 @@ import json
 
 import click
 
-from sealbox.cli.common import (BadInput, not_empty, check_key_file, echo_json, emit_rows, format_options, open_for_reading, open_for_writing, resolve_id,
+from sealbox.cli.common import (BadInput, not_empty, check_key_file, echo_json, emit_rows, format_options, open_for_reading, open_for_writing, resolve_id, shown_id,
                                 store_option, visible)
 
 
@@ -48,7 +48,7 @@ def list_cmd(pending: bool, flagged: bool, run_id: str | None, since: str | None
         if run_id is not None:  # as `sealbox calls --run`: an id or a unique prefix, an unknown run is an error
             run_id = resolve_id(store, "run", run_id)
             if run_id not in store.ids_with_prefix("run", run_id, limit=1):
-                raise BadInput(f"no run {run_id!r} in this store")
+                raise BadInput(f"no run {shown_id(run_id)} in this store")
         states = list_approvals(store, pending=pending, flagged=flagged, run_id=run_id, since=since, until=until)
         rows = [s.to_dict() for s in states]
     finally:
@@ -188,12 +188,15 @@ def _answer_command(decision: str, help_text: str):
                        "31622400 (a year); it may be widened, never narrowed.")
     @store_option
     def command(approval_id: str, reason: str, key_file: str, binding: str | None, window: float, store_path: str) -> None:
-        from sealbox.approvals import ApprovalError, check_shared_window
+        from sealbox.approvals import REASON_MAX_CHARS, ApprovalError, check_shared_window
 
         from sealbox.query import not_utf8
 
         if not reason.strip():
             raise click.UsageError("--reason must not be empty: say why (it is recorded and signed)")
+        if len(reason) > REASON_MAX_CHARS:  # signed and kept forever: a pasted file is no reason
+            raise click.UsageError(f"--reason is {len(reason)} characters long: at most {REASON_MAX_CHARS} are "
+                                   "recorded (say why in short; link to the details)")
         if not_utf8(reason):  # a byte that is not UTF-8 (a Latin-1 terminal): no signed record can hold it
             raise click.UsageError("--reason is not UTF-8 text (it holds a byte that is not UTF-8): write it again "
                                    "in UTF-8 (check the terminal's or the script's encoding)")

@@ -133,6 +133,13 @@ _APPROVAL_TAG = "apr_"
 _GENERATED_ID = re.compile(r"[0-9a-f][0-9a-f-]*|apr_[0-9a-f]*")
 
 
+def shown_id(text: object) -> str:
+    """An id as an error message echoes it: cut to its first 40 characters and ``…`` (sealbox.approvals.shown_id)."""
+    from sealbox.approvals import shown_id as cut
+
+    return cut(text)
+
+
 def resolve_id(store: Any, what: str, text: str) -> str:
     """The run or approval request id that ``text`` names: the id itself, or a prefix of exactly
     one id (at least :data:`MIN_ID_PREFIX` characters, as ``git`` takes commit ids; for an approval id,
@@ -146,7 +153,7 @@ def resolve_id(store: Any, what: str, text: str) -> str:
     from sealbox.query import not_utf8
 
     if not_utf8(text):  # a non-UTF-8 byte in the argument: no id holds one (nor can the driver encode it)
-        raise BadInput(f"no {what} {text!r} in this store")
+        raise BadInput(f"no {what} {shown_id(text)} in this store")
     given = text
     found = store.ids_with_prefix(what, text)
     if not found and what == "approval":
@@ -177,15 +184,15 @@ def resolve_id(store: Any, what: str, text: str) -> str:
     if found[0] == text and not (cut_for_display and len(found) > 1):
         return text
     if len(text) < MIN_ID_PREFIX:
-        raise BadInput(f"no {what} {text!r}; an id prefix needs at least {MIN_ID_PREFIX} characters")
+        raise BadInput(f"no {what} {shown_id(text)}; an id prefix needs at least {MIN_ID_PREFIX} characters")
     if what == "approval" and text.startswith(_APPROVAL_TAG) and len(text) < len(_APPROVAL_TAG) + MIN_ID_PREFIX:
         # every approval id starts `apr_`: `apr_` alone, or with fewer characters of the id, named whichever
         # request was the only one, and `approvals approve apr_` signed an approval of it
-        raise BadInput(f"no {what} {text!r}; an approval id prefix needs at least {MIN_ID_PREFIX} characters "
+        raise BadInput(f"no {what} {shown_id(text)}; an approval id prefix needs at least {MIN_ID_PREFIX} characters "
                        f"after {_APPROVAL_TAG}")
     if len(found) > 1:
         shown = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
-        raise BadInput(f"{what} id prefix {text!r} is ambiguous: it starts {shown} (give more characters)")
+        raise BadInput(f"{what} id prefix {shown_id(text)} is ambiguous: it starts {shown} (give more characters)")
     return found[0]
 
 
@@ -200,10 +207,10 @@ def _refuse_too_short(what: str, given: str) -> None:
     core = given.strip().rstrip(".…")
     if what == "approval" and core.lower().startswith(_APPROVAL_TAG):
         if len(core) < len(_APPROVAL_TAG) + MIN_ID_PREFIX:
-            raise BadInput(f"no {what} {core.lower()!r}; an approval id prefix needs at least {MIN_ID_PREFIX} "
+            raise BadInput(f"no {what} {shown_id(core.lower())}; an approval id prefix needs at least {MIN_ID_PREFIX} "
                            f"characters after {_APPROVAL_TAG}")
     elif len(core) < MIN_ID_PREFIX:
-        raise BadInput(f"no {what} {given!r}; an id prefix needs at least {MIN_ID_PREFIX} characters")
+        raise BadInput(f"no {what} {shown_id(given)}; an id prefix needs at least {MIN_ID_PREFIX} characters")
 
 
 def _with_approval_tag(store: Any, text: str) -> tuple[str, list[str]]:
