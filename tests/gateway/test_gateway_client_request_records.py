@@ -170,9 +170,11 @@ async def test_a_secret_in_the_elicitation_answer_is_redacted_in_the_record_and_
                                    elicitation_callback=elicit)
         assert (result.is_error, text_of(result)) == (False, f"accept:{secret}")  # the upstream got the answer
         asked, answered = notes(store, run_id)
-        # the store's key rule applies to the request too: the schema of a property named api_key is redacted
+        # the store's key rule applies to the request too, field by field: the schema of a property named
+        # api_key is a schema, not a secret, so it is kept (a schema redacted whole taught the run its words
+        # as secrets, docs/content-modes.md); the answer's value under api_key is redacted below
         schema = asked.payload["about"]["params"]["requestedSchema"]["properties"]["api_key"]
-        assert list(schema) == ["$redacted"]
+        assert schema == {"type": "string"}
         content = answered.payload["about"]["result"]["content"]
         assert list(content) == ["api_key"] and list(content["api_key"]) == ["$redacted"]
         marker = content["api_key"]["$redacted"]
