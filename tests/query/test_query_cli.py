@@ -229,8 +229,8 @@ def test_csv_cells_a_spreadsheet_would_run_as_a_formula_start_with_a_quote(formu
     ]
     # numbers are written as numbers, JSON cells as JSON
     assert [(r["step"], r["arguments"], r["ok"], r["approvers"]) for r in rows] == [
-        ("2", '{"q":1}', "True", "[]"), ("3", "{}", "True", "[]"), ("4", "{}", "True", "[]"),
-        ("5", "{}", "True", "[]")]
+        ("2", '{"q":1}', "true", "[]"), ("3", "{}", "true", "[]"), ("4", "{}", "true", "[]"),
+        ("5", "{}", "true", "[]")]
     # --json and the table are not CSV: they keep the text as recorded
     assert [(r["agent"], r["tool"]) for r in ok_json("calls", "-s", str(formula_store), "--json")][:1] == [
         (HYPERLINK, "=cmd|' /C calc'!A0")]
@@ -239,15 +239,15 @@ def test_csv_cells_a_spreadsheet_would_run_as_a_formula_start_with_a_quote(formu
 def test_runs_list_and_show_csv_neutralise_formulas_too(formula_store):
     (row,) = csv_rows("runs", "list", "-s", str(formula_store), "--agent", HYPERLINK)
     assert (row["agent"], row["principal"], row["status"], row["events"], row["labels"]) == (
-        "'" + HYPERLINK, "'" + DDE, "ended", "14", '{"k": "v"}')
+        "'" + HYPERLINK, "'" + DDE, "ended", "14", '{"k":"v"}')
     events = csv_rows("runs", "show", row["run_id"], "-s", str(formula_store))
     assert [(e["run_seq"], e["principal"]) for e in events] == [(str(n), "'" + DDE) for n in range(1, 15)]
 
 
 @pytest.mark.parametrize("value, cell", [
     ("=1+1", "'=1+1"), ("+1", "'+1"), ("-1", "'-1"), ("@A1", "'@A1"), ("\tx", "'\tx"), ("\rx", "'\rx"),
-    ("a=1", "a=1"), ("'=1", "'=1"), ("", ""), (None, ""), (-1, "-1"), (-0.5, "-0.5"), (3, "3"), (True, "True"),
-    ({"a": "=1"}, '{"a": "=1"}'), (["=1"], '["=1"]'),
+    ("a=1", "a=1"), ("'=1", "'=1"), ("", ""), (None, ""), (-1, "-1"), (-0.5, "-0.5"), (3, "3"), (True, "true"),
+    ({"a": "=1"}, '{"a":"=1"}'), (["=1"], '["=1"]'),
 ])
 def test_csv_cell(value, cell):
     from sealbox.cli.common import _csv_cell
