@@ -30,7 +30,10 @@ def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None,
     """Import the runs in FILE (one transaction: all of them or none).
 
     A file whose bytes (SHA-256) were imported into the store already is not
-    imported again: its runs are named, nothing is written (exit 0).
+    imported again: its runs are named, nothing is written (exit 0). A span,
+    observation or log record repeated in the file with the same id and content is
+    skipped (counted: "skipped N duplicate(s)"); the same id with other content is
+    kept and flagged (a duplicate_span_id anomaly).
 
     Each run is marked as imported (source file, its SHA-256, format, original ids);
     oddities of the source are recorded as anomaly events; imported approvals are
@@ -56,7 +59,7 @@ def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None,
     if as_json:
         echo_json({"format": summary.format, "source_sha256": summary.source_sha256, "runs": list(summary.runs),
                    "events": summary.events, "anomalies": summary.anomalies,
-                   "already_imported": summary.already_imported})
+                   "already_imported": summary.already_imported, "duplicates_skipped": summary.duplicates_skipped})
         return
     if summary.already_imported:
         click.echo(f"already imported: {os.path.basename(file)} ({summary.source_sha256}) is in the store as "
@@ -66,6 +69,9 @@ def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None,
         return
     click.echo(f"imported {len(summary.runs)} run(s), {summary.events} events "
                f"({summary.anomalies} anomalies) from {os.path.basename(file)} as {summary.format}")
+    if summary.duplicates_skipped:
+        click.echo(f"skipped {summary.duplicates_skipped} duplicate(s): repeated in the file with the same id "
+                   "and content")
     click.echo(f"source {summary.source_sha256}")
     for run_id in summary.runs:
         click.echo(f"  {run_id}")

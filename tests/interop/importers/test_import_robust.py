@@ -69,7 +69,9 @@ def test_self_parent_duplicate_ids_missing_parent(store, tmp_path):
     spans = _spans(doc)
     wf = _by_name(doc, "invoke_workflow weather_agent")
     wf["parentSpanId"] = wf["spanId"]
-    spans.append(copy.deepcopy(_by_name(doc, "invoke_agent weather_agent")))  # duplicate id
+    dup = copy.deepcopy(_by_name(doc, "invoke_agent weather_agent"))  # duplicate id, other content (an identical
+    dup["attributes"] = dup["attributes"] + [{"key": "copy", "value": {"stringValue": "2"}}]  # one is skipped)
+    spans.append(dup)
     tool = _by_name(doc, "execute_tool get_time")
     tool["parentSpanId"] = "deadbeefdeadbeef"
     s = import_file(store, _write(tmp_path, "graph.json", doc))

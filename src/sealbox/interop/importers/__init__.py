@@ -156,6 +156,7 @@ def _parse_in_memory(p: Path, data: bytes, sha: str, format: str,
         raise _malformed(name, fmt, exc) from exc
     if not runs:
         raise ImportFormatError(f"{name} holds no run to import as {fmt}")
+    runs[0].duplicates += ctx.duplicates  # repeats skipped before the runs were built: counted once
     return fmt, sha, runs
 
 
@@ -176,8 +177,13 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
     ``events=0``, and nothing is written. The check is made again inside the write transaction, so
     two processes importing the same file at once write it once.
 
+    A span, observation or log record the file gives again with the same id and the same content
+    is skipped (``duplicates_skipped`` counts them); one whose id repeats with other content is
+    kept and flagged (a ``duplicate_span_id`` anomaly).
+
     Returns:
-        An :class:`ImportSummary` (run ids, event and anomaly counts, format, source hash).
+        An :class:`ImportSummary` (run ids, event and anomaly counts, format, source hash,
+        duplicates skipped).
 
     Raises:
         ImportFormatError: the file is larger than ``max_bytes``, in no known format, or not in the
@@ -221,7 +227,7 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
         progress("write", len(drafts), len(drafts))
     anomalies = sum(1 for e in events if e.kind == "anomaly")
     return ImportSummary(runs=tuple(r.run_id for r in runs), events=len(events), anomalies=anomalies, format=fmt,
-                         source_sha256=sha)
+                         source_sha256=sha, duplicates_skipped=sum(r.duplicates for r in runs))
 
 
 def _already(found: list[tuple[str, Any]], sha: str) -> ImportSummary:

@@ -81,6 +81,10 @@ class ImportSummary:
         source_sha256: ``sha256:<hex>`` of the file's bytes.
         already_imported: True when the store held runs imported from a file of the same bytes
             already: nothing was written, ``runs`` are those runs and ``events`` is 0.
+        duplicates_skipped: number of source items (spans, Langfuse observations, OTLP log records)
+            skipped because the file gave an identical one with the same id before (the same
+            content, compared as parsed JSON): they add no event. An item whose id repeats with
+            different content is not skipped (a ``duplicate_span_id`` anomaly, docs/import.md).
     """
 
     runs: tuple[str, ...]
@@ -89,6 +93,7 @@ class ImportSummary:
     format: str
     source_sha256: str
     already_imported: bool = False
+    duplicates_skipped: int = 0
 
 
 # --------------------------------------------------------------------------- run builder
@@ -128,6 +133,7 @@ class RunBuilder:
     _usage_in: int = 0
     _usage_out: int = 0
     _usage_cost: float | None = None  # the sum of the model calls' costs; None: no source gave one
+    duplicates: int = 0  # source items skipped as identical repeats (ImportSummary.duplicates_skipped)
     _seen_anomalies: set = field(default_factory=set)
     _aggregated: dict = field(default_factory=dict)  # what -> the detail of its one aggregated anomaly
 
@@ -369,6 +375,17 @@ class _Constants:
     def __call__(self, name: str) -> float:
         self.count += 1
         return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
+
+
+def source_digest(value: Any) -> str | None:
+    """A digest of a parsed source item (a span, an observation, a log record), equal for equal
+    JSON values whatever their key order: what tells an identical repeat of an item from another
+    item under the same id. None when the value cannot be serialised (then it is never a repeat)."""
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def load_json_bytes(data: bytes, name: str) -> tuple[Any, int]:
@@ -709,6 +726,7 @@ class ImportContext:
     source_sha256: str
     on_progress: Progress | None = None
     non_finite: int = 0
+    duplicates: int = 0  # identical repeats skipped before any run was built (OTLP log records)
 
     def progress(self, stage: str, done: int, total: int) -> None:
         if self.on_progress is not None:

@@ -18,6 +18,7 @@ from sealbox.interop.importers.common import (
     as_list,
     as_str,
     parse_epoch,
+    source_digest,
 )
 from sealbox.interop.importers.spans import Span, emit, otel_span
 
@@ -106,6 +107,7 @@ def _run(ctx: Any, trace: dict[str, Any]) -> RunBuilder:
         name = raw.get("operationName") if isinstance(raw.get("operationName"), str) else ""
         s = otel_span(run, span_id=sid, parent=parent, name=name, order=order, start_ns=start, end_ns=end,
                       attrs=attrs, trace_id=tid, status_error=error, log_records=logs or None)
+        s.digest = source_digest([raw, proc])
         if s.role == "agent" and isinstance(attrs.get("gen_ai.agent.name"), str):
             agents.append(attrs["gen_ai.agent.name"])
         if isinstance(attrs.get("gen_ai.conversation.id"), str):

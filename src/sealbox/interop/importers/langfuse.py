@@ -24,6 +24,7 @@ from sealbox.interop.importers.common import (
     as_str,
     decode_json_string,
     parse_iso,
+    source_digest,
 )
 from sealbox.interop.importers.spans import Span, emit, otel_usage
 
@@ -88,6 +89,7 @@ def _run(ctx: Any, item: dict[str, Any]) -> RunBuilder:
         end = parse_iso(o.get("endTime"), run, f"{where}.endTime")
         s = Span(id=oid, parent=as_str(o.get("parentObservationId")), name=as_str(o.get("name")) or "", order=order,
                  start_ns=start, end_ns=end, trace_id=tid)
+        s.digest = source_digest(o)
         otype = o.get("type")
         if otype == "GENERATION":
             s.role, s.fmt = "model", "langfuse"

@@ -31,6 +31,7 @@ from sealbox.interop.importers.common import (
     as_list,
     as_str,
     parse_epoch,
+    source_digest,
 )
 from sealbox.interop.importers.spans import Span, emit, otel_span
 
@@ -199,9 +200,16 @@ def parse(doc: Any, ctx: Any) -> list[RunBuilder]:
     if not detect(doc):
         raise ImportFormatError(f"{ctx.name} is not OTLP/JSON (expected an object with a 'resourceSpans' list)")
     logs: dict[str, list[Any]] = {}
+    seen_records: set[tuple[str, str]] = set()
     for rec in iter_logs(doc):
         sid = norm_id(_get(rec, "spanId", "span_id"), 16)
         if sid:
+            digest = source_digest(rec)
+            if digest is not None:
+                if (sid, digest) in seen_records:  # the same record again (a file holding an export twice)
+                    ctx.duplicates += 1
+                    continue
+                seen_records.add((sid, digest))
             attrs = attributes(rec.get("attributes"))
             logs.setdefault(sid, []).append({
                 "event_name": _get(rec, "eventName", "event_name") or attrs.get("event.name"),
@@ -251,6 +259,7 @@ def _run(ctx: Any, tid: str, items: list[tuple[dict, dict, dict]], logs: dict[st
                       order=order, start_ns=start, end_ns=end, attrs=attrs, trace_id=tid or None,
                       status_error=status_error(raw.get("status")), log_records=records or None,
                       links=_requested_by(raw.get("links")))
+        s.digest = source_digest([res, scope, raw])
         if s.role == "agent" and isinstance(attrs.get("gen_ai.agent.name"), str):
             agents.append(attrs["gen_ai.agent.name"])
         if s.role == "agent" and sealbox_otlp.is_sealbox(attrs):

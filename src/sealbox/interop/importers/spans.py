@@ -3,8 +3,10 @@
 Every span-shaped format is first turned into :class:`Span` records; this module
 then builds the parent graph defensively and emits the run's events:
 
-- Graph repair, each an ``anomaly``: a duplicate span id (the later span is kept
-  under ``<id>#dup<n>``), a span that is its own parent, a parent that is not in
+- A span repeated with the same id and identical content (a trace exported twice into
+  one file) is skipped: it adds nothing (counted in ``RunBuilder.duplicates``).
+- Graph repair, each an ``anomaly``: a span id repeated with different content (the
+  later span is kept under ``<id>#dup<n>``, nothing is merged or dropped), a span that is its own parent, a parent that is not in
   the file (the span becomes a root), a parent cycle (broken at its earliest span).
   Every walk is iterative and bounded, so no input loops or overflows the stack.
 - Model calls: a model span nested inside another model span (ADK ``call_llm`` →
@@ -73,6 +75,7 @@ class Span:
     decision: dict[str, Any] | None = None  # the source's decision: effect, rule, reason_code, ...
     ran: bool | None = None  # False: the source says the tool did not run (denied, pending...)
     duration_us: int | None = None  # the tool's own running time (a model call's latency), when the source gives it
+    digest: str | None = None  # common.source_digest of the source item: an identical repeat is skipped
     latency_unknown: bool = False  # a Sealbox export's model call whose latency its store did not know
     stream: dict[str, int] | None = None  # a Sealbox export's model call recorded from stream chunks
     system: list[Any] | None = None  # GenAI system instructions given apart from the input messages (parts)
@@ -202,18 +205,33 @@ def otel_usage(attrs: dict[str, Any]) -> dict[str, int]:
 
 
 def build_graph(run: RunBuilder, spans: list[Span]) -> dict[str, Span]:
-    """Index spans by id and repair the parent graph (each repair is an anomaly)."""
+    """Index spans by id and repair the parent graph (each repair is an anomaly).
+
+    A span whose id and content (:attr:`Span.digest`) equal an earlier span's is removed from
+    ``spans`` (counted in ``run.duplicates``); one whose id repeats with other content is kept as
+    ``<id>#dup<n>`` with a ``duplicate_span_id`` anomaly."""
     index: dict[str, Span] = {}
     dup_counts: dict[str, int] = {}
+    digests: dict[str, set[str]] = {}
+    kept: list[Span] = []
     for s in spans:
+        seen = digests.setdefault(s.id, set())
+        if s.digest is not None and s.digest in seen:  # the same span again: nothing new
+            run.duplicates += 1
+            continue
+        if s.digest is not None:
+            seen.add(s.digest)
         if s.id in index:
             n = dup_counts[s.id] = dup_counts.get(s.id, 1) + 1
             new_id = f"{s.id}#dup{n}"
             run.anomaly("duplicate_span_id", {"span_id": s.id, "kept_as": new_id,
-                                              "message": "two spans share an id; the later one was renamed"})
+                                              "message": "two spans share an id but differ; the later one was "
+                                                         "renamed"})
             s.extra["original_span_id"] = s.id
             s.id = new_id
         index[s.id] = s
+        kept.append(s)
+    spans[:] = kept
     for s in index.values():
         if s.parent is None or s.parent == "":
             s.parent = None
