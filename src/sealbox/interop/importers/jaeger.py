@@ -2,7 +2,7 @@
 
 ``{data: [{traceID, spans: [{spanID, operationName, references: [{refType, spanID}],
 startTime (µs), duration (µs), tags: [{key, type, value}], logs, processID}],
-processes}], ...}``. One run per trace. The parent is the first ``CHILD_OF``
+processes}], ...}``. One run per trace id (a trace listed twice is one run). The parent is the first ``CHILD_OF``
 reference (else the first ``FOLLOWS_FROM``); tags are read as OpenTelemetry
 attributes (:func:`sealbox.interop.importers.spans.otel_span`).
 """
@@ -56,24 +56,32 @@ def parse(doc: Any, ctx: Any) -> list[RunBuilder]:
     if not data or not detect(doc):
         raise ImportFormatError(f"{ctx.name} is not a Jaeger JSON export (expected an object with a 'data' "
                                 "list of traces, each with 'traceID' and 'spans')")
-    runs = []
+    # one run per trace id: a trace listed twice is one run, its spans de-duplicated (spans.build_graph)
+    groups: dict[Any, list[dict[str, Any]]] = {}
     for n, trace in enumerate(data):
-        ctx.progress("parse", n, len(data))
-        runs.append(_run(ctx, as_dict(trace)))
+        tid = as_str(as_dict(trace).get("traceID"))
+        groups.setdefault(("trace", tid) if tid else ("item", n), []).append(as_dict(trace))
+    runs = []
+    for n, group in enumerate(groups.values()):
+        ctx.progress("parse", n, len(groups))
+        runs.append(_run(ctx, group))
     return runs
 
 
-def _run(ctx: Any, trace: dict[str, Any]) -> RunBuilder:
-    tid = as_str(trace.get("traceID"))
-    processes = as_dict(trace.get("processes"))
+def _run(ctx: Any, group: list[dict[str, Any]]) -> RunBuilder:
+    """One run from the traces of one trace id (``group``: in file order); each span's process is
+    looked up in its own trace's ``processes``."""
+    tid = as_str(group[0].get("traceID"))
     run = ctx.new_run(FORMAT, agent="jaeger-agent", original_ids={"trace_id": tid})
-    for w in as_list(trace.get("warnings")):
-        run.anomaly("source_warning", {"message": str(w)[:500]})
+    for trace in group:
+        for w in as_list(trace.get("warnings")):
+            run.anomaly("source_warning", {"message": str(w)[:500]})
     spans: list[Span] = []
     agents: list[str] = []
     services: list[str] = []
     conversations: set[str] = set()
-    for order, raw in enumerate(as_list(trace.get("spans"))):
+    listed = [(as_dict(trace.get("processes")), raw) for trace in group for raw in as_list(trace.get("spans"))]
+    for order, (processes, raw) in enumerate(listed):
         if not isinstance(raw, dict):
             run.anomaly("malformed_span", {"index": order, "message": "a span is not an object; skipped"})
             continue

@@ -1,6 +1,7 @@
 """Langfuse trace exports: ``{trace, observations}`` (format ``langfuse``).
 
-One run per trace (a file may hold one export object or a list of them).
+One run per trace id (a file may hold one export object or a list of them; exports of
+one trace id are one run, an observation repeated with the same id and content once).
 ``GENERATION`` observations are model calls (``usageDetails`` → usage), ``TOOL``
 observations tool calls, ``AGENT`` names the agent. ``input``, ``output`` and
 ``metadata`` may be objects or JSON text, even JSON text encoded twice: each is
@@ -52,10 +53,16 @@ def parse(doc: Any, ctx: Any) -> list[RunBuilder]:
         raise ImportFormatError(f"{ctx.name} is not a Langfuse trace export (expected an object with 'trace' "
                                 "and 'observations')")
     items = _exports(doc)
-    runs = []
+    # one run per trace id: a trace listed twice (the same export pasted twice, pages of one trace) is one
+    # run, its observations de-duplicated (spans.build_graph); a trace with no id is a run of its own
+    groups: dict[Any, list[dict[str, Any]]] = {}
     for n, item in enumerate(items):
-        ctx.progress("parse", n, len(items))
-        runs.append(_run(ctx, item))
+        tid = as_str(as_dict(item.get("trace")).get("id"))
+        groups.setdefault(("trace", tid) if tid else ("item", n), []).append(item)
+    runs = []
+    for n, group in enumerate(groups.values()):
+        ctx.progress("parse", n, len(groups))
+        runs.append(_run(ctx, group))
     return runs
 
 
@@ -67,8 +74,9 @@ def _decode(value: Any, run: RunBuilder, where: str) -> Any:
     return decoded
 
 
-def _run(ctx: Any, item: dict[str, Any]) -> RunBuilder:
-    trace = as_dict(item.get("trace"))
+def _run(ctx: Any, group: list[dict[str, Any]]) -> RunBuilder:
+    """One run from the exports of one trace (``group``: in file order, all with the trace's id)."""
+    trace = as_dict(group[0].get("trace"))
     tid = as_str(trace.get("id"))
     original = {"trace_id": tid}
     for key in ("projectId", "sessionId", "name"):
@@ -77,7 +85,8 @@ def _run(ctx: Any, item: dict[str, Any]) -> RunBuilder:
     run = ctx.new_run(FORMAT, agent=as_str(trace.get("name")) or "langfuse-agent", original_ids=original)
     spans: list[Span] = []
     agents: list[tuple[int | None, str]] = []
-    for order, o in enumerate(as_list(item.get("observations"))):
+    observations = [o for item in group for o in as_list(item.get("observations"))]
+    for order, o in enumerate(observations):
         if not isinstance(o, dict):
             run.anomaly("malformed_observation", {"index": order, "message": "an observation is not an object; skipped"})
             continue
@@ -132,9 +141,19 @@ def _run(ctx: Any, item: dict[str, Any]) -> RunBuilder:
     named = [a for a in agents if a[1]]
     if named:
         run.agent = min(named, key=lambda a: (a[0] is None, a[0] or 0))[1]
-    if any(k in trace for k in ("input", "output", "metadata")):
-        top = run.new_step()
-        run.state(top, {k: _decode(trace.get(k), run, f"trace.{k}") for k in ("input", "output", "metadata", "tags")
-                        if k in trace}, "imported:trace")
+    first = source_digest(trace)
+    for n, item in enumerate(group):
+        this = as_dict(item.get("trace"))
+        if n and first is not None and source_digest(this) == first:
+            continue  # the same trace record again: nothing new
+        if n:  # the same trace id with other trace fields: both kept, flagged
+            differ = sorted(k for k in set(trace) | set(this) if trace.get(k) != this.get(k))
+            run.anomaly("conflicting_trace", {"trace_id": tid, "fields": differ[:50], "export_index": n,
+                                              "message": "the file gives this trace twice with different trace "
+                                                         "fields; both are kept (imported:trace)"})
+        if any(k in this for k in ("input", "output", "metadata")):
+            top = run.new_step()
+            run.state(top, {k: _decode(this.get(k), run, f"trace.{k}") for k in ("input", "output", "metadata", "tags")
+                            if k in this}, "imported:trace")
     emit(run, spans)
     return run

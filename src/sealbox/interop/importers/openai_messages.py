@@ -3,7 +3,9 @@
 Accepted shapes:
 
 - a list of records ``{task_id, reward, info, traj: [messages], trial}`` (tau-bench
-  historical trajectories): one run per record;
+  historical trajectories): one run per record; a record repeating an earlier one's
+  ``task_id``/``trial``/``id`` with the same content is skipped (counted as a duplicate),
+  with other content imported and flagged (``duplicate_record_id`` anomaly);
 - a list of records with ``messages`` instead of ``traj``;
 - ``{"messages": [...]}`` or a bare list of messages: one run.
 
@@ -18,6 +20,7 @@ siblings); a ``role: tool`` message is the ``tool.result`` of the call its
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sealbox.interop.importers.common import (
@@ -26,6 +29,7 @@ from sealbox.interop.importers.common import (
     as_list,
     as_str,
     normalize_arguments,
+    source_digest,
 )
 
 FORMAT = "tau-bench"
@@ -207,17 +211,35 @@ def parse(doc: Any, ctx: Any) -> list[RunBuilder]:
         raise ImportFormatError(f"{ctx.name} is not an OpenAI chat-completions message list "
                                 "(expected records with a 'traj' or 'messages' list, or a list of messages)")
     runs = []
+    seen: dict[str, tuple[int, set[str]]] = {}  # the record's ids -> (first record index, content digests)
     for n, record in enumerate(records):
         ctx.progress("parse", n, len(records))
         original: dict[str, Any] = {"record_index": n}
         for key in ("task_id", "trial", "id"):
             if isinstance(record.get(key), (str, int)) and not isinstance(record.get(key), bool):
                 original[key] = record[key]
+        ids = {k: v for k, v in original.items() if k != "record_index"}
+        conflict_with = None
+        if ids:  # a record with ids: the same ids and content again is skipped, other content flagged
+            key = json.dumps(ids, sort_keys=True)
+            digest = source_digest(record)
+            first, digests = seen.setdefault(key, (n, set()))
+            if digest is not None and digest in digests:
+                ctx.duplicates += 1
+                continue
+            if digests or (digest is None and first != n):
+                conflict_with = first
+            if digest is not None:
+                digests.add(digest)
         labels = {}
         if isinstance(record.get("reward"), (int, float)) and not isinstance(record.get("reward"), bool):
             labels["reward"] = repr(record["reward"])
         run = ctx.new_run(FORMAT, agent=as_str(record.get("agent")) or "tau-bench-agent", original_ids=original,
                           labels=labels)
+        if conflict_with is not None:
+            run.anomaly("duplicate_record_id", {"ids": ids, "first_record_index": conflict_with,
+                                                "message": "an earlier record has the same ids but other content; "
+                                                           "both were imported"})
         model = as_str(record.get("model")) or "unknown"
         conv = ChatConverter(run, model=model, where="traj" if "traj" in record else "messages")
         conv.feed_all(record.get("traj", record.get("messages")))
