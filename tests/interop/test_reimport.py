@@ -69,7 +69,7 @@ def test_importing_the_same_file_twice_writes_nothing_the_second_time(backend, t
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout) == {"format": "tau-bench", "source_sha256": sha, "runs": runs, "events": 0,
                                         "anomalies": 0, "already_imported": True,
-                                        "duplicates_skipped": 0}
+                                        "duplicates_skipped": 0, "skipped_runs": []}
     assert _state(path) == (size, sorted(runs))
     assert _runs(path) == sorted(runs)
 

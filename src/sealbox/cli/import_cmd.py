@@ -33,7 +33,9 @@ def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None,
     imported again: its runs are named, nothing is written (exit 0). A span,
     observation or log record repeated in the file with the same id and content is
     skipped (counted: "skipped N duplicate(s)"); the same id with other content is
-    kept and flagged (a duplicate_span_id anomaly).
+    kept and flagged (a duplicate_span_id anomaly). A run whose content was imported
+    before (from any file) is not written again; one whose trace id was, with other
+    content, is written and flagged (a trace_imported_before anomaly).
 
     Each run is marked as imported (source file, its SHA-256, format, original ids);
     oddities of the source are recorded as anomaly events; imported approvals are
@@ -59,7 +61,8 @@ def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None,
     if as_json:
         echo_json({"format": summary.format, "source_sha256": summary.source_sha256, "runs": list(summary.runs),
                    "events": summary.events, "anomalies": summary.anomalies,
-                   "already_imported": summary.already_imported, "duplicates_skipped": summary.duplicates_skipped})
+                   "already_imported": summary.already_imported, "duplicates_skipped": summary.duplicates_skipped,
+                   "skipped_runs": list(summary.skipped_runs)})
         return
     if summary.already_imported:
         click.echo(f"already imported: {os.path.basename(file)} ({summary.source_sha256}) is in the store as "
@@ -75,6 +78,10 @@ def import_cmd(store_path: str, file: str, fmt: str, show_progress: bool | None,
     click.echo(f"source {summary.source_sha256}")
     for run_id in summary.runs:
         click.echo(f"  {run_id}")
+    if summary.skipped_runs:
+        click.echo(f"skipped {len(summary.skipped_runs)} run(s) already in the store with the same content:")
+        for run_id in summary.skipped_runs:
+            click.echo(f"  {run_id}")
 
 
 def _stderr_is_a_terminal() -> bool:

@@ -361,6 +361,28 @@ class PgReader(Reader):
             raise _first_damaged(self.conn.pg, exc) from None
         return [(r[0], r[1]) for r in rows]
 
+    def imported_content(self, content_sha256s: Sequence[str],
+                         trace_ids: Sequence[str] = ()) -> list[tuple[str, Any, Any]]:
+        """As :meth:`Reader.imported_content <sealbox.store.sqlite_queries.Reader.imported_content>`."""
+        psycopg = _psycopg()
+        j = _J.format(t='events')
+        rows: list[Any] = []
+        for path, values in (("-> 'imported' ->> 'content_sha256'", content_sha256s),
+                             ("-> 'imported' -> 'original_ids' ->> 'trace_id'", trace_ids)):
+            values = [v for v in values if "\x00" not in v]  # PostgreSQL text holds no NUL: nothing stored has one
+            if not values:
+                continue
+            try:
+                rows.extend(self.conn.execute(
+                    f"SELECT run_id, {j} -> 'imported' ->> 'content_sha256',"
+                    f" {j} -> 'imported' -> 'original_ids' ->> 'trace_id', leaf_index FROM events"
+                    " WHERE kind = 'run.started' AND left(principal, 9) = 'imported:'"
+                    f" AND ({j} {path}) = ANY(?) ORDER BY leaf_index", (list(values),)).fetchall())
+            except psycopg.errors.DataError as exc:  # a payload that is not UTF-8 JSON: changed below Sealbox
+                raise _first_damaged(self.conn.pg, exc) from None
+        seen: set[str] = set()
+        return [(r[0], r[1], r[2]) for r in sorted(rows, key=lambda r: r[3]) if not (r[0] in seen or seen.add(r[0]))]
+
     def events(self, kinds: Sequence[str], *, run_id: str | None = None, principal: str | None = None,
                field: tuple[str, str] | None = None, limit: int | None = None,
                principal_actor: str | None = None, ts_from: str | None = None,

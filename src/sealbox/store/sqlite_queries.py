@@ -877,6 +877,26 @@ class Reader:
             " AND CAST(raw AS TEXT) ->> '$.payload.imported.source_sha256' = ? ORDER BY leaf_index",
             (source_sha256,)).fetchall()]
 
+    def imported_content(self, content_sha256s: Sequence[str],
+                         trace_ids: Sequence[str] = ()) -> list[tuple[str, Any, Any]]:
+        """``(run id, content sha256, trace id)`` of the imported runs whose ``run.started`` records
+        one of these content digests (``imported.content_sha256``: the run as converted, whatever file
+        it came from) or one of these source trace ids (``imported.original_ids.trace_id``), in log
+        order; empty when none. What an import checks so that identical runs are not imported again
+        (``sealbox.interop.importers.import_file``)."""
+        out: list[Any] = []
+        for column, values in (("content_sha256", list(content_sha256s)), ("original_ids.trace_id", list(trace_ids))):
+            for i in range(0, len(values), 500):
+                chunk = values[i:i + 500]
+                out.extend(self.conn.execute(
+                    "SELECT run_id, CAST(raw AS TEXT) ->> '$.payload.imported.content_sha256',"
+                    " CAST(raw AS TEXT) ->> '$.payload.imported.original_ids.trace_id', leaf_index FROM events"
+                    " WHERE kind = 'run.started' AND substr(principal, 1, 9) = 'imported:'"
+                    f" AND CAST(raw AS TEXT) ->> '$.payload.imported.{column}'"
+                    f" IN ({', '.join('?' * len(chunk))}) ORDER BY leaf_index", tuple(chunk)).fetchall())
+        seen: set[str] = set()
+        return [(r[0], r[1], r[2]) for r in sorted(out, key=lambda r: r[3]) if not (r[0] in seen or seen.add(r[0]))]
+
     def count(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run a ``SELECT count(...)``-style query returning one number."""
         row = self.conn.execute(sql, tuple(params)).fetchone()

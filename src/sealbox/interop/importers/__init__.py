@@ -28,7 +28,10 @@ from sealbox.interop.importers.common import (
     ImportFormatError,
     ImportSummary,
     Progress,
+    content_digest,
     load_json_bytes,
+    never_part,
+    source_digest,
     without_passed_on_secrets,
 )
 from sealbox.interop.importers.detect import FORMATS, detect_format, module_for
@@ -157,6 +160,8 @@ def _parse_in_memory(p: Path, data: bytes, sha: str, format: str,
     if not runs:
         raise ImportFormatError(f"{name} holds no run to import as {fmt}")
     runs[0].duplicates += ctx.duplicates  # repeats skipped before the runs were built: counted once
+    if len(runs) == 1 and not runs[0].source_parts:  # a one-run file (SWE-agent, RunState): its whole document
+        runs[0].source_parts.append(source_digest(doc) or never_part())
     return fmt, sha, runs
 
 
@@ -179,11 +184,16 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
 
     A span, observation or log record the file gives again with the same id and the same content
     is skipped (``duplicates_skipped`` counts them); one whose id repeats with other content is
-    kept and flagged (a ``duplicate_span_id`` anomaly).
+    kept and flagged (a ``duplicate_span_id`` anomaly). A run whose source content (its
+    ``imported.content_sha256``, :func:`~sealbox.interop.importers.common.content_digest`) was
+    imported into ``store`` before, from any file, is not written again (``skipped_runs`` names the
+    stored runs; when every run of the file was skipped so, ``already_imported=True`` and ``runs``
+    are those runs); a run whose trace id was, with other content, is written and flagged (a
+    ``trace_imported_before`` anomaly naming the earlier runs).
 
     Returns:
         An :class:`ImportSummary` (run ids, event and anomaly counts, format, source hash,
-        duplicates skipped).
+        duplicates skipped, runs skipped as in the store already).
 
     Raises:
         ImportFormatError: the file is larger than ``max_bytes``, in no known format, or not in the
@@ -200,34 +210,90 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
             return _already(found, sha)
     fmt, sha, runs = _parse(p, data, sha, format, progress)
     del data
-    drafts = []
+    name = Path(path).name
+    per_run: list[list[Any]] = []
     for i, run in enumerate(runs):
         if progress:
             progress("build", i + 1, len(runs))
-        try:
-            drafts.extend(run.drafts())
-        except SealboxError:
-            raise
-        except _MALFORMED as exc:  # nothing is written yet: the events go to the store below, in one append
-            raise _malformed(Path(path).name, fmt, exc) from exc
-    _refuse_nul(Path(path).name, drafts)
-    drafts = without_passed_on_secrets(store, drafts)  # a value redacted in one event, in clear in another
+        per_run.append(_drafts(run, name, fmt))
+    # runs imported before from other bytes: the same content is not imported again; the same trace id
+    # with other content is imported beside it, flagged (trace_imported_before)
+    skipped: dict[int, str] = {}
+    if reader is not None:
+        matches = reader().imported_content([r.content_sha256 for r in runs if r.content_sha256],
+                                            [t for r in runs if (t := _trace_id(r))])
+        skipped = _same_content(runs, matches)
+        for i, run in enumerate(runs):
+            tid = _trace_id(run)
+            earlier = [m[0] for m in matches if tid and m[2] == tid]
+            if i not in skipped and earlier:
+                run.anomaly("trace_imported_before", {
+                    "trace_id": tid, "runs": earlier[:20], "count": len(earlier),
+                    "message": "runs imported before hold this trace id with other content; this run was "
+                               "imported beside them"})
+                per_run[i] = _drafts(run, name, fmt)
+    for i, draft_list in enumerate(per_run):
+        _refuse_nul(name, draft_list)
+        per_run[i] = without_passed_on_secrets(store, draft_list)  # a value redacted in one event, in clear in another
     if progress:
-        progress("write", 0, len(drafts))
+        progress("write", 0, sum(map(len, per_run)))
     found: list[tuple[str, Any]] = []
+    written: list[int] = []
 
     def build(txn_reader: Any) -> list[Any]:
         found[:] = txn_reader.imported_runs(sha)  # imported meanwhile by another process: nothing is written
-        return [] if found else drafts
+        if found:
+            return []
+        again = getattr(txn_reader, "imported_content", None)
+        if again is not None:  # the same runs imported meanwhile from other bytes
+            skipped.update(_same_content(runs, again([r.content_sha256 for i, r in enumerate(runs)
+                                                      if r.content_sha256 and i not in skipped])))
+        written[:] = [i for i in range(len(runs)) if i not in skipped]
+        drafts = [d for i in written for d in per_run[i]]
+        return drafts
 
     events = store.append_with(build)
     if found:
         return _already(found, sha)
+    duplicates = sum(r.duplicates for r in runs)
+    existing = tuple(skipped[i] for i in sorted(skipped))
+    if not written:  # every run of the file was in the store already
+        return ImportSummary(runs=existing, events=0, anomalies=0, format=fmt, source_sha256=sha,
+                             already_imported=True, duplicates_skipped=duplicates, skipped_runs=existing)
     if progress:
-        progress("write", len(drafts), len(drafts))
+        progress("write", len(events), len(events))
     anomalies = sum(1 for e in events if e.kind == "anomaly")
-    return ImportSummary(runs=tuple(r.run_id for r in runs), events=len(events), anomalies=anomalies, format=fmt,
-                         source_sha256=sha, duplicates_skipped=sum(r.duplicates for r in runs))
+    return ImportSummary(runs=tuple(runs[i].run_id for i in written), events=len(events), anomalies=anomalies,
+                         format=fmt, source_sha256=sha, duplicates_skipped=duplicates, skipped_runs=existing)
+
+
+def _drafts(run: Any, name: str, fmt: str) -> list[Any]:
+    """The run's drafts, its ``run.started`` recording the run's content digest."""
+    try:
+        run.content_sha256 = None
+        drafts = run.drafts()
+        run.content_sha256 = content_digest(run, drafts)
+        if run.content_sha256 is not None:  # a dict drafts() made for this list alone
+            drafts[0].payload["imported"]["content_sha256"] = run.content_sha256
+        return drafts
+    except SealboxError:
+        raise
+    except _MALFORMED as exc:  # nothing is written yet: the events go to the store below, in one append
+        raise _malformed(name, fmt, exc) from exc
+
+
+def _trace_id(run: Any) -> str | None:
+    tid = run.original_ids.get("trace_id")
+    return tid if isinstance(tid, str) and tid else None
+
+
+def _same_content(runs: list[Any], matches: list[tuple[str, Any, Any]]) -> dict[int, str]:
+    """run index -> the earliest stored run with the same content digest, for the runs that have one."""
+    by_digest: dict[str, str] = {}
+    for run_id, digest, _ in matches:
+        if isinstance(digest, str):
+            by_digest.setdefault(digest, run_id)
+    return {i: by_digest[r.content_sha256] for i, r in enumerate(runs) if r.content_sha256 in by_digest}
 
 
 def _already(found: list[tuple[str, Any]], sha: str) -> ImportSummary:

@@ -85,6 +85,10 @@ class ImportSummary:
             skipped because the file gave an identical one with the same id before (the same
             content, compared as parsed JSON): they add no event. An item whose id repeats with
             different content is not skipped (a ``duplicate_span_id`` anomaly, docs/import.md).
+        skipped_runs: the runs already in the store (imported before, from any file) holding the
+            same content as a run of this file (``imported.content_sha256``): that run was not
+            written again. When every run of the file was skipped so, ``already_imported`` is True
+            and ``runs`` are these runs.
     """
 
     runs: tuple[str, ...]
@@ -94,6 +98,7 @@ class ImportSummary:
     source_sha256: str
     already_imported: bool = False
     duplicates_skipped: int = 0
+    skipped_runs: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- run builder
@@ -134,6 +139,10 @@ class RunBuilder:
     _usage_out: int = 0
     _usage_cost: float | None = None  # the sum of the model calls' costs; None: no source gave one
     duplicates: int = 0  # source items skipped as identical repeats (ImportSummary.duplicates_skipped)
+    content_sha256: str | None = None  # content_digest(drafts) once known: run.started imported.content_sha256
+    #: source_digest of each source item the run was made from (its spans, its trace record...): what
+    #: content_digest compares; an item that could not be digested adds a part that matches nothing
+    source_parts: list[str] = field(default_factory=list)
     _seen_anomalies: set = field(default_factory=set)
     _aggregated: dict = field(default_factory=dict)  # what -> the detail of its one aggregated anomaly
 
@@ -300,6 +309,8 @@ class RunBuilder:
         offset = 1 + len(self.anomalies)
         imported = {"source_file": self.source_file, "source_sha256": self.source_sha256, "format": self.fmt,
                     "original_ids": self.original_ids}
+        if self.content_sha256 is not None:
+            imported["content_sha256"] = self.content_sha256
         labels = {"imported": "true", "import_format": self.fmt, **{k: str(v) for k, v in self.labels.items()}}
         out = [EventDraft("run.started", {
             "agent": self.agent or "imported", "snapshot": None, "parent_run_id": None, "labels": labels,
@@ -375,6 +386,43 @@ class _Constants:
     def __call__(self, name: str) -> float:
         self.count += 1
         return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}[name]
+
+
+def never_part() -> str:
+    """A :attr:`RunBuilder.source_parts` entry for an item that could not be digested: it matches no
+    other, so the run is never taken for one imported before."""
+    import uuid
+
+    return "undigested:" + uuid.uuid4().hex
+
+
+def content_digest(run: RunBuilder, drafts: list[EventDraft]) -> str | None:
+    """``sha256:<hex>`` of an imported run's source content (``imported.content_sha256``): the format
+    and the set of digests of the source items it was made from (:attr:`RunBuilder.source_parts`:
+    each distinct span / observation / trace record / message-list record, or the whole document of
+    a one-run file), in no particular order, so two files whose bytes differ (re-indented, keys or
+    spans in another order, other traces beside it) give the same digest for the same trace. A run
+    with no source parts: the digest of the run as converted (every event's kind, step, principal and
+    payload, without the file's name and hash and a record's index in it). None when neither can be
+    serialised (the run is then never taken for one imported before)."""
+    if run.source_parts:
+        text = json.dumps([run.fmt, sorted(set(run.source_parts))], separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    items = []
+    for d in drafts:
+        payload: Any = d.payload
+        if d.kind == "run.started" and isinstance(payload.get("imported"), dict):
+            imported = {k: v for k, v in payload["imported"].items()
+                        if k not in ("source_file", "source_sha256", "content_sha256")}
+            if isinstance(imported.get("original_ids"), dict):
+                imported["original_ids"] = {k: v for k, v in imported["original_ids"].items() if k != "record_index"}
+            payload = {**payload, "imported": imported}
+        items.append([d.kind, d.step, d.principal, payload])
+    try:
+        text = json.dumps(items, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        return None  # never compared: the run is imported as a new one
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def source_digest(value: Any) -> str | None:

@@ -18,6 +18,7 @@ from sealbox.interop.importers.common import (
     as_list,
     as_str,
     parse_epoch,
+    never_part,
     source_digest,
 )
 from sealbox.interop.importers.spans import Span, emit, otel_span
@@ -76,6 +77,7 @@ def _run(ctx: Any, group: list[dict[str, Any]]) -> RunBuilder:
     for trace in group:
         for w in as_list(trace.get("warnings")):
             run.anomaly("source_warning", {"message": str(w)[:500]})
+            run.source_parts.append("warning:" + (source_digest(w) or never_part()))
     spans: list[Span] = []
     agents: list[str] = []
     services: list[str] = []

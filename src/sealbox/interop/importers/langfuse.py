@@ -25,6 +25,7 @@ from sealbox.interop.importers.common import (
     as_str,
     decode_json_string,
     parse_iso,
+    never_part,
     source_digest,
 )
 from sealbox.interop.importers.spans import Span, emit, otel_usage
@@ -144,6 +145,7 @@ def _run(ctx: Any, group: list[dict[str, Any]]) -> RunBuilder:
     first = source_digest(trace)
     for n, item in enumerate(group):
         this = as_dict(item.get("trace"))
+        run.source_parts.append("trace:" + (source_digest(this) or never_part()))
         if n and first is not None and source_digest(this) == first:
             continue  # the same trace record again: nothing new
         if n:  # the same trace id with other trace fields: both kept, flagged

@@ -29,6 +29,7 @@ from sealbox.interop.importers.common import (
     as_list,
     as_str,
     normalize_arguments,
+    never_part,
     source_digest,
 )
 
@@ -236,6 +237,7 @@ def parse(doc: Any, ctx: Any) -> list[RunBuilder]:
             labels["reward"] = repr(record["reward"])
         run = ctx.new_run(FORMAT, agent=as_str(record.get("agent")) or "tau-bench-agent", original_ids=original,
                           labels=labels)
+        run.source_parts.append("record:" + (source_digest(record) or never_part()))
         if conflict_with is not None:
             run.anomaly("duplicate_record_id", {"ids": ids, "first_record_index": conflict_with,
                                                 "message": "an earlier record has the same ids but other content; "

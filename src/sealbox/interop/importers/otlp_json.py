@@ -259,7 +259,7 @@ def _run(ctx: Any, tid: str, items: list[tuple[dict, dict, dict]], logs: dict[st
                       order=order, start_ns=start, end_ns=end, attrs=attrs, trace_id=tid or None,
                       status_error=status_error(raw.get("status")), log_records=records or None,
                       links=_requested_by(raw.get("links")))
-        s.digest = source_digest([res, scope, raw])
+        s.digest = source_digest([res, scope, raw, logs.get(sid) or []])
         if s.role == "agent" and isinstance(attrs.get("gen_ai.agent.name"), str):
             agents.append(attrs["gen_ai.agent.name"])
         if s.role == "agent" and sealbox_otlp.is_sealbox(attrs):

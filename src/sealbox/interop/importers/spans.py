@@ -35,7 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sealbox.interop.importers import sealbox_otlp
-from sealbox.interop.importers.common import RunBuilder, as_count, as_dict, normalize_arguments, ts_field
+from sealbox.interop.importers.common import (
+    RunBuilder,
+    as_count,
+    as_dict,
+    never_part,
+    normalize_arguments,
+    ts_field,
+)
 
 _MAX_WALK = 200_000
 _MAX_DEPTH = 64
@@ -231,6 +238,7 @@ def build_graph(run: RunBuilder, spans: list[Span]) -> dict[str, Span]:
             s.id = new_id
         index[s.id] = s
         kept.append(s)
+        run.source_parts.append(s.digest if s.digest is not None else never_part())
     spans[:] = kept
     for s in index.values():
         if s.parent is None or s.parent == "":
