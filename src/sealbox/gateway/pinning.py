@@ -22,6 +22,10 @@ the store's system run, so it survives restarts and is shared by every gateway o
   (``sealbox gateway reapprove SERVER TOOL --reason TEXT --key-file KEY``, :func:`reapprove`);
   the tool is unblocked while its definition keeps that hash.
 
+Approval is of a definition (its hash), not of the latest one seen: every definition approved (first
+listing, or a re-approval that counts) stays approved (:attr:`PinState.approved_hashes`), so a tool
+whose upstream lists an approved definition again (A -> B -> A) is recorded as changed, not blocked.
+
 A blocked tool's calls are recorded and denied by rule :data:`PIN_RULE`.
 
 **Upgrading older pins.** A ``tools.changed`` written by this Sealbox says ``pin_version: 3``;
@@ -259,6 +263,10 @@ class PinState:
     Attributes:
         known: the hash of the latest recorded definition of each listed tool.
         approved: the hash last approved (first seen, or re-approved) for each tool.
+        approved_hashes: every hash approved for each tool (its first listing, and each re-approval
+            that counts): a definition stays approved when a later one is approved too, so a tool
+            whose upstream lists an approved definition again (A -> B -> A), or two gateways whose
+            upstreams list two approved definitions, is not blocked.
         servers: servers with at least one recorded listing.
         cursor: how many log entries have been read (for :meth:`refresh`).
         origin: the store's log origin (re-approvals signed for another origin do not count).
@@ -275,6 +283,7 @@ class PinState:
 
     known: dict[tuple[str, str], str] = field(default_factory=dict)
     approved: dict[tuple[str, str], str] = field(default_factory=dict)
+    approved_hashes: dict[tuple[str, str], set[str]] = field(default_factory=dict)
     definitions: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     servers: set[str] = field(default_factory=set)
     cursor: int = 0
@@ -323,8 +332,8 @@ class PinState:
                                                    d.get("schema_hash"), problem))
                 if problem is None:
                     key = (p["server"], p["tool"])
-                    self.approved[key] = p["schema_hash"]
                     self._sources.setdefault(key, []).append((p["schema_hash"], len(self.reapprovals) - 1))
+                    self._recount(key)
             elif e.kind == "tools.changed":
                 self._apply_change(p, e.leaf_index)
             elif e.kind == "identity.changed" and isinstance(p, dict):
@@ -343,11 +352,18 @@ class PinState:
                 self.reapprovals[i] = replace(r, problem="compromised_key")
                 touched.add((r.server, r.tool))
         for key in touched:
-            valid = [h for h, i in self._sources.get(key, ()) if i is None or self.reapprovals[i].problem is None]
-            if valid:
-                self.approved[key] = valid[-1]
-            else:
-                self.approved.pop(key, None)
+            self._recount(key)
+
+    def _recount(self, key: tuple[str, str]) -> None:
+        """Rebuild :attr:`approved_hashes` and :attr:`approved` of a tool from what approved it (first
+        listings, and re-approvals that still count), in log order."""
+        valid = [h for h, i in self._sources.get(key, ()) if i is None or self.reapprovals[i].problem is None]
+        if valid:
+            self.approved_hashes[key] = set(valid)
+            self.approved[key] = valid[-1]
+        else:
+            self.approved_hashes.pop(key, None)
+            self.approved.pop(key, None)
 
     def check_reapproval(self, payload: Any, leaf_index: int, principal: Any) -> str | None:
         """Why a ``tool.reapproved`` payload recorded at ``leaf_index`` does not count (a
@@ -401,8 +417,8 @@ class PinState:
             self.versions[key] = version
             self.definitions[key] = as_hashed(item.get("definition") or {})
             if first_seen:
-                self.approved[key] = item["hash"]
                 self._sources.setdefault(key, []).append((item["hash"], None))
+                self._recount(key)
         for item in _items(p.get("changed"), "after"):
             key = (server, item["tool"])
             if version < PIN_VERSION:
@@ -418,9 +434,9 @@ class PinState:
             problem = self._upgrade_problem(key, {**item, "definition": as_hashed(item.get("definition"))}, version)
             if problem is None:
                 before, after = item["before"], item["after"]
-                if self.approved.get(key) == before:
-                    self.approved[key] = after  # carried by this entry alone
+                # an approval of ``before`` is carried to ``after`` by this entry alone
                 self._sources[key] = [(after if h == before else h, i) for h, i in self._sources.get(key, ())]
+                self._recount(key)
             else:
                 self.upgrade_problems.append((leaf_index, server, item["tool"], problem))
             if version < PIN_VERSION:  # a version 2 hash a version 1 pin was upgraded to: itself an older hash
@@ -469,9 +485,11 @@ class PinState:
         recorded) and the older part of ``definition`` (:func:`older_of`) hashes to it, else None: a tool
         absent or changed when its server's pins were upgraded keeps that approval until the upstream lists
         that definition again."""
-        digest = self.approved.get(key)
-        old = self._old_hashes.get((*key, digest)) if isinstance(digest, str) else None
-        return digest if old is not None and definition_hash(older_of(definition, old)) == digest else None
+        for digest in sorted(self.approved_hashes.get(key, ())):
+            old = self._old_hashes.get((*key, digest))
+            if old is not None and definition_hash(older_of(definition, old)) == digest:
+                return digest
+        return None
 
     def refresh(self, store: Any) -> None:
         """Read the events appended since the last load or refresh (e.g. a re-approval by the CLI)."""
@@ -483,9 +501,9 @@ class PinState:
 
     def blocked_tools(self) -> set[tuple[str, str]]:
         """Every ``(server, tool)`` whose latest recorded definition, or the definition this process
-        last saw its upstream list (:attr:`live`), has not been approved."""
+        last saw its upstream list (:attr:`live`), is not an approved one (:attr:`approved_hashes`)."""
         return {key for table in (self.known, self.live) for key, digest in table.items()
-                if self.approved.get(key) != digest}
+                if digest not in self.approved_hashes.get(key, ())}
 
     def compromised_reapproval(self, server: str, tool: str) -> Reapproval | None:
         """The newest re-approval of the tool's pending definition that stopped counting because its key
@@ -501,8 +519,12 @@ class PinState:
         """Whether the tool is unblocked by a re-approval (not its first listing): the only case a
         later compromise record (``--compromised-since``) can block it again, so the gateway reads
         the log's new events before such a call (a tool approved on first use needs no read)."""
-        sources = self._sources.get((server, tool))
-        return bool(sources) and sources[-1][1] is not None and not self.blocked(server, tool)
+        key = (server, tool)
+        if self.blocked(server, tool):
+            return False
+        current = {d for d in (self.known.get(key), self.live.get(key)) if d is not None}
+        first = {h for h, i in self._sources.get(key, ()) if i is None}
+        return bool(current - first)
 
     def blocked(self, server: str, tool: str) -> bool:
         """True when the tool's latest recorded definition has not been approved, or the definition
@@ -510,11 +532,11 @@ class PinState:
         appended by another writer that records the old definition again, or removes the tool,
         does not unblock what this gateway sees changed."""
         key = (server, tool)
-        approved = self.approved.get(key)
-        if key in self.known and approved != self.known[key]:
+        approved = self.approved_hashes.get(key, ())
+        if key in self.known and self.known[key] not in approved:
             return True
         live = self.live.get(key)
-        return live is not None and approved != live
+        return live is not None and live not in approved
 
     def observe(self, server: str, tools: dict[str, dict[str, Any]]) -> EventDraft | None:
         """Compare a listing (``{name: tool_definition}``, version 3 definitions) with the recorded state.
@@ -572,7 +594,8 @@ class PinState:
         """The hash a re-approval of this tool would approve (its latest recorded definition), or
         None when that definition is approved or the tool is unknown."""
         key = (server, tool)
-        return self.known[key] if key in self.known and self.approved.get(key) != self.known[key] else None
+        return self.known[key] if key in self.known and self.known[key] not in self.approved_hashes.get(key, ()) \
+            else None
 
 
 def _items(value: Any, digest: str = "hash") -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ Tools:
                       keeps waiting for the answer); with strict=true an answer other than accept fails the call
                       with JSON-RPC error -32603 (an upstream that raises on a declined elicitation)
   mutate()            changes echo's description and adds `extra` (a rug pull), sends tools/list_changed
+  mutate(back=true)   undoes it: the tools as first listed again (the same definitions), sends tools/list_changed
   crash()             the process exits at once (no answer)
   hang()              never answers
   garbage(bytes?)     writes a non-JSON line on stdout (with bytes=true: a line that is not UTF-8,
@@ -187,7 +188,7 @@ async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolR
             raise MCPError(types.INTERNAL_ERROR, f"the user answered {answer.action}")
         return _text(f"{answer.action}:{(answer.content or {}).get(field)}")
     if name == "mutate":
-        STATE["mutated"] = True
+        STATE["mutated"] = not args.get("back")  # {"back": true}: undo the rug pull (its tools as first listed)
         await ctx.session.send_tool_list_changed()
         if os.environ.get("TOY_CATALOG") == "1":
             await ctx.session.send_prompt_list_changed()
