@@ -75,7 +75,7 @@ STORE_COMMANDS = [
     ["export", "RUN", "-o", "OUT"], ["report", "RUN", "-o", "OUT.html"],
     ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--key-file", "KEY"],
     ["identities", "add", "bob", "--role", "admin", "--key-out", "OUT"],
-    ["gateway", "reapprove", "db", "read_query", "--reason", "r", "--key-file", "KEY"],
+    ["gateway", "reapprove", "db", "read_query", "--reason", "r", "--key-file", "KEY"], ["gateway", "pins"],
     ["upgrade"],
 ]
 

@@ -9,6 +9,7 @@ SEALBOX_TEST_POSTGRES_URL) PostgreSQL.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import uuid
 
@@ -18,9 +19,11 @@ import pytest
 import sealbox
 from sealbox.events import SYSTEM_RUN_ID
 from sealbox.gateway import PIN_RULE, Gateway
-from sealbox.gateway.pinning import PinState, reapprove
+from sealbox.gateway.pinning import PinState, ReapprovalError, reapprove
 from sealbox.identities import add_identity
 from identity_testkit import admin_key
+
+from sealbox.cli.main import main
 
 from .conftest import connect, running, text_of, toy_config
 
@@ -46,6 +49,17 @@ def store(request, tmp_path):
 def alice(store, tmp_path):
     return add_identity(store, "alice", "approver", key_path=tmp_path / "alice.key",
                         admin_key=admin_key(store, tmp_path)).key_path
+
+
+def cli(capsys, *args):
+    """(exit status, stdout, stderr) of ``sealbox gateway ARGS`` run as the console script runs it."""
+    try:
+        main(["gateway", *args])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def changes(store):
@@ -89,3 +103,97 @@ async def test_a_definition_listed_again_after_another_was_approved_stays_approv
     assert not pins.blocked("toy", "echo") and pins.blocked("toy", "extra")
     report = sealbox.verify_store(store)
     assert report.ok and report.problems == () and report.notes == ()
+
+
+def other_handle(store, tmp_path):
+    """A second handle on the same store (another gateway process's), SQLite or PostgreSQL alike."""
+    return sealbox.open_store(tmp_path / "store")
+
+
+async def echo_through(gw, tg, text):
+    async with connect(gw, tg) as client:
+        return await client.call_tool("toy__echo", {"text": text})
+
+
+async def test_two_gateways_serving_two_approved_definitions_do_not_block_each_other(tmp_path, store, alice, capsys):
+    """Two gateways on one store whose upstreams list two versions of the server (A and B): once each
+    definition is approved, neither blocks the other, restart after restart; a third version (C) on a
+    third gateway is recorded and blocked there only, and can be re-approved by its hash after another
+    gateway's restart recorded an approved definition as the latest."""
+    one, two, three = store, other_handle(store, tmp_path), other_handle(store, tmp_path)
+    variant_b = {"TOY_VARIANT": "2"}
+    variant_c = {"TOY_VARIANT": "2", "TOY_POISON": "1"}
+    try:
+        g1 = Gateway(toy_config(tmp_path), store=one)
+        async with running(g1) as tg1:
+            assert text_of(await echo_through(g1, tg1, "A")) == "A"  # first listing: A approved on first use
+            a = g1.pins.known[("toy", "echo")]
+            g2 = Gateway(toy_config(tmp_path, env=variant_b), store=two)
+            async with running(g2) as tg2:
+                denied = await echo_through(g2, tg2, "B unapproved")
+                assert denied.is_error is True and PIN_RULE in text_of(denied)
+                b = g2.pins.live[("toy", "echo")]
+                # g1 serves A (approved): a definition another gateway's upstream lists does not block it
+                assert text_of(await echo_through(g1, tg1, "A while B waits")) == "A while B waits"
+                await anyio.to_thread.run_sync(lambda: reapprove(store, "toy", "echo", "B is v2", alice))
+                assert text_of(await echo_through(g2, tg2, "B")) == "B"
+                assert text_of(await echo_through(g1, tg1, "A")) == "A"
+
+        for _ in range(2):  # restarts, each recording its listing against the other's: nothing to re-approve
+            for handle, env in ((one, None), (two, variant_b)):
+                gw = Gateway(toy_config(tmp_path, env=env), store=handle)
+                async with running(gw) as tg:
+                    assert text_of(await echo_through(gw, tg, "after restart")) == "after restart"
+        echo_changes = [[(c["before"], c["after"]) for c in p["changed"] if c["tool"] == "echo"]
+                        for p in changes(store)]
+        assert [c for c in echo_changes if c] == [[(a, b)]] + [[(b, a)], [(a, b)]] * 2
+        assert [r.schema_hash for r in PinState.load(store).reapprovals] == [b]
+
+        g1, g2 = Gateway(toy_config(tmp_path), store=one), Gateway(toy_config(tmp_path, env=variant_b), store=two)
+        g3 = Gateway(toy_config(tmp_path, env=variant_c), store=three)
+        async with running(g1) as tg1, running(g2) as tg2:
+            async with running(g3) as tg3:  # a third version: new, recorded, blocked where it is served
+                c = g3.pins.live[("toy", "echo")]
+                assert c not in (a, b) and (await echo_through(g3, tg3, "C")).is_error is True
+                assert text_of(await echo_through(g1, tg1, "A")) == "A"
+                assert text_of(await echo_through(g2, tg2, "B")) == "B"
+                # a restart of g1 records A as the latest definition: C, served by g3, is still not approved
+                g1b = Gateway(toy_config(tmp_path), store=one)
+                async with running(g1b) as tg1b:
+                    assert text_of(await echo_through(g1b, tg1b, "A")) == "A"
+                denied = await echo_through(g3, tg3, "C")
+                assert denied.is_error is True and f"--hash {c} --reason TEXT" in text_of(denied)
+                with pytest.raises(ReapprovalError) as err:  # the latest recorded (A) is approved already
+                    await anyio.to_thread.run_sync(lambda: reapprove(store, "toy", "echo", "C?", alice))
+                assert err.value.code == "nothing_pending" and str(err.value) == (
+                    f"toy/echo's latest recorded definition is approved; recorded and not approved: {c} (leaf "
+                    f"{PinState.load(store).recorded_hashes[('toy', 'echo')][c]}): re-approve one with --hash HASH")
+                await anyio.to_thread.run_sync(
+                    lambda: reapprove(store, "toy", "echo", "C is v3", alice, schema_hash=c))
+                assert text_of(await echo_through(g3, tg3, "C")) == "C"
+                assert text_of(await echo_through(g1, tg1, "A")) == "A"
+                assert text_of(await echo_through(g2, tg2, "B")) == "B"
+        pins = PinState.load(store)
+        assert pins.approved_hashes[("toy", "echo")] == {a, b, c} and pins.unapproved("toy", "echo") == []
+        report = sealbox.verify_store(store)
+        assert report.ok and report.problems == () and report.notes == ()
+
+        # what the CLI shows: each definition recorded, and what approved it
+        leaves = pins.recorded_hashes[("toy", "echo")]
+        first = min(e.leaf_index for e in store.read_run(SYSTEM_RUN_ID) if e.kind == "tools.changed")
+        by_alice = {r.schema_hash: r.leaf_index for r in pins.reapprovals}
+        assert leaves[a] > leaves[c] > leaves[b]  # g1b recorded A last, g3 C after g2's B
+        assert cli(capsys, "pins", "toy", "echo", "--store", str(tmp_path / "store")) == (0, "\n".join([
+            f"toy/echo: latest recorded {a} (leaf {leaves[a]}): approved",
+            f"  {a}  recorded at leaf {leaves[a]}  approved: first listing (leaf {first})",
+            f"  {c}  recorded at leaf {leaves[c]}  approved: re-approved by alice (leaf {by_alice[c]})",
+            f"  {b}  recorded at leaf {leaves[b]}  approved: re-approved by alice (leaf {by_alice[b]})"]) + "\n", "")
+        code, out, err = cli(capsys, "pins", "toy", "--json", "--store", str(tmp_path / "store"))
+        rows = json.loads(out)
+        assert code == 0 and [(r["tool"], r["latest_approved"]) for r in rows][:2] == [("add", True), ("ask", True)]
+        assert [r for r in rows if r["tool"] == "extra"][0]["definitions"][0]["approved"] is False
+        assert cli(capsys, "pins", "nosuch", "--store", str(tmp_path / "store")) == (
+            2, "", "error: no tool definitions are recorded for server 'nosuch'\n")
+    finally:
+        two.close()
+        three.close()

@@ -329,11 +329,14 @@ def _deep_problems(cfg) -> list[str]:  # noqa: ANN001
               help="Your identity's private key file (an enabled approver or admin).")
 @click.option("--identity", default=None,
               help="Only a check: refuse unless the key file is this identity's (the key names who re-approves).")
+@click.option("--hash", "schema_hash", default=None,
+              help="The definition to approve (sha256:…), when it is not the latest recorded one (e.g. the one another "
+                   "gateway on the store serves; `sealbox gateway pins` lists them).")
 @click.option("--json", "as_json", is_flag=True, help="Print the recorded event as JSON.")
 def reapprove_cmd(server: str, tool: str, store_path: str, reason: str, key_file: str, identity: str | None,
-                  as_json: bool) -> None:
-    """Approve the current definition of TOOL on SERVER after it changed: records tool.reapproved,
-    signed with the key of an enabled identity with role approver or admin."""
+                  schema_hash: str | None, as_json: bool) -> None:
+    """Approve the current definition of TOOL on SERVER after it changed (or the one --hash names): records
+    tool.reapproved, signed with the key of an enabled identity with role approver or admin."""
     from sealbox.cli.common import open_for_writing
     from sealbox.gateway.pinning import reapprove
 
@@ -341,10 +344,51 @@ def reapprove_cmd(server: str, tool: str, store_path: str, reason: str, key_file
         raise click.UsageError("--reason must not be empty: say why (it is recorded and signed)")
     store = open_for_writing(store_path)
     try:
-        payload = reapprove(store, server, tool, reason, key_file, identity=identity)
+        payload = reapprove(store, server, tool, reason, key_file, identity=identity, schema_hash=schema_hash)
     finally:
         store.close()
     if as_json:
         click.echo(json.dumps(payload, indent=2))
     else:
         click.echo(f"re-approved {server}/{tool} ({payload['schema_hash']}) as {payload['identity']}")
+
+
+@gateway_group.command("pins")
+@click.argument("server", required=False)
+@click.argument("tool", required=False)
+@click.option("-s", "--store", "store_path", envvar="SEALBOX_STORE", default=".sealbox", show_default=True,
+              type=click.Path(), callback=not_empty, help="The store's data folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print the definitions as JSON.")
+def pins_cmd(server: str | None, tool: str | None, store_path: str, as_json: bool) -> None:
+    """Show each tool's recorded definitions (by hash) and which are approved: by its first listing,
+    or by whom it was re-approved. A gateway serving an approved definition is not blocked."""
+    from sealbox.cli.common import BadInput, echo_json, open_for_reading, shown_id
+    from sealbox.gateway.pinning import PinState
+
+    store = open_for_reading(store_path)
+    try:
+        rows = PinState.load(store).summary(server, tool)
+    finally:
+        store.close()
+    if not rows and server is not None:
+        what = f"server {shown_id(server)}" if tool is None else f"tool {shown_id(tool)} of server {shown_id(server)}"
+        raise BadInput(f"no tool definitions are recorded for {what}")
+    if as_json:
+        echo_json(rows)
+        return
+    if not rows:
+        click.echo("no tool definitions are recorded (no gateway has listed an upstream on this store)")
+        return
+    for row in rows:
+        latest = ("removed by its latest listing" if row["latest"] is None else
+                  f"latest recorded {row['latest']} (leaf {row['latest_leaf']}): "
+                  f"{'approved' if row['latest_approved'] else 'NOT APPROVED'}")
+        click.echo(f"{row['server']}/{row['tool']}: {latest}")
+        for d in row["definitions"]:
+            how = "; ".join("first listing" + (f" (leaf {a['leaf']})" if a["leaf"] is not None else "")
+                            if a["by"] == "first_listing" else f"re-approved by {a['by']} (leaf {a['leaf']})"
+                            for a in d["approvals"])
+            gone = "; ".join(f"re-approval by {a['by']} (leaf {a['leaf']}) withdrawn: key declared compromised"
+                             for a in d["withdrawn"])
+            state = f"approved: {how}" if d["approved"] else "not approved"
+            click.echo(f"  {d['hash']}  recorded at leaf {d['leaf']}  {state}" + (f"; {gone}" if gone else ""))

@@ -25,6 +25,10 @@ the store's system run, so it survives restarts and is shared by every gateway o
 Approval is of a definition (its hash), not of the latest one seen: every definition approved (first
 listing, or a re-approval that counts) stays approved (:attr:`PinState.approved_hashes`), so a tool
 whose upstream lists an approved definition again (A -> B -> A) is recorded as changed, not blocked.
+A gateway judges a tool on the definition its own upstream lists (:attr:`PinState.live`), so two
+gateways sharing a store whose upstreams list two approved definitions do not block each other, and a
+new definition recorded by one does not block the other; :func:`reapprove` approves the latest recorded
+definition, or any recorded one not approved yet by its hash (``--hash``).
 
 A blocked tool's calls are recorded and denied by rule :data:`PIN_RULE`.
 
@@ -267,6 +271,8 @@ class PinState:
             that counts): a definition stays approved when a later one is approved too, so a tool
             whose upstream lists an approved definition again (A -> B -> A), or two gateways whose
             upstreams list two approved definitions, is not blocked.
+        recorded_hashes: every definition hash recorded for each tool -> the leaf of the latest
+            ``tools.changed`` that recorded it (what a re-approval's ``change_leaf`` names).
         servers: servers with at least one recorded listing.
         cursor: how many log entries have been read (for :meth:`refresh`).
         origin: the store's log origin (re-approvals signed for another origin do not count).
@@ -284,6 +290,7 @@ class PinState:
     known: dict[tuple[str, str], str] = field(default_factory=dict)
     approved: dict[tuple[str, str], str] = field(default_factory=dict)
     approved_hashes: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    recorded_hashes: dict[tuple[str, str], dict[str, int]] = field(default_factory=dict)
     definitions: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     servers: set[str] = field(default_factory=set)
     cursor: int = 0
@@ -450,8 +457,9 @@ class PinState:
             self.versions.pop((server, item["tool"]), None)
         if leaf_index is not None:
             self._recorded[leaf_index] = recorded
-            for key in recorded:
+            for key, digest in recorded.items():
                 self.known_leaf[key] = leaf_index
+                self.recorded_hashes.setdefault(key, {})[digest] = leaf_index
         else:
             for key in recorded:
                 self.known_leaf.pop(key, None)
@@ -500,16 +508,71 @@ class PinState:
             self.apply(events)
 
     def blocked_tools(self) -> set[tuple[str, str]]:
-        """Every ``(server, tool)`` whose latest recorded definition, or the definition this process
-        last saw its upstream list (:attr:`live`), is not an approved one (:attr:`approved_hashes`)."""
-        return {key for table in (self.known, self.live) for key, digest in table.items()
-                if digest not in self.approved_hashes.get(key, ())}
+        """Every ``(server, tool)`` that :meth:`blocked` finds blocked."""
+        return {key for table in (self.known, self.live) for key in table if self.blocked(*key)}
+
+    def current(self, server: str, tool: str) -> str | None:
+        """The definition hash the tool is judged on: the one this process last saw its upstream list
+        (:attr:`live`), else (outside a gateway, or a tool its upstream does not list) the latest
+        recorded one (:attr:`known`); None when neither."""
+        key = (server, tool)
+        return self.live.get(key, self.known.get(key))
+
+    def summary(self, server: str | None = None, tool: str | None = None) -> list[dict[str, Any]]:
+        """Every recorded definition of each tool (of ``server``, and named ``tool``, when given) and what
+        approved it: what ``sealbox gateway pins`` shows.
+
+        Returns:
+            One dict per ``(server, tool)``, sorted: ``server``, ``tool``, ``latest`` (the latest recorded
+            hash, None when the latest listing removed the tool), ``latest_leaf``, ``latest_approved``
+            (bool), ``definitions``: one per recorded hash, newest recording first: ``hash``, ``leaf`` (the
+            latest ``tools.changed`` recording it), ``approved`` (bool), ``approvals``: ``{"by":
+            "first_listing" | IDENTITY, "leaf": int | None}`` for each approval that counts, and
+            ``withdrawn``: the same for re-approvals that stopped counting (key declared compromised).
+        """
+        out = []
+        for key in sorted(self.recorded_hashes):
+            if (server is not None and key[0] != server) or (tool is not None and key[1] != tool):
+                continue
+            ok = self.approved_hashes.get(key, ())
+            defs = []
+            for digest, leaf in sorted(self.recorded_hashes[key].items(), key=lambda x: -x[1]):
+                approvals, withdrawn = [], []
+                for h, i in self._sources.get(key, ()):
+                    if h != digest:
+                        continue
+                    if i is None:
+                        approvals.append({"by": "first_listing", "leaf": self._first_leaf(key, digest)})
+                    else:
+                        r = self.reapprovals[i]
+                        (approvals if r.problem is None else withdrawn).append({"by": r.identity, "leaf": r.leaf_index})
+                defs.append({"hash": digest, "leaf": leaf, "approved": digest in ok, "approvals": approvals,
+                             "withdrawn": withdrawn})
+            latest = self.known.get(key)
+            out.append({"server": key[0], "tool": key[1], "latest": latest, "latest_leaf": self.known_leaf.get(key),
+                        "latest_approved": latest is not None and latest in ok, "definitions": defs})
+        return out
+
+    def _first_leaf(self, key: tuple[str, str], digest: str) -> int | None:
+        """The leaf of the first listing (``first_seen``) that recorded ``digest`` for the tool."""
+        for leaf in sorted(self._recorded):
+            if self._recorded[leaf].get(key) == digest:
+                return leaf
+        return None
+
+    def unapproved(self, server: str, tool: str) -> list[tuple[str, int]]:
+        """``(hash, leaf)`` of every definition recorded for the tool and never approved (or whose approval
+        stopped counting), newest first; ``leaf`` is the latest ``tools.changed`` that recorded it."""
+        key = (server, tool)
+        ok = self.approved_hashes.get(key, ())
+        return sorted(((h, leaf) for h, leaf in self.recorded_hashes.get(key, {}).items() if h not in ok),
+                      key=lambda x: -x[1])
 
     def compromised_reapproval(self, server: str, tool: str) -> Reapproval | None:
         """The newest re-approval of the tool's pending definition that stopped counting because its key
         was declared compromised (problem ``compromised_key``), or None: what a blocked tool's denial
         and listing name so that an operator sees why a tool that ran is blocked again."""
-        pending = self.pending(server, tool)
+        pending = self.current(server, tool) if self.blocked(server, tool) else None
         for r in reversed(self.reapprovals):
             if (r.server, r.tool) == (server, tool) and r.problem == "compromised_key" and r.schema_hash == pending:
                 return r
@@ -522,21 +585,19 @@ class PinState:
         key = (server, tool)
         if self.blocked(server, tool):
             return False
-        current = {d for d in (self.known.get(key), self.live.get(key)) if d is not None}
-        first = {h for h, i in self._sources.get(key, ()) if i is None}
-        return bool(current - first)
+        digest = self.current(server, tool)
+        return digest is not None and all(i is not None for h, i in self._sources.get(key, ()) if h == digest)
 
     def blocked(self, server: str, tool: str) -> bool:
-        """True when the tool's latest recorded definition has not been approved, or the definition
-        this process last saw the upstream list (:meth:`observe`) has not: a ``tools.changed``
-        appended by another writer that records the old definition again, or removes the tool,
-        does not unblock what this gateway sees changed."""
-        key = (server, tool)
-        approved = self.approved_hashes.get(key, ())
-        if key in self.known and self.known[key] not in approved:
-            return True
-        live = self.live.get(key)
-        return live is not None and live not in approved
+        """True when the definition the tool is judged on (:meth:`current`) is not an approved one.
+
+        A gateway is judged on what its upstream lists (:attr:`live`): a ``tools.changed`` appended by
+        another writer that records an approved definition, or removes the tool, does not unblock what
+        this gateway sees changed, and one that records a new definition (another gateway's upstream,
+        say another version of the server) does not block this gateway while it serves an approved one.
+        Outside a gateway, or for a tool its upstream does not list, the latest recorded definition."""
+        digest = self.current(server, tool)
+        return digest is not None and digest not in self.approved_hashes.get((server, tool), ())
 
     def observe(self, server: str, tools: dict[str, dict[str, Any]]) -> EventDraft | None:
         """Compare a listing (``{name: tool_definition}``, version 3 definitions) with the recorded state.
@@ -611,10 +672,13 @@ def _utc_now() -> str:
 
 
 def reapprove(store: Any, server: str, tool: str, reason: str, key_file: Any, *,
-              identity: str | None = None) -> dict[str, Any]:
-    """Re-approve the current definition of a changed tool: sign and record ``tool.reapproved``.
+              identity: str | None = None, schema_hash: str | None = None) -> dict[str, Any]:
+    """Re-approve a definition of a changed tool: sign and record ``tool.reapproved``.
 
-    Checked and written in one transaction (the definition approved is the one pending then).
+    Checked and written in one transaction. Without ``schema_hash`` the definition approved is the
+    tool's latest recorded one, which must not be approved yet; with it, that definition, which must
+    have been recorded for the tool (``tools.changed``) and not be approved: e.g. the one another
+    gateway on the store serves while a later listing (another gateway's) recorded an approved one.
 
     Args:
         store: an open, writable store.
@@ -623,6 +687,8 @@ def reapprove(store: Any, server: str, tool: str, reason: str, key_file: Any, *,
         key_file: the private key file of an enabled identity with role ``approver`` or ``admin``
             (its name is the identity recorded), or a :class:`~sealbox.ledger.checkpoint.Signer`.
         identity: if given, the identity the key must belong to (a check; nothing else).
+        schema_hash: if given, the ``sha256:…`` hash of the definition to approve
+            (:meth:`PinState.unapproved` lists the candidates).
 
     Returns:
         The recorded payload (``server``, ``tool``, ``schema_hash``, ``change_leaf``, ``origin``,
@@ -642,11 +708,27 @@ def reapprove(store: Any, server: str, tool: str, reason: str, key_file: Any, *,
 
     def build(reader: Any) -> list[EventDraft]:
         pins = PinState.from_reader(reader, origin)
-        pending = pins.pending(server, tool)
-        change_leaf = pins.known_leaf.get((server, tool))
-        if pending is None or change_leaf is None:
-            state = "is not known" if (server, tool) not in pins.known else "has no unapproved change"
-            raise ReapprovalError("nothing_pending", f"{server}/{tool} {state}; nothing to re-approve")
+        waiting = dict(pins.unapproved(server, tool))
+        if schema_hash is not None:
+            pending, change_leaf = schema_hash, waiting.get(schema_hash)
+            if change_leaf is None:
+                key = (server, tool)
+                state = ("is approved already" if schema_hash in pins.approved_hashes.get(key, ()) else
+                         "was never recorded for it" if (server, tool) in pins.recorded_hashes else
+                         "cannot be approved: the tool is not known")
+                raise ReapprovalError("nothing_pending", f"definition {shown_hash(schema_hash)} of {server}/{tool} "
+                                      f"{state}; nothing to re-approve{_others(waiting)}")
+        else:
+            pending = pins.pending(server, tool)
+            change_leaf = pins.known_leaf.get((server, tool))
+            if pending is None or change_leaf is None:
+                if (server, tool) not in pins.recorded_hashes:
+                    raise ReapprovalError("nothing_pending", f"{server}/{tool} is not known; nothing to re-approve")
+                if waiting:
+                    raise ReapprovalError("nothing_pending", f"{server}/{tool}'s latest recorded definition is approved"
+                                          f"{_others(waiting)}")
+                raise ReapprovalError("nothing_pending", f"{server}/{tool} has no unapproved change; nothing to "
+                                      "re-approve")
         who = pins.book.get(signer.name)
         if who is None:
             from sealbox.identities import unknown_signer
@@ -671,6 +753,20 @@ def reapprove(store: Any, server: str, tool: str, reason: str, key_file: Any, *,
 
     store.append_with(build)
     return box[-1]
+
+
+def shown_hash(value: Any) -> str:
+    """A hash given on the command line as shown in a message: cut to 80 characters and '…'."""
+    text = str(value)
+    return text if len(text) <= 80 else text[:80] + "…"
+
+
+def _others(waiting: dict[str, int]) -> str:
+    """``; recorded and not approved: sha256:… (leaf 12), …: re-approve one with --hash HASH`` (or empty)."""
+    if not waiting:
+        return ""
+    listed = ", ".join(f"{h} (leaf {leaf})" for h, leaf in sorted(waiting.items(), key=lambda x: -x[1]))
+    return f"; recorded and not approved: {listed}: re-approve one with --hash HASH"
 
 
 def _fields(old: dict[str, Any] | None, new: dict[str, Any]) -> list[str]:

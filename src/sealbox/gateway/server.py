@@ -166,7 +166,7 @@ class _PinnedPolicy(Policy):
             return Decision("deny", "policy_deny", PIN_RULE,
                             f"tool {call.server}/{call.tool} changed upstream and has not been re-approved"
                             f"{_compromised_text(self._pins, call.server, call.tool)} "  # type: ignore[attr-defined]
-                            f"({reapprove_command(self._store_path, call.server, call.tool)})",  # type: ignore[attr-defined]
+                            f"({reapprove_command(self._store_path, call.server, call.tool, self._pins)})",  # type: ignore[attr-defined]
                             self.fingerprint, 0, re_evaluable=False)
         return super().evaluate(call)
 
@@ -206,13 +206,17 @@ def _compromised_text(pins: Any, server: str, tool: str) -> str:
                                  "declared compromised")
 
 
-def reapprove_command(store_path: str, server: str, tool: str) -> str:
+def reapprove_command(store_path: str, server: str, tool: str, pins: Any = None) -> str:
     """The command that re-approves a changed tool, naming the gateway's store (it works from any folder);
-    ``TEXT`` and ``KEY`` are left for the approver (a reason, and their identity's key file)."""
+    ``TEXT`` and ``KEY`` are left for the approver (a reason, and their identity's key file). With the
+    gateway's ``pins``, when the definition its upstream lists is not the latest one recorded (another
+    gateway on the store recorded a later listing), ``--hash`` names the one this gateway serves."""
     import shlex
 
+    digest = pins.current(server, tool) if pins is not None else None
+    extra = f" --hash {digest}" if digest is not None and digest != pins.known.get((server, tool)) else ""
     return (f"sealbox gateway reapprove {shlex.quote(server)} {shlex.quote(tool)} "
-            f"--store {shlex.quote(os.path.abspath(store_path))} --reason TEXT --key-file KEY")
+            f"--store {shlex.quote(os.path.abspath(store_path))}{extra} --reason TEXT --key-file KEY")
 
 
 def _pinned(policy: Policy, pins: PinState, store_path: str) -> Policy:
@@ -624,7 +628,7 @@ class Gateway:
     def blocked_notice(self, server: str, tool: str) -> str:
         """The description a blocked tool is listed with (its own is not approved)."""
         return (f"[blocked: this tool changed upstream{_compromised_text(self.pins, server, tool)}; calls are "
-                f"denied until `{reapprove_command(self.config.store, server, tool)}`]")
+                f"denied until `{reapprove_command(self.config.store, server, tool, self.pins)}`]")
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         self._watch(_connection(ctx))  # a client holding a listing is told when it changes, call or no call
@@ -1385,7 +1389,7 @@ class Gateway:
                     _NOT_FORWARDED.set(True)
                     raise ToolChangedSinceDecided(
                         f"not forwarded: tool {server}/{tool} changed upstream after this call was decided and has "
-                        f"not been re-approved (rule {PIN_RULE}; {reapprove_command(self.config.store, server, tool)})")
+                        f"not been re-approved (rule {PIN_RULE}; {reapprove_command(self.config.store, server, tool, self.pins)})")
             problem = self._schema_problem(server, tool, arguments)
             if problem is not None:  # recorded as a failed call (tool.result ok: false), never forwarded
                 _NOT_FORWARDED.set(True)  # not the upstream's failure: the breaker does not count it
