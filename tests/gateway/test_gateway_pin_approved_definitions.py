@@ -25,7 +25,10 @@ from identity_testkit import admin_key
 
 from sealbox.cli.main import main
 
-from .conftest import connect, running, text_of, toy_config
+from sealbox.interop.bundle import export_bundle
+from sealbox.interop.bundle_verify import verify_bundle
+
+from .conftest import connect, gateway_runs, running, text_of, toy_config
 
 pytestmark = pytest.mark.anyio
 
@@ -103,6 +106,10 @@ async def test_a_definition_listed_again_after_another_was_approved_stays_approv
     assert not pins.blocked("toy", "echo") and pins.blocked("toy", "extra")
     report = sealbox.verify_store(store)
     assert report.ok and report.problems == () and report.notes == ()
+    # a bundle of the run replays the same pins: the calls of A again were allowed by an approval it carries
+    export_bundle(store, gateway_runs(store), tmp_path / "case.sbx")
+    bundle = verify_bundle(tmp_path / "case.sbx", trust_bundle_key=True)
+    assert bundle.ok and [n for n in bundle.notes if "was not denied" in n] == []
 
 
 def other_handle(store, tmp_path):
@@ -197,3 +204,4 @@ async def test_two_gateways_serving_two_approved_definitions_do_not_block_each_o
     finally:
         two.close()
         three.close()
+

@@ -1024,7 +1024,7 @@ class _Check:
                 continue
             p = env["payload"]
             key = (p.get("server"), p.get("tool"))
-            if key not in state.known or state.approved.get(key) == state.known[key]:
+            if key not in state.known or state.known[key] in state.approved_hashes.get(key, ()):
                 continue
             self.notes.append(
                 f"call {p.get('call_id')} of {key[0]}/{key[1]} in run {env['run_id']} (leaf {leaf}) was not denied, "
