@@ -309,6 +309,8 @@ class PinState:
     #: (server, tool) -> [(hash, index in reapprovals or None for a first listing)], in log order: what
     #: approved it, so that a re-approval withdrawn by a later compromise record falls back to the one before
     _sources: dict[tuple[str, str], list[tuple[str, int | None]]] = field(default_factory=dict)
+    #: (server, tool, hash) -> the definition recorded with that hash (for :meth:`nearest_approved`)
+    _defs: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, store: Any) -> "PinState":
@@ -423,6 +425,7 @@ class PinState:
             self.known[key] = recorded[key] = item["hash"]
             self.versions[key] = version
             self.definitions[key] = as_hashed(item.get("definition") or {})
+            self._defs[(*key, self.known[key])] = self.definitions[key]
             if first_seen:
                 self._sources.setdefault(key, []).append((item["hash"], None))
                 self._recount(key)
@@ -433,6 +436,7 @@ class PinState:
             self.known[key] = recorded[key] = item["after"]
             self.versions[key] = version
             self.definitions[key] = as_hashed(item.get("definition") or {})
+            self._defs[(*key, self.known[key])] = self.definitions[key]
         for item in _items(p.get("upgraded"), "after"):
             key = (server, item["tool"])
             if self.known.get(key) == item["after"] and self.versions.get(key) == version and version > 1:
@@ -451,6 +455,7 @@ class PinState:
             self.known[key] = recorded[key] = item["after"]
             self.versions[key] = version
             self.definitions[key] = as_hashed(item["definition"]) if isinstance(item.get("definition"), dict) else {}
+            self._defs[(*key, item["after"])] = self.definitions[key]
         for item in _items(p.get("removed")):
             self.known.pop((server, item["tool"]), None)
             self.known_leaf.pop((server, item["tool"]), None)
@@ -607,6 +612,11 @@ class PinState:
         tool whose approved hash is an older one equal to the older hash of what is listed goes in
         ``upgraded`` too (``before``: that approved hash), whether it was absent or changed.
 
+        An ``added`` or ``changed`` entry whose definition is not approved while the tool has an approved
+        one also carries ``approved``: ``{"hash", "fields"}``, the nearest approved definition
+        (:meth:`nearest_approved`) and the fields that differ from it (``fields`` is against ``before``,
+        the last recorded one, which may be another gateway's listing or a definition never approved).
+
         Returns:
             The ``tools.changed`` draft to record (system run, ``pin_version: 3``), or None when
             nothing changed and nothing was upgraded. The state is updated as if it were recorded.
@@ -648,8 +658,31 @@ class PinState:
                        "changed": changed}
             if upgraded:
                 payload["upgraded"] = sorted(upgraded, key=lambda u: u["tool"])
+        for entry in (*payload["added"], *payload["changed"]):  # a new definition: what an approver compares
+            digest = entry.get("after", entry.get("hash"))
+            if digest not in self.approved_hashes.get((server, entry["tool"]), ()):
+                near = self.nearest_approved(server, entry["tool"], tools[entry["tool"]])
+                if near is not None:
+                    entry["approved"] = {"hash": near[0], "fields": near[1]}
         self._apply_change(payload)
         return EventDraft("tools.changed", payload, run_id=SYSTEM_RUN_ID, principal="sealbox")
+
+    def nearest_approved(self, server: str, tool: str, definition: dict[str, Any]) -> tuple[str, list[str]] | None:
+        """The approved definition of the tool (of this pin version) that differs from ``definition`` in
+        the fewest fields, the most recently approved of those, as ``(hash, fields that differ)``; None
+        when the tool has no approved definition of this pin version recorded."""
+        key = (server, tool)
+        order = {h: n for n, (h, _) in enumerate(self._sources.get(key, ()))}  # later approvals win ties
+        best: tuple[int, int, str, list[str]] | None = None
+        for digest in self.approved_hashes.get(key, ()):
+            old = self._defs.get((*key, digest))
+            if not old or old.get("pin_version") != definition.get("pin_version"):
+                continue
+            diff = _fields(old, definition)
+            rank = (len(diff), -order.get(digest, -1), digest, diff)
+            if best is None or rank < best:
+                best = rank
+        return None if best is None else (best[2], best[3])
 
     def pending(self, server: str, tool: str) -> str | None:
         """The hash a re-approval of this tool would approve (its latest recorded definition), or
