@@ -232,3 +232,24 @@ def test_a_new_definition_is_recorded_with_its_difference_from_the_nearest_appro
     assert pins.blocked("toy", "echo") and pins.unapproved("toy", "echo") == [
         (definition_hash(c), pins.known_leaf[("toy", "echo")])]
     assert sealbox.verify_store(store).ok
+
+
+def test_reapprove_hash_refuses_a_definition_approved_already_or_never_recorded(tmp_path, store, alice, capsys):
+    a = tool_definition("echo", "Echo.", {})
+    b = tool_definition("echo", "Echo it.", {})
+    pins = PinState.load(store)
+    for d in (a, b):
+        store.append([pins.observe("toy", {"echo": d})])
+    where = ["--store", str(tmp_path / "store"), "--reason", "ok", "--key-file", str(alice)]
+    assert cli(capsys, "reapprove", "toy", "echo", "--hash", definition_hash(a), *where) == (
+        2, "", f"error: definition {definition_hash(a)} of toy/echo is approved already; nothing to re-approve; "
+               f"recorded and not approved: {definition_hash(b)} (leaf {PinState.load(store).known_leaf[('toy', 'echo')]}): "
+               "re-approve one with --hash HASH\n")
+    assert cli(capsys, "reapprove", "toy", "echo", "--hash", "sha256:" + "0" * 64, *where)[::2] == (
+        2, f"error: definition sha256:{'0' * 64} of toy/echo was never recorded for it; nothing to re-approve; "
+           f"recorded and not approved: {definition_hash(b)} (leaf {PinState.load(store).known_leaf[('toy', 'echo')]}): "
+           "re-approve one with --hash HASH\n")
+    assert [e.kind for e in store.read_run(SYSTEM_RUN_ID)].count("tool.reapproved") == 0  # nothing recorded
+    code, out, err = cli(capsys, "reapprove", "toy", "echo", "--hash", definition_hash(b), *where)
+    assert (code, err) == (0, "") and out == f"re-approved toy/echo ({definition_hash(b)}) as alice\n"
+    assert not PinState.load(store).blocked("toy", "echo")

@@ -614,8 +614,9 @@ class PinState:
 
         An ``added`` or ``changed`` entry whose definition is not approved while the tool has an approved
         one also carries ``approved``: ``{"hash", "fields"}``, the nearest approved definition
-        (:meth:`nearest_approved`) and the fields that differ from it (``fields`` is against ``before``,
-        the last recorded one, which may be another gateway's listing or a definition never approved).
+        (:meth:`nearest_approved`) and the fields that differ from it, unless that is ``before`` (``fields``
+        is against ``before``, the last recorded one, which may be another gateway's listing or a
+        definition never approved).
 
         Returns:
             The ``tools.changed`` draft to record (system run, ``pin_version: 3``), or None when
@@ -662,7 +663,7 @@ class PinState:
             digest = entry.get("after", entry.get("hash"))
             if digest not in self.approved_hashes.get((server, entry["tool"]), ()):
                 near = self.nearest_approved(server, entry["tool"], tools[entry["tool"]])
-                if near is not None:
+                if near is not None and near[0] != entry.get("before"):  # else ``fields`` says it already
                     entry["approved"] = {"hash": near[0], "fields": near[1]}
         self._apply_change(payload)
         return EventDraft("tools.changed", payload, run_id=SYSTEM_RUN_ID, principal="sealbox")
@@ -749,7 +750,7 @@ def reapprove(store: Any, server: str, tool: str, reason: str, key_file: Any, *,
                 state = ("is approved already" if schema_hash in pins.approved_hashes.get(key, ()) else
                          "was never recorded for it" if (server, tool) in pins.recorded_hashes else
                          "cannot be approved: the tool is not known")
-                raise ReapprovalError("nothing_pending", f"definition {shown_hash(schema_hash)} of {server}/{tool} "
+                raise ReapprovalError("nothing_pending", f"definition {_shown_hash(schema_hash)} of {server}/{tool} "
                                       f"{state}; nothing to re-approve{_others(waiting)}")
         else:
             pending = pins.pending(server, tool)
@@ -788,7 +789,7 @@ def reapprove(store: Any, server: str, tool: str, reason: str, key_file: Any, *,
     return box[-1]
 
 
-def shown_hash(value: Any) -> str:
+def _shown_hash(value: Any) -> str:
     """A hash given on the command line as shown in a message: cut to 80 characters and '…'."""
     text = str(value)
     return text if len(text) <= 80 else text[:80] + "…"
