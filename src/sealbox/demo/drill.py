@@ -159,14 +159,19 @@ def _cli(argv: list[str], echo: Callable[[str], None]) -> str:
     """Run ``sealbox ARGV`` in this process; echo and return what it printed."""
     from sealbox.cli.main import main
 
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        try:
+    buf, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
             main(argv)
-        except SystemExit as exc:
-            if exc.code not in (0, None):
-                echo(buf.getvalue().rstrip())
-                raise RuntimeError(f"sealbox {' '.join(argv)} exited with {exc.code}") from None
+    except SystemExit as exc:
+        if exc.code in (130, 143):  # Ctrl-C / SIGTERM: the step cleaned up; the drill's own CLI says it, once
+            raise KeyboardInterrupt from None
+        sys.stderr.write(err.getvalue())
+        if exc.code not in (0, None):
+            echo(buf.getvalue().rstrip())
+            raise RuntimeError(f"sealbox {' '.join(argv)} exited with {exc.code}") from None
+    else:
+        sys.stderr.write(err.getvalue())
     text = buf.getvalue().rstrip()
     if text:
         echo(text)
