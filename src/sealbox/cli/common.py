@@ -274,10 +274,10 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
                              for k in columns})
         click.echo(buf.getvalue(), nl=False)
         return
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
+    Console = _console_class()
     # Text, not str: rich reads a str as console markup, so a recorded value holding '[x]' lost
     # it and one holding '[/x]' stopped the listing (MarkupError); every cell is shown as recorded
     table = Table(title=None if title is None else Text(visible(title)), show_lines=False)
@@ -304,6 +304,31 @@ def emit_rows(rows: Sequence[dict[str, Any]], columns: Sequence[str], *, as_json
     if width == 0:  # not a terminal, no COLUMNS: as wide as the content, every cell whole on its line
         console = Console(width=max(1, console.measure(table).maximum))
     console.print(table)
+
+
+def _console_class() -> type:
+    """rich's ``Console`` whose output closed early by its reader (``sealbox runs show RUN | head``) raises
+    ``BrokenPipeError``, which the CLI ends quietly with exit 0 as it does for every other output; rich's own
+    handler exits 1 (silently: a ``set -o pipefail`` script failed on ``| head``). Later writes (the exit's
+    flush) go to ``/dev/null``, as rich does."""
+    global _QuietPipeConsole
+    if _QuietPipeConsole is None:
+        import os
+
+        from rich.console import Console
+
+        class _Console(Console):
+            def on_broken_pipe(self) -> None:
+                self.quiet = True
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                raise BrokenPipeError()
+
+        _QuietPipeConsole = _Console
+    return _QuietPipeConsole
+
+
+_QuietPipeConsole: type | None = None
 
 
 #: A table whose width leaves a column fewer characters than this (after its borders: "│ " before each cell,

@@ -44,6 +44,12 @@ class _Interrupted(BaseException):
     as an interrupt while the CLI loads does (``_sealbox_cli``)."""
 
 
+class _OutputClosed(BaseException):
+    """The reader of the output went away (``sealbox runs show RUN | head``): a ``BrokenPipeError`` carried
+    past click, which takes it as exit 1, silently (a ``set -o pipefail`` script failed on ``| head``);
+    :func:`main` ends the command quietly with exit 0."""
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM (`kill PID`, a CI job's timeout, a service manager stopping it), raised where the command
     is, as Ctrl-C raises KeyboardInterrupt: the same cleanup runs on the way out (a replay's run ended
@@ -107,6 +113,8 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:  # the command ran its own cleanup (a run ended "cancelled"…) on the way
             raise _Interrupted() from exc
+        except BrokenPipeError as exc:
+            raise _OutputClosed() from exc
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
@@ -133,6 +141,17 @@ def cli() -> None:
 #: What click 8.2+ raises for a group called without a command (click 8.1 printed the help and exited 0).
 _NO_ARGS_IS_HELP: tuple[type[BaseException], ...] = tuple(
     filter(None, [getattr(click.exceptions, "NoArgsIsHelpError", None)]))
+
+
+def _stdout_to_devnull() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real stdout (captured in a test, closed)
+        pass
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -176,7 +195,8 @@ def _main(argv: list[str] | None) -> None:
             sys.exit(143)
         click.echo("error: interrupted", err=True)
         sys.exit(130)
-    except BrokenPipeError:
+    except (BrokenPipeError, _OutputClosed):
+        _stdout_to_devnull()  # what is still buffered must not fail again as Python exits (exit 120)
         sys.exit(0)
     except Exception as exc:  # top of the CLI: the only place a bare catch is allowed
         if "SEALBOX_DEBUG" in __import__("os").environ:
