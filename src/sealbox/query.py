@@ -432,9 +432,9 @@ def snapshot_prefix(text: Any, name: str = "snapshot") -> str:
     prefixed = text.lower().startswith("sha256:")
     hex_part = (text[len("sha256:"):] if prefixed else text).lower()
     if not hex_part or any(c not in "0123456789abcdef" for c in hex_part) or len(hex_part) > 64:
-        raise ConfigError(f"{name} {text!r} is not a snapshot fingerprint (sha256: and up to 64 hex digits) or a prefix of one")
+        raise ConfigError(f"{name} {_shown_id(text)} is not a snapshot fingerprint (sha256: and up to 64 hex digits) or a prefix of one")
     if len(hex_part) < MIN_SNAPSHOT_PREFIX:
-        raise ConfigError(f"{name} {text!r} is too short: a snapshot prefix needs at least {MIN_SNAPSHOT_PREFIX} hex digits")
+        raise ConfigError(f"{name} {_shown_id(text)} is too short: a snapshot prefix needs at least {MIN_SNAPSHOT_PREFIX} hex digits")
     return ("sha256:" if prefixed else "") + hex_part
 
 
@@ -458,8 +458,15 @@ def resolve_run_id(store: Any, run_id: Any, name: str = "run_id") -> str:
     except click.ClickException as exc:
         raise ConfigError(f"{name}: {exc.message}") from None
     if found not in store.ids_with_prefix("run", found, limit=1) and store.get_run(found) is None:
-        raise ConfigError(f"{name}: no run {run_id!r} in this store")
+        raise ConfigError(f"{name}: no run {_shown_id(run_id)} in this store")
     return found
+
+
+def _shown_id(text: object) -> str:
+    """``repr`` of an id or fingerprint for an error message, cut to 40 characters and ``…`` (sealbox.approvals.shown_id)."""
+    from sealbox.approvals import shown_id
+
+    return shown_id(text)
 
 
 def not_utf8(text: str) -> bool:

@@ -50,7 +50,9 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
         if run_id is not None:
             run_id = resolve_id(store, "run", run_id)
             if run_id not in store.ids_with_prefix("run", run_id, limit=1):
-                raise BadInput(f"no run {run_id!r} in this store")
+                from sealbox.approvals import shown_id  # an id pasted whole from a file: cut
+
+                raise BadInput(f"no run {shown_id(run_id)} in this store")
         replays = replays or run_id is not None
         rows = store.query_calls(tool=tool, server=server, run_id=run_id, agent=agent, principal=principal,
                                  since=since, until=until, decision=decision, error=error, match=compiled,

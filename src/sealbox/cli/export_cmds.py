@@ -34,7 +34,7 @@ def _bundle(store_path: str, target: str, run_ids: tuple[str, ...], filters: dic
         raise StoreReadOnlyError(f"{exc} (a bundle export signs a checkpoint into the store: export from a "
                                  "writable copy of the store folder)") from exc
     try:
-        selected = select_runs(store, [resolve_id(store, "run", r) for r in run_ids], **filters)
+        selected = select_runs(store, _named_runs(store, run_ids), **filters)
         runs = with_sub_runs(store, selected)  # what a run set going is part of it
         sizes = [_extended_size(store, path, note) for path, note in saved]
         return {**export_bundle(store, runs, target, prove_from=sizes).to_dict(),
@@ -82,10 +82,23 @@ def _parquet(store_path: str, target: str, run_ids: tuple[str, ...], filters: di
     refuse_to_replace(target, ours=is_call_table, what="a Sealbox Parquet export", force=force)
     store = open_for_reading(store_path)
     try:
-        runs = select_runs(store, [resolve_id(store, "run", r) for r in run_ids], **filters)
+        runs = select_runs(store, _named_runs(store, run_ids), **filters)
         return export_parquet(store, runs, target)
     finally:
         store.close()
+
+
+def _named_runs(store: Any, run_ids: tuple[str, ...]) -> list[str]:
+    """The runs the arguments name (:func:`resolve_id`); BadInput for one that names no run, its id cut to
+    40 characters in the message (``select_runs`` would echo a pasted file whole)."""
+    from sealbox.approvals import shown_id
+    from sealbox.events import SYSTEM_RUN_ID
+
+    ids = [resolve_id(store, "run", r) for r in run_ids]
+    for rid in ids:
+        if rid != SYSTEM_RUN_ID and store.get_run(rid) is None:
+            raise BadInput(f"no run {shown_id(rid)} in this store")
+    return ids
 
 
 def _otlp(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[str, Any], *, content: bool = False,
@@ -96,7 +109,7 @@ def _otlp(store_path: str, target: str, run_ids: tuple[str, ...], filters: dict[
 
     store = open_for_reading(store_path)
     try:
-        runs = select_runs(store, [resolve_id(store, "run", r) for r in run_ids], **filters)
+        runs = select_runs(store, _named_runs(store, run_ids), **filters)
     finally:
         store.close()
     return run_otlp_export(store_path, runs, target, content, headers, quiet=True).to_dict()

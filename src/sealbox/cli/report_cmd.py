@@ -56,7 +56,9 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, force: bool, no
         try:
             run_id = resolve_id(store, "run", run_id)
             if not store.read_run(run_id):
-                raise BadInput(f"no run {run_id!r} in this store")
+                from sealbox.approvals import shown_id  # an id pasted whole from a file: cut
+
+                raise BadInput(f"no run {shown_id(run_id)} in this store")
             report = build_report(store, run_id, verify=not no_verify)
         finally:
             store.close()

@@ -103,7 +103,9 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
     finally:
         store.close()
     if run is None and not events:
-        raise BadInput(f"no run {run_id!r} in this store")
+        from sealbox.approvals import shown_id  # an id pasted whole from a file: cut
+
+        raise BadInput(f"no run {shown_id(run_id)} in this store")
     if run is not None and run.get("altered"):
         from sealbox.query import RUN_ALTERED_WARNING
 

@@ -35,7 +35,9 @@ def export_run(store: Any, run_id: str) -> dict[str, Any]:
     """A run as a fixture dict (content resolved; erased blobs stay as references)."""
     events = store.read_run(run_id)
     if not events:
-        raise ConfigError(f"no run {run_id!r} in this store")
+        from sealbox.approvals import shown_id  # an id pasted whole from a file: cut
+
+        raise ConfigError(f"no run {shown_id(run_id)} in this store")
     fp = events[0].payload.get("snapshot")
     return {
         "format": FIXTURE_FORMAT, "run_id": run_id,

@@ -308,7 +308,9 @@ class RecordedRun:
                               "not an agent's run: it cannot be replayed")
         events = store.read_run(run_id)
         if not events or events[0].kind != "run.started":
-            raise ConfigError(f"no run {run_id!r} in this store")
+            from sealbox.approvals import shown_id  # an id pasted whole from a file: cut
+
+            raise ConfigError(f"no run {shown_id(run_id)} in this store")
         check_chain(run_id, events)
         content = getattr(store, "content", None)
         rec = cls(store, run_id, events[0].payload, None, events[0].principal, {},

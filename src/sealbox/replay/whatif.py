@@ -117,7 +117,9 @@ def select_runs(store: Any, run_ids: Iterable[str] = (), since: Any = None) -> l
                 raise ConfigError(f"{SYSTEM_RUN_ID!r} is the store's system run, not an agent's run: it holds no "
                                   "decisions to evaluate")
             if not store.read_run(run_id)[:1]:
-                raise ConfigError(f"no run {run_id!r} in this store")
+                from sealbox.approvals import shown_id  # an id pasted whole from a file: cut
+
+                raise ConfigError(f"no run {shown_id(run_id)} in this store")
         return ids
     if since is None:
         raise ConfigError("name at least one run, or give --since")
