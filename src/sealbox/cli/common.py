@@ -17,6 +17,14 @@ from sealbox.errors import ConfigError
 DEFAULT_STORE = ".sealbox"
 
 
+def not_utf8_text(path: object, exc: BaseException) -> str | None:
+    """What an error line says of a file that is not UTF-8 text (``path is not UTF-8 text (byte N)``, as the policy
+    and identity-key readers say it), for a ``UnicodeDecodeError`` met reading it; None for another error."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"{path} is not UTF-8 text (byte {exc.start})"
+    return None
+
+
 class BadInput(click.ClickException):
     """A user mistake: one ``error:`` line and exit status 2 (1 is kept for "problems found")."""
 

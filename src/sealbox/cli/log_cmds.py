@@ -217,7 +217,10 @@ def _read_proof_file(path: str, what: str) -> dict:
     try:
         text = read_small(path)
     except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read the proof file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        from sealbox.cli.common import not_utf8_text
+
+        raise BadInput(f"cannot read the proof file {path}: "
+                       f"{not_utf8_text(path, exc) or getattr(exc, 'strerror', None) or exc}") from None
     if text is None:
         raise BadInput(f"{path} is larger than 1 MiB: not a `sealbox log {what}` proof (a few KiB)")
     try:

@@ -75,7 +75,9 @@ def _load_snapshot(path: str | None) -> Any:
     except OSError as exc:
         raise ConfigError(f"cannot read the snapshot {path}: {exc.strerror or exc}") from exc
     except ValueError as exc:
-        raise ConfigError(f"cannot read the snapshot {path}: {exc}") from exc
+        from sealbox.cli.common import not_utf8_text
+
+        raise ConfigError(f"cannot read the snapshot {path}: {not_utf8_text(path, exc) or exc}") from exc
     except RecursionError:
         raise ConfigError(f"cannot read the snapshot {path}: its JSON is nested too deeply") from None
     if not isinstance(data, dict):

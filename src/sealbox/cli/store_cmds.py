@@ -324,7 +324,10 @@ def _read_proof(proof_path: str) -> object:
                               "(`sealbox log prove` writes a few KiB)")
         return json.loads(text)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read the consistency proof {proof_path}: {exc}") from exc
+        from sealbox.cli.common import not_utf8_text
+
+        raise ConfigError(f"cannot read the consistency proof {proof_path}: "
+                          f"{not_utf8_text(proof_path, exc) or exc}") from exc
     except RecursionError:
         raise ConfigError(f"cannot read the consistency proof {proof_path}: its JSON is nested too deeply "
                           "(`sealbox log prove` writes a flat object)") from None
@@ -383,7 +386,10 @@ def _read_checkpoint(path: str) -> str:
     try:
         text = read_small(path)
     except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"cannot read the checkpoint file {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+        from sealbox.cli.common import not_utf8_text
+
+        raise BadInput(f"cannot read the checkpoint file {path}: "
+                       f"{not_utf8_text(path, exc) or getattr(exc, 'strerror', None) or exc}") from exc
     if text is None:
         raise BadInput(f"{path} is larger than 1 MiB: neither a signed checkpoint nor `sealbox log checkpoint "
                        "--json` output")
@@ -440,7 +446,9 @@ def _read_key(value: str | None) -> str | None:
         try:
             text = read_small(value)  # no further than 1 MiB; a byte order mark (Notepad) is not part of the key
         except (OSError, UnicodeDecodeError) as exc:
-            raise BadInput(f"cannot read the key file {value}: {exc}") from exc
+            from sealbox.cli.common import not_utf8_text
+
+            raise BadInput(f"cannot read the key file {value}: {not_utf8_text(value, exc) or exc}") from exc
         if text is None:
             raise BadInput(f"the key file {value} is larger than 1 MiB: a verifier key is one line "
                            "(NAME+KEYID+BASE64, as `sealbox log key` prints it)")
