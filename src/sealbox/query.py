@@ -339,8 +339,9 @@ def parse_match(expr: str | tuple[str, str] | Match) -> Match:
     The first ``~`` separates the path from the regex, so a regex may contain ``~``.
 
     Raises:
-        ConfigError: no ``~``, an empty or unknown field, or a regex that does not compile (a
-            syntax error, a repeat count too large, groups nested too deeply).
+        ConfigError: no ``~``, an empty or unknown field, a lone surrogate (a non-UTF-8 byte of the
+            command line), or a regex that does not compile (a syntax error, a repeat count too large,
+            groups nested too deeply).
     """
     if isinstance(expr, Match):
         return expr
@@ -354,6 +355,9 @@ def parse_match(expr: str | tuple[str, str] | Match) -> Match:
         if "~" not in text:
             raise ConfigError(f"match: {text!r} is not FIELD~REGEX (e.g. 'arguments.query~(?i)delete')")
         field, regex = text.split("~", 1)
+    if not_utf8(text):  # a non-UTF-8 byte of a command-line argument: it matched nothing, silently
+        raise ConfigError(f"match: {_brief(text)} is not UTF-8 text (it holds a lone surrogate, as a non-UTF-8 byte "
+                          "decodes to), which no recorded text can hold")
     path = tuple(field.strip().split("."))
     if not path[0] or any(not part for part in path):
         raise ConfigError(f"match: {text!r} has an empty field path (e.g. 'arguments.query~(?i)delete')")
