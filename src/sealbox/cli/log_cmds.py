@@ -339,11 +339,25 @@ def verify_inclusion_cmd(vkey: str, checkpoint: str, proof: str, event_path: str
     index, size = _size_field(proof, doc, "leaf_index", 0), _size_field(proof, doc, "tree_size", 1)
     hashes = _proof_hashes(proof, doc)
     if event_path is not None:
-        if not os.path.isfile(event_path):
-            what = "is not a regular file" if os.path.exists(event_path) else "does not exist"
+        import stat
+
+        from sealbox.input_files import open_input
+
+        try:
+            mode = os.stat(event_path).st_mode
+        except OSError:
+            mode = None
+        if mode is None or not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # a FIFO: `--event <(jq ...)`
+            what = "is not a regular file" if mode is not None else "does not exist"
             raise BadInput(f"{event_path} {what} (give a file holding the event's hashed bytes)")
-        with open(event_path, "rb") as fh:
-            leaf = merkle.leaf_hash(fh.read())
+        try:
+            with open_input(event_path) as fh:  # a named pipe nothing writes to: waited on for a bounded time
+                data = fh.read()
+        except OSError as exc:
+            raise BadInput(f"cannot read the event file {event_path}: {exc.strerror or exc}") from None
+        if not data:  # no event's bytes are empty: a redirect that failed, not "another event"
+            raise BadInput(f"{event_path} is empty (give a file holding the event's hashed bytes)")
+        leaf = merkle.leaf_hash(data)
     else:
         text = leaf_hash.strip().removeprefix("sha256:")
         try:
