@@ -442,13 +442,20 @@ def _read_key(value: str | None) -> str | None:
     if os.path.isdir(value):
         raise BadInput(f"--key {value} is a folder: give the key file in it ({os.path.join(value, 'log.vkey')}, "
                        "for a store) or the key string `sealbox log key` prints")
-    if os.path.isfile(value):
+    import stat
+
+    try:
+        piped = stat.S_ISFIFO(os.stat(value).st_mode)  # `--key <(cat log.vkey)`: read with the bounded wait
+    except (OSError, ValueError):
+        piped = False
+    if os.path.isfile(value) or piped:
         try:
             text = read_small(value)  # no further than 1 MiB; a byte order mark (Notepad) is not part of the key
         except (OSError, UnicodeDecodeError) as exc:
             from sealbox.cli.common import not_utf8_text
 
-            raise BadInput(f"cannot read the key file {value}: {not_utf8_text(value, exc) or exc}") from exc
+            raise BadInput(f"cannot read the key file {value}: "
+                           f"{not_utf8_text(value, exc) or getattr(exc, 'strerror', None) or exc}") from exc
         if text is None:
             raise BadInput(f"the key file {value} is larger than 1 MiB: a verifier key is one line "
                            "(NAME+KEYID+BASE64, as `sealbox log key` prints it)")
@@ -457,7 +464,7 @@ def _read_key(value: str | None) -> str | None:
             raise BadInput(f"the key file {value} is empty")
         _check_key(text, f"the key file {value}")
         return text
-    if os.path.exists(value):  # a device, a FIFO, a socket: not a key file, and it does exist
+    if os.path.exists(value):  # a device, a socket: not a key file, and it does exist
         raise BadInput(f"--key {value} is not a regular file: give the key file (a store's log.vkey) or the "
                        "key string `sealbox log key` prints")
     if ("/" in value or value.endswith(".vkey")) and value.count("+") < 2:
