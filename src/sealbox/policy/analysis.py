@@ -109,8 +109,7 @@ def explain(policy: Policy, call: CallContext) -> tuple[Decision, list[dict[str,
         if decided:
             step.update(outcome="not_reached", why="an earlier step decided")
         elif id(rule) not in candidates:
-            step.update(outcome="not_candidate",
-                        why=f"server/tool {call.server}/{call.tool} not in {list(rule.servers.patterns)}/{list(rule.tools.patterns)}")  # fmt: skip
+            step.update(outcome="not_candidate", why=_not_candidate(rule, call))
         elif (why := rule.mismatch(call)) is not None:
             step.update(outcome="no_match", why=why)
         elif rule.condition is not None:
@@ -130,3 +129,20 @@ def explain(policy: Policy, call: CallContext) -> tuple[Decision, list[dict[str,
             decided = True
         steps.append(step)
     return decision, steps
+
+
+def _not_candidate(rule: Any, call: Any) -> str:
+    """Why ``rule`` is no candidate for ``call``, in text: the server and/or the tool it does not match
+    (``server (none) is not db; tool 'x' is none of read_query, write_query``)."""
+    def names(patterns: Any) -> str:
+        return ", ".join(str(p) for p in patterns)
+
+    parts = []
+    if not rule.servers(call.server):
+        server = repr(call.server) if call.server else "(none)"
+        many = len(tuple(rule.servers.patterns)) > 1
+        parts.append(f"server {server} is {'none of' if many else 'not'} {names(rule.servers.patterns)}")
+    if not rule.tools(call.tool):
+        many = len(tuple(rule.tools.patterns)) > 1
+        parts.append(f"tool {call.tool!r} is {'none of' if many else 'not'} {names(rule.tools.patterns)}")
+    return "; ".join(parts) or f"server/tool {call.server or '(none)'}/{call.tool} is not matched"
