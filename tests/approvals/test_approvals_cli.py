@@ -20,9 +20,9 @@ def sb(*args):
     return subprocess.run([sys.executable, "-m", "sealbox.cli.main", *map(str, args)], capture_output=True, text=True)
 
 
-def test_identities_and_approvals_from_the_command_line(tmp_path):
+def test_identities_and_approvals_from_the_command_line(init_store, tmp_path):
     path = tmp_path / "store"
-    assert sb("init", path).returncode == 0
+    assert sb(*init_store.cli_args(path)).returncode == 0
     first = sb("identities", "add", "alice", "--role", "approver", "--key-out", tmp_path / "a.key", "-s", path)
     assert (first.returncode, first.stderr) == (2, (
         "error: this store has no admin identity yet: add one first (`sealbox identities add NAME --role admin "
@@ -89,7 +89,7 @@ def test_every_new_command_has_help():
             assert len(line.split(None, 1)) == 2, f"{group}: {line!r} has no help text"
 
 
-def test_approvals_show_prints_each_recorded_field_on_its_own_line(tmp_path):
+def test_approvals_show_prints_each_recorded_field_on_its_own_line(init_store, tmp_path):
     """A tool name or a reason holding a newline was printed raw by `approvals show`, so the agent (its tool
     name) could add an `arguments  {}` line above the real one, and an approver's reason a `decided by` line:
     the screen an approver reads before approving. Newlines in recorded text are now shown as \\n."""
@@ -97,7 +97,7 @@ def test_approvals_show_prints_each_recorded_field_on_its_own_line(tmp_path):
     from sealbox.identities import add_identity
 
     path = tmp_path / "store"
-    store = sealbox.init_store(path)
+    store = init_store(path)
     add_identity(store, "alice", "approver", ["ops"], key_path=tmp_path / "alice.key", admin_key=admin_key(store, tmp_path))
     rules = policy("""
     version: 1
@@ -125,7 +125,8 @@ def test_approvals_show_prints_each_recorded_field_on_its_own_line(tmp_path):
     assert lines[-1].endswith(" alice deny (counts): no\\ndecided by carol")
 
 
-def test_approve_prints_its_own_answer_when_another_lands_before_it_reads_the_request_back(tmp_path, monkeypatch):
+def test_approve_prints_its_own_answer_when_another_lands_before_it_reads_the_request_back(init_store, tmp_path,
+                                                                                         monkeypatch):
     """`approvals approve` printed the last answer of the request as read back after writing its own: when
     another approver's answer was committed in between (two approvers of a quorum-2 request answering at
     once), alice's command said `carol approved ...` and showed carol's flags. It now prints its own answer."""
@@ -137,7 +138,7 @@ def test_approve_prints_its_own_answer_when_another_lands_before_it_reads_the_re
     from sealbox.identities import add_identity
 
     path = tmp_path / "store"
-    store = sealbox.init_store(path)
+    store = init_store(path)
     for name, groups in (("alice", ["ops"]), ("bob", ["ops"]), ("carol", [])):
         add_identity(store, name, "approver", groups, key_path=tmp_path / f"{name}.key",
                      admin_key=admin_key(store, tmp_path))

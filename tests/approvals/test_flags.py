@@ -287,6 +287,7 @@ def test_reading_an_answer_checks_no_earlier_signatures_when_the_identity_used_o
     assert flag["code"] == "multiple_clients" and len(flag["evidence"]["answers"]) == 31
 
 
+@pytest.mark.sqlite_only("it traces SQLite statements (set_trace_callback) and reads SQLite's EXPLAIN QUERY PLAN")
 def test_reading_an_answer_does_not_read_the_identitys_answers_outside_the_window(store, keys, monkeypatch):
     """log_flags read every answer the identity ever gave (no time bound) on each read of an
     approval (get_approval, polled every 0.1 s by a held gateway call; listings; resume): the

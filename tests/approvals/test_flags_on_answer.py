@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from test_flags import LAPTOP, request
 
 from sealbox.approvals import answer, signed_fields
@@ -31,6 +32,7 @@ def _old_desk_answers(store, key_path, n):
     return out
 
 
+@pytest.mark.sqlite_only("it traces SQLite statements (set_trace_callback) and reads SQLite's EXPLAIN QUERY PLAN")
 def test_answering_does_not_read_the_identitys_answers_outside_the_window(store, keys, monkeypatch):
     import sealbox.store.base as base
     import sealbox.store.sqlite_queries as queries

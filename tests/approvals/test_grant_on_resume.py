@@ -1,13 +1,9 @@
 """A grant revoked while a run waits for approval denies the call when it resumes.
 
-On SQLite and, when ``SEALBOX_TEST_POSTGRES_URL`` is set, on PostgreSQL (a schema of its own per
-test, dropped at its end), as tests/access: grants are checked on resume the same on both."""
+On SQLite and, when ``SEALBOX_TEST_POSTGRES_URL`` is set, on PostgreSQL (conftest.py's ``store``: a schema
+of its own per test, dropped at its end), as tests/access: grants are checked on resume the same on both."""
 
 from __future__ import annotations
-
-import contextlib
-import os
-import uuid
 
 import pytest
 from approval_helpers import POLICY, kinds, policy
@@ -18,28 +14,6 @@ from sealbox.approvals import ApprovalPending, answer
 from sealbox.recorder import Recorder, ToolDenied
 from identity_testkit import signed_grant  # noqa: E402
 from identity_testkit import signed_retry as retry, signed_revoke as revoke  # noqa: E402,F811
-
-import sealbox
-
-PG_URL = os.environ.get("SEALBOX_TEST_POSTGRES_URL")
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.skipif(
-    not PG_URL, reason="needs SEALBOX_TEST_POSTGRES_URL"))])
-def store(request, tmp_path):
-    """A new store in ``tmp_path / "store"``: SQLite, or PostgreSQL in a fresh schema (dropped at the end)."""
-    if request.param == "sqlite":
-        s = sealbox.init_store(tmp_path / "store")
-    else:
-        s = sealbox.init_store(tmp_path / "store", postgres_url=PG_URL, schema=f"sbt_gor_{uuid.uuid4().hex[:16]}")
-    yield s
-    with contextlib.suppress(Exception):
-        s.close()
-    if request.param == "postgres":
-        import psycopg
-
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{s.schema}" CASCADE')
 
 
 class Tool:

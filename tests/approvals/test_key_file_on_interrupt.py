@@ -13,17 +13,9 @@ import os
 
 import pytest
 
-import sealbox
 from sealbox import identities
 from sealbox.identities import add_identity, identity_book, rotate_key
 from tests.identity_testkit import admin_key
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = sealbox.init_store(tmp_path / "store")
-    yield s
-    s.close()
 
 
 def _interrupt(*args, **kwargs):
