@@ -13,7 +13,7 @@ EXPECTED = {
     "InvalidEventError", "ProofError", "NoteError", "StoreError", "NotAStoreError", "SchemaVersionError", "StoreUpgradeNeededError",
     "StoreReadOnlyError", "StoreRolledBackError", "BlobNotFoundError", "RecordingError", "PolicyError",
     "PolicyLoadError", "ConfigError", "Recorder", "ToolDenied", "Policy", "Snapshot", "ContentPolicy",
-    "ApprovalPending", "ApprovalError", "IdentityError", "AccessError",
+    "ApprovalPending", "ApprovalError", "RunSuspendedError", "IdentityError", "AccessError",
 }
 
 
@@ -41,3 +41,14 @@ def test_sealbox_policies_is_reachable_after_a_bare_import():
     code = "import sealbox; p = sealbox.policies.ALLOW_ALL; print(type(p).__name__, p.name)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "Policy ALLOW_ALL\n"
+
+
+def test_run_suspended_error_is_exported_beside_approval_pending():
+    """RunSuspendedError (what a suspended run's call_tool/model_call/save_state raise) was reachable only
+    as sealbox.approvals.RunSuspendedError, though the other errors an agent catches are exported."""
+    from sealbox.approvals import RunSuspendedError
+
+    assert sealbox.RunSuspendedError is RunSuspendedError
+    assert issubclass(sealbox.RunSuspendedError, sealbox.SealboxError)
+    err = sealbox.RunSuspendedError("run_1", ["apr_1"])
+    assert (err.run_id, err.approval_ids, err.suspends_run) == ("run_1", ("apr_1",), True)

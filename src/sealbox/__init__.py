@@ -49,6 +49,7 @@ _LAZY = {
     "ContentPolicy": "sealbox.redaction",
     "ApprovalPending": "sealbox.approvals",
     "ApprovalError": "sealbox.approvals",
+    "RunSuspendedError": "sealbox.approvals",
     "IdentityError": "sealbox.identities",
     "AccessError": "sealbox.access",
 }
@@ -100,6 +101,7 @@ __all__ = [
     "ContentPolicy",
     "ApprovalPending",
     "ApprovalError",
+    "RunSuspendedError",
     "IdentityError",
     "AccessError",
     # errors

@@ -32,6 +32,7 @@ The hierarchy::
     ├── ToolDenied                sealbox.recorder: the call was not allowed; it did not run
     ├── ApprovalPending           sealbox.approvals: the call waits for a human; the run is suspended
     ├── ApprovalError             sealbox.approvals: an answer breaks an approval rule (``.code``)
+    ├── RunSuspendedError         sealbox.approvals: a call, model call or state save on a suspended run; nothing done
     ├── IdentityError             sealbox.identities: an identity or key file problem
     └── AccessError               sealbox.access: a grant or revocation problem
 """
