@@ -40,6 +40,7 @@ unknown id; :class:`ApprovalPending` when a run waits for a human.
 from __future__ import annotations
 
 import getpass
+import json
 import hashlib
 import math
 import os
@@ -60,6 +61,7 @@ __all__ = [
     "ANSWER_ROLES",
     "REASON_MAX_CHARS",
     "shown_id",
+    "asked_text",
     "DEFAULT_SHARED_WINDOW_S",
     "MAX_SHARED_WINDOW_S",
     "check_shared_window",
@@ -107,6 +109,22 @@ def shown_id(text: object) -> str:
     if isinstance(text, str) and len(text) > SHOWN_ID_CHARS:
         return repr(text[:SHOWN_ID_CHARS] + "…")
     return repr(text)
+
+
+def _names(value: object) -> str:
+    """Names asked, as text: ``ops, sre``; ``-`` for none; anything else (a malformed request) as JSON."""
+    if isinstance(value, list):
+        return ", ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in value) or "-"
+    return "-" if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def asked_text(ask: object) -> str:
+    """Who a request asks, as one line of text (``approvals show``, the report's timeline):
+    ``groups: ops, sre; identities: -`` (names joined by ``, ``, ``-`` for none). A malformed request's
+    ``ask`` (not a mapping, or names that are not text) is shown as its JSON, as recorded."""
+    if isinstance(ask, dict):
+        return f"groups: {_names(ask.get('groups'))}; identities: {_names(ask.get('identities'))}"
+    return json.dumps(ask, ensure_ascii=False)
 
 #: Default window (seconds) in which answers by one identity from distinct clients are flagged.
 DEFAULT_SHARED_WINDOW_S = 24 * 3600

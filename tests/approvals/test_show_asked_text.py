@@ -34,3 +34,17 @@ def test_show_prints_who_was_asked_as_text(store):
     assert [line for line in lines if line.startswith("asked")] == ["asked      groups: ops; identities: carol"]
     shown = json.loads(sb("approvals", "show", two, "--json", "-s", path).stdout)
     assert shown["ask"] == {"groups": ["ops"], "identities": ["carol"]}
+
+
+def test_the_report_timeline_says_who_was_asked_as_approvals_show_does(store):
+    """The report's timeline summarised an approval.requested as `db/deploy asks groups ['ops'] identities
+    ['carol']` (Python list syntax); it now words it as `approvals show` does."""
+    from sealbox.approvals import get_approval
+    from sealbox.report import build_report, render_html, render_markdown
+
+    report = build_report(store, get_approval(store, request(store, "deploy")).run_id, verify=False)
+    assert [t.summary for t in report.timeline if t.kind == "approval.requested"] == [
+        "db/deploy asks groups: ops; identities: carol"]
+    assert "db/deploy asks groups: ops; identities: carol" in render_markdown(report)
+    assert "db/deploy asks groups: ops; identities: carol" in render_html(report)
+    assert "['" not in render_markdown(report)

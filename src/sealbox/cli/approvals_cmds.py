@@ -92,20 +92,13 @@ def _status_text(row: dict) -> str:
         f"{a['withdrawn']['change_leaf']}" for a in gone) + ")"
 
 
-def _names(value: object) -> str:
-    """Names asked, as text: ``ops, sre``; ``-`` for none; anything else (a malformed request) as JSON."""
-    if isinstance(value, list):
-        return ", ".join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in value) or "-"
-    return "-" if value is None else json.dumps(value, ensure_ascii=False)
-
-
 @approvals_group.command("show")
 @click.argument("approval_id")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
     """Show one request: the call, its binding, who is asked, every answer and flag."""
-    from sealbox.approvals import get_approval
+    from sealbox.approvals import asked_text, get_approval
 
     store = open_for_reading(store_path)
     try:
@@ -117,9 +110,7 @@ def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
     if as_json:
         echo_json(row)
         return
-    ask = row["ask"]
-    asked = (f"groups: {_names(ask.get('groups'))}; identities: {_names(ask.get('identities'))}"
-             if isinstance(ask, dict) else json.dumps(ask, ensure_ascii=False))  # a malformed request's ask, as recorded
+    asked = asked_text(row["ask"])
     status = _status_text(row) + (f" ({row['malformed']}; it can never be approved)" if row["malformed"] else "")
     for label, value in (("approval", row["approval_id"]), ("status", status), ("run", row["run_id"]),
                          ("call", f"{row['call_id']}  {row['server']}/{row['tool']}"),

@@ -358,8 +358,9 @@ def _summary(kind: str, p: dict[str, Any]) -> str:
         err = p.get("error") or {}
         return "ok" if p.get("ok") else f"error {err.get('type')}: {err.get('message')}"
     if kind == "approval.requested":
-        ask = p.get("ask") or {}
-        return f"{tool} asks groups {ask.get('groups')} identities {ask.get('identities')}"
+        from sealbox.approvals import asked_text
+
+        return f"{tool} asks {asked_text(p.get('ask'))}"
     if kind == "approval.answered":
         return f"{p.get('decision')} by {p.get('identity')}"
     if kind == "run.resumed":
