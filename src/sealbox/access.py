@@ -916,7 +916,9 @@ def _history(reader_or_store: Any, grant_id: str, *, mark: bool = True) -> _Hist
 
 def _known(hist: _History, grant_id: str) -> Grant:
     if hist.grant is None:
-        raise AccessError(f"no grant {grant_id!r} in this store (see `sealbox access list`)")
+        from sealbox.approvals import shown_id
+
+        raise AccessError(f"no grant {shown_id(grant_id)} in this store (see `sealbox access list`)")
     return hist.grant
 
 
@@ -1042,7 +1044,9 @@ def grant_status(reader_or_store: Any, grant_id: str, principal: str, server: st
     hist = _history(reader_or_store, grant_id, mark=False)  # any step denies, signed or not
     grant = hist.grant
     if grant is None:
-        return False, f"no grant {grant_id!r} in this store"
+        from sealbox.approvals import shown_id
+
+        return False, f"no grant {shown_id(grant_id)} in this store"
     problem = _grant_problem(_conn(reader_or_store), hist)
     if problem is not None:
         return False, f"grant {grant_id} does not count: {GRANT_PROBLEMS[problem]}"

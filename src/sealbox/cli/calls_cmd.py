@@ -6,7 +6,8 @@ import json
 
 import click
 
-from sealbox.cli.common import BadInput, emit_rows, filter_not_empty, format_options, open_for_reading, resolve_id, store_option
+from sealbox.cli.common import (BadInput, emit_rows, filter_not_empty, format_options, open_for_reading, resolve_id, shown_id,
+                                store_option)
 
 _DECISIONS = ("allow", "deny", "require_approval")  # sealbox.query.DECISIONS, without importing it for --help
 _TABLE = ("ts", "run_id", "step", "tool", "decision", "rule", "approvers", "outcome", "duration", "arguments")
@@ -50,8 +51,6 @@ def calls_cmd(store_path: str, tool: str | None, server: str | None, run_id: str
         if run_id is not None:
             run_id = resolve_id(store, "run", run_id)
             if run_id not in store.ids_with_prefix("run", run_id, limit=1):
-                from sealbox.approvals import shown_id  # an id pasted whole from a file: cut
-
                 raise BadInput(f"no run {shown_id(run_id)} in this store")
         replays = replays or run_id is not None
         rows = store.query_calls(tool=tool, server=server, run_id=run_id, agent=agent, principal=principal,

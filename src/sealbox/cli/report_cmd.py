@@ -6,7 +6,7 @@ import os
 
 import click
 
-from sealbox.cli.common import BadInput, not_empty, open_for_reading, refuse_to_replace, store_option, resolve_id
+from sealbox.cli.common import BadInput, not_empty, open_for_reading, refuse_to_replace, store_option, resolve_id, shown_id
 
 _BY_EXTENSION = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md"}
 
@@ -56,8 +56,6 @@ def report_cmd(run_id: str, output: str | None, fmt: str | None, force: bool, no
         try:
             run_id = resolve_id(store, "run", run_id)
             if not store.read_run(run_id):
-                from sealbox.approvals import shown_id  # an id pasted whole from a file: cut
-
                 raise BadInput(f"no run {shown_id(run_id)} in this store")
             report = build_report(store, run_id, verify=not no_verify)
         finally:

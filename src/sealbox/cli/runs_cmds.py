@@ -7,7 +7,7 @@ import json
 import click
 
 from sealbox.cli.common import (BadInput, tables_are_unbounded, filter_not_empty, canonical_json_text, echo_json, emit_rows, format_options, open_for_reading,
-                                resolve_id, snapshot_ref, store_option, visible)
+                                resolve_id, shown_id, snapshot_ref, store_option, visible)
 
 _STATUSES = ("running", "interrupted", "suspended", "ended", "ok", "error", "cancelled")  # sealbox.query.RUN_STATUSES
 
@@ -103,8 +103,6 @@ def show_cmd(run_id: str, store_path: str, as_json: bool, as_csv: bool) -> None:
     finally:
         store.close()
     if run is None and not events:
-        from sealbox.approvals import shown_id  # an id pasted whole from a file: cut
-
         raise BadInput(f"no run {shown_id(run_id)} in this store")
     if run is not None and run.get("altered"):
         from sealbox.query import RUN_ALTERED_WARNING

@@ -612,7 +612,7 @@ def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | Non
     events = store.read_run(run_id)
     run = store.get_run(run_id) if hasattr(store, "get_run") else None
     if not events or run is None:
-        from sealbox.approvals import shown_id  # an id pasted whole from a file: cut
+        from sealbox.approvals import shown_id
 
         raise StoreError(f"no run {shown_id(run_id)} in this store")
     first = events[0].payload if events[0].kind == "run.started" else {}
