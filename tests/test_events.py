@@ -16,7 +16,7 @@ DESIGN_KINDS = {
     "run.started", "run.suspended", "run.resumed", "run.ended", "model.call", "tool.call", "policy.decision",
     "tool.result", "approval.requested", "approval.answered", "approval.expired", "state.saved",
     "guardrail.tripped", "breaker.changed", "tools.changed", "tool.reapproved", "access.granted",
-    "access.revoked", "identity.changed", "content.erased", "anomaly", "note",
+    "access.revoked", "access.credential_rotated", "identity.changed", "content.erased", "anomaly", "note",
 }
 
 

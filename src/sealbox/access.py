@@ -41,6 +41,15 @@ credentials Sealbox uses to call them.
   steps (:func:`revocation_marks`), so an appended ``confirmed`` never shows; but any step,
   even unsigned, denies calls (:func:`grant_status`): a revocation request is the safe direction.
 
+* :func:`rotate_credential` records that the provider rotated the grant's tokens (RFC 6749 §6,
+  RFC 9700 §4.14: a refresh returned a new refresh token and invalidated the old one; Sealbox never
+  refreshes itself): a new row of table ``credential_rotations`` (append-only, encrypted as above)
+  and ``access.credential_rotated``, signed by an enabled ``admin`` (:data:`ROTATE_ROLES`) over
+  :func:`rotation_fields`, carrying only HMAC fingerprints of the new tokens
+  (:func:`token_fingerprint`). Revocation then revokes and introspects the latest credential
+  (revoking earlier tokens still held best effort), and a ``confirmed`` step counts only if it
+  follows the latest valid rotation.
+
 A self-contained access token (a JWT the resource server checks by its signature)
 may stay valid at the provider until it expires, whatever the revocation endpoint
 answered: introspection then reports it active, and the revocation stays pending.
@@ -109,6 +118,14 @@ __all__ = [
     "show_grant",
     "load_credential",
     "delete_credential",
+    "ROTATE_ROLES",
+    "ROTATION_PROBLEMS",
+    "ROTATION_TOKEN_KEYS",
+    "rotation_fields",
+    "check_rotation_payload",
+    "rotation_marks",
+    "token_fingerprint",
+    "rotate_credential",
     "parse_expiry",
     "MAX_BACKOFF_S",
     "MAX_ANSWER_BYTES",
@@ -133,6 +150,10 @@ IMPLICIT_PREFIX = "implicit:"
 
 _ACCESS_KINDS = "('access.granted', 'access.revoked')"
 _HKDF_INFO = b"sealbox/credentials/v1"
+_FINGERPRINT_INFO = b"sealbox/credentials/fingerprint/v1"
+_ROTATED_KIND = "access.credential_rotated"
+_ROTATION_ROWS_SQL = (f"SELECT leaf_index, raw FROM events WHERE run_id = ? AND kind = '{_ROTATED_KIND}'"
+                      " ORDER BY leaf_index")
 _TOKEN_HINTS = ("refresh_token", "access_token")  # refresh first: it is the long-lived one (RFC 7009 §2.1)
 _CRED_KEYS = {"access_token", "refresh_token", "client_id", "client_secret", "revocation_endpoint",
               "introspection_endpoint", "access_token_expires_at", "auth_method", "provider"}
@@ -203,6 +224,36 @@ REVOCATION_PROBLEMS = {
     "principal": "its event's principal is not its identity",
     "order": "it does not follow the grant's previous valid step (replayed, reordered, or a step other than "
              "requested before any valid requested)",
+    "compromised_key": "it was signed with its identity's key after the point from which that key was declared "
+                       "compromised (`sealbox identities disable|rotate --compromised-since`)",
+}
+
+
+#: The roles whose identities may record a credential rotation (sign ``access.credential_rotated``). Only
+#: ``admin``, as for a grant: a rotation decides which token a revocation revokes and introspection checks,
+#: so whoever records one could make a revocation "confirm" on a token that was never live (an agent,
+#: whose grant is what gets revoked, may not; docs/access.md, *Rotated refresh tokens*).
+ROTATE_ROLES = ("admin",)
+
+#: The keys a rotation may carry: those of the provider's answer to a refresh (RFC 6749 §5.1: its
+#: ``token_type`` and ``scope`` are accepted and not kept; ``expires_in`` sets ``access_token_expires_at``),
+#: and ``access_token_expires_at``. The rest of the credential (endpoints, client) stays the grant's.
+ROTATION_TOKEN_KEYS = ("access_token", "refresh_token", "access_token_expires_at", "expires_in", "token_type",
+                       "scope")
+
+#: Why a recorded ``access.credential_rotated`` does not count (:func:`rotation_marks`), in words.
+ROTATION_PROBLEMS = {
+    "malformed": "its event fails the access.credential_rotated schema (it was changed below Sealbox)",
+    "unsigned": "it carries no signature (written by hand)",
+    "wrong_store": "it was signed for another store (its origin is not this log's)",
+    "unknown_identity": "it names an identity the log did not know at that moment",
+    "disabled": "its identity was disabled at that moment",
+    "bad_signature": "its signature does not verify with the identity's key as the log held it (forged, or "
+                     "altered: another grant, rotation number, fingerprint or time)",
+    "role": "its identity's role may not record a rotation (only admin)",
+    "principal": "its event's principal is not its identity",
+    "order": "it does not follow the grant's previous valid rotation (replayed, reordered, or its rotation "
+             "number is not the next one)",
     "compromised_key": "it was signed with its identity's key after the point from which that key was declared "
                        "compromised (`sealbox identities disable|rotate --compromised-since`)",
 }
@@ -416,21 +467,47 @@ def _cipher(secret: bytes) -> Any:
     return AESGCM(key)
 
 
-def _seal(secret: bytes, grant_id: str, cred: ProviderCredential) -> tuple[bytes, bytes]:
+def _aad(grant_id: str, seq: int) -> bytes:
+    """The associated data of a stored credential: the grant id (the credential granted, ``seq`` 0),
+    or ``<grant id>/rotation/<seq>`` (a rotated one; a grant id holds no ``/``)."""
+    return (grant_id if seq == 0 else f"{grant_id}/rotation/{seq}").encode("utf-8")
+
+
+def _seal(secret: bytes, grant_id: str, cred: ProviderCredential, seq: int = 0) -> tuple[bytes, bytes]:
     nonce = os.urandom(12)
     plain = json.dumps(cred.to_dict(), sort_keys=True).encode("utf-8")
-    return nonce, _cipher(secret).encrypt(nonce, plain, grant_id.encode("utf-8"))
+    return nonce, _cipher(secret).encrypt(nonce, plain, _aad(grant_id, seq))
 
 
-def _unseal(secret: bytes, grant_id: str, nonce: bytes, ciphertext: bytes) -> ProviderCredential:
+def _unseal(secret: bytes, grant_id: str, nonce: bytes, ciphertext: bytes, seq: int = 0) -> ProviderCredential:
     from cryptography.exceptions import InvalidTag
 
     try:
-        plain = _cipher(secret).decrypt(bytes(nonce), bytes(ciphertext), grant_id.encode("utf-8"))
+        plain = _cipher(secret).decrypt(bytes(nonce), bytes(ciphertext), _aad(grant_id, seq))
     except InvalidTag as exc:
-        raise AccessError(f"the credential of grant {grant_id} cannot be decrypted (altered, or moved from "
-                          "another grant or store)") from exc
+        which, whence = ("credential", "grant") if seq == 0 else (f"rotated credential {seq}", "grant, rotation")
+        raise AccessError(f"the {which} of grant {grant_id} cannot be decrypted (altered, or moved from "
+                          f"another {whence} or store)") from exc
     return ProviderCredential._from_stored(json.loads(plain))
+
+
+def token_fingerprint(store: Any, token: str) -> str:
+    """``hmac-sha256:<64 hex>``: HMAC-SHA256 (RFC 2104) of ``token`` under a key derived with HKDF-SHA256
+    from the store secret (info ``sealbox/credentials/fingerprint/v1``). What an
+    ``access.credential_rotated`` event records of a new token: it names the token for whoever holds the
+    store (``sealbox verify`` matches it with the stored credential) and tells nobody else anything
+    about it, however guessable the token.
+
+    Raises:
+        AccessError: the store has no secret.
+    """
+    import hmac
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_FINGERPRINT_INFO).derive(_secret_of(store))
+    return "hmac-sha256:" + hmac.new(key, token.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def _secret_of(store: Any) -> bytes:
@@ -465,22 +542,60 @@ def _in_write_txn(store: Any, fn: Callable[[Any], list[EventDraft]]) -> list:
     return store.append_with(lambda reader: list(fn(_conn(reader))))
 
 
+def _credential_rows(conn: Any, grant_id: str) -> list[tuple[int, Any, Any]]:
+    """``(seq, nonce, ciphertext)`` of every credential held for the grant: the granted one (``seq`` 0,
+    table ``credentials``) and each rotated one (table ``credential_rotations``), by ``seq``. Empty once
+    the credential was deleted."""
+    if "\x00" in grant_id and _is_pg(conn):
+        return []  # PostgreSQL text holds no NUL: no stored grant id has one
+    rows = [(0, r[0], r[1]) for r in conn.execute(
+        "SELECT nonce, ciphertext FROM credentials WHERE grant_id = ?", (grant_id,)).fetchall()]
+    rows += [(int(r[0]), r[1], r[2]) for r in conn.execute(
+        "SELECT seq, nonce, ciphertext FROM credential_rotations WHERE grant_id = ? ORDER BY seq",
+        (grant_id,)).fetchall()]
+    return rows
+
+
+def _held_credentials(store: Any, grant_id: str) -> list[tuple[int, ProviderCredential | AccessError]]:
+    """``(seq, credential)`` of every credential held for the grant, oldest first (the last is the live
+    one); a row that does not decrypt is there as its :class:`AccessError`."""
+    rows = _credential_rows(_conn(store), grant_id)
+    if not rows:
+        return []
+    secret = _secret_of(store)
+    out: list[tuple[int, ProviderCredential | AccessError]] = []
+    for seq, nonce, ciphertext in rows:
+        try:
+            out.append((seq, _unseal(secret, grant_id, nonce, ciphertext, seq)))
+        except AccessError as exc:
+            out.append((seq, exc))
+    return out
+
+
 def load_credential(store: Any, grant_id: str) -> ProviderCredential | None:
-    """The decrypted credential of a grant, or None (the grant had none, or it was deleted).
+    """The decrypted live credential of a grant: the one of its latest recorded rotation
+    (:func:`rotate_credential`), else the one it was granted with; or None (the grant had none,
+    or it was deleted).
 
     Raises:
         AccessError: the stored ciphertext does not decrypt under this store's key.
     """
-    conn = _conn(store)
-    if "\x00" in grant_id and _is_pg(conn):
-        return None  # PostgreSQL text holds no NUL: no stored grant id has one
-    row = conn.execute("SELECT nonce, ciphertext FROM credentials WHERE grant_id = ?", (grant_id,)).fetchone()
-    return None if row is None else _unseal(_secret_of(store), grant_id, row[0], row[1])
+    rows = _credential_rows(_conn(store), grant_id)
+    if not rows:
+        return None
+    seq, nonce, ciphertext = rows[-1]
+    return _unseal(_secret_of(store), grant_id, nonce, ciphertext, seq)
+
+
+def _delete_rows(conn: Any, grant_id: str) -> int:
+    """Delete the grant's credential and every rotated one; how many rows were deleted."""
+    n = conn.execute("DELETE FROM credentials WHERE grant_id = ?", (grant_id,)).rowcount
+    return n + conn.execute("DELETE FROM credential_rotations WHERE grant_id = ?", (grant_id,)).rowcount
 
 
 def delete_credential(store: Any, grant_id: str, *, force: bool = False) -> bool:
-    """Delete a grant's stored credential (the only delete Sealbox does: credentials are
-    not evidence). Nothing in the log changes; ``access show`` then says ``deleted``.
+    """Delete a grant's stored credential, with every rotated one (the only delete Sealbox does:
+    credentials are not evidence). Nothing in the log changes; ``access show`` then says ``deleted``.
 
     Without ``force`` this is refused while the grant is active, expired, pending at the
     provider, or revoked only by steps that do not count (:data:`STATUS_UNSIGNED`: no one with
@@ -502,13 +617,12 @@ def delete_credential(store: Any, grant_id: str, *, force: bool = False) -> bool
     deleted: list[int] = []
     conn = _conn(store)
     if _is_pg(conn):  # no secure_delete: PostgreSQL reuses the row's space later (see docs/access.md)
-        _in_write_txn(store, lambda c: deleted.append(
-            c.execute("DELETE FROM credentials WHERE grant_id = ?", (grant_id,)).rowcount) or [])
+        _in_write_txn(store, lambda c: deleted.append(_delete_rows(c, grant_id)) or [])
         return bool(deleted and deleted[0])
 
     def work(conn: Any) -> list[EventDraft]:
         conn.execute("PRAGMA secure_delete = ON")
-        deleted.append(conn.execute("DELETE FROM credentials WHERE grant_id = ?", (grant_id,)).rowcount)
+        deleted.append(_delete_rows(conn, grant_id))
         return []
 
     try:
@@ -577,10 +691,17 @@ class _History:
     raw: bytes = b""  # its stored bytes
     step_envs: list[dict[str, Any]] = field(default_factory=list)  # the access.revoked envelopes, in order
     marked: bool = False  # each step carries "signature" (revocation_marks)
+    #: the access.credential_rotated events (seq, ts, by, fingerprints, leaf_index; "signature" once marked)
+    rotations: list[dict[str, Any]] = field(default_factory=list)
+    rotation_envs: list[dict[str, Any]] = field(default_factory=list)
 
     def valid_steps(self) -> list[dict[str, Any]]:
         """The steps that count (validly signed, in chain order); see :func:`revocation_marks`."""
         return [s for s in self.steps if s.get("signature") == "valid"]
+
+    def valid_rotations(self) -> list[dict[str, Any]]:
+        """The rotations that count (validly signed, in chain order); see :func:`rotation_marks`."""
+        return [r for r in self.rotations if r.get("signature") == "valid"]
 
 
 def grant_fields(payload: dict[str, Any]) -> dict[str, Any]:
@@ -806,9 +927,79 @@ def revocation_marks(grant_leaf: int | None, steps: Iterable[tuple[int, dict[str
     return marks
 
 
+def rotation_fields(payload: dict[str, Any]) -> dict[str, Any]:
+    """The fields of an ``access.credential_rotated`` payload its signature covers: ``origin``,
+    ``grant_id``, ``seq`` (1 for the grant's first rotation, then 2, ...), ``fingerprints`` (token type ->
+    :func:`token_fingerprint` of each new token; never a token), ``identity``, ``at`` (RFC 3339 UTC),
+    ``after`` (the leaf of the grant's previous valid rotation, or of the grant), and the constant
+    ``signed: "access.credential_rotated"``."""
+    out = {k: payload.get(k) for k in ("origin", "grant_id", "seq", "fingerprints", "identity", "at", "after")}
+    out["signed"] = _ROTATED_KIND
+    return out
+
+
+def check_rotation_payload(payload: Any, leaf_index: int, principal: Any, book: Any, origin: str,
+                           after: int | None, seq: int) -> str | None:
+    """Why an ``access.credential_rotated`` payload recorded at ``leaf_index`` does not count, as a
+    :data:`ROTATION_PROBLEMS` code, or None.
+
+    Args:
+        book: an :class:`~sealbox.identities.IdentityBook` holding (at least) the identity changes
+            before ``leaf_index``.
+        after: the leaf it must name in ``after`` (the grant's previous valid rotation, or the grant's
+            own leaf); None when the grant is unknown (then it is ``order``).
+        seq: the rotation number it must carry (the previous valid one's plus 1).
+    """
+    from sealbox.identities import verify_fields
+
+    try:
+        validate_payload(_ROTATED_KIND, payload)
+    except InvalidEventError:
+        return "malformed"
+    p = payload
+    if "signature" not in p:
+        return "unsigned"
+    if p.get("origin") != origin:
+        return "wrong_store"
+    who = book.get(p.get("identity"), leaf_index)
+    if who is None:
+        return "unknown_identity"
+    if who.disabled:
+        return "disabled"
+    if p.get("key_id") != who.key_id or not verify_fields(who.public_key, rotation_fields(p), p["signature"]):
+        return "bad_signature"
+    if who.role not in ROTATE_ROLES:
+        return "role"
+    if principal != who.name:
+        return "principal"
+    if after is None or p.get("after") != after or p.get("seq") != seq:
+        return "order"
+    if hasattr(book, "compromised_at") and book.compromised_at(who.name, leaf_index) is not None:
+        return "compromised_key"
+    return None
+
+
+def rotation_marks(grant_leaf: int | None, rotations: Iterable[tuple[int, dict[str, Any]]], book: Any,
+                   origin: str) -> list[str]:
+    """For each ``(leaf, envelope)`` of one grant's ``access.credential_rotated`` events (in log order),
+    ``valid`` or the :data:`ROTATION_PROBLEMS` code that keeps it from counting. The valid ones form a
+    chain: each names the leaf of the previous valid one (the grant's for the first) and carries the next
+    rotation number (1, 2, ...)."""
+    marks: list[str] = []
+    prev, seq = grant_leaf, 1
+    for leaf, env in rotations:
+        problem = check_rotation_payload(env.get("payload"), leaf, env.get("principal"), book, origin, prev, seq)
+        marks.append(problem or "valid")
+        if problem is None:
+            prev, seq = leaf, seq + 1
+    return marks
+
+
 def _mark(conn: Any, hists: Iterable[_History]) -> None:
-    """Set each step's ``signature`` (:func:`revocation_marks`) for these histories."""
-    todo = [h for h in hists if h.steps and not h.marked]
+    """Set each step's ``signature`` (:func:`revocation_marks`) and each rotation's
+    (:func:`rotation_marks`) for these histories."""
+    hists = list(hists)
+    todo = [h for h in hists if (h.steps or h.rotations) and not h.marked]
     if not todo:
         for h in hists:
             h.marked = True
@@ -826,6 +1017,10 @@ def _mark(conn: Any, hists: Iterable[_History]) -> None:
         for s, e, m in zip(h.steps, h.step_envs, marks):
             s["signature"] = m
             s["identity"] = e["payload"].get("identity")
+        marks = rotation_marks(h.grant.leaf_index if h.grant else None,
+                               [(r["leaf_index"], e) for r, e in zip(h.rotations, h.rotation_envs)], book, origin)
+        for r, m in zip(h.rotations, marks):
+            r["signature"] = m
         h.marked = True
 
 
@@ -856,6 +1051,13 @@ def _history_from_rows(rows: Iterable[tuple[int, Any]], grant_id: str | None = N
                         provider=payload.get("provider"), credential=bool(payload.get("credential")),
                         granted_at=env["ts"], granted_by=env["principal"], leaf_index=leaf_index)
                     hist.env, hist.raw = env, bytes(raw)
+            elif env["kind"] == _ROTATED_KIND:
+                fps = payload.get("fingerprints")
+                hist.rotations.append({"seq": payload.get("seq"), "ts": env["ts"], "by": env["principal"],
+                                       "identity": payload.get("identity"),
+                                       "fingerprints": fps if isinstance(fps, dict) else {},
+                                       "leaf_index": leaf_index})
+                hist.rotation_envs.append(env)
             else:
                 hist.steps.append({"step": payload["step"], "ts": env["ts"], "by": env["principal"],
                                    "reason": payload.get("reason"), "detail": payload.get("detail"),
@@ -905,9 +1107,32 @@ def _grant_rows(conn: Any, grant_id: str) -> list[tuple[int, Any]]:
     return sorted(rows + extra, key=lambda r: r[0]) if extra else rows
 
 
+def _rotation_rows(conn: Any, grant_id: str | None = None) -> list[tuple[int, Any]]:
+    """``(leaf_index, raw)`` of the ``access.credential_rotated`` events of the system run (few: one per
+    recorded rotation), those naming ``grant_id`` if given (read from the bytes; an unreadable one is
+    kept for :func:`_history_from_rows` to report)."""
+    rows = conn.execute(_ROTATION_ROWS_SQL, (SYSTEM_RUN_ID,)).fetchall()
+    if grant_id is None:
+        return rows
+    out = []
+    for leaf_index, raw in rows:
+        try:
+            payload = json.loads(bytes(raw)).get("payload")
+            gid = payload.get("grant_id") if isinstance(payload, dict) else None
+        except (ValueError, AttributeError):
+            gid = None
+        if gid == grant_id or not isinstance(gid, str):
+            out.append((leaf_index, raw))
+    return out
+
+
 def _history(reader_or_store: Any, grant_id: str, *, mark: bool = True) -> _History:
+    """The grant's history. With ``mark`` (every reader but :func:`grant_status`, which any step denies
+    and no rotation changes), its rotations too, and every step and rotation marked valid or not."""
     conn = _conn(reader_or_store)
     rows = _grant_rows(conn, grant_id)
+    if mark:
+        rows = sorted(list(rows) + _rotation_rows(conn, grant_id), key=lambda r: r[0])
     hist = _history_from_rows(rows, grant_id).get(grant_id) or _History(None)
     if mark:
         _mark(conn, [hist])
@@ -1022,6 +1247,141 @@ def grant_access(store: Any, principal: str, server: str, tool: str, scope: Any 
     return gid
 
 
+def _check_rotator(reader: Any, signer: Any) -> Any:
+    """The identity of ``signer`` as the log holds it now, if it may record a rotation (:data:`ROTATE_ROLES`).
+
+    Raises:
+        AccessError: ``unknown_identity``, ``wrong_key``, ``disabled`` or ``role``.
+    """
+    from sealbox.identities import identity_book
+
+    who = identity_book(reader).get(signer.name)
+    if who is None:
+        from sealbox.identities import unknown_signer
+
+        raise AccessError(unknown_signer(signer.name), "unknown_identity")
+    if who.public_key != signer.verifier.vkey:
+        raise AccessError(f"this key is not {who.name}'s current key (it was rotated, or is not theirs)", "wrong_key")
+    if who.disabled:
+        raise AccessError(f"identity {who.name!r} is disabled: it cannot record a rotation", "disabled")
+    if who.role not in ROTATE_ROLES:
+        raise AccessError(f"identity {who.name!r} has role {who.role}: only an admin may record a credential "
+                          "rotation", "role")
+    return who
+
+
+def _rotation_tokens(tokens: Any) -> dict[str, str]:
+    """The checked new tokens of a rotation (:data:`ROTATION_TOKEN_KEYS`; the message names keys, never values)."""
+    if not isinstance(tokens, dict):
+        raise AccessError(f"a rotation must be a JSON object with the new token(s), got {type(tokens).__name__}")
+    unknown = sorted(set(tokens) - set(ROTATION_TOKEN_KEYS))
+    if unknown:
+        raise AccessError(f"unknown rotation keys {unknown} (known: {list(ROTATION_TOKEN_KEYS)}; the provider's "
+                          "endpoints and client stay the grant's)")
+    out = {}
+    for key, value in tokens.items():
+        if value is None or key in ("token_type", "scope"):
+            continue
+        if key == "expires_in":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10 ** 9:
+                raise AccessError("rotation key 'expires_in' must be a number of seconds (RFC 6749 §5.1)")
+            continue
+        if not isinstance(value, str) or not value:
+            raise AccessError(f"rotation key {key!r} must be a non-empty string")
+        out[key] = value
+    if not out.get("access_token") and not out.get("refresh_token"):
+        raise AccessError("a rotation needs the new 'refresh_token' or 'access_token' (or both)")
+    if "access_token_expires_at" in out:
+        _parse_time(out["access_token_expires_at"], "access_token_expires_at")
+    elif isinstance(tokens.get("expires_in"), int) and out.get("access_token"):
+        out["access_token_expires_at"] = _rfc3339(datetime.now(timezone.utc) + timedelta(seconds=tokens["expires_in"]))
+    return out
+
+
+def rotate_credential(store: Any, grant_id: str, tokens: dict[str, Any], *, key_file: Any,
+                      identity: str | None = None) -> int:
+    """Record that the provider rotated the grant's tokens (RFC 6749 §6; RFC 9700 §4.14: a refresh
+    returned a new refresh token and invalidated the old one), and store the new credential.
+
+    In one write transaction: a new row of table ``credential_rotations`` (the live credential
+    with the given tokens replaced, encrypted as a granted one; rows are appended, never
+    updated) and an ``access.credential_rotated`` event in the system run, carrying ``grant_id``,
+    ``seq`` (1 for the grant's first rotation, then 2, ...), ``fingerprints`` (token type ->
+    :func:`token_fingerprint` of each token given; never a token), ``origin``, ``identity``
+    (also the event's principal), ``at``, ``after`` (the leaf of the grant's previous valid
+    rotation, or of the grant), ``key_id`` and an Ed25519 ``signature`` over :func:`rotation_fields`
+    by ``key_file``'s identity: an enabled identity with a role in :data:`ROTATE_ROLES` (admin).
+
+    From then on :func:`revoke` / :func:`retry` revoke and introspect the new credential (and,
+    best effort, revoke the earlier tokens still held), and a revocation confirmed before the
+    rotation is no longer shown as confirmed (:data:`STATUS_PENDING`: retry it).
+
+    Args:
+        tokens: ``refresh_token`` and/or ``access_token`` (the new ones), optionally
+            ``access_token_expires_at`` (RFC 3339). A token left out stays as it was (RFC 6749 §6:
+            a provider that issues no new refresh token keeps the old one valid).
+        key_file: the private key file of the recording identity (an enabled admin), or a
+            :class:`~sealbox.ledger.checkpoint.Signer`. Required.
+        identity: if given, the identity the key must belong to (a check; nothing else).
+
+    Returns:
+        The rotation's ``seq``.
+
+    Raises:
+        AccessError: no such grant, it holds no credential (none given, or deleted), a bad token
+            key or value (the message names keys, never values), no new token differs from the
+            live one, no key, or the key's identity may not record a rotation (``code``:
+            ``unknown_identity``, ``wrong_key``, ``identity_mismatch``, ``disabled``, ``role``);
+            then nothing is recorded.
+        IdentityError: the key file is missing, unreadable, too open or not a key.
+    """
+    from sealbox.identities import load_key, sign_fields
+
+    new = _rotation_tokens(tokens)
+    if key_file is None:
+        raise AccessError("a rotation is signed: give the key file of an enabled admin (key_file=)")
+    signer = key_file if hasattr(key_file, "verifier") else load_key(key_file)
+    if identity is not None and identity != signer.name:
+        raise AccessError(f"the key file is identity {signer.name!r}'s, not {identity!r}", "identity_mismatch")
+    secret = _secret_of(store)
+    box: dict[str, Any] = {}
+
+    def build(reader: Any) -> list[EventDraft]:
+        conn = _conn(reader)
+        hist = _history(_Wrap(conn), grant_id)
+        grant = _known(hist, grant_id)
+        who = _check_rotator(reader, signer)
+        if not grant.credential:
+            raise AccessError(f"grant {grant_id} holds no provider credential: there is nothing to rotate")
+        rows = _credential_rows(conn, grant_id)
+        if not rows:
+            raise AccessError(f"the credential of grant {grant_id} was deleted: there is nothing to rotate")
+        last_seq, nonce, ciphertext = rows[-1]
+        live = _unseal(secret, grant_id, nonce, ciphertext, last_seq)
+        if all(getattr(live, k) == v for k, v in new.items() if k != "access_token_expires_at"):
+            raise AccessError(f"no new token: the token(s) given are those grant {grant_id} already holds")
+        cred = ProviderCredential(**{**live.to_dict(), **new})
+        seq = last_seq + 1
+        valid = hist.valid_rotations()
+        row = conn.execute(_ORIGIN_SQL).fetchone()
+        payload: dict[str, Any] = {
+            "grant_id": grant_id, "seq": seq,
+            "fingerprints": {k: token_fingerprint(store, new[k]) for k in _TOKEN_HINTS if k in new},
+            "origin": row[0] if row and isinstance(row[0], str) else "", "identity": who.name,
+            "at": _rfc3339(datetime.now(timezone.utc)),
+            "after": valid[-1]["leaf_index"] if valid else grant.leaf_index}
+        payload["signature"] = sign_fields(signer, rotation_fields(payload))
+        payload["key_id"] = who.key_id
+        n, c = _seal(secret, grant_id, cred, seq)
+        conn.execute("INSERT INTO credential_rotations (grant_id, seq, nonce, ciphertext, created_at) "
+                     "VALUES (?, ?, ?, ?, ?)", (grant_id, seq, n, c, payload["at"]))
+        box["seq"] = seq
+        return [EventDraft(_ROTATED_KIND, payload, run_id=SYSTEM_RUN_ID, principal=who.name)]
+
+    store.append_with(build)
+    return box["seq"]
+
+
 class _Wrap:
     def __init__(self, conn: Any) -> None:
         self.conn = conn
@@ -1073,7 +1433,10 @@ def _status_of(hist: _History, now: datetime) -> str:
     steps = hist.valid_steps()  # an unsigned or forged step is not there (but it still denies: grant_status)
     if not steps:
         return STATUS_UNSIGNED
-    if any(s["step"] == "confirmed" for s in steps):
+    rotated = hist.valid_rotations()
+    since = rotated[-1]["leaf_index"] if rotated else -1
+    # confirmed only when a confirmation checked the live credential: one after the latest rotation
+    if any(s["step"] == "confirmed" and s["leaf_index"] > since for s in steps):
         return STATUS_CONFIRMED
     if not grant.credential:
         return STATUS_LOCAL
@@ -1112,6 +1475,9 @@ def _all_histories(conn: Any, grant_id: str | None = None) -> tuple[dict[str, _H
     the leaves of those that cannot be read (:func:`_history_from_rows`' ``damaged``)."""
     rows = conn.execute(f"SELECT leaf_index, raw FROM events WHERE run_id = ? AND kind IN {_ACCESS_KINDS}"
                         " ORDER BY leaf_index", (SYSTEM_RUN_ID,)).fetchall()
+    rotations = _rotation_rows(conn)
+    if rotations:
+        rows = sorted(list(rows) + rotations, key=lambda r: r[0])
     damaged: dict[str | None, list[int]] = {}
     hists = _history_from_rows(rows, grant_id, damaged)
     if grant_id is not None:  # the unreadable rows of other grants are not this one's
@@ -1147,7 +1513,9 @@ def show_grant(store: Any, grant_id: str, now: Any = None) -> dict[str, Any]:
     """One grant as a :func:`list_grants` row plus ``steps``: each ``access.revoked``
     step in order (step, ts, by, reason, detail, leaf_index, identity, signature: ``valid`` or
     the :data:`REVOCATION_PROBLEMS` code that keeps it from counting; the status reads only
-    valid steps). ``damaged`` as in :func:`list_grants`: an unreadable event is left out, not raised.
+    valid steps), and ``rotations``: each recorded credential rotation in order (seq, ts, by,
+    identity, fingerprints: token type -> :func:`token_fingerprint`, never a token; leaf_index,
+    signature: ``valid`` or the :data:`ROTATION_PROBLEMS` code). ``damaged`` as in :func:`list_grants`: an unreadable event is left out, not raised.
 
     Raises:
         AccessError: no such grant.
@@ -1161,6 +1529,8 @@ def show_grant(store: Any, grant_id: str, now: Any = None) -> dict[str, Any]:
     row = _grant_row(conn, hist, held, _now(now))
     row["damaged"] = _damaged_leaves(damaged, grant_id)
     row["steps"] = hist.steps
+    row["rotations"] = [{k: r.get(k) for k in ("seq", "ts", "by", "identity", "fingerprints", "leaf_index",
+                                                "signature")} for r in hist.rotations]
     return row
 
 
@@ -1492,7 +1862,8 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
             "stage": "credential", "pending": True,
             "error": "the grant's credential was deleted: its tokens cannot be revoked at the provider"}, [])
         return
-    secrets = cred.secrets()
+    live_seq, earlier, earlier_secrets = _earlier_tokens(store, gid, cred)
+    secrets = cred.secrets() + [x for x in earlier_secrets if x not in cred.secrets()]
     try:
         for key in _ENDPOINT_KEYS:
             if getattr(cred, key):
@@ -1523,20 +1894,38 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
         if oauth:
             entry["error"] = oauth
         sent.append(entry)
+    # best effort: the tokens of earlier credentials (before a rotation) that are not the live ones; a
+    # rotating provider already invalidated the old refresh token, an old access token may live on
+    old = _Attempts(1, backoff, sleep, secrets)
+    older: list[dict[str, Any]] = []
+    for seq, hint, token in earlier:
+        answer, error = old.run(lambda: client.revoke(cred, token, hint))
+        item: dict[str, Any] = {"credential": seq, "token_type_hint": hint}
+        if answer is None:
+            item["error"] = error
+        else:
+            item["http_status"] = answer.status
+            oauth = _oauth_error(answer, secrets)
+            if oauth:
+                item["error"] = oauth
+        older.append(item)
+    extra: dict[str, Any] = {"credential": live_seq} if live_seq else {}
+    if older:
+        extra["earlier"] = older
     endpoint = _loggable(cred.revocation_endpoint)
     if unanswered or redirected:
         problems = list(dict.fromkeys(_REDIRECT.format(status=r["http_status"]) for r in redirected))
         if unanswered:
             problems.append("the provider could not be reached or was unavailable: " + unanswered[-1]["error"])
         detail: dict[str, Any] = {"stage": "revocation", "endpoint": endpoint, "attempts": tries.used,
-                                  "pending": True, "answered": sent, "unanswered": unanswered}
+                                  "pending": True, "answered": sent, "unanswered": unanswered, **extra}
         if redirected:
             detail["redirected"] = redirected
         _record_step(store, gid, "failed", by, {**detail, "error": "; ".join(problems)}, secrets)
         return
     has_introspection = bool(cred.introspection_endpoint)
-    _record_step(store, gid, "sent", by, {"endpoint": endpoint, "tokens": sent,
-                                          "attempts": tries.used, "introspection": has_introspection}, secrets)
+    _record_step(store, gid, "sent", by, {"endpoint": endpoint, "tokens": sent, "attempts": tries.used,
+                                          "introspection": has_introspection, **extra}, secrets)
     refused = [t for t in sent if t["http_status"] != 200]
     if not has_introspection:
         if refused:
@@ -1584,11 +1973,35 @@ def _at_provider(store: Any, grant: Grant, client: ProviderClient | None, retrie
                 f" (a self-contained token stays valid until it expires at {until})" if until else ""))
         results.append(entry)
     detail = {"endpoint": _loggable(cred.introspection_endpoint), "tokens": results, "attempts": checks.used}
+    if live_seq:
+        detail["credential"] = live_seq
     if problems:
         _record_step(store, gid, "failed", by, {"stage": "introspection", "pending": True,
                                                 "error": "; ".join(problems), **detail}, secrets)
     else:
         _record_step(store, gid, "confirmed", by, detail, secrets)
+
+
+def _earlier_tokens(store: Any, grant_id: str, live: ProviderCredential) -> tuple[int, list[tuple[int, str, str]],
+                                                                                 list[str]]:
+    """The live credential's ``seq`` (0: never rotated), ``(seq, token_type_hint, token)`` of each token of an
+    earlier credential still held that is not a live token (newest first, each token once), and the secrets
+    of those earlier credentials (to scrub). An earlier row that does not decrypt is skipped."""
+    held = _held_credentials(store, grant_id)
+    live_seq = held[-1][0] if held else 0
+    live_tokens = {t for _h, t in live.tokens()}
+    seen: set[str] = set()
+    out: list[tuple[int, str, str]] = []
+    secrets: list[str] = []
+    for seq, cred in reversed(held[:-1]):
+        if isinstance(cred, AccessError):
+            continue
+        secrets += cred.secrets()
+        for hint, token in cred.tokens():
+            if token not in live_tokens and token not in seen:
+                seen.add(token)
+                out.append((seq, hint, token))
+    return live_seq, out, secrets
 
 
 def _at_provider_reporting(store: Any, grant: Grant, client: ProviderClient | None, retries: int, backoff: float,

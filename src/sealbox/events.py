@@ -181,6 +181,14 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
         {"reason": _STR, "detail": _ANY, "origin": _STR, "identity": _STR, "at": _TS,
          "after": {"type": "integer", "minimum": 0}, "signature": _STR, "key_id": _STR},
     ),
+    "access.credential_rotated": _obj(
+        {"grant_id": _STR, "seq": {"type": "integer", "minimum": 1},
+         "fingerprints": {"type": "object", "minProperties": 1, "additionalProperties": False, "properties": {
+             "access_token": {"type": "string", "pattern": "^hmac-sha256:[0-9a-f]{64}$"},
+             "refresh_token": {"type": "string", "pattern": "^hmac-sha256:[0-9a-f]{64}$"}}}},
+        {"origin": _STR, "identity": _STR, "at": _TS, "after": {"type": "integer", "minimum": 0},
+         "signature": _STR, "key_id": _STR},
+    ),
     "identity.changed": _obj(
         {"name": _STR, "change": {"enum": ["added", "disabled", "enabled", "key_changed"]}},
         {"role": _STR, "groups": _STRS, "public_key": _STR, "shared": _BOOL, "reason": _STR,

@@ -16,6 +16,11 @@ Modes:
 
 Each token is a separate record: revoking the refresh token does not revoke the access
 token (RFC 7009 leaves that to the server), so a test can see that both were sent.
+
+Refresh token rotation (RFC 6749 §6, RFC 9700 §4.14): a refresh (:meth:`OAuthProvider.refresh`,
+or ``POST /token`` with ``grant_type=refresh_token`` as an agent's OAuth client sends it) issues a
+new access and refresh token and invalidates the old refresh token (the old access token lives
+on until it expires). Presenting an invalidated refresh token again answers ``invalid_grant``.
 """
 
 from __future__ import annotations
@@ -117,6 +122,19 @@ class OAuthProvider:
             self.tokens.by_value[refresh.value] = refresh
         return {"access_token": access.value, "refresh_token": refresh.value}
 
+    def refresh(self, refresh_token: str) -> dict[str, str]:
+        """Refresh with rotation: a new access and refresh token; the old refresh token is invalidated.
+
+        Raises:
+            ValueError: ``invalid_grant``: the refresh token is unknown, expired, revoked or rotated away.
+        """
+        with self.tokens.lock:
+            old = self.tokens.by_value.get(refresh_token)
+            if old is None or old.kind != "refresh_token" or old.revoked or old.is_expired():
+                raise ValueError("invalid_grant")
+            old.revoked = True  # rotated away: this token can never be used again
+        return self.issue(old.scope)
+
     def is_active(self, value: str) -> bool:
         tok = self.tokens.by_value[value]
         return not tok.is_revoked() and not tok.is_expired()
@@ -173,6 +191,24 @@ class OAuthProvider:
         @app.post("/introspect")
         def introspect():
             return server.create_endpoint_response("introspection")
+
+        @app.post("/token")
+        def token():
+            # only what an OAuth client's refresh needs (RFC 6749 §6), with client_secret_basic
+            auth = request.authorization
+            if auth is None or auth.username != provider.client.client_id \
+                    or not provider.client.check_client_secret(auth.password or ""):
+                return Response('{"error": "invalid_client"}', status=401, content_type="application/json")
+            if request.form.get("grant_type") != "refresh_token":
+                return Response('{"error": "unsupported_grant_type"}', status=400, content_type="application/json")
+            try:
+                tokens = provider.refresh(request.form.get("refresh_token") or "")
+            except ValueError:
+                return Response('{"error": "invalid_grant"}', status=400, content_type="application/json")
+            import json as _json
+
+            return Response(_json.dumps({**tokens, "token_type": "Bearer", "expires_in": 3600}),
+                            content_type="application/json")
 
         return app
 

@@ -104,14 +104,16 @@ def _requests(store, n, tool="write_query"):
 
 def _as_before_the_index(name, sql):
     """The store's schema as the previous Sealbox left it: no events_approval, no row of its migration (nor of
-    those after it: on SQLite, 0008's events_other_kinds_tool; on PostgreSQL, 0003's credentials table and
-    events_access_grant)."""
+    those after it: on SQLite, 0008's events_other_kinds_tool and 0009's credential_rotations; on PostgreSQL,
+    0003's credentials table and events_access_grant, and 0004's credential_rotations)."""
     sql("DROP INDEX events_approval")
     if name == "sqlite":  # 0008's index of the tool of the events of other kinds than a call's (renamed calls)
         sql("DROP INDEX events_other_kinds_tool")
+        sql("DROP TABLE credential_rotations")
     if name == "postgres":
         sql("DROP FUNCTION sealbox_approval_id(bytea)")
-        for statement in ("DROP TABLE credentials", "DROP FUNCTION sealbox_credentials_written_once()",
+        for statement in ("DROP TABLE credential_rotations", "DROP FUNCTION sealbox_credential_rotations_appended()",
+                          "DROP TABLE credentials", "DROP FUNCTION sealbox_credentials_written_once()",
                           "DROP INDEX events_access_grant", "DROP FUNCTION sealbox_grant_id(bytea)"):
             sql(statement)
     sql(f"DELETE FROM schema_migrations WHERE version >= {INDEX_VERSION[name]}")

@@ -190,6 +190,7 @@ def test_the_layout_is_schema_5_so_older_versions_refuse_the_store(tmp_path: Pat
         db.execute("DELETE FROM schema_migrations WHERE version >= 5")
         db.execute("DROP INDEX events_approval")  # schema 7's index
         db.execute("DROP INDEX events_other_kinds_tool")  # schema 8's index
+        db.execute("DROP TABLE credential_rotations")  # schema 9's table
         db.execute("DELETE FROM store_meta WHERE key = 'tree_stored_node_level'")
         for column in ("rule", "reason_code", "duration_us"):  # schema 6's columns
             db.execute(f"ALTER TABLE events DROP COLUMN {column}")
@@ -207,6 +208,7 @@ def _as_schema_4(path: Path) -> None:
         db.execute("DELETE FROM schema_migrations WHERE version >= 5")
         db.execute("DROP INDEX events_approval")  # schema 7's index
         db.execute("DROP INDEX events_other_kinds_tool")  # schema 8's index
+        db.execute("DROP TABLE credential_rotations")  # schema 9's table
         db.execute("DELETE FROM store_meta WHERE key = 'tree_stored_node_level'")
         for column in ("rule", "reason_code", "duration_us"):
             db.execute(f"ALTER TABLE events DROP COLUMN {column}")

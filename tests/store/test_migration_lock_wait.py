@@ -26,12 +26,13 @@ PG_URL = os.environ.get("SEALBOX_TEST_POSTGRES_URL")
 
 def _older_sqlite_store(path: Path) -> None:
     """A store as the Sealbox before migration 7 left it (no events_approval index, nor 0008's
-    events_other_kinds_tool, no row of either)."""
+    events_other_kinds_tool, nor 0009's credential_rotations, no row of any)."""
     sealbox.init_store(path).close()
     db = sqlite3.connect(path / "sealbox.db", isolation_level=None)
     try:
         db.execute("DROP INDEX events_approval")
         db.execute("DROP INDEX events_other_kinds_tool")
+        db.execute("DROP TABLE credential_rotations")
         db.execute("DELETE FROM schema_migrations WHERE version >= 7")
     finally:
         db.close()
@@ -81,10 +82,10 @@ def test_sqlite_a_migration_waits_past_sqlites_5_s_for_the_lock_timeout(tmp_path
         holder.close()
     opener.join(60)
     assert not opener.is_alive()
-    assert outcome == {"migrated": [7, 8]}
+    assert outcome == {"migrated": [7, 8, 9]}
     db = real_connect(path / "sealbox.db")
     try:
-        assert db.execute("SELECT max(version) FROM schema_migrations").fetchone() == (8,)
+        assert db.execute("SELECT max(version) FROM schema_migrations").fetchone() == (9,)
         assert db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'events_approval'").fetchone() == (1,)
     finally:
         db.close()
@@ -107,7 +108,7 @@ def test_sqlite_upgrade_past_the_lock_timeout_is_one_line_naming_the_lock_and_th
                           "waited 0.5 s for the store's write lock: lock_timeout, SEALBOX_LOCK_TIMEOUT=SECONDS for "
                           "`sealbox` commands)\n")
     res = _upgrade(path, "0.5")  # the lock free, the same command upgrades it
-    assert (res.returncode, res.stdout, res.stderr) == (0, f"Upgraded {path}: applied migrations [7, 8]\n", "")
+    assert (res.returncode, res.stdout, res.stderr) == (0, f"Upgraded {path}: applied migrations [7, 8, 9]\n", "")
 
 
 @pytest.mark.skipif(not PG_URL, reason="SEALBOX_TEST_POSTGRES_URL is not set: needs PostgreSQL")

@@ -227,7 +227,8 @@ def test_a_migration_edited_after_it_was_applied_is_refused(tmp_path, schema):
 
     init_store(tmp_path / "s", postgres_url=URL, schema=schema).close()
     rows = sql(schema, "SELECT version, name, checksum FROM schema_migrations ORDER BY version")
-    assert [(v, n) for v, n, _ in rows] == [(1, "ledger"), (2, "approval_index"), (3, "credentials")]
+    assert [(v, n) for v, n, _ in rows] == [(1, "ledger"), (2, "approval_index"), (3, "credentials"),
+                                       (4, "credential_rotations")]
     assert rows[0][2].startswith("sha256:")
     sql(schema, "UPDATE schema_migrations SET checksum = 'sha256:00' WHERE version = 1")
     with pytest.raises(SchemaVersionError, match=r": migration 0001_ledger differs from the one applied \(recorded sha256:00, shipped sha256:"):

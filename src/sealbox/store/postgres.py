@@ -29,7 +29,7 @@ is retried. Appends to a store whose log holds fewer events than its newest sign
 Approvals and identities keep no tables of their own (their events are in the log, read through
 the store's queries: migration 0002's ``events_approval`` index), and the gateway and policy worker
 use the store's API: all run on PostgreSQL as on SQLite. Access grants (:mod:`sealbox.access`) run
-on both: their credentials table and index are migration 0003. Not offered yet on PostgreSQL (raises
+on both: their credentials table and index are migration 0003, rotated credentials migration 0004. Not offered yet on PostgreSQL (raises
 :class:`~sealbox.errors.BackendUnsupportedError` naming the operation): ``explain_query_calls``
 (SQLite's query plans). See docs/storage.md, "PostgreSQL".
 """
@@ -93,6 +93,7 @@ EXPECTED_TRIGGERS = frozenset({
     "checkpoints_append_only", "checkpoints_no_truncate", "runs_append_only", "runs_no_truncate",
     "snapshots_append_only", "snapshots_no_truncate", "blobs_erase_only", "blobs_no_delete", "blobs_no_truncate",
     "credentials_no_update",  # migration 0003: a credential is written once, then only deleted
+    "credential_rotations_no_update",  # migration 0004: a rotated credential is appended, then only deleted
 })
 
 
