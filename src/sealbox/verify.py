@@ -36,13 +36,14 @@ from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
 
 __all__ = ["Problem", "VerifyReport", "verify_store", "EventVerifier", "KEPT_KINDS", "check_approval_answers",
-           "check_reapprovals", "check_grants", "check_revocations", "CallGrantCheck", "CALL_GRANT_KINDS",
+           "check_reapprovals", "check_grants", "check_revocations", "check_rotations", "check_rotated_credentials",
+           "CallGrantCheck", "CALL_GRANT_KINDS",
            "CallStepCheck", "CALL_STEP_KINDS", "CALL_EXPIRY_TOLERANCE_S", "lets_through"]
 
 #: Kinds whose envelopes verification keeps (few per run): what later checks need.
 KEPT_KINDS = frozenset({
     "run.started", "content.erased", "identity.changed", "approval.requested", "approval.answered", "approval.expired",
-    "tools.changed", "tool.reapproved", "access.granted", "access.revoked",
+    "tools.changed", "tool.reapproved", "access.granted", "access.revoked", "access.credential_rotated",
     "run.resumed",  # which approvals a call was acted on (check_approval_answers, compromised_answer_notes)
 })
 
@@ -60,7 +61,10 @@ class Problem:
             ``identity_unauthorized``, ``store_settings_damaged``, ``reapproval_signature``,
             ``reapproval_identity``, ``reapproval_binding``, ``reapproval_rule``, ``grant_signature``,
             ``grant_identity``, ``grant_binding``, ``grant_rule``, ``revocation_signature``,
-            ``revocation_identity``, ``revocation_binding``, ``revocation_rule``, ``call_grant_invalid``
+            ``revocation_identity``, ``revocation_binding``, ``revocation_rule``, ``rotation_signature``,
+            ``rotation_identity``, ``rotation_binding``, ``rotation_rule`` (:func:`check_rotations`),
+            ``rotation_credential_missing``, ``rotation_credential_mismatch`` (:func:`check_rotated_credentials`),
+            ``call_grant_invalid``
             (:class:`CallGrantCheck`), ``pin_upgrade_forged`` (:func:`check_reapprovals`), ``call_step_duplicate``
             (:class:`CallStepCheck`), ``key_mismatch`` (:func:`key_mismatch`), ``database_damaged`` (SQLite
             could not read some of the database's pages: verification stopped), ``database_integrity``
@@ -1226,6 +1230,10 @@ def _verify_snapshot(store: Any, verifier: Verifier | None, file_note: str | Non
     revocation_problems, revocation_notes = check_revocations(ev.envelopes_by_kind, store.origin or "")
     problems.extend(revocation_problems)
     notes.extend(revocation_notes)
+    rotation_problems, rotation_notes = check_rotations(ev.envelopes_by_kind, store.origin or "")
+    problems.extend(rotation_problems)
+    notes.extend(rotation_notes)
+    problems.extend(check_rotated_credentials(store, ev.envelopes_by_kind, store.origin or ""))
     problems.extend(calls.finish())
     problems.extend(call_steps.problems)
     return VerifyReport(
@@ -1672,6 +1680,130 @@ def check_revocations(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -
             problems.append(Problem(_REVOCATION_CODES.get(mark, "revocation_rule"), f"{what} does not count: {why}",
                                     env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf))
     return problems, notes
+
+
+_ROTATION_CODES = {
+    "bad_signature": "rotation_signature", "unknown_identity": "rotation_identity",
+    "disabled": "rotation_identity", "wrong_store": "rotation_binding", "order": "rotation_binding",
+    "role": "rotation_rule", "principal": "rotation_rule",
+}
+
+
+def _rotations_by_grant(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -> tuple[
+        dict[str, int], dict[str, list[tuple[int, dict, str]]]]:
+    """The grants' leaves, and each grant's ``access.credential_rotated`` events of the system run with their
+    :func:`sealbox.access.rotation_marks` (``valid`` or a problem code), in log order."""
+    from sealbox.access import rotation_marks
+    from sealbox.identities import IdentityBook
+
+    kept = sorted((leaf, env) for kind in ("identity.changed", "access.granted", "access.credential_rotated")
+                  for leaf, env in by_kind.get(kind, []) if env.get("run_id") == SYSTEM_RUN_ID)
+    book = IdentityBook()
+    for leaf, env in kept:
+        if env.get("kind") == "identity.changed" and isinstance(env.get("payload"), dict):
+            book.apply(leaf, env["payload"])
+    granted: dict[str, int] = {}
+    rotations: dict[str, list[tuple[int, dict]]] = {}
+    for leaf, env in kept:
+        p = env.get("payload") if isinstance(env.get("payload"), dict) else {}
+        gid = p.get("grant_id")
+        if not isinstance(gid, str):
+            continue
+        if env.get("kind") == "access.granted":
+            granted.setdefault(gid, leaf)
+        elif env.get("kind") == "access.credential_rotated":
+            rotations.setdefault(gid, []).append((leaf, env))
+    out = {gid: [(leaf, env, mark) for (leaf, env), mark in zip(items, rotation_marks(granted.get(gid), items, book,
+                                                                                        origin))]
+           for gid, items in rotations.items()}
+    return granted, out
+
+
+def check_rotations(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -> tuple[list[Problem], list[str]]:
+    """Every ``access.credential_rotated`` of the system run must be signed as :mod:`sealbox.access` says
+    (by an identity that was an enabled admin then, with its key then, over
+    :func:`sealbox.access.rotation_fields` for this log's ``origin``, chained after the grant's previous
+    valid rotation with the next ``seq``). Revocation ignores any other (docs/access.md, *Rotated refresh
+    tokens*).
+
+    Returns:
+        Problems (``rotation_signature``: forged or altered; ``rotation_identity``: unknown or disabled
+        signer; ``rotation_binding``: another store, replayed, out of order, a wrong ``seq``, or a rotation
+        of no grant; ``rotation_rule``: a signer of another role, or another event principal) and notes for
+        unsigned ones or ones signed with a key declared compromised. A malformed one is reported as
+        ``event_malformed``.
+    """
+    if not by_kind.get("access.credential_rotated"):
+        return [], []
+    from sealbox.access import ROTATION_PROBLEMS
+
+    granted, rotations = _rotations_by_grant(by_kind, origin)
+    problems: list[Problem] = []
+    notes: list[str] = []
+    for gid, items in rotations.items():
+        for leaf, env, mark in items:
+            if mark in ("valid", "malformed"):
+                continue
+            p = env["payload"]
+            what = f"the credential rotation {p.get('seq')!r} of grant {gid} at leaf {leaf} by {env.get('principal')!r}"
+            if mark in ("unsigned", "compromised_key"):
+                notes.append(f"{what} does not count: {ROTATION_PROBLEMS[mark]}; revocation ignores it (record the "
+                             "rotation again with `sealbox access rotate ... --key-file KEY`)")
+                continue
+            why = ROTATION_PROBLEMS[mark] if gid in granted else "its grant is not in this log"
+            problems.append(Problem(_ROTATION_CODES.get(mark, "rotation_rule"), f"{what} does not count: {why}",
+                                    env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf))
+    return problems, notes
+
+
+def check_rotated_credentials(store: Any, by_kind: dict[str, list[tuple[int, dict]]], origin: str) -> list[Problem]:
+    """For each grant whose credential the store still holds, each valid ``access.credential_rotated`` must
+    have its stored credential (table ``credential_rotations``, that ``seq``), and the tokens stored must be
+    those the event's ``fingerprints`` name (:func:`sealbox.access.token_fingerprint`): otherwise revocation
+    would revoke and introspect another credential than the one recorded as live.
+
+    Returns:
+        ``rotation_credential_missing`` (the row of a valid rotation was deleted below Sealbox while the
+        grant's other credentials remain) and ``rotation_credential_mismatch`` (the row does not decrypt,
+        or holds other tokens).
+    """
+    if not by_kind.get("access.credential_rotated"):
+        return []
+    from sealbox.access import AccessError, _held_credentials, token_fingerprint
+
+    _granted, rotations = _rotations_by_grant(by_kind, origin)
+    problems: list[Problem] = []
+    for gid, items in rotations.items():
+        valid = [(leaf, env) for leaf, env, mark in items if mark == "valid"]
+        if not valid:
+            continue
+        try:
+            held = dict(_held_credentials(store, gid))
+        except AccessError:  # a store without a secret holds no credential to check
+            continue
+        if not held:
+            continue  # deleted with `access delete-credential`: nothing left to revoke with
+        for leaf, env in valid:
+            p = env["payload"]
+            what = f"the credential rotation {p.get('seq')} of grant {gid} at leaf {leaf}"
+            cred = held.get(p.get("seq"))
+            if cred is None:
+                problems.append(Problem("rotation_credential_missing", f"{what} has no stored credential (its row "
+                                        "was deleted below Sealbox): a revocation would revoke an earlier one",
+                                        env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf))
+                continue
+            if isinstance(cred, Exception):
+                found = "a row that does not decrypt"
+            else:
+                wrong = [k for k, fp in p["fingerprints"].items() if getattr(cred, k, None) is None
+                         or token_fingerprint(store, getattr(cred, k)) != fp]
+                if not wrong:
+                    continue
+                found = "other tokens (" + ", ".join(wrong) + ")"
+            problems.append(Problem("rotation_credential_mismatch", f"{what}: the stored credential holds {found} "
+                                    "than the event's fingerprints name (changed below Sealbox)",
+                                    env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf))
+    return problems
 
 
 #: How many seconds a call's ``ts`` must lie past its grant's ``expires_at`` for verify to report the call

@@ -84,6 +84,7 @@ from sealbox.verify import (
     compromised_grants,
     check_reapprovals,
     check_revocations,
+    check_rotations,
     check_snapshots,
     lets_through,
     open_checkpoints,
@@ -939,7 +940,7 @@ class _Check:
                    if env.get("run_id") == SYSTEM_RUN_ID and isinstance(env.get("payload"), dict)}
         steps = {leaf: env["payload"].get("grant_id") for leaf, env in by_kind.get("access.revoked", [])
                  if isinstance(env.get("payload"), dict)}
-        for check in (check_reapprovals, check_grants, check_revocations):
+        for check in (check_reapprovals, check_grants, check_revocations, check_rotations):
             problems, notes = check(by_kind, origin)
             for p in problems:
                 if p.code == "reapproval_binding" and p.leaf_index in unproven:
