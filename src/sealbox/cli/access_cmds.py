@@ -1,7 +1,8 @@
 """``sealbox access``: grants, provider credentials, revocation at the provider.
 
-A credential is read from a JSON file (``--credential-file``), never from the
-command line, where it would end up in shell history and process listings.
+A credential is read from a JSON file (``--credential-file``), and a rotation's new
+tokens from standard input or a JSON file (``--tokens-file``), never from the command
+line, where they would end up in shell history and process listings.
 """
 
 from __future__ import annotations
@@ -31,7 +32,35 @@ def _key_options(fn: Any) -> Any:
                              "each step recorded is signed with it.")(fn)
 
 
-def _read_credential(path: str) -> dict[str, Any]:
+def _parse_json(raw: bytes, what: str) -> Any:
+    from sealbox.access import AccessError
+
+    if len(raw) > _MAX_CREDENTIAL_FILE:
+        raise AccessError(f"{what} is larger than 1 MiB: not a credential")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:  # never echo the content
+        raise AccessError(f"{what} is not valid JSON: not UTF-8 text (byte {exc.start})") from None
+    except ValueError as exc:  # never echo the content
+        raise AccessError(f"{what} is not valid JSON (line {getattr(exc, 'lineno', '?')})") from None
+    except RecursionError:
+        raise AccessError(f"{what} is not a credential: its JSON is nested too deeply") from None
+
+
+def _read_tokens(path: str | None) -> Any:
+    """A rotation's new tokens: the JSON object in file ``path``, or on standard input (``-`` or None)."""
+    from sealbox.access import AccessError
+
+    if path is not None and path != "-":
+        return _read_credential(path, "tokens file")
+    stream = click.get_binary_stream("stdin")
+    if stream.isatty():
+        raise AccessError("give the new tokens as JSON on standard input (e.g. the provider's refresh answer) or "
+                          "with --tokens-file FILE; never on the command line")
+    return _parse_json(stream.read(_MAX_CREDENTIAL_FILE + 1), "the tokens on standard input")
+
+
+def _read_credential(path: str, what: str = "credential file") -> dict[str, Any]:
     from sealbox.access import AccessError
 
     import stat
@@ -41,7 +70,7 @@ def _read_credential(path: str) -> dict[str, Any]:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a device (/dev/zero never ends)
-                raise AccessError(f"credential file {path} is not a regular file")
+                raise AccessError(f"{what} {path} is not a regular file")
             raw = b""
             while len(raw) <= _MAX_CREDENTIAL_FILE:
                 chunk = os.read(fd, _MAX_CREDENTIAL_FILE + 1 - len(raw))
@@ -51,18 +80,8 @@ def _read_credential(path: str) -> dict[str, Any]:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise AccessError(f"cannot read credential file {path}: {exc.strerror or exc}") from None
-    if len(raw) > _MAX_CREDENTIAL_FILE:
-        raise AccessError(f"credential file {path} is larger than 1 MiB: not a credential")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:  # never echo the file's content
-        raise AccessError(f"credential file {path} is not valid JSON: not UTF-8 text (byte {exc.start})") from None
-    except ValueError as exc:  # never echo the file's content
-        raise AccessError(f"credential file {path} is not valid JSON (line {getattr(exc, 'lineno', '?')})") from None
-    except RecursionError:
-        raise AccessError(f"credential file {path} is not a credential: its JSON is nested too deeply") from None
-    return data
+        raise AccessError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    return _parse_json(raw, f"{what} {path}")
 
 
 def _warn_if_shared(path: str) -> None:
@@ -177,6 +196,15 @@ def _print_show(row: dict[str, Any]) -> None:
     if row.get("damaged"):
         echo(f"damaged    {_leaves_text(row['damaged'])}: an access event changed below Sealbox that cannot be "
              "read, maybe a step of this grant (left out of the status); calls naming this grant are denied")
+    for r in row.get("rotations") or []:
+        fps = r.get("fingerprints") if isinstance(r.get("fingerprints"), dict) else {}
+        line = f"rotation {r.get('seq')}  {r.get('ts')}  by {r.get('by')}  " + (_fingerprints_text(fps) or "(no fingerprint)")
+        mark = r.get("signature", "valid")
+        if mark != "valid":
+            from sealbox.access import ROTATION_PROBLEMS
+
+            line += f"  NOT COUNTED ({mark}: {ROTATION_PROBLEMS.get(mark, '')})"
+        echo(line)
     for s in row["steps"]:
         line = f"  {s['ts']}  {s['step']:<9} by {s['by']}"
         mark = s.get("signature", "valid")
@@ -194,6 +222,12 @@ def _print_show(row: dict[str, Any]) -> None:
             if detail.get("error"):
                 line += f"  error: {detail['error']}"
         echo(line)
+
+
+def _fingerprints_text(fps: dict[str, Any]) -> str:
+    """A rotation's fingerprints, refresh token first (the long-lived one), as ``TYPE FINGERPRINT, ...``."""
+    order = {"refresh_token": 0, "access_token": 1}
+    return ", ".join(f"{k} {v}" for k, v in sorted(fps.items(), key=lambda kv: (order.get(kv[0], 2), str(kv[0]))))
 
 
 def _token_text(t: Any) -> str:
@@ -304,6 +338,42 @@ def retry_cmd(grant_id: str, store_path: str, retries: int, key_file: str, ident
     finally:
         store.close()
     _finish(grant_id, status, lost)
+
+
+@access_group.command("rotate")
+@click.argument("grant_id")
+@store_option
+@click.option("--tokens-file", callback=not_empty, type=click.Path(dir_okay=False, allow_dash=True),
+              help="JSON file with the new token(s) (default: standard input; '-' too). Never on the command line.")
+@click.option("--key-file", required=True, callback=not_empty, type=click.Path(dir_okay=False),
+              help="Your identity's private key file (an enabled admin): the rotation is signed with it.")
+@click.option("--identity", default=None, help="Only a check: refuse unless the key file is this identity's.")
+def rotate_cmd(grant_id: str, store_path: str, tokens_file: str | None, key_file: str, identity: str | None) -> None:
+    """Record that the provider rotated a grant's tokens (a refresh returned a new refresh token).
+
+    Reads a JSON object from standard input or --tokens-file: the provider's answer to the
+    refresh (access_token, refresh_token, expires_in, token_type, scope) or access_token /
+    refresh_token / access_token_expires_at. Stores the new credential (encrypted) and records
+    a signed access.credential_rotated event carrying only fingerprints of the new tokens; from
+    then on revoke / retry revoke and confirm the new tokens.
+    """
+    from sealbox.access import STATUS_PENDING, access_status, rotate_credential, show_grant
+
+    tokens = _read_tokens(tokens_file)
+    store = open_for_writing(store_path)
+    try:
+        seq = rotate_credential(store, grant_id, tokens, key_file=key_file, identity=identity)
+        row = show_grant(store, grant_id)
+        status = access_status(store, grant_id)
+    finally:
+        store.close()
+    fps = next((r["fingerprints"] for r in row["rotations"] if r["seq"] == seq), {})
+    click.echo(f"{grant_id}: credential rotated (rotation {seq}; {_fingerprints_text(fps)})")
+    if tokens_file and tokens_file != "-":
+        _warn_if_shared(tokens_file)
+    if status == STATUS_PENDING:
+        click.echo(f"warning: {grant_id} is revoked but the new tokens are not confirmed revoked at the provider: "
+                   f"run `sealbox access retry {grant_id}`", err=True)
 
 
 @access_group.command("delete-credential")
