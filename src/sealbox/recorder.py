@@ -876,7 +876,12 @@ class RunContext:
         #: tool calls running now (decided, result not yet recorded): call id -> (thread ident, asyncio task
         #: or None); the run's end waits for those of other threads and tasks (_wait_for_calls)
         self._in_flight: dict[str, tuple[int, Any]] = {}
-        self._idle = threading.Condition(threading.Lock())
+        #: guards _in_flight; _idle is a Condition over it. The per-call bookkeeping (_call_began,
+        #: _call_done) takes the lock itself (a Condition's __enter__, __exit__ and notify_all are Python
+        #: calls) and notifies only while _wait_for_calls waits (_idle_waiters, counted under the lock)
+        self._idle_lock = threading.Lock()
+        self._idle = threading.Condition(self._idle_lock)
+        self._idle_waiters = 0
         self._inherit_parent = parent_run_id is None  # Recorder.run: only when parent_run_id was not given
         self.resumed_calls: list[Any] = []  # filled by Recorder.resume
         self._lease: Any = None  # a sealbox.pause.RunLease while this process runs a run it resumed
@@ -1034,7 +1039,11 @@ class RunContext:
             # calls of asyncio tasks are awaited by __aexit__ on their loop, not here: a blocking wait in a
             # thread that writes for the loop (the gateway's store writer) would stop the call's own result write
             while any(thread != me and task is None for thread, task in self._in_flight.values()):
-                self._idle.wait()
+                self._idle_waiters += 1
+                try:
+                    self._idle.wait()
+                finally:
+                    self._idle_waiters -= 1
 
     async def _await_tasks_calls(self) -> None:
         """In :meth:`__aexit__`: let the tool calls of this run running in other asyncio tasks of this
@@ -1049,13 +1058,14 @@ class RunContext:
             await asyncio.sleep(0.002)
 
     def _call_began(self, call_id: str, task: Any = None) -> None:
-        with self._idle:
+        with self._idle_lock:
             self._in_flight[call_id] = (threading.get_ident(), task)
 
     def _call_done(self, call_id: str) -> None:
-        with self._idle:
+        with self._idle_lock:
             self._in_flight.pop(call_id, None)
-            self._idle.notify_all()
+            if self._idle_waiters:  # a run ending in another thread waits for this call (_wait_for_calls)
+                self._idle.notify_all()
 
     def suspend(self, reason: str) -> None:
         """Write ``run.suspended`` (``approval_ids: []``, ``reason``): the run waits for something outside
