@@ -42,8 +42,12 @@ ESC_TAG = "$esc"
 
 
 def salt_for(secret: bytes, content: bytes) -> bytes:
-    """HMAC-SHA256(secret, content): the blob's 32-byte salt."""
-    return hmac.new(secret, content, hashlib.sha256).digest()
+    """HMAC-SHA256(secret, content): the blob's 32-byte salt (RFC 2104).
+
+    ``hmac.digest`` computes it in one call into OpenSSL: the same bytes as
+    ``hmac.new(secret, content, hashlib.sha256).digest()``, without building an ``HMAC`` object
+    (a recorded tool call salts one blob, its decision's inputs)."""
+    return hmac.digest(secret, content, "sha256")
 
 
 def commitment(salt: bytes, content: bytes) -> str:
