@@ -450,11 +450,15 @@ def derived_columns(kind: str, payload: dict[str, Any]) -> tuple:
     (schema 6) are None where the payload's value is not a ``str`` (``int`` for
     ``duration_us``): a listing then reads the payload itself.
     """
+    # (the text test written out, not _str: a function call each, twelve a recorded tool call)
     get = payload.get
     effect = rule = code = duration = None
     ok = tokens = cost = None
     if kind == "policy.decision":
-        effect, rule, code = _str(get("effect")), _str(get("rule")), _str(get("reason_code"))
+        effect, rule, code = get("effect"), get("rule"), get("reason_code")
+        effect = effect if isinstance(effect, str) else None
+        rule = rule if isinstance(rule, str) else None
+        code = code if isinstance(code, str) else None
     elif kind == "tool.result":
         ok = 1 if get("ok") else 0
         duration = get("duration_us")
@@ -464,17 +468,14 @@ def derived_columns(kind: str, payload: dict[str, Any]) -> tuple:
         usage = get("usage") or {}
         tokens = int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
         cost = usage.get("cost") if isinstance(usage.get("cost"), (int, float)) else None
-    return (_str(get("server")), _str(get("tool")), _str(get("call_id")), effect, ok, tokens, cost,
-            rule, code, duration)
+    server, tool, call_id = get("server"), get("tool"), get("call_id")
+    return (server if isinstance(server, str) else None, tool if isinstance(tool, str) else None,
+            call_id if isinstance(call_id, str) else None, effect, ok, tokens, cost, rule, code, duration)
 
 
 #: How many of :func:`derived_columns`' values come last and may be stored as NULL (rows written
 #: before schema 6, which are never updated); verify accepts NULL or the derived value there.
 OPTIONAL_DERIVED = 3
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def check_step(step: str) -> None:

@@ -358,7 +358,7 @@ class EventBuilder:
         head = txn.run_head(draft.run_id)
         _check_run_order(draft, head)
         run_seq = 1 if head is None else head[0] + 1
-        prev = None if head is None else hash_tag(head[1])
+        prev = None if head is None else "sha256:" + head[1].hex()  # hash_tag, written out (a call less an event)
         envelope = {
             "v": RECORD_VERSION, "run_id": draft.run_id, "run_seq": run_seq,
             "step": draft.step if draft.step is not None else str(run_seq),
@@ -382,7 +382,7 @@ class EventBuilder:
                 payload.get("replay_of"), payload.get("snapshot"), ts, index,
             ))
         return _new_event(
-            leaf_index=index, leaf_hash=hash_tag(leaf), raw=raw, v=RECORD_VERSION,
+            leaf_index=index, leaf_hash="sha256:" + leaf.hex(), raw=raw, v=RECORD_VERSION,
             run_id=draft.run_id, run_seq=run_seq, step=envelope["step"], kind=draft.kind,
             ts=ts, principal=draft.principal, payload=payload, prev=prev,
         )
