@@ -463,7 +463,7 @@ async def test_a_tool_of_an_upstream_that_failed_to_start_says_why(tmp_path, sto
     assert err.value.code == UPSTREAM_ERROR
     message = str(err.value)
     assert message.startswith("tools/call db__list_tables: upstream db is down (")
-    assert "no-such-runner" in message and "FileNotFoundError" in message
+    assert f"cannot start its command '{tmp_path / 'no-such-runner'}': no such file; check upstream db's command" in message
     assert message.endswith("); call again once it is up")
     assert (typo.value.code, str(typo.value)) == (UNKNOWN_TOOL, "unknown tool 'toy__nope'")
     assert text_of(ok) == "3"

@@ -381,7 +381,7 @@ class Gateway:
         self.upstreams: dict[str, Upstream] = {
             spec.id: Upstream(spec, config.limits, restart_initial_s=config.restart_initial_s,
                               restart_max_s=config.restart_max_s, on_tools=self._on_tools, router=self._route,
-                              errlog=errlog)
+                              errlog=errlog, config_source=config.source)
             for spec in config.upstreams
         }
         for up in self.upstreams.values():

@@ -132,8 +132,12 @@ class Upstream:
 
     def __init__(self, spec: UpstreamSpec, limits: Limits, *, restart_initial_s: float = 0.5,
                  restart_max_s: float = 30.0, on_tools: Callable[["Upstream", list[types.Tool]], Awaitable[None]] | None = None,
-                 router: ServerRequestRouter | None = None, errlog: Any = None) -> None:
+                 router: ServerRequestRouter | None = None, errlog: Any = None,
+                 config_source: str | None = None) -> None:
         self.spec, self.limits = spec, limits
+        #: the gateway config file the spec was read from (named in what a failed start says), or None (also for
+        #: a config parsed from text, whose source is ``<string>``)
+        self.config_source = None if not config_source or config_source.startswith("<") else config_source
         self.restart_initial_s, self.restart_max_s = restart_initial_s, restart_max_s
         self.on_tools, self.router = on_tools, router
         self.errlog = errlog if errlog is not None else sys.stderr
@@ -217,7 +221,7 @@ class Upstream:
             except Exception as exc:  # noqa: BLE001 - any failure of a connection attempt is "down", never fatal
                 # the SDK's "MCPError: Connection closed" of a process that exited during initialize: said with
                 # its exit status and last stderr line (a call's recorded UPSTREAM_DOWN error quotes last_error)
-                error = _describe(exc) + self._http_note() + await self._exit_note()
+                error = (self._start_failure(exc) or _describe(exc) + self._http_note()) + await self._exit_note()
                 if self._blocked is None:
                     log.warning("upstream %s failed: %s", self.spec.id, error)
             if self._blocked is not None and not self._stop.is_set():  # a write it did not read (_BoundedWrites)
@@ -425,6 +429,34 @@ class Upstream:
                 await anyio.sleep(0.01)
         exited.code = process.returncode
         return False
+
+    def _start_failure(self, exc: BaseException) -> str | None:
+        """What to say of a stdio upstream whose process could not be started (``exc``: the ``OSError`` of the spawn,
+        perhaps in a group; no process was made): its command not found, not executable, or its cwd missing, and
+        the config field to check, in words (Python's ``FileNotFoundError: [Errno 2] ...`` before). None for
+        another failure."""
+        if not self.spec.command or self._exited is None or self._exited.processes:
+            return None
+        leaves = list(exc.exceptions) if isinstance(exc, BaseExceptionGroup) else [exc]
+        while len(leaves) == 1 and isinstance(leaves[0], BaseExceptionGroup):
+            leaves = list(leaves[0].exceptions)
+        if len(leaves) != 1 or not isinstance(leaves[0], OSError):
+            return None
+        error, command, cwd = leaves[0], self.spec.command, self.spec.cwd
+        source = self.config_source or "the gateway config"
+        check = "sealbox gateway check" + (f" -c {self.config_source}" if self.config_source else "") + " checks it"
+        field, hint = "command", check
+        if isinstance(error, FileNotFoundError) and cwd is not None and error.filename == cwd:
+            field, what = "cwd", f"its cwd {cwd} does not exist"
+        elif isinstance(error, FileNotFoundError) and "/" not in command:
+            what, hint = "no such program in PATH", f"is the program installed? {check}"
+        elif isinstance(error, FileNotFoundError):
+            what = "no such file"
+        elif isinstance(error, PermissionError):
+            what = "permission denied (is it an executable file?)"
+        else:  # not the config's doing (e.g. too many open files): no field to check
+            return f"cannot start its command {command!r}: {error.strerror or _one_line(str(error))}"
+        return f"cannot start its command {command!r}: {what}; check upstream {self.spec.id}'s {field} in {source} ({hint})"
 
     async def _exit_note(self) -> str:
         """`` (the process exited with status N; its last stderr line: ...)`` for a stdio upstream whose process
