@@ -15,7 +15,7 @@ import os
 import stat
 from typing import BinaryIO
 
-__all__ = ["PIPE_WAIT", "open_input", "pipe_wait"]
+__all__ = ["PIPE_WAIT", "not_utf8_text", "open_input", "pipe_wait"]
 
 #: Seconds :func:`open_input` waits for a named pipe's writer to write (or close it).
 PIPE_WAIT = 10.0
@@ -29,6 +29,14 @@ def pipe_wait() -> float:
     except ValueError:
         return PIPE_WAIT
     return value if 0 <= value < float("inf") else PIPE_WAIT
+
+
+def not_utf8_text(path: object, exc: BaseException) -> str | None:
+    """What an error line says of a file that is not UTF-8 text (``path is not UTF-8 text (byte N)``, N the offset of
+    the first byte that is not), for a ``UnicodeDecodeError`` met reading it; None for another error."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"{path} is not UTF-8 text (byte {exc.start})"
+    return None
 
 
 def open_input(path: str | os.PathLike) -> BinaryIO:

@@ -13,16 +13,9 @@ from typing import Any, Callable, Iterable, Sequence
 import click
 
 from sealbox.errors import ConfigError
+from sealbox.input_files import not_utf8_text  # noqa: F401 - the command modules import it from here
 
 DEFAULT_STORE = ".sealbox"
-
-
-def not_utf8_text(path: object, exc: BaseException) -> str | None:
-    """What an error line says of a file that is not UTF-8 text (``path is not UTF-8 text (byte N)``, as the policy
-    and identity-key readers say it), for a ``UnicodeDecodeError`` met reading it; None for another error."""
-    if isinstance(exc, UnicodeDecodeError):
-        return f"{path} is not UTF-8 text (byte {exc.start})"
-    return None
 
 
 class BadInput(click.ClickException):

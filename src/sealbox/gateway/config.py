@@ -52,7 +52,7 @@ import jsonschema
 
 from sealbox.errors import ConfigError, PolicyLoadError
 from sealbox.yaml_text import written as _written
-from sealbox.input_files import open_input
+from sealbox.input_files import not_utf8_text, open_input
 
 __all__ = ["GatewayConfig", "UpstreamSpec", "TokenSpec", "Limits", "load_config", "parse_config", "DEFAULT_SEPARATOR"]
 
@@ -342,7 +342,8 @@ def load_config(path: str | os.PathLike) -> GatewayConfig:
     """Read and validate a gateway config file.
 
     Raises:
-        ConfigError: ``FILE:LINE: problem`` for a missing file, one above 1 MiB (read no further), invalid YAML, an
+        ConfigError: ``FILE:LINE: problem`` for a missing file, one above 1 MiB (read no further), one that is not
+            UTF-8 text (``FILE is not UTF-8 text (byte N)``), invalid YAML, an
             unknown field, a wrong type, a duplicate upstream id, or a server id
             that contains the separator (or ends so that the separator would be found
             earlier in its exposed names); every such problem, joined by ``; ``.
@@ -361,7 +362,7 @@ def load_config(path: str | os.PathLike) -> GatewayConfig:
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{p}: cannot read: {exc}") from exc
+        raise ConfigError(not_utf8_text(p, exc) or f"{p}: cannot read: {exc}") from None
     return parse_config(text, source=str(p), base=p.resolve().parent)
 
 
