@@ -464,8 +464,13 @@ from sealbox.query import visible  # noqa: E402
 
 
 def _cell(value: Any) -> str:
+    """A cell of a readable table: ``None`` empty, a bool ``yes`` / ``no`` (not Python's ``True`` / ``False``), a dict or
+    list its JSON (a recorded value shown as recorded; a command joins a list of names itself, ``dev, ops``), else
+    ``str``. ``--csv`` and ``--json`` do not use it for these (:func:`_csv_cell`: ``true`` / ``false``, canonical JSON)."""
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, (dict, list)):
         return json.dumps(value, ensure_ascii=False)
     return str(value)

@@ -86,6 +86,7 @@ def list_cmd(store_path: str, as_json: bool, as_csv: bool) -> None:
         return
     if not (as_json or as_csv):  # a window as the table shows it: leaves F..U (or F.. while the key is unchanged)
         for r in rows:
+            r["groups"] = ", ".join(r["groups"]) or "-"  # names, not a JSON list (shared, disabled: yes / no)
             r["compromised"] = ", ".join(f"leaves {w['from_leaf']}..{'' if w['until_leaf'] is None else w['until_leaf'] - 1}"
                                          for w in r["compromised"]) or "-"
     emit_rows(rows, ["name", "role", "groups", "shared", "disabled", "key_id", "compromised", "public_key"],
