@@ -1895,7 +1895,9 @@ class RunContext:
                 f"{judged_text(decision)}")
         elif decision.effect == "require_approval" and not (keep_approval or self.recorder.approvals):
             decision = decision.denied_as(
-                "approval_unavailable", f"rule {decision.rule} requires approval, and approvals are not available here")
+                "approval_unavailable", f"rule {decision.rule} requires approval, and this Recorder has no approvals mode "
+                'to ask for one: create it with approvals="block" (wait for the answer) or approvals="suspend" (raise '
+                'ApprovalPending, resume once answered); see docs/approvals.md')
         inputs = ctx.to_inputs()
         inputs["arguments"] = recorded  # raw (or scrubbed): the store encodes it once, as it does the call's arguments
         return decision, inputs
