@@ -193,8 +193,8 @@ def _check_key(vkey: str, where: str) -> None:
                    "N a saved checkpoint's size and M the bundle's checkpoint size, for a bundle exported "
                    "without --prove-from. Untrusted: it must verify against both signed roots. Repeatable.")
 @click.option("--max-bundle-bytes", "max_bundle_bytes", type=click.IntRange(min=1), default=None,
-              help="Bundles only: the largest archive to check, in bytes (default 256 MiB; the check holds the "
-                   "bundle in memory). A larger one is refused from its headers, before it is read.")
+              help="Bundles only: the largest archive to check, in bytes (default 256 MiB; a bundle whose container "
+                   "is not canonical is held in memory). A larger one is refused from its headers, before it is read.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def verify_cmd(target: str | None, store_path: str, vkey: str | None, trust_bundle_key: bool, proof_path: str | None,
                canonical: bool, checkpoint_files: tuple[str, ...], saved_proof_paths: tuple[str, ...],

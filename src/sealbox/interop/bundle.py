@@ -65,6 +65,8 @@ __all__ = [
     "export_extension",
     "manifest_bytes",
     "zip_bytes",
+    "zip_local_header",
+    "zip_directory",
     "zip_regions",
     "read_members",
     "archive_extent",
@@ -232,25 +234,42 @@ def run_entries(envelopes: Iterable[tuple[int, dict]]) -> list[dict[str, Any]]:
 # ----------------------------------------------------------------------------- the container
 
 
+def zip_local_header(name: str, crc: int, size: int) -> bytes:
+    """The canonical local file header (APPNOTE 4.3.7) of a stored member ``name`` of ``size`` bytes
+    with CRC-32 ``crc``, its name included: what :func:`zip_bytes` writes before the member's data."""
+    raw_name = name.encode("ascii")
+    return _LOCAL.pack(_LOCAL_SIG, _VERSION, 0, 0, _DOS_TIME, _DOS_DATE, crc, size, size, len(raw_name), 0) + raw_name
+
+
+def zip_directory(entries: Sequence[tuple[str, int, int, int]]) -> bytes:
+    """The canonical central directory and end of central directory record for members
+    ``(name, crc, size, local header offset)``, starting at the end of the last member's data: what
+    :func:`zip_bytes` writes after the members."""
+    central = bytearray()
+    for name, crc, n, offset in entries:
+        raw_name = name.encode("ascii")
+        central += _CENTRAL.pack(_CENTRAL_SIG, _VERSION, _VERSION, 0, 0, _DOS_TIME, _DOS_DATE, crc, n, n,
+                                 len(raw_name), 0, 0, 0, 0, 0, offset) + raw_name
+    start = entries[-1][3] + _LOCAL.size + len(entries[-1][0]) + entries[-1][2] if entries else 0
+    return bytes(central + _END.pack(_END_SIG, 0, 0, len(entries), len(entries), len(central), start, 0))
+
+
 def zip_bytes(members: Sequence[tuple[str, bytes]]) -> bytes:
     """The canonical stored ZIP of ``members`` (APPNOTE 6.3.x, no extensions).
 
     Raises:
         BundleError: a member or the archive exceeds 4 GiB (ZIP64 is not used).
     """
-    out, central = bytearray(), bytearray()
+    out = bytearray()
+    entries = []
     for name, data in members:
-        raw_name = name.encode("ascii")
         crc, n = zlib.crc32(data), len(data)
         if n >= 0xFFFFFFFF or len(out) >= 0xFFFFFFFF:
             raise BundleError("the bundle would exceed 4 GiB (ZIP64 is not supported): export fewer runs")
-        central += _CENTRAL.pack(_CENTRAL_SIG, _VERSION, _VERSION, 0, 0, _DOS_TIME, _DOS_DATE, crc, n, n,
-                                 len(raw_name), 0, 0, 0, 0, 0, len(out)) + raw_name
-        out += _LOCAL.pack(_LOCAL_SIG, _VERSION, 0, 0, _DOS_TIME, _DOS_DATE, crc, n, n, len(raw_name), 0) + raw_name
+        entries.append((name, crc, n, len(out)))
+        out += zip_local_header(name, crc, n)
         out += data
-    offset = len(out)
-    out += central
-    out += _END.pack(_END_SIG, 0, 0, len(members), len(members), len(central), offset, 0)
+    out += zip_directory(entries)
     return bytes(out)
 
 

@@ -38,6 +38,7 @@ import shlex
 import stat
 import struct
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -65,6 +66,8 @@ from sealbox.interop.bundle import (
     run_entries,
     snapshot_line,
     zip_bytes,
+    zip_directory,
+    zip_local_header,
     zip_regions,
 )
 from sealbox.ledger import merkle
@@ -96,10 +99,11 @@ _REF = re.compile(r"sha256:[0-9a-f]{64}")
 #: Deepest nesting of a line of events.jsonl, blobs.jsonl or snapshots.jsonl: the line's own
 #: object around a value Sealbox wrote (canonical JSON, at most MAX_DEPTH ``{``/``[`` deep).
 LINE_DEPTH = MAX_DEPTH + 1
-#: The largest archive ``verify_bundle`` reads (``max_bytes``; ``sealbox verify --max-bundle-bytes``): the
-#: check holds the archive in memory, several times over, so a hostile file whose headers describe
-#: gigabytes (a sparse file costs no disk) is refused from its headers before it is read.
-MAX_BUNDLE_BYTES = 256 << 20  # about 2 GB of memory at the peak of a check (measured: ~7x the archive)
+#: The largest archive ``verify_bundle`` reads (``max_bytes``; ``sealbox verify --max-bundle-bytes``): a
+#: canonical container is checked a chunk at a time from the file, but one that is not is held in memory,
+#: several times over, to name what differs, and a hostile file whose headers describe gigabytes (a sparse
+#: file costs no disk) would cost the time to read them: it is refused from its headers before it is read.
+MAX_BUNDLE_BYTES = 256 << 20
 #: how many member names a container problem lists (a hostile file may hold 65,535 members)
 _LISTED = 20
 #: a ZIP local file header (APPNOTE 4.3.7), as the container's reader unpacks it
@@ -336,8 +340,9 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
             (size ``M``), for a bundle that carries no such proof. Untrusted: each is verified
             against the saved root and the bundle's signed root (a proof of another size pair, one
             that fails, or one matching no saved checkpoint is a problem naming ``where``).
-        max_bytes: the largest archive to check (:data:`MAX_BUNDLE_BYTES`); the check holds it in
-            memory, so one whose own headers describe more is refused before it is read.
+        max_bytes: the largest archive to check (:data:`MAX_BUNDLE_BYTES`); one whose own headers
+            describe more is refused before it is read. A canonical container is checked a chunk at a
+            time from the file (memory grows with its events, not its bytes); another is held in memory.
 
     Returns:
         A :class:`BundleReport`; tampering is reported, never raised. The cyclic garbage collector
@@ -345,7 +350,8 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
 
     Raises:
         BundleFormatError: the file cannot be read, is not a Sealbox bundle at all, its headers
-            describe an archive larger than ``max_bytes``, or the memory ran out while checking it.
+            describe an archive larger than ``max_bytes``, the memory ran out while checking it, or the
+            file changed while it was being checked (its members are read twice when streamed).
         NoteError: ``trusted_vkey`` is not a valid verifier key.
         ConfigError: ``consistency`` or a ``saved_proofs`` document is not shaped like ``sealbox log
             prove`` output, two ``saved_proofs`` start at the same size, or both
@@ -354,7 +360,7 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
     started = time.perf_counter()
     if trusted_vkey and trust_bundle_key:
         raise ConfigError("give a trusted key or trust the bundle's own key, not both")
-    data, size = _read(Path(path), max_bytes)
+    data, size, streamed = _read(Path(path), max_bytes)
     verifier = Verifier.from_vkey(trusted_vkey) if trusted_vkey else None
     proof_doc = parse_consistency(consistency) if consistency is not None else None
     given: dict[int, tuple[str, int, list[bytes]]] = {}
@@ -364,7 +370,7 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
             raise ConfigError(f"{given[size1][0]} and {where} are both consistency proofs from size {size1}: "
                               "give one")
         given[size1] = (where, size2, hashes)
-    check = _Check(data, verifier, started, size)
+    check = _Check(data, verifier, started, size, streamed)
     check.given_proofs = given
     # The check keeps every event's envelope (the run, call and grant checks need them): millions of
     # small dicts and lists, which the cyclic garbage collector would traverse again and again while
@@ -382,11 +388,17 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
     finally:
         if collecting:
             gc.enable()
+        if streamed is not None:
+            streamed[1].close()
     return dataclasses.replace(report, path=str(path), bundle_key_accepted=trust_bundle_key and verifier is None)
 
 
-def _read(path: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[bytes, int]:
-    """(the bytes of the ZIP archive in ``path``, the file's size). Only the archive its own headers
+def _read(path: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[bytes, int, tuple[list, Any] | None]:
+    """(the bytes of the ZIP archive in ``path``, the file's size, None), or, when the file is exactly a
+    canonical bundle container (:func:`_stream_container`, read a chunk at a time), (``b""``, the file's
+    size, (its members, the open file)): the members ``events.jsonl``, ``blobs.jsonl`` and
+    ``snapshots.jsonl`` are then :class:`_FileMember` (read again, a chunk at a time, as they are
+    checked), the others bytes. Otherwise only the archive its own headers
     describe is read (:func:`archive_extent`), plus one byte when more follows it: bytes after
     the archive's end record are reported by their count, never read, so a bundle padded with
     gigabytes is checked in the memory of the bundle. An archive whose headers describe more than
@@ -415,11 +427,122 @@ def _read(path: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[bytes, int]:
                        f"{MAX_MEMBERS})" if many else f" (member {largest[0]!r}: {largest[1]} bytes)" if largest else "")
                     + f", more than the {max_bytes} bytes `sealbox verify` checks (it holds a bundle in memory; "
                     "give --max-bundle-bytes to allow more): not checked")
+            if exact and n == size:
+                members = _stream_container(f, size)
+                if members is not None:
+                    keep = os.fdopen(os.dup(f.fileno()), "rb")  # the members are read again from it
+                    return b"", size, (members, keep)
             f.seek(0)
             data = f.read(n + 1 if exact and n < size else n)
     except OSError as exc:
         raise BundleFormatError(f"cannot read {path}: {exc.strerror}") from exc
-    return data, size
+    return data, size, None
+
+
+#: the members read a line at a time from the file when the container is canonical (:class:`_FileMember`)
+_LINE_MEMBERS = ("events.jsonl", "blobs.jsonl", "snapshots.jsonl")
+_CHUNK = 1 << 20
+
+
+class _FileMember:
+    """A member of a bundle file whose container is canonical, left in the file: ``offset`` and
+    ``size`` of its data, ``hex`` (the SHA-256 of its bytes as the container check read them) and
+    ``newline`` (whether it ends with one). :meth:`lines` reads it again a chunk at a time."""
+
+    __slots__ = ("file", "offset", "size", "hex", "newline")
+
+    def __init__(self, offset: int, size: int, hexdigest: str, newline: bool) -> None:
+        self.file: Any = None
+        self.offset, self.size, self.hex, self.newline = offset, size, hexdigest, newline
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bool__(self) -> bool:
+        return self.size > 0
+
+    def endswith(self, suffix: bytes) -> bool:
+        assert suffix == b"\n"
+        return self.newline
+
+    def lines(self) -> Any:
+        """Its lines, without their newlines, as ``bytes.split(b"\n")`` gives them (the last one only
+        when the member does not end with a newline). Raises BundleFormatError when the bytes read now
+        are not those the container check read (the file changed meanwhile)."""
+        f, left, digest = self.file, self.size, hashlib.sha256()
+        f.seek(self.offset)
+        pieces: list[bytes] = []  # a line begun in earlier chunks
+        while left:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                break
+            left -= len(chunk)
+            digest.update(chunk)
+            parts = chunk.split(b"\n")
+            if len(parts) == 1:
+                pieces.append(chunk)
+                continue
+            if pieces:
+                pieces.append(parts[0])
+                parts[0] = b"".join(pieces)
+                pieces = []
+            pieces.append(parts.pop())
+            yield from parts
+        if left or digest.hexdigest() != self.hex:
+            raise BundleFormatError("the bundle file changed while it was being checked: not verified")
+        if self.size and not self.newline:
+            yield b"".join(pieces)
+
+
+def _stream_container(f: Any, size: int) -> list[tuple[str, bytes | _FileMember]] | None:
+    """The members of ``f`` (``size`` bytes) when it is exactly the canonical container of them
+    (:func:`zip_bytes`: every local header, the central directory and the end record as it writes them,
+    each CRC-32 that of the data, nothing after the end record), read a chunk at a time; else None (the
+    check then reads the archive into memory, to name what differs). The members of
+    :data:`_LINE_MEMBERS` are :class:`_FileMember`, the others their bytes."""
+    pos, entries, members = 0, [], []
+    f.seek(0)
+    while True:
+        head = f.read(_LOCAL_HEADER.size)
+        if len(head) < _LOCAL_HEADER.size or head[:4] != b"PK\x03\x04":
+            break
+        fl = _LOCAL_HEADER.unpack(head)
+        try:
+            name = f.read(fl[9]).decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        n = fl[7]
+        start = pos + _LOCAL_HEADER.size + fl[9]
+        if fl[10] or len(name) != fl[9] or start + n > size or len(entries) == MAX_MEMBERS:
+            return None
+        line_member = name in _LINE_MEMBERS
+        crc, digest, kept, left, last = 0, hashlib.sha256(), [], n, b""
+        while left:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                return None
+            left -= len(chunk)
+            crc = zlib.crc32(chunk, crc)
+            if line_member:
+                digest.update(chunk)
+                last = chunk[-1:]
+            else:
+                kept.append(chunk)
+        if head + name.encode("ascii") != zip_local_header(name, crc, n):
+            return None
+        entries.append((name, crc, n, pos))
+        members.append((name, _FileMember(start, n, digest.hexdigest(), last == b"\n") if line_member
+                        else b"".join(kept)))
+        pos = start + n
+    if not entries:
+        return None
+    directory = zip_directory(entries)
+    if pos + len(directory) != size:
+        return None
+    f.seek(pos)
+    if f.read(len(directory)) != directory:
+        return None
+    return members
 
 
 def file_kind(mode: int) -> str:
@@ -453,9 +576,11 @@ def _largest_member(f: Any, size: int) -> tuple[tuple[str, int] | None, bool]:
     return best, False
 
 
-def _lines(member: str, data: bytes, problems: list[Problem]) -> list[bytes]:
+def _lines(member: str, data: bytes | _FileMember, problems: list[Problem]) -> Iterable[bytes]:
     if data and not data.endswith(b"\n"):
         problems.append(Problem("bundle_line_malformed", "the member does not end with a newline", member=member))
+    if isinstance(data, _FileMember):
+        return data.lines()
     return data.split(b"\n")[:-1] if data.endswith(b"\n") else data.split(b"\n") if data else []
 
 
@@ -626,11 +751,13 @@ def _common_prefix(a: bytes, b: bytes) -> int:
 class _Check:
     """One verification of one bundle's bytes."""
 
-    def __init__(self, data: bytes, verifier: Verifier | None, started: float, size: int | None = None) -> None:
+    def __init__(self, data: bytes, verifier: Verifier | None, started: float, size: int | None = None,
+                 streamed: tuple[list, Any] | None = None) -> None:
         self.data, self.verifier, self.started = data, verifier, started
         self.size = len(data) if size is None else size  # the file's; ``data`` may be its first bytes only
         self.problems: list[Problem] = []
-        self.members: dict[str, bytes] = {}
+        self.members: dict[str, Any] = {}  # bytes, or a _FileMember of a canonical container (streamed)
+        self.streamed = streamed
         self.cp: Checkpoint | None = None
         self.ev = EventVerifier()
         self.envs: list[tuple[int, dict]] = []
@@ -669,11 +796,11 @@ class _Check:
         key_source = self._key()
         self._checkpoint()
         self._events()
-        blobs = self._blobs()
+        blobs, erased_blobs = self._blobs()
         snaps = self._snapshots()
         self.problems.extend(self._named(check_approval_answers(self.ev.envelopes_by_kind)))
         self._authorization()
-        self._manifest(blobs, snaps)
+        self._manifest(blobs, erased_blobs, snaps)
         self._export_digest()
         consistency = self._consistency(proof_doc) if proof_doc is not None else None
         self._proofs()  # a malformed proof line is reported even when no checkpoint is compared
@@ -685,7 +812,7 @@ class _Check:
         return BundleReport(
             problems=tuple(self.problems), events=sum(r["events"] for r in runs),
             system_events=sum(1 for _, e in self.envs if e["run_id"] == SYSTEM_RUN_ID), runs=runs,
-            blobs=len(blobs), snapshots=len(snaps), checkpoint_size=self.cp.size if self.cp else None,
+            blobs=blobs, snapshots=len(snaps), checkpoint_size=self.cp.size if self.cp else None,
             root="sha256:" + self.cp.root.hex() if self.cp else None,
             trusted_key=self.verifier.vkey if self.verifier else None, key_source=key_source,
             seconds=time.perf_counter() - self.started, consistency=consistency, notes=notes,
@@ -703,8 +830,10 @@ class _Check:
             self._export = export_digest([(n, self.members.get(n, b"")) for n in DIGESTED], self._hexdigest)
         return self._export
 
-    def _hexdigest(self, data: bytes) -> str:
+    def _hexdigest(self, data: bytes | _FileMember) -> str:
         """The hex SHA-256 of ``data``, each member hashed once (for the export digest and the manifest)."""
+        if isinstance(data, _FileMember):
+            return data.hex
         known = self._hashed.get(id(data))
         if known is None or known[0] is not data:
             known = self._hashed[id(data)] = (data, hashlib.sha256(data).hexdigest())
@@ -722,6 +851,13 @@ class _Check:
 
     def _container(self) -> bool:
         """Read the members (False: none could be read, the problem is recorded)."""
+        if self.streamed is not None:  # the file is exactly the canonical container of its members
+            best = self.streamed[0]
+            for _, data in best:
+                if isinstance(data, _FileMember):
+                    data.file = self.streamed[1]
+            self._member_names(best)
+            return True
         candidates = read_members(self.data)
         if not candidates:
             self._problem("bundle_container", f"the ZIP structure cannot be read: {unreadable_reason(self.data, self.size)}",
@@ -743,6 +879,11 @@ class _Check:
             self._problem("bundle_container", f"the file differs from the canonical bundle container at byte {at}",
                           what, expected=f"0x{rebuilt[at]:02x}" if at < len(rebuilt) else "end of file",
                           found=f"0x{self.data[at]:02x}" if at < len(self.data) else "end of file")
+        self._member_names(best)
+        return True
+
+    def _member_names(self, best: list[tuple[str, Any]]) -> None:
+        """The member list's checks (unknown, repeated, missing members, their order); keeps the members."""
         names = [n for n, _ in best]
         known = (*MEMBERS, PROOFS)  # the last one optional
         counts = collections.Counter(names)  # each name counted once: a hostile file may hold 65,535 members
@@ -765,7 +906,6 @@ class _Check:
                           else ", ".join(names[:_LISTED]) + f", … ({len(names)} members)")
         for name, data in best:
             self.members.setdefault(name, data)
-        return True
 
     def _key(self) -> str:
         text = self.members.get("log.vkey", b"")
@@ -1081,7 +1221,13 @@ class _Check:
     # -------------------------------------------------------------- blobs and snapshots
 
     def _rows(self, member: str, parse: Any) -> tuple[list[tuple], dict[str, str]]:
-        rows, where, last = [], {}, None
+        where: dict[str, str] = {}
+        return list(self._iter_rows(member, parse, where)), where
+
+    def _iter_rows(self, member: str, parse: Any, where: dict[str, str]) -> Iterable[tuple]:
+        """The rows of ``member`` parsed by ``parse``, one at a time as its lines are read (a line that cannot
+        be read, or out of order, is reported as it comes); ``where`` gets each row's line by its hash."""
+        last = None
         for n, line in enumerate(_lines(member, self.members.get(member, b""), self.problems), 1):
             if nested_deeper(line, LINE_DEPTH):
                 self._problem("bundle_line_malformed", _too_deep("the line", LINE_DEPTH), f"{member} line {n}")
@@ -1095,9 +1241,8 @@ class _Check:
                 self._problem("bundle_order", "lines are not in strictly increasing order of their hash",
                               f"{member} line {n}", found=row[0])
             last = row[0]
-            rows.append(row)
             where[row[0]] = f"{member} line {n}"
-        return rows, where
+            yield row
 
     def _locate(self, problems: Iterable[Problem], where: dict[str, str], member: str) -> list[Problem]:
         out = []
@@ -1106,16 +1251,47 @@ class _Check:
             out.append(dataclasses.replace(p, member=next((where[r] for r in refs if r in where), member)))
         return out
 
-    def _blobs(self) -> list[tuple]:
-        rows, where = self._rows("blobs.jsonl", _blob_fields)
-        erased = {env["payload"]["blob"] for _, env in self.ev.envelopes_by_kind.get("content.erased", [])}
+    def _blobs(self) -> tuple[int, int]:
+        """Check the blobs a line at a time (no blob's content is kept); (how many lines were read as
+        blobs, how many of those are erased)."""
+        where: dict[str, str] = {}
+        counts = collections.Counter()  # lines read as blobs per ref
+        erased_rows = 0
+
         refs_of: dict[str, list[str]] = {}
-        problems, _ = check_blobs(rows, self.ev.refs, erased, refs_of)
+        # the content of each blob check_blobs did not read the references of (refs_of), for the walk below
+        contents: dict[str, bytes | None] = {}
+
+        def rows() -> Iterable[tuple]:
+            nonlocal erased_rows
+            before = None
+            for row in self._iter_rows("blobs.jsonl", _blob_fields, where):
+                if before is not None and before in refs_of:  # check_blobs read the row before
+                    contents.pop(before, None)
+                counts[row[0]] += 1
+                erased_rows += row[2] is None
+                contents[row[0]] = row[2]
+                before = row[0]
+                yield row
+            if before is not None and before in refs_of:
+                contents.pop(before, None)
+
+        erased = {env["payload"]["blob"] for _, env in self.ev.envelopes_by_kind.get("content.erased", [])}
+        problems, _ = check_blobs(rows(), self.ev.refs, erased, refs_of)
         self.problems.extend(self._locate(problems, where, "blobs.jsonl"))
-        contents = {ref: content for ref, _, content in rows}
-        if len(contents) != len(rows):  # a ref on several lines: its last line's content is followed, as read
-            for ref in [r for r, n in collections.Counter(r[0] for r in rows).items() if n > 1]:
+        repeated = {r for r, n in counts.items() if n > 1}
+        if repeated:  # a ref on several lines: its last line's content is followed, as read
+            for ref in repeated:
                 refs_of.pop(ref, None)
+            for line in _lines("blobs.jsonl", self.members.get("blobs.jsonl", b""), []):
+                if nested_deeper(line, LINE_DEPTH):
+                    continue
+                try:
+                    ref, _, content = _blob_fields(line)
+                except (ValueError, binascii.Error):
+                    continue
+                if ref in repeated:
+                    contents[ref] = content
         reachable, pending = set(), list(self.ev.refs)
         while pending:
             ref = pending.pop()
@@ -1126,9 +1302,9 @@ class _Check:
                 pending.extend(refs_of[ref] if ref in refs_of else _blob_refs(contents.get(ref)))
             except ValueError:
                 continue
-        for ref in sorted(set(contents) - reachable):
+        for ref in sorted(set(counts) - reachable):
             self._problem("blob_unreferenced", f"blob {ref} is referenced by no event or blob of the bundle", where[ref])
-        return rows
+        return sum(counts.values()), erased_rows
 
     def _snapshots(self) -> list[tuple]:
         rows, where = self._rows("snapshots.jsonl", _snapshot_fields)
@@ -1144,7 +1320,7 @@ class _Check:
 
     # -------------------------------------------------------------- manifest and consistency
 
-    def _manifest(self, blobs: list[tuple], snaps: list[tuple]) -> None:
+    def _manifest(self, blobs: int, erased: int, snaps: list[tuple]) -> None:
         found = self.members.get("manifest.json", b"")
         if nested_deeper(found, _MANIFEST_DEPTH):
             self._problem("bundle_manifest", _too_deep("manifest.json", _MANIFEST_DEPTH), "manifest.json")
@@ -1160,8 +1336,8 @@ class _Check:
         try:
             want = manifest_bytes(
                 origin=cp.origin, size=cp.size, root=cp.root, runs=self._run_entries(),
-                system_events=sum(1 for _, e in self.envs if e["run_id"] == SYSTEM_RUN_ID), blobs=len(blobs),
-                erased=sum(1 for r in blobs if r[2] is None), snapshots=len(snaps),
+                system_events=sum(1 for _, e in self.envs if e["run_id"] == SYSTEM_RUN_ID), blobs=blobs,
+                erased=erased, snapshots=len(snaps),
                 members=[(n, self.members.get(n, b"")) for n in MEMBERS[2:] + ((PROOFS,) if PROOFS in self.members
                                                                                  else ())],
                 digest=self._digest(),
@@ -1199,7 +1375,8 @@ class _Check:
         actual = self._digest()
         if actual == signed:
             return
-        changed = _changed_members(content, signed, self.members.get("manifest.json", b""), self._format_text())
+        changed = _changed_members(content, signed, self.members.get("manifest.json", b""), self._format_text(),
+                                   self._hexdigest)
         self._problem("export_digest_mismatch", f"{', '.join(changed)} {'does' if len(changed) == 1 else 'do'} not "
                       "match the export digest signed in the checkpoint (content was removed, added or changed "
                       "after the export)", ", ".join(changed),
@@ -1370,8 +1547,8 @@ class _Check:
         return None
 
 
-def _changed_members(content: list[tuple[str, bytes]], signed: bytes, manifest: bytes,
-                     format_text: bytes = FORMAT_TEXT) -> list[str]:
+def _changed_members(content: list[tuple[str, Any]], signed: bytes, manifest: bytes,
+                     format_text: bytes = FORMAT_TEXT, hexdigest: Any = None) -> list[str]:
     """The content members that differ from what was signed.
 
     The signed digest covers per-member hashes. If the manifest's member hashes
@@ -1381,7 +1558,8 @@ def _changed_members(content: list[tuple[str, bytes]], signed: bytes, manifest: 
     was rebuilt too) every member that may have changed is named. ``format_text`` is the
     bundle's own (known) ``format`` member.
     """
-    hashes = {n: "sha256:" + hashlib.sha256(d).hexdigest() for n, d in content}
+    hexdigest = hexdigest or (lambda d: hashlib.sha256(d).hexdigest())
+    hashes = {n: "sha256:" + hexdigest(d) for n, d in content}
     try:
         if nested_deeper(manifest, _MANIFEST_DEPTH):
             raise ValueError("too deep")  # reported by _manifest
