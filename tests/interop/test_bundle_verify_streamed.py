@@ -97,3 +97,52 @@ def test_a_file_changed_while_checked_is_refused(case, tmp_path, monkeypatch):
         verify_bundle(copy, trusted_vkey=key)
     code, out, _ = cli("verify", copy, "--key", key, cwd=tmp_path)
     assert code == 1 and "NOT VERIFIED" in out  # checked again from the start: the change is reported
+
+
+def _env(kind, seq, payload, step="1"):
+    return {"kind": kind, "payload": payload, "prev": "sha256:" + "0" * 64, "principal": "agent:a", "run_id": "r1",
+            "run_seq": seq, "step": step, "ts": "2026-12-05T10:00:00.000000Z", "v": 1}
+
+
+def test_the_calls_and_decisions_kept_after_the_events_read_as_the_whole_envelopes():
+    """The check keeps of each tool.call and policy.decision only the fields the call checks read, and
+    counts the manifest's runs as it goes: each check reads the same from them as from the envelopes."""
+    from sealbox.verify import CallStepCheck, lets_through
+
+    decisions = [{"call_id": "c1", "effect": "allow", "reason_code": "policy_allow", "rule": "r", "inputs": {"q": 1}},
+                 {"call_id": "c2", "effect": "deny", "reason_code": "policy_deny"},
+                 {"call_id": "c3", "effect": "allow", "reason_code": "imported"},
+                 {"call_id": "c4", "effect": "allow", "reason_code": "policy_allow", "replayed": {"from": "x"}}]
+    envs = [_env("run.started", 1, {"agent": "dba"})]
+    for i, d in enumerate(decisions):
+        envs.append(_env("tool.call", len(envs) + 1, {"arguments": {"a": "x" * 100}, "call_id": d["call_id"],
+                                                      "exposed": "db.q", "grant": f"g{i}", "server": "db", "tool": "q"},
+                         step="1" if i < 2 else str(i)))
+        envs.append(_env("policy.decision", len(envs) + 1, d, step="1" if i < 2 else str(i)))
+        envs.append(_env("tool.result", len(envs) + 1, {"call_id": d["call_id"], "ok": True}))
+    check = bundle_verify._Check(b"", None, 0.0)
+    for leaf, env in enumerate(envs):
+        check._keep(leaf, env)
+    kept = dict(check.envs)
+    assert set(kept) == {leaf for leaf, e in enumerate(envs) if e["kind"] in ("tool.call", "policy.decision")}
+    for leaf, slim in kept.items():
+        full = envs[leaf]
+        assert {k: slim[k] for k in ("kind", "principal", "run_id", "run_seq", "step", "ts")} == \
+            {k: full[k] for k in ("kind", "principal", "run_id", "run_seq", "step", "ts")}
+        assert lets_through(slim["payload"]) == lets_through(full["payload"])
+        assert "arguments" not in slim["payload"] and "inputs" not in slim["payload"]
+    assert [lets_through(kept[leaf]["payload"]) for leaf in sorted(kept) if kept[leaf]["kind"] == "policy.decision"] \
+        == [True, False, False, False]
+    calls, stopped = check._calls()
+    assert [c[1]["payload"] for c in calls] == [{"call_id": d["call_id"], "grant": f"g{i}", "server": "db", "tool": "q"}
+                                               for i, d in enumerate(decisions)]
+    assert stopped == {("r1", "c2"), ("r1", "c3"), ("r1", "c4")}
+    steps_full, steps_slim = CallStepCheck(), CallStepCheck()
+    for leaf, env in enumerate(envs):
+        if env["kind"] == "tool.call":
+            steps_full.add(leaf, env)
+            steps_slim.add(leaf, kept[leaf])
+    assert steps_slim.problems == steps_full.problems and [p.code for p in steps_slim.problems] == ["call_step_duplicate"]
+    assert check._run_entries() == [{"run_id": "r1", "agent": "dba", "events": len(envs), "first_leaf": 0,
+                                     "last_leaf": len(envs) - 1, "last_kind": "tool.result"}]
+    assert check._system_events == 0

@@ -63,7 +63,6 @@ from sealbox.interop.bundle import (
     archive_extent,
     read_members,
     unreadable_reason,
-    run_entries,
     snapshot_line,
     zip_bytes,
     zip_directory,
@@ -120,6 +119,13 @@ _EVENT_TAIL = re.compile(rb',"leaf_index":(0|[1-9][0-9]{0,15}),"proof":\[((?:' +
                          + _B64_HASH + rb')?\]\}')
 #: the end of a line of blobs.jsonl as an export writes it (:func:`blob_line`), from its last ``,"ref":``
 _BLOB_TAIL = re.compile(rb',"ref":"(sha256:[0-9a-f]{64})","salt":(?:"((?:[0-9a-f]{2})*)"|null)\}')
+#: the kinds whose envelopes the checks after the events read (:meth:`_Check._keep`): the calls, their
+#: decisions and steps (CallGrantCheck, CallStepCheck, the grants and re-approvals calls need)
+_ENV_KINDS = CALL_GRANT_KINDS | CALL_STEP_KINDS | {"tools.changed", "tool.reapproved"}
+#: the payload fields kept of the calls and their decisions (the call, grant, step and re-approval checks read
+#: these and the envelope's run_id, run_seq, step, principal and ts; lets_through reads effect, reason_code, replayed)
+_SLIM = {"tool.call": frozenset({"call_id", "grant", "server", "tool"}),
+         "policy.decision": frozenset({"call_id", "effect", "reason_code", "replayed"})}
 _EXPORT_LINE = re.compile(re.escape(EXPORT_EXTENSION) + r" sha256:([0-9a-f]{64})")
 
 
@@ -760,9 +766,13 @@ class _Check:
         self.streamed = streamed
         self.cp: Checkpoint | None = None
         self.ev = EventVerifier()
+        #: (leaf, envelope) of the events the checks after the events read (:data:`_ENV_KINDS`), in line order
         self.envs: list[tuple[int, dict]] = []
-        self.leaf_lines: dict[int, str] = {}
-        self._runs: list[dict[str, Any]] | None = None  # run_entries(self.envs), once the events are read
+        self.leaf_lines: dict[int, int] = {}  # leaf index -> its line of events.jsonl
+        self._runs: list[dict[str, Any]] | None = None  # run_entries of every event, once the events are read
+        self._run_rows: dict[str, dict[str, Any]] = {}  # run_entries, one event at a time (_keep)
+        self._system_events = 0
+        self._strings: dict[str, str] = {}  # one copy of each run id, principal, server, tool… of the kept calls
         self._export: bytes | None = None  # the export digest of the content members
         self._hashed: dict[int, tuple[bytes, str]] = {}  # id(bytes) -> (bytes, hex SHA-256): see _hexdigest
         self._inclusion: _Inclusion | None = None  # proofs checked against the checkpoint, leaf by leaf
@@ -811,7 +821,7 @@ class _Check:
                       "or its last events were left out" for r in runs if r["status"] != "run.ended") + tuple(self.notes)
         return BundleReport(
             problems=tuple(self.problems), events=sum(r["events"] for r in runs),
-            system_events=sum(1 for _, e in self.envs if e["run_id"] == SYSTEM_RUN_ID), runs=runs,
+            system_events=self._system_events, runs=runs,
             blobs=blobs, snapshots=len(snaps), checkpoint_size=self.cp.size if self.cp else None,
             root="sha256:" + self.cp.root.hex() if self.cp else None,
             trusted_key=self.verifier.vkey if self.verifier else None, key_source=key_source,
@@ -821,8 +831,34 @@ class _Check:
     def _run_entries(self) -> list[dict[str, Any]]:
         """:func:`run_entries` of the bundle's events (computed once, after :meth:`_events`; not to be changed)."""
         if self._runs is None:
-            self._runs = run_entries(self.envs)
+            self._runs = list(self._run_rows.values())
         return self._runs
+
+    def _keep(self, leaf: int, env: dict) -> None:
+        """Count a readable event for the manifest's runs (:func:`run_entries`, one event at a time) and the
+        system events; keep its envelope only when a later check reads it (:data:`_ENV_KINDS`)."""
+        run_id, kind = env["run_id"], env["kind"]
+        if run_id == SYSTEM_RUN_ID:
+            self._system_events += 1
+        else:
+            r = self._run_rows.get(run_id)
+            if r is None:
+                r = self._run_rows[run_id] = {"run_id": run_id, "agent": None, "events": 0, "first_leaf": leaf,
+                                              "last_leaf": leaf, "last_kind": None}
+            if kind == "run.started" and isinstance(env["payload"].get("agent"), str):
+                r["agent"] = env["payload"]["agent"]
+            r["events"] += 1
+            r["last_leaf"], r["last_kind"] = leaf, kind
+        if kind in _SLIM:  # most events of a bundle: only the fields the call checks read are kept
+            strings, p = self._strings, env["payload"]
+            env = {"kind": kind, "payload": {k: strings.setdefault(v, v) if type(v) is str else v
+                                             for k, v in p.items() if k in _SLIM[kind]},
+                   "principal": strings.setdefault(env["principal"], env["principal"]),
+                   "run_id": strings.setdefault(run_id, run_id), "run_seq": env["run_seq"], "step": env["step"],
+                   "ts": env["ts"]}
+            self.envs.append((leaf, env))
+        elif kind in _ENV_KINDS:
+            self.envs.append((leaf, env))
 
     def _digest(self) -> bytes:
         """:func:`export_digest` of the content members (computed once)."""
@@ -966,7 +1002,7 @@ class _Check:
             fields = None if deep else _event_fields_fast(line)
             if fields is not None and fields[1] > last:  # nothing to report on the line itself
                 last = fields[1]
-                self.leaf_lines[last] = where
+                self.leaf_lines[last] = n
                 pending.append((where, *fields))
                 if len(pending) == 4096:
                     self._check_pending(pending)
@@ -984,7 +1020,7 @@ class _Check:
                 self._problem("bundle_order", "events are not in strictly increasing leaf order", where,
                               leaf_index=leaf_index, expected=f"a leaf above {last}", found=str(leaf_index))
             last = max(last, leaf_index)
-            self.leaf_lines[leaf_index] = where
+            self.leaf_lines[leaf_index] = n
             self._event(raw, leaf_index, proof, where)
         self._check_pending(pending)
 
@@ -1001,7 +1037,7 @@ class _Check:
             envs = self.ev.try_events(rows[i:i + 256], leaves[i:i + 256])  # (a bounded copy each time)
             for env in envs:
                 where, _, leaf_index, proof = pending[i]
-                self.envs.append((leaf_index, env))
+                self._keep(leaf_index, env)
                 self._prove(leaves[i], leaf_index, proof, env, where)
                 i += 1
             if i < len(pending):
@@ -1017,7 +1053,7 @@ class _Check:
         env = self.ev.try_events([(leaf_index, raw, None, None)], [leaf]) if fast else None
         if env:
             env = env[0]
-            self.envs.append((leaf_index, env))
+            self._keep(leaf_index, env)
         else:
             checked = self._event_full(raw, leaf_index, leaf, where)
             if checked is False:
@@ -1061,11 +1097,13 @@ class _Check:
         env = self.ev.check_event(leaf_index, raw, leaf, contiguous=False, chain=run_id != SYSTEM_RUN_ID)
         self.problems.extend(dataclasses.replace(p, member=where) for p in self.ev.problems[before:])
         if env is not None:
-            self.envs.append((leaf_index, env))
+            self._keep(leaf_index, env)
         return env
 
     def _named(self, problems: Iterable[Problem]) -> list[Problem]:
-        return [dataclasses.replace(p, member=self.leaf_lines.get(p.leaf_index, "events.jsonl")) for p in problems]
+        lines = self.leaf_lines
+        return [dataclasses.replace(p, member=f"events.jsonl line {lines[p.leaf_index]}" if p.leaf_index in lines
+                                    else "events.jsonl") for p in problems]
 
     # -------------------------------------------------------------- authorization evidence
 
@@ -1336,7 +1374,7 @@ class _Check:
         try:
             want = manifest_bytes(
                 origin=cp.origin, size=cp.size, root=cp.root, runs=self._run_entries(),
-                system_events=sum(1 for _, e in self.envs if e["run_id"] == SYSTEM_RUN_ID), blobs=blobs,
+                system_events=self._system_events, blobs=blobs,
                 erased=erased, snapshots=len(snaps),
                 members=[(n, self.members.get(n, b"")) for n in MEMBERS[2:] + ((PROOFS,) if PROOFS in self.members
                                                                                  else ())],
