@@ -13,9 +13,17 @@ in the machine affects all alike:
 * ``verify_store`` of the store the bundle came from (the same events), for the ratio the issue asks:
   bundle verification within about 2x of the store's (ours/verify_store >= 0.5).
 
-Prints figures; asserts nothing about timings.
+Then peak memory against the archive's size: for bundles of a few sizes (``--rss-events``, default
+20,000 and 60,000 events, the second with a 4 KB blob in each result), the peak RSS (``VmHWM``, Linux) of a
+fresh Python process that runs ``verify_bundle`` on it, a bundle whose container is canonical being read
+a chunk at a time from the file (ours), against the same check with the archive held in memory (the path
+a non-canonical container takes, as every bundle did before; the check after it is the same), and the
+floor of a process that only imports sealbox.
 
-Run: ``.venv/bin/python bench/bench_verify_bundle.py`` (``--events N``, ``--quick`` for a smoke run).
+Prints figures; asserts nothing about timings or memory.
+
+Run: ``.venv/bin/python bench/bench_verify_bundle.py`` (``--events N``, ``--rss-events N,N``, ``--quick``
+for a smoke run).
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ import argparse
 import gc
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -41,8 +52,9 @@ from sealbox.store import init_store
 CALLS_PER_RUN = 333  # 1,001 events a run: run.started, 3 per call, run.ended
 
 
-def fill_store(folder: Path, events: int):
-    """A store of about ``events`` events of recorded tool calls; returns (store, run ids)."""
+def fill_store(folder: Path, events: int, blob: int = 0):
+    """A store of about ``events`` events of recorded tool calls (each result holding ``blob`` more
+    bytes); returns (store, run ids)."""
     store = init_store(folder, durability="fast")
     recorder = Recorder(store, policy=ALLOW_ALL)
     run_ids = []
@@ -52,7 +64,8 @@ def fill_store(folder: Path, events: int):
         for i in range(CALLS_PER_RUN):
             run.call_tool("db", "read_query", {"query": "SELECT id, status FROM orders WHERE customer_id = ?",
                                                "params": [i, "open"]},
-                          lambda **kw: {"rows": [[kw["params"][0], "open", 12.5]]})
+                          lambda **kw: {"rows": [[kw["params"][0], "open", 12.5]],
+                                        **({"text": f"{i}:" + "x" * blob} if blob else {})})
         run.end()
     return store, run_ids
 
@@ -104,15 +117,64 @@ def bench(events: int, reps: int) -> None:
     report(f"verify bundle, {n} events vs verify_store of the same events", ours, stores, "events/s", 0.5)
 
 
+_CHILD = """
+import sys
+from sealbox.interop import bundle_verify
+if sys.argv[1] == "memory":  # the archive held in memory, as a non-canonical container is (and every bundle was)
+    bundle_verify._stream_container = lambda f, size: None
+if sys.argv[1] != "floor":
+    report = bundle_verify.verify_bundle(sys.argv[2], trusted_vkey=sys.argv[3], max_bytes=1 << 40)
+    assert report.ok, report.summary()
+# VmHWM: this process's peak RSS since its exec (ru_maxrss would carry the forking parent's over exec)
+print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))
+"""
+
+
+def _peak_rss(mode: str, path: Path, key: str) -> float:
+    """Peak RSS in MB of a fresh process verifying ``path`` (``mode``: ``streamed``, ``memory`` or ``floor``)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path), key], check=True, capture_output=True,
+                         text=True, env=env).stdout
+    return int(out.split()[-1]) / 1024  # VmHWM is in kB
+
+
+def bench_rss(sizes: Sequence[tuple[int, int]]) -> None:
+    """Peak RSS of verify_bundle against the archive's size, streamed and held in memory."""
+    print("peak RSS of a process verifying a bundle (VmHWM, MB), against the archive's size:")
+    print(f"    {'events':>8} {'blob B':>7} {'archive MB':>11} {'streamed':>9} {'in memory':>10} {'floor':>6} "
+          f"{'(streamed-floor)/archive':>25} {'(in memory-floor)/archive':>26}")
+    for events, blob in sizes:
+        with tempfile.TemporaryDirectory(prefix="sealbox-bench-") as tmp:
+            store, run_ids = fill_store(Path(tmp) / "store", events, blob)
+            path = Path(tmp) / "case.sbx"
+            export_bundle(store, run_ids, path)
+            store.close()
+            key = (Path(tmp) / "store" / "log.vkey").read_text().strip()
+            mb = path.stat().st_size / 1e6
+            streamed, memory, floor = (_peak_rss(m, path, key) for m in ("streamed", "memory", "floor"))
+            print(f"    {events:>8} {blob:>7} {mb:>11.1f} {streamed:>9.0f} {memory:>10.0f} {floor:>6.0f} "
+                  f"{(streamed - floor) / mb:>24.2f}x {(memory - floor) / mb:>25.2f}x")
+            report(f"peak RSS verifying a {mb:.0f} MB bundle of {events} events (streamed vs held in memory)",
+                   streamed, memory, "MB", None, f"process floor (import only) {floor:.0f} MB")
+    print()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
     parser.add_argument("--events", type=int, default=None, help="events in the bundle (default 20,000)")
+    parser.add_argument("--rss-events", default=None,
+                        help="comma-separated event counts of the bundles whose peak RSS is measured "
+                             "(default 20000,60000; every other one with 4 KB blobs)")
     args = parser.parse_args(argv)
     events, reps = (3000, 2) if args.quick else (20_000, 5)
     print_machine_once()
     print("== bench_verify_bundle: sealbox verify FILE (offline bundle verification) ==\n")
     bench(args.events or events, reps)
+    counts = [int(n) for n in args.rss_events.split(",")] if args.rss_events else [3000] if args.quick else [20_000,
+                                                                                                           60_000]
+    bench_rss([(n, 4096 if i % 2 else 0) for i, n in enumerate(counts)])
     print_table("bench_verify_bundle summary")
 
 
