@@ -146,3 +146,23 @@ def test_the_calls_and_decisions_kept_after_the_events_read_as_the_whole_envelop
     assert check._run_entries() == [{"run_id": "r1", "agent": "dba", "events": len(envs), "first_leaf": 0,
                                      "last_leaf": len(envs) - 1, "last_kind": "tool.result"}]
     assert check._system_events == 0
+
+
+def test_a_bad_key_or_proof_leaves_no_bundle_file_open(case):
+    """The bundle file kept open for the streamed check is closed when the key or a proof is refused (not
+    left to the garbage collector, which warns of an unclosed file)."""
+    import gc
+    import warnings
+
+    from sealbox.errors import ConfigError, NoteError
+
+    path, key = case
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(NoteError):
+            verify_bundle(path, trusted_vkey="not a key")
+        with pytest.raises(ConfigError):
+            verify_bundle(path, trusted_vkey=key, consistency=[])
+        assert verify_bundle(path, trusted_vkey=key).ok
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []

@@ -367,15 +367,20 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
     if trusted_vkey and trust_bundle_key:
         raise ConfigError("give a trusted key or trust the bundle's own key, not both")
     data, size, streamed = _read(Path(path), max_bytes)
-    verifier = Verifier.from_vkey(trusted_vkey) if trusted_vkey else None
-    proof_doc = parse_consistency(consistency) if consistency is not None else None
-    given: dict[int, tuple[str, int, list[bytes]]] = {}
-    for where, doc in saved_proofs:
-        size1, size2, hashes = parse_saved_proof(doc)
-        if size1 in given:
-            raise ConfigError(f"{given[size1][0]} and {where} are both consistency proofs from size {size1}: "
-                              "give one")
-        given[size1] = (where, size2, hashes)
+    try:
+        verifier = Verifier.from_vkey(trusted_vkey) if trusted_vkey else None
+        proof_doc = parse_consistency(consistency) if consistency is not None else None
+        given: dict[int, tuple[str, int, list[bytes]]] = {}
+        for where, doc in saved_proofs:
+            size1, size2, hashes = parse_saved_proof(doc)
+            if size1 in given:
+                raise ConfigError(f"{given[size1][0]} and {where} are both consistency proofs from size {size1}: "
+                                  "give one")
+            given[size1] = (where, size2, hashes)
+    except BaseException:
+        if streamed is not None:
+            streamed[1].close()
+        raise
     check = _Check(data, verifier, started, size, streamed)
     check.given_proofs = given
     # The check keeps every event's envelope (the run, call and grant checks need them): millions of
