@@ -1480,10 +1480,18 @@ class RunContext:
                               "(await run.acall_tool(...)) to record it; nothing was recorded or run")
         if kind == "generator":
             raise ConfigError(_generator_refusal(server, tool, kind))
-        if self.replay is not None and self.replay.serves_tools:  # answered from the record; fn never runs
-            return self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
-        call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent,
-                                                refused=refused is not None)
+        inside = None
+        if self.replay is not None and self.replay.serves_tools:  # from the record (fn runs if it held a sub-agent)
+            from sealbox.replay.source import RunInside
+
+            inside = self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
+            if not isinstance(inside, RunInside):
+                return inside
+        if inside is not None:  # it held a sub-agent: fn runs, its sub-agent served from the record
+            call_id, step = inside.call_id, inside.step
+        else:
+            call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent,
+                                                    refused=refused is not None)
         self._call_began(call_id)
         try:
             started = time.perf_counter_ns()
@@ -1538,10 +1546,17 @@ class RunContext:
         kind = _function_kind(fn)
         if kind in ("generator", "async generator"):
             raise ConfigError(_generator_refusal(server, tool, kind))
+        inside = None
         if self.replay is not None and self.replay.serves_tools:
-            return self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
+            from sealbox.replay.source import RunInside
+
+            inside = self.replay.serve_tool(self, server, tool, arguments, grant=grant, call_id=call_id, exposed=exposed)
+            if not isinstance(inside, RunInside):
+                return inside
         writer = self.recorder.async_writer
-        if writer is None:
+        if inside is not None:  # it held a sub-agent: fn runs, its sub-agent served from the record
+            call_id, step = inside.call_id, inside.step
+        elif writer is None:
             call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent,
                                                     method=method, refused=refused is not None)
         else:

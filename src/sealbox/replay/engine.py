@@ -14,7 +14,8 @@ mode and runs as it does in production:
   LangChain chat model (served through LangChain's cache hook while the replay
   runs) — are answered from the recorded ``model.call``;
 - tool calls (``run.call_tool``, ``@recorder.tool``, governed SDK / LangGraph
-  tools) get the recorded result; the tool never runs; a recorded deny is a
+  tools) get the recorded result; the tool never runs (one that held a sub-agent
+  does, its sub-agent served from the record); a recorded deny is a
   deny again, an approval is served as it was answered and never asked again;
 - every step is compared by (step, kind, name, hash) before it is written; the
   first mismatch stops the run (:class:`~sealbox.replay.divergence.Divergence`).

@@ -297,6 +297,11 @@ class RecordedRun:
     mode: str = "full"
     #: the comparable steps in the order they were written (run_seq), not in step order
     order: list[str] = field(default_factory=list)
+    #: each tool call's step -> the global log positions (``leaf_index``) of its ``tool.call`` and of its
+    #: ``tool.result`` (None: none recorded), to tell which calls held work of their own (:meth:`held_inside`)
+    call_spans: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    #: the global log positions of the run's ``model.call`` events
+    model_leaves: list[int] = field(default_factory=list)
 
     @classmethod
     def read(cls, store: Any, run_id: str) -> "RecordedRun":
@@ -346,10 +351,16 @@ class RecordedRun:
             self.order.append(e.step)
             if e.kind == "tool.call":
                 by_call[p["call_id"]] = call
+                self.call_spans[e.step] = (e.leaf_index, None)
+            elif e.kind == "model.call":
+                self.model_leaves.append(e.leaf_index)
         elif e.kind == "policy.decision" and p.get("call_id") in by_call:
             by_call[p["call_id"]].decision = p
         elif e.kind == "tool.result" and p.get("call_id") in by_call:
             by_call[p["call_id"]].result = p
+            span = self.call_spans.get(by_call[p["call_id"]].key.step)
+            if span is not None and span[1] is None:
+                self.call_spans[by_call[p["call_id"]].key.step] = (span[0], e.leaf_index)
         elif e.kind == "approval.requested":
             # a malformed request (only a change below Sealbox makes one) is still tied to its call
             # when its ids are strings; approvals.evaluate calls it malformed, never approved
@@ -368,6 +379,20 @@ class RecordedRun:
                 call.approval = "expired"
         elif e.kind == "run.ended":
             self.ended = p
+
+    def held_inside(self, leaves: list[int]) -> set[str]:
+        """The steps of the tool calls that held recorded work inside them: for each global log position in
+        ``leaves`` (the run's own ``model.call`` events and the ``run.started`` of its sub-agent runs), the
+        call open there (its ``tool.call`` written before, its ``tool.result`` after or never), the one opened
+        last when several are (the innermost of nested calls): a sub-agent run inside a tool (a second graph
+        invoked in a governed LangGraph tool, with the run's handler or a sub-agent run of its own)."""
+        held: set[str] = set()
+        spans = sorted(self.call_spans.items(), key=lambda kv: kv[1][0])
+        for leaf in leaves:
+            open_ = [step for step, (start, end) in spans if start < leaf and (end is None or leaf < end)]
+            if open_:
+                held.add(open_[-1])
+        return held
 
     def _stored(self, kind: str, payload: dict[str, Any]) -> Any:
         name = _CONTENT[kind]

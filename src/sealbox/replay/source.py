@@ -8,7 +8,8 @@ recorder then:
   mismatch raises :class:`ReplayStopped` and nothing more happens;
 - asks :meth:`ReplaySource.serve_tool` for a tool call when tools come from the
   record: the call is compared, written (``tool.call``, the recorded decision,
-  ``tool.result``) and the recorded result returned — the tool never runs;
+  ``tool.result``) and the recorded result returned — the tool never runs, unless
+  it held a sub-agent in the record (:class:`RunInside`: it runs, its sub-agent served);
 - asks :meth:`ReplaySource.answer_model` (``RunContext.complete``) or
   :meth:`ReplaySource.model_response` (the integrations) for a model answer when
   models come from the record.
@@ -32,7 +33,18 @@ from sealbox.replay.serialized import reordered_text, same_but_for_key_order
 from sealbox.replay.values import rebuild, rebuild_error
 from sealbox.snapshot import FieldDiff
 
-__all__ = ["ReplaySource", "ReplayStopped"]
+__all__ = ["ReplaySource", "ReplayStopped", "RunInside"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInside:
+    """What :meth:`ReplaySource.serve_tool` returns for a recorded call that held a sub-agent (model calls
+    of the run, or a sub-agent run, recorded while it ran): its ``tool.call`` and recorded decision are
+    written, and the caller runs the tool's own function, whose sub-agent is served from the record, and
+    records its ``tool.result`` as a live call does (``call_id``, ``step``)."""
+
+    call_id: str
+    step: str
 
 
 #: Queued events of served calls are written at the latest every this many events.
@@ -82,6 +94,7 @@ class ReplaySource:
         self.reproduced: bool | None = None  # its verdict, once it ended (a sub-agent run)
         self._children: list[dict[str, Any]] | None = None  # the recorded run's sub-agent runs (read once)
         self._claimed: set[str] = set()  # those already served to a sub-agent run of the replay
+        self._held: set[str] | None = None  # the recorded tool calls that held a sub-agent (read once)
 
     # ----------------------------------------------------------------- comparing
 
@@ -493,7 +506,9 @@ class ReplaySource:
 
     def serve_tool(self, run: Any, server: str, tool: str, arguments: Any, *, grant: str | None,
                    call_id: str | None, exposed: str | None) -> Any:
-        """Compare a tool call, record it with the recorded decision and result, and return that result.
+        """Compare a tool call, record it with the recorded decision and result, and return that result;
+        or, for an allowed call that held a sub-agent (:meth:`holds_sub_agent`), record it with its recorded
+        decision and return :class:`RunInside`: the caller runs the tool and records its result.
 
         Raises:
             ToolDenied: the recorded call was denied (by policy, or its approval was denied or expired).
@@ -520,6 +535,10 @@ class ReplaySource:
                     "eval_us": 0, "approval": d.get("approval"),
                     "replayed": {"run_id": self.recorded.run_id, "step": step, "approval": rec.approval}}
         drafts = [run._draft("tool.call", call, step), run._draft("policy.decision", decision, step)]
+        if not denied and self.holds_sub_agent(step):  # the tool's function runs: its sub-agent is served
+            self._write(run, drafts)
+            self.flush(run)  # written before what runs inside it, as recorded (a replay of this replay finds it so)
+            return RunInside(call_id, step)
         if denied:
             self._write(run, drafts)
             code = d.get("reason_code", "policy_deny") if d.get("effect") == "deny" else f"approval_{rec.approval}"
@@ -542,6 +561,23 @@ class ReplaySource:
         if isinstance(served, BaseException) and not answered:
             raise served
         return served
+
+    def holds_sub_agent(self, step: str) -> bool:
+        """Whether the recorded tool call at ``step`` held a sub-agent: a model call of the recorded run, or the
+        start of one of its sub-agent runs, was recorded while it ran (between its ``tool.call`` and its
+        ``tool.result``; with calls running at once, the one opened last is taken). Its tool's function then
+        runs in the replay (:class:`RunInside`), so that the sub-agent's own calls are served from the record
+        and compared, instead of the whole call being answered with its recorded result."""
+        with self._lock:
+            if self._held is None:
+                leaves = list(self.recorded.model_leaves)
+                if self.recorded.call_spans and getattr(self.recorded.store, "get_run", None) is not None:
+                    for child in self.recorded_children():
+                        events = self.recorded.store.read_run(child["run_id"])
+                        if events:
+                            leaves.append(events[0].leaf_index)
+                self._held = self.recorded.held_inside(leaves) if self.recorded.call_spans else set()
+            return step in self._held
 
     def refuse_live_tool(self, run: Any, server: str, tool: str, arguments: Any, *, call_id: str | None,
                          exposed: str | None, why: str) -> None:
