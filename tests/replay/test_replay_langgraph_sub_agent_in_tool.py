@@ -195,3 +195,54 @@ def test_a_changed_sub_graph_recording_into_the_parent_run_diverges_at_its_step(
     div = result.divergence
     assert div is not None and (div.kind, div.step, div.sub_run) == ("mismatch", "3", ())
     assert [(d.path, d.a, d.b) for d in div.diff] == [("messages[0].content", "weather?", "Please: weather?")]
+
+
+def test_a_sub_agent_the_record_cannot_tie_to_one_of_parallel_calls_is_unreplayable_and_nothing_runs(store):
+    """Two calls of one model step ran at once, a plain tool (``audit``) and the one invoking the sub-agent:
+    the sub-agent run started while both were open, so the record cannot tell which held it. Neither tool
+    is run for real to find out: the replay stops there, ``unreplayable``, never a false reproduction."""
+    import threading
+
+    def agent_with(ran: list):
+        expert_done, audit_started = threading.Event(), threading.Event()
+
+        @tool
+        def audit(note: str) -> str:
+            """Write an audit note."""
+            ran.append(("audit", note))
+            audit_started.set()
+            expert_done.wait(30)  # open while the sub-agent runs (never waited for in a replay: it does not run)
+            return "noted"
+
+        def agent(run):
+            @tool
+            def ask_expert(question: str) -> str:
+                """Ask the expert sub-agent."""
+                ran.append(("ask_expert", question))
+                audit_started.wait(30)  # so that the sub-agent runs while audit is open, whichever thread ran first
+                model = ScriptedChatModel(messages=iter([AIMessage(content="expert: sunny")]))
+                with run.recorder.run(agent="expert") as child:
+                    state = react_agent(model, []).invoke({"messages": [("user", question)]},
+                                                          config={"callbacks": [SealboxCallbackHandler(child)]})
+                expert_done.set()
+                return state["messages"][-1].content
+
+            model = ScriptedChatModel(messages=iter([
+                AIMessage(content="", tool_calls=[{"name": "audit", "args": {"note": "asked"}, "id": "p0"},
+                                                  {"name": "ask_expert", "args": {"question": "weather?"}, "id": "p1"}]),
+                AIMessage(content="done")]))
+            graph = react_agent(model, governed_tools(run, [audit, ask_expert]))
+            return graph.invoke({"messages": [("user", "go")]},
+                                config={"callbacks": [SealboxCallbackHandler(run)]})["messages"][-1].content
+        return agent
+
+    recorded: list = []
+    with Recorder(store, policy=ALLOW_ALL).run(agent="top") as run:
+        assert agent_with(recorded)(run) == "done"
+    assert sorted(recorded) == [("ask_expert", "weather?"), ("audit", "asked")]
+    ran: list = []
+    result = Replayer(store).replay(run.run_id, agent_with(ran))
+    div = result.divergence
+    assert div is not None and div.kind == "unreplayable" and div.step in ("2.1", "2.2"), result.head()
+    assert "cannot tell which of them held it" in div.message
+    assert not result.reproduced and ran == []

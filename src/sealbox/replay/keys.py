@@ -380,19 +380,37 @@ class RecordedRun:
         elif e.kind == "run.ended":
             self.ended = p
 
-    def held_inside(self, leaves: list[int]) -> set[str]:
-        """The steps of the tool calls that held recorded work inside them: for each global log position in
-        ``leaves`` (the run's own ``model.call`` events and the ``run.started`` of its sub-agent runs), the
-        call open there (its ``tool.call`` written before, its ``tool.result`` after or never), the one opened
-        last when several are (the innermost of nested calls): a sub-agent run inside a tool (a second graph
-        invoked in a governed LangGraph tool, with the run's handler or a sub-agent run of its own)."""
+    def held_inside(self, leaves: list[int]) -> tuple[set[str], set[str]]:
+        """The steps of the tool calls that held recorded work inside them, and those that may have.
+
+        For each global log position in ``leaves`` (the run's own ``model.call`` events and the ``run.started``
+        of its sub-agent runs), the calls open there: their ``tool.call`` written before and their
+        ``tool.result`` after (a call with no ``tool.result`` never ran or has no known outcome, and one
+        decided ``require_approval`` may have waited across other steps: neither is taken). The one opened
+        last holds it (the innermost of nested calls: a sub-agent run inside a tool, a second graph invoked in
+        a governed LangGraph tool), unless another call open there was requested by the same model step (calls
+        running at once): the record cannot tell which of them held it, and all of those are returned in the
+        second set instead.
+
+        Returns:
+            ``(held, ambiguous)``: sets of steps.
+        """
         held: set[str] = set()
-        spans = sorted(self.call_spans.items(), key=lambda kv: kv[1][0])
+        ambiguous: set[str] = set()
+        spans = sorted(((step, start, end) for step, (start, end) in self.call_spans.items()
+                        if end is not None and ((self.steps.get(step) and self.steps[step].decision) or {})
+                        .get("effect") != "require_approval"), key=lambda t: t[1])
         for leaf in leaves:
-            open_ = [step for step, (start, end) in spans if start < leaf and (end is None or leaf < end)]
-            if open_:
+            open_ = [step for step, start, end in spans if start < leaf < end]  # type: ignore[operator]
+            if not open_:
+                continue
+            parent = open_[-1].rpartition(".")[0]
+            siblings = [step for step in open_ if step.rpartition(".")[0] == parent]
+            if len(siblings) > 1:
+                ambiguous.update(siblings)
+            else:
                 held.add(open_[-1])
-        return held
+        return held, ambiguous - held
 
     def _stored(self, kind: str, payload: dict[str, Any]) -> Any:
         name = _CONTENT[kind]

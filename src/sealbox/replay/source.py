@@ -94,7 +94,7 @@ class ReplaySource:
         self.reproduced: bool | None = None  # its verdict, once it ended (a sub-agent run)
         self._children: list[dict[str, Any]] | None = None  # the recorded run's sub-agent runs (read once)
         self._claimed: set[str] = set()  # those already served to a sub-agent run of the replay
-        self._held: set[str] | None = None  # the recorded tool calls that held a sub-agent (read once)
+        self._held: tuple[set[str], set[str]] | None = None  # calls that held a sub-agent, or may have (read once)
 
     # ----------------------------------------------------------------- comparing
 
@@ -535,7 +535,14 @@ class ReplaySource:
                     "eval_us": 0, "approval": d.get("approval"),
                     "replayed": {"run_id": self.recorded.run_id, "step": step, "approval": rec.approval}}
         drafts = [run._draft("tool.call", call, step), run._draft("policy.decision", decision, step)]
-        if not denied and self.holds_sub_agent(step):  # the tool's function runs: its sub-agent is served
+        holds = False if denied else self.holds_sub_agent(step)
+        if holds is None:
+            self.stop(Divergence("unreplayable", step, f"step {step}: the record shows a sub-agent (a model call or a "
+                                 f"sub-agent run) recorded while {rec.key.name} and other calls of the same model "
+                                 "step ran at once, and cannot tell which of them held it; its tool is not run for "
+                                 "real to find out, and its sub-agent cannot be served; replay stopped",
+                                 rec.key, rec.key))
+        if holds:  # the tool's function runs: its sub-agent is served
             self._write(run, drafts)
             self.flush(run)  # written before what runs inside it, as recorded (a replay of this replay finds it so)
             return RunInside(call_id, step)
@@ -562,12 +569,13 @@ class ReplaySource:
             raise served
         return served
 
-    def holds_sub_agent(self, step: str) -> bool:
+    def holds_sub_agent(self, step: str) -> bool | None:
         """Whether the recorded tool call at ``step`` held a sub-agent: a model call of the recorded run, or the
         start of one of its sub-agent runs, was recorded while it ran (between its ``tool.call`` and its
-        ``tool.result``; with calls running at once, the one opened last is taken). Its tool's function then
-        runs in the replay (:class:`RunInside`), so that the sub-agent's own calls are served from the record
-        and compared, instead of the whole call being answered with its recorded result."""
+        ``tool.result``; :meth:`RecordedRun.held_inside`). Its tool's function then runs in the replay
+        (:class:`RunInside`), so that the sub-agent's own calls are served from the record and compared, instead
+        of the whole call being answered with its recorded result. None: it may have, but so may another call
+        running at the same time, requested by the same model step (the record cannot tell which)."""
         with self._lock:
             if self._held is None:
                 leaves = list(self.recorded.model_leaves)
@@ -576,8 +584,9 @@ class ReplaySource:
                         events = self.recorded.store.read_run(child["run_id"])
                         if events:
                             leaves.append(events[0].leaf_index)
-                self._held = self.recorded.held_inside(leaves) if self.recorded.call_spans else set()
-            return step in self._held
+                self._held = self.recorded.held_inside(leaves) if self.recorded.call_spans else (set(), set())
+            held, ambiguous = self._held
+            return True if step in held else None if step in ambiguous else False
 
     def refuse_live_tool(self, run: Any, server: str, tool: str, arguments: Any, *, call_id: str | None,
                          exposed: str | None, why: str) -> None:
