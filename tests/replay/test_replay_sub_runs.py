@@ -338,3 +338,31 @@ def test_sub_agent_runs_of_one_agent_started_at_once_are_told_apart_by_their_lab
     for sub in result.sub_runs:
         assert runs[sub["new_run_id"]]["labels"] == runs[sub["replay_of"]]["labels"]
     store.close()
+
+
+def test_a_sub_agent_run_opened_inside_a_tool_function_is_served_from_the_record(tmp_path):
+    """``run.call_tool``'s function opens the sub-agent run: the tool was answered from the record without
+    running, so the recorded sub-agent run was reported ``missing``. Its function runs now (it held a
+    sub-agent run in the record), the sub-agent's model call and tool served from the record."""
+    store = sealbox.init_store(tmp_path / "s")
+    sent: list = []
+
+    def agent(run, ask="hi"):
+        def delegate(task):
+            with run.recorder.run(agent="mailer") as child:
+                answer = child.complete({"messages": [task + ask]}, lambda req: {"text": "sent"})
+                child.call_tool("mail", "send", {"to": "a"}, lambda to: sent.append(to) or "ok")
+            return answer["text"]
+        return run.call_tool("local", "delegate", {"task": "mail "}, delegate)
+
+    with Recorder(store, policy=ALLOW_ALL).run(agent="top") as run:
+        assert agent(run) == "sent"
+    assert sent == ["a"]
+    (child,) = store.get_run(run.run_id)["children"]
+    result = Replayer(store).replay(run.run_id, agent)
+    assert result.head() == "reproduced: 1 step(s) matched, and 2 in 1 sub-agent run(s)"
+    assert sent == ["a"]  # the sub-agent's tool was served, not run
+    changed = Replayer(store).replay(run.run_id, lambda r: agent(r, "there"))
+    assert (changed.divergence.kind, changed.divergence.step, changed.divergence.sub_run) == \
+        ("mismatch", "2", (child["run_id"],))
+    store.close()
