@@ -15,7 +15,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "event-format.md"
 DESIGN_KINDS = {
     "run.started", "run.suspended", "run.resumed", "run.ended", "model.call", "tool.call", "policy.decision",
     "tool.result", "approval.requested", "approval.answered", "approval.expired", "state.saved",
-    "guardrail.tripped", "breaker.changed", "tools.changed", "tool.reapproved", "access.granted",
+    "guardrail.tripped", "breaker.changed", "tools.changed", "tool.reapproved", "tool.revoked", "access.granted",
     "access.revoked", "access.credential_rotated", "identity.changed", "content.erased", "anomaly", "note",
 }
 

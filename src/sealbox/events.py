@@ -171,6 +171,11 @@ PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
         {"schema_hash": _FP, "change_leaf": {"type": "integer", "minimum": 0}, "origin": _STR, "reason": _STR,
          "reapproved_at": _TS, "signature": _STR, "key_id": _STR},
     ),
+    "tool.revoked": _obj(
+        {"server": _STR, "tool": _STR, "identity": _STR, "schema_hash": _FP},
+        {"change_leaf": {"type": "integer", "minimum": 0}, "origin": _STR, "reason": _STR, "revoked_at": _TS,
+         "signature": _STR, "key_id": _STR},
+    ),
     "access.granted": _obj(
         {"grant_id": _STR, "principal": _STR, "server": _STR, "tool": _STR, "scope": _ANY},
         {"expires_at": _NTS, "provider": _NSTR, "credential": _BOOL, "origin": _STR, "identity": _STR,

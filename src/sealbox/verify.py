@@ -43,7 +43,7 @@ __all__ = ["Problem", "VerifyReport", "verify_store", "EventVerifier", "KEPT_KIN
 #: Kinds whose envelopes verification keeps (few per run): what later checks need.
 KEPT_KINDS = frozenset({
     "run.started", "content.erased", "identity.changed", "approval.requested", "approval.answered", "approval.expired",
-    "tools.changed", "tool.reapproved", "access.granted", "access.revoked", "access.credential_rotated",
+    "tools.changed", "tool.reapproved", "tool.revoked", "access.granted", "access.revoked", "access.credential_rotated",
     "run.resumed",  # which approvals a call was acted on (check_approval_answers, compromised_answer_notes)
 })
 
@@ -1365,6 +1365,13 @@ _REAPPROVAL_CODES = {
 }
 
 
+_TOOL_REVOCATION_CODES = {
+    "bad_signature": "tool_revocation_signature", "unknown_identity": "tool_revocation_identity",
+    "disabled": "tool_revocation_identity", "wrong_store": "tool_revocation_binding",
+    "wrong_definition": "tool_revocation_binding", "role": "tool_revocation_rule", "principal": "tool_revocation_rule",
+}
+
+
 class _Kept:
     """A kept envelope as :meth:`sealbox.gateway.pinning.PinState.apply` reads an event."""
 
@@ -1375,28 +1382,31 @@ class _Kept:
 
 
 def check_reapprovals(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -> tuple[list[Problem], list[str]]:
-    """Every ``tool.reapproved`` of the system run must be signed as :mod:`sealbox.gateway.pinning` says
-    (by an enabled approver or admin of the log at that moment, for this log's ``origin``, the tool and the
-    definition its ``tools.changed`` recorded); the pin state counts no other. Every ``upgraded`` entry of
+    """Every ``tool.reapproved`` and ``tool.revoked`` of the system run must be signed as
+    :mod:`sealbox.gateway.pinning` says (by an enabled approver or admin of the log at that moment, for this
+    log's ``origin``, the tool and the definition its ``tools.changed`` recorded); the pin state counts no other. Every ``upgraded`` entry of
     a ``tools.changed`` (an older pin carried to a newer version: 1 to 2, 2 or 1 to 3) must upgrade an older
     definition recorded for the tool (its last recorded one, or the approved one of a tool absent or changed at the upgrade):
     the state counts no other (it blocks the tool as changed).
 
     Returns:
         Problems (``reapproval_signature``, ``reapproval_identity``, ``reapproval_binding``,
-        ``reapproval_rule``) for signed re-approvals that do not count, ``pin_upgrade_forged`` for
+        ``reapproval_rule``) for signed re-approvals that do not count, the same ``tool_revocation_*`` ones
+        (``tool_revocation_signature``, ``_identity``, ``_binding``, ``_rule``) for signed revocations that do
+        not count (unsigned ones, which do not count, and those of a compromised key, which still withdraw
+        the approval, are notes), ``pin_upgrade_forged`` for
         upgrades that do not count (:data:`sealbox.gateway.pinning.UPGRADE_PROBLEMS`), and notes for
         unsigned re-approvals (written by a Sealbox before 2026-12-03, or by hand): they do not count
         either, and their tools stay blocked until re-approved with a key. A malformed one is reported
         as ``event_malformed``.
     """
-    if not by_kind.get("tool.reapproved") and not any(
+    if not by_kind.get("tool.reapproved") and not by_kind.get("tool.revoked") and not any(
             isinstance(env.get("payload"), dict) and "upgraded" in env["payload"]
             for _, env in by_kind.get("tools.changed", [])):
         return [], []
-    from sealbox.gateway.pinning import REAPPROVAL_PROBLEMS, UPGRADE_PROBLEMS, PinState
+    from sealbox.gateway.pinning import PIN_KINDS, REAPPROVAL_PROBLEMS, REVOCATION_PROBLEMS, UPGRADE_PROBLEMS, PinState
 
-    kept = sorted((leaf, env) for kind in ("identity.changed", "tools.changed", "tool.reapproved")
+    kept = sorted((leaf, env) for kind in PIN_KINDS
                   for leaf, env in by_kind.get(kind, []) if env.get("run_id") == SYSTEM_RUN_ID)
     envs = dict(kept)
     state = PinState(origin=origin)
@@ -1425,6 +1435,24 @@ def check_reapprovals(by_kind: dict[str, list[tuple[int, dict]]], origin: str) -
         problems.append(Problem(_REAPPROVAL_CODES.get(r.problem, "reapproval_rule"),
                                 f"{what} does not count: {REAPPROVAL_PROBLEMS[r.problem]}", env.get("run_id"),
                                 env.get("run_seq"), env.get("kind"), r.leaf_index))
+    for v in state.revocations:
+        if v.problem is None or v.problem == "malformed":
+            continue
+        what = f"the revocation of {v.server}/{v.tool}'s definition {v.schema_hash} by {v.identity!r}"
+        if v.problem == "unsigned":
+            notes.append(f"{what} at leaf {v.leaf_index} is unsigned: it does not count (the definition stays approved "
+                         "until an approver revokes it with `sealbox gateway revoke SERVER TOOL --hash HASH --reason "
+                         "TEXT --key-file KEY`)")
+            continue
+        if v.problem == "compromised_key":
+            notes.append(f"{what} at leaf {v.leaf_index} was signed with a key declared compromised at that point: "
+                         "it still withdraws the approval (a revocation can only block the tool; re-approve the "
+                         "definition with another key if it is fine)")
+            continue
+        env = envs[v.leaf_index]
+        problems.append(Problem(_TOOL_REVOCATION_CODES.get(v.problem, "tool_revocation_rule"),
+                                f"{what} does not count: {REVOCATION_PROBLEMS[v.problem]}", env.get("run_id"),
+                                env.get("run_seq"), env.get("kind"), v.leaf_index))
     return problems, notes
 
 

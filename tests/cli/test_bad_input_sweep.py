@@ -76,6 +76,7 @@ STORE_COMMANDS = [
     ["access", "grant", "--principal", "p", "--server", "db", "--tool", "x", "--key-file", "KEY"],
     ["identities", "add", "bob", "--role", "admin", "--key-out", "OUT"],
     ["gateway", "reapprove", "db", "read_query", "--reason", "r", "--key-file", "KEY"], ["gateway", "pins"],
+    ["gateway", "revoke", "db", "read_query", "--hash", "sha256:" + "0" * 64, "--reason", "r", "--key-file", "KEY"],
     ["upgrade"],
 ]
 

@@ -422,7 +422,7 @@ def test_the_command_list_names_every_output_of_export_and_every_gateway_subcomm
     assert lines["gateway"] == "The MCP gateway: serve, replay a recorded session, check config, re-approve tools."
     ctx = click.Context(cli)
     gateway = cli.get_command(ctx, "gateway")
-    assert set(gateway.list_commands(ctx)) == {"serve", "replay", "check", "reapprove", "pins"}
+    assert set(gateway.list_commands(ctx)) == {"serve", "replay", "check", "reapprove", "revoke", "pins"}
     assert {o for p in cli.get_command(ctx, "export").params for o in p.opts} >= {"-o", "--parquet", "--otlp"}
 
 

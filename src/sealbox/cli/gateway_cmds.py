@@ -1,4 +1,4 @@
-"""``sealbox gateway``: serve the MCP gateway, check its config, re-approve changed tools."""
+"""``sealbox gateway``: serve the MCP gateway, check its config, list, re-approve and revoke tool definitions."""
 
 from __future__ import annotations
 
@@ -353,6 +353,40 @@ def reapprove_cmd(server: str, tool: str, store_path: str, reason: str, key_file
         click.echo(f"re-approved {server}/{tool} ({payload['schema_hash']}) as {payload['identity']}")
 
 
+@gateway_group.command("revoke")
+@click.argument("server")
+@click.argument("tool")
+@click.option("--hash", "schema_hash", required=True, callback=not_empty,
+              help="The approved definition to revoke (sha256:…; `sealbox gateway pins` lists them).")
+@click.option("-s", "--store", "store_path", envvar="SEALBOX_STORE", default=".sealbox", show_default=True,
+              type=click.Path(), help="The store's data folder.")
+@click.option("--reason", required=True, help="Why the definition must no longer run (recorded and signed).")
+@click.option("--key-file", required=True, callback=not_empty, type=click.Path(dir_okay=False),
+              help="Your identity's private key file (an enabled approver or admin).")
+@click.option("--identity", default=None,
+              help="Only a check: refuse unless the key file is this identity's (the key names who revokes).")
+@click.option("--json", "as_json", is_flag=True, help="Print the recorded event as JSON.")
+def revoke_cmd(server: str, tool: str, schema_hash: str, store_path: str, reason: str, key_file: str,
+               identity: str | None, as_json: bool) -> None:
+    """Withdraw the approval of one definition of TOOL on SERVER (--hash): records tool.revoked, signed with the
+    key of an enabled identity with role approver or admin. A gateway serving that definition denies the tool's
+    calls (a running one from its next call) until it is re-approved (`sealbox gateway reapprove --hash`)."""
+    from sealbox.cli.common import open_for_writing
+    from sealbox.gateway.pinning import revoke
+
+    if not reason.strip():
+        raise click.UsageError("--reason must not be empty: say why (it is recorded and signed)")
+    store = open_for_writing(store_path)
+    try:
+        payload = revoke(store, server, tool, schema_hash, reason, key_file, identity=identity)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        click.echo(f"revoked {server}/{tool} ({payload['schema_hash']}) as {payload['identity']}")
+
+
 @gateway_group.command("pins")
 @click.argument("server", required=False)
 @click.argument("tool", required=False)
@@ -361,7 +395,8 @@ def reapprove_cmd(server: str, tool: str, store_path: str, reason: str, key_file
 @click.option("--json", "as_json", is_flag=True, help="Print the definitions as JSON.")
 def pins_cmd(server: str | None, tool: str | None, store_path: str, as_json: bool) -> None:
     """Show each tool's recorded definitions (by hash) and which are approved: by its first listing,
-    or by whom it was re-approved. A gateway serving an approved definition is not blocked."""
+    or by whom it was re-approved; and which were revoked, by whom and when. A gateway serving an approved
+    definition is not blocked."""
     from sealbox.cli.common import BadInput, echo_json, open_for_reading, shown_id
     from sealbox.gateway.pinning import PinState
 
@@ -390,5 +425,8 @@ def pins_cmd(server: str | None, tool: str | None, store_path: str, as_json: boo
                             for a in d["approvals"])
             gone = "; ".join(f"re-approval by {a['by']} (leaf {a['leaf']}) withdrawn: key declared compromised"
                              for a in d["withdrawn"])
-            state = f"approved: {how}" if d["approved"] else "not approved"
-            click.echo(f"  {d['hash']}  recorded at leaf {d['leaf']}  {state}" + (f"; {gone}" if gone else ""))
+            revoked = "; ".join(f"revoked by {v['by']} at {v['at']} (leaf {v['leaf']})" for v in d["revoked"])
+            state = (f"approved: {how}" if d["approved"] else
+                     "REVOKED" + (f" (approved before: {how})" if how else "") if d["revoked"] else "not approved")
+            click.echo(f"  {d['hash']}  recorded at leaf {d['leaf']}  {state}" + (f"; {gone}" if gone else "")
+                       + (f"; {revoked}" if revoked else ""))

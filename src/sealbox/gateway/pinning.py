@@ -76,6 +76,7 @@ definition approved before it - blocked, where that is not its current one.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable
@@ -87,12 +88,16 @@ from sealbox.events import SYSTEM_RUN_ID, EventDraft, rfc3339_utc, validate_payl
 from sealbox.identities import IdentityBook, load_key, sign_fields, verify_fields
 
 __all__ = ["PIN_RULE", "PIN_VERSION", "PinState", "Reapproval", "ReapprovalError", "REAPPROVAL_PROBLEMS",
+           "Revocation", "RevocationError", "REVOCATION_PROBLEMS", "revoke", "revocation_fields",
            "UPGRADE_PROBLEMS", "reapprove", "reapproval_fields", "tool_definition", "tool_definition_v1",
            "definition_of", "v1_of", "v2_of", "older_of", "pinned_meta", "PINNED_META_KEYS", "definition_hash"]
 
 #: The rule id a pinning deny names in ``policy.decision``.
 PIN_RULE = "sealbox.gateway/tool-changed"
 
+
+#: The system-run event kinds the pin state is built from (:meth:`PinState.apply`).
+PIN_KINDS = ("identity.changed", "tools.changed", "tool.reapproved", "tool.revoked")
 
 #: The version of the pinned definition this Sealbox records (``pin_version`` of ``tools.changed``).
 PIN_VERSION = 3
@@ -208,6 +213,24 @@ REAPPROVAL_PROBLEMS = {
 }
 
 
+#: Why a recorded ``tool.revoked`` does not count (:attr:`Revocation.problem`), in words: the rules of a
+#: re-approval (:data:`REAPPROVAL_PROBLEMS`), said of a revocation.
+REVOCATION_PROBLEMS = {
+    **{k: v.replace("tool.reapproved", "tool.revoked").replace("re-approve", "revoke")
+       for k, v in REAPPROVAL_PROBLEMS.items()},
+    "unsigned": "it carries no signature (written by hand or by another program): it does not count; revoke the "
+                "definition with `sealbox gateway revoke SERVER TOOL --hash HASH --reason TEXT --key-file KEY`",
+    "compromised_key": "it was signed with its identity's key after the point from which that key was declared "
+                       "compromised (`sealbox identities disable|rotate --compromised-since`); it still withdraws "
+                       "the approval (a revocation can only block a tool: another approver's re-approval undoes it)",
+}
+
+
+#: The revocations that withdraw approvals: those that count, and those signed with a key declared compromised
+#: (fail closed: a leaked key can only block a tool with one, which a re-approval by another key undoes).
+_STILL_REVOKES = (None, "compromised_key")
+
+
 #: Why an ``upgraded`` entry of a ``tools.changed`` does not count (:attr:`PinState.upgrade_problems`).
 UPGRADE_PROBLEMS = {
     "not_version_2": "its tools.changed does not say pin_version 2 or later",
@@ -233,6 +256,50 @@ class ReapprovalError(SealboxError):
     def __init__(self, code: str, message: str) -> None:
         self.code = code
         super().__init__(message)
+
+
+class RevocationError(SealboxError):
+    """A revocation is refused (nothing is recorded).
+
+    Attributes:
+        code: ``unknown_tool`` (no definition of the tool is recorded), ``never_recorded`` (that hash was
+            never recorded for the tool), ``not_approved`` (the definition is not approved: nothing to
+            withdraw), ``already_revoked``, ``bad_hash`` (not ``sha256:`` and 64 hex digits),
+            ``unknown_identity``, ``wrong_key``, ``identity_mismatch``, ``disabled``, ``role``,
+            ``empty_reason``, or another :data:`REVOCATION_PROBLEMS` code.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Revocation:
+    """One recorded ``tool.revoked`` and whether it counts.
+
+    Attributes:
+        leaf_index: where it is in the log.
+        server, tool, identity, schema_hash, reason, revoked_at: as its payload says (any type in a
+            malformed one).
+        problem: None when it counts, else a :data:`REVOCATION_PROBLEMS` code.
+    """
+
+    leaf_index: int
+    server: Any
+    tool: Any
+    identity: Any
+    schema_hash: Any
+    reason: Any
+    revoked_at: Any
+    problem: str | None
+
+
+def revocation_fields(payload: dict[str, Any]) -> dict[str, Any]:
+    """The fields of a ``tool.revoked`` payload its signature covers: ``origin``, ``server``, ``tool``,
+    ``schema_hash``, ``change_leaf``, ``identity``, ``reason``, ``revoked_at``."""
+    return {k: payload.get(k) for k in ("origin", "server", "tool", "schema_hash", "change_leaf", "identity",
+                                        "reason", "revoked_at")}
 
 
 @dataclass(frozen=True)
@@ -280,6 +347,10 @@ class PinState:
             (absent for a change this process observed and has not read back yet).
         book: the store's identities, replayed from the same events.
         reapprovals: every ``tool.reapproved`` read, with whether it counts.
+        revocations: every ``tool.revoked`` read, with whether it counts. A revocation that counts (or
+            whose only problem is ``compromised_key``: fail closed) withdraws every approval of its
+            definition recorded before it (first listing, re-approvals); a re-approval recorded after it
+            approves the definition again (log order decides).
         live: the hash of each tool as this process last saw its upstream list it (:meth:`observe`;
             empty outside a gateway).
         versions: the pin version (1, 2 or 3) of each tool's latest recorded definition.
@@ -309,6 +380,10 @@ class PinState:
     #: (server, tool) -> [(hash, index in reapprovals or None for a first listing)], in log order: what
     #: approved it, so that a re-approval withdrawn by a later compromise record falls back to the one before
     _sources: dict[tuple[str, str], list[tuple[str, int | None]]] = field(default_factory=dict)
+    revocations: list[Revocation] = field(default_factory=list)
+    #: (server, tool) -> [(hash, index in revocations)], in log order (a hash carried by an ``upgraded`` entry
+    #: as :attr:`_sources` is)
+    _revoked: dict[tuple[str, str], list[tuple[str, int]]] = field(default_factory=dict)
     #: (server, tool, hash) -> the definition recorded with that hash (for :meth:`nearest_approved`)
     _defs: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
 
@@ -325,15 +400,27 @@ class PinState:
         """The pin state as a write transaction's reader sees it (``reader.events``)."""
         state = cls(origin=origin)
         state.cursor = reader.size()
-        state.apply(reader.events(["identity.changed", "tools.changed", "tool.reapproved"], run_id=SYSTEM_RUN_ID))
+        state.apply(reader.events(list(PIN_KINDS), run_id=SYSTEM_RUN_ID))
         return state
 
     def apply(self, events: Iterable[Any]) -> None:
-        """Fold ``identity.changed``, ``tools.changed`` and ``tool.reapproved`` events of the system
-        run (in log order; objects with ``kind``, ``payload``, ``leaf_index``, ``principal``) into the
-        state. A re-approval unblocks its tool only when :meth:`check_reapproval` finds no problem."""
+        """Fold ``identity.changed``, ``tools.changed``, ``tool.reapproved`` and ``tool.revoked`` events of
+        the system run (in log order; objects with ``kind``, ``payload``, ``leaf_index``, ``principal``) into
+        the state. A re-approval unblocks its tool only when :meth:`check_reapproval` finds no problem; a
+        revocation withdraws the approvals of its definition recorded before it only when
+        :meth:`check_revocation` finds none."""
         for e in events:
             p = e.payload
+            if e.kind == "tool.revoked":
+                problem = self.check_revocation(p, e.leaf_index, e.principal)
+                d = p if isinstance(p, dict) else {}
+                self.revocations.append(Revocation(e.leaf_index, d.get("server"), d.get("tool"), d.get("identity"),
+                                                   d.get("schema_hash"), d.get("reason"), d.get("revoked_at"), problem))
+                if problem in _STILL_REVOKES:
+                    key = (p["server"], p["tool"])
+                    self._revoked.setdefault(key, []).append((p["schema_hash"], len(self.revocations) - 1))
+                    self._recount(key)
+                continue
             if e.kind == "tool.reapproved":
                 problem = self.check_reapproval(p, e.leaf_index, e.principal)
                 d = p if isinstance(p, dict) else {}
@@ -360,13 +447,22 @@ class PinState:
             if r.problem is None and r.identity == name and self.book.compromised_at(name, r.leaf_index) is not None:
                 self.reapprovals[i] = replace(r, problem="compromised_key")
                 touched.add((r.server, r.tool))
+        for i, v in enumerate(self.revocations):
+            if v.problem is None and v.identity == name and self.book.compromised_at(name, v.leaf_index) is not None:
+                self.revocations[i] = replace(v, problem="compromised_key")
+                touched.add((v.server, v.tool))
         for key in touched:
             self._recount(key)
 
     def _recount(self, key: tuple[str, str]) -> None:
         """Rebuild :attr:`approved_hashes` and :attr:`approved` of a tool from what approved it (first
-        listings, and re-approvals that still count), in log order."""
-        valid = [h for h, i in self._sources.get(key, ()) if i is None or self.reapprovals[i].problem is None]
+        listings, and re-approvals that still count), in log order, less what a revocation that counts
+        recorded after it withdrew."""
+        revoked = self._revoked_leaves(key)
+        valid = [h for h, i in self._sources.get(key, ())
+                 if (i is None and h not in revoked)  # a first listing precedes every revocation of its definition
+                 or (i is not None and self.reapprovals[i].problem is None
+                     and self.reapprovals[i].leaf_index > revoked.get(h, -1))]
         if valid:
             self.approved_hashes[key] = set(valid)
             self.approved[key] = valid[-1]
@@ -374,11 +470,43 @@ class PinState:
             self.approved_hashes.pop(key, None)
             self.approved.pop(key, None)
 
+    def _revoked_leaves(self, key: tuple[str, str]) -> dict[str, int]:
+        """hash -> the leaf of the latest revocation of it that counts, for one tool."""
+        out: dict[str, int] = {}
+        for h, j in self._revoked.get(key, ()):
+            v = self.revocations[j]
+            if v.problem in _STILL_REVOKES:
+                out[h] = max(out.get(h, -1), v.leaf_index)
+        return out
+
+    def revocation(self, server: str, tool: str, digest: str | None = None) -> Revocation | None:
+        """The revocation that withdrew the approval of ``digest`` (default: the definition the tool is judged
+        on, :meth:`current`), when that definition is not approved and a revocation that counts names it (the
+        latest), else None: what a blocked tool's denial and listing name."""
+        key = (server, tool)
+        digest = self.current(server, tool) if digest is None else digest
+        if digest is None or digest in self.approved_hashes.get(key, ()):
+            return None
+        found = None
+        for h, j in self._revoked.get(key, ()):
+            if h == digest and self.revocations[j].problem in _STILL_REVOKES:
+                found = self.revocations[j]
+        return found
+
+    def check_revocation(self, payload: Any, leaf_index: int, principal: Any) -> str | None:
+        """Why a ``tool.revoked`` payload recorded at ``leaf_index`` does not count (a
+        :data:`REVOCATION_PROBLEMS` code), or None: the rules of a re-approval (:meth:`check_reapproval`),
+        over :func:`revocation_fields`."""
+        return self._check_signed("tool.revoked", revocation_fields, payload, leaf_index, principal)
+
     def check_reapproval(self, payload: Any, leaf_index: int, principal: Any) -> str | None:
         """Why a ``tool.reapproved`` payload recorded at ``leaf_index`` does not count (a
         :data:`REAPPROVAL_PROBLEMS` code), or None; identities and tool changes as folded so far."""
+        return self._check_signed("tool.reapproved", reapproval_fields, payload, leaf_index, principal)
+
+    def _check_signed(self, kind: str, signed: Any, payload: Any, leaf_index: int, principal: Any) -> str | None:
         try:
-            validate_payload("tool.reapproved", payload)
+            validate_payload(kind, payload)
         except InvalidEventError:
             return "malformed"
         p = payload
@@ -395,7 +523,7 @@ class PinState:
             return "unknown_identity"
         if who.disabled:
             return "disabled"
-        if p.get("key_id") != who.key_id or not verify_fields(who.public_key, reapproval_fields(p), p["signature"]):
+        if p.get("key_id") != who.key_id or not verify_fields(who.public_key, signed(p), p["signature"]):
             return "bad_signature"
         if who.role not in ANSWER_ROLES:
             return "role"
@@ -447,6 +575,8 @@ class PinState:
                 before, after = item["before"], item["after"]
                 # an approval of ``before`` is carried to ``after`` by this entry alone
                 self._sources[key] = [(after if h == before else h, i) for h, i in self._sources.get(key, ())]
+                if key in self._revoked:  # and so is a revocation of it
+                    self._revoked[key] = [(after if h == before else h, j) for h, j in self._revoked[key]]
                 self._recount(key)
             else:
                 self.upgrade_problems.append((leaf_index, server, item["tool"], problem))
@@ -551,8 +681,11 @@ class PinState:
                     else:
                         r = self.reapprovals[i]
                         (approvals if r.problem is None else withdrawn).append({"by": r.identity, "leaf": r.leaf_index})
+                revoked = [{"by": v.identity, "leaf": v.leaf_index, "at": v.revoked_at, "reason": v.reason}
+                           for h, j in self._revoked.get(key, ()) if h == digest
+                           for v in (self.revocations[j],) if v.problem in _STILL_REVOKES]
                 defs.append({"hash": digest, "leaf": leaf, "approved": digest in ok, "approvals": approvals,
-                             "withdrawn": withdrawn})
+                             "withdrawn": withdrawn, "revoked": revoked})
             latest = self.known.get(key)
             out.append({"server": key[0], "tool": key[1], "latest": latest, "latest_leaf": self.known_leaf.get(key),
                         "latest_approved": latest is not None and latest in ok, "definitions": defs})
@@ -787,6 +920,93 @@ def reapprove(store: Any, server: str, tool: str, reason: str, key_file: Any, *,
 
     store.append_with(build)
     return box[-1]
+
+
+def revoke(store: Any, server: str, tool: str, schema_hash: str, reason: str, key_file: Any, *,
+           identity: str | None = None) -> dict[str, Any]:
+    """Withdraw the approval of one definition of a tool: sign and record ``tool.revoked``.
+
+    Checked and written in one transaction. The definition (``schema_hash``) must have been recorded for
+    the tool (``tools.changed``) and be approved now (by its first listing or a re-approval). From the
+    revocation on, it is not approved: a gateway whose upstream lists it denies the tool's calls (rule
+    :data:`PIN_RULE`; a running gateway reads the revocation before its next call of the tool) until a
+    re-approval recorded later (:func:`reapprove` with ``schema_hash``) approves it again. Signed like a
+    re-approval: by an enabled identity with role ``approver`` or ``admin``, over :func:`revocation_fields`.
+
+    Args:
+        store: an open, writable store.
+        server, tool: the upstream's id and the tool's name as the upstream lists it.
+        schema_hash: the ``sha256:…`` hash of the definition (``sealbox gateway pins`` lists them).
+        reason: why (recorded and signed); must not be blank.
+        key_file: the private key file of an enabled identity with role ``approver`` or ``admin``, or a
+            :class:`~sealbox.ledger.checkpoint.Signer`.
+        identity: if given, the identity the key must belong to (a check; nothing else).
+
+    Returns:
+        The recorded payload (``server``, ``tool``, ``schema_hash``, ``change_leaf``, ``origin``,
+        ``identity``, ``reason``, ``revoked_at``, ``signature``, ``key_id``).
+
+    Raises:
+        RevocationError: see its ``code``; nothing is recorded.
+        IdentityError: the key file is missing, unreadable, too open or not a key.
+    """
+    if not isinstance(reason, str) or not reason.strip():
+        raise RevocationError("empty_reason", "a revocation needs a reason (--reason TEXT): it is recorded and signed")
+    if not isinstance(schema_hash, str) or not _HASH.fullmatch(schema_hash):
+        raise RevocationError("bad_hash", f"--hash {_shown_hash(schema_hash)!r} is not a definition hash "
+                              "(sha256: and 64 lowercase hex digits; `sealbox gateway pins` lists them)")
+    signer = key_file if hasattr(key_file, "verifier") else load_key(key_file)
+    if identity is not None and identity != signer.name:
+        raise RevocationError("identity_mismatch", f"the key file is identity {signer.name!r}'s, not {identity!r}")
+    origin = getattr(store, "origin", "") or ""
+    box: list[dict[str, Any]] = []
+
+    def build(reader: Any) -> list[EventDraft]:
+        pins = PinState.from_reader(reader, origin)
+        key = (server, tool)
+        recorded = pins.recorded_hashes.get(key)
+        if recorded is None:
+            what = (f"server {server!r} has no tool {tool!r} recorded" if server in pins.servers else
+                    f"server {server!r} is not known (no gateway has listed it on this store)")
+            raise RevocationError("unknown_tool", f"{what}; nothing to revoke")
+        if schema_hash not in recorded:
+            listed = ", ".join(h for h, _ in sorted(recorded.items(), key=lambda x: -x[1]))
+            raise RevocationError("never_recorded", f"definition {schema_hash} was never recorded for {server}/{tool}; "
+                                  f"recorded: {listed}")
+        if schema_hash not in pins.approved_hashes.get(key, ()):
+            done = pins.revocation(server, tool, schema_hash)
+            if done is not None:
+                raise RevocationError("already_revoked", f"definition {schema_hash} of {server}/{tool} is revoked "
+                                      f"already (by {done.identity} at {done.revoked_at}, leaf {done.leaf_index})")
+            raise RevocationError("not_approved", f"definition {schema_hash} of {server}/{tool} is not approved; "
+                                  "nothing to revoke")
+        who = pins.book.get(signer.name)
+        if who is None:
+            from sealbox.identities import unknown_signer
+
+            raise RevocationError("unknown_identity", unknown_signer(signer.name))
+        if who.public_key != signer.verifier.vkey:
+            raise RevocationError("wrong_key", f"this key is not {who.name}'s current key (it was rotated, or is not theirs)")
+        if who.disabled:
+            raise RevocationError("disabled", f"identity {who.name!r} is disabled: it cannot revoke a tool definition")
+        if who.role not in ANSWER_ROLES:
+            raise RevocationError("role", f"identity {who.name!r} has role {who.role}: only an approver or an admin "
+                                  "may revoke a tool definition")
+        payload = {"server": server, "tool": tool, "schema_hash": schema_hash, "change_leaf": recorded[schema_hash],
+                   "origin": origin, "identity": who.name, "reason": reason, "revoked_at": _utc_now()}
+        payload["signature"] = sign_fields(signer, revocation_fields(payload))
+        payload["key_id"] = who.key_id
+        problem = pins.check_revocation(payload, reader.size(), who.name)
+        if problem is not None:  # pragma: no cover - every rule is checked above
+            raise RevocationError(problem, f"revocation refused: {REVOCATION_PROBLEMS[problem]}")
+        box.append(payload)
+        return [EventDraft("tool.revoked", payload, run_id=SYSTEM_RUN_ID, principal=who.name)]
+
+    store.append_with(build)
+    return box[-1]
+
+
+_HASH = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def _shown_hash(value: Any) -> str:

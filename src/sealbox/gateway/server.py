@@ -164,8 +164,7 @@ class _PinnedPolicy(Policy):
     def evaluate(self, call: Any) -> Decision:  # type: ignore[override]
         if self._pins.blocked(call.server, call.tool):  # type: ignore[attr-defined]
             return Decision("deny", "policy_deny", PIN_RULE,
-                            f"tool {call.server}/{call.tool} changed upstream and has not been re-approved"
-                            f"{_compromised_text(self._pins, call.server, call.tool)} "  # type: ignore[attr-defined]
+                            f"{blocked_text(self._pins, call.server, call.tool)} "  # type: ignore[attr-defined]
                             f"({reapprove_command(self._store_path, call.server, call.tool, self._pins)})",  # type: ignore[attr-defined]
                             self.fingerprint, 0, re_evaluable=False)
         return super().evaluate(call)
@@ -204,6 +203,19 @@ def _compromised_text(pins: Any, server: str, tool: str) -> str:
     r = pins.compromised_reapproval(server, tool)
     return "" if r is None else (f": its re-approval by {r.identity} at leaf {r.leaf_index} was signed with a key "
                                  "declared compromised")
+
+
+def blocked_text(pins: Any, server: str, tool: str) -> str:
+    """Why a blocked tool is denied: its definition was revoked (``tool {s}/{t}'s definition sha256:… was
+    revoked by alice at 2026-…Z (leaf 12): REASON; it is denied until re-approved``), else it changed upstream
+    and has not been re-approved (and whose re-approval stopped counting, :func:`_compromised_text`)."""
+    r = pins.revocation(server, tool)
+    if r is not None:
+        return (f"tool {server}/{tool}'s definition {r.schema_hash} was revoked by {r.identity} at {r.revoked_at} "
+                f"(leaf {r.leaf_index}): {r.reason}; its calls are denied until it is re-approved or the upstream "
+                "lists an approved definition")
+    return (f"tool {server}/{tool} changed upstream and has not been re-approved"
+            f"{_compromised_text(pins, server, tool)}")
 
 
 def reapprove_command(store_path: str, server: str, tool: str, pins: Any = None) -> str:
@@ -627,16 +639,17 @@ class Gateway:
 
     def blocked_notice(self, server: str, tool: str) -> str:
         """The description a blocked tool is listed with (its own is not approved)."""
-        return (f"[blocked: this tool changed upstream{_compromised_text(self.pins, server, tool)}; calls are "
-                f"denied until `{reapprove_command(self.config.store, server, tool, self.pins)}`]")
+        r = self.pins.revocation(server, tool)
+        why = (f"this tool's definition was revoked by {r.identity} (leaf {r.leaf_index})" if r is not None else
+               f"this tool changed upstream{_compromised_text(self.pins, server, tool)}")
+        return f"[blocked: {why}; calls are denied until `{reapprove_command(self.config.store, server, tool, self.pins)}`]"
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         self._watch(_connection(ctx))  # a client holding a listing is told when it changes, call or no call
-        if self._blocked_here():
-            try:
-                self.pins.refresh(self.store)  # a re-approval may have been recorded since (sealbox gateway reapprove)
-            except Exception as exc:  # noqa: BLE001 - listed as last known: calls read re-approvals again
-                log.warning("could not read re-approvals before listing tools: %s", exc)
+        try:  # a re-approval or a revocation may have been recorded since (sealbox gateway reapprove / revoke)
+            self.pins.refresh(self.store)
+        except Exception as exc:  # noqa: BLE001 - listed as last known: calls read re-approvals again
+            log.warning("could not read re-approvals and revocations before listing tools: %s", exc)
         return types.ListToolsResult(tools=self.exposed_tools())
 
     def _blocked_here(self) -> set[tuple[str, str]]:
@@ -646,21 +659,19 @@ class Gateway:
                 if name and sid in self.upstreams and name in self.upstreams[sid].tools}
 
     async def _watch_reapprovals(self, interval_s: float = REAPPROVAL_POLL_S) -> None:
-        """While a tool this gateway lists is blocked (changed upstream, not re-approved), look for its re-approval every
-        ``interval_s`` seconds: it is recorded by another process (``sealbox gateway reapprove``), and
-        a client holding the listing with the ``[blocked…]`` description is sent
-        ``notifications/tools/list_changed`` when the set of blocked tools shrinks."""
+        """Every ``interval_s`` seconds, read the re-approvals and revocations recorded since (by another process:
+        ``sealbox gateway reapprove`` / ``revoke``; one ``size()`` query when nothing was appended), and send a
+        client holding the listing ``notifications/tools/list_changed`` when the set of blocked tools it lists
+        changed: a re-approved tool loses its ``[blocked…]`` description, a revoked one gets it."""
         while True:
             await anyio.sleep(interval_s)
             before = self._blocked_here()
-            if not before:
-                continue
             try:
                 self.pins.refresh(self.store)
             except Exception as exc:  # noqa: BLE001 - a store that cannot be read now is read next time
                 log.debug("could not read re-approvals: %s", exc)
                 continue
-            if self._blocked_here() < before:
+            if self._blocked_here() != before:
                 await self._notify_tools_changed()
 
     def _watch(self, connection: Any) -> None:
@@ -1369,9 +1380,9 @@ class Gateway:
         call_id: str | None = None
         if pending is None and getattr(run, "_gateway_inflight", None) is None:  # a joined run
             call_id = self._link(run, params.meta)
-        if self.pins.blocked(server, tool) or self.pins.rests_on_reapproval(server, tool):
-            # a re-approval may have been recorded since, or the key that signed this tool's
-            # re-approval declared compromised (only re-approved tools pay for this read)
+        if self.pins.current(server, tool) is not None:
+            # a re-approval may have been recorded since, the key that signed this tool's re-approval declared
+            # compromised, or its definition revoked (sealbox gateway revoke): any pinned tool's may be
             self.pins.refresh(self.store)
         # the id its tool.call will have (the recorder would draw the same kind): a request the upstream makes of
         # the client during the call is recorded under it (_route)

@@ -103,7 +103,7 @@ EXPORT_EXTENSION = "sealbox-export/v1"
 #: Tries at signing the export's checkpoint while other writers keep appending.
 _SIGN_ATTEMPTS = 8
 #: Kinds of the system run that carry the authorization evidence of calls (:func:`authorization_events`).
-AUTHORIZATION_KINDS = ("access.granted", "access.revoked", "tools.changed", "tool.reapproved")
+AUTHORIZATION_KINDS = ("access.granted", "access.revoked", "tools.changed", "tool.reapproved", "tool.revoked")
 #: Kinds of the system run a bundle carries (to check approval answers, erasures, grants, revocations
 #: and re-approvals).
 SYSTEM_KINDS = ("identity.changed", "content.erased", *AUTHORIZATION_KINDS)
@@ -635,7 +635,7 @@ def authorization_events(events: Iterable[Any], system: Iterable[Any]) -> list[A
       ``implicit:...``, which no grant backs), and every ``access.revoked`` step of those grants;
     * every ``tools.changed`` of a server a call in ``events`` names (a listing is per server, and its
       first one is what was trusted on first use, so all of that server's are kept), and every
-      ``tool.reapproved`` of a ``(server, tool)`` pair a call names.
+      ``tool.reapproved`` and ``tool.revoked`` of a ``(server, tool)`` pair a call names.
 
     Returns:
         Those events, in the order of ``system``.
@@ -664,7 +664,7 @@ def authorization_events(events: Iterable[Any], system: Iterable[Any]) -> list[A
             keep = gid in grants
         elif e.kind == "tools.changed":
             keep = server in servers
-        elif e.kind == "tool.reapproved":
+        elif e.kind in ("tool.reapproved", "tool.revoked"):
             keep = (server, tool) in pairs
         else:
             keep = False

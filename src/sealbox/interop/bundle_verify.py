@@ -1126,7 +1126,7 @@ class _Check:
         for check in (check_reapprovals, check_grants, check_revocations, check_rotations):
             problems, notes = check(by_kind, origin)
             for p in problems:
-                if p.code == "reapproval_binding" and p.leaf_index in unproven:
+                if p.code in ("reapproval_binding", "tool_revocation_binding") and p.leaf_index in unproven:
                     continue  # reported as bundle_tool_change_missing
                 if p.code == "revocation_binding" and steps.get(p.leaf_index) not in granted:
                     # an exporter carries the steps of the grants it carries: this step's grant was left out
@@ -1195,13 +1195,13 @@ class _Check:
         re-approvals as the gateway's pin state does (:class:`sealbox.gateway.pinning.PinState`), its
         tool's latest recorded definition was not approved at the call's leaf. A note, not a problem:
         calls recorded by the SDK are not pinned, and a gateway decides on the listing it saw."""
-        from sealbox.gateway.pinning import PinState
+        from sealbox.gateway.pinning import PIN_KINDS, PinState
         from sealbox.verify import _Kept
 
         state = PinState(origin=origin)
         for leaf, env in self.envs:
             if env["run_id"] == SYSTEM_RUN_ID:
-                if env["kind"] in ("identity.changed", "tools.changed", "tool.reapproved"):
+                if env["kind"] in PIN_KINDS:
                     state.apply([_Kept(leaf, env)])
                 continue
             if env["kind"] != "tool.call" or not self._ran(env, stopped):
@@ -1222,14 +1222,16 @@ class _Check:
         definition) is not in the bundle, reported as ``bundle_tool_change_missing`` (an exporter carries
         every ``tools.changed`` of a server its runs called, so a re-approval's change comes with it)."""
         out: set[int] = set()
-        for leaf, env in self.ev.envelopes_by_kind.get("tool.reapproved", []):
+        for leaf, env in sorted(self.ev.envelopes_by_kind.get("tool.reapproved", [])
+                                + self.ev.envelopes_by_kind.get("tool.revoked", []), key=lambda x: x[0]):
             p = env.get("payload")
             change = p.get("change_leaf") if isinstance(p, dict) and env.get("run_id") == SYSTEM_RUN_ID else None
             if not isinstance(change, int) or isinstance(change, bool) or change >= leaf or change in self.leaf_lines:
                 continue
             out.add(leaf)
             self.problems.extend(self._named([Problem(
-                "bundle_tool_change_missing", f"the re-approval of {p.get('server')}/{p.get('tool')} names the "
+                "bundle_tool_change_missing", f"the {'revocation' if env.get('kind') == 'tool.revoked' else 're-approval'} "
+                f"of {p.get('server')}/{p.get('tool')} names the "
                 f"tools.changed at leaf {change}, which is not in the bundle: what it approved cannot be checked "
                 "(that event was left out)", env.get("run_id"), env.get("run_seq"), env.get("kind"), leaf)]))
         return out
