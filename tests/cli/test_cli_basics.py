@@ -415,11 +415,11 @@ def test_runs_show_names_the_label_of_each_saved_state(tmp_path):
 
 def test_the_command_list_names_every_output_of_export_and_every_gateway_subcommand():
     """`sealbox --help` summarised export as "a bundle verifiable offline, or Parquet" (not --otlp)
-    and the gateway as "serve, check config, re-approve tools" (not `gateway replay`)."""
+    and the gateway as "serve, check config, re-approve tools" (not `gateway replay`, nor later `gateway pins`)."""
     out = CliRunner().invoke(cli, ["--help"], terminal_width=400).output
     lines = {line.split()[0]: " ".join(line.split()[1:]) for line in out.splitlines() if line.startswith("  ")}
     assert lines["export"] == "Export whole runs: a bundle verifiable offline, Parquet, or OTLP traces and logs."
-    assert lines["gateway"] == "The MCP gateway: serve, replay a recorded session, check config, re-approve tools."
+    assert lines["gateway"] == "The MCP gateway: serve, replay a recorded session, check config, list pins, re-approve or revoke tools."
     ctx = click.Context(cli)
     gateway = cli.get_command(ctx, "gateway")
     assert set(gateway.list_commands(ctx)) == {"serve", "replay", "check", "reapprove", "revoke", "pins"}

@@ -14,7 +14,8 @@ __all__ = ["gateway_group"]
 
 @click.group("gateway")
 def gateway_group() -> None:
-    """The MCP gateway: serve it, replay a recorded session, check its config, re-approve changed tools."""
+    """The MCP gateway: serve it, replay a recorded session, check its config, list pinned tool definitions
+    (pins), re-approve changed tools, revoke an approved definition."""
 
 
 def _sigterm_as_sigint(*, hangup: bool = False) -> None:

@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "identities": ("sealbox.cli.identities_cmds", "identities_group", "Add, list, disable and re-key identities."),
     "approvals": ("sealbox.cli.approvals_cmds", "approvals_group", "List, show, approve and deny approval requests."),
     "access": ("sealbox.cli.access_cmds", "access_group", "Grants, provider credentials, revocation at the provider."),
-    "gateway": ("sealbox.cli.gateway_cmds", "gateway_group", "The MCP gateway: serve, replay a recorded session, check config, re-approve tools."),
+    "gateway": ("sealbox.cli.gateway_cmds", "gateway_group", "The MCP gateway: serve, replay a recorded session, check config, list pins, re-approve or revoke tools."),
     "replay": ("sealbox.cli.replay_cmds", "replay_cmd", "Re-run an agent against a recorded run; report the first divergence."),
     "whatif": ("sealbox.cli.replay_cmds", "whatif_cmd", "Evaluate a new policy or snapshot value against recorded runs."),
     "import": ("sealbox.cli.import_cmd", "import_cmd", "Import runs recorded elsewhere (OTLP, Jaeger, Langfuse, SWE-agent, …)."),
