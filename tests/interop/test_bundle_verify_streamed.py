@@ -31,10 +31,11 @@ def _both(path, key, monkeypatch):
     """(the streamed report, the in-memory report), their timings left out."""
     streamed = []
     real = bundle_verify._stream_container
-    monkeypatch.setattr(bundle_verify, "_stream_container", lambda f, size: streamed.append(1) or real(f, size))
+    monkeypatch.setattr(bundle_verify, "_stream_container",
+                        lambda f, size, held: streamed.append(1) or real(f, size, held))
     a = verify_bundle(path, trusted_vkey=key)
     assert streamed, "the canonical container was not streamed"
-    monkeypatch.setattr(bundle_verify, "_stream_container", lambda f, size: None)
+    monkeypatch.setattr(bundle_verify, "_stream_container", lambda f, size, held: "held in memory")
     b = verify_bundle(path, trusted_vkey=key)
     return (dataclasses.replace(a, seconds=0).to_dict(), dataclasses.replace(b, seconds=0).to_dict())
 
@@ -84,8 +85,8 @@ def test_a_file_changed_while_checked_is_refused(case, tmp_path, monkeypatch):
     copy.write_bytes(path.read_bytes())
     real = bundle_verify._stream_container
 
-    def then_change(f, size):
-        out = real(f, size)
+    def then_change(f, size, held):
+        out = real(f, size, held)
         data = bytearray(copy.read_bytes())
         at = data.index(b'"run_seq":1')
         data[at + 10] = ord("7")  # same size, other bytes, after the container check read them

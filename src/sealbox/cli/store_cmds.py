@@ -193,8 +193,10 @@ def _check_key(vkey: str, where: str) -> None:
                    "N a saved checkpoint's size and M the bundle's checkpoint size, for a bundle exported "
                    "without --prove-from. Untrusted: it must verify against both signed roots. Repeatable.")
 @click.option("--max-bundle-bytes", "max_bundle_bytes", type=click.IntRange(min=1), default=None,
-              help="Bundles only: the largest archive to check, in bytes (default 256 MiB; a bundle whose container "
-                   "is not canonical is held in memory). A larger one is refused from its headers, before it is read.")
+              help="Bundles only: the largest bundle to check in memory, in bytes (default 256 MiB). A bundle "
+                   "exactly as `sealbox export` writes it is checked a chunk at a time from the file, whatever its "
+                   "size; one whose ZIP container differs is held in memory, so a larger one is refused from its "
+                   "headers, before it is read.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def verify_cmd(target: str | None, store_path: str, vkey: str | None, trust_bundle_key: bool, proof_path: str | None,
                canonical: bool, checkpoint_files: tuple[str, ...], saved_proof_paths: tuple[str, ...],

@@ -98,10 +98,11 @@ _REF = re.compile(r"sha256:[0-9a-f]{64}")
 #: Deepest nesting of a line of events.jsonl, blobs.jsonl or snapshots.jsonl: the line's own
 #: object around a value Sealbox wrote (canonical JSON, at most MAX_DEPTH ``{``/``[`` deep).
 LINE_DEPTH = MAX_DEPTH + 1
-#: The largest archive ``verify_bundle`` reads (``max_bytes``; ``sealbox verify --max-bundle-bytes``): a
-#: canonical container is checked a chunk at a time from the file, but one that is not is held in memory,
-#: several times over, to name what differs, and a hostile file whose headers describe gigabytes (a sparse
-#: file costs no disk) would cost the time to read them: it is refused from its headers before it is read.
+#: The largest archive ``verify_bundle`` holds in memory (``max_bytes``; ``sealbox verify --max-bundle-bytes``):
+#: a canonical container (what ``sealbox export`` writes) is checked a chunk at a time from the file whatever
+#: its size (its headers are checked first without reading member data, and a hole of a sparse file is
+#: refused at the first chunk of NULs); one that is not is held in memory, several times over, to name
+#: what differs, so a larger one is refused from its headers before it is read.
 MAX_BUNDLE_BYTES = 256 << 20
 #: how many member names a container problem lists (a hostile file may hold 65,535 members)
 _LISTED = 20
@@ -346,9 +347,11 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
             (size ``M``), for a bundle that carries no such proof. Untrusted: each is verified
             against the saved root and the bundle's signed root (a proof of another size pair, one
             that fails, or one matching no saved checkpoint is a problem naming ``where``).
-        max_bytes: the largest archive to check (:data:`MAX_BUNDLE_BYTES`); one whose own headers
-            describe more is refused before it is read. A canonical container is checked a chunk at a
-            time from the file (memory grows with its events, not its bytes); another is held in memory.
+        max_bytes: the largest archive to hold in memory (:data:`MAX_BUNDLE_BYTES`). A canonical
+            container (what ``sealbox export`` writes) is checked a chunk at a time from the file whatever
+            its size (memory grows with its events, not its bytes; its members other than the line
+            members, kept in memory, may total at most ``max_bytes``); another is held in memory, so one
+            whose own headers describe more than ``max_bytes`` is refused before it is read.
 
     Returns:
         A :class:`BundleReport`; tampering is reported, never raised. The cyclic garbage collector
@@ -356,7 +359,8 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
 
     Raises:
         BundleFormatError: the file cannot be read, is not a Sealbox bundle at all, its headers
-            describe an archive larger than ``max_bytes``, the memory ran out while checking it, or the
+            describe an archive larger than ``max_bytes`` and it is not a canonical container, the
+            memory ran out while checking it, or the
             file changed while it was being checked (its members are read twice when streamed).
         NoteError: ``trusted_vkey`` is not a valid verifier key.
         ConfigError: ``consistency`` or a ``saved_proofs`` document is not shaped like ``sealbox log
@@ -412,8 +416,9 @@ def _read(path: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[bytes, int, tu
     checked), the others bytes. Otherwise only the archive its own headers
     describe is read (:func:`archive_extent`), plus one byte when more follows it: bytes after
     the archive's end record are reported by their count, never read, so a bundle padded with
-    gigabytes is checked in the memory of the bundle. An archive whose headers describe more than
-    ``max_bytes`` is refused before any of it is read (BundleFormatError)."""
+    gigabytes is checked in the memory of the bundle. An archive that is not a canonical container and
+    whose headers describe more than ``max_bytes`` is refused before any of it is read into memory
+    (BundleFormatError)."""
     try:
         # without blocking: opening a FIFO that has no writer would wait for ever
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -430,19 +435,24 @@ def _read(path: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[bytes, int, tu
                 raise BundleFormatError(f"{path} is not a Sealbox bundle (not a ZIP archive whose first member is "
                                         "`format`)")
             n, exact = archive_extent(f, size)
+            # A canonical container is checked a chunk at a time, whatever its size; only what the
+            # in-memory path would hold is bounded by max_bytes.
+            why = "its ZIP container is not exactly the one `sealbox export` writes"
+            if exact and n == size:
+                members = _stream_container(f, size, max_bytes)
+                if not isinstance(members, str):
+                    keep = os.fdopen(os.dup(f.fileno()), "rb")  # the members are read again from it
+                    return b"", size, (members, keep)
+                why = members
             if n > max_bytes:
                 largest, many = _largest_member(f, n)
                 raise BundleFormatError(
-                    f"{path}: its ZIP headers describe an archive of {n} bytes"
+                    f"{path}: {why}, so `sealbox verify` would check it in memory (several times its size), and "
+                    f"its ZIP headers describe an archive of {n} bytes"
                     + (f" in more than {MAX_MEMBERS} members (a bundle, a ZIP archive without ZIP64, holds at most "
                        f"{MAX_MEMBERS})" if many else f" (member {largest[0]!r}: {largest[1]} bytes)" if largest else "")
-                    + f", more than the {max_bytes} bytes `sealbox verify` checks (it holds a bundle in memory; "
-                    "give --max-bundle-bytes to allow more): not checked")
-            if exact and n == size:
-                members = _stream_container(f, size)
-                if members is not None:
-                    keep = os.fdopen(os.dup(f.fileno()), "rb")  # the members are read again from it
-                    return b"", size, (members, keep)
+                    + f", more than the {max_bytes} bytes it holds (give --max-bundle-bytes to allow more): "
+                    "not checked")
             f.seek(0)
             data = f.read(n + 1 if exact and n < size else n)
     except OSError as exc:
@@ -505,15 +515,14 @@ class _FileMember:
             yield b"".join(pieces)
 
 
-def _stream_container(f: Any, size: int) -> list[tuple[str, bytes | _FileMember]] | None:
-    """The members of ``f`` (``size`` bytes) when it is exactly the canonical container of them
-    (:func:`zip_bytes`: every local header, the central directory and the end record as it writes them,
-    each CRC-32 that of the data, nothing after the end record), read a chunk at a time; else None (the
-    check then reads the archive into memory, to name what differs). The members of
-    :data:`_LINE_MEMBERS` are :class:`_FileMember`, the others their bytes."""
-    pos, entries, members = 0, [], []
-    f.seek(0)
+def _canonical_layout(f: Any, size: int) -> list[tuple[str, int, int, int]] | None:
+    """The members ``(name, CRC-32 its header declares, size, local header offset)`` of ``f`` (``size``
+    bytes) when its headers alone are exactly those :func:`zip_bytes` writes for them (every local
+    header, the central directory and the end record, nothing after it), found by seeking past member
+    data (none of it is read); else None."""
+    pos, entries = 0, []
     while True:
+        f.seek(pos)
         head = f.read(_LOCAL_HEADER.size)
         if len(head) < _LOCAL_HEADER.size or head[:4] != b"PK\x03\x04":
             break
@@ -524,26 +533,10 @@ def _stream_container(f: Any, size: int) -> list[tuple[str, bytes | _FileMember]
             return None
         n = fl[7]
         start = pos + _LOCAL_HEADER.size + fl[9]
-        if fl[10] or len(name) != fl[9] or start + n > size or len(entries) == MAX_MEMBERS:
+        if (fl[10] or len(name) != fl[9] or start + n > size or len(entries) == MAX_MEMBERS
+                or head + name.encode("ascii") != zip_local_header(name, fl[6], n)):
             return None
-        line_member = name in _LINE_MEMBERS
-        crc, digest, kept, left, last = 0, hashlib.sha256(), [], n, b""
-        while left:
-            chunk = f.read(min(_CHUNK, left))
-            if not chunk:
-                return None
-            left -= len(chunk)
-            crc = zlib.crc32(chunk, crc)
-            if line_member:
-                digest.update(chunk)
-                last = chunk[-1:]
-            else:
-                kept.append(chunk)
-        if head + name.encode("ascii") != zip_local_header(name, crc, n):
-            return None
-        entries.append((name, crc, n, pos))
-        members.append((name, _FileMember(start, n, digest.hexdigest(), last == b"\n") if line_member
-                        else b"".join(kept)))
+        entries.append((name, fl[6], n, pos))
         pos = start + n
     if not entries:
         return None
@@ -553,6 +546,50 @@ def _stream_container(f: Any, size: int) -> list[tuple[str, bytes | _FileMember]
     f.seek(pos)
     if f.read(len(directory)) != directory:
         return None
+    return entries
+
+
+def _stream_container(f: Any, size: int, max_held: int) -> list[tuple[str, bytes | _FileMember]] | str:
+    """The members of ``f`` (``size`` bytes) when it is exactly the canonical container of them
+    (:func:`zip_bytes`: every local header, the central directory and the end record as it writes them,
+    each CRC-32 that of the data, nothing after the end record), read a chunk at a time; else why not
+    (the check then reads the archive into memory, to name what differs). The headers are checked first
+    (:func:`_canonical_layout`, no member data read); then each member is read once: a line member
+    (:data:`_LINE_MEMBERS`, a :class:`_FileMember`) holding a NUL byte, which no line of canonical JSON
+    holds (a hole of a sparse file reads as NULs), is refused at the chunk that holds it, and the other
+    members, kept as bytes, may total at most ``max_held`` bytes."""
+    entries = _canonical_layout(f, size)
+    if entries is None:
+        return "its ZIP container is not exactly the one `sealbox export` writes"
+    members: list[tuple[str, bytes | _FileMember]] = []
+    held = 0
+    for name, declared, n, pos in entries:
+        start = pos + _LOCAL_HEADER.size + len(name)
+        line_member = name in _LINE_MEMBERS
+        if not line_member:
+            held += n
+            if held > max_held:
+                return (f"its members other than {', '.join(_LINE_MEMBERS)} (held in memory) total more than "
+                        f"{max_held} bytes")
+        f.seek(start)
+        crc, digest, kept, left, last = 0, hashlib.sha256(), [], n, b""
+        while left:
+            chunk = f.read(min(_CHUNK, left))
+            if not chunk:
+                return "the file ended inside a member"
+            left -= len(chunk)
+            crc = zlib.crc32(chunk, crc)
+            if line_member:
+                if b"\0" in chunk:
+                    return f"its member {name!r} holds a NUL byte (no line of canonical JSON does)"
+                digest.update(chunk)
+                last = chunk[-1:]
+            else:
+                kept.append(chunk)
+        if crc != declared:
+            return f"the CRC-32 of its member {name!r} is not the one its headers declare"
+        members.append((name, _FileMember(start, n, digest.hexdigest(), last == b"\n") if line_member
+                        else b"".join(kept)))
     return members
 
 
