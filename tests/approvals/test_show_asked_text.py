@@ -48,3 +48,18 @@ def test_the_report_timeline_says_who_was_asked_as_approvals_show_does(store):
     assert "db/deploy asks groups: ops; identities: carol" in render_markdown(report)
     assert "db/deploy asks groups: ops; identities: carol" in render_html(report)
     assert "['" not in render_markdown(report)
+
+
+def test_the_reports_asked_row_says_who_was_asked_as_approvals_show_does(store):
+    """Each approval's **asked** row in the report read `groups ops; identities -` (no colons), where
+    `approvals show` and the report's own timeline say `groups: ops; identities: carol`: one helper now
+    (sealbox.approvals.asked_text) words all three."""
+    from sealbox.approvals import get_approval
+    from sealbox.report import build_report, render_html, render_markdown
+
+    one, two = request(store, "write_query"), request(store, "deploy")
+    for aid, asked in ((one, "groups: ops; identities: -"), (two, "groups: ops; identities: carol")):
+        report = build_report(store, get_approval(store, aid).run_id, verify=False)
+        md = render_markdown(report)
+        assert [line for line in md.splitlines() if line.startswith("| **asked**")] == [f"| **asked** | {asked} |"]
+        assert f"<tr><td><b>asked</b></td><td>{asked}</td></tr>" in render_html(report)

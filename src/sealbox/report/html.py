@@ -248,8 +248,9 @@ def _approval(a: ApprovalView) -> str:
         asked, quorum, expires = (f"<code>{e(json.dumps(v, ensure_ascii=False))}</code>"
                                   for v in (a.ask, a.quorum, a.expires_at))
     else:
-        asked = e(f"groups {', '.join(a.ask.get('groups') or []) or '-'}; "
-                  f"identities {', '.join(a.ask.get('identities') or []) or '-'}")
+        from sealbox.approvals import asked_text  # as `approvals show` and the timeline word it
+
+        asked = e(asked_text(a.ask))
         quorum, expires = e(a.quorum), e(a.expires_at)
     rows = [("call", f'<a href="#call-{e(a.call_id)}">{e(a.call_id)}</a> {e(a.server)}/{e(a.tool)} (step {e(a.step)})'),
             ("rule", e(a.rule)), ("asked", asked), ("quorum", quorum), ("binding", f"<code>{e(a.binding)}</code>"),

@@ -122,8 +122,9 @@ def _approval(a: ApprovalView) -> list[str]:
         out += [f"MALFORMED REQUEST: {md(a.malformed)}; it can never be approved.", ""]
         asked, quorum, expires = (_code(json.dumps(v, ensure_ascii=False)) for v in (a.ask, a.quorum, a.expires_at))
     else:
-        asked = md(f"groups {', '.join(a.ask.get('groups') or []) or '-'}; "
-                   f"identities {', '.join(a.ask.get('identities') or []) or '-'}")
+        from sealbox.approvals import asked_text  # as `approvals show` and the timeline word it
+
+        asked = md(asked_text(a.ask))
         quorum, expires = md(a.quorum), md(a.expires_at)
     out += _table(["", ""], [
         ("**call**", f"{_code(a.call_id)} {md(a.server)}/{md(a.tool)} (step {md(a.step)})"), ("**rule**", md(a.rule)),
