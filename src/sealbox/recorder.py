@@ -421,7 +421,9 @@ class Recorder:
         _check_joinable(run_id)
         events = self.store.read_run(run_id)
         if not events:
-            raise RecordingError(f"no run {run_id!r} in this store")
+            from sealbox.approvals import shown_id  # an unknown id may be anything pasted: not echoed whole
+
+            raise RecordingError(f"no run {shown_id(run_id)} in this store")
         if events[-1].kind == "run.ended":
             if events[0].kind == "run.started" and isinstance(events[0].payload.get("imported"), dict):
                 # listed with its source's status (suspended, running): "has ended" would contradict the listing
@@ -980,7 +982,9 @@ class RunContext:
         get_run = getattr(self.store, "get_run", None)
         found = self._guard(lambda: get_run(parent) if get_run is not None else (self.store.read_run(parent) or None))
         if found is None:
-            raise ConfigError(f"parent_run_id {parent!r} names no run of this store; nothing was recorded")
+            from sealbox.approvals import shown_id  # an unknown id may be anything pasted: not echoed whole
+
+            raise ConfigError(f"parent_run_id {shown_id(parent)} names no run of this store; nothing was recorded")
 
     def end(self, status: str = "ok", error: BaseException | None = None, *,
             verdict: dict[str, Any] | None = None) -> None:

@@ -1025,7 +1025,9 @@ class Gateway:
                 if len(run_id) > 128:  # not echoed whole (the message quoted all of a 300-character id)
                     raise MCPError(codes.UNKNOWN_RUN, f"no run {shown_run_id(run_id)} can be joined: a run id is at "
                                    "most 128 characters") from exc
-                raise MCPError(codes.UNKNOWN_RUN, str(exc).replace(repr(run_id), repr(shown_run_id(run_id)))) from exc
+                from sealbox.approvals import shown_id  # how the recorder's "no run …" error quotes it
+
+                raise MCPError(codes.UNKNOWN_RUN, str(exc).replace(shown_id(run_id), repr(shown_run_id(run_id)))) from exc
             if run.replay_of:  # an agent replayed in-process names its replay run as it named the recorded one
                 raise MCPError(codes.UNKNOWN_RUN, f"run {run_id} is a replay of run {run.replay_of}: a live gateway "
                                "does not join it (its calls would run for real); serve the recorded calls with "
