@@ -538,27 +538,20 @@ def test_sealbox_upgrade_in_a_folder_without_the_signing_key_says_what_it_did(tm
 
 
 TRACED_CLI = """
-import runpy, sqlite3, sys
+import pathlib, runpy, sys
+
+from sealbox.store.sqlite import SqliteStore
 
 marker = sys.argv.pop(1)
-_connect = sqlite3.connect
+_lock = SqliteStore._migration_lock
 
 
-def connect(*args, **kwargs):
-    conn = _connect(*args, **kwargs)
-    seen = []
-
-    def trace(sql):
-        if "FROM schema_migrations" in sql:
-            seen.append(sql)
-        elif seen and sql.lstrip().upper().startswith("BEGIN IMMEDIATE"):
-            open(marker, "a").close()
-
-    conn.set_trace_callback(trace)
-    return conn
+def lock(self, *args, **kwargs):
+    pathlib.Path(marker).touch()  # schema_migrations read (pending), the upgrade's lock not yet asked for
+    return _lock(self, *args, **kwargs)
 
 
-sqlite3.connect = connect
+SqliteStore._migration_lock = lock
 runpy.run_module("sealbox.cli.main", run_name="__main__", alter_sys=True)
 """
 
@@ -578,10 +571,11 @@ def test_two_concurrent_upgrades_each_report_only_what_they_applied(tmp_path, ba
     if name == "sqlite":
         holder = sqlite3.connect(path / "sealbox.db", isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")  # what every writer (and each migration) takes first
-        # Each upgrade runs the CLI under a tracer that notes when its connection, having read
-        # schema_migrations, starts the migration's BEGIN IMMEDIATE (the trace fires before SQLite's busy
-        # wait): the lock is released once both are waiting, not after a fixed time (was 3.5 s, for a
-        # start-up that takes longer on a loaded host; the migration waits SEALBOX_LOCK_TIMEOUT, 60 s here).
+        # Each upgrade runs the CLI under a wrapper that notes when it, having read schema_migrations,
+        # comes to take the upgrade's lock (the folder's flock, held across its migrations; one then waits
+        # at the migration's BEGIN IMMEDIATE, the other at that flock): the write lock is released once both
+        # are there, not after a fixed time (was 3.5 s, for a start-up that takes longer on a loaded host;
+        # the migration waits SEALBOX_LOCK_TIMEOUT, 60 s here).
         markers = [tmp_path / f"waiting{i}" for i in range(2)]
         tracer = tmp_path / "traced_cli.py"
         tracer.write_text(TRACED_CLI)
@@ -616,6 +610,91 @@ def test_two_concurrent_upgrades_each_report_only_what_they_applied(tmp_path, ba
                                "migrations meanwhile)\n", "")]), outs
     assert _has_index(name, sql)
     assert sql(f"SELECT count(*) FROM schema_migrations WHERE version = {INDEX_VERSION[name]}") == [(1,)]
+
+
+PAUSED_UPGRADE = """
+import json, os, pathlib, runpy, sys, time
+
+role, marker, go, what = sys.argv[1:5]
+del sys.argv[1:5]
+from sealbox.store import postgres, sqlite
+
+if role == "first":  # stops once its first migration is committed, until the test says go
+    def paused(apply):
+        def wrapper(*args, **kwargs):
+            out = apply(*args, **kwargs)
+            if not os.path.exists(marker):
+                pathlib.Path(marker).touch()
+                while not os.path.exists(go):
+                    time.sleep(0.01)
+            return out
+        return wrapper
+
+    sqlite._apply_migration = paused(sqlite._apply_migration)
+    postgres.PostgresStore._apply_migration = paused(postgres.PostgresStore._apply_migration)
+else:  # says when it comes to take the upgrade's lock (a Sealbox without that lock never does)
+    for cls in (sqlite.SqliteStore, postgres.PostgresStore):
+        lock = getattr(cls, "_migration_lock", None)
+        if lock is not None:
+            def taking(self, *args, _lock=lock, **kwargs):
+                pathlib.Path(marker).touch()
+                return _lock(self, *args, **kwargs)
+            cls._migration_lock = taking
+if what == "open":  # a writer's open upgrades the store too
+    import sealbox
+    store = sealbox.open_store(sys.argv[-1])
+    print(json.dumps(store.migrated))
+    store.close()
+else:
+    runpy.run_module("sealbox.cli.main", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("second", ["upgrade", "open"])
+def test_an_upgrade_applies_all_its_pending_migrations_under_one_lock(tmp_path, backend, second):
+    """Each migration took the store's write lock in its own transaction: a second upgrade (or a writer's
+    open) starting between two migrations of the first took the lock between them and applied the rest,
+    so one upgrade said "applied migrations [2]" and the other "[3]" (seen under load). An upgrade now
+    holds one lock across all its pending migrations (PostgreSQL: the store's advisory lock at session
+    level; SQLite: an flock on the store's folder, its transactions still one per migration): here the
+    first is held after its first migration until the second is at that lock; the second then finds
+    nothing left to apply."""
+    name, init, sql = backend
+    path = tmp_path / "store"
+    init(path).close()
+    _as_before_the_index(name, sql)
+    env = {**os.environ, "SEALBOX_LOCK_TIMEOUT": "120"}
+    script = tmp_path / "paused_upgrade.py"
+    script.write_text(PAUSED_UPGRADE)
+    paused, waiting, go = tmp_path / "paused", tmp_path / "waiting", tmp_path / "go"
+
+    def start(role, marker, what):
+        tail = ["upgrade", "--store", str(path)] if what == "upgrade" else [str(path)]
+        return subprocess.Popen([sys.executable, str(script), role, str(marker), str(go), what, *tail], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait_for(marker, proc):
+        deadline = time.monotonic() + 120
+        while not marker.exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, f"{marker.name} never came"
+            time.sleep(0.01)
+
+    first = start("first", paused, "upgrade")
+    wait_for(paused, first)
+    assert first.poll() is None, first.communicate()
+    other = start("second", waiting, second)
+    wait_for(waiting, other)  # at the lock, or (without it) done
+    go.touch()
+    outs = [(p.wait(120), *p.communicate()) for p in (first, other)]
+    assert outs[0] == (0, f"Upgraded {path}: applied migrations [{PENDING[name]}]\n", ""), outs
+    if second == "upgrade":
+        assert outs[1] == (0, f"{path} is up to date: no migration to apply (another process applied the pending "
+                              "migrations meanwhile)\n", ""), outs
+    else:
+        assert outs[1] == (0, "[]\n", ""), outs
+    assert _has_index(name, sql)
+    assert sql("SELECT version, count(*) FROM schema_migrations GROUP BY version ORDER BY version") == [
+        (v, 1) for v in range(1, NEWEST[name] + 1)]
 
 
 def test_a_prefix_lookup_finds_ids_holding_the_last_code_point_after_the_prefix(tmp_path, backend):

@@ -111,6 +111,29 @@ def test_sqlite_upgrade_past_the_lock_timeout_is_one_line_naming_the_lock_and_th
     assert (res.returncode, res.stdout, res.stderr) == (0, f"Upgraded {path}: applied migrations [7, 8, 9]\n", "")
 
 
+def test_sqlite_an_upgrade_waits_the_lock_timeout_for_another_upgrade_not_forever(tmp_path):
+    """An upgrade holds an flock on the store's folder across its migrations (so that two upgrades do
+    not split them between them). One that finds it held by another process waits lock_timeout, not
+    without end, then fails with one line naming the setting; nothing is applied. Here a second process
+    holds the flock, as an upgrade in progress does."""
+    path = tmp_path / "s"
+    _older_sqlite_store(path)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+                               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()", str(path)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        res = _upgrade(path, "0.5")
+    finally:
+        holder.communicate("")
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == (f"error: {path / 'sealbox.db'} stayed busy for too long: another writer holds it (migration 7 "
+                          "waited 0.5 s for another process's upgrade of the store: lock_timeout, "
+                          "SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands)\n")
+    res = _upgrade(path, "0.5")  # the flock free, the same command upgrades it
+    assert (res.returncode, res.stdout, res.stderr) == (0, f"Upgraded {path}: applied migrations [7, 8]\n", "")
+
+
 @pytest.mark.skipif(not PG_URL, reason="SEALBOX_TEST_POSTGRES_URL is not set: needs PostgreSQL")
 def test_postgres_upgrade_waits_the_lock_timeout_for_the_write_lock_not_forever(tmp_path):
     """A PostgreSQL migration took the store's advisory lock with no lock_timeout: `sealbox upgrade` with

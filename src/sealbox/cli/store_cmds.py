@@ -113,10 +113,10 @@ def init_cmd(path: str | None, origin: str | None, content_mode: str, redact_key
 def upgrade_cmd(store_path: str) -> None:
     """Apply the schema migrations a newer Sealbox brings to the store in --store, once, after
     upgrading Sealbox (read-only commands refuse an older store until then; writers upgrade it
-    on their first open). Each migration is one transaction, recorded in the store; the log's
-    events and their hashes are not changed. Prints the migrations this command applied, or that
-    nothing was pending (also when another process applied them while it ran: two upgrades at once
-    each report only what they committed)."""
+    on their first open). Each migration is one transaction, recorded in the store, all of them
+    under one lock (two upgrades at once: the first applies them all); the log's events and their
+    hashes are not changed. Prints the migrations this command applied, or that nothing was pending
+    (also when another process applied them while it ran)."""
     from sealbox.errors import SchemaVersionError, StoreUpgradeNeededError
 
     pending: list[int] | None

@@ -3,7 +3,10 @@
 Migrations are files ``store/migrations/<backend>/NNNN_name.sql``. Each is
 applied in one transaction and recorded in ``schema_migrations`` with the
 SHA-256 of its text, so that a store written by a newer Sealbox, or a migration
-edited after it was applied, is refused instead of being misread.
+edited after it was applied, is refused instead of being misread. A writer's open
+applies the pending ones under one lock held across all of them (PostgreSQL: the
+store's advisory lock at session level; SQLite: an flock on the store's folder),
+so that concurrent upgraders serialise: the first applies them all.
 """
 
 from __future__ import annotations

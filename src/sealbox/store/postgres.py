@@ -671,30 +671,12 @@ class PostgresStore(SqliteQueries):
             # a migration waits for the write lock (and for the table locks its DDL takes) as a write does, at
             # most lock_timeout (it waited without end: `sealbox upgrade` hung whatever SEALBOX_LOCK_TIMEOUT was)
             timeout = self.lock_timeout if self._local.lock_timeout is None else self._local.lock_timeout
-            for mig in pending:
-                with conn.transaction():
-                    conn.execute(f"SET LOCAL lock_timeout TO {min(max(1, int(timeout * 1000)), 2**31 - 1)}")
-                    try:
-                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
-                    except psycopg.errors.LockNotAvailable:
-                        raise StoreError(f"{where}: migration {mig.version} waited {timeout:g} s for the store's "
-                                         "write lock, held by another writer: lock_timeout, "
-                                         "SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands") from None
-                    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY,"
-                                 " name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TEXT NOT NULL)")
-                    now = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
-                    if mig.version in now:  # another writer upgraded it meanwhile
-                        migrate.check_applied(now, known, where)
-                        continue
-                    try:
-                        conn.execute(mig.sql)
-                    except psycopg.errors.LockNotAvailable:
-                        raise StoreError(f"{where}: migration {mig.version} waited {timeout:g} s for a lock on a "
-                                         "table of the store, held by another PostgreSQL session: lock_timeout, "
-                                         "SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands") from None
-                    conn.execute("INSERT INTO schema_migrations (version, name, checksum, applied_at)"
-                                 " VALUES (%s, %s, %s, %s)", (mig.version, mig.name, mig.checksum, utc_now()))
-                self.migrated.append(mig.version)  # committed by this open (the block left without an error)
+            # one lock across all of them (each still its own transaction): a second upgrader (or writer's
+            # open) that came between two of them applied the rest, and each said only part ([2] and [3])
+            with self._migration_lock(conn, where, timeout, pending[0]) if pending else contextlib.nullcontext():
+                for mig in pending:
+                    if self._apply_migration(conn, mig, known, where, timeout):
+                        self.migrated.append(mig.version)  # committed by this open (the block left without an error)
             tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s",
                                                  (self.schema,)).fetchall()}
             have: dict[str, set[str]] = {}
@@ -727,6 +709,68 @@ class PostgresStore(SqliteQueries):
             raise StoreError(f"{where} is damaged: function {', '.join(functions)} "
                              f"{'is' if len(functions) == 1 else 'are'} missing (changed below Sealbox; "
                              "restore the store from a backup)")
+
+    @contextlib.contextmanager
+    def _migration_lock(self, conn: Any, where: str, timeout: float, first: migrate.Migration) -> Iterator[None]:
+        """Hold the store's write lock (its advisory lock) at session level while this open applies its
+        pending migrations, so that concurrent upgraders serialise: the first applies them all, a later
+        one finds them recorded. Each migration still takes the lock in its own transaction too (the
+        same session: it is granted at once); writers of other sessions wait as they do for a migration.
+        Released when the block is left (or by the server, with the session, if the process dies).
+
+        Raises:
+            StoreError: the lock was not had within ``timeout`` seconds (said as the wait of ``first``,
+                the first pending migration, as before this lock).
+        """
+        psycopg = _psycopg()
+        with conn.transaction():
+            conn.execute(f"SET LOCAL lock_timeout TO {min(max(1, int(timeout * 1000)), 2**31 - 1)}")
+            try:
+                conn.execute("SELECT pg_advisory_lock(%s)", (self._key,))  # kept past this transaction
+            except psycopg.errors.LockNotAvailable:
+                raise StoreError(f"{where}: migration {first.version} waited {timeout:g} s for the store's "
+                                 "write lock, held by another writer: lock_timeout, "
+                                 "SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands") from None
+        try:
+            yield
+        finally:
+            with contextlib.suppress(psycopg.Error):  # a lost session dropped it with itself
+                conn.execute("SELECT pg_advisory_unlock(%s)", (self._key,))
+
+    def _apply_migration(self, conn: Any, mig: migrate.Migration, known: list[migrate.Migration], where: str,
+                         timeout: float) -> bool:
+        """Apply ``mig`` in one transaction holding the store's write lock and record it with its checksum;
+        True when this call committed it, False when another writer had recorded it meanwhile.
+
+        Raises:
+            StoreError: the write lock, or a lock on a table the migration changes, was not had within
+                ``timeout`` seconds.
+            SchemaVersionError: the store's recorded migrations are not this version's (checked again).
+        """
+        psycopg = _psycopg()
+        with conn.transaction():
+            conn.execute(f"SET LOCAL lock_timeout TO {min(max(1, int(timeout * 1000)), 2**31 - 1)}")
+            try:
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._key,))
+            except psycopg.errors.LockNotAvailable:
+                raise StoreError(f"{where}: migration {mig.version} waited {timeout:g} s for the store's "
+                                 "write lock, held by another writer: lock_timeout, "
+                                 "SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands") from None
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY,"
+                         " name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at TEXT NOT NULL)")
+            now = dict(conn.execute("SELECT version, checksum FROM schema_migrations").fetchall())
+            if mig.version in now:  # another writer upgraded it meanwhile
+                migrate.check_applied(now, known, where)
+                return False
+            try:
+                conn.execute(mig.sql)
+            except psycopg.errors.LockNotAvailable:
+                raise StoreError(f"{where}: migration {mig.version} waited {timeout:g} s for a lock on a "
+                                 "table of the store, held by another PostgreSQL session: lock_timeout, "
+                                 "SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands") from None
+            conn.execute("INSERT INTO schema_migrations (version, name, checksum, applied_at)"
+                         " VALUES (%s, %s, %s, %s)", (mig.version, mig.name, mig.checksum, utc_now()))
+        return True
 
     def _open_checked(self) -> None:
         self._migrate()  # read-only: only checks (a pending migration is refused, never applied)

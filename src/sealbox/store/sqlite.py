@@ -1273,8 +1273,11 @@ class SqliteStore(SqliteQueries):
                 f"its owner upgrades it once with `sealbox upgrade --store {self.path}` (or by opening it for "
                 f"writing through the API); `sealbox verify` checks it as it is, through an upgraded private copy",
                 versions)
-        for mig in pending:
-            _apply_migration(conn, mig, str(self.path), committed=self.migrated, begin=self._begin_migration)
+        # one lock across all of them (each still its own transaction): a second upgrader (or writer's
+        # open) that came between two of them applied the rest, and each said only part ([7] and [8])
+        with self._migration_lock(pending[0]) if pending else contextlib.nullcontext():
+            for mig in pending:
+                _apply_migration(conn, mig, str(self.path), committed=self.migrated, begin=self._begin_migration)
         if pending:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         missing = sorted(_required_tables() - tables)
@@ -1458,6 +1461,57 @@ class SqliteStore(SqliteQueries):
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
                     self._local.busy_zero = False
+
+    @contextlib.contextmanager
+    def _migration_lock(self, first: migrate.Migration) -> Iterator[None]:
+        """Hold an exclusive ``flock`` on the store's folder while this open applies its pending migrations,
+        so that concurrent upgraders serialise: the first applies them all, a later one finds them recorded.
+        SQLite has no lock that outlives a transaction, and each migration is its own transaction; the
+        folder's flock is the one the store's signers take to publish the checkpoint file (a publish waits
+        for the migrations, a migration for a publish; neither holds it while waiting for the database).
+        Waited for up to ``lock_timeout``; dropped by the OS if the process dies. Without ``fcntl``
+        (Windows), on a folder that cannot be opened or a file system without flock, the migrations run
+        without it (as before).
+
+        Raises:
+            StoreError: another process's upgrade held it for longer than ``lock_timeout`` (said as the
+                wait of ``first``, the first pending migration).
+        """
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            yield
+            return
+        with _LOCK_FDS_GUARD:  # a fork never falls between the open and the record (_close_lock_fds_in_child)
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except OSError:
+                fd = -1
+            else:
+                _LOCK_FDS.add(fd)
+        if fd < 0:
+            yield
+            return
+        try:
+            waited = self.lock_timeout if self._local.lock_timeout is None else self._local.lock_timeout
+            deadline, delay = time.monotonic() + waited, 0.001
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released by os.close below
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise StoreError(f"{_busy_text(self.path)} (migration {first.version} waited {waited:g} s "
+                                         f"for another process's upgrade of the store: {LOCK_WAIT_SETTINGS})") from None
+                    time.sleep(delay * (1 + random.random()))
+                    delay = min(delay * 2, 0.05)
+                except OSError:  # a file system without flock (ENOLCK, EOPNOTSUPP): without it, as before
+                    break
+            yield
+        finally:
+            with _LOCK_FDS_GUARD:
+                _LOCK_FDS.discard(fd)
+                os.close(fd)
 
     def _begin_migration(self, conn: sqlite3.Connection, mig: migrate.Migration) -> None:
         """``BEGIN IMMEDIATE`` for a migration, waiting for the write lock as a write does (up to
