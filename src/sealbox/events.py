@@ -303,7 +303,8 @@ def _fast_expr(schema: Any, v: str, env: dict[str, Any], depth: int) -> str:
     """
     if not isinstance(schema, dict):
         raise _Unsupported(schema)
-    known = {"type", "required", "properties", "minimum", "pattern", "enum", "anyOf", "items", "minLength", "maxLength"}
+    known = {"type", "required", "properties", "minimum", "pattern", "enum", "anyOf", "items", "minLength", "maxLength",
+             "minProperties", "additionalProperties"}
     if set(schema) - known:
         raise _Unsupported(schema)
     parts: list[str] = []
@@ -357,6 +358,17 @@ def _fast_expr(schema: Any, v: str, env: dict[str, Any], depth: int) -> str:
             get = f"{v}[{key!r}]" if key in required else f"{v}.get({key!r}, _MISSING)"  # required: tested above
             sub_parts.append(f"(({x} := {get}) is _MISSING or {_fast_expr(sub, x, env, depth + 1)})")
         parts.append("(" + " and ".join(sub_parts) + ")")
+    if "minProperties" in schema:  # constrains objects only (JSON Schema 2020-12, 6.5.2)
+        bound = schema["minProperties"]
+        if type(bound) is not int:
+            raise _Unsupported(schema)
+        parts.append(f"(type({v}) is not dict or len({v}) >= {bound})")
+    if "additionalProperties" in schema:  # only `false`: no key beyond `properties` (10.3.2.3)
+        if schema["additionalProperties"] is not False:
+            raise _Unsupported(schema)
+        name = f"_keys{len(env)}"
+        env[name] = frozenset(schema.get("properties", {}))
+        parts.append(f"(type({v}) is not dict or {v}.keys() <= {name})")
     if "items" in schema:
         y = f"_y{depth}"
         parts.append(f"(type({v}) is not list or all({_fast_expr(schema['items'], y, env, depth + 1)} for {y} in {v}))")
