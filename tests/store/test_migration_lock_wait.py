@@ -131,7 +131,7 @@ def test_sqlite_an_upgrade_waits_the_lock_timeout_for_another_upgrade_not_foreve
                           "waited 0.5 s for another process's upgrade of the store: lock_timeout, "
                           "SEALBOX_LOCK_TIMEOUT=SECONDS for `sealbox` commands)\n")
     res = _upgrade(path, "0.5")  # the flock free, the same command upgrades it
-    assert (res.returncode, res.stdout, res.stderr) == (0, f"Upgraded {path}: applied migrations [7, 8]\n", "")
+    assert (res.returncode, res.stdout, res.stderr) == (0, f"Upgraded {path}: applied migrations [7, 8, 9]\n", "")
 
 
 @pytest.mark.skipif(not PG_URL, reason="SEALBOX_TEST_POSTGRES_URL is not set: needs PostgreSQL")
