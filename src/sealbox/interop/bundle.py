@@ -237,7 +237,7 @@ def run_entries(envelopes: Iterable[tuple[int, dict]]) -> list[dict[str, Any]]:
 def zip_local_header(name: str, crc: int, size: int) -> bytes:
     """The canonical local file header (APPNOTE 4.3.7) of a stored member ``name`` of ``size`` bytes
     with CRC-32 ``crc``, its name included: what :func:`zip_bytes` writes before the member's data."""
-    raw_name = name.encode("ascii")
+    raw_name = name.encode("ascii", "surrogateescape")
     return _LOCAL.pack(_LOCAL_SIG, _VERSION, 0, 0, _DOS_TIME, _DOS_DATE, crc, size, size, len(raw_name), 0) + raw_name
 
 
@@ -247,7 +247,7 @@ def zip_directory(entries: Sequence[tuple[str, int, int, int]]) -> bytes:
     :func:`zip_bytes` writes after the members."""
     central = bytearray()
     for name, crc, n, offset in entries:
-        raw_name = name.encode("ascii")
+        raw_name = name.encode("ascii", "surrogateescape")
         central += _CENTRAL.pack(_CENTRAL_SIG, _VERSION, _VERSION, 0, 0, _DOS_TIME, _DOS_DATE, crc, n, n,
                                  len(raw_name), 0, 0, 0, 0, 0, offset) + raw_name
     start = entries[-1][3] + _LOCAL.size + len(entries[-1][0]) + entries[-1][2] if entries else 0
@@ -300,6 +300,11 @@ def zip_regions(members: Sequence[tuple[str, bytes]]) -> list[tuple[int, int, st
     return regions
 
 
+def shown_name(name: str) -> str:
+    """A member name for a message: itself when ASCII, else the repr of its bytes (``b'caf\\xc3\\xa9.txt'``)."""
+    return name if name.isascii() else repr(name.encode("ascii", "surrogateescape"))
+
+
 #: the most members a ZIP archive without ZIP64 (a bundle) holds: its end record counts them in 16 bits
 MAX_MEMBERS = 0xFFFF
 TOO_MANY_MEMBERS = (f"more than {MAX_MEMBERS} ZIP local headers (a ZIP archive without ZIP64, as a bundle is, "
@@ -309,7 +314,9 @@ TOO_MANY_MEMBERS = (f"more than {MAX_MEMBERS} ZIP local headers (a ZIP archive w
 def read_members(data: bytes) -> list[list[tuple[str, bytes]]]:
     """Candidate member lists of a ZIP file: one read through the central directory and
     one walking the local headers (each that parses), so that a damaged header on
-    one side is still located and named by comparing with :func:`zip_bytes`."""
+    one side is still located and named by comparing with :func:`zip_bytes`. A name's bytes
+    that are not ASCII are kept as lone surrogates (``surrogateescape``), so that such a member
+    is reported by its name (:func:`shown_name`) and its container rebuilt byte for byte."""
     out = []
     for reader in (_read_central, _read_local):
         try:
@@ -421,7 +428,7 @@ def _read_central(data: bytes) -> list[tuple[str, bytes]]:
         f = _CENTRAL.unpack_from(data, pos)
         if f[0] != _CENTRAL_SIG:
             raise BundleFormatError(f"no central directory entry at offset {pos}")
-        name = data[pos + _CENTRAL.size: pos + _CENTRAL.size + f[10]].decode("ascii")
+        name = data[pos + _CENTRAL.size: pos + _CENTRAL.size + f[10]].decode("ascii", "surrogateescape")
         start = f[16] + _LOCAL.size + f[10]
         if start + f[8] > len(data):
             raise BundleFormatError(f"member {name!r} runs past the end of the file")
@@ -434,7 +441,7 @@ def _read_local(data: bytes) -> list[tuple[str, bytes]]:
     members, pos = [], 0
     while data[pos: pos + 4] == struct.pack("<I", _LOCAL_SIG):
         f = _LOCAL.unpack_from(data, pos)
-        name = data[pos + _LOCAL.size: pos + _LOCAL.size + f[9]].decode("ascii")
+        name = data[pos + _LOCAL.size: pos + _LOCAL.size + f[9]].decode("ascii", "surrogateescape")
         start = pos + _LOCAL.size + f[9] + f[10]
         if start + f[7] > len(data):
             raise BundleFormatError(f"member {name!r} runs past the end of the file")

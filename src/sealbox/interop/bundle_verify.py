@@ -62,6 +62,7 @@ from sealbox.interop.bundle import (
     manifest_bytes,
     archive_extent,
     read_members,
+    shown_name,
     unreadable_reason,
     snapshot_line,
     zip_bytes,
@@ -967,9 +968,11 @@ class _Check:
         counts = collections.Counter(names)  # each name counted once: a hostile file may hold 65,535 members
         odd = [n for n in counts if n not in known or counts[n] > 1]
         for name in odd[:_LISTED - 1] if len(odd) > _LISTED else odd:
-            self._problem("bundle_member_unknown", f"member {name!r} is repeated ({counts[name]} times)"
-                          if name in known or counts[name] > 1 else f"member {name!r} is not part of the format",
-                          name)
+            shown = shown_name(name)
+            what = repr(name) if shown == name else f"{shown} (a name that is not ASCII)"
+            self._problem("bundle_member_unknown", f"member {what} is repeated ({counts[name]} times)"
+                          if name in known or counts[name] > 1 else f"member {what} is not part of the format",
+                          shown)
         if len(odd) > _LISTED:
             self._problem("bundle_member_unknown", f"{len(odd) - _LISTED + 1} more members are not part of the format "
                           "or are repeated",
@@ -980,8 +983,8 @@ class _Check:
         if [n for n in names if n in known] != [n for n in known if n in names]:
             self._problem("bundle_member_order", "the members are not in the format's order",
                           "the ZIP container", expected=", ".join(n for n in known if n in MEMBERS or n in names),
-                          found=", ".join(names) if len(names) <= _LISTED
-                          else ", ".join(names[:_LISTED]) + f", … ({len(names)} members)")
+                          found=", ".join(map(shown_name, names)) if len(names) <= _LISTED
+                          else ", ".join(map(shown_name, names[:_LISTED])) + f", … ({len(names)} members)")
         for name, data in best:
             self.members.setdefault(name, data)
 
