@@ -105,8 +105,10 @@ class Problem:
             where.append(f"leaf {self.leaf_index}")
         loc = f" [{', '.join(where)}]" if where else ""
         detail = ""
-        if self.expected is not None or self.found is not None:
+        if self.expected is not None and self.found is not None:
             detail = f" (expected {self.expected}, found {self.found})"
+        elif self.expected is not None or self.found is not None:  # one side only: never "expected None"
+            detail = f" (expected {self.expected})" if self.found is None else f" (found {self.found})"
         text = f"{self.code}{loc}: {self.message}{detail}"
         if text.isprintable():
             return text

@@ -1324,7 +1324,7 @@ class _Check:
                 continue
             if last is not None and row[0] <= last:
                 self._problem("bundle_order", "lines are not in strictly increasing order of their hash",
-                              f"{member} line {n}", found=row[0])
+                              f"{member} line {n}", expected=f"a hash above {last}", found=row[0])
             last = row[0]
             where[row[0]] = f"{member} line {n}"
             yield row
