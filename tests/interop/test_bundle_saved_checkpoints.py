@@ -420,3 +420,20 @@ def test_a_bundle_exported_before_the_checkpoint_was_saved_is_not_called_a_rollb
                        tmp_path / "proof.json", "--json", cwd=tmp_path)
     assert code == 0 and json.loads(out)["extends"] == [
         {"checkpoint": f"the checkpoint given in {later}", "size": later_size, "root": later_root, "by": "newer"}]
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"size1": 1e999, "size2": 2, "proof": []}', "{p}: the consistency proof needs integer size1 and size2"),
+    ('{"size1": 1, "size2": 2, "proof": []}', "{p}: the consistency proof carries no signed checkpoint of size2"),
+    ('[1, 2]', "{p}: the consistency proof is not a JSON object"),
+])
+def test_a_malformed_consistency_proof_is_bad_input_naming_its_file(forked, tmp_path, text, message):
+    """--consistency FILE named the file only when it could not be read, not when its shape was wrong
+    (``error: the consistency proof needs integer size1 and size2``), unlike --proof-from-saved."""
+    honest, _, _, _, vkey, run = forked
+    bundle = _export(honest, run, tmp_path / "b.sbx")
+    p = tmp_path / "c.json"
+    p.write_text(text)
+    code, out, err = cli("verify", bundle, "--key", vkey, "--consistency", p, cwd=tmp_path)
+    assert code == 2 and out == "" and err.count("\n") == 1, out + err
+    assert err.startswith("error: " + message.format(p=p)), err

@@ -295,9 +295,14 @@ def _verify_bundle(path: str, vkey: str | None, trust_bundle_key: bool, proof_pa
                    as_json: bool, saved: list[tuple[str, str]] | None = None,
                    saved_proof_paths: tuple[str, ...] = (), max_bytes: int | None = None) -> None:
     from sealbox.errors import ConfigError
-    from sealbox.interop.bundle_verify import MAX_BUNDLE_BYTES, parse_saved_proof, verify_bundle
+    from sealbox.interop.bundle_verify import MAX_BUNDLE_BYTES, parse_consistency, parse_saved_proof, verify_bundle
 
     proof = _read_proof(proof_path) if proof_path is not None else None
+    if proof is not None:
+        try:
+            parse_consistency(proof)
+        except ConfigError as exc:  # the shape, named by file, as for --proof-from-saved
+            raise ConfigError(f"{proof_path}: {exc}") from None
     given = []
     for file in saved_proof_paths:
         doc = _read_proof(file)
