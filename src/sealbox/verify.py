@@ -890,7 +890,10 @@ def _open_checkpoint(where: str, note: str, verifier: Verifier | None, origin: s
     except NoteError as exc:
         signers = _signers(note) if isinstance(note, str) else "signatures by nobody"
         why = str(exc)
-        if f"{verifier.name}+{verifier.key_id.hex()}" not in _signer_names(signers):  # C2SP: name and key id
+        if why.startswith("malformed note"):  # a broken note, not a signature by another key
+            why = (f"it is not a well-formed signed note: {why} (C2SP signed-note: the text, a blank line, then "
+                   "one signature line `\u2014 NAME BASE64` each, every line ending in a newline)")
+        elif f"{verifier.name}+{verifier.key_id.hex()}" not in _signer_names(signers):  # C2SP: name and key id
             why = (f"it carries no signature by that key (key id {verifier.key_id.hex()}), only "
                    f"{signers}: it is another log's checkpoint, or the key is not this log's")
         problems.append(Problem(

@@ -344,28 +344,31 @@ def parse_note(note: str) -> ParsedNote:
     _check_text(note)
     split = note.rfind("\n\n")
     if split < 0:
-        raise _malformed()
+        raise _malformed("no blank line before the signature lines")
     text, block = note[: split + 1], note[split + 2 :]
-    if not block or not block.endswith("\n"):
-        raise _malformed()
+    if not block:
+        raise _malformed("no signature line")
+    if not block.endswith("\n"):
+        raise _malformed("no final newline")
     lines = block[:-1].split("\n")
     if len(lines) > MAX_SIGNATURES:
         raise _malformed("implementation limit")
-    return ParsedNote(text, tuple(_parse_signature_line(line) for line in lines))
+    return ParsedNote(text, tuple(_parse_signature_line(line, n) for n, line in enumerate(lines, 1)))
 
 
-def _parse_signature_line(line: str) -> NoteSignature:
+def _parse_signature_line(line: str, n: int = 1) -> NoteSignature:
+    bad = _malformed(f"signature line {n} is not `\u2014 NAME BASE64`")
     if not line.startswith(_SIG_PREFIX):
-        raise _malformed()
+        raise bad
     name, sep, b64 = line[len(_SIG_PREFIX) :].partition(" ")
     if not sep or not _is_valid_name(name) or not b64:
-        raise _malformed()
+        raise bad
     try:
         raw = _b64decode(b64)
     except ValueError as exc:
-        raise _malformed() from exc
+        raise bad from exc
     if len(raw) < 5:
-        raise _malformed()
+        raise _malformed(f"signature line {n} is shorter than a key ID and a signature")
     return NoteSignature(name, raw[:4], raw[4:])
 
 
