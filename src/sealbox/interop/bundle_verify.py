@@ -991,7 +991,12 @@ class _Check:
     def _key(self) -> str:
         text = self.members.get("log.vkey", b"")
         try:
-            bundle_key = text.decode("ascii")
+            try:
+                bundle_key = text.decode("ascii")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"it is not ASCII text (byte {exc.start + 1} is 0x{text[exc.start]:02x})") from None
+            if bundle_key.endswith("\r\n") and "\n" not in bundle_key[:-1]:
+                raise ValueError("its line ends in CRLF (\\r\\n); a verifier key is one line ending in \\n")
             if not bundle_key.endswith("\n") or "\n" in bundle_key[:-1]:
                 raise ValueError("not one line")
             bundle_vkey = Verifier.from_vkey(bundle_key[:-1])
