@@ -1179,10 +1179,14 @@ class RunContext:
         return self.__enter__()
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        if self._in_flight:
-            await self._await_tasks_calls()
-        for record in [r for r in list(self._open_streams) if r.is_async and not r.done]:
-            await record.close_async_stream()  # recorded by end(), with the streams left open
+        try:
+            if self._in_flight:
+                await self._await_tasks_calls()
+            for record in [r for r in list(self._open_streams) if r.is_async and not r.done]:
+                await record.close_async_stream()  # recorded by end(), with the streams left open
+        except BaseException as cut:  # cancelled while waiting (a timeout around the block): the run ends
+            self.__exit__(type(cut), cut, cut.__traceback__)  # "cancelled"; calls still running are not waited for
+            raise
         self.__exit__(exc_type, exc, tb)
 
     def _record_open_streams(self, *, ending: bool) -> None:

@@ -111,3 +111,50 @@ def test_run_end_called_while_a_thread_runs_a_tool_waits_for_its_result(store):
         t.join(30)
     assert out == {"result": "late"}
     _check_record(store, run.run_id, ok=True)
+
+
+def test_a_run_whose_exit_is_cancelled_while_it_waits_for_a_task_s_call_ends_cancelled(store):
+    """Leaving an ``async with`` run waits for the calls other tasks still run; a timeout around the block
+    (``asyncio.wait_for``) cancelled that wait, the CancelledError left ``__aexit__`` before the run was
+    ended: no ``run.ended`` at all, the run stayed current-less but ``running`` (its liveness lease held)
+    for as long as the process lived. Now it ends ``cancelled`` and the CancelledError goes on; the call
+    still running is one that cannot be waited for (its caller gets RecordingError, outcome unknown)."""
+    recorder = Recorder(store, policy=ALLOW_ALL)
+    box = {}
+
+    async def agent():
+        release = asyncio.Event()
+
+        async def slow():
+            await release.wait()
+            return "late"
+
+        async with recorder.run(agent="late") as run:
+            box["run"], box["release"] = run, release
+            box["call"] = asyncio.create_task(run.acall_tool("s", "slow", None, slow))
+            while not run._in_flight:  # the call is decided and recorded, its tool waits
+                await asyncio.sleep(0)
+            box["left"] = True  # no await until the exit waits for the call
+
+    async def main():
+        task = asyncio.create_task(agent())
+        while "left" not in box:
+            await asyncio.sleep(0)
+        assert not task.done()  # the block was left: its exit waits for the call
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        box["release"].set()
+        with pytest.raises(sealbox.RecordingError):
+            await box["call"]
+
+    asyncio.run(main())
+    run_id = box["run"].run_id
+    events = list(store.read_run(run_id))
+    assert [e.kind for e in events] == ["run.started", "tool.call", "policy.decision", "run.ended"]
+    assert events[-1].payload["status"] == "cancelled"
+    row = store.get_run(run_id)
+    assert (row["status"], row["ending"]) == ("ended", "cancelled")
+    (call,) = store.query_calls(run_id=run_id)
+    assert call["outcome"] == "unknown"
+    assert sealbox.verify_store(store).ok
