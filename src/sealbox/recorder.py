@@ -1006,10 +1006,27 @@ class RunContext:
                               "nothing was recorded")
         if self.ended:
             return
+        cut: BaseException | None = None
         if self._in_flight:
-            self._wait_for_calls()
+            try:
+                self._wait_for_calls()
+            except BaseException as exc:  # Ctrl-C while waiting: the run ends cancelled and the interrupt goes on
+                cut, status, error = exc, "cancelled", exc  # the calls still running are not waited for
             if self.ended:  # ended by another thread meanwhile
+                if cut is not None:
+                    raise cut
                 return
+        if cut is not None:
+            try:
+                self._end_now(status, error, verdict)
+            except Exception as failed:  # noqa: BLE001 - the interrupt goes on, carrying this
+                _attach_note(cut, f"sealbox: run.ended of run {self.run_id} could not be recorded: "
+                                  f"{type(failed).__name__}: {exception_message(failed)}")
+            raise cut
+        self._end_now(status, error, verdict)
+
+    def _end_now(self, status: str, error: BaseException | None, verdict: dict[str, Any] | None) -> None:
+        """:meth:`end` once the calls it waits for are done (or no longer waited for)."""
         if self._open_streams:
             self._record_open_streams(ending=True)
         source = self.replay

@@ -158,3 +158,48 @@ def test_a_run_whose_exit_is_cancelled_while_it_waits_for_a_task_s_call_ends_can
     (call,) = store.query_calls(run_id=run_id)
     assert call["outcome"] == "unknown"
     assert sealbox.verify_store(store).ok
+
+
+def test_ctrl_c_while_the_run_waits_for_a_thread_s_call_ends_it_cancelled(store):
+    """Ctrl-C (SIGINT) while leaving the ``with`` block waits for a tool a worker thread still runs: the
+    KeyboardInterrupt left ``run.end()`` from its wait before ``run.ended`` was written, so the run had
+    none (read ``interrupted`` though its process lived on, or ``running``). Now it ends ``cancelled``
+    with the KeyboardInterrupt, which goes on; the worker's call ends after the run and its caller gets
+    RecordingError (outcome unknown), as for any call that cannot be waited for."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():  # pragma: no cover - signals go to main
+        pytest.skip("SIGINT is handled in the main thread")
+    rec = Recorder(store, policy=ALLOW_ALL)
+    main, out, waiting = threading.get_ident(), {}, threading.Event()
+
+    def slow():
+        while not run._idle_waiters:  # the run's end waits for this call
+            threading.Event().wait(0.001)
+        signal.pthread_kill(main, signal.SIGINT)
+        assert waiting.wait(30)
+        return "late"
+
+    def worker():
+        try:
+            out["result"] = run.call_tool("db", "slow", None, slow)
+        except BaseException as exc:  # noqa: BLE001 - kept for the assertion
+            out["raised"] = exc
+
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            with rec.run(agent="bot") as run:
+                t = threading.Thread(target=worker)
+                t.start()
+                while not run._in_flight:  # the call is recorded and runs: the block is left now
+                    threading.Event().wait(0.001)
+        finally:
+            waiting.set()
+            t.join(30)
+    assert isinstance(out.get("raised"), sealbox.RecordingError), out
+    events = list(store.read_run(run.run_id))
+    assert [e.kind for e in events] == ["run.started", "tool.call", "policy.decision", "run.ended"]
+    assert (events[-1].payload["status"], events[-1].payload["error"]["type"]) == ("cancelled", "KeyboardInterrupt")
+    row = store.get_run(run.run_id)
+    assert (row["status"], row["ending"]) == ("ended", "cancelled")
+    assert sealbox.verify_store(store).ok
