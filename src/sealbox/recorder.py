@@ -888,6 +888,7 @@ class RunContext:
         self.resumed_calls: list[Any] = []  # filled by Recorder.resume
         self._lease: Any = None  # a sealbox.pause.RunLease while this process runs a run it resumed
         self._live: Any = None  # a sealbox.liveness.LiveLease while this process records the open run
+        self._entered_pid: int | None = None  # the process whose with block this is (a forked child's exit ends nothing)
         self.replay: Any = None  # a sealbox.replay ReplaySource while this run replays another (docs/replay.md)
         self._open_streams: set[_StreamRecord] = set()  # streamed model calls not recorded yet (RecordedStream)
 
@@ -1154,16 +1155,21 @@ class RunContext:
         self._token = _CURRENT.set(self)
         old = self._token.old_value
         self._outer = None if old is contextvars.Token.MISSING else old  # restored on exit (unless ended meanwhile)
+        self._entered_pid = os.getpid()
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if self._entered_pid not in (None, os.getpid()):
+            # a child forked inside the block leaves it too: the run is the parent's, which ends it
+            self._leave_current()
+            return
         try:
             self._exit(exc)
         finally:
             self._release_lease()  # the run ended, or is suspended again: another process may resume it
             self._release_live()  # the run ended or is suspended: its status no longer depends on a lease
 
-    def _exit(self, exc: BaseException | None) -> None:
+    def _leave_current(self) -> None:
         if self._token is not None:
             # Not ContextVar.reset: a run entered in a generator is left when the generator is closed, which
             # may be after another run was entered in the same context (the caller's own run, a second
@@ -1176,6 +1182,9 @@ class RunContext:
                 while outer is not None and outer.ended:
                     outer = outer._outer
                 _CURRENT.set(outer)
+
+    def _exit(self, exc: BaseException | None) -> None:
+        self._leave_current()
         if self.suspended and (exc is None or getattr(exc, "suspends_run", False)):
             return  # no run.ended: the run stays suspended (resumable), whether or not the body caught it
         if exc is None:
