@@ -884,6 +884,7 @@ class RunContext:
         self._idle_lock = threading.Lock()
         self._idle = threading.Condition(self._idle_lock)
         self._idle_waiters = 0
+        self._ending = False  # end() began: a call not yet counted in _in_flight is refused before it is written
         self._inherit_parent = parent_run_id is None  # Recorder.run: only when parent_run_id was not given
         self.resumed_calls: list[Any] = []  # filled by Recorder.resume
         self._lease: Any = None  # a sealbox.pause.RunLease while this process runs a run it resumed
@@ -1007,6 +1008,18 @@ class RunContext:
                               "nothing was recorded")
         if self.ended:
             return
+        with self._idle_lock:  # from now on a call not yet counted is refused unwritten (_begin_gated)
+            self._ending = True
+        try:
+            self._end_counted(status, error, verdict)
+        except BaseException:
+            if not self.ended:  # run.ended was not written: the run goes on
+                with self._idle_lock:
+                    self._ending = False
+            raise
+
+    def _end_counted(self, status: str, error: BaseException | None, verdict: dict[str, Any] | None) -> None:
+        """:meth:`end` once calls not yet counted as running are refused."""
         cut: BaseException | None = None
         if self._in_flight:
             try:
@@ -1523,10 +1536,10 @@ class RunContext:
                 return inside
         if inside is not None:  # it held a sub-agent: fn runs, its sub-agent served from the record
             call_id, step = inside.call_id, inside.step
-        else:
+            self._call_began(call_id)
+        else:  # counted as running from before its tool.call is written (see _decide_and_record)
             call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent,
                                                     refused=refused is not None)
-        self._call_began(call_id)
         try:
             started = time.perf_counter_ns()
             try:
@@ -1588,15 +1601,16 @@ class RunContext:
             if not isinstance(inside, RunInside):
                 return inside
         writer = self.recorder.async_writer
+        task = _current_task()
         if inside is not None:  # it held a sub-agent: fn runs, its sub-agent served from the record
             call_id, step = inside.call_id, inside.step
-        elif writer is None:
+            self._call_began(call_id, task)
+        elif writer is None:  # counted as running from before its tool.call is written (see _decide_and_record)
             call_id, step = self._decide_and_record(server, tool, arguments, grant, call_id, exposed, agent,
-                                                    method=method, refused=refused is not None)
+                                                    method=method, refused=refused is not None, task=task)
         else:
             call_id, step = await self._adecide_and_record(writer, server, tool, arguments, grant, call_id, exposed,
-                                                           agent, method=method, refused=refused is not None)
-        self._call_began(call_id, _current_task())
+                                                           agent, method=method, refused=refused is not None, task=task)
         try:
             return await self._arun_tool(writer, server, tool, call_id, step, arguments, fn, failure, control_flow,
                                          refused)
@@ -1644,18 +1658,48 @@ class RunContext:
 
     def _decide_and_record(self, server: str, tool: str, arguments: Any, grant: str | None, call_id: str | None,
                            exposed: str | None, agent: str | None = None, *, method: str | None = None,
-                           refused: bool = False) -> tuple[str, str]:
-        """The gate of :meth:`call_tool` and :meth:`acall_tool`, which have checked the names (``_check_call``)."""
+                           refused: bool = False, task: Any = None) -> tuple[str, str]:
+        """The gate of :meth:`call_tool` and :meth:`acall_tool`, which have checked the names (``_check_call``).
+        The call counts as running (:meth:`_call_began`; ``task``: the asyncio task making it) from before its
+        ``tool.call`` is written, so that a run ending meanwhile waits for it; the caller's ``finally`` ends
+        that (:meth:`_call_done`) once the gate let it through, the gate itself when it did not."""
         call_id = self._reserve_call_id(server, tool, call_id)
-        return self._decide_and_record_id(server, tool, arguments, grant, call_id, exposed, agent, method=method,
-                                          refused=refused)
+        self._begin_gated(call_id, task)
+        try:
+            return self._decide_and_record_id(server, tool, arguments, grant, call_id, exposed, agent, method=method,
+                                              refused=refused)
+        except BaseException:
+            self._call_done(call_id)
+            raise
+
+    def _begin_gated(self, call_id: str, task: Any) -> None:
+        """:meth:`_call_began` for a call about to be written; refused (RecordingError, its id freed, nothing
+        written) once the run's end began: the end would not wait for it, and its tool would run unrecorded."""
+        with self._idle_lock:
+            if not self._ending:
+                self._in_flight[call_id] = (threading.get_ident(), task)
+                return
+        with self._lock:
+            self._call_ids.discard(call_id)
+        raise RecordingError(f"could not record: run {self.run_id} has ended; no event can follow run.ended")
 
     async def _adecide_and_record(self, writer: Callable[[Callable[[], Any]], Any], server: str, tool: str,
                                   arguments: Any, grant: str | None, call_id: str | None, exposed: str | None,
                                   agent: str | None = None, *, method: str | None = None,
-                                  refused: bool = False) -> tuple[str, str]:
+                                  refused: bool = False, task: Any = None) -> tuple[str, str]:
         """:meth:`_decide_and_record`, its write made by ``await writer(write)`` (:attr:`Recorder.async_writer`)."""
         call_id = self._reserve_call_id(server, tool, call_id)
+        self._begin_gated(call_id, task)
+        try:
+            return await self._adecide_and_record_id(writer, server, tool, arguments, grant, call_id, exposed, agent,
+                                                     method=method, refused=refused)
+        except BaseException:
+            self._call_done(call_id)
+            raise
+
+    async def _adecide_and_record_id(self, writer: Callable[[Callable[[], Any]], Any], server: str, tool: str,
+                                     arguments: Any, grant: str | None, call_id: str, exposed: str | None,
+                                     agent: str | None, *, method: str | None, refused: bool) -> tuple[str, str]:
         step_box, write, boxes, probe, taken = self._gate(server, tool, arguments, grant, call_id, exposed, agent,
                                                           method, refused=refused)
 

@@ -203,3 +203,46 @@ def test_ctrl_c_while_the_run_waits_for_a_thread_s_call_ends_it_cancelled(store)
     row = store.get_run(run.run_id)
     assert (row["status"], row["ending"]) == ("ended", "cancelled")
     assert sealbox.verify_store(store).ok
+
+
+def test_a_call_whose_gate_is_written_as_the_run_ends_is_waited_for_too(store):
+    """A worker's call counted as running only once its ``tool.call`` was committed: a run ending between
+    that commit and the count saw no call to wait for and wrote ``run.ended``; the tool then ran anyway,
+    its result could not be recorded (RecordingError to the worker) and the record said the call's outcome
+    was unknown in a run that ended ``ok``. The worker is held at that point here (a trace function)."""
+    import sys
+
+    rec = Recorder(store, policy=ALLOW_ALL)
+    at_gate, proceed, out, ran = threading.Event(), threading.Event(), {}, []
+
+    def hold(frame, event, arg):
+        if event == "call" and frame.f_code.co_name in ("_call_began", "_hold_probe") and \
+                frame.f_code.co_filename.endswith("recorder.py") and not at_gate.is_set():
+            at_gate.set()  # the tool.call is committed
+            assert proceed.wait(30)
+        return None
+
+    def worker():
+        sys.settrace(hold)
+        try:
+            out["result"] = run.call_tool("db", "slow", None, lambda: ran.append(1) or "done")
+        except BaseException as exc:  # noqa: BLE001 - kept for the assertion
+            out["raised"] = exc
+        finally:
+            sys.settrace(None)
+
+    def release_once_the_end_waits_or_ended():
+        while not (run._idle_waiters or run.ended):
+            threading.Event().wait(0.001)
+        proceed.set()
+
+    with rec.run(agent="bot") as run:
+        t = threading.Thread(target=worker)
+        t.start()
+        assert at_gate.wait(30)
+        releaser = threading.Thread(target=release_once_the_end_waits_or_ended)
+        releaser.start()
+    t.join(30)
+    releaser.join(30)
+    assert out == {"result": "done"} and ran == [1]
+    _check_record(store, run.run_id, ok=True)
