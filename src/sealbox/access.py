@@ -1625,9 +1625,9 @@ class AuthlibProviderClient:
         body = None
         if len(data) <= MAX_ANSWER_BYTES:
             try:
-                body = json.loads(data)
-            except (ValueError, RecursionError):  # not JSON, or nested too deep for the parser: no answer body
-                body = None
+                body = json.loads(data, object_pairs_hook=_unique_names)
+            except (ValueError, RecursionError):  # not JSON, nested too deep for the parser, or a name given
+                body = None                        # twice (_unique_names): no answer body
         return ProviderAnswer(status, body if isinstance(body, dict) else None)
 
     def revoke(self, cred: ProviderCredential, token: str, token_type_hint: str) -> ProviderAnswer:
@@ -1643,6 +1643,19 @@ class AuthlibProviderClient:
             return self._post(cred, lambda: sess.introspect_token(
                 cred.introspection_endpoint, token=token, token_type_hint=token_type_hint, timeout=self.timeout,
                 allow_redirects=False, stream=True))
+
+
+def _unique_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object of a provider's answer, refused (ValueError) when it names a key twice: RFC 8259 §4
+    leaves such an object's meaning to the parser (some keep the first value, Python's the last), so
+    ``{"active": true, "active": false}`` would confirm a revocation another reader sees refused. The
+    answer then has no body, as one that is not JSON: it confirms nothing."""
+    out: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in out:
+            raise ValueError(f"duplicate name {name!r}")
+        out[name] = value
+    return out
 
 
 def _describe_exc(exc: BaseException, secrets: Iterable[str] = ()) -> str:
