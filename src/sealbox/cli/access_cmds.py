@@ -37,8 +37,16 @@ def _parse_json(raw: bytes, what: str) -> Any:
 
     if len(raw) > _MAX_CREDENTIAL_FILE:
         raise AccessError(f"{what} is larger than 1 MiB: not a credential")
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, value in pairs:
+            if name in out:  # json.loads would keep the last one without a word (RFC 8259 §4: unpredictable)
+                raise AccessError(f"{what} names {name[:64]!r} twice: give each key once")
+            out[name] = value
+        return out
+
     try:
-        return json.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"), object_pairs_hook=unique)
     except UnicodeDecodeError as exc:  # never echo the content
         raise AccessError(f"{what} is not valid JSON: not UTF-8 text (byte {exc.start})") from None
     except ValueError as exc:  # never echo the content
