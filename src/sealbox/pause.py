@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import inspect
+import math
 import os
 import threading
 import time
@@ -406,6 +407,7 @@ def resume_run(recorder: Any, run_id: str, tools: dict[tuple[str, str], Callable
                rerun_unknown: bool = False, wait: float = 0.0,
                arguments: dict[str, Any] | None = None) -> Any:
     """Continue a suspended run: see :meth:`sealbox.recorder.Recorder.resume`."""
+    _check_resume_arguments(tools, rerun_unknown, wait, arguments)
     # continue_run takes the run's liveness lease: this process runs the run from here (its approved calls
     # are carried out before this returns), or the run would read 'interrupted' meanwhile
     run = recorder.continue_run(run_id)
@@ -421,6 +423,29 @@ def resume_run(recorder: Any, run_id: str, tools: dict[tuple[str, str], Callable
         if lease is not None:
             lease.release()
         raise
+
+
+def _check_resume_arguments(tools: Any, rerun_unknown: Any, wait: Any, arguments: Any) -> None:
+    """Refuse, before the run is attached or anything written, what :func:`resume_run` cannot use: a
+    non-callable tool function would otherwise be found only when the approved call runs, after its
+    ``run.resumed`` has spent the approval (recorded as a call that ran and failed).
+
+    Raises:
+        ConfigError: one line saying which argument and why.
+    """
+    if tools is not None:
+        if not isinstance(tools, dict):
+            raise ConfigError(f"tools must be a dict {{(server, tool): fn}}, not {tools!r}")
+        for key, fn in tools.items():
+            if not callable(fn):
+                where = "/".join(map(str, key)) if isinstance(key, tuple) else repr(key)
+                raise ConfigError(f"the function for tool {where} is not callable: {fn!r}")
+    if not isinstance(rerun_unknown, bool):
+        raise ConfigError(f"rerun_unknown must be True or False, not {rerun_unknown!r}")
+    if not (isinstance(wait, (int, float)) and not isinstance(wait, bool) and math.isfinite(wait) and wait >= 0):
+        raise ConfigError(f"wait must be a number of seconds, 0 or more, not {wait!r}")
+    if arguments is not None and not isinstance(arguments, dict):
+        raise ConfigError(f"arguments must be a dict {{call_id: arguments}}, not {arguments!r}")
 
 
 def _resume(recorder: Any, run: Any, run_id: str, tools: dict[tuple[str, str], Callable] | None,
@@ -512,6 +537,8 @@ def _tool_fn(registry: dict, server: str, tool: str) -> Callable:
     if fn is None:
         raise ConfigError(f"no function for tool {server}/{tool}: pass tools={{({server!r}, {tool!r}): fn}} "
                           "or register it with @recorder.tool")
+    if not callable(fn):  # found now, before anything is written, not when the approved call runs
+        raise ConfigError(f"the function for tool {server}/{tool} is not callable: {fn!r}")
     return fn
 
 

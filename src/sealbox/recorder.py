@@ -475,7 +475,9 @@ class Recorder:
             ApprovalError: already resumed elsewhere, arguments that do not match the binding, or
                 ``not_awaiting_approval``: the run is suspended for a reason outside Sealbox's approvals
                 (:meth:`RunContext.suspend`, e.g. LangGraph's ``interrupt()``); nothing is written.
-            ConfigError: no function for an approved tool.
+            ConfigError: no function for an approved tool, or one that is not callable; ``tools``,
+                ``arguments`` not dicts, ``wait`` not a finite number of seconds 0 or more, ``rerun_unknown``
+                not a bool (nothing is written).
             RecordingError: no such run, or it has ended.
         """
         from sealbox.pause import resume_run
