@@ -635,7 +635,7 @@ def _execute(run: Any, call: Any, fn: Callable, args: Any, approval_id: str | No
     try:
         result = _invoke(fn, args)
         if inspect.isawaitable(result):
-            result = asyncio.run(_await(result))
+            result = _run_awaitable(result)
     except BaseException as exc:
         run._record_result(p["server"], p["tool"], p["call_id"], call.step, started, error=exc, arguments=args)
         if not isinstance(exc, Exception):
@@ -652,3 +652,32 @@ def _execute(run: Any, call: Any, fn: Callable, args: Any, approval_id: str | No
 
 async def _await(awaitable: Any) -> Any:
     return await awaitable
+
+
+def _run_awaitable(awaitable: Any) -> Any:
+    """Run an async tool's awaitable to its end and return its result (or raise its error). With no event
+    loop running in this thread, ``asyncio.run``; inside one (``resume`` called from async code, an
+    approval webhook), ``asyncio.run`` refuses to start, after ``run.resumed`` has spent the approval: the
+    awaitable then runs on a loop of its own in a helper thread (with this thread's context variables),
+    joined here, as ``resume`` blocks anyway."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_await(awaitable))
+    import contextvars
+
+    box: dict[str, Any] = {}
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        try:
+            box["result"] = context.run(asyncio.run, _await(awaitable))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the resuming thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="sealbox-resume-async-tool", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
