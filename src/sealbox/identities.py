@@ -599,6 +599,26 @@ def _refuse_same_actor(book: "IdentityBook", name: str) -> None:
                             "not hold two approvers of one request; choose another name")
 
 
+def _check_reason(reason: Any) -> None:
+    """Refuse a change's reason as an answer's is refused (:data:`sealbox.approvals.REASON_MAX_CHARS`): it
+    is signed and kept forever, so it is text (a string, UTF-8), and short (link to the details).
+
+    Raises:
+        IdentityError: not a string, longer than ``REASON_MAX_CHARS`` characters, or not UTF-8 text.
+    """
+    from sealbox.approvals import REASON_MAX_CHARS
+
+    if not isinstance(reason, str):
+        raise IdentityError(f"reason must be a string (or empty), not {type(reason).__name__}")
+    if len(reason) > REASON_MAX_CHARS:
+        raise IdentityError(f"reason is {len(reason)} characters long: at most {REASON_MAX_CHARS} are recorded "
+                            "(say why in short; link to the details)")
+    try:
+        reason.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: a non-UTF-8 byte of a command-line argument decodes to one
+        raise IdentityError("reason is not UTF-8 text (it holds a lone surrogate)") from None
+
+
 def disable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any,
                      compromised_since: Any = None) -> Identity:
     """Disable an identity (it can no longer answer). Recorded as ``identity.changed`` ``disabled``.
@@ -614,9 +634,11 @@ def disable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any,
             approval answers - stops counting (docs/approvals.md, "A leaked key").
 
     Raises:
-        IdentityError: unknown, already disabled, a key that may not sign the change, or a
-            ``compromised_since`` that is malformed or after the change (nothing is recorded).
+        IdentityError: unknown, already disabled, a key that may not sign the change, a ``reason`` that is
+            not a string, too long or not UTF-8 (:func:`_check_reason`), or a ``compromised_since`` that is
+            malformed or after the change (nothing is recorded).
     """
+    _check_reason(reason)
     parsed = None if compromised_since is None else parse_compromised_since(compromised_since)
     def check(book: IdentityBook) -> None:
         who = _existing(book, name)
@@ -645,6 +667,8 @@ def enable_identity(store: Any, name: str, reason: str = "", *, admin_key: Any) 
         IdentityError: unknown, not disabled, a key that may not sign the change, or its current key was
             declared compromised (``--compromised-since``) and not rotated since.
     """
+    _check_reason(reason)
+
     def check(book: IdentityBook) -> None:
         if not _existing(book, name).disabled:
             raise IdentityError(f"identity {name!r} is not disabled")
@@ -676,6 +700,7 @@ def rotate_key(store: Any, name: str, key_path: str | os.PathLike, reason: str =
         IdentityError: unknown identity, a key that may not sign the change, the key file exists, or a
             ``compromised_since`` that is malformed or after the change (nothing is recorded).
     """
+    _check_reason(reason)
     parsed = None if compromised_since is None else parse_compromised_since(compromised_since)
     book = identity_book(store)
     _existing(book, name)

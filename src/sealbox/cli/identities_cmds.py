@@ -93,9 +93,24 @@ def list_cmd(store_path: str, as_json: bool, as_csv: bool) -> None:
               as_json=as_json, as_csv=as_csv, title="Identities")
 
 
+def _checked_reason(ctx: click.Context, param: click.Parameter, reason: str) -> str:
+    """``--reason`` as ``approvals approve --reason`` takes it: at most REASON_MAX_CHARS characters of UTF-8
+    text (it is signed and kept forever): one ``error:`` line, exit 2, before the store is opened."""
+    from sealbox.approvals import REASON_MAX_CHARS
+    from sealbox.query import not_utf8
+
+    if len(reason) > REASON_MAX_CHARS:
+        raise click.UsageError(f"--reason is {len(reason)} characters long: at most {REASON_MAX_CHARS} are "
+                               "recorded (say why in short; link to the details)")
+    if not_utf8(reason):
+        raise click.UsageError("--reason is not UTF-8 text (it holds a byte that is not UTF-8): write it again "
+                               "in UTF-8 (check the terminal's or the script's encoding)")
+    return reason
+
+
 @identities_group.command("disable")
 @click.argument("name")
-@click.option("--reason", default="", help="Why (recorded).")
+@click.option("--reason", default="", callback=_checked_reason, help="Why (recorded and signed).")
 @admin_key_option(True, "Key file of an enabled admin, or of the identity itself, who signs the change.")
 @compromised_option()
 @store_option
@@ -119,7 +134,7 @@ def disable_cmd(name: str, reason: str, admin_key: str, compromised_since: str |
 
 @identities_group.command("enable")
 @click.argument("name")
-@click.option("--reason", default="", help="Why (recorded).")
+@click.option("--reason", default="", callback=_checked_reason, help="Why (recorded and signed).")
 @admin_key_option(True, "Key file of an enabled admin, who signs the change.")
 @store_option
 def enable_cmd(name: str, reason: str, admin_key: str, store_path: str) -> None:
@@ -138,7 +153,7 @@ def enable_cmd(name: str, reason: str, admin_key: str, store_path: str) -> None:
 @identities_group.command("rotate")
 @click.argument("name")
 @click.option("--key-out", required=True, callback=not_empty, type=click.Path(dir_okay=False), help="Where to write the new private key.")
-@click.option("--reason", default="", help="Why (recorded).")
+@click.option("--reason", default="", callback=_checked_reason, help="Why (recorded and signed).")
 @admin_key_option(True, "Key file of an enabled admin, or the identity's own current key, which signs the change.")
 @compromised_option()
 @store_option
