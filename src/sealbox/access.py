@@ -2066,7 +2066,8 @@ def revoke(store: Any, grant_id: str, reason: str, provider_client: ProviderClie
         The status after this call (:func:`access_status`).
 
     Raises:
-        AccessError: no such grant, no reason, already revoked (and not pending), no key, or
+        AccessError: no such grant, no reason (or one longer than ``REASON_MAX_CHARS``, or not UTF-8
+            text), already revoked (and not pending), no key, or
             the key's identity may not revoke (``code``: ``unknown_identity``, ``wrong_key``,
             ``identity_mismatch``, ``disabled``, ``role``); then nothing is recorded. The same
             codes when the identity stops being allowed to revoke while its revocation is at the
@@ -2075,6 +2076,15 @@ def revoke(store: Any, grant_id: str, reason: str, provider_client: ProviderClie
     """
     if not isinstance(reason, str) or not reason.strip():
         raise AccessError("a revocation needs a reason")
+    from sealbox.approvals import REASON_MAX_CHARS
+
+    if len(reason) > REASON_MAX_CHARS:  # signed and kept forever, as an approval answer's reason
+        raise AccessError(f"the reason is {len(reason)} characters long: at most {REASON_MAX_CHARS} are recorded "
+                          "(say why in short; link to the details)")
+    try:
+        reason.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: a non-UTF-8 byte of a command-line argument decodes to one
+        raise AccessError("the reason is not UTF-8 text (it holds a lone surrogate)") from None
     signer = _load_revoker(key_file, identity)
     box: dict[str, Any] = {}
 

@@ -24,6 +24,21 @@ _MAX_CREDENTIAL_FILE = 1 << 20
 EXIT_PENDING = 3
 
 
+def _checked_reason(ctx: click.Context, param: click.Parameter, reason: str) -> str:
+    """``--reason`` as ``approvals approve --reason`` takes it: at most REASON_MAX_CHARS characters of UTF-8
+    text (it is signed and kept forever): one ``error:`` line, exit 2, before the store is opened."""
+    from sealbox.approvals import REASON_MAX_CHARS
+    from sealbox.query import not_utf8
+
+    if len(reason) > REASON_MAX_CHARS:
+        raise click.UsageError(f"--reason is {len(reason)} characters long: at most {REASON_MAX_CHARS} are "
+                               "recorded (say why in short; link to the details)")
+    if not_utf8(reason):
+        raise click.UsageError("--reason is not UTF-8 text (it holds a byte that is not UTF-8): write it again "
+                               "in UTF-8 (check the terminal's or the script's encoding)")
+    return reason
+
+
 def _key_options(fn: Any) -> Any:
     fn = click.option("--identity", default=None,
                       help="Only a check: refuse unless the key file is this identity's.")(fn)
@@ -307,7 +322,7 @@ def _finish(grant_id: str, status: str, lost: str | None = None) -> None:
 @access_group.command("revoke")
 @click.argument("grant_id")
 @store_option
-@click.option("--reason", required=True, help="Why (recorded).")
+@click.option("--reason", required=True, callback=_checked_reason, help="Why (recorded and signed).")
 @click.option("--retries", type=click.IntRange(min=1, max=20), default=3, show_default=True,
               help="Attempts per request when the provider is unreachable or answers 5xx/429.")
 @_key_options
