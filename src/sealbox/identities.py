@@ -591,7 +591,13 @@ def _refuse_same_actor(book: "IdentityBook", name: str) -> None:
     requester rule and the ``acts_as_agent`` flag already take them for one actor, and two such
     identities held by one person would count as two approvers of one request."""
     from sealbox.approvals import actor_key
+    from sealbox.events import EventDraft
 
+    system = EventDraft.__dataclass_fields__["principal"].default  # "sealbox": the principal of Sealbox's own events
+    if actor_key(name) == actor_key(system):
+        raise IdentityError(f"identity {name!r} would name the same actor as {system!r}, the principal Sealbox records "
+                            "its own events with (the system run, its notes): its answers would read as given by "
+                            "Sealbox itself, and the system run would flag it acts_as_agent; choose another name")
     other = next((i.name for i in book.all() if actor_key(i.name) == actor_key(name)), None)
     if other is not None:
         raise IdentityError(f"identity {name!r} would name the same actor as the existing identity {other!r} "
