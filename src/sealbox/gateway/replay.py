@@ -242,10 +242,11 @@ class GatewayReplay:
         """Serve one client over stdin/stdout until it disconnects (or ``until_calls``); the result."""
         from mcp.server.stdio import stdio_server
 
+        from sealbox.gateway.transports import client_stdin, relay_stdio
+
         async with anyio.create_task_group() as tg:
             self._tg, self._scope = tg, tg.cancel_scope
-            async with stdio_server(stdin, stdout) as (raw_read, raw_write):
-                from sealbox.gateway.transports import relay_stdio
+            async with stdio_server(stdin if stdin is not None else client_stdin(), stdout) as (raw_read, raw_write):
 
                 read, write = relay_stdio(tg, self, raw_read, raw_write)
                 await self.server.run(read, write, self.initialization_options())

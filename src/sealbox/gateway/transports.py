@@ -46,11 +46,14 @@ HTTP specifics:
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import io
 import json
 import logging
 import re
 import socket
+import sys
 from collections import Counter
 from typing import Any, Callable
 
@@ -78,6 +81,8 @@ async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None
     """
     from mcp.server.stdio import stdio_server
 
+    if stdin is None:
+        stdin = client_stdin()
     async with anyio.create_task_group() as tg:
         stopping = anyio.CancelScope()
         if on_signal is not None:
@@ -105,6 +110,24 @@ async def serve_stdio(gateway: Gateway, *, stdin: Any = None, stdout: Any = None
                 # and left that upstream running
                 await _stop_upstreams(gateway)
         tg.cancel_scope.cancel()
+
+
+class _ClientStdin(io.TextIOWrapper):
+    """The client's stdin as text whose close leaves the process's stdin open (as the SDK's own wrapper)."""
+
+    def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.detach()
+
+
+def client_stdin() -> Any:
+    """The process's stdin for the SDK's stdio transport, decoded as UTF-8 with ``surrogateescape``.
+
+    The SDK decodes stdin with ``errors="replace"``: a client's tools/call holding bytes that are not UTF-8
+    was forwarded and recorded with U+FFFD in their place (arguments its client never sent). Kept as lone
+    surrogates, such a line is refused by the SDK's parser and answered as a parse error with the request's
+    id (:func:`_unreadable_answer`); a line that is UTF-8 reads as before."""
+    return anyio.wrap_file(_ClientStdin(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape"))
 
 
 def relay_stdio(tg: Any, gateway: Any, raw_read: Any, raw_write: Any) -> tuple[Any, Any]:
@@ -237,6 +260,9 @@ def _unreadable_answer(exc: Exception) -> Any:
 
     errors = exc.errors() if callable(getattr(exc, "errors", None)) else []  # pydantic's ValidationError
     first = errors[0] if errors else {}
+    not_utf8 = first.get("type") == "string_unicode" and isinstance(first.get("input"), str)
+    if not_utf8:  # bytes that are not UTF-8, kept as lone surrogates (client_stdin): Python's parser reads the id
+        first = {**first, "type": "json_invalid", "msg": "the message is not valid UTF-8 (MCP messages are UTF-8 JSON)"}
     if first.get("type") == "json_invalid" or not errors:  # its input is the line
         line = first.get("input")
         if isinstance(line, str) and not line.strip():
