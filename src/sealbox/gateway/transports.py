@@ -876,7 +876,8 @@ def _invalid_message_answer(request: bytes, answer: bytes) -> bytes | None:
                          and message.startswith("Validation error"))):
         return None
     try:  # no JSON: read as the stdio transport reads a line (a str), for the id to be read from its start
-        types.jsonrpc_message_adapter.validate_json(request.decode("utf-8", "replace") if unparsed else request,
+        # bytes that are not UTF-8 are kept as lone surrogates: refused as such, with the id (_unreadable_answer)
+        types.jsonrpc_message_adapter.validate_json(request.decode("utf-8", "surrogateescape") if unparsed else request,
                                                     by_name=False)
     except ValidationError as exc:
         reply = _unreadable_answer(exc)
