@@ -89,3 +89,4 @@ async def test_an_http_body_that_is_not_utf8_is_a_parse_error_with_the_requests_
     assert refused.headers["content-length"] == str(len(refused.content))
     assert ok.status_code == 200 and '"id":3' in ok.text
     assert toy_log(tmp_path) == []
+

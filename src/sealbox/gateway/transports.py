@@ -51,13 +51,17 @@ import hmac
 import io
 import json
 import logging
+import os
 import re
 import socket
 import sys
+import threading
 from collections import Counter
 from typing import Any, Callable
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 
 from sealbox.errors import ConfigError
 from sealbox.gateway import codes
@@ -120,14 +124,57 @@ class _ClientStdin(io.TextIOWrapper):
             self.detach()
 
 
+class _ClientLines:
+    """The client's stdin lines, for the SDK's stdio transport (``async for line in stdin``), read by a daemon
+    thread of their own, one line ahead.
+
+    Read through ``anyio.wrap_file`` (the SDK's default), each line is read in an anyio worker thread, which
+    a cancellation waits for: a client that closed its end of stdout but not its stdin (it stopped reading)
+    ended the session, and the gateway then waited for a line that never came, its upstreams running and
+    its store not closed, until the client also closed stdin or was killed. Cancelled, :meth:`__anext__`
+    returns at once; the thread, blocked in its read, is a daemon that does not hold the process's exit."""
+
+    def __init__(self, text: io.TextIOBase) -> None:
+        self._text = text
+        self._receive: Any = None
+
+    def __aiter__(self) -> "_ClientLines":
+        return self
+
+    async def __anext__(self) -> str:
+        if self._receive is None:
+            send, self._receive = anyio.create_memory_object_stream[str](0)
+            token = anyio.lowlevel.current_token()
+            threading.Thread(target=self._pump, args=(send, token), name="sealbox-gateway-stdin", daemon=True).start()
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    def _pump(self, send: Any, token: Any) -> None:
+        try:
+            for line in self._text:
+                anyio.from_thread.run(send.send, line, token=token)
+        except BaseException:  # the loop has ended or cancelled the send (the gateway stopped), stdin failed: no more
+            pass  # lines (a daemon thread: nothing to report, and a traceback at the process's exit would mislead)
+        finally:
+            with contextlib.suppress(BaseException):
+                anyio.from_thread.run_sync(send.close, token=token)
+
+
 def client_stdin() -> Any:
-    """The process's stdin for the SDK's stdio transport, decoded as UTF-8 with ``surrogateescape``.
+    """The process's stdin for the SDK's stdio transport: its lines decoded as UTF-8 with ``surrogateescape``,
+    read by a daemon thread (:class:`_ClientLines`).
 
     The SDK decodes stdin with ``errors="replace"``: a client's tools/call holding bytes that are not UTF-8
     was forwarded and recorded with U+FFFD in their place (arguments its client never sent). Kept as lone
     surrogates, such a line is refused by the SDK's parser and answered as a parse error with the request's
     id (:func:`_unreadable_answer`); a line that is UTF-8 reads as before."""
-    return anyio.wrap_file(_ClientStdin(sys.stdin.buffer, encoding="utf-8", errors="surrogateescape"))
+    # a duplicate of fd 0, not sys.stdin's buffer: at the interpreter's exit, finalizing sys.stdin while the daemon
+    # thread is blocked reading it (holding its lock) aborts the process ("could not acquire lock ... at interpreter
+    # shutdown"); the duplicate is never closed (the thread may read it until the process ends)
+    raw = os.fdopen(os.dup(sys.stdin.fileno()), "rb")
+    return _ClientLines(_ClientStdin(raw, encoding="utf-8", errors="surrogateescape"))
 
 
 def relay_stdio(tg: Any, gateway: Any, raw_read: Any, raw_write: Any) -> tuple[Any, Any]:
