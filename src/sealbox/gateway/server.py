@@ -316,6 +316,13 @@ class StoreWriter:
             return write()
 
 
+def shown_name(name: str, limit: int = 128) -> str:
+    """A client's tool or prompt name as an error message shows it: quoted (``repr``) in full up to ``limit``
+    characters (MCP's longest tool name), else its first 64 characters and its length (a name of 900 000
+    characters is not echoed whole)."""
+    return repr(name) if len(name) <= limit else f"{name[:64] + '…'!r} ({len(name)} characters)"
+
+
 def shown_run_id(run_id: Any, limit: int = 64) -> str:
     """A run id as an error message shows it: in full up to ``limit`` characters, else its first 40 and its
     length (a client's 300-character id is not echoed whole)."""
@@ -753,7 +760,8 @@ class Gateway:
         """
         target = self.split_prompt_name(params.name)
         if target is None or target[1] not in self.upstreams[target[0]].prompts:
-            raise _mcp_error()(codes.UNKNOWN_PROMPT, f"unknown prompt {params.name!r}", data=params.name)
+            raise _mcp_error()(codes.UNKNOWN_PROMPT, f"unknown prompt {shown_name(params.name)}",
+                               data=params.name[:256])
         server, prompt = target
         tool = PROMPT_TOOL_PREFIX + prompt
         if tool in self.upstreams[server].tools:  # would share its policy rules and its calls' records
@@ -1307,7 +1315,8 @@ class Gateway:
         cap = self.config.limits.max_calls_in_flight
         count = self._client_calls.get(client, 0)
         if count >= cap:
-            log.warning("tools/call %r refused: its client already has %d calls in flight", params.name, count)
+            log.warning("tools/call %s refused: its client already has %d calls in flight", shown_name(params.name),
+                        count)
             raise _mcp_error()(codes.TOO_MANY_CALLS, f"too many calls in flight: this client already has {count} "
                                f"tools/call requests in flight (limits.max_calls_in_flight: {cap}); call again "
                                "once one has been answered", data={"limit": cap})
@@ -1332,12 +1341,13 @@ class Gateway:
             # its upstream is not up (never started, down, restarting): whether the tool exists cannot be told;
             # "unknown tool" would send the client away from a tool that is only unavailable for now
             up = self.upstreams[target[0]]
-            raise _mcp_error()(codes.UPSTREAM_ERROR, f"tools/call {params.name}: upstream {up.spec.id} is {up.state}"
+            name = params.name if len(params.name) <= 128 else shown_name(params.name)
+            raise _mcp_error()(codes.UPSTREAM_ERROR, f"tools/call {name}: upstream {up.spec.id} is {up.state}"
                                + (f" ({up.last_error})" if up.last_error else "") + "; call again once it is up",
                                data={"type": "UpstreamUnavailable", "upstream": up.spec.id})
         if target is None or target[1] not in self.upstreams[target[0]].tools:
-            raise _mcp_error()(codes.UNKNOWN_TOOL, f"unknown tool {params.name!r}",
-                               data=params.name)
+            raise _mcp_error()(codes.UNKNOWN_TOOL, f"unknown tool {shown_name(params.name)}",
+                               data=params.name[:256])
         server, tool = target
         upstream = self.upstreams[server]
         arguments = dict(params.arguments or {})
