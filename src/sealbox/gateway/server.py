@@ -316,6 +316,23 @@ class StoreWriter:
             return write()
 
 
+#: a schema refusal's message (jsonschema's, holding the refused value) longer than this is replaced by a summary
+MAX_SCHEMA_MESSAGE = 512
+
+
+def _json_kind(value: Any) -> str:
+    """The JSON kind of a value as a refusal names it ("array", "object", "string" …)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, (list, tuple)) else "object" if isinstance(value, dict) else "value"
+
+
 def shown_name(name: str, limit: int = 128) -> str:
     """A client's tool or prompt name as an error message shows it: quoted (``repr``) in full up to ``limit``
     characters (MCP's longest tool name), else its first 64 characters and its length (a name of 900 000
@@ -1839,7 +1856,15 @@ class Gateway:
         if error is None:
             return None
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
-        return f"{where}: {error.message}"
+        message = error.message
+        if len(message) > MAX_SCHEMA_MESSAGE:
+            # jsonschema's message holds the value's repr: a large one is not sent back to the model, nor recorded a
+            # second time; not cut either (a cut would split a secret the record scrubs as a whole)
+            rule = repr(error.validator_value)
+            rule = rule if len(rule) <= 120 else rule[:120] + "…"
+            message = (f"the {_json_kind(error.instance)} given does not match the schema's {error.validator}: {rule} "
+                       f"(its message, {len(message)} characters long, is not shown)")
+        return f"{where}: {message}"
 
     # ------------------------------------------------------------------ upstream -> client requests
 
