@@ -395,6 +395,11 @@ def test_the_system_run_is_not_replayed_or_evaluated(tmp_path, monkeypatch, args
     ("def agent(:\n", "cannot import 'user_agent_mod': it raised SyntaxError: invalid syntax (user_agent_mod.py, line 1)"),
     ("x = 1\nraise RuntimeError('no config')\n",
      "cannot import 'user_agent_mod': it raised RuntimeError: no config ({path}, line 2)"),
+    # a script whose top level ends the process (sys.exit, or argparse on the replay's own argv): the
+    # replay ended with its exit status and not one line saying why (exit 3, nothing printed)
+    ("import sys\nsys.exit(3)\n",
+     "cannot import 'user_agent_mod': its top-level code called sys.exit(3) ({path}, line 2); "
+     "keep a script's main code under `if __name__ == \"__main__\":`"),
 ])
 def test_cli_replay_agent_module_that_fails_to_import_is_one_line_error(tmp_path, monkeypatch, source, words):
     # Regression (input: --agent naming a module with a syntax error, or whose top level raises): it was

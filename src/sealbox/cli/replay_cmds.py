@@ -27,6 +27,10 @@ def load_agent(spec: str) -> Callable[[Any], Any]:
     except Exception as exc:  # noqa: BLE001 - the user's module failed while imported (SyntaxError, its own code)
         raise click.BadParameter(f"cannot import {module_name!r}: it raised {_where_raised(exc)}",
                                  param_hint="--agent") from exc
+    except SystemExit as exc:  # a script's top level ended the process (sys.exit, argparse): say so, not exit silently
+        raise click.BadParameter(f"cannot import {module_name!r}: its top-level code called "
+                                 f"sys.exit({exc.code!r}){_raised_at(exc)}; keep a script's main code under "
+                                 f"`if __name__ == \"__main__\":`", param_hint="--agent") from None
     fn = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)
@@ -35,6 +39,18 @@ def load_agent(spec: str) -> Callable[[Any], Any]:
     if not callable(fn):
         raise click.BadParameter(f"{spec} is not callable", param_hint="--agent")
     return fn
+
+
+def _raised_at(exc: BaseException) -> str:
+    """`` (FILE, line N)`` of the innermost frame of the user's code an exception was raised in (not
+    Python's own library: argparse's ``exit``), or nothing."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    library = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix})
+    own = [f for f in frames if not f.filename.startswith(library) and not f.filename.startswith("<")]
+    frame = (own or frames or [None])[-1]
+    return f" ({frame.filename}, line {frame.lineno})" if frame else ""
 
 
 def _where_raised(exc: Exception) -> str:
