@@ -630,3 +630,30 @@ def test_cli_replay_stopped_by_config_drift_names_the_option_that_proceeds(tmp_p
     out = invoke("replay", "-s", str(tmp_path / "s"), run_id, "--agent", "replay_agents:plain", "--snapshot", str(now),
                  "--allow-config-drift")
     assert out.exit_code == 0 and out.output.startswith("reproduced: 5 step(s) matched; replay run ")
+
+
+@pytest.mark.parametrize("spec, module", [
+    ("./user_agent_mod.py:agent", "user_agent_mod"),
+    ("user_agent_mod.py:agent", "user_agent_mod"),
+    ("agents/user_agent_mod.py:agent", "agents.user_agent_mod"),
+])
+def test_cli_replay_agent_given_as_a_file_path_names_the_module_to_give(tmp_path, monkeypatch, spec, module):
+    # Regression (input: --agent ./user_agent_mod.py:agent, a file path as a user types it): the error was
+    # "cannot import './user_agent_mod.py': it raised TypeError: the 'package' argument is required to perform
+    # a relative import for './user_agent_mod.py' (…/importlib/__init__.py, line 121)", and
+    # 'user_agent_mod.py:agent' ran the module's code before "No module named 'user_agent_mod.py'; …"
+    import subprocess
+
+    monkeypatch.chdir(HERE)
+    store = sealbox.init_store(tmp_path / "s")
+    run_id = asyncio.run(ra.record(store, "plain"))
+    store.close()
+    (tmp_path / "agents").mkdir()
+    for folder in (tmp_path, tmp_path / "agents"):
+        (folder / "user_agent_mod.py").write_text("print('module code ran')\ndef agent(run): pass\n")
+    proc = subprocess.run([str(Path(sys.executable).parent / "sealbox"), "replay", "-s", str(tmp_path / "s"), run_id,
+                           "--agent", spec], capture_output=True, text=True, cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    path = spec.rpartition(":")[0]
+    assert proc.stderr == (f"error: Invalid value for --agent: {spec!r} names a file; give a module, as Python imports "
+                           f"it from the current folder: {module}:agent for {path}\n")

@@ -18,6 +18,9 @@ def load_agent(spec: str) -> Callable[[Any], Any]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise click.BadParameter(f"expected module:function, got {spec!r}", param_hint="--agent")
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        raise click.BadParameter(f"{spec!r} names a file; give a module, as Python imports it from the current "
+                                 f"folder: {_module_for_path(module_name, attr)}", param_hint="--agent")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -39,6 +42,19 @@ def load_agent(spec: str) -> Callable[[Any], Any]:
     if not callable(fn):
         raise click.BadParameter(f"{spec} is not callable", param_hint="--agent")
     return fn
+
+
+def _module_for_path(path: str, attr: str) -> str:
+    """What to give ``--agent`` for a file path: ``pkg.mod:attr for pkg/mod.py``, or, for a file outside
+    the current folder, its module name and the folder to run from."""
+    import posixpath
+
+    norm = posixpath.normpath(path.replace(os.sep, "/"))
+    stem = norm[:-3] if norm.endswith(".py") else norm
+    if norm.startswith(("/", "../")) or norm == "..":
+        folder, _, name = stem.rpartition("/")
+        return f"{name}:{attr}, run from the folder {folder or '/'}"
+    return f"{stem.replace('/', '.')}:{attr} for {path}"
 
 
 def _raised_at(exc: BaseException) -> str:
