@@ -90,3 +90,22 @@ def test_bad_rotation_input_is_one_error_line_and_never_echoed(store_dir, tmp_pa
         assert "sekrit-token" not in proc.stdout + proc.stderr
     shown = json.loads(cli("access", "show", gid, "-s", store_dir, "--json").stdout)
     assert shown["rotations"] == []
+
+
+def test_nothing_on_stdin_says_no_tokens_were_given(store_dir, tmp_path, provider):
+    # Regression (input: `sealbox access rotate G --key-file K < /dev/null`, or `echo "$NEW" | …` with NEW
+    # unset): it said "the tokens on standard input is not valid JSON (line 1)", as if something had been
+    # given that was wrong; an empty tokens file the same
+    first = provider.issue()
+    gid = grant(store_dir, "--credential-file", cred_file(tmp_path, provider, first))
+    for stdin in ("", "\n", "  \r\n"):
+        proc = rotate(store_dir, gid, stdin)
+        assert (proc.returncode, proc.stdout) == (2, "")
+        assert proc.stderr == ("error: no tokens on standard input (it was empty): pipe the new tokens in as a JSON "
+                               "object (the provider's refresh answer), or give --tokens-file FILE\n")
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    empty.chmod(0o600)
+    proc = rotate(store_dir, gid, "", "--tokens-file", str(empty))
+    assert (proc.returncode, proc.stderr) == (2, f"error: tokens file {empty} is empty: it must hold a JSON object\n")
+    assert json.loads(cli("access", "show", gid, "-s", store_dir, "--json").stdout)["rotations"] == []

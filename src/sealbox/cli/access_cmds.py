@@ -80,7 +80,11 @@ def _read_tokens(path: str | None) -> Any:
     if stream.isatty():
         raise AccessError("give the new tokens as JSON on standard input (e.g. the provider's refresh answer) or "
                           "with --tokens-file FILE; never on the command line")
-    return _parse_json(stream.read(_MAX_CREDENTIAL_FILE + 1), "the tokens on standard input")
+    raw = stream.read(_MAX_CREDENTIAL_FILE + 1)
+    if not raw.strip():  # `< /dev/null`, or `echo "$NEW" |` with NEW unset: nothing given, not bad JSON
+        raise AccessError("no tokens on standard input (it was empty): pipe the new tokens in as a JSON object "
+                          "(the provider's refresh answer), or give --tokens-file FILE")
+    return _parse_json(raw, "the tokens on standard input")
 
 
 def _read_credential(path: str, what: str = "credential file") -> dict[str, Any]:
@@ -104,6 +108,8 @@ def _read_credential(path: str, what: str = "credential file") -> dict[str, Any]
             os.close(fd)
     except OSError as exc:
         raise AccessError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if not raw.strip():
+        raise AccessError(f"{what} {path} is empty: it must hold a JSON object")
     return _parse_json(raw, f"{what} {path}")
 
 
