@@ -10,6 +10,7 @@ reason, except in CI (``CI=true``), where it fails.
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -158,6 +159,10 @@ def test_the_investigation_is_printed_with_the_commands_and_writes_the_reports(d
     assert "LIKE &#x27;%test%&#x27;" in html and "signature verified" in html
     assert "signature verified; counts; identity: role approver, groups ops" in md and "SHARED ACCOUNT" in md
     assert f"Workspace: {result.workdir}" in out
+    # the report is opened with this platform's opener: the line said `open incident.html`, macOS's command;
+    # on Linux `open` is missing or is openvt ("Couldn't get a file descriptor referring to the console")
+    opener = {"darwin": "open", "win32": "start"}.get(sys.platform, "xdg-open")
+    assert out.splitlines()[-1].endswith(f"; {opener} incident.html"), out.splitlines()[-1]
 
 
 def test_export_replay_and_whatif_run_when_they_exist(drill):

@@ -462,7 +462,8 @@ def run_drill(workdir: str | os.PathLike | None = None, *, echo: Callable[[str],
 
     echo(f"Explore it: cd {ws} && {explore_path_prefix(' && ')}export SEALBOX_STORE=$PWD/store && "
          f"sealbox runs show {run_id}")
-    echo(f"            sealbox approvals list; sealbox calls --run {run_id}; open incident.html")
+    opener = {"darwin": "open", "win32": "start"}.get(sys.platform, "xdg-open")  # Linux's `open` is openvt
+    echo(f"            sealbox approvals list; sealbox calls --run {run_id}; {opener} incident.html")
     return result
 
 
