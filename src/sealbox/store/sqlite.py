@@ -1039,6 +1039,7 @@ class SqliteStore(SqliteQueries):
         """
         folder = Path(path)
         _lookable(folder)
+        _must_be_a_folder(folder)
         timeout = kwargs.get("lock_timeout", 300.0)
         if (folder / DB_NAME).exists():  # once another init of it in progress is done: what is there
             with _init_lock(folder, timeout) as waited:
@@ -2812,6 +2813,17 @@ def _undo_init(folder: Path, state: dict[str, Any], made: list[Path]) -> None:
     for path in made:  # deepest first
         with contextlib.suppress(OSError):
             path.rmdir()
+
+
+def _must_be_a_folder(folder: Path) -> None:
+    """Raise :class:`StoreError` when ``folder`` exists but no folder can be made there: a file, or a symbolic
+    link to a missing folder (its mkdir said only "File exists", as a StoreReadOnlyError)."""
+    if not os.path.lexists(folder) or folder.is_dir():
+        return
+    if folder.is_symlink() and not folder.exists():
+        raise StoreError(f"{folder} is a symbolic link to a missing folder ({os.readlink(folder)}): create that "
+                         "folder first, or give another path")
+    raise StoreError(f"{folder} is a file: a store is created in a folder (give a new or empty folder's path)")
 
 
 def _lookable(folder: Path) -> None:
