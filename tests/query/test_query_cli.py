@@ -418,6 +418,19 @@ def test_snapshot_prefixes_are_case_insensitive_and_runs_list_asks_the_same_mini
     assert [r["snapshot"] for r in listed] and {r["snapshot"] for r in listed} == {fp}
 
 
+def test_runs_list_of_a_snapshot_the_store_does_not_hold_is_an_error(recorded):
+    # Regression (input: a mistyped fingerprint, `runs list --snapshot 96537900` for 965379e7): it answered
+    # "no runs match", exit 0, as for a snapshot no run matching the other filters ran under; `calls --run`
+    # and `snapshot show` of an id naming nothing are errors
+    s = str(recorded.path)
+    proc = sealbox("runs", "list", "--snapshot", "deadbeefdeadbeef", "-s", s)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == ("error: --snapshot: no snapshot 'deadbeefdeadbeef' in this store (`sealbox runs show RUN` "
+                           "names the snapshot a run ran under)\n")
+    assert ok_json("runs", "list", "--snapshot", recorded.snapshots["S2"][:16], "--agent", "nobody", "--json",
+                   "-s", s) == []  # a snapshot the store holds: an empty listing stays one
+
+
 def test_runs_show_detail_shows_an_argument_kept_as_a_blob_as_calls_does(recorded):
     # Regression (input: a tool argument above the inline size): the timeline showed
     # args={"query": ..., "text": {"$blob": "sha256:…"}} where `sealbox calls` showed the text

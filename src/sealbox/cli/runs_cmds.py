@@ -17,6 +17,21 @@ def runs_group() -> None:
     """List and show recorded runs."""
 
 
+def _snapshot_must_exist(store, ref: str) -> None:
+    """An empty ``runs list --snapshot REF``: a REF no snapshot of the store has (a mistyped fingerprint) is a
+    usage error, as ``calls --run`` of a run id naming nothing is, not "no runs match"."""
+    from sealbox.cli.common import BadInput
+    from sealbox.errors import StoreError
+
+    try:
+        store.get_snapshot(ref)
+    except StoreError as exc:
+        if str(exc).startswith("no snapshot "):
+            raise BadInput(f"--snapshot: no snapshot {ref!r} in this store (`sealbox runs show RUN` names the snapshot "
+                           "a run ran under)") from None
+        # an ambiguous prefix or a damaged snapshot: the runs it matches are what query_runs found (none)
+
+
 @runs_group.command("list")
 @store_option
 @click.option("--agent", callback=filter_not_empty, help="Only runs of this agent.")
@@ -43,6 +58,8 @@ def list_cmd(store_path: str, agent: str | None, principal: str | None, status: 
     try:
         rows = store.query_runs(agent=agent, principal=principal, status=status, since=since, until=until,
                                 snapshot=snapshot, labels=wanted, limit=limit + 1)
+        if not rows and snapshot is not None:
+            _snapshot_must_exist(store, snapshot)
     finally:
         store.close()
     more = len(rows) > limit  # one more asked for: say that the listing is cut, not silently
