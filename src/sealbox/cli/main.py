@@ -154,6 +154,36 @@ def _stdout_to_devnull() -> None:
         pass
 
 
+def _output_unwritable(exc: BaseException) -> bool:
+    """Whether ``exc`` is standard output failing to take what was written to it: a full disk or device
+    (ENOSPC, EDQUOT, EFBIG) or an I/O error raised by a write to standard output (click's ``echo``, rich's
+    console), not by another file the command wrote (its message is the command's own)."""
+    import errno
+
+    if not isinstance(exc, OSError) or exc.errno not in {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}:
+        return False
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    local = tb.tb_frame.f_locals  # the frame that wrote: click.echo's ``file``, rich Console's ``self.file``
+    candidates = [*local.values(), getattr(local.get("self"), "file", None)]
+    try:
+        out = sys.__stdout__.fileno() if sys.__stdout__ is not None else 1
+    except (OSError, ValueError):
+        out = 1
+    for value in candidates:
+        if value is None or not (hasattr(value, "write") and hasattr(value, "fileno")):
+            continue
+        try:
+            if value.fileno() == out:
+                return True
+        except Exception:  # noqa: BLE001 - a wrapper without a descriptor (StringIO): not standard output
+            continue
+    return False
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI; turn Sealbox errors into one line on stderr and exit code 2; SIGTERM as Ctrl-C
     (its cleanup), then ``error: terminated`` and exit 143."""
@@ -199,6 +229,11 @@ def _main(argv: list[str] | None) -> None:
         _stdout_to_devnull()  # what is still buffered must not fail again as Python exits (exit 120)
         sys.exit(0)
     except Exception as exc:  # top of the CLI: the only place a bare catch is allowed
+        if _output_unwritable(exc):  # `> /dev/full`, a full disk: the output's fault, not Sealbox's
+            _stdout_to_devnull()  # what is still buffered must not fail again as Python exits
+            click.echo(f"error: cannot write to standard output: {exc.strerror} (is the disk it goes to full?)",
+                       err=True)
+            sys.exit(74)  # EX_IOERR
         if "SEALBOX_DEBUG" in __import__("os").environ:
             raise
         if type(exc).__module__ == "sqlite3" and "malformed" in str(exc):  # a damaged page met after the open
