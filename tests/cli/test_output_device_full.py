@@ -26,3 +26,17 @@ def test_a_full_output_device_is_one_error_line(tmp_path, args):
                               env={**os.environ, "SEALBOX_STORE": str(tmp_path / "s")})
     assert (proc.returncode, proc.stderr) == (
         74, "error: cannot write to standard output: No space left on device (is the disk it goes to full?)\n")
+
+
+@pytest.mark.parametrize("args", [["runs", "list"], ["log", "key"], ["calls", "--json"]])
+def test_a_closed_standard_output_is_one_error_line(tmp_path, args):
+    # Regression (input: `sealbox runs list >&-`, a job started with its stdout closed): "internal error:
+    # AttributeError: 'NoneType' object has no attribute 'isatty'", exit 70; `sealbox log key >&-` printed
+    # nothing and exited 0, its output lost without a word
+    sealbox.init_store(tmp_path / "s").close()
+    proc = subprocess.run([SEALBOX, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          env={**os.environ, "SEALBOX_STORE": str(tmp_path / "s")},
+                          preexec_fn=lambda: os.close(1))
+    assert (proc.returncode, proc.stderr) == (
+        74, "error: standard output is closed: give the command somewhere to write (> FILE, or > /dev/null to "
+            "discard it)\n")

@@ -198,6 +198,10 @@ def main(argv: list[str] | None = None) -> None:
 def _main(argv: list[str] | None) -> None:
     from sealbox.errors import SealboxError
 
+    if sys.stdout is None:  # fd 1 closed (`>&-`): the command's output would be lost (uvicorn's logging fails)
+        click.echo("error: standard output is closed: give the command somewhere to write (> FILE, or > /dev/null "
+                   "to discard it)", err=True)
+        sys.exit(74)  # EX_IOERR, as output that cannot be written
     try:
         # Without standalone mode click does not exit: a command's ``raise Exit(n)``
         # or ``ctx.exit(n)`` comes back as the return value, which is the exit status.
