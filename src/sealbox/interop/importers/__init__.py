@@ -200,6 +200,9 @@ def import_file(store: Any, path: str | os.PathLike, format: str = "auto", *,
             one asked for, or gives an identifier holding a NUL character; nothing is written.
         InvalidEventError, StoreError: the store refused the events; nothing is written.
     """
+    if format is not None and format != "auto" and (not isinstance(format, str) or format not in FORMATS):
+        # before the file is read: a typo is refused whether or not the file was imported already
+        raise ImportFormatError(f"unknown import format {format!r} (choose from auto, {', '.join(FORMATS)})")
     p = Path(path)
     data = _read(p, progress, max_bytes)
     sha = "sha256:" + hashlib.sha256(data).hexdigest()
