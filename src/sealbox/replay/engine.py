@@ -168,9 +168,10 @@ class Replayer:
             A frozen :class:`ReplayResult`.
 
         Raises:
-            ConfigError: unknown run or mode, live tools without consent or policy,
-                or called inside a running event loop with an async agent (use :meth:`areplay`).
+            ConfigError: unknown run or mode, an ``agent`` that is not callable, live tools without
+                consent or policy, or called inside a running event loop with an async agent (use :meth:`areplay`).
         """
+        _check_agent(agent)
         if inspect.iscoroutinefunction(agent) and _loop_running():
             raise ConfigError("replay() of an async agent inside a running event loop: use 'await Replayer.areplay(...)'")
         with self._prepared(run_id, model, tools, side_effects, allow_config_drift, snapshot,
@@ -193,6 +194,7 @@ class Replayer:
                       tools: str = "record", side_effects: bool = False, allow_config_drift: bool = False,
                       snapshot: Any = None, fail_on_knowledge_change: bool = False) -> ReplayResult:
         """Async form of :meth:`replay`, for callers already inside an event loop."""
+        _check_agent(agent)
         with self._prepared(run_id, model, tools, side_effects, allow_config_drift, snapshot,
                             fail_on_knowledge_change) as prep:
             if isinstance(prep, ReplayResult):
@@ -511,3 +513,10 @@ def _langchain_cache(source: ReplaySource, run: Any, serve: bool) -> Iterator[No
 
     with serving_from_record(source, run):
         yield
+
+
+def _check_agent(agent: Any) -> None:
+    """Refuse an ``agent`` that cannot be called (a ``"module:function"`` string, None) before the replay
+    records anything: it would otherwise be a replay run that "raised TypeError"."""
+    if not callable(agent):
+        raise ConfigError(f"agent: {agent!r} is not callable: give the agent function itself, called as agent(run)")
