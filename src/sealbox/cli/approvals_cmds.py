@@ -92,17 +92,32 @@ def _status_text(row: dict) -> str:
         f"{a['withdrawn']['change_leaf']}" for a in gone) + ")"
 
 
+def _run_hint(store, text: str) -> None:
+    """An approval id that names nothing but is a run's id (or prefix): say so, and what lists its approvals."""
+    try:
+        run_id = resolve_id(store, "run", text)
+    except BadInput:
+        return
+    if store.get_run(run_id) is not None:
+        raise BadInput(f"{text!r} is a run, not an approval request: `sealbox approvals list --run {run_id}` "
+                       "lists its approvals") from None
+
+
 @approvals_group.command("show")
 @click.argument("approval_id")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def show_cmd(approval_id: str, store_path: str, as_json: bool) -> None:
     """Show one request: the call, its binding, who is asked, every answer and flag."""
-    from sealbox.approvals import asked_text, get_approval
+    from sealbox.approvals import ApprovalError, asked_text, get_approval
 
     store = open_for_reading(store_path)
     try:
-        state = get_approval(store, resolve_id(store, "approval", approval_id))
+        try:
+            state = get_approval(store, resolve_id(store, "approval", approval_id))
+        except (ApprovalError, BadInput):
+            _run_hint(store, approval_id)
+            raise
         row = state.to_dict()
         row["arguments"] = store.resolve(row["arguments"])
     finally:
