@@ -5,6 +5,7 @@ Conditions are written in CEL (Common Expression Language) and run by the
 evaluates, so a watchdog thread cannot stop a slow condition; cost is bounded
 before evaluation instead. At load a condition is rejected when:
 
+* it is empty or blank (``when: ''``), which is no condition to check, not "no condition";
 * it does not compile (the CEL parser's message is quoted);
 * it is longer than :data:`MAX_SOURCE_CHARS` characters;
 * it nests comprehension macros (``all``, ``exists``, ``exists_one``, ``map``,
@@ -152,6 +153,9 @@ def compile_condition(source: str, *, expensive: bool = False) -> Condition:
     Raises:
         ConditionError: the condition is rejected; the message says why.
     """
+    if not source.strip():  # never "no condition": an allow rule would then allow every call it matches
+        raise ConditionError("condition is empty: write a CEL expression, or leave 'when' out for a rule "
+                             "without a condition")
     if len(source) > MAX_SOURCE_CHARS:
         raise ConditionError(f"condition is {len(source)} characters, above the limit of {MAX_SOURCE_CHARS}")
     try:

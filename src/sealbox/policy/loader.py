@@ -265,7 +265,7 @@ def _match(m: dict[str, Any]) -> dict[str, Any]:
 def _rule(r: dict[str, Any]) -> dict[str, Any]:
     when = r.get("when")
     if isinstance(when, str):
-        when = when.strip() or None
+        when = when.strip()  # an empty one stays "" and is refused at compile, never read as "no condition"
     approval = r.get("approval")
     if approval is not None:
         approval = {
