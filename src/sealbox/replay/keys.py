@@ -452,22 +452,30 @@ class RecordedRun:
         a snapshot changed below Sealbox is never compared or run under as the recorded configuration.
 
         Raises:
-            StoreError: the run names a snapshot the store does not hold.
-            sealbox.store.base.DamagedEventError: its content no longer hashes to its fingerprint.
+            sealbox.store.base.DamagedEventError: the store does not hold it (a run's snapshot is stored
+                before its ``run.started``, and never deleted by Sealbox), or its content no longer
+                hashes to its fingerprint (or ``SnapshotDamagedError``, when the store finds that first).
         """
+        from sealbox.errors import SnapshotDamagedError, StoreError
         from sealbox.snapshot import snapshot_fingerprint
+        from sealbox.store.base import DamagedEventError
 
         fp = self.started.get("snapshot")
         if not fp:
             return None
-        content = self.store.get_snapshot(fp)
+        try:
+            content = self.store.get_snapshot(fp)
+        except (DamagedEventError, SnapshotDamagedError):
+            raise
+        except StoreError as exc:
+            raise DamagedEventError(f"snapshot {fp} of run {self.run_id} is named by the run but not stored: the "
+                                    "store was changed below Sealbox, and a replay serves only what was recorded; "
+                                    "replay refused (run `sealbox verify`)") from exc
         try:
             intact = snapshot_fingerprint(content) == fp
         except Exception:  # noqa: BLE001 - content no canonical form can hold: changed too
             intact = False
         if not intact:
-            from sealbox.store.base import DamagedEventError
-
             raise DamagedEventError(f"snapshot {fp} of run {self.run_id} no longer hashes to its fingerprint: the "
                                     "store was changed below Sealbox, and a replay serves only what was recorded; "
                                     "replay refused (run `sealbox verify`)")
