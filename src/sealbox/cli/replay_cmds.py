@@ -316,10 +316,14 @@ def _whatif_policy(store: Any, policy: Any, run_ids: tuple[str, ...], since: str
         echo_json(report.to_dict())
         return
     click.echo(f"{report.evaluated} decision(s) in {len(report.runs)} run(s) evaluated again under "
-               f"{policy.name or 'the policy'} ({report.policy[:19]}…); {len(report.changed)} would change")
+               f"{policy.name or 'the policy'} ({report.policy[:19]}…); {len(report.changed)} would change"
+               + (f"; the policy could not decide {len(report.errors)} (guardrail_error)" if report.errors else ""))
     if report.changed:
         emit_rows([c.to_dict() for c in report.changed], ["run_id", "step", "server", "tool", "change", "rule", "reason"],
                   as_json=False, as_csv=False, title="Decisions that would change")
+    if report.errors:  # a recorded deny denied again only because a condition raised is no change, but is news
+        emit_rows([e.to_dict() for e in report.errors], ["run_id", "step", "server", "tool", "before", "rule", "reason"],
+                  as_json=False, as_csv=False, title="Calls the policy could not decide (denied guardrail_error)")
     if report.not_re_evaluable:
         emit_rows([n.to_dict() for n in report.not_re_evaluable], ["run_id", "step", "server", "tool", "why"],
                   as_json=False, as_csv=False, title="Not re-evaluable")

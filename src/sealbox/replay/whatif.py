@@ -5,7 +5,9 @@
   and list the calls whose decision would change — allow → deny,
   allow → require_approval, and back — with the rules on both sides. Decisions
   that read redacted content, or whose inputs were erased, are listed as not
-  re-evaluable: they are never evaluated on a redaction marker. A recorded
+  re-evaluable: they are never evaluated on a redaction marker. Every call the
+  policy could not decide (``guardrail_error``: a condition raised) is listed too,
+  whether or not its effect changes. A recorded
   ``prompts/get`` / ``resources/read`` (a ``tool.call`` with ``method``) is evaluated
   as the gateway decides it: a ``require_approval`` is the deny ``approval_unavailable``.
 - :func:`whatif_snapshot`: which recorded runs ran under a configuration whose
@@ -22,7 +24,7 @@ from typing import Any, Iterable
 from sealbox.errors import ConfigError
 from sealbox.events import SYSTEM_RUN_ID
 
-__all__ = ["DecisionChange", "NotReEvaluable", "WhatIfReport", "select_runs", "whatif_policy", "whatif_snapshot"]
+__all__ = ["DecisionChange", "NotReEvaluable", "PolicyErrorAt", "WhatIfReport", "select_runs", "whatif_policy", "whatif_snapshot"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,33 @@ class NotReEvaluable:
 
 
 @dataclass(frozen=True)
+class PolicyErrorAt:
+    """A recorded call the new policy could not decide: it denies it ``guardrail_error`` (a condition
+    raised, returned no bool, took too long…), whatever the recorded effect was.
+
+    Attributes:
+        run_id, step, call_id, server, tool: where the call is.
+        before: the recorded effect.
+        rule: the rule that failed (None: the policy failed before any rule, e.g. a limit check).
+        reason: the new decision's reason, naming the error.
+    """
+
+    run_id: str
+    step: str
+    call_id: str
+    server: str
+    tool: str
+    before: str
+    rule: str | None
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"run_id": self.run_id, "step": self.step, "call_id": self.call_id, "server": self.server,
+                "tool": self.tool, "before": self.before, "rule": self.rule, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class WhatIfReport:
     """What a policy would have changed over some runs.
 
@@ -87,6 +116,8 @@ class WhatIfReport:
         evaluated: decisions evaluated again.
         changed: decisions whose effect would change.
         not_re_evaluable: decisions that could not be evaluated again.
+        errors: the calls the new policy could not decide (``guardrail_error``), changed or not: a
+            recorded deny that the new policy denies only because its condition raised is listed here.
     """
 
     policy: str
@@ -94,12 +125,14 @@ class WhatIfReport:
     evaluated: int
     changed: tuple[DecisionChange, ...]
     not_re_evaluable: tuple[NotReEvaluable, ...]
+    errors: tuple[PolicyErrorAt, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (``sealbox whatif --json``)."""
         return {"policy": self.policy, "runs": list(self.runs), "evaluated": self.evaluated,
                 "changed": [c.to_dict() for c in self.changed],
-                "not_re_evaluable": [n.to_dict() for n in self.not_re_evaluable]}
+                "not_re_evaluable": [n.to_dict() for n in self.not_re_evaluable],
+                "errors": [e.to_dict() for e in self.errors]}
 
 
 def select_runs(store: Any, run_ids: Iterable[str] = (), since: Any = None) -> list[str]:
@@ -143,6 +176,7 @@ def whatif_policy(store: Any, policy: Any, run_ids: Iterable[str]) -> WhatIfRepo
     runs = tuple(run_ids)
     changed: list[DecisionChange] = []
     skipped: list[NotReEvaluable] = []
+    errors: list[PolicyErrorAt] = []
     evaluated = 0
     for run_id in runs:
         for item in reevaluate_run(store, policy, run_id):
@@ -155,7 +189,9 @@ def whatif_policy(store: Any, policy: Any, run_ids: Iterable[str]) -> WhatIfRepo
             if item.decision.effect != rec.get("effect"):
                 changed.append(DecisionChange(*where, str(rec.get("effect")), item.decision.effect, rec.get("rule"),
                                               item.decision.rule, item.decision.reason))
-    return WhatIfReport(policy.fingerprint, runs, evaluated, tuple(changed), tuple(skipped))
+            if item.decision.reason_code == "guardrail_error":
+                errors.append(PolicyErrorAt(*where, str(rec.get("effect")), item.decision.rule, item.decision.reason))
+    return WhatIfReport(policy.fingerprint, runs, evaluated, tuple(changed), tuple(skipped), tuple(errors))
 
 
 def _lookup(snapshot: dict[str, Any], path: str) -> tuple[bool, Any]:
