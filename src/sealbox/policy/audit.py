@@ -75,6 +75,9 @@ def reevaluate(policy: Policy, recorded: dict[str, Any], inputs: Any, *, run_id:
             # a replay serves the recorded decision, it does not make one: the original run has the inputs
             why = (f"the decision was replayed from run {replayed['run_id']} step {replayed.get('step')}, not made "
                    "again: evaluate that run")
+        elif isinstance(inputs, dict) and set(inputs) == {"$redacted"}:  # a hashes-only store keeps a marker
+            why = ("the decision's inputs are kept only as their hash (store content mode: hashes-only): what-if "
+                   "cannot evaluate them")
         else:
             why = "the decision's inputs are not in the log"
         return Reevaluation(run_id, call_id, step, recorded, None, False, why)
