@@ -20,6 +20,7 @@ import jsonschema
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.reader import ReaderError
 
 from sealbox.errors import PolicyLoadError
 from sealbox.input_files import open_input
@@ -101,8 +102,11 @@ def load_tree(text: str, source: str) -> Any:
         if "duplicate key" in problem:
             problem = problem.split(" with value")[0]
         raise PolicyLoadError(source, mark.line + 1 if mark else None, f"invalid YAML: {problem}") from exc
+    except ReaderError as exc:  # a character YAML does not allow: its str() is two lines, with no line number
+        line = text[: exc.position].count("\n") + 1 if isinstance(exc.position, int) else None
+        raise PolicyLoadError(source, line, f"invalid YAML: {str(exc).splitlines()[0].strip()}") from exc
     except YAMLError as exc:
-        raise PolicyLoadError(source, None, f"invalid YAML: {exc}") from exc
+        raise PolicyLoadError(source, None, f"invalid YAML: {' '.join(str(exc).split())}") from exc
     except RecursionError:
         raise PolicyLoadError(source, None, f"lists or mappings nested more than {MAX_DEPTH} levels deep") from None
     return tree
