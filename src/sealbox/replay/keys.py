@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sealbox.canonical import canonical_bytes, encode
+from sealbox.errors import CanonicalizationError
 from sealbox.errors import BlobNotFoundError
 from sealbox.redaction import holds_marker
 
@@ -108,8 +109,25 @@ def normalised(kind: str, fmt: str | None, stored: Any) -> Any:
 
 def content_hash(kind: str, stored: Any, fmt: str | None = None) -> str:
     """``sha256:<hex>`` of a step's content in its stored (encoded, redacted) form."""
-    data = canonical_bytes(normalised(kind, fmt, stored))
+    value = normalised(kind, fmt, stored)
+    try:
+        data = canonical_bytes(value)
+    except CanonicalizationError:
+        # a whole-number float beyond 2**53 is stored as its digits and reads back as an int outside I-JSON's
+        # range (an int there is stored as $bigint): hashed as the double it came from, the same bytes
+        data = canonical_bytes(_as_doubles(value))
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _as_doubles(value: Any) -> Any:
+    """``value`` with every int outside ±(2**53 - 1) read as the double it was stored from."""
+    if type(value) is int:
+        return float(value) if abs(value) > 2**53 - 1 else value
+    if isinstance(value, dict):
+        return {k: _as_doubles(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_doubles(v) for v in value]
+    return value
 
 
 def attempted_view(store: Any, kind: str, payload: dict[str, Any]) -> Any:
