@@ -61,3 +61,17 @@ def test_sealbox_replay_of_such_a_run(tmp_path, store):
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("reproduced: 2 step(s) matched; replay run ")
+
+
+def test_a_snapshot_holding_such_a_float_is_not_taken_for_a_changed_store(store):
+    """The recorded snapshot is checked against its fingerprint before the replay; recomputed from the
+    stored content (the int the digits read back as), that raised, and was reported as a snapshot changed
+    below Sealbox, refusing the replay of an intact store (``sealbox verify`` passes)."""
+    from sealbox.snapshot import Snapshot
+
+    snap = Snapshot(model={"name": "m", "parameters": {"seed": 1e16}})
+    with Recorder(store, policy=ALLOW_ALL).run(agent="bot", snapshot=snap) as run:
+        agent_with(1.5)(run)
+    for given in (None, snap):
+        result = Replayer(store).replay(run.run_id, agent_with(1.5), snapshot=given)
+        assert (result.reproduced, result.config_drift, result.divergence) == (True, (), None)
