@@ -29,8 +29,10 @@ def show_cmd(fingerprint: str, store_path: str, as_json: bool) -> None:
         store.close()
     if as_json:
         from sealbox.canonical import canonical_bytes
+        from sealbox.replay.keys import as_doubles
 
-        click.echo(canonical_bytes(content).decode("utf-8"))
+        # a bare int beyond 2**53 read back is a whole-number float's digits: written as the same digits
+        click.echo(canonical_bytes(as_doubles(content)).decode("utf-8"))
         return
     click.echo(json.dumps(content, indent=2, sort_keys=True, ensure_ascii=False))
 

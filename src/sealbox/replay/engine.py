@@ -304,6 +304,10 @@ class Replayer:
         if problems:
             raise ConfigError(f"snapshot=: not a complete snapshot: {'; '.join(problems)} (Snapshot(...) or "
                               "`sealbox snapshot show --json FP` gives one)")
+        if not hasattr(snapshot, "to_dict"):  # a stored form (`snapshot show --json`): a bare int beyond 2**53
+            from sealbox.replay.keys import as_doubles  # in it is a whole-number float's digits (the record's too)
+
+            now = as_doubles(now)
         return now, tuple(diff_snapshots(then or {}, now))
 
     # ----------------------------------------------------------------- the end

@@ -115,18 +115,20 @@ def content_hash(kind: str, stored: Any, fmt: str | None = None) -> str:
     except CanonicalizationError:
         # a whole-number float beyond 2**53 is stored as its digits and reads back as an int outside I-JSON's
         # range (an int there is stored as $bigint): hashed as the double it came from, the same bytes
-        data = canonical_bytes(_as_doubles(value))
+        data = canonical_bytes(as_doubles(value))
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _as_doubles(value: Any) -> Any:
-    """``value`` with every int outside ±(2**53 - 1) read as the double it was stored from."""
+def as_doubles(value: Any) -> Any:
+    """``value`` (content in its stored form, read back) with every int outside ±(2**53 - 1) read as the
+    double it was stored from: the store writes a real integer there as ``$bigint``, so a bare one is a
+    whole-number float's digits (docs/canonical.md, "Whole-number floats")."""
     if type(value) is int:
         return float(value) if abs(value) > 2**53 - 1 else value
     if isinstance(value, dict):
-        return {k: _as_doubles(v) for k, v in value.items()}
+        return {k: as_doubles(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_as_doubles(v) for v in value]
+        return [as_doubles(v) for v in value]
     return value
 
 
@@ -493,7 +495,7 @@ class RecordedRun:
             intact = snapshot_fingerprint(content) == fp
         except CanonicalizationError:  # a whole-number float beyond 2**53 reads back as an int: see content_hash
             try:
-                content = _as_doubles(content)  # as compared and pinned again by the replay run
+                content = as_doubles(content)  # as compared and pinned again by the replay run
                 intact = snapshot_fingerprint(content) == fp
             except Exception:  # noqa: BLE001 - content no canonical form can hold: changed too
                 intact = False
