@@ -123,9 +123,13 @@ def _plain(node: Any, path: tuple, lines: LineMap, counter: list[int], source: s
         out = {}
         for key in node:
             try:
-                line = node.lc.key(key)[0] + 1
+                pos = node.lc.key(key)
             except KeyError:  # merged in by a YAML merge key (<<): its line is the mapping's
-                line = node.lc.line + 1
+                pos = None
+            if pos is None:  # also merged, into a flow mapping ({<<: *base}): ruamel keeps None there
+                line = node.lc.line + 1 if isinstance(node.lc.line, int) else line_of(lines, path) or 1
+            else:
+                line = pos[0] + 1
             if not isinstance(key, str):
                 raise PolicyLoadError(source, line, f"key {key!r} must be a string")
             lines[path + (key,)] = line
