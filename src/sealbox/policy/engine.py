@@ -77,8 +77,9 @@ class _State:
 
 
 def _size_bound(value: Any, budget: int) -> int:
-    """An upper bound of the canonical JSON size of ``value``, or ``budget + 1`` once above it."""
-    stack, total = [value], 0
+    """An upper bound of the canonical JSON size of ``value``, or ``budget + 1`` once above it (also
+    when it nests deeper than canonical JSON allows: measured exactly, it is then refused)."""
+    stack, total, containers = [value], 0, 0
     while stack:
         v = stack.pop()
         if isinstance(v, str):
@@ -87,17 +88,38 @@ def _size_bound(value: Any, budget: int) -> int:
             total += 26
         elif isinstance(v, dict):
             total += 2 + 2 * len(v)
+            containers += 1
             for k, item in v.items():
                 stack.append(item)
                 stack.append(k if isinstance(k, str) else str(k))
         elif isinstance(v, (list, tuple)):
             total += 2 + len(v)
+            containers += 1
             stack.extend(v)
         else:
             return budget + 1  # not plain JSON: measure exactly
         if total > budget:
             return total
+    # arguments nested thousands deep crash the CEL library's conversion (a segmentation fault): only
+    # with more containers than the depth allowed can they nest deeper, so the walk below is rare
+    if containers > canonical.MAX_DEPTH and _deeper_than(value, canonical.MAX_DEPTH):
+        return budget + 1
     return total
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``limit`` deep."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            v = v.values()
+        elif not isinstance(v, (list, tuple)):
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((item, depth + 1) for item in v)
+    return False
 
 
 @dataclass(frozen=True, eq=False)
@@ -289,6 +311,8 @@ class Policy:
         cap = self.max_input_bytes
         if _size_bound(arguments, cap) <= cap:
             return
+        if _deeper_than(arguments, canonical.MAX_DEPTH):  # never converted for CEL: that crashes the process
+            raise _Failure(f"arguments nest lists or mappings more than {canonical.MAX_DEPTH} levels deep")
         try:
             size = len(canonical.dumps(arguments))
         except Exception as exc:
