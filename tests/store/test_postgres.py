@@ -403,6 +403,37 @@ def test_cli_init_against_a_server_that_is_not_there_is_one_error_line_and_creat
     assert (res.returncode, res.stderr) == (2, "error: --postgres takes a postgresql:// URL, not 'mysql://x'\n")
 
 
+def test_a_server_refusing_the_connection_is_one_line_whose_sentences_stay_apart(tmp_path, schema):
+    """libpq says "Connection refused" and, on its next line, "Is the server running on that host and accepting
+    TCP/IP connections?": the error line joined the two with a space ("Connection refused Is the server
+    running ..."), one run-on sentence, for `init` and for every command on a store whose server refuses. A line
+    ending without punctuation before one starting a new sentence (upper case) now ends with a full stop; a
+    sentence libpq wraps over lines is joined with a space as before."""
+    res = cli("init", "--postgres", "postgresql://postgres@127.0.0.1:1/test", str(tmp_path / "s"))
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == ("error: cannot create the store's schema 'sealbox' in PostgreSQL (connection failed: "
+                          "connection to server at \"127.0.0.1\", port 1 failed: Connection refused. Is the server "
+                          "running on that host and accepting TCP/IP connections?)\n")
+    folder = tmp_path / "pg"
+    assert cli("init", "--postgres", URL, "--schema", schema, str(folder)).returncode == 0
+    settings = json.loads((folder / "postgres.json").read_text())
+    (folder / "postgres.json").write_text(json.dumps({**settings, "url": "postgresql://postgres@127.0.0.1:1/test"}))
+    for args in (["runs", "list", "-s", str(folder)], ["verify", str(folder)]):
+        res = cli(*args)
+        assert (res.returncode, res.stdout) == (2, ""), args
+        assert res.stderr == (f"error: {folder}: cannot connect to PostgreSQL (connection failed: connection to "
+                              "server at \"127.0.0.1\", port 1 failed: Connection refused. Is the server running on "
+                              "that host and accepting TCP/IP connections?)\n"), args
+
+    from sealbox.store.postgres import _one_line
+
+    wrapped = Exception("consuming input failed: server closed the connection unexpectedly\n\tThis probably means "
+                        "the server terminated abnormally\n\tbefore or while processing the request.")
+    assert _one_line(wrapped) == ("consuming input failed: server closed the connection unexpectedly. This probably "
+                                  "means the server terminated abnormally before or while processing the request.")
+    assert _one_line(Exception('syntax error at or near "x":\nLINE 1: x')) == 'syntax error at or near "x": LINE 1: x'
+
+
 def test_two_inits_racing_into_one_schema_leave_one_intact_store_and_no_second_folder(tmp_path, schema):
     """Two `init`s into the same empty schema both passed the "holds no store" check, then the second's
     store_meta overwrote the first's (ON CONFLICT DO UPDATE): the init that succeeded had another store's
@@ -624,7 +655,7 @@ def test_a_read_on_a_connection_the_server_ended_is_a_store_error_then_the_next_
     store = init_store(tmp_path / "s", postgres_url=URL, schema=schema)
     try:
         message = (f"^{re.escape(str(tmp_path / 's'))}: PostgreSQL could not answer a read \\(terminating connection "
-                   "due to administrator command[ )]")
+                   "due to administrator command[.)]")
         for read in (lambda: store.read_run("system"), store.size, lambda: store.query_calls(agent="bot"),
                      store.runs, lambda: store.get_run("system")):
             outcome: list = []

@@ -1770,7 +1770,16 @@ _CREDENTIALS = re.compile(r"(?i)(\bpostgres(?:ql)?://|\bhost ')[^\s\"']*@|(\bpas
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    """``exc``'s message on one line, a URL's credentials left out. libpq puts a hint on a line of its own
+    ("Connection refused" then "Is the server running on that host ..."): a line ending without punctuation
+    before one starting upper case ends with a full stop; a sentence wrapped over lines is joined by a space."""
+    lines = [" ".join(line.split()) for line in str(exc).splitlines()]
+    text = ""
+    for line in filter(None, lines):
+        if text and text[-1].isalnum() and line[0].isupper():
+            text += "."
+        text += (" " if text else "") + line
+    text = text or type(exc).__name__
     return _CREDENTIALS.sub(lambda m: m.group(1) + "…@" if m.group(1) else m.group(2) + "…", text)
 
 
