@@ -1359,3 +1359,53 @@ def test_init_refuses_the_public_schema_unless_asked_to_share_it(tmp_path, scrat
     res = cli("init", "--allow-public-schema", str(tmp_path / "sq"))
     assert (res.returncode, res.stderr) == (2, "error: --allow-public-schema applies to a PostgreSQL store: give "
                                                "--postgres URL too\n")
+
+
+def test_a_write_whose_connection_the_server_ends_before_its_insert_is_made_again_without_psycopgs_warning(
+        tmp_path, schema, caplog, monkeypatch):
+    """The server ending a write's connection between two of its statements (here: once it holds the write lock,
+    while it builds its events in Python, before their INSERT) made psycopg log "error ignored terminating
+    <psycopg.Pipeline [BAD] at 0x...>: the connection is lost" (executemany runs in a pipeline, whose exit
+    fails too), printed on stderr by Python's last-resort handler though the write was made again on a new
+    connection (seen killing backends under a recording agent; a `sealbox` command or the gateway printed it
+    the same way). Sealbox raises and handles that error itself: psycopg's warning about the pipelines of
+    Sealbox's own connections is dropped; the write is made once. Another connection's warning is kept."""
+    import logging
+
+    import psycopg
+
+    from sealbox import EventDraft
+    from sealbox.store import init_store, postgres
+
+    store = init_store(tmp_path / "s", postgres_url=URL, schema=schema)
+    flush, ended = postgres._PgTxn.flush, []
+
+    def ended_first(txn) -> None:  # the server ends the connection, for real, once
+        if not ended:
+            ended.append(txn.conn.pg.info.backend_pid)
+            with psycopg.connect(URL, autocommit=True) as killer:
+                killer.execute("SELECT pg_terminate_backend(%s, 10000)", (ended[0],))
+        flush(txn)
+
+    monkeypatch.setattr(postgres._PgTxn, "flush", ended_first)
+    try:
+        caplog.set_level(logging.WARNING)
+        placed = store.append([EventDraft("note", {"text": f"n{i}"}, run_id="system", principal="investigator")
+                               for i in range(2)])
+        assert len(ended) == 1
+        assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+        assert [e.payload["text"] for e in store.read_range(placed[0].leaf_index, store.size())] == ["n0", "n1"]
+    finally:
+        store.close()
+
+    conn = psycopg.connect(URL)  # not Sealbox's: its pipeline's warning is psycopg's as before
+    try:
+        pid = conn.info.backend_pid
+        with psycopg.connect(URL, autocommit=True) as killer:
+            killer.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,))
+        with pytest.raises(psycopg.OperationalError):
+            conn.cursor().executemany("SELECT %s", [(1,), (2,)])
+    finally:
+        conn.close()
+    assert [r.getMessage().split(" at 0x")[0] for r in caplog.records if r.name.startswith("psycopg")] == [
+        "error ignored terminating <psycopg.Pipeline [BAD]"]

@@ -174,7 +174,33 @@ def _psycopg() -> Any:
         import psycopg
     except ImportError as exc:  # pragma: no cover - an install without the extra
         raise ConfigError("the PostgreSQL store needs psycopg 3: pip install 'sealbox[postgres]'") from exc
+    if not _PIPELINE_NOISE.installed:
+        _PIPELINE_NOISE.installed = True
+        logging.getLogger("psycopg").addFilter(_PIPELINE_NOISE)
     return psycopg
+
+
+#: The connections this process's stores opened (:meth:`PostgresStore._connect`), weakly held.
+_OWN_CONNS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+class _OwnPipelineNoise(logging.Filter):
+    """Drops psycopg's "error ignored terminating <Pipeline>: ..." about a pipeline of one of Sealbox's own
+    connections. ``executemany`` runs in a pipeline; when the server has ended the connection, the pipeline's
+    exit fails too and psycopg logs that second failure (printed on stderr by Python's last-resort handler, or
+    by the gateway's log) while it raises the first, which Sealbox handles (the write made again on a new
+    connection, or one StoreError). Other connections' records are left alone."""
+
+    installed = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "error ignored terminating %r: %s" and isinstance(record.args, tuple) and record.args:
+            with contextlib.suppress(TypeError):
+                return getattr(record.args[0], "_conn", None) not in _OWN_CONNS
+        return True
+
+
+_PIPELINE_NOISE = _OwnPipelineNoise()
 
 
 def is_postgres_folder(path: str | os.PathLike) -> bool:
@@ -593,6 +619,7 @@ class PostgresStore(SqliteQueries):
         try:
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10,
                                    application_name="sealbox")
+            _OWN_CONNS.add(conn)
             conn.execute(f'SET search_path TO "{self.schema}"')  # a checked lower-case name
             conn.execute("SET synchronous_commit TO on")
             if self.readonly:
