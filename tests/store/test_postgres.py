@@ -1409,3 +1409,43 @@ def test_a_write_whose_connection_the_server_ends_before_its_insert_is_made_agai
         conn.close()
     assert [r.getMessage().split(" at 0x")[0] for r in caplog.records if r.name.startswith("psycopg")] == [
         "error ignored terminating <psycopg.Pipeline [BAD]"]
+
+
+def test_an_open_whose_connection_the_server_ends_is_one_error_line_not_an_internal_error(tmp_path, schema):
+    """The server ending the connection of a store being opened (pg_terminate_backend, a restart) while the open
+    read store_meta let psycopg's AdminShutdown out of open_store: every command said "error: internal error:
+    AdminShutdown: terminating connection due to administrator command" and exited 70 (seen killing backends
+    under `sealbox runs list`, `report`, `export`, `approvals list`). It is a StoreError now ("PostgreSQL could
+    not open the store (...)"): one error line, exit 2. The open is held (store_meta locked by another session) and its connection ended, for real."""
+    import threading
+    import time
+
+    import psycopg
+
+    folder = tmp_path / "s"
+    assert cli("init", "--postgres", URL, "--schema", schema, str(folder)).returncode == 0
+    with psycopg.connect(URL) as holder, psycopg.connect(URL, autocommit=True) as killer:
+        holder.execute(f"LOCK TABLE {schema}.store_meta IN ACCESS EXCLUSIVE MODE")
+        holder_pid = holder.info.backend_pid
+        ended: list[int] = []
+
+        def end_the_waiting_open() -> None:
+            for _ in range(3000):
+                waiting = killer.execute("SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                                         (holder_pid,)).fetchall()
+                if waiting:
+                    killer.execute("SELECT pg_terminate_backend(%s, 10000)", (waiting[0][0],))
+                    ended.append(waiting[0][0])
+                    return
+                time.sleep(0.01)
+
+        thread = threading.Thread(target=end_the_waiting_open)
+        thread.start()
+        res = cli("runs", "list", "-s", str(folder))
+        thread.join()
+        holder.rollback()
+    assert len(ended) == 1
+    assert (res.returncode, res.stdout) == (2, "")
+    assert res.stderr == (f"error: {folder}: PostgreSQL could not open the store (terminating connection due to "
+                          "administrator command. LINE 1: SELECT key, value FROM store_meta ^)\n")
+    assert cli("runs", "list", "-s", str(folder)).returncode == 0

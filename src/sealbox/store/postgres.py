@@ -587,7 +587,12 @@ class PostgresStore(SqliteQueries):
         #: raised by the open after it applied some (e.g. log.key missing): ``sealbox upgrade`` says them.
         self.migrated: list[int] = []
         try:
-            self._open_checked()
+            try:
+                self._open_checked()
+            except _psycopg().OperationalError as exc:
+                # the server ended the connection while the open read or upgraded the schema (a restart,
+                # pg_terminate_backend): one StoreError (the CLI's one line), not the driver's exception
+                raise StoreError(f"{self.path}: PostgreSQL could not open the store ({_one_line(exc)})") from None
         except BaseException as exc:
             self._close_connections()
             if self.migrated and isinstance(exc, StoreError):
