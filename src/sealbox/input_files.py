@@ -15,7 +15,7 @@ import os
 import stat
 from typing import BinaryIO
 
-__all__ = ["PIPE_WAIT", "not_utf8_text", "open_input", "pipe_wait"]
+__all__ = ["PIPE_WAIT", "misplaced_file", "not_utf8_text", "open_input", "pipe_wait"]
 
 #: Seconds :func:`open_input` waits for a named pipe's writer to write (or close it).
 PIPE_WAIT = 10.0
@@ -36,6 +36,32 @@ def not_utf8_text(path: object, exc: BaseException) -> str | None:
     the first byte that is not), for a ``UnicodeDecodeError`` met reading it; None for another error."""
     if isinstance(exc, UnicodeDecodeError):
         return f"{path} is not UTF-8 text (byte {exc.start})"
+    return None
+
+
+def misplaced_file(path: str | os.PathLike, expected: str) -> str | None:
+    """What an error line says of a Sealbox file given where another was expected (``expected``: what was,
+    e.g. ``a saved checkpoint (what `sealbox log checkpoint` printed)``), recognised by its first bytes: an
+    export bundle, another ZIP archive, a store's SQLite database, the log's private signing key (``log.key``).
+    None for anything else, and for what is not a regular file (a pipe is not read ahead: its bytes would be lost).
+    Such a file was reported by what reading it as text first met (``… is not UTF-8 text (byte 14)``)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+    except OSError:
+        return None  # reading it says why
+    if head[:4] == b"PK\x03\x04":
+        if head[30:36] == b"format":  # a bundle's first member (docs/bundle-format.md)
+            return (f"{path} is a Sealbox export bundle (a ZIP archive), not {expected}: a bundle is the file to "
+                    f"verify, `sealbox verify {path} --key KEY`")
+        return f"{path} is a ZIP archive, not {expected}"
+    if head.startswith(b"SQLite format 3\x00"):
+        return f"{path} is a SQLite database (a store's sealbox.db), not {expected}"
+    if head.lstrip(b"\xef\xbb\xbf").startswith(b"PRIVATE+KEY+"):
+        return (f"{path} is the log's private signing key (log.key), not {expected}: keep it secret; the log's "
+                "verifier key is log.vkey beside it")
     return None
 
 

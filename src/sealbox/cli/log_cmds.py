@@ -214,6 +214,11 @@ def _read_proof_file(path: str, what: str) -> dict:
 
     if not os.path.exists(path):
         raise BadInput(f"{path} does not exist (give the JSON `sealbox log {what}` printed)")
+    from sealbox.input_files import misplaced_file
+
+    wrong = misplaced_file(path, f"a proof (the JSON `sealbox log {what}` printed)")
+    if wrong:
+        raise BadInput(wrong)
     try:
         text = read_small(path)
     except (OSError, UnicodeDecodeError) as exc:

@@ -323,7 +323,11 @@ def _read_proof(proof_path: str) -> object:
     import json
 
     from sealbox.errors import ConfigError
+    from sealbox.input_files import misplaced_file
 
+    wrong = misplaced_file(proof_path, "a consistency proof (the JSON `sealbox log prove` printed)")
+    if wrong:
+        raise ConfigError(wrong)
     try:
         text = read_small(proof_path)
         if text is None:
@@ -390,6 +394,11 @@ def _read_checkpoint(path: str) -> str:
     verify checks its signature and root and reports what is wrong."""
     import json
 
+    from sealbox.input_files import misplaced_file
+
+    wrong = misplaced_file(path, "a saved checkpoint (what `sealbox log checkpoint` printed)")
+    if wrong:  # a bundle, a store's database or log.key: said as such, not as the first byte that is not text
+        raise BadInput(wrong)
     try:
         text = read_small(path)
     except (OSError, UnicodeDecodeError) as exc:
@@ -460,7 +469,11 @@ def _read_key(value: str | None) -> str | None:
             text = read_small(value)  # no further than 1 MiB; a byte order mark (Notepad) is not part of the key
         except (OSError, UnicodeDecodeError) as exc:
             from sealbox.cli.common import not_utf8_text
+            from sealbox.input_files import misplaced_file
 
+            wrong = misplaced_file(value, "a verifier key (NAME+KEYID+BASE64, as `sealbox log key` prints it)")
+            if wrong:  # a bundle or a store's database (log.key is text: _check_key names it)
+                raise BadInput(f"--key {wrong}") from None
             raise BadInput(f"cannot read the key file {value}: "
                            f"{not_utf8_text(value, exc) or getattr(exc, 'strerror', None) or exc}") from exc
         if text is None:
