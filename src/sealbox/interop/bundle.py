@@ -326,6 +326,43 @@ def read_members(data: bytes) -> list[list[tuple[str, bytes]]]:
     return out
 
 
+#: the ZIP compression methods a message names (APPNOTE 4.4.5)
+_METHODS = {8: "deflate", 9: "deflate64", 12: "bzip2", 14: "lzma", 93: "zstd", 95: "xz", 99: "AES encryption"}
+
+
+def compressed_members(data: bytes) -> list[tuple[str, int]]:
+    """(name, method) of each member whose local header or central directory entry declares a compression
+    method other than 0 (stored), in file order, each name once: a bundle's members are stored, so such a
+    member's bytes in the file are not its content (read as stored, they are only noise)."""
+    found: dict[str, int] = {}
+    pos, count = 0, 0
+    try:
+        while data[pos: pos + 4] == struct.pack("<I", _LOCAL_SIG) and count <= MAX_MEMBERS:
+            f = _LOCAL.unpack_from(data, pos)
+            if f[3]:
+                found.setdefault(data[pos + _LOCAL.size: pos + _LOCAL.size + f[9]].decode("ascii", "replace"), f[3])
+            pos, count = pos + _LOCAL.size + f[9] + f[10] + f[7], count + 1
+        end = data.rfind(struct.pack("<I", _END_SIG))
+        if end >= 0 and end + _END.size <= len(data):
+            pos = _END.unpack_from(data, end)[6]
+            for _ in range(_END.unpack_from(data, end)[4]):
+                f = _CENTRAL.unpack_from(data, pos)
+                if f[0] != _CENTRAL_SIG:
+                    break
+                if f[4]:
+                    found.setdefault(data[pos + _CENTRAL.size: pos + _CENTRAL.size + f[10]].decode("ascii", "replace"),
+                                     f[4])
+                pos += _CENTRAL.size + f[10] + f[11] + f[12]
+    except struct.error:
+        pass
+    return list(found.items())
+
+
+def method_name(method: int) -> str:
+    """``8: deflate``: a ZIP compression method for a message."""
+    return f"{method}: {_METHODS[method]}" if method in _METHODS else str(method)
+
+
 def unreadable_reason(data: bytes, size: int | None = None) -> str:
     """Why neither reader of :func:`read_members` could read ``data``, in one phrase: where the file
     ends when it was cut short (the commonest cause: a partial download or copy), else what is missing.

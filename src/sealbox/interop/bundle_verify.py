@@ -48,6 +48,8 @@ from sealbox.errors import CanonicalizationError, ConfigError, NoteError, ProofE
 from sealbox.events import SYSTEM_RUN_ID
 from sealbox.interop.bundle import (
     DIGESTED,
+    compressed_members,
+    method_name,
     EXPORT_EXTENSION,
     FORMAT_TEXT,
     FORMATS,
@@ -177,6 +179,9 @@ class BundleReport:
     path: str | None = None
     extends: tuple[dict[str, Any], ...] = ()
     unreadable: bool = False  # the ZIP container could not be read: no member was checked
+    #: why no member was checked when ``unreadable``: none ``could be read`` (the ZIP structure), or ``was
+    #: checked (they are compressed)`` (a bundle re-zipped: its members' bytes in the file are not their content)
+    unchecked: str = "could be read"
 
     @property
     def consistent(self) -> bool:
@@ -205,12 +210,12 @@ class BundleReport:
     def trust(self) -> str:
         """Which key was trusted, and what that proves: one line."""
         if self.unreadable and self.key_source == "given":
-            return ("The key you gave (--key) was not used: no member of the bundle could be read, its "
+            return (f"The key you gave (--key) was not used: no member of the bundle {self.unchecked}, its "
                     "checkpoint included.")
         if self.key_source == "given":
             return f"Checkpoint signature checked against the key you gave (--key): {self.trusted_key}."
         if self.trusted_key is None and self.unreadable:
-            return ("No key was used: no member of the bundle could be read, its verifier key (log.vkey) "
+            return (f"No key was used: no member of the bundle {self.unchecked}, its verifier key (log.vkey) "
                     "included. Pass the log's key with --key.")
         if self.trusted_key is None:
             return ("No key was used: the bundle's own verifier key (log.vkey) is malformed, so nothing was checked "
@@ -825,6 +830,7 @@ class _Check:
         self._proof_rows: dict[int, list[bytes]] | None = None  # the PROOFS member, by size1
         #: proofs given beside the bundle (``--proof-from-saved``), by size1: (where, size2, hashes)
         self.given_proofs: dict[int, tuple[str, int, list[bytes]]] = {}
+        self.compressed = False  # members compressed (not stored): none was checked (:meth:`_container`)
 
     def run(self, proof_doc: tuple | None, saved: list[tuple[str, str]] | None = None) -> BundleReport:
         if not self._container():
@@ -835,7 +841,8 @@ class _Check:
                                 trusted_key=self.verifier.vkey if self.verifier else None,
                                 key_source="given" if self.verifier else "bundle",
                                 seconds=time.perf_counter() - self.started, consistency=None, notes=(),
-                                bundle_key=None, extends=(), unreadable=True)
+                                bundle_key=None, extends=(), unreadable=True,
+                                unchecked="was checked (they are compressed)" if self.compressed else "could be read")
         self.version = FORMATS.get(self.members.get("format", b""))
         if self.version is None:
             newer = re.fullmatch(rb"sealbox-bundle/([1-9][0-9]{0,8})\n", self.members.get("format", b""))
@@ -955,9 +962,23 @@ class _Check:
                 what = f"the file ends at byte {self.size} (it was truncated)"
             else:
                 what = next(w for s, e, w in zip_regions(best) if s <= at < e)
-            self._problem("bundle_container", f"the file differs from the canonical bundle container at byte {at}",
+            packed = compressed_members(self.data)
+            why = ""
+            if packed:  # their bytes are not their content: every member check would only report noise
+                names = ", ".join(repr(n) for n, _ in packed[:_LISTED]) + (f", … ({len(packed)} members)"
+                                                                          if len(packed) > _LISTED else "")
+                methods = sorted({m for _, m in packed})
+                why = (f": its member{'s' if len(packed) > 1 else ''} {names} {'are' if len(packed) > 1 else 'is'} "
+                       f"compressed (method {'; '.join(map(method_name, methods))}), but a bundle's members are "
+                       "stored (method 0), so no member was checked (a bundle re-zipped after export, e.g. by an "
+                       "archive or mail tool: verify the file `sealbox export` wrote)")
+            self._problem("bundle_container", f"the file differs from the canonical bundle container at byte {at}"
+                          + why,
                           what, expected=f"0x{rebuilt[at]:02x}" if at < len(rebuilt) else "end of file",
                           found=f"0x{self.data[at]:02x}" if at < len(self.data) else "end of file")
+            if packed:
+                self.compressed = True
+                return False
         self._member_names(best)
         return True
 
