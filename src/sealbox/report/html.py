@@ -203,6 +203,14 @@ def _replay_verdict(r: IncidentReport) -> str:
     return f'{badge} <span class="replay-verdict">{e(v.text)}</span>'
 
 
+def _failed(failed: tuple[str, ...]) -> str:
+    """The mark of a timeline row or tool call at which verification found a problem: a badge, then each
+    problem's line as the Verification section words it."""
+    if not failed:
+        return ""
+    return _badge("FAILED VERIFICATION", "bad") + " " + "; ".join(f"<code>{e(line)}</code>" for line in failed) + " — "
+
+
 def _tool_call(c) -> str:
     d_rows = [(e(d.get("effect")), e(d.get("rule")), e(d.get("reason_code")), e(d.get("reason")),
                e("yes" if d.get("reevaluated") else "")) for d in c.decisions]
@@ -217,6 +225,8 @@ def _tool_call(c) -> str:
         body += (f"<p>{_badge('ALTERED', 'bad')} {e(', '.join(c.altered))} no longer match their recorded hash "
                  "(changed below Sealbox): the values below are what the database holds now, not what was "
                  "recorded</p>")
+    if c.failed:
+        body += f"<p>{_failed(c.failed)}</p>"
     body += _content(c.arguments, "arguments")
     body += _table(["decision", "rule", "reason code", "reason", "re-evaluated"], d_rows)
     if c.error:
@@ -289,7 +299,7 @@ def _sections(r: IncidentReport) -> list[str]:
            f'<h2 id="timeline">Timeline ({len(r.timeline)} events)</h2>{_legend()}<div class="tl">{_timeline_svg(r.timeline)}</div>',
            "<h2>Events</h2>" + _table(["#", "step", "offset", "kind", "principal", "summary"], (
                (e(t.run_seq), e(t.step), e("+" + (_seconds(t.offset_s) or "0 ms")), e(t.kind), e(t.principal),
-                e(t.summary)) for t in r.timeline))]
+                _failed(t.failed) + e(t.summary)) for t in r.timeline))]
     out.append(f"<h2>Approvals ({len(r.approvals)})</h2>" + ("".join(_approval(a) for a in r.approvals)
                                                              or '<p class="muted">none</p>'))
     out.append(f"<h2>Tool calls ({len(r.tool_calls)})</h2>" + ("".join(_tool_call(c) for c in r.tool_calls)

@@ -147,6 +147,17 @@ def _approval(a: ApprovalView) -> list[str]:
     return out + [""]
 
 
+#: how a timeline row or tool call at which verification found a problem is marked, before the problem's line
+FAILED = "FAILED VERIFICATION"
+
+
+def _failed_cell(failed: tuple[str, ...]) -> str:
+    """The start of a timeline row's summary cell when verification found a problem at its event: the
+    problems' lines as the Verification section words them (escaped as text: a code span in a table cell
+    would not escape a ``|``)."""
+    return f"**{FAILED}**: " + "; ".join(md(line) for line in failed) + " — " if failed else ""
+
+
 def _tool_calls(r: IncidentReport) -> list[str]:
     out = [f"## Tool calls ({len(r.tool_calls)})", ""]
     for c in r.tool_calls:
@@ -158,6 +169,8 @@ def _tool_calls(r: IncidentReport) -> list[str]:
         if c.altered:
             out += [f"**ALTERED below Sealbox**: {md(', '.join(c.altered))} no longer match their recorded hash; "
                     "the values below are what the database holds now, not what was recorded.", ""]
+        if c.failed:
+            out += [f"**{FAILED}**: " + "; ".join(_code(line) for line in c.failed), ""]
         out += _content(c.arguments, "Arguments")
         out += _table(["decision", "rule", "reason code", "reason", "re-evaluated"], (
             (md(d.get("effect")), md(d.get("rule")), md(d.get("reason_code")), md(d.get("reason")),
@@ -191,7 +204,7 @@ def render_markdown(report: IncidentReport) -> str:
     out += [f"## Timeline ({len(r.timeline)} events)", ""]
     out += _table(["#", "step", "offset", "kind", "principal", "summary"], (
         (str(t.run_seq), md(t.step), md("+" + (_seconds(t.offset_s) or "0 ms")), md(t.kind), md(t.principal),
-         md(t.summary)) for t in r.timeline))
+         _failed_cell(t.failed) + md(t.summary)) for t in r.timeline))
     out += [f"## Approvals ({len(r.approvals)})", ""]
     for a in r.approvals:
         out += _approval(a)

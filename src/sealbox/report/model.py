@@ -26,7 +26,10 @@ written; :func:`sealbox.query.event_altered`, the rule by which ``sealbox calls`
 is never shown as what was recorded: its timeline summary starts with :data:`ALTERED_NOTE` (a
 malformed one keeps its ``malformed event (…)`` summary, which already says so), and a tool call
 holding one lists it in :attr:`ToolCallView.altered`, which both renderers print above the call's
-values; the verification section names it too (``leaf_hash_mismatch``).
+values; the verification section names it too (``leaf_hash_mismatch``). Every problem verification
+locates at an event of the run (:func:`failed_at`) is also carried by that event's timeline entry and tool
+call (``failed``: the problem's line, as the verification section prints it), which both renderers print
+as ``FAILED VERIFICATION``: an edit that rewrote the stored hash too is not ``altered``, only verify sees it.
 """
 
 from __future__ import annotations
@@ -96,6 +99,9 @@ class TimelineEntry:
     principal: str
     summary: str
     leaf_index: int
+    #: the verification problems located at this event (:attr:`VerificationView.failed_at`), as the
+    #: Verification section words them; empty for an event nothing was found wrong with
+    failed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,9 @@ class ToolCallView:
     #: their recorded leaf hash, as ``kind (leaf N)``: changed below Sealbox; what the view shows of them is
     #: what the database holds now, not what was recorded (:func:`sealbox.query.event_altered`)
     altered: tuple[str, ...] = ()
+    #: the verification problems located at the call's events (``tool.call``, ``policy.decision``,
+    #: ``tool.result``), as the Verification section words them; empty when nothing was found wrong with them
+    failed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -229,6 +238,9 @@ class VerificationView:
     summary: str
     run_problems: tuple[str, ...]
     other_problems: int
+    #: leaf index -> the problems (as in ``run_problems``) located at that event of the run: its own leaf, and
+    #: for a broken ``prev`` link (``chain_broken``) also the previous event's, as either may be the changed one
+    failed_at: dict[int, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -410,9 +422,11 @@ def _payload_problem(kind: str, payload: Any) -> str | None:
 ALTERED_NOTE = "ALTERED below Sealbox (its bytes no longer match its recorded hash; shown as the database holds it now)"
 
 
-def _timeline(events: list[Any], uncounted: dict[int, str] | None = None, store: Any = None) -> list[TimelineEntry]:
+def _timeline(events: list[Any], uncounted: dict[int, str] | None = None, store: Any = None,
+              failed_at: dict[int, tuple[str, ...]] | None = None) -> list[TimelineEntry]:
     """The timeline; ``uncounted``: leaf -> why that ``approval.answered`` does not count; ``store``:
-    where a client request's note's ``about`` (a content field: blob references) is resolved from."""
+    where a client request's note's ``about`` (a content field: blob references) is resolved from;
+    ``failed_at``: :attr:`VerificationView.failed_at`."""
     if not events:
         return []
     t0 = _parse_ts(events[0].ts)
@@ -436,7 +450,8 @@ def _timeline(events: list[Any], uncounted: dict[int, str] | None = None, store:
             if e.leaf_index in uncounted:
                 summary += f" (does not count: {uncounted[e.leaf_index]})"
         out.append(TimelineEntry(e.run_seq, e.step, e.kind, kind_group(e.kind), e.ts,
-                                 (_parse_ts(e.ts) - t0).total_seconds(), duration, e.principal, summary, e.leaf_index))
+                                 (_parse_ts(e.ts) - t0).total_seconds(), duration, e.principal, summary, e.leaf_index,
+                                 (failed_at or {}).get(e.leaf_index, ())))
     return out
 
 
@@ -478,16 +493,21 @@ def _call_key(value: Any) -> str:
                                                                           sort_keys=True, default=str)
 
 
-def _tool_calls(store: Any, events: list[Any], held: dict[str, str] | None = None) -> list[ToolCallView]:
-    """``held``: call id -> the outcome its approval gives a call with no result (:func:`_approvals`)."""
+def _tool_calls(store: Any, events: list[Any], held: dict[str, str] | None = None,
+                failed_at: dict[int, tuple[str, ...]] | None = None) -> list[ToolCallView]:
+    """``held``: call id -> the outcome its approval gives a call with no result (:func:`_approvals`);
+    ``failed_at``: :attr:`VerificationView.failed_at`."""
+    failed_at = failed_at or {}
     calls: dict[str, dict[str, Any]] = {}
     for e in events:
         cid = _call_key(e.payload.get("call_id"))
         if e.kind == "tool.call":
-            calls[cid] = {"event": e, "decisions": [], "approvals": [], "result": None, "altered": []}
+            calls[cid] = {"event": e, "decisions": [], "approvals": [], "result": None, "altered": [], "failed": []}
         if cid in calls and e.kind in ("tool.call", "policy.decision", "tool.result") \
                 and event_altered(e.raw, e.leaf_hash):
             calls[cid]["altered"].append(f"{e.kind} (leaf {e.leaf_index})")
+        if cid in calls and e.kind in ("tool.call", "policy.decision", "tool.result"):
+            calls[cid]["failed"] += [line for line in failed_at.get(e.leaf_index, ()) if line not in calls[cid]["failed"]]
         if e.kind == "tool.call":
             continue
         if cid in calls and e.kind == "policy.decision":
@@ -507,7 +527,7 @@ def _tool_calls(store: Any, events: list[Any], held: dict[str, str] | None = Non
             str(p.get("grant")), _content(store, p.get("arguments")), tuple(c["decisions"]), tuple(c["approvals"]),
             ok, _content(store, r.get("result")) if r is not None and "result" in r else None,
             (r or {}).get("error"), (r or {}).get("duration_us"), _outcome(c["decisions"], ok, (held or {}).get(cid), p),
-            tuple(c["altered"])))
+            tuple(c["altered"]), tuple(c["failed"])))
     return out
 
 
@@ -568,14 +588,37 @@ def _approvals(store: Any, events: list[Any]) -> tuple[list[ApprovalView], dict[
     return out, {leaf: why for leaf, why in uncounted.items() if why is not None}, held
 
 
-def _verification(store: Any, run_id: str, verify: bool) -> VerificationView:
+def _verification(store: Any, run_id: str, verify: bool, events: list[Any] = ()) -> VerificationView:
     if not verify:
         return VerificationView(False, None, "not checked (--no-verify)", (), 0)
     from sealbox.verify import verify_store
 
     report = verify_store(store)
     mine = tuple(p.line() for p in report.problems if p.run_id == run_id)
-    return VerificationView(True, report.ok, report.summary(), mine, len(report.problems) - len(mine))
+    return VerificationView(True, report.ok, report.summary(), mine, len(report.problems) - len(mine),
+                            failed_at(report.problems, run_id, events))
+
+
+def failed_at(problems: Any, run_id: str, events: list[Any]) -> dict[int, tuple[str, ...]]:
+    """Leaf index -> the lines (``Problem.line()``) of the problems of run ``run_id`` located at that event of
+    ``events`` (the run's): its own leaf, and for a ``chain_broken`` saying the event's ``prev`` is not the
+    previous event's leaf hash also that previous event, since the change may be in either (an edit that
+    rewrote an event's stored hash too is seen only there)."""
+    by_seq = {e.run_seq: e.leaf_index for e in events}
+    leaves = set(by_seq.values())
+    out: dict[int, list[str]] = {}
+    for p in problems:
+        if p.run_id != run_id or p.leaf_index is None or p.leaf_index not in leaves:
+            continue
+        at = [p.leaf_index]
+        if p.code == "chain_broken" and p.message.startswith("prev is not") and p.run_seq is not None \
+                and by_seq.get(p.run_seq - 1) is not None:
+            at.insert(0, by_seq[p.run_seq - 1])
+        for leaf in at:
+            lines = out.setdefault(leaf, [])
+            if p.line() not in lines:
+                lines.append(p.line())
+    return {leaf: tuple(lines) for leaf, lines in out.items()}
 
 
 def _replay_verdict(run: dict[str, Any], last: Any) -> ReplayVerdictView | None:
@@ -631,7 +674,8 @@ def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | Non
     ended = last.ts if last.kind == "run.ended" and run.get("status") == "ended" else None
     duration = (_parse_ts(last.ts) - _parse_ts(events[0].ts)).total_seconds()
     approvals, uncounted, held = _approvals(store, events)
-    timeline = _timeline(events, uncounted, store)
+    verification = _verification(store, run_id, verify, events)
+    timeline = _timeline(events, uncounted, store, verification.failed_at)
     from sealbox.query import sub_run_tree
 
     sub_runs, not_listed = sub_run_tree(store, run_id) if run.get("children") else ([], 0)
@@ -639,11 +683,11 @@ def build_report(store: Any, run_id: str, *, verify: bool = True, now: str | Non
         run=dict(run), events=len(events), started_at=events[0].ts, ended_at=ended, duration_s=duration,
         policy=dict(first.get("policy") or {}), snapshot_fingerprint=fp, snapshot=snapshot,
         timeline=tuple(timeline), model_calls=tuple(_model_calls(store, events)),
-        tool_calls=tuple(_tool_calls(store, events, held)), approvals=tuple(approvals),
+        tool_calls=tuple(_tool_calls(store, events, held, verification.failed_at)), approvals=tuple(approvals),
         states=tuple(StateView(e.step, e.ts, e.payload.get("label"), _content(store, e.payload.get("state")))
                      for e in events if e.kind == "state.saved"),
         notes=tuple(t for t in timeline if t.kind in ("note", "anomaly", "guardrail.tripped")),
-        children=tuple(run.get("children") or ()), verification=_verification(store, run_id, verify),
+        children=tuple(run.get("children") or ()), verification=verification,
         store_origin=getattr(store, "origin", None), generated_at=now or utc_now(),
         usage=dict((last.payload.get("usage") or {}) if last.kind == "run.ended" else {}),
         replay=_replay_verdict(run, last), snapshot_problem=snapshot_problem,
