@@ -977,6 +977,9 @@ class SqliteStore(SqliteQueries):
         #: the log size after this process's newest append (what the checkpoint timer must see signed)
         self._appended_size = 0
         self._damage: str | None = None
+        #: (st_dev, st_ino) of the database file the writers' connections opened (set by the first write
+        #: transaction); each write compares the file at ``db_path`` before it commits (_check_files_in_place)
+        self._db_file_id: tuple[int, int] | None = None
         if not self.readonly:
             _remove_stale_temp_files(self.path)
             count, last = self._conn().execute("SELECT count(*), max(leaf_index) FROM events").fetchone()
@@ -1415,6 +1418,7 @@ class SqliteStore(SqliteQueries):
                 txn.adopt(cache[1])
             result = fn(txn)
             txn.flush()
+            self._check_files_in_place()
             self._commit(cur)
             txn._cur = conn  # the kept txn holds no cursor: a cursor left holding its statement keeps a closed
             # connection's files open (sqlite3_close_v2 waits for every statement to be finalized)
@@ -1428,6 +1432,31 @@ class SqliteStore(SqliteQueries):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _check_files_in_place(self) -> None:
+        """Inside a write transaction, before its COMMIT: refuse it when the database file this store's
+        connections have open is no longer at ``db_path`` (the folder or the file removed or renamed, or
+        another file put in its place). SQLite would commit through the descriptors it holds, into a
+        file no one opens again (a tool would then run on a tool.call that is lost) or one at another
+        path; the store is marked damaged, so every later append is refused before it writes anything.
+        One ``stat`` a write: the first write transaction records the file it saw."""
+        try:
+            st = os.stat(self.db_path)
+            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            now = None
+        known = self._db_file_id
+        if known is None:
+            if now is not None:
+                self._db_file_id = now
+                return
+        elif now == known:
+            return
+        how = "removed" if now is None else "replaced"
+        self._damage = (f"{self.db_path} was {how} while this store had it open (its folder deleted or renamed, "
+                        "or the file itself): nothing was written, and nothing more is (open the store again "
+                        "where it is now)")
+        raise StoreError(self._damage)
 
     def _retrying(self, conn: "sqlite3.Connection | sqlite3.Cursor", sql: str) -> None:
         """Run ``sql`` (BEGIN IMMEDIATE, COMMIT), retrying while the database is busy, for at most
