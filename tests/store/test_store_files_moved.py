@@ -79,3 +79,43 @@ def test_a_database_file_put_in_its_place_is_not_written_through_the_old_descrip
         run.call_tool("srv", "t", {"n": 1}, lambda n: ran.append(n) or n)
     assert ran == [0]
     store.close()
+
+
+CHILD = r"""
+import json, os, sys
+import sealbox
+from sealbox.policies import ALLOW_ALL
+from sealbox.recorder import Recorder
+store = sealbox.open_store(sys.argv[1])
+run = Recorder(store, policy=ALLOW_ALL).run(agent="a").start()
+ran, errors = [], []
+run.call_tool("srv", "t", {"n": 0}, lambda n: ran.append(n) or n)
+os.unlink(os.path.join(sys.argv[1], "sealbox.db-wal"))
+for n in (1, 2):
+    try:
+        run.call_tool("srv", "t", {"n": n}, lambda n: ran.append(n) or n)
+    except sealbox.RecordingError as exc:
+        errors.append(str(exc))
+print(json.dumps({"run": run.run_id, "ran": ran, "errors": errors}), flush=True)
+os._exit(0)  # the process dies without closing the store (a crash, a kill)
+"""
+
+
+def test_no_tool_runs_once_the_wal_file_is_removed_and_what_was_committed_before_is_kept(tmp_path):
+    import json
+
+    path = tmp_path / "s"
+    sealbox.init_store(path).close()
+    done = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["ran"] == [0]
+    assert out["errors"] == [
+        f"could not record: {path / 'sealbox.db-wal'} was removed while this store had it open: the events "
+        "committed before it are copied into the database; nothing was written, and nothing more is (close "
+        "the store and open it again)"] * 2
+    with sealbox.open_store(path, readonly=True) as ro:
+        assert [e.kind for e in ro.read_run(out["run"])] == ["run.started", "tool.call", "policy.decision",
+                                                              "tool.result"]
+    verified = subprocess.run([SEALBOX, "verify", str(path)], capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stdout + verified.stderr

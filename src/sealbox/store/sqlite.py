@@ -977,9 +977,11 @@ class SqliteStore(SqliteQueries):
         #: the log size after this process's newest append (what the checkpoint timer must see signed)
         self._appended_size = 0
         self._damage: str | None = None
-        #: (st_dev, st_ino) of the database file the writers' connections opened (set by the first write
-        #: transaction); each write compares the file at ``db_path`` before it commits (_check_files_in_place)
-        self._db_file_id: tuple[int, int] | None = None
+        #: (st_dev, st_ino) of the database and -wal files the writers' connections opened (set by the first
+        #: write transaction); each write compares the files at their paths before it commits
+        #: (_check_files_in_place)
+        self._file_ids: tuple[tuple[int, int], tuple[int, int]] | None = None
+        self._wal_path = self.db_path.with_name(DB_NAME + "-wal")
         if not self.readonly:
             _remove_stale_temp_files(self.path)
             count, last = self._conn().execute("SELECT count(*), max(leaf_index) FROM events").fetchone()
@@ -1418,7 +1420,7 @@ class SqliteStore(SqliteQueries):
                 txn.adopt(cache[1])
             result = fn(txn)
             txn.flush()
-            self._check_files_in_place()
+            self._check_files_in_place(conn)
             self._commit(cur)
             txn._cur = conn  # the kept txn holds no cursor: a cursor left holding its statement keeps a closed
             # connection's files open (sqlite3_close_v2 waits for every statement to be finalized)
@@ -1433,29 +1435,56 @@ class SqliteStore(SqliteQueries):
                 conn.execute("ROLLBACK")
             raise
 
-    def _check_files_in_place(self) -> None:
-        """Inside a write transaction, before its COMMIT: refuse it when the database file this store's
-        connections have open is no longer at ``db_path`` (the folder or the file removed or renamed, or
-        another file put in its place). SQLite would commit through the descriptors it holds, into a
-        file no one opens again (a tool would then run on a tool.call that is lost) or one at another
-        path; the store is marked damaged, so every later append is refused before it writes anything.
-        One ``stat`` a write: the first write transaction records the file it saw."""
+    def _check_files_in_place(self, conn: sqlite3.Connection) -> None:
+        """Inside a write transaction on ``conn``, before its COMMIT: refuse it when the database file or
+        its ``-wal`` file that this store's connections have open is no longer at its path (the folder or
+        a file removed or renamed, or another file put in its place). SQLite would commit through the
+        descriptors it holds, into a file no one opens again (a tool would then run on a tool.call that
+        is lost) or one at another path; the store is marked damaged, so every later append is refused
+        before it writes anything. A removed ``-wal`` still holds, through SQLite's descriptor, commits
+        not yet copied into the database: they are copied (``wal_checkpoint``) before raising.
+        Two ``stat`` calls a write: the first write transaction records the files it saw."""
         try:
             st = os.stat(self.db_path)
-            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            db: tuple[int, int] | None = (st.st_dev, st.st_ino)
         except OSError:
-            now = None
-        known = self._db_file_id
+            db = None
+        try:
+            st = os.stat(self._wal_path)
+            wal: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            wal = None
+        known = self._file_ids
         if known is None:
-            if now is not None:
-                self._db_file_id = now
+            if db is not None:
+                if wal is not None:  # (a WAL-mode database always has one while it is open)
+                    self._file_ids = (db, wal)
                 return
-        elif now == known:
+        elif known == (db, wal):
             return
-        how = "removed" if now is None else "replaced"
-        self._damage = (f"{self.db_path} was {how} while this store had it open (its folder deleted or renamed, "
-                        "or the file itself): nothing was written, and nothing more is (open the store again "
-                        "where it is now)")
+        if known is None or db != known[0]:
+            self._damage = (f"{self.db_path} was {'removed' if db is None else 'replaced'} while this store had "
+                            "it open (its folder deleted or renamed, or the file itself): nothing was written, "
+                            "and nothing more is (open the store again where it is now)")
+            raise StoreError(self._damage)
+        conn.execute("ROLLBACK")
+        # the commits still only in the removed -wal go into the database while SQLite can read them; BUSY
+        # (1, …) while the WAL checkpointer thread is in a pass of its own: try again
+        kept = "the events committed before it could not be copied into the database (it stayed busy)"
+        deadline = time.monotonic() + 5.0
+        try:
+            while True:
+                if conn.execute("PRAGMA wal_checkpoint(FULL)").fetchone()[0] == 0:
+                    kept = "the events committed before it are copied into the database"
+                    break
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+        except sqlite3.Error as exc:
+            kept = f"the events committed before it could not be copied into the database ({exc})"
+        self._damage = (f"{self._wal_path} was {'removed' if wal is None else 'replaced'} while this store had it "
+                        f"open: {kept}; nothing was written, and nothing more is (close the store and open it "
+                        "again)")
         raise StoreError(self._damage)
 
     def _retrying(self, conn: "sqlite3.Connection | sqlite3.Cursor", sql: str) -> None:
