@@ -981,7 +981,7 @@ class SqliteStore(SqliteQueries):
         #: write transaction); each write compares the files at their paths before it commits
         #: (_check_files_in_place)
         self._file_ids: tuple[tuple[int, int], tuple[int, int]] | None = None
-        self._wal_path = self.db_path.with_name(DB_NAME + "-wal")
+        self._wal_path = str(self.db_path) + "-wal"  # a str: os.stat of a Path converts it every time
         if not self.readonly:
             _remove_stale_temp_files(self.path)
             count, last = self._conn().execute("SELECT count(*), max(leaf_index) FROM events").fetchone()
@@ -1436,32 +1436,33 @@ class SqliteStore(SqliteQueries):
             raise
 
     def _check_files_in_place(self, conn: sqlite3.Connection) -> None:
-        """Inside a write transaction on ``conn``, before its COMMIT: refuse it when the database file or
-        its ``-wal`` file that this store's connections have open is no longer at its path (the folder or
-        a file removed or renamed, or another file put in its place). SQLite would commit through the
-        descriptors it holds, into a file no one opens again (a tool would then run on a tool.call that
-        is lost) or one at another path; the store is marked damaged, so every later append is refused
-        before it writes anything. A removed ``-wal`` still holds, through SQLite's descriptor, commits
-        not yet copied into the database: they are copied (``wal_checkpoint``) before raising.
-        Two ``stat`` calls a write: the first write transaction records the files it saw."""
-        try:
-            st = os.stat(self.db_path)
-            db: tuple[int, int] | None = (st.st_dev, st.st_ino)
-        except OSError:
-            db = None
+        """Inside a write transaction on ``conn``, before its COMMIT: refuse it when the ``-wal`` file this
+        store's connections have open is no longer at its path (the folder removed or renamed, the file
+        removed or another put in its place). SQLite would commit through the descriptors it holds, into
+        a file no one opens again (a tool would then run on a tool.call that is lost) or one at another
+        path; the store is marked damaged, so every later append is refused before it writes anything.
+        A removed ``-wal`` still holds, through SQLite's descriptor, commits not yet copied into the
+        database: with the database still in place they are copied (``wal_checkpoint``) before raising.
+        One ``stat`` a write (the ``-wal`` goes with its folder); the database file is looked at only
+        when the ``-wal`` changed. A ``sealbox.db`` replaced alone, its ``-wal`` left, is not noticed."""
         try:
             st = os.stat(self._wal_path)
             wal: tuple[int, int] | None = (st.st_dev, st.st_ino)
         except OSError:
             wal = None
         known = self._file_ids
+        if known is not None and wal == known[1]:
+            return
+        try:
+            st = os.stat(self.db_path)
+            db: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            db = None
         if known is None:
             if db is not None:
                 if wal is not None:  # (a WAL-mode database always has one while it is open)
                     self._file_ids = (db, wal)
                 return
-        elif known == (db, wal):
-            return
         if known is None or db != known[0]:
             self._damage = (f"{self.db_path} was {'removed' if db is None else 'replaced'} while this store had "
                             "it open (its folder deleted or renamed, or the file itself): nothing was written, "
