@@ -71,3 +71,23 @@ def test_close_says_in_a_store_error_that_the_checkpoint_file_could_not_be_writt
     done = subprocess.run([str(Path(os.sys.executable).parent / "sealbox"), "verify", str(tmp_path / "s")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_checkpoint_file_that_cannot_be_written_does_not_make_every_append_sign_one(tmp_path, caplog):
+    """While the file cannot be written, checkpoints are still signed when due (every 6 events here),
+    not on every append: each failed write used to leave the store thinking none was signed, so every
+    later append signed (and fsync'd) another checkpoint row and logged another warning."""
+    sealbox.init_store(tmp_path / "s").close()
+    store = sealbox.open_store(tmp_path / "s", checkpoint_policy=CheckpointPolicy(every_events=6, every_seconds=None))
+    with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+        with unwritable(tmp_path / "s"):
+            for n in range(10):  # 2 appends a call (tool.call + policy.decision, tool.result): 32 events
+                run.call_tool("srv", "t", {"n": n}, lambda n: n)
+        signed = [c.tree_size for c in store.checkpoints()]
+        assert signed == [1, 7, 13, 19, 25, 31]
+        assert caplog.text.count("could not be written") == 5
+        run.call_tool("srv", "t", {"n": 10}, lambda n: n)  # 35 events: none due
+    store.close()  # signs the final one (36 events, run.ended included) and writes the file
+    with sealbox.open_store(tmp_path / "s", readonly=True) as ro:
+        assert [c.tree_size for c in ro.checkpoints()] == [1, 7, 13, 19, 25, 31, 36]
+        assert ro.checkpoint_file_size() == 36

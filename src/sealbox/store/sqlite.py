@@ -1816,9 +1816,11 @@ class SqliteStore(SqliteQueries):
             finally:
                 if self.durability == "fast":
                     conn.execute("PRAGMA synchronous = NORMAL")
-            self._publish_checkpoint(plain)
+            # signed and stored: the next one is due from here even when the file cannot be written now
+            # (else every later append signed another, each failing to write the file again)
             self._floor = max(self._floor, cp.tree_size)
             self._last_ckpt_size, self._last_ckpt_time = cp.tree_size, time.monotonic()
+            self._publish_checkpoint(plain)
             return cp
 
     def _publish_checkpoint(self, plain: StoredCheckpoint) -> None:
