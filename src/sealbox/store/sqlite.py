@@ -2910,10 +2910,32 @@ def _readonly_connection(folder: Path, db_path: Path) -> sqlite3.Connection:
     if os.access(folder, os.W_OK) and os.access(db_path, os.W_OK):
         conn = sqlite3.connect(db_path, isolation_level=None, timeout=5.0, check_same_thread=False)
         conn.execute("PRAGMA query_only = ON")
+        try:
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()  # opens the -wal and -shm
+        except sqlite3.Error as exc:
+            # a full disk: SQLite cannot make the -shm index (SQLITE_IOERR_SHMSIZE) or a -wal. With no
+            # commits in a -wal (none, or empty), the database file is the whole store: read it as an
+            # immutable file. Any other error is the caller's, at its first query, as before.
+            if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in (10, 13) or _wal_holds_frames(wal):
+                return conn
+            conn.close()
+            return sqlite3.connect(db_path.resolve().as_uri() + "?mode=ro&immutable=1", uri=True,
+                                   isolation_level=None, timeout=5.0, check_same_thread=False)
         return conn
     mode = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
     uri = db_path.resolve().as_uri() + "?" + mode
     return sqlite3.connect(uri, uri=True, isolation_level=None, timeout=5.0, check_same_thread=False)
+
+
+def _wal_holds_frames(wal: Path) -> bool:
+    """Whether a ``-wal`` file may hold commits not in the database file (it exists and is not empty;
+    when it cannot be looked at, assume it does)."""
+    try:
+        return wal.stat().st_size > 0
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 def upgraded_copy(path: str | os.PathLike, into: str | os.PathLike, **kwargs: Any) -> "SqliteStore":
