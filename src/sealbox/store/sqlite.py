@@ -3046,6 +3046,9 @@ def _translate_write_error(path: Path, exc: sqlite3.Error, lock_timeout: float |
             return StoreError(_busy_text(path))
         return StoreError(f"{_busy_text(path)} (the store's write lock stayed taken past the lock timeout, "
                           f"{lock_timeout:g} s: {LOCK_WAIT_SETTINGS})")
+    if getattr(exc, "sqlite_errorcode", 0) & 0xFF == 10:  # SQLITE_IOERR: "disk I/O error" says too little
+        return StoreError(f"cannot write to {path / DB_NAME}: {exc} ({getattr(exc, 'sqlite_errorname', 'SQLITE_IOERR')}: "
+                          "the disk may be full, a file size limit reached, or the disk failing)")
     return StoreError(f"cannot write to {path / DB_NAME}: {exc}")
 
 
