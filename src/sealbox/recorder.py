@@ -3167,13 +3167,30 @@ def _policy_view(arguments: Any) -> Any:
     return _canonical_encode(arguments)
 
 
+#: a default repr's memory address (``<object object at 0x7f…>``), dropped from the record's error
+#: messages as canonical.py drops it from reprs: it differs on each run and means nothing to a reader
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+(?=>)")
+
+
 def exception_message(error: BaseException) -> str:
     """``str(error)`` for the record, or a placeholder when the exception cannot be turned into
-    text (its ``__str__`` raises): the record of a failure must not fail with it."""
+    text (its ``__str__`` raises): the record of a failure must not fail with it.
+
+    Memory addresses of default reprs (an exception whose argument is a plain object:
+    ``<object object at 0x7f…>``) are dropped (``<object object>``), and a cancellation whose
+    message is not text (LangGraph cancels its tasks with a sentinel object) reads
+    ``cancelled (its message was an object of type object, not text)``: the record stays the same
+    from one run to the next (docs/recording.md, "Error messages")."""
+    args = getattr(error, "args", None)
+    if isinstance(error, (asyncio.CancelledError, concurrent.futures.CancelledError)) and type(args) is tuple \
+            and len(args) == 1 and not isinstance(args[0], str):
+        return f"cancelled (its message was an object of type {_valid_text(type(args[0]).__qualname__)}, not text)"
     try:
         text = str(error)
     except Exception as exc:  # noqa: BLE001 - a tool's or agent's exception whose __str__ fails
         text = f"<{type(error).__qualname__}.__str__ raised {type(exc).__name__}>"
+    if " at 0x" in text:
+        text = _ADDRESS.sub("", text)
     return _valid_text(text)
 
 
@@ -3232,6 +3249,8 @@ def _short_traceback(exc: BaseException, redactor: Any = None, limit: int = 8,
     except Exception as failed:  # noqa: BLE001 - the record of a failure must not fail with it
         lines = [f"<the traceback could not be formatted: {type(failed).__name__}>"]
     text = _valid_text("".join(lines))
+    if " at 0x" in text:  # the exception's line, as in exception_message
+        text = _ADDRESS.sub("", text)
     if scrub is not None:
         text = scrub(text)
     if redactor is not None and len(text) > 4000:

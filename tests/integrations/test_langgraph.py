@@ -1092,3 +1092,54 @@ def test_a_replay_of_a_sub_agent_run_suspended_by_interrupt_reproduces_it_suspen
     assert [store.get_run(c.run_id)["status"] for c in replayed] == ["suspended", "ended"]
     assert [store.get_run(c.run_id)["replay_of"] for c in replayed] == [c.run_id for c in children]
     assert sealbox.verify_store(store).ok
+
+
+def test_a_governed_tool_cancelled_by_langgraph_records_no_object_address(store):
+    """LangGraph cancels a node's tasks with a sentinel (``task.cancel(object())``): the governed
+    tool cut short was recorded with error message ``<object object at 0x7f…>``, the sentinel's
+    address (different on each run, meaningless to a reader)."""
+    started = asyncio.Event()
+
+    @tool
+    async def slow(city: str) -> str:
+        """Slow lookup."""
+        started.set()
+        await asyncio.sleep(5)
+        return "late"
+
+    @tool
+    async def quick(city: str) -> str:
+        """Quick lookup."""
+        return f"quick {city}"
+
+    model = ScriptedChatModel(messages=iter([
+        AIMessage(content="", tool_calls=[{"name": "slow", "args": {"city": "Paris"}, "id": "c1"},
+                                          {"name": "quick", "args": {"city": "Oslo"}, "id": "c2"}]),
+        AIMessage(content="done")]))
+
+    async def timed_out(coro):
+        # asyncio.wait_for(coro, 1.0), its time counted from when the slow tool began (no timing in tests)
+        task = asyncio.ensure_future(coro)
+        await asyncio.wait_for(started.wait(), 60)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise TimeoutError
+
+    async def main():
+        run = Recorder(store, policy=ALLOW_ALL).run(agent="react")
+        with pytest.raises(TimeoutError):
+            async with run:
+                graph = react_agent(model, governed_tools(run, [slow, quick]))
+                await timed_out(graph.ainvoke({"messages": [("user", "go")]},
+                                              config={"callbacks": [SealboxCallbackHandler(run)]}))
+        return run
+
+    run = asyncio.run(main())
+    results = [p for k, _, p in events_of(store, run.run_id) if k == "tool.result"]
+    slow_result = next(p for p in results if p.get("error"))
+    assert slow_result["ok"] is False
+    assert slow_result["error"]["type"] == "CancelledError"
+    assert slow_result["error"]["message"] == "cancelled (its message was an object of type object, not text)"
+    assert " at 0x" not in slow_result["error"]["traceback"]
+    assert sealbox.verify_store(store).ok

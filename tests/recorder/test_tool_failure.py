@@ -104,3 +104,38 @@ def test_control_flow_exceptions_are_recorded_but_never_open_the_breaker(tmp_pat
     assert {r["error"]["type"] for r in recorded if not r["ok"]} == {"_Suspend"}
     assert verify_store(store).ok
     store.close()
+
+
+class _Thing:
+    pass
+
+
+def test_an_exception_whose_argument_is_a_plain_object_is_recorded_without_its_address(tmp_path):
+    """An exception raised with a plain object (``ValueError(obj)``, a cancellation with a sentinel)
+    was recorded with the object's default repr, memory address included (``<… object at 0x7f…>``):
+    a message that changed on every run. The address is dropped, in the message and the traceback."""
+    store = init_store(tmp_path / "s")
+    thing = _Thing()
+
+    def fails():
+        raise ValueError(thing, [object()])
+
+    async def cancelled():
+        raise asyncio.CancelledError(thing)
+
+    async def go(run):
+        with pytest.raises(asyncio.CancelledError):
+            await run.acall_tool("s", "c", {}, cancelled)
+
+    with pytest.raises(asyncio.CancelledError):
+        with Recorder(store, policy=ALLOW_ALL).run(agent="a") as run:
+            with pytest.raises(ValueError):
+                run.call_tool("s", "v", {}, fails)
+            asyncio.run(go(run))
+            raise asyncio.CancelledError
+    first, second = results(store, run.run_id)
+    assert first["error"]["message"] == f"(<{__name__}._Thing object>, [<object object>])"
+    assert " at 0x" not in first["error"]["traceback"]
+    assert second["error"]["type"] == "CancelledError"
+    assert second["error"]["message"] == "cancelled (its message was an object of type _Thing, not text)"
+    assert verify_store(store).ok
