@@ -1433,6 +1433,8 @@ class RunContext:
             return fn()
         except (RecordingError, StoreBusyError, StepTakenError):  # StoreBusyError: only under store.no_wait(),
             raise  # nothing written; StepTakenError: another writer recorded the call's step or id (_check_call_free)
+        except (RecursionError, MemoryError) as exc:
+            raise RecordingError(_out_of_stack_message(exc)) from exc
         except Exception as exc:  # any failure to record is a RecordingError, never a silent gap
             raise RecordingError(f"could not record: {exc}") from exc
 
@@ -1936,6 +1938,8 @@ class RunContext:
             from sealbox.approvals import _store_now
 
             ok, why = grant_status(reader, grant, self.principal.id, server, tool, _store_now(reader))
+        except (RecursionError, MemoryError):
+            raise  # Sealbox's own stack or memory, as in _evaluate
         except Exception as exc:  # noqa: BLE001 - fail closed
             return dataclasses.replace(decision, effect="deny", reason_code="guardrail_error", rule=None, approval=None,
                                        limit=None, reason=_valid_text(f"the grant check failed: {type(exc).__name__}: {exception_message(exc)}"))
@@ -1956,6 +1960,8 @@ class RunContext:
         a ``require_approval`` is an ``approval_unavailable`` deny naming it."""
         try:
             return self._evaluate_unguarded(reader, server, tool, arguments, keep_approval, grant, agent, no_hold)
+        except (RecursionError, MemoryError):
+            raise  # Sealbox's own stack or memory, not the guardrail's: the write fails (RecordingError, _guard)
         except Exception as exc:  # noqa: BLE001 - fail closed
             text = f"{type(exc).__name__}: {exception_message(exc)}"
             decision = Decision("deny", "guardrail_error", None, f"the guardrail failed: {text}", self.policy.fingerprint)
@@ -1981,6 +1987,10 @@ class RunContext:
         )
         # a resources/read is judged also as the other forms of its URI, the strictest winning (policy.reads)
         decision = evaluate_read(self.policy, ctx) if no_hold == "resources/read" else self.policy.evaluate(ctx)
+        if decision.rule is None and decision.reason_code == "guardrail_error" \
+                and str(decision.reason).startswith(_ENGINE_OUT_OF_STACK):
+            # the engine (which never raises) ran out of stack or memory outside any rule: ours, not a guardrail's
+            raise (MemoryError if "MemoryError" in decision.reason[:40] else RecursionError)(decision.reason)
         if decision.effect == "require_approval" and decision.approval is None:
             decision = decision.denied_as(
                 "approval_unavailable", f"rule {decision.rule} requires approval but names no approvers")
@@ -3192,6 +3202,30 @@ def exception_message(error: BaseException) -> str:
     if " at 0x" in text:
         text = _ADDRESS.sub("", text)
     return _valid_text(text)
+
+
+#: how sealbox.policy.engine's evaluate words a RecursionError or MemoryError it caught outside any rule
+_ENGINE_OUT_OF_STACK = ("policy evaluation failed: RecursionError", "policy evaluation failed: MemoryError")
+
+
+def _out_of_stack_message(exc: BaseException) -> str:
+    """The RecordingError's message for Sealbox's own RecursionError or MemoryError while recording (the
+    caller was near the recursion limit, or memory ran out): how deep the caller's stack was, never a
+    guardrail's failure. Only on that failure path: the frames are counted here."""
+    if isinstance(exc, MemoryError):
+        return "could not record: Sealbox ran out of memory recording this (MemoryError)"
+    try:
+        depth, ours, frame = 0, 0, sys._getframe(1)
+        while frame is not None:
+            depth += 1
+            if ours == depth - 1 and str(frame.f_globals.get("__name__")).startswith("sealbox."):
+                ours = depth  # the innermost frames are Sealbox's: the caller's frame is the first that is not
+            frame = frame.f_back
+        where = f"it was called {depth - ours} frames deep, the recursion limit being {sys.getrecursionlimit()}"
+    except RecursionError:
+        where = "it was called too close to the recursion limit"
+    return (f"could not record: Sealbox ran out of stack recording this (RecursionError): {where}; "
+            "call it from a shallower stack (or raise sys.setrecursionlimit)")
 
 
 def _attach_note(exc: BaseException, text: str) -> None:
