@@ -1626,20 +1626,25 @@ class RunContext:
                          refused: BaseException | None) -> Any:
         """:meth:`acall_tool` once the call is decided: run ``fn``, record its ``tool.result``."""
         started = time.perf_counter_ns()
+        work = None
         try:
             if refused is not None:
                 raise refused
             result = _invoke(fn, arguments)
             if isinstance(result, concurrent.futures.Future):  # a thread's work (executor.submit): awaited too
-                result = asyncio.wrap_future(result)
+                work, result = result, asyncio.wrap_future(result)
             if inspect.isawaitable(result):
                 result = await result
         except BaseException as exc:
+            recorded = exc
+            if work is not None and isinstance(exc, asyncio.CancelledError) and not work.cancel() and not work.done():
+                # the work runs on (a running Future cannot be cancelled): the record must not read as if it stopped
+                recorded = asyncio.CancelledError(_WORK_WENT_ON).with_traceback(exc.__traceback__)
             if writer is None:
-                self._record_raised(server, tool, call_id, step, started, exc, arguments,
+                self._record_raised(server, tool, call_id, step, started, recorded, arguments,
                                     count=exc is not refused and not isinstance(exc, control_flow))
             else:
-                await self._arecord_raised(writer, server, tool, call_id, step, started, exc, arguments,
+                await self._arecord_raised(writer, server, tool, call_id, step, started, recorded, arguments,
                                            count=exc is not refused and not isinstance(exc, control_flow))
             raise
         refusal = _unrecordable(result, server, tool, awaited=True)
@@ -3203,6 +3208,10 @@ def exception_message(error: BaseException) -> str:
         text = _ADDRESS.sub("", text)
     return _valid_text(text)
 
+
+#: the message recorded for an acall_tool cancelled while the concurrent.futures Future its tool returned still ran
+_WORK_WENT_ON = ("cancelled while the work of the tool's concurrent.futures Future still ran: running work cannot "
+                 "be cancelled, it went on, and its outcome is not recorded")
 
 #: how sealbox.policy.engine's evaluate words a RecursionError or MemoryError it caught outside any rule
 _ENGINE_OUT_OF_STACK = ("policy evaluation failed: RecursionError", "policy evaluation failed: MemoryError")

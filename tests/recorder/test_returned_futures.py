@@ -96,3 +96,76 @@ def test_an_async_tool_returning_a_task_or_future_is_refused(store, kind):
                        "result; it was left running, not cancelled; the call is recorded as this error")
     result = result_of(store, run_id)
     assert result["ok"] is False and result["error"]["message"] == message
+
+
+def test_acall_tool_cancelled_while_the_thread_runs_says_the_thread_went_on(store, executor):
+    """A caller cancelled while awaiting the Future of a tool's running thread: the thread cannot be
+    stopped (``Future.cancel()`` fails on running work) and went on to finish, but the record said only
+    ``CancelledError`` with an empty message, as if the tool had been stopped; its value was lost. The
+    record now says the thread was still running, was not stopped, and that its outcome is not
+    recorded."""
+    started, release = threading.Event(), threading.Event()
+    submitted: list[concurrent.futures.Future] = []
+
+    def work():
+        started.set()
+        release.wait(10)
+        return "finished late"
+
+    def tool():
+        submitted.append(executor.submit(work))
+        return submitted[0]
+
+    async def go():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+            task = asyncio.ensure_future(run.acall_tool("s", "t", None, tool))
+            await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        return run.run_id
+
+    try:
+        run_id = asyncio.run(go())
+    finally:
+        release.set()
+    assert submitted[0].result(10) == "finished late"  # the thread went on
+    result = result_of(store, run_id)
+    assert result["ok"] is False and "result" not in result
+    assert (result["error"]["type"], result["error"]["message"]) == (
+        "CancelledError", "cancelled while the work of the tool's concurrent.futures Future still ran: running "
+                          "work cannot be cancelled, it went on, and its outcome is not recorded")
+
+
+def test_acall_tool_cancelled_before_the_thread_starts_cancels_its_work(store, executor):
+    """Work still queued when its caller is cancelled is cancelled with it: it never runs, and the
+    record says CancelledError (no message), nothing more."""
+    busy, release = threading.Event(), threading.Event()
+    ran: list[str] = []
+    blocker = executor.submit(lambda: busy.set() or release.wait(10))  # the executor's only thread
+    submitted: list[concurrent.futures.Future] = []
+
+    def tool():
+        submitted.append(executor.submit(ran.append, "queued work"))
+        return submitted[0]
+
+    async def go():
+        async with Recorder(store, policy=ALLOW_ALL).run(agent="bot") as run:
+            await asyncio.get_running_loop().run_in_executor(None, busy.wait, 10)
+            task = asyncio.ensure_future(run.acall_tool("s", "t", None, tool))
+            while not submitted:
+                await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        return run.run_id
+
+    try:
+        run_id = asyncio.run(go())
+    finally:
+        release.set()
+    blocker.result(10)
+    assert submitted[0].cancelled() and ran == []
+    result = result_of(store, run_id)
+    assert result["ok"] is False
+    assert (result["error"]["type"], result["error"]["message"]) == ("CancelledError", "")
