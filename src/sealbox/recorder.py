@@ -2454,14 +2454,19 @@ class RunContext:
         if self.replay is not None and self.replay.serves_models:
             return self.replay.answer_model(self, request, provider=provider, model=model, asynchronous=True)
         started = time.perf_counter()
+        work = None
         try:
             response = call(request)
             if isinstance(response, concurrent.futures.Future):  # a thread's call (executor.submit): awaited too
-                response = asyncio.wrap_future(response)
+                work, response = response, asyncio.wrap_future(response)
             if inspect.isawaitable(response):
                 response = await response
         except BaseException as exc:
-            self.model_error(request, exc, latency=time.perf_counter() - started, provider=provider, model=model)
+            recorded = exc
+            if work is not None and isinstance(exc, asyncio.CancelledError) and not work.cancel() and not work.done():
+                # the call runs on (a running Future cannot be cancelled), as in _arun_tool
+                recorded = asyncio.CancelledError(_WORK_WENT_ON.replace("the tool's", "the model call's"))
+            self.model_error(request, recorded, latency=time.perf_counter() - started, provider=provider, model=model)
             raise
         _refuse_stream_manager("acomplete", response)
         return self._record_returned(request, response, started, provider, model)

@@ -433,3 +433,40 @@ def test_acomplete_awaits_a_thread_future_the_call_returns_and_records_its_answe
     assert answer == {"answer": 42}
     assert [store.resolve(e.payload)["response"] for e in store.read_run(run.run_id) if e.kind == "model.call"] == [
         {"answer": 42}, {"error": {"type": "ConnectionError", "message": "model service unreachable"}}]
+
+
+def test_acomplete_cancelled_while_the_thread_s_call_runs_says_it_went_on(store):
+    """acomplete cancelled while the concurrent.futures Future of a model call already running in a
+    thread was awaited recorded CancelledError with an empty message, as if the call had been
+    stopped; the thread went on and its answer reached no record. The record now says so."""
+    import concurrent.futures
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+    submitted: list[concurrent.futures.Future] = []
+
+    def ask():
+        started.set()
+        release.wait(10)
+        return {"answer": "late"}
+
+    async def agent(pool):
+        async with Recorder(store, policy=sealbox.policies.ALLOW_ALL).run(agent="bot") as run:
+            task = asyncio.ensure_future(run.acomplete({"model": "m"}, lambda _r: submitted.append(pool.submit(ask))
+                                                       or submitted[0]))
+            await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        return run
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        try:
+            run = asyncio.run(agent(pool))
+        finally:
+            release.set()
+        assert submitted[0].result(10) == {"answer": "late"}
+    [response] = [store.resolve(e.payload)["response"] for e in store.read_run(run.run_id) if e.kind == "model.call"]
+    assert response == {"error": {"type": "CancelledError", "message": (
+        "cancelled while the work of the model call's concurrent.futures Future still ran: running work cannot be "
+        "cancelled, it went on, and its outcome is not recorded")}}
