@@ -219,8 +219,9 @@ class ApprovalPending(SealboxError):
 
 class RunSuspendedError(SealboxError):
     """A tool call, model call or state save on a run that is suspended (``run.suspended`` written: an
-    :class:`ApprovalPending` caught inside the run's ``with`` block, or :meth:`RunContext.suspend`).
-    Nothing was written or run; the run stays suspended.
+    :class:`ApprovalPending` caught inside the run's ``with`` block, or :meth:`RunContext.suspend`), or
+    :meth:`Recorder.continue_run` of a run waiting for an approval. Nothing was written or run; the run
+    stays suspended.
 
     Attributes:
         run_id: the suspended run.

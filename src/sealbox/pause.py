@@ -410,7 +410,7 @@ def resume_run(recorder: Any, run_id: str, tools: dict[tuple[str, str], Callable
     _check_resume_arguments(tools, rerun_unknown, wait, arguments)
     # continue_run takes the run's liveness lease: this process runs the run from here (its approved calls
     # are carried out before this returns), or the run would read 'interrupted' meanwhile
-    run = recorder.continue_run(run_id)
+    run = recorder._continue(run_id, waiting_ok=True)
     try:
         lease = take_lease(run.store, run_id)
     except BaseException:

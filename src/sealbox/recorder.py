@@ -405,15 +405,43 @@ class Recorder:
         ``interrupted`` once it has died; the lease is dropped at :meth:`RunContext.end`, or when a
         ``with`` block around the context is left (ended or suspended).
 
+        A run waiting for an approval (an ``approval.requested`` with no ``run.resumed`` naming it) is
+        refused: carrying on around the request and leaving the block would end the run and close the
+        request undecided. :meth:`resume` continues it once answered; :meth:`cancel` ends it on purpose.
+
         Raises:
             ConfigError: ``run_id`` is not a non-empty string, or is the store's system run.
             RecordingError: no such run, it has ended, or it was imported (``sealbox import``).
+            RunSuspendedError: the run waits for an approval (nothing was written).
         """
+        return self._continue(run_id, waiting_ok=False)
+
+    def _continue(self, run_id: str, *, waiting_ok: bool) -> "RunContext":
+        """:meth:`continue_run`; ``waiting_ok``: also a run waiting for approvals (:meth:`resume`, :meth:`cancel`)."""
         run = self._attach(run_id)
+        if not waiting_ok and run._waiting_for:
+            from sealbox.approvals import RunSuspendedError
+
+            raise RunSuspendedError(run_id, run._waiting_for)
         from sealbox import liveness
 
         run._live = liveness.take(run.store, run_id)  # dropped by the OS/server if this process dies
         return run
+
+    def cancel(self, run_id: str) -> None:
+        """End a run that is not to go on — one waiting for an approval included — with ``run.ended``
+        ``cancelled``: its pending requests are ``closed`` (they can no longer be answered, nothing they
+        ask for runs). The explicit, recorded way to give up on a suspended run.
+
+        Raises:
+            ConfigError: ``run_id`` is not a non-empty string, or is the store's system run.
+            RecordingError: no such run, it has ended, or it was imported; or ``run.ended`` could not be recorded.
+        """
+        run = self._continue(run_id, waiting_ok=True)
+        try:
+            run.end("cancelled")
+        finally:
+            run._release_live()
 
     def _attach(self, run_id: str) -> "RunContext":
         """:meth:`continue_run` without the liveness lease: for a gateway joining a run its agent's
@@ -444,6 +472,10 @@ class Recorder:
         run.usage = _usage_of(events)
         run._links = _links_of(events)
         run._attached = True
+        resumed = {a for e in events if e.kind == "run.resumed" for a in (e.payload.get("approval_ids") or ())
+                   if isinstance(a, str)}
+        run._waiting_for = tuple(str(e.payload.get("approval_id")) for e in events if e.kind == "approval.requested"
+                                 and e.payload.get("approval_id") not in resumed)
         return run
 
     def resume(self, run_id: str, tools: dict[tuple[str, str], Callable[..., Any]] | None = None, *,
@@ -876,6 +908,7 @@ class RunContext:
         self.ended = False
         self._cost_error: str | None = None
         self._attached = False
+        self._waiting_for: tuple = ()  # attached: the run's requests no run.resumed names (continue_run refuses it)
         self._started = False  # run.started written through this context (start())
         #: tool calls running now (decided, result not yet recorded): call id -> (thread ident, asyncio task
         #: or None); the run's end waits for those of other threads and tasks (_wait_for_calls)

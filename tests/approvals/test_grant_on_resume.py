@@ -99,7 +99,7 @@ def test_an_outcome_unknown_call_is_not_rerun_under_a_grant_revoked_since(store,
     rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
     run_id, aid = suspended_call(store, rec, grant)
     answer(store, aid, "approve", "ok", keys["alice"])
-    assert claim(rec.continue_run(run_id), aid)[1] == "approved"  # resumed, then "the process died"
+    assert claim(rec._attach(run_id), aid)[1] == "approved"  # resumed, then "the process died"
     revoke(store, grant, "key leaked")
     run = rec.resume(run_id, {("db", "write_query"): tool}, rerun_unknown=True)
     (call,) = run.resumed_calls
@@ -123,7 +123,7 @@ def test_an_outcome_unknown_call_under_a_valid_grant_is_rerun(store, keys):
     rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
     run_id, aid = suspended_call(store, rec, grant)
     answer(store, aid, "approve", "ok", keys["alice"])
-    assert claim(rec.continue_run(run_id), aid)[1] == "approved"
+    assert claim(rec._attach(run_id), aid)[1] == "approved"
     run = rec.resume(run_id, {("db", "write_query"): tool}, rerun_unknown=True)
     assert [(c.outcome, c.ran) for c in run.resumed_calls] == [("rerun", True)] and tool.calls == ["DELETE FROM t"]
     assert kinds(store, run_id)[-2:] == ["note", "tool.result"]
@@ -223,7 +223,7 @@ def test_an_outcome_unknown_call_is_rerun_by_the_stores_clock_at_its_grants_expi
     rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
     run_id, aid = suspended_call(store, rec, grant)
     answer(store, aid, "approve", "ok", keys["alice"])
-    assert claim(rec.continue_run(run_id), aid)[1] == "approved"  # resumed, then "the process died"
+    assert claim(rec._attach(run_id), aid)[1] == "approved"  # resumed, then "the process died"
     stamp_ns = int(expires.timestamp()) * 1_000_000_000 - before_us * 1000
     monkeypatch.setattr(time, "time_ns", lambda: stamp_ns)
     monkeypatch.setattr(postgres._PgTxn, "stamp", lambda self: (expires - timedelta(microseconds=before_us))

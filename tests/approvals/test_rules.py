@@ -218,7 +218,7 @@ def test_a_request_whose_run_ended_while_pending_is_closed_not_pending(store, ke
     with pytest.raises(ApprovalPending) as pending:
         with run:
             run.call_tool("db", "write_query", {"sql": "DELETE FROM t"}, lambda sql: None)
-    rec.continue_run(run.run_id).end("cancelled")
+    rec.cancel(run.run_id)
     assert list_approvals(store, pending=True) == []
     [state] = list_approvals(store)
     assert (state.approval_id, state.status) == (pending.value.approval_id, "closed")

@@ -161,7 +161,7 @@ def test_an_outcome_unknown_call_is_rerun_only_when_asked(store, keys):
     rec, tool = Recorder(store, policy=policy(), approvals="suspend"), Tool()
     run_id, aid = suspend(store, rec)
     answer(store, aid, "approve", "ok", keys["alice"])
-    assert claim(rec.continue_run(run_id), aid)[1] == "approved"  # resumed, then "the process died"
+    assert claim(rec._attach(run_id), aid)[1] == "approved"  # resumed, then "the process died"
     run = rec.resume(run_id, {("db", "write_query"): tool})
     assert [(c.outcome, c.ran) for c in run.resumed_calls] == [("unknown", False)] and tool.calls == []
     run = rec.resume(run_id, {("db", "write_query"): tool}, rerun_unknown=True)
