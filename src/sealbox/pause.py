@@ -11,10 +11,11 @@ The recorder calls :func:`await_approval` after it has committed ``tool.call``,
 * ``approvals="suspend"``: raise :class:`ApprovalPending` at once; the process may exit.
 
 :func:`resume_run` continues a suspended run in any process: it waits (optionally)
-until every open request is decided, then for each one writes ``run.resumed``
-(with the wait and the outcome) in a transaction that also checks that nobody
-resumed it before — so the tool runs at most once — runs the approved tools and
-records their results. A call allowed but without a result ("outcome unknown")
+until every open request is decided, then writes ``run.resumed`` for each (with the
+wait and the outcome) in one transaction that also checks that nobody resumed them
+before — so a tool runs at most once — and that none is pending again (all or none:
+no tool runs before every request is claimed), runs the approved tools and records
+their results. A call allowed but without a result ("outcome unknown")
 is re-run only with ``rerun_unknown=True``.
 
 If the policy changed while the run was suspended, an approved call is
@@ -110,31 +111,11 @@ def claim(run: Any, approval_id: str, arguments: Any = None) -> tuple[ApprovalSt
     box: list[tuple[ApprovalState, str, Decision | None]] = []
 
     def build(reader: Any) -> list:
-        now = _store_now(reader)  # the store's clock: the ts of this run.resumed (expiry, grant, waited_us)
-        request, related, book = _load(reader, approval_id, run.run_id)
-        state = evaluate(request, related, book, now)
-        if state.resumed:
-            raise ApprovalError("already_resumed", f"approval {approval_id} was already resumed (by another process?)")
-        if state.run_ended:
-            raise ApprovalError("run_ended", f"run {state.run_id} has ended")
-        # an approval withdrawn (its identity disabled or re-keyed before the call ran) is said in the log, once
-        drafts = withdrawal_drafts(reader, state) if not state.run_ended else []
-        if state.status == "pending":
-            return drafts
-        if state.status == "expired" and not state.expiry_recorded:
-            drafts.append(_expired_draft(state))
-        outcome, decision, reeval = state.status, None, None
-        if outcome == "approved" and state.request.get("policy_fingerprint") not in (None, run.policy.fingerprint):
-            outcome, decision, reeval = _reevaluate(run, reader, state, book, arguments)
-        if outcome == "approved":  # a grant revoked while the run waited denies the call, approved or not
-            outcome, decision, reeval = _check_grant_on_resume(run, reader, state, now, (outcome, decision, reeval))
-        waited = max(0, int((now - _parse(state.requested_at)).total_seconds() * 1_000_000))
-        drafts.append(run._draft("run.resumed", {"approval_ids": [approval_id], "waited_us": waited,
-                                                 "outcomes": {approval_id: outcome}}, state.step))
-        if reeval is not None:
-            drafts.append(run._draft("policy.decision", reeval, state.step))
-        box.append((state, outcome, decision))
-        return drafts
+        before, after, claimed = _claim_drafts(run, reader, approval_id, arguments)
+        if claimed is None:
+            return before
+        box.append(claimed)
+        return before + after
 
     try:
         run.store.append_with(build)
@@ -143,6 +124,77 @@ def claim(run: Any, approval_id: str, arguments: Any = None) -> tuple[ApprovalSt
     except Exception as exc:  # a failure to record is never a silent gap
         raise RecordingError(f"could not record the resumption of {approval_id}: {exc}") from exc
     return box[0] if box else None
+
+
+def _claim_drafts(run: Any, reader: Any, approval_id: str, arguments: Any
+                  ) -> tuple[list, list, tuple[ApprovalState, str, Decision | None] | None]:
+    """What :func:`claim` writes for one request, inside its transaction: (the drafts to write whether or
+    not it is claimed: withdrawn approvals, a noticed expiry; the drafts that claim it: ``run.resumed``
+    and a re-evaluated ``policy.decision``; (state, outcome, decision), or None while it is pending)."""
+    now = _store_now(reader)  # the store's clock: the ts of this run.resumed (expiry, grant, waited_us)
+    request, related, book = _load(reader, approval_id, run.run_id)
+    state = evaluate(request, related, book, now)
+    if state.resumed:
+        raise ApprovalError("already_resumed", f"approval {approval_id} was already resumed (by another process?)")
+    if state.run_ended:
+        raise ApprovalError("run_ended", f"run {state.run_id} has ended")
+    # an approval withdrawn (its identity disabled or re-keyed before the call ran) is said in the log, once
+    drafts = withdrawal_drafts(reader, state) if not state.run_ended else []
+    if state.status == "pending":
+        return drafts, [], None
+    if state.status == "expired" and not state.expiry_recorded:
+        drafts.append(_expired_draft(state))
+    outcome, decision, reeval = state.status, None, None
+    if outcome == "approved" and state.request.get("policy_fingerprint") not in (None, run.policy.fingerprint):
+        outcome, decision, reeval = _reevaluate(run, reader, state, book, arguments)
+    if outcome == "approved":  # a grant revoked while the run waited denies the call, approved or not
+        outcome, decision, reeval = _check_grant_on_resume(run, reader, state, now, (outcome, decision, reeval))
+    waited = max(0, int((now - _parse(state.requested_at)).total_seconds() * 1_000_000))
+    claiming = [run._draft("run.resumed", {"approval_ids": [approval_id], "waited_us": waited,
+                                           "outcomes": {approval_id: outcome}}, state.step)]
+    if reeval is not None:
+        claiming.append(run._draft("policy.decision", reeval, state.step))
+    return drafts, claiming, (state, outcome, decision)
+
+
+def claim_all(run: Any, requests: list[tuple[str, Any]]) -> list[tuple[ApprovalState, str, Decision | None]] | list[str]:
+    """:func:`claim` every ``(approval_id, arguments)`` in one transaction, all or none: when one of them
+    is pending (an approver disabled or re-keyed since it was read), no ``run.resumed`` is written (only
+    the withdrawn approvals and noticed expiries are recorded), so no tool runs before every request has
+    been claimed (``resume`` never resumes part of a run).
+
+    Returns:
+        the claims in order, or the ids of the requests found pending (nothing claimed).
+
+    Raises:
+        ApprovalError: ``already_resumed``, ``run_ended`` (nothing written).
+        RecordingError: the events could not be written.
+    """
+    box: list = []
+
+    def build(reader: Any) -> list:
+        box.clear()
+        before, after, claimed, pending = [], [], [], []
+        for aid, arguments in requests:
+            b, a, c = _claim_drafts(run, reader, aid, arguments)
+            before += b
+            after += a
+            claimed.append(c)
+            if c is None:
+                pending.append(aid)
+        if pending:
+            box.extend(pending)
+            return before
+        box.extend(claimed)
+        return before + after
+
+    try:
+        run.store.append_with(build)
+    except (ApprovalError, RecordingError, StoreBusyError):
+        raise
+    except Exception as exc:  # a failure to record is never a silent gap
+        raise RecordingError(f"could not record the resumption of {', '.join(a for a, _ in requests)}: {exc}") from exc
+    return box
 
 
 def note_withdrawals(run: Any, approval_ids: list[str]) -> None:
@@ -486,11 +538,13 @@ def _resume(recorder: Any, run: Any, run_id: str, tools: dict[tuple[str, str], C
     reruns = [(c, _tool_fn(registry, c.payload["server"], c.payload["tool"]), _recorded_arguments(run.store, c, overrides))
               for c in unknown] if rerun_unknown else []
     done: list[ResumedCall] = []
-    for s, fn, args in plans:
-        claimed = claim(run, s.approval_id, args)
-        if claimed is None:  # pending again: an approver was disabled or re-keyed since (claim noted it in the log)
-            raise ApprovalPending(s.approval_id, run_id, s.call_id)
-        state, outcome, decision = claimed
+    # every request is claimed in one transaction before any tool runs: one found pending again (an approver
+    # disabled or re-keyed since it was read; the withdrawal is noted in the log) resumes none of them
+    claims = claim_all(run, [(s.approval_id, args) for s, _, args in plans]) if plans else []
+    if claims and isinstance(claims[0], str):
+        pending = [s for s, _, _ in plans if s.approval_id in claims]
+        raise ApprovalPending([s.approval_id for s in pending], run_id, [s.call_id for s in pending])
+    for (s, fn, args), (state, outcome, decision) in zip(plans, claims):
         if outcome == "approved":
             done.append(_execute(run, calls[s.call_id], fn, args, s.approval_id, "approved"))
         else:
