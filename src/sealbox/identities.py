@@ -426,7 +426,8 @@ def _record(store: Any, name: str, admin: Signer | None, check: Any, payload: An
     return found
 
 
-_LEAF_WHEN = re.compile(r"leaf:([0-9]{1,18})")
+_LEAF_WHEN = re.compile(r"leaf:(0|[1-9][0-9]*)")  # no leading zeros: leaf:0001 is not read as leaf:1
+_LEAF_DIGITS_MAX = 18  # a leaf index above 10^18 is after any log (and past a BIGINT)
 #: RFC 3339 §5.6 ``date-time``: full-date, "T" (or "t", or a space, §5.6 NOTE), partial-time with
 #: seconds, then the offset (captured as None when missing, for a clearer error).
 _RFC3339_DATE_TIME = re.compile(
@@ -457,10 +458,14 @@ def parse_compromised_since(when: Any) -> tuple[str, Any]:
     if not text:
         raise IdentityError("compromised-since must be leaf:N or an RFC 3339 time such as 2026-12-03T09:00:00Z")
     m = _LEAF_WHEN.fullmatch(text)
+    if m and len(m.group(1)) > _LEAF_DIGITS_MAX:  # not int(): a number of thousands of digits is refused by it
+        shown = text if len(text) <= 45 else text[:45] + "…"
+        raise IdentityError(f"compromised-since {shown} is after this change: no log has that many leaves")
     if m:
         return "leaf", int(m.group(1))
     if text.startswith("leaf:"):
-        raise IdentityError(f"compromised-since {text!r}: a leaf index is leaf:N with N a non-negative integer")
+        raise IdentityError(f"compromised-since {text!r}: a leaf index is leaf:N with N a non-negative integer "
+                            "without leading zeros (leaf:0, leaf:4711)")
     shape = _RFC3339_DATE_TIME.fullmatch(text)
     if shape is None:  # a date alone, no seconds, an ISO week date...: RFC 3339 §5.6 date-time only
         raise IdentityError(f"compromised-since {text!r} is not leaf:N or an RFC 3339 date-time "

@@ -131,7 +131,16 @@ def test_a_revocation_step_signed_in_the_window_is_not_shown(store, keys):
 
 @pytest.mark.parametrize("when, message", [
     ("yesterday", "error: compromised-since 'yesterday' is not leaf:N or an RFC 3339 date-time (e.g. 2026-12-03T09:00:00Z)"),
-    ("leaf:-1", "error: compromised-since 'leaf:-1': a leaf index is leaf:N with N a non-negative integer"),
+    ("leaf:-1", "error: compromised-since 'leaf:-1': a leaf index is leaf:N with N a non-negative integer without "
+                "leading zeros (leaf:0, leaf:4711)"),
+    # was: read as leaf:1
+    ("leaf:0001", "error: compromised-since 'leaf:0001': a leaf index is leaf:N with N a non-negative integer without "
+                  "leading zeros (leaf:0, leaf:4711)"),
+    # was: "N a non-negative integer" (it is one: too large)
+    ("leaf:99999999999999999999999", "error: compromised-since leaf:99999999999999999999999 is after this change: no "
+                                     "log has that many leaves"),
+    ("leaf:" + "9" * 5000, "error: compromised-since leaf:" + "9" * 40 + "… is after this change: no log has that "
+                           "many leaves"),
     ("2026-12-03", "error: compromised-since '2026-12-03' is not leaf:N or an RFC 3339 date-time (e.g. 2026-12-03T09:00:00Z)"),
     ("2026-12-03T09:00:00", "error: compromised-since '2026-12-03T09:00:00' has no UTC offset (add Z or +hh:mm)"),
     # not RFC 3339 §5.6 date-times, although datetime.fromisoformat reads them
@@ -241,7 +250,7 @@ def test_rotate_from_the_command_line_records_the_point_and_a_bad_one_writes_no_
     code, out, err = cli(capsys, "identities", "rotate", "alice", "--key-out", str(tmp_path / "bad.key"),
                          "--compromised-since", "leaf:x", "--admin-key", str(keys["root"]), "--store", path)
     assert (code, out, err) == (2, "", "error: compromised-since 'leaf:x': a leaf index is leaf:N with N a "
-                                      "non-negative integer\n")
+                                      "non-negative integer without leading zeros (leaf:0, leaf:4711)\n")
     assert store.size() == size and not (tmp_path / "bad.key").exists()
     code, out, err = cli(capsys, "identities", "rotate", "alice", "--key-out", str(tmp_path / "alice2.key"),
                          "--compromised-since", "leaf:0", "--admin-key", str(keys["root"]), "--store", path)
