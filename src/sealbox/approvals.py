@@ -1103,7 +1103,18 @@ def list_approvals(store: Any, *, pending: bool = False, flagged: bool = False, 
             :func:`sealbox.query.parse_time` takes.
         record_expiries: record ``approval.expired`` for requests noticed expired
             (skipped on a read-only store).
+
+    Raises:
+        ConfigError: ``run_id`` is not None or a non-empty string (``5`` or ``""`` silently listed nothing,
+            as if the run had none), ``pending`` or ``flagged`` not True or False, ``since``/``until`` not a time.
     """
+    from sealbox.errors import ConfigError
+
+    if run_id is not None and not (isinstance(run_id, str) and run_id):
+        raise ConfigError(f"list_approvals(): run_id must be a run id (a non-empty string) or None, not {run_id!r}")
+    for name, flag in (("pending", pending), ("flagged", flagged)):
+        if not isinstance(flag, bool):
+            raise ConfigError(f"list_approvals(): {name} must be True or False, not {flag!r}")
     reader = _reader(store)
     book = identity_book(reader)
     related: dict[str, list[Any]] = {}

@@ -115,3 +115,28 @@ def test_approvals_list_run_prefix_shared_by_two_runs_is_ambiguous(store_path):
     assert (out.returncode, out.stderr) == (
         2, "error: run id prefix 'abcd' is ambiguous: it starts abcd1111-0000, abcd2222-0000 (give more characters)\n")
     assert [run for run, _ in _listed(store_path, "--run", "abcd2")] == ["abcd2222-0000"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"run_id": 5}, "list_approvals(): run_id must be a run id (a non-empty string) or None, not 5"),
+    ({"run_id": ""}, "list_approvals(): run_id must be a run id (a non-empty string) or None, not ''"),
+    ({"run_id": b"r1"}, "list_approvals(): run_id must be a run id (a non-empty string) or None, not b'r1'"),
+    ({"pending": "no"}, "list_approvals(): pending must be True or False, not 'no'"),
+    ({"flagged": 1}, "list_approvals(): flagged must be True or False, not 1"),
+])
+def test_arguments_of_the_wrong_type_are_a_config_error(store_path, kwargs, message):
+    # was: run_id=5 or "" listed nothing, as if the run had no requests; pending="no" listed only pending ones
+    from sealbox.errors import ConfigError
+
+    store = sealbox.open_store(store_path)
+    try:
+        rec = Recorder(store, policy=policy(), approvals="suspend")
+        with pytest.raises(ApprovalPending):
+            with rec.run(agent="bot") as run:
+                run.call_tool("db", "write_query", {"sql": "DELETE"}, lambda sql: None)
+        assert [s.run_id for s in list_approvals(store, run_id=run.run_id)] == [run.run_id]
+        with pytest.raises(ConfigError) as refused:
+            list_approvals(store, **kwargs)
+        assert str(refused.value) == message
+    finally:
+        store.close()
