@@ -808,6 +808,16 @@ class _Repr(reprlib.Repr):
 _REPR = _Repr()
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 3, _REPR_LIMIT, _REPR_LIMIT
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+#: a default repr's memory address in an error message (``<object object at 0x7f…>``): it differs on
+#: each run and means nothing to a reader
+_MESSAGE_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+(?=>)")
+
+
+def without_addresses(text: str) -> str:
+    """``text`` (an error message) with the memory addresses of default reprs dropped
+    (``<object object at 0x7f…>`` → ``<object object>``), as :func:`_safe_repr` drops them from
+    reprs: what the record says of a failure stays the same from one run to the next."""
+    return _MESSAGE_ADDRESS.sub("", text) if " at 0x" in text else text
 
 
 def _safe_repr(v: Any) -> str:

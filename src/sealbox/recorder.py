@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 from sealbox.errors import ConfigError, PolicyError, RecordingError, SealboxError, StepTakenError, StoreBusyError
 from sealbox.canonical import encode as _canonical_encode  # (loaded with sealbox.events already)
+from sealbox.canonical import without_addresses as _without_addresses
 from sealbox.events import SYSTEM_RUN_ID, EventDraft, rfc3339_utc
 from sealbox.policy import Policy
 from sealbox.policy.breaker import BreakerChange, CircuitBreaker, breaker_open_decision
@@ -3220,11 +3221,6 @@ def _policy_view(arguments: Any) -> Any:
     return _canonical_encode(arguments)
 
 
-#: a default repr's memory address (``<object object at 0x7f…>``), dropped from the record's error
-#: messages as canonical.py drops it from reprs: it differs on each run and means nothing to a reader
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+(?=>)")
-
-
 def exception_message(error: BaseException) -> str:
     """``str(error)`` for the record, or a placeholder when the exception cannot be turned into
     text (its ``__str__`` raises): the record of a failure must not fail with it.
@@ -3242,9 +3238,7 @@ def exception_message(error: BaseException) -> str:
         text = str(error)
     except Exception as exc:  # noqa: BLE001 - a tool's or agent's exception whose __str__ fails
         text = f"<{type(error).__qualname__}.__str__ raised {type(exc).__name__}>"
-    if " at 0x" in text:
-        text = _ADDRESS.sub("", text)
-    return _valid_text(text)
+    return _valid_text(_without_addresses(text))
 
 
 #: the message recorded for an acall_tool cancelled while the concurrent.futures Future its tool returned still ran
@@ -3330,8 +3324,7 @@ def _short_traceback(exc: BaseException, redactor: Any = None, limit: int = 8,
     except Exception as failed:  # noqa: BLE001 - the record of a failure must not fail with it
         lines = [f"<the traceback could not be formatted: {type(failed).__name__}>"]
     text = _valid_text("".join(lines))
-    if " at 0x" in text:  # the exception's line, as in exception_message
-        text = _ADDRESS.sub("", text)
+    text = _without_addresses(text)  # the exception's line, as in exception_message
     if scrub is not None:
         text = scrub(text)
     if redactor is not None and len(text) > 4000:

@@ -224,7 +224,7 @@ class Policy:
             raise
         except BaseException as exc:  # noqa: BLE001 - fail closed, including Rust panics
             effect, code, rule, approval, trip = "deny", "guardrail_error", None, None, None
-            reason = f"policy evaluation failed: {type(exc).__name__}: {exc}"
+            reason = canonical.without_addresses(f"policy evaluation failed: {type(exc).__name__}: {exc}")
         return Decision(
             effect, code, rule, reason, self.fingerprint,  # type: ignore[arg-type]
             (time.perf_counter_ns() - t0) // 1000, approval, trip, state.re_evaluable,
@@ -237,7 +237,7 @@ class Policy:
             try:
                 trip = check_limits(self, call)
             except Exception as exc:
-                return "deny", "guardrail_error", None, f"limit check failed: {exc}", None, None
+                return "deny", "guardrail_error", None, canonical.without_addresses(f"limit check failed: {exc}"), None, None
             if trip is not None:
                 reason = f"limit {trip.limit} exceeded: {trip.current} > {trip.bound}"
                 return "deny", "limit_exceeded", None, reason, None, trip
@@ -250,7 +250,7 @@ class Policy:
                     if not self.run_condition(rule.condition, state):
                         continue
                 except _Failure as exc:
-                    why = _without_argument_values(str(exc), call.arguments)
+                    why = canonical.without_addresses(_without_argument_values(str(exc), call.arguments))
                     return "deny", "guardrail_error", rule.id, f"rule {rule.id!r}: {why}", None, None
             if rule.require_grant:
                 refusal = _grant_refusal(rule, call.grant)
