@@ -82,3 +82,59 @@ def test_the_message_names_the_caller_s_depth(store):
         finally:
             sys.setrecursionlimit(limit)
     assert f"it was called {here} frames deep, the recursion limit being {here + 20};" in str(refused.value)
+
+
+CONDITIONED = """
+version: 1
+rules:
+  - id: small-rooms
+    when: 'call.arguments.room < 1000'
+    expensive: true
+    effect: allow
+"""
+
+
+def test_a_call_near_the_recursion_limit_under_a_condition_is_refused_never_denied(store):
+    """The stack running out while a rule's CEL condition is evaluated is the caller's stack depth, not
+    the rule's failure: the call is refused (RecordingError) as under ALLOW_ALL, never denied
+    guardrail_error naming the rule (it was, some 20-30 frames below the limit: 'rule 'small-rooms':
+    expensive condition could not run: RecursionError: maximum recursion depth exceeded while pickling
+    an object', the inputs being pickled for the condition worker)."""
+    from sealbox.policy import Policy
+
+    recorder = Recorder(store, policy=Policy.from_text(CONDITIONED))
+    ran: list[int] = []
+    outcomes: dict[int, str] = {}
+    limit = sys.getrecursionlimit()
+    for room in range(120, 5, -1):
+        with recorder.run(agent="bot") as run:
+            def call(room=room, run=run):
+                here = depth()
+                sys.setrecursionlimit(here + room)
+                try:
+                    return run.call_tool("s", "t", {"room": room}, lambda room: ran.append(room) or room)
+                finally:
+                    sys.setrecursionlimit(limit)
+            try:
+                assert call() == room
+                outcomes[room] = "ok"
+            except RecursionError:
+                outcomes[room] = "too deep"
+            except ToolDenied as denied:
+                outcomes[room] = f"denied {denied.decision.reason_code}: {denied.decision.reason}"
+            except RecordingError as refused:
+                outcomes[room] = "refused"
+                assert str(refused).startswith("could not record: Sealbox ran out of stack recording this "
+                                               "(RecursionError): it was called ")
+                assert room not in ran
+                assert [e.kind for e in store.read_run(run.run_id)] == ["run.started"]
+        kinds = [e.kind for e in store.read_run(run.run_id)]
+        if outcomes[room] == "too deep":
+            assert kinds == ["run.started", "run.ended"] and room not in ran
+            break
+        assert kinds == (["run.started", "tool.call", "policy.decision", "tool.result", "run.ended"]
+                         if outcomes[room] == "ok" else ["run.started", "run.ended"]), (room, outcomes[room])
+    assert set(outcomes.values()) <= {"ok", "refused", "too deep"}, outcomes  # never denied
+    assert list(outcomes.values()).count("refused") >= 5, outcomes
+    assert sorted(ran) == sorted(r for r, o in outcomes.items() if o == "ok")
+    assert sealbox.verify_store(store).ok

@@ -261,7 +261,14 @@ class Policy:
         return "deny", "no_match", None, f"no rule matches {call.server}/{call.tool}; default is deny", None, None
 
     def run_condition(self, cond: Condition, state: _State) -> bool:
-        """Evaluate one condition for ``state.call``; raise ``_Failure`` on any failure."""
+        """Evaluate one condition for ``state.call``; raise ``_Failure`` on any failure.
+
+        A ``RecursionError`` is let through: the stack ran out while the condition was
+        evaluated, which is the caller's stack depth, not the rule's failure (the conversion
+        for CEL and the worker's pickling run within the caller's recursion limit). It reaches
+        :meth:`evaluate`, whose deny (``guardrail_error``, no rule: ``policy evaluation failed:
+        RecursionError: …``) the recorder turns into its ``RecordingError`` ("Sealbox ran out of
+        stack recording this"), nothing written, the tool not run."""
         if cond.reads_arguments:
             if state.call.redacted:
                 state.re_evaluable = False
@@ -275,14 +282,14 @@ class Policy:
                 return self._run_in_worker(cond, activation(cond, state.full()))
             if context is None:  # converting Python values to CEL is the costly part: once per input set
                 context = state.contexts[key] = cel.Context(activation(cond, state.full()))
-        except _Failure:
+        except (_Failure, RecursionError):  # RecursionError: the caller's stack ran out (docstring)
             raise
         except Exception as exc:
             raise _Failure(f"cannot prepare condition inputs: {type(exc).__name__}: {exc}") from exc
         t0 = time.perf_counter()
         try:
             result = cond.program.execute(context)
-        except (KeyboardInterrupt, SystemExit):
+        except (KeyboardInterrupt, SystemExit, RecursionError):  # RecursionError: as above
             raise
         except BaseException as exc:  # noqa: BLE001 - CEL errors, incl. PyO3 panics
             why = _short(_without_argument_values(str(exc), state.call.arguments))  # before it is cut
@@ -295,7 +302,7 @@ class Policy:
             t0 = time.perf_counter()
             try:
                 result = cond.program.execute(context)
-            except (KeyboardInterrupt, SystemExit):
+            except (KeyboardInterrupt, SystemExit, RecursionError):
                 raise
             except BaseException as exc:  # noqa: BLE001 - as above (it did not raise the first time)
                 why = _short(_without_argument_values(str(exc), state.call.arguments))
@@ -323,6 +330,8 @@ class Policy:
     def _run_in_worker(self, cond: Condition, variables: dict[str, Any]) -> bool:
         try:
             status, value = default_worker().evaluate(cond.source, variables, self.timeout_ms / 1000)
+        except RecursionError:  # sending the inputs (pickling them) ran out of the caller's stack: as above
+            raise
         except Exception as exc:
             raise _Failure(f"expensive condition could not run: {type(exc).__name__}: {exc}") from exc
         if status == "timeout":
