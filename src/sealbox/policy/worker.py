@@ -166,7 +166,10 @@ class ConditionWorker:
             ``("ok", bool)``, ``("nonbool", type name)``, ``("error", message)`` or
             ``("timeout", None)`` (no answer within ``timeout_s`` in either of two
             tries; both workers were killed). Never raises for a failing
-            condition; raises ``RuntimeError`` only if no worker can start.
+            condition; raises ``RuntimeError`` only if no worker can start. An exception
+            raised in the caller while it waits (``KeyboardInterrupt``, ``RecursionError``,
+            ``MemoryError``) propagates after the worker is killed, so an answer still on its
+            way never answers a later condition.
         """
         with self._lock:
             for _ in range(2):
@@ -180,6 +183,12 @@ class ConditionWorker:
                 except (EOFError, OSError, BrokenPipeError) as exc:
                     self._kill()
                     return ("error", f"policy worker failed: {type(exc).__name__}: {exc}")
+                except BaseException:
+                    # interrupted after the request may have reached the worker (Ctrl-C, a RecursionError
+                    # or MemoryError while waiting): its answer could still come and would be read as the
+                    # next condition's. The worker goes; the next evaluation starts a fresh one.
+                    self._kill()
+                    raise
                 self._kill()
             return ("timeout", None)
 
