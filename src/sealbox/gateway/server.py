@@ -433,6 +433,8 @@ class Gateway:
         self._inflight: dict[str, dict[int, _InFlight]] = {u: {} for u in self.upstreams}
         self._connections: dict[int, Any] = {}
         self._listed_names: dict[str, frozenset[str]] = {}  # upstream id -> the tool names it listed last
+        #: upstream id -> the malformed tools (name: why) left out of its listing, as last recorded (``anomaly``)
+        self._rejected_recorded: dict[str, dict[str, str]] = {}
         self._validators: dict[tuple[str, str], tuple[Any, Any, Any]] = {}  # (Tool, validator, quick check)
         self._tool_list_version = 0
         #: set by begin_shutdown(): held calls stop waiting and answer "pending" (the request stays)
@@ -712,6 +714,7 @@ class Gateway:
         names = frozenset(definitions)
         renamed = self._listed_names.get(upstream.spec.id, frozenset()) != names
         self._listed_names[upstream.spec.id] = names
+        await self._record_rejected(upstream)
         self.pins.refresh(self.store)
         draft = self.pins.observe(upstream.spec.id, definitions)
         if draft is None:
@@ -727,6 +730,25 @@ class Gateway:
             self.pins.refresh(self.store)
         if renamed or not draft.payload.get("first_seen"):
             await self._notify_tools_changed()
+
+    async def _record_rejected(self, upstream: Upstream) -> None:
+        """Record (``anomaly`` ``malformed_tool`` of the system run) the malformed tools left out of an upstream's
+        listing (:attr:`Upstream.rejected_tools`), when they differ from what this gateway last recorded for it."""
+        from sealbox.events import SYSTEM_RUN_ID, EventDraft
+
+        sid, rejected = upstream.spec.id, dict(upstream.rejected_tools)
+        if rejected == self._rejected_recorded.get(sid, {}):
+            return
+        self._rejected_recorded[sid] = rejected
+        if not rejected:
+            return
+        draft = EventDraft("anomaly", {"what": "malformed_tool", "detail": {"server": sid, "tools": [
+            {"tool": name, "why": why} for name, why in sorted(rejected.items())]}}, run_id=SYSTEM_RUN_ID,
+            principal="sealbox")
+        try:
+            await self._write(lambda: self.store.append([draft]))
+        except Exception as exc:  # noqa: BLE001 - logged already by the upstream; the tools are left out all the same
+            log.error("could not record the malformed tools of %s: %s", sid, exc)
 
     async def _notify_tools_changed(self) -> None:
         await self._notify("notifications/tools/list_changed")

@@ -154,6 +154,12 @@ class Upstream:
         #: tool names this upstream was seen listing more than once (each warned about once)
         self._warned_twice: set[str] = set()
         self.malformed = 0
+        #: the tools its latest tools/list held that are malformed (no ``inputSchema``, ``"required": 5``…): left
+        #: out of :attr:`tools` (the SDK refused the whole listing for one of them), by name: why
+        self.rejected_tools: dict[str, str] = {}
+        self._rejected_pending: dict[str, str] = {}  # those of the listing being read (its pages so far)
+        self._rejected_next: dict[str, str] = {}  # those of the listing read, until it is published
+        self._tool_list_ids: set[Any] = set()  # ids of tools/list requests sent and not yet answered
         #: seconds between two log lines about malformed messages (the first is logged, later ones summed up)
         self.malformed_log_interval = 10.0
         self._malformed_logged_at: float | None = None
@@ -314,6 +320,7 @@ class Upstream:
             read, write = await stack.enter_async_context(self._transport())
             stack.push_async_exit(self._note_exit)  # before the transport's teardown stops the process
             relay_send, relay_recv = anyio.create_memory_object_stream[Any](16)
+            self._tool_list_ids = set()  # request ids are per session: none of an earlier one's is waited for
             eof = self._disconnect = anyio.Event()
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)
@@ -523,6 +530,10 @@ class Upstream:
         try:
             async with send:
                 async for item in read:
+                    if self._tool_list_ids and type(message := getattr(item, "message", None)) is types.JSONRPCResponse \
+                            and message.id in self._tool_list_ids:
+                        self._tool_list_ids.discard(message.id)
+                        self._leave_out_malformed_tools(message.result)
                     if isinstance(item, Exception):
                         self.malformed += 1
                         what = _answer_problem(item) or _malformed(item)
@@ -541,6 +552,32 @@ class Upstream:
         finally:
             eof.set()
             self._log_malformed(None)
+
+    def _leave_out_malformed_tools(self, result: Any) -> None:
+        """Take the malformed tools out of a tools/list page (``result``, raw JSON, edited in place) before the SDK
+        reads it: the SDK refuses a whole listing for one bad tool, which marked the upstream down, listed none of
+        its tools, and restarted it again and again. Each one left out is noted in :attr:`rejected_tools` (logged
+        and recorded when the listing is published). A page malformed otherwise is left to the SDK to refuse."""
+        tools = result.get("tools") if type(result) is dict else None
+        if type(tools) is not list:
+            return
+        from mcp_types import methods
+
+        version = self.protocol_version or "2025-11-25"
+        kept = []
+        for tool in tools:
+            try:
+                methods.validate_server_result("tools/list", version, {"tools": [tool]})
+                types.ListToolsResult.model_validate({"tools": [tool]}, by_name=False)
+            except ValidationError as exc:
+                name = tool.get("name") if type(tool) is dict else None
+                self._rejected_pending[name if type(name) is str else _one_line(repr(tool))[:100]] = _tool_problem(exc)
+                continue
+            except (KeyError, ValueError):  # a protocol version the SDK has no table for: the SDK judges it
+                pass
+            kept.append(tool)
+        if len(kept) != len(tools):
+            result["tools"] = kept
 
     def _log_malformed(self, what: str | None) -> None:
         """Log a malformed message ``what`` (None: the output ended): the first one, then at most one line
@@ -564,7 +601,16 @@ class Upstream:
             self._malformed_logged_at = now
 
     async def _list(self, session: Any) -> list[types.Tool]:
-        return await self._pages(session.list_tools, "tools", "tools/list")
+        self._rejected_pending = {}
+        tools = await self._pages(session.list_tools, "tools", "tools/list")
+        rejected, self._rejected_pending = self._rejected_pending, {}
+        if rejected != self.rejected_tools:
+            for name, why in sorted(rejected.items()):
+                if self.rejected_tools.get(name) != why:
+                    log.warning("upstream %s listed a malformed tool, left out (not served): %s: %s (a problem of "
+                                "the upstream: fix its definition)", self.spec.id, _one_line(repr(name))[:100], why)
+        self._rejected_next = rejected
+        return tools
 
     async def _list_catalog(self, session: Any) -> dict[str, Any]:
         """The upstream's prompts (by name), resources (by URI) and resource templates, each when it has
@@ -621,6 +667,7 @@ class Upstream:
         """Publish a listing asked for when ``seq`` notifications had been received (recorded by ``on_tools``
         before :meth:`current` lets a call waiting on them go on)."""
         self.tools = {t.name: t for t in tools}
+        self.rejected_tools = self._rejected_next
         if len(self.tools) != len(tools):  # a name listed twice: the last one is used, as before; said once
             counts = Counter(t.name for t in tools)
             twice = sorted(name for name, n in counts.items() if n > 1)
@@ -962,6 +1009,9 @@ class _BoundedWrites:
             write.sent = True
 
     async def _send_outside_call(self, item: Any) -> None:
+        message = getattr(item, "message", None)
+        if type(message) is types.JSONRPCRequest and message.method == "tools/list":
+            self._upstream._tool_list_ids.add(message.id)  # its answer's malformed tools are left out (_relay)
         nowait = getattr(self._inner, "send_nowait", None)
         if nowait is not None:
             try:
@@ -1396,6 +1446,17 @@ def _answer_problem(exc: BaseException) -> str:
         where = ".".join(str(x) for x in loc[1:]) or "message"
         parts.append(f"{where}: {e.get('msg')} (input {shown[:80] + '…' if len(shown) > 80 else shown})")
     return "; ".join(parts[:3])
+
+
+def _tool_problem(exc: ValidationError) -> str:
+    """What is wrong with one listed tool, from the error of validating ``{"tools": [tool]}``: its first problem,
+    located in the tool (``inputSchema.required: Input should be a valid list``)."""
+    errors = exc.errors(include_url=False)
+    if not errors:
+        return _one_line(str(exc))[:300]
+    first = errors[0]
+    where = ".".join(str(p) for p in first.get("loc", ())[2:])
+    return _one_line((f"{where}: " if where else "") + str(first.get("msg", "")))[:300]
 
 
 def _one_line(text: str) -> str:

@@ -13,6 +13,7 @@ Environment:
   RAW_CURSOR=loop     every tools/list page (one tool) names the same nextCursor ("again"): a listing without end
   RAW_CURSOR=N        (a number) tools/list has N pages, each with a cursor of its own
   RAW_LOG=path        every request's method is appended as one line
+  RAW_EXTRA_TOOLS=json  a JSON list of tool definitions listed (as they are) after the tools above
 """
 
 import json
@@ -74,7 +75,8 @@ for line in sys.stdin.buffer:
             "serverInfo": {"name": "raw", "version": "1"}}})
     elif method == "tools/list":
         cursor = (msg.get("params") or {}).get("cursor")
-        result: dict = {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in TOOLS]}
+        result: dict = {"tools": [{"name": n, "inputSchema": {"type": "object"}} for n in TOOLS]
+                        + json.loads(os.environ.get("RAW_EXTRA_TOOLS", "[]"))}
         if cursor_mode == "loop":
             result = {"tools": [{"name": f"t{cursor or 0}", "inputSchema": {"type": "object"}}], "nextCursor": "again"}
         elif cursor_mode:
