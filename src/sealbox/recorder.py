@@ -1580,13 +1580,14 @@ class RunContext:
                                                     refused=refused is not None)
         try:
             started = time.perf_counter_ns()
+            if refused is not None:  # never raised yet: recorded without a traceback (Sealbox's own frames)
+                self._record_raised(server, tool, call_id, step, started, refused, arguments, count=False)
+                raise refused
             try:
-                if refused is not None:
-                    raise refused
                 result = _invoke(fn, arguments)
             except BaseException as exc:
                 self._record_raised(server, tool, call_id, step, started, exc, arguments,
-                                    count=exc is not refused and not isinstance(exc, control_flow))
+                                    count=not isinstance(exc, control_flow))
                 raise
             refusal = _unrecordable(result, server, tool, awaited=False)
             if refusal is not None:
@@ -1661,9 +1662,13 @@ class RunContext:
         """:meth:`acall_tool` once the call is decided: run ``fn``, record its ``tool.result``."""
         started = time.perf_counter_ns()
         work = None
+        if refused is not None:  # never raised yet: recorded without a traceback (it would be Sealbox's own frames)
+            if writer is None:
+                self._record_raised(server, tool, call_id, step, started, refused, arguments, count=False)
+            else:
+                await self._arecord_raised(writer, server, tool, call_id, step, started, refused, arguments, count=False)
+            raise refused
         try:
-            if refused is not None:
-                raise refused
             result = _invoke(fn, arguments)
             if isinstance(result, concurrent.futures.Future):  # a thread's work (executor.submit): awaited too
                 work, result = result, asyncio.wrap_future(result)
@@ -1676,10 +1681,10 @@ class RunContext:
                 recorded = asyncio.CancelledError(_WORK_WENT_ON).with_traceback(exc.__traceback__)
             if writer is None:
                 self._record_raised(server, tool, call_id, step, started, recorded, arguments,
-                                    count=exc is not refused and not isinstance(exc, control_flow))
+                                    count=not isinstance(exc, control_flow))
             else:
                 await self._arecord_raised(writer, server, tool, call_id, step, started, recorded, arguments,
-                                           count=exc is not refused and not isinstance(exc, control_flow))
+                                           count=not isinstance(exc, control_flow))
             raise
         refusal = _unrecordable(result, server, tool, awaited=True)
         if refusal is not None:
@@ -2308,7 +2313,7 @@ class RunContext:
         if isinstance(error, SystemExit) and isinstance(error.code, int) and not isinstance(error.code, bool) \
                 and abs(error.code) <= MAX_COUNT:
             out["exit_code"] = error.code
-        if traceback:
+        if traceback and error.__traceback__ is not None:  # one never raised (a refusal) has none worth keeping
             out["traceback"] = _short_traceback(error, redactor, scrub=scrub)
         return out
 

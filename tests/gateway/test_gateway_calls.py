@@ -121,6 +121,24 @@ async def test_arguments_failing_the_input_schema_are_recorded_and_answered_is_e
     assert result.meta == {"sealbox/not_forwarded": "invalid_arguments"}
 
 
+async def test_a_schema_refused_call_records_its_refusal_without_sealbox_s_traceback(tmp_path, store):
+    """Arguments failing the input schema are the client's mistake: the tool.result recorded the refusal with a
+    traceback of Sealbox's own code (recorder.py raising it), bulk and noise. It records type and message only;
+    a real failure of the tool (the upstream answering a JSON-RPC error) keeps its traceback."""
+    gw = Gateway(toy_config(tmp_path), store=store)
+    async with running(gw) as tg, connect(gw, tg) as client:
+        refused = await client.call_tool("toy__add", {"a": "two", "b": 3})
+        failed = await client.call_tool("toy__echo", {"text": "!rpc -32603 boom"})
+    assert refused.is_error is True and failed.is_error is True
+    [run_id] = gateway_runs(store)
+    refused_res, failed_res = [e.payload for e in store.read_run(run_id) if e.kind == "tool.result"]
+    assert refused_res["error"] == {
+        "type": "InvalidArguments",
+        "message": "arguments do not match the input schema of toy__add: a: 'two' is not of type 'integer'"}
+    assert failed_res["error"]["type"] == "UpstreamProtocolError"
+    assert failed_res["error"]["traceback"].startswith("Traceback (most recent call last):")
+
+
 async def test_a_call_joins_an_existing_run_named_in_meta(tmp_path, store):
     from sealbox.policies import ALLOW_ALL
     from sealbox.recorder import Recorder
