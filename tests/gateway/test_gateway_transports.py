@@ -812,7 +812,8 @@ def test_a_stdio_line_the_gateway_cannot_read_is_answered_not_dropped(tmp_path):
     lone surrogate (valid for Python's JSON reader, not for the SDK's), bad JSON, or an object that
     is no JSON-RPC message was never answered and its client waited until its own timeout. So were a
     request nested too deep for Python's reader too (answered with a null id), and a request whose id
-    is null or a fraction (read by the SDK as a notification)."""
+    is null or a fraction (read by the SDK as a notification). A request nested deeper than the gateway reads is
+    answered REQUEST_TOO_LARGE (-32004), not a parse error (tests/gateway/test_gateway_deep_nesting.py)."""
     import subprocess
 
     sealbox.init_store(tmp_path / "store").close()
@@ -844,10 +845,12 @@ def test_a_stdio_line_the_gateway_cannot_read_is_answered_not_dropped(tmp_path):
     answers = [json.loads(line) for line in proc.stdout.splitlines()]
     assert proc.returncode == 0, proc.stderr
     assert [(a["id"], a.get("error", {}).get("code")) for a in answers] == [
-        (1, None), (2, -32700), (None, -32700), ("s", -32600), (None, -32600), (5, -32700), ("m", -32700),
+        (1, None), (2, -32700), (None, -32700), ("s", -32600), (None, -32600), (5, -32004), ("m", -32004),
         (None, -32600), (None, -32600), (4, None)]
     assert answers[1]["error"]["message"].startswith("Parse error: Invalid JSON: ")
-    assert answers[5]["error"]["message"].startswith("Parse error: Invalid JSON: recursion limit exceeded")
+    assert answers[5]["error"]["message"] == answers[6]["error"]["message"] == (
+        "request too large: its JSON nests arrays and objects more than 200 levels deep, the gateway's limit "
+        "(nothing was recorded or forwarded)")
     assert answers[7]["error"]["message"] == ("Invalid request: a request's id must be a string or an integer "
                                               "(method 'tools/call')")
     assert answers[-1]["result"]["content"][0]["text"] == "ok"

@@ -17,7 +17,8 @@ __all__ = ["UNKNOWN_TOOL", "REQUEST_TOO_LARGE", "MALFORMED_REQUEST", "UNKNOWN_RU
 
 #: ``tools/call`` names a tool that is not exposed (no such server, or no such tool on it).
 UNKNOWN_TOOL = -32003
-#: The request's params, as JSON, are larger than ``limits.max_request_bytes``.
+#: The request's params, as JSON, are larger than ``limits.max_request_bytes``; or the request nests arrays and
+#: objects more than 200 levels deep (``transports.MAX_NESTING``, the most the SDK's JSON reader reads).
 REQUEST_TOO_LARGE = -32004
 #: The request is well-formed JSON-RPC but not a valid ``tools/call`` (no name, arguments not an object…),
 #: or (HTTP) it carries ``Authorization``, ``mcp-session-id`` or ``mcp-protocol-version`` twice, or the id of a request still

@@ -29,7 +29,8 @@ HTTP specifics:
   and ``-32600`` (invalid request) with the request's id when it has one, as over stdio (the SDK's own
   answer, replaced: ``-32602``, a null id, a pydantic dump as the message);
 * a body that is no JSON (a number too long, a trailing comma) gets HTTP 400 and ``-32700`` (parse
-  error) with the request's id when it can be read, as over stdio (the SDK's own answer: a null id);
+  error) with the request's id when it can be read, as over stdio (the SDK's own answer: a null id); one
+  nesting more than :data:`MAX_NESTING` levels (JSON that may be valid) gets HTTP 400 and ``REQUEST_TOO_LARGE``;
 * every HTTP error answer has a JSON-RPC error body (null id, the status kept: the SDK gives some in plain
   text, which MCP clients cannot read), :func:`_json_rpc_errors`;
 * bodies above ``4 × limits.max_request_bytes`` are refused by the SDK with HTTP
@@ -197,7 +198,7 @@ class _StdioRelay:
       a request the gateway could not parse (bad JSON, a lone surrogate, nesting too deep) was never
       answered and its client waited until its own timeout. It is answered here as over HTTP:
       ``-32700`` (parse error) or ``-32600`` (invalid request), with the request's id when it can be
-      read (else null). A notification or a response the gateway cannot read is dropped: neither is
+      read (else null); a request nesting more than :data:`MAX_NESTING` levels, ``REQUEST_TOO_LARGE``. A notification or a response the gateway cannot read is dropped: neither is
       answered in JSON-RPC.
     * A client that writes its requests and closes stdin (``echo … | sealbox gateway serve``; MCP's
       stdio shutdown closes stdin first, then waits for the server to exit) had the calls in flight
@@ -340,8 +341,24 @@ def _unreadable_answer(exc: Exception) -> Any:
         if type(doc.get("id")) in (int, str):
             request_id = doc["id"]
     detail = " ".join(str(first.get("msg") or exc).split())
-    error = types.ErrorData(code=code, message=f"{what}: {detail}")
+    if code == types.PARSE_ERROR and detail.startswith(_TOO_DEEP):  # valid JSON, maybe: a limit, not a parse error
+        from sealbox.gateway import codes
+
+        error = types.ErrorData(code=codes.REQUEST_TOO_LARGE, message=TOO_DEEP_MESSAGE)
+    else:
+        error = types.ErrorData(code=code, message=f"{what}: {detail}")
     return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+
+#: The most levels of arrays and objects a client's message may nest: the recursion limit of the SDK's JSON reader
+#: (pydantic-core's jiter), which reads no deeper.
+MAX_NESTING = 200
+#: How the SDK's reader says a message nests deeper than :data:`MAX_NESTING` ("Invalid JSON: recursion limit
+#: exceeded at line 1 column N"), whether or not its JSON is valid.
+_TOO_DEEP = "Invalid JSON: recursion limit exceeded"
+#: The message of ``REQUEST_TOO_LARGE`` answering a request nested deeper than :data:`MAX_NESTING`.
+TOO_DEEP_MESSAGE = (f"request too large: its JSON nests arrays and objects more than {MAX_NESTING} levels deep, the "
+                    "gateway's limit (nothing was recorded or forwarded)")
 
 
 async def _cancel_on_signal(scope: anyio.CancelScope, gateway: Gateway | None = None) -> None:
