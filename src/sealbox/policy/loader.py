@@ -18,7 +18,7 @@ from typing import Any
 
 import jsonschema
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.comments import CommentedMap, CommentedOrderedMap, CommentedSeq, CommentedSet, TaggedScalar
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.reader import ReaderError
 
@@ -109,7 +109,71 @@ def load_tree(text: str, source: str) -> Any:
         raise PolicyLoadError(source, None, f"invalid YAML: {' '.join(str(exc).split())}") from exc
     except RecursionError:
         raise PolicyLoadError(source, None, f"lists or mappings nested more than {MAX_DEPTH} levels deep") from None
+    _refuse_tags(tree, source)
     return tree
+
+
+_CORE_TAG = "tag:yaml.org,2002:"
+#: What a standard YAML tag the round-trip loader reads into its own type stands for (none is a policy value).
+_TYPE_TAGS = ((CommentedOrderedMap, "!!omap"), (CommentedSet, "!!set"), (bytes, "!!binary"))
+
+
+def _tag_of(node: Any) -> str | None:
+    """The tag written on ``node`` (``!!python/object:os.system``, ``!foo``), or ``None`` for an untagged
+    node (and for ``!!map``, ``!!seq`` and the core scalar tags the loader resolves itself)."""
+    for kind, tag in _TYPE_TAGS:
+        if isinstance(node, kind):
+            return tag
+    if isinstance(node, (CommentedMap, CommentedSeq, TaggedScalar)):
+        tag = getattr(node, "tag", None)
+        value = getattr(tag, "value", tag)
+        if value:
+            value = str(value)
+            return "!!" + value[len(_CORE_TAG):] if value.startswith(_CORE_TAG) else value
+    return None
+
+
+def _refuse_tags(tree: Any, source: str) -> None:
+    """Refuse a tag anywhere in the document, at the line of the key or item that holds it.
+
+    The round-trip loader keeps an unknown tag on a mapping or list and builds the plain mapping or
+    list anyway: ``match: !!python/object:os.system {}`` was read as an empty ``match``, which matches
+    every call (an ``allow`` rule then allowed everything). A tag says the value means something other
+    than what it reads as, which a policy never wants: every one is refused, on any kind of node.
+
+    Raises:
+        PolicyLoadError: the first tag (in document order), naming it and its line.
+    """
+    seen: set[int] = set()
+    top = tree.lc.line + 1 if isinstance(tree, (CommentedMap, CommentedSeq)) and isinstance(tree.lc.line, int) else 1
+    stack: list[tuple[Any, int]] = [(tree, top)]
+    while stack:
+        node, line = stack.pop()
+        tag = _tag_of(node)
+        if tag is not None:
+            raise PolicyLoadError(source, line, f"invalid YAML: unsupported tag '{tag}' (a tag changes what a value "
+                                                "means; write the plain value, without a tag)")
+        if id(node) in seen or not isinstance(node, (CommentedMap, CommentedSeq)):
+            continue
+        seen.add(id(node))  # an alias is the node it names: each is walked once (alias bombs stay cheap)
+        children: list[tuple[Any, int]] = []
+        if isinstance(node, CommentedMap):
+            for key in node:
+                try:
+                    pos = node.lc.key(key)
+                except KeyError:
+                    pos = None
+                at = pos[0] + 1 if pos else line
+                children.append((key, at))
+                children.append((node[key], at))
+        else:
+            for i, item in enumerate(node):
+                try:
+                    pos = node.lc.item(i)
+                except (KeyError, IndexError):
+                    pos = None
+                children.append((item, pos[0] + 1 if pos else line))
+        stack.extend(reversed(children))
 
 
 def _plain(node: Any, path: tuple, lines: LineMap, counter: list[int], source: str) -> Any:
