@@ -13,8 +13,8 @@ before evaluation instead. At load a condition is rejected when:
   run in a worker process with a hard time limit, may nest to
   :data:`MAX_MACRO_DEPTH_EXPENSIVE`);
 * it reads a variable other than ``call``, ``principal``, ``agent``, ``run``,
-  ``usage`` and ``now``, a field of ``call`` other than :data:`CALL_FIELDS`
-  (``call.argumnts``), or calls a function outside :data:`KNOWN_FUNCTIONS`;
+  ``usage`` and ``now``, a field of ``call``, ``principal``, ``agent`` or ``run`` other than
+  those of :data:`FIELDS` (``call.argumnts``, ``principal.group``), or calls a function outside :data:`KNOWN_FUNCTIONS`;
 * a ``matches()`` pattern written as a literal is not a valid regular expression;
 * it can never give a bool, so every call it reaches would be denied with
   ``guardrail_error``. The CEL package has no type checker, so this is decided
@@ -49,6 +49,14 @@ __all__ = [
 VARIABLES = frozenset({"call", "principal", "agent", "run", "usage", "now"})
 #: The fields of ``call`` (the engine builds it from these alone; ``grant`` is absent when not known).
 CALL_FIELDS = frozenset({"server", "tool", "arguments", "grant"})
+#: The fields of each variable that has a fixed set (the engine fills in every one of them but ``call.grant``;
+#: sealbox.policy.engine ``_PRINCIPAL``, ``_AGENT``, ``_RUN``). Reading another is refused at load.
+FIELDS = {
+    "call": CALL_FIELDS,
+    "principal": frozenset({"id", "role", "groups", "attributes"}),
+    "agent": frozenset({"name", "attributes"}),
+    "run": frozenset({"id", "labels", "started_at", "elapsed_s"}),
+}
 MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 KNOWN_FUNCTIONS = frozenset(
     {
@@ -188,10 +196,12 @@ def compile_condition(source: str, *, expensive: bool = False) -> Condition:
             detail = " ".join(str(exc).split())[:160]
             raise ConditionError(f"condition has an invalid regular expression {literal}: {detail}") from exc
     kept = {name: (frozenset(f) if f is not None else None) for name, f in roots.items() if name in VARIABLES}
-    unknown_fields = sorted((kept.get("call") or frozenset()) - CALL_FIELDS) if "call" not in bound else []
-    if unknown_fields:  # a typo: every call it reaches would be denied (or, behind has(), never matched)
-        raise ConditionError(f"condition reads call.{unknown_fields[0]}, which no call has (a call has "
-                             f"{', '.join(sorted(CALL_FIELDS))})")
+    for name, fields in FIELDS.items():  # call, principal, agent, run: in that order
+        unknown_fields = sorted((kept.get(name) or frozenset()) - fields) if name not in bound else []
+        if unknown_fields:  # a typo: every call it reaches would be denied (or, behind has(), never matched)
+            article = "an" if name[0] in "aeiou" else "a"
+            raise ConditionError(f"condition reads {name}.{unknown_fields[0]}, which no {name} has ({article} {name} "
+                                 f"has {', '.join(sorted(fields))})")
     never = _never_bool(program, tokens, bound) if not kept else _top_level_not_bool(tokens)
     if never:
         raise ConditionError(f"{never}: every call it reaches would be denied with guardrail_error")
