@@ -83,7 +83,46 @@ def read_text(text: str, source: str) -> tuple[Any, LineMap]:
         raise PolicyLoadError(source, 1, "a policy file must be a YAML mapping (version, rules, ...)")
     lines: LineMap = {(): 1}
     counter = [0]
-    return _plain(tree, (), lines, counter, source), lines
+    aliases = _alias_lines(text) if "*" in text else {}
+    return _plain(tree, (), lines, counter, source, aliases=aliases), lines
+
+
+def _alias_lines(text: str) -> LineMap:
+    """The line of each alias (``- *r``) as a list item, by its path: the round-trip tree gives an
+    aliased item the anchor's line, so a mistake in it was reported where the anchor is."""
+    from ruamel.yaml import events
+
+    out: LineMap = {}
+    frames: list[list[Any]] = []  # [is_mapping, path, next index (list) or expecting-a-key flag, last key]
+    try:
+        for event in YAML(typ="rt", pure=True).parse(text):
+            if not isinstance(event, (events.ScalarEvent, events.AliasEvent, events.CollectionStartEvent,
+                                      events.CollectionEndEvent)):
+                continue
+            if isinstance(event, events.CollectionEndEvent):
+                frames.pop()
+                continue
+            path: tuple | None = ()
+            if frames:
+                frame = frames[-1]
+                if frame[0]:  # a mapping: a key, then its value
+                    if frame[2]:
+                        frame[2], frame[3] = False, event.value if isinstance(event, events.ScalarEvent) else None
+                        path = None  # a key: not a value's path
+                    else:
+                        frame[2] = True
+                        path = frame[1] + (frame[3],) if frame[1] is not None and frame[3] is not None else None
+                else:
+                    path = frame[1] + (frame[2],) if frame[1] is not None else None
+                    frame[2] += 1
+            if isinstance(event, events.AliasEvent) and path is not None and frames and not frames[-1][0]:
+                out[path] = event.start_mark.line + 1
+            if isinstance(event, events.CollectionStartEvent):
+                frames.append([isinstance(event, events.MappingStartEvent), path, True if
+                               isinstance(event, events.MappingStartEvent) else 0, None])
+    except (YAMLError, RecursionError, IndexError):  # the tree was read: only a line is at stake
+        return out
+    return out
 
 
 def load_tree(text: str, source: str) -> Any:
@@ -176,13 +215,24 @@ def _refuse_tags(tree: Any, source: str) -> None:
         stack.extend(reversed(children))
 
 
-def _plain(node: Any, path: tuple, lines: LineMap, counter: list[int], source: str) -> Any:
+def _plain(node: Any, path: tuple, lines: LineMap, counter: list[int], source: str,
+           seen: set[int] | None = None, alias_line: int | None = None, aliases: LineMap | None = None) -> Any:
+    """``alias_line``: the line of the alias (``*r``) this node is reached through; every key and item
+    in it is given that line, not the anchor's (a duplicate rule id ``- *r`` is reported where it is
+    written). ``seen``: the mappings and lists met so far (a second meeting is through an alias).
+    ``aliases``: the line of each alias by path (:func:`_alias_lines`; ruamel gives the anchor's)."""
     counter[0] += 1
     if counter[0] > MAX_NODES:
         raise PolicyLoadError(source, None, f"document has more than {MAX_NODES} nodes (alias expansion?)")
     if len(path) > MAX_DEPTH and isinstance(node, (CommentedMap, CommentedSeq)):
         raise PolicyLoadError(source, line_of(lines, path),
                               f"lists or mappings nested more than {MAX_DEPTH} levels deep")
+    if seen is None:
+        seen = set()
+    if isinstance(node, (CommentedMap, CommentedSeq)):
+        if alias_line is None and id(node) in seen:
+            alias_line = line_of(lines, path) or 1
+        seen.add(id(node))
     if isinstance(node, CommentedMap):
         out = {}
         for key in node:
@@ -190,20 +240,23 @@ def _plain(node: Any, path: tuple, lines: LineMap, counter: list[int], source: s
                 pos = node.lc.key(key)
             except KeyError:  # merged in by a YAML merge key (<<): its line is the mapping's
                 pos = None
-            if pos is None:  # also merged, into a flow mapping ({<<: *base}): ruamel keeps None there
+            if alias_line is not None:
+                line = alias_line
+            elif pos is None:  # also merged, into a flow mapping ({<<: *base}): ruamel keeps None there
                 line = node.lc.line + 1 if isinstance(node.lc.line, int) else line_of(lines, path) or 1
             else:
                 line = pos[0] + 1
             if not isinstance(key, str):
                 raise PolicyLoadError(source, line, f"key {key!r} must be a string")
             lines[path + (key,)] = line
-            out[key] = _plain(node[key], path + (key,), lines, counter, source)
+            out[key] = _plain(node[key], path + (key,), lines, counter, source, seen, alias_line, aliases)
         return out
     if isinstance(node, CommentedSeq):
         items = []
         for i, item in enumerate(node):
-            lines[path + (i,)] = node.lc.item(i)[0] + 1
-            items.append(_plain(item, path + (i,), lines, counter, source))
+            here = alias_line if alias_line is not None else (aliases or {}).get(path + (i,))
+            lines[path + (i,)] = here if here is not None else node.lc.item(i)[0] + 1
+            items.append(_plain(item, path + (i,), lines, counter, source, seen, alias_line, aliases))
         return items
     if isinstance(node, bool) or node is None:
         return node
