@@ -192,7 +192,7 @@ def test_subprocess_bad_expect_is_a_bad_cases_file_exit_2(tmp_path, expect, mess
     proc = sealbox_main("policy", "test", str(write(tmp_path, POLICY)), str(cases))
     assert proc.returncode == 2
     assert proc.stdout == ""  # no case is reported: the file is refused whole
-    assert proc.stderr.startswith(f"error: {cases}:10: {message}") and len(proc.stderr.splitlines()) == 1
+    assert proc.stderr.startswith(f"error: {cases}:12: {message}") and len(proc.stderr.splitlines()) == 1
 
 
 @pytest.mark.parametrize("expect, message", [
@@ -205,7 +205,7 @@ def test_an_expected_effect_that_is_no_string_is_quoted_as_written(tmp_path, exp
     cases = write(tmp_path, CASES + f"- name: bad\n  call: {{tool: t}}\n  expect: {expect}\n", "cases.yaml")
     proc = sealbox_main("policy", "test", str(write(tmp_path, POLICY)), str(cases))
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == f"error: {cases}:10: {message}\n"
+    assert proc.stderr == f"error: {cases}:12: {message}\n"
 
 
 @pytest.mark.parametrize("case, message", [
@@ -224,7 +224,8 @@ def test_nan_and_infinity_in_a_case_are_quoted_as_yaml_writes_them(tmp_path, cap
     """They were quoted as JSON writes them: 'expect.effect' NaN / [Infinity, -Infinity] is not one of ..."""
     cases = write(tmp_path, CASES + f"- name: bad\n  {case}\n", "cases.yaml")
     code, out, err = run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases))
-    assert (code, out) == (2, "") and err.startswith(f"error: {cases}:10: {message}") and len(err.splitlines()) == 1
+    line = 12 if message.startswith("'expect") else 11  # the field's own line: call on 11, expect on 12
+    assert (code, out) == (2, "") and err.startswith(f"error: {cases}:{line}: {message}") and len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize("effect, message", [
@@ -247,7 +248,7 @@ def test_subprocess_bad_now_names_the_case_exit_2(tmp_path, now, message):
                   "cases.yaml")  # fmt: skip
     proc = sealbox_main("policy", "test", str(write(tmp_path, POLICY)), str(cases))
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == f"error: {cases}:10: {message}\n"
+    assert proc.stderr == f"error: {cases}:11: {message}\n"
 
 
 @pytest.mark.parametrize("call, message", [
@@ -267,7 +268,7 @@ def test_subprocess_wrongly_typed_call_fields_name_the_case_exit_2(tmp_path, cal
     cases = write(tmp_path, CASES + f"- name: bad\n  call: {call}\n  expect: {{effect: deny}}\n", "cases.yaml")
     proc = sealbox_main("policy", "test", str(write(tmp_path, POLICY)), str(cases))
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == f"error: {cases}:10: {message}\n"
+    assert proc.stderr == f"error: {cases}:11: {message}\n"
 
 
 @pytest.mark.parametrize("text", ["[]\n", "cases: []\n"])
@@ -420,7 +421,7 @@ def test_explain_empty_tool_is_refused(tmp_path, capsys):
 def test_case_principal_and_arguments_are_checked(tmp_path, capsys, call, message):
     cases = write(tmp_path, CASES + f"- name: bad\n  call: {call}\n  expect: {{effect: deny}}\n", "cases.yaml")
     assert run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases)) == (
-        2, "", f"error: {cases}:10: {message}\n")
+        2, "", f"error: {cases}:11: {message}\n")
 
 
 def test_case_principal_mapping_with_null_role_matches_its_groups(tmp_path, capsys):
@@ -452,7 +453,7 @@ def test_case_agent_run_and_usage_fields_are_checked(tmp_path, capsys, call, mes
     expecting a deny took for a pass (break test of 2026-12-02)."""
     cases = write(tmp_path, CASES + f"- name: bad\n  call: {call}\n  expect: {{effect: deny}}\n", "cases.yaml")
     assert run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases)) == (
-        2, "", f"error: {cases}:10: {message}\n")
+        2, "", f"error: {cases}:11: {message}\n")
 
 
 def test_well_formed_agent_run_and_usage_fields_are_accepted(tmp_path, capsys):
@@ -514,7 +515,7 @@ def test_policy_test_cases_give_the_calls_grant(tmp_path, capsys):
 def test_case_grant_is_checked_as_the_recorder_checks_it(tmp_path, capsys, call, message):
     cases = write(tmp_path, CASES + f"- name: bad\n  call: {call}\n  expect: {{effect: deny}}\n", "cases.yaml")
     assert run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases)) == (
-        2, "", f"error: {cases}:10: {message}\n")
+        2, "", f"error: {cases}:11: {message}\n")
 
 
 def test_check_refuses_a_wrongly_typed_require_grant_with_one_line(tmp_path, capsys):
@@ -541,7 +542,7 @@ def test_subprocess_unknown_case_field_is_a_bad_cases_file_exit_2(tmp_path, extr
                   "cases.yaml")
     proc = sealbox_main("policy", "test", str(write(tmp_path, POLICY)), str(cases))
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert proc.stderr == f"error: {cases}:10: unknown field '{field}' (a case has name, call, expect)\n"
+    assert proc.stderr == f"error: {cases}:13: unknown field '{field}' (a case has name, call, expect)\n"
 
 
 @pytest.mark.parametrize("case, message", [
@@ -556,8 +557,9 @@ def test_a_misspelt_expect_or_call_is_named_as_the_unknown_field(tmp_path, capsy
     # A case whose only `expect` was misspelt was answered "a case needs 'call' and 'expect'", which
     # does not point at the typo; a case missing one without a misspelling still gets that line.
     cases = write(tmp_path, case, "cases.yaml")
+    line = 2 if "cal:" in case else 3 if "expext" in case else 1  # the unknown field's own line
     assert run_main(capsys, "policy", "test", str(write(tmp_path, POLICY)), str(cases)) == (
-        2, "", f"error: {cases}:1: {message}\n")
+        2, "", f"error: {cases}:{line}: {message}\n")
 
 
 def test_explain_reads_a_tool_given_as_server_slash_tool_as_listings_print_it(tmp_path, capsys):

@@ -47,39 +47,68 @@ def check_cmd(file: str, as_json: bool) -> None:
         click.echo(f"warning: {file}:{w.line}: {w.message}", err=True)
 
 
+class _Where(str):
+    """A case's place, ``file:line`` (what it prints), which also knows the line of each field of the case."""
+
+    source: str
+    lines: dict[tuple, int]
+    base: tuple
+
+    def __new__(cls, text: str, source: str, lines: dict[tuple, int], base: tuple) -> "_Where":
+        self = super().__new__(cls, text)
+        self.source, self.lines, self.base = source, lines, base
+        return self
+
+
+def _at(where: str, *path: Any) -> str:
+    """Where a field of a case is written (``file:line`` of ``expect.effect``), or ``where`` itself when
+    the field has no line of its own (``explain``'s options, a field left out)."""
+    if isinstance(where, _Where):
+        full = where.base + path
+        while len(full) > len(where.base):
+            if full in where.lines:
+                return f"{where.source}:{where.lines[full]}"
+            full = full[:-1]
+    return where
+
+
 def _call_from(spec: dict[str, Any], where: str) -> Any:
     from sealbox.policy import CallContext
 
     if not isinstance(spec, dict) or "tool" not in spec:
-        raise BadInput(f"{where}: 'call' must be a mapping with at least 'tool'")
+        raise BadInput(f"{_at(where, 'call')}: 'call' must be a mapping with at least 'tool'")
     known = {"server", "tool", "arguments", "principal", "agent", "run", "usage", "now", "redacted", "grant"}
     unknown = sorted(set(spec) - known)
     if unknown:
-        raise BadInput(f"{where}: unknown field 'call.{unknown[0]}'")
+        raise BadInput(f"{_at(where, 'call', unknown[0])}: unknown field 'call.{unknown[0]}'")
     for name in ("tool", "server"):
         if name in spec and not (isinstance(spec[name], str) and (spec[name] or name == "server")):
-            raise BadInput(f"{where}: 'call.{name}' must be a {'non-empty ' if name == 'tool' else ''}string, "
+            raise BadInput(f"{_at(where, 'call', name)}: 'call.{name}' must be a {'non-empty ' if name == 'tool' else ''}string, "
                            f"not {_shown(spec[name])}")
     for name in ("principal", "agent", "run", "usage"):
         value = spec.get(name)
         if value is not None and not isinstance(value, dict) and not (name == "principal" and isinstance(value, str)):
             kind = "an id (a string) or a mapping" if name == "principal" else "a mapping"
-            raise BadInput(f"{where}: 'call.{name}' must be {kind}, not {_shown(value)}")
+            raise BadInput(f"{_at(where, 'call', name)}: 'call.{name}' must be {kind}, not {_shown(value)}")
     if "redacted" in spec and not isinstance(spec["redacted"], bool):
-        raise BadInput(f"{where}: 'call.redacted' must be true or false, not {_shown(spec['redacted'])}")
+        raise BadInput(f"{_at(where, 'call', 'redacted')}: 'call.redacted' must be true or false, not "
+                       f"{_shown(spec['redacted'])}")
     if "arguments" in spec and not isinstance(spec["arguments"], dict):
-        raise BadInput(f"{where}: 'call.arguments' must be a mapping, not {_shown(spec['arguments'])}")
+        raise BadInput(f"{_at(where, 'call', 'arguments')}: 'call.arguments' must be a mapping, not "
+                       f"{_shown(spec['arguments'])}")
     principal = _principal(spec.get("principal"), where, "call.principal")
     grant = _grant(spec, principal.get("id"), where)
     _check_context(spec, where)
     now = spec.get("now")
     if now is not None:
         if not isinstance(now, str):
-            raise BadInput(f"{where}: 'call.now' must be an RFC 3339 time as a string, not {_shown(now)}")
+            raise BadInput(f"{_at(where, 'call', 'now')}: 'call.now' must be an RFC 3339 time as a string, not "
+                           f"{_shown(now)}")
         try:
             now = _dt.datetime.fromisoformat(now.replace("Z", "+00:00"))
         except ValueError:
-            raise BadInput(f"{where}: 'call.now' {now!r} is not an RFC 3339 time (e.g. 2026-01-31T09:00:00Z)") from None
+            raise BadInput(f"{_at(where, 'call', 'now')}: 'call.now' {now!r} is not an RFC 3339 time "
+                           "(e.g. 2026-01-31T09:00:00Z)") from None
     return CallContext(
         server=str(spec.get("server", "")), tool=str(spec["tool"]), arguments=spec.get("arguments", {}),
         principal=principal, agent=spec.get("agent") or {}, run=spec.get("run") or {},
@@ -96,11 +125,11 @@ def _grant(spec: dict[str, Any], principal: Any, where: str) -> str | None:
         return f"implicit:{principal}" if principal else None
     grant = spec["grant"]
     if not isinstance(grant, str) or not grant:
-        raise BadInput(f"{where}: 'call.grant' must be a grant id or 'implicit:<principal id>' (a non-empty "
+        raise BadInput(f"{_at(where, 'call', 'grant')}: 'call.grant' must be a grant id or 'implicit:<principal id>' (a non-empty "
                        f"string), not {_shown(grant)}")
     if grant.startswith("implicit:") and grant != f"implicit:{principal}":
         mine = f"only 'implicit:{principal}'" if principal else "none (the case gives no principal)"
-        raise BadInput(f"{where}: 'call.grant' {grant!r} is not this call's implicit grant: it may name {mine}, "
+        raise BadInput(f"{_at(where, 'call', 'grant')}: 'call.grant' {grant!r} is not this call's implicit grant: it may name {mine}, "
                        "or an access grant id")
     return grant
 
@@ -127,7 +156,7 @@ def _check_context(spec: dict[str, Any], where: str) -> None:
     for name, fields, value in (("agent", _AGENT_KEYS, agent), ("run", _RUN_KEYS, run)):
         unknown = sorted(set(value) - set(fields))
         if unknown:
-            raise BadInput(f"{where}: unknown field 'call.{name}.{unknown[0]}' (it has {', '.join(fields)})")
+            raise BadInput(f"{_at(where, 'call', name, unknown[0])}: unknown field 'call.{name}.{unknown[0]}' (it has {', '.join(fields)})")
     checks = {
         ("agent", "name"): isinstance(agent.get("name"), str),
         ("agent", "attributes"): isinstance(agent.get("attributes"), dict),
@@ -141,12 +170,13 @@ def _check_context(spec: dict[str, Any], where: str) -> None:
         source = agent if name == "agent" else run
         if field in source and not ok:
             kinds = _AGENT_KEYS if name == "agent" else _RUN_KEYS
-            raise BadInput(f"{where}: 'call.{name}.{field}' must be {kinds[field]}, not {_shown(source[field])}")
+            raise BadInput(f"{_at(where, 'call', name, field)}: 'call.{name}.{field}' must be {kinds[field]}, not "
+                           f"{_shown(source[field])}")
     for key, value in usage.items():
         if key not in _USAGE_KEYS:
-            raise BadInput(f"{where}: unknown usage counter 'call.usage.{key}' (counters: {', '.join(_USAGE_KEYS)})")
+            raise BadInput(f"{_at(where, 'call', 'usage', key)}: unknown usage counter 'call.usage.{key}' (counters: {', '.join(_USAGE_KEYS)})")
         if not _count(value):
-            raise BadInput(f"{where}: 'call.usage.{key}' must be a number (0 or more), not {_shown(value)}")
+            raise BadInput(f"{_at(where, 'call', 'usage', key)}: 'call.usage.{key}' must be a number (0 or more), not {_shown(value)}")
 
 
 def _rfc3339(text: str) -> bool:
@@ -168,18 +198,19 @@ def _principal(value: Any, where: str, name: str) -> dict[str, Any]:
         return {}
     principal = {"id": value} if isinstance(value, str) else value
     if not isinstance(principal, dict):
-        raise BadInput(f"{where}: '{name}' must be an id (a string) or a mapping, not {_shown(value)}")
+        raise BadInput(f"{_at(where, *name.split('.'))}: '{name}' must be an id (a string) or a mapping, not "
+                       f"{_shown(value)}")
     unknown = sorted(set(principal) - set(_PRINCIPAL_KEYS))
     if unknown:
-        raise BadInput(f"{where}: unknown field '{name}.{unknown[0]}' (a principal has {', '.join(_PRINCIPAL_KEYS)})")
+        raise BadInput(f"{_at(where, *name.split('.'), unknown[0])}: unknown field '{name}.{unknown[0]}' (a principal has {', '.join(_PRINCIPAL_KEYS)})")
     role = principal.get("role")
     try:  # the Recorder's own checks and messages (its role defaults to "agent"; here null means no role)
         Principal(principal.get("id"), role if isinstance(role, str) else "", principal.get("groups", []),
                   principal.get("attributes"))  # fmt: skip
     except ConfigError as exc:
-        raise BadInput(f"{where}: {exc}") from None
+        raise BadInput(f"{_at(where, *name.split('.'))}: {exc}") from None
     if role is not None and not isinstance(role, str):
-        raise BadInput(f"{where}: principal {principal['id']}: role must be a string or null, got {type(role).__name__}")
+        raise BadInput(f"{_at(where, *name.split('.'), 'role')}: principal {principal['id']}: role must be a string or null, got {type(role).__name__}")
     return principal
 
 
@@ -205,23 +236,24 @@ def _check_expect(expect: Any, where: str) -> dict[str, Any]:
     from sealbox.policy import EFFECTS, REASON_CODES
 
     if not isinstance(expect, dict):
-        raise BadInput(f"{where}: 'expect' must be a mapping of effect, rule and/or reason_code")
+        raise BadInput(f"{_at(where, 'expect')}: 'expect' must be a mapping of effect, rule and/or reason_code")
     unknown = sorted(set(expect) - set(_EXPECT_KEYS))
     if unknown:
-        raise BadInput(f"{where}: unknown field 'expect.{unknown[0]}' (expect gives effect, rule and/or reason_code)")
+        raise BadInput(f"{_at(where, 'expect', unknown[0])}: unknown field 'expect.{unknown[0]}' (expect gives effect, rule and/or reason_code)")
     if not expect:
-        raise BadInput(f"{where}: 'expect' is empty: give effect, rule and/or reason_code")
+        raise BadInput(f"{_at(where, 'expect')}: 'expect' is empty: give effect, rule and/or reason_code")
     if "effect" in expect and expect["effect"] not in EFFECTS:
-        raise BadInput(f"{where}: 'expect.effect' {_written(expect['effect'])} is not one of {', '.join(EFFECTS)}")
+        raise BadInput(f"{_at(where, 'expect', 'effect')}: 'expect.effect' {_written(expect['effect'])} is not one of {', '.join(EFFECTS)}")
     if "reason_code" in expect and expect["reason_code"] not in REASON_CODES:
-        raise BadInput(f"{where}: 'expect.reason_code' {_written(expect['reason_code'])} is not one of "
+        raise BadInput(f"{_at(where, 'expect', 'reason_code')}: 'expect.reason_code' {_written(expect['reason_code'])} is not one of "
                        f"{', '.join(REASON_CODES)}")  # fmt: skip
     if "rule" in expect and expect["rule"] is not None and not isinstance(expect["rule"], str):
-        raise BadInput(f"{where}: 'expect.rule' must be a rule id (a string) or null")
+        raise BadInput(f"{_at(where, 'expect', 'rule')}: 'expect.rule' must be a rule id (a string) or null")
     return expect
 
 
-def _read_yaml_list(path: str) -> tuple[list[Any], dict[tuple, int]]:
+def _read_yaml_list(path: str) -> tuple[list[Any], dict[int, int], dict[tuple, int]]:
+    """The cases, the line of each, and the line of each field of each (by path: ``(i, "expect", "effect")``)."""
     from sealbox.policy import loader
 
     tree = loader.load_tree(loader.read_file(path), path)  # not YAML: one line, at its line
@@ -232,7 +264,8 @@ def _read_yaml_list(path: str) -> tuple[list[Any], dict[tuple, int]]:
     if not tree:
         raise PolicyLoadError(path, 1, "the cases file holds no case (a test that tests nothing cannot pass)")
     lines = {i: tree.lc.item(i)[0] + 1 for i in range(len(tree))}
-    return [loader.to_plain(item, (i,), {}, [0], path) for i, item in enumerate(tree)], lines
+    fields: dict[tuple, int] = {}
+    return [loader.to_plain(item, (i,), fields, [0], path) for i, item in enumerate(tree)], lines, fields
 
 
 @policy_group.command("test")
@@ -242,17 +275,17 @@ def _read_yaml_list(path: str) -> tuple[list[Any], dict[tuple, int]]:
 def test_cmd(file: str, cases: str, as_json: bool) -> None:
     """Run table tests: each case in CASES gives a call and the expected effect (and rule)."""
     policy = _load(file)
-    items, lines = _read_yaml_list(cases)
+    items, lines, fields = _read_yaml_list(cases)
     results, failed = [], 0
     for i, case in enumerate(items):
-        where = f"{cases}:{lines[i]}"
+        where = _Where(f"{cases}:{lines[i]}", cases, fields, (i,))
         if not isinstance(case, dict):
             raise BadInput(f"{where}: a case needs 'call' and 'expect'")
         # an unknown key first: a misspelt 'expect' beside a valid one would pass unchecked, and one
         # in place of 'expect' is named rather than reported as a missing 'expect'
         unknown = sorted(set(case) - set(_CASE_KEYS), key=str)
         if unknown:
-            raise BadInput(f"{where}: unknown field {str(unknown[0])!r} (a case has {', '.join(_CASE_KEYS)})")
+            raise BadInput(f"{_at(where, unknown[0])}: unknown field {str(unknown[0])!r} (a case has {', '.join(_CASE_KEYS)})")
         if "call" not in case or "expect" not in case:
             raise BadInput(f"{where}: a case needs 'call' and 'expect'")
         expect = _check_expect(case["expect"], where)
