@@ -231,8 +231,9 @@ _EXPECT_KEYS = ("effect", "rule", "reason_code")
 _CASE_KEYS = ("name", "call", "expect")
 
 
-def _check_expect(expect: Any, where: str) -> dict[str, Any]:
-    """A case's ``expect``: a mapping of effect, rule and/or reason_code with legal values."""
+def _check_expect(expect: Any, where: str, rules: list[str]) -> dict[str, Any]:
+    """A case's ``expect``: a mapping of effect, rule and/or reason_code with legal values; a rule
+    that is one of ``rules`` (the policy's), or null."""
     from sealbox.policy import EFFECTS, REASON_CODES
 
     if not isinstance(expect, dict):
@@ -249,6 +250,10 @@ def _check_expect(expect: Any, where: str) -> dict[str, Any]:
                        f"{', '.join(REASON_CODES)}")  # fmt: skip
     if "rule" in expect and expect["rule"] is not None and not isinstance(expect["rule"], str):
         raise BadInput(f"{_at(where, 'expect', 'rule')}: 'expect.rule' must be a rule id (a string) or null")
+    if isinstance(expect.get("rule"), str) and expect["rule"] not in rules:  # it was a FAIL: "got 'rest'"
+        shown = ", ".join(rules[:10]) + (", ..." if len(rules) > 10 else "")
+        raise BadInput(f"{_at(where, 'expect', 'rule')}: 'expect.rule' {expect['rule']!r} is not a rule of the policy "
+                       f"({'its rules: ' + shown if rules else 'it has no rules'})")
     return expect
 
 
@@ -288,7 +293,7 @@ def test_cmd(file: str, cases: str, as_json: bool) -> None:
             raise BadInput(f"{_at(where, unknown[0])}: unknown field {str(unknown[0])!r} (a case has {', '.join(_CASE_KEYS)})")
         if "call" not in case or "expect" not in case:
             raise BadInput(f"{where}: a case needs 'call' and 'expect'")
-        expect = _check_expect(case["expect"], where)
+        expect = _check_expect(case["expect"], where, [r.id for r in policy.rules])
         decision = policy.evaluate(_call_from(case["call"], where))
         problems = [f"{k}: expected {_written(expect[k])}, got {_written(getattr(decision, k))}"
                     for k in ("effect", "rule", "reason_code") if k in expect and expect[k] != getattr(decision, k)]  # fmt: skip
