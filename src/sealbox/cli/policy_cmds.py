@@ -72,6 +72,20 @@ def _at(where: str, *path: Any) -> str:
     return where
 
 
+def _non_finite(value: Any, path: tuple = ()) -> tuple | None:
+    """The path of the first NaN or ±Infinity in ``value`` (nested lists and mappings), or ``None``."""
+    stack = [(value, path)]
+    while stack:
+        v, p = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return p
+        if isinstance(v, dict):
+            stack.extend(reversed([(item, p + (k,)) for k, item in v.items()]))
+        elif isinstance(v, list):
+            stack.extend(reversed([(item, p + (i,)) for i, item in enumerate(v)]))
+    return None
+
+
 def _call_from(spec: dict[str, Any], where: str) -> Any:
     from sealbox.policy import CallContext
 
@@ -96,6 +110,14 @@ def _call_from(spec: dict[str, Any], where: str) -> Any:
     if "arguments" in spec and not isinstance(spec["arguments"], dict):
         raise BadInput(f"{_at(where, 'call', 'arguments')}: 'call.arguments' must be a mapping, not "
                        f"{_shown(spec['arguments'])}")
+    bad = _non_finite(spec.get("arguments") or {})
+    if bad is not None:  # explain --args refuses them as JSON does: arguments are JSON, which has none
+        name = "call.arguments" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in bad)
+        value = spec["arguments"]
+        for p in bad:
+            value = value[p]
+        raise BadInput(f"{_at(where, 'call', 'arguments', *bad)}: '{name}' is {_written(value)}: a call's arguments "
+                       "are JSON, which has no NaN or Infinity")
     principal = _principal(spec.get("principal"), where, "call.principal")
     grant = _grant(spec, principal.get("id"), where)
     _check_context(spec, where)
