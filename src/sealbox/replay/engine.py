@@ -130,6 +130,29 @@ class ReplayResult:
                 "knowledge_changed": [dict(k) for k in self.knowledge_changed]}
 
 
+def _check_sub_run_snapshots(recorded: RecordedRun) -> None:
+    """Read the snapshot of every sub-agent run of ``recorded`` (and theirs, all the way down) that a
+    replay would serve, as the replayed run's own is read: one deleted or changed below Sealbox refuses
+    the replay before anything is recorded. A sub-agent run's snapshot used to be compared by
+    fingerprint only (its content never read), so its deletion went unseen and the replay reproduced.
+
+    Raises:
+        sealbox.store.base.DamagedEventError: names the sub-agent run and its snapshot.
+    """
+    store, seen = recorded.store, {recorded.run_id}
+    pending = [(recorded.run_id, bool(recorded.started.get("replay_of")))]
+    while pending:
+        run_id, a_replay = pending.pop()
+        row = store.get_run(run_id) or {}
+        for child in row.get("children") or []:  # as ReplaySource.recorded_children serves them
+            if child["run_id"] in seen or (child.get("replay_of") and not a_replay):
+                continue
+            seen.add(child["run_id"])
+            sub = RecordedRun.read(store, child["run_id"])
+            sub.snapshot()
+            pending.append((sub.run_id, bool(sub.started.get("replay_of"))))
+
+
 class Replayer:
     """Replays recorded runs from a store (the replay is recorded into the same store).
 
@@ -229,6 +252,7 @@ class Replayer:
             raise ConfigError("tools='live' needs a policy to decide each call (--policy FILE)")
         recorded = RecordedRun.read(self.store, run_id)
         current, drift = self._conditions(recorded, snapshot)
+        _check_sub_run_snapshots(recorded)
         if tools == "live":
             current, drift = self._live_policy(recorded, current, drift)
         unrep = _unreplayable(recorded, model, tools)
