@@ -194,7 +194,7 @@ class Recorder:
                  approval_poll: float = 0.2) -> None:
         if approvals not in (None, "block", "suspend"):
             raise ConfigError(f"approvals must be 'block', 'suspend' or None, not {approvals!r}")
-        if store is None or isinstance(store, (str, bytes, os.PathLike)):
+        if store is None or isinstance(store, (str, bytes, os.PathLike)) or not callable(getattr(store, "append", None)):
             raise ConfigError("store must be an open Sealbox store (sealbox.open_store(path) or "
                               f"sealbox.init_store(path)), got {store!r}")
         if policy is None:

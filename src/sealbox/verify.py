@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from sealbox import blobs as _blobs
 from sealbox import events as _events
-from sealbox.errors import InvalidEventError, NoteError
+from sealbox.errors import ConfigError, InvalidEventError, NoteError
 from sealbox.events import CONTENT_FIELDS, SYSTEM_RUN_ID, content_fields, derived_columns, validate_envelope
 from sealbox.ledger import merkle
 from sealbox.ledger.checkpoint import Checkpoint, Verifier, verify_checkpoint
@@ -1038,7 +1038,11 @@ def verify_store(store: Any, *, trusted_vkey: str | None = None, canonical: bool
 
     Raises:
         NoteError: ``trusted_vkey`` is not a valid verifier key (a user mistake).
+        ConfigError: ``store`` is not an open store (a path, None).
     """
+    if not hasattr(store, "iter_rows") or not hasattr(store, "pinned_vkey"):
+        raise ConfigError("store must be an open Sealbox store (sealbox.open_store(path)), got "
+                          f"{store!r:.80}")
     started = time.perf_counter()
     vkey = trusted_vkey or store.pinned_vkey()
     verifier = Verifier.from_vkey(vkey) if vkey else None

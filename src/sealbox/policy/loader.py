@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -442,8 +443,10 @@ def read_file(path: str | Path) -> str:
     """The text of a policy file.
 
     Raises:
-        PolicyLoadError: missing, unreadable, larger than :data:`MAX_FILE_BYTES` (read no further), or not UTF-8.
+        PolicyLoadError: not a path (``None``), missing, unreadable, larger than :data:`MAX_FILE_BYTES` (read no further), or not UTF-8.
     """
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+        raise PolicyLoadError(repr(path), None, "not a file path: give a str or a pathlib.Path")
     p = Path(path)
     try:
         with open_input(p) as fh:  # no further than the limit: /dev/zero or a pipe may never end

@@ -23,8 +23,12 @@ _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 def _refuse_url(path: str | os.PathLike) -> None:
     """A store is a folder. ``postgresql://…`` was taken as a relative path: ``init`` created a
-    SQLite store in a folder named ``postgresql:`` and said it had created one "in postgresql://…"."""
-    text = os.fspath(path)
+    SQLite store in a folder named ``postgresql:`` and said it had created one "in postgresql://…".
+    A path that is not one (``None``, a number, bytes) is a :class:`StoreConfigError`, not a TypeError."""
+    text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+    if not isinstance(text, str):
+        raise StoreConfigError(f"store path: {path!r} is not a folder path: give a str or a pathlib.Path "
+                               "(the store's folder)")
     if isinstance(text, str) and _URL.match(text):
         raise StoreConfigError(f"{text.split('://', 1)[0]}://… is a URL, not a folder: a Sealbox store is a folder "
                                "(for PostgreSQL too: its keys stay there); create one with "
@@ -41,7 +45,7 @@ def open_store(path: str | os.PathLike, **kwargs: Any) -> Any:
     (options as the class takes them; ``durability="fast"`` is SQLite's only).
 
     Raises:
-        StoreConfigError: ``path`` is a URL (``postgresql://…``): stores are folders.
+        StoreConfigError: ``path`` is a URL (``postgresql://…``): stores are folders; or not a path (``None``).
     """
     _refuse_url(path)
     if _is_postgres(path):
@@ -58,9 +62,11 @@ def init_store(path: str | os.PathLike, *, postgres_url: str | None = None, sche
     :meth:`~sealbox.store.postgres.PostgresStore.init`).
 
     Raises:
-        StoreConfigError: ``path`` is a URL (``postgresql://…``): nothing is created.
+        StoreConfigError: ``path`` is a URL (``postgresql://…``) or not a path (``None``): nothing is created.
     """
     _refuse_url(path)
+    if postgres_url is not None and not isinstance(postgres_url, str):
+        raise StoreConfigError(f"postgres_url: {postgres_url!r:.80} is not a string (postgresql://USER@HOST/DATABASE)")
     if postgres_url is not None:
         from sealbox.store.postgres import PostgresStore
 
