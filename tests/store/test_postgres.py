@@ -1320,6 +1320,33 @@ def scratch_db():
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+def _schemas(conninfo: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        return [r[0] for r in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' "
+                                           "AND nspname <> 'information_schema' ORDER BY nspname")]
+
+
+def test_an_init_failing_on_its_folder_leaves_no_schema_behind(tmp_path, scratch_db):
+    # was: `init --postgres URL afile/sub` (a folder under a file) said "cannot create afile/sub: Not a
+    # directory", exit 2, but left the empty schema `sealbox` it had created in the database before trying the folder
+    conninfo, url = scratch_db
+    (tmp_path / "afile").write_text("")
+    res = cli("init", "--postgres", url, str(tmp_path / "afile" / "sub"))
+    assert (res.returncode, res.stdout, res.stderr) == (2, "", f"error: cannot create {tmp_path / 'afile' / 'sub'}: Not a directory\n")
+    assert _schemas(conninfo) == ["public"]
+    # a schema that was there before (made empty for the store by its DBA) is kept
+    import psycopg
+
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA sealbox")
+    res = cli("init", "--postgres", url, str(tmp_path / "afile" / "sub"))
+    assert res.returncode == 2 and _schemas(conninfo) == ["public", "sealbox"]
+    res = cli("init", "--postgres", url, str(tmp_path / "s"))
+    assert res.returncode == 0, res
+
+
 def test_init_refuses_the_public_schema_unless_asked_to_share_it(tmp_path, scratch_db):
     # was: `init --schema public` (exit 0) put the store's tables (events, runs, blobs, checkpoints,
     # snapshots, store_meta, tree_nodes, schema_migrations) beside the application's in its public

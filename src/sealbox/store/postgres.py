@@ -936,6 +936,8 @@ class PostgresStore(SqliteQueries):
                 conn.execute(f"SET LOCAL lock_timeout TO {min(max(1, int(timeout * 1000)), 2**31 - 1)}")
                 try:
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))  # two inits: one creates it
+                    # this init's to drop again if it fails before the store is made (a folder it cannot create)
+                    created = conn.execute("SELECT to_regnamespace(%s) IS NULL", (schema,)).fetchone()[0]
                     conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
                 except psycopg.errors.LockNotAvailable:
                     raise StoreError(f"cannot create the store's schema {schema!r} in PostgreSQL: waited {timeout:g} s "
@@ -953,10 +955,15 @@ class PostgresStore(SqliteQueries):
             raise StoreError(f"schema {schema!r} of that database already holds a Sealbox store: give another "
                              "schema (--schema) or open the existing store's folder")
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreReadOnlyError(f"cannot create {folder}: {exc.strerror}") from exc
-        _sq._require_writable(folder)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreReadOnlyError(f"cannot create {folder}: {exc.strerror}") from exc
+            _sq._require_writable(folder)
+        except BaseException:
+            if created:  # the empty schema this init created was left in the database
+                _drop_created_schema(url, schema)
+            raise
         secret = os.urandom(32)
         # what this init writes, removed if it does not finish: only the files it created (a checkpoint or a
         # log.vkey that was there is kept, as is anything another process wrote)
@@ -996,6 +1003,8 @@ class PostgresStore(SqliteQueries):
             if claimed:  # nor the half-made store in the schema this init claimed (its key is being removed)
                 with contextlib.suppress(Exception):
                     _drop_claimed(url, schema, values["secret_check"])
+            if created:  # nor the schema, if this init created it and it is empty again
+                _drop_created_schema(url, schema)
             for name in written:
                 with contextlib.suppress(OSError):
                     name.unlink()
@@ -1804,6 +1813,16 @@ def _drop_claimed(url: str, schema: str, secret_check: str) -> None:
         conn.execute("DROP FUNCTION " + ", ".join(f'"{schema}".{f}()' for f in sorted(_trigger_functions())))
         conn.execute(f'DROP FUNCTION IF EXISTS "{schema}".sealbox_approval_id(bytea)')  # migration 0002's index key
         conn.execute(f'DROP FUNCTION IF EXISTS "{schema}".sealbox_grant_id(bytea)')  # migration 0003's index key
+
+
+def _drop_created_schema(url: str, schema: str) -> None:
+    """Drop ``schema``, which a failed ``init`` created, if it is empty (``RESTRICT``: never with anything
+    another session put there meanwhile); a failure to is ignored (the init's own error is the one to report)."""
+    psycopg = _psycopg()
+    with contextlib.suppress(psycopg.Error):
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" RESTRICT')
 
 
 #: a connection URL's user information (``scheme://user:password@``) or a conninfo ``password=...``, as libpq
