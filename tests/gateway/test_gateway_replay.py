@@ -506,3 +506,25 @@ async def test_replay_over_http_with_a_config_serves(tmp_path):
         proc.terminate()
         proc.communicate(timeout=30)
     assert line.startswith(f"sealbox gateway: replaying {run_id} at http://127.0.0.1:"), line
+
+
+async def test_a_replay_no_client_sent_anything_to_says_so_and_records_no_verdict(tmp_path):
+    # was: `sealbox gateway replay RUN < /dev/null` printed "NOT reproduced: diverged at call 1
+    # (missing)", exit 1, and recorded a replay run with that verdict, as if a client had made other calls
+    import subprocess
+
+    run_id, _, _ = await _record(tmp_path, CALLS)
+    out = tmp_path / "verdict.json"
+    with open(os.devnull) as devnull:
+        res = subprocess.run([SEALBOX, "gateway", "replay", run_id, "-c", str(_dead_upstream_config(tmp_path)),
+                              "--json", "--output", str(out)], stdin=devnull, capture_output=True, text=True,
+                             env={"PATH": os.environ.get("PATH", "")}, timeout=60)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"error: no MCP client sent a request: nothing was replayed and no replay run of {run_id} was "
+               "recorded (connect an MCP client to the replay: its standard input and output, or --http)\n")
+    assert _replay_runs(tmp_path, run_id) == [] and not out.exists()
+    # a client that connected and made no call is judged: the recorded calls are missing
+    tools, results, verdict = await _replay(tmp_path, run_id, [])
+    assert (verdict["reproduced"], verdict["calls_made"], verdict["divergence"]["kind"]) == (False, 0, "missing")
+    [replay] = _replay_runs(tmp_path, run_id)
+    assert replay[-1].payload["status"] == "ok" and replay[-1].payload["verdict"]["reproduced"] is False

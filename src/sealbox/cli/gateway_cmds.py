@@ -150,7 +150,7 @@ def replay_cmd(run_id: str, store_path: str | None, config_path: str | None, htt
 
     Nothing upstream is started or contacted. Over stdio the verdict goes to stderr (stdout
     carries the protocol). The replay is recorded as a new run. Exit status: 0 reproduced,
-    1 diverged (a changed, extra or missing call).
+    1 diverged (a changed, extra or missing call), 2 an error (no client sent a request: nothing recorded).
     """
     import logging
     import sys

@@ -47,7 +47,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 
-from sealbox.errors import ConfigError
+from sealbox.errors import ConfigError, RecordingError
 from sealbox.gateway import codes
 from sealbox.gateway.server import StoreWriter
 from sealbox.replay.source import _BATCH
@@ -118,6 +118,7 @@ class GatewayReplay:
         self._finish_lock: anyio.Lock | None = None
         self._ending = False  # the verdict is being written: later calls are answered "ended"
         self.calls = 0  # tools/call requests answered (diverged ones included)
+        self.requests = 0  # requests of any kind received from any client (initialize, tools/list, ...)
         self.result: Any = None
         #: called with this replay once ``until_calls`` calls were answered and the verdict is final
         self.on_until_calls: Any = None
@@ -144,6 +145,7 @@ class GatewayReplay:
         a config, its request size limit), so a replayed session gets the errors the live one did."""
         from sealbox.gateway.server import check_request
 
+        self.requests += 1
         check_request(ctx, self.config.limits.max_request_bytes if self.config is not None else None)
         return await call_next(ctx)
 
@@ -283,6 +285,7 @@ class GatewayReplay:
         Writes on the calling thread (waiting for the store's lock); in the event loop use :meth:`afinish`."""
         if self.result is not None:
             return self.result
+        self._refuse_if_no_client()
         self._ending = True
         self._start()
         result, status, verdict = self._verdict()
@@ -303,6 +306,7 @@ class GatewayReplay:
             self._finish_lock = anyio.Lock()
         async with self._finish_lock:
             if self.result is None:
+                self._refuse_if_no_client()
                 self._ending = True
                 await self._astart()
                 result, status, verdict = self._verdict()
@@ -311,6 +315,14 @@ class GatewayReplay:
                 await self._writer(lambda: self.run.end(status, verdict=verdict))
                 self.result = result
         return self.result
+
+    def _refuse_if_no_client(self) -> None:
+        """No client sent a request (stdin at its end at once, ``< /dev/null``; no HTTP session): there is
+        nothing to judge. Recording "NOT reproduced: missing" would read as a client that made other calls."""
+        if self.requests == 0 and not self._started:
+            raise NoClientError(f"no MCP client sent a request: nothing was replayed and no replay run of "
+                                f"{self.run_id} was recorded (connect an MCP client to the replay: its standard "
+                                "input and output, or --http)")
 
     def _verdict(self) -> tuple[Any, str, dict[str, Any]]:
         from sealbox.replay.engine import ReplayResult, _unreplayable, matched_steps
@@ -355,6 +367,10 @@ class GatewayReplay:
         lines = [f"NOT reproduced: {head}; replay run {result.new_run_id} (replay of {self.run_id})",
                  render_divergence(d)]
         return "\n".join(lines)
+
+
+class NoClientError(RecordingError):
+    """A :class:`GatewayReplay` ended before any client sent it a request: no verdict, no replay run."""
 
 
 async def answer_from_record(run: Any, server: str, tool: str, arguments: dict[str, Any], *, exposed: str,
