@@ -252,7 +252,8 @@ def check_cmd(config_path: str) -> None:
     problems = _deep_problems(cfg)
     if problems:
         raise ConfigError(f"{config_path}: " + "; ".join(problems))
-    click.echo(f"ok: {config_path}: {len(cfg.upstreams)} upstreams ({', '.join(u.id for u in cfg.upstreams)}), "
+    count = len(cfg.upstreams)
+    click.echo(f"ok: {config_path}: {count} upstream{'' if count == 1 else 's'} ({', '.join(u.id for u in cfg.upstreams)}), "
                f"separator {cfg.separator!r}, store {cfg.store} ({cfg.durability}), policy {cfg.policy}")
 
 
