@@ -486,3 +486,13 @@ def test_a_missing_key_file_says_where_the_log_key_is(tmp_path):
                  ["verify", "-s", ".sealbox", "--key", "log.vkey"]):
         proc = subprocess.run([SEALBOX, *argv], capture_output=True, text=True, cwd=tmp_path)
         assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", message), argv
+
+
+@pytest.mark.parametrize("command", [("gateway", "serve", "-c", "gw.yaml"), ("gateway", "replay", "RUN")])
+@pytest.mark.parametrize("port", ["abc", "70000", "-1"])
+def test_an_http_port_that_is_not_one_is_said_so(command, port):
+    # was: "error: Invalid value for '--http': 'abc' is not a valid integer range." (and "70000 is not in the
+    # range 0<=x<=65535."), which does not say what to give
+    res = run(*command, "--http", port)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        2, "", f"error: Invalid value for '--http': {port!r} is not a port number: give 1–65535 (or 0 for a free port)\n")

@@ -18,6 +18,23 @@ from sealbox.input_files import not_utf8_text  # noqa: F401 - the command module
 DEFAULT_STORE = ".sealbox"
 
 
+class PortNumber(click.ParamType):
+    """A TCP port for ``--http``: 1-65535, or 0 for a free one. Click's ``IntRange`` said "'abc' is not a
+    valid integer range" for a word and "0<=x<=65535" for a number out of range."""
+
+    name = "port"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        else:
+            text = str(value).strip()
+            number = int(text) if text.isascii() and text.isdigit() else -1
+        if not 0 <= number <= 65535:
+            self.fail(f"{value!r} is not a port number: give 1–65535 (or 0 for a free port)", param, ctx)
+        return number
+
+
 class BadInput(click.ClickException):
     """A user mistake: one ``error:`` line and exit status 2 (1 is kept for "problems found")."""
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from sealbox.cli.common import not_empty
+from sealbox.cli.common import PortNumber, not_empty
 
 __all__ = ["gateway_group"]
 
@@ -63,7 +63,7 @@ def _freeze_startup_heap() -> None:
 @gateway_group.command("serve")
 @click.option("-c", "--config", "config_path", required=True, callback=not_empty, type=click.Path(dir_okay=False),
               help="The gateway config file (gateway.yaml).")
-@click.option("--http", "http_port", type=click.IntRange(0, 65535), default=None,
+@click.option("--http", "http_port", type=PortNumber(), default=None, metavar="PORT",
               help="Serve streamable HTTP on 127.0.0.1:PORT instead of stdio.")
 def serve_cmd(config_path: str, http_port: int | None) -> None:
     """Serve the gateway over stdio (default) or streamable HTTP on 127.0.0.1 (--http PORT)."""
@@ -137,7 +137,7 @@ def _serve(gateway: Any, http_port: int | None) -> None:
               help="The store's data folder (default: the config's store, else ./.sealbox).")
 @click.option("-c", "--config", "config_path", default=None, callback=not_empty, type=click.Path(dir_okay=False),
               help="The gateway config: its store, and its tokens for --http (its upstreams are never started).")
-@click.option("--http", "http_port", type=click.IntRange(0, 65535), default=None,
+@click.option("--http", "http_port", type=PortNumber(), default=None, metavar="PORT",
               help="Serve streamable HTTP on 127.0.0.1:PORT instead of stdio (needs --config).")
 @click.option("--until-calls", type=click.IntRange(1), default=None, metavar="N",
               help="End the replay after N calls (default: when the client disconnects).")
