@@ -466,36 +466,6 @@ def resolve_run_id(store: Any, run_id: Any, name: str = "run_id") -> str:
     return found
 
 
-def refuse_partial_run_id(store: Any, run_id: Any, method: str) -> None:
-    """For ``store.get_run`` / ``store.read_run``, which take a whole run id, when ``run_id`` found no run:
-    :class:`ConfigError` if it is not a string, or names a run only by the commands' rule (a prefix, an id
-    pasted upper-cased, with blanks around it or cut with an ellipsis), so that it does not read as "no such
-    run"; returns when it names no run at all. Called on a miss only: a whole id costs nothing more.
-    """
-    if run_id is None:
-        raise ConfigError(f"{method}: run_id None is not a string")
-    check_text("run_id", run_id)
-    hint = (f"{method} takes a whole run id; sealbox.query.resolve_run_id(store, {_shown_id(run_id)}) "
-            "resolves a prefix as the commands do")
-    starts = store.ids_with_prefix("run", run_id, limit=6) if run_id else []
-    starts = [s for s in starts if s != run_id]
-    if len(starts) == 1:
-        raise ConfigError(f"run_id: {_shown_id(run_id)} is not a whole run id but the start of run {starts[0]}: {hint}")
-    if starts:
-        shown = ", ".join(starts[:5]) + (", …" if len(starts) > 5 else "")
-        raise ConfigError(f"run_id: {_shown_id(run_id)} is not a whole run id but the start of {shown}: {hint}")
-    import click
-
-    from sealbox.cli.common import resolve_id
-
-    try:
-        found = resolve_id(store, "run", run_id)
-    except click.ClickException:
-        return
-    if found != run_id and found in store.ids_with_prefix("run", found, limit=1):
-        raise ConfigError(f"run_id: {_shown_id(run_id)} is not a run id as recorded; the run is {found}: {hint}")
-
-
 def _shown_id(text: object) -> str:
     """``repr`` of an id or fingerprint for an error message, cut to 40 characters and ``…`` (sealbox.approvals.shown_id)."""
     from sealbox.approvals import shown_id

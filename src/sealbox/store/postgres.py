@@ -1311,21 +1311,9 @@ class PostgresStore(SqliteQueries):
         return _PgStoreReader(self)
 
     def read_run(self, run_id: str) -> list[Event]:
-        """Every event of ``run_id`` (a whole run id), ordered by run_seq (empty if unknown).
-
-        Raises:
-            ConfigError: ``run_id`` is not a string, or only a prefix of a run id (as on SQLite).
-        """
-        if not isinstance(run_id, str):
-            from sealbox.query import refuse_partial_run_id
-
-            refuse_partial_run_id(self, run_id, "read_run")  # raises ConfigError
-        rows = self._rows(f"SELECT {_EVENT_COLS} FROM events WHERE run_id = %s ORDER BY run_seq", (run_id,))
-        if not rows:
-            from sealbox.query import refuse_partial_run_id
-
-            refuse_partial_run_id(self, run_id, "read_run")
-        return [event_from_row(*r) for r in rows]
+        """Every event of ``run_id``, ordered by run_seq (empty if unknown)."""
+        return [event_from_row(*r) for r in self._rows(
+            f"SELECT {_EVENT_COLS} FROM events WHERE run_id = %s ORDER BY run_seq", (run_id,))]
 
     def read_range(self, start: int, end: int) -> list[Event]:
         """Events with leaf index in [start, end), in log order."""

@@ -2011,22 +2011,10 @@ class SqliteStore(SqliteQueries):
             yield from rows
 
     def read_run(self, run_id: str) -> list[Event]:
-        """Every event of ``run_id`` (a whole run id), ordered by run_seq (empty if unknown).
-
-        Raises:
-            ConfigError: ``run_id`` is not a string, or only a prefix of a run id (:func:`sealbox.query.refuse_partial_run_id`).
-        """
-        if not isinstance(run_id, str):
-            from sealbox.query import refuse_partial_run_id
-
-            refuse_partial_run_id(self, run_id, "read_run")  # raises ConfigError
+        """Every event of ``run_id``, ordered by run_seq (empty if unknown)."""
         rows = self._conn().execute(
             f"SELECT {_EVENT_COLS} FROM events WHERE run_id = ? ORDER BY run_seq", (run_id,)
         ).fetchall()
-        if not rows:  # a prefix or a non-string is a ConfigError, not "no such run"
-            from sealbox.query import refuse_partial_run_id
-
-            refuse_partial_run_id(self, run_id, "read_run")
         return [event_from_row(*r) for r in rows]
 
     def read_range(self, start: int, end: int) -> list[Event]:

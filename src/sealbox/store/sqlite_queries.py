@@ -776,9 +776,6 @@ class SqliteQueries:
                 where="r.leaf_index IN (SELECT leaf_index FROM events WHERE run_id = ? AND kind = 'run.started')",
                 lifecycle=_LIFECYCLE), (run_id,)).fetchall()
         if not recs:
-            from sealbox.query import refuse_partial_run_id
-
-            refuse_partial_run_id(self, run_id, "get_run")
             return None
         from sealbox.liveness import checker
 
