@@ -501,6 +501,27 @@ class _PgStoreReader(PgReader):
         return _Conn(self._store._pg())
 
 
+def _store_read(name: str) -> Callable[..., Any]:
+    """PgReader's ``name`` for :class:`_PgStoreReader`: under the store's read guard
+    (:meth:`PostgresStore._operation`), as the store's own reads: a connection the server ended while idle
+    (a restart, ``pg_terminate_backend``) is replaced before the query, and one ended under the query is a
+    StoreError, not psycopg's exception (an internal error in the CLI)."""
+    base = getattr(PgReader, name)
+
+    def read(self: _PgStoreReader, *args: Any, **kwargs: Any) -> Any:
+        with self._store._operation():
+            return base(self, *args, **kwargs)
+
+    read.__name__, read.__qualname__, read.__doc__ = name, f"_PgStoreReader.{name}", base.__doc__
+    return read
+
+
+# every query method of a reader outside a write (PgReader inside one is the write's: its errors reach the
+# write's retry); not _Conn.execute itself, which writes use too
+for _name in [n for n in dir(PgReader) if not n.startswith("_") and callable(getattr(PgReader, n))]:
+    setattr(_PgStoreReader, _name, _store_read(_name))
+
+
 class _Alive:
     """One per thread using a store (its :class:`_ThreadState`'s ``alive``): released with the thread's
     thread-local data when the thread ends, whoever started it (a ``threading.Thread``, ``_thread`` or a C
