@@ -1748,7 +1748,7 @@ def _pg_guarded(name: str) -> Callable[..., Any]:
     return guarded
 
 
-for _name in ("runs", "query_calls", "query_runs", "get_run"):
+for _name in ("runs", "query_calls", "query_runs", "get_run", "has_replays"):
     setattr(PostgresStore, _name, _pg_guarded(_name))
 
 
