@@ -344,7 +344,7 @@ def test_subprocess_nan_limits_no_longer_fail_open(tmp_path):
 def test_check_zero_limits_are_ok(tmp_path, capsys):
     path = write(tmp_path, "version: 1\nlimits: {cost: {per_run: 0}, max_run_seconds: 0}\nrules: [{id: a, effect: allow}]\n")
     code, out, err = run_main(capsys, "policy", "check", str(path))
-    assert (code, out.splitlines()[0], err) == (0, f"ok: {path}: policy 'policy', 1 rules", "")
+    assert (code, out.splitlines()[0], err) == (0, f"ok: {path}: policy 'policy', 1 rule", "")
 
 
 @pytest.mark.parametrize("expires", ["-5", "0", "1.5"])

@@ -41,7 +41,7 @@ def check_cmd(file: str, as_json: bool) -> None:
                                "rules": len(policy.rules), "warnings": [w.to_dict() for w in warnings]},
                               indent=2))  # fmt: skip
         return
-    click.echo(f"ok: {file}: policy {policy.name!r}, {len(policy.rules)} rules")
+    click.echo(f"ok: {file}: policy {policy.name!r}, {len(policy.rules)} rule{'' if len(policy.rules) == 1 else 's'}")
     click.echo(f"fingerprint: {policy.fingerprint}")
     for w in warnings:
         click.echo(f"warning: {file}:{w.line}: {w.message}", err=True)
