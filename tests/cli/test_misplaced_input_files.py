@@ -90,3 +90,21 @@ def _verify(root, args):
                           *[_fill(root, a) for a in args]], capture_output=True, text=True, timeout=120,
                          stdin=subprocess.DEVNULL)
     return out.returncode, out.stderr
+
+
+def test_a_store_file_given_as_what_to_verify_says_what_it_is_and_what_to_give(setup):
+    """``sealbox verify STORE/sealbox.db`` (the database for its folder), ``sealbox verify STORE/log.key`` or
+    ``sealbox verify STORE/log.vkey --key …`` (the key for the bundle) said only '… is not a Sealbox bundle (not
+    a ZIP archive whose first member is `format`)', not what the file is nor what to give."""
+    store = setup / "store"
+    main = [sys.executable, "-m", "sealbox.cli.main", "verify"]
+    got = [subprocess.run([*main, str(store / name), "--key", str(store / "log.vkey")], capture_output=True, text=True)
+           for name in ("sealbox.db", "log.key", "log.vkey")]
+    assert [(p.returncode, p.stdout, p.stderr) for p in got] == [
+        (2, "", f"error: {store}/sealbox.db is a SQLite database (a store's sealbox.db), not a Sealbox bundle: to "
+                f"verify the store, give its folder: `sealbox verify {store} --key KEY`\n"),
+        (2, "", f"error: {store}/log.key is the log's private signing key (log.key), not a Sealbox bundle: keep it "
+                "secret; the log's verifier key is log.vkey beside it\n"),
+        (2, "", f"error: {store}/log.vkey is a verifier key, not a Sealbox bundle: give it as --key, with the bundle "
+                f"or the store's folder to verify: `sealbox verify FILE --key {store}/log.vkey`\n"),
+    ]

@@ -414,6 +414,29 @@ def verify_bundle(path: str | Path, *, trusted_vkey: str | None = None, consiste
     return dataclasses.replace(report, path=str(path), bundle_key_accepted=trust_bundle_key and verifier is None)
 
 
+def _not_a_bundle(path: Path, head: bytes, size: int) -> str:
+    """The error line for a regular file given as the bundle to verify that is no ZIP archive: what it is when it is
+    a store's file (its SQLite database, the private log.key, a verifier key) and what to give instead."""
+    expected = "a Sealbox bundle"
+    if head.startswith(b"SQLite format 3\x00"):
+        return (f"{path} is a SQLite database (a store's sealbox.db), not {expected}: to verify the store, give its "
+                f"folder: `sealbox verify {Path(path).parent} --key KEY`")
+    text = head.lstrip(b"\xef\xbb\xbf")
+    if text.startswith(b"PRIVATE+KEY+"):
+        return (f"{path} is the log's private signing key (log.key), not {expected}: keep it secret; the log's "
+                "verifier key is log.vkey beside it")
+    if size <= 1024:  # a verifier key is one short line
+        try:
+            with open(path, "rb") as fh:
+                Verifier.from_vkey(fh.read(1024).lstrip(b"\xef\xbb\xbf").decode("ascii").strip())
+        except (OSError, UnicodeDecodeError, NoteError, ValueError):
+            pass
+        else:
+            return (f"{path} is a verifier key, not {expected}: give it as --key, with the bundle or the store's "
+                    f"folder to verify: `sealbox verify FILE --key {path}`")
+    return f"{path} is not a Sealbox bundle (not a ZIP archive whose first member is `format`)"
+
+
 def _read(path: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[bytes, int, tuple[list, Any] | None]:
     """(the bytes of the ZIP archive in ``path``, the file's size, None), or, when the file is exactly a
     canonical bundle container (:func:`_stream_container`, read a chunk at a time), (``b""``, the file's
@@ -438,8 +461,7 @@ def _read(path: Path, max_bytes: int = MAX_BUNDLE_BYTES) -> tuple[bytes, int, tu
             size = st.st_size
             head = f.read(64)
             if head[:4] != b"PK\x03\x04" and head[30:36] != b"format":
-                raise BundleFormatError(f"{path} is not a Sealbox bundle (not a ZIP archive whose first member is "
-                                        "`format`)")
+                raise BundleFormatError(_not_a_bundle(path, head, size))
             n, exact = archive_extent(f, size)
             # A canonical container is checked a chunk at a time, whatever its size; only what the
             # in-memory path would hold is bounded by max_bytes.
