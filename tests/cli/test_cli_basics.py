@@ -180,7 +180,7 @@ def test_gateway_check_looks_at_what_the_config_names(tmp_path):
 
     ok = check(f"store: {store}\npolicy: ALLOW_ALL\ndurability: fast")
     assert ok.returncode == 0 and ok.stdout == (
-        f"ok: {tmp_path / 'gw.yaml'}: 1 upstream (t), separator '__', store {store} (fast), policy ALLOW_ALL\n")
+        f"ok: {tmp_path / 'gw.yaml'}: 1 upstream (t), separator '__', store {store} (durability fast), policy ALLOW_ALL\n")
     cases = {
         f"store: {tmp_path / 'nope'}\npolicy: ALLOW_ALL": f"store: {tmp_path / 'nope'} does not exist",
         f"store: {store}\npolicy: {tmp_path / 'bad.yaml'}": "policy: ",

@@ -442,4 +442,4 @@ def test_a_path_starting_with_a_tilde_is_in_the_home_folder(tmp_path, monkeypatc
     proc = subprocess.run([SEALBOX, "gateway", "check", "-c", str(tmp_path / "gw.yaml")], capture_output=True,
                           text=True, env=env, cwd="/")
     assert (proc.returncode, proc.stderr) == (0, "")
-    assert f"store {home / 'st'} (full)" in proc.stdout
+    assert f"store {home / 'st'} (durability full)" in proc.stdout

@@ -254,7 +254,7 @@ def check_cmd(config_path: str) -> None:
         raise ConfigError(f"{config_path}: " + "; ".join(problems))
     count = len(cfg.upstreams)
     click.echo(f"ok: {config_path}: {count} upstream{'' if count == 1 else 's'} ({', '.join(u.id for u in cfg.upstreams)}), "
-               f"separator {cfg.separator!r}, store {cfg.store} ({cfg.durability}), policy {cfg.policy}")
+               f"separator {cfg.separator!r}, store {cfg.store} (durability {cfg.durability}), policy {cfg.policy}")
 
 
 def _deep_problems(cfg) -> list[str]:  # noqa: ANN001
