@@ -74,3 +74,20 @@ def test_a_tag_anywhere_in_a_cases_file_is_one_error_line(tmp_path, capsys, case
     path = write(tmp_path, cases, "cases.yaml")
     assert run(capsys, "policy", "test", str(policy), str(path)) == (
         2, "", f"error: {path}:{line}: invalid YAML: unsupported tag '{tag}' {HINT}\n")
+
+
+@pytest.mark.parametrize("text, line, tag", [
+    # a core scalar tag resolves the value to another type and leaves no trace in the loaded tree: `when: !!null …`
+    # loaded as no condition at all, so the allow rule allowed every call
+    ("rules:\n  - id: r\n    effect: allow\n    when: !!null call.arguments.q == 'x'\n", 5, "!!null"),
+    ("rules:\n  - id: r\n    effect: allow\n    match: {tool: !!int '5'}\n", 5, "!!int"),
+    ("rules:\n  - id: r\n    effect: allow\n    match: {tool: !!bool 'true'}\n", 5, "!!bool"),
+    ("rules:\n  - id: r\n    effect: allow\n    match: {tool: !!float '1'}\n", 5, "!!float"),
+    ("rules:\n  - id: r\n    effect: allow\n    match: {tool: !<tag:yaml.org,2002:str> a}\n", 5, "!!str"),
+    ("rules:\n  - id: r\n    effect: allow\n    match: {tool: ! a}\n", 5, "!"),
+])  # fmt: skip
+def test_a_core_scalar_tag_is_refused_too(tmp_path, text, line, tag):
+    path = write(tmp_path, "version: 1\n" + text)
+    with pytest.raises(PolicyLoadError) as info:
+        Policy.load(path)
+    assert (info.value.line, info.value.problem) == (line, f"invalid YAML: unsupported tag '{tag}' {HINT}")

@@ -150,7 +150,30 @@ def load_tree(text: str, source: str) -> Any:
     except RecursionError:
         raise PolicyLoadError(source, None, f"lists or mappings nested more than {MAX_DEPTH} levels deep") from None
     _refuse_tags(tree, source)
+    if "!" in text:
+        _refuse_scalar_tags(text, source)
     return tree
+
+
+def _refuse_scalar_tags(text: str, source: str) -> None:
+    """Refuse a tag on a scalar that the loader resolves and then forgets (:func:`_refuse_tags` cannot see it in
+    the tree): ``!!null``, ``!!int``, ``!!bool``, ``!!float``, the verbatim ``!<tag:yaml.org,2002:str>`` and the
+    non-specific ``!``. ``when: !!null call.arguments.q == 'x'`` loaded as no condition at all, so an ``allow``
+    rule written so allowed every call.
+
+    Raises:
+        PolicyLoadError: the first such tag, naming it and the line of the value it is on.
+    """
+    from ruamel.yaml import events
+
+    for event in YAML(typ="rt", pure=True).parse(text):
+        tag = getattr(event, "tag", None) if isinstance(event, events.ScalarEvent) else None
+        if tag is not None:
+            tag = str(tag)
+            shown = "!!" + tag[len(_CORE_TAG):] if tag.startswith(_CORE_TAG) else tag
+            raise PolicyLoadError(source, event.start_mark.line + 1, f"invalid YAML: unsupported tag '{shown}' (a tag "
+                                                                      "changes what a value means; write the plain "
+                                                                      "value, without a tag)")
 
 
 _CORE_TAG = "tag:yaml.org,2002:"
