@@ -211,7 +211,10 @@ class Recorder:
             raise ConfigError(f"breaker must be a sealbox CircuitBreaker, got {type(breaker).__name__}")
         self.store = store
         self.policy = policy
-        self._needed = {LIMIT_COUNTERS[name][0] for name, _ in policy.limit_bounds} - {"elapsed_s"}
+        self._needed = _counters_needed(policy)
+        #: a token or cost budget bounds this policy's calls (a condition reading such a counter is not one)
+        self._budgets = any(LIMIT_COUNTERS[name][0] in {"tokens_run", "tokens_day", "cost_run", "cost_day"}
+                            for name, _ in policy.limit_bounds)
         self._changes = threading.local()
         #: ``breaker.changed`` drafts of changes a call whose tool ran made (its ``tool.result`` write failed):
         #: written with the next write carrying breaker changes, in any thread (the record misses none)
@@ -781,6 +784,20 @@ def _check_parent(parent_run_id: Any, run_id: str | None) -> None:
                           "nothing was recorded")
     if parent_run_id == run_id:
         raise ConfigError(f"run {run_id} cannot be its own parent (parent_run_id == run_id); nothing was recorded")
+
+
+def _counters_needed(policy: Any) -> set[str]:
+    """The usage counters a call under ``policy`` asks the store for: those its limits bound, and those its
+    conditions read (``when: usage.tool_calls_run < 2``; all of them for a condition reading ``usage`` whole).
+    Asking only for the limits' left a condition reading another counter a KeyError: every call it reached was
+    denied guardrail_error."""
+    counters = {counter for counter, _ in LIMIT_COUNTERS.values()} - {"elapsed_s"}
+    needed = {LIMIT_COUNTERS[name][0] for name, _ in policy.limit_bounds} - {"elapsed_s"}
+    for rule in getattr(policy, "rules", ()):
+        roots = getattr(getattr(rule, "condition", None), "roots", None) or {}
+        if "usage" in roots:
+            needed |= counters if roots["usage"] is None else counters & set(roots["usage"])
+    return needed
 
 
 def _usage_of(events: list) -> dict[str, Any]:
@@ -2362,7 +2379,7 @@ class RunContext:
         use.update(given)
         unread = [k for k in info.unreadable_usage if k in ("input_tokens", "output_tokens") and k not in given]
         use = {k: use.get(k, 0) for k in ("input_tokens", "output_tokens") if k not in unread}
-        budgets = bool(self.recorder._needed & {"tokens_run", "tokens_day", "cost_run", "cost_day"})
+        budgets = self.recorder._budgets
         if unread and budgets:
             self._cost_error = (f"a model call's usage ({', '.join(unread)}) could not be read from the response, "
                                 "so the token and cost budgets no longer know what was used")
