@@ -59,3 +59,33 @@ def test_a_macro_variable_named_principal_is_not_the_principal(tmp_path):
             when: "call.arguments.rows.all(principal, principal.owner == 'x')"
     """)
     assert policy.evaluate(call(arguments={"rows": [{"owner": "x"}]})).effect == "allow"
+
+
+@pytest.mark.parametrize("when, field", [("usage.calls_run < 5", "calls_run"),
+                                         ("has(usage.tool_call_run)", "tool_call_run")])
+def test_a_condition_reading_a_usage_counter_that_does_not_exist_is_refused(tmp_path, when, field):
+    """``usage.calls_run`` (the counter is ``tool_calls_run``) loaded, and every call it reached was denied
+    guardrail_error (KeyError), or behind has() the rule never matched."""
+    with pytest.raises(PolicyLoadError) as info:
+        load(tmp_path, f"""
+            version: 1
+            rules:
+              - id: r
+                effect: allow
+                when: "{when}"
+        """)
+    assert (info.value.line, info.value.problem) == (
+        5, f"rule 'r': condition reads usage.{field}, which is no usage counter (the counters are calls_minute_agent, "
+           "calls_minute_tool, cost_day, cost_run, tokens_day, tokens_run, tool_calls_run)")
+
+
+def test_every_usage_counter_still_loads(tmp_path):
+    load(tmp_path, """
+        version: 1
+        rules:
+          - id: r
+            effect: allow
+            when: >-
+              usage.tool_calls_run + usage.calls_minute_agent + usage.calls_minute_tool + usage.tokens_run +
+              usage.tokens_day >= 0 && usage.cost_run + usage.cost_day >= 0.0
+    """)

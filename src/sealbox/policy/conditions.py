@@ -57,6 +57,10 @@ FIELDS = {
     "agent": frozenset({"name", "attributes"}),
     "run": frozenset({"id", "labels", "started_at", "elapsed_s"}),
 }
+#: The counters ``usage`` holds (sealbox.policy.limits.LIMIT_COUNTERS but ``elapsed_s``, which is ``run``'s): the
+#: Recorder supplies each one a condition reads. Reading another is refused at load.
+USAGE_COUNTERS = frozenset({"tool_calls_run", "calls_minute_agent", "calls_minute_tool", "tokens_run", "tokens_day",
+                            "cost_run", "cost_day"})
 MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 KNOWN_FUNCTIONS = frozenset(
     {
@@ -202,6 +206,10 @@ def compile_condition(source: str, *, expensive: bool = False) -> Condition:
             article = "an" if name[0] in "aeiou" else "a"
             raise ConditionError(f"condition reads {name}.{unknown_fields[0]}, which no {name} has ({article} {name} "
                                  f"has {', '.join(sorted(fields))})")
+    unknown_counters = sorted((kept.get("usage") or frozenset()) - USAGE_COUNTERS) if "usage" not in bound else []
+    if unknown_counters:  # a typo: every call it reaches would be denied (or, behind has(), never matched)
+        raise ConditionError(f"condition reads usage.{unknown_counters[0]}, which is no usage counter (the counters "
+                             f"are {', '.join(sorted(USAGE_COUNTERS))})")
     never = _never_bool(program, tokens, bound) if not kept else _top_level_not_bool(tokens)
     if never:
         raise ConditionError(f"{never}: every call it reaches would be denied with guardrail_error")
