@@ -420,9 +420,9 @@ class Recorder:
         """
         return self._continue(run_id, waiting_ok=False)
 
-    def _continue(self, run_id: str, *, waiting_ok: bool) -> "RunContext":
+    def _continue(self, run_id: str, *, waiting_ok: bool, doing: str = "continued") -> "RunContext":
         """:meth:`continue_run`; ``waiting_ok``: also a run waiting for approvals (:meth:`resume`, :meth:`cancel`)."""
-        run = self._attach(run_id)
+        run = self._attach(run_id, doing=doing)
         if not waiting_ok and run._waiting_for:
             from sealbox.approvals import RunSuspendedError
 
@@ -441,13 +441,13 @@ class Recorder:
             ConfigError: ``run_id`` is not a non-empty string, or is the store's system run.
             RecordingError: no such run, it has ended, or it was imported; or ``run.ended`` could not be recorded.
         """
-        run = self._continue(run_id, waiting_ok=True)
+        run = self._continue(run_id, waiting_ok=True, doing="cancelled")
         try:
             run.end("cancelled")
         finally:
             run._release_live()
 
-    def _attach(self, run_id: str) -> "RunContext":
+    def _attach(self, run_id: str, *, doing: str = "continued") -> "RunContext":
         """:meth:`continue_run` without the liveness lease: for a gateway joining a run its agent's
         process drives (that process's lease tells whether the run is alive, not the gateway's)."""
         _check_joinable(run_id)
@@ -461,7 +461,7 @@ class Recorder:
                 # listed with its source's status (suspended, running): "has ended" would contradict the listing
                 raise RecordingError(f"run {run_id} was imported (sealbox import): a copy of a run recorded "
                                      "elsewhere, which cannot be continued or resumed in this store")
-            raise RecordingError(f"run {run_id} has ended; it cannot be continued")
+            raise RecordingError(f"run {run_id} has ended; it cannot be {doing}")
         first = events[0].payload
         run = RunContext(self, agent=first["agent"], principal=Principal(events[0].principal), snapshot=None,
                          labels=dict(first.get("labels") or {}), parent_run_id=first.get("parent_run_id"),

@@ -80,3 +80,19 @@ def test_cancel_ends_a_run_waiting_for_an_approval_on_purpose(backend, tmp_path)
     assert store.read_run(run_id)[-1].payload["status"] == "cancelled"
     [state] = list_approvals(store, run_id=run_id)
     assert state.status == "closed"
+
+
+def test_cancelling_a_run_that_has_ended_says_it_cannot_be_cancelled(backend, tmp_path):  # noqa: F811
+    """Recorder.cancel of a run already ended said 'run R has ended; it cannot be continued': the caller asked to
+    cancel it, not to continue it."""
+    from sealbox.errors import RecordingError
+
+    name, init, _ = backend
+    store = init(tmp_path / "store")
+    run_id, _ = _suspended(store)
+    rec = Recorder(store, policy=policy())
+    rec.cancel(run_id)
+    with pytest.raises(RecordingError) as again:
+        rec.cancel(run_id)
+    assert str(again.value) == f"run {run_id} has ended; it cannot be cancelled"
+    assert kinds(store, run_id)[-2:] == ["run.suspended", "run.ended"]  # nothing written by the second cancel
