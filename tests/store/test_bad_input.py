@@ -615,3 +615,22 @@ def test_init_with_an_origin_that_is_no_key_name_creates_nothing(tmp_path: Path,
                           "control characters (e.g. example.com/agents)\n")
     assert not (tmp_path / "cli").exists()
     assert cli("init", str(tmp_path / "cli")).returncode == 0  # the retry works
+
+
+def test_the_project_folder_or_the_database_file_given_for_the_store_names_the_store_folder(tmp_path: Path) -> None:
+    """``sealbox calls -s PROJECT`` (the folder holding ``.sealbox``) said 'PROJECT is not a Sealbox store (no
+    sealbox.db; create one with `sealbox init`)', and ``-s .sealbox/sealbox.db`` '… (it is a file; give the store's
+    folder)': neither named the store that is right there."""
+    from sealbox import init_store
+
+    init_store(tmp_path / ".sealbox").close()
+    db = tmp_path / ".sealbox" / "sealbox.db"
+    for readonly in (True, False):
+        with pytest.raises(NotAStoreError) as project:
+            open_store(tmp_path, readonly=readonly)
+        assert str(project.value) == (f"{tmp_path} is not a Sealbox store (no sealbox.db; the store is its .sealbox "
+                                      f"folder: give {tmp_path / '.sealbox'})")
+        with pytest.raises(NotAStoreError) as database:
+            open_store(db, readonly=readonly)
+        assert str(database.value) == (f"{db} is not a Sealbox store (it is the store's database file; give the "
+                                       f"store's folder, {tmp_path / '.sealbox'})")

@@ -167,6 +167,17 @@ def _event_groups(rows: Sequence[tuple]) -> list[tuple[str, list[tuple]]]:
     return groups
 
 
+
+def _has_header(path: Path, header: bytes) -> bool:
+    """Whether the regular file ``path`` starts with ``header`` (False when it cannot be read)."""
+    try:
+        if not path.is_file():  # a FIFO is not opened: that would wait for a writer
+            return False
+        with open(path, "rb") as fh:
+            return fh.read(len(header)) == header
+    except OSError:
+        return False
+
 class _Txn:
     """:class:`~sealbox.store.base.WriteTxn` over one SQLite connection.
 
@@ -1120,12 +1131,18 @@ class SqliteStore(SqliteQueries):
         _lookable(self.path)
         if not self.path.is_dir():
             if self.path.exists():
+                if self.path.name == DB_NAME and _has_header(self.path, b"SQLite format 3\x00"):
+                    raise NotAStoreError(f"{self.path} is not a Sealbox store (it is the store's database file; give "
+                                         f"the store's folder, {self.path.parent})")
                 raise NotAStoreError(f"{self.path} is not a Sealbox store (it is a file; give the store's folder)")
             raise NotAStoreError(f"{self.path} does not exist (create a store with `sealbox init {self.path}`)")
         if not create and not self.db_path.is_file():
             if self.db_path.is_dir():
                 raise NotAStoreError(f"{self.path} is not a Sealbox store (its {DB_NAME} is a directory, not the "
                                      "database file; move it away and put the store's database file there)")
+            if (self.path / ".sealbox" / DB_NAME).is_file():  # the project folder holding the store
+                raise NotAStoreError(f"{self.path} is not a Sealbox store (no {DB_NAME}; the store is its .sealbox "
+                                     f"folder: give {self.path / '.sealbox'})")
             raise NotAStoreError(f"{self.path} is not a Sealbox store (no {DB_NAME}; create one with `sealbox init`)")
         if not self.readonly:
             _require_writable(self.path)
